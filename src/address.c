@@ -1,0 +1,131 @@
+/*
+ * address.c - the text form of a pm_address: "system@host:port#incarnation".
+ *
+ * Pure string handling, no system calls. Parsing is strict (no blanks, signs
+ * or leading zeros) so that every accepted text has exactly one meaning and
+ * format(parse(text)) == text.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int name_char_ok(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+}
+
+/* Length of a valid name held in a PM_NAME_MAX array, or -EINVAL. */
+static int name_check(const char name[PM_NAME_MAX])
+{
+    size_t n = strnlen(name, PM_NAME_MAX);
+    if (n == 0 || n == PM_NAME_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!name_char_ok(name[i]))
+            return -EINVAL;
+    return (int)n;
+}
+
+PM_EXTERN int pm_address_format(const pm_address *addr, char *buf, size_t size)
+{
+    if (addr == NULL || (buf == NULL && size > 0))
+        return -EINVAL;
+    if (name_check(addr->system) < 0 || name_check(addr->host) < 0)
+        return -EINVAL;
+    int n;
+    if (addr->incarnation != 0)
+        n = snprintf(buf, size, "%s@%s:%u#%llu", addr->system, addr->host, (unsigned)addr->port,
+                     (unsigned long long)addr->incarnation);
+    else
+        n = snprintf(buf, size, "%s@%s:%u", addr->system, addr->host, (unsigned)addr->port);
+    if (n < 0)
+        return -EINVAL;
+    if ((size_t)n >= size) {
+        if (size > 0)
+            buf[0] = '\0';
+        return -ENOSPC;
+    }
+    return n;
+}
+
+/* Copies the name in [s, end) into out; -EINVAL unless it is a valid name. */
+static int parse_name(const char *s, const char *end, char out[PM_NAME_MAX])
+{
+    size_t n = (size_t)(end - s);
+    if (n == 0 || n >= PM_NAME_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!name_char_ok(s[i]))
+            return -EINVAL;
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return 0;
+}
+
+/* Parses the decimal in [s, end) into *out, at most max. No sign, no
+ * leading zero (except "0" itself), no overflow. */
+static int parse_decimal(const char *s, const char *end, uint64_t max, uint64_t *out)
+{
+    if (s == end || (end - s > 1 && s[0] == '0'))
+        return -EINVAL;
+    uint64_t v = 0;
+    for (const char *p = s; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return -EINVAL;
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (max - d) / 10)
+            return -EINVAL;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+PM_EXTERN int pm_address_parse(const char *text, pm_address *out)
+{
+    if (text == NULL || out == NULL)
+        return -EINVAL;
+    /* Bound the scan: anything longer than the longest valid form is bad,
+     * and we never walk an unterminated buffer further than that. */
+    size_t len = strnlen(text, PM_ADDRESS_STRLEN);
+    if (len >= PM_ADDRESS_STRLEN)
+        return -EINVAL;
+    const char *end = text + len;
+    const char *at = memchr(text, '@', len);
+    if (at == NULL)
+        return -EINVAL;
+    const char *colon = memchr(at + 1, ':', (size_t)(end - at - 1));
+    if (colon == NULL)
+        return -EINVAL;
+    const char *hash = memchr(colon + 1, '#', (size_t)(end - colon - 1));
+    const char *port_end = hash != NULL ? hash : end;
+
+    pm_address a;
+    memset(&a, 0, sizeof(a));
+    uint64_t port = 0, inc = 0;
+    if (parse_name(text, at, a.system) < 0 || parse_name(at + 1, colon, a.host) < 0 ||
+        parse_decimal(colon + 1, port_end, 65535, &port) < 0)
+        return -EINVAL;
+    if (hash != NULL) {
+        /* "#0" is rejected: 0 means unspecified and is written by omitting
+         * the suffix, so accepting it would give one address two texts. */
+        if (parse_decimal(hash + 1, end, UINT64_MAX, &inc) < 0 || inc == 0)
+            return -EINVAL;
+    }
+    a.port = (uint16_t)port;
+    a.incarnation = inc;
+    *out = a;
+    return 0;
+}
+
+PM_EXTERN int pm_address_match(const pm_address *a, const pm_address *b)
+{
+    if (a == NULL || b == NULL)
+        return 0;
+    if (a->port != b->port || strncmp(a->system, b->system, PM_NAME_MAX) != 0 ||
+        strncmp(a->host, b->host, PM_NAME_MAX) != 0)
+        return 0;
+    return a->incarnation == 0 || b->incarnation == 0 || a->incarnation == b->incarnation;
+}

@@ -1,0 +1,44 @@
+/*
+ * internal.h - what every module of libprocmesh shares and nothing installs.
+ *
+ * Internal functions that are not static carry the pm__ prefix; they are
+ * hidden from the shared library by -fvisibility=hidden (only PM_EXTERN
+ * symbols are exported) and reach the tests through the static convenience
+ * library libpmcore.la.
+ */
+#ifndef PM_INTERNAL_H
+#define PM_INTERNAL_H
+
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "procmesh.h"
+
+#define PM__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define PM__ALIGN8(n) (((n) + (size_t)7) & ~(size_t)7)
+#define PM__LIKELY(x) __builtin_expect(!!(x), 1)
+#define PM__UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* One cache line pair: adjacent-line prefetchers on x86 pull lines in pairs,
+ * so two indices that must not false-share sit 128 bytes apart. */
+#define PM__CACHELINE 128
+
+/* close() that keeps errno: cleanup paths run after the error that made
+ * them run, and must not overwrite it (skalibs fd_close, libuv uv__close). */
+static inline void pm__close(int fd)
+{
+    if (fd >= 0) {
+        int saved = errno;
+        (void)close(fd);
+        errno = saved;
+    }
+}
+
+/* Nanoseconds of CLOCK_MONOTONIC. */
+uint64_t pm__now_ns(void);
+
+#endif /* PM_INTERNAL_H */

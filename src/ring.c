@@ -1,0 +1,484 @@
+/*
+ * ring.c - SPSC frame ring in shared memory; see ring.h for the layout and
+ * doc/design.md for the rules the two ends follow.
+ *
+ * Memory ordering, in one paragraph. The producer writes records with plain
+ * stores and then stores its index with release; the consumer loads that
+ * index with acquire, so every byte of every record below the index is
+ * visible to it. Symmetrically the consumer stores its index with release
+ * after it has finished reading the records below it, and the producer loads
+ * it with acquire before reusing that space. Nothing else needs ordering on
+ * the fast path. Parking is a store-buffering (Dekker) pattern and needs a
+ * full fence on both sides; see arm_flag() and wake_if_waiting().
+ */
+#define _GNU_SOURCE
+#include "ring.h"
+
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+
+#define REC_PAD 1u /* record flag: padding up to the end of the data area */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* One load of a record header. The atomic builtin makes it a single 64-bit
+ * fetch: the compiler may not split it or load it again later, which matters
+ * because the peer can change those bytes at any moment (double fetch). */
+static inline uint64_t load_rec(const unsigned char *p)
+{
+    return __atomic_load_n((const uint64_t *)(const void *)p, __ATOMIC_RELAXED);
+}
+
+static inline void store_rec(unsigned char *p, uint32_t len, uint32_t flags)
+{
+    __atomic_store_n((uint64_t *)(void *)p, (uint64_t)len | ((uint64_t)flags << 32),
+                     __ATOMIC_RELAXED);
+}
+
+static int poison(pm__ring *r)
+{
+    r->poisoned = 1;
+    r->peek_ptr = NULL;
+    return -EBADMSG;
+}
+
+size_t pm__ring_region_size(uint64_t cap)
+{
+    return PM__RING_HDR_SIZE + (size_t)cap;
+}
+
+int pm__ring_check_geometry(uint64_t cap, uint32_t max_frame)
+{
+    if (cap < PM__RING_MIN_CAP || cap > PM__RING_MAX_CAP || (cap & (cap - 1)) != 0)
+        return -EINVAL;
+    if (max_frame == 0)
+        return -EINVAL;
+    /* Worst case a frame needs its own size plus a padding record that fills
+     * the rest of the data area; below cap/2 an empty ring always has room. */
+    if ((uint64_t)max_frame + PM__RING_REC_HDR > cap / 2)
+        return -EMSGSIZE;
+    return 0;
+}
+
+int pm__ring_format(void *region, uint64_t cap, uint32_t max_frame)
+{
+    int rc = pm__ring_check_geometry(cap, max_frame);
+    if (rc < 0)
+        return rc;
+    struct pm__ring_shared *sh = region;
+    sh->magic = PM__RING_MAGIC;
+    sh->capacity = cap;
+    sh->max_frame = max_frame;
+    sh->version = 1;
+    atomic_store_explicit(&sh->head, 0, memory_order_relaxed);
+    atomic_store_explicit(&sh->tail, 0, memory_order_relaxed);
+    atomic_store_explicit(&sh->prod_waiting, 0, memory_order_relaxed);
+    atomic_store_explicit(&sh->cons_waiting, 0, memory_order_relaxed);
+    return 0;
+}
+
+int pm__ring_read_geometry(const void *region, size_t region_size, uint64_t *cap,
+                           uint32_t *max_frame)
+{
+    const struct pm__ring_shared *sh = region;
+    if (region_size < PM__RING_HDR_SIZE || sh->magic != PM__RING_MAGIC || sh->version != 1)
+        return -EPROTO;
+    uint64_t c = sh->capacity;
+    uint32_t m = sh->max_frame;
+    if (pm__ring_check_geometry(c, m) < 0 || pm__ring_region_size(c) > region_size)
+        return -EPROTO;
+    *cap = c;
+    *max_frame = m;
+    return 0;
+}
+
+int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame, int role,
+                    int wake_fd, int park_fd)
+{
+    int rc = pm__ring_check_geometry(cap, max_frame);
+    if (rc < 0)
+        return rc;
+    if (role != PM__RING_PRODUCER && role != PM__RING_CONSUMER)
+        return -EINVAL;
+    memset(r, 0, sizeof(*r));
+    r->sh = region;
+    r->data = (unsigned char *)region + PM__RING_HDR_SIZE;
+    r->cap = cap;
+    r->mask = cap - 1;
+    r->max_frame = max_frame;
+    r->spin_ns = PM__RING_DEFAULT_SPIN_NS;
+    r->role = role;
+    r->wake_fd = wake_fd;
+    r->park_fd = park_fd;
+    /* Start from the shared indices once, validated: attaching to a fresh
+     * region they are 0; attaching later (a benchmark, a test) they must be
+     * plausible or the ring starts poisoned. */
+    uint64_t h = atomic_load_explicit(&r->sh->head, memory_order_acquire);
+    uint64_t t = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+    if (t > h || h - t > cap || ((h | t) & 7) != 0)
+        return poison(r);
+    if (role == PM__RING_PRODUCER) {
+        r->head = r->published = h;
+        r->tail_cache = t;
+    } else {
+        r->tail = r->released = t;
+        r->head_cache = h;
+    }
+    return 0;
+}
+
+/* Writes the eventfd of the other end. The counter saturating (EAGAIN) is
+ * harmless: the other end is then certainly going to wake up. */
+static int wake(pm__ring *r)
+{
+    if (r->wake_fd < 0)
+        return 0;
+    uint64_t one = 1;
+    ssize_t n = write(r->wake_fd, &one, sizeof(one));
+    (void)n;
+    r->wakeups++;
+    return 1;
+}
+
+/*
+ * After storing our index: if the other end announced that it is parking,
+ * wake it. The seq_cst fence orders our index store before the load of its
+ * flag; the other end fences between storing its flag and re-reading our
+ * index (arm_flag). With both fences at least one side sees the other's
+ * store, so a wake-up can never be lost: either it sees our index and does
+ * not sleep, or we see its flag and write the eventfd.
+ */
+static int wake_if_waiting(pm__ring *r, _Atomic uint32_t *flag)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(flag, memory_order_relaxed) != 0)
+        return wake(r);
+    return 0;
+}
+
+/* The other half of the pattern: store our flag, then fence before the
+ * caller re-reads the other end's index. */
+static void arm_flag(_Atomic uint32_t *flag)
+{
+    atomic_store_explicit(flag, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* Blocks on the eventfd for up to timeout_ms and drains it. 1 woken, 0 timed
+ * out or interrupted (the caller re-checks everything anyway). */
+static int park(pm__ring *r, int timeout_ms)
+{
+    struct pollfd p = {.fd = r->park_fd, .events = POLLIN, .revents = 0};
+    r->parks++;
+    int n = poll(&p, 1, timeout_ms);
+    if (n < 0)
+        return errno == EINTR ? 0 : -errno;
+    if (n > 0) {
+        uint64_t v;
+        ssize_t k = read(r->park_fd, &v, sizeof(v)); /* nonblocking: may race another reader */
+        (void)k;
+    }
+    return n > 0;
+}
+
+static uint64_t deadline_after(int timeout_ms)
+{
+    return timeout_ms < 0 ? UINT64_MAX : pm__now_ns() + (uint64_t)timeout_ms * 1000000u;
+}
+
+/* Milliseconds left until deadline, rounded up, or -1 for none. */
+static int ms_left(uint64_t deadline)
+{
+    if (deadline == UINT64_MAX)
+        return -1;
+    uint64_t now = pm__now_ns();
+    if (now >= deadline)
+        return 0;
+    uint64_t ms = (deadline - now + 999999u) / 1000000u;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* ---------------------------------------------------------------- producer */
+
+/* Re-reads the consumer's index. Acquire pairs with the release in
+ * pm__ring_release: the consumer's reads of the space it hands back are done
+ * before we overwrite it. A correct consumer's index never moves backwards,
+ * never passes what we published and stays 8-byte aligned. */
+static int refresh_tail(pm__ring *r)
+{
+    uint64_t t = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+    if (t < r->tail_cache || t > r->published || (t & 7) != 0)
+        return poison(r);
+    r->tail_cache = t;
+    return 0;
+}
+
+/* Bytes a frame of len needs at the current head, padding included. */
+static uint64_t bytes_needed(const pm__ring *r, size_t len, uint64_t *pad)
+{
+    uint64_t total = PM__RING_REC_HDR + PM__ALIGN8(len);
+    uint64_t room = r->cap - (r->head & r->mask);
+    *pad = room < total ? room : 0;
+    return total + *pad;
+}
+
+/* 1 if a frame of len fits now, 0 if not, or -EBADMSG. The shared index is
+ * read only when the cached one says the ring is full. */
+static int fits(pm__ring *r, size_t len)
+{
+    uint64_t pad;
+    uint64_t need = bytes_needed(r, len, &pad);
+    if (r->head - r->tail_cache + need <= r->cap)
+        return 1;
+    if (refresh_tail(r) < 0)
+        return -EBADMSG;
+    return r->head - r->tail_cache + need <= r->cap;
+}
+
+int pm__ring_reserve(pm__ring *r, size_t len, void **payload)
+{
+    if (PM__UNLIKELY(r->poisoned))
+        return -EBADMSG;
+    if (PM__UNLIKELY(len == 0 || r->resv_len != 0))
+        return -EINVAL;
+    if (PM__UNLIKELY(len > r->max_frame))
+        return -EMSGSIZE;
+    int rc = fits(r, len);
+    if (rc <= 0)
+        return rc < 0 ? rc : -EAGAIN;
+    uint64_t pad;
+    (void)bytes_needed(r, len, &pad);
+    r->resv_at = r->head + pad;
+    r->resv_len = (uint32_t)len;
+    *payload = r->data + (r->resv_at & r->mask) + PM__RING_REC_HDR;
+    return 0;
+}
+
+void pm__ring_commit(pm__ring *r, size_t len)
+{
+    if (r->resv_len == 0 || len == 0 || len > r->resv_len)
+        return; /* programming error: nothing reserved or a bad length */
+    if (r->resv_at != r->head) {
+        /* The padding record is written only now, together with its frame,
+         * so a published index never ends on a padding record. */
+        uint64_t room = r->resv_at - r->head;
+        store_rec(r->data + (r->head & r->mask), (uint32_t)(room - PM__RING_REC_HDR), REC_PAD);
+    }
+    store_rec(r->data + (r->resv_at & r->mask), (uint32_t)len, 0);
+    r->head = r->resv_at + PM__RING_REC_HDR + PM__ALIGN8(len);
+    r->resv_len = 0;
+}
+
+int pm__ring_publish(pm__ring *r)
+{
+    if (r->head == r->published)
+        return 0;
+    /* Release: every record byte written above is visible to a consumer
+     * that loads this index with acquire (refresh_head). */
+    atomic_store_explicit(&r->sh->head, r->head, memory_order_release);
+    r->published = r->head;
+    return wake_if_waiting(r, &r->sh->cons_waiting);
+}
+
+int pm__ring_send(pm__ring *r, const void *data, size_t len)
+{
+    void *p;
+    int rc = pm__ring_reserve(r, len, &p);
+    if (rc < 0)
+        return rc;
+    memcpy(p, data, len);
+    pm__ring_commit(r, len);
+    pm__ring_publish(r);
+    return 0;
+}
+
+int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
+{
+    if (len == 0 || len > r->max_frame)
+        return len == 0 ? -EINVAL : -EMSGSIZE;
+    uint64_t deadline = deadline_after(timeout_ms);
+    /* The consumer can only free space for frames it can see. */
+    pm__ring_publish(r);
+    for (;;) {
+        int rc = fits(r, len);
+        if (rc != 0)
+            return rc;
+        uint64_t spin_end = pm__now_ns() + r->spin_ns;
+        do {
+            for (int i = 0; i < 32; i++)
+                cpu_relax();
+            if ((rc = fits(r, len)) != 0)
+                return rc;
+        } while (pm__now_ns() < spin_end);
+        int left = ms_left(deadline);
+        if (left == 0)
+            return 0;
+        if (r->park_fd < 0)
+            continue;
+        arm_flag(&r->sh->prod_waiting);
+        rc = fits(r, len);
+        if (rc == 0)
+            rc = park(r, left);
+        else
+            rc = rc > 0 ? 1 : rc;
+        atomic_store_explicit(&r->sh->prod_waiting, 0, memory_order_relaxed);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* ---------------------------------------------------------------- consumer */
+
+/* Re-reads the producer's index. Acquire pairs with the release in
+ * pm__ring_publish. A correct producer's index never moves backwards, never
+ * gets more than the capacity ahead of what we handed back, and stays
+ * 8-byte aligned. */
+static int refresh_head(pm__ring *r)
+{
+    uint64_t h = atomic_load_explicit(&r->sh->head, memory_order_acquire);
+    if (h < r->head_cache || h - r->released > r->cap || (h & 7) != 0)
+        return poison(r);
+    r->head_cache = h;
+    return 0;
+}
+
+int pm__ring_peek(pm__ring *r, const void **payload, size_t *len)
+{
+    if (r->peek_ptr != NULL) {
+        *payload = r->peek_ptr;
+        *len = r->peek_len;
+        return 1;
+    }
+    if (PM__UNLIKELY(r->poisoned))
+        return -EBADMSG;
+    if (r->tail == r->head_cache) {
+        if (refresh_head(r) < 0)
+            return -EBADMSG;
+        if (r->tail == r->head_cache)
+            return 0;
+    }
+    uint64_t avail = r->head_cache - r->tail;
+    uint64_t off = r->tail & r->mask;
+    uint64_t room = r->cap - off;
+    uint64_t rec = load_rec(r->data + off);
+    uint32_t rlen = (uint32_t)rec;
+    uint32_t flags = (uint32_t)(rec >> 32);
+
+    if (flags == REC_PAD) {
+        /* A padding record runs exactly to the end of the data area, is
+         * never at its start (that would make no progress) and is always
+         * followed by a frame published with it. */
+        if (off == 0 || rlen != room - PM__RING_REC_HDR || room >= avail)
+            return poison(r);
+        r->tail += room;
+        avail -= room;
+        off = 0;
+        room = r->cap;
+        rec = load_rec(r->data);
+        rlen = (uint32_t)rec;
+        flags = (uint32_t)(rec >> 32);
+    }
+    if (flags != 0 || rlen == 0 || rlen > r->max_frame)
+        return poison(r);
+    uint64_t total = PM__RING_REC_HDR + PM__ALIGN8((uint64_t)rlen);
+    if (total > room || total > avail)
+        return poison(r);
+    r->peek_ptr = r->data + off + PM__RING_REC_HDR;
+    r->peek_len = rlen;
+    r->peek_total = (uint32_t)total;
+    *payload = r->peek_ptr;
+    *len = rlen;
+    return 1;
+}
+
+void pm__ring_consume(pm__ring *r)
+{
+    if (r->peek_ptr == NULL)
+        return;
+    r->tail += r->peek_total;
+    r->peek_ptr = NULL;
+}
+
+int pm__ring_release(pm__ring *r)
+{
+    if (r->tail == r->released || r->poisoned)
+        return 0;
+    /* Release: our reads of the frames below tail are complete before the
+     * producer (acquire in refresh_tail) can see the space as free. */
+    atomic_store_explicit(&r->sh->tail, r->tail, memory_order_release);
+    r->released = r->tail;
+    return wake_if_waiting(r, &r->sh->prod_waiting);
+}
+
+/* 1 when a frame is there to peek, 0 when empty, -EBADMSG. */
+static int has_data(pm__ring *r)
+{
+    if (r->poisoned)
+        return -EBADMSG;
+    if (r->peek_ptr != NULL || r->tail != r->head_cache)
+        return 1;
+    if (refresh_head(r) < 0)
+        return -EBADMSG;
+    return r->tail != r->head_cache;
+}
+
+int pm__ring_empty(pm__ring *r)
+{
+    return has_data(r) == 0;
+}
+
+int pm__ring_arm(pm__ring *r)
+{
+    /* A producer waiting for space must see what we consumed before we
+     * sleep, or both ends could sleep forever. */
+    pm__ring_release(r);
+    arm_flag(&r->sh->cons_waiting);
+    int rc = has_data(r);
+    if (rc != 0)
+        pm__ring_disarm(r);
+    return rc;
+}
+
+void pm__ring_disarm(pm__ring *r)
+{
+    atomic_store_explicit(&r->sh->cons_waiting, 0, memory_order_relaxed);
+}
+
+int pm__ring_wait(pm__ring *r, int timeout_ms)
+{
+    uint64_t deadline = deadline_after(timeout_ms);
+    for (;;) {
+        int rc = has_data(r);
+        if (rc != 0)
+            return rc;
+        uint64_t spin_end = pm__now_ns() + r->spin_ns;
+        do {
+            for (int i = 0; i < 32; i++)
+                cpu_relax();
+            if ((rc = has_data(r)) != 0)
+                return rc;
+        } while (pm__now_ns() < spin_end);
+        int left = ms_left(deadline);
+        if (left == 0)
+            return 0;
+        if (r->park_fd < 0)
+            continue;
+        rc = pm__ring_arm(r);
+        if (rc != 0)
+            return rc;
+        rc = park(r, left);
+        pm__ring_disarm(r);
+        if (rc < 0)
+            return rc;
+    }
+}

@@ -1,0 +1,692 @@
+/* check_ring.c - the shared-memory frame ring: one process, two processes,
+ * and a hostile peer. */
+#include "helpers.h"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+
+#include "ring.h"
+#include "shm.h"
+
+/* A ring region in a MAP_SHARED mapping followed by a PROT_NONE guard page:
+ * any read past the data area faults and fails the test. */
+typedef struct test_ring {
+    void *map;
+    size_t map_size;
+    void *region;
+    uint64_t cap;
+    uint32_t max_frame;
+    int cons_efd; /* consumer parks here, producer writes it */
+    int prod_efd; /* producer parks here, consumer writes it */
+    pm__ring prod;
+    pm__ring cons;
+} test_ring;
+
+static void tr_open(test_ring *t, uint64_t cap, uint32_t max_frame)
+{
+    memset(t, 0, sizeof(*t));
+    size_t page = pm__page_size();
+    t->cap = cap;
+    t->max_frame = max_frame;
+    t->map_size = pm__ring_region_size(cap) + page;
+    t->map = mmap(NULL, t->map_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(t->map, MAP_FAILED);
+    ck_assert_int_eq(mprotect((char *)t->map + t->map_size - page, page, PROT_NONE), 0);
+    t->region = t->map;
+    ck_assert_int_eq(pm__ring_format(t->region, cap, max_frame), 0);
+    t->cons_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    t->prod_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ck_assert_int_ge(t->cons_efd, 0);
+    ck_assert_int_ge(t->prod_efd, 0);
+    ck_assert_int_eq(pm__ring_attach(&t->prod, t->region, cap, max_frame, PM__RING_PRODUCER,
+                                     t->cons_efd, t->prod_efd), 0);
+    ck_assert_int_eq(pm__ring_attach(&t->cons, t->region, cap, max_frame, PM__RING_CONSUMER,
+                                     t->prod_efd, t->cons_efd), 0);
+}
+
+static void tr_close(test_ring *t)
+{
+    munmap(t->map, t->map_size);
+    close(t->cons_efd);
+    close(t->prod_efd);
+}
+
+static int recv_one(pm__ring *r, void *buf, size_t cap, size_t *len)
+{
+    const void *p;
+    int rc = pm__ring_peek(r, &p, len);
+    if (rc == 1) {
+        ck_assert_uint_le(*len, cap);
+        memcpy(buf, p, *len);
+        pm__ring_consume(r);
+        pm__ring_release(r);
+    }
+    return rc;
+}
+
+START_TEST(test_geometry)
+{
+    ck_assert_int_eq(pm__ring_check_geometry(4096, 1024), 0);
+    ck_assert_int_eq(pm__ring_check_geometry((uint64_t)1 << 30, 65536), 0);
+    ck_assert_int_eq(pm__ring_check_geometry(2048, 64), -EINVAL);
+    ck_assert_int_eq(pm__ring_check_geometry((uint64_t)1 << 31, 64), -EINVAL);
+    ck_assert_int_eq(pm__ring_check_geometry(12288, 64), -EINVAL);
+    ck_assert_int_eq(pm__ring_check_geometry(4096, 0), -EINVAL);
+    ck_assert_int_eq(pm__ring_check_geometry(4096, 2040), 0);
+    ck_assert_int_eq(pm__ring_check_geometry(4096, 2041), -EMSGSIZE);
+    char region[PM__RING_HDR_SIZE] = {0};
+    uint64_t cap;
+    uint32_t mf;
+    ck_assert_int_eq(pm__ring_read_geometry(region, sizeof(region), &cap, &mf), -EPROTO);
+}
+END_TEST
+
+START_TEST(test_empty_and_one)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    const void *p;
+    size_t len;
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 0);
+    ck_assert_int_eq(pm__ring_empty(&t.cons), 1);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "hello", 5), 0);
+    ck_assert_int_eq(pm__ring_empty(&t.cons), 0);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    ck_assert_uint_eq(len, 5);
+    ck_assert_int_eq(memcmp(p, "hello", 5), 0);
+    /* Peeking again returns the same frame. */
+    const void *p2;
+    size_t len2;
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p2, &len2), 1);
+    ck_assert_ptr_eq(p, p2);
+    ck_assert_uint_eq(len2, 5);
+    pm__ring_consume(&t.cons);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 0);
+    uint64_t geo_cap;
+    uint32_t geo_mf;
+    ck_assert_int_eq(pm__ring_read_geometry(t.region, pm__ring_region_size(4096), &geo_cap, &geo_mf), 0);
+    ck_assert_uint_eq(geo_cap, 4096);
+    ck_assert_uint_eq(geo_mf, 1024);
+    tr_close(&t);
+}
+END_TEST
+
+START_TEST(test_full_and_sizes)
+{
+    test_ring t;
+    tr_open(&t, 4096, 2040);
+    void *p;
+    ck_assert_int_eq(pm__ring_reserve(&t.prod, 0, &p), -EINVAL);
+    ck_assert_int_eq(pm__ring_reserve(&t.prod, 2041, &p), -EMSGSIZE);
+    /* 56-byte payload -> 64-byte records: exactly 64 fit in 4 KiB. */
+    char buf[2048];
+    memset(buf, 0xab, sizeof(buf));
+    int n = 0;
+    while (pm__ring_send(&t.prod, buf, 56) == 0)
+        n++;
+    ck_assert_int_eq(n, 64);
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1), -EAGAIN);
+    size_t len;
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 56), 0);
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1), -EAGAIN);
+    int got = 0;
+    while (recv_one(&t.cons, buf, sizeof(buf), &len) == 1)
+        got++;
+    ck_assert_int_eq(got, 64);
+    /* A maximal frame always fits an empty ring, even behind padding. */
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 8), 0);
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    memset(buf, 0x5a, 2040);
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 2040), 0);
+    memset(buf, 0, sizeof(buf));
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    ck_assert_uint_eq(len, 2040);
+    for (size_t i = 0; i < 2040; i++)
+        ck_assert_int_eq((unsigned char)buf[i], 0x5a);
+    tr_close(&t);
+}
+END_TEST
+
+START_TEST(test_wrap_padding)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1500);
+    uint64_t seed = 42;
+    unsigned char out[1500], in[1500];
+    uint32_t sent = 0, received = 0;
+    /* Random sizes through many wraps, the ring kept partly full so padding
+     * records land at every offset. */
+    while (received < 20000) {
+        size_t len = 1 + pm_test_rand(&seed) % 1500;
+        for (size_t i = 0; i < len; i++)
+            out[i] = (unsigned char)(sent + i * 7);
+        memcpy(out, &sent, len < 4 ? len : 4);
+        int rc = pm__ring_send(&t.prod, out, len);
+        if (rc == 0) {
+            sent++;
+            continue;
+        }
+        ck_assert_int_eq(rc, -EAGAIN);
+        size_t got;
+        ck_assert_int_eq(pm__ring_empty(&t.cons), 0);
+        while (recv_one(&t.cons, in, sizeof(in), &got) == 1) {
+            /* Plain comparisons, one assertion: each Check assertion is a
+             * message to the runner, far too slow per byte. */
+            for (size_t i = 0; i < got; i++)
+                out[i] = (unsigned char)(received + i * 7);
+            memcpy(out, &received, got < 4 ? got : 4);
+            if (memcmp(in, out, got) != 0)
+                ck_abort_msg("frame %u corrupted or out of order", received);
+            received++;
+        }
+    }
+    ck_assert_uint_gt(t.prod.head, 4096 * 100);
+    tr_close(&t);
+}
+END_TEST
+
+START_TEST(test_batching)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    for (uint32_t i = 0; i < 10; i++) {
+        void *p;
+        ck_assert_int_eq(pm__ring_reserve(&t.prod, 100, &p), 0);
+        ck_assert_int_eq(((uintptr_t)p) & 7, 0);
+        /* A second reservation while one is open is a caller error. */
+        void *q;
+        ck_assert_int_eq(pm__ring_reserve(&t.prod, 8, &q), -EINVAL);
+        memcpy(p, &i, sizeof(i));
+        pm__ring_commit(&t.prod, sizeof(i)); /* shorter than reserved */
+    }
+    const void *p;
+    size_t len;
+    /* Nothing is visible before publish. */
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 0);
+    ck_assert_int_eq(pm__ring_publish(&t.prod), 0); /* consumer awake: no system call */
+    for (uint32_t i = 0; i < 10; i++) {
+        ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+        ck_assert_uint_eq(len, 4);
+        uint32_t v;
+        memcpy(&v, p, 4);
+        ck_assert_uint_eq(v, i);
+        pm__ring_consume(&t.cons);
+    }
+    ck_assert_int_eq(pm__ring_release(&t.cons), 0);
+    ck_assert_uint_eq(t.prod.wakeups, 0);
+    ck_assert_uint_eq(t.cons.wakeups, 0);
+    tr_close(&t);
+}
+END_TEST
+
+START_TEST(test_doorbell)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    /* Armed consumer: the next publish makes exactly one wake-up call. */
+    ck_assert_int_eq(pm__ring_arm(&t.cons), 0);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "x", 1), 0);
+    ck_assert_uint_eq(t.prod.wakeups, 1);
+    uint64_t v = 0;
+    ck_assert_int_eq(read(t.cons_efd, &v, sizeof(v)), 8);
+    ck_assert_uint_eq(v, 1);
+    pm__ring_disarm(&t.cons);
+    /* Arming with data present refuses to sleep. */
+    ck_assert_int_eq(pm__ring_arm(&t.cons), 1);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "y", 1), 0);
+    ck_assert_uint_eq(t.prod.wakeups, 1);
+    /* wait() with data present returns at once; with none it times out. */
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 1000), 1);
+    size_t len;
+    char buf[8];
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    uint64_t t0 = pm_test_now_ns();
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 50), 0);
+    ck_assert_uint_ge(pm_test_now_ns() - t0, 40 * 1000000u);
+    ck_assert_uint_ge(t.cons.parks, 1);
+    tr_close(&t);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- corruption */
+
+static void corrupt_case(int which)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    unsigned char *data = (unsigned char *)t.region + PM__RING_HDR_SIZE;
+    char buf[64] = "abcdefgh";
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 16), 0); /* 24-byte record at 0 */
+    const void *p;
+    size_t len;
+    switch (which) {
+    case 0: /* head moves backwards */
+        ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+        pm__ring_consume(&t.cons);
+        atomic_store(&sh->head, 8);
+        break;
+    case 1: /* head more than the capacity ahead */
+        atomic_store(&sh->head, 4096 + 8);
+        t.cons.head_cache = 0;
+        break;
+    case 2: /* misaligned head */
+        atomic_store(&sh->head, 27);
+        t.cons.head_cache = 0;
+        break;
+    case 3: /* zero length record */
+        *(uint64_t *)data = 0;
+        break;
+    case 4: /* length over the maximum frame */
+        *(uint64_t *)data = 1025;
+        break;
+    case 5: /* length past the published end */
+        *(uint64_t *)data = 17;
+        break;
+    case 6: /* unknown flags */
+        *(uint64_t *)data = 16 | ((uint64_t)4 << 32);
+        break;
+    case 7: /* padding record at offset 0: no progress */
+        *(uint64_t *)data = 4088 | ((uint64_t)1 << 32);
+        break;
+    case 8: /* padding record that points past the end */
+        atomic_store(&sh->head, 0);
+        atomic_store(&sh->tail, 0);
+        {
+            pm__ring c2;
+            ck_assert_int_eq(pm__ring_attach(&c2, t.region, 4096, 1024, PM__RING_CONSUMER, -1, -1), 0);
+            c2.tail = c2.released = 4000;
+            c2.head_cache = 4000;
+            atomic_store(&sh->head, 4096 + 32);
+            *(uint64_t *)(data + 4000) = 200 | ((uint64_t)1 << 32);
+            ck_assert_int_eq(pm__ring_peek(&c2, &p, &len), -EBADMSG);
+            ck_assert_int_eq(pm__ring_peek(&c2, &p, &len), -EBADMSG);
+        }
+        tr_close(&t);
+        return;
+    case 9: /* record longer than the space left before the end */
+        atomic_store(&sh->head, 0);
+        {
+            pm__ring c2;
+            ck_assert_int_eq(pm__ring_attach(&c2, t.region, 4096, 1024, PM__RING_CONSUMER, -1, -1), 0);
+            c2.tail = c2.released = c2.head_cache = 4080;
+            atomic_store(&sh->head, 4096 + 64);
+            *(uint64_t *)(data + 4080) = 64;
+            ck_assert_int_eq(pm__ring_peek(&c2, &p, &len), -EBADMSG);
+        }
+        tr_close(&t);
+        return;
+    }
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), -EBADMSG);
+    /* Poisoned for good, whatever is repaired afterwards. */
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), -EBADMSG);
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 10), -EBADMSG);
+    tr_close(&t);
+}
+
+START_TEST(test_corrupt_consumer_side)
+{
+    corrupt_case(_i);
+}
+END_TEST
+
+START_TEST(test_corrupt_producer_side)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    char buf[1024] = {0};
+    while (pm__ring_send(&t.prod, buf, 1000) == 0)
+        ;
+    /* The consumer claims to have read more than was ever published. */
+    atomic_store(&sh->tail, t.prod.published + 8);
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1000), -EBADMSG);
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1), -EBADMSG);
+    tr_close(&t);
+
+    tr_open(&t, 4096, 1024);
+    sh = t.region;
+    while (pm__ring_send(&t.prod, buf, 1000) == 0)
+        ;
+    size_t len;
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1000), 0);
+    /* ... and now moves its index backwards. */
+    atomic_store(&sh->tail, 0);
+    while (pm__ring_send(&t.prod, buf, 8) == 0)
+        ;
+    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1000), -EBADMSG);
+    tr_close(&t);
+}
+END_TEST
+
+START_TEST(test_shm_sealed)
+{
+    int fd;
+    void *map;
+    size_t size = pm__ring_region_size(4096);
+    ck_assert_int_eq(pm__shm_create("pm-test", size, &fd, &map), 0);
+    ck_assert_int_ne(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
+    /* The other end cannot shrink or grow the object: no SIGBUS for us. */
+    ck_assert_int_eq(ftruncate(fd, 0), -1);
+    ck_assert_int_eq(errno, EPERM);
+    ck_assert_int_eq(ftruncate(fd, (off_t)size * 2), -1);
+    ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+    void *map2;
+    ck_assert_int_eq(pm__shm_map(fd, size, &map2), 0);
+    ck_assert_int_eq(pm__shm_map(fd, size * 2, &map2 /* too big */), -EINVAL);
+    ck_assert_int_eq(pm__shm_create("pm-test", 100, &fd, &map), -EINVAL);
+    int plain = memfd_create("unsealed", MFD_CLOEXEC);
+    ck_assert_int_ge(plain, 0);
+    ck_assert_int_eq(ftruncate(plain, (off_t)size), 0);
+    ck_assert_int_eq(pm__shm_map(plain, size, &map2), -EPERM);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- two processes */
+
+#define STREAM_MAX 2000
+
+static void fill(unsigned char *b, size_t len, uint64_t seq)
+{
+    /* Sequence number first, then a pseudo-random pattern derived from it,
+     * a word at a time: any lost, duplicated, reordered or torn frame fails
+     * the comparison. */
+    uint64_t s = seq * 0x9E3779B97F4A7C15ULL + 1;
+    memcpy(b, &seq, len < 8 ? len : 8);
+    for (size_t i = 8; i < len; i += 8) {
+        uint64_t w = pm_test_rand(&s);
+        memcpy(b + i, &w, len - i < 8 ? len - i : 8);
+    }
+}
+
+static void maybe_stall(uint64_t *seed)
+{
+    /* About once every 20k frames, stop for up to 300 us: long enough for
+     * the other side to give up spinning and park. */
+    if (pm_test_rand(seed) % 20000 == 0)
+        usleep((useconds_t)(pm_test_rand(seed) % 300));
+}
+
+START_TEST(test_two_process_stream)
+{
+    const uint64_t frames = pm_test_sanitized() ? 1000000 : 4000000;
+    test_ring t;
+    tr_open(&t, 1u << 16, STREAM_MAX);
+    t.cons.spin_ns = 2000;
+    t.prod.spin_ns = 2000;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        uint64_t seed = 7, other = 1234;
+        for (uint64_t seq = 0; seq < frames; seq++) {
+            size_t len = 1 + pm_test_rand(&seed) % STREAM_MAX;
+            void *p;
+            int rc;
+            while ((rc = pm__ring_reserve(&t.prod, len, &p)) == -EAGAIN)
+                if (pm__ring_wait_space(&t.prod, len, 5000) <= 0)
+                    _exit(3);
+            if (rc < 0)
+                _exit(2);
+            fill(p, len, seq);
+            pm__ring_commit(&t.prod, len);
+            /* Publish in batches of random size. */
+            if (pm_test_rand(&other) % 8 == 0)
+                pm__ring_publish(&t.prod);
+            maybe_stall(&other);
+        }
+        pm__ring_publish(&t.prod);
+        _exit(0);
+    }
+    uint64_t seed = 7, stall_seed = 99;
+    unsigned char *want = malloc(STREAM_MAX);
+    for (uint64_t seq = 0; seq < frames; seq++) {
+        size_t len = 1 + pm_test_rand(&seed) % STREAM_MAX;
+        /* Plain ifs in the hot loop: a Check assertion per frame would cost
+         * more than the ring. */
+        int rc = pm__ring_wait(&t.cons, 10000);
+        if (rc != 1)
+            ck_abort_msg("frame %llu: wait returned %d", (unsigned long long)seq, rc);
+        const void *p;
+        size_t got;
+        if (pm__ring_peek(&t.cons, &p, &got) != 1 || got != len)
+            ck_abort_msg("frame %llu: bad peek or length", (unsigned long long)seq);
+        fill(want, len, seq);
+        if (memcmp(p, want, len) != 0)
+            ck_abort_msg("frame %llu corrupted or reordered", (unsigned long long)seq);
+        pm__ring_consume(&t.cons);
+        if (seq % 32 == 0)
+            pm__ring_release(&t.cons);
+        maybe_stall(&stall_seed);
+    }
+    pm__ring_release(&t.cons);
+    const void *p;
+    size_t got;
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &got), 0);
+    int status = pm_test_reap(pid, 10000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "producer status %d", status);
+    free(want);
+    tr_close(&t);
+}
+END_TEST
+
+START_TEST(test_two_process_pingpong_parked)
+{
+    /* Round trips with spinning turned off: every hand-off parks and every
+     * publish must wake the other side; a lost wake-up hangs and times out. */
+    test_ring a, b;
+    tr_open(&a, 4096, 64);
+    tr_open(&b, 4096, 64);
+    a.cons.spin_ns = b.cons.spin_ns = 0;
+    const int rounds = 20000;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        for (int i = 0; i < rounds; i++) {
+            if (pm__ring_wait(&a.cons, 5000) != 1)
+                _exit(3);
+            const void *p;
+            size_t len;
+            uint32_t v;
+            if (pm__ring_peek(&a.cons, &p, &len) != 1 || len != 4)
+                _exit(4);
+            memcpy(&v, p, 4);
+            pm__ring_consume(&a.cons);
+            pm__ring_release(&a.cons);
+            v++;
+            if (pm__ring_send(&b.prod, &v, 4) != 0)
+                _exit(5);
+        }
+        _exit(0);
+    }
+    for (uint32_t i = 0; i < (uint32_t)rounds; i++) {
+        const void *p;
+        size_t len;
+        uint32_t v = 0;
+        if (pm__ring_send(&a.prod, &i, 4) != 0 || pm__ring_wait(&b.cons, 5000) != 1 ||
+            pm__ring_peek(&b.cons, &p, &len) != 1)
+            ck_abort_msg("round %u: lost hand-off", i);
+        memcpy(&v, p, 4);
+        if (v != i + 1)
+            ck_abort_msg("round %u: got %u", i, v);
+        pm__ring_consume(&b.cons);
+        pm__ring_release(&b.cons);
+    }
+    ck_assert_uint_gt(b.cons.parks, 0);
+    int status = pm_test_reap(pid, 10000);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    tr_close(&a);
+    tr_close(&b);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- hostile peer */
+
+START_TEST(test_hostile_producer)
+{
+    /* A second process writes random garbage into the shared header and the
+     * data while this one consumes. Every call must return a frame, empty or
+     * -EBADMSG; nothing may read outside the mapping (the guard page would
+     * fault), hang or crash. After a poison the consumer re-attaches and goes
+     * on, to cover as many garbage patterns as possible in the time. */
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    unsigned char *data = (unsigned char *)t.region + PM__RING_HDR_SIZE;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        uint64_t seed = (uint64_t)getpid() * 31 + 1;
+        for (;;) {
+            uint64_t r = pm_test_rand(&seed);
+            switch (r % 16) {
+            case 0: atomic_store(&sh->head, pm_test_rand(&seed)); break;
+            case 1: atomic_store(&sh->head, atomic_load(&sh->head) + (pm_test_rand(&seed) % 64) * 8); break;
+            case 2: atomic_store(&sh->tail, pm_test_rand(&seed)); break;
+            case 3: sh->capacity = pm_test_rand(&seed); sh->max_frame = (uint32_t)r; break;
+            case 4: {
+                uint64_t off = (pm_test_rand(&seed) % 512) * 8;
+                *(volatile uint64_t *)(data + off) = pm_test_rand(&seed) % 4096 | ((pm_test_rand(&seed) % 3) << 32);
+                break;
+            }
+            case 5: data[pm_test_rand(&seed) % 4096] = (unsigned char)r; break;
+            case 6: atomic_store(&sh->cons_waiting, (uint32_t)r); break;
+            default: {
+                /* Sometimes behave: a plausible record and head. */
+                uint64_t h = atomic_load(&sh->head) & ~(uint64_t)7;
+                *(volatile uint64_t *)(data + (h & 4095)) = 8;
+                atomic_store(&sh->head, h + 16);
+            }
+            }
+        }
+    }
+    uint64_t end = pm_test_now_ns() + 1500000000ull;
+    uint64_t frames = 0, poisons = 0, empties = 0, sum = 0;
+    while (pm_test_now_ns() < end) {
+        const void *p;
+        size_t len;
+        int rc = pm__ring_peek(&t.cons, &p, &len);
+        if (rc == 1) {
+            const unsigned char *b = p;
+            if (len < 1 || len > 1024 || b < data || b + len > data + 4096)
+                ck_abort_msg("frame out of bounds: %p + %zu", p, len);
+            for (size_t i = 0; i < len; i++)
+                sum += b[i];
+            pm__ring_consume(&t.cons);
+            pm__ring_release(&t.cons);
+            frames++;
+        } else if (rc == 0) {
+            empties++;
+            int w = pm__ring_wait(&t.cons, 0);
+            if (w != 0 && w != 1 && w != -EBADMSG)
+                ck_abort_msg("wait returned %d", w);
+        } else {
+            if (rc != -EBADMSG)
+                ck_abort_msg("peek returned %d", rc);
+            poisons++;
+            /* Start over on freshly formatted memory, as the hub does with a
+             * restarted worker, so that the garbage meets a live consumer
+             * again; an attach that already finds implausible indices starts
+             * poisoned, which is also fine. */
+            pm__ring_format(t.region, 4096, 1024);
+            int ar = pm__ring_attach(&t.cons, t.region, 4096, 1024, PM__RING_CONSUMER, -1, -1);
+            if (ar != 0 && ar != -EBADMSG)
+                ck_abort_msg("attach returned %d", ar);
+        }
+    }
+    kill(pid, SIGKILL);
+    pm_test_reap(pid, 5000);
+    ck_assert_uint_gt(poisons, 0);
+    ck_assert_uint_gt(frames, 0);
+    fprintf(stderr, "hostile producer: %llu frames, %llu empty, %llu poisoned (sum %llu)\n",
+            (unsigned long long)frames, (unsigned long long)empties,
+            (unsigned long long)poisons, (unsigned long long)sum);
+    tr_close(&t);
+}
+END_TEST
+
+START_TEST(test_hostile_consumer)
+{
+    /* The mirror image: the consumer end scribbles its index and flags
+     * while this process produces. The producer only ever succeeds, sees a
+     * full ring or -EBADMSG, and its bounded waits return. */
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        uint64_t seed = 12345;
+        for (;;) {
+            uint64_t r = pm_test_rand(&seed);
+            if (r % 3 == 0)
+                atomic_store(&sh->tail, pm_test_rand(&seed));
+            else if (r % 3 == 1)
+                atomic_store(&sh->tail, atomic_load(&sh->head));
+            else
+                atomic_store(&sh->prod_waiting, (uint32_t)r);
+        }
+    }
+    uint64_t end = pm_test_now_ns() + 1000000000ull;
+    uint64_t ok = 0, full = 0, bad = 0;
+    char buf[1024] = {0};
+    while (pm_test_now_ns() < end) {
+        int rc = pm__ring_send(&t.prod, buf, 1 + ok % 1024);
+        if (rc == 0) {
+            ok++;
+        } else if (rc == -EAGAIN) {
+            full++;
+            int w = pm__ring_wait_space(&t.prod, 100, 1);
+            if (w != 0 && w != 1 && w != -EBADMSG)
+                ck_abort_msg("wait_space returned %d", w);
+        } else {
+            if (rc != -EBADMSG)
+                ck_abort_msg("send returned %d", rc);
+            bad++;
+            pm__ring_format(t.region, 4096, 1024);
+            int ar = pm__ring_attach(&t.prod, t.region, 4096, 1024, PM__RING_PRODUCER, -1, -1);
+            if (ar != 0 && ar != -EBADMSG)
+                ck_abort_msg("attach returned %d", ar);
+        }
+    }
+    kill(pid, SIGKILL);
+    pm_test_reap(pid, 5000);
+    ck_assert_uint_gt(bad, 0);
+    tr_close(&t);
+}
+END_TEST
+
+static Suite *ring_suite(void)
+{
+    Suite *s = suite_create("ring");
+    TCase *tc = pm_tcase("single-process", 30);
+    tcase_add_test(tc, test_geometry);
+    tcase_add_test(tc, test_empty_and_one);
+    tcase_add_test(tc, test_full_and_sizes);
+    tcase_add_test(tc, test_wrap_padding);
+    tcase_add_test(tc, test_batching);
+    tcase_add_test(tc, test_doorbell);
+    tcase_add_test(tc, test_shm_sealed);
+    suite_add_tcase(s, tc);
+    tc = pm_tcase("corruption", 30);
+    tcase_add_loop_test(tc, test_corrupt_consumer_side, 0, 10);
+    tcase_add_test(tc, test_corrupt_producer_side);
+    suite_add_tcase(s, tc);
+    tc = pm_tcase("two-process", 120);
+    tcase_add_test(tc, test_two_process_stream);
+    tcase_add_test(tc, test_two_process_pingpong_parked);
+    suite_add_tcase(s, tc);
+    tc = pm_tcase("hostile", 60);
+    tcase_add_test(tc, test_hostile_producer);
+    tcase_add_test(tc, test_hostile_consumer);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return pm_test_main(ring_suite());
+}

@@ -1,0 +1,24 @@
+#!/bin/sh
+# run.sh - build and install libprocmesh into a staging prefix, then build the
+# consumer project in tests/consumer against it with PKG_CHECK_MODULES, exactly
+# as a downstream autotools project would, and run it.
+# Exit status: 0 when the consumer builds and runs, non-zero otherwise.
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d /tmp/pm-consumer.XXXXXX)
+trap 'rm -rf "$work"' EXIT INT TERM
+stage="$work/prefix"
+
+mkdir "$work/lib"
+(cd "$work/lib" && "$top/configure" --prefix="$stage" --disable-tests >/dev/null &&
+    make -j2 >/dev/null && make install >/dev/null)
+
+cp -R "$top/tests/consumer" "$work/app"
+cd "$work/app"
+autoreconf --install >/dev/null 2>&1
+PKG_CONFIG_PATH="$stage/lib/pkgconfig" ./configure >/dev/null
+make >/dev/null
+LD_LIBRARY_PATH="$stage/lib" ./consumer
+# Only the public header may be installed.
+test "$(ls "$stage/include")" = "procmesh.h"
+echo "consumer: built against the installed libprocmesh with PKG_CHECK_MODULES: ok"

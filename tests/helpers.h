@@ -1,0 +1,105 @@
+/*
+ * helpers.h - shared by every Check program in tests/.
+ *
+ * Each program builds one Suite and hands it to pm_test_main(), which runs it
+ * in Check's fork mode (a crashing test fails alone), prints Check's summary
+ * and maps the result to the automake exit codes: 0 pass, 1 fail, 77 skip.
+ */
+#ifndef PM_TEST_HELPERS_H
+#define PM_TEST_HELPERS_H
+
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Every test case gets a timeout; a long one may raise it, never remove it.
+ * Generous on purpose: a slow shared CI machine must not flake. */
+#define PM_TEST_TIMEOUT 60
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static inline TCase *pm_tcase(const char *name, int timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout_s > 0 ? timeout_s : PM_TEST_TIMEOUT);
+    return tc;
+}
+
+/* 1 when running under a sanitizer build (tests may scale their loops down). */
+static inline int pm_test_sanitized(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    return 1;
+#endif
+#endif
+    return 0;
+}
+
+static inline uint64_t pm_test_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* xorshift64*: deterministic test randomness, seeded per test. */
+static inline uint64_t pm_test_rand(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* Waits for pid with a bound; kills it if it overstays. Returns the wait
+ * status, or -1 if it had to be killed. Never leaves a zombie. */
+static inline int pm_test_reap(pid_t pid, int timeout_ms)
+{
+    uint64_t end = pm_test_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return status;
+        if (r < 0)
+            return -1;
+        if (pm_test_now_ns() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        usleep(1000);
+    }
+}
+
+/* Skip the whole program (exit 77) with the reason on stderr. */
+static inline void pm_test_skip(const char *why)
+{
+    fprintf(stderr, "SKIP: %s\n", why);
+    exit(77);
+}
+
+static inline int pm_test_main(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+#endif /* PM_TEST_HELPERS_H */

@@ -1,0 +1,526 @@
+/*
+ * pm-bench - procmesh's benchmark tool. It measures and prints; it asserts
+ * nothing (performance targets are checked by people reading its output,
+ * never by timed tests).
+ *
+ *   pm-bench ring [--frames N] [--size S] [--runs R] [--rounds K]
+ *
+ * Exit codes: 0 done, 1 a measurement failed (e.g. a frame was lost: the
+ * transport is broken, not slow), 2 bad command line.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "ring.h"
+#include "shm.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+
+#define RING_CAP ((uint64_t)1 << 20)
+#define RING_MAX_FRAME (64u * 1024u)
+#define SPIN_FOREVER UINT32_MAX
+
+static const char usage[] =
+    "usage: pm-bench ring [--frames N] [--size S] [--runs R] [--rounds K]\n"
+    "\n"
+    "  ring   stream N frames of S bytes from one process to another over the\n"
+    "         shared-memory ring, a pipe and a Unix socketpair (one write per\n"
+    "         frame), then ping-pong K round trips over each (ring awake and\n"
+    "         parked). Prints frames/s, MB/s, ratios and p50/p99 latencies.\n"
+    "\n"
+    "  --frames N   frames per stream run (default 2000000)\n"
+    "  --size S     frame payload bytes, 1..65536 (default 64)\n"
+    "  --runs R     stream runs per transport; the median is printed (default 3)\n"
+    "  --rounds K   ping-pong round trips per transport (default 50000)\n"
+    "\n"
+    "exit status: 0 done, 1 a measurement failed, 2 bad command line\n";
+
+typedef struct bench_opts {
+    uint64_t frames;
+    size_t size;
+    unsigned runs;
+    unsigned rounds;
+} bench_opts;
+
+/* ------------------------------------------------------------------ helpers */
+
+static void die(const char *what)
+{
+    fprintf(stderr, "pm-bench: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* A one-byte control channel between the two benchmark processes. */
+static void ctl_send(int fd)
+{
+    char c = 'x';
+    if (write_all(fd, &c, 1) < 0)
+        die("control pipe");
+}
+
+static void ctl_wait(int fd)
+{
+    char c;
+    if (read_all(fd, &c, 1) < 0)
+        die("control pipe");
+}
+
+static int wait_child(pid_t pid)
+{
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t median(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_u64);
+    return v[n / 2];
+}
+
+static uint64_t percentile(const uint64_t *sorted, size_t n, double p)
+{
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return sorted[i < n ? i : n - 1];
+}
+
+static int parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (s[0] == '\0' || s[0] == '-' || *end != '\0' || errno != 0 || v < min || v > max) {
+        fprintf(stderr, "pm-bench: %s: '%s' is not a whole number in %" PRIu64 "..%" PRIu64 "\n",
+                opt, s, min, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ a ring pair */
+
+/* Two rings in one sealed memfd: a->b and b->a, each with its own doorbell
+ * eventfds, inherited across fork. */
+typedef struct ring_link {
+    void *map;
+    size_t map_size;
+    int efd_a; /* process A parks here */
+    int efd_b; /* process B parks here */
+    void *ab;  /* region of the a->b ring */
+    void *ba;  /* region of the b->a ring */
+} ring_link;
+
+static void link_open(ring_link *l)
+{
+    size_t one = pm__ring_region_size(RING_CAP);
+    l->map_size = 2 * one;
+    int fd;
+    int rc = pm__shm_create("pm-bench", l->map_size, &fd, &l->map);
+    if (rc < 0) {
+        errno = -rc;
+        die("shared memory");
+    }
+    close(fd);
+    l->ab = l->map;
+    l->ba = (char *)l->map + one;
+    pm__ring_format(l->ab, RING_CAP, RING_MAX_FRAME);
+    pm__ring_format(l->ba, RING_CAP, RING_MAX_FRAME);
+    l->efd_a = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    l->efd_b = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (l->efd_a < 0 || l->efd_b < 0)
+        die("eventfd");
+}
+
+static void link_close(ring_link *l)
+{
+    pm__shm_unmap(l->map, l->map_size);
+    close(l->efd_a);
+    close(l->efd_b);
+}
+
+/* Producer side in process A on ring a->b, consumer in B; or the reverse. */
+static void link_end(ring_link *l, int is_a, pm__ring *tx, pm__ring *rx, uint32_t spin_ns)
+{
+    int mine = is_a ? l->efd_a : l->efd_b, theirs = is_a ? l->efd_b : l->efd_a;
+    pm__ring_attach(tx, is_a ? l->ab : l->ba, RING_CAP, RING_MAX_FRAME, PM__RING_PRODUCER, theirs, mine);
+    pm__ring_attach(rx, is_a ? l->ba : l->ab, RING_CAP, RING_MAX_FRAME, PM__RING_CONSUMER, theirs, mine);
+    tx->spin_ns = rx->spin_ns = spin_ns;
+}
+
+/* ------------------------------------------------------------------ streaming */
+
+typedef struct stream_result {
+    uint64_t ns;
+    uint64_t syscalls; /* wake-up system calls on the producer side (ring only) */
+} stream_result;
+
+static int ring_stream(const bench_opts *o, stream_result *res)
+{
+    ring_link l;
+    link_open(&l);
+    int ctl[2];
+    if (pipe2(ctl, O_CLOEXEC) < 0)
+        die("pipe");
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        pm__ring tx, rx;
+        link_end(&l, 0, &tx, &rx, PM__RING_DEFAULT_SPIN_NS);
+        ctl_send(ctl[1]);
+        for (uint64_t seq = 0; seq < o->frames; seq++) {
+            const void *p;
+            size_t len;
+            uint64_t got = 0;
+            int rc;
+            /* Drain without waiting while frames are there; hand the space
+             * back and wait (spin, then park) only when the ring is empty. */
+            while ((rc = pm__ring_peek(&rx, &p, &len)) == 0) {
+                pm__ring_release(&rx);
+                if (pm__ring_wait(&rx, 10000) != 1)
+                    _exit(3);
+            }
+            if (rc < 0)
+                _exit(3);
+            memcpy(&got, p, len < 8 ? len : 8);
+            if (len != o->size || (len >= 8 && got != seq))
+                _exit(4);
+            pm__ring_consume(&rx);
+            if ((seq & 63) == 63)
+                pm__ring_release(&rx);
+        }
+        pm__ring_release(&rx);
+        ctl_send(ctl[1]);
+        _exit(0);
+    }
+    pm__ring tx, rx;
+    link_end(&l, 1, &tx, &rx, PM__RING_DEFAULT_SPIN_NS);
+    ctl_wait(ctl[0]);
+    uint64_t t0 = pm__now_ns();
+    for (uint64_t seq = 0; seq < o->frames; seq++) {
+        void *p;
+        int rc;
+        while ((rc = pm__ring_reserve(&tx, o->size, &p)) == -EAGAIN)
+            pm__ring_wait_space(&tx, o->size, 10000);
+        if (rc < 0)
+            break;
+        memcpy(p, &seq, o->size < 8 ? o->size : 8);
+        pm__ring_commit(&tx, o->size);
+        /* Publish in batches: one release store (and at most one wake-up)
+         * per 64 frames instead of per frame. */
+        if ((seq & 63) == 63)
+            pm__ring_publish(&tx);
+    }
+    pm__ring_publish(&tx);
+    ctl_wait(ctl[0]);
+    res->ns = pm__now_ns() - t0;
+    res->syscalls = tx.wakeups + tx.parks;
+    int rc = wait_child(pid);
+    close(ctl[0]);
+    close(ctl[1]);
+    link_close(&l);
+    return rc == 0 ? 0 : -1;
+}
+
+/* kind 0: pipe, 1: Unix socketpair. Both sized to hold as much as the ring. */
+static void fd_pair(int kind, int fds[2])
+{
+    if (kind == 0) {
+        if (pipe2(fds, O_CLOEXEC) < 0)
+            die("pipe");
+        (void)fcntl(fds[1], F_SETPIPE_SZ, (int)RING_CAP);
+    } else {
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
+            die("socketpair");
+        int sz = (int)RING_CAP;
+        (void)setsockopt(fds[0], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+        (void)setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    }
+}
+
+static int fd_stream(int kind, const bench_opts *o, stream_result *res)
+{
+    int fds[2], ctl[2];
+    fd_pair(kind, fds);
+    if (pipe2(ctl, O_CLOEXEC) < 0)
+        die("pipe");
+    uint64_t total = o->frames * o->size;
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        /* The reader drains in large reads: the comparison is one write per
+         * frame against one ring record per frame, reads are not the limit. */
+        char *buf = malloc(1 << 16);
+        ctl_send(ctl[1]);
+        while (total > 0) {
+            ssize_t n = read(fds[0], buf, total < (1 << 16) ? total : (1 << 16));
+            if (n <= 0)
+                _exit(3);
+            total -= (uint64_t)n;
+        }
+        ctl_send(ctl[1]);
+        _exit(0);
+    }
+    char *frame = calloc(1, o->size);
+    ctl_wait(ctl[0]);
+    uint64_t t0 = pm__now_ns();
+    for (uint64_t seq = 0; seq < o->frames; seq++) {
+        memcpy(frame, &seq, o->size < 8 ? o->size : 8);
+        if (write_all(fds[1], frame, o->size) < 0)
+            die("write");
+    }
+    ctl_wait(ctl[0]);
+    res->ns = pm__now_ns() - t0;
+    res->syscalls = o->frames;
+    free(frame);
+    int rc = wait_child(pid);
+    close(fds[0]);
+    close(fds[1]);
+    close(ctl[0]);
+    close(ctl[1]);
+    return rc == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ ping-pong */
+
+/* B echoes every frame back to A; A records each round trip. */
+static int ring_pingpong(const bench_opts *o, uint32_t spin_ns, uint64_t *samples)
+{
+    ring_link l;
+    link_open(&l);
+    char *buf = calloc(1, o->size);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        pm__ring tx, rx;
+        link_end(&l, 0, &tx, &rx, spin_ns);
+        for (unsigned i = 0; i < o->rounds; i++) {
+            const void *p;
+            size_t len;
+            if (pm__ring_wait(&rx, 10000) != 1 || pm__ring_peek(&rx, &p, &len) != 1)
+                _exit(3);
+            memcpy(buf, p, len);
+            pm__ring_consume(&rx);
+            pm__ring_release(&rx);
+            if (pm__ring_send(&tx, buf, len) != 0)
+                _exit(4);
+        }
+        _exit(0);
+    }
+    pm__ring tx, rx;
+    link_end(&l, 1, &tx, &rx, spin_ns);
+    int ok = 0;
+    for (unsigned i = 0; i < o->rounds; i++) {
+        uint64_t t0 = pm__now_ns();
+        if (pm__ring_send(&tx, buf, o->size) != 0 || pm__ring_wait(&rx, 10000) != 1)
+            goto out;
+        const void *p;
+        size_t len;
+        pm__ring_peek(&rx, &p, &len);
+        memcpy(buf, p, len);
+        pm__ring_consume(&rx);
+        pm__ring_release(&rx);
+        samples[i] = pm__now_ns() - t0;
+    }
+    ok = 1;
+out:
+    if (!ok)
+        kill(pid, SIGKILL);
+    int rc = wait_child(pid);
+    free(buf);
+    link_close(&l);
+    return ok && rc == 0 ? 0 : -1;
+}
+
+static int fd_pingpong(int kind, const bench_opts *o, uint64_t *samples)
+{
+    int ab[2], ba[2];
+    fd_pair(kind, ab);
+    fd_pair(kind, ba);
+    char *buf = calloc(1, o->size);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        for (unsigned i = 0; i < o->rounds; i++)
+            if (read_all(ab[0], buf, o->size) < 0 || write_all(ba[1], buf, o->size) < 0)
+                _exit(3);
+        _exit(0);
+    }
+    for (unsigned i = 0; i < o->rounds; i++) {
+        uint64_t t0 = pm__now_ns();
+        if (write_all(ab[1], buf, o->size) < 0 || read_all(ba[0], buf, o->size) < 0)
+            die("ping-pong");
+        samples[i] = pm__now_ns() - t0;
+    }
+    int rc = wait_child(pid);
+    free(buf);
+    close(ab[0]);
+    close(ab[1]);
+    close(ba[0]);
+    close(ba[1]);
+    return rc == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ ring command */
+
+static void print_machine(void)
+{
+    struct utsname u;
+    uname(&u);
+    printf("machine: %ld cpus online, %s %s %s\n", sysconf(_SC_NPROCESSORS_ONLN), u.sysname,
+           u.release, u.machine);
+}
+
+static int cmd_ring(const bench_opts *o)
+{
+    static const char *const names[] = {"ring", "pipe", "socketpair"};
+    uint64_t med[3], sys[3];
+    uint64_t *runs = calloc(o->runs, sizeof(*runs));
+    print_machine();
+    printf("stream: %" PRIu64 " frames of %zu bytes, median of %u runs\n", o->frames, o->size,
+           o->runs);
+    for (int k = 0; k < 3; k++) {
+        stream_result r = {0, 0};
+        for (unsigned i = 0; i < o->runs; i++) {
+            int rc = k == 0 ? ring_stream(o, &r) : fd_stream(k - 1, o, &r);
+            if (rc < 0) {
+                fprintf(stderr, "pm-bench: %s stream failed (frames lost or reordered)\n", names[k]);
+                return 1;
+            }
+            runs[i] = r.ns;
+        }
+        med[k] = median(runs, o->runs);
+        sys[k] = r.syscalls;
+    }
+    printf("  %-12s %14s %12s %16s %14s\n", "transport", "frames/s", "MB/s", "syscalls/frame",
+           "ring speed-up");
+    for (int k = 0; k < 3; k++) {
+        double secs = (double)med[k] / 1e9;
+        double fps = (double)o->frames / secs;
+        double mbs = (double)o->frames * (double)o->size / secs / 1e6;
+        char ratio[32] = "-";
+        if (k > 0)
+            snprintf(ratio, sizeof(ratio), "%.1fx", (double)med[k] / (double)med[0]);
+        printf("  %-12s %14.0f %12.1f %16.4f %14s\n", names[k], fps, mbs,
+               (double)sys[k] / (double)o->frames, ratio);
+    }
+    free(runs);
+
+    printf("round trip: %u rounds of %zu bytes each way\n", o->rounds, o->size);
+    printf("  %-12s %12s %12s\n", "transport", "p50 ns", "p99 ns");
+    uint64_t *s = calloc(o->rounds, sizeof(*s));
+    static const char *const rt[] = {"ring awake", "ring parked", "pipe", "socketpair"};
+    for (int k = 0; k < 4; k++) {
+        int rc = k == 0   ? ring_pingpong(o, SPIN_FOREVER, s)
+                 : k == 1 ? ring_pingpong(o, 0, s)
+                          : fd_pingpong(k - 2, o, s);
+        if (rc < 0) {
+            fprintf(stderr, "pm-bench: %s round trip failed\n", rt[k]);
+            return 1;
+        }
+        qsort(s, o->rounds, sizeof(*s), cmp_u64);
+        printf("  %-12s %12" PRIu64 " %12" PRIu64 "\n", rt[k], percentile(s, o->rounds, 0.50),
+               percentile(s, o->rounds, 0.99));
+    }
+    free(s);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o = {.frames = 2000000, .size = 64, .runs = 3, .rounds = 50000};
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "ring") != 0) {
+        fprintf(stderr, "pm-bench: unknown command '%s' (commands: ring)\n", argv[1]);
+        return 2;
+    }
+    for (int i = 2; i < argc; i++) {
+        uint64_t v;
+        const char *opt = argv[i];
+        if (strcmp(opt, "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "pm-bench: %s: unknown option or missing value\n", opt);
+            return 2;
+        }
+        const char *val = argv[++i];
+        if (strcmp(opt, "--frames") == 0) {
+            if (parse_u64(opt, val, 1, UINT64_MAX / 65536, &v) < 0)
+                return 2;
+            o.frames = v;
+        } else if (strcmp(opt, "--size") == 0) {
+            if (parse_u64(opt, val, 1, RING_MAX_FRAME, &v) < 0)
+                return 2;
+            o.size = (size_t)v;
+        } else if (strcmp(opt, "--runs") == 0) {
+            if (parse_u64(opt, val, 1, 101, &v) < 0)
+                return 2;
+            o.runs = (unsigned)v;
+        } else if (strcmp(opt, "--rounds") == 0) {
+            if (parse_u64(opt, val, 1, 100000000, &v) < 0)
+                return 2;
+            o.rounds = (unsigned)v;
+        } else {
+            fprintf(stderr, "pm-bench: unknown option '%s' (see pm-bench --help)\n", opt);
+            return 2;
+        }
+    }
+    return cmd_ring(&o);
+}
