@@ -75,7 +75,7 @@ START_TEST(test_geometry)
     ck_assert_int_eq(pm__ring_check_geometry(4096, 0), -EINVAL);
     ck_assert_int_eq(pm__ring_check_geometry(4096, 2040), 0);
     ck_assert_int_eq(pm__ring_check_geometry(4096, 2041), -EMSGSIZE);
-    char region[PM__RING_HDR_SIZE] = {0};
+    _Alignas(PM__CACHELINE) char region[PM__RING_HDR_SIZE] = {0};
     uint64_t cap;
     uint32_t mf;
     ck_assert_int_eq(pm__ring_read_geometry(region, sizeof(region), &cap, &mf), -EPROTO);
