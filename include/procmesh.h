@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,6 +81,212 @@ PM_EXTERN int pm_address_parse(const char *text, pm_address *out);
 /* 1 when both addresses name the same node: same names and port, and the
  * same incarnation unless either of them is 0 (unspecified). */
 PM_EXTERN int pm_address_match(const pm_address *a, const pm_address *b);
+
+
+/* ------------------------------------------------------------------------
+ * Supervisor: options
+ *
+ * An options object describes a cluster before it is spawned. Every setter
+ * returns 0, or -EINVAL for a value out of range (the object is then left
+ * unchanged); pm_cluster_spawn() checks the combination again.
+ * ---------------------------------------------------------------------- */
+
+typedef struct pm_options pm_options;
+typedef struct pm_cluster pm_cluster;
+typedef struct pm_node pm_node;
+
+/* Most workers a cluster may have. */
+#define PM_MAX_WORKERS 4096
+/* Largest init data (pm_options_set_init_data) and frame payload. */
+#define PM_MAX_INIT_DATA (64 * 1024)
+/* Largest max_restarts other than -1 (unlimited). */
+#define PM_MAX_RESTARTS_LIMIT 10000
+
+enum pm_restart_policy {
+    PM_RESTART_ALWAYS = 1,     /* restart after any exit, clean ones too */
+    PM_RESTART_ON_FAILURE = 2, /* restart after a failure only (default) */
+    PM_RESTART_NEVER = 3       /* never restart */
+};
+
+enum pm_event_type {
+    PM_EVENT_STARTED = 1,          /* a worker process was forked (pid, incarnation) */
+    PM_EVENT_READY = 2,            /* it completed the handshake */
+    PM_EVENT_EXITED = 3,           /* it was reaped: exit_code, or signal and core_dumped */
+    PM_EVENT_RESTART_SCHEDULED = 4, /* the slot restarts after delay_ms */
+    PM_EVENT_RETIRED = 5,          /* the slot used up its restart budget (restarts) */
+    PM_EVENT_STOPPED = 6,          /* the slot stopped for good without failing */
+    PM_EVENT_SPAWN_FAILED = 7      /* a start failed before a process ran (exit_code = -errno) */
+};
+
+/*
+ * A lifecycle event, passed to the on_event callback. Fields that do not
+ * apply are 0 (exit_code is -1 when the worker was killed by a signal).
+ * `reason` is a short static string: "exit", "signal", "ready-timeout",
+ * "handshake", "protocol", "spawn", "stop" ...
+ */
+typedef struct pm_event {
+    int type;
+    unsigned slot;
+    pid_t pid;
+    uint64_t incarnation;
+    int exit_code;
+    int signal;
+    int core_dumped;
+    uint32_t delay_ms;
+    unsigned restarts;
+    const char *reason;
+} pm_event;
+
+PM_EXTERN pm_options *pm_options_new(void);
+PM_EXTERN void pm_options_free(pm_options *o);
+
+/* n > 0 workers, or 0 for auto: the CPUs this process may really use
+ * (sched_getaffinity, and the cgroup v2 cpu.max quota rounded up, whichever
+ * is smaller). At most PM_MAX_WORKERS. Default auto. */
+PM_EXTERN int pm_options_set_workers(pm_options *o, int n);
+
+/* Fork mode: fn runs in the forked child with its node already joined; it
+ * calls pm_node_ready() once it can serve; its return value is the child's
+ * exit code. The child shares the parent's memory image copy-on-write, so the
+ * parent must be fork-safe (see README). */
+PM_EXTERN int pm_options_set_bootstrap(pm_options *o, int (*fn)(pm_node *, void *), void *arg);
+
+/* Exec mode: the child execs path with argv (NULL: { path, NULL }); the
+ * program calls pm_node_join() and pm_node_ready(). Both are copied. */
+PM_EXTERN int pm_options_set_exec(pm_options *o, const char *path, char *const argv[]);
+
+/* Exec mode: file descriptors every worker inherits, in this order, as fds
+ * 3, 4, ... (the systemd LISTEN_FDS convention). Copied; at most 64. */
+PM_EXTERN int pm_options_set_pass_fds(pm_options *o, const int *fds, size_t n);
+
+PM_EXTERN int pm_options_set_system_name(pm_options *o, const char *s); /* default "procmesh" */
+PM_EXTERN int pm_options_set_hostname(pm_options *o, const char *s);    /* default "worker" */
+/* Slot i gets port base + i; base + workers - 1 must fit in 65535. Default 1. */
+PM_EXTERN int pm_options_set_base_port(pm_options *o, int port);
+/* Bytes delivered to every worker at init (copied; up to PM_MAX_INIT_DATA). */
+PM_EXTERN int pm_options_set_init_data(pm_options *o, const void *data, size_t len);
+PM_EXTERN int pm_options_set_restart_policy(pm_options *o, int policy);
+PM_EXTERN int pm_options_set_ready_timeout_ms(pm_options *o, int ms);       /* > 0, default 10000 */
+PM_EXTERN int pm_options_set_restart_min_backoff_ms(pm_options *o, int ms); /* >= 0, default 200 */
+PM_EXTERN int pm_options_set_restart_max_backoff_ms(pm_options *o, int ms); /* >= 0, default 10000 */
+PM_EXTERN int pm_options_set_restart_random_factor(pm_options *o, double f); /* [0,1], default 0.2 */
+/* -1 = unlimited, else 0..PM_MAX_RESTARTS_LIMIT restarts per window. Default 10. */
+PM_EXTERN int pm_options_set_max_restarts(pm_options *o, int n);
+/* Sliding window in ms; 0 = the count never resets. Default 60000. */
+PM_EXTERN int pm_options_set_restart_window_ms(pm_options *o, int ms);
+/* Grace between the stop request and SIGKILL, >= 0. Default 5000. */
+PM_EXTERN int pm_options_set_stop_timeout_ms(pm_options *o, int ms);
+/* Called exactly once when a slot is retired. Default: one line on stderr. */
+PM_EXTERN int pm_options_set_on_permanently_down(
+    pm_options *o,
+    void (*cb)(pm_cluster *, unsigned slot, const pm_address *, unsigned restarts, void *),
+    void *arg);
+/* Called for every lifecycle event, from pm_cluster_spawn/run/terminate. */
+PM_EXTERN int pm_options_set_on_event(pm_options *o,
+                                      void (*cb)(pm_cluster *, const pm_event *, void *),
+                                      void *arg);
+/* 1 (default): the cluster blocks SIGCHLD, SIGTERM and SIGINT in the calling
+ * thread and reads them from a signalfd; SIGTERM/SIGINT make pm_cluster_run
+ * return -EINTR. 0: it touches no signal (exits are still seen by pidfd). */
+PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
+
+/* Bytes of each of a worker's two rings: a power of two from 256 KiB to
+ * 1 GiB. Default 1 MiB. */
+PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
+
+/* 0 when the options can spawn a cluster; else a negative errno and, when
+ * why is not NULL, the first problem in words naming the option and value. */
+PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size);
+
+/* ------------------------------------------------------------------------
+ * Supervisor: the cluster
+ * ---------------------------------------------------------------------- */
+
+enum pm_slot_state {
+    PM_SLOT_STARTING = 1, /* a process runs its handshake */
+    PM_SLOT_READY = 2,    /* a process is ready */
+    PM_SLOT_BACKOFF = 3,  /* no process; a restart is scheduled */
+    PM_SLOT_RETIRED = 4,  /* restart budget used up; never restarts */
+    PM_SLOT_STOPPED = 5,  /* stopped for good without failing */
+    PM_SLOT_STOPPING = 6  /* asked to stop (or killed); waiting until it is reaped */
+};
+
+typedef struct pm_slot_info {
+    int state;
+    pid_t pid; /* 0 when no process */
+    uint64_t incarnation;
+    unsigned restarts_in_window;
+    unsigned restarts_total;
+    int last_exit_code; /* -1 when the last exit was by a signal, or none yet */
+    int last_signal;
+} pm_slot_info;
+
+/*
+ * Forks every slot, runs the handshake and returns when all are ready. On
+ * any failure (a bootstrap that fails, an exec of a missing program, a ready
+ * timeout) it kills every worker it started, waits until each one is reaped,
+ * frees everything and returns the error (-ENOENT and other exec errnos as
+ * such, -ETIMEDOUT for a ready timeout, -ECHILD for a worker that ended
+ * during its handshake, -EINVAL for options that do not validate).
+ */
+PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out);
+
+/* Slots with a live or restarting worker (not retired, not stopped). */
+PM_EXTERN size_t pm_cluster_size(const pm_cluster *c);
+
+/* Writes the addresses of those slots (up to cap) and returns how many
+ * there are (which may exceed cap). */
+PM_EXTERN int pm_cluster_addresses(const pm_cluster *c, pm_address *out, size_t cap);
+
+/* Dispatches events for up to timeout_ms (0: what is ready now, -1: until
+ * pm_cluster_stop()). Returns 0, -EINTR when SIGTERM/SIGINT arrived (see
+ * pm_options_set_handle_signals), or another negative errno. */
+PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms);
+
+/* Makes pm_cluster_run return soon. Safe from callbacks, other threads and
+ * signal handlers. */
+PM_EXTERN void pm_cluster_stop(pm_cluster *c);
+
+/* A file descriptor that is readable whenever pm_cluster_run has work, to
+ * embed procmesh in another event loop. */
+PM_EXTERN int pm_cluster_fd(const pm_cluster *c);
+
+/* The number of slots the cluster was spawned with. */
+PM_EXTERN unsigned pm_cluster_slots(const pm_cluster *c);
+
+PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_info *info);
+
+/* The signal that made pm_cluster_run return -EINTR, or 0. */
+PM_EXTERN int pm_cluster_last_signal(const pm_cluster *c);
+
+/*
+ * Asks every worker to stop, waits up to the stop timeout, SIGKILLs what is
+ * left and returns only when every worker process is reaped. Cancels pending
+ * restarts. Frees the cluster (c is invalid afterwards). Returns 0 when every
+ * worker stopped by itself within the timeout, 1 when some had to be killed,
+ * or a negative errno (the workers are reaped all the same).
+ */
+PM_EXTERN int pm_cluster_terminate(pm_cluster *c);
+
+/* ------------------------------------------------------------------------
+ * Worker side
+ * ---------------------------------------------------------------------- */
+
+/* Exec mode: joins the cluster that started this process (found through the
+ * environment variable PROCMESH_NODE): says hello, receives init. Returns 0,
+ * -ENOENT when the process was not started by procmesh, -EPROTO on a
+ * protocol mismatch, -ESHUTDOWN when the supervisor went away. */
+PM_EXTERN int pm_node_join(pm_node **out);
+PM_EXTERN const pm_address *pm_node_self(const pm_node *n);
+PM_EXTERN unsigned pm_node_slot(const pm_node *n);
+/* The init data (pointer valid for the node's life, may be NULL with 0). */
+PM_EXTERN int pm_node_init_data(const pm_node *n, const void **data, size_t *len);
+/* Tells the supervisor that this worker is ready. Idempotent. */
+PM_EXTERN int pm_node_ready(pm_node *n);
+/* Exec mode: releases the node (its memory mapping, fds and init data)
+ * before the process exits; the supervisor sees the exit as usual. NULL is
+ * accepted. Fork mode: the node belongs to procmesh, do not close it. */
+PM_EXTERN void pm_node_close(pm_node *n);
 
 #ifdef __cplusplus
 }

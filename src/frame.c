@@ -64,8 +64,15 @@ void pm__frame_encode(const pm__frame_hdr *h, void *buf)
 
 int pm__frame_decode(const void *buf, size_t size, size_t max_payload, pm__frame_hdr *out)
 {
-    const unsigned char *p = buf;
     if (buf == NULL || size < PM__FRAME_HDR_SIZE)
+        return -EBADMSG;
+    return pm__frame_decode_header(buf, size, max_payload, out);
+}
+
+int pm__frame_decode_header(const void *hdr, size_t size, size_t max_payload, pm__frame_hdr *out)
+{
+    const unsigned char *p = hdr;
+    if (size < PM__FRAME_HDR_SIZE)
         return -EBADMSG;
     if (p[0] != PM__FRAME_VERSION)
         return -EPROTO;

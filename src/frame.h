@@ -63,6 +63,10 @@ void pm__frame_encode(const pm__frame_hdr *h, void *buf);
  */
 int pm__frame_decode(const void *buf, size_t size, size_t max_payload, pm__frame_hdr *out);
 
+/* The same, reading only the PM__FRAME_HDR_SIZE bytes at hdr (a private
+ * copy) and checking them against a frame of size bytes. */
+int pm__frame_decode_header(const void *hdr, size_t size, size_t max_payload, pm__frame_hdr *out);
+
 /* A name for a frame type, for logs. */
 const char *pm__frame_type_name(unsigned type);
 

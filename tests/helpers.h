@@ -20,6 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Tests crash workers on purpose and expect to see the signal: keep ASan's
+ * own SIGSEGV/SIGBUS handlers out of the way in sanitizer builds. */
+__attribute__((used, visibility("default"))) const char *__asan_default_options(void);
+__attribute__((used, visibility("default"))) const char *__asan_default_options(void)
+{
+    return "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0";
+}
+
 /* Every test case gets a timeout; a long one may raise it, never remove it.
  * Generous on purpose: a slow shared CI machine must not flake. */
 #define PM_TEST_TIMEOUT 60

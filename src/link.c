@@ -1,0 +1,122 @@
+/* link.c - a worker's shared memory and doorbells; see link.h. */
+#define _GNU_SOURCE
+#include "link.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+
+#include "shm.h"
+
+void pm__link_zero(pm__link *l)
+{
+    memset(l, 0, sizeof(*l));
+    l->memfd = l->hub_efd = l->node_efd = -1;
+}
+
+static size_t link_size(uint64_t cap)
+{
+    return PM__CTL_SIZE + 2 * pm__ring_region_size(cap);
+}
+
+static void *down_region(const pm__link *l, uint64_t cap)
+{
+    (void)cap;
+    return (char *)l->map + PM__CTL_SIZE;
+}
+
+static void *up_region(const pm__link *l, uint64_t cap)
+{
+    return (char *)l->map + PM__CTL_SIZE + pm__ring_region_size(cap);
+}
+
+int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t cap,
+                    pid_t supervisor)
+{
+    char name[64];
+    int rc;
+    pm__link_zero(l);
+    /* The name shows in /proc/PID/maps and fd links: slot and incarnation
+     * make a leak or a mix-up visible. */
+    snprintf(name, sizeof(name), "procmesh-slot%u-inc%llu", slot, (unsigned long long)incarnation);
+    size_t size = link_size(cap);
+    rc = pm__shm_create(name, size, &l->memfd, &l->map);
+    if (rc < 0)
+        goto fail;
+    l->map_size = size;
+    l->hub_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    l->node_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->hub_efd < 0 || l->node_efd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    struct pm__ctl *ctl = l->map;
+    ctl->magic = PM__CTL_MAGIC;
+    ctl->version = 1;
+    ctl->slot = slot;
+    ctl->incarnation = incarnation;
+    ctl->ring_cap = cap;
+    ctl->max_frame = PM__LINK_MAX_FRAME;
+    ctl->supervisor_pid = (int32_t)supervisor;
+    if ((rc = pm__ring_format(down_region(l, cap), cap, PM__LINK_MAX_FRAME)) < 0 ||
+        (rc = pm__ring_format(up_region(l, cap), cap, PM__LINK_MAX_FRAME)) < 0)
+        goto fail;
+    /* The hub produces on "down" (waking the worker's node_efd, parking on
+     * hub_efd when the ring is full) and consumes "up". */
+    if ((rc = pm__ring_attach(&l->tx, down_region(l, cap), cap, PM__LINK_MAX_FRAME,
+                              PM__RING_PRODUCER, l->node_efd, l->hub_efd)) < 0 ||
+        (rc = pm__ring_attach(&l->rx, up_region(l, cap), cap, PM__LINK_MAX_FRAME,
+                              PM__RING_CONSUMER, l->node_efd, l->hub_efd)) < 0)
+        goto fail;
+    return 0;
+fail:
+    pm__link_close(l);
+    return rc;
+}
+
+int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd)
+{
+    void *map = NULL;
+    int rc;
+    pm__link_zero(l);
+    rc = pm__shm_map(memfd, PM__CTL_SIZE, &map);
+    if (rc < 0)
+        return rc;
+    const struct pm__ctl *ctl = map;
+    uint64_t cap = ctl->ring_cap;
+    uint32_t max_frame = ctl->max_frame;
+    pm__shm_unmap(map, PM__CTL_SIZE);
+    if (pm__ring_check_geometry(cap, max_frame) < 0)
+        return -EPROTO;
+    rc = pm__shm_map(memfd, link_size(cap), &l->map);
+    if (rc < 0)
+        return rc;
+    l->map_size = link_size(cap);
+    l->memfd = memfd;
+    l->node_efd = node_efd;
+    l->hub_efd = hub_efd;
+    ctl = l->map;
+    if (ctl->magic != PM__CTL_MAGIC || ctl->version != 1) {
+        rc = -EPROTO;
+        goto fail;
+    }
+    if ((rc = pm__ring_attach(&l->rx, down_region(l, cap), cap, max_frame, PM__RING_CONSUMER,
+                              hub_efd, node_efd)) < 0 ||
+        (rc = pm__ring_attach(&l->tx, up_region(l, cap), cap, max_frame, PM__RING_PRODUCER,
+                              hub_efd, node_efd)) < 0)
+        goto fail;
+    return 0;
+fail:
+    pm__shm_unmap(l->map, l->map_size);
+    pm__link_zero(l);
+    return rc;
+}
+
+void pm__link_close(pm__link *l)
+{
+    pm__shm_unmap(l->map, l->map_size);
+    pm__close(l->memfd);
+    pm__close(l->hub_efd);
+    pm__close(l->node_efd);
+    pm__link_zero(l);
+}

@@ -1,0 +1,51 @@
+/*
+ * loop.h - the supervisor's readiness loop: one-shot "tell me when this fd is
+ * readable" requests, identified by a 64-bit tag, on io_uring; epoll when
+ * io_uring is unavailable.
+ *
+ * Semantics shared by both backends: pm__loop_arm() asks for one
+ * notification; once it is delivered the caller re-arms if it wants another.
+ * pm__loop_disarm() must be called before closing an fd that is armed.
+ * A notification may still arrive for a tag after it was disarmed (io_uring
+ * cancels asynchronously), so callers put a generation in their tags and
+ * drop stale ones.
+ */
+#ifndef PM_LOOP_H
+#define PM_LOOP_H
+
+#include <liburing.h>
+#include <stdint.h>
+
+enum pm__loop_backend { PM__LOOP_URING = 1, PM__LOOP_EPOLL = 2 };
+
+typedef struct pm__loop {
+    int backend;
+    int epfd;
+    struct io_uring ring;
+    unsigned pending; /* io_uring: SQEs prepared, not yet submitted */
+} pm__loop;
+
+/* entries: how many fds may be armed at once (rounded up as needed).
+ * Uses io_uring unless the kernel or a seccomp policy refuses it, or the
+ * environment variable PROCMESH_LOOP=epoll asks for epoll. */
+int pm__loop_init(pm__loop *l, unsigned entries);
+void pm__loop_fini(pm__loop *l);
+
+int pm__loop_arm(pm__loop *l, int fd, uint64_t tag);
+int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag);
+
+/* Submits what is prepared (io_uring), so that pm__loop_fd() reflects it. */
+int pm__loop_flush(pm__loop *l);
+
+/* Waits up to timeout_ms (-1 forever, 0 poll) and stores up to max tags of
+ * fds that became readable (or failed). Returns their count or -errno. */
+int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, int max);
+
+/* An fd readable whenever pm__loop_wait has something to return. */
+int pm__loop_fd(const pm__loop *l);
+
+/* Closes the loop's own fds in a forked child (without touching the shared
+ * io_uring instance's state beyond our mapping of it). */
+void pm__loop_forget(pm__loop *l);
+
+#endif /* PM_LOOP_H */

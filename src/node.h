@@ -1,0 +1,28 @@
+/* node.h - the worker side of a link (struct pm_node). */
+#ifndef PM_NODE_H
+#define PM_NODE_H
+
+#include "link.h"
+
+#define PM__NODE_ENV "PROCMESH_NODE"
+
+struct pm_node {
+    pm__link link;
+    pm_address self;
+    unsigned slot;
+    void *init_data;
+    size_t init_len;
+    int ready_sent;
+    pid_t supervisor;
+};
+
+/* Runs the worker half of the handshake on an attached link: HELLO, then
+ * waits for INIT (giving up with -ESHUTDOWN when the supervisor is gone). */
+int pm__node_handshake(pm_node *n);
+
+/* Fork mode: a node over a link the child inherited from the hub (the
+ * child's copy of the hub-side struct: the fds are the same, the ends are
+ * re-attached from the worker's side). */
+int pm__node_from_hub_link(pm_node *n, const pm__link *hub);
+
+#endif /* PM_NODE_H */

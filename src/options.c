@@ -1,0 +1,405 @@
+/*
+ * options.c - pm_options: setters with range checks, validation of the
+ * combination, deep copy, and the "auto" worker count.
+ */
+#define _GNU_SOURCE
+#include "options.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ring.h"
+
+PM_EXTERN pm_options *pm_options_new(void)
+{
+    pm_options *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return NULL;
+    o->workers = 0;
+    strcpy(o->system_name, "procmesh");
+    strcpy(o->hostname, "worker");
+    o->base_port = 1;
+    o->restart_policy = PM_RESTART_ON_FAILURE;
+    o->ready_timeout_ms = 10000;
+    o->min_backoff_ms = 200;
+    o->max_backoff_ms = 10000;
+    o->random_factor = 0.2;
+    o->max_restarts = 10;
+    o->restart_window_ms = 60000;
+    o->stop_timeout_ms = 5000;
+    o->ring_size = PM__RING_DEFAULT_CAP;
+    o->handle_signals = 1;
+    return o;
+}
+
+static void free_argv(char **argv)
+{
+    if (argv == NULL)
+        return;
+    for (char **p = argv; *p != NULL; p++)
+        free(*p);
+    free(argv);
+}
+
+PM_EXTERN void pm_options_free(pm_options *o)
+{
+    if (o == NULL)
+        return;
+    free(o->exec_path);
+    free_argv(o->exec_argv);
+    free(o->init_data);
+    free(o);
+}
+
+PM_EXTERN int pm_options_set_workers(pm_options *o, int n)
+{
+    if (o == NULL || n < 0 || n > PM_MAX_WORKERS)
+        return -EINVAL;
+    o->workers = n;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_bootstrap(pm_options *o, int (*fn)(pm_node *, void *), void *arg)
+{
+    if (o == NULL || fn == NULL)
+        return -EINVAL;
+    o->bootstrap = fn;
+    o->bootstrap_arg = arg;
+    return 0;
+}
+
+static char **dup_argv(const char *path, char *const argv[])
+{
+    size_t n = 0;
+    if (argv != NULL)
+        while (argv[n] != NULL)
+            n++;
+    size_t count = n > 0 ? n : 1;
+    char **out = calloc(count + 1, sizeof(*out));
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < count; i++) {
+        out[i] = strdup(n > 0 ? argv[i] : path);
+        if (out[i] == NULL) {
+            free_argv(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+PM_EXTERN int pm_options_set_exec(pm_options *o, const char *path, char *const argv[])
+{
+    if (o == NULL || path == NULL || path[0] == '\0')
+        return -EINVAL;
+    char *p = strdup(path);
+    char **a = dup_argv(path, argv);
+    if (p == NULL || a == NULL) {
+        free(p);
+        free_argv(a);
+        return -ENOMEM;
+    }
+    free(o->exec_path);
+    free_argv(o->exec_argv);
+    o->exec_path = p;
+    o->exec_argv = a;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_pass_fds(pm_options *o, const int *fds, size_t n)
+{
+    if (o == NULL || n > PM__MAX_PASS_FDS || (n > 0 && fds == NULL))
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (fds[i] < 0)
+            return -EINVAL;
+    if (n > 0)
+        memcpy(o->pass_fds, fds, n * sizeof(*fds));
+    o->npass_fds = n;
+    return 0;
+}
+
+int pm__name_valid(const char *s)
+{
+    if (s == NULL)
+        return 0;
+    size_t n = strnlen(s, PM_NAME_MAX);
+    if (n == 0 || n >= PM_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+PM_EXTERN int pm_options_set_system_name(pm_options *o, const char *s)
+{
+    if (o == NULL || !pm__name_valid(s))
+        return -EINVAL;
+    strcpy(o->system_name, s);
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_hostname(pm_options *o, const char *s)
+{
+    if (o == NULL || !pm__name_valid(s))
+        return -EINVAL;
+    strcpy(o->hostname, s);
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_base_port(pm_options *o, int port)
+{
+    if (o == NULL || port < 0 || port > 65535)
+        return -EINVAL;
+    o->base_port = port;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_init_data(pm_options *o, const void *data, size_t len)
+{
+    if (o == NULL || len > PM_MAX_INIT_DATA || (len > 0 && data == NULL))
+        return -EINVAL;
+    void *copy = NULL;
+    if (len > 0) {
+        copy = malloc(len);
+        if (copy == NULL)
+            return -ENOMEM;
+        memcpy(copy, data, len);
+    }
+    free(o->init_data);
+    o->init_data = copy;
+    o->init_len = len;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_restart_policy(pm_options *o, int policy)
+{
+    if (o == NULL || (policy != PM_RESTART_ALWAYS && policy != PM_RESTART_ON_FAILURE &&
+                      policy != PM_RESTART_NEVER))
+        return -EINVAL;
+    o->restart_policy = policy;
+    return 0;
+}
+
+#define PM__SET_MS(name, field, min)                   \
+    PM_EXTERN int name(pm_options *o, int ms)          \
+    {                                                  \
+        if (o == NULL || ms < (min))                   \
+            return -EINVAL;                            \
+        o->field = ms;                                 \
+        return 0;                                      \
+    }
+
+PM__SET_MS(pm_options_set_ready_timeout_ms, ready_timeout_ms, 1)
+PM__SET_MS(pm_options_set_restart_min_backoff_ms, min_backoff_ms, 0)
+PM__SET_MS(pm_options_set_restart_max_backoff_ms, max_backoff_ms, 0)
+PM__SET_MS(pm_options_set_restart_window_ms, restart_window_ms, 0)
+PM__SET_MS(pm_options_set_stop_timeout_ms, stop_timeout_ms, 0)
+
+PM_EXTERN int pm_options_set_restart_random_factor(pm_options *o, double f)
+{
+    /* Written so that NaN fails too. */
+    if (o == NULL || !(f >= 0.0 && f <= 1.0))
+        return -EINVAL;
+    o->random_factor = f;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_max_restarts(pm_options *o, int n)
+{
+    if (o == NULL || n < -1 || n > PM_MAX_RESTARTS_LIMIT)
+        return -EINVAL;
+    o->max_restarts = n;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes)
+{
+    if (o == NULL || bytes < PM__MIN_RING_SIZE || bytes > PM__RING_MAX_CAP ||
+        (bytes & (bytes - 1)) != 0)
+        return -EINVAL;
+    o->ring_size = bytes;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_on_permanently_down(
+    pm_options *o, void (*cb)(pm_cluster *, unsigned, const pm_address *, unsigned, void *),
+    void *arg)
+{
+    if (o == NULL)
+        return -EINVAL;
+    o->on_down = cb;
+    o->on_down_arg = arg;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_on_event(pm_options *o,
+                                      void (*cb)(pm_cluster *, const pm_event *, void *),
+                                      void *arg)
+{
+    if (o == NULL)
+        return -EINVAL;
+    o->on_event = cb;
+    o->on_event_arg = arg;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on)
+{
+    if (o == NULL || (on != 0 && on != 1))
+        return -EINVAL;
+    o->handle_signals = on;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ CPUs */
+
+int pm__cpu_max_parse(const char *text)
+{
+    char quota[32];
+    unsigned long long period;
+    char tail;
+    if (text == NULL || sscanf(text, "%31s %llu %c", quota, &period, &tail) != 2)
+        return -EINVAL;
+    if (strcmp(quota, "max") == 0)
+        return period > 0 ? 0 : -EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long q = strtoull(quota, &end, 10);
+    if (*end != '\0' || errno != 0 || quota[0] == '-' || q == 0 || period == 0)
+        return -EINVAL;
+    unsigned long long cpus = (q + period - 1) / period;
+    return cpus > INT_MAX ? INT_MAX : (int)cpus;
+}
+
+/* The tightest cpu.max from this process's cgroup up to the root; 0 when
+ * none applies or cgroup v2 is not mounted where we look. */
+static int cgroup_cpus(void)
+{
+    char line[4096], path[4096 + 64];
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (f == NULL)
+        return 0;
+    char *rel = NULL;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "0::", 3) == 0) { /* the cgroup v2 line */
+            rel = line + 3;
+            rel[strcspn(rel, "\n")] = '\0';
+            break;
+        }
+    }
+    fclose(f);
+    if (rel == NULL)
+        return 0;
+    int best = 0;
+    for (;;) {
+        snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cpu.max", strcmp(rel, "/") == 0 ? "" : rel);
+        FILE *m = fopen(path, "re");
+        if (m != NULL) {
+            char buf[128];
+            if (fgets(buf, sizeof(buf), m) != NULL) {
+                int n = pm__cpu_max_parse(buf);
+                if (n > 0 && (best == 0 || n < best))
+                    best = n;
+            }
+            fclose(m);
+        }
+        char *slash = strrchr(rel, '/');
+        if (slash == NULL || slash == rel)
+            break;
+        *slash = '\0';
+    }
+    return best;
+}
+
+int pm__cpus_available(void)
+{
+    cpu_set_t set;
+    int n = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        n = CPU_COUNT(&set);
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+    }
+    int q = cgroup_cpus();
+    if (q > 0 && q < n)
+        n = q;
+    return n > PM_MAX_WORKERS ? PM_MAX_WORKERS : n;
+}
+
+int pm__options_workers(const pm_options *o)
+{
+    return o->workers > 0 ? o->workers : pm__cpus_available();
+}
+
+/* ------------------------------------------------------------------ validate */
+
+static int why_fmt(char *why, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int why_fmt(char *why, size_t size, const char *fmt, ...)
+{
+    if (why != NULL && size > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, size, fmt, ap);
+        va_end(ap);
+    }
+    return -EINVAL;
+}
+
+PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
+{
+    if (why != NULL && size > 0)
+        why[0] = '\0';
+    if (o == NULL)
+        return why_fmt(why, size, "options: NULL");
+    if (o->bootstrap == NULL && o->exec_path == NULL)
+        return why_fmt(why, size, "bootstrap/exec: neither is set; exactly one is required");
+    if (o->bootstrap != NULL && o->exec_path != NULL)
+        return why_fmt(why, size, "bootstrap/exec: both are set (exec \"%s\"); exactly one is required",
+                       o->exec_path);
+    if (o->npass_fds > 0 && o->bootstrap != NULL)
+        return why_fmt(why, size, "pass_fds: %zu fds given in fork mode; they apply to exec mode only",
+                       o->npass_fds);
+    int workers = pm__options_workers(o);
+    if (o->base_port + workers - 1 > 65535)
+        return why_fmt(why, size, "base_port: %d + %d workers - 1 exceeds 65535", o->base_port,
+                       workers);
+    if (o->max_backoff_ms < o->min_backoff_ms)
+        return why_fmt(why, size, "restart_max_backoff_ms: %d is below restart_min_backoff_ms %d",
+                       o->max_backoff_ms, o->min_backoff_ms);
+    for (size_t i = 0; i < o->npass_fds; i++)
+        for (size_t j = 0; j < i; j++)
+            if (o->pass_fds[i] == o->pass_fds[j])
+                return why_fmt(why, size, "pass_fds: fd %d is given twice", o->pass_fds[i]);
+    return 0;
+}
+
+pm_options *pm__options_dup(const pm_options *o)
+{
+    pm_options *c = malloc(sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    *c = *o;
+    c->exec_path = NULL;
+    c->exec_argv = NULL;
+    c->init_data = NULL;
+    if (o->exec_path != NULL && pm_options_set_exec(c, o->exec_path, o->exec_argv) < 0)
+        goto fail;
+    if (o->init_len > 0 && pm_options_set_init_data(c, o->init_data, o->init_len) < 0)
+        goto fail;
+    return c;
+fail:
+    pm_options_free(c);
+    return NULL;
+}

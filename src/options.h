@@ -1,0 +1,57 @@
+/* options.h - the pm_options object, shared by the supervisor modules. */
+#ifndef PM_OPTIONS_H
+#define PM_OPTIONS_H
+
+#include "internal.h"
+
+#define PM__MAX_PASS_FDS 64
+/* The smallest ring that still takes a maximal frame (PM__LINK_MAX_FRAME)
+ * behind a padding record. */
+#define PM__MIN_RING_SIZE ((size_t)256 * 1024)
+
+struct pm_options {
+    int workers; /* 0 = auto */
+    int (*bootstrap)(pm_node *, void *);
+    void *bootstrap_arg;
+    char *exec_path;
+    char **exec_argv; /* NULL-terminated copy */
+    int pass_fds[PM__MAX_PASS_FDS];
+    size_t npass_fds;
+    char system_name[PM_NAME_MAX];
+    char hostname[PM_NAME_MAX];
+    int base_port;
+    void *init_data;
+    size_t init_len;
+    int restart_policy;
+    int ready_timeout_ms;
+    int min_backoff_ms;
+    int max_backoff_ms;
+    double random_factor;
+    int max_restarts;
+    int restart_window_ms;
+    int stop_timeout_ms;
+    size_t ring_size;
+    int handle_signals;
+    void (*on_down)(pm_cluster *, unsigned, const pm_address *, unsigned, void *);
+    void *on_down_arg;
+    void (*on_event)(pm_cluster *, const pm_event *, void *);
+    void *on_event_arg;
+};
+
+/* Deep copy (the cluster keeps its own). NULL on ENOMEM. */
+pm_options *pm__options_dup(const pm_options *o);
+
+/* The worker count options ask for, with auto resolved. */
+int pm__options_workers(const pm_options *o);
+
+/* CPUs this process may use: affinity, capped by the cgroup v2 quota. */
+int pm__cpus_available(void);
+
+/* Parses a cgroup v2 cpu.max ("max 100000" or "QUOTA PERIOD") into a CPU
+ * count rounded up; 0 for no limit; -EINVAL when malformed. Pure. */
+int pm__cpu_max_parse(const char *text);
+
+/* 1 when s is a valid name for an address (see pm_address_parse). */
+int pm__name_valid(const char *s);
+
+#endif /* PM_OPTIONS_H */

@@ -1,0 +1,126 @@
+/*
+ * pm-test-worker - an exec-mode worker for the tests. The first argument
+ * says how to behave:
+ *
+ *   ready              join, ready, exit 0 on SIGTERM
+ *   exit N             join, ready, exit N
+ *   early N            exit N without joining
+ *   segv               join, ready, then SIGSEGV
+ *   never-ready        join, never ready
+ *   ignore-term        join, ready, ignore SIGTERM
+ *   init TEXT          join, ready, exit 0 if the init data is TEXT, else 9
+ *   inspect            join, ready, write a report of what this process
+ *                      holds to fd 3 (passed by the test), then wait
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <procmesh.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Crashes are the point here: keep ASan's signal handlers out of the way
+ * in sanitizer builds so the supervisor sees the real signal. */
+__attribute__((used, visibility("default"))) const char *__asan_default_options(void);
+__attribute__((used, visibility("default"))) const char *__asan_default_options(void)
+{
+    return "handle_segv=0:handle_sigbus=0:handle_abort=0";
+}
+
+static void on_term(int sig)
+{
+    (void)sig;
+    _exit(0);
+}
+
+static void wait_forever(void)
+{
+    for (;;)
+        pause();
+}
+
+/* Reports every fd and every procmesh mapping of this process to out. */
+static void inspect(FILE *out, const pm_node *n)
+{
+    fprintf(out, "slot %u inc %llu\n", pm_node_slot(n),
+            (unsigned long long)pm_node_self(n)->incarnation);
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], target[300];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, target, sizeof(target) - 1);
+        if (k < 0)
+            continue;
+        target[k] = '\0';
+        if (atoi(e->d_name) != dirfd(d))
+            fprintf(out, "fd %s %s\n", e->d_name, target);
+    }
+    if (d != NULL)
+        closedir(d);
+    FILE *m = fopen("/proc/self/maps", "r");
+    char line[512];
+    while (m != NULL && fgets(line, sizeof(line), m) != NULL)
+        if (strstr(line, "memfd:procmesh") != NULL)
+            fprintf(out, "map %s", line);
+    if (m != NULL)
+        fclose(m);
+    fprintf(out, "end\n");
+    fflush(out);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: pm-test-worker MODE [ARG]\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    if (strcmp(mode, "early") == 0)
+        return argc > 2 ? atoi(argv[2]) : 0;
+    signal(SIGTERM, on_term);
+    pm_node *n;
+    int rc = pm_node_join(&n);
+    if (rc < 0) {
+        fprintf(stderr, "pm-test-worker: join: %s\n", pm_strerror(rc));
+        return 100;
+    }
+    if (strcmp(mode, "never-ready") == 0)
+        wait_forever();
+    if (strcmp(mode, "ignore-term") == 0)
+        signal(SIGTERM, SIG_IGN);
+    if ((rc = pm_node_ready(n)) < 0) {
+        fprintf(stderr, "pm-test-worker: ready: %s\n", pm_strerror(rc));
+        return 101;
+    }
+    if (strcmp(mode, "exit") == 0) {
+        pm_node_close(n);
+        return argc > 2 ? atoi(argv[2]) : 0;
+    }
+    if (strcmp(mode, "segv") == 0) {
+        raise(SIGSEGV);
+        return 102;
+    }
+    if (strcmp(mode, "init") == 0) {
+        const void *data;
+        size_t len;
+        pm_node_init_data(n, &data, &len);
+        const char *want = argc > 2 ? argv[2] : "";
+        int ok = len == strlen(want) && memcmp(data, want, len) == 0;
+        pm_node_close(n);
+        return ok ? 0 : 9;
+    }
+    if (strcmp(mode, "inspect") == 0) {
+        FILE *out = fdopen(3, "w");
+        if (out == NULL)
+            return 103;
+        inspect(out, n);
+        fclose(out);
+    }
+    wait_forever();
+}
