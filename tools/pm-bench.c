@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "procmesh.h"
 #include "ring.h"
 #include "shm.h"
 
@@ -24,12 +25,16 @@
 #include <sys/utsname.h>
 #include <sys/wait.h>
 
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 #define RING_CAP ((uint64_t)1 << 20)
 #define RING_MAX_FRAME (64u * 1024u)
 #define SPIN_FOREVER UINT32_MAX
 
 static const char usage[] =
     "usage: pm-bench ring [--frames N] [--size S] [--runs R] [--rounds K]\n"
+    "       pm-bench restart [--rounds K]\n"
+    "       pm-bench spawn [--runs R]\n"
     "\n"
     "  ring   stream N frames of S bytes from one process to another over the\n"
     "         shared-memory ring, a pipe and a Unix socketpair (one write per\n"
@@ -40,6 +45,14 @@ static const char usage[] =
     "  --size S     frame payload bytes, 1..65536 (default 64)\n"
     "  --runs R     stream runs per transport; the median is printed (default 3)\n"
     "  --rounds K   ping-pong round trips per transport (default 50000)\n"
+    "\n"
+    "  restart  crash-to-ready latency: SIGKILL a worker and time until its\n"
+    "           replacement is ready (backoff 0), K rounds (default 300), fork\n"
+    "           and exec mode, beside a bare fork+exit+wait (and fork+exec+wait)\n"
+    "           baseline.\n"
+    "  spawn    time for pm_cluster_spawn to bring N = 1, 8, 64 workers to\n"
+    "           ready, median of R runs (default 5), fork and exec mode, beside\n"
+    "           N bare forks (and fork+execs) that each report over a pipe.\n"
     "\n"
     "exit status: 0 done, 1 a measurement failed, 2 bad command line\n";
 
@@ -478,17 +491,228 @@ static int cmd_ring(const bench_opts *o)
     return 0;
 }
 
+/* ------------------------------------------------------------------ supervisor */
+
+static char self_exe[4096];
+
+/* The exec-mode worker: pm-bench re-executes itself with this argument. */
+static int worker_main(void)
+{
+    pm_node *n;
+    if (pm_node_join(&n) < 0 || pm_node_ready(n) < 0)
+        return 1;
+    for (;;)
+        pause();
+    return 0;
+}
+
+/* pm-bench __child: the exec baseline's child, reports on fd 3 and exits. */
+static int child_main(void)
+{
+    char c = 'r';
+    return write(3, &c, 1) == 1 ? 0 : 1;
+}
+
+static int boot_idle(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    for (;;)
+        pause();
+    return 0;
+}
+
+static volatile uint64_t ready_inc;
+
+static void on_ready(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)arg;
+    if (e->type == PM_EVENT_READY) {
+        ready_inc = e->incarnation;
+        /* pm_cluster_run runs for its whole timeout unless stopped. */
+        pm_cluster_stop(c);
+    }
+}
+
+static pm_options *bench_options(int workers, int exec_mode)
+{
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, workers);
+    if (exec_mode) {
+        char *argv[] = {"pm-bench", "__worker", NULL};
+        pm_options_set_exec(o, self_exe, argv);
+    } else {
+        pm_options_set_bootstrap(o, boot_idle, NULL);
+    }
+    pm_options_set_restart_min_backoff_ms(o, 0);
+    pm_options_set_restart_max_backoff_ms(o, 0);
+    pm_options_set_restart_random_factor(o, 0);
+    pm_options_set_max_restarts(o, -1);
+    pm_options_set_handle_signals(o, 0);
+    pm_options_set_ring_size(o, 256 * 1024);
+    pm_options_set_on_event(o, on_ready, NULL);
+    return o;
+}
+
+static void print_lat(const char *name, uint64_t *v, size_t n, uint64_t base_p50)
+{
+    qsort(v, n, sizeof(*v), cmp_u64);
+    uint64_t p50 = percentile(v, n, 0.5), p99 = percentile(v, n, 0.99);
+    char ratio[32] = "-";
+    if (base_p50 > 0)
+        snprintf(ratio, sizeof(ratio), "%.2fx", (double)p50 / (double)base_p50);
+    printf("  %-26s %10.3f %10.3f %14s\n", name, (double)p50 / 1e6, (double)p99 / 1e6, ratio);
+}
+
+/* Bare fork + _exit + waitpid (or fork + exec + wait): the floor of any
+ * restart, measured the same way. */
+static void baseline_restart(int exec_mode, unsigned rounds, uint64_t *v)
+{
+    for (unsigned i = 0; i < rounds; i++) {
+        uint64_t t0 = pm__now_ns();
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (exec_mode) {
+                char *argv[] = {"pm-bench", "__child", NULL};
+                execv(self_exe, argv);
+            }
+            _exit(0);
+        }
+        waitpid(pid, NULL, 0);
+        v[i] = pm__now_ns() - t0;
+    }
+}
+
+static int cmd_restart(unsigned rounds)
+{
+    print_machine();
+    printf("restart: crash-to-ready latency, %u rounds, backoff 0 (ms)\n", rounds);
+    printf("  %-26s %10s %10s %14s\n", "what", "p50 ms", "p99 ms", "vs baseline");
+    uint64_t *v = calloc(rounds, sizeof(*v)), *b = calloc(rounds, sizeof(*b));
+    for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
+        baseline_restart(exec_mode, rounds, b);
+        qsort(b, rounds, sizeof(*b), cmp_u64);
+        uint64_t base = percentile(b, rounds, 0.5);
+        pm_options *o = bench_options(1, exec_mode);
+        pm_cluster *c;
+        int rc = pm_cluster_spawn(o, &c);
+        if (rc < 0) {
+            fprintf(stderr, "pm-bench: spawn: %s\n", pm_strerror(rc));
+            return 1;
+        }
+        for (unsigned i = 0; i < rounds; i++) {
+            pm_slot_info si;
+            pm_cluster_slot_info(c, 0, &si);
+            uint64_t want = si.incarnation + 1;
+            uint64_t t0 = pm__now_ns();
+            kill(si.pid, SIGKILL);
+            while (ready_inc != want) {
+                if (pm_cluster_run(c, 1000) < 0 || pm__now_ns() - t0 > 10000000000ull) {
+                    fprintf(stderr, "pm-bench: no replacement became ready\n");
+                    return 1;
+                }
+            }
+            v[i] = pm__now_ns() - t0;
+        }
+        pm_cluster_terminate(c);
+        pm_options_free(o);
+        print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
+        print_lat(exec_mode ? "procmesh exec mode" : "procmesh fork mode", v, rounds, base);
+    }
+    free(v);
+    free(b);
+    return 0;
+}
+
+/* N bare children that each write one byte to a pipe: the floor of
+ * bringing N processes up and hearing from each. */
+static uint64_t baseline_spawn(int exec_mode, int n)
+{
+    int p[2];
+    if (pipe(p) < 0)
+        die("pipe");
+    pid_t *pids = calloc((size_t)n, sizeof(*pids));
+    uint64_t t0 = pm__now_ns();
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            if (exec_mode) {
+                dup2(p[1], 3);
+                char *argv[] = {"pm-bench", "__child", NULL};
+                execv(self_exe, argv);
+                _exit(1);
+            }
+            char c = 'r';
+            _exit(write(p[1], &c, 1) == 1 ? 0 : 1);
+        }
+    }
+    char buf[64];
+    for (int got = 0; got < n;) {
+        ssize_t k = read(p[0], buf, sizeof(buf) < (size_t)(n - got) ? sizeof(buf) : (size_t)(n - got));
+        if (k <= 0)
+            die("read");
+        got += (int)k;
+    }
+    uint64_t t = pm__now_ns() - t0;
+    for (int i = 0; i < n; i++)
+        waitpid(pids[i], NULL, 0);
+    free(pids);
+    close(p[0]);
+    close(p[1]);
+    return t;
+}
+
+static int cmd_spawn(unsigned runs)
+{
+    static const int counts[] = {1, 8, 64};
+    print_machine();
+    printf("spawn: time until N workers are ready, median of %u runs (ms)\n", runs);
+    printf("  %-6s %-6s %14s %14s %12s\n", "mode", "N", "procmesh ms", "baseline ms", "ratio");
+    uint64_t *v = calloc(runs, sizeof(*v)), *b = calloc(runs, sizeof(*b));
+    for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
+        for (size_t k = 0; k < ARRAY_LEN(counts); k++) {
+            int n = counts[k];
+            for (unsigned r = 0; r < runs; r++) {
+                b[r] = baseline_spawn(exec_mode, n);
+                pm_options *o = bench_options(n, exec_mode);
+                pm_cluster *c;
+                uint64_t t0 = pm__now_ns();
+                int rc = pm_cluster_spawn(o, &c);
+                v[r] = pm__now_ns() - t0;
+                if (rc < 0) {
+                    fprintf(stderr, "pm-bench: spawn of %d: %s\n", n, pm_strerror(rc));
+                    return 1;
+                }
+                pm_cluster_terminate(c);
+                pm_options_free(o);
+            }
+            uint64_t mv = median(v, runs), mb = median(b, runs);
+            printf("  %-6s %-6d %14.3f %14.3f %11.2fx\n", exec_mode ? "exec" : "fork", n,
+                   (double)mv / 1e6, (double)mb / 1e6, (double)mv / (double)mb);
+        }
+    }
+    free(v);
+    free(b);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bench_opts o = {.frames = 2000000, .size = 64, .runs = 3, .rounds = 50000};
+    if (argc >= 2 && strcmp(argv[1], "__worker") == 0)
+        return worker_main();
+    if (argc >= 2 && strcmp(argv[1], "__child") == 0)
+        return child_main();
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (strcmp(argv[1], "ring") != 0) {
-        fprintf(stderr, "pm-bench: unknown command '%s' (commands: ring)\n", argv[1]);
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "ring") != 0 && strcmp(cmd, "restart") != 0 && strcmp(cmd, "spawn") != 0) {
+        fprintf(stderr, "pm-bench: unknown command '%s' (commands: ring, restart, spawn)\n", cmd);
         return 2;
     }
+    int rounds_set = 0, runs_set = 0;
     for (int i = 2; i < argc; i++) {
         uint64_t v;
         const char *opt = argv[i];
@@ -501,26 +725,36 @@ int main(int argc, char **argv)
             return 2;
         }
         const char *val = argv[++i];
-        if (strcmp(opt, "--frames") == 0) {
+        if (strcmp(opt, "--frames") == 0 && strcmp(cmd, "ring") == 0) {
             if (parse_u64(opt, val, 1, UINT64_MAX / 65536, &v) < 0)
                 return 2;
             o.frames = v;
-        } else if (strcmp(opt, "--size") == 0) {
+        } else if (strcmp(opt, "--size") == 0 && strcmp(cmd, "ring") == 0) {
             if (parse_u64(opt, val, 1, RING_MAX_FRAME, &v) < 0)
                 return 2;
             o.size = (size_t)v;
-        } else if (strcmp(opt, "--runs") == 0) {
+        } else if (strcmp(opt, "--runs") == 0 && strcmp(cmd, "restart") != 0) {
             if (parse_u64(opt, val, 1, 101, &v) < 0)
                 return 2;
             o.runs = (unsigned)v;
-        } else if (strcmp(opt, "--rounds") == 0) {
+            runs_set = 1;
+        } else if (strcmp(opt, "--rounds") == 0 && strcmp(cmd, "spawn") != 0) {
             if (parse_u64(opt, val, 1, 100000000, &v) < 0)
                 return 2;
             o.rounds = (unsigned)v;
+            rounds_set = 1;
         } else {
-            fprintf(stderr, "pm-bench: unknown option '%s' (see pm-bench --help)\n", opt);
+            fprintf(stderr, "pm-bench %s: unknown option '%s' (see pm-bench --help)\n", cmd, opt);
             return 2;
         }
     }
+    ssize_t k = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+    if (k <= 0)
+        die("readlink /proc/self/exe");
+    self_exe[k] = '\0';
+    if (strcmp(cmd, "restart") == 0)
+        return cmd_restart(rounds_set ? o.rounds : 300);
+    if (strcmp(cmd, "spawn") == 0)
+        return cmd_spawn(runs_set ? o.runs : 5);
     return cmd_ring(&o);
 }
