@@ -302,39 +302,22 @@ int pm__ring_send(pm__ring *r, const void *data, size_t len)
     return 0;
 }
 
+/* fits() with the signature spin_then_park() wants. */
+static int space_for(pm__ring *r, size_t len)
+{
+    return fits(r, len);
+}
+
+static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
+                          _Atomic uint32_t *flag, int timeout_ms);
+
 int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
 {
     if (len == 0 || len > r->max_frame)
         return len == 0 ? -EINVAL : -EMSGSIZE;
-    uint64_t deadline = deadline_after(timeout_ms);
     /* The consumer can only free space for frames it can see. */
     pm__ring_publish(r);
-    for (;;) {
-        int rc = fits(r, len);
-        if (rc != 0)
-            return rc;
-        uint64_t spin_end = pm__now_ns() + r->spin_ns;
-        do {
-            for (int i = 0; i < 32; i++)
-                cpu_relax();
-            if ((rc = fits(r, len)) != 0)
-                return rc;
-        } while (pm__now_ns() < spin_end);
-        int left = ms_left(deadline);
-        if (left == 0)
-            return 0;
-        if (r->park_fd < 0)
-            continue;
-        arm_flag(&r->sh->prod_waiting);
-        rc = fits(r, len);
-        if (rc == 0)
-            rc = park(r, left);
-        else
-            rc = rc > 0 ? 1 : rc;
-        atomic_store_explicit(&r->sh->prod_waiting, 0, memory_order_relaxed);
-        if (rc < 0)
-            return rc;
-    }
+    return spin_then_park(r, space_for, len, &r->sh->prod_waiting, timeout_ms);
 }
 
 /* ---------------------------------------------------------------- consumer */
@@ -454,18 +437,40 @@ void pm__ring_disarm(pm__ring *r)
     atomic_store_explicit(&r->sh->cons_waiting, 0, memory_order_relaxed);
 }
 
+static int data_for(pm__ring *r, size_t unused)
+{
+    (void)unused;
+    return has_data(r);
+}
+
 int pm__ring_wait(pm__ring *r, int timeout_ms)
+{
+    /* A producer waiting for space must see what we consumed before we
+     * sleep, or both ends could sleep forever. */
+    pm__ring_release(r);
+    return spin_then_park(r, data_for, 0, &r->sh->cons_waiting, timeout_ms);
+}
+
+/*
+ * The one waiting strategy of both ends: check, spin for spin_ns checking
+ * again, then announce the wait in our flag, check once more (the fence in
+ * arm_flag pairs with wake_if_waiting on the other end, so a change made
+ * before the other end read our flag is seen here) and park on the eventfd.
+ * Returns cond's first non-zero result, 0 on timeout, or a negative errno.
+ */
+static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
+                          _Atomic uint32_t *flag, int timeout_ms)
 {
     uint64_t deadline = deadline_after(timeout_ms);
     for (;;) {
-        int rc = has_data(r);
+        int rc = cond(r, arg);
         if (rc != 0)
             return rc;
         uint64_t spin_end = pm__now_ns() + r->spin_ns;
         do {
             for (int i = 0; i < 32; i++)
                 cpu_relax();
-            if ((rc = has_data(r)) != 0)
+            if ((rc = cond(r, arg)) != 0)
                 return rc;
         } while (pm__now_ns() < spin_end);
         int left = ms_left(deadline);
@@ -473,12 +478,13 @@ int pm__ring_wait(pm__ring *r, int timeout_ms)
             return 0;
         if (r->park_fd < 0)
             continue;
-        rc = pm__ring_arm(r);
-        if (rc != 0)
-            return rc;
-        rc = park(r, left);
-        pm__ring_disarm(r);
+        arm_flag(flag);
+        rc = cond(r, arg);
+        if (rc == 0)
+            rc = park(r, left);
+        atomic_store_explicit(flag, 0, memory_order_relaxed);
         if (rc < 0)
             return rc;
+        /* Woken, timed out or interrupted: the next turn re-checks. */
     }
 }
