@@ -115,7 +115,9 @@ enum pm_event_type {
     PM_EVENT_RESTART_SCHEDULED = 4, /* the slot restarts after delay_ms */
     PM_EVENT_RETIRED = 5,          /* the slot used up its restart budget (restarts) */
     PM_EVENT_STOPPED = 6,          /* the slot stopped for good without failing */
-    PM_EVENT_SPAWN_FAILED = 7      /* a start failed before a process ran (exit_code = -errno) */
+    PM_EVENT_SPAWN_FAILED = 7,     /* a start failed before a process ran (exit_code = -errno) */
+    PM_EVENT_FENCED = 8            /* the hub cut a worker off and killed it (reason:
+                                      "corrupt-ring", "protocol", later "heartbeat") */
 };
 
 /*
@@ -269,6 +271,73 @@ PM_EXTERN int pm_cluster_last_signal(const pm_cluster *c);
 PM_EXTERN int pm_cluster_terminate(pm_cluster *c);
 
 /* ------------------------------------------------------------------------
+ * Messaging
+ *
+ * The mesh is a star: the supervisor ("main", address "<system>@main:0") is
+ * the hub and relays every frame. The sender of every frame is stamped by the
+ * hub from the ring it arrived on, never taken from the payload.
+ * ---------------------------------------------------------------------- */
+
+/* Largest message payload. */
+#define PM_MAX_PAYLOAD (64 * 1024)
+
+enum pm_message_kind {
+    PM_MSG_PLAIN = 1,
+    PM_MSG_REQUEST = 2,
+    PM_MSG_REPLY = 3,
+    PM_MSG_UNDELIVERABLE = 4 /* error says why; request_id names the request */
+};
+
+/*
+ * A received message. `from` carries the sender's incarnation, so a restarted
+ * worker is told apart from its predecessor. `error` is 0, or a negative
+ * errno for undeliverable notices and broadcast results. `deadline_ms` is
+ * absolute CLOCK_MONOTONIC milliseconds, 0 = none. `data` stays valid until
+ * the next receive call on the same node (or, on the supervisor, until the
+ * callback returns).
+ */
+typedef struct pm_message {
+    pm_address from;
+    pm_address to;
+    uint64_t request_id;
+    int kind;
+    int error;
+    int64_t deadline_ms;
+    const void *data;
+    size_t len;
+} pm_message;
+
+/* Frames addressed to main arrive here (from pm_cluster_run). */
+PM_EXTERN int pm_options_set_on_message(pm_options *o,
+                                        void (*cb)(pm_cluster *, const pm_message *, void *),
+                                        void *arg);
+
+/* main -> a worker. -ENOENT (not an address of this mesh), -EHOSTDOWN (slot
+ * not ready: restarting, retired, stopped), -ESTALE (incarnation given and
+ * not the current one), -EMSGSIZE, -EAGAIN (its queue is full). */
+PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len);
+
+/* Answers a PM_MSG_REQUEST received by on_message. Errors as pm_cluster_send. */
+PM_EXTERN int pm_cluster_reply(pm_cluster *c, const pm_message *request, const void *data,
+                               size_t len);
+
+/*
+ * Sends one request to every worker that is ready now and later calls cb once
+ * (from pm_cluster_run) with one result per worker of that snapshot: `from`
+ * is the worker, `error` 0 with its reply in data/len, -ETIMEDOUT, or
+ * -EHOSTDOWN if it died or was retired meanwhile (-EAGAIN if its queue was
+ * full). timeout_ms > 0. With no ready worker, cb runs at once with n = 0.
+ * Returns 0 or a negative errno (nothing is sent then).
+ */
+PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, int timeout_ms,
+                                   void (*cb)(pm_cluster *, const pm_message *results, size_t n,
+                                              void *arg),
+                                   void *arg);
+
+/* main's own address. */
+PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out);
+
+/* ------------------------------------------------------------------------
  * Worker side
  * ---------------------------------------------------------------------- */
 
@@ -283,6 +352,27 @@ PM_EXTERN unsigned pm_node_slot(const pm_node *n);
 PM_EXTERN int pm_node_init_data(const pm_node *n, const void **data, size_t *len);
 /* Tells the supervisor that this worker is ready. Idempotent. */
 PM_EXTERN int pm_node_ready(pm_node *n);
+/* Sends a plain message. Waits (spin, then park) while the outbound ring is
+ * full. Returns 0, -ENOENT for an address outside this mesh, -EMSGSIZE,
+ * -ESHUTDOWN once the supervisor asked this worker to stop or went away.
+ * Delivery failures come back later as PM_MSG_UNDELIVERABLE messages. */
+PM_EXTERN int pm_node_send(pm_node *n, const pm_address *to, const void *data, size_t len);
+/* The same, but -EAGAIN instead of waiting when the ring is full. */
+PM_EXTERN int pm_node_try_send(pm_node *n, const pm_address *to, const void *data, size_t len);
+/* Receives the next message: 0, -ETIMEDOUT (timeout_ms: 0 poll, -1 forever),
+ * -ESHUTDOWN once the supervisor asks this worker to stop or is gone. */
+PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms);
+/* Sends a request and waits for its reply: 0 with *reply filled, -ETIMEDOUT,
+ * the undeliverable reason (-EHOSTDOWN, -ENOENT, -ESTALE ...), -ESHUTDOWN.
+ * Messages that arrive meanwhile are kept for pm_node_recv (up to 4 MiB). */
+PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
+                              int timeout_ms, pm_message *reply);
+/* Answers a request received with pm_node_recv. */
+PM_EXTERN int pm_node_reply(pm_node *n, const pm_message *request, const void *data, size_t len);
+/* Readable when a message may be waiting, after pm_node_recv returned
+ * -ETIMEDOUT (which arms it): for embedding a worker in its own loop. */
+PM_EXTERN int pm_node_fd(const pm_node *n);
+
 /* Exec mode: releases the node (its memory mapping, fds and init data)
  * before the process exits; the supervisor sees the exit as usual. NULL is
  * accepted. Fork mode: the node belongs to procmesh, do not close it. */

@@ -110,6 +110,11 @@ static void slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a)
     a->incarnation = slot_has_process(s) ? s->incarnation : 0;
 }
 
+void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a)
+{
+    slot_address(c, s, a);
+}
+
 static void default_on_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned restarts,
                             void *arg)
 {
@@ -133,7 +138,7 @@ static void set_deadline(pm__slot *s, uint64_t at, int event)
 /* Points the timerfd at the earliest slot deadline. */
 static int rearm_timer(pm_cluster *c)
 {
-    uint64_t next = 0;
+    uint64_t next = pm__hub_next_deadline(c);
     for (unsigned i = 0; i < c->nslots; i++) {
         uint64_t d = c->slots[i].deadline;
         if (d != 0 && (next == 0 || d < next))
@@ -197,6 +202,7 @@ static void release_process(pm_cluster *c, pm__slot *s)
     s->pidfd = -1;
     pm__close(s->exec_pipe);
     s->exec_pipe = -1;
+    pm__hub_slot_gone(c, s);
     pm__link_close(&s->link);
     s->pid = 0;
     s->hello = 0;
@@ -204,6 +210,7 @@ static void release_process(pm_cluster *c, pm__slot *s)
 
 static void dispatch(pm_cluster *c, pm__slot *s, int event);
 static void service_ring(pm_cluster *c, pm__slot *s);
+static void fault(pm_cluster *c, pm__slot *s, const char *reason);
 
 /* waitid without blocking: through the pidfd when the kernel knows
  * P_PIDFD (5.4), else by pid, which is just as safe here because nobody but
@@ -552,7 +559,10 @@ static void act_spawn(pm_cluster *c, pm__slot *s)
 static void act_stop_request(pm_cluster *c, pm__slot *s)
 {
     s->state = PM_SLOT_STOPPING;
-    /* Until messaging carries a stop frame, the stop request is SIGTERM. */
+    /* The stop request: in band (a flag in the control block and a STOP
+     * frame, so pm_node_recv returns -ESHUTDOWN) and SIGTERM for workers
+     * that do not read their messages. */
+    pm__hub_stop_request(c, s);
     slot_signal(s, SIGTERM);
     if (c->o->stop_timeout_ms == 0) {
         slot_signal(s, SIGKILL);
@@ -605,10 +615,18 @@ static void dispatch(pm_cluster *c, pm__slot *s, int event)
  * charged as a failure with this reason. */
 static void fault(pm_cluster *c, pm__slot *s, const char *reason)
 {
+    if (!slot_has_process(s) || !s->reading)
+        return; /* already cut off */
     if (s->kill_reason == NULL)
         s->kill_reason = reason;
     disarm_hub(c, s); /* never read from this incarnation again */
+    emit(c, PM_EVENT_FENCED, s, reason, 0);
     dispatch(c, s, PM__EV_FAULT);
+}
+
+void pm__cluster_fault(pm_cluster *c, pm__slot *s, const char *reason)
+{
+    fault(c, s, reason);
 }
 
 /* ------------------------------------------------------------------ rings */
@@ -639,7 +657,7 @@ static int send_init(pm_cluster *c, pm__slot *s)
 static void service_ring(pm_cluster *c, pm__slot *s)
 {
     s->busy = 0;
-    for (int i = 0; i < PM__FRAMES_PER_TURN && s->reading; i++) {
+    for (int i = 0; i < PM__FRAMES_PER_TURN && s->reading && s->blocked_on < 0; i++) {
         pm__frame_hdr h;
         const void *payload;
         int rc = pm__frame_recv(&s->link.rx, PM__LINK_MAX_FRAME, &h, &payload);
@@ -651,6 +669,20 @@ static void service_ring(pm_cluster *c, pm__slot *s)
         }
         if (rc < 0) {
             s->malformed++;
+            continue;
+        }
+        if (h.type == PM__FT_MSG || h.type == PM__FT_REQUEST || h.type == PM__FT_REPLY) {
+            if (s->state != PM_SLOT_READY && s->state != PM_SLOT_STOPPING) {
+                pm__ring_consume(&s->link.rx);
+                s->malformed++; /* traffic before ready */
+                continue;
+            }
+            /* Identity comes from the ring, never from the frame. */
+            h.src = s->index;
+            h.src_inc = s->incarnation;
+            if (pm__hub_relay(c, s, &h, payload) == -EAGAIN)
+                break; /* the destination is full: leave it in the ring */
+            pm__ring_consume(&s->link.rx);
             continue;
         }
         unsigned char ver[4] = {0, 0, 0, 0};
@@ -674,12 +706,12 @@ static void service_ring(pm_cluster *c, pm__slot *s)
             }
             dispatch(c, s, PM__EV_READY);
         } else {
-            s->malformed++; /* messaging arrives with issue 4 */
+            s->malformed++;
         }
     }
     pm__ring_release(&s->link.rx);
-    if (!s->reading)
-        return;
+    if (!s->reading || s->blocked_on >= 0)
+        return; /* a blocked sender is read again when it is unblocked */
     int more = pm__ring_arm(&s->link.rx);
     if (more < 0)
         fault(c, s, "corrupt-ring");
@@ -697,6 +729,10 @@ static void on_hub(pm_cluster *c, pm__slot *s, int from_poll)
         ssize_t n = read(s->link.hub_efd, &v, sizeof(v));
         (void)n;
     }
+    if (!s->reading)
+        return;
+    if (s->q_head != NULL)
+        pm__hub_flush(c, s); /* it made room in its down ring */
     if (!s->reading)
         return;
     pm__ring_disarm(&s->link.rx);
@@ -731,6 +767,7 @@ static void on_signal(pm_cluster *c)
 static void fire_due(pm_cluster *c)
 {
     uint64_t now = now_ms();
+    pm__hub_fire(c, now);
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
         if (s->deadline != 0 && s->deadline <= now) {
@@ -816,6 +853,8 @@ static int run_once(pm_cluster *c, int timeout_ms)
     if (c->poll_children)
         reap_all(c);
     fire_due(c);
+    /* One publish (and at most one wake-up) per destination per turn. */
+    pm__hub_publish(c);
     return 0;
 }
 
@@ -915,6 +954,7 @@ static void cluster_free(pm_cluster *c)
     if (c == NULL)
         return;
     int saved = errno;
+    pm__hub_free(c);
     for (unsigned i = 0; c->slots != NULL && i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
         pm__close(s->pidfd);
@@ -965,6 +1005,12 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         s->last_exit_code = -1;
         pm__link_zero(&s->link);
         pm__budget_init(&s->budget);
+        pm__hub_slot_reset(s);
+    }
+    c->scratch = malloc(PM_MAX_PAYLOAD);
+    if (c->scratch == NULL) {
+        rc = -ENOMEM;
+        goto fail;
     }
     c->self = getpid();
     c->bcfg.min_backoff_ms = (uint32_t)c->o->min_backoff_ms;

@@ -10,6 +10,37 @@
 #include "loop.h"
 #include "options.h"
 #include "slot.h"
+#include "frame.h"
+
+/* A frame waiting for room in a destination's ring: header and payload,
+ * ready to copy. */
+typedef struct pm__qframe {
+    struct pm__qframe *next;
+    uint32_t len;
+    unsigned char data[];
+} pm__qframe;
+
+/* A request relayed to a worker and not yet answered. */
+typedef struct pm__inflight {
+    uint32_t requester;     /* node: slot or PM__NODE_MAIN */
+    uint64_t requester_inc;
+    uint64_t request_id;
+    uint64_t target_inc;
+    int64_t deadline_ms;    /* 0 none */
+} pm__inflight;
+
+/* A broadcast from main waiting for its results. */
+typedef struct pm__bcast {
+    struct pm__bcast *next;
+    uint64_t first_id;      /* request ids first_id .. first_id + n - 1 */
+    size_t n;
+    size_t pending;
+    int64_t deadline_ms;
+    pm_message *results;
+    void **bufs;            /* private copies of the replies */
+    void (*cb)(pm_cluster *, const pm_message *, size_t, void *);
+    void *arg;
+} pm__bcast;
 
 typedef struct pm__slot {
     unsigned index;
@@ -34,6 +65,19 @@ typedef struct pm__slot {
     int last_signal;
     int last_core;
     uint64_t malformed;    /* frames dropped from this slot */
+    /* Messaging (hub.c). */
+    pm__qframe *q_head;    /* frames waiting for room in this slot's ring */
+    pm__qframe *q_tail;
+    uint32_t q_frames;
+    size_t q_bytes;
+    int blocked_on;        /* this slot is not read until that slot drains; -1 */
+    int dirty;             /* its down ring has unpublished frames */
+    pm__inflight *inflight; /* requests relayed to this slot, unanswered */
+    uint32_t ninflight;
+    uint32_t inflight_cap;
+    uint64_t relayed;      /* frames relayed from this slot */
+    uint64_t relayed_bytes;
+    uint64_t undeliverable; /* notices sent to this slot */
 } pm__slot;
 
 struct pm_cluster {
@@ -58,8 +102,36 @@ struct pm_cluster {
     uint64_t rng;
     pm__budget_cfg bcfg;
     char *exec_path;        /* resolved against PATH */
+    pm__bcast *bcasts;      /* broadcasts waiting for results */
+    uint64_t next_req;      /* main's request ids */
+    unsigned char *scratch; /* private copy of a frame delivered to main */
+    uint64_t late_replies;  /* replies nobody waits for any more */
+    uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
     char **env;             /* environment template for exec mode */
     size_t nenv;
 };
+
+/* hub.c: the relay. */
+void pm__hub_slot_reset(pm__slot *s);
+/* Relays a validated, stamped frame from slot s. 0: consumed (delivered,
+ * queued, or answered undeliverable); -EAGAIN: the destination is full,
+ * leave the frame in s's ring and stop reading s (backpressure). */
+int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payload);
+/* Moves queued frames into d's ring; unblocks senders once d has room. */
+void pm__hub_flush(pm_cluster *c, pm__slot *d);
+/* Publishes every ring written this turn (one wake-up per ring at most). */
+void pm__hub_publish(pm_cluster *c);
+/* The incarnation of s is gone: answer requests in flight to it with
+ * -EHOSTDOWN, forget its own, drop its queue, unblock its senders. */
+void pm__hub_slot_gone(pm_cluster *c, pm__slot *s);
+/* The stop request: control-block flag and a STOP frame. */
+void pm__hub_stop_request(pm_cluster *c, pm__slot *s);
+/* Broadcast deadlines: the earliest (0 none), and firing the due ones. */
+uint64_t pm__hub_next_deadline(const pm_cluster *c);
+void pm__hub_fire(pm_cluster *c, uint64_t now_ms);
+void pm__hub_free(pm_cluster *c);
+/* Fault helper implemented in cluster.c. */
+void pm__cluster_fault(pm_cluster *c, pm__slot *s, const char *reason);
+void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a);
 
 #endif /* PM_CLUSTER_H */

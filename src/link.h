@@ -31,6 +31,9 @@ struct pm__ctl {
     uint64_t ring_cap;
     uint32_t max_frame;
     int32_t supervisor_pid;
+    /* Set by the hub to ask the worker to stop (it also sends a STOP frame).
+     * The worker only reads it; the hub never reads it back. */
+    _Alignas(64) _Atomic uint32_t stop;
 };
 
 typedef struct pm__link {

@@ -165,11 +165,303 @@ PM_EXTERN int pm_node_ready(pm_node *n)
     return 0;
 }
 
+static void stash_free(pm_node *n);
+
 PM_EXTERN void pm_node_close(pm_node *n)
 {
     if (n == NULL)
         return;
+    stash_free(n);
     pm__link_close(&n->link);
     free(n->init_data);
     free(n);
+}
+
+/* ------------------------------------------------------------------ messaging */
+
+#define PM__STASH_MAX ((size_t)4 << 20)
+/* Longest single wait between checks that the supervisor is still there. */
+#define PM__WAIT_CHUNK_MS 100
+
+static void stash_free(pm_node *n)
+{
+    free(n->cur_stash);
+    n->cur_stash = NULL;
+    while (n->stash_head != NULL) {
+        pm__stash *e = n->stash_head;
+        n->stash_head = e->next;
+        free(e);
+    }
+    n->stash_tail = NULL;
+    n->stash_bytes = 0;
+}
+
+static uint64_t now_ms(void)
+{
+    return pm__now_ns() / 1000000u;
+}
+
+/* The supervisor asked us to stop (flag in the control block) or is gone. */
+static int shut_down(pm_node *n)
+{
+    const struct pm__ctl *ctl = pm__link_ctl(&n->link);
+    if (n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0)
+        return 1;
+    return getppid() != n->supervisor;
+}
+
+/* Address -> node id, from what this worker knows about its own address. */
+static int resolve(const pm_node *n, const pm_address *to, uint32_t *node)
+{
+    if (to == NULL || strncmp(to->system, n->self.system, PM_NAME_MAX) != 0)
+        return -ENOENT;
+    if (strncmp(to->host, "main", PM_NAME_MAX) == 0 && to->port == 0) {
+        *node = PM__NODE_MAIN;
+        return 0;
+    }
+    unsigned base = (unsigned)n->self.port - n->slot;
+    if (strncmp(to->host, n->self.host, PM_NAME_MAX) != 0 || to->port < base)
+        return -ENOENT;
+    *node = to->port - base; /* the hub answers -ENOENT past the last slot */
+    return 0;
+}
+
+static void node_address(const pm_node *n, uint32_t node, uint64_t inc, pm_address *a)
+{
+    memset(a, 0, sizeof(*a));
+    strcpy(a->system, n->self.system);
+    if (node == PM__NODE_MAIN) {
+        strcpy(a->host, "main");
+        return;
+    }
+    strcpy(a->host, n->self.host);
+    a->port = (uint16_t)(n->self.port - n->slot + node);
+    a->incarnation = inc;
+}
+
+static void fill_msg(const pm_node *n, const pm__frame_hdr *h, const void *data, pm_message *m)
+{
+    memset(m, 0, sizeof(*m));
+    node_address(n, h->src, h->src_inc, &m->from);
+    m->to = n->self;
+    m->request_id = h->request_id;
+    m->kind = h->type == PM__FT_REQUEST ? PM_MSG_REQUEST
+              : h->type == PM__FT_REPLY ? PM_MSG_REPLY
+              : h->type == PM__FT_UNDELIVERABLE ? PM_MSG_UNDELIVERABLE
+                                                : PM_MSG_PLAIN;
+    m->error = h->error;
+    m->deadline_ms = h->deadline_ms;
+    m->data = data;
+    m->len = h->len;
+}
+
+/* Lets go of the message returned last: its ring space or its stash entry. */
+static void drop_current(pm_node *n)
+{
+    if (n->cur_in_ring) {
+        pm__ring_consume(&n->link.rx);
+        n->cur_in_ring = 0;
+        /* Hand space back in batches; a wait releases everything anyway. */
+        if (n->link.rx.tail - n->link.rx.released >= n->link.rx.cap / 8)
+            pm__ring_release(&n->link.rx);
+    }
+    free(n->cur_stash);
+    n->cur_stash = NULL;
+}
+
+/* Waits for the next frame until deadline_ms (0: none; now: poll) and
+ * peeks it. 1 with *h and *payload, -ETIMEDOUT, -ESHUTDOWN, -EPROTO. STOP
+ * frames and malformed frames are consumed here. */
+static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_hdr *h,
+                      const void **payload)
+{
+    for (;;) {
+        int rc = pm__frame_recv(&n->link.rx, PM__LINK_MAX_FRAME, h, payload);
+        if (rc == -EBADMSG)
+            return -EPROTO; /* our supervisor wrote nonsense: nothing to do */
+        if (rc < 0)
+            continue; /* malformed frame, consumed */
+        if (rc == 1) {
+            if (h->type == PM__FT_STOP) {
+                pm__ring_consume(&n->link.rx);
+                n->stopping = 1;
+                return -ESHUTDOWN;
+            }
+            return 1;
+        }
+        if (shut_down(n))
+            return -ESHUTDOWN;
+        int wait = PM__WAIT_CHUNK_MS;
+        if (!forever) {
+            uint64_t now = now_ms();
+            if (now >= deadline_ms) {
+                /* Leave the doorbell armed so pm_node_fd turns readable
+                 * when the next frame arrives. */
+                if (pm__ring_arm(&n->link.rx) != 0)
+                    continue;
+                return -ETIMEDOUT;
+            }
+            if (deadline_ms - now < (uint64_t)wait)
+                wait = (int)(deadline_ms - now);
+        }
+        rc = pm__ring_wait(&n->link.rx, wait);
+        if (rc < 0)
+            return -EPROTO;
+    }
+}
+
+static int stash_current(pm_node *n, const pm__frame_hdr *h, const void *payload)
+{
+    if (n->stash_bytes + h->len > PM__STASH_MAX)
+        return -ENOBUFS;
+    pm__stash *e = malloc(sizeof(*e) + h->len);
+    if (e == NULL)
+        return -ENOBUFS;
+    e->next = NULL;
+    e->h = *h;
+    memcpy(e->data, payload, h->len);
+    if (n->stash_tail != NULL)
+        n->stash_tail->next = e;
+    else
+        n->stash_head = e;
+    n->stash_tail = e;
+    n->stash_bytes += h->len;
+    pm__ring_consume(&n->link.rx);
+    return 0;
+}
+
+/* A reply (or a notice about a request) nobody waits for any more. */
+static int is_late_answer(const pm__frame_hdr *h)
+{
+    return h->type == PM__FT_REPLY || (h->type == PM__FT_UNDELIVERABLE && h->request_id != 0);
+}
+
+static int node_send(pm_node *n, const pm_address *to, int type, uint64_t request_id,
+                     int64_t deadline_ms, const void *data, size_t len, int wait)
+{
+    if (n == NULL || (data == NULL && len > 0))
+        return -EINVAL;
+    if (len > PM_MAX_PAYLOAD)
+        return -EMSGSIZE;
+    uint32_t node;
+    int rc = resolve(n, to, &node);
+    if (rc < 0)
+        return rc;
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = (uint8_t)type;
+    h.dst = node;
+    h.dst_inc = node == PM__NODE_MAIN ? 0 : to->incarnation;
+    h.request_id = request_id;
+    h.deadline_ms = deadline_ms;
+    /* src and src_inc are left 0: the hub stamps them from our ring. */
+    for (;;) {
+        rc = pm__frame_send(&n->link.tx, &h, data, len);
+        if (rc != -EAGAIN || !wait)
+            return rc == -EBADMSG ? -EPROTO : rc;
+        if (shut_down(n))
+            return -ESHUTDOWN;
+        rc = pm__ring_wait_space(&n->link.tx, PM__FRAME_HDR_SIZE + len, PM__WAIT_CHUNK_MS);
+        if (rc < 0)
+            return rc == -EBADMSG ? -EPROTO : rc;
+    }
+}
+
+PM_EXTERN int pm_node_send(pm_node *n, const pm_address *to, const void *data, size_t len)
+{
+    return node_send(n, to, PM__FT_MSG, 0, 0, data, len, 1);
+}
+
+PM_EXTERN int pm_node_try_send(pm_node *n, const pm_address *to, const void *data, size_t len)
+{
+    return node_send(n, to, PM__FT_MSG, 0, 0, data, len, 0);
+}
+
+PM_EXTERN int pm_node_reply(pm_node *n, const pm_message *request, const void *data, size_t len)
+{
+    if (request == NULL || request->kind != PM_MSG_REQUEST)
+        return -EINVAL;
+    return node_send(n, &request->from, PM__FT_REPLY, request->request_id, 0, data, len, 1);
+}
+
+PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
+{
+    if (n == NULL || m == NULL)
+        return -EINVAL;
+    drop_current(n);
+    pm__ring_disarm(&n->link.rx);
+    if (n->stash_head != NULL) {
+        pm__stash *e = n->stash_head;
+        n->stash_head = e->next;
+        if (n->stash_head == NULL)
+            n->stash_tail = NULL;
+        n->stash_bytes -= e->h.len;
+        n->cur_stash = e;
+        fill_msg(n, &e->h, e->data, m);
+        return 0;
+    }
+    if (n->stopping)
+        return -ESHUTDOWN;
+    uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        pm__frame_hdr h;
+        const void *payload;
+        int rc = next_frame(n, deadline, timeout_ms < 0, &h, &payload);
+        if (rc < 0)
+            return rc;
+        if (is_late_answer(&h)) {
+            pm__ring_consume(&n->link.rx);
+            n->late_replies++;
+            continue;
+        }
+        fill_msg(n, &h, payload, m);
+        n->cur_in_ring = 1;
+        return 0;
+    }
+}
+
+PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
+                              int timeout_ms, pm_message *reply)
+{
+    if (n == NULL || reply == NULL)
+        return -EINVAL;
+    drop_current(n);
+    pm__ring_disarm(&n->link.rx);
+    uint64_t id = ++n->next_req;
+    uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
+    int rc = node_send(n, to, PM__FT_REQUEST, id, (int64_t)deadline, data, len, 1);
+    if (rc < 0)
+        return rc;
+    for (;;) {
+        pm__frame_hdr h;
+        const void *payload;
+        rc = next_frame(n, deadline, timeout_ms < 0, &h, &payload);
+        if (rc < 0)
+            return rc;
+        if ((h.type == PM__FT_REPLY || h.type == PM__FT_UNDELIVERABLE) && h.request_id == id) {
+            fill_msg(n, &h, payload, reply);
+            n->cur_in_ring = 1;
+            return h.type == PM__FT_REPLY ? 0 : (h.error < 0 ? h.error : -EHOSTDOWN);
+        }
+        if (is_late_answer(&h)) {
+            pm__ring_consume(&n->link.rx);
+            n->late_replies++;
+            continue;
+        }
+        /* Someone else's message: keep it for pm_node_recv. With the stash
+         * full we can no longer reach our reply: wait out the deadline. */
+        if (stash_current(n, &h, payload) < 0) {
+            if (timeout_ms < 0)
+                return -ENOBUFS;
+            uint64_t now = now_ms();
+            if (deadline > now)
+                usleep((useconds_t)((deadline - now) * 1000));
+            return -ETIMEDOUT;
+        }
+    }
+}
+
+PM_EXTERN int pm_node_fd(const pm_node *n)
+{
+    return n != NULL ? n->link.node_efd : -EINVAL;
 }

@@ -3,8 +3,16 @@
 #define PM_NODE_H
 
 #include "link.h"
+#include "frame.h"
 
 #define PM__NODE_ENV "PROCMESH_NODE"
+
+/* A message set aside by pm_node_request while it waits for its reply. */
+typedef struct pm__stash {
+    struct pm__stash *next;
+    pm__frame_hdr h;
+    unsigned char data[];
+} pm__stash;
 
 struct pm_node {
     pm__link link;
@@ -14,6 +22,15 @@ struct pm_node {
     size_t init_len;
     int ready_sent;
     pid_t supervisor;
+    /* Messaging. */
+    uint64_t next_req;    /* request ids */
+    int cur_in_ring;      /* the last message returned is still in the ring */
+    pm__stash *cur_stash; /* ... or was this stash entry */
+    pm__stash *stash_head;
+    pm__stash *stash_tail;
+    size_t stash_bytes;
+    int stopping;         /* the supervisor asked us to stop */
+    uint64_t late_replies;
 };
 
 /* Runs the worker half of the handshake on an attached link: HELLO, then

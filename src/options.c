@@ -252,6 +252,17 @@ PM_EXTERN int pm_options_set_on_event(pm_options *o,
     return 0;
 }
 
+PM_EXTERN int pm_options_set_on_message(pm_options *o,
+                                        void (*cb)(pm_cluster *, const pm_message *, void *),
+                                        void *arg)
+{
+    if (o == NULL)
+        return -EINVAL;
+    o->on_message = cb;
+    o->on_message_arg = arg;
+    return 0;
+}
+
 PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on)
 {
     if (o == NULL || (on != 0 && on != 1))

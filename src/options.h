@@ -36,6 +36,8 @@ struct pm_options {
     void *on_down_arg;
     void (*on_event)(pm_cluster *, const pm_event *, void *);
     void *on_event_arg;
+    void (*on_message)(pm_cluster *, const pm_message *, void *);
+    void *on_message_arg;
 };
 
 /* Deep copy (the cluster keeps its own). NULL on ENOMEM. */

@@ -320,6 +320,20 @@ int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
     return spin_then_park(r, space_for, len, &r->sh->prod_waiting, timeout_ms);
 }
 
+int pm__ring_arm_space(pm__ring *r, size_t len)
+{
+    arm_flag(&r->sh->prod_waiting);
+    int rc = fits(r, len);
+    if (rc != 0)
+        pm__ring_disarm_space(r);
+    return rc;
+}
+
+void pm__ring_disarm_space(pm__ring *r)
+{
+    atomic_store_explicit(&r->sh->prod_waiting, 0, memory_order_relaxed);
+}
+
 /* ---------------------------------------------------------------- consumer */
 
 /* Re-reads the producer's index. Acquire pairs with the release in

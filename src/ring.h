@@ -135,6 +135,12 @@ int pm__ring_send(pm__ring *r, const void *data, size_t len);
  * negative errno. */
 int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms);
 
+/* For event loops, the producer's mirror of pm__ring_arm: announce that we
+ * wait for room for len bytes. Returns 1 (flag cleared) if it fits already,
+ * 0 when armed (the consumer's next release writes its wake_fd), -EBADMSG. */
+int pm__ring_arm_space(pm__ring *r, size_t len);
+void pm__ring_disarm_space(pm__ring *r);
+
 /* ---- consumer ---- */
 
 /* Looks at the next frame without consuming it: 1 with *payload and *len set

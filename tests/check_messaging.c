@@ -1,0 +1,800 @@
+/*
+ * check_messaging.c - the hub relays frames between workers and main with
+ * real processes: integrity, sender identity, malformed traffic, fairness,
+ * undeliverable notices, requests to dying workers, broadcast, backpressure.
+ */
+#include "helpers.h"
+
+#include <poll.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+
+#include "cluster.h"
+#include "node.h"
+#include "proto.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t ms(void)
+{
+    return pm_test_now_ns() / 1000000u;
+}
+
+#define RUN_UNTIL(c, cond, timeout_ms)                                          \
+    do {                                                                        \
+        uint64_t end_ = ms() + (timeout_ms);                                    \
+        while (!(cond) && ms() < end_)                                          \
+            ck_assert_int_ge(pm_cluster_run((c), 10), 0);                       \
+        ck_assert_msg((cond), "timed out waiting for: %s", #cond);              \
+    } while (0)
+
+/* What a worker does, chosen per slot by the test (fork mode shares the
+ * test's memory image, so a static table is enough). */
+enum role {
+    R_IDLE = 0,   /* recv loop; answers requests "ping" with "pong:<slot>" */
+    R_SILENT,     /* never reads anything */
+    R_CRASH_ON_REQUEST, /* SIGSEGV on the first request */
+    R_SLEEPY,     /* recv; sleeps 5 s before answering a request */
+    R_STREAM,     /* sends `count` checksummed frames to `peer`, then idles */
+    R_SPOOF,      /* writes frames claiming to be slot 1, straight into its ring */
+    R_GARBAGE_FRAMES, /* malformed frames, then good ones */
+    R_GARBAGE_INDEX,  /* scribbles its up ring's producer index */
+    R_FLOOD_MAIN, /* sends to main as fast as it can, forever */
+    R_ASKER,      /* requests `peer` every 20 ms, reports latencies to main */
+    R_REQUEST_ONE, /* one request to `target` (address built by the test) */
+    R_STOPPABLE,  /* ignores SIGTERM, exits 7 when recv says -ESHUTDOWN */
+    R_SLOW_READER, /* reads nothing for 1 s, then checks a stream in order */
+    R_FD,         /* waits on pm_node_fd, then reports */
+    R_SLOW_READY, /* takes 500 ms to say ready, then like R_IDLE */
+};
+
+struct plan {
+    int role[8];
+    int peer[8];
+    uint32_t count;
+    pm_address target;
+    int target_set;
+};
+
+static struct plan plan;
+
+/* What main received. */
+static char last_text[8][256];
+static int texts;
+static uint64_t from_main_msgs;
+static pm_address last_from;
+static int events_fenced;
+static char fenced_reason[32];
+static int ready_events;
+static int last_exit_code = -100;
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (getenv("PM_DEBUG")) fprintf(stderr, "event %d slot %u reason %s code %d sig %d\n", e->type, e->slot, e->reason, e->exit_code, e->signal);
+    if (e->type == PM_EVENT_FENCED) {
+        events_fenced++;
+        snprintf(fenced_reason, sizeof(fenced_reason), "%s", e->reason);
+    }
+    if (e->type == PM_EVENT_READY)
+        ready_events++;
+    if (e->type == PM_EVENT_EXITED)
+        last_exit_code = e->exit_code;
+}
+
+static void on_message(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)arg;
+    from_main_msgs++; if (getenv("PM_DEBUG")) fprintf(stderr, "main got kind %d from %u len %zu\n", m->kind, m->from.port, m->len);
+    last_from = m->from;
+    if (m->len > 0 && m->len < 256 && ((const char *)m->data)[0] == '#') {
+        unsigned slot = (unsigned)(m->from.port - 1);
+        if (slot < 8) {
+            memcpy(last_text[slot], m->data, m->len);
+            last_text[slot][m->len] = '\0';
+            texts++;
+        }
+    }
+    if (m->kind == PM_MSG_REQUEST)
+        pm_cluster_reply(c, m, "main-pong", 9);
+}
+
+static pm_options *opts(int workers, int (*boot)(pm_node *, void *))
+{
+    texts = 0;
+    from_main_msgs = 0;
+    events_fenced = 0;
+    ready_events = 0;
+    memset(last_text, 0, sizeof(last_text));
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, workers);
+    pm_options_set_bootstrap(o, boot, &plan);
+    pm_options_set_on_message(o, on_message, NULL);
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_options_set_restart_min_backoff_ms(o, 10);
+    pm_options_set_restart_max_backoff_ms(o, 50);
+    pm_options_set_stop_timeout_ms(o, 2000);
+    pm_options_set_ring_size(o, 256 * 1024);
+    return o;
+}
+
+static pm_address slot_addr(unsigned slot, uint64_t inc)
+{
+    pm_address a;
+    memset(&a, 0, sizeof(a));
+    strcpy(a.system, "procmesh");
+    strcpy(a.host, "worker");
+    a.port = (uint16_t)(1 + slot);
+    a.incarnation = inc;
+    return a;
+}
+
+static uint32_t fnv(const unsigned char *p, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+/* ---------------------------------------------------------------- the worker */
+
+static void say(pm_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(pm_node *n, const char *fmt, ...)
+{
+    char buf[200];
+    buf[0] = '#';
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(buf + 1, sizeof(buf) - 1, fmt, ap);
+    va_end(ap);
+    pm_address main_addr = {.system = "procmesh", .host = "main"};
+    pm_node_send(n, &main_addr, buf, (size_t)len + 1);
+}
+
+/* Checks a stream: in order, intact, from the right sender. */
+struct checker {
+    uint32_t next[8];
+    uint32_t good, bad;
+    char first_bad[96];
+};
+
+static void check_frame(struct checker *k, const pm_message *m)
+{
+    if (m->len < 12) {
+        k->bad++;
+        return;
+    }
+    uint32_t seq, sum, from;
+    memcpy(&seq, m->data, 4);
+    memcpy(&sum, (const char *)m->data + 4, 4);
+    memcpy(&from, (const char *)m->data + 8, 4);
+    unsigned real = (unsigned)(m->from.port - 1);
+    if (from != real || real >= 8 || seq != k->next[real] ||
+        fnv((const unsigned char *)m->data + 12, m->len - 12) != sum) {
+        if (k->bad++ == 0)
+            snprintf(k->first_bad, sizeof(k->first_bad), " first: from %u/%u seq %u want %u len %zu",
+                     from, real, seq, real < 8 ? k->next[real] : 0, m->len);
+        return;
+    }
+    k->next[real]++;
+    k->good++;
+}
+
+/* Sends count checksummed frames to peer. A well-behaved worker keeps
+ * reading while it sends: when its ring is full it drains its own inbox, or
+ * two workers streaming at each other would wait on each other forever. */
+static void stream(pm_node *n, unsigned peer, uint32_t count, struct checker *k)
+{
+    unsigned char buf[4096];
+    pm_address to = slot_addr(peer, 0);
+    uint64_t seed = pm_node_slot(n) + 1;
+    for (uint32_t i = 0; i < count; i++) {
+        size_t len = 12 + pm_test_rand(&seed) % (sizeof(buf) - 12);
+        for (size_t j = 12; j < len; j++)
+            buf[j] = (unsigned char)pm_test_rand(&seed);
+        memcpy(buf, &i, 4);
+        uint32_t sum = fnv(buf + 12, len - 12);
+        memcpy(buf + 4, &sum, 4);
+        uint32_t from = pm_node_slot(n);
+        memcpy(buf + 8, &from, 4);
+        int rc;
+        while ((rc = pm_node_try_send(n, &to, buf, len)) == -EAGAIN) {
+            pm_message m;
+            if (pm_node_recv(n, &m, 1) == 0 && m.kind == PM_MSG_PLAIN)
+                check_frame(k, &m);
+        }
+        if (rc != 0)
+            _exit(20);
+    }
+}
+
+static void idle_forever(void)
+{
+    for (;;)
+        pause();
+}
+
+static int worker(pm_node *n, void *arg)
+{
+    struct plan *p = arg;
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    unsigned slot = pm_node_slot(n);
+    int role = p->role[slot];
+    if (role == R_STOPPABLE)
+        signal(SIGTERM, SIG_IGN);
+    if (role == R_SLOW_READY)
+        usleep(500000);
+    pm_node_ready(n);
+    struct checker k;
+    memset(&k, 0, sizeof(k));
+    pm_message m;
+    if (role == R_STREAM || role == R_SPOOF || role == R_GARBAGE_INDEX || role == R_FLOOD_MAIN ||
+        role == R_ASKER || role == R_GARBAGE_FRAMES) {
+        /* Act only once main says the whole mesh is up. */
+        if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
+            return 40;
+    }
+    switch (role) {
+    case R_SILENT:
+        idle_forever();
+        break;
+    case R_STREAM:
+        stream(n, (unsigned)p->peer[slot], p->count, &k);
+        say(n, "sent %u", p->count);
+        break;
+    case R_SPOOF: {
+        /* Bypass the API: a frame whose source fields name slot 1. */
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_MSG;
+        h.src = 1;
+        h.src_inc = 1;
+        h.dst = (uint32_t)p->peer[slot];
+        const char *text = "#spoofed";
+        pm__frame_send(&n->link.tx, &h, text, strlen(text));
+        h.dst = PM__NODE_MAIN;
+        pm__frame_send(&n->link.tx, &h, text, strlen(text));
+        break;
+    }
+    case R_GARBAGE_FRAMES: {
+        unsigned char junk[PM__FRAME_HDR_SIZE + 8];
+        memset(junk, 0xEE, sizeof(junk));
+        pm__ring_send(&n->link.tx, junk, 5);              /* shorter than a header */
+        pm__ring_send(&n->link.tx, junk, sizeof(junk));   /* bad version */
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_MSG;
+        h.len = 99; /* disagrees with the record */
+        pm__frame_encode(&h, junk);
+        junk[0] = 1;
+        pm__ring_send(&n->link.tx, junk, PM__FRAME_HDR_SIZE);
+        junk[1] = 77; /* unknown type */
+        pm__ring_send(&n->link.tx, junk, PM__FRAME_HDR_SIZE);
+        say(n, "after garbage");
+        break;
+    }
+    case R_GARBAGE_INDEX: {
+        /* The producer index of our own up ring jumps past the capacity. */
+        atomic_store(&n->link.tx.sh->head, (uint64_t)1 << 40);
+        uint64_t one = 1;
+        if (write(n->link.hub_efd, &one, 8) != 8)
+            _exit(21);
+        idle_forever();
+        break;
+    }
+    case R_FLOOD_MAIN: {
+        pm_address main_addr = {.system = "procmesh", .host = "main"};
+        char junk[512] = {0};
+        for (;;)
+            if (pm_node_send(n, &main_addr, junk, sizeof(junk)) < 0)
+                _exit(0);
+    }
+    case R_ASKER: {
+        pm_address main_addr = {.system = "procmesh", .host = "main"};
+        uint64_t worst = 0;
+        for (int i = 0; i < 25; i++) {
+            uint64_t t0 = pm_test_now_ns();
+            pm_message r;
+            int rc = pm_node_request(n, &main_addr, "ping", 4, 10000, &r);
+            if (rc != 0 || r.len != 9 || memcmp(r.data, "main-pong", 9) != 0)
+                say(n, "request failed %d", rc);
+            uint64_t dt = (pm_test_now_ns() - t0) / 1000000u;
+            if (dt > worst)
+                worst = dt;
+            usleep(20000);
+        }
+        say(n, "worst %llu", (unsigned long long)worst);
+        break;
+    }
+    case R_SLOW_READER:
+        sleep(1);
+        break;
+    case R_FD: {
+        int rc = pm_node_recv(n, &m, 0);
+        if (rc != -ETIMEDOUT)
+            return 41;
+        struct pollfd pfd = {.fd = pm_node_fd(n), .events = POLLIN};
+        rc = poll(&pfd, 1, 5000);
+        if (rc != 1)
+            return 42;
+        rc = pm_node_recv(n, &m, 0);
+        say(n, "fd %d %.*s", rc, rc == 0 ? (int)m.len : 0, rc == 0 ? (const char *)m.data : "");
+        break;
+    }
+    default:
+        break;
+    }
+    /* The receive loop shared by every role. */
+    for (;;) {
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return role == R_STOPPABLE ? 7 : 0;
+        if (rc < 0)
+            return 30;
+        if (m.kind == PM_MSG_REQUEST) {
+            if (role == R_CRASH_ON_REQUEST)
+                raise(SIGSEGV);
+            if (role == R_SLEEPY)
+                usleep(1500000);
+            char out[32];
+            int len = snprintf(out, sizeof(out), "pong:%u", slot);
+            pm_node_reply(n, &m, out, (size_t)len);
+            continue;
+        }
+        /* Short '#' texts only: a stream frame may start with '#' too. */
+        if (m.kind == PM_MSG_PLAIN && m.len >= 1 && m.len < 12 && ((const char *)m.data)[0] == '#') {
+            /* Report who the hub says sent it. */
+            say(n, "got %.*s from port %u inc %llu", (int)m.len, (const char *)m.data,
+                (unsigned)m.from.port, (unsigned long long)m.from.incarnation);
+            continue;
+        }
+        if (m.kind == PM_MSG_PLAIN && m.len > 3 && memcmp(m.data, "go ", 3) == 0) {
+            /* "go ADDRESS": one request there, report the outcome. */
+            char text[PM_ADDRESS_STRLEN];
+            snprintf(text, sizeof(text), "%.*s", (int)m.len - 3, (const char *)m.data + 3);
+            pm_address target;
+            if (pm_address_parse(text, &target) != 0)
+                return 31;
+            pm_message r;
+            uint64_t t0 = pm_test_now_ns();
+            int rc2 = pm_node_request(n, &target, "ping", 4, 10000, &r);
+            say(n, "rc %d kind %d took %llu", rc2, rc2 == 0 || r.kind ? r.kind : 0,
+                (unsigned long long)((pm_test_now_ns() - t0) / 1000000u));
+            continue;
+        }
+        if (m.kind == PM_MSG_PLAIN && m.len == 5 && memcmp(m.data, "count", 5) == 0) {
+            say(n, "good %u bad %u%s", k.good, k.bad, k.first_bad);
+            continue;
+        }
+        if (m.kind == PM_MSG_PLAIN)
+            check_frame(&k, &m);
+    }
+}
+
+/* ---------------------------------------------------------------- tests */
+
+/* Tells every worker that the mesh is up. */
+static void start_all(pm_cluster *c)
+{
+    for (unsigned i = 0; i < pm_cluster_slots(c); i++) {
+        pm_address a = slot_addr(i, 0);
+        if (plan.role[i] == R_STREAM || plan.role[i] == R_SPOOF ||
+            plan.role[i] == R_GARBAGE_INDEX || plan.role[i] == R_FLOOD_MAIN ||
+            plan.role[i] == R_ASKER || plan.role[i] == R_GARBAGE_FRAMES)
+            ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
+    }
+}
+
+static void ask_counts(pm_cluster *c, unsigned slot)
+{
+    pm_address a = slot_addr(slot, 0);
+    last_text[slot][0] = '\0';
+    ck_assert_int_eq(pm_cluster_send(c, &a, "count", 5), 0);
+    RUN_UNTIL(c, last_text[slot][0] != '\0', 10000);
+}
+
+START_TEST(test_relay_checksums)
+{
+    /* Ring of three streams: 0 -> 1, 1 -> 2, 2 -> 0, all at once. */
+    memset(&plan, 0, sizeof(plan));
+    const uint32_t count = pm_test_sanitized() ? 5000 : 20000;
+    for (int i = 0; i < 3; i++) {
+        plan.role[i] = R_STREAM;
+        plan.peer[i] = (i + 1) % 3;
+    }
+    plan.count = count;
+    pm_options *o = opts(3, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    RUN_UNTIL(c, texts >= 3, 60000); /* "sent N" from each */
+    char want[64];
+    snprintf(want, sizeof(want), "#good %u bad 0", count);
+    for (unsigned s = 0; s < 3; s++) {
+        uint64_t end = ms() + 30000;
+        do {
+            ask_counts(c, s);
+        } while (strcmp(last_text[s], want) != 0 && ms() < end);
+        ck_assert_str_eq(last_text[s], want);
+        ck_assert_uint_eq(c->slots[s].relayed, count + 2);
+    }
+    ck_assert_int_eq(events_fenced, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_spoofed_source)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = R_SPOOF;
+    plan.peer[0] = 2;
+    pm_options *o = opts(3, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    /* Main got "#spoofed" from slot 0 (port 1), not slot 1. */
+    RUN_UNTIL(c, last_text[0][0] != '\0' && last_text[2][0] != '\0', 10000);
+    ck_assert_str_eq(last_text[0], "#spoofed"); /* filed under the real sender, slot 0 */
+    /* Slot 2 reports who the hub said sent it: port 1 = slot 0. */
+    ck_assert_str_eq(last_text[2], "#got #spoofed from port 1 inc 1");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_garbage_frames_dropped)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[1] = R_GARBAGE_FRAMES;
+    pm_options *o = opts(2, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    RUN_UNTIL(c, last_text[1][0] != '\0', 10000);
+    /* Dropped and counted, the worker not harmed: its next message came. */
+    ck_assert_str_eq(last_text[1], "#after garbage");
+    ck_assert_uint_ge(c->slots[1].malformed, 4);
+    ck_assert_int_eq(events_fenced, 0);
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 1, &si);
+    ck_assert_uint_eq(si.incarnation, 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_garbage_index_quarantined)
+{
+    /* Slot 2 corrupts its ring while slots 0 and 1 stream to each other:
+     * slot 2 is fenced, killed and restarted with fresh memory; the others
+     * finish their streams intact. */
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = R_STREAM;
+    plan.peer[0] = 1;
+    plan.role[1] = R_STREAM;
+    plan.peer[1] = 0;
+    plan.role[2] = R_GARBAGE_INDEX;
+    plan.count = 5000;
+    pm_options *o = opts(3, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    RUN_UNTIL(c, events_fenced >= 1, 10000);
+    ck_assert_str_eq(fenced_reason, "corrupt-ring");
+    RUN_UNTIL(c, texts >= 2, 30000);
+    plan.role[2] = R_IDLE; /* only matters for incarnations forked from now on */
+    for (unsigned s = 0; s < 2; s++) {
+        uint64_t end = ms() + 20000;
+        do {
+            ask_counts(c, s);
+        } while (strcmp(last_text[s], "#good 5000 bad 0") != 0 && ms() < end);
+        ck_assert_str_eq(last_text[s], "#good 5000 bad 0");
+    }
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 2, &si);
+    ck_assert_uint_ge(si.incarnation, 2);
+    ck_assert_int_eq(si.last_signal, SIGKILL);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_flood_does_not_starve)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = R_FLOOD_MAIN;
+    plan.role[1] = R_ASKER;
+    pm_options *o = opts(2, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    RUN_UNTIL(c, last_text[1][0] != '\0', 30000);
+    unsigned worst = 99999;
+    ck_assert_int_eq(sscanf(last_text[1], "#worst %u", &worst), 1);
+    /* Generous: a starved request would wait for the 10 s timeout. */
+    ck_assert_uint_lt(worst, 1000);
+    ck_assert_uint_gt(from_main_msgs, 1000);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_undeliverable)
+{
+    /* Slot 1 is restarted once (incarnation 2), slot 2 is retired. Slot 0
+     * then asks the old incarnation of 1, the retired 2 and a slot that does
+     * not exist. */
+    memset(&plan, 0, sizeof(plan));
+    pm_options *o = opts(3, worker);
+    pm_options_set_max_restarts(o, 0);
+    pm_options_set_restart_policy(o, PM_RESTART_ON_FAILURE);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 2, &si);
+    kill(si.pid, SIGKILL);
+    RUN_UNTIL(c, c->slots[2].state == PM_SLOT_RETIRED, 10000);
+    /* main -> retired, unknown and stale addresses. */
+    pm_address a = slot_addr(2, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "x", 1), -EHOSTDOWN);
+    a = slot_addr(7, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "x", 1), -ENOENT);
+    a = slot_addr(1, 5);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "x", 1), -ESTALE);
+    ck_assert_int_eq(pm_cluster_send(c, &a, NULL, PM_MAX_PAYLOAD + 1), -EINVAL);
+    char *big = calloc(1, PM_MAX_PAYLOAD + 1);
+    a = slot_addr(1, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, big, PM_MAX_PAYLOAD + 1), -EMSGSIZE);
+    ck_assert_int_eq(pm_cluster_send(c, &a, big, PM_MAX_PAYLOAD), 0);
+    free(big);
+    pm_cluster_terminate(c);
+    pm_options_free(o);
+
+    /* worker -> worker: each case fails fast with its reason, as an
+     * undeliverable notice. Slot 1 is restarted once (incarnation 2), slot 2
+     * retired. */
+    memset(&plan, 0, sizeof(plan));
+    o = opts(3, worker);
+    pm_options_set_max_restarts(o, 1);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster_slot_info(c, 1, &si);
+    kill(si.pid, SIGKILL);
+    RUN_UNTIL(c, ready_events == 4, 10000);
+    for (int k = 0; k < 2; k++) {
+        pm_cluster_slot_info(c, 2, &si);
+        kill(si.pid, SIGKILL);
+        /* A restart may complete within one run call: wait for the next
+         * incarnation to be ready, or for the retirement. */
+        RUN_UNTIL(c, (c->slots[2].state == PM_SLOT_READY && c->slots[2].incarnation > si.incarnation) ||
+                         c->slots[2].state == PM_SLOT_RETIRED, 10000);
+    }
+    ck_assert_int_eq(c->slots[2].state, PM_SLOT_RETIRED);
+    static const struct { const char *to; int want; } cases[] = {
+        {"procmesh@worker:3", -EHOSTDOWN},  /* retired */
+        {"procmesh@worker:2#1", -ESTALE},   /* slot 1's dead incarnation */
+        {"procmesh@worker:7", -ENOENT},     /* no such slot */
+        {"other@worker:2", -ENOENT},        /* another mesh */
+        {"procmesh@worker:2#2", 0},         /* the live one answers */
+        {"procmesh@main:0", 0},             /* main answers too */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char go[80];
+        int len = snprintf(go, sizeof(go), "go %s", cases[i].to);
+        last_text[0][0] = '\0';
+        pm_address a0 = slot_addr(0, 0);
+        ck_assert_int_eq(pm_cluster_send(c, &a0, go, (size_t)len), 0);
+        RUN_UNTIL(c, last_text[0][0] != '\0', 10000);
+        int rc = 1, kind = -1;
+        unsigned took = 99999;
+        ck_assert_int_eq(sscanf(last_text[0], "#rc %d kind %d took %u", &rc, &kind, &took), 3);
+        ck_assert_msg(rc == cases[i].want, "%s: rc %d, want %d", cases[i].to, rc, cases[i].want);
+        ck_assert_int_eq(kind, rc == 0 ? PM_MSG_REPLY : PM_MSG_UNDELIVERABLE);
+        ck_assert_uint_lt(took, 5000); /* fast, not the 10 s timeout */
+    }
+    ck_assert_uint_ge(c->slots[0].undeliverable, 2);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+
+START_TEST(test_killed_mid_request)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[2] = R_SLEEPY;
+    pm_options *o = opts(3, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address a0 = slot_addr(0, 0);
+    const char *go = "go procmesh@worker:3";
+    ck_assert_int_eq(pm_cluster_send(c, &a0, go, strlen(go)), 0);
+    ck_assert_int_eq(pm_cluster_run(c, 300), 0); /* the request reaches slot 2 */
+    ck_assert_uint_eq(c->slots[2].ninflight, 1);
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 2, &si);
+    kill(si.pid, SIGKILL);
+    RUN_UNTIL(c, last_text[0][0] != '\0', 10000);
+    int rc = 0, kind = 0;
+    unsigned took = 99999;
+    ck_assert_int_eq(sscanf(last_text[0], "#rc %d kind %d took %u", &rc, &kind, &took), 3);
+    ck_assert_int_eq(rc, -EHOSTDOWN);
+    ck_assert_int_eq(kind, PM_MSG_UNDELIVERABLE);
+    ck_assert_uint_lt(took, 3000); /* not the 10 s timeout, nor the 1.5 s sleep + reply */
+    RUN_UNTIL(c, c->slots[2].state == PM_SLOT_READY, 10000);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+static int bcast_calls;
+static size_t bcast_n;
+static pm_message bcast_res[8];
+static char bcast_data[8][32];
+
+static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c;
+    (void)arg;
+    bcast_calls++;
+    bcast_n = n;
+    for (size_t i = 0; i < n && i < 8; i++) {
+        bcast_res[i] = r[i];
+        snprintf(bcast_data[i], sizeof(bcast_data[i]), "%.*s", (int)r[i].len,
+                 r[i].data ? (const char *)r[i].data : "");
+    }
+}
+
+START_TEST(test_broadcast)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = R_IDLE;
+    plan.role[1] = R_SLEEPY;
+    plan.role[2] = R_CRASH_ON_REQUEST;
+    pm_options *o = opts(3, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    bcast_calls = 0;
+    ck_assert_int_eq(pm_cluster_broadcast(c, "ping", 4, 500, on_bcast, NULL), 0);
+    plan.role[2] = R_IDLE; /* its replacement answers; it is not in this snapshot */
+    RUN_UNTIL(c, bcast_calls == 1, 10000);
+    ck_assert_uint_eq(bcast_n, 3);
+    ck_assert_uint_eq(bcast_res[0].from.port, 1);
+    ck_assert_int_eq(bcast_res[0].error, 0);
+    ck_assert_str_eq(bcast_data[0], "pong:0");
+    ck_assert_int_eq(bcast_res[1].error, -ETIMEDOUT);
+    ck_assert_int_eq(bcast_res[2].error, -EHOSTDOWN);
+    ck_assert_uint_eq(bcast_res[2].from.incarnation, 1);
+    /* The sleepy worker's reply comes after the deadline: dropped, counted,
+     * and never a second callback. */
+    uint64_t late = c->late_replies;
+    RUN_UNTIL(c, c->late_replies > late, 5000);
+    ck_assert_int_eq(bcast_calls, 1);
+    /* A slot that is restarting is not in the next snapshot. */
+    RUN_UNTIL(c, c->slots[2].state == PM_SLOT_READY, 10000);
+    pm_slot_info si;
+    plan.role[0] = R_SLOW_READY; /* its replacement stays STARTING for a while */
+    pm_cluster_slot_info(c, 0, &si);
+    kill(si.pid, SIGKILL);
+    RUN_UNTIL(c, c->slots[0].state == PM_SLOT_STARTING, 10000);
+    bcast_calls = 0;
+    ck_assert_int_eq(pm_cluster_broadcast(c, "ping", 4, 3000, on_bcast, NULL), 0);
+    RUN_UNTIL(c, bcast_calls == 1, 10000);
+    ck_assert_uint_eq(bcast_n, 2);
+    ck_assert_str_eq(bcast_data[1], "pong:2");
+    ck_assert_int_eq(pm_cluster_broadcast(c, "x", 1, 0, on_bcast, NULL), -EINVAL);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_full_destination)
+{
+    /* Slot 0 streams 20000 frames at slot 1, which reads nothing for a
+     * second: nothing is lost, the hub's queue for slot 1 never passes its
+     * bound, and the sender simply waits. */
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = R_STREAM;
+    plan.peer[0] = 1;
+    plan.role[1] = R_SLOW_READER;
+    plan.count = pm_test_sanitized() ? 8000 : 20000;
+    pm_options *o = opts(2, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    uint32_t max_frames = 0;
+    size_t max_bytes = 0;
+    int blocked_seen = 0;
+    uint64_t end = ms() + 60000;
+    while (last_text[0][0] == '\0' && ms() < end) {
+        ck_assert_int_ge(pm_cluster_run(c, 5), 0);
+        if (c->slots[1].q_frames > max_frames)
+            max_frames = c->slots[1].q_frames;
+        if (c->slots[1].q_bytes > max_bytes)
+            max_bytes = c->slots[1].q_bytes;
+        blocked_seen |= c->slots[0].blocked_on == 1;
+    }
+    ck_assert_str_ne(last_text[0], "");
+    char want[64];
+    snprintf(want, sizeof(want), "#good %u bad 0", plan.count);
+    end = ms() + 30000;
+    do {
+        ask_counts(c, 1);
+    } while (strcmp(last_text[1], want) != 0 && ms() < end);
+    ck_assert_str_eq(last_text[1], want);
+    ck_assert_uint_le(max_frames, 1024);
+    ck_assert_uint_le(max_bytes, (size_t)4 << 20);
+    ck_assert_uint_gt(max_frames, 0);
+    ck_assert(blocked_seen);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_stop_in_band)
+{
+    /* A worker that ignores SIGTERM but reads its messages sees the stop
+     * request as -ESHUTDOWN and exits by itself. */
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = R_STOPPABLE;
+    pm_options *o = opts(1, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    last_exit_code = -100;
+    uint64_t t0 = ms();
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_uint_lt(ms() - t0, 1900); /* before the 2 s stop timeout */
+    ck_assert_int_eq(last_exit_code, 7);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_node_fd)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = R_FD;
+    pm_options *o = opts(1, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_run(c, 200), 0);
+    pm_address a = slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "wake", 4), 0);
+    RUN_UNTIL(c, last_text[0][0] != '\0', 10000);
+    ck_assert_str_eq(last_text[0], "#fd 0 wake");
+    pm_address self;
+    ck_assert_int_eq(pm_cluster_self(c, &self), 0);
+    char text[PM_ADDRESS_STRLEN];
+    pm_address_format(&self, text, sizeof(text));
+    ck_assert_str_eq(text, "procmesh@main:0");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* One test case per test, so that CK_RUN_CASE=name runs just one. */
+#define ADD(suite, fn, timeout)                        \
+    do {                                               \
+        TCase *tc_ = pm_tcase(#fn, (timeout));         \
+        tcase_add_test(tc_, fn);                       \
+        suite_add_tcase((suite), tc_);                 \
+    } while (0)
+
+int main(void)
+{
+    Suite *s = suite_create("messaging");
+    ADD(s, test_relay_checksums, 120);
+    ADD(s, test_spoofed_source, 60);
+    ADD(s, test_garbage_frames_dropped, 60);
+    ADD(s, test_garbage_index_quarantined, 60);
+    ADD(s, test_flood_does_not_starve, 60);
+    ADD(s, test_undeliverable, 60);
+    ADD(s, test_killed_mid_request, 60);
+    ADD(s, test_broadcast, 60);
+    ADD(s, test_full_destination, 120);
+    ADD(s, test_stop_in_band, 60);
+    ADD(s, test_node_fd, 60);
+    return pm_test_main(s);
+}
