@@ -192,6 +192,12 @@ PM_EXTERN int pm_options_set_on_event(pm_options *o,
  * return -EINTR. 0: it touches no signal (exits are still seen by pidfd). */
 PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
 
+/* While frames are flowing, the hub polls the rings for up to us
+ * microseconds before it sleeps, so workers can hand it frames without a
+ * wake-up system call: lower latency and fewer system calls for a busy mesh,
+ * at the cost of that much CPU after each burst. 0..1000000, default 0. */
+PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us);
+
 /* Bytes of each of a worker's two rings: a power of two from 256 KiB to
  * 1 GiB. Default 1 MiB. */
 PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);

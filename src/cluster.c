@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,7 @@ enum { TAG_SIGNAL = 1, TAG_TIMER, TAG_WAKE, TAG_PIDFD, TAG_HUB };
 
 /* Frames read from one slot per loop turn: a flooding worker waits for the
  * next turn instead of starving the others. */
-#define PM__FRAMES_PER_TURN 64
+#define PM__FRAMES_PER_TURN 256
 /* Without pidfds and signals, how often exits are looked for. */
 #define PM__SCAN_MS 50
 
@@ -657,12 +658,17 @@ static int send_init(pm_cluster *c, pm__slot *s)
 static void service_ring(pm_cluster *c, pm__slot *s)
 {
     s->busy = 0;
+    s->want_arm = 0;
+    int drained = 0;
     for (int i = 0; i < PM__FRAMES_PER_TURN && s->reading && s->blocked_on < 0; i++) {
         pm__frame_hdr h;
         const void *payload;
         int rc = pm__frame_recv(&s->link.rx, PM__LINK_MAX_FRAME, &h, &payload);
-        if (rc == 0)
+        if (rc == 0) {
+            drained = 1;
             break;
+        }
+        c->active = 1;
         if (rc == -EBADMSG) {
             fault(c, s, "corrupt-ring");
             return;
@@ -712,11 +718,54 @@ static void service_ring(pm_cluster *c, pm__slot *s)
     pm__ring_release(&s->link.rx);
     if (!s->reading || s->blocked_on >= 0)
         return; /* a blocked sender is read again when it is unblocked */
-    int more = pm__ring_arm(&s->link.rx);
-    if (more < 0)
-        fault(c, s, "corrupt-ring");
-    else if (more > 0)
-        s->busy = 1;
+    if (drained)
+        s->want_arm = 1; /* armed just before the loop sleeps (arm_idle) */
+    else
+        s->busy = 1; /* its turn is over; more next turn */
+}
+
+/* Before the loop sleeps: tell every drained worker to ring our doorbell
+ * (pm__ring_arm), unless its ring is no longer empty. Deferred to here so a
+ * busy hub, or one spinning for the next frame, lets its workers publish
+ * without a wake-up system call. Returns 1 when something needs a turn. */
+static int arm_idle(pm_cluster *c)
+{
+    int work = 0;
+    for (unsigned i = 0; i < c->nslots; i++) {
+        pm__slot *s = &c->slots[i];
+        if (!s->want_arm)
+            continue;
+        s->want_arm = 0;
+        if (!s->reading || s->blocked_on >= 0)
+            continue;
+        int more = pm__ring_arm(&s->link.rx);
+        if (more < 0) {
+            fault(c, s, "corrupt-ring");
+        } else if (more > 0) {
+            s->busy = 1;
+            work = 1;
+        }
+    }
+    return work;
+}
+
+/* Spins up to the hub spin time for a frame on a drained ring or a loop
+ * completion. 1 when there is work. */
+static int spin_for_work(pm_cluster *c)
+{
+    uint64_t end = pm__now_ns() + c->o->hub_spin_us * 1000u;
+    do {
+        for (unsigned i = 0; i < c->nslots; i++) {
+            pm__slot *s = &c->slots[i];
+            if (s->want_arm && s->reading && s->blocked_on < 0 && !pm__ring_empty(&s->link.rx)) {
+                s->busy = 1;
+                return 1;
+            }
+        }
+        if (pm__loop_ready(&c->loop))
+            return 1;
+    } while (pm__now_ns() < end);
+    return 0;
 }
 
 /* The slot's doorbell rang (from_poll) or its ring had work left over. */
@@ -835,6 +884,16 @@ static int run_once(pm_cluster *c, int timeout_ms)
     uint64_t tags[64];
     if (any_busy(c))
         timeout_ms = 0;
+    if (timeout_ms != 0) {
+        /* About to sleep: spin first if traffic is flowing and the hub is
+         * allowed to (pm_options_set_hub_spin_us), then arm the doorbells
+         * of the drained rings. */
+        if (c->active && c->o->hub_spin_us > 0 && spin_for_work(c))
+            timeout_ms = 0;
+        else if (arm_idle(c))
+            timeout_ms = 0;
+    }
+    c->active = 0;
     if (c->poll_children && (timeout_ms < 0 || timeout_ms > PM__SCAN_MS))
         timeout_ms = PM__SCAN_MS;
     int rc = rearm_timer(c);
@@ -1013,6 +1072,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         goto fail;
     }
     c->self = getpid();
+    c->ncpus = pm__cpus_available();
     c->bcfg.min_backoff_ms = (uint32_t)c->o->min_backoff_ms;
     c->bcfg.max_backoff_ms = (uint32_t)c->o->max_backoff_ms;
     c->bcfg.random_factor = c->o->random_factor;

@@ -53,6 +53,7 @@ typedef struct pm__slot {
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on link.hub_efd is outstanding */
     int reading;           /* the hub reads this incarnation's ring (not fenced) */
+    int want_arm;          /* drained: arm its doorbell before the loop sleeps */
     int busy;              /* its inbound ring had more than one turn's work */
     int hello;             /* HELLO received and INIT sent */
     int ever_ready;        /* some incarnation of this slot has been ready */
@@ -105,6 +106,8 @@ struct pm_cluster {
     pm__bcast *bcasts;      /* broadcasts waiting for results */
     uint64_t next_req;      /* main's request ids */
     unsigned char *scratch; /* private copy of a frame delivered to main */
+    int active;             /* frames were read in the current turn */
+    int ncpus;              /* CPUs this process may use */
     uint64_t late_replies;  /* replies nobody waits for any more */
     uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
     char **env;             /* environment template for exec mode */

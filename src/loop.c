@@ -133,14 +133,20 @@ int pm__loop_flush(pm__loop *l)
 static int uring_wait(pm__loop *l, int timeout_ms, uint64_t *tags, int max)
 {
     struct io_uring_cqe *cqe;
-    int rc;
-    if (timeout_ms < 0) {
+    int rc = 0;
+    if (timeout_ms == 0 && l->pending == 0) {
+        /* A poll with nothing to submit: the completion ring is shared
+         * memory, so look at it without entering the kernel. This keeps a
+         * busy hub (work left over every turn) free of system calls. */
+    } else if (timeout_ms < 0) {
         rc = io_uring_submit_and_wait(&l->ring, 1);
     } else {
         struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
                                        .tv_nsec = (long long)(timeout_ms % 1000) * 1000000};
         rc = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
     }
+    if (l->pending != 0 || timeout_ms != 0)
+        l->syscalls++;
     l->pending = 0;
     if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
         return rc;
@@ -165,6 +171,7 @@ int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, int max)
         return uring_wait(l, timeout_ms, tags, max);
     struct epoll_event evs[64];
     int cap = max < 64 ? max : 64;
+    l->syscalls++;
     int n = epoll_wait(l->epfd, evs, cap, timeout_ms);
     if (n < 0)
         return errno == EINTR ? 0 : -errno;
@@ -176,4 +183,9 @@ int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, int max)
 int pm__loop_fd(const pm__loop *l)
 {
     return l->backend == PM__LOOP_URING ? l->ring.ring_fd : l->epfd;
+}
+
+int pm__loop_ready(pm__loop *l)
+{
+    return l->backend == PM__LOOP_URING && io_uring_cq_ready(&l->ring) > 0;
 }

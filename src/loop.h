@@ -23,6 +23,7 @@ typedef struct pm__loop {
     int epfd;
     struct io_uring ring;
     unsigned pending; /* io_uring: SQEs prepared, not yet submitted */
+    uint64_t syscalls; /* system calls the loop made (for pm-bench) */
 } pm__loop;
 
 /* entries: how many fds may be armed at once (rounded up as needed).
@@ -40,6 +41,10 @@ int pm__loop_flush(pm__loop *l);
 /* Waits up to timeout_ms (-1 forever, 0 poll) and stores up to max tags of
  * fds that became readable (or failed). Returns their count or -errno. */
 int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, int max);
+
+/* 1 when a completion is waiting (io_uring: without a system call; epoll:
+ * always 0, the caller's wait finds out). */
+int pm__loop_ready(pm__loop *l);
 
 /* An fd readable whenever pm__loop_wait has something to return. */
 int pm__loop_fd(const pm__loop *l);

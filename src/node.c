@@ -255,6 +255,15 @@ static void fill_msg(const pm_node *n, const pm__frame_hdr *h, const void *data,
     m->len = h->len;
 }
 
+/* Undoes the arming a timed-out receive left for pm_node_fd. Only when it
+ * is set: the flag shares its cache line with our index, and a store on
+ * every receive would bounce that line to the hub for nothing. */
+static void disarm(pm_node *n)
+{
+    if (atomic_load_explicit(&n->link.rx.sh->cons_waiting, memory_order_relaxed) != 0)
+        pm__ring_disarm(&n->link.rx);
+}
+
 /* Lets go of the message returned last: its ring space or its stash entry. */
 static void drop_current(pm_node *n)
 {
@@ -389,7 +398,7 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
     if (n == NULL || m == NULL)
         return -EINVAL;
     drop_current(n);
-    pm__ring_disarm(&n->link.rx);
+    disarm(n);
     if (n->stash_head != NULL) {
         pm__stash *e = n->stash_head;
         n->stash_head = e->next;
@@ -426,7 +435,7 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
     if (n == NULL || reply == NULL)
         return -EINVAL;
     drop_current(n);
-    pm__ring_disarm(&n->link.rx);
+    disarm(n);
     uint64_t id = ++n->next_req;
     uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
     int rc = node_send(n, to, PM__FT_REQUEST, id, (int64_t)deadline, data, len, 1);

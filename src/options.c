@@ -263,6 +263,14 @@ PM_EXTERN int pm_options_set_on_message(pm_options *o,
     return 0;
 }
 
+PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us)
+{
+    if (o == NULL || us < 0 || us > 1000000)
+        return -EINVAL;
+    o->hub_spin_us = (unsigned)us;
+    return 0;
+}
+
 PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on)
 {
     if (o == NULL || (on != 0 && on != 1))

@@ -15,6 +15,7 @@
 #include "ring.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/eventfd.h>
 
@@ -161,7 +162,14 @@ static int wake(pm__ring *r)
 static int wake_if_waiting(pm__ring *r, _Atomic uint32_t *flag)
 {
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(flag, memory_order_relaxed) != 0)
+    /* One wake-up per announced wait: the first publish that sees the flag
+     * takes it (exchange to 0) and writes the eventfd; the ones after it,
+     * until the other end runs and announces a new wait, make no system
+     * call. The eventfd count keeps the wake-up pending meanwhile. The plain
+     * load first keeps the common case (flag clear) free of writes to a
+     * cache line the other end owns. */
+    if (atomic_load_explicit(flag, memory_order_relaxed) != 0 &&
+        atomic_exchange_explicit(flag, 0, memory_order_relaxed) != 0)
         return wake(r);
     return 0;
 }
@@ -486,6 +494,8 @@ static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t a
                 cpu_relax();
             if ((rc = cond(r, arg)) != 0)
                 return rc;
+            if (r->spin_yield)
+                sched_yield();
         } while (pm__now_ns() < spin_end);
         int left = ms_left(deadline);
         if (left == 0)

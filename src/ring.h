@@ -63,7 +63,8 @@ typedef struct pm__ring {
     uint64_t cap;
     uint64_t mask;
     uint32_t max_frame;
-    uint32_t spin_ns; /* consumer: how long to spin before parking */
+    uint32_t spin_ns; /* how long to spin before parking */
+    int spin_yield;   /* yield the CPU between spin checks (more spinners than CPUs) */
     int role;
     int poisoned;
     int wake_fd; /* eventfd to write to wake the other end, or -1 */

@@ -13,6 +13,8 @@
 #include "procmesh.h"
 #include "ring.h"
 #include "shm.h"
+#include "cluster.h"
+#include "node.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -20,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -35,6 +39,7 @@ static const char usage[] =
     "usage: pm-bench ring [--frames N] [--size S] [--runs R] [--rounds K]\n"
     "       pm-bench restart [--rounds K]\n"
     "       pm-bench spawn [--runs R]\n"
+    "       pm-bench relay [--frames N] [--rounds K] [--runs R]\n"
     "\n"
     "  ring   stream N frames of S bytes from one process to another over the\n"
     "         shared-memory ring, a pipe and a Unix socketpair (one write per\n"
@@ -696,6 +701,282 @@ static int cmd_spawn(unsigned runs)
     return 0;
 }
 
+/* ------------------------------------------------------------------ relay */
+
+/* Shared with the fork-mode workers (MAP_SHARED, made before the spawn). */
+struct relay_shared {
+    uint64_t frames;
+    size_t size;
+    unsigned rounds;
+    uint32_t spin_ns;
+    int pingpong;
+    _Atomic int done;
+    uint64_t worker_syscalls[2];
+    uint64_t samples[]; /* ping-pong round trips, ns */
+};
+
+static struct relay_shared *rsh;
+
+static uint64_t node_syscalls(const pm_node *n)
+{
+    /* A wake-up is one write(); a park is poll() + read(). */
+    return n->link.tx.wakeups + n->link.rx.wakeups + 2 * (n->link.tx.parks + n->link.rx.parks);
+}
+
+static int relay_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    n->link.rx.spin_ns = rsh->spin_ns;
+    n->link.tx.spin_ns = rsh->spin_ns;
+    /* Two workers and the hub all spinning need three CPUs; with fewer,
+     * spinners yield to each other between checks. */
+    n->link.rx.spin_yield = n->link.tx.spin_yield = rsh->spin_ns > 0 && sysconf(_SC_NPROCESSORS_ONLN) < 3;
+    pm_node_ready(n);
+    unsigned slot = pm_node_slot(n);
+    pm_address peer = *pm_node_self(n);
+    peer.port = (uint16_t)(peer.port - slot + (1 - slot));
+    peer.incarnation = 0;
+    pm_message m;
+    char *buf = calloc(1, rsh->size);
+    if (pm_node_recv(n, &m, -1) != 0) /* "start" from main */
+        return 1;
+    if (rsh->pingpong) {
+        for (unsigned i = 0; i < rsh->rounds; i++) {
+            uint64_t t0 = pm__now_ns();
+            if (slot == 0 && pm_node_send(n, &peer, buf, rsh->size) != 0)
+                return 2;
+            if (pm_node_recv(n, &m, 10000) != 0)
+                return 3;
+            if (slot == 1 && pm_node_send(n, &peer, buf, rsh->size) != 0)
+                return 4;
+            if (slot == 0)
+                rsh->samples[i] = pm__now_ns() - t0;
+        }
+    } else if (slot == 0) {
+        for (uint64_t i = 0; i < rsh->frames; i++)
+            if (pm_node_send(n, &peer, buf, rsh->size) != 0)
+                return 5;
+    } else {
+        for (uint64_t i = 0; i < rsh->frames; i++)
+            if (pm_node_recv(n, &m, 10000) != 0 || m.len != rsh->size)
+                return 6;
+    }
+    rsh->worker_syscalls[slot] = node_syscalls(n);
+    if (rsh->pingpong ? slot == 0 : slot == 1)
+        atomic_store(&rsh->done, 1);
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    free(buf);
+    return 0;
+}
+
+static uint64_t hub_syscalls(pm_cluster *c)
+{
+    uint64_t n = c->loop.syscalls;
+    for (unsigned i = 0; i < c->nslots; i++)
+        n += c->slots[i].link.tx.wakeups + c->slots[i].link.rx.wakeups;
+    return n;
+}
+
+/* One procmesh relay run: stream (or ping-pong) between slot 0 and slot 1
+ * through the hub. Returns 0 and the elapsed time and system calls. */
+static int mesh_relay(int awake, uint64_t *ns, uint64_t *syscalls)
+{
+    pm_options *o = bench_options(2, 0);
+    pm_options_set_bootstrap(o, relay_worker, NULL);
+    pm_options_set_on_event(o, NULL, NULL);
+    pm_options_set_ring_size(o, 1 << 20);
+    /* Streaming: the hub may poll for 50 us after a burst; awake ping-pong:
+     * everyone spins for the whole run; parked: nobody spins. */
+    pm_options_set_hub_spin_us(o, awake == 1 ? 1000000 : awake == 0 ? 0 : 50);
+    rsh->spin_ns = awake == 1 ? UINT32_MAX : awake == 0 ? 0 : PM__RING_DEFAULT_SPIN_NS;
+    atomic_store(&rsh->done, 0);
+    pm_cluster *c;
+    int rc = pm_cluster_spawn(o, &c);
+    if (rc < 0) {
+        fprintf(stderr, "pm-bench: spawn: %s\n", pm_strerror(rc));
+        pm_options_free(o);
+        return -1;
+    }
+    uint64_t hub0 = hub_syscalls(c);
+    uint64_t t0 = pm__now_ns();
+    for (unsigned i = 0; i < 2; i++) {
+        pm_address a;
+        pm__slot_address(c, &c->slots[i], &a);
+        pm_cluster_send(c, &a, "start", 5);
+    }
+    while (!atomic_load(&rsh->done)) {
+        if (pm_cluster_run(c, 1) < 0 || pm__now_ns() - t0 > 120000000000ull) {
+            fprintf(stderr, "pm-bench: relay did not finish\n");
+            pm_cluster_terminate(c);
+            pm_options_free(o);
+            return -1;
+        }
+    }
+    *ns = pm__now_ns() - t0;
+    *syscalls = hub_syscalls(c) - hub0 + rsh->worker_syscalls[0] + rsh->worker_syscalls[1];
+    if (getenv("PM_BENCH_DEBUG"))
+        fprintf(stderr, "syscalls: hub loop %llu, hub wakes %llu, sender %llu, receiver %llu\n",
+                (unsigned long long)c->loop.syscalls,
+                (unsigned long long)(hub_syscalls(c) - c->loop.syscalls),
+                (unsigned long long)rsh->worker_syscalls[0],
+                (unsigned long long)rsh->worker_syscalls[1]);
+    pm_cluster_terminate(c);
+    pm_options_free(o);
+    return 0;
+}
+
+/* The same relay done by a plain process over pipes (kind 0) or Unix
+ * stream sockets (kind 1): sender -> relay -> receiver, one write per frame
+ * on both hops; the relay reads in large chunks and forwards frame by frame.
+ * Ping-pong: A -> relay -> B -> relay -> A. */
+static int fd_relay(int kind, int pingpong, uint64_t *ns)
+{
+    int a2r[2], r2b[2], b2r[2], r2a[2], ctl[2];
+    fd_pair(kind, a2r);
+    fd_pair(kind, r2b);
+    fd_pair(kind, b2r);
+    fd_pair(kind, r2a);
+    if (pipe2(ctl, O_CLOEXEC) < 0)
+        die("pipe");
+    size_t size = rsh->size;
+    uint64_t frames = pingpong ? rsh->rounds : rsh->frames;
+    pid_t relay = fork();
+    if (relay == 0) {
+        /* Forward whole frames from a2r to r2b and from b2r to r2a. */
+        char *buf = malloc(1 << 16);
+        size_t have[2] = {0, 0};
+        char *pend[2] = {malloc(1 << 17), malloc(1 << 17)};
+        int in[2] = {a2r[0], b2r[0]}, out[2] = {r2b[1], r2a[1]};
+        for (;;) {
+            struct pollfd p[2] = {{in[0], POLLIN, 0}, {in[1], POLLIN, 0}};
+            if (poll(p, 2, -1) < 0)
+                continue;
+            for (int d = 0; d < 2; d++) {
+                if (!(p[d].revents & (POLLIN | POLLHUP)))
+                    continue;
+                ssize_t k = read(in[d], pend[d] + have[d], (1 << 16));
+                if (k <= 0)
+                    _exit(0);
+                have[d] += (size_t)k;
+                size_t off = 0;
+                for (; have[d] - off >= size; off += size)
+                    if (write_all(out[d], pend[d] + off, size) < 0)
+                        _exit(1);
+                memmove(pend[d], pend[d] + off, have[d] - off);
+                have[d] -= off;
+            }
+        }
+        (void)buf;
+    }
+    pid_t b = fork();
+    if (b == 0) {
+        char *buf = malloc(1 << 16);
+        ctl_send(ctl[1]);
+        if (pingpong) {
+            for (uint64_t i = 0; i < frames; i++)
+                if (read_all(r2b[0], buf, size) < 0 || write_all(b2r[1], buf, size) < 0)
+                    _exit(1);
+        } else {
+            uint64_t total = frames * size;
+            while (total > 0) {
+                ssize_t k = read(r2b[0], buf, total < (1 << 16) ? total : (1 << 16));
+                if (k <= 0)
+                    _exit(1);
+                total -= (uint64_t)k;
+            }
+        }
+        ctl_send(ctl[1]);
+        _exit(0);
+    }
+    char *buf = calloc(1, size);
+    ctl_wait(ctl[0]);
+    uint64_t t0 = pm__now_ns();
+    for (uint64_t i = 0; i < frames; i++) {
+        uint64_t s0 = pm__now_ns();
+        if (write_all(a2r[1], buf, size) < 0)
+            die("relay write");
+        if (pingpong) {
+            if (read_all(r2a[0], buf, size) < 0)
+                die("relay read");
+            rsh->samples[i] = pm__now_ns() - s0;
+        }
+    }
+    ctl_wait(ctl[0]);
+    *ns = pm__now_ns() - t0;
+    free(buf);
+    int fds[] = {a2r[0], a2r[1], r2b[0], r2b[1], b2r[0], b2r[1], r2a[0], r2a[1], ctl[0], ctl[1]};
+    for (size_t i = 0; i < ARRAY_LEN(fds); i++)
+        close(fds[i]);
+    int rc = wait_child(b);
+    kill(relay, SIGKILL);
+    wait_child(relay);
+    return rc == 0 ? 0 : -1;
+}
+
+static int cmd_relay(uint64_t frames_opt, unsigned rounds, unsigned runs)
+{
+    static const size_t sizes[] = {64, 4096};
+    size_t shsize = sizeof(struct relay_shared) + (size_t)rounds * sizeof(uint64_t);
+    rsh = mmap(NULL, shsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (rsh == MAP_FAILED)
+        die("mmap");
+    print_machine();
+    uint64_t *v = calloc(runs, sizeof(*v));
+    printf("relay stream: worker -> hub -> worker, median of %u runs\n", runs);
+    printf("  %-6s %-12s %14s %10s %16s %18s\n", "size", "transport", "frames/s", "MB/s",
+           "syscalls/frame", "procmesh speed-up");
+    for (size_t z = 0; z < ARRAY_LEN(sizes); z++) {
+        rsh->size = sizes[z];
+        rsh->frames = frames_opt ? frames_opt : (sizes[z] == 64 ? 1000000 : 200000);
+        rsh->pingpong = 0;
+        uint64_t med[3], sys = 0;
+        for (int k = 0; k < 3; k++) {
+            for (unsigned r = 0; r < runs; r++) {
+                uint64_t sc = 0;
+                int rc = k == 0 ? mesh_relay(2, &v[r], &sc) : fd_relay(k - 1, 0, &v[r]);
+                if (rc < 0)
+                    return 1;
+                if (k == 0)
+                    sys += sc;
+            }
+            med[k] = median(v, runs);
+        }
+        static const char *const names[] = {"procmesh", "pipes", "unix"};
+        for (int k = 0; k < 3; k++) {
+            double secs = (double)med[k] / 1e9;
+            char ratio[32] = "-", sysf[32] = "-";
+            if (k > 0)
+                snprintf(ratio, sizeof(ratio), "%.1fx", (double)med[k] / (double)med[0]);
+            else
+                snprintf(sysf, sizeof(sysf), "%.4f", (double)sys / (double)(rsh->frames * runs));
+            if (k > 0)
+                snprintf(sysf, sizeof(sysf), ">= 2.0000");
+            printf("  %-6zu %-12s %14.0f %10.1f %16s %18s\n", sizes[z], names[k],
+                   (double)rsh->frames / secs, (double)rsh->frames * (double)sizes[z] / secs / 1e6,
+                   sysf, ratio);
+        }
+    }
+    rsh->size = 64;
+    rsh->rounds = rounds;
+    rsh->pingpong = 1;
+    printf("relay round trip: worker -> worker -> worker via the hub, %u rounds of 64 B\n", rounds);
+    printf("  %-22s %12s %12s\n", "transport", "p50 ns", "p99 ns");
+    static const char *const rt[] = {"procmesh awake", "procmesh parked", "pipes", "unix"};
+    for (int k = 0; k < 4; k++) {
+        uint64_t t, sc;
+        int rc = k < 2 ? mesh_relay(k == 0 ? 1 : 0, &t, &sc) : fd_relay(k - 2, 1, &t);
+        if (rc < 0)
+            return 1;
+        qsort(rsh->samples, rounds, sizeof(uint64_t), cmp_u64);
+        printf("  %-22s %12" PRIu64 " %12" PRIu64 "\n", rt[k], percentile(rsh->samples, rounds, 0.5),
+               percentile(rsh->samples, rounds, 0.99));
+    }
+    free(v);
+    munmap(rsh, shsize);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bench_opts o = {.frames = 2000000, .size = 64, .runs = 3, .rounds = 50000};
@@ -708,11 +989,13 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "ring") != 0 && strcmp(cmd, "restart") != 0 && strcmp(cmd, "spawn") != 0) {
-        fprintf(stderr, "pm-bench: unknown command '%s' (commands: ring, restart, spawn)\n", cmd);
+    if (strcmp(cmd, "ring") != 0 && strcmp(cmd, "restart") != 0 && strcmp(cmd, "spawn") != 0 &&
+        strcmp(cmd, "relay") != 0) {
+        fprintf(stderr, "pm-bench: unknown command '%s' (commands: ring, restart, spawn, relay)\n",
+                cmd);
         return 2;
     }
-    int rounds_set = 0, runs_set = 0;
+    int rounds_set = 0, runs_set = 0, frames_set = 0;
     for (int i = 2; i < argc; i++) {
         uint64_t v;
         const char *opt = argv[i];
@@ -725,10 +1008,11 @@ int main(int argc, char **argv)
             return 2;
         }
         const char *val = argv[++i];
-        if (strcmp(opt, "--frames") == 0 && strcmp(cmd, "ring") == 0) {
+        if (strcmp(opt, "--frames") == 0 && (strcmp(cmd, "ring") == 0 || strcmp(cmd, "relay") == 0)) {
             if (parse_u64(opt, val, 1, UINT64_MAX / 65536, &v) < 0)
                 return 2;
             o.frames = v;
+            frames_set = 1;
         } else if (strcmp(opt, "--size") == 0 && strcmp(cmd, "ring") == 0) {
             if (parse_u64(opt, val, 1, RING_MAX_FRAME, &v) < 0)
                 return 2;
@@ -756,5 +1040,8 @@ int main(int argc, char **argv)
         return cmd_restart(rounds_set ? o.rounds : 300);
     if (strcmp(cmd, "spawn") == 0)
         return cmd_spawn(runs_set ? o.runs : 5);
+    if (strcmp(cmd, "relay") == 0)
+        return cmd_relay(frames_set ? o.frames : 0, rounds_set ? o.rounds : 20000,
+                         runs_set ? o.runs : 3);
     return cmd_ring(&o);
 }
