@@ -46,6 +46,7 @@ enum role {
     R_SLOW_READER, /* reads nothing for 1 s, then checks a stream in order */
     R_FD,         /* waits on pm_node_fd, then reports */
     R_SLOW_READY, /* takes 500 ms to say ready, then like R_IDLE */
+    R_DOUBLE,     /* answers every request twice */
 };
 
 struct plan {
@@ -339,9 +340,15 @@ static int worker(pm_node *n, void *arg)
                 raise(SIGSEGV);
             if (role == R_SLEEPY)
                 usleep(1500000);
+            /* The deadline travels with the request: report whether it is
+             * set and still ahead, as a receiver deciding to skip would. */
+            int64_t now = (int64_t)(pm_test_now_ns() / 1000000u);
             char out[32];
-            int len = snprintf(out, sizeof(out), "pong:%u", slot);
+            int len = snprintf(out, sizeof(out), "pong:%u%s", slot,
+                               m.deadline_ms > now ? "" : m.deadline_ms ? ":expired" : ":none");
             pm_node_reply(n, &m, out, (size_t)len);
+            if (role == R_DOUBLE)
+                pm_node_reply(n, &m, out, (size_t)len);
             continue;
         }
         /* Short '#' texts only: a stream frame may start with '#' too. */
@@ -651,7 +658,7 @@ static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
 START_TEST(test_broadcast)
 {
     memset(&plan, 0, sizeof(plan));
-    plan.role[0] = R_IDLE;
+    plan.role[0] = R_DOUBLE;
     plan.role[1] = R_SLEEPY;
     plan.role[2] = R_CRASH_ON_REQUEST;
     pm_options *o = opts(3, worker);
@@ -668,6 +675,8 @@ START_TEST(test_broadcast)
     ck_assert_int_eq(bcast_res[1].error, -ETIMEDOUT);
     ck_assert_int_eq(bcast_res[2].error, -EHOSTDOWN);
     ck_assert_uint_eq(bcast_res[2].from.incarnation, 1);
+    /* Slot 0 answered twice: the duplicate is dropped and counted. */
+    RUN_UNTIL(c, c->late_replies >= 1, 5000);
     /* The sleepy worker's reply comes after the deadline: dropped, counted,
      * and never a second callback. */
     uint64_t late = c->late_replies;
@@ -685,6 +694,7 @@ START_TEST(test_broadcast)
     RUN_UNTIL(c, bcast_calls == 1, 10000);
     ck_assert_uint_eq(bcast_n, 2);
     ck_assert_str_eq(bcast_data[1], "pong:2");
+    /* Plain requests from a worker carry no deadline unless given one. */
     ck_assert_int_eq(pm_cluster_broadcast(c, "x", 1, 0, on_bcast, NULL), -EINVAL);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
     pm_options_free(o);
