@@ -2,14 +2,16 @@
  * second, then stopped. Built and run by `make check`. */
 #include <procmesh.h>
 #include <stdio.h>
-#include <unistd.h>
 
 static int worker(pm_node *node, void *arg)
 {
     (void)arg;
     pm_node_ready(node); /* handshake done: this worker serves */
     fprintf(stderr, "worker %u ready\n", pm_node_slot(node));
-    pause();             /* real work goes here; a crash is restarted */
+    pm_message m;        /* serve until the supervisor says stop (-ESHUTDOWN) */
+    while (pm_node_recv(node, &m, -1) == 0)
+        if (m.kind == PM_MSG_REQUEST)
+            pm_node_reply(node, &m, "pong", 4); /* a crash here is restarted */
     return 0;
 }
 

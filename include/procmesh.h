@@ -116,8 +116,10 @@ enum pm_event_type {
     PM_EVENT_RETIRED = 5,          /* the slot used up its restart budget (restarts) */
     PM_EVENT_STOPPED = 6,          /* the slot stopped for good without failing */
     PM_EVENT_SPAWN_FAILED = 7,     /* a start failed before a process ran (exit_code = -errno) */
-    PM_EVENT_FENCED = 8            /* the hub cut a worker off and killed it (reason:
-                                      "corrupt-ring", "protocol", later "heartbeat") */
+    PM_EVENT_FENCED = 8,           /* the hub cut a worker off and killed it (reason:
+                                      "heartbeat", "corrupt-ring", "protocol") */
+    PM_EVENT_STALLED = 9           /* the supervisor itself was not running for delay_ms
+                                      (SIGSTOP, suspend, starvation); slot is 0 */
 };
 
 /*
@@ -198,6 +200,11 @@ PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
  * at the cost of that much CPU after each burst. 0..1000000, default 0. */
 PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us);
 
+/* A worker that neither made progress (any procmesh call, pm_node_beat) nor
+ * waited in pm_node_recv for longer than ms is hung: fenced ("heartbeat"),
+ * killed and restarted under the budget. 0 = off. Default 10000. */
+PM_EXTERN int pm_options_set_heartbeat_timeout_ms(pm_options *o, int ms);
+
 /* Bytes of each of a worker's two rings: a power of two from 256 KiB to
  * 1 GiB. Default 1 MiB. */
 PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
@@ -227,7 +234,27 @@ typedef struct pm_slot_info {
     unsigned restarts_total;
     int last_exit_code; /* -1 when the last exit was by a signal, or none yet */
     int last_signal;
+    uint32_t heartbeat_age_ms;     /* since the worker last made progress (0: none) */
+    const char *last_fence_reason; /* static string, or NULL */
+    unsigned fences;               /* times this slot was fenced */
+    int kill_pending;              /* SIGKILL sent, process not reaped yet */
+    int waiting;                   /* the worker says it waits in pm_node_recv */
 } pm_slot_info;
+
+/* Mesh-wide figures. A struct tag, not a typedef: in C a typedef named
+ * pm_cluster_stats would collide with the function of the same name. */
+struct pm_cluster_stats {
+    uint64_t stalls;            /* times the supervisor found it had not been running */
+    uint64_t longest_stall_ms;
+    uint64_t frames_relayed;
+    uint64_t bytes_relayed;
+    uint64_t malformed_dropped;
+    uint64_t undeliverable;     /* notices sent */
+    uint64_t late_replies;      /* replies nobody waited for any more, dropped */
+    uint64_t fences_heartbeat;
+    uint64_t fences_corrupt_ring;
+    uint64_t fences_protocol;
+};
 
 /*
  * Forks every slot, runs the handshake and returns when all are ready. On
@@ -263,6 +290,8 @@ PM_EXTERN int pm_cluster_fd(const pm_cluster *c);
 PM_EXTERN unsigned pm_cluster_slots(const pm_cluster *c);
 
 PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_info *info);
+
+PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out);
 
 /* The signal that made pm_cluster_run return -EINTR, or 0. */
 PM_EXTERN int pm_cluster_last_signal(const pm_cluster *c);
@@ -378,6 +407,10 @@ PM_EXTERN int pm_node_reply(pm_node *n, const pm_message *request, const void *d
 /* Readable when a message may be waiting, after pm_node_recv returned
  * -ETIMEDOUT (which arms it): for embedding a worker in its own loop. */
 PM_EXTERN int pm_node_fd(const pm_node *n);
+
+/* Tells the supervisor this worker is alive during long work that makes no
+ * other procmesh call. No system call. */
+PM_EXTERN int pm_node_beat(pm_node *n);
 
 /* Exec mode: releases the node (its memory mapping, fds and init data)
  * before the process exits; the supervisor sees the exit as usual. NULL is

@@ -140,6 +140,8 @@ static void set_deadline(pm__slot *s, uint64_t at, int event)
 static int rearm_timer(pm_cluster *c)
 {
     uint64_t next = pm__hub_next_deadline(c);
+    if (c->next_check != 0 && (next == 0 || c->next_check < next))
+        next = c->next_check;
     for (unsigned i = 0; i < c->nslots; i++) {
         uint64_t d = c->slots[i].deadline;
         if (d != 0 && (next == 0 || d < next))
@@ -177,6 +179,8 @@ static void slot_signal(pm__slot *s, int sig)
         (void)pm__pidfd_signal(s->pidfd, sig);
     else
         (void)kill(s->pid, sig);
+    if (sig == SIGKILL)
+        s->kill_sent = 1;
 }
 
 /* Stops reading the slot's ring for good (this incarnation). */
@@ -207,6 +211,7 @@ static void release_process(pm_cluster *c, pm__slot *s)
     pm__link_close(&s->link);
     s->pid = 0;
     s->hello = 0;
+    s->kill_sent = 0;
 }
 
 static void dispatch(pm_cluster *c, pm__slot *s, int event);
@@ -339,7 +344,8 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
     s->incarnation++;
     s->exec_errno = 0;
     s->kill_reason = NULL;
-    rc = pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self);
+    rc = pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
+                         (uint32_t)c->o->heartbeat_timeout_ms);
     if (rc < 0)
         goto fail;
 
@@ -510,6 +516,11 @@ static void act_ready(pm_cluster *c, pm__slot *s)
     s->state = PM_SLOT_READY;
     s->ever_ready = 1;
     set_deadline(s, 0, 0);
+    /* The heartbeat period starts at ready: a slow start is the ready
+     * timeout's business, never a hang. */
+    s->progress_ms = now_ms();
+    s->last_beats = atomic_load_explicit(&((const struct pm__ctl *)s->link.map)->beats,
+                                         memory_order_relaxed);
     pm__budget_on_ready(&s->budget, now_ms());
     emit(c, PM_EVENT_READY, s, "ready", 0);
 }
@@ -621,8 +632,99 @@ static void fault(pm_cluster *c, pm__slot *s, const char *reason)
     if (s->kill_reason == NULL)
         s->kill_reason = reason;
     disarm_hub(c, s); /* never read from this incarnation again */
+    /* Tell the worker, in case the SIGKILL below takes a while to land (a
+     * process in uninterruptible sleep): its next procmesh call returns
+     * -ESHUTDOWN. */
+    struct pm__ctl *ctl = s->link.map;
+    if (ctl != NULL) {
+        atomic_store_explicit(&ctl->fenced, 1, memory_order_release);
+        atomic_store_explicit(&ctl->stop, 1, memory_order_release);
+    }
+    s->fences++;
+    s->last_fence_reason = reason;
+    if (strcmp(reason, "heartbeat") == 0)
+        c->stats.fences_heartbeat++;
+    else if (strcmp(reason, "corrupt-ring") == 0)
+        c->stats.fences_corrupt_ring++;
+    else
+        c->stats.fences_protocol++;
     emit(c, PM_EVENT_FENCED, s, reason, 0);
     dispatch(c, s, PM__EV_FAULT);
+}
+
+static uint64_t boottime_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* How often the liveness check runs: four times per heartbeat timeout. */
+static uint64_t check_period(const pm_cluster *c)
+{
+    uint64_t p = (uint64_t)c->o->heartbeat_timeout_ms / 4;
+    return p < 5 ? 5 : p;
+}
+
+/*
+ * The liveness check (a timer, every heartbeat_timeout / 4).
+ *
+ * First the supervisor checks itself: if this check runs later than it
+ * should by more than half the timeout (we were stopped, starved, or the
+ * application did not call pm_cluster_run), or CLOCK_BOOTTIME ran ahead of
+ * CLOCK_MONOTONIC by as much (the machine was suspended: MONOTONIC stops,
+ * BOOTTIME does not), the silence was ours: every worker gets a fresh period
+ * and the stall is counted and reported, instead of fencing workers for it.
+ *
+ * Then each ready worker: its progress counter (advanced by every procmesh
+ * call it makes, and periodically while it waits in pm_node_recv) is
+ * compared with the last value seen. Unchanged for longer than the timeout:
+ * hung, fenced. Only change is read, never the value's meaning, so a worker
+ * that scribbles on it can at worst look alive or hung.
+ */
+static void check_liveness(pm_cluster *c, uint64_t now)
+{
+    uint64_t timeout = (uint64_t)c->o->heartbeat_timeout_ms;
+    uint64_t period = check_period(c);
+    uint64_t boot = boottime_ms();
+    if (c->last_check_mono != 0) {
+        uint64_t dm = now - c->last_check_mono;
+        uint64_t db = boot - c->last_check_boot;
+        uint64_t late = dm > period ? dm - period : 0;
+        uint64_t suspended = db > dm ? db - dm : 0;
+        uint64_t stall = late > suspended ? late : suspended;
+        if (stall > timeout / 2) {
+            c->stats.stalls++;
+            if (stall > c->stats.longest_stall_ms)
+                c->stats.longest_stall_ms = stall;
+            for (unsigned i = 0; i < c->nslots; i++)
+                c->slots[i].progress_ms = now;
+            if (c->o->on_event != NULL) {
+                pm_event ev;
+                memset(&ev, 0, sizeof(ev));
+                ev.type = PM_EVENT_STALLED;
+                ev.delay_ms = stall > UINT32_MAX ? UINT32_MAX : (uint32_t)stall;
+                ev.reason = suspended > late ? "suspend" : "stall";
+                c->o->on_event(c, &ev, c->o->on_event_arg);
+            }
+        }
+    }
+    c->last_check_mono = now;
+    c->last_check_boot = boot;
+    for (unsigned i = 0; i < c->nslots; i++) {
+        pm__slot *s = &c->slots[i];
+        if (s->state != PM_SLOT_READY || !s->reading)
+            continue;
+        const struct pm__ctl *ctl = s->link.map;
+        uint64_t beats = atomic_load_explicit(&ctl->beats, memory_order_relaxed);
+        if (beats != s->last_beats) {
+            s->last_beats = beats;
+            s->progress_ms = now;
+        } else if (now - s->progress_ms > timeout) {
+            fault(c, s, "heartbeat");
+        }
+    }
+    c->next_check = now + period;
 }
 
 void pm__cluster_fault(pm_cluster *c, pm__slot *s, const char *reason)
@@ -816,6 +918,10 @@ static void on_signal(pm_cluster *c)
 static void fire_due(pm_cluster *c)
 {
     uint64_t now = now_ms();
+    /* Liveness first: after a stall of our own, no worker may be judged on
+     * the silence before it is given a fresh period. */
+    if (c->next_check != 0 && now >= c->next_check)
+        check_liveness(c, now);
     pm__hub_fire(c, now);
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
@@ -1116,6 +1222,8 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     }
     pm__loop_arm(&c->loop, c->timerfd, TAG(TAG_TIMER, 0, 0));
     pm__loop_arm(&c->loop, c->wakefd, TAG(TAG_WAKE, 0, 0));
+    if (c->o->heartbeat_timeout_ms > 0)
+        c->next_check = now_ms() + check_period(c);
     *out = c;
     return 0;
 fail:
@@ -1291,5 +1399,29 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
     info->restarts_total = s->budget.total;
     info->last_exit_code = s->last_exit_code;
     info->last_signal = s->last_signal;
+    if (s->state == PM_SLOT_READY && s->progress_ms != 0)
+        info->heartbeat_age_ms = (uint32_t)(now_ms() - s->progress_ms);
+    info->last_fence_reason = s->last_fence_reason;
+    info->fences = s->fences;
+    info->kill_pending = s->kill_sent && slot_has_process(s);
+    if (s->link.map != NULL)
+        info->waiting = atomic_load_explicit(&((const struct pm__ctl *)s->link.map)->waiting,
+                                             memory_order_relaxed) != 0;
+    return 0;
+}
+
+PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out)
+{
+    if (c == NULL || out == NULL)
+        return -EINVAL;
+    *out = c->stats;
+    for (unsigned i = 0; i < c->nslots; i++) {
+        const pm__slot *s = &c->slots[i];
+        out->frames_relayed += s->relayed;
+        out->bytes_relayed += s->relayed_bytes;
+        out->malformed_dropped += s->malformed;
+        out->undeliverable += s->undeliverable;
+    }
+    out->late_replies = c->late_replies;
     return 0;
 }

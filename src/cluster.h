@@ -79,6 +79,12 @@ typedef struct pm__slot {
     uint64_t relayed;      /* frames relayed from this slot */
     uint64_t relayed_bytes;
     uint64_t undeliverable; /* notices sent to this slot */
+    /* Liveness. */
+    uint64_t last_beats;   /* the worker's progress counter at the last check */
+    uint64_t progress_ms;  /* when it last moved (or the period restarted) */
+    int kill_sent;         /* SIGKILL sent to this incarnation */
+    unsigned fences;
+    const char *last_fence_reason;
 } pm__slot;
 
 struct pm_cluster {
@@ -108,6 +114,10 @@ struct pm_cluster {
     unsigned char *scratch; /* private copy of a frame delivered to main */
     int active;             /* frames were read in the current turn */
     int ncpus;              /* CPUs this process may use */
+    uint64_t next_check;    /* liveness check deadline (ms), 0 = off */
+    uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
+    uint64_t last_check_boot;
+    struct pm_cluster_stats stats; /* the counters kept here rather than per slot */
     uint64_t late_replies;  /* replies nobody waits for any more */
     uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
     char **env;             /* environment template for exec mode */

@@ -31,7 +31,7 @@ static void *up_region(const pm__link *l, uint64_t cap)
 }
 
 int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t cap,
-                    pid_t supervisor)
+                    pid_t supervisor, uint32_t heartbeat_ms)
 {
     char name[64];
     int rc;
@@ -58,6 +58,7 @@ int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t c
     ctl->ring_cap = cap;
     ctl->max_frame = PM__LINK_MAX_FRAME;
     ctl->supervisor_pid = (int32_t)supervisor;
+    ctl->heartbeat_ms = heartbeat_ms;
     if ((rc = pm__ring_format(down_region(l, cap), cap, PM__LINK_MAX_FRAME)) < 0 ||
         (rc = pm__ring_format(up_region(l, cap), cap, PM__LINK_MAX_FRAME)) < 0)
         goto fail;

@@ -31,9 +31,17 @@ struct pm__ctl {
     uint64_t ring_cap;
     uint32_t max_frame;
     int32_t supervisor_pid;
-    /* Set by the hub to ask the worker to stop (it also sends a STOP frame).
-     * The worker only reads it; the hub never reads it back. */
+    uint32_t heartbeat_ms; /* 0: off; the worker's waits check in at least 4x as often */
+    /* Set by the hub to ask the worker to stop (it also sends a STOP frame),
+     * or to tell it that it was fenced. The worker only reads them; the hub
+     * never reads them back. */
     _Alignas(64) _Atomic uint32_t stop;
+    _Atomic uint32_t fenced;
+    /* Written only by the worker, read by the hub: progress. The hub only
+     * compares the counter with its last value, so no value a worker writes
+     * can do more than make it look alive or hung. */
+    _Alignas(128) _Atomic uint64_t beats;
+    _Atomic uint32_t waiting; /* 1 while blocked in pm_node_recv */
 };
 
 typedef struct pm__link {
@@ -52,7 +60,7 @@ void pm__link_zero(pm__link *l);
 /* Hub side: creates the memory and the doorbells and attaches the hub's
  * ends. Returns 0 or -errno with nothing left open. */
 int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t ring_cap,
-                    pid_t supervisor);
+                    pid_t supervisor, uint32_t heartbeat_ms);
 
 /* Worker side: maps an inherited memfd and attaches the worker's ends. */
 int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd);

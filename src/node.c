@@ -201,13 +201,45 @@ static uint64_t now_ms(void)
     return pm__now_ns() / 1000000u;
 }
 
-/* The supervisor asked us to stop (flag in the control block) or is gone. */
+/* The supervisor asked us to stop or fenced us (flags in the control
+ * block), or is gone (PDEATHSIG normally kills us first; this is for when
+ * it could not). */
 static int shut_down(pm_node *n)
 {
     const struct pm__ctl *ctl = pm__link_ctl(&n->link);
-    if (n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0)
+    if (n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0 ||
+        atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0)
         return 1;
     return getppid() != n->supervisor;
+}
+
+/* Progress for the supervisor's liveness check: a plain store to our own
+ * cache line of the control block, no system call. */
+static inline void beat(pm_node *n)
+{
+    struct pm__ctl *ctl = n->link.map;
+    atomic_store_explicit(&ctl->beats, atomic_load_explicit(&ctl->beats, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* Longest single wait: short enough to notice a dead supervisor within a
+ * second and to beat at least four times per heartbeat timeout while we
+ * wait (waiting for work counts as alive; a stopped process does not beat). */
+static int wait_chunk(const pm_node *n)
+{
+    uint32_t hb = pm__link_ctl(&n->link)->heartbeat_ms;
+    int chunk = PM__WAIT_CHUNK_MS;
+    if (hb > 0 && hb / 4 < (uint32_t)chunk)
+        chunk = hb / 4 > 0 ? (int)(hb / 4) : 1;
+    return chunk;
+}
+
+PM_EXTERN int pm_node_beat(pm_node *n)
+{
+    if (n == NULL)
+        return -EINVAL;
+    beat(n);
+    return shut_down(n) ? -ESHUTDOWN : 0;
 }
 
 /* Address -> node id, from what this worker knows about its own address. */
@@ -300,7 +332,8 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
         }
         if (shut_down(n))
             return -ESHUTDOWN;
-        int wait = PM__WAIT_CHUNK_MS;
+        beat(n);
+        int wait = wait_chunk(n);
         if (!forever) {
             uint64_t now = now_ms();
             if (now >= deadline_ms) {
@@ -313,7 +346,10 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
             if (deadline_ms - now < (uint64_t)wait)
                 wait = (int)(deadline_ms - now);
         }
+        struct pm__ctl *ctl = n->link.map;
+        atomic_store_explicit(&ctl->waiting, 1, memory_order_relaxed);
         rc = pm__ring_wait(&n->link.rx, wait);
+        atomic_store_explicit(&ctl->waiting, 0, memory_order_relaxed);
         if (rc < 0)
             return -EPROTO;
     }
@@ -365,12 +401,13 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
     h.deadline_ms = deadline_ms;
     /* src and src_inc are left 0: the hub stamps them from our ring. */
     for (;;) {
+        beat(n);
         rc = pm__frame_send(&n->link.tx, &h, data, len);
         if (rc != -EAGAIN || !wait)
             return rc == -EBADMSG ? -EPROTO : rc;
         if (shut_down(n))
             return -ESHUTDOWN;
-        rc = pm__ring_wait_space(&n->link.tx, PM__FRAME_HDR_SIZE + len, PM__WAIT_CHUNK_MS);
+        rc = pm__ring_wait_space(&n->link.tx, PM__FRAME_HDR_SIZE + len, wait_chunk(n));
         if (rc < 0)
             return rc == -EBADMSG ? -EPROTO : rc;
     }
@@ -397,6 +434,7 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
 {
     if (n == NULL || m == NULL)
         return -EINVAL;
+    beat(n);
     drop_current(n);
     disarm(n);
     if (n->stash_head != NULL) {

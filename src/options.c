@@ -33,6 +33,7 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->stop_timeout_ms = 5000;
     o->ring_size = PM__RING_DEFAULT_CAP;
     o->handle_signals = 1;
+    o->heartbeat_timeout_ms = 10000;
     return o;
 }
 
@@ -203,6 +204,7 @@ PM__SET_MS(pm_options_set_restart_min_backoff_ms, min_backoff_ms, 0)
 PM__SET_MS(pm_options_set_restart_max_backoff_ms, max_backoff_ms, 0)
 PM__SET_MS(pm_options_set_restart_window_ms, restart_window_ms, 0)
 PM__SET_MS(pm_options_set_stop_timeout_ms, stop_timeout_ms, 0)
+PM__SET_MS(pm_options_set_heartbeat_timeout_ms, heartbeat_timeout_ms, 0)
 
 PM_EXTERN int pm_options_set_restart_random_factor(pm_options *o, double f)
 {

@@ -33,6 +33,7 @@ struct pm_options {
     size_t ring_size;
     int handle_signals;
     unsigned hub_spin_us;
+    int heartbeat_timeout_ms;
     void (*on_down)(pm_cluster *, unsigned, const pm_address *, unsigned, void *);
     void *on_down_arg;
     void (*on_event)(pm_cluster *, const pm_event *, void *);

@@ -1,0 +1,518 @@
+/*
+ * check_liveness.c - heartbeats, hung workers, fencing, supervisor stalls,
+ * supervisor death, and a torture loop of random signals under load. Real
+ * processes, real signals.
+ */
+#include "helpers.h"
+
+#include <dirent.h>
+#include <sys/prctl.h>
+
+#include "cluster.h"
+#include "node.h"
+#include "proto.h"
+
+static uint64_t ms(void)
+{
+    return pm_test_now_ns() / 1000000u;
+}
+
+#define RUN_UNTIL(c, cond, timeout_ms)                                          \
+    do {                                                                        \
+        uint64_t end_ = ms() + (timeout_ms);                                    \
+        while (!(cond) && ms() < end_)                                          \
+            ck_assert_int_ge(pm_cluster_run((c), 10), 0);                       \
+        ck_assert_msg((cond), "timed out waiting for: %s", #cond);              \
+    } while (0)
+
+enum role {
+    L_RECV = 0,        /* receive loop; answers requests with "pong:<slot>" */
+    L_SPIN_FIRST,      /* incarnation 1 spins without any procmesh call */
+    L_BEAT,            /* long work, calling pm_node_beat, then L_RECV */
+    L_SCRIBBLE_CTL,    /* incarnation 1 scribbles its control block, then spins */
+    L_FLOOD_NO_BEAT,   /* incarnation 1 floods slot 1 through the raw ring, never beating */
+    L_COUNT,           /* counts frames from slot 0 incarnation 1, reports on "count" */
+    L_NO_PDEATHSIG,    /* clears PDEATHSIG; exits 9 when recv says -ESHUTDOWN */
+};
+
+static int role[8];
+static unsigned beat_ms = 600; /* L_BEAT: how long the work lasts */
+
+/* What main saw. */
+static int fenced[8];
+static char fence_reason[8][32];
+static uint64_t fenced_at[8], ready_at[8][4];
+static int readies[8];
+static uint64_t relayed_at_fence;
+static int stalls;
+static char report[128];
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)arg;
+    if (e->slot >= 8)
+        return;
+    if (e->type == PM_EVENT_FENCED) {
+        if (fenced[e->slot]++ == 0) {
+            fenced_at[e->slot] = ms();
+            if (e->slot == 0 && c != NULL)
+                relayed_at_fence = c->slots[0].relayed;
+        }
+        snprintf(fence_reason[e->slot], sizeof(fence_reason[e->slot]), "%s", e->reason);
+    } else if (e->type == PM_EVENT_READY) {
+        if (readies[e->slot] < 4)
+            ready_at[e->slot][readies[e->slot]] = ms();
+        readies[e->slot]++;
+    } else if (e->type == PM_EVENT_STALLED) {
+        stalls++;
+    }
+}
+
+static void on_message(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    snprintf(report, sizeof(report), "%.*s", (int)m->len, (const char *)m->data);
+}
+
+static pm_options *opts(int workers, int hb_ms)
+{
+    memset(fenced, 0, sizeof(fenced));
+    memset(readies, 0, sizeof(readies));
+    memset(fence_reason, 0, sizeof(fence_reason));
+    report[0] = '\0';
+    stalls = 0;
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, workers);
+    pm_options_set_heartbeat_timeout_ms(o, hb_ms);
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_options_set_on_message(o, on_message, NULL);
+    pm_options_set_restart_min_backoff_ms(o, 10);
+    pm_options_set_restart_max_backoff_ms(o, 50);
+    pm_options_set_max_restarts(o, -1);
+    pm_options_set_stop_timeout_ms(o, 2000);
+    pm_options_set_ring_size(o, 256 * 1024);
+    return o;
+}
+
+static pm_address slot_addr(unsigned slot)
+{
+    pm_address a;
+    memset(&a, 0, sizeof(a));
+    strcpy(a.system, "procmesh");
+    strcpy(a.host, "worker");
+    a.port = (uint16_t)(1 + slot);
+    return a;
+}
+
+static void spin_forever(void)
+{
+    for (volatile uint64_t i = 0;; i++)
+        ;
+}
+
+static int recv_loop(pm_node *n, int r)
+{
+    pm_message m;
+    uint32_t counted = 0;
+    for (;;) {
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return r == L_NO_PDEATHSIG ? 9 : 0;
+        if (rc < 0)
+            return 30;
+        if (m.kind == PM_MSG_REQUEST) {
+            char out[16];
+            int len = snprintf(out, sizeof(out), "pong:%u", pm_node_slot(n));
+            pm_node_reply(n, &m, out, (size_t)len);
+        } else if (m.len == 5 && memcmp(m.data, "count", 5) == 0) {
+            char out[32];
+            int len = snprintf(out, sizeof(out), "count %u", counted);
+            pm_address main_addr = {.system = "procmesh", .host = "main"};
+            pm_node_send(n, &main_addr, out, (size_t)len);
+        } else if (m.from.port == 1 && m.from.incarnation == 1 && m.len == 8) {
+            counted++;
+        }
+    }
+}
+
+static int worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    int r = role[pm_node_slot(n)];
+    int first = pm_node_self(n)->incarnation == 1;
+    if (r == L_NO_PDEATHSIG)
+        prctl(PR_SET_PDEATHSIG, 0);
+    pm_node_ready(n);
+    if (first && r == L_SPIN_FIRST)
+        spin_forever();
+    if (r == L_BEAT) {
+        uint64_t end = ms() + beat_ms;
+        while (ms() < end) {
+            uint64_t t = ms() + 20;
+            while (ms() < t)
+                ;
+            pm_node_beat(n);
+        }
+    }
+    if (first && r == L_SCRIBBLE_CTL) {
+        uint64_t seed = 77;
+        unsigned char *ctl = n->link.map;
+        for (size_t i = 0; i < PM__CTL_SIZE; i++)
+            ctl[i] = (unsigned char)pm_test_rand(&seed);
+        spin_forever();
+    }
+    if (first && r == L_FLOOD_NO_BEAT) {
+        pm_message m;
+        if (pm_node_recv(n, &m, 10000) != 0) /* "start" */
+            return 40;
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_MSG;
+        h.dst = 1;
+        for (uint64_t seq = 0;; seq++) {
+            /* Raw ring writes: no heartbeat, so the hub fences us while we
+             * are still writing. */
+            while (pm__frame_send(&n->link.tx, &h, &seq, 8) == -EAGAIN)
+                ;
+        }
+    }
+    return recv_loop(n, r);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+START_TEST(test_spinning_worker_fenced)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = L_SPIN_FIRST;
+    pm_options *o = opts(2, 300);
+    pm_options_set_bootstrap(o, worker, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, readies[0] >= 2, 10000);
+    ck_assert_int_eq(fenced[0], 1);
+    ck_assert_str_eq(fence_reason[0], "heartbeat");
+    uint64_t after = fenced_at[0] - ready_at[0][0];
+    ck_assert_msg(after >= 300 && after <= 300 + 75 + 1000, "fenced %llu ms after ready",
+                  (unsigned long long)after);
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 0, &si);
+    ck_assert_uint_eq(si.fences, 1);
+    ck_assert_str_eq(si.last_fence_reason, "heartbeat");
+    ck_assert_int_eq(si.last_signal, SIGKILL);
+    ck_assert_uint_eq(si.incarnation, 2);
+    ck_assert_int_eq(fenced[1], 0);
+    struct pm_cluster_stats st;
+    ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+    ck_assert_uint_eq(st.fences_heartbeat, 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_waiting_and_beating_not_fenced)
+{
+    /* Slot 0 waits in recv for five timeouts; slot 1 works for three
+     * timeouts, calling pm_node_beat. Neither is fenced. */
+    memset(role, 0, sizeof(role));
+    role[1] = L_BEAT;
+    beat_ms = 600;
+    pm_options *o = opts(2, 200);
+    pm_options_set_bootstrap(o, worker, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    int saw_waiting = 0;
+    uint64_t end = ms() + 1000;
+    while (ms() < end) {
+        ck_assert_int_eq(pm_cluster_run(c, 20), 0);
+        pm_slot_info si;
+        pm_cluster_slot_info(c, 0, &si);
+        saw_waiting |= si.waiting;
+        ck_assert_uint_lt(si.heartbeat_age_ms, 200);
+    }
+    ck_assert(saw_waiting);
+    ck_assert_int_eq(fenced[0], 0);
+    ck_assert_int_eq(fenced[1], 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_sigstopped_worker_fenced)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = opts(2, 300);
+    pm_options_set_bootstrap(o, worker, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 1, &si);
+    kill(si.pid, SIGSTOP);
+    uint64_t t0 = ms();
+    RUN_UNTIL(c, readies[1] >= 2, 10000);
+    ck_assert_str_eq(fence_reason[1], "heartbeat");
+    ck_assert_uint_ge(fenced_at[1] - t0, 250);
+    ck_assert_int_eq(fenced[0], 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_scribbled_control_block)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = L_SCRIBBLE_CTL;
+    pm_options *o = opts(2, 300);
+    pm_options_set_bootstrap(o, worker, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, readies[0] >= 2, 10000);
+    ck_assert_int_ge(fenced[0], 1);
+    /* The other worker and the supervisor are untouched. */
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 1, &si);
+    ck_assert_int_eq(si.state, PM_SLOT_READY);
+    ck_assert_uint_eq(si.incarnation, 1);
+    pm_address a = slot_addr(1);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "count", 5), 0);
+    RUN_UNTIL(c, report[0] != '\0', 5000);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_fenced_frames_never_relayed)
+{
+    /* Slot 0 floods slot 1 through its raw ring without beating; it is fenced
+     * while still writing. Slot 1 must receive exactly the frames the hub had
+     * relayed when it fenced slot 0: nothing written after that moment. */
+    memset(role, 0, sizeof(role));
+    role[0] = L_FLOOD_NO_BEAT;
+    role[1] = L_COUNT;
+    pm_options *o = opts(2, 300);
+    pm_options_set_bootstrap(o, worker, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address a0 = slot_addr(0), a1 = slot_addr(1);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "start", 5), 0);
+    RUN_UNTIL(c, readies[0] >= 2, 10000);
+    ck_assert_str_eq(fence_reason[0], "heartbeat");
+    ck_assert_uint_gt(relayed_at_fence, 0);
+    ck_assert_int_eq(pm_cluster_run(c, 300), 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a1, "count", 5), 0);
+    RUN_UNTIL(c, report[0] != '\0', 5000);
+    char want[32];
+    snprintf(want, sizeof(want), "count %llu", (unsigned long long)relayed_at_fence);
+    ck_assert_str_eq(report, want);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* Runs a cluster in a child "supervisor" process that reports over a pipe:
+ * "stalls S fences F" when it gets SIGTERM. */
+static pid_t supervisor_child(int hb_ms, int workers, int wfd)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    pm_options *o = opts(workers, hb_ms);
+    pm_options_set_bootstrap(o, worker, NULL);
+    pm_cluster *c;
+    if (pm_cluster_spawn(o, &c) != 0)
+        _exit(1);
+    for (unsigned i = 0; i < (unsigned)workers; i++) {
+        pm_slot_info si;
+        pm_cluster_slot_info(c, i, &si);
+        char line[64];
+        int len = snprintf(line, sizeof(line), "pid %d\n", (int)si.pid);
+        if (write(wfd, line, (size_t)len) != len)
+            _exit(2);
+    }
+    while (pm_cluster_run(c, -1) != -EINTR)
+        ;
+    struct pm_cluster_stats st;
+    pm_cluster_stats(c, &st);
+    char line[128];
+    int len = snprintf(line, sizeof(line), "stalls %llu longest %llu fences %llu\n",
+                       (unsigned long long)st.stalls, (unsigned long long)st.longest_stall_ms,
+                       (unsigned long long)(st.fences_heartbeat + st.fences_corrupt_ring +
+                                            st.fences_protocol));
+    pm_cluster_terminate(c);
+    _exit(write(wfd, line, (size_t)len) == len ? 0 : 3);
+}
+
+static void read_line(FILE *f, char *buf, size_t size)
+{
+    ck_assert_ptr_nonnull(fgets(buf, (int)size, f));
+}
+
+START_TEST(test_supervisor_stopped_no_fence)
+{
+    /* SIGSTOP the supervisor for 2.5 heartbeat timeouts, SIGCONT: the silence
+     * was the supervisor's, so nobody is fenced; the stall is counted. */
+    memset(role, 0, sizeof(role));
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t sup = supervisor_child(400, 2, p[1]);
+    close(p[1]);
+    FILE *f = fdopen(p[0], "r");
+    char line[128];
+    read_line(f, line, sizeof(line));
+    read_line(f, line, sizeof(line));
+    usleep(300000);
+    kill(sup, SIGSTOP);
+    usleep(1000000);
+    kill(sup, SIGCONT);
+    usleep(1000000);
+    kill(sup, SIGTERM);
+    read_line(f, line, sizeof(line));
+    unsigned long long st = 0, longest = 0, fences = 99;
+    ck_assert_int_eq(sscanf(line, "stalls %llu longest %llu fences %llu", &st, &longest, &fences), 3);
+    ck_assert_uint_eq(fences, 0);
+    ck_assert_uint_ge(st, 1);
+    ck_assert_uint_ge(longest, 700);
+    int status = pm_test_reap(sup, 10000);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    fclose(f);
+}
+END_TEST
+
+START_TEST(test_supervisor_death_recv_shutdown)
+{
+    /* A worker without PDEATHSIG, blocked in pm_node_recv, learns within a
+     * second that its supervisor is gone (-ESHUTDOWN) and exits (9). */
+    memset(role, 0, sizeof(role));
+    role[0] = L_NO_PDEATHSIG;
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t sup = supervisor_child(10000, 1, p[1]);
+    close(p[1]);
+    FILE *f = fdopen(p[0], "r");
+    char line[128];
+    read_line(f, line, sizeof(line));
+    int wpid = 0;
+    ck_assert_int_eq(sscanf(line, "pid %d", &wpid), 1);
+    kill(sup, SIGKILL);
+    pm_test_reap(sup, 5000);
+    uint64_t t0 = ms();
+    int status = pm_test_reap(wpid, 1500);
+    ck_assert_msg(status != -1, "the worker outlived its supervisor");
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 9);
+    ck_assert_uint_le(ms() - t0, 1200);
+    fclose(f);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- torture */
+
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the DIR's own fd */
+}
+
+static int bc_sent, bc_done, bc_bad;
+
+static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c;
+    (void)arg;
+    bc_done++;
+    for (size_t i = 0; i < n; i++) {
+        int e = r[i].error;
+        if (e == 0) {
+            char want[16];
+            snprintf(want, sizeof(want), "pong:%u", (unsigned)(r[i].from.port - 1));
+            if (r[i].len != strlen(want) || memcmp(r[i].data, want, r[i].len) != 0)
+                bc_bad++;
+        } else if (e != -ETIMEDOUT && e != -EHOSTDOWN && e != -EAGAIN) {
+            bc_bad++;
+        }
+    }
+}
+
+START_TEST(test_torture)
+{
+    memset(role, 0, sizeof(role));
+    const int workers = 4, rounds = pm_test_sanitized() ? 150 : 300;
+    int fds_before = open_fds();
+    pm_options *o = opts(workers, 200);
+    pm_options_set_bootstrap(o, worker, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    uint64_t seed = 4242;
+    bc_sent = bc_done = bc_bad = 0;
+    static const int sigs[] = {SIGKILL, SIGSTOP, SIGSEGV};
+    for (int r = 0; r < rounds; r++) {
+        unsigned slot = (unsigned)(pm_test_rand(&seed) % workers);
+        pm_slot_info si;
+        pm_cluster_slot_info(c, slot, &si);
+        if (si.pid > 0 && si.state == PM_SLOT_READY && pm_test_rand(&seed) % 3 == 0)
+            kill(si.pid, sigs[pm_test_rand(&seed) % 3]);
+        if (pm_cluster_broadcast(c, "ping", 4, 300, on_bcast, NULL) == 0)
+            bc_sent++;
+        ck_assert_int_eq(pm_cluster_run(c, 15), 0);
+    }
+    /* Everything answered exactly once, every slot back to ready. */
+    RUN_UNTIL(c, bc_done == bc_sent, 10000);
+    uint64_t end = ms() + 15000;
+    for (;;) {
+        int ready = 0;
+        for (int i = 0; i < workers; i++) {
+            pm_slot_info si;
+            pm_cluster_slot_info(c, (unsigned)i, &si);
+            ready += si.state == PM_SLOT_READY;
+        }
+        if (ready == workers || ms() > end)
+            break;
+        ck_assert_int_eq(pm_cluster_run(c, 20), 0);
+    }
+    for (int i = 0; i < workers; i++) {
+        pm_slot_info si;
+        pm_cluster_slot_info(c, (unsigned)i, &si);
+        ck_assert_int_eq(si.state, PM_SLOT_READY);
+    }
+    ck_assert_int_eq(bc_bad, 0);
+    ck_assert_int_eq(bc_done, bc_sent);
+    /* One more broadcast: every worker answers. */
+    int before = bc_done;
+    ck_assert_int_eq(pm_cluster_broadcast(c, "ping", 4, 5000, on_bcast, NULL), 0);
+    RUN_UNTIL(c, bc_done == before + 1, 10000);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    ck_assert_int_eq(open_fds(), fds_before);
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+    ck_assert_int_eq(errno, ECHILD);
+}
+END_TEST
+
+#define ADD(suite, fn, timeout)                        \
+    do {                                               \
+        TCase *tc_ = pm_tcase(#fn, (timeout));         \
+        tcase_add_test(tc_, fn);                       \
+        suite_add_tcase((suite), tc_);                 \
+    } while (0)
+
+int main(void)
+{
+    Suite *s = suite_create("liveness");
+    ADD(s, test_spinning_worker_fenced, 60);
+    ADD(s, test_waiting_and_beating_not_fenced, 60);
+    ADD(s, test_sigstopped_worker_fenced, 60);
+    ADD(s, test_scribbled_control_block, 60);
+    ADD(s, test_fenced_frames_never_relayed, 60);
+    ADD(s, test_supervisor_stopped_no_fence, 60);
+    ADD(s, test_supervisor_death_recv_shutdown, 60);
+    ADD(s, test_torture, 120);
+    return pm_test_main(s);
+}
