@@ -745,12 +745,7 @@ static int send_init(pm_cluster *c, pm__slot *s)
     m.data = c->o->init_data;
     m.len = (uint32_t)c->o->init_len;
     pm__init_encode(&m, buf);
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.type = PM__FT_INIT;
-    h.src = PM__NODE_MAIN;
-    h.dst = s->index;
-    h.dst_inc = s->incarnation;
+    pm__frame_hdr h = pm__main_hdr(PM__FT_INIT, s);
     int rc = pm__frame_send(&s->link.tx, &h, buf, pm__init_size(m.len));
     free(buf);
     return rc;

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "budget.h"
 #include "link.h"
@@ -123,6 +124,18 @@ struct pm_cluster {
     char **env;             /* environment template for exec mode */
     size_t nenv;
 };
+
+/* A frame header from main to slot d's current incarnation. */
+static inline pm__frame_hdr pm__main_hdr(int type, const pm__slot *d)
+{
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = (uint8_t)type;
+    h.src = PM__NODE_MAIN;
+    h.dst = d->index;
+    h.dst_inc = d->incarnation;
+    return h;
+}
 
 /* hub.c: the relay. */
 void pm__hub_slot_reset(pm__slot *s);

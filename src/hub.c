@@ -495,12 +495,7 @@ void pm__hub_stop_request(pm_cluster *c, pm__slot *s)
     struct pm__ctl *ctl = s->link.map;
     /* Release: the worker reads the flag, then anything we wrote before. */
     atomic_store_explicit(&ctl->stop, 1, memory_order_release);
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.type = PM__FT_STOP;
-    h.src = PM__NODE_MAIN;
-    h.dst = s->index;
-    h.dst_inc = s->incarnation;
+    pm__frame_hdr h = pm__main_hdr(PM__FT_STOP, s);
     (void)push(c, s, &h, NULL, 0);
     s->dirty = 0;
     pm__ring_publish(&s->link.tx);
@@ -592,12 +587,7 @@ static int main_send(pm_cluster *c, const pm_address *to, int type, uint64_t req
     if (rc < 0)
         return rc;
     pm__slot *d = &c->slots[node];
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.type = (uint8_t)type;
-    h.src = PM__NODE_MAIN;
-    h.dst = node;
-    h.dst_inc = d->incarnation;
+    pm__frame_hdr h = pm__main_hdr(type, d);
     h.request_id = request_id;
     rc = push(c, d, &h, data, len);
     if (rc == -EBADMSG) {
@@ -681,12 +671,7 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
             continue;
         uint64_t id = b->first_id + k;
         k++;
-        pm__frame_hdr h;
-        memset(&h, 0, sizeof(h));
-        h.type = PM__FT_REQUEST;
-        h.src = PM__NODE_MAIN;
-        h.dst = d->index;
-        h.dst_inc = d->incarnation;
+        pm__frame_hdr h = pm__main_hdr(PM__FT_REQUEST, d);
         h.request_id = id;
         h.deadline_ms = b->deadline_ms;
         int rc = add_inflight(d, PM__NODE_MAIN, 0, id, b->deadline_ms);

@@ -496,23 +496,17 @@ START_TEST(test_torture)
 }
 END_TEST
 
-#define ADD(suite, fn, timeout)                        \
-    do {                                               \
-        TCase *tc_ = pm_tcase(#fn, (timeout));         \
-        tcase_add_test(tc_, fn);                       \
-        suite_add_tcase((suite), tc_);                 \
-    } while (0)
 
 int main(void)
 {
     Suite *s = suite_create("liveness");
-    ADD(s, test_spinning_worker_fenced, 60);
-    ADD(s, test_waiting_and_beating_not_fenced, 60);
-    ADD(s, test_sigstopped_worker_fenced, 60);
-    ADD(s, test_scribbled_control_block, 60);
-    ADD(s, test_fenced_frames_never_relayed, 60);
-    ADD(s, test_supervisor_stopped_no_fence, 60);
-    ADD(s, test_supervisor_death_recv_shutdown, 60);
-    ADD(s, test_torture, 120);
+    PM_ADD_TEST(s, test_spinning_worker_fenced, 60);
+    PM_ADD_TEST(s, test_waiting_and_beating_not_fenced, 60);
+    PM_ADD_TEST(s, test_sigstopped_worker_fenced, 60);
+    PM_ADD_TEST(s, test_scribbled_control_block, 60);
+    PM_ADD_TEST(s, test_fenced_frames_never_relayed, 60);
+    PM_ADD_TEST(s, test_supervisor_stopped_no_fence, 60);
+    PM_ADD_TEST(s, test_supervisor_death_recv_shutdown, 60);
+    PM_ADD_TEST(s, test_torture, 120);
     return pm_test_main(s);
 }

@@ -784,27 +784,20 @@ START_TEST(test_node_fd)
 }
 END_TEST
 
-/* One test case per test, so that CK_RUN_CASE=name runs just one. */
-#define ADD(suite, fn, timeout)                        \
-    do {                                               \
-        TCase *tc_ = pm_tcase(#fn, (timeout));         \
-        tcase_add_test(tc_, fn);                       \
-        suite_add_tcase((suite), tc_);                 \
-    } while (0)
 
 int main(void)
 {
     Suite *s = suite_create("messaging");
-    ADD(s, test_relay_checksums, 120);
-    ADD(s, test_spoofed_source, 60);
-    ADD(s, test_garbage_frames_dropped, 60);
-    ADD(s, test_garbage_index_quarantined, 60);
-    ADD(s, test_flood_does_not_starve, 60);
-    ADD(s, test_undeliverable, 60);
-    ADD(s, test_killed_mid_request, 60);
-    ADD(s, test_broadcast, 60);
-    ADD(s, test_full_destination, 120);
-    ADD(s, test_stop_in_band, 60);
-    ADD(s, test_node_fd, 60);
+    PM_ADD_TEST(s, test_relay_checksums, 120);
+    PM_ADD_TEST(s, test_spoofed_source, 60);
+    PM_ADD_TEST(s, test_garbage_frames_dropped, 60);
+    PM_ADD_TEST(s, test_garbage_index_quarantined, 60);
+    PM_ADD_TEST(s, test_flood_does_not_starve, 60);
+    PM_ADD_TEST(s, test_undeliverable, 60);
+    PM_ADD_TEST(s, test_killed_mid_request, 60);
+    PM_ADD_TEST(s, test_broadcast, 60);
+    PM_ADD_TEST(s, test_full_destination, 120);
+    PM_ADD_TEST(s, test_stop_in_band, 60);
+    PM_ADD_TEST(s, test_node_fd, 60);
     return pm_test_main(s);
 }

@@ -41,6 +41,15 @@ static inline TCase *pm_tcase(const char *name, int timeout_s)
     return tc;
 }
 
+/* One test case per test, named after it, so that CK_RUN_CASE=test_name
+ * runs just that one. */
+#define PM_ADD_TEST(suite, fn, timeout_s)              \
+    do {                                               \
+        TCase *tc_ = pm_tcase(#fn, (timeout_s));       \
+        tcase_add_test(tc_, fn);                       \
+        suite_add_tcase((suite), tc_);                 \
+    } while (0)
+
 /* 1 when running under a sanitizer build (tests may scale their loops down). */
 static inline int pm_test_sanitized(void)
 {
