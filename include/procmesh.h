@@ -209,6 +209,29 @@ PM_EXTERN int pm_options_set_heartbeat_timeout_ms(pm_options *o, int ms);
  * 1 GiB. Default 1 MiB. */
 PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
 
+enum pm_ready_mode {
+    PM_READY_MESH = 1, /* the worker links libprocmesh: pm_node_join + pm_node_ready (default) */
+    PM_READY_EXEC = 2  /* exec mode: ready as soon as exec succeeded; no heartbeat */
+};
+
+/* How a worker becomes ready. PM_READY_EXEC needs exec mode; such workers do
+ * not get procmesh's memory or fds (they do not link libprocmesh) and their
+ * stop request is SIGTERM alone. */
+PM_EXTERN int pm_options_set_ready_mode(pm_options *o, int mode);
+
+/* Exec mode: sockets every worker inherits as fds 3, 4, ... with the systemd
+ * socket-activation variables LISTEN_FDS, LISTEN_FDNAMES (names may be NULL:
+ * "unknown") and LISTEN_PID set to the worker's own pid. Copied; replaces
+ * pm_options_set_pass_fds. Names: 1..63 characters, no ':'. */
+PM_EXTERN int pm_options_set_listen_fds(pm_options *o, const int *fds, const char *const *names,
+                                        size_t n);
+
+/* 1: reap every child that is not a worker as well (for a supervisor that
+ * is PID 1 or a child subreaper, whose orphans are re-parented to it), and
+ * count them in pm_cluster_stats.orphans_reaped. Needs handle_signals. Off by
+ * default: a library must not steal its application's children. */
+PM_EXTERN int pm_options_set_reap_orphans(pm_options *o, int on);
+
 /* 0 when the options can spawn a cluster; else a negative errno and, when
  * why is not NULL, the first problem in words naming the option and value. */
 PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size);
@@ -254,6 +277,7 @@ struct pm_cluster_stats {
     uint64_t fences_heartbeat;
     uint64_t fences_corrupt_ring;
     uint64_t fences_protocol;
+    uint64_t orphans_reaped;    /* children that were not workers (reap_orphans) */
 };
 
 /*

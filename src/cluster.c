@@ -44,7 +44,7 @@ extern char **environ;
 /* Loop tags: kind in the top 4 bits, slot in the next 28, then the low 32
  * bits of the incarnation, so a late completion about a dead incarnation is
  * recognised and dropped. */
-enum { TAG_SIGNAL = 1, TAG_TIMER, TAG_WAKE, TAG_PIDFD, TAG_HUB };
+enum { TAG_SIGNAL = 1, TAG_TIMER, TAG_WAKE, TAG_PIDFD, TAG_HUB, TAG_EXECPIPE };
 #define TAG(kind, slot, inc) \
     (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
 #define TAG_KIND(t) ((int)((t) >> 60))
@@ -205,6 +205,10 @@ static void release_process(pm_cluster *c, pm__slot *s)
     }
     pm__close(s->pidfd);
     s->pidfd = -1;
+    if (s->pipe_armed) {
+        pm__loop_disarm(&c->loop, s->exec_pipe, TAG(TAG_EXECPIPE, s->index, s->incarnation));
+        s->pipe_armed = 0;
+    }
     pm__close(s->exec_pipe);
     s->exec_pipe = -1;
     pm__hub_slot_gone(c, s);
@@ -265,7 +269,7 @@ static int try_reap(pm_cluster *c, pm__slot *s)
      * worker completed before its end is handled. */
     if (s->reading)
         service_ring(c, s);
-    if (s->exec_pipe >= 0) {
+    if (s->exec_pipe >= 0 && s->exec_errno == 0) {
         int e = 0;
         /* The child wrote errno before exiting, so it is already there. */
         if (read(s->exec_pipe, &e, sizeof(e)) == (ssize_t)sizeof(e))
@@ -318,16 +322,48 @@ static void fork_child(void *arg)
     _exit(code & 0xff);
 }
 
-/* Builds "PROCMESH_NODE=m,n,h" plus the environment template. */
-static char **exec_env(pm_cluster *c, int memfd_at, char *buf, size_t bufsize)
+/* The environment of an exec-mode worker: the template, then
+ * PROCMESH_NODE (mesh readiness) and the LISTEN_* variables (listen fds).
+ * The extra strings live in *text (freed by the caller after the fork);
+ * *pid_digits points into LISTEN_PID's value for the child to fill in. */
+static char **exec_env(pm_cluster *c, int node_fd_at, char **text, char **pid_digits)
 {
-    char **env = malloc((c->nenv + 2) * sizeof(*env));
-    if (env == NULL)
+    const pm_options *o = c->o;
+    size_t names = 0;
+    for (size_t i = 0; i < o->npass_fds; i++)
+        names += strlen(o->fd_names[i]) + 1;
+    size_t size = 64 + (o->listen_env ? 64 + names : 0);
+    char **env = malloc((c->nenv + 5) * sizeof(*env));
+    char *t = malloc(size);
+    if (env == NULL || t == NULL) {
+        free(env);
+        free(t);
         return NULL;
-    snprintf(buf, bufsize, "%s=%d,%d,%d", PM__NODE_ENV, memfd_at, memfd_at + 1, memfd_at + 2);
+    }
     memcpy(env, c->env, c->nenv * sizeof(*env));
-    env[c->nenv] = buf;
-    env[c->nenv + 1] = NULL;
+    size_t k = c->nenv, used = 0;
+    *pid_digits = NULL;
+    if (node_fd_at >= 0) {
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "%s=%d,%d,%d", PM__NODE_ENV, node_fd_at,
+                                 node_fd_at + 1, node_fd_at + 2) + 1;
+    }
+    if (o->listen_env && o->npass_fds > 0) {
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "LISTEN_FDS=%zu", o->npass_fds) + 1;
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "LISTEN_FDNAMES=");
+        for (size_t i = 0; i < o->npass_fds; i++)
+            used += (size_t)snprintf(t + used, size - used, "%s%s", i ? ":" : "", o->fd_names[i]);
+        used++;
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "LISTEN_PID=") ;
+        *pid_digits = t + used;
+        memset(t + used, '0', 11);
+        used += 12;
+    }
+    env[k] = NULL;
+    *text = t;
     return env;
 }
 
@@ -337,7 +373,7 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
 {
     int pipefd[2] = {-1, -1};
     char **env = NULL;
-    char envbuf[64];
+    char *envtext = NULL;
     int rc;
     pid_t pid = -1;
 
@@ -367,11 +403,15 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
             goto fail;
         }
         size_t n = c->o->npass_fds;
+        int mesh = c->o->ready_mode == PM_READY_MESH;
         memcpy(fds, c->o->pass_fds, n * sizeof(int));
-        fds[n] = s->link.memfd;
-        fds[n + 1] = s->link.node_efd;
-        fds[n + 2] = s->link.hub_efd;
-        env = exec_env(c, 3 + (int)n, envbuf, sizeof(envbuf));
+        if (mesh) {
+            /* Only a worker that links libprocmesh gets its memory. */
+            fds[n] = s->link.memfd;
+            fds[n + 1] = s->link.node_efd;
+            fds[n + 2] = s->link.hub_efd;
+        }
+        env = exec_env(c, mesh ? 3 + (int)n : -1, &envtext, &req.pid_digits);
         if (env == NULL) {
             rc = -ENOMEM;
             goto fail;
@@ -380,7 +420,7 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
         req.argv = c->o->exec_argv;
         req.envp = env;
         req.fds = fds;
-        req.nfds = (int)n + 3;
+        req.nfds = (int)n + (mesh ? 3 : 0);
         req.err_pipe = pipefd[1];
     } else {
         req.child = fork_child;
@@ -393,6 +433,8 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
     }
     free(env);
     env = NULL;
+    free(envtext);
+    envtext = NULL;
     pm__close(pipefd[1]);
     pipefd[1] = -1;
     s->pid = pid;
@@ -425,6 +467,9 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
     }
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
+    if (c->o->ready_mode == PM_READY_EXEC &&
+        pm__loop_arm(&c->loop, s->exec_pipe, TAG(TAG_EXECPIPE, s->index, s->incarnation)) == 0)
+        s->pipe_armed = 1; /* EOF on the error pipe = exec succeeded = ready */
     s->reading = 1;
     if (pm__ring_arm(&s->link.rx) != 0)
         s->busy = 1;
@@ -435,6 +480,7 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
 
 fail:
     free(env);
+    free(envtext);
     pm__close(pipefd[0]);
     pm__close(pipefd[1]);
     pm__close(s->exec_pipe);
@@ -711,7 +757,8 @@ static void check_liveness(pm_cluster *c, uint64_t now)
     }
     c->last_check_mono = now;
     c->last_check_boot = boot;
-    for (unsigned i = 0; i < c->nslots; i++) {
+    /* Workers that do not link libprocmesh have no counter to watch. */
+    for (unsigned i = 0; i < c->nslots && c->o->ready_mode == PM_READY_MESH; i++) {
         pm__slot *s = &c->slots[i];
         if (s->state != PM_SLOT_READY || !s->reading)
             continue;
@@ -896,14 +943,43 @@ static void reap_all(pm_cluster *c)
         try_reap(c, &c->slots[i]);
 }
 
+/* As PID 1 or a subreaper: every child that has exited, worker or not.
+ * WNOWAIT peeks without reaping, so a worker is reaped by its own path
+ * (try_reap, which reports it) and anything else here. */
+static void reap_children(pm_cluster *c)
+{
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+            break;
+        pm__slot *w = NULL;
+        for (unsigned i = 0; i < c->nslots && w == NULL; i++)
+            if (c->slots[i].pid == si.si_pid)
+                w = &c->slots[i];
+        if (w != NULL) {
+            if (!try_reap(c, w))
+                break; /* cannot happen: it is a zombie; never loop on it */
+        } else {
+            while (waitpid(si.si_pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            c->stats.orphans_reaped++;
+        }
+    }
+}
+
 static void on_signal(pm_cluster *c)
 {
     struct signalfd_siginfo si[16];
     ssize_t n;
     while ((n = read(c->sigfd, si, sizeof(si))) > 0) {
         for (size_t i = 0; i < (size_t)n / sizeof(si[0]); i++) {
-            if (si[i].ssi_signo == SIGCHLD)
-                reap_all(c);
+            if (si[i].ssi_signo == SIGCHLD) {
+                if (c->o->reap_orphans)
+                    reap_children(c);
+                else
+                    reap_all(c);
+            }
             else
                 c->last_signal = (int)si[i].ssi_signo;
         }
@@ -967,6 +1043,17 @@ static void handle_tag(pm_cluster *c, uint64_t tag)
             s->pid_armed = 1;
     } else if (kind == TAG_HUB) {
         on_hub(c, s, 1);
+    } else if (kind == TAG_EXECPIPE) {
+        s->pipe_armed = 0;
+        int e = 0;
+        ssize_t k = read(s->exec_pipe, &e, sizeof(e));
+        if (k == 0)
+            dispatch(c, s, PM__EV_READY); /* exec succeeded */
+        else if (k == (ssize_t)sizeof(e))
+            s->exec_errno = e; /* the exit follows */
+        else if (k < 0 && errno == EAGAIN &&
+                 pm__loop_arm(&c->loop, s->exec_pipe, TAG(TAG_EXECPIPE, s->index, s->incarnation)) == 0)
+            s->pipe_armed = 1;
     }
 }
 

@@ -53,6 +53,7 @@ typedef struct pm__slot {
     pm__link link;         /* hub side; link.memfd -1 when none */
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on link.hub_efd is outstanding */
+    int pipe_armed;        /* a poll on exec_pipe is outstanding (exec readiness) */
     int reading;           /* the hub reads this incarnation's ring (not fenced) */
     int want_arm;          /* drained: arm its doorbell before the loop sleeps */
     int busy;              /* its inbound ring had more than one turn's work */

@@ -34,6 +34,7 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->ring_size = PM__RING_DEFAULT_CAP;
     o->handle_signals = 1;
     o->heartbeat_timeout_ms = 10000;
+    o->ready_mode = PM_READY_MESH;
     return o;
 }
 
@@ -121,6 +122,44 @@ PM_EXTERN int pm_options_set_pass_fds(pm_options *o, const int *fds, size_t n)
     if (n > 0)
         memcpy(o->pass_fds, fds, n * sizeof(*fds));
     o->npass_fds = n;
+    o->listen_env = 0;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_listen_fds(pm_options *o, const int *fds, const char *const *names,
+                                        size_t n)
+{
+    if (o == NULL || n > PM__MAX_PASS_FDS || (n > 0 && fds == NULL))
+        return -EINVAL;
+    for (size_t i = 0; names != NULL && i < n; i++) {
+        const char *nm = names[i] != NULL ? names[i] : "unknown";
+        size_t len = strlen(nm);
+        if (len == 0 || len >= PM_NAME_MAX || strchr(nm, ':') != NULL || strchr(nm, '\n'))
+            return -EINVAL;
+    }
+    int rc = pm_options_set_pass_fds(o, fds, n);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        snprintf(o->fd_names[i], PM_NAME_MAX, "%s",
+                 names != NULL && names[i] != NULL ? names[i] : "unknown");
+    o->listen_env = 1;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_ready_mode(pm_options *o, int mode)
+{
+    if (o == NULL || (mode != PM_READY_MESH && mode != PM_READY_EXEC))
+        return -EINVAL;
+    o->ready_mode = mode;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_reap_orphans(pm_options *o, int on)
+{
+    if (o == NULL || (on != 0 && on != 1))
+        return -EINVAL;
+    o->reap_orphans = on;
     return 0;
 }
 
@@ -396,6 +435,10 @@ PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
     if (o->base_port + workers - 1 > 65535)
         return why_fmt(why, size, "base_port: %d + %d workers - 1 exceeds 65535", o->base_port,
                        workers);
+    if (o->ready_mode == PM_READY_EXEC && o->exec_path == NULL)
+        return why_fmt(why, size, "ready_mode: exec readiness needs exec mode");
+    if (o->reap_orphans && !o->handle_signals)
+        return why_fmt(why, size, "reap_orphans: needs handle_signals (SIGCHLD)");
     if (o->max_backoff_ms < o->min_backoff_ms)
         return why_fmt(why, size, "restart_max_backoff_ms: %d is below restart_min_backoff_ms %d",
                        o->max_backoff_ms, o->min_backoff_ms);

@@ -34,6 +34,10 @@ struct pm_options {
     int handle_signals;
     unsigned hub_spin_us;
     int heartbeat_timeout_ms;
+    int ready_mode;
+    int reap_orphans;
+    int listen_env;                 /* pass_fds are listening sockets: LISTEN_* */
+    char fd_names[PM__MAX_PASS_FDS][PM_NAME_MAX];
     void (*on_down)(pm_cluster *, unsigned, const pm_address *, unsigned, void *);
     void *on_down_arg;
     void (*on_event)(pm_cluster *, const pm_event *, void *);

@@ -91,6 +91,20 @@ static void exec_child(const pm__spawn_req *r)
         (void)sigaction(sig, &dfl, NULL);
     sigprocmask(SIG_SETMASK, r->mask, NULL);
     die_with_parent(r->parent);
+    if (r->pid_digits != NULL) {
+        /* LISTEN_PID must name the process that execs: only known here.
+         * The string was allocated by the parent; writing digits into our
+         * copy of it is async-signal-safe. */
+        char rev[12];
+        int k = 0;
+        for (unsigned long v = (unsigned long)getpid(); v > 0 || k == 0; v /= 10)
+            rev[k++] = (char)('0' + v % 10);
+        /* Left-aligned and NUL-terminated, no zero padding: sd_listen_fds
+         * parses with base 0, so a leading 0 would read as octal. */
+        for (int i = 0; i < k; i++)
+            r->pid_digits[i] = rev[k - 1 - i];
+        r->pid_digits[k] = '\0';
+    }
 
     /* Move the error pipe and every source fd above the target range first,
      * so that placing fd i at 3 + i can never clobber a source not yet

@@ -18,6 +18,8 @@ typedef struct pm__spawn_req {
     const int *fds;        /* placed at 3, 4, ... in this order */
     int nfds;
     int err_pipe;          /* write end, close-on-exec: gets errno if exec fails */
+    char *pid_digits;      /* if set: 11 bytes inside an envp string, filled with
+                              the child's own pid (LISTEN_PID) and a NUL */
     /* fork mode (path == NULL): runs in the child, never returns */
     void (*child)(void *ctx);
     void *ctx;

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "procmesh.h"
@@ -948,6 +949,96 @@ START_TEST(test_epoll_backend)
 }
 END_TEST
 
+
+START_TEST(test_ready_mode_exec_and_listen_fds)
+{
+    /* A program that does not link libprocmesh: ready once exec succeeded;
+     * it gets the listening socket as fd 3 with LISTEN_FDS, LISTEN_FDNAMES
+     * and LISTEN_PID = its own pid, and no procmesh fds. */
+    char dir[] = "/tmp/pm-listen-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char out[64], script[512];
+    snprintf(out, sizeof(out), "%s/env", dir);
+    snprintf(script, sizeof(script),
+             "echo \"$LISTEN_FDS $LISTEN_FDNAMES $LISTEN_PID $$ $PROCMESH_NODE\" > %s.tmp;"
+             " ls /proc/$$/fd | sort -n | tr '\\n' ' ' >> %s.tmp; mv %s.tmp %s; exec sleep 60",
+             out, out, out, out);
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(sock, 0);
+    pm_options *o = opts(1);
+    char *argv[] = {"sh", "-c", script, NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    const char *names[] = {"web"};
+    ck_assert_int_eq(pm_options_set_listen_fds(o, &sock, names, 1), 0);
+    pm_options_set_heartbeat_timeout_ms(o, 100); /* must not apply: no heartbeat source */
+    pm_cluster *c;
+    uint64_t t0 = ms();
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_uint_lt(ms() - t0, 3000);
+    RUN_UNTIL(c, access(out, R_OK) == 0, 5000);
+    ck_assert_int_eq(pm_cluster_run(c, 400), 0); /* four heartbeat timeouts */
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    FILE *f = fopen(out, "r");
+    char line[256] = "", fdline[256] = "";
+    ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+    fclose(f);
+    char *nl = strchr(line, '\n');
+    if (nl != NULL) {
+        snprintf(fdline, sizeof(fdline), "%s", nl + 1);
+        *nl = '\0';
+    }
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 0, &si);
+    char want[128];
+    snprintf(want, sizeof(want), "1 web %d %d ", (int)si.pid, (int)si.pid);
+    ck_assert_str_eq(line, want);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    close(sock);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+
+    o = opts(1);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_ready, NULL), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    ck_assert_int_eq(pm_options_validate(o, NULL, 0), -EINVAL);
+    const char *bad[] = {"a:b"};
+    ck_assert_int_eq(pm_options_set_listen_fds(o, &sock, bad, 1), -EINVAL);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_reap_orphans)
+{
+    /* As a subreaper, orphans come to the supervisor: with reap_orphans
+     * they are reaped and counted, workers still go their own way. */
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_crash_first, (void *)(intptr_t)SIGSEGV);
+    ck_assert_int_eq(pm_options_set_reap_orphans(o, 1), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    /* A grandchild orphaned to us: a child that forks and exits at once. */
+    pid_t mid = fork();
+    if (mid == 0) {
+        if (fork() == 0) {
+            usleep(100000);
+            _exit(0);
+        }
+        _exit(0);
+    }
+    struct pm_cluster_stats st;
+    RUN_UNTIL(c, (pm_cluster_stats(c, &st), st.orphans_reaped >= 2), 5000);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 5000); /* the worker crash was still seen */
+    ck_assert_int_eq(find(PM_EVENT_EXITED, 0, 0)->signal, SIGSEGV);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+    pm_options_free(o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("supervisor");
@@ -978,6 +1069,8 @@ int main(void)
     tcase_add_test(tc, test_containment_exec);
     tcase_add_test(tc, test_signals_and_fd);
     tcase_add_test(tc, test_epoll_backend);
+    tcase_add_test(tc, test_ready_mode_exec_and_listen_fds);
+    tcase_add_test(tc, test_reap_orphans);
     suite_add_tcase(s, tc);
     return pm_test_main(s);
 }
