@@ -11,6 +11,9 @@
  *   init TEXT          join, ready, exit 0 if the init data is TEXT, else 9
  *   inspect            join, ready, write a report of what this process
  *                      holds to fd 3 (passed by the test), then wait
+ *   serve              no join (exec readiness): accept on the socket handed
+ *                      over as fd 3 (LISTEN_FDS), answer each line with
+ *                      "pong <pid>", crash (SIGSEGV) on the line "CRASH"
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* Crashes are the point here: keep ASan's signal handlers out of the way
@@ -74,6 +78,32 @@ static void inspect(FILE *out, const pm_node *n)
     fflush(out);
 }
 
+static int serve(void)
+{
+    const char *n = getenv("LISTEN_FDS"), *p = getenv("LISTEN_PID");
+    if (n == NULL || atoi(n) != 1 || p == NULL || atoi(p) != (int)getpid())
+        return 104;
+    for (;;) {
+        int c = accept(3, NULL, NULL);
+        if (c < 0)
+            return 105;
+        char line[256];
+        ssize_t k = read(c, line, sizeof(line) - 1);
+        if (k <= 0) {
+            close(c);
+            continue;
+        }
+        line[k] = '\0';
+        if (strncmp(line, "CRASH", 5) == 0)
+            raise(SIGSEGV);
+        char out[64];
+        int len = snprintf(out, sizeof(out), "pong %d\n", (int)getpid());
+        if (write(c, out, (size_t)len) != len)
+            return 106;
+        close(c);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -83,6 +113,8 @@ int main(int argc, char **argv)
     const char *mode = argv[1];
     if (strcmp(mode, "early") == 0)
         return argc > 2 ? atoi(argv[2]) : 0;
+    if (strcmp(mode, "serve") == 0)
+        return serve();
     signal(SIGTERM, on_term);
     pm_node *n;
     int rc = pm_node_join(&n);

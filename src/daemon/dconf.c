@@ -1,0 +1,427 @@
+/* dconf.c - the daemon's options: flags, environment, validation. Pure
+ * except for reading an --init-data @FILE. */
+#define _GNU_SOURCE
+#include "dconf.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+/* Where a value came from, for the error message. */
+typedef struct src {
+    const char *flag;  /* "--workers" */
+    const char *var;   /* "PROCMESH_WORKERS" or NULL when from the flag */
+} src;
+
+static const char *who(const src *s, char *buf, size_t size)
+{
+    if (s->var != NULL)
+        snprintf(buf, size, "%s (from %s)", s->flag, s->var);
+    else
+        snprintf(buf, size, "%s", s->flag);
+    return buf;
+}
+
+static int int_value(const src *s, const char *v, long min, long max, int *out, char *err,
+                     size_t size)
+{
+    char w[96];
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || errno != 0 || x < min || x > max || isspace((unsigned char)*v))
+        return fail(err, size, "%s: '%s' is not a whole number in %ld..%ld", who(s, w, sizeof(w)), v,
+                    min, max);
+    *out = (int)x;
+    return 0;
+}
+
+static int name_value(const src *s, const char *v, char out[PM_NAME_MAX], char *err, size_t size)
+{
+    char w[96];
+    size_t n = strlen(v);
+    int ok = n > 0 && n < PM_NAME_MAX;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = isalnum((unsigned char)v[i]) || v[i] == '.' || v[i] == '_' || v[i] == '-';
+    if (!ok)
+        return fail(err, size, "%s: '%s' must be 1..%d characters of [A-Za-z0-9._-]",
+                    who(s, w, sizeof(w)), v, PM_NAME_MAX - 1);
+    strcpy(out, v);
+    return 0;
+}
+
+static int choice(const src *s, const char *v, const char *const *names, const int *values,
+                  const char *allowed, int *out, char *err, size_t size)
+{
+    char w[96];
+    for (size_t i = 0; names[i] != NULL; i++) {
+        if (strcmp(v, names[i]) == 0) {
+            *out = values[i];
+            return 0;
+        }
+    }
+    return fail(err, size, "%s: '%s' is not one of %s", who(s, w, sizeof(w)), v, allowed);
+}
+
+/* HOST:PORT, with [v6]:PORT. */
+static int host_port(const src *s, const char *v, char *host, size_t hostsize, unsigned *port,
+                     char *err, size_t size)
+{
+    char w[96];
+    const char *colon = strrchr(v, ':');
+    if (colon == NULL || colon == v || (size_t)(colon - v) >= hostsize)
+        return fail(err, size, "%s: '%s' is not HOST:PORT", who(s, w, sizeof(w)), v);
+    const char *h = v;
+    size_t hl = (size_t)(colon - v);
+    if (h[0] == '[') {
+        if (hl < 3 || h[hl - 1] != ']')
+            return fail(err, size, "%s: '%s' is not HOST:PORT", who(s, w, sizeof(w)), v);
+        h++;
+        hl -= 2;
+    }
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    int p;
+    src ps = *s;
+    if (int_value(&ps, colon + 1, 0, 65535, &p, err, size) < 0)
+        return fail(err, size, "%s: '%s' has no port in 0..65535", who(s, w, sizeof(w)), v);
+    *port = (unsigned)p;
+    return 0;
+}
+
+/* [NAME=]tcp:HOST:PORT | [NAME=]unix:PATH */
+static int listen_value(const src *s, const char *v, pm__dconf *c, char *err, size_t size)
+{
+    char w[96];
+    if (c->nlisten == PM__D_MAX_LISTEN)
+        return fail(err, size, "%s: at most %d listening sockets", who(s, w, sizeof(w)),
+                    PM__D_MAX_LISTEN);
+    pm__d_listen *l = &c->listen[c->nlisten];
+    memset(l, 0, sizeof(*l));
+    const char *eq = strchr(v, '=');
+    const char *spec = v;
+    if (eq != NULL && strncmp(v, "tcp:", 4) != 0 && strncmp(v, "unix:", 5) != 0) {
+        size_t n = (size_t)(eq - v);
+        if (n == 0 || n >= PM_NAME_MAX || memchr(v, ':', n) != NULL)
+            return fail(err, size, "%s: '%s': the name before '=' must be 1..63 characters without ':'",
+                        who(s, w, sizeof(w)), v);
+        memcpy(l->name, v, n);
+        spec = eq + 1;
+    } else {
+        snprintf(l->name, sizeof(l->name), "listen%zu", c->nlisten);
+    }
+    if (strncmp(spec, "unix:", 5) == 0) {
+        size_t n = strlen(spec + 5);
+        if (n == 0 || n >= sizeof(l->path))
+            return fail(err, size, "%s: '%s': the unix socket path must be 1..%zu bytes",
+                        who(s, w, sizeof(w)), v, sizeof(l->path) - 1);
+        l->unix_socket = 1;
+        strcpy(l->path, spec + 5);
+    } else if (strncmp(spec, "tcp:", 4) == 0) {
+        if (host_port(s, spec + 4, l->host, sizeof(l->host), &l->port, err, size) < 0)
+            return fail(err, size, "%s: '%s' is not [NAME=]tcp:HOST:PORT", who(s, w, sizeof(w)), v);
+    } else {
+        return fail(err, size, "%s: '%s' is not [NAME=]tcp:HOST:PORT or [NAME=]unix:PATH",
+                    who(s, w, sizeof(w)), v);
+    }
+    c->nlisten++;
+    return 0;
+}
+
+static int init_value(const src *s, const char *v, pm__dconf *c, char *err, size_t size)
+{
+    char w[96];
+    free(c->init_data);
+    c->init_data = NULL;
+    c->init_len = 0;
+    if (v[0] != '@') {
+        size_t n = strlen(v);
+        if (n > PM_MAX_INIT_DATA)
+            return fail(err, size, "%s: %zu bytes, at most %d", who(s, w, sizeof(w)), n,
+                        PM_MAX_INIT_DATA);
+        c->init_data = strdup(v);
+        c->init_len = n;
+        return c->init_data != NULL ? 0 : -ENOMEM;
+    }
+    FILE *f = fopen(v + 1, "rb");
+    if (f == NULL)
+        return fail(err, size, "%s: cannot read '%s': %s", who(s, w, sizeof(w)), v + 1,
+                    strerror(errno));
+    char *buf = malloc(PM_MAX_INIT_DATA + 1);
+    size_t n = buf != NULL ? fread(buf, 1, PM_MAX_INIT_DATA + 1, f) : 0;
+    fclose(f);
+    if (buf == NULL)
+        return -ENOMEM;
+    if (n > PM_MAX_INIT_DATA) {
+        free(buf);
+        return fail(err, size, "%s: '%s' is larger than %d bytes", who(s, w, sizeof(w)), v + 1,
+                    PM_MAX_INIT_DATA);
+    }
+    c->init_data = buf;
+    c->init_len = n;
+    return 0;
+}
+
+enum opt_id {
+    O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
+    O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
+    O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
+    O_LOG_LEVEL, O_COUNT
+};
+
+static const struct {
+    const char *flag;
+    const char *var;
+} opts[O_COUNT] = {
+    [O_WORKERS] = {"--workers", "PROCMESH_WORKERS"},
+    [O_RESTART] = {"--restart", "PROCMESH_RESTART"},
+    [O_BACKOFF_MIN] = {"--backoff-min", "PROCMESH_BACKOFF_MIN"},
+    [O_BACKOFF_MAX] = {"--backoff-max", "PROCMESH_BACKOFF_MAX"},
+    [O_JITTER] = {"--backoff-jitter", "PROCMESH_BACKOFF_JITTER"},
+    [O_MAX_RESTARTS] = {"--max-restarts", "PROCMESH_MAX_RESTARTS"},
+    [O_RESTART_WINDOW] = {"--restart-window", "PROCMESH_RESTART_WINDOW"},
+    [O_READY_TIMEOUT] = {"--ready-timeout", "PROCMESH_READY_TIMEOUT"},
+    [O_HEARTBEAT] = {"--heartbeat-timeout", "PROCMESH_HEARTBEAT_TIMEOUT"},
+    [O_STOP_TIMEOUT] = {"--stop-timeout", "PROCMESH_STOP_TIMEOUT"},
+    [O_SYSTEM_NAME] = {"--system-name", "PROCMESH_SYSTEM_NAME"},
+    [O_HOSTNAME] = {"--hostname", "PROCMESH_HOSTNAME"},
+    [O_BASE_PORT] = {"--base-port", "PROCMESH_BASE_PORT"},
+    [O_INIT_DATA] = {"--init-data", "PROCMESH_INIT_DATA"},
+    [O_READY] = {"--ready", "PROCMESH_READY"},
+    [O_LISTEN] = {"--listen", "PROCMESH_LISTEN"},
+    [O_HEALTH] = {"--health", "PROCMESH_HEALTH"},
+    [O_MIN_READY] = {"--min-ready", "PROCMESH_MIN_READY"},
+    [O_LOG_FORMAT] = {"--log-format", "PROCMESH_LOG_FORMAT"},
+    [O_LOG_LEVEL] = {"--log-level", "PROCMESH_LOG_LEVEL"},
+};
+
+static int apply(pm__dconf *c, int id, const src *s, const char *v, char *err, size_t size)
+{
+    char w[96];
+    switch (id) {
+    case O_WORKERS:
+        if (strcmp(v, "auto") == 0) {
+            c->workers = 0;
+            return 0;
+        }
+        if (int_value(s, v, 1, PM_MAX_WORKERS, &c->workers, err, size) < 0)
+            return fail(err, size, "%s: '%s' is not auto or a whole number in 1..%d",
+                        who(s, w, sizeof(w)), v, PM_MAX_WORKERS);
+        return 0;
+    case O_RESTART: {
+        static const char *const n[] = {"always", "on-failure", "never", NULL};
+        static const int val[] = {PM_RESTART_ALWAYS, PM_RESTART_ON_FAILURE, PM_RESTART_NEVER};
+        return choice(s, v, n, val, "always, on-failure, never", &c->restart, err, size);
+    }
+    case O_BACKOFF_MIN:
+        return int_value(s, v, 0, INT_MAX, &c->backoff_min, err, size);
+    case O_BACKOFF_MAX:
+        return int_value(s, v, 0, INT_MAX, &c->backoff_max, err, size);
+    case O_JITTER: {
+        char *end;
+        errno = 0;
+        double f = strtod(v, &end);
+        if (*v == '\0' || *end != '\0' || errno != 0 || !(f >= 0.0 && f <= 1.0))
+            return fail(err, size, "%s: '%s' is not a number in 0..1", who(s, w, sizeof(w)), v);
+        c->jitter = f;
+        return 0;
+    }
+    case O_MAX_RESTARTS:
+        return int_value(s, v, -1, PM_MAX_RESTARTS_LIMIT, &c->max_restarts, err, size);
+    case O_RESTART_WINDOW:
+        return int_value(s, v, 0, INT_MAX, &c->restart_window, err, size);
+    case O_READY_TIMEOUT:
+        return int_value(s, v, 1, INT_MAX, &c->ready_timeout, err, size);
+    case O_HEARTBEAT:
+        return int_value(s, v, 0, INT_MAX, &c->heartbeat_timeout, err, size);
+    case O_STOP_TIMEOUT:
+        return int_value(s, v, 0, INT_MAX, &c->stop_timeout, err, size);
+    case O_SYSTEM_NAME:
+        return name_value(s, v, c->system_name, err, size);
+    case O_HOSTNAME:
+        return name_value(s, v, c->hostname, err, size);
+    case O_BASE_PORT:
+        return int_value(s, v, 0, 65535, &c->base_port, err, size);
+    case O_INIT_DATA:
+        return init_value(s, v, c, err, size);
+    case O_READY: {
+        static const char *const n[] = {"mesh", "notify", "exec", NULL};
+        static const int val[] = {PM__D_READY_MESH, PM__D_READY_NOTIFY, PM__D_READY_EXEC};
+        return choice(s, v, n, val, "mesh, notify, exec", &c->ready, err, size);
+    }
+    case O_LISTEN:
+        return listen_value(s, v, c, err, size);
+    case O_HEALTH:
+        return host_port(s, v, c->health_host, sizeof(c->health_host), &c->health_port, err, size);
+    case O_MIN_READY:
+        return int_value(s, v, 0, PM_MAX_WORKERS, &c->min_ready, err, size);
+    case O_LOG_FORMAT: {
+        static const char *const n[] = {"text", "json", NULL};
+        static const int val[] = {PM__LOG_TEXT, PM__LOG_JSON};
+        return choice(s, v, n, val, "text, json", &c->log_format, err, size);
+    }
+    case O_LOG_LEVEL: {
+        static const char *const n[] = {"error", "warn", "info", "debug", NULL};
+        static const int val[] = {PM__LOG_ERROR, PM__LOG_WARN, PM__LOG_INFO, PM__LOG_DEBUG};
+        return choice(s, v, n, val, "error, warn, info, debug", &c->log_level, err, size);
+    }
+    }
+    return -EINVAL;
+}
+
+static void defaults(pm__dconf *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->workers = 0;
+    c->restart = PM_RESTART_ON_FAILURE;
+    c->backoff_min = 200;
+    c->backoff_max = 10000;
+    c->jitter = 0.2;
+    c->max_restarts = 10;
+    c->restart_window = 60000;
+    c->ready_timeout = 10000;
+    c->heartbeat_timeout = 10000;
+    c->stop_timeout = 5000;
+    strcpy(c->system_name, "procmesh");
+    strcpy(c->hostname, "worker");
+    c->base_port = 1;
+    c->ready = PM__D_READY_MESH;
+    c->min_ready = -1;
+    c->log_format = PM__LOG_TEXT;
+    c->log_level = PM__LOG_INFO;
+}
+
+int pm__dconf_parse(pm__dconf *c, int argc, char **argv, pm__d_getenv env, char *err,
+                    size_t errsize)
+{
+    int seen[O_COUNT] = {0};
+    int i = 0, rc;
+    defaults(c);
+    err[0] = '\0';
+    /* Flags first, so that they win: an option given as a flag is not read
+     * from the environment. --listen may repeat. */
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (strncmp(a, "--", 2) != 0)
+            return fail(err, errsize, "'%s': expected an option or '--' before the command", a);
+        const char *eq = strchr(a, '=');
+        size_t flen = eq != NULL ? (size_t)(eq - a) : strlen(a);
+        int id = -1;
+        for (int k = 0; k < O_COUNT; k++)
+            if (strlen(opts[k].flag) == flen && strncmp(a, opts[k].flag, flen) == 0)
+                id = k;
+        if (id < 0)
+            return fail(err, errsize, "'%.*s': unknown option (see procmesh run --help)", (int)flen, a);
+        const char *v = eq != NULL ? eq + 1 : NULL;
+        if (v == NULL) {
+            if (i + 1 >= argc)
+                return fail(err, errsize, "%s: missing value", opts[id].flag);
+            v = argv[++i];
+        }
+        if (seen[id] && id != O_LISTEN)
+            return fail(err, errsize, "%s: given twice", opts[id].flag);
+        seen[id] = 1;
+        src s = {opts[id].flag, NULL};
+        if ((rc = apply(c, id, &s, v, err, errsize)) < 0)
+            return rc;
+    }
+    for (int k = 0; k < O_COUNT; k++) {
+        if (seen[k])
+            continue;
+        const char *v = env(opts[k].var);
+        if (v == NULL)
+            continue;
+        src s = {opts[k].flag, opts[k].var};
+        if (k == O_LISTEN) {
+            /* A comma-separated list in the environment. */
+            char *copy = strdup(v), *save = NULL;
+            if (copy == NULL)
+                return -ENOMEM;
+            for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+                if ((rc = apply(c, k, &s, t, err, errsize)) < 0) {
+                    free(copy);
+                    return rc;
+                }
+            }
+            free(copy);
+            continue;
+        }
+        if ((rc = apply(c, k, &s, v, err, errsize)) < 0)
+            return rc;
+    }
+    if (i >= argc)
+        return fail(err, errsize, "missing COMMAND: procmesh run [OPTIONS] -- COMMAND [ARG...]");
+    c->argv = argv + i;
+    c->argc = argc - i;
+    if (c->backoff_max < c->backoff_min)
+        return fail(err, errsize, "--backoff-max: %d is below --backoff-min %d", c->backoff_max,
+                    c->backoff_min);
+    if (c->workers > 0 && c->base_port + c->workers - 1 > 65535)
+        return fail(err, errsize, "--base-port: %d + %d workers - 1 exceeds 65535", c->base_port,
+                    c->workers);
+    if (c->min_ready > 0 && c->workers > 0 && c->min_ready > c->workers)
+        return fail(err, errsize, "--min-ready: %d is more than the %d workers", c->min_ready,
+                    c->workers);
+    return 0;
+}
+
+void pm__dconf_free(pm__dconf *c)
+{
+    free(c->init_data);
+    c->init_data = NULL;
+}
+
+int pm__dconf_options(const pm__dconf *c, pm_options **out, char *err, size_t errsize)
+{
+    pm_options *o = pm_options_new();
+    if (o == NULL)
+        return -ENOMEM;
+    int rc = 0;
+    rc = rc ? rc : pm_options_set_workers(o, c->workers);
+    rc = rc ? rc : pm_options_set_exec(o, c->argv[0], c->argv);
+    rc = rc ? rc : pm_options_set_restart_policy(o, c->restart);
+    rc = rc ? rc : pm_options_set_restart_min_backoff_ms(o, c->backoff_min);
+    rc = rc ? rc : pm_options_set_restart_max_backoff_ms(o, c->backoff_max);
+    rc = rc ? rc : pm_options_set_restart_random_factor(o, c->jitter);
+    rc = rc ? rc : pm_options_set_max_restarts(o, c->max_restarts);
+    rc = rc ? rc : pm_options_set_restart_window_ms(o, c->restart_window);
+    rc = rc ? rc : pm_options_set_ready_timeout_ms(o, c->ready_timeout);
+    rc = rc ? rc : pm_options_set_heartbeat_timeout_ms(o, c->heartbeat_timeout);
+    rc = rc ? rc : pm_options_set_stop_timeout_ms(o, c->stop_timeout);
+    rc = rc ? rc : pm_options_set_system_name(o, c->system_name);
+    rc = rc ? rc : pm_options_set_hostname(o, c->hostname);
+    rc = rc ? rc : pm_options_set_base_port(o, c->base_port);
+    rc = rc ? rc : pm_options_set_init_data(o, c->init_data, c->init_len);
+    rc = rc ? rc : pm_options_set_ready_mode(o, c->ready == PM__D_READY_EXEC ? PM_READY_EXEC
+                                                                            : PM_READY_MESH);
+    rc = rc ? rc : pm_options_set_reap_orphans(o, 1);
+    if (rc == 0)
+        rc = pm_options_validate(o, err, errsize);
+    if (rc < 0) {
+        if (err[0] == '\0')
+            snprintf(err, errsize, "invalid configuration: %s", pm_strerror(rc));
+        pm_options_free(o);
+        return rc;
+    }
+    *out = o;
+    return 0;
+}

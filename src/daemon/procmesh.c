@@ -1,0 +1,348 @@
+/*
+ * procmesh - run COMMAND in crash-isolated, restart-budgeted worker slots.
+ *
+ *   procmesh run [OPTIONS] -- COMMAND [ARG...]
+ *   procmesh version
+ *   procmesh --help | procmesh run --help
+ *
+ * Exit status of `run`: 0 every worker stopped by itself (graceful drain, or
+ * every slot ended cleanly), 1 the drain had to SIGKILL a worker, 2 bad
+ * command line or configuration, 3 every slot was retired (its restart
+ * budget spent), 4 could not start (a listening socket, the first spawn).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "dconf.h"
+#include "log.h"
+#include "procmesh.h"
+
+#define EXIT_DRAIN_KILLED 1
+#define EXIT_USAGE 2
+#define EXIT_RETIRED 3
+#define EXIT_START 4
+
+static const char usage_text[] =
+    "usage: procmesh run [OPTIONS] -- COMMAND [ARG...]\n"
+    "       procmesh version\n"
+    "\n"
+    "Runs COMMAND in every worker slot, restarts it when it fails, and stops\n"
+    "everything cleanly on SIGTERM/SIGINT. Every option can also be set with\n"
+    "an environment variable PROCMESH_<OPTION> (upper case, '-' as '_'; for\n"
+    "--listen a comma-separated list); a flag wins over the variable.\n"
+    "\n"
+    "  --workers N|auto          worker slots (default auto: usable CPUs)\n"
+    "  --restart always|on-failure|never   (default on-failure)\n"
+    "  --backoff-min MS          first restart delay (default 200)\n"
+    "  --backoff-max MS          longest restart delay (default 10000)\n"
+    "  --backoff-jitter F        random factor 0..1 (default 0.2)\n"
+    "  --max-restarts N          per window, -1 unlimited (default 10)\n"
+    "  --restart-window MS       sliding window, 0 = forever (default 60000)\n"
+    "  --ready-timeout MS        (default 10000)\n"
+    "  --heartbeat-timeout MS    mesh workers only, 0 = off (default 10000)\n"
+    "  --stop-timeout MS         grace before SIGKILL (default 5000)\n"
+    "  --system-name S           (default procmesh)\n"
+    "  --hostname S              (default worker)\n"
+    "  --base-port N             slot i gets port N+i (default 1)\n"
+    "  --init-data TEXT|@FILE    delivered to mesh workers at init\n"
+    "  --ready mesh|exec         mesh: the worker calls pm_node_ready (default);\n"
+    "                            exec: ready once exec succeeded\n"
+    "  --listen [NAME=]tcp:HOST:PORT|unix:PATH   socket handed to every worker\n"
+    "                            (LISTEN_FDS convention), repeatable\n"
+    "  --min-ready N             (default: all slots)\n"
+    "  --log-format text|json    (default text)\n"
+    "  --log-level error|warn|info|debug   (default info)\n"
+    "\n"
+    "exit status: 0 stopped cleanly, 1 a worker had to be killed at stop,\n"
+    "2 bad usage, 3 every slot retired, 4 could not start\n";
+
+typedef struct daemon_ctx {
+    const pm__dconf *conf;
+    int retired;
+} daemon_ctx;
+
+static const pm__dconf *g_conf;
+
+static void logkv(int level, const char *event, const char *const *kv, size_t nkv)
+{
+    pm__log(g_conf->log_format, g_conf->log_level, level, event, kv, nkv);
+}
+
+static const char *signame(int sig, char *buf, size_t size)
+{
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev != NULL)
+        snprintf(buf, size, "SIG%s", abbrev);
+    else
+        snprintf(buf, size, "%d", sig);
+    return buf;
+}
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    daemon_ctx *d = arg;
+    char slot[16], pid[16], inc[24], v1[32], sig[32];
+    snprintf(slot, sizeof(slot), "%u", e->slot);
+    snprintf(pid, sizeof(pid), "%d", (int)e->pid);
+    snprintf(inc, sizeof(inc), "%llu", (unsigned long long)e->incarnation);
+    switch (e->type) {
+    case PM_EVENT_STARTED: {
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
+        logkv(PM__LOG_INFO, "started", kv, 3);
+        break;
+    }
+    case PM_EVENT_READY: {
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
+        logkv(PM__LOG_INFO, "ready", kv, 3);
+        break;
+    }
+    case PM_EVENT_EXITED:
+        if (e->signal != 0) {
+            const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,
+                                "signal", signame(e->signal, sig, sizeof(sig)),
+                                "core_dumped", e->core_dumped ? "true" : "false",
+                                "reason", e->reason};
+            logkv(PM__LOG_WARN, "exited", kv, 6);
+        } else {
+            snprintf(v1, sizeof(v1), "%d", e->exit_code);
+            const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,
+                                "exit_code", v1, "reason", e->reason};
+            logkv(e->exit_code == 0 ? PM__LOG_INFO : PM__LOG_WARN, "exited", kv, 5);
+        }
+        break;
+    case PM_EVENT_RESTART_SCHEDULED: {
+        snprintf(v1, sizeof(v1), "%u", e->delay_ms);
+        const char *kv[] = {"slot", slot, "delay_ms", v1};
+        logkv(PM__LOG_INFO, "restart_scheduled", kv, 2);
+        break;
+    }
+    case PM_EVENT_RETIRED: {
+        snprintf(v1, sizeof(v1), "%u", e->restarts);
+        const char *kv[] = {"slot", slot, "restarts", v1};
+        logkv(PM__LOG_ERROR, "retired", kv, 2);
+        d->retired++;
+        break;
+    }
+    case PM_EVENT_STOPPED: {
+        const char *kv[] = {"slot", slot, "reason", e->reason};
+        logkv(PM__LOG_INFO, "stopped", kv, 2);
+        break;
+    }
+    case PM_EVENT_SPAWN_FAILED: {
+        const char *kv[] = {"slot", slot, "error", pm_strerror(e->exit_code)};
+        logkv(PM__LOG_ERROR, "spawn_failed", kv, 2);
+        break;
+    }
+    case PM_EVENT_FENCED: {
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc, "reason", e->reason};
+        logkv(PM__LOG_WARN, "fenced", kv, 4);
+        break;
+    }
+    case PM_EVENT_STALLED: {
+        snprintf(v1, sizeof(v1), "%u", e->delay_ms);
+        const char *kv[] = {"stall_ms", v1, "reason", e->reason};
+        logkv(PM__LOG_WARN, "stall", kv, 2);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void on_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned restarts, void *arg)
+{
+    (void)c;
+    (void)arg;
+    (void)slot;
+    (void)restarts;
+    char text[PM_ADDRESS_STRLEN];
+    pm_address_format(a, text, sizeof(text));
+    const char *kv[] = {"address", text};
+    logkv(PM__LOG_ERROR, "permanently_down", kv, 1);
+}
+
+/* Creates the listening sockets, close-on-exec (procmesh hands them to the
+ * workers explicitly). Returns the count, or -1 with a log line. */
+static int open_listeners(const pm__dconf *c, int *fds)
+{
+    for (size_t i = 0; i < c->nlisten; i++) {
+        const pm__d_listen *l = &c->listen[i];
+        int fd = -1;
+        if (l->unix_socket) {
+            struct sockaddr_un sa;
+            memset(&sa, 0, sizeof(sa));
+            sa.sun_family = AF_UNIX;
+            strcpy(sa.sun_path, l->path);
+            fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            struct stat st;
+            /* A stale socket file from an earlier run would make bind fail;
+             * remove it only if it is a socket. */
+            if (lstat(l->path, &st) == 0 && S_ISSOCK(st.st_mode))
+                unlink(l->path);
+            if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 512) < 0)
+                goto fail;
+        } else {
+            struct addrinfo hints, *res = NULL;
+            memset(&hints, 0, sizeof(hints));
+            hints.ai_socktype = SOCK_STREAM;
+            hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+            char port[8];
+            snprintf(port, sizeof(port), "%u", l->port);
+            int g = getaddrinfo(l->host[0] ? l->host : NULL, port, &hints, &res);
+            if (g != 0) {
+                const char *kv[] = {"listen", l->name, "error", gai_strerror(g)};
+                logkv(PM__LOG_ERROR, "listen_failed", kv, 2);
+                return -1;
+            }
+            fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            int one = 1;
+            if (fd >= 0)
+                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+            int ok = fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 512) == 0;
+            freeaddrinfo(res);
+            if (!ok)
+                goto fail;
+        }
+        fds[i] = fd;
+        continue;
+    fail: {
+        const char *kv[] = {"listen", l->name, "error", strerror(errno)};
+        logkv(PM__LOG_ERROR, "listen_failed", kv, 2);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    }
+    return (int)c->nlisten;
+}
+
+static const char *env_get(const char *name)
+{
+    return getenv(name);
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    static pm__dconf conf;
+    char err[512];
+    for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+    }
+    if (pm__dconf_parse(&conf, argc, argv, env_get, err, sizeof(err)) < 0) {
+        fprintf(stderr, "procmesh run: %s\n", err);
+        return EXIT_USAGE;
+    }
+    g_conf = &conf;
+    if (conf.ready == PM__D_READY_NOTIFY) {
+        fprintf(stderr, "procmesh run: --ready notify: this version supports mesh and exec\n");
+        return EXIT_USAGE;
+    }
+    if (conf.health_host[0] != '\0') {
+        fprintf(stderr, "procmesh run: --health: this version has no health endpoint yet\n");
+        return EXIT_USAGE;
+    }
+    pm_options *o;
+    if (pm__dconf_options(&conf, &o, err, sizeof(err)) < 0) {
+        fprintf(stderr, "procmesh run: %s\n", err);
+        return EXIT_USAGE;
+    }
+    /* Orphans re-parented to us must be reaped: as PID 1 that is automatic,
+     * elsewhere we become a child subreaper so the same holds. */
+    if (getpid() != 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+    int fds[PM__D_MAX_LISTEN];
+    int nfds = open_listeners(&conf, fds);
+    if (nfds < 0) {
+        pm_options_free(o);
+        return EXIT_START;
+    }
+    if (nfds > 0) {
+        const char *names[PM__D_MAX_LISTEN];
+        for (int i = 0; i < nfds; i++)
+            names[i] = conf.listen[i].name;
+        pm_options_set_listen_fds(o, fds, names, (size_t)nfds);
+    }
+    daemon_ctx d = {&conf, 0};
+    pm_options_set_on_event(o, on_event, &d);
+    pm_options_set_on_permanently_down(o, on_down, &d);
+    pm_cluster *c;
+    int rc = pm_cluster_spawn(o, &c);
+    if (rc < 0) {
+        const char *kv[] = {"error", pm_strerror(rc), "command", conf.argv[0]};
+        logkv(PM__LOG_ERROR, "start_failed", kv, 2);
+        pm_options_free(o);
+        return EXIT_START;
+    }
+    int status = 0;
+    for (;;) {
+        rc = pm_cluster_run(c, 1000);
+        if (rc == -EINTR) {
+            char sig[32];
+            const char *kv[] = {"signal", signame(pm_cluster_last_signal(c), sig, sizeof(sig))};
+            logkv(PM__LOG_INFO, "drain_begin", kv, 1);
+            rc = pm_cluster_terminate(c);
+            status = rc == 0 ? 0 : EXIT_DRAIN_KILLED;
+            const char *kv2[] = {"workers_killed", rc == 0 ? "false" : "true"};
+            logkv(PM__LOG_INFO, "drain_end", kv2, 1);
+            break;
+        }
+        if (rc < 0) {
+            const char *kv[] = {"error", pm_strerror(rc)};
+            logkv(PM__LOG_ERROR, "loop_failed", kv, 1);
+            pm_cluster_terminate(c);
+            status = EXIT_START;
+            break;
+        }
+        if (pm_cluster_size(c) == 0) {
+            /* Nothing left to supervise: every slot retired (the orchestrator
+             * should restart us) or ended for good. */
+            status = d.retired > 0 ? EXIT_RETIRED : 0;
+            const char *kv[] = {"reason", d.retired > 0 ? "all slots retired" : "all slots stopped"};
+            logkv(d.retired > 0 ? PM__LOG_ERROR : PM__LOG_INFO, "exit", kv, 1);
+            pm_cluster_terminate(c);
+            break;
+        }
+    }
+    pm_options_free(o);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    pm__dconf_free(&conf);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("procmesh %s\n", pm_version_string());
+        return 0;
+    }
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 2, argv + 2);
+    fprintf(stderr, "procmesh: unknown command '%s' (commands: run, version; see procmesh --help)\n",
+            cmd);
+    return EXIT_USAGE;
+}

@@ -1,0 +1,372 @@
+/*
+ * check_daemon.c - the procmesh program: its configuration (flags,
+ * environment, errors) and log lines exactly, then the real binary with
+ * real processes and signals: exit codes, drain, retirement, socket hand-off.
+ */
+#include "helpers.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "dconf.h"
+#include "log.h"
+
+/* ---------------------------------------------------------------- config */
+
+static const char *fake_env[32][2];
+
+static const char *getenv_fake(const char *name)
+{
+    for (int i = 0; i < 32 && fake_env[i][0] != NULL; i++)
+        if (strcmp(fake_env[i][0], name) == 0)
+            return fake_env[i][1];
+    return NULL;
+}
+
+static void setenv_fake(const char *name, const char *value)
+{
+    int i = 0;
+    while (fake_env[i][0] != NULL && strcmp(fake_env[i][0], name) != 0)
+        i++;
+    fake_env[i][0] = name;
+    fake_env[i][1] = value;
+}
+
+static int parse(pm__dconf *c, char *err, ...)
+{
+    char *argv[64];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, err);
+    for (char *a = va_arg(ap, char *); a != NULL; a = va_arg(ap, char *))
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    static char *keep[64];
+    memcpy(keep, argv, sizeof(argv));
+    return pm__dconf_parse(c, argc, keep, getenv_fake, err, 256);
+}
+
+START_TEST(test_config_defaults_and_flags)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    pm__dconf c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, "--", "/bin/true", NULL), 0);
+    ck_assert_int_eq(c.workers, 0);
+    ck_assert_int_eq(c.restart, PM_RESTART_ON_FAILURE);
+    ck_assert_int_eq(c.backoff_min, 200);
+    ck_assert_int_eq(c.backoff_max, 10000);
+    ck_assert(c.jitter == 0.2);
+    ck_assert_int_eq(c.max_restarts, 10);
+    ck_assert_int_eq(c.stop_timeout, 5000);
+    ck_assert_int_eq(c.ready, PM__D_READY_MESH);
+    ck_assert_int_eq(c.log_format, PM__LOG_TEXT);
+    ck_assert_int_eq(c.argc, 1);
+    ck_assert_str_eq(c.argv[0], "/bin/true");
+    pm__dconf_free(&c);
+
+    ck_assert_int_eq(parse(&c, err, "--workers", "3", "--restart=always", "--backoff-min", "5",
+                           "--backoff-max", "50", "--backoff-jitter", "0", "--max-restarts", "-1",
+                           "--restart-window", "0", "--ready-timeout", "100",
+                           "--heartbeat-timeout", "0", "--stop-timeout", "0", "--system-name",
+                           "sys", "--hostname", "h1", "--base-port", "8000", "--init-data", "hello",
+                           "--ready", "exec", "--listen", "web=tcp:127.0.0.1:8080", "--listen",
+                           "unix:/tmp/x.sock", "--min-ready", "2", "--log-format", "json",
+                           "--log-level", "debug", "--", "prog", "a", "b", NULL),
+                     0);
+    ck_assert_int_eq(c.workers, 3);
+    ck_assert_int_eq(c.restart, PM_RESTART_ALWAYS);
+    ck_assert_int_eq(c.max_restarts, -1);
+    ck_assert_str_eq(c.system_name, "sys");
+    ck_assert_int_eq(c.base_port, 8000);
+    ck_assert_uint_eq(c.init_len, 5);
+    ck_assert_int_eq(c.ready, PM__D_READY_EXEC);
+    ck_assert_uint_eq(c.nlisten, 2);
+    ck_assert_str_eq(c.listen[0].name, "web");
+    ck_assert_str_eq(c.listen[0].host, "127.0.0.1");
+    ck_assert_uint_eq(c.listen[0].port, 8080);
+    ck_assert_int_eq(c.listen[1].unix_socket, 1);
+    ck_assert_str_eq(c.listen[1].path, "/tmp/x.sock");
+    ck_assert_int_eq(c.log_format, PM__LOG_JSON);
+    ck_assert_int_eq(c.log_level, PM__LOG_DEBUG);
+    ck_assert_int_eq(c.argc, 3);
+    pm__dconf_free(&c);
+}
+END_TEST
+
+START_TEST(test_config_env_precedence)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    setenv_fake("PROCMESH_WORKERS", "7");
+    setenv_fake("PROCMESH_RESTART", "never");
+    setenv_fake("PROCMESH_LISTEN", "a=unix:/tmp/a,b=tcp:0.0.0.0:99");
+    pm__dconf c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, "--workers", "2", "--", "x", NULL), 0);
+    ck_assert_int_eq(c.workers, 2);                 /* the flag wins */
+    ck_assert_int_eq(c.restart, PM_RESTART_NEVER);  /* the variable applies */
+    ck_assert_uint_eq(c.nlisten, 2);
+    ck_assert_str_eq(c.listen[1].name, "b");
+    pm__dconf_free(&c);
+    /* A bad variable is reported with its name. */
+    setenv_fake("PROCMESH_BACKOFF_JITTER", "2");
+    ck_assert_int_eq(parse(&c, err, "--", "x", NULL), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "PROCMESH_BACKOFF_JITTER"));
+    ck_assert_ptr_nonnull(strstr(err, "'2'"));
+    pm__dconf_free(&c);
+}
+END_TEST
+
+START_TEST(test_config_errors)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    pm__dconf c;
+    char err[256];
+    static const struct {
+        const char *a, *b, *want;
+    } cases[] = {
+        {"--workers", "zero", "--workers: 'zero' is not auto or a whole number"},
+        {"--workers", "0", "--workers: '0'"},
+        {"--restart", "sometimes", "--restart: 'sometimes' is not one of always, on-failure, never"},
+        {"--backoff-jitter", "1.5", "--backoff-jitter: '1.5' is not a number in 0..1"},
+        {"--max-restarts", "-2", "--max-restarts: '-2'"},
+        {"--ready", "maybe", "--ready: 'maybe' is not one of mesh, notify, exec"},
+        {"--listen", "udp:1.2.3.4:5", "--listen: 'udp:1.2.3.4:5'"},
+        {"--listen", "tcp:nohostport", "--listen"},
+        {"--log-format", "xml", "--log-format: 'xml'"},
+        {"--system-name", "a b", "--system-name: 'a b'"},
+        {"--base-port", "70000", "--base-port: '70000'"},
+        {"--init-data", "@/nonexistent/file", "--init-data: cannot read '/nonexistent/file'"},
+        {"--frobnicate", "1", "'--frobnicate': unknown option"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        ck_assert_int_eq(parse(&c, err, cases[i].a, cases[i].b, "--", "x", NULL), -EINVAL);
+        ck_assert_msg(strstr(err, cases[i].want) != NULL, "%s %s: got \"%s\"", cases[i].a,
+                      cases[i].b, err);
+        pm__dconf_free(&c);
+    }
+    ck_assert_int_eq(parse(&c, err, "--workers", "2", NULL), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "missing COMMAND"));
+    ck_assert_int_eq(parse(&c, err, "--workers", NULL), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--workers: missing value"));
+    ck_assert_int_eq(parse(&c, err, "--workers", "1", "--workers", "2", "--", "x", NULL), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "given twice"));
+    ck_assert_int_eq(parse(&c, err, "--backoff-min", "500", "--backoff-max", "100", "--", "x", NULL),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--backoff-max: 100 is below --backoff-min 500"));
+    ck_assert_int_eq(parse(&c, err, "prog", NULL), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "'prog': expected an option or '--'"));
+}
+END_TEST
+
+START_TEST(test_log_format)
+{
+    char buf[512];
+    const char *kv[] = {"slot", "2", "signal", "SIGSEGV", "reason", "a \"b\" c", "neg", "-3",
+                        "lead", "007"};
+    size_t n = pm__log_format(buf, sizeof(buf), PM__LOG_TEXT, "T", "warn", "exited", kv, 5);
+    ck_assert_uint_eq(n, strlen(buf));
+    ck_assert_str_eq(buf, "ts=T level=warn event=exited slot=2 signal=SIGSEGV reason=\"a \\\"b\\\" c\" "
+                          "neg=-3 lead=007\n");
+    pm__log_format(buf, sizeof(buf), PM__LOG_JSON, "T", "warn", "exited", kv, 5);
+    ck_assert_str_eq(buf, "{\"ts\":\"T\",\"level\":\"warn\",\"event\":\"exited\",\"slot\":2,"
+                          "\"signal\":\"SIGSEGV\",\"reason\":\"a \\\"b\\\" c\",\"neg\":-3,"
+                          "\"lead\":\"007\"}\n");
+    const char *ctl[] = {"x", "a\nb"};
+    pm__log_format(buf, sizeof(buf), PM__LOG_JSON, "T", "info", "e", ctl, 1);
+    ck_assert_ptr_nonnull(strstr(buf, "\"a\\u000ab\""));
+    /* Truncation keeps a newline and never overflows. */
+    n = pm__log_format(buf, 20, PM__LOG_TEXT, "T", "info", "event", kv, 5);
+    ck_assert_uint_eq(n, 19);
+    ck_assert_int_eq(buf[18], '\n');
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the binary */
+
+typedef struct proc {
+    pid_t pid;
+    int err_fd; /* its stderr */
+} proc;
+
+static proc start(char *const argv[], char *const envp[])
+{
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    proc r;
+    r.pid = fork();
+    ck_assert_int_ge(r.pid, 0);
+    if (r.pid == 0) {
+        dup2(p[1], 2);
+        execve(PM_DAEMON_BIN, argv, envp);
+        _exit(127);
+    }
+    close(p[1]);
+    r.err_fd = p[0];
+    return r;
+}
+
+/* Waits for exit (bounded), returns the exit code, collects stderr. */
+static int finish(proc *r, char *out, size_t size, int timeout_ms)
+{
+    int status = pm_test_reap(r->pid, timeout_ms);
+    ck_assert_msg(status != -1, "procmesh did not exit within %d ms", timeout_ms);
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < size && (k = read(r->err_fd, out + got, size - 1 - got)) > 0)
+        got += (size_t)k;
+    out[got] = '\0';
+    close(r->err_fd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static char *base_env[] = {"PATH=/usr/bin:/bin", NULL};
+
+START_TEST(test_bin_usage_errors)
+{
+    static char out[8192];
+    char *a1[] = {"procmesh", "run", "--workers", "zero", "--", "/bin/true", NULL};
+    proc p = start(a1, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--workers: 'zero'"));
+    char *a2[] = {"procmesh", "frob", NULL};
+    p = start(a2, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 2);
+    ck_assert_ptr_nonnull(strstr(out, "unknown command 'frob'"));
+    char *a3[] = {"procmesh", "version", NULL};
+    p = start(a3, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    /* A bad variable is as fatal as a bad flag: nothing is started. */
+    char *env[] = {"PATH=/usr/bin:/bin", "PROCMESH_RESTART=sometimes", NULL};
+    char *a4[] = {"procmesh", "run", "--", "/bin/sleep", "100", NULL};
+    p = start(a4, env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 2);
+    ck_assert_ptr_nonnull(strstr(out, "PROCMESH_RESTART"));
+    ck_assert_ptr_null(strstr(out, "event=started"));
+}
+END_TEST
+
+START_TEST(test_bin_drain_exit_codes)
+{
+    static char out[16384];
+    /* Workers that die of SIGTERM stop by themselves: exit 0. */
+    char *a1[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--", "sleep", "100", NULL};
+    proc p = start(a1, base_env);
+    usleep(500000);
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_ptr_nonnull(strstr(out, "event=ready"));
+    ck_assert_ptr_nonnull(strstr(out, "event=drain_begin signal=SIGTERM"));
+    ck_assert_ptr_nonnull(strstr(out, "event=drain_end"));
+    /* Workers that ignore SIGTERM are killed after --stop-timeout: exit 1. */
+    char *a2[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--stop-timeout", "300",
+                  "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
+    p = start(a2, base_env);
+    usleep(500000);
+    uint64_t t0 = pm_test_now_ns();
+    kill(p.pid, SIGINT);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 1);
+    uint64_t took = (pm_test_now_ns() - t0) / 1000000u;
+    ck_assert_uint_ge(took, 250);
+    ck_assert_uint_lt(took, 5000);
+    ck_assert_ptr_nonnull(strstr(out, "signal=SIGKILL"));
+}
+END_TEST
+
+START_TEST(test_bin_all_retired_exit_3)
+{
+    static char out[16384];
+    char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--max-restarts", "1",
+                 "--backoff-min", "10", "--backoff-max", "20", "--log-format", "json", "--",
+                 "sh", "-c", "sleep 0.2; exit 4", NULL};
+    proc p = start(a, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 3);
+    ck_assert_ptr_nonnull(strstr(out, "\"event\":\"retired\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"exit_code\":4"));
+    /* Every line is one JSON object. */
+    for (char *line = strtok(out, "\n"); line != NULL; line = strtok(NULL, "\n"))
+        ck_assert_msg(line[0] == '{' && line[strlen(line) - 1] == '}', "not JSON: %s", line);
+    /* A command that cannot start: exit 4. */
+    char *b[] = {"procmesh", "run", "--workers", "1", "--", "/nonexistent/worker", NULL};
+    p = start(b, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
+    ck_assert_ptr_nonnull(strstr(out, "event=start_failed"));
+}
+END_TEST
+
+static int ask(const char *path, const char *line, char *reply, size_t size)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ssize_t w = write(fd, line, strlen(line));
+    (void)w;
+    ssize_t k = read(fd, reply, size - 1);
+    close(fd);
+    if (k < 0)
+        return -1;
+    reply[k] = '\0';
+    return (int)k;
+}
+
+START_TEST(test_bin_listen_survives_crash)
+{
+    /* One worker serves a unix socket handed over by procmesh. It crashes on
+     * CRASH; a client connecting right away is queued in the kernel backlog
+     * and served by the replacement: the socket never closed. */
+    char dir[] = "/tmp/pm-daemon-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[128], listen[160];
+    snprintf(path, sizeof(path), "%s/s.sock", dir);
+    snprintf(listen, sizeof(listen), "echo=unix:%s", path);
+    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--backoff-min", "50",
+                 "--backoff-max", "100", "--listen", listen, "--", PM_TEST_WORKER, "serve", NULL};
+    proc p = start(a, base_env);
+    char reply[128];
+    int k = -1;
+    for (int i = 0; i < 100 && k < 0; i++) {
+        usleep(50000);
+        k = ask(path, "hi\n", reply, sizeof(reply));
+    }
+    ck_assert_int_gt(k, 0);
+    int pid1 = 0;
+    ck_assert_int_eq(sscanf(reply, "pong %d", &pid1), 1);
+    ask(path, "CRASH\n", reply, sizeof(reply)); /* no answer: it crashed */
+    k = ask(path, "hi again\n", reply, sizeof(reply));
+    ck_assert_int_gt(k, 0);
+    int pid2 = 0;
+    ck_assert_int_eq(sscanf(reply, "pong %d", &pid2), 1);
+    ck_assert_int_ne(pid1, pid2);
+    kill(p.pid, SIGTERM);
+    static char out[16384];
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_ptr_nonnull(strstr(out, "signal=SIGSEGV"));
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("daemon");
+    PM_ADD_TEST(s, test_config_defaults_and_flags, 30);
+    PM_ADD_TEST(s, test_config_env_precedence, 30);
+    PM_ADD_TEST(s, test_config_errors, 30);
+    PM_ADD_TEST(s, test_log_format, 30);
+    PM_ADD_TEST(s, test_bin_usage_errors, 60);
+    PM_ADD_TEST(s, test_bin_drain_exit_codes, 60);
+    PM_ADD_TEST(s, test_bin_all_retired_exit_3, 60);
+    PM_ADD_TEST(s, test_bin_listen_survives_crash, 60);
+    return pm_test_main(s);
+}
