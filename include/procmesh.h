@@ -189,9 +189,10 @@ PM_EXTERN int pm_options_set_on_permanently_down(
 PM_EXTERN int pm_options_set_on_event(pm_options *o,
                                       void (*cb)(pm_cluster *, const pm_event *, void *),
                                       void *arg);
-/* 1 (default): the cluster blocks SIGCHLD, SIGTERM and SIGINT in the calling
- * thread and reads them from a signalfd; SIGTERM/SIGINT make pm_cluster_run
- * return -EINTR. 0: it touches no signal (exits are still seen by pidfd). */
+/* 1 (default): the cluster blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP in the
+ * calling thread and reads them from a signalfd; SIGTERM, SIGINT and SIGHUP
+ * make pm_cluster_run return -EINTR (pm_cluster_last_signal says which).
+ * 0: it touches no signal (exits are still seen by pidfd). */
 PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
 
 /* While frames are flowing, the hub polls the rings for up to us
@@ -316,6 +317,11 @@ PM_EXTERN unsigned pm_cluster_slots(const pm_cluster *c);
 PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_info *info);
 
 PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out);
+
+/* Replaces the worker of a ready slot: the stop request, SIGKILL after the
+ * stop timeout, and once it is reaped a new incarnation at once (no backoff,
+ * not charged to the budget). 0, -EBUSY when the slot is not ready, -EINVAL. */
+PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot);
 
 /* The signal that made pm_cluster_run return -EINTR, or 0. */
 PM_EXTERN int pm_cluster_last_signal(const pm_cluster *c);

@@ -648,6 +648,15 @@ static void act_cancel(pm_cluster *c, pm__slot *s)
 
 static void act_stopped(pm_cluster *c, pm__slot *s)
 {
+    if (s->replace && !c->terminating) {
+        /* A replacement asked for by pm_cluster_restart_slot: start it now,
+         * without a backoff and without charging the budget. */
+        s->replace = 0;
+        s->state = PM_SLOT_BACKOFF;
+        set_deadline(s, now_ms(), PM__EV_BACKOFF_DONE);
+        emit(c, PM_EVENT_RESTART_SCHEDULED, s, "replace", 0);
+        return;
+    }
     set_stopped(c, s, "stop");
 }
 
@@ -1291,6 +1300,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         sigaddset(&set, SIGCHLD);
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP);
         /* Blocked so that they queue for the signalfd instead of running
          * their default action. */
         pthread_sigmask(SIG_BLOCK, &set, &c->old_mask);
@@ -1394,6 +1404,24 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
     c->spawning = 0;
     pm__loop_flush(&c->loop);
     *out = c;
+    return 0;
+}
+
+PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot)
+{
+    if (c == NULL || slot >= c->nslots)
+        return -EINVAL;
+    pm__slot *s = &c->slots[slot];
+    if (s->state != PM_SLOT_READY)
+        return -EBUSY;
+    /* The usual stop (request, then SIGKILL after the stop timeout); the
+     * replacement starts once the old incarnation is reaped, so the slot
+     * never has two live incarnations. */
+    s->replace = 1;
+    dispatch(c, s, PM__EV_STOP);
+    pm__hub_publish(c);
+    pm__loop_flush(&c->loop);
+    rearm_timer(c);
     return 0;
 }
 

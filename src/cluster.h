@@ -59,6 +59,7 @@ typedef struct pm__slot {
     int busy;              /* its inbound ring had more than one turn's work */
     int hello;             /* HELLO received and INIT sent */
     int ever_ready;        /* some incarnation of this slot has been ready */
+    int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */
     uint64_t deadline;     /* ms, CLOCK_MONOTONIC; 0 = none */
     int deadline_event;    /* PM__EV_* fired at deadline */
     const char *kill_reason; /* why procmesh killed it, or NULL */

@@ -357,6 +357,62 @@ START_TEST(test_bin_listen_survives_crash)
 }
 END_TEST
 
+
+/* Processes whose parent is pid, from /proc. */
+static int children_of(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    int n = 0, c;
+    while (fscanf(f, "%d", &c) == 1)
+        n++;
+    fclose(f);
+    return n;
+}
+
+START_TEST(test_bin_sighup_rolling_restart)
+{
+    static char out[32768];
+    char *a[] = {"procmesh", "run", "--workers", "3", "--ready", "exec", "--", "sleep", "100", NULL};
+    proc p = start(a, base_env);
+    int kids = 0;
+    for (int i = 0; i < 200 && kids != 3; i++) {
+        usleep(20000);
+        kids = children_of(p.pid);
+    }
+    ck_assert_int_eq(kids, 3);
+    kill(p.pid, SIGHUP);
+    int max_kids = 0;
+    uint64_t end = pm_test_now_ns() + 3000000000ull;
+    while (pm_test_now_ns() < end) {
+        int k = children_of(p.pid);
+        if (k > max_kids)
+            max_kids = k;
+        usleep(2000);
+    }
+    ck_assert_int_le(max_kids, 3 + 1);
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_ptr_nonnull(strstr(out, "event=rolling_restart_begin"));
+    ck_assert_ptr_nonnull(strstr(out, "event=rolling_restart_end"));
+    /* Every slot got a second incarnation, in order. */
+    char *s0 = strstr(out, "event=ready slot=0 pid=");
+    ck_assert_ptr_nonnull(s0);
+    for (int slot = 0; slot < 3; slot++) {
+        char want[64];
+        snprintf(want, sizeof(want), "event=started slot=%d", slot);
+        char *first = strstr(out, want);
+        ck_assert_ptr_nonnull(first);
+        char *second = strstr(first + 1, want);
+        ck_assert_msg(second != NULL, "slot %d was not replaced", slot);
+        ck_assert_ptr_nonnull(strstr(second, "incarnation=2"));
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -368,5 +424,6 @@ int main(void)
     PM_ADD_TEST(s, test_bin_drain_exit_codes, 60);
     PM_ADD_TEST(s, test_bin_all_retired_exit_3, 60);
     PM_ADD_TEST(s, test_bin_listen_survives_crash, 60);
+    PM_ADD_TEST(s, test_bin_sighup_rolling_restart, 60);
     return pm_test_main(s);
 }

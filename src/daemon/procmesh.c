@@ -64,6 +64,9 @@ static const char usage_text[] =
     "  --log-format text|json    (default text)\n"
     "  --log-level error|warn|info|debug   (default info)\n"
     "\n"
+    "signals: SIGTERM/SIGINT drain (stop request, --stop-timeout, SIGKILL; a\n"
+    "second one skips the wait); SIGHUP replaces the workers one slot at a time\n"
+    "\n"
     "exit status: 0 stopped cleanly, 1 a worker had to be killed at stop,\n"
     "2 bad usage, 3 every slot retired, 4 could not start\n";
 
@@ -228,6 +231,39 @@ static int open_listeners(const pm__dconf *c, int *fds)
     return (int)c->nlisten;
 }
 
+/*
+ * SIGHUP: replace the workers one slot at a time; the next slot is replaced
+ * only after the previous replacement is ready, so at most one slot is down
+ * at a time and never more than N workers (one per slot) are alive. The
+ * listening sockets stay open throughout. Returns 0, or -EINTR when a
+ * SIGTERM/SIGINT arrived meanwhile (the caller drains).
+ */
+static int rolling_restart(pm_cluster *c, const pm__dconf *conf)
+{
+    logkv(PM__LOG_INFO, "rolling_restart_begin", NULL, 0);
+    unsigned n = pm_cluster_slots(c);
+    for (unsigned i = 0; i < n; i++) {
+        pm_slot_info si;
+        pm_cluster_slot_info(c, i, &si);
+        if (si.state != PM_SLOT_READY || pm_cluster_restart_slot(c, i) < 0)
+            continue;
+        uint64_t old = si.incarnation;
+        for (;;) {
+            int rc = pm_cluster_run(c, 100);
+            if (rc == -EINTR && pm_cluster_last_signal(c) != SIGHUP)
+                return -EINTR;
+            pm_slot_info now;
+            pm_cluster_slot_info(c, i, &now);
+            if ((now.state == PM_SLOT_READY && now.incarnation > old) ||
+                now.state == PM_SLOT_RETIRED || now.state == PM_SLOT_STOPPED)
+                break;
+        }
+    }
+    (void)conf;
+    logkv(PM__LOG_INFO, "rolling_restart_end", NULL, 0);
+    return 0;
+}
+
 static const char *env_get(const char *name)
 {
     return getenv(name);
@@ -291,14 +327,21 @@ static int cmd_run(int argc, char **argv)
     int status = 0;
     for (;;) {
         rc = pm_cluster_run(c, 1000);
+        if (rc == -EINTR && pm_cluster_last_signal(c) == SIGHUP)
+            rc = rolling_restart(c, &conf);
         if (rc == -EINTR) {
             char sig[32];
             const char *kv[] = {"signal", signame(pm_cluster_last_signal(c), sig, sizeof(sig))};
             logkv(PM__LOG_INFO, "drain_begin", kv, 1);
+            struct pm_cluster_stats st;
+            pm_cluster_stats(c, &st);
             rc = pm_cluster_terminate(c);
             status = rc == 0 ? 0 : EXIT_DRAIN_KILLED;
-            const char *kv2[] = {"workers_killed", rc == 0 ? "false" : "true"};
-            logkv(PM__LOG_INFO, "drain_end", kv2, 1);
+            char orphans[24];
+            snprintf(orphans, sizeof(orphans), "%llu", (unsigned long long)st.orphans_reaped);
+            const char *kv2[] = {"workers_killed", rc == 0 ? "false" : "true", "orphans_reaped",
+                                 orphans};
+            logkv(PM__LOG_INFO, "drain_end", kv2, 2);
             break;
         }
         if (rc < 0) {
