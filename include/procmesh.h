@@ -279,6 +279,7 @@ struct pm_cluster_stats {
     uint64_t fences_corrupt_ring;
     uint64_t fences_protocol;
     uint64_t orphans_reaped;    /* children that were not workers (reap_orphans) */
+    uint64_t ring_full_waits;   /* times a sender was held back by a full destination */
 };
 
 /*
@@ -322,6 +323,14 @@ PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out
  * stop timeout, and once it is reaped a new incarnation at once (no backoff,
  * not charged to the budget). 0, -EBUSY when the slot is not ready, -EINVAL. */
 PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot);
+
+/* Embedding more fds in the supervisor's own loop (a health endpoint, say):
+ * cb runs once, from pm_cluster_run, when fd is readable (or has an error);
+ * call pm_cluster_watch_fd again from cb for the next time. At most 1024
+ * fds. pm_cluster_unwatch_fd before closing a watched fd. 0 or -errno. */
+PM_EXTERN int pm_cluster_watch_fd(pm_cluster *c, int fd, void (*cb)(pm_cluster *, int, void *),
+                                  void *arg);
+PM_EXTERN int pm_cluster_unwatch_fd(pm_cluster *c, int fd);
 
 /* The signal that made pm_cluster_run return -EINTR, or 0. */
 PM_EXTERN int pm_cluster_last_signal(const pm_cluster *c);

@@ -44,7 +44,7 @@ extern char **environ;
 /* Loop tags: kind in the top 4 bits, slot in the next 28, then the low 32
  * bits of the incarnation, so a late completion about a dead incarnation is
  * recognised and dropped. */
-enum { TAG_SIGNAL = 1, TAG_TIMER, TAG_WAKE, TAG_PIDFD, TAG_HUB, TAG_EXECPIPE };
+enum { TAG_SIGNAL = 1, TAG_TIMER, TAG_WAKE, TAG_PIDFD, TAG_HUB, TAG_EXECPIPE, TAG_USER };
 #define TAG(kind, slot, inc) \
     (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
 #define TAG_KIND(t) ((int)((t) >> 60))
@@ -1039,6 +1039,16 @@ static void handle_tag(pm_cluster *c, uint64_t tag)
         return;
     }
     unsigned idx = TAG_SLOT(tag);
+    if (kind == TAG_USER) {
+        if (c->watches == NULL || idx >= PM__MAX_WATCH)
+            return;
+        pm__watch *w = &c->watches[idx];
+        if (w->fd < 0 || TAG_INC(tag) != w->gen)
+            return; /* unwatched meanwhile */
+        w->armed = 0;
+        w->cb(c, w->fd, w->arg);
+        return;
+    }
     if (idx >= c->nslots)
         return;
     pm__slot *s = &c->slots[idx];
@@ -1219,6 +1229,7 @@ static void cluster_free(pm_cluster *c)
         pm__budget_free(&s->budget);
     }
     free(c->slots);
+    free(c->watches);
     if (c->loop.backend != 0)
         pm__loop_fini(&c->loop);
     pm__close(c->sigfd);
@@ -1405,6 +1416,68 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
     pm__loop_flush(&c->loop);
     *out = c;
     return 0;
+}
+
+PM_EXTERN int pm_cluster_watch_fd(pm_cluster *c, int fd, void (*cb)(pm_cluster *, int, void *),
+                                  void *arg)
+{
+    if (c == NULL || fd < 0 || cb == NULL)
+        return -EINVAL;
+    if (c->watches == NULL) {
+        c->watches = malloc(PM__MAX_WATCH * sizeof(*c->watches));
+        if (c->watches == NULL)
+            return -ENOMEM;
+        for (unsigned i = 0; i < PM__MAX_WATCH; i++) {
+            c->watches[i].fd = -1;
+            c->watches[i].gen = 0;
+            c->watches[i].armed = 0;
+        }
+    }
+    pm__watch *w = NULL, *fr = NULL;
+    for (unsigned i = 0; i < PM__MAX_WATCH && w == NULL; i++) {
+        if (c->watches[i].fd == fd)
+            w = &c->watches[i];
+        else if (fr == NULL && c->watches[i].fd < 0)
+            fr = &c->watches[i];
+    }
+    if (w == NULL) {
+        if (fr == NULL)
+            return -ENOSPC;
+        w = fr;
+        w->fd = fd;
+        w->gen++;
+        w->armed = 0;
+    }
+    w->cb = cb;
+    w->arg = arg;
+    if (w->armed)
+        return 0;
+    unsigned idx = (unsigned)(w - c->watches);
+    int rc = pm__loop_arm(&c->loop, fd, TAG(TAG_USER, idx, w->gen));
+    if (rc == 0)
+        w->armed = 1;
+    return rc;
+}
+
+PM_EXTERN int pm_cluster_unwatch_fd(pm_cluster *c, int fd)
+{
+    if (c == NULL || c->watches == NULL)
+        return -EINVAL;
+    for (unsigned i = 0; i < PM__MAX_WATCH; i++) {
+        pm__watch *w = &c->watches[i];
+        if (w->fd != fd)
+            continue;
+        if (w->armed)
+            pm__loop_disarm(&c->loop, fd, TAG(TAG_USER, i, w->gen));
+        /* The poll holds its own reference to the file until the removal is
+         * processed: submit now so the caller may close fd right away. */
+        pm__loop_flush(&c->loop);
+        w->fd = -1;
+        w->armed = 0;
+        w->gen++;
+        return 0;
+    }
+    return -ENOENT;
 }
 
 PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot)

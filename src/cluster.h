@@ -43,6 +43,17 @@ typedef struct pm__bcast {
     void *arg;
 } pm__bcast;
 
+/* An application fd watched by the loop (pm_cluster_watch_fd). */
+typedef struct pm__watch {
+    int fd;                 /* -1: free */
+    uint32_t gen;           /* bumped on every (un)watch: stale completions are dropped */
+    int armed;
+    void (*cb)(pm_cluster *, int, void *);
+    void *arg;
+} pm__watch;
+
+#define PM__MAX_WATCH 1024
+
 typedef struct pm__slot {
     unsigned index;
     int state;             /* PM_SLOT_* */
@@ -121,6 +132,7 @@ struct pm_cluster {
     uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
     uint64_t last_check_boot;
     struct pm_cluster_stats stats; /* the counters kept here rather than per slot */
+    pm__watch *watches;     /* PM__MAX_WATCH entries, allocated on first use */
     uint64_t late_replies;  /* replies nobody waits for any more */
     uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
     char **env;             /* environment template for exec mode */

@@ -408,6 +408,7 @@ int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payl
             /* Keep the request open: the reply is retried. */
             add_inflight(s, e.requester, e.requester_inc, e.request_id, e.deadline_ms);
             s->blocked_on = (int)h->dst;
+            c->stats.ring_full_waits++;
             return -EAGAIN;
         }
         if (rc < 0) {
@@ -442,6 +443,7 @@ int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payl
         if (h->type == PM__FT_REQUEST)
             d->ninflight--; /* the entry just added: the frame is retried */
         s->blocked_on = (int)d->index;
+        c->stats.ring_full_waits++;
         return -EAGAIN;
     }
     if (rc < 0) {

@@ -11,6 +11,11 @@
 
 #include "dconf.h"
 #include "log.h"
+#include "health.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 
 /* ---------------------------------------------------------------- config */
 
@@ -413,6 +418,186 @@ START_TEST(test_bin_sighup_rolling_restart)
 }
 END_TEST
 
+
+START_TEST(test_http_parse)
+{
+    const char *path;
+    size_t plen;
+    int head;
+    static const struct {
+        const char *req;
+        int want;
+    } cases[] = {
+        {"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200},
+        {"GET /readyz HTTP/1.0\r\n\r\n", 200},
+        {"HEAD /metrics HTTP/1.1\r\n\r\n", 200},
+        {"GET /status?x=1 HTTP/1.1\n\n", 200},
+        {"GET /nope HTTP/1.1\r\n\r\n", 404},
+        {"POST /healthz HTTP/1.1\r\n\r\n", 405},
+        {"DELETE /status HTTP/1.1\r\n\r\n", 405},
+        {"GET /healthz\r\n\r\n", 400},
+        {"GET healthz HTTP/1.1\r\n\r\n", 400},
+        {"get /healthz HTTP/1.1\r\n\r\n", 400},
+        {"GET /healthz HTTP/2.0\r\n\r\n", 400},
+        {" /healthz HTTP/1.1\r\n\r\n", 400},
+        {"GET /a\x01b HTTP/1.1\r\n\r\n", 400},
+        {"\r\n\r\n", 400},
+        {"GET /healthz HTTP/1.1\r\nHost: x\r\n", 0},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++)
+        ck_assert_msg(pm__http_parse(cases[i].req, strlen(cases[i].req), &path, &plen, &head) ==
+                          cases[i].want,
+                      "case %zu", i);
+    ck_assert_int_eq(pm__http_parse("HEAD /status HTTP/1.1\r\n\r\n", 25, &path, &plen, &head), 200);
+    ck_assert_int_eq(head, 1);
+    ck_assert_uint_eq(plen, 7);
+    char big[PM__HTTP_MAX];
+    memset(big, 'a', sizeof(big));
+    ck_assert_int_eq(pm__http_parse(big, sizeof(big), &path, &plen, &head), 413);
+}
+END_TEST
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bind(fd, (struct sockaddr *)&a, sizeof(a));
+    socklen_t l = sizeof(a);
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* Sends a raw request, returns the status code and the body in out. */
+static int http(int port, const char *req, size_t reqlen, char *out, size_t size)
+{
+    int fd = tcp_connect(port);
+    if (fd < 0)
+        return -1;
+    if (write(fd, req, reqlen) != (ssize_t)reqlen) {
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < size && (k = read(fd, out + got, size - 1 - got)) > 0)
+        got += (size_t)k;
+    out[got] = '\0';
+    close(fd);
+    int code = -1;
+    if (sscanf(out, "HTTP/1.1 %d", &code) != 1)
+        return -1;
+    char *body = strstr(out, "\r\n\r\n");
+    if (body != NULL)
+        memmove(out, body + 4, strlen(body + 4) + 1);
+    return code;
+}
+
+static int get(int port, const char *path, char *out, size_t size)
+{
+    char req[256];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+    return http(port, req, (size_t)n, out, size);
+}
+
+START_TEST(test_bin_health_endpoints)
+{
+    static char out[65536];
+    int port = free_port();
+    char health[64];
+    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--min-ready", "2",
+                 "--health", health, "--backoff-min", "300", "--backoff-max", "300", "--",
+                 "sleep", "100", NULL};
+    proc p = start(a, base_env);
+    int code = -1;
+    for (int i = 0; i < 200 && code != 200; i++) {
+        usleep(20000);
+        code = get(port, "/readyz", out, sizeof(out));
+    }
+    ck_assert_int_eq(code, 200);
+    ck_assert_int_eq(get(port, "/healthz", out, sizeof(out)), 200);
+    ck_assert_str_eq(out, "ok\n");
+    ck_assert_int_eq(get(port, "/status", out, sizeof(out)), 200);
+    ck_assert_ptr_nonnull(strstr(out, "\"slots\":[{\"slot\":0,\"state\":\"ready\""));
+    ck_assert_int_eq(get(port, "/metrics", out, sizeof(out)), 200);
+    /* Prometheus text: comments, or "name{labels} value" / "name value". */
+    int samples = 0;
+    for (char *line = strtok(out, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        if (line[0] == '#') {
+            ck_assert(strncmp(line, "# HELP ", 7) == 0 || strncmp(line, "# TYPE ", 7) == 0);
+            continue;
+        }
+        char name[128];
+        double v;
+        ck_assert_msg(sscanf(line, "%127[a-z_]%*[^ ] %lf", name, &v) == 2 ||
+                          sscanf(line, "%127[a-z_] %lf", name, &v) == 2,
+                      "bad sample: %s", line);
+        ck_assert(strncmp(name, "procmesh_", 9) == 0);
+        samples++;
+    }
+    ck_assert_int_gt(samples, 20);
+    ck_assert_int_eq(get(port, "/nope", out, sizeof(out)), 404);
+    ck_assert_int_eq(http(port, "POST /healthz HTTP/1.1\r\n\r\n", 26, out, sizeof(out)), 405);
+    ck_assert_int_eq(http(port, "BLAH\r\n\r\n", 8, out, sizeof(out)), 400);
+    char *big = malloc(8192);
+    memset(big, 'x', 8192);
+    memcpy(big, "GET /", 5);
+    ck_assert_int_eq(http(port, big, 8192, out, sizeof(out)), 413);
+    free(big);
+
+    /* A slow client (connects, says nothing) is cut off by the header
+     * timeout; a flood of idle connections past the cap is refused; and
+     * supervision goes on meanwhile: a killed worker is restarted and
+     * /readyz answers again. */
+    int slow = tcp_connect(port);
+    ck_assert_int_ge(slow, 0);
+    int flood[100];
+    for (int i = 0; i < 100; i++)
+        flood[i] = tcp_connect(port);
+    char probe[64];
+    snprintf(probe, sizeof(probe), "/proc/%d/task/%d/children", (int)p.pid, (int)p.pid);
+    FILE *f = fopen(probe, "r");
+    int wpid = 0;
+    ck_assert_int_eq(fscanf(f, "%d", &wpid), 1);
+    fclose(f);
+    kill(wpid, SIGKILL);
+    uint64_t t0 = pm_test_now_ns();
+    struct pollfd pfd = {.fd = slow, .events = POLLIN};
+    ck_assert_int_eq(poll(&pfd, 1, 6000), 1);
+    ck_assert_uint_lt((pm_test_now_ns() - t0) / 1000000u, 5000);
+    close(slow);
+    for (int i = 0; i < 100; i++)
+        if (flood[i] >= 0)
+            close(flood[i]);
+    code = -1;
+    for (int i = 0; i < 300 && code != 200; i++) {
+        usleep(20000);
+        code = get(port, "/readyz", out, sizeof(out));
+    }
+    ck_assert_int_eq(code, 200);
+    kill(p.pid, SIGTERM);
+    static char log[65536];
+    ck_assert_int_eq(finish(&p, log, sizeof(log), 10000), 0);
+    ck_assert_ptr_nonnull(strstr(log, "event=started slot=") );
+    ck_assert_ptr_nonnull(strstr(log, "incarnation=2"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -420,10 +605,12 @@ int main(void)
     PM_ADD_TEST(s, test_config_env_precedence, 30);
     PM_ADD_TEST(s, test_config_errors, 30);
     PM_ADD_TEST(s, test_log_format, 30);
+    PM_ADD_TEST(s, test_http_parse, 30);
     PM_ADD_TEST(s, test_bin_usage_errors, 60);
     PM_ADD_TEST(s, test_bin_drain_exit_codes, 60);
     PM_ADD_TEST(s, test_bin_all_retired_exit_3, 60);
     PM_ADD_TEST(s, test_bin_listen_survives_crash, 60);
     PM_ADD_TEST(s, test_bin_sighup_rolling_restart, 60);
+    PM_ADD_TEST(s, test_bin_health_endpoints, 60);
     return pm_test_main(s);
 }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "dconf.h"
+#include "health.h"
 #include "log.h"
 #include "procmesh.h"
 
@@ -73,7 +74,36 @@ static const char usage_text[] =
 typedef struct daemon_ctx {
     const pm__dconf *conf;
     int retired;
+    pm__health_state hs;
+    long long oom_kills; /* memory.events oom_kill at the last look, -1 unknown */
 } daemon_ctx;
+
+/* The oom_kill count of our cgroup (cgroup v2 memory.events), or -1. Our
+ * workers live in our cgroup, so a rise between two exits means the kernel's
+ * OOM killer took one of them. */
+static long long oom_kill_count(void)
+{
+    char line[512], path[600];
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (f == NULL)
+        return -1;
+    path[0] = '\0';
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "0::", 3) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.events",
+                     strcmp(line + 3, "/") == 0 ? "" : line + 3);
+        }
+    fclose(f);
+    if (path[0] == '\0' || (f = fopen(path, "re")) == NULL)
+        return -1;
+    long long n = -1;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "oom_kill %lld", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
 
 static const pm__dconf *g_conf;
 
@@ -102,6 +132,7 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
     snprintf(inc, sizeof(inc), "%llu", (unsigned long long)e->incarnation);
     switch (e->type) {
     case PM_EVENT_STARTED: {
+        d->hs.spawn_failures = 0;
         const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
         logkv(PM__LOG_INFO, "started", kv, 3);
         break;
@@ -112,6 +143,30 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
         break;
     }
     case PM_EVENT_EXITED:
+        if (strcmp(e->reason, "ready-timeout") == 0) {
+            d->hs.exits_ready_timeout++;
+        } else if (strcmp(e->reason, "heartbeat") == 0 || strcmp(e->reason, "corrupt-ring") == 0 ||
+                   strcmp(e->reason, "protocol") == 0) {
+            d->hs.exits_fenced++;
+        } else if (e->signal == SIGKILL && strcmp(e->reason, "signal") == 0) {
+            long long now = oom_kill_count();
+            int oom = now >= 0 && d->oom_kills >= 0 && now > d->oom_kills;
+            d->oom_kills = now;
+            if (oom) {
+                d->hs.exits_oom++;
+                const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,
+                                    "signal", "SIGKILL", "reason", "oom"};
+                logkv(PM__LOG_WARN, "exited", kv, 5);
+                break;
+            }
+            d->hs.exits_signal++;
+        } else if (e->signal != 0) {
+            d->hs.exits_signal++;
+        } else if (e->exit_code == 0) {
+            d->hs.exits_clean++;
+        } else {
+            d->hs.exits_failed++;
+        }
         if (e->signal != 0) {
             const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,
                                 "signal", signame(e->signal, sig, sizeof(sig)),
@@ -144,6 +199,7 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
         break;
     }
     case PM_EVENT_SPAWN_FAILED: {
+        d->hs.spawn_failures++;
         const char *kv[] = {"slot", slot, "error", pm_strerror(e->exit_code)};
         logkv(PM__LOG_ERROR, "spawn_failed", kv, 2);
         break;
@@ -264,6 +320,18 @@ static int rolling_restart(pm_cluster *c, const pm__dconf *conf)
     return 0;
 }
 
+/* Terminate, serving /readyz (503) and the rest while workers stop; the
+ * endpoint is closed just before the cluster is freed. */
+static int pm__terminate(pm_cluster *c, pm__health **health)
+{
+    /* The health endpoint lives in the cluster's loop, which terminate frees:
+     * close it first. Probes during the drain see a refused connection,
+     * which orchestrators treat as not ready. */
+    pm__health_stop(*health);
+    *health = NULL;
+    return pm_cluster_terminate(c);
+}
+
 static const char *env_get(const char *name)
 {
     return getenv(name);
@@ -288,10 +356,6 @@ static int cmd_run(int argc, char **argv)
         fprintf(stderr, "procmesh run: --ready notify: this version supports mesh and exec\n");
         return EXIT_USAGE;
     }
-    if (conf.health_host[0] != '\0') {
-        fprintf(stderr, "procmesh run: --health: this version has no health endpoint yet\n");
-        return EXIT_USAGE;
-    }
     pm_options *o;
     if (pm__dconf_options(&conf, &o, err, sizeof(err)) < 0) {
         fprintf(stderr, "procmesh run: %s\n", err);
@@ -313,7 +377,11 @@ static int cmd_run(int argc, char **argv)
             names[i] = conf.listen[i].name;
         pm_options_set_listen_fds(o, fds, names, (size_t)nfds);
     }
-    daemon_ctx d = {&conf, 0};
+    daemon_ctx d;
+    memset(&d, 0, sizeof(d));
+    d.conf = &conf;
+    d.hs.min_ready = conf.min_ready;
+    d.oom_kills = oom_kill_count();
     pm_options_set_on_event(o, on_event, &d);
     pm_options_set_on_permanently_down(o, on_down, &d);
     pm_cluster *c;
@@ -324,18 +392,31 @@ static int cmd_run(int argc, char **argv)
         pm_options_free(o);
         return EXIT_START;
     }
+    pm__health *health = NULL;
+    if (conf.health_host[0] != '\0' || conf.health_port != 0) {
+        health = pm__health_start(c, conf.health_host, conf.health_port, &d.hs);
+        if (health == NULL) {
+            const char *kv[] = {"health", conf.health_host, "error", strerror(errno)};
+            logkv(PM__LOG_ERROR, "health_failed", kv, 2);
+            pm_cluster_terminate(c);
+            pm_options_free(o);
+            return EXIT_START;
+        }
+    }
     int status = 0;
     for (;;) {
         rc = pm_cluster_run(c, 1000);
+        pm__health_tick(health);
         if (rc == -EINTR && pm_cluster_last_signal(c) == SIGHUP)
             rc = rolling_restart(c, &conf);
         if (rc == -EINTR) {
             char sig[32];
             const char *kv[] = {"signal", signame(pm_cluster_last_signal(c), sig, sizeof(sig))};
             logkv(PM__LOG_INFO, "drain_begin", kv, 1);
+            d.hs.draining = 1; /* /readyz says no from now on */
             struct pm_cluster_stats st;
             pm_cluster_stats(c, &st);
-            rc = pm_cluster_terminate(c);
+            rc = pm__terminate(c, &health);
             status = rc == 0 ? 0 : EXIT_DRAIN_KILLED;
             char orphans[24];
             snprintf(orphans, sizeof(orphans), "%llu", (unsigned long long)st.orphans_reaped);
@@ -347,7 +428,7 @@ static int cmd_run(int argc, char **argv)
         if (rc < 0) {
             const char *kv[] = {"error", pm_strerror(rc)};
             logkv(PM__LOG_ERROR, "loop_failed", kv, 1);
-            pm_cluster_terminate(c);
+            pm__terminate(c, &health);
             status = EXIT_START;
             break;
         }
@@ -357,7 +438,7 @@ static int cmd_run(int argc, char **argv)
             status = d.retired > 0 ? EXIT_RETIRED : 0;
             const char *kv[] = {"reason", d.retired > 0 ? "all slots retired" : "all slots stopped"};
             logkv(d.retired > 0 ? PM__LOG_ERROR : PM__LOG_INFO, "exit", kv, 1);
-            pm_cluster_terminate(c);
+            pm__terminate(c, &health);
             break;
         }
     }
