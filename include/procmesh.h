@@ -118,8 +118,9 @@ enum pm_event_type {
     PM_EVENT_SPAWN_FAILED = 7,     /* a start failed before a process ran (exit_code = -errno) */
     PM_EVENT_FENCED = 8,           /* the hub cut a worker off and killed it (reason:
                                       "heartbeat", "corrupt-ring", "protocol") */
-    PM_EVENT_STALLED = 9           /* the supervisor itself was not running for delay_ms
+    PM_EVENT_STALLED = 9,          /* the supervisor itself was not running for delay_ms
                                       (SIGSTOP, suspend, starvation); slot is 0 */
+    PM_EVENT_STOPPING = 10         /* a notify-mode worker announced STOPPING=1 */
 };
 
 /*
@@ -212,7 +213,10 @@ PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
 
 enum pm_ready_mode {
     PM_READY_MESH = 1, /* the worker links libprocmesh: pm_node_join + pm_node_ready (default) */
-    PM_READY_EXEC = 2  /* exec mode: ready as soon as exec succeeded; no heartbeat */
+    PM_READY_EXEC = 2, /* exec mode: ready as soon as exec succeeded; no heartbeat */
+    PM_READY_NOTIFY = 3 /* exec mode: the systemd notify protocol on the worker's own
+                           NOTIFY_SOCKET: READY=1, WATCHDOG=1 (heartbeat), STOPPING=1;
+                           only datagrams from the worker's own pid count */
 };
 
 /* How a worker becomes ready. PM_READY_EXEC needs exec mode; such workers do
@@ -280,6 +284,7 @@ struct pm_cluster_stats {
     uint64_t fences_protocol;
     uint64_t orphans_reaped;    /* children that were not workers (reap_orphans) */
     uint64_t ring_full_waits;   /* times a sender was held back by a full destination */
+    uint64_t notify_dropped;    /* notify datagrams not from the slot's worker, dropped */
 };
 
 /*

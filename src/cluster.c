@@ -26,6 +26,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
@@ -44,7 +46,7 @@ extern char **environ;
 /* Loop tags: kind in the top 4 bits, slot in the next 28, then the low 32
  * bits of the incarnation, so a late completion about a dead incarnation is
  * recognised and dropped. */
-enum { TAG_SIGNAL = 1, TAG_TIMER, TAG_WAKE, TAG_PIDFD, TAG_HUB, TAG_EXECPIPE, TAG_USER };
+enum { TAG_SIGNAL = 1, TAG_TIMER, TAG_WAKE, TAG_PIDFD, TAG_HUB, TAG_EXECPIPE, TAG_USER, TAG_NOTIFY };
 #define TAG(kind, slot, inc) \
     (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
 #define TAG_KIND(t) ((int)((t) >> 60))
@@ -211,6 +213,12 @@ static void release_process(pm_cluster *c, pm__slot *s)
     }
     pm__close(s->exec_pipe);
     s->exec_pipe = -1;
+    if (s->notify_armed) {
+        pm__loop_disarm(&c->loop, s->notify_fd, TAG(TAG_NOTIFY, s->index, s->incarnation));
+        s->notify_armed = 0;
+    }
+    pm__close(s->notify_fd);
+    s->notify_fd = -1;
     pm__hub_slot_gone(c, s);
     pm__link_close(&s->link);
     s->pid = 0;
@@ -326,14 +334,15 @@ static void fork_child(void *arg)
  * PROCMESH_NODE (mesh readiness) and the LISTEN_* variables (listen fds).
  * The extra strings live in *text (freed by the caller after the fork);
  * *pid_digits points into LISTEN_PID's value for the child to fill in. */
-static char **exec_env(pm_cluster *c, int node_fd_at, char **text, char **pid_digits)
+static char **exec_env(pm_cluster *c, int node_fd_at, const char *notify, char **text,
+                       char **pid_digits)
 {
     const pm_options *o = c->o;
     size_t names = 0;
     for (size_t i = 0; i < o->npass_fds; i++)
         names += strlen(o->fd_names[i]) + 1;
-    size_t size = 64 + (o->listen_env ? 64 + names : 0);
-    char **env = malloc((c->nenv + 5) * sizeof(*env));
+    size_t size = 64 + (o->listen_env ? 64 + names : 0) + (notify ? 32 + strlen(notify) : 0);
+    char **env = malloc((c->nenv + 6) * sizeof(*env));
     char *t = malloc(size);
     if (env == NULL || t == NULL) {
         free(env);
@@ -347,6 +356,10 @@ static char **exec_env(pm_cluster *c, int node_fd_at, char **text, char **pid_di
         env[k++] = t + used;
         used += (size_t)snprintf(t + used, size - used, "%s=%d,%d,%d", PM__NODE_ENV, node_fd_at,
                                  node_fd_at + 1, node_fd_at + 2) + 1;
+    }
+    if (notify != NULL) {
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "NOTIFY_SOCKET=%s", notify) + 1;
     }
     if (o->listen_env && o->npass_fds > 0) {
         env[k++] = t + used;
@@ -365,6 +378,89 @@ static char **exec_env(pm_cluster *c, int node_fd_at, char **text, char **pid_di
     env[k] = NULL;
     *text = t;
     return env;
+}
+
+/* Notify readiness: a datagram socket for this incarnation in the abstract
+ * namespace (nothing to clean up on disk), with SO_PASSCRED so that every
+ * datagram carries its sender's pid: only the slot's own process counts. */
+static int open_notify(pm_cluster *c, pm__slot *s, char *name, size_t size)
+{
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    int len = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "procmesh/%d/%u/%llu",
+                       (int)c->self, s->index, (unsigned long long)s->incarnation);
+    snprintf(name, size, "@%s", sa.sun_path + 1);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0 ||
+        bind(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                                                     (size_t)len)) < 0) {
+        int err = -errno;
+        pm__close(fd);
+        return err;
+    }
+    s->notify_fd = fd;
+    s->watchdog = 0;
+    return 0;
+}
+
+/* Reads what the worker sent on its NOTIFY_SOCKET. */
+static void on_notify(pm_cluster *c, pm__slot *s)
+{
+    for (int i = 0; i < 16 && s->notify_fd >= 0; i++) {
+        char buf[4096];
+        union {
+            struct cmsghdr h;
+            char b[CMSG_SPACE(sizeof(struct ucred))];
+        } ctl;
+        struct iovec iov = {buf, sizeof(buf) - 1};
+        struct msghdr mh;
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = ctl.b;
+        mh.msg_controllen = sizeof(ctl.b);
+        ssize_t n = recvmsg(s->notify_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0)
+            break;
+        buf[n] = '\0';
+        pid_t from = 0;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS) {
+                struct ucred cr;
+                memcpy(&cr, CMSG_DATA(cm), sizeof(cr));
+                from = cr.pid;
+            }
+            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                /* Passed fds (FDSTORE=1) are not supported: close them. */
+                size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                for (size_t k = 0; k < nfd; k++) {
+                    int fd;
+                    memcpy(&fd, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
+                    close(fd);
+                }
+            }
+        }
+        if (from != s->pid) {
+            c->stats.notify_dropped++; /* not the slot's worker: forged or a child */
+            continue;
+        }
+        for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line != NULL;
+             line = strtok_r(NULL, "\n", &save)) {
+            if (strcmp(line, "READY=1") == 0) {
+                dispatch(c, s, PM__EV_READY);
+            } else if (strcmp(line, "WATCHDOG=1") == 0) {
+                s->watchdog = 1;
+                s->progress_ms = now_ms();
+            } else if (strcmp(line, "STOPPING=1") == 0) {
+                emit(c, PM_EVENT_STOPPING, s, "notify", 0);
+            }
+        }
+    }
+    if (s->notify_fd >= 0 &&
+        pm__loop_arm(&c->loop, s->notify_fd, TAG(TAG_NOTIFY, s->index, s->incarnation)) == 0)
+        s->notify_armed = 1;
 }
 
 /* Starts the next incarnation of s. Returns 0, or -errno with nothing left
@@ -411,7 +507,15 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
             fds[n + 1] = s->link.node_efd;
             fds[n + 2] = s->link.hub_efd;
         }
-        env = exec_env(c, mesh ? 3 + (int)n : -1, &envtext, &req.pid_digits);
+        char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
+        if (c->o->ready_mode == PM_READY_NOTIFY) {
+            rc = open_notify(c, s, notify, sizeof(notify));
+            if (rc < 0)
+                goto fail;
+        }
+        env = exec_env(c, mesh ? 3 + (int)n : -1,
+                       c->o->ready_mode == PM_READY_NOTIFY ? notify : NULL, &envtext,
+                       &req.pid_digits);
         if (env == NULL) {
             rc = -ENOMEM;
             goto fail;
@@ -470,6 +574,9 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
     if (c->o->ready_mode == PM_READY_EXEC &&
         pm__loop_arm(&c->loop, s->exec_pipe, TAG(TAG_EXECPIPE, s->index, s->incarnation)) == 0)
         s->pipe_armed = 1; /* EOF on the error pipe = exec succeeded = ready */
+    if (s->notify_fd >= 0 &&
+        pm__loop_arm(&c->loop, s->notify_fd, TAG(TAG_NOTIFY, s->index, s->incarnation)) == 0)
+        s->notify_armed = 1;
     s->reading = 1;
     if (pm__ring_arm(&s->link.rx) != 0)
         s->busy = 1;
@@ -481,6 +588,8 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
 fail:
     free(env);
     free(envtext);
+    pm__close(s->notify_fd);
+    s->notify_fd = -1;
     pm__close(pipefd[0]);
     pm__close(pipefd[1]);
     pm__close(s->exec_pipe);
@@ -766,11 +875,17 @@ static void check_liveness(pm_cluster *c, uint64_t now)
     }
     c->last_check_mono = now;
     c->last_check_boot = boot;
-    /* Workers that do not link libprocmesh have no counter to watch. */
-    for (unsigned i = 0; i < c->nslots && c->o->ready_mode == PM_READY_MESH; i++) {
+    for (unsigned i = 0; i < c->nslots && c->o->ready_mode != PM_READY_EXEC; i++) {
         pm__slot *s = &c->slots[i];
         if (s->state != PM_SLOT_READY || !s->reading)
             continue;
+        if (c->o->ready_mode == PM_READY_NOTIFY) {
+            /* As under systemd's WatchdogSec: only a worker that sends
+             * WATCHDOG=1 is held to it; silence otherwise is not a hang. */
+            if (s->watchdog && now - s->progress_ms > timeout)
+                fault(c, s, "heartbeat");
+            continue;
+        }
         const struct pm__ctl *ctl = s->link.map;
         uint64_t beats = atomic_load_explicit(&ctl->beats, memory_order_relaxed);
         if (beats != s->last_beats) {
@@ -1062,6 +1177,9 @@ static void handle_tag(pm_cluster *c, uint64_t tag)
             s->pid_armed = 1;
     } else if (kind == TAG_HUB) {
         on_hub(c, s, 1);
+    } else if (kind == TAG_NOTIFY) {
+        s->notify_armed = 0;
+        on_notify(c, s);
     } else if (kind == TAG_EXECPIPE) {
         s->pipe_armed = 0;
         int e = 0;
@@ -1225,6 +1343,7 @@ static void cluster_free(pm_cluster *c)
         pm__slot *s = &c->slots[i];
         pm__close(s->pidfd);
         pm__close(s->exec_pipe);
+        pm__close(s->notify_fd);
         pm__link_close(&s->link);
         pm__budget_free(&s->budget);
     }
@@ -1268,7 +1387,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         pm__slot *s = &c->slots[i];
         s->index = i;
         s->state = PM_SLOT_BACKOFF; /* no process yet; started at once below */
-        s->pidfd = s->exec_pipe = -1;
+        s->pidfd = s->exec_pipe = s->notify_fd = -1;
         s->last_exit_code = -1;
         pm__link_zero(&s->link);
         pm__budget_init(&s->budget);

@@ -65,6 +65,9 @@ typedef struct pm__slot {
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on link.hub_efd is outstanding */
     int pipe_armed;        /* a poll on exec_pipe is outstanding (exec readiness) */
+    int notify_fd;         /* notify readiness: this incarnation's NOTIFY_SOCKET, or -1 */
+    int notify_armed;
+    int watchdog;          /* the worker sent WATCHDOG=1: the heartbeat applies */
     int reading;           /* the hub reads this incarnation's ring (not fenced) */
     int want_arm;          /* drained: arm its doorbell before the loop sleeps */
     int busy;              /* its inbound ring had more than one turn's work */

@@ -149,7 +149,7 @@ PM_EXTERN int pm_options_set_listen_fds(pm_options *o, const int *fds, const cha
 
 PM_EXTERN int pm_options_set_ready_mode(pm_options *o, int mode)
 {
-    if (o == NULL || (mode != PM_READY_MESH && mode != PM_READY_EXEC))
+    if (o == NULL || (mode != PM_READY_MESH && mode != PM_READY_EXEC && mode != PM_READY_NOTIFY))
         return -EINVAL;
     o->ready_mode = mode;
     return 0;
@@ -435,8 +435,8 @@ PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
     if (o->base_port + workers - 1 > 65535)
         return why_fmt(why, size, "base_port: %d + %d workers - 1 exceeds 65535", o->base_port,
                        workers);
-    if (o->ready_mode == PM_READY_EXEC && o->exec_path == NULL)
-        return why_fmt(why, size, "ready_mode: exec readiness needs exec mode");
+    if (o->ready_mode != PM_READY_MESH && o->exec_path == NULL)
+        return why_fmt(why, size, "ready_mode: exec and notify readiness need exec mode");
     if (o->reap_orphans && !o->handle_signals)
         return why_fmt(why, size, "reap_orphans: needs handle_signals (SIGCHLD)");
     if (o->max_backoff_ms < o->min_backoff_ms)

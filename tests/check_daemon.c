@@ -598,6 +598,42 @@ START_TEST(test_bin_health_endpoints)
 }
 END_TEST
 
+
+START_TEST(test_bin_notify_mode)
+{
+    /* A worker that speaks sd_notify: a READY=1 forged by its child is
+     * dropped and counted; its own READY=1 (500 ms later) makes it ready;
+     * WATCHDOG=1 then holds it to the heartbeat, and when it falls silent it
+     * is fenced. */
+    static char out[65536];
+    int port = free_port();
+    char health[64];
+    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--heartbeat-timeout",
+                 "400", "--health", health, "--", PM_NOTIFY_SEND, "--fork", "READY=1", "--",
+                 PM_NOTIFY_SEND, "--delay", "500", "READY=1", "--", PM_NOTIFY_SEND, "WATCHDOG=1",
+                 "--", PM_NOTIFY_SEND, "STOPPING=1", "--", "sleep", "100", NULL};
+    proc p = start(a, base_env);
+    char body[8192];
+    int code = -1;
+    for (int i = 0; i < 300 && code != 200; i++) {
+        usleep(20000);
+        code = get(port, "/readyz", body, sizeof(body));
+    }
+    ck_assert_int_eq(code, 200);
+    ck_assert_int_eq(get(port, "/metrics", body, sizeof(body)), 200);
+    ck_assert_ptr_nonnull(strstr(body, "procmesh_notify_dropped_total 1\n"));
+    usleep(1500000); /* silent after one WATCHDOG=1: fenced for the heartbeat */
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    char *ready = strstr(out, "event=ready");
+    ck_assert_ptr_nonnull(ready);
+    ck_assert_ptr_nonnull(strstr(out, "event=stopping slot=0"));
+    ck_assert_ptr_nonnull(strstr(out, "event=fenced slot=0"));
+    ck_assert_ptr_nonnull(strstr(out, "reason=heartbeat"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -612,5 +648,6 @@ int main(void)
     PM_ADD_TEST(s, test_bin_listen_survives_crash, 60);
     PM_ADD_TEST(s, test_bin_sighup_rolling_restart, 60);
     PM_ADD_TEST(s, test_bin_health_endpoints, 60);
+    PM_ADD_TEST(s, test_bin_notify_mode, 60);
     return pm_test_main(s);
 }

@@ -411,8 +411,10 @@ int pm__dconf_options(const pm__dconf *c, pm_options **out, char *err, size_t er
     rc = rc ? rc : pm_options_set_hostname(o, c->hostname);
     rc = rc ? rc : pm_options_set_base_port(o, c->base_port);
     rc = rc ? rc : pm_options_set_init_data(o, c->init_data, c->init_len);
-    rc = rc ? rc : pm_options_set_ready_mode(o, c->ready == PM__D_READY_EXEC ? PM_READY_EXEC
-                                                                            : PM_READY_MESH);
+    int mode = c->ready == PM__D_READY_EXEC     ? PM_READY_EXEC
+               : c->ready == PM__D_READY_NOTIFY ? PM_READY_NOTIFY
+                                                : PM_READY_MESH;
+    rc = rc ? rc : pm_options_set_ready_mode(o, mode);
     rc = rc ? rc : pm_options_set_reap_orphans(o, 1);
     if (rc == 0)
         rc = pm_options_validate(o, err, errsize);

@@ -163,6 +163,9 @@ size_t pm__health_metrics(pm_cluster *c, const pm__health_state *st, char *buf, 
     metric(&b, "procmesh_ring_full_waits_total", "counter",
            "Times a sender was held back by a full destination.");
     sb_printf(&b, "procmesh_ring_full_waits_total %llu\n", (unsigned long long)s.ring_full_waits);
+    metric(&b, "procmesh_notify_dropped_total", "counter",
+           "Notify datagrams not sent by the slot's own worker, dropped.");
+    sb_printf(&b, "procmesh_notify_dropped_total %llu\n", (unsigned long long)s.notify_dropped);
     metric(&b, "procmesh_supervisor_stalls_total", "counter", "Times the supervisor was not running.");
     sb_printf(&b, "procmesh_supervisor_stalls_total %llu\n", (unsigned long long)s.stalls);
     metric(&b, "procmesh_supervisor_longest_stall_seconds", "gauge", "Longest supervisor stall.");

@@ -57,7 +57,8 @@ static const char usage_text[] =
     "  --hostname S              (default worker)\n"
     "  --base-port N             slot i gets port N+i (default 1)\n"
     "  --init-data TEXT|@FILE    delivered to mesh workers at init\n"
-    "  --ready mesh|exec         mesh: the worker calls pm_node_ready (default);\n"
+    "  --ready mesh|notify|exec  mesh: the worker calls pm_node_ready (default);\n"
+    "                            notify: sd_notify READY=1 on its NOTIFY_SOCKET;\n"
     "                            exec: ready once exec succeeded\n"
     "  --listen [NAME=]tcp:HOST:PORT|unix:PATH   socket handed to every worker\n"
     "                            (LISTEN_FDS convention), repeatable\n"
@@ -209,6 +210,11 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
         logkv(PM__LOG_WARN, "fenced", kv, 4);
         break;
     }
+    case PM_EVENT_STOPPING: {
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
+        logkv(PM__LOG_INFO, "stopping", kv, 3);
+        break;
+    }
     case PM_EVENT_STALLED: {
         snprintf(v1, sizeof(v1), "%u", e->delay_ms);
         const char *kv[] = {"stall_ms", v1, "reason", e->reason};
@@ -352,10 +358,6 @@ static int cmd_run(int argc, char **argv)
         return EXIT_USAGE;
     }
     g_conf = &conf;
-    if (conf.ready == PM__D_READY_NOTIFY) {
-        fprintf(stderr, "procmesh run: --ready notify: this version supports mesh and exec\n");
-        return EXIT_USAGE;
-    }
     pm_options *o;
     if (pm__dconf_options(&conf, &o, err, sizeof(err)) < 0) {
         fprintf(stderr, "procmesh run: %s\n", err);
