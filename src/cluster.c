@@ -1324,6 +1324,16 @@ static int build_env(pm_cluster *c)
         /* Drop an inherited PROCMESH_NODE: ours is appended per worker. */
         if (strncmp(environ[i], PM__NODE_ENV, plen) == 0 && environ[i][plen] == '=')
             continue;
+        /* These describe the supervisor's own service manager contract
+         * (systemd notify and socket activation); a worker that inherited
+         * them would talk to systemd behind our back or claim our sockets. */
+        static const char *const own[] = {"NOTIFY_SOCKET=", "WATCHDOG_USEC=", "WATCHDOG_PID=",
+                                          "LISTEN_FDS=", "LISTEN_PID=", "LISTEN_FDNAMES="};
+        int skip = 0;
+        for (size_t k2 = 0; k2 < PM__ARRAY_SIZE(own); k2++)
+            skip |= strncmp(environ[i], own[k2], strlen(own[k2])) == 0;
+        if (skip)
+            continue;
         c->env[k] = strdup(environ[i]);
         if (c->env[k] == NULL)
             return -ENOMEM;

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <stddef.h>
 #include <sys/un.h>
 
 #include "dconf.h"
@@ -634,6 +635,99 @@ START_TEST(test_bin_notify_mode)
 }
 END_TEST
 
+
+START_TEST(test_bin_systemd_notify_and_status)
+{
+    /* procmesh under systemd: READY=1 once ready, WATCHDOG=1 every half
+     * WATCHDOG_USEC, STOPPING=1 on drain; its NOTIFY_SOCKET is not passed
+     * to the workers. procmesh status prints the slot table. */
+    char name[64];
+    snprintf(name, sizeof(name), "pm-test-notify-%d", (int)getpid());
+    int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path + 1, name, strlen(name));
+    ck_assert_int_eq(bind(nfd, (struct sockaddr *)&sa,
+                          (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name))), 0);
+    char notify_env[96], dir[] = "/tmp/pm-sd-XXXXXX", file[96], script[256], health[64];
+    snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=@%s", name);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof(file), "%s/env", dir);
+    snprintf(script, sizeof(script), "echo \"[$NOTIFY_SOCKET][$WATCHDOG_USEC]\" > %s; exec sleep 100",
+             file);
+    int port = free_port();
+    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    char *env[] = {"PATH=/usr/bin:/bin", notify_env, "WATCHDOG_USEC=400000", NULL};
+    char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
+                 "sh", "-c", script, NULL};
+    proc p = start(a, env);
+    char msg[256];
+    struct timeval tv = {10, 0};
+    setsockopt(nfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ssize_t n = recv(nfd, msg, sizeof(msg) - 1, 0);
+    ck_assert_int_gt(n, 0);
+    msg[n] = '\0';
+    ck_assert_str_eq(msg, "READY=1");
+    int wd = 0;
+    uint64_t end = pm_test_now_ns() + 1000000000ull;
+    while (pm_test_now_ns() < end) {
+        struct timeval t2 = {0, 200000};
+        setsockopt(nfd, SOL_SOCKET, SO_RCVTIMEO, &t2, sizeof(t2));
+        n = recv(nfd, msg, sizeof(msg) - 1, 0);
+        if (n > 0) {
+            msg[n] = '\0';
+            wd += strcmp(msg, "WATCHDOG=1") == 0;
+        }
+    }
+    ck_assert_int_ge(wd, 3); /* every 200 ms */
+    /* procmesh status */
+    int sp[2];
+    ck_assert_int_eq(pipe(sp), 0);
+    pid_t st = fork();
+    if (st == 0) {
+        dup2(sp[1], 1);
+        char *sa2[] = {"procmesh", "status", "--health", health, NULL};
+        execve(PM_DAEMON_BIN, sa2, base_env);
+        _exit(127);
+    }
+    close(sp[1]);
+    char table[4096];
+    size_t got = 0;
+    ssize_t k;
+    while ((k = read(sp[0], table + got, sizeof(table) - 1 - got)) > 0)
+        got += (size_t)k;
+    table[got] = '\0';
+    close(sp[0]);
+    int status = pm_test_reap(st, 10000);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_ptr_nonnull(strstr(table, "SLOT  STATE"));
+    ck_assert_ptr_nonnull(strstr(table, "0     ready"));
+    ck_assert_ptr_nonnull(strstr(table, "1     ready"));
+    FILE *f = fopen(file, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[128] = "";
+    ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+    fclose(f);
+    ck_assert_str_eq(line, "[][]\n");
+    kill(p.pid, SIGTERM);
+    int saw_stopping = 0;
+    tv.tv_sec = 5;
+    setsockopt(nfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (!saw_stopping && (n = recv(nfd, msg, sizeof(msg) - 1, 0)) > 0) {
+        msg[n] = '\0';
+        saw_stopping = strcmp(msg, "STOPPING=1") == 0;
+    }
+    ck_assert(saw_stopping);
+    static char out[32768];
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    close(nfd);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -649,5 +743,6 @@ int main(void)
     PM_ADD_TEST(s, test_bin_sighup_rolling_restart, 60);
     PM_ADD_TEST(s, test_bin_health_endpoints, 60);
     PM_ADD_TEST(s, test_bin_notify_mode, 60);
+    PM_ADD_TEST(s, test_bin_systemd_notify_and_status, 60);
     return pm_test_main(s);
 }

@@ -22,6 +22,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <stddef.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dconf.h"
@@ -36,6 +38,7 @@
 
 static const char usage_text[] =
     "usage: procmesh run [OPTIONS] -- COMMAND [ARG...]\n"
+    "       procmesh status [--health HOST:PORT]\n"
     "       procmesh version\n"
     "\n"
     "Runs COMMAND in every worker slot, restarts it when it fails, and stops\n"
@@ -338,9 +341,138 @@ static int pm__terminate(pm_cluster *c, pm__health **health)
     return pm_cluster_terminate(c);
 }
 
+/* The systemd notify protocol towards our own service manager, if any. */
+static void notify_self(const char *msg)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (path == NULL || path[0] == '\0')
+        return;
+    struct sockaddr_un sa;
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    strcpy(sa.sun_path, path);
+    if (path[0] == '@')
+        sa.sun_path[0] = '\0';
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    ssize_t n = sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+                       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path)));
+    (void)n;
+    close(fd);
+}
+
+/* WATCHDOG_USEC/2 in ms when systemd watches us (and WATCHDOG_PID, if set,
+ * is us), else 0. */
+static uint64_t watchdog_interval_ms(void)
+{
+    const char *usec = getenv("WATCHDOG_USEC"), *wpid = getenv("WATCHDOG_PID");
+    if (usec == NULL || getenv("NOTIFY_SOCKET") == NULL)
+        return 0;
+    if (wpid != NULL && atoi(wpid) != (int)getpid())
+        return 0;
+    unsigned long long us = strtoull(usec, NULL, 10);
+    return us >= 2000 ? us / 2000 : 0;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static const char *env_get(const char *name)
 {
     return getenv(name);
+}
+
+/* procmesh status [--health HOST:PORT]: GET /status and print the slot
+ * table. Exit 0, 2 bad usage, 4 cannot reach the daemon. */
+static int cmd_status(int argc, char **argv)
+{
+    const char *addr = getenv("PROCMESH_HEALTH");
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: procmesh status [--health HOST:PORT]  (default $PROCMESH_HEALTH)\n");
+            return 0;
+        }
+        if (strcmp(argv[i], "--health") == 0 && i + 1 < argc)
+            addr = argv[++i];
+        else if (strncmp(argv[i], "--health=", 9) == 0)
+            addr = argv[i] + 9;
+        else {
+            fprintf(stderr, "procmesh status: '%s': unknown option (allowed: --health HOST:PORT)\n",
+                    argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    if (addr == NULL) {
+        fprintf(stderr, "procmesh status: --health HOST:PORT is required (or PROCMESH_HEALTH)\n");
+        return EXIT_USAGE;
+    }
+    char host[256];
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || colon == addr || (size_t)(colon - addr) >= sizeof(host)) {
+        fprintf(stderr, "procmesh status: --health: '%s' is not HOST:PORT\n", addr);
+        return EXIT_USAGE;
+    }
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, colon + 1, &hints, &res) != 0) {
+        fprintf(stderr, "procmesh status: cannot resolve '%s'\n", addr);
+        return EXIT_START;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {5, 0};
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int ok = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+    freeaddrinfo(res);
+    static char buf[1 << 20];
+    size_t got = 0;
+    if (ok) {
+        const char req[] = "GET /status HTTP/1.1\r\nHost: procmesh\r\n\r\n";
+        ok = write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1);
+        ssize_t k;
+        while (ok && got + 1 < sizeof(buf) && (k = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+            got += (size_t)k;
+    }
+    if (fd >= 0)
+        close(fd);
+    buf[got] = '\0';
+    char *body = strstr(buf, "\r\n\r\n");
+    if (!ok || body == NULL || strncmp(buf, "HTTP/1.1 200", 12) != 0) {
+        fprintf(stderr, "procmesh status: no answer from %s\n", addr);
+        return EXIT_START;
+    }
+    printf("%-5s %-9s %-8s %-11s %-8s %-10s %s\n", "SLOT", "STATE", "PID", "INCARNATION",
+           "RESTARTS", "LAST EXIT", "HEARTBEAT AGE");
+    for (char *p = strstr(body, "{\"slot\":"); p != NULL; p = strstr(p + 1, "{\"slot\":")) {
+        unsigned slot, restarts, age;
+        char state[16];
+        int pid, code, sig;
+        unsigned long long inc;
+        if (sscanf(p,
+                   "{\"slot\":%u,\"state\":\"%15[a-z]\",\"pid\":%d,\"incarnation\":%llu,"
+                   "\"restarts\":%u,\"last_exit_code\":%d,\"last_signal\":%d,"
+                   "\"heartbeat_age_ms\":%u}",
+                   &slot, state, &pid, &inc, &restarts, &code, &sig, &age) != 8)
+            continue;
+        char last[32] = "-";
+        if (sig != 0)
+            signame(sig, last, sizeof(last));
+        else if (code >= 0)
+            snprintf(last, sizeof(last), "exit %d", code);
+        printf("%-5u %-9s %-8d %-11llu %-8u %-10s %.1fs\n", slot, state, pid, inc, restarts, last,
+               age / 1000.0);
+    }
+    return 0;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -406,8 +538,15 @@ static int cmd_run(int argc, char **argv)
         }
     }
     int status = 0;
+    /* pm_cluster_spawn returned: every slot is ready. */
+    notify_self("READY=1");
+    uint64_t wd = watchdog_interval_ms(), next_wd = wd ? mono_ms() : 0;
     for (;;) {
-        rc = pm_cluster_run(c, 1000);
+        if (wd && mono_ms() >= next_wd) {
+            notify_self("WATCHDOG=1");
+            next_wd = mono_ms() + wd;
+        }
+        rc = pm_cluster_run(c, wd && wd < 1000 ? (int)wd : 1000);
         pm__health_tick(health);
         if (rc == -EINTR && pm_cluster_last_signal(c) == SIGHUP)
             rc = rolling_restart(c, &conf);
@@ -416,6 +555,7 @@ static int cmd_run(int argc, char **argv)
             const char *kv[] = {"signal", signame(pm_cluster_last_signal(c), sig, sizeof(sig))};
             logkv(PM__LOG_INFO, "drain_begin", kv, 1);
             d.hs.draining = 1; /* /readyz says no from now on */
+            notify_self("STOPPING=1");
             struct pm_cluster_stats st;
             pm_cluster_stats(c, &st);
             rc = pm__terminate(c, &health);
@@ -468,7 +608,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "run") == 0)
         return cmd_run(argc - 2, argv + 2);
-    fprintf(stderr, "procmesh: unknown command '%s' (commands: run, version; see procmesh --help)\n",
+    if (strcmp(cmd, "status") == 0)
+        return cmd_status(argc - 2, argv + 2);
+    fprintf(stderr,
+            "procmesh: unknown command '%s' (commands: run, status, version; see procmesh --help)\n",
             cmd);
     return EXIT_USAGE;
 }
