@@ -1,7 +1,7 @@
 #!/bin/sh
 # quickstart.sh - set up, build and run procmesh on Debian 12, idempotently.
 #
-#   tools/quickstart.sh demo              install what is missing, build, run the demo
+#   tools/quickstart.sh demo              install what is missing, build, run the daemon demo
 #   tools/quickstart.sh test              install what is missing, build, run every test
 #   tools/quickstart.sh test --sanitizers the same in an ASan+UBSan build (_build-asan)
 #
@@ -64,8 +64,7 @@ make -j"$jobs"
 
 # 3. Run.
 if [ "$mode" = demo ]; then
-    echo "quickstart: pm-bench ring (shared-memory ring vs pipe vs socketpair)"
-    exec tools/pm-bench ring
+    exec "$top/tools/pm-demo.sh" "$top/$build"
 fi
 
 status=0
