@@ -278,6 +278,17 @@ START_TEST(test_bin_drain_exit_codes)
     ck_assert_uint_ge(took, 250);
     ck_assert_uint_lt(took, 5000);
     ck_assert_ptr_nonnull(strstr(out, "signal=SIGKILL"));
+    /* A second SIGTERM skips the (here 30 s) wait. */
+    char *a3[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--stop-timeout", "30000",
+                  "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
+    p = start(a3, base_env);
+    usleep(500000);
+    t0 = pm_test_now_ns();
+    kill(p.pid, SIGTERM);
+    usleep(300000);
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 1);
+    ck_assert_uint_lt((pm_test_now_ns() - t0) / 1000000u, 5000);
 }
 END_TEST
 
