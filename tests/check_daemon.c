@@ -6,6 +6,7 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <stddef.h>
 #include <sys/un.h>
@@ -739,6 +740,58 @@ START_TEST(test_bin_systemd_notify_and_status)
 }
 END_TEST
 
+
+START_TEST(test_bin_healthz_503_when_starts_fail)
+{
+    /* When procmesh can no longer start workers (here: no fd left for a
+     * memfd, by lowering its RLIMIT_NOFILE from outside), /healthz turns 503
+     * after three failed starts in a row, and back to 200 once a start works. */
+    static char out[65536];
+    int port = free_port();
+    char health[64];
+    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health,
+                 "--backoff-min", "1000", "--backoff-max", "1000", "--backoff-jitter", "0",
+                 "--max-restarts", "-1", "--", "sleep", "100", NULL};
+    proc p = start(a, base_env);
+    char body[4096];
+    int code = -1;
+    for (int i = 0; i < 200 && code != 200; i++) {
+        usleep(20000);
+        code = get(port, "/healthz", body, sizeof(body));
+    }
+    ck_assert_int_eq(code, 200);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)p.pid, (int)p.pid);
+    FILE *f = fopen(path, "r");
+    int wpid = 0;
+    ck_assert_int_eq(fscanf(f, "%d", &wpid), 1);
+    fclose(f);
+    struct rlimit old, low;
+    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, NULL, &old), 0);
+    low = old;
+    low.rlim_cur = 3; /* its open fds keep working; no new one */
+    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &low, NULL), 0);
+    uint64_t t0 = pm_test_now_ns();
+    kill(wpid, SIGKILL);
+    /* Starts fail at about 1, 2 and 3 s; the next try is at about 4 s. */
+    usleep(3400000);
+    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &old, NULL), 0);
+    code = get(port, "/healthz", body, sizeof(body));
+    uint64_t at = (pm_test_now_ns() - t0) / 1000000u;
+    ck_assert_msg(code == 503, "healthz %d at %llu ms", code, (unsigned long long)at);
+    code = -1;
+    for (int i = 0; i < 300 && code != 200; i++) {
+        usleep(20000);
+        code = get(port, "/healthz", body, sizeof(body));
+    }
+    ck_assert_int_eq(code, 200);
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_ptr_nonnull(strstr(out, "event=spawn_failed slot=0 error=\"Too many open files\""));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -755,5 +808,6 @@ int main(void)
     PM_ADD_TEST(s, test_bin_health_endpoints, 60);
     PM_ADD_TEST(s, test_bin_notify_mode, 60);
     PM_ADD_TEST(s, test_bin_systemd_notify_and_status, 60);
+    PM_ADD_TEST(s, test_bin_healthz_503_when_starts_fail, 60);
     return pm_test_main(s);
 }

@@ -11,6 +11,7 @@
  *   init TEXT          join, ready, exit 0 if the init data is TEXT, else 9
  *   inspect            join, ready, write a report of what this process
  *                      holds to fd 3 (passed by the test), then wait
+ *   hog                no join: allocates and touches memory until killed
  *   serve              no join (exec readiness): accept on the socket handed
  *                      over as fd 3 (LISTEN_FDS), answer each line with
  *                      "pong <pid>", crash (SIGSEGV) on the line "CRASH"
@@ -115,6 +116,15 @@ int main(int argc, char **argv)
         return argc > 2 ? atoi(argv[2]) : 0;
     if (strcmp(mode, "serve") == 0)
         return serve();
+    if (strcmp(mode, "hog") == 0) {
+        for (;;) {
+            char *p = malloc(1 << 20);
+            if (p == NULL)
+                pause();
+            else
+                memset(p, 1, 1 << 20);
+        }
+    }
     signal(SIGTERM, on_term);
     pm_node *n;
     int rc = pm_node_join(&n);

@@ -82,31 +82,42 @@ typedef struct daemon_ctx {
     long long oom_kills; /* memory.events oom_kill at the last look, -1 unknown */
 } daemon_ctx;
 
-/* The oom_kill count of our cgroup (cgroup v2 memory.events), or -1. Our
- * workers live in our cgroup, so a rise between two exits means the kernel's
- * OOM killer took one of them. */
+/* The oom_kill count of our memory cgroup, or -1: cgroup v2 memory.events,
+ * else the v1 memory controller's memory.oom_control. Our workers live in
+ * our cgroup, so a rise between two exits means the kernel's OOM killer took
+ * one of them. */
 static long long oom_kill_count(void)
 {
-    char line[512], path[600];
+    char line[512], v2[600] = "", v1[600] = "";
     FILE *f = fopen("/proc/self/cgroup", "re");
     if (f == NULL)
         return -1;
-    path[0] = '\0';
-    while (fgets(line, sizeof(line), f) != NULL)
-        if (strncmp(line, "0::", 3) == 0) {
-            line[strcspn(line, "\n")] = '\0';
-            snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.events",
-                     strcmp(line + 3, "/") == 0 ? "" : line + 3);
-        }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        char *path = strchr(line, ':') ? strchr(strchr(line, ':') + 1, ':') : NULL;
+        if (path == NULL)
+            continue;
+        path++;
+        const char *rel = strcmp(path, "/") == 0 ? "" : path;
+        if (strncmp(line, "0::", 3) == 0)
+            snprintf(v2, sizeof(v2), "/sys/fs/cgroup%s/memory.events", rel);
+        else if (strstr(line, ":memory:") != NULL)
+            snprintf(v1, sizeof(v1), "/sys/fs/cgroup/memory%s/memory.oom_control", rel);
+    }
     fclose(f);
-    if (path[0] == '\0' || (f = fopen(path, "re")) == NULL)
-        return -1;
-    long long n = -1;
-    while (fgets(line, sizeof(line), f) != NULL)
-        if (sscanf(line, "oom_kill %lld", &n) == 1)
-            break;
-    fclose(f);
-    return n;
+    const char *files[] = {v2, v1};
+    for (int i = 0; i < 2; i++) {
+        if (files[i][0] == '\0' || (f = fopen(files[i], "re")) == NULL)
+            continue;
+        long long n = -1;
+        while (fgets(line, sizeof(line), f) != NULL)
+            if (sscanf(line, "oom_kill %lld", &n) == 1)
+                break;
+        fclose(f);
+        if (n >= 0)
+            return n;
+    }
+    return -1;
 }
 
 static const pm__dconf *g_conf;
