@@ -12,18 +12,8 @@
 #include "node.h"
 #include "proto.h"
 
-static uint64_t ms(void)
-{
-    return pm_test_now_ns() / 1000000u;
-}
-
-#define RUN_UNTIL(c, cond, timeout_ms)                                          \
-    do {                                                                        \
-        uint64_t end_ = ms() + (timeout_ms);                                    \
-        while (!(cond) && ms() < end_)                                          \
-            ck_assert_int_ge(pm_cluster_run((c), 10), 0);                       \
-        ck_assert_msg((cond), "timed out waiting for: %s", #cond);              \
-    } while (0)
+#define RUN_UNTIL PM_RUN_UNTIL
+#define ms pm_test_ms
 
 enum role {
     L_RECV = 0,        /* receive loop; answers requests with "pong:<slot>" */

@@ -15,18 +15,8 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static uint64_t ms(void)
-{
-    return pm_test_now_ns() / 1000000u;
-}
-
-#define RUN_UNTIL(c, cond, timeout_ms)                                          \
-    do {                                                                        \
-        uint64_t end_ = ms() + (timeout_ms);                                    \
-        while (!(cond) && ms() < end_)                                          \
-            ck_assert_int_ge(pm_cluster_run((c), 10), 0);                       \
-        ck_assert_msg((cond), "timed out waiting for: %s", #cond);              \
-    } while (0)
+#define RUN_UNTIL PM_RUN_UNTIL
+#define ms pm_test_ms
 
 /* What a worker does, chosen per slot by the test (fork mode shares the
  * test's memory image, so a static table is enough). */

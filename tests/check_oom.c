@@ -77,11 +77,7 @@ START_TEST(test_oom_logged)
     /* The hog is OOM-killed, the slot retired (max-restarts 0): exit 3. */
     int status = pm_test_reap(d, 30000);
     char out[16384];
-    size_t got = 0;
-    ssize_t k;
-    while (got + 1 < sizeof(out) && (k = read(p[0], out + got, sizeof(out) - 1 - got)) > 0)
-        got += (size_t)k;
-    out[got] = '\0';
+    pm_test_read_all(p[0], out, sizeof(out));
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 3, "status %d: %s", status, out);
     ck_assert_msg(strstr(out, "event=exited slot=0") != NULL && strstr(out, "reason=oom") != NULL,
                   "log: %s", out);

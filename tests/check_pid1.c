@@ -44,11 +44,7 @@ START_TEST(test_pid1_reaps_orphans_and_drains)
     kill(daemon, SIGTERM);
     int status = pm_test_reap(u, 15000);
     char out[16384];
-    size_t got = 0;
-    ssize_t k;
-    while (got + 1 < sizeof(out) && (k = read(p[0], out + got, sizeof(out) - 1 - got)) > 0)
-        got += (size_t)k;
-    out[got] = '\0';
+    pm_test_read_all(p[0], out, sizeof(out));
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, out);
     ck_assert_msg(strstr(out, "event=drain_end workers_killed=false orphans_reaped=1") != NULL,
                   "log: %s", out);

@@ -82,6 +82,32 @@ static inline uint64_t pm_test_rand(uint64_t *s)
     return x * 0x2545F4914F6CDD1DULL;
 }
 
+static inline uint64_t pm_test_ms(void)
+{
+    return pm_test_now_ns() / 1000000u;
+}
+
+/* Runs a cluster in slices of 10 ms until cond holds; fails the test if it
+ * does not within timeout_ms. (Needs procmesh.h at the point of use.) */
+#define PM_RUN_UNTIL(c, cond, timeout_ms)                                       \
+    do {                                                                        \
+        uint64_t end_ = pm_test_ms() + (timeout_ms);                            \
+        while (!(cond) && pm_test_ms() < end_)                                  \
+            ck_assert_int_ge(pm_cluster_run((c), 10), 0);                       \
+        ck_assert_msg((cond), "timed out waiting for: %s", #cond);              \
+    } while (0)
+
+/* Reads fd to EOF (or until buf is full) and NUL-terminates. */
+static inline size_t pm_test_read_all(int fd, char *buf, size_t size)
+{
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < size && (k = read(fd, buf + got, size - 1 - got)) > 0)
+        got += (size_t)k;
+    buf[got] = '\0';
+    return got;
+}
+
 /* Waits for pid with a bound; kills it if it overstays. Returns the wait
  * status, or -1 if it had to be killed. Never leaves a zombie. */
 static inline int pm_test_reap(pid_t pid, int timeout_ms)
