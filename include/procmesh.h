@@ -192,7 +192,9 @@ PM_EXTERN int pm_options_set_on_event(pm_options *o,
                                       void *arg);
 /* 1 (default): the cluster blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP in the
  * calling thread and reads them from a signalfd; SIGTERM, SIGINT and SIGHUP
- * make pm_cluster_run return -EINTR (pm_cluster_last_signal says which).
+ * make pm_cluster_run return -EINTR (pm_cluster_last_signal says which);
+ * SIGTERM/SIGINT during pm_cluster_spawn make it fail with -EINTR, a SIGHUP
+ * then is dropped (the workers are being started anyway).
  * 0: it touches no signal (exits are still seen by pidfd). */
 PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
 

@@ -1528,6 +1528,10 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
         if (ready == c->nslots)
             break;
         rc = run_once(c, -1);
+        /* SIGHUP asks to replace running workers; while they are still
+         * being started there is nothing to replace: it is dropped. */
+        if (c->last_signal == SIGHUP)
+            c->last_signal = 0;
         if (rc == 0 && c->last_signal != 0)
             rc = -EINTR;
         if (rc < 0) {

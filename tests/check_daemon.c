@@ -231,6 +231,26 @@ static int finish(proc *r, char *out, size_t size, int timeout_ms)
 
 static char *base_env[] = {"PATH=/usr/bin:/bin", NULL};
 
+/* Waits until pid has n children (its workers are up), then a little more
+ * for its start-up to finish. */
+static void wait_workers(pid_t pid, int n)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    for (int i = 0; i < 500; i++) {
+        FILE *f = fopen(path, "r");
+        int k = 0, c;
+        while (f != NULL && fscanf(f, "%d", &c) == 1)
+            k++;
+        if (f != NULL)
+            fclose(f);
+        if (k >= n)
+            break;
+        usleep(20000);
+    }
+    usleep(200000);
+}
+
 START_TEST(test_bin_usage_errors)
 {
     static char out[8192];
@@ -261,7 +281,7 @@ START_TEST(test_bin_drain_exit_codes)
     /* Workers that die of SIGTERM stop by themselves: exit 0. */
     char *a1[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--", "sleep", "100", NULL};
     proc p = start(a1, base_env);
-    usleep(500000);
+    wait_workers(p.pid, 2);
     kill(p.pid, SIGTERM);
     ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
     ck_assert_ptr_nonnull(strstr(out, "event=ready"));
@@ -271,7 +291,7 @@ START_TEST(test_bin_drain_exit_codes)
     char *a2[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--stop-timeout", "300",
                   "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
     p = start(a2, base_env);
-    usleep(500000);
+    wait_workers(p.pid, 1);
     uint64_t t0 = pm_test_now_ns();
     kill(p.pid, SIGINT);
     ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 1);
@@ -283,7 +303,7 @@ START_TEST(test_bin_drain_exit_codes)
     char *a3[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--stop-timeout", "30000",
                   "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
     p = start(a3, base_env);
-    usleep(500000);
+    wait_workers(p.pid, 2);
     t0 = pm_test_now_ns();
     kill(p.pid, SIGTERM);
     usleep(300000);
@@ -391,45 +411,6 @@ static int children_of(pid_t pid)
     return n;
 }
 
-START_TEST(test_bin_sighup_rolling_restart)
-{
-    static char out[32768];
-    char *a[] = {"procmesh", "run", "--workers", "3", "--ready", "exec", "--", "sleep", "100", NULL};
-    proc p = start(a, base_env);
-    int kids = 0;
-    for (int i = 0; i < 200 && kids != 3; i++) {
-        usleep(20000);
-        kids = children_of(p.pid);
-    }
-    ck_assert_int_eq(kids, 3);
-    kill(p.pid, SIGHUP);
-    int max_kids = 0;
-    uint64_t end = pm_test_now_ns() + 3000000000ull;
-    while (pm_test_now_ns() < end) {
-        int k = children_of(p.pid);
-        if (k > max_kids)
-            max_kids = k;
-        usleep(2000);
-    }
-    ck_assert_int_le(max_kids, 3 + 1);
-    kill(p.pid, SIGTERM);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
-    ck_assert_ptr_nonnull(strstr(out, "event=rolling_restart_begin"));
-    ck_assert_ptr_nonnull(strstr(out, "event=rolling_restart_end"));
-    /* Every slot got a second incarnation, in order. */
-    char *s0 = strstr(out, "event=ready slot=0 pid=");
-    ck_assert_ptr_nonnull(s0);
-    for (int slot = 0; slot < 3; slot++) {
-        char want[64];
-        snprintf(want, sizeof(want), "event=started slot=%d", slot);
-        char *first = strstr(out, want);
-        ck_assert_ptr_nonnull(first);
-        char *second = strstr(first + 1, want);
-        ck_assert_msg(second != NULL, "slot %d was not replaced", slot);
-        ck_assert_ptr_nonnull(strstr(second, "incarnation=2"));
-    }
-}
-END_TEST
 
 
 START_TEST(test_http_parse)
@@ -789,6 +770,53 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
     kill(p.pid, SIGTERM);
     ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
     ck_assert_ptr_nonnull(strstr(out, "event=spawn_failed slot=0 error=\"Too many open files\""));
+}
+END_TEST
+
+START_TEST(test_bin_sighup_rolling_restart)
+{
+    static char out[32768];
+    int port = free_port();
+    char health[64], body[256];
+    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    char *a[] = {"procmesh", "run", "--workers", "3", "--ready", "exec", "--health", health, "--",
+                 "sleep", "100", NULL};
+    proc p = start(a, base_env);
+    /* Ready first: a SIGHUP while the workers are still starting is dropped. */
+    int code = -1;
+    for (int i = 0; i < 300 && code != 200; i++) {
+        usleep(20000);
+        code = get(port, "/readyz", body, sizeof(body));
+    }
+    ck_assert_int_eq(code, 200);
+    ck_assert_int_eq(children_of(p.pid), 3);
+    kill(p.pid, SIGHUP);
+    int max_kids = 0;
+    uint64_t end = pm_test_now_ns() + 3000000000ull;
+    while (pm_test_now_ns() < end) {
+        int k = children_of(p.pid);
+        if (k > max_kids)
+            max_kids = k;
+        usleep(2000);
+    }
+    ck_assert_int_le(max_kids, 3 + 1);
+    kill(p.pid, SIGTERM);
+    int rc = finish(&p, out, sizeof(out), 10000);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    ck_assert_ptr_nonnull(strstr(out, "event=rolling_restart_begin"));
+    ck_assert_ptr_nonnull(strstr(out, "event=rolling_restart_end"));
+    /* Every slot got a second incarnation, in order. */
+    char *s0 = strstr(out, "event=ready slot=0 pid=");
+    ck_assert_ptr_nonnull(s0);
+    for (int slot = 0; slot < 3; slot++) {
+        char want[64];
+        snprintf(want, sizeof(want), "event=started slot=%d", slot);
+        char *first = strstr(out, want);
+        ck_assert_ptr_nonnull(first);
+        char *second = strstr(first + 1, want);
+        ck_assert_msg(second != NULL, "slot %d was not replaced", slot);
+        ck_assert_ptr_nonnull(strstr(second, "incarnation=2"));
+    }
 }
 END_TEST
 

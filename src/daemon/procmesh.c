@@ -531,6 +531,14 @@ static int cmd_run(int argc, char **argv)
     pm_options_set_on_permanently_down(o, on_down, &d);
     pm_cluster *c;
     int rc = pm_cluster_spawn(o, &c);
+    if (rc == -EINTR) {
+        /* SIGTERM/SIGINT while the workers were starting: they were killed
+         * and reaped by pm_cluster_spawn; that is a drain that had to kill. */
+        const char *kv[] = {"workers_killed", "true", "during", "start"};
+        logkv(PM__LOG_INFO, "drain_end", kv, 2);
+        pm_options_free(o);
+        return EXIT_DRAIN_KILLED;
+    }
     if (rc < 0) {
         const char *kv[] = {"error", pm_strerror(rc), "command", conf.argv[0]};
         logkv(PM__LOG_ERROR, "start_failed", kv, 2);
