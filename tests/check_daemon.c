@@ -12,6 +12,7 @@
 #include <sys/un.h>
 
 #include "dconf.h"
+#include "options.h"
 #include "log.h"
 #include "health.h"
 
@@ -72,6 +73,22 @@ START_TEST(test_config_defaults_and_flags)
     ck_assert_int_eq(c.log_format, PM__LOG_TEXT);
     ck_assert_int_eq(c.argc, 1);
     ck_assert_str_eq(c.argv[0], "/bin/true");
+    /* The daemon's defaults are the library's (no drift between the two). */
+    pm_options *lib = pm_options_new();
+    ck_assert_int_eq(c.workers, lib->workers);
+    ck_assert_int_eq(c.restart, lib->restart_policy);
+    ck_assert_int_eq(c.backoff_min, lib->min_backoff_ms);
+    ck_assert_int_eq(c.backoff_max, lib->max_backoff_ms);
+    ck_assert(c.jitter == lib->random_factor);
+    ck_assert_int_eq(c.max_restarts, lib->max_restarts);
+    ck_assert_int_eq(c.restart_window, lib->restart_window_ms);
+    ck_assert_int_eq(c.ready_timeout, lib->ready_timeout_ms);
+    ck_assert_int_eq(c.heartbeat_timeout, lib->heartbeat_timeout_ms);
+    ck_assert_int_eq(c.stop_timeout, lib->stop_timeout_ms);
+    ck_assert_str_eq(c.system_name, lib->system_name);
+    ck_assert_str_eq(c.hostname, lib->hostname);
+    ck_assert_int_eq(c.base_port, lib->base_port);
+    pm_options_free(lib);
     pm__dconf_free(&c);
 
     ck_assert_int_eq(parse(&c, err, "--workers", "3", "--restart=always", "--backoff-min", "5",

@@ -9,7 +9,7 @@ procmesh="$build/src/daemon/procmesh"
 worker="$build/tools/pm-echo-worker"
 port=$((20000 + $$ % 20000))
 health=$((port + 1))
-log=$(mktemp /tmp/pm-demo.XXXXXX)
+log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 http_get() { # PATH -> body on stdout
