@@ -59,11 +59,6 @@ enum { TAG_SIGNAL = 1, TAG_TIMER, TAG_WAKE, TAG_PIDFD, TAG_HUB, TAG_EXECPIPE, TA
 /* Without pidfds and signals, how often exits are looked for. */
 #define PM__SCAN_MS 50
 
-static uint64_t now_ms(void)
-{
-    return pm__now_ns() / 1000000u;
-}
-
 static double rand01(pm_cluster *c)
 {
     uint64_t x = c->rng;
@@ -452,7 +447,7 @@ static void on_notify(pm_cluster *c, pm__slot *s)
                 dispatch(c, s, PM__EV_READY);
             } else if (strcmp(line, "WATCHDOG=1") == 0) {
                 s->watchdog = 1;
-                s->progress_ms = now_ms();
+                s->progress_ms = pm__now_ms();
             } else if (strcmp(line, "STOPPING=1") == 0) {
                 emit(c, PM_EVENT_STOPPING, s, "notify", 0);
             }
@@ -564,7 +559,7 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
         goto fail;
     }
     s->state = PM_SLOT_STARTING;
-    set_deadline(s, now_ms() + (uint64_t)c->o->ready_timeout_ms, PM__EV_READY_TIMEOUT);
+    set_deadline(s, pm__now_ms() + (uint64_t)c->o->ready_timeout_ms, PM__EV_READY_TIMEOUT);
     if (s->pidfd >= 0) {
         if (pm__loop_arm(&c->loop, s->pidfd, TAG(TAG_PIDFD, s->index, s->incarnation)) == 0)
             s->pid_armed = 1;
@@ -636,7 +631,7 @@ static void after_failure(pm_cluster *c, pm__slot *s)
         return;
     }
     uint32_t delay = 0;
-    int v = pm__budget_on_failure(&s->budget, &c->bcfg, now_ms(), rand01(c), &delay);
+    int v = pm__budget_on_failure(&s->budget, &c->bcfg, pm__now_ms(), rand01(c), &delay);
     if (v == -ENOMEM) {
         /* Could not record the restart: try again after the longest
          * backoff rather than restarting without a budget. */
@@ -656,7 +651,7 @@ static void after_failure(pm_cluster *c, pm__slot *s)
         return;
     }
     s->state = PM_SLOT_BACKOFF;
-    set_deadline(s, now_ms() + delay, PM__EV_BACKOFF_DONE);
+    set_deadline(s, pm__now_ms() + delay, PM__EV_BACKOFF_DONE);
     emit(c, PM_EVENT_RESTART_SCHEDULED, s, "backoff", delay);
 }
 
@@ -673,10 +668,10 @@ static void act_ready(pm_cluster *c, pm__slot *s)
     set_deadline(s, 0, 0);
     /* The heartbeat period starts at ready: a slow start is the ready
      * timeout's business, never a hang. */
-    s->progress_ms = now_ms();
+    s->progress_ms = pm__now_ms();
     s->last_beats = atomic_load_explicit(&((const struct pm__ctl *)s->link.map)->beats,
                                          memory_order_relaxed);
-    pm__budget_on_ready(&s->budget, now_ms());
+    pm__budget_on_ready(&s->budget, pm__now_ms());
     emit(c, PM_EVENT_READY, s, "ready", 0);
 }
 
@@ -737,7 +732,7 @@ static void act_stop_request(pm_cluster *c, pm__slot *s)
         set_deadline(s, 0, 0);
         return;
     }
-    set_deadline(s, now_ms() + (uint64_t)c->o->stop_timeout_ms, PM__EV_STOP_TIMEOUT);
+    set_deadline(s, pm__now_ms() + (uint64_t)c->o->stop_timeout_ms, PM__EV_STOP_TIMEOUT);
 }
 
 static void act_stop_kill(pm_cluster *c, pm__slot *s)
@@ -762,7 +757,7 @@ static void act_stopped(pm_cluster *c, pm__slot *s)
          * without a backoff and without charging the budget. */
         s->replace = 0;
         s->state = PM_SLOT_BACKOFF;
-        set_deadline(s, now_ms(), PM__EV_BACKOFF_DONE);
+        set_deadline(s, pm__now_ms(), PM__EV_BACKOFF_DONE);
         emit(c, PM_EVENT_RESTART_SCHEDULED, s, "replace", 0);
         return;
     }
@@ -1112,7 +1107,7 @@ static void on_signal(pm_cluster *c)
 
 static void fire_due(pm_cluster *c)
 {
-    uint64_t now = now_ms();
+    uint64_t now = pm__now_ms();
     /* Liveness first: after a stall of our own, no worker may be judged on
      * the silence before it is given a fresh period. */
     if (c->next_check != 0 && now >= c->next_check)
@@ -1246,13 +1241,13 @@ PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
 {
     if (c == NULL)
         return -EINVAL;
-    uint64_t end = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
+    uint64_t end = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
     int rc = 0;
     c->last_signal = 0;
     for (;;) {
         int wait = -1;
         if (timeout_ms >= 0) {
-            uint64_t now = now_ms();
+            uint64_t now = pm__now_ms();
             wait = now >= end ? 0 : (int)(end - now);
         }
         rc = run_once(c, wait);
@@ -1264,7 +1259,7 @@ PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
         }
         if (atomic_exchange(&c->stop, 0))
             break;
-        if (timeout_ms >= 0 && now_ms() >= end)
+        if (timeout_ms >= 0 && pm__now_ms() >= end)
             break;
     }
     pm__loop_flush(&c->loop);
@@ -1455,7 +1450,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     pm__loop_arm(&c->loop, c->timerfd, TAG(TAG_TIMER, 0, 0));
     pm__loop_arm(&c->loop, c->wakefd, TAG(TAG_WAKE, 0, 0));
     if (c->o->heartbeat_timeout_ms > 0)
-        c->next_check = now_ms() + check_period(c);
+        c->next_check = pm__now_ms() + check_period(c);
     *out = c;
     return 0;
 fail:
@@ -1711,12 +1706,12 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
     info->state = s->state;
     info->pid = s->pid;
     info->incarnation = s->incarnation;
-    info->restarts_in_window = pm__budget_in_window(&s->budget, &c->bcfg, now_ms());
+    info->restarts_in_window = pm__budget_in_window(&s->budget, &c->bcfg, pm__now_ms());
     info->restarts_total = s->budget.total;
     info->last_exit_code = s->last_exit_code;
     info->last_signal = s->last_signal;
     if (s->state == PM_SLOT_READY && s->progress_ms != 0)
-        info->heartbeat_age_ms = (uint32_t)(now_ms() - s->progress_ms);
+        info->heartbeat_age_ms = (uint32_t)(pm__now_ms() - s->progress_ms);
     info->last_fence_reason = s->last_fence_reason;
     info->fences = s->fences;
     info->kill_pending = s->kill_sent && slot_has_process(s);

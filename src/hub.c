@@ -30,11 +30,6 @@
 #define INFLIGHT_MAX 4096u
 #define RESULT_PENDING INT_MIN
 
-static int64_t now_ms(void)
-{
-    return (int64_t)(pm__now_ns() / 1000000u);
-}
-
 void pm__hub_slot_reset(pm__slot *s)
 {
     s->q_head = s->q_tail = NULL;
@@ -68,8 +63,7 @@ static void write_frame(unsigned char *p, const pm__frame_hdr *h, const void *pa
 
 /* Puts a frame into d's ring, or its queue when the ring is full.
  * 0, -EAGAIN (queue at its bound), -EBADMSG (d's ring is corrupt). */
-static int push(pm_cluster *c, pm__slot *d, const pm__frame_hdr *h, const void *payload,
-                size_t len)
+static int push(pm__slot *d, const pm__frame_hdr *h, const void *payload, size_t len)
 {
     size_t total = PM__FRAME_HDR_SIZE + len;
     if (d->link.map == NULL)
@@ -104,7 +98,6 @@ static int push(pm_cluster *c, pm__slot *d, const pm__frame_hdr *h, const void *
     /* Ask the worker to ring our doorbell when it frees room. */
     if (pm__ring_arm_space(&d->link.tx, total) != 0)
         d->busy = 1; /* room already: flush this turn */
-    (void)c;
     return 0;
 }
 
@@ -178,7 +171,7 @@ static int add_inflight(pm__slot *target, uint32_t requester, uint64_t requester
 {
     if (target->ninflight == target->inflight_cap) {
         /* Make room by forgetting requests whose requester gave up. */
-        int64_t now = now_ms();
+        int64_t now = (int64_t)pm__now_ms();
         uint32_t k = 0;
         for (uint32_t i = 0; i < target->ninflight; i++) {
             pm__inflight *e = &target->inflight[i];
@@ -359,7 +352,7 @@ static void notice(pm_cluster *c, uint32_t to, uint64_t to_inc, uint32_t about,
         return;
     }
     s->undeliverable++;
-    if (push(c, s, &n, NULL, 0) < 0)
+    if (push(s, &n, NULL, 0) < 0)
         c->notices_dropped++;
 }
 
@@ -387,7 +380,7 @@ int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payl
             c->late_replies++;
             return 0;
         }
-        if (e.deadline_ms != 0 && e.deadline_ms < now_ms()) {
+        if (e.deadline_ms != 0 && e.deadline_ms < (int64_t)pm__now_ms()) {
             c->late_replies++; /* the requester gave up */
             if (h->dst == PM__NODE_MAIN)
                 deliver_main(c, h, payload); /* the broadcast may still be open */
@@ -403,7 +396,7 @@ int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payl
             return 0;
         }
         h->dst_inc = e.requester_inc;
-        int rc = push(c, &c->slots[h->dst], h, payload, h->len);
+        int rc = push(&c->slots[h->dst], h, payload, h->len);
         if (rc == -EAGAIN) {
             /* Keep the request open: the reply is retried. */
             add_inflight(s, e.requester, e.requester_inc, e.request_id, e.deadline_ms);
@@ -438,7 +431,7 @@ int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payl
         notice(c, src, s->incarnation, h->dst, d->incarnation, h->request_id, -EBUSY);
         return 0;
     }
-    int rc = push(c, d, h, payload, h->len);
+    int rc = push(d, h, payload, h->len);
     if (rc == -EAGAIN) {
         if (h->type == PM__FT_REQUEST)
             d->ninflight--; /* the entry just added: the frame is retried */
@@ -498,7 +491,7 @@ void pm__hub_stop_request(pm_cluster *c, pm__slot *s)
     /* Release: the worker reads the flag, then anything we wrote before. */
     atomic_store_explicit(&ctl->stop, 1, memory_order_release);
     pm__frame_hdr h = pm__main_hdr(PM__FT_STOP, s);
-    (void)push(c, s, &h, NULL, 0);
+    (void)push(s, &h, NULL, 0);
     s->dirty = 0;
     pm__ring_publish(&s->link.tx);
 }
@@ -591,7 +584,7 @@ static int main_send(pm_cluster *c, const pm_address *to, int type, uint64_t req
     pm__slot *d = &c->slots[node];
     pm__frame_hdr h = pm__main_hdr(type, d);
     h.request_id = request_id;
-    rc = push(c, d, &h, data, len);
+    rc = push(d, &h, data, len);
     if (rc == -EBADMSG) {
         pm__cluster_fault(c, d, "corrupt-ring");
         return -EHOSTDOWN;
@@ -643,7 +636,7 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
     b->arg = arg;
     b->first_id = c->next_req + 1;
     c->next_req += n;
-    b->deadline_ms = now_ms() + timeout_ms;
+    b->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
     b->next = c->bcasts;
     c->bcasts = b;
     size_t k = 0;
@@ -678,7 +671,7 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
         h.deadline_ms = b->deadline_ms;
         int rc = add_inflight(d, PM__NODE_MAIN, 0, id, b->deadline_ms);
         if (rc == 0) {
-            rc = push(c, d, &h, data, len);
+            rc = push(d, &h, data, len);
             if (rc < 0)
                 d->ninflight--;
             if (rc == -EBADMSG) {

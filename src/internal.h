@@ -41,4 +41,10 @@ static inline void pm__close(int fd)
 /* Nanoseconds of CLOCK_MONOTONIC. */
 uint64_t pm__now_ns(void);
 
+/* Milliseconds of CLOCK_MONOTONIC: the unit of every deadline. */
+static inline uint64_t pm__now_ms(void)
+{
+    return pm__now_ns() / 1000000u;
+}
+
 #endif /* PM_INTERNAL_H */

@@ -196,11 +196,6 @@ static void stash_free(pm_node *n)
     n->stash_bytes = 0;
 }
 
-static uint64_t now_ms(void)
-{
-    return pm__now_ns() / 1000000u;
-}
-
 /* The supervisor asked us to stop or fenced us (flags in the control
  * block), or is gone (PDEATHSIG normally kills us first; this is for when
  * it could not). */
@@ -335,7 +330,7 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
         beat(n);
         int wait = wait_chunk(n);
         if (!forever) {
-            uint64_t now = now_ms();
+            uint64_t now = pm__now_ms();
             if (now >= deadline_ms) {
                 /* Leave the doorbell armed so pm_node_fd turns readable
                  * when the next frame arrives. */
@@ -449,7 +444,7 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
     }
     if (n->stopping)
         return -ESHUTDOWN;
-    uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
     for (;;) {
         pm__frame_hdr h;
         const void *payload;
@@ -475,7 +470,7 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
     drop_current(n);
     disarm(n);
     uint64_t id = ++n->next_req;
-    uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
     int rc = node_send(n, to, PM__FT_REQUEST, id, (int64_t)deadline, data, len, 1);
     if (rc < 0)
         return rc;
@@ -500,7 +495,7 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
         if (stash_current(n, &h, payload) < 0) {
             if (timeout_ms < 0)
                 return -ENOBUFS;
-            uint64_t now = now_ms();
+            uint64_t now = pm__now_ms();
             if (deadline > now)
                 usleep((useconds_t)((deadline - now) * 1000));
             return -ETIMEDOUT;
