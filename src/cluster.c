@@ -940,6 +940,16 @@ static void service_ring(pm_cluster *c, pm__slot *s)
             s->malformed++;
             continue;
         }
+        /* The ring admits frames up to PM__LINK_MAX_FRAME (room for INIT),
+         * but nothing a worker may send is longer than PM_MAX_PAYLOAD: every
+         * consumer of a worker's frame (main's receive buffer, another
+         * worker's recv) is sized for that. Checked here, once, for every
+         * destination: a longer frame is a protocol fault. */
+        if (h.len > PM_MAX_PAYLOAD) {
+            s->malformed++;
+            fault(c, s, "protocol");
+            return;
+        }
         if (h.type == PM__FT_MSG || h.type == PM__FT_REQUEST || h.type == PM__FT_REPLY) {
             if (s->state != PM_SLOT_READY && s->state != PM_SLOT_STOPPING) {
                 pm__ring_consume(&s->link.rx);

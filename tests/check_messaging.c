@@ -37,6 +37,7 @@ enum role {
     R_FD,         /* waits on pm_node_fd, then reports */
     R_SLOW_READY, /* takes 500 ms to say ready, then like R_IDLE */
     R_DOUBLE,     /* answers every request twice */
+    R_OVERSIZE,   /* a raw frame of PM_MAX_PAYLOAD + 456 bytes to `peer` (-1: main) */
 };
 
 struct plan {
@@ -223,7 +224,7 @@ static int worker(pm_node *n, void *arg)
     memset(&k, 0, sizeof(k));
     pm_message m;
     if (role == R_STREAM || role == R_SPOOF || role == R_GARBAGE_INDEX || role == R_FLOOD_MAIN ||
-        role == R_ASKER || role == R_GARBAGE_FRAMES) {
+        role == R_ASKER || role == R_GARBAGE_FRAMES || role == R_OVERSIZE) {
         /* Act only once main says the whole mesh is up. */
         if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
             return 40;
@@ -265,6 +266,20 @@ static int worker(pm_node *n, void *arg)
         junk[1] = 77; /* unknown type */
         pm__ring_send(&n->link.tx, junk, PM__FRAME_HDR_SIZE);
         say(n, "after garbage");
+        break;
+    }
+    case R_OVERSIZE: {
+        /* Bypass the API: the ring takes frames up to its own maximum
+         * (PM__LINK_MAX_FRAME), which is more than PM_MAX_PAYLOAD. */
+        static unsigned char big[PM_MAX_PAYLOAD + 456];
+        memset(big, '#', sizeof(big));
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_MSG;
+        h.dst = p->peer[slot] < 0 ? PM__NODE_MAIN : (uint32_t)p->peer[slot];
+        if (pm__frame_send(&n->link.tx, &h, big, sizeof(big)) != 0)
+            _exit(22);
+        idle_forever();
         break;
     }
     case R_GARBAGE_INDEX: {
@@ -380,7 +395,8 @@ static void start_all(pm_cluster *c)
         pm_address a = slot_addr(i, 0);
         if (plan.role[i] == R_STREAM || plan.role[i] == R_SPOOF ||
             plan.role[i] == R_GARBAGE_INDEX || plan.role[i] == R_FLOOD_MAIN ||
-            plan.role[i] == R_ASKER || plan.role[i] == R_GARBAGE_FRAMES)
+            plan.role[i] == R_ASKER || plan.role[i] == R_GARBAGE_FRAMES ||
+            plan.role[i] == R_OVERSIZE)
             ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
     }
 }
@@ -459,6 +475,44 @@ START_TEST(test_garbage_frames_dropped)
     pm_slot_info si;
     pm_cluster_slot_info(c, 1, &si);
     ck_assert_uint_eq(si.incarnation, 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A frame longer than PM_MAX_PAYLOAD is a protocol fault wherever it is
+ * headed: the sender is fenced, nothing oversized reaches main's
+ * on_message (it once overflowed the supervisor's receive buffer) or
+ * another worker. _i: 0 to main, 1 to slot 0. */
+static size_t longest_to_main;
+static void on_message_len(pm_cluster *c, const pm_message *m, void *arg)
+{
+    if (m->len > longest_to_main)
+        longest_to_main = m->len;
+    on_message(c, m, arg);
+}
+
+START_TEST(test_oversize_frame_fenced)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[1] = R_OVERSIZE;
+    plan.peer[1] = _i == 0 ? -1 : 0;
+    longest_to_main = 0;
+    pm_options *o = opts(2, worker);
+    pm_options_set_on_message(o, on_message_len, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    RUN_UNTIL(c, events_fenced >= 1, 10000);
+    ck_assert_str_eq(fenced_reason, "protocol");
+    plan.role[1] = R_IDLE; /* the replacement behaves */
+    RUN_UNTIL(c, c->slots[1].state == PM_SLOT_READY && c->slots[1].incarnation >= 2, 10000);
+    ck_assert_uint_le(longest_to_main, PM_MAX_PAYLOAD);
+    ck_assert_uint_ge(c->slots[1].malformed, 1);
+    /* Slot 0 got nothing oversized: ask it what it saw. */
+    ask_counts(c, 0);
+    ck_assert_str_eq(last_text[0], "#good 0 bad 0");
+    ck_assert_int_eq(events_fenced, 1);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -782,6 +836,11 @@ int main(void)
     PM_ADD_TEST(s, test_spoofed_source, 60);
     PM_ADD_TEST(s, test_garbage_frames_dropped, 60);
     PM_ADD_TEST(s, test_garbage_index_quarantined, 60);
+    {
+        TCase *tc = pm_tcase("test_oversize_frame_fenced", 60);
+        tcase_add_loop_test(tc, test_oversize_frame_fenced, 0, 2);
+        suite_add_tcase(s, tc);
+    }
     PM_ADD_TEST(s, test_flood_does_not_starve, 60);
     PM_ADD_TEST(s, test_undeliverable, 60);
     PM_ADD_TEST(s, test_killed_mid_request, 60);

@@ -48,10 +48,18 @@ for i in $(seq 24); do
     sleep 0.05
 done
 
+# The last crash's replacement is still in its backoff: wait (up to 10 s)
+# until every worker is ready again, so the stop below is the graceful one.
+ready=""
+for _ in $(seq 100); do
+    ready=$(http_get /metrics 2>/dev/null | awk '/^procmesh_workers_ready / {print $2}')
+    [ "${ready:-0}" = 4 ] && break
+    sleep 0.1
+done
+
 echo "== what procmesh logged about the crashes"
 grep -E 'event=(exited|restart_scheduled|ready)' "$log" | grep -v 'incarnation=1$' | tail -n 12 || true
 restarts=$(http_get /metrics | awk '/^procmesh_slot_restarts_total/ {s += $2} END {print s + 0}')
-ready=$(http_get /metrics | awk '/^procmesh_workers_ready / {print $2}')
 
 echo "== graceful stop (SIGTERM)"
 kill -TERM "$pm"
