@@ -124,10 +124,42 @@ enum pm_event_type {
 };
 
 /*
+ * Why an event happened. One code per reason string: pm_reason_name(code)
+ * is the string pm_event.reason carries (the table in src/reason.c is the
+ * only place they are spelled).
+ */
+enum pm_reason {
+    PM_REASON_NONE = 0,          /* "" */
+    PM_REASON_SPAWN = 1,         /* "spawn": STARTED, SPAWN_FAILED */
+    PM_REASON_READY = 2,         /* "ready": READY */
+    PM_REASON_EXIT = 3,          /* "exit": EXITED by itself; STOPPED after a clean exit */
+    PM_REASON_SIGNAL = 4,        /* "signal": EXITED on a signal procmesh did not send */
+    PM_REASON_EXEC = 5,          /* "exec": EXITED because exec failed */
+    PM_REASON_READY_TIMEOUT = 6, /* "ready-timeout": killed, not ready in time */
+    PM_REASON_HEARTBEAT = 7,     /* "heartbeat": FENCED, hung */
+    PM_REASON_CORRUPT_RING = 8,  /* "corrupt-ring": FENCED, scribbled its memory */
+    PM_REASON_PROTOCOL = 9,      /* "protocol": FENCED, broke the frame protocol */
+    PM_REASON_STOP = 10,         /* "stop": EXITED/STOPPED by a stop or terminate */
+    PM_REASON_BACKOFF = 11,      /* "backoff": RESTART_SCHEDULED after a failure */
+    PM_REASON_REPLACE = 12,      /* "replace": RESTART_SCHEDULED by pm_cluster_restart_slot */
+    PM_REASON_BUDGET = 13,       /* "budget": RETIRED */
+    PM_REASON_POLICY = 14,       /* "policy": STOPPED, the restart policy says never */
+    PM_REASON_SPAWN_ABORTED = 15, /* "spawn-aborted": STOPPED, pm_cluster_spawn gave up */
+    PM_REASON_NOTIFY = 16,       /* "notify": STOPPING=1 from a notify worker */
+    PM_REASON_STALL = 17,        /* "stall": STALLED, the supervisor did not run */
+    PM_REASON_SUSPEND = 18,      /* "suspend": STALLED, the machine was suspended */
+    PM_REASON__COUNT
+};
+
+/* The reason's string ("exit", "heartbeat" ...); "" for PM_REASON_NONE,
+ * "unknown" for a code out of range. Static storage. */
+PM_EXTERN const char *pm_reason_name(int code);
+
+/*
  * A lifecycle event, passed to the on_event callback. Fields that do not
  * apply are 0 (exit_code is -1 when the worker was killed by a signal).
- * `reason` is a short static string: "exit", "signal", "ready-timeout",
- * "handshake", "protocol", "spawn", "stop" ...
+ * `reason` is the short static string pm_reason_name(reason_code).
+ * procmesh allocates pm_event: fields are only ever added at the end.
  */
 typedef struct pm_event {
     int type;
@@ -140,6 +172,7 @@ typedef struct pm_event {
     uint32_t delay_ms;
     unsigned restarts;
     const char *reason;
+    int reason_code;               /* enum pm_reason */
 } pm_event;
 
 PM_EXTERN pm_options *pm_options_new(void);
