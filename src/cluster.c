@@ -76,7 +76,7 @@ static int slot_has_process(const pm__slot *s)
 
 /* ------------------------------------------------------------------ events */
 
-static void emit(pm_cluster *c, int type, const pm__slot *s, const char *reason, uint32_t delay)
+static void emit(pm_cluster *c, int type, const pm__slot *s, int reason, uint32_t delay)
 {
     if (c->o->on_event == NULL)
         return;
@@ -88,7 +88,8 @@ static void emit(pm_cluster *c, int type, const pm__slot *s, const char *reason,
     ev.incarnation = s->incarnation;
     ev.delay_ms = delay;
     ev.restarts = s->budget.total;
-    ev.reason = reason;
+    ev.reason_code = reason;
+    ev.reason = pm_reason_name(reason);
     if (type == PM_EVENT_EXITED) {
         ev.exit_code = s->last_exit_code;
         ev.signal = s->last_signal;
@@ -223,7 +224,7 @@ static void release_process(pm_cluster *c, pm__slot *s)
 
 static void dispatch(pm_cluster *c, pm__slot *s, int event);
 static void service_ring(pm_cluster *c, pm__slot *s);
-static void fault(pm_cluster *c, pm__slot *s, const char *reason);
+static void fault(pm_cluster *c, pm__slot *s, int reason);
 
 /* waitid without blocking: through the pidfd when the kernel knows
  * P_PIDFD (5.4), else by pid, which is just as safe here because nobody but
@@ -278,10 +279,10 @@ static int try_reap(pm_cluster *c, pm__slot *s)
         if (read(s->exec_pipe, &e, sizeof(e)) == (ssize_t)sizeof(e))
             s->exec_errno = e;
     }
-    const char *reason = s->kill_reason != NULL ? s->kill_reason
-                         : s->exec_errno != 0   ? "exec"
-                         : s->last_signal != 0  ? "signal"
-                                                : "exit";
+    int reason = s->kill_reason != 0 ? s->kill_reason
+                         : s->exec_errno != 0   ? PM_REASON_EXEC
+                         : s->last_signal != 0  ? PM_REASON_SIGNAL
+                                                : PM_REASON_EXIT;
     emit(c, PM_EVENT_EXITED, s, reason, 0);
     release_process(c, s);
     dispatch(c, s, PM__EV_EXITED);
@@ -449,7 +450,7 @@ static void on_notify(pm_cluster *c, pm__slot *s)
                 s->watchdog = 1;
                 s->progress_ms = pm__now_ms();
             } else if (strcmp(line, "STOPPING=1") == 0) {
-                emit(c, PM_EVENT_STOPPING, s, "notify", 0);
+                emit(c, PM_EVENT_STOPPING, s, PM_REASON_NOTIFY, 0);
             }
         }
     }
@@ -470,7 +471,7 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
 
     s->incarnation++;
     s->exec_errno = 0;
-    s->kill_reason = NULL;
+    s->kill_reason = 0;
     rc = pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
                          (uint32_t)c->o->heartbeat_timeout_ms);
     if (rc < 0)
@@ -577,7 +578,7 @@ static int start_incarnation(pm_cluster *c, pm__slot *s)
         s->busy = 1;
     else if (pm__loop_arm(&c->loop, s->link.hub_efd, TAG(TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
-    emit(c, PM_EVENT_STARTED, s, "spawn", 0);
+    emit(c, PM_EVENT_STARTED, s, PM_REASON_SPAWN, 0);
     return 0;
 
 fail:
@@ -600,12 +601,12 @@ static int spawn_error_of(const pm__slot *s)
 {
     if (s->exec_errno != 0)
         return -s->exec_errno;
-    if (s->kill_reason != NULL && strcmp(s->kill_reason, "ready-timeout") == 0)
+    if (s->kill_reason == PM_REASON_READY_TIMEOUT)
         return -ETIMEDOUT;
     return -ECHILD;
 }
 
-static void set_stopped(pm_cluster *c, pm__slot *s, const char *reason)
+static void set_stopped(pm_cluster *c, pm__slot *s, int reason)
 {
     s->state = PM_SLOT_STOPPED;
     set_deadline(s, 0, 0);
@@ -619,15 +620,15 @@ static void after_failure(pm_cluster *c, pm__slot *s)
         /* pm_cluster_spawn gives up on the first failure of a first start. */
         if (c->spawn_error == 0)
             c->spawn_error = spawn_error_of(s);
-        set_stopped(c, s, "spawn-aborted");
+        set_stopped(c, s, PM_REASON_SPAWN_ABORTED);
         return;
     }
     if (c->terminating) {
-        set_stopped(c, s, "stop");
+        set_stopped(c, s, PM_REASON_STOP);
         return;
     }
     if (c->o->restart_policy == PM_RESTART_NEVER) {
-        set_stopped(c, s, "policy");
+        set_stopped(c, s, PM_REASON_POLICY);
         return;
     }
     uint32_t delay = 0;
@@ -641,7 +642,7 @@ static void after_failure(pm_cluster *c, pm__slot *s)
     if (v == PM__BUDGET_RETIRE) {
         s->state = PM_SLOT_RETIRED;
         set_deadline(s, 0, 0);
-        emit(c, PM_EVENT_RETIRED, s, "budget", 0);
+        emit(c, PM_EVENT_RETIRED, s, PM_REASON_BUDGET, 0);
         pm_address a;
         slot_address(c, s, &a);
         a.incarnation = s->incarnation;
@@ -652,7 +653,7 @@ static void after_failure(pm_cluster *c, pm__slot *s)
     }
     s->state = PM_SLOT_BACKOFF;
     set_deadline(s, pm__now_ms() + delay, PM__EV_BACKOFF_DONE);
-    emit(c, PM_EVENT_RESTART_SCHEDULED, s, "backoff", delay);
+    emit(c, PM_EVENT_RESTART_SCHEDULED, s, PM_REASON_BACKOFF, delay);
 }
 
 static void act_ignore(pm_cluster *c, pm__slot *s)
@@ -672,7 +673,7 @@ static void act_ready(pm_cluster *c, pm__slot *s)
     s->last_beats = atomic_load_explicit(&((const struct pm__ctl *)s->link.map)->beats,
                                          memory_order_relaxed);
     pm__budget_on_ready(&s->budget, pm__now_ms());
-    emit(c, PM_EVENT_READY, s, "ready", 0);
+    emit(c, PM_EVENT_READY, s, PM_REASON_READY, 0);
 }
 
 static void act_failed(pm_cluster *c, pm__slot *s)
@@ -682,7 +683,7 @@ static void act_failed(pm_cluster *c, pm__slot *s)
 
 static void act_ended(pm_cluster *c, pm__slot *s)
 {
-    int clean = s->last_exit_code == 0 && s->last_signal == 0 && s->kill_reason == NULL;
+    int clean = s->last_exit_code == 0 && s->last_signal == 0 && s->kill_reason == 0;
     if (!clean) {
         after_failure(c, s);
         return;
@@ -691,7 +692,7 @@ static void act_ended(pm_cluster *c, pm__slot *s)
         after_failure(c, s); /* a restart like any other, under the same budget */
         return;
     }
-    set_stopped(c, s, "exit");
+    set_stopped(c, s, PM_REASON_EXIT);
 }
 
 static void act_kill(pm_cluster *c, pm__slot *s)
@@ -712,7 +713,7 @@ static void act_spawn(pm_cluster *c, pm__slot *s)
     /* fork, memfd or mmap failed (EAGAIN, EMFILE, ENOMEM): a failed start,
      * charged to the budget and retried after the backoff. */
     s->last_exit_code = rc;
-    emit(c, PM_EVENT_SPAWN_FAILED, s, "spawn", 0);
+    emit(c, PM_EVENT_SPAWN_FAILED, s, PM_REASON_SPAWN, 0);
     if (c->spawning && c->spawn_error == 0)
         c->spawn_error = rc;
     after_failure(c, s);
@@ -739,7 +740,7 @@ static void act_stop_kill(pm_cluster *c, pm__slot *s)
 {
     /* A replacement still in its handshake is killed, never registered. */
     s->state = PM_SLOT_STOPPING;
-    s->kill_reason = "stop";
+    s->kill_reason = PM_REASON_STOP;
     slot_signal(s, SIGKILL);
     set_deadline(s, 0, 0);
     c->any_killed = 1;
@@ -747,7 +748,7 @@ static void act_stop_kill(pm_cluster *c, pm__slot *s)
 
 static void act_cancel(pm_cluster *c, pm__slot *s)
 {
-    set_stopped(c, s, "stop");
+    set_stopped(c, s, PM_REASON_STOP);
 }
 
 static void act_stopped(pm_cluster *c, pm__slot *s)
@@ -758,10 +759,10 @@ static void act_stopped(pm_cluster *c, pm__slot *s)
         s->replace = 0;
         s->state = PM_SLOT_BACKOFF;
         set_deadline(s, pm__now_ms(), PM__EV_BACKOFF_DONE);
-        emit(c, PM_EVENT_RESTART_SCHEDULED, s, "replace", 0);
+        emit(c, PM_EVENT_RESTART_SCHEDULED, s, PM_REASON_REPLACE, 0);
         return;
     }
-    set_stopped(c, s, "stop");
+    set_stopped(c, s, PM_REASON_STOP);
 }
 
 static void (*const actions[PM__A_COUNT])(pm_cluster *, pm__slot *) = {
@@ -784,11 +785,11 @@ static void dispatch(pm_cluster *c, pm__slot *s, int event)
 
 /* A fault found by the hub: the worker is killed; the exit that follows is
  * charged as a failure with this reason. */
-static void fault(pm_cluster *c, pm__slot *s, const char *reason)
+static void fault(pm_cluster *c, pm__slot *s, int reason)
 {
     if (!slot_has_process(s) || !s->reading)
         return; /* already cut off */
-    if (s->kill_reason == NULL)
+    if (s->kill_reason == 0)
         s->kill_reason = reason;
     disarm_hub(c, s); /* never read from this incarnation again */
     /* Tell the worker, in case the SIGKILL below takes a while to land (a
@@ -801,9 +802,9 @@ static void fault(pm_cluster *c, pm__slot *s, const char *reason)
     }
     s->fences++;
     s->last_fence_reason = reason;
-    if (strcmp(reason, "heartbeat") == 0)
+    if (reason == PM_REASON_HEARTBEAT)
         c->stats.fences_heartbeat++;
-    else if (strcmp(reason, "corrupt-ring") == 0)
+    else if (reason == PM_REASON_CORRUPT_RING)
         c->stats.fences_corrupt_ring++;
     else
         c->stats.fences_protocol++;
@@ -863,7 +864,8 @@ static void check_liveness(pm_cluster *c, uint64_t now)
                 memset(&ev, 0, sizeof(ev));
                 ev.type = PM_EVENT_STALLED;
                 ev.delay_ms = stall > UINT32_MAX ? UINT32_MAX : (uint32_t)stall;
-                ev.reason = suspended > late ? "suspend" : "stall";
+                ev.reason_code = suspended > late ? PM_REASON_SUSPEND : PM_REASON_STALL;
+                ev.reason = pm_reason_name(ev.reason_code);
                 c->o->on_event(c, &ev, c->o->on_event_arg);
             }
         }
@@ -878,7 +880,7 @@ static void check_liveness(pm_cluster *c, uint64_t now)
             /* As under systemd's WatchdogSec: only a worker that sends
              * WATCHDOG=1 is held to it; silence otherwise is not a hang. */
             if (s->watchdog && now - s->progress_ms > timeout)
-                fault(c, s, "heartbeat");
+                fault(c, s, PM_REASON_HEARTBEAT);
             continue;
         }
         const struct pm__ctl *ctl = s->link.map;
@@ -887,13 +889,13 @@ static void check_liveness(pm_cluster *c, uint64_t now)
             s->last_beats = beats;
             s->progress_ms = now;
         } else if (now - s->progress_ms > timeout) {
-            fault(c, s, "heartbeat");
+            fault(c, s, PM_REASON_HEARTBEAT);
         }
     }
     c->next_check = now + period;
 }
 
-void pm__cluster_fault(pm_cluster *c, pm__slot *s, const char *reason)
+void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason)
 {
     fault(c, s, reason);
 }
@@ -933,7 +935,7 @@ static void service_ring(pm_cluster *c, pm__slot *s)
         }
         c->active = 1;
         if (rc == -EBADMSG) {
-            fault(c, s, "corrupt-ring");
+            fault(c, s, PM_REASON_CORRUPT_RING);
             return;
         }
         if (rc < 0) {
@@ -947,7 +949,7 @@ static void service_ring(pm_cluster *c, pm__slot *s)
          * destination: a longer frame is a protocol fault. */
         if (h.len > PM_MAX_PAYLOAD) {
             s->malformed++;
-            fault(c, s, "protocol");
+            fault(c, s, PM_REASON_PROTOCOL);
             return;
         }
         if (h.type == PM__FT_MSG || h.type == PM__FT_REQUEST || h.type == PM__FT_REPLY) {
@@ -970,17 +972,17 @@ static void service_ring(pm_cluster *c, pm__slot *s)
         pm__ring_consume(&s->link.rx);
         if (h.type == PM__FT_HELLO) {
             if (s->hello || h.len != 4 || ver[0] != PM__PROTO_VERSION || ver[1] || ver[2] || ver[3]) {
-                fault(c, s, "protocol");
+                fault(c, s, PM_REASON_PROTOCOL);
                 return;
             }
             s->hello = 1;
             if (send_init(c, s) < 0) {
-                fault(c, s, "protocol");
+                fault(c, s, PM_REASON_PROTOCOL);
                 return;
             }
         } else if (h.type == PM__FT_READY) {
             if (!s->hello) {
-                fault(c, s, "protocol");
+                fault(c, s, PM_REASON_PROTOCOL);
                 return;
             }
             dispatch(c, s, PM__EV_READY);
@@ -1013,7 +1015,7 @@ static int arm_idle(pm_cluster *c)
             continue;
         int more = pm__ring_arm(&s->link.rx);
         if (more < 0) {
-            fault(c, s, "corrupt-ring");
+            fault(c, s, PM_REASON_CORRUPT_RING);
         } else if (more > 0) {
             s->busy = 1;
             work = 1;
@@ -1128,8 +1130,8 @@ static void fire_due(pm_cluster *c)
         if (s->deadline != 0 && s->deadline <= now) {
             int ev = s->deadline_event;
             set_deadline(s, 0, 0);
-            if (ev == PM__EV_READY_TIMEOUT && s->kill_reason == NULL)
-                s->kill_reason = "ready-timeout";
+            if (ev == PM__EV_READY_TIMEOUT && s->kill_reason == 0)
+                s->kill_reason = PM_REASON_READY_TIMEOUT;
             dispatch(c, s, ev);
         }
     }
@@ -1477,8 +1479,8 @@ static void kill_and_reap_all(pm_cluster *c)
         pm__slot *s = &c->slots[i];
         if (slot_has_process(s)) {
             s->state = PM_SLOT_STOPPING;
-            if (s->kill_reason == NULL)
-                s->kill_reason = "stop";
+            if (s->kill_reason == 0)
+                s->kill_reason = PM_REASON_STOP;
             slot_signal(s, SIGKILL);
         }
         set_deadline(s, 0, 0);
@@ -1722,7 +1724,7 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
     info->last_signal = s->last_signal;
     if (s->state == PM_SLOT_READY && s->progress_ms != 0)
         info->heartbeat_age_ms = (uint32_t)(pm__now_ms() - s->progress_ms);
-    info->last_fence_reason = s->last_fence_reason;
+    info->last_fence_reason = s->last_fence_reason != 0 ? pm_reason_name(s->last_fence_reason) : NULL;
     info->fences = s->fences;
     info->kill_pending = s->kill_sent && slot_has_process(s);
     if (s->link.map != NULL)

@@ -76,7 +76,7 @@ typedef struct pm__slot {
     int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */
     uint64_t deadline;     /* ms, CLOCK_MONOTONIC; 0 = none */
     int deadline_event;    /* PM__EV_* fired at deadline */
-    const char *kill_reason; /* why procmesh killed it, or NULL */
+    int kill_reason;       /* why procmesh killed it (PM_REASON_*), or 0 */
     int exec_errno;        /* exec failed with this errno (0: it did not) */
     pm__budget budget;
     int last_exit_code;
@@ -101,7 +101,7 @@ typedef struct pm__slot {
     uint64_t progress_ms;  /* when it last moved (or the period restarted) */
     int kill_sent;         /* SIGKILL sent to this incarnation */
     unsigned fences;
-    const char *last_fence_reason;
+    int last_fence_reason; /* PM_REASON_*, 0 none */
 } pm__slot;
 
 struct pm_cluster {
@@ -174,7 +174,7 @@ uint64_t pm__hub_next_deadline(const pm_cluster *c);
 void pm__hub_fire(pm_cluster *c, uint64_t now_ms);
 void pm__hub_free(pm_cluster *c);
 /* Fault helper implemented in cluster.c. */
-void pm__cluster_fault(pm_cluster *c, pm__slot *s, const char *reason);
+void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason);
 void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a);
 
 #endif /* PM_CLUSTER_H */

@@ -111,7 +111,7 @@ void pm__hub_flush(pm_cluster *c, pm__slot *d)
             if (rc == -EAGAIN)
                 break;
             if (rc < 0) {
-                pm__cluster_fault(c, d, "corrupt-ring");
+                pm__cluster_fault(c, d, PM_REASON_CORRUPT_RING);
                 return;
             }
             memcpy(p, q->data, q->len);
@@ -405,7 +405,7 @@ int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payl
             return -EAGAIN;
         }
         if (rc < 0) {
-            pm__cluster_fault(c, &c->slots[h->dst], "corrupt-ring");
+            pm__cluster_fault(c, &c->slots[h->dst], PM_REASON_CORRUPT_RING);
             return 0;
         }
         s->relayed++;
@@ -442,7 +442,7 @@ int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payl
     if (rc < 0) {
         /* d's ring is corrupt: d is fenced; a request gets its answer when
          * d's death is seen, a plain message is answered now. */
-        pm__cluster_fault(c, d, "corrupt-ring");
+        pm__cluster_fault(c, d, PM_REASON_CORRUPT_RING);
         if (h->type != PM__FT_REQUEST)
             notice(c, src, s->incarnation, h->dst, d->incarnation, 0, -EHOSTDOWN);
         return 0;
@@ -586,7 +586,7 @@ static int main_send(pm_cluster *c, const pm_address *to, int type, uint64_t req
     h.request_id = request_id;
     rc = push(d, &h, data, len);
     if (rc == -EBADMSG) {
-        pm__cluster_fault(c, d, "corrupt-ring");
+        pm__cluster_fault(c, d, PM_REASON_CORRUPT_RING);
         return -EHOSTDOWN;
     }
     if (rc == 0 && d->dirty) {
@@ -675,7 +675,7 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
             if (rc < 0)
                 d->ninflight--;
             if (rc == -EBADMSG) {
-                pm__cluster_fault(c, d, "corrupt-ring");
+                pm__cluster_fault(c, d, PM_REASON_CORRUPT_RING);
                 rc = -EHOSTDOWN;
             }
         }
