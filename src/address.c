@@ -7,6 +7,8 @@
  */
 #include "internal.h"
 
+#include "frame.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -128,4 +130,37 @@ PM_EXTERN int pm_address_match(const pm_address *a, const pm_address *b)
         strncmp(a->host, b->host, PM_NAME_MAX) != 0)
         return 0;
     return a->incarnation == 0 || b->incarnation == 0 || a->incarnation == b->incarnation;
+}
+
+/* ------------------------------------------------------------------ nodes */
+
+/* The one place where a node id (a slot, or main) and an address of one
+ * supervisor's mesh are turned into each other: the hub, the queries, the
+ * handshake and the worker side all come here. */
+void pm__node_address(const pm__names *n, uint32_t node, uint64_t inc, pm_address *a)
+{
+    memset(a, 0, sizeof(*a));
+    snprintf(a->system, sizeof(a->system), "%s", n->system);
+    if (node == PM__NODE_MAIN) {
+        strcpy(a->host, "main");
+        return;
+    }
+    snprintf(a->host, sizeof(a->host), "%s", n->host);
+    a->port = (uint16_t)((unsigned)n->base_port + node);
+    a->incarnation = inc;
+}
+
+int pm__address_node(const pm__names *n, const pm_address *to, uint32_t *node)
+{
+    if (to == NULL || strncmp(to->system, n->system, PM_NAME_MAX) != 0)
+        return -ENOENT;
+    if (strncmp(to->host, "main", PM_NAME_MAX) == 0 && to->port == 0) {
+        *node = PM__NODE_MAIN;
+        return 0;
+    }
+    if (strncmp(to->host, n->host, PM_NAME_MAX) != 0 || to->port < n->base_port ||
+        (unsigned)(to->port - n->base_port) >= n->nslots)
+        return -ENOENT;
+    *node = (uint32_t)(to->port - n->base_port);
+    return 0;
 }

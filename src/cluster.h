@@ -1,4 +1,10 @@
-/* cluster.h - the supervisor's private structures (struct pm_cluster). */
+/*
+ * cluster.h - the supervisor's private structures (struct pm_cluster, the
+ * slots) and what its modules share: cluster.c (the lifecycle core),
+ * incarnation.c, turn.c (one loop turn), liveness.c, notify.c, watch.c, query.c, main_port.c.
+ * The hub (hub.h) sits below: the supervisor calls it, it never calls back
+ * except through the pm__hub_ops table.
+ */
 #ifndef PM_CLUSTER_H
 #define PM_CLUSTER_H
 
@@ -7,41 +13,22 @@
 #include <string.h>
 
 #include "budget.h"
+#include "hub.h"
 #include "link.h"
 #include "loop.h"
 #include "options.h"
 #include "slot.h"
-#include "frame.h"
 
-/* A frame waiting for room in a destination's ring: header and payload,
- * ready to copy. */
-typedef struct pm__qframe {
-    struct pm__qframe *next;
-    uint32_t len;
-    unsigned char data[];
-} pm__qframe;
-
-/* A request relayed to a worker and not yet answered. */
-typedef struct pm__inflight {
-    uint32_t requester;     /* node: slot or PM__NODE_MAIN */
-    uint64_t requester_inc;
-    uint64_t request_id;
-    uint64_t target_inc;
-    int64_t deadline_ms;    /* 0 none */
-} pm__inflight;
-
-/* A broadcast from main waiting for its results. */
-typedef struct pm__bcast {
-    struct pm__bcast *next;
-    uint64_t first_id;      /* request ids first_id .. first_id + n - 1 */
-    size_t n;
-    size_t pending;
-    int64_t deadline_ms;
-    pm_message *results;
-    void **bufs;            /* private copies of the replies */
-    void (*cb)(pm_cluster *, const pm_message *, size_t, void *);
-    void *arg;
-} pm__bcast;
+/* Loop tags: kind in the top 4 bits, slot in the next 28, then the low 32
+ * bits of the incarnation, so a late completion about a dead incarnation is
+ * recognised and dropped. */
+enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
+       PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY };
+#define PM__TAG(kind, slot, inc) \
+    (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
+#define PM__TAG_KIND(t) ((int)((t) >> 60))
+#define PM__TAG_SLOT(t) ((unsigned)(((t) >> 32) & 0x0fffffffu))
+#define PM__TAG_INC(t) ((t) & 0xffffffffu)
 
 /* An application fd watched by the loop (pm_cluster_watch_fd). */
 typedef struct pm__watch {
@@ -68,9 +55,6 @@ typedef struct pm__slot {
     int notify_fd;         /* notify readiness: this incarnation's NOTIFY_SOCKET, or -1 */
     int notify_armed;
     int watchdog;          /* the worker sent WATCHDOG=1: the heartbeat applies */
-    int reading;           /* the hub reads this incarnation's ring (not fenced) */
-    int want_arm;          /* drained: arm its doorbell before the loop sleeps */
-    int busy;              /* its inbound ring had more than one turn's work */
     int hello;             /* HELLO received and INIT sent */
     int ever_ready;        /* some incarnation of this slot has been ready */
     int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */
@@ -82,20 +66,6 @@ typedef struct pm__slot {
     int last_exit_code;
     int last_signal;
     int last_core;
-    uint64_t malformed;    /* frames dropped from this slot */
-    /* Messaging (hub.c). */
-    pm__qframe *q_head;    /* frames waiting for room in this slot's ring */
-    pm__qframe *q_tail;
-    uint32_t q_frames;
-    size_t q_bytes;
-    int blocked_on;        /* this slot is not read until that slot drains; -1 */
-    int dirty;             /* its down ring has unpublished frames */
-    pm__inflight *inflight; /* requests relayed to this slot, unanswered */
-    uint32_t ninflight;
-    uint32_t inflight_cap;
-    uint64_t relayed;      /* frames relayed from this slot */
-    uint64_t relayed_bytes;
-    uint64_t undeliverable; /* notices sent to this slot */
     /* Liveness. */
     uint64_t last_beats;   /* the worker's progress counter at the last check */
     uint64_t progress_ms;  /* when it last moved (or the period restarted) */
@@ -108,6 +78,7 @@ struct pm_cluster {
     pm_options *o;
     unsigned nslots;
     pm__slot *slots;
+    pm__hub hub;            /* the router; port i is slot i */
     pm__loop loop;
     int sigfd;
     int timerfd;
@@ -126,55 +97,62 @@ struct pm_cluster {
     uint64_t rng;
     pm__budget_cfg bcfg;
     char *exec_path;        /* resolved against PATH */
-    pm__bcast *bcasts;      /* broadcasts waiting for results */
-    uint64_t next_req;      /* main's request ids */
-    unsigned char *scratch; /* private copy of a frame delivered to main */
-    int active;             /* frames were read in the current turn */
     int ncpus;              /* CPUs this process may use */
     uint64_t next_check;    /* liveness check deadline (ms), 0 = off */
     uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
     uint64_t last_check_boot;
     struct pm_cluster_stats stats; /* the counters kept here rather than per slot */
     pm__watch *watches;     /* PM__MAX_WATCH entries, allocated on first use */
-    uint64_t late_replies;  /* replies nobody waits for any more */
-    uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
     char **env;             /* environment template for exec mode */
     size_t nenv;
 };
 
-/* A frame header from main to slot d's current incarnation. */
-static inline pm__frame_hdr pm__main_hdr(int type, const pm__slot *d)
+static inline int pm__slot_has_process(const pm__slot *s)
 {
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.type = (uint8_t)type;
-    h.src = PM__NODE_MAIN;
-    h.dst = d->index;
-    h.dst_inc = d->incarnation;
-    return h;
+    return s->pid > 0;
 }
 
-/* hub.c: the relay. */
-void pm__hub_slot_reset(pm__slot *s);
-/* Relays a validated, stamped frame from slot s. 0: consumed (delivered,
- * queued, or answered undeliverable); -EAGAIN: the destination is full,
- * leave the frame in s's ring and stop reading s (backpressure). */
-int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payload);
-/* Moves queued frames into d's ring; unblocks senders once d has room. */
-void pm__hub_flush(pm_cluster *c, pm__slot *d);
-/* Publishes every ring written this turn (one wake-up per ring at most). */
-void pm__hub_publish(pm_cluster *c);
-/* The incarnation of s is gone: answer requests in flight to it with
- * -EHOSTDOWN, forget its own, drop its queue, unblock its senders. */
-void pm__hub_slot_gone(pm_cluster *c, pm__slot *s);
-/* The stop request: control-block flag and a STOP frame. */
-void pm__hub_stop_request(pm_cluster *c, pm__slot *s);
-/* Broadcast deadlines: the earliest (0 none), and firing the due ones. */
-uint64_t pm__hub_next_deadline(const pm_cluster *c);
-void pm__hub_fire(pm_cluster *c, uint64_t now_ms);
-void pm__hub_free(pm_cluster *c);
-/* Fault helper implemented in cluster.c. */
+static inline void pm__slot_set_deadline(pm__slot *s, uint64_t at, int event)
+{
+    s->deadline = at;
+    s->deadline_event = event;
+}
+
+/* The address of a slot: with its incarnation while it has a process. */
+static inline void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a)
+{
+    pm__node_address(&c->hub.names, s->index, pm__slot_has_process(s) ? s->incarnation : 0, a);
+}
+
+/* cluster.c: the lifecycle core. */
+/* Runs the action the slot table gives for (s->state, event). */
+void pm__cluster_dispatch(pm_cluster *c, pm__slot *s, int event);
+/* Cuts a worker off and kills it; its exit is charged as a failure with
+ * this reason (PM_REASON_*). */
 void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason);
-void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a);
+/* Collects the exit status if the process has ended and drives the slot.
+ * 1 when reaped. */
+int pm__cluster_try_reap(pm_cluster *c, pm__slot *s);
+void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, uint32_t delay);
+/* Sets the slot's state and mirrors it in its port. */
+void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state);
+
+/* incarnation.c: starts the next incarnation of s. 0, or -errno with
+ * nothing left behind (no process, no fd, no memory). */
+int pm__incarnation_start(pm_cluster *c, pm__slot *s);
+
+/* turn.c: one loop turn, and the timer. */
+int pm__cluster_turn(pm_cluster *c, int timeout_ms);
+int pm__cluster_rearm_timer(pm_cluster *c);
+/* The slot's doorbell rang (from_poll) or its port had work left over. */
+void pm__cluster_on_hub(pm_cluster *c, pm__slot *s, int from_poll);
+void pm__cluster_reap_all(pm_cluster *c);
+
+/* liveness.c */
+uint64_t pm__liveness_period(const pm_cluster *c);
+void pm__liveness_check(pm_cluster *c, uint64_t now);
+
+/* watch.c */
+void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen);
 
 #endif /* PM_CLUSTER_H */

@@ -1,12 +1,12 @@
 /*
- * hub.c - the relay. Every frame a worker sends arrives on its own up ring;
- * cluster.c validates it and stamps its source from that ring; this module
- * routes it: to main (the on_message callback, broadcast results), to another
- * worker's down ring, or back to the sender as an undeliverable notice.
+ * hub.c - the router: moves validated, stamped frames between ports (local
+ * workers and main), answers what cannot be delivered, remembers requests in
+ * flight, holds back senders whose destination is full, and runs main's
+ * broadcasts.
  *
  * Rules (doc/design.md has the longer version):
- *  - identity: the source is the ring's slot and incarnation, never the
- *    frame's own fields;
+ *  - identity: the source is the port a frame came in by (port.c stamps
+ *    it), never the frame's own fields;
  *  - undeliverable: a destination that is unknown (-ENOENT), not ready
  *    (-EHOSTDOWN) or of another incarnation (-ESTALE) is answered at once;
  *  - requests in flight to a worker are remembered, so its death answers
@@ -17,9 +17,10 @@
  *    memory stays bounded.
  */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "hub.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,21 +31,47 @@
 #define INFLIGHT_MAX 4096u
 #define RESULT_PENDING INT_MIN
 
-void pm__hub_slot_reset(pm__slot *s)
+static void port_reset(pm__port *p)
 {
-    s->q_head = s->q_tail = NULL;
-    s->q_frames = 0;
-    s->q_bytes = 0;
-    s->blocked_on = -1;
-    s->dirty = 0;
+    p->q_head = p->q_tail = NULL;
+    p->q_frames = 0;
+    p->q_bytes = 0;
+    p->blocked_on = -1;
+    p->dirty = 0;
+}
+
+int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster *app,
+                 const pm__hub_ops *ops, void *owner)
+{
+    memset(h, 0, sizeof(*h));
+    h->ports = calloc(nports ? nports : 1, sizeof(*h->ports));
+    h->scratch = malloc(PM_MAX_PAYLOAD);
+    if (h->ports == NULL || h->scratch == NULL) {
+        free(h->ports);
+        free(h->scratch);
+        h->ports = NULL;
+        h->scratch = NULL;
+        return -ENOMEM;
+    }
+    h->nports = nports;
+    for (unsigned i = 0; i < nports; i++) {
+        h->ports[i].index = i;
+        port_reset(&h->ports[i]);
+    }
+    h->names = *names;
+    h->names.nslots = nports;
+    h->app = app;
+    h->ops = ops;
+    h->owner = owner;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ queues */
 
-static void unblock_senders(pm_cluster *c, unsigned d)
+static void unblock_senders(pm__hub *h, unsigned d)
 {
-    for (unsigned i = 0; i < c->nslots; i++) {
-        pm__slot *t = &c->slots[i];
+    for (unsigned i = 0; i < h->nports; i++) {
+        pm__port *t = &h->ports[i];
         if (t->blocked_on == (int)d) {
             t->blocked_on = -1;
             t->busy = 1; /* read its ring again this turn */
@@ -52,9 +79,9 @@ static void unblock_senders(pm_cluster *c, unsigned d)
     }
 }
 
-static void write_frame(unsigned char *p, const pm__frame_hdr *h, const void *payload, size_t len)
+static void write_frame(unsigned char *p, const pm__frame_hdr *f, const void *payload, size_t len)
 {
-    pm__frame_hdr copy = *h;
+    pm__frame_hdr copy = *f;
     copy.len = (uint32_t)len;
     pm__frame_encode(&copy, p);
     if (len > 0)
@@ -62,18 +89,19 @@ static void write_frame(unsigned char *p, const pm__frame_hdr *h, const void *pa
 }
 
 /* Puts a frame into d's ring, or its queue when the ring is full.
- * 0, -EAGAIN (queue at its bound), -EBADMSG (d's ring is corrupt). */
-static int push(pm__slot *d, const pm__frame_hdr *h, const void *payload, size_t len)
+ * 0, -EAGAIN (queue at its bound), -EBADMSG (d's ring is corrupt),
+ * -EHOSTDOWN (d has no ring). */
+static int push(pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len)
 {
     size_t total = PM__FRAME_HDR_SIZE + len;
-    if (d->link.map == NULL)
+    if (d->link == NULL)
         return -EHOSTDOWN;
     if (d->q_head == NULL) {
         void *p;
-        int rc = pm__ring_reserve(&d->link.tx, total, &p);
+        int rc = pm__ring_reserve(&d->link->tx, total, &p);
         if (rc == 0) {
-            write_frame(p, h, payload, len);
-            pm__ring_commit(&d->link.tx, total);
+            write_frame(p, f, payload, len);
+            pm__ring_commit(&d->link->tx, total);
             d->dirty = 1;
             return 0;
         }
@@ -87,7 +115,7 @@ static int push(pm__slot *d, const pm__frame_hdr *h, const void *payload, size_t
         return -EAGAIN;
     q->next = NULL;
     q->len = (uint32_t)total;
-    write_frame(q->data, h, payload, len);
+    write_frame(q->data, f, payload, len);
     if (d->q_tail != NULL)
         d->q_tail->next = q;
     else
@@ -96,26 +124,26 @@ static int push(pm__slot *d, const pm__frame_hdr *h, const void *payload, size_t
     d->q_frames++;
     d->q_bytes += total;
     /* Ask the worker to ring our doorbell when it frees room. */
-    if (pm__ring_arm_space(&d->link.tx, total) != 0)
+    if (pm__ring_arm_space(&d->link->tx, total) != 0)
         d->busy = 1; /* room already: flush this turn */
     return 0;
 }
 
-void pm__hub_flush(pm_cluster *c, pm__slot *d)
+void pm__hub_flush(pm__hub *h, pm__port *d)
 {
     for (;;) {
         while (d->q_head != NULL) {
             pm__qframe *q = d->q_head;
             void *p;
-            int rc = pm__ring_reserve(&d->link.tx, q->len, &p);
+            int rc = pm__ring_reserve(&d->link->tx, q->len, &p);
             if (rc == -EAGAIN)
                 break;
             if (rc < 0) {
-                pm__cluster_fault(c, d, PM_REASON_CORRUPT_RING);
+                h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
                 return;
             }
             memcpy(p, q->data, q->len);
-            pm__ring_commit(&d->link.tx, q->len);
+            pm__ring_commit(&d->link->tx, q->len);
             d->dirty = 1;
             d->q_head = q->next;
             if (d->q_head == NULL)
@@ -125,48 +153,48 @@ void pm__hub_flush(pm_cluster *c, pm__slot *d)
             free(q);
         }
         if (d->q_head == NULL) {
-            pm__ring_disarm_space(&d->link.tx);
+            pm__ring_disarm_space(&d->link->tx);
             break;
         }
         /* Publish what we wrote so the worker can drain it, then wait for
          * its release unless room appeared meanwhile. */
-        pm__ring_publish(&d->link.tx);
+        pm__ring_publish(&d->link->tx);
         d->dirty = 0;
-        if (pm__ring_arm_space(&d->link.tx, d->q_head->len) <= 0)
+        if (pm__ring_arm_space(&d->link->tx, d->q_head->len) <= 0)
             break;
     }
     /* Unblock the senders once half the queue is free: hysteresis, so a
      * sender does not flap between blocked and unblocked on every frame. */
     if (d->q_frames <= Q_MAX_FRAMES / 2 && d->q_bytes <= Q_MAX_BYTES / 2)
-        unblock_senders(c, d->index);
+        unblock_senders(h, d->index);
 }
 
-static void free_queue(pm__slot *s)
+static void free_queue(pm__port *p)
 {
-    pm__qframe *q = s->q_head;
+    pm__qframe *q = p->q_head;
     while (q != NULL) {
         pm__qframe *next = q->next;
         free(q);
         q = next;
     }
-    pm__hub_slot_reset(s);
+    port_reset(p);
 }
 
-void pm__hub_publish(pm_cluster *c)
+void pm__hub_publish(pm__hub *h)
 {
-    for (unsigned i = 0; i < c->nslots; i++) {
-        pm__slot *s = &c->slots[i];
-        if (s->dirty) {
-            s->dirty = 0;
-            if (s->link.map != NULL)
-                pm__ring_publish(&s->link.tx);
+    for (unsigned i = 0; i < h->nports; i++) {
+        pm__port *p = &h->ports[i];
+        if (p->dirty) {
+            p->dirty = 0;
+            if (p->link != NULL)
+                pm__ring_publish(&p->link->tx);
         }
     }
 }
 
 /* ------------------------------------------------------------------ in flight */
 
-static int add_inflight(pm__slot *target, uint32_t requester, uint64_t requester_inc,
+static int add_inflight(pm__port *target, uint32_t requester, uint64_t requester_inc,
                         uint64_t id, int64_t deadline)
 {
     if (target->ninflight == target->inflight_cap) {
@@ -200,7 +228,7 @@ static int add_inflight(pm__slot *target, uint32_t requester, uint64_t requester
 }
 
 /* Removes and returns (in *out) the entry for this answer, if any. */
-static int take_inflight(pm__slot *target, uint32_t requester, uint64_t id, pm__inflight *out)
+static int take_inflight(pm__port *target, uint32_t requester, uint64_t id, pm__inflight *out)
 {
     for (uint32_t i = 0; i < target->ninflight; i++) {
         pm__inflight *e = &target->inflight[i];
@@ -216,38 +244,23 @@ static int take_inflight(pm__slot *target, uint32_t requester, uint64_t id, pm__
 
 /* ------------------------------------------------------------------ main */
 
-static void main_address(const pm_cluster *c, pm_address *a)
+static pm__bcast *find_bcast(pm__hub *h, uint64_t id)
 {
-    memset(a, 0, sizeof(*a));
-    strcpy(a->system, c->o->system_name);
-    strcpy(a->host, "main");
-}
-
-PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out)
-{
-    if (c == NULL || out == NULL)
-        return -EINVAL;
-    main_address(c, out);
-    return 0;
-}
-
-static pm__bcast *find_bcast(pm_cluster *c, uint64_t id)
-{
-    for (pm__bcast *b = c->bcasts; b != NULL; b = b->next)
+    for (pm__bcast *b = h->bcasts; b != NULL; b = b->next)
         if (id >= b->first_id && id - b->first_id < b->n)
             return b;
     return NULL;
 }
 
-static void bcast_complete(pm_cluster *c, pm__bcast *b)
+static void bcast_complete(pm__hub *h, pm__bcast *b)
 {
-    pm__bcast **pp = &c->bcasts;
+    pm__bcast **pp = &h->bcasts;
     while (*pp != NULL && *pp != b)
         pp = &(*pp)->next;
     if (*pp == b)
         *pp = b->next;
     /* Unlinked first: the callback may start another broadcast. */
-    b->cb(c, b->results, b->n, b->arg);
+    b->cb(h->app, b->results, b->n, b->arg);
     for (size_t i = 0; i < b->n; i++)
         free(b->bufs[i]);
     free(b->bufs);
@@ -257,9 +270,9 @@ static void bcast_complete(pm_cluster *c, pm__bcast *b)
 
 /* Records one broadcast result. Returns 0, or -EALREADY for a duplicate or
  * an id that belongs to no broadcast (the caller counts it). */
-static int bcast_result(pm_cluster *c, uint64_t id, int err, const void *data, size_t len)
+static int bcast_result(pm__hub *h, uint64_t id, int err, const void *data, size_t len)
 {
-    pm__bcast *b = find_bcast(c, id);
+    pm__bcast *b = find_bcast(h, id);
     if (b == NULL)
         return -EALREADY;
     pm_message *r = &b->results[id - b->first_id];
@@ -278,58 +291,46 @@ static int bcast_result(pm_cluster *c, uint64_t id, int err, const void *data, s
         }
     }
     if (--b->pending == 0)
-        bcast_complete(c, b);
+        bcast_complete(h, b);
     return 0;
-}
-
-static void fill_from(const pm_cluster *c, uint32_t node, uint64_t inc, pm_address *a)
-{
-    if (node == PM__NODE_MAIN) {
-        main_address(c, a);
-        return;
-    }
-    memset(a, 0, sizeof(*a));
-    strcpy(a->system, c->o->system_name);
-    strcpy(a->host, c->o->hostname);
-    a->port = (uint16_t)(c->o->base_port + (int)node);
-    a->incarnation = inc;
 }
 
 /* A frame for main: broadcast replies, or the on_message callback. The
  * payload is copied out of shared memory first: the application parses a
- * private copy that the worker can no longer change. */
-static void deliver_main(pm_cluster *c, const pm__frame_hdr *h, const void *payload)
+ * private copy that the worker can no longer change. port.c has checked
+ * that f->len <= PM_MAX_PAYLOAD, the size of the scratch buffer. */
+static void deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload)
 {
-    if (h->type == PM__FT_REPLY || h->type == PM__FT_UNDELIVERABLE) {
-        if (bcast_result(c, h->request_id, h->type == PM__FT_REPLY ? 0 : h->error, payload,
-                         h->len) < 0)
-            c->late_replies++;
+    if (f->type == PM__FT_REPLY || f->type == PM__FT_UNDELIVERABLE) {
+        if (bcast_result(h, f->request_id, f->type == PM__FT_REPLY ? 0 : f->error, payload,
+                         f->len) < 0)
+            h->late_replies++;
         return;
     }
-    if (c->o->on_message == NULL) {
-        c->slots[h->src].malformed++; /* nobody listens: counted, dropped */
+    if (h->on_message == NULL) {
+        h->ports[f->src].malformed++; /* nobody listens: counted, dropped */
         return;
     }
-    if (h->len > 0)
-        memcpy(c->scratch, payload, h->len);
+    if (f->len > 0)
+        memcpy(h->scratch, payload, f->len);
     pm_message m;
     memset(&m, 0, sizeof(m));
-    fill_from(c, h->src, h->src_inc, &m.from);
-    main_address(c, &m.to);
-    m.request_id = h->request_id;
-    m.kind = h->type == PM__FT_REQUEST ? PM_MSG_REQUEST : PM_MSG_PLAIN;
-    m.deadline_ms = h->deadline_ms;
-    m.data = c->scratch;
-    m.len = h->len;
-    c->o->on_message(c, &m, c->o->on_message_arg);
+    pm__node_address(&h->names, f->src, f->src_inc, &m.from);
+    pm__node_address(&h->names, PM__NODE_MAIN, 0, &m.to);
+    m.request_id = f->request_id;
+    m.kind = f->type == PM__FT_REQUEST ? PM_MSG_REQUEST : PM_MSG_PLAIN;
+    m.deadline_ms = f->deadline_ms;
+    m.data = h->scratch;
+    m.len = f->len;
+    h->on_message(h->app, &m, h->on_message_arg);
 }
 
 /* ------------------------------------------------------------------ routing */
 
-/* Tells `to` (a slot, or main) that its frame about `about` could not be
+/* Tells `to` (a port, or main) that its frame about `about` could not be
  * delivered. A notice that finds no room is counted, never blocks. */
-static void notice(pm_cluster *c, uint32_t to, uint64_t to_inc, uint32_t about,
-                   uint64_t about_inc, uint64_t request_id, int err)
+static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uint64_t about_inc,
+                   uint64_t request_id, int err)
 {
     pm__frame_hdr n;
     memset(&n, 0, sizeof(n));
@@ -341,173 +342,202 @@ static void notice(pm_cluster *c, uint32_t to, uint64_t to_inc, uint32_t about,
     n.request_id = request_id;
     n.error = err;
     if (to == PM__NODE_MAIN) {
-        deliver_main(c, &n, NULL);
+        deliver_main(h, &n, NULL);
         return;
     }
-    if (to >= c->nslots)
+    if (to >= h->nports)
         return;
-    pm__slot *s = &c->slots[to];
-    if (s->link.map == NULL || s->incarnation != to_inc) {
-        c->notices_dropped++;
+    pm__port *p = &h->ports[to];
+    if (p->link == NULL || p->incarnation != to_inc) {
+        h->notices_dropped++;
         return;
     }
-    s->undeliverable++;
-    if (push(s, &n, NULL, 0) < 0)
-        c->notices_dropped++;
+    p->undeliverable++;
+    if (push(p, &n, NULL, 0) < 0)
+        h->notices_dropped++;
 }
 
-/* 0 when node/inc names a slot that can take a frame now, else why not. */
-static int check_dest(const pm_cluster *c, uint32_t node, uint64_t inc)
+/* 0 when node/inc names a port that can take a frame now, else why not. */
+static int check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
 {
-    if (node >= c->nslots)
+    if (node >= h->nports)
         return -ENOENT;
-    const pm__slot *d = &c->slots[node];
-    if (d->state != PM_SLOT_READY || d->link.map == NULL)
+    const pm__port *d = &h->ports[node];
+    if (d->state != PM__PORT_READY || d->link == NULL)
         return -EHOSTDOWN;
     if (inc != 0 && inc != d->incarnation)
         return -ESTALE;
     return 0;
 }
 
-int pm__hub_relay(pm_cluster *c, pm__slot *s, pm__frame_hdr *h, const void *payload)
+/* A reply from p: it answers a request p's incarnation received and has not
+ * answered yet; anything else is late or forged. */
+static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
-    uint32_t src = s->index;
-    if (h->type == PM__FT_REPLY) {
-        /* A reply answers a request this slot's incarnation received and
-         * has not answered yet; anything else is late or forged. */
-        pm__inflight e;
-        if (!take_inflight(s, h->dst, h->request_id, &e)) {
-            c->late_replies++;
-            return 0;
-        }
-        if (e.deadline_ms != 0 && e.deadline_ms < (int64_t)pm__now_ms()) {
-            c->late_replies++; /* the requester gave up */
-            if (h->dst == PM__NODE_MAIN)
-                deliver_main(c, h, payload); /* the broadcast may still be open */
-            return 0;
-        }
-        if (h->dst == PM__NODE_MAIN) {
-            deliver_main(c, h, payload);
-            s->relayed++;
-            return 0;
-        }
-        if (check_dest(c, h->dst, e.requester_inc) < 0) {
-            c->late_replies++;
-            return 0;
-        }
-        h->dst_inc = e.requester_inc;
-        int rc = push(&c->slots[h->dst], h, payload, h->len);
-        if (rc == -EAGAIN) {
-            /* Keep the request open: the reply is retried. */
-            add_inflight(s, e.requester, e.requester_inc, e.request_id, e.deadline_ms);
-            s->blocked_on = (int)h->dst;
-            c->stats.ring_full_waits++;
-            return -EAGAIN;
-        }
-        if (rc < 0) {
-            pm__cluster_fault(c, &c->slots[h->dst], PM_REASON_CORRUPT_RING);
-            return 0;
-        }
-        s->relayed++;
-        s->relayed_bytes += h->len;
+    pm__inflight e;
+    if (!take_inflight(p, f->dst, f->request_id, &e)) {
+        h->late_replies++;
         return 0;
     }
-    /* A message or a request. */
-    if (h->dst == PM__NODE_MAIN) {
-        deliver_main(c, h, payload);
-        s->relayed++;
-        s->relayed_bytes += h->len;
+    if (e.deadline_ms != 0 && e.deadline_ms < (int64_t)pm__now_ms()) {
+        h->late_replies++; /* the requester gave up */
+        if (f->dst == PM__NODE_MAIN)
+            deliver_main(h, f, payload); /* the broadcast may still be open */
         return 0;
     }
-    int err = check_dest(c, h->dst, h->dst_inc);
-    if (err < 0) {
-        notice(c, src, s->incarnation, h->dst, h->dst_inc, h->request_id, err);
+    if (f->dst == PM__NODE_MAIN) {
+        deliver_main(h, f, payload);
+        p->relayed++;
         return 0;
     }
-    pm__slot *d = &c->slots[h->dst];
-    h->dst_inc = d->incarnation;
-    if (h->type == PM__FT_REQUEST &&
-        add_inflight(d, src, s->incarnation, h->request_id, h->deadline_ms) < 0) {
-        notice(c, src, s->incarnation, h->dst, d->incarnation, h->request_id, -EBUSY);
+    if (check_dest(h, f->dst, e.requester_inc) < 0) {
+        h->late_replies++;
         return 0;
     }
-    int rc = push(d, h, payload, h->len);
+    f->dst_inc = e.requester_inc;
+    int rc = push(&h->ports[f->dst], f, payload, f->len);
     if (rc == -EAGAIN) {
-        if (h->type == PM__FT_REQUEST)
+        /* Keep the request open: the reply is retried. */
+        add_inflight(p, e.requester, e.requester_inc, e.request_id, e.deadline_ms);
+        p->blocked_on = (int)f->dst;
+        h->ring_full_waits++;
+        return -EAGAIN;
+    }
+    if (rc < 0) {
+        h->ops->fault(h->owner, f->dst, PM_REASON_CORRUPT_RING);
+        return 0;
+    }
+    p->relayed++;
+    p->relayed_bytes += f->len;
+    return 0;
+}
+
+int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
+{
+    uint32_t src = p->index;
+    if (f->type == PM__FT_REPLY)
+        return relay_reply(h, p, f, payload);
+    /* A message or a request. */
+    if (f->dst == PM__NODE_MAIN) {
+        deliver_main(h, f, payload);
+        p->relayed++;
+        p->relayed_bytes += f->len;
+        return 0;
+    }
+    int err = check_dest(h, f->dst, f->dst_inc);
+    if (err < 0) {
+        notice(h, src, p->incarnation, f->dst, f->dst_inc, f->request_id, err);
+        return 0;
+    }
+    pm__port *d = &h->ports[f->dst];
+    f->dst_inc = d->incarnation;
+    if (f->type == PM__FT_REQUEST &&
+        add_inflight(d, src, p->incarnation, f->request_id, f->deadline_ms) < 0) {
+        notice(h, src, p->incarnation, f->dst, d->incarnation, f->request_id, -EBUSY);
+        return 0;
+    }
+    int rc = push(d, f, payload, f->len);
+    if (rc == -EAGAIN) {
+        if (f->type == PM__FT_REQUEST)
             d->ninflight--; /* the entry just added: the frame is retried */
-        s->blocked_on = (int)d->index;
-        c->stats.ring_full_waits++;
+        p->blocked_on = (int)d->index;
+        h->ring_full_waits++;
         return -EAGAIN;
     }
     if (rc < 0) {
         /* d's ring is corrupt: d is fenced; a request gets its answer when
          * d's death is seen, a plain message is answered now. */
-        pm__cluster_fault(c, d, PM_REASON_CORRUPT_RING);
-        if (h->type != PM__FT_REQUEST)
-            notice(c, src, s->incarnation, h->dst, d->incarnation, 0, -EHOSTDOWN);
+        h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+        if (f->type != PM__FT_REQUEST)
+            notice(h, src, p->incarnation, f->dst, d->incarnation, 0, -EHOSTDOWN);
         return 0;
     }
-    s->relayed++;
-    s->relayed_bytes += h->len;
+    p->relayed++;
+    p->relayed_bytes += f->len;
     return 0;
 }
 
-void pm__hub_slot_gone(pm_cluster *c, pm__slot *s)
+void pm__hub_port_close(pm__hub *h, unsigned i)
 {
+    pm__port *p = &h->ports[i];
+    p->reading = 0;
+    p->busy = 0;
+    p->want_arm = 0;
+    p->state = PM__PORT_CLOSED;
     /* Requests in flight to the dead incarnation: answered now. The array is
      * detached first, because answering may run callbacks. */
-    pm__inflight *v = s->inflight;
-    uint32_t n = s->ninflight;
-    s->ninflight = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        pm__inflight *e = &v[i];
-        if (e->target_inc != s->incarnation)
+    pm__inflight *v = p->inflight;
+    uint32_t n = p->ninflight;
+    p->ninflight = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        pm__inflight *e = &v[k];
+        if (e->target_inc != p->incarnation)
             continue;
-        notice(c, e->requester, e->requester_inc, s->index, e->target_inc, e->request_id,
+        notice(h, e->requester, e->requester_inc, p->index, e->target_inc, e->request_id,
                -EHOSTDOWN);
     }
     /* Its own requests to others will find no requester any more; drop
      * them now rather than at their replies. */
-    for (unsigned i = 0; i < c->nslots; i++) {
-        pm__slot *t = &c->slots[i];
+    for (unsigned t = 0; t < h->nports; t++) {
+        pm__port *o = &h->ports[t];
         uint32_t k = 0;
-        for (uint32_t j = 0; j < t->ninflight; j++) {
-            pm__inflight *e = &t->inflight[j];
-            if (!(e->requester == s->index && e->requester_inc == s->incarnation))
-                t->inflight[k++] = *e;
+        for (uint32_t j = 0; j < o->ninflight; j++) {
+            pm__inflight *e = &o->inflight[j];
+            if (!(e->requester == p->index && e->requester_inc == p->incarnation))
+                o->inflight[k++] = *e;
         }
-        t->ninflight = k;
+        o->ninflight = k;
     }
-    free_queue(s);
-    unblock_senders(c, s->index);
-    s->blocked_on = -1;
+    free_queue(p);
+    unblock_senders(h, p->index);
+    p->link = NULL;
 }
 
-void pm__hub_stop_request(pm_cluster *c, pm__slot *s)
+void pm__hub_stop_request(pm__hub *h, unsigned i)
 {
-    if (s->link.map == NULL)
+    pm__port *p = &h->ports[i];
+    if (p->link == NULL)
         return;
-    struct pm__ctl *ctl = s->link.map;
+    struct pm__ctl *ctl = p->link->map;
     /* Release: the worker reads the flag, then anything we wrote before. */
     atomic_store_explicit(&ctl->stop, 1, memory_order_release);
-    pm__frame_hdr h = pm__main_hdr(PM__FT_STOP, s);
-    (void)push(s, &h, NULL, 0);
-    s->dirty = 0;
-    pm__ring_publish(&s->link.tx);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_STOP;
+    f.src = PM__NODE_MAIN;
+    f.dst = p->index;
+    f.dst_inc = p->incarnation;
+    (void)push(p, &f, NULL, 0);
+    p->dirty = 0;
+    pm__ring_publish(&p->link->tx);
 }
 
-uint64_t pm__hub_next_deadline(const pm_cluster *c)
+int pm__hub_send_control(pm__hub *h, unsigned i, int type, const void *payload, size_t len)
+{
+    pm__port *p = &h->ports[i];
+    if (p->link == NULL)
+        return -EHOSTDOWN;
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = (uint8_t)type;
+    f.src = PM__NODE_MAIN;
+    f.dst = p->index;
+    f.dst_inc = p->incarnation;
+    return pm__frame_send(&p->link->tx, &f, payload, len);
+}
+
+uint64_t pm__hub_next_deadline(const pm__hub *h)
 {
     uint64_t next = 0;
-    for (const pm__bcast *b = c->bcasts; b != NULL; b = b->next)
+    for (const pm__bcast *b = h->bcasts; b != NULL; b = b->next)
         if (next == 0 || (uint64_t)b->deadline_ms < next)
             next = (uint64_t)b->deadline_ms;
     return next;
 }
 
-void pm__hub_fire(pm_cluster *c, uint64_t now)
+void pm__hub_fire(pm__hub *h, uint64_t now)
 {
-    pm__bcast *b = c->bcasts;
+    pm__bcast *b = h->bcasts;
     while (b != NULL) {
         pm__bcast *next = b->next;
         if ((uint64_t)b->deadline_ms <= now) {
@@ -516,110 +546,112 @@ void pm__hub_fire(pm_cluster *c, uint64_t now)
                     continue;
                 b->results[i].error = -ETIMEDOUT;
                 /* Forget the request so a late reply is dropped and counted. */
-                unsigned slot = (unsigned)(b->results[i].from.port - c->o->base_port);
+                uint32_t node;
                 pm__inflight e;
-                if (slot < c->nslots)
-                    take_inflight(&c->slots[slot], PM__NODE_MAIN, b->first_id + i, &e);
+                if (pm__address_node(&h->names, &b->results[i].from, &node) == 0 &&
+                    node < h->nports)
+                    take_inflight(&h->ports[node], PM__NODE_MAIN, b->first_id + i, &e);
             }
             b->pending = 0;
-            bcast_complete(c, b);
-            next = c->bcasts; /* the callback may have changed the list */
+            bcast_complete(h, b);
+            next = h->bcasts; /* the callback may have changed the list */
         }
         b = next;
     }
 }
 
-void pm__hub_free(pm_cluster *c)
+void pm__hub_free(pm__hub *h)
 {
-    while (c->bcasts != NULL) {
-        pm__bcast *b = c->bcasts;
+    while (h->bcasts != NULL) {
+        pm__bcast *b = h->bcasts;
         for (size_t i = 0; i < b->n; i++)
             if (b->results[i].error == RESULT_PENDING)
                 b->results[i].error = -ECANCELED;
-        bcast_complete(c, b);
+        bcast_complete(h, b);
     }
-    for (unsigned i = 0; c->slots != NULL && i < c->nslots; i++) {
-        free_queue(&c->slots[i]);
-        free(c->slots[i].inflight);
-        c->slots[i].inflight = NULL;
+    for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
+        free_queue(&h->ports[i]);
+        free(h->ports[i].inflight);
     }
-    free(c->scratch);
-    c->scratch = NULL;
+    free(h->ports);
+    h->ports = NULL;
+    free(h->scratch);
+    h->scratch = NULL;
 }
 
-/* ------------------------------------------------------------------ public */
+/* ------------------------------------------------------------------ main's sends */
 
-/* Resolves an address of this mesh to a slot (or main). */
-static int resolve(const pm_cluster *c, const pm_address *to, uint32_t *node)
+int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t request_id,
+                      const void *data, size_t len)
 {
-    if (to == NULL || strncmp(to->system, c->o->system_name, PM_NAME_MAX) != 0)
-        return -ENOENT;
-    if (strncmp(to->host, "main", PM_NAME_MAX) == 0 && to->port == 0) {
-        *node = PM__NODE_MAIN;
-        return 0;
-    }
-    if (strncmp(to->host, c->o->hostname, PM_NAME_MAX) != 0 || to->port < c->o->base_port ||
-        (unsigned)(to->port - c->o->base_port) >= c->nslots)
-        return -ENOENT;
-    *node = (uint32_t)(to->port - c->o->base_port);
-    return 0;
-}
-
-static int main_send(pm_cluster *c, const pm_address *to, int type, uint64_t request_id,
-                     const void *data, size_t len)
-{
-    if (c == NULL || (data == NULL && len > 0))
+    if (data == NULL && len > 0)
         return -EINVAL;
     if (len > PM_MAX_PAYLOAD)
         return -EMSGSIZE;
     uint32_t node;
-    int rc = resolve(c, to, &node);
+    int rc = pm__address_node(&h->names, to, &node);
     if (rc < 0)
         return rc;
     if (node == PM__NODE_MAIN)
         return -EINVAL; /* main does not send to itself */
-    rc = check_dest(c, node, to->incarnation);
+    rc = check_dest(h, node, to->incarnation);
     if (rc < 0)
         return rc;
-    pm__slot *d = &c->slots[node];
-    pm__frame_hdr h = pm__main_hdr(type, d);
-    h.request_id = request_id;
-    rc = push(d, &h, data, len);
+    pm__port *d = &h->ports[node];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = (uint8_t)type;
+    f.src = PM__NODE_MAIN;
+    f.dst = d->index;
+    f.dst_inc = d->incarnation;
+    f.request_id = request_id;
+    rc = push(d, &f, data, len);
     if (rc == -EBADMSG) {
-        pm__cluster_fault(c, d, PM_REASON_CORRUPT_RING);
+        h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
         return -EHOSTDOWN;
     }
     if (rc == 0 && d->dirty) {
         d->dirty = 0;
-        pm__ring_publish(&d->link.tx);
+        pm__ring_publish(&d->link->tx);
     }
     return rc;
 }
 
-PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len)
+/* Sends request id to d for broadcast b: 0, or the error its result gets. */
+static int bcast_send(pm__hub *h, pm__port *d, const pm__bcast *b, uint64_t id,
+                      const void *data, size_t len)
 {
-    return main_send(c, to, PM__FT_MSG, 0, data, len);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.src = PM__NODE_MAIN;
+    f.dst = d->index;
+    f.dst_inc = d->incarnation;
+    f.request_id = id;
+    f.deadline_ms = b->deadline_ms;
+    int rc = add_inflight(d, PM__NODE_MAIN, 0, id, b->deadline_ms);
+    if (rc < 0)
+        return -EAGAIN; /* its in-flight table is full: try again later */
+    rc = push(d, &f, data, len);
+    if (rc < 0)
+        d->ninflight--;
+    if (rc == -EBADMSG) {
+        h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+        rc = -EHOSTDOWN;
+    }
+    return rc;
 }
 
-PM_EXTERN int pm_cluster_reply(pm_cluster *c, const pm_message *request, const void *data,
-                               size_t len)
+int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
+                      void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg)
 {
-    if (request == NULL || request->kind != PM_MSG_REQUEST)
-        return -EINVAL;
-    return main_send(c, &request->from, PM__FT_REPLY, request->request_id, data, len);
-}
-
-PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, int timeout_ms,
-                                   void (*cb)(pm_cluster *, const pm_message *, size_t, void *),
-                                   void *arg)
-{
-    if (c == NULL || cb == NULL || timeout_ms <= 0 || (data == NULL && len > 0))
+    if (cb == NULL || timeout_ms <= 0 || (data == NULL && len > 0))
         return -EINVAL;
     if (len > PM_MAX_PAYLOAD)
         return -EMSGSIZE;
     size_t n = 0;
-    for (unsigned i = 0; i < c->nslots; i++)
-        n += c->slots[i].state == PM_SLOT_READY;
+    for (unsigned i = 0; i < h->nports; i++)
+        n += h->ports[i].state == PM__PORT_READY;
     pm__bcast *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return -ENOMEM;
@@ -634,22 +666,21 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
     b->n = n;
     b->cb = cb;
     b->arg = arg;
-    b->first_id = c->next_req + 1;
-    c->next_req += n;
+    b->first_id = h->next_req + 1;
+    h->next_req += n;
     b->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
-    b->next = c->bcasts;
-    c->bcasts = b;
+    b->next = h->bcasts;
+    h->bcasts = b;
     size_t k = 0;
-    for (unsigned i = 0; i < c->nslots; i++) {
-        pm__slot *d = &c->slots[i];
-        if (d->state != PM_SLOT_READY)
+    for (unsigned i = 0; i < h->nports; i++) {
+        pm__port *d = &h->ports[i];
+        if (d->state != PM__PORT_READY)
             continue;
         pm_message *r = &b->results[k];
-        uint64_t id = b->first_id + k;
+        r->request_id = b->first_id + k;
         k++;
-        fill_from(c, d->index, d->incarnation, &r->from);
-        main_address(c, &r->to);
-        r->request_id = id;
+        pm__node_address(&h->names, d->index, d->incarnation, &r->from);
+        pm__node_address(&h->names, PM__NODE_MAIN, 0, &r->to);
         r->kind = PM_MSG_REPLY;
         r->error = RESULT_PENDING;
         b->pending++;
@@ -660,30 +691,18 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
      * loop is done with it. */
     b->pending++;
     k = 0;
-    for (unsigned i = 0; i < c->nslots && k < n; i++) {
-        pm__slot *d = &c->slots[i];
-        if (d->state != PM_SLOT_READY)
+    for (unsigned i = 0; i < h->nports && k < n; i++) {
+        pm__port *d = &h->ports[i];
+        if (d->state != PM__PORT_READY)
             continue;
         uint64_t id = b->first_id + k;
         k++;
-        pm__frame_hdr h = pm__main_hdr(PM__FT_REQUEST, d);
-        h.request_id = id;
-        h.deadline_ms = b->deadline_ms;
-        int rc = add_inflight(d, PM__NODE_MAIN, 0, id, b->deadline_ms);
-        if (rc == 0) {
-            rc = push(d, &h, data, len);
-            if (rc < 0)
-                d->ninflight--;
-            if (rc == -EBADMSG) {
-                pm__cluster_fault(c, d, PM_REASON_CORRUPT_RING);
-                rc = -EHOSTDOWN;
-            }
-        }
+        int rc = bcast_send(h, d, b, id, data, len);
         if (rc < 0)
-            bcast_result(c, id, rc == -EBUSY ? -EAGAIN : rc, NULL, 0);
+            bcast_result(h, id, rc, NULL, 0);
     }
     if (--b->pending == 0)
-        bcast_complete(c, b);
-    pm__hub_publish(c);
+        bcast_complete(h, b);
+    pm__hub_publish(h);
     return 0;
 }

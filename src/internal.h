@@ -47,4 +47,20 @@ static inline uint64_t pm__now_ms(void)
     return pm__now_ns() / 1000000u;
 }
 
+/* What names the nodes of one supervisor's mesh (address.c). The strings are
+ * borrowed, valid names. nslots may be UINT32_MAX where it is not known (a
+ * worker: the hub answers -ENOENT past the last slot). */
+typedef struct pm__names {
+    const char *system;
+    const char *host;
+    unsigned base_port;
+    uint32_t nslots;
+} pm__names;
+
+/* The address of node (a slot, or PM__NODE_MAIN: frame.h) at incarnation inc. */
+void pm__node_address(const pm__names *n, uint32_t node, uint64_t inc, pm_address *a);
+/* The node an address names: 0 and *node, or -ENOENT when it is not one of
+ * this mesh's. */
+int pm__address_node(const pm__names *n, const pm_address *to, uint32_t *node);
+
 #endif /* PM_INTERNAL_H */

@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include "procmesh.h"
+
 typedef struct pm__spawn_req {
     pid_t parent;          /* the supervisor: the child dies with it */
     const sigset_t *mask;  /* signal mask to restore in the child */
@@ -33,5 +35,34 @@ pid_t pm__spawn(const pm__spawn_req *r);
  * ones do not; the numbers are the same everywhere). -errno on failure. */
 int pm__pidfd_open(pid_t pid);
 int pm__pidfd_signal(int pidfd, int sig);
+
+/* Exec mode: the program's path looked up in PATH once, at create time
+ * (a name with a slash is taken as it is; a name not found is returned as
+ * it is, so that exec reports ENOENT). NULL only when out of memory. */
+char *pm__exec_resolve(const char *name);
+
+/* The environment template of exec-mode workers: the supervisor's own,
+ * less what describes its own contracts (PROCMESH_NODE, NOTIFY_SOCKET,
+ * WATCHDOG_*, LISTEN_*). 0 or -ENOMEM. Freed with pm__env_free. */
+int pm__env_template(char ***env, size_t *count);
+void pm__env_free(char **env, size_t count);
+
+/* One worker's environment: the template, then PROCMESH_NODE (mesh
+ * readiness), NOTIFY_SOCKET (notify readiness) and the LISTEN_* variables
+ * (listen fds). */
+typedef struct pm__exec_env_req {
+    char *const *tmpl;
+    size_t ntmpl;
+    int node_fd_at;              /* PROCMESH_NODE's first fd, or -1 */
+    const char *notify;          /* NOTIFY_SOCKET, or NULL */
+    int listen_env;              /* the fds are listening sockets */
+    size_t nfds;
+    const char (*fd_names)[PM_NAME_MAX];
+} pm__exec_env_req;
+
+/* The extra strings live in *text (freed by the caller after the fork);
+ * *pid_digits points into LISTEN_PID's value for the child to fill in.
+ * NULL when out of memory. */
+char **pm__exec_env(const pm__exec_env_req *q, char **text, char **pid_digits);
 
 #endif /* PM_SPAWN_H */

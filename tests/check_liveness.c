@@ -46,7 +46,7 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
         if (fenced[e->slot]++ == 0) {
             fenced_at[e->slot] = ms();
             if (e->slot == 0 && c != NULL)
-                relayed_at_fence = c->slots[0].relayed;
+                relayed_at_fence = c->hub.ports[0].relayed;
         }
         snprintf(fence_reason[e->slot], sizeof(fence_reason[e->slot]), "%s", e->reason);
     } else if (e->type == PM_EVENT_READY) {

@@ -432,7 +432,7 @@ START_TEST(test_relay_checksums)
             ask_counts(c, s);
         } while (strcmp(last_text[s], want) != 0 && ms() < end);
         ck_assert_str_eq(last_text[s], want);
-        ck_assert_uint_eq(c->slots[s].relayed, count + 2);
+        ck_assert_uint_eq(c->hub.ports[s].relayed, count + 2);
     }
     ck_assert_int_eq(events_fenced, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
@@ -470,7 +470,7 @@ START_TEST(test_garbage_frames_dropped)
     RUN_UNTIL(c, last_text[1][0] != '\0', 10000);
     /* Dropped and counted, the worker not harmed: its next message came. */
     ck_assert_str_eq(last_text[1], "#after garbage");
-    ck_assert_uint_ge(c->slots[1].malformed, 4);
+    ck_assert_uint_ge(c->hub.ports[1].malformed, 4);
     ck_assert_int_eq(events_fenced, 0);
     pm_slot_info si;
     pm_cluster_slot_info(c, 1, &si);
@@ -508,7 +508,7 @@ START_TEST(test_oversize_frame_fenced)
     plan.role[1] = R_IDLE; /* the replacement behaves */
     RUN_UNTIL(c, c->slots[1].state == PM_SLOT_READY && c->slots[1].incarnation >= 2, 10000);
     ck_assert_uint_le(longest_to_main, PM_MAX_PAYLOAD);
-    ck_assert_uint_ge(c->slots[1].malformed, 1);
+    ck_assert_uint_ge(c->hub.ports[1].malformed, 1);
     /* Slot 0 got nothing oversized: ask it what it saw. */
     ask_counts(c, 0);
     ck_assert_str_eq(last_text[0], "#good 0 bad 0");
@@ -646,7 +646,7 @@ START_TEST(test_undeliverable)
         ck_assert_int_eq(kind, rc == 0 ? PM_MSG_REPLY : PM_MSG_UNDELIVERABLE);
         ck_assert_uint_lt(took, 5000); /* fast, not the 10 s timeout */
     }
-    ck_assert_uint_ge(c->slots[0].undeliverable, 2);
+    ck_assert_uint_ge(c->hub.ports[0].undeliverable, 2);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -664,7 +664,7 @@ START_TEST(test_killed_mid_request)
     const char *go = "go procmesh@worker:3";
     ck_assert_int_eq(pm_cluster_send(c, &a0, go, strlen(go)), 0);
     ck_assert_int_eq(pm_cluster_run(c, 300), 0); /* the request reaches slot 2 */
-    ck_assert_uint_eq(c->slots[2].ninflight, 1);
+    ck_assert_uint_eq(c->hub.ports[2].ninflight, 1);
     pm_slot_info si;
     pm_cluster_slot_info(c, 2, &si);
     kill(si.pid, SIGKILL);
@@ -720,11 +720,11 @@ START_TEST(test_broadcast)
     ck_assert_int_eq(bcast_res[2].error, -EHOSTDOWN);
     ck_assert_uint_eq(bcast_res[2].from.incarnation, 1);
     /* Slot 0 answered twice: the duplicate is dropped and counted. */
-    RUN_UNTIL(c, c->late_replies >= 1, 5000);
+    RUN_UNTIL(c, c->hub.late_replies >= 1, 5000);
     /* The sleepy worker's reply comes after the deadline: dropped, counted,
      * and never a second callback. */
-    uint64_t late = c->late_replies;
-    RUN_UNTIL(c, c->late_replies > late, 5000);
+    uint64_t late = c->hub.late_replies;
+    RUN_UNTIL(c, c->hub.late_replies > late, 5000);
     ck_assert_int_eq(bcast_calls, 1);
     /* A slot that is restarting is not in the next snapshot. */
     RUN_UNTIL(c, c->slots[2].state == PM_SLOT_READY, 10000);
@@ -765,11 +765,11 @@ START_TEST(test_full_destination)
     uint64_t end = ms() + 60000;
     while (last_text[0][0] == '\0' && ms() < end) {
         ck_assert_int_ge(pm_cluster_run(c, 5), 0);
-        if (c->slots[1].q_frames > max_frames)
-            max_frames = c->slots[1].q_frames;
-        if (c->slots[1].q_bytes > max_bytes)
-            max_bytes = c->slots[1].q_bytes;
-        blocked_seen |= c->slots[0].blocked_on == 1;
+        if (c->hub.ports[1].q_frames > max_frames)
+            max_frames = c->hub.ports[1].q_frames;
+        if (c->hub.ports[1].q_bytes > max_bytes)
+            max_bytes = c->hub.ports[1].q_bytes;
+        blocked_seen |= c->hub.ports[0].blocked_on == 1;
     }
     ck_assert_str_ne(last_text[0], "");
     char want[64];

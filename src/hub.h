@@ -1,0 +1,173 @@
+/*
+ * hub.h - the router: frames enter and leave by ports, and the hub moves
+ * them between ports, stamping each with the identity of the port it came in
+ * by.
+ *
+ * A port is anything frames enter and leave by. Today: a local worker (its
+ * ring pair, port index = slot index) and main, the supervisor itself
+ * (PM__NODE_MAIN: frames for it are delivered to the application's
+ * on_message callback or to a broadcast's results). A peer link to another
+ * host will be one more kind.
+ *
+ * The hub knows nothing of processes, restarts or the loop: its owner (the
+ * cluster) tells it when a port opens, becomes ready, stops or goes away
+ * (pm__hub_port_*), and the hub reports what it saw through the callback
+ * table pm__hub_ops: a port that broke the protocol or its memory (fault), a
+ * control frame (HELLO, READY) for the lifecycle to act on. It never calls
+ * into cluster.c, and cluster.h is not included by hub.c or port.c.
+ */
+#ifndef PM_HUB_H
+#define PM_HUB_H
+
+#include "internal.h"
+
+#include "frame.h"
+#include "link.h"
+
+/* A frame waiting for room in a destination's ring: header and payload,
+ * ready to copy. */
+typedef struct pm__qframe {
+    struct pm__qframe *next;
+    uint32_t len;
+    unsigned char data[];
+} pm__qframe;
+
+/* A request relayed to a worker and not yet answered. */
+typedef struct pm__inflight {
+    uint32_t requester;     /* node: slot or PM__NODE_MAIN */
+    uint64_t requester_inc;
+    uint64_t request_id;
+    uint64_t target_inc;
+    int64_t deadline_ms;    /* 0 none */
+} pm__inflight;
+
+/* A broadcast from main waiting for its results. */
+typedef struct pm__bcast {
+    struct pm__bcast *next;
+    uint64_t first_id;      /* request ids first_id .. first_id + n - 1 */
+    size_t n;
+    size_t pending;
+    int64_t deadline_ms;
+    pm_message *results;
+    void **bufs;            /* private copies of the replies */
+    void (*cb)(pm_cluster *, const pm_message *, size_t, void *);
+    void *arg;
+} pm__bcast;
+
+/* Where a port is in its life, as far as traffic goes. */
+enum pm__port_state {
+    PM__PORT_CLOSED = 0,   /* no incarnation: nothing in, nothing out */
+    PM__PORT_STARTING,     /* handshake frames only; traffic is dropped and counted */
+    PM__PORT_READY,        /* sends and receives */
+    PM__PORT_STOPPING      /* still sends (replies, last words); receives nothing new */
+};
+
+/* A local worker's port. */
+typedef struct pm__port {
+    unsigned index;
+    int state;             /* PM__PORT_* */
+    uint64_t incarnation;  /* of the process behind it now */
+    pm__link *link;        /* its ring pair (owned by the cluster), NULL when closed */
+    int reading;           /* the hub reads its up ring (not cut off) */
+    int want_arm;          /* drained: arm its doorbell before the loop sleeps */
+    int busy;              /* its up ring had more than one turn's work */
+    int dirty;             /* its down ring has unpublished frames */
+    int blocked_on;        /* not read until that port drains; -1 */
+    pm__qframe *q_head;    /* frames waiting for room in its down ring */
+    pm__qframe *q_tail;
+    uint32_t q_frames;
+    size_t q_bytes;
+    pm__inflight *inflight; /* requests relayed to it, unanswered */
+    uint32_t ninflight;
+    uint32_t inflight_cap;
+    uint64_t relayed;      /* frames relayed from it */
+    uint64_t relayed_bytes;
+    uint64_t undeliverable; /* notices sent to it */
+    uint64_t malformed;    /* frames dropped from it */
+} pm__port;
+
+/* What the hub reports to its owner. */
+typedef struct pm__hub_ops {
+    /* Port p broke the protocol (PM_REASON_PROTOCOL) or its shared memory
+     * (PM_REASON_CORRUPT_RING). The owner must cut it off before returning
+     * (pm__hub_port_cut), so the hub reads nothing more from it. */
+    void (*fault)(void *owner, unsigned p, int reason);
+    /* A handshake frame (PM__FT_HELLO, PM__FT_READY) from port p; payload
+     * is a private copy of at most PM__HUB_CONTROL_MAX bytes. */
+    void (*control)(void *owner, unsigned p, int type, const void *payload, size_t len);
+} pm__hub_ops;
+
+#define PM__HUB_CONTROL_MAX 64u
+
+typedef struct pm__hub {
+    pm__port *ports;
+    unsigned nports;
+    pm__names names;
+    pm_cluster *app;        /* handed to the application's callbacks, never dereferenced */
+    const pm__hub_ops *ops;
+    void *owner;
+    void (*on_message)(pm_cluster *, const pm_message *, void *);
+    void *on_message_arg;
+    pm__bcast *bcasts;      /* broadcasts waiting for results */
+    uint64_t next_req;      /* main's request ids */
+    unsigned char *scratch; /* private copy of a frame delivered to main */
+    int active;             /* frames were read in the current turn */
+    uint64_t late_replies;  /* replies nobody waits for any more */
+    uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
+    uint64_t ring_full_waits; /* a sender held back by a full destination */
+} pm__hub;
+
+/* Frames read from one port per turn: a flooding worker waits for the next
+ * turn instead of starving the others. */
+#define PM__FRAMES_PER_TURN 256
+
+/* hub.c: set-up, routing, main's side. */
+int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster *app,
+                 const pm__hub_ops *ops, void *owner);
+void pm__hub_free(pm__hub *h);
+/* Relays a validated, stamped frame from port p. 0: consumed (delivered,
+ * queued, or answered undeliverable); -EAGAIN: the destination is full,
+ * leave the frame in p's ring and stop reading p (backpressure). */
+int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
+/* Moves queued frames into d's ring; unblocks senders once d has room. */
+void pm__hub_flush(pm__hub *h, pm__port *d);
+/* Publishes every ring written this turn (one wake-up per ring at most). */
+void pm__hub_publish(pm__hub *h);
+/* Broadcast deadlines: the earliest (0 none), and firing the due ones. */
+uint64_t pm__hub_next_deadline(const pm__hub *h);
+void pm__hub_fire(pm__hub *h, uint64_t now_ms);
+/* Main's sends (pm_cluster_send/reply/broadcast): to a ready port. */
+int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t request_id,
+                      const void *data, size_t len);
+int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
+                      void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg);
+/* The stop request: control-block flag and a STOP frame. */
+void pm__hub_stop_request(pm__hub *h, unsigned p);
+/* A frame from main to port p's current incarnation. 0 or -errno. */
+int pm__hub_send_control(pm__hub *h, unsigned p, int type, const void *payload, size_t len);
+
+/* port.c: a local worker's port, the hub's side of its ring pair. */
+/* A new incarnation behind port p: link attached, handshake frames read.
+ * Returns 1 when its ring already has work (read it this turn), else 0:
+ * the caller arms the doorbell (link->hub_efd). */
+int pm__hub_port_open(pm__hub *h, unsigned p, pm__link *link, uint64_t incarnation);
+void pm__hub_port_set_state(pm__hub *h, unsigned p, int state);
+/* Never read from this incarnation again (fenced, or it ended). */
+void pm__hub_port_cut(pm__hub *h, unsigned p);
+/* The incarnation is gone: requests in flight to it are answered
+ * -EHOSTDOWN, its own are forgotten, its queue dropped, its senders
+ * unblocked, the port closed. */
+void pm__hub_port_close(pm__hub *h, unsigned p);
+/* The doorbell rang or the port had work left: flush what waits for room
+ * in its down ring, then read up to one turn of its up ring. */
+void pm__hub_port_service(pm__hub *h, unsigned p);
+/* Before the loop sleeps: arms the doorbells of drained ports (deferred to
+ * here so a busy hub lets its workers publish without a system call).
+ * Returns 1 when some port has work after all. */
+int pm__hub_arm_idle(pm__hub *h);
+/* 1 when a drained, readable port's ring is no longer empty (spinning). */
+int pm__hub_any_arrived(pm__hub *h);
+/* 1 when some port has work left over for the next turn. */
+int pm__hub_any_busy(const pm__hub *h);
+
+#endif /* PM_HUB_H */

@@ -1,0 +1,192 @@
+/*
+ * incarnation.c - starting one incarnation of a slot: its shared memory, its
+ * environment and fds, the fork (and exec), and the fds the loop watches for
+ * it. Nothing is left behind when a start fails.
+ */
+#define _GNU_SOURCE
+#include "cluster.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "node.h"
+#include "notify.h"
+#include "spawn.h"
+
+struct child_ctx {
+    pm_cluster *c;
+    pm__slot *own;
+};
+
+/* Fork mode, in the child: drop everything of procmesh that is not this
+ * slot's, join, run the bootstrap. */
+static void fork_child(void *arg)
+{
+    struct child_ctx *x = arg;
+    pm_cluster *c = x->c;
+    for (unsigned i = 0; i < c->nslots; i++) {
+        pm__slot *t = &c->slots[i];
+        pm__close(t->pidfd);
+        pm__close(t->exec_pipe);
+        if (t != x->own)
+            pm__link_close(&t->link);
+    }
+    pm__loop_forget(&c->loop);
+    pm__close(c->sigfd);
+    pm__close(c->timerfd);
+    pm__close(c->wakefd);
+    pm_node node;
+    int rc = pm__node_from_hub_link(&node, &x->own->link);
+    /* The node has its own mapping; drop the copy of the hub's. */
+    if (x->own->link.map != NULL)
+        munmap(x->own->link.map, x->own->link.map_size);
+    if (rc < 0)
+        _exit(125);
+    int code = c->o->bootstrap(&node, c->o->bootstrap_arg);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code & 0xff);
+}
+
+/* Starts the next incarnation of s. Returns 0, or -errno with nothing left
+ * behind (no process, no fd, no memory). */
+int pm__incarnation_start(pm_cluster *c, pm__slot *s)
+{
+    int pipefd[2] = {-1, -1};
+    char **env = NULL;
+    char *envtext = NULL;
+    int rc;
+    pid_t pid = -1;
+
+    s->incarnation++;
+    s->exec_errno = 0;
+    s->kill_reason = 0;
+    rc = pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
+                         (uint32_t)c->o->heartbeat_timeout_ms);
+    if (rc < 0)
+        goto fail;
+
+    sigset_t *mask = c->mask_changed ? &c->old_mask : NULL;
+    sigset_t cur;
+    if (mask == NULL) {
+        pthread_sigmask(SIG_SETMASK, NULL, &cur);
+        mask = &cur;
+    }
+    pm__spawn_req req;
+    memset(&req, 0, sizeof(req));
+    req.parent = c->self;
+    req.mask = mask;
+    struct child_ctx ctx = {c, s};
+    int fds[PM__MAX_PASS_FDS + 3];
+    if (c->o->exec_path != NULL) {
+        if (pipe2(pipefd, O_CLOEXEC) < 0) {
+            rc = -errno;
+            goto fail;
+        }
+        size_t n = c->o->npass_fds;
+        int mesh = c->o->ready_mode == PM_READY_MESH;
+        memcpy(fds, c->o->pass_fds, n * sizeof(int));
+        if (mesh) {
+            /* Only a worker that links libprocmesh gets its memory. */
+            fds[n] = s->link.memfd;
+            fds[n + 1] = s->link.node_efd;
+            fds[n + 2] = s->link.hub_efd;
+        }
+        char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
+        if (c->o->ready_mode == PM_READY_NOTIFY) {
+            rc = pm__notify_open(c->self, s->index, s->incarnation, notify, sizeof(notify));
+            if (rc < 0)
+                goto fail;
+            s->notify_fd = rc;
+            s->watchdog = 0;
+        }
+        pm__exec_env_req q = {c->env, c->nenv, mesh ? 3 + (int)n : -1,
+                              c->o->ready_mode == PM_READY_NOTIFY ? notify : NULL,
+                              c->o->listen_env, n, c->o->fd_names};
+        env = pm__exec_env(&q, &envtext, &req.pid_digits);
+        if (env == NULL) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        req.path = c->exec_path;
+        req.argv = c->o->exec_argv;
+        req.envp = env;
+        req.fds = fds;
+        req.nfds = (int)n + (mesh ? 3 : 0);
+        req.err_pipe = pipefd[1];
+    } else {
+        req.child = fork_child;
+        req.ctx = &ctx;
+    }
+    pid = pm__spawn(&req);
+    if (pid < 0) {
+        rc = (int)pid;
+        goto fail;
+    }
+    free(env);
+    env = NULL;
+    free(envtext);
+    envtext = NULL;
+    pm__close(pipefd[1]);
+    pipefd[1] = -1;
+    s->pid = pid;
+    s->exec_pipe = pipefd[0];
+    pipefd[0] = -1;
+    if (s->exec_pipe >= 0)
+        (void)fcntl(s->exec_pipe, F_SETFL, O_NONBLOCK);
+    rc = pm__pidfd_open(pid);
+    if (rc >= 0) {
+        s->pidfd = rc;
+    } else if (rc == -ENOSYS) {
+        /* Kernel < 5.3: exits are found by SIGCHLD or by scanning. */
+        s->pidfd = -1;
+        if (!c->o->handle_signals)
+            c->poll_children = 1;
+    } else {
+        /* EMFILE and friends: we cannot watch it, so it must not live.
+         * kill() is safe: it is our unreaped child. */
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        s->pid = 0;
+        goto fail;
+    }
+    pm__cluster_set_state(c, s, PM_SLOT_STARTING);
+    pm__slot_set_deadline(s, pm__now_ms() + (uint64_t)c->o->ready_timeout_ms, PM__EV_READY_TIMEOUT);
+    if (s->pidfd >= 0) {
+        if (pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
+            s->pid_armed = 1;
+    }
+    /* Announce that the hub waits on this ring before the worker can say
+     * hello, so its first publish rings the doorbell. */
+    if (c->o->ready_mode == PM_READY_EXEC &&
+        pm__loop_arm(&c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation)) == 0)
+        s->pipe_armed = 1; /* EOF on the error pipe = exec succeeded = ready */
+    if (s->notify_fd >= 0 &&
+        pm__loop_arm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
+        s->notify_armed = 1;
+    if (pm__hub_port_open(&c->hub, s->index, &s->link, s->incarnation) == 0 &&
+        pm__loop_arm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
+        s->hub_armed = 1;
+    pm__cluster_emit(c, PM_EVENT_STARTED, s, PM_REASON_SPAWN, 0);
+    return 0;
+
+fail:
+    free(env);
+    free(envtext);
+    pm__close(s->notify_fd);
+    s->notify_fd = -1;
+    pm__close(pipefd[0]);
+    pm__close(pipefd[1]);
+    pm__close(s->exec_pipe);
+    s->exec_pipe = -1;
+    pm__link_close(&s->link);
+    s->pid = 0;
+    return rc;
+}

@@ -1,0 +1,95 @@
+/* query.c - what the application may ask of a running cluster: sizes, addresses, slot info, counters. */
+#define _GNU_SOURCE
+#include "cluster.h"
+
+#include <string.h>
+
+PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out)
+{
+    if (c == NULL || out == NULL)
+        return -EINVAL;
+    pm__node_address(&c->hub.names, PM__NODE_MAIN, 0, out);
+    return 0;
+}
+
+PM_EXTERN size_t pm_cluster_size(const pm_cluster *c)
+{
+    if (c == NULL)
+        return 0;
+    size_t n = 0;
+    for (unsigned i = 0; i < c->nslots; i++)
+        n += c->slots[i].state != PM_SLOT_RETIRED && c->slots[i].state != PM_SLOT_STOPPED;
+    return n;
+}
+
+PM_EXTERN int pm_cluster_addresses(const pm_cluster *c, pm_address *out, size_t cap)
+{
+    if (c == NULL || (out == NULL && cap > 0))
+        return -EINVAL;
+    size_t n = 0;
+    for (unsigned i = 0; i < c->nslots; i++) {
+        const pm__slot *s = &c->slots[i];
+        if (s->state == PM_SLOT_RETIRED || s->state == PM_SLOT_STOPPED)
+            continue;
+        if (n < cap)
+            pm__slot_address(c, s, &out[n]);
+        n++;
+    }
+    return (int)n;
+}
+
+PM_EXTERN int pm_cluster_fd(const pm_cluster *c)
+{
+    return c != NULL ? pm__loop_fd(&c->loop) : -EINVAL;
+}
+
+PM_EXTERN unsigned pm_cluster_slots(const pm_cluster *c)
+{
+    return c != NULL ? c->nslots : 0;
+}
+
+PM_EXTERN int pm_cluster_last_signal(const pm_cluster *c)
+{
+    return c != NULL ? c->last_signal : 0;
+}
+
+PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_info *info)
+{
+    if (c == NULL || info == NULL || slot >= c->nslots)
+        return -EINVAL;
+    const pm__slot *s = &c->slots[slot];
+    memset(info, 0, sizeof(*info));
+    info->state = s->state;
+    info->pid = s->pid;
+    info->incarnation = s->incarnation;
+    info->restarts_in_window = pm__budget_in_window(&s->budget, &c->bcfg, pm__now_ms());
+    info->restarts_total = s->budget.total;
+    info->last_exit_code = s->last_exit_code;
+    info->last_signal = s->last_signal;
+    if (s->state == PM_SLOT_READY && s->progress_ms != 0)
+        info->heartbeat_age_ms = (uint32_t)(pm__now_ms() - s->progress_ms);
+    info->last_fence_reason = s->last_fence_reason != 0 ? pm_reason_name(s->last_fence_reason) : NULL;
+    info->fences = s->fences;
+    info->kill_pending = s->kill_sent && pm__slot_has_process(s);
+    if (s->link.map != NULL)
+        info->waiting = atomic_load_explicit(&((const struct pm__ctl *)s->link.map)->waiting,
+                                             memory_order_relaxed) != 0;
+    return 0;
+}
+
+PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out)
+{
+    if (c == NULL || out == NULL)
+        return -EINVAL;
+    *out = c->stats;
+    for (unsigned i = 0; i < c->nslots; i++) {
+        const pm__port *p = &c->hub.ports[i];
+        out->frames_relayed += p->relayed;
+        out->bytes_relayed += p->relayed_bytes;
+        out->malformed_dropped += p->malformed;
+        out->undeliverable += p->undeliverable;
+    }
+    out->late_replies = c->hub.late_replies;
+    out->ring_full_waits = c->hub.ring_full_waits;
+    return 0;
+}

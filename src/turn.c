@@ -1,0 +1,303 @@
+/*
+ * turn.c - one turn of the supervisor's loop: wait for readiness, turn each
+ * completion into a slot event or a port service, fire the due deadlines,
+ * publish what the hub wrote. Also pm_cluster_run and pm_cluster_stop.
+ */
+#define _GNU_SOURCE
+#include "cluster.h"
+
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+
+#include "notify.h"
+
+/* Without pidfds and signals, how often exits are looked for. */
+#define PM__SCAN_MS 50
+
+/* Points the timerfd at the earliest slot deadline. */
+int pm__cluster_rearm_timer(pm_cluster *c)
+{
+    uint64_t next = pm__hub_next_deadline(&c->hub);
+    if (c->next_check != 0 && (next == 0 || c->next_check < next))
+        next = c->next_check;
+    for (unsigned i = 0; i < c->nslots; i++) {
+        uint64_t d = c->slots[i].deadline;
+        if (d != 0 && (next == 0 || d < next))
+            next = d;
+    }
+    if (next == c->timer_at)
+        return 0;
+    struct itimerspec its;
+    memset(&its, 0, sizeof(its));
+    if (next != 0) {
+        /* A deadline already past still needs a non-zero value: zero would
+         * disarm the timer. */
+        uint64_t ns = next * 1000000u;
+        its.it_value.tv_sec = (time_t)(ns / 1000000000u);
+        its.it_value.tv_nsec = (long)(ns % 1000000000u);
+        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+            its.it_value.tv_nsec = 1;
+    }
+    if (timerfd_settime(c->timerfd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
+        return -errno;
+    c->timer_at = next;
+    return 0;
+}
+
+/* Spins up to the hub spin time for a frame on a drained ring or a loop
+ * completion. 1 when there is work. */
+static int spin_for_work(pm_cluster *c)
+{
+    uint64_t end = pm__now_ns() + c->o->hub_spin_us * 1000u;
+    do {
+        if (pm__hub_any_arrived(&c->hub))
+            return 1;
+        if (pm__loop_ready(&c->loop))
+            return 1;
+    } while (pm__now_ns() < end);
+    return 0;
+}
+
+/* The slot's doorbell rang (from_poll) or its ring had work left over. */
+void pm__cluster_on_hub(pm_cluster *c, pm__slot *s, int from_poll)
+{
+    if (from_poll) {
+        uint64_t v;
+        s->hub_armed = 0;
+        /* Drain the doorbell; the ring is the truth, the count is not. */
+        ssize_t n = read(s->link.hub_efd, &v, sizeof(v));
+        (void)n;
+    }
+    const pm__port *p = &c->hub.ports[s->index];
+    pm__hub_port_service(&c->hub, s->index);
+    if (p->reading && !p->busy && !s->hub_armed &&
+        pm__loop_arm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
+        s->hub_armed = 1;
+}
+
+void pm__cluster_reap_all(pm_cluster *c)
+{
+    for (unsigned i = 0; i < c->nslots; i++)
+        pm__cluster_try_reap(c, &c->slots[i]);
+}
+
+/* As PID 1 or a subreaper: every child that has exited, worker or not.
+ * WNOWAIT peeks without reaping, so a worker is reaped by its own path
+ * (try_reap, which reports it) and anything else here. */
+static void reap_children(pm_cluster *c)
+{
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+            break;
+        pm__slot *w = NULL;
+        for (unsigned i = 0; i < c->nslots && w == NULL; i++)
+            if (c->slots[i].pid == si.si_pid)
+                w = &c->slots[i];
+        if (w != NULL) {
+            if (!pm__cluster_try_reap(c, w))
+                break; /* cannot happen: it is a zombie; never loop on it */
+        } else {
+            while (waitpid(si.si_pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            c->stats.orphans_reaped++;
+        }
+    }
+}
+
+static void on_signal(pm_cluster *c)
+{
+    struct signalfd_siginfo si[16];
+    ssize_t n;
+    while ((n = read(c->sigfd, si, sizeof(si))) > 0) {
+        for (size_t i = 0; i < (size_t)n / sizeof(si[0]); i++) {
+            if (si[i].ssi_signo == SIGCHLD) {
+                if (c->o->reap_orphans)
+                    reap_children(c);
+                else
+                    pm__cluster_reap_all(c);
+            }
+            else
+                c->last_signal = (int)si[i].ssi_signo;
+        }
+    }
+}
+
+static void fire_due(pm_cluster *c)
+{
+    uint64_t now = pm__now_ms();
+    /* Liveness first: after a stall of our own, no worker may be judged on
+     * the silence before it is given a fresh period. */
+    if (c->next_check != 0 && now >= c->next_check)
+        pm__liveness_check(c, now);
+    pm__hub_fire(&c->hub, now);
+    for (unsigned i = 0; i < c->nslots; i++) {
+        pm__slot *s = &c->slots[i];
+        if (s->deadline != 0 && s->deadline <= now) {
+            int ev = s->deadline_event;
+            pm__slot_set_deadline(s, 0, 0);
+            if (ev == PM__EV_READY_TIMEOUT && s->kill_reason == 0)
+                s->kill_reason = PM_REASON_READY_TIMEOUT;
+            pm__cluster_dispatch(c, s, ev);
+        }
+    }
+}
+
+/* What the worker said on its NOTIFY_SOCKET. Order inside one read does
+ * not matter: READY is acted on first, as systemd does. */
+static void on_notify(pm_cluster *c, pm__slot *s)
+{
+    unsigned what = pm__notify_read(s->notify_fd, s->pid, &c->stats.notify_dropped);
+    if (what & PM__NOTIFY_READY)
+        pm__cluster_dispatch(c, s, PM__EV_READY);
+    if (what & PM__NOTIFY_WATCHDOG) {
+        s->watchdog = 1;
+        s->progress_ms = pm__now_ms();
+    }
+    if (what & PM__NOTIFY_STOPPING)
+        pm__cluster_emit(c, PM_EVENT_STOPPING, s, PM_REASON_NOTIFY, 0);
+    if (s->notify_fd >= 0 &&
+        pm__loop_arm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
+        s->notify_armed = 1;
+}
+
+static void handle_tag(pm_cluster *c, uint64_t tag)
+{
+    int kind = PM__TAG_KIND(tag);
+    if (kind == PM__TAG_SIGNAL) {
+        on_signal(c);
+        pm__loop_arm(&c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
+        return;
+    }
+    if (kind == PM__TAG_TIMER) {
+        uint64_t v;
+        ssize_t n = read(c->timerfd, &v, sizeof(v));
+        (void)n;
+        c->timer_at = 0; /* fired: rearm_timer sets it again */
+        pm__loop_arm(&c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
+        return;
+    }
+    if (kind == PM__TAG_WAKE) {
+        uint64_t v;
+        ssize_t n = read(c->wakefd, &v, sizeof(v));
+        (void)n;
+        pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
+        return;
+    }
+    unsigned idx = PM__TAG_SLOT(tag);
+    if (kind == PM__TAG_USER) {
+        pm__watch_fire(c, idx, (uint32_t)PM__TAG_INC(tag));
+        return;
+    }
+    if (idx >= c->nslots)
+        return;
+    pm__slot *s = &c->slots[idx];
+    /* A completion about an incarnation that is gone: drop it. */
+    if (!pm__slot_has_process(s) || PM__TAG_INC(tag) != (s->incarnation & 0xffffffffu))
+        return;
+    if (kind == PM__TAG_PIDFD) {
+        s->pid_armed = 0;
+        if (!pm__cluster_try_reap(c, s) && s->pidfd >= 0 &&
+            pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
+            s->pid_armed = 1;
+    } else if (kind == PM__TAG_HUB) {
+        pm__cluster_on_hub(c, s, 1);
+    } else if (kind == PM__TAG_NOTIFY) {
+        s->notify_armed = 0;
+        on_notify(c, s);
+    } else if (kind == PM__TAG_EXECPIPE) {
+        s->pipe_armed = 0;
+        int e = 0;
+        ssize_t k = read(s->exec_pipe, &e, sizeof(e));
+        if (k == 0)
+            pm__cluster_dispatch(c, s, PM__EV_READY); /* exec succeeded */
+        else if (k == (ssize_t)sizeof(e))
+            s->exec_errno = e; /* the exit follows */
+        else if (k < 0 && errno == EAGAIN &&
+                 pm__loop_arm(&c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation)) == 0)
+            s->pipe_armed = 1;
+    }
+}
+
+/* One turn: wait up to timeout_ms for readiness, handle it, fire deadlines.
+ * Returns 0 or a negative errno from the loop itself. */
+int pm__cluster_turn(pm_cluster *c, int timeout_ms)
+{
+    uint64_t tags[64];
+    if (pm__hub_any_busy(&c->hub))
+        timeout_ms = 0;
+    if (timeout_ms != 0) {
+        /* About to sleep: spin first if traffic is flowing and the hub is
+         * allowed to (pm_options_set_hub_spin_us), then arm the doorbells
+         * of the drained rings. */
+        if (c->hub.active && c->o->hub_spin_us > 0 && spin_for_work(c))
+            timeout_ms = 0;
+        else if (pm__hub_arm_idle(&c->hub))
+            timeout_ms = 0;
+    }
+    c->hub.active = 0;
+    if (c->poll_children && (timeout_ms < 0 || timeout_ms > PM__SCAN_MS))
+        timeout_ms = PM__SCAN_MS;
+    int rc = pm__cluster_rearm_timer(c);
+    if (rc < 0)
+        return rc;
+    int n = pm__loop_wait(&c->loop, timeout_ms, tags, 64);
+    if (n < 0)
+        return n;
+    for (int i = 0; i < n; i++)
+        handle_tag(c, tags[i]);
+    for (unsigned i = 0; i < c->nslots; i++) {
+        pm__slot *s = &c->slots[i];
+        if (c->hub.ports[i].busy && pm__slot_has_process(s))
+            pm__cluster_on_hub(c, s, 0);
+    }
+    if (c->poll_children)
+        pm__cluster_reap_all(c);
+    fire_due(c);
+    /* One publish (and at most one wake-up) per destination per turn. */
+    pm__hub_publish(&c->hub);
+    return 0;
+}
+
+PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
+{
+    if (c == NULL)
+        return -EINVAL;
+    uint64_t end = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
+    int rc = 0;
+    c->last_signal = 0;
+    for (;;) {
+        int wait = -1;
+        if (timeout_ms >= 0) {
+            uint64_t now = pm__now_ms();
+            wait = now >= end ? 0 : (int)(end - now);
+        }
+        rc = pm__cluster_turn(c, wait);
+        if (rc < 0)
+            break;
+        if (c->last_signal != 0) {
+            rc = -EINTR;
+            break;
+        }
+        if (atomic_exchange(&c->stop, 0))
+            break;
+        if (timeout_ms >= 0 && pm__now_ms() >= end)
+            break;
+    }
+    pm__loop_flush(&c->loop);
+    pm__cluster_rearm_timer(c);
+    return rc;
+}
+
+PM_EXTERN void pm_cluster_stop(pm_cluster *c)
+{
+    if (c == NULL)
+        return;
+    atomic_store(&c->stop, 1);
+    uint64_t one = 1;
+    ssize_t n = write(c->wakefd, &one, sizeof(one));
+    (void)n;
+}
