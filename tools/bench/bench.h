@@ -1,0 +1,89 @@
+/*
+ * bench.h - what pm-bench's subcommands share: options, the helpers for the
+ * baseline processes and pipes, statistics and output (all in common.c),
+ * and the subcommands' entry points.
+ *
+ * pm-bench measures and prints; it asserts nothing (performance targets are
+ * checked by people reading its output, never by timed tests). Every
+ * subcommand returns the exit status: 0 done, 1 a measurement failed (the
+ * transport is broken, not slow).
+ */
+#ifndef PM_BENCH_H
+#define PM_BENCH_H
+
+#include "internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Every transport under test holds as much as one ring, so that none of
+ * them wins by buffering more. */
+#define RING_CAP ((uint64_t)1 << 20)
+#define RING_MAX_FRAME (64u * 1024u)
+
+typedef struct bench_opts {
+    uint64_t frames; /* 0 in relay: a count per frame size */
+    size_t size;
+    unsigned runs;
+    unsigned rounds;
+} bench_opts;
+
+/* Which options a subcommand takes. */
+enum { OPT_FRAMES = 1, OPT_SIZE = 2, OPT_RUNS = 4, OPT_ROUNDS = 8 };
+
+/* Reads the options after the subcommand's name (argv[2] on) into *o, which
+ * holds the subcommand's defaults. Returns 0, 1 when --help was asked for,
+ * or -1 after a one-line message on stderr. */
+int parse_options(int argc, char **argv, unsigned allowed, bench_opts *o);
+
+/* This program, for re-executing itself as a worker or a baseline child. */
+extern char self_exe[4096];
+
+/* The exec-mode entries: "pm-bench __worker" idles as a mesh worker,
+ * "pm-bench __child" writes one byte to fd 3 and exits. */
+int worker_main(void);
+int child_main(void);
+
+/* A supervisor of `workers` idle workers restarted at once (no backoff, no
+ * budget) whose READY events set ready_inc and stop pm_cluster_run. */
+pm_options *bench_options(int workers, int exec_mode);
+extern volatile uint64_t ready_inc;
+
+/* Processes and pipes. die() prints what failed with errno and exits 1. */
+__attribute__((noreturn)) void die(const char *what);
+int write_all(int fd, const void *buf, size_t len);
+int read_all(int fd, void *buf, size_t len);
+pid_t fork_or_die(void);
+void close_pair(const int fds[2]);
+/* The control pipe: one byte for "ready", one for "done", so that process
+ * start-up and exit stay outside the timed part. */
+void ctl_open(int ctl[2]);
+void ctl_send(int fd);
+void ctl_wait(int fd);
+int wait_child(pid_t pid);
+/* kind 0: a pipe, 1: a Unix socketpair; both sized to RING_CAP. */
+void fd_pair(int kind, int fds[2]);
+/* The baseline readers: drain() reads `total` bytes in large reads,
+ * echo() writes each of `n` frames of `size` bytes back. 0 or -1. */
+int drain(int fd, uint64_t total);
+int echo(int in, int out, void *buf, size_t size, uint64_t n);
+
+/* Statistics; median() and print_p50_p99() sort v in place. */
+void sort_u64(uint64_t *v, size_t n);
+uint64_t median(uint64_t *v, size_t n);
+uint64_t percentile(const uint64_t *sorted, size_t n, double p);
+
+/* Output. */
+void print_machine(void);
+void print_p50_p99(int width, const char *name, uint64_t *v, size_t n);
+/* "-" when t is the base itself (base == 0), else "<t / base>x". */
+void format_ratio(char *buf, size_t size, uint64_t t, uint64_t base, int decimals);
+
+int cmd_ring(const bench_opts *o);
+int cmd_restart(const bench_opts *o);
+int cmd_spawn(const bench_opts *o);
+int cmd_relay(const bench_opts *o);
+int cmd_daemon(const bench_opts *o);
+
+#endif

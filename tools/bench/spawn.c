@@ -1,0 +1,79 @@
+/* spawn.c - pm-bench spawn: time to bring N workers to ready beside N bare children. */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+/* N bare children that each write one byte to a pipe: the floor of
+ * bringing N processes up and hearing from each. */
+static uint64_t baseline_spawn(int exec_mode, int n)
+{
+    int p[2];
+    if (pipe(p) < 0)
+        die("pipe");
+    pid_t *pids = calloc((size_t)n, sizeof(*pids));
+    uint64_t t0 = pm__now_ns();
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            if (exec_mode) {
+                dup2(p[1], 3);
+                char *argv[] = {"pm-bench", "__child", NULL};
+                execv(self_exe, argv);
+                _exit(1);
+            }
+            char c = 'r';
+            _exit(write(p[1], &c, 1) == 1 ? 0 : 1);
+        }
+    }
+    char buf[64];
+    for (int got = 0; got < n;) {
+        ssize_t k = read(p[0], buf, sizeof(buf) < (size_t)(n - got) ? sizeof(buf) : (size_t)(n - got));
+        if (k <= 0)
+            die("read");
+        got += (int)k;
+    }
+    uint64_t t = pm__now_ns() - t0;
+    for (int i = 0; i < n; i++)
+        waitpid(pids[i], NULL, 0);
+    free(pids);
+    close(p[0]);
+    close(p[1]);
+    return t;
+}
+
+int cmd_spawn(const bench_opts *opts)
+{
+    static const int counts[] = {1, 8, 64};
+    unsigned runs = opts->runs;
+    print_machine();
+    printf("spawn: time until N workers are ready, median of %u runs (ms)\n", runs);
+    printf("  %-6s %-6s %14s %14s %12s\n", "mode", "N", "procmesh ms", "baseline ms", "ratio");
+    uint64_t *v = calloc(runs, sizeof(*v)), *b = calloc(runs, sizeof(*b));
+    for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
+        for (size_t k = 0; k < PM__ARRAY_SIZE(counts); k++) {
+            int n = counts[k];
+            for (unsigned r = 0; r < runs; r++) {
+                b[r] = baseline_spawn(exec_mode, n);
+                pm_options *o = bench_options(n, exec_mode);
+                pm_cluster *c;
+                uint64_t t0 = pm__now_ns();
+                int rc = pm_cluster_spawn(o, &c);
+                v[r] = pm__now_ns() - t0;
+                if (rc < 0) {
+                    fprintf(stderr, "pm-bench: spawn of %d: %s\n", n, pm_strerror(rc));
+                    return 1;
+                }
+                pm_cluster_terminate(c);
+                pm_options_free(o);
+            }
+            uint64_t mv = median(v, runs), mb = median(b, runs);
+            printf("  %-6s %-6d %14.3f %14.3f %11.2fx\n", exec_mode ? "exec" : "fork", n,
+                   (double)mv / 1e6, (double)mb / 1e6, (double)mv / (double)mb);
+        }
+    }
+    free(v);
+    free(b);
+    return 0;
+}
