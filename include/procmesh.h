@@ -478,7 +478,9 @@ PM_EXTERN int pm_node_try_send(pm_node *n, const pm_address *to, const void *dat
 PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms);
 /* Sends a request and waits for its reply: 0 with *reply filled, -ETIMEDOUT,
  * the undeliverable reason (-EHOSTDOWN, -ENOENT, -ESTALE ...), -ESHUTDOWN.
- * Messages that arrive meanwhile are kept for pm_node_recv (up to 4 MiB). */
+ * Messages that arrive meanwhile are kept for pm_node_recv (up to 4 MiB);
+ * when that store is full the reply can no longer be reached: -ENOBUFS at
+ * once (the reply, if it comes, is dropped as late). */
 PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, pm_message *reply);
 /* Answers a request received with pm_node_recv. */

@@ -237,39 +237,20 @@ PM_EXTERN int pm_node_beat(pm_node *n)
     return shut_down(n) ? -ESHUTDOWN : 0;
 }
 
-/* Address -> node id, from what this worker knows about its own address. */
-static int resolve(const pm_node *n, const pm_address *to, uint32_t *node)
+/* What names this mesh's nodes, from what this worker knows about its own
+ * address (the number of slots is not known here: the hub answers -ENOENT
+ * past the last one). */
+static pm__names names_of(const pm_node *n)
 {
-    if (to == NULL || strncmp(to->system, n->self.system, PM_NAME_MAX) != 0)
-        return -ENOENT;
-    if (strncmp(to->host, "main", PM_NAME_MAX) == 0 && to->port == 0) {
-        *node = PM__NODE_MAIN;
-        return 0;
-    }
-    unsigned base = (unsigned)n->self.port - n->slot;
-    if (strncmp(to->host, n->self.host, PM_NAME_MAX) != 0 || to->port < base)
-        return -ENOENT;
-    *node = to->port - base; /* the hub answers -ENOENT past the last slot */
-    return 0;
-}
-
-static void node_address(const pm_node *n, uint32_t node, uint64_t inc, pm_address *a)
-{
-    memset(a, 0, sizeof(*a));
-    strcpy(a->system, n->self.system);
-    if (node == PM__NODE_MAIN) {
-        strcpy(a->host, "main");
-        return;
-    }
-    strcpy(a->host, n->self.host);
-    a->port = (uint16_t)(n->self.port - n->slot + node);
-    a->incarnation = inc;
+    pm__names names = {n->self.system, n->self.host, (unsigned)n->self.port - n->slot, UINT32_MAX};
+    return names;
 }
 
 static void fill_msg(const pm_node *n, const pm__frame_hdr *h, const void *data, pm_message *m)
 {
     memset(m, 0, sizeof(*m));
-    node_address(n, h->src, h->src_inc, &m->from);
+    pm__names names = names_of(n);
+    pm__node_address(&names, h->src, h->src_inc, &m->from);
     m->to = n->self;
     m->request_id = h->request_id;
     m->kind = h->type == PM__FT_REQUEST ? PM_MSG_REQUEST
@@ -384,7 +365,8 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
     if (len > PM_MAX_PAYLOAD)
         return -EMSGSIZE;
     uint32_t node;
-    int rc = resolve(n, to, &node);
+    pm__names names = names_of(n);
+    int rc = pm__address_node(&names, to, &node);
     if (rc < 0)
         return rc;
     pm__frame_hdr h;
@@ -491,15 +473,11 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
             continue;
         }
         /* Someone else's message: keep it for pm_node_recv. With the stash
-         * full we can no longer reach our reply: wait out the deadline. */
-        if (stash_current(n, &h, payload) < 0) {
-            if (timeout_ms < 0)
-                return -ENOBUFS;
-            uint64_t now = pm__now_ms();
-            if (deadline > now)
-                usleep((useconds_t)((deadline - now) * 1000));
-            return -ETIMEDOUT;
-        }
+         * full we can no longer reach our reply: say so at once. (Waiting
+         * out the deadline here would not beat, and a request timeout
+         * longer than the heartbeat timeout would get us fenced.) */
+        if (stash_current(n, &h, payload) < 0)
+            return -ENOBUFS;
     }
 }
 

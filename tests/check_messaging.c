@@ -38,6 +38,8 @@ enum role {
     R_SLOW_READY, /* takes 500 ms to say ready, then like R_IDLE */
     R_DOUBLE,     /* answers every request twice */
     R_OVERSIZE,   /* a raw frame of PM_MAX_PAYLOAD + 456 bytes to `peer` (-1: main) */
+    R_STASHER,    /* one request (60 s timeout) to `peer`, which never answers,
+                     while main floods it with messages; reports the outcome */
 };
 
 struct plan {
@@ -224,7 +226,8 @@ static int worker(pm_node *n, void *arg)
     memset(&k, 0, sizeof(k));
     pm_message m;
     if (role == R_STREAM || role == R_SPOOF || role == R_GARBAGE_INDEX || role == R_FLOOD_MAIN ||
-        role == R_ASKER || role == R_GARBAGE_FRAMES || role == R_OVERSIZE) {
+        role == R_ASKER || role == R_GARBAGE_FRAMES || role == R_OVERSIZE ||
+        role == R_STASHER) {
         /* Act only once main says the whole mesh is up. */
         if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
             return 40;
@@ -297,6 +300,14 @@ static int worker(pm_node *n, void *arg)
         for (;;)
             if (pm_node_send(n, &main_addr, junk, sizeof(junk)) < 0)
                 _exit(0);
+    }
+    case R_STASHER: {
+        pm_message r;
+        pm_address to = slot_addr((unsigned)p->peer[slot], 0);
+        int rc = pm_node_request(n, &to, "ping", 4, 60000, &r);
+        say(n, "req %d", rc);
+        idle_forever();
+        break;
     }
     case R_ASKER: {
         pm_address main_addr = {.system = "procmesh", .host = "main"};
@@ -396,7 +407,7 @@ static void start_all(pm_cluster *c)
         if (plan.role[i] == R_STREAM || plan.role[i] == R_SPOOF ||
             plan.role[i] == R_GARBAGE_INDEX || plan.role[i] == R_FLOOD_MAIN ||
             plan.role[i] == R_ASKER || plan.role[i] == R_GARBAGE_FRAMES ||
-            plan.role[i] == R_OVERSIZE)
+            plan.role[i] == R_OVERSIZE || plan.role[i] == R_STASHER)
             ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
     }
 }
@@ -514,6 +525,41 @@ START_TEST(test_oversize_frame_fenced)
     ck_assert_str_eq(last_text[0], "#good 0 bad 0");
     ck_assert_int_eq(events_fenced, 1);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A request whose store for other messages fills up can no longer reach
+ * its reply: pm_node_request says -ENOBUFS at once, instead of sleeping out
+ * a timeout longer than the heartbeat's (which got the worker fenced). */
+START_TEST(test_request_stash_full)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = R_STASHER;
+    plan.peer[0] = 1;
+    plan.role[1] = R_SILENT;
+    pm_options *o = opts(2, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    /* More than the 4 MiB the request may keep aside, in 60 KB messages. */
+    static char big[60000];
+    memset(big, 'x', sizeof(big));
+    pm_address a = slot_addr(0, 0);
+    unsigned sent = 0;
+    uint64_t end = ms() + 30000;
+    while (sent < 100 && last_text[0][0] == '\0' && ms() < end) {
+        int rc = pm_cluster_send(c, &a, big, sizeof(big));
+        if (rc == 0)
+            sent++;
+        else
+            ck_assert_int_eq(rc, -EAGAIN);
+        pm_cluster_run(c, rc == 0 ? 0 : 10);
+    }
+    RUN_UNTIL(c, last_text[0][0] != '\0', 30000);
+    ck_assert_str_eq(last_text[0], "#req -105"); /* -ENOBUFS */
+    ck_assert_int_eq(events_fenced, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0); /* both end on SIGTERM */
     pm_options_free(o);
 }
 END_TEST
@@ -836,6 +882,7 @@ int main(void)
     PM_ADD_TEST(s, test_spoofed_source, 60);
     PM_ADD_TEST(s, test_garbage_frames_dropped, 60);
     PM_ADD_TEST(s, test_garbage_index_quarantined, 60);
+    PM_ADD_TEST(s, test_request_stash_full, 90);
     {
         TCase *tc = pm_tcase("test_oversize_frame_fenced", 60);
         tcase_add_loop_test(tc, test_oversize_frame_fenced, 0, 2);
