@@ -1,34 +1,22 @@
 /* proto.c - handshake payloads and frame send/receive over a ring. */
 #include "internal.h"
+#include "le.h"
 #include "proto.h"
 
 #include <string.h>
 
 #include "options.h"
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 void pm__init_encode(const pm__init_msg *m, void *buf)
 {
     unsigned char *p = buf;
     memset(p, 0, PM__INIT_FIXED);
-    put32(p, m->slot);
-    p[4] = (unsigned char)m->addr.port;
-    p[5] = (unsigned char)(m->addr.port >> 8);
-    put32(p + 8, (uint32_t)m->addr.incarnation);
-    put32(p + 12, (uint32_t)(m->addr.incarnation >> 32));
+    pm__put32(p, m->slot);
+    pm__put16(p + 4, m->addr.port);
+    pm__put64(p + 8, m->addr.incarnation);
     memcpy(p + 16, m->addr.system, strnlen(m->addr.system, PM_NAME_MAX - 1));
     memcpy(p + 80, m->addr.host, strnlen(m->addr.host, PM_NAME_MAX - 1));
-    put32(p + 144, m->len);
+    pm__put32(p + 144, m->len);
     if (m->len > 0)
         memcpy(p + PM__INIT_FIXED, m->data, m->len);
 }
@@ -40,15 +28,15 @@ int pm__init_decode(const void *buf, size_t size, pm__init_msg *m)
         return -EBADMSG;
     pm__init_msg out;
     memset(&out, 0, sizeof(out));
-    out.slot = get32(p);
-    out.addr.port = (uint16_t)(p[4] | p[5] << 8);
-    out.addr.incarnation = (uint64_t)get32(p + 8) | (uint64_t)get32(p + 12) << 32;
+    out.slot = pm__get32(p);
+    out.addr.port = pm__get16(p + 4);
+    out.addr.incarnation = pm__get64(p + 8);
     memcpy(out.addr.system, p + 16, PM_NAME_MAX);
     memcpy(out.addr.host, p + 80, PM_NAME_MAX);
     if (out.addr.system[PM_NAME_MAX - 1] != '\0' || out.addr.host[PM_NAME_MAX - 1] != '\0' ||
         !pm__name_valid(out.addr.system) || !pm__name_valid(out.addr.host))
         return -EBADMSG;
-    out.len = get32(p + 144);
+    out.len = pm__get32(p + 144);
     if (out.len > PM_MAX_INIT_DATA || size != PM__INIT_FIXED + (size_t)out.len)
         return -EBADMSG;
     out.data = out.len > 0 ? p + PM__INIT_FIXED : NULL;

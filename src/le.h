@@ -1,0 +1,40 @@
+/* le.h - little-endian put/get of 16/32/64-bit values: the one byte-order helper of every wire format. */
+#ifndef PM_LE_H
+#define PM_LE_H
+
+#include <stdint.h>
+
+static inline void pm__put16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static inline void pm__put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline void pm__put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint16_t pm__get16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t pm__get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t pm__get64(const unsigned char *p)
+{
+    return (uint64_t)pm__get32(p) | (uint64_t)pm__get32(p + 4) << 32;
+}
+
+#endif /* PM_LE_H */
