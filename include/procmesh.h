@@ -32,6 +32,9 @@ extern "C" {
 #define PM_VERSION_MAJOR 0
 #define PM_VERSION_MINOR 1
 #define PM_VERSION_PATCH 0
+/* The worker <-> supervisor protocol version (HELLO); bumped with any change
+ * to the frames or the handshake, and recorded in NEWS. */
+#define PM_PROTOCOL_VERSION 1
 
 /* Room for a name (system or host) including its terminating NUL. */
 #define PM_NAME_MAX 64
@@ -148,6 +151,8 @@ enum pm_reason {
     PM_REASON_NOTIFY = 16,       /* "notify": STOPPING=1 from a notify worker */
     PM_REASON_STALL = 17,        /* "stall": STALLED, the supervisor did not run */
     PM_REASON_SUSPEND = 18,      /* "suspend": STALLED, the machine was suspended */
+    PM_REASON_VERSION = 19,      /* "version": FENCED, the worker's libprocmesh speaks another
+                                    protocol version (pm_event.worker_version) */
     PM_REASON__COUNT
 };
 
@@ -173,6 +178,8 @@ typedef struct pm_event {
     unsigned restarts;
     const char *reason;
     int reason_code;               /* enum pm_reason */
+    unsigned worker_version;       /* FENCED "version": the protocol version the worker's
+                                      libprocmesh said HELLO with (ours: PM_PROTOCOL_VERSION) */
 } pm_event;
 
 PM_EXTERN pm_options *pm_options_new(void);

@@ -32,6 +32,7 @@
 
 #include "node.h"
 #include "notify.h"
+#include "le.h"
 #include "proto.h"
 #include "spawn.h"
 
@@ -69,6 +70,8 @@ void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, ui
         ev.core_dumped = s->last_core;
     } else if (type == PM_EVENT_SPAWN_FAILED) {
         ev.exit_code = s->last_exit_code;
+    } else if (type == PM_EVENT_FENCED && reason == PM_REASON_VERSION) {
+        ev.worker_version = s->hello_version;
     }
     c->o->on_event(c, &ev, c->o->on_event_arg);
 }
@@ -455,9 +458,16 @@ static void on_control(void *owner, unsigned p, int type, const void *payload, s
     pm_cluster *c = owner;
     pm__slot *s = &c->slots[p];
     if (type == PM__FT_HELLO) {
-        const unsigned char *v = payload;
-        if (s->hello || len != 4 || v[0] != PM__PROTO_VERSION || v[1] || v[2] || v[3]) {
+        if (s->hello || len != 4) {
             pm__cluster_fault(c, s, PM_REASON_PROTOCOL);
+            return;
+        }
+        /* A worker linked against a libprocmesh of another protocol version
+         * (an exec-mode program built against another release): said with
+         * both versions, and charged as a failed start like any other. */
+        s->hello_version = pm__get32(payload);
+        if (s->hello_version != PM__PROTO_VERSION) {
+            pm__cluster_fault(c, s, PM_REASON_VERSION);
             return;
         }
         s->hello = 1;

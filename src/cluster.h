@@ -56,6 +56,7 @@ typedef struct pm__slot {
     int notify_armed;
     int watchdog;          /* the worker sent WATCHDOG=1: the heartbeat applies */
     int hello;             /* HELLO received and INIT sent */
+    unsigned hello_version; /* the protocol version its HELLO named */
     int ever_ready;        /* some incarnation of this slot has been ready */
     int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */
     uint64_t deadline;     /* ms, CLOCK_MONOTONIC; 0 = none */

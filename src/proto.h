@@ -15,10 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "procmesh.h"
+
 #include "frame.h"
 #include "ring.h"
 
-#define PM__PROTO_VERSION 1u
+#define PM__PROTO_VERSION ((uint32_t)PM_PROTOCOL_VERSION)
 #define PM__INIT_FIXED 148u
 
 typedef struct pm__init_msg {

@@ -21,6 +21,7 @@ static const char *const names[PM_REASON__COUNT] = {
     [PM_REASON_NOTIFY] = "notify",
     [PM_REASON_STALL] = "stall",
     [PM_REASON_SUSPEND] = "suspend",
+    [PM_REASON_VERSION] = "version",
 };
 
 PM_EXTERN const char *pm_reason_name(int code)

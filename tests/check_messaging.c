@@ -564,6 +564,36 @@ START_TEST(test_request_stash_full)
 }
 END_TEST
 
+/* An exec-mode worker whose libprocmesh speaks another protocol version:
+ * fenced with reason "version" naming its version, charged as a failed
+ * start (here: the first start, so pm_cluster_spawn fails). */
+static unsigned fenced_version;
+static void on_event_version(pm_cluster *c, const pm_event *e, void *arg)
+{
+    if (e->type == PM_EVENT_FENCED)
+        fenced_version = e->worker_version;
+    on_event(c, e, arg);
+}
+
+START_TEST(test_hello_other_version)
+{
+    fenced_version = 0;
+    events_fenced = 0;
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, 1);
+    char *argv[] = {"pm-raw-worker", "hello-version", "7", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, PM_RAW_WORKER, argv), 0);
+    pm_options_set_on_event(o, on_event_version, NULL);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ECHILD);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(events_fenced, 1);
+    ck_assert_str_eq(fenced_reason, "version");
+    ck_assert_uint_eq(fenced_version, 7);
+    pm_options_free(o);
+}
+END_TEST
+
 START_TEST(test_garbage_index_quarantined)
 {
     /* Slot 2 corrupts its ring while slots 0 and 1 stream to each other:
@@ -883,6 +913,7 @@ int main(void)
     PM_ADD_TEST(s, test_garbage_frames_dropped, 60);
     PM_ADD_TEST(s, test_garbage_index_quarantined, 60);
     PM_ADD_TEST(s, test_request_stash_full, 90);
+    PM_ADD_TEST(s, test_hello_other_version, 60);
     {
         TCase *tc = pm_tcase("test_oversize_frame_fenced", 60);
         tcase_add_loop_test(tc, test_oversize_frame_fenced, 0, 2);
