@@ -1,0 +1,29 @@
+#!/bin/sh
+# layers.sh - the hub never calls up into the supervisor: neither hub.c nor
+# port.c includes cluster.h, and their objects reference no pm__cluster_*,
+# pm__slot_*, pm__incarnation_* or pm__liveness_* symbol (include graph by
+# grep, call graph by nm -u of the compiled objects).
+set -eu
+src=$(cd "$(dirname "$0")/../src" && pwd)
+obj=${PM_BUILD_DIR:-.}/src
+status=0
+for f in hub port; do
+    if grep -n '#include "cluster.h"' "$src/$f.c"; then
+        echo "FAIL: src/$f.c includes cluster.h" >&2
+        status=1
+    fi
+    o="$obj/$f.o"
+    [ -f "$o" ] || o="$obj/.libs/$f.o"
+    if [ ! -f "$o" ]; then
+        echo "FAIL: no object for src/$f.c under $obj" >&2
+        status=1
+        continue
+    fi
+    up=$(nm -u "$o" | grep -E 'pm__(cluster|slot|incarnation|liveness|watch)_' || true)
+    if [ -n "$up" ]; then
+        echo "FAIL: src/$f.c calls up into the supervisor: $up" >&2
+        status=1
+    fi
+done
+[ "$status" -eq 0 ] && echo "layers: hub.c and port.c stay below the supervisor"
+exit "$status"
