@@ -327,6 +327,8 @@ struct pm_cluster_stats {
     uint64_t orphans_reaped;    /* children that were not workers (reap_orphans) */
     uint64_t ring_full_waits;   /* times a sender was held back by a full destination */
     uint64_t notify_dropped;    /* notify datagrams not from the slot's worker, dropped */
+    uint64_t notices_dropped;   /* undeliverable notices that found no room or no
+                                   live requester, dropped (added in interface 1) */
 };
 
 /*

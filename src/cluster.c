@@ -555,7 +555,6 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         pm__budget_init(&s->budget);
     }
     c->self = getpid();
-    c->ncpus = pm__cpus_available();
     c->bcfg.min_backoff_ms = (uint32_t)c->o->min_backoff_ms;
     c->bcfg.max_backoff_ms = (uint32_t)c->o->max_backoff_ms;
     c->bcfg.random_factor = c->o->random_factor;

@@ -98,7 +98,6 @@ struct pm_cluster {
     uint64_t rng;
     pm__budget_cfg bcfg;
     char *exec_path;        /* resolved against PATH */
-    int ncpus;              /* CPUs this process may use */
     uint64_t next_check;    /* liveness check deadline (ms), 0 = off */
     uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
     uint64_t last_check_boot;

@@ -91,5 +91,6 @@ PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out
     }
     out->late_replies = c->hub.late_replies;
     out->ring_full_waits = c->hub.ring_full_waits;
+    out->notices_dropped = c->hub.notices_dropped;
     return 0;
 }
