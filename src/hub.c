@@ -88,6 +88,18 @@ static void write_frame(unsigned char *p, const pm__frame_hdr *f, const void *pa
         memcpy(p + PM__FRAME_HDR_SIZE, payload, len);
 }
 
+/* A frame header from main to port p's current incarnation. */
+static pm__frame_hdr main_hdr(int type, const pm__port *p)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = (uint8_t)type;
+    f.src = PM__NODE_MAIN;
+    f.dst = p->index;
+    f.dst_inc = p->incarnation;
+    return f;
+}
+
 /* Puts a frame into d's ring, or its queue when the ring is full.
  * 0, -EAGAIN (queue at its bound), -EBADMSG (d's ring is corrupt),
  * -EHOSTDOWN (d has no ring). */
@@ -501,12 +513,7 @@ void pm__hub_stop_request(pm__hub *h, unsigned i)
     struct pm__ctl *ctl = p->link->map;
     /* Release: the worker reads the flag, then anything we wrote before. */
     atomic_store_explicit(&ctl->stop, 1, memory_order_release);
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_STOP;
-    f.src = PM__NODE_MAIN;
-    f.dst = p->index;
-    f.dst_inc = p->incarnation;
+    pm__frame_hdr f = main_hdr(PM__FT_STOP, p);
     (void)push(p, &f, NULL, 0);
     p->dirty = 0;
     pm__ring_publish(&p->link->tx);
@@ -517,12 +524,7 @@ int pm__hub_send_control(pm__hub *h, unsigned i, int type, const void *payload, 
     pm__port *p = &h->ports[i];
     if (p->link == NULL)
         return -EHOSTDOWN;
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = (uint8_t)type;
-    f.src = PM__NODE_MAIN;
-    f.dst = p->index;
-    f.dst_inc = p->incarnation;
+    pm__frame_hdr f = main_hdr(type, p);
     return pm__frame_send(&p->link->tx, &f, payload, len);
 }
 
@@ -598,12 +600,7 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
     if (rc < 0)
         return rc;
     pm__port *d = &h->ports[node];
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = (uint8_t)type;
-    f.src = PM__NODE_MAIN;
-    f.dst = d->index;
-    f.dst_inc = d->incarnation;
+    pm__frame_hdr f = main_hdr(type, d);
     f.request_id = request_id;
     rc = push(d, &f, data, len);
     if (rc == -EBADMSG) {
@@ -621,12 +618,7 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
 static int bcast_send(pm__hub *h, pm__port *d, const pm__bcast *b, uint64_t id,
                       const void *data, size_t len)
 {
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_REQUEST;
-    f.src = PM__NODE_MAIN;
-    f.dst = d->index;
-    f.dst_inc = d->incarnation;
+    pm__frame_hdr f = main_hdr(PM__FT_REQUEST, d);
     f.request_id = id;
     f.deadline_ms = b->deadline_ms;
     int rc = add_inflight(d, PM__NODE_MAIN, 0, id, b->deadline_ms);

@@ -16,6 +16,14 @@
 /* Without pidfds and signals, how often exits are looked for. */
 #define PM__SCAN_MS 50
 
+/* Empties an eventfd or timerfd: what fired matters, not how often. */
+static void drain_counter(int fd)
+{
+    uint64_t v;
+    ssize_t n = read(fd, &v, sizeof(v));
+    (void)n;
+}
+
 /* Points the timerfd at the earliest slot deadline. */
 int pm__cluster_rearm_timer(pm_cluster *c)
 {
@@ -64,11 +72,9 @@ static int spin_for_work(pm_cluster *c)
 void pm__cluster_on_hub(pm_cluster *c, pm__slot *s, int from_poll)
 {
     if (from_poll) {
-        uint64_t v;
         s->hub_armed = 0;
         /* Drain the doorbell; the ring is the truth, the count is not. */
-        ssize_t n = read(s->link.hub_efd, &v, sizeof(v));
-        (void)n;
+        drain_counter(s->link.hub_efd);
     }
     const pm__port *p = &c->hub.ports[s->index];
     pm__hub_port_service(&c->hub, s->index);
@@ -173,17 +179,13 @@ static void handle_tag(pm_cluster *c, uint64_t tag)
         return;
     }
     if (kind == PM__TAG_TIMER) {
-        uint64_t v;
-        ssize_t n = read(c->timerfd, &v, sizeof(v));
-        (void)n;
+        drain_counter(c->timerfd);
         c->timer_at = 0; /* fired: rearm_timer sets it again */
         pm__loop_arm(&c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
         return;
     }
     if (kind == PM__TAG_WAKE) {
-        uint64_t v;
-        ssize_t n = read(c->wakefd, &v, sizeof(v));
-        (void)n;
+        drain_counter(c->wakefd);
         pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
         return;
     }
