@@ -8,8 +8,7 @@
 #include <dirent.h>
 #include <sys/prctl.h>
 
-#include "cluster.h"
-#include "node.h"
+#include "internals.h"
 #include "proto.h"
 
 #define RUN_UNTIL PM_RUN_UNTIL
@@ -46,7 +45,7 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
         if (fenced[e->slot]++ == 0) {
             fenced_at[e->slot] = ms();
             if (e->slot == 0 && c != NULL)
-                relayed_at_fence = c->slots[0].relayed;
+                relayed_at_fence = pm_test_slot_relayed(c, 0);
         }
         snprintf(fence_reason[e->slot], sizeof(fence_reason[e->slot]), "%s", e->reason);
     } else if (e->type == PM_EVENT_READY) {
@@ -149,7 +148,7 @@ static int worker(pm_node *n, void *arg)
     }
     if (first && r == L_SCRIBBLE_CTL) {
         uint64_t seed = 77;
-        unsigned char *ctl = n->link.map;
+        unsigned char *ctl = pm_test_node_map(n);
         for (size_t i = 0; i < PM__CTL_SIZE; i++)
             ctl[i] = (unsigned char)pm_test_rand(&seed);
         spin_forever();
@@ -165,7 +164,7 @@ static int worker(pm_node *n, void *arg)
         for (uint64_t seq = 0;; seq++) {
             /* Raw ring writes: no heartbeat, so the hub fences us while we
              * are still writing. */
-            while (pm__frame_send(&n->link.tx, &h, &seq, 8) == -EAGAIN)
+            while (pm__frame_send(pm_test_node_tx(n), &h, &seq, 8) == -EAGAIN)
                 ;
         }
     }

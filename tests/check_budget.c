@@ -1,4 +1,4 @@
-/* check_lifecycle.c - the pure parts of the supervisor: restart budget,
+/* check_budget.c - the pure parts of the supervisor: restart budget,
  * backoff arithmetic and the slot state x event table. Exact, no clock. */
 #include "helpers.h"
 
@@ -193,7 +193,7 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("lifecycle");
+    Suite *s = suite_create("budget");
     TCase *tc = pm_tcase("budget", 30);
     tcase_add_test(tc, test_backoff_sequence);
     tcase_add_test(tc, test_jitter_bounds);
