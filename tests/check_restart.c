@@ -76,18 +76,20 @@ START_TEST(test_crash_exec_segv)
     exec_opts(o, "segv", NULL);
     pm_options_set_max_restarts(o, 2);
     pm_cluster *c;
-    int rc = pm_cluster_spawn(o, &c);
-    /* The crash may be seen before or after READY of the first incarnation:
-     * a crash during the handshake fails spawn; both are fine here. */
-    if (rc == 0) {
-        RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_RETIRED, 10000);
-        ck_assert_int_eq(downs, 1);
-        ck_assert_uint_eq(down_restarts, 2);
-        ck_assert_int_eq(find(PM_EVENT_EXITED, 0, 0)->signal, SIGSEGV);
-        ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    } else {
-        ck_assert_int_eq(rc, -ECHILD);
-    }
+    /* The worker publishes READY and crashes at once, so its exit is often
+     * handled before the READY is read. doc/design.md: a READY published
+     * just before dying is still read when the exit is handled. So the
+     * first incarnation did become ready, spawn succeeds, and only then do
+     * the crashes count against the budget. */
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_RETIRED, 10000);
+    ck_assert_int_eq(count(PM_EVENT_READY, 0), 3);
+    ck_assert_int_eq(count(PM_EVENT_EXITED, 0), 3);
+    ck_assert_int_eq(downs, 1);
+    ck_assert_uint_eq(down_restarts, 2);
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(find(PM_EVENT_EXITED, 0, k)->signal, SIGSEGV);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
     assert_all_started_gone();
     pm_options_free(o);
 }
@@ -103,8 +105,10 @@ START_TEST(test_clean_exit_policies)
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     RUN_UNTIL(c, count(PM_EVENT_STARTED, 0) >= 3, 10000);
     ck_assert_int_eq(find(PM_EVENT_EXITED, 0, 0)->exit_code, 0);
-    /* 1 when terminate caught a replacement in its handshake and killed it. */
-    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    /* Stop it while an incarnation is ready: SIGTERM ends it by itself (a
+     * replacement caught in its handshake would have to be killed). */
+    RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_READY, 10000);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 
     /* on-failure: a clean exit stops the slot; size drops; no down call. */
@@ -175,8 +179,11 @@ START_TEST(test_backoff_delays)
                       "restart %d: gap %llu ms for a backoff of %u ms", k, (unsigned long long)gap,
                       want[k]);
     }
-    /* The crash loop goes on: terminate may catch a start and kill it (1). */
-    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    /* The crash loop goes on. Stop it between two incarnations (in backoff,
+     * or retired once the budget is spent): no worker has to be killed. */
+    RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_BACKOFF || slot_state(c, 0) == PM_SLOT_RETIRED,
+              10000);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
     assert_all_started_gone();
     pm_options_free(o);
 }
@@ -234,8 +241,10 @@ START_TEST(test_ready_timeout_counts)
     const rec *e = find(PM_EVENT_EXITED, 0, 1);
     ck_assert_str_eq(e->reason, "ready-timeout");
     ck_assert_int_eq(e->signal, SIGKILL);
-    /* Killed no earlier than the timeout after its start. */
-    ck_assert_uint_ge(e->t_ms + 2 - find(PM_EVENT_STARTED, 0, 1)->t_ms, 300);
+    /* Killed no earlier than the timeout after its fork. The STARTED event
+     * is emitted some time after the fork (a few ms on a loaded machine), so
+     * measure from the previous incarnation's exit, which came before it. */
+    ck_assert_uint_ge(e->t_ms - find(PM_EVENT_EXITED, 0, 0)->t_ms, 300);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     assert_all_started_gone();
     pm_options_free(o);

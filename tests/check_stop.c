@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 
 #include "procmesh.h"
+#include "internals.h"
 #include "supervise.h"
 
 #ifndef PM_TEST_WORKER
@@ -138,6 +139,8 @@ START_TEST(test_epoll_backend)
     pm_options_set_bootstrap(o, boot_crash_first, (void *)(intptr_t)SIGSEGV);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_msg(pm_test_loop_backend(c) == PM__LOOP_EPOLL,
+                  "PROCMESH_LOOP=epoll, but the loop backend is %d", pm_test_loop_backend(c));
     RUN_UNTIL(c, count(PM_EVENT_READY, -1) == 4, 10000);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     assert_all_started_gone();
