@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +128,20 @@ static inline int pm_test_reap(pid_t pid, int timeout_ms)
         }
         usleep(1000);
     }
+}
+
+/* fork() for every process a test starts itself: the child is SIGKILLed
+ * when the test process ends, however it ends (a failed assertion, Check's
+ * timeout), so no helper outlives its test. The getppid() check closes the
+ * race of the test dying between fork and prctl. Tests are single-threaded,
+ * so "the parent thread" of PDEATHSIG is the test process. */
+static inline pid_t pm_test_fork(void)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
+        _exit(126);
+    return pid;
 }
 
 /* Skip the whole program (exit 77) with the reason on stderr. */

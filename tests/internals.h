@@ -83,6 +83,13 @@ static inline uint64_t pm_test_late_replies(const pm_cluster *c)
     return c->late_replies;
 }
 
+/* 1 once the supervisor ran its first liveness check (a stall can only be
+ * measured from one). */
+static inline int pm_test_liveness_checked(const pm_cluster *c)
+{
+    return c->last_check_mono != 0;
+}
+
 /* PM__LOOP_URING or PM__LOOP_EPOLL. */
 static inline int pm_test_loop_backend(const pm_cluster *c)
 {
