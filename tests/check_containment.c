@@ -282,8 +282,10 @@ START_TEST(test_reap_orphans)
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     /* A grandchild orphaned to us: a child that forks and exits at once. */
-    pid_t mid = fork();
+    pid_t mid = pm_test_fork();
     if (mid == 0) {
+        /* Plain fork: the grandchild must outlive mid to be an orphan. It
+         * is ours as the subreaper and ends by itself in 100 ms. */
         if (fork() == 0) {
             usleep(100000);
             _exit(0);

@@ -71,7 +71,7 @@ START_TEST(test_supervisor_killed)
     ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
     int p[2];
     ck_assert_int_eq(pipe(p), 0);
-    pid_t sup = fork();
+    pid_t sup = pm_test_fork();
     ck_assert_int_ge(sup, 0);
     if (sup == 0) {
         close(p[0]);

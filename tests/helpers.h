@@ -144,6 +144,19 @@ static inline pid_t pm_test_fork(void)
     return pid;
 }
 
+/* The suite marks every process it starts with PM_TEST_RUN in the
+ * environment (Makefile.am, AM_TESTS_ENVIRONMENT), so tests/leftovers.sh
+ * can find any that outlived it. A test that execs with an environment of
+ * its own passes the mark on with this: "PM_TEST_RUN=..." in buf, or NULL
+ * outside the suite (end of the envp list then). */
+static inline char *pm_test_run_env(char *buf, size_t size)
+{
+    const char *v = getenv("PM_TEST_RUN");
+    if (v == NULL || (size_t)snprintf(buf, size, "PM_TEST_RUN=%s", v) >= size)
+        return NULL;
+    return buf;
+}
+
 /* Skip the whole program (exit 77) with the reason on stderr. */
 static inline void pm_test_skip(const char *why)
 {
