@@ -57,7 +57,7 @@ START_TEST(test_oom_logged)
 {
     int p[2];
     ck_assert_int_eq(pipe(p), 0);
-    pid_t d = fork();
+    pid_t d = pm_test_fork();
     ck_assert_int_ge(d, 0);
     if (d == 0) {
         char path[600];
@@ -69,7 +69,8 @@ START_TEST(test_oom_logged)
         dup2(p[1], 2);
         char *argv[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--max-restarts", "0",
                         "--", PM_TEST_WORKER, "hog", NULL};
-        char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+        char env0[] = "PATH=/usr/bin:/bin", mark[512];
+        char *envp[] = {env0, pm_test_run_env(mark, sizeof(mark)), NULL};
         execve(PM_DAEMON_BIN, argv, envp);
         _exit(127);
     }

@@ -418,7 +418,7 @@ START_TEST(test_two_process_stream)
     tr_open(&t, 1u << 16, STREAM_MAX);
     t.cons.spin_ns = 2000;
     t.prod.spin_ns = 2000;
-    pid_t pid = fork();
+    pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         uint64_t seed = 7, other = 1234;
@@ -482,7 +482,7 @@ START_TEST(test_two_process_pingpong_parked)
     tr_open(&b, 4096, 64);
     a.cons.spin_ns = b.cons.spin_ns = 0;
     const int rounds = 20000;
-    pid_t pid = fork();
+    pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         for (int i = 0; i < rounds; i++) {
@@ -536,7 +536,7 @@ START_TEST(test_hostile_producer)
     tr_open(&t, 4096, 1024);
     struct pm__ring_shared *sh = t.region;
     unsigned char *data = (unsigned char *)t.region + PM__RING_HDR_SIZE;
-    pid_t pid = fork();
+    pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         uint64_t seed = (uint64_t)getpid() * 31 + 1;
@@ -621,7 +621,7 @@ START_TEST(test_hostile_consumer)
     test_ring t;
     tr_open(&t, 4096, 1024);
     struct pm__ring_shared *sh = t.region;
-    pid_t pid = fork();
+    pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         uint64_t seed = 12345;

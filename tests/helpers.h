@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +128,33 @@ static inline int pm_test_reap(pid_t pid, int timeout_ms)
         }
         usleep(1000);
     }
+}
+
+/* fork() for every process a test starts itself: the child is SIGKILLed
+ * when the test process ends, however it ends (a failed assertion, Check's
+ * timeout), so no helper outlives its test. The getppid() check closes the
+ * race of the test dying between fork and prctl. Tests are single-threaded,
+ * so "the parent thread" of PDEATHSIG is the test process. */
+static inline pid_t pm_test_fork(void)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
+        _exit(126);
+    return pid;
+}
+
+/* The suite marks every process it starts with PM_TEST_RUN in the
+ * environment (Makefile.am, AM_TESTS_ENVIRONMENT), so tests/leftovers.sh
+ * can find any that outlived it. A test that execs with an environment of
+ * its own passes the mark on with this: "PM_TEST_RUN=..." in buf, or NULL
+ * outside the suite (end of the envp list then). */
+static inline char *pm_test_run_env(char *buf, size_t size)
+{
+    const char *v = getenv("PM_TEST_RUN");
+    if (v == NULL || (size_t)snprintf(buf, size, "PM_TEST_RUN=%s", v) >= size)
+        return NULL;
+    return buf;
 }
 
 /* Skip the whole program (exit 77) with the reason on stderr. */

@@ -10,7 +10,8 @@
  *   ignore-term        join, ready, ignore SIGTERM
  *   init TEXT          join, ready, exit 0 if the init data is TEXT, else 9
  *   inspect            join, ready, write a report of what this process
- *                      holds to fd 3 (passed by the test), then wait
+ *                      holds to fd 3 (passed by the test; see inspect.h),
+ *                      then wait
  *   hog                no join: allocates and touches memory until killed
  *   serve              no join (exec readiness): accept on the socket handed
  *                      over as fd 3 (LISTEN_FDS), answer each line with
@@ -26,6 +27,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "inspect.h"
 
 /* Crashes are the point here: keep ASan's signal handlers out of the way
  * in sanitizer builds so the supervisor sees the real signal. */
@@ -45,38 +48,6 @@ static void wait_forever(void)
 {
     for (;;)
         pause();
-}
-
-/* Reports every fd and every procmesh mapping of this process to out. */
-static void inspect(FILE *out, const pm_node *n)
-{
-    fprintf(out, "slot %u inc %llu\n", pm_node_slot(n),
-            (unsigned long long)pm_node_self(n)->incarnation);
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[300], target[300];
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-        ssize_t k = readlink(path, target, sizeof(target) - 1);
-        if (k < 0)
-            continue;
-        target[k] = '\0';
-        if (atoi(e->d_name) != dirfd(d))
-            fprintf(out, "fd %s %s\n", e->d_name, target);
-    }
-    if (d != NULL)
-        closedir(d);
-    FILE *m = fopen("/proc/self/maps", "r");
-    char line[512];
-    while (m != NULL && fgets(line, sizeof(line), m) != NULL)
-        if (strstr(line, "memfd:procmesh") != NULL)
-            fprintf(out, "map %s", line);
-    if (m != NULL)
-        fclose(m);
-    fprintf(out, "end\n");
-    fflush(out);
 }
 
 static int serve(void)
@@ -161,7 +132,7 @@ int main(int argc, char **argv)
         FILE *out = fdopen(3, "w");
         if (out == NULL)
             return 103;
-        inspect(out, n);
+        pm_test_inspect(out, pm_node_slot(n), (unsigned long long)pm_node_self(n)->incarnation);
         fclose(out);
     }
     wait_forever();

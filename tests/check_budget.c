@@ -1,4 +1,4 @@
-/* check_lifecycle.c - the pure parts of the supervisor: restart budget,
+/* check_budget.c - the pure parts of the supervisor: restart budget,
  * backoff arithmetic and the slot state x event table. Exact, no clock. */
 #include "helpers.h"
 
@@ -159,41 +159,61 @@ END_TEST
 
 START_TEST(test_slot_table)
 {
-    /* Terminal states ignore every event. */
-    for (int e = 0; e < PM__EV_COUNT; e++) {
-        ck_assert_int_eq(pm__slot_action(PM_SLOT_RETIRED, e), PM__A_IGNORE);
-        ck_assert_int_eq(pm__slot_action(PM_SLOT_STOPPED, e), PM__A_IGNORE);
-    }
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_STARTING, PM__EV_READY), PM__A_READY);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_STARTING, PM__EV_EXITED), PM__A_FAILED);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_STARTING, PM__EV_READY_TIMEOUT), PM__A_KILL);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_STARTING, PM__EV_STOP), PM__A_STOP_KILL);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_READY, PM__EV_EXITED), PM__A_ENDED);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_READY, PM__EV_STOP), PM__A_STOP_REQUEST);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_READY, PM__EV_READY), PM__A_IGNORE);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_READY, PM__EV_READY_TIMEOUT), PM__A_IGNORE);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_BACKOFF, PM__EV_BACKOFF_DONE), PM__A_SPAWN);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_BACKOFF, PM__EV_STOP), PM__A_CANCEL);
+    /* Every cell of the table, written out here independently of
+     * src/slot.c, so that a changed cell is a failing test. Columns:
+     * READY, EXITED, READY_TIMEOUT, BACKOFF_DONE, STOP, STOP_TIMEOUT, FAULT. */
+    enum { I = PM__A_IGNORE };
+    static const int want[PM__SLOT_STATES][PM__EV_COUNT] = {
+        [0] = {I, I, I, I, I, I, I},
+        [PM_SLOT_STARTING] = {PM__A_READY, PM__A_FAILED, PM__A_KILL, I, PM__A_STOP_KILL, I,
+                              PM__A_KILL},
+        [PM_SLOT_READY] = {I, PM__A_ENDED, I, I, PM__A_STOP_REQUEST, I, PM__A_KILL},
+        [PM_SLOT_BACKOFF] = {I, I, I, PM__A_SPAWN, PM__A_CANCEL, I, I},
+        [PM_SLOT_RETIRED] = {I, I, I, I, I, I, I},
+        [PM_SLOT_STOPPED] = {I, I, I, I, I, I, I},
+        [PM_SLOT_STOPPING] = {I, PM__A_STOPPED, I, I, I, PM__A_KILL, PM__A_KILL},
+    };
+    ck_assert_int_eq(PM__EV_COUNT, 7);
+    ck_assert_int_eq(PM__SLOT_STATES, 7);
+    for (int st = 0; st < PM__SLOT_STATES; st++)
+        for (int e = 0; e < PM__EV_COUNT; e++)
+            ck_assert_msg(pm__slot_action(st, e) == want[st][e], "state %s, event %s: action %d, want %d",
+                          pm__slot_state_name(st), pm__slot_event_name(e), pm__slot_action(st, e),
+                          want[st][e]);
+    /* The FAULT row: a worker breaking the protocol is killed wherever it
+     * is alive (starting, ready, or already stopping), and nothing else
+     * reacts to it. */
+    ck_assert_int_eq(pm__slot_action(PM_SLOT_STARTING, PM__EV_FAULT), PM__A_KILL);
+    ck_assert_int_eq(pm__slot_action(PM_SLOT_READY, PM__EV_FAULT), PM__A_KILL);
+    ck_assert_int_eq(pm__slot_action(PM_SLOT_STOPPING, PM__EV_FAULT), PM__A_KILL);
+    ck_assert_int_eq(pm__slot_action(PM_SLOT_BACKOFF, PM__EV_FAULT), PM__A_IGNORE);
     /* No exit report can respawn anything directly: only BACKOFF spawns. */
     for (int st = 0; st < PM__SLOT_STATES; st++)
         for (int e = 0; e < PM__EV_COUNT; e++)
             if (pm__slot_action(st, e) == PM__A_SPAWN)
                 ck_assert(st == PM_SLOT_BACKOFF && e == PM__EV_BACKOFF_DONE);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_BACKOFF, PM__EV_EXITED), PM__A_IGNORE);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_STOPPING, PM__EV_EXITED), PM__A_STOPPED);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_STOPPING, PM__EV_STOP_TIMEOUT), PM__A_KILL);
-    ck_assert_int_eq(pm__slot_action(PM_SLOT_STOPPING, PM__EV_STOP), PM__A_IGNORE);
+    /* Out of range: ignored. */
     ck_assert_int_eq(pm__slot_action(-1, 0), PM__A_IGNORE);
     ck_assert_int_eq(pm__slot_action(99, 0), PM__A_IGNORE);
+    ck_assert_int_eq(pm__slot_action(PM_SLOT_READY, -1), PM__A_IGNORE);
     ck_assert_int_eq(pm__slot_action(PM_SLOT_READY, 99), PM__A_IGNORE);
-    ck_assert_str_eq(pm__slot_state_name(PM_SLOT_BACKOFF), "backoff");
-    ck_assert_str_eq(pm__slot_event_name(PM__EV_READY_TIMEOUT), "ready-timeout");
+    /* Every state and event has its name. */
+    static const char *const states[] = {"none",    "starting", "ready",   "backoff",
+                                         "retired", "stopped",  "stopping"};
+    static const char *const events[] = {"ready", "exited", "ready-timeout", "backoff-done",
+                                         "stop",  "stop-timeout", "fault"};
+    for (int st = 0; st < PM__SLOT_STATES; st++)
+        ck_assert_str_eq(pm__slot_state_name(st), states[st]);
+    for (int e = 0; e < PM__EV_COUNT; e++)
+        ck_assert_str_eq(pm__slot_event_name(e), events[e]);
+    ck_assert_str_eq(pm__slot_state_name(99), "none");
+    ck_assert_str_eq(pm__slot_event_name(99), "none");
 }
 END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("lifecycle");
+    Suite *s = suite_create("budget");
     TCase *tc = pm_tcase("budget", 30);
     tcase_add_test(tc, test_backoff_sequence);
     tcase_add_test(tc, test_jitter_bounds);

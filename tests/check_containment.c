@@ -1,0 +1,312 @@
+/*
+ * check_containment.c - what a worker holds and what the supervisor takes
+ * back: the exact fd set and mappings of a fork-mode and an exec-mode
+ * worker (its own memory and doorbells, nothing of the supervisor or of
+ * another slot), and orphans re-parented to a subreaping supervisor.
+ */
+#include "helpers.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+
+#include "procmesh.h"
+#include "inspect.h"
+#include "internals.h"
+#include "supervise.h"
+
+#ifndef PM_TEST_WORKER
+#error "PM_TEST_WORKER must name the pm-test-worker binary"
+#endif
+
+
+/* ------------------------------------------------------------ reports */
+
+/* One worker's report (see inspect.h). */
+struct fdrep {
+    int fd;
+    char target[300];
+    unsigned long long ino;
+};
+
+struct report {
+    unsigned slot;
+    int nfds;
+    struct fdrep fds[64];
+    char maps[1024];
+    int ended;
+};
+
+/* Reads reports from fd until `want` of them have ended (or EOF). */
+static void read_reports(int fd, struct report *r, int want)
+{
+    static char buf[32768];
+    size_t got = 0;
+    int ended = 0;
+    while (ended < want && got < sizeof(buf) - 1) {
+        ssize_t k = read(fd, buf + got, sizeof(buf) - 1 - got);
+        ck_assert_msg(k > 0, "EOF or error before %d worker reports ended (%d did)", want, ended);
+        for (ssize_t i = 0; i < k; i++)
+            ended += memcmp(buf + got + i, "end\n", 4) == 0 && (got + i == 0 || buf[got + i - 1] == '\n');
+        got += (size_t)k;
+    }
+    buf[got] = '\0';
+    memset(r, 0, sizeof(*r) * (size_t)want);
+    struct report *cur = NULL;
+    int n = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(buf, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        unsigned slot;
+        unsigned long long inc;
+        if (sscanf(line, "slot %u inc %llu", &slot, &inc) == 2) {
+            ck_assert_int_lt(n, want);
+            cur = &r[n++];
+            cur->slot = slot;
+            continue;
+        }
+        ck_assert_msg(cur != NULL, "report line before its slot line: %s", line);
+        if (strcmp(line, "end") == 0) {
+            cur->ended = 1;
+            continue;
+        }
+        if (strncmp(line, "map ", 4) == 0) {
+            snprintf(cur->maps + strlen(cur->maps), sizeof(cur->maps) - strlen(cur->maps), "%s\n",
+                     line + 4);
+            continue;
+        }
+        ck_assert_int_lt(cur->nfds, (int)ARRAY_LEN(cur->fds));
+        struct fdrep *e = &cur->fds[cur->nfds++];
+        ck_assert_msg(sscanf(line, "fd %d %299s %llu", &e->fd, e->target, &e->ino) == 3,
+                      "bad report line: %s", line);
+    }
+    ck_assert_int_eq(n, want);
+}
+
+static const struct fdrep *rep_fd(const struct report *r, int fd)
+{
+    for (int i = 0; i < r->nfds; i++)
+        if (r->fds[i].fd == fd)
+            return &r->fds[i];
+    return NULL;
+}
+
+/* fd's target as the worker would report it (spaces as '_'). */
+static void fd_target(int fd, char *out, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t k = readlink(path, out, size - 1);
+    ck_assert_int_gt(k, 0);
+    out[k] = '\0';
+    for (char *p = out; *p != '\0'; p++)
+        if (*p == ' ')
+            *p = '_';
+}
+
+static unsigned long long fd_ino(int fd)
+{
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    return (unsigned long long)st.st_ino;
+}
+
+/* The worker's own memory: the supervisor's end of the same memfd. */
+static void assert_own_memfd(const pm_cluster *c, const struct report *r, const struct fdrep *e)
+{
+    char want[64];
+    snprintf(want, sizeof(want), "/memfd:procmesh-slot%u-inc1_(deleted)", r->slot);
+    ck_assert_msg(strcmp(e->target, want) == 0, "slot %u fd %d is %s, want %s", r->slot, e->fd,
+                  e->target, want);
+    int memfd = pm_test_slot_memfd(c, r->slot);
+    ck_assert_int_ge(memfd, 0);
+    ck_assert_msg(e->ino == fd_ino(memfd), "slot %u holds a memfd (inode %llu) that is not its own (%llu)",
+                  r->slot, e->ino, fd_ino(memfd));
+}
+
+/* Every procmesh mapping is the worker's own slot's; no io_uring ring. */
+static void assert_own_maps(const struct report *r)
+{
+    char mine[64];
+    snprintf(mine, sizeof(mine), "procmesh-slot%u-", r->slot);
+    ck_assert_msg(strstr(r->maps, mine) != NULL, "slot %u maps none of its memory", r->slot);
+    char copy[sizeof(r->maps)], *save = NULL;
+    snprintf(copy, sizeof(copy), "%s", r->maps);
+    for (char *line = strtok_r(copy, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save))
+        ck_assert_msg(strstr(line, mine) != NULL, "slot %u maps foreign memory: %s", r->slot, line);
+}
+
+/* ------------------------------------------------------------ fork mode */
+
+static int report_fd = -1;
+
+static int boot_inspect(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    /* fdopen adds no fd: report_fd is inherited from the test. */
+    FILE *out = fdopen(report_fd, "w");
+    if (out == NULL)
+        return 3;
+    pm_test_inspect(out, pm_node_slot(n), (unsigned long long)pm_node_self(n)->incarnation);
+    idle();
+    return 0;
+}
+
+START_TEST(test_containment_fork)
+{
+    /* A fork-mode worker holds exactly what the test process held before
+     * the spawn (same fd numbers, same files), plus its own slot's memfd and
+     * its two doorbells: no io_uring, signalfd, timerfd, pidfd, epoll fd,
+     * exec pipe, and nothing of another slot. */
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    report_fd = p[1];
+    struct fdrep before[64];
+    int nbefore = 0;
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+            continue;
+        ck_assert_int_lt(nbefore, (int)ARRAY_LEN(before));
+        before[nbefore].fd = atoi(e->d_name);
+        fd_target(before[nbefore].fd, before[nbefore].target, sizeof(before[nbefore].target));
+        ck_assert_msg(strstr(before[nbefore].target, "eventfd") == NULL,
+                      "the test itself holds an eventfd: %s", before[nbefore].target);
+        nbefore++;
+    }
+    closedir(d);
+    pm_options *o = opts(3);
+    pm_options_set_bootstrap(o, boot_inspect, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    close(p[1]);
+    static struct report r[3];
+    read_reports(p[0], r, 3);
+    for (int w = 0; w < 3; w++) {
+        for (int i = 0; i < nbefore; i++) {
+            const struct fdrep *f = rep_fd(&r[w], before[i].fd);
+            ck_assert_msg(f != NULL, "slot %u lost fd %d (%s)", r[w].slot, before[i].fd,
+                          before[i].target);
+            ck_assert_msg(strcmp(f->target, before[i].target) == 0, "slot %u fd %d is %s, was %s",
+                          r[w].slot, f->fd, f->target, before[i].target);
+        }
+        int memfds = 0, eventfds = 0;
+        for (int i = 0; i < r[w].nfds; i++) {
+            const struct fdrep *f = &r[w].fds[i];
+            int inherited = 0;
+            for (int j = 0; j < nbefore; j++)
+                inherited |= before[j].fd == f->fd;
+            if (inherited)
+                continue;
+            if (strncmp(f->target, "/memfd:", 7) == 0) {
+                assert_own_memfd(c, &r[w], f);
+                memfds++;
+            } else if (strcmp(f->target, "anon_inode:[eventfd]") == 0) {
+                eventfds++;
+            } else {
+                ck_abort_msg("slot %u holds fd %d: %s", r[w].slot, f->fd, f->target);
+            }
+        }
+        ck_assert_msg(memfds == 1 && eventfds == 2,
+                      "slot %u holds %d memfds and %d eventfds, want its own 1 and 2", r[w].slot,
+                      memfds, eventfds);
+        ck_assert_int_eq(r[w].nfds, nbefore + 3);
+        assert_own_maps(&r[w]);
+    }
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    close(p[0]);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ------------------------------------------------------------ exec mode */
+
+START_TEST(test_containment_exec)
+{
+    /* An exec-mode worker holds exactly: stdin/out/err as the test has
+     * them, the fd we passed (3), its own memfd (4) and its two doorbells
+     * (5, 6); and maps only its own slot's memory. */
+    pm_options *o = opts(2);
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    char passed[300];
+    fd_target(p[1], passed, sizeof(passed));
+    exec_opts(o, "inspect", NULL);
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &p[1], 1), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    close(p[1]);
+    static struct report r[2];
+    read_reports(p[0], r, 2);
+    for (int w = 0; w < 2; w++) {
+        ck_assert_msg(r[w].nfds == 7, "slot %u holds %d fds, want 7 (0-6)", r[w].slot, r[w].nfds);
+        for (int fd = 0; fd <= 2; fd++) {
+            char want[300];
+            fd_target(fd, want, sizeof(want));
+            const struct fdrep *f = rep_fd(&r[w], fd);
+            ck_assert_msg(f != NULL && strcmp(f->target, want) == 0, "slot %u fd %d is %s, want %s",
+                          r[w].slot, fd, f ? f->target : "(closed)", want);
+        }
+        const struct fdrep *f = rep_fd(&r[w], 3);
+        ck_assert_msg(f != NULL && strcmp(f->target, passed) == 0, "slot %u fd 3 is %s, want %s",
+                      r[w].slot, f ? f->target : "(closed)", passed);
+        f = rep_fd(&r[w], 4);
+        ck_assert_msg(f != NULL, "slot %u has no fd 4", r[w].slot);
+        assert_own_memfd(c, &r[w], f);
+        for (int fd = 5; fd <= 6; fd++) {
+            f = rep_fd(&r[w], fd);
+            ck_assert_msg(f != NULL && strcmp(f->target, "anon_inode:[eventfd]") == 0,
+                          "slot %u fd %d is %s, want its doorbell", r[w].slot, fd,
+                          f ? f->target : "(closed)");
+        }
+        assert_own_maps(&r[w]);
+    }
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    close(p[0]);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_reap_orphans)
+{
+    /* As a subreaper, orphans come to the supervisor: with reap_orphans
+     * they are reaped and counted, workers still go their own way. */
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_crash_first, (void *)(intptr_t)SIGSEGV);
+    ck_assert_int_eq(pm_options_set_reap_orphans(o, 1), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    /* A grandchild orphaned to us: a child that forks and exits at once. */
+    pid_t mid = pm_test_fork();
+    if (mid == 0) {
+        /* Plain fork: the grandchild must outlive mid to be an orphan. It
+         * is ours as the subreaper and ends by itself in 100 ms. */
+        if (fork() == 0) {
+            usleep(100000);
+            _exit(0);
+        }
+        _exit(0);
+    }
+    struct pm_cluster_stats st;
+    RUN_UNTIL(c, (pm_cluster_stats(c, &st), st.orphans_reaped >= 2), 5000);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 5000); /* the worker crash was still seen */
+    ck_assert_int_eq(find(PM_EVENT_EXITED, 0, 0)->signal, SIGSEGV);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+    pm_options_free(o);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("containment");
+    PM_ADD_TEST(s, test_containment_fork, 60);
+    PM_ADD_TEST(s, test_containment_exec, 60);
+    PM_ADD_TEST(s, test_reap_orphans, 60);
+    return pm_test_main(s);
+}

@@ -1,0 +1,292 @@
+/*
+ * check_spawn.c - starting a cluster with real processes: the handshake in
+ * fork and exec mode, init data, spawn failures (missing program, a worker
+ * that fails or never says ready, exhausted fds) and exec readiness with
+ * listening sockets. Every test is bounded by Check's timeout and by its
+ * own generous deadlines.
+ */
+#include "helpers.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include "procmesh.h"
+#include "supervise.h"
+
+#ifndef PM_TEST_WORKER
+#error "PM_TEST_WORKER must name the pm-test-worker binary"
+#endif
+
+START_TEST(test_spawn_ready_terminate)
+{
+    pm_options *o = opts(3);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_options_set_base_port(o, 7000);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_uint_eq(pm_cluster_size(c), 3);
+    ck_assert_uint_eq(pm_cluster_slots(c), 3);
+    pm_address a[4];
+    ck_assert_int_eq(pm_cluster_addresses(c, a, 4), 3);
+    for (unsigned i = 0; i < 3; i++) {
+        ck_assert_str_eq(a[i].system, "procmesh");
+        ck_assert_str_eq(a[i].host, "worker");
+        ck_assert_uint_eq(a[i].port, 7000 + i);
+        ck_assert_uint_eq(a[i].incarnation, 1);
+        pm_slot_info si;
+        ck_assert_int_eq(pm_cluster_slot_info(c, i, &si), 0);
+        ck_assert_int_eq(si.state, PM_SLOT_READY);
+        ck_assert_int_gt(si.pid, 0);
+        ck_assert_uint_eq(si.restarts_total, 0);
+    }
+    ck_assert_int_eq(pm_cluster_slot_info(c, 3, NULL), -EINVAL);
+    ck_assert_int_eq(count(PM_EVENT_STARTED, -1), 3);
+    ck_assert_int_eq(count(PM_EVENT_READY, -1), 3);
+    ck_assert_int_ge(pm_cluster_fd(c), 0);
+    /* Nothing happens in a quiet period. */
+    ck_assert_int_eq(pm_cluster_run(c, 100), 0);
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_init_data_fork_and_exec)
+{
+    pm_options *o = opts(2);
+    pm_options_set_bootstrap(o, boot_init, "hello init");
+    pm_options_set_init_data(o, "hello init", 10);
+    pm_options_set_system_name(o, "sys");
+    pm_options_set_hostname(o, "hst");
+    pm_options_set_base_port(o, 100);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+
+    o = opts(2);
+    exec_opts(o, "init", "exec init data");
+    pm_options_set_init_data(o, "exec init data", 14);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    /* The worker exits 0 right after ready when the data matched (9 if not). */
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, -1) == 2, 5000);
+    ck_assert_int_eq(find(PM_EVENT_EXITED, -1, 0)->exit_code, 0);
+    ck_assert_int_eq(find(PM_EVENT_EXITED, -1, 1)->exit_code, 0);
+    /* on-failure: a clean exit stops the slot, without a down call. */
+    RUN_UNTIL(c, pm_cluster_size(c) == 0, 5000);
+    ck_assert_int_eq(downs, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_spawn_resources_exhausted)
+{
+    /* fork/memfd/eventfd failing (EMFILE here, by lowering our fd limit):
+     * each restart attempt is a failed start charged to the budget and
+     * retried after a backoff, with no busy loop and no crash; once the
+     * resource is back the slot recovers. */
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_options_set_restart_min_backoff_ms(o, 20);
+    pm_options_set_restart_max_backoff_ms(o, 80);
+    pm_options_set_max_restarts(o, -1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    struct rlimit old, low;
+    getrlimit(RLIMIT_NOFILE, &old);
+    low = old;
+    /* Open fds keep working above the limit; any new fd fails. */
+    low.rlim_cur = 3;
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 0, &si);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    kill(si.pid, SIGKILL);
+    RUN_UNTIL(c, count(PM_EVENT_SPAWN_FAILED, 0) >= 3, 10000);
+    const rec *f = find(PM_EVENT_SPAWN_FAILED, 0, 0);
+    ck_assert_int_eq(f->exit_code, -EMFILE);
+    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_BACKOFF);
+    /* Backoff between attempts, not a busy loop. */
+    ck_assert_uint_ge(find(PM_EVENT_SPAWN_FAILED, 0, 2)->t_ms - f->t_ms, 40);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+    RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_READY, 10000);
+    pm_cluster_slot_info(c, 0, &si);
+    ck_assert_uint_ge(si.restarts_total, 4);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_spawn_missing_program)
+{
+    pm_options *o = opts(2);
+    pm_options_set_exec(o, "/nonexistent/procmesh-worker", NULL);
+    pm_cluster *c = NULL;
+    uint64_t t0 = ms();
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ENOENT);
+    ck_assert_ptr_null(c);
+    /* Seen through the pidfd at once, not at the ready timeout. */
+    ck_assert_uint_lt(ms() - t0, 5000);
+    ck_assert_int_ge(count(PM_EVENT_STARTED, -1), 1);
+    ck_assert_str_eq(find(PM_EVENT_EXITED, -1, 0)->reason, "exec");
+    assert_all_started_gone();
+    pm_options_free(o);
+
+    char path[] = "/tmp/pm-noexec-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    chmod(path, 0644); /* not executable, even for root */
+    o = opts(1);
+    pm_options_set_exec(o, path, NULL);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -EACCES);
+    unlink(path);
+    assert_all_started_gone();
+    pm_options_free(o);
+
+    o = opts(1);
+    pm_options_set_exec(o, "no-such-program-in-path", NULL);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ENOENT);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_spawn_failure_kills_siblings)
+{
+    pm_options *o = opts(4);
+    pm_options_set_bootstrap(o, boot_fail_slot2, NULL);
+    pm_cluster *c = NULL;
+    uint64_t t0 = ms();
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ECHILD);
+    ck_assert_ptr_null(c);
+    ck_assert_uint_lt(ms() - t0, 5000); /* well under the 10 s ready timeout */
+    ck_assert_int_eq(count(PM_EVENT_STARTED, -1), 4);
+    assert_all_started_gone();
+    /* Nothing left for us to reap either: no zombie. */
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+    ck_assert_int_eq(errno, ECHILD);
+    pm_options_free(o);
+
+    o = opts(2);
+    pm_options_set_bootstrap(o, boot_crash_in_handshake, NULL);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ECHILD);
+    ck_assert_int_eq(find(PM_EVENT_EXITED, -1, 0)->signal, SIGSEGV);
+    assert_all_started_gone();
+    pm_options_free(o);
+
+    /* An exec-mode worker that exits before joining. */
+    o = opts(3);
+    exec_opts(o, "early", "7");
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ECHILD);
+    assert_all_started_gone();
+    pm_options_free(o);
+
+    /* A worker that never says ready: -ETIMEDOUT, and it is gone. */
+    o = opts(2);
+    exec_opts(o, "never-ready", NULL);
+    pm_options_set_ready_timeout_ms(o, 300);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ETIMEDOUT);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_ready_mode_exec_and_listen_fds)
+{
+    /* A program that does not link libprocmesh: ready once exec succeeded;
+     * it gets the listening socket as fd 3 with LISTEN_FDS, LISTEN_FDNAMES
+     * and LISTEN_PID = its own pid, and no procmesh fds. */
+    char dir[] = "/tmp/pm-listen-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char out[64], script[512];
+    snprintf(out, sizeof(out), "%s/env", dir);
+    snprintf(script, sizeof(script),
+             "echo \"$LISTEN_FDS $LISTEN_FDNAMES $LISTEN_PID $$ $PROCMESH_NODE\" > %s.tmp;"
+             " mv %s.tmp %s; exec sleep 60",
+             out, out, out);
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(sock, 0);
+    pm_options *o = opts(1);
+    char *argv[] = {"sh", "-c", script, NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    const char *names[] = {"web"};
+    ck_assert_int_eq(pm_options_set_listen_fds(o, &sock, names, 1), 0);
+    pm_options_set_heartbeat_timeout_ms(o, 100); /* must not apply: no heartbeat source */
+    pm_cluster *c;
+    uint64_t t0 = ms();
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_uint_lt(ms() - t0, 3000);
+    RUN_UNTIL(c, access(out, R_OK) == 0, 5000);
+    ck_assert_int_eq(pm_cluster_run(c, 400), 0); /* four heartbeat timeouts */
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    FILE *f = fopen(out, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256] = "";
+    ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+    line[strcspn(line, "\n")] = '\0';
+    fclose(f);
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 0, &si);
+    char want[128];
+    snprintf(want, sizeof(want), "1 web %d %d ", (int)si.pid, (int)si.pid);
+    ck_assert_str_eq(line, want);
+    /* What the worker holds, read from outside once the shell has become
+     * `sleep` (the shell's own fds are blurred by the ones it saves around
+     * redirections): stdin/out/err and the listening socket as fd 3, no
+     * procmesh fd (no memfd, no doorbell: PROCMESH_NODE was empty above). */
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)si.pid);
+    RUN_UNTIL(c, (f = fopen(path, "r")) != NULL && (fgets(comm, sizeof(comm), f), fclose(f), 1) &&
+                     strcmp(comm, "sleep\n") == 0,
+              5000);
+    char fds[256] = "";
+    for (int fd = 0; fd < 1024; fd++) { /* above any fd a worker gets here */
+        char target[128];
+        snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)si.pid, fd);
+        ssize_t k = readlink(path, target, sizeof(target) - 1);
+        if (k < 0)
+            continue;
+        target[k] = '\0';
+        snprintf(fds + strlen(fds), sizeof(fds) - strlen(fds), "%d ", fd);
+        if (fd == 3) {
+            struct stat st;
+            ck_assert_int_eq(fstat(sock, &st), 0);
+            snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)st.st_ino);
+            ck_assert_str_eq(target, want);
+        }
+    }
+    ck_assert_str_eq(fds, "0 1 2 3 ");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    close(sock);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+
+    o = opts(1);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_ready, NULL), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    ck_assert_int_eq(pm_options_validate(o, NULL, 0), -EINVAL);
+    const char *bad[] = {"a:b"};
+    ck_assert_int_eq(pm_options_set_listen_fds(o, &sock, bad, 1), -EINVAL);
+    pm_options_free(o);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("spawn");
+    PM_ADD_TEST(s, test_spawn_ready_terminate, 60);
+    PM_ADD_TEST(s, test_init_data_fork_and_exec, 60);
+    PM_ADD_TEST(s, test_spawn_missing_program, 60);
+    PM_ADD_TEST(s, test_spawn_failure_kills_siblings, 60);
+    PM_ADD_TEST(s, test_spawn_resources_exhausted, 60);
+    PM_ADD_TEST(s, test_ready_mode_exec_and_listen_fds, 60);
+    return pm_test_main(s);
+}

@@ -1,0 +1,161 @@
+/*
+ * check_stop.c - how a cluster stops and how it hears the outside world:
+ * terminate (stop request, SIGKILL after the stop timeout, cancelled
+ * backoffs), a killed supervisor taking its workers with it, signals to the
+ * supervisor, the cluster fd, and the epoll fallback loop.
+ */
+#include "helpers.h"
+
+#include <poll.h>
+#include <sys/prctl.h>
+
+#include "procmesh.h"
+#include "internals.h"
+#include "supervise.h"
+
+#ifndef PM_TEST_WORKER
+#error "PM_TEST_WORKER must name the pm-test-worker binary"
+#endif
+
+START_TEST(test_terminate_ignores_sigterm)
+{
+    pm_options *o = opts(2);
+    exec_opts(o, "ignore-term", NULL);
+    pm_options_set_stop_timeout_ms(o, 300);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    uint64_t t0 = ms();
+    ck_assert_int_eq(pm_cluster_terminate(c), 1);
+    uint64_t took = ms() - t0;
+    ck_assert_uint_ge(took, 290);
+    ck_assert_uint_lt(took, 5000);
+    assert_all_started_gone();
+    ck_assert_int_eq(find(PM_EVENT_EXITED, -1, 0)->signal, SIGKILL);
+    pm_options_free(o);
+
+    /* A worker that honours SIGTERM stops by itself: 0, and quickly. */
+    o = opts(2);
+    exec_opts(o, "ready", NULL);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    t0 = ms();
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_uint_lt(ms() - t0, 2500);
+    ck_assert_int_eq(find(PM_EVENT_EXITED, -1, 0)->exit_code, 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_terminate_cancels_backoff)
+{
+    pm_options *o = opts(2);
+    pm_options_set_bootstrap(o, boot_crash_first, (void *)(intptr_t)SIGSEGV);
+    pm_options_set_restart_min_backoff_ms(o, 20000);
+    pm_options_set_restart_max_backoff_ms(o, 20000);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_BACKOFF && slot_state(c, 1) == PM_SLOT_BACKOFF, 5000);
+    uint64_t t0 = ms();
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_uint_lt(ms() - t0, 2000);
+    ck_assert_int_eq(count(PM_EVENT_STARTED, -1), 2);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_supervisor_killed)
+{
+    /* A supervisor process spawns 3 workers and is SIGKILLed: every worker
+     * must be gone within a second. We are the subreaper, so the orphans
+     * come to us and we can tell "exited" from "still running". */
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t sup = pm_test_fork();
+    ck_assert_int_ge(sup, 0);
+    if (sup == 0) {
+        close(p[0]);
+        pm_options *o = opts(3);
+        pm_options_set_bootstrap(o, boot_ready, NULL);
+        pm_cluster *c;
+        if (pm_cluster_spawn(o, &c) != 0)
+            _exit(1);
+        for (unsigned i = 0; i < 3; i++) {
+            pm_slot_info si;
+            pm_cluster_slot_info(c, i, &si);
+            if (write(p[1], &si.pid, sizeof(si.pid)) != sizeof(si.pid))
+                _exit(2);
+        }
+        for (;;)
+            pm_cluster_run(c, -1);
+    }
+    close(p[1]);
+    pid_t pids[3];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(read(p[0], &pids[i], sizeof(pids[i])), sizeof(pids[i]));
+    kill(sup, SIGKILL);
+    ck_assert_int_ne(pm_test_reap(sup, 5000), -1);
+    uint64_t t0 = ms();
+    for (int i = 0; i < 3; i++) {
+        int status = pm_test_reap(pids[i], 1500);
+        ck_assert_msg(status != -1, "worker %d outlived its supervisor", (int)pids[i]);
+        ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    }
+    ck_assert_uint_le(ms() - t0, 1500);
+}
+END_TEST
+
+START_TEST(test_signals_and_fd)
+{
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    /* SIGTERM to the supervisor: run returns -EINTR, nothing is lost. */
+    raise(SIGTERM);
+    ck_assert_int_eq(pm_cluster_run(c, 2000), -EINTR);
+    ck_assert_int_eq(pm_cluster_last_signal(c), SIGTERM);
+    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
+    /* The cluster fd turns readable when a worker dies. */
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 0, &si);
+    kill(si.pid, SIGKILL);
+    struct pollfd pfd = {.fd = pm_cluster_fd(c), .events = POLLIN};
+    ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 5000);
+    /* pm_cluster_stop from a callback-free context makes run(-1) return. */
+    pm_cluster_stop(c);
+    ck_assert_int_eq(pm_cluster_run(c, -1), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_epoll_backend)
+{
+    /* The fallback loop for kernels or containers without io_uring. */
+    setenv("PROCMESH_LOOP", "epoll", 1);
+    pm_options *o = opts(2);
+    pm_options_set_bootstrap(o, boot_crash_first, (void *)(intptr_t)SIGSEGV);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_msg(pm_test_loop_backend(c) == PM__LOOP_EPOLL,
+                  "PROCMESH_LOOP=epoll, but the loop backend is %d", pm_test_loop_backend(c));
+    RUN_UNTIL(c, count(PM_EVENT_READY, -1) == 4, 10000);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+    unsetenv("PROCMESH_LOOP");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("stop");
+    PM_ADD_TEST(s, test_terminate_ignores_sigterm, 60);
+    PM_ADD_TEST(s, test_terminate_cancels_backoff, 60);
+    PM_ADD_TEST(s, test_supervisor_killed, 60);
+    PM_ADD_TEST(s, test_signals_and_fd, 60);
+    PM_ADD_TEST(s, test_epoll_backend, 60);
+    return pm_test_main(s);
+}

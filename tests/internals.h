@@ -1,0 +1,119 @@
+/*
+ * internals.h - every read of a private procmesh structure the tests make.
+ *
+ * Some behaviour is only visible inside the supervisor or the node (a
+ * per-slot counter, the loop backend, a worker's own ring). The tests reach
+ * it here and nowhere else, so that when struct pm_cluster or struct
+ * pm_node change shape only this file has to follow. Include after
+ * helpers.h in a program linked with libpmcore (not the shared library,
+ * which exports only the public symbols).
+ */
+#ifndef PM_TEST_INTERNALS_H
+#define PM_TEST_INTERNALS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cluster.h"
+#include "loop.h"
+#include "node.h"
+
+/* ------------------------------------------------------------ supervisor */
+
+static inline int pm_test_slot_state(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].state;
+}
+
+static inline uint64_t pm_test_slot_incarnation(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].incarnation;
+}
+
+/* Frames the hub dropped from slot i as malformed. */
+static inline uint64_t pm_test_slot_malformed(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].malformed;
+}
+
+/* Frames relayed from slot i. */
+static inline uint64_t pm_test_slot_relayed(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].relayed;
+}
+
+/* Undeliverable notices sent to slot i. */
+static inline uint64_t pm_test_slot_undeliverable(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].undeliverable;
+}
+
+/* Requests relayed to slot i and not yet answered. */
+static inline uint32_t pm_test_slot_inflight(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].ninflight;
+}
+
+/* The hub's queue of frames waiting for room in slot i's ring. */
+static inline uint32_t pm_test_slot_queued_frames(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].q_frames;
+}
+
+static inline size_t pm_test_slot_queued_bytes(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].q_bytes;
+}
+
+/* The slot whose full ring keeps slot i from being read, or -1. */
+static inline int pm_test_slot_blocked_on(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].blocked_on;
+}
+
+/* The supervisor's end of slot i's shared memory (-1 when none). */
+static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].link.memfd;
+}
+
+/* Replies that arrived when nobody waited for them any more. */
+static inline uint64_t pm_test_late_replies(const pm_cluster *c)
+{
+    return c->hub.late_replies;
+}
+
+/* 1 once the supervisor ran its first liveness check (a stall can only be
+ * measured from one). */
+static inline int pm_test_liveness_checked(const pm_cluster *c)
+{
+    return c->last_check_mono != 0;
+}
+
+/* PM__LOOP_URING or PM__LOOP_EPOLL. */
+static inline int pm_test_loop_backend(const pm_cluster *c)
+{
+    return c->loop.backend;
+}
+
+/* ------------------------------------------------------------ worker side */
+
+/* The worker's mapping of its own shared memory (the control block first). */
+static inline void *pm_test_node_map(pm_node *n)
+{
+    return n->link.map;
+}
+
+/* The worker's up ring (worker -> hub), to write raw frames into. */
+static inline pm__ring *pm_test_node_tx(pm_node *n)
+{
+    return &n->link.tx;
+}
+
+/* The doorbell the worker rings to wake the hub. */
+static inline int pm_test_node_hub_efd(const pm_node *n)
+{
+    return n->link.hub_efd;
+}
+
+#endif /* PM_TEST_INTERNALS_H */
