@@ -47,4 +47,10 @@ static inline uint64_t pm__now_ms(void)
     return pm__now_ns() / 1000000u;
 }
 
+/* Names (a system, a host): 1..PM_NAME_MAX - 1 characters of [A-Za-z0-9._-].
+ * The one check, in address.c: 1 when s[0..n) is a valid name, 0 if not. */
+int pm__name_valid_n(const char *s, size_t n);
+/* The same for a NUL-terminated s (NULL is not valid). */
+int pm__name_valid(const char *s);
+
 #endif /* PM_INTERNAL_H */
