@@ -296,6 +296,10 @@ enum pm_slot_state {
     PM_SLOT_STOPPING = 6  /* asked to stop (or killed); waiting until it is reaped */
 };
 
+/* The state's name as procmesh prints it ("starting", "ready" ...); "none"
+ * for anything else. A static string. */
+PM_EXTERN const char *pm_slot_state_name(int state);
+
 typedef struct pm_slot_info {
     int state;
     pid_t pid; /* 0 when no process */

@@ -12,29 +12,31 @@
 #include <stdio.h>
 #include <string.h>
 
-static int name_char_ok(char c)
+int pm__name_valid_n(const char *s, size_t n)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    if (n == 0 || n >= PM_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
 }
 
-/* Length of a valid name held in a PM_NAME_MAX array, or -EINVAL. */
-static int name_check(const char name[PM_NAME_MAX])
+int pm__name_valid(const char *s)
 {
-    size_t n = strnlen(name, PM_NAME_MAX);
-    if (n == 0 || n == PM_NAME_MAX)
-        return -EINVAL;
-    for (size_t i = 0; i < n; i++)
-        if (!name_char_ok(name[i]))
-            return -EINVAL;
-    return (int)n;
+    /* strnlen stops at PM_NAME_MAX, which pm__name_valid_n refuses: a name
+     * held in a full PM_NAME_MAX array without its NUL is never read past. */
+    return s != NULL && pm__name_valid_n(s, strnlen(s, PM_NAME_MAX));
 }
 
 PM_EXTERN int pm_address_format(const pm_address *addr, char *buf, size_t size)
 {
     if (addr == NULL || (buf == NULL && size > 0))
         return -EINVAL;
-    if (name_check(addr->system) < 0 || name_check(addr->host) < 0)
+    if (!pm__name_valid(addr->system) || !pm__name_valid(addr->host))
         return -EINVAL;
     int n;
     if (addr->incarnation != 0)
@@ -56,11 +58,8 @@ PM_EXTERN int pm_address_format(const pm_address *addr, char *buf, size_t size)
 static int parse_name(const char *s, const char *end, char out[PM_NAME_MAX])
 {
     size_t n = (size_t)(end - s);
-    if (n == 0 || n >= PM_NAME_MAX)
+    if (!pm__name_valid_n(s, n))
         return -EINVAL;
-    for (size_t i = 0; i < n; i++)
-        if (!name_char_ok(s[i]))
-            return -EINVAL;
     memcpy(out, s, n);
     out[n] = '\0';
     return 0;

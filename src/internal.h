@@ -63,4 +63,10 @@ void pm__node_address(const pm__names *n, uint32_t node, uint64_t inc, pm_addres
  * this mesh's. */
 int pm__address_node(const pm__names *n, const pm_address *to, uint32_t *node);
 
+/* Names (a system, a host): 1..PM_NAME_MAX - 1 characters of [A-Za-z0-9._-].
+ * The one check, in address.c: 1 when s[0..n) is a valid name, 0 if not. */
+int pm__name_valid_n(const char *s, size_t n);
+/* The same for a NUL-terminated s (NULL is not valid). */
+int pm__name_valid(const char *s);
+
 #endif /* PM_INTERNAL_H */

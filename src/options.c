@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "defaults.h"
 #include "ring.h"
 
 PM_EXTERN pm_options *pm_options_new(void)
@@ -19,22 +20,22 @@ PM_EXTERN pm_options *pm_options_new(void)
     pm_options *o = calloc(1, sizeof(*o));
     if (o == NULL)
         return NULL;
-    o->workers = 0;
-    strcpy(o->system_name, "procmesh");
-    strcpy(o->hostname, "worker");
-    o->base_port = 1;
-    o->restart_policy = PM_RESTART_ON_FAILURE;
-    o->ready_timeout_ms = 10000;
-    o->min_backoff_ms = 200;
-    o->max_backoff_ms = 10000;
-    o->random_factor = 0.2;
-    o->max_restarts = 10;
-    o->restart_window_ms = 60000;
-    o->stop_timeout_ms = 5000;
+    o->workers = PM__DEFAULT_WORKERS;
+    strcpy(o->system_name, PM__DEFAULT_SYSTEM_NAME);
+    strcpy(o->hostname, PM__DEFAULT_HOSTNAME);
+    o->base_port = PM__DEFAULT_BASE_PORT;
+    o->restart_policy = PM__DEFAULT_RESTART_POLICY;
+    o->ready_timeout_ms = PM__DEFAULT_READY_TIMEOUT_MS;
+    o->min_backoff_ms = PM__DEFAULT_MIN_BACKOFF_MS;
+    o->max_backoff_ms = PM__DEFAULT_MAX_BACKOFF_MS;
+    o->random_factor = PM__DEFAULT_RANDOM_FACTOR;
+    o->max_restarts = PM__DEFAULT_MAX_RESTARTS;
+    o->restart_window_ms = PM__DEFAULT_RESTART_WINDOW_MS;
+    o->stop_timeout_ms = PM__DEFAULT_STOP_TIMEOUT_MS;
     o->ring_size = PM__RING_DEFAULT_CAP;
     o->handle_signals = 1;
-    o->heartbeat_timeout_ms = 10000;
-    o->ready_mode = PM_READY_MESH;
+    o->heartbeat_timeout_ms = PM__DEFAULT_HEARTBEAT_TIMEOUT_MS;
+    o->ready_mode = PM__DEFAULT_READY_MODE;
     return o;
 }
 
@@ -161,22 +162,6 @@ PM_EXTERN int pm_options_set_reap_orphans(pm_options *o, int on)
         return -EINVAL;
     o->reap_orphans = on;
     return 0;
-}
-
-int pm__name_valid(const char *s)
-{
-    if (s == NULL)
-        return 0;
-    size_t n = strnlen(s, PM_NAME_MAX);
-    if (n == 0 || n >= PM_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return 0;
-    }
-    return 1;
 }
 
 PM_EXTERN int pm_options_set_system_name(pm_options *o, const char *s)

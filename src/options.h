@@ -59,7 +59,4 @@ int pm__cpus_available(void);
  * count rounded up; 0 for no limit; -EINVAL when malformed. Pure. */
 int pm__cpu_max_parse(const char *text);
 
-/* 1 when s is a valid name for an address (see pm_address_parse). */
-int pm__name_valid(const char *s);
-
 #endif /* PM_OPTIONS_H */

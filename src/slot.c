@@ -26,7 +26,7 @@ int pm__slot_action(int state, int event)
     return table[state][event];
 }
 
-const char *pm__slot_state_name(int state)
+PM_EXTERN const char *pm_slot_state_name(int state)
 {
     static const char *const names[] = {"none",    "starting", "ready",   "backoff",
                                         "retired", "stopped",  "stopping"};

@@ -9,6 +9,8 @@
 #ifndef PM_SLOT_H
 #define PM_SLOT_H
 
+#include "procmesh.h"
+
 enum pm__slot_event {
     PM__EV_READY = 0,      /* the worker said READY */
     PM__EV_EXITED,         /* its process was reaped */
@@ -16,7 +18,7 @@ enum pm__slot_event {
     PM__EV_BACKOFF_DONE,   /* the backoff delay is over */
     PM__EV_STOP,           /* terminate (or drain) asks the slot to stop */
     PM__EV_STOP_TIMEOUT,   /* the stop grace period is over */
-    PM__EV_FAULT,          /* protocol violation (later: corrupt ring, heartbeat) */
+    PM__EV_FAULT,          /* fenced: protocol violation, corrupt ring or hung (heartbeat) */
     PM__EV_COUNT
 };
 
@@ -39,7 +41,12 @@ enum pm__slot_action {
 /* The action for an event in a state; PM__A_IGNORE for anything unknown. */
 int pm__slot_action(int state, int event);
 
-const char *pm__slot_state_name(int state);
+/* The internal spelling of pm_slot_state_name (one table, in slot.c), kept
+ * for tests/check_lifecycle.c, which calls it. */
+static inline const char *pm__slot_state_name(int state)
+{
+    return pm_slot_state_name(state);
+}
 const char *pm__slot_event_name(int event);
 
 #endif /* PM_SLOT_H */

@@ -1,5 +1,5 @@
-/* dconf.c - the daemon's options: flags, environment, validation. Pure
- * except for reading an --init-data @FILE. */
+/* dconf.c - the daemon's `run` options: flags, PROCMESH_* variables,
+ * defaults and validation; see dconf.h. */
 #define _GNU_SOURCE
 #include "dconf.h"
 
@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "defaults.h"
 
 static int fail(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -53,12 +55,15 @@ static int int_value(const src *s, const char *v, long min, long max, int *out, 
 
 static int name_value(const src *s, const char *v, char out[PM_NAME_MAX], char *err, size_t size)
 {
+    /* The rule for names is the library's; its setter applies it (its pm__
+     * check is not exported from the shared library the daemon links). */
     char w[96];
-    size_t n = strlen(v);
-    int ok = n > 0 && n < PM_NAME_MAX;
-    for (size_t i = 0; ok && i < n; i++)
-        ok = isalnum((unsigned char)v[i]) || v[i] == '.' || v[i] == '_' || v[i] == '-';
-    if (!ok)
+    pm_options *o = pm_options_new();
+    if (o == NULL)
+        return -ENOMEM;
+    int rc = pm_options_set_hostname(o, v);
+    pm_options_free(o);
+    if (rc < 0)
         return fail(err, size, "%s: '%s' must be 1..%d characters of [A-Za-z0-9._-]",
                     who(s, w, sizeof(w)), v, PM_NAME_MAX - 1);
     strcpy(out, v);
@@ -97,21 +102,20 @@ static int host_port(const src *s, const char *v, char *host, size_t hostsize, u
     memcpy(host, h, hl);
     host[hl] = '\0';
     int p;
-    src ps = *s;
-    if (int_value(&ps, colon + 1, 0, 65535, &p, err, size) < 0)
+    if (int_value(s, colon + 1, 0, 65535, &p, err, size) < 0)
         return fail(err, size, "%s: '%s' has no port in 0..65535", who(s, w, sizeof(w)), v);
     *port = (unsigned)p;
     return 0;
 }
 
 /* [NAME=]tcp:HOST:PORT | [NAME=]unix:PATH */
-static int listen_value(const src *s, const char *v, pm__dconf *c, char *err, size_t size)
+static int listen_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
 {
     char w[96];
-    if (c->nlisten == PM__D_MAX_LISTEN)
+    if (c->nlisten == PMD_MAX_LISTEN)
         return fail(err, size, "%s: at most %d listening sockets", who(s, w, sizeof(w)),
-                    PM__D_MAX_LISTEN);
-    pm__d_listen *l = &c->listen[c->nlisten];
+                    PMD_MAX_LISTEN);
+    pmd_listen_spec *l = &c->listen[c->nlisten];
     memset(l, 0, sizeof(*l));
     const char *eq = strchr(v, '=');
     const char *spec = v;
@@ -143,7 +147,7 @@ static int listen_value(const src *s, const char *v, pm__dconf *c, char *err, si
     return 0;
 }
 
-static int init_value(const src *s, const char *v, pm__dconf *c, char *err, size_t size)
+static int init_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
 {
     char w[96];
     free(c->init_data);
@@ -210,7 +214,7 @@ static const struct {
     [O_LOG_LEVEL] = {"--log-level", "PROCMESH_LOG_LEVEL"},
 };
 
-static int apply(pm__dconf *c, int id, const src *s, const char *v, char *err, size_t size)
+static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
 {
     char w[96];
     switch (id) {
@@ -261,7 +265,7 @@ static int apply(pm__dconf *c, int id, const src *s, const char *v, char *err, s
         return init_value(s, v, c, err, size);
     case O_READY: {
         static const char *const n[] = {"mesh", "notify", "exec", NULL};
-        static const int val[] = {PM__D_READY_MESH, PM__D_READY_NOTIFY, PM__D_READY_EXEC};
+        static const int val[] = {PM_READY_MESH, PM_READY_NOTIFY, PM_READY_EXEC};
         return choice(s, v, n, val, "mesh, notify, exec", &c->ready, err, size);
     }
     case O_LISTEN:
@@ -272,41 +276,41 @@ static int apply(pm__dconf *c, int id, const src *s, const char *v, char *err, s
         return int_value(s, v, 0, PM_MAX_WORKERS, &c->min_ready, err, size);
     case O_LOG_FORMAT: {
         static const char *const n[] = {"text", "json", NULL};
-        static const int val[] = {PM__LOG_TEXT, PM__LOG_JSON};
+        static const int val[] = {PMD_LOG_TEXT, PMD_LOG_JSON};
         return choice(s, v, n, val, "text, json", &c->log_format, err, size);
     }
     case O_LOG_LEVEL: {
         static const char *const n[] = {"error", "warn", "info", "debug", NULL};
-        static const int val[] = {PM__LOG_ERROR, PM__LOG_WARN, PM__LOG_INFO, PM__LOG_DEBUG};
+        static const int val[] = {PMD_LOG_ERROR, PMD_LOG_WARN, PMD_LOG_INFO, PMD_LOG_DEBUG};
         return choice(s, v, n, val, "error, warn, info, debug", &c->log_level, err, size);
     }
     }
     return -EINVAL;
 }
 
-static void defaults(pm__dconf *c)
+static void defaults(pmd_dconf *c)
 {
     memset(c, 0, sizeof(*c));
-    c->workers = 0;
-    c->restart = PM_RESTART_ON_FAILURE;
-    c->backoff_min = 200;
-    c->backoff_max = 10000;
-    c->jitter = 0.2;
-    c->max_restarts = 10;
-    c->restart_window = 60000;
-    c->ready_timeout = 10000;
-    c->heartbeat_timeout = 10000;
-    c->stop_timeout = 5000;
-    strcpy(c->system_name, "procmesh");
-    strcpy(c->hostname, "worker");
-    c->base_port = 1;
-    c->ready = PM__D_READY_MESH;
+    c->workers = PM__DEFAULT_WORKERS;
+    c->restart = PM__DEFAULT_RESTART_POLICY;
+    c->backoff_min = PM__DEFAULT_MIN_BACKOFF_MS;
+    c->backoff_max = PM__DEFAULT_MAX_BACKOFF_MS;
+    c->jitter = PM__DEFAULT_RANDOM_FACTOR;
+    c->max_restarts = PM__DEFAULT_MAX_RESTARTS;
+    c->restart_window = PM__DEFAULT_RESTART_WINDOW_MS;
+    c->ready_timeout = PM__DEFAULT_READY_TIMEOUT_MS;
+    c->heartbeat_timeout = PM__DEFAULT_HEARTBEAT_TIMEOUT_MS;
+    c->stop_timeout = PM__DEFAULT_STOP_TIMEOUT_MS;
+    strcpy(c->system_name, PM__DEFAULT_SYSTEM_NAME);
+    strcpy(c->hostname, PM__DEFAULT_HOSTNAME);
+    c->base_port = PM__DEFAULT_BASE_PORT;
+    c->ready = PM__DEFAULT_READY_MODE;
     c->min_ready = -1;
-    c->log_format = PM__LOG_TEXT;
-    c->log_level = PM__LOG_INFO;
+    c->log_format = PMD_LOG_TEXT;
+    c->log_level = PMD_LOG_INFO;
 }
 
-int pm__dconf_parse(pm__dconf *c, int argc, char **argv, pm__d_getenv env, char *err,
+int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
                     size_t errsize)
 {
     int seen[O_COUNT] = {0};
@@ -384,13 +388,13 @@ int pm__dconf_parse(pm__dconf *c, int argc, char **argv, pm__d_getenv env, char 
     return 0;
 }
 
-void pm__dconf_free(pm__dconf *c)
+void pmd_dconf_free(pmd_dconf *c)
 {
     free(c->init_data);
     c->init_data = NULL;
 }
 
-int pm__dconf_options(const pm__dconf *c, pm_options **out, char *err, size_t errsize)
+int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t errsize)
 {
     pm_options *o = pm_options_new();
     if (o == NULL)
@@ -411,10 +415,7 @@ int pm__dconf_options(const pm__dconf *c, pm_options **out, char *err, size_t er
     rc = rc ? rc : pm_options_set_hostname(o, c->hostname);
     rc = rc ? rc : pm_options_set_base_port(o, c->base_port);
     rc = rc ? rc : pm_options_set_init_data(o, c->init_data, c->init_len);
-    int mode = c->ready == PM__D_READY_EXEC     ? PM_READY_EXEC
-               : c->ready == PM__D_READY_NOTIFY ? PM_READY_NOTIFY
-                                                : PM_READY_MESH;
-    rc = rc ? rc : pm_options_set_ready_mode(o, mode);
+    rc = rc ? rc : pm_options_set_ready_mode(o, c->ready);
     rc = rc ? rc : pm_options_set_reap_orphans(o, 1);
     if (rc == 0)
         rc = pm_options_validate(o, err, errsize);

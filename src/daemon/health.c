@@ -1,26 +1,30 @@
-/* health.c - see health.h. */
+/* health.c - the HTTP health endpoint in the supervisor's loop: request
+ * parsing, /healthz /readyz /metrics answers, connection limits; see
+ * health.h. */
 #define _GNU_SOURCE
 #include "health.h"
 
 #include <errno.h>
 #include <netdb.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
+#include "sbuf.h"
+#include "status.h"
 
 static const char *const paths[] = {"/healthz", "/readyz", "/metrics", "/status"};
 
-int pm__http_parse(const char *buf, size_t len, const char **path, size_t *pathlen, int *head)
+int pmd_http_parse(const char *buf, size_t len, const char **path, size_t *pathlen, int *head)
 {
     const char *end = memmem(buf, len, "\r\n\r\n", 4);
     if (end == NULL)
         end = memmem(buf, len, "\n\n", 2);
     if (end == NULL)
-        return len >= PM__HTTP_MAX ? 413 : 0;
+        return len >= PMD_HTTP_MAX ? 413 : 0;
     /* The request line ends at the first newline, which exists: the blank
      * line found above has one. */
     const char *eol = memchr(buf, '\n', len);
@@ -65,32 +69,7 @@ int pm__http_parse(const char *buf, size_t len, const char **path, size_t *pathl
 
 /* ------------------------------------------------------------------ bodies */
 
-typedef struct sbuf {
-    char *p;
-    size_t size, len;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    if (b->len + 1 >= b->size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p + b->len, b->size - b->len, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        b->len = b->len + (size_t)n < b->size ? b->len + (size_t)n : b->size - 1;
-}
-
-static const char *state_name(int s)
-{
-    static const char *const n[] = {"none", "starting", "ready", "backoff", "retired", "stopped",
-                                    "stopping"};
-    return s >= 0 && s <= 6 ? n[s] : "none";
-}
-
-int pm__health_ready(pm_cluster *c, const pm__health_state *st)
+int pmd_health_ready(pm_cluster *c, const pmd_health_state *st)
 {
     if (st->draining)
         return 0;
@@ -104,14 +83,14 @@ int pm__health_ready(pm_cluster *c, const pm__health_state *st)
     return ready >= need && ready > 0;
 }
 
-static void metric(sbuf *b, const char *name, const char *type, const char *help)
+static void metric(pmd_sbuf *b, const char *name, const char *type, const char *help)
 {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    pmd_sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-size_t pm__health_metrics(pm_cluster *c, const pm__health_state *st, char *buf, size_t size)
+size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, size_t size)
 {
-    sbuf b = {buf, size, 0};
+    pmd_sbuf b = {buf, size, 0};
     buf[0] = '\0';
     unsigned n = pm_cluster_slots(c);
     struct pm_cluster_stats s;
@@ -123,78 +102,60 @@ size_t pm__health_metrics(pm_cluster *c, const pm__health_state *st, char *buf, 
         ready += info[i].state == PM_SLOT_READY;
     }
     metric(&b, "procmesh_workers", "gauge", "Worker slots.");
-    sb_printf(&b, "procmesh_workers %u\n", n);
+    pmd_sb_printf(&b, "procmesh_workers %u\n", n);
     metric(&b, "procmesh_workers_ready", "gauge", "Slots with a ready worker.");
-    sb_printf(&b, "procmesh_workers_ready %u\n", ready);
+    pmd_sb_printf(&b, "procmesh_workers_ready %u\n", ready);
     metric(&b, "procmesh_slot_restarts_total", "counter", "Restarts of each slot.");
     for (unsigned i = 0; i < n && info != NULL; i++)
-        sb_printf(&b, "procmesh_slot_restarts_total{slot=\"%u\"} %u\n", i, info[i].restarts_total);
+        pmd_sb_printf(&b, "procmesh_slot_restarts_total{slot=\"%u\"} %u\n", i, info[i].restarts_total);
     metric(&b, "procmesh_slot_ready", "gauge", "1 when the slot's worker is ready.");
     for (unsigned i = 0; i < n && info != NULL; i++)
-        sb_printf(&b, "procmesh_slot_ready{slot=\"%u\"} %d\n", i, info[i].state == PM_SLOT_READY);
+        pmd_sb_printf(&b, "procmesh_slot_ready{slot=\"%u\"} %d\n", i, info[i].state == PM_SLOT_READY);
     metric(&b, "procmesh_slot_heartbeat_age_seconds", "gauge",
            "Time since the slot's worker last made progress.");
     for (unsigned i = 0; i < n && info != NULL; i++)
-        sb_printf(&b, "procmesh_slot_heartbeat_age_seconds{slot=\"%u\"} %.3f\n", i,
+        pmd_sb_printf(&b, "procmesh_slot_heartbeat_age_seconds{slot=\"%u\"} %.3f\n", i,
                   info[i].heartbeat_age_ms / 1000.0);
     metric(&b, "procmesh_exits_total", "counter", "Worker exits by cause.");
-    sb_printf(&b, "procmesh_exits_total{cause=\"clean\"} %llu\n", (unsigned long long)st->exits_clean);
-    sb_printf(&b, "procmesh_exits_total{cause=\"failure\"} %llu\n", (unsigned long long)st->exits_failed);
-    sb_printf(&b, "procmesh_exits_total{cause=\"signal\"} %llu\n", (unsigned long long)st->exits_signal);
-    sb_printf(&b, "procmesh_exits_total{cause=\"oom\"} %llu\n", (unsigned long long)st->exits_oom);
-    sb_printf(&b, "procmesh_exits_total{cause=\"ready_timeout\"} %llu\n",
+    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"clean\"} %llu\n", (unsigned long long)st->exits_clean);
+    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"failure\"} %llu\n", (unsigned long long)st->exits_failed);
+    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"signal\"} %llu\n", (unsigned long long)st->exits_signal);
+    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"oom\"} %llu\n", (unsigned long long)st->exits_oom);
+    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"ready_timeout\"} %llu\n",
               (unsigned long long)st->exits_ready_timeout);
-    sb_printf(&b, "procmesh_exits_total{cause=\"fenced\"} %llu\n", (unsigned long long)st->exits_fenced);
+    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"fenced\"} %llu\n", (unsigned long long)st->exits_fenced);
     metric(&b, "procmesh_fences_total", "counter", "Workers fenced, by reason.");
-    sb_printf(&b, "procmesh_fences_total{reason=\"heartbeat\"} %llu\n",
+    pmd_sb_printf(&b, "procmesh_fences_total{reason=\"heartbeat\"} %llu\n",
               (unsigned long long)s.fences_heartbeat);
-    sb_printf(&b, "procmesh_fences_total{reason=\"corrupt-ring\"} %llu\n",
+    pmd_sb_printf(&b, "procmesh_fences_total{reason=\"corrupt-ring\"} %llu\n",
               (unsigned long long)s.fences_corrupt_ring);
-    sb_printf(&b, "procmesh_fences_total{reason=\"protocol\"} %llu\n",
+    pmd_sb_printf(&b, "procmesh_fences_total{reason=\"protocol\"} %llu\n",
               (unsigned long long)s.fences_protocol);
     metric(&b, "procmesh_frames_relayed_total", "counter", "Frames relayed by the hub.");
-    sb_printf(&b, "procmesh_frames_relayed_total %llu\n", (unsigned long long)s.frames_relayed);
+    pmd_sb_printf(&b, "procmesh_frames_relayed_total %llu\n", (unsigned long long)s.frames_relayed);
     metric(&b, "procmesh_bytes_relayed_total", "counter", "Payload bytes relayed by the hub.");
-    sb_printf(&b, "procmesh_bytes_relayed_total %llu\n", (unsigned long long)s.bytes_relayed);
+    pmd_sb_printf(&b, "procmesh_bytes_relayed_total %llu\n", (unsigned long long)s.bytes_relayed);
     metric(&b, "procmesh_malformed_frames_total", "counter", "Malformed frames dropped.");
-    sb_printf(&b, "procmesh_malformed_frames_total %llu\n", (unsigned long long)s.malformed_dropped);
+    pmd_sb_printf(&b, "procmesh_malformed_frames_total %llu\n", (unsigned long long)s.malformed_dropped);
     metric(&b, "procmesh_undeliverable_total", "counter", "Undeliverable notices sent.");
-    sb_printf(&b, "procmesh_undeliverable_total %llu\n", (unsigned long long)s.undeliverable);
+    pmd_sb_printf(&b, "procmesh_undeliverable_total %llu\n", (unsigned long long)s.undeliverable);
     metric(&b, "procmesh_ring_full_waits_total", "counter",
            "Times a sender was held back by a full destination.");
-    sb_printf(&b, "procmesh_ring_full_waits_total %llu\n", (unsigned long long)s.ring_full_waits);
+    pmd_sb_printf(&b, "procmesh_ring_full_waits_total %llu\n", (unsigned long long)s.ring_full_waits);
     metric(&b, "procmesh_notify_dropped_total", "counter",
            "Notify datagrams not sent by the slot's own worker, dropped.");
-    sb_printf(&b, "procmesh_notify_dropped_total %llu\n", (unsigned long long)s.notify_dropped);
+    pmd_sb_printf(&b, "procmesh_notify_dropped_total %llu\n", (unsigned long long)s.notify_dropped);
+    metric(&b, "procmesh_notices_dropped_total", "counter",
+           "Undeliverable notices that found no room or no live requester, dropped.");
+    pmd_sb_printf(&b, "procmesh_notices_dropped_total %llu\n", (unsigned long long)s.notices_dropped);
     metric(&b, "procmesh_supervisor_stalls_total", "counter", "Times the supervisor was not running.");
-    sb_printf(&b, "procmesh_supervisor_stalls_total %llu\n", (unsigned long long)s.stalls);
+    pmd_sb_printf(&b, "procmesh_supervisor_stalls_total %llu\n", (unsigned long long)s.stalls);
     metric(&b, "procmesh_supervisor_longest_stall_seconds", "gauge", "Longest supervisor stall.");
-    sb_printf(&b, "procmesh_supervisor_longest_stall_seconds %.3f\n", s.longest_stall_ms / 1000.0);
+    pmd_sb_printf(&b, "procmesh_supervisor_longest_stall_seconds %.3f\n", s.longest_stall_ms / 1000.0);
     metric(&b, "procmesh_orphans_reaped_total", "counter",
            "Re-parented processes that were not workers, reaped.");
-    sb_printf(&b, "procmesh_orphans_reaped_total %llu\n", (unsigned long long)s.orphans_reaped);
+    pmd_sb_printf(&b, "procmesh_orphans_reaped_total %llu\n", (unsigned long long)s.orphans_reaped);
     free(info);
-    return b.len;
-}
-
-size_t pm__health_status(pm_cluster *c, const pm__health_state *st, char *buf, size_t size)
-{
-    sbuf b = {buf, size, 0};
-    buf[0] = '\0';
-    unsigned n = pm_cluster_slots(c);
-    sb_printf(&b, "{\"ready\":%s,\"draining\":%s,\"slots\":[", pm__health_ready(c, st) ? "true" : "false",
-              st->draining ? "true" : "false");
-    for (unsigned i = 0; i < n; i++) {
-        pm_slot_info si;
-        pm_cluster_slot_info(c, i, &si);
-        sb_printf(&b,
-                  "%s{\"slot\":%u,\"state\":\"%s\",\"pid\":%d,\"incarnation\":%llu,\"restarts\":%u,"
-                  "\"last_exit_code\":%d,\"last_signal\":%d,\"heartbeat_age_ms\":%u}",
-                  i ? "," : "", i, state_name(si.state), (int)si.pid,
-                  (unsigned long long)si.incarnation, si.restarts_total, si.last_exit_code,
-                  si.last_signal, si.heartbeat_age_ms);
-    }
-    sb_printf(&b, "]}\n");
     return b.len;
 }
 
@@ -204,33 +165,26 @@ typedef struct conn {
     int fd;
     size_t len;
     uint64_t deadline;
-    char buf[PM__HTTP_MAX];
+    char buf[PMD_HTTP_MAX];
 } conn;
 
-struct pm__health {
+struct pmd_health {
     pm_cluster *c;
     int lfd;
-    pm__health_state *st;
-    conn conns[PM__HTTP_MAX_CONN];
+    pmd_health_state *st;
+    conn conns[PMD_HTTP_MAX_CONN];
     char *out; /* response buffer */
     size_t outsize;
 };
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void conn_close(pm__health *h, conn *k)
+static void conn_close(pmd_health *h, conn *k)
 {
     pm_cluster_unwatch_fd(h->c, k->fd);
     close(k->fd);
     k->fd = -1;
 }
 
-static void respond(pm__health *h, conn *k, int code, int head, const char *ctype, const char *body,
+static void respond(pmd_health *h, conn *k, int code, int head, const char *ctype, const char *body,
                     size_t blen)
 {
     static const struct {
@@ -257,7 +211,7 @@ static void respond(pm__health *h, conn *k, int code, int head, const char *ctyp
     conn_close(h, k);
 }
 
-static void serve(pm__health *h, conn *k, const char *path, size_t plen, int head)
+static void serve(pmd_health *h, conn *k, const char *path, size_t plen, int head)
 {
     const char *text = "text/plain; charset=utf-8";
     if (plen == 8 && memcmp(path, "/healthz", 8) == 0) {
@@ -267,22 +221,23 @@ static void serve(pm__health *h, conn *k, const char *path, size_t plen, int hea
         respond(h, k, ok ? 200 : 503, head, text, ok ? "ok\n" : "cannot start workers\n",
                 ok ? 3 : 21);
     } else if (plen == 7 && memcmp(path, "/readyz", 7) == 0) {
-        int ok = pm__health_ready(h->c, h->st);
+        int ok = pmd_health_ready(h->c, h->st);
         respond(h, k, ok ? 200 : 503, head, text, ok ? "ready\n" : "not ready\n", ok ? 6 : 10);
     } else if (plen == 8 && memcmp(path, "/metrics", 8) == 0) {
-        size_t n = pm__health_metrics(h->c, h->st, h->out, h->outsize);
+        size_t n = pmd_health_metrics(h->c, h->st, h->out, h->outsize);
         respond(h, k, 200, head, "text/plain; version=0.0.4; charset=utf-8", h->out, n);
     } else {
-        size_t n = pm__health_status(h->c, h->st, h->out, h->outsize);
+        size_t n = pmd_status_json(h->c, pmd_health_ready(h->c, h->st), h->st->draining, h->out,
+                                   h->outsize);
         respond(h, k, 200, head, "application/json", h->out, n);
     }
 }
 
 static void on_conn(pm_cluster *c, int fd, void *arg)
 {
-    pm__health *h = arg;
+    pmd_health *h = arg;
     conn *k = NULL;
-    for (int i = 0; i < PM__HTTP_MAX_CONN; i++)
+    for (int i = 0; i < PMD_HTTP_MAX_CONN; i++)
         if (h->conns[i].fd == fd)
             k = &h->conns[i];
     if (k == NULL)
@@ -297,7 +252,7 @@ static void on_conn(pm_cluster *c, int fd, void *arg)
     const char *path = NULL;
     size_t plen = 0;
     int head = 0;
-    int code = pm__http_parse(k->buf, k->len, &path, &plen, &head);
+    int code = pmd_http_parse(k->buf, k->len, &path, &plen, &head);
     if (code == 0) {
         pm_cluster_watch_fd(c, fd, on_conn, h);
         return;
@@ -313,7 +268,7 @@ static void on_conn(pm_cluster *c, int fd, void *arg)
 
 static void on_accept(pm_cluster *c, int lfd, void *arg)
 {
-    pm__health *h = arg;
+    pmd_health *h = arg;
     /* Accept everything pending; past the cap a connection is closed at
      * once, so a flood costs one accept and one close each. */
     for (int i = 0; i < 64; i++) {
@@ -321,7 +276,7 @@ static void on_accept(pm_cluster *c, int lfd, void *arg)
         if (fd < 0)
             break;
         conn *k = NULL;
-        for (int j = 0; j < PM__HTTP_MAX_CONN && k == NULL; j++)
+        for (int j = 0; j < PMD_HTTP_MAX_CONN && k == NULL; j++)
             if (h->conns[j].fd < 0)
                 k = &h->conns[j];
         if (k == NULL || pm_cluster_watch_fd(c, fd, on_conn, h) < 0) {
@@ -330,12 +285,12 @@ static void on_accept(pm_cluster *c, int lfd, void *arg)
         }
         k->fd = fd;
         k->len = 0;
-        k->deadline = now_ms() + PM__HTTP_TIMEOUT_MS;
+        k->deadline = pmd_now_ms() + PMD_HTTP_TIMEOUT_MS;
     }
     pm_cluster_watch_fd(c, lfd, on_accept, h);
 }
 
-pm__health *pm__health_start(pm_cluster *c, const char *host, unsigned port, pm__health_state *st)
+pmd_health *pmd_health_start(pm_cluster *c, const char *host, unsigned port, pmd_health_state *st)
 {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof(hints));
@@ -345,7 +300,7 @@ pm__health *pm__health_start(pm_cluster *c, const char *host, unsigned port, pm_
     snprintf(p, sizeof(p), "%u", port);
     if (getaddrinfo(host[0] ? host : NULL, p, &hints, &res) != 0)
         return NULL;
-    pm__health *h = calloc(1, sizeof(*h));
+    pmd_health *h = calloc(1, sizeof(*h));
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd >= 0)
@@ -371,29 +326,29 @@ pm__health *pm__health_start(pm_cluster *c, const char *host, unsigned port, pm_
     h->c = c;
     h->lfd = fd;
     h->st = st;
-    for (int i = 0; i < PM__HTTP_MAX_CONN; i++)
+    for (int i = 0; i < PMD_HTTP_MAX_CONN; i++)
         h->conns[i].fd = -1;
     pm_cluster_watch_fd(c, fd, on_accept, h);
     return h;
 }
 
-void pm__health_tick(pm__health *h)
+void pmd_health_tick(pmd_health *h)
 {
     if (h == NULL)
         return;
-    uint64_t now = now_ms();
-    for (int i = 0; i < PM__HTTP_MAX_CONN; i++) {
+    uint64_t now = pmd_now_ms();
+    for (int i = 0; i < PMD_HTTP_MAX_CONN; i++) {
         conn *k = &h->conns[i];
         if (k->fd >= 0 && now >= k->deadline)
             respond(h, k, 408, 0, "text/plain; charset=utf-8", "408\n", 4);
     }
 }
 
-void pm__health_stop(pm__health *h)
+void pmd_health_stop(pmd_health *h)
 {
     if (h == NULL)
         return;
-    for (int i = 0; i < PM__HTTP_MAX_CONN; i++)
+    for (int i = 0; i < PMD_HTTP_MAX_CONN; i++)
         if (h->conns[i].fd >= 0)
             conn_close(h, &h->conns[i]);
     pm_cluster_unwatch_fd(h->c, h->lfd);

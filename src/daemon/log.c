@@ -1,16 +1,15 @@
-/* log.c - daemon log lines; see log.h. */
+/* log.c - the daemon's log lines: logfmt or JSON formatting, one write each. */
 #define _GNU_SOURCE
 #include "log.h"
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "dconf.h"
-
 static const char *const level_names[] = {"", "error", "warn", "info", "debug"};
+
+static int log_format = PMD_LOG_TEXT, log_max_level = PMD_LOG_INFO;
 
 typedef struct out {
     char *buf;
@@ -71,7 +70,7 @@ static void logfmt_value(out *o, const char *v)
     json_string(o, v); /* the same escaping rules serve logfmt's quoted form */
 }
 
-size_t pm__log_format(char *buf, size_t size, int format, const char *ts, const char *level,
+size_t pmd_log_format(char *buf, size_t size, int format, const char *ts, const char *level,
                       const char *event, const char *const *kv, size_t nkv)
 {
     out o = {buf, size, 0};
@@ -79,7 +78,7 @@ size_t pm__log_format(char *buf, size_t size, int format, const char *ts, const 
         return 0;
     buf[0] = '\0';
     const char *fixed[6] = {"ts", ts, "level", level, "event", event};
-    if (format == PM__LOG_JSON) {
+    if (format == PMD_LOG_JSON) {
         puts_(&o, "{");
         for (size_t i = 0; i < 3 + nkv; i++) {
             const char *k = i < 3 ? fixed[2 * i] : kv[2 * (i - 3)];
@@ -112,10 +111,15 @@ size_t pm__log_format(char *buf, size_t size, int format, const char *ts, const 
     return o.len;
 }
 
-void pm__log(int format, int max_level, int level, const char *event, const char *const *kv,
-             size_t nkv)
+void pmd_log_setup(int format, int max_level)
 {
-    if (level > max_level || level < 1 || level > 4)
+    log_format = format;
+    log_max_level = max_level;
+}
+
+void pmd_log(int level, const char *event, const char *const *kv, size_t nkv)
+{
+    if (level > log_max_level || level < PMD_LOG_ERROR || level > PMD_LOG_DEBUG)
         return;
     struct timespec ts;
     struct tm tm;
@@ -124,8 +128,19 @@ void pm__log(int format, int max_level, int level, const char *event, const char
     gmtime_r(&ts.tv_sec, &tm);
     size_t n = strftime(tsbuf, sizeof(tsbuf), "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(tsbuf + n, sizeof(tsbuf) - n, ".%03ldZ", ts.tv_nsec / 1000000);
-    size_t len = pm__log_format(line, sizeof(line), format, tsbuf, level_names[level], event, kv, nkv);
+    size_t len =
+        pmd_log_format(line, sizeof(line), log_format, tsbuf, level_names[level], event, kv, nkv);
     /* One write per line, so lines from concurrent writers never interleave. */
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;
+}
+
+const char *pmd_signal_name(int sig, char *buf, size_t size)
+{
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev != NULL)
+        snprintf(buf, size, "SIG%s", abbrev);
+    else
+        snprintf(buf, size, "%d", sig);
+    return buf;
 }

@@ -1,0 +1,198 @@
+/* events.c - cluster events as log lines and exit counters, with OOM
+ * attribution from the memory cgroup; see events.h. */
+#define _GNU_SOURCE
+#include "events.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+
+/* The oom_kill count of our memory cgroup, or -1: cgroup v2 memory.events,
+ * else the v1 memory controller's memory.oom_control. Our workers live in
+ * our cgroup, so a rise between two exits means the kernel's OOM killer took
+ * one of them. */
+static long long oom_kill_count(void)
+{
+    char line[512], v2[600] = "", v1[600] = "";
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        char *path = strchr(line, ':') ? strchr(strchr(line, ':') + 1, ':') : NULL;
+        if (path == NULL)
+            continue;
+        path++;
+        const char *rel = strcmp(path, "/") == 0 ? "" : path;
+        if (strncmp(line, "0::", 3) == 0)
+            snprintf(v2, sizeof(v2), "/sys/fs/cgroup%s/memory.events", rel);
+        else if (strstr(line, ":memory:") != NULL)
+            snprintf(v1, sizeof(v1), "/sys/fs/cgroup/memory%s/memory.oom_control", rel);
+    }
+    fclose(f);
+    const char *files[] = {v2, v1};
+    for (int i = 0; i < 2; i++) {
+        if (files[i][0] == '\0' || (f = fopen(files[i], "re")) == NULL)
+            continue;
+        long long n = -1;
+        while (fgets(line, sizeof(line), f) != NULL)
+            if (sscanf(line, "oom_kill %lld", &n) == 1)
+                break;
+        fclose(f);
+        if (n >= 0)
+            return n;
+    }
+    return -1;
+}
+
+void pmd_events_init(pmd_events *ev, pmd_health_state *hs)
+{
+    memset(ev, 0, sizeof(*ev));
+    ev->hs = hs;
+    ev->oom_kills = oom_kill_count();
+}
+
+/* Counts an exit by its cause; 1 when it was the OOM killer's. */
+static int count_exit(pmd_events *ev, const pm_event *e)
+{
+    pmd_health_state *hs = ev->hs;
+    switch (e->reason_code) {
+    case PM_REASON_READY_TIMEOUT:
+        hs->exits_ready_timeout++;
+        return 0;
+    case PM_REASON_HEARTBEAT:
+    case PM_REASON_CORRUPT_RING:
+    case PM_REASON_PROTOCOL:
+        hs->exits_fenced++;
+        return 0;
+    case PM_REASON_SIGNAL:
+        if (e->signal == SIGKILL) {
+            /* A SIGKILL procmesh did not send: the OOM killer's if our
+             * cgroup's count rose since the last look. */
+            long long now = oom_kill_count();
+            int oom = now >= 0 && ev->oom_kills >= 0 && now > ev->oom_kills;
+            ev->oom_kills = now;
+            if (oom) {
+                hs->exits_oom++;
+                return 1;
+            }
+        }
+        break;
+    default:
+        break;
+    }
+    if (e->signal != 0)
+        hs->exits_signal++;
+    else if (e->exit_code == 0)
+        hs->exits_clean++;
+    else
+        hs->exits_failed++;
+    return 0;
+}
+
+void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    pmd_events *ev = arg;
+    char slot[16], pid[16], inc[24], v1[32], sig[32];
+    snprintf(slot, sizeof(slot), "%u", e->slot);
+    snprintf(pid, sizeof(pid), "%d", (int)e->pid);
+    snprintf(inc, sizeof(inc), "%llu", (unsigned long long)e->incarnation);
+    switch (e->type) {
+    case PM_EVENT_STARTED: {
+        ev->hs->spawn_failures = 0;
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
+        pmd_log(PMD_LOG_INFO, "started", kv, 3);
+        break;
+    }
+    case PM_EVENT_READY: {
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
+        pmd_log(PMD_LOG_INFO, "ready", kv, 3);
+        break;
+    }
+    case PM_EVENT_EXITED:
+        if (count_exit(ev, e)) {
+            const char *kv[] = {"slot",   slot,      "pid",    pid, "incarnation", inc,
+                                "signal", "SIGKILL", "reason", "oom"};
+            pmd_log(PMD_LOG_WARN, "exited", kv, 5);
+        } else if (e->signal != 0) {
+            const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,
+                                "signal", pmd_signal_name(e->signal, sig, sizeof(sig)),
+                                "core_dumped", e->core_dumped ? "true" : "false",
+                                "reason", e->reason};
+            pmd_log(PMD_LOG_WARN, "exited", kv, 6);
+        } else {
+            snprintf(v1, sizeof(v1), "%d", e->exit_code);
+            const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,
+                                "exit_code", v1, "reason", e->reason};
+            pmd_log(e->exit_code == 0 ? PMD_LOG_INFO : PMD_LOG_WARN, "exited", kv, 5);
+        }
+        break;
+    case PM_EVENT_RESTART_SCHEDULED: {
+        snprintf(v1, sizeof(v1), "%u", e->delay_ms);
+        const char *kv[] = {"slot", slot, "delay_ms", v1};
+        pmd_log(PMD_LOG_INFO, "restart_scheduled", kv, 2);
+        break;
+    }
+    case PM_EVENT_RETIRED: {
+        snprintf(v1, sizeof(v1), "%u", e->restarts);
+        const char *kv[] = {"slot", slot, "restarts", v1};
+        pmd_log(PMD_LOG_ERROR, "retired", kv, 2);
+        ev->retired++;
+        break;
+    }
+    case PM_EVENT_STOPPED: {
+        const char *kv[] = {"slot", slot, "reason", e->reason};
+        pmd_log(PMD_LOG_INFO, "stopped", kv, 2);
+        break;
+    }
+    case PM_EVENT_SPAWN_FAILED: {
+        ev->hs->spawn_failures++;
+        const char *kv[] = {"slot", slot, "error", pm_strerror(e->exit_code)};
+        pmd_log(PMD_LOG_ERROR, "spawn_failed", kv, 2);
+        break;
+    }
+    case PM_EVENT_FENCED: {
+        if (e->reason_code == PM_REASON_VERSION) {
+            /* Both versions, so a mismatched deployment says what is wrong. */
+            char wv[16], sv[16];
+            snprintf(wv, sizeof(wv), "%u", e->worker_version);
+            snprintf(sv, sizeof(sv), "%u", (unsigned)PM_PROTOCOL_VERSION);
+            const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc, "reason", e->reason,
+                                "worker_protocol", wv, "supervisor_protocol", sv};
+            pmd_log(PMD_LOG_ERROR, "fenced", kv, 6);
+            break;
+        }
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc, "reason", e->reason};
+        pmd_log(PMD_LOG_WARN, "fenced", kv, 4);
+        break;
+    }
+    case PM_EVENT_STOPPING: {
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
+        pmd_log(PMD_LOG_INFO, "stopping", kv, 3);
+        break;
+    }
+    case PM_EVENT_STALLED: {
+        snprintf(v1, sizeof(v1), "%u", e->delay_ms);
+        const char *kv[] = {"stall_ms", v1, "reason", e->reason};
+        pmd_log(PMD_LOG_WARN, "stall", kv, 2);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void pmd_on_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned restarts, void *arg)
+{
+    (void)c;
+    (void)slot;
+    (void)restarts;
+    (void)arg;
+    char text[PM_ADDRESS_STRLEN];
+    pm_address_format(a, text, sizeof(text));
+    const char *kv[] = {"address", text};
+    pmd_log(PMD_LOG_ERROR, "permanently_down", kv, 1);
+}

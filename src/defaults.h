@@ -1,0 +1,27 @@
+/*
+ * defaults.h - the default of each pm_options setting that the procmesh
+ * daemon exposes as a flag. pm_options_new() and the daemon (its parsed
+ * defaults and its --help text) both read them here, so they cannot drift.
+ * A header rather than PM_EXTERN getters: the daemon is built in this tree,
+ * and a dozen getters would grow the public API for one in-tree caller.
+ * Plain literals: the daemon's usage text stringizes them.
+ */
+#ifndef PM_DEFAULTS_H
+#define PM_DEFAULTS_H
+
+#define PM__DEFAULT_WORKERS 0 /* auto: usable CPUs */
+#define PM__DEFAULT_RESTART_POLICY PM_RESTART_ON_FAILURE
+#define PM__DEFAULT_MIN_BACKOFF_MS 200
+#define PM__DEFAULT_MAX_BACKOFF_MS 10000
+#define PM__DEFAULT_RANDOM_FACTOR 0.2
+#define PM__DEFAULT_MAX_RESTARTS 10
+#define PM__DEFAULT_RESTART_WINDOW_MS 60000
+#define PM__DEFAULT_READY_TIMEOUT_MS 10000
+#define PM__DEFAULT_HEARTBEAT_TIMEOUT_MS 10000
+#define PM__DEFAULT_STOP_TIMEOUT_MS 5000
+#define PM__DEFAULT_SYSTEM_NAME "procmesh"
+#define PM__DEFAULT_HOSTNAME "worker"
+#define PM__DEFAULT_BASE_PORT 1
+#define PM__DEFAULT_READY_MODE PM_READY_MESH
+
+#endif /* PM_DEFAULTS_H */
