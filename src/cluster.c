@@ -211,10 +211,16 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
         if (read(s->exec_pipe, &e, sizeof(e)) == (ssize_t)sizeof(e))
             s->exec_errno = e;
     }
+    /* Asked to stop, it ended by its exit or by our SIGTERM: that is the
+     * stop's doing ("stop"), not a crash. Any other signal while stopping
+     * is still reported as the signal it was. */
+    int stopped = s->state == PM_SLOT_STOPPING &&
+                  (s->last_signal == 0 || s->last_signal == SIGTERM);
     int reason = s->kill_reason != 0 ? s->kill_reason
-                         : s->exec_errno != 0   ? PM_REASON_EXEC
-                         : s->last_signal != 0  ? PM_REASON_SIGNAL
-                                                : PM_REASON_EXIT;
+                 : s->exec_errno != 0 ? PM_REASON_EXEC
+                 : stopped            ? PM_REASON_STOP
+                 : s->last_signal != 0 ? PM_REASON_SIGNAL
+                                       : PM_REASON_EXIT;
     pm__cluster_emit(c, PM_EVENT_EXITED, s, reason, 0);
     release_process(c, s);
     pm__cluster_dispatch(c, s, PM__EV_EXITED);

@@ -46,6 +46,34 @@ START_TEST(test_terminate_ignores_sigterm)
 }
 END_TEST
 
+/* The reason an exit during a stop carries: "stop" when the worker ended
+ * as asked (its own exit, or our SIGTERM's default action), the signal it
+ * was killed by otherwise; never "signal" for our own SIGTERM. */
+START_TEST(test_stop_exit_reason)
+{
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_ready, NULL); /* dies by SIGTERM */
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->signal, SIGTERM);
+    ck_assert_str_eq(e->reason, "stop");
+    pm_options_free(o);
+
+    o = opts(1);
+    exec_opts(o, "ready", NULL); /* exits 0 on SIGTERM */
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->exit_code, 0);
+    ck_assert_str_eq(e->reason, "stop");
+    pm_options_free(o);
+}
+END_TEST
+
 START_TEST(test_terminate_cancels_backoff)
 {
     pm_options *o = opts(2);
@@ -153,6 +181,7 @@ int main(void)
 {
     Suite *s = suite_create("stop");
     PM_ADD_TEST(s, test_terminate_ignores_sigterm, 60);
+    PM_ADD_TEST(s, test_stop_exit_reason, 60);
     PM_ADD_TEST(s, test_terminate_cancels_backoff, 60);
     PM_ADD_TEST(s, test_supervisor_killed, 60);
     PM_ADD_TEST(s, test_signals_and_fd, 60);

@@ -67,6 +67,15 @@ static int count_exit(pmd_events *ev, const pm_event *e)
     case PM_REASON_PROTOCOL:
         hs->exits_fenced++;
         return 0;
+    case PM_REASON_STOP:
+        /* Ended because we asked it to (its own exit, or our SIGTERM): an
+         * orderly end, whatever the status says. One that had to be
+         * SIGKILLed after the stop timeout is counted as a signal exit. */
+        if (e->signal != SIGKILL) {
+            hs->exits_clean++;
+            return 0;
+        }
+        break;
     case PM_REASON_SIGNAL:
         if (e->signal == SIGKILL) {
             /* A SIGKILL procmesh did not send: the OOM killer's if our
@@ -122,7 +131,7 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
                                 "signal", pmd_signal_name(e->signal, sig, sizeof(sig)),
                                 "core_dumped", e->core_dumped ? "true" : "false",
                                 "reason", e->reason};
-            pmd_log(PMD_LOG_WARN, "exited", kv, 6);
+            pmd_log(e->reason_code == PM_REASON_STOP ? PMD_LOG_INFO : PMD_LOG_WARN, "exited", kv, 6);
         } else {
             snprintf(v1, sizeof(v1), "%d", e->exit_code);
             const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,

@@ -116,7 +116,7 @@ size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, 
     for (unsigned i = 0; i < n && info != NULL; i++)
         pmd_sb_printf(&b, "procmesh_slot_heartbeat_age_seconds{slot=\"%u\"} %.3f\n", i,
                   info[i].heartbeat_age_ms / 1000.0);
-    metric(&b, "procmesh_exits_total", "counter", "Worker exits by cause.");
+    metric(&b, "procmesh_exits_total", "counter", "Worker exits by cause (clean: exited 0, or ended as asked by a stop).");
     pmd_sb_printf(&b, "procmesh_exits_total{cause=\"clean\"} %llu\n", (unsigned long long)st->exits_clean);
     pmd_sb_printf(&b, "procmesh_exits_total{cause=\"failure\"} %llu\n", (unsigned long long)st->exits_failed);
     pmd_sb_printf(&b, "procmesh_exits_total{cause=\"signal\"} %llu\n", (unsigned long long)st->exits_signal);
