@@ -10,6 +10,13 @@
  *  - every call that can fail returns 0 (or a non-negative count) on success
  *    and a negative errno value on failure; pm_strerror() describes it;
  *  - handles are opaque, so the ABI can evolve without breaking callers;
+ *  - bad input changes nothing: NULL, an out-of-range value or a handle of
+ *    the wrong kind gives -EINVAL (functions without an error return give
+ *    0 or NULL, and void ones do nothing); a pm_cluster used in another
+ *    process than the one that spawned it (a fork of the supervisor, such
+ *    as a fork-mode worker) or a pm_node used in a child of its worker
+ *    gives -EPERM, because the rings and processes behind it are not that
+ *    process's to touch;
  *  - names are NUL-terminated and at most PM_NAME_MAX - 1 bytes long.
  */
 #ifndef PROCMESH_H

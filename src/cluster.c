@@ -523,6 +523,7 @@ static void cluster_free(pm_cluster *c)
     pm__env_free(c->env, c->nenv);
     free(c->exec_path);
     pm_options_free(c->o);
+    c->magic = 0; /* a stale pointer is refused, not trusted */
     free(c);
     errno = saved;
 }
@@ -533,6 +534,8 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     pm_cluster *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return -ENOMEM;
+    c->magic = PM__MAGIC_CLUSTER;
+    c->gen = pm__fork_gen();
     c->sigfd = c->timerfd = c->wakefd = -1;
     c->o = pm__options_dup(o);
     if (c->o == NULL) {
@@ -704,7 +707,10 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
 
 PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot)
 {
-    if (c == NULL || slot >= c->nslots)
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (slot >= c->nslots)
         return -EINVAL;
     pm__slot *s = &c->slots[slot];
     if (s->state != PM_SLOT_READY)
@@ -722,13 +728,15 @@ PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot)
 
 PM_EXTERN int pm_cluster_terminate(pm_cluster *c)
 {
-    if (c == NULL)
-        return -EINVAL;
+    /* In a fork of the supervisor (a fork-mode worker) the cluster is not
+     * ours to stop: refusing leaves the real supervisor's workers alone. */
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
     c->terminating = 1;
     c->last_signal = 0;
     for (unsigned i = 0; i < c->nslots; i++)
         pm__cluster_dispatch(c, &c->slots[i], PM__EV_STOP);
-    int rc = 0;
     for (;;) {
         int alive = 0;
         for (unsigned i = 0; i < c->nslots; i++)

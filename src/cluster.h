@@ -76,6 +76,8 @@ typedef struct pm__slot {
 } pm__slot;
 
 struct pm_cluster {
+    uint32_t magic;         /* PM__MAGIC_CLUSTER; 0 once freed */
+    uint32_t gen;           /* pm__fork_gen() of the process that created it */
     pm_options *o;
     unsigned nslots;
     pm__slot *slots;
@@ -106,6 +108,17 @@ struct pm_cluster {
     char **env;             /* environment template for exec mode */
     size_t nenv;
 };
+
+/* 0 when c is a live cluster of this process, else -EINVAL (NULL or not
+ * a cluster) or -EPERM (created in another process: this is a fork of it). */
+static inline int pm__cluster_check(const pm_cluster *c)
+{
+    if (c == NULL || c->magic != PM__MAGIC_CLUSTER)
+        return -EINVAL;
+    if (c->gen != atomic_load_explicit(&pm__fork_generation, memory_order_relaxed))
+        return -EPERM;
+    return 0;
+}
 
 static inline int pm__slot_has_process(const pm__slot *s)
 {

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -24,6 +26,27 @@ PM_EXTERN const char *pm_strerror(int err)
      * strerror, never writes a shared buffer, so this is thread safe. */
     const char *s = strerrordesc_np(err);
     return s != NULL ? s : "Unknown error";
+}
+
+_Atomic uint32_t pm__fork_generation;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    atomic_fetch_add_explicit(&pm__fork_generation, 1, memory_order_relaxed);
+}
+
+static void register_fork(void)
+{
+    /* Cannot fail but for ENOMEM; then a handle used across a fork is not
+     * detected, which is the situation before this check existed. */
+    (void)pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+uint32_t pm__fork_gen(void)
+{
+    pthread_once(&fork_once, register_fork);
+    return atomic_load_explicit(&pm__fork_generation, memory_order_relaxed);
 }
 
 uint64_t pm__now_ns(void)

@@ -38,6 +38,23 @@ static inline void pm__close(int fd)
     }
 }
 
+/* Handle kinds, the first field of every opaque handle: a handle of the
+ * wrong kind (a pm_node * cast to pm_cluster *) is refused with -EINVAL. A
+ * freed handle has its magic cleared. */
+#define PM__MAGIC_CLUSTER 0x636d7070u /* "ppmc" */
+#define PM__MAGIC_NODE 0x6e6d7070u    /* "ppmn" */
+
+/* Which process a handle belongs to: a generation counter that a
+ * pthread_atfork child handler bumps in every child (error.c). A cluster
+ * used in a forked child (a fork-mode worker), or a node used in a child
+ * of its worker, sees another generation and refuses with -EPERM: both
+ * would otherwise act on structures whose other end is not theirs.
+ * pm__fork_gen() registers the handler on first use (call it when a handle
+ * is created); pm__fork_generation is then read with a plain atomic load,
+ * which is async-signal-safe (pm_cluster_stop may run in a handler). */
+extern _Atomic uint32_t pm__fork_generation;
+uint32_t pm__fork_gen(void);
+
 /* Nanoseconds of CLOCK_MONOTONIC. */
 uint64_t pm__now_ns(void);
 

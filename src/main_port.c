@@ -4,15 +4,19 @@
 
 PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len)
 {
-    if (c == NULL)
-        return -EINVAL;
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
     return pm__hub_main_send(&c->hub, to, PM__FT_MSG, 0, data, len);
 }
 
 PM_EXTERN int pm_cluster_reply(pm_cluster *c, const pm_message *request, const void *data,
                                size_t len)
 {
-    if (c == NULL || request == NULL || request->kind != PM_MSG_REQUEST)
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (request == NULL || request->kind != PM_MSG_REQUEST)
         return -EINVAL;
     return pm__hub_main_send(&c->hub, &request->from, PM__FT_REPLY, request->request_id, data,
                              len);
@@ -22,7 +26,8 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
                                    void (*cb)(pm_cluster *, const pm_message *, size_t, void *),
                                    void *arg)
 {
-    if (c == NULL)
-        return -EINVAL;
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
     return pm__hub_broadcast(&c->hub, data, len, timeout_ms, cb, arg);
 }

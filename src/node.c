@@ -5,6 +5,7 @@
 #include "node.h"
 
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +87,8 @@ int pm__node_handshake(pm_node *n)
 int pm__node_from_hub_link(pm_node *n, const pm__link *hub)
 {
     memset(n, 0, sizeof(*n));
+    n->magic = PM__MAGIC_NODE;
+    n->gen = pm__fork_gen();
     n->supervisor = getppid();
     /* Re-attach over the same memory (the mapping the child inherited),
      * with the roles of the worker. */
@@ -110,6 +113,9 @@ PM_EXTERN int pm_node_join(pm_node **out)
     pm_node *n = calloc(1, sizeof(*n));
     if (n == NULL)
         return -ENOMEM;
+    n->magic = PM__MAGIC_NODE;
+    n->gen = pm__fork_gen();
+    n->heap = 1;
     n->supervisor = getppid();
     int rc = pm__link_attach(&n->link, memfd, node_efd, hub_efd);
     if (rc == 0)
@@ -126,19 +132,34 @@ PM_EXTERN int pm_node_join(pm_node **out)
     return 0;
 }
 
+/* 0 when n is a live node of this process, else -EINVAL (NULL, not a node,
+ * closed) or -EPERM (used in a child of the worker: the link is the
+ * worker's, and a second user would corrupt its rings). */
+static int node_check(const pm_node *n)
+{
+    if (n == NULL || n->magic != PM__MAGIC_NODE)
+        return -EINVAL;
+    if (n->gen != atomic_load_explicit(&pm__fork_generation, memory_order_relaxed))
+        return -EPERM;
+    return 0;
+}
+
 PM_EXTERN const pm_address *pm_node_self(const pm_node *n)
 {
-    return n != NULL ? &n->self : NULL;
+    return node_check(n) == 0 ? &n->self : NULL;
 }
 
 PM_EXTERN unsigned pm_node_slot(const pm_node *n)
 {
-    return n != NULL ? n->slot : 0;
+    return node_check(n) == 0 ? n->slot : 0;
 }
 
 PM_EXTERN int pm_node_init_data(const pm_node *n, const void **data, size_t *len)
 {
-    if (n == NULL || data == NULL || len == NULL)
+    int rc = node_check(n);
+    if (rc < 0)
+        return rc;
+    if (data == NULL || len == NULL)
         return -EINVAL;
     *data = n->init_data;
     *len = n->init_len;
@@ -147,15 +168,15 @@ PM_EXTERN int pm_node_init_data(const pm_node *n, const void **data, size_t *len
 
 PM_EXTERN int pm_node_ready(pm_node *n)
 {
-    if (n == NULL)
-        return -EINVAL;
+    int rc = node_check(n);
+    if (rc < 0)
+        return rc;
     if (n->ready_sent)
         return 0;
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
     h.type = PM__FT_READY;
     h.dst = PM__NODE_MAIN;
-    int rc;
     while ((rc = pm__frame_send(&n->link.tx, &h, NULL, 0)) == -EAGAIN)
         if ((rc = pm__ring_wait_space(&n->link.tx, PM__FRAME_HDR_SIZE, 1000)) < 0)
             return rc;
@@ -169,8 +190,11 @@ static void stash_free(pm_node *n);
 
 PM_EXTERN void pm_node_close(pm_node *n)
 {
-    if (n == NULL)
+    /* NULL, not a node, a child's copy, or a fork-mode node (procmesh's,
+     * on the worker's stack): nothing to release here. */
+    if (node_check(n) < 0 || !n->heap)
         return;
+    n->magic = 0;
     stash_free(n);
     pm__link_close(&n->link);
     free(n->init_data);
@@ -231,8 +255,9 @@ static int wait_chunk(const pm_node *n)
 
 PM_EXTERN int pm_node_beat(pm_node *n)
 {
-    if (n == NULL)
-        return -EINVAL;
+    int rc = node_check(n);
+    if (rc < 0)
+        return rc;
     beat(n);
     return shut_down(n) ? -ESHUTDOWN : 0;
 }
@@ -360,13 +385,16 @@ static int is_late_answer(const pm__frame_hdr *h)
 static int node_send(pm_node *n, const pm_address *to, int type, uint64_t request_id,
                      int64_t deadline_ms, const void *data, size_t len, int wait)
 {
-    if (n == NULL || (data == NULL && len > 0))
+    int rc = node_check(n);
+    if (rc < 0)
+        return rc;
+    if (data == NULL && len > 0)
         return -EINVAL;
     if (len > PM_MAX_PAYLOAD)
         return -EMSGSIZE;
     uint32_t node;
     pm__names names = names_of(n);
-    int rc = pm__address_node(&names, to, &node);
+    rc = pm__address_node(&names, to, &node);
     if (rc < 0)
         return rc;
     pm__frame_hdr h;
@@ -409,7 +437,10 @@ PM_EXTERN int pm_node_reply(pm_node *n, const pm_message *request, const void *d
 
 PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
 {
-    if (n == NULL || m == NULL)
+    int rc = node_check(n);
+    if (rc < 0)
+        return rc;
+    if (m == NULL)
         return -EINVAL;
     beat(n);
     drop_current(n);
@@ -430,7 +461,7 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
     for (;;) {
         pm__frame_hdr h;
         const void *payload;
-        int rc = next_frame(n, deadline, timeout_ms < 0, &h, &payload);
+        rc = next_frame(n, deadline, timeout_ms < 0, &h, &payload);
         if (rc < 0)
             return rc;
         if (is_late_answer(&h)) {
@@ -447,13 +478,16 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
 PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, pm_message *reply)
 {
-    if (n == NULL || reply == NULL)
+    int rc = node_check(n);
+    if (rc < 0)
+        return rc;
+    if (reply == NULL)
         return -EINVAL;
     drop_current(n);
     disarm(n);
     uint64_t id = ++n->next_req;
     uint64_t deadline = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
-    int rc = node_send(n, to, PM__FT_REQUEST, id, (int64_t)deadline, data, len, 1);
+    rc = node_send(n, to, PM__FT_REQUEST, id, (int64_t)deadline, data, len, 1);
     if (rc < 0)
         return rc;
     for (;;) {
@@ -483,5 +517,6 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
 
 PM_EXTERN int pm_node_fd(const pm_node *n)
 {
-    return n != NULL ? n->link.node_efd : -EINVAL;
+    int rc = node_check(n);
+    return rc < 0 ? rc : n->link.node_efd;
 }

@@ -15,6 +15,9 @@ typedef struct pm__stash {
 } pm__stash;
 
 struct pm_node {
+    uint32_t magic;       /* PM__MAGIC_NODE; 0 once closed */
+    uint32_t gen;         /* pm__fork_gen() of the worker process */
+    int heap;             /* pm_node_join allocated it (exec mode); fork mode: procmesh's */
     pm__link link;
     pm_address self;
     unsigned slot;

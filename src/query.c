@@ -6,7 +6,10 @@
 
 PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out)
 {
-    if (c == NULL || out == NULL)
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (out == NULL)
         return -EINVAL;
     pm__node_address(&c->hub.names, PM__NODE_MAIN, 0, out);
     return 0;
@@ -14,7 +17,7 @@ PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out)
 
 PM_EXTERN size_t pm_cluster_size(const pm_cluster *c)
 {
-    if (c == NULL)
+    if (pm__cluster_check(c) < 0)
         return 0;
     size_t n = 0;
     for (unsigned i = 0; i < c->nslots; i++)
@@ -24,7 +27,10 @@ PM_EXTERN size_t pm_cluster_size(const pm_cluster *c)
 
 PM_EXTERN int pm_cluster_addresses(const pm_cluster *c, pm_address *out, size_t cap)
 {
-    if (c == NULL || (out == NULL && cap > 0))
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (out == NULL && cap > 0)
         return -EINVAL;
     size_t n = 0;
     for (unsigned i = 0; i < c->nslots; i++) {
@@ -40,22 +46,26 @@ PM_EXTERN int pm_cluster_addresses(const pm_cluster *c, pm_address *out, size_t 
 
 PM_EXTERN int pm_cluster_fd(const pm_cluster *c)
 {
-    return c != NULL ? pm__loop_fd(&c->loop) : -EINVAL;
+    int rc = pm__cluster_check(c);
+    return rc < 0 ? rc : pm__loop_fd(&c->loop);
 }
 
 PM_EXTERN unsigned pm_cluster_slots(const pm_cluster *c)
 {
-    return c != NULL ? c->nslots : 0;
+    return pm__cluster_check(c) == 0 ? c->nslots : 0;
 }
 
 PM_EXTERN int pm_cluster_last_signal(const pm_cluster *c)
 {
-    return c != NULL ? c->last_signal : 0;
+    return pm__cluster_check(c) == 0 ? c->last_signal : 0;
 }
 
 PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_info *info)
 {
-    if (c == NULL || info == NULL || slot >= c->nslots)
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (info == NULL || slot >= c->nslots)
         return -EINVAL;
     const pm__slot *s = &c->slots[slot];
     memset(info, 0, sizeof(*info));
@@ -79,7 +89,10 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
 
 PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out)
 {
-    if (c == NULL || out == NULL)
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (out == NULL)
         return -EINVAL;
     *out = c->stats;
     for (unsigned i = 0; i < c->nslots; i++) {

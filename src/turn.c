@@ -266,8 +266,9 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
 
 PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
 {
-    if (c == NULL)
-        return -EINVAL;
+    int rc0 = pm__cluster_check(c);
+    if (rc0 < 0)
+        return rc0;
     uint64_t end = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
     int rc = 0;
     c->last_signal = 0;
@@ -296,7 +297,8 @@ PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
 
 PM_EXTERN void pm_cluster_stop(pm_cluster *c)
 {
-    if (c == NULL)
+    /* Async-signal-safe: atomic loads and a write(). */
+    if (pm__cluster_check(c) < 0)
         return;
     atomic_store(&c->stop, 1);
     uint64_t one = 1;

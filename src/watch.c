@@ -7,7 +7,10 @@
 PM_EXTERN int pm_cluster_watch_fd(pm_cluster *c, int fd, void (*cb)(pm_cluster *, int, void *),
                                   void *arg)
 {
-    if (c == NULL || fd < 0 || cb == NULL)
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (fd < 0 || cb == NULL)
         return -EINVAL;
     if (c->watches == NULL) {
         c->watches = malloc(PM__MAX_WATCH * sizeof(*c->watches));
@@ -39,7 +42,7 @@ PM_EXTERN int pm_cluster_watch_fd(pm_cluster *c, int fd, void (*cb)(pm_cluster *
     if (w->armed)
         return 0;
     unsigned idx = (unsigned)(w - c->watches);
-    int rc = pm__loop_arm(&c->loop, fd, PM__TAG(PM__TAG_USER, idx, w->gen));
+    rc = pm__loop_arm(&c->loop, fd, PM__TAG(PM__TAG_USER, idx, w->gen));
     if (rc == 0)
         w->armed = 1;
     return rc;
@@ -47,8 +50,11 @@ PM_EXTERN int pm_cluster_watch_fd(pm_cluster *c, int fd, void (*cb)(pm_cluster *
 
 PM_EXTERN int pm_cluster_unwatch_fd(pm_cluster *c, int fd)
 {
-    if (c == NULL || c->watches == NULL)
-        return -EINVAL;
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (c->watches == NULL)
+        return -ENOENT; /* nothing was ever watched */
     for (unsigned i = 0; i < PM__MAX_WATCH; i++) {
         pm__watch *w = &c->watches[i];
         if (w->fd != fd)
