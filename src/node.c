@@ -435,16 +435,26 @@ PM_EXTERN int pm_node_reply(pm_node *n, const pm_message *request, const void *d
     return node_send(n, &request->from, PM__FT_REPLY, request->request_id, 0, data, len, 1);
 }
 
-PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
+/* What starts every wait for a message: a live node and somewhere to put
+ * the message, the previous message released, the doorbell disarmed. */
+static int begin_wait(pm_node *n, const pm_message *out)
 {
     int rc = node_check(n);
     if (rc < 0)
         return rc;
-    if (m == NULL)
+    if (out == NULL)
         return -EINVAL;
-    beat(n);
     drop_current(n);
     disarm(n);
+    return 0;
+}
+
+PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
+{
+    int rc = begin_wait(n, m);
+    if (rc < 0)
+        return rc;
+    beat(n);
     if (n->stash_head != NULL) {
         pm__stash *e = n->stash_head;
         n->stash_head = e->next;
@@ -478,13 +488,9 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
 PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, pm_message *reply)
 {
-    int rc = node_check(n);
+    int rc = begin_wait(n, reply);
     if (rc < 0)
         return rc;
-    if (reply == NULL)
-        return -EINVAL;
-    drop_current(n);
-    disarm(n);
     uint64_t id = ++n->next_req;
     uint64_t deadline = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
     rc = node_send(n, to, PM__FT_REQUEST, id, (int64_t)deadline, data, len, 1);
