@@ -160,6 +160,10 @@ enum pm_reason {
     PM_REASON_SUSPEND = 18,      /* "suspend": STALLED, the machine was suspended */
     PM_REASON_VERSION = 19,      /* "version": FENCED, the worker's libprocmesh speaks another
                                     protocol version (pm_event.worker_version) */
+    PM_REASON_NAME_TAKEN = 20,   /* "name-taken": SPAWN_FAILED, a name procmesh binds (the
+                                    notify socket) was taken under every fresh random name;
+                                    someone else's doing: retried after the longest backoff
+                                    (1 s at least), never charged to the slot's budget */
     PM_REASON__COUNT
 };
 

@@ -343,9 +343,20 @@ static void act_spawn(pm_cluster *c, pm__slot *s)
     /* fork, memfd or mmap failed (EAGAIN, EMFILE, ENOMEM): a failed start,
      * charged to the budget and retried after the backoff. */
     s->last_exit_code = rc;
-    pm__cluster_emit(c, PM_EVENT_SPAWN_FAILED, s, PM_REASON_SPAWN, 0);
+    int taken = rc == -EADDRINUSE;
+    pm__cluster_emit(c, PM_EVENT_SPAWN_FAILED, s, taken ? PM_REASON_NAME_TAKEN : PM_REASON_SPAWN, 0);
     if (c->spawning && c->spawn_error == 0)
         c->spawn_error = rc;
+    if (taken && !c->spawning && !c->terminating) {
+        /* Every fresh random name for the notify socket was taken: another
+         * process's doing (FAULTS.md 32), never the slot's, so it is not
+         * charged to the budget; the longest backoff keeps it from looping. */
+        uint32_t delay = c->bcfg.max_backoff_ms > 1000 ? c->bcfg.max_backoff_ms : 1000;
+        pm__cluster_set_state(c, s, PM_SLOT_BACKOFF);
+        pm__slot_set_deadline(s, pm__now_ms() + delay, PM__EV_BACKOFF_DONE);
+        pm__cluster_emit(c, PM_EVENT_RESTART_SCHEDULED, s, PM_REASON_BACKOFF, delay);
+        return;
+    }
     after_failure(c, s);
 }
 

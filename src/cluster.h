@@ -151,7 +151,8 @@ void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, ui
 void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state);
 
 /* incarnation.c: starts the next incarnation of s. 0, or -errno with
- * nothing left behind (no process, no fd, no memory). */
+ * nothing left behind (no process, no fd, no memory); -EADDRINUSE is not
+ * the slot's fault (see incarnation.c). */
 int pm__incarnation_start(pm_cluster *c, pm__slot *s);
 
 /* turn.c: one loop turn, and the timer. */

@@ -55,7 +55,9 @@ static void fork_child(void *arg)
 }
 
 /* Starts the next incarnation of s. Returns 0, or -errno with nothing left
- * behind (no process, no fd, no memory). */
+ * behind (no process, no fd, no memory). -EADDRINUSE means the notify
+ * socket's name was taken under every fresh random name (notify.h): the
+ * caller must not count that as the slot's failure. */
 int pm__incarnation_start(pm_cluster *c, pm__slot *s)
 {
     int pipefd[2] = {-1, -1};

@@ -58,18 +58,67 @@ static void die_with_parent(pid_t parent)
         _exit(127);
 }
 
-/* Marks every fd from `first` up close-on-exec: close_range (5.11) when the
- * kernel has it, else one fcntl per possible fd (both async-signal-safe). */
+struct linux_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+int pm__cloexec_proc_fds(int first)
+{
+    /* open and getdents64 are async-signal-safe; opendir is not (it
+     * allocates). The directory fd is itself close-on-exec. */
+    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -errno;
+    char buf[4096] __attribute__((aligned(8)));
+    int rc = 0;
+    for (;;) {
+        long n = syscall(SYS_getdents64, dir, buf, sizeof(buf));
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        if (n == 0)
+            break;
+        for (long off = 0; off < n;) {
+            struct linux_dirent64 *d = (struct linux_dirent64 *)(buf + off);
+            off += d->d_reclen;
+            int fd = 0, digits = 0;
+            for (const char *p = d->d_name; *p >= '0' && *p <= '9'; p++, digits++)
+                fd = fd * 10 + (*p - '0');
+            /* "." and ".." have no digits. Marking an fd while the
+             * directory is read is fine: the flag changes no entry. */
+            if (digits > 0 && fd >= first && fd != dir)
+                (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+        }
+    }
+    close(dir);
+    return rc;
+}
+
+/* Marks every fd from `first` up close-on-exec (async-signal-safe). */
 static void cloexec_from(int first)
 {
+    /* close_range (5.11) does it in one call. */
     if (syscall(SYS_close_range, (unsigned)first, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
         return;
+    /* Older kernels: every fd that is open, from /proc/self/fd, whatever
+     * its number (an fd may sit above RLIMIT_NOFILE if the limit was
+     * lowered after it was opened). */
+    if (pm__cloexec_proc_fds(first) == 0)
+        return;
+    /* No /proc (a bare chroot): one fcntl per possible fd up to the
+     * limit, which cannot see an fd above a lowered limit. */
     struct rlimit rl;
-    int max = 65536;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536)
-        max = (int)rl.rlim_cur;
-    for (int fd = first; fd < max; fd++)
-        (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    long max = 1L << 20; /* fs.nr_open's default: no fd can be higher */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)max)
+        max = (long)rl.rlim_cur;
+    for (long fd = first; fd < max; fd++)
+        (void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
 }
 
 static void child_fail(int pipe_fd, int err)
@@ -241,10 +290,13 @@ int pm__env_template(char ***out, size_t *count)
     if (env == NULL)
         return -ENOMEM;
     size_t k = 0;
-    size_t plen = strlen(PM__NODE_ENV);
     for (size_t i = 0; i < n; i++) {
-        /* Drop an inherited PROCMESH_NODE: ours is appended per worker. */
-        if (strncmp(environ[i], PM__NODE_ENV, plen) == 0 && environ[i][plen] == '=')
+        /* PROCMESH_* is the supervisor's own configuration (the daemon's
+         * PROCMESH_<OPTION> variables, PROCMESH_HEALTH ...) and the
+         * contracts procmesh sets on purpose (PROCMESH_NODE, appended per
+         * worker): an inherited one would tell a worker what is not meant
+         * for it, or claim another worker's memory. */
+        if (strncmp(environ[i], "PROCMESH_", 9) == 0)
             continue;
         /* These describe the supervisor's own service manager contract
          * (systemd notify and socket activation); a worker that inherited

@@ -31,6 +31,12 @@ typedef struct pm__spawn_req {
  * child performs only async-signal-safe calls before execve. */
 pid_t pm__spawn(const pm__spawn_req *r);
 
+/* Marks every open fd numbered first or above close-on-exec, as listed by
+ * /proc/self/fd, whatever its number: the fallback of the exec child for
+ * kernels without close_range (< 5.11). Async-signal-safe. 0, or -errno
+ * when /proc/self/fd cannot be read. */
+int pm__cloexec_proc_fds(int first);
+
 /* pidfd helpers with the raw system calls (glibc 2.36 has wrappers, older
  * ones do not; the numbers are the same everywhere). -errno on failure. */
 int pm__pidfd_open(pid_t pid);
@@ -42,8 +48,10 @@ int pm__pidfd_signal(int pidfd, int sig);
 char *pm__exec_resolve(const char *name);
 
 /* The environment template of exec-mode workers: the supervisor's own,
- * less what describes its own contracts (PROCMESH_NODE, NOTIFY_SOCKET,
- * WATCHDOG_*, LISTEN_*). 0 or -ENOMEM. Freed with pm__env_free. */
+ * less every PROCMESH_* variable (its configuration; PROCMESH_NODE is set
+ * per worker by pm__exec_env) and what describes its own service manager
+ * contracts (NOTIFY_SOCKET, WATCHDOG_*, LISTEN_*). 0 or -ENOMEM. Freed with
+ * pm__env_free. */
 int pm__env_template(char ***env, size_t *count);
 void pm__env_free(char **env, size_t count);
 

@@ -1,12 +1,13 @@
 /*
  * pm-notify-send - a tiny sd_notify client for the tests.
  *
- *   pm-notify-send [--fork] [--delay MS] MESSAGE [-- COMMAND [ARG...]]
+ *   pm-notify-send [--fork] [--delay MS] [--repeat N] MESSAGE [-- COMMAND [ARG...]]
  *
  * Sends MESSAGE (e.g. READY=1) to $NOTIFY_SOCKET ('@' = abstract), from this
  * process, or from a forked child with --fork (a forgery as far as the
- * supervisor is concerned), after MS milliseconds; then execs COMMAND, so
- * that the process that sent is the one that goes on running.
+ * supervisor is concerned), after MS milliseconds, N times in a row (a
+ * worker that floods); then execs COMMAND, so that the process that sent is
+ * the one that goes on running.
  */
 #define _GNU_SOURCE
 #include <stddef.h>
@@ -38,15 +39,17 @@ static int send_once(const char *msg)
 
 int main(int argc, char **argv)
 {
-    int i = 1, forked = 0, delay = 0;
+    int i = 1, forked = 0, delay = 0, repeat = 1;
     for (; i < argc && strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "--fork") == 0)
             forked = 1;
         else if (strcmp(argv[i], "--delay") == 0 && i + 1 < argc)
             delay = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
+            repeat = atoi(argv[++i]);
     }
     if (i >= argc) {
-        fprintf(stderr, "usage: pm-notify-send [--fork] [--delay MS] MESSAGE [-- COMMAND...]\n");
+        fprintf(stderr, "usage: pm-notify-send [--fork] [--delay MS] [--repeat N] MESSAGE [-- COMMAND...]\n");
         return 2;
     }
     const char *msg = argv[i++];
@@ -56,8 +59,10 @@ int main(int argc, char **argv)
         if (p == 0)
             _exit(send_once(msg));
         waitpid(p, NULL, 0);
-    } else if (send_once(msg) != 0) {
-        return 1;
+    } else {
+        for (int k = 0; k < repeat; k++)
+            if (send_once(msg) != 0)
+                return 1;
     }
     if (i < argc && strcmp(argv[i], "--") == 0 && i + 1 < argc) {
         execvp(argv[i + 1], argv + i + 1);

@@ -12,6 +12,8 @@
  *   inspect            join, ready, write a report of what this process
  *                      holds to fd 3 (passed by the test; see inspect.h),
  *                      then wait
+ *   env                join, ready, write its environment to fd 3 (one
+ *                      variable a line, then "end"), then wait
  *   hog                no join: allocates and touches memory until killed
  *   serve              no join (exec readiness): accept on the socket handed
  *                      over as fd 3 (LISTEN_FDS), answer each line with
@@ -133,6 +135,16 @@ int main(int argc, char **argv)
         if (out == NULL)
             return 103;
         pm_test_inspect(out, pm_node_slot(n), (unsigned long long)pm_node_self(n)->incarnation);
+        fclose(out);
+    }
+    if (strcmp(mode, "env") == 0) {
+        extern char **environ;
+        FILE *out = fdopen(3, "w");
+        if (out == NULL)
+            return 103;
+        for (char **e = environ; *e != NULL; e++)
+            fprintf(out, "%s\n", *e);
+        fprintf(out, "end\n");
         fclose(out);
     }
     wait_forever();

@@ -5,8 +5,10 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "log.h"
 
 /* The oom_kill count of our memory cgroup, or -1: cgroup v2 memory.events,
@@ -52,6 +54,90 @@ void pmd_events_init(pmd_events *ev, pmd_health_state *hs)
     memset(ev, 0, sizeof(*ev));
     ev->hs = hs;
     ev->oom_kills = oom_kill_count();
+}
+
+void pmd_events_free(pmd_events *ev)
+{
+    free(ev->buckets);
+    ev->buckets = NULL;
+    ev->nbuckets = 0;
+}
+
+/* ------------------------------------------------------------------ rate limit */
+
+/* Slot i's bucket, grown on first use; the shared spare one when memory
+ * runs out (the limit then holds for those slots together). */
+static pmd_log_bucket *bucket_of(pmd_events *ev, unsigned slot, uint64_t now)
+{
+    if (slot >= ev->nbuckets) {
+        unsigned n = slot + 1 > 2 * ev->nbuckets ? slot + 1 : 2 * ev->nbuckets;
+        pmd_log_bucket *b = realloc(ev->buckets, n * sizeof(*b));
+        if (b == NULL)
+            return &ev->spare;
+        for (unsigned i = ev->nbuckets; i < n; i++)
+            b[i] = (pmd_log_bucket){PMD_LOG_BURST, now, 0};
+        ev->buckets = b;
+        ev->nbuckets = n;
+    }
+    return &ev->buckets[slot];
+}
+
+int pmd_log_bucket_take(pmd_log_bucket *b, uint64_t now_ms)
+{
+    if (now_ms > b->at_ms) {
+        b->tokens += (double)(now_ms - b->at_ms) * PMD_LOG_PER_S / 1000.0;
+        if (b->tokens > PMD_LOG_BURST)
+            b->tokens = PMD_LOG_BURST;
+        b->at_ms = now_ms;
+    }
+    if (b->tokens < 1.0)
+        return 0;
+    b->tokens -= 1.0;
+    return 1;
+}
+
+/* The count of a slot's lines not written since the last report, as one
+ * line of its own (which takes a token like any other). */
+static void report_suppressed(pmd_log_bucket *b, unsigned slot)
+{
+    char s[16], n[24];
+    snprintf(s, sizeof(s), "%u", slot);
+    snprintf(n, sizeof(n), "%llu", (unsigned long long)b->suppressed);
+    const char *kv[] = {"slot", s, "lines", n};
+    pmd_log(PMD_LOG_WARN, "log_suppressed", kv, 2);
+    b->suppressed = 0;
+}
+
+/* 1 when a line about slot may be written now. A worker can make procmesh
+ * log as fast as it likes (STOPPING=1 in a loop), and a log that floods
+ * hides everything else and fills the disk: past PMD_LOG_BURST lines, a
+ * slot gets PMD_LOG_PER_S a second, and what is held back is counted (in
+ * /metrics, and in a log_suppressed line once the slot may log again).
+ * Per slot, so that one worker cannot silence the lines of another. */
+static int may_log(pmd_events *ev, unsigned slot)
+{
+    uint64_t now = pmd_now_ms();
+    pmd_log_bucket *b = bucket_of(ev, slot, now);
+    if (!pmd_log_bucket_take(b, now)) {
+        b->suppressed++;
+        ev->hs->log_suppressed++;
+        return 0;
+    }
+    /* The report rides along with the line that may be written: at most
+     * one more line per token. */
+    if (b->suppressed > 0)
+        report_suppressed(b, slot);
+    return 1;
+}
+
+void pmd_events_tick(pmd_events *ev)
+{
+    uint64_t now = pmd_now_ms();
+    for (unsigned i = 0; i < ev->nbuckets; i++) {
+        pmd_log_bucket *b = &ev->buckets[i];
+        if (b->suppressed > 0 && pmd_log_bucket_take(b, now))
+            report_suppressed(b, i);
+    }
 }
 
 /* Counts an exit by its cause; 1 when it was the OOM killer's. */
@@ -105,13 +191,34 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     (void)c;
     pmd_events *ev = arg;
+    /* The counters first: they count every event, written or not. */
+    int oom = 0;
+    switch (e->type) {
+    case PM_EVENT_STARTED:
+        ev->hs->spawn_failures = 0;
+        break;
+    case PM_EVENT_EXITED:
+        oom = count_exit(ev, e);
+        break;
+    case PM_EVENT_RETIRED:
+        ev->retired++;
+        break;
+    case PM_EVENT_SPAWN_FAILED:
+        ev->hs->spawn_failures++;
+        break;
+    default:
+        break;
+    }
+    /* A slot is retired once, and a stall is no worker's doing: those
+     * lines are always written. */
+    if (e->type != PM_EVENT_RETIRED && e->type != PM_EVENT_STALLED && !may_log(ev, e->slot))
+        return;
     char slot[16], pid[16], inc[24], v1[32], sig[32];
     snprintf(slot, sizeof(slot), "%u", e->slot);
     snprintf(pid, sizeof(pid), "%d", (int)e->pid);
     snprintf(inc, sizeof(inc), "%llu", (unsigned long long)e->incarnation);
     switch (e->type) {
     case PM_EVENT_STARTED: {
-        ev->hs->spawn_failures = 0;
         const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
         pmd_log(PMD_LOG_INFO, "started", kv, 3);
         break;
@@ -122,7 +229,7 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         break;
     }
     case PM_EVENT_EXITED:
-        if (count_exit(ev, e)) {
+        if (oom) {
             const char *kv[] = {"slot",   slot,      "pid",    pid, "incarnation", inc,
                                 "signal", "SIGKILL", "reason", "oom"};
             pmd_log(PMD_LOG_WARN, "exited", kv, 5);
@@ -149,7 +256,6 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         snprintf(v1, sizeof(v1), "%u", e->restarts);
         const char *kv[] = {"slot", slot, "restarts", v1};
         pmd_log(PMD_LOG_ERROR, "retired", kv, 2);
-        ev->retired++;
         break;
     }
     case PM_EVENT_STOPPED: {
@@ -158,9 +264,8 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         break;
     }
     case PM_EVENT_SPAWN_FAILED: {
-        ev->hs->spawn_failures++;
-        const char *kv[] = {"slot", slot, "error", pm_strerror(e->exit_code)};
-        pmd_log(PMD_LOG_ERROR, "spawn_failed", kv, 2);
+        const char *kv[] = {"slot", slot, "error", pm_strerror(e->exit_code), "reason", e->reason};
+        pmd_log(PMD_LOG_ERROR, "spawn_failed", kv, 3);
         break;
     }
     case PM_EVENT_FENCED: {

@@ -1,22 +1,47 @@
 /*
- * events.h - the daemon's view of cluster events: one log line per event,
+ * events.h - the daemon's view of cluster events: one log line per event
+ * (rate-limited per slot: a worker must not be able to flood the log),
  * and the counters they feed (exits by cause, with OOM kills told apart
  * from other SIGKILLs; consecutive failed starts; retired slots).
  */
 #ifndef PMD_EVENTS_H
 #define PMD_EVENTS_H
 
+#include <stdint.h>
+
 #include "health.h"
 #include "procmesh.h"
+
+/* Lines about one slot: PMD_LOG_BURST at once, then PMD_LOG_PER_S a
+ * second (the "retired" line is always written). */
+#define PMD_LOG_BURST 20
+#define PMD_LOG_PER_S 2
+
+typedef struct pmd_log_bucket {
+    double tokens;       /* lines that may be written now, up to PMD_LOG_BURST */
+    uint64_t at_ms;      /* when tokens was last brought up to date */
+    uint64_t suppressed; /* lines held back since the last log_suppressed line */
+} pmd_log_bucket;
 
 typedef struct pmd_events {
     pmd_health_state *hs; /* exit counters and failed starts, for /metrics and /healthz */
     unsigned retired;     /* slots retired: exit status 3 once none is left */
     long long oom_kills;  /* our memory cgroup's oom_kill count at the last look, -1 unknown */
+    pmd_log_bucket *buckets; /* per slot, grown on first use */
+    unsigned nbuckets;
+    pmd_log_bucket spare; /* for slots without a bucket when memory ran out */
 } pmd_events;
 
 /* Takes the first look at the OOM count, so that a later rise is ours. */
 void pmd_events_init(pmd_events *ev, pmd_health_state *hs);
+void pmd_events_free(pmd_events *ev);
+
+/* Takes a token from b at now_ms: 1 when a line may be written. Pure. */
+int pmd_log_bucket_take(pmd_log_bucket *b, uint64_t now_ms);
+
+/* Writes the log_suppressed line of each slot that had lines held back
+ * and may log again; call about once a second. */
+void pmd_events_tick(pmd_events *ev);
 
 /* pm_options_set_on_event and pm_options_set_on_permanently_down callbacks;
  * arg is the pmd_events. */

@@ -148,6 +148,18 @@ size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, 
     metric(&b, "procmesh_notices_dropped_total", "counter",
            "Undeliverable notices that found no room or no live requester, dropped.");
     pmd_sb_printf(&b, "procmesh_notices_dropped_total %llu\n", (unsigned long long)s.notices_dropped);
+    metric(&b, "procmesh_http_connections_evicted_total", "counter",
+           "Idle health connections closed to make room for a new one.");
+    pmd_sb_printf(&b, "procmesh_http_connections_evicted_total %llu\n",
+                  (unsigned long long)st->http_evicted);
+    metric(&b, "procmesh_http_accept_paused_total", "counter",
+           "Times the health endpoint stopped accepting for lack of file descriptors.");
+    pmd_sb_printf(&b, "procmesh_http_accept_paused_total %llu\n",
+                  (unsigned long long)st->http_accept_paused);
+    metric(&b, "procmesh_log_lines_suppressed_total", "counter",
+           "Log lines about a slot not written, past its rate limit.");
+    pmd_sb_printf(&b, "procmesh_log_lines_suppressed_total %llu\n",
+                  (unsigned long long)st->log_suppressed);
     metric(&b, "procmesh_supervisor_stalls_total", "counter", "Times the supervisor was not running.");
     pmd_sb_printf(&b, "procmesh_supervisor_stalls_total %llu\n", (unsigned long long)s.stalls);
     metric(&b, "procmesh_supervisor_longest_stall_seconds", "gauge", "Longest supervisor stall.");
@@ -165,23 +177,39 @@ typedef struct conn {
     int fd;
     size_t len;
     uint64_t deadline;
+    uint64_t seq; /* accept order: the lowest is the oldest */
     char buf[PMD_HTTP_MAX];
 } conn;
 
 struct pmd_health {
     pm_cluster *c;
     int lfd;
+    int paused; /* accept stopped for lack of fds (see on_accept) */
+    uint64_t seq;
     pmd_health_state *st;
     conn conns[PMD_HTTP_MAX_CONN];
     char *out; /* response buffer */
     size_t outsize;
 };
 
+static void on_accept(pm_cluster *c, int lfd, void *arg);
+
+/* Accepting again after a pause for lack of fds. */
+static void resume_accept(pmd_health *h)
+{
+    if (h->paused) {
+        h->paused = 0;
+        pm_cluster_watch_fd(h->c, h->lfd, on_accept, h);
+    }
+}
+
 static void conn_close(pmd_health *h, conn *k)
 {
     pm_cluster_unwatch_fd(h->c, k->fd);
     close(k->fd);
     k->fd = -1;
+    /* An fd is free now: if accept ran out of them, it may go on. */
+    resume_accept(h);
 }
 
 static void respond(pmd_health *h, conn *k, int code, int head, const char *ctype, const char *body,
@@ -233,16 +261,13 @@ static void serve(pmd_health *h, conn *k, const char *path, size_t plen, int hea
     }
 }
 
-static void on_conn(pm_cluster *c, int fd, void *arg)
+static void on_conn(pm_cluster *c, int fd, void *arg);
+
+/* Reads what k's client sent; answers (and closes) once the request is
+ * complete or bad, else watches for more. */
+static void conn_read(pmd_health *h, conn *k)
 {
-    pmd_health *h = arg;
-    conn *k = NULL;
-    for (int i = 0; i < PMD_HTTP_MAX_CONN; i++)
-        if (h->conns[i].fd == fd)
-            k = &h->conns[i];
-    if (k == NULL)
-        return;
-    ssize_t n = recv(fd, k->buf + k->len, sizeof(k->buf) - k->len, MSG_DONTWAIT);
+    ssize_t n = recv(k->fd, k->buf + k->len, sizeof(k->buf) - k->len, MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
         conn_close(h, k);
         return;
@@ -254,7 +279,8 @@ static void on_conn(pm_cluster *c, int fd, void *arg)
     int head = 0;
     int code = pmd_http_parse(k->buf, k->len, &path, &plen, &head);
     if (code == 0) {
-        pm_cluster_watch_fd(c, fd, on_conn, h);
+        if (pm_cluster_watch_fd(h->c, k->fd, on_conn, h) < 0)
+            conn_close(h, k);
         return;
     }
     if (code != 200) {
@@ -266,26 +292,65 @@ static void on_conn(pm_cluster *c, int fd, void *arg)
     serve(h, k, path, plen, head);
 }
 
+static void on_conn(pm_cluster *c, int fd, void *arg)
+{
+    (void)c;
+    pmd_health *h = arg;
+    for (int i = 0; i < PMD_HTTP_MAX_CONN; i++)
+        if (h->conns[i].fd == fd) {
+            conn_read(h, &h->conns[i]);
+            return;
+        }
+}
+
+/* A place for a new connection: a free one, else the oldest connection's,
+ * closed without an answer. Every open connection is idle (a complete
+ * request is answered at once), so the oldest is the one that has held its
+ * place longest without finishing a request: filling the table with idle
+ * connections only ever pushes out idle connections, never a new probe. */
+static conn *conn_slot(pmd_health *h)
+{
+    conn *oldest = NULL;
+    for (int j = 0; j < PMD_HTTP_MAX_CONN; j++) {
+        conn *k = &h->conns[j];
+        if (k->fd < 0)
+            return k;
+        if (oldest == NULL || k->seq < oldest->seq)
+            oldest = k;
+    }
+    h->st->http_evicted++;
+    conn_close(h, oldest);
+    return oldest;
+}
+
 static void on_accept(pm_cluster *c, int lfd, void *arg)
 {
     pmd_health *h = arg;
-    /* Accept everything pending; past the cap a connection is closed at
-     * once, so a flood costs one accept and one close each. */
+    /* Accept what is pending, 64 at most per turn so a flood cannot hold
+     * the loop. */
     for (int i = 0; i < 64; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            break;
-        conn *k = NULL;
-        for (int j = 0; j < PMD_HTTP_MAX_CONN && k == NULL; j++)
-            if (h->conns[j].fd < 0)
-                k = &h->conns[j];
-        if (k == NULL || pm_cluster_watch_fd(c, fd, on_conn, h) < 0) {
-            close(fd);
-            continue;
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* The pending connection stays queued, so the listening
+                 * socket stays readable: re-armed now, it would fire again
+                 * at once and spin. Stop accepting until a connection of
+                 * ours closes (conn_close) or the next tick. */
+                h->st->http_accept_paused++;
+                h->paused = 1;
+                return;
+            }
+            break; /* EAGAIN: nothing left; ECONNABORTED: the client left */
         }
+        conn *k = conn_slot(h);
         k->fd = fd;
         k->len = 0;
+        k->seq = h->seq++;
         k->deadline = pmd_now_ms() + PMD_HTTP_TIMEOUT_MS;
+        /* A probe sends its request along with the connection: read it now,
+         * so it is answered in this turn, before any later connection could
+         * take its place. */
+        conn_read(h, k);
     }
     pm_cluster_watch_fd(c, lfd, on_accept, h);
 }
@@ -336,6 +401,8 @@ void pmd_health_tick(pmd_health *h)
 {
     if (h == NULL)
         return;
+    /* Out of fds at the last accept: try again, at most once a tick. */
+    resume_accept(h);
     uint64_t now = pmd_now_ms();
     for (int i = 0; i < PMD_HTTP_MAX_CONN; i++) {
         conn *k = &h->conns[i];

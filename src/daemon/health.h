@@ -3,9 +3,14 @@
  * /status), served from the supervisor's own loop (pm_cluster_watch_fd).
  * Hardened against bad clients: a request is at most PMD_HTTP_MAX bytes and
  * must arrive within PMD_HTTP_TIMEOUT_MS (else 408), at most
- * PMD_HTTP_MAX_CONN connections are open at once (more are closed without
- * an answer), and nothing a client does can block the loop (every socket is
- * non-blocking). The /status body is status.c's.
+ * PMD_HTTP_MAX_CONN connections are open at once (a new one then takes the
+ * place of the oldest, which is closed without an answer: idle connections
+ * cannot lock a probe out), and nothing a client does can block the loop
+ * (every socket is non-blocking). A request that arrives with its
+ * connection is answered in the turn that accepts it. Out of file
+ * descriptors, accepting pauses until a connection closes or the next tick
+ * (the pending connection waits in the backlog; no busy loop). The /status
+ * body is status.c's.
  */
 #ifndef PMD_HEALTH_H
 #define PMD_HEALTH_H
@@ -37,13 +42,18 @@ typedef struct pmd_health_state {
     int spawn_failures;     /* consecutive failed starts, reset by a start */
     uint64_t exits_clean, exits_failed, exits_signal, exits_ready_timeout, exits_fenced,
         exits_oom;
+    uint64_t http_evicted;       /* idle connections closed to make room */
+    uint64_t http_accept_paused; /* accepts stopped for lack of fds */
+    uint64_t log_suppressed;     /* log lines past a slot's rate limit (events.c) */
 } pmd_health_state;
 
 /* Listens on host:port and serves from c's loop. NULL with a log line on
  * failure. */
 pmd_health *pmd_health_start(pm_cluster *c, const char *host, unsigned port,
                              pmd_health_state *state);
-/* Closes connections past their deadline; call at least once a second. */
+/* Closes connections past their deadline (408) and resumes accepting after
+ * a pause for lack of fds; call at least once a second, also while the
+ * daemon waits in a rolling restart. */
 void pmd_health_tick(pmd_health *h);
 void pmd_health_stop(pmd_health *h);
 

@@ -83,14 +83,24 @@ static const char usage_text[] =
     "exit status: 0 stopped cleanly, 1 a worker had to be killed at stop,\n"
     "2 bad usage, 3 every slot retired, 4 could not start\n";
 
+/* What the daemon does between two turns of the loop, wherever it waits:
+ * the health endpoint's header timeouts and accept pauses, and the
+ * log_suppressed lines. */
+static void between_turns(pmd_health *health, pmd_events *ev)
+{
+    pmd_health_tick(health);
+    pmd_events_tick(ev);
+}
+
 /*
  * SIGHUP: replace the workers one slot at a time; the next slot is replaced
  * only after the previous replacement is ready, so at most one slot is down
  * at a time and never more than N workers (one per slot) are alive. The
- * listening sockets stay open throughout. Returns 0, or -EINTR when a
- * SIGTERM/SIGINT arrived meanwhile (the caller drains).
+ * listening sockets stay open throughout, and the health endpoint keeps its
+ * limits (a replacement may take long to be ready). Returns 0, or -EINTR
+ * when a SIGTERM/SIGINT arrived meanwhile (the caller drains).
  */
-static int rolling_restart(pm_cluster *c)
+static int rolling_restart(pm_cluster *c, pmd_health *health, pmd_events *ev)
 {
     pmd_log(PMD_LOG_INFO, "rolling_restart_begin", NULL, 0);
     unsigned n = pm_cluster_slots(c);
@@ -102,6 +112,7 @@ static int rolling_restart(pm_cluster *c)
         uint64_t old = si.incarnation;
         for (;;) {
             int rc = pm_cluster_run(c, 100);
+            between_turns(health, ev);
             if (rc == -EINTR && pm_cluster_last_signal(c) != SIGHUP)
                 return -EINTR;
             pm_slot_info now;
@@ -248,12 +259,14 @@ static int cmd_run(int argc, char **argv)
          * and reaped by pm_cluster_spawn; that is a drain that had to kill. */
         const char *kv[] = {"workers_killed", "true", "during", "start"};
         pmd_log(PMD_LOG_INFO, "drain_end", kv, 2);
+        pmd_events_free(&ev);
         pm_options_free(o);
         return EXIT_DRAIN_KILLED;
     }
     if (rc < 0) {
         const char *kv[] = {"error", pm_strerror(rc), "command", conf.argv[0]};
         pmd_log(PMD_LOG_ERROR, "start_failed", kv, 2);
+        pmd_events_free(&ev);
         pm_options_free(o);
         return EXIT_START;
     }
@@ -264,6 +277,7 @@ static int cmd_run(int argc, char **argv)
             const char *kv[] = {"health", conf.health_host, "error", strerror(errno)};
             pmd_log(PMD_LOG_ERROR, "health_failed", kv, 2);
             pm_cluster_terminate(c);
+            pmd_events_free(&ev);
             pm_options_free(o);
             return EXIT_START;
         }
@@ -278,9 +292,9 @@ static int cmd_run(int argc, char **argv)
             next_wd = pmd_now_ms() + wd;
         }
         rc = pm_cluster_run(c, wd && wd < 1000 ? (int)wd : 1000);
-        pmd_health_tick(health);
+        between_turns(health, &ev);
         if (rc == -EINTR && pm_cluster_last_signal(c) == SIGHUP)
-            rc = rolling_restart(c);
+            rc = rolling_restart(c, health, &ev);
         if (rc == -EINTR) {
             char sig[32];
             const char *kv[] = {"signal",
@@ -316,6 +330,7 @@ static int cmd_run(int argc, char **argv)
             break;
         }
     }
+    pmd_events_free(&ev);
     pm_options_free(o);
     for (int i = 0; i < nfds; i++)
         close(fds[i]);

@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/* check_hardening.c - a hostile worker cannot squat procmesh's names, see its configuration or inherit its fds. */
+#include "helpers.h"
+#include "supervise.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "notify.h" /* pm__notify_random: the seam for a predictable name */
+#include "spawn.h"  /* pm__cloexec_proc_fds */
+
+/* ------------------------------------------------------------ notify names */
+
+/* Binds name in the abstract namespace; the fd, or -1 when it is taken. */
+static int squat(const char *name)
+{
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    size_t len = strlen(name);
+    ck_assert_uint_lt(len, sizeof(sa.sun_path) - 1);
+    memcpy(sa.sun_path + 1, name, len);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    if (bind(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A notify-mode cluster of pm-notify-send workers: READY=1, then sleep. */
+static pm_options *notify_opts(int workers)
+{
+    pm_options *o = opts(workers);
+    char *argv[] = {"pm-notify-send", "READY=1", "--", "sleep", "100", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, PM_NOTIFY_SEND, argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_NOTIFY), 0);
+    return o;
+}
+
+/* Our notify sockets in /proc/net/unix: the names "@procmesh/<our pid>/
+ * <slot>/<inc>/<rest>" (the squatter's have no rest). Returns how many, and
+ * whether each rest is 32 hex digits. */
+static int our_notify_names(int *random_ok)
+{
+    char prefix[64], line[512];
+    snprintf(prefix, sizeof(prefix), "@procmesh/%d/", (int)getpid());
+    FILE *f = fopen("/proc/net/unix", "r");
+    ck_assert_ptr_nonnull(f);
+    int n = 0;
+    *random_ok = 1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *p = strstr(line, prefix);
+        if (p == NULL)
+            continue;
+        p[strcspn(p, "\n")] = '\0';
+        int slashes = 0;
+        for (const char *q = p; *q; q++)
+            slashes += *q == '/';
+        if (slashes != 4)
+            continue; /* a squatter's */
+        n++;
+        const char *rest = strrchr(p, '/') + 1;
+        int hex = strlen(rest) == 32;
+        for (const char *q = rest; *q; q++)
+            hex &= (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f');
+        *random_ok &= hex;
+    }
+    fclose(f);
+    return n;
+}
+
+START_TEST(test_notify_names_not_squattable)
+{
+    /* Another process (a worker of this very supervisor, say) binds the
+     * names the notify sockets had before they were made unguessable,
+     * procmesh/<supervisor pid>/<slot>/<incarnation>, for the next
+     * incarnations of every slot. The workers start all the same, and a
+     * restart is charged for the crash only. */
+    enum { SLOTS = 2, NEXT = 8 };
+    int fds[SLOTS][NEXT + 1];
+    for (int s = 0; s < SLOTS; s++)
+        for (int inc = 1; inc <= NEXT; inc++) {
+            char name[96];
+            snprintf(name, sizeof(name), "procmesh/%d/%d/%d", (int)getpid(), s, inc);
+            fds[s][inc] = squat(name);
+            ck_assert_int_ge(fds[s][inc], 0);
+        }
+    pm_options *o = notify_opts(SLOTS);
+    pm_cluster *c;
+    int rc = pm_cluster_spawn(o, &c);
+    ck_assert_msg(rc == 0, "spawn with squatted names: %s", pm_strerror(rc));
+    int random_ok = 0;
+    ck_assert_int_eq(our_notify_names(&random_ok), SLOTS);
+    ck_assert_msg(random_ok, "a notify socket name without its 32 random hex digits");
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 1, &si), 0);
+    kill(si.pid, SIGKILL);
+    PM_RUN_UNTIL(c, (pm_cluster_slot_info(c, 1, &si), si.state == PM_SLOT_READY && si.incarnation == 2),
+                 20000);
+    ck_assert_int_eq(count(PM_EVENT_SPAWN_FAILED, -1), 0);
+    ck_assert_uint_eq(si.restarts_total, 1);
+    pm_cluster_terminate(c);
+    pm_options_free(o);
+    for (int s = 0; s < SLOTS; s++)
+        for (int inc = 1; inc <= NEXT; inc++)
+            close(fds[s][inc]);
+}
+END_TEST
+
+static int zero_random(void *buf, size_t len)
+{
+    memset(buf, 0, len);
+    return 0;
+}
+
+START_TEST(test_notify_name_taken_not_charged)
+{
+    /* When every name tried is taken (here: the random source is made
+     * predictable, and the squatter holds its one name for incarnation 2),
+     * the start fails with reason "name-taken", is retried later, and is
+     * not charged to the slot's budget: only the crash is. */
+    pm_options *o = notify_opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    char name[128];
+    snprintf(name, sizeof(name), "procmesh/%d/0/2/%032d", (int)getpid(), 0);
+    int fd = squat(name);
+    ck_assert_int_ge(fd, 0);
+    int (*saved)(void *, size_t) = pm__notify_random;
+    pm__notify_random = zero_random;
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    kill(si.pid, SIGKILL);
+    PM_RUN_UNTIL(c, count(PM_EVENT_SPAWN_FAILED, 0) == 1, 20000);
+    const rec *f = find(PM_EVENT_SPAWN_FAILED, 0, 0);
+    ck_assert_str_eq(f->reason, "name-taken");
+    ck_assert_int_eq(f->exit_code, -EADDRINUSE);
+    /* Incarnation 3 has another name: it starts. */
+    PM_RUN_UNTIL(c, (pm_cluster_slot_info(c, 0, &si), si.state == PM_SLOT_READY), 20000);
+    ck_assert_uint_eq(si.incarnation, 3);
+    ck_assert_uint_eq(si.restarts_total, 1);
+    ck_assert_int_eq(count(PM_EVENT_RETIRED, -1), 0);
+    pm__notify_random = saved;
+    pm_cluster_terminate(c);
+    pm_options_free(o);
+    close(fd);
+}
+END_TEST
+
+/* ------------------------------------------------------------ environment */
+
+START_TEST(test_exec_env_without_procmesh_vars)
+{
+    /* The supervisor's PROCMESH_* variables (its own configuration) never
+     * reach an exec worker; the rest of the environment does. (What
+     * procmesh sets on purpose, PROCMESH_NODE, is taken out of the
+     * environment by pm_node_join, before the report is written.) */
+    ck_assert_int_eq(setenv("PROCMESH_FOO", "1", 1), 0);
+    ck_assert_int_eq(setenv("PROCMESH_HEALTH", "127.0.0.1:1", 1), 0);
+    ck_assert_int_eq(setenv("PM_HARDENING_KEEP", "yes", 1), 0);
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    pm_options *o = opts(1);
+    exec_opts(o, "env", NULL);
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &p[1], 1), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    close(p[1]);
+    static char env[65536];
+    size_t got = 0;
+    uint64_t end = pm_test_ms() + 20000;
+    while (strstr(env, "\nend\n") == NULL && pm_test_ms() < end) {
+        ssize_t k = read(p[0], env + got, sizeof(env) - 1 - got);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+        env[got] = '\0';
+    }
+    ck_assert_msg(strstr(env, "\nend\n") != NULL, "waited 20 s for the worker's environment");
+    ck_assert_msg(strstr(env, "PROCMESH_FOO=") == NULL, "PROCMESH_FOO reached the worker:\n%s", env);
+    ck_assert_msg(strstr(env, "PROCMESH_HEALTH=") == NULL, "PROCMESH_HEALTH reached the worker");
+    ck_assert_ptr_nonnull(strstr(env, "PM_HARDENING_KEEP=yes\n"));
+    close(p[0]);
+    pm_cluster_terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ------------------------------------------------------------ close-on-exec */
+
+/* In a child: an fd at high without close-on-exec, RLIMIT_NOFILE's soft
+ * limit then lowered to `limit` (0: unchanged), the fallback run if `mark`;
+ * then exec a shell that exits 0 when it does not hold the fd. */
+static int exec_with_high_fd(int high, rlim_t limit, int mark)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_RDONLY);
+        if (fd < 0 || dup2(fd, high) != high)
+            _exit(10);
+        close(fd);
+        struct rlimit rl;
+        if (limit != 0) {
+            if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+                _exit(10);
+            rl.rlim_cur = limit;
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                _exit(10);
+        }
+        if (mark) {
+            if (pm__cloexec_proc_fds(3) != 0)
+                _exit(11);
+            if (!(fcntl(high, F_GETFD) & FD_CLOEXEC))
+                _exit(12);
+        }
+        char check[64];
+        snprintf(check, sizeof(check), "[ ! -e /proc/$$/fd/%d ]", high);
+        execl("/bin/sh", "sh", "-c", check, (char *)NULL);
+        _exit(13);
+    }
+    int status = pm_test_reap(pid, 20000);
+    ck_assert_msg(status != -1, "the child did not exit within 20 s");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+START_TEST(test_cloexec_fallback_above_65536)
+{
+    /* The fallback for kernels without close_range covers every open fd:
+     * one above 65,536 (where the old loop stopped), and one above a
+     * lowered RLIMIT_NOFILE (where a loop up to the limit stops). Raising
+     * the hard limit needs CAP_SYS_RESOURCE; without it, the second case
+     * only, with the highest fd the limit allows. */
+    enum { HIGH_FD = 70000 };
+    struct rlimit rl = {HIGH_FD + 1, HIGH_FD + 1};
+    int cases = 0;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        /* Unmarked, the shell holds the fd: the check itself sees it. */
+        ck_assert_int_eq(exec_with_high_fd(HIGH_FD, 0, 0), 1);
+        int rc = exec_with_high_fd(HIGH_FD, 0, 1);
+        ck_assert_msg(rc == 0, "fd %d: exec child exit %d (1: it survived exec; 10-13: set-up)",
+                      HIGH_FD, rc);
+        cases++;
+    } else {
+        fprintf(stderr, "test_cloexec_fallback_above_65536: cannot raise RLIMIT_NOFILE to %d "
+                        "(%s): only an fd above a lowered limit is tried\n", HIGH_FD + 1,
+                strerror(errno));
+    }
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    ck_assert_uint_gt(rl.rlim_max, 1024);
+    int high = rl.rlim_max > HIGH_FD ? HIGH_FD : (int)rl.rlim_max - 1;
+    ck_assert_int_eq(exec_with_high_fd(high, 64, 0), 1);
+    int rc = exec_with_high_fd(high, 64, 1);
+    ck_assert_msg(rc == 0, "fd %d above a limit of 64: exec child exit %d (1: it survived exec; "
+                  "10-13: set-up)", high, rc);
+    cases++;
+    ck_assert_int_ge(cases, 1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("hardening");
+    PM_ADD_TEST(s, test_notify_names_not_squattable, 60);
+    PM_ADD_TEST(s, test_notify_name_taken_not_charged, 60);
+    PM_ADD_TEST(s, test_exec_env_without_procmesh_vars, 60);
+    PM_ADD_TEST(s, test_cloexec_fallback_above_65536, 60);
+    return pm_test_main(s);
+}
