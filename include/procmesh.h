@@ -503,7 +503,8 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms);
  * once (the reply, if it comes, is dropped as late). */
 PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, pm_message *reply);
-/* Answers a request received with pm_node_recv. */
+/* Answers a request received with pm_node_recv. Still allowed after the
+ * stop request (to finish the requests in hand); -ESHUTDOWN once fenced. */
 PM_EXTERN int pm_node_reply(pm_node *n, const pm_message *request, const void *data, size_t len);
 /* Readable when a message may be waiting, after pm_node_recv returned
  * -ETIMEDOUT (which arms it): for embedding a worker in its own loop. */
