@@ -267,6 +267,46 @@ START_TEST(test_spawn_detail_exec)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- notify watchdog */
+
+START_TEST(test_notify_without_watchdog_not_fenced)
+{
+    /* As under systemd's WatchdogSec, only a notify worker that sends
+     * WATCHDOG=1 is held to the heartbeat (_i = 1: it sends one, then
+     * falls silent, and is fenced; _i = 0: it never sends one and lives). */
+    nev = 0;
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, 1);
+    pm_options_set_on_event(o, record, NULL);
+    pm_options_set_on_permanently_down(o, quiet_down, NULL);
+    pm_options_set_ring_size(o, 1 << 18);
+    pm_options_set_heartbeat_timeout_ms(o, 200);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    char *argv0[] = {"pm-notify-send", "READY=1", "--", "sleep", "30", NULL};
+    char *argv1[] = {"pm-notify-send", "READY=1\nWATCHDOG=1", "--", "sleep", "30", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, PM_NOTIFY_SEND, _i ? argv1 : argv0), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_NOTIFY), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    if (_i) {
+        PM_RUN_UNTIL(c, count(PM_EVENT_FENCED, 0) == 1, 10000);
+        const erec *e = find(PM_EVENT_FENCED);
+        ck_assert_str_eq(e->reason, "heartbeat");
+    } else {
+        /* Ten heartbeat timeouts of silence. */
+        uint64_t end = pm_test_ms() + 2000;
+        while (pm_test_ms() < end)
+            ck_assert_int_ge(pm_cluster_run(c, 50), 0);
+        ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+        pm_slot_info si;
+        pm_cluster_slot_info(c, 0, &si);
+        ck_assert_int_eq(si.state, PM_SLOT_READY);
+    }
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_ready");
@@ -280,5 +320,8 @@ int main(void)
     PM_ADD_TEST(s, test_spawn_detail_signal, 30);
     PM_ADD_TEST(s, test_spawn_detail_ready_timeout, 30);
     PM_ADD_TEST(s, test_spawn_detail_exec, 30);
+    tc = pm_tcase("test_notify_without_watchdog_not_fenced", 30);
+    tcase_add_loop_test(tc, test_notify_without_watchdog_not_fenced, 0, 2);
+    suite_add_tcase(s, tc);
     return pm_test_main(s);
 }
