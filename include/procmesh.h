@@ -191,6 +191,11 @@ typedef struct pm_event {
     int reason_code;               /* enum pm_reason */
     unsigned worker_version;       /* FENCED "version": the protocol version the worker's
                                       libprocmesh said HELLO with (ours: PM_PROTOCOL_VERSION) */
+    const char *detail;            /* STOPPED "spawn-aborted": why the first start failed, in
+                                      words ("worker exited with code 1 before it was ready",
+                                      "worker was not ready within 10000 ms", "exec of the
+                                      worker failed: ..."), valid during the callback; the
+                                      text behind pm_cluster_spawn's errno. NULL otherwise. */
 } pm_event;
 
 PM_EXTERN pm_options *pm_options_new(void);
@@ -352,7 +357,9 @@ struct pm_cluster_stats {
  * timeout) it kills every worker it started, waits until each one is reaped,
  * frees everything and returns the error (-ENOENT and other exec errnos as
  * such, -ETIMEDOUT for a ready timeout, -ECHILD for a worker that ended
- * during its handshake, -EINVAL for options that do not validate).
+ * during its handshake, -EINVAL for options that do not validate). The
+ * reason in words (which exit code or signal, say) is the `detail` of the
+ * STOPPED "spawn-aborted" event on_event receives before it returns.
  */
 PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out);
 
@@ -507,7 +514,8 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms);
  * once (the reply, if it comes, is dropped as late). */
 PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, pm_message *reply);
-/* Answers a request received with pm_node_recv. */
+/* Answers a request received with pm_node_recv. Still allowed after the
+ * stop request (to finish the requests in hand); -ESHUTDOWN once fenced. */
 PM_EXTERN int pm_node_reply(pm_node *n, const pm_message *request, const void *data, size_t len);
 /* Readable when a message may be waiting, after pm_node_recv returned
  * -ETIMEDOUT (which arms it): for embedding a worker in its own loop. */

@@ -64,6 +64,7 @@ void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, ui
     ev.restarts = s->budget.total;
     ev.reason_code = reason;
     ev.reason = pm_reason_name(reason);
+    ev.detail = c->event_detail;
     if (type == PM_EVENT_EXITED) {
         ev.exit_code = s->last_exit_code;
         ev.signal = s->last_signal;
@@ -203,13 +204,25 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
         s->last_core = si.si_code == CLD_DUMPED;
     }
     /* A READY published just before the exit still counts: read what the
-     * worker completed before its end is handled. */
+     * worker completed before its end is handled. The loop may report the
+     * exit (pidfd, SIGCHLD) before or after the readiness (ring, notify
+     * socket, exec pipe) in the same turn or the next: scheduling decides,
+     * so the outcome must not depend on it. */
     pm__hub_port_service(&c->hub, s->index);
+    pm__cluster_read_notify(c, s);
     if (s->exec_pipe >= 0 && s->exec_errno == 0) {
         int e = 0;
-        /* The child wrote errno before exiting, so it is already there. */
-        if (read(s->exec_pipe, &e, sizeof(e)) == (ssize_t)sizeof(e))
+        /* The child wrote errno before exiting, so it is already there; and
+         * the process is gone, so the write end is closed: the read gives
+         * errno or EOF, never EAGAIN. */
+        ssize_t k = read(s->exec_pipe, &e, sizeof(e));
+        if (k == (ssize_t)sizeof(e))
             s->exec_errno = e;
+        else if (k == 0 && c->o->ready_mode == PM_READY_EXEC && s->state == PM_SLOT_STARTING &&
+                 s->kill_reason == 0)
+            /* EOF: exec succeeded, so it was ready (PM_READY_EXEC), even if
+             * this exit is seen before the pipe's own completion. */
+            pm__cluster_dispatch(c, s, PM__EV_READY);
     }
     /* Asked to stop, it ended by its exit or by our SIGTERM: that is the
      * stop's doing ("stop"), not a crash. Any other signal while stopping
@@ -229,11 +242,37 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
 
 static int spawn_error_of(const pm__slot *s)
 {
+    if (s->start_error != 0)
+        return s->start_error;
     if (s->exec_errno != 0)
         return -s->exec_errno;
     if (s->kill_reason == PM_REASON_READY_TIMEOUT)
         return -ETIMEDOUT;
     return -ECHILD;
+}
+
+/* Why the first start of s failed, in words (pm_event.detail of the STOPPED
+ * "spawn-aborted" event): pm_cluster_spawn can only return an errno, and
+ * -ECHILD ("No child processes") says nothing about a worker that exited
+ * during its handshake. */
+static void spawn_detail_of(const pm_cluster *c, const pm__slot *s, char *buf, size_t size)
+{
+    if (s->start_error != 0)
+        snprintf(buf, size, "the worker could not be started: %s", pm_strerror(s->start_error));
+    else if (s->exec_errno != 0)
+        snprintf(buf, size, "exec of the worker failed: %s", pm_strerror(-s->exec_errno));
+    else if (s->kill_reason == PM_REASON_READY_TIMEOUT)
+        snprintf(buf, size, "worker was not ready within %d ms", c->o->ready_timeout_ms);
+    else if (s->kill_reason != 0)
+        snprintf(buf, size, "worker was fenced (%s) before it was ready",
+                 pm_reason_name(s->kill_reason));
+    else if (s->last_signal != 0)
+        snprintf(buf, size, "worker was killed by signal %d (%s) before it was ready",
+                 s->last_signal, strsignal(s->last_signal));
+    else if (s->last_exit_code >= 0)
+        snprintf(buf, size, "worker exited with code %d before it was ready", s->last_exit_code);
+    else
+        snprintf(buf, size, "worker ended before it was ready");
 }
 
 static void set_stopped(pm_cluster *c, pm__slot *s, int reason)
@@ -250,7 +289,11 @@ static void after_failure(pm_cluster *c, pm__slot *s)
         /* pm_cluster_spawn gives up on the first failure of a first start. */
         if (c->spawn_error == 0)
             c->spawn_error = spawn_error_of(s);
+        char why[160];
+        spawn_detail_of(c, s, why, sizeof(why));
+        c->event_detail = why;
         set_stopped(c, s, PM_REASON_SPAWN_ABORTED);
+        c->event_detail = NULL;
         return;
     }
     if (c->terminating) {
@@ -337,9 +380,11 @@ static void act_kill(pm_cluster *c, pm__slot *s)
 static void act_spawn(pm_cluster *c, pm__slot *s)
 {
     pm__slot_set_deadline(s, 0, 0);
+    s->start_error = 0;
     int rc = pm__incarnation_start(c, s);
     if (rc == 0)
         return;
+    s->start_error = rc;
     /* fork, memfd or mmap failed (EAGAIN, EMFILE, ENOMEM): a failed start,
      * charged to the budget and retried after the backoff. */
     s->last_exit_code = rc;

@@ -63,6 +63,7 @@ typedef struct pm__slot {
     int deadline_event;    /* PM__EV_* fired at deadline */
     int kill_reason;       /* why procmesh killed it (PM_REASON_*), or 0 */
     int exec_errno;        /* exec failed with this errno (0: it did not) */
+    int start_error;       /* the last start failed before a process ran (-errno), or 0 */
     pm__budget budget;
     int last_exit_code;
     int last_signal;
@@ -94,6 +95,7 @@ struct pm_cluster {
     int last_signal;
     int spawning;           /* inside pm_cluster_spawn */
     int spawn_error;
+    const char *event_detail; /* pm_event.detail of the event being emitted, or NULL */
     int terminating;
     int any_killed;
     int poll_children;      /* no pidfd and no signalfd: scan on a short timer */
@@ -161,6 +163,9 @@ int pm__cluster_rearm_timer(pm_cluster *c);
 /* The slot's doorbell rang (from_poll) or its port had work left over. */
 void pm__cluster_on_hub(pm_cluster *c, pm__slot *s, int from_poll);
 void pm__cluster_reap_all(pm_cluster *c);
+/* Reads and acts on what a notify-mode worker sent (READY=1, WATCHDOG=1,
+ * STOPPING=1); also run when it is reaped, before its exit is handled. */
+void pm__cluster_read_notify(pm_cluster *c, pm__slot *s);
 
 /* liveness.c */
 uint64_t pm__liveness_period(const pm_cluster *c);

@@ -253,6 +253,22 @@ static int wait_chunk(const pm_node *n)
     return chunk;
 }
 
+/* Whether a frame of this type may still be sent, from the control block
+ * alone (two loads, no system call on the send path). Fenced: nothing (the
+ * hub no longer reads our ring, so a "sent" frame would be lost silently).
+ * Asked to stop: no new messages or requests (pm_node_send documents
+ * -ESHUTDOWN from then on), but replies, so a worker can finish the
+ * requests it already has: the hub still relays from a stopping worker. */
+static int refused(pm_node *n, int type)
+{
+    const struct pm__ctl *ctl = pm__link_ctl(&n->link);
+    if (atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0)
+        return 1;
+    if (type == PM__FT_REPLY)
+        return 0;
+    return n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0;
+}
+
 PM_EXTERN int pm_node_beat(pm_node *n)
 {
     int rc = node_check(n);
@@ -405,6 +421,8 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
     h.request_id = request_id;
     h.deadline_ms = deadline_ms;
     /* src and src_inc are left 0: the hub stamps them from our ring. */
+    if (refused(n, type))
+        return -ESHUTDOWN;
     for (;;) {
         beat(n);
         rc = pm__frame_send(&n->link.tx, &h, data, len);

@@ -153,9 +153,16 @@ static void fire_due(pm_cluster *c)
 }
 
 /* What the worker said on its NOTIFY_SOCKET. Order inside one read does
- * not matter: READY is acted on first, as systemd does. */
-static void on_notify(pm_cluster *c, pm__slot *s)
+ * not matter: READY is acted on first, as systemd does. Also called when the
+ * worker is reaped, before its exit is handled: a READY=1 it sent just
+ * before exiting is still queued on the socket, and it was ready whichever
+ * of the two reports the loop happened to see first. */
+void pm__cluster_read_notify(pm_cluster *c, pm__slot *s)
 {
+    if (s->notify_fd < 0)
+        return;
+    /* The credentials were stamped at send time, so the pid still matches
+     * after the sender has exited. */
     unsigned what = pm__notify_read(s->notify_fd, s->pid, &c->stats.notify_dropped);
     if (what & PM__NOTIFY_READY)
         pm__cluster_dispatch(c, s, PM__EV_READY);
@@ -165,6 +172,11 @@ static void on_notify(pm_cluster *c, pm__slot *s)
     }
     if (what & PM__NOTIFY_STOPPING)
         pm__cluster_emit(c, PM_EVENT_STOPPING, s, PM_REASON_NOTIFY, 0);
+}
+
+static void on_notify(pm_cluster *c, pm__slot *s)
+{
+    pm__cluster_read_notify(c, s);
     if (s->notify_fd >= 0 &&
         pm__loop_arm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
         s->notify_armed = 1;

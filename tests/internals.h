@@ -96,6 +96,12 @@ static inline int pm_test_loop_backend(const pm_cluster *c)
     return c->loop.backend;
 }
 
+/* The options object's fields, to assert the defaults the header states. */
+static inline const struct pm_options *pm_test_options(const pm_options *o)
+{
+    return o;
+}
+
 /* ------------------------------------------------------------ worker side */
 
 /* The worker's mapping of its own shared memory (the control block first). */
@@ -108,6 +114,12 @@ static inline void *pm_test_node_map(pm_node *n)
 static inline pm__ring *pm_test_node_tx(pm_node *n)
 {
     return &n->link.tx;
+}
+
+/* The worker's down ring (hub -> worker), to read raw frames from. */
+static inline pm__ring *pm_test_node_rx(pm_node *n)
+{
+    return &n->link.rx;
 }
 
 /* The doorbell the worker rings to wake the hub. */

@@ -4,6 +4,17 @@
  * library would never send:
  *
  *   hello-version N    HELLO naming protocol version N, then wait
+ *   hello-twice        HELLO, READY, then a second HELLO, then wait
+ *   ready-first        READY before any HELLO, then wait
+ *   forbidden T        HELLO, READY, a frame of type T (2 INIT, 7
+ *                      UNDELIVERABLE, 8 STOP) to main, then the message
+ *                      "after" to main, then wait
+ *   early-traffic      HELLO, the message "before" to main, READY, the
+ *                      message "after" to main, then wait
+ *
+ * With "later" as the last argument, the first incarnation of a slot does a
+ * plain HELLO and READY instead and only later ones misbehave (so that
+ * pm_cluster_spawn succeeds and the fault is charged as a restart).
  *
  * Linked with the static core (libpmcore.la) for the internal ring API.
  */
@@ -19,27 +30,68 @@
 #include "node.h"
 #include "proto.h"
 
+static pm__link l;
+
+static void frame(int type, const void *payload, size_t len)
+{
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = (uint8_t)type;
+    h.dst = PM__NODE_MAIN;
+    if (pm__frame_send(&l.tx, &h, payload, len) != 0)
+        _exit(5);
+}
+
+static void hello(uint32_t version)
+{
+    unsigned char v[4];
+    pm__put32(v, version);
+    frame(PM__FT_HELLO, v, sizeof(v));
+}
+
+static void text(const char *s)
+{
+    frame(PM__FT_MSG, s, strlen(s));
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 3 || strcmp(argv[1], "hello-version") != 0) {
-        fprintf(stderr, "usage: pm-raw-worker hello-version N\n");
+    if (argc < 2) {
+        fprintf(stderr, "usage: pm-raw-worker MODE [ARG] [later]\n");
         return 2;
     }
+    const char *mode = argv[1];
     const char *env = getenv(PM__NODE_ENV);
     int memfd, node_efd, hub_efd;
     if (env == NULL || sscanf(env, "%d,%d,%d", &memfd, &node_efd, &hub_efd) != 3)
         return 3;
-    pm__link l;
     if (pm__link_attach(&l, memfd, node_efd, hub_efd) < 0)
         return 4;
-    unsigned char v[4];
-    pm__put32(v, (uint32_t)strtoul(argv[2], NULL, 10));
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.type = PM__FT_HELLO;
-    h.dst = PM__NODE_MAIN;
-    if (pm__frame_send(&l.tx, &h, v, sizeof(v)) != 0)
-        return 5;
+    if (strcmp(argv[argc - 1], "later") == 0 && pm__link_ctl(&l)->incarnation == 1) {
+        hello(PM__PROTO_VERSION);
+        frame(PM__FT_READY, NULL, 0);
+    } else if (strcmp(mode, "hello-version") == 0 && argc >= 3) {
+        hello((uint32_t)strtoul(argv[2], NULL, 10));
+    } else if (strcmp(mode, "hello-twice") == 0) {
+        hello(PM__PROTO_VERSION);
+        frame(PM__FT_READY, NULL, 0);
+        hello(PM__PROTO_VERSION);
+    } else if (strcmp(mode, "ready-first") == 0) {
+        frame(PM__FT_READY, NULL, 0);
+    } else if (strcmp(mode, "forbidden") == 0 && argc >= 3) {
+        hello(PM__PROTO_VERSION);
+        frame(PM__FT_READY, NULL, 0);
+        frame(atoi(argv[2]), "x", 1);
+        text("after");
+    } else if (strcmp(mode, "early-traffic") == 0) {
+        hello(PM__PROTO_VERSION);
+        text("before");
+        frame(PM__FT_READY, NULL, 0);
+        text("after");
+    } else {
+        fprintf(stderr, "pm-raw-worker: unknown mode %s\n", mode);
+        return 2;
+    }
     for (;;)
-        pause(); /* the supervisor fences us */
+        pause(); /* the supervisor fences or stops us */
 }

@@ -1,0 +1,953 @@
+/* SPDX-License-Identifier: MIT */
+/* check_api.c - library behaviour the header and doc/design.md promise, each asserted with real processes and signals. */
+/*
+ * pm_cluster_restart_slot, watch_fd, hub_spin_us, handle_signals = 0,
+ * SIGHUP/SIGTERM, pm_cluster_stop from everywhere, core_dumped and
+ * kill_pending, handshake and protocol faults from a raw worker, the
+ * in-flight cap and main's backpressure, pm_node_request keeping messages,
+ * pm_node_send after the stop request, pm_node_join's errors, every
+ * default the header states.
+ */
+#include "helpers.h"
+
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/eventfd.h>
+#include <sys/time.h>
+
+#include "internals.h"
+#include "proto.h"
+
+#ifndef PM_RAW_WORKER
+#error "PM_RAW_WORKER must name the pm-raw-worker binary"
+#endif
+
+#define RUN_UNTIL PM_RUN_UNTIL
+#define ms pm_test_ms
+
+/* ---------------------------------------------------------------- events, messages */
+
+typedef struct erec {
+    int type;
+    unsigned slot;
+    pid_t pid;
+    uint64_t inc;
+    int exit_code;
+    int signal;
+    int core;
+    uint32_t delay;
+    char reason[32];
+} erec;
+
+static erec evs[1024];
+static int nev;
+/* Highest number of worker processes alive at once, per slot: a STARTED
+ * while the slot's previous pid still exists would make it 2. */
+static int overlap;
+static pid_t last_pid[8];
+
+static void record(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (e->type == PM_EVENT_STARTED && e->slot < ARRAY_LEN(last_pid)) {
+        pid_t prev = last_pid[e->slot];
+        if (prev > 0 && kill(prev, 0) == 0)
+            overlap = 1; /* the predecessor is still there (running or a zombie) */
+        last_pid[e->slot] = e->pid;
+    }
+    if (nev >= (int)ARRAY_LEN(evs))
+        return;
+    erec *r = &evs[nev++];
+    r->type = e->type;
+    r->slot = e->slot;
+    r->pid = e->pid;
+    r->inc = e->incarnation;
+    r->exit_code = e->exit_code;
+    r->signal = e->signal;
+    r->core = e->core_dumped;
+    r->delay = e->delay_ms;
+    snprintf(r->reason, sizeof(r->reason), "%s", e->reason != NULL ? e->reason : "");
+}
+
+static int count(int type, int slot)
+{
+    int n = 0;
+    for (int i = 0; i < nev; i++)
+        if (evs[i].type == type && (slot < 0 || evs[i].slot == (unsigned)slot))
+            n++;
+    return n;
+}
+
+static const erec *find(int type, int slot, int nth)
+{
+    for (int i = 0; i < nev; i++)
+        if (evs[i].type == type && (slot < 0 || evs[i].slot == (unsigned)slot) && nth-- == 0)
+            return &evs[i];
+    return NULL;
+}
+
+/* Text messages main received ("#..."), in order. */
+static char texts[64][128];
+static int ntexts;
+
+static void on_message(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)arg;
+    if (m->kind == PM_MSG_REQUEST && m->len == 3 && memcmp(m->data, "ask", 3) == 0) {
+        /* Three plain messages before the reply: the requester must keep
+         * them for pm_node_recv. */
+        pm_cluster_send(c, &m->from, "m1", 2);
+        pm_cluster_send(c, &m->from, "m2", 2);
+        pm_cluster_send(c, &m->from, "m3", 2);
+        pm_cluster_reply(c, m, "r", 1);
+        return;
+    }
+    if (ntexts < (int)ARRAY_LEN(texts))
+        snprintf(texts[ntexts++], sizeof(texts[0]), "%.*s", (int)m->len, (const char *)m->data);
+}
+
+static int got_text(const char *t)
+{
+    for (int i = 0; i < ntexts; i++)
+        if (strcmp(texts[i], t) == 0)
+            return 1;
+    return 0;
+}
+
+static void quiet_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned r, void *arg)
+{
+    (void)c, (void)slot, (void)a, (void)r, (void)arg;
+}
+
+/* ---------------------------------------------------------------- fork-mode workers */
+
+enum role {
+    W_READY = 0,     /* ready, then waits; SIGTERM ends it */
+    W_RECV,          /* ready, receives until -ESHUTDOWN, exits 0 */
+    W_ASK_MAIN,      /* requests "ask" of main, then receives what came meanwhile */
+    W_SEND_AFTER_STOP, /* ignores SIGTERM; after recv says -ESHUTDOWN, pm_node_send: exits 7
+                          when that says -ESHUTDOWN too, 8 otherwise */
+    W_REQUESTS,      /* 4097 raw requests to slot 1, which never answers */
+    W_NEVER_READY,   /* joins, never ready */
+};
+
+static int role[8];
+
+static pm_address main_addr(void)
+{
+    pm_address a;
+    ck_assert_int_eq(pm_address_parse("procmesh@main:0", &a), 0);
+    return a;
+}
+
+static void tell_main(pm_node *n, const char *fmt, ...)
+{
+    char buf[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    pm_address m = main_addr();
+    pm_node_send(n, &m, buf, strlen(buf));
+}
+
+static int worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    int r = role[pm_node_slot(n)];
+    if (r == W_NEVER_READY)
+        for (;;)
+            pause();
+    if (r == W_SEND_AFTER_STOP)
+        signal(SIGTERM, SIG_IGN);
+    if (pm_node_ready(n) < 0)
+        return 50;
+    pm_message m;
+    switch (r) {
+    case W_RECV:
+        while (pm_node_recv(n, &m, -1) == 0)
+            ;
+        return 0;
+    case W_ASK_MAIN: {
+        pm_address to = main_addr();
+        pm_message rep;
+        int rc = pm_node_request(n, &to, "ask", 3, 10000, &rep);
+        char got[16] = "";
+        if (rc == 0)
+            snprintf(got, sizeof(got), "%.*s", (int)rep.len, (const char *)rep.data);
+        char kept[3][8] = {"", "", ""};
+        for (int i = 0; i < 3; i++)
+            if (pm_node_recv(n, &m, 0) == 0)
+                snprintf(kept[i], sizeof(kept[i]), "%.*s", (int)m.len, (const char *)m.data);
+        tell_main(n, "#ask rc=%d reply=%s kept=%s,%s,%s", rc, got, kept[0], kept[1], kept[2]);
+        break;
+    }
+    case W_SEND_AFTER_STOP: {
+        int rc;
+        while ((rc = pm_node_recv(n, &m, -1)) == 0)
+            ;
+        if (rc != -ESHUTDOWN)
+            return 9;
+        pm_address to = main_addr();
+        return pm_node_send(n, &to, "x", 1) == -ESHUTDOWN ? 7 : 8;
+    }
+    case W_REQUESTS: {
+        /* Raw request frames (pm_node_request would wait for each reply):
+         * the hub remembers each as in flight to slot 1, which never reads
+         * or answers. The 4097th finds the table full. First main's "go":
+         * slot 1 may not be ready yet while pm_cluster_spawn runs. */
+        if (pm_node_recv(n, &m, 30000) != 0)
+            return 51;
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_REQUEST;
+        h.dst = 1;
+        for (uint64_t id = 1; id <= 4097; id++) {
+            h.request_id = id;
+            while (pm__frame_send(pm_test_node_tx(n), &h, "q", 1) == -EAGAIN)
+                pm_node_beat(n);
+        }
+        /* Read raw too: pm_node_recv drops a notice about a request it did
+         * not make itself (a late answer). */
+        pm__ring *rx = pm_test_node_rx(n);
+        for (uint64_t end = ms() + 30000; ms() < end;) {
+            const void *payload;
+            int rc = pm__frame_recv(rx, PM__LINK_MAX_FRAME, &h, &payload);
+            if (rc == 0) {
+                pm_node_beat(n);
+                pm__ring_wait(rx, 100);
+                continue;
+            }
+            if (rc < 0)
+                break;
+            pm__ring_consume(rx);
+            pm__ring_release(rx);
+            if (h.type == PM__FT_UNDELIVERABLE) {
+                tell_main(n, "#undeliverable id=%llu error=%d", (unsigned long long)h.request_id,
+                          h.error);
+                break;
+            }
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    for (;;)
+        pause();
+}
+
+static pm_options *opts_base(int workers)
+{
+    nev = 0;
+    ntexts = 0;
+    overlap = 0;
+    memset(last_pid, 0, sizeof(last_pid));
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, workers), 0);
+    pm_options_set_on_event(o, record, NULL);
+    pm_options_set_on_message(o, on_message, NULL);
+    pm_options_set_on_permanently_down(o, quiet_down, NULL);
+    pm_options_set_restart_min_backoff_ms(o, 10);
+    pm_options_set_restart_max_backoff_ms(o, 50);
+    pm_options_set_stop_timeout_ms(o, 3000);
+    pm_options_set_ring_size(o, 1 << 18);
+    return o;
+}
+
+/* Fork mode: the workers run worker() with their slot's role. */
+static pm_options *opts(int workers)
+{
+    pm_options *o = opts_base(workers);
+    pm_options_set_bootstrap(o, worker, NULL);
+    return o;
+}
+
+static pm_slot_info info(pm_cluster *c, unsigned slot)
+{
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, slot, &si), 0);
+    return si;
+}
+
+/* ---------------------------------------------------------------- defaults */
+
+START_TEST(test_header_defaults)
+{
+    /* The values include/procmesh.h states, spelled here again on purpose:
+     * src/defaults.h could drift from the header's comments. */
+    pm_options *o = pm_options_new();
+    const struct pm_options *v = pm_test_options(o);
+    ck_assert_int_eq(v->workers, 0); /* auto */
+    ck_assert_str_eq(v->system_name, "procmesh");
+    ck_assert_str_eq(v->hostname, "worker");
+    ck_assert_int_eq(v->base_port, 1);
+    ck_assert_int_eq(v->restart_policy, PM_RESTART_ON_FAILURE);
+    ck_assert_int_eq(v->ready_timeout_ms, 10000);
+    ck_assert_int_eq(v->min_backoff_ms, 200);
+    ck_assert_int_eq(v->max_backoff_ms, 10000);
+    ck_assert_double_eq(v->random_factor, 0.2);
+    ck_assert_int_eq(v->max_restarts, 10);
+    ck_assert_int_eq(v->restart_window_ms, 60000);
+    ck_assert_int_eq(v->stop_timeout_ms, 5000);
+    ck_assert_int_eq(v->handle_signals, 1);
+    ck_assert_uint_eq(v->hub_spin_us, 0);
+    ck_assert_int_eq(v->heartbeat_timeout_ms, 10000);
+    ck_assert_uint_eq(v->ring_size, 1u << 20);
+    ck_assert_int_eq(v->ready_mode, PM_READY_MESH);
+    ck_assert_int_eq(v->reap_orphans, 0);
+    ck_assert_ptr_null(v->init_data);
+    ck_assert_uint_eq(v->init_len, 0);
+    ck_assert_ptr_null(v->exec_path);
+    ck_assert_ptr_null(v->bootstrap);
+    ck_assert_uint_eq(v->npass_fds, 0);
+    ck_assert_ptr_null(v->on_down);
+    ck_assert_ptr_null(v->on_event);
+    ck_assert_ptr_null(v->on_message);
+    /* Neither a bootstrap nor a program: nothing to spawn, and said so. */
+    char why[256] = "";
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -EINVAL);
+    ck_assert_msg(why[0] != '\0', "validate gave no reason");
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_hub_spin_us)
+{
+    pm_options *o = opts(1);
+    /* Range 0..1000000; a refused value leaves the object unchanged. */
+    ck_assert_int_eq(pm_options_set_hub_spin_us(o, 300), 0);
+    ck_assert_int_eq(pm_options_set_hub_spin_us(o, -1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_hub_spin_us(o, 1000001), -EINVAL);
+    ck_assert_uint_eq(pm_test_options(o)->hub_spin_us, 300);
+    ck_assert_int_eq(pm_options_set_hub_spin_us(o, 1000000), 0);
+    ck_assert_int_eq(pm_options_set_hub_spin_us(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_hub_spin_us(o, 300), 0);
+    /* With spinning on, requests and replies still flow, with nothing lost
+     * (the spin only delays the hub's sleep). */
+    role[0] = W_ASK_MAIN;
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, ntexts >= 1, 10000);
+    ck_assert_str_eq(texts[0], "#ask rc=0 reply=r kept=m1,m2,m3");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- restart_slot */
+
+START_TEST(test_restart_slot)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = opts(2);
+    /* A backoff far longer than the test: the replacement can only come
+     * in time if restart_slot really skips it. */
+    pm_options_set_restart_min_backoff_ms(o, 60000);
+    pm_options_set_restart_max_backoff_ms(o, 60000);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_restart_slot(NULL, 0), -EINVAL);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 2), -EINVAL);
+    for (int round = 1; round <= 3; round++) {
+        ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+        /* Stopping, not ready: a second request is refused. */
+        ck_assert_int_eq(pm_cluster_restart_slot(c, 0), -EBUSY);
+        RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == (uint64_t)round + 1,
+                  20000);
+        const erec *r = find(PM_EVENT_RESTART_SCHEDULED, 0, round - 1);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_str_eq(r->reason, "replace");
+        ck_assert_uint_eq(r->delay, 0);
+        pm_slot_info si = info(c, 0);
+        ck_assert_uint_eq(si.restarts_total, 0); /* not charged */
+        ck_assert_uint_eq(si.restarts_in_window, 0);
+    }
+    ck_assert_msg(!overlap, "a replacement started while its predecessor still existed");
+    ck_assert_uint_eq(info(c, 1).incarnation, 1); /* the other slot untouched */
+    /* Not ready (starting, backoff, retired...): -EBUSY. */
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 1), 0);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 1), -EBUSY);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_restart_slot_starting_is_busy)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    role[0] = W_NEVER_READY; /* the replacement never gets ready */
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_STARTING, 10000);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), -EBUSY);
+    ck_assert_int_eq(pm_cluster_terminate(c), 1); /* the starting one is killed */
+    pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- kill_pending, core_dumped */
+
+START_TEST(test_kill_pending)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = opts(1);
+    pm_options_set_stop_timeout_ms(o, 0); /* the stop request is SIGKILL at once */
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(info(c, 0).kill_pending, 0);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    /* SIGKILL sent, nothing reaped yet (the loop has not run). */
+    ck_assert_int_eq(info(c, 0).kill_pending, 1);
+    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
+    ck_assert_int_eq(info(c, 0).kill_pending, 0);
+    /* SIGTERM (the stop request) and SIGKILL went out together. */
+    int sig = find(PM_EVENT_EXITED, 0, 0)->signal;
+    ck_assert_msg(sig == SIGTERM || sig == SIGKILL, "died by signal %d", sig);
+    ck_assert_int_eq(pm_cluster_terminate(c), 1);
+    pm_options_free(o);
+}
+END_TEST
+
+/* Would this machine write a core for `cmd`? Probed with the same command
+ * outside procmesh: the kernel's core_pattern decides, not procmesh. */
+static int dumps_core(const char *cmd)
+{
+    pid_t p = pm_test_fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int st = pm_test_reap(p, 20000);
+    ck_assert_msg(st != -1 && WIFSIGNALED(st), "the probe did not die by a signal");
+    return WCOREDUMP(st) ? 1 : 0;
+}
+
+START_TEST(test_core_dumped)
+{
+    char dir[] = "/tmp/pm-core-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[256];
+    /* _i = 0: core limit 0 (no core); 1: unlimited, in a scratch directory. */
+    snprintf(cmd, sizeof(cmd), "ulimit -c %s 2>/dev/null; cd %s && kill -SEGV $$",
+             _i ? "unlimited" : "0", dir);
+    int want = dumps_core(cmd);
+    if (_i == 0)
+        ck_assert_int_eq(want, 0);
+    pm_options *o = opts_base(1);
+    char *argv[] = {"sh", "-c", cmd, NULL};
+    pm_options_set_exec(o, "/bin/sh", argv);
+    pm_options_set_ready_mode(o, PM_READY_EXEC);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 1, 20000);
+    const erec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_int_eq(e->signal, SIGSEGV);
+    ck_assert_int_eq(e->exit_code, -1);
+    ck_assert_int_eq(e->core, want);
+    if (_i == 1 && !want)
+        fprintf(stderr, "note: this machine writes no core (core_pattern); core_dumped=1 unseen\n");
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    char rm[300];
+    snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+    ck_assert_int_eq(system(rm), 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- signals */
+
+START_TEST(test_sighup_interrupts_run)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    static const int sigs[] = {SIGHUP, SIGTERM, SIGINT};
+    for (size_t i = 0; i < ARRAY_LEN(sigs); i++) {
+        ck_assert_int_eq(kill(getpid(), sigs[i]), 0);
+        ck_assert_int_eq(pm_cluster_run(c, 10000), -EINTR);
+        ck_assert_int_eq(pm_cluster_last_signal(c), sigs[i]);
+        /* Nothing else happened to the workers. */
+        ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
+        ck_assert_uint_eq(info(c, 0).incarnation, 1);
+    }
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+static void term_on_last_start(pm_cluster *c, const pm_event *e, void *arg)
+{
+    record(c, e, arg);
+    if (e->type == PM_EVENT_STARTED && e->slot == 2)
+        kill(getpid(), SIGTERM);
+}
+
+START_TEST(test_sigterm_during_spawn)
+{
+    memset(role, 0, sizeof(role));
+    role[2] = W_NEVER_READY;
+    pm_options *o = opts(3);
+    pm_options_set_on_event(o, term_on_last_start, NULL);
+    pm_cluster *c = (pm_cluster *)1;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -EINTR);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(count(PM_EVENT_STARTED, -1), 3);
+    /* Every worker it started is reaped: no child of ours is left. */
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+    ck_assert_int_eq(errno, ECHILD);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_handle_signals_off)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = opts(1);
+    ck_assert_int_eq(pm_options_set_handle_signals(o, 0), 0);
+    sigset_t before, after;
+    ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, NULL, &before), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, NULL, &after), 0);
+    static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
+    for (size_t i = 0; i < ARRAY_LEN(sigs); i++)
+        ck_assert_int_eq(sigismember(&after, sigs[i]), sigismember(&before, sigs[i]));
+    /* Exits are still seen (by pidfd): a killed worker is restarted. */
+    pid_t pid = info(c, 0).pid;
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
+    /* A SIGHUP is not ours to take: with its handler the application sees it. */
+    ck_assert_int_eq(pm_cluster_last_signal(c), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- pm_cluster_stop */
+
+static pm_cluster *stop_target;
+static int stops;
+
+static void stop_from_watch(pm_cluster *c, int fd, void *arg)
+{
+    (void)fd;
+    (void)arg;
+    stops++;
+    pm_cluster_stop(c);
+}
+
+static void *stop_thread(void *arg)
+{
+    pm_cluster_stop(arg);
+    return NULL;
+}
+
+static void stop_handler(int sig)
+{
+    (void)sig;
+    stops++;
+    pm_cluster_stop(stop_target);
+}
+
+START_TEST(test_stop_everywhere)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+
+    /* From a callback (a watched fd's). */
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    ck_assert_int_eq(pm_cluster_watch_fd(c, p[0], stop_from_watch, NULL), 0);
+    ck_assert_int_eq(write(p[1], "x", 1), 1);
+    ck_assert_int_eq(pm_cluster_run(c, -1), 0);
+    ck_assert_int_eq(stops, 1);
+    ck_assert_int_eq(pm_cluster_unwatch_fd(c, p[0]), 0);
+
+    /* From another thread. */
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, stop_thread, c), 0);
+    ck_assert_int_eq(pm_cluster_run(c, -1), 0);
+    pthread_join(t, NULL);
+
+    /* From a signal handler (SIGALRM in 100 ms, while run waits). */
+    stop_target = c;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = stop_handler;
+    ck_assert_int_eq(sigaction(SIGALRM, &sa, NULL), 0);
+    struct itimerval it = {{0, 0}, {0, 100000}};
+    ck_assert_int_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+    ck_assert_int_eq(pm_cluster_run(c, -1), 0);
+    ck_assert_int_eq(stops, 2);
+
+    ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    close(p[0]);
+    close(p[1]);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- watch_fd */
+
+static int fired;
+static int rewatch;
+
+static void on_readable(pm_cluster *c, int fd, void *arg)
+{
+    (void)arg;
+    fired++;
+    char b[16];
+    ssize_t k = read(fd, b, sizeof(b));
+    (void)k;
+    if (rewatch)
+        pm_cluster_watch_fd(c, fd, on_readable, NULL);
+}
+
+START_TEST(test_watch_fd)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    ck_assert_int_eq(pm_cluster_watch_fd(NULL, p[0], on_readable, NULL), -EINVAL);
+    ck_assert_int_eq(pm_cluster_watch_fd(c, -1, on_readable, NULL), -EINVAL);
+    ck_assert_int_eq(pm_cluster_watch_fd(c, p[0], NULL, NULL), -EINVAL);
+    fired = 0;
+    rewatch = 0;
+    ck_assert_int_eq(pm_cluster_watch_fd(c, p[0], on_readable, NULL), 0);
+    ck_assert_int_eq(pm_cluster_unwatch_fd(c, p[1]), -ENOENT); /* never watched */
+    ck_assert_int_eq(pm_cluster_run(c, 50), 0);
+    ck_assert_int_eq(fired, 0); /* not readable yet */
+    ck_assert_int_eq(write(p[1], "a", 1), 1);
+    RUN_UNTIL(c, fired == 1, 5000);
+    /* One-shot: without a new watch, more data is not reported. */
+    ck_assert_int_eq(write(p[1], "b", 1), 1);
+    ck_assert_int_eq(pm_cluster_run(c, 200), 0);
+    ck_assert_int_eq(fired, 1);
+    /* Watched again (here from outside; the callback may do it too). */
+    rewatch = 1;
+    ck_assert_int_eq(pm_cluster_watch_fd(c, p[0], on_readable, NULL), 0);
+    RUN_UNTIL(c, fired == 2, 5000);
+    ck_assert_int_eq(write(p[1], "c", 1), 1);
+    RUN_UNTIL(c, fired == 3, 5000); /* re-armed from the callback */
+    /* Unwatched: nothing more, and the fd may be closed at once. */
+    ck_assert_int_eq(pm_cluster_unwatch_fd(c, p[0]), 0);
+    ck_assert_int_eq(write(p[1], "d", 1), 1);
+    ck_assert_int_eq(pm_cluster_run(c, 200), 0);
+    ck_assert_int_eq(fired, 3);
+    close(p[0]);
+    close(p[1]);
+    /* At most 1024 fds. */
+    int fds[1025];
+    int ok = 0, rc = 0;
+    for (int i = 0; i < 1025; i++) {
+        fds[i] = eventfd(0, EFD_CLOEXEC);
+        if (fds[i] < 0) {
+            fds[i] = -1;
+            continue;
+        }
+        rc = pm_cluster_watch_fd(c, fds[i], on_readable, NULL);
+        if (rc == 0)
+            ok++;
+        else
+            break;
+    }
+    if (ok == 1024)
+        ck_assert_int_eq(rc, -ENOSPC);
+    for (int i = 0; i < 1025; i++)
+        if (fds[i] >= 0) {
+            pm_cluster_unwatch_fd(c, fds[i]);
+            close(fds[i]);
+        }
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- raw worker: handshake and protocol */
+
+static pm_options *raw_opts(const char *mode, const char *arg, int later)
+{
+    pm_options *o = opts_base(1);
+    char *argv[5] = {"pm-raw-worker", (char *)mode, NULL, NULL, NULL};
+    int k = 2;
+    if (arg != NULL)
+        argv[k++] = (char *)arg;
+    if (later)
+        argv[k++] = "later";
+    ck_assert_int_eq(pm_options_set_exec(o, PM_RAW_WORKER, argv), 0);
+    pm_options_set_max_restarts(o, 1);
+    return o;
+}
+
+/* design.md, Handshake: "A second HELLO or a READY before HELLO is a
+ * protocol fault (reason protocol): the worker is killed and the failure
+ * charged." */
+START_TEST(test_handshake_fault_charged)
+{
+    static const char *const modes[] = {"hello-twice", "ready-first"};
+    const char *mode = modes[_i];
+    /* A first start: pm_cluster_spawn gives up, and says why. */
+    pm_options *o = raw_opts(mode, NULL, 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), _i == 0 ? 0 : -ECHILD);
+    if (_i == 0) {
+        /* HELLO, READY, HELLO: ready, then fenced in the same read; so is
+         * its replacement, and the budget (1) retires the slot. */
+        RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
+        ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 2);
+        ck_assert_str_eq(find(PM_EVENT_FENCED, 0, 0)->reason, "protocol");
+        ck_assert_uint_eq(info(c, 0).restarts_total, 1);
+        ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    } else {
+        ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 1);
+        ck_assert_str_eq(find(PM_EVENT_FENCED, 0, 0)->reason, "protocol");
+    }
+    pm_options_free(o);
+    /* A later incarnation: fenced "protocol", the restart charged (backoff,
+     * budget), then retired by the budget (1). */
+    o = raw_opts(mode, NULL, 1);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 2); /* incarnations 2 and 3 */
+    for (int i = 0; i < 2; i++)
+        ck_assert_str_eq(find(PM_EVENT_FENCED, 0, i)->reason, "protocol");
+    ck_assert_str_eq(find(PM_EVENT_RESTART_SCHEDULED, 0, 0)->reason, "replace");
+    ck_assert_str_eq(find(PM_EVENT_RESTART_SCHEDULED, 0, 1)->reason, "backoff");
+    pm_slot_info si = info(c, 0);
+    ck_assert_uint_eq(si.restarts_total, 1);
+    ck_assert_uint_eq(si.fences, 2);
+    ck_assert_str_eq(si.last_fence_reason, "protocol");
+    struct pm_cluster_stats st;
+    pm_cluster_stats(c, &st);
+    ck_assert_uint_eq(st.fences_protocol, 2);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_wrong_version_charged)
+{
+    char v[16];
+    snprintf(v, sizeof(v), "%u", (unsigned)PM_PROTOCOL_VERSION + 1);
+    pm_options *o = raw_opts("hello-version", v, 1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 2);
+    ck_assert_str_eq(find(PM_EVENT_FENCED, 0, 0)->reason, "version");
+    ck_assert_str_eq(find(PM_EVENT_RESTART_SCHEDULED, 0, 1)->reason, "backoff");
+    ck_assert_uint_eq(info(c, 0).restarts_total, 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* design.md, Validation: "a frame type a worker may not send (INIT, STOP,
+ * UNDELIVERABLE), or traffic before the worker is ready is dropped and
+ * counted per slot" (malformed_dropped), not fenced. */
+START_TEST(test_forbidden_types_dropped)
+{
+    static const int types[] = {PM__FT_INIT, PM__FT_UNDELIVERABLE, PM__FT_STOP};
+    char t[8];
+    snprintf(t, sizeof(t), "%d", types[_i]);
+    pm_options *o = raw_opts("forbidden", t, 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, got_text("after"), 10000);
+    ck_assert_int_eq(ntexts, 1);
+    struct pm_cluster_stats st;
+    pm_cluster_stats(c, &st);
+    ck_assert_uint_eq(st.malformed_dropped, 1);
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 1);
+    ck_assert_uint_eq(st.fences_protocol, 0);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+    ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_traffic_before_ready_dropped)
+{
+    pm_options *o = raw_opts("early-traffic", NULL, 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, got_text("after"), 10000);
+    ck_assert_msg(!got_text("before"), "a message sent before READY was delivered");
+    struct pm_cluster_stats st;
+    pm_cluster_stats(c, &st);
+    ck_assert_uint_eq(st.malformed_dropped, 1);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- messaging limits */
+
+START_TEST(test_inflight_cap)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_REQUESTS;
+    role[1] = W_READY; /* never reads, never answers */
+    pm_options *o = opts(2);
+    /* Room for 4097 small requests in slot 1's ring, so that the hub's
+     * in-flight table, not backpressure, is what stops them. */
+    pm_options_set_ring_size(o, 1 << 21);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address a0;
+    ck_assert_int_eq(pm_address_parse("procmesh@worker:1", &a0), 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "go", 2), 0);
+    RUN_UNTIL(c, ntexts >= 1, 30000);
+    char want[64];
+    snprintf(want, sizeof(want), "#undeliverable id=4097 error=%d", -EBUSY);
+    ck_assert_str_eq(texts[0], want);
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 1), 4096);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_main_send_eagain)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_READY; /* never reads */
+    pm_options *o = opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("procmesh@worker:1", &to), 0);
+    static char buf[1000];
+    int rc = 0;
+    unsigned sent = 0;
+    /* Ring (256 KiB) plus the hub's queue (1024 frames) fill; then -EAGAIN,
+     * never a block and never a drop. */
+    while (sent < 100000 && (rc = pm_cluster_send(c, &to, buf, sizeof(buf))) == 0)
+        sent++;
+    ck_assert_int_eq(rc, -EAGAIN);
+    ck_assert_uint_gt(sent, 1024);
+    ck_assert_uint_eq(pm_test_slot_queued_frames(c, 0), 1024);
+    ck_assert_int_eq(pm_cluster_send(c, &to, buf, sizeof(buf)), -EAGAIN);
+    ck_assert_int_eq(pm_cluster_run(c, 50), 0);
+    ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_request_keeps_messages)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_ASK_MAIN;
+    pm_options *o = opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, ntexts >= 1, 10000);
+    /* The three plain messages main sent before its reply were kept, in
+     * order, for pm_node_recv. */
+    ck_assert_str_eq(texts[0], "#ask rc=0 reply=r kept=m1,m2,m3");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_send_after_stop)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_SEND_AFTER_STOP;
+    pm_options *o = opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0); /* it ended by itself */
+    const erec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->exit_code, 7);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- pm_node_join */
+
+START_TEST(test_join_errors)
+{
+    pm_node *n = NULL;
+    unsetenv("PROCMESH_NODE");
+    ck_assert_int_eq(pm_node_join(&n), -ENOENT);
+    ck_assert_ptr_null(n);
+    ck_assert_int_eq(pm_node_join(NULL), -EINVAL);
+    /* A supervisor (this test) whose INIT is nonsense: -EPROTO. */
+    pm__link l;
+    pm__link_zero(&l);
+    ck_assert_int_eq(pm__link_create(&l, 0, 1, 1 << 18, getpid(), 0), 0);
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = PM__FT_INIT;
+    ck_assert_int_eq(pm__frame_send(&l.tx, &h, "??", 2), 0);
+    char env[64];
+    snprintf(env, sizeof(env), "%d,%d,%d", l.memfd, l.node_efd, l.hub_efd);
+    pid_t p = pm_test_fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0) {
+        /* The fds are close-on-exec, not close-on-fork: the child has them. */
+        setenv("PROCMESH_NODE", env, 1);
+        int rc = pm_node_join(&n);
+        _exit(rc == -EPROTO ? 0 : 1);
+    }
+    int st = pm_test_reap(p, 20000);
+    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "pm_node_join did not return -EPROTO for a malformed INIT");
+    pm__link_close(&l);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("api");
+    PM_ADD_TEST(s, test_header_defaults, 10);
+    PM_ADD_TEST(s, test_hub_spin_us, 30);
+    PM_ADD_TEST(s, test_restart_slot, 60);
+    PM_ADD_TEST(s, test_restart_slot_starting_is_busy, 30);
+    PM_ADD_TEST(s, test_kill_pending, 30);
+    TCase *tc = pm_tcase("test_core_dumped", 60);
+    tcase_add_loop_test(tc, test_core_dumped, 0, 2);
+    suite_add_tcase(s, tc);
+    PM_ADD_TEST(s, test_sighup_interrupts_run, 30);
+    PM_ADD_TEST(s, test_sigterm_during_spawn, 30);
+    PM_ADD_TEST(s, test_handle_signals_off, 30);
+    PM_ADD_TEST(s, test_stop_everywhere, 30);
+    PM_ADD_TEST(s, test_watch_fd, 30);
+    tc = pm_tcase("test_handshake_fault_charged", 60);
+    tcase_add_loop_test(tc, test_handshake_fault_charged, 0, 2);
+    suite_add_tcase(s, tc);
+    PM_ADD_TEST(s, test_wrong_version_charged, 60);
+    tc = pm_tcase("test_forbidden_types_dropped", 30);
+    tcase_add_loop_test(tc, test_forbidden_types_dropped, 0, 3);
+    suite_add_tcase(s, tc);
+    PM_ADD_TEST(s, test_traffic_before_ready_dropped, 30);
+    PM_ADD_TEST(s, test_inflight_cap, 60);
+    PM_ADD_TEST(s, test_main_send_eagain, 30);
+    PM_ADD_TEST(s, test_request_keeps_messages, 30);
+    PM_ADD_TEST(s, test_send_after_stop, 30);
+    PM_ADD_TEST(s, test_join_errors, 30);
+    return pm_test_main(s);
+}
