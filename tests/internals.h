@@ -77,6 +77,19 @@ static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
     return c->slots[i].link.memfd;
 }
 
+/* Requests slot i has in flight (to anyone). */
+static inline uint32_t pm_test_requests_out(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].requests_out;
+}
+
+/* Shortens the maximum lifetime of a request in flight (default
+ * PM__INFLIGHT_LIFETIME_MS), so a test can see it expire. */
+static inline void pm_test_set_inflight_lifetime(pm_cluster *c, uint64_t ms)
+{
+    c->hub.inflight_lifetime_ms = ms;
+}
+
 /* Replies that arrived when nobody waited for them any more. */
 static inline uint64_t pm_test_late_replies(const pm_cluster *c)
 {
