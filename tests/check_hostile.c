@@ -468,6 +468,8 @@ START_TEST(test_not_draining)
     plan.count = 2000;
     pm_options *o = opts(2);
     pm_options_set_bootstrap(o, worker, &plan);
+    ck_assert_int_eq(pm_options_set_drain_timeout_ms(o, -1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_fence_not_draining(o, 2), -EINVAL);
     ck_assert_int_eq(pm_options_set_drain_timeout_ms(o, 300), 0);
     ck_assert_int_eq(pm_options_set_fence_not_draining(o, _i), 0);
     pm_cluster *c;
