@@ -372,9 +372,12 @@ static int add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64
     e->request_id = id;
     e->target_inc = target->incarnation;
     e->deadline_ms = deadline;
-    /* A request without a deadline (or with one far away) would otherwise
-     * stay forever if never answered. */
-    e->expires_ms = deadline > 0 && deadline < expires ? deadline : expires;
+    /* A worker's request without a deadline (or with one far away) would
+     * otherwise stay forever if never answered. Main's broadcasts keep
+     * their own deadline, whatever the application chose. */
+    if (deadline > 0 && (deadline < expires || requester == PM__NODE_MAIN))
+        expires = deadline;
+    e->expires_ms = expires;
     if (out != NULL)
         (*out)++;
     h->inflight_total++;

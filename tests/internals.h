@@ -65,7 +65,8 @@ static inline size_t pm_test_slot_queued_bytes(const pm_cluster *c, unsigned i)
     return c->hub.ports[i].q_bytes;
 }
 
-/* The slot whose full ring keeps slot i from being read, or -1. */
+/* -1, or: slot i is not read because its frames waiting in the hub reached
+ * their bound; the destination of the frame that did not fit. */
 static inline int pm_test_slot_blocked_on(const pm_cluster *c, unsigned i)
 {
     return c->hub.ports[i].blocked_on;
