@@ -127,10 +127,14 @@ enum pm_event_type {
     PM_EVENT_STOPPED = 6,          /* the slot stopped for good without failing */
     PM_EVENT_SPAWN_FAILED = 7,     /* a start failed before a process ran (exit_code = -errno) */
     PM_EVENT_FENCED = 8,           /* the hub cut a worker off and killed it (reason:
-                                      "heartbeat", "corrupt-ring", "protocol") */
+                                      "heartbeat", "corrupt-ring", "protocol",
+                                      "version", "not-draining") */
     PM_EVENT_STALLED = 9,          /* the supervisor itself was not running for delay_ms
                                       (SIGSTOP, suspend, starvation); slot is 0 */
-    PM_EVENT_STOPPING = 10         /* a notify-mode worker announced STOPPING=1 */
+    PM_EVENT_STOPPING = 10,        /* a notify-mode worker announced STOPPING=1 */
+    PM_EVENT_NOT_DRAINING = 11     /* frames waited for the slot's full ring longer than the
+                                      drain timeout (reason "not-draining"); once per stall,
+                                      see pm_options_set_drain_timeout_ms */
 };
 
 /*
@@ -164,6 +168,8 @@ enum pm_reason {
                                     notify socket) was taken under every fresh random name;
                                     someone else's doing: retried after the longest backoff
                                     (1 s at least), never charged to the slot's budget */
+    PM_REASON_NOT_DRAINING = 21, /* "not-draining": NOT_DRAINING; FENCED with
+                                    pm_options_set_fence_not_draining */
     PM_REASON__COUNT
 };
 
@@ -265,6 +271,17 @@ PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us);
  * killed and restarted under the budget. 0 = off. Default 10000. */
 PM_EXTERN int pm_options_set_heartbeat_timeout_ms(pm_options *o, int ms);
 
+/* A worker's down ring that stays full while frames wait for it (the hub
+ * queues them, charged to their senders) for longer than ms, with no frame
+ * taken, is reported: PM_EVENT_NOT_DRAINING, counted in
+ * pm_cluster_stats.not_draining. Once per stall. 0 = off. Default 10000. */
+PM_EXTERN int pm_options_set_drain_timeout_ms(pm_options *o, int ms);
+
+/* 1: such a worker is also fenced (reason "not-draining"), killed and
+ * restarted under the budget; the frames waiting for it are dropped and its
+ * senders read again. Default 0 (reported only). */
+PM_EXTERN int pm_options_set_fence_not_draining(pm_options *o, int on);
+
 /* Bytes of each of a worker's two rings: a power of two from 256 KiB to
  * 1 GiB. Default 1 MiB. */
 PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
@@ -349,6 +366,10 @@ struct pm_cluster_stats {
     uint64_t notify_dropped;    /* notify datagrams not from the slot's worker, dropped */
     uint64_t notices_dropped;   /* undeliverable notices that found no room or no
                                    live requester, dropped (added in interface 1) */
+    uint64_t replies_dropped;   /* replies to a requester that did not read its ring
+                                   (its queued answers at their bound), dropped */
+    uint64_t not_draining;      /* times a worker's full ring held frames past the
+                                   drain timeout (PM_EVENT_NOT_DRAINING) */
 };
 
 /*

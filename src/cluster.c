@@ -492,6 +492,8 @@ void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason)
         c->stats.fences_heartbeat++;
     else if (reason == PM_REASON_CORRUPT_RING)
         c->stats.fences_corrupt_ring++;
+    else if (reason == PM_REASON_NOT_DRAINING)
+        ; /* counted by the hub as not_draining */
     else
         c->stats.fences_protocol++;
     pm__cluster_emit(c, PM_EVENT_FENCED, s, reason, 0);
@@ -551,7 +553,18 @@ static void on_port_fault(void *owner, unsigned p, int reason)
     pm__cluster_fault(c, &c->slots[p], reason);
 }
 
-static const pm__hub_ops hub_ops = {on_port_fault, on_control};
+/* Frames waited for slot p's full ring past the drain timeout
+ * (pm__hub_ops.not_draining): reported, and fenced if the options say so. */
+static void on_not_draining(void *owner, unsigned p)
+{
+    pm_cluster *c = owner;
+    pm__slot *s = &c->slots[p];
+    pm__cluster_emit(c, PM_EVENT_NOT_DRAINING, s, PM_REASON_NOT_DRAINING, 0);
+    if (c->o->fence_not_draining)
+        pm__cluster_fault(c, s, PM_REASON_NOT_DRAINING);
+}
+
+static const pm__hub_ops hub_ops = {on_port_fault, on_control, on_not_draining};
 
 static void cluster_free(pm_cluster *c)
 {
@@ -610,6 +623,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         goto fail;
     c->hub.on_message = c->o->on_message;
     c->hub.on_message_arg = c->o->on_message_arg;
+    c->hub.drain_timeout_ms = (uint64_t)c->o->drain_timeout_ms;
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
         s->index = i;

@@ -11,10 +11,18 @@
  *    (-EHOSTDOWN) or of another incarnation (-ESTALE) is answered at once;
  *  - requests in flight to a worker are remembered, so its death answers
  *    them (-EHOSTDOWN) and a reply from a later incarnation answers nothing;
- *  - backpressure: a full down ring spills into a bounded per-destination
- *    queue; past the bound the hub stops reading the senders feeding it, so
- *    their own rings fill and they wait. Nothing is dropped silently and
- *    memory stays bounded.
+ *  - no worker delays another's traffic to anyone but itself: a full down
+ *    ring spills into that destination's queue, charged to the sender; only
+ *    a sender whose own hold is at its bound waits (the hub stops reading
+ *    it), and its frames to others flow until then. Replies and notices
+ *    never wait: charged to the requester they are for, dropped and counted
+ *    past its bound. A queue that makes no progress for the drain timeout
+ *    is reported (not-draining). Memory stays bounded per sender, per
+ *    requester and in total;
+ *  - in flight: at most PM__INFLIGHT_PER_REQUESTER per requester, each
+ *    forgotten at its deadline or after the maximum lifetime;
+ *  - copies of traffic in the supervisor's memory are wiped before they are
+ *    freed, and in a fork-mode child (pm__hub_wipe).
  */
 #define _GNU_SOURCE
 #include "hub.h"
@@ -23,21 +31,40 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "proto.h"
 
-#define Q_MAX_FRAMES 1024u
-#define Q_MAX_BYTES ((size_t)4 << 20)
-#define INFLIGHT_MAX 4096u
 #define RESULT_PENDING INT_MIN
+/* How often expired requests are forgotten (at most; sooner with a
+ * shorter lifetime). */
+#define PURGE_EVERY_MS 1000u
 
 static void port_reset(pm__port *p)
 {
     p->q_head = p->q_tail = NULL;
     p->q_frames = 0;
     p->q_bytes = 0;
+    p->ans_frames = 0;
+    p->ans_bytes = 0;
+    p->stall_since_ms = 0;
+    p->drain_reported = 0;
     p->blocked_on = -1;
     p->dirty = 0;
+}
+
+/* The scratch buffer holds the last frame a worker sent to main. It lives
+ * in its own private anonymous mapping marked MADV_WIPEONFORK, so that a
+ * fork-mode worker finds it zeroed (malloc'd memory cannot be marked).
+ * Kernels before 4.14 refuse the advice: then pm__hub_wipe clears it in the
+ * child instead. */
+static unsigned char *scratch_map(int *mapped)
+{
+    void *p = mmap(NULL, PM_MAX_PAYLOAD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    *mapped = madvise(p, PM_MAX_PAYLOAD, MADV_WIPEONFORK) == 0;
+    return p;
 }
 
 int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster *app,
@@ -45,15 +72,17 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
 {
     memset(h, 0, sizeof(*h));
     h->ports = calloc(nports ? nports : 1, sizeof(*h->ports));
-    h->scratch = malloc(PM_MAX_PAYLOAD);
+    h->scratch = scratch_map(&h->scratch_mapped);
     if (h->ports == NULL || h->scratch == NULL) {
         free(h->ports);
-        free(h->scratch);
+        if (h->scratch != NULL)
+            munmap(h->scratch, PM_MAX_PAYLOAD);
         h->ports = NULL;
         h->scratch = NULL;
         return -ENOMEM;
     }
     h->nports = nports;
+    h->inflight_lifetime_ms = PM__INFLIGHT_LIFETIME_MS;
     for (unsigned i = 0; i < nports; i++) {
         h->ports[i].index = i;
         port_reset(&h->ports[i]);
@@ -68,15 +97,11 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
 
 /* ------------------------------------------------------------------ queues */
 
-static void unblock_senders(pm__hub *h, unsigned d)
+/* Reads sender t again this turn (its hold drained, or the total did). */
+static void unblock(pm__port *t)
 {
-    for (unsigned i = 0; i < h->nports; i++) {
-        pm__port *t = &h->ports[i];
-        if (t->blocked_on == (int)d) {
-            t->blocked_on = -1;
-            t->busy = 1; /* read its ring again this turn */
-        }
-    }
+    t->blocked_on = -1;
+    t->busy = 1;
 }
 
 static void write_frame(unsigned char *p, const pm__frame_hdr *f, const void *payload, size_t len)
@@ -100,10 +125,68 @@ static pm__frame_hdr main_hdr(int type, const pm__port *p)
     return f;
 }
 
-/* Puts a frame into d's ring, or its queue when the ring is full.
- * 0, -EAGAIN (queue at its bound), -EBADMSG (d's ring is corrupt),
- * -EHOSTDOWN (d has no ring). */
-static int push(pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len)
+/* The hold a queued frame is charged to: the sender's frames waiting
+ * anywhere, main's, or the destination's answers. */
+static void charge_of(pm__hub *h, pm__port *d, uint32_t charge, uint32_t **frames, size_t **bytes)
+{
+    if (charge == PM__CHARGE_ANSWER) {
+        *frames = &d->ans_frames;
+        *bytes = &d->ans_bytes;
+    } else if (charge == PM__NODE_MAIN) {
+        *frames = &h->main_held_frames;
+        *bytes = &h->main_held_bytes;
+    } else {
+        *frames = &h->ports[charge].held_frames;
+        *bytes = &h->ports[charge].held_bytes;
+    }
+}
+
+/* Frees a frame that left d's queue (delivered or dropped). Wiped first:
+ * freed heap memory is inherited by fork-mode workers as it is. A sender
+ * held back by its bound is read again once its hold is half free
+ * (hysteresis, so it does not flap on every frame); O(1) per frame. */
+static void dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
+{
+    d->q_head = q->next;
+    if (d->q_head == NULL)
+        d->q_tail = NULL;
+    d->q_frames--;
+    d->q_bytes -= q->len;
+    h->queued_bytes -= q->len;
+    uint32_t *frames;
+    size_t *bytes;
+    charge_of(h, d, q->charge, &frames, &bytes);
+    (*frames)--;
+    *bytes -= q->len;
+    if (q->charge < h->nports) {
+        pm__port *t = &h->ports[q->charge];
+        if (t->blocked_on >= 0 && t->held_frames <= PM__HOLD_MAX_FRAMES / 2 &&
+            t->held_bytes <= PM__HOLD_MAX_BYTES / 2)
+            unblock(t);
+    }
+    explicit_bzero(q->data, q->len);
+    free(q);
+    /* Senders that waited for the total: all may try again (rare, so a
+     * scan of the ports is fine here). */
+    if (h->queued_full && h->queued_bytes <= PM__HUB_QUEUED_MAX_BYTES / 2) {
+        h->queued_full = 0;
+        for (unsigned i = 0; i < h->nports; i++) {
+            pm__port *t = &h->ports[i];
+            if (t->blocked_on >= 0 && t->held_frames < PM__HOLD_MAX_FRAMES &&
+                t->held_bytes < PM__HOLD_MAX_BYTES)
+                unblock(t);
+        }
+    }
+}
+
+/* Puts a frame into d's ring, or d's queue when the ring is full (or
+ * frames already wait: order per sender and destination is kept), charged
+ * as `charge` says. 0; -EAGAIN: the sender's hold (or the total) is at its
+ * bound, the sender waits; -ENOBUFS: an answer finds the requester's
+ * answers (or the total) at its bound, the caller drops and counts it;
+ * -EBADMSG: d's ring is corrupt; -EHOSTDOWN: d has no ring. */
+static int push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
+                uint32_t charge)
 {
     size_t total = PM__FRAME_HDR_SIZE + len;
     if (d->link == NULL)
@@ -120,21 +203,36 @@ static int push(pm__port *d, const pm__frame_hdr *f, const void *payload, size_t
         if (rc != -EAGAIN)
             return rc;
     }
-    if (d->q_frames >= Q_MAX_FRAMES || d->q_bytes + total > Q_MAX_BYTES)
-        return -EAGAIN;
+    int full = charge == PM__CHARGE_ANSWER ? -ENOBUFS : -EAGAIN;
+    uint32_t *frames;
+    size_t *bytes;
+    charge_of(h, d, charge, &frames, &bytes);
+    if (*frames >= PM__HOLD_MAX_FRAMES || *bytes + total > PM__HOLD_MAX_BYTES)
+        return full;
+    if (h->queued_bytes + total > PM__HUB_QUEUED_MAX_BYTES) {
+        h->queued_full = 1;
+        return full;
+    }
     pm__qframe *q = malloc(sizeof(*q) + total);
     if (q == NULL)
-        return -EAGAIN;
+        return full;
     q->next = NULL;
     q->len = (uint32_t)total;
+    q->charge = charge;
     write_frame(q->data, f, payload, len);
-    if (d->q_tail != NULL)
+    if (d->q_tail != NULL) {
         d->q_tail->next = q;
-    else
+    } else {
         d->q_head = q;
+        d->stall_since_ms = pm__now_ms(); /* the drain timeout starts */
+        d->drain_reported = 0;
+    }
     d->q_tail = q;
     d->q_frames++;
     d->q_bytes += total;
+    h->queued_bytes += total;
+    (*frames)++;
+    *bytes += total;
     /* Ask the worker to ring our doorbell when it frees room. */
     if (pm__ring_arm_space(&d->link->tx, total) != 0)
         d->busy = 1; /* room already: flush this turn */
@@ -143,6 +241,7 @@ static int push(pm__port *d, const pm__frame_hdr *f, const void *payload, size_t
 
 void pm__hub_flush(pm__hub *h, pm__port *d)
 {
+    int moved = 0;
     for (;;) {
         while (d->q_head != NULL) {
             pm__qframe *q = d->q_head;
@@ -157,12 +256,8 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
             memcpy(p, q->data, q->len);
             pm__ring_commit(&d->link->tx, q->len);
             d->dirty = 1;
-            d->q_head = q->next;
-            if (d->q_head == NULL)
-                d->q_tail = NULL;
-            d->q_frames--;
-            d->q_bytes -= q->len;
-            free(q);
+            moved = 1;
+            dequeue(h, d, q);
         }
         if (d->q_head == NULL) {
             pm__ring_disarm_space(&d->link->tx);
@@ -175,20 +270,20 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
         if (pm__ring_arm_space(&d->link->tx, d->q_head->len) <= 0)
             break;
     }
-    /* Unblock the senders once half the queue is free: hysteresis, so a
-     * sender does not flap between blocked and unblocked on every frame. */
-    if (d->q_frames <= Q_MAX_FRAMES / 2 && d->q_bytes <= Q_MAX_BYTES / 2)
-        unblock_senders(h, d->index);
+    /* Progress restarts the drain timeout; an empty queue stops it. */
+    if (d->q_head == NULL) {
+        d->stall_since_ms = 0;
+        d->drain_reported = 0;
+    } else if (moved) {
+        d->stall_since_ms = pm__now_ms();
+        d->drain_reported = 0;
+    }
 }
 
-static void free_queue(pm__port *p)
+static void free_queue(pm__hub *h, pm__port *p)
 {
-    pm__qframe *q = p->q_head;
-    while (q != NULL) {
-        pm__qframe *next = q->next;
-        free(q);
-        q = next;
-    }
+    while (p->q_head != NULL)
+        dequeue(h, p, p->q_head);
     port_reset(p);
 }
 
@@ -206,48 +301,106 @@ void pm__hub_publish(pm__hub *h)
 
 /* ------------------------------------------------------------------ in flight */
 
-static int add_inflight(pm__port *target, uint32_t requester, uint64_t requester_inc,
+/* The count of entries a requester has in the tables; main's is not
+ * capped (it is the application itself, and its broadcasts always have a
+ * deadline). */
+static uint32_t *requests_out(pm__hub *h, uint32_t requester)
+{
+    return requester < h->nports ? &h->ports[requester].requests_out : NULL;
+}
+
+/* Forgets entry i of target's table (the last entry takes its place). */
+static void forget_inflight(pm__hub *h, pm__port *target, uint32_t i)
+{
+    uint32_t *out = requests_out(h, target->inflight[i].requester);
+    if (out != NULL)
+        (*out)--;
+    h->inflight_total--;
+    target->inflight[i] = target->inflight[--target->ninflight];
+}
+
+/* Forgets every request whose requester gave up (deadline) or that
+ * outlived the maximum lifetime. Runs from the hub's timer at most every
+ * PURGE_EVERY_MS, never per frame. */
+static void purge_inflight(pm__hub *h, int64_t now)
+{
+    for (unsigned t = 0; t < h->nports; t++) {
+        pm__port *p = &h->ports[t];
+        for (uint32_t i = 0; i < p->ninflight;) {
+            if (p->inflight[i].expires_ms <= now)
+                forget_inflight(h, p, i); /* i now holds the last entry */
+            else
+                i++;
+        }
+    }
+}
+
+static void schedule_purge(pm__hub *h, uint64_t now)
+{
+    if (h->next_purge_ms == 0) {
+        uint64_t every = h->inflight_lifetime_ms / 2;
+        if (every > PURGE_EVERY_MS)
+            every = PURGE_EVERY_MS;
+        h->next_purge_ms = now + (every ? every : 1);
+    }
+}
+
+/* Remembers a request relayed to target. -EBUSY when the requester has
+ * PM__INFLIGHT_PER_REQUESTER in flight already: that requester alone is
+ * refused, so no requester can fill another's way to target. -ENOMEM. */
+static int add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t requester_inc,
                         uint64_t id, int64_t deadline)
 {
+    uint32_t *out = requests_out(h, requester);
+    if (out != NULL && *out >= PM__INFLIGHT_PER_REQUESTER)
+        return -EBUSY;
     if (target->ninflight == target->inflight_cap) {
-        /* Make room by forgetting requests whose requester gave up. */
-        int64_t now = (int64_t)pm__now_ms();
-        uint32_t k = 0;
-        for (uint32_t i = 0; i < target->ninflight; i++) {
-            pm__inflight *e = &target->inflight[i];
-            if (e->deadline_ms == 0 || e->deadline_ms > now)
-                target->inflight[k++] = *e;
-        }
-        target->ninflight = k;
-    }
-    if (target->ninflight == target->inflight_cap) {
-        if (target->inflight_cap >= INFLIGHT_MAX)
-            return -EBUSY;
+        /* The table is bounded by the requesters' caps: at most
+         * (ports + main's broadcasts) entries, grown on demand. */
         uint32_t cap = target->inflight_cap ? target->inflight_cap * 2 : 16;
         pm__inflight *v = realloc(target->inflight, cap * sizeof(*v));
         if (v == NULL)
-            return -EBUSY;
+            return -ENOMEM;
         target->inflight = v;
         target->inflight_cap = cap;
     }
+    uint64_t now = pm__now_ms();
+    int64_t expires = (int64_t)(now + h->inflight_lifetime_ms);
     pm__inflight *e = &target->inflight[target->ninflight++];
     e->requester = requester;
     e->requester_inc = requester_inc;
     e->request_id = id;
     e->target_inc = target->incarnation;
     e->deadline_ms = deadline;
+    /* A worker's request without a deadline (or with one far away) would
+     * otherwise stay forever if never answered. Main's broadcasts keep
+     * their own deadline, whatever the application chose. */
+    if (deadline > 0 && (deadline < expires || requester == PM__NODE_MAIN))
+        expires = deadline;
+    e->expires_ms = expires;
+    if (out != NULL)
+        (*out)++;
+    h->inflight_total++;
+    schedule_purge(h, now);
     return 0;
 }
 
+/* Undoes the add_inflight just made (its frame is retried later). */
+static void drop_last_inflight(pm__hub *h, pm__port *target)
+{
+    forget_inflight(h, target, target->ninflight - 1);
+}
+
 /* Removes and returns (in *out) the entry for this answer, if any. */
-static int take_inflight(pm__port *target, uint32_t requester, uint64_t id, pm__inflight *out)
+static int take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
+                         pm__inflight *out)
 {
     for (uint32_t i = 0; i < target->ninflight; i++) {
         pm__inflight *e = &target->inflight[i];
         if (e->requester == requester && e->request_id == id &&
             e->target_inc == target->incarnation) {
             *out = *e;
-            *e = target->inflight[--target->ninflight];
+            forget_inflight(h, target, i);
             return 1;
         }
     }
@@ -273,8 +426,12 @@ static void bcast_complete(pm__hub *h, pm__bcast *b)
         *pp = b->next;
     /* Unlinked first: the callback may start another broadcast. */
     b->cb(h->app, b->results, b->n, b->arg);
-    for (size_t i = 0; i < b->n; i++)
+    for (size_t i = 0; i < b->n; i++) {
+        /* A worker's reply: wiped before the heap may hand it on. */
+        if (b->bufs[i] != NULL)
+            explicit_bzero(b->bufs[i], b->results[i].len);
         free(b->bufs[i]);
+    }
     free(b->bufs);
     free(b->results);
     free(b);
@@ -340,7 +497,8 @@ static void deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload
 /* ------------------------------------------------------------------ routing */
 
 /* Tells `to` (a port, or main) that its frame about `about` could not be
- * delivered. A notice that finds no room is counted, never blocks. */
+ * delivered. A notice never waits: charged to `to`'s answers, dropped and
+ * counted past their bound. */
 static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uint64_t about_inc,
                    uint64_t request_id, int err)
 {
@@ -365,7 +523,10 @@ static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uin
         return;
     }
     p->undeliverable++;
-    if (push(p, &n, NULL, 0) < 0)
+    int rc = push(h, p, &n, NULL, 0, PM__CHARGE_ANSWER);
+    if (rc == -EBADMSG)
+        h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
+    if (rc < 0)
         h->notices_dropped++;
 }
 
@@ -383,11 +544,14 @@ static int check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
 }
 
 /* A reply from p: it answers a request p's incarnation received and has not
- * answered yet; anything else is late or forged. */
+ * answered yet; anything else is late or forged. A reply never waits: a
+ * requester whose answers are at their bound asked and did not read, and
+ * the reply is dropped and counted (exactly once is promised to requesters
+ * that read). So p, the replier, is never held back by its requesters. */
 static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
     pm__inflight e;
-    if (!take_inflight(p, f->dst, f->request_id, &e)) {
+    if (!take_inflight(h, p, f->dst, f->request_id, &e)) {
         h->late_replies++;
         return 0;
     }
@@ -407,13 +571,10 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
         return 0;
     }
     f->dst_inc = e.requester_inc;
-    int rc = push(&h->ports[f->dst], f, payload, f->len);
-    if (rc == -EAGAIN) {
-        /* Keep the request open: the reply is retried. */
-        add_inflight(p, e.requester, e.requester_inc, e.request_id, e.deadline_ms);
-        p->blocked_on = (int)f->dst;
-        h->ring_full_waits++;
-        return -EAGAIN;
+    int rc = push(h, &h->ports[f->dst], f, payload, f->len, PM__CHARGE_ANSWER);
+    if (rc == -ENOBUFS) {
+        h->replies_dropped++;
+        return 0;
     }
     if (rc < 0) {
         h->ops->fault(h->owner, f->dst, PM_REASON_CORRUPT_RING);
@@ -444,14 +605,15 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
     pm__port *d = &h->ports[f->dst];
     f->dst_inc = d->incarnation;
     if (f->type == PM__FT_REQUEST &&
-        add_inflight(d, src, p->incarnation, f->request_id, f->deadline_ms) < 0) {
+        add_inflight(h, d, src, p->incarnation, f->request_id, f->deadline_ms) < 0) {
+        /* Over its own cap: this requester alone is refused. */
         notice(h, src, p->incarnation, f->dst, d->incarnation, f->request_id, -EBUSY);
         return 0;
     }
-    int rc = push(d, f, payload, f->len);
+    int rc = push(h, d, f, payload, f->len, src);
     if (rc == -EAGAIN) {
         if (f->type == PM__FT_REQUEST)
-            d->ninflight--; /* the entry just added: the frame is retried */
+            drop_last_inflight(h, d); /* the frame is retried */
         p->blocked_on = (int)d->index;
         h->ring_full_waits++;
         return -EAGAIN;
@@ -482,6 +644,12 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
     uint32_t n = p->ninflight;
     p->ninflight = 0;
     for (uint32_t k = 0; k < n; k++) {
+        uint32_t *out = requests_out(h, v[k].requester);
+        if (out != NULL)
+            (*out)--;
+        h->inflight_total--;
+    }
+    for (uint32_t k = 0; k < n; k++) {
         pm__inflight *e = &v[k];
         if (e->target_inc != p->incarnation)
             continue;
@@ -492,16 +660,18 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
      * them now rather than at their replies. */
     for (unsigned t = 0; t < h->nports; t++) {
         pm__port *o = &h->ports[t];
-        uint32_t k = 0;
-        for (uint32_t j = 0; j < o->ninflight; j++) {
+        for (uint32_t j = 0; j < o->ninflight;) {
             pm__inflight *e = &o->inflight[j];
-            if (!(e->requester == p->index && e->requester_inc == p->incarnation))
-                o->inflight[k++] = *e;
+            if (e->requester == p->index && e->requester_inc == p->incarnation)
+                forget_inflight(h, o, j);
+            else
+                j++;
         }
-        o->ninflight = k;
     }
-    free_queue(p);
-    unblock_senders(h, p->index);
+    /* Frames waiting for it are dropped (their senders are read again);
+     * its own frames waiting for others stay charged to it until they are
+     * delivered, so a quick replacement cannot double the hold. */
+    free_queue(h, p);
     p->link = NULL;
 }
 
@@ -514,7 +684,7 @@ void pm__hub_stop_request(pm__hub *h, unsigned i)
     /* Release: the worker reads the flag, then anything we wrote before. */
     atomic_store_explicit(&ctl->stop, 1, memory_order_release);
     pm__frame_hdr f = main_hdr(PM__FT_STOP, p);
-    (void)push(p, &f, NULL, 0);
+    (void)push(h, p, &f, NULL, 0, PM__NODE_MAIN);
     p->dirty = 0;
     pm__ring_publish(&p->link->tx);
 }
@@ -528,17 +698,52 @@ int pm__hub_send_control(pm__hub *h, unsigned i, int type, const void *payload, 
     return pm__frame_send(&p->link->tx, &f, payload, len);
 }
 
+static void earliest(uint64_t *next, uint64_t t)
+{
+    if (t != 0 && (*next == 0 || t < *next))
+        *next = t;
+}
+
+/* One pass over the ports per loop turn (not per frame). */
 uint64_t pm__hub_next_deadline(const pm__hub *h)
 {
     uint64_t next = 0;
     for (const pm__bcast *b = h->bcasts; b != NULL; b = b->next)
-        if (next == 0 || (uint64_t)b->deadline_ms < next)
-            next = (uint64_t)b->deadline_ms;
+        earliest(&next, (uint64_t)b->deadline_ms);
+    if (h->inflight_total > 0)
+        earliest(&next, h->next_purge_ms);
+    for (unsigned i = 0; h->drain_timeout_ms != 0 && i < h->nports; i++) {
+        const pm__port *p = &h->ports[i];
+        if (p->stall_since_ms != 0 && !p->drain_reported)
+            earliest(&next, p->stall_since_ms + h->drain_timeout_ms);
+    }
     return next;
+}
+
+/* Queues that waited the drain timeout without progress: reported once per
+ * stall. Their senders are not blamed: they were held back by p. */
+static void check_draining(pm__hub *h, uint64_t now)
+{
+    for (unsigned i = 0; h->drain_timeout_ms != 0 && i < h->nports; i++) {
+        pm__port *p = &h->ports[i];
+        if (p->stall_since_ms == 0 || p->drain_reported || p->link == NULL ||
+            now < p->stall_since_ms + h->drain_timeout_ms)
+            continue;
+        p->drain_reported = 1;
+        h->not_draining++;
+        h->ops->not_draining(h->owner, i);
+    }
 }
 
 void pm__hub_fire(pm__hub *h, uint64_t now)
 {
+    if (h->next_purge_ms != 0 && now >= h->next_purge_ms) {
+        h->next_purge_ms = 0;
+        purge_inflight(h, (int64_t)now);
+        if (h->inflight_total > 0)
+            schedule_purge(h, now);
+    }
+    check_draining(h, now);
     pm__bcast *b = h->bcasts;
     while (b != NULL) {
         pm__bcast *next = b->next;
@@ -552,7 +757,7 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
                 pm__inflight e;
                 if (pm__address_node(&h->names, &b->results[i].from, &node) == 0 &&
                     node < h->nports)
-                    take_inflight(&h->ports[node], PM__NODE_MAIN, b->first_id + i, &e);
+                    take_inflight(h, &h->ports[node], PM__NODE_MAIN, b->first_id + i, &e);
             }
             b->pending = 0;
             bcast_complete(h, b);
@@ -572,13 +777,28 @@ void pm__hub_free(pm__hub *h)
         bcast_complete(h, b);
     }
     for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
-        free_queue(&h->ports[i]);
+        free_queue(h, &h->ports[i]);
         free(h->ports[i].inflight);
     }
     free(h->ports);
     h->ports = NULL;
-    free(h->scratch);
+    if (h->scratch != NULL)
+        munmap(h->scratch, PM_MAX_PAYLOAD);
     h->scratch = NULL;
+}
+
+void pm__hub_wipe(pm__hub *h)
+{
+    /* Zeroed by the kernel already when MADV_WIPEONFORK took. */
+    if (h->scratch != NULL && !h->scratch_mapped)
+        explicit_bzero(h->scratch, PM_MAX_PAYLOAD);
+    for (unsigned i = 0; h->ports != NULL && i < h->nports; i++)
+        for (pm__qframe *q = h->ports[i].q_head; q != NULL; q = q->next)
+            explicit_bzero(q->data, q->len);
+    for (pm__bcast *b = h->bcasts; b != NULL; b = b->next)
+        for (size_t i = 0; i < b->n; i++)
+            if (b->bufs[i] != NULL)
+                explicit_bzero(b->bufs[i], b->results[i].len);
 }
 
 /* ------------------------------------------------------------------ main's sends */
@@ -602,7 +822,12 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
     pm__port *d = &h->ports[node];
     pm__frame_hdr f = main_hdr(type, d);
     f.request_id = request_id;
-    rc = push(d, &f, data, len);
+    /* Main's reply never waits on a requester that does not read either. */
+    rc = push(h, d, &f, data, len, type == PM__FT_REPLY ? PM__CHARGE_ANSWER : PM__NODE_MAIN);
+    if (rc == -ENOBUFS) {
+        h->replies_dropped++;
+        return 0;
+    }
     if (rc == -EBADMSG) {
         h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
         return -EHOSTDOWN;
@@ -621,12 +846,12 @@ static int bcast_send(pm__hub *h, pm__port *d, const pm__bcast *b, uint64_t id,
     pm__frame_hdr f = main_hdr(PM__FT_REQUEST, d);
     f.request_id = id;
     f.deadline_ms = b->deadline_ms;
-    int rc = add_inflight(d, PM__NODE_MAIN, 0, id, b->deadline_ms);
+    int rc = add_inflight(h, d, PM__NODE_MAIN, 0, id, b->deadline_ms);
     if (rc < 0)
-        return -EAGAIN; /* its in-flight table is full: try again later */
-    rc = push(d, &f, data, len);
+        return -EAGAIN; /* no memory for its in-flight table: try again later */
+    rc = push(h, d, &f, data, len, PM__NODE_MAIN);
     if (rc < 0)
-        d->ninflight--;
+        drop_last_inflight(h, d);
     if (rc == -EBADMSG) {
         h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
         rc = -EHOSTDOWN;

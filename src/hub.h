@@ -24,11 +24,30 @@
 #include "frame.h"
 #include "link.h"
 
+/* Bounds on what the hub holds for full destinations (doc/design.md,
+ * Backpressure): per sender (its frames waiting in any destination's
+ * queue), per requester (answers waiting in its own queue), and in total. */
+#define PM__HOLD_MAX_FRAMES 1024u
+#define PM__HOLD_MAX_BYTES ((size_t)4 << 20)
+#define PM__HUB_QUEUED_MAX_BYTES ((size_t)64 << 20)
+
+/* Requests one requester may have in flight (to all destinations), and the
+ * longest a request stays in the table, deadline or not (doc/design.md,
+ * Requests). */
+#define PM__INFLIGHT_PER_REQUESTER 1024u
+#define PM__INFLIGHT_LIFETIME_MS 300000u
+
+/* Who a queued frame is charged to: a sender's port index or PM__NODE_MAIN
+ * (a message or request it sent), or PM__CHARGE_ANSWER (a reply or notice,
+ * charged to the port it waits for). */
+#define PM__CHARGE_ANSWER 0xFFFFFFFEu
+
 /* A frame waiting for room in a destination's ring: header and payload,
  * ready to copy. */
 typedef struct pm__qframe {
     struct pm__qframe *next;
     uint32_t len;
+    uint32_t charge;        /* PM__CHARGE_ANSWER, a port index or PM__NODE_MAIN */
     unsigned char data[];
 } pm__qframe;
 
@@ -39,6 +58,7 @@ typedef struct pm__inflight {
     uint64_t request_id;
     uint64_t target_inc;
     int64_t deadline_ms;    /* 0 none */
+    int64_t expires_ms;     /* forgotten then: the deadline, at most the lifetime */
 } pm__inflight;
 
 /* A broadcast from main waiting for its results. */
@@ -72,14 +92,22 @@ typedef struct pm__port {
     int want_arm;          /* drained: arm its doorbell before the loop sleeps */
     int busy;              /* its up ring had more than one turn's work */
     int dirty;             /* its down ring has unpublished frames */
-    int blocked_on;        /* not read until that port drains; -1 */
+    int blocked_on;        /* its hold is full: not read until it half drains; the
+                              destination of the frame that did not fit, or -1 */
     pm__qframe *q_head;    /* frames waiting for room in its down ring */
     pm__qframe *q_tail;
     uint32_t q_frames;
     size_t q_bytes;
+    uint32_t ans_frames;   /* of those, answers (replies, notices) to it */
+    size_t ans_bytes;
+    uint32_t held_frames;  /* frames from it waiting in any port's queue */
+    size_t held_bytes;
+    uint64_t stall_since_ms; /* its queue waits without progress since; 0: empty */
+    int drain_reported;    /* this stall was reported (not-draining) */
     pm__inflight *inflight; /* requests relayed to it, unanswered */
     uint32_t ninflight;
     uint32_t inflight_cap;
+    uint32_t requests_out; /* entries in any table with it as the requester */
     uint64_t relayed;      /* frames relayed from it */
     uint64_t relayed_bytes;
     uint64_t undeliverable; /* notices sent to it */
@@ -95,6 +123,10 @@ typedef struct pm__hub_ops {
     /* A handshake frame (PM__FT_HELLO, PM__FT_READY) from port p; payload
      * is a private copy of at most PM__HUB_CONTROL_MAX bytes. */
     void (*control)(void *owner, unsigned p, int type, const void *payload, size_t len);
+    /* Port p's down ring stayed full for the drain timeout while frames
+     * waited for it (once per stall). The owner reports it and may fence
+     * p (PM_REASON_NOT_DRAINING). */
+    void (*not_draining)(void *owner, unsigned p);
 } pm__hub_ops;
 
 #define PM__HUB_CONTROL_MAX 64u
@@ -110,10 +142,22 @@ typedef struct pm__hub {
     void *on_message_arg;
     pm__bcast *bcasts;      /* broadcasts waiting for results */
     uint64_t next_req;      /* main's request ids */
-    unsigned char *scratch; /* private copy of a frame delivered to main */
+    unsigned char *scratch; /* private copy of a frame delivered to main; in a
+                               MADV_WIPEONFORK mapping (scratch_mapped) */
+    int scratch_mapped;
     int active;             /* frames were read in the current turn */
+    uint32_t main_held_frames; /* main's frames waiting in queues */
+    size_t main_held_bytes;
+    size_t queued_bytes;    /* every queue together (PM__HUB_QUEUED_MAX_BYTES) */
+    int queued_full;        /* a sender waits for the total to drop */
+    uint64_t inflight_total; /* entries in all tables */
+    uint64_t next_purge_ms; /* forget expired requests then; 0 none */
+    uint64_t inflight_lifetime_ms; /* PM__INFLIGHT_LIFETIME_MS (tests shorten it) */
+    uint64_t drain_timeout_ms; /* 0: never report */
     uint64_t late_replies;  /* replies nobody waits for any more */
     uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
+    uint64_t replies_dropped; /* replies to a requester whose queue was full */
+    uint64_t not_draining;  /* stalls reported (ops->not_draining) */
     uint64_t ring_full_waits; /* a sender held back by a full destination */
 } pm__hub;
 
@@ -126,14 +170,16 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
                  const pm__hub_ops *ops, void *owner);
 void pm__hub_free(pm__hub *h);
 /* Relays a validated, stamped frame from port p. 0: consumed (delivered,
- * queued, or answered undeliverable); -EAGAIN: the destination is full,
- * leave the frame in p's ring and stop reading p (backpressure). */
+ * queued, dropped and counted, or answered undeliverable); -EAGAIN: p's
+ * hold is full, leave the frame in p's ring and stop reading p until its
+ * frames drain (backpressure). */
 int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
 /* Moves queued frames into d's ring; unblocks senders once d has room. */
 void pm__hub_flush(pm__hub *h, pm__port *d);
 /* Publishes every ring written this turn (one wake-up per ring at most). */
 void pm__hub_publish(pm__hub *h);
-/* Broadcast deadlines: the earliest (0 none), and firing the due ones. */
+/* The hub's deadlines (broadcasts, drain timeouts, expiry of requests in
+ * flight): the earliest (0 none), and firing the due ones. */
 uint64_t pm__hub_next_deadline(const pm__hub *h);
 void pm__hub_fire(pm__hub *h, uint64_t now_ms);
 /* Main's sends (pm_cluster_send/reply/broadcast): to a ready port. */
@@ -141,6 +187,10 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
                       const void *data, size_t len);
 int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
                       void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg);
+/* Fork mode, in the child before the bootstrap runs: wipes every copy of
+ * other workers' traffic the child inherited from the hub (queued frames,
+ * broadcast replies; the scratch buffer is MADV_WIPEONFORK). */
+void pm__hub_wipe(pm__hub *h);
 /* The stop request: control-block flag and a STOP frame. */
 void pm__hub_stop_request(pm__hub *h, unsigned p);
 /* A frame from main to port p's current incarnation. 0 or -errno. */

@@ -41,6 +41,9 @@ static void fork_child(void *arg)
     pm__close(c->sigfd);
     pm__close(c->timerfd);
     pm__close(c->wakefd);
+    /* Other workers' traffic the hub holds (queued frames, broadcast
+     * replies) must not be readable by this worker's code. */
+    pm__hub_wipe(&c->hub);
     pm_node node;
     int rc = pm__node_from_hub_link(&node, &x->own->link);
     /* The node has its own mapping; drop the copy of the hub's. */

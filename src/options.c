@@ -35,6 +35,8 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->ring_size = PM__RING_DEFAULT_CAP;
     o->handle_signals = 1;
     o->heartbeat_timeout_ms = PM__DEFAULT_HEARTBEAT_TIMEOUT_MS;
+    o->drain_timeout_ms = PM__DEFAULT_DRAIN_TIMEOUT_MS;
+    o->fence_not_draining = PM__DEFAULT_FENCE_NOT_DRAINING;
     o->ready_mode = PM__DEFAULT_READY_MODE;
     return o;
 }
@@ -229,6 +231,15 @@ PM__SET_MS(pm_options_set_restart_max_backoff_ms, max_backoff_ms, 0)
 PM__SET_MS(pm_options_set_restart_window_ms, restart_window_ms, 0)
 PM__SET_MS(pm_options_set_stop_timeout_ms, stop_timeout_ms, 0)
 PM__SET_MS(pm_options_set_heartbeat_timeout_ms, heartbeat_timeout_ms, 0)
+PM__SET_MS(pm_options_set_drain_timeout_ms, drain_timeout_ms, 0)
+
+PM_EXTERN int pm_options_set_fence_not_draining(pm_options *o, int on)
+{
+    if (o == NULL || (on != 0 && on != 1))
+        return -EINVAL;
+    o->fence_not_draining = on;
+    return 0;
+}
 
 PM_EXTERN int pm_options_set_restart_random_factor(pm_options *o, double f)
 {

@@ -34,6 +34,8 @@ struct pm_options {
     int handle_signals;
     unsigned hub_spin_us;
     int heartbeat_timeout_ms;
+    int drain_timeout_ms;           /* 0: never report a full ring */
+    int fence_not_draining;
     int ready_mode;
     int reap_orphans;
     int listen_env;                 /* pass_fds are listening sockets: LISTEN_* */

@@ -105,5 +105,7 @@ PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out
     out->late_replies = c->hub.late_replies;
     out->ring_full_waits = c->hub.ring_full_waits;
     out->notices_dropped = c->hub.notices_dropped;
+    out->replies_dropped = c->hub.replies_dropped;
+    out->not_draining = c->hub.not_draining;
     return 0;
 }

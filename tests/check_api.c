@@ -809,8 +809,9 @@ START_TEST(test_inflight_cap)
     role[0] = W_REQUESTS;
     role[1] = W_READY; /* never reads, never answers */
     pm_options *o = opts(2);
-    /* Room for 4097 small requests in slot 1's ring, so that the hub's
-     * in-flight table, not backpressure, is what stops them. */
+    /* Room for more small requests in slot 1's ring than one requester may
+     * have in flight, so that the hub's per-requester cap
+     * (PM__INFLIGHT_PER_REQUESTER), not backpressure, is what stops them. */
     pm_options_set_ring_size(o, 1 << 21);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
@@ -819,9 +820,10 @@ START_TEST(test_inflight_cap)
     ck_assert_int_eq(pm_cluster_send(c, &a0, "go", 2), 0);
     RUN_UNTIL(c, ntexts >= 1, 30000);
     char want[64];
-    snprintf(want, sizeof(want), "#undeliverable id=4097 error=%d", -EBUSY);
+    snprintf(want, sizeof(want), "#undeliverable id=%u error=%d", PM__INFLIGHT_PER_REQUESTER + 1,
+             -EBUSY);
     ck_assert_str_eq(texts[0], want);
-    ck_assert_uint_eq(pm_test_slot_inflight(c, 1), 4096);
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 1), PM__INFLIGHT_PER_REQUESTER);
     ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);

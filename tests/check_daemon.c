@@ -84,6 +84,18 @@ START_TEST(test_config_defaults_and_flags)
     ck_assert_str_eq(c.system_name, PM__DEFAULT_SYSTEM_NAME);
     ck_assert_str_eq(c.hostname, PM__DEFAULT_HOSTNAME);
     ck_assert_int_eq(c.base_port, PM__DEFAULT_BASE_PORT);
+    ck_assert_int_eq(c.drain_timeout, PM__DEFAULT_DRAIN_TIMEOUT_MS);
+    ck_assert_int_eq(c.fence_not_draining, PM__DEFAULT_FENCE_NOT_DRAINING);
+    pmd_dconf_free(&c);
+
+    ck_assert_int_eq(parse(&c, err, "--drain-timeout", "500", "--fence-not-draining", "yes", "--",
+                           "prog", NULL),
+                     0);
+    ck_assert_int_eq(c.drain_timeout, 500);
+    ck_assert_int_eq(c.fence_not_draining, 1);
+    pmd_dconf_free(&c);
+    ck_assert_int_lt(parse(&c, err, "--fence-not-draining", "maybe", "--", "prog", NULL), 0);
+    ck_assert_ptr_nonnull(strstr(err, "--fence-not-draining"));
     pmd_dconf_free(&c);
 
     ck_assert_int_eq(parse(&c, err, "--workers", "3", "--restart=always", "--backoff-min", "5",
@@ -676,10 +688,10 @@ START_TEST(test_bin_health_endpoints)
         samples++;
     }
     /* 2 worker gauges, 3 per slot (restarts, ready, heartbeat age), 6 exit
-     * causes, 3 fence reasons, 10 mesh-wide figures and 3 of the daemon's
+     * causes, 3 fence reasons, 11 mesh-wide figures and 3 of the daemon's
      * own defences (evicted connections, accept pauses, suppressed log
      * lines). */
-    ck_assert_int_eq(samples, 2 + 3 * 2 + 6 + 3 + 10 + 3);
+    ck_assert_int_eq(samples, 2 + 3 * 2 + 6 + 3 + 11 + 3);
     ck_assert_int_eq(get(port, "/nope", out, sizeof(out)), 404);
     ck_assert_int_eq(http(port, "POST /healthz HTTP/1.1\r\n\r\n", 26, out, sizeof(out)), 405);
     ck_assert_int_eq(http(port, "BLAH\r\n\r\n", 8, out, sizeof(out)), 400);

@@ -65,7 +65,8 @@ static inline size_t pm_test_slot_queued_bytes(const pm_cluster *c, unsigned i)
     return c->hub.ports[i].q_bytes;
 }
 
-/* The slot whose full ring keeps slot i from being read, or -1. */
+/* -1, or: slot i is not read because its frames waiting in the hub reached
+ * their bound; the destination of the frame that did not fit. */
 static inline int pm_test_slot_blocked_on(const pm_cluster *c, unsigned i)
 {
     return c->hub.ports[i].blocked_on;
@@ -75,6 +76,19 @@ static inline int pm_test_slot_blocked_on(const pm_cluster *c, unsigned i)
 static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
 {
     return c->slots[i].link.memfd;
+}
+
+/* Requests slot i has in flight (to anyone). */
+static inline uint32_t pm_test_requests_out(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].requests_out;
+}
+
+/* Shortens the maximum lifetime of a request in flight (default
+ * PM__INFLIGHT_LIFETIME_MS), so a test can see it expire. */
+static inline void pm_test_set_inflight_lifetime(pm_cluster *c, uint64_t ms)
+{
+    c->hub.inflight_lifetime_ms = ms;
 }
 
 /* Replies that arrived when nobody waited for them any more. */

@@ -185,7 +185,7 @@ enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
     O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
-    O_LOG_LEVEL, O_COUNT
+    O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_COUNT
 };
 
 static const struct {
@@ -212,6 +212,8 @@ static const struct {
     [O_MIN_READY] = {"--min-ready", "PROCMESH_MIN_READY"},
     [O_LOG_FORMAT] = {"--log-format", "PROCMESH_LOG_FORMAT"},
     [O_LOG_LEVEL] = {"--log-level", "PROCMESH_LOG_LEVEL"},
+    [O_DRAIN_TIMEOUT] = {"--drain-timeout", "PROCMESH_DRAIN_TIMEOUT"},
+    [O_FENCE_NOT_DRAINING] = {"--fence-not-draining", "PROCMESH_FENCE_NOT_DRAINING"},
 };
 
 static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
@@ -284,6 +286,13 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         static const int val[] = {PMD_LOG_ERROR, PMD_LOG_WARN, PMD_LOG_INFO, PMD_LOG_DEBUG};
         return choice(s, v, n, val, "error, warn, info, debug", &c->log_level, err, size);
     }
+    case O_DRAIN_TIMEOUT:
+        return int_value(s, v, 0, INT_MAX, &c->drain_timeout, err, size);
+    case O_FENCE_NOT_DRAINING: {
+        static const char *const n[] = {"yes", "no", NULL};
+        static const int val[] = {1, 0};
+        return choice(s, v, n, val, "yes, no", &c->fence_not_draining, err, size);
+    }
     }
     return -EINVAL;
 }
@@ -301,6 +310,8 @@ static void defaults(pmd_dconf *c)
     c->ready_timeout = PM__DEFAULT_READY_TIMEOUT_MS;
     c->heartbeat_timeout = PM__DEFAULT_HEARTBEAT_TIMEOUT_MS;
     c->stop_timeout = PM__DEFAULT_STOP_TIMEOUT_MS;
+    c->drain_timeout = PM__DEFAULT_DRAIN_TIMEOUT_MS;
+    c->fence_not_draining = PM__DEFAULT_FENCE_NOT_DRAINING;
     strcpy(c->system_name, PM__DEFAULT_SYSTEM_NAME);
     strcpy(c->hostname, PM__DEFAULT_HOSTNAME);
     c->base_port = PM__DEFAULT_BASE_PORT;
@@ -411,6 +422,8 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     rc = rc ? rc : pm_options_set_ready_timeout_ms(o, c->ready_timeout);
     rc = rc ? rc : pm_options_set_heartbeat_timeout_ms(o, c->heartbeat_timeout);
     rc = rc ? rc : pm_options_set_stop_timeout_ms(o, c->stop_timeout);
+    rc = rc ? rc : pm_options_set_drain_timeout_ms(o, c->drain_timeout);
+    rc = rc ? rc : pm_options_set_fence_not_draining(o, c->fence_not_draining);
     rc = rc ? rc : pm_options_set_system_name(o, c->system_name);
     rc = rc ? rc : pm_options_set_hostname(o, c->hostname);
     rc = rc ? rc : pm_options_set_base_port(o, c->base_port);

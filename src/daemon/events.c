@@ -151,6 +151,7 @@ static int count_exit(pmd_events *ev, const pm_event *e)
     case PM_REASON_HEARTBEAT:
     case PM_REASON_CORRUPT_RING:
     case PM_REASON_PROTOCOL:
+    case PM_REASON_NOT_DRAINING:
         hs->exits_fenced++;
         return 0;
     case PM_REASON_STOP:
@@ -286,6 +287,11 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
     case PM_EVENT_STOPPING: {
         const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
         pmd_log(PMD_LOG_INFO, "stopping", kv, 3);
+        break;
+    }
+    case PM_EVENT_NOT_DRAINING: {
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc, "reason", e->reason};
+        pmd_log(PMD_LOG_WARN, "not-draining", kv, 4);
         break;
     }
     case PM_EVENT_STALLED: {

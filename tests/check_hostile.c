@@ -1,0 +1,632 @@
+/* SPDX-License-Identifier: MIT */
+/* check_hostile.c - the hub under hostile workers: no head-of-line blocking, a bounded in-flight table, no other workers' traffic in a forked worker. */
+#include "helpers.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+
+#include "internals.h"
+#include "proto.h"
+
+#define RUN_UNTIL PM_RUN_UNTIL
+#define ms pm_test_ms
+
+/* What a worker does, per slot (fork mode shares the test's memory image,
+ * so a static table is enough). Hostile roles write raw frames into their
+ * own up ring with the internal API and never read their own down ring. */
+enum role {
+    H_HONEST = 0, /* recv loop: answers requests "ping" with "pong", "bigq"
+                     with 1000 bytes, ignores "junk" requests; "go ADDR": one request there, reports
+                     the outcome; "hello": says "#hi" */
+    H_SILENT,     /* never reads anything; beats */
+    H_REQ_FLOOD,  /* `count` raw requests (no deadline) to `peer`, then only
+                     beats: never reads its ring */
+    H_STUFFER,    /* sends to `peer` until held back, forever */
+    H_SEND_ONE,   /* on "start": one message to `peer`, then "#after" to main */
+    H_MARKER,     /* fills `peer`'s ring, then the marker to `peer` and to
+                     main, and the marker as its broadcast reply */
+    H_SCANNER,    /* first incarnation honest; a replacement scans its own
+                     memory for the marker and reports "#scan N" */
+};
+
+struct plan {
+    int role[8];
+    int peer[8];
+    uint32_t count;
+    const char *ask; /* what H_REQ_FLOOD requests: "ping", "junk", "bigq" */
+    uint32_t burst;  /* H_REQ_FLOOD sends in bursts of this many (0: one burst) */
+};
+
+static struct plan plan;
+
+/* Shared with the fork-mode workers (mapped before the spawn): main opens
+ * H_REQ_FLOOD's next burst by raising it, without the flooder reading its
+ * ring. */
+static volatile uint32_t *gate;
+
+static char last_text[8][256];
+static int events_fenced;
+static int fenced_slot = -1;
+static char fenced_reason[32];
+static int not_draining_events;
+static int not_draining_slot = -1;
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (e->type == PM_EVENT_FENCED) {
+        events_fenced++;
+        fenced_slot = (int)e->slot;
+        snprintf(fenced_reason, sizeof(fenced_reason), "%s", e->reason);
+    }
+    if (e->type == PM_EVENT_NOT_DRAINING) {
+        not_draining_events++;
+        not_draining_slot = (int)e->slot;
+    }
+}
+
+/* Copies only short '#' texts: the marker must never land in the test's own
+ * memory, which a fork-mode replacement inherits too. */
+static void on_message(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)arg;
+    if (m->len > 0 && m->len < 256 && ((const char *)m->data)[0] == '#') {
+        unsigned slot = (unsigned)(m->from.port - 1);
+        if (slot < 8) {
+            memcpy(last_text[slot], m->data, m->len);
+            last_text[slot][m->len] = '\0';
+        }
+    }
+    if (m->kind == PM_MSG_REQUEST)
+        pm_cluster_reply(c, m, "main-pong", 9);
+}
+
+static pm_options *opts(int workers)
+{
+    events_fenced = 0;
+    fenced_slot = -1;
+    fenced_reason[0] = '\0';
+    not_draining_events = 0;
+    not_draining_slot = -1;
+    memset(last_text, 0, sizeof(last_text));
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, workers);
+    pm_options_set_on_message(o, on_message, NULL);
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_options_set_restart_min_backoff_ms(o, 10);
+    pm_options_set_restart_max_backoff_ms(o, 50);
+    pm_options_set_stop_timeout_ms(o, 2000);
+    pm_options_set_ring_size(o, 256 * 1024);
+    return o;
+}
+
+static pm_address slot_addr(unsigned slot, uint64_t inc)
+{
+    pm_address a;
+    memset(&a, 0, sizeof(a));
+    strcpy(a.system, "procmesh");
+    strcpy(a.host, "worker");
+    a.port = (uint16_t)(1 + slot);
+    a.incarnation = inc;
+    return a;
+}
+
+static void say(pm_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(pm_node *n, const char *fmt, ...)
+{
+    char buf[200];
+    buf[0] = '#';
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(buf + 1, sizeof(buf) - 1, fmt, ap);
+    va_end(ap);
+    pm_address main_addr = {.system = "procmesh", .host = "main"};
+    pm_node_send(n, &main_addr, buf, (size_t)len + 1);
+}
+
+/* Alive but never reading: beats, as a worker busy with its own work would. */
+static void beat_forever(pm_node *n)
+{
+    for (;;) {
+        pm_node_beat(n);
+        usleep(10000);
+    }
+}
+
+/* A raw frame into our own up ring, waiting (and beating, never reading)
+ * while the ring is full. */
+static void raw_send(pm_node *n, int type, uint32_t dst, uint64_t id, const void *data, size_t len)
+{
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = (uint8_t)type;
+    h.dst = dst;
+    h.request_id = id;
+    int rc;
+    while ((rc = pm__frame_send(pm_test_node_tx(n), &h, data, len)) == -EAGAIN) {
+        pm_node_beat(n);
+        usleep(1000);
+    }
+    if (rc != 0)
+        _exit(22);
+}
+
+/* ---------------------------------------------------------------- the marker */
+
+/* The marker, stored XORed so that its plain form is in no process's memory
+ * until H_MARKER writes it into its own buffer. */
+#define MARK_KEY 0x5a
+static const unsigned char mark_enc[] = {
+    'P' ^ MARK_KEY, 'M' ^ MARK_KEY, '-' ^ MARK_KEY, 'S' ^ MARK_KEY, 'E' ^ MARK_KEY, 'C' ^ MARK_KEY,
+    'R' ^ MARK_KEY, 'E' ^ MARK_KEY, 'T' ^ MARK_KEY, '-' ^ MARK_KEY, 'q' ^ MARK_KEY, '7' ^ MARK_KEY,
+    'Z' ^ MARK_KEY, 'x' ^ MARK_KEY, '2' ^ MARK_KEY, 'v' ^ MARK_KEY, 'K' ^ MARK_KEY, '9' ^ MARK_KEY,
+};
+
+/* A payload with the marker past the first 32 bytes (a freed heap chunk
+ * keeps everything but its first words). */
+static size_t marker_payload(unsigned char *buf, size_t size)
+{
+    memset(buf, '.', size);
+    for (size_t i = 0; i < sizeof(mark_enc); i++)
+        buf[64 + i] = mark_enc[i] ^ MARK_KEY;
+    return size;
+}
+
+static size_t count_marks(const unsigned char *p, size_t n)
+{
+    size_t hits = 0;
+    const unsigned char first = mark_enc[0] ^ MARK_KEY;
+    for (size_t i = 0; i + sizeof(mark_enc) <= n; i++) {
+        if (p[i] != first)
+            continue;
+        size_t j = 1;
+        while (j < sizeof(mark_enc) && (p[i + j] ^ MARK_KEY) == mark_enc[j])
+            j++;
+        hits += j == sizeof(mark_enc);
+    }
+    return hits;
+}
+
+/* Counts the marker in every readable, resident page of this process,
+ * read through /proc/self/mem (no fault on a special mapping). Pages not
+ * in core are skipped: untouched memory holds nothing, and a sanitizer
+ * reserves terabytes of it, so the residency map is read 1 GiB at a time
+ * and skipped 16 MiB at a time where it is all zero. n, if not NULL, is
+ * beaten now and then (a long scan must not look hung). -1 on error. */
+static long scan_memory(pm_node *n)
+{
+    static const unsigned char zeros[4096];
+    FILE *maps = fopen("/proc/self/maps", "r");
+    int mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t npages = (size_t)1 << 18;
+    const size_t window = npages * page;
+    size_t want = page + sizeof(mark_enc) - 1; /* overlap into the next page */
+    unsigned char *buf = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *vec = mmap(NULL, npages, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    long hits = 0;
+    char line[512];
+    if (maps == NULL || mem < 0 || buf == MAP_FAILED || vec == MAP_FAILED)
+        return -1;
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || perms[0] != 'r')
+            continue;
+        if (strstr(line, "[vvar") != NULL || strstr(line, "[vsyscall]") != NULL)
+            continue;
+        for (unsigned long a = lo; a < hi; a += window) {
+            size_t len = hi - a < window ? hi - a : window;
+            size_t pages = (len + page - 1) / page;
+            if (n != NULL)
+                pm_node_beat(n);
+            if (mincore((void *)a, len, vec) != 0)
+                continue;
+            for (size_t k = 0; k < pages; k++) {
+                if (k % sizeof(zeros) == 0 && pages - k >= sizeof(zeros) &&
+                    memcmp(vec + k, zeros, sizeof(zeros)) == 0) {
+                    k += sizeof(zeros) - 1;
+                    continue;
+                }
+                if (!(vec[k] & 1))
+                    continue;
+                off_t at = (off_t)(a + k * page);
+                ssize_t got = pread(mem, buf, want, at);
+                if (got <= 0)
+                    got = pread(mem, buf, page, at);
+                if (got > 0)
+                    hits += (long)count_marks(buf, (size_t)got);
+            }
+        }
+    }
+    fclose(maps);
+    close(mem);
+    munmap(vec, npages);
+    munmap(buf, 2 * page);
+    return hits;
+}
+
+/* ---------------------------------------------------------------- the worker */
+
+static int worker(pm_node *n, void *arg)
+{
+    struct plan *p = arg;
+    signal(SIGTERM, SIG_DFL);
+    unsigned slot = pm_node_slot(n);
+    int role = p->role[slot];
+    pm_node_ready(n);
+    if (role == H_SCANNER && pm_node_self(n)->incarnation > 1) {
+        /* What we inherited (nobody sends us anything meanwhile). */
+        say(n, "scan %ld", scan_memory(n));
+        role = H_HONEST;
+    }
+    pm_message m;
+    if (role != H_HONEST && role != H_SILENT && role != H_SCANNER) {
+        /* Act only once main says so. */
+        if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
+            return 40;
+    }
+    switch (role) {
+    case H_SILENT:
+        beat_forever(n);
+        break;
+    case H_REQ_FLOOD: {
+        const char *what = p->ask != NULL ? p->ask : "ping";
+        for (uint32_t i = 0; i < p->count; i++) {
+            if (p->burst != 0 && i > 0 && i % p->burst == 0)
+                while (*gate < i / p->burst) {
+                    pm_node_beat(n);
+                    usleep(1000);
+                }
+            raw_send(n, PM__FT_REQUEST, (uint32_t)p->peer[slot], 1000 + i, what, 4);
+        }
+        beat_forever(n);
+        break;
+    }
+    case H_STUFFER: {
+        static char junk[4000];
+        pm_address to = slot_addr((unsigned)p->peer[slot], 0);
+        for (;;)
+            if (pm_node_send(n, &to, junk, sizeof(junk)) < 0)
+                return 0;
+    }
+    case H_SEND_ONE: {
+        pm_address to = slot_addr((unsigned)p->peer[slot], 0);
+        if (pm_node_send(n, &to, "one", 3) != 0)
+            return 41;
+        say(n, "after");
+        break;
+    }
+    case H_MARKER: {
+        static unsigned char filler[1024];
+        static unsigned char mark[1024];
+        pm_address to = slot_addr((unsigned)p->peer[slot], 0);
+        pm_address main_addr = {.system = "procmesh", .host = "main"};
+        /* More than the peer's ring holds: the marker after it waits in
+         * the hub's queue for that peer. */
+        for (int i = 0; i < 400; i++)
+            if (pm_node_send(n, &to, filler, sizeof(filler)) != 0)
+                return 42;
+        marker_payload(mark, sizeof(mark));
+        if (pm_node_send(n, &to, mark, sizeof(mark)) != 0 ||
+            pm_node_send(n, &main_addr, mark, sizeof(mark)) != 0)
+            return 43;
+        say(n, "marked");
+        /* The broadcast that follows gets the marker as our reply. */
+        for (;;) {
+            int rc = pm_node_recv(n, &m, -1);
+            if (rc == -ESHUTDOWN)
+                return 0;
+            if (rc == 0 && m.kind == PM_MSG_REQUEST)
+                pm_node_reply(n, &m, mark, sizeof(mark));
+        }
+    }
+    default:
+        break;
+    }
+    /* The honest receive loop. */
+    for (;;) {
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0)
+            return 30;
+        if (m.kind == PM_MSG_REQUEST) {
+            if (m.len == 4 && memcmp(m.data, "junk", 4) == 0)
+                continue; /* ignored: the requester waits in vain */
+            static char big[1000];
+            if (m.len == 4 && memcmp(m.data, "bigq", 4) == 0)
+                pm_node_reply(n, &m, big, sizeof(big));
+            else
+                pm_node_reply(n, &m, "pong", 4);
+            continue;
+        }
+        if (m.len == 5 && memcmp(m.data, "hello", 5) == 0) {
+            say(n, "hi");
+            continue;
+        }
+        if (m.len > 3 && memcmp(m.data, "go ", 3) == 0) {
+            char text[PM_ADDRESS_STRLEN];
+            snprintf(text, sizeof(text), "%.*s", (int)m.len - 3, (const char *)m.data + 3);
+            pm_address target;
+            if (pm_address_parse(text, &target) != 0)
+                return 31;
+            pm_message r;
+            int rc2 = pm_node_request(n, &target, "ping", 4, 10000, &r);
+            say(n, "rc %d %.*s", rc2, rc2 == 0 ? (int)r.len : 0, rc2 == 0 ? (const char *)r.data : "");
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void start(pm_cluster *c, unsigned slot)
+{
+    pm_address a = slot_addr(slot, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
+}
+
+/* Main asks slot s to say hello and waits for it: its traffic to main flows. */
+static void hello(pm_cluster *c, unsigned s, int timeout_ms)
+{
+    pm_address a = slot_addr(s, 0);
+    last_text[s][0] = '\0';
+    int rc;
+    uint64_t end = ms() + (uint64_t)timeout_ms;
+    while ((rc = pm_cluster_send(c, &a, "hello", 5)) == -EAGAIN && ms() < end)
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+    ck_assert_int_eq(rc, 0);
+    RUN_UNTIL(c, strcmp(last_text[s], "#hi") == 0, timeout_ms);
+}
+
+/* Slot s requests slot t ("go ADDR") and reports; returns the report. */
+static const char *go(pm_cluster *c, unsigned s, unsigned t)
+{
+    char cmd[3 + PM_ADDRESS_STRLEN] = "go ";
+    pm_address to = slot_addr(t, 0);
+    ck_assert_int_gt(pm_address_format(&to, cmd + 3, sizeof(cmd) - 3), 0);
+    pm_address a = slot_addr(s, 0);
+    last_text[s][0] = '\0';
+    ck_assert_int_eq(pm_cluster_send(c, &a, cmd, strlen(cmd)), 0);
+    RUN_UNTIL(c, last_text[s][0] != '\0', 20000);
+    return last_text[s];
+}
+
+/* FAULTS.md 30: a worker floods an honest one with requests and never reads
+ * its own ring. The honest worker's replies to it find no room; they must
+ * not hold the honest worker back: its traffic to main keeps flowing, the
+ * replies the flooder does not drain are dropped and counted, nobody is
+ * fenced. (Before the fix the honest worker froze in pm_node_reply.) */
+START_TEST(test_reply_flood_no_hol)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = H_REQ_FLOOD;
+    plan.peer[0] = 1;
+    plan.role[1] = H_HONEST;
+    plan.ask = "bigq"; /* 2 MB of replies: more than its ring and a queue hold */
+    plan.count = 2000;
+    /* In two bursts, each under the flooder's in-flight cap, the second
+     * once the first is answered: every request is relayed, none refused. */
+    plan.burst = 1000;
+    *gate = 0;
+    pm_options *o = opts(3);
+    pm_options_set_bootstrap(o, worker, &plan);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start(c, 0);
+    RUN_UNTIL(c, pm_test_slot_relayed(c, 0) == plan.burst && pm_test_requests_out(c, 0) == 0,
+              30000);
+    *gate = 1;
+    RUN_UNTIL(c, pm_test_slot_relayed(c, 0) == plan.count && pm_test_requests_out(c, 0) == 0,
+              30000);
+    ck_assert_uint_eq(pm_test_slot_undeliverable(c, 0), 0);
+    hello(c, 1, 20000);
+    /* Still answering others: a request from slot 2 gets its reply. */
+    ck_assert_str_eq(go(c, 2, 1), "#rc 0 pong");
+    struct pm_cluster_stats st;
+    ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+    /* 2000 replies of 1 KB: its ring takes about 250, its queue 1024. */
+    ck_assert_uint_ge(st.replies_dropped, plan.count - 250 - 1024);
+    ck_assert_int_eq(events_fenced, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A destination's full ring holds back only frames to that destination:
+ * slot 2 stuffs silent slot 1 until it is held back; then slot 0 sends one
+ * message to slot 1 and one to main. The one to main arrives (before the
+ * fix slot 0 was not read any more once slot 1's queue was at its bound). */
+START_TEST(test_full_destination_holds_only_its_frames)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = H_SEND_ONE;
+    plan.peer[0] = 1;
+    plan.role[1] = H_SILENT;
+    plan.role[2] = H_STUFFER;
+    plan.peer[2] = 1;
+    pm_options *o = opts(3);
+    pm_options_set_bootstrap(o, worker, &plan);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start(c, 2);
+    RUN_UNTIL(c, pm_test_slot_blocked_on(c, 2) == 1, 20000);
+    start(c, 0);
+    RUN_UNTIL(c, strcmp(last_text[0], "#after") == 0, 20000);
+    /* The stuffer alone waits; the hub's memory for it stayed bounded. */
+    ck_assert_int_eq(pm_test_slot_blocked_on(c, 2), 1);
+    ck_assert_uint_le(pm_test_slot_queued_bytes(c, 1), ((size_t)4 << 20) + 4096);
+    ck_assert_int_eq(events_fenced, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A destination that stays full while frames wait for it is reported
+ * (PM_EVENT_NOT_DRAINING, counted) and, with pm_options_set_fence_not_draining,
+ * fenced as "not-draining". _i: 0 report only, 1 fence. */
+START_TEST(test_not_draining)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = H_REQ_FLOOD;
+    plan.peer[0] = 1;
+    plan.role[1] = H_HONEST;
+    plan.ask = "bigq"; /* 2 MB of replies: more than its ring and a queue hold */
+    plan.count = 2000;
+    pm_options *o = opts(2);
+    pm_options_set_bootstrap(o, worker, &plan);
+    ck_assert_int_eq(pm_options_set_drain_timeout_ms(o, -1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_fence_not_draining(o, 2), -EINVAL);
+    ck_assert_int_eq(pm_options_set_drain_timeout_ms(o, 300), 0);
+    ck_assert_int_eq(pm_options_set_fence_not_draining(o, _i), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start(c, 0);
+    RUN_UNTIL(c, not_draining_events >= 1, 20000);
+    ck_assert_int_eq(not_draining_slot, 0);
+    struct pm_cluster_stats st;
+    ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+    ck_assert_uint_ge(st.not_draining, 1);
+    if (_i) {
+        RUN_UNTIL(c, events_fenced >= 1, 20000);
+        ck_assert_int_eq(fenced_slot, 0);
+        ck_assert_str_eq(fenced_reason, "not-draining");
+        /* Its replacement waits for "start": ready, it ends on SIGTERM. */
+        RUN_UNTIL(c, pm_test_slot_incarnation(c, 0) >= 2 &&
+                         pm_test_slot_state(c, 0) == PM_SLOT_READY, 20000);
+    } else {
+        /* Reported once per episode, not fenced. */
+        ck_assert_int_eq(pm_cluster_run(c, 500), 0);
+        ck_assert_int_eq(events_fenced, 0);
+        ck_assert_int_eq(not_draining_events, 1);
+    }
+    hello(c, 1, 20000);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* FAULTS.md 31: one requester fills the in-flight table with requests that
+ * never expire (no deadline) to a worker that ignores them. Only that
+ * requester hits its cap; another requester's request still gets through
+ * (before the fix it was answered -EBUSY). */
+START_TEST(test_inflight_cap_per_requester)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = H_REQ_FLOOD;
+    plan.peer[0] = 1;
+    plan.ask = "junk";
+    plan.role[1] = H_HONEST;
+    plan.count = 4200;
+    pm_options *o = opts(3);
+    pm_options_set_bootstrap(o, worker, &plan);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start(c, 0);
+    /* Every junk request was read: relayed, or refused with -EBUSY. */
+    RUN_UNTIL(c, pm_test_slot_relayed(c, 0) + pm_test_slot_undeliverable(c, 0) >= plan.count,
+              30000);
+    ck_assert_uint_ge(pm_test_slot_undeliverable(c, 0), 1);
+    ck_assert_uint_le(pm_test_slot_inflight(c, 1), PM__INFLIGHT_PER_REQUESTER);
+    ck_assert_str_eq(go(c, 2, 1), "#rc 0 pong");
+    ck_assert_int_eq(events_fenced, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A request without a deadline lives in the table at most the maximum
+ * lifetime (shortened here through the internals), then is forgotten. */
+START_TEST(test_inflight_lifetime)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = H_REQ_FLOOD;
+    plan.peer[0] = 1;
+    plan.ask = "junk";
+    plan.role[1] = H_HONEST;
+    plan.count = 100;
+    pm_options *o = opts(2);
+    pm_options_set_bootstrap(o, worker, &plan);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_test_set_inflight_lifetime(c, 300);
+    start(c, 0);
+    RUN_UNTIL(c, pm_test_slot_relayed(c, 0) >= plan.count, 20000);
+    RUN_UNTIL(c, pm_test_slot_inflight(c, 1) == 0 && pm_test_requests_out(c, 0) == 0, 20000);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* FAULTS.md 33: a fork-mode replacement finds no other worker's traffic in
+ * the memory it inherits: not the message to main (the hub's scratch
+ * buffer), not a frame queued for a full destination, not a broadcast
+ * reply (freed after the callback). */
+static int bcast_done;
+static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c;
+    (void)r;
+    (void)n;
+    (void)arg;
+    bcast_done = 1;
+}
+
+START_TEST(test_fork_replacement_sees_no_traffic)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = H_MARKER;
+    plan.peer[0] = 1;
+    plan.role[1] = H_SILENT;
+    plan.role[2] = H_SCANNER;
+    bcast_done = 0;
+    pm_options *o = opts(3);
+    pm_options_set_bootstrap(o, worker, &plan);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start(c, 0);
+    RUN_UNTIL(c, strcmp(last_text[0], "#marked") == 0, 20000);
+    /* The marker is now in a queued frame for slot 1 and was delivered to
+     * main; one more copy as a broadcast reply. */
+    ck_assert_uint_ge(pm_test_slot_queued_frames(c, 1), 1);
+    ck_assert_int_eq(pm_cluster_broadcast(c, "x", 1, 2000, on_bcast, NULL), 0);
+    RUN_UNTIL(c, bcast_done, 10000);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 2), 0);
+    RUN_UNTIL(c, strncmp(last_text[2], "#scan", 5) == 0, 60000);
+    ck_assert_str_eq(last_text[2], "#scan 0");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* The scanner itself: it finds a marker that is there. */
+START_TEST(test_scanner_finds_marker)
+{
+    unsigned char *p = malloc(4096);
+    ck_assert_ptr_nonnull(p);
+    marker_payload(p, 4096);
+    ck_assert_int_ge(scan_memory(NULL), 1);
+    explicit_bzero(p, 4096);
+    free(p);
+}
+END_TEST
+
+int main(void)
+{
+    gate = mmap(NULL, sizeof(*gate), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (gate == MAP_FAILED)
+        return 99;
+    Suite *s = suite_create("hostile");
+    PM_ADD_TEST(s, test_scanner_finds_marker, 120);
+    PM_ADD_TEST(s, test_reply_flood_no_hol, 90);
+    PM_ADD_TEST(s, test_full_destination_holds_only_its_frames, 60);
+    TCase *tc = pm_tcase("test_not_draining", 60);
+    tcase_add_loop_test(tc, test_not_draining, 0, 2);
+    suite_add_tcase(s, tc);
+    PM_ADD_TEST(s, test_inflight_cap_per_requester, 90);
+    PM_ADD_TEST(s, test_inflight_lifetime, 60);
+    PM_ADD_TEST(s, test_fork_replacement_sees_no_traffic, 120);
+    return pm_test_main(s);
+}
