@@ -46,8 +46,10 @@
 static void *secret_alloc(size_t size)
 {
     void *p = sodium_malloc(size);
-    if (p == NULL)
+    if (p == NULL) {
+        errno = errno > 0 ? errno : ENOMEM;
         return NULL;
+    }
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = (uintptr_t)p & ~(page - 1);
     uintptr_t hi = ((uintptr_t)p + size + page - 1) & ~(page - 1);
