@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/* noise.h - the Noise Protocol Framework (rev 34) handshake and transport for 25519/ChaChaPoly/SHA256. */
+#ifndef PM_NOISE_H
+#define PM_NOISE_H
+
+/*
+ * The cryptographic core of the peer links: Noise_XXpsk3_25519_ChaChaPoly_SHA256
+ * is the protocol procmesh uses, but the token machinery is generic, so every
+ * pattern of the spec's sections 7.4-7.6 (one-way, fundamental, deferred)
+ * with any psk modifiers works; the published test vectors check all of them
+ * (tests/check_noise.c). See doc/protocol.md, "Handshake and transport
+ * cryptography".
+ *
+ * Pure: no sockets and no I/O. The only system calls are the ones libsodium
+ * makes to allocate guarded memory (sodium_malloc) and one madvise() that
+ * keeps that memory from a forked child.
+ *
+ * Use, for one side of one handshake:
+ *
+ *   pm__noise_hs_new(&hs, "Noise_XXpsk3_25519_ChaChaPoly_SHA256", initiator,
+ *                    prologue, prologue_len, &why);
+ *   pm__noise_hs_set_static(hs, priv);            keys the pattern needs
+ *   pm__noise_hs_set_psk(hs, 0, psk);
+ *   while (!pm__noise_hs_done(hs))
+ *       pm__noise_write_message(...) or pm__noise_read_message(...),
+ *       as pm__noise_hs_my_turn(hs) says
+ *   pm__noise_hs_remote_static(hs, rs);           authenticate the peer
+ *   pm__noise_split(hs, PM__NOISE_REKEY_EVERY, &t);
+ *   pm__noise_hs_free(hs);
+ *   pm__noise_encrypt(t, ...) / pm__noise_decrypt(t, ...), pm__noise_transport_free(t)
+ *
+ * Errors (negative errno; nothing is logged, no key is ever printed):
+ *   -EINVAL            a caller error: NULL, a setter after the first message,
+ *                      a message out of turn, split before the end ...
+ *   -EPROTONOSUPPORT   the protocol name (the why string names the part)
+ *   -ENOKEY            a key the pattern needs was not set
+ *   -EMSGSIZE          a message would exceed the 65535 bytes of Noise
+ *   -ENOBUFS           the caller's output buffer is too small (state untouched)
+ *   -EBADMSG           a message that does not decrypt, is too short or too
+ *                      long, or carries a key whose DH is all zeros; the state
+ *                      is then unusable and its keys wiped
+ *   -EKEYREJECTED      a DH made while writing gave zeros: the peer's key
+ *                      (set by the caller, or received in an earlier message)
+ *                      is of low order; the state is then unusable
+ *   -EOVERFLOW         a transport nonce reached PM__NOISE_NONCE_LIMIT: close
+ *                      the link (the state is then unusable)
+ *   -EPERM             the state was made in another process (before a fork)
+ *   -ENOMEM            no secret memory
+ * Once a state is unusable, every call returns the error that made it so.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PM__NOISE_KEY_LEN 32u   /* DHLEN, HASHLEN, cipher and psk key size */
+#define PM__NOISE_TAG_LEN 16u
+#define PM__NOISE_MAX_MSG 65535u /* Noise's bound on any message */
+#define PM__NOISE_MAX_PSKS 4u
+
+/* Transport messages a direction carries before both sides Rekey() it (in
+ * lockstep: they count the same messages). 2^20 records of 4 KiB are 4 GiB. */
+#define PM__NOISE_REKEY_EVERY (UINT64_C(1) << 20)
+
+/* The first nonce a cipher refuses. Noise reserves 2^64-1 (Rekey uses it);
+ * the margin below it is never reached in practice, but a link that gets
+ * there must close rather than wrap. */
+#define PM__NOISE_NONCE_LIMIT (UINT64_MAX - UINT64_C(65535))
+
+typedef struct pm__noise_hs pm__noise_hs;
+typedef struct pm__noise_transport pm__noise_transport;
+
+/*
+ * A handshake state for one side. name: "Noise_<pattern><modifiers>_25519_
+ * ChaChaPoly_SHA256", modifiers "psk0".."pskN" joined by '+'. The prologue is
+ * mixed in at once. On -EPROTONOSUPPORT or -EINVAL, *why (if why is not NULL)
+ * is a static string naming what was wrong.
+ */
+int pm__noise_hs_new(pm__noise_hs **out, const char *name, int initiator, const void *prologue,
+                     size_t prologue_len, const char **why);
+
+/* Our static key pair from its private key (any 32 bytes; X25519 clamps). */
+int pm__noise_hs_set_static(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);
+
+/* The peer's static public key, for patterns where it is known beforehand
+ * (a pre-message: NK, KK, IK, ...); -EINVAL for other patterns. */
+int pm__noise_hs_set_remote_static(pm__noise_hs *hs, const unsigned char pub[PM__NOISE_KEY_LEN]);
+
+/* The index-th pre-shared key (index counts the psk modifiers in the order
+ * of the name: "psk0+psk2" has 0 and 1). */
+int pm__noise_hs_set_psk(pm__noise_hs *hs, unsigned index, const unsigned char psk[PM__NOISE_KEY_LEN]);
+
+/* Bytes pm__noise_write_message will produce for payload_len bytes of
+ * payload, or a negative errno (not our turn, done, too big). */
+long pm__noise_write_size(const pm__noise_hs *hs, size_t payload_len);
+
+/*
+ * Writes the next handshake message, carrying payload, into out[0..cap).
+ * payload and out must not overlap. Returns 0 and the length in *out_len.
+ */
+int pm__noise_write_message(pm__noise_hs *hs, const void *payload, size_t payload_len, void *out,
+                            size_t cap, size_t *out_len);
+
+/*
+ * Reads the next handshake message msg[0..len): any bytes at all (hostile
+ * input); nothing is allocated, no byte outside msg[0..len) is read. The
+ * payload goes to payload[0..cap), its length to *payload_len.
+ */
+int pm__noise_read_message(pm__noise_hs *hs, const void *msg, size_t len, void *payload, size_t cap,
+                           size_t *payload_len);
+
+/* 1 when it is this side's turn to write, 0 to read, negative errno. */
+int pm__noise_hs_my_turn(const pm__noise_hs *hs);
+
+/* 1 once the last handshake message has been written or read. */
+int pm__noise_hs_done(const pm__noise_hs *hs);
+
+/* The handshake hash h (channel binding); valid once done. */
+int pm__noise_hs_hash(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN]);
+
+/* The peer's static public key, once received (or set); -ENOKEY before. */
+int pm__noise_hs_remote_static(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN]);
+
+/*
+ * Split(): the two transport cipher states of a finished handshake, this
+ * side's sending and receiving direction. Each direction rekeys after every
+ * rekey_every messages (0: never; PM__NOISE_REKEY_EVERY for the links); both
+ * sides must use the same value. The handshake state stays for hs_hash and
+ * hs_remote_static; free it soon, it holds the chaining key.
+ */
+int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport **out);
+
+/* Wipes and frees. In a forked child only the ordinary memory is released:
+ * the secret pages there are wiped or absent, sodium_free would abort. */
+void pm__noise_hs_free(pm__noise_hs *hs);
+
+/*
+ * A transport message: ENCRYPT(k, n++, ad, in) into out (len + 16 bytes,
+ * at most PM__NOISE_MAX_MSG), *out_len set. in and out may be the same
+ * buffer, they must not otherwise overlap.
+ */
+int pm__noise_encrypt(pm__noise_transport *t, const void *ad, size_t ad_len, const void *in, size_t len,
+                      void *out, size_t cap, size_t *out_len);
+
+/* DECRYPT(k, n++, ad, in): -EBADMSG (and the transport is unusable) for a
+ * message that fails authentication: tampered, truncated, replayed,
+ * reordered or from another session. */
+int pm__noise_decrypt(pm__noise_transport *t, const void *ad, size_t ad_len, const void *in, size_t len,
+                      void *out, size_t cap, size_t *out_len);
+
+/* Rekey() of rev 34 11.3 now, on the sending (tx) or receiving direction:
+ * k = first 32 bytes of ENCRYPT(k, 2^64-1, "", zeros); the nonce goes on. */
+int pm__noise_rekey(pm__noise_transport *t, int tx);
+
+void pm__noise_transport_free(pm__noise_transport *t);
+
+/* Constant-time equality of two keys (for an allow-list of peers). */
+int pm__noise_key_equal(const unsigned char a[PM__NOISE_KEY_LEN], const unsigned char b[PM__NOISE_KEY_LEN]);
+
+/* ---- tests only: fixed values the published vectors need ----------- */
+
+/* The ephemeral key the next "e" token uses, instead of a random one. */
+int pm__noise_test_set_ephemeral(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);
+
+/* Moves a direction's nonce (to reach the limit without 2^64 messages). */
+int pm__noise_test_set_nonce(pm__noise_transport *t, int tx, uint64_t n);
+
+/* A direction's current key, for checking Rekey() against its definition. */
+int pm__noise_test_key(const pm__noise_transport *t, int tx, unsigned char out[PM__NOISE_KEY_LEN]);
+
+/* Where the secret memory of a handshake state lies (the fork test reads it
+ * in a child). */
+const void *pm__noise_test_secret(const pm__noise_hs *hs, size_t *size);
+
+#endif /* PM_NOISE_H */
