@@ -142,4 +142,11 @@ static inline int pm_test_node_hub_efd(const pm_node *n)
     return n->link.hub_efd;
 }
 
+/* Replies (and notices about requests) the worker dropped because nobody
+ * waited for them any more. */
+static inline uint64_t pm_test_node_late_replies(const pm_node *n)
+{
+    return n->late_replies;
+}
+
 #endif /* PM_TEST_INTERNALS_H */
