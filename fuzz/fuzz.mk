@@ -36,8 +36,7 @@ LIB_OBJS := $(addprefix $(B)/obj/,$(LIB_SRCS:.c=.o))
 all: run
 build: $(addprefix $(B)/fuzz_,$(FUZZ_TARGETS))
 run: $(addprefix run-,$(FUZZ_TARGETS))
-	@echo "fuzz: every harness ran $(FUZZ_SECONDS) s without a finding; summary in $(B)/summary.txt"
-	@cat $(B)/summary.txt
+	@echo "fuzz: every harness ran $(FUZZ_SECONDS) s without a finding ($(B)/summary.txt)"
 
 $(B)/obj/%.o: $(top_srcdir)/%.c
 	@mkdir -p $(@D)
