@@ -110,6 +110,19 @@ static inline int pm_test_loop_backend(const pm_cluster *c)
     return c->loop.backend;
 }
 
+/* Slot i's pidfd: -1 when it has none (no process, or a kernel without
+ * pidfd_open: exits are then found by SIGCHLD and waitid, or by scanning). */
+static inline int pm_test_slot_pidfd(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].pidfd;
+}
+
+/* 1 when exits are looked for by scanning (no pidfds and no signals). */
+static inline int pm_test_poll_children(const pm_cluster *c)
+{
+    return c->poll_children;
+}
+
 /* The options object's fields, to assert the defaults the header states. */
 static inline const struct pm_options *pm_test_options(const pm_options *o)
 {

@@ -207,6 +207,14 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
     case PM_EVENT_SPAWN_FAILED:
         ev->hs->spawn_failures++;
         break;
+    case PM_EVENT_STOPPED:
+        /* Kept before the rate limit: procmesh.c logs it with start_failed,
+         * since pm_cluster_spawn can only return an errno (-ECHILD says
+         * nothing about a worker that exited with code 1). */
+        if (e->reason_code == PM_REASON_SPAWN_ABORTED && e->detail != NULL &&
+            ev->start_error[0] == '\0')
+            snprintf(ev->start_error, sizeof(ev->start_error), "%s", e->detail);
+        break;
     default:
         break;
     }
@@ -260,8 +268,8 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         break;
     }
     case PM_EVENT_STOPPED: {
-        const char *kv[] = {"slot", slot, "reason", e->reason};
-        pmd_log(PMD_LOG_INFO, "stopped", kv, 2);
+        const char *kv[] = {"slot", slot, "reason", e->reason, "detail", e->detail};
+        pmd_log(PMD_LOG_INFO, "stopped", kv, e->detail != NULL ? 3 : 2);
         break;
     }
     case PM_EVENT_SPAWN_FAILED: {

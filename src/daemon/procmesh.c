@@ -267,7 +267,10 @@ static int cmd_run(int argc, char **argv)
         return EXIT_DRAIN_KILLED;
     }
     if (rc < 0) {
-        const char *kv[] = {"error", pm_strerror(rc), "command", conf.argv[0]};
+        /* The library's words for the first failure when it gave them
+         * ("worker exited with code 1 before it was ready"), else the errno. */
+        const char *why = ev.start_error[0] != '\0' ? ev.start_error : pm_strerror(rc);
+        const char *kv[] = {"error", why, "command", conf.argv[0]};
         pmd_log(PMD_LOG_ERROR, "start_failed", kv, 2);
         pmd_events_free(&ev);
         pm_options_free(o);
