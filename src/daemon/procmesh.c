@@ -130,14 +130,18 @@ static int rolling_restart(pm_cluster *c, pmd_health *health, pmd_events *ev)
 }
 
 /* Stops the workers (drain) and frees the cluster. The health endpoint
- * lives in the cluster's loop, which this frees: it is closed first, so
- * probes during the drain see a refused connection, which orchestrators
- * treat as not ready. */
+ * lives in the cluster's loop, which pm_cluster_terminate keeps running
+ * while it waits for the workers: probes during the drain are answered
+ * (/readyz 503, draining is set by the caller). The loop and its watches
+ * are gone once it returns, so the endpoint is detached before it is
+ * closed. */
 static int terminate(pm_cluster *c, pmd_health **health)
 {
+    int rc = pm_cluster_terminate(c);
+    pmd_health_detach(*health);
     pmd_health_stop(*health);
     *health = NULL;
-    return pm_cluster_terminate(c);
+    return rc;
 }
 
 /* getenv for pmd_dconf_parse, whose lookup returns const char *. */
