@@ -333,6 +333,58 @@ enum pm_slot_state {
  * for anything else. A static string. */
 PM_EXTERN const char *pm_slot_state_name(int state);
 
+/*
+ * The last crash of a slot: what a worker that links libprocmesh (fork mode,
+ * or exec mode after pm_node_join) recorded in its fatal-signal handler
+ * (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS), copied out
+ * and validated by the supervisor after the reap. Fixed size.
+ *
+ * frames[0] is the faulting function (its pc), the next ones are return
+ * addresses. A frame in a module known at join has module >= 0 and offset =
+ * address - the module's load bias, so `addr2line -f -e modules[module]
+ * 0xOFFSET` names its function and line (for a return address, OFFSET - 1
+ * names the call). Modules loaded after join (dlopen) are not known: their
+ * frames have module -1 and only the absolute address.
+ */
+#define PM_CRASH_FRAMES 32
+#define PM_CRASH_MODULES 8
+#define PM_CRASH_PATH_MAX 192
+
+enum pm_crash_state {
+    PM_CRASH_NONE = 0,       /* no crash by a recorded signal yet */
+    PM_CRASH_RECORDED = 1,   /* a valid record: every field is filled */
+    PM_CRASH_UNRECORDED = 2, /* died of a recorded signal but left no record (it does not
+                                link libprocmesh or had not joined, its application owns
+                                the signal, or it died before the record was written) */
+    PM_CRASH_INVALID = 3     /* a record that failed validation (half-written, scribbled,
+                                not the signal it died of): nothing of it is shown */
+};
+
+typedef struct pm_crash_frame {
+    uint64_t addr;   /* absolute address in the worker */
+    int module;      /* index into modules, or -1 */
+    uint64_t offset; /* addr - the module's load bias (module >= 0) */
+} pm_crash_frame;
+
+typedef struct pm_crash_report {
+    int state;               /* enum pm_crash_state; the rest is 0 for NONE */
+    uint64_t incarnation;    /* the incarnation that crashed */
+    int signal;              /* from the exit status (trusted) */
+    int core_dumped;         /* from the exit status (trusted) */
+    /* RECORDED only: */
+    int code;                /* si_code */
+    char code_name[16];      /* "SEGV_MAPERR", "BUS_ADRERR", "FPE_INTDIV", "SI_TKILL" ...,
+                                or the number in decimal */
+    uint64_t fault_addr;     /* si_addr (SIGSEGV/BUS/FPE/ILL/TRAP from the kernel), else 0 */
+    uint64_t pc;             /* program counter (0 where unsupported: not x86_64/aarch64) */
+    int pc_module;           /* index into modules, or -1 */
+    uint64_t pc_offset;
+    unsigned nframes;
+    pm_crash_frame frames[PM_CRASH_FRAMES];
+    unsigned nmodules;
+    char modules[PM_CRASH_MODULES][PM_CRASH_PATH_MAX]; /* paths, printable ASCII */
+} pm_crash_report;
+
 typedef struct pm_slot_info {
     int state;
     pid_t pid; /* 0 when no process */
@@ -346,6 +398,9 @@ typedef struct pm_slot_info {
     unsigned fences;               /* times this slot was fenced */
     int kill_pending;              /* SIGKILL sent, process not reaped yet */
     int waiting;                   /* the worker says it waits in pm_node_recv */
+    pm_crash_report last_crash;    /* the slot's last crash by a recorded signal (kept
+                                      across restarts until the next one); added at the
+                                      end, see NEWS */
 } pm_slot_info;
 
 /* Mesh-wide figures. A struct tag, not a typedef: in C a typedef named

@@ -234,6 +234,7 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
                  : stopped            ? PM_REASON_STOP
                  : s->last_signal != 0 ? PM_REASON_SIGNAL
                                        : PM_REASON_EXIT;
+    pm__crash_collect(&s->crash, &s->link, s->incarnation, s->last_signal, s->last_core);
     pm__cluster_emit(c, PM_EVENT_EXITED, s, reason, 0);
     release_process(c, s);
     pm__cluster_dispatch(c, s, PM__EV_EXITED);
@@ -579,6 +580,7 @@ static void cluster_free(pm_cluster *c)
         pm__close(s->notify_fd);
         pm__link_close(&s->link);
         pm__budget_free(&s->budget);
+        free(s->crash);
     }
     free(c->slots);
     free(c->watches);

@@ -68,6 +68,7 @@ typedef struct pm__slot {
     int last_exit_code;
     int last_signal;
     int last_core;
+    pm_crash_report *crash; /* the last crash (crash.c), allocated on the first one */
     /* Liveness. */
     uint64_t last_beats;   /* the worker's progress counter at the last check */
     uint64_t progress_ms;  /* when it last moved (or the period restarted) */

@@ -137,6 +137,12 @@ static inline void *pm_test_node_map(pm_node *n)
     return n->link.map;
 }
 
+/* The crash record in the worker's control block (crash.h), to scribble. */
+static inline struct pm__crash_rec *pm_test_node_crash_record(pm_node *n)
+{
+    return &((struct pm__ctl *)n->link.map)->crash;
+}
+
 /* The worker's up ring (worker -> hub), to write raw frames into. */
 static inline pm__ring *pm_test_node_tx(pm_node *n)
 {
