@@ -911,34 +911,71 @@ static void mreq_dispatch_waiting(pm__hub *h)
     }
 }
 
+/* Unlinks, in one pass over the table, every request whose deadline is
+ * at or before now (every request when all is set) and returns them as a
+ * list chained by hnext; *next gets the earliest deadline left (0 none).
+ * The callbacks run afterwards, over the detached list: they may add or
+ * cancel requests without disturbing a walk, and a cancel of one already
+ * taken finds it gone (-ENOENT) while its own callback is still to come. */
+static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
+{
+    pm__mreq *taken = NULL;
+    int waiting_taken = 0;
+    *next = 0;
+    for (size_t i = 0; i < h->mreq_buckets; i++) {
+        pm__mreq **pp = &h->mreqs[i];
+        while (*pp != NULL) {
+            pm__mreq *r = *pp;
+            if (!all && r->deadline_ms > now) {
+                if (*next == 0 || r->deadline_ms < *next)
+                    *next = r->deadline_ms;
+                pp = &r->hnext;
+                continue;
+            }
+            *pp = r->hnext;
+            h->nmreqs--;
+            if (r->port == PM__MREQ_WAITING) {
+                r->taken = 1;
+                waiting_taken = 1;
+            } else if (r->port < h->nports) {
+                pm__inflight e;
+                take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
+            }
+            r->hnext = taken;
+            taken = r;
+        }
+    }
+    if (waiting_taken) {
+        /* One pass over the waiting list drops every taken request. */
+        pm__mreq **wp = &h->waiting;
+        h->waiting_tail = NULL;
+        while (*wp != NULL) {
+            if ((*wp)->taken) {
+                *wp = (*wp)->wnext;
+            } else {
+                h->waiting_tail = *wp;
+                wp = &(*wp)->wnext;
+            }
+        }
+    }
+    return taken;
+}
+
 /* Requests past their deadline: -ETIMEDOUT, and their in-flight entries
  * are forgotten so that a reply after this is dropped and counted late.
- * mreq_due_ms is a lower bound of the deadlines (kept on insert, never
- * raised on removal), so this walks the table only when one may be due. */
+ * mreq_due_ms is a lower bound of the deadlines (lowered on insert, never
+ * raised on removal), so the table is walked only when one may be due. */
 static void mreq_expire(pm__hub *h, int64_t now)
 {
     if (h->mreq_due_ms == 0 || now < h->mreq_due_ms)
         return;
-    for (;;) {
-        pm__mreq *due = NULL;
-        int64_t next = 0;
-        for (size_t i = 0; i < h->mreq_buckets && due == NULL; i++)
-            for (pm__mreq *r = h->mreqs[i]; r != NULL; r = r->hnext) {
-                if (r->deadline_ms <= now) {
-                    due = r;
-                    break;
-                }
-                if (next == 0 || r->deadline_ms < next)
-                    next = r->deadline_ms;
-            }
-        if (due == NULL) {
-            h->mreq_due_ms = next;
-            return;
-        }
-        /* One at a time, starting over: the callback may add or cancel
-         * requests, which changes the table under the walk. */
-        mreq_unlink(h, due);
-        mreq_finish(h, due, -ETIMEDOUT, NULL, 0);
+    int64_t next;
+    pm__mreq *r = mreq_take_due(h, now, 0, &next);
+    h->mreq_due_ms = next; /* callbacks that add requests lower it again */
+    while (r != NULL) {
+        pm__mreq *following = r->hnext;
+        mreq_finish(h, r, -ETIMEDOUT, NULL, 0);
+        r = following;
     }
 }
 
@@ -1030,14 +1067,14 @@ int pm__hub_cancel(pm__hub *h, uint64_t id)
 
 void pm__hub_cancel_all(pm__hub *h)
 {
-    h->mreq_closed = 1;
-    /* One at a time from the top: each callback may cancel others. */
-    for (size_t i = 0; i < h->mreq_buckets; i++) {
-        while (h->mreqs[i] != NULL) {
-            pm__mreq *r = h->mreqs[i];
-            mreq_unlink(h, r);
-            mreq_finish(h, r, -ECANCELED, NULL, 0);
-        }
+    h->mreq_closed = 1; /* the callbacks below cannot add any */
+    int64_t next;
+    pm__mreq *r = mreq_take_due(h, 0, 1, &next);
+    h->mreq_due_ms = 0;
+    while (r != NULL) {
+        pm__mreq *following = r->hnext;
+        mreq_finish(h, r, -ECANCELED, NULL, 0);
+        r = following;
     }
 }
 

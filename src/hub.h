@@ -90,6 +90,7 @@ typedef struct pm__mreq {
     void *arg;
     unsigned char *data;    /* waiting only: the payload, copied */
     size_t len;
+    int taken;              /* waiting, and being taken off the list */
 } pm__mreq;
 
 #define PM__MREQ_WAITING UINT32_MAX

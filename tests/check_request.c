@@ -9,6 +9,8 @@
  */
 #include "helpers.h"
 
+#include <limits.h>
+
 #include "internals.h"
 
 #define RUN_UNTIL PM_RUN_UNTIL
@@ -24,7 +26,7 @@
  *   "hang"     spins without any procmesh call (fenced: heartbeat)
  *   "note"     sends main a plain message "#note", then answers "noted"
  *   "term"     sends SIGTERM to the supervisor, answers nothing */
-#define MAX_HELD 64
+#define MAX_HELD 256
 
 static int worker(pm_node *n, void *arg)
 {
@@ -96,7 +98,7 @@ struct result {
     int nested;         /* what a call made from inside the callback returned */
 };
 
-static struct result results[64];
+static struct result results[256];
 static int on_message_calls;
 static int deadlk_in_message = 1;
 static int exited_events, fenced_events;
@@ -584,6 +586,59 @@ START_TEST(test_call_deadlk_event)
 }
 END_TEST
 
+/* Many requests time out in the same turn: each callback once, every
+ * in-flight entry forgotten, every reply after that late. */
+START_TEST(test_many_timeouts)
+{
+    pm_options *o = opts(2);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    uint64_t late0 = pm_test_late_replies(c);
+    for (int i = 0; i < 200; i++)
+        ck_assert_int_gt(request(c, -1, "hold", 300, &results[i]), 0);
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 0), 100); /* fewest in flight: evenly */
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 1), 100);
+    RUN_UNTIL(c, calls_in(0, 200) == 200, 10000);
+    for (int i = 0; i < 200; i++) {
+        ck_assert_int_eq(results[i].calls, 1);
+        ck_assert_int_eq(results[i].err, -ETIMEDOUT);
+    }
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 0), 0);
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 1), 0);
+    for (unsigned s = 0; s < 2; s++) {
+        pm_address a = slot_addr(s, 0);
+        ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
+    }
+    RUN_UNTIL(c, pm_test_late_replies(c) == late0 + 200, 10000);
+    assert_once(c, 200);
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
+/* Ids are ints: they wrap from INT_MAX to 1, skipping pending ones. */
+START_TEST(test_id_wrap)
+{
+    pm_options *o = opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    int first = request(c, 0, "hold", 20000, &results[0]);
+    ck_assert_int_eq(first, 1);
+    pm_test_set_last_request_id(c, INT_MAX - 1);
+    ck_assert_int_eq(request(c, 0, "echo:max", 10000, &results[1]), INT_MAX);
+    ck_assert_int_eq(request(c, 0, "echo:two", 10000, &results[2]), 2); /* 1 is pending */
+    RUN_UNTIL(c, results[1].calls == 1 && results[2].calls == 1, 10000);
+    ck_assert_str_eq(results[1].text, "slot0:max");
+    ck_assert_str_eq(results[2].text, "slot0:two");
+    pm_address a = slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
+    RUN_UNTIL(c, results[0].calls == 1, 10000);
+    ck_assert_int_eq(results[0].err, 0);
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
 START_TEST(test_bad_input)
 {
     pm_options *o = opts(1);
@@ -630,6 +685,8 @@ int main(void)
     PM_ADD_TEST(s, test_call, 0);
     PM_ADD_TEST(s, test_call_eintr, 0);
     PM_ADD_TEST(s, test_call_deadlk_event, 0);
+    PM_ADD_TEST(s, test_many_timeouts, 0);
+    PM_ADD_TEST(s, test_id_wrap, 0);
     PM_ADD_TEST(s, test_bad_input, 0);
     return pm_test_main(s);
 }
