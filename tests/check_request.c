@@ -22,7 +22,7 @@
  *   "hold"     keeps it; a plain message "release" answers every kept one
  *              with "held<N>"
  *   "late:MS"  sleeps MS ms, then answers "late"
- *   "crash"    writes through a NULL pointer (SIGSEGV)
+ *   "crash"    dies of SIGSEGV
  *   "hang"     spins without any procmesh call (fenced: heartbeat)
  *   "note"     sends main a plain message "#note", then answers "noted"
  *   "term"     sends SIGTERM to the supervisor, answers nothing */
@@ -72,7 +72,7 @@ static int worker(pm_node *n, void *arg)
             usleep((useconds_t)atoi(text + 5) * 1000u);
             pm_node_reply(n, &m, "late", 4);
         } else if (strcmp(text, "crash") == 0) {
-            *(volatile int *)(uintptr_t)0 = 1;
+            raise(SIGSEGV); /* a real signal, also in sanitizer builds */
         } else if (strcmp(text, "hang") == 0) {
             for (volatile int spin = 1; spin;)
                 ;
