@@ -2,7 +2,7 @@
  * hub.c - the router: moves validated, stamped frames between ports (local
  * workers and main), answers what cannot be delivered, remembers requests in
  * flight, holds back senders whose destination is full, and runs main's
- * broadcasts.
+ * broadcasts and main's requests to one worker (pm_cluster_request).
  *
  * Rules (doc/design.md has the longer version):
  *  - identity: the source is the port a frame came in by (port.c stamps
@@ -686,7 +686,8 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
     if (e.deadline_ms != 0 && e.deadline_ms < (int64_t)pm__now_ms()) {
         h->late_replies++; /* the requester gave up */
         if (f->dst == PM__NODE_MAIN)
-            deliver_main(h, f, payload); /* the broadcast may still be open */
+            deliver_main(h, f, payload); /* a broadcast may still be open; a
+                                            request gets -ETIMEDOUT now */
         return 0;
     }
     if (f->dst == PM__NODE_MAIN) {

@@ -6,8 +6,8 @@
  * A port is anything frames enter and leave by. Today: a local worker (its
  * ring pair, port index = slot index) and main, the supervisor itself
  * (PM__NODE_MAIN: frames for it are delivered to the application's
- * on_message callback or to a broadcast's results). A peer link to another
- * host will be one more kind.
+ * on_message callback, to a broadcast's results or to a request's
+ * callback). A peer link to another host will be one more kind.
  *
  * The hub knows nothing of processes, restarts or the loop: its owner (the
  * cluster) tells it when a port opens, becomes ready, stops or goes away
