@@ -485,7 +485,9 @@ PM_EXTERN int pm_cluster_last_signal(const pm_cluster *c);
 /*
  * Asks every worker to stop, waits up to the stop timeout, SIGKILLs what is
  * left and returns only when every worker process is reaped. Cancels pending
- * restarts. Frees the cluster (c is invalid afterwards). Returns 0 when every
+ * restarts. Every pending pm_cluster_request gets its callback with
+ * -ECANCELED first, and new requests are refused (-ESHUTDOWN) from then on.
+ * Frees the cluster (c is invalid afterwards). Returns 0 when every
  * worker stopped by itself within the timeout, 1 when some had to be killed,
  * or a negative errno (the workers are reaped all the same).
  */
@@ -554,6 +556,63 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
                                    void (*cb)(pm_cluster *, const pm_message *results, size_t n,
                                               void *arg),
                                    void *arg);
+
+/*
+ * Main asks one worker and gets its answer. `to` names the worker (an
+ * incarnation in it must be the current one), or is NULL for any ready
+ * worker: the one with the fewest of main's requests in flight (broadcasts
+ * included), ties round robin. With to == NULL and no worker ready, the
+ * request waits (oldest first) for one to become ready, until its timeout.
+ * The worker gets it from pm_node_recv as PM_MSG_REQUEST, with the deadline
+ * in deadline_ms, and answers with pm_node_reply.
+ *
+ * cb runs exactly once, from pm_cluster_run (or pm_cluster_call, cancel,
+ * terminate), with reply->error:
+ *   0           the answer, in reply->data/len (valid during the callback);
+ *   -ETIMEDOUT  no answer within timeout_ms (> 0); a reply after that is
+ *               dropped and counted (pm_cluster_stats.late_replies);
+ *   -EHOSTDOWN  the worker died or was fenced while it held the request
+ *               (pm_cluster_slot_info then tells how it ended). It is never
+ *               retried on another worker: an input that crashes one
+ *               worker must not crash them all;
+ *   -ECANCELED  pm_cluster_cancel, or pm_cluster_terminate (every pending
+ *               request is cancelled before terminate stops anything).
+ * reply->from is the worker with its incarnation (all zero when the request
+ * never left main), reply->request_id the id returned here.
+ *
+ * Returns the request id (> 0; ids wrap within 1..INT_MAX, never reused
+ * while pending), or a negative errno and cb never runs: -EINVAL (cb NULL,
+ * timeout_ms <= 0, data NULL with len > 0, `to` is main), -EMSGSIZE (len >
+ * PM_MAX_PAYLOAD), -ENOENT / -EHOSTDOWN / -ESTALE for `to` as
+ * pm_cluster_send, -EAGAIN (main's queue for that worker is full),
+ * -ESHUTDOWN (pm_cluster_terminate is running), -ENOMEM.
+ */
+PM_EXTERN int pm_cluster_request(pm_cluster *c, const pm_address *to, const void *data,
+                                 size_t len, int timeout_ms,
+                                 void (*cb)(pm_cluster *, const pm_message *reply, void *arg),
+                                 void *arg);
+
+/* Cancels a pending request: its callback runs at once, before this
+ * returns, with -ECANCELED; a reply later is dropped as late. 0, or -ENOENT
+ * when id is not pending (already answered, cancelled, or never issued). */
+PM_EXTERN int pm_cluster_cancel(pm_cluster *c, uint64_t id);
+
+/*
+ * The blocking form of pm_cluster_request: runs the cluster's loop (every
+ * other event keeps being dispatched, as in pm_cluster_run) until the
+ * answer. Returns 0 with the reply copied into reply (up to cap bytes) and
+ * its length in *reply_len (reply_len may be NULL), or a negative errno:
+ * the errors of pm_cluster_request (-EMSGSIZE only when the request itself
+ * is too large), -ETIMEDOUT, -EHOSTDOWN, -ENOBUFS when the reply does not
+ * fit cap (*reply_len is then the size needed), -EINTR when a signal that
+ * makes pm_cluster_run return -EINTR arrives first (SIGTERM, SIGINT, SIGHUP:
+ * pm_cluster_last_signal says which; the request is cancelled), -EDEADLK
+ * when called from inside a procmesh callback (on_message, on_event,
+ * on_permanently_down, broadcast and request callbacks, watch callbacks).
+ * pm_cluster_stop does not end it: the next pm_cluster_run returns soon.
+ */
+PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *data, size_t len,
+                              int timeout_ms, void *reply, size_t cap, size_t *reply_len);
 
 /* main's own address. */
 PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out);

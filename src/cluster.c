@@ -74,7 +74,7 @@ void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, ui
     } else if (type == PM_EVENT_FENCED && reason == PM_REASON_VERSION) {
         ev.worker_version = s->hello_version;
     }
-    c->o->on_event(c, &ev, c->o->on_event_arg);
+    PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
 }
 
 static void default_on_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned restarts,
@@ -322,7 +322,7 @@ static void after_failure(pm_cluster *c, pm__slot *s)
         a.incarnation = s->incarnation;
         void (*cb)(pm_cluster *, unsigned, const pm_address *, unsigned, void *) =
             c->o->on_down != NULL ? c->o->on_down : default_on_down;
-        cb(c, s->index, &a, s->budget.total, c->o->on_down_arg);
+        PM__APP_CALLBACK(&c->hub, cb(c, s->index, &a, s->budget.total, c->o->on_down_arg));
         return;
     }
     pm__cluster_set_state(c, s, PM_SLOT_BACKOFF);
@@ -807,6 +807,9 @@ PM_EXTERN int pm_cluster_terminate(pm_cluster *c)
         return rc;
     c->terminating = 1;
     c->last_signal = 0;
+    /* Main's requests end here, answered -ECANCELED before anything stops,
+     * rather than -EHOSTDOWN one by one as the workers exit. */
+    pm__hub_cancel_all(&c->hub);
     for (unsigned i = 0; i < c->nslots; i++)
         pm__cluster_dispatch(c, &c->slots[i], PM__EV_STOP);
     for (;;) {

@@ -2,7 +2,7 @@
  * hub.c - the router: moves validated, stamped frames between ports (local
  * workers and main), answers what cannot be delivered, remembers requests in
  * flight, holds back senders whose destination is full, and runs main's
- * broadcasts.
+ * broadcasts and main's requests to one worker (pm_cluster_request).
  *
  * Rules (doc/design.md has the longer version):
  *  - identity: the source is the port a frame came in by (port.c stamps
@@ -83,6 +83,8 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
     }
     h->nports = nports;
     h->inflight_lifetime_ms = PM__INFLIGHT_LIFETIME_MS;
+    h->next_req = PM__BCAST_ID_BASE;
+    h->mreq_rr = nports ? nports - 1 : 0; /* the first pick starts at port 0 */
     for (unsigned i = 0; i < nports; i++) {
         h->ports[i].index = i;
         port_reset(&h->ports[i]);
@@ -315,6 +317,8 @@ static void forget_inflight(pm__hub *h, pm__port *target, uint32_t i)
     uint32_t *out = requests_out(h, target->inflight[i].requester);
     if (out != NULL)
         (*out)--;
+    if (target->inflight[i].requester == PM__NODE_MAIN)
+        target->main_inflight--;
     h->inflight_total--;
     target->inflight[i] = target->inflight[--target->ninflight];
 }
@@ -380,6 +384,8 @@ static int add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64
     e->expires_ms = expires;
     if (out != NULL)
         (*out)++;
+    if (requester == PM__NODE_MAIN)
+        target->main_inflight++;
     h->inflight_total++;
     schedule_purge(h, now);
     return 0;
@@ -425,7 +431,7 @@ static void bcast_complete(pm__hub *h, pm__bcast *b)
     if (*pp == b)
         *pp = b->next;
     /* Unlinked first: the callback may start another broadcast. */
-    b->cb(h->app, b->results, b->n, b->arg);
+    PM__APP_CALLBACK(h, b->cb(h->app, b->results, b->n, b->arg));
     for (size_t i = 0; i < b->n; i++) {
         /* A worker's reply: wiped before the heap may hand it on. */
         if (b->bufs[i] != NULL)
@@ -464,16 +470,138 @@ static int bcast_result(pm__hub *h, uint64_t id, int err, const void *data, size
     return 0;
 }
 
-/* A frame for main: broadcast replies, or the on_message callback. The
- * payload is copied out of shared memory first: the application parses a
- * private copy that the worker can no longer change. port.c has checked
- * that f->len <= PM_MAX_PAYLOAD, the size of the scratch buffer. */
+/* ------------------------------------------------------------------ main's requests */
+
+/* The hash of main's requests: ids are sequential, so the low bits spread
+ * them evenly. */
+static pm__mreq **mreq_bucket(pm__hub *h, uint64_t id)
+{
+    return &h->mreqs[id & (h->mreq_buckets - 1)];
+}
+
+static pm__mreq *mreq_find(pm__hub *h, uint64_t id)
+{
+    if (h->mreq_buckets == 0)
+        return NULL;
+    for (pm__mreq *r = *mreq_bucket(h, id); r != NULL; r = r->hnext)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+/* Makes room for one more request: the table doubles past one request per
+ * bucket. -ENOMEM leaves it as it was. */
+static int mreq_reserve(pm__hub *h)
+{
+    if (h->nmreqs < h->mreq_buckets)
+        return 0;
+    size_t nb = h->mreq_buckets ? h->mreq_buckets * 2 : 64;
+    pm__mreq **v = calloc(nb, sizeof(*v));
+    if (v == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < h->mreq_buckets; i++) {
+        pm__mreq *r = h->mreqs[i];
+        while (r != NULL) {
+            pm__mreq *next = r->hnext;
+            r->hnext = v[r->id & (nb - 1)];
+            v[r->id & (nb - 1)] = r;
+            r = next;
+        }
+    }
+    free(h->mreqs);
+    h->mreqs = v;
+    h->mreq_buckets = nb;
+    return 0;
+}
+
+/* Removes r from the table and from the waiting list, and forgets its
+ * in-flight entry (if still there), so that a reply to it is late. */
+static void mreq_unlink(pm__hub *h, pm__mreq *r)
+{
+    pm__mreq **pp = mreq_bucket(h, r->id);
+    while (*pp != r)
+        pp = &(*pp)->hnext;
+    *pp = r->hnext;
+    h->nmreqs--;
+    if (r->port == PM__MREQ_WAITING) {
+        pm__mreq *prev = NULL;
+        for (pm__mreq *w = h->waiting; w != NULL; prev = w, w = w->wnext) {
+            if (w != r)
+                continue;
+            if (prev == NULL)
+                h->waiting = w->wnext;
+            else
+                prev->wnext = w->wnext;
+            if (h->waiting_tail == w)
+                h->waiting_tail = prev;
+            break;
+        }
+    } else if (r->port < h->nports) {
+        pm__inflight e;
+        take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
+    }
+}
+
+/* Runs r's callback (once: r is unlinked already and freed here). data is
+ * a private copy (the scratch buffer) valid during the callback. */
+static void mreq_finish(pm__hub *h, pm__mreq *r, int err, const void *data, size_t len)
+{
+    pm_message m;
+    memset(&m, 0, sizeof(m));
+    /* from: the worker it went to; all zero if it never left main. */
+    if (r->port != PM__MREQ_WAITING)
+        pm__node_address(&h->names, r->port, r->target_inc, &m.from);
+    pm__node_address(&h->names, PM__NODE_MAIN, 0, &m.to);
+    m.request_id = r->id;
+    m.kind = PM_MSG_REPLY;
+    m.error = err;
+    m.deadline_ms = r->deadline_ms;
+    m.data = err == 0 ? data : NULL;
+    m.len = err == 0 ? len : 0;
+    void (*cb)(pm_cluster *, const pm_message *, void *) = r->cb;
+    void *arg = r->arg;
+    if (r->data != NULL)
+        explicit_bzero(r->data, r->len);
+    free(r->data);
+    free(r);
+    PM__APP_CALLBACK(h, cb(h->app, &m, arg));
+}
+
+/* An answer for main (a reply, or an undeliverable notice: -EHOSTDOWN when
+ * the worker died holding the request) goes to its request or its
+ * broadcast by id; anything else is late. A reply the hub saw after the
+ * request's deadline (before the timer did) is late too: the request
+ * times out, as it would have a moment later. */
+static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload)
+{
+    int err = f->type == PM__FT_REPLY ? 0 : f->error;
+    if (f->request_id < PM__BCAST_ID_BASE) {
+        pm__mreq *r = mreq_find(h, f->request_id);
+        if (r == NULL) {
+            h->late_replies++;
+            return;
+        }
+        mreq_unlink(h, r);
+        if (err == 0 && r->deadline_ms < (int64_t)pm__now_ms())
+            err = -ETIMEDOUT;
+        if (err == 0 && f->len > 0)
+            memcpy(h->scratch, payload, f->len);
+        mreq_finish(h, r, err, h->scratch, f->len);
+        return;
+    }
+    if (bcast_result(h, f->request_id, err, payload, f->len) < 0)
+        h->late_replies++;
+}
+
+/* A frame for main: answers to its requests and broadcasts, or the
+ * on_message callback. The payload is copied out of shared memory first:
+ * the application parses a private copy that the worker can no longer
+ * change. port.c has checked that f->len <= PM_MAX_PAYLOAD, the size of
+ * the scratch buffer. */
 static void deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload)
 {
     if (f->type == PM__FT_REPLY || f->type == PM__FT_UNDELIVERABLE) {
-        if (bcast_result(h, f->request_id, f->type == PM__FT_REPLY ? 0 : f->error, payload,
-                         f->len) < 0)
-            h->late_replies++;
+        main_answer(h, f, payload);
         return;
     }
     if (h->on_message == NULL) {
@@ -491,7 +619,7 @@ static void deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload
     m.deadline_ms = f->deadline_ms;
     m.data = h->scratch;
     m.len = f->len;
-    h->on_message(h->app, &m, h->on_message_arg);
+    PM__APP_CALLBACK(h, h->on_message(h->app, &m, h->on_message_arg));
 }
 
 /* ------------------------------------------------------------------ routing */
@@ -558,7 +686,8 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
     if (e.deadline_ms != 0 && e.deadline_ms < (int64_t)pm__now_ms()) {
         h->late_replies++; /* the requester gave up */
         if (f->dst == PM__NODE_MAIN)
-            deliver_main(h, f, payload); /* the broadcast may still be open */
+            deliver_main(h, f, payload); /* a broadcast may still be open; a
+                                            request gets -ETIMEDOUT now */
         return 0;
     }
     if (f->dst == PM__NODE_MAIN) {
@@ -643,6 +772,7 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
     pm__inflight *v = p->inflight;
     uint32_t n = p->ninflight;
     p->ninflight = 0;
+    p->main_inflight = 0;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t *out = requests_out(h, v[k].requester);
         if (out != NULL)
@@ -698,6 +828,257 @@ int pm__hub_send_control(pm__hub *h, unsigned i, int type, const void *payload, 
     return pm__frame_send(&p->link->tx, &f, payload, len);
 }
 
+/* ------------------------------------------------------------------ main's requests: sending */
+
+/* The worker a request for "any worker" goes to: among the ready ports,
+ * the one with the fewest of main's requests in flight; ties are broken
+ * round robin, starting after the port picked last. NULL: none ready. */
+static pm__port *pick_worker(pm__hub *h)
+{
+    pm__port *best = NULL;
+    for (unsigned k = 1; k <= h->nports; k++) {
+        pm__port *p = &h->ports[(h->mreq_rr + k) % h->nports];
+        if (check_dest(h, p->index, 0) < 0)
+            continue;
+        if (best == NULL || p->main_inflight < best->main_inflight)
+            best = p;
+    }
+    if (best != NULL)
+        h->mreq_rr = best->index;
+    return best;
+}
+
+/* Sends r to d: an in-flight entry (so d's death answers it), then the
+ * frame, which carries the deadline so the worker can skip expired work.
+ * 0, or -EAGAIN (main's hold is full), -EHOSTDOWN (d's ring is corrupt: d
+ * is fenced), -ENOMEM; nothing is left behind on failure. */
+static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, size_t len)
+{
+    int rc = add_inflight(h, d, PM__NODE_MAIN, 0, r->id, r->deadline_ms);
+    if (rc < 0)
+        return rc;
+    pm__frame_hdr f = main_hdr(PM__FT_REQUEST, d);
+    f.request_id = r->id;
+    f.deadline_ms = r->deadline_ms;
+    rc = push(h, d, &f, data, len, PM__NODE_MAIN);
+    if (rc < 0) {
+        drop_last_inflight(h, d);
+        if (rc == -EBADMSG) {
+            h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+            rc = -EHOSTDOWN;
+        }
+        return rc;
+    }
+    r->port = d->index;
+    r->target_inc = d->incarnation;
+    /* Published now rather than at the end of the turn: the caller may be
+     * about to wait (pm_cluster_call) or may not run the loop soon. */
+    if (d->dirty) {
+        d->dirty = 0;
+        pm__ring_publish(&d->link->tx);
+    }
+    return 0;
+}
+
+/* Requests that waited for a ready worker go out, oldest first, as long
+ * as there is one. A request that cannot be sent for lack of room (main's
+ * hold is full) waits for a later turn; any other failure is its answer. */
+static void mreq_dispatch_waiting(pm__hub *h)
+{
+    while (h->waiting != NULL) {
+        pm__mreq *r = h->waiting;
+        pm__port *d = pick_worker(h);
+        if (d == NULL)
+            return;
+        int rc = mreq_send(h, r, d, r->data, r->len);
+        if (rc == -EAGAIN)
+            return;
+        /* Off the waiting list (r->port is set only on success). */
+        h->waiting = r->wnext;
+        if (h->waiting == NULL)
+            h->waiting_tail = NULL;
+        r->wnext = NULL;
+        explicit_bzero(r->data, r->len);
+        free(r->data);
+        r->data = NULL;
+        if (rc < 0) {
+            pm__mreq **pp = mreq_bucket(h, r->id);
+            while (*pp != r)
+                pp = &(*pp)->hnext;
+            *pp = r->hnext;
+            h->nmreqs--;
+            mreq_finish(h, r, rc, NULL, 0);
+        }
+    }
+}
+
+/* Unlinks, in one pass over the table, every request whose deadline is
+ * at or before now (every request when all is set) and returns them as a
+ * list chained by hnext; *next gets the earliest deadline left (0 none).
+ * The callbacks run afterwards, over the detached list: they may add or
+ * cancel requests without disturbing a walk, and a cancel of one already
+ * taken finds it gone (-ENOENT) while its own callback is still to come. */
+static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
+{
+    pm__mreq *taken = NULL;
+    int waiting_taken = 0;
+    *next = 0;
+    for (size_t i = 0; i < h->mreq_buckets; i++) {
+        pm__mreq **pp = &h->mreqs[i];
+        while (*pp != NULL) {
+            pm__mreq *r = *pp;
+            if (!all && r->deadline_ms > now) {
+                if (*next == 0 || r->deadline_ms < *next)
+                    *next = r->deadline_ms;
+                pp = &r->hnext;
+                continue;
+            }
+            *pp = r->hnext;
+            h->nmreqs--;
+            if (r->port == PM__MREQ_WAITING) {
+                r->taken = 1;
+                waiting_taken = 1;
+            } else if (r->port < h->nports) {
+                pm__inflight e;
+                take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
+            }
+            r->hnext = taken;
+            taken = r;
+        }
+    }
+    if (waiting_taken) {
+        /* One pass over the waiting list drops every taken request. */
+        pm__mreq **wp = &h->waiting;
+        h->waiting_tail = NULL;
+        while (*wp != NULL) {
+            if ((*wp)->taken) {
+                *wp = (*wp)->wnext;
+            } else {
+                h->waiting_tail = *wp;
+                wp = &(*wp)->wnext;
+            }
+        }
+    }
+    return taken;
+}
+
+/* Requests past their deadline: -ETIMEDOUT, and their in-flight entries
+ * are forgotten so that a reply after this is dropped and counted late.
+ * mreq_due_ms is a lower bound of the deadlines (lowered on insert, never
+ * raised on removal), so the table is walked only when one may be due. */
+static void mreq_expire(pm__hub *h, int64_t now)
+{
+    if (h->mreq_due_ms == 0 || now < h->mreq_due_ms)
+        return;
+    int64_t next;
+    pm__mreq *r = mreq_take_due(h, now, 0, &next);
+    h->mreq_due_ms = next; /* callbacks that add requests lower it again */
+    while (r != NULL) {
+        pm__mreq *following = r->hnext;
+        mreq_finish(h, r, -ETIMEDOUT, NULL, 0);
+        r = following;
+    }
+}
+
+int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t len,
+                    int timeout_ms, void (*cb)(pm_cluster *, const pm_message *, void *),
+                    void *arg)
+{
+    if (cb == NULL || timeout_ms <= 0 || (data == NULL && len > 0))
+        return -EINVAL;
+    if (len > PM_MAX_PAYLOAD)
+        return -EMSGSIZE;
+    if (h->mreq_closed)
+        return -ESHUTDOWN;
+    pm__port *d = NULL;
+    if (to != NULL) {
+        uint32_t node;
+        int rc = pm__address_node(&h->names, to, &node);
+        if (rc < 0)
+            return rc;
+        if (node == PM__NODE_MAIN)
+            return -EINVAL; /* main does not ask itself */
+        rc = check_dest(h, node, to->incarnation);
+        if (rc < 0)
+            return rc;
+        d = &h->ports[node];
+    } else {
+        /* Older waiting requests first, so a new one cannot overtake them. */
+        mreq_dispatch_waiting(h);
+        if (h->waiting == NULL)
+            d = pick_worker(h);
+    }
+    if (h->nmreqs >= INT_MAX - 1)
+        return -EAGAIN; /* every id is taken (not in practice) */
+    if (mreq_reserve(h) < 0)
+        return -ENOMEM;
+    pm__mreq *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    /* Ids are returned as an int: they wrap within 1..INT_MAX, skipping
+     * those still pending. */
+    do
+        h->mreq_last_id = h->mreq_last_id >= INT_MAX ? 1 : h->mreq_last_id + 1;
+    while (mreq_find(h, h->mreq_last_id) != NULL);
+    r->id = h->mreq_last_id;
+    r->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
+    r->cb = cb;
+    r->arg = arg;
+    r->port = PM__MREQ_WAITING;
+    if (d != NULL) {
+        int rc = mreq_send(h, r, d, data, len);
+        if (rc < 0) {
+            free(r);
+            return rc;
+        }
+    } else {
+        /* No worker ready: it waits with a private copy of its payload. */
+        r->data = malloc(len ? len : 1);
+        if (r->data == NULL) {
+            free(r);
+            return -ENOMEM;
+        }
+        if (len > 0)
+            memcpy(r->data, data, len);
+        r->len = len;
+        if (h->waiting_tail != NULL)
+            h->waiting_tail->wnext = r;
+        else
+            h->waiting = r;
+        h->waiting_tail = r;
+    }
+    pm__mreq **b = mreq_bucket(h, r->id);
+    r->hnext = *b;
+    *b = r;
+    h->nmreqs++;
+    if (h->mreq_due_ms == 0 || r->deadline_ms < h->mreq_due_ms)
+        h->mreq_due_ms = r->deadline_ms;
+    return (int)r->id;
+}
+
+int pm__hub_cancel(pm__hub *h, uint64_t id)
+{
+    pm__mreq *r = id >= PM__BCAST_ID_BASE ? NULL : mreq_find(h, id);
+    if (r == NULL)
+        return -ENOENT;
+    mreq_unlink(h, r);
+    mreq_finish(h, r, -ECANCELED, NULL, 0);
+    return 0;
+}
+
+void pm__hub_cancel_all(pm__hub *h)
+{
+    h->mreq_closed = 1; /* the callbacks below cannot add any */
+    int64_t next;
+    pm__mreq *r = mreq_take_due(h, 0, 1, &next);
+    h->mreq_due_ms = 0;
+    while (r != NULL) {
+        pm__mreq *following = r->hnext;
+        mreq_finish(h, r, -ECANCELED, NULL, 0);
+        r = following;
+    }
+}
+
 static void earliest(uint64_t *next, uint64_t t)
 {
     if (t != 0 && (*next == 0 || t < *next))
@@ -710,6 +1091,7 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
     uint64_t next = 0;
     for (const pm__bcast *b = h->bcasts; b != NULL; b = b->next)
         earliest(&next, (uint64_t)b->deadline_ms);
+    earliest(&next, (uint64_t)h->mreq_due_ms);
     if (h->inflight_total > 0)
         earliest(&next, h->next_purge_ms);
     for (unsigned i = 0; h->drain_timeout_ms != 0 && i < h->nports; i++) {
@@ -744,6 +1126,8 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
             schedule_purge(h, now);
     }
     check_draining(h, now);
+    mreq_expire(h, (int64_t)now);
+    mreq_dispatch_waiting(h);
     pm__bcast *b = h->bcasts;
     while (b != NULL) {
         pm__bcast *next = b->next;
@@ -769,6 +1153,10 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
 
 void pm__hub_free(pm__hub *h)
 {
+    pm__hub_cancel_all(h);
+    free(h->mreqs);
+    h->mreqs = NULL;
+    h->mreq_buckets = 0;
     while (h->bcasts != NULL) {
         pm__bcast *b = h->bcasts;
         for (size_t i = 0; i < b->n; i++)
@@ -799,6 +1187,9 @@ void pm__hub_wipe(pm__hub *h)
         for (size_t i = 0; i < b->n; i++)
             if (b->bufs[i] != NULL)
                 explicit_bzero(b->bufs[i], b->results[i].len);
+    for (pm__mreq *r = h->waiting; r != NULL; r = r->wnext)
+        if (r->data != NULL)
+            explicit_bzero(r->data, r->len);
 }
 
 /* ------------------------------------------------------------------ main's sends */

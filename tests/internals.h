@@ -91,6 +91,13 @@ static inline void pm_test_set_inflight_lifetime(pm_cluster *c, uint64_t ms)
     c->hub.inflight_lifetime_ms = ms;
 }
 
+/* The id the next pm_cluster_request gets is the one after this (ids wrap
+ * within 1..INT_MAX). */
+static inline void pm_test_set_last_request_id(pm_cluster *c, uint32_t id)
+{
+    c->hub.mreq_last_id = id;
+}
+
 /* Replies that arrived when nobody waited for them any more. */
 static inline uint64_t pm_test_late_replies(const pm_cluster *c)
 {
