@@ -111,15 +111,21 @@ int main(void)
             good++;
         } else if (rc == -EHOSTDOWN && exited_slot >= 0) {
             /* The worker died holding this input; it is not retried on
-             * another. procmesh's fuller crash report (pm_slot_info's
-             * last_crash) lands separately; until then, what pm_slot_info
-             * offers today. */
+             * another. Its crash report says where it died: the fault
+             * address, the signal's code, and the frames as module+offset
+             * for addr2line. */
             pm_slot_info si;
             pm_cluster_slot_info(c, (unsigned)exited_slot, &si);
-            printf("%-20s -> worker crashed (%s): slot %d incarnation %llu, signal %d, "
-                   "exit code %d; restarting\n",
-                   in, pm_strerror(rc), exited_slot, (unsigned long long)si.incarnation,
-                   si.last_signal, si.last_exit_code);
+            const pm_crash_report *cr = &si.last_crash;
+            printf("%-20s -> worker crashed (%s): slot %d, signal %d", in, pm_strerror(rc),
+                   exited_slot, si.last_signal);
+            if (cr->state == PM_CRASH_RECORDED) {
+                printf(" %s at 0x%llx", cr->code_name, (unsigned long long)cr->fault_addr);
+                if (cr->nframes > 0 && cr->frames[0].module >= 0)
+                    printf(", in %s+0x%llx", cr->modules[cr->frames[0].module],
+                           (unsigned long long)cr->frames[0].offset);
+            }
+            printf("; restarting\n");
             crashed++;
             exited_slot = -1;
         } else if (rc == -EINTR) {
