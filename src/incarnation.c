@@ -24,6 +24,7 @@
 struct child_ctx {
     pm_cluster *c;
     pm__slot *own;
+    const pm__spawn_req *req; /* the parent's, copied into the child by fork */
 };
 
 /* Fork mode, in the child: drop everything of procmesh that is not this
@@ -53,6 +54,10 @@ static void fork_child(void *arg)
         munmap(x->own->link.map, x->own->link.map_size);
     if (rc < 0)
         _exit(125);
+    /* Joined: now the worker gives up what it will not need (user,
+     * no_new_privs, seccomp), before the application's code runs. */
+    if (pm__child_privileges(x->req) < 0)
+        _exit(127);
     int code = c->o->bootstrap(&node, c->o->bootstrap_arg);
     fflush(stdout);
     fflush(stderr);
@@ -136,7 +141,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     rc = privileges(c, s, &req);
     if (rc < 0)
         goto fail;
-    struct child_ctx ctx = {c, s};
+    struct child_ctx ctx = {c, s, NULL};
     int fds[PM__MAX_PASS_FDS + 3];
     if (c->o->exec_path != NULL) {
         if (pipe2(pipefd, O_CLOEXEC) < 0) {
@@ -177,6 +182,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     } else {
         req.child = fork_child;
         req.ctx = &ctx;
+        ctx.req = &req;
     }
     pid = pm__spawn(&req);
     if (pid < 0) {

@@ -242,8 +242,11 @@ pid_t pm__spawn(const pm__spawn_req *r)
         exec_child(r);
     sigprocmask(SIG_SETMASK, r->mask, NULL);
     die_with_parent(r->parent);
-    if (pm__child_privileges(r) < 0)
-        _exit(127);
+    /* Fork mode: the child function calls pm__child_privileges itself,
+     * once procmesh's own side of the worker (the handshake, the crash
+     * handler, which loads libgcc for its unwinder) is set up and before
+     * the application's bootstrap runs: a strict seccomp filter admits
+     * the bootstrap's calls, not the join's. */
     r->child(r->ctx);
     _exit(127); /* not reached */
 }

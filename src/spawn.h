@@ -24,7 +24,9 @@ typedef struct pm__spawn_req {
     int err_pipe;          /* write end, close-on-exec: gets errno if exec fails */
     char *pid_digits;      /* if set: 11 bytes inside an envp string, filled with
                               the child's own pid (LISTEN_PID) and a NUL */
-    /* fork mode (path == NULL): runs in the child, never returns */
+    /* fork mode (path == NULL): runs in the child, never returns; it calls
+     * pm__child_privileges(r) itself, after procmesh's join and before
+     * the application's code */
     void (*child)(void *ctx);
     void *ctx;
     /* privileges (pm__child_privileges), in the order they are applied */
@@ -43,8 +45,9 @@ pid_t pm__spawn(const pm__spawn_req *r);
 
 /* The child's last steps before exec (or the bootstrap): its user, then
  * no_new_privs, dumpability, and the seccomp filter, from r. Called once in
- * each child path of pm__spawn. Async-signal-safe. 0 or -errno (the
- * caller exits; exec mode reports the errno through the error pipe). */
+ * each child: by pm__spawn just before execve in exec mode, by the child
+ * function after the join in fork mode. Async-signal-safe. 0 or -errno
+ * (the caller exits; exec mode reports the errno through the error pipe). */
 int pm__child_privileges(const pm__spawn_req *r);
 
 /* Marks every open fd numbered first or above close-on-exec, as listed by
