@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * procmesh.h - the public interface of libprocmesh.
  *

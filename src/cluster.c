@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cluster.c - the supervisor's lifecycle core: the slot table's actions,
  * starting and reaping incarnations, faults, spawn and terminate.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cluster.h - the supervisor's private structures (struct pm_cluster, the
  * slots) and what its modules share: cluster.c (the lifecycle core),

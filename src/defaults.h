@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * defaults.h - the default of each pm_options setting that the procmesh
  * daemon exposes as a flag. pm_options_new() and the daemon (its parsed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hub.c - the router: moves validated, stamped frames between ports (local
  * workers and main), answers what cannot be delivered, remembers requests in

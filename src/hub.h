@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hub.h - the router: frames enter and leave by ports, and the hub moves
  * them between ports, stamping each with the identity of the port it came in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * incarnation.c - starting one incarnation of a slot: its shared memory, its
  * environment and fds, the fork (and exec), and the fds the loop watches for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * link.h - one worker's link to the hub: a sealed memfd holding a control
  * block and two rings, plus two eventfd doorbells.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * liveness.c - hung workers and a stalled supervisor: the periodic check of
  * every ready worker's progress counter (or notify WATCHDOG=1), and of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * node.c - the worker side: join (exec mode), the handshake, ready.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * options.c - pm_options: setters with range checks, validation of the
  * combination, deep copy, and the "auto" worker count.

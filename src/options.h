@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* options.h - the pm_options object, shared by the supervisor modules. */
 #ifndef PM_OPTIONS_H
 #define PM_OPTIONS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * spawn.h - fork a worker: the child-side set-up that must happen between
  * fork and exec (or the bootstrap), and nothing else.

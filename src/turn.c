@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * turn.c - one turn of the supervisor's loop: wait for readiness, turn each
  * completion into a slot event or a port service, fire the due deadlines,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* watch.c - application fds watched by the supervisor's loop (pm_cluster_watch_fd). */
 #define _GNU_SOURCE
 #include "cluster.h"

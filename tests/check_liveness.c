@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_liveness.c - heartbeats, hung workers, fencing, supervisor stalls,
  * supervisor death, and a torture loop of random signals under load. Real

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * internals.h - every read of a private procmesh structure the tests make.
  *

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # quickstart.sh - set up, build and run procmesh on Debian 12, idempotently.
 #
 #   tools/quickstart.sh demo              install what is missing, build, run the daemon demo

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* dconf.c - the daemon's `run` options: flags, PROCMESH_* variables,
  * defaults and validation; see dconf.h. */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dconf.h - the procmesh daemon's `run` options from its command line and
  * environment. Pure (but for reading an --init-data @FILE): it turns argv

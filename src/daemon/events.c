@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* events.c - cluster events as log lines and exit counters, with OOM
  * attribution from the memory cgroup; see events.h. */
 #define _GNU_SOURCE

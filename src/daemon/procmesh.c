@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * procmesh.c - the program: its commands and the run loop (signals, drain,
  * rolling restart) around the cluster.

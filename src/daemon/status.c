@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* status.c - the slot status fields, written as /status JSON and read back
  * into the `procmesh status` table; see status.h. */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench.h - what pm-bench's subcommands share: options, the helpers for the
  * baseline processes and pipes, statistics and output (all in common.c),

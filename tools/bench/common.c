@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* common.c - what pm-bench's subcommands share: options, baseline processes, statistics, output. */
 #define _GNU_SOURCE
 #include "bench.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* main.c - pm-bench's entry: the usage, the subcommand table and the dispatch. */
 #include "bench.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* restart.c - pm-bench restart: crash-to-ready latency of a worker beside a bare fork+exit+wait. */
 #include "bench.h"
 
