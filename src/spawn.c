@@ -13,7 +13,6 @@
 #include "spawn.h"
 
 #include "node.h" /* PM__NODE_ENV */
-#include "seccomp_filter.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -58,47 +57,6 @@ static void die_with_parent(pid_t parent)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
         _exit(127);
-}
-
-int pm__child_privileges(const pm__spawn_req *r)
-{
-    if (r->set_ids) {
-        /* Raw system calls: they change this thread only, which in a fork
-         * child is the whole process, and are async-signal-safe (glibc's
-         * setuid takes locks to reach every thread). Groups first, then the
-         * gid, then the uid: once the uid is dropped nothing else may
-         * change. setres*id sets the saved ids too, so nothing can be
-         * taken back. */
-        if (syscall(SYS_setgroups, 0, NULL) < 0 ||
-            syscall(SYS_setresgid, r->gid, r->gid, r->gid) < 0 ||
-            syscall(SYS_setresuid, r->uid, r->uid, r->uid) < 0)
-            return -errno;
-        uid_t ru, eu, su;
-        gid_t rg, eg, sg;
-        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0)
-            return -errno;
-        if (ru != r->uid || eu != r->uid || su != r->uid || rg != r->gid || eg != r->gid ||
-            sg != r->gid)
-            return -EPERM;
-        /* Root is gone for good: getting it back must fail. */
-        if (syscall(SYS_setresuid, 0, 0, 0) == 0)
-            return -EPERM;
-        /* A credential change clears the parent-death signal: arm it again,
-         * and check again that the supervisor did not die meanwhile. */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-            return -errno;
-        if (getppid() != r->parent)
-            return -ESRCH;
-    }
-    if (r->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        return -errno;
-    if (r->dumpable && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
-        return -errno;
-    /* Last: every call above would otherwise have to be allowed by the
-     * filter, and under strict they are not. */
-    if (r->seccomp != NULL)
-        return pm__seccomp_load(r->seccomp);
-    return 0;
 }
 
 struct linux_dirent64 {
@@ -220,9 +178,6 @@ static void exec_child(const pm__spawn_req *r)
     /* Everything else procmesh or the application had open is closed by the
      * exec; the error pipe too, which is how the parent learns it worked. */
     cloexec_from(top);
-    int rc = pm__child_privileges(r);
-    if (rc < 0)
-        child_fail(pipe_fd, -rc);
     execve(r->path, r->argv, r->envp);
     child_fail(pipe_fd, errno);
 }
@@ -243,11 +198,6 @@ pid_t pm__spawn(const pm__spawn_req *r)
         exec_child(r);
     sigprocmask(SIG_SETMASK, r->mask, NULL);
     die_with_parent(r->parent);
-    /* Fork mode: the child function calls pm__child_privileges itself,
-     * once procmesh's own side of the worker (the handshake, the crash
-     * handler, which loads libgcc for its unwinder) is set up and before
-     * the application's bootstrap runs: a strict seccomp filter admits
-     * the bootstrap's calls, not the join's. */
     r->child(r->ctx);
     _exit(127); /* not reached */
 }
