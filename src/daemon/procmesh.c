@@ -131,18 +131,14 @@ static int rolling_restart(pm_cluster *c, pmd_health *health, pmd_events *ev)
 }
 
 /* Stops the workers (drain) and frees the cluster. The health endpoint
- * lives in the cluster's loop, which pm_cluster_terminate keeps running
- * while it waits for the workers: probes during the drain are answered
- * (/readyz 503, draining is set by the caller). The loop and its watches
- * are gone once it returns, so the endpoint is detached before it is
- * closed. */
+ * lives in the cluster's loop, which this frees: it is closed first, so
+ * probes during the drain see a refused connection, which orchestrators
+ * treat as not ready. */
 static int terminate(pm_cluster *c, pmd_health **health)
 {
-    int rc = pm_cluster_terminate(c);
-    pmd_health_detach(*health);
     pmd_health_stop(*health);
     *health = NULL;
-    return rc;
+    return pm_cluster_terminate(c);
 }
 
 /* getenv for pmd_dconf_parse, whose lookup returns const char *. */
