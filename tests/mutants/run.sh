@@ -161,7 +161,6 @@ echo "mutants: scratch tree built in $(($(date +%s) - start)) s"
 # failed, crashed or timed out, 77 one was skipped (and none failed).
 run_tests() {
     local f=$1 out=$2 t rc=0 r
-    : >"$out"
     while read -r t; do
         local prog=${t%% *} c cases
         # shellcheck disable=SC2206 # the case names are words
@@ -194,6 +193,7 @@ run_tests() {
 if [ $baseline -eq 1 ]; then
     echo "mutants: baseline (every selected test, unmutated)"
     for f in "${sel[@]}"; do
+        : >"$work/baseline.out"
         run_tests "$f" "$work/baseline.out"
         r=$?
         [ $r -eq 0 ] || { tail -30 "$work/baseline.out"; die "$(basename "$f" .mut): its tests fail unmutated (exit $r)"; }
