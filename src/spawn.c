@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -182,6 +183,45 @@ static void exec_child(const pm__spawn_req *r)
     child_fail(pipe_fd, errno);
 }
 
+/* Fork mode: the child is a copy of the supervisor, dead stack included.
+ * Below the stack pointer lie the frames of the supervisor's earlier calls
+ * (ring reads, message callbacks, the user's own code), and with them
+ * copies of other workers' traffic that the worker's code could read. They
+ * are zeroed here: every resident page from this frame down to the first
+ * page the supervisor never touched (a stack is used contiguously from the
+ * top, so that page is where its dead frames end; below it lies the
+ * unmapped gap or a thread's guard page, which the walk must not pass).
+ * A page swapped out stops the walk early: accepted, the scan of a swapped
+ * page would need the swap device. Signals are blocked by the caller, so
+ * no handler frame is being written where the loop writes. No function is
+ * called while the pages below are written (mincore's wrapper frame lies
+ * in the page it asks about, dead before that page is cleared); not
+ * instrumented, as a sanitizer would check these writes against the
+ * shadow of frames that no longer exist. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("address", "undefined")))
+#endif
+#endif
+__attribute__((noinline)) static void wipe_dead_stack(void)
+{
+    volatile unsigned char near[8192];
+    for (size_t i = 0; i < sizeof(near); i++)
+        near[i] = 0;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)&near[0] & ~(page - 1);
+    /* 8 MiB, the usual stack rlimit: a bound, not an expectation. */
+    for (unsigned n = 0; n < (8u << 20) / page; n++) {
+        unsigned char vec;
+        a -= page;
+        if (mincore((void *)a, page, &vec) != 0 || (vec & 1) == 0)
+            break;
+        volatile uint64_t *w = (volatile uint64_t *)a;
+        for (size_t i = 0; i < page / sizeof(*w); i++)
+            w[i] = 0;
+    }
+}
+
 pid_t pm__spawn(const pm__spawn_req *r)
 {
     if (r->path != NULL && r->nfds > 64 + 8)
@@ -196,6 +236,10 @@ pid_t pm__spawn(const pm__spawn_req *r)
         return pid;
     if (r->path != NULL)
         exec_child(r);
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    wipe_dead_stack();
     sigprocmask(SIG_SETMASK, r->mask, NULL);
     die_with_parent(r->parent);
     r->child(r->ctx);
