@@ -741,6 +741,7 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
     if (rc < 0)
         return rc;
     c->spawning = 1;
+    c->entry_cfa = __builtin_dwarf_cfa(); /* PM__ENTER, for a cluster just made */
     for (unsigned i = 0; i < c->nslots && c->spawn_error == 0; i++)
         pm__cluster_dispatch(c, &c->slots[i], PM__EV_BACKOFF_DONE);
     for (;;) {
@@ -773,6 +774,7 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
         return rc;
     }
     c->spawning = 0;
+    c->entry_cfa = NULL;
     pm__loop_flush(&c->loop);
     *out = c;
     return 0;

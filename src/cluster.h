@@ -89,6 +89,10 @@ struct pm_cluster {
     int sigfd;
     int timerfd;
     int wakefd;
+    /* The stack at the outermost public call that runs the loop (the CFA
+     * of pm_cluster_spawn, _run or _call), NULL outside one: a fork-mode
+     * child zeroes the supervisor's frames below it (spawn.c). */
+    void *entry_cfa;
     sigset_t old_mask;
     int mask_changed;
     pid_t self;
@@ -175,5 +179,18 @@ void pm__liveness_check(pm_cluster *c, uint64_t now);
 
 /* watch.c */
 void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen);
+
+/* Brackets a public function that may run the loop and so fork a worker:
+ * notes where the library's frames begin on the caller's stack (the
+ * outermost call wins). Every return path must pass PM__LEAVE. */
+#define PM__ENTER(c) void *pm__outer_cfa = pm__enter((c), __builtin_dwarf_cfa())
+#define PM__LEAVE(c) ((c)->entry_cfa = pm__outer_cfa)
+static inline void *pm__enter(pm_cluster *c, void *cfa)
+{
+    void *outer = c->entry_cfa;
+    if (outer == NULL)
+        c->entry_cfa = cfa;
+    return outer;
+}
 
 #endif /* PM_CLUSTER_H */

@@ -129,6 +129,8 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     } else {
         req.child = fork_child;
         req.ctx = &ctx;
+        req.ctx_size = sizeof(ctx);
+        req.scrub_to = c->entry_cfa;
     }
     pid = pm__spawn(&req);
     if (pid < 0) {

@@ -105,6 +105,7 @@ PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *d
     if (id < 0)
         return id;
     c->last_signal = 0;
+    PM__ENTER(c);
     while (!st.done) {
         /* No timeout of our own: the request's deadline is on the hub's
          * timer, so a turn always ends by then. */
@@ -120,6 +121,7 @@ PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *d
             break;
         }
     }
+    PM__LEAVE(c);
     pm__loop_flush(&c->loop);
     pm__cluster_rearm_timer(c);
     return st.err;

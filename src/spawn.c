@@ -222,6 +222,50 @@ __attribute__((noinline)) static void wipe_dead_stack(void)
     }
 }
 
+/* Fork mode: the frames above the child's, from pm__spawn's up to the
+ * library's entry point, were live in the supervisor when it forked; their
+ * unused parts (arrays a function never filled, padding) still hold what
+ * earlier calls left there, traffic included. The child never returns into
+ * them, so they are zeroed: [from, to) where from is the CFA of the
+ * caller's frame (nothing of the caller lives below it) and to the CFA the
+ * public entry noted. Same care as wipe_dead_stack. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("address", "undefined")))
+#endif
+#endif
+__attribute__((noinline)) static void wipe_live_frames(char *from, char *to)
+{
+    if (to == NULL || to <= from || (size_t)(to - from) > (8u << 20))
+        return;
+    for (volatile char *p = from; p < to; p++)
+        *p = 0;
+}
+
+/* The fork-mode child: everything it needs of r copied onto its own frame,
+ * with signals blocked (no handler frame on the stack being zeroed), the
+ * supervisor's stack cleaned above and below, then the bootstrap. */
+__attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_req *r)
+{
+    sigset_t all, mask = *r->mask;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    _Alignas(16) unsigned char ctx[PM__SPAWN_CTX_MAX];
+    if (r->ctx_size > sizeof(ctx))
+        _exit(127);
+    memcpy(ctx, r->ctx, r->ctx_size);
+    void (*child)(void *) = r->child;
+    pid_t parent = r->parent;
+    char *to = r->scrub_to;
+    /* r points into a frame about to be zeroed: not used past here. */
+    wipe_dead_stack();
+    wipe_live_frames(__builtin_dwarf_cfa(), to);
+    sigprocmask(SIG_SETMASK, &mask, NULL);
+    die_with_parent(parent);
+    child(ctx);
+    _exit(127); /* not reached */
+}
+
 pid_t pm__spawn(const pm__spawn_req *r)
 {
     if (r->path != NULL && r->nfds > 64 + 8)
@@ -236,14 +280,7 @@ pid_t pm__spawn(const pm__spawn_req *r)
         return pid;
     if (r->path != NULL)
         exec_child(r);
-    sigset_t all;
-    sigfillset(&all);
-    sigprocmask(SIG_SETMASK, &all, NULL);
-    wipe_dead_stack();
-    sigprocmask(SIG_SETMASK, r->mask, NULL);
-    die_with_parent(r->parent);
-    r->child(r->ctx);
-    _exit(127); /* not reached */
+    fork_child_main(r);
 }
 
 /* ------------------------------------------------------------------ exec environment */

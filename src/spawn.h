@@ -11,6 +11,8 @@
 
 #include "procmesh.h"
 
+#define PM__SPAWN_CTX_MAX 64
+
 typedef struct pm__spawn_req {
     pid_t parent;          /* the supervisor: the child dies with it */
     const sigset_t *mask;  /* signal mask to restore in the child */
@@ -23,9 +25,17 @@ typedef struct pm__spawn_req {
     int err_pipe;          /* write end, close-on-exec: gets errno if exec fails */
     char *pid_digits;      /* if set: 11 bytes inside an envp string, filled with
                               the child's own pid (LISTEN_PID) and a NUL */
-    /* fork mode (path == NULL): runs in the child, never returns */
+    /* fork mode (path == NULL): runs in the child, never returns. ctx is
+     * copied (ctx_size <= PM__SPAWN_CTX_MAX) onto the child's own frame
+     * before the supervisor's frames are zeroed, so it must not point into
+     * the caller's stack. */
     void (*child)(void *ctx);
-    void *ctx;
+    const void *ctx;
+    size_t ctx_size;
+    /* fork mode: the supervisor's frames from pm__spawn's up to here (a
+     * CFA noted by PM__ENTER) are zeroed in the child; NULL: only the dead
+     * stack below is. */
+    void *scrub_to;
 } pm__spawn_req;
 
 /* Forks. Returns the child's pid to the parent, or -errno. The exec-mode
