@@ -313,6 +313,68 @@ PM_EXTERN int pm_options_set_listen_fds(pm_options *o, const int *fds, const cha
  * default: a library must not steal its application's children. */
 PM_EXTERN int pm_options_set_reap_orphans(pm_options *o, int on);
 
+/* ------------------------------------------------------------------------
+ * Supervisor: what a worker may do to its supervisor and its siblings
+ * (doc/design.md, "Privileges", says what each level protects against).
+ * ---------------------------------------------------------------------- */
+
+/* Workers drop to uid/gid before exec (or the bootstrap): supplementary
+ * groups cleared, then setgid, then setuid, each checked, and the
+ * parent-death signal armed again (a credential change clears it). A worker
+ * under another uid cannot signal, ptrace or read the memory of its
+ * supervisor. Needs a supervisor running as root (euid 0):
+ * pm_options_validate and pm_cluster_spawn refuse it otherwise (-EPERM).
+ * uid and gid are neither -1 nor 0; (uid_t)-1, (gid_t)-1 unsets. Default:
+ * unset, workers run as the supervisor does. */
+PM_EXTERN int pm_options_set_user(pm_options *o, uid_t uid, gid_t gid);
+
+/* Slot i runs as uid first + i (0 <= i < count), so workers cannot signal
+ * or ptrace each other either; its gid is the one of pm_options_set_user
+ * when set, else the same number as its uid. count must cover every slot;
+ * the range must not hold 0 or (uid_t)-1. Needs root like
+ * pm_options_set_user. count 0 unsets (default). */
+PM_EXTERN int pm_options_set_uid_range(pm_options *o, uid_t first, unsigned count);
+
+/* 1 (default): workers run with PR_SET_NO_NEW_PRIVS: no exec of theirs
+ * (set-user-ID programs, file capabilities) can gain privileges the worker
+ * does not have. 0 leaves it off. */
+PM_EXTERN int pm_options_set_no_new_privs(pm_options *o, int on);
+
+/* 1: the supervisor marks itself non-dumpable (PR_SET_DUMPABLE 0) before
+ * its first worker starts, so a worker under the same uid cannot ptrace it
+ * or read its memory through /proc/PID/mem; a side effect is that the
+ * process writes no core dump afterwards. Default 0: in the library the
+ * supervisor is the application itself, and its core dumps are the user's.
+ * (The procmesh daemon always does it.) Fork-mode workers get their own
+ * dumpability back. */
+PM_EXTERN int pm_options_set_protect_supervisor(pm_options *o, int on);
+
+enum pm_seccomp_level {
+    PM_SECCOMP_OFF = 0,    /* no filter (default) */
+    PM_SECCOMP_BASIC = 1,  /* deny what reaches outside: ptrace, process_vm_*, pidfd_open,
+                              pidfd_send_signal, kill/tgkill/rt_sigqueueinfo towards the
+                              supervisor or a process group, mount, keyctl, bpf,
+                              perf_event_open, ... ; everything else runs */
+    PM_SECCOMP_STRICT = 2  /* fork mode only: exactly the calls libprocmesh's worker side
+                              makes (ring I/O, futex, poll, clock_gettime, getppid, memory,
+                              exit, the crash handler's re-raise to itself); for compute
+                              workers that only talk through the ring */
+};
+
+enum pm_seccomp_action {
+    PM_SECCOMP_ERRNO = 1,  /* a denied call fails with EPERM (default) */
+    PM_SECCOMP_KILL = 2    /* a denied call kills the worker (SIGSYS) */
+};
+
+/* A system-call filter every worker loads last, just before exec (or the
+ * bootstrap), with libseccomp: -ENOTSUP for any level but PM_SECCOMP_OFF
+ * when procmesh was built without it. Loading a filter needs no_new_privs,
+ * or a root supervisor with pm_options_set_user unset. */
+PM_EXTERN int pm_options_set_seccomp(pm_options *o, int level);
+
+/* What a denied call does: PM_SECCOMP_ERRNO (default) or PM_SECCOMP_KILL. */
+PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
+
 /* 0 when the options can spawn a cluster; else a negative errno and, when
  * why is not NULL, the first problem in words naming the option and value. */
 PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size);

@@ -13,6 +13,7 @@
 #include "spawn.h"
 
 #include "node.h" /* PM__NODE_ENV */
+#include "seccomp_filter.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -58,6 +59,47 @@ static void die_with_parent(pid_t parent)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
         _exit(127);
+}
+
+int pm__child_privileges(const pm__spawn_req *r)
+{
+    if (r->set_ids) {
+        /* Raw system calls: they change this thread only, which in a fork
+         * child is the whole process, and are async-signal-safe (glibc's
+         * setuid takes locks to reach every thread). Groups first, then the
+         * gid, then the uid: once the uid is dropped nothing else may
+         * change. setres*id sets the saved ids too, so nothing can be
+         * taken back. */
+        if (syscall(SYS_setgroups, 0, NULL) < 0 ||
+            syscall(SYS_setresgid, r->gid, r->gid, r->gid) < 0 ||
+            syscall(SYS_setresuid, r->uid, r->uid, r->uid) < 0)
+            return -errno;
+        uid_t ru, eu, su;
+        gid_t rg, eg, sg;
+        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0)
+            return -errno;
+        if (ru != r->uid || eu != r->uid || su != r->uid || rg != r->gid || eg != r->gid ||
+            sg != r->gid)
+            return -EPERM;
+        /* Root is gone for good: getting it back must fail. */
+        if (syscall(SYS_setresuid, 0, 0, 0) == 0)
+            return -EPERM;
+        /* A credential change clears the parent-death signal: arm it again,
+         * and check again that the supervisor did not die meanwhile. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+            return -errno;
+        if (getppid() != r->parent)
+            return -ESRCH;
+    }
+    if (r->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -errno;
+    if (r->dumpable && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+        return -errno;
+    /* Last: every call above would otherwise have to be allowed by the
+     * filter, and under strict they are not. */
+    if (r->seccomp != NULL)
+        return pm__seccomp_load(r->seccomp);
+    return 0;
 }
 
 struct linux_dirent64 {
@@ -179,6 +221,9 @@ static void exec_child(const pm__spawn_req *r)
     /* Everything else procmesh or the application had open is closed by the
      * exec; the error pipe too, which is how the parent learns it worked. */
     cloexec_from(top);
+    int rc = pm__child_privileges(r);
+    if (rc < 0)
+        child_fail(pipe_fd, -rc);
     execve(r->path, r->argv, r->envp);
     child_fail(pipe_fd, errno);
 }
@@ -254,15 +299,21 @@ __attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_
     if (r->ctx_size > sizeof(ctx))
         _exit(127);
     memcpy(ctx, r->ctx, r->ctx_size);
-    void (*child)(void *) = r->child;
-    pid_t parent = r->parent;
+    pm__spawn_req req = *r;
+    req.mask = &mask;
+    req.ctx = ctx;
     char *to = r->scrub_to;
     /* r points into a frame about to be zeroed: not used past here. */
     wipe_dead_stack();
     wipe_live_frames(__builtin_dwarf_cfa(), to);
     sigprocmask(SIG_SETMASK, &mask, NULL);
-    die_with_parent(parent);
-    child(ctx);
+    die_with_parent(req.parent);
+    /* The child function calls pm__child_privileges itself, once
+     * procmesh's own side of the worker (the handshake, the crash handler,
+     * which loads libgcc for its unwinder) is set up and before the
+     * application's bootstrap runs: a strict seccomp filter admits the
+     * bootstrap's calls, not the join's. */
+    req.child(ctx, &req);
     _exit(127); /* not reached */
 }
 

@@ -4,6 +4,8 @@
  * environment. Pure (but for reading an --init-data @FILE): it turns argv
  * and an environment lookup into a configuration or one error line, so
  * tests drive it exactly. The defaults are the library's (defaults.h).
+ * --user resolves a name with getpwnam/getgrnam (numbers are taken as
+ * they are).
  */
 #ifndef PMD_DCONF_H
 #define PMD_DCONF_H
@@ -43,6 +45,11 @@ typedef struct pmd_dconf {
     unsigned health_port;
     int min_ready;          /* -1: all slots */
     int log_format, log_level; /* PMD_LOG_* */
+    int user;               /* --user given: workers run as uid:gid */
+    unsigned uid, gid;
+    unsigned uid_first, uid_count; /* --uid-range; count 0 = none */
+    int no_new_privs;       /* 0 or 1 */
+    int seccomp, seccomp_action; /* PM_SECCOMP_* */
     char **argv;            /* COMMAND [ARG...], pointers into the caller's argv */
     int argc;
 } pmd_dconf;

@@ -80,6 +80,13 @@ static const char usage_text[] =
     "  --min-ready N             (default: all slots)\n"
     "  --log-format text|json    (default text)\n"
     "  --log-level error|warn|info|debug   (default info)\n"
+    "  --user USER[:GROUP]       workers drop to this user (procmesh runs as root)\n"
+    "  --uid-range FIRST:COUNT   slot i runs as uid FIRST+i (root; siblings apart)\n"
+    "  --no-new-privs yes|no     PR_SET_NO_NEW_PRIVS for workers (default yes)\n"
+    "  --seccomp off|basic|strict   worker system-call filter (default off;\n"
+    "                            strict: fork-mode workers only, refused here)\n"
+    "  --seccomp-action errno|kill  a denied call fails with EPERM (default)\n"
+    "                            or kills the worker\n"
     "\n"
     "signals: SIGTERM/SIGINT drain (stop request, --stop-timeout, SIGKILL; a\n"
     "second one skips the wait); SIGHUP replaces the workers one slot at a time\n"
@@ -228,6 +235,13 @@ static int cmd_run(int argc, char **argv)
         return EXIT_USAGE;
     }
     pmd_log_setup(conf.log_format, conf.log_level);
+    /* A worker running under our uid must not ptrace us or read our memory
+     * through /proc: non-dumpable, before any worker exists. (No core dump
+     * of the daemon afterwards, which is the price.) */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+        const char *kv[] = {"error", strerror(errno)};
+        pmd_log(PMD_LOG_WARN, "not_dumpable_failed", kv, 2);
+    }
     pm_options *o;
     if (pmd_dconf_options(&conf, &o, err, sizeof(err)) < 0) {
         fprintf(stderr, "procmesh run: %s\n", err);
