@@ -141,7 +141,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     rc = privileges(c, s, &req);
     if (rc < 0)
         goto fail;
-    struct child_ctx ctx = {c, s, NULL};
+    struct child_ctx ctx = {c, s};
     int fds[PM__MAX_PASS_FDS + 3];
     if (c->o->exec_path != NULL) {
         if (pipe2(pipefd, O_CLOEXEC) < 0) {
