@@ -27,8 +27,9 @@ struct child_ctx {
 
 /* Fork mode, in the child: drop everything of procmesh that is not this
  * slot's, join, run the bootstrap. */
-static void fork_child(void *arg)
+static void fork_child(void *arg, const pm__spawn_req *req)
 {
+    (void)req;
     struct child_ctx *x = arg;
     pm_cluster *c = x->c;
     for (unsigned i = 0; i < c->nslots; i++) {

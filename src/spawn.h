@@ -25,11 +25,12 @@ typedef struct pm__spawn_req {
     int err_pipe;          /* write end, close-on-exec: gets errno if exec fails */
     char *pid_digits;      /* if set: 11 bytes inside an envp string, filled with
                               the child's own pid (LISTEN_PID) and a NUL */
-    /* fork mode (path == NULL): runs in the child, never returns. ctx is
-     * copied (ctx_size <= PM__SPAWN_CTX_MAX) onto the child's own frame
-     * before the supervisor's frames are zeroed, so it must not point into
-     * the caller's stack. */
-    void (*child)(void *ctx);
+    /* fork mode (path == NULL): runs in the child, never returns, with the
+     * child's own copy of this request. ctx is copied (ctx_size <=
+     * PM__SPAWN_CTX_MAX) onto the child's own frame before the
+     * supervisor's frames are zeroed, so it must not point into the
+     * caller's stack. */
+    void (*child)(void *ctx, const struct pm__spawn_req *r);
     const void *ctx;
     size_t ctx_size;
     /* fork mode: the supervisor's frames from pm__spawn's up to here (a
