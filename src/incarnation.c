@@ -31,6 +31,7 @@ struct child_ctx {
  * slot's, join, run the bootstrap. */
 static void fork_child(void *arg, const pm__spawn_req *req)
 {
+    (void)req;
     struct child_ctx *x = arg;
     pm_cluster *c = x->c;
     for (unsigned i = 0; i < c->nslots; i++) {
