@@ -55,10 +55,11 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     if (req->capture) {
         if (pm__child_stdio(req->stdio[0], req->stdio[1]) < 0)
             _exit(125);
-        if (req->stdio[0] > 2)
-            close(req->stdio[0]);
-        if (req->stdio[1] > 2)
-            close(req->stdio[1]);
+        /* The originals, unless one already was fd 1 or 2 (now the
+         * other's or its own place); one at fd 0 goes too. */
+        for (int i = 0; i < 2; i++)
+            if (req->stdio[i] != 1 && req->stdio[i] != 2)
+                close(req->stdio[i]);
         /* stdout on a pipe would be block-buffered by stdio: a worker that
          * crashes would lose what it printed. Line by line, as on a
          * terminal (pm__spawn flushed the buffer before the fork). */
