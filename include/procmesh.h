@@ -314,6 +314,70 @@ PM_EXTERN int pm_options_set_listen_fds(pm_options *o, const int *fds, const cha
 PM_EXTERN int pm_options_set_reap_orphans(pm_options *o, int on);
 
 /* ------------------------------------------------------------------------
+ * Supervisor: the workers' standard output and standard error
+ * (doc/design.md, "Worker output").
+ * ---------------------------------------------------------------------- */
+
+enum pm_output_mode {
+    PM_OUTPUT_INHERIT = 1, /* workers write to the supervisor's own fds 1 and 2 (default) */
+    PM_OUTPUT_CAPTURE = 2  /* a pipe per stream and incarnation, read on the loop, split
+                              into lines and delivered tagged (pm_options_set_on_output) */
+};
+
+enum pm_output_stream {
+    PM_OUTPUT_NONE = 0,    /* the end-of-incarnation report of suppressed lines */
+    PM_OUTPUT_STDOUT = 1,
+    PM_OUTPUT_STDERR = 2
+};
+
+/* Longest line delivered, in bytes; a longer one comes in pieces. */
+#define PM_OUTPUT_LINE_MAX 4096
+/* The rate limit per slot (both streams together): a token bucket of
+ * PM_OUTPUT_BURST lines refilled at PM_OUTPUT_PER_S lines a second. */
+#define PM_OUTPUT_BURST 1000
+#define PM_OUTPUT_PER_S 500
+
+/*
+ * One line a worker wrote, without its '\n'. text holds len bytes and a
+ * terminating NUL (the bytes themselves may hold NULs: len says), valid
+ * during the callback. truncated is 1 when the line was longer than
+ * PM_OUTPUT_LINE_MAX and goes on in the next piece; the piece that ends it
+ * has 0. suppressed counts the slot's lines dropped by the rate limit
+ * since the last one delivered. A record with stream PM_OUTPUT_NONE and len
+ * 0 reports, at the incarnation's end, lines suppressed after the last one
+ * delivered. procmesh allocates pm_output_line: fields are only ever added
+ * at the end.
+ */
+typedef struct pm_output_line {
+    unsigned slot;
+    pid_t pid;
+    uint64_t incarnation;
+    int stream;            /* enum pm_output_stream */
+    const char *text;
+    size_t len;
+    int truncated;
+    uint64_t suppressed;
+} pm_output_line;
+
+/* PM_OUTPUT_INHERIT (default) or PM_OUTPUT_CAPTURE. Captured, each
+ * incarnation's stdout and stderr are pipes the supervisor reads on its loop
+ * (never blocking, a bounded number of bytes per turn, so a worker that
+ * floods them slows down itself, not the loop); after the worker is reaped
+ * its pipes are read to their end before its exit is reported, so what it
+ * wrote just before a crash is delivered. A worker's C library buffers
+ * stdout written to a pipe: fork-mode workers get it line-buffered, exec-mode
+ * programs must flush (or write stderr) for their last words to count. */
+PM_EXTERN int pm_options_set_output(pm_options *o, int mode);
+
+/* Captured lines go to cb, from pm_cluster_run (or spawn, call, terminate).
+ * Default (cb NULL): one write to the supervisor's stderr per line,
+ * "procmesh: slot=S pid=P incarnation=I stream=stdout|stderr
+ * [truncated=1] [suppressed=N]: TEXT". */
+PM_EXTERN int pm_options_set_on_output(pm_options *o,
+                                       void (*cb)(pm_cluster *, const pm_output_line *, void *),
+                                       void *arg);
+
+/* ------------------------------------------------------------------------
  * Supervisor: what a worker may do to its supervisor and its siblings
  * (doc/design.md, "Privileges", says what each level protects against).
  * ---------------------------------------------------------------------- */

@@ -154,6 +154,7 @@ static void release_process(pm_cluster *c, pm__slot *s)
     }
     pm__close(s->notify_fd);
     s->notify_fd = -1;
+    pm__output_close(c, s);
     pm__hub_port_close(&c->hub, s->index);
     pm__link_close(&s->link);
     s->pid = 0;
@@ -236,6 +237,9 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
                  : s->last_signal != 0 ? PM_REASON_SIGNAL
                                        : PM_REASON_EXIT;
     pm__crash_collect(&s->crash, &s->link, s->incarnation, s->last_signal, s->last_core);
+    /* Its last words first: what it wrote just before it died is still in
+     * its pipes, and belongs before the report of its end. */
+    pm__output_drain(c, s);
     pm__cluster_emit(c, PM_EVENT_EXITED, s, reason, 0);
     release_process(c, s);
     pm__cluster_dispatch(c, s, PM__EV_EXITED);
@@ -580,6 +584,7 @@ static void cluster_free(pm_cluster *c)
         pm__close(s->exec_pipe);
         pm__close(s->notify_fd);
         pm__link_close(&s->link);
+        pm__output_free(&s->out);
         pm__budget_free(&s->budget);
         free(s->crash);
     }
@@ -632,6 +637,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         s->index = i;
         pm__cluster_set_state(c, s, PM_SLOT_BACKOFF); /* no process yet; started at once below */
         s->pidfd = s->exec_pipe = s->notify_fd = -1;
+        s->out.s[0].fd = s->out.s[1].fd = -1;
         s->last_exit_code = -1;
         pm__link_zero(&s->link);
         pm__budget_init(&s->budget);
@@ -652,7 +658,9 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
             goto fail;
         }
     }
-    rc = pm__loop_init(&c->loop, 2 * c->nslots + 8);
+    /* Per slot: its pidfd and doorbell, and its two output pipes when
+     * captured. */
+    rc = pm__loop_init(&c->loop, (c->o->output == PM_OUTPUT_CAPTURE ? 4 : 2) * c->nslots + 8);
     if (rc < 0)
         goto fail;
     c->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);

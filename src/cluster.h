@@ -18,13 +18,14 @@
 #include "link.h"
 #include "loop.h"
 #include "options.h"
+#include "output.h"
 #include "slot.h"
 
 /* Loop tags: kind in the top 4 bits, slot in the next 28, then the low 32
  * bits of the incarnation, so a late completion about a dead incarnation is
  * recognised and dropped. */
 enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
-       PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY };
+       PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY, PM__TAG_STDOUT, PM__TAG_STDERR };
 #define PM__TAG(kind, slot, inc) \
     (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
 #define PM__TAG_KIND(t) ((int)((t) >> 60))
@@ -70,6 +71,7 @@ typedef struct pm__slot {
     int last_signal;
     int last_core;
     pm_crash_report *crash; /* the last crash (crash.c), allocated on the first one */
+    pm__output out;        /* captured stdout/stderr (output.c); fds -1 when not captured */
     /* Liveness. */
     uint64_t last_beats;   /* the worker's progress counter at the last check */
     uint64_t progress_ms;  /* when it last moved (or the period restarted) */
@@ -115,6 +117,7 @@ struct pm_cluster {
     pm__watch *watches;     /* PM__MAX_WATCH entries, allocated on first use */
     char **env;             /* environment template for exec mode */
     size_t nenv;
+    uint64_t output_suppressed; /* captured lines dropped by the rate limit (output.c) */
 };
 
 /* 0 when c is a live cluster of this process, else -EINVAL (NULL or not
@@ -176,6 +179,24 @@ void pm__cluster_read_notify(pm_cluster *c, pm__slot *s);
 /* liveness.c */
 uint64_t pm__liveness_period(const pm_cluster *c);
 void pm__liveness_check(pm_cluster *c, uint64_t now);
+
+/* output.c: a worker's captured stdout and stderr. */
+/* Creates the incarnation's two pipes: our read ends in s->out, the write
+ * ends (close-on-exec; the child dup2s them onto 1 and 2, the caller closes
+ * them after the fork) in wfd. 0 or -errno with nothing left open. */
+int pm__output_open(pm_cluster *c, pm__slot *s, int wfd[2]);
+/* Asks the loop to report the read ends readable. */
+void pm__output_arm(pm_cluster *c, pm__slot *s);
+/* A read end is readable (kind PM__TAG_STDOUT or PM__TAG_STDERR): reads a
+ * bounded slice, delivers its lines, arms again. */
+void pm__output_ready(pm_cluster *c, pm__slot *s, int kind);
+/* After the reap, before the exit is reported: reads what is left (bounded),
+ * delivers the last partial line and the suppressed count, closes. */
+void pm__output_drain(pm_cluster *c, pm__slot *s);
+/* Closes the read ends without reading (disarmed first). */
+void pm__output_close(pm_cluster *c, pm__slot *s);
+/* Closes and frees everything of a slot's output (cluster teardown). */
+void pm__output_free(pm__output *o);
 
 /* watch.c */
 void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen);

@@ -30,5 +30,9 @@
 #define PM__DEFAULT_PROTECT_SUPERVISOR 0 /* the daemon protects itself always */
 #define PM__DEFAULT_SECCOMP PM_SECCOMP_OFF
 #define PM__DEFAULT_SECCOMP_ACTION PM_SECCOMP_ERRNO
+/* The library passes output through (no program changes behaviour); the
+ * daemon captures it into its log unless told --output inherit. */
+#define PM__DEFAULT_OUTPUT PM_OUTPUT_INHERIT
+#define PM__DEFAULT_DAEMON_OUTPUT PM_OUTPUT_CAPTURE
 
 #endif /* PM_DEFAULTS_H */

@@ -38,6 +38,10 @@ static void fork_child(void *arg, const pm__spawn_req *req)
         pm__slot *t = &c->slots[i];
         pm__close(t->pidfd);
         pm__close(t->exec_pipe);
+        /* Every slot's read ends, this one's too: a worker reading its own
+         * output would steal lines from the supervisor. */
+        pm__close(t->out.s[0].fd);
+        pm__close(t->out.s[1].fd);
         if (t != x->own)
             pm__link_close(&t->link);
     }
@@ -48,6 +52,19 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     /* Other workers' traffic the hub holds (queued frames, broadcast
      * replies) must not be readable by this worker's code. */
     pm__hub_wipe(&c->hub);
+    if (req->capture) {
+        if (pm__child_stdio(req->stdio[0], req->stdio[1]) < 0)
+            _exit(125);
+        /* The originals, unless one already was fd 1 or 2 (now the
+         * other's or its own place); one at fd 0 goes too. */
+        for (int i = 0; i < 2; i++)
+            if (req->stdio[i] != 1 && req->stdio[i] != 2)
+                close(req->stdio[i]);
+        /* stdout on a pipe would be block-buffered by stdio: a worker that
+         * crashes would lose what it printed. Line by line, as on a
+         * terminal (pm__spawn flushed the buffer before the fork). */
+        setvbuf(stdout, NULL, _IOLBF, BUFSIZ);
+    }
     pm_node node;
     int rc = pm__node_from_hub_link(&node, &x->own->link);
     /* The node has its own mapping; drop the copy of the hub's. */
@@ -116,6 +133,7 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
 int pm__incarnation_start(pm_cluster *c, pm__slot *s)
 {
     int pipefd[2] = {-1, -1};
+    int outw[2] = {-1, -1}; /* the write ends of the output pipes (captured) */
     char **env = NULL;
     char *envtext = NULL;
     int rc;
@@ -142,6 +160,14 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     rc = privileges(c, s, &req);
     if (rc < 0)
         goto fail;
+    if (c->o->output == PM_OUTPUT_CAPTURE) {
+        rc = pm__output_open(c, s, outw);
+        if (rc < 0)
+            goto fail;
+        req.capture = 1;
+        req.stdio[0] = outw[0];
+        req.stdio[1] = outw[1];
+    }
     struct child_ctx ctx = {c, s};
     int fds[PM__MAX_PASS_FDS + 3];
     if (c->o->exec_path != NULL) {
@@ -197,6 +223,11 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     envtext = NULL;
     pm__close(pipefd[1]);
     pipefd[1] = -1;
+    /* Only the worker (and what it starts) may hold the write ends: ours
+     * would keep its pipes from ever reaching EOF. */
+    pm__close(outw[0]);
+    pm__close(outw[1]);
+    outw[0] = outw[1] = -1;
     s->pid = pid;
     s->exec_pipe = pipefd[0];
     pipefd[0] = -1;
@@ -219,6 +250,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         s->pid = 0;
         goto fail;
     }
+    pm__output_arm(c, s);
     pm__cluster_set_state(c, s, PM_SLOT_STARTING);
     pm__slot_set_deadline(s, pm__now_ms() + (uint64_t)c->o->ready_timeout_ms, PM__EV_READY_TIMEOUT);
     if (s->pidfd >= 0) {
@@ -246,6 +278,9 @@ fail:
     s->notify_fd = -1;
     pm__close(pipefd[0]);
     pm__close(pipefd[1]);
+    pm__close(outw[0]);
+    pm__close(outw[1]);
+    pm__output_close(c, s);
     pm__close(s->exec_pipe);
     s->exec_pipe = -1;
     pm__link_close(&s->link);

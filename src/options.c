@@ -44,6 +44,7 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->protect_supervisor = PM__DEFAULT_PROTECT_SUPERVISOR;
     o->seccomp = PM__DEFAULT_SECCOMP;
     o->seccomp_action = PM__DEFAULT_SECCOMP_ACTION;
+    o->output = PM__DEFAULT_OUTPUT;
     return o;
 }
 
@@ -323,6 +324,27 @@ PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on)
     if (o == NULL || (on != 0 && on != 1))
         return -EINVAL;
     o->handle_signals = on;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ output */
+
+PM_EXTERN int pm_options_set_output(pm_options *o, int mode)
+{
+    if (o == NULL || (mode != PM_OUTPUT_INHERIT && mode != PM_OUTPUT_CAPTURE))
+        return -EINVAL;
+    o->output = mode;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_on_output(pm_options *o,
+                                       void (*cb)(pm_cluster *, const pm_output_line *, void *),
+                                       void *arg)
+{
+    if (o == NULL)
+        return -EINVAL;
+    o->on_output = cb;
+    o->on_output_arg = arg;
     return 0;
 }
 

@@ -57,6 +57,10 @@ struct pm_options {
     int protect_supervisor;
     int seccomp;                    /* PM_SECCOMP_* */
     int seccomp_action;
+    /* Worker output (output.c). */
+    int output;                     /* PM_OUTPUT_* */
+    void (*on_output)(pm_cluster *, const pm_output_line *, void *);
+    void *on_output_arg;
     /* The cluster's copy only: the filter, built once for its supervisor
      * (incarnation.c) and freed with the options. NULL in the user's. */
     struct pm__seccomp_prog *seccomp_prog;

@@ -102,6 +102,29 @@ int pm__child_privileges(const pm__spawn_req *r)
     return 0;
 }
 
+int pm__child_stdio(int out, int err)
+{
+    int src[2] = {out, err}, moved[2] = {-1, -1}, rc = 0;
+    /* A source at 0..2 could be overwritten by the other's dup2 (or be the
+     * target itself, where dup2 does nothing and keeps close-on-exec):
+     * move it above them first. */
+    for (int i = 0; i < 2; i++) {
+        if (src[i] >= 0 && src[i] <= 2) {
+            moved[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 3);
+            if (moved[i] < 0)
+                return -errno;
+            src[i] = moved[i];
+        }
+    }
+    for (int i = 0; i < 2 && rc == 0; i++)
+        if (src[i] >= 0 && dup2(src[i], 1 + i) < 0) /* dup2 clears close-on-exec on 1 + i */
+            rc = -errno;
+    for (int i = 0; i < 2; i++)
+        if (moved[i] >= 0)
+            close(moved[i]);
+    return rc;
+}
+
 struct linux_dirent64 {
     uint64_t d_ino;
     int64_t d_off;
@@ -215,9 +238,22 @@ static void exec_child(const pm__spawn_req *r)
         if (tmp[i] < 0)
             child_fail(pipe_fd, errno);
     }
+    /* The output pipes too: placing fd 3 + i must not clobber them. */
+    int out = -1, err = -1;
+    if (r->capture) {
+        out = fcntl(r->stdio[0], F_DUPFD_CLOEXEC, top);
+        err = fcntl(r->stdio[1], F_DUPFD_CLOEXEC, top);
+        if (out < 0 || err < 0)
+            child_fail(pipe_fd, errno);
+    }
     for (int i = 0; i < r->nfds; i++)
         if (dup2(tmp[i], 3 + i) < 0) /* dup2 clears close-on-exec on 3 + i */
             child_fail(pipe_fd, errno);
+    if (r->capture) {
+        int rc = pm__child_stdio(out, err);
+        if (rc < 0)
+            child_fail(pipe_fd, -rc);
+    }
     /* Everything else procmesh or the application had open is closed by the
      * exec; the error pipe too, which is how the parent learns it worked. */
     cloexec_from(top);

@@ -40,6 +40,10 @@ typedef struct pm__spawn_req {
      * CFA noted by PM__ENTER) are zeroed in the child; NULL: only the dead
      * stack below is. */
     void *scrub_to;
+    /* both modes: stdio[0] becomes the child's fd 1 and stdio[1] its fd 2
+     * (captured output) when capture is 1; else both are inherited */
+    int capture;
+    int stdio[2];
     /* privileges (pm__child_privileges), in the order they are applied */
     int set_ids;           /* drop to uid/gid (the supervisor is root) */
     uid_t uid;
@@ -60,6 +64,12 @@ pid_t pm__spawn(const pm__spawn_req *r);
  * function after the join in fork mode. Async-signal-safe. 0 or -errno
  * (the caller exits; exec mode reports the errno through the error pipe). */
 int pm__child_privileges(const pm__spawn_req *r);
+
+/* Places out at fd 1 and err at fd 2 (each -1: left alone), whatever
+ * numbers they have (0..2 included), clearing close-on-exec on 1 and 2;
+ * the caller closes out and err afterwards if it wants. Async-signal-safe.
+ * 0 or -errno. */
+int pm__child_stdio(int out, int err);
 
 /* Marks every open fd numbered first or above close-on-exec, as listed by
  * /proc/self/fd, whatever its number: the fallback of the exec child for

@@ -220,6 +220,8 @@ static void handle_tag(pm_cluster *c, uint64_t tag)
             s->pid_armed = 1;
     } else if (kind == PM__TAG_HUB) {
         pm__cluster_on_hub(c, s, 1);
+    } else if (kind == PM__TAG_STDOUT || kind == PM__TAG_STDERR) {
+        pm__output_ready(c, s, kind);
     } else if (kind == PM__TAG_NOTIFY) {
         s->notify_armed = 0;
         on_notify(c, s);

@@ -31,6 +31,13 @@ static inline uint64_t pm_test_slot_incarnation(const pm_cluster *c, unsigned i)
     return c->slots[i].incarnation;
 }
 
+/* The read end of slot i's captured stdout (stream 0) or stderr (1), or
+ * -1. */
+static inline int pm_test_slot_output_fd(const pm_cluster *c, unsigned i, int stream)
+{
+    return c->slots[i].out.s[stream].fd;
+}
+
 /* Frames the hub dropped from slot i as malformed. */
 static inline uint64_t pm_test_slot_malformed(const pm_cluster *c, unsigned i)
 {

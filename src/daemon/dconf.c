@@ -266,7 +266,7 @@ enum opt_id {
     O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
     O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_USER, O_UID_RANGE, O_NO_NEW_PRIVS,
-    O_SECCOMP, O_SECCOMP_ACTION, O_COUNT
+    O_SECCOMP, O_SECCOMP_ACTION, O_OUTPUT, O_COUNT
 };
 
 static const struct {
@@ -300,6 +300,7 @@ static const struct {
     [O_NO_NEW_PRIVS] = {"--no-new-privs", "PROCMESH_NO_NEW_PRIVS"},
     [O_SECCOMP] = {"--seccomp", "PROCMESH_SECCOMP"},
     [O_SECCOMP_ACTION] = {"--seccomp-action", "PROCMESH_SECCOMP_ACTION"},
+    [O_OUTPUT] = {"--output", "PROCMESH_OUTPUT"},
 };
 
 static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
@@ -398,6 +399,11 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         static const int val[] = {PM_SECCOMP_ERRNO, PM_SECCOMP_KILL};
         return choice(s, v, n, val, "errno, kill", &c->seccomp_action, err, size);
     }
+    case O_OUTPUT: {
+        static const char *const n[] = {"capture", "inherit", NULL};
+        static const int val[] = {PM_OUTPUT_CAPTURE, PM_OUTPUT_INHERIT};
+        return choice(s, v, n, val, "capture, inherit", &c->output, err, size);
+    }
     }
     return -EINVAL;
 }
@@ -427,6 +433,7 @@ static void defaults(pmd_dconf *c)
     c->no_new_privs = PM__DEFAULT_NO_NEW_PRIVS;
     c->seccomp = PM__DEFAULT_SECCOMP;
     c->seccomp_action = PM__DEFAULT_SECCOMP_ACTION;
+    c->output = PM__DEFAULT_DAEMON_OUTPUT;
 }
 
 int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
@@ -544,6 +551,7 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
         rc = pm_options_set_uid_range(o, (uid_t)c->uid_first, c->uid_count);
     rc = rc ? rc : pm_options_set_no_new_privs(o, c->no_new_privs);
     rc = rc ? rc : pm_options_set_seccomp_action(o, c->seccomp_action);
+    rc = rc ? rc : pm_options_set_output(o, c->output);
     if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP)
         snprintf(err, errsize, "--seccomp: procmesh was built without libseccomp (configure "
                                "--with-seccomp); only off is available");

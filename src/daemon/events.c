@@ -393,3 +393,42 @@ void pmd_on_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned res
     const char *kv[] = {"address", text};
     pmd_log(PMD_LOG_ERROR, "permanently_down", kv, 1);
 }
+
+void pmd_on_output(pm_cluster *c, const pm_output_line *l, void *arg)
+{
+    (void)c;
+    pmd_events *ev = arg;
+    char slot[16], pid[16], inc[24], sup[24];
+    snprintf(slot, sizeof(slot), "%u", l->slot);
+    snprintf(pid, sizeof(pid), "%d", (int)l->pid);
+    snprintf(inc, sizeof(inc), "%llu", (unsigned long long)l->incarnation);
+    snprintf(sup, sizeof(sup), "%llu", (unsigned long long)l->suppressed);
+    if (l->suppressed > 0)
+        ev->hs->log_suppressed += l->suppressed;
+    if (l->stream == PM_OUTPUT_NONE) {
+        /* Lines dropped after the last one delivered, at the incarnation's
+         * end. */
+        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc, "lines", sup};
+        pmd_log(PMD_LOG_WARN, "output_suppressed", kv, 4);
+        return;
+    }
+    /* The text as one value: the log's escaping keeps a worker's control
+     * characters from forging lines or fields. NUL bytes end it early. */
+    const char *kv[2 * 7] = {"slot", slot, "pid", pid, "incarnation", inc, "stream",
+                             l->stream == PM_OUTPUT_STDERR ? "stderr" : "stdout"};
+    size_t n = 4;
+    if (l->truncated) {
+        kv[2 * n] = "truncated";
+        kv[2 * n + 1] = "true";
+        n++;
+    }
+    if (l->suppressed > 0) {
+        kv[2 * n] = "suppressed";
+        kv[2 * n + 1] = sup;
+        n++;
+    }
+    kv[2 * n] = "text";
+    kv[2 * n + 1] = l->text;
+    n++;
+    pmd_log(PMD_LOG_INFO, "output", kv, n);
+}

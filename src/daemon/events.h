@@ -53,4 +53,8 @@ void pmd_events_tick(pmd_events *ev);
 void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg);
 void pmd_on_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned restarts, void *arg);
 
+/* pm_options_set_on_output callback: a worker's captured line as an
+ * "output" log line at info (rate-limited by the library, per slot). */
+void pmd_on_output(pm_cluster *c, const pm_output_line *l, void *arg);
+
 #endif /* PMD_EVENTS_H */

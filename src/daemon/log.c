@@ -124,7 +124,9 @@ void pmd_log(int level, const char *event, const char *const *kv, size_t nkv)
         return;
     struct timespec ts;
     struct tm tm;
-    char tsbuf[40], line[2048];
+    /* Room for a captured output line (PM_OUTPUT_LINE_MAX bytes, each up
+     * to 6 once escaped) and its fields. */
+    char tsbuf[40], line[6 * 4096 + 1024];
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     size_t n = strftime(tsbuf, sizeof(tsbuf), "%Y-%m-%dT%H:%M:%S", &tm);

@@ -87,6 +87,8 @@ static const char usage_text[] =
     "                            strict: fork-mode workers only, refused here)\n"
     "  --seccomp-action errno|kill  a denied call fails with EPERM (default)\n"
     "                            or kills the worker\n"
+    "  --output capture|inherit  workers' stdout/stderr as tagged log lines\n"
+    "                            (event=output, default) or passed through\n"
     "\n"
     "signals: SIGTERM/SIGINT drain (stop request, --stop-timeout, SIGKILL; a\n"
     "second one skips the wait); SIGHUP replaces the workers one slot at a time\n"
@@ -270,6 +272,7 @@ static int cmd_run(int argc, char **argv)
     pmd_events_init(&ev, &hs);
     pm_options_set_on_event(o, pmd_on_event, &ev);
     pm_options_set_on_permanently_down(o, pmd_on_down, &ev);
+    pm_options_set_on_output(o, pmd_on_output, &ev);
     pm_cluster *c;
     int rc = pm_cluster_spawn(o, &c);
     if (rc == -EINTR) {

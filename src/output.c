@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * output.c - workers' captured stdout and stderr: the pipes of each
+ * incarnation, read on the loop a bounded slice at a time, split into
+ * tagged lines under the slot's rate limit, drained after the reap.
+ *
+ * One pipe per stream per incarnation, not one per slot reused: a
+ * descendant of an ended incarnation that still holds the old write end can
+ * never pass its lines off as the replacement's (they would carry the new
+ * pid and incarnation), and the end of the pipe (EOF) is the end of that
+ * incarnation's writers. The price is two pipe2 calls per start.
+ */
+#define _GNU_SOURCE
+#include "cluster.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/uio.h>
+
+/* ------------------------------------------------------------------ pure */
+
+void pm__output_split(pm__outstream *st, const char *data, size_t n, pm__output_emit emit,
+                      void *arg)
+{
+    while (n > 0) {
+        size_t room = PM_OUTPUT_LINE_MAX - st->len;
+        size_t take = n < room ? n : room;
+        /* One byte further for the '\n': a line of exactly the bound is
+         * one piece, not a full piece and an empty one. */
+        const char *nl = memchr(data, '\n', n > room ? room + 1 : n);
+        if (nl != NULL) {
+            size_t k = (size_t)(nl - data);
+            memcpy(st->buf + st->len, data, k);
+            st->len += k;
+            st->buf[st->len] = '\0';
+            emit(arg, st->buf, st->len, 0);
+            st->len = 0;
+            data += k + 1;
+            n -= k + 1;
+            continue;
+        }
+        memcpy(st->buf + st->len, data, take);
+        st->len += take;
+        data += take;
+        n -= take;
+        if (st->len == PM_OUTPUT_LINE_MAX) {
+            /* A full piece and no end in sight: out it goes, marked, so
+             * that memory per stream stays bounded whatever the worker
+             * writes. */
+            st->buf[st->len] = '\0';
+            emit(arg, st->buf, st->len, 1);
+            st->len = 0;
+        }
+    }
+}
+
+void pm__output_flush(pm__outstream *st, pm__output_emit emit, void *arg)
+{
+    if (st->len == 0)
+        return;
+    st->buf[st->len] = '\0';
+    emit(arg, st->buf, st->len, 0);
+    st->len = 0;
+}
+
+int pm__output_take(pm__output *o, uint64_t now_ms)
+{
+    if (o->at_ms == 0) {
+        o->tokens = PM_OUTPUT_BURST;
+        o->at_ms = now_ms;
+    } else if (now_ms > o->at_ms) {
+        o->tokens += (double)(now_ms - o->at_ms) * PM_OUTPUT_PER_S / 1000.0;
+        if (o->tokens > PM_OUTPUT_BURST)
+            o->tokens = PM_OUTPUT_BURST;
+        o->at_ms = now_ms;
+    }
+    if (o->tokens < 1.0)
+        return 0;
+    o->tokens -= 1.0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ delivery */
+
+typedef struct deliver_ctx {
+    pm_cluster *c;
+    pm__slot *s;
+    int stream;
+    uint64_t now_ms;
+} deliver_ctx;
+
+/* No callback: one write per line on the supervisor's stderr, tagged. */
+static void default_sink(const pm_output_line *l)
+{
+    char head[160];
+    int k = snprintf(head, sizeof(head), "procmesh: slot=%u pid=%d incarnation=%llu stream=%s",
+                     l->slot, (int)l->pid, (unsigned long long)l->incarnation,
+                     l->stream == PM_OUTPUT_STDOUT   ? "stdout"
+                     : l->stream == PM_OUTPUT_STDERR ? "stderr"
+                                                     : "none");
+    if (l->truncated && k > 0 && (size_t)k < sizeof(head))
+        k += snprintf(head + k, sizeof(head) - (size_t)k, " truncated=1");
+    if (l->suppressed > 0 && k > 0 && (size_t)k < sizeof(head))
+        k += snprintf(head + k, sizeof(head) - (size_t)k, " suppressed=%llu",
+                      (unsigned long long)l->suppressed);
+    if (k > 0 && (size_t)k < sizeof(head))
+        k += snprintf(head + k, sizeof(head) - (size_t)k, ": ");
+    if (k < 0 || (size_t)k >= sizeof(head))
+        return;
+    struct iovec iov[3] = {{head, (size_t)k}, {(void *)l->text, l->len}, {"\n", 1}};
+    /* One writev: lines from several writers never interleave mid-line (for
+     * a pipe up to PIPE_BUF bytes; a terminal or file takes it whole). */
+    ssize_t w = writev(STDERR_FILENO, iov, 3);
+    (void)w;
+}
+
+static void deliver(pm_cluster *c, const pm__slot *s, int stream, const char *text, size_t len,
+                    int truncated, uint64_t suppressed)
+{
+    pm_output_line l;
+    memset(&l, 0, sizeof(l));
+    l.slot = s->index;
+    l.pid = s->pid;
+    l.incarnation = s->incarnation;
+    l.stream = stream;
+    l.text = text;
+    l.len = len;
+    l.truncated = truncated;
+    l.suppressed = suppressed;
+    if (c->o->on_output == NULL) {
+        default_sink(&l);
+        return;
+    }
+    PM__APP_CALLBACK(&c->hub, c->o->on_output(c, &l, c->o->on_output_arg));
+}
+
+/* A line from the splitter: delivered if the slot's bucket has a token,
+ * carrying the count of the lines dropped before it; else counted. */
+static void on_line(void *arg, const char *text, size_t len, int truncated)
+{
+    deliver_ctx *d = arg;
+    pm__output *o = &d->s->out;
+    if (!pm__output_take(o, d->now_ms)) {
+        o->suppressed++;
+        d->c->output_suppressed++;
+        return;
+    }
+    uint64_t n = o->suppressed;
+    o->suppressed = 0;
+    deliver(d->c, d->s, d->stream, text, len, truncated, n);
+}
+
+/* ------------------------------------------------------------------ pipes */
+
+static uint64_t stream_tag(const pm__slot *s, int i)
+{
+    return PM__TAG(i == 0 ? PM__TAG_STDOUT : PM__TAG_STDERR, s->index, s->incarnation);
+}
+
+int pm__output_open(pm_cluster *c, pm__slot *s, int wfd[2])
+{
+    int p[2][2] = {{-1, -1}, {-1, -1}};
+    int rc = 0;
+    (void)c;
+    for (int i = 0; i < 2; i++) {
+        pm__outstream *st = &s->out.s[i];
+        if (st->buf == NULL && (st->buf = malloc(PM_OUTPUT_LINE_MAX + 1)) == NULL) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        /* Close-on-exec on both ends: the child gets its end by dup2 onto
+         * 1 or 2 (which clears the flag there), and no other worker may
+         * inherit either end (a write end held elsewhere would keep the
+         * pipe from ever reaching EOF). */
+        if (pipe2(p[i], O_CLOEXEC) < 0) {
+            rc = -errno;
+            goto fail;
+        }
+        /* Only our end is non-blocking (the flag belongs to the open file,
+         * and each end is its own): the worker's writes block on a full
+         * pipe, ours never wait. */
+        if (fcntl(p[i][0], F_SETFL, O_NONBLOCK) < 0) {
+            rc = -errno;
+            goto fail;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        s->out.s[i].fd = p[i][0];
+        s->out.s[i].armed = 0;
+        s->out.s[i].len = 0;
+        wfd[i] = p[i][1];
+    }
+    s->out.suppressed = 0;
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        pm__close(p[i][0]);
+        pm__close(p[i][1]);
+    }
+    return rc;
+}
+
+void pm__output_arm(pm_cluster *c, pm__slot *s)
+{
+    for (int i = 0; i < 2; i++) {
+        pm__outstream *st = &s->out.s[i];
+        if (st->fd >= 0 && !st->armed && pm__loop_arm(&c->loop, st->fd, stream_tag(s, i)) == 0)
+            st->armed = 1;
+    }
+}
+
+static void close_stream(pm_cluster *c, pm__slot *s, int i)
+{
+    pm__outstream *st = &s->out.s[i];
+    if (st->armed) {
+        pm__loop_disarm(&c->loop, st->fd, stream_tag(s, i));
+        st->armed = 0;
+    }
+    pm__close(st->fd);
+    st->fd = -1;
+    st->len = 0;
+}
+
+/* Reads stream i up to budget bytes. 1 when the stream ended (EOF, or an
+ * error that will not go away), 0 when it is empty for now or the budget
+ * is spent. */
+static int read_stream(pm_cluster *c, pm__slot *s, int i, size_t budget)
+{
+    pm__outstream *st = &s->out.s[i];
+    deliver_ctx d = {c, s, i + 1, pm__now_ms()};
+    char chunk[16384];
+    while (budget > 0 && st->fd >= 0) {
+        size_t want = budget < sizeof(chunk) ? budget : sizeof(chunk);
+        ssize_t n = read(st->fd, chunk, want);
+        if (n > 0) {
+            pm__output_split(st, chunk, (size_t)n, on_line, &d);
+            budget -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return 0;
+        /* EOF: every holder of the write end closed it. */
+        pm__output_flush(st, on_line, &d);
+        return 1;
+    }
+    return 0;
+}
+
+void pm__output_ready(pm_cluster *c, pm__slot *s, int stream_kind)
+{
+    int i = stream_kind == PM__TAG_STDOUT ? 0 : 1;
+    pm__outstream *st = &s->out.s[i];
+    st->armed = 0;
+    if (st->fd < 0)
+        return;
+    if (read_stream(c, s, i, PM__OUTPUT_TURN_BYTES)) {
+        /* The worker closed its stdout (or stderr) and lives on: nothing
+         * more can come through this pipe. */
+        close_stream(c, s, i);
+        return;
+    }
+    /* Budget spent or empty: either way the next readiness is one poll
+     * away; with data left it fires in the next turn, after every other
+     * fd had its chance. */
+    if (pm__loop_arm(&c->loop, st->fd, stream_tag(s, i)) == 0)
+        st->armed = 1;
+}
+
+void pm__output_drain(pm_cluster *c, pm__slot *s)
+{
+    for (int i = 0; i < 2; i++) {
+        pm__outstream *st = &s->out.s[i];
+        if (st->fd < 0)
+            continue;
+        /* The worker is gone: what it wrote is all in the pipe. Read to
+         * EOF, or to EAGAIN when a descendant still holds the write end
+         * (what it writes later is not this incarnation's to report), and
+         * never more than the bound. */
+        (void)read_stream(c, s, i, PM__OUTPUT_DRAIN_BYTES);
+        deliver_ctx d = {c, s, i + 1, pm__now_ms()};
+        pm__output_flush(st, on_line, &d);
+        close_stream(c, s, i);
+    }
+    if (s->out.suppressed > 0) {
+        /* The count of the lines dropped after the last delivered one, so
+         * that no drop goes unreported. Not rate-limited: one per
+         * incarnation. */
+        uint64_t n = s->out.suppressed;
+        s->out.suppressed = 0;
+        deliver(c, s, PM_OUTPUT_NONE, "", 0, 0, n);
+    }
+}
+
+void pm__output_close(pm_cluster *c, pm__slot *s)
+{
+    for (int i = 0; i < 2; i++)
+        if (s->out.s[i].fd >= 0)
+            close_stream(c, s, i);
+}
+
+void pm__output_free(pm__output *o)
+{
+    for (int i = 0; i < 2; i++) {
+        pm__close(o->s[i].fd);
+        o->s[i].fd = -1;
+        free(o->s[i].buf);
+        o->s[i].buf = NULL;
+    }
+}

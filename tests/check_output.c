@@ -1,0 +1,740 @@
+/* SPDX-License-Identifier: MIT */
+/* check_output.c - workers' captured stdout and stderr: tagged lines, long lines, the rate limit, last words before a crash, pass-through, no fd leak, and the daemon's log lines. */
+#include "helpers.h"
+#include "internals.h"
+#include "supervise.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#ifndef PM_DAEMON_BIN
+#error "PM_DAEMON_BIN must name the procmesh binary"
+#endif
+
+#if defined(__clang__)
+#define CRASHER __attribute__((noinline, no_sanitize("address", "undefined")))
+#else
+#define CRASHER __attribute__((noinline, no_sanitize_address, no_sanitize_undefined))
+#endif
+
+/* ---------------------------------------------------------------- recording */
+
+typedef struct oline {
+    unsigned slot;
+    pid_t pid;
+    uint64_t inc;
+    int stream;
+    int truncated;
+    uint64_t suppressed;
+    size_t len;
+    char text[PM_OUTPUT_LINE_MAX + 1];
+    int seq;  /* order among lines and events */
+} oline;
+
+#define MAX_LINES 4096
+static oline *lines; /* MAX_LINES, allocated per test */
+static int nlines;
+static uint64_t total_lines, total_suppressed; /* every record, kept or not */
+static int seq;
+static int exited_seq[8]; /* seq of the first EXITED event per slot, 0 none */
+
+static void on_output(pm_cluster *c, const pm_output_line *l, void *arg)
+{
+    (void)c;
+    (void)arg;
+    total_suppressed += l->suppressed;
+    if (l->stream != PM_OUTPUT_NONE)
+        total_lines++;
+    seq++;
+    if (nlines >= MAX_LINES)
+        return;
+    oline *o = &lines[nlines++];
+    o->slot = l->slot;
+    o->pid = l->pid;
+    o->inc = l->incarnation;
+    o->stream = l->stream;
+    o->truncated = l->truncated;
+    o->suppressed = l->suppressed;
+    o->len = l->len;
+    ck_assert_uint_le(l->len, PM_OUTPUT_LINE_MAX);
+    ck_assert_int_eq(l->text[l->len], '\0');
+    memcpy(o->text, l->text, l->len + 1);
+    o->seq = seq;
+}
+
+static void on_event_seq(pm_cluster *c, const pm_event *e, void *arg)
+{
+    on_event(c, e, arg);
+    seq++;
+    if (e->type == PM_EVENT_EXITED && e->slot < ARRAY_LEN(exited_seq) && exited_seq[e->slot] == 0)
+        exited_seq[e->slot] = seq;
+}
+
+static void reset(void)
+{
+    if (lines == NULL)
+        lines = calloc(MAX_LINES, sizeof(*lines));
+    ck_assert_ptr_nonnull(lines);
+    nlines = 0;
+    total_lines = total_suppressed = 0;
+    seq = 0;
+    memset(exited_seq, 0, sizeof(exited_seq));
+    nev = 0;
+}
+
+/* The first line of slot/stream with this text, or NULL. */
+static const oline *find_line(unsigned slot, int stream, const char *text)
+{
+    for (int i = 0; i < nlines; i++)
+        if (lines[i].slot == slot && lines[i].stream == stream && strcmp(lines[i].text, text) == 0)
+            return &lines[i];
+    return NULL;
+}
+
+static int count_slot(unsigned slot)
+{
+    int n = 0;
+    for (int i = 0; i < nlines; i++)
+        n += lines[i].slot == slot && lines[i].stream != PM_OUTPUT_NONE;
+    return n;
+}
+
+static pm_options *out_opts(int workers)
+{
+    reset();
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, workers), 0);
+    ck_assert_int_eq(pm_options_set_output(o, PM_OUTPUT_CAPTURE), 0);
+    ck_assert_int_eq(pm_options_set_on_output(o, on_output, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event_seq, NULL), 0);
+    ck_assert_int_eq(pm_options_set_restart_policy(o, PM_RESTART_NEVER), 0);
+    ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 5000), 0);
+    return o;
+}
+
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+/* Serves requests ("ping" -> "pong") until asked to stop. */
+static int serve(pm_node *n)
+{
+    pm_message m;
+    int rc;
+    while ((rc = pm_node_recv(n, &m, -1)) == 0)
+        if (m.kind == PM_MSG_REQUEST)
+            pm_node_reply(n, &m, "pong", 4);
+    return rc == -ESHUTDOWN ? 0 : 1;
+}
+
+/* ---------------------------------------------------------------- pure parts */
+
+static char split_out[8][PM_OUTPUT_LINE_MAX + 1];
+static size_t split_len[8];
+static int split_trunc[8], nsplit;
+
+static void split_emit(void *arg, const char *text, size_t len, int truncated)
+{
+    (void)arg;
+    ck_assert_int_lt(nsplit, 8);
+    memcpy(split_out[nsplit], text, len + 1);
+    split_len[nsplit] = len;
+    split_trunc[nsplit++] = truncated;
+}
+
+START_TEST(test_split_and_bucket)
+{
+    static char buf[PM_OUTPUT_LINE_MAX + 1];
+    pm__outstream st = {-1, 0, 0, buf};
+    nsplit = 0;
+    /* Lines across reads, an empty line, a partial line flushed at the end. */
+    pm__output_split(&st, "ab", 2, split_emit, NULL);
+    ck_assert_int_eq(nsplit, 0);
+    pm__output_split(&st, "c\n\nde", 5, split_emit, NULL);
+    ck_assert_int_eq(nsplit, 2);
+    ck_assert_str_eq(split_out[0], "abc");
+    ck_assert_uint_eq(split_len[1], 0);
+    pm__output_flush(&st, split_emit, NULL);
+    ck_assert_int_eq(nsplit, 3);
+    ck_assert_str_eq(split_out[2], "de");
+    ck_assert_int_eq(split_trunc[2], 0);
+    /* A line of exactly the bound is one piece; one byte more is two. */
+    nsplit = 0;
+    static char big[2 * PM_OUTPUT_LINE_MAX + 2];
+    memset(big, 'x', sizeof(big));
+    big[PM_OUTPUT_LINE_MAX] = '\n';
+    pm__output_split(&st, big, PM_OUTPUT_LINE_MAX + 1, split_emit, NULL);
+    ck_assert_int_eq(nsplit, 1);
+    ck_assert_uint_eq(split_len[0], PM_OUTPUT_LINE_MAX);
+    /* The bound without '\n' within it: a truncated piece, then the rest. */
+    ck_assert_int_eq(split_trunc[0], 0);
+    big[PM_OUTPUT_LINE_MAX] = 'x';
+    big[PM_OUTPUT_LINE_MAX + 1] = '\n';
+    nsplit = 0;
+    pm__output_split(&st, big, PM_OUTPUT_LINE_MAX + 2, split_emit, NULL);
+    ck_assert_int_eq(nsplit, 2);
+    ck_assert_int_eq(split_trunc[0], 1);
+    ck_assert_uint_eq(split_len[1], 1);
+    ck_assert_int_eq(split_trunc[1], 0);
+
+    /* The bucket: a burst, then PER_S a second. */
+    pm__output o;
+    memset(&o, 0, sizeof(o));
+    int got = 0;
+    for (int i = 0; i < 2 * PM_OUTPUT_BURST; i++)
+        got += pm__output_take(&o, 1000);
+    ck_assert_int_eq(got, PM_OUTPUT_BURST);
+    got = 0;
+    for (int i = 0; i < 2 * PM_OUTPUT_BURST; i++)
+        got += pm__output_take(&o, 2000);
+    ck_assert_int_eq(got, PM_OUTPUT_PER_S);
+    /* Never more than the burst after a long silence. */
+    got = 0;
+    for (int i = 0; i < 2 * PM_OUTPUT_BURST; i++)
+        got += pm__output_take(&o, 1000000);
+    ck_assert_int_eq(got, PM_OUTPUT_BURST);
+}
+END_TEST
+
+START_TEST(test_setters)
+{
+    pm_options *o = pm_options_new();
+    ck_assert_int_eq(pm_options_set_output(o, 0), -EINVAL);
+    ck_assert_int_eq(pm_options_set_output(o, 3), -EINVAL);
+    ck_assert_int_eq(pm_options_set_output(NULL, PM_OUTPUT_CAPTURE), -EINVAL);
+    ck_assert_int_eq(pm_options_set_on_output(NULL, on_output, NULL), -EINVAL);
+    ck_assert_int_eq(pm_options_set_output(o, PM_OUTPUT_CAPTURE), 0);
+    ck_assert_int_eq(pm_options_set_output(o, PM_OUTPUT_INHERIT), 0);
+    ck_assert_int_eq(pm_options_set_on_output(o, NULL, NULL), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- tagging */
+
+static int boot_hello(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    /* stdio: captured stdout must be line-buffered in a fork-mode worker. */
+    printf("out %u\n", pm_node_slot(n));
+    fprintf(stderr, "err %u\n", pm_node_slot(n));
+    pm_node_ready(n);
+    return serve(n);
+}
+
+/* Every line carries its slot, the worker's pid and incarnation, its
+ * stream. */
+static void check_tagged(pm_cluster *c, unsigned workers)
+{
+    for (unsigned i = 0; i < workers; i++) {
+        char out[32], err[32];
+        snprintf(out, sizeof(out), "out %u", i);
+        snprintf(err, sizeof(err), "err %u", i);
+        PM_RUN_UNTIL(c, find_line(i, PM_OUTPUT_STDOUT, out) != NULL &&
+                            find_line(i, PM_OUTPUT_STDERR, err) != NULL, 10000);
+        pm_slot_info si;
+        ck_assert_int_eq(pm_cluster_slot_info(c, i, &si), 0);
+        const oline *a = find_line(i, PM_OUTPUT_STDOUT, out);
+        const oline *b = find_line(i, PM_OUTPUT_STDERR, err);
+        ck_assert_int_eq(a->pid, si.pid);
+        ck_assert_int_eq(b->pid, si.pid);
+        ck_assert_uint_eq(a->inc, si.incarnation);
+        ck_assert_uint_eq(b->inc, si.incarnation);
+        ck_assert_int_eq(a->truncated, 0);
+        ck_assert_uint_eq(a->suppressed, 0);
+    }
+}
+
+START_TEST(test_tagged_fork)
+{
+    pm_options *o = out_opts(2);
+    pm_options_set_bootstrap(o, boot_hello, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    check_tagged(c, 2);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_tagged_exec)
+{
+    pm_options *o = out_opts(2);
+    /* Every worker runs the same argv: the slot is told by the tag alone. */
+    char *argv[] = {"/bin/sh", "-c", "echo out; echo err >&2; exec sleep 30", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    for (unsigned i = 0; i < 2; i++) {
+        PM_RUN_UNTIL(c, find_line(i, PM_OUTPUT_STDOUT, "out") != NULL &&
+                            find_line(i, PM_OUTPUT_STDERR, "err") != NULL, 10000);
+        pm_slot_info si;
+        ck_assert_int_eq(pm_cluster_slot_info(c, i, &si), 0);
+        /* exec sleep keeps the shell's pid: the worker's. */
+        ck_assert_int_eq(find_line(i, PM_OUTPUT_STDOUT, "out")->pid, si.pid);
+        ck_assert_int_eq(find_line(i, PM_OUTPUT_STDERR, "err")->pid, si.pid);
+        ck_assert_uint_eq(find_line(i, PM_OUTPUT_STDERR, "err")->inc, si.incarnation);
+    }
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- long line */
+
+#define LONG_LEN (2 * PM_OUTPUT_LINE_MAX + 1808)
+
+static int boot_long(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    static char buf[LONG_LEN + 1];
+    for (size_t i = 0; i < LONG_LEN; i++)
+        buf[i] = (char)('a' + i % 26);
+    buf[LONG_LEN] = '\n';
+    if (write(1, buf, sizeof(buf)) != (ssize_t)sizeof(buf) || write(1, "short\n", 6) != 6)
+        return 9;
+    pm_node_ready(n);
+    return serve(n);
+}
+
+START_TEST(test_long_line)
+{
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot_long, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    PM_RUN_UNTIL(c, find_line(0, PM_OUTPUT_STDOUT, "short") != NULL, 10000);
+    /* Three pieces in order, the first two marked, then the next line. */
+    ck_assert_int_eq(nlines, 4);
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(lines[i].truncated, i < 2);
+        ck_assert_uint_eq(lines[i].len, i < 2 ? PM_OUTPUT_LINE_MAX : 1808);
+        for (size_t k = 0; k < lines[i].len; k++)
+            ck_assert_int_eq(lines[i].text[k], 'a' + (off + k) % 26);
+        off += lines[i].len;
+    }
+    ck_assert_int_eq(lines[3].truncated, 0);
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- flood */
+
+struct flood_shared {
+    volatile int stop;      /* main: stop flooding */
+    volatile int done;      /* worker: written is final */
+    volatile uint64_t written;
+};
+static struct flood_shared *fs;
+
+static int boot_flood(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) != 0)
+        return serve(n);
+    char buf[64 * 6];
+    for (int i = 0; i < 64; i++)
+        memcpy(buf + 6 * i, "flood\n", 6);
+    while (!fs->stop) {
+        if (write(1, buf, sizeof(buf)) != (ssize_t)sizeof(buf))
+            return 9;
+        fs->written += 64;
+        pm_node_beat(n);
+    }
+    fs->done = 1;
+    return serve(n);
+}
+
+START_TEST(test_flood_rate_limited)
+{
+    fs = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(fs, MAP_FAILED);
+    pm_options *o = out_opts(2);
+    pm_options_set_bootstrap(o, boot_flood, NULL);
+    pm_cluster *c;
+    uint64_t t0 = pm_test_ms();
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pm_address to;
+    ck_assert_int_eq(pm_cluster_addresses(c, NULL, 0), 2);
+    pm_address all[2];
+    pm_cluster_addresses(c, all, 2);
+    to = all[1];
+    /* The other worker is served while slot 0 floods: every call is
+     * answered, and calls go on until the limit visibly dropped lines. */
+    int calls = 0;
+    uint64_t end = pm_test_ms() + 30000;
+    while ((calls < 20 || total_suppressed == 0 || fs->written < 4 * PM_OUTPUT_BURST) &&
+           pm_test_ms() < end) {
+        char reply[16];
+        size_t rlen = 0;
+        ck_assert_int_eq(pm_cluster_call(c, &to, "ping", 4, 10000, reply, sizeof(reply), &rlen), 0);
+        ck_assert_uint_eq(rlen, 4);
+        calls++;
+        ck_assert_int_ge(pm_cluster_run(c, 0), 0);
+    }
+    ck_assert_msg(total_suppressed > 0, "the flood was never rate-limited (%llu lines written)",
+                  (unsigned long long)fs->written);
+    fs->stop = 1;
+    PM_RUN_UNTIL(c, fs->done, 10000);
+    /* What is in the pipe is read before the end is reported: every
+     * line written is either delivered or counted as suppressed. */
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    uint64_t elapsed_s = (pm_test_ms() - t0) / 1000 + 1;
+    uint64_t flood = 0;
+    for (int i = 0; i < nlines; i++)
+        if (lines[i].slot == 0 && lines[i].stream == PM_OUTPUT_STDOUT) {
+            ck_assert_str_eq(lines[i].text, "flood");
+            flood++;
+        }
+    ck_assert_uint_eq(total_lines, flood); /* nothing else was written */
+    ck_assert_uint_eq(flood + total_suppressed, fs->written);
+    ck_assert_uint_le(flood, PM_OUTPUT_BURST + PM_OUTPUT_PER_S * elapsed_s);
+    /* Suppressed after the last delivered line: reported at the end. */
+    ck_assert_int_eq(lines[nlines - 1].stream, PM_OUTPUT_NONE);
+    ck_assert_uint_gt(lines[nlines - 1].suppressed, 0);
+    if (getenv("PM_TEST_VERBOSE") != NULL)
+        fprintf(stderr, "flood: %llu lines written, %llu delivered, %llu suppressed, %d calls "
+                        "answered meanwhile, %llu s\n",
+                (unsigned long long)fs->written, (unsigned long long)flood,
+                (unsigned long long)total_suppressed, calls, (unsigned long long)elapsed_s);
+    munmap(fs, 4096);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- last words */
+
+static void *volatile null_ptr;
+
+CRASHER static void crash_null(void)
+{
+    *(volatile int *)null_ptr = 1;
+}
+
+static int boot_last_words(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    /* Wait for main's go, so the words come after the loop runs normally. */
+    pm_message m;
+    if (pm_node_recv(n, &m, -1) < 0)
+        return 1;
+    printf("last stdout words");
+    fflush(stdout); /* no '\n': the drain flushes the partial line */
+    fprintf(stderr, "last stderr words\n");
+    crash_null();
+    return 0;
+}
+
+START_TEST(test_last_words_segv_fork)
+{
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot_last_words, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pm_address a;
+    pm_cluster_addresses(c, &a, 1);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "go", 2), 0);
+    PM_RUN_UNTIL(c, exited_seq[0] != 0, 10000);
+    const oline *x = find_line(0, PM_OUTPUT_STDOUT, "last stdout words");
+    const oline *y = find_line(0, PM_OUTPUT_STDERR, "last stderr words");
+    ck_assert_msg(x != NULL && y != NULL, "the last words were lost (%d lines)", nlines);
+    /* Both before the exit was reported. */
+    ck_assert_int_lt(x->seq, exited_seq[0]);
+    ck_assert_int_lt(y->seq, exited_seq[0]);
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->signal, SIGSEGV);
+    ck_assert_int_eq(x->pid, e->pid);
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+START_TEST(test_last_words_segv_exec)
+{
+    pm_options *o = out_opts(1);
+    /* A burst right before the crash, more than the pipe's usual 64 KiB, so
+     * that some of it is still in the pipe when the shell dies. */
+    char *argv[] = {"/bin/sh", "-c",
+                    "i=0; while [ $i -lt 2000 ]; do echo \"line $i of the last words, padded to "
+                    "forty bytes\"; i=$((i+1)); done; echo final >&2; kill -SEGV $$",
+                    NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    PM_RUN_UNTIL(c, exited_seq[0] != 0, 20000);
+    const oline *y = find_line(0, PM_OUTPUT_STDERR, "final");
+    ck_assert_msg(y != NULL, "the last stderr line was lost");
+    ck_assert_int_lt(y->seq, exited_seq[0]);
+    ck_assert_int_eq(find(PM_EVENT_EXITED, 0, 0)->signal, SIGSEGV);
+    /* 2000 lines is more than the burst: each was delivered or counted. */
+    ck_assert_uint_eq(total_lines + total_suppressed, 2001);
+    ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDOUT, "line 0 of the last words, padded to forty bytes"));
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- inherit */
+
+static int boot_inherit(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    if (write(1, "inherited marker\n", 17) != 17)
+        return 9;
+    pm_node_ready(n);
+    return serve(n);
+}
+
+START_TEST(test_inherit_passes_through)
+{
+    /* Our own stdout becomes a pipe, which the worker inherits. */
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    ck_assert_int_eq(dup2(p[1], 1), 1);
+    close(p[1]);
+    pm_options *o = out_opts(1);
+    ck_assert_int_eq(pm_options_set_output(o, PM_OUTPUT_INHERIT), 0);
+    pm_options_set_bootstrap(o, boot_inherit, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    char buf[256];
+    size_t got = 0;
+    uint64_t end = pm_test_ms() + 10000;
+    while (got < 17 && pm_test_ms() < end) {
+        struct pollfd pf = {p[0], POLLIN, 0};
+        ck_assert_int_ge(pm_cluster_run(c, 0), 0);
+        if (poll(&pf, 1, 10) == 1) {
+            ssize_t k = read(p[0], buf + got, sizeof(buf) - 1 - got);
+            ck_assert_int_gt(k, 0);
+            got += (size_t)k;
+        }
+    }
+    buf[got] = '\0';
+    ck_assert_str_eq(buf, "inherited marker\n");
+    ck_assert_int_eq(nlines, 0);
+    pm_cluster_terminate(c);
+    close(p[0]);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- fds */
+
+/* A fork-mode worker reports each pipe it holds: "fd N ino I". */
+static int boot_fds(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return 9;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode))
+            continue;
+        printf("fd %d ino %llu\n", fd, (unsigned long long)st.st_ino);
+    }
+    closedir(d);
+    printf("end\n");
+    pm_node_ready(n);
+    return serve(n);
+}
+
+static unsigned long long ino_of(int fd)
+{
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    return (unsigned long long)st.st_ino;
+}
+
+START_TEST(test_no_fd_leak)
+{
+    int before = count_fds();
+    pm_options *o = out_opts(3);
+    pm_options_set_bootstrap(o, boot_fds, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    for (unsigned i = 0; i < 3; i++)
+        PM_RUN_UNTIL(c, find_line(i, PM_OUTPUT_STDOUT, "end") != NULL, 10000);
+    /* Each worker holds its own pipes' write ends at 1 and 2, and no end
+     * of another slot's pipes (nor its own read ends). */
+    for (unsigned i = 0; i < 3; i++) {
+        int saw_out = 0, saw_err = 0;
+        for (int k = 0; k < nlines; k++) {
+            int fd;
+            unsigned long long ino;
+            if (lines[k].slot != i || sscanf(lines[k].text, "fd %d ino %llu", &fd, &ino) != 2)
+                continue;
+            for (unsigned j = 0; j < 3; j++) {
+                for (int s = 0; s < 2; s++) {
+                    if (ino != ino_of(pm_test_slot_output_fd(c, j, s)))
+                        continue;
+                    ck_assert_msg(j == i && fd == 1 + s,
+                                  "worker %u holds slot %u's %s pipe at fd %d", i, j,
+                                  s ? "stderr" : "stdout", fd);
+                    saw_out |= s == 0;
+                    saw_err |= s == 1;
+                }
+            }
+        }
+        ck_assert(saw_out && saw_err);
+    }
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    /* And the supervisor closed every end of every incarnation. */
+    ck_assert_int_eq(count_fds(), before);
+
+    /* Exec mode: the program holds 0, 1, 2 and nothing else (ls's own
+     * directory fd is 3). */
+    o = out_opts(2);
+    char *argv[] = {"/bin/ls", "-1", "/proc/self/fd", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/ls", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    PM_RUN_UNTIL(c, exited_seq[0] != 0 && exited_seq[1] != 0, 10000);
+    for (unsigned i = 0; i < 2; i++)
+        ck_assert_int_eq(count_slot(i), 4);
+    pm_cluster_terminate(c);
+    ck_assert_int_eq(count_fds(), before);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- daemon */
+
+/* Runs the daemon with argv to its end; its stdout and stderr in out/err. */
+static int run_daemon(char *const argv[], char *out, size_t osize, char *err, size_t esize)
+{
+    int po[2], pe[2];
+    ck_assert_int_eq(pipe2(po, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(pe, O_CLOEXEC), 0);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        execv(PM_DAEMON_BIN, argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    /* Both pipes read together, so neither fills while the other is read. */
+    size_t go = 0, ge = 0;
+    int open_o = 1, open_e = 1;
+    uint64_t end = pm_test_ms() + 20000;
+    while ((open_o || open_e) && pm_test_ms() < end) {
+        struct pollfd pf[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
+        if (poll(pf, 2, 100) <= 0)
+            continue;
+        if (pf[0].revents) {
+            ssize_t k = read(po[0], out + go, osize - 1 - go);
+            if (k <= 0)
+                open_o = 0;
+            else
+                go += (size_t)k;
+        }
+        if (pf[1].revents) {
+            ssize_t k = read(pe[0], err + ge, esize - 1 - ge);
+            if (k <= 0)
+                open_e = 0;
+            else
+                ge += (size_t)k;
+        }
+    }
+    out[go] = '\0';
+    err[ge] = '\0';
+    close(po[0]);
+    close(pe[0]);
+    int st = pm_test_reap(pid, 10000);
+    ck_assert_msg(st >= 0 && WIFEXITED(st), "the daemon did not exit by itself");
+    return WEXITSTATUS(st);
+}
+
+START_TEST(test_daemon_capture)
+{
+    static char out[65536], err[65536];
+    char *argv[] = {"procmesh", "run", "--output", "capture", "--ready", "exec", "--workers", "1",
+                    "--restart", "never", "--", "/bin/sh", "-c", "echo hi; echo 'err x' >&2", NULL};
+    ck_assert_int_eq(run_daemon(argv, out, sizeof(out), err, sizeof(err)), 0);
+    ck_assert_msg(strstr(err, "event=output slot=0 pid=") != NULL, "no output line in: %s", err);
+    ck_assert_msg(strstr(err, " incarnation=1 stream=stdout text=hi\n") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, " incarnation=1 stream=stderr text=\"err x\"\n") != NULL, "%s", err);
+    /* Before the exit is logged. */
+    ck_assert(strstr(err, "text=hi") < strstr(err, "event=exited"));
+    ck_assert_str_eq(out, "");
+
+    char *inh[] = {"procmesh", "run", "--output", "inherit", "--ready", "exec", "--workers", "1",
+                   "--restart", "never", "--", "/bin/sh", "-c", "echo hi; echo 'err x' >&2", NULL};
+    ck_assert_int_eq(run_daemon(inh, out, sizeof(out), err, sizeof(err)), 0);
+    ck_assert_str_eq(out, "hi\n");
+    ck_assert_msg(strstr(err, "err x\n") != NULL && strstr(err, "event=output") == NULL, "%s", err);
+
+    char *bad[] = {"procmesh", "run", "--output", "tee", "--", "/bin/true", NULL};
+    ck_assert_int_eq(run_daemon(bad, out, sizeof(out), err, sizeof(err)), 2);
+    ck_assert_msg(strstr(err, "--output") != NULL && strstr(err, "tee") != NULL, "%s", err);
+}
+END_TEST
+
+/* The daemon's JSON format carries a worker's control characters escaped:
+ * a worker cannot forge a log line. */
+START_TEST(test_daemon_json_escapes)
+{
+    static char out[65536], err[65536];
+    char *argv[] = {"procmesh", "run", "--log-format", "json", "--ready", "exec", "--workers", "1",
+                    "--restart", "never", "--", "/bin/sh", "-c",
+                    "printf 'a\\033[31mb\\rforged {\"level\":\"error\"}\\n'", NULL};
+    ck_assert_int_eq(run_daemon(argv, out, sizeof(out), err, sizeof(err)), 0);
+    ck_assert_msg(strstr(err, "\"event\":\"output\",\"slot\":0,") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "\"text\":\"a\\u001b[31mb\\u000dforged {\\\"level\\\":\\\"error\\\"}\"}\n") !=
+                      NULL,
+                  "%s", err);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("output");
+    PM_ADD_TEST(s, test_split_and_bucket, 0);
+    PM_ADD_TEST(s, test_setters, 0);
+    PM_ADD_TEST(s, test_tagged_fork, 0);
+    PM_ADD_TEST(s, test_tagged_exec, 0);
+    PM_ADD_TEST(s, test_long_line, 0);
+    PM_ADD_TEST(s, test_flood_rate_limited, 90);
+    PM_ADD_TEST(s, test_last_words_segv_fork, 0);
+    PM_ADD_TEST(s, test_last_words_segv_exec, 0);
+    PM_ADD_TEST(s, test_inherit_passes_through, 0);
+    PM_ADD_TEST(s, test_no_fd_leak, 0);
+    PM_ADD_TEST(s, test_daemon_capture, 0);
+    PM_ADD_TEST(s, test_daemon_json_escapes, 0);
+    return pm_test_main(s);
+}
