@@ -67,7 +67,7 @@ int parse_options(int argc, char **argv, unsigned allowed, bench_opts *o)
             if (csv_out != NULL)
                 fclose(csv_out);
             int fresh = access(val, F_OK) != 0;
-            csv_out = fopen(val, "a");
+            csv_out = fopen(val, "ae"); /* close-on-exec: exec-mode children must not inherit it as fd 3 */
             if (csv_out == NULL) {
                 fprintf(stderr, "pm-bench: --csv: cannot open '%s': %s\n", val, strerror(errno));
                 return -1;
