@@ -5,20 +5,21 @@
 #   tools/quickstart.sh demo              install what is missing, build, run the daemon demo
 #   tools/quickstart.sh test              install what is missing, build, run every test
 #   tools/quickstart.sh test --sanitizers the same in an ASan+UBSan build (_build-asan)
+#   tools/quickstart.sh bench             also nodejs and gnuplot-nox, build, make bench-report
 #
 # Runs as root, or as a user with sudo for the package step. Non-interactive.
 # Exit status: that of the build, the demo or the test suite (0 = success).
 set -eu
 
 usage() {
-    echo "usage: tools/quickstart.sh demo|test [--sanitizers]" >&2
+    echo "usage: tools/quickstart.sh demo|test|bench [--sanitizers]" >&2
     exit 2
 }
 
 [ $# -ge 1 ] || usage
 mode=$1
 shift
-case "$mode" in demo|test) ;; *) usage ;; esac
+case "$mode" in demo|test|bench) ;; *) usage ;; esac
 sanitize=no
 for arg in "$@"; do
     case "$arg" in
@@ -32,6 +33,9 @@ cd "$top"
 
 # 1. Debian packages: only what is missing, so a set-up machine is not touched.
 packages="autoconf automake libtool pkg-config make gcc liburing-dev libsodium-dev libseccomp-dev check"
+# The benchmark report's optional extras (pm-bench compare's Node.js rows,
+# the SVG charts): only for the bench mode, never needed by the tests or CI.
+[ "$mode" = bench ] && packages="$packages nodejs gnuplot-nox"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -66,6 +70,9 @@ make -j"$jobs"
 # 3. Run.
 if [ "$mode" = demo ]; then
     exec "$top/tools/pm-demo.sh" "$top/$build"
+fi
+if [ "$mode" = bench ]; then
+    exec make bench-report
 fi
 
 # Programs that CI (CI=true) may skip, one a line: program|probe|reason.

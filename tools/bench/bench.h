@@ -15,6 +15,7 @@
 #include "internal.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -29,10 +30,19 @@ typedef struct bench_opts {
     unsigned runs;
     unsigned rounds;
     int privileges; /* restart: also measure with --user nobody + seccomp basic */
+    int quick;      /* compare, scale: tiny counts, one run (a smoke test, not a figure) */
 } bench_opts;
 
 /* Which options a subcommand takes. */
-enum { OPT_FRAMES = 1, OPT_SIZE = 2, OPT_RUNS = 4, OPT_ROUNDS = 8, OPT_PRIVILEGES = 16 };
+enum {
+    OPT_FRAMES = 1,
+    OPT_SIZE = 2,
+    OPT_RUNS = 4,
+    OPT_ROUNDS = 8,
+    OPT_PRIVILEGES = 16,
+    OPT_QUICK = 32, /* --quick, no value */
+    OPT_CSV = 64    /* --csv FILE: every figure also as a CSV row (csv_row) */
+};
 
 /* Reads the options after the subcommand's name (argv[2] on) into *o, which
  * holds the subcommand's defaults. Returns 0, 1 when --help was asked for,
@@ -76,8 +86,14 @@ void sort_u64(uint64_t *v, size_t n);
 uint64_t median(uint64_t *v, size_t n);
 uint64_t percentile(const uint64_t *sorted, size_t n, double p);
 
-/* Output. */
+/* Output. print_build says how pm-bench was compiled (compiler, flags). */
 void print_machine(void);
+void print_build(void);
+/* With --csv FILE, one row "bench,workload,size,who,metric,value" per
+ * figure (the file gets a header when it is new); without it, nothing. */
+extern FILE *csv_out;
+void csv_row(const char *bench, const char *workload, uint64_t size, const char *who,
+             const char *metric, double value);
 void print_p50_p99(int width, const char *name, uint64_t *v, size_t n);
 /* "-" when t is the base itself (base == 0), else "<t / base>x". */
 void format_ratio(char *buf, size_t size, uint64_t t, uint64_t base, int decimals);
@@ -87,5 +103,21 @@ int cmd_restart(const bench_opts *o);
 int cmd_spawn(const bench_opts *o);
 int cmd_relay(const bench_opts *o);
 int cmd_daemon(const bench_opts *o);
+int cmd_compare(const bench_opts *o);
+int cmd_scale(const bench_opts *o);
+
+/* Shared between subcommands: the measuring cores of relay and restart,
+ * reused by compare. */
+/* The relay process baseline (kind 0 pipes, 1 Unix sockets): stream
+ * `count` frames of `size` bytes, or ping-pong `count` round trips (their
+ * ns in samples[count]). 0 with the elapsed ns, or -1. */
+int fd_relay_run(int kind, int pingpong, size_t size, uint64_t count, uint64_t *ns,
+                 uint64_t *samples);
+/* K crash-to-ready rounds of a one-worker cluster spawned with o (v[K], ns). 0 or 1. */
+int restart_rounds(pm_options *o, unsigned rounds, uint64_t *v);
+/* K bare fork + _exit (or fork + exec) + waitpid rounds (v[K], ns). */
+void restart_baseline(int exec_mode, unsigned rounds, uint64_t *v);
+/* The exec-mode entry of compare's workers ("pm-bench __compare"). */
+int compare_worker_main(void);
 
 #endif

@@ -37,6 +37,10 @@ int parse_options(int argc, char **argv, unsigned allowed, bench_opts *o)
         const char *opt = argv[i];
         if (strcmp(opt, "--help") == 0)
             return 1;
+        if (strcmp(opt, "--quick") == 0 && (allowed & OPT_QUICK)) {
+            o->quick = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "pm-bench: %s: unknown option or missing value\n", opt);
             return -1;
@@ -59,6 +63,17 @@ int parse_options(int argc, char **argv, unsigned allowed, bench_opts *o)
             if (parse_u64(opt, val, 1, 100000000, &v) < 0)
                 return -1;
             o->rounds = (unsigned)v;
+        } else if (strcmp(opt, "--csv") == 0 && (allowed & OPT_CSV)) {
+            if (csv_out != NULL)
+                fclose(csv_out);
+            int fresh = access(val, F_OK) != 0;
+            csv_out = fopen(val, "ae"); /* close-on-exec: exec-mode children must not inherit it as fd 3 */
+            if (csv_out == NULL) {
+                fprintf(stderr, "pm-bench: --csv: cannot open '%s': %s\n", val, strerror(errno));
+                return -1;
+            }
+            if (fresh)
+                fputs("bench,workload,size,who,metric,value\n", csv_out);
         } else if (strcmp(opt, "--privileges") == 0 && (allowed & OPT_PRIVILEGES)) {
             if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
                 fprintf(stderr, "pm-bench: --privileges: '%s' is not on or off\n", val);
@@ -295,6 +310,26 @@ void print_machine(void)
     uname(&u);
     printf("machine: %ld cpus online, %s %s %s\n", sysconf(_SC_NPROCESSORS_ONLN), u.sysname,
            u.release, u.machine);
+}
+
+void print_build(void)
+{
+#if defined(PM_BENCH_CC) && defined(PM_BENCH_CFLAGS)
+    printf("build: %s %s, %s\n", PM_BENCH_CC, PM_BENCH_CFLAGS, __VERSION__);
+#else
+    printf("build: %s\n", __VERSION__);
+#endif
+}
+
+FILE *csv_out;
+
+void csv_row(const char *bench, const char *workload, uint64_t size, const char *who,
+             const char *metric, double value)
+{
+    if (csv_out == NULL)
+        return;
+    fprintf(csv_out, "%s,%s,%" PRIu64 ",%s,%s,%.6g\n", bench, workload, size, who, metric, value);
+    fflush(csv_out);
 }
 
 void print_p50_p99(int width, const char *name, uint64_t *v, size_t n)

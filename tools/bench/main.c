@@ -11,6 +11,8 @@ static const char usage[] =
     "       pm-bench spawn [--runs R]\n"
     "       pm-bench relay [--frames N] [--rounds K] [--runs R]\n"
     "       pm-bench daemon [--runs R]\n"
+    "       pm-bench compare [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
+    "       pm-bench scale [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
     "\n"
     "  ring   stream N frames of S bytes from one process to another over the\n"
     "         shared-memory ring, a pipe and a Unix socketpair (one write per\n"
@@ -31,6 +33,17 @@ static const char usage[] =
     "  spawn    time for pm_cluster_spawn to bring N = 1, 8, 64 workers to\n"
     "           ready, median of R runs (default 5), fork and exec mode, beside\n"
     "           N bare forks (and fork+execs) that each report over a pipe.\n"
+    "  compare  the same workloads side by side: relay stream (64 B and 4 KiB),\n"
+    "           request/reply through a broker, crash-to-ready; procmesh fork\n"
+    "           and exec mode, pipe and Unix-socket relay processes, Node.js\n"
+    "           worker_threads and cluster (skipped without node on PATH);\n"
+    "           medians of R runs (default 3), speed-up over each baseline.\n"
+    "  scale    N = 2 .. 256 workers: ring stream (each to the next) and all\n"
+    "           requesting from one: throughput, round trip, hub CPU per frame,\n"
+    "           supervisor anonymous RSS and ring memory idle and after traffic;\n"
+    "           spawn-to-ready for N up to 1024.\n"
+    "  --quick      tiny counts and one run: checks it works, measures nothing\n"
+    "  --csv FILE   also append every figure to FILE as CSV\n"
     "\n"
     "exit status: 0 done, 1 a measurement failed, 2 bad command line\n";
 
@@ -49,6 +62,12 @@ static const struct command {
      cmd_relay},
     /* daemon has always accepted --rounds, and ignores it. */
     {"daemon", OPT_RUNS | OPT_ROUNDS, {.runs = 3}, cmd_daemon},
+    /* frames 0: each frame size has its own count; rounds: round trips,
+     * the crash rounds are a tenth of them. */
+    {"compare", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_QUICK | OPT_CSV,
+     {.frames = 0, .runs = 3, .rounds = 5000}, cmd_compare},
+    {"scale", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_QUICK | OPT_CSV,
+     {.frames = 1000000, .runs = 3, .rounds = 20000}, cmd_scale},
 };
 
 int main(int argc, char **argv)
@@ -57,6 +76,8 @@ int main(int argc, char **argv)
         return worker_main();
     if (argc >= 2 && strcmp(argv[1], "__child") == 0)
         return child_main();
+    if (argc >= 2 && strcmp(argv[1], "__compare") == 0)
+        return compare_worker_main();
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -67,7 +88,7 @@ int main(int argc, char **argv)
             cmd = &commands[i];
     if (cmd == NULL) {
         fprintf(stderr,
-                "pm-bench: unknown command '%s' (commands: ring, restart, spawn, relay, daemon)\n",
+                "pm-bench: unknown command '%s' (commands: ring, restart, spawn, relay, daemon, compare, scale)\n",
                 argv[1]);
         return 2;
     }

@@ -224,6 +224,29 @@ static int fd_relay(int kind, int pingpong, uint64_t *ns)
     return rc == 0 ? 0 : -1;
 }
 
+int fd_relay_run(int kind, int pingpong, size_t size, uint64_t count, uint64_t *ns,
+                 uint64_t *samples)
+{
+    /* fd_relay reads its parameters from rsh; the samples are written by
+     * this process (the requester is the parent), so they are copied out. */
+    size_t shsize = sizeof(struct relay_shared) + (pingpong ? count : 0) * sizeof(uint64_t);
+    struct relay_shared *saved = rsh;
+    rsh = mmap(NULL, shsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (rsh == MAP_FAILED) {
+        rsh = saved;
+        return -1;
+    }
+    rsh->size = size;
+    rsh->frames = count;
+    rsh->rounds = (unsigned)count;
+    int rc = fd_relay(kind, pingpong, ns);
+    if (rc == 0 && pingpong)
+        memcpy(samples, rsh->samples, count * sizeof(uint64_t));
+    munmap(rsh, shsize);
+    rsh = saved;
+    return rc;
+}
+
 /* ------------------------------------------------------------------ the command */
 
 int cmd_relay(const bench_opts *opts)

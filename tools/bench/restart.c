@@ -22,7 +22,7 @@ static void print_lat(const char *name, uint64_t *v, size_t n, uint64_t base_p50
 
 /* Bare fork + _exit + waitpid (or fork + exec + wait): the floor of any
  * restart, measured the same way. */
-static void baseline_restart(int exec_mode, unsigned rounds, uint64_t *v)
+void restart_baseline(int exec_mode, unsigned rounds, uint64_t *v)
 {
     for (unsigned i = 0; i < rounds; i++) {
         uint64_t t0 = pm__now_ns();
@@ -40,7 +40,7 @@ static void baseline_restart(int exec_mode, unsigned rounds, uint64_t *v)
 }
 
 /* K crash-to-ready rounds of a one-worker cluster spawned with o. 0 or 1. */
-static int measure(pm_options *o, unsigned rounds, uint64_t *v)
+int restart_rounds(pm_options *o, unsigned rounds, uint64_t *v)
 {
     pm_cluster *c;
     int rc = pm_cluster_spawn(o, &c);
@@ -85,11 +85,11 @@ int cmd_restart(const bench_opts *opts)
     printf("  %-26s %10s %10s %14s\n", "what", "p50 ms", "p99 ms", "vs baseline");
     uint64_t *v = calloc(rounds, sizeof(*v)), *b = calloc(rounds, sizeof(*b));
     for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
-        baseline_restart(exec_mode, rounds, b);
+        restart_baseline(exec_mode, rounds, b);
         sort_u64(b, rounds);
         uint64_t base = percentile(b, rounds, 0.5);
         pm_options *o = bench_options(1, exec_mode);
-        int rc = measure(o, rounds, v);
+        int rc = restart_rounds(o, rounds, v);
         pm_options_free(o);
         if (rc != 0)
             return rc;
@@ -99,7 +99,7 @@ int cmd_restart(const bench_opts *opts)
             char label[64];
             o = bench_options(1, exec_mode);
             privileged(o, label, sizeof(label));
-            rc = measure(o, rounds, v);
+            rc = restart_rounds(o, rounds, v);
             pm_options_free(o);
             if (rc != 0)
                 return rc;

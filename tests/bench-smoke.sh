@@ -1,0 +1,51 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# bench-smoke.sh - pm-bench compare and scale run end to end (--quick: tiny
+# counts, one run) and print every table line; without node on PATH the
+# Node.js rows are replaced by the skip line. Checks that the tools work,
+# never how fast anything is. Exit: 0 pass, 1 fail.
+set -u
+bench=${PM_BUILD_DIR:-.}/tools/pm-bench
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+status=0
+
+# Each line must appear in the output of the command just run.
+expect() {
+    for line in "$@"; do
+        if ! grep -q -e "$line" "$out"; then
+            echo "FAIL: '$what' printed no line matching '$line'" >&2
+            status=1
+        fi
+    done
+}
+
+# A bound, not a timing: a hung benchmark fails here instead of hanging make check.
+what="pm-bench compare --quick"
+if ! timeout 120 "$bench" compare --quick --csv "$out.csv" >"$out" 2>&1; then
+    echo "FAIL: $what exited with an error" >&2
+    status=1
+fi
+cat "$out"
+expect '^relay stream, 64 B' '^relay stream, 4096 B' '^request/reply round trip' \
+    '^crash-to-replacement-ready' '^  procmesh fork  *[0-9]' '^  procmesh exec  *[0-9]' \
+    '^  pipes relay  *[0-9]' '^  unix relay  *[0-9]' '^  fork+exit+wait  *[0-9]'
+if command -v node >/dev/null 2>&1 && [ "${PM_BENCH_NODE-unset}" != "" ]; then
+    expect '^  node worker_threads  *[0-9]' '^  node cluster  *[0-9]'
+else
+    expect '^node: skipped: node not on PATH' '^  node cluster  *skipped'
+fi
+if ! grep -q '^compare,stream,64,procmesh fork,frames_per_s,' "$out.csv"; then
+    echo "FAIL: $what --csv wrote no procmesh stream row" >&2
+    status=1
+fi
+rm -f "$out.csv"
+
+what="pm-bench scale --quick"
+if ! timeout 120 "$bench" scale --quick >"$out" 2>&1; then
+    echo "FAIL: $what exited with an error" >&2
+    status=1
+fi
+cat "$out"
+expect '^  *2  *[0-9][0-9]*  ' '^  *4  *[0-9][0-9]*  ' '^spawn-to-ready' '^  *8  *[0-9.]*  *[0-9.]*$'
+exit "$status"

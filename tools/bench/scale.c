@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: MIT */
+/* scale.c - pm-bench scale: throughput, round trip, hub CPU and memory as the number of workers grows. */
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+/* Shared with the fork-mode workers (MAP_SHARED, made before the spawn). */
+struct scale_shared {
+    size_t size;
+    uint64_t quota;       /* stream: frames each worker sends to the next (and receives) */
+    unsigned rounds_each; /* rtt: requests each worker but slot 0 makes */
+    _Atomic unsigned done;
+    uint64_t samples[]; /* rtt: slot s's round trips at (s - 1) * rounds_each, ns */
+};
+
+static struct scale_shared *ssh;
+
+/* ------------------------------------------------------------------ the workers */
+
+/* The stream phase's count of frames received from the previous worker.
+ * Frames may arrive before this worker's own "stream" command does. */
+static uint64_t got;
+
+static void take(pm_node *n, const pm_message *m)
+{
+    if (m->kind == PM_MSG_REQUEST)
+        pm_node_reply(n, m, m->data, m->len);
+    else if (m->kind == PM_MSG_PLAIN && m->from.port != 0)
+        got++;
+}
+
+/* Each worker sends quota frames to the next while it receives quota from
+ * the previous one. Sending without reading would deadlock the circle once
+ * every ring and the hub's queues are full, so sends are tried, and the
+ * worker reads whenever it cannot send; once it has all it should receive,
+ * nobody waits for it and it may block in send. */
+static void stream(pm_node *n, const pm_address *next, const char *buf)
+{
+    uint64_t q = ssh->quota, sent = 0;
+    pm_message m;
+    while (sent < q || got < q) {
+        int progress = 0;
+        for (int b = 0; b < 32 && sent < q; b++) {
+            int rc = got >= q ? pm_node_send(n, next, buf, ssh->size)
+                              : pm_node_try_send(n, next, buf, ssh->size);
+            if (rc != 0)
+                break;
+            sent++;
+            progress = 1;
+        }
+        while (got < q && pm_node_recv(n, &m, 0) == 0) {
+            take(n, &m);
+            progress = 1;
+        }
+        if (!progress && pm_node_recv(n, &m, 1) == 0)
+            take(n, &m);
+    }
+    atomic_fetch_add(&ssh->done, 1);
+}
+
+static void requests(pm_node *n, const pm_address *server, const char *buf, unsigned slot)
+{
+    pm_message reply;
+    uint64_t *v = &ssh->samples[(size_t)(slot - 1) * ssh->rounds_each];
+    for (unsigned i = 0; i < ssh->rounds_each; i++) {
+        uint64_t t0 = pm__now_ns();
+        if (pm_node_request(n, server, buf, ssh->size, 30000, &reply) != 0)
+            _exit(3);
+        v[i] = pm__now_ns() - t0;
+    }
+    atomic_fetch_add(&ssh->done, 1);
+}
+
+/* Waits for main's commands ("s" stream, "r" requests); slot 0 answers the
+ * requests of all the others. */
+static int scale_worker(pm_node *n, void *arg)
+{
+    pm_node_ready(n);
+    unsigned slot = pm_node_slot(n), workers = (unsigned)(uintptr_t)arg;
+    pm_address next = *pm_node_self(n), server = next;
+    next.port = (uint16_t)(next.port - slot + (slot + 1) % workers);
+    next.incarnation = 0;
+    server.port = (uint16_t)(server.port - slot);
+    server.incarnation = 0;
+    char *buf = calloc(1, ssh->size);
+    pm_message m;
+    int rc;
+    while ((rc = pm_node_recv(n, &m, -1)) != -ESHUTDOWN) {
+        if (rc != 0)
+            continue;
+        if (m.kind == PM_MSG_PLAIN && m.from.port == 0 && m.len == 1) {
+            if (((const char *)m.data)[0] == 's')
+                stream(n, &next, buf);
+            else if (slot != 0)
+                requests(n, &server, buf, slot);
+        } else {
+            take(n, &m);
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+/* The supervisor's private anonymous memory (the Anonymous: lines of every
+ * mapping but the rings') and the ring pages really resident (mincore over
+ * the rings' shared mappings: a page counts once a worker or the hub wrote
+ * it, whoever faulted it in), in KiB. */
+static void memory(double *anon_out, double *ring_out)
+{
+    long anon = 0, ring_kib = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int ring = 0;
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned char *vec = NULL;
+    size_t veclen = 0;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi;
+        long kib;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+            ring = strstr(line, "/memfd:procmesh-slot") != NULL;
+            size_t pages = (hi - lo) / (unsigned long)page;
+            if (ring && pages > veclen) {
+                free(vec);
+                vec = malloc(pages);
+                veclen = vec != NULL ? pages : 0;
+            }
+            if (ring && vec != NULL && mincore((void *)lo, hi - lo, vec) == 0)
+                for (size_t i = 0; i < pages; i++)
+                    ring_kib += (vec[i] & 1) ? page / 1024 : 0;
+        } else if (!ring && sscanf(line, "Anonymous: %ld kB", &kib) == 1) {
+            anon += kib;
+        }
+    }
+    free(vec);
+    if (f != NULL)
+        fclose(f);
+    *anon_out = (double)anon;
+    *ring_out = (double)ring_kib;
+}
+
+/* ------------------------------------------------------------------ one N */
+
+struct figures {
+    double fps, stream_cpu_ns, rtt_p50, rtt_p99, rtt_cpu_ns, rps;
+    double anon_idle, ring_idle, anon_after, ring_after; /* KiB */
+};
+
+static uint64_t cpu_ns_self(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000u +
+           (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000u;
+}
+
+static uint64_t relayed(const pm_cluster *c)
+{
+    struct pm_cluster_stats st;
+    pm_cluster_stats(c, &st);
+    return st.frames_relayed;
+}
+
+/* Sends a command to every worker and runs the loop until `want` of them
+ * are done. Returns the elapsed ns and the supervisor's CPU ns per frame it
+ * relayed meanwhile, or 0 when they did not finish in time. */
+static uint64_t phase(pm_cluster *c, char cmd, unsigned want, double *cpu_per_frame)
+{
+    pm_address *a = calloc(PM_MAX_WORKERS, sizeof(*a));
+    int n = pm_cluster_addresses(c, a, PM_MAX_WORKERS);
+    atomic_store(&ssh->done, 0);
+    uint64_t cpu0 = cpu_ns_self(), f0 = relayed(c), t0 = pm__now_ns();
+    for (int i = 0; i < n; i++)
+        pm_cluster_send(c, &a[i], &cmd, 1);
+    free(a);
+    while (atomic_load(&ssh->done) < want) {
+        if (pm_cluster_run(c, 1) < 0 || pm__now_ns() - t0 > 300000000000ull) {
+            fprintf(stderr, "pm-bench: scale: %s phase did not finish (%u of %u workers)\n",
+                    cmd == 's' ? "stream" : "request", atomic_load(&ssh->done), want);
+            return 0;
+        }
+    }
+    uint64_t t = pm__now_ns() - t0, frames = relayed(c) - f0;
+    *cpu_per_frame = frames ? (double)(cpu_ns_self() - cpu0) / (double)frames : 0;
+    return t;
+}
+
+static int one_n(unsigned workers, uint64_t frames, struct figures *fg)
+{
+    ssh->size = 64;
+    ssh->quota = frames / workers > 0 ? frames / workers : 1;
+    pm_options *o = bench_options((int)workers, 0);
+    pm_options_set_bootstrap(o, scale_worker, (void *)(uintptr_t)workers);
+    pm_options_set_on_event(o, NULL, NULL);
+    pm_options_set_ring_size(o, RING_CAP);
+    pm_cluster *c;
+    int rc = pm_cluster_spawn(o, &c);
+    pm_options_free(o);
+    if (rc < 0) {
+        fprintf(stderr, "pm-bench: scale: spawn of %u: %s\n", workers, pm_strerror(rc));
+        return -1;
+    }
+    int ret = -1;
+    got = 0;
+    memory(&fg->anon_idle, &fg->ring_idle);
+    uint64_t t = phase(c, 's', workers, &fg->stream_cpu_ns);
+    if (t == 0)
+        goto out;
+    fg->fps = (double)(ssh->quota * workers) * 1e9 / (double)t;
+    t = phase(c, 'r', workers - 1, &fg->rtt_cpu_ns);
+    if (t == 0)
+        goto out;
+    size_t ns = (size_t)(workers - 1) * ssh->rounds_each;
+    fg->rps = (double)ns * 1e9 / (double)t;
+    sort_u64(ssh->samples, ns);
+    fg->rtt_p50 = (double)percentile(ssh->samples, ns, 0.5);
+    fg->rtt_p99 = (double)percentile(ssh->samples, ns, 0.99);
+    memory(&fg->anon_after, &fg->ring_after);
+    ret = 0;
+out:
+    pm_cluster_terminate(c);
+    return ret;
+}
+
+/* ------------------------------------------------------------------ the command */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_d(double *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_double);
+    return v[n / 2];
+}
+
+/* Median over the runs of one field of struct figures. */
+static double field_median(const struct figures *fg, unsigned runs, size_t offset, double *tmp)
+{
+    for (unsigned i = 0; i < runs; i++)
+        memcpy(&tmp[i], (const char *)&fg[i] + offset, sizeof(double));
+    return median_d(tmp, runs);
+}
+#define FIELD_MEDIAN(runs, fg, field, tmp) field_median(fg, runs, offsetof(struct figures, field), tmp)
+
+static uint64_t spawn_time(unsigned n, int exec_mode)
+{
+    pm_options *o = bench_options((int)n, exec_mode);
+    pm_cluster *c;
+    uint64_t t0 = pm__now_ns();
+    int rc = pm_cluster_spawn(o, &c);
+    uint64_t t = pm__now_ns() - t0;
+    pm_options_free(o);
+    if (rc < 0) {
+        fprintf(stderr, "pm-bench: scale: spawn of %u: %s\n", n, pm_strerror(rc));
+        return 0;
+    }
+    pm_cluster_terminate(c);
+    return t;
+}
+
+int cmd_scale(const bench_opts *opts)
+{
+    static const unsigned full[] = {2, 4, 8, 16, 64, 256};
+    static const unsigned quick[] = {2, 4};
+    static const unsigned spawn_full[] = {2, 16, 64, 256, 1024};
+    static const unsigned spawn_quick[] = {2, 8};
+    const unsigned *ns = opts->quick ? quick : full, *sn = opts->quick ? spawn_quick : spawn_full;
+    size_t nn = opts->quick ? PM__ARRAY_SIZE(quick) : PM__ARRAY_SIZE(full);
+    size_t ns_spawn = opts->quick ? PM__ARRAY_SIZE(spawn_quick) : PM__ARRAY_SIZE(spawn_full);
+    uint64_t frames = opts->quick ? 2000 : opts->frames;
+    unsigned rounds = opts->quick ? 40 : opts->rounds, runs = opts->quick ? 1 : opts->runs;
+    print_machine();
+    print_build();
+    printf("scale: fork mode, 64 B frames, 1 MiB rings, median of %u runs%s\n", runs,
+           opts->quick ? " (--quick: tiny counts, not a measurement)" : "");
+    printf("  stream: %" PRIu64 " frames in all, each worker to the next; requests: %u in all,\n"
+           "  every worker but slot 0 asking slot 0, one at a time; hub CPU = the supervisor's\n"
+           "  getrusage over the phase / frames it relayed; memory in KiB (anon: the\n"
+           "  supervisor's private anonymous memory; rings: ring pages resident, per worker)\n",
+           frames, rounds);
+    printf("  %5s %12s %9s %10s %10s %9s %10s %8s %8s %8s %9s %8s\n", "N", "frames/s", "cpu ns/f",
+           "req/s", "rtt p50us", "p99 us", "cpu ns/f", "anon", "after", "target", "ring/w", "after");
+    struct figures *fg = calloc(runs, sizeof(*fg));
+    double *tmp = calloc(runs, sizeof(*tmp));
+    for (size_t k = 0; k < nn; k++) {
+        unsigned n = ns[k];
+        unsigned each = rounds / (n - 1) > 10 ? rounds / (n - 1) : 10;
+        size_t shsize = sizeof(struct scale_shared) + (size_t)(n - 1) * each * sizeof(uint64_t);
+        ssh = mmap(NULL, shsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (ssh == MAP_FAILED)
+            die("mmap");
+        ssh->rounds_each = each;
+        for (unsigned r = 0; r < runs; r++)
+            if (one_n(n, frames, &fg[r]) < 0)
+                return 1;
+        munmap(ssh, shsize);
+        double fps = FIELD_MEDIAN(runs, fg, fps, tmp), scpu = FIELD_MEDIAN(runs, fg, stream_cpu_ns, tmp);
+        double rps = FIELD_MEDIAN(runs, fg, rps, tmp), p50 = FIELD_MEDIAN(runs, fg, rtt_p50, tmp);
+        double p99 = FIELD_MEDIAN(runs, fg, rtt_p99, tmp), rcpu = FIELD_MEDIAN(runs, fg, rtt_cpu_ns, tmp);
+        double ai = FIELD_MEDIAN(runs, fg, anon_idle, tmp), aa = FIELD_MEDIAN(runs, fg, anon_after, tmp);
+        double ri = FIELD_MEDIAN(runs, fg, ring_idle, tmp), ra = FIELD_MEDIAN(runs, fg, ring_after, tmp);
+        double target = 4096 + 64.0 * n;
+        printf("  %5u %12.0f %9.0f %10.0f %10.1f %9.1f %10.0f %8.0f %8.0f %8.0f %9.1f %8.1f\n", n, fps,
+               scpu, rps, p50 / 1e3, p99 / 1e3, rcpu, ai, aa, target, ri / n, ra / n);
+        const struct {
+            const char *w, *m;
+            double v;
+        } rows[] = {
+            {"stream", "frames_per_s", fps},     {"stream", "hub_cpu_ns_per_frame", scpu},
+            {"rtt", "requests_per_s", rps},      {"rtt", "p50_ns", p50},
+            {"rtt", "p99_ns", p99},              {"rtt", "hub_cpu_ns_per_frame", rcpu},
+            {"memory", "anon_idle_kib", ai},     {"memory", "anon_after_kib", aa},
+            {"memory", "target_kib", target},    {"memory", "ring_idle_kib_per_worker", ri / n},
+            {"memory", "ring_after_kib_per_worker", ra / n},
+        };
+        for (size_t i = 0; i < PM__ARRAY_SIZE(rows); i++)
+            csv_row("scale", rows[i].w, n, "procmesh fork", rows[i].m, rows[i].v);
+    }
+    free(fg);
+    printf("spawn-to-ready: pm_cluster_spawn of N idle workers (256 KiB rings), median of %u runs (ms)\n",
+           runs);
+    printf("  %5s %12s %12s\n", "N", "fork ms", "exec ms");
+    uint64_t *v = calloc(runs, sizeof(*v));
+    for (size_t k = 0; k < ns_spawn; k++) {
+        double med[2];
+        for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
+            for (unsigned r = 0; r < runs; r++)
+                if ((v[r] = spawn_time(sn[k], exec_mode)) == 0)
+                    return 1;
+            med[exec_mode] = (double)median(v, runs) / 1e6;
+            csv_row("scale", "spawn", sn[k], exec_mode ? "procmesh exec" : "procmesh fork", "ms",
+                    med[exec_mode]);
+        }
+        printf("  %5u %12.3f %12.3f\n", sn[k], med[0], med[1]);
+    }
+    free(v);
+    free(tmp);
+    return 0;
+}
