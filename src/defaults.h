@@ -25,5 +25,6 @@
 #define PM__DEFAULT_HOSTNAME "worker"
 #define PM__DEFAULT_BASE_PORT 1
 #define PM__DEFAULT_READY_MODE PM_READY_MESH
+#define PM__DEFAULT_PEER_TIMEOUT_MS 5000 /* peer links: handshake and silence bound */
 
 #endif /* PM_DEFAULTS_H */

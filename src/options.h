@@ -3,11 +3,16 @@
 #define PM_OPTIONS_H
 
 #include "internal.h"
+#include "peerkeys.h"
 
 #define PM__MAX_PASS_FDS 64
 /* The smallest ring that still takes a maximal frame (PM__LINK_MAX_FRAME)
  * behind a padding record. */
 #define PM__MIN_RING_SIZE ((size_t)256 * 1024)
+/* Peer links: "HOST:PORT" (a DNS name of up to 253 bytes, or [IPv6]) and
+ * the number of --peers. */
+#define PM__PEER_ADDR_MAX 264
+#define PM__MAX_PEERS 64
 
 struct pm_options {
     int workers; /* 0 = auto */
@@ -46,7 +51,22 @@ struct pm_options {
     void *on_event_arg;
     void (*on_message)(pm_cluster *, const pm_message *, void *);
     void *on_message_arg;
+    /* Peer links: stored and validated, not yet acted on. */
+    char peer_listen[PM__PEER_ADDR_MAX]; /* "" = none */
+    char peers[PM__MAX_PEERS][PM__PEER_ADDR_MAX];
+    size_t npeers;
+    char peers_dns[PM__PEER_ADDR_MAX];   /* "" = none */
+    pm__keyring *keys;                   /* the secrets (secret memory); NULL = none */
+    int insecure_no_secret;
+    char *node_key_file;                 /* NULL: a new key pair per start */
+    char *peer_keys_file;                /* NULL: no pinning */
+    int peer_timeout_ms;
 };
+
+/* "HOST:PORT": a host of 1..255 bytes without blanks, control characters
+ * or a '/', or "[v6]"; a port of 1..65535 without sign or leading zero.
+ * 1 when valid. Pure. */
+int pm__peer_addr_valid(const char *s);
 
 /* Deep copy (the cluster keeps its own). NULL on ENOMEM. */
 pm_options *pm__options_dup(const pm_options *o);

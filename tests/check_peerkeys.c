@@ -8,6 +8,7 @@
 #include <sodium.h>
 
 #include "internal.h"
+#include "options.h"
 #include "peerkeys.h"
 
 static char dir[64];
@@ -384,6 +385,100 @@ START_TEST(test_pins_load)
 }
 END_TEST
 
+
+/* ------------------------------------------------------------ options */
+
+static int ok_exec(pm_options *o)
+{
+    return pm_options_set_exec(o, "/bin/true", NULL);
+}
+
+START_TEST(test_options_peer)
+{
+    /* The setters store and validate; nothing acts on them yet. */
+    pm_options *o = pm_options_new();
+    char why[256];
+    ck_assert_int_eq(ok_exec(o), 0);
+    ck_assert_int_eq(o->peer_timeout_ms, 5000);
+    static const char *const good[] = {"a:1", "host.example:65535", "10.0.0.1:7946", "[::1]:7946",
+                                       "[fe80::1%eth0]:1"};
+    static const char *const bad[] = {"", "host", "host:", ":80", "host:0", "host:65536", "host:+80",
+                                      "host:080", "host:8o", "ho st:80", "::1:80", "[::1:80", "a/b:80",
+                                      "[]:80", "host:123456"};
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        ck_assert_msg(pm_options_set_peer_listen(o, good[i]) == 0, "refused %s", good[i]);
+        ck_assert_str_eq(o->peer_listen, good[i]);
+        ck_assert_int_eq(pm_options_add_peer(o, good[i]), 0);
+        ck_assert_int_eq(pm_options_set_peers_dns(o, good[i]), 0);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        ck_assert_msg(pm_options_set_peer_listen(o, bad[i]) == -EINVAL, "accepted '%s'", bad[i]);
+        ck_assert_int_eq(pm_options_add_peer(o, bad[i]), -EINVAL);
+        ck_assert_int_eq(pm_options_set_peers_dns(o, bad[i]), -EINVAL);
+    }
+    char longhost[300];
+    memset(longhost, 'h', 256);
+    strcpy(longhost + 256, ":80");
+    ck_assert_int_eq(pm_options_add_peer(o, longhost), -EINVAL);
+    ck_assert_int_eq(pm_options_add_peer(o, NULL), -EINVAL);
+    ck_assert_int_eq(pm_options_add_peer(o, "a:1"), -EEXIST);
+    char name[32];
+    for (size_t i = o->npeers; i < 64; i++) {
+        snprintf(name, sizeof(name), "peer%zu:1", i);
+        ck_assert_int_eq(pm_options_add_peer(o, name), 0);
+    }
+    ck_assert_int_eq(pm_options_add_peer(o, "one-too-many:1"), -ENOSPC);
+
+    /* Peer mode needs a secret, or the explicit insecure mode. */
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -EINVAL);
+    ck_assert_msg(strstr(why, "no pre-shared secret") != NULL, "why: %s", why);
+    ck_assert_int_eq(pm_options_set_insecure_no_secret(o, 2), -EINVAL);
+    ck_assert_int_eq(pm_options_set_insecure_no_secret(o, 1), 0);
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), 0);
+    unsigned char zero[32] = {0};
+    ck_assert_int_eq(pm_options_add_secret(o, zero), -EINVAL);
+    ck_assert_int_eq(pm_options_add_secret(o, NULL), -EINVAL);
+    ck_assert_int_eq(pm_options_add_secret(o, key_1_32), 0);
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -EINVAL);
+    ck_assert_msg(strstr(why, "insecure_no_secret") != NULL, "why: %s", why);
+    ck_assert_int_eq(pm_options_set_insecure_no_secret(o, 0), 0);
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), 0);
+    unsigned char next[32];
+    memcpy(next, key_1_32, 32);
+    next[0] ^= 0xff;
+    ck_assert_int_eq(pm_options_add_secret(o, key_1_32), -EEXIST);
+    ck_assert_int_eq(pm_options_add_secret(o, next), 0);
+    next[1] ^= 0xff;
+    ck_assert_int_eq(pm_options_add_secret(o, next), -ENOSPC);
+
+    ck_assert_int_eq(pm_options_set_node_key_file(o, ""), -EINVAL);
+    ck_assert_int_eq(pm_options_set_node_key_file(o, "/etc/procmesh/node.key"), 0);
+    ck_assert_int_eq(pm_options_set_peer_keys_file(o, "/etc/procmesh/peers"), 0);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 0), -EINVAL);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 250), 0);
+
+    /* The cluster's copy has its own secret block and strings. */
+    pm_options *c = pm__options_dup(o);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_ptr_ne(c->keys, o->keys);
+    ck_assert_uint_eq(pm__keyring_nsecrets(c->keys), 2);
+    ck_assert_mem_eq(pm__keyring_secret(c->keys, 0), key_1_32, 32);
+    ck_assert_str_eq(c->node_key_file, "/etc/procmesh/node.key");
+    ck_assert_ptr_ne(c->node_key_file, o->node_key_file);
+    ck_assert_str_eq(c->peer_keys_file, "/etc/procmesh/peers");
+    ck_assert_int_eq(c->peer_timeout_ms, 250);
+    pm_options_free(o);
+    ck_assert_mem_eq(pm__keyring_secret(c->keys, 0), key_1_32, 32);
+    /* NULL clears. */
+    ck_assert_int_eq(pm_options_set_node_key_file(c, NULL), 0);
+    ck_assert_ptr_null(c->node_key_file);
+    ck_assert_int_eq(pm_options_set_peer_listen(c, NULL), 0);
+    ck_assert_str_eq(c->peer_listen, "");
+    pm_options_free(c);
+    ck_assert_int_eq(pm_options_add_secret(NULL, key_1_32), -EINVAL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("peerkeys");
@@ -396,5 +491,6 @@ int main(void)
     PM_ADD_TEST(s, test_keyring_fork, 30);
     PM_ADD_TEST(s, test_pins, 0);
     PM_ADD_TEST(s, test_pins_load, 0);
+    PM_ADD_TEST(s, test_options_peer, 0);
     return pm_test_main(s);
 }
