@@ -579,8 +579,6 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
 static int add_secret_file(const char *path, int allow, pm_options *o, char *err, size_t errsize)
 {
     char why[384];
-    if (sodium_init() < 0)
-        return fail(err, errsize, "--secret-file: libsodium failed to initialise");
     unsigned char *key = sodium_malloc(PM__PEER_KEY_LEN);
     if (key == NULL)
         return -ENOMEM;
@@ -605,6 +603,9 @@ int pmd_dconf_peer_files(const pmd_dconf *c, pm_options *o, char *err, size_t er
     char why[384];
     int rc = 0;
     err[0] = '\0';
+    /* Before any sodium_malloc: it needs the page size sodium_init reads. */
+    if (sodium_init() < 0)
+        return fail(err, errsize, "peer links: libsodium failed to initialise");
     for (size_t i = 0; i < c->nsecret_files && rc == 0; i++)
         rc = add_secret_file(c->secret_file[i], c->allow_insecure_secret_mode, o, err, errsize);
     if (rc < 0)
