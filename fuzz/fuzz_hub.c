@@ -148,7 +148,14 @@ static void fake_control(void *owner, unsigned i, int type, const void *payload,
     pm__hub_port_set_state(&hub, i, PM__PORT_READY);
 }
 
-static const pm__hub_ops fake_ops = {fake_fault, fake_control};
+/* A destination that stops draining is only reported: nothing to check. */
+static void fake_not_draining(void *owner, unsigned p)
+{
+    (void)owner;
+    (void)p;
+}
+
+static const pm__hub_ops fake_ops = {fake_fault, fake_control, fake_not_draining};
 
 /* ---- main ---- */
 

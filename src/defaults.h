@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * defaults.h - the default of each pm_options setting that the procmesh
  * daemon exposes as a flag. pm_options_new() and the daemon (its parsed
@@ -25,6 +26,10 @@
 #define PM__DEFAULT_HOSTNAME "worker"
 #define PM__DEFAULT_BASE_PORT 1
 #define PM__DEFAULT_READY_MODE PM_READY_MESH
+#define PM__DEFAULT_NO_NEW_PRIVS 1
+#define PM__DEFAULT_PROTECT_SUPERVISOR 0 /* the daemon protects itself always */
+#define PM__DEFAULT_SECCOMP PM_SECCOMP_OFF
+#define PM__DEFAULT_SECCOMP_ACTION PM_SECCOMP_ERRNO
 #define PM__DEFAULT_PEER_TIMEOUT_MS 5000 /* peer links: handshake and silence bound */
 
 #endif /* PM_DEFAULTS_H */

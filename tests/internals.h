@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * internals.h - every read of a private procmesh structure the tests make.
  *
@@ -91,6 +92,13 @@ static inline void pm_test_set_inflight_lifetime(pm_cluster *c, uint64_t ms)
     c->hub.inflight_lifetime_ms = ms;
 }
 
+/* The id the next pm_cluster_request gets is the one after this (ids wrap
+ * within 1..INT_MAX). */
+static inline void pm_test_set_last_request_id(pm_cluster *c, uint32_t id)
+{
+    c->hub.mreq_last_id = id;
+}
+
 /* Replies that arrived when nobody waited for them any more. */
 static inline uint64_t pm_test_late_replies(const pm_cluster *c)
 {
@@ -135,6 +143,12 @@ static inline const struct pm_options *pm_test_options(const pm_options *o)
 static inline void *pm_test_node_map(pm_node *n)
 {
     return n->link.map;
+}
+
+/* The crash record in the worker's control block (crash.h), to scribble. */
+static inline struct pm__crash_rec *pm_test_node_crash_record(pm_node *n)
+{
+    return &((struct pm__ctl *)n->link.map)->crash;
 }
 
 /* The worker's up ring (worker -> hub), to write raw frames into. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pm-test-worker - an exec-mode worker for the tests. The first argument
  * says how to behave:

@@ -1,8 +1,11 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dconf.h - the procmesh daemon's `run` options from its command line and
  * environment. Pure (but for reading an --init-data @FILE): it turns argv
  * and an environment lookup into a configuration or one error line, so
  * tests drive it exactly. The defaults are the library's (defaults.h).
+ * --user resolves a name with getpwnam/getgrnam (numbers are taken as
+ * they are).
  */
 #ifndef PMD_DCONF_H
 #define PMD_DCONF_H
@@ -44,6 +47,11 @@ typedef struct pmd_dconf {
     unsigned health_port;
     int min_ready;          /* -1: all slots */
     int log_format, log_level; /* PMD_LOG_* */
+    int user;               /* --user given: workers run as uid:gid */
+    unsigned uid, gid;
+    unsigned uid_first, uid_count; /* --uid-range; count 0 = none */
+    int no_new_privs;       /* 0 or 1 */
+    int seccomp, seccomp_action; /* PM_SECCOMP_* */
     /* Peer links: parsed and validated; not yet run (see procmesh.c). */
     int peer_flags;         /* 1 when any peer-link option was given */
     char peer_listen[PMD_PEER_ADDR_MAX]; /* "" = none */

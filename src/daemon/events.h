@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * events.h - the daemon's view of cluster events: one log line per event
  * (rate-limited per slot: a worker must not be able to flood the log),

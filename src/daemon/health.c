@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* health.c - the HTTP health endpoint in the supervisor's loop: request
  * parsing, /healthz /readyz /metrics answers, connection limits; see
  * health.h. */
@@ -200,7 +201,7 @@ static void on_accept(pm_cluster *c, int lfd, void *arg);
 /* Accepting again after a pause for lack of fds. */
 static void resume_accept(pmd_health *h)
 {
-    if (h->paused && h->c != NULL) {
+    if (h->paused) {
         h->paused = 0;
         pm_cluster_watch_fd(h->c, h->lfd, on_accept, h);
     }
@@ -208,8 +209,7 @@ static void resume_accept(pmd_health *h)
 
 static void conn_close(pmd_health *h, conn *k)
 {
-    if (h->c != NULL)
-        pm_cluster_unwatch_fd(h->c, k->fd);
+    pm_cluster_unwatch_fd(h->c, k->fd);
     close(k->fd);
     k->fd = -1;
     /* An fd is free now: if accept ran out of them, it may go on. */
@@ -415,12 +415,6 @@ void pmd_health_tick(pmd_health *h)
     }
 }
 
-void pmd_health_detach(pmd_health *h)
-{
-    if (h != NULL)
-        h->c = NULL;
-}
-
 void pmd_health_stop(pmd_health *h)
 {
     if (h == NULL)
@@ -428,8 +422,7 @@ void pmd_health_stop(pmd_health *h)
     for (int i = 0; i < PMD_HTTP_MAX_CONN; i++)
         if (h->conns[i].fd >= 0)
             conn_close(h, &h->conns[i]);
-    if (h->c != NULL)
-        pm_cluster_unwatch_fd(h->c, h->lfd);
+    pm_cluster_unwatch_fd(h->c, h->lfd);
     close(h->lfd);
     free(h->out);
     free(h);

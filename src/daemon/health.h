@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * health.h - the daemon's HTTP endpoint (/healthz, /readyz, /metrics,
  * /status), served from the supervisor's own loop (pm_cluster_watch_fd).
@@ -55,9 +56,6 @@ pmd_health *pmd_health_start(pm_cluster *c, const char *host, unsigned port,
  * a pause for lack of fds; call at least once a second, also while the
  * daemon waits in a rolling restart. */
 void pmd_health_tick(pmd_health *h);
-/* The cluster is gone (pm_cluster_terminate freed it, and its loop with
- * the watches): stop must not touch it. */
-void pmd_health_detach(pmd_health *h);
 void pmd_health_stop(pmd_health *h);
 
 /* The /metrics body; returns the length written (at most size - 1,

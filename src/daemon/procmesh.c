@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * procmesh.c - the program: its commands and the run loop (signals, drain,
  * rolling restart) around the cluster.
@@ -89,6 +90,13 @@ static const char usage_text[] =
     "  --min-ready N             (default: all slots)\n"
     "  --log-format text|json    (default text)\n"
     "  --log-level error|warn|info|debug   (default info)\n"
+    "  --user USER[:GROUP]       workers drop to this user (procmesh runs as root)\n"
+    "  --uid-range FIRST:COUNT   slot i runs as uid FIRST+i (root; siblings apart)\n"
+    "  --no-new-privs yes|no     PR_SET_NO_NEW_PRIVS for workers (default yes)\n"
+    "  --seccomp off|basic|strict   worker system-call filter (default off;\n"
+    "                            strict: fork-mode workers only, refused here)\n"
+    "  --seccomp-action errno|kill  a denied call fails with EPERM (default)\n"
+    "                            or kills the worker\n"
     "\n"
     "peer links (validated only: not implemented in this build, run exits 2):\n"
     "  --peer-listen HOST:PORT   accept peers here\n"
@@ -157,18 +165,14 @@ static int rolling_restart(pm_cluster *c, pmd_health *health, pmd_events *ev)
 }
 
 /* Stops the workers (drain) and frees the cluster. The health endpoint
- * lives in the cluster's loop, which pm_cluster_terminate keeps running
- * while it waits for the workers: probes during the drain are answered
- * (/readyz 503, draining is set by the caller). The loop and its watches
- * are gone once it returns, so the endpoint is detached before it is
- * closed. */
+ * lives in the cluster's loop, which this frees: it is closed first, so
+ * probes during the drain see a refused connection, which orchestrators
+ * treat as not ready. */
 static int terminate(pm_cluster *c, pmd_health **health)
 {
-    int rc = pm_cluster_terminate(c);
-    pmd_health_detach(*health);
     pmd_health_stop(*health);
     *health = NULL;
-    return rc;
+    return pm_cluster_terminate(c);
 }
 
 /* getenv for pmd_dconf_parse, whose lookup returns const char *. */
@@ -258,6 +262,13 @@ static int cmd_run(int argc, char **argv)
         return EXIT_USAGE;
     }
     pmd_log_setup(conf.log_format, conf.log_level);
+    /* A worker running under our uid must not ptrace us or read our memory
+     * through /proc: non-dumpable, before any worker exists. (No core dump
+     * of the daemon afterwards, which is the price.) */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+        const char *kv[] = {"error", strerror(errno)};
+        pmd_log(PMD_LOG_WARN, "not_dumpable_failed", kv, 2);
+    }
     pm_options *o;
     if (pmd_dconf_options(&conf, &o, err, sizeof(err)) < 0) {
         fprintf(stderr, "procmesh run: %s\n", err);

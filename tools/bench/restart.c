@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* restart.c - pm-bench restart: crash-to-ready latency of a worker beside a bare fork+exit+wait. */
 #include "bench.h"
 
@@ -5,6 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+
+#include "seccomp_filter.h"
+
+#define NOBODY 65534
 
 static void print_lat(const char *name, uint64_t *v, size_t n, uint64_t base_p50)
 {
@@ -34,6 +39,44 @@ static void baseline_restart(int exec_mode, unsigned rounds, uint64_t *v)
     }
 }
 
+/* K crash-to-ready rounds of a one-worker cluster spawned with o. 0 or 1. */
+static int measure(pm_options *o, unsigned rounds, uint64_t *v)
+{
+    pm_cluster *c;
+    int rc = pm_cluster_spawn(o, &c);
+    if (rc < 0) {
+        fprintf(stderr, "pm-bench: spawn: %s\n", pm_strerror(rc));
+        return 1;
+    }
+    for (unsigned i = 0; i < rounds; i++) {
+        pm_slot_info si;
+        pm_cluster_slot_info(c, 0, &si);
+        uint64_t want = si.incarnation + 1;
+        uint64_t t0 = pm__now_ns();
+        kill(si.pid, SIGKILL);
+        while (ready_inc != want) {
+            if (pm_cluster_run(c, 1000) < 0 || pm__now_ns() - t0 > 10000000000ull) {
+                fprintf(stderr, "pm-bench: no replacement became ready\n");
+                pm_cluster_terminate(c);
+                return 1;
+            }
+        }
+        v[i] = pm__now_ns() - t0;
+    }
+    pm_cluster_terminate(c);
+    return 0;
+}
+
+/* --privileges on: the workers under nobody (root only) and seccomp basic
+ * (built with libseccomp only); the label says which applied. */
+static void privileged(pm_options *o, char *label, size_t size)
+{
+    int user = geteuid() == 0 && pm_options_set_user(o, NOBODY, NOBODY) == 0;
+    int sc = pm__seccomp_available() && pm_options_set_seccomp(o, PM_SECCOMP_BASIC) == 0;
+    snprintf(label, size, "  %s%s%s", user ? "+user" : "", sc ? "+seccomp" : "",
+             user || sc ? "" : "(none: not root, no libseccomp)");
+}
+
 int cmd_restart(const bench_opts *opts)
 {
     unsigned rounds = opts->rounds;
@@ -46,30 +89,22 @@ int cmd_restart(const bench_opts *opts)
         sort_u64(b, rounds);
         uint64_t base = percentile(b, rounds, 0.5);
         pm_options *o = bench_options(1, exec_mode);
-        pm_cluster *c;
-        int rc = pm_cluster_spawn(o, &c);
-        if (rc < 0) {
-            fprintf(stderr, "pm-bench: spawn: %s\n", pm_strerror(rc));
-            return 1;
-        }
-        for (unsigned i = 0; i < rounds; i++) {
-            pm_slot_info si;
-            pm_cluster_slot_info(c, 0, &si);
-            uint64_t want = si.incarnation + 1;
-            uint64_t t0 = pm__now_ns();
-            kill(si.pid, SIGKILL);
-            while (ready_inc != want) {
-                if (pm_cluster_run(c, 1000) < 0 || pm__now_ns() - t0 > 10000000000ull) {
-                    fprintf(stderr, "pm-bench: no replacement became ready\n");
-                    return 1;
-                }
-            }
-            v[i] = pm__now_ns() - t0;
-        }
-        pm_cluster_terminate(c);
+        int rc = measure(o, rounds, v);
         pm_options_free(o);
+        if (rc != 0)
+            return rc;
         print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
         print_lat(exec_mode ? "procmesh exec mode" : "procmesh fork mode", v, rounds, base);
+        if (opts->privileges) {
+            char label[64];
+            o = bench_options(1, exec_mode);
+            privileged(o, label, sizeof(label));
+            rc = measure(o, rounds, v);
+            pm_options_free(o);
+            if (rc != 0)
+                return rc;
+            print_lat(label, v, rounds, base);
+        }
     }
     free(v);
     free(b);
