@@ -42,7 +42,7 @@ extern "C" {
 #define PM_VERSION_PATCH 0
 /* The worker <-> supervisor protocol version (HELLO); bumped with any change
  * to the frames or the handshake, and recorded in NEWS. */
-#define PM_PROTOCOL_VERSION 1
+#define PM_PROTOCOL_VERSION 2
 
 /* Room for a name (system or host) including its terminating NUL. */
 #define PM_NAME_MAX 64

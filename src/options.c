@@ -193,6 +193,7 @@ PM_EXTERN int pm_options_set_hostname(pm_options *o, const char *s)
     if (o == NULL || !pm__name_valid(s))
         return -EINVAL;
     strcpy(o->hostname, s);
+    o->hostname_set = 1;
     return 0;
 }
 
@@ -403,6 +404,11 @@ PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action)
 /* ------------------------------------------------------------------ peer links */
 
 /* Stored and validated only: peer links land in a later change. */
+
+int pm__options_peer_mode(const pm_options *o)
+{
+    return o->peer_listen[0] != '\0' || o->npeers > 0 || o->peers_dns[0] != '\0';
+}
 
 int pm__peer_addr_valid(const char *s)
 {
@@ -679,11 +685,16 @@ PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
     unsigned nsecrets = pm__keyring_nsecrets(o->keys);
     if (o->insecure_no_secret && nsecrets > 0)
         return why_fmt(why, size, "insecure_no_secret: set together with %u pre-shared secret(s)", nsecrets);
-    int peer_mode = o->peer_listen[0] != '\0' || o->npeers > 0 || o->peers_dns[0] != '\0';
+    int peer_mode = pm__options_peer_mode(o);
     if (peer_mode && nsecrets == 0 && !o->insecure_no_secret)
         return why_fmt(why, size,
                        "peer links: no pre-shared secret (pm_options_add_secret), and "
                        "insecure_no_secret is not set");
+    if (peer_mode && o->base_port < 1)
+        return why_fmt(why, size, "base_port: 0 with peer links (port 0 is the supervisor)");
+    if (peer_mode && strcmp(o->hostname, "main") == 0)
+        return why_fmt(why, size, "hostname: 'main' with peer links (it names the local "
+                                  "supervisor)");
     return validate_privileges(o, workers, why, size);
 }
 

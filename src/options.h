@@ -75,7 +75,11 @@ struct pm_options {
     char *node_key_file;                 /* NULL: a new key pair per start */
     char *peer_keys_file;                /* NULL: no pinning */
     int peer_timeout_ms;
+    int hostname_set;                    /* pm_options_set_hostname was called */
 };
+
+/* 1 when peer links are asked for (a listen address, peers or peers DNS). */
+int pm__options_peer_mode(const pm_options *o);
 
 /* "HOST:PORT": a host of 1..255 bytes without blanks, control characters
  * or a '/', or "[v6]"; a port of 1..65535 without sign or leading zero.
