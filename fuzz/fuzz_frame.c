@@ -19,7 +19,8 @@ static int same_hdr(const pm__frame_hdr *a, const pm__frame_hdr *b)
     return a->version == b->version && a->type == b->type && a->flags == b->flags &&
            a->len == b->len && a->dst == b->dst && a->src == b->src && a->dst_inc == b->dst_inc &&
            a->src_inc == b->src_inc && a->request_id == b->request_id &&
-           a->deadline_ms == b->deadline_ms && a->error == b->error;
+           a->deadline_ms == b->deadline_ms && a->error == b->error &&
+           a->dst_host == b->dst_host && a->src_host == b->src_host;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -50,6 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(out.type != 0 && out.type <= PM__FT_MAX_);
         FUZZ_ASSERT(out.version == PM__FRAME_VERSION && out.flags == 0);
         FUZZ_ASSERT(out.error <= 0 && out.deadline_ms >= 0);
+        FUZZ_ASSERT(out.dst_host < PM__MAX_HOSTS && out.src_host < PM__MAX_HOSTS);
         /* One wire form per header: the encoder writes back the same bytes. */
         unsigned char again[PM__FRAME_HDR_SIZE];
         pm__frame_encode(&out, again);

@@ -42,7 +42,7 @@ extern "C" {
 #define PM_VERSION_PATCH 0
 /* The worker <-> supervisor protocol version (HELLO); bumped with any change
  * to the frames or the handshake, and recorded in NEWS. */
-#define PM_PROTOCOL_VERSION 1
+#define PM_PROTOCOL_VERSION 2
 
 /* Room for a name (system or host) including its terminating NUL. */
 #define PM_NAME_MAX 64
@@ -438,6 +438,39 @@ PM_EXTERN int pm_options_set_seccomp(pm_options *o, int level);
 
 /* What a denied call does: PM_SECCOMP_ERRNO (default) or PM_SECCOMP_KILL. */
 PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
+/* ---- Peer links (procmesh hosts linked over TCP, doc/protocol.md) ----
+ * Not yet acted on: peer links land in a later change. These setters store
+ * and validate their values and return 0; pm_options_validate checks the
+ * combination; pm_cluster_spawn does not open any link yet. */
+
+/* Where this supervisor accepts peers: "HOST:PORT" (a name, an IPv4
+ * address or "[IPv6]"; port 1..65535). NULL: none (default). */
+PM_EXTERN int pm_options_set_peer_listen(pm_options *o, const char *host_port);
+/* A peer to connect to, "HOST:PORT"; repeatable, at most 64 distinct
+ * (-EEXIST for one given twice, -ENOSPC past 64). */
+PM_EXTERN int pm_options_add_peer(pm_options *o, const char *host_port);
+/* Peers found by resolving "NAME:PORT" (every address of NAME). NULL: none. */
+PM_EXTERN int pm_options_set_peers_dns(pm_options *o, const char *name_port);
+/* The mesh's 32-byte pre-shared secret, copied into memory a forked worker
+ * never sees. At most two (current and next, for rotation: a responder
+ * accepts either, an initiator uses the first): -ENOSPC for a third,
+ * -EEXIST for the same one twice, -EINVAL for all zeros. Peer mode needs one
+ * unless pm_options_set_insecure_no_secret. */
+PM_EXTERN int pm_options_add_secret(pm_options *o, const unsigned char key[32]);
+/* 1: peer links without a pre-shared secret (Noise_XX: still encrypted, but
+ * anyone who reaches the port may join unless peer keys are pinned).
+ * Default 0. Not together with a secret. */
+PM_EXTERN int pm_options_set_insecure_no_secret(pm_options *o, int on);
+/* This host's static key file (created 0600 when missing). NULL (default):
+ * a new key pair at every start. Copied. */
+PM_EXTERN int pm_options_set_node_key_file(pm_options *o, const char *path);
+/* Pinned peer keys: lines "HOST BASE64-PUBLIC-KEY"; a peer whose static key
+ * is not pinned for the host it claims is refused. NULL (default): no
+ * pinning (the secret admits). Copied. */
+PM_EXTERN int pm_options_set_peer_keys_file(pm_options *o, const char *path);
+/* A handshake must end, and a link hear from its peer, within ms (> 0).
+ * Default 5000. */
+PM_EXTERN int pm_options_set_peer_timeout_ms(pm_options *o, int ms);
 
 /* 0 when the options can spawn a cluster; else a negative errno and, when
  * why is not NULL, the first problem in words naming the option and value. */

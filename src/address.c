@@ -10,6 +10,7 @@
 
 #include "frame.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -150,17 +151,75 @@ void pm__node_address(const pm__names *n, uint32_t node, uint64_t inc, pm_addres
     a->incarnation = inc;
 }
 
-int pm__address_node(const pm__names *n, const pm_address *to, uint32_t *node)
+int pm__hosts_find(const pm__hosts *t, const char *name)
+{
+    /* Acquire: pairs with the release store that published the entries. */
+    uint32_t count = atomic_load_explicit(&t->count, memory_order_acquire);
+    if (count > PM__MAX_HOSTS)
+        count = PM__MAX_HOSTS; /* a worker's copy is the hub's word, but stay in bounds */
+    for (uint32_t i = 1; i < count; i++)
+        if (strncmp(t->name[i], name, PM_NAME_MAX) == 0)
+            return (int)i;
+    return -1;
+}
+
+void pm__node_address_at(const pm__names *n, uint16_t host, uint32_t node, uint64_t inc,
+                         pm_address *a)
+{
+    if (host == PM__HOST_LOCAL || n->hosts == NULL) {
+        pm__node_address(n, node, inc, a);
+        return;
+    }
+    memset(a, 0, sizeof(*a));
+    snprintf(a->system, sizeof(a->system), "%s", n->system);
+    uint32_t count = atomic_load_explicit(&n->hosts->count, memory_order_acquire);
+    if (host < count && host < PM__MAX_HOSTS)
+        snprintf(a->host, sizeof(a->host), "%.*s", PM_NAME_MAX - 1, n->hosts->name[host]);
+    else
+        strcpy(a->host, "unknown-host"); /* never delivered by a hub; stays a valid name */
+    a->port = node == PM__NODE_MAIN || node > 65535 ? 0 : (uint16_t)node;
+    a->incarnation = a->port == 0 ? 0 : inc;
+}
+
+int pm__address_route(const pm__names *n, const pm_address *to, uint16_t *host, uint32_t *node)
 {
     if (to == NULL || strncmp(to->system, n->system, PM_NAME_MAX) != 0)
         return -ENOENT;
     if (strncmp(to->host, "main", PM_NAME_MAX) == 0 && to->port == 0) {
+        *host = PM__HOST_LOCAL;
         *node = PM__NODE_MAIN;
         return 0;
     }
-    if (strncmp(to->host, n->host, PM_NAME_MAX) != 0 || to->port < n->base_port ||
-        (unsigned)(to->port - n->base_port) >= n->nslots)
+    if (strncmp(to->host, n->host, PM_NAME_MAX) == 0) {
+        if (n->hosts != NULL && to->port == 0) {
+            /* Peer mode: the supervisor is port 0 of its host. */
+            *host = PM__HOST_LOCAL;
+            *node = PM__NODE_MAIN;
+            return 0;
+        }
+        if (to->port < n->base_port || (unsigned)(to->port - n->base_port) >= n->nslots)
+            return -ENOENT;
+        *host = PM__HOST_LOCAL;
+        *node = (uint32_t)(to->port - n->base_port);
+        return 0;
+    }
+    if (n->hosts == NULL)
         return -ENOENT;
-    *node = (uint32_t)(to->port - n->base_port);
+    int idx = pm__hosts_find(n->hosts, to->host);
+    if (idx < 0)
+        return -EHOSTUNREACH;
+    *host = (uint16_t)idx;
+    *node = to->port; /* a remote node is its port; 0 its supervisor (frame.h) */
+    return 0;
+}
+
+int pm__address_node(const pm__names *n, const pm_address *to, uint32_t *node)
+{
+    uint16_t host;
+    uint32_t nd;
+    int rc = pm__address_route(n, to, &host, &nd);
+    if (rc < 0 || host != PM__HOST_LOCAL)
+        return -ENOENT;
+    *node = nd;
     return 0;
 }

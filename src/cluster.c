@@ -625,10 +625,34 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         rc = -ENOMEM;
         goto fail;
     }
-    pm__names names = {c->o->system_name, c->o->hostname, (unsigned)c->o->base_port, c->nslots};
+    if (pm__options_peer_mode(c->o) && !c->o->hostname_set) {
+        /* Peer mode names hosts: the default is the machine's name (the pod
+         * name under Kubernetes) when it is a valid name. */
+        char host[256];
+        host[sizeof(host) - 1] = '\0';
+        if (gethostname(host, sizeof(host) - 1) == 0 && pm__name_valid(host))
+            memcpy(c->o->hostname, host, strlen(host) + 1); /* valid: < PM_NAME_MAX */
+    }
+    pm__names names = {c->o->system_name, c->o->hostname, (unsigned)c->o->base_port, c->nslots,
+                       NULL};
     rc = pm__hub_init(&c->hub, c->nslots, &names, c, &hub_ops, c);
     if (rc < 0)
         goto fail;
+    if (pm__options_peer_mode(c->o)) {
+        pm__hub_peer_mode(&c->hub);
+        /* Incarnations start from a random base at each start, so a
+         * restarted host's workers never reuse a number its peers saw
+         * (a frame for the old one gets -ESTALE). Below 2^62: room to
+         * count up. */
+        uint64_t base = 0;
+        if (getrandom(&base, sizeof(base), 0) != (ssize_t)sizeof(base)) {
+            rc = -errno;
+            goto fail;
+        }
+        base = (base >> 2) | 1u;
+        for (unsigned i = 0; i < c->nslots; i++)
+            c->slots[i].incarnation = base;
+    }
     c->hub.on_message = c->o->on_message;
     c->hub.on_message_arg = c->o->on_message_arg;
     c->hub.drain_timeout_ms = (uint64_t)c->o->drain_timeout_ms;

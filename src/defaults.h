@@ -34,5 +34,6 @@
  * daemon captures it into its log unless told --output inherit. */
 #define PM__DEFAULT_OUTPUT PM_OUTPUT_INHERIT
 #define PM__DEFAULT_DAEMON_OUTPUT PM_OUTPUT_CAPTURE
+#define PM__DEFAULT_PEER_TIMEOUT_MS 5000 /* peer links: handshake and silence bound */
 
 #endif /* PM_DEFAULTS_H */

@@ -22,7 +22,8 @@ void pm__frame_encode(const pm__frame_hdr *h, void *buf)
     pm__put64(p + 32, h->request_id);
     pm__put64(p + 40, (uint64_t)h->deadline_ms);
     pm__put32(p + 48, (uint32_t)h->error);
-    pm__put32(p + 52, 0);
+    pm__put16(p + 52, h->dst_host);
+    pm__put16(p + 54, h->src_host);
 }
 
 int pm__frame_decode(const void *buf, size_t size, size_t max_payload, pm__frame_hdr *out)
@@ -51,7 +52,11 @@ int pm__frame_decode_header(const void *hdr, size_t size, size_t max_payload, pm
     h.request_id = pm__get64(p + 32);
     h.deadline_ms = (int64_t)pm__get64(p + 40);
     h.error = (int32_t)pm__get32(p + 48);
-    if (h.type == 0 || h.type > PM__FT_MAX_ || h.flags != 0 || pm__get32(p + 52) != 0)
+    h.dst_host = pm__get16(p + 52);
+    h.src_host = pm__get16(p + 54);
+    if (h.type == 0 || h.type > PM__FT_MAX_ || h.flags != 0)
+        return -EBADMSG;
+    if (h.dst_host >= PM__MAX_HOSTS || h.src_host >= PM__MAX_HOSTS)
         return -EBADMSG;
     if (h.len > max_payload || (size_t)h.len != size - PM__FRAME_HDR_SIZE)
         return -EBADMSG;

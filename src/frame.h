@@ -10,11 +10,20 @@
  *   2  u16 flags (none defined: must be 0)                    32 u64 request id
  *   4  u32 payload length                                     40 i64 deadline (ms, CLOCK_MONOTONIC, 0 = none)
  *                                                             48 i32 error (0 or -errno)
- *                                                             52 u32 reserved (must be 0)
+ *                                                             52 u16 dst host, 54 u16 src host
  *
  * A node is a slot number, or PM__NODE_MAIN for the supervisor. The source
  * fields are filled in by the hub from the ring a frame arrived on; what a
  * worker writes there is overwritten (see doc/design.md, "identity").
+ *
+ * Hosts (version 2, peer links): 0 is this supervisor's own host; 1 ..
+ * PM__MAX_HOSTS - 1 name other hosts of the mesh, by an index this
+ * supervisor assigns when it first links with a host name and never reuses
+ * (doc/design.md, "Peer links"; the index -> name table is in every
+ * worker's control block). When a frame names another host (dst_host or
+ * src_host not 0) its node fields hold that host's address port instead of
+ * a slot: 0 is the remote supervisor, so no host has to know another's
+ * base port.
  */
 #ifndef PM_FRAME_H
 #define PM_FRAME_H
@@ -22,9 +31,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PM__FRAME_VERSION 1u
+/* 2: the host fields (bytes 52..55, reserved in version 1). */
+#define PM__FRAME_VERSION 2u
 #define PM__FRAME_HDR_SIZE 56u
 #define PM__NODE_MAIN 0xFFFFFFFFu
+/* Host indices are below this; 0 is the local host. */
+#define PM__MAX_HOSTS 128u
+#define PM__HOST_LOCAL 0u
 
 enum pm__frame_type {
     PM__FT_HELLO = 1,         /* worker -> hub: protocol version */
@@ -50,6 +63,8 @@ typedef struct pm__frame_hdr {
     uint64_t request_id;
     int64_t deadline_ms;
     int32_t error;
+    uint16_t dst_host;      /* PM__HOST_LOCAL or a remote host's index */
+    uint16_t src_host;
 } pm__frame_hdr;
 
 /* Writes the 56-byte header into buf. The version is always the current. */
@@ -59,8 +74,9 @@ void pm__frame_encode(const pm__frame_hdr *h, void *buf);
  * Decodes and validates the frame in buf[0..size): the header, then exactly
  * h->len payload bytes, at most max_payload. Returns 0, -EPROTO for an
  * unknown version, -EBADMSG for anything else malformed (short buffer, bad
- * type, unknown flags, non-zero reserved bits, a length that disagrees with
- * size or exceeds max_payload). *out is written only on success.
+ * type, unknown flags, a host index of PM__MAX_HOSTS or more, a length that
+ * disagrees with size or exceeds max_payload). *out is written only on
+ * success.
  */
 int pm__frame_decode(const void *buf, size_t size, size_t max_payload, pm__frame_hdr *out);
 

@@ -30,6 +30,7 @@
 
 #include <limits.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -423,12 +424,13 @@ int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint
 /* Tells `to` (a port, or main) that its frame about `about` could not be
  * delivered. A notice never waits: charged to `to`'s answers, dropped and
  * counted past their bound. */
-static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uint64_t about_inc,
-                   uint64_t request_id, int err)
+static void notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
+                      uint32_t about, uint64_t about_inc, uint64_t request_id, int err)
 {
     pm__frame_hdr n;
     memset(&n, 0, sizeof(n));
     n.type = PM__FT_UNDELIVERABLE;
+    n.src_host = about_host;
     n.src = about;
     n.src_inc = about_inc;
     n.dst = to;
@@ -452,6 +454,24 @@ static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uin
         h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
     if (rc < 0)
         h->notices_dropped++;
+}
+
+static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uint64_t about_inc,
+                   uint64_t request_id, int err)
+{
+    notice_at(h, to, to_inc, PM__HOST_LOCAL, about, about_inc, request_id, err);
+}
+
+/* A frame from local port p for another host. No link carries it yet
+ * (peer.c comes next): answered -EHOSTUNREACH like a host whose link is
+ * down. */
+static int relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f)
+{
+    h->unreachable++;
+    if (f->type != PM__FT_REPLY)
+        notice_at(h, p->index, p->incarnation, f->dst_host, f->dst, f->dst_inc, f->request_id,
+                  -EHOSTUNREACH);
+    return 0;
 }
 
 /* 0 when node/inc names a port that can take a frame now, else why not. */
@@ -513,6 +533,8 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
 int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
     uint32_t src = p->index;
+    if (f->dst_host != PM__HOST_LOCAL)
+        return relay_remote(h, p, f);
     if (f->type == PM__FT_REPLY)
         return relay_reply(h, p, f, payload);
     /* A message or a request. */
@@ -749,9 +771,14 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
     if (len > PM_MAX_PAYLOAD)
         return -EMSGSIZE;
     uint32_t node;
-    int rc = pm__address_node(&h->names, to, &node);
+    uint16_t host;
+    int rc = pm__address_route(&h->names, to, &host, &node);
     if (rc < 0)
         return rc;
+    if (host != PM__HOST_LOCAL) {
+        h->unreachable++;
+        return -EHOSTUNREACH; /* no link carries it yet */
+    }
     if (node == PM__NODE_MAIN)
         return -EINVAL; /* main does not send to itself */
     rc = pm__hub_check_dest(h, node, to->incarnation);
@@ -777,3 +804,51 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
     return rc;
 }
 
+
+/* ------------------------------------------------------------------ hosts */
+
+void pm__hub_peer_mode(pm__hub *h)
+{
+    h->peer_mode = 1;
+    snprintf(h->hosts.name[0], PM_NAME_MAX, "%s", h->names.host);
+    atomic_store_explicit(&h->hosts.count, 1, memory_order_release);
+    h->names.hosts = &h->hosts;
+}
+
+/* Copies entries [from, count) and then count into a worker's table. The
+ * release store of count pairs with the worker's acquire load in
+ * pm__hosts_find: a worker that sees the new count sees the whole name. */
+static void hosts_publish(const pm__hub *h, struct pm__ctl *ctl, uint32_t from)
+{
+    uint32_t count = atomic_load_explicit(&h->hosts.count, memory_order_relaxed);
+    for (uint32_t i = from; i < count; i++)
+        memcpy(ctl->hosts.name[i], h->hosts.name[i], PM_NAME_MAX);
+    atomic_store_explicit(&ctl->hosts.count, count, memory_order_release);
+}
+
+void pm__hub_hosts_copy(const pm__hub *h, pm__link *l)
+{
+    struct pm__ctl *ctl = l->map;
+    if (!h->peer_mode)
+        return;
+    ctl->peer_mode = 1;
+    hosts_publish(h, ctl, 0);
+}
+
+int pm__hub_host_index(pm__hub *h, const char *name)
+{
+    if (!h->peer_mode || !pm__name_valid(name) || strcmp(name, h->hosts.name[0]) == 0)
+        return -EINVAL;
+    int idx = pm__hosts_find(&h->hosts, name);
+    if (idx > 0)
+        return idx;
+    uint32_t count = atomic_load_explicit(&h->hosts.count, memory_order_relaxed);
+    if (count >= PM__MAX_HOSTS)
+        return -ENOSPC;
+    snprintf(h->hosts.name[count], PM_NAME_MAX, "%s", name);
+    atomic_store_explicit(&h->hosts.count, count + 1, memory_order_release);
+    for (unsigned i = 0; i < h->nports; i++)
+        if (h->ports[i].link != NULL)
+            hosts_publish(h, h->ports[i].link->map, count);
+    return (int)count;
+}

@@ -208,6 +208,11 @@ typedef struct pm__hub {
     uint64_t replies_dropped; /* replies to a requester whose queue was full */
     uint64_t not_draining;  /* stalls reported (ops->not_draining) */
     uint64_t ring_full_waits; /* a sender held back by a full destination */
+    /* Peer links (doc/design.md, "Peer links"): the host table (index 0 is
+     * this host), copied into every worker's control block. */
+    int peer_mode;
+    pm__hosts hosts;
+    uint64_t unreachable;   /* frames for a host with no link up, answered -EHOSTUNREACH */
 } pm__hub;
 
 /* Frames read from one port per turn: a flooding worker waits for the next
@@ -257,6 +262,18 @@ void pm__hub_wipe(pm__hub *h);
 void pm__hub_stop_request(pm__hub *h, unsigned p);
 /* A frame from main to port p's current incarnation. 0 or -errno. */
 int pm__hub_send_control(pm__hub *h, unsigned p, int type, const void *payload, size_t len);
+
+/* Peer mode: the supervisor is port 0 of its host, and the host table
+ * starts with this host (names.host). Before the first port opens. */
+void pm__hub_peer_mode(pm__hub *h);
+/* The index of a remote host name, assigned on first sight and never
+ * reused (written to every open port's control block before it is
+ * returned, so no worker sees a frame from a host it cannot name).
+ * -ENOSPC past PM__MAX_HOSTS - 1 hosts; -EINVAL for our own name. */
+int pm__hub_host_index(pm__hub *h, const char *name);
+/* Writes the peer mode and the host table into a new incarnation's control
+ * block (before its process starts). */
+void pm__hub_hosts_copy(const pm__hub *h, pm__link *l);
 
 /* port.c: a local worker's port, the hub's side of its ring pair. */
 /* A new incarnation behind port p: link attached, handshake frames read.

@@ -198,14 +198,15 @@ void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payloa
         return;
     }
     if (h->on_message == NULL) {
-        h->ports[f->src].malformed++; /* nobody listens: counted, dropped */
+        if (f->src_host == PM__HOST_LOCAL && f->src < h->nports)
+            h->ports[f->src].malformed++; /* nobody listens: counted, dropped */
         return;
     }
     if (f->len > 0)
         memcpy(h->scratch, payload, f->len);
     pm_message m;
     memset(&m, 0, sizeof(m));
-    pm__node_address(&h->names, f->src, f->src_inc, &m.from);
+    pm__node_address_at(&h->names, f->src_host, f->src, f->src_inc, &m.from);
     pm__node_address(&h->names, PM__NODE_MAIN, 0, &m.to);
     m.request_id = f->request_id;
     m.kind = f->type == PM__FT_REQUEST ? PM_MSG_REQUEST : PM_MSG_PLAIN;

@@ -146,6 +146,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
                          (uint32_t)c->o->heartbeat_timeout_ms);
     if (rc < 0)
         goto fail;
+    pm__hub_hosts_copy(&c->hub, &s->link); /* peer mode: the hosts it can address */
 
     sigset_t *mask = c->mask_changed ? &c->old_mask : NULL;
     sigset_t cur;

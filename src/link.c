@@ -53,7 +53,7 @@ int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t c
     }
     struct pm__ctl *ctl = l->map;
     ctl->magic = PM__CTL_MAGIC;
-    ctl->version = 1;
+    ctl->version = PM__CTL_VERSION;
     ctl->slot = slot;
     ctl->incarnation = incarnation;
     ctl->ring_cap = cap;
@@ -98,7 +98,7 @@ int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd)
     l->node_efd = node_efd;
     l->hub_efd = hub_efd;
     ctl = l->map;
-    if (ctl->magic != PM__CTL_MAGIC || ctl->version != 1) {
+    if (ctl->magic != PM__CTL_MAGIC || ctl->version != PM__CTL_VERSION) {
         rc = -EPROTO;
         goto fail;
     }

@@ -3,10 +3,12 @@
  * link.h - one worker's link to the hub: a sealed memfd holding a control
  * block and two rings, plus two eventfd doorbells.
  *
- *   [0, 4096)                        control block (hub writes, worker reads;
- *                                    its crash record: the reverse)
- *   [4096, 4096 + R)                 ring "down": hub -> worker
- *   [4096 + R, 4096 + 2R)            ring "up":   worker -> hub
+ *   [0, C)                           control block (hub writes, worker reads;
+ *                                    its crash record: the reverse); from
+ *                                    offset 4096 the mesh's host table
+ *   [C, C + R)                       ring "down": hub -> worker
+ *   [C + R, C + 2R)                  ring "up":   worker -> hub
+ *   (C = PM__CTL_SIZE)
  *   (R = pm__ring_region_size(cap))
  *
  * hub_efd: the hub parks on it; the worker writes it. node_efd: the reverse.
@@ -23,7 +25,9 @@
 #include "ring.h"
 
 #define PM__CTL_MAGIC 0x6c7468686d707070ull /* "ppmhhtl" */
-#define PM__CTL_SIZE 4096u
+/* Version 2: the host table (peer links) and a control block of 16 KiB. */
+#define PM__CTL_VERSION 2u
+#define PM__CTL_SIZE 16384u
 /* A ring record carries a frame header and up to PM_MAX_INIT_DATA (or a
  * maximal payload) plus the init fields: keep that much headroom. */
 #define PM__LINK_MAX_FRAME (PM_MAX_INIT_DATA + 512u)
@@ -51,8 +55,14 @@ struct pm__ctl {
      * the supervisor once after the reap (crash.c). Its own cache lines:
      * nothing the hub writes shares them. */
     _Alignas(128) struct pm__crash_rec crash;
+    /* The mesh's hosts (internal.h), for addresses of other hosts: the hub
+     * appends, the worker reads (pm__hosts_find). peer_mode 1: the mesh
+     * has peer links (the supervisor is port 0 of its host). Its own
+     * pages, away from everything the worker writes. */
+    _Alignas(4096) uint32_t peer_mode;
+    pm__hosts hosts;
 };
-_Static_assert(sizeof(struct pm__ctl) <= PM__CTL_SIZE, "the control block fits its page");
+_Static_assert(sizeof(struct pm__ctl) <= PM__CTL_SIZE, "the control block fits its pages");
 
 typedef struct pm__link {
     int memfd;

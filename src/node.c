@@ -404,7 +404,9 @@ PM_EXTERN int pm_node_beat(pm_node *n)
  * past the last one). */
 static pm__names names_of(const pm_node *n)
 {
-    pm__names names = {n->self.system, n->self.host, (unsigned)n->self.port - n->slot, UINT32_MAX};
+    const struct pm__ctl *ctl = pm__link_ctl(&n->link);
+    pm__names names = {n->self.system, n->self.host, (unsigned)n->self.port - n->slot, UINT32_MAX,
+                       ctl->peer_mode ? &ctl->hosts : NULL};
     return names;
 }
 
@@ -412,7 +414,7 @@ static void fill_msg(const pm_node *n, const pm__frame_hdr *h, const void *data,
 {
     memset(m, 0, sizeof(*m));
     pm__names names = names_of(n);
-    pm__node_address(&names, h->src, h->src_inc, &m->from);
+    pm__node_address_at(&names, h->src_host, h->src, h->src_inc, &m->from);
     m->to = n->self;
     m->request_id = h->request_id;
     m->kind = h->type == PM__FT_REQUEST ? PM_MSG_REQUEST
@@ -530,15 +532,17 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
     if (len > PM_MAX_PAYLOAD)
         return -EMSGSIZE;
     uint32_t node;
+    uint16_t host;
     pm__names names = names_of(n);
-    rc = pm__address_node(&names, to, &node);
+    rc = pm__address_route(&names, to, &host, &node);
     if (rc < 0)
         return rc;
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
     h.type = (uint8_t)type;
+    h.dst_host = host;
     h.dst = node;
-    h.dst_inc = node == PM__NODE_MAIN ? 0 : to->incarnation;
+    h.dst_inc = node == PM__NODE_MAIN || (host != PM__HOST_LOCAL && node == 0) ? 0 : to->incarnation;
     h.request_id = request_id;
     h.deadline_ms = deadline_ms;
     /* src and src_inc are left 0: the hub stamps them from our ring. */

@@ -45,6 +45,7 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->seccomp = PM__DEFAULT_SECCOMP;
     o->seccomp_action = PM__DEFAULT_SECCOMP_ACTION;
     o->output = PM__DEFAULT_OUTPUT;
+    o->peer_timeout_ms = PM__DEFAULT_PEER_TIMEOUT_MS;
     return o;
 }
 
@@ -68,6 +69,9 @@ PM_EXTERN void pm_options_free(pm_options *o)
         pm__seccomp_free(o->seccomp_prog);
         free(o->seccomp_prog);
     }
+    pm__keyring_free(o->keys);
+    free(o->node_key_file);
+    free(o->peer_keys_file);
     free(o);
 }
 
@@ -190,6 +194,7 @@ PM_EXTERN int pm_options_set_hostname(pm_options *o, const char *s)
     if (o == NULL || !pm__name_valid(s))
         return -EINVAL;
     strcpy(o->hostname, s);
+    o->hostname_set = 1;
     return 0;
 }
 
@@ -418,6 +423,135 @@ PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action)
     return 0;
 }
 
+/* ------------------------------------------------------------------ peer links */
+
+/* Stored and validated only: peer links land in a later change. */
+
+int pm__options_peer_mode(const pm_options *o)
+{
+    return o->peer_listen[0] != '\0' || o->npeers > 0 || o->peers_dns[0] != '\0';
+}
+
+int pm__peer_addr_valid(const char *s)
+{
+    if (s == NULL)
+        return 0;
+    size_t len = strnlen(s, PM__PEER_ADDR_MAX);
+    const char *colon = strrchr(s, ':');
+    if (len >= PM__PEER_ADDR_MAX || colon == NULL)
+        return 0;
+    size_t hl = (size_t)(colon - s);
+    const char *port = colon + 1;
+    size_t pl = len - hl - 1;
+    if (pl == 0 || pl > 5 || port[0] == '0')
+        return 0;
+    long p = 0;
+    for (size_t i = 0; i < pl; i++) {
+        if (port[i] < '0' || port[i] > '9')
+            return 0;
+        p = p * 10 + (port[i] - '0');
+    }
+    if (p < 1 || p > 65535)
+        return 0;
+    const char *h = s;
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+        h++;
+        hl -= 2; /* an IPv6 literal: its colons are inside the brackets */
+    } else if (memchr(h, ':', hl) != NULL) {
+        return 0;
+    }
+    if (hl == 0 || hl > 255)
+        return 0;
+    for (size_t i = 0; i < hl; i++) {
+        unsigned char c = (unsigned char)h[i];
+        if (c <= ' ' || c == 0x7f || c == '/' || c == '[' || c == ']')
+            return 0;
+    }
+    return 1;
+}
+
+static int set_addr(char *dst, const char *s)
+{
+    if (s == NULL) {
+        dst[0] = '\0';
+        return 0;
+    }
+    if (!pm__peer_addr_valid(s))
+        return -EINVAL;
+    strcpy(dst, s);
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_peer_listen(pm_options *o, const char *host_port)
+{
+    return o == NULL ? -EINVAL : set_addr(o->peer_listen, host_port);
+}
+
+PM_EXTERN int pm_options_add_peer(pm_options *o, const char *host_port)
+{
+    if (o == NULL || !pm__peer_addr_valid(host_port))
+        return -EINVAL;
+    for (size_t i = 0; i < o->npeers; i++)
+        if (strcmp(o->peers[i], host_port) == 0)
+            return -EEXIST;
+    if (o->npeers == PM__MAX_PEERS)
+        return -ENOSPC;
+    strcpy(o->peers[o->npeers++], host_port);
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_peers_dns(pm_options *o, const char *name_port)
+{
+    return o == NULL ? -EINVAL : set_addr(o->peers_dns, name_port);
+}
+
+PM_EXTERN int pm_options_add_secret(pm_options *o, const unsigned char key[32])
+{
+    if (o == NULL || key == NULL)
+        return -EINVAL;
+    if (o->keys == NULL) {
+        int rc = pm__keyring_new(&o->keys);
+        if (rc < 0)
+            return rc;
+    }
+    return pm__keyring_add_secret(o->keys, key);
+}
+
+PM_EXTERN int pm_options_set_insecure_no_secret(pm_options *o, int on)
+{
+    if (o == NULL || (on != 0 && on != 1))
+        return -EINVAL;
+    o->insecure_no_secret = on;
+    return 0;
+}
+
+static int set_path(char **dst, const char *path)
+{
+    char *copy = NULL;
+    if (path != NULL) {
+        if (path[0] == '\0')
+            return -EINVAL;
+        copy = strdup(path);
+        if (copy == NULL)
+            return -ENOMEM;
+    }
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_node_key_file(pm_options *o, const char *path)
+{
+    return o == NULL ? -EINVAL : set_path(&o->node_key_file, path);
+}
+
+PM_EXTERN int pm_options_set_peer_keys_file(pm_options *o, const char *path)
+{
+    return o == NULL ? -EINVAL : set_path(&o->peer_keys_file, path);
+}
+
+PM__SET_MS(pm_options_set_peer_timeout_ms, peer_timeout_ms, 1)
+
 /* ------------------------------------------------------------------ CPUs */
 
 int pm__cpu_max_parse(const char *text)
@@ -570,6 +704,19 @@ PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
         for (size_t j = 0; j < i; j++)
             if (o->pass_fds[i] == o->pass_fds[j])
                 return why_fmt(why, size, "pass_fds: fd %d is given twice", o->pass_fds[i]);
+    unsigned nsecrets = pm__keyring_nsecrets(o->keys);
+    if (o->insecure_no_secret && nsecrets > 0)
+        return why_fmt(why, size, "insecure_no_secret: set together with %u pre-shared secret(s)", nsecrets);
+    int peer_mode = pm__options_peer_mode(o);
+    if (peer_mode && nsecrets == 0 && !o->insecure_no_secret)
+        return why_fmt(why, size,
+                       "peer links: no pre-shared secret (pm_options_add_secret), and "
+                       "insecure_no_secret is not set");
+    if (peer_mode && o->base_port < 1)
+        return why_fmt(why, size, "base_port: 0 with peer links (port 0 is the supervisor)");
+    if (peer_mode && strcmp(o->hostname, "main") == 0)
+        return why_fmt(why, size, "hostname: 'main' with peer links (it names the local "
+                                  "supervisor)");
     return validate_privileges(o, workers, why, size);
 }
 
@@ -583,6 +730,14 @@ pm_options *pm__options_dup(const pm_options *o)
     c->exec_argv = NULL;
     c->init_data = NULL;
     c->seccomp_prog = NULL; /* built for one supervisor; the copy builds its own */
+    c->keys = NULL;
+    c->node_key_file = NULL;
+    c->peer_keys_file = NULL;
+    if (o->keys != NULL && (c->keys = pm__keyring_dup(o->keys)) == NULL)
+        goto fail;
+    if (set_path(&c->node_key_file, o->node_key_file) < 0 ||
+        set_path(&c->peer_keys_file, o->peer_keys_file) < 0)
+        goto fail;
     if (o->exec_path != NULL && pm_options_set_exec(c, o->exec_path, o->exec_argv) < 0)
         goto fail;
     if (o->init_len > 0 && pm_options_set_init_data(c, o->init_data, o->init_len) < 0)

@@ -4,11 +4,16 @@
 #define PM_OPTIONS_H
 
 #include "internal.h"
+#include "peerkeys.h"
 
 #define PM__MAX_PASS_FDS 64
 /* The smallest ring that still takes a maximal frame (PM__LINK_MAX_FRAME)
  * behind a padding record. */
 #define PM__MIN_RING_SIZE ((size_t)256 * 1024)
+/* Peer links: "HOST:PORT" (a DNS name of up to 253 bytes, or [IPv6]) and
+ * the number of --peers. */
+#define PM__PEER_ADDR_MAX 264
+#define PM__MAX_PEERS 64
 
 struct pm_options {
     int workers; /* 0 = auto */
@@ -64,7 +69,26 @@ struct pm_options {
     /* The cluster's copy only: the filter, built once for its supervisor
      * (incarnation.c) and freed with the options. NULL in the user's. */
     struct pm__seccomp_prog *seccomp_prog;
+    /* Peer links: stored and validated, not yet acted on. */
+    char peer_listen[PM__PEER_ADDR_MAX]; /* "" = none */
+    char peers[PM__MAX_PEERS][PM__PEER_ADDR_MAX];
+    size_t npeers;
+    char peers_dns[PM__PEER_ADDR_MAX];   /* "" = none */
+    pm__keyring *keys;                   /* the secrets (secret memory); NULL = none */
+    int insecure_no_secret;
+    char *node_key_file;                 /* NULL: a new key pair per start */
+    char *peer_keys_file;                /* NULL: no pinning */
+    int peer_timeout_ms;
+    int hostname_set;                    /* pm_options_set_hostname was called */
 };
+
+/* 1 when peer links are asked for (a listen address, peers or peers DNS). */
+int pm__options_peer_mode(const pm_options *o);
+
+/* "HOST:PORT": a host of 1..255 bytes without blanks, control characters
+ * or a '/', or "[v6]"; a port of 1..65535 without sign or leading zero.
+ * 1 when valid. Pure. */
+int pm__peer_addr_valid(const char *s);
 
 /* Deep copy (the cluster keeps its own; never the built filter). NULL on
  * ENOMEM. */

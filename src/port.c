@@ -67,6 +67,7 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
         /* Identity comes from the ring, never from the frame. */
         f->src = p->index;
         f->src_inc = p->incarnation;
+        f->src_host = PM__HOST_LOCAL;
         if (pm__hub_relay(h, p, f, payload) == -EAGAIN)
             return 1; /* the destination is full: leave it in the ring */
         pm__ring_consume(&p->link->rx);

@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include "dconf.h"
@@ -1186,12 +1187,192 @@ START_TEST(test_bin_notify_flood_rate_limited)
 }
 END_TEST
 
+
+/* ---------------------------------------------------------------- peer links */
+
+/* Runs the daemon to its end; returns its exit code (-1 if it had to be
+ * killed), its stderr (or stdout, per capture) in r->log. */
+static int run_to_end(proc *r, char *const argv[], int capture)
+{
+    char *envp[] = {NULL};
+    *r = start_capture(argv, envp, capture);
+    uint64_t end = pm_test_ms() + 20000;
+    while (!r->eof && pm_test_ms() < end)
+        proc_read(r, 100);
+    ck_assert_msg(r->eof, "timed out waiting for the daemon's output to end");
+    close(r->fd);
+    int status = pm_test_reap(r->pid, 20000);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_config_peer)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    pmd_dconf c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, "--", "prog", NULL), 0);
+    ck_assert_int_eq(c.peer_flags, 0);
+    ck_assert_int_eq(c.peer_timeout, PM__DEFAULT_PEER_TIMEOUT_MS);
+    pmd_dconf_free(&c);
+
+    ck_assert_int_eq(parse(&c, err, "--peer-listen", "0.0.0.0:7946", "--peers", "a:1,[::1]:2", "--peers-dns",
+                           "mesh.example:7946", "--secret-file", "/k1", "--secret-file=/k2", "--peer-timeout",
+                           "800", "--node-key", "/nk", "--peer-keys", "/pk", "--allow-insecure-secret-mode",
+                           "--", "prog", NULL),
+                     0);
+    ck_assert_int_eq(c.peer_flags, 1);
+    ck_assert_str_eq(c.peer_listen, "0.0.0.0:7946");
+    ck_assert_uint_eq(c.npeers, 2);
+    ck_assert_str_eq(c.peers[1], "[::1]:2");
+    ck_assert_str_eq(c.peers_dns, "mesh.example:7946");
+    ck_assert_uint_eq(c.nsecret_files, 2);
+    ck_assert_str_eq(c.secret_file[1], "/k2");
+    ck_assert_int_eq(c.peer_timeout, 800);
+    ck_assert_str_eq(c.node_key, "/nk");
+    ck_assert_str_eq(c.peer_keys, "/pk");
+    ck_assert_int_eq(c.allow_insecure_secret_mode, 1);
+    ck_assert_int_eq(c.insecure_no_secret, 0);
+    pmd_dconf_free(&c);
+
+    /* From the environment; a bare flag's variable says yes or no. */
+    setenv_fake("PROCMESH_PEERS", "b:2");
+    setenv_fake("PROCMESH_INSECURE_NO_SECRET", "yes");
+    ck_assert_int_eq(parse(&c, err, "--", "prog", NULL), 0);
+    ck_assert_int_eq(c.peer_flags, 1);
+    ck_assert_int_eq(c.insecure_no_secret, 1);
+    pmd_dconf_free(&c);
+    setenv_fake("PROCMESH_INSECURE_NO_SECRET", "maybe");
+    ck_assert_int_lt(parse(&c, err, "--", "prog", NULL), 0);
+    ck_assert_msg(strstr(err, "--insecure-no-secret (from PROCMESH_INSECURE_NO_SECRET)") != NULL, "%s", err);
+    pmd_dconf_free(&c);
+    memset(fake_env, 0, sizeof(fake_env));
+
+    static const struct {
+        const char *a[8];
+        const char *says;
+    } bad[] = {
+        {{"--peers", "a:1", NULL}, "--secret-file: peer links"},
+        {{"--peer-listen", ":7946", NULL}, "--peer-listen: ':7946' is not HOST:PORT"},
+        {{"--peers", "a:1,,b:2", NULL}, "--peers: 'a:1,,b:2'"},
+        {{"--peers", "a:1,a:1", "--insecure-no-secret", NULL}, "'a:1' is given twice"},
+        {{"--peers-dns", "x:0", NULL}, "--peers-dns"},
+        {{"--peer-timeout", "0", NULL}, "--peer-timeout"},
+        {{"--secret-file", "a", "--secret-file", "b", "--secret-file", "c", NULL}, "more than twice"},
+        {{"--secret-file", "", NULL}, "--secret-file: empty file name"},
+        {{"--insecure-no-secret", "--secret-file", "a", NULL}, "--insecure-no-secret: contradicts"},
+        {{"--insecure-no-secret=perhaps", NULL}, "--insecure-no-secret: 'perhaps'"},
+        {{"--node-key", "x", "--node-key", "y", NULL}, "--node-key: given twice"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char *argv[12];
+        int argc = 0;
+        for (; bad[i].a[argc] != NULL; argc++)
+            argv[argc] = (char *)bad[i].a[argc];
+        argv[argc++] = "--";
+        argv[argc++] = "prog";
+        ck_assert_int_eq(pmd_dconf_parse(&c, argc, argv, getenv_fake, err, sizeof(err)), -EINVAL);
+        ck_assert_msg(strstr(err, bad[i].says) != NULL, "case %zu: '%s' does not say '%s'", i, err, bad[i].says);
+        pmd_dconf_free(&c);
+    }
+}
+END_TEST
+
+START_TEST(test_peer_files_and_exit)
+{
+    /* The files are read and judged (exit 2 naming the option); good ones
+     * lead to the one peer_links_unavailable line and exit 2; keygen writes
+     * keys that run accepts. */
+    char dir[] = "/tmp/pm-peer-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char secret[64], node[64], pins[64], cmd[128];
+    snprintf(secret, sizeof(secret), "%s/secret", dir);
+    snprintf(node, sizeof(node), "%s/node.key", dir);
+    snprintf(pins, sizeof(pins), "%s/peers", dir);
+    proc r;
+    char *keygen[] = {"procmesh", "keygen", secret, NULL};
+    ck_assert_int_eq(run_to_end(&r, keygen, STDOUT_FILENO), 0);
+    ck_assert_msg(strncmp(r.log, "key id ", 7) == 0 && strlen(r.log) == 7 + 16 + 1, "keygen said: %s", r.log);
+    free(r.log);
+    ck_assert_int_eq(run_to_end(&r, keygen, STDERR_FILENO), 1); /* never overwrites */
+    ck_assert_ptr_nonnull(strstr(r.log, "File exists"));
+    free(r.log);
+    char *nodegen[] = {"procmesh", "keygen", "--node-key", node, NULL};
+    ck_assert_int_eq(run_to_end(&r, nodegen, STDOUT_FILENO), 0);
+    char line[128];
+    snprintf(line, sizeof(line), "other %s", r.log);
+    free(r.log);
+    FILE *f = fopen(pins, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(line, f);
+    fclose(f);
+
+    char *good[] = {"procmesh", "run", "--peers", "other:7946", "--secret-file", secret, "--node-key", node,
+                    "--peer-keys", pins, "--", "/bin/true", NULL};
+    ck_assert_int_eq(run_to_end(&r, good, STDERR_FILENO), 2);
+    ck_assert_int_eq(count_of(r.log, "event=peer_links_unavailable"), 1);
+    ck_assert_int_eq(count_of(r.log, "event=started"), 0); /* no worker */
+    free(r.log);
+
+    char *insecure[] = {"procmesh", "run", "--peers", "other:7946", "--insecure-no-secret", "--", "/bin/true", NULL};
+    ck_assert_int_eq(run_to_end(&r, insecure, STDERR_FILENO), 2);
+    ck_assert_int_eq(count_of(r.log, "level=warn event=peer_links_insecure"), 1);
+    free(r.log);
+
+    /* A secret file group or others can read: refused unless allowed. */
+    ck_assert_int_eq(chmod(secret, 0640), 0);
+    ck_assert_int_eq(run_to_end(&r, good, STDERR_FILENO), 2);
+    ck_assert_msg(strstr(r.log, "--secret-file:") && strstr(r.log, "mode 0640") &&
+                      count_of(r.log, "peer_links_unavailable") == 0,
+                  "%s", r.log);
+    free(r.log);
+    char *allowed[] = {"procmesh", "run", "--peers", "other:7946", "--secret-file", secret,
+                       "--allow-insecure-secret-mode", "--", "/bin/true", NULL};
+    ck_assert_int_eq(run_to_end(&r, allowed, STDERR_FILENO), 2);
+    ck_assert_int_eq(count_of(r.log, "event=peer_links_unavailable"), 1);
+    free(r.log);
+
+    /* Empty, short, malformed: exit 2 in every case. */
+    static const char *const contents[] = {"", "abcd", "zz23456789012345678901234567890123456789012345678901234567890123"};
+    for (size_t i = 0; i < ARRAY_LEN(contents); i++) {
+        int fd = open(secret, O_WRONLY | O_TRUNC);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, contents[i], strlen(contents[i])), (ssize_t)strlen(contents[i]));
+        close(fd);
+        ck_assert_int_eq(run_to_end(&r, allowed, STDERR_FILENO), 2);
+        ck_assert_msg(strstr(r.log, "procmesh run: --secret-file: '") != NULL, "%s", r.log);
+        free(r.log);
+    }
+    /* A node key that does not exist yet is created, mode 0600. */
+    char fresh[80];
+    snprintf(fresh, sizeof(fresh), "%s/fresh.key", dir);
+    char *create[] = {"procmesh", "run", "--insecure-no-secret", "--node-key", fresh, "--", "/bin/true", NULL};
+    ck_assert_int_eq(run_to_end(&r, create, STDERR_FILENO), 2);
+    free(r.log);
+    struct stat st;
+    ck_assert_int_eq(stat(fresh, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0600);
+    /* A bad pin line is named. */
+    f = fopen(pins, "w");
+    fputs("# ok\nother not-a-key\n", f);
+    fclose(f);
+    char *pinned[] = {"procmesh", "run", "--peers", "other:7946", "--insecure-no-secret", "--peer-keys", pins,
+                      "--", "/bin/true", NULL};
+    ck_assert_int_eq(run_to_end(&r, pinned, STDERR_FILENO), 2);
+    ck_assert_msg(strstr(r.log, "--peer-keys:") && strstr(r.log, "line 2"), "%s", r.log);
+    free(r.log);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
     PM_ADD_TEST(s, test_config_defaults_and_flags, 30);
     PM_ADD_TEST(s, test_config_env_precedence, 30);
     PM_ADD_TEST(s, test_config_errors, 30);
+    PM_ADD_TEST(s, test_config_peer, 30);
+    PM_ADD_TEST(s, test_peer_files_and_exit, 60);
     PM_ADD_TEST(s, test_log_format, 30);
     PM_ADD_TEST(s, test_http_parse, 30);
     PM_ADD_TEST(s, test_bin_usage_errors, 60);

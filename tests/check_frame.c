@@ -17,6 +17,8 @@ static pm__frame_hdr sample(void)
     h.request_id = 0x8000000000000001ull;
     h.deadline_ms = 123456789;
     h.error = -EHOSTDOWN;
+    h.dst_host = 5;
+    h.src_host = PM__MAX_HOSTS - 1;
     return h;
 }
 
@@ -37,8 +39,13 @@ START_TEST(test_round_trip)
     ck_assert_uint_eq(d.request_id, h.request_id);
     ck_assert_int_eq(d.deadline_ms, h.deadline_ms);
     ck_assert_int_eq(d.error, h.error);
+    ck_assert_uint_eq(d.dst_host, h.dst_host);
+    ck_assert_uint_eq(d.src_host, h.src_host);
     /* Fixed little-endian wire form. */
-    ck_assert_uint_eq(buf[0], 1);
+    ck_assert_uint_eq(buf[0], 2);
+    ck_assert_uint_eq(buf[52], 5);
+    ck_assert_uint_eq(buf[53], 0);
+    ck_assert_uint_eq(buf[54], PM__MAX_HOSTS - 1);
     ck_assert_uint_eq(buf[1], PM__FT_REQUEST);
     ck_assert_uint_eq(buf[4], 5);
     ck_assert_uint_eq(buf[16], 0x08);
@@ -82,7 +89,9 @@ START_TEST(test_rejects)
 
     unsigned char bad[sizeof(buf)];
     memcpy(bad, buf, sizeof(buf));
-    bad[0] = 2;
+    bad[0] = 1; /* version 1 (no host fields) is not spoken any more */
+    ck_assert_int_eq(pm__frame_decode(bad, sizeof(bad), 65536, &d), -EPROTO);
+    bad[0] = 3;
     ck_assert_int_eq(pm__frame_decode(bad, sizeof(bad), 65536, &d), -EPROTO);
     bad[0] = 0;
     ck_assert_int_eq(pm__frame_decode(bad, sizeof(bad), 65536, &d), -EPROTO);
@@ -90,7 +99,8 @@ START_TEST(test_rejects)
     static const struct { size_t off; unsigned char v; } cases[] = {
         {1, 0}, {1, PM__FT_MAX_ + 1}, {1, 0xff}, /* unknown type */
         {2, 1}, {3, 0x80},                    /* unknown flags */
-        {52, 1}, {55, 0x80},                  /* reserved bits */
+        {52, PM__MAX_HOSTS}, {53, 1},         /* dst host out of range */
+        {54, PM__MAX_HOSTS}, {55, 0x80},      /* src host out of range */
         {4, 6}, {7, 1},                       /* length disagrees with the buffer */
         {47, 0x80},                           /* negative deadline */
     };
@@ -118,7 +128,7 @@ START_TEST(test_random_bytes)
         for (size_t k = 0; k < n; k++)
             buf[k] = (unsigned char)pm_test_rand(&seed);
         if (n > 0 && pm_test_rand(&seed) % 2)
-            buf[0] = 1;
+            buf[0] = PM__FRAME_VERSION;
         pm__frame_hdr d;
         int rc = pm__frame_decode(buf, n, 64, &d);
         ck_assert(rc == 0 || rc == -EBADMSG || rc == -EPROTO);

@@ -264,7 +264,7 @@ static int worker(pm_node *n, void *arg)
         h.type = PM__FT_MSG;
         h.len = 99; /* disagrees with the record */
         pm__frame_encode(&h, junk);
-        junk[0] = 1;
+        junk[0] = PM__FRAME_VERSION;
         pm__ring_send(pm_test_node_tx(n), junk, PM__FRAME_HDR_SIZE);
         junk[1] = 77; /* unknown type */
         pm__ring_send(pm_test_node_tx(n), junk, PM__FRAME_HDR_SIZE);

@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "defaults.h"
+#include "peerkeys.h"
 
 static int fail(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -266,8 +269,19 @@ enum opt_id {
     O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
     O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_USER, O_UID_RANGE, O_NO_NEW_PRIVS,
-    O_SECCOMP, O_SECCOMP_ACTION, O_OUTPUT, O_COUNT
+    O_SECCOMP, O_SECCOMP_ACTION, O_OUTPUT,
+    /* Peer links (O_PEER_FIRST..O_COUNT - 1: any of them sets peer_flags). */
+    O_PEER_LISTEN, O_PEERS, O_PEERS_DNS, O_PEER_TIMEOUT, O_SECRET_FILE, O_INSECURE_NO_SECRET,
+    O_ALLOW_INSECURE_SECRET_MODE, O_NODE_KEY, O_PEER_KEYS, O_COUNT
 };
+#define O_PEER_FIRST O_PEER_LISTEN
+
+/* Flags written bare (--insecure-no-secret), or as --flag=yes|no, and as
+ * yes|no in their variable. */
+static int bare(int id)
+{
+    return id == O_INSECURE_NO_SECRET || id == O_ALLOW_INSECURE_SECRET_MODE;
+}
 
 static const struct {
     const char *flag;
@@ -301,7 +315,75 @@ static const struct {
     [O_SECCOMP] = {"--seccomp", "PROCMESH_SECCOMP"},
     [O_SECCOMP_ACTION] = {"--seccomp-action", "PROCMESH_SECCOMP_ACTION"},
     [O_OUTPUT] = {"--output", "PROCMESH_OUTPUT"},
+    [O_PEER_LISTEN] = {"--peer-listen", "PROCMESH_PEER_LISTEN"},
+    [O_PEERS] = {"--peers", "PROCMESH_PEERS"},
+    [O_PEERS_DNS] = {"--peers-dns", "PROCMESH_PEERS_DNS"},
+    [O_PEER_TIMEOUT] = {"--peer-timeout", "PROCMESH_PEER_TIMEOUT"},
+    [O_SECRET_FILE] = {"--secret-file", "PROCMESH_SECRET_FILE"},
+    [O_INSECURE_NO_SECRET] = {"--insecure-no-secret", "PROCMESH_INSECURE_NO_SECRET"},
+    [O_ALLOW_INSECURE_SECRET_MODE] = {"--allow-insecure-secret-mode", "PROCMESH_ALLOW_INSECURE_SECRET_MODE"},
+    [O_NODE_KEY] = {"--node-key", "PROCMESH_NODE_KEY"},
+    [O_PEER_KEYS] = {"--peer-keys", "PROCMESH_PEER_KEYS"},
 };
+
+/* HOST:PORT as the library takes it (its check is not exported from the
+ * shared library: its setter applies it). */
+static int peer_addr(const src *s, const char *v, char out[PMD_PEER_ADDR_MAX], char *err, size_t size)
+{
+    char w[96];
+    pm_options *o = pm_options_new();
+    if (o == NULL)
+        return -ENOMEM;
+    int rc = pm_options_set_peer_listen(o, v);
+    pm_options_free(o);
+    if (rc < 0)
+        return fail(err, size,
+                    "%s: '%s' is not HOST:PORT (a host name, IPv4 address or [IPv6], port 1..65535)",
+                    who(s, w, sizeof(w)), v);
+    strcpy(out, v);
+    return 0;
+}
+
+/* --peers HOST:PORT[,HOST:PORT...] */
+static int peers_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
+{
+    char w[96];
+    const char *p = v;
+    c->npeers = 0;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        char one[PMD_PEER_ADDR_MAX];
+        if (n == 0 || n >= sizeof(one))
+            return fail(err, size, "%s: '%s' is not HOST:PORT[,HOST:PORT...]", who(s, w, sizeof(w)), v);
+        if (c->npeers == PMD_MAX_PEERS)
+            return fail(err, size, "%s: at most %d peers", who(s, w, sizeof(w)), PMD_MAX_PEERS);
+        memcpy(one, p, n);
+        one[n] = '\0';
+        int rc = peer_addr(s, one, c->peers[c->npeers], err, size);
+        if (rc < 0)
+            return rc;
+        for (size_t i = 0; i < c->npeers; i++)
+            if (strcmp(c->peers[i], one) == 0)
+                return fail(err, size, "%s: '%s' is given twice", who(s, w, sizeof(w)), one);
+        c->npeers++;
+        if (p[n] == '\0')
+            return 0;
+        p += n + 1;
+    }
+}
+
+static int path_value(const src *s, const char *v, char **out, char *err, size_t size)
+{
+    char w[96];
+    if (v[0] == '\0')
+        return fail(err, size, "%s: empty file name", who(s, w, sizeof(w)));
+    char *copy = strdup(v);
+    if (copy == NULL)
+        return -ENOMEM;
+    free(*out);
+    *out = copy;
+    return 0;
+}
 
 static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
 {
@@ -404,6 +486,31 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         static const int val[] = {PM_OUTPUT_CAPTURE, PM_OUTPUT_INHERIT};
         return choice(s, v, n, val, "capture, inherit", &c->output, err, size);
     }
+    case O_PEER_LISTEN:
+        return peer_addr(s, v, c->peer_listen, err, size);
+    case O_PEERS:
+        return peers_value(s, v, c, err, size);
+    case O_PEERS_DNS:
+        return peer_addr(s, v, c->peers_dns, err, size);
+    case O_PEER_TIMEOUT:
+        return int_value(s, v, 1, INT_MAX, &c->peer_timeout, err, size);
+    case O_SECRET_FILE:
+        if (c->nsecret_files == 2)
+            return fail(err, size, "%s: given more than twice (the current and the next secret)",
+                        who(s, w, sizeof(w)));
+        return path_value(s, v, &c->secret_file[c->nsecret_files++], err, size);
+    case O_INSECURE_NO_SECRET:
+    case O_ALLOW_INSECURE_SECRET_MODE: {
+        static const char *const n[] = {"yes", "no", NULL};
+        static const int val[] = {1, 0};
+        return choice(s, v, n, val, "yes, no", id == O_INSECURE_NO_SECRET ? &c->insecure_no_secret
+                                                                          : &c->allow_insecure_secret_mode,
+                      err, size);
+    }
+    case O_NODE_KEY:
+        return path_value(s, v, &c->node_key, err, size);
+    case O_PEER_KEYS:
+        return path_value(s, v, &c->peer_keys, err, size);
     }
     return -EINVAL;
 }
@@ -434,6 +541,7 @@ static void defaults(pmd_dconf *c)
     c->seccomp = PM__DEFAULT_SECCOMP;
     c->seccomp_action = PM__DEFAULT_SECCOMP_ACTION;
     c->output = PM__DEFAULT_DAEMON_OUTPUT;
+    c->peer_timeout = PM__DEFAULT_PEER_TIMEOUT_MS;
 }
 
 int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
@@ -462,14 +570,17 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
         if (id < 0)
             return fail(err, errsize, "'%.*s': unknown option (see procmesh run --help)", (int)flen, a);
         const char *v = eq != NULL ? eq + 1 : NULL;
-        if (v == NULL) {
+        if (v == NULL && bare(id)) {
+            v = "yes";
+        } else if (v == NULL) {
             if (i + 1 >= argc)
                 return fail(err, errsize, "%s: missing value", opts[id].flag);
             v = argv[++i];
         }
-        if (seen[id] && id != O_LISTEN)
+        if (seen[id] && id != O_LISTEN && id != O_SECRET_FILE)
             return fail(err, errsize, "%s: given twice", opts[id].flag);
         seen[id] = 1;
+        c->peer_flags |= id >= O_PEER_FIRST;
         src s = {opts[id].flag, NULL};
         if ((rc = apply(c, id, &s, v, err, errsize)) < 0)
             return rc;
@@ -481,6 +592,7 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
         if (v == NULL)
             continue;
         src s = {opts[k].flag, opts[k].var};
+        c->peer_flags |= k >= O_PEER_FIRST;
         if (k == O_LISTEN) {
             /* A comma-separated list in the environment. */
             char *copy = strdup(v), *save = NULL;
@@ -511,6 +623,14 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
     if (c->min_ready > 0 && c->workers > 0 && c->min_ready > c->workers)
         return fail(err, errsize, "--min-ready: %d is more than the %d workers", c->min_ready,
                     c->workers);
+    int peer_mode = c->peer_listen[0] != '\0' || c->npeers > 0 || c->peers_dns[0] != '\0';
+    if (c->insecure_no_secret && c->nsecret_files > 0)
+        return fail(err, errsize, "--insecure-no-secret: contradicts --secret-file (give one or the other)");
+    if (peer_mode && c->nsecret_files == 0 && !c->insecure_no_secret)
+        return fail(err, errsize,
+                    "--secret-file: peer links (--peer-listen, --peers, --peers-dns) need a pre-shared "
+                    "secret; write one with 'procmesh keygen FILE', or run without one with "
+                    "--insecure-no-secret");
     return 0;
 }
 
@@ -518,6 +638,14 @@ void pmd_dconf_free(pmd_dconf *c)
 {
     free(c->init_data);
     c->init_data = NULL;
+    for (size_t i = 0; i < 2; i++) {
+        free(c->secret_file[i]);
+        c->secret_file[i] = NULL;
+    }
+    c->nsecret_files = 0;
+    free(c->node_key);
+    free(c->peer_keys);
+    c->node_key = c->peer_keys = NULL;
 }
 
 int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t errsize)
@@ -555,6 +683,10 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP)
         snprintf(err, errsize, "--seccomp: procmesh was built without libseccomp (configure "
                                "--with-seccomp); only off is available");
+    rc = rc ? rc : pm_options_set_peer_timeout_ms(o, c->peer_timeout);
+    rc = rc ? rc : pm_options_set_insecure_no_secret(o, c->insecure_no_secret);
+    /* The peer addresses and key files follow in pmd_dconf_peer_files: they
+     * need the secrets, which need reading files. */
     if (rc == 0)
         rc = pm_options_validate(o, err, errsize);
     if (rc < 0) {
@@ -565,4 +697,75 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     }
     *out = o;
     return 0;
+}
+
+/* One secret file into o, through secret memory: the key never lies in
+ * ordinary memory of the daemon. */
+static int add_secret_file(const char *path, int allow, pm_options *o, char *err, size_t errsize)
+{
+    char why[384];
+    unsigned char *key = sodium_malloc(PM__PEER_KEY_LEN);
+    if (key == NULL)
+        return -ENOMEM;
+    int rc = pm__peer_key_load(path, allow, key, why, sizeof(why));
+    if (rc == 0) {
+        rc = pm_options_add_secret(o, key);
+        if (rc == -EEXIST)
+            snprintf(why, sizeof(why), "'%s' holds the same secret as the other --secret-file", path);
+        else if (rc < 0)
+            snprintf(why, sizeof(why), "'%s': %s", path, pm_strerror(rc));
+    }
+    sodium_free(key); /* zeroes it */
+    if (rc < 0) {
+        fail(err, errsize, "--secret-file: %s", why);
+        return rc == -ENOMEM ? rc : -EINVAL;
+    }
+    return 0;
+}
+
+int pmd_dconf_peer_files(const pmd_dconf *c, pm_options *o, char *err, size_t errsize)
+{
+    char why[384];
+    int rc = 0;
+    err[0] = '\0';
+    /* Before any sodium_malloc: it needs the page size sodium_init reads. */
+    if (sodium_init() < 0)
+        return fail(err, errsize, "peer links: libsodium failed to initialise");
+    for (size_t i = 0; i < c->nsecret_files && rc == 0; i++)
+        rc = add_secret_file(c->secret_file[i], c->allow_insecure_secret_mode, o, err, errsize);
+    if (rc < 0)
+        return rc;
+    if (c->node_key != NULL) {
+        /* Created when missing: the host's identity from now on. The key
+         * itself is checked and dropped; the cluster reads the file again. */
+        unsigned char *key = sodium_malloc(PM__PEER_KEY_LEN);
+        if (key == NULL)
+            return -ENOMEM;
+        rc = pm__peer_key_load(c->node_key, c->allow_insecure_secret_mode, key, why, sizeof(why));
+        if (rc == -ENOENT)
+            rc = pm__peer_key_create(c->node_key, NULL, why, sizeof(why));
+        sodium_free(key);
+        if (rc < 0)
+            return fail(err, errsize, "--node-key: %s", why);
+        rc = pm_options_set_node_key_file(o, c->node_key);
+    }
+    if (rc == 0 && c->peer_keys != NULL) {
+        pm__pins pins;
+        rc = pm__pins_load(c->peer_keys, &pins, why, sizeof(why));
+        if (rc < 0)
+            return fail(err, errsize, "--peer-keys: %s", why);
+        pm__pins_free(&pins);
+        rc = pm_options_set_peer_keys_file(o, c->peer_keys);
+    }
+    if (rc == 0 && c->peer_listen[0] != '\0')
+        rc = pm_options_set_peer_listen(o, c->peer_listen);
+    for (size_t i = 0; rc == 0 && i < c->npeers; i++)
+        rc = pm_options_add_peer(o, c->peers[i]);
+    if (rc == 0 && c->peers_dns[0] != '\0')
+        rc = pm_options_set_peers_dns(o, c->peers_dns);
+    if (rc == 0)
+        rc = pm_options_validate(o, err, errsize);
+    if (rc < 0 && err[0] == '\0')
+        snprintf(err, errsize, "peer links: %s", pm_strerror(rc));
+    return rc;
 }

@@ -16,6 +16,8 @@
 #include "procmesh.h"
 
 #define PMD_MAX_LISTEN 16
+#define PMD_MAX_PEERS 64      /* the library's bound on pm_options_add_peer */
+#define PMD_PEER_ADDR_MAX 264 /* "HOST:PORT" with a 255-byte host */
 
 typedef struct pmd_listen_spec {
     char name[PM_NAME_MAX];
@@ -51,6 +53,18 @@ typedef struct pmd_dconf {
     int no_new_privs;       /* 0 or 1 */
     int seccomp, seccomp_action; /* PM_SECCOMP_* */
     int output;             /* PM_OUTPUT_*: workers' stdout/stderr into the log (capture) */
+    /* Peer links: parsed and validated; not yet run (see procmesh.c). */
+    int peer_flags;         /* 1 when any peer-link option was given */
+    char peer_listen[PMD_PEER_ADDR_MAX]; /* "" = none */
+    char peers[PMD_MAX_PEERS][PMD_PEER_ADDR_MAX];
+    size_t npeers;
+    char peers_dns[PMD_PEER_ADDR_MAX];
+    int peer_timeout;       /* ms */
+    char *secret_file[2];   /* current, next (malloc'd); NULL = not given */
+    size_t nsecret_files;
+    int insecure_no_secret, allow_insecure_secret_mode;
+    char *node_key;         /* malloc'd path, NULL: a new key per start */
+    char *peer_keys;        /* malloc'd path, NULL: no pinning */
     char **argv;            /* COMMAND [ARG...], pointers into the caller's argv */
     int argc;
 } pmd_dconf;
@@ -72,5 +86,16 @@ void pmd_dconf_free(pmd_dconf *c);
 
 /* Builds library options from a configuration. -errno with err filled. */
 int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t errsize);
+
+/*
+ * Reads the peer-link key files a configuration names and hands the result
+ * to o: each --secret-file (mode and content checked; the key goes through
+ * secret memory straight to pm_options_add_secret), the --node-key file
+ * (created with mode 0600 when missing), the --peer-keys file (parsed);
+ * then the peer addresses, and validates o again. Separate from
+ * pmd_dconf_options because it reads and may create files. -errno with one
+ * line in err naming the option and the file.
+ */
+int pmd_dconf_peer_files(const pmd_dconf *c, pm_options *o, char *err, size_t errsize);
 
 #endif /* PMD_DCONF_H */

@@ -5,6 +5,7 @@
  *
  *   procmesh run [OPTIONS] -- COMMAND [ARG...]
  *   procmesh status [--health HOST:PORT]
+ *   procmesh keygen [--node-key | --public] FILE
  *   procmesh version
  *   procmesh --help | procmesh run --help
  *
@@ -12,7 +13,12 @@
  * every slot ended cleanly), 1 the drain had to SIGKILL a worker, 2 bad
  * command line or configuration, 3 every slot was retired (its restart
  * budget spent), 4 could not start (a listening socket, the first spawn).
- * Of `status`: 0, 2 bad usage, 4 the daemon did not answer.
+ * Of `status`: 0, 2 bad usage, 4 the daemon did not answer. Of `keygen`:
+ * 0, 1 the file could not be written or read, 2 bad usage.
+ *
+ * Peer links are not running in this build: `run` validates their options
+ * and key files (exit 2 naming the option on bad input), then logs
+ * peer_links_unavailable and exits 2 whenever one is given.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,6 +31,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "clock.h"
 #include "dconf.h"
 #include "defaults.h"
@@ -32,6 +40,7 @@
 #include "health.h"
 #include "listen.h"
 #include "log.h"
+#include "peerkeys.h"
 #include "procmesh.h"
 #include "sdnotify.h"
 #include "status.h"
@@ -48,6 +57,7 @@
 static const char usage_text[] =
     "usage: procmesh run [OPTIONS] -- COMMAND [ARG...]\n"
     "       procmesh status [--health HOST:PORT]\n"
+    "       procmesh keygen [--node-key | --public] FILE\n"
     "       procmesh version\n"
     "\n"
     "Runs COMMAND in every worker slot, restarts it when it fails, and stops\n"
@@ -90,11 +100,28 @@ static const char usage_text[] =
     "  --output capture|inherit  workers' stdout/stderr as tagged log lines\n"
     "                            (event=output, default) or passed through\n"
     "\n"
+    "peer links (validated only: not implemented in this build, run exits 2):\n"
+    "  --peer-listen HOST:PORT   accept peers here\n"
+    "  --peers HOST:PORT[,...]   connect to these peers\n"
+    "  --peers-dns NAME:PORT     peers from every address of NAME\n"
+    "  --peer-timeout MS         handshake and silence bound (default " STR(PM__DEFAULT_PEER_TIMEOUT_MS) ")\n"
+    "  --secret-file FILE        the mesh's 32-byte pre-shared secret; twice for\n"
+    "                            rotation (current, next); see procmesh keygen\n"
+    "  --insecure-no-secret      peer links without a secret (anyone may join)\n"
+    "  --allow-insecure-secret-mode   accept key files group or others can read\n"
+    "  --node-key FILE           this host's static key (created 0600 if missing;\n"
+    "                            default: a new key per start)\n"
+    "  --peer-keys FILE          pin peers: lines 'HOST BASE64-PUBLIC-KEY'\n"
+    "\n"
     "signals: SIGTERM/SIGINT drain (stop request, --stop-timeout, SIGKILL; a\n"
     "second one skips the wait); SIGHUP replaces the workers one slot at a time\n"
     "\n"
     "exit status: 0 stopped cleanly, 1 a worker had to be killed at stop,\n"
-    "2 bad usage, 3 every slot retired, 4 could not start\n";
+    "2 bad usage, 3 every slot retired, 4 could not start\n"
+    "\n"
+    "procmesh keygen FILE writes a new secret (64 hex characters, mode 0600) and\n"
+    "prints its id; --node-key FILE a new static key, printing its public key;\n"
+    "--public FILE prints the public key of an existing static key file.\n";
 
 /* What the daemon does between two turns of the loop, wherever it waits:
  * the health endpoint's header timeouts and accept pauses, and the
@@ -249,6 +276,26 @@ static int cmd_run(int argc, char **argv)
         fprintf(stderr, "procmesh run: %s\n", err);
         return EXIT_USAGE;
     }
+    if (conf.peer_flags) {
+        /* Bad input gets its error first (the option named); good input
+         * gets the truth: the links do not run yet, and starting without
+         * them would promise a mesh that is not there. */
+        int rc = pmd_dconf_peer_files(&conf, o, err, sizeof(err));
+        if (rc < 0)
+            fprintf(stderr, "procmesh run: %s\n", err);
+        if (rc == 0 && conf.insecure_no_secret) {
+            const char *kv[] = {"reason", "--insecure-no-secret: anyone who reaches the peer port can join "
+                                          "unless --peer-keys pins static keys"};
+            pmd_log(PMD_LOG_WARN, "peer_links_insecure", kv, 1);
+        }
+        if (rc == 0) {
+            const char *kv[] = {"reason", "peer links are not implemented in this build"};
+            pmd_log(PMD_LOG_ERROR, "peer_links_unavailable", kv, 1);
+        }
+        pm_options_free(o);
+        pmd_dconf_free(&conf);
+        return EXIT_USAGE;
+    }
     /* Orphans re-parented to us must be reaped: as PID 1 that is automatic,
      * elsewhere we become a child subreaper so the same holds. */
     if (getpid() != 1)
@@ -362,6 +409,76 @@ static int cmd_run(int argc, char **argv)
     return status;
 }
 
+/* procmesh keygen [--node-key | --public] FILE. Never overwrites a file,
+ * never prints a secret: a secret's id, or a static key's public half. */
+static int cmd_keygen(int argc, char **argv)
+{
+    const char *mode = NULL, *path = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: procmesh keygen [--node-key | --public] FILE\n");
+            return 0;
+        }
+        if ((strcmp(argv[i], "--node-key") == 0 || strcmp(argv[i], "--public") == 0) && mode == NULL)
+            mode = argv[i];
+        else if (argv[i][0] != '-' && path == NULL)
+            path = argv[i];
+        else {
+            fprintf(stderr, "procmesh keygen: '%s': unexpected (usage: procmesh keygen [--node-key | --public] FILE)\n",
+                    argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    if (path == NULL) {
+        fprintf(stderr, "procmesh keygen: FILE is required (usage: procmesh keygen [--node-key | --public] FILE)\n");
+        return EXIT_USAGE;
+    }
+    char why[384];
+    pm__keyring *kr = NULL;
+    int rc = pm__keyring_new(&kr);
+    if (rc < 0) {
+        fprintf(stderr, "procmesh keygen: no secret memory: %s\n", strerror(-rc));
+        return 1;
+    }
+    /* The key only ever lives in secret memory (guarded, never dumped),
+     * zeroed by sodium_free. */
+    unsigned char *key = sodium_malloc(PM__PEER_KEY_LEN);
+    if (key == NULL) {
+        pm__keyring_free(kr);
+        fprintf(stderr, "procmesh keygen: no secret memory\n");
+        return 1;
+    }
+    if (mode == NULL) {
+        rc = pm__peer_key_create(path, key, why, sizeof(why));
+        if (rc == 0) {
+            unsigned char id[PM__PEER_KEY_ID_LEN];
+            char hex[2 * PM__PEER_KEY_ID_LEN + 1];
+            pm__peer_key_id(key, id);
+            for (size_t i = 0; i < sizeof(id); i++)
+                snprintf(hex + 2 * i, 3, "%02x", id[i]);
+            printf("key id %s\n", hex);
+        }
+    } else {
+        rc = strcmp(mode, "--node-key") == 0 ? pm__peer_key_create(path, key, why, sizeof(why))
+                                             : pm__peer_key_load(path, 0, key, why, sizeof(why));
+        if (rc == 0)
+            rc = pm__keyring_set_static(kr, key);
+        unsigned char pub[PM__PEER_KEY_LEN];
+        char b64[PM__PEER_KEY_B64_LEN + 1];
+        if (rc == 0 && pm__keyring_static_pub(kr, pub) == 0) {
+            pm__peer_key_b64(pub, b64);
+            printf("%s\n", b64);
+        }
+    }
+    sodium_free(key);
+    pm__keyring_free(kr);
+    if (rc < 0) {
+        fprintf(stderr, "procmesh keygen: %s\n", why);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -381,8 +498,10 @@ int main(int argc, char **argv)
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "status") == 0)
         return cmd_status(argc - 2, argv + 2);
+    if (strcmp(cmd, "keygen") == 0)
+        return cmd_keygen(argc - 2, argv + 2);
     fprintf(stderr,
-            "procmesh: unknown command '%s' (commands: run, status, version; see procmesh --help)\n",
+            "procmesh: unknown command '%s' (commands: run, status, keygen, version; see procmesh --help)\n",
             cmd);
     return EXIT_USAGE;
 }

@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: MIT */
+/* check_peer.c - peer links: routing by host (the host table, remote addresses), and the link itself. */
+#include "helpers.h"
+
+#include <sodium.h>
+#include <stdatomic.h>
+
+#include "internal.h"
+#include "le.h"
+#include "peer.h"
+
+/* Routing with peer links: the host table turns names into the indices
+ * frames carry, and back. */
+START_TEST(test_route_hosts)
+{
+    static pm__hosts t; /* 8 KiB: not on the stack */
+    memset(&t, 0, sizeof(t));
+    strcpy(t.name[0], "a");
+    strcpy(t.name[1], "b");
+    strcpy(t.name[2], "c");
+    atomic_store(&t.count, 3);
+    pm__names local = {"sys", "a", 1, 4, NULL}, peer = {"sys", "a", 1, 4, &t};
+    pm_address to;
+    uint16_t host = 99;
+    uint32_t node = 99;
+
+    /* Without peer links: only this host, other hosts are not ours. */
+    ck_assert_int_eq(pm_address_parse("sys@a:2", &to), 0);
+    ck_assert_int_eq(pm__address_route(&local, &to, &host, &node), 0);
+    ck_assert_uint_eq(host, PM__HOST_LOCAL);
+    ck_assert_uint_eq(node, 1);
+    ck_assert_int_eq(pm_address_parse("sys@b:2", &to), 0);
+    ck_assert_int_eq(pm__address_route(&local, &to, &host, &node), -ENOENT);
+    ck_assert_int_eq(pm_address_parse("sys@a:0", &to), 0);
+    ck_assert_int_eq(pm__address_route(&local, &to, &host, &node), -ENOENT);
+
+    /* Peer mode: port 0 of our host and "main" are the supervisor. */
+    ck_assert_int_eq(pm__address_route(&peer, &to, &host, &node), 0);
+    ck_assert_uint_eq(host, PM__HOST_LOCAL);
+    ck_assert_uint_eq(node, PM__NODE_MAIN);
+    ck_assert_int_eq(pm_address_parse("sys@main:0", &to), 0);
+    ck_assert_int_eq(pm__address_route(&peer, &to, &host, &node), 0);
+    ck_assert_uint_eq(node, PM__NODE_MAIN);
+    ck_assert_int_eq(pm_address_parse("sys@a:5", &to), 0); /* past the last slot */
+    ck_assert_int_eq(pm__address_route(&peer, &to, &host, &node), -ENOENT);
+    /* A known remote host: its index, and the port as the node. */
+    ck_assert_int_eq(pm_address_parse("sys@c:7#9", &to), 0);
+    ck_assert_int_eq(pm__address_route(&peer, &to, &host, &node), 0);
+    ck_assert_uint_eq(host, 2);
+    ck_assert_uint_eq(node, 7);
+    uint32_t local_node;
+    ck_assert_int_eq(pm__address_node(&peer, &to, &local_node), -ENOENT); /* not one of ours */
+    /* An unknown host, another system. */
+    ck_assert_int_eq(pm_address_parse("sys@d:1", &to), 0);
+    ck_assert_int_eq(pm__address_route(&peer, &to, &host, &node), -EHOSTUNREACH);
+    ck_assert_int_eq(pm_address_parse("other@b:1", &to), 0);
+    ck_assert_int_eq(pm__address_route(&peer, &to, &host, &node), -ENOENT);
+    ck_assert_int_eq(pm__hosts_find(&t, "a"), -1); /* 0 is never matched: it is us */
+    ck_assert_int_eq(pm__hosts_find(&t, "b"), 1);
+
+    /* Back to text: a remote worker, a remote supervisor, ours. */
+    char s[PM_ADDRESS_STRLEN];
+    pm__node_address_at(&peer, 1, 3, 42, &to);
+    ck_assert_int_gt(pm_address_format(&to, s, sizeof(s)), 0);
+    ck_assert_str_eq(s, "sys@b:3#42");
+    pm__node_address_at(&peer, 2, 0, 42, &to);
+    ck_assert_int_gt(pm_address_format(&to, s, sizeof(s)), 0);
+    ck_assert_str_eq(s, "sys@c:0");
+    pm__node_address_at(&peer, PM__HOST_LOCAL, 1, 5, &to);
+    ck_assert_int_gt(pm_address_format(&to, s, sizeof(s)), 0);
+    ck_assert_str_eq(s, "sys@a:2#5");
+}
+END_TEST
+
+/* ---- the link protocol, two state machines wired back to back ---------- */
+
+static const unsigned char secret1[32] = {1, 2, 3};
+static const unsigned char secret2[32] = {4, 5, 6};
+
+typedef struct side {
+    pm__keyring *kr;
+    pm__pconn_cfg cfg;
+    pm__pconn c;
+    int up;
+    int dead;
+    size_t nframes;
+    unsigned char last[128];
+    size_t last_len;
+} side;
+
+static void got_frame(void *arg, const unsigned char *f, size_t len)
+{
+    side *s = arg;
+    s->nframes++;
+    s->last_len = len < sizeof(s->last) ? len : sizeof(s->last);
+    memcpy(s->last, f, s->last_len);
+}
+
+/* A side named host with the given secrets (NULL: insecure). */
+static void side_init(side *s, const char *host, const unsigned char *sec_a,
+                      const unsigned char *sec_b, int initiator)
+{
+    ck_assert_int_ge(sodium_init(), 0);
+    memset(s, 0, sizeof(*s));
+    ck_assert_int_eq(pm__keyring_new(&s->kr), 0);
+    if (sec_a != NULL)
+        ck_assert_int_eq(pm__keyring_add_secret(s->kr, sec_a), 0);
+    if (sec_b != NULL)
+        ck_assert_int_eq(pm__keyring_add_secret(s->kr, sec_b), 0);
+    ck_assert_int_eq(pm__keyring_random_static(s->kr), 0);
+    s->cfg.system = "sys";
+    s->cfg.host = host;
+    s->cfg.incarnation = initiator ? 1111 : 2222;
+    s->cfg.idle_ms = 5000;
+    s->cfg.keys = s->kr;
+    ck_assert_int_eq(pm__pconn_init(&s->c, &s->cfg, initiator), 0);
+    s->c.on_frame = got_frame;
+    s->c.on_frame_arg = s;
+}
+
+static void side_free(side *s)
+{
+    pm__pconn_free(&s->c);
+    pm__keyring_free(s->kr);
+}
+
+/* Moves what from has queued into to, event by event. */
+static int move(side *from, side *to)
+{
+    size_t len, used;
+    const unsigned char *p = pm__pconn_output(&from->c, &len);
+    if (p == NULL || to->dead)
+        return 0;
+    size_t off = 0;
+    while (off < len && !to->dead) {
+        int ev = pm__pconn_input(&to->c, p + off, len - off, &used);
+        off += used;
+        if (ev == PM__PCE_UP)
+            to->up = 1;
+        if (ev == PM__PCE_DEAD)
+            to->dead = 1;
+    }
+    pm__pconn_sent(&from->c, len);
+    return 1;
+}
+
+static void pump(side *a, side *b)
+{
+    for (int i = 0; i < 20; i++)
+        if (!move(a, b) && !move(b, a))
+            break;
+}
+
+START_TEST(test_link_up_and_frames)
+{
+    side a, b;
+    side_init(&a, "a", secret1, NULL, 1);
+    side_init(&b, "b", secret2, secret1, 0); /* rotation: the responder holds both */
+    pump(&a, &b);
+    ck_assert_msg(a.up && b.up, "both sides up (a %d/%s, b %d/%s)", a.c.state,
+                  pm__peer_fail_name(a.c.fail), b.c.state, pm__peer_fail_name(b.c.fail));
+    ck_assert_str_eq(a.c.peer.host, "b");
+    ck_assert_str_eq(b.c.peer.host, "a");
+    ck_assert_uint_eq(a.c.peer.incarnation, 2222);
+    ck_assert_uint_eq(b.c.peer.incarnation, 1111);
+    ck_assert_uint_eq(b.c.peer.idle_ms, 5000);
+
+    /* Frames both ways, batched. */
+    struct iovec v[3] = {{"one", 3}, {"two!", 4}, {"three", 5}};
+    size_t taken;
+    ck_assert_int_eq(pm__pconn_send_frames(&a.c, v, 3, &taken), 0);
+    ck_assert_uint_eq(taken, 3);
+    ck_assert_int_eq(pm__pconn_send_frames(&b.c, v, 1, &taken), 0);
+    pump(&a, &b);
+    ck_assert_uint_eq(b.nframes, 3);
+    ck_assert_uint_eq(b.last_len, 5);
+    ck_assert_mem_eq(b.last, "three", 5);
+    ck_assert_uint_eq(a.nframes, 1);
+    ck_assert_uint_eq(a.c.frames_out, 3);
+
+    /* An orderly close: the other side answers with its CLOSE and ends. */
+    pm__pconn_close(&a.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    pump(&a, &b);
+    ck_assert(b.dead);
+    ck_assert_int_eq(b.c.fail, PM__PF_CLOSED);
+    ck_assert_int_eq(pm__pconn_send_frames(&b.c, v, 1, &taken), -ENOTCONN);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+START_TEST(test_insecure_link)
+{
+    side a, b;
+    side_init(&a, "a", NULL, NULL, 1);
+    side_init(&b, "b", NULL, NULL, 0);
+    pump(&a, &b);
+    ck_assert(a.up && b.up);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* Each mismatch the responder can see in the preamble: no reply at all. */
+START_TEST(test_wrong_keys_refused)
+{
+    static const struct {
+        const unsigned char *ia, *rb, *rc; /* initiator's secret; responder's two */
+        int fail;
+    } cases[] = {
+        {secret1, secret2, NULL, PM__PF_KEY_ID},  /* another secret */
+        {NULL, secret1, NULL, PM__PF_KEY_ID},     /* a downgrade to no secret */
+        {secret1, NULL, NULL, PM__PF_KEY_ID},     /* a secret where none is held */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        side a, b;
+        side_init(&a, "a", cases[i].ia, NULL, 1);
+        side_init(&b, "b", cases[i].rb, cases[i].rc, 0);
+        pump(&a, &b);
+        ck_assert_msg(b.dead && b.c.fail == cases[i].fail, "case %zu: %s", i,
+                      pm__peer_fail_name(b.c.fail));
+        size_t len;
+        ck_assert_ptr_null(pm__pconn_output(&b.c, &len)); /* nothing answered */
+        ck_assert(!a.up);
+        side_free(&a);
+        side_free(&b);
+    }
+}
+END_TEST
+
+/* Feeds bytes to a fresh responder; returns its state. */
+static int respond_to(side *b, const void *bytes, size_t len)
+{
+    size_t used;
+    int ev = pm__pconn_input(&b->c, bytes, len, &used);
+    return ev;
+}
+
+START_TEST(test_hostile_preamble)
+{
+    side b;
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(respond_to(&b, "GET / HTTP/1.1\r\n\r\n", 18), PM__PCE_DEAD);
+    ck_assert_int_eq(b.c.fail, PM__PF_PREAMBLE);
+    side_free(&b);
+
+    /* A version length over 32 is refused from the 7 bytes that carry it. */
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(respond_to(&b, "PMLINK\xff", 7), PM__PCE_DEAD);
+    ck_assert_int_eq(b.c.fail, PM__PF_PREAMBLE);
+    side_free(&b);
+
+    unsigned char id[8], pre[PM__PEER_PREAMBLE_MAX];
+    pm__peer_key_id(secret1, id);
+    side_init(&b, "b", secret1, NULL, 0);
+    size_t n = pm__peer_preamble("other", id, pre); /* another mesh */
+    ck_assert_int_eq(respond_to(&b, pre, n), PM__PCE_DEAD);
+    ck_assert_int_eq(b.c.fail, PM__PF_SYSTEM);
+    side_free(&b);
+
+    side_init(&b, "b", secret1, NULL, 0);
+    n = pm__peer_preamble("sys", id, pre);
+    pre[7 + 14] = '2'; /* "procmesh-link/2" */
+    ck_assert_int_eq(respond_to(&b, pre, n), PM__PCE_DEAD);
+    ck_assert_int_eq(b.c.fail, PM__PF_VERSION);
+    side_free(&b);
+
+    /* A valid preamble, then a message length of 0xFFFFFFFF: refused from
+     * its 4 bytes, nothing read or allocated for it. */
+    side_init(&b, "b", secret1, NULL, 0);
+    n = pm__peer_preamble("sys", id, pre);
+    ck_assert_int_eq(respond_to(&b, pre, n), PM__PCE_NONE);
+    ck_assert_int_eq(respond_to(&b, "\xff\xff\xff\xff", 4), PM__PCE_DEAD);
+    ck_assert_int_eq(b.c.fail, PM__PF_HS_LENGTH);
+    side_free(&b);
+
+    /* A truncated handshake: the stream ends in message 1. */
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(respond_to(&b, pre, n), PM__PCE_NONE);
+    ck_assert_int_eq(respond_to(&b, "\x30\0\0\0abc", 7), PM__PCE_NONE);
+    ck_assert_int_eq(pm__pconn_eof(&b.c), PM__PCE_DEAD);
+    ck_assert_int_eq(b.c.fail, PM__PF_TRUNCATED);
+    side_free(&b);
+}
+END_TEST
+
+/* A bit flipped in message 2 (and one in a record once up) ends the link. */
+START_TEST(test_tampered)
+{
+    side a, b;
+    side_init(&a, "a", secret1, NULL, 1);
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert(move(&a, &b)); /* preamble and message 1 */
+    size_t len;
+    unsigned char *p = (unsigned char *)pm__pconn_output(&b.c, &len);
+    ck_assert_ptr_nonnull(p);
+    p[len - 3] ^= 0x20; /* inside the encrypted hello */
+    ck_assert(move(&b, &a));
+    ck_assert(a.dead);
+    ck_assert_int_eq(a.c.fail, PM__PF_HS_DECRYPT);
+    side_free(&a);
+    side_free(&b);
+
+    side_init(&a, "a", secret1, NULL, 1);
+    side_init(&b, "b", secret1, NULL, 0);
+    pump(&a, &b);
+    ck_assert(a.up && b.up);
+    struct iovec v = {"frame", 5};
+    size_t taken;
+    ck_assert_int_eq(pm__pconn_send_frames(&a.c, &v, 1, &taken), 0);
+    p = (unsigned char *)pm__pconn_output(&a.c, &len);
+    p[len - 1] ^= 1;
+    move(&a, &b);
+    ck_assert(b.dead);
+    ck_assert_int_eq(b.c.fail, PM__PF_RECORD);
+    ck_assert_uint_eq(b.nframes, 0);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+START_TEST(test_self_and_pins)
+{
+    side a, b;
+    side_init(&a, "a", secret1, NULL, 1);
+    side_init(&b, "a", secret1, NULL, 0); /* our own name */
+    pump(&a, &b);
+    ck_assert(a.dead && !b.up);
+    ck_assert_int_eq(a.c.fail, PM__PF_SELF);
+    side_free(&a);
+    side_free(&b);
+
+    /* Pinning: the responder's key is pinned for "b" only under another
+     * key: the initiator refuses it after message 2. */
+    pm__pins pins;
+    char text[128], b64[PM__PEER_KEY_B64_LEN + 1];
+    unsigned char other[32];
+    memset(other, 9, sizeof(other));
+    pm__peer_key_b64(other, b64);
+    snprintf(text, sizeof(text), "b %s\n", b64);
+    char why[128];
+    ck_assert_int_eq(pm__pins_parse(text, strlen(text), &pins, why, sizeof(why)), 0);
+    side_init(&a, "a", secret1, NULL, 1);
+    a.cfg.pins = &pins;
+    side_init(&b, "b", secret1, NULL, 0);
+    pump(&a, &b);
+    ck_assert(a.dead && !b.up);
+    ck_assert_int_eq(a.c.fail, PM__PF_PIN);
+    side_free(&a);
+    side_free(&b);
+    pm__pins_free(&pins);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("peer");
+    TCase *tc = pm_tcase("routing", 30);
+    tcase_add_test(tc, test_route_hosts);
+    suite_add_tcase(s, tc);
+    tc = pm_tcase("protocol", 30);
+    tcase_add_test(tc, test_link_up_and_frames);
+    tcase_add_test(tc, test_insecure_link);
+    tcase_add_test(tc, test_wrong_keys_refused);
+    tcase_add_test(tc, test_hostile_preamble);
+    tcase_add_test(tc, test_tampered);
+    tcase_add_test(tc, test_self_and_pins);
+    suite_add_tcase(s, tc);
+    return pm_test_main(s);
+}
