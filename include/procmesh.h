@@ -287,6 +287,15 @@ PM_EXTERN int pm_options_set_fence_not_draining(pm_options *o, int on);
  * 1 GiB. Default 1 MiB. */
 PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
 
+/* The largest message the cluster carries, in bytes: from PM_MAX_PAYLOAD
+ * (64 KiB) to 4 GiB - 1; default 64 MiB; -EINVAL outside. A message above
+ * PM_MAX_PAYLOAD travels as a sealed memfd over the worker's socket instead
+ * of through its ring (doc/design.md, Large messages); the send, request,
+ * reply and call functions of main and of workers take it transparently and
+ * return -EMSGSIZE above this limit. A worker that sends a larger one, or
+ * an unsealed or foreign fd, is fenced (reason protocol). */
+PM_EXTERN int pm_options_set_max_message(pm_options *o, size_t bytes);
+
 enum pm_ready_mode {
     PM_READY_MESH = 1, /* the worker links libprocmesh: pm_node_join + pm_node_ready (default) */
     PM_READY_EXEC = 2, /* exec mode: ready as soon as exec succeeded; no heartbeat */
@@ -564,7 +573,11 @@ PM_EXTERN int pm_cluster_terminate(pm_cluster *c);
  * hub from the ring it arrived on, never taken from the payload.
  * ---------------------------------------------------------------------- */
 
-/* Largest message payload. */
+/* Largest payload of one frame. Larger messages, up to the cluster's
+ * pm_options_set_max_message (default 64 MiB), travel as a sealed memfd and
+ * reach the receiver as one pm_message with the whole length, mapped
+ * read-only until the next receive (workers) or until the callback returns
+ * (main). */
 #define PM_MAX_PAYLOAD (64 * 1024)
 
 enum pm_message_kind {

@@ -30,5 +30,6 @@
 #define PM__DEFAULT_PROTECT_SUPERVISOR 0 /* the daemon protects itself always */
 #define PM__DEFAULT_SECCOMP PM_SECCOMP_OFF
 #define PM__DEFAULT_SECCOMP_ACTION PM_SECCOMP_ERRNO
+#define PM__DEFAULT_MAX_MESSAGE (64 * 1024 * 1024) /* bytes */
 
 #endif /* PM_DEFAULTS_H */

@@ -171,6 +171,12 @@ static inline int pm_test_node_hub_efd(const pm_node *n)
 
 /* Replies (and notices about requests) the worker dropped because nobody
  * waited for them any more. */
+/* A worker's link (its fd socket and rings), for hostile large messages. */
+static inline pm__link *pm_test_node_link(pm_node *n)
+{
+    return &n->link;
+}
+
 static inline uint64_t pm_test_node_late_replies(const pm_node *n)
 {
     return n->late_replies;
