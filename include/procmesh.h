@@ -613,7 +613,9 @@ PM_EXTERN int pm_options_set_on_message(pm_options *o,
 
 /* main -> a worker. -ENOENT (not an address of this mesh), -EHOSTDOWN (slot
  * not ready: restarting, retired, stopped), -ESTALE (incarnation given and
- * not the current one), -EMSGSIZE, -EAGAIN (its queue is full). */
+ * not the current one), -EMSGSIZE (len above pm_options_set_max_message),
+ * -EAGAIN (its queue is full). Above PM_MAX_PAYLOAD the bytes are copied
+ * once into a sealed memfd, which the worker maps. */
 PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len);
 
 /* Answers a PM_MSG_REQUEST received by on_message. Errors as pm_cluster_send. */
@@ -659,7 +661,7 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
  * Returns the request id (> 0; ids wrap within 1..INT_MAX, never reused
  * while pending), or a negative errno and cb never runs: -EINVAL (cb NULL,
  * timeout_ms <= 0, data NULL with len > 0, `to` is main), -EMSGSIZE (len >
- * PM_MAX_PAYLOAD), -ENOENT / -EHOSTDOWN / -ESTALE for `to` as
+ * pm_options_set_max_message), -ENOENT / -EHOSTDOWN / -ESTALE for `to` as
  * pm_cluster_send, -EAGAIN (main's queue for that worker is full),
  * -ESHUTDOWN (pm_cluster_terminate is running), -ENOMEM.
  */
@@ -709,7 +711,10 @@ PM_EXTERN int pm_node_init_data(const pm_node *n, const void **data, size_t *len
 /* Tells the supervisor that this worker is ready. Idempotent. */
 PM_EXTERN int pm_node_ready(pm_node *n);
 /* Sends a plain message. Waits (spin, then park) while the outbound ring is
- * full. Returns 0, -ENOENT for an address outside this mesh, -EMSGSIZE,
+ * full. Above PM_MAX_PAYLOAD the bytes go into a sealed memfd passed over
+ * the worker's socket (one copy; the supervisor passes it on unmapped).
+ * Returns 0, -ENOENT for an address outside this mesh, -EMSGSIZE (above the
+ * cluster's pm_options_set_max_message),
  * -ESHUTDOWN once the supervisor asked this worker to stop or went away.
  * Delivery failures come back later as PM_MSG_UNDELIVERABLE messages. */
 PM_EXTERN int pm_node_send(pm_node *n, const pm_address *to, const void *data, size_t len);

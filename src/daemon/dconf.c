@@ -261,12 +261,38 @@ static int uid_range_value(const src *s, const char *v, pmd_dconf *c, char *err,
     return 0;
 }
 
+/* SIZE with an optional K, M or G suffix (powers of 1024), within
+ * lo..hi bytes. */
+static int size_value(const src *s, const char *v, size_t lo, size_t hi, size_t *out, char *err,
+                      size_t size)
+{
+    char w[96];
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift != 0)
+        end++;
+    if (!isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || x > (hi >> shift) ||
+        (x << shift) < lo)
+        return fail(err, size, "%s: '%s' is not a size in %zu..%zu bytes (suffix K, M or G allowed)",
+                    who(s, w, sizeof(w)), v, lo, hi);
+    *out = (size_t)(x << shift);
+    return 0;
+}
+
 enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
     O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
     O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_USER, O_UID_RANGE, O_NO_NEW_PRIVS,
-    O_SECCOMP, O_SECCOMP_ACTION, O_COUNT
+    O_SECCOMP, O_SECCOMP_ACTION, O_MAX_MESSAGE, O_COUNT
 };
 
 static const struct {
@@ -300,6 +326,7 @@ static const struct {
     [O_NO_NEW_PRIVS] = {"--no-new-privs", "PROCMESH_NO_NEW_PRIVS"},
     [O_SECCOMP] = {"--seccomp", "PROCMESH_SECCOMP"},
     [O_SECCOMP_ACTION] = {"--seccomp-action", "PROCMESH_SECCOMP_ACTION"},
+    [O_MAX_MESSAGE] = {"--max-message", "PROCMESH_MAX_MESSAGE"},
 };
 
 static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
@@ -398,6 +425,8 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         static const int val[] = {PM_SECCOMP_ERRNO, PM_SECCOMP_KILL};
         return choice(s, v, n, val, "errno, kill", &c->seccomp_action, err, size);
     }
+    case O_MAX_MESSAGE:
+        return size_value(s, v, PM_MAX_PAYLOAD, (size_t)UINT32_MAX, &c->max_message, err, size);
     }
     return -EINVAL;
 }
@@ -427,6 +456,7 @@ static void defaults(pmd_dconf *c)
     c->no_new_privs = PM__DEFAULT_NO_NEW_PRIVS;
     c->seccomp = PM__DEFAULT_SECCOMP;
     c->seccomp_action = PM__DEFAULT_SECCOMP_ACTION;
+    c->max_message = PM__DEFAULT_MAX_MESSAGE;
 }
 
 int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
@@ -543,6 +573,7 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     if (rc == 0 && c->uid_count > 0)
         rc = pm_options_set_uid_range(o, (uid_t)c->uid_first, c->uid_count);
     rc = rc ? rc : pm_options_set_no_new_privs(o, c->no_new_privs);
+    rc = rc ? rc : pm_options_set_max_message(o, c->max_message);
     rc = rc ? rc : pm_options_set_seccomp_action(o, c->seccomp_action);
     if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP)
         snprintf(err, errsize, "--seccomp: procmesh was built without libseccomp (configure "
