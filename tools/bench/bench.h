@@ -87,5 +87,6 @@ int cmd_restart(const bench_opts *o);
 int cmd_spawn(const bench_opts *o);
 int cmd_relay(const bench_opts *o);
 int cmd_daemon(const bench_opts *o);
+int cmd_bigcall(const bench_opts *o);
 
 #endif

@@ -11,6 +11,7 @@ static const char usage[] =
     "       pm-bench spawn [--runs R]\n"
     "       pm-bench relay [--frames N] [--rounds K] [--runs R]\n"
     "       pm-bench daemon [--runs R]\n"
+    "       pm-bench bigcall [--rounds K]\n"
     "\n"
     "  ring   stream N frames of S bytes from one process to another over the\n"
     "         shared-memory ring, a pipe and a Unix socketpair (one write per\n"
@@ -31,6 +32,9 @@ static const char usage[] =
     "  spawn    time for pm_cluster_spawn to bring N = 1, 8, 64 workers to\n"
     "           ready, median of R runs (default 5), fork and exec mode, beside\n"
     "           N bare forks (and fork+execs) that each report over a pipe.\n"
+    "  bigcall  a 16 MiB pm_cluster_call round trip to a fork-mode worker as a\n"
+    "           sealed memfd each way, against the same bytes as 64 KiB frames\n"
+    "           through the rings, K rounds of each interleaved (default 20).\n"
     "\n"
     "exit status: 0 done, 1 a measurement failed, 2 bad command line\n";
 
@@ -49,6 +53,7 @@ static const struct command {
      cmd_relay},
     /* daemon has always accepted --rounds, and ignores it. */
     {"daemon", OPT_RUNS | OPT_ROUNDS, {.runs = 3}, cmd_daemon},
+    {"bigcall", OPT_ROUNDS, {.rounds = 20}, cmd_bigcall},
 };
 
 int main(int argc, char **argv)
@@ -67,7 +72,7 @@ int main(int argc, char **argv)
             cmd = &commands[i];
     if (cmd == NULL) {
         fprintf(stderr,
-                "pm-bench: unknown command '%s' (commands: ring, restart, spawn, relay, daemon)\n",
+                "pm-bench: unknown command '%s' (commands: ring, restart, spawn, relay, daemon, bigcall)\n",
                 argv[1]);
         return 2;
     }
