@@ -79,6 +79,13 @@ static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
     return c->slots[i].link.memfd;
 }
 
+/* The worker's end of slot i's fd socket (large messages), as the
+ * supervisor holds it. */
+static inline int pm_test_slot_node_sock(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].link.node_sock;
+}
+
 /* Requests slot i has in flight (to anyone). */
 static inline uint32_t pm_test_requests_out(const pm_cluster *c, unsigned i)
 {
