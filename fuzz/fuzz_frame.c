@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(size >= PM__FRAME_HDR_SIZE && out.len == size - PM__FRAME_HDR_SIZE);
         FUZZ_ASSERT(out.len <= max_payload);
         FUZZ_ASSERT(out.type != 0 && out.type <= PM__FT_MAX_);
-        FUZZ_ASSERT(out.version == PM__FRAME_VERSION && out.flags == 0);
+        FUZZ_ASSERT(out.version == PM__FRAME_VERSION && (out.flags == 0 || out.flags == PM__FF_MEMFD));
         FUZZ_ASSERT(out.error <= 0 && out.deadline_ms >= 0);
         FUZZ_ASSERT(out.dst_host < PM__MAX_HOSTS && out.src_host < PM__MAX_HOSTS);
         /* One wire form per header: the encoder writes back the same bytes. */

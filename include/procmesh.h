@@ -287,6 +287,15 @@ PM_EXTERN int pm_options_set_fence_not_draining(pm_options *o, int on);
  * 1 GiB. Default 1 MiB. */
 PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
 
+/* The largest message the cluster carries, in bytes: from PM_MAX_PAYLOAD
+ * (64 KiB) to 4 GiB - 1; default 64 MiB; -EINVAL outside. A message above
+ * PM_MAX_PAYLOAD travels as a sealed memfd over the worker's socket instead
+ * of through its ring (doc/design.md, Large messages); the send, request,
+ * reply and call functions of main and of workers take it transparently and
+ * return -EMSGSIZE above this limit. A worker that sends a larger one, or
+ * an unsealed or foreign fd, is fenced (reason protocol). */
+PM_EXTERN int pm_options_set_max_message(pm_options *o, size_t bytes);
+
 enum pm_ready_mode {
     PM_READY_MESH = 1, /* the worker links libprocmesh: pm_node_join + pm_node_ready (default) */
     PM_READY_EXEC = 2, /* exec mode: ready as soon as exec succeeded; no heartbeat */
@@ -661,7 +670,11 @@ PM_EXTERN int pm_cluster_terminate(pm_cluster *c);
  * hub from the ring it arrived on, never taken from the payload.
  * ---------------------------------------------------------------------- */
 
-/* Largest message payload. */
+/* Largest payload of one frame. Larger messages, up to the cluster's
+ * pm_options_set_max_message (default 64 MiB), travel as a sealed memfd and
+ * reach the receiver as one pm_message with the whole length, mapped
+ * read-only until the next receive (workers) or until the callback returns
+ * (main). */
 #define PM_MAX_PAYLOAD (64 * 1024)
 
 enum pm_message_kind {
@@ -697,7 +710,9 @@ PM_EXTERN int pm_options_set_on_message(pm_options *o,
 
 /* main -> a worker. -ENOENT (not an address of this mesh), -EHOSTDOWN (slot
  * not ready: restarting, retired, stopped), -ESTALE (incarnation given and
- * not the current one), -EMSGSIZE, -EAGAIN (its queue is full). */
+ * not the current one), -EMSGSIZE (len above pm_options_set_max_message),
+ * -EAGAIN (its queue is full). Above PM_MAX_PAYLOAD the bytes are copied
+ * once into a sealed memfd, which the worker maps. */
 PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len);
 
 /* Answers a PM_MSG_REQUEST received by on_message. Errors as pm_cluster_send. */
@@ -743,7 +758,7 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
  * Returns the request id (> 0; ids wrap within 1..INT_MAX, never reused
  * while pending), or a negative errno and cb never runs: -EINVAL (cb NULL,
  * timeout_ms <= 0, data NULL with len > 0, `to` is main), -EMSGSIZE (len >
- * PM_MAX_PAYLOAD), -ENOENT / -EHOSTDOWN / -ESTALE for `to` as
+ * pm_options_set_max_message), -ENOENT / -EHOSTDOWN / -ESTALE for `to` as
  * pm_cluster_send, -EAGAIN (main's queue for that worker is full),
  * -ESHUTDOWN (pm_cluster_terminate is running), -ENOMEM.
  */
@@ -793,7 +808,10 @@ PM_EXTERN int pm_node_init_data(const pm_node *n, const void **data, size_t *len
 /* Tells the supervisor that this worker is ready. Idempotent. */
 PM_EXTERN int pm_node_ready(pm_node *n);
 /* Sends a plain message. Waits (spin, then park) while the outbound ring is
- * full. Returns 0, -ENOENT for an address outside this mesh, -EMSGSIZE,
+ * full. Above PM_MAX_PAYLOAD the bytes go into a sealed memfd passed over
+ * the worker's socket (one copy; the supervisor passes it on unmapped).
+ * Returns 0, -ENOENT for an address outside this mesh, -EMSGSIZE (above the
+ * cluster's pm_options_set_max_message),
  * -ESHUTDOWN once the supervisor asked this worker to stop or went away.
  * Delivery failures come back later as PM_MSG_UNDELIVERABLE messages. */
 PM_EXTERN int pm_node_send(pm_node *n, const pm_address *to, const void *data, size_t len);

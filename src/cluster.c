@@ -656,6 +656,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     c->hub.on_message = c->o->on_message;
     c->hub.on_message_arg = c->o->on_message_arg;
     c->hub.drain_timeout_ms = (uint64_t)c->o->drain_timeout_ms;
+    c->hub.max_message = c->o->max_message;
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
         s->index = i;

@@ -35,5 +35,6 @@
 #define PM__DEFAULT_OUTPUT PM_OUTPUT_INHERIT
 #define PM__DEFAULT_DAEMON_OUTPUT PM_OUTPUT_CAPTURE
 #define PM__DEFAULT_PEER_TIMEOUT_MS 5000 /* peer links: handshake and silence bound */
+#define PM__DEFAULT_MAX_MESSAGE (64 * 1024 * 1024) /* bytes */
 
 #endif /* PM_DEFAULTS_H */

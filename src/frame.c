@@ -7,6 +7,7 @@
 #include "internal.h"
 #include "le.h"
 #include "frame.h"
+#include "bigmsg.h"
 
 void pm__frame_encode(const pm__frame_hdr *h, void *buf)
 {
@@ -54,9 +55,15 @@ int pm__frame_decode_header(const void *hdr, size_t size, size_t max_payload, pm
     h.error = (int32_t)pm__get32(p + 48);
     h.dst_host = pm__get16(p + 52);
     h.src_host = pm__get16(p + 54);
-    if (h.type == 0 || h.type > PM__FT_MAX_ || h.flags != 0)
+    if (h.type == 0 || h.type > PM__FT_MAX_ || (h.flags & ~PM__FF_MEMFD) != 0)
         return -EBADMSG;
     if (h.dst_host >= PM__MAX_HOSTS || h.src_host >= PM__MAX_HOSTS)
+        return -EBADMSG;
+    /* An announcement (bigmsg.h) is one of the three data frames and
+     * carries exactly its 16 bytes: the rest of the message is elsewhere. */
+    if ((h.flags & PM__FF_MEMFD) != 0 &&
+        ((h.type != PM__FT_MSG && h.type != PM__FT_REQUEST && h.type != PM__FT_REPLY) ||
+         h.len != PM__ANNOUNCE_SIZE))
         return -EBADMSG;
     if (h.len > max_payload || (size_t)h.len != size - PM__FRAME_HDR_SIZE)
         return -EBADMSG;

@@ -7,7 +7,7 @@
  *
  *   0  u8  version (PM__FRAME_VERSION)     8  u32 dst node    16 u64 dst incarnation
  *   1  u8  type                            12 u32 src node    24 u64 src incarnation
- *   2  u16 flags (none defined: must be 0)                    32 u64 request id
+ *   2  u16 flags (0 or PM__FF_MEMFD)                          32 u64 request id
  *   4  u32 payload length                                     40 i64 deadline (ms, CLOCK_MONOTONIC, 0 = none)
  *                                                             48 i32 error (0 or -errno)
  *                                                             52 u16 dst host, 54 u16 src host
@@ -38,6 +38,10 @@
 /* Host indices are below this; 0 is the local host. */
 #define PM__MAX_HOSTS 128u
 #define PM__HOST_LOCAL 0u
+/* The only flag: the frame announces a message larger than a frame, whose
+ * bytes travel as a sealed memfd on the link's socket (bigmsg.h). Allowed
+ * on MSG, REQUEST and REPLY, with exactly a PM__ANNOUNCE_SIZE payload. */
+#define PM__FF_MEMFD 0x0001u
 
 enum pm__frame_type {
     PM__FT_HELLO = 1,         /* worker -> hub: protocol version */

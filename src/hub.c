@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "bigmsg.h"
 #include "hub_int.h"
 #include "proto.h"
 
@@ -86,9 +87,12 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
     h->nports = nports;
     h->inflight_lifetime_ms = PM__INFLIGHT_LIFETIME_MS;
     h->next_req = PM__BCAST_ID_BASE;
+    h->cur_fd = -1;
+    h->max_message = PM_MAX_PAYLOAD;
     h->mreq_rr = nports ? nports - 1 : 0; /* the first pick starts at port 0 */
     for (unsigned i = 0; i < nports; i++) {
         h->ports[i].index = i;
+        h->ports[i].rx_fd = -1;
         port_reset(&h->ports[i]);
     }
     h->names = *names;
@@ -131,17 +135,21 @@ pm__frame_hdr pm__hub_main_hdr(int type, const pm__port *p)
 
 /* The hold a queued frame is charged to: the sender's frames waiting
  * anywhere, main's, or the destination's answers. */
-static void charge_of(pm__hub *h, pm__port *d, uint32_t charge, uint32_t **frames, size_t **bytes)
+static void charge_of(pm__hub *h, pm__port *d, uint32_t charge, uint32_t **frames, size_t **bytes,
+                      uint32_t **fds)
 {
     if (charge == PM__CHARGE_ANSWER) {
         *frames = &d->ans_frames;
         *bytes = &d->ans_bytes;
+        *fds = &d->ans_fds;
     } else if (charge == PM__NODE_MAIN) {
         *frames = &h->main_held_frames;
         *bytes = &h->main_held_bytes;
+        *fds = &h->main_held_fds;
     } else {
         *frames = &h->ports[charge].held_frames;
         *bytes = &h->ports[charge].held_bytes;
+        *fds = &h->ports[charge].held_fds;
     }
 }
 
@@ -157,15 +165,19 @@ static void dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
     d->q_frames--;
     d->q_bytes -= q->len;
     h->queued_bytes -= q->len;
-    uint32_t *frames;
+    uint32_t *frames, *fds;
     size_t *bytes;
-    charge_of(h, d, q->charge, &frames, &bytes);
+    charge_of(h, d, q->charge, &frames, &bytes, &fds);
     (*frames)--;
     *bytes -= q->len;
+    if (q->fd >= 0) {
+        (*fds)--;
+        pm__close(q->fd); /* sent on (the socket holds its own reference) or dropped */
+    }
     if (q->charge < h->nports) {
         pm__port *t = &h->ports[q->charge];
         if (t->blocked_on >= 0 && t->held_frames <= PM__HOLD_MAX_FRAMES / 2 &&
-            t->held_bytes <= PM__HOLD_MAX_BYTES / 2)
+            t->held_bytes <= PM__HOLD_MAX_BYTES / 2 && t->held_fds <= PM__HOLD_MAX_FDS / 2)
             unblock(t);
     }
     explicit_bzero(q->data, q->len);
@@ -177,10 +189,30 @@ static void dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
         for (unsigned i = 0; i < h->nports; i++) {
             pm__port *t = &h->ports[i];
             if (t->blocked_on >= 0 && t->held_frames < PM__HOLD_MAX_FRAMES &&
-                t->held_bytes < PM__HOLD_MAX_BYTES)
+                t->held_bytes < PM__HOLD_MAX_BYTES && t->held_fds < PM__HOLD_MAX_FDS)
                 unblock(t);
         }
     }
+}
+
+/* A large message's frame leaves for d: its record (fd and the next
+ * sequence of d's link) goes on d's socket first, then the announcement
+ * with that sequence is written into the frame at buf (header and
+ * PM__ANNOUNCE_SIZE bytes), so that d finds the record waiting when it
+ * reads the frame. 0, -EAGAIN (d's socket is full: d does not take its
+ * fds), or -EBADMSG (d's end is gone or refuses: d broke its link). */
+static int send_big(pm__port *d, unsigned char *buf, int fd, uint64_t big_len)
+{
+    uint32_t seq = pm__bigmsg_next(d->link->tx_seq);
+    int rc = pm__bigmsg_send(d->link->sock, fd, seq);
+    if (rc == -EAGAIN)
+        return rc;
+    if (rc < 0)
+        return -EBADMSG;
+    d->link->tx_seq = seq;
+    pm__announce a = {big_len, seq};
+    pm__announce_encode(&a, buf + PM__FRAME_HDR_SIZE);
+    return 0;
 }
 
 /* Puts a frame into d's ring, or d's queue when the ring is full (or
@@ -188,9 +220,11 @@ static void dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
  * as `charge` says. 0; -EAGAIN: the sender's hold (or the total) is at its
  * bound, the sender waits; -ENOBUFS: an answer finds the requester's
  * answers (or the total) at its bound, the caller drops and counts it;
- * -EBADMSG: d's ring is corrupt; -EHOSTDOWN: d has no ring. */
-int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
-                uint32_t charge)
+ * -EBADMSG: d's ring is corrupt; -EHOSTDOWN: d has no ring. With fd >= 0
+ * the frame announces a large message (its payload is rewritten when it
+ * leaves, send_big) and the fd is the hub's on success. */
+static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload,
+                    size_t len, uint32_t charge, int fd, uint64_t big_len)
 {
     size_t total = PM__FRAME_HDR_SIZE + len;
     if (d->link == NULL)
@@ -200,18 +234,29 @@ int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *pa
         int rc = pm__ring_reserve(&d->link->tx, total, &p);
         if (rc == 0) {
             write_frame(p, f, payload, len);
+            if (fd >= 0) {
+                rc = send_big(d, p, fd, big_len);
+                if (rc < 0)
+                    pm__ring_unreserve(&d->link->tx);
+                if (rc == -EBADMSG)
+                    return rc;
+            }
+        }
+        if (rc == 0) {
             pm__ring_commit(&d->link->tx, total);
             d->dirty = 1;
+            pm__close(fd);
             return 0;
         }
         if (rc != -EAGAIN)
             return rc;
     }
     int full = charge == PM__CHARGE_ANSWER ? -ENOBUFS : -EAGAIN;
-    uint32_t *frames;
+    uint32_t *frames, *fds;
     size_t *bytes;
-    charge_of(h, d, charge, &frames, &bytes);
-    if (*frames >= PM__HOLD_MAX_FRAMES || *bytes + total > PM__HOLD_MAX_BYTES)
+    charge_of(h, d, charge, &frames, &bytes, &fds);
+    if (*frames >= PM__HOLD_MAX_FRAMES || *bytes + total > PM__HOLD_MAX_BYTES ||
+        (fd >= 0 && *fds >= PM__HOLD_MAX_FDS))
         return full;
     if (h->queued_bytes + total > PM__HUB_QUEUED_MAX_BYTES) {
         h->queued_full = 1;
@@ -223,6 +268,8 @@ int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *pa
     q->next = NULL;
     q->len = (uint32_t)total;
     q->charge = charge;
+    q->fd = fd;
+    q->big_len = big_len;
     write_frame(q->data, f, payload, len);
     if (d->q_tail != NULL) {
         d->q_tail->next = q;
@@ -237,15 +284,32 @@ int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *pa
     h->queued_bytes += total;
     (*frames)++;
     *bytes += total;
+    if (fd >= 0)
+        (*fds)++;
     /* Ask the worker to ring our doorbell when it frees room. */
     if (pm__ring_arm_space(&d->link->tx, total) != 0)
         d->busy = 1; /* room already: flush this turn */
     return 0;
 }
 
+int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
+                uint32_t charge)
+{
+    return push_any(h, d, f, payload, len, charge, -1, 0);
+}
+
+int pm__hub_push_fd(pm__hub *h, pm__port *d, const pm__frame_hdr *f, int fd, uint64_t big_len,
+                    uint32_t charge)
+{
+    unsigned char ann[PM__ANNOUNCE_SIZE] = {0}; /* written when it leaves */
+    pm__frame_hdr g = *f;
+    g.flags = PM__FF_MEMFD;
+    return push_any(h, d, &g, ann, sizeof(ann), charge, fd, big_len);
+}
+
 void pm__hub_flush(pm__hub *h, pm__port *d)
 {
-    int moved = 0;
+    int moved = 0, sock_full = 0;
     for (;;) {
         while (d->q_head != NULL) {
             pm__qframe *q = d->q_head;
@@ -258,6 +322,18 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
                 return;
             }
             memcpy(p, q->data, q->len);
+            if (q->fd >= 0 && (rc = send_big(d, p, q->fd, q->big_len)) < 0) {
+                pm__ring_unreserve(&d->link->tx);
+                if (rc != -EAGAIN) {
+                    h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+                    return;
+                }
+                /* d has not taken the fds already sent to it: try again
+                 * next turn (its ring has room, so no doorbell will say). */
+                sock_full = 1;
+                d->busy = 1;
+                break;
+            }
             pm__ring_commit(&d->link->tx, q->len);
             d->dirty = 1;
             moved = 1;
@@ -267,6 +343,8 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
             pm__ring_disarm_space(&d->link->tx);
             break;
         }
+        if (sock_full)
+            break;
         /* Publish what we wrote so the worker can drain it, then wait for
          * its release unless room appeared meanwhile. */
         pm__ring_publish(&d->link->tx);
@@ -487,6 +565,28 @@ int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
     return 0;
 }
 
+/* Pushes a relayed frame to d; a large message's fd (h->cur_fd) is passed
+ * on as it is: the hub never maps or copies what it routes between
+ * workers. */
+static int relay_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload,
+                      uint32_t charge)
+{
+    if ((f->flags & PM__FF_MEMFD) == 0)
+        return pm__hub_push(h, d, f, payload, f->len, charge);
+    int rc = pm__hub_push_fd(h, d, f, h->cur_fd, h->cur_len, charge);
+    if (rc == 0) {
+        h->cur_fd = -1;
+        h->big_relayed++;
+    }
+    return rc;
+}
+
+/* The bytes a relayed frame carries, for the counters. */
+static uint64_t relay_len(const pm__hub *h, const pm__frame_hdr *f)
+{
+    return (f->flags & PM__FF_MEMFD) != 0 ? h->cur_len : f->len;
+}
+
 /* A reply from p: it answers a request p's incarnation received and has not
  * answered yet; anything else is late or forged. A reply never waits: a
  * requester whose answers are at their bound asked and did not read, and
@@ -516,7 +616,7 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
         return 0;
     }
     f->dst_inc = e.requester_inc;
-    int rc = pm__hub_push(h, &h->ports[f->dst], f, payload, f->len, PM__CHARGE_ANSWER);
+    int rc = relay_push(h, &h->ports[f->dst], f, payload, PM__CHARGE_ANSWER);
     if (rc == -ENOBUFS) {
         h->replies_dropped++;
         return 0;
@@ -526,7 +626,7 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
         return 0;
     }
     p->relayed++;
-    p->relayed_bytes += f->len;
+    p->relayed_bytes += relay_len(h, f);
     return 0;
 }
 
@@ -541,7 +641,7 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
     if (f->dst == PM__NODE_MAIN) {
         pm__hub_deliver_main(h, f, payload);
         p->relayed++;
-        p->relayed_bytes += f->len;
+        p->relayed_bytes += relay_len(h, f);
         return 0;
     }
     int err = pm__hub_check_dest(h, f->dst, f->dst_inc);
@@ -557,7 +657,7 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
         notice(h, src, p->incarnation, f->dst, d->incarnation, f->request_id, -EBUSY);
         return 0;
     }
-    int rc = pm__hub_push(h, d, f, payload, f->len, src);
+    int rc = relay_push(h, d, f, payload, src);
     if (rc == -EAGAIN) {
         if (f->type == PM__FT_REQUEST)
             pm__hub_drop_last_inflight(h, d); /* the frame is retried */
@@ -574,7 +674,7 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
         return 0;
     }
     p->relayed++;
-    p->relayed_bytes += f->len;
+    p->relayed_bytes += relay_len(h, f);
     return 0;
 }
 
@@ -620,6 +720,8 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
      * its own frames waiting for others stay charged to it until they are
      * delivered, so a quick replacement cannot double the hold. */
     free_queue(h, p);
+    pm__close(p->rx_fd);
+    p->rx_fd = -1;
     p->link = NULL;
 }
 
@@ -735,6 +837,7 @@ void pm__hub_free(pm__hub *h)
     }
     for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
         free_queue(h, &h->ports[i]);
+        pm__close(h->ports[i].rx_fd);
         free(h->ports[i].inflight);
     }
     free(h->ports);
@@ -749,16 +852,27 @@ void pm__hub_wipe(pm__hub *h)
     /* Zeroed by the kernel already when MADV_WIPEONFORK took. */
     if (h->scratch != NULL && !h->scratch_mapped)
         explicit_bzero(h->scratch, PM_MAX_PAYLOAD);
-    for (unsigned i = 0; h->ports != NULL && i < h->nports; i++)
-        for (pm__qframe *q = h->ports[i].q_head; q != NULL; q = q->next)
+    /* Large messages the hub holds are other workers' traffic too: the
+     * child closes its copies of their fds. */
+    for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
+        for (pm__qframe *q = h->ports[i].q_head; q != NULL; q = q->next) {
             explicit_bzero(q->data, q->len);
+            pm__close(q->fd);
+            q->fd = -1;
+        }
+        pm__close(h->ports[i].rx_fd);
+        h->ports[i].rx_fd = -1;
+    }
     for (pm__bcast *b = h->bcasts; b != NULL; b = b->next)
         for (size_t i = 0; i < b->n; i++)
             if (b->bufs[i] != NULL)
                 explicit_bzero(b->bufs[i], b->results[i].len);
-    for (pm__mreq *r = h->waiting; r != NULL; r = r->wnext)
+    for (pm__mreq *r = h->waiting; r != NULL; r = r->wnext) {
         if (r->data != NULL)
             explicit_bzero(r->data, r->len);
+        pm__close(r->fd);
+        r->fd = -1;
+    }
 }
 
 /* ------------------------------------------------------------------ main's sends */
@@ -768,7 +882,7 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
 {
     if (data == NULL && len > 0)
         return -EINVAL;
-    if (len > PM_MAX_PAYLOAD)
+    if (len > h->max_message)
         return -EMSGSIZE;
     uint32_t node;
     uint16_t host;
@@ -788,7 +902,17 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
     pm__frame_hdr f = pm__hub_main_hdr(type, d);
     f.request_id = request_id;
     /* Main's reply never waits on a requester that does not read either. */
-    rc = pm__hub_push(h, d, &f, data, len, type == PM__FT_REPLY ? PM__CHARGE_ANSWER : PM__NODE_MAIN);
+    uint32_t charge = type == PM__FT_REPLY ? PM__CHARGE_ANSWER : PM__NODE_MAIN;
+    if (len > PM_MAX_PAYLOAD) {
+        int fd = pm__hub_main_memfd(h, data, len);
+        if (fd < 0)
+            return fd;
+        rc = pm__hub_push_fd(h, d, &f, fd, len, charge);
+        if (rc < 0)
+            pm__close(fd);
+    } else {
+        rc = pm__hub_push(h, d, &f, data, len, charge);
+    }
     if (rc == -ENOBUFS) {
         h->replies_dropped++;
         return 0;
@@ -851,4 +975,11 @@ int pm__hub_host_index(pm__hub *h, const char *name)
         if (h->ports[i].link != NULL)
             hosts_publish(h, h->ports[i].link->map, count);
     return (int)count;
+}
+
+int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len)
+{
+    if (len > h->max_message)
+        return -EMSGSIZE;
+    return pm__bigmsg_create(data, len);
 }

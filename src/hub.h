@@ -31,6 +31,11 @@
 #define PM__HOLD_MAX_FRAMES 1024u
 #define PM__HOLD_MAX_BYTES ((size_t)4 << 20)
 #define PM__HUB_QUEUED_MAX_BYTES ((size_t)64 << 20)
+/* Large messages' fds (bigmsg.h) the hub holds in its queues, per sender
+ * (and per requester for answers, and for main): past it the sender is
+ * held back like a full hold, so the hub's fd table stays bounded by
+ * (ports + 1) x 2 x this, plus one per port being read. */
+#define PM__HOLD_MAX_FDS 8u
 
 /* Requests one requester may have in flight (to all destinations), and the
  * longest a request stays in the table, deadline or not (doc/design.md,
@@ -49,6 +54,9 @@ typedef struct pm__qframe {
     struct pm__qframe *next;
     uint32_t len;
     uint32_t charge;        /* PM__CHARGE_ANSWER, a port index or PM__NODE_MAIN */
+    int fd;                 /* a large message's sealed memfd, or -1; the
+                               announcement's sequence is written when it is sent */
+    uint64_t big_len;
     unsigned char data[];
 } pm__qframe;
 
@@ -91,6 +99,7 @@ typedef struct pm__mreq {
     void *arg;
     unsigned char *data;    /* waiting only: the payload, copied */
     size_t len;
+    int fd;                 /* waiting only, a large message: its sealed memfd (else -1) */
     int taken;              /* waiting, and being taken off the list */
 } pm__mreq;
 
@@ -135,6 +144,11 @@ typedef struct pm__port {
     size_t ans_bytes;
     uint32_t held_frames;  /* frames from it waiting in any port's queue */
     size_t held_bytes;
+    uint32_t held_fds;     /* of those, large messages (PM__HOLD_MAX_FDS) */
+    uint32_t ans_fds;      /* large answers to it waiting in its own queue */
+    uint64_t rx_len;
+    int rx_fd;             /* the checked fd of the large message at the head of its
+                              up ring, kept while the sender is held back; -1 */
     uint64_t stall_since_ms; /* its queue waits without progress since; 0: empty */
     int drain_reported;    /* this stall was reported (not-draining) */
     pm__inflight *inflight; /* requests relayed to it, unanswered */
@@ -197,6 +211,12 @@ typedef struct pm__hub {
     int active;             /* frames were read in the current turn */
     uint32_t main_held_frames; /* main's frames waiting in queues */
     size_t main_held_bytes;
+    uint32_t main_held_fds;
+    size_t max_message;     /* pm_options_set_max_message */
+    int cur_fd;             /* the large message being relayed now (port.c sets it, the
+                               hub takes it by setting -1; port.c closes what is left) */
+    uint64_t cur_len;
+    uint64_t big_relayed;   /* large messages forwarded between workers (fd passed on) */
     size_t queued_bytes;    /* every queue together (PM__HUB_QUEUED_MAX_BYTES) */
     int queued_full;        /* a sender waits for the total to drop */
     uint64_t inflight_total; /* entries in all tables */
@@ -228,6 +248,9 @@ void pm__hub_free(pm__hub *h);
  * hold is full, leave the frame in p's ring and stop reading p until its
  * frames drain (backpressure). */
 int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
+/* Large messages from main (pm_cluster_send/reply/request/call above
+ * PM_MAX_PAYLOAD): a sealed memfd of data, -EMSGSIZE above max_message. */
+int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len);
 /* Moves queued frames into d's ring; unblocks senders once d has room. */
 void pm__hub_flush(pm__hub *h, pm__port *d);
 /* Publishes every ring written this turn (one wake-up per ring at most). */

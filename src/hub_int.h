@@ -12,6 +12,11 @@
 
 int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
                 uint32_t charge);
+/* The same for a large message: f announces it (PM__FF_MEMFD), fd is its
+ * sealed memfd of big_len bytes. On 0 the fd is the hub's (sent on, or
+ * queued); on failure the caller still owns it. */
+int pm__hub_push_fd(pm__hub *h, pm__port *d, const pm__frame_hdr *f, int fd, uint64_t big_len,
+                    uint32_t charge);
 pm__frame_hdr pm__hub_main_hdr(int type, const pm__port *p);
 int pm__hub_add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t requester_inc,
                         uint64_t id, int64_t deadline);

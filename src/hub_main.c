@@ -6,7 +6,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "bigmsg.h"
 #include "hub_int.h"
 #include "proto.h"
 
@@ -156,6 +158,7 @@ static void mreq_finish(pm__hub *h, pm__mreq *r, int err, const void *data, size
     if (r->data != NULL)
         explicit_bzero(r->data, r->len);
     free(r->data);
+    pm__close(r->fd);
     free(r);
     PM__APP_CALLBACK(h, cb(h->app, &m, arg));
 }
@@ -165,7 +168,8 @@ static void mreq_finish(pm__hub *h, pm__mreq *r, int err, const void *data, size
  * broadcast by id; anything else is late. A reply the hub saw after the
  * request's deadline (before the timer did) is late too: the request
  * times out, as it would have a moment later. */
-static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload)
+static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload, size_t len,
+                        int sealed)
 {
     int err = f->type == PM__FT_REPLY ? 0 : f->error;
     if (f->request_id < PM__BCAST_ID_BASE) {
@@ -177,24 +181,26 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload)
         mreq_unlink(h, r);
         if (err == 0 && r->deadline_ms < (int64_t)pm__now_ms())
             err = -ETIMEDOUT;
-        if (err == 0 && f->len > 0)
-            memcpy(h->scratch, payload, f->len);
-        mreq_finish(h, r, err, h->scratch, f->len);
+        if (sealed) {
+            mreq_finish(h, r, err, payload, len);
+            return;
+        }
+        if (err == 0 && len > 0)
+            memcpy(h->scratch, payload, len);
+        mreq_finish(h, r, err, h->scratch, len);
         return;
     }
-    if (bcast_result(h, f->request_id, err, payload, f->len) < 0)
+    if (bcast_result(h, f->request_id, err, payload, len) < 0)
         h->late_replies++;
 }
 
-/* A frame for main: answers to its requests and broadcasts, or the
- * on_message callback. The payload is copied out of shared memory first:
- * the application parses a private copy that the worker can no longer
- * change. port.c has checked that f->len <= PM_MAX_PAYLOAD, the size of
- * the scratch buffer. */
-void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload)
+/* The frame for main, delivered: payload[0..len) is either a private copy
+ * to make (sealed 0) or a large message's read-only mapping of a sealed
+ * memfd (sealed 1), which the worker can no longer change either. */
+static void deliver(pm__hub *h, const pm__frame_hdr *f, const void *payload, size_t len, int sealed)
 {
     if (f->type == PM__FT_REPLY || f->type == PM__FT_UNDELIVERABLE) {
-        main_answer(h, f, payload);
+        main_answer(h, f, payload, len, sealed);
         return;
     }
     if (h->on_message == NULL) {
@@ -202,8 +208,11 @@ void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payloa
             h->ports[f->src].malformed++; /* nobody listens: counted, dropped */
         return;
     }
-    if (f->len > 0)
-        memcpy(h->scratch, payload, f->len);
+    const void *data = payload;
+    if (!sealed && len > 0) {
+        memcpy(h->scratch, payload, len);
+        data = h->scratch;
+    }
     pm_message m;
     memset(&m, 0, sizeof(m));
     pm__node_address_at(&h->names, f->src_host, f->src, f->src_inc, &m.from);
@@ -211,9 +220,32 @@ void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payloa
     m.request_id = f->request_id;
     m.kind = f->type == PM__FT_REQUEST ? PM_MSG_REQUEST : PM_MSG_PLAIN;
     m.deadline_ms = f->deadline_ms;
-    m.data = h->scratch;
-    m.len = f->len;
+    m.data = len > 0 ? data : h->scratch;
+    m.len = len;
     PM__APP_CALLBACK(h, h->on_message(h->app, &m, h->on_message_arg));
+}
+
+/* A frame for main: answers to its requests and broadcasts, or the
+ * on_message callback. The payload is copied out of shared memory first:
+ * the application parses a private copy that the worker can no longer
+ * change. port.c has checked that f->len <= PM_MAX_PAYLOAD, the size of
+ * the scratch buffer. A large message (h->cur_fd, checked by port.c) is
+ * mapped read-only instead, and unmapped when the callback has returned. */
+void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload)
+{
+    if ((f->flags & PM__FF_MEMFD) == 0) {
+        deliver(h, f, payload, f->len, 0);
+        return;
+    }
+    const void *map;
+    size_t len = (size_t)h->cur_len;
+    if (pm__bigmsg_map(h->cur_fd, len, &map) < 0) {
+        if (f->src < h->nports)
+            h->ports[f->src].malformed++; /* no address space: counted, dropped */
+        return;
+    }
+    deliver(h, f, map, len, 1);
+    munmap((void *)map, len);
 }
 
 /* The worker a request for "any worker" goes to: among the ready ports,
@@ -238,7 +270,7 @@ static pm__port *pick_worker(pm__hub *h)
  * frame, which carries the deadline so the worker can skip expired work.
  * 0, or -EAGAIN (main's hold is full), -EHOSTDOWN (d's ring is corrupt: d
  * is fenced), -ENOMEM; nothing is left behind on failure. */
-static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, size_t len)
+static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, size_t len, int fd)
 {
     int rc = pm__hub_add_inflight(h, d, PM__NODE_MAIN, 0, r->id, r->deadline_ms);
     if (rc < 0)
@@ -246,7 +278,9 @@ static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, siz
     pm__frame_hdr f = pm__hub_main_hdr(PM__FT_REQUEST, d);
     f.request_id = r->id;
     f.deadline_ms = r->deadline_ms;
-    rc = pm__hub_push(h, d, &f, data, len, PM__NODE_MAIN);
+    /* A large request (fd >= 0): on success the fd is the hub's. */
+    rc = fd >= 0 ? pm__hub_push_fd(h, d, &f, fd, len, PM__NODE_MAIN)
+                 : pm__hub_push(h, d, &f, data, len, PM__NODE_MAIN);
     if (rc < 0) {
         pm__hub_drop_last_inflight(h, d);
         if (rc == -EBADMSG) {
@@ -276,15 +310,18 @@ void pm__hub_mreq_dispatch_waiting(pm__hub *h)
         pm__port *d = pick_worker(h);
         if (d == NULL)
             return;
-        int rc = mreq_send(h, r, d, r->data, r->len);
+        int rc = mreq_send(h, r, d, r->data, r->len, r->fd);
         if (rc == -EAGAIN)
             return;
+        if (rc == 0)
+            r->fd = -1; /* the hub's now */
         /* Off the waiting list (r->port is set only on success). */
         h->waiting = r->wnext;
         if (h->waiting == NULL)
             h->waiting_tail = NULL;
         r->wnext = NULL;
-        explicit_bzero(r->data, r->len);
+        if (r->data != NULL)
+            explicit_bzero(r->data, r->len);
         free(r->data);
         r->data = NULL;
         if (rc < 0) {
@@ -372,7 +409,7 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
 {
     if (cb == NULL || timeout_ms <= 0 || (data == NULL && len > 0))
         return -EINVAL;
-    if (len > PM_MAX_PAYLOAD)
+    if (len > h->max_message)
         return -EMSGSIZE;
     if (h->mreq_closed)
         return -ESHUTDOWN;
@@ -401,6 +438,17 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
     pm__mreq *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
+    r->fd = -1;
+    if (len > PM_MAX_PAYLOAD) {
+        /* Sealed now: a waiting request keeps the memfd, not a copy. */
+        r->fd = pm__hub_main_memfd(h, data, len);
+        if (r->fd < 0) {
+            int rc = r->fd;
+            free(r);
+            return rc;
+        }
+        r->len = len;
+    }
     /* Ids are returned as an int: they wrap within 1..INT_MAX, skipping
      * those still pending. */
     do
@@ -412,12 +460,15 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
     r->arg = arg;
     r->port = PM__MREQ_WAITING;
     if (d != NULL) {
-        int rc = mreq_send(h, r, d, data, len);
+        int rc = mreq_send(h, r, d, data, len, r->fd);
         if (rc < 0) {
+            pm__close(r->fd);
             free(r);
             return rc;
         }
-    } else {
+        r->fd = -1; /* the hub's now */
+        r->len = 0;
+    } else if (r->fd < 0) {
         /* No worker ready: it waits with a private copy of its payload. */
         r->data = malloc(len ? len : 1);
         if (r->data == NULL) {
@@ -427,6 +478,8 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
         if (len > 0)
             memcpy(r->data, data, len);
         r->len = len;
+    }
+    if (d == NULL) {
         if (h->waiting_tail != NULL)
             h->waiting_tail->wnext = r;
         else

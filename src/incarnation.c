@@ -67,6 +67,8 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     }
     pm_node node;
     int rc = pm__node_from_hub_link(&node, &x->own->link);
+    /* The hub's end of the fd socket: the worker keeps only its own. */
+    pm__close(x->own->link.sock);
     /* The node has its own mapping; drop the copy of the hub's. */
     if (x->own->link.map != NULL)
         munmap(x->own->link.map, x->own->link.map_size);
@@ -143,7 +145,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     s->exec_errno = 0;
     s->kill_reason = 0;
     rc = pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
-                         (uint32_t)c->o->heartbeat_timeout_ms);
+                         (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
     if (rc < 0)
         goto fail;
     pm__hub_hosts_copy(&c->hub, &s->link); /* peer mode: the hosts it can address */
@@ -170,7 +172,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         req.stdio[1] = outw[1];
     }
     struct child_ctx ctx = {c, s};
-    int fds[PM__MAX_PASS_FDS + 3];
+    int fds[PM__MAX_PASS_FDS + 4];
     if (c->o->exec_path != NULL) {
         if (pipe2(pipefd, O_CLOEXEC) < 0) {
             rc = -errno;
@@ -184,6 +186,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
             fds[n] = s->link.memfd;
             fds[n + 1] = s->link.node_efd;
             fds[n + 2] = s->link.hub_efd;
+            fds[n + 3] = s->link.node_sock; /* large messages (bigmsg.h) */
         }
         char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
         if (c->o->ready_mode == PM_READY_NOTIFY) {
@@ -205,7 +208,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         req.argv = c->o->exec_argv;
         req.envp = env;
         req.fds = fds;
-        req.nfds = (int)n + (mesh ? 3 : 0);
+        req.nfds = (int)n + (mesh ? 4 : 0);
         req.err_pipe = pipefd[1];
     } else {
         req.child = fork_child;

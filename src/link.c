@@ -6,13 +6,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 
 #include "shm.h"
 
 void pm__link_zero(pm__link *l)
 {
     memset(l, 0, sizeof(*l));
-    l->memfd = l->hub_efd = l->node_efd = -1;
+    l->memfd = l->hub_efd = l->node_efd = l->sock = l->node_sock = -1;
 }
 
 static size_t link_size(uint64_t cap)
@@ -32,7 +33,7 @@ static void *up_region(const pm__link *l, uint64_t cap)
 }
 
 int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t cap,
-                    pid_t supervisor, uint32_t heartbeat_ms)
+                    pid_t supervisor, uint32_t heartbeat_ms, uint64_t max_message)
 {
     char name[64];
     int rc;
@@ -51,6 +52,16 @@ int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t c
         rc = -errno;
         goto fail;
     }
+    /* SEQPACKET keeps each fd's record whole and in order; non-blocking
+     * on the hub's end (the hub never waits), the worker's end too (it
+     * polls when it must wait, checking on its supervisor meanwhile). */
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    l->sock = sv[0];
+    l->node_sock = sv[1];
     struct pm__ctl *ctl = l->map;
     ctl->magic = PM__CTL_MAGIC;
     ctl->version = PM__CTL_VERSION;
@@ -60,6 +71,7 @@ int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t c
     ctl->max_frame = PM__LINK_MAX_FRAME;
     ctl->supervisor_pid = (int32_t)supervisor;
     ctl->heartbeat_ms = heartbeat_ms;
+    ctl->max_message = max_message;
     if ((rc = pm__ring_format(down_region(l, cap), cap, PM__LINK_MAX_FRAME)) < 0 ||
         (rc = pm__ring_format(up_region(l, cap), cap, PM__LINK_MAX_FRAME)) < 0)
         goto fail;
@@ -76,7 +88,7 @@ fail:
     return rc;
 }
 
-int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd)
+int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd, int sock)
 {
     void *map = NULL;
     int rc;
@@ -97,6 +109,7 @@ int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd)
     l->memfd = memfd;
     l->node_efd = node_efd;
     l->hub_efd = hub_efd;
+    l->sock = sock;
     ctl = l->map;
     if (ctl->magic != PM__CTL_MAGIC || ctl->version != PM__CTL_VERSION) {
         rc = -EPROTO;
@@ -120,5 +133,7 @@ void pm__link_close(pm__link *l)
     pm__close(l->memfd);
     pm__close(l->hub_efd);
     pm__close(l->node_efd);
+    pm__close(l->sock);
+    pm__close(l->node_sock);
     pm__link_zero(l);
 }

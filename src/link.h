@@ -12,6 +12,9 @@
  *   (R = pm__ring_region_size(cap))
  *
  * hub_efd: the hub parks on it; the worker writes it. node_efd: the reverse.
+ * sock / node_sock: the two ends of a SOCK_SEQPACKET socketpair that
+ * carries the fds of messages larger than a frame (bigmsg.h); the hub
+ * keeps sock, the worker gets node_sock.
  * The worker trusts the hub (it is its parent and its supervisor) and reads
  * the geometry from the control block; the hub never reads back anything
  * from this memory except through its validated ring ends, and the
@@ -41,6 +44,7 @@ struct pm__ctl {
     uint32_t max_frame;
     int32_t supervisor_pid;
     uint32_t heartbeat_ms; /* 0: off; the worker's waits check in at least 4x as often */
+    uint64_t max_message;  /* the cluster's largest message (pm_options_set_max_message) */
     /* Set by the hub to ask the worker to stop (it also sends a STOP frame),
      * or to tell it that it was fenced. The worker only reads them; the hub
      * never reads them back. */
@@ -68,6 +72,10 @@ typedef struct pm__link {
     int memfd;
     int hub_efd;
     int node_efd;
+    int sock;      /* hub's end of the fd socket (worker side: its own end) */
+    int node_sock; /* hub side only: the worker's end, until the link closes */
+    uint32_t tx_seq; /* records sent on sock / received, bigmsg.h */
+    uint32_t rx_seq;
     void *map;
     size_t map_size;
     pm__ring tx; /* hub: down producer; worker: up producer */
@@ -80,10 +88,12 @@ void pm__link_zero(pm__link *l);
 /* Hub side: creates the memory and the doorbells and attaches the hub's
  * ends. Returns 0 or -errno with nothing left open. */
 int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t ring_cap,
-                    pid_t supervisor, uint32_t heartbeat_ms);
+                    pid_t supervisor, uint32_t heartbeat_ms, uint64_t max_message);
 
-/* Worker side: maps an inherited memfd and attaches the worker's ends. */
-int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd);
+/* Worker side: maps an inherited memfd and attaches the worker's ends.
+ * sock is the worker's end of the fd socket, or -1 (a worker started
+ * without one cannot send or receive messages larger than a frame). */
+int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd, int sock);
 
 /* The control block (worker side: trusted; hub side: written once). */
 static inline const struct pm__ctl *pm__link_ctl(const pm__link *l)

@@ -11,9 +11,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include "bigmsg.h"
 #include "crash.h"
 #include "proto.h"
 
@@ -207,7 +209,7 @@ int pm__node_from_hub_link(pm_node *n, const pm__link *hub)
     n->supervisor = getppid();
     /* Re-attach over the same memory (the mapping the child inherited),
      * with the roles of the worker. */
-    int rc = pm__link_attach(&n->link, hub->memfd, hub->node_efd, hub->hub_efd);
+    int rc = pm__link_attach(&n->link, hub->memfd, hub->node_efd, hub->hub_efd, hub->node_sock);
     if (rc < 0)
         return rc;
     crash_arm(n);
@@ -221,10 +223,16 @@ PM_EXTERN int pm_node_join(pm_node **out)
     const char *env = getenv(PM__NODE_ENV);
     if (env == NULL)
         return -ENOENT;
-    int memfd, node_efd, hub_efd;
+    int memfd, node_efd, hub_efd, sock = -1;
     const char *s = env;
     if (parse_fd(&s, &memfd) < 0 || *s++ != ',' || parse_fd(&s, &node_efd) < 0 || *s++ != ',' ||
-        parse_fd(&s, &hub_efd) < 0 || *s != '\0')
+        parse_fd(&s, &hub_efd) < 0)
+        return -EINVAL;
+    /* The fourth, the fd socket for large messages, is absent when a
+     * caller other than procmesh's spawn set the variable. */
+    if (*s == ',' && (s++, parse_fd(&s, &sock) < 0))
+        return -EINVAL;
+    if (*s != '\0')
         return -EINVAL;
     pm_node *n = calloc(1, sizeof(*n));
     if (n == NULL)
@@ -233,7 +241,7 @@ PM_EXTERN int pm_node_join(pm_node **out)
     n->gen = pm__fork_gen();
     n->heap = 1;
     n->supervisor = getppid();
-    int rc = pm__link_attach(&n->link, memfd, node_efd, hub_efd);
+    int rc = pm__link_attach(&n->link, memfd, node_efd, hub_efd, sock);
     if (rc == 0) {
         crash_arm(n);
         rc = pm__node_handshake(n);
@@ -325,6 +333,8 @@ PM_EXTERN void pm_node_close(pm_node *n)
 /* ------------------------------------------------------------------ messaging */
 
 #define PM__STASH_MAX ((size_t)4 << 20)
+/* Large messages pm_node_request may set aside (their fds stay open). */
+#define PM__STASH_MAX_FDS 64u
 /* Longest single wait between checks that the supervisor is still there. */
 #define PM__WAIT_CHUNK_MS 100
 
@@ -332,13 +342,18 @@ static void stash_free(pm_node *n)
 {
     free(n->cur_stash);
     n->cur_stash = NULL;
+    if (n->cur_map != NULL)
+        munmap((void *)n->cur_map, n->cur_map_len);
+    n->cur_map = NULL;
     while (n->stash_head != NULL) {
         pm__stash *e = n->stash_head;
         n->stash_head = e->next;
+        pm__close(e->fd);
         free(e);
     }
     n->stash_tail = NULL;
     n->stash_bytes = 0;
+    n->stash_fds = 0;
 }
 
 /* The supervisor asked us to stop or fenced us (flags in the control
@@ -412,6 +427,7 @@ static pm__names names_of(const pm_node *n)
 
 static void fill_msg(const pm_node *n, const pm__frame_hdr *h, const void *data, pm_message *m)
 {
+    /* (a large message's data and len are set by the caller afterwards) */
     memset(m, 0, sizeof(*m));
     pm__names names = names_of(n);
     pm__node_address_at(&names, h->src_host, h->src, h->src_inc, &m->from);
@@ -448,6 +464,58 @@ static void drop_current(pm_node *n)
     }
     free(n->cur_stash);
     n->cur_stash = NULL;
+    if (n->cur_map != NULL) {
+        munmap((void *)n->cur_map, n->cur_map_len);
+        n->cur_map = NULL;
+    }
+}
+
+/* The fd of the large message the frame at the head of our ring announces:
+ * its record is taken from our socket (the hub sends it before the frame)
+ * and checked like any sender's: the hub passes on fds it did not map, and
+ * the memfd came from another worker. 0 with *fd and *len, -EPROTO. */
+static int take_big(pm_node *n, const void *payload, int *fd, uint64_t *len)
+{
+    unsigned char copy[PM__ANNOUNCE_SIZE];
+    memcpy(copy, payload, sizeof(copy));
+    pm__announce a;
+    if (n->link.sock < 0 || pm__announce_decode(copy, sizeof(copy), &a) < 0 ||
+        a.seq != pm__bigmsg_next(n->link.rx_seq) ||
+        pm__bigmsg_recv(n->link.sock, a.seq, fd) < 0)
+        return -EPROTO;
+    n->link.rx_seq = a.seq;
+    if (pm__bigmsg_check(*fd, a.len, (size_t)pm__link_ctl(&n->link)->max_message) < 0) {
+        pm__close(*fd);
+        return -EPROTO;
+    }
+    *len = a.len;
+    return 0;
+}
+
+/* Maps a checked large message as the current one: m shows all of it. */
+static int show_big(pm_node *n, int fd, uint64_t len, pm_message *m)
+{
+    const void *map;
+    int rc = pm__bigmsg_map(fd, (size_t)len, &map);
+    pm__close(fd);
+    if (rc < 0)
+        return rc;
+    n->cur_map = map;
+    n->cur_map_len = (size_t)len;
+    m->data = map;
+    m->len = (size_t)len;
+    return 0;
+}
+
+/* Consumes a frame nobody will read (a late answer): a large message's
+ * record is taken too, so the next one's sequence still matches. */
+static void discard(pm_node *n, const pm__frame_hdr *h, const void *payload)
+{
+    int fd;
+    uint64_t len;
+    if ((h->flags & PM__FF_MEMFD) != 0 && take_big(n, payload, &fd, &len) == 0)
+        pm__close(fd);
+    pm__ring_consume(&n->link.rx);
 }
 
 /* Waits for the next frame until deadline_ms (0: none; now: poll) and
@@ -497,13 +565,24 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
 
 static int stash_current(pm_node *n, const pm__frame_hdr *h, const void *payload)
 {
-    if (n->stash_bytes + h->len > PM__STASH_MAX)
+    int big = (h->flags & PM__FF_MEMFD) != 0;
+    if (n->stash_bytes + h->len > PM__STASH_MAX || (big && n->stash_fds >= PM__STASH_MAX_FDS))
         return -ENOBUFS;
     pm__stash *e = malloc(sizeof(*e) + h->len);
     if (e == NULL)
         return -ENOBUFS;
     e->next = NULL;
     e->h = *h;
+    e->fd = -1;
+    e->big_len = 0;
+    if (big) {
+        int rc = take_big(n, payload, &e->fd, &e->big_len);
+        if (rc < 0) {
+            free(e);
+            return rc;
+        }
+        n->stash_fds++;
+    }
     memcpy(e->data, payload, h->len);
     if (n->stash_tail != NULL)
         n->stash_tail->next = e;
@@ -521,6 +600,62 @@ static int is_late_answer(const pm__frame_hdr *h)
     return h->type == PM__FT_REPLY || (h->type == PM__FT_UNDELIVERABLE && h->request_id != 0);
 }
 
+/* Sends a large message (above PM_MAX_PAYLOAD) as a sealed memfd: room in
+ * the ring is reserved first, then the record goes on the socket, then the
+ * frame is committed, so that the hub always finds the record when it
+ * reads the frame and a record never goes without its frame. */
+static int send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_t len, int wait)
+{
+    int fd = pm__bigmsg_create(data, len);
+    if (fd < 0)
+        return fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM ? -ENOBUFS : fd;
+    pm__frame_hdr h = *h0;
+    h.flags = PM__FF_MEMFD;
+    h.len = PM__ANNOUNCE_SIZE;
+    size_t total = PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE;
+    int rc;
+    for (;;) {
+        beat(n);
+        void *p;
+        rc = pm__ring_reserve(&n->link.tx, total, &p);
+        if (rc == 0) {
+            uint32_t seq = pm__bigmsg_next(n->link.tx_seq);
+            rc = pm__bigmsg_send(n->link.sock, fd, seq);
+            if (rc == 0) {
+                n->link.tx_seq = seq;
+                pm__frame_encode(&h, p);
+                pm__announce a = {len, seq};
+                pm__announce_encode(&a, (char *)p + PM__FRAME_HDR_SIZE);
+                pm__ring_commit(&n->link.tx, total);
+                pm__ring_publish(&n->link.tx);
+                break;
+            }
+            pm__ring_unreserve(&n->link.tx);
+            if (rc != -EAGAIN)
+                break;
+            /* The hub has not taken our earlier fds yet. */
+            if (!wait || shut_down(n))
+                break;
+            struct pollfd pfd = {n->link.sock, POLLOUT, 0};
+            (void)poll(&pfd, 1, wait_chunk(n));
+            continue;
+        }
+        if (rc != -EAGAIN || !wait)
+            break;
+        if (shut_down(n)) {
+            rc = -ESHUTDOWN;
+            break;
+        }
+        rc = pm__ring_wait_space(&n->link.tx, total, wait_chunk(n));
+        if (rc < 0)
+            break;
+    }
+    pm__close(fd); /* sent: the socket holds its own reference */
+    if (rc == -EAGAIN && wait)
+        rc = -ESHUTDOWN; /* gave up waiting because we must stop */
+    return rc == -EBADMSG ? -EPROTO : rc;
+}
+
 static int node_send(pm_node *n, const pm_address *to, int type, uint64_t request_id,
                      int64_t deadline_ms, const void *data, size_t len, int wait)
 {
@@ -529,7 +664,8 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
         return rc;
     if (data == NULL && len > 0)
         return -EINVAL;
-    if (len > PM_MAX_PAYLOAD)
+    if (len > PM_MAX_PAYLOAD &&
+        (len > pm__link_ctl(&n->link)->max_message || n->link.sock < 0))
         return -EMSGSIZE;
     uint32_t node;
     uint16_t host;
@@ -548,6 +684,8 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
     /* src and src_inc are left 0: the hub stamps them from our ring. */
     if (refused(n, type))
         return -ESHUTDOWN;
+    if (len > PM_MAX_PAYLOAD)
+        return send_big(n, &h, data, len, wait);
     for (;;) {
         beat(n);
         rc = pm__frame_send(&n->link.tx, &h, data, len);
@@ -592,6 +730,22 @@ static int begin_wait(pm_node *n, const pm_message *out)
     return 0;
 }
 
+/* The current ring frame announces a large message: take, check and map
+ * it. -EPROTO when the hub sent nonsense (it is trusted: nothing to do). */
+static int recv_big(pm_node *n, const void *payload, pm_message *m)
+{
+    int fd;
+    uint64_t len;
+    int rc = take_big(n, payload, &fd, &len);
+    if (rc == 0)
+        rc = show_big(n, fd, len, m);
+    if (rc < 0) {
+        m->data = NULL;
+        m->len = 0;
+    }
+    return rc;
+}
+
 PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
 {
     int rc = begin_wait(n, m);
@@ -606,6 +760,12 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
         n->stash_bytes -= e->h.len;
         n->cur_stash = e;
         fill_msg(n, &e->h, e->data, m);
+        if (e->fd >= 0) {
+            n->stash_fds--;
+            int fd = e->fd;
+            e->fd = -1;
+            return show_big(n, fd, e->big_len, m);
+        }
         return 0;
     }
     if (n->stopping)
@@ -618,13 +778,13 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
         if (rc < 0)
             return rc;
         if (is_late_answer(&h)) {
-            pm__ring_consume(&n->link.rx);
+            discard(n, &h, payload);
             n->late_replies++;
             continue;
         }
         fill_msg(n, &h, payload, m);
         n->cur_in_ring = 1;
-        return 0;
+        return (h.flags & PM__FF_MEMFD) != 0 ? recv_big(n, payload, m) : 0;
     }
 }
 
@@ -648,10 +808,12 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
         if ((h.type == PM__FT_REPLY || h.type == PM__FT_UNDELIVERABLE) && h.request_id == id) {
             fill_msg(n, &h, payload, reply);
             n->cur_in_ring = 1;
+            if ((h.flags & PM__FF_MEMFD) != 0)
+                return recv_big(n, payload, reply);
             return h.type == PM__FT_REPLY ? 0 : (h.error < 0 ? h.error : -EHOSTDOWN);
         }
         if (is_late_answer(&h)) {
-            pm__ring_consume(&n->link.rx);
+            discard(n, &h, payload);
             n->late_replies++;
             continue;
         }

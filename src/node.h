@@ -12,6 +12,8 @@
 typedef struct pm__stash {
     struct pm__stash *next;
     pm__frame_hdr h;
+    int fd;               /* a large message: its checked memfd (else -1) */
+    uint64_t big_len;
     unsigned char data[];
 } pm__stash;
 
@@ -33,6 +35,9 @@ struct pm_node {
     pm__stash *stash_head;
     pm__stash *stash_tail;
     size_t stash_bytes;
+    unsigned stash_fds;   /* large messages set aside (PM__STASH_MAX_FDS) */
+    const void *cur_map;  /* the last message returned was large: its mapping */
+    size_t cur_map_len;
     int stopping;         /* the supervisor asked us to stop */
     uint64_t late_replies;
 };

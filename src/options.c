@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "options.h"
+#include "bigmsg.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -35,6 +36,7 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->restart_window_ms = PM__DEFAULT_RESTART_WINDOW_MS;
     o->stop_timeout_ms = PM__DEFAULT_STOP_TIMEOUT_MS;
     o->ring_size = PM__RING_DEFAULT_CAP;
+    o->max_message = PM__DEFAULT_MAX_MESSAGE;
     o->handle_signals = 1;
     o->heartbeat_timeout_ms = PM__DEFAULT_HEARTBEAT_TIMEOUT_MS;
     o->drain_timeout_ms = PM__DEFAULT_DRAIN_TIMEOUT_MS;
@@ -280,6 +282,14 @@ PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes)
         (bytes & (bytes - 1)) != 0)
         return -EINVAL;
     o->ring_size = bytes;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_max_message(pm_options *o, size_t bytes)
+{
+    if (o == NULL || bytes < PM_MAX_PAYLOAD || bytes > PM__BIGMSG_MAX)
+        return -EINVAL;
+    o->max_message = bytes;
     return 0;
 }
 

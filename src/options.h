@@ -37,6 +37,7 @@ struct pm_options {
     int restart_window_ms;
     int stop_timeout_ms;
     size_t ring_size;
+    size_t max_message;             /* bytes, PM_MAX_PAYLOAD .. PM__BIGMSG_MAX */
     int handle_signals;
     unsigned hub_spin_us;
     int heartbeat_timeout_ms;

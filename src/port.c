@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "bigmsg.h"
 #include "proto.h"
 
 int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnation)
@@ -21,6 +22,8 @@ int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnati
     p->reading = 1;
     p->busy = 0;
     p->want_arm = 0;
+    pm__close(p->rx_fd);
+    p->rx_fd = -1;
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
     if (pm__ring_arm(&link->rx) != 0) {
@@ -43,11 +46,47 @@ void pm__hub_port_cut(pm__hub *h, unsigned i)
     p->want_arm = 0;
 }
 
+/* The fd of the large message p's frame announces, received and checked
+ * once (p->rx_fd keeps it while p is held back and the frame is read
+ * again). 0, or -EPROTO: the announcement is malformed, no record waits
+ * for it (a frame without its fd), the record is wrong (sequence, no fd,
+ * more fds than one, truncated), or the fd is not a sealed memfd of the
+ * announced length within the cluster's maximum. Checked with fcntl and
+ * fstat only: the hub never maps what it routes between workers. */
+static int take_fd(pm__hub *h, pm__port *p, const void *payload)
+{
+    if (p->rx_fd >= 0)
+        return 0;
+    /* A private copy: the worker may rewrite the shared bytes. */
+    unsigned char copy[PM__ANNOUNCE_SIZE];
+    memcpy(copy, payload, sizeof(copy));
+    pm__announce a;
+    if (pm__announce_decode(copy, sizeof(copy), &a) < 0 ||
+        a.seq != pm__bigmsg_next(p->link->rx_seq))
+        return -EPROTO;
+    int fd;
+    if (p->link->sock < 0 || pm__bigmsg_recv(p->link->sock, a.seq, &fd) < 0)
+        return -EPROTO;
+    p->link->rx_seq = a.seq;
+    if (pm__bigmsg_check(fd, a.len, h->max_message) < 0) {
+        pm__close(fd);
+        return -EPROTO;
+    }
+    p->rx_fd = fd;
+    p->rx_len = a.len;
+    return 0;
+}
+
 /* One frame from p's ring, already copied and validated by the codec: 0 to
  * go on reading, 1 to stop this turn (the destination is full, or p was cut
  * off). */
 static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
+    if ((f->flags & PM__FF_MEMFD) != 0 && take_fd(h, p, payload) < 0) {
+        p->malformed++;
+        h->ops->fault(h->owner, p->index, PM_REASON_PROTOCOL);
+        return 1;
+    }
     /* The ring admits frames up to PM__LINK_MAX_FRAME (room for INIT), but
      * nothing a worker may send is longer than PM_MAX_PAYLOAD: every
      * consumer of a worker's frame (main's receive buffer, another worker's
@@ -61,6 +100,8 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
     if (f->type == PM__FT_MSG || f->type == PM__FT_REQUEST || f->type == PM__FT_REPLY) {
         if (p->state != PM__PORT_READY && p->state != PM__PORT_STOPPING) {
             pm__ring_consume(&p->link->rx);
+            pm__close(p->rx_fd);
+            p->rx_fd = -1;
             p->malformed++; /* traffic before ready */
             return 0;
         }
@@ -68,8 +109,19 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
         f->src = p->index;
         f->src_inc = p->incarnation;
         f->src_host = PM__HOST_LOCAL;
-        if (pm__hub_relay(h, p, f, payload) == -EAGAIN)
+        h->cur_fd = p->rx_fd;
+        h->cur_len = p->rx_len;
+        p->rx_fd = -1;
+        int rc = pm__hub_relay(h, p, f, payload);
+        if (rc == -EAGAIN) {
+            p->rx_fd = h->cur_fd; /* kept for the next read of this frame */
+            h->cur_fd = -1;
             return 1; /* the destination is full: leave it in the ring */
+        }
+        /* Passed on (the hub set cur_fd to -1), delivered to main (mapped
+         * and unmapped), or dropped: the hub's reference goes now. */
+        pm__close(h->cur_fd);
+        h->cur_fd = -1;
         pm__ring_consume(&p->link->rx);
         return 0;
     }

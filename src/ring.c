@@ -288,6 +288,11 @@ void pm__ring_commit(pm__ring *r, size_t len)
     r->resv_len = 0;
 }
 
+void pm__ring_unreserve(pm__ring *r)
+{
+    r->resv_len = 0;
+}
+
 int pm__ring_publish(pm__ring *r)
 {
     if (r->head == r->published)

@@ -124,6 +124,9 @@ int pm__ring_reserve(pm__ring *r, size_t len, void **payload);
 
 /* Seals the reserved frame with its real length (1..reserved length). */
 void pm__ring_commit(pm__ring *r, size_t len);
+/* Gives up the reservation made last (nothing was written to the ring's
+ * indices yet): a large message whose fd could not be sent (bigmsg.h). */
+void pm__ring_unreserve(pm__ring *r);
 
 /* Makes every committed frame visible and wakes a parked consumer.
  * Returns 1 if a wake-up system call was made, 0 if not. */

@@ -465,8 +465,8 @@ char **pm__exec_env(const pm__exec_env_req *q, char **text, char **pid_digits)
     *pid_digits = NULL;
     if (node_fd_at >= 0) {
         env[k++] = t + used;
-        used += (size_t)snprintf(t + used, size - used, "%s=%d,%d,%d", PM__NODE_ENV, node_fd_at,
-                                 node_fd_at + 1, node_fd_at + 2) + 1;
+        used += (size_t)snprintf(t + used, size - used, "%s=%d,%d,%d,%d", PM__NODE_ENV,
+                                 node_fd_at, node_fd_at + 1, node_fd_at + 2, node_fd_at + 3) + 1;
     }
     if (notify != NULL) {
         env[k++] = t + used;

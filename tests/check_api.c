@@ -900,7 +900,7 @@ START_TEST(test_join_errors)
     /* A supervisor (this test) whose INIT is nonsense: -EPROTO. */
     pm__link l;
     pm__link_zero(&l);
-    ck_assert_int_eq(pm__link_create(&l, 0, 1, 1 << 18, getpid(), 0), 0);
+    ck_assert_int_eq(pm__link_create(&l, 0, 1, 1 << 18, getpid(), 0, 0), 0);
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
     h.type = PM__FT_INIT;

@@ -118,6 +118,7 @@ START_TEST(test_without_a_handle)
         ROW(pm_options_set_hub_spin_us(NULL, 1), -EINVAL),
         ROW(pm_options_set_heartbeat_timeout_ms(NULL, 1), -EINVAL),
         ROW(pm_options_set_ring_size(NULL, 65536), -EINVAL),
+        ROW(pm_options_set_max_message(NULL, PM_MAX_PAYLOAD), -EINVAL),
         ROW(pm_options_set_ready_mode(NULL, PM_READY_MESH), -EINVAL),
         ROW(pm_options_set_listen_fds(NULL, fds, NULL, 1), -EINVAL),
         ROW(pm_options_set_reap_orphans(NULL, 1), -EINVAL),
@@ -198,6 +199,7 @@ START_TEST(test_options_out_of_range)
         ROW(pm_options_set_hub_spin_us(o, -1), -EINVAL),
         ROW(pm_options_set_heartbeat_timeout_ms(o, -1), -EINVAL),
         ROW(pm_options_set_ring_size(o, 1), -EINVAL),
+        ROW(pm_options_set_max_message(o, PM_MAX_PAYLOAD - 1), -EINVAL),
         ROW(pm_options_set_ready_mode(o, 99), -EINVAL),
         ROW(pm_options_set_listen_fds(o, NULL, NULL, 1), -EINVAL),
     };
@@ -219,6 +221,7 @@ START_TEST(test_cluster_misuse)
     pm_options_set_workers(o, 1);
     pm_options_set_bootstrap(o, boot_idle, NULL);
     pm_options_set_stop_timeout_ms(o, 2000);
+    pm_options_set_max_message(o, PM_MAX_PAYLOAD); /* so that big (one byte more) is too large */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_address a, self;

@@ -125,6 +125,17 @@ static void assert_own_memfd(const pm_cluster *c, const struct report *r, const 
                   r->slot, e->ino, fd_ino(memfd));
 }
 
+/* The socket is the worker's own end of its slot's fd socket. */
+static void assert_own_sock(const pm_cluster *c, const struct report *r, const struct fdrep *e)
+{
+    int sock = pm_test_slot_node_sock(c, r->slot);
+    ck_assert_int_ge(sock, 0);
+    char want[64];
+    snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)fd_ino(sock));
+    ck_assert_msg(strcmp(e->target, want) == 0, "slot %u fd %d is %s, want its own %s", r->slot,
+                  e->fd, e->target, want);
+}
+
 /* Every procmesh mapping is the worker's own slot's; no io_uring ring. */
 static void assert_own_maps(const struct report *r)
 {
@@ -195,7 +206,7 @@ START_TEST(test_containment_fork)
             ck_assert_msg(strcmp(f->target, before[i].target) == 0, "slot %u fd %d is %s, was %s",
                           r[w].slot, f->fd, f->target, before[i].target);
         }
-        int memfds = 0, eventfds = 0;
+        int memfds = 0, eventfds = 0, socks = 0;
         for (int i = 0; i < r[w].nfds; i++) {
             const struct fdrep *f = &r[w].fds[i];
             int inherited = 0;
@@ -208,14 +219,17 @@ START_TEST(test_containment_fork)
                 memfds++;
             } else if (strcmp(f->target, "anon_inode:[eventfd]") == 0) {
                 eventfds++;
+            } else if (strncmp(f->target, "socket:", 7) == 0) {
+                assert_own_sock(c, &r[w], f);
+                socks++;
             } else {
                 ck_abort_msg("slot %u holds fd %d: %s", r[w].slot, f->fd, f->target);
             }
         }
-        ck_assert_msg(memfds == 1 && eventfds == 2,
-                      "slot %u holds %d memfds and %d eventfds, want its own 1 and 2", r[w].slot,
-                      memfds, eventfds);
-        ck_assert_int_eq(r[w].nfds, nbefore + 3);
+        ck_assert_msg(memfds == 1 && eventfds == 2 && socks == 1,
+                      "slot %u holds %d memfds, %d eventfds and %d sockets, want its own 1, 2, 1",
+                      r[w].slot, memfds, eventfds, socks);
+        ck_assert_int_eq(r[w].nfds, nbefore + 4);
         assert_own_maps(&r[w]);
     }
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
@@ -229,8 +243,9 @@ END_TEST
 START_TEST(test_containment_exec)
 {
     /* An exec-mode worker holds exactly: stdin/out/err as the test has
-     * them, the fd we passed (3), its own memfd (4) and its two doorbells
-     * (5, 6); and maps only its own slot's memory. */
+     * them, the fd we passed (3), its own memfd (4), its two doorbells
+     * (5, 6) and its end of the fd socket (7); and maps only its own slot's
+     * memory. */
     pm_options *o = opts(2);
     int p[2];
     ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
@@ -244,7 +259,7 @@ START_TEST(test_containment_exec)
     static struct report r[2];
     read_reports(p[0], r, 2);
     for (int w = 0; w < 2; w++) {
-        ck_assert_msg(r[w].nfds == 7, "slot %u holds %d fds, want 7 (0-6)", r[w].slot, r[w].nfds);
+        ck_assert_msg(r[w].nfds == 8, "slot %u holds %d fds, want 8 (0-7)", r[w].slot, r[w].nfds);
         for (int fd = 0; fd <= 2; fd++) {
             char want[300];
             fd_target(fd, want, sizeof(want));
@@ -264,6 +279,9 @@ START_TEST(test_containment_exec)
                           "slot %u fd %d is %s, want its doorbell", r[w].slot, fd,
                           f ? f->target : "(closed)");
         }
+        f = rep_fd(&r[w], 7);
+        ck_assert_msg(f != NULL, "slot %u has no fd 7", r[w].slot);
+        assert_own_sock(c, &r[w], f);
         assert_own_maps(&r[w]);
     }
     ck_assert_int_eq(pm_cluster_terminate(c), 0);

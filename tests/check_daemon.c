@@ -99,6 +99,22 @@ START_TEST(test_config_defaults_and_flags)
     ck_assert_int_lt(parse(&c, err, "--fence-not-draining", "maybe", "--", "prog", NULL), 0);
     ck_assert_ptr_nonnull(strstr(err, "--fence-not-draining"));
     pmd_dconf_free(&c);
+    /* --max-message: K/M/G suffixes, a frame at least, 4 GiB - 1 at most. */
+    ck_assert_int_eq(parse(&c, err, "--", "prog", NULL), 0);
+    ck_assert_uint_eq(c.max_message, (size_t)PM__DEFAULT_MAX_MESSAGE);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--max-message", "16M", "--", "prog", NULL), 0);
+    ck_assert_uint_eq(c.max_message, (size_t)16 << 20);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--max-message=65536", "--", "prog", NULL), 0);
+    ck_assert_uint_eq(c.max_message, 65536);
+    pmd_dconf_free(&c);
+    static const char *const bad[] = {"1K", "4G", "12X", "", "-5M", "M"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_lt(parse(&c, err, "--max-message", bad[i], "--", "prog", NULL), 0);
+        ck_assert_ptr_nonnull(strstr(err, "--max-message"));
+        pmd_dconf_free(&c);
+    }
 
     ck_assert_int_eq(parse(&c, err, "--workers", "3", "--restart=always", "--backoff-min", "5",
                            "--backoff-max", "50", "--backoff-jitter", "0", "--max-restarts", "-1",

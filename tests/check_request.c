@@ -514,6 +514,7 @@ END_TEST
 START_TEST(test_call)
 {
     pm_options *o = opts(2);
+    pm_options_set_max_message(o, PM_MAX_PAYLOAD); /* one byte more: -EMSGSIZE */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     char buf[64];
@@ -642,6 +643,7 @@ END_TEST
 START_TEST(test_bad_input)
 {
     pm_options *o = opts(1);
+    pm_options_set_max_message(o, PM_MAX_PAYLOAD); /* one byte more: -EMSGSIZE */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     struct result *r = &results[0];

@@ -86,6 +86,13 @@ static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
     return c->slots[i].link.memfd;
 }
 
+/* The worker's end of slot i's fd socket (large messages), as the
+ * supervisor holds it. */
+static inline int pm_test_slot_node_sock(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].link.node_sock;
+}
+
 /* Requests slot i has in flight (to anyone). */
 static inline uint32_t pm_test_requests_out(const pm_cluster *c, unsigned i)
 {
@@ -178,6 +185,12 @@ static inline int pm_test_node_hub_efd(const pm_node *n)
 
 /* Replies (and notices about requests) the worker dropped because nobody
  * waited for them any more. */
+/* A worker's link (its fd socket and rings), for hostile large messages. */
+static inline pm__link *pm_test_node_link(pm_node *n)
+{
+    return &n->link;
+}
+
 static inline uint64_t pm_test_node_late_replies(const pm_node *n)
 {
     return n->late_replies;

@@ -63,10 +63,10 @@ int main(int argc, char **argv)
     }
     const char *mode = argv[1];
     const char *env = getenv(PM__NODE_ENV);
-    int memfd, node_efd, hub_efd;
-    if (env == NULL || sscanf(env, "%d,%d,%d", &memfd, &node_efd, &hub_efd) != 3)
+    int memfd, node_efd, hub_efd, sock = -1;
+    if (env == NULL || sscanf(env, "%d,%d,%d,%d", &memfd, &node_efd, &hub_efd, &sock) < 3)
         return 3;
-    if (pm__link_attach(&l, memfd, node_efd, hub_efd) < 0)
+    if (pm__link_attach(&l, memfd, node_efd, hub_efd, sock) < 0)
         return 4;
     if (strcmp(argv[argc - 1], "later") == 0 && pm__link_ctl(&l)->incarnation == 1) {
         hello(PM__PROTO_VERSION);

@@ -264,12 +264,38 @@ static int uid_range_value(const src *s, const char *v, pmd_dconf *c, char *err,
     return 0;
 }
 
+/* SIZE with an optional K, M or G suffix (powers of 1024), within
+ * lo..hi bytes. */
+static int size_value(const src *s, const char *v, size_t lo, size_t hi, size_t *out, char *err,
+                      size_t size)
+{
+    char w[96];
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift != 0)
+        end++;
+    if (!isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || x > (hi >> shift) ||
+        (x << shift) < lo)
+        return fail(err, size, "%s: '%s' is not a size in %zu..%zu bytes (suffix K, M or G allowed)",
+                    who(s, w, sizeof(w)), v, lo, hi);
+    *out = (size_t)(x << shift);
+    return 0;
+}
+
 enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
     O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
     O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_USER, O_UID_RANGE, O_NO_NEW_PRIVS,
-    O_SECCOMP, O_SECCOMP_ACTION, O_OUTPUT,
+    O_SECCOMP, O_SECCOMP_ACTION, O_OUTPUT, O_MAX_MESSAGE,
     /* Peer links (O_PEER_FIRST..O_COUNT - 1: any of them sets peer_flags). */
     O_PEER_LISTEN, O_PEERS, O_PEERS_DNS, O_PEER_TIMEOUT, O_SECRET_FILE, O_INSECURE_NO_SECRET,
     O_ALLOW_INSECURE_SECRET_MODE, O_NODE_KEY, O_PEER_KEYS, O_COUNT
@@ -315,6 +341,7 @@ static const struct {
     [O_SECCOMP] = {"--seccomp", "PROCMESH_SECCOMP"},
     [O_SECCOMP_ACTION] = {"--seccomp-action", "PROCMESH_SECCOMP_ACTION"},
     [O_OUTPUT] = {"--output", "PROCMESH_OUTPUT"},
+    [O_MAX_MESSAGE] = {"--max-message", "PROCMESH_MAX_MESSAGE"},
     [O_PEER_LISTEN] = {"--peer-listen", "PROCMESH_PEER_LISTEN"},
     [O_PEERS] = {"--peers", "PROCMESH_PEERS"},
     [O_PEERS_DNS] = {"--peers-dns", "PROCMESH_PEERS_DNS"},
@@ -511,6 +538,8 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         return path_value(s, v, &c->node_key, err, size);
     case O_PEER_KEYS:
         return path_value(s, v, &c->peer_keys, err, size);
+    case O_MAX_MESSAGE:
+        return size_value(s, v, PM_MAX_PAYLOAD, (size_t)UINT32_MAX, &c->max_message, err, size);
     }
     return -EINVAL;
 }
@@ -542,6 +571,7 @@ static void defaults(pmd_dconf *c)
     c->seccomp_action = PM__DEFAULT_SECCOMP_ACTION;
     c->output = PM__DEFAULT_DAEMON_OUTPUT;
     c->peer_timeout = PM__DEFAULT_PEER_TIMEOUT_MS;
+    c->max_message = PM__DEFAULT_MAX_MESSAGE;
 }
 
 int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
@@ -678,6 +708,7 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     if (rc == 0 && c->uid_count > 0)
         rc = pm_options_set_uid_range(o, (uid_t)c->uid_first, c->uid_count);
     rc = rc ? rc : pm_options_set_no_new_privs(o, c->no_new_privs);
+    rc = rc ? rc : pm_options_set_max_message(o, c->max_message);
     rc = rc ? rc : pm_options_set_seccomp_action(o, c->seccomp_action);
     rc = rc ? rc : pm_options_set_output(o, c->output);
     if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP)

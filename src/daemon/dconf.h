@@ -52,6 +52,7 @@ typedef struct pmd_dconf {
     unsigned uid_first, uid_count; /* --uid-range; count 0 = none */
     int no_new_privs;       /* 0 or 1 */
     int seccomp, seccomp_action; /* PM_SECCOMP_* */
+    size_t max_message;     /* bytes (--max-message SIZE[K|M|G]) */
     int output;             /* PM_OUTPUT_*: workers' stdout/stderr into the log (capture) */
     /* Peer links: parsed and validated; not yet run (see procmesh.c). */
     int peer_flags;         /* 1 when any peer-link option was given */

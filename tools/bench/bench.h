@@ -119,5 +119,6 @@ int restart_rounds(pm_options *o, unsigned rounds, uint64_t *v);
 void restart_baseline(int exec_mode, unsigned rounds, uint64_t *v);
 /* The exec-mode entry of compare's workers ("pm-bench __compare"). */
 int compare_worker_main(void);
+int cmd_bigcall(const bench_opts *o);
 
 #endif

@@ -13,6 +13,7 @@ static const char usage[] =
     "       pm-bench daemon [--runs R]\n"
     "       pm-bench compare [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
     "       pm-bench scale [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
+    "       pm-bench bigcall [--rounds K]\n"
     "\n"
     "  ring   stream N frames of S bytes from one process to another over the\n"
     "         shared-memory ring, a pipe and a Unix socketpair (one write per\n"
@@ -44,6 +45,9 @@ static const char usage[] =
     "           spawn-to-ready for N up to 1024.\n"
     "  --quick      tiny counts and one run: checks it works, measures nothing\n"
     "  --csv FILE   also append every figure to FILE as CSV\n"
+    "  bigcall  a 16 MiB pm_cluster_call round trip to a fork-mode worker as a\n"
+    "           sealed memfd each way, against the same bytes as 64 KiB frames\n"
+    "           through the rings, K rounds of each interleaved (default 20).\n"
     "\n"
     "exit status: 0 done, 1 a measurement failed, 2 bad command line\n";
 
@@ -68,6 +72,7 @@ static const struct command {
      {.frames = 0, .runs = 3, .rounds = 5000}, cmd_compare},
     {"scale", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_QUICK | OPT_CSV,
      {.frames = 1000000, .runs = 3, .rounds = 20000}, cmd_scale},
+    {"bigcall", OPT_ROUNDS, {.rounds = 20}, cmd_bigcall},
 };
 
 int main(int argc, char **argv)
@@ -88,7 +93,7 @@ int main(int argc, char **argv)
             cmd = &commands[i];
     if (cmd == NULL) {
         fprintf(stderr,
-                "pm-bench: unknown command '%s' (commands: ring, restart, spawn, relay, daemon, compare, scale)\n",
+                "pm-bench: unknown command '%s' (commands: ring, restart, spawn, relay, daemon, compare, scale, bigcall)\n",
                 argv[1]);
         return 2;
     }

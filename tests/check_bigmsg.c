@@ -1,0 +1,574 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_bigmsg.c - messages larger than a frame (sealed memfds over the
+ * worker's socket): round trips main <-> worker and worker -> worker in
+ * fork and exec (mesh) mode with their content checked, the limit
+ * (-EMSGSIZE), hostile senders (unsealed memfd, a pipe, two fds announced
+ * as one, a frame without its fd, an fd without its frame) fenced with the
+ * other worker unaffected, and no fd left behind in the supervisor.
+ *
+ * The exec-mode worker is this program itself, run as "check_bigmsg worker".
+ */
+#include "helpers.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include "internals.h"
+#include "bigmsg.h"
+#include "le.h"
+#include "proto.h"
+
+#define RUN_UNTIL PM_RUN_UNTIL
+#define MIB ((size_t)1 << 20)
+/* The tests' cluster limit: 16 MiB passes, one byte above 20 MiB does not. */
+#define MAX_MSG (20 * MIB)
+
+/* Byte i of a message made with seed s: every position and every seed
+ * differ, so a shifted, truncated or mixed-up buffer fails the check. */
+static void fill(unsigned char *p, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        p[i] = (unsigned char)((i * 131u) ^ (i >> 9) ^ (seed * 77u));
+}
+
+static int check(const void *v, size_t len, unsigned seed)
+{
+    const unsigned char *p = v;
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != (unsigned char)((i * 131u) ^ (i >> 9) ^ (seed * 77u)))
+            return 0;
+    return 1;
+}
+
+static size_t count_fds(void)
+{
+    size_t n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* ---------------------------------------------------------------- the worker */
+
+/* Which hostile act slot 0's first incarnation commits (fork mode), or
+ * none. */
+enum hostile { H_NONE = 0, H_UNSEALED, H_PIPE, H_TWO_FDS, H_NO_FD, H_NO_FRAME, H_COUNT };
+static int hostile;
+
+static unsigned char *wbuf;
+
+static pm_address slot_address(pm_node *n, unsigned slot)
+{
+    pm_address a = *pm_node_self(n);
+    a.port = (uint16_t)(a.port - pm_node_slot(n) + slot);
+    a.incarnation = 0;
+    return a;
+}
+
+static void reply_text(pm_node *n, const pm_message *m, const char *s)
+{
+    if (m->kind == PM_MSG_REQUEST)
+        pm_node_reply(n, m, s, strlen(s));
+}
+
+static void handle(pm_node *n, const pm_message *m)
+{
+    int from_main = m->from.port == 0;
+    if (m->len > PM_MAX_PAYLOAD) {
+        unsigned in = m->kind == PM_MSG_REQUEST ? (from_main ? 1 : 3) : 5;
+        if (!check(m->data, m->len, in)) {
+            if (m->kind == PM_MSG_REQUEST)
+                reply_text(n, m, "bad");
+            else
+                pm_node_send(n, &m->from, "bad", 3);
+            return;
+        }
+        fill(wbuf, m->len, in + 1);
+        if (m->kind == PM_MSG_REQUEST)
+            pm_node_reply(n, m, wbuf, m->len);
+        else
+            pm_node_send(n, &m->from, wbuf, m->len);
+        return;
+    }
+    char text[64];
+    size_t k = m->len < sizeof(text) - 1 ? m->len : sizeof(text) - 1;
+    memcpy(text, m->data, k);
+    text[k] = '\0';
+    unsigned slot;
+    size_t len;
+    if (sscanf(text, "ask:%u:%zu", &slot, &len) == 2 && len <= MAX_MSG) {
+        /* worker -> worker: a large request, a large reply, both checked. */
+        fill(wbuf, len, 3);
+        pm_address to = slot_address(n, slot);
+        pm_message r;
+        int rc = pm_node_request(n, &to, wbuf, len, 30000, &r);
+        char out[64];
+        snprintf(out, sizeof(out), "%s:%d:%zu", rc == 0 && r.len == len && check(r.data, len, 4)
+                 ? "ok" : "bad", rc, rc == 0 ? r.len : 0);
+        reply_text(n, m, out);
+        return;
+    }
+    if (strcmp(text, "toobig") == 0) {
+        char out[32];
+        snprintf(out, sizeof(out), "%d", pm_node_send(n, &m->from, wbuf, MAX_MSG + 1));
+        reply_text(n, m, out);
+        return;
+    }
+    reply_text(n, m, "pong");
+}
+
+/* One record on the link's socket, as bigmsg.c writes it, with n fds. */
+static void raw_record(pm__link *l, const int *fds, int nfds, uint32_t seq)
+{
+    unsigned char rec[PM__BIGMSG_RECORD];
+    pm__put32(rec, 0x44464d50u);
+    pm__put32(rec + 4, seq);
+    char ctl[CMSG_SPACE(4 * sizeof(int))];
+    memset(ctl, 0, sizeof(ctl));
+    struct iovec iov = {rec, sizeof(rec)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                        .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+    if (sendmsg(l->sock, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(rec))
+        _exit(6);
+}
+
+/* The announcing frame alone, to main. */
+static void raw_announce(pm__link *l, size_t len, uint32_t seq)
+{
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = PM__FT_MSG;
+    h.flags = PM__FF_MEMFD;
+    h.dst = PM__NODE_MAIN;
+    unsigned char a[PM__ANNOUNCE_SIZE];
+    pm__announce an = {len, seq};
+    pm__announce_encode(&an, a);
+    if (pm__frame_send(&l->tx, &h, a, sizeof(a)) != 0)
+        _exit(5);
+}
+
+#define HOSTILE_LEN (MIB)
+
+static void misbehave(pm_node *n)
+{
+    pm__link *l = pm_test_node_link(n);
+    fill(wbuf, HOSTILE_LEN, 5);
+    int fd;
+    switch (hostile) {
+    case H_UNSEALED:
+        fd = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || write(fd, wbuf, HOSTILE_LEN) != (ssize_t)HOSTILE_LEN)
+            _exit(7);
+        raw_record(l, &fd, 1, 1);
+        raw_announce(l, HOSTILE_LEN, 1);
+        break;
+    case H_PIPE: {
+        int p[2];
+        if (pipe(p) < 0)
+            _exit(7);
+        raw_record(l, &p[0], 1, 1);
+        raw_announce(l, HOSTILE_LEN, 1);
+        break;
+    }
+    case H_TWO_FDS: {
+        int fds[2] = {pm__bigmsg_create(wbuf, HOSTILE_LEN), pm__bigmsg_create(wbuf, HOSTILE_LEN)};
+        raw_record(l, fds, 2, 1);
+        raw_announce(l, HOSTILE_LEN, 1);
+        break;
+    }
+    case H_NO_FD:
+        raw_announce(l, HOSTILE_LEN, 1);
+        break;
+    case H_NO_FRAME:
+        /* A record on its own; then a correct message (record 2, frame 2):
+         * the hub expects the frame for record 1. */
+        fd = pm__bigmsg_create(wbuf, HOSTILE_LEN);
+        raw_record(l, &fd, 1, 1);
+        fd = pm__bigmsg_create(wbuf, HOSTILE_LEN);
+        raw_record(l, &fd, 1, 2);
+        raw_announce(l, HOSTILE_LEN, 2);
+        break;
+    }
+    pm_address main_addr;
+    memset(&main_addr, 0, sizeof(main_addr));
+    /* Never delivered: the hub has stopped reading us. */
+    pm_message m;
+    (void)m;
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = PM__FT_MSG;
+    h.dst = PM__NODE_MAIN;
+    (void)pm__frame_send(&l->tx, &h, "#after", 6);
+    for (;;)
+        pause();
+}
+
+static int serve(pm_node *n)
+{
+    wbuf = malloc(MAX_MSG + 1);
+    if (wbuf == NULL)
+        return 4;
+    if (pm_node_ready(n) < 0)
+        return 3;
+    if (hostile != H_NONE && pm_node_slot(n) == 0 && pm_node_self(n)->incarnation == 1)
+        misbehave(n);
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0)
+            return 3;
+        handle(n, &m);
+    }
+}
+
+static int boot(pm_node *n, void *arg)
+{
+    (void)arg;
+    /* Check's runner forwards SIGTERM to the test's process group from a
+     * handler this fork inherited: the stop request's SIGTERM must end the
+     * worker, not reach the supervisor. */
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    return serve(n);
+}
+
+/* ---------------------------------------------------------------- main */
+
+static int fenced_protocol;
+static int fenced_other;
+static int ready_events;
+static unsigned big_ok, big_bad, after_seen;
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (getenv("PM_DEBUG"))
+        fprintf(stderr, "event %d slot %u reason %s code %d sig %d\n", e->type, e->slot, e->reason,
+                e->exit_code, e->signal);
+    if (e->type == PM_EVENT_FENCED) {
+        if (strcmp(e->reason, "protocol") == 0 && e->slot == 0)
+            fenced_protocol++;
+        else
+            fenced_other++;
+    }
+    if (e->type == PM_EVENT_READY)
+        ready_events++;
+}
+
+static void on_message(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (m->len > PM_MAX_PAYLOAD) {
+        if (check(m->data, m->len, 6))
+            big_ok++;
+        else
+            big_bad++;
+    } else if (m->len == 6 && memcmp(m->data, "#after", 6) == 0) {
+        after_seen++;
+    } else {
+        big_bad++;
+    }
+}
+
+static char self_exe[4096];
+
+static pm_options *opts(int exec_mode)
+{
+    fenced_protocol = fenced_other = ready_events = 0;
+    big_ok = big_bad = after_seen = 0;
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, 2);
+    if (exec_mode) {
+        char *argv[] = {"check_bigmsg", "worker", NULL};
+        ck_assert_int_eq(pm_options_set_exec(o, self_exe, argv), 0);
+    } else {
+        pm_options_set_bootstrap(o, boot, NULL);
+    }
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_options_set_on_message(o, on_message, NULL);
+    pm_options_set_max_restarts(o, 5);
+    pm_options_set_restart_min_backoff_ms(o, 10);
+    pm_options_set_stop_timeout_ms(o, 5000);
+    ck_assert_int_eq(pm_options_set_max_message(o, MAX_MSG), 0);
+    return o;
+}
+
+static pm_address slot_addr(unsigned slot)
+{
+    pm_address a;
+    memset(&a, 0, sizeof(a));
+    strcpy(a.system, "procmesh");
+    strcpy(a.host, "worker");
+    a.port = (uint16_t)(1 + slot);
+    return a;
+}
+
+static unsigned char *mbuf, *rbuf;
+
+/* main -> worker -> main: a large request and a large reply, checked. */
+static void call_big(pm_cluster *c, unsigned slot, size_t len)
+{
+    pm_address a = slot_addr(slot);
+    fill(mbuf, len, 1);
+    size_t got = 0;
+    int rc = pm_cluster_call(c, &a, mbuf, len, 30000, rbuf, MAX_MSG, &got);
+    ck_assert_msg(rc == 0, "call of %zu bytes to slot %u: %d", len, slot, rc);
+    ck_assert_uint_eq(got, len);
+    ck_assert_msg(check(rbuf, len, 2), "the reply of %zu bytes from slot %u differs", len, slot);
+}
+
+/* Slot `from` asks slot `to` with len bytes and checks the reply. */
+static void ask(pm_cluster *c, unsigned from, unsigned to, size_t len)
+{
+    pm_address a = slot_addr(from);
+    char q[64], r[64];
+    snprintf(q, sizeof(q), "ask:%u:%zu", to, len);
+    size_t got = 0;
+    int rc = pm_cluster_call(c, &a, q, strlen(q), 60000, r, sizeof(r) - 1, &got);
+    ck_assert_int_eq(rc, 0);
+    r[got] = '\0';
+    char want[64];
+    snprintf(want, sizeof(want), "ok:0:%zu", len);
+    ck_assert_msg(strcmp(r, want) == 0, "slot %u asked slot %u for %zu bytes: %s", from, to, len, r);
+}
+
+static void buffers(void)
+{
+    if (mbuf == NULL) {
+        mbuf = malloc(MAX_MSG + 1);
+        rbuf = malloc(MAX_MSG + 1);
+        ck_assert(mbuf != NULL && rbuf != NULL);
+    }
+}
+
+static void round_trips(int exec_mode)
+{
+    buffers();
+    pm_options *o = opts(exec_mode);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    size_t base = count_fds();
+    /* main <-> worker: request and reply. */
+    call_big(c, 0, MIB);
+    call_big(c, 1, 16 * MIB);
+    /* main -> worker plain, worker -> main plain. */
+    pm_address a = slot_addr(1);
+    fill(mbuf, 3 * MIB, 5);
+    ck_assert_int_eq(pm_cluster_send(c, &a, mbuf, 3 * MIB), 0);
+    RUN_UNTIL(c, big_ok + big_bad == 1, 30000);
+    ck_assert_uint_eq(big_ok, 1);
+    /* worker -> worker, both sizes, both ways. */
+    ask(c, 0, 1, MIB);
+    ask(c, 1, 0, 16 * MIB);
+    /* The limit: refused before anything is sent, on both sides. */
+    ck_assert_int_eq(pm_cluster_send(c, &a, mbuf, MAX_MSG + 1), -EMSGSIZE);
+    ck_assert_int_eq(pm_cluster_call(c, &a, mbuf, MAX_MSG + 1, 1000, rbuf, MAX_MSG, NULL),
+                     -EMSGSIZE);
+    char r[32];
+    size_t got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a, "toobig", 6, 10000, r, sizeof(r) - 1, &got), 0);
+    r[got] = '\0';
+    ck_assert_int_eq(atoi(r), -EMSGSIZE);
+    /* A frame-sized message still goes through the ring. */
+    fill(mbuf, PM_MAX_PAYLOAD, 1);
+    ck_assert_int_eq(pm_cluster_call(c, &a, mbuf, PM_MAX_PAYLOAD, 10000, r, sizeof(r), &got), 0);
+    ck_assert_uint_eq(count_fds(), base);
+    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+
+START_TEST(test_round_trips_fork)
+{
+    round_trips(0);
+}
+END_TEST
+
+START_TEST(test_round_trips_exec)
+{
+    round_trips(1);
+}
+END_TEST
+
+/* Many large messages in every direction: the supervisor's fd count comes
+ * back to where it was (every memfd the hub received, made or passed on
+ * is closed). */
+START_TEST(test_no_fd_leak)
+{
+    buffers();
+    pm_options *o = opts(0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    call_big(c, 0, MIB); /* anything allocated once is allocated now */
+    size_t base = count_fds();
+    int rounds = pm_test_sanitized() ? 40 : 150;
+    pm_address a = slot_addr(0);
+    for (int i = 0; i < rounds; i++) {
+        call_big(c, (unsigned)i & 1, MIB + (size_t)i);
+        fill(mbuf, MIB, 5);
+        ck_assert_int_eq(pm_cluster_send(c, &a, mbuf, MIB), 0);
+        if (i % 10 == 0)
+            ask(c, 1, 0, MIB);
+    }
+    RUN_UNTIL(c, big_ok + big_bad == (unsigned)rounds, 60000);
+    ck_assert_uint_eq(big_bad, 0);
+    ck_assert_uint_eq(count_fds(), base);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* Each hostile act: slot 0 is fenced as a protocol fault, nothing of it
+ * reaches main, slot 1 keeps working, and the supervisor holds no fd more
+ * than before once slot 0's replacement is ready. */
+START_TEST(test_hostile_fenced)
+{
+    static const char *const names[] = {"", "unsealed", "pipe", "two-fds", "no-fd", "no-frame"};
+    buffers();
+    hostile = _i;
+    pm_options *o = opts(0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, fenced_protocol == 1, 20000);
+    RUN_UNTIL(c, ready_events == 3, 20000); /* slot 0's replacement */
+    ck_assert_msg(after_seen == 0 && big_ok == 0 && big_bad == 0,
+                  "%s: main received something from the fenced worker", names[_i]);
+    ck_assert_int_eq(fenced_other, 0);
+    size_t base = count_fds();
+    call_big(c, 1, MIB);
+    call_big(c, 0, MIB); /* the replacement behaves */
+    ask(c, 1, 0, MIB);
+    ck_assert_uint_eq(count_fds(), base);
+    struct pm_cluster_stats st;
+    pm_cluster_stats(c, &st);
+    ck_assert_uint_eq(st.fences_protocol, 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* The option: default, bounds. */
+START_TEST(test_option)
+{
+    pm_options *o = pm_options_new();
+    ck_assert_int_eq(pm_test_options(o)->max_message, (size_t)64 << 20);
+    ck_assert_int_eq(pm_options_set_max_message(o, PM_MAX_PAYLOAD - 1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_max_message(o, PM_MAX_PAYLOAD), 0);
+    ck_assert_int_eq(pm_options_set_max_message(o, (size_t)UINT32_MAX), 0);
+    ck_assert_int_eq(pm_options_set_max_message(NULL, MIB), -EINVAL);
+    if (sizeof(size_t) > 4)
+        ck_assert_int_eq(pm_options_set_max_message(o, (size_t)UINT32_MAX + 1), -EINVAL);
+    pm_options_free(o);
+}
+END_TEST
+
+/* The pure parts: the announcement codec and the receiver's checks. */
+START_TEST(test_codec_and_checks)
+{
+    unsigned char b[PM__ANNOUNCE_SIZE];
+    pm__announce a = {PM_MAX_PAYLOAD + 1, 7}, d;
+    pm__announce_encode(&a, b);
+    ck_assert_int_eq(pm__announce_decode(b, sizeof(b), &d), 0);
+    ck_assert_uint_eq(d.len, a.len);
+    ck_assert_uint_eq(d.seq, 7);
+    ck_assert_int_eq(pm__announce_decode(b, sizeof(b) - 1, &d), -EBADMSG);
+    a.len = PM_MAX_PAYLOAD; /* fits a frame: never announced */
+    pm__announce_encode(&a, b);
+    ck_assert_int_eq(pm__announce_decode(b, sizeof(b), &d), -EBADMSG);
+    a.len = MIB;
+    a.seq = 0;
+    pm__announce_encode(&a, b);
+    ck_assert_int_eq(pm__announce_decode(b, sizeof(b), &d), -EBADMSG);
+    a.seq = 1;
+    pm__announce_encode(&a, b);
+    b[15] = 1;
+    ck_assert_int_eq(pm__announce_decode(b, sizeof(b), &d), -EBADMSG);
+    /* A sealed memfd passes; wrong length, over the max, unsealed, a pipe
+     * do not. */
+    buffers();
+    fill(mbuf, MIB, 9);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MAX_MSG), 0);
+    ck_assert_int_eq(pm__bigmsg_check(fd, MIB - 1, MAX_MSG), -EPROTO);
+    ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MIB - 1), -EPROTO);
+    const void *map;
+    ck_assert_int_eq(pm__bigmsg_map(fd, MIB, &map), 0);
+    ck_assert(check(map, MIB, 9));
+    munmap((void *)map, MIB);
+    /* The seals hold: no write, no growth, no shrink. */
+    ck_assert_int_lt(write(fd, "x", 1), 0);
+    ck_assert_int_lt(ftruncate(fd, 1), 0);
+    ck_assert(mmap(NULL, MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
+    close(fd);
+    fd = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ck_assert_int_eq(ftruncate(fd, (off_t)MIB), 0);
+    ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MAX_MSG), -EPROTO);
+    close(fd);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    ck_assert_int_eq(pm__bigmsg_check(p[0], 0, MAX_MSG), -EPROTO);
+    /* Records: exactly one fd with the expected sequence. */
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    size_t before = count_fds();
+    ck_assert_int_eq(pm__bigmsg_send(sv[0], p[0], 1), 0);
+    int got = -1;
+    ck_assert_int_eq(pm__bigmsg_recv(sv[1], 2, &got), -EPROTO); /* wrong sequence */
+    ck_assert_int_eq(count_fds(), before); /* and the fd it carried is closed */
+    ck_assert_int_eq(pm__bigmsg_recv(sv[1], 1, &got), -EAGAIN);
+    ck_assert_int_eq(pm__bigmsg_send(sv[0], p[0], 1), 0);
+    ck_assert_int_eq(pm__bigmsg_recv(sv[1], 1, &got), 0);
+    ck_assert_int_ge(got, 0);
+    close(got);
+    close(sv[0]);
+    close(sv[1]);
+    close(p[0]);
+    close(p[1]);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "worker") == 0) {
+        pm_node *n;
+        if (pm_node_join(&n) < 0)
+            return 2;
+        int rc = serve(n);
+        pm_node_close(n);
+        return rc;
+    }
+    ssize_t k = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+    if (k <= 0)
+        pm_test_skip("cannot read /proc/self/exe");
+    self_exe[k] = '\0';
+    Suite *s = suite_create("bigmsg");
+    PM_ADD_TEST(s, test_option, 30);
+    PM_ADD_TEST(s, test_codec_and_checks, 30);
+    PM_ADD_TEST(s, test_round_trips_fork, 120);
+    PM_ADD_TEST(s, test_round_trips_exec, 120);
+    PM_ADD_TEST(s, test_no_fd_leak, 240);
+    {
+        TCase *tc = pm_tcase("test_hostile_fenced", 90);
+        tcase_add_loop_test(tc, test_hostile_fenced, H_UNSEALED, H_COUNT);
+        suite_add_tcase(s, tc);
+    }
+    return pm_test_main(s);
+}
