@@ -43,6 +43,10 @@
  * shorter lifetime). */
 #define PURGE_EVERY_MS 1000u
 
+/* How long a queue whose destination's socket refused an fd waits before
+ * the next try. */
+#define PM__SOCK_RETRY_MS 5u
+
 static void port_reset(pm__port *p)
 {
     p->q_head = p->q_tail = NULL;
@@ -51,6 +55,7 @@ static void port_reset(pm__port *p)
     p->ans_frames = 0;
     p->ans_bytes = 0;
     p->stall_since_ms = 0;
+    p->sock_retry_ms = 0;
     p->drain_reported = 0;
     p->blocked_on = -1;
     p->dirty = 0;
@@ -328,10 +333,13 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
                     h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
                     return;
                 }
-                /* d has not taken the fds already sent to it: try again
-                 * next turn (its ring has room, so no doorbell will say). */
+                /* d has not taken the fds already sent to it. Its ring
+                 * has room, so no doorbell will say when it does, and the
+                 * loop does not watch its socket: try again after a short
+                 * while (pm__hub_fire), not on every turn, which would spin
+                 * the supervisor for as long as d does not read. */
                 sock_full = 1;
-                d->busy = 1;
+                d->sock_retry_ms = pm__now_ms() + PM__SOCK_RETRY_MS;
                 break;
             }
             pm__ring_commit(&d->link->tx, q->len);
@@ -765,9 +773,10 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
     earliest(&next, (uint64_t)h->mreq_due_ms);
     if (h->inflight_total > 0)
         earliest(&next, h->next_purge_ms);
-    for (unsigned i = 0; h->drain_timeout_ms != 0 && i < h->nports; i++) {
+    for (unsigned i = 0; i < h->nports; i++) {
         const pm__port *p = &h->ports[i];
-        if (p->stall_since_ms != 0 && !p->drain_reported)
+        earliest(&next, p->sock_retry_ms);
+        if (h->drain_timeout_ms != 0 && p->stall_since_ms != 0 && !p->drain_reported)
             earliest(&next, p->stall_since_ms + h->drain_timeout_ms);
     }
     return next;
@@ -797,6 +806,13 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
             schedule_purge(h, now);
     }
     check_draining(h, now);
+    for (unsigned i = 0; i < h->nports; i++) {
+        pm__port *p = &h->ports[i];
+        if (p->sock_retry_ms != 0 && now >= p->sock_retry_ms) {
+            p->sock_retry_ms = 0;
+            p->busy = 1; /* pm__hub_port_service flushes its queue */
+        }
+    }
     pm__hub_mreq_expire(h, (int64_t)now);
     pm__hub_mreq_dispatch_waiting(h);
     pm__bcast *b = h->bcasts;

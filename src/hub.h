@@ -150,6 +150,7 @@ typedef struct pm__port {
     int rx_fd;             /* the checked fd of the large message at the head of its
                               up ring, kept while the sender is held back; -1 */
     uint64_t stall_since_ms; /* its queue waits without progress since; 0: empty */
+    uint64_t sock_retry_ms;  /* its socket refused an fd: try again then (0: no) */
     int drain_reported;    /* this stall was reported (not-draining) */
     pm__inflight *inflight; /* requests relayed to it, unanswered */
     uint32_t ninflight;
