@@ -29,10 +29,11 @@ typedef struct bench_opts {
     unsigned runs;
     unsigned rounds;
     int privileges; /* restart: also measure with --user nobody + seccomp basic */
+    unsigned pause_us; /* relay: the pause before each paused request, 0: none */
 } bench_opts;
 
 /* Which options a subcommand takes. */
-enum { OPT_FRAMES = 1, OPT_SIZE = 2, OPT_RUNS = 4, OPT_ROUNDS = 8, OPT_PRIVILEGES = 16 };
+enum { OPT_FRAMES = 1, OPT_SIZE = 2, OPT_RUNS = 4, OPT_ROUNDS = 8, OPT_PRIVILEGES = 16, OPT_PAUSE = 32 };
 
 /* Reads the options after the subcommand's name (argv[2] on) into *o, which
  * holds the subcommand's defaults. Returns 0, 1 when --help was asked for,
