@@ -342,15 +342,19 @@ static void stash_free(pm_node *n)
 }
 
 /* The supervisor asked us to stop or fenced us (flags in the control
- * block), or is gone (PDEATHSIG normally kills us first; this is for when
- * it could not). */
-static int shut_down(pm_node *n)
+ * block): two loads, no system call. */
+static int told_to_stop(const pm_node *n)
 {
     const struct pm__ctl *ctl = pm__link_ctl(&n->link);
-    if (n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0 ||
-        atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0)
-        return 1;
-    return getppid() != n->supervisor;
+    return n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0 ||
+           atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0;
+}
+
+/* told_to_stop, or the supervisor is gone (PDEATHSIG normally kills us
+ * first; this is for when it could not). */
+static int shut_down(pm_node *n)
+{
+    return told_to_stop(n) || getppid() != n->supervisor;
 }
 
 /* Progress for the supervisor's liveness check: a plain store to our own
@@ -454,6 +458,10 @@ static void drop_current(pm_node *n)
 static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_hdr *h,
                       const void **payload)
 {
+    /* Whether the supervisor might be gone: only after a wait that saw
+     * nothing for a whole chunk. A parked round trip then makes no getppid()
+     * call, and a dead supervisor is still noticed within a chunk. */
+    int quiet = 0;
     for (;;) {
         int rc = pm__frame_recv(&n->link.rx, PM__LINK_MAX_FRAME, h, payload);
         if (rc == -EBADMSG)
@@ -468,7 +476,7 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
             }
             return 1;
         }
-        if (shut_down(n))
+        if (quiet ? shut_down(n) : told_to_stop(n))
             return -ESHUTDOWN;
         beat(n);
         int wait = wait_chunk(n);
@@ -490,6 +498,7 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
         atomic_store_explicit(&ctl->waiting, 0, memory_order_relaxed);
         if (rc < 0)
             return -EPROTO;
+        quiet = rc == 0;
     }
 }
 
