@@ -96,7 +96,8 @@ struct pm_cluster {
     sigset_t old_mask;
     int mask_changed;
     pid_t self;
-    uint64_t timer_at;      /* deadline the timerfd is set to, 0 none */
+    uint64_t timer_at;      /* deadline the timerfd is set to, 0 none; never
+                               later than the next deadline, maybe earlier */
     atomic_int stop;
     int last_signal;
     int spawning;           /* inside pm_cluster_spawn */

@@ -38,6 +38,13 @@ int pm__cluster_rearm_timer(pm_cluster *c)
     }
     if (next == c->timer_at)
         return 0;
+    /* Only ever moved earlier while it is set. Every request the hub
+     * forwards adds a deadline and its reply removes it; following each
+     * change would cost two timerfd_settime calls per request. A timer
+     * left at a deadline that went away fires early, once: fire_due finds
+     * nothing due and the next turn sets it to the real next deadline. */
+    if (c->timer_at != 0 && (next == 0 || next > c->timer_at))
+        return 0;
     struct itimerspec its;
     memset(&its, 0, sizeof(its));
     if (next != 0) {
