@@ -128,6 +128,7 @@ static void disarm_hub(pm_cluster *c, pm__slot *s)
         pm__loop_disarm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
         s->hub_armed = 0;
     }
+    s->hub_rang = 0;
     pm__hub_port_cut(&c->hub, s->index);
 }
 

@@ -76,18 +76,18 @@ static int spin_for_work(pm_cluster *c)
     return 0;
 }
 
-/* The slot's doorbell rang (from_poll) or its ring had work left over. */
-void pm__cluster_on_hub(pm_cluster *c, pm__slot *s, int from_poll)
+/* Services the slot's port once this turn: its doorbell rang or its ring
+ * had work left over. The doorbell stays registered (a multishot poll) for
+ * as long as the port is read; it is registered again only when the loop
+ * said that the registration ended (turn()). */
+void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
 {
-    if (from_poll) {
-        s->hub_armed = 0;
-        /* Drain the doorbell; the ring is the truth, the count is not. */
-        drain_counter(s->link.hub_efd);
-    }
     const pm__port *p = &c->hub.ports[s->index];
+    s->hub_rang = 0;
     pm__hub_port_service(&c->hub, s->index);
-    if (p->reading && !p->busy && !s->hub_armed &&
-        pm__loop_arm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
+    if (p->reading && !s->hub_armed &&
+        pm__loop_arm_multi(&c->loop, s->link.hub_efd,
+                           PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
 }
 
@@ -190,7 +190,7 @@ static void on_notify(pm_cluster *c, pm__slot *s)
         s->notify_armed = 1;
 }
 
-static void handle_tag(pm_cluster *c, uint64_t tag)
+static void handle_tag(pm_cluster *c, uint64_t tag, int more)
 {
     int kind = PM__TAG_KIND(tag);
     if (kind == PM__TAG_SIGNAL) {
@@ -226,7 +226,17 @@ static void handle_tag(pm_cluster *c, uint64_t tag)
             pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
             s->pid_armed = 1;
     } else if (kind == PM__TAG_HUB) {
-        pm__cluster_on_hub(c, s, 1);
+        if (!more) {
+            /* The registration ended (a one-shot poll, or io_uring stopped
+             * the multishot one): drain the doorbell before it is armed
+             * again, or the new poll would fire at once. The ring is the
+             * truth, the count is not. */
+            s->hub_armed = 0;
+            drain_counter(s->link.hub_efd);
+        }
+        /* Serviced once after all completions: a worker writing its
+         * doorbell in a loop gets no more reading than one turn's cap. */
+        s->hub_rang = 1;
     } else if (kind == PM__TAG_NOTIFY) {
         s->notify_armed = 0;
         on_notify(c, s);
@@ -249,6 +259,7 @@ static void handle_tag(pm_cluster *c, uint64_t tag)
 int pm__cluster_turn(pm_cluster *c, int timeout_ms)
 {
     uint64_t tags[64];
+    unsigned char more[64];
     if (pm__hub_any_busy(&c->hub))
         timeout_ms = 0;
     if (timeout_ms != 0) {
@@ -266,15 +277,15 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     int rc = pm__cluster_rearm_timer(c);
     if (rc < 0)
         return rc;
-    int n = pm__loop_wait(&c->loop, timeout_ms, tags, 64);
+    int n = pm__loop_wait(&c->loop, timeout_ms, tags, more, 64);
     if (n < 0)
         return n;
     for (int i = 0; i < n; i++)
-        handle_tag(c, tags[i]);
+        handle_tag(c, tags[i], more[i]);
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
-        if (c->hub.ports[i].busy && pm__slot_has_process(s))
-            pm__cluster_on_hub(c, s, 0);
+        if ((s->hub_rang || c->hub.ports[i].busy) && pm__slot_has_process(s))
+            pm__cluster_on_hub(c, s);
     }
     if (c->poll_children)
         pm__cluster_reap_all(c);
