@@ -431,11 +431,20 @@ static void fill_msg(const pm_node *n, const pm__frame_hdr *h, const void *data,
 
 /* Undoes the arming a timed-out receive left for pm_node_fd. Only when it
  * is set: the flag shares its cache line with our index, and a store on
- * every receive would bounce that line to the hub for nothing. */
+ * every receive would bounce that line to the hub for nothing. The
+ * doorbell the hub may have rung meanwhile is drained here, once: our own
+ * waits park on a futex and never read it, and left full it would keep
+ * pm_node_fd readable for a caller's poll. */
 static void disarm(pm_node *n)
 {
+    if (!n->fd_armed)
+        return;
+    n->fd_armed = 0;
     if (atomic_load_explicit(&n->link.rx.sh->cons_waiting, memory_order_relaxed) != 0)
         pm__ring_disarm(&n->link.rx);
+    uint64_t v;
+    ssize_t k = read(n->link.node_efd, &v, sizeof(v)); /* nonblocking */
+    (void)k;
 }
 
 /* Lets go of the message returned last: its ring space or its stash entry. */
@@ -487,6 +496,7 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
                  * when the next frame arrives. */
                 if (pm__ring_arm(&n->link.rx) != 0)
                     continue;
+                n->fd_armed = 1;
                 return -ETIMEDOUT;
             }
             if (deadline_ms - now < (uint64_t)wait)

@@ -34,6 +34,7 @@ struct pm_node {
     pm__stash *stash_tail;
     size_t stash_bytes;
     int stopping;         /* the supervisor asked us to stop */
+    int fd_armed;         /* a timed-out wait left the doorbell armed for pm_node_fd */
     uint64_t late_replies;
 };
 

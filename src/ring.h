@@ -51,10 +51,11 @@ struct pm__ring_shared {
     uint32_t version;
     /* Written only by the producer. */
     _Alignas(PM__CACHELINE) _Atomic uint64_t head;
-    _Atomic uint32_t prod_waiting; /* producer is parked waiting for space */
+    _Atomic uint32_t prod_waiting; /* producer is parked waiting for space:
+                                      1 poll its eventfd, 2 in FUTEX_WAIT here */
     /* Written only by the consumer. */
     _Alignas(PM__CACHELINE) _Atomic uint64_t tail;
-    _Atomic uint32_t cons_waiting; /* consumer is parked waiting for data */
+    _Atomic uint32_t cons_waiting; /* consumer is parked waiting for data (as above) */
 };
 
 typedef struct pm__ring {
@@ -69,7 +70,8 @@ typedef struct pm__ring {
     int role;
     int poisoned;
     int wake_fd; /* eventfd to write to wake the other end, or -1 */
-    int park_fd; /* eventfd this end parks on, or -1 */
+    int park_fd; /* eventfd this end's event loop polls, or -1 (spin only) */
+    int futex_ok; /* waits park in FUTEX_WAIT on the flag (0: refused, poll park_fd) */
 
     /* Producer state. */
     uint64_t head;       /* next byte to write (reserved records included) */
@@ -132,7 +134,8 @@ int pm__ring_publish(pm__ring *r);
 /* reserve + copy + commit + publish. */
 int pm__ring_send(pm__ring *r, const void *data, size_t len);
 
-/* Waits until a frame of len bytes fits: spins, then parks on park_fd.
+/* Waits until a frame of len bytes fits: spins, then parks as
+ * pm__ring_wait does.
  * Returns 1 when it fits, 0 on timeout (timeout_ms < 0: forever), or a
  * negative errno. */
 int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms);
@@ -158,8 +161,11 @@ void pm__ring_consume(pm__ring *r);
  * waiting for space. Returns 1 if a wake-up system call was made. */
 int pm__ring_release(pm__ring *r);
 
-/* Spins for spin_ns, then parks until a frame is there. Returns 1 when a
- * frame can be peeked, 0 on timeout, or a negative errno (-EBADMSG). */
+/* Spins for spin_ns, then parks (FUTEX_WAIT on its wait flag; poll on
+ * park_fd where futexes are refused) until a frame is there. The producer
+ * wakes it with FUTEX_WAKE, or writes wake_fd for an end armed with
+ * pm__ring_arm. Returns 1 when a frame can be peeked, 0 on timeout, or a
+ * negative errno (-EBADMSG). */
 int pm__ring_wait(pm__ring *r, int timeout_ms);
 
 /* For event loops that wait on many rings: announce that this consumer is
