@@ -477,11 +477,14 @@ END_TEST
 START_TEST(test_two_process_pingpong_parked)
 {
     /* Round trips with spinning turned off: every hand-off parks and every
-     * publish must wake the other side; a lost wake-up hangs and times out. */
+     * publish must wake the other side; a lost wake-up hangs and times out.
+     * _i 0: the ends park in FUTEX_WAIT; 1: as where futexes are refused,
+     * on their eventfds. */
     test_ring a, b;
     tr_open(&a, 4096, 64);
     tr_open(&b, 4096, 64);
     a.cons.spin_ns = b.cons.spin_ns = 0;
+    a.cons.futex_ok = b.cons.futex_ok = _i == 0;
     const int rounds = 20000;
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
@@ -682,7 +685,7 @@ static Suite *ring_suite(void)
     suite_add_tcase(s, tc);
     tc = pm_tcase("two-process", 120);
     tcase_add_test(tc, test_two_process_stream);
-    tcase_add_test(tc, test_two_process_pingpong_parked);
+    tcase_add_loop_test(tc, test_two_process_pingpong_parked, 0, 2);
     suite_add_tcase(s, tc);
     tc = pm_tcase("hostile", 60);
     tcase_add_test(tc, test_hostile_producer);
