@@ -610,6 +610,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     c->magic = PM__MAGIC_CLUSTER;
     c->gen = pm__fork_gen();
     c->sigfd = c->timerfd = c->wakefd = -1;
+    c->hub_spin_budget = PM__SPIN_START_NS;
     c->o = pm__options_dup(o);
     if (c->o == NULL) {
         rc = -ENOMEM;

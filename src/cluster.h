@@ -97,6 +97,7 @@ struct pm_cluster {
     sigset_t old_mask;
     int mask_changed;
     pid_t self;
+    uint32_t hub_spin_budget; /* the hub's learnt spin before sleeping, ns (turn.c) */
     uint64_t timer_at;      /* deadline the timerfd is set to, 0 none; never
                                later than the next deadline, maybe earlier */
     atomic_int stop;

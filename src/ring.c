@@ -134,6 +134,7 @@ int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame,
     r->mask = cap - 1;
     r->max_frame = max_frame;
     r->spin_ns = PM__RING_DEFAULT_SPIN_NS;
+    r->spin_budget = PM__SPIN_START_NS;
     r->role = role;
     r->wake_fd = wake_fd;
     r->park_fd = park_fd;
@@ -529,43 +530,63 @@ int pm__ring_wait(pm__ring *r, int timeout_ms)
 }
 
 /*
- * The one waiting strategy of both ends: check, spin for spin_ns checking
- * again, then announce the wait in our flag, check once more (the fence in
- * arm_flag pairs with wake_if_waiting on the other end, so a change made
- * before the other end read our flag is seen here) and park: in FUTEX_WAIT
- * on the flag, or on the eventfd where futexes are refused.
+ * The one waiting strategy of both ends: check, spin for the learnt budget
+ * (at most spin_ns; see pm__spin_learn) checking again, then announce the
+ * wait in our flag, check once more (the fence in arm_flag pairs with
+ * wake_if_waiting on the other end, so a change made before the other end
+ * read our flag is seen here) and park: in FUTEX_WAIT on the flag, or on
+ * the eventfd where futexes are refused.
  * Returns cond's first non-zero result, 0 on timeout, or a negative errno.
  */
 static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
                           _Atomic uint32_t *flag, int timeout_ms)
 {
     uint64_t deadline = deadline_after(timeout_ms);
-    for (;;) {
-        int rc = cond(r, arg);
-        if (rc != 0)
-            return rc;
-        uint64_t spin_end = pm__now_ns() + r->spin_ns;
+    int rc = cond(r, arg);
+    if (rc != 0)
+        return rc;
+    uint64_t t0 = pm__now_ns();
+    uint32_t budget = r->spin_budget < r->spin_ns ? r->spin_budget : r->spin_ns;
+    if (budget > 0) {
+        uint64_t spin_end = t0 + budget;
+        uint64_t now;
         do {
             for (int i = 0; i < 32; i++)
                 cpu_relax();
-            if ((rc = cond(r, arg)) != 0)
+            if ((rc = cond(r, arg)) != 0) {
+                if (rc > 0)
+                    r->spin_budget = pm__spin_learn(r->spin_budget, r->spin_ns, 1,
+                                                    pm__now_ns() - t0);
                 return rc;
+            }
             if (r->spin_yield)
                 sched_yield();
-        } while (pm__now_ns() < spin_end);
+            now = pm__now_ns();
+        } while (now < spin_end);
+    }
+    for (;;) {
         int left = ms_left(deadline);
         if (left == 0)
             return 0;
-        if (r->park_fd < 0)
-            continue;
-        uint32_t how = r->futex_ok ? WAIT_FUTEX : WAIT_FD;
-        arm_flag(flag, how);
+        if (r->park_fd < 0) {
+            /* No way to park: spin (yielding) until the deadline. */
+            sched_yield();
+        } else {
+            uint32_t how = r->futex_ok ? WAIT_FUTEX : WAIT_FD;
+            arm_flag(flag, how);
+            rc = cond(r, arg);
+            if (rc == 0)
+                rc = how == WAIT_FUTEX ? park_futex(r, flag, left) : park(r, left);
+            atomic_store_explicit(flag, 0, memory_order_relaxed);
+            if (rc < 0)
+                return rc;
+        }
+        /* Woken, timed out or interrupted: check again. */
         rc = cond(r, arg);
-        if (rc == 0)
-            rc = how == WAIT_FUTEX ? park_futex(r, flag, left) : park(r, left);
-        atomic_store_explicit(flag, 0, memory_order_relaxed);
-        if (rc < 0)
+        if (rc != 0) {
+            if (rc > 0)
+                r->spin_budget = pm__spin_learn(budget, r->spin_ns, 0, pm__now_ns() - t0);
             return rc;
-        /* Woken, timed out or interrupted: the next turn re-checks. */
+        }
     }
 }

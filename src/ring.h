@@ -65,7 +65,8 @@ typedef struct pm__ring {
     uint64_t cap;
     uint64_t mask;
     uint32_t max_frame;
-    uint32_t spin_ns; /* how long to spin before parking */
+    uint32_t spin_ns; /* the longest spin before parking (0: park at once) */
+    uint32_t spin_budget; /* what the next wait spins, learnt (pm__spin_learn) */
     int spin_yield;   /* yield the CPU between spin checks (more spinners than CPUs) */
     int role;
     int poisoned;
@@ -92,6 +93,44 @@ typedef struct pm__ring {
     uint64_t wakeups; /* wake-up system calls made */
     uint64_t parks;   /* times this end blocked */
 } pm__ring;
+
+/*
+ * Adaptive spinning, for the ring's waits and the hub's loop. A spin pays
+ * off only when the other end runs meanwhile on another CPU and answers
+ * within the spin; otherwise it burns a CPU the other end may be waiting
+ * for (two CPUs, three spinners) and then parks anyway. So the budget is
+ * learnt from the last waits, never above the configured cap:
+ * - the spin paid off after `waited` ns: cover twice that (never less
+ *   than now, at least PM__SPIN_MIN_NS);
+ * - it did not: halve the budget; below PM__SPIN_MIN_NS stop spinning;
+ * - not spinning, and the park ended within PM__SPIN_PROBE_NS: the other
+ *   end answers quickly again, spin twice that long next time.
+ * A service idle between requests (waits of milliseconds) stops spinning
+ * after a few waits; a busy round trip keeps its spin; on one CPU, where a
+ * spin can never pay off, the budget keeps falling back to nothing.
+ */
+#define PM__SPIN_START_NS 50000u
+#define PM__SPIN_MIN_NS 1000u
+#define PM__SPIN_PROBE_NS 50000u
+
+static inline uint32_t pm__spin_learn(uint32_t budget, uint32_t cap, int paid, uint64_t waited)
+{
+    uint64_t b;
+    if (paid) {
+        b = 2 * waited;
+        if (b < budget)
+            b = budget;
+        if (b < PM__SPIN_MIN_NS)
+            b = PM__SPIN_MIN_NS;
+    } else if (budget > 0) {
+        b = budget / 2;
+        if (b < PM__SPIN_MIN_NS)
+            b = 0;
+    } else {
+        b = waited < PM__SPIN_PROBE_NS ? 2 * waited + PM__SPIN_MIN_NS : 0;
+    }
+    return b < cap ? (uint32_t)b : cap;
+}
 
 /* Bytes a ring of `cap` bytes needs in a shared region (header + data). */
 size_t pm__ring_region_size(uint64_t cap);

@@ -62,18 +62,43 @@ int pm__cluster_rearm_timer(pm_cluster *c)
     return 0;
 }
 
-/* Spins up to the hub spin time for a frame on a drained ring or a loop
- * completion. 1 when there is work. */
-static int spin_for_work(pm_cluster *c)
+/* The hub's spin cap in ns (pm_options_set_hub_spin_us, at most 1 s). */
+static uint32_t hub_spin_cap(const pm_cluster *c)
 {
-    uint64_t end = pm__now_ns() + c->o->hub_spin_us * 1000u;
+    return c->o->hub_spin_us * 1000u;
+}
+
+/* Spins up to the learnt budget (at most the hub spin time; see
+ * pm__spin_learn) for a frame on a drained ring or a loop completion.
+ * 1 when there is work; 0 and *t0 (when the spin began) when the loop must
+ * sleep, so that the sleep's length can be learnt from (learn_sleep). */
+static int spin_for_work(pm_cluster *c, uint64_t *t0)
+{
+    uint32_t cap = hub_spin_cap(c);
+    uint32_t budget = c->hub_spin_budget < cap ? c->hub_spin_budget : cap;
+    uint64_t start = pm__now_ns(), now = start;
+    *t0 = start;
+    if (budget == 0)
+        return 0;
     do {
-        if (pm__hub_any_arrived(&c->hub))
+        if (pm__hub_any_arrived(&c->hub) || pm__loop_ready(&c->loop)) {
+            c->hub_spin_budget = pm__spin_learn(c->hub_spin_budget, cap, 1, now - start);
             return 1;
-        if (pm__loop_ready(&c->loop))
-            return 1;
-    } while (pm__now_ns() < end);
+        }
+        now = pm__now_ns();
+    } while (now < start + budget);
+    c->hub_spin_budget = pm__spin_learn(budget, cap, 0, now - start);
+    /* Halved already: learn_sleep must not halve it again. */
+    *t0 = 0;
     return 0;
+}
+
+/* After a sleep that followed a spin budget of 0: a sleep that ended soon
+ * says a spin could pay off again. */
+static void learn_sleep(pm_cluster *c, uint64_t t0)
+{
+    if (t0 != 0 && c->hub_spin_budget == 0)
+        c->hub_spin_budget = pm__spin_learn(0, hub_spin_cap(c), 0, pm__now_ns() - t0);
 }
 
 /* Services the slot's port once this turn: its doorbell rang or its ring
@@ -262,11 +287,12 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     unsigned char more[64];
     if (pm__hub_any_busy(&c->hub))
         timeout_ms = 0;
+    uint64_t sleep_t0 = 0;
     if (timeout_ms != 0) {
         /* About to sleep: spin first if traffic is flowing and the hub is
          * allowed to (pm_options_set_hub_spin_us), then arm the doorbells
          * of the drained rings. */
-        if (c->hub.active && c->o->hub_spin_us > 0 && spin_for_work(c))
+        if (c->hub.active && c->o->hub_spin_us > 0 && spin_for_work(c, &sleep_t0))
             timeout_ms = 0;
         else if (pm__hub_arm_idle(&c->hub))
             timeout_ms = 0;
@@ -280,6 +306,8 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     int n = pm__loop_wait(&c->loop, timeout_ms, tags, more, 64);
     if (n < 0)
         return n;
+    if (timeout_ms != 0)
+        learn_sleep(c, sleep_t0);
     for (int i = 0; i < n; i++)
         handle_tag(c, tags[i], more[i]);
     for (unsigned i = 0; i < c->nslots; i++) {

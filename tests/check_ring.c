@@ -252,6 +252,32 @@ START_TEST(test_doorbell)
 }
 END_TEST
 
+START_TEST(test_spin_learn)
+{
+    /* A spin that paid off covers twice the wait it saw, never above the
+     * cap and never below what it had. */
+    ck_assert_uint_eq(pm__spin_learn(5000, 100000, 1, 6000), 12000);
+    ck_assert_uint_eq(pm__spin_learn(20000, 100000, 1, 6000), 20000);
+    ck_assert_uint_eq(pm__spin_learn(5000, 8000, 1, 6000), 8000);
+    ck_assert_uint_eq(pm__spin_learn(0, 100000, 1, 10), PM__SPIN_MIN_NS);
+    /* One that did not: halved, then nothing. */
+    uint32_t b = 8 * PM__SPIN_MIN_NS;
+    int n = 0;
+    while (b > 0 && n < 32) {
+        b = pm__spin_learn(b, 100000, 0, 1000000);
+        n++;
+    }
+    ck_assert_uint_eq(b, 0);
+    ck_assert_int_eq(n, 4);
+    /* Not spinning: a long sleep keeps it so, a short one tries again. */
+    ck_assert_uint_eq(pm__spin_learn(0, 100000, 0, 1000000), 0);
+    ck_assert_uint_eq(pm__spin_learn(0, 100000, 0, 4000), 8000 + PM__SPIN_MIN_NS);
+    /* A cap of 0 (spinning turned off) is never exceeded. */
+    ck_assert_uint_eq(pm__spin_learn(0, 0, 0, 10), 0);
+    ck_assert_uint_eq(pm__spin_learn(5000, 0, 1, 10), 0);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- corruption */
 
 static void corrupt_case(int which)
@@ -677,6 +703,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_wrap_padding);
     tcase_add_test(tc, test_batching);
     tcase_add_test(tc, test_doorbell);
+    tcase_add_test(tc, test_spin_learn);
     tcase_add_test(tc, test_shm_sealed);
     suite_add_tcase(s, tc);
     tc = pm_tcase("corruption", 30);
