@@ -264,7 +264,11 @@ PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
 /* While frames are flowing, the hub polls the rings for up to us
  * microseconds before it sleeps, so workers can hand it frames without a
  * wake-up system call: lower latency and fewer system calls for a busy mesh,
- * at the cost of that much CPU after each burst. 0..1000000, default 0. */
+ * at the cost of that much CPU after each burst. 0..1000000, default 0. The
+ * limit is a cap: the hub spins for what recent waits say pays off (twice a
+ * wait that a spin caught) and sleeps at once while spins do not pay off
+ * (no free CPU for it, or traffic too sparse). Workers' waits do the same
+ * within their own few microseconds. */
 PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us);
 
 /* A worker that neither made progress (any procmesh call, pm_node_beat) nor

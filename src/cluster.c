@@ -128,6 +128,7 @@ static void disarm_hub(pm_cluster *c, pm__slot *s)
         pm__loop_disarm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
         s->hub_armed = 0;
     }
+    s->hub_rang = 0;
     pm__hub_port_cut(&c->hub, s->index);
 }
 
@@ -614,6 +615,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     c->magic = PM__MAGIC_CLUSTER;
     c->gen = pm__fork_gen();
     c->sigfd = c->timerfd = c->wakefd = -1;
+    c->hub_spin_budget = PM__SPIN_START_NS;
     c->o = pm__options_dup(o);
     if (c->o == NULL) {
         rc = -ENOMEM;

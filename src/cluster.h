@@ -53,6 +53,7 @@ typedef struct pm__slot {
     pm__link link;         /* hub side; link.memfd -1 when none */
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on link.hub_efd is outstanding */
+    int hub_rang;          /* its doorbell rang this turn: service the port once */
     int pipe_armed;        /* a poll on exec_pipe is outstanding (exec readiness) */
     int notify_fd;         /* notify readiness: this incarnation's NOTIFY_SOCKET, or -1 */
     int notify_armed;
@@ -98,7 +99,9 @@ struct pm_cluster {
     sigset_t old_mask;
     int mask_changed;
     pid_t self;
-    uint64_t timer_at;      /* deadline the timerfd is set to, 0 none */
+    uint32_t hub_spin_budget; /* the hub's learnt spin before sleeping, ns (turn.c) */
+    uint64_t timer_at;      /* deadline the timerfd is set to, 0 none; never
+                               later than the next deadline, maybe earlier */
     atomic_int stop;
     int last_signal;
     int spawning;           /* inside pm_cluster_spawn */
@@ -169,8 +172,8 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s);
 /* turn.c: one loop turn, and the timer. */
 int pm__cluster_turn(pm_cluster *c, int timeout_ms);
 int pm__cluster_rearm_timer(pm_cluster *c);
-/* The slot's doorbell rang (from_poll) or its port had work left over. */
-void pm__cluster_on_hub(pm_cluster *c, pm__slot *s, int from_poll);
+/* Services the slot's port once: its doorbell rang or it had work left over. */
+void pm__cluster_on_hub(pm_cluster *c, pm__slot *s);
 void pm__cluster_reap_all(pm_cluster *c);
 /* Reads and acts on what a notify-mode worker sent (READY=1, WATCHDOG=1,
  * STOPPING=1); also run when it is reaped, before its exit is handled. */

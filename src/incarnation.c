@@ -270,7 +270,8 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         pm__loop_arm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
         s->notify_armed = 1;
     if (pm__hub_port_open(&c->hub, s->index, &s->link, s->incarnation) == 0 &&
-        pm__loop_arm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
+        pm__loop_arm_multi(&c->loop, s->link.hub_efd,
+                           PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
     pm__cluster_emit(c, PM_EVENT_STARTED, s, PM_REASON_SPAWN, 0);
     return 0;

@@ -2,10 +2,13 @@
 /*
  * loop.c - readiness loop on io_uring, with an epoll fallback.
  *
- * io_uring: each arm is a one-shot IORING_OP_POLL_ADD whose user_data is the
- * tag. One-shot rather than multishot polls on purpose: multishot needs 5.13
- * and an eventfd/pidfd notification is handled (drained, re-checked) before
- * we want the next one anyway, so re-arming costs one SQE and nothing else.
+ * io_uring: each arm is an IORING_OP_POLL_ADD whose user_data is the tag.
+ * One-shot for the fds whose notification is handled (drained, re-checked)
+ * before we want the next one anyway (signalfd, timerfd, pidfds, pipes).
+ * Multishot (pm__loop_arm_multi, Linux 5.13) for the hub's doorbells: each
+ * write of the eventfd posts a completion, so the eventfd never needs a
+ * read to drain it nor an SQE to re-arm it (its 64-bit counter, bumped once
+ * per doorbell, cannot reach the saturation that would make write fail).
  * Debian 12's liburing 2.3 has no io_uring_prep_waitid, so child exits are
  * seen by polling pidfds and then calling waitid(P_PIDFD, ..., WNOHANG).
  *
@@ -42,6 +45,11 @@ int pm__loop_init(pm__loop *l, unsigned entries)
         int rc = io_uring_queue_init_params(n, &l->ring, &p);
         if (rc == 0) {
             l->backend = PM__LOOP_URING;
+            /* Multishot polls came with 5.13, as did IORING_FEAT_RSRC_TAGS,
+             * the nearest feature bit the kernel reports; before it, the
+             * poll's len field must be 0 and a multishot request fails. */
+            l->multishot = (p.features & IORING_FEAT_RSRC_TAGS) != 0 &&
+                           getenv("PROCMESH_NO_MULTISHOT") == NULL;
             return 0;
         }
         /* -ENOSYS, -EPERM (seccomp, io_uring_disabled) and friends: fall
@@ -102,6 +110,29 @@ int pm__loop_arm(pm__loop *l, int fd, uint64_t tag)
     return -errno;
 }
 
+int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag)
+{
+    if (l->backend == PM__LOOP_URING) {
+        if (!l->multishot)
+            return pm__loop_arm(l, fd, tag); /* each completion says "over" */
+        struct io_uring_sqe *sqe = get_sqe(l);
+        if (sqe == NULL)
+            return -EBUSY;
+        io_uring_prep_poll_multishot(sqe, fd, POLLIN);
+        io_uring_sqe_set_data64(sqe, tag);
+        l->pending++;
+        return 0;
+    }
+    /* Edge-triggered: every write of an eventfd wakes its wait queue, and
+     * each wake-up queues one event, readable or not before. */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = tag};
+    if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+        return 0;
+    if (errno == ENOENT && epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+        return 0;
+    return -errno;
+}
+
 int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag)
 {
     if (l->backend == PM__LOOP_URING) {
@@ -131,7 +162,7 @@ int pm__loop_flush(pm__loop *l)
     return 0;
 }
 
-static int uring_wait(pm__loop *l, int timeout_ms, uint64_t *tags, int max)
+static int uring_wait(pm__loop *l, int timeout_ms, uint64_t *tags, unsigned char *more, int max)
 {
     struct io_uring_cqe *cqe;
     int rc = 0;
@@ -159,25 +190,33 @@ static int uring_wait(pm__loop *l, int timeout_ms, uint64_t *tags, int max)
             break;
         seen++;
         uint64_t tag = io_uring_cqe_get_data64(cqe);
-        if (tag != TAG_IGNORE)
-            tags[n++] = tag;
+        if (tag == TAG_IGNORE)
+            continue;
+        if (more != NULL)
+            more[n] = (cqe->flags & IORING_CQE_F_MORE) != 0;
+        tags[n++] = tag;
     }
     io_uring_cq_advance(&l->ring, seen);
     return n;
 }
 
-int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, int max)
+int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, unsigned char *more, int max)
 {
     if (l->backend == PM__LOOP_URING)
-        return uring_wait(l, timeout_ms, tags, max);
+        return uring_wait(l, timeout_ms, tags, more, max);
     struct epoll_event evs[64];
     int cap = max < 64 ? max : 64;
     l->syscalls++;
     int n = epoll_wait(l->epfd, evs, cap, timeout_ms);
     if (n < 0)
         return errno == EINTR ? 0 : -errno;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         tags[i] = evs[i].data.u64;
+        /* An epoll registration never ends by itself; for a one-shot tag
+         * the caller does not look. */
+        if (more != NULL)
+            more[i] = 1;
+    }
     return n;
 }
 

@@ -6,6 +6,11 @@
  *
  * Semantics shared by both backends: pm__loop_arm() asks for one
  * notification; once it is delivered the caller re-arms if it wants another.
+ * pm__loop_arm_multi() asks for one notification per wake-up of the fd (each
+ * write of an eventfd), the fd staying registered: the caller need not drain
+ * an eventfd armed this way, nor re-arm it, until a notification says the
+ * registration ended (io_uring stops a multishot poll when its completion
+ * queue overflows; before Linux 5.13 every poll is one-shot).
  * pm__loop_disarm() must be called before closing an fd that is armed.
  * A notification may still arrive for a tag after it was disarmed (io_uring
  * cancels asynchronously), so callers put a generation in their tags and
@@ -24,6 +29,7 @@ typedef struct pm__loop {
     int epfd;
     struct io_uring ring;
     unsigned pending; /* io_uring: SQEs prepared, not yet submitted */
+    int multishot;    /* io_uring: multishot polls exist (Linux 5.13) */
     uint64_t syscalls; /* system calls the loop made (for pm-bench) */
 } pm__loop;
 
@@ -34,14 +40,18 @@ int pm__loop_init(pm__loop *l, unsigned entries);
 void pm__loop_fini(pm__loop *l);
 
 int pm__loop_arm(pm__loop *l, int fd, uint64_t tag);
+int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag);
 int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag);
 
 /* Submits what is prepared (io_uring), so that pm__loop_fd() reflects it. */
 int pm__loop_flush(pm__loop *l);
 
 /* Waits up to timeout_ms (-1 forever, 0 poll) and stores up to max tags of
- * fds that became readable (or failed). Returns their count or -errno. */
-int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, int max);
+ * fds that became readable (or failed). For a tag armed with
+ * pm__loop_arm_multi, more[i] (more may be NULL) is 1 when its registration
+ * stays armed, 0 when it is over and the caller must drain and re-arm (for
+ * a one-shot tag it means nothing). Returns the count or -errno. */
+int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, unsigned char *more, int max);
 
 /* 1 when a completion is waiting (io_uring: without a system call; epoll:
  * always 0, the caller's wait finds out). */

@@ -357,15 +357,19 @@ static void stash_free(pm_node *n)
 }
 
 /* The supervisor asked us to stop or fenced us (flags in the control
- * block), or is gone (PDEATHSIG normally kills us first; this is for when
- * it could not). */
-static int shut_down(pm_node *n)
+ * block): two loads, no system call. */
+static int told_to_stop(const pm_node *n)
 {
     const struct pm__ctl *ctl = pm__link_ctl(&n->link);
-    if (n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0 ||
-        atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0)
-        return 1;
-    return getppid() != n->supervisor;
+    return n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0 ||
+           atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0;
+}
+
+/* told_to_stop, or the supervisor is gone (PDEATHSIG normally kills us
+ * first; this is for when it could not). */
+static int shut_down(pm_node *n)
+{
+    return told_to_stop(n) || getppid() != n->supervisor;
 }
 
 /* Progress for the supervisor's liveness check: a plain store to our own
@@ -445,11 +449,20 @@ static void fill_msg(const pm_node *n, const pm__frame_hdr *h, const void *data,
 
 /* Undoes the arming a timed-out receive left for pm_node_fd. Only when it
  * is set: the flag shares its cache line with our index, and a store on
- * every receive would bounce that line to the hub for nothing. */
+ * every receive would bounce that line to the hub for nothing. The
+ * doorbell the hub may have rung meanwhile is drained here, once: our own
+ * waits park on a futex and never read it, and left full it would keep
+ * pm_node_fd readable for a caller's poll. */
 static void disarm(pm_node *n)
 {
+    if (!n->fd_armed)
+        return;
+    n->fd_armed = 0;
     if (atomic_load_explicit(&n->link.rx.sh->cons_waiting, memory_order_relaxed) != 0)
         pm__ring_disarm(&n->link.rx);
+    uint64_t v;
+    ssize_t k = read(n->link.node_efd, &v, sizeof(v)); /* nonblocking */
+    (void)k;
 }
 
 /* Lets go of the message returned last: its ring space or its stash entry. */
@@ -524,6 +537,10 @@ static void discard(pm_node *n, const pm__frame_hdr *h, const void *payload)
 static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_hdr *h,
                       const void **payload)
 {
+    /* Whether the supervisor might be gone: only after a wait that saw
+     * nothing for a whole chunk. A parked round trip then makes no getppid()
+     * call, and a dead supervisor is still noticed within a chunk. */
+    int quiet = 0;
     for (;;) {
         int rc = pm__frame_recv(&n->link.rx, PM__LINK_MAX_FRAME, h, payload);
         if (rc == -EBADMSG)
@@ -538,7 +555,7 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
             }
             return 1;
         }
-        if (shut_down(n))
+        if (quiet ? shut_down(n) : told_to_stop(n))
             return -ESHUTDOWN;
         beat(n);
         int wait = wait_chunk(n);
@@ -549,6 +566,7 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
                  * when the next frame arrives. */
                 if (pm__ring_arm(&n->link.rx) != 0)
                     continue;
+                n->fd_armed = 1;
                 return -ETIMEDOUT;
             }
             if (deadline_ms - now < (uint64_t)wait)
@@ -560,6 +578,7 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
         atomic_store_explicit(&ctl->waiting, 0, memory_order_relaxed);
         if (rc < 0)
             return -EPROTO;
+        quiet = rc == 0;
     }
 }
 

@@ -39,6 +39,7 @@ struct pm_node {
     const void *cur_map;  /* the last message returned was large: its mapping */
     size_t cur_map_len;
     int stopping;         /* the supervisor asked us to stop */
+    int fd_armed;         /* a timed-out wait left the doorbell armed for pm_node_fd */
     uint64_t late_replies;
 };
 

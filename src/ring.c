@@ -11,16 +11,31 @@
  * it with acquire before reusing that space. Nothing else needs ordering on
  * the fast path. Parking is a store-buffering (Dekker) pattern and needs a
  * full fence on both sides; see arm_flag() and wake_if_waiting().
+ *
+ * A wait flag says how the waiting end wants to be woken: WAIT_FD, an event
+ * loop polls park_fd (pm__ring_arm), so the waker writes that eventfd;
+ * WAIT_FUTEX, the end sleeps in FUTEX_WAIT on the flag itself
+ * (spin_then_park), so the waker clears it and calls FUTEX_WAKE. A futex
+ * park is one system call where poll + read were two, and the kernel's
+ * compare of the flag closes the window between the last check and the
+ * sleep that the eventfd's count closed before.
  */
 #define _GNU_SOURCE
 #include "ring.h"
 
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
 
 #define REC_PAD 1u /* record flag: padding up to the end of the data area */
+
+/* Wait flag values (0: awake). */
+#define WAIT_FD 1u    /* an event loop polls park_fd: write the eventfd */
+#define WAIT_FUTEX 2u /* parked in FUTEX_WAIT on the flag: FUTEX_WAKE it */
 
 static inline void cpu_relax(void)
 {
@@ -119,9 +134,11 @@ int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame,
     r->mask = cap - 1;
     r->max_frame = max_frame;
     r->spin_ns = PM__RING_DEFAULT_SPIN_NS;
+    r->spin_budget = PM__SPIN_START_NS;
     r->role = role;
     r->wake_fd = wake_fd;
     r->park_fd = park_fd;
+    r->futex_ok = 1;
     /* Start from the shared indices once, validated: attaching to a fresh
      * region they are 0; attaching later (a benchmark, a test) they must be
      * plausible or the ring starts poisoned. */
@@ -152,35 +169,73 @@ static int wake(pm__ring *r)
     return 1;
 }
 
+/* Wakes the other end sleeping in FUTEX_WAIT on flag. Not FUTEX_PRIVATE:
+ * the flag lives in memory shared with another process. If it is not
+ * asleep yet, its FUTEX_WAIT finds the flag cleared and returns at once. */
+static int wake_futex(pm__ring *r, _Atomic uint32_t *flag)
+{
+    (void)syscall(SYS_futex, (uint32_t *)flag, FUTEX_WAKE, 1, NULL, NULL, 0);
+    r->wakeups++;
+    return 1;
+}
+
 /*
  * After storing our index: if the other end announced that it is parking,
  * wake it. The seq_cst fence orders our index store before the load of its
  * flag; the other end fences between storing its flag and re-reading our
  * index (arm_flag). With both fences at least one side sees the other's
  * store, so a wake-up can never be lost: either it sees our index and does
- * not sleep, or we see its flag and write the eventfd.
+ * not sleep, or we see its flag and wake it. An end that is awake (flag
+ * clear) costs the waker no system call at all.
  */
 static int wake_if_waiting(pm__ring *r, _Atomic uint32_t *flag)
 {
     atomic_thread_fence(memory_order_seq_cst);
     /* One wake-up per announced wait: the first publish that sees the flag
-     * takes it (exchange to 0) and writes the eventfd; the ones after it,
-     * until the other end runs and announces a new wait, make no system
-     * call. The eventfd count keeps the wake-up pending meanwhile. The plain
-     * load first keeps the common case (flag clear) free of writes to a
-     * cache line the other end owns. */
-    if (atomic_load_explicit(flag, memory_order_relaxed) != 0 &&
-        atomic_exchange_explicit(flag, 0, memory_order_relaxed) != 0)
-        return wake(r);
-    return 0;
+     * takes it (exchange to 0) and wakes; the ones after it, until the
+     * other end runs and announces a new wait, make no system call (an
+     * eventfd's count, or the flag no longer matching FUTEX_WAIT's value,
+     * keeps the wake-up pending meanwhile). The plain load first keeps the
+     * common case (flag clear) free of writes to a cache line the other end
+     * owns. The value says how to wake; any other value a hostile peer
+     * writes gets the eventfd, as before. */
+    if (atomic_load_explicit(flag, memory_order_relaxed) == 0)
+        return 0;
+    uint32_t how = atomic_exchange_explicit(flag, 0, memory_order_relaxed);
+    if (how == 0)
+        return 0;
+    return how == WAIT_FUTEX ? wake_futex(r, flag) : wake(r);
 }
 
-/* The other half of the pattern: store our flag, then fence before the
- * caller re-reads the other end's index. */
-static void arm_flag(_Atomic uint32_t *flag)
+/* The other half of the pattern: store our flag (how we want to be woken),
+ * then fence before the caller re-reads the other end's index. */
+static void arm_flag(_Atomic uint32_t *flag, uint32_t how)
 {
-    atomic_store_explicit(flag, 1, memory_order_relaxed);
+    atomic_store_explicit(flag, how, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* Sleeps in FUTEX_WAIT while the flag still says WAIT_FUTEX, up to
+ * timeout_ms. 1 woken (or the flag changed: a waker took it), 0 timed out or
+ * interrupted (the caller re-checks everything anyway). A kernel or a
+ * seccomp policy that refuses the call turns futex parking off for this
+ * end: the caller re-checks and parks on the eventfd from then on. */
+static int park_futex(pm__ring *r, _Atomic uint32_t *flag, int timeout_ms)
+{
+    struct timespec ts, *tp = NULL;
+    if (timeout_ms >= 0) {
+        ts.tv_sec = timeout_ms / 1000;
+        ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000;
+        tp = &ts;
+    }
+    r->parks++;
+    if (syscall(SYS_futex, (uint32_t *)flag, FUTEX_WAIT, WAIT_FUTEX, tp, NULL, 0) == 0)
+        return 1;
+    if (errno == EAGAIN)
+        return 1;
+    if (errno != ETIMEDOUT && errno != EINTR)
+        r->futex_ok = 0;
+    return 0;
 }
 
 /* Blocks on the eventfd for up to timeout_ms and drains it. 1 woken, 0 timed
@@ -336,7 +391,7 @@ int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
 
 int pm__ring_arm_space(pm__ring *r, size_t len)
 {
-    arm_flag(&r->sh->prod_waiting);
+    arm_flag(&r->sh->prod_waiting, WAIT_FD);
     int rc = fits(r, len);
     if (rc != 0)
         pm__ring_disarm_space(r);
@@ -453,7 +508,7 @@ int pm__ring_arm(pm__ring *r)
     /* A producer waiting for space must see what we consumed before we
      * sleep, or both ends could sleep forever. */
     pm__ring_release(r);
-    arm_flag(&r->sh->cons_waiting);
+    arm_flag(&r->sh->cons_waiting, WAIT_FD);
     int rc = has_data(r);
     if (rc != 0)
         pm__ring_disarm(r);
@@ -480,41 +535,63 @@ int pm__ring_wait(pm__ring *r, int timeout_ms)
 }
 
 /*
- * The one waiting strategy of both ends: check, spin for spin_ns checking
- * again, then announce the wait in our flag, check once more (the fence in
- * arm_flag pairs with wake_if_waiting on the other end, so a change made
- * before the other end read our flag is seen here) and park on the eventfd.
+ * The one waiting strategy of both ends: check, spin for the learnt budget
+ * (at most spin_ns; see pm__spin_learn) checking again, then announce the
+ * wait in our flag, check once more (the fence in arm_flag pairs with
+ * wake_if_waiting on the other end, so a change made before the other end
+ * read our flag is seen here) and park: in FUTEX_WAIT on the flag, or on
+ * the eventfd where futexes are refused.
  * Returns cond's first non-zero result, 0 on timeout, or a negative errno.
  */
 static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
                           _Atomic uint32_t *flag, int timeout_ms)
 {
     uint64_t deadline = deadline_after(timeout_ms);
-    for (;;) {
-        int rc = cond(r, arg);
-        if (rc != 0)
-            return rc;
-        uint64_t spin_end = pm__now_ns() + r->spin_ns;
+    int rc = cond(r, arg);
+    if (rc != 0)
+        return rc;
+    uint64_t t0 = pm__now_ns();
+    uint32_t budget = r->spin_budget < r->spin_ns ? r->spin_budget : r->spin_ns;
+    if (budget > 0) {
+        uint64_t spin_end = t0 + budget;
+        uint64_t now;
         do {
             for (int i = 0; i < 32; i++)
                 cpu_relax();
-            if ((rc = cond(r, arg)) != 0)
+            if ((rc = cond(r, arg)) != 0) {
+                if (rc > 0)
+                    r->spin_budget = pm__spin_learn(r->spin_budget, r->spin_ns, 1,
+                                                    pm__now_ns() - t0);
                 return rc;
+            }
             if (r->spin_yield)
                 sched_yield();
-        } while (pm__now_ns() < spin_end);
+            now = pm__now_ns();
+        } while (now < spin_end);
+    }
+    for (;;) {
         int left = ms_left(deadline);
         if (left == 0)
             return 0;
-        if (r->park_fd < 0)
-            continue;
-        arm_flag(flag);
+        if (r->park_fd < 0) {
+            /* No way to park: spin (yielding) until the deadline. */
+            sched_yield();
+        } else {
+            uint32_t how = r->futex_ok ? WAIT_FUTEX : WAIT_FD;
+            arm_flag(flag, how);
+            rc = cond(r, arg);
+            if (rc == 0)
+                rc = how == WAIT_FUTEX ? park_futex(r, flag, left) : park(r, left);
+            atomic_store_explicit(flag, 0, memory_order_relaxed);
+            if (rc < 0)
+                return rc;
+        }
+        /* Woken, timed out or interrupted: check again. */
         rc = cond(r, arg);
-        if (rc == 0)
-            rc = park(r, left);
-        atomic_store_explicit(flag, 0, memory_order_relaxed);
-        if (rc < 0)
+        if (rc != 0) {
+            if (rc > 0)
+                r->spin_budget = pm__spin_learn(budget, r->spin_ns, 0, pm__now_ns() - t0);
             return rc;
-        /* Woken, timed out or interrupted: the next turn re-checks. */
+        }
     }
 }

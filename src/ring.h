@@ -51,10 +51,11 @@ struct pm__ring_shared {
     uint32_t version;
     /* Written only by the producer. */
     _Alignas(PM__CACHELINE) _Atomic uint64_t head;
-    _Atomic uint32_t prod_waiting; /* producer is parked waiting for space */
+    _Atomic uint32_t prod_waiting; /* producer is parked waiting for space:
+                                      1 poll its eventfd, 2 in FUTEX_WAIT here */
     /* Written only by the consumer. */
     _Alignas(PM__CACHELINE) _Atomic uint64_t tail;
-    _Atomic uint32_t cons_waiting; /* consumer is parked waiting for data */
+    _Atomic uint32_t cons_waiting; /* consumer is parked waiting for data (as above) */
 };
 
 typedef struct pm__ring {
@@ -64,12 +65,14 @@ typedef struct pm__ring {
     uint64_t cap;
     uint64_t mask;
     uint32_t max_frame;
-    uint32_t spin_ns; /* how long to spin before parking */
+    uint32_t spin_ns; /* the longest spin before parking (0: park at once) */
+    uint32_t spin_budget; /* what the next wait spins, learnt (pm__spin_learn) */
     int spin_yield;   /* yield the CPU between spin checks (more spinners than CPUs) */
     int role;
     int poisoned;
     int wake_fd; /* eventfd to write to wake the other end, or -1 */
-    int park_fd; /* eventfd this end parks on, or -1 */
+    int park_fd; /* eventfd this end's event loop polls, or -1 (spin only) */
+    int futex_ok; /* waits park in FUTEX_WAIT on the flag (0: refused, poll park_fd) */
 
     /* Producer state. */
     uint64_t head;       /* next byte to write (reserved records included) */
@@ -90,6 +93,44 @@ typedef struct pm__ring {
     uint64_t wakeups; /* wake-up system calls made */
     uint64_t parks;   /* times this end blocked */
 } pm__ring;
+
+/*
+ * Adaptive spinning, for the ring's waits and the hub's loop. A spin pays
+ * off only when the other end runs meanwhile on another CPU and answers
+ * within the spin; otherwise it burns a CPU the other end may be waiting
+ * for (two CPUs, three spinners) and then parks anyway. So the budget is
+ * learnt from the last waits, never above the configured cap:
+ * - the spin paid off after `waited` ns: cover twice that (never less
+ *   than now, at least PM__SPIN_MIN_NS);
+ * - it did not: halve the budget; below PM__SPIN_MIN_NS stop spinning;
+ * - not spinning, and the park ended within PM__SPIN_PROBE_NS: the other
+ *   end answers quickly again, spin twice that long next time.
+ * A service idle between requests (waits of milliseconds) stops spinning
+ * after a few waits; a busy round trip keeps its spin; on one CPU, where a
+ * spin can never pay off, the budget keeps falling back to nothing.
+ */
+#define PM__SPIN_START_NS 50000u
+#define PM__SPIN_MIN_NS 1000u
+#define PM__SPIN_PROBE_NS 50000u
+
+static inline uint32_t pm__spin_learn(uint32_t budget, uint32_t cap, int paid, uint64_t waited)
+{
+    uint64_t b;
+    if (paid) {
+        b = 2 * waited;
+        if (b < budget)
+            b = budget;
+        if (b < PM__SPIN_MIN_NS)
+            b = PM__SPIN_MIN_NS;
+    } else if (budget > 0) {
+        b = budget / 2;
+        if (b < PM__SPIN_MIN_NS)
+            b = 0;
+    } else {
+        b = waited < PM__SPIN_PROBE_NS ? 2 * waited + PM__SPIN_MIN_NS : 0;
+    }
+    return b < cap ? (uint32_t)b : cap;
+}
 
 /* Bytes a ring of `cap` bytes needs in a shared region (header + data). */
 size_t pm__ring_region_size(uint64_t cap);
@@ -135,7 +176,8 @@ int pm__ring_publish(pm__ring *r);
 /* reserve + copy + commit + publish. */
 int pm__ring_send(pm__ring *r, const void *data, size_t len);
 
-/* Waits until a frame of len bytes fits: spins, then parks on park_fd.
+/* Waits until a frame of len bytes fits: spins, then parks as
+ * pm__ring_wait does.
  * Returns 1 when it fits, 0 on timeout (timeout_ms < 0: forever), or a
  * negative errno. */
 int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms);
@@ -161,8 +203,11 @@ void pm__ring_consume(pm__ring *r);
  * waiting for space. Returns 1 if a wake-up system call was made. */
 int pm__ring_release(pm__ring *r);
 
-/* Spins for spin_ns, then parks until a frame is there. Returns 1 when a
- * frame can be peeked, 0 on timeout, or a negative errno (-EBADMSG). */
+/* Spins for spin_ns, then parks (FUTEX_WAIT on its wait flag; poll on
+ * park_fd where futexes are refused) until a frame is there. The producer
+ * wakes it with FUTEX_WAKE, or writes wake_fd for an end armed with
+ * pm__ring_arm. Returns 1 when a frame can be peeked, 0 on timeout, or a
+ * negative errno (-EBADMSG). */
 int pm__ring_wait(pm__ring *r, int timeout_ms);
 
 /* For event loops that wait on many rings: announce that this consumer is

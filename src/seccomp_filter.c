@@ -48,11 +48,11 @@ static const struct {
     long arg1; /* >= 0: only with this second argument (a command) */
     const char *why;
 } strict_calls[] = {
-    {"read", -1, "drains its doorbell eventfd (ring.c park)"},
+    {"read", -1, "drains its doorbell eventfd (ring.c park, node.c disarm)"},
     {"write", -1, "rings the hub's doorbell eventfd; stdio on inherited stdout/stderr"},
-    {"poll", -1, "parks on its doorbell eventfd (ring.c)"},
+    {"poll", -1, "parks on its doorbell eventfd where futexes are refused (ring.c)"},
     {"ppoll", -1, "poll() on architectures without poll"},
-    {"futex", -1, "glibc locks (stdio, malloc) and any pthread primitive"},
+    {"futex", -1, "parks on its ring's wait flag (ring.c); glibc locks, pthread primitives"},
     {"sched_yield", -1, "the ring's short spin before parking"},
     {"clock_gettime", -1, "deadlines, when the vDSO falls back to the system call"},
     {"getppid", -1, "is the supervisor still there (node.c)"},

@@ -38,6 +38,13 @@ int pm__cluster_rearm_timer(pm_cluster *c)
     }
     if (next == c->timer_at)
         return 0;
+    /* Only ever moved earlier while it is set. Every request the hub
+     * forwards adds a deadline and its reply removes it; following each
+     * change would cost two timerfd_settime calls per request. A timer
+     * left at a deadline that went away fires early, once: fire_due finds
+     * nothing due and the next turn sets it to the real next deadline. */
+    if (c->timer_at != 0 && (next == 0 || next > c->timer_at))
+        return 0;
     struct itimerspec its;
     memset(&its, 0, sizeof(its));
     if (next != 0) {
@@ -55,32 +62,57 @@ int pm__cluster_rearm_timer(pm_cluster *c)
     return 0;
 }
 
-/* Spins up to the hub spin time for a frame on a drained ring or a loop
- * completion. 1 when there is work. */
-static int spin_for_work(pm_cluster *c)
+/* The hub's spin cap in ns (pm_options_set_hub_spin_us, at most 1 s). */
+static uint32_t hub_spin_cap(const pm_cluster *c)
 {
-    uint64_t end = pm__now_ns() + c->o->hub_spin_us * 1000u;
+    return c->o->hub_spin_us * 1000u;
+}
+
+/* Spins up to the learnt budget (at most the hub spin time; see
+ * pm__spin_learn) for a frame on a drained ring or a loop completion.
+ * 1 when there is work; 0 and *t0 (when the spin began) when the loop must
+ * sleep, so that the sleep's length can be learnt from (learn_sleep). */
+static int spin_for_work(pm_cluster *c, uint64_t *t0)
+{
+    uint32_t cap = hub_spin_cap(c);
+    uint32_t budget = c->hub_spin_budget < cap ? c->hub_spin_budget : cap;
+    uint64_t start = pm__now_ns(), now = start;
+    *t0 = start;
+    if (budget == 0)
+        return 0;
     do {
-        if (pm__hub_any_arrived(&c->hub))
+        if (pm__hub_any_arrived(&c->hub) || pm__loop_ready(&c->loop)) {
+            c->hub_spin_budget = pm__spin_learn(c->hub_spin_budget, cap, 1, now - start);
             return 1;
-        if (pm__loop_ready(&c->loop))
-            return 1;
-    } while (pm__now_ns() < end);
+        }
+        now = pm__now_ns();
+    } while (now < start + budget);
+    c->hub_spin_budget = pm__spin_learn(budget, cap, 0, now - start);
+    /* Halved already: learn_sleep must not halve it again. */
+    *t0 = 0;
     return 0;
 }
 
-/* The slot's doorbell rang (from_poll) or its ring had work left over. */
-void pm__cluster_on_hub(pm_cluster *c, pm__slot *s, int from_poll)
+/* After a sleep that followed a spin budget of 0: a sleep that ended soon
+ * says a spin could pay off again. */
+static void learn_sleep(pm_cluster *c, uint64_t t0)
 {
-    if (from_poll) {
-        s->hub_armed = 0;
-        /* Drain the doorbell; the ring is the truth, the count is not. */
-        drain_counter(s->link.hub_efd);
-    }
+    if (t0 != 0 && c->hub_spin_budget == 0)
+        c->hub_spin_budget = pm__spin_learn(0, hub_spin_cap(c), 0, pm__now_ns() - t0);
+}
+
+/* Services the slot's port once this turn: its doorbell rang or its ring
+ * had work left over. The doorbell stays registered (a multishot poll) for
+ * as long as the port is read; it is registered again only when the loop
+ * said that the registration ended (turn()). */
+void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
+{
     const pm__port *p = &c->hub.ports[s->index];
+    s->hub_rang = 0;
     pm__hub_port_service(&c->hub, s->index);
-    if (p->reading && !p->busy && !s->hub_armed &&
-        pm__loop_arm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
+    if (p->reading && !s->hub_armed &&
+        pm__loop_arm_multi(&c->loop, s->link.hub_efd,
+                           PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
 }
 
@@ -183,7 +215,7 @@ static void on_notify(pm_cluster *c, pm__slot *s)
         s->notify_armed = 1;
 }
 
-static void handle_tag(pm_cluster *c, uint64_t tag)
+static void handle_tag(pm_cluster *c, uint64_t tag, int more)
 {
     int kind = PM__TAG_KIND(tag);
     if (kind == PM__TAG_SIGNAL) {
@@ -219,7 +251,17 @@ static void handle_tag(pm_cluster *c, uint64_t tag)
             pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
             s->pid_armed = 1;
     } else if (kind == PM__TAG_HUB) {
-        pm__cluster_on_hub(c, s, 1);
+        if (!more) {
+            /* The registration ended (a one-shot poll, or io_uring stopped
+             * the multishot one): drain the doorbell before it is armed
+             * again, or the new poll would fire at once. The ring is the
+             * truth, the count is not. */
+            s->hub_armed = 0;
+            drain_counter(s->link.hub_efd);
+        }
+        /* Serviced once after all completions: a worker writing its
+         * doorbell in a loop gets no more reading than one turn's cap. */
+        s->hub_rang = 1;
     } else if (kind == PM__TAG_STDOUT || kind == PM__TAG_STDERR) {
         pm__output_ready(c, s, kind);
     } else if (kind == PM__TAG_NOTIFY) {
@@ -244,13 +286,15 @@ static void handle_tag(pm_cluster *c, uint64_t tag)
 int pm__cluster_turn(pm_cluster *c, int timeout_ms)
 {
     uint64_t tags[64];
+    unsigned char more[64];
     if (pm__hub_any_busy(&c->hub))
         timeout_ms = 0;
+    uint64_t sleep_t0 = 0;
     if (timeout_ms != 0) {
         /* About to sleep: spin first if traffic is flowing and the hub is
          * allowed to (pm_options_set_hub_spin_us), then arm the doorbells
          * of the drained rings. */
-        if (c->hub.active && c->o->hub_spin_us > 0 && spin_for_work(c))
+        if (c->hub.active && c->o->hub_spin_us > 0 && spin_for_work(c, &sleep_t0))
             timeout_ms = 0;
         else if (pm__hub_arm_idle(&c->hub))
             timeout_ms = 0;
@@ -261,15 +305,17 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     int rc = pm__cluster_rearm_timer(c);
     if (rc < 0)
         return rc;
-    int n = pm__loop_wait(&c->loop, timeout_ms, tags, 64);
+    int n = pm__loop_wait(&c->loop, timeout_ms, tags, more, 64);
     if (n < 0)
         return n;
+    if (timeout_ms != 0)
+        learn_sleep(c, sleep_t0);
     for (int i = 0; i < n; i++)
-        handle_tag(c, tags[i]);
+        handle_tag(c, tags[i], more[i]);
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
-        if (c->hub.ports[i].busy && pm__slot_has_process(s))
-            pm__cluster_on_hub(c, s, 0);
+        if ((s->hub_rang || c->hub.ports[i].busy) && pm__slot_has_process(s))
+            pm__cluster_on_hub(c, s);
     }
     if (c->poll_children)
         pm__cluster_reap_all(c);

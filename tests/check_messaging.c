@@ -40,6 +40,7 @@ enum role {
     R_OVERSIZE,   /* a raw frame of PM_MAX_PAYLOAD + 456 bytes to `peer` (-1: main) */
     R_STASHER,    /* one request (60 s timeout) to `peer`, which never answers,
                      while main floods it with messages; reports the outcome */
+    R_DOORBELL,   /* rings the hub's doorbell (writes its eventfd) in a loop, forever */
 };
 
 struct plan {
@@ -227,7 +228,7 @@ static int worker(pm_node *n, void *arg)
     pm_message m;
     if (role == R_STREAM || role == R_SPOOF || role == R_GARBAGE_INDEX || role == R_FLOOD_MAIN ||
         role == R_ASKER || role == R_GARBAGE_FRAMES || role == R_OVERSIZE ||
-        role == R_STASHER) {
+        role == R_STASHER || role == R_DOORBELL) {
         /* Act only once main says the whole mesh is up. */
         if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
             return 40;
@@ -293,6 +294,13 @@ static int worker(pm_node *n, void *arg)
             _exit(21);
         idle_forever();
         break;
+    }
+    case R_DOORBELL: {
+        /* Every write is a completion of the hub's multishot poll. */
+        uint64_t one = 1;
+        for (;;)
+            if (write(pm_test_node_hub_efd(n), &one, 8) != 8)
+                _exit(23);
     }
     case R_FLOOD_MAIN: {
         pm_address main_addr = {.system = "procmesh", .host = "main"};
@@ -410,7 +418,8 @@ static void start_all(pm_cluster *c)
         if (plan.role[i] == R_STREAM || plan.role[i] == R_SPOOF ||
             plan.role[i] == R_GARBAGE_INDEX || plan.role[i] == R_FLOOD_MAIN ||
             plan.role[i] == R_ASKER || plan.role[i] == R_GARBAGE_FRAMES ||
-            plan.role[i] == R_OVERSIZE || plan.role[i] == R_STASHER)
+            plan.role[i] == R_OVERSIZE || plan.role[i] == R_STASHER ||
+            plan.role[i] == R_DOORBELL)
             ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
     }
 }
@@ -650,6 +659,30 @@ START_TEST(test_flood_does_not_starve)
     ck_assert_uint_gt(from_main_msgs, 1000);
     /* The flooder and the asker end on SIGTERM, even mid-send. */
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_doorbell_hammer_does_not_starve)
+{
+    /* The hub's doorbells stay registered (multishot polls): each write of
+     * slot 0's eventfd is a completion. Its port is still serviced once a
+     * turn, so slot 1's requests are answered as usual and slot 0, which
+     * breaks no rule, is not fenced. */
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = R_DOORBELL;
+    plan.role[1] = R_ASKER;
+    pm_options *o = opts(2, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    RUN_UNTIL(c, last_text[1][0] != '\0', 30000);
+    unsigned worst = 99999;
+    ck_assert_int_eq(sscanf(last_text[1], "#worst %u", &worst), 1);
+    /* Generous: a starved request would wait for the 10 s timeout. */
+    ck_assert_uint_lt(worst, 1000);
+    ck_assert_int_eq(events_fenced, 0);
+    pm_cluster_terminate(c); /* the hammering loop ignores the stop request */
     pm_options_free(o);
 }
 END_TEST
@@ -930,6 +963,7 @@ int main(void)
         suite_add_tcase(s, tc);
     }
     PM_ADD_TEST(s, test_flood_does_not_starve, 60);
+    PM_ADD_TEST(s, test_doorbell_hammer_does_not_starve, 60);
     PM_ADD_TEST(s, test_undeliverable, 60);
     PM_ADD_TEST(s, test_killed_mid_request, 60);
     PM_ADD_TEST(s, test_broadcast, 60);

@@ -252,6 +252,32 @@ START_TEST(test_doorbell)
 }
 END_TEST
 
+START_TEST(test_spin_learn)
+{
+    /* A spin that paid off covers twice the wait it saw, never above the
+     * cap and never below what it had. */
+    ck_assert_uint_eq(pm__spin_learn(5000, 100000, 1, 6000), 12000);
+    ck_assert_uint_eq(pm__spin_learn(20000, 100000, 1, 6000), 20000);
+    ck_assert_uint_eq(pm__spin_learn(5000, 8000, 1, 6000), 8000);
+    ck_assert_uint_eq(pm__spin_learn(0, 100000, 1, 10), PM__SPIN_MIN_NS);
+    /* One that did not: halved, then nothing. */
+    uint32_t b = 8 * PM__SPIN_MIN_NS;
+    int n = 0;
+    while (b > 0 && n < 32) {
+        b = pm__spin_learn(b, 100000, 0, 1000000);
+        n++;
+    }
+    ck_assert_uint_eq(b, 0);
+    ck_assert_int_eq(n, 4);
+    /* Not spinning: a long sleep keeps it so, a short one tries again. */
+    ck_assert_uint_eq(pm__spin_learn(0, 100000, 0, 1000000), 0);
+    ck_assert_uint_eq(pm__spin_learn(0, 100000, 0, 4000), 8000 + PM__SPIN_MIN_NS);
+    /* A cap of 0 (spinning turned off) is never exceeded. */
+    ck_assert_uint_eq(pm__spin_learn(0, 0, 0, 10), 0);
+    ck_assert_uint_eq(pm__spin_learn(5000, 0, 1, 10), 0);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- corruption */
 
 static void corrupt_case(int which)
@@ -477,11 +503,14 @@ END_TEST
 START_TEST(test_two_process_pingpong_parked)
 {
     /* Round trips with spinning turned off: every hand-off parks and every
-     * publish must wake the other side; a lost wake-up hangs and times out. */
+     * publish must wake the other side; a lost wake-up hangs and times out.
+     * _i 0: the ends park in FUTEX_WAIT; 1: as where futexes are refused,
+     * on their eventfds. */
     test_ring a, b;
     tr_open(&a, 4096, 64);
     tr_open(&b, 4096, 64);
     a.cons.spin_ns = b.cons.spin_ns = 0;
+    a.cons.futex_ok = b.cons.futex_ok = _i == 0;
     const int rounds = 20000;
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
@@ -674,6 +703,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_wrap_padding);
     tcase_add_test(tc, test_batching);
     tcase_add_test(tc, test_doorbell);
+    tcase_add_test(tc, test_spin_learn);
     tcase_add_test(tc, test_shm_sealed);
     suite_add_tcase(s, tc);
     tc = pm_tcase("corruption", 30);
@@ -682,7 +712,7 @@ static Suite *ring_suite(void)
     suite_add_tcase(s, tc);
     tc = pm_tcase("two-process", 120);
     tcase_add_test(tc, test_two_process_stream);
-    tcase_add_test(tc, test_two_process_pingpong_parked);
+    tcase_add_loop_test(tc, test_two_process_pingpong_parked, 0, 2);
     suite_add_tcase(s, tc);
     tc = pm_tcase("hostile", 60);
     tcase_add_test(tc, test_hostile_producer);

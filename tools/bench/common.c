@@ -74,6 +74,10 @@ int parse_options(int argc, char **argv, unsigned allowed, bench_opts *o)
             }
             if (fresh)
                 fputs("bench,workload,size,who,metric,value\n", csv_out);
+        } else if (strcmp(opt, "--pause-us") == 0 && (allowed & OPT_PAUSE)) {
+            if (parse_u64(opt, val, 0, 1000000, &v) < 0)
+                return -1;
+            o->pause_us = (unsigned)v;
         } else if (strcmp(opt, "--privileges") == 0 && (allowed & OPT_PRIVILEGES)) {
             if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
                 fprintf(stderr, "pm-bench: --privileges: '%s' is not on or off\n", val);

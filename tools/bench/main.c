@@ -9,7 +9,7 @@ static const char usage[] =
     "usage: pm-bench ring [--frames N] [--size S] [--runs R] [--rounds K]\n"
     "       pm-bench restart [--rounds K] [--privileges on|off]\n"
     "       pm-bench spawn [--runs R]\n"
-    "       pm-bench relay [--frames N] [--rounds K] [--runs R]\n"
+    "       pm-bench relay [--frames N] [--rounds K] [--runs R] [--pause-us P]\n"
     "       pm-bench daemon [--runs R]\n"
     "       pm-bench compare [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
     "       pm-bench scale [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
@@ -34,6 +34,10 @@ static const char usage[] =
     "  spawn    time for pm_cluster_spawn to bring N = 1, 8, 64 workers to\n"
     "           ready, median of R runs (default 5), fork and exec mode, beside\n"
     "           N bare forks (and fork+execs) that each report over a pipe.\n"
+    "  relay    worker -> hub -> worker streams and round trips beside a relay\n"
+    "           process over pipes and sockets; then min(K, 1500) requests,\n"
+    "           each after a pause of P us (default 1000, 0 skips them), beside\n"
+    "           the pipe relay with the same pauses.\n"
     "  compare  the same workloads side by side: relay stream (64 B and 4 KiB),\n"
     "           request/reply through a broker, crash-to-ready; procmesh fork\n"
     "           and exec mode, pipe and Unix-socket relay processes, Node.js\n"
@@ -62,7 +66,8 @@ static const struct command {
     {"restart", OPT_ROUNDS | OPT_PRIVILEGES, {.rounds = 300}, cmd_restart},
     {"spawn", OPT_RUNS, {.runs = 5}, cmd_spawn},
     /* frames 0: each frame size has its own count. */
-    {"relay", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS, {.frames = 0, .runs = 3, .rounds = 20000},
+    {"relay", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_PAUSE,
+     {.frames = 0, .runs = 3, .rounds = 20000, .pause_us = 1000},
      cmd_relay},
     /* daemon has always accepted --rounds, and ignores it. */
     {"daemon", OPT_RUNS | OPT_ROUNDS, {.runs = 3}, cmd_daemon},

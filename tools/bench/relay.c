@@ -5,6 +5,7 @@
 #include "node.h"
 #include "ring.h"
 
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -12,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
 
 /* Shared with the fork-mode workers (MAP_SHARED, made before the spawn). */
 struct relay_shared {
@@ -19,20 +23,40 @@ struct relay_shared {
     size_t size;
     unsigned rounds;
     uint32_t spin_ns;
-    int pingpong;
+    int pingpong;        /* 0 stream, 1 ping-pong, 2 paused requests */
+    unsigned pause_us;   /* paused requests: the pause before each */
     _Atomic int done;
     uint64_t worker_syscalls[2];
+    uint64_t worker_csw[2]; /* context switches during the timed part */
     uint64_t samples[]; /* ping-pong round trips, ns */
 };
 
 static struct relay_shared *rsh;
 
+/* Context switches of this process so far, voluntary and involuntary: a
+ * count the load of other processes changes far less than a time. */
+static uint64_t csw_self(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
+}
+
+/* The pause before a paused request. */
+static void pause_us(unsigned us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000u, .tv_nsec = (long)(us % 1000000u) * 1000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
 /* ------------------------------------------------------------------ procmesh */
 
 static uint64_t node_syscalls(const pm_node *n)
 {
-    /* A wake-up is one write(); a park is poll() + read(). */
-    return n->link.tx.wakeups + n->link.rx.wakeups + 2 * (n->link.tx.parks + n->link.rx.parks);
+    /* A wake-up is one write(); a park is one futex() (poll() + read() where
+     * futexes are refused). */
+    return n->link.tx.wakeups + n->link.rx.wakeups + n->link.tx.parks + n->link.rx.parks;
 }
 
 static int relay_worker(pm_node *n, void *arg)
@@ -52,7 +76,23 @@ static int relay_worker(pm_node *n, void *arg)
     char *buf = calloc(1, rsh->size);
     if (pm_node_recv(n, &m, -1) != 0) /* "start" from main */
         return 1;
-    if (rsh->pingpong) {
+    uint64_t csw0 = csw_self();
+    if (rsh->pingpong == 2) {
+        /* A request/reply service that is not saturated: every request
+         * finds the replier, the hub and the requester asleep. */
+        for (unsigned i = 0; i < rsh->rounds; i++) {
+            if (slot == 0) {
+                pause_us(rsh->pause_us);
+                pm_message r;
+                uint64_t t0 = pm__now_ns();
+                if (pm_node_request(n, &peer, buf, rsh->size, 10000, &r) != 0)
+                    return 7;
+                rsh->samples[i] = pm__now_ns() - t0;
+            } else if (pm_node_recv(n, &m, 10000) != 0 || pm_node_reply(n, &m, buf, rsh->size) != 0) {
+                return 8;
+            }
+        }
+    } else if (rsh->pingpong) {
         for (unsigned i = 0; i < rsh->rounds; i++) {
             uint64_t t0 = pm__now_ns();
             if (slot == 0 && pm_node_send(n, &peer, buf, rsh->size) != 0)
@@ -73,6 +113,7 @@ static int relay_worker(pm_node *n, void *arg)
             if (pm_node_recv(n, &m, 10000) != 0 || m.len != rsh->size)
                 return 6;
     }
+    rsh->worker_csw[slot] = csw_self() - csw0;
     rsh->worker_syscalls[slot] = node_syscalls(n);
     if (rsh->pingpong ? slot == 0 : slot == 1)
         atomic_store(&rsh->done, 1);
@@ -90,10 +131,12 @@ static uint64_t hub_syscalls(const pm_cluster *c)
     return loop + wakeups;
 }
 
-/* One procmesh relay run: stream (or ping-pong) between slot 0 and slot 1
- * through the hub. awake: 1 everyone spins, 0 nobody spins, 2 the default
- * spins of a stream. Returns 0 and the elapsed time and system calls. */
-static int mesh_relay(int awake, uint64_t *ns, uint64_t *syscalls)
+/* One procmesh relay run between slot 0 and slot 1 through the hub, as
+ * rsh->pingpong says. awake: 1 everyone spins, 0 nobody spins, 2 the default
+ * spins of a stream, 3 the options' defaults (a service left as configured).
+ * Returns 0 and the elapsed time, the system calls counted and the context
+ * switches of all three processes (csw may be NULL). */
+static int mesh_relay(int awake, uint64_t *ns, uint64_t *syscalls, uint64_t *csw)
 {
     int ret = -1;
     pm_cluster *c = NULL;
@@ -102,8 +145,10 @@ static int mesh_relay(int awake, uint64_t *ns, uint64_t *syscalls)
     pm_options_set_on_event(o, NULL, NULL);
     pm_options_set_ring_size(o, 1 << 20);
     /* Streaming: the hub may poll for 50 us after a burst; awake ping-pong:
-     * everyone spins for the whole run; parked: nobody spins. */
-    pm_options_set_hub_spin_us(o, awake == 1 ? 1000000 : awake == 0 ? 0 : 50);
+     * everyone spins for the whole run; parked: nobody spins; defaults: what
+     * pm_options_new and the ring chose. */
+    if (awake != 3)
+        pm_options_set_hub_spin_us(o, awake == 1 ? 1000000 : awake == 0 ? 0 : 50);
     rsh->spin_ns = awake == 1 ? UINT32_MAX : awake == 0 ? 0 : PM__RING_DEFAULT_SPIN_NS;
     atomic_store(&rsh->done, 0);
     int rc = pm_cluster_spawn(o, &c);
@@ -113,6 +158,7 @@ static int mesh_relay(int awake, uint64_t *ns, uint64_t *syscalls)
         goto out;
     }
     uint64_t hub0 = hub_syscalls(c);
+    uint64_t csw0 = csw_self();
     uint64_t t0 = pm__now_ns();
     pm_address a[2];
     int n = pm_cluster_addresses(c, a, 2);
@@ -126,6 +172,8 @@ static int mesh_relay(int awake, uint64_t *ns, uint64_t *syscalls)
     }
     *ns = pm__now_ns() - t0;
     *syscalls = hub_syscalls(c) - hub0 + rsh->worker_syscalls[0] + rsh->worker_syscalls[1];
+    if (csw != NULL)
+        *csw = csw_self() - csw0 + rsh->worker_csw[0] + rsh->worker_csw[1];
     if (getenv("PM_BENCH_DEBUG")) {
         uint64_t loop, wakeups;
         pm__cluster_debug_counters(c, &loop, &wakeups);
@@ -174,8 +222,10 @@ static __attribute__((noreturn)) void fd_relay_process(const int in[2], const in
 
 /* The same relay done by a plain process over pipes (kind 0) or Unix
  * stream sockets (kind 1): sender -> relay -> receiver, one write per frame
- * on both hops. Ping-pong: A -> relay -> B -> relay -> A. */
-static int fd_relay(int kind, int pingpong, uint64_t *ns)
+ * on both hops. Ping-pong: A -> relay -> B -> relay -> A; paused
+ * (pingpong 2): the same with rsh->pause_us before each of A's frames.
+ * *csw (may be NULL): the context switches of the three processes. */
+static int fd_relay(int kind, int pingpong, uint64_t *ns, uint64_t *csw)
 {
     int a2r[2], r2b[2], b2r[2], r2a[2], ctl[2];
     fd_pair(kind, a2r);
@@ -192,15 +242,20 @@ static int fd_relay(int kind, int pingpong, uint64_t *ns)
     if (b == 0) {
         char *buf = malloc(1 << 16);
         ctl_send(ctl[1]);
+        uint64_t c0 = csw_self();
         if ((pingpong ? echo(r2b[0], b2r[1], buf, size, frames) : drain(r2b[0], frames * size)) < 0)
             _exit(1);
+        rsh->worker_csw[1] = csw_self() - c0;
         ctl_send(ctl[1]);
         _exit(0);
     }
     char *buf = calloc(1, size);
     ctl_wait(ctl[0]);
+    uint64_t csw0 = csw_self();
     uint64_t t0 = pm__now_ns();
     for (uint64_t i = 0; i < frames; i++) {
+        if (pingpong == 2)
+            pause_us(rsh->pause_us);
         uint64_t s0 = pm__now_ns();
         if (write_all(a2r[1], buf, size) < 0)
             die("relay write");
@@ -212,6 +267,7 @@ static int fd_relay(int kind, int pingpong, uint64_t *ns)
     }
     ctl_wait(ctl[0]);
     *ns = pm__now_ns() - t0;
+    uint64_t csw_a = csw_self() - csw0;
     free(buf);
     close_pair(a2r);
     close_pair(r2b);
@@ -220,7 +276,13 @@ static int fd_relay(int kind, int pingpong, uint64_t *ns)
     close_pair(ctl);
     int rc = wait_child(b);
     kill(relay, SIGKILL);
-    wait_child(relay);
+    /* The relay's whole life: its start-up adds a handful to thousands. */
+    struct rusage ru;
+    memset(&ru, 0, sizeof(ru));
+    while (wait4(relay, NULL, 0, &ru) < 0 && errno == EINTR)
+        ;
+    if (csw != NULL)
+        *csw = csw_a + rsh->worker_csw[1] + (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
     return rc == 0 ? 0 : -1;
 }
 
@@ -249,6 +311,34 @@ int fd_relay_run(int kind, int pingpong, size_t size, uint64_t count, uint64_t *
 
 /* ------------------------------------------------------------------ the command */
 
+/* Requests of the paused round trip at most (the example: 1,500). */
+#define PAUSED_ROUNDS 1500u
+
+/* The 1-minute load average beside the figures: above the CPU count the
+ * machine was busy and the times say more about the others than about us. */
+static void print_load(void)
+{
+    double la[1];
+    if (getloadavg(la, 1) == 1)
+        printf("load average %.2f on %ld cpus%s\n", la[0], sysconf(_SC_NPROCESSORS_ONLN),
+               la[0] >= 0.5 ? " (busy: compare counts, not times)" : "");
+}
+
+/* One round-trip row: p50/p99 of rsh->samples, context switches of all the
+ * processes per round trip, and procmesh's counted system calls (0: not
+ * counted, a baseline). */
+static void print_rt(const char *name, unsigned n, uint64_t csw, uint64_t syscalls)
+{
+    char sys[32];
+    sort_u64(rsh->samples, n);
+    if (syscalls > 0)
+        snprintf(sys, sizeof(sys), "%.2f", (double)syscalls / n);
+    else
+        snprintf(sys, sizeof(sys), "-");
+    printf("  %-22s %12" PRIu64 " %12" PRIu64 " %10.2f %12s\n", name,
+           percentile(rsh->samples, n, 0.50), percentile(rsh->samples, n, 0.99), (double)csw / n, sys);
+}
+
 int cmd_relay(const bench_opts *opts)
 {
     static const size_t sizes[] = {64, 4096};
@@ -272,7 +362,7 @@ int cmd_relay(const bench_opts *opts)
         for (int k = 0; k < 3; k++) {
             for (unsigned r = 0; r < runs; r++) {
                 uint64_t sc = 0;
-                int rc = k == 0 ? mesh_relay(2, &v[r], &sc) : fd_relay(k - 1, 0, &v[r]);
+                int rc = k == 0 ? mesh_relay(2, &v[r], &sc, NULL) : fd_relay(k - 1, 0, &v[r], NULL);
                 if (rc < 0)
                     return 1;
                 if (k == 0)
@@ -297,14 +387,36 @@ int cmd_relay(const bench_opts *opts)
     rsh->size = 64;
     rsh->rounds = rounds;
     rsh->pingpong = 1;
+    print_load();
     printf("relay round trip: worker -> worker -> worker via the hub, %u rounds of 64 B\n", rounds);
-    printf("  %-22s %12s %12s\n", "transport", "p50 ns", "p99 ns");
+    printf("  %-22s %12s %12s %10s %12s\n", "transport", "p50 ns", "p99 ns", "csw/rt",
+           "syscalls/rt");
     for (int k = 0; k < 4; k++) {
-        uint64_t t, sc;
-        int rc = k < 2 ? mesh_relay(k == 0 ? 1 : 0, &t, &sc) : fd_relay(k - 2, 1, &t);
+        uint64_t t, sc = 0, csw = 0;
+        int rc = k < 2 ? mesh_relay(k == 0 ? 1 : 0, &t, &sc, &csw) : fd_relay(k - 2, 1, &t, &csw);
         if (rc < 0)
             return 1;
-        print_p50_p99(22, rt[k], rsh->samples, rounds);
+        print_rt(rt[k], rounds, csw, k < 2 ? sc : 0);
+    }
+    if (opts->pause_us > 0) {
+        /* Each round sleeps: a smaller count keeps the run short. */
+        unsigned prounds = rounds < PAUSED_ROUNDS ? rounds : PAUSED_ROUNDS;
+        rsh->rounds = prounds;
+        rsh->pingpong = 2;
+        rsh->pause_us = opts->pause_us;
+        printf("relay request/reply after a pause of %u us: %u requests of 64 B, "
+               "everyone asleep before each\n",
+               opts->pause_us, prounds);
+        printf("  %-22s %12s %12s %10s %12s\n", "transport", "p50 ns", "p99 ns", "csw/rt",
+               "syscalls/rt");
+        for (int k = 0; k < 2; k++) {
+            uint64_t t, sc = 0, csw = 0;
+            int rc = k == 0 ? mesh_relay(3, &t, &sc, &csw) : fd_relay(0, 2, &t, &csw);
+            if (rc < 0)
+                return 1;
+            print_rt(k == 0 ? "procmesh paused" : "pipes paused", prounds, csw, k == 0 ? sc : 0);
+        }
+        print_load();
     }
     free(v);
     munmap(rsh, shsize);
