@@ -301,7 +301,7 @@ int fd_relay_run(int kind, int pingpong, size_t size, uint64_t count, uint64_t *
     rsh->size = size;
     rsh->frames = count;
     rsh->rounds = (unsigned)count;
-    int rc = fd_relay(kind, pingpong, ns);
+    int rc = fd_relay(kind, pingpong, ns, NULL);
     if (rc == 0 && pingpong)
         memcpy(samples, rsh->samples, count * sizeof(uint64_t));
     munmap(rsh, shsize);
