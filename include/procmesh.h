@@ -202,6 +202,8 @@ typedef struct pm_event {
                                       "worker was not ready within 10000 ms", "exec of the
                                       worker failed: ..."), valid during the callback; the
                                       text behind pm_cluster_spawn's errno. NULL otherwise. */
+    unsigned oom_kills;            /* EXITED: OOM kills counted in the slot's own cgroup
+                                      during this incarnation (pm_options_set_memory_max) */
 } pm_event;
 
 PM_EXTERN pm_options *pm_options_new(void);
@@ -311,6 +313,45 @@ PM_EXTERN int pm_options_set_listen_fds(pm_options *o, const int *fds, const cha
  * count them in pm_cluster_stats.orphans_reaped. Needs handle_signals. Off by
  * default: a library must not steal its application's children. */
 PM_EXTERN int pm_options_set_reap_orphans(pm_options *o, int on);
+
+/*
+ * Containment: a slot owns its whole process tree. When an incarnation ends
+ * (exit, crash, fence, stop, drain) every process it started ends with it,
+ * before the replacement starts. Where procmesh can create cgroups (v2, as
+ * root or in a delegated subtree, e.g. systemd Delegate=yes) each slot runs
+ * in its own cgroup, <own cgroup>/procmesh.<pid>/slot<N>, killed
+ * (cgroup.kill) and waited until empty at the end of each incarnation; a
+ * worker that can write to the delegated tree could move itself out, so
+ * the guarantee is complete only when workers run under another uid or in
+ * a cgroup namespace. Elsewhere each incarnation is its own process group,
+ * killed when the worker is reaped: a setsid() descendant leaves the group
+ * and escapes (a supervisor that reaps orphans kills the ones re-parented
+ * to it when it terminates). pm_cluster_containment says which applies.
+ *
+ * Limits per slot need cgroups (v2 controllers, or on hybrid hosts the v1
+ * memory/pids/cpu hierarchies); a limit that cannot be applied on this host
+ * makes pm_cluster_spawn fail with -EOPNOTSUPP (the reason in the STOPPED
+ * "spawn-aborted" event's detail), never silently ignored. Each setter
+ * refuses bad values with -EINVAL; 0 removes the limit.
+ *   memory_max: bytes, >= 1 MiB (memory.max, or memory.limit_in_bytes);
+ *     an OOM kill in the slot is reported as pm_event.oom_kills.
+ *   pids_max: processes and threads of the slot, 1..4194304 (pids.max).
+ *   cpu_max: quota_us of CPU time per period_us (cpu.max "QUOTA PERIOD";
+ *     period 1000..1000000, quota >= 1000; 2 CPUs = 200000, 100000).
+ *   rlimit: any RLIMIT_* resource (RLIMIT_AS, RLIMIT_NOFILE, RLIMIT_CORE ...),
+ *     soft <= hard, PM_RLIM_INFINITY for none; set by each worker before
+ *     it runs (exec mode: a refusal is reported as the exec's errno).
+ */
+#define PM_RLIM_INFINITY UINT64_MAX
+enum pm_containment { PM_CONTAIN_PROCESS_GROUP = 1, PM_CONTAIN_CGROUP = 2 };
+PM_EXTERN int pm_options_set_memory_max(pm_options *o, uint64_t bytes);
+PM_EXTERN int pm_options_set_pids_max(pm_options *o, int n);
+PM_EXTERN int pm_options_set_cpu_max(pm_options *o, uint64_t quota_us, uint64_t period_us);
+PM_EXTERN int pm_options_set_rlimit(pm_options *o, int resource, uint64_t soft, uint64_t hard);
+/* PM_CONTAIN_CGROUP or PM_CONTAIN_PROCESS_GROUP, and the detail in words
+ * (where the cgroups are, which limits are applied how, or why there are
+ * none) in detail when not NULL; -EINVAL/-EPERM as pm_cluster_* calls. */
+PM_EXTERN int pm_cluster_containment(const pm_cluster *c, char *detail, size_t size);
 
 /* 0 when the options can spawn a cluster; else a negative errno and, when
  * why is not NULL, the first problem in words naming the option and value. */

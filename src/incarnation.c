@@ -36,6 +36,9 @@ static void fork_child(void *arg)
         pm__close(t->exec_pipe);
         if (t != x->own)
             pm__link_close(&t->link);
+        /* It has joined its cgroup: no worker keeps a handle on any slot's
+         * (another's cgroup.kill would let it end its siblings). */
+        pm__cg_slot_close_fds(&t->cg);
     }
     pm__loop_forget(&c->loop);
     pm__close(c->sigfd);
@@ -87,6 +90,11 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     memset(&req, 0, sizeof(req));
     req.parent = c->self;
     req.mask = mask;
+    if (c->cg.mode == PM_CONTAIN_CGROUP)
+        req.cg = &s->cg;
+    req.rlimit_set = c->o->rlimit_set;
+    req.rlimit_soft = c->o->rlimit_soft;
+    req.rlimit_hard = c->o->rlimit_hard;
     struct child_ctx ctx = {c, s};
     int fds[PM__MAX_PASS_FDS + 3];
     if (c->o->exec_path != NULL) {

@@ -397,6 +397,52 @@ int pm__options_workers(const pm_options *o)
     return o->workers > 0 ? o->workers : pm__cpus_available();
 }
 
+/* ------------------------------------------------------------------ containment */
+
+PM_EXTERN int pm_options_set_memory_max(pm_options *o, uint64_t bytes)
+{
+    /* Below 1 MiB no program gets as far as its main(): surely a unit
+     * mistake (kilobytes for bytes). */
+    if (o == NULL || (bytes != 0 && bytes < PM__MIN_MEMORY_MAX))
+        return -EINVAL;
+    o->memory_max = bytes;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_pids_max(pm_options *o, int n)
+{
+    if (o == NULL || n < 0 || n > PM__MAX_PIDS_MAX)
+        return -EINVAL;
+    o->pids_max = n;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_cpu_max(pm_options *o, uint64_t quota_us, uint64_t period_us)
+{
+    if (o == NULL)
+        return -EINVAL;
+    if (quota_us == 0) {
+        o->cpu_quota_us = o->cpu_period_us = 0;
+        return 0;
+    }
+    /* The kernel's own bounds for cpu.max / cfs_period_us and quota. */
+    if (period_us < 1000 || period_us > 1000000 || quota_us < 1000 || quota_us > 1000000ULL * 1000000)
+        return -EINVAL;
+    o->cpu_quota_us = quota_us;
+    o->cpu_period_us = period_us;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_rlimit(pm_options *o, int resource, uint64_t soft, uint64_t hard)
+{
+    if (o == NULL || resource < 0 || resource >= PM__MAX_RLIMIT || soft > hard)
+        return -EINVAL;
+    o->rlimit_set[resource] = 1;
+    o->rlimit_soft[resource] = soft;
+    o->rlimit_hard[resource] = hard;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ validate */
 
 static int why_fmt(char *why, size_t size, const char *fmt, ...)

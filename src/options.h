@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #define PM__MAX_PASS_FDS 64
+#define PM__MAX_RLIMIT 16 /* RLIMIT_NLIMITS on Linux */
 /* The smallest ring that still takes a maximal frame (PM__LINK_MAX_FRAME)
  * behind a padding record. */
 #define PM__MIN_RING_SIZE ((size_t)256 * 1024)
@@ -39,6 +40,13 @@ struct pm_options {
     int ready_mode;
     int reap_orphans;
     int listen_env;                 /* pass_fds are listening sockets: LISTEN_* */
+    /* Containment (cgroup.h): per-slot limits, 0 = none; rlimits per
+     * resource, applied by each worker before it runs anything. */
+    uint64_t memory_max;
+    int pids_max;
+    uint64_t cpu_quota_us, cpu_period_us;
+    unsigned char rlimit_set[PM__MAX_RLIMIT];
+    uint64_t rlimit_soft[PM__MAX_RLIMIT], rlimit_hard[PM__MAX_RLIMIT];
     char fd_names[PM__MAX_PASS_FDS][PM_NAME_MAX];
     void (*on_down)(pm_cluster *, unsigned, const pm_address *, unsigned, void *);
     void *on_down_arg;

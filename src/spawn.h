@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "procmesh.h"
+#include "cgroup.h"
 
 typedef struct pm__spawn_req {
     pid_t parent;          /* the supervisor: the child dies with it */
@@ -25,7 +26,18 @@ typedef struct pm__spawn_req {
     /* fork mode (path == NULL): runs in the child, never returns */
     void (*child)(void *ctx);
     void *ctx;
+    /* containment (pm__child_contain) */
+    const pm__cg_slot *cg;              /* the slot's cgroup, or NULL (process group only) */
+    const unsigned char *rlimit_set;    /* PM__MAX_RLIMIT entries, or NULL */
+    const uint64_t *rlimit_soft;        /* UINT64_MAX: unlimited */
+    const uint64_t *rlimit_hard;
 } pm__spawn_req;
+
+/* In the child, the first thing after fork: its own process group, the
+ * slot's cgroup (v2, and the v1 controllers of the limits) unless clone3
+ * already put it there (placed), the rlimits. Async-signal-safe. 0 or an
+ * errno (positive, as the exec error pipe carries it). */
+int pm__child_contain(const pm__spawn_req *r, int placed);
 
 /* Forks. Returns the child's pid to the parent, or -errno. The exec-mode
  * child performs only async-signal-safe calls before execve. */
