@@ -69,9 +69,9 @@ void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, ui
         ev.exit_code = s->last_exit_code;
         ev.signal = s->last_signal;
         ev.core_dumped = s->last_core;
+        ev.oom_kills = s->oom_kills;
     } else if (type == PM_EVENT_SPAWN_FAILED) {
         ev.exit_code = s->last_exit_code;
-        ev.oom_kills = s->oom_kills;
     } else if (type == PM_EVENT_FENCED && reason == PM_REASON_VERSION) {
         ev.worker_version = s->hello_version;
     }
