@@ -326,7 +326,7 @@ PM_EXTERN int pm_options_set_reap_orphans(pm_options *o, int on);
  * a cgroup namespace. Elsewhere each incarnation is its own process group,
  * killed when the worker is reaped: a setsid() descendant leaves the group
  * and escapes (a supervisor that reaps orphans kills the ones re-parented
- * to it when it terminates). pm_cluster_containment says which applies.
+ * to it in pm_cluster_terminate). pm_cluster_containment says which applies.
  *
  * Limits per slot need cgroups (v2 controllers, or on hybrid hosts the v1
  * memory/pids/cpu hierarchies); a limit that cannot be applied on this host
@@ -348,6 +348,12 @@ PM_EXTERN int pm_options_set_memory_max(pm_options *o, uint64_t bytes);
 PM_EXTERN int pm_options_set_pids_max(pm_options *o, int n);
 PM_EXTERN int pm_options_set_cpu_max(pm_options *o, uint64_t quota_us, uint64_t period_us);
 PM_EXTERN int pm_options_set_rlimit(pm_options *o, int resource, uint64_t soft, uint64_t hard);
+/* 0 (default): cgroups where procmesh can create them, else process groups;
+ * PM_CONTAIN_CGROUP: cgroups or pm_cluster_spawn fails (-EOPNOTSUPP);
+ * PM_CONTAIN_PROCESS_GROUP: never create a cgroup (e.g. as root under a
+ * service manager that did not delegate procmesh's cgroup: systemd without
+ * Delegate=yes). */
+PM_EXTERN int pm_options_set_containment(pm_options *o, int mode);
 /* PM_CONTAIN_CGROUP or PM_CONTAIN_PROCESS_GROUP, and the detail in words
  * (where the cgroups are, which limits are applied how, or why there are
  * none) in detail when not NULL; -EINVAL/-EPERM as pm_cluster_* calls. */

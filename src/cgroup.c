@@ -590,6 +590,7 @@ int pm__cg_slot_end(pm__cg_slot *s, int timeout_ms, unsigned *oom_kills)
         /* cgroup.kill: the kernel kills every process in it, including one
          * forking at that moment (the cgroup is marked while it walks). */
         if (s->kill_fd >= 0) {
+            s->killed = 1;
             if (write(s->kill_fd, "1", 1) < 0)
                 kill_listed(s);
         } else {

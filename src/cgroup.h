@@ -41,6 +41,7 @@ typedef struct pm__cg_slot {
     int v1_procs[PM__CG_NCTRL];  /* v1 controllers' cgroup.procs, or -1 */
     char oom_file[PM__CG_PATH];  /* memory.events (v2) or memory.oom_control (v1), or "" */
     long long oom_base;          /* oom_kill count when the incarnation started, -1 unknown */
+    int killed;                  /* cgroup.kill was written: no clone3 into it (spawn.c) */
     unsigned index;
 } pm__cg_slot;
 

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include "cluster.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -779,7 +780,18 @@ static int contain_setup(pm_cluster *c, char *why, size_t size)
     pm__cg_limits lim = {c->o->memory_max, c->o->pids_max, c->o->cpu_quota_us,
                          c->o->cpu_period_us};
     int limited = lim.memory_max > 0 || lim.pids_max > 0 || lim.cpu_quota_us > 0;
+    if (c->o->containment == PM_CONTAIN_PROCESS_GROUP) {
+        c->cg.mode = PM_CONTAIN_PROCESS_GROUP;
+        snprintf(c->cg.why, sizeof(c->cg.why), "process group per incarnation: cgroups not wanted");
+        if (limited) {
+            snprintf(why, size, "limits need cgroups, and containment is process-group");
+            return -EOPNOTSUPP;
+        }
+        return 0;
+    }
     int rc = pm__cg_root_setup_self(&c->cg, &lim);
+    if (rc == 0 && c->cg.mode != PM_CONTAIN_CGROUP && c->o->containment == PM_CONTAIN_CGROUP)
+        rc = -EOPNOTSUPP;
     if (rc < 0) {
         snprintf(why, size, "%s", c->cg.why);
         return rc;
@@ -788,7 +800,7 @@ static int contain_setup(pm_cluster *c, char *why, size_t size)
         rc = pm__cg_slot_open(&c->cg, i, &lim, &c->slots[i].cg, why, size);
         if (rc == 0)
             continue;
-        if (limited)
+        if (limited || c->o->containment == PM_CONTAIN_CGROUP)
             return -EOPNOTSUPP;
         /* No limit needs it: process groups for every slot rather than a
          * cluster with two kinds of slots. */
@@ -894,6 +906,49 @@ PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot)
     return 0;
 }
 
+/* Process-group fallback, for a supervisor that reaps orphans (PID 1 or a
+ * subreaper): what a worker's setsid() descendant left is re-parented to
+ * us, outside every process group we kill. At the end, with every worker
+ * reaped, each child still listed in /proc/self/task/<tid>/children is such
+ * a descendant (reap_orphans says this process's children are ours to
+ * take): SIGKILLed (an unreaped child's pid cannot be reused) and reaped,
+ * each waited for at most a second. Without CONFIG_PROC_CHILDREN nothing is
+ * listed and they are left to whoever reaps after us. */
+static void kill_orphans(void)
+{
+    char path[64], text[4096];
+    pid_t pids[256];
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%.16s/children", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t k = read(fd, text, sizeof(text) - 1);
+        pm__close(fd);
+        text[k > 0 ? k : 0] = '\0';
+        for (char *p = text, *end; n < (int)PM__ARRAY_SIZE(pids); p = end) {
+            long pid = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            pids[n++] = (pid_t)pid;
+        }
+    }
+    if (d != NULL)
+        closedir(d);
+    for (int i = 0; i < n; i++)
+        (void)kill(pids[i], SIGKILL);
+    for (int i = 0; i < n; i++) {
+        uint64_t end = pm__now_ms() + 1000;
+        while (waitpid(pids[i], NULL, WNOHANG) == 0 && pm__now_ms() < end)
+            usleep(1000);
+    }
+}
+
 PM_EXTERN int pm_cluster_terminate(pm_cluster *c)
 {
     /* In a fork of the supervisor (a fork-mode worker) the cluster is not
@@ -920,6 +975,8 @@ PM_EXTERN int pm_cluster_terminate(pm_cluster *c)
         }
     }
     int killed = c->any_killed;
+    if (c->o->reap_orphans && c->cg.mode == PM_CONTAIN_PROCESS_GROUP)
+        kill_orphans();
     cluster_free(c);
     return rc < 0 ? rc : killed;
 }

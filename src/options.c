@@ -433,6 +433,14 @@ PM_EXTERN int pm_options_set_cpu_max(pm_options *o, uint64_t quota_us, uint64_t 
     return 0;
 }
 
+PM_EXTERN int pm_options_set_containment(pm_options *o, int mode)
+{
+    if (o == NULL || (mode != 0 && mode != PM_CONTAIN_CGROUP && mode != PM_CONTAIN_PROCESS_GROUP))
+        return -EINVAL;
+    o->containment = mode;
+    return 0;
+}
+
 PM_EXTERN int pm_options_set_rlimit(pm_options *o, int resource, uint64_t soft, uint64_t hard)
 {
     if (o == NULL || resource < 0 || resource >= PM__MAX_RLIMIT || soft > hard)

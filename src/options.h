@@ -42,6 +42,7 @@ struct pm_options {
     int listen_env;                 /* pass_fds are listening sockets: LISTEN_* */
     /* Containment (cgroup.h): per-slot limits, 0 = none; rlimits per
      * resource, applied by each worker before it runs anything. */
+    int containment;                /* 0 auto, PM_CONTAIN_* */
     uint64_t memory_max;
     int pids_max;
     uint64_t cpu_quota_us, cpu_period_us;

@@ -226,12 +226,21 @@ static int clone3_state;
  * do without. Kernels without it (ENOSYS, E2BIG for the struct size,
  * EINVAL for the flag) fall back to fork() and a write from the child,
  * remembered so the next spawn does not try again. *placed is set in the
- * child. */
+ * child.
+ *
+ * Not into a cgroup that was ever killed through cgroup.kill: Linux 6.x
+ * compares the kill sequence number of the cgroup a child is born into
+ * with the one its parent's cgroup had at fork, and CLONE_INTO_CGROUP
+ * makes them different cgroups, so once the slot's cgroup has been killed
+ * (its number moved on, ours did not) every child cloned into it is
+ * SIGKILLed at birth (seen on 6.18: every replacement after the first
+ * tree kill died before it ran; tests/check_tree.c test_tree_exec_crash).
+ * Joining by a write from the child has no such check. */
 static pid_t fork_into(const pm__spawn_req *r, int *placed)
 {
     *placed = 0;
 #ifdef SYS_clone3
-    if (r->path != NULL && r->cg != NULL && r->cg->dir_fd >= 0 &&
+    if (r->path != NULL && r->cg != NULL && r->cg->dir_fd >= 0 && !r->cg->killed &&
         __atomic_load_n(&clone3_state, __ATOMIC_RELAXED) >= 0) {
         struct {
             uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,

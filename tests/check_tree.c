@@ -255,6 +255,8 @@ START_TEST(test_tree_exec_crash)
                     NULL};
     ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
     ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    /* The pipe carries text here: not for on_tree_event's binary reads. */
+    pm_options_set_on_event(o, on_event, NULL);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
@@ -273,6 +275,13 @@ START_TEST(test_tree_exec_crash)
     ck_assert_msg(first > 0, "no pid from the exec worker: '%s'", buf);
     RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 10000);
     ck_assert_msg(dead(first), "exec worker's setsid job %d outlived its crash", (int)first);
+    /* The replacements run in the cgroup that was killed: each must live
+     * to crash by itself (SIGSEGV), never be killed at birth. */
+    RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 2) != NULL, 10000);
+    for (int i = 1; i <= 2; i++)
+        ck_assert_msg(find(PM_EVENT_EXITED, 0, i)->signal == SIGSEGV,
+                      "incarnation %d ended by signal %d, not its own SIGSEGV", i + 1,
+                      find(PM_EVENT_EXITED, 0, i)->signal);
     pm_cluster_terminate(c);
 }
 END_TEST

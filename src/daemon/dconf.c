@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "defaults.h"
 
@@ -181,11 +182,116 @@ static int init_value(const src *s, const char *v, pmd_dconf *c, char *err, size
     return 0;
 }
 
+/* SIZE: bytes, or with a K, M, G, T suffix (powers of 1024); "max" = none. */
+static int size_value(const src *s, const char *v, uint64_t *out, char *err, size_t size)
+{
+    char w[96];
+    if (strcmp(v, "max") == 0) {
+        *out = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    int shift = 0;
+    if (*end != '\0' && end[1] == '\0') {
+        const char *u = strchr("KMGT", toupper((unsigned char)*end));
+        shift = u != NULL ? 10 * (int)(u - "KMGT" + 1) : -1;
+        end++;
+    }
+    if (*v == '\0' || !isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || shift < 0 ||
+        x > (UINT64_MAX >> shift) || (x << shift) < 1048576)
+        return fail(err, size, "%s: '%s' is not max or a size of at least 1M (bytes, or with a "
+                    "K, M, G or T suffix)", who(s, w, sizeof(w)), v);
+    *out = (uint64_t)x << shift;
+    return 0;
+}
+
+/* QUOTA[/PERIOD] in microseconds (period 100000 by default), or max. */
+static int cpu_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
+{
+    char w[96];
+    if (strcmp(v, "max") == 0) {
+        c->cpu_quota = c->cpu_period = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long q = strtoull(v, &end, 10), p = 100000;
+    if (*end == '/')
+        p = strtoull(end + 1, &end, 10);
+    if (!isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || p < 1000 || p > 1000000 ||
+        q < 1000 || q > 1000000ULL * 1000000)
+        return fail(err, size, "%s: '%s' is not max or QUOTA[/PERIOD] in microseconds (quota at "
+                    "least 1000, period 1000..1000000; 2 CPUs: 200000/100000)",
+                    who(s, w, sizeof(w)), v);
+    c->cpu_quota = q;
+    c->cpu_period = p;
+    return 0;
+}
+
+/* NAME=VALUE: VALUE is N, SOFT:HARD, or unlimited for either. */
+static int rlimit_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
+{
+    static const struct {
+        const char *name;
+        int res;
+    } names[] = {
+        {"as", RLIMIT_AS}, {"core", RLIMIT_CORE}, {"cpu", RLIMIT_CPU}, {"data", RLIMIT_DATA},
+        {"fsize", RLIMIT_FSIZE}, {"locks", RLIMIT_LOCKS}, {"memlock", RLIMIT_MEMLOCK},
+        {"msgqueue", RLIMIT_MSGQUEUE}, {"nice", RLIMIT_NICE}, {"nofile", RLIMIT_NOFILE},
+        {"nproc", RLIMIT_NPROC}, {"rss", RLIMIT_RSS}, {"rtprio", RLIMIT_RTPRIO},
+        {"rttime", RLIMIT_RTTIME}, {"sigpending", RLIMIT_SIGPENDING}, {"stack", RLIMIT_STACK},
+    };
+    char w[96];
+    const char *eq = strchr(v, '=');
+    int res = -1;
+    for (size_t i = 0; eq != NULL && i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i].name) == (size_t)(eq - v) && strncmp(v, names[i].name, (size_t)(eq - v)) == 0)
+            res = names[i].res;
+    if (res < 0)
+        return fail(err, size, "%s: '%s' is not NAME=VALUE with NAME one of as, core, cpu, data, "
+                    "fsize, locks, memlock, msgqueue, nice, nofile, nproc, rss, rtprio, rttime, "
+                    "sigpending, stack", who(s, w, sizeof(w)), v);
+    uint64_t lim[2];
+    const char *p = eq + 1;
+    for (int k = 0; k < 2; k++) {
+        char *end;
+        if (strncmp(p, "unlimited", 9) == 0) {
+            lim[k] = PM_RLIM_INFINITY;
+            end = (char *)p + 9;
+        } else {
+            errno = 0;
+            lim[k] = isdigit((unsigned char)*p) ? strtoull(p, &end, 10) : (end = (char *)p, 0);
+            if (end == p || errno != 0)
+                break;
+        }
+        p = end;
+        if (k == 0 && *p == '\0')
+            lim[1] = lim[0];
+        if (*p == '\0') {
+            if (lim[0] > lim[1])
+                break;
+            c->rlimit_set[res] = 1;
+            c->rlimit_soft[res] = lim[0];
+            c->rlimit_hard[res] = lim[1];
+            return 0;
+        }
+        if (k == 0 && *p == ':')
+            p++;
+        else
+            break;
+    }
+    return fail(err, size, "%s: '%s': the value must be N, SOFT:HARD (soft at most hard) or "
+                "unlimited", who(s, w, sizeof(w)), v);
+}
+
 enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
     O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
-    O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_COUNT
+    O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_MEMORY_MAX, O_PIDS_MAX, O_CPU_MAX,
+    O_RLIMIT, O_CONTAINMENT, O_COUNT
 };
 
 static const struct {
@@ -214,6 +320,11 @@ static const struct {
     [O_LOG_LEVEL] = {"--log-level", "PROCMESH_LOG_LEVEL"},
     [O_DRAIN_TIMEOUT] = {"--drain-timeout", "PROCMESH_DRAIN_TIMEOUT"},
     [O_FENCE_NOT_DRAINING] = {"--fence-not-draining", "PROCMESH_FENCE_NOT_DRAINING"},
+    [O_MEMORY_MAX] = {"--memory-max", "PROCMESH_MEMORY_MAX"},
+    [O_PIDS_MAX] = {"--pids-max", "PROCMESH_PIDS_MAX"},
+    [O_CPU_MAX] = {"--cpu-max", "PROCMESH_CPU_MAX"},
+    [O_RLIMIT] = {"--rlimit", "PROCMESH_RLIMIT"},
+    [O_CONTAINMENT] = {"--containment", "PROCMESH_CONTAINMENT"},
 };
 
 static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
@@ -293,6 +404,23 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         static const int val[] = {1, 0};
         return choice(s, v, n, val, "yes, no", &c->fence_not_draining, err, size);
     }
+    case O_MEMORY_MAX:
+        return size_value(s, v, &c->memory_max, err, size);
+    case O_PIDS_MAX:
+        if (strcmp(v, "max") == 0) {
+            c->pids_max = 0;
+            return 0;
+        }
+        return int_value(s, v, 1, PM__MAX_PIDS_MAX, &c->pids_max, err, size);
+    case O_CPU_MAX:
+        return cpu_value(s, v, c, err, size);
+    case O_RLIMIT:
+        return rlimit_value(s, v, c, err, size);
+    case O_CONTAINMENT: {
+        static const char *const n[] = {"auto", "cgroup", "process-group", NULL};
+        static const int val[] = {0, PM_CONTAIN_CGROUP, PM_CONTAIN_PROCESS_GROUP};
+        return choice(s, v, n, val, "auto, cgroup, process-group", &c->containment, err, size);
+    }
     }
     return -EINVAL;
 }
@@ -352,7 +480,7 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
                 return fail(err, errsize, "%s: missing value", opts[id].flag);
             v = argv[++i];
         }
-        if (seen[id] && id != O_LISTEN)
+        if (seen[id] && id != O_LISTEN && id != O_RLIMIT)
             return fail(err, errsize, "%s: given twice", opts[id].flag);
         seen[id] = 1;
         src s = {opts[id].flag, NULL};
@@ -366,7 +494,7 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
         if (v == NULL)
             continue;
         src s = {opts[k].flag, opts[k].var};
-        if (k == O_LISTEN) {
+        if (k == O_LISTEN || k == O_RLIMIT) {
             /* A comma-separated list in the environment. */
             char *copy = strdup(v), *save = NULL;
             if (copy == NULL)
@@ -430,6 +558,13 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     rc = rc ? rc : pm_options_set_init_data(o, c->init_data, c->init_len);
     rc = rc ? rc : pm_options_set_ready_mode(o, c->ready);
     rc = rc ? rc : pm_options_set_reap_orphans(o, 1);
+    rc = rc ? rc : pm_options_set_containment(o, c->containment);
+    rc = rc ? rc : pm_options_set_memory_max(o, c->memory_max);
+    rc = rc ? rc : pm_options_set_pids_max(o, c->pids_max);
+    rc = rc ? rc : pm_options_set_cpu_max(o, c->cpu_quota, c->cpu_period);
+    for (int r = 0; r < 16; r++)
+        if (c->rlimit_set[r])
+            rc = rc ? rc : pm_options_set_rlimit(o, r, c->rlimit_soft[r], c->rlimit_hard[r]);
     if (rc == 0)
         rc = pm_options_validate(o, err, errsize);
     if (rc < 0) {

@@ -42,6 +42,13 @@ typedef struct pmd_dconf {
     unsigned health_port;
     int min_ready;          /* -1: all slots */
     int log_format, log_level; /* PMD_LOG_* */
+    /* Containment: per-slot limits (0 none) and rlimits (--rlimit, repeats). */
+    int containment;        /* 0 auto, PM_CONTAIN_* */
+    uint64_t memory_max;
+    int pids_max;
+    uint64_t cpu_quota, cpu_period;
+    unsigned char rlimit_set[16];
+    uint64_t rlimit_soft[16], rlimit_hard[16];
     char **argv;            /* COMMAND [ARG...], pointers into the caller's argv */
     int argc;
 } pmd_dconf;

@@ -1,6 +1,7 @@
 /* restart.c - pm-bench restart: crash-to-ready latency of a worker beside a bare fork+exit+wait. */
 #include "bench.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,13 +42,40 @@ int cmd_restart(const bench_opts *opts)
     printf("restart: crash-to-ready latency, %u rounds, backoff 0 (ms)\n", rounds);
     printf("  %-26s %10s %10s %14s\n", "what", "p50 ms", "p99 ms", "vs baseline");
     uint64_t *v = calloc(rounds, sizeof(*v)), *b = calloc(rounds, sizeof(*b));
-    for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
-        baseline_restart(exec_mode, rounds, b);
-        sort_u64(b, rounds);
-        uint64_t base = percentile(b, rounds, 0.5);
+    /* Rows: fork mode; exec mode with containment off (process group),
+     * on (its cgroup), on with limits (memory and pids: on hybrid hosts the
+     * v1 cgroups are joined too), all in the same run. A row whose
+     * containment this host cannot give is said and skipped. */
+    static const struct {
+        int exec_mode, containment, limits;
+        const char *name;
+    } rows[] = {
+        {0, 0, 0, "procmesh fork mode"},
+        {1, PM_CONTAIN_PROCESS_GROUP, 0, "exec, process group"},
+        {1, PM_CONTAIN_CGROUP, 0, "exec, cgroup"},
+        {1, PM_CONTAIN_CGROUP, 1, "exec, cgroup+limits"},
+    };
+    uint64_t base = 0;
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        int exec_mode = rows[r].exec_mode;
+        if (r < 2) {
+            baseline_restart(exec_mode, rounds, b);
+            print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
+            base = percentile(b, rounds, 0.5);
+        }
         pm_options *o = bench_options(1, exec_mode);
+        pm_options_set_containment(o, rows[r].containment);
+        if (rows[r].limits) {
+            pm_options_set_memory_max(o, 1ull << 30);
+            pm_options_set_pids_max(o, 1024);
+        }
         pm_cluster *c;
         int rc = pm_cluster_spawn(o, &c);
+        if (rc == -EOPNOTSUPP) {
+            printf("  %-26s (not available here)\n", rows[r].name);
+            pm_options_free(o);
+            continue;
+        }
         if (rc < 0) {
             fprintf(stderr, "pm-bench: spawn: %s\n", pm_strerror(rc));
             return 1;
@@ -68,8 +96,7 @@ int cmd_restart(const bench_opts *opts)
         }
         pm_cluster_terminate(c);
         pm_options_free(o);
-        print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
-        print_lat(exec_mode ? "procmesh exec mode" : "procmesh fork mode", v, rounds, base);
+        print_lat(rows[r].name, v, rounds, base);
     }
     free(v);
     free(b);
