@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fork mode in a dozen lines: two crash-isolated workers, supervised for a
  * second, then stopped. Built and run by `make check`. */
 #include <procmesh.h>

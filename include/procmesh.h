@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * procmesh.h - the public interface of libprocmesh.
  *
@@ -358,6 +359,67 @@ PM_EXTERN int pm_options_set_containment(pm_options *o, int mode);
  * (where the cgroups are, which limits are applied how, or why there are
  * none) in detail when not NULL; -EINVAL/-EPERM as pm_cluster_* calls. */
 PM_EXTERN int pm_cluster_containment(const pm_cluster *c, char *detail, size_t size);
+/* ------------------------------------------------------------------------
+ * Supervisor: what a worker may do to its supervisor and its siblings
+ * (doc/design.md, "Privileges", says what each level protects against).
+ * ---------------------------------------------------------------------- */
+
+/* Workers drop to uid/gid before exec (or the bootstrap): supplementary
+ * groups cleared, then setgid, then setuid, each checked, and the
+ * parent-death signal armed again (a credential change clears it). A worker
+ * under another uid cannot signal, ptrace or read the memory of its
+ * supervisor. Needs a supervisor running as root (euid 0):
+ * pm_options_validate and pm_cluster_spawn refuse it otherwise (-EPERM).
+ * uid and gid are neither -1 nor 0; (uid_t)-1, (gid_t)-1 unsets. Default:
+ * unset, workers run as the supervisor does. */
+PM_EXTERN int pm_options_set_user(pm_options *o, uid_t uid, gid_t gid);
+
+/* Slot i runs as uid first + i (0 <= i < count), so workers cannot signal
+ * or ptrace each other either; its gid is the one of pm_options_set_user
+ * when set, else the same number as its uid. count must cover every slot;
+ * the range must not hold 0 or (uid_t)-1. Needs root like
+ * pm_options_set_user. count 0 unsets (default). */
+PM_EXTERN int pm_options_set_uid_range(pm_options *o, uid_t first, unsigned count);
+
+/* 1 (default): workers run with PR_SET_NO_NEW_PRIVS: no exec of theirs
+ * (set-user-ID programs, file capabilities) can gain privileges the worker
+ * does not have. 0 leaves it off. */
+PM_EXTERN int pm_options_set_no_new_privs(pm_options *o, int on);
+
+/* 1: the supervisor marks itself non-dumpable (PR_SET_DUMPABLE 0) before
+ * its first worker starts, so a worker under the same uid cannot ptrace it
+ * or read its memory through /proc/PID/mem; a side effect is that the
+ * process writes no core dump afterwards. Default 0: in the library the
+ * supervisor is the application itself, and its core dumps are the user's.
+ * (The procmesh daemon always does it.) Fork-mode workers get their own
+ * dumpability back. */
+PM_EXTERN int pm_options_set_protect_supervisor(pm_options *o, int on);
+
+enum pm_seccomp_level {
+    PM_SECCOMP_OFF = 0,    /* no filter (default) */
+    PM_SECCOMP_BASIC = 1,  /* deny what reaches outside: ptrace, process_vm_*, pidfd_open,
+                              pidfd_send_signal, kill/tgkill/rt_sigqueueinfo towards the
+                              supervisor or a process group, mount, keyctl, bpf,
+                              perf_event_open, ... ; everything else runs */
+    PM_SECCOMP_STRICT = 2  /* fork mode only: exactly the calls libprocmesh's worker side
+                              makes (ring I/O, futex, poll, clock_gettime, getppid, memory,
+                              exit, the crash handler's re-raise to itself); for compute
+                              workers that only talk through the ring */
+};
+
+enum pm_seccomp_action {
+    PM_SECCOMP_ERRNO = 1,  /* a denied call fails with EPERM (default) */
+    PM_SECCOMP_KILL = 2    /* a denied call kills the worker (SIGSYS) */
+};
+
+/* A system-call filter every worker loads last, just before exec (or the
+ * bootstrap), with libseccomp: -ENOTSUP for any level but PM_SECCOMP_OFF
+ * when procmesh was built without it. Loading a filter needs no_new_privs,
+ * or a root supervisor with pm_options_set_user unset. */
+PM_EXTERN int pm_options_set_seccomp(pm_options *o, int level);
+
+/* What a denied call does: PM_SECCOMP_ERRNO (default) or PM_SECCOMP_KILL. */
+PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
 
 /* 0 when the options can spawn a cluster; else a negative errno and, when
  * why is not NULL, the first problem in words naming the option and value. */
@@ -380,6 +442,58 @@ enum pm_slot_state {
  * for anything else. A static string. */
 PM_EXTERN const char *pm_slot_state_name(int state);
 
+/*
+ * The last crash of a slot: what a worker that links libprocmesh (fork mode,
+ * or exec mode after pm_node_join) recorded in its fatal-signal handler
+ * (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS), copied out
+ * and validated by the supervisor after the reap. Fixed size.
+ *
+ * frames[0] is the faulting function (its pc), the next ones are return
+ * addresses. A frame in a module known at join has module >= 0 and offset =
+ * address - the module's load bias, so `addr2line -f -e modules[module]
+ * 0xOFFSET` names its function and line (for a return address, OFFSET - 1
+ * names the call). Modules loaded after join (dlopen) are not known: their
+ * frames have module -1 and only the absolute address.
+ */
+#define PM_CRASH_FRAMES 32
+#define PM_CRASH_MODULES 8
+#define PM_CRASH_PATH_MAX 192
+
+enum pm_crash_state {
+    PM_CRASH_NONE = 0,       /* no crash by a recorded signal yet */
+    PM_CRASH_RECORDED = 1,   /* a valid record: every field is filled */
+    PM_CRASH_UNRECORDED = 2, /* died of a recorded signal but left no record (it does not
+                                link libprocmesh or had not joined, its application owns
+                                the signal, or it died before the record was written) */
+    PM_CRASH_INVALID = 3     /* a record that failed validation (half-written, scribbled,
+                                not the signal it died of): nothing of it is shown */
+};
+
+typedef struct pm_crash_frame {
+    uint64_t addr;   /* absolute address in the worker */
+    int module;      /* index into modules, or -1 */
+    uint64_t offset; /* addr - the module's load bias (module >= 0) */
+} pm_crash_frame;
+
+typedef struct pm_crash_report {
+    int state;               /* enum pm_crash_state; the rest is 0 for NONE */
+    uint64_t incarnation;    /* the incarnation that crashed */
+    int signal;              /* from the exit status (trusted) */
+    int core_dumped;         /* from the exit status (trusted) */
+    /* RECORDED only: */
+    int code;                /* si_code */
+    char code_name[16];      /* "SEGV_MAPERR", "BUS_ADRERR", "FPE_INTDIV", "SI_TKILL" ...,
+                                or the number in decimal */
+    uint64_t fault_addr;     /* si_addr (SIGSEGV/BUS/FPE/ILL/TRAP from the kernel), else 0 */
+    uint64_t pc;             /* program counter (0 where unsupported: not x86_64/aarch64) */
+    int pc_module;           /* index into modules, or -1 */
+    uint64_t pc_offset;
+    unsigned nframes;
+    pm_crash_frame frames[PM_CRASH_FRAMES];
+    unsigned nmodules;
+    char modules[PM_CRASH_MODULES][PM_CRASH_PATH_MAX]; /* paths, printable ASCII */
+} pm_crash_report;
+
 typedef struct pm_slot_info {
     int state;
     pid_t pid; /* 0 when no process */
@@ -393,6 +507,9 @@ typedef struct pm_slot_info {
     unsigned fences;               /* times this slot was fenced */
     int kill_pending;              /* SIGKILL sent, process not reaped yet */
     int waiting;                   /* the worker says it waits in pm_node_recv */
+    pm_crash_report last_crash;    /* the slot's last crash by a recorded signal (kept
+                                      across restarts until the next one); added at the
+                                      end, see NEWS */
 } pm_slot_info;
 
 /* Mesh-wide figures. A struct tag, not a typedef: in C a typedef named
@@ -477,7 +594,9 @@ PM_EXTERN int pm_cluster_last_signal(const pm_cluster *c);
 /*
  * Asks every worker to stop, waits up to the stop timeout, SIGKILLs what is
  * left and returns only when every worker process is reaped. Cancels pending
- * restarts. Frees the cluster (c is invalid afterwards). Returns 0 when every
+ * restarts. Every pending pm_cluster_request gets its callback with
+ * -ECANCELED first, and new requests are refused (-ESHUTDOWN) from then on.
+ * Frees the cluster (c is invalid afterwards). Returns 0 when every
  * worker stopped by itself within the timeout, 1 when some had to be killed,
  * or a negative errno (the workers are reaped all the same).
  */
@@ -546,6 +665,63 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
                                    void (*cb)(pm_cluster *, const pm_message *results, size_t n,
                                               void *arg),
                                    void *arg);
+
+/*
+ * Main asks one worker and gets its answer. `to` names the worker (an
+ * incarnation in it must be the current one), or is NULL for any ready
+ * worker: the one with the fewest of main's requests in flight (broadcasts
+ * included), ties round robin. With to == NULL and no worker ready, the
+ * request waits (oldest first) for one to become ready, until its timeout.
+ * The worker gets it from pm_node_recv as PM_MSG_REQUEST, with the deadline
+ * in deadline_ms, and answers with pm_node_reply.
+ *
+ * cb runs exactly once, from pm_cluster_run (or pm_cluster_call, cancel,
+ * terminate), with reply->error:
+ *   0           the answer, in reply->data/len (valid during the callback);
+ *   -ETIMEDOUT  no answer within timeout_ms (> 0); a reply after that is
+ *               dropped and counted (pm_cluster_stats.late_replies);
+ *   -EHOSTDOWN  the worker died or was fenced while it held the request
+ *               (pm_cluster_slot_info then tells how it ended). It is never
+ *               retried on another worker: an input that crashes one
+ *               worker must not crash them all;
+ *   -ECANCELED  pm_cluster_cancel, or pm_cluster_terminate (every pending
+ *               request is cancelled before terminate stops anything).
+ * reply->from is the worker with its incarnation (all zero when the request
+ * never left main), reply->request_id the id returned here.
+ *
+ * Returns the request id (> 0; ids wrap within 1..INT_MAX, never reused
+ * while pending), or a negative errno and cb never runs: -EINVAL (cb NULL,
+ * timeout_ms <= 0, data NULL with len > 0, `to` is main), -EMSGSIZE (len >
+ * PM_MAX_PAYLOAD), -ENOENT / -EHOSTDOWN / -ESTALE for `to` as
+ * pm_cluster_send, -EAGAIN (main's queue for that worker is full),
+ * -ESHUTDOWN (pm_cluster_terminate is running), -ENOMEM.
+ */
+PM_EXTERN int pm_cluster_request(pm_cluster *c, const pm_address *to, const void *data,
+                                 size_t len, int timeout_ms,
+                                 void (*cb)(pm_cluster *, const pm_message *reply, void *arg),
+                                 void *arg);
+
+/* Cancels a pending request: its callback runs at once, before this
+ * returns, with -ECANCELED; a reply later is dropped as late. 0, or -ENOENT
+ * when id is not pending (already answered, cancelled, or never issued). */
+PM_EXTERN int pm_cluster_cancel(pm_cluster *c, uint64_t id);
+
+/*
+ * The blocking form of pm_cluster_request: runs the cluster's loop (every
+ * other event keeps being dispatched, as in pm_cluster_run) until the
+ * answer. Returns 0 with the reply copied into reply (up to cap bytes) and
+ * its length in *reply_len (reply_len may be NULL), or a negative errno:
+ * the errors of pm_cluster_request (-EMSGSIZE only when the request itself
+ * is too large), -ETIMEDOUT, -EHOSTDOWN, -ENOBUFS when the reply does not
+ * fit cap (*reply_len is then the size needed), -EINTR when a signal that
+ * makes pm_cluster_run return -EINTR arrives first (SIGTERM, SIGINT, SIGHUP:
+ * pm_cluster_last_signal says which; the request is cancelled), -EDEADLK
+ * when called from inside a procmesh callback (on_message, on_event,
+ * on_permanently_down, broadcast and request callbacks, watch callbacks).
+ * pm_cluster_stop does not end it: the next pm_cluster_run returns soon.
+ */
+PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *data, size_t len,
+                              int timeout_ms, void *reply, size_t cap, size_t *reply_len);
 
 /* main's own address. */
 PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out);

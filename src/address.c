@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * address.c - the text form of a pm_address: "system@host:port#incarnation".
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* budget.c - restart budget and backoff; see budget.h. Pure. */
 #include "internal.h"
 #include "budget.h"

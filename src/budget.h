@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * budget.h - restart budget and backoff arithmetic. Pure: no clock, no
  * random source, no system call of its own; the caller passes the time and a

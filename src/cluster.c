@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cluster.c - the supervisor's lifecycle core: the slot table's actions,
  * starting and reaping incarnations, faults, spawn and terminate.
@@ -76,7 +77,7 @@ void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, ui
     } else if (type == PM_EVENT_FENCED && reason == PM_REASON_VERSION) {
         ev.worker_version = s->hello_version;
     }
-    c->o->on_event(c, &ev, c->o->on_event_arg);
+    PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
 }
 
 static void default_on_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned restarts,
@@ -273,6 +274,7 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
                  : stopped            ? PM_REASON_STOP
                  : s->last_signal != 0 ? PM_REASON_SIGNAL
                                        : PM_REASON_EXIT;
+    pm__crash_collect(&s->crash, &s->link, s->incarnation, s->last_signal, s->last_core);
     pm__cluster_emit(c, PM_EVENT_EXITED, s, reason, 0);
     release_process(c, s);
     pm__cluster_dispatch(c, s, PM__EV_EXITED);
@@ -360,7 +362,7 @@ static void after_failure(pm_cluster *c, pm__slot *s)
         a.incarnation = s->incarnation;
         void (*cb)(pm_cluster *, unsigned, const pm_address *, unsigned, void *) =
             c->o->on_down != NULL ? c->o->on_down : default_on_down;
-        cb(c, s->index, &a, s->budget.total, c->o->on_down_arg);
+        PM__APP_CALLBACK(&c->hub, cb(c, s->index, &a, s->budget.total, c->o->on_down_arg));
         return;
     }
     pm__cluster_set_state(c, s, PM_SLOT_BACKOFF);
@@ -619,6 +621,7 @@ static void cluster_free(pm_cluster *c)
         pm__link_close(&s->link);
         pm__budget_free(&s->budget);
         pm__cg_slot_close(&c->cg, &s->cg);
+        free(s->crash);
     }
     pm__cg_root_close(&c->cg);
     free(c->slots);
@@ -848,6 +851,7 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
         return rc;
     }
     c->spawning = 1;
+    c->entry_cfa = __builtin_dwarf_cfa(); /* PM__ENTER, for a cluster just made */
     for (unsigned i = 0; i < c->nslots && c->spawn_error == 0; i++)
         pm__cluster_dispatch(c, &c->slots[i], PM__EV_BACKOFF_DONE);
     for (;;) {
@@ -880,6 +884,7 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
         return rc;
     }
     c->spawning = 0;
+    c->entry_cfa = NULL;
     pm__loop_flush(&c->loop);
     *out = c;
     return 0;
@@ -958,6 +963,9 @@ PM_EXTERN int pm_cluster_terminate(pm_cluster *c)
         return rc;
     c->terminating = 1;
     c->last_signal = 0;
+    /* Main's requests end here, answered -ECANCELED before anything stops,
+     * rather than -EHOSTDOWN one by one as the workers exit. */
+    pm__hub_cancel_all(&c->hub);
     for (unsigned i = 0; i < c->nslots; i++)
         pm__cluster_dispatch(c, &c->slots[i], PM__EV_STOP);
     for (;;) {

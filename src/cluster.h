@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cluster.h - the supervisor's private structures (struct pm_cluster, the
  * slots) and what its modules share: cluster.c (the lifecycle core),
@@ -69,6 +70,7 @@ typedef struct pm__slot {
     int last_exit_code;
     int last_signal;
     int last_core;
+    pm_crash_report *crash; /* the last crash (crash.c), allocated on the first one */
     /* Liveness. */
     uint64_t last_beats;   /* the worker's progress counter at the last check */
     uint64_t progress_ms;  /* when it last moved (or the period restarted) */
@@ -90,6 +92,10 @@ struct pm_cluster {
     int sigfd;
     int timerfd;
     int wakefd;
+    /* The stack at the outermost public call that runs the loop (the CFA
+     * of pm_cluster_spawn, _run or _call), NULL outside one: a fork-mode
+     * child zeroes the supervisor's frames below it (spawn.c). */
+    void *entry_cfa;
     sigset_t old_mask;
     int mask_changed;
     pid_t self;
@@ -184,5 +190,18 @@ void pm__liveness_check(pm_cluster *c, uint64_t now);
 
 /* watch.c */
 void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen);
+
+/* Brackets a public function that may run the loop and so fork a worker:
+ * notes where the library's frames begin on the caller's stack (the
+ * outermost call wins). Every return path must pass PM__LEAVE. */
+#define PM__ENTER(c) void *pm__outer_cfa = pm__enter((c), __builtin_dwarf_cfa())
+#define PM__LEAVE(c) ((c)->entry_cfa = pm__outer_cfa)
+static inline void *pm__enter(pm_cluster *c, void *cfa)
+{
+    void *outer = c->entry_cfa;
+    if (outer == NULL)
+        c->entry_cfa = cfa;
+    return outer;
+}
 
 #endif /* PM_CLUSTER_H */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* debug.c - the supervisor's internal counters, read in one place for pm-bench. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * debug.h - read-only counters of the supervisor's internals for pm-bench,
  * so that no tool reads struct pm_cluster's fields itself.

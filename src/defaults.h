@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * defaults.h - the default of each pm_options setting that the procmesh
  * daemon exposes as a flag. pm_options_new() and the daemon (its parsed
@@ -28,5 +29,9 @@
 /* Containment limits: none by default; the bounds their setters check. */
 #define PM__MIN_MEMORY_MAX 1048576
 #define PM__MAX_PIDS_MAX 4194304
+#define PM__DEFAULT_NO_NEW_PRIVS 1
+#define PM__DEFAULT_PROTECT_SUPERVISOR 0 /* the daemon protects itself always */
+#define PM__DEFAULT_SECCOMP PM_SECCOMP_OFF
+#define PM__DEFAULT_SECCOMP_ACTION PM_SECCOMP_ERRNO
 
 #endif /* PM_DEFAULTS_H */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* error.c - error strings and the version string. */
 #define _GNU_SOURCE
 #include "internal.h"

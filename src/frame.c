@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * frame.c - frame header codec. Pure: no system calls, no allocation.
  * Explicit little-endian byte order (le.h), so the same bytes can cross a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * frame.h - the versioned header of everything that crosses a ring (and,
  * later, a peer link).

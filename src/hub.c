@@ -1,8 +1,9 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hub.c - the router: moves validated, stamped frames between ports (local
  * workers and main), answers what cannot be delivered, remembers requests in
  * flight, holds back senders whose destination is full, and runs main's
- * broadcasts.
+ * broadcasts and main's requests to one worker (pm_cluster_request).
  *
  * Rules (doc/design.md has the longer version):
  *  - identity: the source is the port a frame came in by (port.c stamps
@@ -33,9 +34,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "hub_int.h"
 #include "proto.h"
 
-#define RESULT_PENDING INT_MIN
 /* How often expired requests are forgotten (at most; sooner with a
  * shorter lifetime). */
 #define PURGE_EVERY_MS 1000u
@@ -83,6 +84,8 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
     }
     h->nports = nports;
     h->inflight_lifetime_ms = PM__INFLIGHT_LIFETIME_MS;
+    h->next_req = PM__BCAST_ID_BASE;
+    h->mreq_rr = nports ? nports - 1 : 0; /* the first pick starts at port 0 */
     for (unsigned i = 0; i < nports; i++) {
         h->ports[i].index = i;
         port_reset(&h->ports[i]);
@@ -114,7 +117,7 @@ static void write_frame(unsigned char *p, const pm__frame_hdr *f, const void *pa
 }
 
 /* A frame header from main to port p's current incarnation. */
-static pm__frame_hdr main_hdr(int type, const pm__port *p)
+pm__frame_hdr pm__hub_main_hdr(int type, const pm__port *p)
 {
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
@@ -185,7 +188,7 @@ static void dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
  * bound, the sender waits; -ENOBUFS: an answer finds the requester's
  * answers (or the total) at its bound, the caller drops and counts it;
  * -EBADMSG: d's ring is corrupt; -EHOSTDOWN: d has no ring. */
-static int push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
+int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
                 uint32_t charge)
 {
     size_t total = PM__FRAME_HDR_SIZE + len;
@@ -315,6 +318,8 @@ static void forget_inflight(pm__hub *h, pm__port *target, uint32_t i)
     uint32_t *out = requests_out(h, target->inflight[i].requester);
     if (out != NULL)
         (*out)--;
+    if (target->inflight[i].requester == PM__NODE_MAIN)
+        target->main_inflight--;
     h->inflight_total--;
     target->inflight[i] = target->inflight[--target->ninflight];
 }
@@ -348,7 +353,7 @@ static void schedule_purge(pm__hub *h, uint64_t now)
 /* Remembers a request relayed to target. -EBUSY when the requester has
  * PM__INFLIGHT_PER_REQUESTER in flight already: that requester alone is
  * refused, so no requester can fill another's way to target. -ENOMEM. */
-static int add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t requester_inc,
+int pm__hub_add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t requester_inc,
                         uint64_t id, int64_t deadline)
 {
     uint32_t *out = requests_out(h, requester);
@@ -380,19 +385,21 @@ static int add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64
     e->expires_ms = expires;
     if (out != NULL)
         (*out)++;
+    if (requester == PM__NODE_MAIN)
+        target->main_inflight++;
     h->inflight_total++;
     schedule_purge(h, now);
     return 0;
 }
 
 /* Undoes the add_inflight just made (its frame is retried later). */
-static void drop_last_inflight(pm__hub *h, pm__port *target)
+void pm__hub_drop_last_inflight(pm__hub *h, pm__port *target)
 {
     forget_inflight(h, target, target->ninflight - 1);
 }
 
 /* Removes and returns (in *out) the entry for this answer, if any. */
-static int take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
+int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
                          pm__inflight *out)
 {
     for (uint32_t i = 0; i < target->ninflight; i++) {
@@ -409,90 +416,7 @@ static int take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint6
 
 /* ------------------------------------------------------------------ main */
 
-static pm__bcast *find_bcast(pm__hub *h, uint64_t id)
-{
-    for (pm__bcast *b = h->bcasts; b != NULL; b = b->next)
-        if (id >= b->first_id && id - b->first_id < b->n)
-            return b;
-    return NULL;
-}
-
-static void bcast_complete(pm__hub *h, pm__bcast *b)
-{
-    pm__bcast **pp = &h->bcasts;
-    while (*pp != NULL && *pp != b)
-        pp = &(*pp)->next;
-    if (*pp == b)
-        *pp = b->next;
-    /* Unlinked first: the callback may start another broadcast. */
-    b->cb(h->app, b->results, b->n, b->arg);
-    for (size_t i = 0; i < b->n; i++) {
-        /* A worker's reply: wiped before the heap may hand it on. */
-        if (b->bufs[i] != NULL)
-            explicit_bzero(b->bufs[i], b->results[i].len);
-        free(b->bufs[i]);
-    }
-    free(b->bufs);
-    free(b->results);
-    free(b);
-}
-
-/* Records one broadcast result. Returns 0, or -EALREADY for a duplicate or
- * an id that belongs to no broadcast (the caller counts it). */
-static int bcast_result(pm__hub *h, uint64_t id, int err, const void *data, size_t len)
-{
-    pm__bcast *b = find_bcast(h, id);
-    if (b == NULL)
-        return -EALREADY;
-    pm_message *r = &b->results[id - b->first_id];
-    if (r->error != RESULT_PENDING)
-        return -EALREADY;
-    r->error = err;
-    if (err == 0 && len > 0) {
-        void *copy = malloc(len);
-        if (copy == NULL) {
-            r->error = -ENOMEM;
-        } else {
-            memcpy(copy, data, len);
-            b->bufs[id - b->first_id] = copy;
-            r->data = copy;
-            r->len = len;
-        }
-    }
-    if (--b->pending == 0)
-        bcast_complete(h, b);
-    return 0;
-}
-
-/* A frame for main: broadcast replies, or the on_message callback. The
- * payload is copied out of shared memory first: the application parses a
- * private copy that the worker can no longer change. port.c has checked
- * that f->len <= PM_MAX_PAYLOAD, the size of the scratch buffer. */
-static void deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload)
-{
-    if (f->type == PM__FT_REPLY || f->type == PM__FT_UNDELIVERABLE) {
-        if (bcast_result(h, f->request_id, f->type == PM__FT_REPLY ? 0 : f->error, payload,
-                         f->len) < 0)
-            h->late_replies++;
-        return;
-    }
-    if (h->on_message == NULL) {
-        h->ports[f->src].malformed++; /* nobody listens: counted, dropped */
-        return;
-    }
-    if (f->len > 0)
-        memcpy(h->scratch, payload, f->len);
-    pm_message m;
-    memset(&m, 0, sizeof(m));
-    pm__node_address(&h->names, f->src, f->src_inc, &m.from);
-    pm__node_address(&h->names, PM__NODE_MAIN, 0, &m.to);
-    m.request_id = f->request_id;
-    m.kind = f->type == PM__FT_REQUEST ? PM_MSG_REQUEST : PM_MSG_PLAIN;
-    m.deadline_ms = f->deadline_ms;
-    m.data = h->scratch;
-    m.len = f->len;
-    h->on_message(h->app, &m, h->on_message_arg);
-}
+/* ------------------------------------------------------------------ main's requests */
 
 /* ------------------------------------------------------------------ routing */
 
@@ -512,7 +436,7 @@ static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uin
     n.request_id = request_id;
     n.error = err;
     if (to == PM__NODE_MAIN) {
-        deliver_main(h, &n, NULL);
+        pm__hub_deliver_main(h, &n, NULL);
         return;
     }
     if (to >= h->nports)
@@ -523,7 +447,7 @@ static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uin
         return;
     }
     p->undeliverable++;
-    int rc = push(h, p, &n, NULL, 0, PM__CHARGE_ANSWER);
+    int rc = pm__hub_push(h, p, &n, NULL, 0, PM__CHARGE_ANSWER);
     if (rc == -EBADMSG)
         h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
     if (rc < 0)
@@ -531,7 +455,7 @@ static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uin
 }
 
 /* 0 when node/inc names a port that can take a frame now, else why not. */
-static int check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
+int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
 {
     if (node >= h->nports)
         return -ENOENT;
@@ -551,27 +475,28 @@ static int check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
 static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
     pm__inflight e;
-    if (!take_inflight(h, p, f->dst, f->request_id, &e)) {
+    if (!pm__hub_take_inflight(h, p, f->dst, f->request_id, &e)) {
         h->late_replies++;
         return 0;
     }
     if (e.deadline_ms != 0 && e.deadline_ms < (int64_t)pm__now_ms()) {
         h->late_replies++; /* the requester gave up */
         if (f->dst == PM__NODE_MAIN)
-            deliver_main(h, f, payload); /* the broadcast may still be open */
+            pm__hub_deliver_main(h, f, payload); /* a broadcast may still be open; a
+                                            request gets -ETIMEDOUT now */
         return 0;
     }
     if (f->dst == PM__NODE_MAIN) {
-        deliver_main(h, f, payload);
+        pm__hub_deliver_main(h, f, payload);
         p->relayed++;
         return 0;
     }
-    if (check_dest(h, f->dst, e.requester_inc) < 0) {
+    if (pm__hub_check_dest(h, f->dst, e.requester_inc) < 0) {
         h->late_replies++;
         return 0;
     }
     f->dst_inc = e.requester_inc;
-    int rc = push(h, &h->ports[f->dst], f, payload, f->len, PM__CHARGE_ANSWER);
+    int rc = pm__hub_push(h, &h->ports[f->dst], f, payload, f->len, PM__CHARGE_ANSWER);
     if (rc == -ENOBUFS) {
         h->replies_dropped++;
         return 0;
@@ -592,12 +517,12 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
         return relay_reply(h, p, f, payload);
     /* A message or a request. */
     if (f->dst == PM__NODE_MAIN) {
-        deliver_main(h, f, payload);
+        pm__hub_deliver_main(h, f, payload);
         p->relayed++;
         p->relayed_bytes += f->len;
         return 0;
     }
-    int err = check_dest(h, f->dst, f->dst_inc);
+    int err = pm__hub_check_dest(h, f->dst, f->dst_inc);
     if (err < 0) {
         notice(h, src, p->incarnation, f->dst, f->dst_inc, f->request_id, err);
         return 0;
@@ -605,15 +530,15 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
     pm__port *d = &h->ports[f->dst];
     f->dst_inc = d->incarnation;
     if (f->type == PM__FT_REQUEST &&
-        add_inflight(h, d, src, p->incarnation, f->request_id, f->deadline_ms) < 0) {
+        pm__hub_add_inflight(h, d, src, p->incarnation, f->request_id, f->deadline_ms) < 0) {
         /* Over its own cap: this requester alone is refused. */
         notice(h, src, p->incarnation, f->dst, d->incarnation, f->request_id, -EBUSY);
         return 0;
     }
-    int rc = push(h, d, f, payload, f->len, src);
+    int rc = pm__hub_push(h, d, f, payload, f->len, src);
     if (rc == -EAGAIN) {
         if (f->type == PM__FT_REQUEST)
-            drop_last_inflight(h, d); /* the frame is retried */
+            pm__hub_drop_last_inflight(h, d); /* the frame is retried */
         p->blocked_on = (int)d->index;
         h->ring_full_waits++;
         return -EAGAIN;
@@ -643,6 +568,7 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
     pm__inflight *v = p->inflight;
     uint32_t n = p->ninflight;
     p->ninflight = 0;
+    p->main_inflight = 0;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t *out = requests_out(h, v[k].requester);
         if (out != NULL)
@@ -683,8 +609,8 @@ void pm__hub_stop_request(pm__hub *h, unsigned i)
     struct pm__ctl *ctl = p->link->map;
     /* Release: the worker reads the flag, then anything we wrote before. */
     atomic_store_explicit(&ctl->stop, 1, memory_order_release);
-    pm__frame_hdr f = main_hdr(PM__FT_STOP, p);
-    (void)push(h, p, &f, NULL, 0, PM__NODE_MAIN);
+    pm__frame_hdr f = pm__hub_main_hdr(PM__FT_STOP, p);
+    (void)pm__hub_push(h, p, &f, NULL, 0, PM__NODE_MAIN);
     p->dirty = 0;
     pm__ring_publish(&p->link->tx);
 }
@@ -694,9 +620,11 @@ int pm__hub_send_control(pm__hub *h, unsigned i, int type, const void *payload, 
     pm__port *p = &h->ports[i];
     if (p->link == NULL)
         return -EHOSTDOWN;
-    pm__frame_hdr f = main_hdr(type, p);
+    pm__frame_hdr f = pm__hub_main_hdr(type, p);
     return pm__frame_send(&p->link->tx, &f, payload, len);
 }
+
+/* ------------------------------------------------------------------ main's requests: sending */
 
 static void earliest(uint64_t *next, uint64_t t)
 {
@@ -710,6 +638,7 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
     uint64_t next = 0;
     for (const pm__bcast *b = h->bcasts; b != NULL; b = b->next)
         earliest(&next, (uint64_t)b->deadline_ms);
+    earliest(&next, (uint64_t)h->mreq_due_ms);
     if (h->inflight_total > 0)
         earliest(&next, h->next_purge_ms);
     for (unsigned i = 0; h->drain_timeout_ms != 0 && i < h->nports; i++) {
@@ -744,6 +673,8 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
             schedule_purge(h, now);
     }
     check_draining(h, now);
+    pm__hub_mreq_expire(h, (int64_t)now);
+    pm__hub_mreq_dispatch_waiting(h);
     pm__bcast *b = h->bcasts;
     while (b != NULL) {
         pm__bcast *next = b->next;
@@ -757,10 +688,10 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
                 pm__inflight e;
                 if (pm__address_node(&h->names, &b->results[i].from, &node) == 0 &&
                     node < h->nports)
-                    take_inflight(h, &h->ports[node], PM__NODE_MAIN, b->first_id + i, &e);
+                    pm__hub_take_inflight(h, &h->ports[node], PM__NODE_MAIN, b->first_id + i, &e);
             }
             b->pending = 0;
-            bcast_complete(h, b);
+            pm__hub_bcast_complete(h, b);
             next = h->bcasts; /* the callback may have changed the list */
         }
         b = next;
@@ -769,12 +700,16 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
 
 void pm__hub_free(pm__hub *h)
 {
+    pm__hub_cancel_all(h);
+    free(h->mreqs);
+    h->mreqs = NULL;
+    h->mreq_buckets = 0;
     while (h->bcasts != NULL) {
         pm__bcast *b = h->bcasts;
         for (size_t i = 0; i < b->n; i++)
             if (b->results[i].error == RESULT_PENDING)
                 b->results[i].error = -ECANCELED;
-        bcast_complete(h, b);
+        pm__hub_bcast_complete(h, b);
     }
     for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
         free_queue(h, &h->ports[i]);
@@ -799,6 +734,9 @@ void pm__hub_wipe(pm__hub *h)
         for (size_t i = 0; i < b->n; i++)
             if (b->bufs[i] != NULL)
                 explicit_bzero(b->bufs[i], b->results[i].len);
+    for (pm__mreq *r = h->waiting; r != NULL; r = r->wnext)
+        if (r->data != NULL)
+            explicit_bzero(r->data, r->len);
 }
 
 /* ------------------------------------------------------------------ main's sends */
@@ -816,14 +754,14 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
         return rc;
     if (node == PM__NODE_MAIN)
         return -EINVAL; /* main does not send to itself */
-    rc = check_dest(h, node, to->incarnation);
+    rc = pm__hub_check_dest(h, node, to->incarnation);
     if (rc < 0)
         return rc;
     pm__port *d = &h->ports[node];
-    pm__frame_hdr f = main_hdr(type, d);
+    pm__frame_hdr f = pm__hub_main_hdr(type, d);
     f.request_id = request_id;
     /* Main's reply never waits on a requester that does not read either. */
-    rc = push(h, d, &f, data, len, type == PM__FT_REPLY ? PM__CHARGE_ANSWER : PM__NODE_MAIN);
+    rc = pm__hub_push(h, d, &f, data, len, type == PM__FT_REPLY ? PM__CHARGE_ANSWER : PM__NODE_MAIN);
     if (rc == -ENOBUFS) {
         h->replies_dropped++;
         return 0;
@@ -839,87 +777,3 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
     return rc;
 }
 
-/* Sends request id to d for broadcast b: 0, or the error its result gets. */
-static int bcast_send(pm__hub *h, pm__port *d, const pm__bcast *b, uint64_t id,
-                      const void *data, size_t len)
-{
-    pm__frame_hdr f = main_hdr(PM__FT_REQUEST, d);
-    f.request_id = id;
-    f.deadline_ms = b->deadline_ms;
-    int rc = add_inflight(h, d, PM__NODE_MAIN, 0, id, b->deadline_ms);
-    if (rc < 0)
-        return -EAGAIN; /* no memory for its in-flight table: try again later */
-    rc = push(h, d, &f, data, len, PM__NODE_MAIN);
-    if (rc < 0)
-        drop_last_inflight(h, d);
-    if (rc == -EBADMSG) {
-        h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
-        rc = -EHOSTDOWN;
-    }
-    return rc;
-}
-
-int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
-                      void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg)
-{
-    if (cb == NULL || timeout_ms <= 0 || (data == NULL && len > 0))
-        return -EINVAL;
-    if (len > PM_MAX_PAYLOAD)
-        return -EMSGSIZE;
-    size_t n = 0;
-    for (unsigned i = 0; i < h->nports; i++)
-        n += h->ports[i].state == PM__PORT_READY;
-    pm__bcast *b = calloc(1, sizeof(*b));
-    if (b == NULL)
-        return -ENOMEM;
-    b->results = calloc(n ? n : 1, sizeof(*b->results));
-    b->bufs = calloc(n ? n : 1, sizeof(*b->bufs));
-    if (b->results == NULL || b->bufs == NULL) {
-        free(b->results);
-        free(b->bufs);
-        free(b);
-        return -ENOMEM;
-    }
-    b->n = n;
-    b->cb = cb;
-    b->arg = arg;
-    b->first_id = h->next_req + 1;
-    h->next_req += n;
-    b->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
-    b->next = h->bcasts;
-    h->bcasts = b;
-    size_t k = 0;
-    for (unsigned i = 0; i < h->nports; i++) {
-        pm__port *d = &h->ports[i];
-        if (d->state != PM__PORT_READY)
-            continue;
-        pm_message *r = &b->results[k];
-        r->request_id = b->first_id + k;
-        k++;
-        pm__node_address(&h->names, d->index, d->incarnation, &r->from);
-        pm__node_address(&h->names, PM__NODE_MAIN, 0, &r->to);
-        r->kind = PM_MSG_REPLY;
-        r->error = RESULT_PENDING;
-        b->pending++;
-    }
-    /* Send after the snapshot is complete, so that a result arriving early
-     * (a synchronous failure below) finds every entry in place. One extra
-     * pending count guards b: it cannot complete (and be freed) before the
-     * loop is done with it. */
-    b->pending++;
-    k = 0;
-    for (unsigned i = 0; i < h->nports && k < n; i++) {
-        pm__port *d = &h->ports[i];
-        if (d->state != PM__PORT_READY)
-            continue;
-        uint64_t id = b->first_id + k;
-        k++;
-        int rc = bcast_send(h, d, b, id, data, len);
-        if (rc < 0)
-            bcast_result(h, id, rc, NULL, 0);
-    }
-    if (--b->pending == 0)
-        bcast_complete(h, b);
-    pm__hub_publish(h);
-    return 0;
-}

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hub.h - the router: frames enter and leave by ports, and the hub moves
  * them between ports, stamping each with the identity of the port it came in
@@ -6,8 +7,8 @@
  * A port is anything frames enter and leave by. Today: a local worker (its
  * ring pair, port index = slot index) and main, the supervisor itself
  * (PM__NODE_MAIN: frames for it are delivered to the application's
- * on_message callback or to a broadcast's results). A peer link to another
- * host will be one more kind.
+ * on_message callback, to a broadcast's results or to a request's
+ * callback). A peer link to another host will be one more kind.
  *
  * The hub knows nothing of processes, restarts or the loop: its owner (the
  * cluster) tells it when a port opens, becomes ready, stops or goes away
@@ -74,6 +75,38 @@ typedef struct pm__bcast {
     void *arg;
 } pm__bcast;
 
+/* A request from main to one worker (pm_cluster_request) whose callback
+ * has not run yet. Sent: it has an entry in its worker's in-flight table
+ * (requester PM__NODE_MAIN), which answers it -EHOSTDOWN when the worker
+ * dies. Waiting (any worker, none ready): it keeps a copy of its payload
+ * until a worker is ready or its deadline passes. */
+typedef struct pm__mreq {
+    struct pm__mreq *hnext; /* chain of its hash bucket (by id) */
+    struct pm__mreq *wnext; /* the waiting list, oldest first */
+    uint64_t id;            /* 1..INT_MAX: pm_cluster_request returns it as an int */
+    uint32_t port;          /* the worker it went to, or PM__MREQ_WAITING */
+    uint64_t target_inc;
+    int64_t deadline_ms;
+    void (*cb)(pm_cluster *, const pm_message *, void *);
+    void *arg;
+    unsigned char *data;    /* waiting only: the payload, copied */
+    size_t len;
+    int taken;              /* waiting, and being taken off the list */
+} pm__mreq;
+
+#define PM__MREQ_WAITING UINT32_MAX
+
+/* Runs an application callback with the hub's callback depth raised, so
+ * that pm_cluster_call from inside it is refused (-EDEADLK) instead of
+ * running the loop inside the loop. Every callback procmesh runs on the
+ * supervisor goes through it. */
+#define PM__APP_CALLBACK(h, call) \
+    do {                          \
+        (h)->cb_depth++;          \
+        call;                     \
+        (h)->cb_depth--;          \
+    } while (0)
+
 /* Where a port is in its life, as far as traffic goes. */
 enum pm__port_state {
     PM__PORT_CLOSED = 0,   /* no incarnation: nothing in, nothing out */
@@ -108,6 +141,8 @@ typedef struct pm__port {
     uint32_t ninflight;
     uint32_t inflight_cap;
     uint32_t requests_out; /* entries in any table with it as the requester */
+    uint32_t main_inflight; /* entries in its table from main (requests, broadcasts):
+                               the any-worker pick takes the fewest */
     uint64_t relayed;      /* frames relayed from it */
     uint64_t relayed_bytes;
     uint64_t undeliverable; /* notices sent to it */
@@ -131,6 +166,10 @@ typedef struct pm__hub_ops {
 
 #define PM__HUB_CONTROL_MAX 64u
 
+/* Main's broadcast ids start above every request id (1..INT_MAX), so an
+ * answer finds its request or its broadcast by its id alone. */
+#define PM__BCAST_ID_BASE ((uint64_t)1 << 32)
+
 typedef struct pm__hub {
     pm__port *ports;
     unsigned nports;
@@ -141,7 +180,17 @@ typedef struct pm__hub {
     void (*on_message)(pm_cluster *, const pm_message *, void *);
     void *on_message_arg;
     pm__bcast *bcasts;      /* broadcasts waiting for results */
-    uint64_t next_req;      /* main's request ids */
+    uint64_t next_req;      /* main's broadcast ids (above INT_MAX, PM__BCAST_ID_BASE) */
+    pm__mreq **mreqs;       /* main's requests by id (hash, mreq_buckets chains) */
+    size_t mreq_buckets;    /* a power of two, 0 before the first request */
+    size_t nmreqs;
+    pm__mreq *waiting;      /* requests for any worker while none is ready, FIFO */
+    pm__mreq *waiting_tail;
+    uint32_t mreq_last_id;  /* the last id handed out (ids wrap within 1..INT_MAX) */
+    unsigned mreq_rr;       /* the port picked last (round robin among ties) */
+    int64_t mreq_due_ms;    /* no request's deadline is earlier; 0 none */
+    int mreq_closed;        /* pm_cluster_terminate began: no new requests */
+    unsigned cb_depth;      /* application callbacks running (PM__APP_CALLBACK) */
     unsigned char *scratch; /* private copy of a frame delivered to main; in a
                                MADV_WIPEONFORK mapping (scratch_mapped) */
     int scratch_mapped;
@@ -187,6 +236,19 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
                       const void *data, size_t len);
 int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
                       void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg);
+/* Main's requests to one worker (pm_cluster_request): to NULL means any
+ * ready worker (the fewest of main's requests in flight, round robin among
+ * ties; none ready: it waits until one is, or its deadline). Returns the id
+ * (> 0) or a negative errno (then cb never runs); cb runs exactly once. */
+int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t len,
+                    int timeout_ms, void (*cb)(pm_cluster *, const pm_message *, void *),
+                    void *arg);
+/* Its callback runs now with -ECANCELED; a reply later is late. 0, or
+ * -ENOENT when id is not pending (answered, cancelled or never issued). */
+int pm__hub_cancel(pm__hub *h, uint64_t id);
+/* pm_cluster_terminate: every pending request of main gets -ECANCELED now,
+ * and new ones are refused (-ESHUTDOWN). */
+void pm__hub_cancel_all(pm__hub *h);
 /* Fork mode, in the child before the bootstrap runs: wipes every copy of
  * other workers' traffic the child inherited from the hub (queued frames,
  * broadcast replies; the scratch buffer is MADV_WIPEONFORK). */

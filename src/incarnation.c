@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * incarnation.c - starting one incarnation of a slot: its shared memory, its
  * environment and fds, the fork (and exec), and the fds the loop watches for
@@ -12,11 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
 #include "node.h"
 #include "notify.h"
+#include "seccomp_filter.h"
 #include "spawn.h"
 
 struct child_ctx {
@@ -26,8 +29,9 @@ struct child_ctx {
 
 /* Fork mode, in the child: drop everything of procmesh that is not this
  * slot's, join, run the bootstrap. */
-static void fork_child(void *arg)
+static void fork_child(void *arg, const pm__spawn_req *req)
 {
+    (void)req;
     struct child_ctx *x = arg;
     pm_cluster *c = x->c;
     for (unsigned i = 0; i < c->nslots; i++) {
@@ -54,10 +58,58 @@ static void fork_child(void *arg)
         munmap(x->own->link.map, x->own->link.map_size);
     if (rc < 0)
         _exit(125);
+    /* Joined: now the worker gives up what it will not need (user,
+     * no_new_privs, seccomp), before the application's code runs. */
+    if (pm__child_privileges(req) < 0)
+        _exit(127);
     int code = c->o->bootstrap(&node, c->o->bootstrap_arg);
     fflush(stdout);
     fflush(stderr);
     _exit(code & 0xff);
+}
+
+/* The privilege steps of s's worker (pm__child_privileges). The filter is
+ * built on the first start, here in the supervisor (libseccomp is not
+ * async-signal-safe), and kept for every later one. 0 or -errno. */
+static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
+{
+    pm_options *o = c->o;
+    if (o->uid_count > 0) {
+        req->set_ids = 1;
+        req->uid = o->uid_first + s->index;
+        req->gid = o->set_user ? o->gid : (gid_t)req->uid;
+    } else if (o->set_user) {
+        req->set_ids = 1;
+        req->uid = o->uid;
+        req->gid = o->gid;
+    }
+    req->no_new_privs = o->no_new_privs;
+    if (o->protect_supervisor) {
+        /* Before the first worker exists, so none of them ever sees a
+         * dumpable supervisor; idempotent, one system call per start. */
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+            return -errno;
+        /* A fork child inherits it: give the worker its own core dumps
+         * back, unless a credential change made it non-dumpable anyway
+         * (its memory is a copy of ours; other workers under the same uid
+         * must not read it). exec resets it by itself. */
+        req->dumpable = o->exec_path == NULL && !req->set_ids;
+    }
+    if (o->seccomp != PM_SECCOMP_OFF) {
+        if (o->seccomp_prog == NULL) {
+            pm__seccomp_prog *p = calloc(1, sizeof(*p));
+            if (p == NULL)
+                return -ENOMEM;
+            int rc = pm__seccomp_build(o->seccomp, o->seccomp_action, c->self, p);
+            if (rc < 0) {
+                free(p);
+                return rc;
+            }
+            o->seccomp_prog = p;
+        }
+        req->seccomp = o->seccomp_prog;
+    }
+    return 0;
 }
 
 /* Starts the next incarnation of s. Returns 0, or -errno with nothing left
@@ -95,6 +147,9 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     req.rlimit_set = c->o->rlimit_set;
     req.rlimit_soft = c->o->rlimit_soft;
     req.rlimit_hard = c->o->rlimit_hard;
+    rc = privileges(c, s, &req);
+    if (rc < 0)
+        goto fail;
     struct child_ctx ctx = {c, s};
     int fds[PM__MAX_PASS_FDS + 3];
     if (c->o->exec_path != NULL) {
@@ -136,6 +191,8 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     } else {
         req.child = fork_child;
         req.ctx = &ctx;
+        req.ctx_size = sizeof(ctx);
+        req.scrub_to = c->entry_cfa;
     }
     pid = pm__spawn(&req);
     if (pid < 0) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * internal.h - what every module of libprocmesh shares and nothing installs.
  *

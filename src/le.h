@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* le.h - little-endian put/get of 16/32/64-bit values: the one byte-order helper of every wire format. */
 #ifndef PM_LE_H
 #define PM_LE_H

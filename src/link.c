@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* link.c - a worker's shared memory and doorbells; see link.h. */
 #define _GNU_SOURCE
 #include "link.h"

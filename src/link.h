@@ -1,8 +1,10 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * link.h - one worker's link to the hub: a sealed memfd holding a control
  * block and two rings, plus two eventfd doorbells.
  *
- *   [0, 4096)                        control block (hub writes, worker reads)
+ *   [0, 4096)                        control block (hub writes, worker reads;
+ *                                    its crash record: the reverse)
  *   [4096, 4096 + R)                 ring "down": hub -> worker
  *   [4096 + R, 4096 + 2R)            ring "up":   worker -> hub
  *   (R = pm__ring_region_size(cap))
@@ -10,11 +12,14 @@
  * hub_efd: the hub parks on it; the worker writes it. node_efd: the reverse.
  * The worker trusts the hub (it is its parent and its supervisor) and reads
  * the geometry from the control block; the hub never reads back anything
- * from this memory except through its validated ring ends.
+ * from this memory except through its validated ring ends, and the
+ * supervisor reads the crash record once, after the reap, as a copy it
+ * validates (crash.h).
  */
 #ifndef PM_LINK_H
 #define PM_LINK_H
 
+#include "crash.h"
 #include "ring.h"
 
 #define PM__CTL_MAGIC 0x6c7468686d707070ull /* "ppmhhtl" */
@@ -42,7 +47,12 @@ struct pm__ctl {
      * can do more than make it look alive or hung. */
     _Alignas(128) _Atomic uint64_t beats;
     _Atomic uint32_t waiting; /* 1 while blocked in pm_node_recv */
+    /* Written only by the worker's fatal-signal handler (node.c), read by
+     * the supervisor once after the reap (crash.c). Its own cache lines:
+     * nothing the hub writes shares them. */
+    _Alignas(128) struct pm__crash_rec crash;
 };
+_Static_assert(sizeof(struct pm__ctl) <= PM__CTL_SIZE, "the control block fits its page");
 
 typedef struct pm__link {
     int memfd;

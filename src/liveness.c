@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * liveness.c - hung workers and a stalled supervisor: the periodic check of
  * every ready worker's progress counter (or notify WATCHDOG=1), and of the
@@ -63,7 +64,7 @@ void pm__liveness_check(pm_cluster *c, uint64_t now)
                 ev.delay_ms = stall > UINT32_MAX ? UINT32_MAX : (uint32_t)stall;
                 ev.reason_code = suspended > late ? PM_REASON_SUSPEND : PM_REASON_STALL;
                 ev.reason = pm_reason_name(ev.reason_code);
-                c->o->on_event(c, &ev, c->o->on_event_arg);
+                PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
             }
         }
     }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * loop.c - readiness loop on io_uring, with an epoll fallback.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * loop.h - the supervisor's readiness loop: one-shot "tell me when this fd is
  * readable" requests, identified by a 64-bit tag, on io_uring; epoll when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* node.h - the worker side of a link (struct pm_node). */
 #ifndef PM_NODE_H
 #define PM_NODE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* notify.c - the sd_notify readiness socket of an incarnation, and its pure datagram parser. */
 #define _GNU_SOURCE
 #include "internal.h"

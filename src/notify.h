@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * notify.h - readiness by the sd_notify protocol: one abstract datagram
  * socket per incarnation (NOTIFY_SOCKET), and a pure parser of what a

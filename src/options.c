@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * options.c - pm_options: setters with range checks, validation of the
  * combination, deep copy, and the "auto" worker count.
@@ -14,6 +15,7 @@
 
 #include "defaults.h"
 #include "ring.h"
+#include "seccomp_filter.h"
 
 PM_EXTERN pm_options *pm_options_new(void)
 {
@@ -38,6 +40,10 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->drain_timeout_ms = PM__DEFAULT_DRAIN_TIMEOUT_MS;
     o->fence_not_draining = PM__DEFAULT_FENCE_NOT_DRAINING;
     o->ready_mode = PM__DEFAULT_READY_MODE;
+    o->no_new_privs = PM__DEFAULT_NO_NEW_PRIVS;
+    o->protect_supervisor = PM__DEFAULT_PROTECT_SUPERVISOR;
+    o->seccomp = PM__DEFAULT_SECCOMP;
+    o->seccomp_action = PM__DEFAULT_SECCOMP_ACTION;
     return o;
 }
 
@@ -57,6 +63,10 @@ PM_EXTERN void pm_options_free(pm_options *o)
     free(o->exec_path);
     free_argv(o->exec_argv);
     free(o->init_data);
+    if (o->seccomp_prog != NULL) {
+        pm__seccomp_free(o->seccomp_prog);
+        free(o->seccomp_prog);
+    }
     free(o);
 }
 
@@ -316,6 +326,76 @@ PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on)
     return 0;
 }
 
+/* ------------------------------------------------------------------ privileges */
+
+PM_EXTERN int pm_options_set_user(pm_options *o, uid_t uid, gid_t gid)
+{
+    if (o == NULL)
+        return -EINVAL;
+    if (uid == (uid_t)-1 && gid == (gid_t)-1) {
+        o->set_user = 0;
+        return 0;
+    }
+    /* 0 would be no drop at all; -1 means "unchanged" to setresuid. */
+    if (uid == 0 || gid == 0 || uid == (uid_t)-1 || gid == (gid_t)-1)
+        return -EINVAL;
+    o->set_user = 1;
+    o->uid = uid;
+    o->gid = gid;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_uid_range(pm_options *o, uid_t first, unsigned count)
+{
+    if (o == NULL)
+        return -EINVAL;
+    if (count == 0) {
+        o->uid_count = 0;
+        return 0;
+    }
+    /* The last uid, first + count - 1, must stay below (uid_t)-1. */
+    if (first == 0 || count > PM_MAX_WORKERS || first > (uid_t)-1 - count)
+        return -EINVAL;
+    o->uid_first = first;
+    o->uid_count = count;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_no_new_privs(pm_options *o, int on)
+{
+    if (o == NULL || (on != 0 && on != 1))
+        return -EINVAL;
+    o->no_new_privs = on;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_protect_supervisor(pm_options *o, int on)
+{
+    if (o == NULL || (on != 0 && on != 1))
+        return -EINVAL;
+    o->protect_supervisor = on;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_seccomp(pm_options *o, int level)
+{
+    if (o == NULL ||
+        (level != PM_SECCOMP_OFF && level != PM_SECCOMP_BASIC && level != PM_SECCOMP_STRICT))
+        return -EINVAL;
+    if (level != PM_SECCOMP_OFF && !pm__seccomp_available())
+        return -ENOTSUP; /* built without libseccomp */
+    o->seccomp = level;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action)
+{
+    if (o == NULL || (action != PM_SECCOMP_ERRNO && action != PM_SECCOMP_KILL))
+        return -EINVAL;
+    o->seccomp_action = action;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ CPUs */
 
 int pm__cpu_max_parse(const char *text)
@@ -467,6 +547,32 @@ static int why_fmt(char *why, size_t size, const char *fmt, ...)
     return -EINVAL;
 }
 
+/* The privilege options against each other and against who we run as. */
+static int validate_privileges(const pm_options *o, int workers, char *why, size_t size)
+{
+    uid_t me = geteuid();
+    int drop = o->set_user || o->uid_count > 0;
+    if (drop && me != 0) {
+        (void)why_fmt(why, size, "%s: changing the workers' user needs root; procmesh runs as uid %u",
+                      o->set_user ? "user" : "uid_range", (unsigned)me);
+        return -EPERM;
+    }
+    if (o->uid_count > 0 && o->uid_count < (unsigned)workers)
+        return why_fmt(why, size, "uid_range: %u uids from %u for %d workers; every slot needs its own",
+                       o->uid_count, (unsigned)o->uid_first, workers);
+    if (o->seccomp != PM_SECCOMP_OFF && !pm__seccomp_available())
+        return why_fmt(why, size, "seccomp: procmesh was built without libseccomp");
+    if (o->seccomp == PM_SECCOMP_STRICT && o->exec_path != NULL)
+        return why_fmt(why, size, "seccomp: strict is for fork-mode workers (an exec'd program's "
+                                  "loader needs more calls); use basic in exec mode");
+    /* Without no_new_privs the kernel loads a filter only for a holder of
+     * CAP_SYS_ADMIN, which a worker gives up with its uid. */
+    if (o->seccomp != PM_SECCOMP_OFF && !o->no_new_privs && (drop || me != 0))
+        return why_fmt(why, size, "seccomp: needs no_new_privs when the workers %s",
+                       drop ? "change user" : "do not run as root");
+    return 0;
+}
+
 PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
 {
     if (why != NULL && size > 0)
@@ -496,7 +602,7 @@ PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
         for (size_t j = 0; j < i; j++)
             if (o->pass_fds[i] == o->pass_fds[j])
                 return why_fmt(why, size, "pass_fds: fd %d is given twice", o->pass_fds[i]);
-    return 0;
+    return validate_privileges(o, workers, why, size);
 }
 
 pm_options *pm__options_dup(const pm_options *o)
@@ -508,6 +614,7 @@ pm_options *pm__options_dup(const pm_options *o)
     c->exec_path = NULL;
     c->exec_argv = NULL;
     c->init_data = NULL;
+    c->seccomp_prog = NULL; /* built for one supervisor; the copy builds its own */
     if (o->exec_path != NULL && pm_options_set_exec(c, o->exec_path, o->exec_argv) < 0)
         goto fail;
     if (o->init_len > 0 && pm_options_set_init_data(c, o->init_data, o->init_len) < 0)

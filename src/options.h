@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* options.h - the pm_options object, shared by the supervisor modules. */
 #ifndef PM_OPTIONS_H
 #define PM_OPTIONS_H
@@ -55,9 +56,23 @@ struct pm_options {
     void *on_event_arg;
     void (*on_message)(pm_cluster *, const pm_message *, void *);
     void *on_message_arg;
+    /* Privileges (spawn.c pm__child_privileges). */
+    int set_user;                   /* uid/gid given */
+    uid_t uid;
+    gid_t gid;
+    uid_t uid_first;                /* uid_count > 0: slot i runs as uid_first + i */
+    unsigned uid_count;
+    int no_new_privs;
+    int protect_supervisor;
+    int seccomp;                    /* PM_SECCOMP_* */
+    int seccomp_action;
+    /* The cluster's copy only: the filter, built once for its supervisor
+     * (incarnation.c) and freed with the options. NULL in the user's. */
+    struct pm__seccomp_prog *seccomp_prog;
 };
 
-/* Deep copy (the cluster keeps its own). NULL on ENOMEM. */
+/* Deep copy (the cluster keeps its own; never the built filter). NULL on
+ * ENOMEM. */
 pm_options *pm__options_dup(const pm_options *o);
 
 /* The worker count options ask for, with auto resolved. */

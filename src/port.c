@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * port.c - a local worker's port: the hub's side of its ring pair. Reads the
  * worker's up ring (copy, validate, stamp the source from the ring), hands

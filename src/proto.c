@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* proto.c - handshake payloads and frame send/receive over a ring. */
 #include "internal.h"
 #include "le.h"

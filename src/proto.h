@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proto.h - the handshake between a worker and the hub, on top of frames.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* query.c - what the application may ask of a running cluster: sizes, addresses, slot info, counters. */
 #define _GNU_SOURCE
 #include "cluster.h"
@@ -81,6 +82,8 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
     info->last_fence_reason = s->last_fence_reason != 0 ? pm_reason_name(s->last_fence_reason) : NULL;
     info->fences = s->fences;
     info->kill_pending = s->kill_sent && pm__slot_has_process(s);
+    if (s->crash != NULL)
+        info->last_crash = *s->crash;
     if (s->link.map != NULL)
         info->waiting = atomic_load_explicit(&((const struct pm__ctl *)s->link.map)->waiting,
                                              memory_order_relaxed) != 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* reason.c - the one table of event and fence reason strings (enum pm_reason). */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ring.c - SPSC frame ring in shared memory; see ring.h for the layout and
  * doc/design.md for the rules the two ends follow.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ring.h - a single-producer/single-consumer ring of variable-length frames
  * in shared memory, between two processes that do not trust each other.

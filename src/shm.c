@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm.c - sealed memfd shared memory. */
 #define _GNU_SOURCE
 #include "internal.h"

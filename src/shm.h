@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * shm.h - sealed shared-memory objects (memfd) for rings and control blocks.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* slot.c - the slot lifecycle table; see slot.h. */
 #include "internal.h"
 #include "slot.h"

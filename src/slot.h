@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * slot.h - the slot lifecycle as an explicit state x event table (after
  * s6-supervise's actions[][]). Pure data: the supervisor (cluster.c) feeds

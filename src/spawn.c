@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * spawn.c - forking workers without leaking anything into them.
  *
@@ -13,11 +14,13 @@
 #include "spawn.h"
 
 #include "node.h" /* PM__NODE_ENV */
+#include "seccomp_filter.h"
 
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -61,6 +64,47 @@ static void die_with_parent(pid_t parent)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
         _exit(127);
+}
+
+int pm__child_privileges(const pm__spawn_req *r)
+{
+    if (r->set_ids) {
+        /* Raw system calls: they change this thread only, which in a fork
+         * child is the whole process, and are async-signal-safe (glibc's
+         * setuid takes locks to reach every thread). Groups first, then the
+         * gid, then the uid: once the uid is dropped nothing else may
+         * change. setres*id sets the saved ids too, so nothing can be
+         * taken back. */
+        if (syscall(SYS_setgroups, 0, NULL) < 0 ||
+            syscall(SYS_setresgid, r->gid, r->gid, r->gid) < 0 ||
+            syscall(SYS_setresuid, r->uid, r->uid, r->uid) < 0)
+            return -errno;
+        uid_t ru, eu, su;
+        gid_t rg, eg, sg;
+        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0)
+            return -errno;
+        if (ru != r->uid || eu != r->uid || su != r->uid || rg != r->gid || eg != r->gid ||
+            sg != r->gid)
+            return -EPERM;
+        /* Root is gone for good: getting it back must fail. */
+        if (syscall(SYS_setresuid, 0, 0, 0) == 0)
+            return -EPERM;
+        /* A credential change clears the parent-death signal: arm it again,
+         * and check again that the supervisor did not die meanwhile. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+            return -errno;
+        if (getppid() != r->parent)
+            return -ESRCH;
+    }
+    if (r->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -errno;
+    if (r->dumpable && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+        return -errno;
+    /* Last: every call above would otherwise have to be allowed by the
+     * filter, and under strict they are not. */
+    if (r->seccomp != NULL)
+        return pm__seccomp_load(r->seccomp);
+    return 0;
 }
 
 struct linux_dirent64 {
@@ -182,6 +226,9 @@ static void exec_child(const pm__spawn_req *r)
     /* Everything else procmesh or the application had open is closed by the
      * exec; the error pipe too, which is how the parent learns it worked. */
     cloexec_from(top);
+    int rc = pm__child_privileges(r);
+    if (rc < 0)
+        child_fail(pipe_fd, -rc);
     execve(r->path, r->argv, r->envp);
     child_fail(pipe_fd, errno);
 }
@@ -265,6 +312,162 @@ static pid_t fork_into(const pm__spawn_req *r, int *placed)
     return fork();
 }
 
+/* Fork mode: the child is a copy of the supervisor, dead stack included.
+ * Below the stack pointer lie the frames of the supervisor's earlier calls
+ * (ring reads, message callbacks, the user's own code), and with them
+ * copies of other workers' traffic that the worker's code could read. They
+ * are zeroed here: every resident page from this frame down to the first
+ * page the supervisor never touched (a stack is used contiguously from the
+ * top, so that page is where its dead frames end; below it lies the
+ * unmapped gap or a thread's guard page, which the walk must not pass).
+ * A page swapped out stops the walk early: accepted, the scan of a swapped
+ * page would need the swap device. Signals are blocked by the caller, so
+ * no handler frame is being written where the loop writes. No function is
+ * called while the pages below are written (mincore's wrapper frame lies
+ * in the page it asks about, dead before that page is cleared); not
+ * instrumented, as a sanitizer would check these writes against the
+ * shadow of frames that no longer exist. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("address", "undefined")))
+#endif
+#endif
+__attribute__((noinline)) static void wipe_dead_stack(void)
+{
+    volatile unsigned char near[8192];
+    for (size_t i = 0; i < sizeof(near); i++)
+        near[i] = 0;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)&near[0] & ~(page - 1);
+    /* 8 MiB, the usual stack rlimit: a bound, not an expectation. */
+    for (unsigned n = 0; n < (8u << 20) / page; n++) {
+        unsigned char vec;
+        a -= page;
+        if (mincore((void *)a, page, &vec) != 0 || (vec & 1) == 0)
+            break;
+        volatile uint64_t *w = (volatile uint64_t *)a;
+        for (size_t i = 0; i < page / sizeof(*w); i++)
+            w[i] = 0;
+    }
+}
+
+/* Fork mode: the child starts with the supervisor's registers, and the
+ * vector registers hold whatever its last memcpy moved (up to 64 bytes of
+ * a payload in a zmm register). They do not stay there: the first call the
+ * child makes through a not yet bound PLT entry runs the dynamic linker's
+ * _dl_runtime_resolve_xsave, which stores every vector register on the
+ * stack, and so does any signal delivery; check_hostile's scan found
+ * another worker's message on a replacement's stack that way. They are
+ * cleared before anything else runs. General-purpose registers keep their
+ * values (addresses and counters, 8 bytes each): accepted. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx"))) static void clear_ymm(void)
+{
+    __asm__ volatile("vzeroall" ::: "memory"); /* ymm0-15, and zmm0-15 whole */
+}
+
+__attribute__((target("avx512f"))) static void clear_zmm_high(void)
+{
+    __asm__ volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\tvpxord %%zmm17, %%zmm17, %%zmm17\n\t"
+                     "vpxord %%zmm18, %%zmm18, %%zmm18\n\tvpxord %%zmm19, %%zmm19, %%zmm19\n\t"
+                     "vpxord %%zmm20, %%zmm20, %%zmm20\n\tvpxord %%zmm21, %%zmm21, %%zmm21\n\t"
+                     "vpxord %%zmm22, %%zmm22, %%zmm22\n\tvpxord %%zmm23, %%zmm23, %%zmm23\n\t"
+                     "vpxord %%zmm24, %%zmm24, %%zmm24\n\tvpxord %%zmm25, %%zmm25, %%zmm25\n\t"
+                     "vpxord %%zmm26, %%zmm26, %%zmm26\n\tvpxord %%zmm27, %%zmm27, %%zmm27\n\t"
+                     "vpxord %%zmm28, %%zmm28, %%zmm28\n\tvpxord %%zmm29, %%zmm29, %%zmm29\n\t"
+                     "vpxord %%zmm30, %%zmm30, %%zmm30\n\tvpxord %%zmm31, %%zmm31, %%zmm31" ::
+                         : "memory");
+}
+
+static void clear_vector_registers(void)
+{
+    if (__builtin_cpu_supports("avx")) {
+        clear_ymm();
+        if (__builtin_cpu_supports("avx512f"))
+            clear_zmm_high();
+        return;
+    }
+    __asm__ volatile("pxor %%xmm0, %%xmm0\n\tpxor %%xmm1, %%xmm1\n\tpxor %%xmm2, %%xmm2\n\t"
+                     "pxor %%xmm3, %%xmm3\n\tpxor %%xmm4, %%xmm4\n\tpxor %%xmm5, %%xmm5\n\t"
+                     "pxor %%xmm6, %%xmm6\n\tpxor %%xmm7, %%xmm7\n\tpxor %%xmm8, %%xmm8\n\t"
+                     "pxor %%xmm9, %%xmm9\n\tpxor %%xmm10, %%xmm10\n\tpxor %%xmm11, %%xmm11\n\t"
+                     "pxor %%xmm12, %%xmm12\n\tpxor %%xmm13, %%xmm13\n\tpxor %%xmm14, %%xmm14\n\t"
+                     "pxor %%xmm15, %%xmm15" ::
+                         : "memory");
+}
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+static void clear_vector_registers(void)
+{
+    /* A write to a V register also zeroes the upper part of its SVE Z
+     * register. */
+    __asm__ volatile("movi v0.16b, #0\n\tmovi v1.16b, #0\n\tmovi v2.16b, #0\n\tmovi v3.16b, #0\n\t"
+                     "movi v4.16b, #0\n\tmovi v5.16b, #0\n\tmovi v6.16b, #0\n\tmovi v7.16b, #0\n\t"
+                     "movi v8.16b, #0\n\tmovi v9.16b, #0\n\tmovi v10.16b, #0\n\tmovi v11.16b, #0\n\t"
+                     "movi v12.16b, #0\n\tmovi v13.16b, #0\n\tmovi v14.16b, #0\n\tmovi v15.16b, #0\n\t"
+                     "movi v16.16b, #0\n\tmovi v17.16b, #0\n\tmovi v18.16b, #0\n\tmovi v19.16b, #0\n\t"
+                     "movi v20.16b, #0\n\tmovi v21.16b, #0\n\tmovi v22.16b, #0\n\tmovi v23.16b, #0\n\t"
+                     "movi v24.16b, #0\n\tmovi v25.16b, #0\n\tmovi v26.16b, #0\n\tmovi v27.16b, #0\n\t"
+                     "movi v28.16b, #0\n\tmovi v29.16b, #0\n\tmovi v30.16b, #0\n\tmovi v31.16b, #0" ::
+                         : "memory");
+}
+#else
+static void clear_vector_registers(void)
+{
+    /* Other architectures: not done (see above); said in doc/design.md. */
+}
+#endif
+
+/* Fork mode: the frames above the child's, from pm__spawn's up to the
+ * library's entry point, were live in the supervisor when it forked; their
+ * unused parts (arrays a function never filled, padding) still hold what
+ * earlier calls left there, traffic included. The child never returns into
+ * them, so they are zeroed: [from, to) where from is the CFA of the
+ * caller's frame (nothing of the caller lives below it) and to the CFA the
+ * public entry noted. Same care as wipe_dead_stack. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("address", "undefined")))
+#endif
+#endif
+__attribute__((noinline)) static void wipe_live_frames(char *from, char *to)
+{
+    if (to == NULL || to <= from || (size_t)(to - from) > (8u << 20))
+        return;
+    for (volatile char *p = from; p < to; p++)
+        *p = 0;
+}
+
+/* The fork-mode child: everything it needs of r copied onto its own frame,
+ * with signals blocked (no handler frame on the stack being zeroed), the
+ * supervisor's stack cleaned above and below, then the bootstrap. */
+__attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_req *r)
+{
+    clear_vector_registers();
+    sigset_t all, mask = *r->mask;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    _Alignas(16) unsigned char ctx[PM__SPAWN_CTX_MAX];
+    if (r->ctx_size > sizeof(ctx))
+        _exit(127);
+    memcpy(ctx, r->ctx, r->ctx_size);
+    pm__spawn_req req = *r;
+    req.mask = &mask;
+    req.ctx = ctx;
+    char *to = r->scrub_to;
+    /* r points into a frame about to be zeroed: not used past here. */
+    wipe_dead_stack();
+    wipe_live_frames(__builtin_dwarf_cfa(), to);
+    sigprocmask(SIG_SETMASK, &mask, NULL);
+    die_with_parent(req.parent);
+    /* The child function calls pm__child_privileges itself, once
+     * procmesh's own side of the worker (the handshake, the crash handler,
+     * which loads libgcc for its unwinder) is set up and before the
+     * application's bootstrap runs: a strict seccomp filter admits the
+     * bootstrap's calls, not the join's. */
+    req.child(ctx, &req);
+    _exit(127); /* not reached */
+}
+
 pid_t pm__spawn(const pm__spawn_req *r)
 {
     if (r->path != NULL && r->nfds > 64 + 8)
@@ -278,6 +481,12 @@ pid_t pm__spawn(const pm__spawn_req *r)
         return -errno;
     if (pid > 0)
         return pid;
+    /* Fork mode: the registers are cleared before the containment step
+     * too, whose first calls (setpgid, setrlimit) may go through a PLT
+     * entry the supervisor never bound, and the resolver stores every
+     * vector register on the stack (see clear_vector_registers). */
+    if (r->path == NULL)
+        clear_vector_registers();
     int err = pm__child_contain(r, placed);
     if (err != 0) {
         if (r->path != NULL)
@@ -286,10 +495,7 @@ pid_t pm__spawn(const pm__spawn_req *r)
     }
     if (r->path != NULL)
         exec_child(r);
-    sigprocmask(SIG_SETMASK, r->mask, NULL);
-    die_with_parent(r->parent);
-    r->child(r->ctx);
-    _exit(127); /* not reached */
+    fork_child_main(r);
 }
 
 /* ------------------------------------------------------------------ exec environment */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * spawn.h - fork a worker: the child-side set-up that must happen between
  * fork and exec (or the bootstrap), and nothing else.
@@ -11,6 +12,10 @@
 #include "procmesh.h"
 #include "cgroup.h"
 
+#define PM__SPAWN_CTX_MAX 64
+
+struct pm__seccomp_prog;
+
 typedef struct pm__spawn_req {
     pid_t parent;          /* the supervisor: the child dies with it */
     const sigset_t *mask;  /* signal mask to restore in the child */
@@ -23,25 +28,53 @@ typedef struct pm__spawn_req {
     int err_pipe;          /* write end, close-on-exec: gets errno if exec fails */
     char *pid_digits;      /* if set: 11 bytes inside an envp string, filled with
                               the child's own pid (LISTEN_PID) and a NUL */
-    /* fork mode (path == NULL): runs in the child, never returns */
-    void (*child)(void *ctx);
-    void *ctx;
+    /* fork mode (path == NULL): runs in the child, never returns; it gets
+     * the child's own copy of this request and calls
+     * pm__child_privileges() with it after procmesh's join and before the
+     * application's code. ctx is copied (ctx_size <= PM__SPAWN_CTX_MAX)
+     * onto the child's own frame before the supervisor's frames are
+     * zeroed, so it must not point into the caller's stack. */
+    void (*child)(void *ctx, const struct pm__spawn_req *r);
+    const void *ctx;
+    size_t ctx_size;
+    /* fork mode: the supervisor's frames from pm__spawn's up to here (a
+     * CFA noted by PM__ENTER) are zeroed in the child; NULL: only the dead
+     * stack below is. */
+    void *scrub_to;
     /* containment (pm__child_contain) */
     const pm__cg_slot *cg;              /* the slot's cgroup, or NULL (process group only) */
     const unsigned char *rlimit_set;    /* PM__MAX_RLIMIT entries, or NULL */
     const uint64_t *rlimit_soft;        /* UINT64_MAX: unlimited */
     const uint64_t *rlimit_hard;
+    /* privileges (pm__child_privileges), in the order they are applied */
+    int set_ids;           /* drop to uid/gid (the supervisor is root) */
+    uid_t uid;
+    gid_t gid;
+    int no_new_privs;      /* PR_SET_NO_NEW_PRIVS */
+    int dumpable;          /* PR_SET_DUMPABLE 1 again: the supervisor made itself
+                              non-dumpable and a fork child inherits that */
+    struct pm__seccomp_prog *seccomp; /* loaded last; NULL: none */
 } pm__spawn_req;
 
 /* In the child, the first thing after fork: its own process group, the
  * slot's cgroup (v2, and the v1 controllers of the limits) unless clone3
- * already put it there (placed), the rlimits. Async-signal-safe. 0 or an
+ * already put it there (placed), the rlimits. Before pm__child_privileges
+ * (a cgroup.procs write or a raised hard rlimit may need the root the
+ * privilege step gives up) and, in fork mode, before the stack scrubbing
+ * and the bootstrap. Async-signal-safe. 0 or an
  * errno (positive, as the exec error pipe carries it). */
 int pm__child_contain(const pm__spawn_req *r, int placed);
 
 /* Forks. Returns the child's pid to the parent, or -errno. The exec-mode
  * child performs only async-signal-safe calls before execve. */
 pid_t pm__spawn(const pm__spawn_req *r);
+
+/* The child's last steps before exec (or the bootstrap): its user, then
+ * no_new_privs, dumpability, and the seccomp filter, from r. Called once in
+ * each child: by pm__spawn just before execve in exec mode, by the child
+ * function after the join in fork mode. Async-signal-safe. 0 or -errno
+ * (the caller exits; exec mode reports the errno through the error pipe). */
+int pm__child_privileges(const pm__spawn_req *r);
 
 /* Marks every open fd numbered first or above close-on-exec, as listed by
  * /proc/self/fd, whatever its number: the fallback of the exec child for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * turn.c - one turn of the supervisor's loop: wait for readiness, turn each
  * completion into a slot event or a port service, fire the due deadlines,
@@ -284,6 +285,7 @@ PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
     uint64_t end = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
     int rc = 0;
     c->last_signal = 0;
+    PM__ENTER(c);
     for (;;) {
         int wait = -1;
         if (timeout_ms >= 0) {
@@ -302,6 +304,7 @@ PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
         if (timeout_ms >= 0 && pm__now_ms() >= end)
             break;
     }
+    PM__LEAVE(c);
     pm__loop_flush(&c->loop);
     pm__cluster_rearm_timer(c);
     return rc;

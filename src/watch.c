@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* watch.c - application fds watched by the supervisor's loop (pm_cluster_watch_fd). */
 #define _GNU_SOURCE
 #include "cluster.h"
@@ -80,5 +81,5 @@ void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen)
     if (w->fd < 0 || gen != w->gen)
         return; /* unwatched meanwhile */
     w->armed = 0;
-    w->cb(c, w->fd, w->arg);
+    PM__APP_CALLBACK(&c->hub, w->cb(c, w->fd, w->arg));
 }

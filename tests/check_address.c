@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* check_address.c - pm_address text form, pm_strerror, pm_version_string. */
 #include "helpers.h"
 

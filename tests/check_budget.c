@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* check_budget.c - the pure parts of the supervisor: restart budget,
  * backoff arithmetic and the slot state x event table. Exact, no clock. */
 #include "helpers.h"

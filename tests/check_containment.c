@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_containment.c - what a worker holds and what the supervisor takes
  * back: the exact fd set and mappings of a fork-mode and an exec-mode

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_daemon.c - the procmesh program: its configuration (flags,
  * environment, errors), log lines and HTTP parsing exactly, then the real

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* check_frame.c - the frame header codec. */
 #include "helpers.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_liveness.c - heartbeats, hung workers, fencing, supervisor stalls,
  * supervisor death, and a torture loop of random signals under load. Real
@@ -23,6 +24,7 @@ enum role {
     L_FLOOD_NO_BEAT,   /* incarnation 1 floods slot 1 through the raw ring, never beating */
     L_COUNT,           /* counts frames from slot 0 incarnation 1, reports on "count" */
     L_NO_PDEATHSIG,    /* clears PDEATHSIG; exits 9 when recv says -ESHUTDOWN */
+    L_FLOOD_MAIN,      /* incarnation 1 floods main through the raw ring, never beating */
 };
 
 static int role[8];
@@ -38,6 +40,9 @@ static int stalls;
 static uint32_t stall_ms;
 static char stall_reason[32];
 static char report[128];
+/* L_FLOOD_MAIN: frames from slot 0's first incarnation that main got after
+ * its FENCED event. */
+static unsigned main_after_fence;
 
 static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
@@ -66,6 +71,16 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
 {
     (void)c;
     (void)arg;
+    if (m->from.port == 1 && m->from.incarnation == 1 && m->len == 8) {
+        main_after_fence += fenced[0] > 0; /* a flood frame */
+        /* A slow reader (20 us a frame), so the flooder keeps its ring full
+         * whatever the scheduler does: there is always something left to
+         * read when it is fenced. */
+        uint64_t until = pm_test_now_ns() + 20000;
+        while (pm_test_now_ns() < until)
+            ;
+        return;
+    }
     snprintf(report, sizeof(report), "%.*s", (int)m->len, (const char *)m->data);
 }
 
@@ -76,6 +91,7 @@ static pm_options *opts(int workers, int hb_ms)
     memset(fence_reason, 0, sizeof(fence_reason));
     report[0] = '\0';
     stalls = 0;
+    main_after_fence = 0;
     pm_options *o = pm_options_new();
     pm_options_set_workers(o, workers);
     pm_options_set_heartbeat_timeout_ms(o, hb_ms);
@@ -158,14 +174,14 @@ static int worker(pm_node *n, void *arg)
             ctl[i] = (unsigned char)pm_test_rand(&seed);
         spin_forever();
     }
-    if (first && r == L_FLOOD_NO_BEAT) {
+    if (first && (r == L_FLOOD_NO_BEAT || r == L_FLOOD_MAIN)) {
         pm_message m;
         if (pm_node_recv(n, &m, 10000) != 0) /* "start" */
             return 40;
         pm__frame_hdr h;
         memset(&h, 0, sizeof(h));
         h.type = PM__FT_MSG;
-        h.dst = 1;
+        h.dst = r == L_FLOOD_MAIN ? PM__NODE_MAIN : 1;
         for (uint64_t seq = 0;; seq++) {
             /* Raw ring writes: no heartbeat, so the hub fences us while we
              * are still writing. */
@@ -303,6 +319,32 @@ START_TEST(test_fenced_frames_never_relayed)
     ck_assert_str_eq(report, want);
     /* Slot 0's replacement is ready (readies[0] >= 2) and slot 1 answered:
      * both end on SIGTERM. */
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_fenced_frames_never_reach_main)
+{
+    /* The same fence, with main as the destination: main never holds a
+     * sender back (on_message runs in the hub's read) and reads slowly, so
+     * the flooder's ring is still full of frames when it is fenced, and
+     * reading it even once more (say when its exit is reaped) would hand
+     * them to main. None may arrive after the FENCED event. */
+    memset(role, 0, sizeof(role));
+    role[0] = L_FLOOD_MAIN;
+    pm_options *o = opts(1, 300);
+    pm_options_set_bootstrap(o, worker, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address a0 = slot_addr(0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "start", 5), 0);
+    RUN_UNTIL(c, readies[0] >= 2, 10000);
+    ck_assert_str_eq(fence_reason[0], "heartbeat");
+    ck_assert_uint_gt(relayed_at_fence, 0);
+    ck_assert_int_eq(pm_cluster_run(c, 300), 0);
+    ck_assert_msg(main_after_fence == 0, "%u frames of the fenced incarnation reached main",
+                  main_after_fence);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -568,6 +610,7 @@ int main(void)
     PM_ADD_TEST(s, test_sigstopped_worker_fenced, 60);
     PM_ADD_TEST(s, test_scribbled_control_block, 60);
     PM_ADD_TEST(s, test_fenced_frames_never_relayed, 60);
+    PM_ADD_TEST(s, test_fenced_frames_never_reach_main, 60);
     PM_ADD_TEST(s, test_supervisor_stopped_no_fence, 60);
     PM_ADD_TEST(s, test_supervisor_death_recv_shutdown, 60);
     PM_ADD_TEST(s, test_torture, 120);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_messaging.c - the hub relays frames between workers and main with
  * real processes: integrity, sender identity, malformed traffic, fairness,

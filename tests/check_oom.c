@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_oom.c - a worker killed by the kernel's OOM killer is logged by
  * procmesh as reason=oom (from the memory cgroup's oom_kill count). Runs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* check_options.c - pm_options setters, validation messages, auto workers. */
 #include "helpers.h"
 

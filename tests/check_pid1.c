@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_pid1.c - procmesh as PID 1 of a new PID namespace (as in a
  * container): it reaps an orphaned grandchild it never started, drains on

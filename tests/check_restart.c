@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_restart.c - what the supervisor does when workers end: crashes by
  * every signal and exit code, restart policies, the backoff between

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* check_ring.c - the shared-memory frame ring: one process, two processes,
  * and a hostile peer. */
 #include "helpers.h"

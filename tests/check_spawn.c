@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_spawn.c - starting a cluster with real processes: the handshake in
  * fork and exec mode, init data, spawn failures (missing program, a worker

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_stop.c - how a cluster stops and how it hears the outside world:
  * terminate (stop request, SIGKILL after the stop timeout, cancelled

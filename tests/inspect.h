@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * inspect.h - a worker's report of what it holds, for the containment tests
  * (fork-mode bootstraps in check_containment and pm-test-worker's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * internals.h - every read of a private procmesh structure the tests make.
  *
@@ -91,6 +92,13 @@ static inline void pm_test_set_inflight_lifetime(pm_cluster *c, uint64_t ms)
     c->hub.inflight_lifetime_ms = ms;
 }
 
+/* The id the next pm_cluster_request gets is the one after this (ids wrap
+ * within 1..INT_MAX). */
+static inline void pm_test_set_last_request_id(pm_cluster *c, uint32_t id)
+{
+    c->hub.mreq_last_id = id;
+}
+
 /* Replies that arrived when nobody waited for them any more. */
 static inline uint64_t pm_test_late_replies(const pm_cluster *c)
 {
@@ -110,6 +118,19 @@ static inline int pm_test_loop_backend(const pm_cluster *c)
     return c->loop.backend;
 }
 
+/* Slot i's pidfd: -1 when it has none (no process, or a kernel without
+ * pidfd_open: exits are then found by SIGCHLD and waitid, or by scanning). */
+static inline int pm_test_slot_pidfd(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].pidfd;
+}
+
+/* 1 when exits are looked for by scanning (no pidfds and no signals). */
+static inline int pm_test_poll_children(const pm_cluster *c)
+{
+    return c->poll_children;
+}
+
 /* The options object's fields, to assert the defaults the header states. */
 static inline const struct pm_options *pm_test_options(const pm_options *o)
 {
@@ -122,6 +143,12 @@ static inline const struct pm_options *pm_test_options(const pm_options *o)
 static inline void *pm_test_node_map(pm_node *n)
 {
     return n->link.map;
+}
+
+/* The crash record in the worker's control block (crash.h), to scribble. */
+static inline struct pm__crash_rec *pm_test_node_crash_record(pm_node *n)
+{
+    return &((struct pm__ctl *)n->link.map)->crash;
 }
 
 /* The worker's up ring (worker -> hub), to write raw frames into. */
@@ -140,6 +167,13 @@ static inline pm__ring *pm_test_node_rx(pm_node *n)
 static inline int pm_test_node_hub_efd(const pm_node *n)
 {
     return n->link.hub_efd;
+}
+
+/* Replies (and notices about requests) the worker dropped because nobody
+ * waited for them any more. */
+static inline uint64_t pm_test_node_late_replies(const pm_node *n)
+{
+    return n->late_replies;
 }
 
 #endif /* PM_TEST_INTERNALS_H */

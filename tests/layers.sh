@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # layers.sh - the hub never calls up into the supervisor: neither hub.c nor
 # port.c includes cluster.h, and their objects reference no pm__cluster_*,
 # pm__slot_*, pm__incarnation_* or pm__liveness_* symbol (include graph by

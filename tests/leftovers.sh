@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # leftovers.sh - the suite's last test: no process started by `make check`
 # may outlive it. Every test process carries PM_TEST_RUN (exported by
 # AM_TESTS_ENVIRONMENT, unique to this build directory) in its environment,

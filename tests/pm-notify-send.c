@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pm-notify-send - a tiny sd_notify client for the tests.
  *

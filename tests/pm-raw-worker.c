@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pm-raw-worker - an exec-mode worker that speaks the protocol by hand,
  * bypassing pm_node_join, to show what the supervisor does with frames the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pm-test-worker - an exec-mode worker for the tests. The first argument
  * says how to behave:
@@ -15,6 +16,10 @@
  *   env                join, ready, write its environment to fd 3 (one
  *                      variable a line, then "end"), then wait
  *   hog                no join: allocates and touches memory until killed
+ *   echo               join, ready, answer every message to its sender:
+ *                      "fds" with the open fd numbers ("fds 0 1 2 ..."),
+ *                      "crash" with a SIGSEGV, anything else with
+ *                      "echo:" and the message; exit 0 on the stop request
  *   serve              no join (exec readiness): accept on the socket handed
  *                      over as fd 3 (LISTEN_FDS), answer each line with
  *                      "pong <pid>", crash (SIGSEGV) on the line "CRASH"
@@ -50,6 +55,40 @@ static void wait_forever(void)
 {
     for (;;)
         pause();
+}
+
+/* The echo mode's loop (see the top of the file). */
+static int echo(pm_node *n)
+{
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN) {
+            pm_node_close(n);
+            return 0;
+        }
+        if (rc < 0 || m.kind != PM_MSG_PLAIN)
+            continue;
+        char out[512];
+        int len;
+        if (m.len == 5 && memcmp(m.data, "crash", 5) == 0) {
+            raise(SIGSEGV);
+            return 102;
+        } else if (m.len == 3 && memcmp(m.data, "fds", 3) == 0) {
+            len = snprintf(out, sizeof(out), "fds");
+            DIR *d = opendir("/proc/self/fd");
+            struct dirent *e;
+            while (d != NULL && (e = readdir(d)) != NULL && len < (int)sizeof(out) - 12)
+                if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d))
+                    len += snprintf(out + len, sizeof(out) - (size_t)len, " %s", e->d_name);
+            if (d != NULL)
+                closedir(d);
+        } else {
+            size_t k = m.len < 400 ? m.len : 400;
+            len = snprintf(out, sizeof(out), "echo:%.*s", (int)k, (const char *)m.data);
+        }
+        pm_node_send(n, &m.from, out, (size_t)len);
+    }
 }
 
 static int serve(void)
@@ -130,6 +169,8 @@ int main(int argc, char **argv)
         pm_node_close(n);
         return ok ? 0 : 9;
     }
+    if (strcmp(mode, "echo") == 0)
+        return echo(n);
     if (strcmp(mode, "inspect") == 0) {
         FILE *out = fdopen(3, "w");
         if (out == NULL)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * supervise.h - shared by the supervisor programs (check_spawn,
  * check_restart, check_stop, check_containment): every event a cluster

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # pm-demo.sh [BUILD_DIR] - the procmesh demo: 4 echo workers behind one TCP
 # port, a client whose traffic includes CRASH lines, the log showing every
 # crash contained and the worker restarted while the port keeps answering,

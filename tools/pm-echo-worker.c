@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pm-echo-worker - an example procmesh worker (mesh readiness) that serves
  * the TCP or unix socket procmesh hands over as fd 3 (LISTEN_FDS) with

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # quickstart.sh - set up, build and run procmesh on Debian 12, idempotently.
 #
 #   tools/quickstart.sh demo              install what is missing, build, run the daemon demo
@@ -30,7 +31,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 # 1. Debian packages: only what is missing, so a set-up machine is not touched.
-packages="autoconf automake libtool pkg-config make gcc liburing-dev libsodium-dev check"
+packages="autoconf automake libtool pkg-config make gcc liburing-dev libsodium-dev libseccomp-dev check"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * clock.h - the daemon's one monotonic clock, in milliseconds. Its own: the
  * library's pm__now_ms is internal and the shared libprocmesh the daemon

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* dconf.c - the daemon's `run` options: flags, PROCMESH_* variables,
  * defaults and validation; see dconf.h. */
 #define _GNU_SOURCE
@@ -5,6 +6,8 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -286,12 +289,90 @@ static int rlimit_value(const src *s, const char *v, pmd_dconf *c, char *err, si
                 "unlimited", who(s, w, sizeof(w)), v);
 }
 
+/* A user or group: a number, or a name from the user/group database. */
+static int id_value(const char *v, int group, unsigned *out, unsigned *primary_gid)
+{
+    char *end;
+    errno = 0;
+    unsigned long x = strtoul(v, &end, 10);
+    if (*v != '\0' && isdigit((unsigned char)*v) && *end == '\0' && errno == 0 &&
+        x < 0xffffffffUL) {
+        *out = (unsigned)x;
+        if (primary_gid != NULL) {
+            struct passwd *pw = getpwuid((uid_t)x);
+            *primary_gid = pw != NULL ? (unsigned)pw->pw_gid : (unsigned)x;
+        }
+        return 0;
+    }
+    if (group) {
+        struct group *gr = getgrnam(v);
+        if (gr == NULL)
+            return -ENOENT;
+        *out = (unsigned)gr->gr_gid;
+        return 0;
+    }
+    struct passwd *pw = getpwnam(v);
+    if (pw == NULL)
+        return -ENOENT;
+    *out = (unsigned)pw->pw_uid;
+    if (primary_gid != NULL)
+        *primary_gid = (unsigned)pw->pw_gid;
+    return 0;
+}
+
+/* USER[:GROUP]; without GROUP, the user's primary group (or, for a number
+ * with no account, the same number). */
+static int user_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
+{
+    char w[96], name[256];
+    const char *colon = strchr(v, ':');
+    size_t n = colon != NULL ? (size_t)(colon - v) : strlen(v);
+    if (n == 0 || n >= sizeof(name) || (colon != NULL && colon[1] == '\0'))
+        return fail(err, size, "%s: '%s' is not USER[:GROUP]", who(s, w, sizeof(w)), v);
+    memcpy(name, v, n);
+    name[n] = '\0';
+    unsigned uid, gid;
+    if (id_value(name, 0, &uid, &gid) < 0)
+        return fail(err, size, "%s: no user '%s'", who(s, w, sizeof(w)), name);
+    if (colon != NULL && id_value(colon + 1, 1, &gid, NULL) < 0)
+        return fail(err, size, "%s: no group '%s'", who(s, w, sizeof(w)), colon + 1);
+    if (uid == 0 || gid == 0)
+        return fail(err, size, "%s: '%s' is root (uid or gid 0): the workers would keep every privilege",
+                    who(s, w, sizeof(w)), v);
+    c->user = 1;
+    c->uid = uid;
+    c->gid = gid;
+    return 0;
+}
+
+/* FIRST:COUNT */
+static int uid_range_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
+{
+    char w[96];
+    unsigned long first, count;
+    char *end;
+    errno = 0;
+    first = strtoul(v, &end, 10);
+    int ok = isdigit((unsigned char)*v) && *end == ':' && errno == 0;
+    const char *cs = ok ? end + 1 : v;
+    count = ok ? strtoul(cs, &end, 10) : 0;
+    ok = ok && isdigit((unsigned char)*cs) && *end == '\0' && errno == 0;
+    if (!ok || first == 0 || count == 0 || count > PM_MAX_WORKERS || first + count > 0xffffffffUL)
+        return fail(err, size,
+                    "%s: '%s' is not FIRST:COUNT with FIRST >= 1, COUNT in 1..%d, below uid 4294967295",
+                    who(s, w, sizeof(w)), v, PM_MAX_WORKERS);
+    c->uid_first = (unsigned)first;
+    c->uid_count = (unsigned)count;
+    return 0;
+}
+
 enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
     O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
     O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_MEMORY_MAX, O_PIDS_MAX, O_CPU_MAX,
-    O_RLIMIT, O_CONTAINMENT, O_COUNT
+    O_RLIMIT, O_CONTAINMENT, O_USER, O_UID_RANGE, O_NO_NEW_PRIVS, O_SECCOMP, O_SECCOMP_ACTION,
+    O_COUNT
 };
 
 static const struct {
@@ -325,6 +406,11 @@ static const struct {
     [O_CPU_MAX] = {"--cpu-max", "PROCMESH_CPU_MAX"},
     [O_RLIMIT] = {"--rlimit", "PROCMESH_RLIMIT"},
     [O_CONTAINMENT] = {"--containment", "PROCMESH_CONTAINMENT"},
+    [O_USER] = {"--user", "PROCMESH_USER"},
+    [O_UID_RANGE] = {"--uid-range", "PROCMESH_UID_RANGE"},
+    [O_NO_NEW_PRIVS] = {"--no-new-privs", "PROCMESH_NO_NEW_PRIVS"},
+    [O_SECCOMP] = {"--seccomp", "PROCMESH_SECCOMP"},
+    [O_SECCOMP_ACTION] = {"--seccomp-action", "PROCMESH_SECCOMP_ACTION"},
 };
 
 static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
@@ -421,6 +507,25 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         static const int val[] = {0, PM_CONTAIN_CGROUP, PM_CONTAIN_PROCESS_GROUP};
         return choice(s, v, n, val, "auto, cgroup, process-group", &c->containment, err, size);
     }
+    case O_USER:
+        return user_value(s, v, c, err, size);
+    case O_UID_RANGE:
+        return uid_range_value(s, v, c, err, size);
+    case O_NO_NEW_PRIVS: {
+        static const char *const n[] = {"yes", "no", NULL};
+        static const int val[] = {1, 0};
+        return choice(s, v, n, val, "yes, no", &c->no_new_privs, err, size);
+    }
+    case O_SECCOMP: {
+        static const char *const n[] = {"off", "basic", "strict", NULL};
+        static const int val[] = {PM_SECCOMP_OFF, PM_SECCOMP_BASIC, PM_SECCOMP_STRICT};
+        return choice(s, v, n, val, "off, basic, strict", &c->seccomp, err, size);
+    }
+    case O_SECCOMP_ACTION: {
+        static const char *const n[] = {"errno", "kill", NULL};
+        static const int val[] = {PM_SECCOMP_ERRNO, PM_SECCOMP_KILL};
+        return choice(s, v, n, val, "errno, kill", &c->seccomp_action, err, size);
+    }
     }
     return -EINVAL;
 }
@@ -447,6 +552,9 @@ static void defaults(pmd_dconf *c)
     c->min_ready = -1;
     c->log_format = PMD_LOG_TEXT;
     c->log_level = PMD_LOG_INFO;
+    c->no_new_privs = PM__DEFAULT_NO_NEW_PRIVS;
+    c->seccomp = PM__DEFAULT_SECCOMP;
+    c->seccomp_action = PM__DEFAULT_SECCOMP_ACTION;
 }
 
 int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
@@ -565,6 +673,15 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     for (int r = 0; r < 16; r++)
         if (c->rlimit_set[r])
             rc = rc ? rc : pm_options_set_rlimit(o, r, c->rlimit_soft[r], c->rlimit_hard[r]);
+    if (rc == 0 && c->user)
+        rc = pm_options_set_user(o, (uid_t)c->uid, (gid_t)c->gid);
+    if (rc == 0 && c->uid_count > 0)
+        rc = pm_options_set_uid_range(o, (uid_t)c->uid_first, c->uid_count);
+    rc = rc ? rc : pm_options_set_no_new_privs(o, c->no_new_privs);
+    rc = rc ? rc : pm_options_set_seccomp_action(o, c->seccomp_action);
+    if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP)
+        snprintf(err, errsize, "--seccomp: procmesh was built without libseccomp (configure "
+                               "--with-seccomp); only off is available");
     if (rc == 0)
         rc = pm_options_validate(o, err, errsize);
     if (rc < 0) {

@@ -1,8 +1,11 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dconf.h - the procmesh daemon's `run` options from its command line and
  * environment. Pure (but for reading an --init-data @FILE): it turns argv
  * and an environment lookup into a configuration or one error line, so
  * tests drive it exactly. The defaults are the library's (defaults.h).
+ * --user resolves a name with getpwnam/getgrnam (numbers are taken as
+ * they are).
  */
 #ifndef PMD_DCONF_H
 #define PMD_DCONF_H
@@ -49,6 +52,11 @@ typedef struct pmd_dconf {
     uint64_t cpu_quota, cpu_period;
     unsigned char rlimit_set[16];
     uint64_t rlimit_soft[16], rlimit_hard[16];
+    int user;               /* --user given: workers run as uid:gid */
+    unsigned uid, gid;
+    unsigned uid_first, uid_count; /* --uid-range; count 0 = none */
+    int no_new_privs;       /* 0 or 1 */
+    int seccomp, seccomp_action; /* PM_SECCOMP_* */
     char **argv;            /* COMMAND [ARG...], pointers into the caller's argv */
     int argc;
 } pmd_dconf;

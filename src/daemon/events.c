@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* events.c - cluster events as log lines and exit counters, with OOM
  * attribution from the memory cgroup; see events.h. */
 #define _GNU_SOURCE
@@ -10,6 +11,8 @@
 
 #include "clock.h"
 #include "log.h"
+
+#define PM__LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The oom_kill count of our memory cgroup, or -1: cgroup v2 memory.events,
  * else the v1 memory controller's memory.oom_control. Only the fallback for
@@ -197,6 +200,73 @@ static int count_exit(pmd_events *ev, const pm_event *e)
     return 0;
 }
 
+/* "name+0xOFFSET" for a frame in a known module (its path's last
+ * component; the full paths are in the crash_modules line), else the
+ * absolute "0xADDRESS". */
+static void frame_text(const pm_crash_report *r, int module, uint64_t offset, uint64_t addr,
+                       char *buf, size_t size)
+{
+    if (module < 0 || (unsigned)module >= r->nmodules) {
+        snprintf(buf, size, "0x%llx", (unsigned long long)addr);
+        return;
+    }
+    const char *path = r->modules[module];
+    const char *base = strrchr(path, '/');
+    snprintf(buf, size, "%s+0x%llx", base != NULL ? base + 1 : path, (unsigned long long)offset);
+}
+
+/* The crash record of the exit e reports, as log fields after the exit's
+ * own: where it faulted and the frames (module+offset, for addr2line), then
+ * a second line with the modules' full paths. A report that is missing or
+ * failed validation says so and shows nothing of the record. */
+static void log_crash(pm_cluster *c, const pm_event *e, int level, const char *const *head,
+                      size_t nhead)
+{
+    pm_slot_info si;
+    if (pm_cluster_slot_info(c, e->slot, &si) < 0 || si.last_crash.state == PM_CRASH_NONE ||
+        si.last_crash.incarnation != e->incarnation) {
+        pmd_log(level, "exited", head, nhead);
+        return;
+    }
+    const pm_crash_report *r = &si.last_crash;
+    const char *kv[2 * 12];
+    size_t n = 0;
+    for (size_t i = 0; i < 2 * nhead; i++)
+        kv[n++] = head[i];
+    if (r->state != PM_CRASH_RECORDED) {
+        kv[n++] = "crash_record";
+        kv[n++] = r->state == PM_CRASH_INVALID ? "invalid" : "none";
+        pmd_log(level, "exited", kv, n / 2);
+        return;
+    }
+    char addr[24], pc[64], frames[PM_CRASH_FRAMES * 40];
+    snprintf(addr, sizeof(addr), "0x%llx", (unsigned long long)r->fault_addr);
+    frame_text(r, r->pc_module, r->pc_offset, r->pc, pc, sizeof(pc));
+    size_t len = 0;
+    frames[0] = '\0';
+    for (unsigned i = 0; i < r->nframes && len + 1 < sizeof(frames); i++) {
+        char one[PM_CRASH_PATH_MAX + 24];
+        frame_text(r, r->frames[i].module, r->frames[i].offset, r->frames[i].addr, one, sizeof(one));
+        int k = snprintf(frames + len, sizeof(frames) - len, "%s%s", i ? " " : "", one);
+        if (k < 0 || (size_t)k >= sizeof(frames) - len)
+            break;
+        len += (size_t)k;
+    }
+    const char *more[] = {"fault_addr", addr, "code", r->code_name, "pc", pc, "frames", frames};
+    for (size_t i = 0; i < PM__LEN(more); i++)
+        kv[n++] = more[i];
+    pmd_log(level, "exited", kv, n / 2);
+    char mods[PM_CRASH_MODULES * PM_CRASH_PATH_MAX], slot[16], inc[24];
+    len = 0;
+    mods[0] = '\0';
+    for (unsigned i = 0; i < r->nmodules; i++)
+        len += (size_t)snprintf(mods + len, sizeof(mods) - len, "%s%s", i ? " " : "", r->modules[i]);
+    snprintf(slot, sizeof(slot), "%u", e->slot);
+    snprintf(inc, sizeof(inc), "%llu", (unsigned long long)e->incarnation);
+    const char *mkv[] = {"slot", slot, "incarnation", inc, "modules", mods};
+    pmd_log(level, "crash_modules", mkv, 3);
+}
+
 void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     pmd_events *ev = arg;
@@ -226,6 +296,14 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         break;
     case PM_EVENT_SPAWN_FAILED:
         ev->hs->spawn_failures++;
+        break;
+    case PM_EVENT_STOPPED:
+        /* Kept before the rate limit: procmesh.c logs it with start_failed,
+         * since pm_cluster_spawn can only return an errno (-ECHILD says
+         * nothing about a worker that exited with code 1). */
+        if (e->reason_code == PM_REASON_SPAWN_ABORTED && e->detail != NULL &&
+            ev->start_error[0] == '\0')
+            snprintf(ev->start_error, sizeof(ev->start_error), "%s", e->detail);
         break;
     default:
         break;
@@ -259,7 +337,7 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
                                 "signal", pmd_signal_name(e->signal, sig, sizeof(sig)),
                                 "core_dumped", e->core_dumped ? "true" : "false",
                                 "reason", e->reason};
-            pmd_log(e->reason_code == PM_REASON_STOP ? PMD_LOG_INFO : PMD_LOG_WARN, "exited", kv, 6);
+            log_crash(c, e, e->reason_code == PM_REASON_STOP ? PMD_LOG_INFO : PMD_LOG_WARN, kv, 6);
         } else {
             snprintf(v1, sizeof(v1), "%d", e->exit_code);
             const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,
@@ -280,8 +358,8 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         break;
     }
     case PM_EVENT_STOPPED: {
-        const char *kv[] = {"slot", slot, "reason", e->reason};
-        pmd_log(PMD_LOG_INFO, "stopped", kv, 2);
+        const char *kv[] = {"slot", slot, "reason", e->reason, "detail", e->detail};
+        pmd_log(PMD_LOG_INFO, "stopped", kv, e->detail != NULL ? 3 : 2);
         break;
     }
     case PM_EVENT_SPAWN_FAILED: {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * events.h - the daemon's view of cluster events: one log line per event
  * (rate-limited per slot: a worker must not be able to flood the log),
@@ -32,6 +33,10 @@ typedef struct pmd_events {
     pmd_log_bucket *buckets; /* per slot, grown on first use */
     unsigned nbuckets;
     pmd_log_bucket spare; /* for slots without a bucket when memory ran out */
+    /* Why the first start failed, in words: the detail of the first STOPPED
+     * "spawn-aborted" event (the one behind pm_cluster_spawn's errno; the
+     * workers killed after it get their own). "" when none came. */
+    char start_error[160];
 } pmd_events;
 
 /* Takes the first look at the OOM count, so that a later rise is ours. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* health.c - the HTTP health endpoint in the supervisor's loop: request
  * parsing, /healthz /readyz /metrics answers, connection limits; see
  * health.h. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * health.h - the daemon's HTTP endpoint (/healthz, /readyz, /metrics,
  * /status), served from the supervisor's own loop (pm_cluster_watch_fd).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* listen.c - opening the --listen sockets (tcp:HOST:PORT, unix:PATH); see
  * listen.h. */
 #define _GNU_SOURCE

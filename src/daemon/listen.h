@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* listen.h - the listening sockets procmesh opens and hands to its workers
  * (--listen, the LISTEN_FDS convention). */
 #ifndef PMD_LISTEN_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* log.c - the daemon's log lines: logfmt or JSON formatting, one write each. */
 #define _GNU_SOURCE
 #include "log.h"

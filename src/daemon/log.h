@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* log.h - the daemon's log: one line per event on stderr, logfmt or JSON. */
 #ifndef PMD_LOG_H
 #define PMD_LOG_H

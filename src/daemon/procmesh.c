@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * procmesh.c - the program: its commands and the run loop (signals, drain,
  * rolling restart) around the cluster.
@@ -86,6 +87,13 @@ static const char usage_text[] =
     "  --min-ready N             (default: all slots)\n"
     "  --log-format text|json    (default text)\n"
     "  --log-level error|warn|info|debug   (default info)\n"
+    "  --user USER[:GROUP]       workers drop to this user (procmesh runs as root)\n"
+    "  --uid-range FIRST:COUNT   slot i runs as uid FIRST+i (root; siblings apart)\n"
+    "  --no-new-privs yes|no     PR_SET_NO_NEW_PRIVS for workers (default yes)\n"
+    "  --seccomp off|basic|strict   worker system-call filter (default off;\n"
+    "                            strict: fork-mode workers only, refused here)\n"
+    "  --seccomp-action errno|kill  a denied call fails with EPERM (default)\n"
+    "                            or kills the worker\n"
     "\n"
     "signals: SIGTERM/SIGINT drain (stop request, --stop-timeout, SIGKILL; a\n"
     "second one skips the wait); SIGHUP replaces the workers one slot at a time\n"
@@ -234,6 +242,13 @@ static int cmd_run(int argc, char **argv)
         return EXIT_USAGE;
     }
     pmd_log_setup(conf.log_format, conf.log_level);
+    /* A worker running under our uid must not ptrace us or read our memory
+     * through /proc: non-dumpable, before any worker exists. (No core dump
+     * of the daemon afterwards, which is the price.) */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+        const char *kv[] = {"error", strerror(errno)};
+        pmd_log(PMD_LOG_WARN, "not_dumpable_failed", kv, 2);
+    }
     pm_options *o;
     if (pmd_dconf_options(&conf, &o, err, sizeof(err)) < 0) {
         fprintf(stderr, "procmesh run: %s\n", err);
@@ -274,7 +289,10 @@ static int cmd_run(int argc, char **argv)
         return EXIT_DRAIN_KILLED;
     }
     if (rc < 0) {
-        const char *kv[] = {"error", pm_strerror(rc), "command", conf.argv[0]};
+        /* The library's words for the first failure when it gave them
+         * ("worker exited with code 1 before it was ready"), else the errno. */
+        const char *why = ev.start_error[0] != '\0' ? ev.start_error : pm_strerror(rc);
+        const char *kv[] = {"error", why, "command", conf.argv[0]};
         pmd_log(PMD_LOG_ERROR, "start_failed", kv, 2);
         pmd_events_free(&ev);
         pm_options_free(o);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sbuf.h - a bounded string builder for the response bodies (/metrics,
  * /status): appends never overflow, a full buffer truncates and stays

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* sdnotify.c - sd_notify towards procmesh's own service manager; see
  * sdnotify.h. */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* sdnotify.h - the systemd notify protocol towards procmesh's own service
  * manager: READY=1, WATCHDOG=1, STOPPING=1 on $NOTIFY_SOCKET. */
 #ifndef PMD_SDNOTIFY_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* status.c - the slot status fields, written as /status JSON and read back
  * into the `procmesh status` table; see status.h. */
 #define _GNU_SOURCE
@@ -19,6 +20,42 @@ static const char *const field_names[F_COUNT] = {
     [F_RESTARTS] = "restarts", [F_EXIT_CODE] = "last_exit_code",
     [F_SIGNAL] = "last_signal", [F_HB_AGE] = "heartbeat_age_ms",
 };
+
+static const char *const crash_states[] = {
+    [PM_CRASH_NONE] = "none", [PM_CRASH_RECORDED] = "recorded",
+    [PM_CRASH_UNRECORDED] = "unrecorded", [PM_CRASH_INVALID] = "invalid"};
+
+/* The last crash, compactly (the health endpoint budgets 512 bytes a slot):
+ * state, incarnation, signal, si_code, fault address and pc as
+ * module+offset (its last path component, at most 63 characters). The
+ * frames are in the log line and pm_cluster_slot_info. Every string is
+ * from the validated report: printable, no quote or backslash. */
+static void crash_json(pmd_sbuf *b, const pm_crash_report *r)
+{
+    int st = r->state >= 0 && r->state <= PM_CRASH_INVALID ? r->state : PM_CRASH_NONE;
+    pmd_sb_printf(b, ",\"crash_state\":\"%s\"", crash_states[st]);
+    if (st == PM_CRASH_NONE)
+        return;
+    pmd_sb_printf(b, ",\"crash_incarnation\":%llu,\"crash_signal\":%d",
+                  (unsigned long long)r->incarnation, r->signal);
+    if (st != PM_CRASH_RECORDED)
+        return;
+    char pc[96];
+    if (r->pc_module >= 0 && (unsigned)r->pc_module < r->nmodules) {
+        const char *path = r->modules[r->pc_module];
+        const char *base = strrchr(path, '/');
+        snprintf(pc, sizeof(pc), "%.63s+0x%llx", base != NULL ? base + 1 : path,
+                 (unsigned long long)r->pc_offset);
+    } else {
+        snprintf(pc, sizeof(pc), "0x%llx", (unsigned long long)r->pc);
+    }
+    /* '{' and '}' would confuse pmd_status_print's reading of the object. */
+    for (char *p = pc; *p != '\0'; p++)
+        if (*p == '{' || *p == '}')
+            *p = '?';
+    pmd_sb_printf(b, ",\"crash_code\":\"%s\",\"crash_fault_addr\":\"0x%llx\",\"crash_pc\":\"%s\"",
+                  r->code_name, (unsigned long long)r->fault_addr, pc);
+}
 
 size_t pmd_status_json(pm_cluster *c, int ready, int draining, char *buf, size_t size)
 {
@@ -60,6 +97,7 @@ size_t pmd_status_json(pm_cluster *c, int ready, int draining, char *buf, size_t
             else
                 pmd_sb_printf(&b, "%lld", v[f]);
         }
+        crash_json(&b, &si.last_crash);
         pmd_sb_printf(&b, "}");
     }
     pmd_sb_printf(&b, "]}\n");
@@ -100,11 +138,49 @@ static int read_slot(const char *obj, long long v[F_COUNT])
     return 0;
 }
 
+/* The string value of key in the slot object obj (up to its '}') into buf,
+ * or "" when absent. */
+static void read_string(const char *obj, const char *key, char *buf, size_t size)
+{
+    const char *end = strchr(obj, '}');
+    char k[40];
+    snprintf(k, sizeof(k), "\"%s\":\"", key);
+    const char *p = strstr(obj, k);
+    buf[0] = '\0';
+    if (p == NULL || end == NULL || p > end)
+        return;
+    p += strlen(k);
+    const char *q = strchr(p, '"');
+    if (q == NULL || q > end)
+        return;
+    snprintf(buf, size, "%.*s", (int)(q - p), p);
+}
+
+/* "SEGV_MAPERR 0x0 check_crash+0x1234" for a recorded crash, the state's
+ * name for another, "-" for none. */
+static void crash_cell(const char *obj, char *buf, size_t size)
+{
+    char state[16], code[24], addr[24], pc[96];
+    read_string(obj, "crash_state", state, sizeof(state));
+    if (state[0] == '\0' || strcmp(state, "none") == 0) {
+        snprintf(buf, size, "-");
+        return;
+    }
+    if (strcmp(state, "recorded") != 0) {
+        snprintf(buf, size, "(%s)", state);
+        return;
+    }
+    read_string(obj, "crash_code", code, sizeof(code));
+    read_string(obj, "crash_fault_addr", addr, sizeof(addr));
+    read_string(obj, "crash_pc", pc, sizeof(pc));
+    snprintf(buf, size, "%s %s %s", code, addr, pc);
+}
+
 int pmd_status_print(FILE *out, const char *body)
 {
     int rows = 0;
-    fprintf(out, "%-5s %-9s %-8s %-11s %-8s %-10s %s\n", "SLOT", "STATE", "PID", "INCARNATION",
-            "RESTARTS", "LAST EXIT", "HEARTBEAT AGE");
+    fprintf(out, "%-5s %-9s %-8s %-11s %-8s %-10s %-13s %s\n", "SLOT", "STATE", "PID",
+            "INCARNATION", "RESTARTS", "LAST EXIT", "HEARTBEAT AGE", "LAST CRASH");
     char key[16];
     snprintf(key, sizeof(key), "{\"%s\":", field_names[F_SLOT]);
     for (const char *p = strstr(body, key); p != NULL; p = strstr(p + 1, key)) {
@@ -116,9 +192,12 @@ int pmd_status_print(FILE *out, const char *body)
             pmd_signal_name((int)v[F_SIGNAL], last, sizeof(last));
         else if (v[F_EXIT_CODE] >= 0)
             snprintf(last, sizeof(last), "exit %lld", v[F_EXIT_CODE]);
-        fprintf(out, "%-5lld %-9s %-8lld %-11lld %-8lld %-10s %.1fs\n", v[F_SLOT],
+        char age[24], crash[160];
+        snprintf(age, sizeof(age), "%.1fs", (double)v[F_HB_AGE] / 1000.0);
+        crash_cell(p, crash, sizeof(crash));
+        fprintf(out, "%-5lld %-9s %-8lld %-11lld %-8lld %-10s %-13s %s\n", v[F_SLOT],
                 pm_slot_state_name((int)v[F_STATE]), v[F_PID], v[F_INCARNATION], v[F_RESTARTS],
-                last, (double)v[F_HB_AGE] / 1000.0);
+                last, age, crash);
         rows++;
     }
     return rows;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * status.h - the slot status fields: the health endpoint writes them as the
  * /status JSON, `procmesh status` reads them back and prints the table. One

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A downstream program: uses only the installed public header and library. */
 #include <errno.h>
 #include <procmesh.h>

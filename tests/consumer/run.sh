@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run.sh - build and install libprocmesh into a staging prefix, then build the
 # consumer project in tests/consumer against it with PKG_CHECK_MODULES, exactly
 # as a downstream autotools project would, and run it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench.h - what pm-bench's subcommands share: options, the helpers for the
  * baseline processes and pipes, statistics and output (all in common.c),
@@ -27,10 +28,11 @@ typedef struct bench_opts {
     size_t size;
     unsigned runs;
     unsigned rounds;
+    int privileges; /* restart: also measure with --user nobody + seccomp basic */
 } bench_opts;
 
 /* Which options a subcommand takes. */
-enum { OPT_FRAMES = 1, OPT_SIZE = 2, OPT_RUNS = 4, OPT_ROUNDS = 8 };
+enum { OPT_FRAMES = 1, OPT_SIZE = 2, OPT_RUNS = 4, OPT_ROUNDS = 8, OPT_PRIVILEGES = 16 };
 
 /* Reads the options after the subcommand's name (argv[2] on) into *o, which
  * holds the subcommand's defaults. Returns 0, 1 when --help was asked for,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* common.c - what pm-bench's subcommands share: options, baseline processes, statistics, output. */
 #define _GNU_SOURCE
 #include "bench.h"
@@ -58,6 +59,12 @@ int parse_options(int argc, char **argv, unsigned allowed, bench_opts *o)
             if (parse_u64(opt, val, 1, 100000000, &v) < 0)
                 return -1;
             o->rounds = (unsigned)v;
+        } else if (strcmp(opt, "--privileges") == 0 && (allowed & OPT_PRIVILEGES)) {
+            if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
+                fprintf(stderr, "pm-bench: --privileges: '%s' is not on or off\n", val);
+                return -1;
+            }
+            o->privileges = strcmp(val, "on") == 0;
         } else {
             fprintf(stderr, "pm-bench %s: unknown option '%s' (see pm-bench --help)\n", argv[1],
                     opt);

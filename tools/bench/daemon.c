@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* daemon.c - pm-bench daemon: idle CPU and memory of the procmesh program with four workers. */
 #include "bench.h"
 

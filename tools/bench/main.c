@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* main.c - pm-bench's entry: the usage, the subcommand table and the dispatch. */
 #include "bench.h"
 
@@ -6,7 +7,7 @@
 
 static const char usage[] =
     "usage: pm-bench ring [--frames N] [--size S] [--runs R] [--rounds K]\n"
-    "       pm-bench restart [--rounds K]\n"
+    "       pm-bench restart [--rounds K] [--privileges on|off]\n"
     "       pm-bench spawn [--runs R]\n"
     "       pm-bench relay [--frames N] [--rounds K] [--runs R]\n"
     "       pm-bench daemon [--runs R]\n"
@@ -24,7 +25,9 @@ static const char usage[] =
     "  restart  crash-to-ready latency: SIGKILL a worker and time until its\n"
     "           replacement is ready (backoff 0), K rounds (default 300), fork\n"
     "           and exec mode, beside a bare fork+exit+wait (and fork+exec+wait)\n"
-    "           baseline.\n"
+    "           baseline. --privileges on: each mode also with the workers under\n"
+    "           --user nobody and seccomp basic (when root and built with\n"
+    "           libseccomp), in the same run.\n"
     "  spawn    time for pm_cluster_spawn to bring N = 1, 8, 64 workers to\n"
     "           ready, median of R runs (default 5), fork and exec mode, beside\n"
     "           N bare forks (and fork+execs) that each report over a pipe.\n"
@@ -39,7 +42,7 @@ static const struct command {
 } commands[] = {
     {"ring", OPT_FRAMES | OPT_SIZE | OPT_RUNS | OPT_ROUNDS,
      {.frames = 2000000, .size = 64, .runs = 3, .rounds = 50000}, cmd_ring},
-    {"restart", OPT_ROUNDS, {.rounds = 300}, cmd_restart},
+    {"restart", OPT_ROUNDS | OPT_PRIVILEGES, {.rounds = 300}, cmd_restart},
     {"spawn", OPT_RUNS, {.runs = 5}, cmd_spawn},
     /* frames 0: each frame size has its own count. */
     {"relay", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS, {.frames = 0, .runs = 3, .rounds = 20000},

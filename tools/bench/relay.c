@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* relay.c - pm-bench relay: worker -> hub -> worker against a relay process over pipes, sockets. */
 #include "bench.h"
 #include "debug.h"

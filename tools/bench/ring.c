@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* ring.c - pm-bench ring: the shared-memory ring against a pipe and a socketpair. */
 #include "bench.h"
 #include "ring.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* spawn.c - pm-bench spawn: time to bring N workers to ready beside N bare children. */
 #include "bench.h"
 

@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: MIT */
+/* fuzz_hub.c - libFuzzer harness for the hub fed a frame sequence by hostile workers through the port interface. */
+/*
+ * Three ports, each with a hand-made link: the control block and two rings
+ * of the smallest capacity that takes a maximal frame (PM__LINK_MAX_FRAME),
+ * in one heap block of exactly the link's size, with no doorbells (no
+ * system call, deterministic). The harness plays the cluster (a fake
+ * pm__hub_ops whose fault cuts the port off as the contract says, whose
+ * control answers HELLO with INIT and READY with the ready state), main
+ * (sends, broadcasts, replies from on_message, deadlines) and the workers
+ * (frames written into their up rings: well-formed, malformed, or raw
+ * header bytes; hostile stores into their shared indices and records;
+ * draining their down rings; restarts with fresh memory).
+ *
+ * Oracle, beyond ASan/UBSan and LeakSanitizer: every frame the hub writes
+ * into a down ring decodes, is addressed to that port's incarnation and,
+ * if it carries traffic, names as its source a port and an incarnation that
+ * port has had (identity comes from the ring, never from the frame); no
+ * frame reaches main with a payload above PM_MAX_PAYLOAD or from a port cut
+ * off or not ready; a fault is reported only for a port that exists, with
+ * reason protocol or corrupt-ring; a control frame is HELLO or READY with
+ * at most PM__HUB_CONTROL_MAX bytes.
+ */
+#include <errno.h>
+
+#include "fuzz.h"
+#include "hub.h"
+#include "le.h"
+#include "proto.h"
+
+#define NPORTS 3u
+#define CAP ((uint64_t)1 << 18) /* the smallest ring that takes PM__LINK_MAX_FRAME */
+#define FORGED_SRC 0x5eadbeefu
+#define FORGED_INC 0x5eadbeef5eadbeefull
+
+typedef struct wport {
+    unsigned char *map;
+    size_t size;
+    pm__link link;      /* the hub's ends (what the cluster owns) */
+    pm__ring up;        /* the worker's ends */
+    pm__ring down;
+    uint64_t inc;       /* incarnation now; 1, 2, ... */
+    int open;
+    int cut;            /* a fault was reported: nothing from it until restarted */
+    int hello;
+    int down_tainted;   /* the worker wrote its own consumer index: its down ring may be garbage */
+    uint64_t dirty[2];  /* bytes of each data area (down, up) written since the last zeroing */
+} wport;
+
+static pm__hub hub;
+static wport w[NPORTS];
+static int reply_from_callback; /* on_message answers requests at once */
+
+static void *ring_region(const wport *p, int up)
+{
+    return p->map + PM__CTL_SIZE + (up ? pm__ring_region_size(CAP) : 0);
+}
+
+/* Every write into a data area lands below its producer's index (or at a
+ * hostile offset, noted when made): zeroing that much is zeroing all. */
+static void note_dirty(wport *p)
+{
+    uint64_t down = p->link.tx.head, up = p->up.head;
+    if (down > p->dirty[0])
+        p->dirty[0] = down < CAP ? down : CAP;
+    if (up > p->dirty[1])
+        p->dirty[1] = up < CAP ? up : CAP;
+}
+
+/* Fresh, zeroed memory for a new incarnation, both ends attached. Only
+ * what was written is zeroed (the whole block is 1.5 MiB a run): each run
+ * starts from the same bytes, so a crash reproduces. */
+static void link_fresh(wport *p)
+{
+    note_dirty(p);
+    memset(p->map, 0, PM__CTL_SIZE);
+    for (int up = 0; up <= 1; up++) {
+        unsigned char *r = ring_region(p, up);
+        memset(r, 0, PM__RING_HDR_SIZE + p->dirty[up]);
+        p->dirty[up] = 0;
+    }
+    pm__link_zero(&p->link);
+    p->link.map = p->map;
+    p->link.map_size = p->size;
+    struct pm__ctl *ctl = (struct pm__ctl *)p->map;
+    ctl->magic = PM__CTL_MAGIC;
+    ctl->version = 1;
+    ctl->incarnation = p->inc;
+    ctl->ring_cap = CAP;
+    ctl->max_frame = PM__LINK_MAX_FRAME;
+    FUZZ_ASSERT(pm__ring_format(ring_region(p, 0), CAP, PM__LINK_MAX_FRAME) == 0);
+    FUZZ_ASSERT(pm__ring_format(ring_region(p, 1), CAP, PM__LINK_MAX_FRAME) == 0);
+    FUZZ_ASSERT(pm__ring_attach(&p->link.tx, ring_region(p, 0), CAP, PM__LINK_MAX_FRAME,
+                                PM__RING_PRODUCER, -1, -1) == 0);
+    FUZZ_ASSERT(pm__ring_attach(&p->link.rx, ring_region(p, 1), CAP, PM__LINK_MAX_FRAME,
+                                PM__RING_CONSUMER, -1, -1) == 0);
+    FUZZ_ASSERT(pm__ring_attach(&p->down, ring_region(p, 0), CAP, PM__LINK_MAX_FRAME,
+                                PM__RING_CONSUMER, -1, -1) == 0);
+    FUZZ_ASSERT(pm__ring_attach(&p->up, ring_region(p, 1), CAP, PM__LINK_MAX_FRAME,
+                                PM__RING_PRODUCER, -1, -1) == 0);
+    p->cut = 0;
+    p->hello = 0;
+    p->down_tainted = 0;
+}
+
+/* ---- the fake owner (what cluster.c does, minus processes) ---- */
+
+static void fake_fault(void *owner, unsigned i, int reason)
+{
+    FUZZ_ASSERT(owner == &w[0] && i < NPORTS);
+    FUZZ_ASSERT(reason == PM_REASON_PROTOCOL || reason == PM_REASON_CORRUPT_RING);
+    FUZZ_ASSERT(w[i].open);
+    w[i].cut = 1;
+    pm__hub_port_cut(&hub, i); /* the contract: cut off before returning */
+}
+
+static void fake_control(void *owner, unsigned i, int type, const void *payload, size_t len)
+{
+    FUZZ_ASSERT(owner == &w[0] && i < NPORTS && w[i].open && !w[i].cut);
+    FUZZ_ASSERT(type == PM__FT_HELLO || type == PM__FT_READY);
+    FUZZ_ASSERT(len <= PM__HUB_CONTROL_MAX);
+    FUZZ_ASSERT(type != PM__FT_READY || len == 0);
+    volatile unsigned sum = 0;
+    for (size_t k = 0; k < len; k++)
+        sum += ((const unsigned char *)payload)[k];
+    (void)sum;
+    if (type == PM__FT_HELLO) {
+        if (w[i].hello || len != 4 || pm__get32(payload) != PM__PROTO_VERSION) {
+            fake_fault(owner, i, PM_REASON_PROTOCOL);
+            return;
+        }
+        w[i].hello = 1;
+        unsigned char buf[PM__INIT_FIXED + 8];
+        pm__init_msg m;
+        memset(&m, 0, sizeof(m));
+        m.slot = i;
+        pm__node_address(&hub.names, i, w[i].inc, &m.addr);
+        m.data = "initdata";
+        m.len = 8;
+        pm__init_encode(&m, buf);
+        (void)pm__hub_send_control(&hub, i, PM__FT_INIT, buf, sizeof(buf));
+        return;
+    }
+    if (!w[i].hello) {
+        fake_fault(owner, i, PM_REASON_PROTOCOL);
+        return;
+    }
+    pm__hub_port_set_state(&hub, i, PM__PORT_READY);
+}
+
+/* A destination that stops draining is only reported: nothing to check. */
+static void fake_not_draining(void *owner, unsigned p)
+{
+    (void)owner;
+    (void)p;
+}
+
+static const pm__hub_ops fake_ops = {fake_fault, fake_control, fake_not_draining};
+
+/* ---- main ---- */
+
+static void on_message(pm_cluster *app, const pm_message *m, void *arg)
+{
+    FUZZ_ASSERT(app == NULL && arg == &hub);
+    FUZZ_ASSERT(m->len <= PM_MAX_PAYLOAD && (m->len == 0 || m->data != NULL));
+    volatile unsigned sum = 0;
+    for (size_t k = 0; k < m->len; k++)
+        sum += ((const unsigned char *)m->data)[k];
+    (void)sum;
+    uint32_t node;
+    FUZZ_ASSERT(pm__address_node(&hub.names, &m->from, &node) == 0 && node < NPORTS);
+    FUZZ_ASSERT(!w[node].cut && w[node].open);
+    FUZZ_ASSERT(m->from.incarnation == w[node].inc);
+    FUZZ_ASSERT(hub.ports[node].state == PM__PORT_READY ||
+                hub.ports[node].state == PM__PORT_STOPPING);
+    if (reply_from_callback && m->kind == PM_MSG_REQUEST) /* pm_cluster_reply, re-entering the hub */
+        (void)pm__hub_main_send(&hub, &m->from, PM__FT_REPLY, m->request_id, m->data, m->len);
+}
+
+static void on_broadcast(pm_cluster *app, const pm_message *r, size_t n, void *arg)
+{
+    FUZZ_ASSERT(app == NULL && arg == &hub && n <= NPORTS);
+    for (size_t k = 0; k < n; k++) {
+        FUZZ_ASSERT(r[k].error <= 0 && r[k].len <= PM_MAX_PAYLOAD);
+        FUZZ_ASSERT(r[k].error == 0 || r[k].len == 0);
+        volatile unsigned sum = 0;
+        for (size_t j = 0; j < r[k].len; j++)
+            sum += ((const unsigned char *)r[k].data)[j];
+        (void)sum;
+    }
+}
+
+/* ---- a worker ---- */
+
+/* Writes one frame into port i's up ring as its worker would, or with the
+ * header bytes taken raw from the input. */
+static void worker_send(fuzz_in *in, unsigned i)
+{
+    wport *p = &w[i];
+    uint8_t mode = fuzz_u8(in);
+    static const uint32_t lens[] = {0, 1, 4, 8, 63, 64, 65, 1000, PM_MAX_PAYLOAD,
+                                    PM_MAX_PAYLOAD + 1, PM__LINK_MAX_FRAME - PM__FRAME_HDR_SIZE};
+    uint32_t len = (mode & 0x80) ? fuzz_u16(in) % (PM__LINK_MAX_FRAME - PM__FRAME_HDR_SIZE + 1)
+                                 : lens[fuzz_u8(in) % (sizeof(lens) / sizeof(lens[0]))];
+    unsigned char hdr[PM__FRAME_HDR_SIZE];
+    if (mode & 0x40) {
+        memset(hdr, 0, sizeof(hdr));
+        fuzz_bytes(in, hdr, sizeof(hdr)); /* anything at all */
+    } else {
+        pm__frame_hdr f;
+        memset(&f, 0, sizeof(f));
+        f.type = (uint8_t)(fuzz_u8(in) % (PM__FT_MAX_ + 2));
+        uint8_t d = fuzz_u8(in);
+        f.dst = d % 8 < NPORTS + 1 ? d % 8 : d % 8 == 6 ? PM__NODE_MAIN : fuzz_u32(in);
+        uint8_t di = fuzz_u8(in) % 4;
+        f.dst_inc = di == 0 ? 0 : f.dst < NPORTS ? w[f.dst].inc - (di == 2) : fuzz_u64(in);
+        f.src = FORGED_SRC; /* the hub must overwrite both */
+        f.src_inc = FORGED_INC;
+        f.request_id = fuzz_u8(in) % 8; /* few ids: collisions and duplicates */
+        uint8_t dl = fuzz_u8(in) % 4;
+        f.deadline_ms = dl == 0 ? 0 : dl == 1 ? 1 : (int64_t)(pm__now_ms() + 60000);
+        f.error = -(int32_t)(fuzz_u8(in) % 4);
+        f.len = (mode & 0x20) ? fuzz_u32(in) : len; /* a header that lies about its length */
+        pm__frame_encode(&f, hdr);
+    }
+    void *slot;
+    if (pm__ring_reserve(&p->up, PM__FRAME_HDR_SIZE + len, &slot) != 0)
+        return; /* its ring is full (or its own end poisoned by hostile stores) */
+    memcpy(slot, hdr, sizeof(hdr));
+    memset((unsigned char *)slot + PM__FRAME_HDR_SIZE, (int)i + 'a', len);
+    pm__ring_commit(&p->up, PM__FRAME_HDR_SIZE + len);
+    pm__ring_publish(&p->up);
+}
+
+/* Reads everything in port i's down ring as its worker would, checking what
+ * the hub wrote there. */
+static void worker_drain(unsigned i)
+{
+    wport *p = &w[i];
+    for (int n = 0; n < 4096; n++) {
+        const void *b;
+        size_t len;
+        int rc = pm__ring_peek(&p->down, &b, &len);
+        if (rc <= 0) {
+            FUZZ_ASSERT(rc == 0 || p->down_tainted);
+            break;
+        }
+        pm__frame_hdr f;
+        int d = pm__frame_decode(b, len, PM__LINK_MAX_FRAME, &f);
+        if (!p->down_tainted) {
+            FUZZ_ASSERT(d == 0);                                  /* the hub writes valid frames */
+            FUZZ_ASSERT(f.dst == i && f.dst_inc == p->inc);      /* to this incarnation */
+            FUZZ_ASSERT(f.type != PM__FT_HELLO && f.type != PM__FT_READY);
+            if (f.type != PM__FT_INIT)
+                FUZZ_ASSERT(f.len <= PM_MAX_PAYLOAD);
+            if (f.type == PM__FT_MSG || f.type == PM__FT_REQUEST || f.type == PM__FT_REPLY) {
+                /* Identity from the ring: a port and one of its incarnations. */
+                FUZZ_ASSERT(f.src == PM__NODE_MAIN ||
+                            (f.src < NPORTS && f.src_inc >= 1 && f.src_inc <= w[f.src].inc));
+                FUZZ_ASSERT(f.src != FORGED_SRC && f.src_inc != FORGED_INC);
+            }
+            if (f.type == PM__FT_UNDELIVERABLE)
+                FUZZ_ASSERT(f.error < 0 && f.len == 0);
+        }
+        pm__ring_consume(&p->down);
+    }
+    pm__ring_release(&p->down);
+}
+
+/* A store a worker may make anywhere in its own memory. */
+static void worker_scribble(fuzz_in *in, unsigned i)
+{
+    wport *p = &w[i];
+    struct pm__ring_shared *up = ring_region(p, 1), *down = ring_region(p, 0);
+    uint8_t what = fuzz_u8(in) % 5;
+    uint64_t v = fuzz_u64(in);
+    switch (what) {
+    case 0: /* its producer index: near the honest one, or anywhere */
+        if (v & 1)
+            v = atomic_load(&up->head) + (uint64_t)(int64_t)(int8_t)(v >> 8) * 8;
+        atomic_store(&up->head, v);
+        break;
+    case 1: /* a record header, or a frame header being read (double fetch) */
+    case 2: {
+        uint64_t off = (what == 1 ? p->link.rx.tail : v >> 32) & (CAP - 8);
+        uint64_t rec = what == 1 ? (v & 0x3ffffffffull) : v;
+        unsigned char *data = (unsigned char *)up + PM__RING_HDR_SIZE;
+        memcpy(data + off, &rec, sizeof(rec));
+        if (off + sizeof(rec) > p->dirty[1])
+            p->dirty[1] = off + sizeof(rec);
+        break;
+    }
+    case 3: /* the index of its down ring, which the hub reads as a producer */
+        atomic_store(&down->tail, v);
+        p->down_tainted = 1;
+        break;
+    case 4: /* fields the hub owns: geometry, its own consumer index */
+        up->capacity = v;
+        up->max_frame = (uint32_t)v;
+        atomic_store(&up->tail, v >> 3);
+        break;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int once;
+    if (!once) {
+        once = 1;
+        for (unsigned i = 0; i < NPORTS; i++) {
+            w[i].size = PM__CTL_SIZE + 2 * pm__ring_region_size(CAP);
+            w[i].map = aligned_alloc(4096, w[i].size);
+            FUZZ_ASSERT(w[i].map != NULL);
+            memset(w[i].map, 0, w[i].size);
+        }
+    }
+    pm__names names = {.system = "fz", .host = "h", .base_port = 9000, .nslots = NPORTS};
+    FUZZ_ASSERT(pm__hub_init(&hub, NPORTS, &names, NULL, &fake_ops, &w[0]) == 0);
+    hub.on_message = on_message;
+    hub.on_message_arg = &hub;
+    reply_from_callback = 0;
+    for (unsigned i = 0; i < NPORTS; i++) {
+        w[i].inc = 1;
+        link_fresh(&w[i]);
+        w[i].open = 1;
+        w[i].hello = 1; /* ports start ready, as after a handshake */
+        pm__hub_port_open(&hub, i, &w[i].link, w[i].inc);
+        pm__hub_port_set_state(&hub, i, PM__PORT_READY);
+    }
+
+    fuzz_in in = {data, size};
+    while (fuzz_more(&in)) {
+        uint8_t op = fuzz_u8(&in);
+        unsigned i = (op >> 4) % NPORTS;
+        switch (op % 11) {
+        case 0:
+        case 1:
+            worker_send(&in, i);
+            break;
+        case 2:
+            pm__hub_port_service(&hub, i);
+            pm__hub_publish(&hub);
+            break;
+        case 3:
+            worker_drain(i);
+            break;
+        case 4:
+            worker_scribble(&in, i);
+            break;
+        case 5: { /* main sends to a port (its incarnation now, any, or a stale one) */
+            pm_address to;
+            uint8_t k = fuzz_u8(&in);
+            pm__node_address(&hub.names, k % 4 == 3 ? PM__NODE_MAIN : i,
+                             k & 4 ? 0 : w[i].inc - ((k & 8) != 0), &to);
+            size_t len = (k & 16) ? PM_MAX_PAYLOAD + (k >> 7) : fuzz_u8(&in);
+            void *buf = calloc(1, len ? len : 1);
+            int rc = pm__hub_main_send(&hub, &to, k & 32 ? PM__FT_REQUEST : PM__FT_MSG,
+                                       fuzz_u8(&in), buf, len);
+            FUZZ_ASSERT(rc == 0 || rc == -EMSGSIZE || rc == -ENOENT || rc == -EHOSTDOWN ||
+                        rc == -ESTALE || rc == -EAGAIN || rc == -EINVAL);
+            free(buf);
+            break;
+        }
+        case 6: { /* main broadcasts */
+            char buf[32] = "broadcast";
+            int rc = pm__hub_broadcast(&hub, buf, fuzz_u8(&in) % sizeof(buf),
+                                       1 + fuzz_u16(&in), on_broadcast, &hub);
+            FUZZ_ASSERT(rc == 0);
+            break;
+        }
+        case 7: /* time passes: deadlines fire */
+            pm__hub_fire(&hub, pm__now_ms() + ((uint64_t)fuzz_u8(&in) << 10));
+            break;
+        case 8: /* the worker dies: the port closes; a new incarnation starts */
+            pm__hub_port_close(&hub, i);
+            w[i].inc++;
+            link_fresh(&w[i]);
+            pm__hub_port_open(&hub, i, &w[i].link, w[i].inc);
+            if (fuzz_u8(&in) & 1) {
+                w[i].hello = 1;
+                pm__hub_port_set_state(&hub, i, PM__PORT_READY);
+            }
+            break;
+        case 9: /* stop request: the port keeps sending, takes nothing new */
+            if (hub.ports[i].state == PM__PORT_READY)
+                pm__hub_port_set_state(&hub, i, PM__PORT_STOPPING);
+            pm__hub_stop_request(&hub, i);
+            break;
+        case 10: /* the loop is about to sleep */
+            (void)pm__hub_arm_idle(&hub);
+            (void)pm__hub_any_arrived(&hub);
+            (void)pm__hub_any_busy(&hub);
+            reply_from_callback = !reply_from_callback;
+            break;
+        }
+        for (unsigned k = 0; k < NPORTS; k++)
+            FUZZ_ASSERT(!w[k].cut || !hub.ports[k].reading);
+    }
+    for (unsigned i = 0; i < NPORTS; i++)
+        pm__hub_port_close(&hub, i);
+    pm__hub_free(&hub);
+    return 0;
+}

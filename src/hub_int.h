@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/* hub_int.h - what hub.c (routing, queues, in flight) and hub_main.c (main's broadcasts and requests) share; nothing else includes it. */
+#ifndef PM_HUB_INT_H
+#define PM_HUB_INT_H
+
+#include <limits.h>
+
+#include "hub.h"
+
+/* A broadcast result or request not answered yet. */
+#define RESULT_PENDING INT_MIN
+
+int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
+                uint32_t charge);
+pm__frame_hdr pm__hub_main_hdr(int type, const pm__port *p);
+int pm__hub_add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t requester_inc,
+                        uint64_t id, int64_t deadline);
+int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
+                         pm__inflight *out);
+void pm__hub_drop_last_inflight(pm__hub *h, pm__port *target);
+int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc);
+void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload);
+void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b);
+void pm__hub_mreq_dispatch_waiting(pm__hub *h);
+void pm__hub_mreq_expire(pm__hub *h, int64_t now);
+
+#endif /* PM_HUB_INT_H */

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* seccomp_filter.h - a worker's system-call filter: built in the supervisor, loaded in the child. */
+#ifndef PM_SECCOMP_FILTER_H
+#define PM_SECCOMP_FILTER_H
+
+/* Not "seccomp.h": src/ is on the include path, and that name is
+ * libseccomp's header. */
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct sock_filter;
+
+/*
+ * A classic BPF program for seccomp(2). libseccomp builds it in the
+ * supervisor (it allocates and is not async-signal-safe); the child only
+ * patches its own pid into its copy and hands it to the kernel.
+ */
+typedef struct pm__seccomp_prog {
+    struct sock_filter *insns;
+    unsigned short len;
+    int level;    /* PM_SECCOMP_* it was built for */
+    int action;   /* PM_SECCOMP_ERRNO or PM_SECCOMP_KILL */
+    pid_t supervisor;
+} pm__seccomp_prog;
+
+/* 1 when procmesh was built with libseccomp. */
+int pm__seccomp_available(void);
+
+/*
+ * Builds the filter of `level` (PM_SECCOMP_BASIC or PM_SECCOMP_STRICT) for
+ * workers of the supervisor `supervisor`: a denied call fails with EPERM
+ * (PM_SECCOMP_ERRNO) or kills the worker (PM_SECCOMP_KILL). 0, -ENOTSUP
+ * without libseccomp, -ENOMEM, or another -errno from libseccomp.
+ */
+int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog *out);
+
+void pm__seccomp_free(pm__seccomp_prog *p);
+
+/*
+ * In the child, after its credentials are final and no_new_privs is set:
+ * writes the child's own pid where the program compares with "self" (the
+ * strict filter lets a worker signal only itself) and loads it. Writes
+ * only into the child's copy-on-write copy of p. Async-signal-safe. 0 or
+ * -errno (EACCES: neither no_new_privs nor CAP_SYS_ADMIN).
+ */
+int pm__seccomp_load(pm__seccomp_prog *p);
+
+/* The i-th system call the strict filter allows, NULL past the last (for
+ * the tests; doc/design.md lists them). */
+const char *pm__seccomp_strict_name(size_t i);
+
+#endif /* PM_SECCOMP_FILTER_H */

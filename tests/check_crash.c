@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: MIT */
+/* check_crash.c - crash reports: what a crashing worker records, what the supervisor accepts, and that the exit itself is unchanged. */
+#include "helpers.h"
+#include "internals.h"
+#include "supervise.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "crash.h"
+
+#ifndef PM_DAEMON_BIN
+#error "PM_DAEMON_BIN must name the procmesh binary"
+#endif
+
+/* The crashing functions must crash the way they say, not as the
+ * sanitizers would have them (UBSan turns a null store into an abort). */
+#if defined(__clang__)
+#define CRASHER __attribute__((noinline, no_sanitize("address", "undefined")))
+#else
+#define CRASHER __attribute__((noinline, no_sanitize_address, no_sanitize_undefined))
+#endif
+
+enum kind {
+    K_NULL = 1, K_WILD, K_ACCERR, K_BUS, K_FPE, K_ABORT, K_OVERFLOW, /* real crashes */
+    K_SCRIBBLE, K_HALF, K_MISMATCH, K_FAKE_EXIT, K_NO_HANDLER         /* records to distrust */
+};
+
+static void *volatile null_ptr;
+static volatile int zero_div;
+static volatile int keep_going = 1;
+/* A page shared with the forked worker: where it is about to fault. */
+static volatile uint64_t *shared;
+
+CRASHER static void crash_null(void)
+{
+    *(volatile int *)null_ptr = 1;
+}
+
+CRASHER static void crash_at(void *p)
+{
+    *(volatile int *)p = 1;
+}
+
+static volatile int fpe_sink, fpe_numerator = 7;
+
+CRASHER static void crash_fpe(void)
+{
+    /* Both operands unknown and the result stored, so that a real idiv is
+     * emitted (1 / x compiles to a compare) and not dropped as unused. */
+    fpe_sink = fpe_numerator / zero_div;
+}
+
+CRASHER static int recurse(volatile char *prev)
+{
+    volatile char buf[1024];
+    buf[0] = (char)(prev != NULL ? prev[0] + 1 : 0);
+    if (!keep_going)
+        return buf[0];
+    return recurse(buf) + buf[1];
+}
+
+static void do_crash(int kind)
+{
+    switch (kind) {
+    case K_NULL:
+        crash_null();
+        break;
+    case K_WILD: {
+        /* An address that is certainly not mapped: one just unmapped. */
+        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        munmap(p, 4096);
+        *shared = (uint64_t)(uintptr_t)p;
+        crash_at(p);
+        break;
+    }
+    case K_ACCERR: {
+        void *p = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        *shared = (uint64_t)(uintptr_t)p;
+        crash_at(p);
+        break;
+    }
+    case K_BUS: {
+        /* The second page of a mapping past the end of its one-page file. */
+        int fd = memfd_create("check-crash-bus", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, 4096) < 0)
+            _exit(97);
+        char *p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        *shared = (uint64_t)(uintptr_t)(p + 4096);
+        crash_at(p + 4096);
+        break;
+    }
+    case K_FPE:
+        crash_fpe();
+        break;
+    case K_ABORT:
+        abort();
+    case K_OVERFLOW: {
+        struct rlimit rl = {8u << 20, 8u << 20};
+        struct rlimit cur;
+        if (getrlimit(RLIMIT_STACK, &cur) == 0 && cur.rlim_cur > rl.rlim_cur)
+            (void)setrlimit(RLIMIT_STACK, &rl);
+        recurse(NULL);
+        break;
+    }
+    default:
+        break;
+    }
+    _exit(98); /* did not crash */
+}
+
+/* The worker writes its own record and then dies of SIGSEGV with the
+ * default action, so the handler cannot overwrite it. */
+static void distrust(pm_node *n, int kind)
+{
+    struct pm__crash_rec *r = pm_test_node_crash_record(n);
+    static pm__crash_modules none;
+    uint64_t frames[2] = {0x1234, 0x5678};
+    switch (kind) {
+    case K_SCRIBBLE:
+        memset((void *)r, 0xa5, sizeof(*r));
+        atomic_store(&r->seq, PM__CRASH_COMMITTED);
+        r->signo = SIGSEGV;
+        r->nframes = 1000;
+        break;
+    case K_HALF:
+        pm__crash_fill(r, &none, SIGSEGV, 1, 0, 0x1234, frames, 2);
+        atomic_store(&r->seq, PM__CRASH_WRITING);
+        break;
+    case K_MISMATCH:
+        pm__crash_fill(r, &none, SIGBUS, 2, 0, 0x1234, frames, 2);
+        break;
+    case K_FAKE_EXIT:
+        pm__crash_fill(r, &none, SIGSEGV, 1, 0, 0x1234, frames, 2);
+        _exit(3);
+    default:
+        break;
+    }
+    signal(SIGSEGV, SIG_DFL);
+    raise(SIGSEGV);
+    _exit(98);
+}
+
+static int boot_crash(pm_node *n, void *arg)
+{
+    worker_init();
+    int kind = (int)(intptr_t)arg;
+    if (pm_node_ready(n) < 0)
+        return 50;
+    if (kind >= K_SCRIBBLE)
+        distrust(n, kind);
+    do_crash(kind);
+    return 0;
+}
+
+/* What a plain child of the test (no procmesh, no handler) dies of with
+ * the same crash: the status procmesh's worker must end with too. */
+static int control_status(int kind)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        signal(SIGABRT, SIG_DFL);
+        do_crash(kind);
+    }
+    int st = pm_test_reap(pid, 30000);
+    ck_assert_msg(st != -1, "the control child of kind %d did not end", kind);
+    return st;
+}
+
+static pm_crash_report report;
+static pm_slot_info info;
+/* Where the worker said it would fault (read before the control child
+ * overwrites the shared page). */
+static uint64_t where;
+
+/* Runs one fork-mode worker that crashes by kind, until its exit is
+ * handled; leaves its slot's report in `report` and info in `info`. */
+static void run_crash(int kind)
+{
+    shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne((void *)shared, MAP_FAILED);
+    pm_options *o = opts(1);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    pm_options_set_bootstrap(o, boot_crash, (void *)(intptr_t)kind);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 1, 30000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    report = info.last_crash;
+    where = *shared;
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+
+/* A real crash: recorded, with the signal and exit status of the control. */
+static void expect_recorded(int kind, int sig, const char *code)
+{
+    run_crash(kind);
+    ck_assert_msg(report.state == PM_CRASH_RECORDED, "kind %d: state %d, not recorded", kind,
+                  report.state);
+    ck_assert_int_eq(report.signal, sig);
+    ck_assert_uint_eq(report.incarnation, 1);
+    ck_assert_str_eq(report.code_name, code);
+    ck_assert_uint_ge(report.nframes, 1);
+    ck_assert_uint_le(report.nframes, PM_CRASH_FRAMES);
+    /* The exit itself is what it would have been without the handler. */
+    ck_assert_int_eq(info.last_signal, sig);
+    ck_assert_int_eq(info.last_exit_code, -1);
+    int st = control_status(kind);
+    ck_assert(WIFSIGNALED(st));
+    ck_assert_int_eq(WTERMSIG(st), sig);
+    ck_assert_int_eq(report.core_dumped, WCOREDUMP(st) ? 1 : 0);
+}
+
+/* The path of the test binary, as the worker's module table names it. */
+static void self_path(char *buf, size_t size)
+{
+    ssize_t k = readlink("/proc/self/exe", buf, size - 1);
+    ck_assert_int_gt(k, 0);
+    buf[k] = '\0';
+}
+
+/* 1 when some frame is in the test binary. */
+static int has_frame_in_self(void)
+{
+    char self[PM_CRASH_PATH_MAX];
+    self_path(self, sizeof(self));
+    for (unsigned i = 0; i < report.nframes; i++) {
+        int m = report.frames[i].module;
+        if (m >= 0 && strcmp(report.modules[m], self) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_segv_null)
+{
+    expect_recorded(K_NULL, SIGSEGV, "SEGV_MAPERR");
+    ck_assert_uint_eq(report.fault_addr, 0);
+#if defined(__x86_64__) || defined(__aarch64__)
+    /* The first frame is the faulting instruction, in the test binary. */
+    ck_assert_uint_ne(report.pc, 0);
+    ck_assert_uint_eq(report.frames[0].addr, report.pc);
+    ck_assert_int_ge(report.pc_module, 0);
+    char self[PM_CRASH_PATH_MAX];
+    self_path(self, sizeof(self));
+    ck_assert_str_eq(report.modules[report.pc_module], self);
+    /* module+offset symbolises offline. */
+    if (system("command -v addr2line >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "test_segv_null: addr2line not found, symbolisation not checked\n");
+        return;
+    }
+    char cmd[PM_CRASH_PATH_MAX + 64], line[256] = "";
+    snprintf(cmd, sizeof(cmd), "addr2line -f -e '%s' 0x%llx", report.modules[report.pc_module],
+             (unsigned long long)report.pc_offset);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+    pclose(f);
+    ck_assert_msg(strncmp(line, "crash_null", 10) == 0, "addr2line says '%s' for %s", line, cmd);
+#endif
+}
+END_TEST
+
+START_TEST(test_segv_wild)
+{
+    expect_recorded(K_WILD, SIGSEGV, "SEGV_MAPERR");
+    ck_assert_uint_eq(report.fault_addr, where);
+    ck_assert(has_frame_in_self());
+}
+END_TEST
+
+START_TEST(test_segv_accerr)
+{
+    expect_recorded(K_ACCERR, SIGSEGV, "SEGV_ACCERR");
+    ck_assert_uint_eq(report.fault_addr, where);
+}
+END_TEST
+
+START_TEST(test_sigbus)
+{
+    expect_recorded(K_BUS, SIGBUS, "BUS_ADRERR");
+    ck_assert_uint_eq(report.fault_addr, where);
+    ck_assert(has_frame_in_self());
+}
+END_TEST
+
+START_TEST(test_sigfpe)
+{
+    expect_recorded(K_FPE, SIGFPE, "FPE_INTDIV");
+    ck_assert_uint_ne(report.fault_addr, 0); /* the dividing instruction */
+    ck_assert(has_frame_in_self());
+}
+END_TEST
+
+START_TEST(test_abort)
+{
+    expect_recorded(K_ABORT, SIGABRT, "SI_TKILL");
+    ck_assert_uint_eq(report.fault_addr, 0);
+    /* abort() is called from the test binary: the frames reach it. */
+    ck_assert(has_frame_in_self());
+}
+END_TEST
+
+START_TEST(test_stack_overflow)
+{
+    /* Only an alternate stack leaves room for the handler here. */
+    run_crash(K_OVERFLOW);
+    ck_assert_msg(report.state == PM_CRASH_RECORDED, "state %d, not recorded", report.state);
+    ck_assert_int_eq(report.signal, SIGSEGV);
+    ck_assert(strcmp(report.code_name, "SEGV_MAPERR") == 0 ||
+              strcmp(report.code_name, "SEGV_ACCERR") == 0);
+    ck_assert(has_frame_in_self());
+    int st = control_status(K_OVERFLOW);
+    ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    ck_assert_int_eq(report.core_dumped, WCOREDUMP(st) ? 1 : 0);
+}
+END_TEST
+
+static void expect_state(int kind, int state)
+{
+    run_crash(kind);
+    ck_assert_msg(report.state == state, "kind %d: state %d, expected %d", kind, report.state,
+                  state);
+    if (state != PM_CRASH_NONE) {
+        ck_assert_int_eq(report.signal, SIGSEGV);
+        /* Nothing of a distrusted record is shown. */
+        ck_assert_uint_eq(report.nframes, 0);
+        ck_assert_uint_eq(report.nmodules, 0);
+        ck_assert_uint_eq(report.pc, 0);
+        ck_assert_str_eq(report.code_name, "");
+    }
+}
+
+START_TEST(test_scribbled_record)
+{
+    expect_state(K_SCRIBBLE, PM_CRASH_INVALID);
+    expect_state(K_HALF, PM_CRASH_INVALID);
+    expect_state(K_MISMATCH, PM_CRASH_INVALID);
+    expect_state(K_NO_HANDLER, PM_CRASH_UNRECORDED);
+    /* A record but a clean exit status: no crash at all. */
+    expect_state(K_FAKE_EXIT, PM_CRASH_NONE);
+    ck_assert_int_eq(info.last_exit_code, 3);
+}
+END_TEST
+
+/* The decoder alone, on records built by hand. */
+START_TEST(test_decode)
+{
+    static pm__crash_modules t;
+    static struct pm__crash_rec r, bad;
+    static pm_crash_report out;
+    t.n = 2;
+    t.m[0] = (pm__crash_module){0x1000, 0x2000, 0x1000, "/bin/a"};
+    t.m[1] = (pm__crash_module){0x5000, 0x6000, 0x0, "/lib/b.so"};
+    /* Two handler frames before the pc are dropped. */
+    uint64_t frames[] = {0x9999, 0x8888, 0x1010, 0x5050, 0x1020, 0x7777};
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0x42, 0x1010, frames, 6);
+    ck_assert_int_eq(pm__crash_decode(&r, SIGSEGV, &out), PM_CRASH_RECORDED);
+    ck_assert_str_eq(out.code_name, "SEGV_MAPERR");
+    ck_assert_uint_eq(out.nframes, 4);
+    ck_assert_uint_eq(out.nmodules, 2);
+    ck_assert_str_eq(out.modules[0], "/bin/a");
+    ck_assert_int_eq(out.frames[0].module, 0);
+    ck_assert_uint_eq(out.frames[0].offset, 0x10);
+    ck_assert_int_eq(out.frames[1].module, 1);
+    ck_assert_uint_eq(out.frames[1].offset, 0x5050);
+    ck_assert_int_eq(out.frames[3].module, -1);
+    ck_assert_uint_eq(out.pc_offset, 0x10);
+    /* Unknown codes are shown as numbers. */
+    pm__crash_fill(&r, &t, SIGSEGV, 77, 0, 0, frames, 0);
+    memset(&out, 0, sizeof(out));
+    ck_assert_int_eq(pm__crash_decode(&r, SIGSEGV, &out), PM_CRASH_RECORDED);
+    ck_assert_str_eq(out.code_name, "77");
+    ck_assert_str_eq(pm__crash_code_name(SIGABRT, -6), "SI_TKILL");
+    ck_assert_str_eq(pm__crash_code_name(SIGBUS, 2), "BUS_ADRERR");
+    ck_assert_ptr_null(pm__crash_code_name(SIGABRT, 2));
+    /* Everything the decoder refuses. */
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0x42, 0x1010, frames, 6);
+    memset(&bad, 0, sizeof(bad));
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_UNRECORDED);
+    ck_assert_int_eq(pm__crash_decode(&r, SIGBUS, &out), PM_CRASH_INVALID);
+    bad = r;
+    atomic_store(&bad.seq, PM__CRASH_WRITING);
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+    bad = r;
+    bad.nframes = PM_CRASH_FRAMES + 1;
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+    bad = r;
+    bad.nmodules = PM_CRASH_MODULES + 1;
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+    bad = r;
+    bad.frame_module[1] = 2;
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+    bad = r;
+    bad.pc_module = 7;
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+    bad = r;
+    bad.frames[0] = 0x10; /* below its module's bias */
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+    bad = r;
+    memset(bad.modules[1].path, 'x', PM_CRASH_PATH_MAX); /* no NUL */
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+    /* A path with quotes and control characters is shown harmless. */
+    bad = r;
+    memcpy(bad.modules[0].path, "/a\"b\n\\c", 8);
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_RECORDED);
+    ck_assert_str_eq(out.modules[0], "/a?b??c");
+}
+END_TEST
+
+/* ---------------------------------------------------------------- exec mode and the daemon */
+
+/* Reads fd until needle appears (or EOF, or timeout_ms). */
+static int read_until(int fd, char *buf, size_t size, size_t *len, const char *needle,
+                      int timeout_ms)
+{
+    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    while (strstr(buf, needle) == NULL && pm_test_ms() < end && *len + 1 < size) {
+        if (poll(&pfd, 1, 100) != 1)
+            continue;
+        ssize_t k = read(fd, buf + *len, size - 1 - *len);
+        if (k <= 0)
+            break;
+        *len += (size_t)k;
+        buf[*len] = '\0';
+    }
+    return strstr(buf, needle) != NULL;
+}
+
+START_TEST(test_daemon_log_line)
+{
+    /* An exec-mode worker that joined: recorded too; the daemon logs it. */
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(p[1], STDERR_FILENO);
+        char *argv[] = {"procmesh", "run", "--workers", "1", "--restart", "never", "--",
+                        PM_TEST_WORKER, "segv", NULL};
+        execv(PM_DAEMON_BIN, argv);
+        _exit(127);
+    }
+    close(p[1]);
+    static char log[64 * 1024];
+    size_t len = 0;
+    log[0] = '\0';
+    int got = read_until(p[0], log, sizeof(log), &len, "crash_modules", 30000);
+    close(p[0]);
+    pm_test_reap(pid, 30000);
+    ck_assert_msg(got, "waited for the crash_modules line; log:\n%s", log);
+    const char *line = strstr(log, "exited");
+    ck_assert_msg(line != NULL, "no exited line:\n%s", log);
+    ck_assert_msg(strstr(line, "signal=SIGSEGV") != NULL, "%s", log);
+    ck_assert_msg(strstr(line, "code=SI_TKILL") != NULL, "%s", log);
+    ck_assert_msg(strstr(line, "fault_addr=0x0") != NULL, "%s", log);
+    ck_assert_msg(strstr(line, "frames=\"") != NULL, "%s", log);
+    ck_assert_msg(strstr(line, "pm-test-worker+0x") != NULL, "%s", log);
+    const char *mods = strstr(log, "crash_modules");
+    ck_assert_msg(strstr(mods, "/pm-test-worker") != NULL || strstr(mods, "/lt-pm-test-worker") != NULL,
+                  "the modules name the worker's path:\n%s", log);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("crash");
+    PM_ADD_TEST(s, test_decode, 0);
+    PM_ADD_TEST(s, test_segv_null, 0);
+    PM_ADD_TEST(s, test_segv_wild, 0);
+    PM_ADD_TEST(s, test_segv_accerr, 0);
+    PM_ADD_TEST(s, test_sigbus, 0);
+    PM_ADD_TEST(s, test_sigfpe, 0);
+    PM_ADD_TEST(s, test_abort, 0);
+    PM_ADD_TEST(s, test_stack_overflow, 0);
+    PM_ADD_TEST(s, test_scribbled_record, 0);
+    PM_ADD_TEST(s, test_daemon_log_line, 0);
+    return s;
+}
+
+int main(void)
+{
+    return pm_test_main(suite());
+}

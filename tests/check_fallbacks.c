@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: MIT */
+/* check_fallbacks.c - the old-kernel fallbacks, taken because a seccomp filter refuses the new calls. */
+/*
+ * Each test installs, in its own process (Check's fork mode gives every
+ * test one), a seccomp filter that answers close_range, io_uring_setup,
+ * pidfd_open and pidfd_send_signal with ENOSYS, as a kernel older than 5.1
+ * (io_uring), 5.3 (pidfd) or 5.11 (close_range) would. A cluster then has
+ * to run on what is left: the epoll loop, exits found by SIGCHLD and waitid
+ * (or by scanning when it may not touch signals), signals sent by kill(),
+ * and close-on-exec by walking /proc/self/fd. Each test asserts that the
+ * fallback was really taken (through tests/internals.h, and a leaked fd
+ * that only the walk can have caught) and that the cluster still works:
+ * spawn, messages both ways, a crash and its restart, terminate.
+ */
+#include "helpers.h"
+
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+#include "procmesh.h"
+#include "internals.h"
+
+#ifndef PM_TEST_WORKER
+#error "PM_TEST_WORKER must name the pm-test-worker binary"
+#endif
+
+#if defined(__x86_64__)
+#define PM_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define PM_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#elif defined(__i386__)
+#define PM_AUDIT_ARCH AUDIT_ARCH_I386
+#endif
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+#if defined(PM_AUDIT_ARCH) && defined(__NR_close_range) && defined(__NR_io_uring_setup) &&      \
+    defined(__NR_pidfd_open) && defined(__NR_pidfd_send_signal)
+#define PM_CAN_FILTER 1
+#endif
+
+#ifdef PM_CAN_FILTER
+/* Refuses the four calls with ENOSYS in this process and everything it
+ * starts (a seccomp filter is inherited across fork and kept across
+ * execve). Another architecture's calls (a 32-bit binary on a 64-bit
+ * kernel) get through untouched: the numbers below are this one's. */
+static void refuse_new_calls(void)
+{
+    struct sock_filter prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_close_range, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_pidfd_open, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_pidfd_send_signal, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog fprog = {.len = (unsigned short)ARRAY_LEN(prog), .filter = prog};
+    /* Without no_new_privs only a CAP_SYS_ADMIN process may install a
+     * filter; with it anyone may, and nothing we exec can gain privileges
+     * that would let it escape the filter. */
+    ck_assert_msg(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS: %s",
+                  strerror(errno));
+    ck_assert_msg(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) == 0,
+                  "SECCOMP_SET_MODE_FILTER: %s", strerror(errno));
+}
+#endif
+
+/* errno of a call that failed, 0 when it succeeded (its fd closed). */
+static int call_errno(long rc)
+{
+    if (rc < 0)
+        return errno;
+    close((int)rc);
+    return 0;
+}
+
+static int probe_close_range(void)
+{
+    /* Far above any fd we hold: marks nothing when it works. */
+    return call_errno(syscall(__NR_close_range, 4000u, 4001u, CLOSE_RANGE_CLOEXEC));
+}
+
+static int probe_io_uring(void)
+{
+    unsigned char params[120]; /* struct io_uring_params, zeroed: a valid request */
+    memset(params, 0, sizeof(params));
+    return call_errno(syscall(__NR_io_uring_setup, 1u, params));
+}
+
+static int probe_pidfd_open(void)
+{
+    return call_errno(syscall(__NR_pidfd_open, getpid(), 0u));
+}
+
+static int probe_pidfd_signal(void)
+{
+    /* Signal 0 through a bad pidfd: EBADF when the call exists. */
+    return call_errno(syscall(__NR_pidfd_send_signal, -1, 0, NULL, 0u));
+}
+
+/* ---------------------------------------------------------------- the cluster side */
+
+static struct {
+    char last[8][512]; /* what slot i last sent main */
+    unsigned got[8];   /* messages from slot i */
+    int exited_signal; /* the signal of the last EXITED event */
+    unsigned ready;    /* READY events */
+    uint64_t ready_inc[8];
+} seen;
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (e->type == PM_EVENT_EXITED)
+        seen.exited_signal = e->signal;
+    if (e->type == PM_EVENT_READY && e->slot < 8) {
+        seen.ready++;
+        seen.ready_inc[e->slot] = e->incarnation;
+    }
+}
+
+static void on_message(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    unsigned slot = (unsigned)m->from.port - 1; /* base port 1 */
+    if (slot >= 8 || m->kind != PM_MSG_PLAIN)
+        return;
+    size_t n = m->len < sizeof(seen.last[0]) - 1 ? m->len : sizeof(seen.last[0]) - 1;
+    memcpy(seen.last[slot], m->data, n);
+    seen.last[slot][n] = '\0';
+    seen.got[slot]++;
+}
+
+/* The fork-mode worker: pm-test-worker's echo mode, in the child. */
+static int boot_echo(pm_node *n, void *arg)
+{
+    (void)arg;
+    /* A fork of the test process inherits Check's SIGTERM handler, which
+     * signals the test's whole process group: our stop's SIGTERM must end
+     * this worker alone. (Set before ready; the stop comes after.) */
+    signal(SIGTERM, SIG_DFL);
+    if (pm_node_ready(n) < 0)
+        return 101;
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0 || m.kind != PM_MSG_PLAIN)
+            continue;
+        if (m.len == 5 && memcmp(m.data, "crash", 5) == 0)
+            raise(SIGSEGV);
+        char out[600];
+        int len = snprintf(out, sizeof(out), "echo:%.*s", (int)(m.len < 500 ? m.len : 500),
+                           (const char *)m.data);
+        pm_node_send(n, &m.from, out, (size_t)len);
+    }
+}
+
+static pm_options *opts(unsigned workers, int handle_signals)
+{
+    memset(&seen, 0, sizeof(seen));
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, (int)workers), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_message, NULL), 0);
+    ck_assert_int_eq(pm_options_set_handle_signals(o, handle_signals), 0);
+    ck_assert_int_eq(pm_options_set_restart_min_backoff_ms(o, 10), 0);
+    ck_assert_int_eq(pm_options_set_restart_max_backoff_ms(o, 50), 0);
+    ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 5000), 0);
+    ck_assert_int_eq(pm_options_set_ring_size(o, 256 * 1024), 0);
+    return o;
+}
+
+/* Slot i's current address. */
+static pm_address addr_of(pm_cluster *c, unsigned i)
+{
+    pm_address a[8];
+    ck_assert_int_ge(pm_cluster_addresses(c, a, 8), (int)i + 1);
+    return a[i];
+}
+
+/* Sends text to slot i and runs the cluster until its echo comes back. */
+static void round_trip(pm_cluster *c, unsigned i, const char *text)
+{
+    unsigned before = seen.got[i];
+    pm_address a = addr_of(c, i);
+    ck_assert_int_eq(pm_cluster_send(c, &a, text, strlen(text)), 0);
+    PM_RUN_UNTIL(c, seen.got[i] > before, 20000);
+    char want[600];
+    snprintf(want, sizeof(want), "echo:%s", text);
+    ck_assert_str_eq(seen.last[i], want);
+}
+
+/* What every cluster under the filter must show: the epoll loop, and no
+ * pidfd for any live worker. */
+static void assert_fallbacks(pm_cluster *c, unsigned workers, int handle_signals)
+{
+    ck_assert_msg(pm_test_loop_backend(c) == PM__LOOP_EPOLL,
+                  "the loop runs on backend %d, not epoll, with io_uring_setup refused",
+                  pm_test_loop_backend(c));
+    for (unsigned i = 0; i < workers; i++)
+        ck_assert_msg(pm_test_slot_pidfd(c, i) == -1, "slot %u holds pidfd %d with pidfd_open "
+                      "refused", i, pm_test_slot_pidfd(c, i));
+    /* Without pidfds, exits come from SIGCHLD (signalfd + waitid) when the
+     * cluster handles signals, else from scanning on a timer. */
+    ck_assert_int_eq(pm_test_poll_children(c), !handle_signals);
+}
+
+/* The life of a cluster under the filter: spawn, messages, a crash of slot
+ * 0 and its restart, messages to the new incarnation, terminate. */
+static void exercise(pm_options *o, unsigned workers, int handle_signals)
+{
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    assert_fallbacks(c, workers, handle_signals);
+    for (unsigned i = 0; i < workers; i++)
+        round_trip(c, i, "ping");
+    uint64_t inc = pm_test_slot_incarnation(c, 0);
+    pm_address a = addr_of(c, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "crash", 5), 0);
+    PM_RUN_UNTIL(c, seen.exited_signal == SIGSEGV, 20000);
+    PM_RUN_UNTIL(c, seen.ready_inc[0] > inc && pm_test_slot_state(c, 0) == PM_SLOT_READY, 20000);
+    assert_fallbacks(c, workers, handle_signals);
+    round_trip(c, 0, "after the crash");
+    for (unsigned i = 1; i < workers; i++)
+        round_trip(c, i, "still here");
+    /* Every worker stops by itself on the stop request: 0, all reaped. */
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+START_TEST(test_filter_refuses_the_new_calls)
+{
+#ifdef PM_CAN_FILTER
+    /* Before: this kernel has the calls (or the test proves nothing new). */
+    int had_close_range = probe_close_range() != ENOSYS, had_uring = probe_io_uring() != ENOSYS,
+        had_pidfd = probe_pidfd_open() != ENOSYS;
+    if (!had_close_range || !had_uring || !had_pidfd)
+        fprintf(stderr, "note: the kernel itself lacks:%s%s%s\n", had_close_range ? "" : " close_range",
+                had_uring ? "" : " io_uring", had_pidfd ? "" : " pidfd");
+    refuse_new_calls();
+    ck_assert_int_eq(probe_close_range(), ENOSYS);
+    ck_assert_int_eq(probe_io_uring(), ENOSYS);
+    ck_assert_int_eq(probe_pidfd_open(), ENOSYS);
+    ck_assert_int_eq(probe_pidfd_signal(), ENOSYS);
+    /* Nothing else: an ordinary call still works. */
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    /* And it holds in a child, as it will in the workers. */
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(probe_close_range() == ENOSYS && probe_pidfd_open() == ENOSYS ? 0 : 1);
+    int status = pm_test_reap(pid, 10000);
+    ck_assert_msg(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the filter does not hold in a child (status %d)", status);
+#endif
+}
+END_TEST
+
+START_TEST(test_fork_mode_sigchld)
+{
+#ifdef PM_CAN_FILTER
+    refuse_new_calls();
+    pm_options *o = opts(2, 1);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
+    exercise(o, 2, 1);
+    pm_options_free(o);
+#endif
+}
+END_TEST
+
+START_TEST(test_fork_mode_scan)
+{
+#ifdef PM_CAN_FILTER
+    /* handle_signals 0: no signalfd either, so exits are found by the
+     * periodic scan (waitid WNOHANG per slot). */
+    refuse_new_calls();
+    pm_options *o = opts(2, 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
+    exercise(o, 2, 0);
+    pm_options_free(o);
+#endif
+}
+END_TEST
+
+/* The fd numbers in an "fds 0 1 2 ..." answer; returns how many. */
+static int parse_fds(const char *text, int *out, int cap)
+{
+    ck_assert_msg(strncmp(text, "fds", 3) == 0, "not an fd list: %s", text);
+    int n = 0;
+    const char *p = text + 3;
+    char *end;
+    for (long v = strtol(p, &end, 10); end != p; p = end, v = strtol(p, &end, 10))
+        if (n < cap)
+            out[n++] = (int)v;
+    return n;
+}
+
+START_TEST(test_exec_mode_cloexec_walk)
+{
+#ifdef PM_CAN_FILTER
+    /* An fd the supervisor holds without close-on-exec (as an application
+     * might) must not reach an exec worker. close_range is refused and the
+     * fd lies above RLIMIT_NOFILE, so only the walk over /proc/self/fd can
+     * have marked it. */
+    refuse_new_calls();
+    enum { LEAK = 200 };
+    int fd = open("/dev/null", O_RDONLY); /* no O_CLOEXEC on purpose */
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(dup2(fd, LEAK), LEAK); /* dup2 never sets FD_CLOEXEC */
+    close(fd);
+    ck_assert_int_eq(fcntl(LEAK, F_GETFD) & FD_CLOEXEC, 0);
+    /* Below the leaked fd: the last resort (fcntl on every fd up to the
+     * limit) cannot see it, so if it is caught, the walk caught it. */
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = LEAK / 2;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    pm_options *o = opts(2, 1);
+    char *argv[] = {PM_TEST_WORKER, "echo", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, PM_TEST_WORKER, argv), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    assert_fallbacks(c, 2, 1);
+    for (unsigned i = 0; i < 2; i++) {
+        unsigned before = seen.got[i];
+        pm_address a = addr_of(c, i);
+        ck_assert_int_eq(pm_cluster_send(c, &a, "fds", 3), 0);
+        PM_RUN_UNTIL(c, seen.got[i] > before, 20000);
+        int fds[64];
+        int n = parse_fds(seen.last[i], fds, 64);
+        /* stdin/out/err, its memfd and two doorbells: 0..5, nothing else. */
+        ck_assert_msg(n == 6, "slot %u holds %d fds (%s), want 6", i, n, seen.last[i]);
+        for (int k = 0; k < n; k++) {
+            ck_assert_msg(fds[k] != LEAK, "slot %u inherited fd %d: %s", i, LEAK, seen.last[i]);
+            ck_assert_msg(fds[k] <= 5, "slot %u holds fd %d: %s", i, fds[k], seen.last[i]);
+        }
+    }
+    /* Ours stays open and inheritable: the mark was set in the child only. */
+    ck_assert_int_eq(fcntl(LEAK, F_GETFD) & FD_CLOEXEC, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    /* The rest of a cluster's life, exec mode. */
+    o = opts(2, 1);
+    ck_assert_int_eq(pm_options_set_exec(o, PM_TEST_WORKER, argv), 0);
+    exercise(o, 2, 1);
+    pm_options_free(o);
+    close(LEAK);
+#endif
+}
+END_TEST
+
+int main(void)
+{
+#ifndef PM_CAN_FILTER
+    pm_test_skip("no seccomp filter for this architecture (or no syscall numbers for the calls)");
+#endif
+    Suite *s = suite_create("fallbacks");
+    PM_ADD_TEST(s, test_filter_refuses_the_new_calls, 30);
+    PM_ADD_TEST(s, test_fork_mode_sigchld, 60);
+    PM_ADD_TEST(s, test_fork_mode_scan, 60);
+    PM_ADD_TEST(s, test_exec_mode_cloexec_walk, 60);
+    return pm_test_main(s);
+}

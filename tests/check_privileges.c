@@ -1,0 +1,661 @@
+/* SPDX-License-Identifier: MIT */
+/* check_privileges.c - a worker cannot touch its supervisor or its siblings: users, no_new_privs, dumpability, seccomp. */
+/*
+ * Every attack is made by a real worker on its real supervisor (this test
+ * process): a fork-mode probe takes commands from main and answers with the
+ * result and errno of each attempt; exec-mode attacks are /bin/sh scripts
+ * that report on a pipe. An attack that succeeded would stop this process
+ * (SIGSTOP) and the test would fail on Check's timeout; the answers say
+ * EPERM. Signals that could hurt the test's own process group are sent as
+ * signal 0 (the permission check alone).
+ *
+ * Needs root for the user tests (CI is root) and libseccomp at build time
+ * for the seccomp ones; without libseccomp the program exits 77 after the
+ * others passed.
+ */
+#include "helpers.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <netinet/in.h>
+
+#include "procmesh.h"
+#include "seccomp_filter.h"
+#include "supervise.h"
+
+#define NOBODY 65534
+/* Uids with no account: nothing on the machine runs as them. */
+#define RANGE_FIRST 61200u
+
+/* ------------------------------------------------------------ the probe */
+
+/* One answer: what the command returned and errno after it. */
+struct answer {
+    long result;
+    int err;
+    int got;
+};
+
+static struct answer answers[8];
+
+static void on_probe_answer(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    unsigned slot = m->from.port - 1;
+    long v[2];
+    if (m->kind != PM_MSG_PLAIN || m->len != sizeof(v) || slot >= ARRAY_LEN(answers))
+        return;
+    memcpy(v, m->data, sizeof(v));
+    answers[slot].result = v[0];
+    answers[slot].err = (int)v[1];
+    answers[slot].got = 1;
+}
+
+/* Runs one command; the attack's result as 0 or -errno in *result. */
+static long probe_run(const char *cmd, int *err)
+{
+    pid_t sup = getppid();
+    long r = -1;
+    errno = 0;
+    if (strcmp(cmd, "uid") == 0) {
+        r = (long)getuid() << 32 | (long)getgid();
+    } else if (strcmp(cmd, "stop-supervisor") == 0) {
+        r = kill(sup, SIGSTOP);
+    } else if (strcmp(cmd, "tgkill-supervisor") == 0) {
+        r = syscall(SYS_tgkill, sup, sup, 0);
+    } else if (strcmp(cmd, "kill-group") == 0) {
+        r = kill(0, 0);
+    } else if (strcmp(cmd, "kill-all") == 0) {
+        r = kill(-1, 0);
+    } else if (strcmp(cmd, "kill-high-bits") == 0) {
+        /* The kernel reads a pid_t from the low half of the register. */
+        r = syscall(SYS_kill, (long)(1UL << 32 | (unsigned long)sup), 0);
+    } else if (strcmp(cmd, "ptrace-supervisor") == 0) {
+        r = ptrace(PTRACE_ATTACH, sup, NULL, NULL);
+        if (r == 0)
+            ptrace(PTRACE_DETACH, sup, NULL, NULL);
+    } else if (strcmp(cmd, "pidfd-open") == 0) {
+        r = syscall(SYS_pidfd_open, sup, 0);
+    } else if (strcmp(cmd, "setown-supervisor") == 0) {
+        int fds[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0) {
+            r = fcntl(fds[0], F_SETOWN, sup);
+            int e = errno;
+            close(fds[0]);
+            close(fds[1]);
+            errno = e;
+        }
+    } else if (strcmp(cmd, "file-io") == 0) {
+        char path[64];
+        snprintf(path, sizeof(path), "/tmp/pm-priv-%d", (int)getpid());
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        char buf[4] = {0};
+        r = fd >= 0 && write(fd, "abc", 3) == 3 && pread(fd, buf, 3, 0) == 3 &&
+                    memcmp(buf, "abc", 3) == 0
+                ? 0
+                : -1;
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        unlink(path);
+        errno = e;
+    } else if (strcmp(cmd, "sockets") == 0) {
+        int fds[2];
+        char c = 0;
+        r = socketpair(AF_UNIX, SOCK_STREAM, 0, fds);
+        if (r == 0) {
+            r = send(fds[0], "x", 1, 0) == 1 && recv(fds[1], &c, 1, 0) == 1 && c == 'x' ? 0 : -1;
+            close(fds[0]);
+            close(fds[1]);
+        }
+        int s = r == 0 ? socket(AF_INET, SOCK_STREAM, 0) : -1;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (r == 0)
+            r = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(s, 1) == 0 ? 0 : -1;
+        if (s >= 0)
+            close(s);
+    } else if (strcmp(cmd, "open") == 0) {
+        r = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    } else if (strcmp(cmd, "crash") == 0) {
+        raise(SIGSEGV);
+    } else if (strncmp(cmd, "square ", 7) == 0) {
+        long x = atol(cmd + 7);
+        r = x * x;
+    } else if (strncmp(cmd, "kill-pid ", 9) == 0) {
+        r = kill((pid_t)atol(cmd + 9), SIGKILL);
+    }
+    *err = errno;
+    return r;
+}
+
+/* Fork mode: answers each plain message from main with {result, errno}. */
+static int probe(pm_node *n, void *arg)
+{
+    (void)arg;
+    if (pm_node_ready(n) < 0)
+        return 3;
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0 || m.kind != PM_MSG_PLAIN)
+            continue;
+        char cmd[64];
+        size_t len = m.len < sizeof(cmd) - 1 ? m.len : sizeof(cmd) - 1;
+        memcpy(cmd, m.data, len);
+        cmd[len] = '\0';
+        pm_address from = m.from;
+        int err = 0;
+        long v[2];
+        v[0] = probe_run(cmd, &err);
+        v[1] = err;
+        if (pm_node_send(n, &from, v, sizeof(v)) < 0)
+            return 4;
+    }
+}
+
+/* Sends cmd to slot and runs the cluster until it answers. */
+static struct answer ask(pm_cluster *c, unsigned slot, const char *cmd)
+{
+    pm_address a[8];
+    int n = pm_cluster_addresses(c, a, ARRAY_LEN(a));
+    ck_assert_int_gt(n, (int)slot);
+    answers[slot].got = 0;
+    ck_assert_int_eq(pm_cluster_send(c, &a[slot], cmd, strlen(cmd)), 0);
+    PM_RUN_UNTIL(c, answers[slot].got, 10000);
+    return answers[slot];
+}
+
+/* The attack failed with EPERM (or EACCES, where the kernel says so). */
+#define ASSERT_REFUSED(c, slot, cmd)                                                         \
+    do {                                                                                     \
+        struct answer a_ = ask((c), (slot), (cmd));                                          \
+        ck_assert_msg(a_.result < 0 && (a_.err == EPERM || a_.err == EACCES),                \
+                      "%s from slot %u: result %ld errno %d (%s), want EPERM", (cmd), (slot), \
+                      a_.result, a_.err, strerror(a_.err));                                  \
+    } while (0)
+
+#define ASSERT_WORKS(c, slot, cmd)                                                              \
+    do {                                                                                        \
+        struct answer a_ = ask((c), (slot), (cmd));                                             \
+        ck_assert_msg(a_.result >= 0, "%s from slot %u failed: errno %d (%s)", (cmd), (slot), \
+                      a_.err, strerror(a_.err));                                                \
+    } while (0)
+
+static pm_options *probe_options(int workers)
+{
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, workers), 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, probe, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_probe_answer, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    ck_assert_int_eq(pm_options_set_restart_min_backoff_ms(o, 10), 0);
+    ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 2000), 0);
+    return o;
+}
+
+static pm_cluster *spawn(pm_options *o)
+{
+    pm_cluster *c = NULL;
+    char why[256];
+    ck_assert_msg(pm_options_validate(o, why, sizeof(why)) == 0, "options: %s", why);
+    int rc = pm_cluster_spawn(o, &c);
+    ck_assert_msg(rc == 0, "pm_cluster_spawn: %s", pm_strerror(rc));
+    return c;
+}
+
+static void finish(pm_cluster *c, pm_options *o)
+{
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+
+/* ------------------------------------------------------------ exec mode */
+
+/* An exec-mode worker that is /bin/sh running script with fd 3 a pipe to
+ * us: returns what it wrote there before its first blank-line marker. */
+static void exec_attack(pm_options *o, const char *script, char *out, size_t size)
+{
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
+    ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &p[1], 1), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 2000), 0);
+    pm_cluster *c = spawn(o);
+    close(p[1]);
+    /* The script ends its report with "end"; the read is bounded by the
+     * test's timeout, and a stopped supervisor would never get here. */
+    size_t got = 0;
+    while (got + 1 < size && strstr(out, "end") == NULL) {
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+        struct timeval tv = {0, 0};
+        fd_set rd;
+        FD_ZERO(&rd);
+        FD_SET(p[0], &rd);
+        if (select(p[0] + 1, &rd, NULL, NULL, &tv) <= 0)
+            continue;
+        ssize_t k = read(p[0], out + got, size - 1 - got);
+        ck_assert_msg(k > 0, "the worker closed its report pipe before 'end': %s", out);
+        got += (size_t)k;
+        out[got] = '\0';
+    }
+    close(p[0]);
+    /* Still supervising: the worker is ready and we answer. */
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(si.state, PM_SLOT_READY);
+    finish(c, o);
+}
+
+#define SH_ATTACK "kill -STOP $PPID 2>&3; echo rc=$? >&3; id -u >&3; echo end >&3; exec sleep 1000"
+
+START_TEST(test_user_exec_sigstop)
+{
+    pm_options *o = pm_options_new();
+    ck_assert_int_eq(pm_options_set_user(o, NOBODY, NOBODY), 0);
+    char out[512] = "";
+    exec_attack(o, SH_ATTACK, out, sizeof(out));
+    ck_assert_msg(strstr(out, "Operation not permitted") != NULL && strstr(out, "rc=1") != NULL,
+                  "SIGSTOP to the supervisor was not refused: %s", out);
+    ck_assert_msg(strstr(out, "\n65534\n") != NULL, "the worker's uid is not nobody's: %s", out);
+}
+END_TEST
+
+/* ------------------------------------------------------------ users */
+
+START_TEST(test_user_fork_attacks)
+{
+    pm_options *o = probe_options(1);
+    ck_assert_int_eq(pm_options_set_user(o, NOBODY, NOBODY), 0);
+    pm_cluster *c = spawn(o);
+    struct answer id = ask(c, 0, "uid");
+    ck_assert_int_eq(id.result >> 32, NOBODY);
+    ck_assert_int_eq(id.result & 0xffffffff, NOBODY);
+    ASSERT_REFUSED(c, 0, "stop-supervisor");
+    ASSERT_REFUSED(c, 0, "ptrace-supervisor");
+    ASSERT_REFUSED(c, 0, "tgkill-supervisor");
+    finish(c, o);
+}
+END_TEST
+
+/* The death signal is armed again after the credential change: a worker
+ * of a supervisor that is SIGKILLed ends. */
+START_TEST(test_user_dies_with_supervisor)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t sup = pm_test_fork();
+    ck_assert_int_ge(sup, 0);
+    if (sup == 0) {
+        close(p[0]);
+        pm_options *o = probe_options(1);
+        pm_options_set_user(o, NOBODY, NOBODY);
+        pm_cluster *c = NULL;
+        if (pm_cluster_spawn(o, &c) < 0)
+            _exit(1);
+        pm_slot_info si;
+        pm_cluster_slot_info(c, 0, &si);
+        if (write(p[1], &si.pid, sizeof(si.pid)) != sizeof(si.pid))
+            _exit(2);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    pid_t worker = 0;
+    ck_assert_int_eq(read(p[0], &worker, sizeof(worker)), (ssize_t)sizeof(worker));
+    close(p[0]);
+    ck_assert_int_gt(worker, 0);
+    kill(sup, SIGKILL);
+    pm_test_reap(sup, 5000);
+    uint64_t end = pm_test_ms() + 10000;
+    while (kill(worker, 0) == 0 && pm_test_ms() < end)
+        usleep(2000);
+    ck_assert_msg(kill(worker, 0) < 0 && errno == ESRCH,
+                  "worker %d outlived its SIGKILLed supervisor", (int)worker);
+}
+END_TEST
+
+START_TEST(test_uid_range_siblings)
+{
+    pm_options *o = probe_options(2);
+    ck_assert_int_eq(pm_options_set_uid_range(o, RANGE_FIRST, 2), 0);
+    pm_cluster *c = spawn(o);
+    for (unsigned i = 0; i < 2; i++) {
+        struct answer id = ask(c, i, "uid");
+        ck_assert_int_eq(id.result >> 32, RANGE_FIRST + i);
+        ck_assert_int_eq(id.result & 0xffffffff, RANGE_FIRST + i); /* gid = uid */
+        ASSERT_REFUSED(c, i, "stop-supervisor");
+    }
+    pm_slot_info s0, s1;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &s0), 0);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 1, &s1), 0);
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "kill-pid %d", (int)s1.pid);
+    ASSERT_REFUSED(c, 0, cmd);
+    snprintf(cmd, sizeof(cmd), "kill-pid %d", (int)s0.pid);
+    ASSERT_REFUSED(c, 1, cmd);
+    /* Both still run their first incarnation. */
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    finish(c, o);
+}
+END_TEST
+
+/* Not root: changing the workers' user is refused with a clear error. */
+START_TEST(test_user_needs_root)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+            _exit(10);
+        pm_options *o = probe_options(1);
+        pm_options_set_user(o, NOBODY, NOBODY);
+        char why[256];
+        if (pm_options_validate(o, why, sizeof(why)) != -EPERM || strstr(why, "needs root") == NULL)
+            _exit(11);
+        pm_cluster *c;
+        if (pm_cluster_spawn(o, &c) != -EPERM)
+            _exit(12);
+        pm_options_set_user(o, (uid_t)-1, (gid_t)-1);
+        pm_options_set_uid_range(o, RANGE_FIRST, 4);
+        if (pm_options_validate(o, why, sizeof(why)) != -EPERM || strstr(why, "uid_range") == NULL)
+            _exit(13);
+        _exit(0);
+    }
+    int st = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "non-root refusal check failed: status %d",
+                  st);
+}
+END_TEST
+
+START_TEST(test_privilege_setters)
+{
+    pm_options *o = pm_options_new();
+    ck_assert_int_eq(pm_options_set_user(NULL, 1, 1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_user(o, 0, 1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_user(o, 1, 0), -EINVAL);
+    ck_assert_int_eq(pm_options_set_user(o, (uid_t)-1, 5), -EINVAL);
+    ck_assert_int_eq(pm_options_set_user(o, 5, 5), 0);
+    ck_assert_int_eq(pm_options_set_user(o, (uid_t)-1, (gid_t)-1), 0);
+    ck_assert_int_eq(pm_options_set_uid_range(o, 0, 4), -EINVAL);
+    ck_assert_int_eq(pm_options_set_uid_range(o, (uid_t)-4, 4), -EINVAL);
+    ck_assert_int_eq(pm_options_set_uid_range(o, (uid_t)-5, 4), 0);
+    ck_assert_int_eq(pm_options_set_uid_range(o, 1000, PM_MAX_WORKERS + 1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_uid_range(o, 1000, 0), 0);
+    ck_assert_int_eq(pm_options_set_no_new_privs(o, 2), -EINVAL);
+    ck_assert_int_eq(pm_options_set_protect_supervisor(o, -1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_seccomp(o, 3), -EINVAL);
+    ck_assert_int_eq(pm_options_set_seccomp_action(o, 0), -EINVAL);
+    ck_assert_int_eq(pm_options_set_seccomp_action(o, PM_SECCOMP_KILL), 0);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_OFF), 0);
+    if (!pm__seccomp_available())
+        ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_BASIC), -ENOTSUP);
+    /* A uid range must cover every slot. */
+    char why[256];
+    ck_assert_int_eq(pm_options_set_bootstrap(o, probe, NULL), 0);
+    ck_assert_int_eq(pm_options_set_workers(o, 4), 0);
+    ck_assert_int_eq(pm_options_set_uid_range(o, RANGE_FIRST, 3), 0);
+    if (geteuid() == 0) {
+        ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -EINVAL);
+        ck_assert_msg(strstr(why, "uid_range") != NULL && strstr(why, "4 workers") != NULL, "%s", why);
+    }
+    pm_options_free(o);
+}
+END_TEST
+
+/* ------------------------------------------------------------ no_new_privs, dumpable */
+
+START_TEST(test_no_new_privs)
+{
+    int want[2] = {1, 0};
+    for (int k = 0; k < 2; k++) {
+        pm_options *o = pm_options_new();
+        ck_assert_int_eq(pm_options_set_no_new_privs(o, want[k]), 0);
+        char out[512] = "";
+        exec_attack(o, "grep NoNewPrivs /proc/self/status >&3; echo end >&3; exec sleep 1000", out,
+                    sizeof(out));
+        char line[64];
+        snprintf(line, sizeof(line), "NoNewPrivs:\t%d", want[k]);
+        ck_assert_msg(strstr(out, line) != NULL, "want %s, the worker says: %s", line, out);
+    }
+}
+END_TEST
+
+/* A worker under the supervisor's own (non-root) uid can read the
+ * supervisor's memory unless it is protected; fork-mode workers get their
+ * dumpability back. The supervisor is a child of the test that drops to
+ * nobody (root's CAP_SYS_PTRACE would read anything). */
+static int mem_probe(pm_node *n, void *arg)
+{
+    (void)arg;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/mem", (int)getppid());
+    int fd = open(path, O_RDONLY);
+    int code = fd >= 0 ? 20 : errno == EACCES || errno == EPERM ? 21 : 22;
+    if (prctl(PR_GET_DUMPABLE) != 1)
+        code += 10;
+    pm_node_ready(n);
+    return code;
+}
+
+static int protect_run(int protect)
+{
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, 1);
+    pm_options_set_bootstrap(o, mem_probe, NULL);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_options_set_protect_supervisor(o, protect);
+    pm_cluster *c = NULL;
+    if (pm_cluster_spawn(o, &c) < 0)
+        return -1;
+    uint64_t end = pm_test_ms() + 10000;
+    while (count(PM_EVENT_EXITED, 0) == 0 && pm_test_ms() < end)
+        pm_cluster_run(c, 10);
+    const rec *r = find(PM_EVENT_EXITED, 0, 0);
+    int code = r != NULL ? r->exit_code : -1;
+    pm_cluster_terminate(c);
+    pm_options_free(o);
+    return code;
+}
+
+START_TEST(test_protect_supervisor)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+            _exit(10);
+        prctl(PR_SET_DUMPABLE, 1); /* the credential change cleared it */
+        /* Unprotected: readable, unless Yama already forbids a child to
+         * attach to its parent. */
+        FILE *y = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+        int scope = 0;
+        if (y != NULL) {
+            if (fscanf(y, "%d", &scope) != 1)
+                scope = 0;
+            fclose(y);
+        }
+        int unprotected = protect_run(0);
+        if (unprotected != 20 && !(scope > 0 && unprotected == 21))
+            _exit(11);
+        nev = 0;
+        if (protect_run(1) != 21) /* protected: refused, worker dumpable */
+            _exit(12);
+        if (prctl(PR_GET_DUMPABLE) != 0)
+            _exit(13);
+        _exit(0);
+    }
+    int st = pm_test_reap(pid, 30000);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "protect_supervisor check failed: status %d (exit %d)", st,
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+END_TEST
+
+/* ------------------------------------------------------------ seccomp */
+
+START_TEST(test_seccomp_basic)
+{
+    pm_options *o = probe_options(1);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_BASIC), 0);
+    pm_cluster *c = spawn(o);
+    ASSERT_REFUSED(c, 0, "stop-supervisor");
+    ASSERT_REFUSED(c, 0, "tgkill-supervisor");
+    ASSERT_REFUSED(c, 0, "kill-group");
+    ASSERT_REFUSED(c, 0, "kill-all");
+    ASSERT_REFUSED(c, 0, "kill-high-bits");
+    ASSERT_REFUSED(c, 0, "ptrace-supervisor");
+    ASSERT_REFUSED(c, 0, "pidfd-open");
+    ASSERT_REFUSED(c, 0, "setown-supervisor");
+    /* Ordinary work still runs. */
+    ASSERT_WORKS(c, 0, "file-io");
+    ASSERT_WORKS(c, 0, "sockets");
+    ASSERT_WORKS(c, 0, "open");
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    finish(c, o);
+}
+END_TEST
+
+START_TEST(test_seccomp_basic_exec)
+{
+    pm_options *o = pm_options_new();
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_BASIC), 0);
+    char out[512] = "";
+    exec_attack(o, SH_ATTACK, out, sizeof(out));
+    ck_assert_msg(strstr(out, "Operation not permitted") != NULL && strstr(out, "rc=1") != NULL,
+                  "SIGSTOP to the supervisor was not refused: %s", out);
+}
+END_TEST
+
+/* --user and basic together, as the daemon would run them. */
+START_TEST(test_seccomp_basic_user)
+{
+    pm_options *o = probe_options(1);
+    ck_assert_int_eq(pm_options_set_user(o, NOBODY, NOBODY), 0);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_BASIC), 0);
+    pm_cluster *c = spawn(o);
+    ASSERT_REFUSED(c, 0, "stop-supervisor");
+    ASSERT_WORKS(c, 0, "file-io");
+    finish(c, o);
+}
+END_TEST
+
+START_TEST(test_seccomp_strict_compute)
+{
+    pm_options *o = probe_options(2);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_STRICT), 0);
+    pm_cluster *c = spawn(o);
+    for (unsigned i = 0; i < 2; i++) {
+        for (long x = 1; x <= 50; x++) {
+            char cmd[32];
+            snprintf(cmd, sizeof(cmd), "square %ld", x);
+            struct answer a = ask(c, i, cmd);
+            ck_assert_int_eq(a.result, x * x);
+        }
+        ASSERT_REFUSED(c, i, "open");
+        ASSERT_REFUSED(c, i, "sockets");
+        ASSERT_REFUSED(c, i, "stop-supervisor");
+        ASSERT_REFUSED(c, i, "tgkill-supervisor");
+    }
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    /* The crash handler's re-raise to itself is allowed: the supervisor
+     * sees the real signal, and the replacement runs under strict too. */
+    pm_address a[2];
+    ck_assert_int_eq(pm_cluster_addresses(c, a, 2), 2);
+    ck_assert_int_eq(pm_cluster_send(c, &a[0], "crash", 5), 0);
+    PM_RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 1 && count(PM_EVENT_READY, 0) == 2, 20000);
+    ck_assert_int_eq(find(PM_EVENT_EXITED, 0, 0)->signal, SIGSEGV);
+    struct answer sq = ask(c, 0, "square 12");
+    ck_assert_int_eq(sq.result, 144);
+    ASSERT_REFUSED(c, 0, "open");
+    finish(c, o);
+}
+END_TEST
+
+START_TEST(test_seccomp_strict_kill)
+{
+    pm_options *o = probe_options(1);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_STRICT), 0);
+    ck_assert_int_eq(pm_options_set_seccomp_action(o, PM_SECCOMP_KILL), 0);
+    pm_cluster *c = spawn(o);
+    struct answer sq = ask(c, 0, "square 7");
+    ck_assert_int_eq(sq.result, 49);
+    pm_address a;
+    ck_assert_int_eq(pm_cluster_addresses(c, &a, 1), 1);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "open", 4), 0);
+    PM_RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 1, 10000);
+    ck_assert_int_eq(find(PM_EVENT_EXITED, 0, 0)->signal, SIGSYS);
+    finish(c, o);
+}
+END_TEST
+
+START_TEST(test_seccomp_refusals)
+{
+    char why[256];
+    pm_options *o = pm_options_new();
+    char *argv[] = {"/bin/true", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/true", argv), 0);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_STRICT), 0);
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -EINVAL);
+    ck_assert_msg(strstr(why, "strict") != NULL && strstr(why, "fork-mode") != NULL, "%s", why);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_BASIC), 0);
+    ck_assert_int_eq(pm_options_set_no_new_privs(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_user(o, NOBODY, NOBODY), 0);
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -EINVAL);
+    ck_assert_msg(strstr(why, "no_new_privs") != NULL, "%s", why);
+    pm_options_free(o);
+    /* The strict table is what the filter allows; the filter builds. */
+    ck_assert_ptr_nonnull(pm__seccomp_strict_name(0));
+    pm__seccomp_prog p;
+    ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &p), 0);
+    ck_assert_int_gt(p.len, 0);
+    pm__seccomp_free(&p);
+    ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_OFF, PM_SECCOMP_ERRNO, getpid(), &p), -EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("privileges");
+    int root = geteuid() == 0, sc = pm__seccomp_available();
+    PM_ADD_TEST(s, test_privilege_setters, 0);
+    PM_ADD_TEST(s, test_no_new_privs, 0);
+    if (root) {
+        PM_ADD_TEST(s, test_user_exec_sigstop, 0);
+        PM_ADD_TEST(s, test_user_fork_attacks, 0);
+        PM_ADD_TEST(s, test_user_dies_with_supervisor, 0);
+        PM_ADD_TEST(s, test_uid_range_siblings, 0);
+        PM_ADD_TEST(s, test_user_needs_root, 0);
+        PM_ADD_TEST(s, test_protect_supervisor, 0);
+    } else {
+        fprintf(stderr, "check_privileges: not root: the user tests are left out\n");
+    }
+    if (sc) {
+        PM_ADD_TEST(s, test_seccomp_basic, 0);
+        PM_ADD_TEST(s, test_seccomp_basic_exec, 0);
+        if (root)
+            PM_ADD_TEST(s, test_seccomp_basic_user, 0);
+        PM_ADD_TEST(s, test_seccomp_strict_compute, 0);
+        PM_ADD_TEST(s, test_seccomp_strict_kill, 0);
+        PM_ADD_TEST(s, test_seccomp_refusals, 0);
+    }
+    int rc = pm_test_main(s);
+    if (rc == EXIT_SUCCESS && !sc)
+        pm_test_skip("the seccomp tests: procmesh was built without libseccomp (configure "
+                     "--with-seccomp, Debian package libseccomp-dev)");
+    if (rc == EXIT_SUCCESS && !root)
+        pm_test_skip("the user tests need root");
+    return rc;
+}

@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# run.sh - mutation testing: applies each mutant (tests/mutants/*.mut) to a
+# scratch copy of the source tree, rebuilds, runs the tests that must catch
+# it, and reports caught / survived / broken / stale (tests/mutants/README.md).
+#
+# Usage: run.sh [--srcdir DIR] [--work DIR] [--ci] [--baseline] [--fresh] [--list] [MUTANT...]
+#   MUTANT      a mutant's name (its file name without .mut) or path; default all
+#   --ci        only the mutants marked `ci: yes` (the CI subset)
+#   --baseline  first run every selected test unmutated: each must pass
+#   --fresh     copy, configure and build the scratch tree anew (by default
+#               an earlier run's tree is updated by content and reused)
+#   --list      print the selected mutants and their rules, build nothing
+# Environment: MUTANTS_JOBS (make -j, default 2), MUTANT_TIMEOUT (seconds per
+# test program run, default 300), MUTANTS_CONFIGURE (configure flags).
+# Exit: 0 every mutant caught; 1 one survived, broke or is stale; 2 usage or
+# setup error.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+srcdir=$(cd "$here/../.." && pwd)
+work=""
+ci=0
+fresh=0
+baseline=0
+list=0
+names=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --srcdir) srcdir=$(cd "$2" && pwd) || exit 2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    --ci) ci=1; shift ;;
+    --baseline) baseline=1; shift ;;
+    --fresh) fresh=1; shift ;;
+    --list) list=1; shift ;;
+    -h | --help) awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' "$0"; exit 0 ;;
+    -*) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    *) names+=("$1"); shift ;;
+    esac
+done
+jobs=${MUTANTS_JOBS:-2}
+tmo=${MUTANT_TIMEOUT:-300}
+mutdir="$srcdir/tests/mutants"
+die() { echo "run.sh: $*" >&2; exit 2; }
+
+# --- the mutants ---------------------------------------------------------
+files=()
+if [ ${#names[@]} -eq 0 ]; then
+    for f in "$mutdir"/*.mut; do files+=("$f"); done
+else
+    for n in "${names[@]}"; do
+        if [ -f "$n" ]; then files+=("$(cd "$(dirname "$n")" && pwd)/$(basename "$n")")
+        elif [ -f "$mutdir/$n.mut" ]; then files+=("$mutdir/$n.mut")
+        else die "no mutant '$n' (looked for $mutdir/$n.mut)"; fi
+    done
+fi
+[ ${#files[@]} -gt 0 ] || die "no mutants in $mutdir"
+
+# field FILE KEY: the values of `KEY: value` lines in the header (before
+# `--- find`), one per line.
+field() {
+    awk -v k="$2" '/^--- /{exit} index($0, k ": ") == 1 { print substr($0, length(k) + 3) }' "$1"
+}
+
+# Checks a mutant file's form; prints what is wrong, returns 1 if anything.
+check_form() {
+    local f=$1 ok=0
+    [ -n "$(field "$f" rule)" ] || { echo "$f: no 'rule:' line"; ok=1; }
+    [ "$(field "$f" file | wc -l)" -eq 1 ] || { echo "$f: needs exactly one 'file:' line"; ok=1; }
+    [ -n "$(field "$f" test)" ] || { echo "$f: no 'test:' line"; ok=1; }
+    grep -qx -- '--- find' "$f" || { echo "$f: no '--- find' section"; ok=1; }
+    grep -qx -- '--- replace' "$f" || { echo "$f: no '--- replace' section"; ok=1; }
+    grep -qx -- '--- end' "$f" || { echo "$f: no '--- end' line"; ok=1; }
+    local t
+    while read -r t; do
+        local prog=${t%% *} c
+        [ -f "$srcdir/tests/$prog.c" ] || { echo "$f: test program tests/$prog.c does not exist"; ok=1; continue; }
+        # A case is what CK_RUN_CASE selects: a TCase's name.
+        for c in ${t#"$prog"}; do
+            grep -qE "(PM_ADD_TEST\([a-z_]+, |pm_tcase\(\"|tcase_create\(\")$c[,\"]" "$srcdir/tests/$prog.c" ||
+                { echo "$f: tests/$prog.c has no test case (TCase) named '$c'"; ok=1; }
+        done
+    done < <(field "$f" test)
+    return $ok
+}
+
+sel=()
+bad=0
+for f in "${files[@]}"; do
+    check_form "$f" || { bad=1; continue; }
+    if [ $ci -eq 1 ] && [ "$(field "$f" ci)" != yes ]; then continue; fi
+    sel+=("$f")
+done
+[ $bad -eq 0 ] || die "malformed mutant file(s), see above"
+[ ${#sel[@]} -gt 0 ] || die "no mutant selected"
+
+if [ $list -eq 1 ]; then
+    for f in "${sel[@]}"; do
+        printf '%-28s %-20s %s\n' "$(basename "$f" .mut)" "$(field "$f" file)" "$(field "$f" rule)"
+    done
+    exit 0
+fi
+
+# --- the scratch tree ----------------------------------------------------
+[ -n "$work" ] || work="$PWD/mutants-work"
+mkdir -p "$work" || die "cannot create $work"
+work=$(cd "$work" && pwd)
+[ ! -e "$srcdir/config.status" ] ||
+    die "$srcdir is configured in tree; mutants need a clean source tree (build out of tree)"
+start=$(date +%s)
+echo "mutants: ${#sel[@]} selected; scratch tree $work"
+# The source tree as it is (uncommitted edits included), without build
+# directories, git metadata or this scratch directory.
+copy_tree() {
+    (cd "$srcdir" && tar -cf - --exclude=./.git --exclude='./_build*' --exclude=./autom4te.cache \
+        --exclude=./fuzz-out --exclude="./${work#"$srcdir"/}" .) | (cd "$1" && tar -xf -) ||
+        die "copying $srcdir failed"
+}
+log="$work/setup.log"
+rm -rf "$work/new" "$work/applied"
+if [ $fresh -eq 0 ] && [ -f "$work/build/config.status" ] && [ -f "$work/src/.mutants-clean" ]; then
+    # A scratch tree from an earlier run, every mutant reverted: bring it up
+    # to date by content. A changed file is copied with a new mtime, so make
+    # rebuilds what depends on it (tar's preserved mtimes could be older
+    # than objects built from a mutant).
+    echo "mutants: reusing the scratch build (--fresh to start over)"
+    mkdir -p "$work/new"
+    copy_tree "$work/new"
+    (cd "$work/new" && find . -type f) | while IFS= read -r p; do
+        cmp -s "$work/new/$p" "$work/src/$p" ||
+            { mkdir -p "$work/src/$(dirname "$p")" && cp "$work/new/$p" "$work/src/$p"; }
+    done
+    rm -rf "$work/new"
+    : >"$log"
+else
+    rm -rf "$work/src" "$work/build"
+    mkdir -p "$work/src" "$work/build"
+    copy_tree "$work/src"
+    if [ ! -x "$work/src/configure" ]; then
+        (cd "$work/src" && ./autogen.sh) >"$log" 2>&1 || { tail -20 "$log"; die "autogen.sh failed ($log)"; }
+    fi
+    # shellcheck disable=SC2086 # MUTANTS_CONFIGURE is a list of flags
+    (cd "$work/build" && "$work/src/configure" ${MUTANTS_CONFIGURE:-}) >>"$log" 2>&1 ||
+        { tail -20 "$log"; die "configure failed ($log)"; }
+fi
+# Removed while a mutant is applied: a run that is interrupted then leaves
+# a tree the next run does not reuse.
+touch "$work/src/.mutants-clean"
+
+# What every mutant's build needs besides its own test programs: the workers
+# and the daemon the tests start.
+helpers="tests/pm-test-worker tests/pm-raw-worker tests/pm-notify-send src/daemon/procmesh"
+progs_of() { field "$1" test | awk '{ print "tests/" $1 }' | sort -u | tr '\n' ' '; }
+allprogs=$(for f in "${sel[@]}"; do progs_of "$f"; done | tr ' ' '\n' | sort -u | tr '\n' ' ')
+# shellcheck disable=SC2086
+nice make -C "$work/build" -j"$jobs" $helpers $allprogs >>"$log" 2>&1 ||
+    { tail -30 "$log"; die "the unmutated tree does not build ($log)"; }
+echo "mutants: scratch tree built in $(($(date +%s) - start)) s"
+
+# Runs the test lines of mutant file $1; output in $2. 0 all passed, 1 one
+# failed, crashed or timed out, 77 one was skipped (and none failed).
+run_tests() {
+    local f=$1 out=$2 t rc=0 r
+    while read -r t; do
+        local prog=${t%% *} c cases
+        # shellcheck disable=SC2206 # the case names are words
+        cases=(${t#"$prog"})
+        [ ${#cases[@]} -gt 0 ] || cases=("") # no case named: the whole program
+        for c in "${cases[@]}"; do
+            echo "== tests/$prog ${c:+CK_RUN_CASE=$c}" >>"$out"
+            (cd "$work/build" && env CK_FORK=yes CK_VERBOSITY=normal PM_TEST_RUN="$work/build" \
+                ${c:+CK_RUN_CASE="$c"} timeout -k 10 "$tmo" nice "./tests/$prog") >>"$out" 2>&1
+            r=$?
+            echo "== exit $r" >>"$out"
+            # Check runs nothing for a CK_RUN_CASE it does not know.
+            if [ $r -eq 0 ] && tail -3 "$out" | grep -q 'Checks: 0,'; then
+                echo "== no test ran: is '$c' a test case of tests/$prog?" >>"$out"
+                return 3
+            fi
+            if [ $r -eq 126 ] || [ $r -eq 127 ]; then
+                echo "== tests/$prog could not be run" >>"$out"
+                return 4
+            elif [ $r -eq 77 ]; then
+                [ $rc -ne 0 ] || rc=77
+            elif [ $r -ne 0 ]; then
+                return 1 # caught: no need to run the rest
+            fi
+        done
+    done < <(field "$f" test)
+    return $rc
+}
+
+if [ $baseline -eq 1 ]; then
+    echo "mutants: baseline (every selected test, unmutated)"
+    for f in "${sel[@]}"; do
+        : >"$work/baseline.out"
+        run_tests "$f" "$work/baseline.out"
+        r=$?
+        [ $r -eq 0 ] || { tail -30 "$work/baseline.out"; die "$(basename "$f" .mut): its tests fail unmutated (exit $r)"; }
+    done
+fi
+
+# --- each mutant ---------------------------------------------------------
+results=()
+failed=0
+for f in "${sel[@]}"; do
+    name=$(basename "$f" .mut)
+    target=$(field "$f" file)
+    src="$work/src/$target"
+    out="$work/$name.out"
+    t0=$(date +%s)
+    status=""
+    if [ ! -f "$src" ]; then
+        status="stale"
+        echo "stale mutant $name: $target does not exist" >"$out"
+    else
+        # Apply: the find section must occur exactly once in the target.
+        cp "$src" "$work/orig"
+        n=$(MUT="$f" OUT="$work/applied" perl -0777 -e '
+            open(my $m, "<", $ENV{MUT}) or die; local $/; my $t = <$m>;
+            my ($find, $repl) = $t =~ /^--- find\n(.*?)^--- replace\n(.*?)^--- end$/ms or die "form";
+            my $s = <STDIN>; my $n = () = $s =~ /\Q$find\E/g;
+            if ($n == 1) { $s =~ s/\Q$find\E/$repl/; open(my $o, ">", $ENV{OUT}) or die; print $o $s; }
+            print $n;' <"$src") || n=-1
+        if [ "$n" != 1 ]; then
+            status="stale"
+            echo "stale mutant $name: its snippet occurs $n times in $target (must be exactly once)" >"$out"
+        else
+            rm -f "$work/src/.mutants-clean"
+            cat "$work/applied" >"$src"
+            # shellcheck disable=SC2086
+            if ! nice make -C "$work/build" -j"$jobs" $helpers $(progs_of "$f") >"$out" 2>&1; then
+                status="broken"
+            else
+                run_tests "$f" "$out"
+                case $? in
+                1) status="caught" ;;
+                3) status="stale (no test ran)" ;;
+                4) status="error (not run)" ;;
+                77) status="survived (skipped)" ;;
+                *) status="survived" ;;
+                esac
+            fi
+            # Revert: new content, new mtime, so the next build recompiles it.
+            cat "$work/orig" >"$src"
+            touch "$work/src/.mutants-clean"
+        fi
+        rm -f "$work/applied"
+    fi
+    secs=$(($(date +%s) - t0))
+    [ "$status" = caught ] || failed=1
+    printf '%-30s %-18s %4d s  %s\n' "$name" "$status" "$secs" "$(field "$f" rule)"
+    [ "$status" = caught ] || [ "$status" = survived ] || [ "${status#survived}" != "$status" ] ||
+        tail -15 "$out" | sed 's/^/    /'
+    results+=("$(printf '%-30s %-18s %4d s' "$name" "$status" "$secs")")
+done
+
+total=$(($(date +%s) - start))
+echo
+echo "mutants: summary ($total s in all; logs in $work/<name>.out)"
+printf '%s\n' "${results[@]}" | tee "$work/results.txt"
+caught=$(printf '%s\n' "${results[@]}" | grep -c ' caught ')
+echo "mutants: $caught of ${#results[@]} caught in $total s"
+exit $failed
