@@ -349,6 +349,20 @@ PM_EXTERN int pm_options_set_memory_max(pm_options *o, uint64_t bytes);
 PM_EXTERN int pm_options_set_pids_max(pm_options *o, int n);
 PM_EXTERN int pm_options_set_cpu_max(pm_options *o, uint64_t quota_us, uint64_t period_us);
 PM_EXTERN int pm_options_set_rlimit(pm_options *o, int resource, uint64_t soft, uint64_t hard);
+/* Workers' core dumps. Without a core directory (default) every worker gets
+ * RLIMIT_CORE soft 0 (the hard limit stays the supervisor's): a crash loop
+ * does not fill the disk. With dir (an existing directory, kept as an
+ * absolute path; -ENOENT, -ENOTDIR, -EINVAL for ""; NULL unsets) workers
+ * get RLIMIT_CORE unlimited (the supervisor's hard limit when that is lower
+ * and it is not root) and fork-mode workers are made dumpable again after
+ * any credential change (exec mode: exec does it). pm_options_set_rlimit
+ * for RLIMIT_CORE wins over both. Where a core goes is the kernel's
+ * kernel.core_pattern, host-wide: procmesh changes neither it nor the
+ * workers' working directory, so it must name dir (e.g.
+ * dir/core.%e.%p.%t); a relative pattern writes into each worker's working
+ * directory, a |pipe pattern hands the core to that program. The procmesh
+ * daemon checks the pattern at start and warns. */
+PM_EXTERN int pm_options_set_core_dir(pm_options *o, const char *dir);
 /* 0 (default): cgroups where procmesh can create them, else process groups;
  * PM_CONTAIN_CGROUP: cgroups or pm_cluster_spawn fails (-EOPNOTSUPP);
  * PM_CONTAIN_PROCESS_GROUP: never create a cgroup (e.g. as root under a

@@ -27,6 +27,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <sys/un.h>
@@ -654,6 +655,18 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     if (c->o == NULL) {
         rc = -ENOMEM;
         goto fail;
+    }
+    if (!c->o->rlimit_set[RLIMIT_CORE]) {
+        /* Workers' cores: none by default (a crash loop must not fill the
+         * disk), unlimited with a core directory; the cluster's copy of
+         * the options carries it to every worker like any rlimit. */
+        struct rlimit rl;
+        uint64_t hard = PM_RLIM_INFINITY;
+        if (getrlimit(RLIMIT_CORE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY)
+            hard = (uint64_t)rl.rlim_max;
+        c->o->rlimit_set[RLIMIT_CORE] = 1;
+        pm__core_rlimit(c->o->core_dir != NULL, geteuid() == 0, hard,
+                        &c->o->rlimit_soft[RLIMIT_CORE], &c->o->rlimit_hard[RLIMIT_CORE]);
     }
     c->nslots = (unsigned)pm__options_workers(c->o);
     c->slots = calloc(c->nslots, sizeof(*c->slots));

@@ -95,6 +95,14 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
          * must not read it). exec resets it by itself. */
         req->dumpable = o->exec_path == NULL && !req->set_ids;
     }
+    /* A core directory asks for the workers' cores: a fork-mode worker
+     * made non-dumpable by the supervisor's flag or by its credential
+     * change (setresuid clears it) becomes dumpable again, which also lets
+     * other workers under the same uid ptrace it (the price, documented:
+     * --uid-range avoids it). exec resets it to dumpable by itself when
+     * the real and effective ids agree, as they do here. */
+    if (o->core_dir != NULL && o->exec_path == NULL)
+        req->dumpable = 1;
     if (o->seccomp != PM_SECCOMP_OFF) {
         if (o->seccomp_prog == NULL) {
             pm__seccomp_prog *p = calloc(1, sizeof(*p));

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "defaults.h"
 #include "ring.h"
@@ -63,6 +64,7 @@ PM_EXTERN void pm_options_free(pm_options *o)
     free(o->exec_path);
     free_argv(o->exec_argv);
     free(o->init_data);
+    free(o->core_dir);
     if (o->seccomp_prog != NULL) {
         pm__seccomp_free(o->seccomp_prog);
         free(o->seccomp_prog);
@@ -531,6 +533,41 @@ PM_EXTERN int pm_options_set_rlimit(pm_options *o, int resource, uint64_t soft, 
     return 0;
 }
 
+PM_EXTERN int pm_options_set_core_dir(pm_options *o, const char *dir)
+{
+    if (o == NULL || (dir != NULL && dir[0] == '\0'))
+        return -EINVAL;
+    char *abs = NULL;
+    if (dir != NULL) {
+        /* Checked now, so the caller learns at once; again at validation,
+         * since it may vanish meanwhile. Kept absolute: the operator's
+         * core_pattern names it, whatever the workers' directory. */
+        struct stat st;
+        if (stat(dir, &st) < 0)
+            return -errno;
+        if (!S_ISDIR(st.st_mode))
+            return -ENOTDIR;
+        abs = realpath(dir, NULL);
+        if (abs == NULL)
+            return -errno;
+    }
+    free(o->core_dir);
+    o->core_dir = abs;
+    return 0;
+}
+
+void pm__core_rlimit(int core_dir, int may_raise, uint64_t hard, uint64_t *soft_out,
+                     uint64_t *hard_out)
+{
+    if (!core_dir) {
+        *soft_out = 0;
+        *hard_out = hard;
+        return;
+    }
+    uint64_t v = may_raise ? PM_RLIM_INFINITY : hard;
+    *soft_out = *hard_out = v;
+}
+
 /* ------------------------------------------------------------------ validate */
 
 static int why_fmt(char *why, size_t size, const char *fmt, ...)
@@ -602,6 +639,14 @@ PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
         for (size_t j = 0; j < i; j++)
             if (o->pass_fds[i] == o->pass_fds[j])
                 return why_fmt(why, size, "pass_fds: fd %d is given twice", o->pass_fds[i]);
+    if (o->core_dir != NULL) {
+        struct stat st;
+        int err = stat(o->core_dir, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+        if (err != 0) {
+            (void)why_fmt(why, size, "core_dir: '%s': %s", o->core_dir, strerror(err));
+            return -err;
+        }
+    }
     return validate_privileges(o, workers, why, size);
 }
 
@@ -614,10 +659,13 @@ pm_options *pm__options_dup(const pm_options *o)
     c->exec_path = NULL;
     c->exec_argv = NULL;
     c->init_data = NULL;
+    c->core_dir = NULL;
     c->seccomp_prog = NULL; /* built for one supervisor; the copy builds its own */
     if (o->exec_path != NULL && pm_options_set_exec(c, o->exec_path, o->exec_argv) < 0)
         goto fail;
     if (o->init_len > 0 && pm_options_set_init_data(c, o->init_data, o->init_len) < 0)
+        goto fail;
+    if (o->core_dir != NULL && (c->core_dir = strdup(o->core_dir)) == NULL)
         goto fail;
     return c;
 fail:

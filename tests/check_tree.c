@@ -3,7 +3,8 @@
  *
  * The descendant cases need cgroups (a setsid() descendant leaves the
  * process group of the fallback): skipped (77) with the reason where this
- * process cannot create them. The scratch-tree cases run everywhere.
+ * process cannot create them. The scratch-tree cases run everywhere, so do
+ * the core-dump ones (RLIMIT_CORE and dumpability of workers, --core-dir).
  */
 #include "helpers.h"
 
@@ -425,6 +426,175 @@ START_TEST(test_setters_refuse)
 }
 END_TEST
 
+/* ------------------------------------------------------------ core dumps */
+
+/* The "Max core file size" soft and hard limits of pid, from
+ * /proc/PID/limits ("0", "unlimited" ...). */
+static void core_limits_of(pid_t pid, char *soft, char *hard)
+{
+    char path[64], text[4096];
+    snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    ck_assert_int_gt(n, 0);
+    text[n] = '\0';
+    const char *line = strstr(text, "Max core file size");
+    ck_assert_ptr_nonnull(line);
+    ck_assert_int_eq(sscanf(line + strlen("Max core file size"), "%31s %31s", soft, hard), 2);
+}
+
+/* Reports its RLIMIT_CORE and dumpable state, then serves. */
+static int boot_core(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    struct rlimit rl;
+    getrlimit(RLIMIT_CORE, &rl);
+    uint64_t v[3] = {rl.rlim_cur, rl.rlim_max, (uint64_t)prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)};
+    if (write(tree_pipe[1], v, sizeof(v)) < 0)
+        _exit(1);
+    pm_node_ready(n);
+    idle();
+    return 0;
+}
+
+/* Spawns one fork-mode boot_core worker with o; v: what it reported, the
+ * limits in its /proc/PID/limits. */
+static void run_core(pm_options *o, uint64_t v[3], char *soft, char *hard)
+{
+    pm_options_set_bootstrap(o, boot_core, NULL);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(read(tree_pipe[0], v, 3 * sizeof(uint64_t)), (ssize_t)(3 * sizeof(uint64_t)));
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    core_limits_of(si.pid, soft, hard);
+    pm_cluster_terminate(c);
+}
+
+/* Default: no core directory, RLIMIT_CORE soft 0 (the hard limit stays the
+ * supervisor's), fork and exec mode. */
+START_TEST(test_core_default)
+{
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
+    struct rlimit mine;
+    ck_assert_int_eq(getrlimit(RLIMIT_CORE, &mine), 0);
+    pm_options *o = opts(1);
+    uint64_t v[3];
+    char soft[32], hard[32];
+    run_core(o, v, soft, hard);
+    pm_options_free(o);
+    ck_assert_int_eq(v[0], 0);
+    ck_assert_int_eq(v[1], mine.rlim_max);
+    ck_assert_str_eq(soft, "0");
+
+    o = opts(1);
+    exec_opts(o, "ready", NULL);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    core_limits_of(si.pid, soft, hard);
+    ck_assert_str_eq(soft, "0");
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+/* With a core directory: RLIMIT_CORE unlimited and the worker dumpable,
+ * also after the supervisor made itself non-dumpable (_i 0) and after a
+ * credential change (_i 1, root only); _i 2 is the control: the same user
+ * change without a core directory leaves it non-dumpable, without cores. */
+START_TEST(test_core_dir)
+{
+    if (_i > 0 && geteuid() != 0) {
+        fprintf(stderr, "note: test_core_dir %d needs root (--user); not run\n", _i);
+        return;
+    }
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
+    char dir[] = "/tmp/pm-cores-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    pm_options *o = opts(1);
+    if (_i < 2)
+        ck_assert_int_eq(pm_options_set_core_dir(o, dir), 0);
+    if (_i == 0)
+        ck_assert_int_eq(pm_options_set_protect_supervisor(o, 1), 0);
+    else
+        ck_assert_int_eq(pm_options_set_user(o, 65534, 65534), 0);
+    uint64_t v[3];
+    char soft[32], hard[32];
+    run_core(o, v, soft, hard);
+    pm_options_free(o);
+    ck_assert_int_eq(rmdir(dir), 0);
+    if (_i < 2) {
+        ck_assert_msg(v[0] == RLIM_INFINITY && v[1] == RLIM_INFINITY,
+                      "RLIMIT_CORE %llu/%llu, want unlimited", (unsigned long long)v[0],
+                      (unsigned long long)v[1]);
+        ck_assert_str_eq(soft, "unlimited");
+        ck_assert_str_eq(hard, "unlimited");
+        ck_assert_int_eq(v[2], 1);
+    } else {
+        ck_assert_int_eq(v[0], 0);
+        ck_assert_int_eq(v[2], 0);
+    }
+}
+END_TEST
+
+/* Exec mode with a core directory; an explicit RLIMIT_CORE wins over it. */
+START_TEST(test_core_dir_exec_and_rlimit)
+{
+    char dir[] = "/tmp/pm-cores-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    pm_options *o = opts(1);
+    exec_opts(o, "ready", NULL);
+    ck_assert_int_eq(pm_options_set_core_dir(o, dir), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    char soft[32], hard[32];
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    core_limits_of(si.pid, soft, hard);
+    ck_assert_str_eq(soft, "unlimited");
+    pm_cluster_terminate(c);
+
+    ck_assert_int_eq(pm_options_set_rlimit(o, RLIMIT_CORE, 4096, 8192), 0);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    core_limits_of(si.pid, soft, hard);
+    ck_assert_str_eq(soft, "4096");
+    ck_assert_str_eq(hard, "8192");
+    pm_cluster_terminate(c);
+    pm_options_free(o);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* A core directory must exist and be a directory, now and at spawn. */
+START_TEST(test_core_dir_refused)
+{
+    pm_options *o = pm_options_new();
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    ck_assert_int_eq(pm_options_set_core_dir(NULL, "/tmp"), -EINVAL);
+    ck_assert_int_eq(pm_options_set_core_dir(o, ""), -EINVAL);
+    ck_assert_int_eq(pm_options_set_core_dir(o, "/nonexistent/pm-cores"), -ENOENT);
+    ck_assert_int_eq(pm_options_set_core_dir(o, "/dev/null"), -ENOTDIR);
+    ck_assert_int_eq(pm_options_set_core_dir(o, NULL), 0);
+    char dir[] = "/tmp/pm-cores-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(pm_options_set_core_dir(o, dir), 0);
+    ck_assert_int_eq(pm_options_validate(o, NULL, 0), 0);
+    ck_assert_int_eq(rmdir(dir), 0);
+    char why[256];
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -ENOENT);
+    ck_assert_msg(strstr(why, "core_dir") != NULL && strstr(why, dir + 5) != NULL, "why: %s", why);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ENOENT);
+    pm_options_free(o);
+}
+END_TEST
+
 /* ------------------------------------------------------------ scratch tree */
 
 static char scratch[256];
@@ -608,6 +778,12 @@ int main(void)
     PM_ADD_TEST(s, test_scratch_v2, 0);
     PM_ADD_TEST(s, test_setters_refuse, 0);
     PM_ADD_TEST(s, test_rlimit, 0);
+    PM_ADD_TEST(s, test_core_default, 0);
+    TCase *tc = pm_tcase("test_core_dir", 60);
+    tcase_add_loop_test(tc, test_core_dir, 0, 3);
+    suite_add_tcase(s, tc);
+    PM_ADD_TEST(s, test_core_dir_exec_and_rlimit, 0);
+    PM_ADD_TEST(s, test_core_dir_refused, 0);
     if (tree) {
         PM_ADD_TEST(s, test_tree_exit, 0);
         PM_ADD_TEST(s, test_tree_exit_failure, 0);

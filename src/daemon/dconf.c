@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "defaults.h"
 
@@ -372,7 +373,7 @@ enum opt_id {
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
     O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_MEMORY_MAX, O_PIDS_MAX, O_CPU_MAX,
     O_RLIMIT, O_CONTAINMENT, O_USER, O_UID_RANGE, O_NO_NEW_PRIVS, O_SECCOMP, O_SECCOMP_ACTION,
-    O_COUNT
+    O_CORE_DIR, O_COUNT
 };
 
 static const struct {
@@ -411,6 +412,7 @@ static const struct {
     [O_NO_NEW_PRIVS] = {"--no-new-privs", "PROCMESH_NO_NEW_PRIVS"},
     [O_SECCOMP] = {"--seccomp", "PROCMESH_SECCOMP"},
     [O_SECCOMP_ACTION] = {"--seccomp-action", "PROCMESH_SECCOMP_ACTION"},
+    [O_CORE_DIR] = {"--core-dir", "PROCMESH_CORE_DIR"},
 };
 
 static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
@@ -525,6 +527,18 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         static const char *const n[] = {"errno", "kill", NULL};
         static const int val[] = {PM_SECCOMP_ERRNO, PM_SECCOMP_KILL};
         return choice(s, v, n, val, "errno, kill", &c->seccomp_action, err, size);
+    }
+    case O_CORE_DIR: {
+        struct stat st;
+        int e = *v == '\0' ? EINVAL : stat(v, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+        if (e != 0)
+            return fail(err, size, "%s: '%s' %s", who(s, w, sizeof(w)), v,
+                        e == EINVAL     ? "is empty: give the directory for the workers' cores"
+                        : e == ENOENT   ? "does not exist: create the directory first"
+                        : e == ENOTDIR ? "is not a directory"
+                                        : strerror(e));
+        c->core_dir = v;
+        return 0;
     }
     }
     return -EINVAL;
@@ -679,6 +693,8 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
         rc = pm_options_set_uid_range(o, (uid_t)c->uid_first, c->uid_count);
     rc = rc ? rc : pm_options_set_no_new_privs(o, c->no_new_privs);
     rc = rc ? rc : pm_options_set_seccomp_action(o, c->seccomp_action);
+    if (rc == 0 && c->core_dir != NULL && (rc = pm_options_set_core_dir(o, c->core_dir)) < 0)
+        snprintf(err, errsize, "--core-dir: '%s': %s", c->core_dir, pm_strerror(rc));
     if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP)
         snprintf(err, errsize, "--seccomp: procmesh was built without libseccomp (configure "
                                "--with-seccomp); only off is available");

@@ -57,6 +57,7 @@ typedef struct pmd_dconf {
     unsigned uid_first, uid_count; /* --uid-range; count 0 = none */
     int no_new_privs;       /* 0 or 1 */
     int seccomp, seccomp_action; /* PM_SECCOMP_* */
+    const char *core_dir;   /* --core-dir: an existing directory, or NULL (no cores) */
     char **argv;            /* COMMAND [ARG...], pointers into the caller's argv */
     int argc;
 } pmd_dconf;

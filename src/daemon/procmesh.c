@@ -15,7 +15,9 @@
  * Of `status`: 0, 2 bad usage, 4 the daemon did not answer.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "core.h"
 #include "dconf.h"
 #include "defaults.h"
 #include "events.h"
@@ -94,6 +97,9 @@ static const char usage_text[] =
     "                            strict: fork-mode workers only, refused here)\n"
     "  --seccomp-action errno|kill  a denied call fails with EPERM (default)\n"
     "                            or kills the worker\n"
+    "  --core-dir DIR            workers' cores: RLIMIT_CORE unlimited, dumpable;\n"
+    "                            kernel.core_pattern must name DIR (checked at\n"
+    "                            start). Default: no cores (RLIMIT_CORE 0)\n"
     "\n"
     "signals: SIGTERM/SIGINT drain (stop request, --stop-timeout, SIGKILL; a\n"
     "second one skips the wait); SIGHUP replaces the workers one slot at a time\n"
@@ -227,6 +233,31 @@ static int cmd_status(int argc, char **argv)
     return 0;
 }
 
+/* --core-dir: says at start whether kernel.core_pattern (host-wide; procmesh
+ * changes neither it nor the workers' directory) puts the cores in dir. */
+static void log_core_dir(const char *dir)
+{
+    char pattern[256], cwd[PATH_MAX], abs[PATH_MAX], why[1024];
+    if (realpath(dir, abs) == NULL)
+        snprintf(abs, sizeof(abs), "%s", dir);
+    int fd = open("/proc/sys/kernel/core_pattern", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, pattern, sizeof(pattern) - 1) : -1;
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    if (n < 0) {
+        const char *kv[] = {"dir", abs, "error", strerror(err),
+                            "detail", "cannot read /proc/sys/kernel/core_pattern: where cores go is unknown"};
+        pmd_log(PMD_LOG_WARN, "core_dir", kv, 3);
+        return;
+    }
+    pattern[n] = '\0';
+    pattern[strcspn(pattern, "\n")] = '\0';
+    int where = pmd_core_pattern_check(pattern, abs, getcwd(cwd, sizeof(cwd)), why, sizeof(why));
+    const char *kv[] = {"dir", abs, "core_pattern", pattern, "detail", why};
+    pmd_log(where == PMD_CORE_IN_DIR ? PMD_LOG_INFO : PMD_LOG_WARN, "core_dir", kv, 3);
+}
+
 static int cmd_run(int argc, char **argv)
 {
     static pmd_dconf conf;
@@ -254,6 +285,8 @@ static int cmd_run(int argc, char **argv)
         fprintf(stderr, "procmesh run: %s\n", err);
         return EXIT_USAGE;
     }
+    if (conf.core_dir != NULL)
+        log_core_dir(conf.core_dir);
     /* Orphans re-parented to us must be reaped: as PID 1 that is automatic,
      * elsewhere we become a child subreaper so the same holds. */
     if (getpid() != 1)
