@@ -19,7 +19,7 @@ static void print_lat(const char *name, uint64_t *v, size_t n, uint64_t base_p50
     uint64_t p50 = percentile(v, n, 0.5), p99 = percentile(v, n, 0.99);
     char ratio[32];
     format_ratio(ratio, sizeof(ratio), p50, base_p50, 2);
-    printf("  %-26s %10.3f %10.3f %14s\n", name, (double)p50 / 1e6, (double)p99 / 1e6, ratio);
+    printf("  %-34s %10.3f %10.3f %14s\n", name, (double)p50 / 1e6, (double)p99 / 1e6, ratio);
 }
 
 /* Bare fork + _exit + waitpid (or fork + exec + wait): the floor of any
@@ -88,7 +88,7 @@ int cmd_restart(const bench_opts *opts)
     unsigned rounds = opts->rounds;
     print_machine();
     printf("restart: crash-to-ready latency, %u rounds, backoff 0 (ms)\n", rounds);
-    printf("  %-26s %10s %10s %14s\n", "what", "p50 ms", "p99 ms", "vs baseline");
+    printf("  %-34s %10s %10s %14s\n", "what", "p50 ms", "p99 ms", "vs baseline");
     uint64_t *v = calloc(rounds, sizeof(*v)), *b = calloc(rounds, sizeof(*b));
     /* Rows: fork mode; exec mode with containment off (process group),
      * on (its cgroup), on with limits (memory and pids: on hybrid hosts the
@@ -126,7 +126,7 @@ int cmd_restart(const bench_opts *opts)
             int rc = measure(o, rounds, v);
             pm_options_free(o);
             if (rc == -EOPNOTSUPP) {
-                printf("  %-26s (not available here)\n", label);
+                printf("  %-34s (not available here)\n", label);
                 continue;
             }
             if (rc != 0)
