@@ -474,6 +474,16 @@ static void run_core(pm_options *o, uint64_t v[3], char *soft, char *hard)
     pm_cluster_terminate(c);
 }
 
+/* Exec mode with a program that leaves its limits alone (a sanitizer
+ * build's pm-test-worker lowers its own RLIMIT_CORE: ASan's
+ * disable_coredump), ready once exec'd. */
+static void exec_sleeper(pm_options *o)
+{
+    char *argv[] = {"sleep", "1000", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sleep", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+}
+
 /* Default: no core directory, RLIMIT_CORE soft 0 (the hard limit stays the
  * supervisor's), fork and exec mode. */
 START_TEST(test_core_default)
@@ -491,7 +501,7 @@ START_TEST(test_core_default)
     ck_assert_str_eq(soft, "0");
 
     o = opts(1);
-    exec_opts(o, "ready", NULL);
+    exec_sleeper(o);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
@@ -548,7 +558,7 @@ START_TEST(test_core_dir_exec_and_rlimit)
     char dir[] = "/tmp/pm-cores-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     pm_options *o = opts(1);
-    exec_opts(o, "ready", NULL);
+    exec_sleeper(o);
     ck_assert_int_eq(pm_options_set_core_dir(o, dir), 0);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
