@@ -203,6 +203,8 @@ typedef struct pm_event {
                                       "worker was not ready within 10000 ms", "exec of the
                                       worker failed: ..."), valid during the callback; the
                                       text behind pm_cluster_spawn's errno. NULL otherwise. */
+    unsigned oom_kills;            /* EXITED: OOM kills counted in the slot's own cgroup
+                                      during this incarnation (pm_options_set_memory_max) */
 } pm_event;
 
 PM_EXTERN pm_options *pm_options_new(void);
@@ -326,6 +328,64 @@ PM_EXTERN int pm_options_set_listen_fds(pm_options *o, const int *fds, const cha
  * default: a library must not steal its application's children. */
 PM_EXTERN int pm_options_set_reap_orphans(pm_options *o, int on);
 
+/*
+ * Containment: a slot owns its whole process tree. When an incarnation ends
+ * (exit, crash, fence, stop, drain) every process it started ends with it,
+ * before the replacement starts. Where procmesh can create cgroups (v2, as
+ * root or in a delegated subtree, e.g. systemd Delegate=yes) each slot runs
+ * in its own cgroup, <own cgroup>/procmesh.<pid>/slot<N>, killed
+ * (cgroup.kill) and waited until empty at the end of each incarnation; a
+ * worker that can write to the delegated tree could move itself out, so
+ * the guarantee is complete only when workers run under another uid or in
+ * a cgroup namespace. Elsewhere each incarnation is its own process group,
+ * killed when the worker is reaped: a setsid() descendant leaves the group
+ * and escapes (a supervisor that reaps orphans kills the ones re-parented
+ * to it in pm_cluster_terminate). pm_cluster_containment says which applies.
+ *
+ * Limits per slot need cgroups (v2 controllers, or on hybrid hosts the v1
+ * memory/pids/cpu hierarchies); a limit that cannot be applied on this host
+ * makes pm_cluster_spawn fail with -EOPNOTSUPP (the reason in the STOPPED
+ * "spawn-aborted" event's detail), never silently ignored. Each setter
+ * refuses bad values with -EINVAL; 0 removes the limit.
+ *   memory_max: bytes, >= 1 MiB (memory.max, or memory.limit_in_bytes);
+ *     an OOM kill in the slot is reported as pm_event.oom_kills.
+ *   pids_max: processes and threads of the slot, 1..4194304 (pids.max).
+ *   cpu_max: quota_us of CPU time per period_us (cpu.max "QUOTA PERIOD";
+ *     period 1000..1000000, quota >= 1000; 2 CPUs = 200000, 100000).
+ *   rlimit: any RLIMIT_* resource (RLIMIT_AS, RLIMIT_NOFILE, RLIMIT_CORE ...),
+ *     soft <= hard, PM_RLIM_INFINITY for none; set by each worker before
+ *     it runs (exec mode: a refusal is reported as the exec's errno).
+ */
+#define PM_RLIM_INFINITY UINT64_MAX
+enum pm_containment { PM_CONTAIN_PROCESS_GROUP = 1, PM_CONTAIN_CGROUP = 2 };
+PM_EXTERN int pm_options_set_memory_max(pm_options *o, uint64_t bytes);
+PM_EXTERN int pm_options_set_pids_max(pm_options *o, int n);
+PM_EXTERN int pm_options_set_cpu_max(pm_options *o, uint64_t quota_us, uint64_t period_us);
+PM_EXTERN int pm_options_set_rlimit(pm_options *o, int resource, uint64_t soft, uint64_t hard);
+/* Workers' core dumps. Without a core directory (default) every worker gets
+ * RLIMIT_CORE soft 0 (the hard limit stays the supervisor's): a crash loop
+ * does not fill the disk. With dir (an existing directory, kept as an
+ * absolute path; -ENOENT, -ENOTDIR, -EINVAL for ""; NULL unsets) workers
+ * get RLIMIT_CORE unlimited (the supervisor's hard limit when that is lower
+ * and it is not root) and fork-mode workers are made dumpable again after
+ * any credential change (exec mode: exec does it). pm_options_set_rlimit
+ * for RLIMIT_CORE wins over both. Where a core goes is the kernel's
+ * kernel.core_pattern, host-wide: procmesh changes neither it nor the
+ * workers' working directory, so it must name dir (e.g.
+ * dir/core.%e.%p.%t); a relative pattern writes into each worker's working
+ * directory, a |pipe pattern hands the core to that program. The procmesh
+ * daemon checks the pattern at start and warns. */
+PM_EXTERN int pm_options_set_core_dir(pm_options *o, const char *dir);
+/* 0 (default): cgroups where procmesh can create them, else process groups;
+ * PM_CONTAIN_CGROUP: cgroups or pm_cluster_spawn fails (-EOPNOTSUPP);
+ * PM_CONTAIN_PROCESS_GROUP: never create a cgroup (e.g. as root under a
+ * service manager that did not delegate procmesh's cgroup: systemd without
+ * Delegate=yes). */
+PM_EXTERN int pm_options_set_containment(pm_options *o, int mode);
+/* PM_CONTAIN_CGROUP or PM_CONTAIN_PROCESS_GROUP, and the detail in words
+ * (where the cgroups are, which limits are applied how, or why there are
+ * none) in detail when not NULL; -EINVAL/-EPERM as pm_cluster_* calls. */
+PM_EXTERN int pm_cluster_containment(const pm_cluster *c, char *detail, size_t size);
 /* ------------------------------------------------------------------------
  * Supervisor: the workers' standard output and standard error
  * (doc/design.md, "Worker output").

@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "cluster.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <sys/un.h>
@@ -70,6 +72,7 @@ void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, ui
         ev.exit_code = s->last_exit_code;
         ev.signal = s->last_signal;
         ev.core_dumped = s->last_core;
+        ev.oom_kills = s->oom_kills;
     } else if (type == PM_EVENT_SPAWN_FAILED) {
         ev.exit_code = s->last_exit_code;
     } else if (type == PM_EVENT_FENCED && reason == PM_REASON_VERSION) {
@@ -165,18 +168,45 @@ static void release_process(pm_cluster *c, pm__slot *s)
 
 /* waitid without blocking: through the pidfd when the kernel knows
  * P_PIDFD (5.4), else by pid, which is just as safe here because nobody but
- * this supervisor reaps its children, so the pid cannot have been reused. */
-static int wait_nohang(const pm__slot *s, siginfo_t *si)
+ * this supervisor reaps its children, so the pid cannot have been reused.
+ * flags: 0 or WNOWAIT (look, leave the zombie). */
+static int wait_nohang(const pm__slot *s, siginfo_t *si, int flags)
 {
     if (s->pidfd >= 0) {
-        if (waitid((idtype_t)P_PIDFD, (id_t)s->pidfd, si, WEXITED | WNOHANG) == 0)
+        if (waitid((idtype_t)P_PIDFD, (id_t)s->pidfd, si, WEXITED | WNOHANG | flags) == 0)
             return 0;
         if (errno != EINVAL)
             return -errno;
     }
-    if (waitid(P_PID, (id_t)s->pid, si, WEXITED | WNOHANG) == 0)
+    if (waitid(P_PID, (id_t)s->pid, si, WEXITED | WNOHANG | flags) == 0)
         return 0;
     return -errno;
+}
+
+/* Longest wait for a killed cgroup to empty: only processes stuck in
+ * uninterruptible sleep outlast a SIGKILL, and the loop must go on. */
+#define PM__TREE_WAIT_MS 1000
+
+void pm__cluster_end_group(pm__slot *s)
+{
+    /* The worker made itself the leader of group s->pid (pm__child_contain)
+     * and is a zombie now, so the id cannot belong to anyone else; ESRCH
+     * means nothing of it is left in the group. */
+    (void)kill(-s->pid, SIGKILL);
+}
+
+void pm__cluster_end_tree(pm_cluster *c, pm__slot *s)
+{
+    s->oom_kills = 0;
+    if (c->cg.mode != PM_CONTAIN_CGROUP || s->cg.events_fd < 0)
+        return;
+    int rc = pm__cg_slot_end(&s->cg, PM__TREE_WAIT_MS, &s->oom_kills);
+    if (rc < 0)
+        /* The replacement starts anyway (the slot must not stay down for a
+         * process the kernel will not let die); said once per occurrence. */
+        fprintf(stderr, "procmesh: slot %u: its cgroup did not empty within %d ms after "
+                "cgroup.kill (%s): a process in uninterruptible sleep? the next incarnation "
+                "starts beside it\n", s->index, PM__TREE_WAIT_MS, pm_strerror(rc));
 }
 
 /* Collects the exit status if the process has ended and drives the slot.
@@ -188,7 +218,17 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
         return 0;
     siginfo_t si;
     memset(&si, 0, sizeof(si));
-    int rc = wait_nohang(s, &si);
+    int rc = wait_nohang(s, &si, WNOWAIT);
+    if (rc == 0 && si.si_pid != 0) {
+        /* Ended: its descendants end with it, before it is reaped (see
+         * pm__cluster_end_group), then it is reaped. */
+        pm__cluster_end_group(s);
+        siginfo_t again;
+        memset(&again, 0, sizeof(again));
+        (void)wait_nohang(s, &again, 0);
+    }
+    if (rc == 0 && si.si_pid != 0)
+        pm__cluster_end_tree(c, s);
     if (rc == -ECHILD) {
         /* Someone else (an application SIGCHLD handler calling
          * waitpid(-1)) took the status: the process is gone, how is lost. */
@@ -587,8 +627,10 @@ static void cluster_free(pm_cluster *c)
         pm__link_close(&s->link);
         pm__output_free(&s->out);
         pm__budget_free(&s->budget);
+        pm__cg_slot_close(&c->cg, &s->cg);
         free(s->crash);
     }
+    pm__cg_root_close(&c->cg);
     free(c->slots);
     free(c->watches);
     if (c->loop.backend != 0)
@@ -620,6 +662,18 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     if (c->o == NULL) {
         rc = -ENOMEM;
         goto fail;
+    }
+    if (!c->o->rlimit_set[RLIMIT_CORE]) {
+        /* Workers' cores: none by default (a crash loop must not fill the
+         * disk), unlimited with a core directory; the cluster's copy of
+         * the options carries it to every worker like any rlimit. */
+        struct rlimit rl;
+        uint64_t hard = PM_RLIM_INFINITY;
+        if (getrlimit(RLIMIT_CORE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY)
+            hard = (uint64_t)rl.rlim_max;
+        c->o->rlimit_set[RLIMIT_CORE] = 1;
+        pm__core_rlimit(c->o->core_dir != NULL, geteuid() == 0, hard,
+                        &c->o->rlimit_soft[RLIMIT_CORE], &c->o->rlimit_hard[RLIMIT_CORE]);
     }
     c->nslots = (unsigned)pm__options_workers(c->o);
     c->slots = calloc(c->nslots, sizeof(*c->slots));
@@ -668,6 +722,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         s->last_exit_code = -1;
         pm__link_zero(&s->link);
         pm__budget_init(&s->budget);
+        pm__cg_slot_zero(&s->cg);
     }
     c->self = getpid();
     c->bcfg.min_backoff_ms = (uint32_t)c->o->min_backoff_ms;
@@ -756,11 +811,68 @@ static void kill_and_reap_all(pm_cluster *c)
             continue;
         siginfo_t si;
         slot_signal(s, SIGKILL);
+        while (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOWAIT) < 0 && errno == EINTR)
+            ;
+        pm__cluster_end_group(s);
         while (waitid(P_PID, (id_t)s->pid, &si, WEXITED) < 0 && errno == EINTR)
             ;
+        pm__cluster_end_tree(c, s);
         release_process(c, s);
         pm__cluster_set_state(c, s, PM_SLOT_STOPPED);
     }
+}
+
+/* Containment, ahead of any incarnation: the cluster's cgroup directory
+ * and one per slot with its limits (cgroup.h), so that no restart makes a
+ * directory or writes a limit. Without cgroups: process groups, unless a
+ * limit was asked for (-EOPNOTSUPP, never silently dropped). */
+static int contain_setup(pm_cluster *c, char *why, size_t size)
+{
+    pm__cg_limits lim = {c->o->memory_max, c->o->pids_max, c->o->cpu_quota_us,
+                         c->o->cpu_period_us};
+    int limited = lim.memory_max > 0 || lim.pids_max > 0 || lim.cpu_quota_us > 0;
+    if (c->o->containment == PM_CONTAIN_PROCESS_GROUP) {
+        c->cg.mode = PM_CONTAIN_PROCESS_GROUP;
+        snprintf(c->cg.why, sizeof(c->cg.why), "process group per incarnation: cgroups not wanted");
+        if (limited) {
+            snprintf(why, size, "limits need cgroups, and containment is process-group");
+            return -EOPNOTSUPP;
+        }
+        return 0;
+    }
+    int rc = pm__cg_root_setup_self(&c->cg, &lim);
+    if (rc == 0 && c->cg.mode != PM_CONTAIN_CGROUP && c->o->containment == PM_CONTAIN_CGROUP)
+        rc = -EOPNOTSUPP;
+    if (rc < 0) {
+        snprintf(why, size, "%s", c->cg.why);
+        return rc;
+    }
+    for (unsigned i = 0; c->cg.mode == PM_CONTAIN_CGROUP && i < c->nslots; i++) {
+        rc = pm__cg_slot_open(&c->cg, i, &lim, &c->slots[i].cg, why, size);
+        if (rc == 0)
+            continue;
+        if (limited || c->o->containment == PM_CONTAIN_CGROUP)
+            return -EOPNOTSUPP;
+        /* No limit needs it: process groups for every slot rather than a
+         * cluster with two kinds of slots. */
+        for (unsigned k = 0; k < i; k++)
+            pm__cg_slot_close(&c->cg, &c->slots[k].cg);
+        pm__cg_root_close(&c->cg);
+        c->cg.mode = PM_CONTAIN_PROCESS_GROUP;
+        if (snprintf(c->cg.why, sizeof(c->cg.why), "process group per incarnation: %s", why) < 0)
+            c->cg.why[0] = '\0';
+    }
+    return 0;
+}
+
+PM_EXTERN int pm_cluster_containment(const pm_cluster *c, char *detail, size_t size)
+{
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (detail != NULL && size > 0)
+        snprintf(detail, size, "%s", c->cg.why);
+    return c->cg.mode;
 }
 
 PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
@@ -775,6 +887,17 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
     rc = cluster_create(o, &c);
     if (rc < 0)
         return rc;
+    char why[320];
+    rc = contain_setup(c, why, sizeof(why));
+    if (rc < 0) {
+        /* Said in words in each slot's STOPPED "spawn-aborted" event. */
+        c->event_detail = why;
+        for (unsigned i = 0; i < c->nslots; i++)
+            set_stopped(c, &c->slots[i], PM_REASON_SPAWN_ABORTED);
+        c->event_detail = NULL;
+        cluster_free(c);
+        return rc;
+    }
     c->spawning = 1;
     c->entry_cfa = __builtin_dwarf_cfa(); /* PM__ENTER, for a cluster just made */
     for (unsigned i = 0; i < c->nslots && c->spawn_error == 0; i++)
@@ -836,6 +959,49 @@ PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot)
     return 0;
 }
 
+/* Process-group fallback, for a supervisor that reaps orphans (PID 1 or a
+ * subreaper): what a worker's setsid() descendant left is re-parented to
+ * us, outside every process group we kill. At the end, with every worker
+ * reaped, each child still listed in /proc/self/task/<tid>/children is such
+ * a descendant (reap_orphans says this process's children are ours to
+ * take): SIGKILLed (an unreaped child's pid cannot be reused) and reaped,
+ * each waited for at most a second. Without CONFIG_PROC_CHILDREN nothing is
+ * listed and they are left to whoever reaps after us. */
+static void kill_orphans(void)
+{
+    char path[64], text[4096];
+    pid_t pids[256];
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%.16s/children", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t k = read(fd, text, sizeof(text) - 1);
+        pm__close(fd);
+        text[k > 0 ? k : 0] = '\0';
+        for (char *p = text, *end; n < (int)PM__ARRAY_SIZE(pids); p = end) {
+            long pid = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            pids[n++] = (pid_t)pid;
+        }
+    }
+    if (d != NULL)
+        closedir(d);
+    for (int i = 0; i < n; i++)
+        (void)kill(pids[i], SIGKILL);
+    for (int i = 0; i < n; i++) {
+        uint64_t end = pm__now_ms() + 1000;
+        while (waitpid(pids[i], NULL, WNOHANG) == 0 && pm__now_ms() < end)
+            usleep(1000);
+    }
+}
+
 PM_EXTERN int pm_cluster_terminate(pm_cluster *c)
 {
     /* In a fork of the supervisor (a fork-mode worker) the cluster is not
@@ -865,6 +1031,8 @@ PM_EXTERN int pm_cluster_terminate(pm_cluster *c)
         }
     }
     int killed = c->any_killed;
+    if (c->o->reap_orphans && c->cg.mode == PM_CONTAIN_PROCESS_GROUP)
+        kill_orphans();
     cluster_free(c);
     return rc < 0 ? rc : killed;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "budget.h"
+#include "cgroup.h"
 #include "hub.h"
 #include "link.h"
 #include "loop.h"
@@ -79,6 +80,8 @@ typedef struct pm__slot {
     int kill_sent;         /* SIGKILL sent to this incarnation */
     unsigned fences;
     int last_fence_reason; /* PM_REASON_*, 0 none */
+    pm__cg_slot cg;        /* its cgroup (containment cgroup), reused by its incarnations */
+    unsigned oom_kills;    /* OOM kills in its cgroup during the last incarnation */
 } pm__slot;
 
 struct pm_cluster {
@@ -121,6 +124,7 @@ struct pm_cluster {
     char **env;             /* environment template for exec mode */
     size_t nenv;
     uint64_t output_suppressed; /* captured lines dropped by the rate limit (output.c) */
+    pm__cg_root cg;         /* containment: the cluster's cgroups, or process groups */
 };
 
 /* 0 when c is a live cluster of this process, else -EINVAL (NULL or not
@@ -163,6 +167,13 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s);
 void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, uint32_t delay);
 /* Sets the slot's state and mirrors it in its port. */
 void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state);
+
+/* Ends what is left of the incarnation's process tree, its worker being
+ * dead: a SIGKILL to its process group while the worker is unreaped (its
+ * zombie keeps the group id from being reused), and, after the reap, its
+ * cgroup killed and waited until empty (bounded), counting OOM kills. */
+void pm__cluster_end_group(pm__slot *s);
+void pm__cluster_end_tree(pm_cluster *c, pm__slot *s);
 
 /* incarnation.c: starts the next incarnation of s. 0, or -errno with
  * nothing left behind (no process, no fd, no memory); -EADDRINUSE is not

@@ -26,6 +26,9 @@
 #define PM__DEFAULT_HOSTNAME "worker"
 #define PM__DEFAULT_BASE_PORT 1
 #define PM__DEFAULT_READY_MODE PM_READY_MESH
+/* Containment limits: none by default; the bounds their setters check. */
+#define PM__MIN_MEMORY_MAX 1048576
+#define PM__MAX_PIDS_MAX 4194304
 #define PM__DEFAULT_NO_NEW_PRIVS 1
 #define PM__DEFAULT_PROTECT_SUPERVISOR 0 /* the daemon protects itself always */
 #define PM__DEFAULT_SECCOMP PM_SECCOMP_OFF

@@ -44,6 +44,9 @@ static void fork_child(void *arg, const pm__spawn_req *req)
         pm__close(t->out.s[1].fd);
         if (t != x->own)
             pm__link_close(&t->link);
+        /* It has joined its cgroup: no worker keeps a handle on any slot's
+         * (another's cgroup.kill would let it end its siblings). */
+        pm__cg_slot_close_fds(&t->cg);
     }
     pm__loop_forget(&c->loop);
     pm__close(c->sigfd);
@@ -111,6 +114,14 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
          * must not read it). exec resets it by itself. */
         req->dumpable = o->exec_path == NULL && !req->set_ids;
     }
+    /* A core directory asks for the workers' cores: a fork-mode worker
+     * made non-dumpable by the supervisor's flag or by its credential
+     * change (setresuid clears it) becomes dumpable again, which also lets
+     * other workers under the same uid ptrace it (the price, documented:
+     * --uid-range avoids it). exec resets it to dumpable by itself when
+     * the real and effective ids agree, as they do here. */
+    if (o->core_dir != NULL && o->exec_path == NULL)
+        req->dumpable = 1;
     if (o->seccomp != PM_SECCOMP_OFF) {
         if (o->seccomp_prog == NULL) {
             pm__seccomp_prog *p = calloc(1, sizeof(*p));
@@ -160,6 +171,11 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     memset(&req, 0, sizeof(req));
     req.parent = c->self;
     req.mask = mask;
+    if (c->cg.mode == PM_CONTAIN_CGROUP)
+        req.cg = &s->cg;
+    req.rlimit_set = c->o->rlimit_set;
+    req.rlimit_soft = c->o->rlimit_soft;
+    req.rlimit_hard = c->o->rlimit_hard;
     rc = privileges(c, s, &req);
     if (rc < 0)
         goto fail;

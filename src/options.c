@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "defaults.h"
 #include "ring.h"
@@ -67,6 +68,7 @@ PM_EXTERN void pm_options_free(pm_options *o)
     free(o->exec_path);
     free_argv(o->exec_argv);
     free(o->init_data);
+    free(o->core_dir);
     if (o->seccomp_prog != NULL) {
         pm__seccomp_free(o->seccomp_prog);
         free(o->seccomp_prog);
@@ -643,6 +645,95 @@ int pm__options_workers(const pm_options *o)
     return o->workers > 0 ? o->workers : pm__cpus_available();
 }
 
+/* ------------------------------------------------------------------ containment */
+
+PM_EXTERN int pm_options_set_memory_max(pm_options *o, uint64_t bytes)
+{
+    /* Below 1 MiB no program gets as far as its main(): surely a unit
+     * mistake (kilobytes for bytes). */
+    if (o == NULL || (bytes != 0 && bytes < PM__MIN_MEMORY_MAX))
+        return -EINVAL;
+    o->memory_max = bytes;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_pids_max(pm_options *o, int n)
+{
+    if (o == NULL || n < 0 || n > PM__MAX_PIDS_MAX)
+        return -EINVAL;
+    o->pids_max = n;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_cpu_max(pm_options *o, uint64_t quota_us, uint64_t period_us)
+{
+    if (o == NULL)
+        return -EINVAL;
+    if (quota_us == 0) {
+        o->cpu_quota_us = o->cpu_period_us = 0;
+        return 0;
+    }
+    /* The kernel's own bounds for cpu.max / cfs_period_us and quota. */
+    if (period_us < 1000 || period_us > 1000000 || quota_us < 1000 || quota_us > 1000000ULL * 1000000)
+        return -EINVAL;
+    o->cpu_quota_us = quota_us;
+    o->cpu_period_us = period_us;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_containment(pm_options *o, int mode)
+{
+    if (o == NULL || (mode != 0 && mode != PM_CONTAIN_CGROUP && mode != PM_CONTAIN_PROCESS_GROUP))
+        return -EINVAL;
+    o->containment = mode;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_rlimit(pm_options *o, int resource, uint64_t soft, uint64_t hard)
+{
+    if (o == NULL || resource < 0 || resource >= PM__MAX_RLIMIT || soft > hard)
+        return -EINVAL;
+    o->rlimit_set[resource] = 1;
+    o->rlimit_soft[resource] = soft;
+    o->rlimit_hard[resource] = hard;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_core_dir(pm_options *o, const char *dir)
+{
+    if (o == NULL || (dir != NULL && dir[0] == '\0'))
+        return -EINVAL;
+    char *abs = NULL;
+    if (dir != NULL) {
+        /* Checked now, so the caller learns at once; again at validation,
+         * since it may vanish meanwhile. Kept absolute: the operator's
+         * core_pattern names it, whatever the workers' directory. */
+        struct stat st;
+        if (stat(dir, &st) < 0)
+            return -errno;
+        if (!S_ISDIR(st.st_mode))
+            return -ENOTDIR;
+        abs = realpath(dir, NULL);
+        if (abs == NULL)
+            return -errno;
+    }
+    free(o->core_dir);
+    o->core_dir = abs;
+    return 0;
+}
+
+void pm__core_rlimit(int core_dir, int may_raise, uint64_t hard, uint64_t *soft_out,
+                     uint64_t *hard_out)
+{
+    if (!core_dir) {
+        *soft_out = 0;
+        *hard_out = hard;
+        return;
+    }
+    uint64_t v = may_raise ? PM_RLIM_INFINITY : hard;
+    *soft_out = *hard_out = v;
+}
+
 /* ------------------------------------------------------------------ validate */
 
 static int why_fmt(char *why, size_t size, const char *fmt, ...)
@@ -727,6 +818,14 @@ PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
     if (peer_mode && strcmp(o->hostname, "main") == 0)
         return why_fmt(why, size, "hostname: 'main' with peer links (it names the local "
                                   "supervisor)");
+    if (o->core_dir != NULL) {
+        struct stat st;
+        int err = stat(o->core_dir, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+        if (err != 0) {
+            (void)why_fmt(why, size, "core_dir: '%s': %s", o->core_dir, strerror(err));
+            return -err;
+        }
+    }
     return validate_privileges(o, workers, why, size);
 }
 
@@ -739,6 +838,7 @@ pm_options *pm__options_dup(const pm_options *o)
     c->exec_path = NULL;
     c->exec_argv = NULL;
     c->init_data = NULL;
+    c->core_dir = NULL;
     c->seccomp_prog = NULL; /* built for one supervisor; the copy builds its own */
     c->keys = NULL;
     c->node_key_file = NULL;
@@ -751,6 +851,8 @@ pm_options *pm__options_dup(const pm_options *o)
     if (o->exec_path != NULL && pm_options_set_exec(c, o->exec_path, o->exec_argv) < 0)
         goto fail;
     if (o->init_len > 0 && pm_options_set_init_data(c, o->init_data, o->init_len) < 0)
+        goto fail;
+    if (o->core_dir != NULL && (c->core_dir = strdup(o->core_dir)) == NULL)
         goto fail;
     return c;
 fail:

@@ -7,6 +7,7 @@
 #include "peerkeys.h"
 
 #define PM__MAX_PASS_FDS 64
+#define PM__MAX_RLIMIT 16 /* RLIMIT_NLIMITS on Linux */
 /* The smallest ring that still takes a maximal frame (PM__LINK_MAX_FRAME)
  * behind a padding record. */
 #define PM__MIN_RING_SIZE ((size_t)256 * 1024)
@@ -46,6 +47,18 @@ struct pm_options {
     int ready_mode;
     int reap_orphans;
     int listen_env;                 /* pass_fds are listening sockets: LISTEN_* */
+    /* Containment (cgroup.h): per-slot limits, 0 = none; rlimits per
+     * resource, applied by each worker before it runs anything. */
+    int containment;                /* 0 auto, PM_CONTAIN_* */
+    uint64_t memory_max;
+    int pids_max;
+    uint64_t cpu_quota_us, cpu_period_us;
+    unsigned char rlimit_set[PM__MAX_RLIMIT];
+    uint64_t rlimit_soft[PM__MAX_RLIMIT], rlimit_hard[PM__MAX_RLIMIT];
+    /* Workers' core dumps: NULL, RLIMIT_CORE soft 0; else an absolute
+     * directory, RLIMIT_CORE unlimited and fork-mode workers dumpable
+     * (pm__core_rlimit; an explicit rlimit for RLIMIT_CORE wins). */
+    char *core_dir;
     char fd_names[PM__MAX_PASS_FDS][PM_NAME_MAX];
     void (*on_down)(pm_cluster *, unsigned, const pm_address *, unsigned, void *);
     void *on_down_arg;
@@ -94,6 +107,14 @@ int pm__peer_addr_valid(const char *s);
 /* Deep copy (the cluster keeps its own; never the built filter). NULL on
  * ENOMEM. */
 pm_options *pm__options_dup(const pm_options *o);
+
+/* The RLIMIT_CORE of a worker whose options set none (pure): without a
+ * core directory the soft limit is 0 and the hard one stays the
+ * supervisor's (hard), so a worker may still raise its own deliberately;
+ * with one both are unlimited, or the supervisor's hard limit when that is
+ * lower and it may not raise it (may_raise: CAP_SYS_RESOURCE, as root). */
+void pm__core_rlimit(int core_dir, int may_raise, uint64_t hard, uint64_t *soft_out,
+                     uint64_t *hard_out);
 
 /* The worker count options ask for, with auto resolved. */
 int pm__options_workers(const pm_options *o);

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "options.h" /* PM__MAX_RLIMIT */
 #include "spawn.h"
 
 #include "node.h" /* PM__NODE_ENV */
@@ -23,6 +24,10 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL /* linux/sched.h, 5.7 */
+#endif
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -264,6 +269,85 @@ static void exec_child(const pm__spawn_req *r)
     child_fail(pipe_fd, errno);
 }
 
+int pm__child_contain(const pm__spawn_req *r, int placed)
+{
+    /* Its own process group: where no cgroup can be made, killing the
+     * group when the worker is reaped is what ends its descendants (all
+     * but a setsid() one). Only ever signalled after the worker died, so
+     * the parent need not also call setpgid to close a race. */
+    if (setpgid(0, 0) < 0)
+        return errno;
+    if (r->cg != NULL) {
+        /* "0" moves the writer: no pid to format. Before the exec or the
+         * bootstrap, so nothing the worker starts is ever outside. */
+        if (!placed && write(r->cg->procs_fd, "0", 1) < 0)
+            return errno;
+        for (int i = 0; i < PM__CG_NCTRL; i++)
+            if (r->cg->v1_procs[i] >= 0 && write(r->cg->v1_procs[i], "0", 1) < 0)
+                return errno;
+    }
+    for (int i = 0; r->rlimit_set != NULL && i < PM__MAX_RLIMIT; i++) {
+        if (!r->rlimit_set[i])
+            continue;
+        struct rlimit rl;
+        rl.rlim_cur = r->rlimit_soft[i] == UINT64_MAX ? RLIM_INFINITY : (rlim_t)r->rlimit_soft[i];
+        rl.rlim_max = r->rlimit_hard[i] == UINT64_MAX ? RLIM_INFINITY : (rlim_t)r->rlimit_hard[i];
+        if (setrlimit((__rlimit_resource_t)i, &rl) < 0)
+            return errno;
+    }
+    return 0;
+}
+
+/* clone3(CLONE_INTO_CGROUP) works here: 0 unknown, 1 yes, -1 no. */
+static int clone3_state;
+
+/* Forks; an exec-mode child with a cgroup is born in it (clone3,
+ * CLONE_INTO_CGROUP, Linux 5.7): no write to cgroup.procs in the child and
+ * no window in which it runs outside. Only exec mode: a raw clone3 skips
+ * glibc's fork handlers (malloc's locks, the cached thread id), which only
+ * a child that runs nothing but async-signal-safe calls before execve can
+ * do without. Kernels without it (ENOSYS, E2BIG for the struct size,
+ * EINVAL for the flag) fall back to fork() and a write from the child,
+ * remembered so the next spawn does not try again. *placed is set in the
+ * child.
+ *
+ * Not into a cgroup that was ever killed through cgroup.kill: Linux 6.x
+ * compares the kill sequence number of the cgroup a child is born into
+ * with the one its parent's cgroup had at fork, and CLONE_INTO_CGROUP
+ * makes them different cgroups, so once the slot's cgroup has been killed
+ * (its number moved on, ours did not) every child cloned into it is
+ * SIGKILLed at birth (seen on 6.18: every replacement after the first
+ * tree kill died before it ran; tests/check_tree.c test_tree_exec_crash).
+ * Joining by a write from the child has no such check. */
+static pid_t fork_into(const pm__spawn_req *r, int *placed)
+{
+    *placed = 0;
+#ifdef SYS_clone3
+    if (r->path != NULL && r->cg != NULL && r->cg->dir_fd >= 0 && !r->cg->killed &&
+        __atomic_load_n(&clone3_state, __ATOMIC_RELAXED) >= 0) {
+        struct {
+            uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+                set_tid, set_tid_size, cgroup;
+        } a;
+        memset(&a, 0, sizeof(a));
+        a.flags = CLONE_INTO_CGROUP;
+        a.exit_signal = SIGCHLD;
+        a.cgroup = (uint64_t)r->cg->dir_fd;
+        long pid = syscall(SYS_clone3, &a, sizeof(a));
+        if (pid == 0)
+            *placed = 1;
+        if (pid >= 0) {
+            __atomic_store_n(&clone3_state, 1, __ATOMIC_RELAXED);
+            return (pid_t)pid;
+        }
+        if (errno != ENOSYS && errno != E2BIG && errno != EINVAL)
+            return -1;
+        __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);
+    }
+#endif
+    return fork();
+}
+
 /* Fork mode: the child is a copy of the supervisor, dead stack included.
  * Below the stack pointer lie the frames of the supervisor's earlier calls
  * (ring reads, message callbacks, the user's own code), and with them
@@ -427,11 +511,24 @@ pid_t pm__spawn(const pm__spawn_req *r)
     /* Buffered output of the parent would otherwise be written twice. */
     fflush(stdout);
     fflush(stderr);
-    pid_t pid = fork();
+    int placed;
+    pid_t pid = fork_into(r, &placed);
     if (pid < 0)
         return -errno;
     if (pid > 0)
         return pid;
+    /* Fork mode: the registers are cleared before the containment step
+     * too, whose first calls (setpgid, setrlimit) may go through a PLT
+     * entry the supervisor never bound, and the resolver stores every
+     * vector register on the stack (see clear_vector_registers). */
+    if (r->path == NULL)
+        clear_vector_registers();
+    int err = pm__child_contain(r, placed);
+    if (err != 0) {
+        if (r->path != NULL)
+            child_fail(r->err_pipe, err);
+        _exit(127);
+    }
     if (r->path != NULL)
         exec_child(r);
     fork_child_main(r);

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "procmesh.h"
+#include "cgroup.h"
 
 #define PM__SPAWN_CTX_MAX 64
 
@@ -44,6 +45,11 @@ typedef struct pm__spawn_req {
      * (captured output) when capture is 1; else both are inherited */
     int capture;
     int stdio[2];
+    /* containment (pm__child_contain) */
+    const pm__cg_slot *cg;              /* the slot's cgroup, or NULL (process group only) */
+    const unsigned char *rlimit_set;    /* PM__MAX_RLIMIT entries, or NULL */
+    const uint64_t *rlimit_soft;        /* UINT64_MAX: unlimited */
+    const uint64_t *rlimit_hard;
     /* privileges (pm__child_privileges), in the order they are applied */
     int set_ids;           /* drop to uid/gid (the supervisor is root) */
     uid_t uid;
@@ -53,6 +59,15 @@ typedef struct pm__spawn_req {
                               non-dumpable and a fork child inherits that */
     struct pm__seccomp_prog *seccomp; /* loaded last; NULL: none */
 } pm__spawn_req;
+
+/* In the child, the first thing after fork: its own process group, the
+ * slot's cgroup (v2, and the v1 controllers of the limits) unless clone3
+ * already put it there (placed), the rlimits. Before pm__child_privileges
+ * (a cgroup.procs write or a raised hard rlimit may need the root the
+ * privilege step gives up) and, in fork mode, before the stack scrubbing
+ * and the bootstrap. Async-signal-safe. 0 or an
+ * errno (positive, as the exec error pipe carries it). */
+int pm__child_contain(const pm__spawn_req *r, int placed);
 
 /* Forks. Returns the child's pid to the parent, or -errno. The exec-mode
  * child performs only async-signal-safe calls before execve. */

@@ -163,6 +163,13 @@ static int control_status(int kind)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         signal(SIGABRT, SIG_DFL);
+        /* The core limit a worker gets by default (soft 0): core_dumped is
+         * compared with this child's. */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_CORE, &rl) == 0) {
+            rl.rlim_cur = 0;
+            (void)setrlimit(RLIMIT_CORE, &rl);
+        }
         do_crash(kind);
     }
     int st = pm_test_reap(pid, 30000);

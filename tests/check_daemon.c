@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "core.h"
 #include "dconf.h"
 #include "defaults.h"
 #include "health.h"
@@ -188,6 +189,9 @@ START_TEST(test_config_errors)
         {"--system-name", "a b", "--system-name: 'a b'"},
         {"--base-port", "70000", "--base-port: '70000'"},
         {"--init-data", "@/nonexistent/file", "--init-data: cannot read '/nonexistent/file'"},
+        {"--core-dir", "/nonexistent/cores", "--core-dir: '/nonexistent/cores' does not exist"},
+        {"--core-dir", "/dev/null", "--core-dir: '/dev/null' is not a directory"},
+        {"--core-dir", "", "--core-dir: '' is empty"},
         {"--frobnicate", "1", "'--frobnicate': unknown option"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -207,6 +211,39 @@ START_TEST(test_config_errors)
     ck_assert_ptr_nonnull(strstr(err, "--backoff-max: 100 is below --backoff-min 500"));
     ck_assert_int_eq(parse(&c, err, "prog", NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "'prog': expected an option or '--'"));
+}
+END_TEST
+
+/* --core-dir: where kernel.core_pattern sends a core, in words naming it. */
+START_TEST(test_core_pattern)
+{
+    static const struct {
+        const char *pattern, *cwd;
+        int want;
+        const char *says;
+    } cases[] = {
+        {"/var/cores/core.%e.%p\n", "/", PMD_CORE_IN_DIR, "writes cores into /var/cores"},
+        {"/var/cores/%u/core", NULL, PMD_CORE_IN_DIR, "'/var/cores/%u/core'"},
+        {"/var/coresx/core", "/", PMD_CORE_ELSEWHERE, "'/var/coresx/core' writes cores outside"},
+        {"/var/crash/core.%p", "/", PMD_CORE_ELSEWHERE, "kernel.core_pattern=/var/cores/core.%e.%p.%t"},
+        {"|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h\n", "/", PMD_CORE_PIPE,
+         "'|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h' pipes cores to a program"},
+        {"core\n", "/srv/app", PMD_CORE_RELATIVE, "working directory (/srv/app), not in /var/cores"},
+        {"core", NULL, PMD_CORE_RELATIVE, "(unknown)"},
+        {"core.%p", "/var/cores", PMD_CORE_IN_DIR, "inside /var/cores"},
+        {"cores/core", "/var", PMD_CORE_IN_DIR, "is relative"},
+        {"\n", "/", PMD_CORE_NONE, "empty"},
+    };
+    char why[1024];
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        int got = pmd_core_pattern_check(cases[i].pattern, "/var/cores", cases[i].cwd, why, sizeof(why));
+        ck_assert_msg(got == cases[i].want, "%s: %d, want %d (%s)", cases[i].pattern, got,
+                      cases[i].want, why);
+        ck_assert_msg(strstr(why, cases[i].says) != NULL, "%s: \"%s\" lacks \"%s\"",
+                      cases[i].pattern, why, cases[i].says);
+    }
+    /* The root directory holds every absolute path. */
+    ck_assert_int_eq(pmd_core_pattern_check("/x/core", "/", "/", why, sizeof(why)), PMD_CORE_IN_DIR);
 }
 END_TEST
 
@@ -528,6 +565,30 @@ START_TEST(test_bin_usage_errors)
     ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 2);
     ck_assert_ptr_nonnull(strstr(out, "PROCMESH_RESTART"));
     ck_assert_ptr_null(strstr(out, "event=started"));
+}
+END_TEST
+
+/* --core-dir: the workers get RLIMIT_CORE unlimited, and the start says
+ * where kernel.core_pattern sends their cores; without it, 0. */
+START_TEST(test_bin_core_dir)
+{
+    static char out[8192];
+    char dir[] = "/tmp/pm-cores-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char *a1[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--restart", "never",
+                  "--core-dir", dir, "--", "/bin/sh", "-c", "echo core=$(ulimit -c) >&2", NULL};
+    proc p = start(a1, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+    ck_assert_msg(strstr(out, "core=unlimited") != NULL, "log:\n%s", out);
+    ck_assert_msg(strstr(out, "event=core_dir") != NULL && strstr(out, "core_pattern=") != NULL,
+                  "log:\n%s", out);
+    char *a2[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--restart", "never",
+                  "--", "/bin/sh", "-c", "echo core=$(ulimit -c) >&2", NULL};
+    p = start(a2, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+    ck_assert_msg(strstr(out, "core=0") != NULL, "log:\n%s", out);
+    ck_assert_ptr_null(strstr(out, "event=core_dir"));
+    ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
@@ -1390,8 +1451,10 @@ int main(void)
     PM_ADD_TEST(s, test_config_peer, 30);
     PM_ADD_TEST(s, test_peer_files_and_exit, 60);
     PM_ADD_TEST(s, test_log_format, 30);
+    PM_ADD_TEST(s, test_core_pattern, 30);
     PM_ADD_TEST(s, test_http_parse, 30);
     PM_ADD_TEST(s, test_bin_usage_errors, 60);
+    PM_ADD_TEST(s, test_bin_core_dir, 60);
     PM_ADD_TEST(s, test_bin_drain_exit_codes, 90);
     PM_ADD_TEST(s, test_bin_all_retired_exit_3, 60);
     PM_ADD_TEST(s, test_bin_listen_survives_crash, 60);

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <sodium.h>
 
@@ -187,6 +189,110 @@ static int init_value(const src *s, const char *v, pmd_dconf *c, char *err, size
     return 0;
 }
 
+/* SIZE: bytes, or with a K, M, G, T suffix (powers of 1024); "max" = none. */
+static int size_value(const src *s, const char *v, uint64_t *out, char *err, size_t size)
+{
+    char w[96];
+    if (strcmp(v, "max") == 0) {
+        *out = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    int shift = 0;
+    if (*end != '\0' && end[1] == '\0') {
+        const char *u = strchr("KMGT", toupper((unsigned char)*end));
+        shift = u != NULL ? 10 * (int)(u - "KMGT" + 1) : -1;
+        end++;
+    }
+    if (*v == '\0' || !isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || shift < 0 ||
+        x > (UINT64_MAX >> shift) || (x << shift) < 1048576)
+        return fail(err, size, "%s: '%s' is not max or a size of at least 1M (bytes, or with a "
+                    "K, M, G or T suffix)", who(s, w, sizeof(w)), v);
+    *out = (uint64_t)x << shift;
+    return 0;
+}
+
+/* QUOTA[/PERIOD] in microseconds (period 100000 by default), or max. */
+static int cpu_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
+{
+    char w[96];
+    if (strcmp(v, "max") == 0) {
+        c->cpu_quota = c->cpu_period = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long q = strtoull(v, &end, 10), p = 100000;
+    if (*end == '/')
+        p = strtoull(end + 1, &end, 10);
+    if (!isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || p < 1000 || p > 1000000 ||
+        q < 1000 || q > 1000000ULL * 1000000)
+        return fail(err, size, "%s: '%s' is not max or QUOTA[/PERIOD] in microseconds (quota at "
+                    "least 1000, period 1000..1000000; 2 CPUs: 200000/100000)",
+                    who(s, w, sizeof(w)), v);
+    c->cpu_quota = q;
+    c->cpu_period = p;
+    return 0;
+}
+
+/* NAME=VALUE: VALUE is N, SOFT:HARD, or unlimited for either. */
+static int rlimit_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
+{
+    static const struct {
+        const char *name;
+        int res;
+    } names[] = {
+        {"as", RLIMIT_AS}, {"core", RLIMIT_CORE}, {"cpu", RLIMIT_CPU}, {"data", RLIMIT_DATA},
+        {"fsize", RLIMIT_FSIZE}, {"locks", RLIMIT_LOCKS}, {"memlock", RLIMIT_MEMLOCK},
+        {"msgqueue", RLIMIT_MSGQUEUE}, {"nice", RLIMIT_NICE}, {"nofile", RLIMIT_NOFILE},
+        {"nproc", RLIMIT_NPROC}, {"rss", RLIMIT_RSS}, {"rtprio", RLIMIT_RTPRIO},
+        {"rttime", RLIMIT_RTTIME}, {"sigpending", RLIMIT_SIGPENDING}, {"stack", RLIMIT_STACK},
+    };
+    char w[96];
+    const char *eq = strchr(v, '=');
+    int res = -1;
+    for (size_t i = 0; eq != NULL && i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i].name) == (size_t)(eq - v) && strncmp(v, names[i].name, (size_t)(eq - v)) == 0)
+            res = names[i].res;
+    if (res < 0)
+        return fail(err, size, "%s: '%s' is not NAME=VALUE with NAME one of as, core, cpu, data, "
+                    "fsize, locks, memlock, msgqueue, nice, nofile, nproc, rss, rtprio, rttime, "
+                    "sigpending, stack", who(s, w, sizeof(w)), v);
+    uint64_t lim[2];
+    const char *p = eq + 1;
+    for (int k = 0; k < 2; k++) {
+        char *end;
+        if (strncmp(p, "unlimited", 9) == 0) {
+            lim[k] = PM_RLIM_INFINITY;
+            end = (char *)p + 9;
+        } else {
+            errno = 0;
+            lim[k] = isdigit((unsigned char)*p) ? strtoull(p, &end, 10) : (end = (char *)p, 0);
+            if (end == p || errno != 0)
+                break;
+        }
+        p = end;
+        if (k == 0 && *p == '\0')
+            lim[1] = lim[0];
+        if (*p == '\0') {
+            if (lim[0] > lim[1])
+                break;
+            c->rlimit_set[res] = 1;
+            c->rlimit_soft[res] = lim[0];
+            c->rlimit_hard[res] = lim[1];
+            return 0;
+        }
+        if (k == 0 && *p == ':')
+            p++;
+        else
+            break;
+    }
+    return fail(err, size, "%s: '%s': the value must be N, SOFT:HARD (soft at most hard) or "
+                "unlimited", who(s, w, sizeof(w)), v);
+}
+
 /* A user or group: a number, or a name from the user/group database. */
 static int id_value(const char *v, int group, unsigned *out, unsigned *primary_gid)
 {
@@ -294,8 +400,9 @@ enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
     O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
-    O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_USER, O_UID_RANGE, O_NO_NEW_PRIVS,
-    O_SECCOMP, O_SECCOMP_ACTION, O_OUTPUT, O_MAX_MESSAGE,
+    O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_MEMORY_MAX, O_PIDS_MAX, O_CPU_MAX,
+    O_RLIMIT, O_CONTAINMENT, O_USER, O_UID_RANGE, O_NO_NEW_PRIVS, O_SECCOMP, O_SECCOMP_ACTION,
+    O_CORE_DIR, O_OUTPUT, O_MAX_MESSAGE,
     /* Peer links (O_PEER_FIRST..O_COUNT - 1: any of them sets peer_flags). */
     O_PEER_LISTEN, O_PEERS, O_PEERS_DNS, O_PEER_TIMEOUT, O_SECRET_FILE, O_INSECURE_NO_SECRET,
     O_ALLOW_INSECURE_SECRET_MODE, O_NODE_KEY, O_PEER_KEYS, O_COUNT
@@ -335,6 +442,11 @@ static const struct {
     [O_LOG_LEVEL] = {"--log-level", "PROCMESH_LOG_LEVEL"},
     [O_DRAIN_TIMEOUT] = {"--drain-timeout", "PROCMESH_DRAIN_TIMEOUT"},
     [O_FENCE_NOT_DRAINING] = {"--fence-not-draining", "PROCMESH_FENCE_NOT_DRAINING"},
+    [O_MEMORY_MAX] = {"--memory-max", "PROCMESH_MEMORY_MAX"},
+    [O_PIDS_MAX] = {"--pids-max", "PROCMESH_PIDS_MAX"},
+    [O_CPU_MAX] = {"--cpu-max", "PROCMESH_CPU_MAX"},
+    [O_RLIMIT] = {"--rlimit", "PROCMESH_RLIMIT"},
+    [O_CONTAINMENT] = {"--containment", "PROCMESH_CONTAINMENT"},
     [O_USER] = {"--user", "PROCMESH_USER"},
     [O_UID_RANGE] = {"--uid-range", "PROCMESH_UID_RANGE"},
     [O_NO_NEW_PRIVS] = {"--no-new-privs", "PROCMESH_NO_NEW_PRIVS"},
@@ -351,6 +463,7 @@ static const struct {
     [O_ALLOW_INSECURE_SECRET_MODE] = {"--allow-insecure-secret-mode", "PROCMESH_ALLOW_INSECURE_SECRET_MODE"},
     [O_NODE_KEY] = {"--node-key", "PROCMESH_NODE_KEY"},
     [O_PEER_KEYS] = {"--peer-keys", "PROCMESH_PEER_KEYS"},
+    [O_CORE_DIR] = {"--core-dir", "PROCMESH_CORE_DIR"},
 };
 
 /* HOST:PORT as the library takes it (its check is not exported from the
@@ -489,6 +602,23 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         static const int val[] = {1, 0};
         return choice(s, v, n, val, "yes, no", &c->fence_not_draining, err, size);
     }
+    case O_MEMORY_MAX:
+        return size_value(s, v, &c->memory_max, err, size);
+    case O_PIDS_MAX:
+        if (strcmp(v, "max") == 0) {
+            c->pids_max = 0;
+            return 0;
+        }
+        return int_value(s, v, 1, PM__MAX_PIDS_MAX, &c->pids_max, err, size);
+    case O_CPU_MAX:
+        return cpu_value(s, v, c, err, size);
+    case O_RLIMIT:
+        return rlimit_value(s, v, c, err, size);
+    case O_CONTAINMENT: {
+        static const char *const n[] = {"auto", "cgroup", "process-group", NULL};
+        static const int val[] = {0, PM_CONTAIN_CGROUP, PM_CONTAIN_PROCESS_GROUP};
+        return choice(s, v, n, val, "auto, cgroup, process-group", &c->containment, err, size);
+    }
     case O_USER:
         return user_value(s, v, c, err, size);
     case O_UID_RANGE:
@@ -540,6 +670,18 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         return path_value(s, v, &c->peer_keys, err, size);
     case O_MAX_MESSAGE:
         return size_value(s, v, PM_MAX_PAYLOAD, (size_t)UINT32_MAX, &c->max_message, err, size);
+    case O_CORE_DIR: {
+        struct stat st;
+        int e = *v == '\0' ? EINVAL : stat(v, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+        if (e != 0)
+            return fail(err, size, "%s: '%s' %s", who(s, w, sizeof(w)), v,
+                        e == EINVAL     ? "is empty: give the directory for the workers' cores"
+                        : e == ENOENT   ? "does not exist: create the directory first"
+                        : e == ENOTDIR ? "is not a directory"
+                                        : strerror(e));
+        c->core_dir = v;
+        return 0;
+    }
     }
     return -EINVAL;
 }
@@ -607,7 +749,7 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
                 return fail(err, errsize, "%s: missing value", opts[id].flag);
             v = argv[++i];
         }
-        if (seen[id] && id != O_LISTEN && id != O_SECRET_FILE)
+        if (seen[id] && id != O_LISTEN && id != O_SECRET_FILE && id != O_RLIMIT)
             return fail(err, errsize, "%s: given twice", opts[id].flag);
         seen[id] = 1;
         c->peer_flags |= id >= O_PEER_FIRST;
@@ -623,7 +765,7 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
             continue;
         src s = {opts[k].flag, opts[k].var};
         c->peer_flags |= k >= O_PEER_FIRST;
-        if (k == O_LISTEN) {
+        if (k == O_LISTEN || k == O_RLIMIT) {
             /* A comma-separated list in the environment. */
             char *copy = strdup(v), *save = NULL;
             if (copy == NULL)
@@ -703,6 +845,13 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     rc = rc ? rc : pm_options_set_init_data(o, c->init_data, c->init_len);
     rc = rc ? rc : pm_options_set_ready_mode(o, c->ready);
     rc = rc ? rc : pm_options_set_reap_orphans(o, 1);
+    rc = rc ? rc : pm_options_set_containment(o, c->containment);
+    rc = rc ? rc : pm_options_set_memory_max(o, c->memory_max);
+    rc = rc ? rc : pm_options_set_pids_max(o, c->pids_max);
+    rc = rc ? rc : pm_options_set_cpu_max(o, c->cpu_quota, c->cpu_period);
+    for (int r = 0; r < 16; r++)
+        if (c->rlimit_set[r])
+            rc = rc ? rc : pm_options_set_rlimit(o, r, c->rlimit_soft[r], c->rlimit_hard[r]);
     if (rc == 0 && c->user)
         rc = pm_options_set_user(o, (uid_t)c->uid, (gid_t)c->gid);
     if (rc == 0 && c->uid_count > 0)
@@ -711,6 +860,8 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     rc = rc ? rc : pm_options_set_max_message(o, c->max_message);
     rc = rc ? rc : pm_options_set_seccomp_action(o, c->seccomp_action);
     rc = rc ? rc : pm_options_set_output(o, c->output);
+    if (rc == 0 && c->core_dir != NULL && (rc = pm_options_set_core_dir(o, c->core_dir)) < 0)
+        snprintf(err, errsize, "--core-dir: '%s': %s", c->core_dir, pm_strerror(rc));
     if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP)
         snprintf(err, errsize, "--seccomp: procmesh was built without libseccomp (configure "
                                "--with-seccomp); only off is available");

@@ -47,6 +47,13 @@ typedef struct pmd_dconf {
     unsigned health_port;
     int min_ready;          /* -1: all slots */
     int log_format, log_level; /* PMD_LOG_* */
+    /* Containment: per-slot limits (0 none) and rlimits (--rlimit, repeats). */
+    int containment;        /* 0 auto, PM_CONTAIN_* */
+    uint64_t memory_max;
+    int pids_max;
+    uint64_t cpu_quota, cpu_period;
+    unsigned char rlimit_set[16];
+    uint64_t rlimit_soft[16], rlimit_hard[16];
     int user;               /* --user given: workers run as uid:gid */
     unsigned uid, gid;
     unsigned uid_first, uid_count; /* --uid-range; count 0 = none */
@@ -66,6 +73,7 @@ typedef struct pmd_dconf {
     int insecure_no_secret, allow_insecure_secret_mode;
     char *node_key;         /* malloc'd path, NULL: a new key per start */
     char *peer_keys;        /* malloc'd path, NULL: no pinning */
+    const char *core_dir;   /* --core-dir: an existing directory, or NULL (no cores) */
     char **argv;            /* COMMAND [ARG...], pointers into the caller's argv */
     int argc;
 } pmd_dconf;

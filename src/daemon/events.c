@@ -15,9 +15,11 @@
 #define PM__LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The oom_kill count of our memory cgroup, or -1: cgroup v2 memory.events,
- * else the v1 memory controller's memory.oom_control. Our workers live in
- * our cgroup, so a rise between two exits means the kernel's OOM killer took
- * one of them. */
+ * else the v1 memory controller's memory.oom_control. Only the fallback for
+ * slots without a memory cgroup of their own (no --memory-max, or process
+ * groups): workers then live in our cgroup, so a rise between two exits
+ * means the kernel's OOM killer took one of them, or another process of
+ * ours. */
 static long long oom_kill_count(void)
 {
     char line[512], v2[600] = "", v1[600] = "";
@@ -168,11 +170,18 @@ static int count_exit(pmd_events *ev, const pm_event *e)
         break;
     case PM_REASON_SIGNAL:
         if (e->signal == SIGKILL) {
-            /* A SIGKILL procmesh did not send: the OOM killer's if our
-             * cgroup's count rose since the last look. */
-            long long now = oom_kill_count();
-            int oom = now >= 0 && ev->oom_kills >= 0 && now > ev->oom_kills;
-            ev->oom_kills = now;
+            /* A SIGKILL procmesh did not send: the OOM killer's if the
+             * slot's own memory cgroup counted one in this incarnation
+             * (exact), else, without one, if our cgroup's count rose since
+             * the last look. */
+            int oom;
+            if (ev->slot_oom) {
+                oom = e->oom_kills > 0;
+            } else {
+                long long now = oom_kill_count();
+                oom = now >= 0 && ev->oom_kills >= 0 && now > ev->oom_kills;
+                ev->oom_kills = now;
+            }
             if (oom) {
                 hs->exits_oom++;
                 return 1;
@@ -261,6 +270,18 @@ static void log_crash(pm_cluster *c, const pm_event *e, int level, const char *c
 void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     pmd_events *ev = arg;
+    if (!ev->contain_logged) {
+        /* The containment in use, once, at the first event of the start.
+         * Each slot has a memory cgroup of its own when the mode names a
+         * memory limit (pm_cluster_containment's detail). */
+        char detail[320];
+        int mode = pm_cluster_containment(c, detail, sizeof(detail));
+        ev->contain_logged = 1;
+        ev->slot_oom = mode == PM_CONTAIN_CGROUP && strstr(detail, "memory") != NULL;
+        const char *kv[] = {"mode", mode == PM_CONTAIN_CGROUP ? "cgroup" : "process-group",
+                            "detail", detail};
+        pmd_log(mode == PM_CONTAIN_CGROUP ? PMD_LOG_INFO : PMD_LOG_WARN, "containment", kv, 2);
+    }
     /* The counters first: they count every event, written or not. */
     int oom = 0;
     switch (e->type) {

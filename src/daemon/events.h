@@ -28,6 +28,8 @@ typedef struct pmd_events {
     pmd_health_state *hs; /* exit counters and failed starts, for /metrics and /healthz */
     unsigned retired;     /* slots retired: exit status 3 once none is left */
     long long oom_kills;  /* our memory cgroup's oom_kill count at the last look, -1 unknown */
+    int contain_logged;   /* the containment line was written (at the first event) */
+    int slot_oom;         /* each slot has its own memory cgroup: pm_event.oom_kills is exact */
     pmd_log_bucket *buckets; /* per slot, grown on first use */
     unsigned nbuckets;
     pmd_log_bucket spare; /* for slots without a bucket when memory ran out */

@@ -21,7 +21,9 @@
  * peer_links_unavailable and exits 2 whenever one is given.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,6 +36,7 @@
 #include <sodium.h>
 
 #include "clock.h"
+#include "core.h"
 #include "dconf.h"
 #include "defaults.h"
 #include "events.h"
@@ -78,6 +81,13 @@ static const char usage_text[] =
     "  --drain-timeout MS        report a worker whose full ring holds frames back\n"
     "                            this long, 0 = off (default " STR(PM__DEFAULT_DRAIN_TIMEOUT_MS) ")\n"
     "  --fence-not-draining yes|no   also fence it (default no)\n"
+    "  --containment auto|cgroup|process-group   how a slot's process tree is\n"
+    "                            held (default auto: cgroups where possible)\n"
+    "  --memory-max SIZE|max     per-slot memory limit (cgroup; K/M/G suffix)\n"
+    "  --pids-max N|max          per-slot process and thread limit (cgroup)\n"
+    "  --cpu-max QUOTA[/PERIOD]|max   per-slot CPU time in us per period (cgroup)\n"
+    "  --rlimit NAME=N|SOFT:HARD every worker's rlimit (as, core, nofile ...),\n"
+    "                            repeatable; 'unlimited' for none\n"
     "  --system-name S           (default " PM__DEFAULT_SYSTEM_NAME ")\n"
     "  --hostname S              (default " PM__DEFAULT_HOSTNAME ")\n"
     "  --base-port N             slot i gets port N+i (default " STR(PM__DEFAULT_BASE_PORT) ")\n"
@@ -102,6 +112,9 @@ static const char usage_text[] =
     "  --max-message SIZE[K|M|G] largest message between mesh workers and the\n"
     "                            supervisor; above 64K they travel as sealed\n"
     "                            memfds (default 64M)\n"
+    "  --core-dir DIR            workers' cores: RLIMIT_CORE unlimited, dumpable;\n"
+    "                            kernel.core_pattern must name DIR (checked at\n"
+    "                            start). Default: no cores (RLIMIT_CORE 0)\n"
     "\n"
     "peer links (validated only: not implemented in this build, run exits 2):\n"
     "  --peer-listen HOST:PORT   accept peers here\n"
@@ -252,6 +265,31 @@ static int cmd_status(int argc, char **argv)
     return 0;
 }
 
+/* --core-dir: says at start whether kernel.core_pattern (host-wide; procmesh
+ * changes neither it nor the workers' directory) puts the cores in dir. */
+static void log_core_dir(const char *dir)
+{
+    char pattern[256], cwd[PATH_MAX], abs[PATH_MAX], why[1024];
+    if (realpath(dir, abs) == NULL)
+        snprintf(abs, sizeof(abs), "%s", dir);
+    int fd = open("/proc/sys/kernel/core_pattern", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, pattern, sizeof(pattern) - 1) : -1;
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    if (n < 0) {
+        const char *kv[] = {"dir", abs, "error", strerror(err),
+                            "detail", "cannot read /proc/sys/kernel/core_pattern: where cores go is unknown"};
+        pmd_log(PMD_LOG_WARN, "core_dir", kv, 3);
+        return;
+    }
+    pattern[n] = '\0';
+    pattern[strcspn(pattern, "\n")] = '\0';
+    int where = pmd_core_pattern_check(pattern, abs, getcwd(cwd, sizeof(cwd)), why, sizeof(why));
+    const char *kv[] = {"dir", abs, "core_pattern", pattern, "detail", why};
+    pmd_log(where == PMD_CORE_IN_DIR ? PMD_LOG_INFO : PMD_LOG_WARN, "core_dir", kv, 3);
+}
+
 static int cmd_run(int argc, char **argv)
 {
     static pmd_dconf conf;
@@ -299,6 +337,8 @@ static int cmd_run(int argc, char **argv)
         pmd_dconf_free(&conf);
         return EXIT_USAGE;
     }
+    if (conf.core_dir != NULL)
+        log_core_dir(conf.core_dir);
     /* Orphans re-parented to us must be reaped: as PID 1 that is automatic,
      * elsewhere we become a child subreaper so the same holds. */
     if (getpid() != 1)

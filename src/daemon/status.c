@@ -62,8 +62,18 @@ size_t pmd_status_json(pm_cluster *c, int ready, int draining, char *buf, size_t
     pmd_sbuf b = {buf, size, 0};
     buf[0] = '\0';
     unsigned n = pm_cluster_slots(c);
-    pmd_sb_printf(&b, "{\"ready\":%s,\"draining\":%s,\"slots\":[", ready ? "true" : "false",
+    pmd_sb_printf(&b, "{\"ready\":%s,\"draining\":%s,", ready ? "true" : "false",
                   draining ? "true" : "false");
+    /* How a slot's process tree is held (cgroup or process group), and the
+     * detail in words; quotes and backslashes cannot come from procmesh's
+     * own words but may from a path: replaced. */
+    char detail[320];
+    int mode = pm_cluster_containment(c, detail, sizeof(detail));
+    for (char *p = detail; *p != '\0'; p++)
+        if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
+            *p = '?';
+    pmd_sb_printf(&b, "\"containment\":\"%s\",\"containment_detail\":\"%s\",\"slots\":[",
+                  mode == PM_CONTAIN_CGROUP ? "cgroup" : "process-group", mode > 0 ? detail : "");
     for (unsigned i = 0; i < n; i++) {
         pm_slot_info si;
         pm_cluster_slot_info(c, i, &si);

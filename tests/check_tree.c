@@ -1,0 +1,820 @@
+/* SPDX-License-Identifier: MIT */
+/* check_tree.c - a slot owns its whole process tree: setsid descendants end with their incarnation (exit, crash, fence, restart, drain) before the replacement starts; per-slot limits; the cgroup file handling on a scratch tree.
+ *
+ * The descendant cases need cgroups (a setsid() descendant leaves the
+ * process group of the fallback): skipped (77) with the reason where this
+ * process cannot create them. The scratch-tree cases run everywhere, so do
+ * the core-dump ones (RLIMIT_CORE and dumpability of workers, --core-dir).
+ */
+#include "helpers.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "procmesh.h"
+#include "cgroup.h"
+#include "supervise.h"
+
+/* ------------------------------------------------------------ descendants */
+
+/* Pids of every descendant the workers left, as they reported them. */
+static int tree_pipe[2] = {-1, -1};
+static pid_t kids[256];
+static int nkids;
+static int leaked_at_restart = -1; /* -1: no replacement seen; else the count alive then */
+
+/* Dead: no such process, or a zombie waiting for whoever adopted it. */
+static int dead(pid_t pid)
+{
+    char path[64], text[256];
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return 1;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    text[n] = '\0';
+    const char *p = strrchr(text, ')');
+    return p != NULL && (p[2] == 'Z' || p[2] == 'X');
+}
+
+static void collect(void)
+{
+    pid_t p;
+    while (nkids < (int)ARRAY_LEN(kids) && read(tree_pipe[0], &p, sizeof(p)) == (ssize_t)sizeof(p))
+        kids[nkids++] = p;
+}
+
+static int alive_kids(void)
+{
+    collect();
+    int n = 0;
+    for (int i = 0; i < nkids; i++)
+        n += !dead(kids[i]);
+    return n;
+}
+
+/* Records events, and at the replacement's start how many descendants of
+ * the earlier incarnation still lived (the rule: none). */
+static void on_tree_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    on_event(c, e, arg);
+    if (e->type == PM_EVENT_STARTED && e->incarnation == 2 && leaked_at_restart < 0)
+        leaked_at_restart = alive_kids();
+}
+
+enum { T_EXIT0, T_EXIT3, T_CRASH, T_IDLE };
+
+/* A worker that leaves a descendant in a session of its own (setsid, then
+ * a double fork so it is nobody's child in the worker's tree), reports its
+ * pid, becomes ready, then on its first incarnation does what arg says. */
+static int boot_tree(pm_node *n, void *arg)
+{
+    worker_init();
+    pid_t child = fork();
+    if (child == 0) {
+        setsid();
+        pid_t g = fork();
+        if (g == 0)
+            for (;;)
+                pause();
+        if (write(tree_pipe[1], &g, sizeof(g)) != (ssize_t)sizeof(g))
+            _exit(1);
+        _exit(0);
+    }
+    int st;
+    waitpid(child, &st, 0); /* the pid is in the pipe before we are ready */
+    pm_node_ready(n);
+    if (pm_node_self(n)->incarnation == 1) {
+        switch ((int)(intptr_t)arg) {
+        case T_EXIT0:
+            return 0;
+        case T_EXIT3:
+            return 3;
+        case T_CRASH:
+            raise(SIGSEGV);
+            _exit(99);
+        default:
+            break;
+        }
+    }
+    idle();
+    return 0;
+}
+
+/* The containment a cluster gets here, with these limits: the mode, or
+ * -errno (-EOPNOTSUPP: a limit cannot be applied); why says why. */
+static int probe(uint64_t memory_max, int pids_max, char *why, size_t size)
+{
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, 1);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_options_set_memory_max(o, memory_max);
+    pm_options_set_pids_max(o, pids_max);
+    pm_cluster *c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    pm_options_free(o);
+    if (rc < 0) {
+        snprintf(why, size, "%s", pm_strerror(rc));
+        return rc;
+    }
+    rc = pm_cluster_containment(c, why, size);
+    pm_cluster_terminate(c);
+    return rc;
+}
+
+/* how < 0: exec mode, the caller sets the program. */
+static pm_options *tree_opts(int how)
+{
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC | O_NONBLOCK), 0);
+    nkids = 0;
+    leaked_at_restart = -1;
+    pm_options *o = opts(1);
+    pm_options_set_on_event(o, on_tree_event, NULL);
+    if (how >= 0)
+        pm_options_set_bootstrap(o, boot_tree, (void *)(intptr_t)how);
+    return o;
+}
+
+/* Runs until the first descendant is known. */
+static void wait_first_kid(pm_cluster *c)
+{
+    RUN_UNTIL(c, (collect(), nkids >= 1), 10000);
+}
+
+static void finish(pm_cluster *c)
+{
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    ck_assert_msg(alive_kids() == 0, "%d descendants outlived the cluster", alive_kids());
+    for (int i = 0; i < nkids; i++)
+        ck_assert_msg(dead(kids[i]), "descendant %d still runs", (int)kids[i]);
+}
+
+START_TEST(test_tree_exit)
+{
+    /* Exit 0 with on-failure: no replacement; the descendant still ends. */
+    pm_options *o = tree_opts(T_EXIT0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    wait_first_kid(c);
+    RUN_UNTIL(c, count(PM_EVENT_STOPPED, 0) == 1, 10000);
+    ck_assert_msg(dead(kids[0]), "descendant %d outlived its incarnation's exit", (int)kids[0]);
+    finish(c);
+}
+END_TEST
+
+/* Failure then replacement: by the replacement's start, nothing of the
+ * first incarnation lives. */
+static void replaced(int how)
+{
+    pm_options *o = tree_opts(how);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    wait_first_kid(c);
+    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
+    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
+                  leaked_at_restart);
+    ck_assert_msg(dead(kids[0]), "descendant %d outlived its incarnation", (int)kids[0]);
+    finish(c);
+}
+
+START_TEST(test_tree_exit_failure)
+{
+    replaced(T_EXIT3);
+}
+END_TEST
+
+START_TEST(test_tree_crash)
+{
+    replaced(T_CRASH);
+}
+END_TEST
+
+START_TEST(test_tree_fence)
+{
+    pm_options *o = tree_opts(T_IDLE);
+    /* It never beats: fenced for a hang. */
+    pm_options_set_heartbeat_timeout_ms(o, 200);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    wait_first_kid(c);
+    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
+    ck_assert_int_ge(count(PM_EVENT_FENCED, 0), 1);
+    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
+                  leaked_at_restart);
+    finish(c);
+}
+END_TEST
+
+START_TEST(test_tree_restart)
+{
+    pm_options *o = tree_opts(T_IDLE);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    wait_first_kid(c);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
+    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
+                  leaked_at_restart);
+    finish(c);
+}
+END_TEST
+
+START_TEST(test_tree_drain)
+{
+    pm_options *o = tree_opts(T_IDLE);
+    pm_options_set_workers(o, 3);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    RUN_UNTIL(c, (collect(), nkids >= 3), 10000);
+    finish(c);
+}
+END_TEST
+
+/* Exec mode (clone3 into the cgroup, or the child's write): a shell whose
+ * setsid'd background job outlives it. */
+START_TEST(test_tree_exec_crash)
+{
+    pm_options *o = tree_opts(-1);
+    int fd = tree_pipe[1];
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &fd, 1), 0);
+    char *argv[] = {"sh", "-c",
+                    "setsid sleep 1000 & printf '%d\\n' $! >&3; "
+                    "kill -SEGV $$",
+                    NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    /* The pipe carries text here: not for on_tree_event's binary reads. */
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    /* The shell writes text: read it as such. */
+    char buf[64];
+    uint64_t end = ms() + 10000;
+    size_t got = 0;
+    while (ms() < end && memchr(buf, '\n', got) == NULL) {
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
+        if (k > 0)
+            got += (size_t)k;
+    }
+    buf[got] = '\0';
+    pid_t first = (pid_t)atoi(buf);
+    ck_assert_msg(first > 0, "no pid from the exec worker: '%s'", buf);
+    RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 10000);
+    ck_assert_msg(dead(first), "exec worker's setsid job %d outlived its crash", (int)first);
+    /* The replacements run in the cgroup that was killed: each must live
+     * to crash by itself (SIGSEGV), never be killed at birth. */
+    RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 2) != NULL, 10000);
+    for (int i = 1; i <= 2; i++)
+        ck_assert_msg(find(PM_EVENT_EXITED, 0, i)->signal == SIGSEGV,
+                      "incarnation %d ended by signal %d, not its own SIGSEGV", i + 1,
+                      find(PM_EVENT_EXITED, 0, i)->signal);
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+/* ------------------------------------------------------------ limits */
+
+static unsigned last_oom;
+static void on_oom_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    on_event(c, e, arg);
+    if (e->type == PM_EVENT_EXITED && e->incarnation == 1)
+        last_oom = e->oom_kills;
+}
+
+/* First incarnation: touches memory until the OOM killer ends it. */
+static int boot_hog(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_self(n)->incarnation == 1) {
+        for (size_t mb = 0; mb < 4096; mb++) {
+            char *p = malloc(1 << 20);
+            if (p == NULL)
+                _exit(98);
+            memset(p, (int)mb | 1, 1 << 20);
+        }
+        _exit(97);
+    }
+    idle();
+    return 0;
+}
+
+START_TEST(test_limit_memory_oom)
+{
+    last_oom = 0;
+    pm_options *o = opts(1);
+    pm_options_set_on_event(o, on_oom_event, NULL);
+    pm_options_set_bootstrap(o, boot_hog, NULL);
+    ck_assert_int_eq(pm_options_set_memory_max(o, 64u << 20), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 30000);
+    const rec *r = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_int_eq(r->signal, SIGKILL);
+    ck_assert_msg(last_oom >= 1, "the OOM kill was not counted in the slot's cgroup");
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+/* Forks until fork fails; writes how many it made and the errno. */
+static int boot_forker(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    int made = 0, err = 0;
+    for (; made < 64; made++) {
+        pid_t p = fork();
+        if (p == 0) {
+            for (;;)
+                pause();
+        }
+        if (p < 0) {
+            err = errno;
+            break;
+        }
+    }
+    int msg[2] = {made, err};
+    if (write(tree_pipe[1], msg, sizeof(msg)) < 0)
+        _exit(1);
+    pm_node_ready(n);
+    idle();
+    return 0;
+}
+
+START_TEST(test_limit_pids)
+{
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_forker, NULL);
+    ck_assert_int_eq(pm_options_set_pids_max(o, 8), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    int msg[2];
+    ck_assert_int_eq(read(tree_pipe[0], msg, sizeof(msg)), (ssize_t)sizeof(msg));
+    ck_assert_msg(msg[0] < 8 && msg[1] == EAGAIN, "made %d children, errno %d", msg[0], msg[1]);
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+/* rlimits: the worker sees what was set. */
+static int boot_rlimit(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    uint64_t v[2] = {rl.rlim_cur, rl.rlim_max};
+    if (write(tree_pipe[1], v, sizeof(v)) < 0)
+        _exit(1);
+    pm_node_ready(n);
+    idle();
+    return 0;
+}
+
+START_TEST(test_rlimit)
+{
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_rlimit, NULL);
+    ck_assert_int_eq(pm_options_set_rlimit(o, RLIMIT_NOFILE, 100, 200), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    uint64_t v[2];
+    ck_assert_int_eq(read(tree_pipe[0], v, sizeof(v)), (ssize_t)sizeof(v));
+    ck_assert_int_eq(v[0], 100);
+    ck_assert_int_eq(v[1], 200);
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+START_TEST(test_setters_refuse)
+{
+    pm_options *o = pm_options_new();
+    ck_assert_int_eq(pm_options_set_memory_max(o, 4096), -EINVAL);
+    ck_assert_int_eq(pm_options_set_memory_max(NULL, 1 << 30), -EINVAL);
+    ck_assert_int_eq(pm_options_set_memory_max(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_pids_max(o, -1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_pids_max(o, 5000000), -EINVAL);
+    ck_assert_int_eq(pm_options_set_cpu_max(o, 50000, 100), -EINVAL);
+    ck_assert_int_eq(pm_options_set_cpu_max(o, 10, 100000), -EINVAL);
+    ck_assert_int_eq(pm_options_set_cpu_max(o, 50000, 100000), 0);
+    ck_assert_int_eq(pm_options_set_rlimit(o, RLIMIT_NOFILE, 200, 100), -EINVAL);
+    ck_assert_int_eq(pm_options_set_rlimit(o, 99, 1, 1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_rlimit(o, -1, 1, 1), -EINVAL);
+    ck_assert_int_eq(pm_options_set_rlimit(o, RLIMIT_CORE, 0, PM_RLIM_INFINITY), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ------------------------------------------------------------ core dumps */
+
+/* The "Max core file size" soft and hard limits of pid, from
+ * /proc/PID/limits ("0", "unlimited" ...). */
+static void core_limits_of(pid_t pid, char *soft, char *hard)
+{
+    char path[64], text[4096];
+    snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    ck_assert_int_gt(n, 0);
+    text[n] = '\0';
+    const char *line = strstr(text, "Max core file size");
+    ck_assert_ptr_nonnull(line);
+    ck_assert_int_eq(sscanf(line + strlen("Max core file size"), "%31s %31s", soft, hard), 2);
+}
+
+/* Reports its RLIMIT_CORE and dumpable state, then serves. */
+static int boot_core(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    struct rlimit rl;
+    getrlimit(RLIMIT_CORE, &rl);
+    uint64_t v[3] = {rl.rlim_cur, rl.rlim_max, (uint64_t)prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)};
+    if (write(tree_pipe[1], v, sizeof(v)) < 0)
+        _exit(1);
+    pm_node_ready(n);
+    idle();
+    return 0;
+}
+
+/* Spawns one fork-mode boot_core worker with o; v: what it reported, the
+ * limits in its /proc/PID/limits. */
+static void run_core(pm_options *o, uint64_t v[3], char *soft, char *hard)
+{
+    pm_options_set_bootstrap(o, boot_core, NULL);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(read(tree_pipe[0], v, 3 * sizeof(uint64_t)), (ssize_t)(3 * sizeof(uint64_t)));
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    core_limits_of(si.pid, soft, hard);
+    pm_cluster_terminate(c);
+}
+
+/* Exec mode with a program that leaves its limits alone (a sanitizer
+ * build's pm-test-worker lowers its own RLIMIT_CORE: ASan's
+ * disable_coredump), ready once exec'd. */
+static void exec_sleeper(pm_options *o)
+{
+    char *argv[] = {"sleep", "1000", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sleep", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+}
+
+/* Default: no core directory, RLIMIT_CORE soft 0 (the hard limit stays the
+ * supervisor's), fork and exec mode. */
+START_TEST(test_core_default)
+{
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
+    struct rlimit mine;
+    ck_assert_int_eq(getrlimit(RLIMIT_CORE, &mine), 0);
+    pm_options *o = opts(1);
+    uint64_t v[3];
+    char soft[32], hard[32];
+    run_core(o, v, soft, hard);
+    pm_options_free(o);
+    ck_assert_int_eq(v[0], 0);
+    ck_assert_int_eq(v[1], mine.rlim_max);
+    ck_assert_str_eq(soft, "0");
+
+    o = opts(1);
+    exec_sleeper(o);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    core_limits_of(si.pid, soft, hard);
+    ck_assert_str_eq(soft, "0");
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+/* With a core directory: RLIMIT_CORE unlimited and the worker dumpable,
+ * also after the supervisor made itself non-dumpable (_i 0) and after a
+ * credential change (_i 1, root only); _i 2 is the control: the same user
+ * change without a core directory leaves it non-dumpable, without cores. */
+START_TEST(test_core_dir)
+{
+    if (_i > 0 && geteuid() != 0) {
+        fprintf(stderr, "note: test_core_dir %d needs root (--user); not run\n", _i);
+        return;
+    }
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
+    char dir[] = "/tmp/pm-cores-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    pm_options *o = opts(1);
+    if (_i < 2)
+        ck_assert_int_eq(pm_options_set_core_dir(o, dir), 0);
+    if (_i == 0)
+        ck_assert_int_eq(pm_options_set_protect_supervisor(o, 1), 0);
+    else
+        ck_assert_int_eq(pm_options_set_user(o, 65534, 65534), 0);
+    uint64_t v[3];
+    char soft[32], hard[32];
+    run_core(o, v, soft, hard);
+    pm_options_free(o);
+    ck_assert_int_eq(rmdir(dir), 0);
+    if (_i < 2) {
+        ck_assert_msg(v[0] == RLIM_INFINITY && v[1] == RLIM_INFINITY,
+                      "RLIMIT_CORE %llu/%llu, want unlimited", (unsigned long long)v[0],
+                      (unsigned long long)v[1]);
+        ck_assert_str_eq(soft, "unlimited");
+        ck_assert_str_eq(hard, "unlimited");
+        ck_assert_int_eq(v[2], 1);
+    } else {
+        ck_assert_int_eq(v[0], 0);
+        ck_assert_int_eq(v[2], 0);
+    }
+}
+END_TEST
+
+/* Exec mode with a core directory; an explicit RLIMIT_CORE wins over it. */
+START_TEST(test_core_dir_exec_and_rlimit)
+{
+    char dir[] = "/tmp/pm-cores-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    pm_options *o = opts(1);
+    exec_sleeper(o);
+    ck_assert_int_eq(pm_options_set_core_dir(o, dir), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    char soft[32], hard[32];
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    core_limits_of(si.pid, soft, hard);
+    ck_assert_str_eq(soft, "unlimited");
+    pm_cluster_terminate(c);
+
+    ck_assert_int_eq(pm_options_set_rlimit(o, RLIMIT_CORE, 4096, 8192), 0);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    core_limits_of(si.pid, soft, hard);
+    ck_assert_str_eq(soft, "4096");
+    ck_assert_str_eq(hard, "8192");
+    pm_cluster_terminate(c);
+    pm_options_free(o);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* A core directory must exist and be a directory, now and at spawn. */
+START_TEST(test_core_dir_refused)
+{
+    pm_options *o = pm_options_new();
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    ck_assert_int_eq(pm_options_set_core_dir(NULL, "/tmp"), -EINVAL);
+    ck_assert_int_eq(pm_options_set_core_dir(o, ""), -EINVAL);
+    ck_assert_int_eq(pm_options_set_core_dir(o, "/nonexistent/pm-cores"), -ENOENT);
+    ck_assert_int_eq(pm_options_set_core_dir(o, "/dev/null"), -ENOTDIR);
+    ck_assert_int_eq(pm_options_set_core_dir(o, NULL), 0);
+    char dir[] = "/tmp/pm-cores-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(pm_options_set_core_dir(o, dir), 0);
+    ck_assert_int_eq(pm_options_validate(o, NULL, 0), 0);
+    ck_assert_int_eq(rmdir(dir), 0);
+    char why[256];
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -ENOENT);
+    ck_assert_msg(strstr(why, "core_dir") != NULL && strstr(why, dir + 5) != NULL, "why: %s", why);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ENOENT);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ------------------------------------------------------------ scratch tree */
+
+static char scratch[256];
+
+static void put(const char *rel, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", scratch, rel);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ck_assert_msg(fd >= 0, "create %s: %s", path, strerror(errno));
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+static void get(const char *rel, char *buf, size_t size)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", scratch, rel);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ck_assert_msg(fd >= 0, "open %s", path);
+    pm_test_read_all(fd, buf, size);
+    close(fd);
+}
+
+static void sub(const char *rel)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", scratch, rel);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+}
+
+START_TEST(test_parsers)
+{
+    char v2[PM__CG_PATH], v1[PM__CG_NCTRL][PM__CG_PATH];
+    ck_assert_int_eq(pm__cg_parse_self("12:pids:/a\n4:memory:/process_api/x\n2:cpu,cpuacct:/c\n"
+                                       "0::/sys.slice/p.service\n",
+                                       v2, sizeof(v2), v1), 0);
+    ck_assert_str_eq(v2, "/sys.slice/p.service");
+    ck_assert_str_eq(v1[PM__CG_MEMORY], "/process_api/x");
+    ck_assert_str_eq(v1[PM__CG_PIDS], "/a");
+    ck_assert_str_eq(v1[PM__CG_CPU], "/c");
+    ck_assert_int_eq(pm__cg_parse_self("garbage\n", v2, sizeof(v2), v1), -EINVAL);
+
+    char m2[PM__CG_PATH], r2[PM__CG_PATH], m1[PM__CG_NCTRL][PM__CG_PATH], r1[PM__CG_NCTRL][PM__CG_PATH];
+    pm__cg_parse_mounts("31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+                        "34 30 0:31 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+                        "40 30 0:37 /sys.slice /sys/fs/cgroup/uni\\040fied rw shared:9 - cgroup2 "
+                        "cgroup2 rw\n",
+                        m2, r2, m1, r1);
+    ck_assert_str_eq(m2, "/sys/fs/cgroup/uni fied");
+    ck_assert_str_eq(r2, "/sys.slice");
+    ck_assert_str_eq(m1[PM__CG_CPU], "/sys/fs/cgroup/cpu,cpuacct");
+    ck_assert_str_eq(m1[PM__CG_MEMORY], "/sys/fs/cgroup/memory");
+    ck_assert_str_eq(m1[PM__CG_PIDS], "");
+
+    char out[PM__CG_PATH];
+    ck_assert_int_eq(pm__cg_join(out, sizeof(out), "/m", "/", "/a/b"), 0);
+    ck_assert_str_eq(out, "/m/a/b");
+    ck_assert_int_eq(pm__cg_join(out, sizeof(out), "/m", "/", "/"), 0);
+    ck_assert_str_eq(out, "/m");
+    ck_assert_int_eq(pm__cg_join(out, sizeof(out), "/m", "/sys.slice", "/sys.slice/p"), 0);
+    ck_assert_str_eq(out, "/m/p");
+    ck_assert_int_eq(pm__cg_join(out, sizeof(out), "/m", "/sys.slice", "/other/p"), -ENOENT);
+    ck_assert_int_eq(pm__cg_join(out, sizeof(out), "/m", "/sys", "/sys.slice"), -ENOENT);
+
+    ck_assert_int_eq(pm__cg_parse_populated("populated 1\nfrozen 0\n"), 1);
+    ck_assert_int_eq(pm__cg_parse_populated("frozen 0\npopulated 0\n"), 0);
+    ck_assert_int_eq(pm__cg_parse_populated("frozen 0\n"), -EINVAL);
+    ck_assert_int_eq(pm__cg_parse_oom_kill("low 0\nhigh 0\nmax 9\noom 2\noom_kill 2\n"), 2);
+    ck_assert_int_eq(pm__cg_parse_oom_kill("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"), 7);
+    ck_assert_int_eq(pm__cg_parse_oom_kill("oom 1\n"), -1);
+    ck_assert_int_eq(pm__cg_has_word("cpuset cpu io memory pids\n", "memory"), 1);
+    ck_assert_int_eq(pm__cg_has_word("cpuset cpu io memory pids\n", "cpuacct"), 0);
+}
+END_TEST
+
+/* The v2 file handling, on a scratch directory standing in for cgroupfs:
+ * discovery, the controllers enabled, limits written, the OOM count read
+ * from memory.events, an empty cgroup seen as such. */
+START_TEST(test_scratch_v2)
+{
+    snprintf(scratch, sizeof(scratch), "/tmp/pm-cg-scratch.%d", (int)getpid());
+    ck_assert_int_eq(mkdir(scratch, 0755), 0);
+    sub("svc");
+    put("svc/cgroup.controllers", "cpu io memory pids\n");
+    put("svc/cgroup.subtree_control", "");
+    char own[64], slot[96];
+    snprintf(own, sizeof(own), "svc/procmesh.%d", (int)getpid());
+    snprintf(slot, sizeof(slot), "%s/slot0", own);
+    /* Directories cgroupfs would fill in: made ahead with their files. */
+    sub(own);
+    char f[160];
+    snprintf(f, sizeof(f), "%s/cgroup.subtree_control", own);
+    put(f, "");
+    snprintf(f, sizeof(f), "%s/cgroup.kill", own);
+    put(f, "");
+    sub(slot);
+    const char *files[] = {"cgroup.procs", "cgroup.kill", "memory.max", "memory.swap.max",
+                           "pids.max", "cpu.max"};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+        snprintf(f, sizeof(f), "%s/%s", slot, files[i]);
+        put(f, "");
+    }
+    snprintf(f, sizeof(f), "%s/cgroup.events", slot);
+    put(f, "populated 0\nfrozen 0\n");
+    snprintf(f, sizeof(f), "%s/memory.events", slot);
+    put(f, "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\n");
+
+    char mi[512];
+    snprintf(mi, sizeof(mi), "40 30 0:37 / %s rw - cgroup2 cgroup2 rw\n", scratch);
+    pm__cg_limits lim = {256u << 20, 32, 50000, 100000};
+    pm__cg_root r;
+    ck_assert_int_eq(pm__cg_root_setup(&r, "0::/svc\n", mi, &lim), 0);
+    ck_assert_int_eq(r.mode, PM_CONTAIN_CGROUP);
+    ck_assert_int_eq(r.has_kill, 1);
+    ck_assert_int_eq(r.v2_ctrl[PM__CG_MEMORY] + r.v2_ctrl[PM__CG_PIDS] + r.v2_ctrl[PM__CG_CPU], 3);
+    char buf[256];
+    get("svc/cgroup.subtree_control", buf, sizeof(buf));
+    ck_assert_msg(strstr(buf, "+cpu") != NULL, "subtree_control: '%s'", buf);
+
+    pm__cg_slot s;
+    char why[256] = "";
+    ck_assert_msg(pm__cg_slot_open(&r, 0, &lim, &s, why, sizeof(why)) == 0, "%s", why);
+    snprintf(f, sizeof(f), "%s/memory.max", slot);
+    get(f, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "268435456");
+    snprintf(f, sizeof(f), "%s/pids.max", slot);
+    get(f, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "32");
+    snprintf(f, sizeof(f), "%s/cpu.max", slot);
+    get(f, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "50000 100000");
+    ck_assert_int_eq(s.oom_base, 1);
+    ck_assert_int_eq(pm__cg_slot_populated(&s), 0);
+
+    /* The kernel counted two more OOM kills in this incarnation. */
+    snprintf(f, sizeof(f), "%s/memory.events", slot);
+    put(f, "low 0\nhigh 0\nmax 4\noom 2\noom_kill 3\n");
+    unsigned oom = 9;
+    ck_assert_int_eq(pm__cg_slot_end(&s, 100, &oom), 0);
+    ck_assert_int_eq(oom, 2);
+    ck_assert_int_eq(pm__cg_slot_end(&s, 100, &oom), 0);
+    ck_assert_int_eq(oom, 0);
+
+    /* Never empties (a stand-in file that keeps saying populated 1): the
+     * wait is bounded and says so. */
+    snprintf(f, sizeof(f), "%s/cgroup.events", slot);
+    put(f, "populated 1\nfrozen 0\n");
+    ck_assert_int_eq(pm__cg_slot_end(&s, 50, &oom), -ETIMEDOUT);
+    pm__cg_slot_close_fds(&s);
+
+    /* A limit without any controller for it: refused, with the reason. */
+    pm__cg_root r2;
+    put("svc/cgroup.controllers", "cpu io\n");
+    pm__cg_limits mem = {256u << 20, 0, 0, 0};
+    ck_assert_int_eq(pm__cg_root_setup(&r2, "0::/svc\n", mi, &mem), -EOPNOTSUPP);
+    ck_assert_msg(strstr(r2.why, "memory") != NULL, "why: %s", r2.why);
+    /* No v2 tree at all: process groups, and a limit is refused. */
+    ck_assert_int_eq(pm__cg_root_setup(&r2, "0::/svc\n", "", &mem), -EOPNOTSUPP);
+    pm__cg_limits none = {0, 0, 0, 0};
+    ck_assert_int_eq(pm__cg_root_setup(&r2, "0::/svc\n", "", &none), 0);
+    ck_assert_int_eq(r2.mode, PM_CONTAIN_PROCESS_GROUP);
+    ck_assert_msg(strstr(r2.why, "process group") != NULL, "why: %s", r2.why);
+
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", scratch);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void)
+{
+    /* What this host offers decides which cases can run; the others are
+     * skipped, and the program then exits 77 with the reason once the
+     * cases that could run have passed. */
+    char why_tree[320], why_limits[320];
+    int tree = probe(0, 0, why_tree, sizeof(why_tree)) == PM_CONTAIN_CGROUP;
+    int limits = tree && probe(64u << 20, 8, why_limits, sizeof(why_limits)) == PM_CONTAIN_CGROUP;
+    Suite *s = suite_create("tree");
+    PM_ADD_TEST(s, test_parsers, 0);
+    PM_ADD_TEST(s, test_scratch_v2, 0);
+    PM_ADD_TEST(s, test_setters_refuse, 0);
+    PM_ADD_TEST(s, test_rlimit, 0);
+    PM_ADD_TEST(s, test_core_default, 0);
+    TCase *tc = pm_tcase("test_core_dir", 60);
+    tcase_add_loop_test(tc, test_core_dir, 0, 3);
+    suite_add_tcase(s, tc);
+    PM_ADD_TEST(s, test_core_dir_exec_and_rlimit, 0);
+    PM_ADD_TEST(s, test_core_dir_refused, 0);
+    if (tree) {
+        PM_ADD_TEST(s, test_tree_exit, 0);
+        PM_ADD_TEST(s, test_tree_exit_failure, 0);
+        PM_ADD_TEST(s, test_tree_crash, 0);
+        PM_ADD_TEST(s, test_tree_fence, 0);
+        PM_ADD_TEST(s, test_tree_restart, 0);
+        PM_ADD_TEST(s, test_tree_drain, 0);
+        PM_ADD_TEST(s, test_tree_exec_crash, 0);
+    }
+    if (limits) {
+        PM_ADD_TEST(s, test_limit_memory_oom, 0);
+        PM_ADD_TEST(s, test_limit_pids, 0);
+    }
+    int rc = pm_test_main(s);
+    if (rc == EXIT_SUCCESS && !tree)
+        pm_test_skip("the descendant and limit cases need cgroups (cgroup v2, as root or "
+                     "delegated; a setsid descendant escapes the process-group fallback by "
+                     "design); this host: see pm_cluster_containment");
+    if (rc == EXIT_SUCCESS && !limits) {
+        fprintf(stderr, "SKIP: the limit cases: %s\n", why_limits);
+        exit(77);
+    }
+    return rc;
+}
