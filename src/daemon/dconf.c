@@ -372,7 +372,7 @@ static int uid_range_value(const src *s, const char *v, pmd_dconf *c, char *err,
 
 /* SIZE with an optional K, M or G suffix (powers of 1024), within
  * lo..hi bytes. */
-static int size_value(const src *s, const char *v, size_t lo, size_t hi, size_t *out, char *err,
+static int msg_size_value(const src *s, const char *v, size_t lo, size_t hi, size_t *out, char *err,
                       size_t size)
 {
     char w[96];
@@ -669,7 +669,7 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
     case O_PEER_KEYS:
         return path_value(s, v, &c->peer_keys, err, size);
     case O_MAX_MESSAGE:
-        return size_value(s, v, PM_MAX_PAYLOAD, (size_t)UINT32_MAX, &c->max_message, err, size);
+        return msg_size_value(s, v, PM_MAX_PAYLOAD, (size_t)UINT32_MAX, &c->max_message, err, size);
     case O_CORE_DIR: {
         struct stat st;
         int e = *v == '\0' ? EINVAL : stat(v, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
