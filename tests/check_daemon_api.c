@@ -361,10 +361,14 @@ START_TEST(test_readyz_during_drain)
     char health[64];
     health_arg(health, sizeof(health), port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--stop-timeout",
-                 "30000", "--health", health, "--", "sh", "-c", "trap '' TERM; exec sleep 100",
-                 NULL};
+                 "30000", "--health", health, "--", "sh", "-c",
+                 "trap '' TERM; echo term-ignored; exec sleep 100", NULL};
     proc p = start(a, base_env);
     wait_http(port, "/readyz", 200, 20000);
+    /* Ready in exec mode means the exec succeeded, not that sh has run its
+     * trap yet: a SIGTERM before it ends the drain at once. The worker's
+     * output is captured into the log (event=output) once it has. */
+    wait_log(&p, "term-ignored", 20000);
     kill(p.pid, SIGTERM);
     wait_log(&p, "event=drain_begin", 20000);
     /* The drain is under way (no drain_end yet): not ready. */
