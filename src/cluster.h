@@ -175,6 +175,16 @@ void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state);
 void pm__cluster_end_group(pm__slot *s);
 void pm__cluster_end_tree(pm_cluster *c, pm__slot *s);
 
+/* reap.c: ending an incarnation. Signals s's process (through its pidfd);
+ * stops reading its ring for good; releases everything the dead
+ * incarnation had; kills and reaps every process of the cluster (returns
+ * when all are gone); kills and reaps orphans re-parented to us. */
+void pm__cluster_signal(pm__slot *s, int sig);
+void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s);
+void pm__cluster_release(pm_cluster *c, pm__slot *s);
+void pm__cluster_kill_all(pm_cluster *c);
+void pm__cluster_kill_orphans(void);
+
 /* incarnation.c: starts the next incarnation of s. 0, or -errno with
  * nothing left behind (no process, no fd, no memory); -EADDRINUSE is not
  * the slot's fault (see incarnation.c). */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* hub_int.h - what hub.c (routing, queues, in flight) and hub_main.c (main's broadcasts and requests) share; nothing else includes it. */
+/* hub_int.h - what hub.c (routing, in flight), hub_queue.c (queues) and hub_main.c (main's broadcasts and requests) share; nothing else includes it. */
 #ifndef PM_HUB_INT_H
 #define PM_HUB_INT_H
 
@@ -18,6 +18,8 @@ int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *pa
 int pm__hub_push_fd(pm__hub *h, pm__port *d, const pm__frame_hdr *f, int fd, uint64_t big_len,
                     uint32_t charge);
 pm__frame_hdr pm__hub_main_hdr(int type, const pm__port *p);
+/* hub_queue.c: frees a frame that left d's queue (delivered or dropped). */
+void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q);
 int pm__hub_add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t requester_inc,
                         uint64_t id, int64_t deadline);
 int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,

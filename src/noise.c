@@ -3,6 +3,7 @@
 #include "internal.h"
 #include "le.h"
 #include "noise.h"
+#include "noise_int.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -12,13 +13,14 @@
 #include <sodium.h>
 
 /*
- * Layout of the code follows the spec: the primitives (DH, cipher, hash,
- * HKDF), the pattern table and name parser, the CipherState and
- * SymmetricState operations on a handshake state, the token machinery
- * (WriteMessage / ReadMessage), Split() and the transport.
+ * Layout of the code follows the spec: the pattern table and name parser,
+ * the CipherState and SymmetricState operations on a handshake state, the
+ * token machinery (WriteMessage / ReadMessage) and Split(); the primitives
+ * (DH, cipher, hash, HKDF), the secret memory and the transport's
+ * CipherStates are in noise_cipher.c.
  *
  * Memory. Every secret (ck, k, the static and ephemeral private keys, the
- * psks, the transport keys) lives in a block from secret_alloc(): libsodium's
+ * psks, the transport keys) lives in a block from pm__noise_secret_alloc() (noise_cipher.c): libsodium's
  * guarded, mlock'ed, never-dumped memory, marked so a forked child sees it
  * zeroed or not at all. The handle around it (the pattern, h, the public
  * keys, counters) is ordinary memory on purpose: a child must still be able
@@ -27,124 +29,9 @@
  * output, HKDF temporaries) are wiped before the function returns.
  */
 
-#define KEY PM__NOISE_KEY_LEN
-#define TAG PM__NOISE_TAG_LEN
 #define MAX_MSGS 4   /* the longest patterns (X1K1, ...) have 4 messages */
 #define MAX_TOKENS 8 /* "e, ee, se, s, es" plus a psk at each end */
 #define MAX_NAME 255 /* Noise protocol names fit in 255 bytes */
-
-/* ------------------------------------------------------------ memory */
-
-/*
- * sodium_malloc() puts the block at the end of its own page-aligned,
- * guard-paged region, so the page-rounded span of [p, p + size) covers only
- * this allocation. MADV_WIPEONFORK (Linux 4.14) gives a child zero pages
- * there; MADV_DONTFORK, the fallback, gives it no mapping at all. Either way
- * a fork-mode worker cannot read a key its supervisor holds (FAULTS.md 33).
- * madvise is the one system call of this module besides libsodium's own.
- */
-static void *secret_alloc(size_t size)
-{
-    void *p = sodium_malloc(size);
-    if (p == NULL) {
-        errno = errno > 0 ? errno : ENOMEM;
-        return NULL;
-    }
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)p & ~(page - 1);
-    uintptr_t hi = ((uintptr_t)p + size + page - 1) & ~(page - 1);
-    if (madvise((void *)lo, hi - lo, MADV_WIPEONFORK) != 0 &&
-        madvise((void *)lo, hi - lo, MADV_DONTFORK) != 0) {
-        int saved = errno;
-        sodium_free(p);
-        errno = saved;
-        return NULL;
-    }
-    sodium_memzero(p, size); /* sodium_malloc fills with 0xdb */
-    return p;
-}
-
-/* Only in the process that allocated it: in a child the canary in front of
- * the block is wiped (or unmapped) and sodium_free would abort. The child
- * leaks a mapping of zeros, which dies with it or its exec. */
-static void secret_free(void *p, size_t size, uint32_t gen)
-{
-    if (p == NULL || gen != pm__fork_gen())
-        return;
-    sodium_memzero(p, size);
-    sodium_free(p);
-}
-
-static int sodium_ready(void)
-{
-    /* Idempotent and thread-safe; 1 when already done. */
-    return sodium_init() < 0 ? -EIO : 0;
-}
-
-/* ------------------------------------------------------------ primitives */
-
-/* DH(): X25519; libsodium refuses (-1) an all-zero result, the mark of a
- * low-order remote key, which would make the "secret" public. */
-static int dh(unsigned char out[KEY], const unsigned char priv[KEY], const unsigned char pub[KEY])
-{
-    if (crypto_scalarmult_curve25519(out, priv, pub) != 0 || sodium_is_zero(out, KEY)) {
-        sodium_memzero(out, KEY);
-        return -1;
-    }
-    return 0;
-}
-
-/* ChaChaPoly's 96-bit nonce: 32 zero bits, then n little-endian. */
-static void nonce_bytes(unsigned char out[12], uint64_t n)
-{
-    memset(out, 0, 4);
-    pm__put64(out + 4, n);
-}
-
-static void aead_encrypt(unsigned char *out, const unsigned char *k, uint64_t n, const void *ad, size_t ad_len,
-                         const void *in, size_t len)
-{
-    unsigned char nonce[12];
-    nonce_bytes(nonce, n);
-    (void)crypto_aead_chacha20poly1305_ietf_encrypt(out, NULL, in, len, ad, ad_len, NULL, nonce, k);
-}
-
-static int aead_decrypt(unsigned char *out, const unsigned char *k, uint64_t n, const void *ad, size_t ad_len,
-                        const unsigned char *in, size_t len)
-{
-    unsigned char nonce[12];
-    nonce_bytes(nonce, n);
-    return crypto_aead_chacha20poly1305_ietf_decrypt(out, NULL, NULL, in, len, ad, ad_len, nonce, k);
-}
-
-/* HMAC-SHA256(key, a || b). */
-static void hmac(unsigned char out[KEY], const unsigned char key[KEY], const void *a, size_t a_len, const void *b,
-                 size_t b_len)
-{
-    crypto_auth_hmacsha256_state st;
-    crypto_auth_hmacsha256_init(&st, key, KEY);
-    if (a_len > 0)
-        crypto_auth_hmacsha256_update(&st, a, a_len);
-    if (b_len > 0)
-        crypto_auth_hmacsha256_update(&st, b, b_len);
-    crypto_auth_hmacsha256_final(&st, out);
-    sodium_memzero(&st, sizeof(st));
-}
-
-/* HKDF(ck, ikm, 2 or 3) of rev 34 4.3. o1 may be ck itself (MixKey writes
- * the new chaining key over the old): ck is read only for the temp key. */
-static void hkdf(const unsigned char *ck, const void *ikm, size_t ikm_len, unsigned char *o1, unsigned char *o2,
-                 unsigned char *o3)
-{
-    static const unsigned char b1 = 1, b2 = 2, b3 = 3;
-    unsigned char tk[KEY];
-    hmac(tk, ck, ikm, ikm_len, NULL, 0);
-    hmac(o1, tk, &b1, 1, NULL, 0);
-    hmac(o2, tk, o1, KEY, &b2, 1);
-    if (o3 != NULL)
-        hmac(o3, tk, o2, KEY, &b3, 1);
-    sodium_memzero(tk, sizeof(tk));
-}
 
 /* ------------------------------------------------------------ patterns */
 
@@ -362,7 +249,7 @@ static void mix_hash(pm__noise_hs *hs, const void *data, size_t len)
 /* MixKey(ikm): ck, k = HKDF(ck, ikm, 2), n = 0. */
 static void mix_key(pm__noise_hs *hs, const unsigned char *ikm, size_t len)
 {
-    hkdf(hs->sec->ck, ikm, len, hs->sec->ck, hs->sec->k, NULL);
+    pm__noise_hkdf(hs->sec->ck, ikm, len, hs->sec->ck, hs->sec->k, NULL);
     hs->has_k = true;
     hs->n = 0;
 }
@@ -371,7 +258,7 @@ static void mix_key(pm__noise_hs *hs, const unsigned char *ikm, size_t len)
 static void mix_key_and_hash(pm__noise_hs *hs, const unsigned char *ikm, size_t len)
 {
     unsigned char th[KEY];
-    hkdf(hs->sec->ck, ikm, len, hs->sec->ck, th, hs->sec->k);
+    pm__noise_hkdf(hs->sec->ck, ikm, len, hs->sec->ck, th, hs->sec->k);
     mix_hash(hs, th, KEY);
     sodium_memzero(th, sizeof(th));
     hs->has_k = true;
@@ -383,7 +270,7 @@ static size_t encrypt_and_hash(pm__noise_hs *hs, const void *in, size_t len, uns
 {
     size_t out_len = len;
     if (hs->has_k) {
-        aead_encrypt(out, hs->sec->k, hs->n++, hs->h, KEY, in, len);
+        pm__noise_aead_encrypt(out, hs->sec->k, hs->n++, hs->h, KEY, in, len);
         out_len += TAG;
     } else if (len > 0) {
         memcpy(out, in, len);
@@ -397,7 +284,7 @@ static size_t encrypt_and_hash(pm__noise_hs *hs, const void *in, size_t len, uns
 static int decrypt_and_hash(pm__noise_hs *hs, const unsigned char *in, size_t len, unsigned char *out)
 {
     if (hs->has_k) {
-        if (aead_decrypt(out, hs->sec->k, hs->n, hs->h, KEY, in, len) != 0)
+        if (pm__noise_aead_decrypt(out, hs->sec->k, hs->n, hs->h, KEY, in, len) != 0)
             return -1;
         hs->n++;
     } else if (len > 0) {
@@ -436,7 +323,7 @@ int pm__noise_hs_new(pm__noise_hs **out, const char *name, int initiator, const 
     if (out == NULL || name == NULL || (prologue == NULL && prologue_len > 0) || (initiator != 0 && initiator != 1))
         return *why = "NULL argument, or initiator not 0 or 1", -EINVAL;
     *out = NULL;
-    int rc = sodium_ready();
+    int rc = pm__noise_sodium_ready();
     if (rc < 0)
         return *why = "libsodium failed to initialise", rc;
     pm__noise_hs *hs = calloc(1, sizeof(*hs));
@@ -447,7 +334,7 @@ int pm__noise_hs_new(pm__noise_hs **out, const char *name, int initiator, const 
     rc = parse_name(hs, name, why);
     if (rc < 0)
         goto fail;
-    hs->sec = secret_alloc(sizeof(*hs->sec));
+    hs->sec = pm__noise_secret_alloc(sizeof(*hs->sec));
     if (hs->sec == NULL) {
         rc = -errno;
         *why = "no secret memory (sodium_malloc or madvise failed)";
@@ -632,7 +519,7 @@ static int dh_token(pm__noise_hs *hs, uint8_t tok)
     if (!have)
         return -EINVAL; /* cannot happen with the table's valid patterns */
     unsigned char out[KEY];
-    if (dh(out, priv, pub) != 0)
+    if (pm__noise_dh(out, priv, pub) != 0)
         return -EKEYREJECTED;
     mix_key(hs, out, KEY);
     sodium_memzero(out, sizeof(out));
@@ -795,25 +682,12 @@ void pm__noise_hs_free(pm__noise_hs *hs)
 {
     if (hs == NULL)
         return;
-    secret_free(hs->sec, sizeof(*hs->sec), hs->gen);
+    pm__noise_secret_free(hs->sec, sizeof(*hs->sec), hs->gen);
     sodium_memzero(hs, sizeof(*hs));
     free(hs);
 }
 
-/* ------------------------------------------------------------ transport */
-
-struct pm__noise_tr_secret {
-    unsigned char k[2][KEY]; /* [1] sending, [0] receiving */
-};
-
-struct pm__noise_transport {
-    uint32_t gen;
-    int err;
-    bool can[2];  /* a one-way pattern's responder only receives */
-    uint64_t n[2];
-    uint64_t rekey_every;
-    struct pm__noise_tr_secret *sec;
-};
+/* ------------------------------------------------------------ split */
 
 int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport **out)
 {
@@ -826,7 +700,7 @@ int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport 
     pm__noise_transport *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return -ENOMEM;
-    t->sec = secret_alloc(sizeof(*t->sec));
+    t->sec = pm__noise_secret_alloc(sizeof(*t->sec));
     if (t->sec == NULL) {
         rc = -errno;
         free(t);
@@ -837,7 +711,7 @@ int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport 
     /* k1 is the initiator's sending key, k2 the responder's. */
     unsigned char *k1 = t->sec->k[hs->initiator ? 1 : 0];
     unsigned char *k2 = t->sec->k[hs->initiator ? 0 : 1];
-    hkdf(hs->sec->ck, NULL, 0, k1, k2, NULL);
+    pm__noise_hkdf(hs->sec->ck, NULL, 0, k1, k2, NULL);
     /* One-way patterns (N, K, X: a single message) carry traffic from the
      * initiator only; k2 is then never used. */
     bool one_way = hs->nmsg == 1;
@@ -849,122 +723,4 @@ int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport 
     hs->split = true;
     *out = t;
     return 0;
-}
-
-static int tr_fail(pm__noise_transport *t, int err)
-{
-    t->err = err;
-    sodium_memzero(t->sec, sizeof(*t->sec));
-    return err;
-}
-
-static int tr_check(const pm__noise_transport *t)
-{
-    if (t == NULL)
-        return -EINVAL;
-    if (t->gen != pm__fork_gen())
-        return -EPERM;
-    return t->err;
-}
-
-/* REKEY(k) = ENCRYPT(k, 2^64-1, "", 32 zero bytes)[0..32): the key changes,
- * the counter does not (rev 34 4.2, 11.3). */
-static void rekey(pm__noise_transport *t, int dir)
-{
-    static const unsigned char zeros[KEY];
-    unsigned char buf[KEY + TAG];
-    aead_encrypt(buf, t->sec->k[dir], UINT64_MAX, NULL, 0, zeros, KEY);
-    memcpy(t->sec->k[dir], buf, KEY);
-    sodium_memzero(buf, sizeof(buf));
-}
-
-/* After each message: the periodic Rekey(), counted the same on both sides. */
-static void advance(pm__noise_transport *t, int dir)
-{
-    t->n[dir]++;
-    if (t->rekey_every > 0 && t->n[dir] % t->rekey_every == 0)
-        rekey(t, dir);
-}
-
-int pm__noise_encrypt(pm__noise_transport *t, const void *ad, size_t ad_len, const void *in, size_t len,
-                      void *out, size_t cap, size_t *out_len)
-{
-    int rc = tr_check(t);
-    if (rc < 0)
-        return rc;
-    if (out == NULL || out_len == NULL || (in == NULL && len > 0) || (ad == NULL && ad_len > 0) || !t->can[1])
-        return -EINVAL;
-    if (len > PM__NOISE_MAX_MSG - TAG)
-        return -EMSGSIZE;
-    if (cap < len + TAG)
-        return -ENOBUFS;
-    if (t->n[1] >= PM__NOISE_NONCE_LIMIT)
-        return tr_fail(t, -EOVERFLOW);
-    aead_encrypt(out, t->sec->k[1], t->n[1], ad, ad_len, in, len);
-    advance(t, 1);
-    *out_len = len + TAG;
-    return 0;
-}
-
-int pm__noise_decrypt(pm__noise_transport *t, const void *ad, size_t ad_len, const void *in, size_t len,
-                      void *out, size_t cap, size_t *out_len)
-{
-    int rc = tr_check(t);
-    if (rc < 0)
-        return rc;
-    if ((in == NULL && len > 0) || (out == NULL && cap > 0) || out_len == NULL || (ad == NULL && ad_len > 0) ||
-        !t->can[0])
-        return -EINVAL;
-    if (len < TAG || len > PM__NOISE_MAX_MSG)
-        return tr_fail(t, -EBADMSG);
-    if (cap < len - TAG)
-        return -ENOBUFS;
-    if (t->n[0] >= PM__NOISE_NONCE_LIMIT)
-        return tr_fail(t, -EOVERFLOW);
-    if (aead_decrypt(out, t->sec->k[0], t->n[0], ad, ad_len, in, len) != 0)
-        return tr_fail(t, -EBADMSG);
-    advance(t, 0);
-    *out_len = len - TAG;
-    return 0;
-}
-
-int pm__noise_rekey(pm__noise_transport *t, int tx)
-{
-    int rc = tr_check(t);
-    if (rc < 0)
-        return rc;
-    rekey(t, tx ? 1 : 0);
-    return 0;
-}
-
-int pm__noise_test_set_nonce(pm__noise_transport *t, int tx, uint64_t n)
-{
-    int rc = tr_check(t);
-    if (rc < 0)
-        return rc;
-    t->n[tx ? 1 : 0] = n;
-    return 0;
-}
-
-int pm__noise_test_key(const pm__noise_transport *t, int tx, unsigned char out[PM__NOISE_KEY_LEN])
-{
-    int rc = tr_check(t);
-    if (rc < 0)
-        return rc;
-    memcpy(out, t->sec->k[tx ? 1 : 0], KEY);
-    return 0;
-}
-
-void pm__noise_transport_free(pm__noise_transport *t)
-{
-    if (t == NULL)
-        return;
-    secret_free(t->sec, sizeof(*t->sec), t->gen);
-    sodium_memzero(t, sizeof(*t));
-    free(t);
-}
-
-int pm__noise_key_equal(const unsigned char a[PM__NOISE_KEY_LEN], const unsigned char b[PM__NOISE_KEY_LEN])
-{
-    return sodium_memcmp(a, b, KEY) == 0;
 }

@@ -1,14 +1,14 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# layers.sh - the hub never calls up into the supervisor: neither hub.c nor
-# port.c includes cluster.h, and their objects reference no pm__cluster_*,
+# layers.sh - the hub never calls up into the supervisor: neither hub.c,
+# hub_queue.c nor port.c includes cluster.h, and their objects reference no pm__cluster_*,
 # pm__slot_*, pm__incarnation_* or pm__liveness_* symbol (include graph by
 # grep, call graph by nm -u of the compiled objects).
 set -eu
 src=$(cd "$(dirname "$0")/../src" && pwd)
 obj=${PM_BUILD_DIR:-.}/src
 status=0
-for f in hub port; do
+for f in hub hub_queue port; do
     if grep -n '#include "cluster.h"' "$src/$f.c"; then
         echo "FAIL: src/$f.c includes cluster.h" >&2
         status=1
@@ -26,5 +26,5 @@ for f in hub port; do
         status=1
     fi
 done
-[ "$status" -eq 0 ] && echo "layers: hub.c and port.c stay below the supervisor"
+[ "$status" -eq 0 ] && echo "layers: hub.c, hub_queue.c and port.c stay below the supervisor"
 exit "$status"

@@ -3,6 +3,7 @@
  * defaults and validation; see dconf.h. */
 #define _GNU_SOURCE
 #include "dconf.h"
+#include "dconf_value.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -20,381 +21,6 @@
 
 #include "defaults.h"
 #include "peerkeys.h"
-
-static int fail(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
-/* Where a value came from, for the error message. */
-typedef struct src {
-    const char *flag;  /* "--workers" */
-    const char *var;   /* "PROCMESH_WORKERS" or NULL when from the flag */
-} src;
-
-static const char *who(const src *s, char *buf, size_t size)
-{
-    if (s->var != NULL)
-        snprintf(buf, size, "%s (from %s)", s->flag, s->var);
-    else
-        snprintf(buf, size, "%s", s->flag);
-    return buf;
-}
-
-static int int_value(const src *s, const char *v, long min, long max, int *out, char *err,
-                     size_t size)
-{
-    char w[96];
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || errno != 0 || x < min || x > max || isspace((unsigned char)*v))
-        return fail(err, size, "%s: '%s' is not a whole number in %ld..%ld", who(s, w, sizeof(w)), v,
-                    min, max);
-    *out = (int)x;
-    return 0;
-}
-
-static int name_value(const src *s, const char *v, char out[PM_NAME_MAX], char *err, size_t size)
-{
-    /* The rule for names is the library's; its setter applies it (its pm__
-     * check is not exported from the shared library the daemon links). */
-    char w[96];
-    pm_options *o = pm_options_new();
-    if (o == NULL)
-        return -ENOMEM;
-    int rc = pm_options_set_hostname(o, v);
-    pm_options_free(o);
-    if (rc < 0)
-        return fail(err, size, "%s: '%s' must be 1..%d characters of [A-Za-z0-9._-]",
-                    who(s, w, sizeof(w)), v, PM_NAME_MAX - 1);
-    strcpy(out, v);
-    return 0;
-}
-
-static int choice(const src *s, const char *v, const char *const *names, const int *values,
-                  const char *allowed, int *out, char *err, size_t size)
-{
-    char w[96];
-    for (size_t i = 0; names[i] != NULL; i++) {
-        if (strcmp(v, names[i]) == 0) {
-            *out = values[i];
-            return 0;
-        }
-    }
-    return fail(err, size, "%s: '%s' is not one of %s", who(s, w, sizeof(w)), v, allowed);
-}
-
-/* HOST:PORT, with [v6]:PORT. */
-static int host_port(const src *s, const char *v, char *host, size_t hostsize, unsigned *port,
-                     char *err, size_t size)
-{
-    char w[96];
-    const char *colon = strrchr(v, ':');
-    if (colon == NULL || colon == v || (size_t)(colon - v) >= hostsize)
-        return fail(err, size, "%s: '%s' is not HOST:PORT", who(s, w, sizeof(w)), v);
-    const char *h = v;
-    size_t hl = (size_t)(colon - v);
-    if (h[0] == '[') {
-        if (hl < 3 || h[hl - 1] != ']')
-            return fail(err, size, "%s: '%s' is not HOST:PORT", who(s, w, sizeof(w)), v);
-        h++;
-        hl -= 2;
-    }
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    int p;
-    if (int_value(s, colon + 1, 0, 65535, &p, err, size) < 0)
-        return fail(err, size, "%s: '%s' has no port in 0..65535", who(s, w, sizeof(w)), v);
-    *port = (unsigned)p;
-    return 0;
-}
-
-/* [NAME=]tcp:HOST:PORT | [NAME=]unix:PATH */
-static int listen_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
-{
-    char w[96];
-    if (c->nlisten == PMD_MAX_LISTEN)
-        return fail(err, size, "%s: at most %d listening sockets", who(s, w, sizeof(w)),
-                    PMD_MAX_LISTEN);
-    pmd_listen_spec *l = &c->listen[c->nlisten];
-    memset(l, 0, sizeof(*l));
-    const char *eq = strchr(v, '=');
-    const char *spec = v;
-    if (eq != NULL && strncmp(v, "tcp:", 4) != 0 && strncmp(v, "unix:", 5) != 0) {
-        size_t n = (size_t)(eq - v);
-        if (n == 0 || n >= PM_NAME_MAX || memchr(v, ':', n) != NULL)
-            return fail(err, size, "%s: '%s': the name before '=' must be 1..63 characters without ':'",
-                        who(s, w, sizeof(w)), v);
-        memcpy(l->name, v, n);
-        spec = eq + 1;
-    } else {
-        snprintf(l->name, sizeof(l->name), "listen%zu", c->nlisten);
-    }
-    if (strncmp(spec, "unix:", 5) == 0) {
-        size_t n = strlen(spec + 5);
-        if (n == 0 || n >= sizeof(l->path))
-            return fail(err, size, "%s: '%s': the unix socket path must be 1..%zu bytes",
-                        who(s, w, sizeof(w)), v, sizeof(l->path) - 1);
-        l->unix_socket = 1;
-        strcpy(l->path, spec + 5);
-    } else if (strncmp(spec, "tcp:", 4) == 0) {
-        if (host_port(s, spec + 4, l->host, sizeof(l->host), &l->port, err, size) < 0)
-            return fail(err, size, "%s: '%s' is not [NAME=]tcp:HOST:PORT", who(s, w, sizeof(w)), v);
-    } else {
-        return fail(err, size, "%s: '%s' is not [NAME=]tcp:HOST:PORT or [NAME=]unix:PATH",
-                    who(s, w, sizeof(w)), v);
-    }
-    c->nlisten++;
-    return 0;
-}
-
-static int init_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
-{
-    char w[96];
-    free(c->init_data);
-    c->init_data = NULL;
-    c->init_len = 0;
-    if (v[0] != '@') {
-        size_t n = strlen(v);
-        if (n > PM_MAX_INIT_DATA)
-            return fail(err, size, "%s: %zu bytes, at most %d", who(s, w, sizeof(w)), n,
-                        PM_MAX_INIT_DATA);
-        c->init_data = strdup(v);
-        c->init_len = n;
-        return c->init_data != NULL ? 0 : -ENOMEM;
-    }
-    FILE *f = fopen(v + 1, "rb");
-    if (f == NULL)
-        return fail(err, size, "%s: cannot read '%s': %s", who(s, w, sizeof(w)), v + 1,
-                    strerror(errno));
-    char *buf = malloc(PM_MAX_INIT_DATA + 1);
-    size_t n = buf != NULL ? fread(buf, 1, PM_MAX_INIT_DATA + 1, f) : 0;
-    fclose(f);
-    if (buf == NULL)
-        return -ENOMEM;
-    if (n > PM_MAX_INIT_DATA) {
-        free(buf);
-        return fail(err, size, "%s: '%s' is larger than %d bytes", who(s, w, sizeof(w)), v + 1,
-                    PM_MAX_INIT_DATA);
-    }
-    c->init_data = buf;
-    c->init_len = n;
-    return 0;
-}
-
-/* SIZE: bytes, or with a K, M, G, T suffix (powers of 1024); "max" = none. */
-static int size_value(const src *s, const char *v, uint64_t *out, char *err, size_t size)
-{
-    char w[96];
-    if (strcmp(v, "max") == 0) {
-        *out = 0;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    int shift = 0;
-    if (*end != '\0' && end[1] == '\0') {
-        const char *u = strchr("KMGT", toupper((unsigned char)*end));
-        shift = u != NULL ? 10 * (int)(u - "KMGT" + 1) : -1;
-        end++;
-    }
-    if (*v == '\0' || !isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || shift < 0 ||
-        x > (UINT64_MAX >> shift) || (x << shift) < 1048576)
-        return fail(err, size, "%s: '%s' is not max or a size of at least 1M (bytes, or with a "
-                    "K, M, G or T suffix)", who(s, w, sizeof(w)), v);
-    *out = (uint64_t)x << shift;
-    return 0;
-}
-
-/* QUOTA[/PERIOD] in microseconds (period 100000 by default), or max. */
-static int cpu_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
-{
-    char w[96];
-    if (strcmp(v, "max") == 0) {
-        c->cpu_quota = c->cpu_period = 0;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long q = strtoull(v, &end, 10), p = 100000;
-    if (*end == '/')
-        p = strtoull(end + 1, &end, 10);
-    if (!isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || p < 1000 || p > 1000000 ||
-        q < 1000 || q > 1000000ULL * 1000000)
-        return fail(err, size, "%s: '%s' is not max or QUOTA[/PERIOD] in microseconds (quota at "
-                    "least 1000, period 1000..1000000; 2 CPUs: 200000/100000)",
-                    who(s, w, sizeof(w)), v);
-    c->cpu_quota = q;
-    c->cpu_period = p;
-    return 0;
-}
-
-/* NAME=VALUE: VALUE is N, SOFT:HARD, or unlimited for either. */
-static int rlimit_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
-{
-    static const struct {
-        const char *name;
-        int res;
-    } names[] = {
-        {"as", RLIMIT_AS}, {"core", RLIMIT_CORE}, {"cpu", RLIMIT_CPU}, {"data", RLIMIT_DATA},
-        {"fsize", RLIMIT_FSIZE}, {"locks", RLIMIT_LOCKS}, {"memlock", RLIMIT_MEMLOCK},
-        {"msgqueue", RLIMIT_MSGQUEUE}, {"nice", RLIMIT_NICE}, {"nofile", RLIMIT_NOFILE},
-        {"nproc", RLIMIT_NPROC}, {"rss", RLIMIT_RSS}, {"rtprio", RLIMIT_RTPRIO},
-        {"rttime", RLIMIT_RTTIME}, {"sigpending", RLIMIT_SIGPENDING}, {"stack", RLIMIT_STACK},
-    };
-    char w[96];
-    const char *eq = strchr(v, '=');
-    int res = -1;
-    for (size_t i = 0; eq != NULL && i < sizeof(names) / sizeof(names[0]); i++)
-        if (strlen(names[i].name) == (size_t)(eq - v) && strncmp(v, names[i].name, (size_t)(eq - v)) == 0)
-            res = names[i].res;
-    if (res < 0)
-        return fail(err, size, "%s: '%s' is not NAME=VALUE with NAME one of as, core, cpu, data, "
-                    "fsize, locks, memlock, msgqueue, nice, nofile, nproc, rss, rtprio, rttime, "
-                    "sigpending, stack", who(s, w, sizeof(w)), v);
-    uint64_t lim[2];
-    const char *p = eq + 1;
-    for (int k = 0; k < 2; k++) {
-        char *end;
-        if (strncmp(p, "unlimited", 9) == 0) {
-            lim[k] = PM_RLIM_INFINITY;
-            end = (char *)p + 9;
-        } else {
-            errno = 0;
-            lim[k] = isdigit((unsigned char)*p) ? strtoull(p, &end, 10) : (end = (char *)p, 0);
-            if (end == p || errno != 0)
-                break;
-        }
-        p = end;
-        if (k == 0 && *p == '\0')
-            lim[1] = lim[0];
-        if (*p == '\0') {
-            if (lim[0] > lim[1])
-                break;
-            c->rlimit_set[res] = 1;
-            c->rlimit_soft[res] = lim[0];
-            c->rlimit_hard[res] = lim[1];
-            return 0;
-        }
-        if (k == 0 && *p == ':')
-            p++;
-        else
-            break;
-    }
-    return fail(err, size, "%s: '%s': the value must be N, SOFT:HARD (soft at most hard) or "
-                "unlimited", who(s, w, sizeof(w)), v);
-}
-
-/* A user or group: a number, or a name from the user/group database. */
-static int id_value(const char *v, int group, unsigned *out, unsigned *primary_gid)
-{
-    char *end;
-    errno = 0;
-    unsigned long x = strtoul(v, &end, 10);
-    if (*v != '\0' && isdigit((unsigned char)*v) && *end == '\0' && errno == 0 &&
-        x < 0xffffffffUL) {
-        *out = (unsigned)x;
-        if (primary_gid != NULL) {
-            struct passwd *pw = getpwuid((uid_t)x);
-            *primary_gid = pw != NULL ? (unsigned)pw->pw_gid : (unsigned)x;
-        }
-        return 0;
-    }
-    if (group) {
-        struct group *gr = getgrnam(v);
-        if (gr == NULL)
-            return -ENOENT;
-        *out = (unsigned)gr->gr_gid;
-        return 0;
-    }
-    struct passwd *pw = getpwnam(v);
-    if (pw == NULL)
-        return -ENOENT;
-    *out = (unsigned)pw->pw_uid;
-    if (primary_gid != NULL)
-        *primary_gid = (unsigned)pw->pw_gid;
-    return 0;
-}
-
-/* USER[:GROUP]; without GROUP, the user's primary group (or, for a number
- * with no account, the same number). */
-static int user_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
-{
-    char w[96], name[256];
-    const char *colon = strchr(v, ':');
-    size_t n = colon != NULL ? (size_t)(colon - v) : strlen(v);
-    if (n == 0 || n >= sizeof(name) || (colon != NULL && colon[1] == '\0'))
-        return fail(err, size, "%s: '%s' is not USER[:GROUP]", who(s, w, sizeof(w)), v);
-    memcpy(name, v, n);
-    name[n] = '\0';
-    unsigned uid, gid;
-    if (id_value(name, 0, &uid, &gid) < 0)
-        return fail(err, size, "%s: no user '%s'", who(s, w, sizeof(w)), name);
-    if (colon != NULL && id_value(colon + 1, 1, &gid, NULL) < 0)
-        return fail(err, size, "%s: no group '%s'", who(s, w, sizeof(w)), colon + 1);
-    if (uid == 0 || gid == 0)
-        return fail(err, size, "%s: '%s' is root (uid or gid 0): the workers would keep every privilege",
-                    who(s, w, sizeof(w)), v);
-    c->user = 1;
-    c->uid = uid;
-    c->gid = gid;
-    return 0;
-}
-
-/* FIRST:COUNT */
-static int uid_range_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
-{
-    char w[96];
-    unsigned long first, count;
-    char *end;
-    errno = 0;
-    first = strtoul(v, &end, 10);
-    int ok = isdigit((unsigned char)*v) && *end == ':' && errno == 0;
-    const char *cs = ok ? end + 1 : v;
-    count = ok ? strtoul(cs, &end, 10) : 0;
-    ok = ok && isdigit((unsigned char)*cs) && *end == '\0' && errno == 0;
-    if (!ok || first == 0 || count == 0 || count > PM_MAX_WORKERS || first + count > 0xffffffffUL)
-        return fail(err, size,
-                    "%s: '%s' is not FIRST:COUNT with FIRST >= 1, COUNT in 1..%d, below uid 4294967295",
-                    who(s, w, sizeof(w)), v, PM_MAX_WORKERS);
-    c->uid_first = (unsigned)first;
-    c->uid_count = (unsigned)count;
-    return 0;
-}
-
-/* SIZE with an optional K, M or G suffix (powers of 1024), within
- * lo..hi bytes. */
-static int msg_size_value(const src *s, const char *v, size_t lo, size_t hi, size_t *out, char *err,
-                      size_t size)
-{
-    char w[96];
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    unsigned shift = 0;
-    if (*end == 'K' || *end == 'k')
-        shift = 10;
-    else if (*end == 'M' || *end == 'm')
-        shift = 20;
-    else if (*end == 'G' || *end == 'g')
-        shift = 30;
-    if (shift != 0)
-        end++;
-    if (!isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || x > (hi >> shift) ||
-        (x << shift) < lo)
-        return fail(err, size, "%s: '%s' is not a size in %zu..%zu bytes (suffix K, M or G allowed)",
-                    who(s, w, sizeof(w)), v, lo, hi);
-    *out = (size_t)(x << shift);
-    return 0;
-}
 
 enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
@@ -466,65 +92,6 @@ static const struct {
     [O_CORE_DIR] = {"--core-dir", "PROCMESH_CORE_DIR"},
 };
 
-/* HOST:PORT as the library takes it (its check is not exported from the
- * shared library: its setter applies it). */
-static int peer_addr(const src *s, const char *v, char out[PMD_PEER_ADDR_MAX], char *err, size_t size)
-{
-    char w[96];
-    pm_options *o = pm_options_new();
-    if (o == NULL)
-        return -ENOMEM;
-    int rc = pm_options_set_peer_listen(o, v);
-    pm_options_free(o);
-    if (rc < 0)
-        return fail(err, size,
-                    "%s: '%s' is not HOST:PORT (a host name, IPv4 address or [IPv6], port 1..65535)",
-                    who(s, w, sizeof(w)), v);
-    strcpy(out, v);
-    return 0;
-}
-
-/* --peers HOST:PORT[,HOST:PORT...] */
-static int peers_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
-{
-    char w[96];
-    const char *p = v;
-    c->npeers = 0;
-    for (;;) {
-        size_t n = strcspn(p, ",");
-        char one[PMD_PEER_ADDR_MAX];
-        if (n == 0 || n >= sizeof(one))
-            return fail(err, size, "%s: '%s' is not HOST:PORT[,HOST:PORT...]", who(s, w, sizeof(w)), v);
-        if (c->npeers == PMD_MAX_PEERS)
-            return fail(err, size, "%s: at most %d peers", who(s, w, sizeof(w)), PMD_MAX_PEERS);
-        memcpy(one, p, n);
-        one[n] = '\0';
-        int rc = peer_addr(s, one, c->peers[c->npeers], err, size);
-        if (rc < 0)
-            return rc;
-        for (size_t i = 0; i < c->npeers; i++)
-            if (strcmp(c->peers[i], one) == 0)
-                return fail(err, size, "%s: '%s' is given twice", who(s, w, sizeof(w)), one);
-        c->npeers++;
-        if (p[n] == '\0')
-            return 0;
-        p += n + 1;
-    }
-}
-
-static int path_value(const src *s, const char *v, char **out, char *err, size_t size)
-{
-    char w[96];
-    if (v[0] == '\0')
-        return fail(err, size, "%s: empty file name", who(s, w, sizeof(w)));
-    char *copy = strdup(v);
-    if (copy == NULL)
-        return -ENOMEM;
-    free(*out);
-    *out = copy;
-    return 0;
-}
-
 static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
 {
     char w[96];
@@ -534,19 +101,19 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
             c->workers = 0;
             return 0;
         }
-        if (int_value(s, v, 1, PM_MAX_WORKERS, &c->workers, err, size) < 0)
+        if (pmd_dconf_int_value(s, v, 1, PM_MAX_WORKERS, &c->workers, err, size) < 0)
             return fail(err, size, "%s: '%s' is not auto or a whole number in 1..%d",
                         who(s, w, sizeof(w)), v, PM_MAX_WORKERS);
         return 0;
     case O_RESTART: {
         static const char *const n[] = {"always", "on-failure", "never", NULL};
         static const int val[] = {PM_RESTART_ALWAYS, PM_RESTART_ON_FAILURE, PM_RESTART_NEVER};
-        return choice(s, v, n, val, "always, on-failure, never", &c->restart, err, size);
+        return pmd_dconf_choice(s, v, n, val, "always, on-failure, never", &c->restart, err, size);
     }
     case O_BACKOFF_MIN:
-        return int_value(s, v, 0, INT_MAX, &c->backoff_min, err, size);
+        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->backoff_min, err, size);
     case O_BACKOFF_MAX:
-        return int_value(s, v, 0, INT_MAX, &c->backoff_max, err, size);
+        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->backoff_max, err, size);
     case O_JITTER: {
         char *end;
         errno = 0;
@@ -557,119 +124,119 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         return 0;
     }
     case O_MAX_RESTARTS:
-        return int_value(s, v, -1, PM_MAX_RESTARTS_LIMIT, &c->max_restarts, err, size);
+        return pmd_dconf_int_value(s, v, -1, PM_MAX_RESTARTS_LIMIT, &c->max_restarts, err, size);
     case O_RESTART_WINDOW:
-        return int_value(s, v, 0, INT_MAX, &c->restart_window, err, size);
+        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->restart_window, err, size);
     case O_READY_TIMEOUT:
-        return int_value(s, v, 1, INT_MAX, &c->ready_timeout, err, size);
+        return pmd_dconf_int_value(s, v, 1, INT_MAX, &c->ready_timeout, err, size);
     case O_HEARTBEAT:
-        return int_value(s, v, 0, INT_MAX, &c->heartbeat_timeout, err, size);
+        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->heartbeat_timeout, err, size);
     case O_STOP_TIMEOUT:
-        return int_value(s, v, 0, INT_MAX, &c->stop_timeout, err, size);
+        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->stop_timeout, err, size);
     case O_SYSTEM_NAME:
-        return name_value(s, v, c->system_name, err, size);
+        return pmd_dconf_name_value(s, v, c->system_name, err, size);
     case O_HOSTNAME:
-        return name_value(s, v, c->hostname, err, size);
+        return pmd_dconf_name_value(s, v, c->hostname, err, size);
     case O_BASE_PORT:
-        return int_value(s, v, 0, 65535, &c->base_port, err, size);
+        return pmd_dconf_int_value(s, v, 0, 65535, &c->base_port, err, size);
     case O_INIT_DATA:
-        return init_value(s, v, c, err, size);
+        return pmd_dconf_init_value(s, v, c, err, size);
     case O_READY: {
         static const char *const n[] = {"mesh", "notify", "exec", NULL};
         static const int val[] = {PM_READY_MESH, PM_READY_NOTIFY, PM_READY_EXEC};
-        return choice(s, v, n, val, "mesh, notify, exec", &c->ready, err, size);
+        return pmd_dconf_choice(s, v, n, val, "mesh, notify, exec", &c->ready, err, size);
     }
     case O_LISTEN:
-        return listen_value(s, v, c, err, size);
+        return pmd_dconf_listen_value(s, v, c, err, size);
     case O_HEALTH:
-        return host_port(s, v, c->health_host, sizeof(c->health_host), &c->health_port, err, size);
+        return pmd_dconf_host_port(s, v, c->health_host, sizeof(c->health_host), &c->health_port, err, size);
     case O_MIN_READY:
-        return int_value(s, v, 0, PM_MAX_WORKERS, &c->min_ready, err, size);
+        return pmd_dconf_int_value(s, v, 0, PM_MAX_WORKERS, &c->min_ready, err, size);
     case O_LOG_FORMAT: {
         static const char *const n[] = {"text", "json", NULL};
         static const int val[] = {PMD_LOG_TEXT, PMD_LOG_JSON};
-        return choice(s, v, n, val, "text, json", &c->log_format, err, size);
+        return pmd_dconf_choice(s, v, n, val, "text, json", &c->log_format, err, size);
     }
     case O_LOG_LEVEL: {
         static const char *const n[] = {"error", "warn", "info", "debug", NULL};
         static const int val[] = {PMD_LOG_ERROR, PMD_LOG_WARN, PMD_LOG_INFO, PMD_LOG_DEBUG};
-        return choice(s, v, n, val, "error, warn, info, debug", &c->log_level, err, size);
+        return pmd_dconf_choice(s, v, n, val, "error, warn, info, debug", &c->log_level, err, size);
     }
     case O_DRAIN_TIMEOUT:
-        return int_value(s, v, 0, INT_MAX, &c->drain_timeout, err, size);
+        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->drain_timeout, err, size);
     case O_FENCE_NOT_DRAINING: {
         static const char *const n[] = {"yes", "no", NULL};
         static const int val[] = {1, 0};
-        return choice(s, v, n, val, "yes, no", &c->fence_not_draining, err, size);
+        return pmd_dconf_choice(s, v, n, val, "yes, no", &c->fence_not_draining, err, size);
     }
     case O_MEMORY_MAX:
-        return size_value(s, v, &c->memory_max, err, size);
+        return pmd_dconf_size_value(s, v, &c->memory_max, err, size);
     case O_PIDS_MAX:
         if (strcmp(v, "max") == 0) {
             c->pids_max = 0;
             return 0;
         }
-        return int_value(s, v, 1, PM__MAX_PIDS_MAX, &c->pids_max, err, size);
+        return pmd_dconf_int_value(s, v, 1, PM__MAX_PIDS_MAX, &c->pids_max, err, size);
     case O_CPU_MAX:
-        return cpu_value(s, v, c, err, size);
+        return pmd_dconf_cpu_value(s, v, c, err, size);
     case O_RLIMIT:
-        return rlimit_value(s, v, c, err, size);
+        return pmd_dconf_rlimit_value(s, v, c, err, size);
     case O_CONTAINMENT: {
         static const char *const n[] = {"auto", "cgroup", "process-group", NULL};
         static const int val[] = {0, PM_CONTAIN_CGROUP, PM_CONTAIN_PROCESS_GROUP};
-        return choice(s, v, n, val, "auto, cgroup, process-group", &c->containment, err, size);
+        return pmd_dconf_choice(s, v, n, val, "auto, cgroup, process-group", &c->containment, err, size);
     }
     case O_USER:
-        return user_value(s, v, c, err, size);
+        return pmd_dconf_user_value(s, v, c, err, size);
     case O_UID_RANGE:
-        return uid_range_value(s, v, c, err, size);
+        return pmd_dconf_uid_range_value(s, v, c, err, size);
     case O_NO_NEW_PRIVS: {
         static const char *const n[] = {"yes", "no", NULL};
         static const int val[] = {1, 0};
-        return choice(s, v, n, val, "yes, no", &c->no_new_privs, err, size);
+        return pmd_dconf_choice(s, v, n, val, "yes, no", &c->no_new_privs, err, size);
     }
     case O_SECCOMP: {
         static const char *const n[] = {"off", "basic", "strict", NULL};
         static const int val[] = {PM_SECCOMP_OFF, PM_SECCOMP_BASIC, PM_SECCOMP_STRICT};
-        return choice(s, v, n, val, "off, basic, strict", &c->seccomp, err, size);
+        return pmd_dconf_choice(s, v, n, val, "off, basic, strict", &c->seccomp, err, size);
     }
     case O_SECCOMP_ACTION: {
         static const char *const n[] = {"errno", "kill", NULL};
         static const int val[] = {PM_SECCOMP_ERRNO, PM_SECCOMP_KILL};
-        return choice(s, v, n, val, "errno, kill", &c->seccomp_action, err, size);
+        return pmd_dconf_choice(s, v, n, val, "errno, kill", &c->seccomp_action, err, size);
     }
     case O_OUTPUT: {
         static const char *const n[] = {"capture", "inherit", NULL};
         static const int val[] = {PM_OUTPUT_CAPTURE, PM_OUTPUT_INHERIT};
-        return choice(s, v, n, val, "capture, inherit", &c->output, err, size);
+        return pmd_dconf_choice(s, v, n, val, "capture, inherit", &c->output, err, size);
     }
     case O_PEER_LISTEN:
-        return peer_addr(s, v, c->peer_listen, err, size);
+        return pmd_dconf_peer_addr(s, v, c->peer_listen, err, size);
     case O_PEERS:
-        return peers_value(s, v, c, err, size);
+        return pmd_dconf_peers_value(s, v, c, err, size);
     case O_PEERS_DNS:
-        return peer_addr(s, v, c->peers_dns, err, size);
+        return pmd_dconf_peer_addr(s, v, c->peers_dns, err, size);
     case O_PEER_TIMEOUT:
-        return int_value(s, v, 1, INT_MAX, &c->peer_timeout, err, size);
+        return pmd_dconf_int_value(s, v, 1, INT_MAX, &c->peer_timeout, err, size);
     case O_SECRET_FILE:
         if (c->nsecret_files == 2)
             return fail(err, size, "%s: given more than twice (the current and the next secret)",
                         who(s, w, sizeof(w)));
-        return path_value(s, v, &c->secret_file[c->nsecret_files++], err, size);
+        return pmd_dconf_path_value(s, v, &c->secret_file[c->nsecret_files++], err, size);
     case O_INSECURE_NO_SECRET:
     case O_ALLOW_INSECURE_SECRET_MODE: {
         static const char *const n[] = {"yes", "no", NULL};
         static const int val[] = {1, 0};
-        return choice(s, v, n, val, "yes, no", id == O_INSECURE_NO_SECRET ? &c->insecure_no_secret
+        return pmd_dconf_choice(s, v, n, val, "yes, no", id == O_INSECURE_NO_SECRET ? &c->insecure_no_secret
                                                                           : &c->allow_insecure_secret_mode,
-                      err, size);
+                                err, size);
     }
     case O_NODE_KEY:
-        return path_value(s, v, &c->node_key, err, size);
+        return pmd_dconf_path_value(s, v, &c->node_key, err, size);
     case O_PEER_KEYS:
-        return path_value(s, v, &c->peer_keys, err, size);
+        return pmd_dconf_path_value(s, v, &c->peer_keys, err, size);
     case O_MAX_MESSAGE:
-        return msg_size_value(s, v, PM_MAX_PAYLOAD, (size_t)UINT32_MAX, &c->max_message, err, size);
+        return pmd_dconf_msg_size_value(s, v, PM_MAX_PAYLOAD, (size_t)UINT32_MAX, &c->max_message, err, size);
     case O_CORE_DIR: {
         struct stat st;
         int e = *v == '\0' ? EINVAL : stat(v, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;

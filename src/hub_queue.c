@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: MIT */
+/* hub_queue.c - the hub's queues: a frame into its destination's ring, or its queue charged to the sender, large messages' fds included. */
+#define _GNU_SOURCE
+#include "hub.h"
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "bigmsg.h"
+#include "hub_int.h"
+#include "proto.h"
+
+/* How long a queue whose destination's socket refused an fd waits before
+ * the next try. */
+#define PM__SOCK_RETRY_MS 5u
+
+/* Reads sender t again this turn (its hold drained, or the total did). */
+static void unblock(pm__port *t)
+{
+    t->blocked_on = -1;
+    t->busy = 1;
+}
+
+static void write_frame(unsigned char *p, const pm__frame_hdr *f, const void *payload, size_t len)
+{
+    pm__frame_hdr copy = *f;
+    copy.len = (uint32_t)len;
+    pm__frame_encode(&copy, p);
+    if (len > 0)
+        memcpy(p + PM__FRAME_HDR_SIZE, payload, len);
+}
+
+/* A frame header from main to port p's current incarnation. */
+pm__frame_hdr pm__hub_main_hdr(int type, const pm__port *p)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = (uint8_t)type;
+    f.src = PM__NODE_MAIN;
+    f.dst = p->index;
+    f.dst_inc = p->incarnation;
+    return f;
+}
+
+/* The hold a queued frame is charged to: the sender's frames waiting
+ * anywhere, main's, or the destination's answers. */
+static void charge_of(pm__hub *h, pm__port *d, uint32_t charge, uint32_t **frames, size_t **bytes,
+                      uint32_t **fds)
+{
+    if (charge == PM__CHARGE_ANSWER) {
+        *frames = &d->ans_frames;
+        *bytes = &d->ans_bytes;
+        *fds = &d->ans_fds;
+    } else if (charge == PM__NODE_MAIN) {
+        *frames = &h->main_held_frames;
+        *bytes = &h->main_held_bytes;
+        *fds = &h->main_held_fds;
+    } else {
+        *frames = &h->ports[charge].held_frames;
+        *bytes = &h->ports[charge].held_bytes;
+        *fds = &h->ports[charge].held_fds;
+    }
+}
+
+/* Frees a frame that left d's queue (delivered or dropped). Wiped first:
+ * freed heap memory is inherited by fork-mode workers as it is. A sender
+ * held back by its bound is read again once its hold is half free
+ * (hysteresis, so it does not flap on every frame); O(1) per frame. */
+void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
+{
+    d->q_head = q->next;
+    if (d->q_head == NULL)
+        d->q_tail = NULL;
+    d->q_frames--;
+    d->q_bytes -= q->len;
+    h->queued_bytes -= q->len;
+    uint32_t *frames, *fds;
+    size_t *bytes;
+    charge_of(h, d, q->charge, &frames, &bytes, &fds);
+    (*frames)--;
+    *bytes -= q->len;
+    if (q->fd >= 0) {
+        (*fds)--;
+        pm__close(q->fd); /* sent on (the socket holds its own reference) or dropped */
+    }
+    if (q->charge < h->nports) {
+        pm__port *t = &h->ports[q->charge];
+        if (t->blocked_on >= 0 && t->held_frames <= PM__HOLD_MAX_FRAMES / 2 &&
+            t->held_bytes <= PM__HOLD_MAX_BYTES / 2 && t->held_fds <= PM__HOLD_MAX_FDS / 2)
+            unblock(t);
+    }
+    explicit_bzero(q->data, q->len);
+    free(q);
+    /* Senders that waited for the total: all may try again (rare, so a
+     * scan of the ports is fine here). */
+    if (h->queued_full && h->queued_bytes <= PM__HUB_QUEUED_MAX_BYTES / 2) {
+        h->queued_full = 0;
+        for (unsigned i = 0; i < h->nports; i++) {
+            pm__port *t = &h->ports[i];
+            if (t->blocked_on >= 0 && t->held_frames < PM__HOLD_MAX_FRAMES &&
+                t->held_bytes < PM__HOLD_MAX_BYTES && t->held_fds < PM__HOLD_MAX_FDS)
+                unblock(t);
+        }
+    }
+}
+
+/* A large message's frame leaves for d: its record (fd and the next
+ * sequence of d's link) goes on d's socket first, then the announcement
+ * with that sequence is written into the frame at buf (header and
+ * PM__ANNOUNCE_SIZE bytes), so that d finds the record waiting when it
+ * reads the frame. 0, -EAGAIN (d's socket is full: d does not take its
+ * fds), or -EBADMSG (d's end is gone or refuses: d broke its link). */
+static int send_big(pm__port *d, unsigned char *buf, int fd, uint64_t big_len)
+{
+    uint32_t seq = pm__bigmsg_next(d->link->tx_seq);
+    int rc = pm__bigmsg_send(d->link->sock, fd, seq);
+    if (rc == -EAGAIN)
+        return rc;
+    if (rc < 0)
+        return -EBADMSG;
+    d->link->tx_seq = seq;
+    pm__announce a = {big_len, seq};
+    pm__announce_encode(&a, buf + PM__FRAME_HDR_SIZE);
+    return 0;
+}
+
+/* Puts a frame into d's ring, or d's queue when the ring is full (or
+ * frames already wait: order per sender and destination is kept), charged
+ * as `charge` says. 0; -EAGAIN: the sender's hold (or the total) is at its
+ * bound, the sender waits; -ENOBUFS: an answer finds the requester's
+ * answers (or the total) at its bound, the caller drops and counts it;
+ * -EBADMSG: d's ring is corrupt; -EHOSTDOWN: d has no ring. With fd >= 0
+ * the frame announces a large message (its payload is rewritten when it
+ * leaves, send_big) and the fd is the hub's on success. */
+static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload,
+                    size_t len, uint32_t charge, int fd, uint64_t big_len)
+{
+    size_t total = PM__FRAME_HDR_SIZE + len;
+    if (d->link == NULL)
+        return -EHOSTDOWN;
+    if (d->q_head == NULL) {
+        void *p;
+        int rc = pm__ring_reserve(&d->link->tx, total, &p);
+        if (rc == 0) {
+            write_frame(p, f, payload, len);
+            if (fd >= 0) {
+                rc = send_big(d, p, fd, big_len);
+                if (rc < 0)
+                    pm__ring_unreserve(&d->link->tx);
+                if (rc == -EBADMSG)
+                    return rc;
+            }
+        }
+        if (rc == 0) {
+            pm__ring_commit(&d->link->tx, total);
+            d->dirty = 1;
+            pm__close(fd);
+            return 0;
+        }
+        if (rc != -EAGAIN)
+            return rc;
+    }
+    int full = charge == PM__CHARGE_ANSWER ? -ENOBUFS : -EAGAIN;
+    uint32_t *frames, *fds;
+    size_t *bytes;
+    charge_of(h, d, charge, &frames, &bytes, &fds);
+    if (*frames >= PM__HOLD_MAX_FRAMES || *bytes + total > PM__HOLD_MAX_BYTES ||
+        (fd >= 0 && *fds >= PM__HOLD_MAX_FDS))
+        return full;
+    if (h->queued_bytes + total > PM__HUB_QUEUED_MAX_BYTES) {
+        h->queued_full = 1;
+        return full;
+    }
+    pm__qframe *q = malloc(sizeof(*q) + total);
+    if (q == NULL)
+        return full;
+    q->next = NULL;
+    q->len = (uint32_t)total;
+    q->charge = charge;
+    q->fd = fd;
+    q->big_len = big_len;
+    write_frame(q->data, f, payload, len);
+    if (d->q_tail != NULL) {
+        d->q_tail->next = q;
+    } else {
+        d->q_head = q;
+        d->stall_since_ms = pm__now_ms(); /* the drain timeout starts */
+        d->drain_reported = 0;
+    }
+    d->q_tail = q;
+    d->q_frames++;
+    d->q_bytes += total;
+    h->queued_bytes += total;
+    (*frames)++;
+    *bytes += total;
+    if (fd >= 0)
+        (*fds)++;
+    /* Ask the worker to ring our doorbell when it frees room. */
+    if (pm__ring_arm_space(&d->link->tx, total) != 0)
+        d->busy = 1; /* room already: flush this turn */
+    return 0;
+}
+
+int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
+                uint32_t charge)
+{
+    return push_any(h, d, f, payload, len, charge, -1, 0);
+}
+
+int pm__hub_push_fd(pm__hub *h, pm__port *d, const pm__frame_hdr *f, int fd, uint64_t big_len,
+                    uint32_t charge)
+{
+    unsigned char ann[PM__ANNOUNCE_SIZE] = {0}; /* written when it leaves */
+    pm__frame_hdr g = *f;
+    g.flags = PM__FF_MEMFD;
+    return push_any(h, d, &g, ann, sizeof(ann), charge, fd, big_len);
+}
+
+void pm__hub_flush(pm__hub *h, pm__port *d)
+{
+    int moved = 0, sock_full = 0;
+    for (;;) {
+        while (d->q_head != NULL) {
+            pm__qframe *q = d->q_head;
+            void *p;
+            int rc = pm__ring_reserve(&d->link->tx, q->len, &p);
+            if (rc == -EAGAIN)
+                break;
+            if (rc < 0) {
+                h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+                return;
+            }
+            memcpy(p, q->data, q->len);
+            if (q->fd >= 0 && (rc = send_big(d, p, q->fd, q->big_len)) < 0) {
+                pm__ring_unreserve(&d->link->tx);
+                if (rc != -EAGAIN) {
+                    h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+                    return;
+                }
+                /* d has not taken the fds already sent to it. Its ring
+                 * has room, so no doorbell will say when it does, and the
+                 * loop does not watch its socket: try again after a short
+                 * while (pm__hub_fire), not on every turn, which would spin
+                 * the supervisor for as long as d does not read. */
+                sock_full = 1;
+                d->sock_retry_ms = pm__now_ms() + PM__SOCK_RETRY_MS;
+                break;
+            }
+            pm__ring_commit(&d->link->tx, q->len);
+            d->dirty = 1;
+            moved = 1;
+            pm__hub_dequeue(h, d, q);
+        }
+        if (d->q_head == NULL) {
+            pm__ring_disarm_space(&d->link->tx);
+            break;
+        }
+        if (sock_full)
+            break;
+        /* Publish what we wrote so the worker can drain it, then wait for
+         * its release unless room appeared meanwhile. */
+        pm__ring_publish(&d->link->tx);
+        d->dirty = 0;
+        if (pm__ring_arm_space(&d->link->tx, d->q_head->len) <= 0)
+            break;
+    }
+    /* Progress restarts the drain timeout; an empty queue stops it. */
+    if (d->q_head == NULL) {
+        d->stall_since_ms = 0;
+        d->drain_reported = 0;
+    } else if (moved) {
+        d->stall_since_ms = pm__now_ms();
+        d->drain_reported = 0;
+    }
+}
