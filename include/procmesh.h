@@ -133,9 +133,13 @@ enum pm_event_type {
     PM_EVENT_STALLED = 9,          /* the supervisor itself was not running for delay_ms
                                       (SIGSTOP, suspend, starvation); slot is 0 */
     PM_EVENT_STOPPING = 10,        /* a notify-mode worker announced STOPPING=1 */
-    PM_EVENT_NOT_DRAINING = 11     /* frames waited for the slot's full ring longer than the
+    PM_EVENT_NOT_DRAINING = 11,    /* frames waited for the slot's full ring longer than the
                                       drain timeout (reason "not-draining"); once per stall,
                                       see pm_options_set_drain_timeout_ms */
+    PM_EVENT_PEER_UP = 12,         /* a peer link came up; slot 0, detail "peer_up host=NAME
+                                      incarnation=N" (valid during the callback) */
+    PM_EVENT_PEER_DOWN = 13        /* a peer link went down; slot 0, detail "peer_down
+                                      host=NAME reason=WHY" (timeout, truncated, closed ...) */
 };
 
 /*

@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT */
+/* check_link.c - peer links between two real supervisors on 127.0.0.1: cross-host request/reply with stamped identities, a wrong secret, a peer killed. */
+#include <check.h>
+
+#include "helpers.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "internals.h"
+#include "peer.h"
+#include "procmesh.h"
+
+/*
+ * Host b runs in a forked process (pm_test_fork: it dies with the test),
+ * host a in the test process. Each is a pm_cluster with one fork-mode
+ * worker at port 10 of system "t". a dials b.
+ */
+
+static const unsigned char secret1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                          17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+static const unsigned char secret2[32] = {9, 9, 9};
+
+/* A TCP port on 127.0.0.1 nobody listens on now: bound to port 0, read
+ * back, closed (the kernel does not hand it out again at once). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static pm_options *host_options(const char *host, const unsigned char *secret,
+                                int (*boot)(pm_node *, void *))
+{
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
+    ck_assert_int_eq(pm_options_set_hostname(o, host), 0);
+    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
+    ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 3000), 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot, NULL), 0);
+    return o;
+}
+
+/* b's worker: answers each request with the address it came from, as
+ * text; "hang" is not answered, but b's worker tells a's supervisor it holds
+ * it. */
+static int worker_b(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0 || m.kind != PM_MSG_REQUEST)
+            continue;
+        char from[PM_ADDRESS_STRLEN];
+        if (pm_address_format(&m.from, from, sizeof(from)) < 0)
+            strcpy(from, "?");
+        if (m.len == 4 && memcmp(m.data, "hang", 4) == 0) {
+            pm_address main_a;
+            if (pm_address_parse("t@a:0", &main_a) == 0)
+                pm_node_send(n, &main_a, "holding", 7);
+            continue;
+        }
+        pm_node_reply(n, &m, from, strlen(from));
+    }
+}
+
+/* Host b until the test ends (it is killed then). */
+static pid_t start_b(int port, const unsigned char *secret)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    pm_options *o = host_options("b", secret, worker_b);
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    pm_cluster *c = NULL;
+    if (pm_options_set_peer_listen(o, listen) < 0 || pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
+/* What host a's supervisor saw. */
+static char result[512];
+static int got_result;
+static int b_holding;
+static unsigned peer_ups, peer_downs;
+
+static void on_main(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (m->from.host[0] == 'b' && m->len == 7 && memcmp(m->data, "holding", 7) == 0) {
+        /* A cross-host message to a's supervisor, stamped from the link. */
+        ck_assert_uint_eq(m->from.port, 10);
+        b_holding = 1;
+        return;
+    }
+    size_t n = m->len < sizeof(result) - 1 ? m->len : sizeof(result) - 1;
+    memcpy(result, m->data, n);
+    result[n] = '\0';
+    got_result = 1;
+}
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (e->type == PM_EVENT_PEER_UP)
+        peer_ups++;
+    if (e->type == PM_EVENT_PEER_DOWN)
+        peer_downs++;
+}
+
+static void report(pm_node *n, const char *text)
+{
+    pm_address main_a;
+    if (pm_address_parse("t@a:0", &main_a) == 0)
+        pm_node_send(n, &main_a, text, strlen(text));
+}
+
+/* a's worker: asks b's worker until the link is up; reports what it got;
+ * then, told "go", sends a request b never answers and reports its end. */
+static int worker_a(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address to;
+    if (pm_address_parse("t@b:10", &to) != 0)
+        return 1;
+    char text[400];
+    pm_message r;
+    int rc = -EHOSTUNREACH;
+    for (int i = 0; i < 400 && rc == -EHOSTUNREACH; i++) {
+        rc = pm_node_request(n, &to, "who", 3, 5000, &r);
+        if (rc == -EHOSTUNREACH)
+            usleep(50 * 1000); /* not linked yet: the supervisor dials */
+    }
+    if (rc < 0) {
+        snprintf(text, sizeof(text), "ERR %d", rc);
+        report(n, text);
+        return 0;
+    }
+    char from[PM_ADDRESS_STRLEN];
+    if (pm_address_format(&r.from, from, sizeof(from)) < 0)
+        strcpy(from, "?");
+    snprintf(text, sizeof(text), "OK %s %.*s", from, (int)r.len, (const char *)r.data);
+    report(n, text);
+    pm_message m;
+    do {
+        rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+    } while (rc < 0 || m.kind != PM_MSG_PLAIN);
+    rc = pm_node_request(n, &to, "hang", 4, 30000, &r);
+    snprintf(text, sizeof(text), "END %d", rc);
+    report(n, text);
+    for (;;)
+        if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
+            return 0;
+}
+
+static pm_cluster *start_a(int port_b, const unsigned char *secret)
+{
+    pm_options *o = host_options("a", secret, worker_a);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_b);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    return c;
+}
+
+START_TEST(test_cross_host_request_reply)
+{
+    int pb = free_port();
+    pid_t b = start_b(pb, secret1);
+    pm_cluster *a = start_a(pb, secret1);
+    PM_RUN_UNTIL(a, got_result, 30000);
+    /* a's worker saw the reply come from b's worker; b's worker saw the
+     * request come from a's worker: each identity stamped by the receiving
+     * supervisor from the link. */
+    ck_assert_msg(strncmp(result, "OK t@b:10#", 10) == 0, "a's worker got: %s", result);
+    ck_assert_msg(strstr(result, " t@a:10#") != NULL, "b's worker saw: %s", result);
+    ck_assert_uint_eq(peer_ups, 1);
+    ck_assert_uint_eq(pm__mesh_links_up(a), 1);
+
+    /* A request in flight when b dies is answered -EHOSTUNREACH as soon as
+     * the link goes down, long before its 30 s deadline. */
+    got_result = 0;
+    pm_address wa;
+    ck_assert_int_eq(pm_cluster_addresses(a, &wa, 1), 1);
+    ck_assert_int_eq(pm_cluster_send(a, &wa, "go", 2), 0);
+    PM_RUN_UNTIL(a, b_holding, 10000);
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
+    PM_RUN_UNTIL(a, got_result, 10000);
+    ck_assert_msg(strcmp(result, "END -113") == 0, "the request in flight ended with: %s", result);
+    ck_assert_uint_eq(peer_downs, 1);
+    ck_assert_uint_eq(pm__mesh_links_up(a), 0);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+START_TEST(test_wrong_secret_no_link)
+{
+    int pb = free_port();
+    pid_t b = start_b(pb, secret2);
+    pm_cluster *a = start_a(pb, secret1);
+    /* a dials, b refuses the key id and closes: a counts failed attempts
+     * and never has a link. */
+    PM_RUN_UNTIL(a, pm__mesh_fails(a, PM__PF_TRUNCATED) >= 2, 20000);
+    ck_assert_uint_eq(peer_ups, 0);
+    ck_assert_uint_eq(pm__mesh_links_up(a), 0);
+    ck_assert_int_eq(got_result, 0);
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("link");
+    PM_ADD_TEST(s, test_cross_host_request_reply, 60);
+    PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
+    return pm_test_main(s);
+}
