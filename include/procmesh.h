@@ -136,10 +136,12 @@ enum pm_event_type {
     PM_EVENT_NOT_DRAINING = 11,    /* frames waited for the slot's full ring longer than the
                                       drain timeout (reason "not-draining"); once per stall,
                                       see pm_options_set_drain_timeout_ms */
-    PM_EVENT_PEER_UP = 12,         /* a peer link came up; slot 0, detail "peer_up host=NAME
-                                      incarnation=N" (valid during the callback) */
-    PM_EVENT_PEER_DOWN = 13        /* a peer link went down; slot 0, detail "peer_down
-                                      host=NAME reason=WHY" (timeout, truncated, closed ...) */
+    PM_EVENT_PEER_UP = 12,         /* a peer link came up: peer_host, peer_incarnation (the
+                                      remote supervisor's, random per start); slot 0 */
+    PM_EVENT_PEER_DOWN = 13        /* a peer link went down: peer_host, peer_incarnation, and
+                                      why in detail ("truncated": the connection ended without
+                                      CLOSE, "closed": the peer closed it, "record", "timeout",
+                                      "local" ...); slot 0 */
 };
 
 /*
@@ -207,6 +209,9 @@ typedef struct pm_event {
                                       "worker was not ready within 10000 ms", "exec of the
                                       worker failed: ..."), valid during the callback; the
                                       text behind pm_cluster_spawn's errno. NULL otherwise. */
+    const char *peer_host;         /* PEER_UP, PEER_DOWN: the host name the link authenticated
+                                      as, valid during the callback; NULL otherwise */
+    uint64_t peer_incarnation;     /* PEER_UP, PEER_DOWN: the remote supervisor's incarnation */
 } pm_event;
 
 PM_EXTERN pm_options *pm_options_new(void);

@@ -106,7 +106,7 @@ static int resolve(const char *addr, int passive, struct sockaddr_storage *ss, s
     return 0;
 }
 
-static void emit(pm_cluster *c, int type, const char *detail)
+static void emit(pm_cluster *c, int type, const pm__mconn *k, const char *detail)
 {
     if (c->o->on_event == NULL)
         return;
@@ -115,6 +115,8 @@ static void emit(pm_cluster *c, int type, const char *detail)
     ev.type = type;
     ev.reason = pm_reason_name(PM_REASON_NONE);
     ev.detail = detail;
+    ev.peer_host = k->pc.peer.host;
+    ev.peer_incarnation = k->pc.peer.incarnation;
     PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
 }
 
@@ -168,10 +170,7 @@ static void conn_close(pm_cluster *c, pm__mconn *k)
         k->linked = 0;
         m->up--;
         pm__hub_link_down(&c->hub, (uint16_t)k->host);
-        char detail[160];
-        snprintf(detail, sizeof(detail), "peer_down host=%s reason=%s",
-                 c->hub.hosts.name[k->host], pm__peer_fail_name(why));
-        emit(c, PM_EVENT_PEER_DOWN, detail);
+        emit(c, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
     }
     m->fails[why]++;
     if (k->armed != 0)
@@ -273,10 +272,7 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
     if (k->peer >= 0)
         m->backoff_ms[k->peer] = 0;
     pm__hub_link_up(&c->hub, (uint16_t)idx, conn_send, k);
-    char detail[160];
-    snprintf(detail, sizeof(detail), "peer_up host=%s incarnation=%llu%s", k->pc.peer.host,
-             (unsigned long long)k->pc.peer.incarnation, k->pc.initiator ? " dialled" : "");
-    emit(c, PM_EVENT_PEER_UP, detail);
+    emit(c, PM_EVENT_PEER_UP, k, NULL);
 }
 
 /* Feeds received bytes to k's state machine. */
@@ -566,6 +562,12 @@ int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
         m->dial_conn[i] = -1;
     c->mesh = m;
     int rc;
+    if (c->o->peers_dns[0] != '\0') {
+        snprintf(why, whysize, "peers from DNS (pm_options_set_peers_dns, --peers-dns %s) are not "
+                 "implemented yet; use --peers", c->o->peers_dns);
+        rc = -ENOSYS;
+        goto fail;
+    }
     void *buf = mmap(NULL, PM__MESH_READ_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                      -1, 0);
     if (buf == MAP_FAILED) {
