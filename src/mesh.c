@@ -392,7 +392,7 @@ static void on_listen(pm_cluster *c)
                 oldest = o;
         }
         if (unauth >= PM__MESH_UNAUTH_MAX && oldest != NULL) {
-            pm__pconn_close(&oldest->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_TIMEOUT);
+            pm__pconn_close(&oldest->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             conn_close(c, oldest);
         }
         pm__mconn *k = conn_new(c, fd, -1, 0);

@@ -242,10 +242,81 @@ START_TEST(test_wrong_secret_no_link)
 }
 END_TEST
 
+static int idle_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+/* A raw TCP connection to 127.0.0.1:port (the test's own fd). */
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/* 1 when the supervisor closed its end of fd (EOF or a reset). */
+static int closed_by_peer(int fd)
+{
+    char b;
+    ssize_t k = recv(fd, &b, 1, MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+START_TEST(test_handshake_deadline_and_unauth_cap)
+{
+    int port = free_port();
+    pm_options *o = host_options("b", secret1, idle_worker);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 3000), 0);
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+
+    /* A connection that never sends its preamble is closed at the
+     * handshake deadline (the peer timeout), counted as a timeout. */
+    int silent = raw_connect(port);
+    PM_RUN_UNTIL(c, closed_by_peer(silent), 10000);
+    ck_assert_uint_ge(pm__mesh_fails(c, PM__PF_TIMEOUT), 1);
+    close(silent);
+
+    /* More unauthenticated connections than the bound: the oldest are cut
+     * as new ones arrive (counted as closed by us, "local", not as
+     * timeouts), the others wait for their own deadline. */
+    uint64_t local0 = pm__mesh_fails(c, PM__PF_LOCAL);
+    enum { FLOOD = PM__MESH_UNAUTH_MAX + 4 };
+    int fds[FLOOD];
+    for (int i = 0; i < FLOOD; i++) {
+        fds[i] = raw_connect(port);
+        /* Accepted one by one, so "oldest" is the order of connecting. */
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+    }
+    PM_RUN_UNTIL(c, pm__mesh_fails(c, PM__PF_LOCAL) - local0 == FLOOD - PM__MESH_UNAUTH_MAX, 10000);
+    PM_RUN_UNTIL(c, closed_by_peer(fds[0]) && closed_by_peer(fds[3]), 10000);
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("link");
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
+    PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
     return pm_test_main(s);
 }
