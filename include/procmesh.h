@@ -448,9 +448,13 @@ PM_EXTERN int pm_options_set_seccomp(pm_options *o, int level);
 /* What a denied call does: PM_SECCOMP_ERRNO (default) or PM_SECCOMP_KILL. */
 PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
 /* ---- Peer links (procmesh hosts linked over TCP, doc/protocol.md) ----
- * Not yet acted on: peer links land in a later change. These setters store
- * and validate their values and return 0; pm_options_validate checks the
- * combination; pm_cluster_spawn does not open any link yet. */
+ * pm_cluster_spawn listens and dials (non-blocking, on the supervisor's
+ * loop); a link that comes up is reported as PM_EVENT_PEER_UP, and from then
+ * on remote addresses ("system@host:port") reach that host's workers with
+ * the same API; a link that goes down (PM_EVENT_PEER_DOWN) answers that
+ * host's requests in flight -EHOSTUNREACH at once. Not yet: peers from DNS
+ * (pm_options_set_peers_dns makes pm_cluster_spawn fail with -ENOSYS),
+ * heartbeats and the silence timeout of live links, mesh broadcast. */
 
 /* Where this supervisor accepts peers: "HOST:PORT" (a name, an IPv4
  * address or "[IPv6]"; port 1..65535). NULL: none (default). */
