@@ -11,6 +11,8 @@
 #include <sys/socket.h>
 
 #include "internals.h"
+#include "frame.h"
+#include "hub.h"
 #include "peer.h"
 #include "procmesh.h"
 
@@ -312,9 +314,124 @@ START_TEST(test_handshake_deadline_and_unauth_cap)
 }
 END_TEST
 
+/* The hub's side of a link without sockets: what it sent, decoded. */
+static pm__frame_hdr sent[8];
+static unsigned nsent;
+
+static int capture_send(void *arg, const void *frame, size_t len)
+{
+    (void)arg;
+    ck_assert_int_eq(pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &sent[nsent % 8]), 0);
+    nsent++;
+    return 0;
+}
+
+static void no_fault(void *owner, unsigned p, int reason)
+{
+    (void)owner;
+    (void)p;
+    (void)reason;
+}
+
+static void no_control(void *owner, unsigned p, int type, const void *payload, size_t len)
+{
+    (void)owner;
+    (void)p;
+    (void)type;
+    (void)payload;
+    (void)len;
+}
+
+static void no_drain(void *owner, unsigned p)
+{
+    (void)owner;
+    (void)p;
+}
+
+static const pm__hub_ops quiet_ops = {no_fault, no_control, no_drain};
+
+static size_t wire(const pm__frame_hdr *f, unsigned char *buf)
+{
+    pm__frame_encode(f, buf);
+    return PM__FRAME_HDR_SIZE + f->len;
+}
+
+START_TEST(test_link_frames_judged)
+{
+    /* Host a's hub with one (closed) port, linked to b. */
+    pm__hub h;
+    pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    ck_assert_int_ge(pm__hub_host_index(&h, "c"), 1);
+    ck_assert_int_ge(b, 1);
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    unsigned char buf[PM__FRAME_HDR_SIZE];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.dst = 10;
+    f.src = 11;
+    f.src_inc = 7;
+    f.request_id = 5;
+
+    /* A frame that claims a third host (as its source or destination) is
+     * dropped and counted; nothing goes back. */
+    f.src_host = 2;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    f.src_host = 0;
+    f.dst_host = 1;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    f.dst_host = 0;
+    ck_assert_uint_eq(pm_test_link_forged(&h, (unsigned)b), 2);
+    ck_assert_uint_eq(nsent, 0);
+
+    /* A request for a port a has not: -ENOENT back across the link, about
+     * that port, to the sender's port and incarnation. */
+    f.dst = 99;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
+    ck_assert_int_eq(sent[0].error, -ENOENT);
+    ck_assert_uint_eq(sent[0].dst, 11);
+    ck_assert_uint_eq(sent[0].dst_inc, 7);
+    ck_assert_uint_eq(sent[0].src, 99);
+    ck_assert_uint_eq(sent[0].request_id, 5);
+    ck_assert_uint_eq(sent[0].src_host, 0); /* relative: the sending host */
+    ck_assert_uint_eq(sent[0].dst_host, 0);
+
+    /* For the worker at port 10, which is not running: -EHOSTDOWN. */
+    f.dst = 10;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 2);
+    ck_assert_int_eq(sent[1].error, -EHOSTDOWN);
+    ck_assert_uint_eq(sent[1].src, 10);
+
+    /* Lifecycle frames never cross a link; a reply nobody asked for is late. */
+    uint64_t late = pm_test_hub_late_replies(&h);
+    f.type = PM__FT_STOP;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 1);
+    f.type = PM__FT_REPLY;
+    f.dst = 0;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 1);
+    ck_assert_uint_eq(nsent, 2);
+
+    /* Down: frames from it are ignored, nothing is sent on it. */
+    pm__hub_link_down(&h, (uint16_t)b);
+    f.type = PM__FT_MSG;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 2);
+    pm__hub_free(&h);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("link");
+    PM_ADD_TEST(s, test_link_frames_judged, 30);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
     PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
