@@ -452,9 +452,11 @@ PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
  * loop); a link that comes up is reported as PM_EVENT_PEER_UP, and from then
  * on remote addresses ("system@host:port") reach that host's workers with
  * the same API; a link that goes down (PM_EVENT_PEER_DOWN) answers that
- * host's requests in flight -EHOSTUNREACH at once. Not yet: peers from DNS
- * (pm_options_set_peers_dns makes pm_cluster_spawn fail with -ENOSYS),
- * heartbeats and the silence timeout of live links, mesh broadcast. */
+ * host's requests in flight -EHOSTUNREACH at once; a link silent for the
+ * peer timeout is closed (heartbeats keep an idle one up) and a peer of
+ * pm_options_add_peer is redialled with backoff. Not yet: peers from DNS
+ * (pm_options_set_peers_dns makes pm_cluster_spawn fail with -ENOSYS), mesh
+ * broadcast. */
 
 /* Where this supervisor accepts peers: "HOST:PORT" (a name, an IPv4
  * address or "[IPv6]"; port 1..65535). NULL: none (default). */

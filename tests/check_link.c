@@ -43,6 +43,10 @@ static int free_port(void)
     return ntohs(sa.sin_port);
 }
 
+/* The peer timeout both hosts use (a test may shorten it before starting
+ * them). */
+static int peer_timeout = 3000;
+
 static pm_options *host_options(const char *host, const unsigned char *secret,
                                 int (*boot)(pm_node *, void *))
 {
@@ -53,7 +57,7 @@ static pm_options *host_options(const char *host, const unsigned char *secret,
     ck_assert_int_eq(pm_options_set_hostname(o, host), 0);
     ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
     ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
-    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 3000), 0);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout), 0);
     ck_assert_int_eq(pm_options_set_bootstrap(o, boot, NULL), 0);
     return o;
 }
@@ -428,6 +432,32 @@ START_TEST(test_link_frames_judged)
 }
 END_TEST
 
+START_TEST(test_peer_stopped_and_resumed)
+{
+    /* A live link carries heartbeats: idle, it stays up past the peer
+     * timeout; b stopped (SIGSTOP), a closes it for silence; b resumed, a
+     * redials and the link comes up again. */
+    peer_timeout = 1000;
+    int pb = free_port();
+    pid_t b = start_b(pb, secret1);
+    pm_cluster *a = start_a(pb, secret1);
+    PM_RUN_UNTIL(a, got_result, 30000);
+    ck_assert_uint_eq(peer_ups, 1);
+    uint64_t until = pm_test_ms() + 3 * (uint64_t)peer_timeout;
+    PM_RUN_UNTIL(a, pm_test_ms() >= until, 10 * peer_timeout);
+    ck_assert_msg(peer_downs == 0 && pm__mesh_links_up(a) == 1,
+                  "an idle link went down: heartbeats did not keep it");
+    ck_assert_int_eq(kill(b, SIGSTOP), 0);
+    PM_RUN_UNTIL(a, peer_downs == 1, 20000);
+    ck_assert_uint_ge(pm__mesh_fails(a, PM__PF_TIMEOUT), 1);
+    ck_assert_int_eq(kill(b, SIGCONT), 0);
+    PM_RUN_UNTIL(a, peer_ups == 2 && pm__mesh_links_up(a) == 1, 20000);
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("link");
@@ -435,5 +465,6 @@ int main(void)
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
     PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
+    PM_ADD_TEST(s, test_peer_stopped_and_resumed, 90);
     return pm_test_main(s);
 }

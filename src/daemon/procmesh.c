@@ -100,7 +100,7 @@ static const char usage_text[] =
     "  --output capture|inherit  workers' stdout/stderr as tagged log lines\n"
     "                            (event=output, default) or passed through\n"
     "\n"
-    "peer links (not yet: --peers-dns, heartbeats of live links, /status fields):\n"
+    "peer links (not yet: --peers-dns, peers in /status):\n"
     "  --peer-listen HOST:PORT   accept peers here\n"
     "  --peers HOST:PORT[,...]   connect to these peers\n"
     "  --peers-dns NAME:PORT     peers from every address of NAME\n"
