@@ -133,9 +133,15 @@ enum pm_event_type {
     PM_EVENT_STALLED = 9,          /* the supervisor itself was not running for delay_ms
                                       (SIGSTOP, suspend, starvation); slot is 0 */
     PM_EVENT_STOPPING = 10,        /* a notify-mode worker announced STOPPING=1 */
-    PM_EVENT_NOT_DRAINING = 11     /* frames waited for the slot's full ring longer than the
+    PM_EVENT_NOT_DRAINING = 11,    /* frames waited for the slot's full ring longer than the
                                       drain timeout (reason "not-draining"); once per stall,
                                       see pm_options_set_drain_timeout_ms */
+    PM_EVENT_PEER_UP = 12,         /* a peer link came up: peer_host, peer_incarnation (the
+                                      remote supervisor's, random per start); slot 0 */
+    PM_EVENT_PEER_DOWN = 13        /* a peer link went down: peer_host, peer_incarnation, and
+                                      why in detail ("truncated": the connection ended without
+                                      CLOSE, "closed": the peer closed it, "record", "timeout",
+                                      "local" ...); slot 0 */
 };
 
 /*
@@ -205,6 +211,9 @@ typedef struct pm_event {
                                       text behind pm_cluster_spawn's errno. NULL otherwise. */
     unsigned oom_kills;            /* EXITED: OOM kills counted in the slot's own cgroup
                                       during this incarnation (pm_options_set_memory_max) */
+    const char *peer_host;         /* PEER_UP, PEER_DOWN: the host name the link authenticated
+                                      as, valid during the callback; NULL otherwise */
+    uint64_t peer_incarnation;     /* PEER_UP, PEER_DOWN: the remote supervisor's incarnation */
 } pm_event;
 
 PM_EXTERN pm_options *pm_options_new(void);
@@ -512,9 +521,15 @@ PM_EXTERN int pm_options_set_seccomp(pm_options *o, int level);
 /* What a denied call does: PM_SECCOMP_ERRNO (default) or PM_SECCOMP_KILL. */
 PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
 /* ---- Peer links (procmesh hosts linked over TCP, doc/protocol.md) ----
- * Not yet acted on: peer links land in a later change. These setters store
- * and validate their values and return 0; pm_options_validate checks the
- * combination; pm_cluster_spawn does not open any link yet. */
+ * pm_cluster_spawn listens and dials (non-blocking, on the supervisor's
+ * loop); a link that comes up is reported as PM_EVENT_PEER_UP, and from then
+ * on remote addresses ("system@host:port") reach that host's workers with
+ * the same API; a link that goes down (PM_EVENT_PEER_DOWN) answers that
+ * host's requests in flight -EHOSTUNREACH at once; a link silent for the
+ * peer timeout is closed (heartbeats keep an idle one up) and a peer of
+ * pm_options_add_peer is redialled with backoff. Not yet: peers from DNS
+ * (pm_options_set_peers_dns makes pm_cluster_spawn fail with -ENOSYS), mesh
+ * broadcast. */
 
 /* Where this supervisor accepts peers: "HOST:PORT" (a name, an IPv4
  * address or "[IPv6]"; port 1..65535). NULL: none (default). */

@@ -435,6 +435,7 @@ static void cluster_free(pm_cluster *c)
     if (c == NULL)
         return;
     int saved = errno;
+    pm__mesh_free(c); /* before the hub: its links are hub ports */
     pm__hub_free(&c->hub);
     for (unsigned i = 0; c->slots != NULL && i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
@@ -590,6 +591,15 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
     if (c->o->heartbeat_timeout_ms > 0)
         c->next_check = pm__now_ms() + pm__liveness_period(c);
+    if (pm__options_peer_mode(c->o)) {
+        char why[256];
+        rc = pm__mesh_init(c, why, sizeof(why));
+        if (rc < 0) {
+            /* The errno alone would not say which file or address. */
+            fprintf(stderr, "procmesh: peer links: %s\n", why[0] != '\0' ? why : strerror(-rc));
+            goto fail;
+        }
+    }
     *out = c;
     return 0;
 fail:

@@ -20,13 +20,15 @@
 #include "loop.h"
 #include "options.h"
 #include "output.h"
+#include "mesh.h"
 #include "slot.h"
 
 /* Loop tags: kind in the top 4 bits, slot in the next 28, then the low 32
  * bits of the incarnation, so a late completion about a dead incarnation is
  * recognised and dropped. */
 enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
-       PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY, PM__TAG_STDOUT, PM__TAG_STDERR };
+       PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY, PM__TAG_STDOUT, PM__TAG_STDERR,
+       PM__TAG_PEER, PM__TAG_PEER_LISTEN /* mesh.c: a link's socket (slot: connection), the listener */ };
 #define PM__TAG(kind, slot, inc) \
     (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
 #define PM__TAG_KIND(t) ((int)((t) >> 60))
@@ -125,6 +127,7 @@ struct pm_cluster {
     size_t nenv;
     uint64_t output_suppressed; /* captured lines dropped by the rate limit (output.c) */
     pm__cg_root cg;         /* containment: the cluster's cgroups, or process groups */
+    struct pm__mesh *mesh;  /* peer links (mesh.c), NULL without peer mode */
 };
 
 /* 0 when c is a live cluster of this process, else -EINVAL (NULL or not

@@ -245,9 +245,15 @@ int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint
 /* Tells `to` (a port, or main) that its frame about `about` could not be
  * delivered. A notice never waits: charged to `to`'s answers, dropped and
  * counted past their bound. */
-static void notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
-                      uint32_t about, uint64_t about_inc, uint64_t request_id, int err)
+void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
+                       uint32_t about, uint64_t about_inc, uint64_t request_id, int err)
 {
+    if (PM__IS_REMOTE_NODE(to)) {
+        /* A requester on another host: back over its link. */
+        if (about_host == PM__HOST_LOCAL)
+            pm__hub_link_notice(h, to, to_inc, about, about_inc, request_id, err);
+        return;
+    }
     pm__frame_hdr n;
     memset(&n, 0, sizeof(n));
     n.type = PM__FT_UNDELIVERABLE;
@@ -280,19 +286,7 @@ static void notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_h
 static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uint64_t about_inc,
                    uint64_t request_id, int err)
 {
-    notice_at(h, to, to_inc, PM__HOST_LOCAL, about, about_inc, request_id, err);
-}
-
-/* A frame from local port p for another host. No link carries it yet
- * (peer.c comes next): answered -EHOSTUNREACH like a host whose link is
- * down. */
-static int relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f)
-{
-    h->unreachable++;
-    if (f->type != PM__FT_REPLY)
-        notice_at(h, p->index, p->incarnation, f->dst_host, f->dst, f->dst_inc, f->request_id,
-                  -EHOSTUNREACH);
-    return 0;
+    pm__hub_notice_at(h, to, to_inc, PM__HOST_LOCAL, about, about_inc, request_id, err);
 }
 
 /* 0 when node/inc names a port that can take a frame now, else why not. */
@@ -377,7 +371,7 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
 {
     uint32_t src = p->index;
     if (f->dst_host != PM__HOST_LOCAL)
-        return relay_remote(h, p, f);
+        return pm__hub_relay_remote(h, p, f, payload); /* over its link (hub_link.c) */
     if (f->type == PM__FT_REPLY)
         return relay_reply(h, p, f, payload);
     /* A message or a request. */
@@ -596,6 +590,7 @@ void pm__hub_free(pm__hub *h)
     if (h->scratch != NULL)
         munmap(h->scratch, PM_MAX_PAYLOAD);
     h->scratch = NULL;
+    pm__hub_links_free(h);
 }
 
 void pm__hub_wipe(pm__hub *h)
@@ -640,10 +635,8 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
     int rc = pm__address_route(&h->names, to, &host, &node);
     if (rc < 0)
         return rc;
-    if (host != PM__HOST_LOCAL) {
-        h->unreachable++;
-        return -EHOSTUNREACH; /* no link carries it yet */
-    }
+    if (host != PM__HOST_LOCAL)
+        return pm__hub_link_main_send(h, host, node, to->incarnation, type, request_id, data, len);
     if (node == PM__NODE_MAIN)
         return -EINVAL; /* main does not send to itself */
     rc = pm__hub_check_dest(h, node, to->incarnation);

@@ -181,6 +181,46 @@ typedef struct pm__hub_ops {
 
 #define PM__HUB_CONTROL_MAX 64u
 
+/* A request a local requester sent over a link, not answered yet: a link
+ * going down answers it -EHOSTUNREACH at once. */
+typedef struct pm__rinflight {
+    uint32_t requester;     /* slot or PM__NODE_MAIN */
+    uint32_t target;        /* the remote address port */
+    uint64_t requester_inc;
+    uint64_t target_inc;
+    uint64_t request_id;
+    int64_t expires_ms;     /* forgotten then: its deadline, at most the lifetime */
+} pm__rinflight;
+
+/* Requests one host's link may have in flight (all requesters). */
+#define PM__RINFLIGHT_MAX 65536u
+
+/* A peer link as the hub sees it: a port to a remote host (hub_link.c).
+ * The mesh (mesh.c) owns the connection and tells the hub when it is up
+ * and down; the hub hands it whole frames through send. */
+typedef struct pm__hub_link {
+    int up;
+    /* Queues one frame (header and payload, contiguous) on the link. 0;
+     * -EAGAIN: the link's buffer is full; another negative errno: the link
+     * is going down. */
+    int (*send)(void *arg, const void *frame, size_t len);
+    void *arg;
+    pm__rinflight *inflight;
+    uint32_t ninflight, cap;
+    uint64_t frames_in, frames_out;
+    uint64_t forged;        /* frames claiming another host than the link's, dropped */
+    uint64_t malformed;     /* frames that failed to decode or route, dropped */
+    uint64_t dropped;       /* frames the link had no room for */
+} pm__hub_link;
+
+/* A remote requester in a local port's in-flight table: its host index
+ * and address port (never a slot, PM__NODE_MAIN or PM__CHARGE_ANSWER). */
+#define PM__REMOTE_BIT 0x80000000u
+#define PM__REMOTE_NODE(host, port) (PM__REMOTE_BIT | ((uint32_t)(host) << 16) | (uint32_t)(port))
+#define PM__IS_REMOTE_NODE(n) (((n) & 0xFF800000u) == PM__REMOTE_BIT)
+#define PM__REMOTE_HOST(n) ((uint16_t)(((n) >> 16) & 0x7Fu))
+#define PM__REMOTE_PORT(n) ((uint32_t)((n) & 0xFFFFu))
+
 /* Main's broadcast ids start above every request id (1..INT_MAX), so an
  * answer finds its request or its broadcast by its id alone. */
 #define PM__BCAST_ID_BASE ((uint64_t)1 << 32)
@@ -234,6 +274,8 @@ typedef struct pm__hub {
     int peer_mode;
     pm__hosts hosts;
     uint64_t unreachable;   /* frames for a host with no link up, answered -EHOSTUNREACH */
+    pm__hub_link *links;    /* PM__MAX_HOSTS entries (peer mode), by host index */
+    unsigned char *link_buf; /* one frame being sent over a link (MADV_WIPEONFORK) */
 } pm__hub;
 
 /* Frames read from one port per turn: a flooding worker waits for the next
@@ -298,6 +340,18 @@ int pm__hub_host_index(pm__hub *h, const char *name);
 /* Writes the peer mode and the host table into a new incarnation's control
  * block (before its process starts). */
 void pm__hub_hosts_copy(const pm__hub *h, pm__link *l);
+
+/* hub_link.c: peer links as ports. */
+/* The link to host (an index of pm__hub_host_index) is up: frames for that
+ * host go to send(arg, ...). */
+void pm__hub_link_up(pm__hub *h, uint16_t host, int (*send)(void *, const void *, size_t),
+                     void *arg);
+/* It went down: the requests in flight over it are answered -EHOSTUNREACH
+ * now; frames for the host are answered so until a link is up again. */
+void pm__hub_link_down(pm__hub *h, uint16_t host);
+/* A frame received on host's link: validated, stamped with the link's host
+ * and delivered as if local (doc/design.md, "Peer links"). */
+void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, size_t len);
 
 /* port.c: a local worker's port, the hub's side of its ring pair. */
 /* A new incarnation behind port p: link attached, handshake frames read.

@@ -30,5 +30,16 @@ void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payloa
 void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b);
 void pm__hub_mreq_dispatch_waiting(pm__hub *h);
 void pm__hub_mreq_expire(pm__hub *h, int64_t now);
+/* hub.c: an undeliverable notice to `to` (a port, main, or a remote
+ * requester) about node `about` of host about_host. */
+void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
+                       uint32_t about, uint64_t about_inc, uint64_t request_id, int err);
+/* hub_link.c */
+int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
+int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc, int type,
+                           uint64_t request_id, const void *data, size_t len);
+void pm__hub_link_notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about,
+                         uint64_t about_inc, uint64_t request_id, int err);
+void pm__hub_links_free(pm__hub *h);
 
 #endif /* PM_HUB_INT_H */

@@ -93,16 +93,26 @@ static struct io_uring_sqe *get_sqe(pm__loop *l)
 
 int pm__loop_arm(pm__loop *l, int fd, uint64_t tag)
 {
+    return pm__loop_arm_ev(l, fd, tag, PM__LOOP_IN);
+}
+
+int pm__loop_arm_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
+{
     if (l->backend == PM__LOOP_URING) {
         struct io_uring_sqe *sqe = get_sqe(l);
         if (sqe == NULL)
             return -EBUSY;
-        io_uring_prep_poll_add(sqe, fd, POLLIN);
+        io_uring_prep_poll_add(sqe, fd, (events & PM__LOOP_IN ? POLLIN : 0) |
+                                            (events & PM__LOOP_OUT ? POLLOUT : 0));
         io_uring_sqe_set_data64(sqe, tag);
         l->pending++;
         return 0;
     }
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = tag};
+    /* One registration per fd in epoll: a caller that wants both
+     * directions asks for both in one arm, under one tag. */
+    struct epoll_event ev = {.events = (events & PM__LOOP_IN ? EPOLLIN : 0u) |
+                                       (events & PM__LOOP_OUT ? EPOLLOUT : 0u) | EPOLLONESHOT,
+                             .data.u64 = tag};
     if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
         return 0;
     if (errno == ENOENT && epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)

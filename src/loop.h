@@ -41,6 +41,12 @@ void pm__loop_fini(pm__loop *l);
 
 int pm__loop_arm(pm__loop *l, int fd, uint64_t tag);
 int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag);
+/* The same for readability (PM__LOOP_IN), writability (PM__LOOP_OUT) or
+ * either: one notification when any of them holds (or the fd failed). One
+ * outstanding arm per fd: to change the events, disarm and arm again under
+ * a new tag (a socket that has bytes to write asks for both). */
+enum { PM__LOOP_IN = 1u, PM__LOOP_OUT = 2u };
+int pm__loop_arm_ev(pm__loop *l, int fd, uint64_t tag, unsigned events);
 int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag);
 
 /* Submits what is prepared (io_uring), so that pm__loop_fd() reflects it. */

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 _Static_assert(PM__REC_MAX_FRAME == PM_MAX_PAYLOAD + PM__FRAME_HDR_SIZE,
                "a record carries the largest procmesh frame");
@@ -38,6 +39,27 @@ static int fail(pm__rec *r, int err)
     return err;
 }
 
+/* rx and tx hold plaintext traffic of other hosts: mappings of their own
+ * that a fork-mode worker finds zeroed (or absent), never heap memory it
+ * inherits (FAULTS.md 33). NULL on failure. */
+static unsigned char *traffic_map(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (madvise(p, size, MADV_WIPEONFORK) != 0 && madvise(p, size, MADV_DONTFORK) != 0) {
+        munmap(p, size);
+        return NULL;
+    }
+    return p;
+}
+
+static void traffic_unmap(unsigned char *p, size_t size)
+{
+    if (p != NULL)
+        munmap(p, size);
+}
+
 int pm__rec_new(pm__rec **out, pm__noise_transport *t)
 {
     if (out == NULL || t == NULL) {
@@ -47,13 +69,13 @@ int pm__rec_new(pm__rec **out, pm__noise_transport *t)
     *out = NULL;
     pm__rec *r = calloc(1, sizeof(*r));
     if (r != NULL) {
-        r->rx = malloc(PM__REC_MAX_CT);
-        r->tx = malloc(PM__REC_MAX_PLAIN);
+        r->rx = traffic_map(PM__REC_MAX_CT);
+        r->tx = traffic_map(PM__REC_MAX_PLAIN);
     }
     if (r == NULL || r->rx == NULL || r->tx == NULL) {
         if (r != NULL) {
-            free(r->rx);
-            free(r->tx);
+            traffic_unmap(r->rx, PM__REC_MAX_CT);
+            traffic_unmap(r->tx, PM__REC_MAX_PLAIN);
         }
         free(r);
         pm__noise_transport_free(t);
@@ -69,8 +91,8 @@ void pm__rec_free(pm__rec *r)
     if (r == NULL)
         return;
     pm__noise_transport_free(r->t);
-    free(r->rx);
-    free(r->tx);
+    traffic_unmap(r->rx, PM__REC_MAX_CT);
+    traffic_unmap(r->tx, PM__REC_MAX_PLAIN);
     free(r);
 }
 

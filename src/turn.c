@@ -29,6 +29,9 @@ static void drain_counter(int fd)
 int pm__cluster_rearm_timer(pm_cluster *c)
 {
     uint64_t next = pm__hub_next_deadline(&c->hub);
+    uint64_t mesh = pm__mesh_next_deadline(c);
+    if (mesh != 0 && (next == 0 || mesh < next))
+        next = mesh;
     if (c->next_check != 0 && (next == 0 || c->next_check < next))
         next = c->next_check;
     for (unsigned i = 0; i < c->nslots; i++) {
@@ -173,6 +176,7 @@ static void fire_due(pm_cluster *c)
     if (c->next_check != 0 && now >= c->next_check)
         pm__liveness_check(c, now);
     pm__hub_fire(&c->hub, now);
+    pm__mesh_fire(c, now);
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
         if (s->deadline != 0 && s->deadline <= now) {
@@ -232,6 +236,10 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
     if (kind == PM__TAG_WAKE) {
         drain_counter(c->wakefd);
         pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
+        return;
+    }
+    if (kind == PM__TAG_PEER || kind == PM__TAG_PEER_LISTEN) {
+        pm__mesh_ready(c, tag);
         return;
     }
     unsigned idx = PM__TAG_SLOT(tag);
@@ -302,6 +310,9 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     c->hub.active = 0;
     if (c->poll_children && (timeout_ms < 0 || timeout_ms > PM__SCAN_MS))
         timeout_ms = PM__SCAN_MS;
+    /* What the application or the last turn queued on peer links goes out
+     * before the loop sleeps. */
+    pm__mesh_flush(c);
     int rc = pm__cluster_rearm_timer(c);
     if (rc < 0)
         return rc;
@@ -322,6 +333,7 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     fire_due(c);
     /* One publish (and at most one wake-up) per destination per turn. */
     pm__hub_publish(&c->hub);
+    pm__mesh_flush(c);
     return 0;
 }
 

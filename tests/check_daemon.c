@@ -1356,9 +1356,10 @@ END_TEST
 
 START_TEST(test_peer_files_and_exit)
 {
-    /* The files are read and judged (exit 2 naming the option); good ones
-     * lead to the one peer_links_unavailable line and exit 2; keygen writes
-     * keys that run accepts. */
+    /* The files are read and judged (exit 2 naming the option); with good
+     * ones the links start (no peer listens at 127.0.0.1:1) and the run
+     * goes on to its worker, /bin/true, which exits before it is ready
+     * (exit 4); keygen writes keys that run accepts. */
     char dir[] = "/tmp/pm-peer-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     char secret[64], node[64], pins[64], cmd[128];
@@ -1383,15 +1384,15 @@ START_TEST(test_peer_files_and_exit)
     fputs(line, f);
     fclose(f);
 
-    char *good[] = {"procmesh", "run", "--peers", "other:7946", "--secret-file", secret, "--node-key", node,
+    char *good[] = {"procmesh", "run", "--peers", "127.0.0.1:1", "--secret-file", secret, "--node-key", node,
                     "--peer-keys", pins, "--", "/bin/true", NULL};
-    ck_assert_int_eq(run_to_end(&r, good, STDERR_FILENO), 2);
-    ck_assert_int_eq(count_of(r.log, "event=peer_links_unavailable"), 1);
-    ck_assert_int_eq(count_of(r.log, "event=started"), 0); /* no worker */
+    ck_assert_int_eq(run_to_end(&r, good, STDERR_FILENO), 4);
+    ck_assert_msg(count_of(r.log, "event=start_failed") == 1 && strstr(r.log, "procmesh run:") == NULL,
+                  "%s", r.log);
     free(r.log);
 
-    char *insecure[] = {"procmesh", "run", "--peers", "other:7946", "--insecure-no-secret", "--", "/bin/true", NULL};
-    ck_assert_int_eq(run_to_end(&r, insecure, STDERR_FILENO), 2);
+    char *insecure[] = {"procmesh", "run", "--peers", "127.0.0.1:1", "--insecure-no-secret", "--", "/bin/true", NULL};
+    ck_assert_int_eq(run_to_end(&r, insecure, STDERR_FILENO), 4);
     ck_assert_int_eq(count_of(r.log, "level=warn event=peer_links_insecure"), 1);
     free(r.log);
 
@@ -1399,13 +1400,13 @@ START_TEST(test_peer_files_and_exit)
     ck_assert_int_eq(chmod(secret, 0640), 0);
     ck_assert_int_eq(run_to_end(&r, good, STDERR_FILENO), 2);
     ck_assert_msg(strstr(r.log, "--secret-file:") && strstr(r.log, "mode 0640") &&
-                      count_of(r.log, "peer_links_unavailable") == 0,
+                      count_of(r.log, "event=started") == 0,
                   "%s", r.log);
     free(r.log);
-    char *allowed[] = {"procmesh", "run", "--peers", "other:7946", "--secret-file", secret,
+    char *allowed[] = {"procmesh", "run", "--peers", "127.0.0.1:1", "--secret-file", secret,
                        "--allow-insecure-secret-mode", "--", "/bin/true", NULL};
-    ck_assert_int_eq(run_to_end(&r, allowed, STDERR_FILENO), 2);
-    ck_assert_int_eq(count_of(r.log, "event=peer_links_unavailable"), 1);
+    ck_assert_int_eq(run_to_end(&r, allowed, STDERR_FILENO), 4);
+    ck_assert_int_eq(count_of(r.log, "event=start_failed"), 1);
     free(r.log);
 
     /* Empty, short, malformed: exit 2 in every case. */
@@ -1423,7 +1424,7 @@ START_TEST(test_peer_files_and_exit)
     char fresh[80];
     snprintf(fresh, sizeof(fresh), "%s/fresh.key", dir);
     char *create[] = {"procmesh", "run", "--insecure-no-secret", "--node-key", fresh, "--", "/bin/true", NULL};
-    ck_assert_int_eq(run_to_end(&r, create, STDERR_FILENO), 2);
+    ck_assert_int_eq(run_to_end(&r, create, STDERR_FILENO), 4);
     free(r.log);
     struct stat st;
     ck_assert_int_eq(stat(fresh, &st), 0);
@@ -1432,11 +1433,49 @@ START_TEST(test_peer_files_and_exit)
     f = fopen(pins, "w");
     fputs("# ok\nother not-a-key\n", f);
     fclose(f);
-    char *pinned[] = {"procmesh", "run", "--peers", "other:7946", "--insecure-no-secret", "--peer-keys", pins,
+    char *pinned[] = {"procmesh", "run", "--peers", "127.0.0.1:1", "--insecure-no-secret", "--peer-keys", pins,
                       "--", "/bin/true", NULL};
     ck_assert_int_eq(run_to_end(&r, pinned, STDERR_FILENO), 2);
     ck_assert_msg(strstr(r.log, "--peer-keys:") && strstr(r.log, "line 2"), "%s", r.log);
     free(r.log);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(test_peer_link_logs)
+{
+    /* Two daemons on 127.0.0.1: a dials b; both log peer_up with the other's
+     * host name; b killed, a logs peer_down. */
+    char dir[] = "/tmp/pm-link-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char secret[64], listen[32], peer[32], cmd[128];
+    snprintf(secret, sizeof(secret), "%s/secret", dir);
+    proc r;
+    char *keygen[] = {"procmesh", "keygen", secret, NULL};
+    ck_assert_int_eq(run_to_end(&r, keygen, STDOUT_FILENO), 0);
+    free(r.log);
+    int port = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    char *b_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "b", "--base-port", "10",
+                      "--workers", "1", "--ready", "exec", "--peer-listen", listen,
+                      "--secret-file", secret, "--", "/bin/sleep", "60", NULL};
+    char *a_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "a", "--base-port", "10",
+                      "--workers", "1", "--ready", "exec", "--peers", peer,
+                      "--secret-file", secret, "--", "/bin/sleep", "60", NULL};
+    proc b = start(b_argv, base_env);
+    proc a = start(a_argv, base_env);
+    wait_log(&a, "event=peer_up host=b", 1, 20000);
+    wait_log(&b, "event=peer_up host=a", 1, 20000);
+    kill(b.pid, SIGKILL);
+    pm_test_reap(b.pid, 5000);
+    wait_log(&a, "event=peer_down host=b", 1, 20000);
+    kill(a.pid, SIGTERM);
+    static char out[65536];
+    finish(&a, out, sizeof(out), 10000);
+    close(b.fd);
+    free(b.log);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
 }
@@ -1450,6 +1489,7 @@ int main(void)
     PM_ADD_TEST(s, test_config_errors, 30);
     PM_ADD_TEST(s, test_config_peer, 30);
     PM_ADD_TEST(s, test_peer_files_and_exit, 60);
+    PM_ADD_TEST(s, test_peer_link_logs, 60);
     PM_ADD_TEST(s, test_log_format, 30);
     PM_ADD_TEST(s, test_core_pattern, 30);
     PM_ADD_TEST(s, test_http_parse, 30);

@@ -196,4 +196,22 @@ static inline uint64_t pm_test_node_late_replies(const pm_node *n)
     return n->late_replies;
 }
 
+/* ------------------------------------------------------------ peer links */
+
+/* A hub's counters for its link to host index `host` (hub_link.c). */
+static inline uint64_t pm_test_link_forged(const pm__hub *h, unsigned host)
+{
+    return h->links[host].forged;
+}
+
+static inline uint64_t pm_test_link_malformed(const pm__hub *h, unsigned host)
+{
+    return h->links[host].malformed;
+}
+
+static inline uint64_t pm_test_hub_late_replies(const pm__hub *h)
+{
+    return h->late_replies;
+}
+
 #endif /* PM_TEST_INTERNALS_H */

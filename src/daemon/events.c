@@ -310,7 +310,8 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
     }
     /* A slot is retired once, and a stall is no worker's doing: those
      * lines are always written. */
-    if (e->type != PM_EVENT_RETIRED && e->type != PM_EVENT_STALLED && !may_log(ev, e->slot))
+    if (e->type != PM_EVENT_RETIRED && e->type != PM_EVENT_STALLED &&
+        e->type != PM_EVENT_PEER_UP && e->type != PM_EVENT_PEER_DOWN && !may_log(ev, e->slot))
         return;
     char slot[16], pid[16], inc[24], v1[32], sig[32];
     snprintf(slot, sizeof(slot), "%u", e->slot);
@@ -396,6 +397,19 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         snprintf(v1, sizeof(v1), "%u", e->delay_ms);
         const char *kv[] = {"stall_ms", v1, "reason", e->reason};
         pmd_log(PMD_LOG_WARN, "stall", kv, 2);
+        break;
+    }
+    /* Peer links: bounded by the redial backoff, so never rate-limited. */
+    case PM_EVENT_PEER_UP: {
+        snprintf(v1, sizeof(v1), "%llu", (unsigned long long)e->peer_incarnation);
+        const char *kv[] = {"host", e->peer_host, "incarnation", v1};
+        pmd_log(PMD_LOG_INFO, "peer_up", kv, 2);
+        break;
+    }
+    case PM_EVENT_PEER_DOWN: {
+        snprintf(v1, sizeof(v1), "%llu", (unsigned long long)e->peer_incarnation);
+        const char *kv[] = {"host", e->peer_host, "incarnation", v1, "reason", e->detail};
+        pmd_log(PMD_LOG_WARN, "peer_down", kv, 3);
         break;
     }
     default:

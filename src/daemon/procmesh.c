@@ -116,7 +116,7 @@ static const char usage_text[] =
     "                            kernel.core_pattern must name DIR (checked at\n"
     "                            start). Default: no cores (RLIMIT_CORE 0)\n"
     "\n"
-    "peer links (validated only: not implemented in this build, run exits 2):\n"
+    "peer links (not yet: --peers-dns, peers in /status):\n"
     "  --peer-listen HOST:PORT   accept peers here\n"
     "  --peers HOST:PORT[,...]   connect to these peers\n"
     "  --peers-dns NAME:PORT     peers from every address of NAME\n"
@@ -318,24 +318,20 @@ static int cmd_run(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (conf.peer_flags) {
-        /* Bad input gets its error first (the option named); good input
-         * gets the truth: the links do not run yet, and starting without
-         * them would promise a mesh that is not there. */
+        /* The key files are read (and bad ones named) before anything
+         * starts. */
         int rc = pmd_dconf_peer_files(&conf, o, err, sizeof(err));
-        if (rc < 0)
+        if (rc < 0) {
             fprintf(stderr, "procmesh run: %s\n", err);
-        if (rc == 0 && conf.insecure_no_secret) {
+            pm_options_free(o);
+            pmd_dconf_free(&conf);
+            return EXIT_USAGE;
+        }
+        if (conf.insecure_no_secret) {
             const char *kv[] = {"reason", "--insecure-no-secret: anyone who reaches the peer port can join "
                                           "unless --peer-keys pins static keys"};
             pmd_log(PMD_LOG_WARN, "peer_links_insecure", kv, 1);
         }
-        if (rc == 0) {
-            const char *kv[] = {"reason", "peer links are not implemented in this build"};
-            pmd_log(PMD_LOG_ERROR, "peer_links_unavailable", kv, 1);
-        }
-        pm_options_free(o);
-        pmd_dconf_free(&conf);
-        return EXIT_USAGE;
     }
     if (conf.core_dir != NULL)
         log_core_dir(conf.core_dir);

@@ -1,0 +1,730 @@
+/* SPDX-License-Identifier: MIT */
+/* mesh.c - the supervisor's peer links on its loop: a non-blocking TCP listener and dialer, one peer.c state machine per connection, a link that comes up becomes a hub port. */
+#define _GNU_SOURCE
+#include "mesh.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sodium.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include "cluster.h"
+#include "peer.h"
+
+/*
+ * No thread and no blocking call on the loop (but one: a --peers name that
+ * is not an address literal is resolved with getaddrinfo when it is
+ * dialled). Each connection has one outstanding loop arm, for reading, or
+ * for reading and writing while it has bytes queued or a connect is in
+ * progress; a change of what it waits for disarms and arms again under a
+ * new generation, so a late completion of the old arm is recognised and
+ * dropped. Deaths found while the hub sends (its callback) are acted on at
+ * the next flush, never inside the hub's call.
+ */
+
+typedef struct pm__mconn {
+    pm_cluster *c;
+    int fd;                 /* -1: a free entry */
+    uint32_t gen;           /* in its loop tags; bumped on every re-arm */
+    unsigned armed;         /* PM__LOOP_IN/OUT of the outstanding arm, 0 none */
+    int dialing;            /* a non-blocking connect in progress */
+    int peer;               /* the o->peers entry it dialled, or -1 (accepted) */
+    int linked;             /* up and the hub's port for host */
+    int host;               /* the hub's index for its host once up, else -1 */
+    uint64_t deadline_ms;   /* the handshake's (0 once up) */
+    uint64_t since_ms;
+    uint64_t last_rx_ms;    /* up: bytes last received (the silence timeout) */
+    uint64_t last_tx_ms;    /* up: a record last queued or bytes sent (heartbeats) */
+    pm__pconn pc;
+    int pc_live;            /* pc initialised (freed on close) */
+} pm__mconn;
+
+struct pm__mesh {
+    pm__keyring *keys;
+    pm__pins pins;
+    int pinned;
+    pm__pconn_cfg cfg;
+    int lfd;
+    int lfd_armed;
+    pm__mconn conns[PM__MESH_CONNS];
+    int dial_conn[PM__MAX_PEERS];   /* the connection of each configured peer, or -1 */
+    uint64_t redial_at[PM__MAX_PEERS]; /* 0: none due */
+    uint32_t backoff_ms[PM__MAX_PEERS];
+    unsigned char *rbuf;            /* MADV_WIPEONFORK: received traffic */
+    uint64_t fails[PM__PF_COUNT_];
+    uint64_t dial_failed;
+    unsigned up;
+};
+
+
+static pm__mesh *mesh_of(const pm_cluster *c)
+{
+    return c->mesh;
+}
+
+/* "HOST:PORT" or "[v6]:PORT" into its host and port strings. Validated by
+ * pm__peer_addr_valid when it was set. */
+static int split_addr(const char *s, char *host, size_t hsize, char *port, size_t psize)
+{
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL)
+        return -EINVAL;
+    const char *h = s;
+    size_t hl = (size_t)(colon - s);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    if (hl + 1 > hsize || strlen(colon + 1) + 1 > psize)
+        return -EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    strcpy(port, colon + 1);
+    return 0;
+}
+
+static int resolve(const char *addr, int passive, struct sockaddr_storage *ss, socklen_t *len)
+{
+    char host[256], port[8];
+    if (split_addr(addr, host, sizeof(host), port, sizeof(port)) < 0)
+        return -EINVAL;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0 || res == NULL)
+        return -EADDRNOTAVAIL;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static void emit(pm_cluster *c, int type, const pm__mconn *k, const char *detail)
+{
+    if (c->o->on_event == NULL)
+        return;
+    pm_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.type = type;
+    ev.reason = pm_reason_name(PM_REASON_NONE);
+    ev.detail = detail;
+    ev.peer_host = k->pc.peer.host;
+    ev.peer_incarnation = k->pc.peer.incarnation;
+    PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
+}
+
+static uint64_t conn_tag(const pm__mesh *m, const pm__mconn *k)
+{
+    return PM__TAG(PM__TAG_PEER, (unsigned)(k - m->conns), k->gen);
+}
+
+/* Asks the loop for what k waits for now: reading, and writing while bytes
+ * are queued or the connect is in progress. */
+static void conn_arm(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    size_t n = 0;
+    if (k->pc_live)
+        (void)pm__pconn_output(&k->pc, &n);
+    unsigned want = k->dialing ? PM__LOOP_OUT : PM__LOOP_IN | (n > 0 ? PM__LOOP_OUT : 0u);
+    if (k->armed == want)
+        return;
+    if (k->armed != 0) {
+        pm__loop_disarm(&c->loop, k->fd, conn_tag(m, k));
+        k->gen++; /* a completion of the old arm is stale from here on */
+    }
+    k->armed = pm__loop_arm_ev(&c->loop, k->fd, conn_tag(m, k), want) == 0 ? want : 0;
+}
+
+static void schedule_redial(pm__mesh *m, int peer, uint64_t now)
+{
+    uint32_t b = m->backoff_ms[peer];
+    b = b == 0 ? PM__MESH_REDIAL_MIN_MS : (b * 2 > PM__MESH_REDIAL_MAX_MS ? PM__MESH_REDIAL_MAX_MS : b * 2);
+    m->backoff_ms[peer] = b;
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+        r = (uint32_t)now;
+    /* +-25 %: hosts that lost each other at once do not redial in step. */
+    uint64_t d = b * 3u / 4u + r % (b / 2u + 1u);
+    m->redial_at[peer] = now + d;
+}
+
+/* Ends k: the hub port goes down first (its requests in flight answered),
+ * then the fd is closed; a configured peer is redialled after backoff. */
+static void conn_close(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    if (k->fd < 0)
+        return;
+    int why = k->pc_live && k->pc.state == PM__PC_DEAD ? k->pc.fail : PM__PF_LOCAL;
+    if (why <= PM__PF_NONE || why >= PM__PF_COUNT_)
+        why = PM__PF_LOCAL;
+    if (k->linked) {
+        k->linked = 0;
+        m->up--;
+        pm__hub_link_down(&c->hub, (uint16_t)k->host);
+        emit(c, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
+    }
+    m->fails[why]++;
+    if (k->armed != 0)
+        pm__loop_disarm(&c->loop, k->fd, conn_tag(m, k));
+    pm__close(k->fd);
+    k->fd = -1;
+    k->armed = 0;
+    k->gen++;
+    if (k->pc_live)
+        pm__pconn_free(&k->pc);
+    k->pc_live = 0;
+    if (k->peer >= 0) {
+        m->dial_conn[k->peer] = -1;
+        schedule_redial(m, k->peer, pm__now_ms());
+    }
+}
+
+/* Writes what k has queued until the socket is full. A write error kills
+ * the link (the peer sees truncation). */
+static void conn_write(pm__mconn *k)
+{
+    while (k->fd >= 0 && k->pc_live && !k->dialing) {
+        size_t n;
+        const unsigned char *p = pm__pconn_output(&k->pc, &n);
+        if (n == 0)
+            return;
+        ssize_t w = send(k->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            pm__pconn_sent(&k->pc, (size_t)w);
+            k->last_tx_ms = pm__now_ms();
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (k->pc.state != PM__PC_DEAD)
+            pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_TRUNCATED);
+        pm__pconn_sent(&k->pc, n); /* nothing more can go out */
+        return;
+    }
+}
+
+/* The hub's way into a link (pm__hub_link.send). */
+static int conn_send(void *arg, const void *frame, size_t len)
+{
+    pm__mconn *k = arg;
+    struct iovec iov = {.iov_base = (void *)frame, .iov_len = len};
+    size_t taken = 0;
+    int rc = pm__pconn_send_frames(&k->pc, &iov, 1, &taken);
+    if (rc == -EAGAIN) {
+        conn_write(k); /* room may come from the socket at once */
+        rc = pm__pconn_send_frames(&k->pc, &iov, 1, &taken);
+    }
+    if (rc == 0 && taken != 1)
+        rc = -EAGAIN;
+    return rc;
+}
+
+/* A frame of a FRAMES record (during pm__pconn_input). */
+static void conn_frame(void *arg, const unsigned char *frame, size_t len)
+{
+    pm__mconn *k = arg;
+    if (k->linked)
+        pm__hub_link_frame(&k->c->hub, (uint16_t)k->host, frame, len);
+}
+
+/* Which of two links between the same hosts stays: the one whose
+ * initiator has the bytewise smaller host name (doc/protocol.md 2). */
+static const char *initiator_name(const pm_cluster *c, const pm__mconn *k)
+{
+    return k->pc.initiator ? c->hub.names.host : k->pc.peer.host;
+}
+
+/* k's handshake finished and a record arrived: install it as the host's
+ * port, unless a link with that host already stays. */
+static void conn_up(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    int idx = pm__hub_host_index(&c->hub, k->pc.peer.host);
+    if (idx < 0) {
+        pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+        return;
+    }
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        pm__mconn *o = &m->conns[j];
+        if (o == k || o->fd < 0 || !o->linked || o->host != idx)
+            continue;
+        if (strcmp(initiator_name(c, k), initiator_name(c, o)) < 0) {
+            pm__pconn_close(&o->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            conn_write(o);
+            conn_close(c, o);
+        } else {
+            pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            return;
+        }
+    }
+    k->host = idx;
+    k->linked = 1;
+    k->deadline_ms = 0;
+    k->last_rx_ms = k->last_tx_ms = pm__now_ms();
+    m->up++;
+    if (k->peer >= 0)
+        m->backoff_ms[k->peer] = 0;
+    pm__hub_link_up(&c->hub, (uint16_t)idx, conn_send, k);
+    emit(c, PM_EVENT_PEER_UP, k, NULL);
+}
+
+/* Feeds received bytes to k's state machine. */
+static void conn_input(pm_cluster *c, pm__mconn *k, const unsigned char *p, size_t n)
+{
+    while (n > 0 && k->pc.state != PM__PC_DEAD) {
+        size_t used = n;
+        int ev = pm__pconn_input(&k->pc, p, n, &used);
+        if (used > n)
+            used = n;
+        p += used;
+        n -= used;
+        if (ev == PM__PCE_UP)
+            conn_up(c, k);
+        else
+            break;
+    }
+}
+
+static void conn_read(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    for (unsigned i = 0; i < PM__MESH_READS_PER_TURN && k->pc.state != PM__PC_DEAD; i++) {
+        ssize_t r = recv(k->fd, m->rbuf, PM__MESH_READ_BUF, MSG_DONTWAIT);
+        if (r > 0) {
+            k->last_rx_ms = pm__now_ms();
+            conn_input(c, k, m->rbuf, (size_t)r);
+            explicit_bzero(m->rbuf, (size_t)r);
+            continue;
+        }
+        if (r == 0) {
+            (void)pm__pconn_eof(&k->pc);
+            return;
+        }
+        if (errno == EAGAIN || errno == EINTR)
+            return;
+        pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_TRUNCATED);
+        return;
+    }
+}
+
+static pm__mconn *conn_new(pm_cluster *c, int fd, int peer, int initiator)
+{
+    pm__mesh *m = mesh_of(c);
+    pm__mconn *k = NULL;
+    for (unsigned j = 0; j < PM__MESH_CONNS && k == NULL; j++)
+        if (m->conns[j].fd < 0)
+            k = &m->conns[j];
+    if (k == NULL)
+        return NULL;
+    if (pm__pconn_init(&k->pc, &m->cfg, initiator) < 0)
+        return NULL;
+    k->pc_live = 1;
+    k->c = c;
+    k->pc.on_frame = conn_frame;
+    k->pc.on_frame_arg = k;
+    k->fd = fd;
+    k->armed = 0;
+    k->dialing = 0;
+    k->peer = peer;
+    k->linked = 0;
+    k->host = -1;
+    k->since_ms = pm__now_ms();
+    k->deadline_ms = k->since_ms + (uint64_t)c->o->peer_timeout_ms;
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return k;
+}
+
+/* Dials configured peer i (non-blocking). A failure schedules a redial. */
+static void dial(pm_cluster *c, int i)
+{
+    pm__mesh *m = mesh_of(c);
+    m->redial_at[i] = 0;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd = -1;
+    if (resolve(c->o->peers[i], 0, &ss, &len) < 0)
+        goto fail;
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        goto fail;
+    int rc = connect(fd, (struct sockaddr *)&ss, len);
+    if (rc < 0 && errno != EINPROGRESS)
+        goto fail;
+    pm__mconn *k = conn_new(c, fd, i, 1);
+    if (k == NULL)
+        goto fail;
+    k->dialing = rc < 0;
+    m->dial_conn[i] = (int)(k - m->conns);
+    conn_arm(c, k);
+    return;
+fail:
+    pm__close(fd);
+    m->dial_failed++;
+    schedule_redial(m, i, pm__now_ms());
+}
+
+/* The listener is readable: accepts what waits (a bounded number). */
+static void on_listen(pm_cluster *c)
+{
+    pm__mesh *m = mesh_of(c);
+    m->lfd_armed = 0;
+    for (int i = 0; i < 16; i++) {
+        int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            break;
+        /* Unauthenticated connections are bounded: the oldest is cut, so a
+         * flood cannot keep a real peer out for longer than its handshake. */
+        unsigned unauth = 0;
+        pm__mconn *oldest = NULL;
+        for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+            pm__mconn *o = &m->conns[j];
+            if (o->fd < 0 || o->linked || o->peer >= 0)
+                continue;
+            unauth++;
+            if (oldest == NULL || o->since_ms < oldest->since_ms)
+                oldest = o;
+        }
+        if (unauth >= PM__MESH_UNAUTH_MAX && oldest != NULL) {
+            pm__pconn_close(&oldest->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            conn_close(c, oldest);
+        }
+        pm__mconn *k = conn_new(c, fd, -1, 0);
+        if (k == NULL) {
+            pm__close(fd);
+            m->fails[PM__PF_LOCAL]++;
+            continue;
+        }
+        conn_arm(c, k);
+    }
+    if (pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
+        m->lfd_armed = 1;
+}
+
+void pm__mesh_ready(pm_cluster *c, uint64_t tag)
+{
+    pm__mesh *m = mesh_of(c);
+    if (m == NULL)
+        return;
+    if (PM__TAG_KIND(tag) == PM__TAG_PEER_LISTEN) {
+        on_listen(c);
+        return;
+    }
+    unsigned j = PM__TAG_SLOT(tag);
+    if (j >= PM__MESH_CONNS)
+        return;
+    pm__mconn *k = &m->conns[j];
+    if (k->fd < 0 || PM__TAG_INC(tag) != (k->gen & 0xffffffffu))
+        return; /* an arm of a connection that is gone or was re-armed */
+    k->armed = 0;
+    if (k->dialing) {
+        int err = 0;
+        socklen_t el = sizeof(err);
+        if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+            err = errno;
+        if (err == EINPROGRESS || err == EALREADY) {
+            conn_arm(c, k);
+            return;
+        }
+        if (err != 0) {
+            m->dial_failed++;
+            pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            m->fails[PM__PF_LOCAL]--; /* counted as a failed dial instead */
+            conn_close(c, k);
+            return;
+        }
+        k->dialing = 0;
+    }
+    conn_read(c, k);
+    conn_write(k);
+    if (k->pc.state == PM__PC_DEAD) {
+        conn_close(c, k);
+        return;
+    }
+    conn_arm(c, k);
+}
+
+void pm__mesh_flush(pm_cluster *c)
+{
+    pm__mesh *m = mesh_of(c);
+    if (m == NULL)
+        return;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        pm__mconn *k = &m->conns[j];
+        if (k->fd < 0)
+            continue;
+        conn_write(k);
+        if (k->pc.state == PM__PC_DEAD)
+            conn_close(c, k);
+        else
+            conn_arm(c, k);
+    }
+}
+
+/* Up: when k must send a HEARTBEAT (a third of the idle time its peer
+ * announced, doc/protocol.md 7), and when its silence ends it (our own
+ * idle time, the peer timeout). */
+static uint64_t heartbeat_at(const pm__mconn *k)
+{
+    uint32_t idle = k->pc.peer.idle_ms < PM__PEER_IDLE_MIN_MS ? PM__PEER_IDLE_MIN_MS
+                                                               : k->pc.peer.idle_ms;
+    return k->last_tx_ms + idle / 3u;
+}
+
+static uint64_t silence_at(const pm_cluster *c, const pm__mconn *k)
+{
+    return k->last_rx_ms + (uint64_t)c->o->peer_timeout_ms;
+}
+
+uint64_t pm__mesh_next_deadline(const pm_cluster *c)
+{
+    const pm__mesh *m = mesh_of(c);
+    uint64_t next = 0;
+    if (m == NULL)
+        return 0;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        const pm__mconn *k = &m->conns[j];
+        uint64_t d[3] = {k->fd >= 0 ? k->deadline_ms : 0, 0, 0};
+        if (k->fd >= 0 && k->linked) {
+            d[1] = heartbeat_at(k);
+            d[2] = silence_at(c, k);
+        }
+        for (int i = 0; i < 3; i++)
+            if (d[i] != 0 && (next == 0 || d[i] < next))
+                next = d[i];
+    }
+    for (size_t i = 0; i < c->o->npeers; i++) {
+        uint64_t d = m->redial_at[i];
+        if (d != 0 && (next == 0 || d < next))
+            next = d;
+    }
+    return next;
+}
+
+void pm__mesh_fire(pm_cluster *c, uint64_t now)
+{
+    pm__mesh *m = mesh_of(c);
+    if (m == NULL)
+        return;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        pm__mconn *k = &m->conns[j];
+        if (k->fd >= 0 && k->deadline_ms != 0 && k->deadline_ms <= now) {
+            /* The handshake did not finish within the peer timeout. */
+            pm__pconn_close(&k->pc, PM__REC_CLOSE_TIMEOUT, PM__PF_TIMEOUT);
+            conn_close(c, k);
+            continue;
+        }
+        if (k->fd < 0 || !k->linked)
+            continue;
+        if (silence_at(c, k) <= now) {
+            /* Before judging the peer, read what waits: if this supervisor
+             * was the one stopped (SIGSTOP, a suspended VM), the peer's
+             * heartbeats are in the socket and the link lives (the stall
+             * rule, without a clock of its own). */
+            conn_read(c, k);
+            if (k->pc.state != PM__PC_DEAD && silence_at(c, k) <= now)
+                pm__pconn_close(&k->pc, PM__REC_CLOSE_TIMEOUT, PM__PF_TIMEOUT);
+            if (k->pc.state == PM__PC_DEAD) {
+                conn_write(k);
+                conn_close(c, k);
+                continue;
+            }
+        }
+        if (heartbeat_at(k) <= now) {
+            /* Queued counts as sent: a full socket must not make the timer
+             * fire again at once. */
+            (void)pm__pconn_heartbeat(&k->pc);
+            k->last_tx_ms = now;
+            conn_write(k);
+        }
+    }
+    for (size_t i = 0; i < c->o->npeers; i++)
+        if (m->redial_at[i] != 0 && m->redial_at[i] <= now && m->dial_conn[i] < 0)
+            dial(c, (int)i);
+}
+
+/* The node key: loaded from its file, created (0600) when missing; or a
+ * fresh pair for this start without a file. */
+static int load_static(pm_cluster *c, pm__mesh *m, char *why, size_t whysize)
+{
+    if (c->o->node_key_file == NULL)
+        return pm__keyring_random_static(m->keys);
+    unsigned char *key = sodium_malloc(PM__PEER_KEY_LEN);
+    if (key == NULL)
+        return -ENOMEM;
+    int rc = pm__peer_key_load(c->o->node_key_file, 0, key, why, whysize);
+    if (rc == -ENOENT)
+        rc = pm__peer_key_create(c->o->node_key_file, key, why, whysize);
+    if (rc == 0)
+        rc = pm__keyring_set_static(m->keys, key);
+    sodium_free(key);
+    return rc;
+}
+
+static int listen_on(pm_cluster *c, pm__mesh *m)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = resolve(c->o->peer_listen, 1, &ss, &len);
+    if (rc < 0)
+        return rc;
+    m->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (m->lfd < 0)
+        return -errno;
+    int one = 1;
+    /* A restarted supervisor binds again while old connections linger in
+     * TIME_WAIT. */
+    (void)setsockopt(m->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(m->lfd, (struct sockaddr *)&ss, len) < 0 || listen(m->lfd, 64) < 0)
+        return -errno;
+    rc = pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0));
+    if (rc == 0)
+        m->lfd_armed = 1;
+    return rc;
+}
+
+int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
+{
+    char dummy[8];
+    if (why == NULL) {
+        why = dummy;
+        whysize = sizeof(dummy);
+    }
+    why[0] = '\0';
+    pm__mesh *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return -ENOMEM;
+    m->lfd = -1;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        m->conns[j].fd = -1;
+    for (size_t i = 0; i < PM__MAX_PEERS; i++)
+        m->dial_conn[i] = -1;
+    c->mesh = m;
+    int rc;
+    if (c->o->peers_dns[0] != '\0') {
+        snprintf(why, whysize, "peers from DNS (pm_options_set_peers_dns, --peers-dns %s) are not "
+                 "implemented yet; use --peers", c->o->peers_dns);
+        rc = -ENOSYS;
+        goto fail;
+    }
+    void *buf = mmap(NULL, PM__MESH_READ_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (buf == MAP_FAILED) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    (void)madvise(buf, PM__MESH_READ_BUF, MADV_WIPEONFORK);
+    m->rbuf = buf;
+    if (c->o->keys != NULL)
+        m->keys = pm__keyring_dup(c->o->keys);
+    else if (pm__keyring_new(&m->keys) < 0)
+        m->keys = NULL;
+    if (m->keys == NULL) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    rc = load_static(c, m, why, whysize);
+    if (rc < 0) {
+        if (why[0] == '\0')
+            snprintf(why, whysize, "node key: %s", strerror(-rc));
+        goto fail;
+    }
+    if (c->o->peer_keys_file != NULL) {
+        rc = pm__pins_load(c->o->peer_keys_file, &m->pins, why, whysize);
+        if (rc < 0)
+            goto fail;
+        m->pinned = 1;
+    }
+    m->cfg.system = c->hub.names.system;
+    m->cfg.host = c->hub.names.host;
+    uint64_t inc = 0;
+    if (getrandom(&inc, sizeof(inc), 0) != (ssize_t)sizeof(inc))
+        inc = pm__now_ns();
+    m->cfg.incarnation = inc | 1u;
+    m->cfg.idle_ms = (uint32_t)c->o->peer_timeout_ms;
+    m->cfg.keys = m->keys;
+    m->cfg.pins = m->pinned ? &m->pins : NULL;
+    if (c->o->peer_listen[0] != '\0') {
+        rc = listen_on(c, m);
+        if (rc < 0) {
+            snprintf(why, whysize, "peer listen %s: %s", c->o->peer_listen, strerror(-rc));
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < c->o->npeers; i++)
+        dial(c, (int)i);
+    return 0;
+fail:
+    pm__mesh_free(c);
+    return rc;
+}
+
+void pm__mesh_free(pm_cluster *c)
+{
+    pm__mesh *m = mesh_of(c);
+    if (m == NULL)
+        return;
+    int saved = errno;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        pm__mconn *k = &m->conns[j];
+        if (k->fd < 0)
+            continue;
+        k->peer = -1; /* no redial */
+        /* Going away with the cluster: no events, the hub is freed next. */
+        if (k->linked) {
+            k->linked = 0;
+            m->up--;
+        }
+        if (k->pc_live) {
+            pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            conn_write(k); /* the CLOSE, best effort: never waits */
+        }
+        conn_close(c, k);
+    }
+    if (m->lfd >= 0) {
+        if (m->lfd_armed)
+            pm__loop_disarm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0));
+        pm__close(m->lfd);
+    }
+    if (m->rbuf != NULL)
+        munmap(m->rbuf, PM__MESH_READ_BUF);
+    if (m->pinned)
+        pm__pins_free(&m->pins);
+    pm__keyring_free(m->keys);
+    free(m);
+    c->mesh = NULL;
+    errno = saved;
+}
+
+void pm__mesh_forget(pm_cluster *c)
+{
+    pm__mesh *m = mesh_of(c);
+    if (m == NULL)
+        return;
+    pm__close(m->lfd);
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        pm__close(m->conns[j].fd);
+}
+
+unsigned pm__mesh_links_up(const pm_cluster *c)
+{
+    const pm__mesh *m = mesh_of(c);
+    return m == NULL ? 0 : m->up;
+}
+
+uint64_t pm__mesh_fails(const pm_cluster *c, int why)
+{
+    const pm__mesh *m = mesh_of(c);
+    return m == NULL || why < 0 || why >= PM__PF_COUNT_ ? 0 : m->fails[why];
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* mesh.h - the supervisor's peer links on its loop: the TCP listener, the dialer and one peer.c state machine per connection. */
+#ifndef PM_MESH_H
+#define PM_MESH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Connections at once (linked, handshaking and dialing together), and of
+ * those, accepted ones not yet authenticated: past it the oldest is cut. */
+#define PM__MESH_CONNS 64u
+#define PM__MESH_UNAUTH_MAX 16u
+/* Bytes read from one connection per readiness (a busy link yields to the
+ * rest of the loop), in reads of the buffer's size. */
+#define PM__MESH_READ_BUF 65536u
+#define PM__MESH_READS_PER_TURN 4u
+/* Redialling a configured peer: from MIN doubling to MAX, +-25 % jitter. */
+#define PM__MESH_REDIAL_MIN_MS 100u
+#define PM__MESH_REDIAL_MAX_MS 5000u
+
+struct pm_cluster;
+typedef struct pm__mesh pm__mesh;
+
+/* Peer mode, after the loop exists: keys (the node key file, created 0600
+ * when missing, or a key pair for this start), pins, the listener bound
+ * and listening, the configured peers dialled. 0 or -errno; why (when not
+ * NULL) names what failed. */
+int pm__mesh_init(struct pm_cluster *c, char *why, size_t whysize);
+/* Closes every link (a CLOSE record where the transport is up, best
+ * effort) and frees everything. */
+void pm__mesh_free(struct pm_cluster *c);
+/* Fork mode, in the child: closes the mesh's fds, touches nothing else
+ * (the keys are in MADV_WIPEONFORK memory and are never freed there). */
+void pm__mesh_forget(struct pm_cluster *c);
+/* A loop completion with a PM__TAG_PEER or PM__TAG_PEER_LISTEN tag. */
+void pm__mesh_ready(struct pm_cluster *c, uint64_t tag);
+/* Writes what the links queued, closes the dead ones, arms the loop. */
+void pm__mesh_flush(struct pm_cluster *c);
+/* The earliest handshake deadline or redial (ms, 0 none), and firing them. */
+uint64_t pm__mesh_next_deadline(const struct pm_cluster *c);
+void pm__mesh_fire(struct pm_cluster *c, uint64_t now_ms);
+
+/* Counters for tests and /metrics: links up now, links that came up,
+ * failures of reason why (PM__PF_*). */
+unsigned pm__mesh_links_up(const struct pm_cluster *c);
+uint64_t pm__mesh_fails(const struct pm_cluster *c, int why);
+
+#endif /* PM_MESH_H */

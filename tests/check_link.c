@@ -1,0 +1,470 @@
+/* SPDX-License-Identifier: MIT */
+/* check_link.c - peer links between two real supervisors on 127.0.0.1: cross-host request/reply with stamped identities, a wrong secret, a peer killed. */
+#include <check.h>
+
+#include "helpers.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "internals.h"
+#include "frame.h"
+#include "hub.h"
+#include "peer.h"
+#include "procmesh.h"
+
+/*
+ * Host b runs in a forked process (pm_test_fork: it dies with the test),
+ * host a in the test process. Each is a pm_cluster with one fork-mode
+ * worker at port 10 of system "t". a dials b.
+ */
+
+static const unsigned char secret1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                          17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+static const unsigned char secret2[32] = {9, 9, 9};
+
+/* A TCP port on 127.0.0.1 nobody listens on now: bound to port 0, read
+ * back, closed (the kernel does not hand it out again at once). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* The peer timeout both hosts use (a test may shorten it before starting
+ * them). */
+static int peer_timeout = 3000;
+
+static pm_options *host_options(const char *host, const unsigned char *secret,
+                                int (*boot)(pm_node *, void *))
+{
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
+    ck_assert_int_eq(pm_options_set_hostname(o, host), 0);
+    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
+    ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout), 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot, NULL), 0);
+    return o;
+}
+
+/* b's worker: answers each request with the address it came from, as
+ * text; "hang" is not answered, but b's worker tells a's supervisor it holds
+ * it. */
+static int worker_b(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0 || m.kind != PM_MSG_REQUEST)
+            continue;
+        char from[PM_ADDRESS_STRLEN];
+        if (pm_address_format(&m.from, from, sizeof(from)) < 0)
+            strcpy(from, "?");
+        if (m.len == 4 && memcmp(m.data, "hang", 4) == 0) {
+            pm_address main_a;
+            if (pm_address_parse("t@a:0", &main_a) == 0)
+                pm_node_send(n, &main_a, "holding", 7);
+            continue;
+        }
+        pm_node_reply(n, &m, from, strlen(from));
+    }
+}
+
+/* Host b until the test ends (it is killed then). */
+static pid_t start_b(int port, const unsigned char *secret)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    pm_options *o = host_options("b", secret, worker_b);
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    pm_cluster *c = NULL;
+    if (pm_options_set_peer_listen(o, listen) < 0 || pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
+/* What host a's supervisor saw. */
+static char result[512];
+static int got_result;
+static int b_holding;
+static unsigned peer_ups, peer_downs;
+
+static void on_main(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (m->from.host[0] == 'b' && m->len == 7 && memcmp(m->data, "holding", 7) == 0) {
+        /* A cross-host message to a's supervisor, stamped from the link. */
+        ck_assert_uint_eq(m->from.port, 10);
+        b_holding = 1;
+        return;
+    }
+    size_t n = m->len < sizeof(result) - 1 ? m->len : sizeof(result) - 1;
+    memcpy(result, m->data, n);
+    result[n] = '\0';
+    got_result = 1;
+}
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (e->type == PM_EVENT_PEER_UP)
+        peer_ups++;
+    if (e->type == PM_EVENT_PEER_DOWN)
+        peer_downs++;
+}
+
+static void report(pm_node *n, const char *text)
+{
+    pm_address main_a;
+    if (pm_address_parse("t@a:0", &main_a) == 0)
+        pm_node_send(n, &main_a, text, strlen(text));
+}
+
+/* a's worker: asks b's worker until the link is up; reports what it got;
+ * then, told "go", sends a request b never answers and reports its end. */
+static int worker_a(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address to;
+    if (pm_address_parse("t@b:10", &to) != 0)
+        return 1;
+    char text[400];
+    pm_message r;
+    int rc = -EHOSTUNREACH;
+    for (int i = 0; i < 400 && rc == -EHOSTUNREACH; i++) {
+        rc = pm_node_request(n, &to, "who", 3, 5000, &r);
+        if (rc == -EHOSTUNREACH)
+            usleep(50 * 1000); /* not linked yet: the supervisor dials */
+    }
+    if (rc < 0) {
+        snprintf(text, sizeof(text), "ERR %d", rc);
+        report(n, text);
+        return 0;
+    }
+    char from[PM_ADDRESS_STRLEN];
+    if (pm_address_format(&r.from, from, sizeof(from)) < 0)
+        strcpy(from, "?");
+    snprintf(text, sizeof(text), "OK %s %.*s", from, (int)r.len, (const char *)r.data);
+    report(n, text);
+    pm_message m;
+    do {
+        rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+    } while (rc < 0 || m.kind != PM_MSG_PLAIN);
+    rc = pm_node_request(n, &to, "hang", 4, 30000, &r);
+    snprintf(text, sizeof(text), "END %d", rc);
+    report(n, text);
+    for (;;)
+        if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
+            return 0;
+}
+
+static pm_cluster *start_a(int port_b, const unsigned char *secret)
+{
+    pm_options *o = host_options("a", secret, worker_a);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_b);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    return c;
+}
+
+START_TEST(test_cross_host_request_reply)
+{
+    int pb = free_port();
+    pid_t b = start_b(pb, secret1);
+    pm_cluster *a = start_a(pb, secret1);
+    PM_RUN_UNTIL(a, got_result, 30000);
+    /* a's worker saw the reply come from b's worker; b's worker saw the
+     * request come from a's worker: each identity stamped by the receiving
+     * supervisor from the link. */
+    ck_assert_msg(strncmp(result, "OK t@b:10#", 10) == 0, "a's worker got: %s", result);
+    ck_assert_msg(strstr(result, " t@a:10#") != NULL, "b's worker saw: %s", result);
+    ck_assert_uint_eq(peer_ups, 1);
+    ck_assert_uint_eq(pm__mesh_links_up(a), 1);
+
+    /* A request in flight when b dies is answered -EHOSTUNREACH as soon as
+     * the link goes down, long before its 30 s deadline. */
+    got_result = 0;
+    pm_address wa;
+    ck_assert_int_eq(pm_cluster_addresses(a, &wa, 1), 1);
+    ck_assert_int_eq(pm_cluster_send(a, &wa, "go", 2), 0);
+    PM_RUN_UNTIL(a, b_holding, 10000);
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
+    PM_RUN_UNTIL(a, got_result, 10000);
+    ck_assert_msg(strcmp(result, "END -113") == 0, "the request in flight ended with: %s", result);
+    ck_assert_uint_eq(peer_downs, 1);
+    ck_assert_uint_eq(pm__mesh_links_up(a), 0);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+START_TEST(test_wrong_secret_no_link)
+{
+    int pb = free_port();
+    pid_t b = start_b(pb, secret2);
+    pm_cluster *a = start_a(pb, secret1);
+    /* a dials, b refuses the key id and closes: a counts failed attempts
+     * and never has a link. */
+    PM_RUN_UNTIL(a, pm__mesh_fails(a, PM__PF_TRUNCATED) >= 2, 20000);
+    ck_assert_uint_eq(peer_ups, 0);
+    ck_assert_uint_eq(pm__mesh_links_up(a), 0);
+    ck_assert_int_eq(got_result, 0);
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+static int idle_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+/* A raw TCP connection to 127.0.0.1:port (the test's own fd). */
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/* 1 when the supervisor closed its end of fd (EOF or a reset). */
+static int closed_by_peer(int fd)
+{
+    char b;
+    ssize_t k = recv(fd, &b, 1, MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+START_TEST(test_handshake_deadline_and_unauth_cap)
+{
+    int port = free_port();
+    pm_options *o = host_options("b", secret1, idle_worker);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 3000), 0);
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+
+    /* A connection that never sends its preamble is closed at the
+     * handshake deadline (the peer timeout), counted as a timeout. */
+    int silent = raw_connect(port);
+    PM_RUN_UNTIL(c, closed_by_peer(silent), 10000);
+    ck_assert_uint_ge(pm__mesh_fails(c, PM__PF_TIMEOUT), 1);
+    close(silent);
+
+    /* More unauthenticated connections than the bound: the oldest are cut
+     * as new ones arrive (counted as closed by us, "local", not as
+     * timeouts), the others wait for their own deadline. */
+    uint64_t local0 = pm__mesh_fails(c, PM__PF_LOCAL);
+    enum { FLOOD = PM__MESH_UNAUTH_MAX + 4 };
+    int fds[FLOOD];
+    for (int i = 0; i < FLOOD; i++) {
+        fds[i] = raw_connect(port);
+        /* Accepted one by one, so "oldest" is the order of connecting. */
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+    }
+    PM_RUN_UNTIL(c, pm__mesh_fails(c, PM__PF_LOCAL) - local0 == FLOOD - PM__MESH_UNAUTH_MAX, 10000);
+    PM_RUN_UNTIL(c, closed_by_peer(fds[0]) && closed_by_peer(fds[3]), 10000);
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+/* The hub's side of a link without sockets: what it sent, decoded. */
+static pm__frame_hdr sent[8];
+static unsigned nsent;
+
+static int capture_send(void *arg, const void *frame, size_t len)
+{
+    (void)arg;
+    ck_assert_int_eq(pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &sent[nsent % 8]), 0);
+    nsent++;
+    return 0;
+}
+
+static void no_fault(void *owner, unsigned p, int reason)
+{
+    (void)owner;
+    (void)p;
+    (void)reason;
+}
+
+static void no_control(void *owner, unsigned p, int type, const void *payload, size_t len)
+{
+    (void)owner;
+    (void)p;
+    (void)type;
+    (void)payload;
+    (void)len;
+}
+
+static void no_drain(void *owner, unsigned p)
+{
+    (void)owner;
+    (void)p;
+}
+
+static const pm__hub_ops quiet_ops = {no_fault, no_control, no_drain};
+
+static size_t wire(const pm__frame_hdr *f, unsigned char *buf)
+{
+    pm__frame_encode(f, buf);
+    return PM__FRAME_HDR_SIZE + f->len;
+}
+
+START_TEST(test_link_frames_judged)
+{
+    /* Host a's hub with one (closed) port, linked to b. */
+    pm__hub h;
+    pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    ck_assert_int_ge(pm__hub_host_index(&h, "c"), 1);
+    ck_assert_int_ge(b, 1);
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    unsigned char buf[PM__FRAME_HDR_SIZE];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.dst = 10;
+    f.src = 11;
+    f.src_inc = 7;
+    f.request_id = 5;
+
+    /* A frame that claims a third host (as its source or destination) is
+     * dropped and counted; nothing goes back. */
+    f.src_host = 2;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    f.src_host = 0;
+    f.dst_host = 1;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    f.dst_host = 0;
+    ck_assert_uint_eq(pm_test_link_forged(&h, (unsigned)b), 2);
+    ck_assert_uint_eq(nsent, 0);
+
+    /* A request for a port a has not: -ENOENT back across the link, about
+     * that port, to the sender's port and incarnation. */
+    f.dst = 99;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
+    ck_assert_int_eq(sent[0].error, -ENOENT);
+    ck_assert_uint_eq(sent[0].dst, 11);
+    ck_assert_uint_eq(sent[0].dst_inc, 7);
+    ck_assert_uint_eq(sent[0].src, 99);
+    ck_assert_uint_eq(sent[0].request_id, 5);
+    ck_assert_uint_eq(sent[0].src_host, 0); /* relative: the sending host */
+    ck_assert_uint_eq(sent[0].dst_host, 0);
+
+    /* For the worker at port 10, which is not running: -EHOSTDOWN. */
+    f.dst = 10;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 2);
+    ck_assert_int_eq(sent[1].error, -EHOSTDOWN);
+    ck_assert_uint_eq(sent[1].src, 10);
+
+    /* Lifecycle frames never cross a link; a reply nobody asked for is late. */
+    uint64_t late = pm_test_hub_late_replies(&h);
+    f.type = PM__FT_STOP;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 1);
+    f.type = PM__FT_REPLY;
+    f.dst = 0;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 1);
+    ck_assert_uint_eq(nsent, 2);
+
+    /* Down: frames from it are ignored, nothing is sent on it. */
+    pm__hub_link_down(&h, (uint16_t)b);
+    f.type = PM__FT_MSG;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 2);
+    pm__hub_free(&h);
+}
+END_TEST
+
+START_TEST(test_peer_stopped_and_resumed)
+{
+    /* A live link carries heartbeats: idle, it stays up past the peer
+     * timeout; b stopped (SIGSTOP), a closes it for silence; b resumed, a
+     * redials and the link comes up again. */
+    peer_timeout = 1000;
+    int pb = free_port();
+    pid_t b = start_b(pb, secret1);
+    pm_cluster *a = start_a(pb, secret1);
+    PM_RUN_UNTIL(a, got_result, 30000);
+    ck_assert_uint_eq(peer_ups, 1);
+    uint64_t until = pm_test_ms() + 3 * (uint64_t)peer_timeout;
+    PM_RUN_UNTIL(a, pm_test_ms() >= until, 10 * peer_timeout);
+    ck_assert_msg(peer_downs == 0 && pm__mesh_links_up(a) == 1,
+                  "an idle link went down: heartbeats did not keep it");
+    ck_assert_int_eq(kill(b, SIGSTOP), 0);
+    PM_RUN_UNTIL(a, peer_downs == 1, 20000);
+    ck_assert_uint_ge(pm__mesh_fails(a, PM__PF_TIMEOUT), 1);
+    ck_assert_int_eq(kill(b, SIGCONT), 0);
+    PM_RUN_UNTIL(a, peer_ups == 2 && pm__mesh_links_up(a) == 1, 20000);
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("link");
+    PM_ADD_TEST(s, test_link_frames_judged, 30);
+    PM_ADD_TEST(s, test_cross_host_request_reply, 60);
+    PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
+    PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
+    PM_ADD_TEST(s, test_peer_stopped_and_resumed, 90);
+    return pm_test_main(s);
+}
