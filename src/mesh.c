@@ -52,6 +52,7 @@ struct pm__mesh {
     pm__pconn_cfg cfg;
     int lfd;
     int lfd_armed;
+    uint64_t listen_retry_at; /* accept paused (out of fds) until then; 0: not */
     pm__mconn conns[PM__MESH_CONNS];
     int dial_conn[PM__MAX_PEERS];   /* the connection of each configured peer, or -1 */
     uint64_t redial_at[PM__MAX_PEERS]; /* 0: none due */
@@ -62,6 +63,9 @@ struct pm__mesh {
     unsigned up;
 };
 
+
+/* How long accepting pauses when the process is out of fds. */
+#define LISTEN_RETRY_MS 100u
 
 static pm__mesh *mesh_of(const pm_cluster *c)
 {
@@ -382,6 +386,15 @@ static void on_listen(pm_cluster *c)
     m->lfd_armed = 0;
     for (int i = 0; i < 16; i++) {
         int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+            /* The pending connection stays queued and the listener stays
+             * readable: arming it again now would wake the loop at once,
+             * for as long as no fd frees up. Accepting pauses instead and
+             * resumes from the timer (pm__mesh_fire). */
+            m->fails[PM__PF_LOCAL]++;
+            m->listen_retry_at = pm__now_ms() + LISTEN_RETRY_MS;
+            return;
+        }
         if (fd < 0)
             break;
         /* Unauthenticated connections are bounded: the oldest is cut, so a
@@ -509,6 +522,8 @@ uint64_t pm__mesh_next_deadline(const pm_cluster *c)
         if (d != 0 && (next == 0 || d < next))
             next = d;
     }
+    if (m->listen_retry_at != 0 && (next == 0 || m->listen_retry_at < next))
+        next = m->listen_retry_at;
     return next;
 }
 
@@ -517,6 +532,11 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
     pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
+    if (m->listen_retry_at != 0 && m->listen_retry_at <= now) {
+        m->listen_retry_at = 0;
+        if (!m->lfd_armed && pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
+            m->lfd_armed = 1;
+    }
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
         if (k->fd >= 0 && k->deadline_ms != 0 && k->deadline_ms <= now) {
