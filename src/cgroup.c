@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cgroup.c - each slot's cgroup: where it lives, its limits, killing it and waiting until it is empty.
  *
- * Layout: <the supervisor's own v2 cgroup>/procmesh.<pid>/slot<N>, one per
+ * Layout: <the supervisor's own v2 cgroup>/procmesh.<pid>.<pidns>/slot<N>, one per
  * slot, made when the cluster is created and reused by every incarnation of
  * the slot (it is emptied between two), so the restart path makes no
  * directory. On hybrid hosts whose v2 tree has no controllers (the limits'
@@ -225,8 +225,18 @@ static int mkdir_ok(const char *path)
 
 /* ------------------------------------------------------------ the cluster's directory */
 
+/* Our pid namespace, as the inode of /proc/self/ns/pid (0 when /proc
+ * cannot say): part of the cluster directory's name, procmesh.<pid>.<ns>,
+ * because a pid alone names a process only within its namespace. */
+static unsigned long long pidns_id(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
 /* Removes what a supervisor killed before it could clean up (SIGKILL, a
- * crash) left below parent: procmesh.<pid> of a pid that no longer exists,
+ * crash) left below parent: procmesh.<pid>.<ns> of a pid that no longer
+ * exists in our namespace,
  * and its slot directories. rmdir refuses a cgroup that still holds a
  * process, so nothing alive is ever cut loose. */
 static void sweep_stale(const char *parent)
@@ -234,14 +244,20 @@ static void sweep_stale(const char *parent)
     DIR *d = opendir(parent);
     if (d == NULL)
         return;
+    unsigned long long ns = pidns_id();
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         char *end;
         if (strncmp(e->d_name, "procmesh.", 9) != 0)
             continue;
         long pid = strtol(e->d_name + 9, &end, 10);
-        if (*end != '\0' || pid <= 0 || pid == (long)getpid() ||
-            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        /* Only a directory of our own pid namespace: its pid means
+         * something here. Another namespace's (a container, procmesh as
+         * PID 1 of its own) is its owner's to sweep, and a pid that does
+         * not exist here may well be alive there. */
+        if (*end != '.' || strtoull(end + 1, &end, 10) != ns || *end != '\0')
+            continue;
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
         char dir[PM__CG_PATH + 300], sub[PM__CG_PATH + 600];
         snprintf(dir, sizeof(dir), "%s/%s", parent, e->d_name);
@@ -335,9 +351,9 @@ int pm__cg_root_setup(pm__cg_root *r, const char *proc_cgroup, const char *mount
         goto fallback;
     }
     /* Our own child directory: several supervisors (and tests) share a
-     * parent; none writes outside its procmesh.<pid>. */
+     * parent; none writes outside its procmesh.<pid>.<pidns>. */
     sweep_stale(own);
-    snprintf(dir, sizeof(dir), "%s/procmesh.%d", own, (int)getpid());
+    snprintf(dir, sizeof(dir), "%s/procmesh.%d.%llu", own, (int)getpid(), pidns_id());
     if (strlen(dir) >= sizeof(r->v2)) {
         why_fmt(r, 0, "process group per incarnation: cgroup path too long");
         goto fallback;
@@ -386,7 +402,8 @@ int pm__cg_root_setup(pm__cg_root *r, const char *proc_cgroup, const char *mount
                            "cgroup v2 tree nor as a v1 hierarchy)", ctrl_name[i],
                            ctrl_name[i]);
         sweep_stale(v1own);
-        int n = snprintf(r->v1[i], sizeof(r->v1[i]), "%s/procmesh.%d", v1own, (int)getpid());
+        int n = snprintf(r->v1[i], sizeof(r->v1[i]), "%s/procmesh.%d.%llu", v1own, (int)getpid(),
+                         pidns_id());
         rc = n < 0 || (size_t)n >= sizeof(r->v1[i]) ? -ENAMETOOLONG : mkdir_ok(r->v1[i]);
         if (rc < 0) {
             int e = rc;

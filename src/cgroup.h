@@ -25,8 +25,8 @@ typedef struct pm__cg_limits {
  * v2 is non-empty, else PM_CONTAIN_PROCESS_GROUP. */
 typedef struct pm__cg_root {
     int mode;
-    char v2[PM__CG_PATH];                 /* <own v2 cgroup>/procmesh.<pid>, or "" */
-    char v1[PM__CG_NCTRL][PM__CG_PATH];   /* <v1 mount><own>/procmesh.<pid> per controller used, or "" */
+    char v2[PM__CG_PATH];                 /* <own v2 cgroup>/procmesh.<pid>.<pidns>, or "" */
+    char v1[PM__CG_NCTRL][PM__CG_PATH];   /* <v1 mount><own>/procmesh.<pid>.<pidns> per controller used, or "" */
     int has_kill;                         /* cgroup.kill exists (Linux 5.14) */
     int v2_ctrl[PM__CG_NCTRL];            /* the limit is written in the v2 tree */
     char why[256];                        /* the mode in words (logged at start, /status) */

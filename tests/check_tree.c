@@ -692,7 +692,9 @@ START_TEST(test_scratch_v2)
     put("svc/cgroup.controllers", "cpu io memory pids\n");
     put("svc/cgroup.subtree_control", "");
     char own[64], slot[96];
-    snprintf(own, sizeof(own), "svc/procmesh.%d", (int)getpid());
+    struct stat ns;
+    ck_assert_int_eq(stat("/proc/self/ns/pid", &ns), 0);
+    snprintf(own, sizeof(own), "svc/procmesh.%d.%llu", (int)getpid(), (unsigned long long)ns.st_ino);
     snprintf(slot, sizeof(slot), "%s/slot0", own);
     /* Directories cgroupfs would fill in: made ahead with their files. */
     sub(own);
