@@ -478,7 +478,7 @@ __attribute__((noinline)) static void wipe_live_frames(char *from, char *to)
  * supervisor's stack cleaned above and below, then the bootstrap. */
 __attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_req *r)
 {
-    clear_vector_registers();
+    /* The vector registers were cleared by pm__spawn, first thing. */
     sigset_t all, mask = *r->mask;
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
