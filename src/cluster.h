@@ -28,7 +28,8 @@
  * recognised and dropped. */
 enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
        PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY, PM__TAG_STDOUT, PM__TAG_STDERR,
-       PM__TAG_PEER, PM__TAG_PEER_LISTEN /* mesh.c: a link's socket (slot: connection), the listener */ };
+       PM__TAG_PEER, PM__TAG_PEER_LISTEN /* mesh.c: a link's socket (slot: connection), the listener */,
+       PM__TAG_SOCK /* a worker's large-message socket became writable */ };
 #define PM__TAG(kind, slot, inc) \
     (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
 #define PM__TAG_KIND(t) ((int)((t) >> 60))
@@ -57,6 +58,7 @@ typedef struct pm__slot {
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on link.hub_efd is outstanding */
     int hub_rang;          /* its doorbell rang this turn: service the port once */
+    int sock_armed;        /* a poll for writability on link.sock is outstanding */
     int pipe_armed;        /* a poll on exec_pipe is outstanding (exec readiness) */
     int notify_fd;         /* notify readiness: this incarnation's NOTIFY_SOCKET, or -1 */
     int notify_armed;

@@ -52,7 +52,7 @@ static void port_reset(pm__port *p)
     p->ans_frames = 0;
     p->ans_bytes = 0;
     p->stall_since_ms = 0;
-    p->sock_retry_ms = 0;
+    p->sock_full = 0;
     p->drain_reported = 0;
     p->blocked_on = -1;
     p->dirty = 0;
@@ -504,7 +504,6 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
         earliest(&next, h->next_purge_ms);
     for (unsigned i = 0; i < h->nports; i++) {
         const pm__port *p = &h->ports[i];
-        earliest(&next, p->sock_retry_ms);
         if (h->drain_timeout_ms != 0 && p->stall_since_ms != 0 && !p->drain_reported)
             earliest(&next, p->stall_since_ms + h->drain_timeout_ms);
     }
@@ -535,13 +534,6 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
             schedule_purge(h, now);
     }
     check_draining(h, now);
-    for (unsigned i = 0; i < h->nports; i++) {
-        pm__port *p = &h->ports[i];
-        if (p->sock_retry_ms != 0 && now >= p->sock_retry_ms) {
-            p->sock_retry_ms = 0;
-            p->busy = 1; /* pm__hub_port_service flushes its queue */
-        }
-    }
     pm__hub_mreq_expire(h, (int64_t)now);
     pm__hub_mreq_dispatch_waiting(h);
     pm__bcast *b = h->bcasts;

@@ -150,7 +150,8 @@ typedef struct pm__port {
     int rx_fd;             /* the checked fd of the large message at the head of its
                               up ring, kept while the sender is held back; -1 */
     uint64_t stall_since_ms; /* its queue waits without progress since; 0: empty */
-    uint64_t sock_retry_ms;  /* its socket refused an fd: try again then (0: no) */
+    int sock_full;         /* its socket refused an fd: the owner waits until it is
+                              writable, then services the port (pm__hub_flush) */
     int drain_reported;    /* this stall was reported (not-draining) */
     pm__inflight *inflight; /* requests relayed to it, unanswered */
     uint32_t ninflight;
@@ -294,7 +295,9 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
 /* Large messages from main (pm_cluster_send/reply/request/call above
  * PM_MAX_PAYLOAD): a sealed memfd of data, -EMSGSIZE above max_message. */
 int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len);
-/* Moves queued frames into d's ring; unblocks senders once d has room. */
+/* Moves queued frames into d's ring; unblocks senders once d has room.
+ * Sets d->sock_full when d's socket refused a large message's fd: the
+ * owner then services d again once that socket is writable. */
 void pm__hub_flush(pm__hub *h, pm__port *d);
 /* Publishes every ring written this turn (one wake-up per ring at most). */
 void pm__hub_publish(pm__hub *h);

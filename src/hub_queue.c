@@ -14,10 +14,6 @@
 #include "hub_int.h"
 #include "proto.h"
 
-/* How long a queue whose destination's socket refused an fd waits before
- * the next try. */
-#define PM__SOCK_RETRY_MS 5u
-
 /* Reads sender t again this turn (its hold drained, or the total did). */
 static void unblock(pm__port *t)
 {
@@ -222,7 +218,8 @@ int pm__hub_push_fd(pm__hub *h, pm__port *d, const pm__frame_hdr *f, int fd, uin
 
 void pm__hub_flush(pm__hub *h, pm__port *d)
 {
-    int moved = 0, sock_full = 0;
+    int moved = 0;
+    d->sock_full = 0;
     for (;;) {
         while (d->q_head != NULL) {
             pm__qframe *q = d->q_head;
@@ -242,12 +239,12 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
                     return;
                 }
                 /* d has not taken the fds already sent to it. Its ring
-                 * has room, so no doorbell will say when it does, and the
-                 * loop does not watch its socket: try again after a short
-                 * while (pm__hub_fire), not on every turn, which would spin
-                 * the supervisor for as long as d does not read. */
-                sock_full = 1;
-                d->sock_retry_ms = pm__now_ms() + PM__SOCK_RETRY_MS;
+                 * has room, so no doorbell will say when it does: the
+                 * owner waits for d's socket to become writable (d took a
+                 * record) and services d again then. Retrying every turn
+                 * instead would spin the supervisor for as long as d does
+                 * not read. */
+                d->sock_full = 1;
                 break;
             }
             pm__ring_commit(&d->link->tx, q->len);
@@ -259,7 +256,7 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
             pm__ring_disarm_space(&d->link->tx);
             break;
         }
-        if (sock_full)
+        if (d->sock_full)
             break;
         /* Publish what we wrote so the worker can drain it, then wait for
          * its release unless room appeared meanwhile. */

@@ -40,6 +40,10 @@ void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s)
         pm__loop_disarm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
         s->hub_armed = 0;
     }
+    if (s->sock_armed) {
+        pm__loop_disarm(&c->loop, s->link.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation));
+        s->sock_armed = 0;
+    }
     s->hub_rang = 0;
     pm__hub_port_cut(&c->hub, s->index);
 }

@@ -117,6 +117,20 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
         pm__loop_arm_multi(&c->loop, s->link.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
+    /* Its socket refused a large message's fd: wait for it to be writable
+     * (PM__TAG_SOCK services the port again). Armed after the refusal, and
+     * a poll checks the socket's state when it is armed (io_uring's
+     * POLL_ADD at submission, epoll_ctl at the call) before it sleeps on
+     * it: a worker that took its records between the EAGAIN and here
+     * completes the poll at once instead of being missed. One poll at a
+     * time: a refusal while one is outstanding needs no other. */
+    if (p->reading && p->sock_full && !s->sock_armed) {
+        if (pm__loop_arm_ev(&c->loop, s->link.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation),
+                            PM__LOOP_OUT) == 0)
+            s->sock_armed = 1;
+        else
+            c->hub.ports[s->index].busy = 1; /* cannot wait for it: retry next turn */
+    }
 }
 
 void pm__cluster_reap_all(pm_cluster *c)
@@ -269,6 +283,11 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
         }
         /* Serviced once after all completions: a worker writing its
          * doorbell in a loop gets no more reading than one turn's cap. */
+        s->hub_rang = 1;
+    } else if (kind == PM__TAG_SOCK) {
+        /* Writable (or failed: the flush then finds out): the records
+         * that waited for room go now. */
+        s->sock_armed = 0;
         s->hub_rang = 1;
     } else if (kind == PM__TAG_STDOUT || kind == PM__TAG_STDERR) {
         pm__output_ready(c, s, kind);
