@@ -60,6 +60,18 @@ int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t c
         rc = -errno;
         goto fail;
     }
+    /* The smallest send buffers the kernel allows (it raises 1 to
+     * SOCK_MIN_SNDBUF: about 6 records). A record stays charged to its
+     * sender's buffer until the receiver takes it, so this bounds the fds
+     * waiting in either direction's socket; by default (212992 bytes) about
+     * 280 could wait in one that is not read, each pinning up to
+     * max_message bytes and counting against the sending uid's fds in
+     * flight (RLIMIT_NOFILE, ETOOMANYREFS), past the hub's own cap on the
+     * fds it queues (PM__HOLD_MAX_FDS). Best effort: a failure leaves the
+     * default, which is correct, only deeper. */
+    int one = 1;
+    (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
+    (void)setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
     l->sock = sv[0];
     l->node_sock = sv[1];
     struct pm__ctl *ctl = l->map;

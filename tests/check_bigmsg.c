@@ -5,7 +5,9 @@
  * fork and exec (mesh) mode with their content checked, the limit
  * (-EMSGSIZE), hostile senders (unsealed memfd, a pipe, two fds announced
  * as one, a frame without its fd, an fd without its frame) fenced with the
- * other worker unaffected, and no fd left behind in the supervisor.
+ * other worker unaffected, no fd left behind in the supervisor, and the
+ * cap on the fds the hub holds per sender (backpressure, nothing lost, no
+ * busy loop while a destination does not read).
  *
  * The exec-mode worker is this program itself, run as "check_bigmsg worker".
  */
@@ -14,7 +16,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <inttypes.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "internals.h"
@@ -65,6 +69,13 @@ static int hostile;
 
 static unsigned char *wbuf;
 
+/* The backpressure test (test_fd_cap): large messages are answered with a
+ * short "got:<from port>:<len>:<ok>" to main instead of a large echo, and
+ * "hold" parks the worker on the gate pipe until main writes to it. */
+static int order_mode;
+static int gate[2] = {-1, -1};
+static pm_address main_from;
+
 static pm_address slot_address(pm_node *n, unsigned slot)
 {
     pm_address a = *pm_node_self(n);
@@ -82,6 +93,18 @@ static void reply_text(pm_node *n, const pm_message *m, const char *s)
 static void handle(pm_node *n, const pm_message *m)
 {
     int from_main = m->from.port == 0;
+    if (from_main)
+        main_from = m->from;
+    if (order_mode && m->len > PM_MAX_PAYLOAD && m->kind == PM_MSG_PLAIN) {
+        /* Message i of a sender is MIB + i bytes of seed i (main) or
+         * i + 100 (a worker). */
+        unsigned seed = (unsigned)(m->len - MIB) + (from_main ? 0 : 100);
+        char out[64];
+        snprintf(out, sizeof(out), "got:%u:%zu:%d", (unsigned)m->from.port, m->len,
+                 check(m->data, m->len, seed));
+        pm_node_send(n, &main_from, out, strlen(out));
+        return;
+    }
     if (m->len > PM_MAX_PAYLOAD) {
         unsigned in = m->kind == PM_MSG_REQUEST ? (from_main ? 1 : 3) : 5;
         if (!check(m->data, m->len, in)) {
@@ -114,6 +137,30 @@ static void handle(pm_node *n, const pm_message *m)
         snprintf(out, sizeof(out), "%s:%d:%zu", rc == 0 && r.len == len && check(r.data, len, 4)
                  ? "ok" : "bad", rc, rc == 0 ? r.len : 0);
         reply_text(n, m, out);
+        return;
+    }
+    unsigned count;
+    if (sscanf(text, "flood:%u:%u", &slot, &count) == 2 && count <= 64) {
+        /* count large messages to slot, blocking while the hub holds us
+         * back; then the answer. */
+        pm_address to = slot_address(n, slot);
+        int rc = 0;
+        for (unsigned i = 0; i < count && rc == 0; i++) {
+            fill(wbuf, MIB + i, i + 100);
+            rc = pm_node_send(n, &to, wbuf, MIB + i);
+        }
+        char out[32];
+        snprintf(out, sizeof(out), "flooded:%d", rc);
+        reply_text(n, m, out);
+        return;
+    }
+    if (strcmp(text, "hold") == 0) {
+        /* Parked: nothing is read from the ring or the socket until main
+         * opens the gate. */
+        reply_text(n, m, "held");
+        char b;
+        while (read(gate[0], &b, 1) < 0 && errno == EINTR)
+            ;
         return;
     }
     if (strcmp(text, "toobig") == 0) {
@@ -253,6 +300,11 @@ static int fenced_protocol;
 static int fenced_other;
 static int ready_events;
 static unsigned big_ok, big_bad, after_seen;
+/* test_fd_cap: the "got" reports, in arrival order. */
+#define GOT_MAX 128
+static struct { unsigned port; size_t len; int ok; } gots[GOT_MAX];
+static unsigned ngot;
+static char flooded[32];
 
 static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
@@ -282,6 +334,14 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
             big_bad++;
     } else if (m->len == 6 && memcmp(m->data, "#after", 6) == 0) {
         after_seen++;
+    } else if (m->len > 4 && m->len < 64 && memcmp(m->data, "got:", 4) == 0 && ngot < GOT_MAX) {
+        char t[64];
+        memcpy(t, m->data, m->len);
+        t[m->len] = '\0';
+        if (sscanf(t, "got:%u:%zu:%d", &gots[ngot].port, &gots[ngot].len, &gots[ngot].ok) == 3)
+            ngot++;
+        else
+            big_bad++;
     } else {
         big_bad++;
     }
@@ -293,6 +353,8 @@ static pm_options *opts(int exec_mode)
 {
     fenced_protocol = fenced_other = ready_events = 0;
     big_ok = big_bad = after_seen = 0;
+    ngot = 0;
+    flooded[0] = '\0';
     pm_options *o = pm_options_new();
     pm_options_set_workers(o, 2);
     if (exec_mode) {
@@ -464,6 +526,125 @@ START_TEST(test_hostile_fenced)
 }
 END_TEST
 
+static void on_flooded(pm_cluster *c, const pm_message *r, void *arg)
+{
+    (void)c;
+    (void)arg;
+    size_t k = r->error == 0 && r->len < sizeof(flooded) ? r->len : 0;
+    memcpy(flooded, r->data, k);
+    flooded[k] = '\0';
+    if (r->error != 0)
+        snprintf(flooded, sizeof(flooded), "error:%d", r->error);
+}
+
+static uint64_t cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u +
+           (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* Slot 0 parks (reads neither its ring nor its fd socket). Main sends
+ * large messages to it until pm_cluster_send says -EAGAIN: its socket
+ * filled, then the hub holds PM__HOLD_MAX_FDS = 8 of main's fds and no
+ * more. Slot 1 floods slot 0 too: the hub holds 8 of its fds, then stops
+ * reading it (slot 1's pm_node_send waits). Meanwhile the supervisor
+ * sleeps: its CPU over a second of the stall is far below a busy loop's
+ * (a generous bound) and its loop wakes up far less often than the old
+ * 5 ms retry timer would have. Then slot 0 reads: every message arrives,
+ * in each sender's order, intact, and the supervisor holds no fd more than
+ * before. */
+START_TEST(test_fd_cap)
+{
+    buffers();
+    ck_assert_int_eq(pipe(gate), 0);
+    order_mode = 1;
+    pm_options *o = opts(0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address a0 = slot_addr(0), a1 = slot_addr(1);
+    char r[32];
+    size_t rl = 0;
+    /* Warm-up: anything allocated once (a scratch mapping) is now. */
+    fill(mbuf, MIB, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB), 0);
+    RUN_UNTIL(c, ngot == 1, 30000);
+    ngot = 0;
+    size_t base = count_fds();
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "hold", 4, 30000, r, sizeof(r) - 1, &rl), 0);
+    ck_assert(rl == 4 && memcmp(r, "held", 4) == 0);
+    /* Main: until -EAGAIN. */
+    unsigned nmain = 0;
+    int rc = 0;
+    for (; nmain < 64; nmain++) {
+        fill(mbuf, MIB + nmain, nmain);
+        rc = pm_cluster_send(c, &a0, mbuf, MIB + nmain);
+        if (rc != 0)
+            break;
+    }
+    ck_assert_msg(rc == -EAGAIN, "main's send %u to a parked worker: %d, not -EAGAIN", nmain, rc);
+    /* The socket takes a few (its send buffer is the smallest: link.c),
+     * the hub's queue 8, and no more. */
+    ck_assert_msg(nmain >= PM__HOLD_MAX_FDS && nmain <= PM__HOLD_MAX_FDS + 16,
+                  "main sent %u large messages to a parked worker before -EAGAIN", nmain);
+    ck_assert_uint_eq(pm_test_main_held_fds(c), PM__HOLD_MAX_FDS);
+    fill(mbuf, MIB + nmain, nmain);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB + nmain), -EAGAIN); /* still held back */
+    /* Slot 1: held back at 8 fds, then no longer read. */
+    const unsigned nflood = 24;
+    char q[32];
+    snprintf(q, sizeof(q), "flood:0:%u", nflood);
+    ck_assert_int_gt(pm_cluster_request(c, &a1, q, strlen(q), 60000, on_flooded, NULL), 0);
+    RUN_UNTIL(c, pm_test_slot_held_fds(c, 1) == PM__HOLD_MAX_FDS && pm_test_slot_blocked_on(c, 1) == 0,
+              30000);
+    /* The stall: one second of the supervisor's loop. */
+    uint64_t cpu0 = cpu_us(), wake0 = pm_test_loop_syscalls(c), t0 = pm_test_ms();
+    while (pm_test_ms() < t0 + 1000)
+        ck_assert_int_ge(pm_cluster_run(c, 100), 0);
+    uint64_t wall = (pm_test_ms() - t0) * 1000u, cpu = cpu_us() - cpu0;
+    uint64_t wakes = pm_test_loop_syscalls(c) - wake0;
+    if (getenv("PM_DEBUG"))
+        fprintf(stderr, "%u sent by main; stall: %" PRIu64 " us CPU over %" PRIu64
+                " us, %" PRIu64 " loop calls\n", nmain, cpu, wall, wakes);
+    ck_assert_msg(cpu < wall / 4, "the supervisor used %" PRIu64 " us of CPU in %" PRIu64
+                  " us while a worker did not read its fds (busy loop?)", cpu, wall);
+    ck_assert_msg(wakes < 100, "the supervisor's loop ran %" PRIu64 " times in a second of stall",
+                  wakes);
+    ck_assert_uint_eq(ngot, 0);
+    ck_assert_uint_eq(pm_test_main_held_fds(c), PM__HOLD_MAX_FDS);
+    ck_assert_uint_eq(pm_test_slot_held_fds(c, 1), PM__HOLD_MAX_FDS);
+    /* Slot 0 reads: everything arrives, each sender in order. */
+    ck_assert_int_eq(write(gate[1], "x", 1), 1);
+    RUN_UNTIL(c, ngot == nmain + nflood && flooded[0] != '\0', 60000);
+    ck_assert_str_eq(flooded, "flooded:0");
+    unsigned next_main = 0, next_w = 0;
+    for (unsigned i = 0; i < ngot; i++) {
+        ck_assert_msg(gots[i].ok, "message %u (from port %u, %zu bytes) arrived damaged", i,
+                      gots[i].port, gots[i].len);
+        unsigned *next = gots[i].port == 0 ? &next_main : &next_w;
+        ck_assert_msg(gots[i].len == MIB + *next, "from port %u: %zu bytes where message %u was due",
+                      gots[i].port, gots[i].len, *next);
+        (*next)++;
+    }
+    ck_assert_uint_eq(next_main, nmain);
+    ck_assert_uint_eq(next_w, nflood);
+    ck_assert_uint_eq(pm_test_main_held_fds(c), 0);
+    ck_assert_uint_eq(pm_test_slot_held_fds(c, 1), 0);
+    /* And main may send again. */
+    fill(mbuf, MIB, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB), 0);
+    RUN_UNTIL(c, ngot == nmain + nflood + 1, 30000);
+    ck_assert_uint_eq(count_fds(), base);
+    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    order_mode = 0;
+    close(gate[0]);
+    close(gate[1]);
+}
+END_TEST
+
 /* The option: default, bounds. */
 START_TEST(test_option)
 {
@@ -565,6 +746,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_round_trips_fork, 120);
     PM_ADD_TEST(s, test_round_trips_exec, 120);
     PM_ADD_TEST(s, test_no_fd_leak, 240);
+    PM_ADD_TEST(s, test_fd_cap, 180);
     {
         TCase *tc = pm_tcase("test_hostile_fenced", 90);
         tcase_add_loop_test(tc, test_hostile_fenced, H_UNSEALED, H_COUNT);

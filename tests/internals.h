@@ -93,6 +93,24 @@ static inline int pm_test_slot_node_sock(const pm_cluster *c, unsigned i)
     return c->slots[i].link.node_sock;
 }
 
+/* Large messages' fds the hub holds in its queues for slot i as a sender,
+ * and for main (PM__HOLD_MAX_FDS each). */
+static inline uint32_t pm_test_slot_held_fds(const pm_cluster *c, unsigned i)
+{
+    return c->hub.ports[i].held_fds;
+}
+
+static inline uint32_t pm_test_main_held_fds(const pm_cluster *c)
+{
+    return c->hub.main_held_fds;
+}
+
+/* System calls the supervisor's loop made (waits and submissions). */
+static inline uint64_t pm_test_loop_syscalls(const pm_cluster *c)
+{
+    return c->loop.syscalls;
+}
+
 /* Requests slot i has in flight (to anyone). */
 static inline uint32_t pm_test_requests_out(const pm_cluster *c, unsigned i)
 {
