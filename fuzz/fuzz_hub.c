@@ -10,7 +10,14 @@
  * (sends, broadcasts, replies from on_message, deadlines) and the workers
  * (frames written into their up rings: well-formed, malformed, or raw
  * header bytes; hostile stores into their shared indices and records;
- * draining their down rings; restarts with fresh memory).
+ * draining their down rings; restarts with fresh memory). Large messages
+ * too: each incarnation has a real SOCK_SEQPACKET socketpair (send buffer
+ * at the minimum, as link.c makes it, so it fills after a few records),
+ * and a worker sends records carrying a sealed memfd of the announced
+ * length, one of another length, an unsealed memfd, a pipe, no fd or two,
+ * with the right sequence or any, with or without the announcing frame
+ * (PM__FF_MEMFD), or an announcement with no record; main sends large
+ * messages (sealed memfds the hub makes) to the workers.
  *
  * Oracle, beyond ASan/UBSan and LeakSanitizer: every frame the hub writes
  * into a down ring decodes, is addressed to that port's incarnation and,
@@ -19,9 +26,24 @@
  * frame reaches main with a payload above PM_MAX_PAYLOAD or from a port cut
  * off or not ready; a fault is reported only for a port that exists, with
  * reason protocol or corrupt-ring; a control frame is HELLO or READY with
- * at most PM__HUB_CONTROL_MAX bytes.
+ * at most PM__HUB_CONTROL_MAX bytes. Large messages: every PM__FF_MEMFD
+ * frame in a down ring finds its record already waiting on the worker's
+ * socket, with the next sequence and a sealed memfd of exactly the
+ * announced length within the maximum; a port said to have a full socket
+ * (sock_full) has one that is not writable; the hub never holds more than
+ * PM__HOLD_MAX_FDS queued fds per sender; and no fd is left open in the
+ * process after a run (every memfd received, made or passed on is closed).
  */
+#define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bigmsg.h"
 
 #include "fuzz.h"
 #include "hub.h"
@@ -32,6 +54,9 @@
 #define CAP ((uint64_t)1 << 18) /* the smallest ring that takes PM__LINK_MAX_FRAME */
 #define FORGED_SRC 0x5eadbeefu
 #define FORGED_INC 0x5eadbeef5eadbeefull
+/* The cluster's limit on a message here: large messages stay cheap (the
+ * memfds are sparse: ftruncate, never written). */
+#define MAX_MSG ((size_t)PM_MAX_PAYLOAD * 4)
 
 typedef struct wport {
     unsigned char *map;
@@ -45,6 +70,9 @@ typedef struct wport {
     int hello;
     int down_tainted;   /* the worker wrote its own consumer index: its down ring may be garbage */
     uint64_t dirty[2];  /* bytes of each data area (down, up) written since the last zeroing */
+    int wsock;          /* the worker's end of its fd socket (the hub's is link.sock) */
+    uint32_t tx_seq;    /* the worker's last record sent honestly */
+    uint32_t rx_seq;    /* the last record it took from the hub */
 } wport;
 
 static pm__hub hub;
@@ -70,9 +98,19 @@ static void note_dirty(wport *p)
 /* Fresh, zeroed memory for a new incarnation, both ends attached. Only
  * what was written is zeroed (the whole block is 1.5 MiB a run): each run
  * starts from the same bytes, so a crash reproduces. */
+static void socks_close(wport *p)
+{
+    if (p->link.sock >= 0)
+        close(p->link.sock);
+    if (p->wsock >= 0)
+        close(p->wsock); /* fds still in flight are freed by the kernel */
+    p->link.sock = p->wsock = -1;
+}
+
 static void link_fresh(wport *p)
 {
     note_dirty(p);
+    socks_close(p);
     memset(p->map, 0, PM__CTL_SIZE);
     for (int up = 0; up <= 1; up++) {
         unsigned char *r = ring_region(p, up);
@@ -82,6 +120,13 @@ static void link_fresh(wport *p)
     pm__link_zero(&p->link);
     p->link.map = p->map;
     p->link.map_size = p->size;
+    int sv[2], one = 1;
+    FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) == 0);
+    (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
+    (void)setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
+    p->link.sock = sv[0];
+    p->wsock = sv[1];
+    p->tx_seq = p->rx_seq = 0;
     struct pm__ctl *ctl = (struct pm__ctl *)p->map;
     ctl->magic = PM__CTL_MAGIC;
     ctl->version = 1;
@@ -162,10 +207,13 @@ static const pm__hub_ops fake_ops = {fake_fault, fake_control, fake_not_draining
 static void on_message(pm_cluster *app, const pm_message *m, void *arg)
 {
     FUZZ_ASSERT(app == NULL && arg == &hub);
-    FUZZ_ASSERT(m->len <= PM_MAX_PAYLOAD && (m->len == 0 || m->data != NULL));
+    FUZZ_ASSERT(m->len <= MAX_MSG && (m->len == 0 || m->data != NULL));
     volatile unsigned sum = 0;
-    for (size_t k = 0; k < m->len; k++)
-        sum += ((const unsigned char *)m->data)[k];
+    if (m->len > PM_MAX_PAYLOAD) /* mapped from a checked memfd: first and last byte */
+        sum += ((const unsigned char *)m->data)[0] + ((const unsigned char *)m->data)[m->len - 1];
+    else
+        for (size_t k = 0; k < m->len; k++)
+            sum += ((const unsigned char *)m->data)[k];
     (void)sum;
     uint32_t node;
     FUZZ_ASSERT(pm__address_node(&hub.names, &m->from, &node) == 0 && node < NPORTS);
@@ -181,7 +229,7 @@ static void on_broadcast(pm_cluster *app, const pm_message *r, size_t n, void *a
 {
     FUZZ_ASSERT(app == NULL && arg == &hub && n <= NPORTS);
     for (size_t k = 0; k < n; k++) {
-        FUZZ_ASSERT(r[k].error <= 0 && r[k].len <= PM_MAX_PAYLOAD);
+        FUZZ_ASSERT(r[k].error <= 0 && r[k].len <= MAX_MSG);
         FUZZ_ASSERT(r[k].error == 0 || r[k].len == 0);
         volatile unsigned sum = 0;
         for (size_t j = 0; j < r[k].len; j++)
@@ -232,6 +280,134 @@ static void worker_send(fuzz_in *in, unsigned i)
     pm__ring_publish(&p->up);
 }
 
+/* A memfd of len bytes (sparse), sealed or not; -1 when the system
+ * refuses (then the worker sends without it). */
+static int make_memfd(uint64_t len, int sealed)
+{
+    int fd = memfd_create("fz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -1;
+    if (ftruncate(fd, (off_t)len) < 0 ||
+        (sealed && fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* One record on the worker's socket, as bigmsg.c writes it, with nfds fds
+ * (0..2). 0, or -1 when the socket is full. */
+static int raw_record(wport *p, const int *fds, int nfds, uint32_t seq)
+{
+    unsigned char rec[PM__BIGMSG_RECORD];
+    pm__put32(rec, 0x44464d50u); /* "PMFD" */
+    pm__put32(rec + 4, seq);
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct iovec iov = {rec, sizeof(rec)};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (nfds > 0) {
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+    }
+    return sendmsg(p->wsock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(rec) ? 0 : -1;
+}
+
+/* A large message from port i's worker, honest or not: the record (with
+ * the fd the input picks) and/or the announcing frame. */
+static void worker_big(fuzz_in *in, unsigned i)
+{
+    wport *p = &w[i];
+    uint8_t k = fuzz_u8(in), k2 = fuzz_u8(in);
+    static const uint64_t lens[] = {PM_MAX_PAYLOAD + 1, MAX_MSG, MAX_MSG + 1, PM_MAX_PAYLOAD};
+    uint64_t len = k & 4 ? PM_MAX_PAYLOAD + 1 + fuzz_u16(in) % MAX_MSG : lens[k & 3];
+    enum { SEALED, WRONG_SIZE, UNSEALED, PIPE, NO_RECORD, TWO_FDS, NO_FD, KINDS };
+    int kind = (k >> 3) % KINDS;
+    uint32_t seq = (k2 & 1) ? fuzz_u32(in) : pm__bigmsg_next(p->tx_seq);
+    int fds[2] = {-1, -1}, nfds = 0;
+    switch (kind) {
+    case SEALED:
+    case TWO_FDS:
+        fds[nfds++] = make_memfd(len, 1);
+        if (kind == TWO_FDS)
+            fds[nfds++] = make_memfd(len, 1);
+        break;
+    case WRONG_SIZE:
+        fds[nfds++] = make_memfd(len - 1, 1);
+        break;
+    case UNSEALED:
+        fds[nfds++] = make_memfd(len, 0);
+        break;
+    case PIPE: {
+        int pp[2];
+        if (pipe2(pp, O_CLOEXEC) == 0) {
+            close(pp[1]);
+            fds[nfds++] = pp[0];
+        }
+        break;
+    }
+    }
+    int sent = 1;
+    if (kind != NO_RECORD) {
+        int n = 0;
+        for (int j = 0; j < nfds; j++)
+            if (fds[j] >= 0)
+                fds[n++] = fds[j];
+        sent = raw_record(p, fds, n, seq) == 0;
+        for (int j = 0; j < n; j++)
+            close(fds[j]); /* the socket holds its own references */
+    }
+    if (!sent || (k2 & 2)) /* socket full, or a record without its frame */
+        return;
+    if (kind == SEALED)
+        p->tx_seq = seq;
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    static const uint8_t types[] = {PM__FT_MSG, PM__FT_REQUEST, PM__FT_REPLY, PM__FT_HELLO};
+    f.type = types[(k2 >> 2) & 3];
+    f.flags = PM__FF_MEMFD;
+    uint8_t d = (uint8_t)(k2 >> 4);
+    f.dst = d % 4 < NPORTS ? d % 4 : PM__NODE_MAIN;
+    f.dst_inc = (k2 & 0x40) && f.dst < NPORTS ? w[f.dst].inc : 0;
+    f.request_id = (k >> 6) & 3;
+    f.len = PM__ANNOUNCE_SIZE;
+    unsigned char ann[PM__ANNOUNCE_SIZE];
+    pm__announce a = {len, seq};
+    pm__announce_encode(&a, ann);
+    if (k2 & 0x80)
+        ann[15] = 1; /* the reserved word, not zero */
+    void *slot;
+    if (pm__ring_reserve(&p->up, PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE, &slot) != 0)
+        return;
+    pm__frame_encode(&f, slot);
+    memcpy((unsigned char *)slot + PM__FRAME_HDR_SIZE, ann, sizeof(ann));
+    pm__ring_commit(&p->up, PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE);
+    pm__ring_publish(&p->up);
+}
+
+static size_t count_fds(void)
+{
+    size_t n = 0;
+    DIR *dir = opendir("/proc/self/fd");
+    if (dir == NULL)
+        return 0;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(dir);
+    return n;
+}
+
 /* Reads everything in port i's down ring as its worker would, checking what
  * the hub wrote there. */
 static void worker_drain(unsigned i)
@@ -261,6 +437,21 @@ static void worker_drain(unsigned i)
             }
             if (f.type == PM__FT_UNDELIVERABLE)
                 FUZZ_ASSERT(f.error < 0 && f.len == 0);
+            if (f.flags & PM__FF_MEMFD) {
+                /* Its record waits already, next in sequence, with a
+                 * sealed memfd of the announced length. */
+                unsigned char copy[PM__ANNOUNCE_SIZE];
+                pm__announce a;
+                FUZZ_ASSERT(f.len == PM__ANNOUNCE_SIZE);
+                memcpy(copy, (const unsigned char *)b + PM__FRAME_HDR_SIZE, sizeof(copy));
+                FUZZ_ASSERT(pm__announce_decode(copy, sizeof(copy), &a) == 0);
+                FUZZ_ASSERT(a.seq == pm__bigmsg_next(p->rx_seq));
+                int fd = -1;
+                FUZZ_ASSERT(pm__bigmsg_recv(p->wsock, a.seq, &fd) == 0);
+                p->rx_seq = a.seq;
+                FUZZ_ASSERT(pm__bigmsg_check(fd, a.len, MAX_MSG) == 0);
+                close(fd);
+            }
         }
         pm__ring_consume(&p->down);
     }
@@ -308,6 +499,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!once) {
         once = 1;
         for (unsigned i = 0; i < NPORTS; i++) {
+            w[i].link.sock = w[i].wsock = -1;
             w[i].size = PM__CTL_SIZE + 2 * pm__ring_region_size(CAP);
             w[i].map = aligned_alloc(4096, w[i].size);
             FUZZ_ASSERT(w[i].map != NULL);
@@ -315,7 +507,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     pm__names names = {.system = "fz", .host = "h", .base_port = 9000, .nslots = NPORTS};
+    size_t fds_before = count_fds();
     FUZZ_ASSERT(pm__hub_init(&hub, NPORTS, &names, NULL, &fake_ops, &w[0]) == 0);
+    hub.max_message = MAX_MSG;
     hub.on_message = on_message;
     hub.on_message_arg = &hub;
     reply_from_callback = 0;
@@ -332,7 +526,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     while (fuzz_more(&in)) {
         uint8_t op = fuzz_u8(&in);
         unsigned i = (op >> 4) % NPORTS;
-        switch (op % 11) {
+        switch (op % 13) {
         case 0:
         case 1:
             worker_send(&in, i);
@@ -340,6 +534,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 2:
             pm__hub_port_service(&hub, i);
             pm__hub_publish(&hub);
+            if (hub.ports[i].reading && hub.ports[i].sock_full) {
+                /* The owner waits for POLLOUT, so it must not hold now (a
+                 * port cut off is not flushed again: its flag is stale). */
+                struct pollfd pfd = {w[i].link.sock, POLLOUT, 0};
+                FUZZ_ASSERT(poll(&pfd, 1, 0) == 0);
+            }
+            break;
+        case 11:
+        case 12:
+            worker_big(&in, i);
             break;
         case 3:
             worker_drain(i);
@@ -352,7 +556,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint8_t k = fuzz_u8(&in);
             pm__node_address(&hub.names, k % 4 == 3 ? PM__NODE_MAIN : i,
                              k & 4 ? 0 : w[i].inc - ((k & 8) != 0), &to);
-            size_t len = (k & 16) ? PM_MAX_PAYLOAD + (k >> 7) : fuzz_u8(&in);
+            size_t len = (k & 16) ? PM_MAX_PAYLOAD + (k >> 7) * (MAX_MSG - PM_MAX_PAYLOAD + 1)
+                                  : (k & 64) ? PM_MAX_PAYLOAD + 1 + fuzz_u16(&in)
+                                             : fuzz_u8(&in);
             void *buf = calloc(1, len ? len : 1);
             int rc = pm__hub_main_send(&hub, &to, k & 32 ? PM__FT_REQUEST : PM__FT_MSG,
                                        fuzz_u8(&in), buf, len);
@@ -393,11 +599,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             reply_from_callback = !reply_from_callback;
             break;
         }
-        for (unsigned k = 0; k < NPORTS; k++)
+        for (unsigned k = 0; k < NPORTS; k++) {
             FUZZ_ASSERT(!w[k].cut || !hub.ports[k].reading);
+            FUZZ_ASSERT(hub.ports[k].held_fds <= PM__HOLD_MAX_FDS);
+        }
+        FUZZ_ASSERT(hub.main_held_fds <= PM__HOLD_MAX_FDS);
     }
-    for (unsigned i = 0; i < NPORTS; i++)
+    for (unsigned i = 0; i < NPORTS; i++) {
         pm__hub_port_close(&hub, i);
+        socks_close(&w[i]);
+    }
     pm__hub_free(&hub);
+    FUZZ_ASSERT(count_fds() == fds_before); /* every memfd closed */
     return 0;
 }
