@@ -34,7 +34,9 @@
 /* Large messages' fds (bigmsg.h) the hub holds in its queues, per sender
  * (and per requester for answers, and for main): past it the sender is
  * held back like a full hold, so the hub's fd table stays bounded by
- * (ports + 1) x 2 x this, plus one per port being read. */
+ * (ports + 1) x 2 x this, plus one per port being read. Each worker's fd
+ * socket holds a few more in the kernel (its send buffer is set to the
+ * minimum, about 6 records each way: src/link.c), outside this count. */
 #define PM__HOLD_MAX_FDS 8u
 
 /* Requests one requester may have in flight (to all destinations), and the
