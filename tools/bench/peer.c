@@ -548,6 +548,45 @@ static int handshakes(unsigned count, uint64_t *samples)
     return rc;
 }
 
+/* Moves what `from` queued into `to`; 1 when bytes moved. */
+static int move_bytes(pm__pconn *from, pm__pconn *to)
+{
+    size_t len, used;
+    const unsigned char *p = pm__pconn_output(from, &len);
+    if (p == NULL || len == 0)
+        return 0;
+    for (size_t off = 0; off < len && to->state != PM__PC_DEAD; off += used)
+        if (pm__pconn_input(to, p + off, len - off, &used) == PM__PCE_DEAD)
+            break;
+    pm__pconn_sent(from, len);
+    return 1;
+}
+
+/* The same handshakes in one process without sockets: the CPU cost of
+ * both sides' cryptography and state machines, no scheduling. */
+static int handshakes_in_memory(unsigned count, uint64_t *samples)
+{
+    pm__keyring *ka = bench_keyring(), *kb = bench_keyring();
+    pm__pconn_cfg ca = {"t", "a", 1, 5000, ka, NULL}, cb = {"t", "b", 2, 5000, kb, NULL};
+    int rc = 0;
+    for (unsigned i = 0; i < count && rc == 0; i++) {
+        pm__pconn a, b;
+        uint64_t t0 = pm__now_ns();
+        if (pm__pconn_init(&a, &ca, 1) < 0 || pm__pconn_init(&b, &cb, 0) < 0)
+            die("pm__pconn_init");
+        for (int k = 0; k < 20; k++)
+            if (!move_bytes(&a, &b) && !move_bytes(&b, &a))
+                break;
+        samples[i] = pm__now_ns() - t0;
+        rc = a.state == PM__PC_UP && b.state == PM__PC_UP ? 0 : -1;
+        pm__pconn_free(&a);
+        pm__pconn_free(&b);
+    }
+    pm__keyring_free(ka);
+    pm__keyring_free(kb);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ the command */
 
 static void print_load(const char *when)
@@ -617,6 +656,12 @@ int cmd_peer(const bench_opts *o)
         return 1;
     }
     sort_u64(hs, nhs);
+    uint64_t *hm = calloc(nhs, sizeof(uint64_t));
+    if (hm == NULL || handshakes_in_memory(nhs, hm) != 0) {
+        fprintf(stderr, "pm-bench peer: a handshake in memory failed\n");
+        return 1;
+    }
+    sort_u64(hm, nhs);
 
     static const char *const who[2] = {"procmesh chachapoly", "procmesh null cipher"};
     char ratio[32];
@@ -652,6 +697,8 @@ int cmd_peer(const bench_opts *o)
     printf("\nhandshake, connect to link up, %u      p50 us       p99 us\n", nhs);
     printf("  %-24s %12.1f %12.1f (target p50 <= 1000 us)\n", "XXpsk3 over TCP", percentile(hs, nhs, 0.5) / 1e3,
            percentile(hs, nhs, 0.99) / 1e3);
+    printf("  %-24s %12.1f %12.1f (both sides in one process, no sockets)\n", "XXpsk3 in memory",
+           percentile(hm, nhs, 0.5) / 1e3, percentile(hm, nhs, 0.99) / 1e3);
     csv_row("peer", "handshake", 0, "procmesh", "p50_ns", (double)percentile(hs, nhs, 0.5));
 
     printf("\nidle linked pair over %.1f s, %% of one CPU   host a  host b (supervisor + worker)\n",
@@ -660,6 +707,7 @@ int cmd_peer(const bench_opts *o)
         printf("  %-24s %8.2f %7.2f\n", who[i], pr[i].idle_cpu[0], pr[i].idle_cpu[1]);
     print_load("at end");
     free(hs);
+    free(hm);
     free(tcp_samples);
     munmap(psh, sizeof(*psh) + rounds * sizeof(uint64_t));
     return 0;
