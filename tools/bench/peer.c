@@ -86,6 +86,10 @@ struct peer_shared {
     uint64_t stream_ns[NSIZES];
     uint64_t received[NSIZES]; /* frames b's worker counted */
     uint64_t dropped[NSIZES];  /* undeliverable notices a's worker got */
+    /* a's worker marks the start (2k + 1) and end (2k + 2) of stream k and
+     * waits until pm-bench has read the CPU time of all four processes
+     * (ack), outside the timed part. */
+    _Atomic int phase, ack;
     uint64_t samples[];        /* round trips, ns */
 };
 
@@ -169,6 +173,15 @@ static int await_ack(pm_node *n, uint64_t base, uint64_t *acked, uint64_t *dropp
     return 0;
 }
 
+/* Marks a phase and waits for pm-bench to take its CPU snapshot. */
+static void mark(int phase)
+{
+    atomic_store(&psh->phase, phase);
+    uint64_t t0 = pm__now_ns();
+    while (atomic_load(&psh->ack) != phase && pm__now_ns() - t0 < 10000000000ull)
+        usleep(200);
+}
+
 /* One windowed stream of frames of `size` bytes to b's worker; the time is
  * from the first send to the reply to "end", which follows every frame on
  * the link. */
@@ -181,6 +194,7 @@ static int stream(pm_node *n, const pm_address *to, int k)
     /* acked: frames b has acknowledged (a prefix, as b acks the highest). */
     uint64_t acked = 0, dropped = 0, w = window(size), base = SEQ_BASE(k);
     int rc = 0;
+    mark(2 * k + 1);
     uint64_t t0 = pm__now_ns();
     for (uint64_t i = 0; i < psh->frames[k] && rc == 0; i++) {
         if (i >= w + acked)
@@ -198,6 +212,7 @@ static int stream(pm_node *n, const pm_address *to, int k)
         memcpy(&psh->received[k], r.data, sizeof(uint64_t));
         psh->dropped[k] = dropped;
     }
+    mark(2 * k + 2);
     free(buf);
     return rc;
 }
@@ -327,10 +342,37 @@ static uint64_t cpu_ticks(pid_t pid)
     return sum;
 }
 
+/* Nanoseconds on a CPU of pid's main thread (/proc/PID/schedstat: exact,
+ * unlike the clock ticks of /proc/PID/stat), and of its children's when
+ * kids is set (the worker). */
+static uint64_t cpu_ns(pid_t pid, int kids)
+{
+    char path[64];
+    unsigned long long ns = 0;
+    snprintf(path, sizeof(path), "/proc/%d/schedstat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f != NULL) {
+        if (fscanf(f, "%llu", &ns) != 1)
+            ns = 0;
+        fclose(f);
+    }
+    uint64_t sum = ns;
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    f = kids ? fopen(path, "re") : NULL;
+    if (f != NULL) {
+        int child;
+        while (fscanf(f, "%d", &child) == 1)
+            sum += cpu_ns(child, 0);
+        fclose(f);
+    }
+    return sum;
+}
+
 struct pair_result {
     uint64_t rtt_p50, rtt_p99;
     uint64_t ns[NSIZES], received[NSIZES], dropped[NSIZES];
     double idle_cpu[2]; /* % of one CPU, host a and b (supervisor + worker) */
+    uint64_t cpu_hubs[NSIZES], cpu_all[NSIZES]; /* ns on a CPU during stream k */
 };
 
 /* One linked pair, cipher or null, measured; then idle for idle_ms. */
@@ -343,7 +385,23 @@ static int run_pair(int null_cipher, unsigned idle_ms, struct pair_result *out)
     pid_t a = start_host("a", port, null_cipher);
     int ret = 1;
     uint64_t t0 = pm__now_ns();
+    uint64_t hubs0 = 0, all0 = 0;
+    atomic_store(&psh->phase, 0);
+    atomic_store(&psh->ack, 0);
     while (atomic_load(&psh->done) == 0) {
+        int ph = atomic_load(&psh->phase);
+        if (ph != atomic_load(&psh->ack)) {
+            uint64_t hubs = cpu_ns(a, 0) + cpu_ns(b, 0), everyone = cpu_ns(a, 1) + cpu_ns(b, 1);
+            if (ph % 2 == 1) {
+                hubs0 = hubs;
+                all0 = everyone;
+            } else {
+                out->cpu_hubs[ph / 2 - 1] = hubs - hubs0;
+                out->cpu_all[ph / 2 - 1] = everyone - all0;
+            }
+            atomic_store(&psh->ack, ph);
+            continue;
+        }
         int st;
         if (waitpid(a, &st, WNOHANG) == a || waitpid(b, &st, WNOHANG) > 0) {
             fprintf(stderr, "pm-bench peer: a host process exited\n");
@@ -353,7 +411,7 @@ static int run_pair(int null_cipher, unsigned idle_ms, struct pair_result *out)
             fprintf(stderr, "pm-bench peer: no result within 600 s\n");
             goto out;
         }
-        usleep(20 * 1000);
+        usleep(1000);
     }
     if (atomic_load(&psh->done) != 1) {
         fprintf(stderr, "pm-bench peer: %s\n", psh->why);
@@ -689,6 +747,14 @@ int cmd_peer(const bench_opts *o)
         }
         printf("  %-24s %12.0f %12.1f\n", "tcp stream", fps(frames[k], tcp_ns[k]),
                mbps(frames[k], s, tcp_ns[k]));
+        /* CPU per frame does not depend on what else the machine runs as
+         * much as a rate does: the figure to compare on a busy machine. */
+        printf("  CPU ns per frame          hubs     all four (2 supervisors + 2 workers)\n");
+        for (int i = 0; i < 2; i++) {
+            uint64_t f = pr[i].received[k] > 0 ? pr[i].received[k] : 1;
+            printf("  %-24s %6" PRIu64 " %12" PRIu64 "\n", who[i], pr[i].cpu_hubs[k] / f, pr[i].cpu_all[k] / f);
+            csv_row("peer", "stream", s, who[i], "hub_cpu_ns_per_frame", (double)pr[i].cpu_hubs[k] / (double)f);
+        }
         double enc = fps(pr[0].received[k], pr[0].ns[k]), nul = fps(pr[1].received[k], pr[1].ns[k]);
         printf("  chachapoly / null: %.2fx (target >= 0.5x); target %s\n", nul > 0 ? enc / nul : 0.0,
                k == 0 ? ">= 1000000 frames/s" : ">= 500 MB/s");
