@@ -57,5 +57,5 @@ fi
 cat "$out"
 expect '^load average at start: ' '^request/reply round trip' '^  procmesh chachapoly  *[0-9]' \
     '^  procmesh null cipher  *[0-9]' '^  tcp ping-pong  *[0-9]' '^stream, 64 B' '^stream, 4096 B' \
-    '^  tcp stream  *[0-9]' '^  CPU ns per frame' '^  XXpsk3 over TCP  *[0-9]' '^  XXpsk3 in memory  *[0-9]' '^idle linked pair' '^load average at end: '
+    '^  tcp stream  *[0-9]' '^  CPU ns per frame' '^  XXpsk3 over TCP  *[0-9]' '^  XXpsk3 in memory, CPU  *[0-9]' '^idle linked pair' '^load average at end: '
 exit "$status"
