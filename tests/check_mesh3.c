@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* check_mesh3.c - procmesh daemons linked on loopback (three hosts; two through pm-proxy): identities, a stopped host, a restarted host, a cut link, one-way loss, every request answered exactly once. */
+/* check_mesh3.c - procmesh daemons linked on loopback (three hosts; two through pm-proxy): identities, a stopped host, a restarted host, a cut link, one-way loss and stall, a black hole, every request answered exactly once. */
 #define _GNU_SOURCE
 #include <check.h>
 
@@ -582,6 +582,47 @@ START_TEST(test_partition_one_way_stall)
 }
 END_TEST
 
+/* 1 when a line of log holds both a and b. */
+static int line_has(const char *log, const char *a, const char *b)
+{
+    for (const char *p = strstr(log, a); p != NULL; p = strstr(p + 1, a)) {
+        const char *bol = p, *eol = strchr(p, '\n');
+        while (bol > log && bol[-1] != '\n')
+            bol--;
+        const char *q = strstr(bol, b);
+        if (q != NULL && (eol == NULL || q < eol))
+            return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_partition_black_hole)
+{
+    /* Nothing passes either way and no FIN or RST arrives (a path that
+     * dropped every packet): each end finds the other silent on its own,
+     * within its peer timeout, and closes ("timeout"); a's request in
+     * flight is answered once; after the heal they relink. */
+    start_pair(2000);
+    wait_request_held();
+    proxy_cmd("stall a2b\n");
+    proxy_cmd("stall b2a\n");
+    wait_log(&ha, "event=peer_down host=b", 1, 20000);
+    wait_log(&hb, "event=peer_down host=a", 1, 20000);
+    ck_assert_msg(line_has(ha.log, "event=peer_down host=b", "reason=timeout"), "a: not by silence %s",
+                  tail_of(ha.log));
+    ck_assert_msg(line_has(hb.log, "event=peer_down host=a", "reason=timeout"), "b: not by silence %s",
+                  tail_of(hb.log));
+    wait_log(&ha, "-113\"", 1, 20000);
+    proxy_cmd("cut\n"); /* the stalled connection goes; new ones pass again */
+    proxy_cmd("pass\n");
+    wait_log(&ha, "event=peer_up host=b", 2, 30000);
+    wait_more_replies(&ha, "b", 2, 30000);
+    long sent = exactly_once(ha.log, "a");
+    no_duplicates(hb.log, sent, "b");
+    stop_pair();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("mesh3");
@@ -592,5 +633,6 @@ int main(void)
     PM_ADD_TEST(s, test_partition_cut_and_heal, 120);
     PM_ADD_TEST(s, test_partition_one_way_loss, 120);
     PM_ADD_TEST(s, test_partition_one_way_stall, 120);
+    PM_ADD_TEST(s, test_partition_black_hole, 120);
     return pm_test_main(s);
 }
