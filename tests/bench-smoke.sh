@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# bench-smoke.sh - pm-bench compare and scale run end to end (--quick: tiny
+# bench-smoke.sh - pm-bench compare, scale and peer run end to end (--quick: tiny
 # counts, one run) and print every table line; without node on PATH the
 # Node.js rows are replaced by the skip line. Checks that the tools work,
 # never how fast anything is. Exit: 0 pass, 1 fail.
@@ -48,4 +48,14 @@ if ! timeout 120 "$bench" scale --quick >"$out" 2>&1; then
 fi
 cat "$out"
 expect '^  *2  *[0-9][0-9]*  ' '^  *4  *[0-9][0-9]*  ' '^spawn-to-ready' '^  *8  *[0-9.]*  *[0-9.]*$'
+
+what="pm-bench peer --quick"
+if ! timeout 120 "$bench" peer --quick >"$out" 2>&1; then
+    echo "FAIL: $what exited with an error" >&2
+    status=1
+fi
+cat "$out"
+expect '^load average at start: ' '^request/reply round trip' '^  procmesh chachapoly  *[0-9]' \
+    '^  procmesh null cipher  *[0-9]' '^  tcp ping-pong  *[0-9]' '^stream, 64 B' '^stream, 4096 B' \
+    '^  tcp stream  *[0-9]' '^  CPU ns per frame' '^  XXpsk3 over TCP  *[0-9]' '^  XXpsk3 in memory, CPU  *[0-9]' '^idle linked pair' '^load average at end: '
 exit "$status"

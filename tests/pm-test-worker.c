@@ -23,6 +23,13 @@
  *   serve              no join (exec readiness): accept on the socket handed
  *                      over as fd 3 (LISTEN_FDS), answer each line with
  *                      "pong <pid>", crash (SIGSEGV) on the line "CRASH"
+ *   mesh TO MS DELAY   join, ready; answer each request, after DELAY ms,
+ *                      with the address it came from and print "got TEXT
+ *                      from ADDR" on stdout; unless TO is "-", every MS ms
+ *                      send request N = 1, 2, ... ("req N", deadline 20 s)
+ *                      to TO and print "sent N", then exactly one of "reply
+ *                      N from ADDR saw TEXT" or "error N RC" (check_mesh3
+ *                      counts these lines in the daemon's log)
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -88,6 +95,53 @@ static int echo(pm_node *n)
             len = snprintf(out, sizeof(out), "echo:%.*s", (int)k, (const char *)m.data);
         }
         pm_node_send(n, &m.from, out, (size_t)len);
+    }
+}
+
+/* The mesh mode (see the top of the file). */
+static int mesh(pm_node *n, const char *to_text, int ms, int delay_ms)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0); /* the daemon logs it line by line */
+    pm_address to;
+    int calling = strcmp(to_text, "-") != 0;
+    if (calling && pm_address_parse(to_text, &to) < 0)
+        return 107;
+    uint64_t next = 1;
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, calling ? ms : -1);
+        if (rc == -ESHUTDOWN) {
+            pm_node_close(n);
+            return 0;
+        }
+        char from[PM_ADDRESS_STRLEN];
+        if (rc == 0 && m.kind == PM_MSG_REQUEST) {
+            if (pm_address_format(&m.from, from, sizeof(from)) < 0)
+                strcpy(from, "?");
+            size_t k = m.len < 64 ? m.len : 64;
+            printf("got %.*s from %s\n", (int)k, (const char *)m.data, from);
+            if (delay_ms > 0)
+                usleep((useconds_t)delay_ms * 1000);
+            pm_node_reply(n, &m, from, strlen(from));
+        }
+        if (!calling || rc != -ETIMEDOUT)
+            continue;
+        /* Idle for MS ms: the next request. */
+        char req[32];
+        int len = snprintf(req, sizeof(req), "req %llu", (unsigned long long)next);
+        printf("sent %llu\n", (unsigned long long)next);
+        pm_message r;
+        rc = pm_node_request(n, &to, req, (size_t)len, 20000, &r);
+        if (rc == 0) {
+            if (pm_address_format(&r.from, from, sizeof(from)) < 0)
+                strcpy(from, "?");
+            size_t k = r.len < 128 ? r.len : 128;
+            printf("reply %llu from %s saw %.*s\n", (unsigned long long)next, from, (int)k,
+                   (const char *)r.data);
+        } else {
+            printf("error %llu %d\n", (unsigned long long)next, rc);
+        }
+        next++;
     }
 }
 
@@ -171,6 +225,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "echo") == 0)
         return echo(n);
+    if (strcmp(mode, "mesh") == 0)
+        return mesh(n, argc > 2 ? argv[2] : "-", argc > 3 ? atoi(argv[3]) : 200,
+                    argc > 4 ? atoi(argv[4]) : 0);
     if (strcmp(mode, "inspect") == 0) {
         FILE *out = fdopen(3, "w");
         if (out == NULL)

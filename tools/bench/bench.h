@@ -122,5 +122,6 @@ void restart_baseline(int exec_mode, unsigned rounds, uint64_t *v);
 /* The exec-mode entry of compare's workers ("pm-bench __compare"). */
 int compare_worker_main(void);
 int cmd_bigcall(const bench_opts *o);
+int cmd_peer(const bench_opts *o);
 
 #endif

@@ -14,6 +14,7 @@ static const char usage[] =
     "       pm-bench compare [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
     "       pm-bench scale [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
     "       pm-bench bigcall [--rounds K]\n"
+    "       pm-bench peer [--frames N] [--rounds K] [--quick]\n"
     "\n"
     "  ring   stream N frames of S bytes from one process to another over the\n"
     "         shared-memory ring, a pipe and a Unix socketpair (one write per\n"
@@ -52,6 +53,13 @@ static const char usage[] =
     "  bigcall  a 16 MiB pm_cluster_call round trip to a fork-mode worker as a\n"
     "           sealed memfd each way, against the same bytes as 64 KiB frames\n"
     "           through the rings, K rounds of each interleaved (default 20).\n"
+    "  peer     two supervisors (two processes) linked over loopback TCP:\n"
+    "           request/reply p50/p99 (K round trips, default 20000) and\n"
+    "           streams of N 64 B frames (default 500000) and N/8 4 KiB\n"
+    "           frames, with ChaChaPoly and with a null cipher built into\n"
+    "           pm-bench only, beside plain TCP between two processes; the\n"
+    "           handshake (connect to link up; in memory); idle CPU of the pair;\n"
+    "           the load average before and after.\n"
     "\n"
     "exit status: 0 done, 1 a measurement failed, 2 bad command line\n";
 
@@ -78,6 +86,7 @@ static const struct command {
     {"scale", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_QUICK | OPT_CSV,
      {.frames = 1000000, .runs = 3, .rounds = 20000}, cmd_scale},
     {"bigcall", OPT_ROUNDS, {.rounds = 20}, cmd_bigcall},
+    {"peer", OPT_FRAMES | OPT_ROUNDS | OPT_QUICK | OPT_CSV, {.frames = 500000, .rounds = 20000}, cmd_peer},
 };
 
 int main(int argc, char **argv)
@@ -98,7 +107,7 @@ int main(int argc, char **argv)
             cmd = &commands[i];
     if (cmd == NULL) {
         fprintf(stderr,
-                "pm-bench: unknown command '%s' (commands: ring, restart, spawn, relay, daemon, compare, scale, bigcall)\n",
+                "pm-bench: unknown command '%s' (commands: ring, restart, spawn, relay, daemon, compare, scale, bigcall, peer)\n",
                 argv[1]);
         return 2;
     }
