@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -79,6 +80,17 @@ static int worker_b(pm_node *n, void *arg)
         char from[PM_ADDRESS_STRLEN];
         if (pm_address_format(&m.from, from, sizeof(from)) < 0)
             strcpy(from, "?");
+        if (m.len == 5 && memcmp(m.data, "crash", 5) == 0)
+            abort(); /* dies holding a request */
+        if (m.len == 8 && memcmp(m.data, "deadline", 8) == 0) {
+            /* The deadline crossed as ms remaining and was made local
+             * again by b's hub: what is left of it, as text. */
+            char left[32];
+            long ms = m.deadline_ms > 0 ? (long)(m.deadline_ms - (int64_t)pm_test_ms()) : -1;
+            snprintf(left, sizeof(left), "%ld", ms);
+            pm_node_reply(n, &m, left, strlen(left));
+            continue;
+        }
         if (m.len == 4 && memcmp(m.data, "hang", 4) == 0) {
             pm_address main_a;
             if (pm_address_parse("t@a:0", &main_a) == 0)
@@ -186,9 +198,10 @@ static int worker_a(pm_node *n, void *arg)
             return 0;
 }
 
-static pm_cluster *start_a(int port_b, const unsigned char *secret)
+static pm_cluster *start_a_with(int port_b, const unsigned char *secret,
+                                int (*boot)(pm_node *, void *))
 {
-    pm_options *o = host_options("a", secret, worker_a);
+    pm_options *o = host_options("a", secret, boot);
     char peer[32];
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_b);
     ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
@@ -198,6 +211,11 @@ static pm_cluster *start_a(int port_b, const unsigned char *secret)
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
     return c;
+}
+
+static pm_cluster *start_a(int port_b, const unsigned char *secret)
+{
+    return start_a_with(port_b, secret, worker_a);
 }
 
 START_TEST(test_cross_host_request_reply)
@@ -231,6 +249,133 @@ START_TEST(test_cross_host_request_reply)
 }
 END_TEST
 
+static int idle_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+/* What main's requests to a remote worker got: every answer counted, so
+ * "exactly once" is asserted, with its error, sender and text. */
+static unsigned answers;
+static int answer_err;
+static pm_address answer_from;
+static char answer_text[256];
+
+static void on_answer(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    answers++;
+    answer_err = m->error;
+    answer_from = m->from;
+    size_t n = m->len < sizeof(answer_text) - 1 ? m->len : sizeof(answer_text) - 1;
+    if (m->error == 0 && n > 0)
+        memcpy(answer_text, m->data, n);
+    answer_text[m->error == 0 ? n : 0] = '\0';
+}
+
+static void ask(pm_cluster *a, const char *to_text, const char *what, int timeout_ms)
+{
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse(to_text, &to), 0);
+    answers = 0;
+    answer_err = 1;
+    int id = pm_cluster_request(a, &to, what, strlen(what), timeout_ms, on_answer, NULL);
+    ck_assert_msg(id > 0, "pm_cluster_request(%s, %s): %d", to_text, what, id);
+}
+
+START_TEST(test_main_request_remote)
+{
+    int pb = free_port();
+    pid_t b = start_b(pb, secret1);
+    pm_cluster *a = start_a_with(pb, secret1, idle_worker);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
+    PM_RUN_UNTIL(a, pm_test_slot_state(a, 0) == PM_SLOT_READY, 30000);
+
+    /* The supervisor of another host answers no request of main's. */
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:0", &to), 0);
+    ck_assert_int_eq(pm_cluster_request(a, &to, "x", 1, 1000, on_answer, NULL), -EINVAL);
+
+    /* b's worker may still be starting: -EHOSTDOWN from b's hub until it
+     * is ready. */
+    uint64_t end = pm_test_ms() + 30000;
+    do {
+        ask(a, "t@b:10", "who", 5000);
+        PM_RUN_UNTIL(a, answers == 1, 10000);
+    } while (answer_err == -EHOSTDOWN && pm_test_ms() < end);
+    /* b's worker saw main of a (port 0, stamped by b from the link); a saw
+     * the reply come from b's worker (stamped by a from the link). */
+    ck_assert_msg(answer_err == 0, "who: %d", answer_err);
+    ck_assert_str_eq(answer_text, "t@a:0");
+    ck_assert_str_eq(answer_from.host, "b");
+    ck_assert_uint_eq(answer_from.port, 10);
+    ck_assert_uint_ne(answer_from.incarnation, 0);
+
+    /* The blocking form, to the incarnation just seen. */
+    char reply[64];
+    size_t rlen = 0;
+    char addr[PM_ADDRESS_STRLEN];
+    ck_assert_int_ge(pm_address_format(&answer_from, addr, sizeof(addr)), 0);
+    ck_assert_int_eq(pm_address_parse(addr, &to), 0);
+    ck_assert_int_eq(pm_cluster_call(a, &to, "who", 3, 5000, reply, sizeof(reply), &rlen), 0);
+    ck_assert_int_eq((int)rlen, 5);
+    ck_assert_int_eq(memcmp(reply, "t@a:0", 5), 0);
+
+    /* The deadline crossed as milliseconds remaining. */
+    ask(a, "t@b:10", "deadline", 20000);
+    PM_RUN_UNTIL(a, answers == 1, 10000);
+    ck_assert_int_eq(answer_err, 0);
+    long left = strtol(answer_text, NULL, 10);
+    ck_assert_msg(left > 0 && left <= 20000, "deadline left at b: %s", answer_text);
+
+    /* Unanswered: -ETIMEDOUT at a's deadline, once. */
+    ask(a, "t@b:10", "hang", 300);
+    PM_RUN_UNTIL(a, answers == 1, 10000);
+    ck_assert_int_eq(answer_err, -ETIMEDOUT);
+
+    /* The remote worker dies holding it: -EHOSTDOWN from b's hub, once. */
+    ask(a, "t@b:10", "crash", 30000);
+    PM_RUN_UNTIL(a, answers == 1, 20000);
+    ck_assert_int_eq(answer_err, -EHOSTDOWN);
+
+    /* The crashed incarnation is gone for good: -ESTALE from b's hub once
+     * its successor is ready (-EHOSTDOWN until then). */
+    end = pm_test_ms() + 30000;
+    do {
+        ask(a, addr, "who", 5000);
+        PM_RUN_UNTIL(a, answers == 1, 10000);
+    } while (answer_err == -EHOSTDOWN && pm_test_ms() < end);
+    ck_assert_int_eq(answer_err, -ESTALE);
+
+    /* The link goes down with a request in flight: -EHOSTUNREACH at once
+     * (long before its deadline), and never a second answer. */
+    b_holding = 0;
+    end = pm_test_ms() + 30000;
+    do {
+        ask(a, "t@b:10", "hang", 60000);
+        PM_RUN_UNTIL(a, b_holding || answers == 1, 20000);
+    } while (!b_holding && pm_test_ms() < end);
+    ck_assert_msg(b_holding, "b's worker never held a request (last answer %d)", answer_err);
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
+    PM_RUN_UNTIL(a, answers == 1, 20000);
+    ck_assert_int_eq(answer_err, -EHOSTUNREACH);
+    uint64_t settle = pm_test_ms() + 500;
+    PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
+    ck_assert_uint_eq(answers, 1);
+    /* No link now: refused at once. */
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    ck_assert_int_eq(pm_cluster_request(a, &to, "x", 1, 1000, on_answer, NULL), -EHOSTUNREACH);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 START_TEST(test_wrong_secret_no_link)
 {
     int pb = free_port();
@@ -247,16 +392,6 @@ START_TEST(test_wrong_secret_no_link)
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
 END_TEST
-
-static int idle_worker(pm_node *n, void *arg)
-{
-    (void)arg;
-    pm_node_ready(n);
-    pm_message m;
-    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
-        ;
-    return 0;
-}
 
 /* A raw TCP connection to 127.0.0.1:port (the test's own fd). */
 static int raw_connect(int port)
@@ -463,6 +598,7 @@ int main(void)
     Suite *s = suite_create("link");
     PM_ADD_TEST(s, test_link_frames_judged, 30);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
+    PM_ADD_TEST(s, test_main_request_remote, 120);
     PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
     PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
     PM_ADD_TEST(s, test_peer_stopped_and_resumed, 90);
