@@ -821,7 +821,7 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
  * its results are in) settles as one result with from = system@host:0 and
  * -EHOSTUNREACH; one whose results do not arrive by the deadline as one
  * with -ETIMEDOUT (-ENOBUFS: its link had no room for some of them). cb
- * runs exactly once, after every result, local ones first. Errors as
+ * runs exactly once, after every result (in the order they settled). Errors as
  * pm_cluster_broadcast.
  */
 PM_EXTERN int pm_cluster_broadcast_mesh(pm_cluster *c, const void *data, size_t len,

@@ -101,14 +101,17 @@ static int worker_b(pm_node *n, void *arg)
     }
 }
 
-/* Host b until the test ends (it is killed then). */
-static pid_t start_b(int port, const unsigned char *secret)
+/* A host (b, c) until the test ends (it is killed then), with `workers`
+ * workers running worker_b. */
+static pid_t start_host(const char *name, int port, const unsigned char *secret, int workers)
 {
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid > 0)
         return pid;
-    pm_options *o = host_options("b", secret, worker_b);
+    pm_options *o = host_options(name, secret, worker_b);
+    if (pm_options_set_workers(o, workers) < 0)
+        _exit(3);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     pm_cluster *c = NULL;
@@ -116,6 +119,11 @@ static pid_t start_b(int port, const unsigned char *secret)
         _exit(3);
     for (;;)
         pm_cluster_run(c, -1);
+}
+
+static pid_t start_b(int port, const unsigned char *secret)
+{
+    return start_host("b", port, secret, 1);
 }
 
 /* What host a's supervisor saw. */
@@ -130,7 +138,7 @@ static void on_main(pm_cluster *c, const pm_message *m, void *arg)
     (void)arg;
     if (m->from.host[0] == 'b' && m->len == 7 && memcmp(m->data, "holding", 7) == 0) {
         /* A cross-host message to a's supervisor, stamped from the link. */
-        ck_assert_uint_eq(m->from.port, 10);
+        ck_assert_uint_ge(m->from.port, 10); /* b may run 2 workers: 10, 11 */
         b_holding = 1;
         return;
     }
@@ -376,6 +384,143 @@ START_TEST(test_main_request_remote)
 }
 END_TEST
 
+/* a's worker for the mesh broadcast: answers every request "a". */
+static int worker_answer_a(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc == 0 && m.kind == PM_MSG_REQUEST)
+            pm_node_reply(n, &m, "a", 1);
+    }
+}
+
+/* What the mesh broadcast's callback got: "from error text" per result. */
+static char bres[16][160];
+static size_t nbres;
+static unsigned bdone;
+
+static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c;
+    (void)arg;
+    bdone++;
+    nbres = n < 16 ? n : 16;
+    for (size_t i = 0; i < nbres; i++) {
+        char from[PM_ADDRESS_STRLEN];
+        if (pm_address_format(&r[i].from, from, sizeof(from)) < 0)
+            strcpy(from, "?");
+        /* Without the incarnation: the host and port are what is asserted. */
+        char *hash = strchr(from, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        snprintf(bres[i], sizeof(bres[i]), "%s %d %.*s", from, r[i].error,
+                 r[i].error == 0 ? (int)r[i].len : 0, r[i].error == 0 ? (const char *)r[i].data : "");
+    }
+}
+
+static int has_result(const char *want)
+{
+    for (size_t i = 0; i < nbres; i++)
+        if (strcmp(bres[i], want) == 0)
+            return 1;
+    return 0;
+}
+
+static void dump_results(char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < nbres; i++) {
+        size_t k = strlen(buf), add = strlen(bres[i]);
+        if (k + add + 4 > size)
+            break;
+        buf[k] = '[';
+        memcpy(buf + k + 1, bres[i], add);
+        memcpy(buf + k + 1 + add, "] ", 3);
+    }
+}
+
+static void mesh_bcast(pm_cluster *a, const char *what, int timeout_ms)
+{
+    bdone = 0;
+    nbres = 0;
+    ck_assert_int_eq(pm_cluster_broadcast_mesh(a, what, strlen(what), timeout_ms, on_bcast, NULL),
+                     0);
+}
+
+START_TEST(test_mesh_broadcast)
+{
+    /* Three supervisors: a (here, 1 worker) linked to b (2 workers) and
+     * c (1 worker), each in its own forked process. */
+    int pb = free_port(), pc = free_port();
+    pid_t b = start_host("b", pb, secret1, 2);
+    pid_t c = start_host("c", pc, secret1, 1);
+    pm_options *o = host_options("a", secret1, worker_answer_a);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", pb);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", pc);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 2, 30000);
+    PM_RUN_UNTIL(a, pm_test_slot_state(a, 0) == PM_SLOT_READY, 30000);
+
+    /* Every worker of the mesh once ready: 1 + 2 + 1 results, each from
+     * the worker stamped with its host; the remote workers saw the request
+     * come from their own supervisor ("main" to them: the fan-out is
+     * theirs). */
+    char dump[2048];
+    uint64_t end = pm_test_ms() + 30000;
+    do {
+        mesh_bcast(a, "who", 10000);
+        PM_RUN_UNTIL(a, bdone == 1, 20000);
+    } while (nbres != 4 && pm_test_ms() < end);
+    dump_results(dump, sizeof(dump));
+    ck_assert_msg(nbres == 4, "results: %s", dump);
+    ck_assert_msg(has_result("t@a:10 0 a") && has_result("t@b:10 0 t@main:0") &&
+                      has_result("t@b:11 0 t@main:0") && has_result("t@c:10 0 t@main:0"),
+                  "results: %s", dump);
+    uint64_t settle = pm_test_ms() + 300;
+    PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
+    ck_assert_uint_eq(bdone, 1);
+
+    /* c unreachable: one result for the whole host, from its supervisor. */
+    ck_assert_int_eq(kill(c, SIGKILL), 0);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 20000);
+    mesh_bcast(a, "who", 10000);
+    PM_RUN_UNTIL(a, bdone == 1, 20000);
+    dump_results(dump, sizeof(dump));
+    ck_assert_msg(nbres == 4 && has_result("t@c:0 -113 ") && has_result("t@b:11 0 t@main:0"),
+                  "results: %s", dump);
+
+    /* b's link goes down while b's workers hold the requests: b settles
+     * as one -EHOSTUNREACH result at once (the deadline is far). */
+    b_holding = 0;
+    mesh_bcast(a, "hang", 60000);
+    PM_RUN_UNTIL(a, b_holding, 20000);
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
+    PM_RUN_UNTIL(a, bdone == 1, 20000);
+    dump_results(dump, sizeof(dump));
+    ck_assert_msg(nbres == 3 && has_result("t@a:10 0 a") && has_result("t@b:0 -113 ") &&
+                      has_result("t@c:0 -113 "),
+                  "results: %s", dump);
+    settle = pm_test_ms() + 300;
+    PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
+    ck_assert_uint_eq(bdone, 1);
+    pm_test_reap(b, 5000);
+    pm_test_reap(c, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 START_TEST(test_wrong_secret_no_link)
 {
     int pb = free_port();
@@ -599,6 +744,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_frames_judged, 30);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_main_request_remote, 120);
+    PM_ADD_TEST(s, test_mesh_broadcast, 120);
     PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
     PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
     PM_ADD_TEST(s, test_peer_stopped_and_resumed, 90);
