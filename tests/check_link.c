@@ -15,6 +15,7 @@
 #include "frame.h"
 #include "hub.h"
 #include "peer.h"
+#include "peerkeys.h"
 #include "procmesh.h"
 
 /*
@@ -521,6 +522,148 @@ START_TEST(test_mesh_broadcast)
 }
 END_TEST
 
+/* A host named `name` that dials a at port_a (it listens nowhere), with
+ * node_key as its static key file (NULL: an ephemeral key). */
+static pid_t start_dialer(const char *name, int port_a, const char *node_key)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    pm_options *o = host_options(name, secret1, worker_b);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_a);
+    pm_cluster *c = NULL;
+    if (pm_options_add_peer(o, peer) < 0 ||
+        (node_key != NULL && pm_options_set_node_key_file(o, node_key) < 0) ||
+        pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
+/* Host a listening at port (b dials it), optionally pinning keys. */
+static pm_cluster *start_listener(int port, const char *pins)
+{
+    pm_options *o = host_options("a", secret1, idle_worker);
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    if (pins != NULL)
+        ck_assert_int_eq(pm_options_set_peer_keys_file(o, pins), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    return c;
+}
+
+/* Asks addr "who" until b's worker has an answer other than -EHOSTDOWN
+ * (starting) or -EHOSTUNREACH (not linked yet); returns it. */
+static int ask_settled(pm_cluster *a, const char *addr)
+{
+    uint64_t end = pm_test_ms() + 30000;
+    do {
+        pm_address to;
+        ck_assert_int_eq(pm_address_parse(addr, &to), 0);
+        answers = 0;
+        answer_err = 1;
+        int id = pm_cluster_request(a, &to, "who", 3, 5000, on_answer, NULL);
+        if (id < 0) {
+            answer_err = id;
+            uint64_t t = pm_test_ms() + 50;
+            PM_RUN_UNTIL(a, pm_test_ms() >= t, 5000);
+            continue;
+        }
+        PM_RUN_UNTIL(a, answers == 1, 10000);
+    } while ((answer_err == -EHOSTDOWN || answer_err == -EHOSTUNREACH) && pm_test_ms() < end);
+    return answer_err;
+}
+
+START_TEST(test_host_incarnations)
+{
+    int pa = free_port();
+    pm_cluster *a = start_listener(pa, NULL);
+    pid_t b1 = start_dialer("b", pa, NULL);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
+    ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
+    char old[PM_ADDRESS_STRLEN];
+    ck_assert_int_ge(pm_address_format(&answer_from, old, sizeof(old)), 0);
+
+    /* Another supervisor calling itself b, while b's link is alive and
+     * nothing is pinned: refused, counted by its reason; b keeps its link. */
+    pid_t b2 = start_dialer("b", pa, NULL);
+    PM_RUN_UNTIL(a, pm__mesh_fails(a, PM__PF_DUPLICATE) >= 1, 30000);
+    ck_assert_str_eq(pm__peer_fail_name(PM__PF_DUPLICATE), "duplicate_host");
+    ck_assert_uint_eq(peer_downs, 0);
+    ck_assert_int_eq(ask_settled(a, old), 0);
+    kill(b2, SIGKILL);
+    pm_test_reap(b2, 5000);
+
+    /* b restarts (a new supervisor incarnation on a new link): the old
+     * worker incarnation never matches again: -ESTALE. */
+    ck_assert_int_eq(kill(b1, SIGKILL), 0);
+    PM_RUN_UNTIL(a, peer_downs == 1, 20000);
+    pm_test_reap(b1, 5000);
+    pid_t b3 = start_dialer("b", pa, NULL);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
+    ck_assert_int_eq(ask_settled(a, old), -ESTALE);
+    ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
+    kill(b3, SIGKILL);
+    pm_test_reap(b3, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+START_TEST(test_pinned_host_replaces_link)
+{
+    /* b's static key in a file both of b's incarnations use; a pins it. */
+    char dir[] = "/tmp/pm-link-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char key[64], pins[64];
+    snprintf(key, sizeof(key), "%s/node.key", dir);
+    snprintf(pins, sizeof(pins), "%s/pins", dir);
+    unsigned char priv[PM__PEER_KEY_LEN], pub[PM__PEER_KEY_LEN];
+    char why[128];
+    ck_assert_int_eq(pm__peer_key_create(key, priv, why, sizeof(why)), 0);
+    pm__keyring *kr = NULL;
+    ck_assert_int_eq(pm__keyring_new(&kr), 0);
+    ck_assert_int_eq(pm__keyring_set_static(kr, priv), 0);
+    ck_assert_int_eq(pm__keyring_static_pub(kr, pub), 0);
+    pm__keyring_free(kr);
+    char b64[PM__PEER_KEY_B64_LEN + 1];
+    pm__peer_key_b64(pub, b64);
+    FILE *f = fopen(pins, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "b %s\n", b64);
+    fclose(f);
+
+    int pa = free_port();
+    pm_cluster *a = start_listener(pa, pins);
+    pid_t b1 = start_dialer("b", pa, key);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
+    ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
+    char old[PM_ADDRESS_STRLEN];
+    ck_assert_int_ge(pm_address_format(&answer_from, old, sizeof(old)), 0);
+
+    /* A new incarnation proving b's pinned key replaces the live link. */
+    pid_t b2 = start_dialer("b", pa, key);
+    PM_RUN_UNTIL(a, peer_downs >= 1 && pm__mesh_links_up(a) == 1, 30000);
+    ck_assert_uint_eq(pm__mesh_fails(a, PM__PF_DUPLICATE), 0);
+    /* b1 would take it back in turn (it proves the key as well): it goes. */
+    kill(b1, SIGKILL);
+    pm_test_reap(b1, 5000);
+    ck_assert_int_eq(ask_settled(a, old), -ESTALE);
+    kill(b2, SIGKILL);
+    pm_test_reap(b2, 5000);
+    unlink(key);
+    unlink(pins);
+    rmdir(dir);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 START_TEST(test_wrong_secret_no_link)
 {
     int pb = free_port();
@@ -745,6 +888,8 @@ int main(void)
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_main_request_remote, 120);
     PM_ADD_TEST(s, test_mesh_broadcast, 120);
+    PM_ADD_TEST(s, test_host_incarnations, 120);
+    PM_ADD_TEST(s, test_pinned_host_replaces_link, 120);
     PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
     PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
     PM_ADD_TEST(s, test_peer_stopped_and_resumed, 90);
