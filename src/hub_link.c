@@ -200,6 +200,13 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
                           f->request_id, -EHOSTUNREACH);
         return 0;
     }
+    if ((f->flags & PM__FF_MEMFD) != 0) {
+        /* A large message's bytes are a memfd on this host: they do not
+         * cross a link yet (doc/design.md, "Peer links"). */
+        pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
+                          f->request_id, -EMSGSIZE);
+        return 0;
+    }
     if (f->type == PM__FT_REQUEST && rinflight_add(h, l, f, src, p->incarnation) < 0) {
         pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
                           f->request_id, -EBUSY);
@@ -230,6 +237,8 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
         h->unreachable++;
         return -EHOSTUNREACH;
     }
+    if (len > PM_MAX_PAYLOAD)
+        return -EMSGSIZE; /* one frame at most crosses a link (link_buf's size) */
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     f.type = (uint8_t)type;
@@ -514,6 +523,10 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
     }
     if (f.src_host != 0 || f.dst_host != 0) {
         l->forged++; /* it claims a host other than the link's */
+        return;
+    }
+    if ((f.flags & PM__FF_MEMFD) != 0) {
+        l->malformed++; /* an announcement of an fd no link can carry */
         return;
     }
     l->frames_in++;

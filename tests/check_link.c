@@ -60,6 +60,7 @@ static pm_options *host_options(const char *host, const unsigned char *secret,
     ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
     ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
     ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout), 0);
+    ck_assert_int_eq(pm_options_set_max_message(o, (size_t)1 << 20), 0);
     ck_assert_int_eq(pm_options_set_bootstrap(o, boot, NULL), 0);
     return o;
 }
@@ -326,6 +327,14 @@ START_TEST(test_main_request_remote)
     ck_assert_uint_eq(answer_from.port, 10);
     ck_assert_uint_ne(answer_from.incarnation, 0);
 
+    /* Above PM_MAX_PAYLOAD nothing crosses a link yet: -EMSGSIZE at once
+     * (the local limit, max_message, is 1 MiB here). */
+    static char large[PM_MAX_PAYLOAD + 1];
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    ck_assert_int_eq(pm_cluster_send(a, &to, large, sizeof(large)), -EMSGSIZE);
+    ck_assert_int_eq(pm_cluster_request(a, &to, large, sizeof(large), 1000, on_answer, NULL),
+                     -EMSGSIZE);
+
     /* The blocking form, to the incarnation just seen. */
     char reply[64];
     size_t rlen = 0;
@@ -378,6 +387,8 @@ START_TEST(test_main_request_remote)
     PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
     ck_assert_uint_eq(answers, 1);
     /* No link now: refused at once. */
+    static char big[PM_MAX_PAYLOAD + 1];
+    ck_assert_int_eq(pm_cluster_send(a, &to, big, sizeof(big)), -EHOSTUNREACH);
     ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
     ck_assert_int_eq(pm_cluster_request(a, &to, "x", 1, 1000, on_answer, NULL), -EHOSTUNREACH);
     pm_test_reap(b, 5000);
