@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* hub_main.c - main's side of the router: its broadcasts and its requests to one worker (pm_cluster_request), and what reaches main. */
+/* hub_main.c - main's side of the router: its broadcasts (local and mesh-wide) and its requests to one worker (pm_cluster_request, here or over a link), and what reaches main. */
 #define _GNU_SOURCE
 #include "hub.h"
 
