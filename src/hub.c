@@ -625,6 +625,10 @@ void pm__hub_wipe(pm__hub *h)
         for (size_t i = 0; i < b->n; i++)
             if (b->bufs[i] != NULL)
                 explicit_bzero(b->bufs[i], b->results[i].len);
+    for (pm__mbcast *mb = h->mbcasts; mb != NULL; mb = mb->next)
+        for (size_t i = 0; i < mb->n; i++)
+            if (mb->bufs[i] != NULL)
+                explicit_bzero(mb->bufs[i], mb->results[i].len);
     for (pm__mreq *r = h->waiting; r != NULL; r = r->wnext) {
         if (r->data != NULL)
             explicit_bzero(r->data, r->len);

@@ -172,6 +172,9 @@ static int rinflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint
     return 0;
 }
 
+static void notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about_port,
+                        uint64_t about_inc, uint64_t request_id, int err);
+
 /* A frame from local port p (or main, p NULL) for a remote host. */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
@@ -184,6 +187,13 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
         uint32_t requester = PM__REMOTE_NODE(f->dst_host, f->dst & 0xFFFFu);
         if (f->dst > 0xFFFFu || !pm__hub_take_inflight(h, p, requester, f->request_id, &e)) {
             h->late_replies++;
+            return 0;
+        }
+        if ((f->flags & PM__FF_MEMFD) != 0) {
+            /* A large reply cannot cross (yet): the requester learns so
+             * now instead of waiting for its deadline. */
+            notice_port(h, requester, e.requester_inc, port_of(h, src), p->incarnation,
+                        f->request_id, -EMSGSIZE);
             return 0;
         }
         pm__frame_hdr w = wire_hdr(h, f, src);
@@ -339,6 +349,12 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
         f.request_id = rb->id;
         f.error = results[i].error;
         f.len = results[i].error == 0 ? (uint32_t)results[i].len : 0;
+        if (results[i].error == 0 && results[i].len > PM_MAX_PAYLOAD) {
+            /* A large reply: more than one frame, which a link cannot
+             * carry yet (link_buf holds one). */
+            f.error = -EMSGSIZE;
+            f.len = 0;
+        }
         if (link_put(h, l, &f, results[i].data) == 0)
             sent++;
     }

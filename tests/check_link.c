@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "internals.h"
+#include "le.h"
 #include "frame.h"
 #include "hub.h"
 #include "peer.h"
@@ -866,6 +867,137 @@ START_TEST(test_link_frames_judged)
 }
 END_TEST
 
+static unsigned unit_answers;
+static int unit_err;
+
+static void unit_answer(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    unit_answers++;
+    unit_err = m->error;
+}
+
+static size_t unit_results;
+static unsigned unit_bdone;
+static int unit_result_err;
+static char unit_result_from[PM_ADDRESS_STRLEN];
+
+static void unit_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c;
+    (void)arg;
+    unit_bdone++;
+    unit_results = n;
+    if (n > 0) {
+        unit_result_err = r[n - 1].error;
+        ck_assert_int_ge(pm_address_format(&r[n - 1].from, unit_result_from,
+                                           sizeof(unit_result_from)), 0);
+    }
+}
+
+START_TEST(test_link_main_request_and_mesh_frames)
+{
+    pm__hub h;
+    pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    int c = pm__hub_host_index(&h, "c"); /* known, never linked */
+    ck_assert_int_ge(c, 1);
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    nsent = 0;
+
+    /* Main's request to b's worker: on the link with relative hosts, from
+     * port 0, the deadline as milliseconds remaining. */
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    int id = pm__hub_request(&h, &to, "q", 1, 5000, unit_answer, NULL);
+    ck_assert_int_gt(id, 0);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_int_eq(sent[0].type, PM__FT_REQUEST);
+    ck_assert_uint_eq(sent[0].dst, 10);
+    ck_assert_uint_eq(sent[0].src, 0);
+    ck_assert_uint_eq(sent[0].request_id, (uint64_t)id);
+    ck_assert(sent[0].deadline_ms > 0 && sent[0].deadline_ms <= 5000);
+
+    /* A notice about another port under that id is not its answer. */
+    unsigned char buf[PM__FRAME_HDR_SIZE + 8];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_UNDELIVERABLE;
+    f.src = 11;
+    f.request_id = (uint64_t)id;
+    f.error = -EHOSTDOWN;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(unit_answers, 0);
+
+    /* A mesh broadcast: the local part (no ready worker) is empty, c has
+     * no link (one -EHOSTUNREACH result at once), b gets a BCAST. */
+    ck_assert_int_eq(pm__hub_broadcast_mesh(&h, "p", 1, 5000, unit_bcast, NULL), 0);
+    ck_assert_uint_eq(nsent, 2);
+    ck_assert_int_eq(sent[1].type, PM__FT_BCAST);
+    ck_assert_uint_eq(sent[1].dst, 0);
+    uint64_t bid = sent[1].request_id;
+    ck_assert_uint_ge(bid, PM__BCAST_ID_BASE);
+    ck_assert_uint_eq(unit_bdone, 0);
+
+    /* Malformed answers are counted, not results: a BDONE without its
+     * count, a BRESULT for an id that is not b's. */
+    uint64_t bad = pm_test_link_malformed(&h, (unsigned)b);
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_BDONE;
+    f.request_id = bid;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), bad + 1);
+    uint64_t late = pm_test_hub_late_replies(&h);
+    f.type = PM__FT_BRESULT;
+    f.request_id = bid + 7;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 1);
+
+    /* One BRESULT then a BDONE counting two: b settles with its result
+     * and one -ENOBUFS from t@b:0 (a result lost on the way). */
+    f.request_id = bid;
+    f.src = 10;
+    f.src_inc = 77;
+    f.len = 2;
+    memcpy(buf + PM__FRAME_HDR_SIZE, "ok", 2);
+    pm__frame_encode(&f, buf);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + 2);
+    ck_assert_uint_eq(unit_bdone, 0);
+    f.type = PM__FT_BDONE;
+    f.src = 0;
+    f.src_inc = 0;
+    f.len = 4;
+    pm__frame_encode(&f, buf);
+    pm__put32(buf + PM__FRAME_HDR_SIZE, 2);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + 4);
+    ck_assert_uint_eq(unit_bdone, 1);
+    ck_assert_uint_eq(unit_results, 3); /* c unreachable, b:10 ok, b lost one */
+    ck_assert_int_eq(unit_result_err, -ENOBUFS);
+    ck_assert_str_eq(unit_result_from, "t@b:0");
+
+    /* A BCAST from b, no worker ready here: a BDONE with count 0 at once. */
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_BCAST;
+    f.request_id = PM__BCAST_ID_BASE + 99;
+    f.deadline_ms = 1000;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 3);
+    ck_assert_int_eq(sent[2].type, PM__FT_BDONE);
+    ck_assert_uint_eq(sent[2].request_id, PM__BCAST_ID_BASE + 99);
+
+    /* The link goes down: main's request is answered -EHOSTUNREACH, once. */
+    pm__hub_link_down(&h, (uint16_t)b);
+    ck_assert_uint_eq(unit_answers, 1);
+    ck_assert_int_eq(unit_err, -EHOSTUNREACH);
+    ck_assert_int_eq(pm__hub_cancel(&h, (uint64_t)id), -ENOENT);
+    pm__hub_free(&h);
+    ck_assert_uint_eq(unit_answers, 1);
+}
+END_TEST
+
 START_TEST(test_peer_stopped_and_resumed)
 {
     /* A live link carries heartbeats: idle, it stays up past the peer
@@ -896,6 +1028,7 @@ int main(void)
 {
     Suite *s = suite_create("link");
     PM_ADD_TEST(s, test_link_frames_judged, 30);
+    PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_main_request_remote, 120);
     PM_ADD_TEST(s, test_mesh_broadcast, 120);
