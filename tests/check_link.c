@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* check_link.c - peer links between two real supervisors on 127.0.0.1: cross-host request/reply with stamped identities, a wrong secret, a peer killed. */
+/* check_link.c - peer links between real supervisors on 127.0.0.1: cross-host request/reply with stamped identities (workers and main), mesh broadcast over three hosts, host incarnations (refused duplicate, pinned replacement, -ESTALE), a wrong secret, a peer killed. */
 #include <check.h>
 
 #include "helpers.h"
