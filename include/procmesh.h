@@ -812,6 +812,25 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
                                    void *arg);
 
 /*
+ * The mesh-wide form (peer mode; otherwise the same as
+ * pm_cluster_broadcast): the local broadcast, and the request sent to the
+ * supervisor of every host this one has linked with since it started, which
+ * fans it out to its own ready workers and returns one result per worker
+ * (`from` = that worker's address on its host, with its incarnation).
+ * A host that cannot be reached (no link now, or the link goes down before
+ * its results are in) settles as one result with from = system@host:0 and
+ * -EHOSTUNREACH; one whose results do not arrive by the deadline as one
+ * with -ETIMEDOUT (-ENOBUFS: its link had no room for some of them). cb
+ * runs exactly once, after every result (in the order they settled). Errors as
+ * pm_cluster_broadcast.
+ */
+PM_EXTERN int pm_cluster_broadcast_mesh(pm_cluster *c, const void *data, size_t len,
+                                        int timeout_ms,
+                                        void (*cb)(pm_cluster *, const pm_message *results,
+                                                   size_t n, void *arg),
+                                        void *arg);
+
+/*
  * Main asks one worker and gets its answer. `to` names the worker (an
  * incarnation in it must be the current one), or is NULL for any ready
  * worker: the one with the fewest of main's requests in flight (broadcasts
@@ -833,6 +852,14 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
  *               request is cancelled before terminate stops anything).
  * reply->from is the worker with its incarnation (all zero when the request
  * never left main), reply->request_id the id returned here.
+ *
+ * Peer mode: `to` may name a worker of another host. The request crosses
+ * the link at once, its deadline as milliseconds remaining; besides the
+ * answers above (-EHOSTDOWN, -ESTALE and -ENOENT come from the remote
+ * supervisor) it may end with -EHOSTUNREACH when the link goes down first.
+ * A host with no link up is -EHOSTUNREACH at once; port 0 of any host (a
+ * supervisor) is -EINVAL: only workers answer main's requests. Remote
+ * payloads are limited to PM_MAX_PAYLOAD (-EMSGSIZE above).
  *
  * Returns the request id (> 0; ids wrap within 1..INT_MAX, never reused
  * while pending), or a negative errno and cb never runs: -EINVAL (cb NULL,

@@ -52,7 +52,12 @@ enum pm__frame_type {
     PM__FT_REPLY = 6,
     PM__FT_UNDELIVERABLE = 7, /* hub -> sender: request_id, error */
     PM__FT_STOP = 8,          /* hub -> worker: please exit */
-    PM__FT_MAX_ = PM__FT_STOP
+    /* Only on a peer link, between supervisors (doc/protocol.md 6, "Mesh
+     * broadcast"); a worker's port drops them as malformed. */
+    PM__FT_BCAST = 9,         /* fan out to your ready workers: request_id, deadline */
+    PM__FT_BRESULT = 10,      /* one worker's result: src/src_inc, error, payload */
+    PM__FT_BDONE = 11,        /* every result sent: payload u32 count */
+    PM__FT_MAX_ = PM__FT_BDONE
 };
 
 typedef struct pm__frame_hdr {

@@ -499,6 +499,8 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
     uint64_t next = 0;
     for (const pm__bcast *b = h->bcasts; b != NULL; b = b->next)
         earliest(&next, (uint64_t)b->deadline_ms);
+    for (const pm__mbcast *mb = h->mbcasts; mb != NULL; mb = mb->next)
+        earliest(&next, (uint64_t)mb->deadline_ms);
     earliest(&next, (uint64_t)h->mreq_due_ms);
     if (h->inflight_total > 0)
         earliest(&next, h->next_purge_ms);
@@ -557,10 +559,19 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
         }
         b = next;
     }
+    /* After the local broadcasts: a mesh broadcast's local part has the
+     * earlier deadline, so it is settled by now. */
+    pm__hub_mbcast_fire(h, (int64_t)now, 0, -ETIMEDOUT);
 }
 
 void pm__hub_free(pm__hub *h)
 {
+    /* The mesh is gone already (pm__mesh_free runs first): nothing below
+     * may send on a link. */
+    for (unsigned i = 0; h->links != NULL && i < PM__MAX_HOSTS; i++) {
+        h->links[i].up = 0;
+        h->links[i].send = NULL;
+    }
     pm__hub_cancel_all(h);
     free(h->mreqs);
     h->mreqs = NULL;
@@ -572,6 +583,7 @@ void pm__hub_free(pm__hub *h)
                 b->results[i].error = -ECANCELED;
         pm__hub_bcast_complete(h, b);
     }
+    pm__hub_mbcast_fire(h, 0, 1, -ECANCELED);
     for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
         free_queue(h, &h->ports[i]);
         pm__close(h->ports[i].rx_fd);
@@ -605,6 +617,10 @@ void pm__hub_wipe(pm__hub *h)
         for (size_t i = 0; i < b->n; i++)
             if (b->bufs[i] != NULL)
                 explicit_bzero(b->bufs[i], b->results[i].len);
+    for (pm__mbcast *mb = h->mbcasts; mb != NULL; mb = mb->next)
+        for (size_t i = 0; i < mb->n; i++)
+            if (mb->bufs[i] != NULL)
+                explicit_bzero(mb->bufs[i], mb->results[i].len);
     for (pm__mreq *r = h->waiting; r != NULL; r = r->wnext) {
         if (r->data != NULL)
             explicit_bzero(r->data, r->len);

@@ -85,6 +85,32 @@ typedef struct pm__bcast {
     void *arg;
 } pm__bcast;
 
+/* One remote host's part of a mesh broadcast: its supervisor fans out to
+ * its own ready workers and sends a BRESULT per worker, then a BDONE. */
+typedef struct pm__mbpart {
+    uint64_t id;            /* the BCAST frame's request_id (broadcast id space) */
+    uint16_t host;
+    int done;               /* settled: BDONE, link down, deadline */
+    uint32_t got;           /* BRESULTs received */
+} pm__mbpart;
+
+/* A mesh broadcast (pm_cluster_broadcast_mesh) waiting for its parts: the
+ * local broadcast and one part per remote host. Results grow as they come
+ * (a remote host's number of workers is not known in advance). */
+typedef struct pm__mbcast {
+    struct pm__mbcast *next;
+    struct pm__hub *hub_;   /* for the local broadcast's callback */
+    int64_t deadline_ms;
+    size_t pending;         /* parts not settled (the local one included) */
+    pm__mbpart *parts;
+    size_t nparts;
+    pm_message *results;
+    void **bufs;            /* private copies of the results' data */
+    size_t n, cap;
+    void (*cb)(pm_cluster *, const pm_message *, size_t, void *);
+    void *arg;
+} pm__mbcast;
+
 /* A request from main to one worker (pm_cluster_request) whose callback
  * has not run yet. Sent: it has an entry in its worker's in-flight table
  * (requester PM__NODE_MAIN), which answers it -EHOSTDOWN when the worker
@@ -103,9 +129,15 @@ typedef struct pm__mreq {
     size_t len;
     int fd;                 /* waiting only, a large message: its sealed memfd (else -1) */
     int taken;              /* waiting, and being taken off the list */
+    uint16_t host;          /* PM__MREQ_REMOTE: the host index it went to */
+    uint32_t rport;         /* PM__MREQ_REMOTE: the address port it went to */
 } pm__mreq;
 
 #define PM__MREQ_WAITING UINT32_MAX
+/* Sent over a link to a worker of another host: the link's table has it
+ * (requester PM__NODE_MAIN), which answers it -EHOSTUNREACH when the link
+ * goes down; the remote hub's table answers it -EHOSTDOWN. */
+#define PM__MREQ_REMOTE (UINT32_MAX - 1)
 
 /* Runs an application callback with the hub's callback depth raised, so
  * that pm_cluster_call from inside it is refused (-EDEADLK) instead of
@@ -238,6 +270,7 @@ typedef struct pm__hub {
     void (*on_message)(pm_cluster *, const pm_message *, void *);
     void *on_message_arg;
     pm__bcast *bcasts;      /* broadcasts waiting for results */
+    pm__mbcast *mbcasts;    /* mesh broadcasts waiting for their parts */
     uint64_t next_req;      /* main's broadcast ids (above INT_MAX, PM__BCAST_ID_BASE) */
     pm__mreq **mreqs;       /* main's requests by id (hash, mreq_buckets chains) */
     size_t mreq_buckets;    /* a power of two, 0 before the first request */
@@ -312,6 +345,11 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
                       const void *data, size_t len);
 int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
                       void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg);
+/* pm_cluster_broadcast_mesh: the local broadcast, and a BCAST to every
+ * host this hub has an index for; cb runs once, after every result. */
+int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout_ms,
+                           void (*cb)(pm_cluster *, const pm_message *, size_t, void *),
+                           void *arg);
 /* Main's requests to one worker (pm_cluster_request): to NULL means any
  * ready worker (the fewest of main's requests in flight, round robin among
  * ties; none ready: it waits until one is, or its deadline). Returns the id

@@ -41,5 +41,26 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
 void pm__hub_link_notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about,
                          uint64_t about_inc, uint64_t request_id, int err);
 void pm__hub_links_free(pm__hub *h);
+/* Sends a mesh broadcast's BCAST (id, deadline, payload) to host's link.
+ * 0, or -EHOSTUNREACH / -ENOBUFS. */
+int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,
+                       const void *data, size_t len);
+/* hub_main.c: a BRESULT or BDONE from host's link (validated: a known
+ * part of that host, not settled), and a link gone down (its parts settle
+ * as one -EHOSTUNREACH result each). */
+void pm__hub_mbcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,
+                          const unsigned char *payload);
+void pm__hub_mbcast_host_down(pm__hub *h, uint16_t host);
+/* Settles what is due (deadline) or everything (all, with err). */
+void pm__hub_mbcast_fire(pm__hub *h, int64_t now, int all, int err);
+/* Main's request id to address port `port` of `host` over its link: an
+ * entry in the link's table, then the frame. 0, or -EHOSTUNREACH (no link
+ * up), -EBUSY (its table is full), -EAGAIN (the link's buffer is full). */
+int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc,
+                              uint64_t id, int64_t deadline_ms, const void *data, size_t len);
+/* Forgets main's request id to host/port in the link's table (answered,
+ * timed out or cancelled here), so that an answer after this is late. */
+void pm__hub_link_forget(pm__hub *h, uint16_t host, uint32_t requester, uint64_t id,
+                         uint32_t port);
 
 #endif /* PM_HUB_INT_H */

@@ -3,11 +3,13 @@
 #define _GNU_SOURCE
 #include "hub.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "hub_int.h"
+#include "le.h"
 
 /*
  * On a link, a frame's host fields are relative to the two ends: both are 0
@@ -170,6 +172,9 @@ static int rinflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint
     return 0;
 }
 
+static void notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about_port,
+                        uint64_t about_inc, uint64_t request_id, int err);
+
 /* A frame from local port p (or main, p NULL) for a remote host. */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
@@ -184,6 +189,13 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
             h->late_replies++;
             return 0;
         }
+        if ((f->flags & PM__FF_MEMFD) != 0) {
+            /* A large reply cannot cross (yet): the requester learns so
+             * now instead of waiting for its deadline. */
+            notice_port(h, requester, e.requester_inc, port_of(h, src), p->incarnation,
+                        f->request_id, -EMSGSIZE);
+            return 0;
+        }
         pm__frame_hdr w = wire_hdr(h, f, src);
         w.dst_inc = e.requester_inc;
         if (link_put(h, l, &w, payload) < 0)
@@ -196,6 +208,13 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
         h->unreachable++;
         pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
                           f->request_id, -EHOSTUNREACH);
+        return 0;
+    }
+    if ((f->flags & PM__FF_MEMFD) != 0) {
+        /* A large message's bytes are a memfd on this host: they do not
+         * cross a link yet (doc/design.md, "Peer links"). */
+        pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
+                          f->request_id, -EMSGSIZE);
         return 0;
     }
     if (f->type == PM__FT_REQUEST && rinflight_add(h, l, f, src, p->incarnation) < 0) {
@@ -228,6 +247,8 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
         h->unreachable++;
         return -EHOSTUNREACH;
     }
+    if (len > PM_MAX_PAYLOAD)
+        return -EMSGSIZE; /* one frame at most crosses a link (link_buf's size) */
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     f.type = (uint8_t)type;
@@ -239,6 +260,146 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
     pm__frame_hdr w = wire_hdr(h, &f, PM__NODE_MAIN);
     int rc = link_put(h, l, &w, data);
     return rc == -ENOBUFS ? -EAGAIN : rc;
+}
+
+int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc,
+                              uint64_t id, int64_t deadline_ms, const void *data, size_t len)
+{
+    pm__hub_link *l = link_of(h, host);
+    if (l == NULL || !l->up) {
+        h->unreachable++;
+        return -EHOSTUNREACH;
+    }
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.len = (uint32_t)len;
+    f.dst = port;
+    f.dst_inc = inc;
+    f.request_id = id;
+    f.deadline_ms = deadline_ms;
+    f.src = PM__NODE_MAIN;
+    /* The entry first: the link may go down inside send, and its answer
+     * (-EHOSTUNREACH) must find the request. */
+    if (rinflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0)
+        return -EBUSY;
+    pm__frame_hdr w = wire_hdr(h, &f, PM__NODE_MAIN);
+    int rc = link_put(h, l, &w, data);
+    if (rc < 0) {
+        pm__rinflight e;
+        rinflight_take(l, PM__NODE_MAIN, id, port, &e);
+        return rc == -ENOBUFS ? -EAGAIN : rc;
+    }
+    return 0;
+}
+
+void pm__hub_link_forget(pm__hub *h, uint16_t host, uint32_t requester, uint64_t id,
+                         uint32_t port)
+{
+    pm__hub_link *l = link_of(h, host);
+    pm__rinflight e;
+    if (l != NULL)
+        rinflight_take(l, requester, id, port, &e);
+}
+
+int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,
+                       const void *data, size_t len)
+{
+    pm__hub_link *l = link_of(h, host);
+    if (l == NULL || !l->up) {
+        h->unreachable++;
+        return -EHOSTUNREACH;
+    }
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_BCAST;
+    f.len = (uint32_t)len;
+    f.dst = 0; /* the remote supervisor */
+    f.request_id = id;
+    f.deadline_ms = deadline_ms;
+    pm__frame_hdr w = wire_hdr(h, &f, PM__NODE_MAIN);
+    return link_put(h, l, &w, data);
+}
+
+/* A remote host's mesh broadcast, fanned out here: who to send the
+ * results to. */
+struct remote_bcast {
+    pm__hub *h;
+    uint16_t host;
+    uint64_t id;
+};
+
+/* Our local broadcast for a remote host ended: a BRESULT per worker (from
+ * its address port and incarnation, with its error and reply), then a
+ * BDONE with how many BRESULTs went out, so the far end can tell a result
+ * the link had no room for from one never sent. */
+static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n, void *arg)
+{
+    (void)c;
+    struct remote_bcast *rb = arg;
+    pm__hub *h = rb->h;
+    pm__hub_link *l = link_of(h, rb->host);
+    uint32_t sent = 0;
+    for (size_t i = 0; i < n && l != NULL && l->up; i++) {
+        pm__frame_hdr f;
+        memset(&f, 0, sizeof(f));
+        f.type = PM__FT_BRESULT;
+        f.src = results[i].from.port;
+        f.src_inc = results[i].from.incarnation;
+        f.request_id = rb->id;
+        f.error = results[i].error;
+        f.len = results[i].error == 0 ? (uint32_t)results[i].len : 0;
+        if (results[i].error == 0 && results[i].len > PM_MAX_PAYLOAD) {
+            /* A large reply: more than one frame, which a link cannot
+             * carry yet (link_buf holds one). */
+            f.error = -EMSGSIZE;
+            f.len = 0;
+        }
+        if (link_put(h, l, &f, results[i].data) == 0)
+            sent++;
+    }
+    if (l != NULL && l->up) {
+        pm__frame_hdr d;
+        memset(&d, 0, sizeof(d));
+        d.type = PM__FT_BDONE;
+        d.request_id = rb->id;
+        d.len = 4;
+        unsigned char count[4];
+        pm__put32(count, sent);
+        (void)link_put(h, l, &d, count); /* lost: the far end's deadline settles it */
+    }
+    free(rb);
+}
+
+/* A BCAST from host's link: our own broadcast to our ready snapshot,
+ * ending a little before the far end's deadline (a quarter of what is
+ * left, at most 200 ms early) so that its results can still cross. */
+static void link_bcast(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
+                       const unsigned char *payload)
+{
+    if (f->dst != 0 || f->deadline_ms == 0 || f->len > PM_MAX_PAYLOAD) {
+        l->malformed++;
+        return;
+    }
+    int64_t left = f->deadline_ms - (int64_t)pm__now_ms();
+    int64_t margin = left / 4 < 200 ? left / 4 : 200;
+    int64_t timeout = left - margin;
+    if (timeout < 1)
+        timeout = 1;
+    if (timeout > INT_MAX)
+        timeout = INT_MAX;
+    struct remote_bcast *rb = malloc(sizeof(*rb));
+    if (rb == NULL) {
+        l->dropped++; /* the far end's deadline settles it */
+        return;
+    }
+    rb->h = h;
+    rb->host = host;
+    rb->id = f->request_id;
+    if (pm__hub_broadcast(h, payload, f->len, (int)timeout, remote_bcast_done, rb) < 0) {
+        free(rb);
+        l->dropped++;
+    }
 }
 
 /* An undeliverable notice for a remote requester (to: PM__REMOTE_NODE)
@@ -294,6 +455,7 @@ void pm__hub_link_down(pm__hub *h, uint16_t host)
         pm__hub_notice_at(h, v[i].requester, v[i].requester_inc, host, v[i].target,
                           v[i].target_inc, v[i].request_id, -EHOSTUNREACH);
     free(v);
+    pm__hub_mbcast_host_down(h, host);
 }
 
 /* A message or request from the link for local node `node`. */
@@ -379,6 +541,10 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
         l->forged++; /* it claims a host other than the link's */
         return;
     }
+    if ((f.flags & PM__FF_MEMFD) != 0) {
+        l->malformed++; /* an announcement of an fd no link can carry */
+        return;
+    }
     l->frames_in++;
     /* The identity comes from the link, never from the frame. */
     f.src_host = host;
@@ -408,6 +574,18 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
             return;
         }
         link_answer(h, l, &f, payload, node);
+        return;
+    case PM__FT_BCAST:
+        link_bcast(h, l, host, &f, payload);
+        return;
+    case PM__FT_BRESULT:
+    case PM__FT_BDONE:
+        if (f.dst != 0 || f.request_id < PM__BCAST_ID_BASE ||
+            (f.type == PM__FT_BDONE && (f.len != 4 || f.error != 0))) {
+            l->malformed++;
+            return;
+        }
+        pm__hub_mbcast_frame(h, host, &f, payload);
         return;
     default:
         l->malformed++; /* lifecycle frames never cross a link */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* hub_main.c - main's side of the router: its broadcasts and its requests to one worker (pm_cluster_request), and what reaches main. */
+/* hub_main.c - main's side of the router: its broadcasts (local and mesh-wide) and its requests to one worker (pm_cluster_request, here or over a link), and what reaches main. */
 #define _GNU_SOURCE
 #include "hub.h"
 
@@ -10,6 +10,7 @@
 
 #include "bigmsg.h"
 #include "hub_int.h"
+#include "le.h"
 #include "proto.h"
 
 static pm__bcast *find_bcast(pm__hub *h, uint64_t id)
@@ -134,6 +135,8 @@ static void mreq_unlink(pm__hub *h, pm__mreq *r)
     } else if (r->port < h->nports) {
         pm__inflight e;
         pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
+    } else if (r->port == PM__MREQ_REMOTE) {
+        pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
     }
 }
 
@@ -144,7 +147,9 @@ static void mreq_finish(pm__hub *h, pm__mreq *r, int err, const void *data, size
     pm_message m;
     memset(&m, 0, sizeof(m));
     /* from: the worker it went to; all zero if it never left main. */
-    if (r->port != PM__MREQ_WAITING)
+    if (r->port == PM__MREQ_REMOTE)
+        pm__node_address_at(&h->names, r->host, r->rport, r->target_inc, &m.from);
+    else if (r->port != PM__MREQ_WAITING)
         pm__node_address(&h->names, r->port, r->target_inc, &m.from);
     pm__node_address(&h->names, PM__NODE_MAIN, 0, &m.to);
     m.request_id = r->id;
@@ -178,7 +183,15 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload,
             h->late_replies++;
             return;
         }
+        if (r->port == PM__MREQ_REMOTE && (f->src_host != r->host || f->src != r->rport)) {
+            h->late_replies++; /* another host's answer under a reused id */
+            return;
+        }
         mreq_unlink(h, r);
+        /* A remote answer names the incarnation that held the request,
+         * stamped by the remote hub (the request may have named none). */
+        if (r->port == PM__MREQ_REMOTE && f->src_inc != 0)
+            r->target_inc = f->src_inc;
         if (err == 0 && r->deadline_ms < (int64_t)pm__now_ms())
             err = -ETIMEDOUT;
         if (sealed) {
@@ -364,6 +377,8 @@ static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
             } else if (r->port < h->nports) {
                 pm__inflight e;
                 pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
+            } else if (r->port == PM__MREQ_REMOTE) {
+                pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
             }
             r->hnext = taken;
             taken = r;
@@ -403,6 +418,69 @@ void pm__hub_mreq_expire(pm__hub *h, int64_t now)
     }
 }
 
+/* The next free id of main's requests: returned as an int, they wrap
+ * within 1..INT_MAX, skipping those still pending. */
+static uint64_t mreq_next_id(pm__hub *h)
+{
+    do
+        h->mreq_last_id = h->mreq_last_id >= INT_MAX ? 1 : h->mreq_last_id + 1;
+    while (mreq_find(h, h->mreq_last_id) != NULL);
+    return h->mreq_last_id;
+}
+
+static void mreq_insert(pm__hub *h, pm__mreq *r)
+{
+    pm__mreq **b = mreq_bucket(h, r->id);
+    r->hnext = *b;
+    *b = r;
+    h->nmreqs++;
+    if (h->mreq_due_ms == 0 || r->deadline_ms < h->mreq_due_ms)
+        h->mreq_due_ms = r->deadline_ms;
+}
+
+/*
+ * Main's request to address port `port` of remote host `host`. Only
+ * workers answer main's requests: port 0 (that host's supervisor) is
+ * -EINVAL, as main is for itself (talk to a supervisor with
+ * pm_cluster_send). The request goes over the link at once with its
+ * deadline as milliseconds remaining; its answer is exactly one of: the
+ * reply, -ETIMEDOUT (our timer), -EHOSTDOWN (the remote worker died
+ * holding it: the remote hub's notice), -ESTALE or -ENOENT (the remote hub
+ * refused the address), -EHOSTUNREACH (the link went down first).
+ */
+static int remote_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc,
+                          const void *data, size_t len, int timeout_ms,
+                          void (*cb)(pm_cluster *, const pm_message *, void *), void *arg)
+{
+    if (port == 0)
+        return -EINVAL;
+    if (len > PM_MAX_PAYLOAD)
+        return -EMSGSIZE; /* large messages do not cross a link yet */
+    if (h->nmreqs >= INT_MAX - 1)
+        return -EAGAIN;
+    if (mreq_reserve(h) < 0)
+        return -ENOMEM;
+    pm__mreq *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->fd = -1;
+    r->id = mreq_next_id(h);
+    r->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
+    r->cb = cb;
+    r->arg = arg;
+    r->port = PM__MREQ_REMOTE;
+    r->host = host;
+    r->rport = port;
+    r->target_inc = inc;
+    int rc = pm__hub_link_main_request(h, host, port, inc, r->id, r->deadline_ms, data, len);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    mreq_insert(h, r);
+    return (int)r->id;
+}
+
 int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t len,
                     int timeout_ms, void (*cb)(pm_cluster *, const pm_message *, void *),
                     void *arg)
@@ -414,11 +492,15 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
     if (h->mreq_closed)
         return -ESHUTDOWN;
     pm__port *d = NULL;
+    uint16_t host = PM__HOST_LOCAL;
+    uint32_t node = 0;
     if (to != NULL) {
-        uint32_t node;
-        int rc = pm__address_node(&h->names, to, &node);
+        int rc = pm__address_route(&h->names, to, &host, &node);
         if (rc < 0)
             return rc;
+        if (host != PM__HOST_LOCAL)
+            return remote_request(h, host, node, to->incarnation, data, len, timeout_ms, cb,
+                                  arg);
         if (node == PM__NODE_MAIN)
             return -EINVAL; /* main does not ask itself */
         rc = pm__hub_check_dest(h, node, to->incarnation);
@@ -449,12 +531,7 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
         }
         r->len = len;
     }
-    /* Ids are returned as an int: they wrap within 1..INT_MAX, skipping
-     * those still pending. */
-    do
-        h->mreq_last_id = h->mreq_last_id >= INT_MAX ? 1 : h->mreq_last_id + 1;
-    while (mreq_find(h, h->mreq_last_id) != NULL);
-    r->id = h->mreq_last_id;
+    r->id = mreq_next_id(h);
     r->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
     r->cb = cb;
     r->arg = arg;
@@ -486,12 +563,7 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
             h->waiting = r;
         h->waiting_tail = r;
     }
-    pm__mreq **b = mreq_bucket(h, r->id);
-    r->hnext = *b;
-    *b = r;
-    h->nmreqs++;
-    if (h->mreq_due_ms == 0 || r->deadline_ms < h->mreq_due_ms)
-        h->mreq_due_ms = r->deadline_ms;
+    mreq_insert(h, r);
     return (int)r->id;
 }
 
@@ -600,5 +672,221 @@ int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
     if (--b->pending == 0)
         pm__hub_bcast_complete(h, b);
     pm__hub_publish(h);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ mesh broadcasts */
+
+/* Appends one result (data copied). A result that finds no memory is kept
+ * as -ENOMEM if there is a place for it; only a result array that cannot
+ * grow loses it (counted late: the caller sees fewer results). */
+static void mb_add(pm__hub *h, pm__mbcast *mb, const pm_address *from, uint64_t id, int err,
+                   const void *data, size_t len)
+{
+    if (mb->n == mb->cap) {
+        size_t cap = mb->cap ? mb->cap * 2 : 16;
+        pm_message *r = realloc(mb->results, cap * sizeof(*r));
+        if (r != NULL)
+            mb->results = r;
+        void **b = r != NULL ? realloc(mb->bufs, cap * sizeof(*b)) : NULL;
+        if (b == NULL) {
+            h->late_replies++;
+            return;
+        }
+        mb->bufs = b;
+        mb->cap = cap;
+    }
+    pm_message *m = &mb->results[mb->n];
+    memset(m, 0, sizeof(*m));
+    m->from = *from;
+    pm__node_address(&h->names, PM__NODE_MAIN, 0, &m->to);
+    m->request_id = id;
+    m->kind = PM_MSG_REPLY;
+    m->error = err;
+    mb->bufs[mb->n] = NULL;
+    if (err == 0 && len > 0) {
+        void *copy = malloc(len);
+        if (copy == NULL) {
+            m->error = -ENOMEM;
+        } else {
+            memcpy(copy, data, len);
+            mb->bufs[mb->n] = copy;
+            m->data = copy;
+            m->len = len;
+        }
+    }
+    mb->n++;
+}
+
+/* Runs mb's callback once every part is settled, then frees it. */
+static void mb_settle(pm__hub *h, pm__mbcast *mb)
+{
+    if (--mb->pending > 0)
+        return;
+    pm__mbcast **pp = &h->mbcasts;
+    while (*pp != NULL && *pp != mb)
+        pp = &(*pp)->next;
+    if (*pp == mb)
+        *pp = mb->next;
+    /* Unlinked first: the callback may start another one. */
+    PM__APP_CALLBACK(h, mb->cb(h->app, mb->results, mb->n, mb->arg));
+    for (size_t i = 0; i < mb->n; i++) {
+        /* Workers' replies: wiped before the heap may hand them on. */
+        if (mb->bufs[i] != NULL)
+            explicit_bzero(mb->bufs[i], mb->results[i].len);
+        free(mb->bufs[i]);
+    }
+    free(mb->bufs);
+    free(mb->results);
+    free(mb->parts);
+    free(mb);
+}
+
+/* A remote host's part ends without (all of) its results: one result from
+ * that host's supervisor, system@host:0, with err. */
+static void mb_part_fail(pm__hub *h, pm__mbcast *mb, pm__mbpart *p, int err)
+{
+    pm_address from;
+    pm__node_address_at(&h->names, p->host, PM__NODE_MAIN, 0, &from);
+    p->done = 1;
+    mb_add(h, mb, &from, p->id, err, NULL, 0);
+    mb_settle(h, mb);
+}
+
+/* The local broadcast's results, copied into the mesh broadcast. */
+static void mb_local_done(pm_cluster *c, const pm_message *results, size_t n, void *arg)
+{
+    (void)c;
+    pm__mbcast *mb = arg;
+    pm__hub *h = mb->hub_;
+    for (size_t i = 0; i < n; i++)
+        mb_add(h, mb, &results[i].from, results[i].request_id, results[i].error,
+               results[i].data, results[i].len);
+    mb_settle(h, mb);
+}
+
+static pm__mbpart *mb_find_part(pm__hub *h, uint64_t id, uint16_t host, pm__mbcast **out)
+{
+    for (pm__mbcast *mb = h->mbcasts; mb != NULL; mb = mb->next)
+        for (size_t i = 0; i < mb->nparts; i++)
+            if (mb->parts[i].id == id && mb->parts[i].host == host && !mb->parts[i].done) {
+                *out = mb;
+                return &mb->parts[i];
+            }
+    return NULL;
+}
+
+void pm__hub_mbcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,
+                          const unsigned char *payload)
+{
+    pm__mbcast *mb;
+    pm__mbpart *p = mb_find_part(h, f->request_id, host, &mb);
+    if (p == NULL) {
+        h->late_replies++; /* settled already (deadline), or never ours */
+        return;
+    }
+    if (f->type == PM__FT_BRESULT) {
+        pm_address from;
+        pm__node_address_at(&h->names, host, f->src, f->src_inc, &from);
+        p->got++;
+        mb_add(h, mb, &from, f->request_id, f->error, payload, f->len);
+        return;
+    }
+    /* BDONE: results the remote sent that did not arrive (its link's
+     * buffer was full) settle as one -ENOBUFS result from the host. */
+    uint32_t count = f->len == 4 ? pm__get32(payload) : 0;
+    if (count != p->got) {
+        mb_part_fail(h, mb, p, -ENOBUFS);
+        return;
+    }
+    p->done = 1;
+    mb_settle(h, mb);
+}
+
+void pm__hub_mbcast_host_down(pm__hub *h, uint16_t host)
+{
+    pm__mbcast *mb = h->mbcasts;
+    while (mb != NULL) {
+        pm__mbcast *next = mb->next;
+        pm__mbpart *p = NULL;
+        for (size_t i = 0; i < mb->nparts && p == NULL; i++)
+            if (mb->parts[i].host == host && !mb->parts[i].done)
+                p = &mb->parts[i];
+        if (p != NULL) {
+            /* The callback may run and change the list: start over. */
+            mb_part_fail(h, mb, p, -EHOSTUNREACH);
+            next = h->mbcasts;
+        }
+        mb = next;
+    }
+}
+
+void pm__hub_mbcast_fire(pm__hub *h, int64_t now, int all, int err)
+{
+    pm__mbcast *mb = h->mbcasts;
+    while (mb != NULL) {
+        pm__mbcast *next = mb->next;
+        if (all || mb->deadline_ms <= now) {
+            pm__mbpart *p = NULL;
+            for (size_t i = 0; i < mb->nparts && p == NULL; i++)
+                if (!mb->parts[i].done)
+                    p = &mb->parts[i];
+            if (p != NULL) {
+                mb_part_fail(h, mb, p, err);
+                next = h->mbcasts; /* again: it may have more parts, or be gone */
+            }
+        }
+        mb = next;
+    }
+}
+
+int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout_ms,
+                           void (*cb)(pm_cluster *, const pm_message *, size_t, void *),
+                           void *arg)
+{
+    if (cb == NULL || timeout_ms <= 0 || (data == NULL && len > 0))
+        return -EINVAL;
+    if (len > PM_MAX_PAYLOAD)
+        return -EMSGSIZE;
+    uint32_t nhosts = h->peer_mode ? atomic_load_explicit(&h->hosts.count, memory_order_relaxed)
+                                   : 1;
+    pm__mbcast *mb = calloc(1, sizeof(*mb));
+    if (mb == NULL)
+        return -ENOMEM;
+    mb->hub_ = h;
+    mb->parts = calloc(nhosts, sizeof(*mb->parts));
+    if (mb->parts == NULL) {
+        free(mb);
+        return -ENOMEM;
+    }
+    mb->cb = cb;
+    mb->arg = arg;
+    /* Every part is pending, plus one guard: no part settling early (a
+     * host without a link, an empty local snapshot) may complete mb
+     * before every part is out. */
+    mb->nparts = nhosts - 1;
+    mb->pending = 1 + mb->nparts + 1;
+    for (uint32_t i = 0; i < mb->nparts; i++) {
+        mb->parts[i].host = (uint16_t)(i + 1);
+        mb->parts[i].id = ++h->next_req;
+    }
+    int rc = pm__hub_broadcast(h, data, len, timeout_ms, mb_local_done, mb);
+    if (rc < 0) {
+        free(mb->parts);
+        free(mb);
+        return rc;
+    }
+    /* Set after the local broadcast's own, so that its deadline (fired
+     * first, pm__hub_fire) has always passed when this one does. */
+    mb->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
+    mb->next = h->mbcasts;
+    h->mbcasts = mb;
+    for (size_t i = 0; i < mb->nparts; i++) {
+        pm__mbpart *p = &mb->parts[i];
+        rc = pm__hub_link_bcast(h, p->host, p->id, mb->deadline_ms, data, len);
+        if (rc < 0)
+            mb_part_fail(h, mb, p, rc == -ENOBUFS ? -ENOBUFS : -EHOSTUNREACH);
+    }
+    mb_settle(h, mb); /* the guard */
     return 0;
 }

@@ -34,6 +34,18 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
     return pm__hub_broadcast(&c->hub, data, len, timeout_ms, cb, arg);
 }
 
+PM_EXTERN int pm_cluster_broadcast_mesh(pm_cluster *c, const void *data, size_t len,
+                                        int timeout_ms,
+                                        void (*cb)(pm_cluster *, const pm_message *, size_t,
+                                                   void *),
+                                        void *arg)
+{
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    return pm__hub_broadcast_mesh(&c->hub, data, len, timeout_ms, cb, arg);
+}
+
 PM_EXTERN int pm_cluster_request(pm_cluster *c, const pm_address *to, const void *data,
                                  size_t len, int timeout_ms,
                                  void (*cb)(pm_cluster *, const pm_message *reply, void *arg),

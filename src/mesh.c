@@ -263,6 +263,25 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
         pm__mconn *o = &m->conns[j];
         if (o == k || o->fd < 0 || !o->linked || o->host != idx)
             continue;
+        if (k->pc.peer.incarnation != o->pc.peer.incarnation) {
+            /* Another incarnation of a host we have a live link with: a
+             * restarted host, or a holder of the secret claiming its name.
+             * It replaces the old link only if it proved the host's pinned
+             * key (the handshake checked it), or if the old link has been
+             * silent for the peer timeout; otherwise it is refused, so an
+             * unpinned mesh member cannot cut a live host off. Frames for
+             * the old incarnation's workers then get -ESTALE from the new
+             * one (worker incarnations start from a random base). */
+            uint64_t now = pm__now_ms();
+            if (!m->pinned && now - o->last_rx_ms < (uint64_t)c->o->peer_timeout_ms) {
+                pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_DUPLICATE);
+                return;
+            }
+            pm__pconn_close(&o->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            conn_write(o);
+            conn_close(c, o);
+            continue;
+        }
         if (strcmp(initiator_name(c, k), initiator_name(c, o)) < 0) {
             pm__pconn_close(&o->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             conn_write(o);

@@ -60,6 +60,7 @@ enum pm__peer_fail {
     PM__PF_TRUNCATED,   /* end of stream without CLOSE */
     PM__PF_CLOSED,      /* the peer sent CLOSE (an orderly end) */
     PM__PF_LOCAL,       /* we closed it (shutdown, a replaced link, no memory) */
+    PM__PF_DUPLICATE,   /* a new incarnation of a host whose live link stays (unpinned) */
     PM__PF_COUNT_
 };
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* check_link.c - peer links between two real supervisors on 127.0.0.1: cross-host request/reply with stamped identities, a wrong secret, a peer killed. */
+/* check_link.c - peer links between real supervisors on 127.0.0.1: cross-host request/reply with stamped identities (workers and main), mesh broadcast over three hosts, host incarnations (refused duplicate, pinned replacement, -ESTALE), a wrong secret, a peer killed. */
 #include <check.h>
 
 #include "helpers.h"
@@ -7,13 +7,16 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "internals.h"
+#include "le.h"
 #include "frame.h"
 #include "hub.h"
 #include "peer.h"
+#include "peerkeys.h"
 #include "procmesh.h"
 
 /*
@@ -58,6 +61,7 @@ static pm_options *host_options(const char *host, const unsigned char *secret,
     ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
     ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
     ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout), 0);
+    ck_assert_int_eq(pm_options_set_max_message(o, (size_t)1 << 20), 0);
     ck_assert_int_eq(pm_options_set_bootstrap(o, boot, NULL), 0);
     return o;
 }
@@ -79,6 +83,17 @@ static int worker_b(pm_node *n, void *arg)
         char from[PM_ADDRESS_STRLEN];
         if (pm_address_format(&m.from, from, sizeof(from)) < 0)
             strcpy(from, "?");
+        if (m.len == 5 && memcmp(m.data, "crash", 5) == 0)
+            abort(); /* dies holding a request */
+        if (m.len == 8 && memcmp(m.data, "deadline", 8) == 0) {
+            /* The deadline crossed as ms remaining and was made local
+             * again by b's hub: what is left of it, as text. */
+            char left[32];
+            long ms = m.deadline_ms > 0 ? (long)(m.deadline_ms - (int64_t)pm_test_ms()) : -1;
+            snprintf(left, sizeof(left), "%ld", ms);
+            pm_node_reply(n, &m, left, strlen(left));
+            continue;
+        }
         if (m.len == 4 && memcmp(m.data, "hang", 4) == 0) {
             pm_address main_a;
             if (pm_address_parse("t@a:0", &main_a) == 0)
@@ -89,14 +104,17 @@ static int worker_b(pm_node *n, void *arg)
     }
 }
 
-/* Host b until the test ends (it is killed then). */
-static pid_t start_b(int port, const unsigned char *secret)
+/* A host (b, c) until the test ends (it is killed then), with `workers`
+ * workers running worker_b. */
+static pid_t start_host(const char *name, int port, const unsigned char *secret, int workers)
 {
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid > 0)
         return pid;
-    pm_options *o = host_options("b", secret, worker_b);
+    pm_options *o = host_options(name, secret, worker_b);
+    if (pm_options_set_workers(o, workers) < 0)
+        _exit(3);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     pm_cluster *c = NULL;
@@ -104,6 +122,11 @@ static pid_t start_b(int port, const unsigned char *secret)
         _exit(3);
     for (;;)
         pm_cluster_run(c, -1);
+}
+
+static pid_t start_b(int port, const unsigned char *secret)
+{
+    return start_host("b", port, secret, 1);
 }
 
 /* What host a's supervisor saw. */
@@ -118,7 +141,7 @@ static void on_main(pm_cluster *c, const pm_message *m, void *arg)
     (void)arg;
     if (m->from.host[0] == 'b' && m->len == 7 && memcmp(m->data, "holding", 7) == 0) {
         /* A cross-host message to a's supervisor, stamped from the link. */
-        ck_assert_uint_eq(m->from.port, 10);
+        ck_assert_uint_ge(m->from.port, 10); /* b may run 2 workers: 10, 11 */
         b_holding = 1;
         return;
     }
@@ -186,9 +209,10 @@ static int worker_a(pm_node *n, void *arg)
             return 0;
 }
 
-static pm_cluster *start_a(int port_b, const unsigned char *secret)
+static pm_cluster *start_a_with(int port_b, const unsigned char *secret,
+                                int (*boot)(pm_node *, void *))
 {
-    pm_options *o = host_options("a", secret, worker_a);
+    pm_options *o = host_options("a", secret, boot);
     char peer[32];
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_b);
     ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
@@ -198,6 +222,11 @@ static pm_cluster *start_a(int port_b, const unsigned char *secret)
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
     return c;
+}
+
+static pm_cluster *start_a(int port_b, const unsigned char *secret)
+{
+    return start_a_with(port_b, secret, worker_a);
 }
 
 START_TEST(test_cross_host_request_reply)
@@ -231,6 +260,422 @@ START_TEST(test_cross_host_request_reply)
 }
 END_TEST
 
+static int idle_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+/* What main's requests to a remote worker got: every answer counted, so
+ * "exactly once" is asserted, with its error, sender and text. */
+static unsigned answers;
+static int answer_err;
+static pm_address answer_from;
+static char answer_text[256];
+
+static void on_answer(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    answers++;
+    answer_err = m->error;
+    answer_from = m->from;
+    size_t n = m->len < sizeof(answer_text) - 1 ? m->len : sizeof(answer_text) - 1;
+    if (m->error == 0 && n > 0)
+        memcpy(answer_text, m->data, n);
+    answer_text[m->error == 0 ? n : 0] = '\0';
+}
+
+static void ask(pm_cluster *a, const char *to_text, const char *what, int timeout_ms)
+{
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse(to_text, &to), 0);
+    answers = 0;
+    answer_err = 1;
+    int id = pm_cluster_request(a, &to, what, strlen(what), timeout_ms, on_answer, NULL);
+    ck_assert_msg(id > 0, "pm_cluster_request(%s, %s): %d", to_text, what, id);
+}
+
+START_TEST(test_main_request_remote)
+{
+    int pb = free_port();
+    pid_t b = start_b(pb, secret1);
+    pm_cluster *a = start_a_with(pb, secret1, idle_worker);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
+    PM_RUN_UNTIL(a, pm_test_slot_state(a, 0) == PM_SLOT_READY, 30000);
+
+    /* The supervisor of another host answers no request of main's. */
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:0", &to), 0);
+    ck_assert_int_eq(pm_cluster_request(a, &to, "x", 1, 1000, on_answer, NULL), -EINVAL);
+
+    /* b's worker may still be starting: -EHOSTDOWN from b's hub until it
+     * is ready. */
+    uint64_t end = pm_test_ms() + 30000;
+    do {
+        ask(a, "t@b:10", "who", 5000);
+        PM_RUN_UNTIL(a, answers == 1, 10000);
+    } while (answer_err == -EHOSTDOWN && pm_test_ms() < end);
+    /* b's worker saw main of a (port 0, stamped by b from the link); a saw
+     * the reply come from b's worker (stamped by a from the link). */
+    ck_assert_msg(answer_err == 0, "who: %d", answer_err);
+    ck_assert_str_eq(answer_text, "t@a:0");
+    ck_assert_str_eq(answer_from.host, "b");
+    ck_assert_uint_eq(answer_from.port, 10);
+    ck_assert_uint_ne(answer_from.incarnation, 0);
+
+    /* Above PM_MAX_PAYLOAD nothing crosses a link yet: -EMSGSIZE at once
+     * (the local limit, max_message, is 1 MiB here). */
+    static char large[PM_MAX_PAYLOAD + 1];
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    ck_assert_int_eq(pm_cluster_send(a, &to, large, sizeof(large)), -EMSGSIZE);
+    ck_assert_int_eq(pm_cluster_request(a, &to, large, sizeof(large), 1000, on_answer, NULL),
+                     -EMSGSIZE);
+
+    /* The blocking form, to the incarnation just seen. */
+    char reply[64];
+    size_t rlen = 0;
+    char addr[PM_ADDRESS_STRLEN];
+    ck_assert_int_ge(pm_address_format(&answer_from, addr, sizeof(addr)), 0);
+    ck_assert_int_eq(pm_address_parse(addr, &to), 0);
+    ck_assert_int_eq(pm_cluster_call(a, &to, "who", 3, 5000, reply, sizeof(reply), &rlen), 0);
+    ck_assert_int_eq((int)rlen, 5);
+    ck_assert_int_eq(memcmp(reply, "t@a:0", 5), 0);
+
+    /* The deadline crossed as milliseconds remaining. */
+    ask(a, "t@b:10", "deadline", 20000);
+    PM_RUN_UNTIL(a, answers == 1, 10000);
+    ck_assert_int_eq(answer_err, 0);
+    long left = strtol(answer_text, NULL, 10);
+    ck_assert_msg(left > 0 && left <= 20000, "deadline left at b: %s", answer_text);
+
+    /* Unanswered: -ETIMEDOUT at a's deadline, once. */
+    ask(a, "t@b:10", "hang", 300);
+    PM_RUN_UNTIL(a, answers == 1, 10000);
+    ck_assert_int_eq(answer_err, -ETIMEDOUT);
+
+    /* The remote worker dies holding it: -EHOSTDOWN from b's hub, once. */
+    ask(a, "t@b:10", "crash", 30000);
+    PM_RUN_UNTIL(a, answers == 1, 20000);
+    ck_assert_int_eq(answer_err, -EHOSTDOWN);
+
+    /* The crashed incarnation is gone for good: -ESTALE from b's hub once
+     * its successor is ready (-EHOSTDOWN until then). */
+    end = pm_test_ms() + 30000;
+    do {
+        ask(a, addr, "who", 5000);
+        PM_RUN_UNTIL(a, answers == 1, 10000);
+    } while (answer_err == -EHOSTDOWN && pm_test_ms() < end);
+    ck_assert_int_eq(answer_err, -ESTALE);
+
+    /* The link goes down with a request in flight: -EHOSTUNREACH at once
+     * (long before its deadline), and never a second answer. */
+    b_holding = 0;
+    end = pm_test_ms() + 30000;
+    do {
+        ask(a, "t@b:10", "hang", 60000);
+        PM_RUN_UNTIL(a, b_holding || answers == 1, 20000);
+    } while (!b_holding && pm_test_ms() < end);
+    ck_assert_msg(b_holding, "b's worker never held a request (last answer %d)", answer_err);
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
+    PM_RUN_UNTIL(a, answers == 1, 20000);
+    ck_assert_int_eq(answer_err, -EHOSTUNREACH);
+    uint64_t settle = pm_test_ms() + 500;
+    PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
+    ck_assert_uint_eq(answers, 1);
+    /* No link now: refused at once. */
+    static char big[PM_MAX_PAYLOAD + 1];
+    ck_assert_int_eq(pm_cluster_send(a, &to, big, sizeof(big)), -EHOSTUNREACH);
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    ck_assert_int_eq(pm_cluster_request(a, &to, "x", 1, 1000, on_answer, NULL), -EHOSTUNREACH);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+/* a's worker for the mesh broadcast: answers every request "a". */
+static int worker_answer_a(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc == 0 && m.kind == PM_MSG_REQUEST)
+            pm_node_reply(n, &m, "a", 1);
+    }
+}
+
+/* What the mesh broadcast's callback got: "from error text" per result. */
+static char bres[16][160];
+static size_t nbres;
+static unsigned bdone;
+
+static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c;
+    (void)arg;
+    bdone++;
+    nbres = n < 16 ? n : 16;
+    for (size_t i = 0; i < nbres; i++) {
+        char from[PM_ADDRESS_STRLEN];
+        if (pm_address_format(&r[i].from, from, sizeof(from)) < 0)
+            strcpy(from, "?");
+        /* Without the incarnation: the host and port are what is asserted. */
+        char *hash = strchr(from, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        snprintf(bres[i], sizeof(bres[i]), "%s %d %.*s", from, r[i].error,
+                 r[i].error == 0 ? (int)r[i].len : 0, r[i].error == 0 ? (const char *)r[i].data : "");
+    }
+}
+
+static int has_result(const char *want)
+{
+    for (size_t i = 0; i < nbres; i++)
+        if (strcmp(bres[i], want) == 0)
+            return 1;
+    return 0;
+}
+
+static void dump_results(char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < nbres; i++) {
+        size_t k = strlen(buf), add = strlen(bres[i]);
+        if (k + add + 4 > size)
+            break;
+        buf[k] = '[';
+        memcpy(buf + k + 1, bres[i], add);
+        memcpy(buf + k + 1 + add, "] ", 3);
+    }
+}
+
+static void mesh_bcast(pm_cluster *a, const char *what, int timeout_ms)
+{
+    bdone = 0;
+    nbres = 0;
+    ck_assert_int_eq(pm_cluster_broadcast_mesh(a, what, strlen(what), timeout_ms, on_bcast, NULL),
+                     0);
+}
+
+START_TEST(test_mesh_broadcast)
+{
+    /* Three supervisors: a (here, 1 worker) linked to b (2 workers) and
+     * c (1 worker), each in its own forked process. */
+    int pb = free_port(), pc = free_port();
+    pid_t b = start_host("b", pb, secret1, 2);
+    pid_t c = start_host("c", pc, secret1, 1);
+    pm_options *o = host_options("a", secret1, worker_answer_a);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", pb);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", pc);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 2, 30000);
+    PM_RUN_UNTIL(a, pm_test_slot_state(a, 0) == PM_SLOT_READY, 30000);
+
+    /* Every worker of the mesh once ready: 1 + 2 + 1 results, each from
+     * the worker stamped with its host; the remote workers saw the request
+     * come from their own supervisor ("main" to them: the fan-out is
+     * theirs). */
+    char dump[2048];
+    uint64_t end = pm_test_ms() + 30000;
+    do {
+        mesh_bcast(a, "who", 10000);
+        PM_RUN_UNTIL(a, bdone == 1, 20000);
+    } while (nbres != 4 && pm_test_ms() < end);
+    dump_results(dump, sizeof(dump));
+    ck_assert_msg(nbres == 4, "results: %s", dump);
+    ck_assert_msg(has_result("t@a:10 0 a") && has_result("t@b:10 0 t@main:0") &&
+                      has_result("t@b:11 0 t@main:0") && has_result("t@c:10 0 t@main:0"),
+                  "results: %s", dump);
+    uint64_t settle = pm_test_ms() + 300;
+    PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
+    ck_assert_uint_eq(bdone, 1);
+
+    /* c unreachable: one result for the whole host, from its supervisor. */
+    ck_assert_int_eq(kill(c, SIGKILL), 0);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 20000);
+    mesh_bcast(a, "who", 10000);
+    PM_RUN_UNTIL(a, bdone == 1, 20000);
+    dump_results(dump, sizeof(dump));
+    ck_assert_msg(nbres == 4 && has_result("t@c:0 -113 ") && has_result("t@b:11 0 t@main:0"),
+                  "results: %s", dump);
+
+    /* b's link goes down while b's workers hold the requests: b settles
+     * as one -EHOSTUNREACH result at once (the deadline is far). */
+    b_holding = 0;
+    mesh_bcast(a, "hang", 60000);
+    PM_RUN_UNTIL(a, b_holding, 20000);
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
+    PM_RUN_UNTIL(a, bdone == 1, 20000);
+    dump_results(dump, sizeof(dump));
+    ck_assert_msg(nbres == 3 && has_result("t@a:10 0 a") && has_result("t@b:0 -113 ") &&
+                      has_result("t@c:0 -113 "),
+                  "results: %s", dump);
+    settle = pm_test_ms() + 300;
+    PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
+    ck_assert_uint_eq(bdone, 1);
+    pm_test_reap(b, 5000);
+    pm_test_reap(c, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+/* A host named `name` that dials a at port_a (it listens nowhere), with
+ * node_key as its static key file (NULL: an ephemeral key). */
+static pid_t start_dialer(const char *name, int port_a, const char *node_key)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    pm_options *o = host_options(name, secret1, worker_b);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_a);
+    pm_cluster *c = NULL;
+    if (pm_options_add_peer(o, peer) < 0 ||
+        (node_key != NULL && pm_options_set_node_key_file(o, node_key) < 0) ||
+        pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
+/* Host a listening at port (b dials it), optionally pinning keys. */
+static pm_cluster *start_listener(int port, const char *pins)
+{
+    pm_options *o = host_options("a", secret1, idle_worker);
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    if (pins != NULL)
+        ck_assert_int_eq(pm_options_set_peer_keys_file(o, pins), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    return c;
+}
+
+/* Asks addr "who" until b's worker has an answer other than -EHOSTDOWN
+ * (starting) or -EHOSTUNREACH (not linked yet); returns it. */
+static int ask_settled(pm_cluster *a, const char *addr)
+{
+    uint64_t end = pm_test_ms() + 30000;
+    do {
+        pm_address to;
+        ck_assert_int_eq(pm_address_parse(addr, &to), 0);
+        answers = 0;
+        answer_err = 1;
+        int id = pm_cluster_request(a, &to, "who", 3, 5000, on_answer, NULL);
+        if (id < 0) {
+            answer_err = id;
+            uint64_t t = pm_test_ms() + 50;
+            PM_RUN_UNTIL(a, pm_test_ms() >= t, 5000);
+            continue;
+        }
+        PM_RUN_UNTIL(a, answers == 1, 10000);
+    } while ((answer_err == -EHOSTDOWN || answer_err == -EHOSTUNREACH) && pm_test_ms() < end);
+    return answer_err;
+}
+
+START_TEST(test_host_incarnations)
+{
+    int pa = free_port();
+    pm_cluster *a = start_listener(pa, NULL);
+    pid_t b1 = start_dialer("b", pa, NULL);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
+    ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
+    char old[PM_ADDRESS_STRLEN];
+    ck_assert_int_ge(pm_address_format(&answer_from, old, sizeof(old)), 0);
+
+    /* Another supervisor calling itself b, while b's link is alive and
+     * nothing is pinned: refused, counted by its reason; b keeps its link. */
+    pid_t b2 = start_dialer("b", pa, NULL);
+    PM_RUN_UNTIL(a, pm__mesh_fails(a, PM__PF_DUPLICATE) >= 1, 30000);
+    ck_assert_str_eq(pm__peer_fail_name(PM__PF_DUPLICATE), "duplicate_host");
+    ck_assert_uint_eq(peer_downs, 0);
+    ck_assert_int_eq(ask_settled(a, old), 0);
+    kill(b2, SIGKILL);
+    pm_test_reap(b2, 5000);
+
+    /* b restarts (a new supervisor incarnation on a new link): the old
+     * worker incarnation never matches again: -ESTALE. */
+    ck_assert_int_eq(kill(b1, SIGKILL), 0);
+    PM_RUN_UNTIL(a, peer_downs == 1, 20000);
+    pm_test_reap(b1, 5000);
+    pid_t b3 = start_dialer("b", pa, NULL);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
+    ck_assert_int_eq(ask_settled(a, old), -ESTALE);
+    ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
+    kill(b3, SIGKILL);
+    pm_test_reap(b3, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+START_TEST(test_pinned_host_replaces_link)
+{
+    /* b's static key in a file both of b's incarnations use; a pins it. */
+    char dir[] = "/tmp/pm-link-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char key[64], pins[64];
+    snprintf(key, sizeof(key), "%s/node.key", dir);
+    snprintf(pins, sizeof(pins), "%s/pins", dir);
+    unsigned char priv[PM__PEER_KEY_LEN], pub[PM__PEER_KEY_LEN];
+    char why[128];
+    ck_assert_int_eq(pm__peer_key_create(key, priv, why, sizeof(why)), 0);
+    pm__keyring *kr = NULL;
+    ck_assert_int_eq(pm__keyring_new(&kr), 0);
+    ck_assert_int_eq(pm__keyring_set_static(kr, priv), 0);
+    ck_assert_int_eq(pm__keyring_static_pub(kr, pub), 0);
+    pm__keyring_free(kr);
+    char b64[PM__PEER_KEY_B64_LEN + 1];
+    pm__peer_key_b64(pub, b64);
+    FILE *f = fopen(pins, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "b %s\n", b64);
+    fclose(f);
+
+    int pa = free_port();
+    pm_cluster *a = start_listener(pa, pins);
+    pid_t b1 = start_dialer("b", pa, key);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
+    ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
+    char old[PM_ADDRESS_STRLEN];
+    ck_assert_int_ge(pm_address_format(&answer_from, old, sizeof(old)), 0);
+
+    /* A new incarnation proving b's pinned key replaces the live link. */
+    pid_t b2 = start_dialer("b", pa, key);
+    PM_RUN_UNTIL(a, peer_downs >= 1 && pm__mesh_links_up(a) == 1, 30000);
+    ck_assert_uint_eq(pm__mesh_fails(a, PM__PF_DUPLICATE), 0);
+    /* b1 would take it back in turn (it proves the key as well): it goes. */
+    kill(b1, SIGKILL);
+    pm_test_reap(b1, 5000);
+    ck_assert_int_eq(ask_settled(a, old), -ESTALE);
+    kill(b2, SIGKILL);
+    pm_test_reap(b2, 5000);
+    unlink(key);
+    unlink(pins);
+    rmdir(dir);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 START_TEST(test_wrong_secret_no_link)
 {
     int pb = free_port();
@@ -247,16 +692,6 @@ START_TEST(test_wrong_secret_no_link)
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
 END_TEST
-
-static int idle_worker(pm_node *n, void *arg)
-{
-    (void)arg;
-    pm_node_ready(n);
-    pm_message m;
-    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
-        ;
-    return 0;
-}
 
 /* A raw TCP connection to 127.0.0.1:port (the test's own fd). */
 static int raw_connect(int port)
@@ -432,6 +867,137 @@ START_TEST(test_link_frames_judged)
 }
 END_TEST
 
+static unsigned unit_answers;
+static int unit_err;
+
+static void unit_answer(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    unit_answers++;
+    unit_err = m->error;
+}
+
+static size_t unit_results;
+static unsigned unit_bdone;
+static int unit_result_err;
+static char unit_result_from[PM_ADDRESS_STRLEN];
+
+static void unit_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c;
+    (void)arg;
+    unit_bdone++;
+    unit_results = n;
+    if (n > 0) {
+        unit_result_err = r[n - 1].error;
+        ck_assert_int_ge(pm_address_format(&r[n - 1].from, unit_result_from,
+                                           sizeof(unit_result_from)), 0);
+    }
+}
+
+START_TEST(test_link_main_request_and_mesh_frames)
+{
+    pm__hub h;
+    pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    int c = pm__hub_host_index(&h, "c"); /* known, never linked */
+    ck_assert_int_ge(c, 1);
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    nsent = 0;
+
+    /* Main's request to b's worker: on the link with relative hosts, from
+     * port 0, the deadline as milliseconds remaining. */
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    int id = pm__hub_request(&h, &to, "q", 1, 5000, unit_answer, NULL);
+    ck_assert_int_gt(id, 0);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_int_eq(sent[0].type, PM__FT_REQUEST);
+    ck_assert_uint_eq(sent[0].dst, 10);
+    ck_assert_uint_eq(sent[0].src, 0);
+    ck_assert_uint_eq(sent[0].request_id, (uint64_t)id);
+    ck_assert(sent[0].deadline_ms > 0 && sent[0].deadline_ms <= 5000);
+
+    /* A notice about another port under that id is not its answer. */
+    unsigned char buf[PM__FRAME_HDR_SIZE + 8];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_UNDELIVERABLE;
+    f.src = 11;
+    f.request_id = (uint64_t)id;
+    f.error = -EHOSTDOWN;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(unit_answers, 0);
+
+    /* A mesh broadcast: the local part (no ready worker) is empty, c has
+     * no link (one -EHOSTUNREACH result at once), b gets a BCAST. */
+    ck_assert_int_eq(pm__hub_broadcast_mesh(&h, "p", 1, 5000, unit_bcast, NULL), 0);
+    ck_assert_uint_eq(nsent, 2);
+    ck_assert_int_eq(sent[1].type, PM__FT_BCAST);
+    ck_assert_uint_eq(sent[1].dst, 0);
+    uint64_t bid = sent[1].request_id;
+    ck_assert_uint_ge(bid, PM__BCAST_ID_BASE);
+    ck_assert_uint_eq(unit_bdone, 0);
+
+    /* Malformed answers are counted, not results: a BDONE without its
+     * count, a BRESULT for an id that is not b's. */
+    uint64_t bad = pm_test_link_malformed(&h, (unsigned)b);
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_BDONE;
+    f.request_id = bid;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), bad + 1);
+    uint64_t late = pm_test_hub_late_replies(&h);
+    f.type = PM__FT_BRESULT;
+    f.request_id = bid + 7;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 1);
+
+    /* One BRESULT then a BDONE counting two: b settles with its result
+     * and one -ENOBUFS from t@b:0 (a result lost on the way). */
+    f.request_id = bid;
+    f.src = 10;
+    f.src_inc = 77;
+    f.len = 2;
+    memcpy(buf + PM__FRAME_HDR_SIZE, "ok", 2);
+    pm__frame_encode(&f, buf);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + 2);
+    ck_assert_uint_eq(unit_bdone, 0);
+    f.type = PM__FT_BDONE;
+    f.src = 0;
+    f.src_inc = 0;
+    f.len = 4;
+    pm__frame_encode(&f, buf);
+    pm__put32(buf + PM__FRAME_HDR_SIZE, 2);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + 4);
+    ck_assert_uint_eq(unit_bdone, 1);
+    ck_assert_uint_eq(unit_results, 3); /* c unreachable, b:10 ok, b lost one */
+    ck_assert_int_eq(unit_result_err, -ENOBUFS);
+    ck_assert_str_eq(unit_result_from, "t@b:0");
+
+    /* A BCAST from b, no worker ready here: a BDONE with count 0 at once. */
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_BCAST;
+    f.request_id = PM__BCAST_ID_BASE + 99;
+    f.deadline_ms = 1000;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 3);
+    ck_assert_int_eq(sent[2].type, PM__FT_BDONE);
+    ck_assert_uint_eq(sent[2].request_id, PM__BCAST_ID_BASE + 99);
+
+    /* The link goes down: main's request is answered -EHOSTUNREACH, once. */
+    pm__hub_link_down(&h, (uint16_t)b);
+    ck_assert_uint_eq(unit_answers, 1);
+    ck_assert_int_eq(unit_err, -EHOSTUNREACH);
+    ck_assert_int_eq(pm__hub_cancel(&h, (uint64_t)id), -ENOENT);
+    pm__hub_free(&h);
+    ck_assert_uint_eq(unit_answers, 1);
+}
+END_TEST
+
 START_TEST(test_peer_stopped_and_resumed)
 {
     /* A live link carries heartbeats: idle, it stays up past the peer
@@ -462,7 +1028,12 @@ int main(void)
 {
     Suite *s = suite_create("link");
     PM_ADD_TEST(s, test_link_frames_judged, 30);
+    PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
+    PM_ADD_TEST(s, test_main_request_remote, 120);
+    PM_ADD_TEST(s, test_mesh_broadcast, 120);
+    PM_ADD_TEST(s, test_host_incarnations, 120);
+    PM_ADD_TEST(s, test_pinned_host_replaces_link, 120);
     PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
     PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
     PM_ADD_TEST(s, test_peer_stopped_and_resumed, 90);
