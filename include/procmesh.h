@@ -527,8 +527,7 @@ PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
  * the same API; a link that goes down (PM_EVENT_PEER_DOWN) answers that
  * host's requests in flight -EHOSTUNREACH at once; a link silent for the
  * peer timeout is closed (heartbeats keep an idle one up) and a peer of
- * pm_options_add_peer is redialled with backoff. Not yet: peers from DNS
- * (pm_options_set_peers_dns makes pm_cluster_spawn fail with -ENOSYS), mesh
+ * pm_options_add_peer is redialled with backoff. Not yet: mesh
  * broadcast. */
 
 /* Where this supervisor accepts peers: "HOST:PORT" (a name, an IPv4
@@ -537,7 +536,14 @@ PM_EXTERN int pm_options_set_peer_listen(pm_options *o, const char *host_port);
 /* A peer to connect to, "HOST:PORT"; repeatable, at most 64 distinct
  * (-EEXIST for one given twice, -ENOSPC past 64). */
 PM_EXTERN int pm_options_add_peer(pm_options *o, const char *host_port);
-/* Peers found by resolving "NAME:PORT" (every address of NAME). NULL: none. */
+/* Peers found by resolving "NAME:PORT": every A and AAAA record of NAME
+ * (a Kubernetes headless Service) is dialled. Resolved off the supervisor's
+ * loop (a short-lived thread per lookup, signals blocked in it), again every
+ * 30 s, and with backoff from 1 s to 30 s (+-25 % jitter) while it fails or
+ * answers nothing (each failure counted and written to stderr); a name that
+ * does not resolve yet never stops pm_cluster_spawn. Addresses that leave
+ * the answer are no longer dialled; this supervisor's own address (found by
+ * the handshake) is dialled once and then skipped. NULL: none. */
 PM_EXTERN int pm_options_set_peers_dns(pm_options *o, const char *name_port);
 /* The mesh's 32-byte pre-shared secret, copied into memory a forked worker
  * never sees. At most two (current and next, for rotation: a responder

@@ -44,5 +44,8 @@ void pm__mesh_fire(struct pm_cluster *c, uint64_t now_ms);
  * failures of reason why (PM__PF_*). */
 unsigned pm__mesh_links_up(const struct pm_cluster *c);
 uint64_t pm__mesh_fails(const struct pm_cluster *c, int why);
+/* --peers-dns: resolutions that answered, that failed (or answered
+ * nothing), and the addresses dialled now (our own excluded). */
+void pm__mesh_dns_stats(const struct pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets);
 
 #endif /* PM_MESH_H */
