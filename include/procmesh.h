@@ -551,6 +551,17 @@ PM_EXTERN int pm_options_set_peers_dns(pm_options *o, const char *name_port);
  * -EEXIST for the same one twice, -EINVAL for all zeros. Peer mode needs one
  * unless pm_options_set_insecure_no_secret. */
 PM_EXTERN int pm_options_add_secret(pm_options *o, const unsigned char key[32]);
+/* Key rotation in a running cluster: replaces its secrets with n (1 or 2)
+ * secrets of 32 bytes, consecutive at keys (the current first), copied into
+ * memory a forked worker never sees. Handshakes from now on use them; one
+ * under way finishes with the keys it began with, and links that are up stay
+ * up. The library reads no file: the caller reads its key files (the
+ * daemon does on SIGHUP) and passes the bytes. The static key, the pins and
+ * the mode (with or without a secret) stay those of the start. 0;
+ * -ENOTCONN not in peer mode; -EINVAL NULL keys, n 0 or above 2, an
+ * all-zero secret, or a cluster without a secret; -EEXIST the same secret
+ * twice; -ENOMEM. */
+PM_EXTERN int pm_cluster_set_secrets(pm_cluster *c, const unsigned char *keys, unsigned n);
 /* 1: peer links without a pre-shared secret (Noise_XX: still encrypted, but
  * anyone who reaches the port may join unless peer keys are pinned).
  * Default 0. Not together with a secret. */

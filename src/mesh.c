@@ -29,8 +29,20 @@
  * the next flush, never inside the hub's call.
  */
 
+/* The keys a handshake uses, with the rest of its configuration. A
+ * connection holds the generation it started with until it closes (its
+ * peer.c state borrows the configuration), so new secrets
+ * (pm_cluster_set_secrets) swap in between handshakes: one under way
+ * finishes with the keys it began with, and a link that is up stays up. */
+typedef struct pm__mkeys {
+    pm__pconn_cfg cfg;
+    pm__keyring *keys;
+    unsigned refs;          /* the connections using it, + 1 while current */
+} pm__mkeys;
+
 typedef struct pm__mconn {
     pm_cluster *c;
+    pm__mkeys *kg;          /* its keys' generation, NULL before it starts */
     int fd;                 /* -1: a free entry */
     uint32_t gen;           /* in its loop tags; bumped on every re-arm */
     unsigned armed;         /* PM__LOOP_IN/OUT of the outstanding arm, 0 none */
@@ -60,10 +72,11 @@ typedef struct pm__dtarget {
 } pm__dtarget;
 
 struct pm__mesh {
-    pm__keyring *keys;
+    pm__keyring *keys;      /* at start, until it moves into cur */
     pm__pins pins;
     int pinned;
-    pm__pconn_cfg cfg;
+    pm__mkeys *cur;         /* the keys new connections use */
+    uint64_t key_reloads;
     int lfd;
     int lfd_armed;
     uint64_t listen_retry_at; /* accept paused (out of fds) until then; 0: not */
@@ -91,6 +104,14 @@ struct pm__mesh {
 static pm__mesh *mesh_of(const pm_cluster *c)
 {
     return c->mesh;
+}
+
+static void keys_put(pm__mkeys *g)
+{
+    if (g == NULL || --g->refs > 0)
+        return;
+    pm__keyring_free(g->keys);
+    free(g);
 }
 
 /* "HOST:PORT" or "[v6]:PORT" into its host and port strings. Validated by
@@ -238,6 +259,8 @@ static void conn_close(pm_cluster *c, pm__mconn *k)
     if (k->pc_live)
         pm__pconn_free(&k->pc);
     k->pc_live = 0;
+    keys_put(k->kg); /* after the state that borrowed it */
+    k->kg = NULL;
     if (k->peer >= 0) {
         pm__dtarget *t = dns_target(m, k->peer);
         m->dial_conn[k->peer] = -1;
@@ -388,9 +411,11 @@ static pm__mconn *conn_new(pm_cluster *c, int fd, int peer, int initiator)
             k = &m->conns[j];
     if (k == NULL)
         return NULL;
-    if (pm__pconn_init(&k->pc, &m->cfg, initiator) < 0)
+    if (pm__pconn_init(&k->pc, &m->cur->cfg, initiator) < 0)
         return NULL;
     k->pc_live = 1;
+    k->kg = m->cur;
+    k->kg->refs++;
     k->c = c;
     k->pc.on_frame = conn_frame;
     k->pc.on_frame_arg = k;
@@ -861,15 +886,24 @@ int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
             goto fail;
         m->pinned = 1;
     }
-    m->cfg.system = c->hub.names.system;
-    m->cfg.host = c->hub.names.host;
+    m->cur = calloc(1, sizeof(*m->cur));
+    if (m->cur == NULL) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    m->cur->refs = 1;
+    m->cur->keys = m->keys;
+    m->keys = NULL;
+    pm__pconn_cfg *cfg = &m->cur->cfg;
+    cfg->system = c->hub.names.system;
+    cfg->host = c->hub.names.host;
     uint64_t inc = 0;
     if (getrandom(&inc, sizeof(inc), 0) != (ssize_t)sizeof(inc))
         inc = pm__now_ns();
-    m->cfg.incarnation = inc | 1u;
-    m->cfg.idle_ms = (uint32_t)c->o->peer_timeout_ms;
-    m->cfg.keys = m->keys;
-    m->cfg.pins = m->pinned ? &m->pins : NULL;
+    cfg->incarnation = inc | 1u;
+    cfg->idle_ms = (uint32_t)c->o->peer_timeout_ms;
+    cfg->keys = m->cur->keys;
+    cfg->pins = m->pinned ? &m->pins : NULL;
     if (c->o->peer_listen[0] != '\0') {
         rc = listen_on(c, m);
         if (rc < 0) {
@@ -929,6 +963,7 @@ void pm__mesh_free(pm_cluster *c)
     }
     if (m->rbuf != NULL)
         munmap(m->rbuf, PM__MESH_READ_BUF);
+    keys_put(m->cur); /* every connection let go of it above */
     if (m->pinned)
         pm__pins_free(&m->pins);
     pm__keyring_free(m->keys);
@@ -952,6 +987,49 @@ unsigned pm__mesh_links_up(const pm_cluster *c)
 {
     const pm__mesh *m = mesh_of(c);
     return m == NULL ? 0 : m->up;
+}
+
+/* New secrets for the handshakes to come (pm_cluster_set_secrets): a new
+ * keyring with the same static key, a new generation; the old one is freed
+ * when its last connection closes. */
+int pm__mesh_set_secrets(pm_cluster *c, const unsigned char *keys, unsigned n)
+{
+    pm__mesh *m = mesh_of(c);
+    if (m == NULL || m->cur == NULL)
+        return -ENOTCONN;
+    unsigned had = pm__keyring_nsecrets(m->cur->keys);
+    /* The mode (XXpsk3 or XX without a secret) is chosen at start: a
+     * reload that would switch it is a mistake, never a downgrade. */
+    if (keys == NULL || n == 0 || n > PM__PEER_MAX_SECRETS || had == 0)
+        return -EINVAL;
+    pm__mkeys *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return -ENOMEM;
+    int rc = pm__keyring_new(&g->keys);
+    for (unsigned i = 0; rc == 0 && i < n; i++)
+        rc = pm__keyring_add_secret(g->keys, keys + (size_t)i * PM__PEER_KEY_LEN);
+    if (rc == 0)
+        rc = pm__keyring_set_static(g->keys, pm__keyring_static_priv(m->cur->keys));
+    if (rc < 0) {
+        pm__keyring_free(g->keys);
+        free(g);
+        return rc;
+    }
+    g->cfg = m->cur->cfg;
+    g->cfg.keys = g->keys;
+    g->refs = 1;
+    keys_put(m->cur);
+    m->cur = g;
+    m->key_reloads++;
+    return 0;
+}
+
+PM_EXTERN int pm_cluster_set_secrets(pm_cluster *c, const unsigned char *keys, unsigned n)
+{
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    return pm__mesh_set_secrets(c, keys, n);
 }
 
 void pm__mesh_dns_stats(const pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets)

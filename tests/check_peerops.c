@@ -1,14 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /* check_peerops.c - running a mesh: peers from DNS, secrets swapped on a live cluster, periodic REKEY under traffic (real supervisors on 127.0.0.1). */
+#define _GNU_SOURCE
 #include <check.h>
 
 #include "helpers.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "internals.h"
 #include "mesh.h"
@@ -24,8 +33,8 @@
 
 static const unsigned char k1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
                                      17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
-static const unsigned char k2[32] __attribute__((unused)) = {7, 7, 7, 7, 7};
-static const unsigned char k3[32] __attribute__((unused)) = {9, 9, 9};
+static const unsigned char k2[32] = {7, 7, 7, 7, 7};
+static const unsigned char k3[32] = {9, 9, 9};
 
 static int free_port(void)
 {
@@ -210,11 +219,273 @@ START_TEST(test_dns_unresolvable_retried)
 }
 END_TEST
 
+/* ------------------------------------------------------------ key rotation */
+
+/* A host named host that dials 127.0.0.1:port with secret s, until the test
+ * ends. */
+static pid_t start_dialer(const char *host, int port, const unsigned char *s)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    pm_options *o = host_options(host, s);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    pm_cluster *c = NULL;
+    if (pm_options_add_peer(o, peer) < 0 || pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
+START_TEST(test_rotation_without_downtime)
+{
+    /* b (this process) listens with K1; a links with K1. b takes K1+K2 (as
+     * on SIGHUP): a's link stays up. a restarts with K2 only and links
+     * again; c, down during the rotation, comes with K1 and links (b still
+     * accepts it). b drops K1: d with K1 only is refused, counted as a
+     * wrong key id, and the links up stay up. */
+    int port = free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    pm_options *o = host_options("b", k1);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    peer_ups = peer_downs = 0;
+    pm_cluster *b = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
+    pm_options_free(o);
+
+    pid_t a = start_dialer("a", port, k1);
+    PM_RUN_UNTIL(b, peer_ups == 1 && pm__mesh_links_up(b) == 1, 20000);
+
+    unsigned char both[64];
+    memcpy(both, k1, 32);
+    memcpy(both + 32, k2, 32);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, both, 2), 0);
+    /* The link up is not touched; a few heartbeats later it is still up. */
+    uint64_t until = pm_test_ms() + 1500;
+    PM_RUN_UNTIL(b, pm_test_ms() >= until, 10000);
+    ck_assert_uint_eq(peer_downs, 0);
+    ck_assert_uint_eq(pm__mesh_links_up(b), 1);
+
+    kill(a, SIGKILL);
+    pm_test_reap(a, 5000);
+    PM_RUN_UNTIL(b, peer_downs == 1, 20000);
+    a = start_dialer("a", port, k2);
+    PM_RUN_UNTIL(b, peer_ups == 2 && pm__mesh_links_up(b) == 1, 20000);
+    pid_t c = start_dialer("c", port, k1);
+    PM_RUN_UNTIL(b, peer_ups == 3 && pm__mesh_links_up(b) == 2, 20000);
+
+    ck_assert_int_eq(pm_cluster_set_secrets(b, k2, 1), 0);
+    uint64_t key_id0 = pm__mesh_fails(b, PM__PF_KEY_ID);
+    pid_t d = start_dialer("d", port, k1);
+    PM_RUN_UNTIL(b, pm__mesh_fails(b, PM__PF_KEY_ID) >= key_id0 + 1, 20000);
+    ck_assert_uint_eq(peer_ups, 3);
+    ck_assert_uint_eq(pm__mesh_links_up(b), 2);
+    ck_assert_uint_eq(peer_downs, 1);
+
+    /* Bad calls change nothing. */
+    ck_assert_int_eq(pm_cluster_set_secrets(b, both, 3), -EINVAL);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, NULL, 1), -EINVAL);
+    memcpy(both + 32, k2, 32);
+    memcpy(both, k2, 32);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, both, 2), -EEXIST);
+    static const unsigned char zero[32];
+    ck_assert_int_eq(pm_cluster_set_secrets(b, zero, 1), -EINVAL);
+    for (pid_t *p = (pid_t[]){a, c, d, 0}; *p != 0; p++) {
+        kill(*p, SIGKILL);
+        pm_test_reap(*p, 5000);
+    }
+    ck_assert_int_ge(pm_cluster_terminate(b), 0);
+}
+END_TEST
+
+START_TEST(test_set_secrets_without_secret)
+{
+    /* A cluster started without a secret (Noise_XX) cannot be given one
+     * later: the mode is chosen at start. */
+    int port = free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    pm_options *o = host_options("b", NULL);
+    ck_assert_int_eq(pm_options_set_insecure_no_secret(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    pm_cluster *b = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
+    pm_options_free(o);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, k1, 1), -EINVAL);
+    ck_assert_int_ge(pm_cluster_terminate(b), 0);
+}
+END_TEST
+
+/* --------------------------------------------------- the daemon on SIGHUP */
+
+typedef struct proc {
+    pid_t pid;
+    int fd;
+    int eof;
+    char *log;
+    size_t len, cap;
+} proc;
+
+/* Starts the daemon, its stderr into a pipe; it dies with the test. */
+static proc start(char *const argv[])
+{
+    char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    pid_t parent = getpid();
+    proc r = {.fd = -1, .cap = 256 * 1024};
+    r.log = malloc(r.cap);
+    ck_assert_ptr_nonnull(r.log);
+    r.log[0] = '\0';
+    r.pid = fork();
+    ck_assert_int_ge(r.pid, 0);
+    if (r.pid == 0) {
+        /* If the test died between fork and prctl, getppid() tells. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+            _exit(127);
+        dup2(p[1], STDERR_FILENO);
+        execve(PM_DAEMON_BIN, argv, envp);
+        _exit(127);
+    }
+    close(p[1]);
+    r.fd = p[0];
+    return r;
+}
+
+static void proc_read(proc *r, int ms)
+{
+    struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
+    while (!r->eof && r->len + 1 < r->cap && poll(&pfd, 1, ms) == 1) {
+        ssize_t k = read(r->fd, r->log + r->len, r->cap - 1 - r->len);
+        if (k <= 0) {
+            r->eof = 1;
+            break;
+        }
+        r->len += (size_t)k;
+        r->log[r->len] = '\0';
+        ms = 0;
+    }
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+static void wait_log(proc *r, const char *needle, int n, int timeout_ms)
+{
+    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
+    while (count_of(r->log, needle) < n && !r->eof && pm_test_ms() < end)
+        proc_read(r, 50);
+    ck_assert_msg(count_of(r->log, needle) >= n, "waited %d ms for %d log line(s) with \"%s\"%s; log so far:\n%s",
+                  timeout_ms, n, needle, r->eof ? " (procmesh closed its stderr)" : "", r->log);
+}
+
+static void stop(proc *r)
+{
+    kill(r->pid, SIGKILL);
+    pm_test_reap(r->pid, 10000);
+    close(r->fd);
+    free(r->log);
+}
+
+/* Writes key (32 bytes) to path as 64 hex characters, mode 0600, replacing
+ * the file at once (rename), as a Secret volume does. */
+static void write_key(const char *path, const unsigned char *key)
+{
+    char tmp[256], hex[65];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", key[i]);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, hex, 64), 64);
+    ck_assert_int_eq(write(fd, "\n", 1), 1);
+    close(fd);
+    ck_assert_int_eq(rename(tmp, path), 0);
+}
+
+START_TEST(test_daemon_sighup_rotation)
+{
+    /* Daemons on 127.0.0.1. b holds K1 and K3 (the next secret's file
+     * holds a stale key); c (K1) links. a has K2 only: refused. b's next
+     * file becomes K2, SIGHUP: b logs the reload, a links, c's link stays.
+     * Then the rotation's last step: b's first file becomes K2 and the next
+     * one is removed, SIGHUP: one secret, the links stay. */
+    char dir[] = "/tmp/pm-rot-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char b1[128], b2[128], fa[128], fc[128], listen[32], cmd[160];
+    snprintf(b1, sizeof(b1), "%s/b-current", dir);
+    snprintf(b2, sizeof(b2), "%s/b-next", dir);
+    snprintf(fa, sizeof(fa), "%s/a", dir);
+    snprintf(fc, sizeof(fc), "%s/c", dir);
+    write_key(b1, k1);
+    write_key(b2, k3);
+    write_key(fa, k2);
+    write_key(fc, k1);
+    int port = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    char *b_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "b", "--base-port", "10",
+                      "--workers", "1", "--ready", "exec", "--peer-listen", listen, "--secret-file", b1,
+                      "--secret-file", b2, "--", "/bin/sleep", "60", NULL};
+    char *c_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "c", "--base-port", "10",
+                      "--workers", "1", "--ready", "exec", "--peers", listen, "--secret-file", fc, "--",
+                      "/bin/sleep", "60", NULL};
+    char *a_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "a", "--base-port", "10",
+                      "--workers", "1", "--ready", "exec", "--peers", listen, "--secret-file", fa, "--",
+                      "/bin/sleep", "60", NULL};
+    proc b = start(b_argv);
+    proc c = start(c_argv);
+    wait_log(&b, "event=peer_up host=c", 1, 20000);
+    proc a = start(a_argv);
+    /* a dials and is refused (a wrong key id) until b knows K2: b's log
+     * shows no link with a before the reload. */
+    wait_log(&b, "event=ready", 1, 20000);
+    write_key(b2, k2);
+    ck_assert_int_eq(count_of(b.log, "event=peer_up host=a"), 0);
+    kill(b.pid, SIGHUP);
+    wait_log(&b, "event=peer_keys_reloaded secrets=2", 1, 20000);
+    wait_log(&b, "event=peer_up host=a", 1, 20000);
+    wait_log(&a, "event=peer_up host=b", 1, 20000);
+
+    write_key(b1, k2);
+    ck_assert_int_eq(unlink(b2), 0);
+    kill(b.pid, SIGHUP);
+    wait_log(&b, "event=peer_keys_reloaded secrets=1", 1, 20000);
+    /* A SIGHUP during a rolling restart is not taken (the daemon's rule):
+     * the next one waits for its end. */
+    wait_log(&b, "event=rolling_restart_end", 2, 20000);
+    /* A bad file keeps the keys in use. */
+    int fd = open(b1, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    kill(b.pid, SIGHUP);
+    wait_log(&b, "event=peer_keys_reload_failed", 1, 20000);
+    wait_log(&b, "event=rolling_restart_end", 3, 20000);
+    ck_assert_msg(count_of(b.log, "event=peer_down") == 0, "a link went down over the rotation:\n%s", b.log);
+    stop(&a);
+    stop(&c);
+    stop(&b);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("peerops");
     PM_ADD_TEST(s, test_dns_links, 60);
     PM_ADD_TEST(s, test_dns_self_skipped, 60);
     PM_ADD_TEST(s, test_dns_unresolvable_retried, 60);
+    PM_ADD_TEST(s, test_rotation_without_downtime, 90);
+    PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
+    PM_ADD_TEST(s, test_daemon_sighup_rotation, 90);
     return pm_test_main(s);
 }
