@@ -54,6 +54,7 @@ typedef struct pm__mconn {
     uint64_t since_ms;
     uint64_t last_rx_ms;    /* up: bytes last received (the silence timeout) */
     uint64_t last_tx_ms;    /* up: a record last queued or bytes sent (heartbeats) */
+    uint64_t rekey_at_ms;   /* up: our next REKEY is due by time */
     pm__pconn pc;
     int pc_live;            /* pc initialised (freed on close) */
 } pm__mconn;
@@ -356,6 +357,7 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
     k->linked = 1;
     k->deadline_ms = 0;
     k->last_rx_ms = k->last_tx_ms = pm__now_ms();
+    k->rekey_at_ms = k->last_tx_ms + c->o->rekey_ms;
     m->up++;
     if (k->peer >= 0)
         m->backoff_ms[k->peer] = 0;
@@ -689,6 +691,23 @@ void pm__mesh_ready(pm_cluster *c, uint64_t tag)
     conn_arm(c, k);
 }
 
+/*
+ * Our REKEY (doc/protocol.md 6): after o->rekey_records records or
+ * o->rekey_ms, whichever first. The record count is judged here, at the
+ * end of each loop turn (a busy turn may pass it by a turn's records), the
+ * time by the mesh's deadline. A full output queue delays it briefly; the
+ * deadline is moved so that a timer never fires in a loop meanwhile.
+ */
+static void conn_rekey(pm_cluster *c, pm__mconn *k, uint64_t now)
+{
+    if (!k->linked || k->pc.state != PM__PC_UP)
+        return;
+    if (k->pc.records_since_rekey < c->o->rekey_records && now < k->rekey_at_ms)
+        return;
+    int rc = pm__pconn_rekey(&k->pc);
+    k->rekey_at_ms = now + (rc == -EAGAIN ? PM__MESH_REDIAL_MIN_MS : c->o->rekey_ms);
+}
+
 void pm__mesh_flush(pm_cluster *c)
 {
     pm__mesh *m = mesh_of(c);
@@ -698,6 +717,7 @@ void pm__mesh_flush(pm_cluster *c)
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)
             continue;
+        conn_rekey(c, k, pm__now_ms());
         conn_write(k);
         if (k->pc.state == PM__PC_DEAD)
             conn_close(c, k);
@@ -729,12 +749,13 @@ uint64_t pm__mesh_next_deadline(const pm_cluster *c)
         return 0;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         const pm__mconn *k = &m->conns[j];
-        uint64_t d[3] = {k->fd >= 0 ? k->deadline_ms : 0, 0, 0};
+        uint64_t d[4] = {k->fd >= 0 ? k->deadline_ms : 0, 0, 0, 0};
         if (k->fd >= 0 && k->linked) {
             d[1] = heartbeat_at(k);
             d[2] = silence_at(c, k);
+            d[3] = k->rekey_at_ms;
         }
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             if (d[i] != 0 && (next == 0 || d[i] < next))
                 next = d[i];
     }
@@ -783,6 +804,10 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
                 conn_close(c, k);
                 continue;
             }
+        }
+        if (k->rekey_at_ms <= now) {
+            conn_rekey(c, k, now);
+            conn_write(k);
         }
         if (heartbeat_at(k) <= now) {
             /* Queued counts as sent: a full socket must not make the timer
@@ -1030,6 +1055,17 @@ PM_EXTERN int pm_cluster_set_secrets(pm_cluster *c, const unsigned char *keys, u
     if (rc < 0)
         return rc;
     return pm__mesh_set_secrets(c, keys, n);
+}
+
+void pm__mesh_rekeys(const pm_cluster *c, uint64_t *out, uint64_t *in)
+{
+    const pm__mesh *m = mesh_of(c);
+    *out = *in = 0;
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].pc_live) {
+            *out += m->conns[j].pc.rekeys_out;
+            *in += m->conns[j].pc.rekeys_in;
+        }
 }
 
 void pm__mesh_dns_stats(const pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets)

@@ -49,6 +49,8 @@ uint64_t pm__mesh_fails(const struct pm_cluster *c, int why);
  * when not in peer mode, -EINVAL for none, more than two, or a cluster that
  * runs without a secret; the keyring's errors (-EEXIST, -EINVAL, -ENOMEM). */
 int pm__mesh_set_secrets(struct pm_cluster *c, const unsigned char *keys, unsigned n);
+/* REKEY records sent and received by the connections open now. */
+void pm__mesh_rekeys(const struct pm_cluster *c, uint64_t *out, uint64_t *in);
 /* --peers-dns: resolutions that answered, that failed (or answered
  * nothing), and the addresses dialled now (our own excluded). */
 void pm__mesh_dns_stats(const struct pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets);

@@ -21,6 +21,7 @@
 
 #include "internals.h"
 #include "mesh.h"
+#include "options.h"
 #include "peer.h"
 #include "procmesh.h"
 
@@ -478,6 +479,99 @@ START_TEST(test_daemon_sighup_rotation)
 }
 END_TEST
 
+/* -------------------------------------------------------------------- REKEY */
+
+#define REKEY_REQUESTS 3000
+
+/* a's worker: REKEY_REQUESTS requests to b's worker once the link is up,
+ * each answered with its own payload; then tells a's supervisor. */
+static int traffic_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address to, main_a;
+    if (pm_address_parse("t@b:10", &to) != 0 || pm_address_parse("t@a:0", &main_a) != 0)
+        return 1;
+    char text[64];
+    pm_message r;
+    int rc = -EHOSTUNREACH;
+    for (int i = 0; i < 400 && rc == -EHOSTUNREACH; i++) {
+        rc = pm_node_request(n, &to, "first", 5, 5000, &r);
+        if (rc == -EHOSTUNREACH)
+            usleep(50 * 1000); /* not linked yet: the supervisor dials */
+    }
+    int i = 0;
+    for (; rc == 0 && i < REKEY_REQUESTS; i++) {
+        char q[32];
+        int len = snprintf(q, sizeof(q), "q%d", i);
+        rc = pm_node_request(n, &to, q, (size_t)len, 10000, &r);
+        if (rc == 0 && (r.len != (size_t)len || memcmp(r.data, q, r.len) != 0))
+            rc = -EBADMSG;
+    }
+    snprintf(text, sizeof(text), rc == 0 ? "OK %d" : "ERR %d at %d", rc == 0 ? i : rc, i);
+    pm_node_send(n, &main_a, text, strlen(text));
+    pm_message m;
+    for (;;)
+        if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
+            return 0;
+}
+
+static char report[128];
+
+static void on_report(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    size_t n = m->len < sizeof(report) - 1 ? m->len : sizeof(report) - 1;
+    memcpy(report, m->data, n);
+    report[n] = '\0';
+}
+
+START_TEST(test_rekey_under_traffic)
+{
+    /* Both hosts REKEY every 4 records or 20 ms: thousands of requests
+     * and replies cross the link through hundreds of key changes in each
+     * direction, every one answered with its own payload. */
+    int port = free_port();
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm_options *o = host_options("b", k1);
+        char listen[32];
+        snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+        pm_cluster *c = NULL;
+        if (pm__options_set_rekey(o, 4, 20) < 0 || pm_options_set_peer_listen(o, listen) < 0 ||
+            pm_cluster_spawn(o, &c) < 0)
+            _exit(3);
+        for (;;)
+            pm_cluster_run(c, -1);
+    }
+    pm_options *o = host_options("a", k1);
+    ck_assert_int_eq(pm__options_set_rekey(o, 4, 20), 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, traffic_worker, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_report, NULL), 0);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+    report[0] = '\0';
+    PM_RUN_UNTIL(a, report[0] != '\0', 60000);
+    char want[32];
+    snprintf(want, sizeof(want), "OK %d", REKEY_REQUESTS);
+    ck_assert_str_eq(report, want);
+    uint64_t out, in;
+    pm__mesh_rekeys(a, &out, &in);
+    ck_assert_msg(out >= 100 && in >= 100, "REKEY records sent %llu, received %llu",
+                  (unsigned long long)out, (unsigned long long)in);
+    ck_assert_uint_eq(pm__mesh_links_up(a), 1);
+    kill(pid, SIGKILL);
+    pm_test_reap(pid, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("peerops");
@@ -487,5 +581,6 @@ int main(void)
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);
     PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
     PM_ADD_TEST(s, test_daemon_sighup_rotation, 90);
+    PM_ADD_TEST(s, test_rekey_under_traffic, 120);
     return pm_test_main(s);
 }
