@@ -548,21 +548,24 @@ static void dns_schedule(pm__mesh *m, int ok, uint64_t now)
     m->dns_at = now + jittered(b, now);
 }
 
+static void dns_ready(pm_cluster *c);
+
 static void dns_resolve(pm_cluster *c, uint64_t now)
 {
     pm__mesh *m = mesh_of(c);
     m->dns_at = 0;
+    if (pm__peerdns_fd(m->dns) >= 0) {
+        /* A lookup whose fd the loop could not watch: its result is taken
+         * now if it is there, else watched (or looked at again later). */
+        dns_ready(c);
+        return;
+    }
     int rc = pm__peerdns_start(m->dns);
     if (rc == 0) {
-        rc = pm__loop_arm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG);
-        if (rc == 0) {
+        if (pm__loop_arm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG) == 0)
             m->dns_armed = 1;
-            return;
-        }
-        /* Not watched: take the result later, at the next attempt. */
-    }
-    if (rc == -EBUSY) {
-        m->dns_at = now + PM__PEERDNS_RETRY_MIN_MS;
+        else /* not watched: the next dns_resolve takes the result */
+            m->dns_at = now + PM__PEERDNS_RETRY_MIN_MS;
         return;
     }
     m->dns_failed++;
@@ -625,6 +628,8 @@ static void dns_ready(pm_cluster *c)
     if (n == -EAGAIN) {
         if (pm__loop_arm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG) == 0)
             m->dns_armed = 1;
+        else
+            m->dns_at = pm__now_ms() + PM__PEERDNS_RETRY_MIN_MS;
         return;
     }
     uint64_t now = pm__now_ms();
