@@ -950,8 +950,14 @@ int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
             goto fail;
         }
         /* The first answer comes back on the loop: a name that does not
-         * resolve yet (pods start in any order) is retried, never fatal. */
-        dns_resolve(c, pm__now_ms());
+         * resolve yet (pods start in any order) is retried, never fatal.
+         * The lookup starts at the first loop turn, not here: pm_cluster_spawn
+         * forks its first workers before any turn, and a fork-mode worker
+         * forked while the resolver thread is inside the allocator hangs
+         * under ASan's allocator (GCC 12's has no fork handlers). Later
+         * starts can still meet a lookup (a few ms every 30 s): see
+         * doc/design.md "Peers from DNS". */
+        m->dns_at = pm__now_ms();
     }
     return 0;
 fail:
