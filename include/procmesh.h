@@ -527,8 +527,7 @@ PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
  * the same API; a link that goes down (PM_EVENT_PEER_DOWN) answers that
  * host's requests in flight -EHOSTUNREACH at once; a link silent for the
  * peer timeout is closed (heartbeats keep an idle one up) and a peer of
- * pm_options_add_peer is redialled with backoff. Not yet: peers from DNS
- * (pm_options_set_peers_dns makes pm_cluster_spawn fail with -ENOSYS), mesh
+ * pm_options_add_peer is redialled with backoff. Not yet: mesh
  * broadcast. */
 
 /* Where this supervisor accepts peers: "HOST:PORT" (a name, an IPv4
@@ -537,7 +536,14 @@ PM_EXTERN int pm_options_set_peer_listen(pm_options *o, const char *host_port);
 /* A peer to connect to, "HOST:PORT"; repeatable, at most 64 distinct
  * (-EEXIST for one given twice, -ENOSPC past 64). */
 PM_EXTERN int pm_options_add_peer(pm_options *o, const char *host_port);
-/* Peers found by resolving "NAME:PORT" (every address of NAME). NULL: none. */
+/* Peers found by resolving "NAME:PORT": every A and AAAA record of NAME
+ * (a Kubernetes headless Service) is dialled. Resolved off the supervisor's
+ * loop (a short-lived thread per lookup, signals blocked in it), again every
+ * 30 s, and with backoff from 1 s to 30 s (+-25 % jitter) while it fails or
+ * answers nothing (each failure counted and written to stderr); a name that
+ * does not resolve yet never stops pm_cluster_spawn. Addresses that leave
+ * the answer are no longer dialled; this supervisor's own address (found by
+ * the handshake) is dialled once and then skipped. NULL: none. */
 PM_EXTERN int pm_options_set_peers_dns(pm_options *o, const char *name_port);
 /* The mesh's 32-byte pre-shared secret, copied into memory a forked worker
  * never sees. At most two (current and next, for rotation: a responder
@@ -545,6 +551,17 @@ PM_EXTERN int pm_options_set_peers_dns(pm_options *o, const char *name_port);
  * -EEXIST for the same one twice, -EINVAL for all zeros. Peer mode needs one
  * unless pm_options_set_insecure_no_secret. */
 PM_EXTERN int pm_options_add_secret(pm_options *o, const unsigned char key[32]);
+/* Key rotation in a running cluster: replaces its secrets with n (1 or 2)
+ * secrets of 32 bytes, consecutive at keys (the current first), copied into
+ * memory a forked worker never sees. Handshakes from now on use them; one
+ * under way finishes with the keys it began with, and links that are up stay
+ * up. The library reads no file: the caller reads its key files (the
+ * daemon does on SIGHUP) and passes the bytes. The static key, the pins and
+ * the mode (with or without a secret) stay those of the start. 0;
+ * -ENOTCONN not in peer mode; -EINVAL NULL keys, n 0 or above 2, an
+ * all-zero secret, or a cluster without a secret; -EEXIST the same secret
+ * twice; -ENOMEM. */
+PM_EXTERN int pm_cluster_set_secrets(pm_cluster *c, const unsigned char *keys, unsigned n);
 /* 1: peer links without a pre-shared secret (Noise_XX: still encrypted, but
  * anyone who reaches the port may join unless peer keys are pinned).
  * Default 0. Not together with a secret. */

@@ -38,6 +38,10 @@
 #define PM__DEFAULT_OUTPUT PM_OUTPUT_INHERIT
 #define PM__DEFAULT_DAEMON_OUTPUT PM_OUTPUT_CAPTURE
 #define PM__DEFAULT_PEER_TIMEOUT_MS 5000 /* peer links: handshake and silence bound */
+/* A peer link sends a REKEY record after this many records or this long,
+ * whichever comes first (doc/protocol.md 6, "Nonces and Rekey"). */
+#define PM__DEFAULT_REKEY_RECORDS (UINT64_C(1) << 20)
+#define PM__DEFAULT_REKEY_MS (UINT64_C(10) * 60 * 1000)
 #define PM__DEFAULT_MAX_MESSAGE (64 * 1024 * 1024) /* bytes */
 
 #endif /* PM_DEFAULTS_H */

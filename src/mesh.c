@@ -16,11 +16,12 @@
 
 #include "cluster.h"
 #include "peer.h"
+#include "peerdns.h"
 
 /*
- * No thread and no blocking call on the loop (but one: a --peers name that
- * is not an address literal is resolved with getaddrinfo when it is
- * dialled). Each connection has one outstanding loop arm, for reading, or
+ * No blocking call on the loop (but one: a --peers name that is not an
+ * address literal is resolved with getaddrinfo when it is dialled; the
+ * name of --peers-dns is resolved off the loop, peerdns.c). Each connection has one outstanding loop arm, for reading, or
  * for reading and writing while it has bytes queued or a connect is in
  * progress; a change of what it waits for disarms and arms again under a
  * new generation, so a late completion of the old arm is recognised and
@@ -28,35 +29,69 @@
  * the next flush, never inside the hub's call.
  */
 
+/* The keys a handshake uses, with the rest of its configuration. A
+ * connection holds the generation it started with until it closes (its
+ * peer.c state borrows the configuration), so new secrets
+ * (pm_cluster_set_secrets) swap in between handshakes: one under way
+ * finishes with the keys it began with, and a link that is up stays up. */
+typedef struct pm__mkeys {
+    pm__pconn_cfg cfg;
+    pm__keyring *keys;
+    unsigned refs;          /* the connections using it, + 1 while current */
+} pm__mkeys;
+
 typedef struct pm__mconn {
     pm_cluster *c;
+    pm__mkeys *kg;          /* its keys' generation, NULL before it starts */
     int fd;                 /* -1: a free entry */
     uint32_t gen;           /* in its loop tags; bumped on every re-arm */
     unsigned armed;         /* PM__LOOP_IN/OUT of the outstanding arm, 0 none */
     int dialing;            /* a non-blocking connect in progress */
-    int peer;               /* the o->peers entry it dialled, or -1 (accepted) */
+    int peer;               /* the target it dialled (below), or -1 (accepted) */
     int linked;             /* up and the hub's port for host */
     int host;               /* the hub's index for its host once up, else -1 */
     uint64_t deadline_ms;   /* the handshake's (0 once up) */
     uint64_t since_ms;
     uint64_t last_rx_ms;    /* up: bytes last received (the silence timeout) */
     uint64_t last_tx_ms;    /* up: a record last queued or bytes sent (heartbeats) */
+    uint64_t rekey_at_ms;   /* up: our next REKEY is due by time */
     pm__pconn pc;
     int pc_live;            /* pc initialised (freed on close) */
 } pm__mconn;
 
+/* What a connection dials, its "target": 0..npeers-1 the o->peers entries,
+ * PM__MAX_PEERS + d the d-th address of --peers-dns. */
+#define MESH_TARGETS ((int)(PM__MAX_PEERS + PM__PEERDNS_MAX))
+#define DNS_TARGET(d) (PM__MAX_PEERS + (int)(d))
+
+/* One address of the --peers-dns name. */
+typedef struct pm__dtarget {
+    int live;               /* in the last answer (or a link to it is up) */
+    int self;               /* it was ourselves: never dialled again */
+    pm__peerdns_addr a;
+    char host[64];          /* who answered there last, "" unknown */
+} pm__dtarget;
+
 struct pm__mesh {
-    pm__keyring *keys;
+    pm__keyring *keys;      /* at start, until it moves into cur */
     pm__pins pins;
     int pinned;
-    pm__pconn_cfg cfg;
+    pm__mkeys *cur;         /* the keys new connections use */
+    uint64_t key_reloads;
     int lfd;
     int lfd_armed;
     uint64_t listen_retry_at; /* accept paused (out of fds) until then; 0: not */
     pm__mconn conns[PM__MESH_CONNS];
-    int dial_conn[PM__MAX_PEERS];   /* the connection of each configured peer, or -1 */
-    uint64_t redial_at[PM__MAX_PEERS]; /* 0: none due */
-    uint32_t backoff_ms[PM__MAX_PEERS];
+    int dial_conn[MESH_TARGETS];    /* the connection of each target, or -1 */
+    uint64_t redial_at[MESH_TARGETS]; /* 0: none due */
+    uint32_t backoff_ms[MESH_TARGETS];
+    /* --peers-dns (peerdns.c resolves; the policy is here). */
+    pm__peerdns *dns;
+    pm__dtarget dt[PM__PEERDNS_MAX];
+    uint64_t dns_at;                /* the next resolution; 0 while one runs */
+    uint32_t dns_backoff_ms;        /* while it fails; 0 after a success */
+    int dns_armed;
+    uint64_t dns_ok, dns_failed;
     unsigned char *rbuf;            /* MADV_WIPEONFORK: received traffic */
     uint64_t fails[PM__PF_COUNT_];
     uint64_t dial_failed;
@@ -70,6 +105,14 @@ struct pm__mesh {
 static pm__mesh *mesh_of(const pm_cluster *c)
 {
     return c->mesh;
+}
+
+static void keys_put(pm__mkeys *g)
+{
+    if (g == NULL || --g->refs > 0)
+        return;
+    pm__keyring_free(g->keys);
+    free(g);
 }
 
 /* "HOST:PORT" or "[v6]:PORT" into its host and port strings. Validated by
@@ -149,17 +192,46 @@ static void conn_arm(pm_cluster *c, pm__mconn *k)
     k->armed = pm__loop_arm_ev(&c->loop, k->fd, conn_tag(m, k), want) == 0 ? want : 0;
 }
 
+/* b ms +-25 %: hosts that lost each other at once do not redial (or
+ * resolve) in step. */
+static uint64_t jittered(uint32_t b, uint64_t now)
+{
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+        r = (uint32_t)now;
+    return b * 3u / 4u + r % (b / 2u + 1u);
+}
+
 static void schedule_redial(pm__mesh *m, int peer, uint64_t now)
 {
     uint32_t b = m->backoff_ms[peer];
     b = b == 0 ? PM__MESH_REDIAL_MIN_MS : (b * 2 > PM__MESH_REDIAL_MAX_MS ? PM__MESH_REDIAL_MAX_MS : b * 2);
     m->backoff_ms[peer] = b;
-    uint32_t r = 0;
-    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
-        r = (uint32_t)now;
-    /* +-25 %: hosts that lost each other at once do not redial in step. */
-    uint64_t d = b * 3u / 4u + r % (b / 2u + 1u);
-    m->redial_at[peer] = now + d;
+    m->redial_at[peer] = now + jittered(b, now);
+}
+
+/* The --peers-dns address target i stands for, or NULL (a configured peer). */
+static pm__dtarget *dns_target(pm__mesh *m, int i)
+{
+    return i >= PM__MAX_PEERS && i < MESH_TARGETS ? &m->dt[i - PM__MAX_PEERS] : NULL;
+}
+
+/* Target i exists and may be dialled. */
+static int target_dialable(const pm_cluster *c, const pm__mesh *m, int i)
+{
+    if (i < PM__MAX_PEERS)
+        return i < (int)c->o->npeers;
+    const pm__dtarget *t = &m->dt[i - PM__MAX_PEERS];
+    return t->live && !t->self;
+}
+
+/* A link with host name `host` is up. */
+static int host_linked(const pm__mesh *m, const char *host)
+{
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].linked && strcmp(m->conns[j].pc.peer.host, host) == 0)
+            return 1;
+    return 0;
 }
 
 /* Ends k: the hub port goes down first (its requests in flight answered),
@@ -188,9 +260,15 @@ static void conn_close(pm_cluster *c, pm__mconn *k)
     if (k->pc_live)
         pm__pconn_free(&k->pc);
     k->pc_live = 0;
+    keys_put(k->kg); /* after the state that borrowed it */
+    k->kg = NULL;
     if (k->peer >= 0) {
+        pm__dtarget *t = dns_target(m, k->peer);
         m->dial_conn[k->peer] = -1;
-        schedule_redial(m, k->peer, pm__now_ms());
+        if (t != NULL && why == PM__PF_SELF)
+            t->self = 1; /* our own address in the answer: not dialled again */
+        if (t == NULL || !t->self)
+            schedule_redial(m, k->peer, pm__now_ms());
     }
 }
 
@@ -254,6 +332,9 @@ static const char *initiator_name(const pm_cluster *c, const pm__mconn *k)
 static void conn_up(pm_cluster *c, pm__mconn *k)
 {
     pm__mesh *m = mesh_of(c);
+    pm__dtarget *t = k->peer >= 0 ? dns_target(m, k->peer) : NULL;
+    if (t != NULL) /* who answers at that address, whether this link stays or not */
+        snprintf(t->host, sizeof(t->host), "%s", k->pc.peer.host);
     int idx = pm__hub_host_index(&c->hub, k->pc.peer.host);
     if (idx < 0) {
         pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
@@ -295,6 +376,7 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
     k->linked = 1;
     k->deadline_ms = 0;
     k->last_rx_ms = k->last_tx_ms = pm__now_ms();
+    k->rekey_at_ms = k->last_tx_ms + c->o->rekey_ms;
     m->up++;
     if (k->peer >= 0)
         m->backoff_ms[k->peer] = 0;
@@ -350,9 +432,11 @@ static pm__mconn *conn_new(pm_cluster *c, int fd, int peer, int initiator)
             k = &m->conns[j];
     if (k == NULL)
         return NULL;
-    if (pm__pconn_init(&k->pc, &m->cfg, initiator) < 0)
+    if (pm__pconn_init(&k->pc, &m->cur->cfg, initiator) < 0)
         return NULL;
     k->pc_live = 1;
+    k->kg = m->cur;
+    k->kg->refs++;
     k->c = c;
     k->pc.on_frame = conn_frame;
     k->pc.on_frame_arg = k;
@@ -369,7 +453,7 @@ static pm__mconn *conn_new(pm_cluster *c, int fd, int peer, int initiator)
     return k;
 }
 
-/* Dials configured peer i (non-blocking). A failure schedules a redial. */
+/* Dials target i (non-blocking). A failure schedules a redial. */
 static void dial(pm_cluster *c, int i)
 {
     pm__mesh *m = mesh_of(c);
@@ -377,8 +461,20 @@ static void dial(pm_cluster *c, int i)
     struct sockaddr_storage ss;
     socklen_t len;
     int fd = -1;
-    if (resolve(c->o->peers[i], 0, &ss, &len) < 0)
+    pm__dtarget *t = dns_target(m, i);
+    if (t != NULL) {
+        if (t->host[0] != '\0' && host_linked(m, t->host)) {
+            /* Another address of the name reaches the same host (a host
+             * listening on several), and one link per pair is the rule:
+             * look again later, in case that link goes. */
+            m->redial_at[i] = pm__now_ms() + jittered(PM__MESH_REDIAL_MAX_MS, pm__now_ms());
+            return;
+        }
+        memcpy(&ss, &t->a.ss, sizeof(ss));
+        len = t->a.len;
+    } else if (resolve(c->o->peers[i], 0, &ss, &len) < 0) {
         goto fail;
+    }
     fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         goto fail;
@@ -444,12 +540,144 @@ static void on_listen(pm_cluster *c)
         m->lfd_armed = 1;
 }
 
+/* ---- peers from DNS -----------------------------------------------------
+ * The name is resolved at start, then every PM__PEERDNS_REFRESH_MS while it
+ * answers, and after a capped, jittered backoff while it fails or answers
+ * nothing (each failure counted and written to stderr once per attempt,
+ * which the backoff bounds). An address that appears is dialled at once;
+ * one that is gone is no longer dialled (a link up to it stays until it
+ * ends by itself: the pod may still be draining). Our own address is found
+ * by the handshake (the hello's host name is ours: PM__PF_SELF) and never
+ * dialled again while it stays in the answer. The result comes back on
+ * the loop with tag PM__TAG_PEER_LISTEN, slot 1 (the listener is slot 0). */
+
+#define DNS_TAG PM__TAG(PM__TAG_PEER_LISTEN, 1, 0)
+
+static void dns_schedule(pm__mesh *m, int ok, uint64_t now)
+{
+    if (ok) {
+        m->dns_backoff_ms = 0;
+        m->dns_at = now + jittered(PM__PEERDNS_REFRESH_MS, now);
+        return;
+    }
+    uint32_t b = m->dns_backoff_ms;
+    b = b == 0 ? PM__PEERDNS_RETRY_MIN_MS
+               : (b * 2 > PM__PEERDNS_RETRY_MAX_MS ? PM__PEERDNS_RETRY_MAX_MS : b * 2);
+    m->dns_backoff_ms = b;
+    m->dns_at = now + jittered(b, now);
+}
+
+static void dns_ready(pm_cluster *c);
+
+static void dns_resolve(pm_cluster *c, uint64_t now)
+{
+    pm__mesh *m = mesh_of(c);
+    m->dns_at = 0;
+    if (pm__peerdns_fd(m->dns) >= 0) {
+        /* A lookup whose fd the loop could not watch: its result is taken
+         * now if it is there, else watched (or looked at again later). */
+        dns_ready(c);
+        return;
+    }
+    int rc = pm__peerdns_start(m->dns);
+    if (rc == 0) {
+        if (pm__loop_arm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG) == 0)
+            m->dns_armed = 1;
+        else /* not watched: the next dns_resolve takes the result */
+            m->dns_at = now + PM__PEERDNS_RETRY_MIN_MS;
+        return;
+    }
+    m->dns_failed++;
+    fprintf(stderr, "procmesh: peers-dns: %s: cannot start a resolution: %s\n", pm__peerdns_name(m->dns),
+            strerror(-rc));
+    dns_schedule(m, 0, now);
+}
+
+/* The new answer a[0..n): targets that are gone stop being dialled, new
+ * ones are dialled at once. */
+static void dns_merge(pm_cluster *c, const pm__peerdns_addr *a, size_t n)
+{
+    pm__mesh *m = mesh_of(c);
+    for (unsigned d = 0; d < PM__PEERDNS_MAX; d++) {
+        pm__dtarget *t = &m->dt[d];
+        if (!t->live)
+            continue;
+        int kept = 0;
+        for (size_t i = 0; i < n && !kept; i++)
+            kept = a[i].len == t->a.len && memcmp(&a[i].ss, &t->a.ss, a[i].len) == 0;
+        if (kept)
+            continue;
+        int j = m->dial_conn[DNS_TARGET(d)];
+        if (j >= 0) {
+            pm__mconn *k = &m->conns[j];
+            k->peer = -1; /* not redialled; it counts as a link of its own now */
+            if (!k->linked) {
+                pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+                conn_close(c, k);
+            }
+        }
+        memset(t, 0, sizeof(*t));
+        m->dial_conn[DNS_TARGET(d)] = -1;
+        m->redial_at[DNS_TARGET(d)] = 0;
+        m->backoff_ms[DNS_TARGET(d)] = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int have = 0;
+        for (unsigned d = 0; d < PM__PEERDNS_MAX && !have; d++)
+            have = m->dt[d].live && a[i].len == m->dt[d].a.len && memcmp(&a[i].ss, &m->dt[d].a.ss, a[i].len) == 0;
+        unsigned d = 0;
+        while (!have && d < PM__PEERDNS_MAX && (m->dt[d].live || m->dial_conn[DNS_TARGET(d)] >= 0))
+            d++;
+        if (have || d == PM__PEERDNS_MAX)
+            continue;
+        m->dt[d].live = 1;
+        m->dt[d].a = a[i];
+        dial(c, DNS_TARGET(d));
+    }
+}
+
+/* The resolution is done (its eventfd is readable). */
+static void dns_ready(pm_cluster *c)
+{
+    pm__mesh *m = mesh_of(c);
+    m->dns_armed = 0;
+    pm__peerdns_addr a[PM__PEERDNS_MAX];
+    int gai = 0;
+    int n = pm__peerdns_take(m->dns, a, PM__PEERDNS_MAX, &gai);
+    if (n == -EAGAIN) {
+        if (pm__loop_arm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG) == 0)
+            m->dns_armed = 1;
+        else
+            m->dns_at = pm__now_ms() + PM__PEERDNS_RETRY_MIN_MS;
+        return;
+    }
+    uint64_t now = pm__now_ms();
+    if (n < 0) {
+        /* Keeps the targets of the last answer: a DNS server that is down
+         * for a while does not take the links (or their redials) away. */
+        m->dns_failed++;
+        fprintf(stderr, "procmesh: peers-dns: %s: %s (attempt %llu; retried with backoff)\n",
+                pm__peerdns_name(m->dns), gai != 0 ? gai_strerror(gai) : "no address",
+                (unsigned long long)m->dns_failed);
+        dns_schedule(m, 0, now);
+        return;
+    }
+    m->dns_ok++;
+    dns_merge(c, a, (size_t)n);
+    dns_schedule(m, 1, now);
+}
+
 void pm__mesh_ready(pm_cluster *c, uint64_t tag)
 {
     pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
     if (PM__TAG_KIND(tag) == PM__TAG_PEER_LISTEN) {
+        if (PM__TAG_SLOT(tag) == 1) {
+            if (m->dns != NULL && m->dns_armed)
+                dns_ready(c);
+            return;
+        }
         on_listen(c);
         return;
     }
@@ -487,6 +715,23 @@ void pm__mesh_ready(pm_cluster *c, uint64_t tag)
     conn_arm(c, k);
 }
 
+/*
+ * Our REKEY (doc/protocol.md 6): after o->rekey_records records or
+ * o->rekey_ms, whichever first. The record count is judged here, at the
+ * end of each loop turn (a busy turn may pass it by a turn's records), the
+ * time by the mesh's deadline. A full output queue delays it briefly; the
+ * deadline is moved so that a timer never fires in a loop meanwhile.
+ */
+static void conn_rekey(pm_cluster *c, pm__mconn *k, uint64_t now)
+{
+    if (!k->linked || k->pc.state != PM__PC_UP)
+        return;
+    if (k->pc.records_since_rekey < c->o->rekey_records && now < k->rekey_at_ms)
+        return;
+    int rc = pm__pconn_rekey(&k->pc);
+    k->rekey_at_ms = now + (rc == -EAGAIN ? PM__MESH_REDIAL_MIN_MS : c->o->rekey_ms);
+}
+
 void pm__mesh_flush(pm_cluster *c)
 {
     pm__mesh *m = mesh_of(c);
@@ -496,6 +741,7 @@ void pm__mesh_flush(pm_cluster *c)
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)
             continue;
+        conn_rekey(c, k, pm__now_ms());
         conn_write(k);
         if (k->pc.state == PM__PC_DEAD)
             conn_close(c, k);
@@ -527,20 +773,23 @@ uint64_t pm__mesh_next_deadline(const pm_cluster *c)
         return 0;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         const pm__mconn *k = &m->conns[j];
-        uint64_t d[3] = {k->fd >= 0 ? k->deadline_ms : 0, 0, 0};
+        uint64_t d[4] = {k->fd >= 0 ? k->deadline_ms : 0, 0, 0, 0};
         if (k->fd >= 0 && k->linked) {
             d[1] = heartbeat_at(k);
             d[2] = silence_at(c, k);
+            d[3] = k->rekey_at_ms;
         }
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             if (d[i] != 0 && (next == 0 || d[i] < next))
                 next = d[i];
     }
-    for (size_t i = 0; i < c->o->npeers; i++) {
+    for (int i = 0; i < MESH_TARGETS; i++) {
         uint64_t d = m->redial_at[i];
-        if (d != 0 && (next == 0 || d < next))
+        if (d != 0 && target_dialable(c, m, i) && (next == 0 || d < next))
             next = d;
     }
+    if (m->dns_at != 0 && (next == 0 || m->dns_at < next))
+        next = m->dns_at;
     if (m->listen_retry_at != 0 && (next == 0 || m->listen_retry_at < next))
         next = m->listen_retry_at;
     return next;
@@ -580,6 +829,10 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
                 continue;
             }
         }
+        if (k->rekey_at_ms <= now) {
+            conn_rekey(c, k, now);
+            conn_write(k);
+        }
         if (heartbeat_at(k) <= now) {
             /* Queued counts as sent: a full socket must not make the timer
              * fire again at once. */
@@ -588,9 +841,12 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
             conn_write(k);
         }
     }
-    for (size_t i = 0; i < c->o->npeers; i++)
-        if (m->redial_at[i] != 0 && m->redial_at[i] <= now && m->dial_conn[i] < 0)
-            dial(c, (int)i);
+    for (int i = 0; i < MESH_TARGETS; i++)
+        if (m->redial_at[i] != 0 && m->redial_at[i] <= now && m->dial_conn[i] < 0 &&
+            target_dialable(c, m, i))
+            dial(c, i);
+    if (m->dns_at != 0 && m->dns_at <= now)
+        dns_resolve(c, now);
 }
 
 /* The node key: loaded from its file, created (0600) when missing; or a
@@ -647,16 +903,10 @@ int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
     m->lfd = -1;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         m->conns[j].fd = -1;
-    for (size_t i = 0; i < PM__MAX_PEERS; i++)
+    for (size_t i = 0; i < MESH_TARGETS; i++)
         m->dial_conn[i] = -1;
     c->mesh = m;
     int rc;
-    if (c->o->peers_dns[0] != '\0') {
-        snprintf(why, whysize, "peers from DNS (pm_options_set_peers_dns, --peers-dns %s) are not "
-                 "implemented yet; use --peers", c->o->peers_dns);
-        rc = -ENOSYS;
-        goto fail;
-    }
     void *buf = mmap(NULL, PM__MESH_READ_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                      -1, 0);
     if (buf == MAP_FAILED) {
@@ -685,15 +935,24 @@ int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
             goto fail;
         m->pinned = 1;
     }
-    m->cfg.system = c->hub.names.system;
-    m->cfg.host = c->hub.names.host;
+    m->cur = calloc(1, sizeof(*m->cur));
+    if (m->cur == NULL) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    m->cur->refs = 1;
+    m->cur->keys = m->keys;
+    m->keys = NULL;
+    pm__pconn_cfg *cfg = &m->cur->cfg;
+    cfg->system = c->hub.names.system;
+    cfg->host = c->hub.names.host;
     uint64_t inc = 0;
     if (getrandom(&inc, sizeof(inc), 0) != (ssize_t)sizeof(inc))
         inc = pm__now_ns();
-    m->cfg.incarnation = inc | 1u;
-    m->cfg.idle_ms = (uint32_t)c->o->peer_timeout_ms;
-    m->cfg.keys = m->keys;
-    m->cfg.pins = m->pinned ? &m->pins : NULL;
+    cfg->incarnation = inc | 1u;
+    cfg->idle_ms = (uint32_t)c->o->peer_timeout_ms;
+    cfg->keys = m->cur->keys;
+    cfg->pins = m->pinned ? &m->pins : NULL;
     if (c->o->peer_listen[0] != '\0') {
         rc = listen_on(c, m);
         if (rc < 0) {
@@ -703,6 +962,22 @@ int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
     }
     for (size_t i = 0; i < c->o->npeers; i++)
         dial(c, (int)i);
+    if (c->o->peers_dns[0] != '\0') {
+        rc = pm__peerdns_new(&m->dns, c->o->peers_dns);
+        if (rc < 0) {
+            snprintf(why, whysize, "peers-dns %s: %s", c->o->peers_dns, strerror(-rc));
+            goto fail;
+        }
+        /* The first answer comes back on the loop: a name that does not
+         * resolve yet (pods start in any order) is retried, never fatal.
+         * The lookup starts at the first loop turn, not here: pm_cluster_spawn
+         * forks its first workers before any turn, and a fork-mode worker
+         * forked while the resolver thread is inside the allocator hangs
+         * under ASan's allocator (GCC 12's has no fork handlers). Later
+         * starts can still meet a lookup (a few ms every 30 s): see
+         * doc/design.md "Peers from DNS". */
+        m->dns_at = pm__now_ms();
+    }
     return 0;
 fail:
     pm__mesh_free(c);
@@ -736,8 +1011,14 @@ void pm__mesh_free(pm_cluster *c)
             pm__loop_disarm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0));
         pm__close(m->lfd);
     }
+    if (m->dns != NULL) {
+        if (m->dns_armed)
+            pm__loop_disarm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG);
+        pm__peerdns_free(m->dns); /* a lookup still running is abandoned */
+    }
     if (m->rbuf != NULL)
         munmap(m->rbuf, PM__MESH_READ_BUF);
+    keys_put(m->cur); /* every connection let go of it above */
     if (m->pinned)
         pm__pins_free(&m->pins);
     pm__keyring_free(m->keys);
@@ -754,12 +1035,77 @@ void pm__mesh_forget(pm_cluster *c)
     pm__close(m->lfd);
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         pm__close(m->conns[j].fd);
+    pm__peerdns_forget(m->dns);
 }
 
 unsigned pm__mesh_links_up(const pm_cluster *c)
 {
     const pm__mesh *m = mesh_of(c);
     return m == NULL ? 0 : m->up;
+}
+
+/* New secrets for the handshakes to come (pm_cluster_set_secrets): a new
+ * keyring with the same static key, a new generation; the old one is freed
+ * when its last connection closes. */
+int pm__mesh_set_secrets(pm_cluster *c, const unsigned char *keys, unsigned n)
+{
+    pm__mesh *m = mesh_of(c);
+    if (m == NULL || m->cur == NULL)
+        return -ENOTCONN;
+    unsigned had = pm__keyring_nsecrets(m->cur->keys);
+    /* The mode (XXpsk3 or XX without a secret) is chosen at start: a
+     * reload that would switch it is a mistake, never a downgrade. */
+    if (keys == NULL || n == 0 || n > PM__PEER_MAX_SECRETS || had == 0)
+        return -EINVAL;
+    pm__mkeys *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return -ENOMEM;
+    int rc = pm__keyring_new(&g->keys);
+    for (unsigned i = 0; rc == 0 && i < n; i++)
+        rc = pm__keyring_add_secret(g->keys, keys + (size_t)i * PM__PEER_KEY_LEN);
+    if (rc == 0)
+        rc = pm__keyring_set_static(g->keys, pm__keyring_static_priv(m->cur->keys));
+    if (rc < 0) {
+        pm__keyring_free(g->keys);
+        free(g);
+        return rc;
+    }
+    g->cfg = m->cur->cfg;
+    g->cfg.keys = g->keys;
+    g->refs = 1;
+    keys_put(m->cur);
+    m->cur = g;
+    m->key_reloads++;
+    return 0;
+}
+
+PM_EXTERN int pm_cluster_set_secrets(pm_cluster *c, const unsigned char *keys, unsigned n)
+{
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    return pm__mesh_set_secrets(c, keys, n);
+}
+
+void pm__mesh_rekeys(const pm_cluster *c, uint64_t *out, uint64_t *in)
+{
+    const pm__mesh *m = mesh_of(c);
+    *out = *in = 0;
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].pc_live) {
+            *out += m->conns[j].pc.rekeys_out;
+            *in += m->conns[j].pc.rekeys_in;
+        }
+}
+
+void pm__mesh_dns_stats(const pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets)
+{
+    const pm__mesh *m = mesh_of(c);
+    *ok = m == NULL ? 0 : m->dns_ok;
+    *failed = m == NULL ? 0 : m->dns_failed;
+    *targets = 0;
+    for (unsigned d = 0; m != NULL && d < PM__PEERDNS_MAX; d++)
+        *targets += m->dt[d].live && !m->dt[d].self;
 }
 
 uint64_t pm__mesh_fails(const pm_cluster *c, int why)

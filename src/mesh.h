@@ -44,5 +44,15 @@ void pm__mesh_fire(struct pm_cluster *c, uint64_t now_ms);
  * failures of reason why (PM__PF_*). */
 unsigned pm__mesh_links_up(const struct pm_cluster *c);
 uint64_t pm__mesh_fails(const struct pm_cluster *c, int why);
+/* Swaps the pre-shared secrets (n of 32 bytes at keys) for every handshake
+ * from now on; links up and handshakes under way keep theirs. -ENOTCONN
+ * when not in peer mode, -EINVAL for none, more than two, or a cluster that
+ * runs without a secret; the keyring's errors (-EEXIST, -EINVAL, -ENOMEM). */
+int pm__mesh_set_secrets(struct pm_cluster *c, const unsigned char *keys, unsigned n);
+/* REKEY records sent and received by the connections open now. */
+void pm__mesh_rekeys(const struct pm_cluster *c, uint64_t *out, uint64_t *in);
+/* --peers-dns: resolutions that answered, that failed (or answered
+ * nothing), and the addresses dialled now (our own excluded). */
+void pm__mesh_dns_stats(const struct pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets);
 
 #endif /* PM_MESH_H */

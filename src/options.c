@@ -49,6 +49,8 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->seccomp_action = PM__DEFAULT_SECCOMP_ACTION;
     o->output = PM__DEFAULT_OUTPUT;
     o->peer_timeout_ms = PM__DEFAULT_PEER_TIMEOUT_MS;
+    o->rekey_records = PM__DEFAULT_REKEY_RECORDS;
+    o->rekey_ms = PM__DEFAULT_REKEY_MS;
     return o;
 }
 
@@ -563,6 +565,15 @@ PM_EXTERN int pm_options_set_peer_keys_file(pm_options *o, const char *path)
 }
 
 PM__SET_MS(pm_options_set_peer_timeout_ms, peer_timeout_ms, 1)
+
+int pm__options_set_rekey(pm_options *o, uint64_t records, uint64_t ms)
+{
+    if (o == NULL)
+        return -EINVAL;
+    o->rekey_records = records != 0 ? records : PM__DEFAULT_REKEY_RECORDS;
+    o->rekey_ms = ms != 0 ? ms : PM__DEFAULT_REKEY_MS;
+    return 0;
+}
 
 /* ------------------------------------------------------------------ CPUs */
 

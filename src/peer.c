@@ -443,7 +443,10 @@ static int take_record(pm__pconn *c, const pm__rec_in *in)
         c->close_reason = in->close_reason;
         pm__pconn_close(c, PM__REC_CLOSE_SHUTDOWN, PM__PF_CLOSED);
         return PM__PCE_DEAD;
-    default: /* HEARTBEAT: liveness only; REKEY: done by the decoder */
+    case PM__REC_REKEY: /* the key change itself is the decoder's */
+        c->rekeys_in++;
+        break;
+    default: /* HEARTBEAT: liveness only */
         break;
     }
     return PM__PCE_NONE;
@@ -519,6 +522,7 @@ int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, si
     if (rc < 0)
         return rc;
     c->out_len += len;
+    c->records_since_rekey++;
     c->frames_out += *taken;
     for (size_t i = 0; i < *taken; i++)
         c->bytes_out += frames[i].iov_len;
@@ -538,7 +542,30 @@ int pm__pconn_heartbeat(pm__pconn *c)
         pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
         return rc;
     }
-    if (rc == 0)
+    if (rc == 0) {
         c->out_len += len;
+        c->records_since_rekey++;
+    }
     return rc;
+}
+
+int pm__pconn_rekey(pm__pconn *c)
+{
+    if (c->rec == NULL || c->state == PM__PC_DEAD)
+        return -ENOTCONN;
+    size_t cap, len;
+    unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT, &cap);
+    if (p == NULL)
+        return -EAGAIN;
+    int rc = pm__rec_seal_rekey(c->rec, p, cap, &len);
+    if (rc == -EOVERFLOW) {
+        pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
+        return rc;
+    }
+    if (rc < 0)
+        return rc;
+    c->out_len += len;
+    c->records_since_rekey = 0;
+    c->rekeys_out++;
+    return 0;
 }

@@ -116,6 +116,9 @@ typedef struct pm__pconn {
     pm__peer_hello peer;
     unsigned char peer_static[PM__PEER_KEY_LEN];
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
+    /* Records sealed since our last REKEY (the sender's count for its
+     * interval), and REKEY records sent and received. */
+    uint64_t records_since_rekey, rekeys_out, rekeys_in;
     /* A FRAMES record's frames, one call each (frame, len), during input. */
     void (*on_frame)(void *arg, const unsigned char *frame, size_t len);
     void *on_frame_arg;
@@ -153,6 +156,12 @@ int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, si
 
 /* Queues a HEARTBEAT (when nothing else was sent for a while). */
 int pm__pconn_heartbeat(pm__pconn *c);
+
+/* Queues a REKEY record; the sending key changes right after it
+ * (doc/protocol.md 6). 0; -EAGAIN: the output queue is full (nothing
+ * queued: try again later); -ENOTCONN before the transport; -EOVERFLOW:
+ * the nonces are spent, the link was closed (CLOSE 2). */
+int pm__pconn_rekey(pm__pconn *c);
 
 /* Ends the link: a CLOSE record with reason (when the transport is up),
  * state dead with fail (PM__PF_LOCAL, PM__PF_TIMEOUT ...). */

@@ -133,6 +133,7 @@ START_TEST(test_without_a_handle)
         ROW(pm_cluster_slot_info(NULL, 0, NULL), -EINVAL),
         ROW(pm_cluster_stats(NULL, NULL), -EINVAL),
         ROW(pm_cluster_restart_slot(NULL, 0), -EINVAL),
+        ROW(pm_cluster_set_secrets(NULL, (const unsigned char *)"k", 1), -EINVAL),
         ROW(pm_cluster_watch_fd(NULL, 0, cb_fd, NULL), -EINVAL),
         ROW(pm_cluster_unwatch_fd(NULL, 0), -EINVAL),
         ROW(pm_cluster_last_signal(NULL), 0),
@@ -239,6 +240,7 @@ START_TEST(test_cluster_misuse)
         ROW(pm_cluster_slot_info(c, 0, NULL), -EINVAL),
         ROW(pm_cluster_stats(c, NULL), -EINVAL),
         ROW(pm_cluster_restart_slot(c, 7), -EINVAL),
+        ROW(pm_cluster_set_secrets(c, NULL, 1), -ENOTCONN), /* not in peer mode */
         ROW(pm_cluster_watch_fd(c, -1, cb_fd, NULL), -EINVAL),
         ROW(pm_cluster_watch_fd(c, 0, NULL, NULL), -EINVAL),
         ROW(pm_cluster_unwatch_fd(c, 12345), -ENOENT),
@@ -269,6 +271,7 @@ START_TEST(test_cluster_misuse)
         bad += pm_cluster_run(c, 0) != -EPERM;
         bad += pm_cluster_send(c, &a, "x", 1) != -EPERM;
         bad += pm_cluster_restart_slot(c, 0) != -EPERM;
+        bad += pm_cluster_set_secrets(c, NULL, 1) != -EPERM;
         bad += pm_cluster_slot_info(c, 0, &si) != -EPERM;
         bad += pm_cluster_fd(c) != -EPERM;
         bad += pm_cluster_slots(c) != 0;

@@ -116,10 +116,11 @@ static const char usage_text[] =
     "                            kernel.core_pattern must name DIR (checked at\n"
     "                            start). Default: no cores (RLIMIT_CORE 0)\n"
     "\n"
-    "peer links (not yet: --peers-dns, peers in /status):\n"
+    "peer links (not yet: peers in /status):\n"
     "  --peer-listen HOST:PORT   accept peers here\n"
     "  --peers HOST:PORT[,...]   connect to these peers\n"
-    "  --peers-dns NAME:PORT     peers from every address of NAME\n"
+    "  --peers-dns NAME:PORT     peers from every address of NAME (re-resolved\n"
+    "                            every 30 s; a headless Service)\n"
     "  --peer-timeout MS         handshake and silence bound (default " STR(PM__DEFAULT_PEER_TIMEOUT_MS) ")\n"
     "  --secret-file FILE        the mesh's 32-byte pre-shared secret; twice for\n"
     "                            rotation (current, next); see procmesh keygen\n"
@@ -130,7 +131,9 @@ static const char usage_text[] =
     "  --peer-keys FILE          pin peers: lines 'HOST BASE64-PUBLIC-KEY'\n"
     "\n"
     "signals: SIGTERM/SIGINT drain (stop request, --stop-timeout, SIGKILL; a\n"
-    "second one skips the wait); SIGHUP replaces the workers one slot at a time\n"
+    "second one skips the wait); SIGHUP re-reads the --secret-file files (peer\n"
+    "mode: the handshakes to come use them, links stay up), then replaces the\n"
+    "workers one slot at a time\n"
     "\n"
     "exit status: 0 stopped cleanly, 1 a worker had to be killed at stop,\n"
     "2 bad usage, 3 every slot retired, 4 could not start\n"
@@ -180,6 +183,67 @@ static int rolling_restart(pm_cluster *c, pmd_health *health, pmd_events *ev)
     }
     pmd_log(PMD_LOG_INFO, "rolling_restart_end", NULL, 0);
     return 0;
+}
+
+/*
+ * SIGHUP in peer mode, before the rolling restart: re-reads every
+ * --secret-file (the same paths as at start, the same checks) and hands the
+ * secrets to the cluster, for the handshakes to come; links that are up stay
+ * up. The steps of a rotation (doc/protocol.md 1) need no restart: the
+ * second file may be missing (the old secret was dropped: only the first
+ * is kept), or hold the same secret as the first (taken once). Any other
+ * problem keeps the keys in use and logs why. The secrets only ever lie in
+ * secret memory; the log shows their ids.
+ */
+static void reload_secrets(pm_cluster *c, const pmd_dconf *conf)
+{
+    if (!conf->peer_flags || conf->nsecret_files == 0)
+        return;
+    char why[384] = "";
+    unsigned char *keys = sodium_malloc(2 * PM__PEER_KEY_LEN);
+    if (keys == NULL) {
+        const char *kv[] = {"reason", "no secret memory"};
+        pmd_log(PMD_LOG_ERROR, "peer_keys_reload_failed", kv, 1);
+        return;
+    }
+    unsigned n = 0;
+    int rc = 0;
+    for (size_t i = 0; i < conf->nsecret_files && rc == 0; i++) {
+        unsigned char *k = keys + n * PM__PEER_KEY_LEN;
+        rc = pm__peer_key_load(conf->secret_file[i], conf->allow_insecure_secret_mode, k, why, sizeof(why));
+        if (rc == -ENOENT && i > 0) {
+            rc = 0; /* the next secret's file removed: the old one dropped */
+            continue;
+        }
+        if (rc == 0 && n == 1 && sodium_memcmp(keys, k, PM__PEER_KEY_LEN) == 0)
+            continue; /* the same secret twice: taken once */
+        if (rc == 0)
+            n++;
+    }
+    if (rc == 0) {
+        rc = pm_cluster_set_secrets(c, keys, n);
+        if (rc < 0)
+            snprintf(why, sizeof(why), "%s", pm_strerror(rc));
+    }
+    char ids[2 * (2 * PM__PEER_KEY_ID_LEN + 1)] = "";
+    for (unsigned i = 0; rc == 0 && i < n; i++) {
+        unsigned char id[PM__PEER_KEY_ID_LEN];
+        pm__peer_key_id(keys + i * PM__PEER_KEY_LEN, id);
+        size_t at = strlen(ids);
+        if (i > 0)
+            ids[at++] = ',';
+        sodium_bin2hex(ids + at, sizeof(ids) - at, id, sizeof(id));
+    }
+    sodium_free(keys); /* zeroes them */
+    if (rc < 0) {
+        const char *kv[] = {"reason", why, "keeping", "the keys in use"};
+        pmd_log(PMD_LOG_ERROR, "peer_keys_reload_failed", kv, 2);
+        return;
+    }
+    char count[8];
+    snprintf(count, sizeof(count), "%u", n);
+    const char *kv[] = {"secrets", count, "ids", ids};
+    pmd_log(PMD_LOG_INFO, "peer_keys_reloaded", kv, 2);
 }
 
 /* Stops the workers (drain) and frees the cluster. The health endpoint
@@ -403,8 +467,10 @@ static int cmd_run(int argc, char **argv)
         }
         rc = pm_cluster_run(c, wd && wd < 1000 ? (int)wd : 1000);
         between_turns(health, &ev);
-        if (rc == -EINTR && pm_cluster_last_signal(c) == SIGHUP)
+        if (rc == -EINTR && pm_cluster_last_signal(c) == SIGHUP) {
+            reload_secrets(c, &conf);
             rc = rolling_restart(c, health, &ev);
+        }
         if (rc == -EINTR) {
             char sig[32];
             const char *kv[] = {"signal",

@@ -1,0 +1,588 @@
+/* SPDX-License-Identifier: MIT */
+/* check_peerops.c - running a mesh: peers from DNS, secrets swapped on a live cluster, periodic REKEY under traffic (real supervisors on 127.0.0.1). */
+#define _GNU_SOURCE
+#include <check.h>
+
+#include "helpers.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internals.h"
+#include "mesh.h"
+#include "options.h"
+#include "peer.h"
+#include "procmesh.h"
+
+/*
+ * Host b runs in a forked process (pm_test_fork: it dies with the test),
+ * host a in the test process, as in check_link.c. Names resolve without
+ * any DNS server: "localhost" is 127.0.0.1 through /etc/hosts or glibc's
+ * own rule, and a name under ".invalid" never resolves (RFC 6761).
+ */
+
+static const unsigned char k1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                     17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+static const unsigned char k2[32] = {7, 7, 7, 7, 7};
+static const unsigned char k3[32] = {9, 9, 9};
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* A worker that answers every request with its payload, until shutdown. */
+static int echo_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc == 0 && m.kind == PM_MSG_REQUEST)
+            pm_node_reply(n, &m, m.data, m.len);
+    }
+}
+
+static pm_options *host_options(const char *host, const unsigned char *secret)
+{
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
+    ck_assert_int_eq(pm_options_set_hostname(o, host), 0);
+    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
+    if (secret != NULL)
+        ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 3000), 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, echo_worker, NULL), 0);
+    return o;
+}
+
+static unsigned peer_ups, peer_downs;
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (e->type == PM_EVENT_PEER_UP)
+        peer_ups++;
+    if (e->type == PM_EVENT_PEER_DOWN)
+        peer_downs++;
+}
+
+/* Host b, listening on 127.0.0.1:port, until the test ends. With dns, b
+ * also has --peers-dns localhost:port, as every pod of a StatefulSet names
+ * the Service it is part of: it finds its own address there. */
+static pid_t start_b(int port, const unsigned char *s1, const unsigned char *s2, int dns)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    pm_options *o = host_options("b", s1);
+    if (s2 != NULL && pm_options_add_secret(o, s2) < 0)
+        _exit(3);
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    if (pm_options_set_peer_listen(o, listen) < 0)
+        _exit(3);
+    char name[40];
+    snprintf(name, sizeof(name), "localhost:%d", port);
+    if (dns && pm_options_set_peers_dns(o, name) < 0)
+        _exit(3);
+    pm_cluster *c = NULL;
+    if (pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
+/* Host a: one worker; peers_dns or a static peer as given. */
+static pm_cluster *start_a(const char *dns, const char *peer, const unsigned char *secret)
+{
+    pm_options *o = host_options("a", secret);
+    if (dns != NULL)
+        ck_assert_int_eq(pm_options_set_peers_dns(o, dns), 0);
+    if (peer != NULL)
+        ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    peer_ups = peer_downs = 0;
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    return c;
+}
+
+START_TEST(test_dns_links)
+{
+    /* a knows b only as "localhost:PORT": it resolves the name off the loop,
+     * dials the address and links; requests flow. */
+    int port = free_port();
+    pid_t b = start_b(port, k1, NULL, 0);
+    char name[40];
+    snprintf(name, sizeof(name), "localhost:%d", port);
+    pm_cluster *a = start_a(name, NULL, k1);
+    PM_RUN_UNTIL(a, peer_ups == 1 && pm__mesh_links_up(a) == 1, 20000);
+    uint64_t ok, failed;
+    unsigned targets;
+    pm__mesh_dns_stats(a, &ok, &failed, &targets);
+    ck_assert_uint_ge(ok, 1);
+    ck_assert_uint_ge(targets, 1);
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+START_TEST(test_dns_self_skipped)
+{
+    /* A supervisor whose --peers-dns name holds its own address (a pod of
+     * the StatefulSet) dials itself once, learns from the hello that it is
+     * itself, and never dials that address again. */
+    int port = free_port();
+    char listen[32], name[40];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    snprintf(name, sizeof(name), "localhost:%d", port);
+    pm_options *o = host_options("a", k1);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_set_peers_dns(o, name), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    peer_ups = 0;
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+    PM_RUN_UNTIL(a, pm__mesh_fails(a, PM__PF_SELF) >= 1, 20000);
+    uint64_t ok, failed;
+    unsigned targets;
+    PM_RUN_UNTIL(a, (pm__mesh_dns_stats(a, &ok, &failed, &targets), targets == 0) &&
+                        pm__mesh_fails(a, PM__PF_SELF) >= 1, 20000);
+    /* Both ends of the connection to itself counted it: the dialling one
+     * and the accepting one. Past three redial backoffs there is no more. */
+    uint64_t self = pm__mesh_fails(a, PM__PF_SELF);
+    uint64_t until = pm_test_ms() + 3 * PM__MESH_REDIAL_MIN_MS * 4;
+    PM_RUN_UNTIL(a, pm_test_ms() >= until, 10000);
+    ck_assert_uint_le(pm__mesh_fails(a, PM__PF_SELF), self + 1);
+    ck_assert_uint_eq(peer_ups, 0);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+START_TEST(test_dns_unresolvable_retried)
+{
+    /* A name that does not resolve: the supervisor starts and serves its
+     * workers, the resolution is retried with backoff and each failure is
+     * counted. */
+    pm_cluster *a = start_a("no-such-host.invalid:7946", NULL, k1);
+    PM_RUN_UNTIL(a, ({
+                     uint64_t ok, failed;
+                     unsigned targets;
+                     pm__mesh_dns_stats(a, &ok, &failed, &targets);
+                     failed >= 2;
+                 }),
+                 30000);
+    pm_address w;
+    ck_assert_int_eq(pm_address_parse("t@a:10", &w), 0);
+    char got[16];
+    size_t n = 0;
+    int rc = pm_cluster_call(a, &w, "local", 5, 10000, got, sizeof(got), &n);
+    ck_assert_msg(rc == 0 && n == 5, "a local request while DNS fails: %s", pm_strerror(rc));
+    uint64_t ok, failed;
+    unsigned targets;
+    pm__mesh_dns_stats(a, &ok, &failed, &targets);
+    ck_assert_uint_eq(ok, 0);
+    ck_assert_uint_eq(targets, 0);
+    ck_assert_uint_eq(pm__mesh_links_up(a), 0);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ key rotation */
+
+/* A host named host that dials 127.0.0.1:port with secret s, until the test
+ * ends. */
+static pid_t start_dialer(const char *host, int port, const unsigned char *s)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    pm_options *o = host_options(host, s);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    pm_cluster *c = NULL;
+    if (pm_options_add_peer(o, peer) < 0 || pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
+START_TEST(test_rotation_without_downtime)
+{
+    /* b (this process) listens with K1; a links with K1. b takes K1+K2 (as
+     * on SIGHUP): a's link stays up. a restarts with K2 only and links
+     * again; c, down during the rotation, comes with K1 and links (b still
+     * accepts it). b drops K1: d with K1 only is refused, counted as a
+     * wrong key id, and the links up stay up. */
+    int port = free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    pm_options *o = host_options("b", k1);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    peer_ups = peer_downs = 0;
+    pm_cluster *b = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
+    pm_options_free(o);
+
+    pid_t a = start_dialer("a", port, k1);
+    PM_RUN_UNTIL(b, peer_ups == 1 && pm__mesh_links_up(b) == 1, 20000);
+
+    unsigned char both[64];
+    memcpy(both, k1, 32);
+    memcpy(both + 32, k2, 32);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, both, 2), 0);
+    /* The link up is not touched; a few heartbeats later it is still up. */
+    uint64_t until = pm_test_ms() + 1500;
+    PM_RUN_UNTIL(b, pm_test_ms() >= until, 10000);
+    ck_assert_uint_eq(peer_downs, 0);
+    ck_assert_uint_eq(pm__mesh_links_up(b), 1);
+
+    kill(a, SIGKILL);
+    pm_test_reap(a, 5000);
+    PM_RUN_UNTIL(b, peer_downs == 1, 20000);
+    a = start_dialer("a", port, k2);
+    PM_RUN_UNTIL(b, peer_ups == 2 && pm__mesh_links_up(b) == 1, 20000);
+    pid_t c = start_dialer("c", port, k1);
+    PM_RUN_UNTIL(b, peer_ups == 3 && pm__mesh_links_up(b) == 2, 20000);
+
+    ck_assert_int_eq(pm_cluster_set_secrets(b, k2, 1), 0);
+    uint64_t key_id0 = pm__mesh_fails(b, PM__PF_KEY_ID);
+    pid_t d = start_dialer("d", port, k1);
+    PM_RUN_UNTIL(b, pm__mesh_fails(b, PM__PF_KEY_ID) >= key_id0 + 1, 20000);
+    ck_assert_uint_eq(peer_ups, 3);
+    ck_assert_uint_eq(pm__mesh_links_up(b), 2);
+    ck_assert_uint_eq(peer_downs, 1);
+
+    /* Bad calls change nothing. */
+    ck_assert_int_eq(pm_cluster_set_secrets(b, both, 3), -EINVAL);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, NULL, 1), -EINVAL);
+    memcpy(both + 32, k2, 32);
+    memcpy(both, k2, 32);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, both, 2), -EEXIST);
+    static const unsigned char zero[32];
+    ck_assert_int_eq(pm_cluster_set_secrets(b, zero, 1), -EINVAL);
+    for (pid_t *p = (pid_t[]){a, c, d, 0}; *p != 0; p++) {
+        kill(*p, SIGKILL);
+        pm_test_reap(*p, 5000);
+    }
+    ck_assert_int_ge(pm_cluster_terminate(b), 0);
+}
+END_TEST
+
+START_TEST(test_set_secrets_without_secret)
+{
+    /* A cluster started without a secret (Noise_XX) cannot be given one
+     * later: the mode is chosen at start. */
+    int port = free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    pm_options *o = host_options("b", NULL);
+    ck_assert_int_eq(pm_options_set_insecure_no_secret(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    pm_cluster *b = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
+    pm_options_free(o);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, k1, 1), -EINVAL);
+    ck_assert_int_ge(pm_cluster_terminate(b), 0);
+}
+END_TEST
+
+/* --------------------------------------------------- the daemon on SIGHUP */
+
+typedef struct proc {
+    pid_t pid;
+    int fd;
+    int eof;
+    char *log;
+    size_t len, cap;
+} proc;
+
+/* Starts the daemon, its stderr into a pipe; it dies with the test. */
+static proc start(char *const argv[])
+{
+    char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    pid_t parent = getpid();
+    proc r = {.fd = -1, .cap = 256 * 1024};
+    r.log = malloc(r.cap);
+    ck_assert_ptr_nonnull(r.log);
+    r.log[0] = '\0';
+    r.pid = fork();
+    ck_assert_int_ge(r.pid, 0);
+    if (r.pid == 0) {
+        /* If the test died between fork and prctl, getppid() tells. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+            _exit(127);
+        dup2(p[1], STDERR_FILENO);
+        execve(PM_DAEMON_BIN, argv, envp);
+        _exit(127);
+    }
+    close(p[1]);
+    r.fd = p[0];
+    return r;
+}
+
+static void proc_read(proc *r, int ms)
+{
+    struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
+    while (!r->eof && r->len + 1 < r->cap && poll(&pfd, 1, ms) == 1) {
+        ssize_t k = read(r->fd, r->log + r->len, r->cap - 1 - r->len);
+        if (k <= 0) {
+            r->eof = 1;
+            break;
+        }
+        r->len += (size_t)k;
+        r->log[r->len] = '\0';
+        ms = 0;
+    }
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+static void wait_log(proc *r, const char *needle, int n, int timeout_ms)
+{
+    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
+    while (count_of(r->log, needle) < n && !r->eof && pm_test_ms() < end)
+        proc_read(r, 50);
+    ck_assert_msg(count_of(r->log, needle) >= n, "waited %d ms for %d log line(s) with \"%s\"%s; log so far:\n%s",
+                  timeout_ms, n, needle, r->eof ? " (procmesh closed its stderr)" : "", r->log);
+}
+
+static void stop(proc *r)
+{
+    kill(r->pid, SIGKILL);
+    pm_test_reap(r->pid, 10000);
+    close(r->fd);
+    free(r->log);
+}
+
+/* Writes key (32 bytes) to path as 64 hex characters, mode 0600, replacing
+ * the file at once (rename), as a Secret volume does. */
+static void write_key(const char *path, const unsigned char *key)
+{
+    char tmp[256], hex[65];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", key[i]);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, hex, 64), 64);
+    ck_assert_int_eq(write(fd, "\n", 1), 1);
+    close(fd);
+    ck_assert_int_eq(rename(tmp, path), 0);
+}
+
+START_TEST(test_daemon_sighup_rotation)
+{
+    /* Daemons on 127.0.0.1. b holds K1 and K3 (the next secret's file
+     * holds a stale key); c (K1) links. a has K2 only: refused. b's next
+     * file becomes K2, SIGHUP: b logs the reload, a links, c's link stays.
+     * Then the rotation's last step: b's first file becomes K2 and the next
+     * one is removed, SIGHUP: one secret, the links stay. */
+    char dir[] = "/tmp/pm-rot-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char b1[128], b2[128], fa[128], fc[128], listen[32], cmd[160];
+    snprintf(b1, sizeof(b1), "%s/b-current", dir);
+    snprintf(b2, sizeof(b2), "%s/b-next", dir);
+    snprintf(fa, sizeof(fa), "%s/a", dir);
+    snprintf(fc, sizeof(fc), "%s/c", dir);
+    write_key(b1, k1);
+    write_key(b2, k3);
+    write_key(fa, k2);
+    write_key(fc, k1);
+    int port = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    char *b_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "b", "--base-port", "10",
+                      "--workers", "1", "--ready", "exec", "--peer-listen", listen, "--secret-file", b1,
+                      "--secret-file", b2, "--", "/bin/sleep", "60", NULL};
+    char *c_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "c", "--base-port", "10",
+                      "--workers", "1", "--ready", "exec", "--peers", listen, "--secret-file", fc, "--",
+                      "/bin/sleep", "60", NULL};
+    char *a_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "a", "--base-port", "10",
+                      "--workers", "1", "--ready", "exec", "--peers", listen, "--secret-file", fa, "--",
+                      "/bin/sleep", "60", NULL};
+    proc b = start(b_argv);
+    proc c = start(c_argv);
+    wait_log(&b, "event=peer_up host=c", 1, 20000);
+    proc a = start(a_argv);
+    /* a dials and is refused (a wrong key id) until b knows K2: b's log
+     * shows no link with a before the reload. */
+    wait_log(&b, "event=ready", 1, 20000);
+    write_key(b2, k2);
+    ck_assert_int_eq(count_of(b.log, "event=peer_up host=a"), 0);
+    kill(b.pid, SIGHUP);
+    wait_log(&b, "event=peer_keys_reloaded secrets=2", 1, 20000);
+    wait_log(&b, "event=peer_up host=a", 1, 20000);
+    wait_log(&a, "event=peer_up host=b", 1, 20000);
+
+    write_key(b1, k2);
+    ck_assert_int_eq(unlink(b2), 0);
+    kill(b.pid, SIGHUP);
+    wait_log(&b, "event=peer_keys_reloaded secrets=1", 1, 20000);
+    /* A SIGHUP during a rolling restart is not taken (the daemon's rule):
+     * the next one waits for its end. */
+    wait_log(&b, "event=rolling_restart_end", 2, 20000);
+    /* A bad file keeps the keys in use. */
+    int fd = open(b1, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    kill(b.pid, SIGHUP);
+    wait_log(&b, "event=peer_keys_reload_failed", 1, 20000);
+    wait_log(&b, "event=rolling_restart_end", 3, 20000);
+    ck_assert_msg(count_of(b.log, "event=peer_down") == 0, "a link went down over the rotation:\n%s", b.log);
+    stop(&a);
+    stop(&c);
+    stop(&b);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* -------------------------------------------------------------------- REKEY */
+
+#define REKEY_REQUESTS 3000
+
+/* a's worker: REKEY_REQUESTS requests to b's worker once the link is up,
+ * each answered with its own payload; then tells a's supervisor. */
+static int traffic_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address to, main_a;
+    if (pm_address_parse("t@b:10", &to) != 0 || pm_address_parse("t@a:0", &main_a) != 0)
+        return 1;
+    char text[64];
+    pm_message r;
+    int rc = -EHOSTUNREACH;
+    /* Until the link is up (-EHOSTUNREACH) and b's worker is ready
+     * (-EHOSTDOWN: b's supervisor answers for a slot still starting). */
+    for (int i = 0; i < 1200 && (rc == -EHOSTUNREACH || rc == -EHOSTDOWN); i++) {
+        rc = pm_node_request(n, &to, "first", 5, 5000, &r);
+        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
+            usleep(50 * 1000);
+    }
+    int i = 0;
+    for (; rc == 0 && i < REKEY_REQUESTS; i++) {
+        char q[32];
+        int len = snprintf(q, sizeof(q), "q%d", i);
+        rc = pm_node_request(n, &to, q, (size_t)len, 10000, &r);
+        if (rc == 0 && (r.len != (size_t)len || memcmp(r.data, q, r.len) != 0))
+            rc = -EBADMSG;
+    }
+    snprintf(text, sizeof(text), rc == 0 ? "OK %d" : "ERR %d at %d", rc == 0 ? i : rc, i);
+    pm_node_send(n, &main_a, text, strlen(text));
+    pm_message m;
+    for (;;)
+        if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
+            return 0;
+}
+
+static char report[128];
+
+static void on_report(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    size_t n = m->len < sizeof(report) - 1 ? m->len : sizeof(report) - 1;
+    memcpy(report, m->data, n);
+    report[n] = '\0';
+}
+
+START_TEST(test_rekey_under_traffic)
+{
+    /* Both hosts REKEY every 4 records or 20 ms: thousands of requests
+     * and replies cross the link through hundreds of key changes in each
+     * direction, every one answered with its own payload. */
+    int port = free_port();
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm_options *o = host_options("b", k1);
+        char listen[32];
+        snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+        pm_cluster *c = NULL;
+        if (pm__options_set_rekey(o, 4, 20) < 0 || pm_options_set_peer_listen(o, listen) < 0 ||
+            pm_cluster_spawn(o, &c) < 0)
+            _exit(3);
+        for (;;)
+            pm_cluster_run(c, -1);
+    }
+    pm_options *o = host_options("a", k1);
+    ck_assert_int_eq(pm__options_set_rekey(o, 4, 20), 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, traffic_worker, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_report, NULL), 0);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+    report[0] = '\0';
+    PM_RUN_UNTIL(a, report[0] != '\0', 60000);
+    char want[32];
+    snprintf(want, sizeof(want), "OK %d", REKEY_REQUESTS);
+    ck_assert_str_eq(report, want);
+    uint64_t out, in;
+    pm__mesh_rekeys(a, &out, &in);
+    ck_assert_msg(out >= 100 && in >= 100, "REKEY records sent %llu, received %llu",
+                  (unsigned long long)out, (unsigned long long)in);
+    ck_assert_uint_eq(pm__mesh_links_up(a), 1);
+    kill(pid, SIGKILL);
+    pm_test_reap(pid, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("peerops");
+    PM_ADD_TEST(s, test_dns_links, 60);
+    PM_ADD_TEST(s, test_dns_self_skipped, 60);
+    PM_ADD_TEST(s, test_dns_unresolvable_retried, 60);
+    PM_ADD_TEST(s, test_rotation_without_downtime, 90);
+    PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
+    PM_ADD_TEST(s, test_daemon_sighup_rotation, 90);
+    PM_ADD_TEST(s, test_rekey_under_traffic, 120);
+    return pm_test_main(s);
+}
