@@ -279,7 +279,10 @@ PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
  * limit is a cap: the hub spins for what recent waits say pays off (twice a
  * wait that a spin caught) and sleeps at once while spins do not pay off
  * (no free CPU for it, or traffic too sparse). Workers' waits do the same
- * within their own few microseconds. */
+ * within their own few microseconds. Where CPUs are few the spinning is
+ * shared out: the hub never spins on one CPU, and with fewer than three a
+ * worker parks at once while the hub is awake (the hub spins for it); a
+ * spin that loses its CPU to another process stops and parks. */
 PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us);
 
 /* A worker that neither made progress (any procmesh call, pm_node_beat) nor

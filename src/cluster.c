@@ -476,6 +476,9 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     c->gen = pm__fork_gen();
     c->sigfd = c->timerfd = c->wakefd = -1;
     c->hub_spin_budget = PM__SPIN_START_NS;
+    /* The spin gate's CPU count, read now: fork-mode workers inherit it,
+     * and under the strict seccomp filter they may not ask the kernel. */
+    (void)pm__spin_cpus();
     c->o = pm__options_dup(o);
     if (c->o == NULL) {
         rc = -ENOMEM;

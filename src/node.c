@@ -531,6 +531,20 @@ static void discard(pm_node *n, const pm__frame_hdr *h, const void *payload)
     pm__ring_consume(&n->link.rx);
 }
 
+/* The spin gate of a worker waiting for a frame (doc/design.md, "Adaptive
+ * spinning"). Every frame to us comes through the hub, so the hub is the
+ * one other spinner a worker must leave a CPU for: while the hub is awake
+ * (it has not announced a sleep on our up ring: it is working, or spinning
+ * for the next frame) we spin only if a CPU is left beside it and the
+ * process doing the work. On two CPUs a worker that handed its frame to an
+ * awake hub therefore parks at once and leaves the hub, the receiver of
+ * that frame, to spin: three spinners on two CPUs would take the CPU the
+ * working process needs. A parked hub leaves the CPU to us. */
+static int may_spin(const pm_node *n)
+{
+    return pm__spin_gate(pm__spin_cpus(), pm__ring_consumer_parked(&n->link.tx) ? 0u : 1u);
+}
+
 /* Waits for the next frame until deadline_ms (0: none; now: poll) and
  * peeks it. 1 with *h and *payload, -ETIMEDOUT, -ESHUTDOWN, -EPROTO. STOP
  * frames and malformed frames are consumed here. */
@@ -574,7 +588,7 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
         }
         struct pm__ctl *ctl = n->link.map;
         atomic_store_explicit(&ctl->waiting, 1, memory_order_relaxed);
-        rc = pm__ring_wait(&n->link.rx, wait);
+        rc = pm__ring_wait_gated(&n->link.rx, wait, may_spin(n));
         atomic_store_explicit(&ctl->waiting, 0, memory_order_relaxed);
         if (rc < 0)
             return -EPROTO;

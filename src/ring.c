@@ -26,6 +26,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -378,7 +379,7 @@ static int space_for(pm__ring *r, size_t len)
 }
 
 static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
-                          _Atomic uint32_t *flag, int timeout_ms);
+                          _Atomic uint32_t *flag, int timeout_ms, int may_spin);
 
 int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
 {
@@ -386,7 +387,7 @@ int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
         return len == 0 ? -EINVAL : -EMSGSIZE;
     /* The consumer can only free space for frames it can see. */
     pm__ring_publish(r);
-    return spin_then_park(r, space_for, len, &r->sh->prod_waiting, timeout_ms);
+    return spin_then_park(r, space_for, len, &r->sh->prod_waiting, timeout_ms, 1);
 }
 
 int pm__ring_arm_space(pm__ring *r, size_t len)
@@ -528,15 +529,50 @@ static int data_for(pm__ring *r, size_t unused)
 
 int pm__ring_wait(pm__ring *r, int timeout_ms)
 {
+    return pm__ring_wait_gated(r, timeout_ms, 1);
+}
+
+int pm__ring_wait_gated(pm__ring *r, int timeout_ms, int may_spin)
+{
     /* A producer waiting for space must see what we consumed before we
      * sleep, or both ends could sleep forever. */
     pm__ring_release(r);
-    return spin_then_park(r, data_for, 0, &r->sh->cons_waiting, timeout_ms);
+    return spin_then_park(r, data_for, 0, &r->sh->cons_waiting, timeout_ms, may_spin);
+}
+
+int pm__ring_consumer_parked(const pm__ring *r)
+{
+    /* Relaxed: a hint for a spin decision, never for a wake-up. A stale
+     * value costs one spin that does not pay, or one park that a spin
+     * would have saved; the wake-up protocol (wake_if_waiting) is what
+     * keeps every frame from being stranded. */
+    return atomic_load_explicit(&r->sh->cons_waiting, memory_order_relaxed) != 0;
+}
+
+unsigned pm__spin_cpus(void)
+{
+    /* Cached per process; a fork inherits the value with the mask. Racing
+     * first calls in two threads store the same number. */
+    static _Atomic unsigned cached;
+    unsigned n = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (n != 0)
+        return n;
+    cpu_set_t set;
+    long online;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        n = (unsigned)CPU_COUNT(&set);
+    else if ((online = sysconf(_SC_NPROCESSORS_ONLN)) > 0)
+        n = (unsigned)online;
+    else
+        n = 1;
+    atomic_store_explicit(&cached, n, memory_order_relaxed);
+    return n;
 }
 
 /*
  * The one waiting strategy of both ends: check, spin for the learnt budget
- * (at most spin_ns; see pm__spin_learn) checking again, then announce the
+ * (at most spin_ns; see pm__spin_learn; none unless may_spin) checking
+ * again, stopping early if the spin lost its CPU, then announce the
  * wait in our flag, check once more (the fence in arm_flag pairs with
  * wake_if_waiting on the other end, so a change made before the other end
  * read our flag is seen here) and park: in FUTEX_WAIT on the flag, or on
@@ -544,7 +580,7 @@ int pm__ring_wait(pm__ring *r, int timeout_ms)
  * Returns cond's first non-zero result, 0 on timeout, or a negative errno.
  */
 static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
-                          _Atomic uint32_t *flag, int timeout_ms)
+                          _Atomic uint32_t *flag, int timeout_ms, int may_spin)
 {
     uint64_t deadline = deadline_after(timeout_ms);
     int rc = cond(r, arg);
@@ -552,9 +588,18 @@ static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t a
         return rc;
     uint64_t t0 = pm__now_ns();
     uint32_t budget = r->spin_budget < r->spin_ns ? r->spin_budget : r->spin_ns;
+    /* Learn from this wait only if it was allowed to spin (the gate says
+     * nothing about how fast the other end answers) and the spin kept its
+     * CPU. */
+    int learn = may_spin;
+    if (!may_spin)
+        budget = 0; /* the gate: no CPU free; the learnt budget is kept */
     if (budget > 0) {
         uint64_t spin_end = t0 + budget;
-        uint64_t now;
+        uint64_t prev = t0, now;
+        /* Never sched_yield between checks: with more spinners than CPUs
+         * a yield is a wait for a time slice (milliseconds: the tail the
+         * awake round trip had). A spin that loses its CPU parks instead. */
         do {
             for (int i = 0; i < 32; i++)
                 cpu_relax();
@@ -564,9 +609,16 @@ static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t a
                                                     pm__now_ns() - t0);
                 return rc;
             }
-            if (r->spin_yield)
-                sched_yield();
             now = pm__now_ns();
+            if (pm__spin_preempted(prev, now)) {
+                /* Descheduled mid-spin: the CPU went to someone else, maybe
+                 * the very end we wait for. Park now and spin no more until
+                 * the quick-park probe of pm__spin_learn says otherwise. */
+                r->spin_budget = 0;
+                learn = 0;
+                break;
+            }
+            prev = now;
         } while (now < spin_end);
     }
     for (;;) {
@@ -589,7 +641,7 @@ static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t a
         /* Woken, timed out or interrupted: check again. */
         rc = cond(r, arg);
         if (rc != 0) {
-            if (rc > 0)
+            if (rc > 0 && learn)
                 r->spin_budget = pm__spin_learn(budget, r->spin_ns, 0, pm__now_ns() - t0);
             return rc;
         }

@@ -67,7 +67,6 @@ typedef struct pm__ring {
     uint32_t max_frame;
     uint32_t spin_ns; /* the longest spin before parking (0: park at once) */
     uint32_t spin_budget; /* what the next wait spins, learnt (pm__spin_learn) */
-    int spin_yield;   /* yield the CPU between spin checks (more spinners than CPUs) */
     int role;
     int poisoned;
     int wake_fd; /* eventfd to write to wake the other end, or -1 */
@@ -112,6 +111,30 @@ typedef struct pm__ring {
 #define PM__SPIN_START_NS 50000u
 #define PM__SPIN_MIN_NS 1000u
 #define PM__SPIN_PROBE_NS 50000u
+/* Two clock reads of one spin further apart than this: the spinner was
+ * descheduled in between, so no CPU was free for it. It stops at once and
+ * forgets its budget (a spin that loses its CPU delays whoever took it). */
+#define PM__SPIN_PREEMPT_NS 20000u
+
+/* The CPUs this process may run on (its affinity mask, else the online
+ * count), read once per process: what a spin gate compares with. */
+unsigned pm__spin_cpus(void);
+
+/* Whether a spin may start, given how many other processes on the path of
+ * a message are known to be spinning: only while a CPU is left for the one
+ * doing the work (fewer than cpus - 1 others spin). */
+static inline int pm__spin_gate(unsigned cpus, unsigned others)
+{
+    return cpus >= 2 && others < cpus - 1;
+}
+
+/* A spin was preempted (PM__SPIN_PREEMPT_NS): nothing to learn from how
+ * long it lasted except that it must not spin again until a park shows
+ * that the other end answers quickly (the probe of pm__spin_learn). */
+static inline int pm__spin_preempted(uint64_t prev, uint64_t now)
+{
+    return now - prev > PM__SPIN_PREEMPT_NS;
+}
 
 static inline uint32_t pm__spin_learn(uint32_t budget, uint32_t cap, int paid, uint64_t waited)
 {
@@ -209,6 +232,15 @@ int pm__ring_release(pm__ring *r);
  * pm__ring_arm. Returns 1 when a frame can be peeked, 0 on timeout, or a
  * negative errno (-EBADMSG). */
 int pm__ring_wait(pm__ring *r, int timeout_ms);
+
+/* pm__ring_wait that spins only if may_spin (a spin gate said a CPU is free
+ * for it); otherwise it parks at once after one check. */
+int pm__ring_wait_gated(pm__ring *r, int timeout_ms, int may_spin);
+
+/* 1 while the consumer end has announced that it sleeps (its wait flag is
+ * set), 0 while it is awake: working or spinning. The producer's view of
+ * its consumer, for a spin gate (node.c: a worker's hub). */
+int pm__ring_consumer_parked(const pm__ring *r);
 
 /* For event loops that wait on many rings: announce that this consumer is
  * about to sleep. Returns 1 (and stays awake) if a frame arrived meanwhile,

@@ -79,9 +79,12 @@ static int spin_for_work(pm_cluster *c, uint64_t *t0)
 {
     uint32_t cap = hub_spin_cap(c);
     uint32_t budget = c->hub_spin_budget < cap ? c->hub_spin_budget : cap;
-    uint64_t start = pm__now_ns(), now = start;
+    uint64_t start = pm__now_ns(), now = start, prev = start;
     *t0 = start;
-    if (budget == 0)
+    /* The gate: the hub is the one spinner a relay path needs (the workers
+     * park while it is awake, node.c may_spin), so it spins whenever a CPU
+     * is left for the process doing the work: never on one CPU. */
+    if (budget == 0 || !pm__spin_gate(pm__spin_cpus(), 0))
         return 0;
     do {
         if (pm__hub_any_arrived(&c->hub) || pm__loop_ready(&c->loop)) {
@@ -89,6 +92,14 @@ static int spin_for_work(pm_cluster *c, uint64_t *t0)
             return 1;
         }
         now = pm__now_ns();
+        if (pm__spin_preempted(prev, now)) {
+            /* Descheduled mid-spin: no CPU was free for it. Sleep now and
+             * spin no more until a quick sleep says otherwise
+             * (learn_sleep). */
+            c->hub_spin_budget = 0;
+            return 0;
+        }
+        prev = now;
     } while (now < start + budget);
     c->hub_spin_budget = pm__spin_learn(budget, cap, 0, now - start);
     /* Halved already: learn_sleep must not halve it again. */

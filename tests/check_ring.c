@@ -500,23 +500,61 @@ START_TEST(test_two_process_stream)
 }
 END_TEST
 
+START_TEST(test_spin_gate)
+{
+    /* A spin needs a CPU beside the one doing the work: never on one CPU,
+     * on two only with nobody else spinning. */
+    ck_assert_int_eq(pm__spin_gate(1, 0), 0);
+    ck_assert_int_eq(pm__spin_gate(2, 0), 1);
+    ck_assert_int_eq(pm__spin_gate(2, 1), 0);
+    ck_assert_int_eq(pm__spin_gate(4, 2), 1);
+    ck_assert_int_eq(pm__spin_gate(4, 3), 0);
+    ck_assert_int_eq(pm__spin_gate(0, 0), 0);
+    ck_assert_uint_ge(pm__spin_cpus(), 1);
+    ck_assert_uint_eq(pm__spin_cpus(), pm__spin_cpus());
+    /* A gap between two clock reads of a spin above the bound: preempted. */
+    ck_assert_int_eq(pm__spin_preempted(1000, 1000 + PM__SPIN_PREEMPT_NS), 0);
+    ck_assert_int_eq(pm__spin_preempted(1000, 1001 + PM__SPIN_PREEMPT_NS), 1);
+    /* The producer sees whether its consumer announced a sleep. */
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    ck_assert_int_eq(pm__ring_consumer_parked(&t.prod), 0);
+    ck_assert_int_eq(pm__ring_arm(&t.cons), 0);
+    ck_assert_int_eq(pm__ring_consumer_parked(&t.prod), 1);
+    pm__ring_disarm(&t.cons);
+    ck_assert_int_eq(pm__ring_consumer_parked(&t.prod), 0);
+    /* A gated wait parks at once and leaves the learnt budget alone. */
+    t.cons.spin_ns = 1000000000u;
+    t.cons.spin_budget = 1000000000u;
+    ck_assert_int_eq(pm__ring_wait_gated(&t.cons, 20, 0), 0);
+    ck_assert_uint_ge(t.cons.parks, 1);
+    ck_assert_uint_eq(t.cons.spin_budget, 1000000000u);
+    ck_assert_int_eq(pm__ring_consumer_parked(&t.prod), 0);
+    tr_close(&t);
+}
+END_TEST
+
 START_TEST(test_two_process_pingpong_parked)
 {
     /* Round trips with spinning turned off: every hand-off parks and every
      * publish must wake the other side; a lost wake-up hangs and times out.
      * _i 0: the ends park in FUTEX_WAIT; 1: as where futexes are refused,
-     * on their eventfds. */
+     * on their eventfds; 2: in FUTEX_WAIT with a large spin budget that
+     * the spin gate refuses (pm__ring_wait_gated), as a worker parks
+     * while its hub is awake. */
     test_ring a, b;
     tr_open(&a, 4096, 64);
     tr_open(&b, 4096, 64);
-    a.cons.spin_ns = b.cons.spin_ns = 0;
-    a.cons.futex_ok = b.cons.futex_ok = _i == 0;
+    a.cons.spin_ns = b.cons.spin_ns = _i == 2 ? 1000000000u : 0;
+    a.cons.spin_budget = b.cons.spin_budget = _i == 2 ? 1000000000u : 0;
+    a.cons.futex_ok = b.cons.futex_ok = _i != 1;
+    int gated = _i == 2;
     const int rounds = 20000;
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         for (int i = 0; i < rounds; i++) {
-            if (pm__ring_wait(&a.cons, 5000) != 1)
+            if (pm__ring_wait_gated(&a.cons, 5000, !gated) != 1)
                 _exit(3);
             const void *p;
             size_t len;
@@ -536,7 +574,7 @@ START_TEST(test_two_process_pingpong_parked)
         const void *p;
         size_t len;
         uint32_t v = 0;
-        if (pm__ring_send(&a.prod, &i, 4) != 0 || pm__ring_wait(&b.cons, 5000) != 1 ||
+        if (pm__ring_send(&a.prod, &i, 4) != 0 || pm__ring_wait_gated(&b.cons, 5000, !gated) != 1 ||
             pm__ring_peek(&b.cons, &p, &len) != 1)
             ck_abort_msg("round %u: lost hand-off", i);
         memcpy(&v, p, 4);
@@ -704,6 +742,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_batching);
     tcase_add_test(tc, test_doorbell);
     tcase_add_test(tc, test_spin_learn);
+    tcase_add_test(tc, test_spin_gate);
     tcase_add_test(tc, test_shm_sealed);
     suite_add_tcase(s, tc);
     tc = pm_tcase("corruption", 30);
@@ -712,7 +751,7 @@ static Suite *ring_suite(void)
     suite_add_tcase(s, tc);
     tc = pm_tcase("two-process", 120);
     tcase_add_test(tc, test_two_process_stream);
-    tcase_add_loop_test(tc, test_two_process_pingpong_parked, 0, 2);
+    tcase_add_loop_test(tc, test_two_process_pingpong_parked, 0, 3);
     suite_add_tcase(s, tc);
     tc = pm_tcase("hostile", 60);
     tcase_add_test(tc, test_hostile_producer);

@@ -64,9 +64,9 @@ static int relay_worker(pm_node *n, void *arg)
     (void)arg;
     n->link.rx.spin_ns = rsh->spin_ns;
     n->link.tx.spin_ns = rsh->spin_ns;
-    /* Two workers and the hub all spinning need three CPUs; with fewer,
-     * spinners yield to each other between checks. */
-    n->link.rx.spin_yield = n->link.tx.spin_yield = rsh->spin_ns > 0 && sysconf(_SC_NPROCESSORS_ONLN) < 3;
+    /* No yielding between spin checks: with more spinners than CPUs the
+     * waits' gate (pm__ring_wait_gated) parks instead (doc/design.md,
+     * "Adaptive spinning"). */
     pm_node_ready(n);
     unsigned slot = pm_node_slot(n);
     pm_address peer = *pm_node_self(n);
@@ -351,6 +351,11 @@ int cmd_relay(const bench_opts *opts)
         die("mmap");
     print_machine();
     uint64_t *v = calloc(runs, sizeof(*v));
+    /* PM_BENCH_ONLY="procmesh parked" (a row's name): that row alone, no
+     * stream, so that strace -f -c or perf sees one transport's round trips. */
+    const char *only = getenv("PM_BENCH_ONLY");
+    if (only != NULL)
+        goto round_trips;
     printf("relay stream: worker -> hub -> worker, median of %u runs\n", runs);
     printf("  %-6s %-12s %14s %10s %16s %18s\n", "size", "transport", "frames/s", "MB/s",
            "syscalls/frame", "procmesh speed-up");
@@ -384,6 +389,7 @@ int cmd_relay(const bench_opts *opts)
                    sysf, ratio);
         }
     }
+round_trips:
     rsh->size = 64;
     rsh->rounds = rounds;
     rsh->pingpong = 1;
@@ -393,6 +399,8 @@ int cmd_relay(const bench_opts *opts)
            "syscalls/rt");
     for (int k = 0; k < 4; k++) {
         uint64_t t, sc = 0, csw = 0;
+        if (only != NULL && strcmp(only, rt[k]) != 0)
+            continue;
         int rc = k < 2 ? mesh_relay(k == 0 ? 1 : 0, &t, &sc, &csw) : fd_relay(k - 2, 1, &t, &csw);
         if (rc < 0)
             return 1;
@@ -411,6 +419,8 @@ int cmd_relay(const bench_opts *opts)
                "syscalls/rt");
         for (int k = 0; k < 2; k++) {
             uint64_t t, sc = 0, csw = 0;
+            if (only != NULL && strcmp(only, k == 0 ? "procmesh paused" : "pipes paused") != 0)
+                continue;
             int rc = k == 0 ? mesh_relay(3, &t, &sc, &csw) : fd_relay(0, 2, &t, &csw);
             if (rc < 0)
                 return 1;
