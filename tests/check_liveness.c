@@ -241,7 +241,11 @@ START_TEST(test_waiting_and_beating_not_fenced)
         pm_slot_info si;
         pm_cluster_slot_info(c, 0, &si);
         saw_waiting |= si.waiting;
-        ck_assert_uint_lt(si.heartbeat_age_ms, 200);
+        /* A waiting worker's beat stays fresh. The bound is generous
+         * (10x the timeout): on a loaded machine a turn of this loop may
+         * itself take longer than the timeout; what matters is that the
+         * age does not grow without end and neither slot is fenced. */
+        ck_assert_uint_lt(si.heartbeat_age_ms, 2000);
     }
     ck_assert(saw_waiting);
     ck_assert_int_eq(fenced[0], 0);
