@@ -2,6 +2,7 @@
 /* scale.c - pm-bench scale: throughput, round trip, hub CPU and memory as the number of workers grows. */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "debug.h"
 
 #include <inttypes.h>
 #include <stddef.h>
@@ -162,6 +163,7 @@ static void memory(double *priv_out, double *ring_out)
 struct figures {
     double fps, stream_cpu_ns, rtt_p50, rtt_p99, rtt_cpu_ns, rps;
     double capped; /* 1 when a phase hit POINT_CAP_S */
+    double stream_sys, rtt_sys; /* the hub's system calls per frame relayed */
     double anon_idle, ring_idle, anon_after, ring_after; /* KiB */
 };
 
@@ -173,6 +175,15 @@ static uint64_t cpu_ns_self(void)
     getrusage(RUSAGE_THREAD, &ru);
     return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000u +
            (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000u;
+}
+
+/* The hub's system calls: its loop's waits and its wake-ups of the workers
+ * (frames per system call is how well the hub batches). */
+static uint64_t hub_syscalls(const pm_cluster *c)
+{
+    uint64_t loop, wakeups;
+    pm__cluster_debug_counters(c, &loop, &wakeups);
+    return loop + wakeups;
 }
 
 static uint64_t relayed(const pm_cluster *c)
@@ -187,12 +198,12 @@ static uint64_t relayed(const pm_cluster *c)
  * failed), the frames relayed meanwhile and the supervisor's CPU ns per
  * frame relayed; *capped is set when the cap ended it. */
 static uint64_t phase(pm_cluster *c, char cmd, unsigned want, uint64_t *frames_out,
-                      double *cpu_per_frame, double *capped)
+                      double *cpu_per_frame, double *sys_per_frame, double *capped)
 {
     pm_address *a = calloc(PM_MAX_WORKERS, sizeof(*a));
     int n = pm_cluster_addresses(c, a, PM_MAX_WORKERS);
     atomic_store(&ssh->done, 0);
-    uint64_t cpu0 = cpu_ns_self(), f0 = relayed(c), t0 = pm__now_ns();
+    uint64_t cpu0 = cpu_ns_self(), f0 = relayed(c), s0 = hub_syscalls(c), t0 = pm__now_ns();
     for (int i = 0; i < n; i++)
         pm_cluster_send(c, &a[i], &cmd, 1);
     free(a);
@@ -210,6 +221,7 @@ static uint64_t phase(pm_cluster *c, char cmd, unsigned want, uint64_t *frames_o
     uint64_t t = pm__now_ns() - t0, frames = relayed(c) - f0;
     *frames_out = frames;
     *cpu_per_frame = frames ? (double)(cpu_ns_self() - cpu0) / (double)frames : 0;
+    *sys_per_frame = frames ? (double)(hub_syscalls(c) - s0) / (double)frames : 0;
     return t;
 }
 
@@ -233,7 +245,7 @@ static int one_n(unsigned workers, uint64_t total, struct figures *fg)
     fg->capped = 0;
     memory(&fg->anon_idle, &fg->ring_idle);
     uint64_t frames;
-    uint64_t t = phase(c, 's', workers, &frames, &fg->stream_cpu_ns, &fg->capped);
+    uint64_t t = phase(c, 's', workers, &frames, &fg->stream_cpu_ns, &fg->stream_sys, &fg->capped);
     if (t == 0)
         goto out;
     /* Frames the hub relayed (each worker's to the next, once each): a
@@ -241,7 +253,7 @@ static int one_n(unsigned workers, uint64_t total, struct figures *fg)
     fg->fps = (double)frames * 1e9 / (double)t;
     size_t ns = (size_t)(workers - 1) * ssh->rounds_each;
     memset(ssh->samples, 0, ns * sizeof(uint64_t));
-    t = phase(c, 'r', workers - 1, &frames, &fg->rtt_cpu_ns, &fg->capped);
+    t = phase(c, 'r', workers - 1, &frames, &fg->rtt_cpu_ns, &fg->rtt_sys, &fg->capped);
     if (t == 0)
         goto out;
     /* Only the round trips that completed (a capped phase leaves zeros). */
@@ -316,12 +328,14 @@ int cmd_scale(const bench_opts *opts)
            opts->quick ? " (--quick: tiny counts, not a measurement)" : "");
     printf("  stream: %" PRIu64 " frames in all, each worker to the next; requests: %u in all,\n"
            "  every worker but slot 0 asking slot 0, one at a time; hub CPU = the supervisor's\n"
-           "  thread's getrusage over the phase / frames it relayed; memory in KiB (priv: the\n"
+           "  thread's getrusage over the phase / frames it relayed; sys/f = the hub's system\n"
+           "  calls (loop waits + wake-ups) per frame relayed; memory in KiB (priv: the\n"
            "  supervisor's private memory, smaps Private_* of non-shared mappings; rings:\n"
            "  ring pages resident, per worker); each phase capped at %u s\n",
            frames, rounds, POINT_CAP_S);
-    printf("  %5s %12s %9s %10s %10s %9s %10s %8s %8s %8s %9s %8s\n", "N", "frames/s", "cpu ns/f",
-           "req/s", "rtt p50us", "p99 us", "cpu ns/f", "priv", "after", "target", "ring/w", "after");
+    printf("  %5s %12s %9s %6s %10s %10s %9s %10s %6s %8s %8s %8s %9s %8s\n", "N", "frames/s",
+           "cpu ns/f", "sys/f", "req/s", "rtt p50us", "p99 us", "cpu ns/f", "sys/f", "priv", "after",
+           "target", "ring/w", "after");
     struct figures *fg = calloc(runs, sizeof(*fg));
     double *tmp = calloc(runs, sizeof(*tmp));
     for (size_t k = 0; k < nn; k++) {
@@ -342,8 +356,9 @@ int cmd_scale(const bench_opts *opts)
         double ai = FIELD_MEDIAN(runs, fg, anon_idle, tmp), aa = FIELD_MEDIAN(runs, fg, anon_after, tmp);
         double ri = FIELD_MEDIAN(runs, fg, ring_idle, tmp), ra = FIELD_MEDIAN(runs, fg, ring_after, tmp);
         double target = 4096 + 64.0 * n;
-        printf("  %5u %12.0f %9.0f %10.0f %10.1f %9.1f %10.0f %8.0f %8.0f %8.0f %9.1f %8.1f\n", n, fps,
-               scpu, rps, p50 / 1e3, p99 / 1e3, rcpu, ai, aa, target, ri / n, ra / n);
+        double ssys = FIELD_MEDIAN(runs, fg, stream_sys, tmp), rsys = FIELD_MEDIAN(runs, fg, rtt_sys, tmp);
+        printf("  %5u %12.0f %9.0f %6.3f %10.0f %10.1f %9.1f %10.0f %6.2f %8.0f %8.0f %8.0f %9.1f %8.1f\n", n,
+               fps, scpu, ssys, rps, p50 / 1e3, p99 / 1e3, rcpu, rsys, ai, aa, target, ri / n, ra / n);
         const struct {
             const char *w, *m;
             double v;
@@ -355,6 +370,8 @@ int cmd_scale(const bench_opts *opts)
             {"memory", "target_kib", target},    {"memory", "ring_idle_kib_per_worker", ri / n},
             {"memory", "ring_after_kib_per_worker", ra / n},
             {"point", "capped", FIELD_MEDIAN(runs, fg, capped, tmp)},
+            {"stream", "hub_syscalls_per_frame", FIELD_MEDIAN(runs, fg, stream_sys, tmp)},
+            {"rtt", "hub_syscalls_per_frame", FIELD_MEDIAN(runs, fg, rtt_sys, tmp)},
         };
         for (size_t i = 0; i < PM__ARRAY_SIZE(rows); i++)
             csv_row("scale", rows[i].w, n, "procmesh fork", rows[i].m, rows[i].v);
