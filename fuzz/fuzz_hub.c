@@ -69,6 +69,8 @@ typedef struct wport {
     int cut;            /* a fault was reported: nothing from it until restarted */
     int hello;
     int down_tainted;   /* the worker wrote its own consumer index: its down ring may be garbage */
+    int up_tainted;     /* the worker scribbled over its up ring: it may have hidden
+                           its frames from the hub, which only hurts itself */
     uint64_t dirty[2];  /* bytes of each data area (down, up) written since the last zeroing */
     int wsock;          /* the worker's end of its fd socket (the hub's is link.sock) */
     uint32_t tx_seq;    /* the worker's last record sent honestly */
@@ -146,6 +148,7 @@ static void link_fresh(wport *p)
     p->cut = 0;
     p->hello = 0;
     p->down_tainted = 0;
+    p->up_tainted = 0;
 }
 
 /* ---- the fake owner (what cluster.c does, minus processes) ---- */
@@ -277,7 +280,13 @@ static void worker_send(fuzz_in *in, unsigned i)
     memcpy(slot, hdr, sizeof(hdr));
     memset((unsigned char *)slot + PM__FRAME_HDR_SIZE, (int)i + 'a', len);
     pm__ring_commit(&p->up, PM__FRAME_HDR_SIZE + len);
+    struct pm__ring_shared *sh = ring_region(p, 1);
+    uint32_t armed = atomic_load(&sh->cons_waiting);
     pm__ring_publish(&p->up);
+    /* The publish took the hub's flag: its doorbell rang, and the loop's
+     * completion for it puts the port on the ready list (turn.c). */
+    if (armed != 0 && atomic_load(&sh->cons_waiting) == 0)
+        pm__hub_mark_rang(&hub, i);
 }
 
 /* A memfd of len bytes (sparse), sealed or not; -1 when the system
@@ -465,6 +474,8 @@ static void worker_scribble(fuzz_in *in, unsigned i)
     struct pm__ring_shared *up = ring_region(p, 1), *down = ring_region(p, 0);
     uint8_t what = fuzz_u8(in) % 5;
     uint64_t v = fuzz_u64(in);
+    if (what != 3)
+        p->up_tainted = 1;
     switch (what) {
     case 0: /* its producer index: near the honest one, or anywhere */
         if (v & 1)
@@ -592,12 +603,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 pm__hub_port_set_state(&hub, i, PM__PORT_STOPPING);
             pm__hub_stop_request(&hub, i);
             break;
-        case 10: /* the loop is about to sleep */
-            (void)pm__hub_arm_idle(&hub);
+        case 10: { /* a loop turn's pass over the ready list, then it is about to sleep */
+            unsigned k;
+            pm__hub_pass_begin(&hub);
+            while (pm__hub_pass_next(&hub, &k))
+                pm__hub_port_service(&hub, k);
+            pm__hub_publish(&hub);
             (void)pm__hub_any_arrived(&hub);
+            (void)pm__hub_arm_idle(&hub);
             (void)pm__hub_any_busy(&hub);
+            /* The arm protocol (port.c): no readable port has a frame in
+             * its ring unless it is on the ready list or armed (its next
+             * publish rings). Anything else would sleep with work. */
+            for (k = 0; k < NPORTS; k++) {
+                const pm__port *p = &hub.ports[k];
+                if (!p->reading || p->blocked_on >= 0 || w[k].up_tainted ||
+                    pm__ring_empty(&p->link->rx))
+                    continue;
+                struct pm__ring_shared *sh = ring_region(&w[k], 1);
+                FUZZ_ASSERT(p->in_ready || atomic_load(&sh->cons_waiting) != 0);
+            }
             reply_from_callback = !reply_from_callback;
             break;
+        }
         }
         for (unsigned k = 0; k < NPORTS; k++) {
             FUZZ_ASSERT(!w[k].cut || !hub.ports[k].reading);

@@ -72,16 +72,41 @@ static unsigned char *scratch_map(int *mapped)
     return p;
 }
 
+static void lists_free(pm__hub *h)
+{
+    pm__portlist *l[] = {&h->ready, &h->pass, &h->arm, &h->dirty, &h->timed};
+    for (size_t i = 0; i < PM__ARRAY_SIZE(l); i++) {
+        free(l[i]->v);
+        l[i]->v = NULL;
+        l[i]->n = 0;
+    }
+}
+
+/* Each list holds every port at most once: nports entries, allocated once. */
+static int lists_alloc(pm__hub *h, unsigned nports)
+{
+    pm__portlist *l[] = {&h->ready, &h->pass, &h->arm, &h->dirty, &h->timed};
+    for (size_t i = 0; i < PM__ARRAY_SIZE(l); i++) {
+        l[i]->v = calloc(nports ? nports : 1, sizeof(unsigned));
+        if (l[i]->v == NULL) {
+            lists_free(h);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
 int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster *app,
                  const pm__hub_ops *ops, void *owner)
 {
     memset(h, 0, sizeof(*h));
     h->ports = calloc(nports ? nports : 1, sizeof(*h->ports));
     h->scratch = scratch_map(&h->scratch_mapped);
-    if (h->ports == NULL || h->scratch == NULL) {
+    if (h->ports == NULL || h->scratch == NULL || lists_alloc(h, nports) < 0) {
         free(h->ports);
         if (h->scratch != NULL)
             munmap(h->scratch, PM_MAX_PAYLOAD);
+        lists_free(h);
         h->ports = NULL;
         h->scratch = NULL;
         return -ENOMEM;
@@ -112,16 +137,74 @@ static void free_queue(pm__hub *h, pm__port *p)
     port_reset(p);
 }
 
+/* ------------------------------------------------------------------ work lists */
+
+static void list_add(pm__portlist *l, unsigned char *in, unsigned i)
+{
+    if (*in)
+        return;
+    *in = 1;
+    l->v[l->n++] = i;
+}
+
+void pm__hub_mark_busy(pm__hub *h, pm__port *p)
+{
+    p->busy = 1;
+    list_add(&h->ready, &p->in_ready, p->index);
+}
+
+void pm__hub_mark_rang(pm__hub *h, unsigned i)
+{
+    if (i < h->nports)
+        list_add(&h->ready, &h->ports[i].in_ready, i);
+}
+
+void pm__hub_mark_dirty(pm__hub *h, pm__port *p)
+{
+    p->dirty = 1;
+    list_add(&h->dirty, &p->in_dirty, p->index);
+}
+
+void pm__hub_mark_timed(pm__hub *h, pm__port *p)
+{
+    list_add(&h->timed, &p->in_timed, p->index);
+}
+
+void pm__hub_pass_begin(pm__hub *h)
+{
+    /* Swap rather than copy: the pass is the old ready list, and ready
+     * starts empty. A port marked during the pass while it still waits in
+     * it (in_ready set) is not listed again: its visit serves it. */
+    pm__portlist t = h->pass;
+    h->pass = h->ready;
+    h->ready = t;
+    h->ready.n = 0;
+    h->pass_pos = 0;
+}
+
+int pm__hub_pass_next(pm__hub *h, unsigned *i)
+{
+    if (h->pass_pos >= h->pass.n)
+        return 0;
+    *i = h->pass.v[h->pass_pos++];
+    /* Off the list before its service: work it has left after this visit
+     * (its batch cap) puts it at the end of the next pass. */
+    h->ports[*i].in_ready = 0;
+    return 1;
+}
+
 void pm__hub_publish(pm__hub *h)
 {
-    for (unsigned i = 0; i < h->nports; i++) {
-        pm__port *p = &h->ports[i];
+    for (unsigned k = 0; k < h->dirty.n; k++) {
+        pm__port *p = &h->ports[h->dirty.v[k]];
+        p->in_dirty = 0;
         if (p->dirty) {
             p->dirty = 0;
             if (p->link != NULL)
                 pm__ring_publish(&p->link->tx);
         }
     }
+    h->dirty.n = 0;
 }
 
 /* ------------------------------------------------------------------ in flight */
@@ -493,7 +576,8 @@ static void earliest(uint64_t *next, uint64_t t)
         *next = t;
 }
 
-/* One pass over the ports per loop turn (not per frame). */
+/* Once per loop turn: the ports' own deadlines come from the timed list
+ * (ports with a queue waiting or a socket retry), never from every port. */
 uint64_t pm__hub_next_deadline(const pm__hub *h)
 {
     uint64_t next = 0;
@@ -504,8 +588,8 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
     earliest(&next, (uint64_t)h->mreq_due_ms);
     if (h->inflight_total > 0)
         earliest(&next, h->next_purge_ms);
-    for (unsigned i = 0; i < h->nports; i++) {
-        const pm__port *p = &h->ports[i];
+    for (unsigned k = 0; k < h->timed.n; k++) {
+        const pm__port *p = &h->ports[h->timed.v[k]];
         if (h->drain_timeout_ms != 0 && p->stall_since_ms != 0 && !p->drain_reported)
             earliest(&next, p->stall_since_ms + h->drain_timeout_ms);
     }
@@ -514,17 +598,14 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
 
 /* Queues that waited the drain timeout without progress: reported once per
  * stall. Their senders are not blamed: they were held back by p. */
-static void check_draining(pm__hub *h, uint64_t now)
+static void check_draining(pm__hub *h, pm__port *p, uint64_t now)
 {
-    for (unsigned i = 0; h->drain_timeout_ms != 0 && i < h->nports; i++) {
-        pm__port *p = &h->ports[i];
-        if (p->stall_since_ms == 0 || p->drain_reported || p->link == NULL ||
-            now < p->stall_since_ms + h->drain_timeout_ms)
-            continue;
-        p->drain_reported = 1;
-        h->not_draining++;
-        h->ops->not_draining(h->owner, i);
-    }
+    if (h->drain_timeout_ms == 0 || p->stall_since_ms == 0 || p->drain_reported ||
+        p->link == NULL || now < p->stall_since_ms + h->drain_timeout_ms)
+        return;
+    p->drain_reported = 1;
+    h->not_draining++;
+    h->ops->not_draining(h->owner, p->index);
 }
 
 void pm__hub_fire(pm__hub *h, uint64_t now)
@@ -535,7 +616,19 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
         if (h->inflight_total > 0)
             schedule_purge(h, now);
     }
-    check_draining(h, now);
+    /* The timed list: visited, and compacted to the ports that still have
+     * a deadline. The ops callback may fence a port (its queue freed,
+     * port_reset); it stays listed until the next visit finds it idle. */
+    unsigned kept = 0;
+    for (unsigned k = 0; k < h->timed.n; k++) {
+        pm__port *p = &h->ports[h->timed.v[k]];
+        check_draining(h, p, now);
+        if (p->stall_since_ms != 0)
+            h->timed.v[kept++] = p->index;
+        else
+            p->in_timed = 0;
+    }
+    h->timed.n = kept;
     pm__hub_mreq_expire(h, (int64_t)now);
     pm__hub_mreq_dispatch_waiting(h);
     pm__bcast *b = h->bcasts;
@@ -591,6 +684,7 @@ void pm__hub_free(pm__hub *h)
     }
     free(h->ports);
     h->ports = NULL;
+    lists_free(h);
     if (h->scratch != NULL)
         munmap(h->scratch, PM_MAX_PAYLOAD);
     h->scratch = NULL;

@@ -197,7 +197,20 @@ typedef struct pm__port {
     uint64_t relayed_bytes;
     uint64_t undeliverable; /* notices sent to it */
     uint64_t malformed;    /* frames dropped from it */
+    /* Set while the port's index is on the hub's list of that name
+     * (pm__hub_mark_*), so it is listed at most once; cleared only when the
+     * list lets go of it. The list may hold a port whose flag (busy,
+     * want_arm, dirty) was cleared since: its visit finds nothing to do. */
+    unsigned char in_ready, in_arm, in_dirty, in_timed;
 } pm__port;
+
+/* A set of port indexes in the order they were added: the hub's work lists
+ * (doc/design.md, "The hub's work lists"). Capacity nports, each port at
+ * most once (its in_* flag), so adding never fails. */
+typedef struct pm__portlist {
+    unsigned *v;
+    unsigned n;
+} pm__portlist;
 
 /* What the hub reports to its owner. */
 typedef struct pm__hub_ops {
@@ -312,6 +325,15 @@ typedef struct pm__hub {
     uint64_t unreachable;   /* frames for a host with no link up, answered -EHOSTUNREACH */
     pm__hub_link *links;    /* PM__MAX_HOSTS entries (peer mode), by host index */
     unsigned char *link_buf; /* one frame being sent over a link (MADV_WIPEONFORK) */
+    /* The work lists: a loop turn visits the ports on them, never every
+     * port, so its cost follows the ports with work, not N. */
+    pm__portlist ready;     /* to service (busy, or its doorbell rang), FIFO */
+    pm__portlist pass;      /* the ready list detached for this turn's pass */
+    unsigned pass_pos;      /* the next entry of pass to visit */
+    pm__portlist arm;       /* drained (want_arm): doorbells to arm before sleeping */
+    pm__portlist dirty;     /* down rings written and not yet published */
+    pm__portlist timed;     /* ports with a deadline of their own: a queue waiting
+                               (drain timeout) or a socket retry */
 } pm__hub;
 
 /* Frames read from one port per turn: a flooding worker waits for the next
@@ -339,6 +361,21 @@ void pm__hub_publish(pm__hub *h);
 /* The hub's deadlines (broadcasts, drain timeouts, expiry of requests in
  * flight): the earliest (0 none), and firing the due ones. */
 uint64_t pm__hub_next_deadline(const pm__hub *h);
+/* Work lists. Marks p busy and puts it on the ready list (at its end: a
+ * port is visited once per pass, in the order it became ready, so none
+ * starves). */
+void pm__hub_mark_busy(pm__hub *h, pm__port *p);
+/* Its doorbell rang: on the ready list, without claiming work left over. */
+void pm__hub_mark_rang(pm__hub *h, unsigned p);
+/* Its down ring has unpublished frames (pm__hub_publish). */
+void pm__hub_mark_dirty(pm__hub *h, pm__port *p);
+/* It has a deadline of its own now (stall_since_ms: the drain timeout). */
+void pm__hub_mark_timed(pm__hub *h, pm__port *p);
+/* One turn's pass over the ready list: begin detaches it (ports marked
+ * from then on wait for the next pass), next hands out its ports one by
+ * one (0 at the end). */
+void pm__hub_pass_begin(pm__hub *h);
+int pm__hub_pass_next(pm__hub *h, unsigned *p);
 void pm__hub_fire(pm__hub *h, uint64_t now_ms);
 /* Main's sends (pm_cluster_send/reply/broadcast): to a ready port. */
 int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t request_id,

@@ -15,10 +15,10 @@
 #include "proto.h"
 
 /* Reads sender t again this turn (its hold drained, or the total did). */
-static void unblock(pm__port *t)
+static void unblock(pm__hub *h, pm__port *t)
 {
     t->blocked_on = -1;
-    t->busy = 1;
+    pm__hub_mark_busy(h, t);
 }
 
 static void write_frame(unsigned char *p, const pm__frame_hdr *f, const void *payload, size_t len)
@@ -87,7 +87,7 @@ void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
         pm__port *t = &h->ports[q->charge];
         if (t->blocked_on >= 0 && t->held_frames <= PM__HOLD_MAX_FRAMES / 2 &&
             t->held_bytes <= PM__HOLD_MAX_BYTES / 2 && t->held_fds <= PM__HOLD_MAX_FDS / 2)
-            unblock(t);
+            unblock(h, t);
     }
     explicit_bzero(q->data, q->len);
     free(q);
@@ -99,7 +99,7 @@ void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
             pm__port *t = &h->ports[i];
             if (t->blocked_on >= 0 && t->held_frames < PM__HOLD_MAX_FRAMES &&
                 t->held_bytes < PM__HOLD_MAX_BYTES && t->held_fds < PM__HOLD_MAX_FDS)
-                unblock(t);
+                unblock(h, t);
         }
     }
 }
@@ -153,7 +153,7 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
         }
         if (rc == 0) {
             pm__ring_commit(&d->link->tx, total);
-            d->dirty = 1;
+            pm__hub_mark_dirty(h, d);
             pm__close(fd);
             return 0;
         }
@@ -186,6 +186,7 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
         d->q_head = q;
         d->stall_since_ms = pm__now_ms(); /* the drain timeout starts */
         d->drain_reported = 0;
+        pm__hub_mark_timed(h, d);
     }
     d->q_tail = q;
     d->q_frames++;
@@ -197,7 +198,7 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
         (*fds)++;
     /* Ask the worker to ring our doorbell when it frees room. */
     if (pm__ring_arm_space(&d->link->tx, total) != 0)
-        d->busy = 1; /* room already: flush this turn */
+        pm__hub_mark_busy(h, d); /* room already: flush this turn */
     return 0;
 }
 
@@ -248,7 +249,7 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
                 break;
             }
             pm__ring_commit(&d->link->tx, q->len);
-            d->dirty = 1;
+            pm__hub_mark_dirty(h, d);
             moved = 1;
             pm__hub_dequeue(h, d, q);
         }

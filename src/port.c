@@ -27,7 +27,7 @@ int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnati
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
     if (pm__ring_arm(&link->rx) != 0) {
-        p->busy = 1;
+        pm__hub_mark_busy(h, p);
         return 1;
     }
     return 0;
@@ -178,10 +178,20 @@ static void read_ring(pm__hub *h, pm__port *p)
     pm__ring_release(&p->link->rx);
     if (p->blocked_on >= 0)
         return; /* a blocked sender is read again when it is unblocked */
-    if (drained)
-        p->want_arm = 1; /* armed just before the loop sleeps (arm_idle) */
-    else
-        p->busy = 1; /* its turn is over; more next turn */
+    if (drained) {
+        /* Armed just before the loop sleeps (arm_idle), so a busy hub lets
+         * its workers publish without ringing. Until then the port is on
+         * the arm list, which is what keeps a frame published meanwhile
+         * from being left unread: arm_idle (or the spin, any_arrived)
+         * looks at its ring again before the loop can sleep. */
+        p->want_arm = 1;
+        if (!p->in_arm) {
+            p->in_arm = 1;
+            h->arm.v[h->arm.n++] = p->index;
+        }
+    } else {
+        pm__hub_mark_busy(h, p); /* its batch is over: at the end of the next pass */
+    }
 }
 
 void pm__hub_port_service(pm__hub *h, unsigned i)
@@ -197,33 +207,60 @@ void pm__hub_port_service(pm__hub *h, unsigned i)
     read_ring(h, p);
 }
 
+/*
+ * The arm protocol. Every readable port is in exactly one of these states
+ * at the end of a turn, so no frame can wait in a ring that nothing will
+ * look at:
+ *  - on the ready list (busy: its batch cap was reached, it was unblocked,
+ *    its queue has room; or its doorbell rang): serviced next turn, and
+ *    the loop does not sleep while the list is not empty (pm__hub_any_busy);
+ *  - on the arm list (want_arm: drained this turn, not armed yet): armed
+ *    here before the loop sleeps;
+ *  - armed (cons_waiting set in its ring): the worker rings the doorbell
+ *    on its next publish, and the doorbell's completion puts it on the
+ *    ready list (pm__hub_mark_rang);
+ *  - blocked (blocked_on >= 0) or cut off: not read on purpose; unblocking
+ *    puts it on the ready list.
+ * Only ports on the arm list are touched here: the cost is the ports that
+ * drained this turn, not N.
+ */
 int pm__hub_arm_idle(pm__hub *h)
 {
     int work = 0;
-    for (unsigned i = 0; i < h->nports; i++) {
-        pm__port *p = &h->ports[i];
+    for (unsigned k = 0; k < h->arm.n; k++) {
+        pm__port *p = &h->ports[h->arm.v[k]];
+        p->in_arm = 0;
         if (!p->want_arm)
-            continue;
+            continue; /* serviced again since it drained, or cut off */
         p->want_arm = 0;
         if (!p->reading || p->blocked_on >= 0)
             continue;
+        /* pm__ring_arm sets the flag, then (a full fence, paired with the
+         * worker's after its publish) looks at the ring again: a frame
+         * published before the worker could see the flag is found here and
+         * the port goes back on the ready list instead of waiting for a
+         * doorbell that will never ring. */
         int more = pm__ring_arm(&p->link->rx);
         if (more < 0) {
             h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
         } else if (more > 0) {
-            p->busy = 1;
+            pm__hub_mark_busy(h, p);
             work = 1;
         }
     }
+    h->arm.n = 0;
     return work;
 }
 
+/* Spinning: only the ports drained since the last arm can have a frame
+ * that rings nothing (they are not armed); armed ones ring their doorbell,
+ * which the spin sees as a loop completion. */
 int pm__hub_any_arrived(pm__hub *h)
 {
-    for (unsigned i = 0; i < h->nports; i++) {
-        pm__port *p = &h->ports[i];
+    for (unsigned k = 0; k < h->arm.n; k++) {
+        pm__port *p = &h->ports[h->arm.v[k]];
         if (p->want_arm && p->reading && p->blocked_on < 0 && !pm__ring_empty(&p->link->rx)) {
-            p->busy = 1;
+            pm__hub_mark_busy(h, p);
             return 1;
         }
     }
@@ -232,8 +269,5 @@ int pm__hub_any_arrived(pm__hub *h)
 
 int pm__hub_any_busy(const pm__hub *h)
 {
-    for (unsigned i = 0; i < h->nports; i++)
-        if (h->ports[i].busy)
-            return 1;
-    return 0;
+    return h->ready.n > 0;
 }

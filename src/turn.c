@@ -140,7 +140,7 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
                             PM__LOOP_OUT) == 0)
             s->sock_armed = 1;
         else
-            c->hub.ports[s->index].busy = 1; /* cannot wait for it: retry next turn */
+            pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* cannot wait for it: retry next turn */
     }
 }
 
@@ -295,11 +295,13 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
         /* Serviced once after all completions: a worker writing its
          * doorbell in a loop gets no more reading than one turn's cap. */
         s->hub_rang = 1;
+        pm__hub_mark_rang(&c->hub, idx);
     } else if (kind == PM__TAG_SOCK) {
         /* Writable (or failed: the flush then finds out): the records
          * that waited for room go now. */
         s->sock_armed = 0;
         s->hub_rang = 1;
+        pm__hub_mark_rang(&c->hub, idx);
     } else if (kind == PM__TAG_STDOUT || kind == PM__TAG_STDERR) {
         pm__output_ready(c, s, kind);
     } else if (kind == PM__TAG_NOTIFY) {
@@ -353,9 +355,16 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
         learn_sleep(c, sleep_t0);
     for (int i = 0; i < n; i++)
         handle_tag(c, tags[i], more[i]);
-    for (unsigned i = 0; i < c->nslots; i++) {
-        pm__slot *s = &c->slots[i];
-        if ((s->hub_rang || c->hub.ports[i].busy) && pm__slot_has_process(s))
+    /* The ports with work (the hub's ready list: doorbells that rang,
+     * batches cut at their cap, senders unblocked), once each, in the
+     * order they became ready; never a scan of every slot. */
+    unsigned pi;
+    pm__hub_pass_begin(&c->hub);
+    while (pm__hub_pass_next(&c->hub, &pi)) {
+        if (pi >= c->nslots)
+            continue;
+        pm__slot *s = &c->slots[pi];
+        if ((s->hub_rang || c->hub.ports[pi].busy) && pm__slot_has_process(s))
             pm__cluster_on_hub(c, s);
     }
     if (c->poll_children)

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
+#include "link.h"
 #include "ring.h"
 #include "shm.h"
 
@@ -413,6 +414,64 @@ START_TEST(test_shm_sealed)
 }
 END_TEST
 
+/* Pages of [off, off + len) of a mapping that are in memory. mincore on a
+ * shared mapping of a memfd reports the object's pages, whichever process
+ * touched them. */
+static size_t resident_pages(void *map, size_t off, size_t len)
+{
+    size_t page = pm__page_size(), n = len / page, count = 0;
+    unsigned char *vec = malloc(n);
+    ck_assert_ptr_nonnull(vec);
+    ck_assert_int_eq(mincore((char *)map + off, len, vec), 0);
+    for (size_t i = 0; i < n; i++)
+        count += vec[i] & 1;
+    free(vec);
+    return count;
+}
+
+/* Memory at rest (issue 13, doc/design.md "Memory"): a worker's rings cost
+ * memory in proportion to what was written. A new link has no data page of
+ * either ring in memory (nothing formats, clears or touches them: the
+ * memfd's pages are allocated on first write); frames written fault in
+ * only the pages they were written to. */
+START_TEST(test_untouched_ring_pages)
+{
+    pm__link l;
+    const uint64_t cap = (uint64_t)1 << 20;
+    size_t page = pm__page_size();
+    ck_assert_int_eq(pm__link_create(&l, 0, 1, cap, getpid(), 1000, PM_MAX_PAYLOAD), 0);
+    size_t down = PM__CTL_SIZE + PM__RING_HDR_SIZE;
+    size_t up = PM__CTL_SIZE + pm__ring_region_size(cap) + PM__RING_HDR_SIZE;
+    ck_assert_msg(resident_pages(l.map, down, cap) == 0,
+                  "a new down ring has %zu data pages in memory, wants 0",
+                  resident_pages(l.map, down, cap));
+    ck_assert_msg(resident_pages(l.map, up, cap) == 0,
+                  "a new up ring has %zu data pages in memory, wants 0",
+                  resident_pages(l.map, up, cap));
+    /* The whole link: the control block's and the two ring headers' pages
+     * at most. */
+    size_t meta = PM__CTL_SIZE / page + 2 * (PM__RING_HDR_SIZE / page);
+    ck_assert_msg(resident_pages(l.map, 0, l.map_size) <= meta,
+                  "a new link has %zu pages in memory, wants at most %zu",
+                  resident_pages(l.map, 0, l.map_size), meta);
+    /* 3 pages' worth of frames into the down ring: those pages (one more
+     * when a frame straddles a page), nothing in the up ring. */
+    unsigned char buf[1000];
+    memset(buf, 0x5a, sizeof(buf));
+    size_t written = 0;
+    while (written < 3 * page) {
+        ck_assert_int_eq(pm__ring_send(&l.tx, buf, sizeof(buf)), 0);
+        written += PM__RING_REC_HDR + sizeof(buf);
+    }
+    size_t want = (written + page - 1) / page;
+    size_t got = resident_pages(l.map, down, cap);
+    ck_assert_msg(got >= want - 1 && got <= want, "%zu bytes written: %zu data pages in memory, wants %zu",
+                  written, got, want);
+    ck_assert_uint_eq(resident_pages(l.map, up, cap), 0);
+    pm__link_close(&l);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- two processes */
 
 #define STREAM_MAX 2000
@@ -744,6 +803,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_spin_learn);
     tcase_add_test(tc, test_spin_gate);
     tcase_add_test(tc, test_shm_sealed);
+    tcase_add_test(tc, test_untouched_ring_pages);
     suite_add_tcase(s, tc);
     tc = pm_tcase("corruption", 30);
     tcase_add_loop_test(tc, test_corrupt_consumer_side, 0, 10);

@@ -169,16 +169,18 @@ sec=$work/section.md
     [ "$pictures" = yes ] && { echo "![scale](img/scale.svg)"; echo; echo "![memory](img/memory.svg)"; echo; }
     echo "Stream: every worker sends to the next while it receives from the previous one."
     echo "Requests: every worker but slot 0 asks slot 0, one request at a time. Hub CPU:"
-    echo "the supervisor's getrusage over the phase divided by the frames it relayed."
-    echo "Memory: the supervisor's private anonymous memory (smaps Anonymous, ring mappings"
-    echo "excluded) against the target 4 MiB + 64 KiB per worker; ring pages resident"
-    echo "(mincore of the ring mappings) per worker, idle after the spawn and after both phases."
+    echo "the supervisor thread's getrusage over the phase divided by the frames it relayed."
+    echo "Memory: the supervisor's private memory (smaps Private_Clean + Private_Dirty of its"
+    echo "non-shared mappings; the rings are shared mappings) against the target 4 MiB + 64 KiB"
+    echo "per worker; ring pages resident (mincore of the ring mappings) per worker, idle after"
+    echo "the spawn and after both phases. Each phase of a point is capped at 60 s; a capped"
+    echo "point is marked (capped) and reports what it did in that time."
     echo
-    echo "| N | stream frames/s | hub CPU ns/frame (stream) | requests/s | round trip p50 / p99 us | hub CPU ns/frame (requests) | supervisor anon KiB idle / after | target KiB | ring KiB per worker idle / after |"
+    echo "| N | stream frames/s | hub CPU ns/frame (stream) | requests/s | round trip p50 / p99 us | hub CPU ns/frame (requests) | supervisor private KiB idle / after | target KiB | ring KiB per worker idle / after |"
     echo "|---|---|---|---|---|---|---|---|---|"
     awk -F, '$1 == "scale" && $2 != "spawn" { v[$3, $2 "." $5] = $6; if (!($3 in seen)) { seen[$3] = 1; order[n++] = $3 } }
         END { for (i = 0; i < n; i++) { N = order[i];
-            printf "| %s | %.3g M | %.0f | %.0f | %.1f / %.1f | %.0f | %.0f / %.0f | %.0f | %.0f / %.0f |\n", N,
+            printf "| %s%s | %.3g M | %.0f | %.0f | %.1f / %.1f | %.0f | %.0f / %.0f | %.0f | %.0f / %.0f |\n", N, v[N, "point.capped"] > 0 ? " (capped)" : "",
                 v[N, "stream.frames_per_s"] / 1e6, v[N, "stream.hub_cpu_ns_per_frame"], v[N, "rtt.requests_per_s"],
                 v[N, "rtt.p50_ns"] / 1e3, v[N, "rtt.p99_ns"] / 1e3, v[N, "rtt.hub_cpu_ns_per_frame"],
                 v[N, "memory.anon_idle_kib"], v[N, "memory.anon_after_kib"], v[N, "memory.target_kib"],
