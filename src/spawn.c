@@ -6,7 +6,8 @@
  * needs memory is prepared by the parent before fork; the child only makes
  * async-signal-safe system calls, and a failed execve writes errno into a
  * close-on-exec pipe, so the parent learns of the failure (a successful
- * exec closes the pipe and the parent reads nothing).
+ * exec closes the pipe and the parent reads nothing). On x86-64 the exec
+ * child is a vfork-style clone (spawn_vfork, below): no page tables copied.
  */
 #define _GNU_SOURCE
 #include "internal.h"
