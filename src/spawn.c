@@ -668,6 +668,12 @@ static pid_t spawn_vfork(const pm__spawn_req *r)
      * before it has reset them all. */
     const unsigned long all = ~0UL;
     unsigned long old;
+    /* The child's setresuid makes the mm non-dumpable (suid_dumpable), and
+     * the mm is ours until its execve: that is what keeps a process of the
+     * worker's uid from ptracing it, and our memory with it, in that
+     * window. Afterwards the supervisor gets back what it had (a fork
+     * child's credential change never touched it). */
+    int was_dumpable = r->set_ids ? prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) : -1;
     (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, (size_t)8);
     long pid = pm__clone3_run(&ca, sizeof(ca), vfork_child, &a);
     if ((pid == -EINVAL || pid == -E2BIG) && a.placed) {
@@ -679,6 +685,8 @@ static pid_t spawn_vfork(const pm__spawn_req *r)
         a.placed = 0;
         pid = pm__clone3_run(&ca, sizeof(ca), vfork_child, &a);
     }
+    if (was_dumpable == 1 && prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1)
+        (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, (size_t)8);
     /* The child has exec'd or exited: nothing uses its stack any more. */
     munmap(map, size);
