@@ -216,8 +216,12 @@ static void child_fail(const child_report *rep, int err)
 }
 
 /* The kernel's sigaction for SIG_DFL: every field zero (handler SIG_DFL,
- * no flags, empty mask); 4 words cover x86_64's and aarch64's layouts. */
-static const unsigned long dfl_action[4];
+ * no flags, empty mask); larger than any architecture's layout. */
+static const unsigned long dfl_action[16];
+
+/* The kernel's signal set size (8 bytes on most architectures, 16 on
+ * MIPS), which the raw rt_sig* calls must be given exactly. */
+#define KERNEL_SIGSET_SIZE ((size_t)(_NSIG / 8))
 
 /* The exec-mode child, after pm__child_contain: handlers, mask, death
  * signal, LISTEN_PID, the fds, the privileges, execve. Raw system calls
@@ -236,8 +240,8 @@ static void exec_child(const pm__spawn_req *r, child_report *rep)
      * handlers are untouched. */
     for (int sig = 1; sig < NSIG; sig++)
         if (sig != SIGKILL && sig != SIGSTOP)
-            (void)syscall(SYS_rt_sigaction, sig, dfl_action, NULL, (size_t)8);
-    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, r->mask, NULL, (size_t)8);
+            (void)syscall(SYS_rt_sigaction, sig, dfl_action, NULL, KERNEL_SIGSET_SIZE);
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, r->mask, NULL, KERNEL_SIGSET_SIZE);
     die_with_parent(r->parent);
     if (r->pid_digits != NULL) {
         /* LISTEN_PID must name the process that execs: only known here.
