@@ -6,7 +6,8 @@
  * needs memory is prepared by the parent before fork; the child only makes
  * async-signal-safe system calls, and a failed execve writes errno into a
  * close-on-exec pipe, so the parent learns of the failure (a successful
- * exec closes the pipe and the parent reads nothing).
+ * exec closes the pipe and the parent reads nothing). On x86-64 the exec
+ * child is a vfork-style clone (spawn_vfork, below): no page tables copied.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -17,6 +18,8 @@
 #include "seccomp_filter.h"
 
 #include <fcntl.h>
+#include <sched.h> /* CLONE_VM, CLONE_VFORK */
+#include <linux/filter.h> /* struct sock_filter: the seccomp program copy */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,32 +196,57 @@ static void cloexec_from(int first)
         (void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
 }
 
-static void child_fail(int pipe_fd, int err)
+/* How the exec child reports a failed step: fork: errno into the error
+ * pipe (the parent is running); vfork: into *shared, memory the parent
+ * reads once the clone returns (it is suspended until then). */
+typedef struct child_report {
+    int pipe_fd;        /* fork: the error pipe's write end */
+    volatile int *shared; /* vfork: the parent's variable, or NULL */
+} child_report;
+
+static void child_fail(const child_report *rep, int err)
 {
-    ssize_t n = write(pipe_fd, &err, sizeof(err));
-    (void)n;
+    if (rep->shared != NULL) {
+        *rep->shared = err;
+    } else {
+        ssize_t n = write(rep->pipe_fd, &err, sizeof(err));
+        (void)n;
+    }
     _exit(127);
 }
 
-static void exec_child(const pm__spawn_req *r)
+/* The kernel's sigaction for SIG_DFL: every field zero (handler SIG_DFL,
+ * no flags, empty mask); larger than any architecture's layout. */
+static const unsigned long dfl_action[16];
+
+/* The kernel's signal set size (8 bytes on most architectures, 16 on
+ * MIPS), which the raw rt_sig* calls must be given exactly. */
+#define KERNEL_SIGSET_SIZE ((size_t)(_NSIG / 8))
+
+/* The exec-mode child, after pm__child_contain: handlers, mask, death
+ * signal, LISTEN_PID, the fds, the privileges, execve. Raw system calls
+ * and glibc's thin wrappers of one system call each only (fcntl, dup2,
+ * getpid, prctl): no allocation, no lock, nothing that signals the
+ * parent's other threads (glibc's set*id do), so that it can run in the
+ * vfork child, which shares the supervisor's memory. */
+static void exec_child(const pm__spawn_req *r, child_report *rep)
 {
     int top = 3 + r->nfds;
-    int pipe_fd = r->err_pipe;
     int tmp[64 + 8];
     /* Reset every handler before unblocking anything, so no handler of the
-     * supervisor can run in the child; ignored signals (SIGPIPE ...) are
-     * reset too, as a fresh program expects. */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof(dfl));
-    dfl.sa_handler = SIG_DFL;
+     * supervisor can run in the child (in the vfork child it would run on
+     * the supervisor's memory); ignored signals (SIGPIPE ...) are reset
+     * too, as a fresh program expects. Not CLONE_SIGHAND: the parent's
+     * handlers are untouched. */
     for (int sig = 1; sig < NSIG; sig++)
-        (void)sigaction(sig, &dfl, NULL);
-    sigprocmask(SIG_SETMASK, r->mask, NULL);
+        if (sig != SIGKILL && sig != SIGSTOP)
+            (void)syscall(SYS_rt_sigaction, sig, dfl_action, NULL, KERNEL_SIGSET_SIZE);
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, r->mask, NULL, KERNEL_SIGSET_SIZE);
     die_with_parent(r->parent);
     if (r->pid_digits != NULL) {
         /* LISTEN_PID must name the process that execs: only known here.
-         * The string was allocated by the parent; writing digits into our
-         * copy of it is async-signal-safe. */
+         * The string was allocated by the parent, which frees it after the
+         * spawn returns; writing digits into it is async-signal-safe. */
         char rev[12];
         int k = 0;
         for (unsigned long v = (unsigned long)getpid(); v > 0 || k == 0; v /= 10)
@@ -230,18 +258,18 @@ static void exec_child(const pm__spawn_req *r)
         r->pid_digits[k] = '\0';
     }
 
-    /* Move the error pipe and every source fd above the target range first,
-     * so that placing fd i at 3 + i can never clobber a source not yet
-     * placed. */
-    if (pipe_fd < top) {
-        pipe_fd = fcntl(pipe_fd, F_DUPFD_CLOEXEC, top);
-        if (pipe_fd < 0)
+    /* Move the error pipe (fork: the child writes into it) and every
+     * source fd above the target range first, so that placing fd i at
+     * 3 + i can never clobber a source not yet placed. */
+    if (rep->shared == NULL && rep->pipe_fd < top) {
+        rep->pipe_fd = fcntl(rep->pipe_fd, F_DUPFD_CLOEXEC, top);
+        if (rep->pipe_fd < 0)
             _exit(127);
     }
     for (int i = 0; i < r->nfds; i++) {
         tmp[i] = fcntl(r->fds[i], F_DUPFD_CLOEXEC, top);
         if (tmp[i] < 0)
-            child_fail(pipe_fd, errno);
+            child_fail(rep, errno);
     }
     /* The output pipes too: placing fd 3 + i must not clobber them. */
     int out = -1, err = -1;
@@ -249,24 +277,24 @@ static void exec_child(const pm__spawn_req *r)
         out = fcntl(r->stdio[0], F_DUPFD_CLOEXEC, top);
         err = fcntl(r->stdio[1], F_DUPFD_CLOEXEC, top);
         if (out < 0 || err < 0)
-            child_fail(pipe_fd, errno);
+            child_fail(rep, errno);
     }
     for (int i = 0; i < r->nfds; i++)
         if (dup2(tmp[i], 3 + i) < 0) /* dup2 clears close-on-exec on 3 + i */
-            child_fail(pipe_fd, errno);
+            child_fail(rep, errno);
     if (r->capture) {
         int rc = pm__child_stdio(out, err);
         if (rc < 0)
-            child_fail(pipe_fd, -rc);
+            child_fail(rep, -rc);
     }
     /* Everything else procmesh or the application had open is closed by the
      * exec; the error pipe too, which is how the parent learns it worked. */
     cloexec_from(top);
     int rc = pm__child_privileges(r);
     if (rc < 0)
-        child_fail(pipe_fd, -rc);
-    execve(r->path, r->argv, r->envp);
-    child_fail(pipe_fd, errno);
+        child_fail(rep, -rc);
+    (void)syscall(SYS_execve, r->path, r->argv, r->envp);
+    child_fail(rep, errno);
 }
 
 int pm__child_contain(const pm__spawn_req *r, int placed)
@@ -504,6 +532,188 @@ __attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_
     _exit(127); /* not reached */
 }
 
+/* ------------------------------------------------------------------ exec mode: vfork */
+
+/* Exec mode spawns the way glibc's posix_spawn does: clone3 with
+ * CLONE_VM|CLONE_VFORK, the child on a stack of its own, the parent
+ * suspended until the child has exec'd or exited. fork() copies the
+ * supervisor's page tables (the bigger the supervisor, the more: rings,
+ * io_uring, the hub's queues) only for execve to throw them away, and
+ * every page the parent then writes takes a copy-on-write fault; a vfork
+ * child copies nothing. The price: the child runs on the supervisor's
+ * memory, so it may only make system calls (exec_child's rules), its
+ * stack is a mapping of its own (returning into the parent's frames would
+ * corrupt them), the parent blocks every signal around the clone (a
+ * handler running in the child would run on the parent's data), and what
+ * the child patches (the seccomp program's pid) is a copy made here.
+ *
+ * Not under AddressSanitizer: its instrumented stack frames and fake
+ * stacks allocate and poison shadow memory, which the child would do on
+ * the supervisor's behalf on a stack that is unmapped afterwards; the
+ * sanitizer build forks (the child steps are the same code).
+ * x86_64 only: the trampoline that switches stacks is assembly (glibc
+ * exports no clone3); other architectures fork. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PM__SPAWN_VFORK 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PM__SPAWN_VFORK 0
+#endif
+#endif
+#if !defined(PM__SPAWN_VFORK) && defined(__x86_64__) && defined(SYS_clone3)
+#define PM__SPAWN_VFORK 1
+#endif
+#ifndef PM__SPAWN_VFORK
+#define PM__SPAWN_VFORK 0
+#endif
+
+#if PM__SPAWN_VFORK
+/* clone3(args, size), then in the child fn(arg) on the new stack and exit
+ * with its value; the parent gets the pid or -errno. rcx and r11 are
+ * clobbered by syscall, so arg moves to r8 first; the kernel starts the
+ * child with rsp = stack + stack_size (16-aligned), and the call makes the
+ * frame fn expects. rbp = 0 and rip undefined end any unwinding there. */
+long pm__clone3_run(void *args, size_t size, int (*fn)(void *), void *arg);
+__asm__(".text\n"
+        ".globl pm__clone3_run\n"
+        ".hidden pm__clone3_run\n"
+        ".type pm__clone3_run, @function\n"
+        ".p2align 4\n"
+        "pm__clone3_run:\n"
+        "    .cfi_startproc\n"
+        "    movq %rcx, %r8\n"
+        "    movl $435, %eax\n" /* SYS_clone3 */
+        "    syscall\n"
+        "    testq %rax, %rax\n"
+        "    jz 1f\n"
+        "    ret\n"
+        "1:  .cfi_undefined rip\n"
+        "    xorl %ebp, %ebp\n"
+        "    movq %r8, %rdi\n"
+        "    call *%rdx\n"
+        "    movl %eax, %edi\n"
+        "    movl $231, %eax\n" /* SYS_exit_group: the child is its own process */
+        "    syscall\n"
+        "    hlt\n"
+        "    .cfi_endproc\n"
+        ".size pm__clone3_run, .-pm__clone3_run\n");
+
+/* clone3 works for the vfork spawn: 0 unknown, 1 yes, -1 no (fork). */
+static int vfork_state;
+
+#define VFORK_STACK (128u << 10) /* the child's deepest use is a few KiB */
+
+struct vfork_arg {
+    const pm__spawn_req *r;
+    int placed;           /* born in the slot's cgroup (CLONE_INTO_CGROUP) */
+    volatile int err;     /* the failing step's errno, read by the parent */
+};
+
+static int vfork_child(void *p)
+{
+    struct vfork_arg *a = p;
+    child_report rep = {-1, &a->err};
+    int err = pm__child_contain(a->r, a->placed);
+    if (err != 0)
+        child_fail(&rep, err);
+    exec_child(a->r, &rep);
+    return 127; /* not reached: exec_child execs or exits */
+}
+
+/* The vfork spawn. The pid, -errno, or -ENOSYS when clone3 is refused
+ * (kernel < 5.3, or a container's seccomp profile: ENOSYS or EPERM), then
+ * remembered: the caller forks, now and on every later spawn. */
+static pid_t spawn_vfork(const pm__spawn_req *r)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t prog_bytes = r->seccomp != NULL ? r->seccomp->len * sizeof(*r->seccomp->insns) : 0;
+    size_t size = page + VFORK_STACK + ((prog_bytes + page - 1) & ~(page - 1));
+    /* One mapping: a guard page (a stack overflow faults instead of
+     * writing into whatever lies below), the stack, the program copy. */
+    char *map = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED)
+        return -errno;
+    if (mprotect(map, page, PROT_NONE) < 0) {
+        int e = errno;
+        munmap(map, size);
+        return -e;
+    }
+    pm__spawn_req cr = *r;
+    pm__seccomp_prog prog;
+    if (r->seccomp != NULL) {
+        /* pm__seccomp_load writes the child's pid into the program: in a
+         * child sharing our memory that would be the supervisor's program,
+         * whose placeholder the next worker needs. */
+        prog = *r->seccomp;
+        prog.insns = (struct sock_filter *)(void *)(map + page + VFORK_STACK);
+        memcpy(prog.insns, r->seccomp->insns, prog_bytes);
+        cr.seccomp = &prog;
+    }
+    struct vfork_arg a = {&cr, 0, 0};
+    struct {
+        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+            set_tid, set_tid_size, cgroup;
+    } ca;
+    memset(&ca, 0, sizeof(ca));
+    ca.flags = CLONE_VM | CLONE_VFORK;
+    ca.exit_signal = SIGCHLD;
+    ca.stack = (uint64_t)(uintptr_t)(map + page);
+    ca.stack_size = VFORK_STACK;
+    /* Born in the slot's cgroup: see fork_into for when it cannot be. */
+    if (r->cg != NULL && r->cg->dir_fd >= 0 && !r->cg->killed &&
+        __atomic_load_n(&clone3_state, __ATOMIC_RELAXED) >= 0) {
+        ca.flags |= CLONE_INTO_CGROUP;
+        ca.cgroup = (uint64_t)r->cg->dir_fd;
+        a.placed = 1;
+    }
+    /* Every signal blocked, raw (glibc's pthread_sigmask keeps its own two
+     * unblocked): the child inherits the mask, so no handler can run in it
+     * before it has reset them all. */
+    const unsigned long all = ~0UL;
+    unsigned long old;
+    /* The child's setresuid makes the mm non-dumpable (suid_dumpable), and
+     * the mm is ours until its execve: that is what keeps a process of the
+     * worker's uid from ptracing it, and our memory with it, in that
+     * window. Afterwards the supervisor gets back what it had (a fork
+     * child's credential change never touched it). */
+    int was_dumpable = r->set_ids ? prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) : -1;
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, (size_t)8);
+    long pid = pm__clone3_run(&ca, sizeof(ca), vfork_child, &a);
+    if ((pid == -EINVAL || pid == -E2BIG) && a.placed) {
+        /* A kernel without CLONE_INTO_CGROUP (< 5.7): the child joins by a
+         * write, as after fork_into's fallback. */
+        __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);
+        ca.flags &= ~(uint64_t)CLONE_INTO_CGROUP;
+        ca.cgroup = 0;
+        a.placed = 0;
+        pid = pm__clone3_run(&ca, sizeof(ca), vfork_child, &a);
+    }
+    if (was_dumpable == 1 && prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1)
+        (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, (size_t)8);
+    /* The child has exec'd or exited: nothing uses its stack any more. */
+    munmap(map, size);
+    if (pid == -ENOSYS || pid == -EPERM) {
+        __atomic_store_n(&vfork_state, -1, __ATOMIC_RELAXED);
+        return -ENOSYS;
+    }
+    if (pid < 0)
+        return (pid_t)pid;
+    __atomic_store_n(&vfork_state, 1, __ATOMIC_RELAXED);
+    if (a.err != 0) {
+        /* The child failed before or at execve and has exited: report as a
+         * fork child would, through the error pipe, which the loop reads
+         * like any other (exec_errno, the PM_REASON_EXEC exit). Empty
+         * pipe, 4 bytes: the write cannot block or be short. */
+        int e = a.err;
+        ssize_t n = write(r->err_pipe, &e, sizeof(e));
+        (void)n;
+    }
+    return (pid_t)pid;
+}
+#endif
+
 pid_t pm__spawn(const pm__spawn_req *r)
 {
     if (r->path != NULL && r->nfds > 64 + 8)
@@ -511,6 +721,14 @@ pid_t pm__spawn(const pm__spawn_req *r)
     /* Buffered output of the parent would otherwise be written twice. */
     fflush(stdout);
     fflush(stderr);
+#if PM__SPAWN_VFORK
+    if (r->path != NULL && __atomic_load_n(&vfork_state, __ATOMIC_RELAXED) >= 0) {
+        pid_t vpid = spawn_vfork(r);
+        if (vpid != -ENOSYS)
+            return vpid;
+        /* clone3 refused: fork below, as on every later spawn. */
+    }
+#endif
     int placed;
     pid_t pid = fork_into(r, &placed);
     if (pid < 0)
@@ -525,12 +743,16 @@ pid_t pm__spawn(const pm__spawn_req *r)
         clear_vector_registers();
     int err = pm__child_contain(r, placed);
     if (err != 0) {
-        if (r->path != NULL)
-            child_fail(r->err_pipe, err);
+        if (r->path != NULL) {
+            child_report rep = {r->err_pipe, NULL};
+            child_fail(&rep, err);
+        }
         _exit(127);
     }
-    if (r->path != NULL)
-        exec_child(r);
+    if (r->path != NULL) {
+        child_report rep = {r->err_pipe, NULL};
+        exec_child(r, &rep);
+    }
     fork_child_main(r);
 }
 

@@ -25,7 +25,9 @@ typedef struct pm__spawn_req {
     char *const *envp;
     const int *fds;        /* placed at 3, 4, ... in this order */
     int nfds;
-    int err_pipe;          /* write end, close-on-exec: gets errno if exec fails */
+    int err_pipe;          /* write end, close-on-exec: gets errno if exec fails
+                              (from the fork child, or from the parent after a
+                              vfork child failed) */
     char *pid_digits;      /* if set: 11 bytes inside an envp string, filled with
                               the child's own pid (LISTEN_PID) and a NUL */
     /* fork mode (path == NULL): runs in the child, never returns; it gets
@@ -69,8 +71,10 @@ typedef struct pm__spawn_req {
  * errno (positive, as the exec error pipe carries it). */
 int pm__child_contain(const pm__spawn_req *r, int placed);
 
-/* Forks. Returns the child's pid to the parent, or -errno. The exec-mode
- * child performs only async-signal-safe calls before execve. */
+/* Forks (fork mode), or clones with CLONE_VM|CLONE_VFORK (exec mode,
+ * spawn.c says when it falls back to fork). Returns the child's pid to the
+ * parent, or -errno. The exec-mode child performs only system calls before
+ * execve; a failed step's errno reaches err_pipe either way. */
 pid_t pm__spawn(const pm__spawn_req *r);
 
 /* The child's last steps before exec (or the bootstrap): its user, then

@@ -12,6 +12,8 @@
 
 #include "procmesh.h"
 
+#include <sys/stat.h> /* fchmod */
+
 #ifndef PM_TEST_WORKER
 #error "PM_TEST_WORKER must name the pm-test-worker binary"
 #endif
@@ -267,6 +269,43 @@ START_TEST(test_spawn_detail_exec)
 }
 END_TEST
 
+/* The same exact errors from the vfork spawn's child (spawn.c), which
+ * hands a failed step's errno to the parent through memory rather than the
+ * error pipe: _i bit 0: a program that exists but is not executable (else
+ * a missing one); bit 1: under --user nobody (when root) and seccomp basic
+ * (when built with libseccomp), so every privilege step runs before the
+ * failing execve. */
+START_TEST(test_spawn_detail_exec_contained)
+{
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, 1);
+    char path[] = "/tmp/pm-noexec-XXXXXX";
+    int fd = -1;
+    if (_i & 1) {
+        /* Mode 0644 and under /tmp: execve says EACCES, to root too. */
+        fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, "#!/bin/sh\nexit 0\n", 18), 18);
+        ck_assert_int_eq(fchmod(fd, 0644), 0);
+        close(fd);
+        pm_options_set_exec(o, path, NULL);
+    } else {
+        pm_options_set_exec(o, "/nonexistent/pm-no-such-worker", NULL);
+    }
+    if (_i & 2) {
+        if (geteuid() == 0)
+            ck_assert_int_eq(pm_options_set_user(o, 65534, 65534), 0);
+        (void)pm_options_set_seccomp(o, PM_SECCOMP_BASIC); /* -ENOTSUP without libseccomp */
+    }
+    if (_i & 1)
+        spawn_fails(o, -EACCES, "exec of the worker failed: Permission denied");
+    else
+        spawn_fails(o, -ENOENT, "exec of the worker failed: No such file or directory");
+    if (fd >= 0)
+        unlink(path);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- notify watchdog */
 
 START_TEST(test_notify_without_watchdog_not_fenced)
@@ -320,6 +359,9 @@ int main(void)
     PM_ADD_TEST(s, test_spawn_detail_signal, 30);
     PM_ADD_TEST(s, test_spawn_detail_ready_timeout, 30);
     PM_ADD_TEST(s, test_spawn_detail_exec, 30);
+    tc = pm_tcase("test_spawn_detail_exec_contained", 60);
+    tcase_add_loop_test(tc, test_spawn_detail_exec_contained, 0, 4);
+    suite_add_tcase(s, tc);
     tc = pm_tcase("test_notify_without_watchdog_not_fenced", 30);
     tcase_add_loop_test(tc, test_notify_without_watchdog_not_fenced, 0, 2);
     suite_add_tcase(s, tc);

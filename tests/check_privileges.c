@@ -265,7 +265,12 @@ START_TEST(test_user_exec_sigstop)
     pm_options *o = pm_options_new();
     ck_assert_int_eq(pm_options_set_user(o, NOBODY, NOBODY), 0);
     char out[512] = "";
+    /* The exec-mode child shares the supervisor's memory until its execve
+     * (spawn.c, vfork), and its setresuid makes that memory non-dumpable:
+     * the supervisor must get its own flag back. */
+    int dumpable = prctl(PR_GET_DUMPABLE);
     exec_attack(o, SH_ATTACK, out, sizeof(out));
+    ck_assert_int_eq(prctl(PR_GET_DUMPABLE), dumpable);
     ck_assert_msg(strstr(out, "Operation not permitted") != NULL && strstr(out, "rc=1") != NULL,
                   "SIGSTOP to the supervisor was not refused: %s", out);
     ck_assert_msg(strstr(out, "\n65534\n") != NULL, "the worker's uid is not nobody's: %s", out);
