@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "mesh.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -52,7 +53,9 @@ struct pm__mesh {
     pm__pconn_cfg cfg;
     int lfd;
     int lfd_armed;
-    uint64_t listen_retry_at; /* accept paused (out of fds) until then; 0: not */
+    int spare_fd;            /* /dev/null, given up to accept-and-close when out of fds */
+    int accept_stalled;      /* accepting failed for lack of fds or memory: re-armed at the next flush */
+    pm__mesh_rate rate;      /* the per-source handshake rate limit */
     pm__mconn conns[PM__MESH_CONNS];
     int dial_conn[PM__MAX_PEERS];   /* the connection of each configured peer, or -1 */
     uint64_t redial_at[PM__MAX_PEERS]; /* 0: none due */
@@ -62,10 +65,6 @@ struct pm__mesh {
     uint64_t dial_failed;
     unsigned up;
 };
-
-
-/* How long accepting pauses when the process is out of fds. */
-#define LISTEN_RETRY_MS 100u
 
 static pm__mesh *mesh_of(const pm_cluster *c)
 {
@@ -379,24 +378,112 @@ fail:
     schedule_redial(m, i, pm__now_ms());
 }
 
+int pm__mesh_rate_take(pm__mesh_rate *t, const unsigned char addr[16], uint64_t now_ms)
+{
+    pm__mesh_rate_src *e = NULL, *lru = &t->src[0];
+    for (unsigned i = 0; i < PM__MESH_RATE_SOURCES && e == NULL; i++) {
+        pm__mesh_rate_src *s = &t->src[i];
+        if (s->last_ms != 0 && memcmp(s->addr, addr, 16) == 0)
+            e = s;
+        else if (s->last_ms < lru->last_ms)
+            lru = s; /* a free entry (0) is the least recent of all */
+    }
+    const uint32_t full = PM__MESH_RATE_BURST * 1000u;
+    if (e == NULL) {
+        e = lru; /* a new source starts with a full bucket */
+        memcpy(e->addr, addr, 16);
+        e->mtokens = full;
+    } else if (now_ms > e->last_ms) {
+        /* PER_S tokens a second are PER_S thousandths a millisecond. */
+        uint64_t add = (now_ms - e->last_ms) * PM__MESH_RATE_PER_S;
+        e->mtokens = add >= full - e->mtokens ? full : e->mtokens + (uint32_t)add;
+    }
+    e->last_ms = now_ms;
+    if (e->mtokens < 1000u)
+        return 0;
+    e->mtokens -= 1000u;
+    return 1;
+}
+
+/* The rate limit's key for a source address (pm__mesh_rate_src.addr). */
+static void rate_key(const struct sockaddr_storage *ss, unsigned char key[16])
+{
+    memset(key, 0, 16);
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)ss;
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &v4->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)ss;
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        /* A v4-mapped source is that IPv4 host; any other by its /64. */
+        memcpy(key, &v6->sin6_addr, memcmp(&v6->sin6_addr, mapped, 12) == 0 ? 16 : 8);
+    }
+}
+
+/* Takes back the spare fd after it was spent (single-threaded: the fd
+ * just closed is the lowest free one and nobody else can take it first,
+ * but a worker start between turns may have). -1 when none is free. */
+static void spare_reopen(pm__mesh *m)
+{
+    if (m->spare_fd < 0)
+        m->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/*
+ * Out of fds (EMFILE, ENFILE), the pending connection stays queued and the
+ * listener stays readable: arming it again would wake the loop at once for
+ * as long as no fd frees up, and the peer would wait in the backlog for
+ * nothing. So the spare fd held for this moment is given up, the
+ * connection is accepted with it and closed at once (the peer sees the
+ * close and redials with its backoff), and the spare is taken back: the
+ * backlog drains and nothing spins (libuv's uv__emfile_trick). Without a
+ * spare (or out of memory, ENOBUFS/ENOMEM) accepting stalls until the next
+ * loop turn's flush arms the listener again. 1: the loop may go on
+ * accepting; 0: stop.
+ */
+static int accept_starved(pm__mesh *m)
+{
+    m->fails[PM__PF_NO_FDS]++;
+    if (errno != EMFILE && errno != ENFILE)
+        return 0;
+    if (m->spare_fd < 0)
+        return 0;
+    pm__close(m->spare_fd);
+    m->spare_fd = -1;
+    int fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
+    pm__close(fd);
+    spare_reopen(m);
+    return m->spare_fd >= 0;
+}
+
 /* The listener is readable: accepts what waits (a bounded number). */
 static void on_listen(pm_cluster *c)
 {
     pm__mesh *m = mesh_of(c);
     m->lfd_armed = 0;
     for (int i = 0; i < 16; i++) {
-        int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage from;
+        socklen_t flen = sizeof(from);
+        memset(&from, 0, sizeof(from));
+        int fd = accept4(m->lfd, (struct sockaddr *)&from, &flen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
-            /* The pending connection stays queued and the listener stays
-             * readable: arming it again now would wake the loop at once,
-             * for as long as no fd frees up. Accepting pauses instead and
-             * resumes from the timer (pm__mesh_fire). */
-            m->fails[PM__PF_LOCAL]++;
-            m->listen_retry_at = pm__now_ms() + LISTEN_RETRY_MS;
+            if (accept_starved(m))
+                continue;
+            m->accept_stalled = 1;
             return;
         }
         if (fd < 0)
             break;
+        unsigned char key[16];
+        rate_key(&from, key);
+        if (!pm__mesh_rate_take(&m->rate, key, pm__now_ms() | 1u)) {
+            /* Over its source's rate: closed before anything is allocated
+             * for it, and it takes no unauthenticated slot. */
+            pm__close(fd);
+            m->fails[PM__PF_RATE]++;
+            continue;
+        }
         /* Unauthenticated connections are bounded: the oldest is cut, so a
          * flood cannot keep a real peer out for longer than its handshake. */
         unsigned unauth = 0;
@@ -473,6 +560,14 @@ void pm__mesh_flush(pm_cluster *c)
     pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
+    if (m->accept_stalled && m->lfd >= 0) {
+        /* Accepting stalled (out of fds without a spare, or of memory):
+         * one more try a turn, never a busy loop of its own. */
+        spare_reopen(m);
+        m->accept_stalled = 0;
+        if (!m->lfd_armed && pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
+            m->lfd_armed = 1;
+    }
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)
@@ -522,8 +617,6 @@ uint64_t pm__mesh_next_deadline(const pm_cluster *c)
         if (d != 0 && (next == 0 || d < next))
             next = d;
     }
-    if (m->listen_retry_at != 0 && (next == 0 || m->listen_retry_at < next))
-        next = m->listen_retry_at;
     return next;
 }
 
@@ -532,11 +625,6 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
     pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
-    if (m->listen_retry_at != 0 && m->listen_retry_at <= now) {
-        m->listen_retry_at = 0;
-        if (!m->lfd_armed && pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
-            m->lfd_armed = 1;
-    }
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
         if (k->fd >= 0 && k->deadline_ms != 0 && k->deadline_ms <= now) {
@@ -611,6 +699,7 @@ static int listen_on(pm_cluster *c, pm__mesh *m)
     rc = pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0));
     if (rc == 0)
         m->lfd_armed = 1;
+    spare_reopen(m); /* best effort: without it, accept_starved stalls instead */
     return rc;
 }
 
@@ -626,6 +715,7 @@ int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
     if (m == NULL)
         return -ENOMEM;
     m->lfd = -1;
+    m->spare_fd = -1;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         m->conns[j].fd = -1;
     for (size_t i = 0; i < PM__MAX_PEERS; i++)
@@ -717,6 +807,7 @@ void pm__mesh_free(pm_cluster *c)
             pm__loop_disarm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0));
         pm__close(m->lfd);
     }
+    pm__close(m->spare_fd);
     if (m->rbuf != NULL)
         munmap(m->rbuf, PM__MESH_READ_BUF);
     if (m->pinned)
@@ -733,6 +824,7 @@ void pm__mesh_forget(pm_cluster *c)
     if (m == NULL)
         return;
     pm__close(m->lfd);
+    pm__close(m->spare_fd);
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         pm__close(m->conns[j].fd);
 }

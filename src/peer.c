@@ -23,7 +23,8 @@ const char *pm__peer_fail_name(int why)
         [PM__PF_PIN] = "pin",             [PM__PF_SELF] = "self",
         [PM__PF_TIMEOUT] = "timeout",     [PM__PF_RECORD] = "record",
         [PM__PF_TRUNCATED] = "truncated", [PM__PF_CLOSED] = "closed",
-        [PM__PF_LOCAL] = "local",
+        [PM__PF_LOCAL] = "local",         [PM__PF_RATE] = "rate_limited",
+        [PM__PF_NO_FDS] = "no_fds",
     };
     return why >= 0 && why < PM__PF_COUNT_ ? names[why] : "other";
 }
