@@ -42,6 +42,9 @@ typedef struct pm__mconn {
     uint64_t since_ms;
     uint64_t last_rx_ms;    /* up: bytes last received (the silence timeout) */
     uint64_t last_tx_ms;    /* up: a record last queued or bytes sent (heartbeats) */
+    uint64_t last_ping_ms;  /* up: the last heartbeat echo sent (the RTT, also when busy) */
+    uint64_t pongs_seen;    /* pc.pongs when the RTT was last taken */
+    int64_t rtt_us;         /* -1: none yet */
     pm__pconn pc;
     int pc_live;            /* pc initialised (freed on close) */
 } pm__mconn;
@@ -274,7 +277,7 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
     k->host = idx;
     k->linked = 1;
     k->deadline_ms = 0;
-    k->last_rx_ms = k->last_tx_ms = pm__now_ms();
+    k->last_rx_ms = k->last_tx_ms = k->last_ping_ms = pm__now_ms();
     m->up++;
     if (k->peer >= 0)
         m->backoff_ms[k->peer] = 0;
@@ -308,6 +311,14 @@ static void conn_read(pm_cluster *c, pm__mconn *k)
             k->last_rx_ms = pm__now_ms();
             conn_input(c, k, m->rbuf, (size_t)r);
             explicit_bzero(m->rbuf, (size_t)r);
+            if (k->pc.pongs != k->pongs_seen) {
+                /* Our stamp came back: the stamp is our clock in us, never
+                 * the peer's. */
+                k->pongs_seen = k->pc.pongs;
+                uint64_t now_us = pm__now_ns() / 1000u;
+                if (k->pc.pong_stamp <= now_us)
+                    k->rtt_us = (int64_t)(now_us - k->pc.pong_stamp);
+            }
             continue;
         }
         if (r == 0) {
@@ -342,6 +353,8 @@ static pm__mconn *conn_new(pm_cluster *c, int fd, int peer, int initiator)
     k->peer = peer;
     k->linked = 0;
     k->host = -1;
+    k->rtt_us = -1;
+    k->pongs_seen = 0;
     k->since_ms = pm__now_ms();
     k->deadline_ms = k->since_ms + (uint64_t)c->o->peer_timeout_ms;
     int one = 1;
@@ -587,7 +600,10 @@ static uint64_t heartbeat_at(const pm__mconn *k)
 {
     uint32_t idle = k->pc.peer.idle_ms < PM__PEER_IDLE_MIN_MS ? PM__PEER_IDLE_MIN_MS
                                                                : k->pc.peer.idle_ms;
-    return k->last_tx_ms + idle / 3u;
+    /* Every heartbeat is an echo, sent when the link is idle and on a busy
+     * link as well, so its RTT stays current. */
+    uint64_t last = k->last_tx_ms < k->last_ping_ms ? k->last_tx_ms : k->last_ping_ms;
+    return last + idle / 3u;
 }
 
 static uint64_t silence_at(const pm_cluster *c, const pm__mconn *k)
@@ -652,8 +668,8 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
         if (heartbeat_at(k) <= now) {
             /* Queued counts as sent: a full socket must not make the timer
              * fire again at once. */
-            (void)pm__pconn_heartbeat(&k->pc);
-            k->last_tx_ms = now;
+            (void)pm__pconn_ping(&k->pc, pm__now_ns() / 1000u);
+            k->last_tx_ms = k->last_ping_ms = now;
             conn_write(k);
         }
     }
@@ -839,4 +855,64 @@ uint64_t pm__mesh_fails(const pm_cluster *c, int why)
 {
     const pm__mesh *m = mesh_of(c);
     return m == NULL || why < 0 || why >= PM__PF_COUNT_ ? 0 : m->fails[why];
+}
+
+/* The public view of connection k. */
+static void conn_info(const pm__mconn *k, uint64_t now, pm_peer_info *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->initiator = k->pc.initiator;
+    out->state = k->dialing ? "connecting" : k->linked ? "up" : "handshake";
+    if (k->pc.state >= PM__PC_SPLIT) {
+        snprintf(out->host, sizeof(out->host), "%s", k->pc.peer.host);
+        out->incarnation = k->pc.peer.incarnation;
+    }
+    out->rtt_us = k->rtt_us;
+    out->age_ms = now >= k->since_ms ? now - k->since_ms : 0;
+    out->frames_in = k->pc.frames_in;
+    out->frames_out = k->pc.frames_out;
+    out->bytes_in = k->pc.bytes_in;
+    out->bytes_out = k->pc.bytes_out;
+}
+
+PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t cap)
+{
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (out == NULL && cap > 0)
+        return -EINVAL;
+    const pm__mesh *m = mesh_of(c);
+    if (m == NULL)
+        return 0;
+    uint64_t now = pm__now_ms();
+    size_t n = 0;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        const pm__mconn *k = &m->conns[j];
+        if (k->fd < 0 || !k->pc_live)
+            continue;
+        if (n < cap)
+            conn_info(k, now, &out[n]);
+        n++;
+    }
+    return (int)n;
+}
+
+PM_EXTERN int pm_cluster_peer_failures(const pm_cluster *c, const char **names, uint64_t *counts,
+                                       size_t cap)
+{
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if ((names == NULL || counts == NULL) && cap > 0)
+        return -EINVAL;
+    /* PM__PF_NONE is not a reason. */
+    size_t n = 0;
+    for (int why = PM__PF_NONE + 1; why < PM__PF_COUNT_; why++, n++) {
+        if (n < cap) {
+            names[n] = pm__peer_fail_name(why);
+            counts[n] = pm__mesh_fails(c, why);
+        }
+    }
+    return (int)n;
 }

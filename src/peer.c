@@ -444,7 +444,27 @@ static int take_record(pm__pconn *c, const pm__rec_in *in)
         c->close_reason = in->close_reason;
         pm__pconn_close(c, PM__REC_CLOSE_SHUTDOWN, PM__PF_CLOSED);
         return PM__PCE_DEAD;
-    default: /* HEARTBEAT: liveness only; REKEY: done by the decoder */
+    case PM__REC_HEARTBEAT:
+        if (in->echo == PM__REC_ECHO_PONG) {
+            c->pongs++;
+            c->pong_stamp = in->echo_stamp;
+        } else if (in->echo == PM__REC_ECHO_PING) {
+            /* Answered at once; with the queue full it is skipped (an RTT
+             * sample lost, nothing else: records queued prove liveness). */
+            size_t cap, len;
+            unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY, &cap);
+            if (p != NULL) {
+                int rc = pm__rec_seal_echo(c->rec, PM__REC_ECHO_PONG, in->echo_stamp, p, cap, &len);
+                if (rc == -EOVERFLOW) {
+                    pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
+                    return PM__PCE_DEAD;
+                }
+                if (rc == 0)
+                    c->out_len += len;
+            }
+        }
+        break;
+    default: /* REKEY: done by the decoder */
         break;
     }
     return PM__PCE_NONE;
@@ -535,6 +555,24 @@ int pm__pconn_heartbeat(pm__pconn *c)
     if (p == NULL)
         return 0; /* records are queued already: they prove liveness as well */
     int rc = pm__rec_seal_heartbeat(c->rec, p, cap, &len);
+    if (rc == -EOVERFLOW) {
+        pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
+        return rc;
+    }
+    if (rc == 0)
+        c->out_len += len;
+    return rc;
+}
+
+int pm__pconn_ping(pm__pconn *c, uint64_t stamp)
+{
+    if (c->rec == NULL || c->state == PM__PC_DEAD)
+        return -ENOTCONN;
+    size_t cap, len;
+    unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY, &cap);
+    if (p == NULL)
+        return 0; /* as pm__pconn_heartbeat: what is queued proves liveness */
+    int rc = pm__rec_seal_echo(c->rec, PM__REC_ECHO_PING, stamp, p, cap, &len);
     if (rc == -EOVERFLOW) {
         pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
         return rc;

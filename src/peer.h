@@ -117,6 +117,8 @@ typedef struct pm__pconn {
     pm__peer_hello peer;
     unsigned char peer_static[PM__PEER_KEY_LEN];
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
+    uint64_t pongs;          /* PONGs received; the last one's stamp: */
+    uint64_t pong_stamp;
     /* A FRAMES record's frames, one call each (frame, len), during input. */
     void (*on_frame)(void *arg, const unsigned char *frame, size_t len);
     void *on_frame_arg;
@@ -154,6 +156,10 @@ int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, si
 
 /* Queues a HEARTBEAT (when nothing else was sent for a while). */
 int pm__pconn_heartbeat(pm__pconn *c);
+/* Queues a HEARTBEAT with a PING of stamp: the peer answers with a PONG of
+ * the same stamp (pongs, pong_stamp), the caller's clock gives the RTT. A
+ * PING received is answered here, in pm__pconn_input. */
+int pm__pconn_ping(pm__pconn *c, uint64_t stamp);
 
 /* Ends the link: a CLOSE record with reason (when the transport is up),
  * state dead with fail (PM__PF_LOCAL, PM__PF_TIMEOUT ...). */
