@@ -734,7 +734,8 @@ PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t ca
 /* Peer connections that ended, by reason: up to cap reasons into names (a
  * static string each: "key_id", "handshake_decrypt", "record", "timeout",
  * "rate_limited", ...) and counts (since the start); returns how many
- * reasons there are. The list and its order are fixed for a build. */
+ * reasons there are (0 outside peer mode). The list and its order are
+ * fixed for a build. */
 PM_EXTERN int pm_cluster_peer_failures(const pm_cluster *c, const char **names, uint64_t *counts,
                                        size_t cap);
 

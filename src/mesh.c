@@ -906,6 +906,8 @@ PM_EXTERN int pm_cluster_peer_failures(const pm_cluster *c, const char **names, 
         return rc;
     if ((names == NULL || counts == NULL) && cap > 0)
         return -EINVAL;
+    if (mesh_of(c) == NULL)
+        return 0; /* not in peer mode: no reasons to report */
     /* PM__PF_NONE is not a reason. */
     size_t n = 0;
     for (int why = PM__PF_NONE + 1; why < PM__PF_COUNT_; why++, n++) {

@@ -61,7 +61,8 @@ enum pm__peer_fail {
     PM__PF_CLOSED,      /* the peer sent CLOSE (an orderly end) */
     PM__PF_LOCAL,       /* we closed it (shutdown, a replaced link, no memory) */
     PM__PF_RATE,        /* accepted and closed at once: its source's handshake rate */
-    PM__PF_NO_FDS,      /* accepted and closed at once: this process was out of fds */
+    PM__PF_NO_FDS,      /* accept failed for lack of fds (the waiting connection is then
+                           accepted on the spare fd and closed) or of memory */
     PM__PF_COUNT_
 };
 

@@ -89,11 +89,13 @@ static void metric(pmd_sbuf *b, const char *name, const char *type, const char *
     pmd_sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* Peer links: the links up, each up link's RTT, frames and bytes, and
- * the ended connections by reason (all zero outside peer mode). */
+/* Peer links (peer mode only): the links up, each up link's RTT, frames
+ * and bytes, and the ended connections by reason. */
 static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
 {
     enum { MAXP = 64, MAXR = 32 };
+    if (pm_cluster_peer_failures(c, NULL, NULL, 0) <= 0)
+        return; /* not in peer mode: no peer samples at all */
     pm_peer_info *p = calloc(MAXP, sizeof(*p));
     int n = p != NULL ? pm_cluster_peers(c, p, MAXP) : 0;
     if (n > MAXP)

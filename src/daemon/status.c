@@ -57,12 +57,14 @@ static void crash_json(pmd_sbuf *b, const pm_crash_report *r)
                   r->code_name, (unsigned long long)r->fault_addr, pc);
 }
 
-/* The peer links (peer mode; empty otherwise): one object per connection,
+/* The peer links (peer mode; nothing otherwise): one object per connection,
  * and the ended ones by reason. Host names follow the name rule: no quote,
  * no brace. */
 static void peers_json(pmd_sbuf *b, pm_cluster *c)
 {
     enum { MAXP = 64, MAXR = 32 };
+    if (pm_cluster_peer_failures(c, NULL, NULL, 0) <= 0)
+        return; /* not in peer mode: the slots only, as before */
     pm_peer_info *p = calloc(MAXP, sizeof(*p));
     int n = p != NULL ? pm_cluster_peers(c, p, MAXP) : 0;
     pmd_sb_printf(b, ",\"peers\":[");
