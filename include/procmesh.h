@@ -734,6 +734,31 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
 
 PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out);
 
+/* One peer link's connection (peer mode): pm_cluster_peers. */
+typedef struct pm_peer_info {
+    char host[PM_NAME_MAX];  /* the host it authenticated as; "" before its hello */
+    const char *state;       /* static string: "connecting" (our dial in progress),
+                                "handshake", "up" */
+    int initiator;           /* 1: this supervisor dialled it */
+    uint64_t incarnation;    /* the peer supervisor's (random per start), 0 before */
+    int64_t rtt_us;          /* round trip of the last heartbeat echo, -1 none yet */
+    uint64_t age_ms;         /* since the TCP connection */
+    uint64_t frames_in, frames_out; /* frames carried each way */
+    uint64_t bytes_in, bytes_out;   /* their bytes (frame headers included) */
+} pm_peer_info;
+
+/* The peer connections (linked and handshaking), up to cap into out;
+ * returns how many there are (which may exceed cap). 0 outside peer mode. */
+PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t cap);
+
+/* Peer connections that ended, by reason: up to cap reasons into names (a
+ * static string each: "key_id", "handshake_decrypt", "record", "timeout",
+ * "rate_limited", ...) and counts (since the start); returns how many
+ * reasons there are (0 outside peer mode). The list and its order are
+ * fixed for a build. */
+PM_EXTERN int pm_cluster_peer_failures(const pm_cluster *c, const char **names, uint64_t *counts,
+                                       size_t cap);
+
 /* Replaces the worker of a ready slot: the stop request, SIGKILL after the
  * stop timeout, and once it is reaped a new incarnation at once (no backoff,
  * not charged to the budget). 0, -EBUSY when the slot is not ready, -EINVAL. */

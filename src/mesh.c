@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "mesh.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -55,6 +56,9 @@ typedef struct pm__mconn {
     uint64_t last_rx_ms;    /* up: bytes last received (the silence timeout) */
     uint64_t last_tx_ms;    /* up: a record last queued or bytes sent (heartbeats) */
     uint64_t rekey_at_ms;   /* up: our next REKEY is due by time */
+    uint64_t last_ping_ms;  /* up: the last heartbeat echo sent (the RTT, also when busy) */
+    uint64_t pongs_seen;    /* pc.pongs when the RTT was last taken */
+    int64_t rtt_us;         /* -1: none yet */
     pm__pconn pc;
     int pc_live;            /* pc initialised (freed on close) */
 } pm__mconn;
@@ -80,7 +84,9 @@ struct pm__mesh {
     uint64_t key_reloads;
     int lfd;
     int lfd_armed;
-    uint64_t listen_retry_at; /* accept paused (out of fds) until then; 0: not */
+    int spare_fd;            /* /dev/null, given up to accept-and-close when out of fds */
+    int accept_stalled;      /* accepting failed for lack of fds or memory: re-armed at the next flush */
+    pm__mesh_rate rate;      /* the per-source handshake rate limit */
     pm__mconn conns[PM__MESH_CONNS];
     int dial_conn[MESH_TARGETS];    /* the connection of each target, or -1 */
     uint64_t redial_at[MESH_TARGETS]; /* 0: none due */
@@ -97,10 +103,6 @@ struct pm__mesh {
     uint64_t dial_failed;
     unsigned up;
 };
-
-
-/* How long accepting pauses when the process is out of fds. */
-#define LISTEN_RETRY_MS 100u
 
 static pm__mesh *mesh_of(const pm_cluster *c)
 {
@@ -375,7 +377,7 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
     k->host = idx;
     k->linked = 1;
     k->deadline_ms = 0;
-    k->last_rx_ms = k->last_tx_ms = pm__now_ms();
+    k->last_rx_ms = k->last_tx_ms = k->last_ping_ms = pm__now_ms();
     k->rekey_at_ms = k->last_tx_ms + c->o->rekey_ms;
     m->up++;
     if (k->peer >= 0)
@@ -410,6 +412,14 @@ static void conn_read(pm_cluster *c, pm__mconn *k)
             k->last_rx_ms = pm__now_ms();
             conn_input(c, k, m->rbuf, (size_t)r);
             explicit_bzero(m->rbuf, (size_t)r);
+            if (k->pc.pongs != k->pongs_seen) {
+                /* Our stamp came back: the stamp is our clock in us, never
+                 * the peer's. */
+                k->pongs_seen = k->pc.pongs;
+                uint64_t now_us = pm__now_ns() / 1000u;
+                if (k->pc.pong_stamp <= now_us)
+                    k->rtt_us = (int64_t)(now_us - k->pc.pong_stamp);
+            }
             continue;
         }
         if (r == 0) {
@@ -446,6 +456,8 @@ static pm__mconn *conn_new(pm_cluster *c, int fd, int peer, int initiator)
     k->peer = peer;
     k->linked = 0;
     k->host = -1;
+    k->rtt_us = -1;
+    k->pongs_seen = 0;
     k->since_ms = pm__now_ms();
     k->deadline_ms = k->since_ms + (uint64_t)c->o->peer_timeout_ms;
     int one = 1;
@@ -494,24 +506,112 @@ fail:
     schedule_redial(m, i, pm__now_ms());
 }
 
+int pm__mesh_rate_take(pm__mesh_rate *t, const unsigned char addr[16], uint64_t now_ms)
+{
+    pm__mesh_rate_src *e = NULL, *lru = &t->src[0];
+    for (unsigned i = 0; i < PM__MESH_RATE_SOURCES && e == NULL; i++) {
+        pm__mesh_rate_src *s = &t->src[i];
+        if (s->last_ms != 0 && memcmp(s->addr, addr, 16) == 0)
+            e = s;
+        else if (s->last_ms < lru->last_ms)
+            lru = s; /* a free entry (0) is the least recent of all */
+    }
+    const uint32_t full = PM__MESH_RATE_BURST * 1000u;
+    if (e == NULL) {
+        e = lru; /* a new source starts with a full bucket */
+        memcpy(e->addr, addr, 16);
+        e->mtokens = full;
+    } else if (now_ms > e->last_ms) {
+        /* PER_S tokens a second are PER_S thousandths a millisecond. */
+        uint64_t add = (now_ms - e->last_ms) * PM__MESH_RATE_PER_S;
+        e->mtokens = add >= full - e->mtokens ? full : e->mtokens + (uint32_t)add;
+    }
+    e->last_ms = now_ms;
+    if (e->mtokens < 1000u)
+        return 0;
+    e->mtokens -= 1000u;
+    return 1;
+}
+
+/* The rate limit's key for a source address (pm__mesh_rate_src.addr). */
+static void rate_key(const struct sockaddr_storage *ss, unsigned char key[16])
+{
+    memset(key, 0, 16);
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)ss;
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &v4->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)ss;
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        /* A v4-mapped source is that IPv4 host; any other by its /64. */
+        memcpy(key, &v6->sin6_addr, memcmp(&v6->sin6_addr, mapped, 12) == 0 ? 16 : 8);
+    }
+}
+
+/* Takes back the spare fd after it was spent (single-threaded: the fd
+ * just closed is the lowest free one and nobody else can take it first,
+ * but a worker start between turns may have). -1 when none is free. */
+static void spare_reopen(pm__mesh *m)
+{
+    if (m->spare_fd < 0)
+        m->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/*
+ * Out of fds (EMFILE, ENFILE), the pending connection stays queued and the
+ * listener stays readable: arming it again would wake the loop at once for
+ * as long as no fd frees up, and the peer would wait in the backlog for
+ * nothing. So the spare fd held for this moment is given up, the
+ * connection is accepted with it and closed at once (the peer sees the
+ * close and redials with its backoff), and the spare is taken back: the
+ * backlog drains and nothing spins (libuv's uv__emfile_trick). Without a
+ * spare (or out of memory, ENOBUFS/ENOMEM) accepting stalls until the next
+ * loop turn's flush arms the listener again. 1: the loop may go on
+ * accepting; 0: stop.
+ */
+static int accept_starved(pm__mesh *m)
+{
+    m->fails[PM__PF_NO_FDS]++;
+    if (errno != EMFILE && errno != ENFILE)
+        return 0;
+    if (m->spare_fd < 0)
+        return 0;
+    pm__close(m->spare_fd);
+    m->spare_fd = -1;
+    int fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
+    pm__close(fd);
+    spare_reopen(m);
+    return m->spare_fd >= 0;
+}
+
 /* The listener is readable: accepts what waits (a bounded number). */
 static void on_listen(pm_cluster *c)
 {
     pm__mesh *m = mesh_of(c);
     m->lfd_armed = 0;
     for (int i = 0; i < 16; i++) {
-        int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage from;
+        socklen_t flen = sizeof(from);
+        memset(&from, 0, sizeof(from));
+        int fd = accept4(m->lfd, (struct sockaddr *)&from, &flen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
-            /* The pending connection stays queued and the listener stays
-             * readable: arming it again now would wake the loop at once,
-             * for as long as no fd frees up. Accepting pauses instead and
-             * resumes from the timer (pm__mesh_fire). */
-            m->fails[PM__PF_LOCAL]++;
-            m->listen_retry_at = pm__now_ms() + LISTEN_RETRY_MS;
+            if (accept_starved(m))
+                continue;
+            m->accept_stalled = 1;
             return;
         }
         if (fd < 0)
             break;
+        unsigned char key[16];
+        rate_key(&from, key);
+        if (!pm__mesh_rate_take(&m->rate, key, pm__now_ms() | 1u)) {
+            /* Over its source's rate: closed before anything is allocated
+             * for it, and it takes no unauthenticated slot. */
+            pm__close(fd);
+            m->fails[PM__PF_RATE]++;
+            continue;
+        }
         /* Unauthenticated connections are bounded: the oldest is cut, so a
          * flood cannot keep a real peer out for longer than its handshake. */
         unsigned unauth = 0;
@@ -737,6 +837,14 @@ void pm__mesh_flush(pm_cluster *c)
     pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
+    if (m->accept_stalled && m->lfd >= 0) {
+        /* Accepting stalled (out of fds without a spare, or of memory):
+         * one more try a turn, never a busy loop of its own. */
+        spare_reopen(m);
+        m->accept_stalled = 0;
+        if (!m->lfd_armed && pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
+            m->lfd_armed = 1;
+    }
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)
@@ -757,7 +865,10 @@ static uint64_t heartbeat_at(const pm__mconn *k)
 {
     uint32_t idle = k->pc.peer.idle_ms < PM__PEER_IDLE_MIN_MS ? PM__PEER_IDLE_MIN_MS
                                                                : k->pc.peer.idle_ms;
-    return k->last_tx_ms + idle / 3u;
+    /* Every heartbeat is an echo, sent when the link is idle and on a busy
+     * link as well, so its RTT stays current. */
+    uint64_t last = k->last_tx_ms < k->last_ping_ms ? k->last_tx_ms : k->last_ping_ms;
+    return last + idle / 3u;
 }
 
 static uint64_t silence_at(const pm_cluster *c, const pm__mconn *k)
@@ -790,8 +901,6 @@ uint64_t pm__mesh_next_deadline(const pm_cluster *c)
     }
     if (m->dns_at != 0 && (next == 0 || m->dns_at < next))
         next = m->dns_at;
-    if (m->listen_retry_at != 0 && (next == 0 || m->listen_retry_at < next))
-        next = m->listen_retry_at;
     return next;
 }
 
@@ -800,11 +909,6 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
     pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
-    if (m->listen_retry_at != 0 && m->listen_retry_at <= now) {
-        m->listen_retry_at = 0;
-        if (!m->lfd_armed && pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
-            m->lfd_armed = 1;
-    }
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
         if (k->fd >= 0 && k->deadline_ms != 0 && k->deadline_ms <= now) {
@@ -836,8 +940,8 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
         if (heartbeat_at(k) <= now) {
             /* Queued counts as sent: a full socket must not make the timer
              * fire again at once. */
-            (void)pm__pconn_heartbeat(&k->pc);
-            k->last_tx_ms = now;
+            (void)pm__pconn_ping(&k->pc, pm__now_ns() / 1000u);
+            k->last_tx_ms = k->last_ping_ms = now;
             conn_write(k);
         }
     }
@@ -886,6 +990,7 @@ static int listen_on(pm_cluster *c, pm__mesh *m)
     rc = pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0));
     if (rc == 0)
         m->lfd_armed = 1;
+    spare_reopen(m); /* best effort: without it, accept_starved stalls instead */
     return rc;
 }
 
@@ -901,6 +1006,7 @@ int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
     if (m == NULL)
         return -ENOMEM;
     m->lfd = -1;
+    m->spare_fd = -1;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         m->conns[j].fd = -1;
     for (size_t i = 0; i < MESH_TARGETS; i++)
@@ -1016,6 +1122,7 @@ void pm__mesh_free(pm_cluster *c)
             pm__loop_disarm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG);
         pm__peerdns_free(m->dns); /* a lookup still running is abandoned */
     }
+    pm__close(m->spare_fd);
     if (m->rbuf != NULL)
         munmap(m->rbuf, PM__MESH_READ_BUF);
     keys_put(m->cur); /* every connection let go of it above */
@@ -1033,6 +1140,7 @@ void pm__mesh_forget(pm_cluster *c)
     if (m == NULL)
         return;
     pm__close(m->lfd);
+    pm__close(m->spare_fd);
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         pm__close(m->conns[j].fd);
     pm__peerdns_forget(m->dns);
@@ -1112,4 +1220,66 @@ uint64_t pm__mesh_fails(const pm_cluster *c, int why)
 {
     const pm__mesh *m = mesh_of(c);
     return m == NULL || why < 0 || why >= PM__PF_COUNT_ ? 0 : m->fails[why];
+}
+
+/* The public view of connection k. */
+static void conn_info(const pm__mconn *k, uint64_t now, pm_peer_info *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->initiator = k->pc.initiator;
+    out->state = k->dialing ? "connecting" : k->linked ? "up" : "handshake";
+    if (k->pc.state >= PM__PC_SPLIT) {
+        snprintf(out->host, sizeof(out->host), "%s", k->pc.peer.host);
+        out->incarnation = k->pc.peer.incarnation;
+    }
+    out->rtt_us = k->rtt_us;
+    out->age_ms = now >= k->since_ms ? now - k->since_ms : 0;
+    out->frames_in = k->pc.frames_in;
+    out->frames_out = k->pc.frames_out;
+    out->bytes_in = k->pc.bytes_in;
+    out->bytes_out = k->pc.bytes_out;
+}
+
+PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t cap)
+{
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if (out == NULL && cap > 0)
+        return -EINVAL;
+    const pm__mesh *m = mesh_of(c);
+    if (m == NULL)
+        return 0;
+    uint64_t now = pm__now_ms();
+    size_t n = 0;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        const pm__mconn *k = &m->conns[j];
+        if (k->fd < 0 || !k->pc_live)
+            continue;
+        if (n < cap)
+            conn_info(k, now, &out[n]);
+        n++;
+    }
+    return (int)n;
+}
+
+PM_EXTERN int pm_cluster_peer_failures(const pm_cluster *c, const char **names, uint64_t *counts,
+                                       size_t cap)
+{
+    int rc = pm__cluster_check(c);
+    if (rc < 0)
+        return rc;
+    if ((names == NULL || counts == NULL) && cap > 0)
+        return -EINVAL;
+    if (mesh_of(c) == NULL)
+        return 0; /* not in peer mode: no reasons to report */
+    /* PM__PF_NONE is not a reason. */
+    size_t n = 0;
+    for (int why = PM__PF_NONE + 1; why < PM__PF_COUNT_; why++, n++) {
+        if (n < cap) {
+            names[n] = pm__peer_fail_name(why);
+            counts[n] = pm__mesh_fails(c, why);
+        }
+    }
+    return (int)n;
 }

@@ -18,6 +18,36 @@
 #define PM__MESH_REDIAL_MIN_MS 100u
 #define PM__MESH_REDIAL_MAX_MS 5000u
 
+/*
+ * The per-source handshake rate limit: a token bucket per source address
+ * (an IPv6 source by its /64, what one host is usually given), BURST
+ * connections at once and PER_S a second after that; a connection past it
+ * is accepted and closed at once, before anything is allocated for it.
+ * The table is fixed (SOURCES entries, the least recently seen evicted):
+ * its memory does not grow with the sources a flood uses. A flood from
+ * more sources than the table holds can evict its own entries and get
+ * fresh bursts; that is what the bound on unauthenticated connections
+ * (the oldest cut) is for. The table keeps one noisy source from filling
+ * those slots while others try to link.
+ */
+#define PM__MESH_RATE_SOURCES 64u
+#define PM__MESH_RATE_BURST 32u
+#define PM__MESH_RATE_PER_S 8u
+
+typedef struct pm__mesh_rate_src {
+    unsigned char addr[16];  /* IPv4 as ::ffff:a.b.c.d; IPv6 its /64, the rest 0 */
+    uint32_t mtokens;        /* thousandths of a handshake */
+    uint64_t last_ms;        /* 0: a free entry */
+} pm__mesh_rate_src;
+
+typedef struct pm__mesh_rate {
+    pm__mesh_rate_src src[PM__MESH_RATE_SOURCES];
+} pm__mesh_rate;
+
+/* Pure: may a handshake from addr start at now_ms (now_ms > 0)? 1 (a token
+ * taken) or 0 (refused). */
+int pm__mesh_rate_take(pm__mesh_rate *t, const unsigned char addr[16], uint64_t now_ms);
+
 struct pm_cluster;
 typedef struct pm__mesh pm__mesh;
 

@@ -24,6 +24,7 @@ const char *pm__peer_fail_name(int why)
         [PM__PF_TIMEOUT] = "timeout",     [PM__PF_RECORD] = "record",
         [PM__PF_TRUNCATED] = "truncated", [PM__PF_CLOSED] = "closed",
         [PM__PF_LOCAL] = "local",         [PM__PF_DUPLICATE] = "duplicate_host",
+        [PM__PF_RATE] = "rate_limited",   [PM__PF_NO_FDS] = "no_fds",
     };
     return why >= 0 && why < PM__PF_COUNT_ ? names[why] : "other";
 }
@@ -446,7 +447,29 @@ static int take_record(pm__pconn *c, const pm__rec_in *in)
     case PM__REC_REKEY: /* the key change itself is the decoder's */
         c->rekeys_in++;
         break;
-    default: /* HEARTBEAT: liveness only */
+    case PM__REC_HEARTBEAT:
+        if (in->echo == PM__REC_ECHO_PONG) {
+            c->pongs++;
+            c->pong_stamp = in->echo_stamp;
+        } else if (in->echo == PM__REC_ECHO_PING) {
+            /* Answered at once; with the queue full it is skipped (an RTT
+             * sample lost, nothing else: records queued prove liveness). */
+            size_t cap, len;
+            unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY, &cap);
+            if (p != NULL) {
+                int rc = pm__rec_seal_echo(c->rec, PM__REC_ECHO_PONG, in->echo_stamp, p, cap, &len);
+                if (rc == -EOVERFLOW) {
+                    pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
+                    return PM__PCE_DEAD;
+                }
+                if (rc == 0) {
+                    c->out_len += len;
+                    c->records_since_rekey++;
+                }
+            }
+        }
+        break;
+    default: /* no other type reaches here */
         break;
     }
     return PM__PCE_NONE;
@@ -568,4 +591,24 @@ int pm__pconn_rekey(pm__pconn *c)
     c->records_since_rekey = 0;
     c->rekeys_out++;
     return 0;
+}
+
+int pm__pconn_ping(pm__pconn *c, uint64_t stamp)
+{
+    if (c->rec == NULL || c->state == PM__PC_DEAD)
+        return -ENOTCONN;
+    size_t cap, len;
+    unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY, &cap);
+    if (p == NULL)
+        return 0; /* as pm__pconn_heartbeat: what is queued proves liveness */
+    int rc = pm__rec_seal_echo(c->rec, PM__REC_ECHO_PING, stamp, p, cap, &len);
+    if (rc == -EOVERFLOW) {
+        pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
+        return rc;
+    }
+    if (rc == 0) {
+        c->out_len += len;
+        c->records_since_rekey++;
+    }
+    return rc;
 }

@@ -61,6 +61,9 @@ enum pm__peer_fail {
     PM__PF_CLOSED,      /* the peer sent CLOSE (an orderly end) */
     PM__PF_LOCAL,       /* we closed it (shutdown, a replaced link, no memory) */
     PM__PF_DUPLICATE,   /* a new incarnation of a host whose live link stays (unpinned) */
+    PM__PF_RATE,        /* accepted and closed at once: its source's handshake rate */
+    PM__PF_NO_FDS,      /* accept failed for lack of fds (the waiting connection is then
+                           accepted on the spare fd and closed) or of memory */
     PM__PF_COUNT_
 };
 
@@ -119,6 +122,8 @@ typedef struct pm__pconn {
     /* Records sealed since our last REKEY (the sender's count for its
      * interval), and REKEY records sent and received. */
     uint64_t records_since_rekey, rekeys_out, rekeys_in;
+    uint64_t pongs;          /* PONGs received; the last one's stamp: */
+    uint64_t pong_stamp;
     /* A FRAMES record's frames, one call each (frame, len), during input. */
     void (*on_frame)(void *arg, const unsigned char *frame, size_t len);
     void *on_frame_arg;
@@ -156,6 +161,10 @@ int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, si
 
 /* Queues a HEARTBEAT (when nothing else was sent for a while). */
 int pm__pconn_heartbeat(pm__pconn *c);
+/* Queues a HEARTBEAT with a PING of stamp: the peer answers with a PONG of
+ * the same stamp (pongs, pong_stamp), the caller's clock gives the RTT. A
+ * PING received is answered here, in pm__pconn_input. */
+int pm__pconn_ping(pm__pconn *c, uint64_t stamp);
 
 /* Queues a REKEY record; the sending key changes right after it
  * (doc/protocol.md 6). 0; -EAGAIN: the output queue is full (nothing

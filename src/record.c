@@ -209,6 +209,20 @@ int pm__rec_seal_heartbeat(pm__rec *r, void *out, size_t cap, size_t *out_len)
     return seal(r, 1, false, out, cap, out_len);
 }
 
+int pm__rec_seal_echo(pm__rec *r, unsigned kind, uint64_t stamp, void *out, size_t cap,
+                      size_t *out_len)
+{
+    if (kind != PM__REC_ECHO_PING && kind != PM__REC_ECHO_PONG)
+        return -EINVAL;
+    int rc = send_check(r, out, out_len);
+    if (rc < 0)
+        return rc;
+    r->tx[0] = PM__REC_HEARTBEAT;
+    r->tx[1] = (unsigned char)kind;
+    pm__put64(r->tx + 2, stamp);
+    return seal(r, 1 + PM__REC_ECHO_BODY, false, out, cap, out_len);
+}
+
 int pm__rec_seal_rekey(pm__rec *r, void *out, size_t cap, size_t *out_len)
 {
     int rc = send_check(r, out, out_len);
@@ -290,8 +304,14 @@ static int open_record(pm__rec *r, pm__rec_in *in)
             return fail(r, -EPROTO);
         break;
     case PM__REC_HEARTBEAT:
-        if (in->len != 0)
+        /* Empty, or an echo (doc/protocol.md 6): nothing else. */
+        if (in->len == PM__REC_ECHO_BODY &&
+            (in->body[0] == PM__REC_ECHO_PING || in->body[0] == PM__REC_ECHO_PONG)) {
+            in->echo = in->body[0];
+            in->echo_stamp = pm__get64(in->body + 1);
+        } else if (in->len != 0) {
             return fail(r, -EPROTO);
+        }
         break;
     case PM__REC_CLOSE:
         if (in->len != 2)

@@ -17,7 +17,8 @@
  *
  *   FRAMES     (1)  one or more "u32 len || frame[len]", 1 <= len <=
  *                   PM__REC_MAX_FRAME, filling the body exactly (batching)
- *   HEARTBEAT  (2)  empty body
+ *   HEARTBEAT  (2)  empty body, or an echo: u8 kind (1 PING, 2 PONG) || u64
+ *                   stamp (a PING's stamp comes back in a PONG: the RTT)
  *   CLOSE      (3)  u16 reason; the last record its sender sends
  *   REKEY      (4)  empty body; the sender Rekey()s its sending key right
  *                   after this record, the receiver its receiving key
@@ -88,7 +89,13 @@ typedef struct pm__rec_in {
     const unsigned char *body;
     size_t len;
     uint16_t close_reason; /* CLOSE only */
+    uint8_t echo;          /* HEARTBEAT: 0 none, PM__REC_ECHO_PING or _PONG */
+    uint64_t echo_stamp;   /* the echo's stamp, opaque to its receiver */
 } pm__rec_in;
+
+#define PM__REC_ECHO_PING 1u
+#define PM__REC_ECHO_PONG 2u
+#define PM__REC_ECHO_BODY 9u
 
 /* A record state over t (owned from now on: freed with the state, also on
  * failure). */
@@ -109,6 +116,9 @@ size_t pm__rec_wire_size(size_t plain_len);
 int pm__rec_seal_frames(pm__rec *r, const struct iovec *frames, size_t n, size_t *taken, void *out, size_t cap,
                         size_t *out_len);
 int pm__rec_seal_heartbeat(pm__rec *r, void *out, size_t cap, size_t *out_len);
+/* A HEARTBEAT carrying an echo (kind PM__REC_ECHO_PING or _PONG). */
+int pm__rec_seal_echo(pm__rec *r, unsigned kind, uint64_t stamp, void *out, size_t cap,
+                      size_t *out_len);
 /* Rekey()s the sending direction once the record is sealed. */
 int pm__rec_seal_rekey(pm__rec *r, void *out, size_t cap, size_t *out_len);
 /* The last record: every later seal is -EPIPE. Always has a nonce left (the

@@ -742,6 +742,84 @@ START_TEST(test_listen_tcp)
 }
 END_TEST
 
+START_TEST(test_peers_in_status_and_metrics)
+{
+    /* Two daemons linked on loopback (b dials a): /status, procmesh status
+     * and /metrics show the peer (state, host, incarnation, RTT from the
+     * heartbeat echo, frames and bytes) and the failures by reason; the
+     * log says peer_up, and peer_down with its reason when b goes. */
+    char dir[] = "/tmp/pm-peers-XXXXXX", secret[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(secret, sizeof(secret), "%s/secret", dir);
+    int sfd = open(secret, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    ck_assert_int_ge(sfd, 0);
+    const char hex[] = "0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20\n";
+    ck_assert_int_eq(write(sfd, hex, sizeof(hex) - 1), (ssize_t)(sizeof(hex) - 1));
+    close(sfd);
+    int pa = free_port(), ha = free_port(), hb = free_port();
+    char listen_a[64], peer_b[64], health_a[64], health_b[64];
+    snprintf(listen_a, sizeof(listen_a), "127.0.0.1:%d", pa);
+    snprintf(peer_b, sizeof(peer_b), "127.0.0.1:%d", pa);
+    health_arg(health_a, sizeof(health_a), ha);
+    health_arg(health_b, sizeof(health_b), hb);
+    char *aa[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--hostname", "a",
+                  "--base-port", "10", "--secret-file", secret, "--peer-listen", listen_a,
+                  "--peer-timeout", "1000", "--health", health_a, "--", "sleep", "100", NULL};
+    char *ab[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--hostname", "b",
+                  "--base-port", "10", "--secret-file", secret, "--peers", peer_b,
+                  "--peer-timeout", "1000", "--health", health_b, "--", "sleep", "100", NULL};
+    proc a = start(aa, base_env);
+    wait_http(ha, "/readyz", 200, 20000);
+    proc b = start(ab, base_env);
+    wait_metric(ha, "procmesh_peer_links_up", 1, 30000);
+    wait_metric(hb, "procmesh_peer_links_up", 1, 30000);
+    wait_log(&a, "peer_up", 10000);
+    ck_assert_ptr_nonnull(strstr(a.log, "host=b"));
+    /* The RTT comes with the first echo (every third of the peer timeout). */
+    static char body[65536];
+    uint64_t end = pm_test_ms() + 20000;
+    int code;
+    while (((code = get(ha, "/status", body, sizeof(body))) != 200 || strstr(body, "\"rtt_us\":-1") != NULL ||
+            strstr(body, "\"rtt_us\":") == NULL) &&
+           pm_test_ms() < end)
+        usleep(50000);
+    ck_assert_msg(code == 200 && strstr(body, "\"rtt_us\":-1") == NULL, "no RTT in /status: %s", body);
+    ck_assert_msg(strstr(body, "\"peer_host\":\"b\",\"peer_state\":\"up\",\"initiator\":0") != NULL,
+                  "/status: %s", body);
+    ck_assert_ptr_nonnull(strstr(body, "\"peer_incarnation\":"));
+    ck_assert_ptr_null(strstr(body, "\"peer_incarnation\":0,"));
+    ck_assert_ptr_nonnull(strstr(body, "\"peer_failures\":{\"preamble\":0,"));
+    ck_assert_ptr_nonnull(strstr(body, "\"rate_limited\":0"));
+    ck_assert_int_eq(metric_value(ha, "procmesh_peer_failures_total{reason=\"key_id\"}"), 0);
+    ck_assert_int_eq(metric_value(ha, "procmesh_peer_frames_total{host=\"b\",direction=\"in\"}"), 0);
+    ck_assert_int_eq(metric_value(ha, "procmesh_peer_bytes_total{host=\"b\",direction=\"out\"}"), 0);
+    ck_assert_int_ge(metric_value(ha, "procmesh_peer_rtt_seconds{host=\"b\"}"), 0);
+    /* procmesh status: the peers table under the slots. */
+    char *sa[] = {"procmesh", "status", "--health", health_a, NULL};
+    proc st = start_full(sa, base_env, STDOUT_FILENO, NULL, NULL);
+    static char table[8192];
+    ck_assert_int_eq(finish(&st, table, sizeof(table), 10000), 0);
+    ck_assert_msg(strstr(table, "PEER             STATE") != NULL, "procmesh status:\n%s", table);
+    ck_assert_msg(strstr(table, "\nb                up ") != NULL, "procmesh status:\n%s", table);
+    /* b goes: a logs peer_down with the reason (b's CLOSE: "closed"), and
+     * counts it. */
+    static char out[65536];
+    kill(b.pid, SIGTERM);
+    ck_assert_int_eq(finish(&b, out, sizeof(out), 20000), 0);
+    wait_log(&a, "peer_down", 20000);
+    ck_assert_msg(strstr(a.log, "reason=closed") != NULL || strstr(a.log, "reason=truncated") != NULL,
+                  "peer_down without its reason:\n%s", a.log);
+    wait_metric(ha, "procmesh_peer_links_up", 0, 10000);
+    ck_assert_int_ge(metric_value(ha, "procmesh_peer_failures_total{reason=\"closed\"}") +
+                         metric_value(ha, "procmesh_peer_failures_total{reason=\"truncated\"}"),
+                     1);
+    kill(a.pid, SIGTERM);
+    ck_assert_int_eq(finish(&a, out, sizeof(out), 20000), 0);
+    unlink(secret);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon_api");
@@ -755,5 +833,6 @@ int main(void)
     PM_ADD_TEST(s, test_subreaper_not_pid1, 60);
     PM_ADD_TEST(s, test_version, 30);
     PM_ADD_TEST(s, test_listen_tcp, 60);
+    PM_ADD_TEST(s, test_peers_in_status_and_metrics, 120);
     return pm_test_main(s);
 }

@@ -558,6 +558,34 @@ START_TEST(test_caller_errors)
 }
 END_TEST
 
+START_TEST(test_heartbeat_echo)
+{
+    /* A HEARTBEAT may carry an echo (kind, stamp): 1 + 9 bytes of
+     * plaintext; the stamp comes out as it went in. An empty one has none. */
+    pm__rec *r[2];
+    pair(r);
+    pm__rec_in in;
+    size_t len;
+    ck_assert_int_eq(pm__rec_seal_echo(r[0], PM__REC_ECHO_PING, 0x0102030405060708ull, wire,
+                                       sizeof(wire), &len), 0);
+    ck_assert_uint_eq(len, PM__REC_HDR + 1 + PM__REC_ECHO_BODY + 16);
+    ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
+    ck_assert_int_eq(in.type, PM__REC_HEARTBEAT);
+    ck_assert_uint_eq(in.echo, PM__REC_ECHO_PING);
+    ck_assert_uint_eq(in.echo_stamp, 0x0102030405060708ull);
+    ck_assert_int_eq(pm__rec_seal_echo(r[1], PM__REC_ECHO_PONG, 42, wire, sizeof(wire), &len), 0);
+    ck_assert_int_eq(feed_all(r[0], wire, len, &in), 1);
+    ck_assert_uint_eq(in.echo, PM__REC_ECHO_PONG);
+    ck_assert_uint_eq(in.echo_stamp, 42);
+    ck_assert_int_eq(seal_hb(r[0], &len), 0);
+    ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
+    ck_assert_uint_eq(in.echo, 0);
+    ck_assert_int_eq(pm__rec_seal_echo(r[0], 3, 1, wire, sizeof(wire), &len), -EINVAL);
+    pm__rec_free(r[0]);
+    pm__rec_free(r[1]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record");
@@ -572,5 +600,6 @@ int main(void)
     PM_ADD_TEST(s, test_rekey, 0);
     PM_ADD_TEST(s, test_nonce_limit, 0);
     PM_ADD_TEST(s, test_caller_errors, 0);
+    PM_ADD_TEST(s, test_heartbeat_echo, 0);
     return pm_test_main(s);
 }

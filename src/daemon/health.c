@@ -89,6 +89,54 @@ static void metric(pmd_sbuf *b, const char *name, const char *type, const char *
     pmd_sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* Peer links (peer mode only): the links up, each up link's RTT, frames
+ * and bytes, and the ended connections by reason. */
+static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
+{
+    enum { MAXP = 64, MAXR = 32 };
+    if (pm_cluster_peer_failures(c, NULL, NULL, 0) <= 0)
+        return; /* not in peer mode: no peer samples at all */
+    pm_peer_info *p = calloc(MAXP, sizeof(*p));
+    int n = p != NULL ? pm_cluster_peers(c, p, MAXP) : 0;
+    if (n > MAXP)
+        n = MAXP;
+    unsigned up = 0;
+    for (int i = 0; i < n; i++)
+        up += strcmp(p[i].state, "up") == 0;
+    metric(b, "procmesh_peer_links_up", "gauge", "Peer links up.");
+    pmd_sb_printf(b, "procmesh_peer_links_up %u\n", up);
+    metric(b, "procmesh_peer_rtt_seconds", "gauge", "Round trip of each up link's last heartbeat echo.");
+    for (int i = 0; i < n; i++)
+        if (strcmp(p[i].state, "up") == 0 && p[i].rtt_us >= 0)
+            pmd_sb_printf(b, "procmesh_peer_rtt_seconds{host=\"%s\"} %.6f\n", p[i].host,
+                          (double)p[i].rtt_us / 1e6);
+    metric(b, "procmesh_peer_frames_total", "counter", "Frames over each up link, by direction.");
+    for (int i = 0; i < n; i++)
+        if (strcmp(p[i].state, "up") == 0)
+            pmd_sb_printf(b,
+                          "procmesh_peer_frames_total{host=\"%s\",direction=\"in\"} %llu\n"
+                          "procmesh_peer_frames_total{host=\"%s\",direction=\"out\"} %llu\n",
+                          p[i].host, (unsigned long long)p[i].frames_in, p[i].host,
+                          (unsigned long long)p[i].frames_out);
+    metric(b, "procmesh_peer_bytes_total", "counter", "Frame bytes over each up link, by direction.");
+    for (int i = 0; i < n; i++)
+        if (strcmp(p[i].state, "up") == 0)
+            pmd_sb_printf(b,
+                          "procmesh_peer_bytes_total{host=\"%s\",direction=\"in\"} %llu\n"
+                          "procmesh_peer_bytes_total{host=\"%s\",direction=\"out\"} %llu\n",
+                          p[i].host, (unsigned long long)p[i].bytes_in, p[i].host,
+                          (unsigned long long)p[i].bytes_out);
+    free(p);
+    const char *why[MAXR];
+    uint64_t count[MAXR];
+    int r = pm_cluster_peer_failures(c, why, count, MAXR);
+    metric(b, "procmesh_peer_failures_total", "counter",
+           "Peer connections ended (handshakes refused, links closed), by reason.");
+    for (int i = 0; i < r && i < MAXR; i++)
+        pmd_sb_printf(b, "procmesh_peer_failures_total{reason=\"%s\"} %llu\n", why[i],
+                      (unsigned long long)count[i]);
+}
+
 size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, size_t size)
 {
     pmd_sbuf b = {buf, size, 0};
@@ -171,6 +219,7 @@ size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, 
     metric(&b, "procmesh_orphans_reaped_total", "counter",
            "Re-parented processes that were not workers, reaped.");
     pmd_sb_printf(&b, "procmesh_orphans_reaped_total %llu\n", (unsigned long long)s.orphans_reaped);
+    peer_metrics(&b, c);
     free(info);
     return b.len;
 }
@@ -378,7 +427,8 @@ pmd_health *pmd_health_start(pm_cluster *c, const char *host, unsigned port, pmd
              listen(fd, 128) == 0;
     freeaddrinfo(res);
     if (ok) {
-        h->outsize = 64 * 1024 + 512 * (size_t)pm_cluster_slots(c);
+        /* + the peer links: at most 64 connections, ~1 KiB each in /metrics. */
+        h->outsize = 64 * 1024 + 512 * (size_t)pm_cluster_slots(c) + 64 * 1024;
         h->out = malloc(h->outsize);
         ok = h->out != NULL;
     }

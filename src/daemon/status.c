@@ -57,6 +57,37 @@ static void crash_json(pmd_sbuf *b, const pm_crash_report *r)
                   r->code_name, (unsigned long long)r->fault_addr, pc);
 }
 
+/* The peer links (peer mode; nothing otherwise): one object per connection,
+ * and the ended ones by reason. Host names follow the name rule: no quote,
+ * no brace. */
+static void peers_json(pmd_sbuf *b, pm_cluster *c)
+{
+    enum { MAXP = 64, MAXR = 32 };
+    if (pm_cluster_peer_failures(c, NULL, NULL, 0) <= 0)
+        return; /* not in peer mode: the slots only, as before */
+    pm_peer_info *p = calloc(MAXP, sizeof(*p));
+    int n = p != NULL ? pm_cluster_peers(c, p, MAXP) : 0;
+    pmd_sb_printf(b, ",\"peers\":[");
+    for (int i = 0; i < n && i < MAXP; i++)
+        pmd_sb_printf(b,
+                      "%s{\"peer_host\":\"%s\",\"peer_state\":\"%s\",\"initiator\":%d,"
+                      "\"peer_incarnation\":%llu,\"rtt_us\":%lld,\"age_ms\":%llu,"
+                      "\"frames_in\":%llu,\"frames_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu}",
+                      i ? "," : "", p[i].host, p[i].state, p[i].initiator,
+                      (unsigned long long)p[i].incarnation, (long long)p[i].rtt_us,
+                      (unsigned long long)p[i].age_ms, (unsigned long long)p[i].frames_in,
+                      (unsigned long long)p[i].frames_out, (unsigned long long)p[i].bytes_in,
+                      (unsigned long long)p[i].bytes_out);
+    free(p);
+    const char *why[MAXR];
+    uint64_t count[MAXR];
+    int r = pm_cluster_peer_failures(c, why, count, MAXR);
+    pmd_sb_printf(b, "],\"peer_failures\":{");
+    for (int i = 0; i < r && i < MAXR; i++)
+        pmd_sb_printf(b, "%s\"%s\":%llu", i ? "," : "", why[i], (unsigned long long)count[i]);
+    pmd_sb_printf(b, "}");
+}
+
 size_t pmd_status_json(pm_cluster *c, int ready, int draining, char *buf, size_t size)
 {
     pmd_sbuf b = {buf, size, 0};
@@ -100,7 +131,9 @@ size_t pmd_status_json(pm_cluster *c, int ready, int draining, char *buf, size_t
         crash_json(&b, &si.last_crash);
         pmd_sb_printf(&b, "}");
     }
-    pmd_sb_printf(&b, "]}\n");
+    pmd_sb_printf(&b, "]");
+    peers_json(&b, c);
+    pmd_sb_printf(&b, "}\n");
     return b.len;
 }
 
@@ -176,6 +209,44 @@ static void crash_cell(const char *obj, char *buf, size_t size)
     snprintf(buf, size, "%s %s %s", code, addr, pc);
 }
 
+/* The integer value of key in the object at obj (up to its '}'), or -1. */
+static long long read_int(const char *obj, const char *key)
+{
+    const char *end = strchr(obj, '}');
+    char k[40];
+    snprintf(k, sizeof(k), "\"%s\":", key);
+    const char *p = strstr(obj, k);
+    if (p == NULL || end == NULL || p > end)
+        return -1;
+    return strtoll(p + strlen(k), NULL, 10);
+}
+
+/* The peers of /status as a second table (none outside peer mode). */
+static void peers_print(FILE *out, const char *body)
+{
+    const char *key = "{\"peer_host\":";
+    const char *p = strstr(body, key);
+    if (p == NULL)
+        return;
+    fprintf(out, "\n%-16s %-10s %-20s %-10s %-21s %s\n", "PEER", "STATE", "INCARNATION", "RTT",
+            "FRAMES IN/OUT", "BYTES IN/OUT");
+    for (; p != NULL; p = strstr(p + 1, key)) {
+        char host[64], state[16], rtt[24], frames[48];
+        read_string(p, "peer_host", host, sizeof(host));
+        read_string(p, "peer_state", state, sizeof(state));
+        long long us = read_int(p, "rtt_us");
+        if (us < 0)
+            snprintf(rtt, sizeof(rtt), "-");
+        else
+            snprintf(rtt, sizeof(rtt), "%.3fms", (double)us / 1000.0);
+        snprintf(frames, sizeof(frames), "%lld/%lld", read_int(p, "frames_in"), read_int(p, "frames_out"));
+        const char *inc = strstr(p, "\"peer_incarnation\":");
+        fprintf(out, "%-16s %-10s %-20llu %-10s %-21s %lld/%lld\n", host[0] ? host : "-", state,
+                inc != NULL ? strtoull(inc + 19, NULL, 10) : 0ull, rtt, frames,
+                read_int(p, "bytes_in"), read_int(p, "bytes_out"));
+    }
+}
+
 int pmd_status_print(FILE *out, const char *body)
 {
     int rows = 0;
@@ -200,5 +271,6 @@ int pmd_status_print(FILE *out, const char *body)
                 last, age, crash);
         rows++;
     }
+    peers_print(out, body);
     return rows;
 }

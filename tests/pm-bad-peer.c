@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: MIT */
+/* pm-bad-peer.c - a hostile peer for tests: connects to a procmesh peer port, performs one attack of doc/protocol.md 8 and waits for the supervisor to close the connection. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "le.h"
+#include "noise.h"
+#include "peer.h"
+#include "peerkeys.h"
+#include "record.h"
+
+/*
+ * usage: pm-bad-peer PORT SYSTEM SECRET_HEX ATTACK [HOST]
+ *
+ * Connects to 127.0.0.1:PORT, a supervisor of system SYSTEM whose secret
+ * is SECRET_HEX (64 hex characters: the attacks after a real handshake
+ * hold it, as a compromised or replayed host would), performs ATTACK and
+ * then reads until the supervisor closes the connection. HOST is the host
+ * name it authenticates as where it completes a handshake (default "x").
+ *
+ * Exit: 0 the attack was made and the supervisor closed the connection
+ * (or, for forged-host, kept it and then accepted our CLOSE); 1 it did
+ * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
+ * 3 setup failed (connect, the real handshake an attack needs).
+ *
+ * The library's pure objects (peer.c, noise.c, record.c) do the honest
+ * parts; the attack is what it does with their bytes.
+ */
+
+#define WAIT_MS 30000
+#define XXPSK3 "Noise_XXpsk3_25519_ChaChaPoly_SHA256"
+
+static int port;
+static const char *sys_name;
+static const char *host = "x";
+static unsigned char secret[PM__PEER_KEY_LEN];
+
+static void fail(int code, const char *what)
+{
+    fprintf(stderr, "pm-bad-peer: %s\n", what);
+    exit(code);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int dial(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        fail(3, "connect to the peer port failed");
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+/* Writes everything; a write the supervisor refused (it closed already) is
+ * not an error of the attack: the wait that follows sees the close. */
+static void send_all(int fd, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    while (n > 0) {
+        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        b += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Reads exactly n bytes within WAIT_MS; 0, or -1 on EOF, error, time out. */
+static int recv_exact(int fd, void *p, size_t n)
+{
+    unsigned char *b = p;
+    uint64_t end = now_ms() + WAIT_MS;
+    while (n > 0) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        uint64_t now = now_ms();
+        if (now >= end || poll(&pf, 1, (int)(end - now)) <= 0)
+            return -1;
+        ssize_t r = recv(fd, b, n, 0);
+        if (r <= 0)
+            return -1;
+        b += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Reads (and discards) until the supervisor closes: EOF or a reset. 0, or
+ * exits 1 when it has not closed within WAIT_MS. */
+static void wait_closed(int fd, const char *attack)
+{
+    uint64_t end = now_ms() + WAIT_MS;
+    unsigned char buf[4096];
+    for (;;) {
+        uint64_t now = now_ms();
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (now >= end || poll(&pf, 1, (int)(end - now)) < 0)
+            break;
+        ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+            close(fd);
+            return;
+        }
+    }
+    fprintf(stderr, "pm-bad-peer: %s: the supervisor did not close the connection\n", attack);
+    exit(1);
+}
+
+/* One framed handshake message from the supervisor (u32 length || message)
+ * into buf, framed; its framed length. */
+static size_t recv_msg(int fd, unsigned char *buf, size_t cap)
+{
+    if (recv_exact(fd, buf, 4) < 0)
+        fail(1, "no handshake message from the supervisor");
+    size_t n = pm__get32(buf);
+    if (n > cap - 4 || recv_exact(fd, buf + 4, n) < 0)
+        fail(1, "a handshake message of a bad length from the supervisor");
+    return 4 + n;
+}
+
+/* ---------------------------------------------------------------- honest */
+
+static pm__keyring *ring_with(const unsigned char *key)
+{
+    pm__keyring *kr = NULL;
+    if (pm__keyring_new(&kr) < 0 || pm__keyring_random_static(kr) < 0 ||
+        (key != NULL && pm__keyring_add_secret(kr, key) < 0))
+        fail(3, "keyring");
+    return kr;
+}
+
+static pm__keyring *keys;
+static pm__pconn_cfg cfg;
+
+/* Bytes of a real handshake, kept for the replays. */
+static unsigned char first[PM__PEER_PREAMBLE_MAX + 4 + 64];
+static size_t first_len;
+static unsigned char third[4 + PM__PEER_HS_MSG_MAX];
+static size_t third_len;
+
+static void send_output(int fd, pm__pconn *pc)
+{
+    size_t n;
+    const unsigned char *p = pm__pconn_output(pc, &n);
+    if (n > 0) {
+        send_all(fd, p, n);
+        pm__pconn_sent(pc, n);
+    }
+}
+
+/* A real handshake as initiator on fd, up to the link being up on our side
+ * (the supervisor's first record received). Captures the preamble and
+ * message 1 (first) and message 3 (third). */
+static void honest(int fd, pm__pconn *pc)
+{
+    if (pm__pconn_init(pc, &cfg, 1) < 0)
+        fail(3, "pm__pconn_init");
+    size_t n;
+    const unsigned char *p = pm__pconn_output(pc, &n);
+    if (n > sizeof(first))
+        fail(3, "preamble too long");
+    memcpy(first, p, n);
+    first_len = n;
+    send_output(fd, pc);
+    unsigned char buf[4096];
+    uint64_t end = now_ms() + WAIT_MS;
+    for (;;) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        uint64_t now = now_ms();
+        if (now >= end || poll(&pf, 1, (int)(end - now)) <= 0)
+            fail(3, "the real handshake timed out");
+        ssize_t r = recv(fd, buf, sizeof(buf), 0);
+        if (r <= 0)
+            fail(3, "the supervisor closed during the real handshake");
+        size_t off = 0;
+        while (off < (size_t)r) {
+            size_t used = 0;
+            int ev = pm__pconn_input(pc, buf + off, (size_t)r - off, &used);
+            off += used;
+            if (third_len == 0 && pc->state >= PM__PC_SPLIT) {
+                /* Message 3 is the first thing queued after message 2. */
+                p = pm__pconn_output(pc, &n);
+                if (n < 4 || 4 + (size_t)pm__get32(p) > sizeof(third))
+                    fail(3, "message 3 not queued");
+                third_len = 4 + pm__get32(p);
+                memcpy(third, p, third_len);
+            }
+            send_output(fd, pc);
+            if (ev == PM__PCE_DEAD)
+                fail(3, "the real handshake failed");
+            if (ev == PM__PCE_UP)
+                return;
+            if (used == 0)
+                break;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- crafted */
+
+/* A handshake of our own making: the preamble `wire` is sent, but Noise
+ * uses `prologue` and `psk`; message 3 is sent only when the supervisor
+ * answered message 1 (send3). */
+static void crafted(int fd, const unsigned char *wire, size_t wire_len, const unsigned char *prologue,
+                    size_t prologue_len, const unsigned char *psk, int send3)
+{
+    pm__noise_hs *hs = NULL;
+    if (pm__noise_hs_new(&hs, XXPSK3, 1, prologue, prologue_len, NULL) < 0 ||
+        pm__noise_hs_set_static(hs, pm__keyring_static_priv(keys)) < 0 ||
+        pm__noise_hs_set_psk(hs, 0, psk) < 0)
+        fail(3, "noise setup");
+    unsigned char out[PM__PEER_PREAMBLE_MAX + 4 + PM__PEER_HS_MSG_MAX];
+    size_t n = 0;
+    memcpy(out, wire, wire_len);
+    if (pm__noise_write_message(hs, NULL, 0, out + wire_len + 4, PM__PEER_HS_MSG_MAX, &n) < 0)
+        fail(3, "message 1");
+    pm__put32(out + wire_len, (uint32_t)n);
+    send_all(fd, out, wire_len + 4 + n);
+    if (send3) {
+        unsigned char m2[4 + PM__PEER_HS_MSG_MAX], pl[PM__PEER_HS_MSG_MAX];
+        size_t m2len = recv_msg(fd, m2, sizeof(m2)), plen;
+        if (pm__noise_read_message(hs, m2 + 4, m2len - 4, pl, sizeof(pl), &plen) < 0)
+            fail(3, "message 2 did not decrypt");
+        pm__peer_hello h;
+        memset(&h, 0, sizeof(h));
+        h.max_version = 1;
+        h.incarnation = 7;
+        h.idle_ms = 5000;
+        snprintf(h.host, sizeof(h.host), "%s", host);
+        unsigned char hello[19 + 64];
+        size_t hl = pm__peer_hello_encode(&h, hello, sizeof(hello));
+        if (pm__noise_write_message(hs, hello, hl, out + 4, PM__PEER_HS_MSG_MAX, &n) < 0)
+            fail(3, "message 3");
+        pm__put32(out, (uint32_t)n);
+        send_all(fd, out, 4 + n);
+    }
+    pm__noise_hs_free(hs);
+}
+
+/* ---------------------------------------------------------------- attacks */
+
+/* After a real handshake: one sealed HEARTBEAT into buf; its length. */
+static size_t sealed_heartbeat(pm__pconn *pc, unsigned char *buf, size_t cap)
+{
+    size_t n = 0;
+    if (pm__rec_seal_heartbeat(pc->rec, buf, cap, &n) < 0)
+        fail(3, "seal");
+    return n;
+}
+
+/* A frame from our port 10 to the supervisor (port 0) claiming to come
+ * from host index 2: on a link, hosts are relative and must be 0. */
+static void forged_host(int fd, pm__pconn *pc)
+{
+    unsigned char frame[PM__FRAME_HDR_SIZE + 6];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_MSG;
+    f.len = 6;
+    f.dst = 0;
+    f.src = 10;
+    f.src_inc = 1;
+    f.src_host = 2;
+    pm__frame_encode(&f, frame);
+    memcpy(frame + PM__FRAME_HDR_SIZE, "forged", 6);
+    struct iovec iov = {.iov_base = frame, .iov_len = sizeof(frame)};
+    unsigned char buf[256];
+    size_t taken = 0, n = 0;
+    if (pm__rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
+        fail(3, "seal frames");
+    send_all(fd, buf, n);
+    /* Then an orderly end: the link was not cut for the frame. */
+    if (pm__rec_seal_close(pc->rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
+        fail(3, "seal close");
+    send_all(fd, buf, n);
+    shutdown(fd, SHUT_WR);
+}
+
+static void post_handshake(const char *attack)
+{
+    int fd = dial();
+    pm__pconn pc;
+    honest(fd, &pc);
+    unsigned char a[64], b[64];
+    size_t na = sealed_heartbeat(&pc, a, sizeof(a));
+    if (strcmp(attack, "truncated") == 0) {
+        send_all(fd, a, na - 5); /* then end of stream without CLOSE */
+        shutdown(fd, SHUT_WR);
+    } else if (strcmp(attack, "reordered") == 0) {
+        size_t nb = sealed_heartbeat(&pc, b, sizeof(b));
+        send_all(fd, b, nb);
+        send_all(fd, a, na);
+    } else if (strcmp(attack, "duplicated") == 0) {
+        send_all(fd, a, na);
+        send_all(fd, a, na);
+    } else if (strcmp(attack, "bitflip") == 0) {
+        a[na - 3] ^= 0x20; /* in the tag */
+        send_all(fd, a, na);
+    } else if (strcmp(attack, "oversize") == 0) {
+        static const unsigned char huge[4] = {0xff, 0xff, 0xff, 0xff};
+        send_all(fd, huge, sizeof(huge));
+    } else if (strcmp(attack, "forged-host") == 0) {
+        send_all(fd, a, na); /* sealed above: its nonce is spent, so it goes out */
+        forged_host(fd, &pc);
+    } else {
+        fail(2, "unknown attack");
+    }
+    wait_closed(fd, attack);
+    pm__pconn_free(&pc);
+}
+
+/* A real handshake whose bytes the replays reuse; its link is then ended
+ * with a CLOSE (an orderly end). */
+static void capture(void)
+{
+    int fd = dial();
+    pm__pconn pc;
+    honest(fd, &pc);
+    pm__pconn_close(&pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    send_output(fd, &pc);
+    shutdown(fd, SHUT_WR);
+    wait_closed(fd, "capture");
+    pm__pconn_free(&pc);
+}
+
+static int hexval(int ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5 || argc > 6 || strlen(argv[3]) != 64) {
+        fprintf(stderr, "usage: pm-bad-peer PORT SYSTEM SECRET_HEX ATTACK [HOST]\n"
+                        "attacks: wrong-key unknown-key-id bad-magic other-system tamper-prologue\n"
+                        "         replay-msg3 replay-msg1 reflect slow-handshake\n"
+                        "         truncated reordered duplicated bitflip oversize forged-host\n");
+        return 2;
+    }
+    port = atoi(argv[1]);
+    sys_name = argv[2];
+    for (int i = 0; i < 32; i++) {
+        int hi = hexval(argv[3][2 * i]), lo = hexval(argv[3][2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            fail(2, "SECRET_HEX: not 64 hexadecimal characters");
+        secret[i] = (unsigned char)(hi * 16 + lo);
+    }
+    const char *attack = argv[4];
+    if (argc == 6)
+        host = argv[5];
+    if (port <= 0 || port > 65535 || !pm__peer_host_valid(host, strlen(host)))
+        fail(2, "PORT or HOST invalid");
+    if (sodium_init() < 0)
+        fail(3, "sodium_init");
+    keys = ring_with(secret);
+    cfg.system = sys_name;
+    cfg.host = host;
+    randombytes_buf(&cfg.incarnation, sizeof(cfg.incarnation));
+    cfg.incarnation |= 1u;
+    cfg.idle_ms = 5000;
+    cfg.keys = keys;
+
+    unsigned char id[PM__PEER_KEY_ID_LEN], pre[PM__PEER_PREAMBLE_MAX], tampered[PM__PEER_PREAMBLE_MAX];
+    pm__keyring_secret_id(keys, 0, id);
+    size_t plen = pm__peer_preamble(sys_name, id, pre);
+
+    if (strcmp(attack, "wrong-key") == 0) {
+        /* The mesh's key id, but another secret behind it: message 3 (where
+         * psk3 mixes the secret in) fails to decrypt. */
+        unsigned char wrong[PM__PEER_KEY_LEN];
+        memcpy(wrong, secret, sizeof(wrong));
+        wrong[0] ^= 1;
+        int fd = dial();
+        crafted(fd, pre, plen, pre, plen, wrong, 1);
+        wait_closed(fd, attack);
+    } else if (strcmp(attack, "unknown-key-id") == 0) {
+        unsigned char other[PM__PEER_KEY_ID_LEN];
+        randombytes_buf(other, sizeof(other));
+        plen = pm__peer_preamble(sys_name, other, pre);
+        int fd = dial();
+        crafted(fd, pre, plen, pre, plen, secret, 0);
+        wait_closed(fd, attack);
+    } else if (strcmp(attack, "bad-magic") == 0) {
+        pre[5] = 'X';
+        int fd = dial();
+        send_all(fd, pre, plen);
+        wait_closed(fd, attack);
+    } else if (strcmp(attack, "other-system") == 0) {
+        plen = pm__peer_preamble("othermesh", id, pre);
+        int fd = dial();
+        crafted(fd, pre, plen, pre, plen, secret, 0);
+        wait_closed(fd, attack);
+    } else if (strcmp(attack, "tamper-prologue") == 0) {
+        /* A man in the middle rewrote our "procmesh-link/2" into ".../1"
+         * (a downgrade): the supervisor accepts the preamble, but our Noise
+         * hashed the original, so message 1 fails to authenticate. */
+        memcpy(tampered, pre, plen);
+        tampered[7 + strlen(PM__PEER_VERSION_STR) - 1] = '2';
+        int fd = dial();
+        crafted(fd, pre, plen, tampered, plen, secret, 0);
+        wait_closed(fd, attack);
+    } else if (strcmp(attack, "replay-msg3") == 0 || strcmp(attack, "replay-msg1") == 0) {
+        capture();
+        int fd = dial();
+        send_all(fd, first, first_len);
+        unsigned char m2[4 + PM__PEER_HS_MSG_MAX];
+        (void)recv_msg(fd, m2, sizeof(m2)); /* fresh ephemeral: not the captured session's */
+        if (strcmp(attack, "replay-msg3") == 0)
+            send_all(fd, third, third_len);
+        /* replay-msg1: nothing more; only the handshake deadline ends it. */
+        wait_closed(fd, attack);
+    } else if (strcmp(attack, "reflect") == 0) {
+        /* The supervisor's own message 2 sent back as our message 3. */
+        int fd = dial();
+        pm__pconn pc;
+        if (pm__pconn_init(&pc, &cfg, 1) < 0)
+            fail(3, "pm__pconn_init");
+        send_output(fd, &pc);
+        unsigned char m2[4 + PM__PEER_HS_MSG_MAX];
+        size_t n = recv_msg(fd, m2, sizeof(m2));
+        send_all(fd, m2, n);
+        wait_closed(fd, attack);
+        pm__pconn_free(&pc);
+    } else if (strcmp(attack, "slow-handshake") == 0) {
+        /* The preamble and part of message 1, then silence. */
+        int fd = dial();
+        pm__pconn pc;
+        if (pm__pconn_init(&pc, &cfg, 1) < 0)
+            fail(3, "pm__pconn_init");
+        size_t n;
+        const unsigned char *p = pm__pconn_output(&pc, &n);
+        send_all(fd, p, plen + 10);
+        wait_closed(fd, attack);
+        pm__pconn_free(&pc);
+    } else {
+        post_handshake(attack);
+    }
+    pm__keyring_free(keys);
+    return 0;
+}
