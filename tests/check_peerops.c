@@ -455,6 +455,9 @@ START_TEST(test_daemon_sighup_rotation)
     wait_log(&b, "event=peer_keys_reloaded secrets=2", 1, 20000);
     wait_log(&b, "event=peer_up host=a", 1, 20000);
     wait_log(&a, "event=peer_up host=b", 1, 20000);
+    /* The reload's rolling restart must be over: a SIGHUP during one is
+     * not taken (the daemon's rule), and a peer_up can come first. */
+    wait_log(&b, "event=rolling_restart_end", 1, 20000);
 
     write_key(b1, k2);
     ck_assert_int_eq(unlink(b2), 0);
