@@ -21,6 +21,19 @@ static pm__bcast *find_bcast(pm__hub *h, uint64_t id)
     return NULL;
 }
 
+/* A finished broadcast's results and their private copies of the
+ * workers' replies, each wiped before the heap may hand it on. */
+static void free_results(pm_message *results, void **bufs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (bufs[i] != NULL)
+            explicit_bzero(bufs[i], results[i].len);
+        free(bufs[i]);
+    }
+    free(bufs);
+    free(results);
+}
+
 void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b)
 {
     pm__bcast **pp = &h->bcasts;
@@ -30,14 +43,7 @@ void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b)
         *pp = b->next;
     /* Unlinked first: the callback may start another broadcast. */
     PM__APP_CALLBACK(h, b->cb(h->app, b->results, b->n, b->arg));
-    for (size_t i = 0; i < b->n; i++) {
-        /* A worker's reply: wiped before the heap may hand it on. */
-        if (b->bufs[i] != NULL)
-            explicit_bzero(b->bufs[i], b->results[i].len);
-        free(b->bufs[i]);
-    }
-    free(b->bufs);
-    free(b->results);
+    free_results(b->results, b->bufs, b->n);
     free(b);
 }
 
@@ -730,14 +736,7 @@ static void mb_settle(pm__hub *h, pm__mbcast *mb)
         *pp = mb->next;
     /* Unlinked first: the callback may start another one. */
     PM__APP_CALLBACK(h, mb->cb(h->app, mb->results, mb->n, mb->arg));
-    for (size_t i = 0; i < mb->n; i++) {
-        /* Workers' replies: wiped before the heap may hand them on. */
-        if (mb->bufs[i] != NULL)
-            explicit_bzero(mb->bufs[i], mb->results[i].len);
-        free(mb->bufs[i]);
-    }
-    free(mb->bufs);
-    free(mb->results);
+    free_results(mb->results, mb->bufs, mb->n);
     free(mb->parts);
     free(mb);
 }
