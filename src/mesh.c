@@ -298,19 +298,22 @@ static void conn_write(pm__mconn *k)
     }
 }
 
-/* The hub's way into a link (pm__hub_link.send). */
+/*
+ * The hub's way into a link (pm__hub_link.send): 0, the frame is taken and
+ * goes out this loop turn; -EAGAIN, no room (the hub keeps it). The frame
+ * is staged (batching, doc/protocol.md 6): the frames of one turn share
+ * FRAMES records, sealed when the stage fills and in pm__mesh_flush at the
+ * turn's end, so a lone frame waits for no company. Staged frames die with
+ * the link like queued ones; pm__hub_link_down answers their requests.
+ */
 static int conn_send(void *arg, const void *frame, size_t len)
 {
     pm__mconn *k = arg;
-    struct iovec iov = {.iov_base = (void *)frame, .iov_len = len};
-    size_t taken = 0;
-    int rc = pm__pconn_send_frames(&k->pc, &iov, 1, &taken);
+    int rc = pm__pconn_stage(&k->pc, frame, len);
     if (rc == -EAGAIN) {
         conn_write(k); /* room may come from the socket at once */
-        rc = pm__pconn_send_frames(&k->pc, &iov, 1, &taken);
+        rc = pm__pconn_stage(&k->pc, frame, len);
     }
-    if (rc == 0 && taken != 1)
-        rc = -EAGAIN;
     return rc;
 }
 
@@ -849,6 +852,10 @@ void pm__mesh_flush(pm_cluster *c)
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)
             continue;
+        /* The turn's staged frames, sealed now: never later, so batching
+         * adds no delay to a lone request. */
+        if (k->pc_live)
+            (void)pm__pconn_flush_stage(&k->pc); /* a failure closes the link */
         conn_rekey(c, k, pm__now_ms());
         conn_write(k);
         if (k->pc.state == PM__PC_DEAD)
