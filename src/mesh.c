@@ -1159,6 +1159,29 @@ unsigned pm__mesh_links_up(const pm_cluster *c)
     return m == NULL ? 0 : m->up;
 }
 
+void pm__mesh_batch_stats(const pm_cluster *c, uint64_t *frames, uint64_t *records,
+                          uint64_t *staged)
+{
+    const pm__mesh *m = mesh_of(c);
+    *frames = *records = *staged = 0;
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++) {
+        const pm__mconn *k = &m->conns[j];
+        if (k->fd < 0 || !k->pc_live)
+            continue;
+        *frames += k->pc.frames_out;
+        *records += k->pc.frame_records_out;
+        *staged += k->pc.stage_n;
+    }
+}
+
+void pm__mesh_test_truncate(pm_cluster *c)
+{
+    pm__mesh *m = mesh_of(c);
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].linked)
+            (void)pm__pconn_eof(&m->conns[j].pc);
+}
+
 /* New secrets for the handshakes to come (pm_cluster_set_secrets): a new
  * keyring with the same static key, a new generation; the old one is freed
  * when its last connection closes. */
