@@ -300,7 +300,8 @@ static void conn_write(pm__mconn *k)
 
 /*
  * The hub's way into a link (pm__hub_link.send): 0, the frame is taken and
- * goes out this loop turn; -EAGAIN, no room (the hub keeps it). The frame
+ * goes out this loop turn; -EAGAIN, no room (hub_link.c counts it dropped
+ * and answers its sender -ENOBUFS: no backpressure across a link). The frame
  * is staged (batching, doc/protocol.md 6): the frames of one turn share
  * FRAMES records, sealed when the stage fills and in pm__mesh_flush at the
  * turn's end, so a lone frame waits for no company. Staged frames die with
@@ -852,8 +853,8 @@ void pm__mesh_flush(pm_cluster *c)
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)
             continue;
-        /* The turn's staged frames, sealed now: never later, so batching
-         * adds no delay to a lone request. */
+        /* The staged frames, sealed now (at the end of a turn and before
+         * the loop sleeps): never later, so a lone request is not delayed. */
         if (k->pc_live)
             (void)pm__pconn_flush_stage(&k->pc); /* a failure closes the link */
         conn_rekey(c, k, pm__now_ms());
