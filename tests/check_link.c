@@ -453,13 +453,13 @@ START_TEST(test_batched_frames)
     /* A lone request: one frame, one record, sealed at the end of the turn
      * it was sent in (the reply is awaited, no company). */
     uint64_t f0, r0, st, f1, r1;
-    pm__mesh_batch_stats(a, &f0, &r0, &st);
+    pm_test_link_batch(a, &f0, &r0, &st);
     ask(a, "t@b:10", "who", 30000);
-    pm__mesh_batch_stats(a, &f1, &r1, &st);
+    pm_test_link_batch(a, &f1, &r1, &st);
     ck_assert_uint_eq(st, 1);
     PM_RUN_UNTIL(a, answers == 1, 20000);
     ck_assert_int_eq(answer_err, 0);
-    pm__mesh_batch_stats(a, &f1, &r1, &st);
+    pm_test_link_batch(a, &f1, &r1, &st);
     ck_assert_uint_eq(f1 - f0, 1);
     ck_assert_uint_eq(r1 - r0, 1);
     ck_assert_uint_eq(st, 0);
@@ -467,15 +467,15 @@ START_TEST(test_batched_frames)
     /* 600 requests in one turn: the stage fills twice mid-turn (256
      * frames each), the rest is sealed at the turn's end; all replies
      * come back, in order. */
-    pm__mesh_batch_stats(a, &f0, &r0, &st);
+    pm_test_link_batch(a, &f0, &r0, &st);
     seq_requests(a, 0, 600);
-    pm__mesh_batch_stats(a, &f1, &r1, &st);
+    pm_test_link_batch(a, &f1, &r1, &st);
     ck_assert_uint_eq(r1 - r0, 2);
     ck_assert_uint_eq(st, 600 - 2 * 256);
     PM_RUN_UNTIL(a, seq_ok + seq_unreach + seq_other == 600, 30000);
     ck_assert_msg(seq_ok == 600 && seq_disorder == 0, "600 replies: %u ok, %u out of order, %u failed",
                   seq_ok, seq_disorder, seq_unreach + seq_other);
-    pm__mesh_batch_stats(a, &f1, &r1, &st);
+    pm_test_link_batch(a, &f1, &r1, &st);
     ck_assert_uint_eq(f1 - f0, 600);
     ck_assert_msg(r1 - r0 == 3, "600 frames in %llu records", (unsigned long long)(r1 - r0));
 
@@ -483,7 +483,7 @@ START_TEST(test_batched_frames)
      * by the link's end, exactly once. */
     seq_ok = seq_unreach = seq_other = seq_disorder = 0;
     seq_requests(a, 0, 50);
-    pm__mesh_batch_stats(a, &f1, &r1, &st);
+    pm_test_link_batch(a, &f1, &r1, &st);
     ck_assert_uint_eq(st, 50);
     pm__mesh_test_truncate(a);
     PM_RUN_UNTIL(a, seq_unreach + seq_ok + seq_other >= 50, 20000);
