@@ -184,10 +184,12 @@ static int worker_a(pm_node *n, void *arg)
     char text[400];
     pm_message r;
     int rc = -EHOSTUNREACH;
-    for (int i = 0; i < 400 && rc == -EHOSTUNREACH; i++) {
+    for (int i = 0; i < 400 && (rc == -EHOSTUNREACH || rc == -EHOSTDOWN); i++) {
         rc = pm_node_request(n, &to, "who", 3, 5000, &r);
-        if (rc == -EHOSTUNREACH)
-            usleep(50 * 1000); /* not linked yet: the supervisor dials */
+        /* Not linked yet (the supervisor dials), or linked before b's
+         * worker is ready (b's hub answers -EHOSTDOWN until then). */
+        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
+            usleep(50 * 1000);
     }
     if (rc < 0) {
         snprintf(text, sizeof(text), "ERR %d", rc);
