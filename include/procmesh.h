@@ -530,7 +530,9 @@ PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
  * the same API; a link that goes down (PM_EVENT_PEER_DOWN) answers that
  * host's requests in flight -EHOSTUNREACH at once; a link silent for the
  * peer timeout is closed (heartbeats keep an idle one up) and a peer of
- * pm_options_add_peer is redialled with backoff. Not yet: mesh
+ * pm_options_add_peer is redialled with backoff. The frames sent over a
+ * link during one loop turn share encrypted records, sealed at the turn's
+ * end at the latest (no timer delays a lone message). Not yet: mesh
  * broadcast. */
 
 /* Where this supervisor accepts peers: "HOST:PORT" (a name, an IPv4

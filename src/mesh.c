@@ -298,19 +298,23 @@ static void conn_write(pm__mconn *k)
     }
 }
 
-/* The hub's way into a link (pm__hub_link.send). */
+/*
+ * The hub's way into a link (pm__hub_link.send): 0, the frame is taken and
+ * goes out this loop turn; -EAGAIN, no room (hub_link.c counts it dropped
+ * and answers its sender -ENOBUFS: no backpressure across a link). The frame
+ * is staged (batching, doc/protocol.md 6): the frames of one turn share
+ * FRAMES records, sealed when the stage fills and in pm__mesh_flush at the
+ * turn's end, so a lone frame waits for no company. Staged frames die with
+ * the link like queued ones; pm__hub_link_down answers their requests.
+ */
 static int conn_send(void *arg, const void *frame, size_t len)
 {
     pm__mconn *k = arg;
-    struct iovec iov = {.iov_base = (void *)frame, .iov_len = len};
-    size_t taken = 0;
-    int rc = pm__pconn_send_frames(&k->pc, &iov, 1, &taken);
+    int rc = pm__pconn_stage(&k->pc, frame, len);
     if (rc == -EAGAIN) {
         conn_write(k); /* room may come from the socket at once */
-        rc = pm__pconn_send_frames(&k->pc, &iov, 1, &taken);
+        rc = pm__pconn_stage(&k->pc, frame, len);
     }
-    if (rc == 0 && taken != 1)
-        rc = -EAGAIN;
     return rc;
 }
 
@@ -849,6 +853,10 @@ void pm__mesh_flush(pm_cluster *c)
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)
             continue;
+        /* The staged frames, sealed now (at the end of a turn and before
+         * the loop sleeps): never later, so a lone request is not delayed. */
+        if (k->pc_live)
+            (void)pm__pconn_flush_stage(&k->pc); /* a failure closes the link */
         conn_rekey(c, k, pm__now_ms());
         conn_write(k);
         if (k->pc.state == PM__PC_DEAD)
@@ -1150,6 +1158,29 @@ unsigned pm__mesh_links_up(const pm_cluster *c)
 {
     const pm__mesh *m = mesh_of(c);
     return m == NULL ? 0 : m->up;
+}
+
+void pm__mesh_batch_stats(const pm_cluster *c, uint64_t *frames, uint64_t *records,
+                          uint64_t *staged)
+{
+    const pm__mesh *m = mesh_of(c);
+    *frames = *records = *staged = 0;
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++) {
+        const pm__mconn *k = &m->conns[j];
+        if (k->fd < 0 || !k->pc_live)
+            continue;
+        *frames += k->pc.frames_out;
+        *records += k->pc.frame_records_out;
+        *staged += k->pc.stage_n;
+    }
+}
+
+void pm__mesh_test_truncate(pm_cluster *c)
+{
+    pm__mesh *m = mesh_of(c);
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].linked)
+            (void)pm__pconn_eof(&m->conns[j].pc);
 }
 
 /* New secrets for the handshakes to come (pm_cluster_set_secrets): a new

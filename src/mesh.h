@@ -81,6 +81,13 @@ uint64_t pm__mesh_fails(const struct pm_cluster *c, int why);
 int pm__mesh_set_secrets(struct pm_cluster *c, const unsigned char *keys, unsigned n);
 /* REKEY records sent and received by the connections open now. */
 void pm__mesh_rekeys(const struct pm_cluster *c, uint64_t *out, uint64_t *in);
+/* Batching over the live links: frames sent, FRAMES records sealed, and
+ * frames staged now (sealed at the turn's end). */
+void pm__mesh_batch_stats(const struct pm_cluster *c, uint64_t *frames, uint64_t *records,
+                          uint64_t *staged);
+/* Tests only: every linked connection's stream ends as if truncated; the
+ * links die at the turn's end with what they staged unsent. */
+void pm__mesh_test_truncate(struct pm_cluster *c);
 /* --peers-dns: resolutions that answered, that failed (or answered
  * nothing), and the addresses dialled now (our own excluded). */
 void pm__mesh_dns_stats(const struct pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets);

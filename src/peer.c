@@ -99,6 +99,92 @@ static unsigned char *out_room(pm__pconn *c, size_t n, size_t *cap)
     return c->out + c->out_len;
 }
 
+/* Bytes free in the output queue, counting what out_room would move. */
+static size_t out_free(const pm__pconn *c)
+{
+    return PM__PCONN_OUT_CAP - (c->out_len - c->out_off);
+}
+
+/* ------------------------------------------------------------------ stage */
+
+/* Plaintext bytes of a FRAMES record of n frames of len bytes in all. */
+static size_t stage_plain(size_t n, size_t len)
+{
+    return 1 + n * PM__REC_FRAME_HDR + len;
+}
+
+/* Empties the stage; its bytes are a worker's messages in clear. */
+static void stage_drop(pm__pconn *c)
+{
+    if (c->stage != NULL && c->stage_len > 0)
+        explicit_bzero(c->stage, c->stage_len);
+    c->stage_len = 0;
+    c->stage_n = 0;
+}
+
+/* Seals the stage as one FRAMES record into the room reserved for it.
+ * The stage is empty afterwards, sealed or not: on failure the caller
+ * closes the link, so the frames are answered as a dead link's. */
+static int stage_seal(pm__pconn *c)
+{
+    if (c->stage_n == 0)
+        return 0;
+    size_t cap = 0, len = 0, taken = 0;
+    unsigned char *p = out_room(c, pm__rec_wire_size(stage_plain(c->stage_n, c->stage_len)), &cap);
+    int rc = -ENOBUFS; /* cannot happen: pm__pconn_stage reserved the room */
+    if (p != NULL)
+        rc = pm__rec_seal_frames(c->rec, c->stage_iov, c->stage_n, &taken, p, cap, &len);
+    if (rc == 0) {
+        /* taken == stage_n: a full stage is far below one record's limit. */
+        c->out_len += len;
+        c->records_since_rekey++;
+        c->frame_records_out++;
+        c->frames_out += taken;
+        c->bytes_out += c->stage_len;
+    }
+    stage_drop(c);
+    return rc;
+}
+
+int pm__pconn_flush_stage(pm__pconn *c)
+{
+    int rc = stage_seal(c);
+    if (rc < 0)
+        /* A frame taken and never sent would leave its request unanswered
+         * on a live link: the link dies, and its requests are answered. */
+        pm__pconn_close(c, rc == -EOVERFLOW ? PM__REC_CLOSE_NONCE : PM__REC_CLOSE_PROTOCOL, PM__PF_LOCAL);
+    return rc;
+}
+
+int pm__pconn_stage(pm__pconn *c, const void *frame, size_t len)
+{
+    if (c->state != PM__PC_UP)
+        return -ENOTCONN;
+    if (frame == NULL || len == 0 || len > PM__REC_MAX_FRAME)
+        return -EINVAL;
+    int rc;
+    if (c->stage_n == PM__PCONN_STAGE_FRAMES || c->stage_len + len > PM__PCONN_STAGE_CAP) {
+        /* Full: its record goes now, mid-turn; the frame starts the next. */
+        if ((rc = pm__pconn_flush_stage(c)) < 0)
+            return rc;
+    }
+    /* The room of the stage's record with this frame, reserved now: a
+     * frame once taken must never meet a full queue when it is sealed. */
+    if (out_free(c) < pm__rec_wire_size(stage_plain(c->stage_n + 1, c->stage_len + len))) {
+        if ((rc = pm__pconn_flush_stage(c)) < 0)
+            return rc;
+        return -EAGAIN;
+    }
+    memcpy(c->stage + c->stage_len, frame, len);
+    c->stage_iov[c->stage_n].iov_base = c->stage + c->stage_len;
+    c->stage_iov[c->stage_n].iov_len = len;
+    c->stage_n++;
+    c->stage_len += len;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ output */
+
 const unsigned char *pm__pconn_output(const pm__pconn *c, size_t *len)
 {
     *len = c->out != NULL ? c->out_len - c->out_off : 0;
@@ -118,6 +204,7 @@ void pm__pconn_sent(pm__pconn *c, size_t n)
 
 static int die(pm__pconn *c, int fail, int err)
 {
+    stage_drop(c); /* as the output queue: the peer never sees these */
     if (c->state != PM__PC_DEAD) {
         c->state = PM__PC_DEAD;
         c->fail = fail;
@@ -135,6 +222,9 @@ void pm__pconn_close(pm__pconn *c, uint16_t reason, int fail)
         return;
     if (c->rec != NULL && !c->close_sent) {
         size_t cap, n;
+        /* Staged frames go out before the CLOSE, as queued ones do (best
+         * effort: their requests are answered by the link's end anyway). */
+        (void)stage_seal(c);
         unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + 2, &cap);
         /* A courtesy: when the queue is full the peer sees truncation. */
         if (p != NULL && pm__rec_seal_close(c->rec, reason, p, cap, &n) == 0)
@@ -187,8 +277,12 @@ int pm__pconn_init(pm__pconn *c, const pm__pconn_cfg *cfg, int initiator)
         cfg->idle_ms > PM__PEER_IDLE_MAX_MS)
         return -EINVAL;
     c->out = malloc(PM__PCONN_OUT_CAP);
-    if (c->out == NULL)
+    c->stage = malloc(PM__PCONN_STAGE_CAP);
+    c->stage_iov = malloc(PM__PCONN_STAGE_FRAMES * sizeof(*c->stage_iov));
+    if (c->out == NULL || c->stage == NULL || c->stage_iov == NULL) {
+        pm__pconn_free(c);
         return -ENOMEM;
+    }
     if (!c->initiator) {
         c->state = PM__PC_PREAMBLE;
         return 0;
@@ -223,6 +317,11 @@ void pm__pconn_free(pm__pconn *c)
         free(c->out);
     }
     c->out = NULL;
+    stage_drop(c);
+    free(c->stage);
+    c->stage = NULL;
+    free(c->stage_iov);
+    c->stage_iov = NULL;
     explicit_bzero(c->in, sizeof(c->in));
     c->state = PM__PC_DEAD;
 }
@@ -455,6 +554,10 @@ static int take_record(pm__pconn *c, const pm__rec_in *in)
             /* Answered at once; with the queue full it is skipped (an RTT
              * sample lost, nothing else: records queued prove liveness). */
             size_t cap, len;
+            /* Every other record seals the stage first: the room reserved
+             * for it stays its own, and frames keep their order. */
+            if (pm__pconn_flush_stage(c) < 0)
+                return PM__PCE_DEAD;
             unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY, &cap);
             if (p != NULL) {
                 int rc = pm__rec_seal_echo(c->rec, PM__REC_ECHO_PONG, in->echo_stamp, p, cap, &len);
@@ -532,12 +635,15 @@ int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, si
         return -ENOTCONN;
     if (n == 0)
         return 0;
+    int rc = pm__pconn_flush_stage(c); /* staged frames come first */
+    if (rc < 0)
+        return rc;
     size_t cap, len;
     /* Room for at least the first frame in a record of its own. */
     unsigned char *p = out_room(c, pm__rec_wire_size(1 + 4 + frames[0].iov_len), &cap);
     if (p == NULL)
         return -EAGAIN;
-    int rc = pm__rec_seal_frames(c->rec, frames, n, taken, p, cap, &len);
+    rc = pm__rec_seal_frames(c->rec, frames, n, taken, p, cap, &len);
     if (rc == -EOVERFLOW) {
         pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
         return rc;
@@ -546,6 +652,7 @@ int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, si
         return rc;
     c->out_len += len;
     c->records_since_rekey++;
+    c->frame_records_out++;
     c->frames_out += *taken;
     for (size_t i = 0; i < *taken; i++)
         c->bytes_out += frames[i].iov_len;
@@ -555,6 +662,8 @@ int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, si
 int pm__pconn_heartbeat(pm__pconn *c)
 {
     if (c->rec == NULL || c->state == PM__PC_DEAD)
+        return -ENOTCONN;
+    if (pm__pconn_flush_stage(c) < 0) /* see take_record's PONG */
         return -ENOTCONN;
     size_t cap, len;
     unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT, &cap);
@@ -576,6 +685,8 @@ int pm__pconn_rekey(pm__pconn *c)
 {
     if (c->rec == NULL || c->state == PM__PC_DEAD)
         return -ENOTCONN;
+    if (pm__pconn_flush_stage(c) < 0) /* see take_record's PONG */
+        return -ENOTCONN;
     size_t cap, len;
     unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT, &cap);
     if (p == NULL)
@@ -596,6 +707,8 @@ int pm__pconn_rekey(pm__pconn *c)
 int pm__pconn_ping(pm__pconn *c, uint64_t stamp)
 {
     if (c->rec == NULL || c->state == PM__PC_DEAD)
+        return -ENOTCONN;
+    if (pm__pconn_flush_stage(c) < 0) /* see take_record's PONG */
         return -ENOTCONN;
     size_t cap, len;
     unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY, &cap);

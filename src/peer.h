@@ -42,6 +42,11 @@
 #define PM__PEER_IDLE_MAX_MS 600000u
 #define PM__PCONN_HS_MAX (PM__PEER_PREAMBLE_MAX + 4u + PM__PEER_HS_MSG_MAX)
 #define PM__PCONN_OUT_CAP ((size_t)2 * PM__REC_WIRE_MAX)
+/* The staging area of one link (pm__pconn_stage): frames gathered during a
+ * loop turn and sealed as one FRAMES record. Any frame fits an empty stage;
+ * the frame count bounds the iovec table sealing walks. */
+#define PM__PCONN_STAGE_CAP ((size_t)PM__REC_MAX_FRAME)
+#define PM__PCONN_STAGE_FRAMES 256u
 
 /* Why a link ended (counted by reason, in /metrics). */
 enum pm__peer_fail {
@@ -119,6 +124,14 @@ typedef struct pm__pconn {
     pm__peer_hello peer;
     unsigned char peer_static[PM__PEER_KEY_LEN];
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
+    /* FRAMES records sealed (frames_out / frame_records_out: the batching). */
+    uint64_t frame_records_out;
+    /* Frames staged, not yet sealed: stage[0..stage_len), one iovec each
+     * (into stage). Their record's room in `out` is reserved already. */
+    unsigned char *stage;
+    size_t stage_len;
+    struct iovec *stage_iov;
+    size_t stage_n;
     /* Records sealed since our last REKEY (the sender's count for its
      * interval), and REKEY records sent and received. */
     uint64_t records_since_rekey, rekeys_out, rekeys_in;
@@ -158,6 +171,27 @@ void pm__pconn_sent(pm__pconn *c, size_t n);
  * -EAGAIN: the output queue is full (backpressure); -ENOTCONN: not up;
  * another negative errno kills the link. */
 int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, size_t *taken);
+
+/*
+ * Batching (doc/protocol.md 6, "How procmesh fills records"): copies one
+ * frame into the staging area, to be sealed with the frames staged with it
+ * as one FRAMES record by pm__pconn_flush_stage (the caller's end of a loop
+ * turn), or at once when the stage fills. Never waits for company: the
+ * caller flushes every turn. Room for the staged record in the output
+ * queue is reserved as frames are staged, so a staged frame is always
+ * sealed; every other record seals the stage first (frames keep their
+ * order). A dying link discards the stage, as it does its output queue.
+ *   0          taken
+ *   -EAGAIN    the output queue has no room for it (what was staged is
+ *              sealed: send output, then try again)
+ *   -ENOTCONN  the link is not up; -EINVAL a length of 0 or above
+ *              PM__REC_MAX_FRAME; -EOVERFLOW the link ran out of nonces
+ *              (it is closed)
+ */
+int pm__pconn_stage(pm__pconn *c, const void *frame, size_t len);
+/* Seals the staged frames as one FRAMES record: 0 (also with nothing
+ * staged), -EOVERFLOW (the link is closed, the frames lost). */
+int pm__pconn_flush_stage(pm__pconn *c);
 
 /* Queues a HEARTBEAT (when nothing else was sent for a while). */
 int pm__pconn_heartbeat(pm__pconn *c);

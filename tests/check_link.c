@@ -94,6 +94,10 @@ static int worker_b(pm_node *n, void *arg)
             pm_node_reply(n, &m, left, strlen(left));
             continue;
         }
+        if (m.len >= 3 && memcmp(m.data, "seq", 3) == 0) {
+            pm_node_reply(n, &m, m.data, m.len); /* echoed: the order is checked */
+            continue;
+        }
         if (m.len == 4 && memcmp(m.data, "hang", 4) == 0) {
             pm_address main_a;
             if (pm_address_parse("t@a:0", &main_a) == 0)
@@ -180,10 +184,12 @@ static int worker_a(pm_node *n, void *arg)
     char text[400];
     pm_message r;
     int rc = -EHOSTUNREACH;
-    for (int i = 0; i < 400 && rc == -EHOSTUNREACH; i++) {
+    for (int i = 0; i < 400 && (rc == -EHOSTUNREACH || rc == -EHOSTDOWN); i++) {
         rc = pm_node_request(n, &to, "who", 3, 5000, &r);
-        if (rc == -EHOSTUNREACH)
-            usleep(50 * 1000); /* not linked yet: the supervisor dials */
+        /* Not linked yet (the supervisor dials), or linked before b's
+         * worker is ready (b's hub answers -EHOSTDOWN until then). */
+        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
+            usleep(50 * 1000);
     }
     if (rc < 0) {
         snprintf(text, sizeof(text), "ERR %d", rc);
@@ -392,6 +398,102 @@ START_TEST(test_main_request_remote)
     ck_assert_int_eq(pm_cluster_send(a, &to, big, sizeof(big)), -EHOSTUNREACH);
     ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
     ck_assert_int_eq(pm_cluster_request(a, &to, "x", 1, 1000, on_answer, NULL), -EHOSTUNREACH);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+/* Answers to "seq<i>" requests: counted by error, and the text of each
+ * success checked against the order they were sent in. */
+static unsigned seq_ok, seq_unreach, seq_other, seq_disorder;
+
+static void on_seq(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    char want[16];
+    snprintf(want, sizeof(want), "seq%u", seq_ok + (unsigned)(uintptr_t)arg);
+    if (m->error == -EHOSTUNREACH)
+        seq_unreach++;
+    else if (m->error != 0)
+        seq_other++;
+    else if (m->len != strlen(want) || memcmp(m->data, want, m->len) != 0)
+        seq_disorder++, seq_ok++;
+    else
+        seq_ok++;
+}
+
+/* Sends n "seq<i>" requests from main, i from first, all in one turn (no
+ * loop runs in between). */
+static void seq_requests(pm_cluster *a, unsigned first, unsigned n)
+{
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    for (unsigned i = first; i < first + n; i++) {
+        char text[16];
+        snprintf(text, sizeof(text), "seq%u", i);
+        int id = pm_cluster_request(a, &to, text, strlen(text), 30000, on_seq, (void *)(uintptr_t)first);
+        ck_assert_msg(id > 0, "request %u: %d", i, id);
+    }
+}
+
+/* Batching (issue 12): the frames of one turn share FRAMES records, a
+ * lone request is sealed at its turn's end, and frames staged when the
+ * link dies are answered once each. */
+START_TEST(test_batched_frames)
+{
+    int pb = free_port();
+    pid_t b = start_b(pb, secret1);
+    pm_cluster *a = start_a_with(pb, secret1, idle_worker);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
+    uint64_t end = pm_test_ms() + 30000;
+    do {
+        ask(a, "t@b:10", "who", 5000);
+        PM_RUN_UNTIL(a, answers == 1, 10000);
+    } while (answer_err == -EHOSTDOWN && pm_test_ms() < end);
+    ck_assert_msg(answer_err == 0, "who: %d", answer_err);
+
+    /* A lone request: one frame, one record, sealed at the end of the turn
+     * it was sent in (the reply is awaited, no company). */
+    uint64_t f0, r0, st, f1, r1;
+    pm_test_link_batch(a, &f0, &r0, &st);
+    ask(a, "t@b:10", "who", 30000);
+    pm_test_link_batch(a, &f1, &r1, &st);
+    ck_assert_uint_eq(st, 1);
+    PM_RUN_UNTIL(a, answers == 1, 20000);
+    ck_assert_int_eq(answer_err, 0);
+    pm_test_link_batch(a, &f1, &r1, &st);
+    ck_assert_uint_eq(f1 - f0, 1);
+    ck_assert_uint_eq(r1 - r0, 1);
+    ck_assert_uint_eq(st, 0);
+
+    /* 600 requests in one turn: the stage fills twice mid-turn (256
+     * frames each), the rest is sealed at the turn's end; all replies
+     * come back, in order. */
+    pm_test_link_batch(a, &f0, &r0, &st);
+    seq_requests(a, 0, 600);
+    pm_test_link_batch(a, &f1, &r1, &st);
+    ck_assert_uint_eq(r1 - r0, 2);
+    ck_assert_uint_eq(st, 600 - 2 * 256);
+    PM_RUN_UNTIL(a, seq_ok + seq_unreach + seq_other == 600, 30000);
+    ck_assert_msg(seq_ok == 600 && seq_disorder == 0, "600 replies: %u ok, %u out of order, %u failed",
+                  seq_ok, seq_disorder, seq_unreach + seq_other);
+    pm_test_link_batch(a, &f1, &r1, &st);
+    ck_assert_uint_eq(f1 - f0, 600);
+    ck_assert_msg(r1 - r0 == 3, "600 frames in %llu records", (unsigned long long)(r1 - r0));
+
+    /* The link dies with 50 requests staged: each answered -EHOSTUNREACH
+     * by the link's end, exactly once. */
+    seq_ok = seq_unreach = seq_other = seq_disorder = 0;
+    seq_requests(a, 0, 50);
+    pm_test_link_batch(a, &f1, &r1, &st);
+    ck_assert_uint_eq(st, 50);
+    pm__mesh_test_truncate(a);
+    PM_RUN_UNTIL(a, seq_unreach + seq_ok + seq_other >= 50, 20000);
+    uint64_t settle = pm_test_ms() + 500;
+    PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
+    ck_assert_msg(seq_unreach == 50 && seq_ok == 0 && seq_other == 0,
+                  "50 staged requests: %u unreachable, %u ok, %u other", seq_unreach, seq_ok, seq_other);
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
     pm_test_reap(b, 5000);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
@@ -1031,6 +1133,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_main_request_remote, 120);
+    PM_ADD_TEST(s, test_batched_frames, 120);
     PM_ADD_TEST(s, test_mesh_broadcast, 120);
     PM_ADD_TEST(s, test_host_incarnations, 120);
     PM_ADD_TEST(s, test_pinned_host_replaces_link, 120);

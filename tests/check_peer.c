@@ -86,6 +86,8 @@ typedef struct side {
     size_t nframes;
     unsigned char last[128];
     size_t last_len;
+    uint32_t next_seq;  /* the next "SEQ:" frame's number expected */
+    int disorder;       /* a "SEQ:" frame came out of order */
 } side;
 
 static void got_frame(void *arg, const unsigned char *f, size_t len)
@@ -94,6 +96,21 @@ static void got_frame(void *arg, const unsigned char *f, size_t len)
     s->nframes++;
     s->last_len = len < sizeof(s->last) ? len : sizeof(s->last);
     memcpy(s->last, f, s->last_len);
+    if (len >= 8 && memcmp(f, "SEQ:", 4) == 0) {
+        uint32_t q;
+        memcpy(&q, f + 4, 4);
+        if (q != s->next_seq)
+            s->disorder = 1;
+        s->next_seq = q + 1;
+    }
+}
+
+/* A frame of len bytes (8..) numbered q. */
+static void seq_frame(unsigned char *f, size_t len, uint32_t q)
+{
+    memset(f, (int)(q & 0xff), len);
+    memcpy(f, "SEQ:", 4);
+    memcpy(f + 4, &q, 4);
 }
 
 /* A side named host with the given secrets (NULL: insecure). */
@@ -184,6 +201,156 @@ START_TEST(test_link_up_and_frames)
     ck_assert(b.dead);
     ck_assert_int_eq(b.c.fail, PM__PF_CLOSED);
     ck_assert_int_eq(pm__pconn_send_frames(&b.c, v, 1, &taken), -ENOTCONN);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* Two sides up with secret1. */
+static void pair_up(side *a, side *b)
+{
+    side_init(a, "a", secret1, NULL, 1);
+    side_init(b, "b", secret1, NULL, 0);
+    pump(a, b);
+    ck_assert_msg(a->up && b->up, "both sides up");
+}
+
+/* Batching: many frames staged in one turn share few records, arrive all
+ * and in order; the stage is sealed mid-turn when its frame count or its
+ * bytes run out. */
+START_TEST(test_stage_batches)
+{
+    side a, b;
+    pair_up(&a, &b);
+    unsigned char f[64];
+    for (uint32_t q = 0; q < 1000; q++) {
+        seq_frame(f, sizeof(f), q);
+        ck_assert_int_eq(pm__pconn_stage(&a.c, f, sizeof(f)), 0);
+    }
+    /* Three full stages of PM__PCONN_STAGE_FRAMES were sealed mid-turn. */
+    ck_assert_uint_eq(a.c.frame_records_out, 1000 / PM__PCONN_STAGE_FRAMES);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    ck_assert_uint_eq(a.c.frame_records_out, (1000 + PM__PCONN_STAGE_FRAMES - 1) / PM__PCONN_STAGE_FRAMES);
+    ck_assert_uint_eq(a.c.frames_out, 1000);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0); /* nothing staged: no record */
+    ck_assert_uint_eq(a.c.frame_records_out, 4);
+    pump(&a, &b);
+    ck_assert_uint_eq(b.nframes, 1000);
+    ck_assert_msg(!b.disorder && b.next_seq == 1000, "1000 frames in order (next %u)", b.next_seq);
+
+    /* Full by bytes: two frames near the largest size need two records. */
+    static unsigned char big[PM__REC_MAX_FRAME];
+    uint64_t recs = a.c.frame_records_out;
+    seq_frame(big, 60000, 1000);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big, 60000), 0);
+    seq_frame(big, sizeof(big), 1001);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big, sizeof(big)), 0);
+    ck_assert_uint_eq(a.c.frame_records_out, recs + 1); /* the first, sealed mid-turn */
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    pump(&a, &b);
+    ck_assert_uint_eq(b.nframes, 1002);
+    ck_assert_uint_eq(b.last_len, sizeof(b.last));
+    ck_assert_msg(!b.disorder && b.next_seq == 1002, "large frames in order");
+
+    /* Bad input is refused, nothing staged. */
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big, 0), -EINVAL);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big, PM__REC_MAX_FRAME + 1), -EINVAL);
+    ck_assert_uint_eq(a.c.stage_n, 0);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* A lone frame is one record of its own at the flush: it waits for no
+ * company. */
+START_TEST(test_stage_lone_frame)
+{
+    side a, b;
+    pair_up(&a, &b);
+    unsigned char f[64];
+    seq_frame(f, sizeof(f), 0);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, f, sizeof(f)), 0);
+    size_t len;
+    ck_assert_ptr_null(pm__pconn_output(&a.c, &len)); /* staged, not sealed yet */
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    ck_assert_ptr_nonnull(pm__pconn_output(&a.c, &len));
+    ck_assert_uint_eq(len, pm__rec_wire_size(1 + 4 + sizeof(f)));
+    pump(&a, &b);
+    ck_assert_uint_eq(b.nframes, 1);
+    ck_assert_uint_eq(a.c.frame_records_out, 1);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* The output queue full: a frame once taken is never lost (its record's
+ * room was reserved), -EAGAIN refuses the rest; other records seal the
+ * stage first and frames keep their order. */
+START_TEST(test_stage_full_queue)
+{
+    side a, b;
+    pair_up(&a, &b);
+    static unsigned char f[8192];
+    uint32_t q = 0;
+    int rc = 0;
+    for (; q < 10000; q++) {
+        seq_frame(f, sizeof(f), q);
+        if (q == 7)
+            ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0); /* between staged frames */
+        if ((rc = pm__pconn_stage(&a.c, f, sizeof(f))) != 0)
+            break;
+    }
+    ck_assert_int_eq(rc, -EAGAIN);
+    ck_assert_uint_gt(q, 8);
+    ck_assert_uint_eq(a.c.stage_n, 0); /* what was staged is sealed */
+    ck_assert_int_eq(pm__pconn_stage(&a.c, f, sizeof(f)), -EAGAIN); /* still no room */
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    ck_assert_uint_eq(a.c.frames_out, q);
+    pump(&a, &b); /* the queue drains: room again */
+    ck_assert_int_eq(pm__pconn_stage(&a.c, f, sizeof(f)), 0);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    pump(&a, &b);
+    ck_assert_uint_eq(b.nframes, q + 1);
+    ck_assert_msg(!b.disorder && b.next_seq == q + 1, "%u frames in order (next %u)", q + 1, b.next_seq);
+    ck_assert(!a.dead && !b.dead);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* A link ending with frames staged: an orderly close sends them before its
+ * CLOSE; a dead link (truncation) drops them, as its queue. */
+START_TEST(test_stage_link_ends)
+{
+    side a, b;
+    pair_up(&a, &b);
+    unsigned char f[64];
+    for (uint32_t q = 0; q < 10; q++) {
+        seq_frame(f, sizeof(f), q);
+        ck_assert_int_eq(pm__pconn_stage(&a.c, f, sizeof(f)), 0);
+    }
+    pm__pconn_close(&a.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    ck_assert_uint_eq(a.c.stage_n, 0);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, f, sizeof(f)), -ENOTCONN);
+    pump(&a, &b);
+    ck_assert(b.dead);
+    ck_assert_int_eq(b.c.fail, PM__PF_CLOSED);
+    ck_assert_uint_eq(b.nframes, 10);
+    ck_assert(!b.disorder);
+    side_free(&a);
+    side_free(&b);
+
+    pair_up(&a, &b);
+    for (uint32_t q = 0; q < 10; q++) {
+        seq_frame(f, sizeof(f), q);
+        ck_assert_int_eq(pm__pconn_stage(&a.c, f, sizeof(f)), 0);
+    }
+    ck_assert_int_eq(pm__pconn_eof(&a.c), PM__PCE_DEAD);
+    ck_assert_uint_eq(a.c.stage_n, 0);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0); /* nothing left to seal */
+    size_t len;
+    ck_assert_ptr_null(pm__pconn_output(&a.c, &len));
+    ck_assert_uint_eq(a.c.frames_out, 0);
     side_free(&a);
     side_free(&b);
 }
@@ -365,6 +532,10 @@ int main(void)
     tcase_add_test(tc, test_hostile_preamble);
     tcase_add_test(tc, test_tampered);
     tcase_add_test(tc, test_self_and_pins);
+    tcase_add_test(tc, test_stage_batches);
+    tcase_add_test(tc, test_stage_lone_frame);
+    tcase_add_test(tc, test_stage_full_queue);
+    tcase_add_test(tc, test_stage_link_ends);
     suite_add_tcase(s, tc);
     return pm_test_main(s);
 }

@@ -232,4 +232,14 @@ static inline uint64_t pm_test_hub_late_replies(const pm__hub *h)
     return h->late_replies;
 }
 
+/* Batching over c's live peer links (mesh.c keeps its connections private):
+ * frames sent, FRAMES records sealed, frames staged now. */
+void pm__mesh_batch_stats(const struct pm_cluster *c, uint64_t *frames, uint64_t *records,
+                          uint64_t *staged);
+static inline void pm_test_link_batch(const pm_cluster *c, uint64_t *frames, uint64_t *records,
+                                      uint64_t *staged)
+{
+    pm__mesh_batch_stats(c, frames, records, staged);
+}
+
 #endif /* PM_TEST_INTERNALS_H */
