@@ -402,7 +402,13 @@ static void worker_big(fuzz_in *in, unsigned i)
     pm__frame_encode(&f, slot);
     memcpy((unsigned char *)slot + PM__FRAME_HDR_SIZE, ann, sizeof(ann));
     pm__ring_commit(&p->up, PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE);
+    struct pm__ring_shared *sh = ring_region(p, 1);
+    uint32_t armed = atomic_load(&sh->cons_waiting);
     pm__ring_publish(&p->up);
+    /* As in worker_send: the publish took the hub's flag, so the doorbell
+     * rang and the loop's completion puts the port on the ready list. */
+    if (armed != 0 && atomic_load(&sh->cons_waiting) == 0)
+        pm__hub_mark_rang(&hub, i);
 }
 
 static size_t count_fds(void)
