@@ -465,17 +465,6 @@ static void wait_children_ignore(pid_t pid, int n, int sig, int timeout_ms)
                   sig, k);
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bind(fd, (struct sockaddr *)&a, sizeof(a));
-    socklen_t l = sizeof(a);
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static int tcp_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -598,7 +587,7 @@ START_TEST(test_bin_drain_exit_codes)
      * a 200 there means a signal now is a drain, not an aborted start. */
     static char out[16384];
     char health[64];
-    int port = free_port();
+    int port = pm_test_free_port();
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     /* Workers that die of SIGTERM stop by themselves: exit 0. */
     char *a1[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
@@ -613,7 +602,7 @@ START_TEST(test_bin_drain_exit_codes)
     /* Workers that ignore SIGTERM are killed after --stop-timeout: exit 1.
      * They are ready once exec'd, before their shell set the trap: wait for
      * the trap too. */
-    port = free_port();
+    port = pm_test_free_port();
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a2[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--stop-timeout", "300",
                   "--health", health, "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
@@ -629,7 +618,7 @@ START_TEST(test_bin_drain_exit_codes)
     ck_assert_ptr_nonnull(strstr(out, "signal=SIGKILL"));
     /* A second SIGTERM, once the drain has begun, skips the (here 30 s)
      * wait. */
-    port = free_port();
+    port = pm_test_free_port();
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a3[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--stop-timeout", "30000",
                   "--health", health, "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
@@ -701,7 +690,7 @@ START_TEST(test_bin_listen_survives_crash)
     char path[128], listen[160];
     snprintf(path, sizeof(path), "%s/s.sock", dir);
     snprintf(listen, sizeof(listen), "echo=unix:%s", path);
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--backoff-min", "50",
@@ -738,7 +727,7 @@ END_TEST
 START_TEST(test_bin_health_endpoints)
 {
     static char out[65536];
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--min-ready", "2",
@@ -825,7 +814,7 @@ START_TEST(test_bin_notify_mode)
      * WATCHDOG=1 then holds it to the heartbeat, and when it falls silent it
      * is fenced. */
     static char out[65536];
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--heartbeat-timeout",
@@ -871,7 +860,7 @@ START_TEST(test_bin_systemd_notify_and_status)
     snprintf(file, sizeof(file), "%s/env", dir);
     snprintf(script, sizeof(script), "echo \"[$NOTIFY_SOCKET][$WATCHDOG_USEC]\" > %s; exec sleep 100",
              file);
-    int port = free_port();
+    int port = pm_test_free_port();
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *env[] = {"PATH=/usr/bin:/bin", notify_env, "WATCHDOG_USEC=400000", NULL};
     char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
@@ -950,7 +939,7 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
      * cannot accept a connection either: the request is queued first, then
      * the limit restored, and the answer is the state before that try. */
     static char out[65536];
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health,
@@ -1016,7 +1005,7 @@ START_TEST(test_bin_sighup_rolling_restart)
      * reaped, so there are never more workers than slots. */
     enum { SLOTS = 3 };
     static char out[65536];
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a[] = {"procmesh", "run", "--workers", "3", "--ready", "exec", "--health", health, "--",
@@ -1090,7 +1079,7 @@ START_TEST(test_bin_healthz_answered_past_idle_connections)
     /* FAULTS.md 36: more idle connections than the cap, then a probe: the
      * probe is answered (the oldest idle connection yields its place), so a
      * local client cannot make the orchestrator kill the pod. */
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
@@ -1148,7 +1137,7 @@ START_TEST(test_bin_accept_out_of_fds_backs_off)
      * The bound is a quarter, far from both on a loaded machine too. Once
      * fds are back the queued request is answered, and the pauses are
      * counted. */
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
@@ -1197,7 +1186,7 @@ START_TEST(test_bin_header_timeout_during_rolling_restart)
     snprintf(script, sizeof(script),
              "if [ -e %s/once ]; then exec sleep 100; fi; touch %s/once; exec %s READY=1 -- sleep 100",
              dir, dir, PM_NOTIFY_SEND);
-    int port = free_port();
+    int port = pm_test_free_port();
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--ready-timeout",
                  "60000", "--stop-timeout", "1000", "--health", health, "--", "sh", "-c", script,
@@ -1234,7 +1223,7 @@ START_TEST(test_bin_notify_flood_rate_limited)
      * bounded number of lines about it (PMD_LOG_BURST, then PMD_LOG_PER_S
      * a second) and says how many it held back, in a log_suppressed line
      * and in /metrics. */
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--health", health,
@@ -1263,7 +1252,6 @@ START_TEST(test_bin_notify_flood_rate_limited)
     ck_assert_int_ge(count_of(out, "event=stopping slot=0"), 1);
 }
 END_TEST
-
 
 /* ---------------------------------------------------------------- peer links */
 
@@ -1455,7 +1443,7 @@ START_TEST(test_peer_link_logs)
     char *keygen[] = {"procmesh", "keygen", secret, NULL};
     ck_assert_int_eq(run_to_end(&r, keygen, STDOUT_FILENO), 0);
     free(r.log);
-    int port = free_port();
+    int port = pm_test_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
     char *b_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "b", "--base-port", "10",

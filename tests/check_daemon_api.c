@@ -156,17 +156,6 @@ static void cmdline_of(int pid, char *buf, size_t size)
 
 /* ---------------------------------------------------------------- HTTP */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bind(fd, (struct sockaddr *)&a, sizeof(a));
-    socklen_t l = sizeof(a);
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static int tcp_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -284,7 +273,7 @@ START_TEST(test_readyz_min_ready_and_metric_values)
      * same loss keeps /readyz at 200. */
     static char body[65536], out[65536];
     for (int min = 2; min >= 1; min--) {
-        int port = free_port();
+        int port = pm_test_free_port();
         char health[64], mr[8];
         health_arg(health, sizeof(health), port);
         snprintf(mr, sizeof(mr), "%d", min);
@@ -357,7 +346,7 @@ START_TEST(test_readyz_during_drain)
      * the drain is refused, never 200. The worker ignores SIGTERM and the
      * stop timeout is long, so the drain lasts until the second SIGTERM. */
     static char out[65536];
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     health_arg(health, sizeof(health), port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--stop-timeout",
@@ -480,7 +469,7 @@ static int one_cpu(void *arg)
 static long long auto_workers(pre_exec_fn pre, void *arg)
 {
     static char out[65536];
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     health_arg(health, sizeof(health), port);
     char *a[] = {"procmesh", "run", "--workers", "auto", "--ready", "exec", "--health", health, "--",
@@ -631,7 +620,7 @@ START_TEST(test_subreaper_not_pid1)
      * procmesh, reaped when it dies and counted. */
     static char out[65536];
     ck_assert_int_ne(getpid(), 1);
-    int port = free_port();
+    int port = pm_test_free_port();
     char health[64];
     health_arg(health, sizeof(health), port);
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
@@ -711,7 +700,7 @@ START_TEST(test_listen_tcp)
      * `serve` checks both); each connection is answered by one of the
      * workers, and a crash never closes the socket. */
     static char out[65536];
-    int port = free_port(), hport = free_port();
+    int port = pm_test_free_port(), hport = pm_test_free_port();
     char listen[64], health[64];
     snprintf(listen, sizeof(listen), "web=tcp:127.0.0.1:%d", port);
     health_arg(health, sizeof(health), hport);
@@ -756,7 +745,7 @@ START_TEST(test_peers_in_status_and_metrics)
     const char hex[] = "0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20\n";
     ck_assert_int_eq(write(sfd, hex, sizeof(hex) - 1), (ssize_t)(sizeof(hex) - 1));
     close(sfd);
-    int pa = free_port(), ha = free_port(), hb = free_port();
+    int pa = pm_test_free_port(), ha = pm_test_free_port(), hb = pm_test_free_port();
     char listen_a[64], peer_b[64], health_a[64], health_b[64];
     snprintf(listen_a, sizeof(listen_a), "127.0.0.1:%d", pa);
     snprintf(peer_b, sizeof(peer_b), "127.0.0.1:%d", pa);

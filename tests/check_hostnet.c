@@ -34,21 +34,6 @@ static const unsigned char secret1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
                                           17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
 #define SECRET1_HEX "0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20"
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    socklen_t len = sizeof(sa);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* Requests main answered, and frames that should never have arrived. */
 static unsigned pongs;
 static unsigned forged_delivered;
@@ -96,7 +81,7 @@ static int the_port;
 
 static pm_cluster *start_host(const char *name, int peer_timeout_ms, const char *peer)
 {
-    the_port = free_port();
+    the_port = pm_test_free_port();
     pm_options *o = pm_options_new();
     ck_assert_ptr_nonnull(o);
     ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
@@ -533,7 +518,7 @@ START_TEST(test_accept_out_of_fds)
     /* b runs out of fds: a's dials are accepted and closed at once (counted
      * no_fds; b neither spins nor leaves them hanging), b keeps serving its
      * worker; fds freed, a's next dial links. */
-    int port = free_port();
+    int port = pm_test_free_port();
     int p2c[2], c2p[2];
     ck_assert_int_eq(pipe2(p2c, O_CLOEXEC), 0);
     ck_assert_int_eq(pipe2(c2p, O_CLOEXEC | O_NONBLOCK), 0);

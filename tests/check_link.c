@@ -29,23 +29,6 @@ static const unsigned char secret1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
                                           17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
 static const unsigned char secret2[32] = {9, 9, 9};
 
-/* A TCP port on 127.0.0.1 nobody listens on now: bound to port 0, read
- * back, closed (the kernel does not hand it out again at once). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    socklen_t len = sizeof(sa);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* The peer timeout both hosts use (a test may shorten it before starting
  * them). */
 static int peer_timeout = 3000;
@@ -237,7 +220,7 @@ static pm_cluster *start_a(int port_b, const unsigned char *secret)
 
 START_TEST(test_cross_host_request_reply)
 {
-    int pb = free_port();
+    int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
     pm_cluster *a = start_a(pb, secret1);
     PM_RUN_UNTIL(a, got_result, 30000);
@@ -308,7 +291,7 @@ static void ask(pm_cluster *a, const char *to_text, const char *what, int timeou
 
 START_TEST(test_main_request_remote)
 {
-    int pb = free_port();
+    int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
     pm_cluster *a = start_a_with(pb, secret1, idle_worker);
     PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
@@ -441,7 +424,7 @@ static void seq_requests(pm_cluster *a, unsigned first, unsigned n)
  * link dies are answered once each. */
 START_TEST(test_batched_frames)
 {
-    int pb = free_port();
+    int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
     pm_cluster *a = start_a_with(pb, secret1, idle_worker);
     PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
@@ -571,7 +554,7 @@ START_TEST(test_mesh_broadcast)
 {
     /* Three supervisors: a (here, 1 worker) linked to b (2 workers) and
      * c (1 worker), each in its own forked process. */
-    int pb = free_port(), pc = free_port();
+    int pb = pm_test_free_port(), pc = pm_test_free_port();
     pid_t b = start_host("b", pb, secret1, 2);
     pid_t c = start_host("c", pc, secret1, 1);
     pm_options *o = host_options("a", secret1, worker_answer_a);
@@ -697,7 +680,7 @@ static int ask_settled(pm_cluster *a, const char *addr)
 
 START_TEST(test_host_incarnations)
 {
-    int pa = free_port();
+    int pa = pm_test_free_port();
     pm_cluster *a = start_listener(pa, NULL);
     pid_t b1 = start_dialer("b", pa, NULL);
     PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
@@ -753,7 +736,7 @@ START_TEST(test_pinned_host_replaces_link)
     fprintf(f, "b %s\n", b64);
     fclose(f);
 
-    int pa = free_port();
+    int pa = pm_test_free_port();
     pm_cluster *a = start_listener(pa, pins);
     pid_t b1 = start_dialer("b", pa, key);
     PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 30000);
@@ -780,7 +763,7 @@ END_TEST
 
 START_TEST(test_wrong_secret_no_link)
 {
-    int pb = free_port();
+    int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret2);
     pm_cluster *a = start_a(pb, secret1);
     /* a dials, b refuses the key id and closes: a counts failed attempts
@@ -819,7 +802,7 @@ static int closed_by_peer(int fd)
 
 START_TEST(test_handshake_deadline_and_unauth_cap)
 {
-    int port = free_port();
+    int port = pm_test_free_port();
     pm_options *o = host_options("b", secret1, idle_worker);
     ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 3000), 0);
     char listen[32];
@@ -1106,7 +1089,7 @@ START_TEST(test_peer_stopped_and_resumed)
      * timeout; b stopped (SIGSTOP), a closes it for silence; b resumed, a
      * redials and the link comes up again. */
     peer_timeout = 1000;
-    int pb = free_port();
+    int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
     pm_cluster *a = start_a(pb, secret1);
     PM_RUN_UNTIL(a, got_result, 30000);

@@ -4,6 +4,7 @@
 #include <check.h>
 
 #include "helpers.h"
+#include "proclog.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,15 +26,6 @@
  * them. Every process dies with the test (PR_SET_PDEATHSIG; the daemons'
  * workers die with their daemon).
  */
-
-typedef struct proc {
-    pid_t pid;
-    int fd;    /* the read end of its stderr (stdout for the proxy) */
-    int in;    /* the proxy's stdin, else -1 */
-    int eof;
-    char *log; /* what it wrote so far, NUL-terminated */
-    size_t len, cap;
-} proc;
 
 static char dir[64];
 static char secret[96];
@@ -70,21 +62,6 @@ static proc start_proc(const char *path, char *const argv[], int capture, int wa
     return r;
 }
 
-static void proc_read(proc *r, int ms)
-{
-    struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
-    while (!r->eof && r->len + 1 < r->cap && poll(&pfd, 1, ms) == 1) {
-        ssize_t k = read(r->fd, r->log + r->len, r->cap - 1 - r->len);
-        if (k <= 0) {
-            r->eof = 1;
-            break;
-        }
-        r->len += (size_t)k;
-        r->log[r->len] = '\0';
-        ms = 0;
-    }
-}
-
 /* The end of a log on stderr: Check's messages have a size limit, so a
  * failure message names what was awaited and the log goes here. */
 static const char *tail_of(const char *log)
@@ -93,14 +70,6 @@ static const char *tail_of(const char *log)
     const char *t = n > 6000 ? log + n - 6000 : log;
     fprintf(stderr, "---- log (last %zu bytes) ----\n%s\n---- end of log ----\n", strlen(t), t);
     return "(log on stderr)";
-}
-
-static int count_of(const char *text, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle))
-        n++;
-    return n;
 }
 
 /* Waits until the process has written needle n times (reading the other
@@ -154,18 +123,6 @@ static void proc_free(proc *r)
     r->fd = -1;
     free(r->log);
     r->log = NULL;
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    socklen_t len = sizeof(sa);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
 }
 
 /* The secret file every daemon of a test shares, in a fresh directory. */
@@ -284,9 +241,9 @@ static int pa, pb, pc;
 static void start_three(int timeout_ms)
 {
     make_secret();
-    pa = free_port();
-    pb = free_port();
-    pc = free_port();
+    pa = pm_test_free_port();
+    pb = pm_test_free_port();
+    pc = pm_test_free_port();
     char peers_a[64], peers_b[32];
     snprintf(peers_a, sizeof(peers_a), "127.0.0.1:%d,127.0.0.1:%d", pb, pc);
     snprintf(peers_b, sizeof(peers_b), "127.0.0.1:%d", pc);
@@ -480,8 +437,8 @@ static void proxy_cmd(const char *cmd)
 static void start_pair(int timeout_ms)
 {
     make_secret();
-    pa = free_port();
-    pb = free_port();
+    pa = pm_test_free_port();
+    pb = pm_test_free_port();
     char pb_text[16];
     snprintf(pb_text, sizeof(pb_text), "%d", pb);
     char *argv[] = {"pm-proxy", "0", pb_text, NULL};

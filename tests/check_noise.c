@@ -71,7 +71,7 @@ static void expect(struct reader *r, char c)
 }
 
 /* 1 and the next character consumed if it is c. */
-static int accept(struct reader *r, char c)
+static int json_accept(struct reader *r, char c)
 {
     ws(r);
     if (r->p < r->end && *r->p == c) {
@@ -127,13 +127,13 @@ static void hex(struct reader *r, struct hexbuf *h)
 static void psks(struct reader *r, struct hexbuf *out, unsigned *n)
 {
     expect(r, '[');
-    if (accept(r, ']'))
+    if (json_accept(r, ']'))
         return;
     do {
         if (*n >= VEC_MAX_PSKS)
             fail_at(r, "too many psks");
         hex(r, &out[(*n)++]);
-    } while (accept(r, ','));
+    } while (json_accept(r, ','));
     expect(r, ']');
 }
 
@@ -154,12 +154,12 @@ static void messages(struct reader *r, struct vector *v)
                 hex(r, &v->msg[v->nmsg].ciphertext);
             else
                 fail_at(r, "unknown message key");
-        } while (accept(r, ','));
+        } while (json_accept(r, ','));
         expect(r, '}');
         if (!v->msg[v->nmsg].payload.set || !v->msg[v->nmsg].ciphertext.set)
             fail_at(r, "message without payload or ciphertext");
         v->nmsg++;
-    } while (accept(r, ','));
+    } while (json_accept(r, ','));
     expect(r, ']');
 }
 
@@ -192,7 +192,7 @@ static void vector(struct reader *r, struct vector *v)
             psks(r, v->psk[side], &v->npsk[side]);
         else
             fail_at(r, "unknown vector key");
-    } while (accept(r, ','));
+    } while (json_accept(r, ','));
     expect(r, '}');
     if (v->name[0] == '\0' || !v->hash.set || v->nmsg == 0)
         fail_at(r, "vector without protocol_name, handshake_hash or messages");
@@ -220,7 +220,7 @@ static size_t load_vectors(struct vector *vecs, size_t max)
         if (n >= max)
             fail_at(&r, "too many vectors");
         vector(&r, &vecs[n++]);
-    } while (accept(&r, ','));
+    } while (json_accept(&r, ','));
     expect(&r, ']');
     expect(&r, '}');
     ws(&r);

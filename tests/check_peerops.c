@@ -4,6 +4,7 @@
 #include <check.h>
 
 #include "helpers.h"
+#include "proclog.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -36,21 +37,6 @@ static const unsigned char k1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 
                                      17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
 static const unsigned char k2[32] = {7, 7, 7, 7, 7};
 static const unsigned char k3[32] = {9, 9, 9};
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    socklen_t len = sizeof(sa);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
 
 /* A worker that answers every request with its payload, until shutdown. */
 static int echo_worker(pm_node *n, void *arg)
@@ -141,7 +127,7 @@ START_TEST(test_dns_links)
 {
     /* a knows b only as "localhost:PORT": it resolves the name off the loop,
      * dials the address and links; requests flow. */
-    int port = free_port();
+    int port = pm_test_free_port();
     pid_t b = start_b(port, k1, NULL, 0);
     char name[40];
     snprintf(name, sizeof(name), "localhost:%d", port);
@@ -163,7 +149,7 @@ START_TEST(test_dns_self_skipped)
     /* A supervisor whose --peers-dns name holds its own address (a pod of
      * the StatefulSet) dials itself once, learns from the hello that it is
      * itself, and never dials that address again. */
-    int port = free_port();
+    int port = pm_test_free_port();
     char listen[32], name[40];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     snprintf(name, sizeof(name), "localhost:%d", port);
@@ -247,7 +233,7 @@ START_TEST(test_rotation_without_downtime)
      * again; c, down during the rotation, comes with K1 and links (b still
      * accepts it). b drops K1: d with K1 only is refused, counted as a
      * wrong key id, and the links up stay up. */
-    int port = free_port();
+    int port = pm_test_free_port();
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     pm_options *o = host_options("b", k1);
@@ -307,7 +293,7 @@ START_TEST(test_set_secrets_without_secret)
 {
     /* A cluster started without a secret (Noise_XX) cannot be given one
      * later: the mode is chosen at start. */
-    int port = free_port();
+    int port = pm_test_free_port();
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     pm_options *o = host_options("b", NULL);
@@ -323,14 +309,6 @@ END_TEST
 
 /* --------------------------------------------------- the daemon on SIGHUP */
 
-typedef struct proc {
-    pid_t pid;
-    int fd;
-    int eof;
-    char *log;
-    size_t len, cap;
-} proc;
-
 /* Starts the daemon, its stderr into a pipe; it dies with the test. */
 static proc start(char *const argv[])
 {
@@ -338,7 +316,7 @@ static proc start(char *const argv[])
     int p[2];
     ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
     pid_t parent = getpid();
-    proc r = {.fd = -1, .cap = 256 * 1024};
+    proc r = {.fd = -1, .in = -1, .cap = 256 * 1024};
     r.log = malloc(r.cap);
     ck_assert_ptr_nonnull(r.log);
     r.log[0] = '\0';
@@ -355,29 +333,6 @@ static proc start(char *const argv[])
     close(p[1]);
     r.fd = p[0];
     return r;
-}
-
-static void proc_read(proc *r, int ms)
-{
-    struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
-    while (!r->eof && r->len + 1 < r->cap && poll(&pfd, 1, ms) == 1) {
-        ssize_t k = read(r->fd, r->log + r->len, r->cap - 1 - r->len);
-        if (k <= 0) {
-            r->eof = 1;
-            break;
-        }
-        r->len += (size_t)k;
-        r->log[r->len] = '\0';
-        ms = 0;
-    }
-}
-
-static int count_of(const char *text, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle))
-        n++;
-    return n;
 }
 
 static void wait_log(proc *r, const char *needle, int n, int timeout_ms)
@@ -431,7 +386,7 @@ START_TEST(test_daemon_sighup_rotation)
     write_key(b2, k3);
     write_key(fa, k2);
     write_key(fc, k1);
-    int port = free_port();
+    int port = pm_test_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     char *b_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "b", "--base-port", "10",
                       "--workers", "1", "--ready", "exec", "--peer-listen", listen, "--secret-file", b1,
@@ -537,7 +492,7 @@ START_TEST(test_rekey_under_traffic)
     /* Both hosts REKEY every 4 records or 20 ms: thousands of requests
      * and replies cross the link through hundreds of key changes in each
      * direction, every one answered with its own payload. */
-    int port = free_port();
+    int port = pm_test_free_port();
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {

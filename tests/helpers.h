@@ -18,7 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -129,6 +132,23 @@ static inline int pm_test_reap(pid_t pid, int timeout_ms)
         }
         usleep(1000);
     }
+}
+
+/* A TCP port on 127.0.0.1 nobody listens on now: bound to port 0, read
+ * back, closed (the kernel does not hand it out again at once). */
+static inline int pm_test_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
 }
 
 /* fork() for every process a test starts itself: the child is SIGKILLed
