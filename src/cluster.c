@@ -8,7 +8,8 @@
  * function runs. turn.c turns the loop's readiness into those events:
  *   pidfd readable          -> reap (waitid) -> PM__EV_EXITED
  *   hub eventfd readable    -> the hub reads the slot's port -> READY, FAULT
- *   timerfd                 -> the due slot deadlines -> READY_TIMEOUT,
+ *   timerfd                 -> the due slot deadlines (a heap: only the
+ *                              due ones are looked at) -> READY_TIMEOUT,
  *                              BACKOFF_DONE, STOP_TIMEOUT
  *   signalfd                -> SIGCHLD: try to reap every slot (a second
  *                              report of the same exit is dropped);
@@ -450,6 +451,7 @@ static void cluster_free(pm_cluster *c)
     }
     pm__cg_root_close(&c->cg);
     free(c->slots);
+    pm__deadlines_free(&c->deadlines);
     free(c->watches);
     if (c->loop.backend != 0)
         pm__loop_fini(&c->loop);
@@ -502,6 +504,9 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         rc = -ENOMEM;
         goto fail;
     }
+    rc = pm__deadlines_init(&c->deadlines, c->nslots);
+    if (rc < 0)
+        goto fail;
     if (pm__options_peer_mode(c->o) && !c->o->hostname_set) {
         /* Peer mode names hosts: the default is the machine's name (the pod
          * name under Kubernetes) when it is a valid name. */
@@ -537,6 +542,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
         s->index = i;
+        s->deadlines = &c->deadlines;
         pm__cluster_set_state(c, s, PM_SLOT_BACKOFF); /* no process yet; started at once below */
         s->pidfd = s->exec_pipe = s->notify_fd = -1;
         s->out.s[0].fd = s->out.s[1].fd = -1;

@@ -15,6 +15,7 @@
 
 #include "budget.h"
 #include "cgroup.h"
+#include "deadlines.h"
 #include "hub.h"
 #include "link.h"
 #include "loop.h"
@@ -67,8 +68,11 @@ typedef struct pm__slot {
     unsigned hello_version; /* the protocol version its HELLO named */
     int ever_ready;        /* some incarnation of this slot has been ready */
     int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */
-    uint64_t deadline;     /* ms, CLOCK_MONOTONIC; 0 = none */
-    int deadline_event;    /* PM__EV_* fired at deadline */
+    /* Its deadline (ms, CLOCK_MONOTONIC) is kept in the cluster's heap,
+     * which it points at so that pm__slot_set_deadline, the only writer,
+     * needs nothing but the slot; read it with pm__slot_deadline. */
+    pm__deadlines *deadlines;
+    int deadline_event;    /* PM__EV_* fired at the deadline */
     int kill_reason;       /* why procmesh killed it (PM_REASON_*), or 0 */
     int exec_errno;        /* exec failed with this errno (0: it did not) */
     int start_error;       /* the last start failed before a process ran (-errno), or 0 */
@@ -130,6 +134,15 @@ struct pm_cluster {
     uint64_t output_suppressed; /* captured lines dropped by the rate limit (output.c) */
     pm__cg_root cg;         /* containment: the cluster's cgroups, or process groups */
     struct pm__mesh *mesh;  /* peer links (mesh.c), NULL without peer mode */
+    pm__deadlines deadlines; /* every slot's deadline, earliest first (deadlines.h) */
+    /* How much work a turn does per slot (tests/check_deadlines.c): turns,
+     * and slots the turn itself looked at (deadlines fired, exits looked
+     * for). The liveness check's walk is counted apart, per check: it runs
+     * at a fixed period, not per turn. */
+    uint64_t turns;
+    uint64_t turn_visits;
+    uint64_t liveness_checks;
+    uint64_t liveness_visits;
 };
 
 /* 0 when c is a live cluster of this process, else -EINVAL (NULL or not
@@ -148,10 +161,17 @@ static inline int pm__slot_has_process(const pm__slot *s)
     return s->pid > 0;
 }
 
+/* Sets (at > 0) or clears (at 0) the slot's one deadline: O(log N). */
 static inline void pm__slot_set_deadline(pm__slot *s, uint64_t at, int event)
 {
-    s->deadline = at;
+    pm__deadlines_set(s->deadlines, s->index, at);
     s->deadline_event = event;
+}
+
+/* The slot's deadline, 0 for none. */
+static inline uint64_t pm__slot_deadline(const pm__slot *s)
+{
+    return pm__deadlines_at(s->deadlines, s->index);
 }
 
 /* The address of a slot: with its incarnation while it has a process. */

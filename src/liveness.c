@@ -25,7 +25,8 @@ uint64_t pm__liveness_period(const pm_cluster *c)
 }
 
 /*
- * The liveness check (a timer, every heartbeat_timeout / 4).
+ * The liveness check (a timer, every heartbeat_timeout / 4, at least 5 ms
+ * apart).
  *
  * First the supervisor checks itself: if this check runs later than it
  * should by more than half the timeout (we were stopped, starved, or the
@@ -70,6 +71,13 @@ void pm__liveness_check(pm_cluster *c, uint64_t now)
     }
     c->last_check_mono = now;
     c->last_check_boot = boot;
+    /* Every slot, once per period: O(N) per check, at a fixed rate (four
+     * checks per heartbeat timeout) whatever the traffic; never per turn,
+     * since the check runs only when its own deadline comes due. Counted
+     * apart from the turn's visits (tests/check_deadlines.c). */
+    c->liveness_checks++;
+    if (c->o->ready_mode != PM_READY_EXEC)
+        c->liveness_visits += c->nslots;
     for (unsigned i = 0; i < c->nslots && c->o->ready_mode != PM_READY_EXEC; i++) {
         pm__slot *s = &c->slots[i];
         if (s->state != PM_SLOT_READY || !c->hub.ports[i].reading)

@@ -25,7 +25,9 @@ static void drain_counter(int fd)
     (void)n;
 }
 
-/* Points the timerfd at the earliest slot deadline. */
+/* Points the timerfd at the earliest deadline: the hub's, the peer
+ * links', the liveness check's, and the slots' (the top of their heap:
+ * O(1), whatever N). */
 int pm__cluster_rearm_timer(pm_cluster *c)
 {
     uint64_t next = pm__hub_next_deadline(&c->hub);
@@ -34,11 +36,9 @@ int pm__cluster_rearm_timer(pm_cluster *c)
         next = mesh;
     if (c->next_check != 0 && (next == 0 || c->next_check < next))
         next = c->next_check;
-    for (unsigned i = 0; i < c->nslots; i++) {
-        uint64_t d = c->slots[i].deadline;
-        if (d != 0 && (next == 0 || d < next))
-            next = d;
-    }
+    uint64_t slot = pm__deadlines_first(&c->deadlines, NULL);
+    if (slot != 0 && (next == 0 || slot < next))
+        next = slot;
     if (next == c->timer_at)
         return 0;
     /* Only ever moved earlier while it is set. Every request the hub
@@ -144,10 +144,30 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
     }
 }
 
+/* Tries to reap every slot: a waitid per slot with a process. Only where
+ * nothing else reports exits (no pidfd and no signalfd, poll_children),
+ * and when the cluster ends. */
 void pm__cluster_reap_all(pm_cluster *c)
 {
+    c->turn_visits += c->nslots;
     for (unsigned i = 0; i < c->nslots; i++)
         pm__cluster_try_reap(c, &c->slots[i]);
+}
+
+/* SIGCHLD without reap_orphans. A worker whose pidfd is polled needs
+ * nothing here: that poll's completion names its slot (PM__TAG_PIDFD), so
+ * its exit costs O(1). Only a worker without one (a kernel without pidfds,
+ * or an arm that failed) is looked for with a waitid. The walk reads two
+ * fields per slot and makes no system call for a watched one; it runs per
+ * SIGCHLD (an exit), never per turn. */
+static void reap_unwatched(pm_cluster *c)
+{
+    c->turn_visits += c->nslots;
+    for (unsigned i = 0; i < c->nslots; i++) {
+        pm__slot *s = &c->slots[i];
+        if (pm__slot_has_process(s) && !s->pid_armed)
+            pm__cluster_try_reap(c, s);
+    }
 }
 
 /* As PID 1 or a subreaper: every child that has exited, worker or not.
@@ -160,7 +180,10 @@ static void reap_children(pm_cluster *c)
         memset(&si, 0, sizeof(si));
         if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
             break;
+        /* Which slot, if any: a walk of the pids (memory only), once per
+         * exited child, never per turn. */
         pm__slot *w = NULL;
+        c->turn_visits += c->nslots;
         for (unsigned i = 0; i < c->nslots && w == NULL; i++)
             if (c->slots[i].pid == si.si_pid)
                 w = &c->slots[i];
@@ -185,7 +208,7 @@ static void on_signal(pm_cluster *c)
                 if (c->o->reap_orphans)
                     reap_children(c);
                 else
-                    pm__cluster_reap_all(c);
+                    reap_unwatched(c);
             }
             else
                 c->last_signal = (int)si[i].ssi_signo;
@@ -202,15 +225,20 @@ static void fire_due(pm_cluster *c)
         pm__liveness_check(c, now);
     pm__hub_fire(&c->hub, now);
     pm__mesh_fire(c, now);
-    for (unsigned i = 0; i < c->nslots; i++) {
-        pm__slot *s = &c->slots[i];
-        if (s->deadline != 0 && s->deadline <= now) {
-            int ev = s->deadline_event;
-            pm__slot_set_deadline(s, 0, 0);
-            if (ev == PM__EV_READY_TIMEOUT && s->kill_reason == 0)
-                s->kill_reason = PM_REASON_READY_TIMEOUT;
-            pm__cluster_dispatch(c, s, ev);
-        }
+    /* Only the due slots, earliest first, from the heap: a turn with no
+     * due deadline looks at none. Each slot fires at most once per pass
+     * (see pm__deadlines_pop_due): an action that sets a deadline already
+     * due again is fired by the next turn, never looped on here. */
+    unsigned id;
+    pm__deadlines_pass_begin(&c->deadlines);
+    while (pm__deadlines_pop_due(&c->deadlines, now, &id)) {
+        pm__slot *s = &c->slots[id];
+        int ev = s->deadline_event;
+        s->deadline_event = 0;
+        c->turn_visits++;
+        if (ev == PM__EV_READY_TIMEOUT && s->kill_reason == 0)
+            s->kill_reason = PM_REASON_READY_TIMEOUT;
+        pm__cluster_dispatch(c, s, ev);
     }
 }
 
@@ -327,6 +355,7 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
 {
     uint64_t tags[64];
     unsigned char more[64];
+    c->turns++;
     if (pm__hub_any_busy(&c->hub))
         timeout_ms = 0;
     uint64_t sleep_t0 = 0;

@@ -242,4 +242,32 @@ static inline void pm_test_link_batch(const pm_cluster *c, uint64_t *frames, uin
     pm__mesh_batch_stats(c, frames, records, staged);
 }
 
+/* A turn's work (turn.c, liveness.c): loop turns, the slots those turns
+ * looked at, liveness checks and the slots they looked at. */
+static inline uint64_t pm_test_cluster_turns(const pm_cluster *c)
+{
+    return c->turns;
+}
+
+static inline uint64_t pm_test_cluster_turn_visits(const pm_cluster *c)
+{
+    return c->turn_visits;
+}
+
+static inline uint64_t pm_test_liveness_checks(const pm_cluster *c)
+{
+    return c->liveness_checks;
+}
+
+static inline uint64_t pm_test_liveness_visits(const pm_cluster *c)
+{
+    return c->liveness_visits;
+}
+
+/* 1 when exits are found by scanning the slots (no pidfds, no signalfd). */
+static inline int pm_test_cluster_polls_children(const pm_cluster *c)
+{
+    return c->poll_children;
+}
+
 #endif /* PM_TEST_INTERNALS_H */

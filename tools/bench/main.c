@@ -12,7 +12,7 @@ static const char usage[] =
     "       pm-bench relay [--frames N] [--rounds K] [--runs R] [--pause-us P]\n"
     "       pm-bench daemon [--runs R]\n"
     "       pm-bench compare [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
-    "       pm-bench scale [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
+    "       pm-bench scale [--frames N] [--rounds K] [--runs R] [--max N] [--quick] [--csv FILE]\n"
     "       pm-bench bigcall [--rounds K]\n"
     "       pm-bench peer [--frames N] [--rounds K] [--quick]\n"
     "\n"
@@ -47,7 +47,8 @@ static const char usage[] =
     "  scale    N = 2 .. 256 workers: ring stream (each to the next) and all\n"
     "           requesting from one: throughput, round trip, hub CPU per frame,\n"
     "           supervisor anonymous RSS and ring memory idle and after traffic;\n"
-    "           spawn-to-ready for N up to 1024.\n"
+    "           spawn-to-ready for N up to 1024. --max N: no point above N\n"
+    "           workers (2..1024), for a machine that others share.\n"
     "  --quick      tiny counts and one run: checks it works, measures nothing\n"
     "  --csv FILE   also append every figure to FILE as CSV\n"
     "  bigcall  a 16 MiB pm_cluster_call round trip to a fork-mode worker as a\n"
@@ -83,7 +84,7 @@ static const struct command {
      * the crash rounds are a tenth of them. */
     {"compare", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_QUICK | OPT_CSV,
      {.frames = 0, .runs = 3, .rounds = 5000}, cmd_compare},
-    {"scale", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_QUICK | OPT_CSV,
+    {"scale", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_MAX | OPT_QUICK | OPT_CSV,
      {.frames = 1000000, .runs = 3, .rounds = 20000}, cmd_scale},
     {"bigcall", OPT_ROUNDS, {.rounds = 20}, cmd_bigcall},
     {"peer", OPT_FRAMES | OPT_ROUNDS | OPT_QUICK | OPT_CSV, {.frames = 500000, .rounds = 20000}, cmd_peer},

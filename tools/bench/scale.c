@@ -348,6 +348,8 @@ int cmd_scale(const bench_opts *opts)
     double *tmp = calloc(runs, sizeof(*tmp));
     for (size_t k = 0; k < nn; k++) {
         unsigned n = ns[k];
+        if (opts->max_n != 0 && n > opts->max_n)
+            continue; /* --max: a shared machine */
         unsigned each = rounds / (n - 1) > 10 ? rounds / (n - 1) : 10;
         size_t shsize = sizeof(struct scale_shared) + (size_t)(n - 1) * each * sizeof(uint64_t);
         ssh = mmap(NULL, shsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -398,6 +400,8 @@ int cmd_scale(const bench_opts *opts)
     uint64_t *v = calloc(runs, sizeof(*v));
     for (size_t k = 0; k < ns_spawn; k++) {
         double med[2];
+        if (opts->max_n != 0 && sn[k] > opts->max_n)
+            continue;
         for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
             int ok = 1;
             for (unsigned r = 0; r < runs && ok; r++)
