@@ -81,9 +81,8 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     int rc = pm__node_from_hub_link(&node, &x->own->link);
     /* The hub's end of the fd socket: the worker keeps only its own. */
     pm__close(x->own->link.sock);
-    /* The node has its own mapping; drop the copy of the hub's. */
-    if (x->own->link.map != NULL)
-        munmap(x->own->link.map, x->own->link.map_size);
+    /* The node took over the inherited mapping (pm__link_adopt): it is
+     * not unmapped here. */
     if (rc < 0)
         _exit(125);
     /* Joined: now the worker gives up what it will not need (user,
