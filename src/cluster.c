@@ -103,6 +103,9 @@ void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state)
     };
     s->state = state;
     pm__hub_port_set_state(&c->hub, s->index, port_state[state]);
+    /* A slot that will not start again has no use for a prepared link. */
+    if (state == PM_SLOT_STOPPED || state == PM_SLOT_RETIRED)
+        pm__incarnation_spare_drop(s);
 }
 
 static int spawn_error_of(const pm__slot *s)
@@ -444,6 +447,7 @@ static void cluster_free(pm_cluster *c)
         pm__close(s->exec_pipe);
         pm__close(s->notify_fd);
         pm__link_close(&s->link);
+        pm__incarnation_spare_drop(s);
         pm__output_free(&s->out);
         pm__budget_free(&s->budget);
         pm__cg_slot_close(&c->cg, &s->cg);

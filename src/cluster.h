@@ -56,6 +56,8 @@ typedef struct pm__slot {
     int pidfd;             /* -1 when none */
     int exec_pipe;         /* exec mode: read end of the error pipe, or -1 */
     pm__link link;         /* hub side; link.memfd -1 when none */
+    pm__link *spare;       /* the next incarnation's link, prepared ahead, or NULL
+                              (incarnation.c) */
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on link.hub_efd is outstanding */
     int hub_rang;          /* its doorbell rang this turn: service the port once */
@@ -214,6 +216,8 @@ void pm__cluster_kill_orphans(void);
  * nothing left behind (no process, no fd, no memory); -EADDRINUSE is not
  * the slot's fault (see incarnation.c). */
 int pm__incarnation_start(pm_cluster *c, pm__slot *s);
+/* Closes and frees s's spare link, if it has one (errno preserved). */
+void pm__incarnation_spare_drop(pm__slot *s);
 
 /* turn.c: one loop turn, and the timer. */
 int pm__cluster_turn(pm_cluster *c, int timeout_ms);

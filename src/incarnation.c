@@ -2,11 +2,14 @@
 /*
  * incarnation.c - starting one incarnation of a slot: its shared memory, its
  * environment and fds, the fork (and exec), and the fds the loop watches for
- * it. Nothing is left behind when a start fails.
+ * it. Nothing is left behind when a start fails. The next incarnation's link
+ * is prepared ahead (the spare) so that a restart does not create it
+ * between the death and the fork.
  */
 #define _GNU_SOURCE
 #include "cluster.h"
 
+#include <execinfo.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -44,6 +48,10 @@ static void fork_child(void *arg, const pm__spawn_req *req)
         pm__close(t->out.s[1].fd);
         if (t != x->own)
             pm__link_close(&t->link);
+        /* Every prepared link too, its own slot's included: a spare is
+         * the memory of an incarnation that does not exist yet. */
+        if (t->spare != NULL)
+            pm__link_close(t->spare);
         /* It has joined its cgroup: no worker keeps a handle on any slot's
          * (another's cgroup.kill would let it end its siblings). */
         pm__cg_slot_close_fds(&t->cg);
@@ -73,9 +81,8 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     int rc = pm__node_from_hub_link(&node, &x->own->link);
     /* The hub's end of the fd socket: the worker keeps only its own. */
     pm__close(x->own->link.sock);
-    /* The node has its own mapping; drop the copy of the hub's. */
-    if (x->own->link.map != NULL)
-        munmap(x->own->link.map, x->own->link.map_size);
+    /* The node took over the inherited mapping (pm__link_adopt): it is
+     * not unmapped here. */
     if (rc < 0)
         _exit(125);
     /* Joined: now the worker gives up what it will not need (user,
@@ -140,6 +147,117 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
     return 0;
 }
 
+/* ------------------------------------------------------------------ the spare link */
+
+/* A restart used to create the replacement's link (memfd_create,
+ * ftruncate, the seals, mmap, the ring headers' first-touch faults, two
+ * eventfds, a socketpair and its two buffer sizes) between the reap and the
+ * fork, on the crash-to-ready path. It is made ahead instead: right after
+ * an incarnation is forked, while that worker sets itself up, the
+ * supervisor prepares the link of the one after it. Fencing is unchanged:
+ * a spare is a fresh memfd (and fresh doorbells and socket) made after the
+ * fork of the incarnation before it, so no process that ever ran holds a
+ * byte of it; every fork child closes every slot's spare (fork_child), and
+ * exec children never see it (close-on-exec, and the exec replaces the
+ * mappings). The spare goes when the slot stops or retires
+ * (pm__cluster_set_state) or the cluster is freed. */
+
+void pm__incarnation_spare_drop(pm__slot *s)
+{
+    if (s->spare == NULL)
+        return;
+    int saved = errno;
+    pm__link_close(s->spare);
+    free(s->spare);
+    s->spare = NULL;
+    errno = saved;
+}
+
+/* A spare may serve only the incarnation it was made for, with the
+ * geometry and settings the cluster uses now. It is our own memory, never
+ * mapped by any worker: reading its control block is safe. */
+static int spare_fits(const pm_cluster *c, const pm__slot *s, const pm__link *l)
+{
+    const struct pm__ctl *ctl = l->map;
+    return ctl->incarnation == s->incarnation && ctl->slot == s->index &&
+           ctl->ring_cap == c->o->ring_size && ctl->supervisor_pid == (int32_t)c->self &&
+           ctl->heartbeat_ms == (uint32_t)c->o->heartbeat_timeout_ms &&
+           ctl->max_message == c->o->max_message;
+}
+
+/* The link for the incarnation now starting: the spare when it fits, a new
+ * one otherwise. 0 or -errno. */
+static int link_take(pm_cluster *c, pm__slot *s)
+{
+    if (s->spare != NULL && spare_fits(c, s, s->spare)) {
+        /* By value: nothing points into the pm__link itself (its rings
+         * point into the mapping). */
+        s->link = *s->spare;
+        free(s->spare);
+        s->spare = NULL;
+        return 0;
+    }
+    pm__incarnation_spare_drop(s);
+    return pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
+                           (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
+}
+
+/* A spare holds five fds: it is kept only while they sit below half the
+ * fd limit (fds are allocated lowest first, so the highest of them tells
+ * how many are in use), so that spares never take the fds that the slots'
+ * own links, pidfds and pipes need: a large cluster under a small limit
+ * simply restarts without them. */
+static int spare_affordable(const pm__link *l)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return 0;
+    if (rl.rlim_cur == RLIM_INFINITY)
+        return 1;
+    int fds[] = {l->memfd, l->hub_efd, l->node_efd, l->sock, l->node_sock};
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+        if ((rlim_t)fds[i] >= rl.rlim_cur / 2)
+            return 0;
+    return 1;
+}
+
+/* Best effort: without a spare the next start creates its link itself.
+ * errno preserved (called on the success path). */
+static void spare_prepare(pm_cluster *c, pm__slot *s)
+{
+    if (s->spare != NULL)
+        return;
+    int saved = errno;
+    pm__link *l = malloc(sizeof(*l));
+    if (l != NULL &&
+        pm__link_create(l, s->index, s->incarnation + 1, c->o->ring_size, c->self,
+                        (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message) == 0) {
+        if (spare_affordable(l)) {
+            s->spare = l;
+            l = NULL;
+        } else {
+            pm__link_close(l);
+        }
+    }
+    free(l);
+    errno = saved;
+}
+
+/* Fork mode: the worker's crash handler (node.c crash_arm) calls
+ * backtrace() once at join so that the handler itself allocates nothing;
+ * glibc's first backtrace() loads libgcc_s (dlopen: about fifteen system
+ * calls, the relocations' page faults). Done once here in the supervisor,
+ * every fork child inherits the loaded library instead of loading it on
+ * its way to ready. */
+static void warm_unwinder(void)
+{
+    static int warm;
+    if (__atomic_exchange_n(&warm, 1, __ATOMIC_RELAXED))
+        return;
+    void *frames[4];
+    (void)backtrace(frames, 4);
+}
+
 /* Starts the next incarnation of s. Returns 0, or -errno with nothing left
  * behind (no process, no fd, no memory). -EADDRINUSE means the notify
  * socket's name was taken under every fresh random name (notify.h): the
@@ -156,8 +274,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     s->incarnation++;
     s->exec_errno = 0;
     s->kill_reason = 0;
-    rc = pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
-                         (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
+    rc = link_take(c, s);
     if (rc < 0)
         goto fail;
     pm__hub_hosts_copy(&c->hub, &s->link); /* peer mode: the hosts it can address */
@@ -228,6 +345,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         req.nfds = (int)n + (mesh ? 4 : 0);
         req.err_pipe = pipefd[1];
     } else {
+        warm_unwinder();
         req.child = fork_child;
         req.ctx = &ctx;
         req.ctx_size = sizeof(ctx);
@@ -290,7 +408,13 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         pm__loop_arm_multi(&c->loop, s->link.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
+    uint64_t inc = s->incarnation;
     pm__cluster_emit(c, PM_EVENT_STARTED, s, PM_REASON_SPAWN, 0);
+    /* While the worker sets itself up: its successor's link; unless the
+     * event's callback already stopped the slot (a stopped slot drops its
+     * spare and must not get a new one). */
+    if (s->state == PM_SLOT_STARTING && s->incarnation == inc)
+        spare_prepare(c, s);
     return 0;
 
 fail:

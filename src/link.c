@@ -139,6 +139,33 @@ fail:
     return rc;
 }
 
+int pm__link_adopt(pm__link *l, const pm__link *hub)
+{
+    pm__link_zero(l);
+    const struct pm__ctl *ctl = hub->map;
+    if (ctl == NULL || ctl->magic != PM__CTL_MAGIC || ctl->version != PM__CTL_VERSION)
+        return -EPROTO;
+    uint64_t cap = ctl->ring_cap;
+    uint32_t max_frame = ctl->max_frame;
+    if (pm__ring_check_geometry(cap, max_frame) < 0 || hub->map_size != link_size(cap))
+        return -EPROTO;
+    l->map = hub->map;
+    l->map_size = hub->map_size;
+    l->memfd = hub->memfd;
+    l->node_efd = hub->node_efd;
+    l->hub_efd = hub->hub_efd;
+    l->sock = hub->node_sock;
+    int rc;
+    if ((rc = pm__ring_attach(&l->rx, down_region(l, cap), cap, max_frame, PM__RING_CONSUMER,
+                              l->hub_efd, l->node_efd)) < 0 ||
+        (rc = pm__ring_attach(&l->tx, up_region(l, cap), cap, max_frame, PM__RING_PRODUCER,
+                              l->hub_efd, l->node_efd)) < 0) {
+        pm__link_zero(l); /* the mapping and fds stay the caller's */
+        return rc;
+    }
+    return 0;
+}
+
 void pm__link_close(pm__link *l)
 {
     pm__shm_unmap(l->map, l->map_size);

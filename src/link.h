@@ -95,6 +95,14 @@ int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t r
  * without one cannot send or receive messages larger than a frame). */
 int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd, int sock);
 
+/* Fork-mode worker side: the worker's ends over the hub's link as the
+ * child inherited it: the same mapping (no second mmap, no fstat or seal
+ * checks: it is the supervisor's own, made by pm__link_create) and the
+ * worker's fds (memfd, doorbells, node_sock as its sock). On success l owns
+ * the mapping and those fds; hub's other fds (its sock) stay the caller's
+ * to close, and hub must no longer be closed or unmapped. 0 or -EPROTO. */
+int pm__link_adopt(pm__link *l, const pm__link *hub);
+
 /* The control block (worker side: trusted; hub side: written once). */
 static inline const struct pm__ctl *pm__link_ctl(const pm__link *l)
 {

@@ -207,9 +207,9 @@ int pm__node_from_hub_link(pm_node *n, const pm__link *hub)
     n->magic = PM__MAGIC_NODE;
     n->gen = pm__fork_gen();
     n->supervisor = getppid();
-    /* Re-attach over the same memory (the mapping the child inherited),
-     * with the roles of the worker. */
-    int rc = pm__link_attach(&n->link, hub->memfd, hub->node_efd, hub->hub_efd, hub->node_sock);
+    /* The mapping the child inherited, with the roles of the worker
+     * (pm__link_adopt: no second mapping on the way to ready). */
+    int rc = pm__link_adopt(&n->link, hub);
     if (rc < 0)
         return rc;
     crash_arm(n);

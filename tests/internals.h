@@ -86,6 +86,13 @@ static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
     return c->slots[i].link.memfd;
 }
 
+/* The memfd of slot i's spare link (the next incarnation's, prepared
+ * ahead), or -1 when it has none. */
+static inline int pm_test_slot_spare_memfd(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].spare != NULL ? c->slots[i].spare->memfd : -1;
+}
+
 /* The worker's end of slot i's fd socket (large messages), as the
  * supervisor holds it. */
 static inline int pm_test_slot_node_sock(const pm_cluster *c, unsigned i)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include "seccomp_filter.h"
@@ -41,11 +42,48 @@ void restart_baseline(int exec_mode, unsigned rounds, uint64_t *v)
     }
 }
 
+/* Where a round's time goes: the times (pm__now_ns) of the events of the
+ * round under way, set by on_phase. EXITED = the supervisor reaped the
+ * killed worker; STARTED = the replacement was forked; READY = it
+ * completed the handshake. */
+static uint64_t t_exited, t_started;
+
+/* Per row, when phases is not NULL: kill -> reaped, reaped -> forked,
+ * forked -> ready (ns per round), and the page faults and context switches
+ * of the supervisor and of its reaped workers, summed over the rounds. */
+typedef struct restart_phases {
+    uint64_t *reap, *fork, *ready;
+    long sup_minflt, sup_majflt, sup_nvcsw, sup_nivcsw, kid_minflt;
+} restart_phases;
+
+static void on_phase(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)arg;
+    if (e->type == PM_EVENT_EXITED)
+        t_exited = pm__now_ns();
+    else if (e->type == PM_EVENT_STARTED)
+        t_started = pm__now_ns();
+    else if (e->type == PM_EVENT_READY) {
+        ready_inc = e->incarnation; /* as bench_options' handler does */
+        pm_cluster_stop(c);
+    }
+}
+
+static int rounds_phased(pm_options *o, unsigned rounds, uint64_t *v, restart_phases *ph);
+
 /* K crash-to-ready rounds of a one-worker cluster spawned with o. 0, 1,
  * or -EOPNOTSUPP when o asks for a containment this host cannot give. */
 int restart_rounds(pm_options *o, unsigned rounds, uint64_t *v)
 {
+    return rounds_phased(o, rounds, v, NULL);
+}
+
+static int rounds_phased(pm_options *o, unsigned rounds, uint64_t *v, restart_phases *ph)
+{
     pm_cluster *c;
+    struct rusage self0, self1, kids0, kids1;
+    if (ph != NULL)
+        pm_options_set_on_event(o, on_phase, NULL);
     int rc = pm_cluster_spawn(o, &c);
     if (rc == -EOPNOTSUPP)
         return rc; /* this containment is not available on this host */
@@ -53,6 +91,8 @@ int restart_rounds(pm_options *o, unsigned rounds, uint64_t *v)
         fprintf(stderr, "pm-bench: spawn: %s\n", pm_strerror(rc));
         return 1;
     }
+    getrusage(RUSAGE_SELF, &self0);
+    getrusage(RUSAGE_CHILDREN, &kids0);
     for (unsigned i = 0; i < rounds; i++) {
         pm_slot_info si;
         pm_cluster_slot_info(c, 0, &si);
@@ -67,9 +107,41 @@ int restart_rounds(pm_options *o, unsigned rounds, uint64_t *v)
             }
         }
         v[i] = pm__now_ns() - t0;
+        if (ph != NULL) {
+            ph->reap[i] = t_exited - t0;
+            ph->fork[i] = t_started - t_exited;
+            ph->ready[i] = t0 + v[i] - t_started;
+        }
+    }
+    getrusage(RUSAGE_SELF, &self1);
+    getrusage(RUSAGE_CHILDREN, &kids1);
+    if (ph != NULL) {
+        ph->sup_minflt = self1.ru_minflt - self0.ru_minflt;
+        ph->sup_majflt = self1.ru_majflt - self0.ru_majflt;
+        ph->sup_nvcsw = self1.ru_nvcsw - self0.ru_nvcsw;
+        ph->sup_nivcsw = self1.ru_nivcsw - self0.ru_nivcsw;
+        /* The workers reaped during the rounds (the first incarnation
+         * included, the last one not: one per round either way). */
+        ph->kid_minflt = kids1.ru_minflt - kids0.ru_minflt;
     }
     pm_cluster_terminate(c);
     return 0;
+}
+
+/* The phases of a row, p50 each, and the faults per round. */
+static void print_phases(restart_phases *ph, unsigned rounds)
+{
+    sort_u64(ph->reap, rounds);
+    sort_u64(ph->fork, rounds);
+    sort_u64(ph->ready, rounds);
+    printf("    phases p50 ms: kill->reaped %.3f, reaped->forked %.3f, forked->ready %.3f\n",
+           (double)percentile(ph->reap, rounds, 0.5) / 1e6,
+           (double)percentile(ph->fork, rounds, 0.5) / 1e6,
+           (double)percentile(ph->ready, rounds, 0.5) / 1e6);
+    printf("    per round: supervisor %.1f minor faults, %.2f voluntary + %.2f involuntary "
+           "switches; worker %.1f minor faults\n",
+           (double)ph->sup_minflt / rounds, (double)ph->sup_nvcsw / rounds,
+           (double)ph->sup_nivcsw / rounds, (double)ph->kid_minflt / rounds);
 }
 
 /* --privileges on: the workers under nobody (root only) and seccomp basic
@@ -123,8 +195,17 @@ int cmd_restart(const bench_opts *opts)
             snprintf(label, sizeof(label), "%s", rows[r].name);
             if (priv)
                 privileged(o, label, sizeof(label));
-            int rc = restart_rounds(o, rounds, v);
+            restart_phases ph = {calloc(rounds, sizeof(uint64_t)), calloc(rounds, sizeof(uint64_t)),
+                                 calloc(rounds, sizeof(uint64_t)), 0, 0, 0, 0, 0};
+            int rc = ph.reap != NULL && ph.fork != NULL && ph.ready != NULL
+                         ? rounds_phased(o, rounds, v, &ph)
+                         : restart_rounds(o, rounds, v);
             pm_options_free(o);
+            if (rc == -EOPNOTSUPP || rc != 0) {
+                free(ph.reap);
+                free(ph.fork);
+                free(ph.ready);
+            }
             if (rc == -EOPNOTSUPP) {
                 printf("  %-34s (not available here)\n", label);
                 continue;
@@ -132,6 +213,11 @@ int cmd_restart(const bench_opts *opts)
             if (rc != 0)
                 return rc;
             print_lat(label, v, rounds, base);
+            if (ph.reap != NULL && ph.fork != NULL && ph.ready != NULL)
+                print_phases(&ph, rounds);
+            free(ph.reap);
+            free(ph.fork);
+            free(ph.ready);
         }
     }
     free(v);

@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_spare.c - the next incarnation's link, prepared ahead: taken by the
+ * restart, fresh memory each time, invisible to every worker, and released
+ * without a leak when the slot retires or the cluster stops with one
+ * prepared.
+ */
+#include "helpers.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "procmesh.h"
+#include "internals.h"
+#include "supervise.h"
+
+#ifndef PM_TEST_WORKER
+#error "PM_TEST_WORKER must name the pm-test-worker binary"
+#endif
+
+/* ------------------------------------------------------------ what a process holds */
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Mappings of procmesh's memfds (the links), in /proc/self/maps. */
+static int count_link_maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strstr(line, "memfd:procmesh-slot") != NULL)
+            n++;
+    fclose(f);
+    return n;
+}
+
+static unsigned long long ino_of(int fd)
+{
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    return (unsigned long long)st.st_ino;
+}
+
+static void kill_slot(pm_cluster *c, unsigned slot)
+{
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, slot, &si), 0);
+    ck_assert_int_gt(si.pid, 0);
+    ck_assert_int_eq(kill(si.pid, SIGKILL), 0);
+}
+
+static pm_options *spare_opts(int workers)
+{
+    pm_options *o = opts(workers);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_options_set_restart_min_backoff_ms(o, 0);
+    pm_options_set_restart_max_backoff_ms(o, 0);
+    return o;
+}
+
+/* ------------------------------------------------------------ tests */
+
+START_TEST(test_spare_taken_by_restart)
+{
+    /* Once a worker is started its slot holds the next link; the restart
+     * takes exactly that one, and the one after it is prepared anew: three
+     * different memfds, none shared between two incarnations. */
+    pm_options *o = spare_opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    unsigned long long first = ino_of(pm_test_slot_memfd(c, 0));
+    unsigned long long spare = ino_of(pm_test_slot_spare_memfd(c, 0));
+    ck_assert_msg(first != spare, "the spare is the running incarnation's memory");
+    kill_slot(c, 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_uint_eq(find(PM_EVENT_READY, 0, 1)->inc, 2);
+    ck_assert_msg(ino_of(pm_test_slot_memfd(c, 0)) == spare,
+                  "the replacement did not get the prepared link");
+    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    unsigned long long next = ino_of(pm_test_slot_spare_memfd(c, 0));
+    ck_assert_msg(next != spare && next != first, "a link was reused for another incarnation");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* The report pipe of boot_check_own: inherited by the fork-mode workers. */
+static int report_fd = -1;
+
+/* Writes "S I ok\n", or "S I bad: what\n" when this worker holds an fd or
+ * maps memory of procmesh that is not its own incarnation's link. */
+static int boot_check_own(pm_node *n, void *arg)
+{
+    (void)arg;
+    worker_init();
+    if (pm_node_ready(n) < 0)
+        return 50;
+    unsigned slot = pm_node_slot(n);
+    unsigned long long inc = (unsigned long long)pm_node_self(n)->incarnation;
+    char own[64], bad[800] = "";
+    snprintf(own, sizeof(own), "memfd:procmesh-slot%u-inc%llu ", slot, inc);
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        const char *m = strstr(line, "memfd:procmesh-");
+        if (m != NULL && strncmp(m, own, strlen(own)) != 0)
+            snprintf(bad, sizeof(bad), "maps %.*s", (int)strcspn(m, "\n"), m);
+    }
+    if (f != NULL)
+        fclose(f);
+    else
+        snprintf(bad, sizeof(bad), "cannot read its maps");
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[300], target[300];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, target, sizeof(target) - 1);
+        if (k <= 0)
+            continue;
+        target[k] = '\0';
+        /* "/memfd:procmesh-slot0-inc1 (deleted)" */
+        const char *m = strstr(target, "memfd:procmesh-");
+        if (m != NULL && strncmp(m, own, strlen(own)) != 0)
+            snprintf(bad, sizeof(bad), "holds fd %s: %s", e->d_name, target);
+    }
+    if (d != NULL)
+        closedir(d);
+    char out[1024];
+    int len = snprintf(out, sizeof(out), "%u %llu %s%s\n", slot, inc, bad[0] ? "bad: " : "ok",
+                       bad);
+    if (write(report_fd, out, (size_t)len) != len)
+        return 51;
+    idle();
+    return 0;
+}
+
+/* What the workers reported so far (read without blocking), in lines. */
+static char reports[8192];
+static size_t reports_len;
+
+static int report_lines(int fd)
+{
+    ssize_t k;
+    while (reports_len + 1 < sizeof(reports) &&
+           (k = read(fd, reports + reports_len, sizeof(reports) - 1 - reports_len)) > 0)
+        reports_len += (size_t)k;
+    reports[reports_len] = '\0';
+    int n = 0;
+    for (size_t i = 0; i < reports_len; i++)
+        n += reports[i] == '\n';
+    return n;
+}
+
+START_TEST(test_spare_invisible_to_workers)
+{
+    /* Slots 0 and 1 both hold spares when slot 1's replacement is forked
+     * (and slot 1's own spare for incarnation 3 is made right after): no
+     * worker, first or replacement, holds or maps any link but its own. */
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_NONBLOCK), 0);
+    report_fd = p[1];
+    pm_options *o = spare_opts(2);
+    pm_options_set_bootstrap(o, boot_check_own, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 1), 0);
+    RUN_UNTIL(c, report_lines(p[0]) == 2, 10000);
+    kill_slot(c, 1);
+    RUN_UNTIL(c, report_lines(p[0]) == 3, 10000);
+    close(p[1]);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    close(p[0]);
+    char *buf = reports;
+    int lines = 0;
+    char *save = NULL;
+    for (char *l = strtok_r(buf, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
+        unsigned slot;
+        unsigned long long inc;
+        char verdict[8];
+        ck_assert_msg(sscanf(l, "%u %llu %7s", &slot, &inc, verdict) == 3, "bad report: %s", l);
+        ck_assert_msg(strcmp(verdict, "ok") == 0, "worker %s", l);
+        lines++;
+    }
+    ck_assert_msg(lines == 3, "%d worker reports, want 3 (slot 0, slot 1 twice)", lines);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_spare_dropped_on_retire)
+{
+    /* A slot with no restart left retires with a spare prepared: the spare
+     * goes at once, and after the cluster is freed the test process holds
+     * the fds and link mappings it held before. */
+    int fds0 = count_fds(), maps0 = count_link_maps();
+    pm_options *o = spare_opts(2);
+    pm_options_set_max_restarts(o, 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    int held = count_fds();
+    kill_slot(c, 0);
+    RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_RETIRED, 10000);
+    ck_assert_int_eq(pm_test_slot_spare_memfd(c, 0), -1);
+    /* Slot 0's link, spare and pidfd are gone; slot 1's are all there. */
+    ck_assert_int_lt(count_fds(), held);
+    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 1), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    ck_assert_int_eq(count_fds(), fds0);
+    ck_assert_int_eq(count_link_maps(), maps0);
+}
+END_TEST
+
+START_TEST(test_spare_dropped_on_terminate)
+{
+    /* Stopped with every slot holding a spare (one slot restarted once, so
+     * its spare is a second-generation one): no fd, no mapping left. */
+    int fds0 = count_fds(), maps0 = count_link_maps();
+    pm_options *o = spare_opts(3);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    kill_slot(c, 2);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 2) == 2, 10000);
+    for (unsigned i = 0; i < 3; i++)
+        ck_assert_int_ge(pm_test_slot_spare_memfd(c, i), 0);
+    ck_assert_int_eq(count_link_maps(), maps0 + 6);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    ck_assert_int_eq(count_fds(), fds0);
+    ck_assert_int_eq(count_link_maps(), maps0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("spare");
+    PM_ADD_TEST(s, test_spare_taken_by_restart, 30);
+    PM_ADD_TEST(s, test_spare_invisible_to_workers, 30);
+    PM_ADD_TEST(s, test_spare_dropped_on_retire, 30);
+    PM_ADD_TEST(s, test_spare_dropped_on_terminate, 30);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed == 0 ? 0 : 1;
+}
