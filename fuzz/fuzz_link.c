@@ -25,8 +25,11 @@
  *   main (address port 0) or a local worker's port, with that sender's tag;
  * - main's requests and mesh broadcasts: each callback runs exactly once
  *   (never twice, and every one by the end of the run, hub freed); a call
- *   that returned an error never runs it; the hub's count of pending
+ *   that returned an error never runs it; a request to a local worker is
+ *   never settled by a frame from a link; the hub's count of pending
  *   requests is the number whose callback has not run;
+ * - a notice (UNDELIVERABLE) that reaches a worker has a negative error
+ *   and no payload, whoever sent it;
  * - the remote in-flight table of a link never holds more entries than
  *   requests went out on it since it came up, and stays within
  *   PM__RINFLIGHT_MAX;
@@ -76,6 +79,7 @@ typedef struct flink {
 
 typedef struct rec {
     int kind;           /* 1 a request, 2 a mesh broadcast */
+    int local;          /* a request to a local worker: no link frame may settle it */
     int expect;         /* 1: the call returned an id / 0, its callback must run once */
     int calls;
 } rec;
@@ -88,6 +92,7 @@ static unsigned nwreq[NPORTS];
 static rec recs[MAX_RECS];
 static unsigned nrecs;
 static int reply_from_callback;
+static int in_link_frame; /* pm__hub_link_frame is running */
 static unsigned char fbuf[PM__FRAME_HDR_SIZE + PM_MAX_PAYLOAD + 64];
 static unsigned char tagged[PM_MAX_PAYLOAD + 1];
 
@@ -249,7 +254,9 @@ static void link_deliver(unsigned x, const unsigned char *frame, size_t len)
                 L->exp_in++;
         }
     }
+    in_link_frame = 1;
     pm__hub_link_frame(&hub, host_of(x), frame, len);
+    in_link_frame = 0;
 }
 
 static void fill_tag(unsigned char *p, size_t len, unsigned char tag)
@@ -410,6 +417,7 @@ static void on_reply(pm_cluster *app, const pm_message *m, void *arg)
     rec *r = arg;
     FUZZ_ASSERT(app == NULL && r >= recs && r < recs + MAX_RECS);
     FUZZ_ASSERT(r->expect == 1 && r->calls == 0); /* exactly once */
+    FUZZ_ASSERT(!(r->local && in_link_frame)); /* a peer answers only what went to it */
     r->calls++;
     FUZZ_ASSERT(m->error <= 0 && m->len <= PM_MAX_PAYLOAD);
     FUZZ_ASSERT(m->error == 0 || m->len == 0);
@@ -440,6 +448,7 @@ static rec *rec_new(int kind)
         return NULL;
     rec *r = &recs[nrecs++];
     r->kind = kind;
+    r->local = 0;
     r->expect = 0;
     r->calls = 0;
     return r;
@@ -467,6 +476,7 @@ static void main_request(fuzz_in *in)
     uint16_t host = (uint16_t)(k % 4);
     if (host == 0) {
         top = NULL; /* any local worker */
+        r->local = 1;
     } else {
         remote_address(in, host, &to);
     }
@@ -761,12 +771,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * -EHOSTUNREACH), the other is still up when the hub is freed (the
      * mesh is gone then: nothing may be sent, pm__hub_free). */
     link_set_up(0, 0);
-    lk[1].up = 0;
     for (unsigned i = 0; i < NPORTS; i++) {
-        pm__hub_port_close(&hub, i);
+        pm__hub_port_close(&hub, i); /* may answer over link 1, still up */
         socks_close(&w[i]);
         w[i].open = 0;
     }
+    lk[1].up = 0;
     pm__hub_free(&hub);
     for (unsigned k = 0; k < nrecs; k++)
         FUZZ_ASSERT(recs[k].calls == recs[k].expect); /* every callback ran, once */
