@@ -607,6 +607,12 @@ static void worker_drain(unsigned i)
                 /* From a link: its host, an address port, its tag. */
                 FUZZ_ASSERT(f.src_host >= 1 && f.src_host <= NLINKS && f.src <= 0xFFFFu);
                 check_tag(payload, f.len, tag_remote(f.src_host));
+            } else if (f.src == PM__NODE_MAIN && f.type == PM__FT_REQUEST &&
+                       f.request_id >= PM__BCAST_ID_BASE && f.len > 0 && payload[0] != 'M') {
+                /* A remote host's mesh broadcast, fanned out here by our
+                 * supervisor (a BCAST): its payload, from our main. */
+                FUZZ_ASSERT(payload[0] >= tag_remote(1) && payload[0] <= tag_remote(NLINKS));
+                check_tag(payload, f.len, payload[0]);
             } else {
                 FUZZ_ASSERT(f.src == PM__NODE_MAIN || f.src < NPORTS);
                 check_tag(payload, f.len, tag_local(f.src));
