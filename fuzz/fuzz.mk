@@ -16,7 +16,7 @@
 # tree, a crash to fuzz-out/artifacts/.
 
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= frame ring hub http notify dconf address record noise crash peer output
+FUZZ_TARGETS ?= frame ring hub http notify dconf address record noise crash peer output link
 FUZZ_FLAGS ?=
 
 B := $(top_builddir)/fuzz-out
@@ -48,7 +48,7 @@ $(B)/libpmfuzz.a: $(LIB_OBJS)
 	@echo "  AR       $@"
 	@ar rcs $@ $^
 
-$(B)/fuzz_%: $(S)/fuzz_%.c $(S)/fuzz.h $(B)/libpmfuzz.a
+$(B)/fuzz_%: $(S)/fuzz_%.c $(S)/fuzz.h $(S)/fuzz_wport.h $(B)/libpmfuzz.a
 	@echo "  FUZZLD   $@"
 	@$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -fsanitize=fuzzer $< $(B)/libpmfuzz.a $(PM_LIBS) -o $@
 

@@ -46,110 +46,21 @@
 #include "bigmsg.h"
 
 #include "fuzz.h"
+#include "fuzz_wport.h"
 #include "hub.h"
 #include "le.h"
 #include "proto.h"
 
 #define NPORTS 3u
-#define CAP ((uint64_t)1 << 18) /* the smallest ring that takes PM__LINK_MAX_FRAME */
 #define FORGED_SRC 0x5eadbeefu
 #define FORGED_INC 0x5eadbeef5eadbeefull
 /* The cluster's limit on a message here: large messages stay cheap (the
  * memfds are sparse: ftruncate, never written). */
 #define MAX_MSG ((size_t)PM_MAX_PAYLOAD * 4)
 
-typedef struct wport {
-    unsigned char *map;
-    size_t size;
-    pm__link link;      /* the hub's ends (what the cluster owns) */
-    pm__ring up;        /* the worker's ends */
-    pm__ring down;
-    uint64_t inc;       /* incarnation now; 1, 2, ... */
-    int open;
-    int cut;            /* a fault was reported: nothing from it until restarted */
-    int hello;
-    int down_tainted;   /* the worker wrote its own consumer index: its down ring may be garbage */
-    int up_tainted;     /* the worker scribbled over its up ring: it may have hidden
-                           its frames from the hub, which only hurts itself */
-    uint64_t dirty[2];  /* bytes of each data area (down, up) written since the last zeroing */
-    int wsock;          /* the worker's end of its fd socket (the hub's is link.sock) */
-    uint32_t tx_seq;    /* the worker's last record sent honestly */
-    uint32_t rx_seq;    /* the last record it took from the hub */
-} wport;
-
 static pm__hub hub;
 static wport w[NPORTS];
 static int reply_from_callback; /* on_message answers requests at once */
-
-static void *ring_region(const wport *p, int up)
-{
-    return p->map + PM__CTL_SIZE + (up ? pm__ring_region_size(CAP) : 0);
-}
-
-/* Every write into a data area lands below its producer's index (or at a
- * hostile offset, noted when made): zeroing that much is zeroing all. */
-static void note_dirty(wport *p)
-{
-    uint64_t down = p->link.tx.head, up = p->up.head;
-    if (down > p->dirty[0])
-        p->dirty[0] = down < CAP ? down : CAP;
-    if (up > p->dirty[1])
-        p->dirty[1] = up < CAP ? up : CAP;
-}
-
-/* Fresh, zeroed memory for a new incarnation, both ends attached. Only
- * what was written is zeroed (the whole block is 1.5 MiB a run): each run
- * starts from the same bytes, so a crash reproduces. */
-static void socks_close(wport *p)
-{
-    if (p->link.sock >= 0)
-        close(p->link.sock);
-    if (p->wsock >= 0)
-        close(p->wsock); /* fds still in flight are freed by the kernel */
-    p->link.sock = p->wsock = -1;
-}
-
-static void link_fresh(wport *p)
-{
-    note_dirty(p);
-    socks_close(p);
-    memset(p->map, 0, PM__CTL_SIZE);
-    for (int up = 0; up <= 1; up++) {
-        unsigned char *r = ring_region(p, up);
-        memset(r, 0, PM__RING_HDR_SIZE + p->dirty[up]);
-        p->dirty[up] = 0;
-    }
-    pm__link_zero(&p->link);
-    p->link.map = p->map;
-    p->link.map_size = p->size;
-    int sv[2], one = 1;
-    FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) == 0);
-    (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
-    (void)setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
-    p->link.sock = sv[0];
-    p->wsock = sv[1];
-    p->tx_seq = p->rx_seq = 0;
-    struct pm__ctl *ctl = (struct pm__ctl *)p->map;
-    ctl->magic = PM__CTL_MAGIC;
-    ctl->version = 1;
-    ctl->incarnation = p->inc;
-    ctl->ring_cap = CAP;
-    ctl->max_frame = PM__LINK_MAX_FRAME;
-    FUZZ_ASSERT(pm__ring_format(ring_region(p, 0), CAP, PM__LINK_MAX_FRAME) == 0);
-    FUZZ_ASSERT(pm__ring_format(ring_region(p, 1), CAP, PM__LINK_MAX_FRAME) == 0);
-    FUZZ_ASSERT(pm__ring_attach(&p->link.tx, ring_region(p, 0), CAP, PM__LINK_MAX_FRAME,
-                                PM__RING_PRODUCER, -1, -1) == 0);
-    FUZZ_ASSERT(pm__ring_attach(&p->link.rx, ring_region(p, 1), CAP, PM__LINK_MAX_FRAME,
-                                PM__RING_CONSUMER, -1, -1) == 0);
-    FUZZ_ASSERT(pm__ring_attach(&p->down, ring_region(p, 0), CAP, PM__LINK_MAX_FRAME,
-                                PM__RING_CONSUMER, -1, -1) == 0);
-    FUZZ_ASSERT(pm__ring_attach(&p->up, ring_region(p, 1), CAP, PM__LINK_MAX_FRAME,
-                                PM__RING_PRODUCER, -1, -1) == 0);
-    p->cut = 0;
-    p->hello = 0;
-    p->down_tainted = 0;
-    p->up_tainted = 0;
-}
 
 /* ---- the fake owner (what cluster.c does, minus processes) ---- */
 
@@ -280,13 +191,7 @@ static void worker_send(fuzz_in *in, unsigned i)
     memcpy(slot, hdr, sizeof(hdr));
     memset((unsigned char *)slot + PM__FRAME_HDR_SIZE, (int)i + 'a', len);
     pm__ring_commit(&p->up, PM__FRAME_HDR_SIZE + len);
-    struct pm__ring_shared *sh = ring_region(p, 1);
-    uint32_t armed = atomic_load(&sh->cons_waiting);
-    pm__ring_publish(&p->up);
-    /* The publish took the hub's flag: its doorbell rang, and the loop's
-     * completion for it puts the port on the ready list (turn.c). */
-    if (armed != 0 && atomic_load(&sh->cons_waiting) == 0)
-        pm__hub_mark_rang(&hub, i);
+    wport_publish(&hub, p, i);
 }
 
 /* A memfd of len bytes (sparse), sealed or not; -1 when the system
@@ -402,13 +307,7 @@ static void worker_big(fuzz_in *in, unsigned i)
     pm__frame_encode(&f, slot);
     memcpy((unsigned char *)slot + PM__FRAME_HDR_SIZE, ann, sizeof(ann));
     pm__ring_commit(&p->up, PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE);
-    struct pm__ring_shared *sh = ring_region(p, 1);
-    uint32_t armed = atomic_load(&sh->cons_waiting);
-    pm__ring_publish(&p->up);
-    /* As in worker_send: the publish took the hub's flag, so the doorbell
-     * rang and the loop's completion puts the port on the ready list. */
-    if (armed != 0 && atomic_load(&sh->cons_waiting) == 0)
-        pm__hub_mark_rang(&hub, i);
+    wport_publish(&hub, p, i);
 }
 
 static size_t count_fds(void)
@@ -516,11 +415,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!once) {
         once = 1;
         for (unsigned i = 0; i < NPORTS; i++) {
-            w[i].link.sock = w[i].wsock = -1;
-            w[i].size = PM__CTL_SIZE + 2 * pm__ring_region_size(CAP);
-            w[i].map = aligned_alloc(4096, w[i].size);
-            FUZZ_ASSERT(w[i].map != NULL);
-            memset(w[i].map, 0, w[i].size);
+            wport_alloc(&w[i]);
         }
     }
     pm__names names = {.system = "fz", .host = "h", .base_port = 9000, .nslots = NPORTS};

@@ -736,7 +736,9 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
 
 PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out);
 
-/* One peer link's connection (peer mode): pm_cluster_peers. */
+/* One peer link's connection (peer mode): pm_cluster_peers. Callers
+ * allocate it: it grows at its end, and each growth is an incompatible
+ * interface before 1.0 (NEWS, "Compatibility policy"). */
 typedef struct pm_peer_info {
     char host[PM_NAME_MAX];  /* the host it authenticated as; "" before its hello */
     const char *state;       /* static string: "connecting" (our dial in progress),
@@ -747,6 +749,9 @@ typedef struct pm_peer_info {
     uint64_t age_ms;         /* since the TCP connection */
     uint64_t frames_in, frames_out; /* frames carried each way */
     uint64_t bytes_in, bytes_out;   /* their bytes (frame headers included) */
+    uint64_t records_in, records_out; /* the FRAMES records that carried them: a record
+                                         holds one frame or more (frames / records is
+                                         the batching); heartbeats and rekeys not counted */
 } pm_peer_info;
 
 /* The peer connections (linked and handshaking), up to cap into out;

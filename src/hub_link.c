@@ -500,7 +500,10 @@ static void link_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f,
 {
     pm__rinflight e;
     int known = f->request_id != 0 && rinflight_take(l, node, f->request_id, f->src, &e);
-    if (f->type == PM__FT_REPLY && !known) {
+    /* Main takes answers only to its own requests over this link: a notice
+     * about anything else (a pm_cluster_send, a forgery) would otherwise
+     * settle whatever local request or broadcast shares its id. */
+    if (!known && (f->type == PM__FT_REPLY || node == PM__NODE_MAIN)) {
         h->late_replies++;
         return;
     }
@@ -569,7 +572,9 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
         return;
     case PM__FT_REPLY:
     case PM__FT_UNDELIVERABLE:
-        if (err < 0) {
+        /* A notice is a negative errno and nothing else (protocol.md 6): an
+         * error of 0 with a payload would read as a reply. */
+        if (err < 0 || (f.type == PM__FT_UNDELIVERABLE && (f.error >= 0 || f.len != 0))) {
             l->malformed++;
             return;
         }

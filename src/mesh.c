@@ -1269,6 +1269,8 @@ static void conn_info(const pm__mconn *k, uint64_t now, pm_peer_info *out)
     out->frames_out = k->pc.frames_out;
     out->bytes_in = k->pc.bytes_in;
     out->bytes_out = k->pc.bytes_out;
+    out->records_in = k->pc.frame_records_in;
+    out->records_out = k->pc.frame_records_out;
 }
 
 PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t cap)

@@ -531,6 +531,7 @@ static int take_record(pm__pconn *c, const pm__rec_in *in)
     case PM__REC_FRAMES: {
         size_t off = 0, flen;
         const unsigned char *f;
+        c->frame_records_in++;
         while (pm__rec_next_frame(in, &off, &f, &flen) == 1) {
             c->frames_in++;
             c->bytes_in += flen;

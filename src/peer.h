@@ -124,8 +124,8 @@ typedef struct pm__pconn {
     pm__peer_hello peer;
     unsigned char peer_static[PM__PEER_KEY_LEN];
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
-    /* FRAMES records sealed (frames_out / frame_records_out: the batching). */
-    uint64_t frame_records_out;
+    /* FRAMES records sealed and opened (frames / records: the batching). */
+    uint64_t frame_records_out, frame_records_in;
     /* Frames staged, not yet sealed: stage[0..stage_len), one iovec each
      * (into stage). Their record's room in `out` is reserved already. */
     unsigned char *stage;

@@ -779,9 +779,11 @@ START_TEST(test_peers_in_status_and_metrics)
     ck_assert_ptr_null(strstr(body, "\"peer_incarnation\":0,"));
     ck_assert_ptr_nonnull(strstr(body, "\"peer_failures\":{\"preamble\":0,"));
     ck_assert_ptr_nonnull(strstr(body, "\"rate_limited\":0"));
+    ck_assert_ptr_nonnull(strstr(body, "\"records_in\":0,\"records_out\":"));
     ck_assert_int_eq(metric_value(ha, "procmesh_peer_failures_total{reason=\"key_id\"}"), 0);
     ck_assert_int_eq(metric_value(ha, "procmesh_peer_frames_total{host=\"b\",direction=\"in\"}"), 0);
     ck_assert_int_eq(metric_value(ha, "procmesh_peer_bytes_total{host=\"b\",direction=\"out\"}"), 0);
+    ck_assert_int_eq(metric_value(ha, "procmesh_peer_records_total{host=\"b\",direction=\"in\"}"), 0);
     ck_assert_int_ge(metric_value(ha, "procmesh_peer_rtt_seconds{host=\"b\"}"), 0);
     /* procmesh status: the peers table under the slots. */
     char *sa[] = {"procmesh", "status", "--health", health_a, NULL};
@@ -789,6 +791,7 @@ START_TEST(test_peers_in_status_and_metrics)
     static char table[8192];
     ck_assert_int_eq(finish(&st, table, sizeof(table), 10000), 0);
     ck_assert_msg(strstr(table, "PEER             STATE") != NULL, "procmesh status:\n%s", table);
+    ck_assert_msg(strstr(table, "RECORDS IN/OUT") != NULL, "procmesh status:\n%s", table);
     ck_assert_msg(strstr(table, "\nb                up ") != NULL, "procmesh status:\n%s", table);
     /* b goes: a logs peer_down with the reason (b's CLOSE: "closed"), and
      * counts it. */

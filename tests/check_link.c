@@ -1083,6 +1083,67 @@ START_TEST(test_link_main_request_and_mesh_frames)
 }
 END_TEST
 
+START_TEST(test_link_notices_judged)
+{
+    /* Found by fuzz/fuzz_link.c. Host a's hub, its one port not running,
+     * linked to b. */
+    pm__hub h;
+    pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    ck_assert_int_ge(b, 1);
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    nsent = 0;
+    unit_answers = 0;
+
+    /* An UNDELIVERABLE is a negative errno and nothing else: one with error
+     * 0 or above, or with a payload, would read as a reply. Dropped and
+     * counted. */
+    unsigned char buf[PM__FRAME_HDR_SIZE + 8];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_UNDELIVERABLE;
+    f.dst = 10;
+    f.src = 11;
+    uint64_t bad = pm_test_link_malformed(&h, (unsigned)b);
+    f.error = 0;
+    f.len = 1;
+    memset(buf + PM__FRAME_HDR_SIZE, 'x', 1);
+    pm__frame_encode(&f, buf);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + 1);
+    f.len = 0;
+    f.error = 5;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    f.error = -ENOENT;
+    f.len = 1;
+    pm__frame_encode(&f, buf);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + 1);
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), bad + 3);
+
+    /* Main's request for any local worker (none ready: it waits). A notice
+     * from b under the same id (about main's pm_cluster_send to b, or a
+     * forgery) is not its answer: late, and the request still waits. */
+    int id = pm__hub_request(&h, NULL, "q", 1, 5000, unit_answer, NULL);
+    ck_assert_int_gt(id, 0);
+    uint64_t late = pm_test_hub_late_replies(&h);
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_UNDELIVERABLE;
+    f.dst = 0;
+    f.src = 10;
+    f.request_id = (uint64_t)id;
+    f.error = -EHOSTDOWN;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(unit_answers, 0);
+    ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 1);
+    ck_assert_int_eq(pm__hub_cancel(&h, (uint64_t)id), 0);
+    ck_assert_uint_eq(unit_answers, 1);
+    ck_assert_int_eq(unit_err, -ECANCELED);
+    ck_assert_uint_eq(nsent, 0);
+    pm__hub_free(&h);
+}
+END_TEST
+
 START_TEST(test_peer_stopped_and_resumed)
 {
     /* A live link carries heartbeats: idle, it stays up past the peer
@@ -1114,6 +1175,7 @@ int main(void)
     Suite *s = suite_create("link");
     PM_ADD_TEST(s, test_link_frames_judged, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
+    PM_ADD_TEST(s, test_link_notices_judged, 30);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_main_request_remote, 120);
     PM_ADD_TEST(s, test_batched_frames, 120);

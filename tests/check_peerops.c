@@ -437,6 +437,77 @@ START_TEST(test_daemon_sighup_rotation)
 }
 END_TEST
 
+/* -------------------------------------------------------------- records */
+
+#define BURST 64
+
+static unsigned burst_ok, burst_other;
+static int probe_rc;
+static unsigned probe_done;
+
+static void on_burst(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (m->error == 0)
+        burst_ok++;
+    else
+        burst_other++;
+}
+
+static void on_probe(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    probe_rc = m->error;
+    probe_done++;
+}
+
+START_TEST(test_records_per_link)
+{
+    /* a's supervisor asks b's echo worker BURST requests at once: they go
+     * out in one loop turn and share FRAMES records, so a's link shows
+     * fewer records than frames out, and at most as many as frames in. */
+    int port = pm_test_free_port();
+    pid_t b = start_b(port, k1, NULL, 0);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    pm_cluster *a = start_a(NULL, peer, k1);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 20000);
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    /* Until b's worker is ready (-EHOSTDOWN while its slot starts). */
+    uint64_t end = pm_test_ms() + 20000;
+    probe_rc = -EHOSTDOWN;
+    while (probe_rc != 0 && pm_test_ms() < end) {
+        unsigned before = probe_done;
+        ck_assert_int_gt(pm_cluster_request(a, &to, "p", 1, 5000, on_probe, NULL), 0);
+        PM_RUN_UNTIL(a, probe_done > before, 10000);
+        if (probe_rc != 0)
+            ck_assert_int_ge(pm_cluster_run(a, 50), 0);
+    }
+    ck_assert_msg(probe_rc == 0, "b's worker never answered: %d", probe_rc);
+    for (int i = 0; i < BURST; i++)
+        ck_assert_int_gt(pm_cluster_request(a, &to, "burst", 5, 10000, on_burst, NULL), 0);
+    PM_RUN_UNTIL(a, burst_ok + burst_other == BURST, 30000);
+    ck_assert_uint_eq(burst_ok, BURST);
+    pm_peer_info info;
+    ck_assert_int_eq(pm_cluster_peers(a, &info, 1), 1);
+    ck_assert_str_eq(info.host, "b");
+    ck_assert_msg(info.frames_out >= BURST && info.records_out >= 1 &&
+                      info.records_out < info.frames_out,
+                  "out: %llu frames in %llu records", (unsigned long long)info.frames_out,
+                  (unsigned long long)info.records_out);
+    ck_assert_msg(info.frames_in >= BURST && info.records_in >= 1 &&
+                      info.records_in <= info.frames_in,
+                  "in: %llu frames in %llu records", (unsigned long long)info.frames_in,
+                  (unsigned long long)info.records_in);
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 /* -------------------------------------------------------------------- REKEY */
 
 #define REKEY_REQUESTS 3000
@@ -542,5 +613,6 @@ int main(void)
     PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
     PM_ADD_TEST(s, test_daemon_sighup_rotation, 90);
     PM_ADD_TEST(s, test_rekey_under_traffic, 120);
+    PM_ADD_TEST(s, test_records_per_link, 60);
     return pm_test_main(s);
 }

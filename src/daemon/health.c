@@ -89,8 +89,8 @@ static void metric(pmd_sbuf *b, const char *name, const char *type, const char *
     pmd_sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* Peer links (peer mode only): the links up, each up link's RTT, frames
- * and bytes, and the ended connections by reason. */
+/* Peer links (peer mode only): the links up, each up link's RTT, frames,
+ * bytes and records, and the ended connections by reason. */
 static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
 {
     enum { MAXP = 64, MAXR = 32 };
@@ -126,6 +126,15 @@ static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
                           "procmesh_peer_bytes_total{host=\"%s\",direction=\"out\"} %llu\n",
                           p[i].host, (unsigned long long)p[i].bytes_in, p[i].host,
                           (unsigned long long)p[i].bytes_out);
+    metric(b, "procmesh_peer_records_total", "counter",
+           "FRAMES records over each up link, by direction (frames / records: the batching).");
+    for (int i = 0; i < n; i++)
+        if (strcmp(p[i].state, "up") == 0)
+            pmd_sb_printf(b,
+                          "procmesh_peer_records_total{host=\"%s\",direction=\"in\"} %llu\n"
+                          "procmesh_peer_records_total{host=\"%s\",direction=\"out\"} %llu\n",
+                          p[i].host, (unsigned long long)p[i].records_in, p[i].host,
+                          (unsigned long long)p[i].records_out);
     free(p);
     const char *why[MAXR];
     uint64_t count[MAXR];

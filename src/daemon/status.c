@@ -72,12 +72,14 @@ static void peers_json(pmd_sbuf *b, pm_cluster *c)
         pmd_sb_printf(b,
                       "%s{\"peer_host\":\"%s\",\"peer_state\":\"%s\",\"initiator\":%d,"
                       "\"peer_incarnation\":%llu,\"rtt_us\":%lld,\"age_ms\":%llu,"
-                      "\"frames_in\":%llu,\"frames_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu}",
+                      "\"frames_in\":%llu,\"frames_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
+                      "\"records_in\":%llu,\"records_out\":%llu}",
                       i ? "," : "", p[i].host, p[i].state, p[i].initiator,
                       (unsigned long long)p[i].incarnation, (long long)p[i].rtt_us,
                       (unsigned long long)p[i].age_ms, (unsigned long long)p[i].frames_in,
                       (unsigned long long)p[i].frames_out, (unsigned long long)p[i].bytes_in,
-                      (unsigned long long)p[i].bytes_out);
+                      (unsigned long long)p[i].bytes_out, (unsigned long long)p[i].records_in,
+                      (unsigned long long)p[i].records_out);
     free(p);
     const char *why[MAXR];
     uint64_t count[MAXR];
@@ -228,10 +230,10 @@ static void peers_print(FILE *out, const char *body)
     const char *p = strstr(body, key);
     if (p == NULL)
         return;
-    fprintf(out, "\n%-16s %-10s %-20s %-10s %-21s %s\n", "PEER", "STATE", "INCARNATION", "RTT",
-            "FRAMES IN/OUT", "BYTES IN/OUT");
+    fprintf(out, "\n%-16s %-10s %-20s %-10s %-21s %-21s %s\n", "PEER", "STATE", "INCARNATION",
+            "RTT", "FRAMES IN/OUT", "RECORDS IN/OUT", "BYTES IN/OUT");
     for (; p != NULL; p = strstr(p + 1, key)) {
-        char host[64], state[16], rtt[24], frames[48];
+        char host[64], state[16], rtt[24], frames[48], records[48];
         read_string(p, "peer_host", host, sizeof(host));
         read_string(p, "peer_state", state, sizeof(state));
         long long us = read_int(p, "rtt_us");
@@ -240,9 +242,11 @@ static void peers_print(FILE *out, const char *body)
         else
             snprintf(rtt, sizeof(rtt), "%.3fms", (double)us / 1000.0);
         snprintf(frames, sizeof(frames), "%lld/%lld", read_int(p, "frames_in"), read_int(p, "frames_out"));
+        snprintf(records, sizeof(records), "%lld/%lld", read_int(p, "records_in"),
+                 read_int(p, "records_out"));
         const char *inc = strstr(p, "\"peer_incarnation\":");
-        fprintf(out, "%-16s %-10s %-20llu %-10s %-21s %lld/%lld\n", host[0] ? host : "-", state,
-                inc != NULL ? strtoull(inc + 19, NULL, 10) : 0ull, rtt, frames,
+        fprintf(out, "%-16s %-10s %-20llu %-10s %-21s %-21s %lld/%lld\n", host[0] ? host : "-",
+                state, inc != NULL ? strtoull(inc + 19, NULL, 10) : 0ull, rtt, frames, records,
                 read_int(p, "bytes_in"), read_int(p, "bytes_out"));
     }
 }
