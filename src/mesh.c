@@ -849,6 +849,10 @@ void pm__mesh_flush(pm_cluster *c)
         if (!m->lfd_armed && pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
             m->lfd_armed = 1;
     }
+    /* The next handshake's ephemeral key pair, made now, after this turn's
+     * messages went out: a handshake then spends no time on it (a no-op
+     * while one waits; on failure the handshake makes its own). */
+    (void)pm__noise_ephemeral_prepare();
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)

@@ -248,7 +248,9 @@ static int hs_start(pm__pconn *c, int secret)
                               c->prologue_len, NULL);
     if (rc < 0)
         return rc;
-    if ((rc = pm__noise_hs_set_static(c->hs, pm__keyring_static_priv(kr))) < 0)
+    unsigned char pub[PM__PEER_KEY_LEN];
+    if ((rc = pm__keyring_static_pub(kr, pub)) < 0 ||
+        (rc = pm__noise_hs_set_static_pair(c->hs, pm__keyring_static_priv(kr), pub)) < 0)
         return rc;
     if (secret >= 0 && (rc = pm__noise_hs_set_psk(c->hs, 0, pm__keyring_secret(kr, (unsigned)secret))) < 0)
         return rc;
