@@ -424,6 +424,12 @@ static void conn_read(pm_cluster *c, pm__mconn *k)
                 if (k->pc.pong_stamp <= now_us)
                     k->rtt_us = (int64_t)(now_us - k->pc.pong_stamp);
             }
+            /* A short read emptied the socket: another recv would only say
+             * EAGAIN (a system call per event). Bytes that arrive from now
+             * on are not missed: the arm that follows (io_uring poll or
+             * one-shot epoll, both level-triggered) sees them at once. */
+            if ((size_t)r < PM__MESH_READ_BUF)
+                return;
             continue;
         }
         if (r == 0) {
