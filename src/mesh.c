@@ -424,6 +424,12 @@ static void conn_read(pm_cluster *c, pm__mconn *k)
                 if (k->pc.pong_stamp <= now_us)
                     k->rtt_us = (int64_t)(now_us - k->pc.pong_stamp);
             }
+            /* A short read emptied the socket: another recv would only say
+             * EAGAIN (a system call per event). Bytes that arrive from now
+             * on are not missed: the arm that follows (io_uring poll or
+             * one-shot epoll, both level-triggered) sees them at once. */
+            if ((size_t)r < PM__MESH_READ_BUF)
+                return;
             continue;
         }
         if (r == 0) {
@@ -849,6 +855,10 @@ void pm__mesh_flush(pm_cluster *c)
         if (!m->lfd_armed && pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
             m->lfd_armed = 1;
     }
+    /* The next handshake's ephemeral key pair, made now, after this turn's
+     * messages went out: a handshake then spends no time on it (a no-op
+     * while one waits; on failure the handshake makes its own). */
+    (void)pm__noise_ephemeral_prepare();
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)

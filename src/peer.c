@@ -116,8 +116,9 @@ static size_t stage_plain(size_t n, size_t len)
 /* Empties the stage; its bytes are a worker's messages in clear. */
 static void stage_drop(pm__pconn *c)
 {
-    if (c->stage != NULL && c->stage_len > 0)
-        explicit_bzero(c->stage, c->stage_len);
+    if (c->stage != NULL && c->stage_used > 0)
+        explicit_bzero(c->stage, c->stage_used);
+    c->stage_used = 0;
     c->stage_len = 0;
     c->stage_n = 0;
 }
@@ -129,17 +130,16 @@ static int stage_seal(pm__pconn *c)
 {
     if (c->stage_n == 0)
         return 0;
-    size_t cap = 0, len = 0, taken = 0;
-    unsigned char *p = out_room(c, pm__rec_wire_size(stage_plain(c->stage_n, c->stage_len)), &cap);
+    size_t cap = 0, len = 0;
+    unsigned char *p = out_room(c, pm__rec_wire_size(c->stage_used), &cap);
     int rc = -ENOBUFS; /* cannot happen: pm__pconn_stage reserved the room */
     if (p != NULL)
-        rc = pm__rec_seal_frames(c->rec, c->stage_iov, c->stage_n, &taken, p, cap, &len);
+        rc = pm__rec_seal_frames_plain(c->rec, c->stage, c->stage_used, p, cap, &len);
     if (rc == 0) {
-        /* taken == stage_n: a full stage is far below one record's limit. */
         c->out_len += len;
         c->records_since_rekey++;
         c->frame_records_out++;
-        c->frames_out += taken;
+        c->frames_out += c->stage_n;
         c->bytes_out += c->stage_len;
     }
     stage_drop(c);
@@ -175,9 +175,13 @@ int pm__pconn_stage(pm__pconn *c, const void *frame, size_t len)
             return rc;
         return -EAGAIN;
     }
-    memcpy(c->stage + c->stage_len, frame, len);
-    c->stage_iov[c->stage_n].iov_base = c->stage + c->stage_len;
-    c->stage_iov[c->stage_n].iov_len = len;
+    /* The frame goes where its record's plaintext has it: this copy (from
+     * the hub's buffer) is the only one before the cipher reads it. */
+    if (c->stage_n == 0)
+        c->stage[c->stage_used++] = PM__REC_FRAMES;
+    pm__put32(c->stage + c->stage_used, (uint32_t)len);
+    memcpy(c->stage + c->stage_used + PM__REC_FRAME_HDR, frame, len);
+    c->stage_used += PM__REC_FRAME_HDR + len;
     c->stage_n++;
     c->stage_len += len;
     return 0;
@@ -244,7 +248,9 @@ static int hs_start(pm__pconn *c, int secret)
                               c->prologue_len, NULL);
     if (rc < 0)
         return rc;
-    if ((rc = pm__noise_hs_set_static(c->hs, pm__keyring_static_priv(kr))) < 0)
+    unsigned char pub[PM__PEER_KEY_LEN];
+    if ((rc = pm__keyring_static_pub(kr, pub)) < 0 ||
+        (rc = pm__noise_hs_set_static_pair(c->hs, pm__keyring_static_priv(kr), pub)) < 0)
         return rc;
     if (secret >= 0 && (rc = pm__noise_hs_set_psk(c->hs, 0, pm__keyring_secret(kr, (unsigned)secret))) < 0)
         return rc;
@@ -277,9 +283,8 @@ int pm__pconn_init(pm__pconn *c, const pm__pconn_cfg *cfg, int initiator)
         cfg->idle_ms > PM__PEER_IDLE_MAX_MS)
         return -EINVAL;
     c->out = malloc(PM__PCONN_OUT_CAP);
-    c->stage = malloc(PM__PCONN_STAGE_CAP);
-    c->stage_iov = malloc(PM__PCONN_STAGE_FRAMES * sizeof(*c->stage_iov));
-    if (c->out == NULL || c->stage == NULL || c->stage_iov == NULL) {
+    c->stage = malloc(PM__PCONN_STAGE_BUF);
+    if (c->out == NULL || c->stage == NULL) {
         pm__pconn_free(c);
         return -ENOMEM;
     }
@@ -320,8 +325,6 @@ void pm__pconn_free(pm__pconn *c)
     stage_drop(c);
     free(c->stage);
     c->stage = NULL;
-    free(c->stage_iov);
-    c->stage_iov = NULL;
     explicit_bzero(c->in, sizeof(c->in));
     c->state = PM__PC_DEAD;
 }

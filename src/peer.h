@@ -47,6 +47,8 @@
  * the frame count bounds the iovec table sealing walks. */
 #define PM__PCONN_STAGE_CAP ((size_t)PM__REC_MAX_FRAME)
 #define PM__PCONN_STAGE_FRAMES 256u
+/* The staging buffer: the record's type byte and every frame's length. */
+#define PM__PCONN_STAGE_BUF (1u + PM__PCONN_STAGE_FRAMES * PM__REC_FRAME_HDR + PM__PCONN_STAGE_CAP)
 
 /* Why a link ended (counted by reason, in /metrics). */
 enum pm__peer_fail {
@@ -126,11 +128,14 @@ typedef struct pm__pconn {
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
     /* FRAMES records sealed and opened (frames / records: the batching). */
     uint64_t frame_records_out, frame_records_in;
-    /* Frames staged, not yet sealed: stage[0..stage_len), one iovec each
-     * (into stage). Their record's room in `out` is reserved already. */
+    /* Frames staged, not yet sealed, laid out as their FRAMES record's
+     * plaintext (type byte, then "u32 len || frame" each): stage[0..
+     * stage_used), sealed from there without another copy. stage_len
+     * counts the frames' own bytes. Their record's room in `out` is
+     * reserved already. */
     unsigned char *stage;
+    size_t stage_used;
     size_t stage_len;
-    struct iovec *stage_iov;
     size_t stage_n;
     /* Records sealed since our last REKEY (the sender's count for its
      * interval), and REKEY records sent and received. */

@@ -127,6 +127,8 @@ static size_t segments_of_ct(uint32_t ct)
 
 /* ------------------------------------------------------------ sending */
 
+static int check_frames(const unsigned char *b, size_t len);
+
 static int send_check(const pm__rec *r, void *out, size_t *out_len)
 {
     if (r == NULL || out == NULL || out_len == NULL)
@@ -136,9 +138,12 @@ static int send_check(const pm__rec *r, void *out, size_t *out_len)
     return r->sent_close ? -EPIPE : 0;
 }
 
-/* Encrypts r->tx[0..plain) as one record into out. is_close: the record
- * that may use the last nonce, which every other record leaves for it. */
-static int seal(pm__rec *r, size_t plain, bool is_close, void *out, size_t cap, size_t *out_len)
+/* Encrypts src[0..plain) (r->tx, or a caller's FRAMES plaintext) as one
+ * record into out, segment by segment straight from src: no copy of the
+ * plaintext on the way. is_close: the record that may use the last nonce,
+ * which every other record leaves for it. */
+static int seal(pm__rec *r, const unsigned char *src, size_t plain, bool is_close, void *out, size_t cap,
+                size_t *out_len)
 {
     size_t wire = pm__rec_wire_size(plain);
     size_t nseg = segments_of_plain(plain);
@@ -157,7 +162,7 @@ static int seal(pm__rec *r, size_t plain, bool is_close, void *out, size_t cap, 
         size_t ct_len;
         /* The 4 length bytes are every segment's associated data: a changed
          * length fails authentication, not only the framing. */
-        int rc = pm__noise_encrypt(r->t, o, PM__REC_HDR, r->tx + off, len, o + PM__REC_HDR + i * PM__REC_SEG_CT,
+        int rc = pm__noise_encrypt(r->t, o, PM__REC_HDR, src + off, len, o + PM__REC_HDR + i * PM__REC_SEG_CT,
                                    PM__REC_SEG_CT, &ct_len);
         if (rc < 0)
             return fail(r, rc); /* a half-written record cannot be taken back */
@@ -194,10 +199,24 @@ int pm__rec_seal_frames(pm__rec *r, const struct iovec *frames, size_t n, size_t
         memcpy(p + PM__REC_FRAME_HDR, frames[i].iov_base, frames[i].iov_len);
         p += PM__REC_FRAME_HDR + frames[i].iov_len;
     }
-    rc = seal(r, plain, false, out, cap, out_len);
+    rc = seal(r, r->tx, plain, false, out, cap, out_len);
     if (rc == 0)
         *taken = k;
     return rc;
+}
+
+int pm__rec_seal_frames_plain(pm__rec *r, const void *plain, size_t len, void *out, size_t cap, size_t *out_len)
+{
+    int rc = send_check(r, out, out_len);
+    if (rc < 0)
+        return rc;
+    const unsigned char *p = plain;
+    /* Judged as the receiver will judge it: a record we seal is never one
+     * the peer must refuse (and kill the link over). */
+    if (p == NULL || len < 1 || len > PM__REC_MAX_PLAIN || p[0] != PM__REC_FRAMES ||
+        check_frames(p + 1, len - 1) < 0)
+        return -EINVAL;
+    return seal(r, p, len, false, out, cap, out_len);
 }
 
 int pm__rec_seal_heartbeat(pm__rec *r, void *out, size_t cap, size_t *out_len)
@@ -206,7 +225,7 @@ int pm__rec_seal_heartbeat(pm__rec *r, void *out, size_t cap, size_t *out_len)
     if (rc < 0)
         return rc;
     r->tx[0] = PM__REC_HEARTBEAT;
-    return seal(r, 1, false, out, cap, out_len);
+    return seal(r, r->tx, 1, false, out, cap, out_len);
 }
 
 int pm__rec_seal_echo(pm__rec *r, unsigned kind, uint64_t stamp, void *out, size_t cap,
@@ -220,7 +239,7 @@ int pm__rec_seal_echo(pm__rec *r, unsigned kind, uint64_t stamp, void *out, size
     r->tx[0] = PM__REC_HEARTBEAT;
     r->tx[1] = (unsigned char)kind;
     pm__put64(r->tx + 2, stamp);
-    return seal(r, 1 + PM__REC_ECHO_BODY, false, out, cap, out_len);
+    return seal(r, r->tx, 1 + PM__REC_ECHO_BODY, false, out, cap, out_len);
 }
 
 int pm__rec_seal_rekey(pm__rec *r, void *out, size_t cap, size_t *out_len)
@@ -229,7 +248,7 @@ int pm__rec_seal_rekey(pm__rec *r, void *out, size_t cap, size_t *out_len)
     if (rc < 0)
         return rc;
     r->tx[0] = PM__REC_REKEY;
-    rc = seal(r, 1, false, out, cap, out_len);
+    rc = seal(r, r->tx, 1, false, out, cap, out_len);
     if (rc < 0)
         return rc;
     /* After the record, so the peer decrypts it with the key it has, and
@@ -245,7 +264,7 @@ int pm__rec_seal_close(pm__rec *r, uint16_t reason, void *out, size_t cap, size_
         return rc;
     r->tx[0] = PM__REC_CLOSE;
     pm__put16(r->tx + 1, reason);
-    rc = seal(r, 3, true, out, cap, out_len);
+    rc = seal(r, r->tx, 3, true, out, cap, out_len);
     if (rc == 0)
         r->sent_close = true;
     return rc;
@@ -290,7 +309,8 @@ static int open_record(pm__rec *r, pm__rec_in *in)
         if (rc < 0)
             return fail(r, rc);
         r->n_rx++;
-        memmove(r->rx + plain, seg, got);
+        if (seg != r->rx + plain) /* the first segment is in place already */
+            memmove(r->rx + plain, seg, got);
         plain += got;
     }
     const unsigned char *p = r->rx;

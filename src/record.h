@@ -115,6 +115,14 @@ size_t pm__rec_wire_size(size_t plain_len);
  */
 int pm__rec_seal_frames(pm__rec *r, const struct iovec *frames, size_t n, size_t *taken, void *out, size_t cap,
                         size_t *out_len);
+/*
+ * One FRAMES record of a plaintext the caller laid out itself (the link's
+ * staging area): plain[0] = PM__REC_FRAMES, then "u32 len || frame" per
+ * frame, as the body is on the wire. Sealed straight from plain, without
+ * copying it first. Checked as a receiver checks a FRAMES body: -EINVAL
+ * for anything the peer would refuse; -ENOBUFS when cap is short.
+ */
+int pm__rec_seal_frames_plain(pm__rec *r, const void *plain, size_t len, void *out, size_t cap, size_t *out_len);
 int pm__rec_seal_heartbeat(pm__rec *r, void *out, size_t cap, size_t *out_len);
 /* A HEARTBEAT carrying an echo (kind PM__REC_ECHO_PING or _PONG). */
 int pm__rec_seal_echo(pm__rec *r, unsigned kind, uint64_t stamp, void *out, size_t cap,

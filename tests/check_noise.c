@@ -848,6 +848,121 @@ START_TEST(test_fork_secrets)
 }
 END_TEST
 
+/* ------------------------------------------------------------ ahead of time */
+
+/* Message 1 of a fresh XXpsk3 initiator: its first 32 bytes are e. */
+static void first_e(pm__noise_hs **hs, int fixed, unsigned char e[32])
+{
+    unsigned char msg[256];
+    size_t len;
+    ck_assert_int_eq(pm__noise_hs_new(hs, XXPSK3, 1, "", 0, NULL), 0);
+    ck_assert_int_eq(pm__noise_hs_set_static(*hs, key_i), 0);
+    ck_assert_int_eq(pm__noise_hs_set_psk(*hs, 0, psk_a), 0);
+    if (fixed)
+        ck_assert_int_eq(pm__noise_test_set_ephemeral(*hs, eph_i), 0);
+    ck_assert_int_eq(pm__noise_write_message(*hs, NULL, 0, msg, sizeof(msg), &len), 0);
+    memcpy(e, msg, 32);
+}
+
+START_TEST(test_ahead)
+{
+    /* The spare ephemeral pair serves one handshake: two handshakes never
+     * send the same e, prepared or not. */
+    pm__noise_hs *a, *b, *c, *d;
+    unsigned char ea[32], eb[32], ec[32], ed[32], want[32];
+    ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0);
+    ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0); /* one waits: a no-op */
+    first_e(&a, 0, ea);
+    ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0);
+    first_e(&b, 0, eb);
+    first_e(&c, 0, ec); /* none prepared: made inline */
+    ck_assert(memcmp(ea, eb, 32) != 0 && memcmp(eb, ec, 32) != 0 && memcmp(ea, ec, 32) != 0);
+    /* A fixed ephemeral (the vectors) wins over a prepared one, which
+     * stays for the next handshake. */
+    ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0);
+    first_e(&d, 1, ed);
+    ck_assert_int_eq(crypto_scalarmult_curve25519_base(want, eph_i), 0);
+    ck_assert_mem_eq(ed, want, 32);
+    pm__noise_hs_free(a);
+    pm__noise_hs_free(b);
+    pm__noise_hs_free(c);
+    pm__noise_hs_free(d);
+
+    /* A static key given with its public half: the handshake completes and
+     * the peer learns that key; a public half that is not the private
+     * key's fails at the peer. */
+    unsigned char pub_i[32], got[32];
+    ck_assert_int_eq(crypto_scalarmult_curve25519_base(pub_i, key_i), 0);
+    for (int wrong = 0; wrong < 2; wrong++) {
+        pm__noise_hs *hs[2];
+        unsigned char msg[256], back[256], bad_pub[32];
+        size_t len, back_len;
+        memcpy(bad_pub, pub_i, 32);
+        bad_pub[5] ^= 1;
+        for (int side = 0; side < 2; side++) {
+            ck_assert_int_eq(pm__noise_hs_new(&hs[side], XXPSK3, side == 0, "", 0, NULL), 0);
+            ck_assert_int_eq(pm__noise_hs_set_psk(hs[side], 0, psk_a), 0);
+        }
+        ck_assert_int_eq(pm__noise_hs_set_static_pair(hs[0], key_i, NULL), -EINVAL);
+        ck_assert_int_eq(pm__noise_hs_set_static_pair(hs[0], key_i, wrong ? bad_pub : pub_i), 0);
+        ck_assert_int_eq(pm__noise_hs_set_static(hs[1], key_r), 0);
+        int rc = 0;
+        for (int i = 0; i < 3 && rc == 0; i++) {
+            ck_assert_int_eq(pm__noise_write_message(hs[i % 2], NULL, 0, msg, sizeof(msg), &len), 0);
+            rc = pm__noise_read_message(hs[1 - i % 2], msg, len, back, sizeof(back), &back_len);
+        }
+        if (wrong) {
+            ck_assert_int_eq(rc, -EBADMSG);
+        } else {
+            ck_assert_int_eq(rc, 0);
+            ck_assert_int_eq(pm__noise_hs_remote_static(hs[1], got), 0);
+            ck_assert_mem_eq(got, pub_i, 32);
+        }
+        pm__noise_hs_free(hs[0]);
+        pm__noise_hs_free(hs[1]);
+    }
+
+    /* Released secret blocks are kept for reuse: many handshakes in a row
+     * still work, and a forked child (whose copies of the kept blocks are
+     * zeroed or absent) uses none of them: it allocates, handshakes and
+     * frees its own without the abort sodium_free of a wiped block gives. */
+    for (int i = 0; i < 20; i++) {
+        pm__noise_hs *hs[2];
+        pm__noise_transport *t[2];
+        new_pair(hs, XXPSK3, "", 0);
+        connect_pair(hs, t, 0);
+        free_pair(hs, t);
+    }
+    ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__noise_hs *hs[2];
+        pm__noise_transport *t[2];
+        unsigned char msg[256], back[256];
+        size_t len, back_len;
+        int bad = pm__noise_ephemeral_prepare() != 0;
+        for (int i = 0; i < 3 && !bad; i++) {
+            for (int side = 0; side < 2 && !bad; side++)
+                bad = pm__noise_hs_new(&hs[side], XXPSK3, side == 0, "", 0, NULL) != 0 ||
+                      pm__noise_hs_set_static(hs[side], side ? key_r : key_i) != 0 ||
+                      pm__noise_hs_set_psk(hs[side], 0, psk_a) != 0;
+            for (int m = 0; m < 3 && !bad; m++)
+                bad = pm__noise_write_message(hs[m % 2], NULL, 0, msg, sizeof(msg), &len) != 0 ||
+                      pm__noise_read_message(hs[1 - m % 2], msg, len, back, sizeof(back), &back_len) != 0;
+            for (int side = 0; side < 2 && !bad; side++)
+                bad = pm__noise_split(hs[side], 0, &t[side]) != 0;
+            if (!bad)
+                free_pair(hs, t);
+        }
+        _exit(bad ? 1 : 0);
+    }
+    int status = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "a forked child's handshakes failed or aborted: status %#x", status);
+}
+END_TEST
+
 /* ------------------------------------------------------------ measurements */
 
 static int cmp_u64(const void *a, const void *b)
@@ -940,6 +1055,7 @@ int main(void)
     PM_ADD_TEST(s, test_transport_faults, 30);
     PM_ADD_TEST(s, test_rekey, 30);
     PM_ADD_TEST(s, test_fork_secrets, 30);
+    PM_ADD_TEST(s, test_ahead, 60);
     PM_ADD_TEST(s, test_bench, 120);
     return pm_test_main(s);
 }

@@ -184,6 +184,63 @@ START_TEST(test_batching)
 }
 END_TEST
 
+START_TEST(test_seal_plain)
+{
+    /* A plaintext laid out by the caller (the link's stage) is sealed as
+     * is: a small frame and a largest one, across two segments. */
+    pm__rec *r[2];
+    pair(r);
+    static unsigned char plain[1 + 2 * 4 + 3 + PM__REC_MAX_FRAME];
+    size_t n = 0, len;
+    plain[n++] = PM__REC_FRAMES;
+    pm__put32(plain + n, 3);
+    memcpy(plain + n + 4, "abc", 3);
+    n += 4 + 3;
+    pm__put32(plain + n, PM__REC_MAX_FRAME);
+    memset(plain + n + 4, 0x5a, PM__REC_MAX_FRAME);
+    n += 4 + PM__REC_MAX_FRAME;
+    ck_assert_uint_gt(n, PM__REC_SEG_PLAIN);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], plain, n, wire, sizeof(wire), &len), 0);
+    ck_assert_uint_eq(len, pm__rec_wire_size(n));
+    pm__rec_in in;
+    ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
+    ck_assert_int_eq(in.type, PM__REC_FRAMES);
+    size_t off = 0, flen;
+    const unsigned char *frame;
+    ck_assert_int_eq(pm__rec_next_frame(&in, &off, &frame, &flen), 1);
+    ck_assert_uint_eq(flen, 3);
+    ck_assert_mem_eq(frame, "abc", 3);
+    ck_assert_int_eq(pm__rec_next_frame(&in, &off, &frame, &flen), 1);
+    ck_assert_uint_eq(flen, PM__REC_MAX_FRAME);
+    ck_assert_int_eq(frame[0], 0x5a);
+    ck_assert_int_eq(frame[PM__REC_MAX_FRAME - 1], 0x5a);
+    ck_assert_int_eq(pm__rec_next_frame(&in, &off, &frame, &flen), 0);
+
+    /* What a receiver would refuse is never sealed: another type, a frame
+     * length of 0 or past the body, a body that is not whole frames, an
+     * empty plaintext; a short cap is -ENOBUFS. */
+    unsigned char bad[16] = {PM__REC_HEARTBEAT};
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 1, wire, sizeof(wire), &len), -EINVAL);
+    bad[0] = PM__REC_FRAMES;
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 1, wire, sizeof(wire), &len), -EINVAL);
+    pm__put32(bad + 1, 0);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 5, wire, sizeof(wire), &len), -EINVAL);
+    pm__put32(bad + 1, 9);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 13, wire, sizeof(wire), &len), -EINVAL);
+    pm__put32(bad + 1, 8);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 14, wire, sizeof(wire), &len), -EINVAL);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 0, wire, sizeof(wire), &len), -EINVAL);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], NULL, 13, wire, sizeof(wire), &len), -EINVAL);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 13, wire, 20, &len), -ENOBUFS);
+    /* None of these moved the sender: the next record still opens. */
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 13, wire, sizeof(wire), &len), 0);
+    ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
+    ck_assert_int_eq(in.len, 12);
+    pm__rec_free(r[0]);
+    pm__rec_free(r[1]);
+}
+END_TEST
+
 START_TEST(test_segment_edges)
 {
     /* Plaintexts at the segment boundaries round-trip, and the wire length
@@ -591,6 +648,7 @@ int main(void)
     Suite *s = suite_create("record");
     PM_ADD_TEST(s, test_round_trip, 0);
     PM_ADD_TEST(s, test_batching, 0);
+    PM_ADD_TEST(s, test_seal_plain, 0);
     PM_ADD_TEST(s, test_segment_edges, 0);
     PM_ADD_TEST(s, test_reorder_replay_reflect, 0);
     PM_ADD_TEST(s, test_bit_flips, 120);

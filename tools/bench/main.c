@@ -61,7 +61,8 @@ static const char usage[] =
     "           streams of N 64 B frames (default 500000) and N/8 4 KiB\n"
     "           frames, with ChaChaPoly and with a null cipher built into\n"
     "           pm-bench only, beside plain TCP between two processes; the\n"
-    "           handshake (connect to link up; in memory); idle CPU of the pair;\n"
+    "           handshake (connect to link up; in memory); the link code's\n"
+    "           CPU per frame in memory; idle CPU of the pair;\n"
     "           the load average before and after.\n"
     "\n"
     "exit status: 0 done, 1 a measurement failed, 2 bad command line\n";

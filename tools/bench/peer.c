@@ -575,6 +575,7 @@ static int handshakes(unsigned count, uint64_t *samples)
             (void)drive(fd, &pc);
             pm__pconn_free(&pc);
             close(fd);
+            (void)pm__noise_ephemeral_prepare(); /* as the mesh does after a turn */
         }
         _exit(0);
     }
@@ -583,6 +584,9 @@ static int handshakes(unsigned count, uint64_t *samples)
     pm__pconn_cfg cfg = {"t", "a", 1, 5000, kr, NULL};
     int rc = 0;
     for (unsigned i = 0; i < count && rc == 0; i++) {
+        /* The mesh makes the next ephemeral key pair at the end of a loop
+         * turn, never during a handshake: so here, before the clock. */
+        (void)pm__noise_ephemeral_prepare();
         uint64_t t0 = pm__now_ns();
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int one = 1;
@@ -639,6 +643,9 @@ static int handshakes_in_memory(unsigned count, uint64_t *samples)
     int rc = 0;
     for (unsigned i = 0; i < count && rc == 0; i++) {
         pm__pconn a, b;
+        /* One spare pair per process: one side takes it, the other makes
+         * its own inside the clock (the figure is both sides' CPU). */
+        (void)pm__noise_ephemeral_prepare();
         uint64_t t0 = thread_cpu_ns();
         if (pm__pconn_init(&a, &ca, 1) < 0 || pm__pconn_init(&b, &cb, 0) < 0)
             die("pm__pconn_init");
@@ -653,6 +660,64 @@ static int handshakes_in_memory(unsigned count, uint64_t *samples)
     pm__keyring_free(ka);
     pm__keyring_free(kb);
     return rc;
+}
+
+/* What b's side does with a frame in memory: copies it out, as the hub
+ * copies it into the worker's ring. */
+static unsigned char sink[PM__REC_MAX_FRAME];
+static uint64_t sunk;
+
+static void sink_frame(void *arg, const unsigned char *frame, size_t len)
+{
+    (void)arg;
+    memcpy(sink, frame, len);
+    sunk++;
+}
+
+/* The link's own CPU per frame, without sockets or other processes: frames
+ * of `size` bytes staged on one side (`batch` a turn, then flushed), their
+ * records fed to the other side, which copies each frame out. A thread CPU
+ * clock: what load on the machine disturbs least. ns per frame, or 0. */
+static uint64_t link_cpu_in_memory(int null_cipher, size_t size, unsigned batch, uint64_t frames)
+{
+    pm__noise_bench_set_aead(null_cipher ? &null_aead : NULL);
+    pm__keyring *ka = bench_keyring(), *kb = bench_keyring();
+    pm__pconn_cfg ca = {"t", "a", 1, 5000, ka, NULL}, cb = {"t", "b", 2, 5000, kb, NULL};
+    pm__pconn a, b;
+    uint64_t ns = 0;
+    unsigned char *frame = calloc(1, size);
+    if (frame == NULL || pm__pconn_init(&a, &ca, 1) < 0 || pm__pconn_init(&b, &cb, 0) < 0)
+        die("pm__pconn_init");
+    for (int k = 0; k < 20; k++)
+        if (!move_bytes(&a, &b) && !move_bytes(&b, &a))
+            break;
+    b.on_frame = sink_frame;
+    sunk = 0;
+    if (a.state == PM__PC_UP && b.state == PM__PC_UP) {
+        uint64_t t0 = thread_cpu_ns();
+        for (uint64_t i = 0; i < frames; i++) {
+            memcpy(frame, &i, sizeof(i));
+            int rc = pm__pconn_stage(&a, frame, size);
+            if (rc == -EAGAIN) {
+                move_bytes(&a, &b);
+                rc = pm__pconn_stage(&a, frame, size);
+            }
+            if (rc < 0)
+                break;
+            if ((i + 1) % batch == 0 || i + 1 == frames) {
+                (void)pm__pconn_flush_stage(&a);
+                move_bytes(&a, &b);
+            }
+        }
+        ns = sunk == frames ? (thread_cpu_ns() - t0) / frames : 0;
+    }
+    pm__pconn_free(&a);
+    pm__pconn_free(&b);
+    pm__keyring_free(ka);
+    pm__keyring_free(kb);
+    free(frame);
+    pm__noise_bench_set_aead(NULL);
+    return ns;
 }
 
 /* ------------------------------------------------------------------ the command */
@@ -776,6 +841,25 @@ int cmd_peer(const bench_opts *o)
     printf("  %-24s %12.1f %12.1f (CPU time of both sides, no sockets)\n", "XXpsk3 in memory, CPU",
            percentile(hm, nhs, 0.5) / 1e3, percentile(hm, nhs, 0.99) / 1e3);
     csv_row("peer", "handshake", 0, "procmesh", "p50_ns", (double)percentile(hs, nhs, 0.5));
+
+    /* The link code alone, both sides in this thread: the figure that a
+     * busy machine disturbs least (median of 3 runs each). */
+    printf("\nlink in memory (stage, seal, open, copy out), CPU ns per frame, batches of 8\n");
+    for (int k = 0; k < NSIZES; k++) {
+        uint64_t per[2];
+        for (int i = 0; i < 2; i++) {
+            uint64_t r[3];
+            for (int j = 0; j < 3; j++)
+                r[j] = link_cpu_in_memory(i, stream_sizes[k], 8, o->quick ? 2000 : 200000 / (k == 0 ? 1 : 8));
+            sort_u64(r, 3);
+            per[i] = r[1];
+        }
+        printf("  %5zu B  chachapoly %7" PRIu64 "  null %7" PRIu64 "  (%.0f / %.0f MB/s of one CPU)\n",
+               stream_sizes[k], per[0], per[1], per[0] ? stream_sizes[k] * 1e3 / (double)per[0] : 0.0,
+               per[1] ? stream_sizes[k] * 1e3 / (double)per[1] : 0.0);
+        csv_row("peer", "link_cpu", stream_sizes[k], who[0], "ns_per_frame", (double)per[0]);
+        csv_row("peer", "link_cpu", stream_sizes[k], who[1], "ns_per_frame", (double)per[1]);
+    }
 
     printf("\nidle linked pair over %.1f s, %% of one CPU   host a  host b (supervisor + worker)\n",
            idle_ms / 1e3);
