@@ -1,0 +1,377 @@
+# SPDX-License-Identifier: MIT
+"""run - the independent peer (pmlink.py) against a real procmesh daemon.
+
+Usage: run.py PROCMESH WORKER TMPDIR  (tests/interop.sh passes them).
+Starts `procmesh run` with a secret, --peer-listen on a free loopback port and
+one pm-test-worker in mesh mode, then, as host "py": dials it (initiator),
+sends requests to its worker and to a port it does not have, answers its
+PINGs and sends one, sends a REKEY and uses the new key, closes with CLOSE 0;
+dials again with the right key id but another psk (handshake_decrypt); then a
+second daemon dials this peer (responder). Every wait has a deadline and a
+message naming what it waited for. Exit 0 pass, 1 fail.
+"""
+import ctypes
+import errno
+import os
+import re
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pmlink as L  # noqa: E402
+
+SYSTEM = b"procmesh"
+PM_HOST = b"pm"
+PY_HOST = b"py"
+WORKER_PORT = 1        # the default base port 1 + slot 0
+T_END = time.monotonic() + 28.0   # the whole test, bounded
+
+
+def fail(msg):
+    print("FAIL: " + msg, flush=True)
+    raise SystemExit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def deadline(seconds):
+    return min(time.monotonic() + seconds, T_END)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def die_with_parent():
+    # PR_SET_PDEATHSIG (1): the daemon dies with this test, even killed.
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+class Daemon:
+    def __init__(self, exe, worker, tmp, name, extra):
+        self.log_path = os.path.join(tmp, name + ".log")
+        self.health = free_port()
+        self.port = free_port()
+        self.secret_path = os.path.join(tmp, "secret")
+        argv = [exe, "run", "--workers", "1", "--hostname", PM_HOST.decode(),
+                "--peer-listen", "127.0.0.1:%d" % self.port,
+                "--secret-file", self.secret_path, "--peer-timeout", "3000",
+                "--health", "127.0.0.1:%d" % self.health] + extra + [
+                "--", worker, "mesh", "-"]
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        print("started: " + " ".join(argv), flush=True)
+
+    def text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def http(self, path):
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.health, path),
+                                        timeout=1) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, ""
+        except OSError:
+            return None, ""
+
+    def metric(self, name, labels):
+        """The value of one /metrics sample, 0 when absent."""
+        _, body = self.http("/metrics")
+        for line in body.splitlines():
+            if line.startswith(name + "{" + labels + "}"):
+                return float(line.split()[-1])
+        return 0.0
+
+    def failures(self):
+        _, body = self.http("/metrics")
+        out = {}
+        for m in re.finditer(r'^procmesh_peer_failures_total\{reason="([a-z_]+)"\} (\S+)$',
+                             body, re.M):
+            out[m.group(1)] = float(m.group(2))
+        return out
+
+    def wait_log(self, pattern, what, seconds=10):
+        end = deadline(seconds)
+        while time.monotonic() < end:
+            if re.search(pattern, self.text()):
+                return
+            check(self.proc.poll() is None, "procmesh exited (%s) while waiting for %s"
+                  % (self.proc.returncode, what))
+            time.sleep(0.05)
+        fail("timed out waiting for %s in the daemon's log:\n%s" % (what, self.text()[-3000:]))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=max(1.0, T_END + 1.5 - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+class Pump:
+    """Reads records off a link with deadlines, answering PINGs on the way."""
+
+    def __init__(self, link):
+        self.link = link
+        self.frames = []
+        self.pings = 0
+        self.pongs = []
+        self.rekeys = 0
+
+    def one(self, until):
+        rtype, body = self.link.recv_record(until)
+        if rtype == L.REC_HEARTBEAT and body is not None and body[0] == L.HB_PING:
+            self.pings += 1
+            self.link.heartbeat(L.HB_PONG, body[1])
+        elif rtype == L.REC_HEARTBEAT and body is not None:
+            self.pongs.append(body[1])
+        elif rtype == L.REC_FRAMES:
+            self.frames.extend(L.parse_frame(f) for f in body)
+        elif rtype == L.REC_REKEY:
+            self.rekeys += 1
+        return rtype, body
+
+    def until(self, cond, what, seconds=8):
+        """Pumps until cond() holds; fails naming what was awaited."""
+        end = deadline(seconds)
+        while not cond():
+            if time.monotonic() >= end:
+                fail("timed out waiting for " + what)
+            try:
+                # Wait at most 200 ms for a record so cond() (which may read
+                # the daemon's log) is polled as well.
+                r, _, _ = select.select([self.link.sock], [], [], 0.2) \
+                    if not self.link.inbuf else ([1], [], [])
+                if r:
+                    rtype, body = self.one(end)
+                    if rtype == L.REC_CLOSE:
+                        fail("procmesh sent CLOSE %d while waiting for %s" % (body, what))
+            except L.LinkError as e:
+                fail("link error while waiting for %s: %s" % (what, e))
+
+    def take(self, pred):
+        for i, f in enumerate(self.frames):
+            if pred(f):
+                return self.frames.pop(i)
+        return None
+
+
+def expect_frame(pump, pred, what):
+    got = []
+    pump.until(lambda: got.append(pump.take(pred)) or got[-1] is not None, what)
+    return got[-1]
+
+
+def dial(port):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def test_initiator(d, secret):
+    s_priv = L.randombytes(32)
+    inc = int.from_bytes(L.randombytes(8), "little") | 1
+    link = L.Link(dial(d.port))
+    try:
+        peer = link.initiate(SYSTEM, secret, s_priv, PY_HOST, inc, 900)
+    except L.LinkError as e:
+        fail("handshake as initiator: %s\n%s" % (e, d.text()[-2000:]))
+    check(peer["host"] == PM_HOST, "responder's hello names host %r, not %r" % (peer["host"], PM_HOST))
+    check(peer["max_version"] == 1, "responder's max_version %d" % peer["max_version"])
+    print("handshake done: responder %r incarnation %d idle_ms %d" %
+          (peer["host"], peer["incarnation"], peer["idle_ms"]), flush=True)
+    pump = Pump(link)
+    # Step 5-6: its first record is a HEARTBEAT; it counts the link up once it
+    # has ours (sent by initiate()).
+    d.wait_log(r"peer_up.*py", "peer_up for host py")
+    pump.until(lambda: d.metric("procmesh_peer_links_up", "") >= 1 or
+               "procmesh_peer_links_up 1" in d.http("/metrics")[1], "procmesh_peer_links_up 1")
+
+    # A request from this host's supervisor (src 0) to the worker, and its reply.
+    rid = (1 << 40) + 7
+    link.send_frames([L.frame(L.FT_REQUEST, WORKER_PORT, 0, b"hello from py",
+                              src_inc=0, request_id=rid, deadline=8000)])
+    r = expect_frame(pump, lambda f: f["request_id"] == rid, "the REPLY to request %d" % rid)
+    check(r["type"] == L.FT_REPLY, "answer of type %d (REPLY 6), error %d" % (r["type"], r["error"]))
+    check(r["version"] == 2 and r["flags"] == 0, "reply version %d flags %d" % (r["version"], r["flags"]))
+    check(r["dst"] == 0 and r["src"] == WORKER_PORT, "reply dst %d src %d" % (r["dst"], r["src"]))
+    check(r["dst_host"] == 0 and r["src_host"] == 0, "reply hosts %d/%d" % (r["dst_host"], r["src_host"]))
+    check(r["src_inc"] != 0, "reply without the worker's incarnation")
+    # pm-test-worker mesh answers with the address the request came from: the
+    # source host is the one this link authenticated as.
+    check(r["payload"] == b"procmesh@py:0", "reply payload %r (the stamped source "
+          "procmesh@py:0)" % r["payload"])
+    d.wait_log(r"got hello from py from procmesh@py:0", "the worker's line for the request")
+    print("request/reply: reply %r from port %d#%d" % (r["payload"], r["src"], r["src_inc"]),
+          flush=True)
+
+    # A second request from a worker port of this host, with the worker's
+    # incarnation as dst_inc: the source is stamped with port and incarnation.
+    rid2 = rid + 1
+    link.send_frames([L.frame(L.FT_REQUEST, WORKER_PORT, 9, b"second", dst_inc=r["src_inc"],
+                              src_inc=42, request_id=rid2, deadline=8000)])
+    r2 = expect_frame(pump, lambda f: f["request_id"] == rid2, "the REPLY to request %d" % rid2)
+    check(r2["type"] == L.FT_REPLY and r2["dst"] == 9 and r2["dst_inc"] == 42,
+          "second reply: type %d dst %d#%d" % (r2["type"], r2["dst"], r2["dst_inc"]))
+    check(r2["payload"] == b"procmesh@py:9#42", "second reply payload %r" % r2["payload"])
+
+    # A port it does not have: UNDELIVERABLE -ENOENT.
+    rid3 = rid + 2
+    link.send_frames([L.frame(L.FT_REQUEST, 99, 0, b"nobody", request_id=rid3, deadline=8000)])
+    u = expect_frame(pump, lambda f: f["request_id"] == rid3, "the answer to a request for port 99")
+    check(u["type"] == L.FT_UNDELIVERABLE and u["error"] == -errno.ENOENT,
+          "request for port 99: type %d error %d (UNDELIVERABLE %d)" % (u["type"], u["error"], -errno.ENOENT))
+    print("undeliverable: port 99 answered %d, src %d" % (u["error"], u["src"]), flush=True)
+
+    # Liveness: procmesh PINGs at least every idle_ms / 3 of our hello (900 ms).
+    pump.until(lambda: pump.pings >= 2, "two PINGs from procmesh (answered with PONGs)")
+    link.heartbeat(L.HB_PING, 0x1122334455667788)
+    pump.until(lambda: 0x1122334455667788 in pump.pongs, "the PONG to our PING")
+    print("heartbeats: %d PINGs answered, our PING echoed" % pump.pings, flush=True)
+
+    # REKEY: our sending key changes; a request after it must still be read.
+    link.send_record(L.REC_REKEY)
+    rid4 = rid + 3
+    link.send_frames([L.frame(L.FT_REQUEST, WORKER_PORT, 0, b"after rekey", request_id=rid4,
+                              deadline=8000)])
+    r4 = expect_frame(pump, lambda f: f["request_id"] == rid4, "the reply to a request after our REKEY")
+    check(r4["type"] == L.FT_REPLY, "request after REKEY: type %d error %d" % (r4["type"], r4["error"]))
+    print("rekey: the request after our REKEY was answered (procmesh sent %d REKEY)" % pump.rekeys,
+          flush=True)
+
+    # Orderly end: CLOSE 0, then its CLOSE and the end of stream.
+    link.close(0)
+    end = deadline(6)
+    while link.closed_by_peer is None:
+        try:
+            rtype, body = pump.one(end)
+        except L.LinkError as e:
+            fail("waiting for procmesh's CLOSE: %s" % e)
+    check(link.closed_by_peer == 0, "procmesh's CLOSE reason %d (0)" % link.closed_by_peer)
+    try:
+        link.wait_eof(deadline(6))
+    except L.LinkError as e:
+        fail("after procmesh's CLOSE: %s" % e)
+    link.sock.close()
+    d.wait_log(r"peer_down.*py", "peer_down for host py")
+    # Every ended connection is counted by reason; an orderly end is
+    # "closed" (the peer sent CLOSE), anything else would be a failure.
+    f = d.failures()
+    check(f.get("closed") == 1 and sum(f.values()) == 1,
+          "connections ended by reason after one orderly session: %s (only closed 1)" % f)
+    print("close: CLOSE 0 both ways, end of stream; counted closed, no failure", flush=True)
+
+
+def test_wrong_psk(d, secret):
+    """The right key id with another psk: message 3 fails at the responder."""
+    before = d.failures().get("handshake_decrypt", 0)
+    link = L.Link(dial(d.port))
+    wrong = bytes(b ^ 0x5A for b in secret)
+    try:
+        link.initiate(SYSTEM, secret, L.randombytes(32), PY_HOST, 5, 900, psk_override=wrong)
+        rtype, body = link.recv_record(deadline(6))
+        fail("handshake with a wrong psk answered with record %d" % rtype)
+    except L.LinkError as e:
+        print("wrong psk: %s" % e, flush=True)
+    link.sock.close()
+    end = deadline(6)
+    while d.failures().get("handshake_decrypt", 0) < before + 1:
+        check(time.monotonic() < end, "timed out waiting for handshake_decrypt counted: %s"
+              % d.failures())
+        time.sleep(0.05)
+    print("wrong psk: counted handshake_decrypt", flush=True)
+
+
+def test_responder(exe, worker, tmp, secret):
+    """A second daemon dials this peer: the responder side."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+    port = lsock.getsockname()[1]
+    d = Daemon(exe, worker, tmp, "procmesh-dial", ["--peers", "127.0.0.1:%d" % port])
+    try:
+        r, _, _ = select.select([lsock], [], [], max(0.1, deadline(10) - time.monotonic()))
+        check(r, "timed out waiting for procmesh to dial")
+        conn, _ = lsock.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = L.Link(conn)
+        try:
+            peer = link.respond([SYSTEM], [secret], L.randombytes(32), PY_HOST, 77, 900)
+        except L.LinkError as e:
+            fail("handshake as responder: %s\n%s" % (e, d.text()[-2000:]))
+        check(peer["host"] == PM_HOST, "initiator's hello names %r" % peer["host"])
+        pump = Pump(link)
+        d.wait_log(r"peer_up.*py", "peer_up for host py (procmesh as initiator)")
+        # Its worker may still be starting (procmesh dials at once).
+        pump.until(lambda: d.http("/readyz")[0] == 200, "/readyz 200 of the dialling daemon")
+        rid = (1 << 40) + 99
+        link.send_frames([L.frame(L.FT_REQUEST, WORKER_PORT, 0, b"via responder",
+                                  request_id=rid, deadline=8000)])
+        r = expect_frame(pump, lambda f: f["request_id"] == rid, "the reply on the dialled link")
+        check(r["type"] == L.FT_REPLY and r["payload"] == b"procmesh@py:0",
+              "reply on the dialled link: type %d error %d payload %r"
+              % (r["type"], r["error"], r["payload"]))
+        link.close(0)
+        end = deadline(6)
+        while link.closed_by_peer is None:
+            try:
+                pump.one(end)
+            except L.LinkError as e:
+                fail("waiting for procmesh's CLOSE (responder side): %s" % e)
+        link.wait_eof(deadline(6))
+        link.sock.close()
+        d.wait_log(r"peer_down.*py", "peer_down for host py (procmesh as initiator)")
+        print("responder: handshake, request/reply and close with procmesh dialling", flush=True)
+    finally:
+        lsock.close()
+        d.stop()
+
+
+def main():
+    if len(sys.argv) != 4:
+        print("usage: run.py PROCMESH WORKER TMPDIR", file=sys.stderr)
+        return 2
+    exe, worker, tmp = sys.argv[1:]
+    L.sodium()
+    secret = L.randombytes(32)
+    path = os.path.join(tmp, "secret")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, secret.hex().encode() + b"\n")
+    os.close(fd)
+    d = Daemon(exe, worker, tmp, "procmesh", [])
+    try:
+        end = deadline(10)
+        while d.http("/readyz")[0] != 200:
+            check(d.proc.poll() is None, "procmesh exited %s:\n%s" % (d.proc.returncode, d.text()))
+            check(time.monotonic() < end, "timed out waiting for /readyz 200 (the worker ready)")
+            time.sleep(0.05)
+        test_initiator(d, secret)
+        test_wrong_psk(d, secret)
+    finally:
+        d.stop()
+    test_responder(exe, worker, tmp, secret)
+    print("PASS", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
