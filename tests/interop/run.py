@@ -6,8 +6,9 @@ Starts `procmesh run` with a secret, --peer-listen on a free loopback port and
 one pm-test-worker in mesh mode, then, as host "py": dials it (initiator),
 sends requests to its worker and to a port it does not have, answers its
 PINGs and sends one, sends a REKEY and uses the new key, closes with CLOSE 0;
-dials again with the right key id but another psk (handshake_decrypt); then a
-second daemon dials this peer (responder). Every wait has a deadline and a
+dials again with the right key id but another psk (handshake_decrypt), then
+stays silent (CLOSE 3), then drops the connection (truncated); then a second
+daemon dials this peer (responder). Every wait has a deadline and a
 message naming what it waited for. Exit 0 pass, 1 fail.
 """
 import ctypes
@@ -234,6 +235,19 @@ def test_initiator(d, secret):
           "second reply: type %d dst %d#%d" % (r2["type"], r2["dst"], r2["dst_inc"]))
     check(r2["payload"] == b"procmesh@py:9#42", "second reply payload %r" % r2["payload"])
 
+    # Batching and segmentation: three requests in one FRAMES record whose
+    # plaintext (one of them carries PM_MAX_PAYLOAD bytes) needs two segments.
+    big = [L.frame(L.FT_REQUEST, WORKER_PORT, 0, b"b%d" % i + (b"x" * 65533 if i == 1 else b""),
+                   request_id=rid + 10 + i, deadline=8000) for i in range(3)]
+    check(sum(len(f) + 4 for f in big) + 1 > L.SEG_PT, "the batched record fits in one segment")
+    link.send_frames(big)
+    for i in range(3):
+        b = expect_frame(pump, lambda f: f["request_id"] == rid + 10 + i,
+                         "the reply to batched request %d" % i)
+        check(b["type"] == L.FT_REPLY, "batched request %d: type %d error %d" % (i, b["type"], b["error"]))
+    print("batching: 3 requests (%d bytes) in one two-segment record answered"
+          % sum(len(f) for f in big), flush=True)
+
     # A port it does not have: UNDELIVERABLE -ENOENT.
     rid3 = rid + 2
     link.send_frames([L.frame(L.FT_REQUEST, 99, 0, b"nobody", request_id=rid3, deadline=8000)])
@@ -301,6 +315,48 @@ def test_wrong_psk(d, secret):
     print("wrong psk: counted handshake_decrypt", flush=True)
 
 
+def test_silence(d, secret):
+    """A peer that answers nothing gets CLOSE 3 after procmesh's idle_ms (its
+    --peer-timeout, 3000 in its hello); one that drops the TCP connection
+    without CLOSE is truncation."""
+    before = d.failures()
+    link = L.Link(dial(d.port))
+    try:
+        peer = link.initiate(SYSTEM, secret, L.randombytes(32), PY_HOST, 6, 900)
+    except L.LinkError as e:
+        fail("handshake (silent peer): %s" % e)
+    pings = 0
+    end = deadline(peer["idle_ms"] / 1000.0 + 4)
+    try:
+        while link.closed_by_peer is None:
+            rtype, body = link.recv_record(end)
+            if rtype == L.REC_HEARTBEAT and body is not None:
+                pings += 1     # never answered: the point
+        link.wait_eof(deadline(4))
+    except L.LinkError as e:
+        fail("silent peer: %s" % e)
+    check(link.closed_by_peer == 3, "silent peer closed with CLOSE %d (3, timeout)" % link.closed_by_peer)
+    check(pings >= 3, "only %d PINGs in idle_ms to a silent peer (one every idle_ms / 3 of ours)" % pings)
+    link.sock.close()
+    link = L.Link(dial(d.port))
+    try:
+        link.initiate(SYSTEM, secret, L.randombytes(32), PY_HOST, 7, 900)
+        link.recv_record(deadline(4))
+    except L.LinkError as e:
+        fail("handshake (truncating peer): %s" % e)
+    link.sock.close()
+    end = deadline(6)
+    while True:
+        f = d.failures()
+        if (f.get("timeout", 0) >= before.get("timeout", 0) + 1 and
+                f.get("truncated", 0) >= before.get("truncated", 0) + 1):
+            break
+        check(time.monotonic() < end, "timed out waiting for timeout and truncated counted: %s" % f)
+        time.sleep(0.05)
+    print("silence: CLOSE 3 after %d unanswered PINGs, counted timeout; "
+          "an end without CLOSE counted truncated" % pings, flush=True)
+
+
 def test_responder(exe, worker, tmp, secret):
     """A second daemon dials this peer: the responder side."""
     lsock = socket.socket()
@@ -366,6 +422,7 @@ def main():
             time.sleep(0.05)
         test_initiator(d, secret)
         test_wrong_psk(d, secret)
+        test_silence(d, secret)
     finally:
         d.stop()
     test_responder(exe, worker, tmp, secret)
