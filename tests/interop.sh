@@ -10,12 +10,11 @@ set -u
 src=$(cd "$(dirname "$0")" && pwd)
 build=${PM_BUILD_DIR:-.}
 py=$(command -v python3 2>/dev/null) || { echo "SKIP: python3 is not installed (tools/quickstart.sh installs it)"; exit 77; }
-"$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); import pmlink; sys.exit(0 if pmlink.load_sodium() else 1)' "$src/interop" \
-    || { echo "SKIP: python3 cannot load libsodium's shared object (libsodium.so.23)"; exit 77; }
 for f in "$build/src/daemon/procmesh" "$build/tests/pm-test-worker"; do
     [ -x "$f" ] || { echo "FAIL: $f is not built"; exit 1; }
 done
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-# The script bounds itself (28 s); timeout(1) is the backstop.
-timeout -k 2 40 "$py" "$src/interop/run.py" "$build/src/daemon/procmesh" "$build/tests/pm-test-worker" "$tmp"
+# The script bounds itself (28 s) and skips (77) without libsodium's
+# shared object; timeout(1) is the backstop.
+timeout -k 2 60 "$py" "$src/interop/run.py" "$build/src/daemon/procmesh" "$build/tests/pm-test-worker" "$tmp"
