@@ -8,9 +8,10 @@ sends requests to its worker and to a port it does not have, answers its
 PINGs and sends one, sends a REKEY and uses the new key, closes with CLOSE 0;
 dials again with the right key id but another psk (handshake_decrypt), then
 stays silent (CLOSE 3), then drops the connection (truncated); then a second
-daemon dials this peer (responder). Every wait has a deadline and a
+daemon, which pins host py to this peer's static key, dials it (responder). Every wait has a deadline and a
 message naming what it waited for. Exit 0 pass, 1 fail, 77 without libsodium's shared object.
 """
+import base64
 import ctypes
 import errno
 import os
@@ -42,8 +43,14 @@ def say(msg):
     print("[%5.1fs] %s" % (time.monotonic() - T_START, msg), flush=True)
 
 
+DAEMONS = []
+
+
 def fail(msg):
     say("FAIL: " + msg)
+    for d in DAEMONS:
+        print("--- the last lines of %s:" % d.log_path)
+        print("\n".join(d.text().splitlines()[-15:]), flush=True)
     raise SystemExit(1)
 
 
@@ -81,6 +88,7 @@ class Daemon:
                 "--health", "127.0.0.1:%d" % self.health] + extra + [
                 "--", worker, "mesh", "-"]
         self.log = open(self.log_path, "wb")
+        DAEMONS.append(self)
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         say("started: " + " ".join(argv))
@@ -373,7 +381,14 @@ def test_responder(exe, worker, tmp, secret):
     lsock.bind(("127.0.0.1", 0))
     lsock.listen(4)
     port = lsock.getsockname()[1]
-    d = Daemon(exe, worker, tmp, "procmesh-dial", ["--peers", "127.0.0.1:%d" % port])
+    # It pins host py to this peer's static key (section 1, "Pinned peer
+    # keys"): the key sent in message 2 must be the one it checks.
+    s_priv = L.randombytes(32)
+    pins = os.path.join(tmp, "peer-keys")
+    with open(pins, "w") as f:
+        f.write("# host py: the Python peer\npy %s\n" % base64.b64encode(L.x25519_base(s_priv)).decode())
+    d = Daemon(exe, worker, tmp, "procmesh-dial", ["--peers", "127.0.0.1:%d" % port,
+                                                    "--peer-keys", pins])
     try:
         r, _, _ = select.select([lsock], [], [], max(0.1, deadline(10) - time.monotonic()))
         check(r, "timed out waiting for procmesh to dial")
@@ -381,7 +396,7 @@ def test_responder(exe, worker, tmp, secret):
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         link = L.Link(conn)
         try:
-            peer = link.respond([SYSTEM], [secret], L.randombytes(32), PY_HOST, 77, 900)
+            peer = link.respond([SYSTEM], [secret], s_priv, PY_HOST, 77, 900)
         except L.LinkError as e:
             fail("handshake as responder: %s\n%s" % (e, d.text()[-2000:]))
         check(peer["host"] == PM_HOST, "initiator's hello names %r" % peer["host"])
@@ -389,7 +404,8 @@ def test_responder(exe, worker, tmp, secret):
         pump.until(lambda: d.logged(r"event=peer_up host=py "),
                    "peer_up host=py in the log of the dialling daemon")
         # Its worker may still be starting (procmesh dials at once).
-        pump.until(lambda: d.http("/readyz")[0] == 200, "/readyz 200 of the dialling daemon")
+        pump.until(lambda: d.http("/readyz")[0] == 200, "/readyz 200 of the dialling daemon",
+                   seconds=15)
         rid = (1 << 40) + 99
         link.send_frames([L.frame(L.FT_REQUEST, WORKER_PORT, 0, b"via responder",
                                   request_id=rid, deadline=8000)])
