@@ -11,7 +11,6 @@ that length is checked against its bound.
 """
 import ctypes
 import ctypes.util
-import os
 import select
 import socket
 import struct
@@ -366,7 +365,6 @@ class Link:
         self.timeout = timeout
         self.inbuf = b""
         self.tx = self.rx = None
-        self.tx_segments = self.rx_segments = 0
         self.peer = None
         self.closed_by_peer = None    # the CLOSE reason received
         self.eof = False
@@ -473,7 +471,8 @@ class Link:
         return self.peer
 
     # -- records
-    def _after_segment(self, cs, count_attr):
+    @staticmethod
+    def _after_segment(cs):
         # Section 6, "Nonces and Rekey": after the segment with nonce n,
         # Rekey() when (n + 1) mod 2^20 == 0 (cs.n is already n + 1).
         if cs.n % REKEY_EVERY == 0:
@@ -489,7 +488,7 @@ class Link:
         out = ad
         for p in parts:
             out += self.tx.encrypt_ad(ad, p)
-            self._after_segment(self.tx, "tx")
+            self._after_segment(self.tx)
         if rtype == REC_REKEY:
             self.tx.rekey()
         self.send(out)
@@ -524,7 +523,7 @@ class Link:
         for i in range(nseg):
             seg = ct[i * SEG_CT:(i + 1) * SEG_CT]
             pt += self.rx.decrypt_ad(hdr, seg)
-            self._after_segment(self.rx, "rx")
+            self._after_segment(self.rx)
         rtype, body = pt[0], pt[1:]
         if rtype == REC_FRAMES:
             frames, off = [], 0

@@ -19,7 +19,6 @@ import re
 import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
