@@ -14,6 +14,7 @@ message naming what it waited for. Exit 0 pass, 1 fail, 77 without libsodium's s
 import base64
 import ctypes
 import errno
+import json
 import os
 import re
 import select
@@ -205,6 +206,48 @@ def dial(port):
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
+
+
+def self_test():
+    """pmlink against section 9's vectors and the cacophony XX and XXpsk3
+    vectors, so that a failure against procmesh is not this side's Noise."""
+    kid = L.key_id(bytes(range(1, 33)))
+    check(kid.hex() == "c84e02fb1ac295b0", "key id vector: %s" % kid.hex())
+    pre = L.preamble(b"procmesh", kid).hex()
+    check(pre == "504d4c494e4b0f70726f636d6573682d6c696e6b2f310870726f636d657368c84e02fb1ac295b0",
+          "preamble vector: %s" % pre)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                        "noise-25519-chachapoly-sha256.json")
+    with open(path) as f:
+        vectors = json.load(f)
+    vectors = vectors["vectors"] if isinstance(vectors, dict) else vectors
+    h = bytes.fromhex
+    n = 0
+    for v in vectors:
+        name = v["protocol_name"]
+        if name not in ("Noise_XX_25519_ChaChaPoly_SHA256", "Noise_XXpsk3_25519_ChaChaPoly_SHA256"):
+            continue
+        psk = h(v["init_psks"][0]) if v.get("init_psks") else None
+        i = L.Handshake(True, h(v["init_prologue"]), h(v["init_static"]), psk, h(v["init_ephemeral"]))
+        r = L.Handshake(False, h(v["resp_prologue"]), h(v["resp_static"]), psk, h(v["resp_ephemeral"]))
+        m = v["messages"]
+        steps = [(i.write1, r.read1), (r.write2, i.read2), (i.write3, r.read3)]
+        for k, (write, read) in enumerate(steps):
+            ct = write(h(m[k]["payload"]))
+            check(ct == h(m[k]["ciphertext"]), "%s message %d differs from the vector" % (name, k + 1))
+            check(read(ct) == h(m[k]["payload"]), "%s message %d payload" % (name, k + 1))
+        check(i.ss.h == h(v["handshake_hash"]), "%s handshake hash" % name)
+        itx, irx = i.split()
+        rtx, rrx = r.split()
+        for k, t in enumerate(m[3:]):
+            # After the three handshake messages the responder sends first.
+            tx, rx = (rtx, irx) if k % 2 == 0 else (itx, rrx)
+            ct = tx.encrypt_ad(b"", h(t["payload"]))
+            check(ct == h(t["ciphertext"]), "%s transport message %d" % (name, k))
+            check(rx.decrypt_ad(b"", ct) == h(t["payload"]), "%s transport %d payload" % (name, k))
+        n += 1
+    check(n == 2, "%d XX / XXpsk3 vectors found in %s (2)" % (n, path))
+    say("self test: key id, preamble and %d Noise vectors reproduced" % n)
 
 
 def test_initiator(d, secret):
@@ -442,6 +485,7 @@ def main():
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, secret.hex().encode() + b"\n")
     os.close(fd)
+    self_test()
     d = Daemon(exe, worker, tmp, "procmesh", [])
     try:
         end = deadline(10)
