@@ -5,11 +5,13 @@ Usage: run.py PROCMESH WORKER TMPDIR  (tests/interop.sh passes them).
 Starts `procmesh run` with a secret, --peer-listen on a free loopback port and
 one pm-test-worker in mesh mode, then, as host "py": dials it (initiator),
 sends requests to its worker and to a port it does not have, answers its
-PINGs and sends one, sends a REKEY and uses the new key, closes with CLOSE 0;
-dials again with the right key id but another psk (handshake_decrypt), then
-stays silent (CLOSE 3), then drops the connection (truncated); then a second
-daemon, which pins host py to this peer's static key, dials it (responder). Every wait has a deadline and a
-message naming what it waited for. Exit 0 pass, 1 fail, 77 without libsodium's shared object.
+PINGs and sends one, sends a REKEY and uses the new key, sends a BCAST
+(BRESULT, BDONE), closes with CLOSE 0; dials again with the right key id
+but another psk (handshake_decrypt), then stays silent (CLOSE 3), then
+drops the connection (truncated); then a second daemon, which pins host py
+to this peer's static key, dials it (responder). Every wait has a deadline
+and a message naming what it waited for. Exit 0 pass, 1 fail, 77 without
+libsodium's shared object.
 """
 import base64
 import ctypes
@@ -20,6 +22,7 @@ import re
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -332,6 +335,20 @@ def test_initiator(d, secret):
     r4 = expect_frame(pump, lambda f: f["request_id"] == rid4, "the reply to a request after our REKEY")
     check(r4["type"] == L.FT_REPLY, "request after REKEY: type %d error %d" % (r4["type"], r4["error"]))
     say("rekey: the request after our REKEY was answered (procmesh sent %d REKEY)" % pump.rekeys)
+
+    # Mesh broadcast (section 6): one BCAST to its supervisor, one BRESULT
+    # per ready worker (one here), then a BDONE with the count.
+    bid = (1 << 32) + 5
+    link.send_frames([L.frame(L.FT_BCAST, 0, 0, b"to all", request_id=bid, deadline=5000)])
+    done = expect_frame(pump, lambda f: f["type"] == L.FT_BDONE and f["request_id"] == bid,
+                        "the BDONE of our BCAST")
+    res = pump.take(lambda f: f["type"] == L.FT_BRESULT and f["request_id"] == bid)
+    check(done["payload"] == struct.pack("<I", 1) and done["dst"] == 0 and done["error"] == 0,
+          "BDONE: payload %r dst %d error %d (count 1)" % (done["payload"], done["dst"], done["error"]))
+    check(res is not None and res["src"] == WORKER_PORT and res["src_inc"] == r["src_inc"] and
+          res["error"] == 0 and res["dst"] == 0 and res["payload"],
+          "the BRESULT before the BDONE: %s" % res)
+    say("mesh broadcast: BRESULT from port %d (%r), BDONE count 1" % (res["src"], res["payload"]))
 
     # Orderly end: CLOSE 0, then its CLOSE and the end of stream.
     link.close(0)
