@@ -149,6 +149,14 @@ class Daemon:
                 self.proc.wait()
         self.log.close()
 
+    def check_clean_exit(self):
+        """After stop(): a drain ends with 0, and no sanitizer spoke."""
+        check(self.proc.returncode == 0, "procmesh (%s) exited %s after SIGTERM"
+              % (self.log_path, self.proc.returncode))
+        bad = re.search(r"(AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|"
+                        r"runtime error:).*", self.text())
+        check(bad is None, "a sanitizer report in %s: %s" % (self.log_path, bad and bad.group(0)))
+
 
 class Pump:
     """Reads records off a link with deadlines, answering PINGs on the way."""
@@ -487,6 +495,7 @@ def test_responder(exe, worker, tmp, secret):
     finally:
         lsock.close()
         d.stop()
+    d.check_clean_exit()
 
 
 def main():
@@ -515,6 +524,7 @@ def main():
         test_silence(d, secret)
     finally:
         d.stop()
+    d.check_clean_exit()
     test_responder(exe, worker, tmp, secret)
     say("PASS")
     return 0
