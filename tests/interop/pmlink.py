@@ -369,6 +369,7 @@ class Link:
         self.peer = None
         self.closed_by_peer = None    # the CLOSE reason received
         self.eof = False
+        self.close_sent = False       # CLOSE is the last record we send
         self.last_send = time.monotonic()
 
     # -- bytes
@@ -378,7 +379,7 @@ class Link:
 
     def keepalive(self):
         """Section 7: a record at least every idle_ms / 3 of the peer's hello."""
-        if self.peer is not None and self.closed_by_peer is None and \
+        if self.peer is not None and not self.close_sent and \
                 time.monotonic() - self.last_send >= self.peer["idle_ms"] / 3000.0:
             self.heartbeat()
 
@@ -480,6 +481,8 @@ class Link:
             cs.rekey()
 
     def send_record(self, rtype, body=b""):
+        if self.close_sent:
+            raise LinkError("a record after our CLOSE (section 6: CLOSE is the last)")
         pt = bytes([rtype]) + body
         if not 1 <= len(pt) <= 262076:
             raise LinkError("record plaintext of %d bytes" % len(pt))
@@ -503,6 +506,7 @@ class Link:
 
     def close(self, reason=0):
         self.send_record(REC_CLOSE, struct.pack("<H", reason))
+        self.close_sent = True
         self.sock.shutdown(socket.SHUT_WR)
 
     def recv_record(self, deadline=None):

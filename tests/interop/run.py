@@ -172,7 +172,10 @@ class Pump:
         rtype, body = self.link.recv_record(until)
         if rtype == L.REC_HEARTBEAT and body is not None and body[0] == L.HB_PING:
             self.pings += 1
-            self.link.heartbeat(L.HB_PONG, body[1])
+            # After our CLOSE nothing more is sent: a PING that crossed it
+            # goes unanswered.
+            if not self.link.close_sent:
+                self.link.heartbeat(L.HB_PONG, body[1])
         elif rtype == L.REC_HEARTBEAT and body is not None:
             self.pongs.append(body[1])
         elif rtype == L.REC_FRAMES:
