@@ -505,9 +505,16 @@ class Link:
         self.send_record(REC_FRAMES, body)
 
     def close(self, reason=0):
-        self.send_record(REC_CLOSE, struct.pack("<H", reason))
-        self.close_sent = True
-        self.sock.shutdown(socket.SHUT_WR)
+        try:
+            self.send_record(REC_CLOSE, struct.pack("<H", reason))
+            self.close_sent = True
+            self.sock.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            # Answering the peer's CLOSE: procmesh closes at once after its
+            # own (section 7), so the connection may be gone already.
+            if self.closed_by_peer is None:
+                raise
+            self.close_sent = True
 
     def recv_record(self, deadline=None):
         """(type, body) of the next record; raises LinkError on any error."""
