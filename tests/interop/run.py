@@ -90,6 +90,7 @@ class Daemon:
                 "--secret-file", self.secret_path, "--peer-timeout", "3000",
                 "--health", "127.0.0.1:%d" % self.health] + extra + [
                 "--", worker, "mesh", "-"]
+        self.terminated = False
         self.log = open(self.log_path, "wb")
         DAEMONS.append(self)
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
@@ -139,9 +140,15 @@ class Daemon:
             time.sleep(0.05)
         fail("timed out waiting for %s in the daemon's log:\n%s" % (what, self.text()[-3000:]))
 
+    def terminate(self):
+        """SIGTERM once: a second one would skip the drain (procmesh(1))."""
+        if not self.terminated:
+            self.terminated = True
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 self.proc.wait(timeout=max(1.0, T_END + 1.5 - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -483,18 +490,24 @@ def test_responder(exe, worker, tmp, secret):
         check(r["type"] == L.FT_REPLY and r["payload"] == b"procmesh@py:0",
               "reply on the dialled link: type %d error %d payload %r"
               % (r["type"], r["error"], r["payload"]))
-        link.close(0)
-        end = deadline(6)
+        # This time procmesh ends the link: stopped, it sends CLOSE 0 and
+        # closes at once (section 7); our answering CLOSE may find it gone.
+        d.terminate()
+        end = deadline(8)
         while link.closed_by_peer is None:
             try:
                 pump.one(end)
             except L.LinkError as e:
-                fail("waiting for procmesh's CLOSE (responder side): %s" % e)
-        link.wait_eof(deadline(6))
+                fail("waiting for the CLOSE of a stopping procmesh: %s" % e)
+        check(link.closed_by_peer == 0, "a stopping procmesh sent CLOSE %d (0)" % link.closed_by_peer)
+        link.close(0)
+        try:
+            link.wait_eof(deadline(6))
+        except L.LinkError as e:
+            fail("after the CLOSE of a stopping procmesh: %s" % e)
         link.sock.close()
-        d.wait_log(r"event=peer_down host=py .*reason=closed",
-                   "peer_down host=py reason=closed (procmesh as initiator)")
-        say("responder: handshake, request/reply and close with procmesh dialling")
+        say("responder: handshake, request/reply with procmesh dialling; "
+            "stopped, it sent CLOSE 0 and ended the stream")
     finally:
         lsock.close()
         d.stop()
