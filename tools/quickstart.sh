@@ -32,7 +32,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 # 1. Debian packages: only what is missing, so a set-up machine is not touched.
-packages="autoconf automake libtool pkg-config make gcc liburing-dev libsodium-dev libseccomp-dev check"
+packages="autoconf automake libtool pkg-config make gcc liburing-dev libsodium-dev libseccomp-dev check python3"
 # The benchmark report's optional extras (pm-bench compare's Node.js rows,
 # the SVG charts): only for the bench mode, never needed by the tests or CI.
 [ "$mode" = bench ] && packages="$packages nodejs gnuplot-nox"
