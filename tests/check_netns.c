@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -111,9 +112,23 @@ static int sh_in(int ns, const char *cmd, char *out, size_t size)
         _exit(127);
     }
     close(p[1]);
-    pm_test_read_all(p[0], out, size);
+    /* Read to EOF within the bound (a hung command must not hang the
+     * probe, which runs outside Check's timeout), then reap or kill it. */
+    size_t got = 0;
+    uint64_t end = pm_test_ms() + 10000;
+    struct pollfd pfd = {.fd = p[0], .events = POLLIN};
+    while (got + 1 < size && pm_test_ms() < end && poll(&pfd, 1, 100) >= 0) {
+        if (pfd.revents == 0)
+            continue;
+        ssize_t k = read(p[0], out + got, size - 1 - got);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    out[got] = '\0';
     close(p[0]);
-    return pm_test_reap(pid, 10000);
+    uint64_t now = pm_test_ms();
+    return pm_test_reap(pid, now < end ? (int)(end - now) : 0);
 }
 
 /* sh_in that must succeed: a failure names the namespace, the command
