@@ -237,12 +237,25 @@ static void proc_free(proc *r)
     r->log = NULL;
 }
 
+/* The secret's directory, if there is one. */
+static void remove_dir(void)
+{
+    if (dir[0] == '\0')
+        return;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "check_netns: could not remove %s\n", dir);
+    dir[0] = '\0';
+}
+
 /* Everything a test made, in any state: the daemons (their workers die
  * with them), then the holders, which takes the namespaces with their
- * interfaces and rules; then the secret's directory. Registered with
- * atexit() too: a failed assertion ends the test process with exit(), and
- * the directory is the only thing that would outlive it (processes and
- * namespaces go with PR_SET_PDEATHSIG in any case). */
+ * interfaces and rules; then the secret's directory if it is still there.
+ * A failed assertion ends the test process at once (Check's fork mode
+ * does not return to the test): the processes and namespaces go with
+ * PR_SET_PDEATHSIG then, and start_three() has removed the directory as
+ * soon as the daemons no longer need it. */
 static void net_down(void)
 {
     for (unsigned i = 0; i < ARRAY_LEN(all); i++)
@@ -258,13 +271,7 @@ static void net_down(void)
         }
         holder[i] = 0;
     }
-    if (dir[0] != '\0') {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "check_netns: could not remove %s\n", dir);
-        dir[0] = '\0';
-    }
+    remove_dir();
 }
 
 /* The secret file every daemon of a test shares, in a fresh directory. */
@@ -330,7 +337,6 @@ static long last_of(const char *log, const char *prefix)
  * and both callers answered at least once. */
 static void start_three(void)
 {
-    atexit(net_down);
     net_up();
     make_secret();
     hc = start_host(HC, NULL, "-", "0", "500");
@@ -342,6 +348,10 @@ static void start_three(void)
     wait_log(&hb, "event=peer_up host=c", 1, 30000);
     wait_log(&hc, "event=peer_up host=a", 1, 30000);
     wait_log(&hc, "event=peer_up host=b", 1, 30000);
+    /* Linked: every daemon has read the secret (they read it again only
+     * on SIGHUP, which these tests never send), so the file goes now and a
+     * failure from here on leaves nothing behind in /tmp. */
+    remove_dir();
     wait_more_replies(&ha, "c", 1, 30000);
     wait_more_replies(&hb, "a", 1, 30000);
 }
