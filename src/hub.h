@@ -398,6 +398,8 @@ typedef struct pm__hub {
     uint64_t unreachable;   /* frames for a host with no link up, answered -EHOSTUNREACH */
     pm__hub_link *links;    /* PM__MAX_HOSTS entries (peer mode), by host index */
     unsigned char *link_buf; /* one frame being sent over a link (MADV_WIPEONFORK) */
+    int link_putting;       /* inside a link's send (which may write and so call
+                               pm__hub_link_writable back): link_buf is in use */
     /* The work lists: a loop turn visits the ports on them, never every
      * port, so its cost follows the ports with work, not N. */
     pm__portlist ready;     /* to service (busy, or its doorbell rang), FIFO */

@@ -184,7 +184,9 @@ static int link_put(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const v
     pm__frame_encode(f, h->link_buf);
     if (f->len > 0 && payload != h->link_buf + PM__FRAME_HDR_SIZE) /* a FRAG is read in place */
         memcpy(h->link_buf + PM__FRAME_HDR_SIZE, payload, f->len);
+    h->link_putting++;
     int rc = l->send(l->arg, h->link_buf, PM__FRAME_HDR_SIZE + f->len);
+    h->link_putting--;
     /* Wiped at once: the buffer must not keep a worker's message around. */
     explicit_bzero(h->link_buf, PM__FRAME_HDR_SIZE + f->len);
     if (rc == 0) {
@@ -277,6 +279,12 @@ void pm__hub_link_writable(pm__hub *h, uint16_t host)
     if (l == NULL)
         return;
     release(h, &l->held_head, &l->held_tail);
+    /* Called back from inside a send (the mesh wrote to make room): the
+     * frame being sent is in link_buf, and a fragment sent now would pass
+     * the one being sent. The credits and the cursor wait for the next
+     * drain, which comes: the queue that refused them is not empty. */
+    if (h->link_putting)
+        return;
     if (l->cred_unsent && l->up)
         send_credits(h, l, 0);
     if (l->tx_fd >= 0)

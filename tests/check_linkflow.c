@@ -425,6 +425,8 @@ static pm_cluster *start_big_a(int port)
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
     ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_big, NULL), 0);
+    char why[256];
+    ck_assert_msg(pm_options_validate(o, why, sizeof(why)) == 0, "options: %s", why);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
