@@ -311,7 +311,10 @@ PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
  * of through its ring (doc/design.md, Large messages); the send, request,
  * reply and call functions of main and of workers take it transparently and
  * return -EMSGSIZE above this limit. A worker that sends a larger one, or
- * an unsealed or foreign fd, is fenced (reason protocol). */
+ * an unsealed or foreign fd, is fenced (reason protocol). A worker's large
+ * message to another host crosses its peer link in fragments and is
+ * reassembled there within that host's limit (an -EMSGSIZE notice above
+ * it); main's to another host are -EMSGSIZE (doc/design.md, Peer links). */
 PM_EXTERN int pm_options_set_max_message(pm_options *o, size_t bytes);
 
 enum pm_ready_mode {
@@ -842,8 +845,9 @@ PM_EXTERN int pm_options_set_on_message(pm_options *o,
 /* main -> a worker. -ENOENT (not an address of this mesh), -EHOSTDOWN (slot
  * not ready: restarting, retired, stopped), -ESTALE (incarnation given and
  * not the current one), -EMSGSIZE (len above pm_options_set_max_message),
- * -EAGAIN (its queue is full). Above PM_MAX_PAYLOAD the bytes are copied
- * once into a sealed memfd, which the worker maps. */
+ * -EAGAIN (its queue is full; for another host: its link's output queue is
+ * full, try again later: main is never held). Above PM_MAX_PAYLOAD the
+ * bytes are copied once into a sealed memfd, which the worker maps. */
 PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len);
 
 /* Answers a PM_MSG_REQUEST received by on_message. Errors as pm_cluster_send. */
@@ -971,7 +975,10 @@ PM_EXTERN int pm_node_ready(pm_node *n);
  * Returns 0, -ENOENT for an address outside this mesh, -EMSGSIZE (above the
  * cluster's pm_options_set_max_message),
  * -ESHUTDOWN once the supervisor asked this worker to stop or went away.
- * Delivery failures come back later as PM_MSG_UNDELIVERABLE messages. */
+ * Delivery failures come back later as PM_MSG_UNDELIVERABLE messages. To
+ * another host the same backpressure holds: while the destination's flow
+ * window or the link's output queue is full the supervisor stops reading
+ * this worker's ring, so the send waits (doc/design.md, Backpressure). */
 PM_EXTERN int pm_node_send(pm_node *n, const pm_address *to, const void *data, size_t len);
 /* The same, but -EAGAIN instead of waiting when the ring is full. */
 PM_EXTERN int pm_node_try_send(pm_node *n, const pm_address *to, const void *data, size_t len);

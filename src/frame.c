@@ -77,7 +77,7 @@ const char *pm__frame_type_name(unsigned type)
 {
     static const char *const names[] = {
         "invalid", "hello", "init", "ready", "msg", "request", "reply", "undeliverable", "stop",
-        "bcast", "bresult", "bdone",
+        "bcast", "bresult", "bdone", "credit", "frag",
     };
     return type < PM__ARRAY_SIZE(names) ? names[type] : "invalid";
 }

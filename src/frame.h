@@ -57,7 +57,12 @@ enum pm__frame_type {
     PM__FT_BCAST = 9,         /* fan out to your ready workers: request_id, deadline */
     PM__FT_BRESULT = 10,      /* one worker's result: src/src_inc, error, payload */
     PM__FT_BDONE = 11,        /* every result sent: payload u32 count */
-    PM__FT_MAX_ = PM__FT_BDONE
+    /* Flow control on a link (doc/protocol.md 6, "Flow control"). */
+    PM__FT_CREDIT = 12,       /* frames and bytes for address port src left the
+                                 receiver's hands: payload u32 frames, u32 bytes */
+    PM__FT_FRAG = 13,         /* one fragment of a large message: payload the
+                                 fragment header (linkfrag.h), then its bytes */
+    PM__FT_MAX_ = PM__FT_FRAG
 };
 
 typedef struct pm__frame_hdr {

@@ -693,6 +693,7 @@ void pm__hub_free(pm__hub *h)
 
 void pm__hub_wipe(pm__hub *h)
 {
+    pm__hub_links_wipe(h); /* large messages crossing links */
     /* Zeroed by the kernel already when MADV_WIPEONFORK took. */
     if (h->scratch != NULL && !h->scratch_mapped)
         explicit_bzero(h->scratch, PM_MAX_PAYLOAD);

@@ -24,6 +24,7 @@
 
 #include "frame.h"
 #include "link.h"
+#include "linkfrag.h"
 
 /* Bounds on what the hub holds for full destinations (doc/design.md,
  * Backpressure): per sender (its frames waiting in any destination's
@@ -59,6 +60,9 @@ typedef struct pm__qframe {
     int fd;                 /* a large message's sealed memfd, or -1; the
                                announcement's sequence is written when it is sent */
     uint64_t big_len;
+    uint16_t credit_host;   /* it came over this host's link (credit-based flow
+                               control): credited back when it leaves; 0 none */
+    uint32_t credit_port;   /* the address port the sender's window counts it for */
     unsigned char data[];
 } pm__qframe;
 
@@ -158,6 +162,11 @@ enum pm__port_state {
     PM__PORT_STOPPING      /* still sends (replies, last words); receives nothing new */
 };
 
+/* pm__port.blocked_on of a sender whose frame a peer link's output queue
+ * had no room for: read again when that link drains below half
+ * (pm__hub_link_writable) or goes down. */
+#define PM__BLOCKED_LINK (-2)
+
 /* A local worker's port. */
 typedef struct pm__port {
     unsigned index;
@@ -169,7 +178,13 @@ typedef struct pm__port {
     int busy;              /* its up ring had more than one turn's work */
     int dirty;             /* its down ring has unpublished frames */
     int blocked_on;        /* its hold is full: not read until it half drains; the
-                              destination of the frame that did not fit, or -1 */
+                              destination of the frame that did not fit, or -1;
+                              PM__BLOCKED_LINK: a link's output queue was full */
+    /* Held by a full link (hub_link.c): the host whose list it is on (0:
+     * none) and the next port on that list (FIFO, -1 at its end). The
+     * list costs nothing per held sender beyond these. */
+    uint16_t link_held;
+    int link_next;
     pm__qframe *q_head;    /* frames waiting for room in its down ring */
     pm__qframe *q_tail;
     uint32_t q_frames;
@@ -243,6 +258,37 @@ typedef struct pm__rinflight {
 /* Requests one host's link may have in flight (all requesters). */
 #define PM__RINFLIGHT_MAX 65536u
 
+/* Flow control on a link (doc/design.md, "Backpressure"; doc/protocol.md
+ * 6, "Flow control"): a sender's hub may have at most this many MSG and
+ * REQUEST frames (and bytes, header included) for one remote address port
+ * not yet credited back; the receiver credits them back in steps of a
+ * quarter as they leave its hands (into the destination's ring, or
+ * dropped). The window is well below the receiver's per-destination bound
+ * on answers (PM__HOLD_MAX_*), so a full destination never drops a link's
+ * frames for lack of room while one or two hosts stream to it. */
+#define PM__LINK_WIN_FRAMES 512u
+#define PM__LINK_WIN_BYTES ((uint32_t)2 << 20)
+#define PM__LINK_CREDIT_FRAMES (PM__LINK_WIN_FRAMES / 4)
+#define PM__LINK_CREDIT_BYTES (PM__LINK_WIN_BYTES / 4)
+/* Hello capability bits this version sets (doc/protocol.md 4). */
+#define PM__PEER_CAP_CREDIT 0x1u
+/* ... and large messages as FRAG frames (doc/protocol.md 6). */
+#define PM__PEER_CAP_FRAG 0x2u
+
+/* One address port's window (sender) or credit not yet sent (receiver):
+ * an entry of a small open-addressing table keyed by port + 1 (0: empty). */
+typedef struct pm__lwin {
+    uint32_t key;
+    uint32_t frames;
+    uint32_t bytes;
+    uint32_t waiting;       /* sender: a sender is held on this window */
+} pm__lwin;
+
+typedef struct pm__lwtab {
+    pm__lwin *v;
+    uint32_t cap, n;        /* cap a power of two (0 before the first entry) */
+} pm__lwtab;
+
 /* A peer link as the hub sees it: a port to a remote host (hub_link.c).
  * The mesh (mesh.c) owns the connection and tells the hub when it is up
  * and down; the hub hands it whole frames through send. */
@@ -259,6 +305,33 @@ typedef struct pm__hub_link {
     uint64_t forged;        /* frames claiming another host than the link's, dropped */
     uint64_t malformed;     /* frames that failed to decode or route, dropped */
     uint64_t dropped;       /* frames the link had no room for */
+    /* Senders held because the link's output queue was full (port
+     * indexes, FIFO through pm__port.link_next; -1 empty). */
+    int held_head, held_tail;
+    uint64_t held_waits;    /* times a sender was held by this link */
+    /* Credit-based flow (the peer announced PM__PEER_CAP_CREDIT): windows
+     * per remote port, senders held on one (a list like held_*), credits
+     * owed to the peer per local address port. */
+    uint32_t caps;
+    pm__lwtab win, cred;
+    int wheld_head, wheld_tail;
+    int cred_unsent;        /* a credit found the link full: sent when it drains */
+    uint64_t window_waits;  /* times a sender was held by a full window */
+    /* Large messages (peer announced PM__PEER_CAP_FRAG): the one being sent
+     * as FRAG frames, paced by the output queue (its sealed memfd, read
+     * with pread; -1 none), the senders waiting for it (a list like
+     * held_*), and the one being reassembled into a memfd of its own. */
+    int tx_fd;
+    uint64_t tx_total, tx_off;
+    uint32_t tx_id;         /* the last message id used (0 none yet) */
+    uint32_t tx_owner;      /* its sender's port, or PM__NODE_MAIN */
+    pm__frame_hdr tx_hdr;   /* its wire header (type the message's) */
+    int fheld_head, fheld_tail;
+    pm__frag_rx rx;
+    int rx_fd;
+    pm__frame_hdr rx_hdr;   /* the first fragment's header, made local */
+    uint64_t big_out, big_in; /* large messages sent, received whole */
+    uint64_t frag_dropped;  /* messages abandoned mid-way or refused */
 } pm__hub_link;
 
 /* A remote requester in a local port's in-flight table: its host index
@@ -325,6 +398,8 @@ typedef struct pm__hub {
     uint64_t unreachable;   /* frames for a host with no link up, answered -EHOSTUNREACH */
     pm__hub_link *links;    /* PM__MAX_HOSTS entries (peer mode), by host index */
     unsigned char *link_buf; /* one frame being sent over a link (MADV_WIPEONFORK) */
+    int link_putting;       /* inside a link's send (which may write and so call
+                               pm__hub_link_writable back): link_buf is in use */
     /* The work lists: a loop turn visits the ports on them, never every
      * port, so its cost follows the ports with work, not N. */
     pm__portlist ready;     /* to service (busy, or its doorbell rang), FIFO */
@@ -429,6 +504,15 @@ void pm__hub_link_up(pm__hub *h, uint16_t host, int (*send)(void *, const void *
 /* It went down: the requests in flight over it are answered -EHOSTUNREACH
  * now; frames for the host are answered so until a link is up again. */
 void pm__hub_link_down(pm__hub *h, uint16_t host);
+/* Fork mode, in the child: closes the link's large-message fds (the
+ * memfds being sent and reassembled are other workers' traffic). */
+void pm__hub_links_wipe(pm__hub *h);
+/* The capability bits host's peer announced (its hello), right after
+ * pm__hub_link_up. */
+void pm__hub_link_caps(pm__hub *h, uint16_t host, uint32_t caps);
+/* host's link drained its output queue below half (mesh.c's write path):
+ * the senders it held are read again. O(1) when it holds none. */
+void pm__hub_link_writable(pm__hub *h, uint16_t host);
 /* A frame received on host's link: validated, stamped with the link's host
  * and delivered as if local (doc/design.md, "Peer links"). */
 void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, size_t len);

@@ -41,6 +41,9 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
 void pm__hub_link_notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about,
                          uint64_t about_inc, uint64_t request_id, int err);
 void pm__hub_links_free(pm__hub *h);
+/* A frame that came over host's link for address port `port` (bytes:
+ * header included) left the hub's hands: owed back to the sender. */
+void pm__hub_link_credit(pm__hub *h, uint16_t host, uint32_t port, uint32_t bytes);
 /* Sends a mesh broadcast's BCAST (id, deadline, payload) to host's link.
  * 0, or -EHOSTUNREACH / -ENOBUFS. */
 int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,

@@ -74,6 +74,8 @@ void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
     d->q_frames--;
     d->q_bytes -= q->len;
     h->queued_bytes -= q->len;
+    if (q->credit_host != 0) /* delivered or dropped: the sender's window opens */
+        pm__hub_link_credit(h, q->credit_host, q->credit_port, q->len);
     uint32_t *frames, *fds;
     size_t *bytes;
     charge_of(h, d, q->charge, &frames, &bytes, &fds);
@@ -179,6 +181,8 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
     q->charge = charge;
     q->fd = fd;
     q->big_len = big_len;
+    q->credit_host = 0;
+    q->credit_port = 0;
     write_frame(q->data, f, payload, len);
     if (d->q_tail != NULL) {
         d->q_tail->next = q;

@@ -274,6 +274,17 @@ static void conn_close(pm_cluster *c, pm__mconn *k)
     }
 }
 
+/* Backpressure across a link: once k's output queue is below half, the
+ * hub reads the senders it held for it again (pm__hub_link_writable; O(1)
+ * when none is held). Half, so a sender does not flap on every record. */
+static void conn_drained(pm__mconn *k)
+{
+    size_t n;
+    (void)pm__pconn_output(&k->pc, &n);
+    if (k->linked && n < PM__PCONN_OUT_CAP / 2)
+        pm__hub_link_writable(&k->c->hub, (uint16_t)k->host);
+}
+
 /* Writes what k has queued until the socket is full. A write error kills
  * the link (the peer sees truncation). */
 static void conn_write(pm__mconn *k)
@@ -287,6 +298,7 @@ static void conn_write(pm__mconn *k)
         if (w > 0) {
             pm__pconn_sent(&k->pc, (size_t)w);
             k->last_tx_ms = pm__now_ms();
+            conn_drained(k);
             continue;
         }
         if (w < 0 && (errno == EAGAIN || errno == EINTR))
@@ -300,8 +312,9 @@ static void conn_write(pm__mconn *k)
 
 /*
  * The hub's way into a link (pm__hub_link.send): 0, the frame is taken and
- * goes out this loop turn; -EAGAIN, no room (hub_link.c counts it dropped
- * and answers its sender -ENOBUFS: no backpressure across a link). The frame
+ * goes out this loop turn; -EAGAIN, no room (hub_link.c holds a worker
+ * sender until conn_drained says the queue is below half; an answer is
+ * dropped and counted; main gets -EAGAIN). The frame
  * is staged (batching, doc/protocol.md 6): the frames of one turn share
  * FRAMES records, sealed when the stage fills and in pm__mesh_flush at the
  * turn's end, so a lone frame waits for no company. Staged frames die with
@@ -387,6 +400,7 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
     if (k->peer >= 0)
         m->backoff_ms[k->peer] = 0;
     pm__hub_link_up(&c->hub, (uint16_t)idx, conn_send, k);
+    pm__hub_link_caps(&c->hub, (uint16_t)idx, k->pc.peer.capabilities);
     emit(c, PM_EVENT_PEER_UP, k, NULL);
 }
 

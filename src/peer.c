@@ -417,6 +417,7 @@ static void my_hello(const pm__pconn *c, pm__peer_hello *h)
     h->max_version = PM__PEER_MAX_VERSION;
     h->incarnation = c->cfg->incarnation;
     h->idle_ms = c->cfg->idle_ms;
+    h->capabilities = PM__PEER_CAPS;
     snprintf(h->host, sizeof(h->host), "%s", c->cfg->host);
 }
 

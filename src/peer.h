@@ -37,6 +37,10 @@
 #define PM__PEER_PREAMBLE_MAX (16u + 32u + 63u) /* 111 */
 #define PM__PEER_HS_MSG_MAX 512u
 #define PM__PEER_HELLO_FORMAT 1u
+/* Capabilities our hello announces (doc/protocol.md 4): bit 0, credit-based
+ * flow control on the link (CREDIT frames); bit 1, large messages as FRAG
+ * frames. */
+#define PM__PEER_CAPS 0x3u
 #define PM__PEER_HELLO_MIN 20u /* 19 + a 1-byte host name */
 #define PM__PEER_IDLE_MIN_MS 100u
 #define PM__PEER_IDLE_MAX_MS 600000u

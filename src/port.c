@@ -153,7 +153,7 @@ static void read_ring(pm__hub *h, pm__port *p)
     p->busy = 0;
     p->want_arm = 0;
     int drained = 0;
-    for (int i = 0; i < PM__FRAMES_PER_TURN && p->reading && p->blocked_on < 0; i++) {
+    for (int i = 0; i < PM__FRAMES_PER_TURN && p->reading && p->blocked_on == -1; i++) {
         pm__frame_hdr f;
         const void *payload;
         int rc = pm__frame_recv(&p->link->rx, PM__LINK_MAX_FRAME, &f, &payload);
@@ -176,8 +176,9 @@ static void read_ring(pm__hub *h, pm__port *p)
     if (!p->reading)
         return;
     pm__ring_release(&p->link->rx);
-    if (p->blocked_on >= 0)
-        return; /* a blocked sender is read again when it is unblocked */
+    if (p->blocked_on != -1)
+        return; /* a blocked sender (a full destination or link) is read again
+                   when it is unblocked */
     if (drained) {
         /* Armed just before the loop sleeps (arm_idle), so a busy hub lets
          * its workers publish without ringing. Until then the port is on
@@ -219,8 +220,8 @@ void pm__hub_port_service(pm__hub *h, unsigned i)
  *  - armed (cons_waiting set in its ring): the worker rings the doorbell
  *    on its next publish, and the doorbell's completion puts it on the
  *    ready list (pm__hub_mark_rang);
- *  - blocked (blocked_on >= 0) or cut off: not read on purpose; unblocking
- *    puts it on the ready list.
+ *  - blocked (blocked_on != -1: a full destination, or a full link) or cut
+ *    off: not read on purpose; unblocking puts it on the ready list.
  * Only ports on the arm list are touched here: the cost is the ports that
  * drained this turn, not N.
  */
@@ -233,7 +234,7 @@ int pm__hub_arm_idle(pm__hub *h)
         if (!p->want_arm)
             continue; /* serviced again since it drained, or cut off */
         p->want_arm = 0;
-        if (!p->reading || p->blocked_on >= 0)
+        if (!p->reading || p->blocked_on != -1)
             continue;
         /* pm__ring_arm sets the flag, then (a full fence, paired with the
          * worker's after its publish) looks at the ring again: a frame
@@ -259,7 +260,7 @@ int pm__hub_any_arrived(pm__hub *h)
 {
     for (unsigned k = 0; k < h->arm.n; k++) {
         pm__port *p = &h->ports[h->arm.v[k]];
-        if (p->want_arm && p->reading && p->blocked_on < 0 && !pm__ring_empty(&p->link->rx)) {
+        if (p->want_arm && p->reading && p->blocked_on == -1 && !pm__ring_empty(&p->link->rx)) {
             pm__hub_mark_busy(h, p);
             return 1;
         }

@@ -80,6 +80,30 @@ static inline int pm_test_slot_blocked_on(const pm_cluster *c, unsigned i)
     return c->hub.ports[i].blocked_on;
 }
 
+/* Times host `name`'s link held a sender: its output queue was full
+ * (*queue), a remote port's window was full (*window). -1: no such link. */
+static inline int pm_test_link_waits(pm_cluster *c, const char *name, uint64_t *queue,
+                                     uint64_t *window)
+{
+    int idx = pm__hub_host_index(&c->hub, name);
+    if (idx <= 0 || c->hub.links == NULL)
+        return -1;
+    *queue = c->hub.links[idx].held_waits;
+    *window = c->hub.links[idx].window_waits;
+    return 0;
+}
+
+/* Host `name`'s link: 1 while a large message is being sent over it
+ * (*off: bytes sent so far), 0 when none, -1 no such link. */
+static inline int pm_test_link_tx(pm_cluster *c, const char *name, uint64_t *off)
+{
+    int idx = pm__hub_host_index(&c->hub, name);
+    if (idx <= 0 || c->hub.links == NULL)
+        return -1;
+    *off = c->hub.links[idx].tx_off;
+    return c->hub.links[idx].tx_fd >= 0;
+}
+
 /* The supervisor's end of slot i's shared memory (-1 when none). */
 static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
 {
