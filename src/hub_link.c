@@ -575,6 +575,15 @@ static void frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint
     frag_pump(h, l);
 }
 
+/* Takes back the entry a request just got from rinflight_add. By key, not
+ * by popping the last entry: a send that brought the link down would have
+ * emptied the table already (pm__hub_link_down), and a pop would wrap. */
+static void unadd(pm__hub_link *l, uint32_t src, const pm__frame_hdr *f)
+{
+    pm__rinflight e;
+    rinflight_take(l, src, f->request_id, f->dst, &e);
+}
+
 /* A frame from local port p (or main, p NULL) for a remote host. */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
@@ -657,7 +666,7 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
     uint32_t wbytes = PM__FRAME_HDR_SIZE + f->len;
     if (window_take(l, f->dst, wbytes, 0) < 0) {
         if (f->type == PM__FT_REQUEST)
-            l->ninflight--; /* the entry just added is the last; retried */
+            unadd(l, src, f); /* retried, or answered here */
         window_hold(h, l, f->dst_host, p);
         return -EAGAIN;
     }
@@ -669,7 +678,7 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
         /* The link is full: the sender waits, its frame stays in its ring
          * and is read again when the link drains (link_hold). */
         if (f->type == PM__FT_REQUEST)
-            l->ninflight--; /* the entry just added is the last; retried */
+            unadd(l, src, f); /* retried, or answered here */
         link_hold(h, l, f->dst_host, p);
         return -EAGAIN;
     }
@@ -677,13 +686,32 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
         /* The link went down while sending: its requests are answered by
          * pm__hub_link_down; this frame is answered here. */
         if (f->type == PM__FT_REQUEST)
-            l->ninflight--; /* the entry just added is the last */
+            unadd(l, src, f); /* retried, or answered here */
         pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
                           f->request_id, rc);
         return 0;
     }
     p->relayed++;
     p->relayed_bytes += f->len;
+    return 0;
+}
+
+/* Main's large message (len > PM_MAX_PAYLOAD, w its wire header) to l:
+ * sealed into a memfd of its own and sent by l's cursor, as a worker's is.
+ * Main is never held: a cursor busy with another message is -EAGAIN (try
+ * later). 0, -EMSGSIZE (the peer takes no large messages), or the
+ * memfd's error. */
+static int main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const void *data,
+                    size_t len)
+{
+    if ((l->caps & PM__PEER_CAP_FRAG) == 0)
+        return -EMSGSIZE;
+    if (l->tx_fd >= 0)
+        return -EAGAIN;
+    int fd = pm__hub_main_memfd(h, data, len);
+    if (fd < 0)
+        return fd;
+    frag_start(h, l, w, PM__NODE_MAIN, fd, len);
     return 0;
 }
 
@@ -696,8 +724,10 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
         h->unreachable++;
         return -EHOSTUNREACH;
     }
-    if (len > PM_MAX_PAYLOAD)
-        return -EMSGSIZE; /* one frame at most crosses a link (link_buf's size) */
+    /* A large message of main's still crossing goes first: main's frames
+     * to one host keep their order. */
+    if (l->tx_fd >= 0 && l->tx_owner == PM__NODE_MAIN)
+        return -EAGAIN;
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     f.type = (uint8_t)type;
@@ -706,6 +736,12 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
     f.dst_inc = inc;
     f.request_id = request_id;
     f.src = PM__NODE_MAIN;
+    if (len > PM_MAX_PAYLOAD) {
+        /* Not counted in the destination's window: one message at a time
+         * per link bounds it. */
+        pm__frame_hdr w = wire_hdr(h, &f, PM__NODE_MAIN);
+        return main_big(h, l, &w, data, len);
+    }
     /* Main is never held: a full link is -EAGAIN (try later). */
     uint32_t wbytes = PM__FRAME_HDR_SIZE + f.len;
     int counted = type == PM__FT_MSG || type == PM__FT_REQUEST;
@@ -735,6 +771,21 @@ int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t
     f.request_id = id;
     f.deadline_ms = deadline_ms;
     f.src = PM__NODE_MAIN;
+    if (l->tx_fd >= 0 && l->tx_owner == PM__NODE_MAIN)
+        return -EAGAIN; /* main's large message still crossing goes first */
+    if (len > PM_MAX_PAYLOAD) {
+        /* The entry first, so the link going down mid-message answers the
+         * request -EHOSTUNREACH, once. */
+        if (rinflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0)
+            return -EBUSY;
+        pm__frame_hdr w = wire_hdr(h, &f, PM__NODE_MAIN);
+        int rc = main_big(h, l, &w, data, len);
+        if (rc < 0) {
+            pm__rinflight e;
+            rinflight_take(l, PM__NODE_MAIN, id, port, &e);
+        }
+        return rc;
+    }
     /* The entry first: the link may go down inside send, and its answer
      * (-EHOSTUNREACH) must find the request. */
     uint32_t wbytes = PM__FRAME_HDR_SIZE + f.len;

@@ -460,8 +460,6 @@ static int remote_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc
 {
     if (port == 0)
         return -EINVAL;
-    if (len > PM_MAX_PAYLOAD)
-        return -EMSGSIZE; /* large messages do not cross a link yet */
     if (h->nmreqs >= INT_MAX - 1)
         return -EAGAIN;
     if (mreq_reserve(h) < 0)

@@ -883,6 +883,23 @@ void pm__mesh_flush(pm_cluster *c)
             (void)pm__pconn_flush_stage(&k->pc); /* a failure closes the link */
         conn_rekey(c, k, pm__now_ms());
         conn_write(k);
+        /* Writing drains the queue, and the drain hook may stage more (a
+         * large message's cursor, held senders' frames read again...). Those
+         * frames must not wait past this turn: nothing else may wake the
+         * loop (the peer waits for the rest of the message), so they are
+         * sealed and written too, while the socket takes them. After 64
+         * passes the rest is sealed and queued, and the socket's
+         * writability brings the loop back for it. */
+        for (int pass = 0; k->pc_live && k->pc.stage_n > 0; pass++) {
+            size_t queued;
+            (void)pm__pconn_output(&k->pc, &queued);
+            if (queued > 0)
+                break; /* the socket is full: its writability comes back */
+            (void)pm__pconn_flush_stage(&k->pc);
+            if (pass == 64)
+                break;
+            conn_write(k);
+        }
         if (k->pc.state == PM__PC_DEAD)
             conn_close(c, k);
         else

@@ -552,12 +552,87 @@ START_TEST(test_large_link_down)
 }
 END_TEST
 
+/* The reply to main's large request: its length and checksum. */
+static size_t main_rlen;
+static uint64_t main_rsum;
+static int main_rc = 1;
+
+static void on_main_reply(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    /* An error (the request's end) comes with m->error < 0. */
+    main_rc = m->error < 0 ? m->error : 0;
+    main_rlen = m->error < 0 ? 0 : m->len;
+    main_rsum = m->error < 0 ? 0 : fnv(m->data, m->len);
+}
+
+/*
+ * Main's own large messages cross a link too: a 4 MiB pm_cluster_send to
+ * b's worker arrives intact, and a 5 MB pm_cluster_request gets its 5 MB
+ * echo; one above b's max_message is refused by b (-EMSGSIZE); no memfd is
+ * left open in a's supervisor.
+ */
+START_TEST(test_main_large_across_link)
+{
+    max_a = (size_t)24 << 20;
+    max_b = (size_t)16 << 20;
+    int port = pm_test_free_port();
+    pid_t b = start_b(port, 1, big_b);
+    pm_cluster *c = start_big_a(port);
+    PM_RUN_UNTIL(c, b_pid > 0, 20000);
+    unsigned fds0 = memfds();
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+
+    size_t len = (size_t)4 << 20;
+    unsigned char *p = pattern(len, 7);
+    char want[64];
+    snprintf(want, sizeof(want), "BIG %zu %llu", len, (unsigned long long)fnv(p, len));
+    big_b_got = 0;
+    ck_assert_int_eq(pm_cluster_send(c, &to, p, len), 0);
+    free(p);
+    PM_RUN_UNTIL(c, big_b_got == 1, 60000);
+    ck_assert_str_eq(big_seen, want);
+
+    len = 5000000;
+    p = pattern(len, 8);
+    uint64_t sum = fnv(p, len);
+    int id = -EAGAIN;
+    PM_RUN_UNTIL(c, (id = pm_cluster_request(c, &to, p, len, 60000, on_main_reply, NULL)) != -EAGAIN,
+                 20000);
+    ck_assert_int_ge(id, 0);
+    free(p);
+    PM_RUN_UNTIL(c, main_rc != 1, 70000);
+    ck_assert_int_eq(main_rc, 0);
+    ck_assert_uint_eq(main_rlen, len);
+    ck_assert_uint_eq(main_rsum, sum);
+
+    /* Above b's max_message: b refuses it. */
+    len = max_b + 1;
+    p = calloc(1, len);
+    ck_assert_ptr_nonnull(p);
+    main_rc = 1;
+    PM_RUN_UNTIL(c, (id = pm_cluster_request(c, &to, p, len, 60000, on_main_reply, NULL)) != -EAGAIN,
+                 20000);
+    free(p);
+    ck_assert_int_ge(id, 0);
+    PM_RUN_UNTIL(c, main_rc != 1, 70000);
+    ck_assert_msg(main_rc == -EMSGSIZE, "above b's max: rc %d, reply of %zu bytes", main_rc, main_rlen);
+    ck_assert_uint_eq(memfds(), fds0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+}
+END_TEST
+
 static Suite *linkflow_suite(void)
 {
     Suite *s = suite_create("linkflow");
     PM_ADD_TEST(s, test_stream_to_stopped_remote, 120);
     PM_ADD_TEST(s, test_large_across_link, 180);
     PM_ADD_TEST(s, test_large_link_down, 120);
+    PM_ADD_TEST(s, test_main_large_across_link, 180);
     return s;
 }
 

@@ -93,13 +93,16 @@ static inline uint64_t pm_test_ms(void)
 }
 
 /* Runs a cluster in slices of 10 ms until cond holds; fails the test if it
- * does not within timeout_ms. (Needs procmesh.h at the point of use.) */
+ * does not within timeout_ms. cond is evaluated once per slice and never
+ * again after it held, so a condition that sends (pm_cluster_request(...)
+ * != -EAGAIN) sends once. (Needs procmesh.h at the point of use.) */
 #define PM_RUN_UNTIL(c, cond, timeout_ms)                                       \
     do {                                                                        \
         uint64_t end_ = pm_test_ms() + (timeout_ms);                            \
-        while (!(cond) && pm_test_ms() < end_)                                  \
+        int ok_;                                                                \
+        while (!(ok_ = !!(cond)) && pm_test_ms() < end_)                        \
             ck_assert_int_ge(pm_cluster_run((c), 10), 0);                       \
-        ck_assert_msg((cond), "timed out waiting for: %s", #cond);              \
+        ck_assert_msg(ok_, "timed out waiting for: %s", #cond);                 \
     } while (0)
 
 /* Reads fd to EOF (or until buf is full) and NUL-terminates. */
