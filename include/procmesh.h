@@ -311,10 +311,11 @@ PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
  * of through its ring (doc/design.md, Large messages); the send, request,
  * reply and call functions of main and of workers take it transparently and
  * return -EMSGSIZE above this limit. A worker that sends a larger one, or
- * an unsealed or foreign fd, is fenced (reason protocol). A worker's large
- * message to another host crosses its peer link in fragments and is
- * reassembled there within that host's limit (an -EMSGSIZE notice above
- * it); main's to another host are -EMSGSIZE (doc/design.md, Peer links). */
+ * an unsealed or foreign fd, is fenced (reason protocol). A large message
+ * to another host (a worker's or main's) crosses its peer link in fragments
+ * and is reassembled there within that host's limit (an -EMSGSIZE answer
+ * above it); main's returns -EAGAIN while its previous large message to
+ * that host is still crossing (doc/design.md, Peer links). */
 PM_EXTERN int pm_options_set_max_message(pm_options *o, size_t bytes);
 
 enum pm_ready_mode {
