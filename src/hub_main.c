@@ -225,6 +225,15 @@ static void deliver(pm__hub *h, const pm__frame_hdr *f, const void *payload, siz
     if (h->on_message == NULL) {
         if (f->src_host == PM__HOST_LOCAL && f->src < h->nports)
             h->ports[f->src].malformed++; /* nobody listens: counted, dropped */
+        if (f->type == PM__FT_REQUEST) {
+            /* Nobody answers here (a daemon has no on_message): the
+             * requester, local or on another host, learns so now instead
+             * of at its deadline. */
+            uint32_t to = f->src_host == PM__HOST_LOCAL ? f->src
+                                                        : PM__REMOTE_NODE(f->src_host, f->src);
+            pm__hub_notice_at(h, to, f->src_inc, PM__HOST_LOCAL, PM__NODE_MAIN, 0,
+                              f->request_id, -ENOENT);
+        }
         return;
     }
     const void *data = payload;
