@@ -25,7 +25,8 @@
  *   "crash"    dies of SIGSEGV
  *   "hang"     spins without any procmesh call (fenced: heartbeat)
  *   "note"     sends main a plain message "#note", then answers "noted"
- *   "term"     sends SIGTERM to the supervisor, answers nothing */
+ *   "term"     sends SIGTERM to the supervisor, answers nothing
+ *   "askmain"  asks main, answers "askmain:RC" with pm_node_request's result */
 #define MAX_HELD 256
 
 static int worker(pm_node *n, void *arg)
@@ -82,6 +83,14 @@ static int worker(pm_node *n, void *arg)
             pm_node_reply(n, &m, "noted", 5);
         } else if (strcmp(text, "term") == 0) {
             kill(getppid(), SIGTERM);
+        } else if (strcmp(text, "askmain") == 0) {
+            /* Asks main (30 s deadline), answers with the outcome. */
+            pm_address main_addr = {.system = "procmesh", .host = "main"};
+            pm_message r;
+            int asked = pm_node_request(n, &main_addr, "?", 1, 30000, &r);
+            char out[32];
+            int k = snprintf(out, sizeof(out), "askmain:%d", asked);
+            pm_node_reply(n, &m, out, (size_t)k);
         }
     }
 }
@@ -640,6 +649,27 @@ START_TEST(test_id_wrap)
 }
 END_TEST
 
+/* A supervisor without a message callback answers a worker's request to
+ * main at once with -ENOENT (not at the request's 30 s deadline). */
+START_TEST(test_main_without_callback)
+{
+    pm_options *o = opts(1);
+    ck_assert_int_eq(pm_options_set_on_message(o, NULL, NULL), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    uint64_t t0 = pm_test_ms();
+    ck_assert_int_gt(request(c, 0, "askmain", 60000, &results[0]), 0);
+    RUN_UNTIL(c, results[0].calls == 1, 60000);
+    ck_assert_int_eq(results[0].err, 0);
+    ck_assert_str_eq(results[0].text, "askmain:-2"); /* -ENOENT */
+    /* Well before the worker's own 30 s deadline. */
+    ck_assert_msg(pm_test_ms() - t0 < 25000, "answered after %llu ms",
+                  (unsigned long long)(pm_test_ms() - t0));
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
 START_TEST(test_bad_input)
 {
     pm_options *o = opts(1);
@@ -675,6 +705,7 @@ int main(void)
 {
     Suite *s = suite_create("request");
     PM_ADD_TEST(s, test_reply, 0);
+    PM_ADD_TEST(s, test_main_without_callback, 0);
     PM_ADD_TEST(s, test_timeout_then_late_reply, 0);
     PM_ADD_TEST(s, test_crash_not_retried, 0);
     PM_ADD_TEST(s, test_fence, 0);
