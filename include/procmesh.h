@@ -838,7 +838,10 @@ typedef struct pm_message {
     size_t len;
 } pm_message;
 
-/* Frames addressed to main arrive here (from pm_cluster_run). */
+/* Frames addressed to main arrive here (from pm_cluster_run). Without a
+ * callback (cb NULL, the default) a message to main is dropped and counted,
+ * and a request to main, local or from another host, is answered at once
+ * with an undeliverable notice, error -ENOENT. */
 PM_EXTERN int pm_options_set_on_message(pm_options *o,
                                         void (*cb)(pm_cluster *, const pm_message *, void *),
                                         void *arg);
