@@ -62,15 +62,6 @@ static proc start_proc(const char *path, char *const argv[], int capture, int wa
     return r;
 }
 
-/* The end of a log on stderr: Check's messages have a size limit, so a
- * failure message names what was awaited and the log goes here. */
-static const char *tail_of(const char *log)
-{
-    size_t n = strlen(log);
-    const char *t = n > 6000 ? log + n - 6000 : log;
-    fprintf(stderr, "---- log (last %zu bytes) ----\n%s\n---- end of log ----\n", strlen(t), t);
-    return "(log on stderr)";
-}
 
 /* Waits until the process has written needle n times (reading the other
  * processes' pipes meanwhile, so no daemon blocks on a full stderr). */
@@ -171,57 +162,8 @@ static proc start_host(const char *host, int port, const char *peers, int timeou
     return start_proc(PM_DAEMON_BIN, argv, STDERR_FILENO, 0);
 }
 
-/* Counts the caller's lines in log: requests sent (the highest N), and
- * fails unless every request has exactly one outcome (the last may still
- * be in flight: at most one). Returns the highest N sent. */
-static long exactly_once(const char *log, const char *who)
-{
-    long sent = 0;
-    char needle[64];
-    for (;;) {
-        snprintf(needle, sizeof(needle), "text=\"sent %ld\"", sent + 1);
-        if (strstr(log, needle) == NULL)
-            break;
-        sent++;
-    }
-    /* Every case waits for replies first: no "sent" line means the log
-     * format changed, not that nothing was sent. */
-    ck_assert_msg(sent >= 2, "%s: no requests found in the log %s", who, sent >= 2 ? "" : tail_of(log));
-    for (long i = 1; i <= sent; i++) {
-        snprintf(needle, sizeof(needle), "text=\"reply %ld from ", i);
-        int replies = count_of(log, needle);
-        snprintf(needle, sizeof(needle), "text=\"error %ld ", i);
-        int errors = count_of(log, needle);
-        ck_assert_msg(replies + errors == 1 || (i == sent && replies + errors == 0),
-                      "%s: request %ld got %d replies and %d errors (exactly one expected); %s",
-                      who, i, replies, errors, replies + errors == 1 ? "" : tail_of(log));
-    }
-    return sent;
-}
 
-/* No request was delivered twice to the answering worker. */
-static void no_duplicates(const char *log, long sent, const char *who)
-{
-    char needle[64];
-    for (long i = 1; i <= sent; i++) {
-        snprintf(needle, sizeof(needle), "text=\"got req %ld from ", i);
-        ck_assert_msg(count_of(log, needle) <= 1, "%s: request %ld delivered %d times %s", who, i,
-                      count_of(log, needle), count_of(log, needle) <= 1 ? "" : tail_of(log));
-    }
-}
 
-/* The highest N with a line "PREFIX N " in log (0: none). */
-static long last_of(const char *log, const char *prefix)
-{
-    long best = 0;
-    size_t pl = strlen(prefix);
-    for (const char *p = strstr(log, prefix); p != NULL; p = strstr(p + 1, prefix)) {
-        long v = strtol(p + pl, NULL, 10);
-        if (v > best)
-            best = v;
-    }
-    return best;
-}
 
 /* Waits until a's worker has had `more` further replies from host h. */
 static void wait_more_replies(proc *a, const char *h, int more, int timeout_ms)
