@@ -756,6 +756,9 @@ typedef struct pm_peer_info {
     uint64_t records_in, records_out; /* the FRAMES records that carried them: a record
                                          holds one frame or more (frames / records is
                                          the batching); heartbeats and rekeys not counted */
+    uint64_t frames_forged;    /* frames from it claiming another host: dropped */
+    uint64_t frames_malformed; /* frames from it that failed to decode or route, and
+                                  large messages it abandoned mid-way: dropped */
 } pm_peer_info;
 
 /* The peer connections (linked and handshaking), up to cap into out;

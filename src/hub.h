@@ -510,6 +510,10 @@ void pm__hub_links_wipe(pm__hub *h);
 /* The capability bits host's peer announced (its hello), right after
  * pm__hub_link_up. */
 void pm__hub_link_caps(pm__hub *h, uint16_t host, uint32_t caps);
+/* The frames host's link dropped: claiming another host (*forged), failing
+ * to decode or route, or large messages abandoned (*malformed). Zeros for
+ * a host without a link. */
+void pm__hub_link_drops(const pm__hub *h, uint16_t host, uint64_t *forged, uint64_t *malformed);
 /* host's link drained its output queue below half (mesh.c's write path):
  * the senders it held are read again. O(1) when it holds none. */
 void pm__hub_link_writable(pm__hub *h, uint16_t host);

@@ -291,6 +291,13 @@ void pm__hub_link_writable(pm__hub *h, uint16_t host)
         frag_pump(h, l);
 }
 
+void pm__hub_link_drops(const pm__hub *h, uint16_t host, uint64_t *forged, uint64_t *malformed)
+{
+    const pm__hub_link *l = host < PM__MAX_HOSTS && h->links != NULL ? &h->links[host] : NULL;
+    *forged = l != NULL ? l->forged : 0;
+    *malformed = l != NULL ? l->malformed + l->frag_dropped : 0;
+}
+
 void pm__hub_link_caps(pm__hub *h, uint16_t host, uint32_t caps)
 {
     pm__hub_link *l = link_of(h, host);

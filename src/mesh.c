@@ -1295,7 +1295,7 @@ uint64_t pm__mesh_fails(const pm_cluster *c, int why)
 }
 
 /* The public view of connection k. */
-static void conn_info(const pm__mconn *k, uint64_t now, pm_peer_info *out)
+static void conn_info(const pm__hub *h, const pm__mconn *k, uint64_t now, pm_peer_info *out)
 {
     memset(out, 0, sizeof(*out));
     out->initiator = k->pc.initiator;
@@ -1312,6 +1312,8 @@ static void conn_info(const pm__mconn *k, uint64_t now, pm_peer_info *out)
     out->bytes_out = k->pc.bytes_out;
     out->records_in = k->pc.frame_records_in;
     out->records_out = k->pc.frame_records_out;
+    if (k->linked && k->host >= 0)
+        pm__hub_link_drops(h, (uint16_t)k->host, &out->frames_forged, &out->frames_malformed);
 }
 
 PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t cap)
@@ -1331,7 +1333,7 @@ PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t ca
         if (k->fd < 0 || !k->pc_live)
             continue;
         if (n < cap)
-            conn_info(k, now, &out[n]);
+            conn_info(&c->hub, k, now, &out[n]);
         n++;
     }
     return (int)n;

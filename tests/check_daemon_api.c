@@ -784,6 +784,8 @@ START_TEST(test_peers_in_status_and_metrics)
     ck_assert_int_eq(metric_value(ha, "procmesh_peer_frames_total{host=\"b\",direction=\"in\"}"), 0);
     ck_assert_int_eq(metric_value(ha, "procmesh_peer_bytes_total{host=\"b\",direction=\"out\"}"), 0);
     ck_assert_int_eq(metric_value(ha, "procmesh_peer_records_total{host=\"b\",direction=\"in\"}"), 0);
+    ck_assert_int_eq(metric_value(ha, "procmesh_peer_frames_dropped_total{host=\"b\",reason=\"forged\"}"), 0);
+    ck_assert_int_eq(metric_value(ha, "procmesh_peer_frames_dropped_total{host=\"b\",reason=\"malformed\"}"), 0);
     ck_assert_int_ge(metric_value(ha, "procmesh_peer_rtt_seconds{host=\"b\"}"), 0);
     /* procmesh status: the peers table under the slots. */
     char *sa[] = {"procmesh", "status", "--health", health_a, NULL};

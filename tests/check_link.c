@@ -909,6 +909,9 @@ START_TEST(test_link_frames_judged)
     pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
     f.dst_host = 0;
     ck_assert_uint_eq(pm_test_link_forged(&h, (unsigned)b), 2);
+    uint64_t forged = 0, malformed = 0;
+    pm__hub_link_drops(&h, (uint16_t)b, &forged, &malformed); /* pm_peer_info's */
+    ck_assert_uint_eq(forged, 2);
     ck_assert_uint_eq(nsent, 0);
 
     /* A request for a port a has not: -ENOENT back across the link, about

@@ -135,6 +135,16 @@ static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
                           "procmesh_peer_records_total{host=\"%s\",direction=\"out\"} %llu\n",
                           p[i].host, (unsigned long long)p[i].records_in, p[i].host,
                           (unsigned long long)p[i].records_out);
+    metric(b, "procmesh_peer_frames_dropped_total", "counter",
+           "Frames an up link's peer sent that were dropped, by reason (forged: claiming "
+           "another host; malformed: failing to decode or route).");
+    for (int i = 0; i < n; i++)
+        if (strcmp(p[i].state, "up") == 0)
+            pmd_sb_printf(b,
+                          "procmesh_peer_frames_dropped_total{host=\"%s\",reason=\"forged\"} %llu\n"
+                          "procmesh_peer_frames_dropped_total{host=\"%s\",reason=\"malformed\"} %llu\n",
+                          p[i].host, (unsigned long long)p[i].frames_forged, p[i].host,
+                          (unsigned long long)p[i].frames_malformed);
     free(p);
     const char *why[MAXR];
     uint64_t count[MAXR];
