@@ -15,7 +15,7 @@ for f in "$build/src/daemon/procmesh" "$build/tests/pm-test-worker"; do
 done
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-# The script bounds itself (28 s) and skips (77) without libsodium's
+# The script bounds itself (50 s) and skips (77) without libsodium's
 # shared object; timeout(1) is the backstop. -B: no __pycache__ in the
 # source tree (read-only under make distcheck).
-timeout -k 2 60 "$py" -B "$src/interop/run.py" "$build/src/daemon/procmesh" "$build/tests/pm-test-worker" "$tmp"
+timeout -k 2 90 "$py" -B "$src/interop/run.py" "$build/src/daemon/procmesh" "$build/tests/pm-test-worker" "$tmp"
