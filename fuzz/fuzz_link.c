@@ -38,8 +38,13 @@
  *   independently), frames_out by exactly the frames its send accepted.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "bigmsg.h"
 
@@ -47,6 +52,7 @@
 #include "fuzz_wport.h"
 #include "hub.h"
 #include "le.h"
+#include "linkfrag.h"
 #include "proto.h"
 
 #define NPORTS 2u
@@ -54,6 +60,9 @@
 #define BASE 9000u      /* this host's base port */
 #define MAX_RECS 256u   /* main's requests and broadcasts tracked per run */
 #define NSEEN 16u       /* requests remembered per link and per worker, to answer */
+/* The hub's max_message: a large message is 2 to 4 fragments (sparse
+ * memfds: only what a fragment writes is allocated). */
+#define MAX_MSG ((size_t)PM_MAX_PAYLOAD * 3)
 
 typedef struct seen_req {
     uint16_t host;      /* where the request came from (0: here) */
@@ -75,6 +84,20 @@ typedef struct flink {
     uint64_t bcast[4];      /* BCAST ids it sent */
     unsigned nbcast;
     uint64_t bresults;      /* BRESULTs fed (bounds a mesh broadcast's results) */
+    uint32_t caps;          /* the capability bits its peer announced at up */
+    /* What went out, for the credit and window bounds (since up). */
+    uint64_t msgreq_in;     /* MSG/REQUEST frames fed that the hub may credit */
+    uint64_t credited;      /* frames the hub's CREDITs gave back */
+    uint64_t msgreq_out;    /* MSG/REQUEST frames its send took */
+    /* The far end's reassembly of the hub's FRAGs (what it was sent). */
+    int tx_active;
+    uint32_t tx_id;
+    uint64_t tx_total, tx_off;
+    /* The far end's own large message being sent as FRAGs (frag_feed). */
+    uint32_t fr_id;
+    uint8_t fr_kind;
+    uint64_t fr_total, fr_off;
+    pm__frame_hdr fr_hdr;
 } flink;
 
 typedef struct rec {
@@ -94,7 +117,7 @@ static unsigned nrecs;
 static int reply_from_callback;
 static int in_link_frame; /* pm__hub_link_frame is running */
 static unsigned char fbuf[PM__FRAME_HDR_SIZE + PM_MAX_PAYLOAD + 64];
-static unsigned char tagged[PM_MAX_PAYLOAD + 1];
+static unsigned char tagged[MAX_MSG + 2];
 
 static uint16_t host_of(unsigned x)
 {
@@ -119,6 +142,42 @@ static void check_tag(const void *data, size_t len, unsigned char tag)
         return;
     const unsigned char *b = data;
     FUZZ_ASSERT(b[0] == tag && b[len - 1] == tag);
+}
+
+/* The bytes the far end of a link puts in its large messages: its tag
+ * first, then a pattern of the offset, so a byte written at the wrong
+ * place, twice, or from another message is seen. */
+static unsigned char pat(unsigned char tag, uint64_t pos)
+{
+    return (unsigned char)(tag + pos * 131u + (pos >> 9));
+}
+
+static void check_big(const unsigned char *b, size_t len, unsigned char tag)
+{
+    for (size_t k = 0; k < len; k++)
+        FUZZ_ASSERT(b[k] == pat(tag, k)); /* exactly the bytes the fragments carried */
+}
+
+/* A large message's payload: from a link, every byte; from here (a
+ * worker's sparse memfd, main's buffer) its ends carry the tag. */
+static void check_payload(const void *data, size_t len, unsigned char tag)
+{
+    if (len > PM_MAX_PAYLOAD && tag >= tag_remote(1) && tag <= tag_remote(NLINKS))
+        check_big(data, len, tag);
+    else
+        check_tag(data, len, tag);
+}
+
+static size_t count_fds(void)
+{
+    size_t n = 0;
+    DIR *dir = opendir("/proc/self/fd");
+    if (dir == NULL)
+        return 0;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(dir);
+    return n;
 }
 
 /* Who wrote a frame main received: its address's host and node. */
@@ -206,6 +265,28 @@ static int link_send(void *arg, const void *frame, size_t len)
     case PM__FT_BDONE:
         FUZZ_ASSERT(f.len == 4 && f.dst == 0);
         break;
+    case PM__FT_CREDIT:
+        /* Only to a peer that does credits, for frames it sent. */
+        FUZZ_ASSERT((L->caps & PM__PEER_CAP_CREDIT) != 0);
+        FUZZ_ASSERT(f.len == 8 && f.dst == 0 && f.request_id == 0 && f.src <= 0xFFFFu);
+        break;
+    case PM__FT_FRAG: {
+        FUZZ_ASSERT((L->caps & PM__PEER_CAP_FRAG) != 0);
+        pm__frag_hdr fh;
+        size_t n;
+        FUZZ_ASSERT(pm__frag_decode(payload, f.len, &fh, &n) == 0);
+        FUZZ_ASSERT(fh.total <= MAX_MSG);
+        FUZZ_ASSERT(f.src == 0 || (f.src >= BASE && f.src < BASE + NPORTS));
+        unsigned char tag = f.src == 0 ? 'M' : tag_local(f.src - BASE);
+        const unsigned char *d = payload + PM__FRAG_HDR_SIZE;
+        if (fh.offset == 0)
+            FUZZ_ASSERT(d[0] == tag);
+        if (fh.offset + n == fh.total)
+            FUZZ_ASSERT(d[n - 1] == tag);
+        if (fh.offset == 0 && fh.kind == PM__FT_REQUEST)
+            L->reqs_since_up++; /* its entry is made before the first try */
+        break;
+    }
     default:
         FUZZ_ASSERT(!"a lifecycle frame went out on a link");
     }
@@ -214,6 +295,36 @@ static int link_send(void *arg, const void *frame, size_t len)
     if (L->mode == 2)
         return -EPIPE;
     L->exp_out++;
+    if (f.type == PM__FT_MSG || f.type == PM__FT_REQUEST)
+        L->msgreq_out++;
+    if (f.type == PM__FT_CREDIT) {
+        L->credited += pm__get32(payload);
+        FUZZ_ASSERT(L->credited <= L->msgreq_in); /* never more than it was sent */
+    }
+    if (f.type == PM__FT_FRAG) {
+        /* The far end reassembles: one message at a time, ids 1, 2, ...
+         * since the link came up, offsets back to back. */
+        pm__frag_hdr fh;
+        size_t n;
+        FUZZ_ASSERT(pm__frag_decode(payload, f.len, &fh, &n) == 0);
+        if (fh.offset == 0) {
+            FUZZ_ASSERT(!L->tx_active);
+            FUZZ_ASSERT(fh.msg_id == L->tx_id + 1);
+            L->tx_active = 1;
+            L->tx_id = fh.msg_id;
+            L->tx_total = fh.total;
+            L->tx_off = 0;
+            if (fh.kind == PM__FT_REQUEST) {
+                seen_req r = {0, f.src, f.src_inc, f.dst, f.dst_inc, f.request_id};
+                remember(L->req, &L->nreq, &r);
+            }
+        }
+        FUZZ_ASSERT(L->tx_active && fh.msg_id == L->tx_id && fh.total == L->tx_total &&
+                    fh.offset == L->tx_off);
+        L->tx_off += n;
+        if (L->tx_off == L->tx_total)
+            L->tx_active = 0;
+    }
     if (f.type == PM__FT_REQUEST) {
         seen_req r = {0, f.src, f.src_inc, f.dst, f.dst_inc, f.request_id};
         remember(L->req, &L->nreq, &r);
@@ -224,7 +335,7 @@ static int link_send(void *arg, const void *frame, size_t len)
     return 0;
 }
 
-static void link_set_up(unsigned x, int up)
+static void link_set_up(unsigned x, int up, uint32_t caps)
 {
     flink *L = &lk[x];
     if (up && !L->up) {
@@ -232,7 +343,13 @@ static void link_set_up(unsigned x, int up)
         L->reqs_since_up = 0;
         L->nreq = 0;
         L->nbcast = 0;
+        L->caps = caps;
+        L->msgreq_in = L->credited = L->msgreq_out = 0;
+        L->tx_active = 0;
+        L->tx_id = 0;
+        L->fr_total = 0;
         pm__hub_link_up(&hub, host_of(x), link_send, L);
+        pm__hub_link_caps(&hub, host_of(x), caps); /* from the peer's hello, at once */
     } else if (!up && L->up) {
         /* Down first as mesh.c does (conn_close): then the hub answers. */
         pm__hub_link_down(&hub, host_of(x));
@@ -250,8 +367,15 @@ static void link_deliver(unsigned x, const unsigned char *frame, size_t len)
         if (pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &f) == 0 && f.deadline_ms >= 0) {
             if (f.src_host != 0 || f.dst_host != 0)
                 L->exp_forged++;
-            else if ((f.flags & PM__FF_MEMFD) == 0)
+            else if ((f.flags & PM__FF_MEMFD) == 0) {
                 L->exp_in++;
+                if ((f.type == PM__FT_MSG || f.type == PM__FT_REQUEST) && f.src <= 0xFFFFu)
+                    L->msgreq_in++;
+                /* Any BRESULT the hub takes may be a result (link_feed's
+                 * raw ones too, whose id may be a broadcast's). */
+                if (f.type == PM__FT_BRESULT)
+                    L->bresults++;
+            }
         }
     }
     in_link_frame = 1;
@@ -386,7 +510,6 @@ static void link_bresults(fuzz_in *in, unsigned x)
         uint8_t e = fuzz_u8(in);
         f.error = e & 1 ? -(int32_t)(e % 8) : 0;
         f.len = f.error == 0 ? e / 4 : 0;
-        L->bresults += L->up;
         link_put_frame(x, &f);
     }
     if (k & 0x40)
@@ -401,13 +524,123 @@ static void link_bresults(fuzz_in *in, unsigned x)
     link_deliver(x, fbuf, PM__FRAME_HDR_SIZE + 4);
 }
 
+/* The far end's large message as FRAG frames (doc/protocol.md 6): a new
+ * message, its next fragments or the rest at once, and broken sequences
+ * (a gap, an overlap, an unknown id, another total or kind, a new first
+ * fragment mid-message); its bytes are pat() of the link's tag. */
+static void frag_feed(fuzz_in *in, unsigned x)
+{
+    flink *L = &lk[x];
+    uint8_t k = fuzz_u8(in);
+    int whole = 0;
+    pm__frag_hdr fh;
+    if ((k & 7) < 2 || L->fr_total == 0) {
+        /* A new message (the same id again when k & 8). */
+        if (!(k & 8) || L->fr_id == 0)
+            L->fr_id = L->fr_id == UINT32_MAX ? 1 : L->fr_id + 1;
+        static const uint8_t kinds[] = {PM__FT_MSG, PM__FT_REQUEST, PM__FT_REPLY};
+        L->fr_kind = kinds[(k >> 4) % 3];
+        uint8_t t = fuzz_u8(in);
+        L->fr_total = t % 4 == 0   ? MAX_MSG
+                      : t % 4 == 1 ? MAX_MSG + 1 /* above max_message: refused */
+                                   : PM_MAX_PAYLOAD + 1 + fuzz_u16(in) % (MAX_MSG - PM_MAX_PAYLOAD);
+        L->fr_off = 0;
+        pm__frame_hdr *f = &L->fr_hdr;
+        memset(f, 0, sizeof(*f));
+        uint8_t d = fuzz_u8(in);
+        if (L->fr_kind == PM__FT_REPLY && L->nreq > 0 && !(d & 0x80)) {
+            /* The answer to a request the hub sent it. */
+            unsigned n = L->nreq < NSEEN ? L->nreq : NSEEN;
+            seen_req *q = &L->req[d % n];
+            f->dst = q->src;
+            f->dst_inc = q->src_inc;
+            f->src = q->dst;
+            f->src_inc = q->dst_inc;
+            f->request_id = q->id;
+        } else {
+            static const uint32_t dsts[] = {BASE, BASE + 1, 0, BASE + NPORTS};
+            f->dst = dsts[d % 4];
+            f->dst_inc = (d & 4) && f->dst >= BASE && f->dst < BASE + NPORTS ? w[f->dst - BASE].inc : 0;
+            f->src = 7000 + (d >> 3) % 4;
+            f->src_inc = 1 + (d >> 5) % 2;
+            f->request_id = 1 + fuzz_u8(in) % 8;
+            f->deadline_ms = (d & 0x40) ? 60000 : 0;
+        }
+        fh = (pm__frag_hdr){L->fr_kind, L->fr_id, L->fr_total, 0};
+    } else {
+        fh = (pm__frag_hdr){L->fr_kind, L->fr_id, L->fr_total, L->fr_off};
+        switch (k & 7) {
+        case 2: case 3: break;           /* the next one */
+        case 4: whole = 1; break;        /* the rest, fragment by fragment */
+        case 5:                          /* broken */
+            switch ((k >> 3) % 6) {
+            case 0: fh.offset++; break;                          /* a gap */
+            case 1: fh.offset -= fh.offset > 0; break;           /* an overlap */
+            case 2: fh.msg_id += 5; break;                       /* an unknown id */
+            case 3: fh.total++; break;                           /* another total */
+            case 4: fh.kind = fh.kind == PM__FT_MSG ? PM__FT_REQUEST : PM__FT_MSG; break;
+            default: fh.offset = fuzz_u64(in) % (fh.total + 1); break;
+            }
+            break;
+        default: break;
+        }
+    }
+    do {
+        if (fh.offset >= fh.total && fh.total > 0)
+            fh.offset = fh.total - 1;
+        uint16_t k2 = fuzz_u16(in);
+        uint64_t n = k2 == 0 || whole ? PM__FRAG_DATA_MAX : 1 + k2 % PM__FRAG_DATA_MAX;
+        if (n > fh.total - fh.offset)
+            n = fh.total - fh.offset;
+        pm__frame_hdr f = L->fr_hdr;
+        f.type = PM__FT_FRAG;
+        f.len = (uint32_t)(PM__FRAG_HDR_SIZE + n);
+        pm__frame_encode(&f, fbuf);
+        unsigned char *body = fbuf + PM__FRAME_HDR_SIZE;
+        pm__frag_encode(&fh, body);
+        unsigned char tag = tag_remote(host_of(x));
+        for (uint64_t j = 0; j < n; j++)
+            body[PM__FRAG_HDR_SIZE + j] = pat(tag, fh.offset + j);
+        link_deliver(x, fbuf, PM__FRAME_HDR_SIZE + f.len);
+        if (fh.offset == L->fr_off && fh.msg_id == L->fr_id && fh.total == L->fr_total)
+            L->fr_off += n;
+        fh.offset += n;
+        if (L->fr_off >= L->fr_total)
+            L->fr_total = 0; /* sent whole: the next is a new one */
+    } while (whole && L->fr_total != 0 && L->up);
+}
+
+/* A CREDIT from the far end: for a port the hub writes to, honest (a few
+ * frames) or not (more than it ever sent, a wrong length or destination). */
+static void credit_feed(fuzz_in *in, unsigned x)
+{
+    uint8_t k = fuzz_u8(in);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_CREDIT;
+    f.src = (k & 3) == 3 ? fuzz_u16(in) : 7000 + (k & 3);
+    f.len = (k & 4) ? fuzz_u8(in) % 12 : 8;
+    f.dst = (k & 8) ? 1 : 0;
+    pm__frame_encode(&f, fbuf);
+    unsigned char *b = fbuf + PM__FRAME_HDR_SIZE;
+    memset(b, 0, 12);
+    if (k & 0x10) {
+        pm__put32(b, fuzz_u32(in));
+        pm__put32(b + 4, fuzz_u32(in));
+    } else {
+        pm__put32(b, fuzz_u8(in) % 8);
+        pm__put32(b + 4, fuzz_u16(in));
+    }
+    link_deliver(x, fbuf, PM__FRAME_HDR_SIZE + f.len);
+}
+
 /* ---- main ---- */
 
 static void on_message(pm_cluster *app, const pm_message *m, void *arg)
 {
     FUZZ_ASSERT(app == NULL && arg == &hub);
-    FUZZ_ASSERT(m->len <= PM_MAX_PAYLOAD);
-    check_tag(m->data, m->len, tag_of_address(&m->from));
+    FUZZ_ASSERT(m->len <= MAX_MSG);
+    check_payload(m->data, m->len, tag_of_address(&m->from));
     if (reply_from_callback && m->kind == PM_MSG_REQUEST) /* pm_cluster_reply, re-entering */
         (void)pm__hub_main_send(&hub, &m->from, PM__FT_REPLY, m->request_id, tagged, m->len);
 }
@@ -419,10 +652,10 @@ static void on_reply(pm_cluster *app, const pm_message *m, void *arg)
     FUZZ_ASSERT(r->expect == 1 && r->calls == 0); /* exactly once */
     FUZZ_ASSERT(!(r->local && in_link_frame)); /* a peer answers only what went to it */
     r->calls++;
-    FUZZ_ASSERT(m->error <= 0 && m->len <= PM_MAX_PAYLOAD);
+    FUZZ_ASSERT(m->error <= 0 && m->len <= MAX_MSG);
     FUZZ_ASSERT(m->error == 0 || m->len == 0);
     if (m->len > 0)
-        check_tag(m->data, m->len, tag_of_address(&m->from));
+        check_payload(m->data, m->len, tag_of_address(&m->from));
 }
 
 static void on_bcast(pm_cluster *app, const pm_message *res, size_t n, void *arg)
@@ -435,10 +668,11 @@ static void on_bcast(pm_cluster *app, const pm_message *res, size_t n, void *arg
      * the far ends sent. */
     FUZZ_ASSERT(n <= NPORTS + 3 + lk[0].bresults + lk[1].bresults);
     for (size_t k = 0; k < n; k++) {
-        FUZZ_ASSERT(res[k].error <= 0 && res[k].len <= PM_MAX_PAYLOAD);
+        /* A local worker's result may be a large reply (its memfd). */
+        FUZZ_ASSERT(res[k].error <= 0 && res[k].len <= MAX_MSG);
         FUZZ_ASSERT(res[k].error == 0 || res[k].len == 0);
         if (res[k].len > 0)
-            check_tag(res[k].data, res[k].len, tag_of_address(&res[k].from));
+            check_payload(res[k].data, res[k].len, tag_of_address(&res[k].from));
     }
 }
 
@@ -481,6 +715,8 @@ static void main_request(fuzz_in *in)
         remote_address(in, host, &to);
     }
     size_t len = (k & 0x10) ? PM_MAX_PAYLOAD + (k >> 7) : fuzz_u8(in);
+    if ((k & 0x30) == 0x30) /* a large request: FRAGs, or refused */
+        len = (k & 8) ? MAX_MSG + 1 : PM_MAX_PAYLOAD + 1 + fuzz_u16(in) % (MAX_MSG - PM_MAX_PAYLOAD);
     int timeout = 1 + (int)fuzz_u16(in);
     int rc = pm__hub_request(&hub, top, tagged, len, timeout, on_reply, r);
     FUZZ_ASSERT(rc > 0 || r->calls == 0);
@@ -488,7 +724,8 @@ static void main_request(fuzz_in *in)
         r->expect = 1;
     else
         FUZZ_ASSERT(rc == -EINVAL || rc == -EMSGSIZE || rc == -EHOSTUNREACH || rc == -EAGAIN ||
-                    rc == -EBUSY || rc == -ENOENT || rc == -ESTALE || rc == -EHOSTDOWN);
+                    rc == -EBUSY || rc == -ENOENT || rc == -ESTALE || rc == -EHOSTDOWN ||
+                    rc == -ENOMEM);
 }
 
 static void main_bcast(fuzz_in *in)
@@ -509,6 +746,8 @@ static void main_send(fuzz_in *in)
     pm_address to;
     remote_address(in, (uint16_t)(1 + k % 3), &to);
     size_t len = (k & 8) ? PM_MAX_PAYLOAD + 1 : fuzz_u8(in);
+    if ((k & 0x18) == 0x18) /* a large message: FRAGs, or refused */
+        len = (k & 0x20) ? MAX_MSG + 1 : PM_MAX_PAYLOAD + 1 + fuzz_u16(in) % (MAX_MSG - PM_MAX_PAYLOAD);
     int rc = pm__hub_main_send(&hub, &to, (k & 4) ? PM__FT_REPLY : PM__FT_MSG, fuzz_u8(in),
                                tagged, len);
     FUZZ_ASSERT(rc == 0 || rc == -EHOSTUNREACH || rc == -EAGAIN || rc == -EMSGSIZE ||
@@ -581,6 +820,117 @@ static void worker_reply(fuzz_in *in, unsigned i)
     worker_write(i, &f);
 }
 
+/* One record on worker i's fd socket, as bigmsg.c writes it. 0, or -1
+ * (the socket is full). */
+static int big_record(wport *p, int fd, uint32_t seq)
+{
+    unsigned char rec[PM__BIGMSG_RECORD];
+    pm__put32(rec, 0x44464d50u); /* "PMFD" */
+    pm__put32(rec + 4, seq);
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct iovec iov = {rec, sizeof(rec)};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int));
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    return sendmsg(p->wsock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(rec) ? 0 : -1;
+}
+
+/* A large message from worker i, mostly to another host (the fd path of
+ * fuzz_hub: a sealed sparse memfd, its record on the socket, then the
+ * announcing frame), its first and last byte the worker's tag; a reply
+ * answers a request it took from a link. */
+static void worker_big(fuzz_in *in, unsigned i)
+{
+    wport *p = &w[i];
+    if (p->cut)
+        return;
+    uint8_t k = fuzz_u8(in), h = fuzz_u8(in);
+    uint64_t len = (k & 3) == 0   ? MAX_MSG
+                   : (k & 3) == 1 ? MAX_MSG + 1
+                                  : PM_MAX_PAYLOAD + 1 + fuzz_u16(in) % (MAX_MSG - PM_MAX_PAYLOAD);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    static const uint8_t types[] = {PM__FT_MSG, PM__FT_REQUEST, PM__FT_REPLY, PM__FT_REQUEST};
+    f.type = types[(k >> 2) & 3];
+    static const uint16_t hosts[] = {1, 2, 3, 1, 2, 0, 1, 2};
+    f.dst_host = hosts[h & 7];
+    f.dst = f.dst_host == 0 ? (h >> 3) % NPORTS : 7000 + (h >> 3) % 4;
+    f.request_id = 1 + (h >> 5);
+    f.deadline_ms = (k & 0x10) ? (int64_t)(pm__now_ms() + 60000) : 0;
+    if (f.type == PM__FT_REPLY && nwreq[i] > 0) {
+        unsigned n = nwreq[i] < NSEEN ? nwreq[i] : NSEEN;
+        seen_req *q = &wreq[i][h % n];
+        f.dst_host = q->host;
+        f.dst = q->src;
+        f.dst_inc = q->src_inc;
+        f.request_id = q->id;
+        f.deadline_ms = 0;
+    }
+    int fd = memfd_create("fz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return;
+    unsigned char tag = tag_local(i);
+    int ok = ftruncate(fd, (off_t)len) == 0 && pwrite(fd, &tag, 1, 0) == 1 &&
+             pwrite(fd, &tag, 1, (off_t)len - 1) == 1 &&
+             fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) == 0;
+    uint32_t seq = pm__bigmsg_next(p->tx_seq);
+    ok = ok && big_record(p, fd, seq) == 0;
+    close(fd); /* the socket holds its own reference */
+    if (!ok)
+        return;
+    p->tx_seq = seq;
+    f.flags = PM__FF_MEMFD;
+    f.len = PM__ANNOUNCE_SIZE;
+    pm__announce a = {len, seq};
+    void *slot;
+    if (pm__ring_reserve(&p->up, PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE, &slot) != 0)
+        return; /* its record waits alone: the hub's next one finds it out of sequence */
+    pm__frame_encode(&f, slot);
+    pm__announce_encode(&a, (unsigned char *)slot + PM__FRAME_HDR_SIZE);
+    pm__ring_commit(&p->up, PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE);
+    wport_publish(&hub, p, i);
+}
+
+/* A large message worker i was handed (its frame announces it): the
+ * record waits on its socket, next in sequence, with a sealed memfd of
+ * the announced length; its bytes are its writer's. */
+static void worker_take_big(wport *p, const pm__frame_hdr *f, const unsigned char *ann)
+{
+    unsigned char copy[PM__ANNOUNCE_SIZE];
+    pm__announce a;
+    FUZZ_ASSERT(f->len == PM__ANNOUNCE_SIZE);
+    memcpy(copy, ann, sizeof(copy));
+    FUZZ_ASSERT(pm__announce_decode(copy, sizeof(copy), &a) == 0);
+    FUZZ_ASSERT(a.seq == pm__bigmsg_next(p->rx_seq));
+    int fd = -1;
+    FUZZ_ASSERT(pm__bigmsg_recv(p->wsock, a.seq, &fd) == 0);
+    p->rx_seq = a.seq;
+    FUZZ_ASSERT(pm__bigmsg_check(fd, a.len, MAX_MSG) == 0);
+    const void *map;
+    FUZZ_ASSERT(pm__bigmsg_map(fd, (size_t)a.len, &map) == 0);
+    if (f->src_host != 0) {
+        FUZZ_ASSERT(f->src_host >= 1 && f->src_host <= NLINKS && f->src <= 0xFFFFu);
+        check_big(map, (size_t)a.len, tag_remote(f->src_host));
+    } else {
+        FUZZ_ASSERT(f->src == PM__NODE_MAIN || f->src < NPORTS);
+        check_tag(map, (size_t)a.len, tag_local(f->src));
+    }
+    munmap((void *)map, (size_t)a.len);
+    close(fd);
+}
+
 /* Reads worker i's down ring, checking what the hub wrote there, once the
  * loop turn that wrote it has ended (the hub publishes at a turn's end). */
 static void worker_drain(unsigned i)
@@ -603,7 +953,9 @@ static void worker_drain(unsigned i)
         case PM__FT_MSG:
         case PM__FT_REQUEST:
         case PM__FT_REPLY:
-            if (f.src_host != 0) {
+            if (f.flags & PM__FF_MEMFD) {
+                worker_take_big(p, &f, payload);
+            } else if (f.src_host != 0) {
                 /* From a link: its host, an address port, its tag. */
                 FUZZ_ASSERT(f.src_host >= 1 && f.src_host <= NLINKS && f.src <= 0xFFFFu);
                 check_tag(payload, f.len, tag_remote(f.src_host));
@@ -675,6 +1027,23 @@ static void check_state(void)
         FUZZ_ASSERT(l->frames_in == L->exp_in);
         FUZZ_ASSERT(l->forged == L->exp_forged);
         FUZZ_ASSERT(l->frames_out == L->exp_out);
+        /* At most one message reassembled, its fd only while it is; one
+         * being sent, only while the link is up; a link down holds no
+         * sender (they were read again and answered). */
+        FUZZ_ASSERT((l->rx_fd >= 0) == (l->rx.active != 0));
+        FUZZ_ASSERT(!l->rx.active || (l->rx.got < l->rx.total && l->rx.total <= MAX_MSG));
+        FUZZ_ASSERT(l->tx_fd < 0 || l->up);
+        if (!l->up)
+            FUZZ_ASSERT(l->held_head == -1 && l->wheld_head == -1 && l->fheld_head == -1);
+        /* Windows never below zero (they would wrap): never more than went
+         * out since the link came up. */
+        for (uint32_t j = 0; j < l->win.cap; j++) {
+            const pm__lwin *e = &l->win.v[j];
+            if (e->key == 0)
+                continue;
+            FUZZ_ASSERT(e->frames <= L->msgreq_out);
+            FUZZ_ASSERT(e->bytes <= L->msgreq_out * (PM__FRAME_HDR_SIZE + PM_MAX_PAYLOAD));
+        }
     }
     for (unsigned k = 0; k < NPORTS; k++)
         FUZZ_ASSERT(!w[k].cut || !hub.ports[k].reading);
@@ -689,8 +1058,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             wport_alloc(&w[i]);
         memset(tagged, 'M', sizeof(tagged));
     }
+    size_t fds_before = count_fds();
     pm__names names = {.system = "fz", .host = "h", .base_port = BASE, .nslots = NPORTS};
     FUZZ_ASSERT(pm__hub_init(&hub, NPORTS, &names, NULL, &fake_ops, &w[0]) == 0);
+    hub.max_message = MAX_MSG;
     pm__hub_peer_mode(&hub);
     FUZZ_ASSERT(pm__hub_host_index(&hub, "b") == 1);
     FUZZ_ASSERT(pm__hub_host_index(&hub, "c") == 2);
@@ -711,13 +1082,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pm__hub_port_set_state(&hub, i, PM__PORT_READY);
     }
     for (unsigned x = 0; x < NLINKS; x++)
-        link_set_up(x, 1);
+        link_set_up(x, 1, PM__PEER_CAP_CREDIT | PM__PEER_CAP_FRAG);
 
     fuzz_in in = {data, size};
     while (fuzz_more(&in)) {
         uint8_t op = fuzz_u8(&in);
         unsigned x = (op >> 5) & 1;
         unsigned i = (op >> 6) % NPORTS;
+        if ((op & 0x10) && op % 16 < 8) {
+            /* Large messages and flow control (bit 4 is free above). */
+            switch (op % 8) {
+            case 0:
+            case 1:
+            case 2:
+                frag_feed(&in, x);
+                break;
+            case 3:
+                credit_feed(&in, x);
+                break;
+            case 4:
+            case 5:
+                worker_big(&in, i);
+                break;
+            case 6: /* the link drains: its cursor and held senders go on */
+                lk[x].mode = 0;
+                pm__hub_link_writable(&hub, host_of(x));
+                break;
+            default: /* down, or up with the capability bits the input picks */
+                link_set_up(x, !lk[x].up, fuzz_u8(&in) % 4);
+                break;
+            }
+            check_state();
+            continue;
+        }
         switch (op % 16) {
         case 0:
         case 1:
@@ -730,7 +1127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             link_bresults(&in, x);
             break;
         case 4: /* down, or up again */
-            link_set_up(x, !lk[x].up);
+            link_set_up(x, !lk[x].up, PM__PEER_CAP_CREDIT | PM__PEER_CAP_FRAG);
             break;
         case 5: /* the link's buffer fills, or it starts going down */
             lk[x].mode = fuzz_u8(&in) % 3;
@@ -776,7 +1173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* The end: one link goes down first (its requests are answered
      * -EHOSTUNREACH), the other is still up when the hub is freed (the
      * mesh is gone then: nothing may be sent, pm__hub_free). */
-    link_set_up(0, 0);
+    link_set_up(0, 0, 0);
     for (unsigned i = 0; i < NPORTS; i++) {
         pm__hub_port_close(&hub, i); /* may answer over link 1, still up */
         socks_close(&w[i]);
@@ -786,5 +1183,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pm__hub_free(&hub);
     for (unsigned k = 0; k < nrecs; k++)
         FUZZ_ASSERT(recs[k].calls == recs[k].expect); /* every callback ran, once */
+    FUZZ_ASSERT(count_fds() == fds_before); /* every memfd closed: sent, reassembled, passed on */
     return 0;
 }
