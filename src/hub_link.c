@@ -1067,8 +1067,12 @@ static void link_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f,
     int known = f->request_id != 0 && rinflight_take(l, node, f->request_id, f->src, &e);
     /* Main takes answers only to its own requests over this link: a notice
      * about anything else (a pm_cluster_send, a forgery) would otherwise
-     * settle whatever local request or broadcast shares its id. */
-    if (!known && (f->type == PM__FT_REPLY || node == PM__NODE_MAIN)) {
+     * settle whatever local request or broadcast shares its id. A worker
+     * likewise: a notice with a request id answers one of its requests
+     * over this link or nothing (pm_node_request matches by id alone, so
+     * a peer could otherwise fail the worker's call to a local worker);
+     * only notices about messages (id 0) pass without an entry. */
+    if (!known && (f->type == PM__FT_REPLY || node == PM__NODE_MAIN || f->request_id != 0)) {
         h->late_replies++;
         return;
     }

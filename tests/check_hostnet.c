@@ -36,6 +36,7 @@ static const unsigned char secret1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
 
 /* Requests main answered, and frames that should never have arrived. */
 static unsigned pongs;
+static unsigned ping_failures; /* the worker's requests to main that failed */
 static unsigned forged_delivered;
 static unsigned peer_ups;
 
@@ -44,6 +45,10 @@ static void on_main(pm_cluster *c, const pm_message *m, void *arg)
     (void)arg;
     if (m->len == 6 && memcmp(m->data, "forged", 6) == 0) {
         forged_delivered++;
+        return;
+    }
+    if (m->len == 6 && memcmp(m->data, "failed", 6) == 0) {
+        ping_failures++;
         return;
     }
     if (m->kind == PM_MSG_REQUEST && pm_cluster_reply(c, m, "pong", 4) == 0)
@@ -71,6 +76,8 @@ static int pinger(pm_node *n, void *arg)
         int rc = pm_node_request(n, &main_a, "ping", 4, 5000, &r);
         if (rc == -ESHUTDOWN)
             return 0;
+        if (rc < 0)
+            pm_node_send(n, &main_a, "failed", 6); /* main answers every ping */
         /* Paced: the traffic only has to keep flowing, not load the
          * machine the attacks share. */
         usleep(5 * 1000);
@@ -189,6 +196,30 @@ START_TEST(test_record_attacks)
     attack(c, "bitflip", PM__PF_RECORD);
     attack(c, "oversize", PM__PF_RECORD);
     ck_assert_uint_eq(peer_ups, ups + 5);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_forged_notices_dropped)
+{
+    /* A peer authenticated as b sends our worker undeliverable notices
+     * under every request id from 1 to 3000, while the worker's requests
+     * to its own main (ids in that range) are in flight. None answers a
+     * request the worker sent over b's link: each is dropped and counted
+     * late, and no ping fails. */
+    pm_cluster *c = start_a(2000);
+    uint64_t closed0 = pm__mesh_fails(c, PM__PF_CLOSED);
+    uint64_t late0 = pm_test_hub_late_replies(&c->hub);
+    pid_t pid = bad_peer("forged-notices", "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, exited(pid, &status), 60000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "pm-bad-peer forged-notices: 0x%x", status);
+    PM_RUN_UNTIL(c, pm__mesh_fails(c, PM__PF_CLOSED) > closed0, 10000);
+    ck_assert_uint_ge(pm_test_hub_late_replies(&c->hub), late0 + 3000);
+    unsigned pongs0 = pongs;
+    PM_RUN_UNTIL(c, pongs > pongs0 + 2, 10000);
+    ck_assert_uint_eq(ping_failures, 0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -571,6 +602,7 @@ int main(void)
     PM_ADD_TEST(s, test_handshake_attacks, 180);
     PM_ADD_TEST(s, test_record_attacks, 120);
     PM_ADD_TEST(s, test_forged_host_dropped, 60);
+    PM_ADD_TEST(s, test_forged_notices_dropped, 60);
     PM_ADD_TEST(s, test_rate_limit_pure, 10);
     PM_ADD_TEST(s, test_flood_1000, 240);
     PM_ADD_TEST(s, test_accept_out_of_fds, 120);

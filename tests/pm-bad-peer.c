@@ -31,7 +31,8 @@
  * name it authenticates as where it completes a handshake (default "x").
  *
  * Exit: 0 the attack was made and the supervisor closed the connection
- * (or, for forged-host, kept it and then accepted our CLOSE); 1 it did
+ * (or, for forged-host and forged-notices, kept it and then accepted our
+ * CLOSE); 1 it did
  * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
  * 3 setup failed (connect, the real handshake an attack needs).
  *
@@ -299,6 +300,41 @@ static void forged_host(int fd, pm__pconn *pc)
     shutdown(fd, SHUT_WR);
 }
 
+/* Undeliverable notices to our peer's worker (port 10) under every request
+ * id from 1 to 3000: none answers a request that worker sent over this
+ * link, so none may reach it (its local requests have ids in that range). */
+static void forged_notices(int fd, pm__pconn *pc)
+{
+    enum { PER = 64, IDS = 3000 };
+    static unsigned char frames[PER][PM__FRAME_HDR_SIZE];
+    static unsigned char buf[PER * (PM__FRAME_HDR_SIZE + 8) + 256];
+    struct iovec iov[PER];
+    for (unsigned id = 1; id <= IDS;) {
+        unsigned k = 0;
+        for (; k < PER && id <= IDS; k++, id++) {
+            pm__frame_hdr f;
+            memset(&f, 0, sizeof(f));
+            f.type = PM__FT_UNDELIVERABLE;
+            f.dst = 10;
+            f.src = 10;
+            f.request_id = id;
+            f.error = -EHOSTDOWN;
+            pm__frame_encode(&f, frames[k]);
+            iov[k].iov_base = frames[k];
+            iov[k].iov_len = PM__FRAME_HDR_SIZE;
+        }
+        size_t taken = 0, n = 0;
+        if (pm__rec_seal_frames(pc->rec, iov, k, &taken, buf, sizeof(buf), &n) < 0 || taken != k)
+            fail(3, "seal frames");
+        send_all(fd, buf, n);
+    }
+    size_t n = 0;
+    if (pm__rec_seal_close(pc->rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
+        fail(3, "seal close");
+    send_all(fd, buf, n);
+    shutdown(fd, SHUT_WR);
+}
+
 static void post_handshake(const char *attack)
 {
     int fd = dial();
@@ -325,6 +361,9 @@ static void post_handshake(const char *attack)
     } else if (strcmp(attack, "forged-host") == 0) {
         send_all(fd, a, na); /* sealed above: its nonce is spent, so it goes out */
         forged_host(fd, &pc);
+    } else if (strcmp(attack, "forged-notices") == 0) {
+        send_all(fd, a, na);
+        forged_notices(fd, &pc);
     } else {
         fail(2, "unknown attack");
     }
@@ -363,7 +402,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: pm-bad-peer PORT SYSTEM SECRET_HEX ATTACK [HOST]\n"
                         "attacks: wrong-key unknown-key-id bad-magic other-system tamper-prologue\n"
                         "         replay-msg3 replay-msg1 reflect slow-handshake\n"
-                        "         truncated reordered duplicated bitflip oversize forged-host\n");
+                        "         truncated reordered duplicated bitflip oversize forged-host\n"
+                        "         forged-notices\n");
         return 2;
     }
     port = atoi(argv[1]);
