@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -89,6 +90,28 @@ static void metric(pmd_sbuf *b, const char *name, const char *type, const char *
     pmd_sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* The per-link counters /metrics shows in pairs: name, help, the label
+ * that tells the pair apart, its two values, and where each value lives in
+ * pm_peer_info. */
+static const struct peer_pair {
+    const char *name, *help, *label, *value[2];
+    size_t off[2];
+} peer_pairs[] = {
+    {"procmesh_peer_frames_total", "Frames over each up link, by direction.", "direction",
+     {"in", "out"}, {offsetof(pm_peer_info, frames_in), offsetof(pm_peer_info, frames_out)}},
+    {"procmesh_peer_bytes_total", "Frame bytes over each up link, by direction.", "direction",
+     {"in", "out"}, {offsetof(pm_peer_info, bytes_in), offsetof(pm_peer_info, bytes_out)}},
+    {"procmesh_peer_records_total",
+     "FRAMES records over each up link, by direction (frames / records: the batching).",
+     "direction", {"in", "out"},
+     {offsetof(pm_peer_info, records_in), offsetof(pm_peer_info, records_out)}},
+    {"procmesh_peer_frames_dropped_total",
+     "Frames an up link's peer sent that were dropped, by reason (forged: claiming another "
+     "host; malformed: failing to decode or route).",
+     "reason", {"forged", "malformed"},
+     {offsetof(pm_peer_info, frames_forged), offsetof(pm_peer_info, frames_malformed)}},
+};
+
 /* Peer links (peer mode only): the links up, each up link's RTT, frames,
  * bytes and records, and the ended connections by reason. */
 static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
@@ -110,41 +133,21 @@ static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
         if (strcmp(p[i].state, "up") == 0 && p[i].rtt_us >= 0)
             pmd_sb_printf(b, "procmesh_peer_rtt_seconds{host=\"%s\"} %.6f\n", p[i].host,
                           (double)p[i].rtt_us / 1e6);
-    metric(b, "procmesh_peer_frames_total", "counter", "Frames over each up link, by direction.");
-    for (int i = 0; i < n; i++)
-        if (strcmp(p[i].state, "up") == 0)
-            pmd_sb_printf(b,
-                          "procmesh_peer_frames_total{host=\"%s\",direction=\"in\"} %llu\n"
-                          "procmesh_peer_frames_total{host=\"%s\",direction=\"out\"} %llu\n",
-                          p[i].host, (unsigned long long)p[i].frames_in, p[i].host,
-                          (unsigned long long)p[i].frames_out);
-    metric(b, "procmesh_peer_bytes_total", "counter", "Frame bytes over each up link, by direction.");
-    for (int i = 0; i < n; i++)
-        if (strcmp(p[i].state, "up") == 0)
-            pmd_sb_printf(b,
-                          "procmesh_peer_bytes_total{host=\"%s\",direction=\"in\"} %llu\n"
-                          "procmesh_peer_bytes_total{host=\"%s\",direction=\"out\"} %llu\n",
-                          p[i].host, (unsigned long long)p[i].bytes_in, p[i].host,
-                          (unsigned long long)p[i].bytes_out);
-    metric(b, "procmesh_peer_records_total", "counter",
-           "FRAMES records over each up link, by direction (frames / records: the batching).");
-    for (int i = 0; i < n; i++)
-        if (strcmp(p[i].state, "up") == 0)
-            pmd_sb_printf(b,
-                          "procmesh_peer_records_total{host=\"%s\",direction=\"in\"} %llu\n"
-                          "procmesh_peer_records_total{host=\"%s\",direction=\"out\"} %llu\n",
-                          p[i].host, (unsigned long long)p[i].records_in, p[i].host,
-                          (unsigned long long)p[i].records_out);
-    metric(b, "procmesh_peer_frames_dropped_total", "counter",
-           "Frames an up link's peer sent that were dropped, by reason (forged: claiming "
-           "another host; malformed: failing to decode or route).");
-    for (int i = 0; i < n; i++)
-        if (strcmp(p[i].state, "up") == 0)
-            pmd_sb_printf(b,
-                          "procmesh_peer_frames_dropped_total{host=\"%s\",reason=\"forged\"} %llu\n"
-                          "procmesh_peer_frames_dropped_total{host=\"%s\",reason=\"malformed\"} %llu\n",
-                          p[i].host, (unsigned long long)p[i].frames_forged, p[i].host,
-                          (unsigned long long)p[i].frames_malformed);
+    for (size_t k = 0; k < sizeof(peer_pairs) / sizeof(peer_pairs[0]); k++) {
+        const struct peer_pair *q = &peer_pairs[k];
+        metric(b, q->name, "counter", q->help);
+        for (int i = 0; i < n; i++) {
+            if (strcmp(p[i].state, "up") != 0)
+                continue;
+            const unsigned char *base = (const unsigned char *)&p[i];
+            uint64_t v0, v1;
+            memcpy(&v0, base + q->off[0], sizeof(v0));
+            memcpy(&v1, base + q->off[1], sizeof(v1));
+            pmd_sb_printf(b, "%s{host=\"%s\",%s=\"%s\"} %llu\n%s{host=\"%s\",%s=\"%s\"} %llu\n",
+                          q->name, p[i].host, q->label, q->value[0], (unsigned long long)v0,
+                          q->name, p[i].host, q->label, q->value[1], (unsigned long long)v1);
+        }
+    }
     free(p);
     const char *why[MAXR];
     uint64_t count[MAXR];
