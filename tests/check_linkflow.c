@@ -433,6 +433,27 @@ static pm_cluster *start_big_a(int port)
     return c;
 }
 
+/* Hosts a (max_message ma) and b (mb), each with one worker of the large-
+ * message tests, linked; b's worker has said its pid. */
+static pm_cluster *big_pair(size_t ma, size_t mb, pid_t *b)
+{
+    max_a = ma;
+    max_b = mb;
+    int port = pm_test_free_port();
+    *b = start_b(port, 1, big_b);
+    pm_cluster *c = start_big_a(port);
+    PM_RUN_UNTIL(c, b_pid > 0, 20000);
+    return c;
+}
+
+/* Ends what big_pair started. */
+static void big_end(pm_cluster *c, pid_t b)
+{
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+}
+
 /* Memfds open in this process (the supervisor's): rings and large
  * messages. */
 static unsigned memfds(void)
@@ -472,12 +493,8 @@ static void big_cmd(pm_cluster *c, const char *cmd)
  */
 START_TEST(test_large_across_link)
 {
-    max_a = (size_t)24 << 20;
-    max_b = (size_t)16 << 20;
-    int port = pm_test_free_port();
-    pid_t b = start_b(port, 1, big_b);
-    pm_cluster *c = start_big_a(port);
-    PM_RUN_UNTIL(c, b_pid > 0, 20000);
+    pid_t b;
+    pm_cluster *c = big_pair((size_t)24 << 20, (size_t)16 << 20, &b);
     unsigned fds0 = memfds();
     static const size_t sizes[] = {(size_t)4 << 20, (size_t)16 << 20, PM_MAX_PAYLOAD + 1};
     for (unsigned i = 0; i < ARRAY_LEN(sizes); i++) {
@@ -507,9 +524,7 @@ START_TEST(test_large_across_link)
     big_cmd(c, cmd);
     ck_assert_msg(strstr(big_text, " -90") != NULL, "refused: %s", big_text); /* -EMSGSIZE */
     ck_assert_uint_eq(memfds(), fds0);
-    ck_assert_int_ge(pm_cluster_terminate(c), 0);
-    kill(b, SIGKILL);
-    waitpid(b, NULL, 0);
+    big_end(c, b);
 }
 END_TEST
 
@@ -520,11 +535,8 @@ END_TEST
  */
 START_TEST(test_large_link_down)
 {
-    max_a = max_b = (size_t)16 << 20;
-    int port = pm_test_free_port();
-    pid_t b = start_b(port, 1, big_b);
-    pm_cluster *c = start_big_a(port);
-    PM_RUN_UNTIL(c, b_pid > 0, 20000);
+    pid_t b;
+    pm_cluster *c = big_pair((size_t)16 << 20, (size_t)16 << 20, &b);
     unsigned fds0 = memfds();
     ck_assert_int_eq(kill(b, SIGSTOP), 0);
     pm_address w;
@@ -547,8 +559,7 @@ START_TEST(test_large_link_down)
     PM_RUN_UNTIL(c, pm_test_ms() >= settle, 5000);
     ck_assert_int_eq(big_got, 1);
     ck_assert_uint_eq(memfds(), fds0);
-    waitpid(b, NULL, 0);
-    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    big_end(c, b); /* b is dead already: reaped there */
 }
 END_TEST
 
@@ -575,12 +586,8 @@ static void on_main_reply(pm_cluster *c, const pm_message *m, void *arg)
  */
 START_TEST(test_main_large_across_link)
 {
-    max_a = (size_t)24 << 20;
-    max_b = (size_t)16 << 20;
-    int port = pm_test_free_port();
-    pid_t b = start_b(port, 1, big_b);
-    pm_cluster *c = start_big_a(port);
-    PM_RUN_UNTIL(c, b_pid > 0, 20000);
+    pid_t b;
+    pm_cluster *c = big_pair((size_t)24 << 20, (size_t)16 << 20, &b);
     unsigned fds0 = memfds();
     pm_address to;
     ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
@@ -620,9 +627,7 @@ START_TEST(test_main_large_across_link)
     PM_RUN_UNTIL(c, main_rc != 1, 70000);
     ck_assert_msg(main_rc == -EMSGSIZE, "above b's max: rc %d, reply of %zu bytes", main_rc, main_rlen);
     ck_assert_uint_eq(memfds(), fds0);
-    ck_assert_int_ge(pm_cluster_terminate(c), 0);
-    kill(b, SIGKILL);
-    waitpid(b, NULL, 0);
+    big_end(c, b);
 }
 END_TEST
 
