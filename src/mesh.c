@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -37,6 +38,13 @@ void pm__mesh_ready(pm_cluster *c, uint64_t tag)
     if (k->fd < 0 || PM__TAG_INC(tag) != (k->gen & 0xffffffffu))
         return; /* an arm of a connection that is gone or was re-armed */
     k->armed = 0;
+    if (k->lingering) {
+        if (pm__mconn_linger(c, k))
+            pm__mconn_release(c, k);
+        else
+            pm__mconn_arm(c, k);
+        return;
+    }
     if (k->dialing) {
         int err = 0;
         socklen_t el = sizeof(err);
@@ -83,8 +91,8 @@ void pm__mesh_flush(pm_cluster *c)
     (void)pm__noise_ephemeral_prepare();
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
-        if (k->fd < 0)
-            continue;
+        if (k->fd < 0 || k->lingering)
+            continue; /* a lingering one is armed for what it waits for */
         /* The staged frames, sealed now (at the end of a turn and before
          * the loop sleeps): never later, so a lone request is not delayed. */
         if (k->pc_live)
@@ -150,6 +158,14 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
         return;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
+        if (k->fd >= 0 && k->lingering) {
+            if (k->deadline_ms <= now) {
+                /* The peer never answered our CLOSE nor ended its stream. */
+                m->linger_expired++;
+                pm__mconn_release(c, k);
+            }
+            continue;
+        }
         if (k->fd >= 0 && k->deadline_ms != 0 && k->deadline_ms <= now) {
             /* The handshake did not finish within the peer timeout. */
             pm__pconn_close(&k->pc, PM__REC_CLOSE_TIMEOUT, PM__PF_TIMEOUT);
@@ -306,15 +322,64 @@ fail:
     return rc;
 }
 
+/*
+ * The cluster is going away: the connections that sent their CLOSE wait
+ * together, without the loop, for their peers' CLOSE or end of stream, at
+ * most min(peer timeout, PM__MESH_LINGER_MS) in all; then every fd is
+ * closed. A procmesh peer answers at once (its loop reads our CLOSE); a
+ * peer that is stopped or gone costs that bound once, not per link.
+ */
+static void linger_all(pm_cluster *c, pm__mesh *m)
+{
+    uint64_t end = 0;
+    for (;;) {
+        struct pollfd pf[PM__MESH_CONNS];
+        nfds_t n = 0;
+        for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+            pm__mconn *k = &m->conns[j];
+            if (k->fd < 0 || !k->lingering)
+                continue;
+            if (pm__mconn_linger(c, k)) {
+                pm__mconn_release(c, k);
+                continue;
+            }
+            if (end == 0 || k->deadline_ms < end)
+                end = k->deadline_ms;
+            size_t queued;
+            (void)pm__pconn_output(&k->pc, &queued);
+            pf[n].fd = k->fd;
+            pf[n].events = (short)((k->linger_done ? 0 : POLLIN) | (queued > 0 ? POLLOUT : 0));
+            pf[n].revents = 0;
+            n++;
+        }
+        uint64_t now = pm__now_ms();
+        if (n == 0 || now >= end)
+            break;
+        if (poll(pf, n, (int)(end - now)) < 0 && errno != EINTR)
+            break;
+    }
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        pm__mconn *k = &m->conns[j];
+        if (k->fd >= 0 && k->lingering) {
+            m->linger_expired++;
+            pm__mconn_release(c, k);
+        }
+    }
+}
+
 void pm__mesh_free(pm_cluster *c)
 {
     pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
     int saved = errno;
+    m->freeing = 1;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)
+            continue;
+        pm__mconn_disarm(c, k); /* a lingering one is waited for below, without the loop */
+        if (k->lingering)
             continue;
         k->peer = -1; /* no redial */
         /* Going away with the cluster: no events, the hub is freed next. */
@@ -328,6 +393,7 @@ void pm__mesh_free(pm_cluster *c)
         }
         pm__mconn_close(c, k);
     }
+    linger_all(c, m);
     if (m->lfd >= 0) {
         if (m->lfd_armed)
             pm__loop_disarm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0));
@@ -445,6 +511,31 @@ void pm__mesh_rekeys(const pm_cluster *c, uint64_t *out, uint64_t *in)
         }
 }
 
+void pm__mesh_close_stats(const pm_cluster *c, uint64_t *lingered, uint64_t *answered,
+                          uint64_t *expired, uint64_t *discarded, unsigned *lingering)
+{
+    const pm__mesh *m = mesh_of(c);
+    *lingered = *answered = *expired = *discarded = 0;
+    *lingering = 0;
+    if (m == NULL)
+        return;
+    *lingered = m->lingered;
+    *answered = m->closes_answered;
+    *expired = m->linger_expired;
+    *discarded = m->linger_discarded;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        *lingering += m->conns[j].fd >= 0 && m->conns[j].lingering;
+}
+
+void pm__mesh_test_close(pm_cluster *c)
+{
+    pm__mesh *m = mesh_of(c);
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].linked)
+            pm__pconn_close(&m->conns[j].pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    /* They end (and linger) at the turn's end, in pm__mesh_flush. */
+}
+
 void pm__mesh_dns_stats(const pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets)
 {
     const pm__mesh *m = mesh_of(c);
@@ -497,8 +588,8 @@ PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t ca
     size_t n = 0;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         const pm__mconn *k = &m->conns[j];
-        if (k->fd < 0 || !k->pc_live)
-            continue;
+        if (k->fd < 0 || !k->pc_live || k->lingering)
+            continue; /* a lingering connection is no link any more */
         if (n < cap)
             conn_info(&c->hub, k, now, &out[n]);
         n++;

@@ -128,7 +128,7 @@ void pm__mesh_on_listen(pm_cluster *c)
         pm__mconn *oldest = NULL;
         for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
             pm__mconn *o = &m->conns[j];
-            if (o->fd < 0 || o->linked || o->peer >= 0)
+            if (o->fd < 0 || o->linked || o->lingering || o->peer >= 0)
                 continue;
             unauth++;
             if (oldest == NULL || o->since_ms < oldest->since_ms)

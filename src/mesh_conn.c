@@ -63,6 +63,11 @@ void pm__mconn_arm(pm_cluster *c, pm__mconn *k)
     if (k->pc_live)
         (void)pm__pconn_output(&k->pc, &n);
     unsigned want = k->dialing ? PM__LOOP_OUT : PM__LOOP_IN | (n > 0 ? PM__LOOP_OUT : 0u);
+    /* Lingering with nothing more to read (the peer's CLOSE or end of
+     * stream seen), it waits only to write: a readable end of stream would
+     * wake the loop at once, again and again. */
+    if (k->lingering && k->linger_done)
+        want = PM__LOOP_OUT;
     if (k->armed == want)
         return;
     if (k->armed != 0) {
@@ -74,21 +79,22 @@ void pm__mconn_arm(pm_cluster *c, pm__mconn *k)
 
 /* Ends k: the hub port goes down first (its requests in flight answered),
  * then the fd is closed; a configured peer is redialled after backoff. */
-void pm__mconn_close(pm_cluster *c, pm__mconn *k)
+void pm__mconn_disarm(pm_cluster *c, pm__mconn *k)
+{
+    if (k->armed == 0)
+        return;
+    pm__loop_disarm(&c->loop, k->fd, conn_tag(mesh_of(c), k));
+    k->armed = 0;
+    k->gen++; /* a completion of the old arm is stale from here on */
+}
+
+/* Gives back what k holds: its loop arm, its fd, its peer.c state and its
+ * keys. */
+void pm__mconn_release(pm_cluster *c, pm__mconn *k)
 {
     pm__mesh *m = mesh_of(c);
     if (k->fd < 0)
         return;
-    int why = k->pc_live && k->pc.state == PM__PC_DEAD ? k->pc.fail : PM__PF_LOCAL;
-    if (why <= PM__PF_NONE || why >= PM__PF_COUNT_)
-        why = PM__PF_LOCAL;
-    if (k->linked) {
-        k->linked = 0;
-        m->up--;
-        pm__hub_link_down(&c->hub, (uint16_t)k->host);
-        emit(c, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
-    }
-    m->fails[why]++;
     if (k->armed != 0)
         pm__loop_disarm(&c->loop, k->fd, conn_tag(m, k));
     pm__close(k->fd);
@@ -100,6 +106,51 @@ void pm__mconn_close(pm_cluster *c, pm__mconn *k)
     k->pc_live = 0;
     pm__mkeys_put(k->kg); /* after the state that borrowed it */
     k->kg = NULL;
+    k->lingering = 0;
+    k->shut_wr = 0;
+    k->linger_done = 0;
+    k->deadline_ms = 0;
+}
+
+/* The connection may end in order (doc/protocol.md 7): it sent its CLOSE
+ * with a transport whose receiving side still works, and the end is not
+ * an error (after an error a side waits for nothing) nor the peer's
+ * silence (waiting for it would be pointless). */
+static int conn_may_linger(const pm__mconn *k, int why)
+{
+    return k->pc_live && k->pc.close_sent && k->pc.rec != NULL &&
+           (why == PM__PF_LOCAL || why == PM__PF_DUPLICATE || why == PM__PF_CLOSED);
+}
+
+/*
+ * Ends k: the hub port goes down first (its requests in flight answered),
+ * the end is counted by its reason, and a configured peer is redialled
+ * after backoff. Then either the fd is closed at once, or, where our CLOSE
+ * went out in an orderly end, k lingers (doc/protocol.md 7): our queue
+ * drains, our writing half is shut down, and the peer's records are read
+ * (discarded, counted) until its CLOSE or end of stream, for at most
+ * min(peer timeout, PM__MESH_LINGER_MS). Closing at once would lose our
+ * CLOSE whenever unread bytes sit in our socket: the kernel then resets
+ * the connection, and a reset discards what the peer had not read yet, so
+ * the peer would see truncation. A lingering connection is no link: it
+ * holds no hub port, is not listed by pm_cluster_peers and its target may
+ * be dialled again meanwhile.
+ */
+void pm__mconn_close(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    if (k->fd < 0 || k->lingering)
+        return;
+    int why = k->pc_live && k->pc.state == PM__PC_DEAD ? k->pc.fail : PM__PF_LOCAL;
+    if (why <= PM__PF_NONE || why >= PM__PF_COUNT_)
+        why = PM__PF_LOCAL;
+    if (k->linked) {
+        k->linked = 0;
+        m->up--;
+        pm__hub_link_down(&c->hub, (uint16_t)k->host);
+        emit(c, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
+    }
+    m->fails[why]++;
     if (k->peer >= 0) {
         pm__dtarget *t = pm__mesh_dns_target(m, k->peer);
         m->dial_conn[k->peer] = -1;
@@ -107,7 +158,57 @@ void pm__mconn_close(pm_cluster *c, pm__mconn *k)
             t->self = 1; /* our own address in the answer: not dialled again */
         if (t == NULL || !t->self)
             pm__mesh_schedule_redial(m, k->peer, pm__now_ms());
+        k->peer = -1;
     }
+    if (!conn_may_linger(k, why)) {
+        pm__mconn_release(c, k);
+        return;
+    }
+    uint64_t wait = (uint64_t)c->o->peer_timeout_ms;
+    k->lingering = 1;
+    /* The peer's CLOSE started it: ours answers it, nothing more to read. */
+    k->linger_done = k->pc.close_received;
+    k->deadline_ms = pm__now_ms() + (wait < PM__MESH_LINGER_MS ? wait : PM__MESH_LINGER_MS);
+    m->lingered++;
+    if (pm__mconn_linger(c, k)) {
+        pm__mconn_release(c, k);
+        return;
+    }
+    if (!m->freeing) /* pm__mesh_free waits on its own, without the loop */
+        pm__mconn_arm(c, k);
+}
+
+int pm__mconn_linger(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    pm__mconn_write(k); /* a write error drops the queue: nothing more goes out */
+    size_t n;
+    (void)pm__pconn_output(&k->pc, &n);
+    if (n == 0 && !k->shut_wr) {
+        /* Our CLOSE is out: the peer reads end of stream after it. */
+        (void)shutdown(k->fd, SHUT_WR);
+        k->shut_wr = 1;
+    }
+    uint64_t frames = k->pc.frames_after_close;
+    for (unsigned i = 0; i < PM__MESH_READS_PER_TURN && !k->linger_done; i++) {
+        ssize_t r = recv(k->fd, m->rbuf, PM__MESH_READ_BUF, MSG_DONTWAIT);
+        if (r > 0) {
+            int rc = pm__pconn_linger(&k->pc, m->rbuf, (size_t)r);
+            explicit_bzero(m->rbuf, (size_t)r);
+            if (rc == 1)
+                m->closes_answered++; /* the peer's CLOSE came after ours */
+            if (rc != 0)
+                k->linger_done = 1;
+            continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EINTR))
+            k->linger_done = 1; /* end of stream, or the connection failed */
+        break;
+    }
+    m->linger_discarded += k->pc.frames_after_close - frames;
+    /* Done once nothing more can come (the peer's CLOSE, end of stream, an
+     * error) and nothing more must go (our queue out, our half shut). */
+    return k->linger_done && k->shut_wr;
 }
 
 /* Backpressure across a link: once k's output queue is below half, the

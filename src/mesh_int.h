@@ -42,6 +42,11 @@ typedef struct pm__mconn {
     int64_t rtt_us;         /* -1: none yet */
     pm__pconn pc;
     int pc_live;            /* pc initialised (freed on close) */
+    /* The orderly end (pm__mconn_close): the link is gone, the fd waits
+     * for the peer's CLOSE or end of stream until deadline_ms. */
+    int lingering;
+    int shut_wr;            /* our writing half is shut down */
+    int linger_done;        /* the peer's CLOSE, end of stream or an error seen */
 } pm__mconn;
 
 /* What a connection dials, its "target": 0..npeers-1 the o->peers entries,
@@ -83,6 +88,11 @@ struct pm__mesh {
     uint64_t fails[PM__PF_COUNT_];
     uint64_t dial_failed;
     unsigned up;
+    int freeing;                    /* pm__mesh_free: no loop arms from here */
+    /* Orderly ends: connections that lingered after our CLOSE, of those
+     * whose peer answered with its CLOSE, whose deadline ended the wait,
+     * and the frames that arrived after our CLOSE (discarded). */
+    uint64_t lingered, closes_answered, linger_expired, linger_discarded;
 };
 
 /* The --peers-dns resolution's loop tag: PM__TAG_PEER_LISTEN, slot 1 (the
@@ -101,6 +111,11 @@ void pm__mconn_arm(pm_cluster *c, pm__mconn *k);
 void pm__mconn_read(pm_cluster *c, pm__mconn *k);
 void pm__mconn_write(pm__mconn *k);
 void pm__mconn_close(pm_cluster *c, pm__mconn *k);
+void pm__mconn_release(pm_cluster *c, pm__mconn *k);
+/* Drops k's outstanding loop arm, if any. */
+void pm__mconn_disarm(pm_cluster *c, pm__mconn *k);
+/* One step of a lingering connection's I/O: 1 when it is done (release it). */
+int pm__mconn_linger(pm_cluster *c, pm__mconn *k);
 void pm__mconn_rekey(pm_cluster *c, pm__mconn *k, uint64_t now);
 uint64_t pm__mconn_heartbeat_at(const pm__mconn *k);
 uint64_t pm__mconn_silence_at(const pm_cluster *c, const pm__mconn *k);
