@@ -17,6 +17,9 @@
 /* Redialling a configured peer: from MIN doubling to MAX, +-25 % jitter. */
 #define PM__MESH_REDIAL_MIN_MS 100u
 #define PM__MESH_REDIAL_MAX_MS 5000u
+/* An orderly end waits for the peer's CLOSE at most this long (and at most
+ * the peer timeout): doc/protocol.md 7. */
+#define PM__MESH_LINGER_MS 1000u
 
 /*
  * The per-source handshake rate limit: a token bucket per source address
@@ -88,6 +91,15 @@ void pm__mesh_batch_stats(const struct pm_cluster *c, uint64_t *frames, uint64_t
 /* Tests only: every linked connection's stream ends as if truncated; the
  * links die at the turn's end with what they staged unsent. */
 void pm__mesh_test_truncate(struct pm_cluster *c);
+/* Orderly ends (doc/protocol.md 7): connections that lingered after our
+ * CLOSE, whose peer answered it with its own CLOSE, whose wait ended at the
+ * deadline, frames discarded after our CLOSE, and connections lingering
+ * now. */
+void pm__mesh_close_stats(const struct pm_cluster *c, uint64_t *lingered, uint64_t *answered,
+                          uint64_t *expired, uint64_t *discarded, unsigned *lingering);
+/* Tests only: ends every link now as a local shutdown does (CLOSE reason 0,
+ * reason `local`): the orderly end. */
+void pm__mesh_test_close(struct pm_cluster *c);
 /* --peers-dns: resolutions that answered, that failed (or answered
  * nothing), and the addresses dialled now (our own excluded). */
 void pm__mesh_dns_stats(const struct pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets);

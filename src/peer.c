@@ -546,6 +546,7 @@ static int take_record(pm__pconn *c, const pm__rec_in *in)
     }
     case PM__REC_CLOSE:
         c->close_reason = in->close_reason;
+        c->close_received = 1;
         pm__pconn_close(c, PM__REC_CLOSE_SHUTDOWN, PM__PF_CLOSED);
         return PM__PCE_DEAD;
     case PM__REC_REKEY: /* the key change itself is the decoder's */
@@ -629,6 +630,37 @@ int pm__pconn_eof(pm__pconn *c)
     if (c->rec != NULL && pm__rec_eof(c->rec) == 0)
         return die(c, PM__PF_CLOSED, 0);
     return die(c, PM__PF_TRUNCATED, -ECONNRESET);
+}
+
+int pm__pconn_linger(pm__pconn *c, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    size_t off = 0;
+    if (c->rec == NULL || !c->close_sent)
+        return -ENOTCONN;
+    while (off < len && !c->close_received) {
+        pm__rec_in in;
+        size_t u = 0;
+        int rc = pm__rec_feed(c->rec, p + off, len - off, &u, &in);
+        off += u;
+        if (rc < 0)
+            return rc;
+        if (rc == 0)
+            continue;
+        if (in.type == PM__REC_FRAMES) {
+            size_t foff = 0, flen;
+            const unsigned char *f;
+            while (pm__rec_next_frame(&in, &foff, &f, &flen) == 1)
+                c->frames_after_close++;
+        } else if (in.type == PM__REC_CLOSE) {
+            c->close_reason = in.close_reason;
+            c->close_received = 1;
+        } else if (in.type == PM__REC_REKEY) {
+            c->rekeys_in++; /* the key change itself is the decoder's */
+        }
+        /* A HEARTBEAT: its PING goes unanswered (our CLOSE was the last). */
+    }
+    return c->close_received ? 1 : 0;
 }
 
 /* ------------------------------------------------------------------ sending */

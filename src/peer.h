@@ -126,7 +126,9 @@ typedef struct pm__pconn {
     unsigned char *out;      /* bytes to send: out[out_off .. out_len) */
     size_t out_off, out_len;
     int close_sent;
+    int close_received;      /* the peer's CLOSE arrived */
     uint16_t close_reason;   /* the peer's, once received */
+    uint64_t frames_after_close; /* frames that arrived after our CLOSE: discarded */
     pm__peer_hello peer;
     unsigned char peer_static[PM__PEER_KEY_LEN];
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
@@ -218,6 +220,17 @@ int pm__pconn_rekey(pm__pconn *c);
 /* Ends the link: a CLOSE record with reason (when the transport is up),
  * state dead with fail (PM__PF_LOCAL, PM__PF_TIMEOUT ...). */
 void pm__pconn_close(pm__pconn *c, uint16_t reason, int fail);
+
+/*
+ * After our CLOSE (doc/protocol.md 7, orderly end): reads the peer's
+ * records from data[0..len) up to its CLOSE, delivering nothing (frames are
+ * counted in frames_after_close, a PING is not answered: nothing follows a
+ * CLOSE). 1: the peer's CLOSE arrived (close_received, close_reason);
+ * 0: more bytes are needed; a negative errno: the records failed or there
+ * is no transport, nothing more to wait for. Bytes after the peer's CLOSE
+ * are ignored. Only for a dead connection that sent its CLOSE.
+ */
+int pm__pconn_linger(pm__pconn *c, const void *data, size_t len);
 
 /* The preamble for these settings (doc/protocol.md 3) into out; its length. */
 size_t pm__peer_preamble(const char *system, const unsigned char id[PM__PEER_KEY_ID_LEN],

@@ -7,6 +7,7 @@
 #include "proclog.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -603,6 +604,85 @@ START_TEST(test_rekey_under_traffic)
 }
 END_TEST
 
+/* -------------------------------------------------------- the orderly end */
+
+static size_t count_fds(void)
+{
+    size_t n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+typedef struct close_stats {
+    uint64_t lingered, answered, expired, discarded;
+    unsigned lingering;
+} close_stats;
+
+static close_stats closes(const pm_cluster *c)
+{
+    close_stats s;
+    pm__mesh_close_stats(c, &s.lingered, &s.answered, &s.expired, &s.discarded, &s.lingering);
+    return s;
+}
+
+START_TEST(test_orderly_close)
+{
+    /* a ends its link as a stop or a replaced link does (CLOSE reason 0):
+     * it shuts down its writing half and reads until b's CLOSE, which b
+     * sends only in answer to ours (doc/protocol.md 7); then a closes the
+     * fd. When a has redialled, a holds as many fds as with the first link:
+     * nothing of the ended connection is left. */
+    int port = pm_test_free_port();
+    pid_t b = start_b(port, k1, NULL, 0);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    pm_cluster *a = start_a(NULL, peer, k1);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 20000);
+    size_t fds_linked = count_fds();
+    pm__mesh_test_close(a);
+    PM_RUN_UNTIL(a, closes(a).answered == 1 && closes(a).lingering == 0, 20000);
+    close_stats s = closes(a);
+    ck_assert_uint_eq(s.lingered, 1);
+    ck_assert_uint_eq(s.expired, 0);
+    ck_assert_uint_eq(pm__mesh_fails(a, PM__PF_LOCAL), 1);
+    ck_assert_uint_eq(pm__mesh_fails(a, PM__PF_TRUNCATED), 0);
+    ck_assert_uint_eq(peer_downs, 1);
+    /* a configured peer: redialled after its backoff */
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1 && peer_ups == 2, 20000);
+    ck_assert_uint_eq(count_fds(), fds_linked);
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+START_TEST(test_orderly_close_silent_peer)
+{
+    /* b is stopped: it never answers a's CLOSE. a waits at most
+     * min(peer timeout, 1 s), then closes the fd anyway. */
+    int port = pm_test_free_port();
+    pid_t b = start_b(port, k1, NULL, 0);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    pm_cluster *a = start_a(NULL, peer, k1);
+    PM_RUN_UNTIL(a, pm__mesh_links_up(a) == 1, 20000);
+    ck_assert_int_eq(kill(b, SIGSTOP), 0);
+    pm__mesh_test_close(a);
+    PM_RUN_UNTIL(a, closes(a).expired == 1 && closes(a).lingering == 0, 20000);
+    close_stats s = closes(a);
+    ck_assert_uint_eq(s.lingered, 1);
+    ck_assert_uint_eq(s.answered, 0);
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("peerops");
@@ -614,5 +694,7 @@ int main(void)
     PM_ADD_TEST(s, test_daemon_sighup_rotation, 90);
     PM_ADD_TEST(s, test_rekey_under_traffic, 120);
     PM_ADD_TEST(s, test_records_per_link, 60);
+    PM_ADD_TEST(s, test_orderly_close, 60);
+    PM_ADD_TEST(s, test_orderly_close_silent_peer, 60);
     return pm_test_main(s);
 }

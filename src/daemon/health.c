@@ -18,6 +18,25 @@
 #include "sbuf.h"
 #include "status.h"
 
+/*
+ * Which ends of a peer connection are failures (procmesh_peer_failures_total;
+ * every end is in procmesh_peer_links_ended_total). Not failures: "closed"
+ * (the peer's CLOSE: it stopped or dropped the link in order), "local" (we
+ * ended it: stopping, a replaced or duplicate link, a flood's oldest
+ * unauthenticated connection cut) and "self" (a --peers-dns answer lists
+ * our own address, found once by the handshake: every pod of a headless
+ * Service sees it). An alert on the failures' rate then fires for what an
+ * operator must look at, not for every restart of a peer.
+ */
+int pmd_peer_reason_is_failure(const char *reason)
+{
+    static const char *const orderly[] = {"closed", "local", "self"};
+    for (size_t i = 0; i < sizeof(orderly) / sizeof(orderly[0]); i++)
+        if (strcmp(reason, orderly[i]) == 0)
+            return 0;
+    return 1;
+}
+
 static const char *const paths[] = {"/healthz", "/readyz", "/metrics", "/status"};
 
 int pmd_http_parse(const char *buf, size_t len, const char **path, size_t *pathlen, int *head)
@@ -152,11 +171,17 @@ static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
     const char *why[MAXR];
     uint64_t count[MAXR];
     int r = pm_cluster_peer_failures(c, why, count, MAXR);
-    metric(b, "procmesh_peer_failures_total", "counter",
-           "Peer connections ended (handshakes refused, links closed), by reason.");
+    metric(b, "procmesh_peer_links_ended_total", "counter",
+           "Peer connections ended, every end (orderly ones too), by reason.");
     for (int i = 0; i < r && i < MAXR; i++)
-        pmd_sb_printf(b, "procmesh_peer_failures_total{reason=\"%s\"} %llu\n", why[i],
+        pmd_sb_printf(b, "procmesh_peer_links_ended_total{reason=\"%s\"} %llu\n", why[i],
                       (unsigned long long)count[i]);
+    metric(b, "procmesh_peer_failures_total", "counter",
+           "Peer connections that failed (handshakes refused, links broken), by reason.");
+    for (int i = 0; i < r && i < MAXR; i++)
+        if (pmd_peer_reason_is_failure(why[i]))
+            pmd_sb_printf(b, "procmesh_peer_failures_total{reason=\"%s\"} %llu\n", why[i],
+                          (unsigned long long)count[i]);
 }
 
 size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, size_t size)

@@ -65,4 +65,9 @@ size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, 
  * (all when -1, and at least one) ready. */
 int pmd_health_ready(pm_cluster *c, const pmd_health_state *st);
 
+/* Pure: 1 when a peer connection that ended with reason (a name of
+ * pm_cluster_peer_failures) failed, 0 for an orderly end ("closed",
+ * "local", "self"). */
+int pmd_peer_reason_is_failure(const char *reason);
+
 #endif /* PMD_HEALTH_H */

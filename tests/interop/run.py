@@ -119,10 +119,10 @@ class Daemon:
                 return float(line.split()[-1])
         return 0.0
 
-    def failures(self):
+    def failures(self, metric="procmesh_peer_failures_total"):
         _, body = self.http("/metrics")
         out = {}
-        for m in re.finditer(r'^procmesh_peer_failures_total\{reason="([a-z_]+)"\} (\S+)$',
+        for m in re.finditer(r'^' + metric + r'\{reason="([a-z_]+)"\} (\S+)$',
                              body, re.M):
             out[m.group(1)] = float(m.group(2))
         return out
@@ -393,11 +393,14 @@ def test_initiator(d, secret):
         fail("after procmesh's CLOSE: %s" % e)
     link.sock.close()
     d.wait_log(r"event=peer_down host=py .*reason=closed", "peer_down host=py reason=closed")
-    # Every ended connection is counted by reason; an orderly end is
-    # "closed" (the peer sent CLOSE), anything else would be a failure.
-    f = d.failures()
+    # Every ended connection is counted by reason (links_ended); an
+    # orderly end is "closed" (the peer sent CLOSE), which is no failure.
+    f = d.failures("procmesh_peer_links_ended_total")
     check(f.get("closed") == 1 and sum(f.values()) == 1,
           "connections ended by reason after one orderly session: %s (only closed 1)" % f)
+    f = d.failures()
+    check("closed" not in f and sum(f.values()) == 0,
+          "failures after one orderly session: %s (none, closed not among them)" % f)
     say("close: CLOSE 0 both ways, end of stream; counted closed, no failure")
 
 

@@ -1,0 +1,462 @@
+/* SPDX-License-Identifier: MIT */
+/* mesh_conn.c - one peer connection on the loop: its loop arm, records in and out through its peer.c state, the output queue written to the socket, the link installed as a hub port and ended. */
+#define _GNU_SOURCE
+#include "mesh_int.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sodium.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+
+/*
+ * No blocking call on the loop (but one: a --peers name that is not an
+ * address literal is resolved with getaddrinfo when it is dialled; the
+ * name of --peers-dns is resolved off the loop, peerdns.c). Each connection has one outstanding loop arm, for reading, or
+ * for reading and writing while it has bytes queued or a connect is in
+ * progress; a change of what it waits for disarms and arms again under a
+ * new generation, so a late completion of the old arm is recognised and
+ * dropped. Deaths found while the hub sends (its callback) are acted on at
+ * the next flush, never inside the hub's call.
+ */
+
+void pm__mkeys_put(pm__mkeys *g)
+{
+    if (g == NULL || --g->refs > 0)
+        return;
+    pm__keyring_free(g->keys);
+    free(g);
+}
+
+static void emit(pm_cluster *c, int type, const pm__mconn *k, const char *detail)
+{
+    if (c->o->on_event == NULL)
+        return;
+    pm_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.type = type;
+    ev.reason = pm_reason_name(PM_REASON_NONE);
+    ev.detail = detail;
+    ev.peer_host = k->pc.peer.host;
+    ev.peer_incarnation = k->pc.peer.incarnation;
+    PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
+}
+
+static uint64_t conn_tag(const pm__mesh *m, const pm__mconn *k)
+{
+    return PM__TAG(PM__TAG_PEER, (unsigned)(k - m->conns), k->gen);
+}
+
+/* Asks the loop for what k waits for now: reading, and writing while bytes
+ * are queued or the connect is in progress. */
+void pm__mconn_arm(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    size_t n = 0;
+    if (k->pc_live)
+        (void)pm__pconn_output(&k->pc, &n);
+    unsigned want = k->dialing ? PM__LOOP_OUT : PM__LOOP_IN | (n > 0 ? PM__LOOP_OUT : 0u);
+    /* Lingering with nothing more to read (the peer's CLOSE or end of
+     * stream seen), it waits only to write: a readable end of stream would
+     * wake the loop at once, again and again. */
+    if (k->lingering && k->linger_done)
+        want = PM__LOOP_OUT;
+    if (k->armed == want)
+        return;
+    if (k->armed != 0) {
+        pm__loop_disarm(&c->loop, k->fd, conn_tag(m, k));
+        k->gen++; /* a completion of the old arm is stale from here on */
+    }
+    k->armed = pm__loop_arm_ev(&c->loop, k->fd, conn_tag(m, k), want) == 0 ? want : 0;
+}
+
+/* Ends k: the hub port goes down first (its requests in flight answered),
+ * then the fd is closed; a configured peer is redialled after backoff. */
+void pm__mconn_disarm(pm_cluster *c, pm__mconn *k)
+{
+    if (k->armed == 0)
+        return;
+    pm__loop_disarm(&c->loop, k->fd, conn_tag(mesh_of(c), k));
+    k->armed = 0;
+    k->gen++; /* a completion of the old arm is stale from here on */
+}
+
+/* Gives back what k holds: its loop arm, its fd, its peer.c state and its
+ * keys. */
+void pm__mconn_release(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    if (k->fd < 0)
+        return;
+    if (k->armed != 0)
+        pm__loop_disarm(&c->loop, k->fd, conn_tag(m, k));
+    pm__close(k->fd);
+    k->fd = -1;
+    k->armed = 0;
+    k->gen++;
+    if (k->pc_live)
+        pm__pconn_free(&k->pc);
+    k->pc_live = 0;
+    pm__mkeys_put(k->kg); /* after the state that borrowed it */
+    k->kg = NULL;
+    k->lingering = 0;
+    k->shut_wr = 0;
+    k->linger_done = 0;
+    k->deadline_ms = 0;
+}
+
+/* The connection may end in order (doc/protocol.md 7): it sent its CLOSE
+ * with a transport whose receiving side still works, and the end is not
+ * an error (after an error a side waits for nothing) nor the peer's
+ * silence (waiting for it would be pointless). */
+static int conn_may_linger(const pm__mconn *k, int why)
+{
+    return k->pc_live && k->pc.close_sent && k->pc.rec != NULL &&
+           (why == PM__PF_LOCAL || why == PM__PF_DUPLICATE || why == PM__PF_CLOSED);
+}
+
+/*
+ * Ends k: the hub port goes down first (its requests in flight answered),
+ * the end is counted by its reason, and a configured peer is redialled
+ * after backoff. Then either the fd is closed at once, or, where our CLOSE
+ * went out in an orderly end, k lingers (doc/protocol.md 7): our queue
+ * drains, our writing half is shut down, and the peer's records are read
+ * (discarded, counted) until its CLOSE or end of stream, for at most
+ * min(peer timeout, PM__MESH_LINGER_MS). Closing at once would lose our
+ * CLOSE whenever unread bytes sit in our socket: the kernel then resets
+ * the connection, and a reset discards what the peer had not read yet, so
+ * the peer would see truncation. A lingering connection is no link: it
+ * holds no hub port, is not listed by pm_cluster_peers and its target may
+ * be dialled again meanwhile.
+ */
+void pm__mconn_close(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    if (k->fd < 0 || k->lingering)
+        return;
+    int why = k->pc_live && k->pc.state == PM__PC_DEAD ? k->pc.fail : PM__PF_LOCAL;
+    if (why <= PM__PF_NONE || why >= PM__PF_COUNT_)
+        why = PM__PF_LOCAL;
+    if (k->linked) {
+        k->linked = 0;
+        m->up--;
+        pm__hub_link_down(&c->hub, (uint16_t)k->host);
+        emit(c, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
+    }
+    m->fails[why]++;
+    if (k->peer >= 0) {
+        pm__dtarget *t = pm__mesh_dns_target(m, k->peer);
+        m->dial_conn[k->peer] = -1;
+        if (t != NULL && why == PM__PF_SELF)
+            t->self = 1; /* our own address in the answer: not dialled again */
+        if (t == NULL || !t->self)
+            pm__mesh_schedule_redial(m, k->peer, pm__now_ms());
+        k->peer = -1;
+    }
+    if (!conn_may_linger(k, why)) {
+        pm__mconn_release(c, k);
+        return;
+    }
+    uint64_t wait = (uint64_t)c->o->peer_timeout_ms;
+    k->lingering = 1;
+    /* The peer's CLOSE started it: ours answers it, nothing more to read. */
+    k->linger_done = k->pc.close_received;
+    k->deadline_ms = pm__now_ms() + (wait < PM__MESH_LINGER_MS ? wait : PM__MESH_LINGER_MS);
+    m->lingered++;
+    if (pm__mconn_linger(c, k)) {
+        pm__mconn_release(c, k);
+        return;
+    }
+    if (!m->freeing) /* pm__mesh_free waits on its own, without the loop */
+        pm__mconn_arm(c, k);
+}
+
+int pm__mconn_linger(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    pm__mconn_write(k); /* a write error drops the queue: nothing more goes out */
+    size_t n;
+    (void)pm__pconn_output(&k->pc, &n);
+    if (n == 0 && !k->shut_wr) {
+        /* Our CLOSE is out: the peer reads end of stream after it. */
+        (void)shutdown(k->fd, SHUT_WR);
+        k->shut_wr = 1;
+    }
+    uint64_t frames = k->pc.frames_after_close;
+    for (unsigned i = 0; i < PM__MESH_READS_PER_TURN && !k->linger_done; i++) {
+        ssize_t r = recv(k->fd, m->rbuf, PM__MESH_READ_BUF, MSG_DONTWAIT);
+        if (r > 0) {
+            int rc = pm__pconn_linger(&k->pc, m->rbuf, (size_t)r);
+            explicit_bzero(m->rbuf, (size_t)r);
+            if (rc == 1)
+                m->closes_answered++; /* the peer's CLOSE came after ours */
+            if (rc != 0)
+                k->linger_done = 1;
+            continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EINTR))
+            k->linger_done = 1; /* end of stream, or the connection failed */
+        break;
+    }
+    m->linger_discarded += k->pc.frames_after_close - frames;
+    /* Done once nothing more can come (the peer's CLOSE, end of stream, an
+     * error) and nothing more must go (our queue out, our half shut). */
+    return k->linger_done && k->shut_wr;
+}
+
+/* Backpressure across a link: once k's output queue is below half, the
+ * hub reads the senders it held for it again (pm__hub_link_writable; O(1)
+ * when none is held). Half, so a sender does not flap on every record. */
+static void conn_drained(pm__mconn *k)
+{
+    size_t n;
+    (void)pm__pconn_output(&k->pc, &n);
+    if (k->linked && n < PM__PCONN_OUT_CAP / 2)
+        pm__hub_link_writable(&k->c->hub, (uint16_t)k->host);
+}
+
+/* Writes what k has queued until the socket is full. A write error kills
+ * the link (the peer sees truncation). */
+void pm__mconn_write(pm__mconn *k)
+{
+    while (k->fd >= 0 && k->pc_live && !k->dialing) {
+        size_t n;
+        const unsigned char *p = pm__pconn_output(&k->pc, &n);
+        if (n == 0)
+            return;
+        ssize_t w = send(k->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            pm__pconn_sent(&k->pc, (size_t)w);
+            k->last_tx_ms = pm__now_ms();
+            conn_drained(k);
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (k->pc.state != PM__PC_DEAD)
+            pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_TRUNCATED);
+        pm__pconn_sent(&k->pc, n); /* nothing more can go out */
+        return;
+    }
+}
+
+/*
+ * The hub's way into a link (pm__hub_link.send): 0, the frame is taken and
+ * goes out this loop turn; -EAGAIN, no room (hub_link.c holds a worker
+ * sender until conn_drained says the queue is below half; an answer is
+ * dropped and counted; main gets -EAGAIN). The frame
+ * is staged (batching, doc/protocol.md 6): the frames of one turn share
+ * FRAMES records, sealed when the stage fills and in pm__mesh_flush at the
+ * turn's end, so a lone frame waits for no company. Staged frames die with
+ * the link like queued ones; pm__hub_link_down answers their requests.
+ */
+static int conn_send(void *arg, const void *frame, size_t len)
+{
+    pm__mconn *k = arg;
+    int rc = pm__pconn_stage(&k->pc, frame, len);
+    if (rc == -EAGAIN) {
+        pm__mconn_write(k); /* room may come from the socket at once */
+        rc = pm__pconn_stage(&k->pc, frame, len);
+    }
+    return rc;
+}
+
+/* A frame of a FRAMES record (during pm__pconn_input). */
+static void conn_frame(void *arg, const unsigned char *frame, size_t len)
+{
+    pm__mconn *k = arg;
+    if (k->linked)
+        pm__hub_link_frame(&k->c->hub, (uint16_t)k->host, frame, len);
+}
+
+/* Which of two links between the same hosts stays: the one whose
+ * initiator has the bytewise smaller host name (doc/protocol.md 2). */
+static const char *initiator_name(const pm_cluster *c, const pm__mconn *k)
+{
+    return k->pc.initiator ? c->hub.names.host : k->pc.peer.host;
+}
+
+/* k's handshake finished and a record arrived: install it as the host's
+ * port, unless a link with that host already stays. */
+static void conn_up(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    pm__dtarget *t = k->peer >= 0 ? pm__mesh_dns_target(m, k->peer) : NULL;
+    if (t != NULL) /* who answers at that address, whether this link stays or not */
+        snprintf(t->host, sizeof(t->host), "%s", k->pc.peer.host);
+    int idx = pm__hub_host_index(&c->hub, k->pc.peer.host);
+    if (idx < 0) {
+        pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+        return;
+    }
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        pm__mconn *o = &m->conns[j];
+        if (o == k || o->fd < 0 || !o->linked || o->host != idx)
+            continue;
+        if (k->pc.peer.incarnation != o->pc.peer.incarnation) {
+            /* Another incarnation of a host we have a live link with: a
+             * restarted host, or a holder of the secret claiming its name.
+             * It replaces the old link only if it proved the host's pinned
+             * key (the handshake checked it), or if the old link has been
+             * silent for the peer timeout; otherwise it is refused, so an
+             * unpinned mesh member cannot cut a live host off. Frames for
+             * the old incarnation's workers then get -ESTALE from the new
+             * one (worker incarnations start from a random base). */
+            uint64_t now = pm__now_ms();
+            if (!m->pinned && now - o->last_rx_ms < (uint64_t)c->o->peer_timeout_ms) {
+                pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_DUPLICATE);
+                return;
+            }
+            pm__pconn_close(&o->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            pm__mconn_write(o);
+            pm__mconn_close(c, o);
+            continue;
+        }
+        if (strcmp(initiator_name(c, k), initiator_name(c, o)) < 0) {
+            pm__pconn_close(&o->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            pm__mconn_write(o);
+            pm__mconn_close(c, o);
+        } else {
+            pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            return;
+        }
+    }
+    k->host = idx;
+    k->linked = 1;
+    k->deadline_ms = 0;
+    k->last_rx_ms = k->last_tx_ms = k->last_ping_ms = pm__now_ms();
+    k->rekey_at_ms = k->last_tx_ms + c->o->rekey_ms;
+    m->up++;
+    if (k->peer >= 0)
+        m->backoff_ms[k->peer] = 0;
+    pm__hub_link_up(&c->hub, (uint16_t)idx, conn_send, k);
+    pm__hub_link_caps(&c->hub, (uint16_t)idx, k->pc.peer.capabilities);
+    emit(c, PM_EVENT_PEER_UP, k, NULL);
+}
+
+/* Feeds received bytes to k's state machine. */
+static void conn_input(pm_cluster *c, pm__mconn *k, const unsigned char *p, size_t n)
+{
+    while (n > 0 && k->pc.state != PM__PC_DEAD) {
+        size_t used = n;
+        int ev = pm__pconn_input(&k->pc, p, n, &used);
+        if (used > n)
+            used = n;
+        p += used;
+        n -= used;
+        if (ev == PM__PCE_UP)
+            conn_up(c, k);
+        else
+            break;
+    }
+}
+
+void pm__mconn_read(pm_cluster *c, pm__mconn *k)
+{
+    pm__mesh *m = mesh_of(c);
+    for (unsigned i = 0; i < PM__MESH_READS_PER_TURN && k->pc.state != PM__PC_DEAD; i++) {
+        ssize_t r = recv(k->fd, m->rbuf, PM__MESH_READ_BUF, MSG_DONTWAIT);
+        if (r > 0) {
+            k->last_rx_ms = pm__now_ms();
+            conn_input(c, k, m->rbuf, (size_t)r);
+            explicit_bzero(m->rbuf, (size_t)r);
+            if (k->pc.pongs != k->pongs_seen) {
+                /* Our stamp came back: the stamp is our clock in us, never
+                 * the peer's. */
+                k->pongs_seen = k->pc.pongs;
+                uint64_t now_us = pm__now_ns() / 1000u;
+                if (k->pc.pong_stamp <= now_us)
+                    k->rtt_us = (int64_t)(now_us - k->pc.pong_stamp);
+            }
+            /* A short read emptied the socket: another recv would only say
+             * EAGAIN (a system call per event). Bytes that arrive from now
+             * on are not missed: the arm that follows (io_uring poll or
+             * one-shot epoll, both level-triggered) sees them at once. */
+            if ((size_t)r < PM__MESH_READ_BUF)
+                return;
+            continue;
+        }
+        if (r == 0) {
+            (void)pm__pconn_eof(&k->pc);
+            return;
+        }
+        if (errno == EAGAIN || errno == EINTR)
+            return;
+        pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_TRUNCATED);
+        return;
+    }
+}
+
+pm__mconn *pm__mconn_new(pm_cluster *c, int fd, int peer, int initiator)
+{
+    pm__mesh *m = mesh_of(c);
+    pm__mconn *k = NULL;
+    for (unsigned j = 0; j < PM__MESH_CONNS && k == NULL; j++)
+        if (m->conns[j].fd < 0)
+            k = &m->conns[j];
+    if (k == NULL)
+        return NULL;
+    if (pm__pconn_init(&k->pc, &m->cur->cfg, initiator) < 0)
+        return NULL;
+    k->pc_live = 1;
+    k->kg = m->cur;
+    k->kg->refs++;
+    k->c = c;
+    k->pc.on_frame = conn_frame;
+    k->pc.on_frame_arg = k;
+    k->fd = fd;
+    k->armed = 0;
+    k->dialing = 0;
+    k->peer = peer;
+    k->linked = 0;
+    k->host = -1;
+    k->rtt_us = -1;
+    k->pongs_seen = 0;
+    k->since_ms = pm__now_ms();
+    k->deadline_ms = k->since_ms + (uint64_t)c->o->peer_timeout_ms;
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return k;
+}
+
+/*
+ * Our REKEY (doc/protocol.md 6): after o->rekey_records records or
+ * o->rekey_ms, whichever first. The record count is judged here, at the
+ * end of each loop turn (a busy turn may pass it by a turn's records), the
+ * time by the mesh's deadline. A full output queue delays it briefly; the
+ * deadline is moved so that a timer never fires in a loop meanwhile.
+ */
+void pm__mconn_rekey(pm_cluster *c, pm__mconn *k, uint64_t now)
+{
+    if (!k->linked || k->pc.state != PM__PC_UP)
+        return;
+    if (k->pc.records_since_rekey < c->o->rekey_records && now < k->rekey_at_ms)
+        return;
+    int rc = pm__pconn_rekey(&k->pc);
+    k->rekey_at_ms = now + (rc == -EAGAIN ? PM__MESH_REDIAL_MIN_MS : c->o->rekey_ms);
+}
+
+/* Up: when k must send a HEARTBEAT (a third of the idle time its peer
+ * announced, doc/protocol.md 7), and when its silence ends it (our own
+ * idle time, the peer timeout). */
+uint64_t pm__mconn_heartbeat_at(const pm__mconn *k)
+{
+    uint32_t idle = k->pc.peer.idle_ms < PM__PEER_IDLE_MIN_MS ? PM__PEER_IDLE_MIN_MS
+                                                               : k->pc.peer.idle_ms;
+    /* Every heartbeat is an echo, sent when the link is idle and on a busy
+     * link as well, so its RTT stays current. */
+    uint64_t last = k->last_tx_ms < k->last_ping_ms ? k->last_tx_ms : k->last_ping_ms;
+    return last + idle / 3u;
+}
+
+uint64_t pm__mconn_silence_at(const pm_cluster *c, const pm__mconn *k)
+{
+    return k->last_rx_ms + (uint64_t)c->o->peer_timeout_ms;
+}
