@@ -321,9 +321,9 @@ static uint64_t spawn_time(unsigned n, int exec_mode)
 int cmd_scale(const bench_opts *opts)
 {
     static const unsigned full[] = {2, 4, 8, 16, 64, 256};
-    static const unsigned quick[] = {2, 4};
+    static const unsigned quick[] = {2, 4, 8};
     static const unsigned spawn_full[] = {2, 16, 64, 256, 1024};
-    static const unsigned spawn_quick[] = {2, 8};
+    static const unsigned spawn_quick[] = {2, 8, 32};
     const unsigned *ns = opts->quick ? quick : full, *sn = opts->quick ? spawn_quick : spawn_full;
     size_t nn = opts->quick ? PM__ARRAY_SIZE(quick) : PM__ARRAY_SIZE(full);
     size_t ns_spawn = opts->quick ? PM__ARRAY_SIZE(spawn_quick) : PM__ARRAY_SIZE(spawn_full);
