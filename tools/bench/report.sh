@@ -3,7 +3,8 @@
 # report.sh - make bench-report: run the benchmarks, write CSV, draw SVG, regenerate doc/benchmarks.md's figures.
 #
 #   tools/bench/report.sh [TOP] [--quick] [--estimate] [--runs R] [--frames N]
-#       [--rounds K] [--scale-rounds K] [--ring-frames N] [--max N] [--settle S]
+#       [--rounds K] [--scale-rounds K] [--ring-frames N] [--max N] [--cap S]
+#       [--settle S]
 #
 # TOP is the source tree (default: this script's ../..). pm-bench is
 # $PM_BENCH, else TOP/_build/tools/pm-bench. Writes TOP/doc/img/bench.csv
@@ -31,6 +32,8 @@
 #   --ring-frames N  pm-bench ring frames per size below 4 KiB, a fifth of it
 #                    from 4 KiB up (default 1,000,000)
 #   --max N          scale's largest N, spawn-to-ready's too (default 1024)
+#   --cap S          the most one phase of one scale point (or one spawn) may
+#                    take, in seconds; a capped point is marked (default 20; pm-bench alone: 60)
 # Exit: 0 done, 1 a benchmark failed, 2 bad command line.
 set -eu
 
@@ -44,7 +47,8 @@ srounds=""
 rframes=1000000
 max=1024
 settle=0
-usage="allowed: --quick, --estimate, --runs R, --frames N, --rounds K, --scale-rounds K, --ring-frames N, --max N, --settle S"
+cap=20
+usage="allowed: --help, --quick, --estimate, --runs R, --frames N, --rounds K, --scale-rounds K, --ring-frames N, --max N, --cap S, --settle S"
 # number OPTION VALUE: VALUE if it is a positive whole number, else exit 2.
 number() {
     case "$2" in
@@ -54,9 +58,10 @@ number() {
 }
 while [ $# -gt 0 ]; do
     case "$1" in
+    -h | --help) sed -n '3,/^# Exit:/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     --quick) quick="--quick" ;;
     --estimate) estimate=yes ;;
-    --runs | --frames | --rounds | --scale-rounds | --ring-frames | --max | --settle)
+    --runs | --frames | --rounds | --scale-rounds | --ring-frames | --max | --cap | --settle)
         [ $# -ge 2 ] || { echo "report.sh: $1 needs a number ($usage)" >&2; exit 2; }
         v=$(number "$1" "$2") || exit 2
         case "$1" in
@@ -66,6 +71,7 @@ while [ $# -gt 0 ]; do
         --scale-rounds) srounds=$v ;;
         --ring-frames) rframes=$v ;;
         --max) max=$v ;;
+        --cap) cap=$v ;;
         --settle) settle=$v ;;
         esac
         shift
@@ -76,6 +82,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ "$runs" -le 101 ] || { echo "report.sh: --runs: $runs is above pm-bench's limit of 101" >&2; exit 2; }
+[ "$cap" -le 3600 ] || { echo "report.sh: --cap: $cap s is above pm-bench's limit of 3600" >&2; exit 2; }
 [ "$max" -ge 2 ] || { echo "report.sh: --max: $max workers is below the smallest point, 2" >&2; exit 2; }
 if [ -n "$quick" ]; then
     # pm-bench compare and scale --quick fix their own tiny counts and one run.
@@ -88,31 +95,32 @@ fi
 
 # --- how long it takes ----------------------------------------------------
 # Seconds per unit of work, measured on the 2-core development machine at a
-# load average of 10 (so an upper bound for a quiet one); the run prints
-# each step's real time beside this estimate.
-# ring: per run and size, fixed + per million frames.
-# compare: per run, fixed (streams, round trips, Node start-up) + per crash
-#   round (procmesh fork and exec, the fork baselines and Node's tenth/30th).
-# scale: per run and point N, fixed + per N (the spawn, the stream and the
-#   requests); spawn-to-ready: per run, per worker spawned, both modes.
+# load average of 8 to 10 (an upper bound for a quiet one; the quiet run of
+# the lead is the measure); the run prints each step's real time.
+# ring: per run and size, 3 + 14 per million frames.
+# compare: per run, 20 + 25 per default stream counts + 15 per 5,000 round
+#   trips (their tenth are crash rounds, the longest part).
+# scale: per run and point N, 2 + 0.1 N per million frames (the stream
+#   slows with N) + 0.1 per 1,000 requests; spawn-to-ready: per run, 20 ms
+#   per worker in each mode. A capped phase costs up to --cap per run.
 est_s=$(awk -v q="${quick:+1}" -v runs="$runs" -v rf="$rframes" -v fr="${frames:-0}" \
     -v ro="${rounds:-5000}" -v sr="${srounds:-20000}" -v max="$max" -v sizes="$sizes" 'BEGIN {
-    if (q) { print 60; exit }
+    if (q) { print 40, 0, 0; exit }
     n = split(sizes, s, " ")
-    for (i = 1; i <= n; i++) ring += runs * (2 + 10 * (s[i] >= 4096 ? rf / 5 : rf) / 1e6)
+    for (i = 1; i <= n; i++) ring += runs * (3 + 14 * (s[i] >= 4096 ? rf / 5 : rf) / 1e6)
+    cmp = runs * (20 + 25 * (fr > 0 ? fr / 1e6 : 1) + 15 * ro / 5000)
     sf = fr > 0 ? fr / 1e6 : 1
-    cmp = runs * (10 + 20 * sf + ro / 5000 * 10 + (ro / 10) * 0.12)
     split("2 4 8 16 64 256", pts, " ")
-    for (i = 1; i <= 6; i++) if (pts[i] + 0 <= max) sc += runs * (3 + 30 * sf + 0.1 * pts[i] + sr / 20000 * 5)
+    for (i = 1; i <= 6; i++) if (pts[i] + 0 <= max) { sc += runs * (2 + 0.1 * pts[i] * sf + 0.1 * sr / 1000); np++ }
     split("2 16 64 256 1024", sp, " ")
     for (i = 1; i <= 5; i++) if (sp[i] + 0 <= max) sc += runs * 2 * 0.02 * sp[i]
-    printf "%d %d %d\n", ring, cmp, sc }')
+    printf "%d %d %d %d\n", ring, cmp, sc, np }')
 if [ -n "$quick" ]; then
-    est="about 1 minute (--quick)"
+    est="about 40 s (--quick)"
 else
-    # shellcheck disable=SC2086 # three numbers, split on purpose
+    # shellcheck disable=SC2086 # four numbers, split on purpose
     set -- $est_s
-    est="about $((($1 + $2 + $3 + 59) / 60)) minutes (ring $(($1 / 60)), compare $(($2 / 60)), scale $(($3 / 60)); at most 60 s more per capped scale phase)"
+    est="about $((($1 + $2 + $3 + 59) / 60)) minutes (ring $((($1 + 30) / 60)), compare $((($2 + 30) / 60)), scale $((($3 + 30) / 60))); at worst $((($1 + $2 + $3 + $4 * runs * 2 * cap + 59) / 60)) if every scale phase hits its cap of $cap s"
 fi
 echo "report: estimated duration: $est"
 [ -z "$estimate" ] || exit 0
@@ -166,6 +174,10 @@ t_start=$(date +%s)
 busy0=$(cpu_busy)
 ours0=$(children_cpu)
 
+# Into a pipe pm-bench's stdout is block-buffered: stdbuf makes each line
+# show up when it is printed, so a long step shows its progress.
+linebuf=""
+command -v stdbuf >/dev/null 2>&1 && linebuf="stdbuf -oL"
 # step NAME COMMAND...: runs a benchmark with its output shown and kept in
 # $work/NAME.out, prints its duration; exits 1 when it fails (a pipe into tee
 # would hide pm-bench's exit status).
@@ -174,7 +186,7 @@ step() {
     shift
     echo "report: $name: $*"
     t0=$(date +%s)
-    { rc=0; "$@" 2>&1 || rc=$?; echo "$rc" >"$work/$name.rc"; } | tee "$work/$name.out"
+    { rc=0; $linebuf "$@" 2>&1 || rc=$?; echo "$rc" >"$work/$name.rc"; } | tee "$work/$name.out"
     rc=$(cat "$work/$name.rc")
     echo "report: $name took $(($(date +%s) - t0)) s"
     [ "$rc" -eq 0 ] || { echo "report: $name failed (exit $rc); the section is not regenerated" >&2; exit 1; }
@@ -202,6 +214,8 @@ set -- --runs "$runs" --csv "$csv" --max "$max"
 [ -n "$quick" ] && set -- "$@" --quick
 [ -n "$frames" ] && set -- "$@" --frames "$frames"
 [ -n "$srounds" ] && set -- "$@" --rounds "$srounds"
+PM_BENCH_SCALE_CAP=$cap
+export PM_BENCH_SCALE_CAP
 step scale "$bench" scale "$@"
 cat "$work/ring.csv" >>"$csv"
 
