@@ -193,7 +193,7 @@ step() {
 }
 
 # --- throughput vs frame size (pm-bench ring: ring, pipe, socketpair) ----
-t0=$(date +%s)
+t_ring=$(date +%s)
 for s in $sizes; do
     f=$rframes
     [ "$s" -ge 4096 ] && f=$((rframes / 5))
@@ -202,7 +202,7 @@ for s in $sizes; do
         on && $1 != "transport" { printf "ring,stream,%s,%s,frames_per_s,%s\n", s, $1, $2 }' \
         "$work/ring-$s.out" >>"$work/ring.csv"
 done
-echo "report: ring, all sizes, took $(($(date +%s) - t0)) s"
+echo "report: ring, all sizes, took $(($(date +%s) - t_ring)) s"
 
 # --- compare and scale ----------------------------------------------------
 set -- --runs "$runs" --csv "$csv"
