@@ -313,6 +313,33 @@ sec=$work/section.md
     echo
     echo "### Side by side (pm-bench compare)"
     echo
+    echo "Relay streams in frames/s (higher is better), round trip and crash-to-ready as"
+    echo "p50 (lower is better); the crash baselines are a bare fork (+ exec) + exit + wait."
+    echo
+    # One column per transport in the order compare ran them; the crash
+    # row's baselines have names of their own, put in the matching column.
+    awk -F, '$1 != "compare" { next }
+        $2 == "stream" && $3 == 64 && $5 == "frames_per_s" { col[n++] = $4 }
+        $5 == "frames_per_s" || $5 == "p50_ns" { v[$2, $3, $4] = $6 }
+        $2 == "crash" && $5 == "p50_ns" { crash[m++] = $4 }
+        END {
+            h = "| workload |"; d = "|---|";
+            for (i = 0; i < n; i++) { h = h " " col[i] " |"; d = d "---|" }
+            print h; print d
+            split("stream,64,relay stream 64 B,M frames/s;stream,4096,relay stream 4 KiB,M frames/s;rtt,64,round trip 64 B p50,us;crash,0,crash-to-ready p50,ms", rows, ";")
+            for (r = 1; r <= 4; r++) {
+                split(rows[r], a, ","); line = "| " a[3] " (" a[4] ") |"
+                for (i = 0; i < n; i++) {
+                    who = a[1] == "crash" ? crash[i] : col[i]
+                    if (!((a[1], a[2], who) in v)) { line = line " - |"; continue }
+                    x = v[a[1], a[2], who]
+                    cell = a[4] == "M frames/s" ? sprintf("%.3g", x / 1e6) : a[4] == "us" ? sprintf("%.1f", x / 1e3) : sprintf("%.2f", x / 1e6)
+                    if (who != col[i]) cell = cell " (" who ")"
+                    line = line " " cell " |"
+                }
+                print line
+            } }' "$csv"
+    echo
     echo "Speed-up: how many times faster procmesh (fork / exec mode) is than that row"
     echo "(a rate over the row's rate, or the row's p50 over procmesh's)."
     echo
