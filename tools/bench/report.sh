@@ -32,8 +32,8 @@
 #   --ring-frames N  pm-bench ring frames per size below 4 KiB, a fifth of it
 #                    from 4 KiB up (default 1,000,000)
 #   --max N          scale's largest N, spawn-to-ready's too (default 1024)
-#   --cap S          the most one phase of one scale point (or one spawn) may
-#                    take, in seconds; a capped point is marked (default 20; pm-bench alone: 60)
+#   --cap S          the most one phase (stream, requests) of one scale point
+#                    may take, in seconds; a capped point is marked (default 20; pm-bench alone: 60)
 # Exit: 0 done, 1 a benchmark failed, 2 bad command line.
 set -eu
 
@@ -178,10 +178,14 @@ ours0=$(children_cpu)
 # show up when it is printed, so a long step shows its progress.
 linebuf=""
 command -v stdbuf >/dev/null 2>&1 && linebuf="stdbuf -oL"
-# step NAME COMMAND...: runs a benchmark with its output shown and kept in
-# $work/NAME.out, prints its duration; exits 1 when it fails (a pipe into tee
-# would hide pm-bench's exit status).
+# step [-k] NAME COMMAND...: runs a benchmark with its output shown and kept
+# in $work/NAME.out, prints its duration; exits 1 when it fails (a pipe into
+# tee would hide pm-bench's exit status). -k: a failure is kept in
+# $work/failed and the run goes on (scale: a failed point, e.g. a spawn of
+# 1,024 past its timeout, leaves the other points' figures good).
 step() {
+    keep=""
+    [ "$1" = -k ] && { keep=yes; shift; }
     name=$1
     shift
     echo "report: $name: $*"
@@ -189,7 +193,14 @@ step() {
     { rc=0; $linebuf "$@" 2>&1 || rc=$?; echo "$rc" >"$work/$name.rc"; } | tee "$work/$name.out"
     rc=$(cat "$work/$name.rc")
     echo "report: $name took $(($(date +%s) - t0)) s"
-    [ "$rc" -eq 0 ] || { echo "report: $name failed (exit $rc); the section is not regenerated" >&2; exit 1; }
+    [ "$rc" -eq 0 ] && return 0
+    if [ -n "$keep" ]; then
+        echo "report: $name: a point failed (exit $rc, reason above); the others are reported" >&2
+        grep -E '^pm-bench:|failed' "$work/$name.out" >>"$work/failed" || true
+        return 0
+    fi
+    echo "report: $name failed (exit $rc); the section is not regenerated" >&2
+    exit 1
 }
 
 # --- throughput vs frame size (pm-bench ring: ring, pipe, socketpair) ----
@@ -216,7 +227,7 @@ set -- --runs "$runs" --csv "$csv" --max "$max"
 [ -n "$srounds" ] && set -- "$@" --rounds "$srounds"
 PM_BENCH_SCALE_CAP=$cap
 export PM_BENCH_SCALE_CAP
-step scale "$bench" scale "$@"
+step -k scale "$bench" scale "$@"
 cat "$work/ring.csv" >>"$csv"
 
 # --- the machine, after ---------------------------------------------------
@@ -272,10 +283,18 @@ banner=""
 [ "$busy" = yes ] && banner="BUSY MACHINE (load $load1, others $others% of the CPUs): not a measurement"
 [ -n "$quick" ] && banner="${banner:+$banner; }--quick: tiny counts, not a measurement"
 if command -v gnuplot >/dev/null 2>&1; then
-    gnuplot -e "dir='$work'; img='$img'; banner='$banner'" "$top/tools/bench/report.gp" ||
-        { echo "report: gnuplot failed (above); the section is not regenerated" >&2; exit 1; }
-    pictures="yes"
-    echo "report: SVG charts in $img"
+    # No chart of an earlier run may stay beside this run's tables.
+    rm -f "$img/throughput-size.svg" "$img/roundtrip.svg" "$img/scale.svg" "$img/memory.svg"
+    # A chart with no data at all (every scale point failed) stops gnuplot:
+    # the tables are still written, without charts.
+    if gnuplot -e "dir='$work'; img='$img'; banner='$banner'" "$top/tools/bench/report.gp"; then
+        pictures="yes"
+        echo "report: SVG charts in $img"
+    else
+        pictures="no"
+        echo "report: gnuplot failed (above): the section has no charts" >&2
+        echo "gnuplot failed (a chart had no data): no charts" >>"$work/failed"
+    fi
 else
     pictures="no"
     echo "report: gnuplot not found (install gnuplot-nox): no SVG charts drawn"
@@ -296,6 +315,11 @@ sec=$work/section.md
         echo
     fi
     [ -n "$quick" ] && { echo "> **--quick**: tiny counts, one run: not a measurement."; echo; }
+    if [ -s "$work/failed" ]; then
+        echo "> **Failures** (their points are left out of the tables and charts):"
+        sed 's/^ */> - /' "$work/failed"
+        echo
+    fi
     echo "Machine: $machine."
     echo "Quiet-machine check: load average $load before the run, $load_after after it"
     echo "(the benchmarks themselves keep about 2 CPUs busy); other processes used $others% of"
@@ -303,6 +327,7 @@ sec=$work/section.md
     echo "The run took $elapsed s. Each figure is the median of $runs invocation(s), its"
     echo "baselines measured in the same invocation. Raw data: [img/bench.csv](img/bench.csv)."
     echo
+    command -v gnuplot >/dev/null 2>&1 || { echo "Charts: not drawn (gnuplot was not found; install gnuplot-nox)."; echo; }
     echo "### Throughput vs frame size (pm-bench ring: one process to another)"
     echo
     [ "$pictures" = yes ] && { echo "![throughput vs frame size](img/throughput-size.svg)"; echo; }
@@ -373,7 +398,7 @@ sec=$work/section.md
     echo "Memory: the supervisor's private memory (smaps Private_Clean + Private_Dirty of its"
     echo "non-shared mappings; the rings are shared mappings) against the target 4 MiB + 64 KiB"
     echo "per worker; ring pages resident (mincore of the ring mappings) per worker, idle after"
-    echo "the spawn and after both phases. Each phase of a point is capped at 60 s; a capped"
+    echo "the spawn and after both phases. Each phase of a point is capped at $cap s; a capped"
     echo "point is marked (capped) and reports what it did in that time."
     echo
     echo "| N | stream frames/s | hub CPU ns/frame (stream) | requests/s | round trip p50 / p99 us | hub CPU ns/frame (requests) | supervisor private KiB idle / after | target KiB | ring KiB per worker idle / after |"
@@ -402,3 +427,7 @@ else
 fi
 cat "$work/md" >"$md"
 echo "report: $md regenerated between its bench-report markers; CSV in $csv"
+if [ -s "$work/failed" ]; then
+    echo "report: some points failed (listed in the section); exit 1" >&2
+    exit 1
+fi
