@@ -175,9 +175,13 @@ busy0=$(cpu_busy)
 ours0=$(children_cpu)
 
 # Into a pipe pm-bench's stdout is block-buffered: stdbuf makes each line
-# show up when it is printed, so a long step shows its progress.
+# show up when it is printed, so a long step shows its progress. Not for a
+# sanitizer build: stdbuf works by LD_PRELOAD, and ASan refuses to start
+# when another library comes before its runtime.
 linebuf=""
-command -v stdbuf >/dev/null 2>&1 && linebuf="stdbuf -oL"
+if command -v stdbuf >/dev/null 2>&1 && ! ldd "$bench" 2>/dev/null | grep -q 'libasan'; then
+    linebuf="stdbuf -oL"
+fi
 # step [-k] NAME COMMAND...: runs a benchmark with its output shown and kept
 # in $work/NAME.out, prints its duration; exits 1 when it fails (a pipe into
 # tee would hide pm-bench's exit status). -k: a failure is kept in
