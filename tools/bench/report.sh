@@ -141,7 +141,7 @@ rm -f "$csv"
 # Makefile of the build pm-bench lives in.
 mk=$(dirname "$bench")/../Makefile
 cc=${PM_BENCH_CC:-$(sed -n 's/^CC = //p' "$mk" 2>/dev/null | head -n 1)}
-cflags=${PM_BENCH_CFLAGS-$(sed -n 's/^CFLAGS = //p' "$mk" 2>/dev/null | head -n 1)}
+cflags=${PM_BENCH_CFLAGS-$(sed -n 's/^PM_CFLAGS = //p; s/^CFLAGS = //p' "$mk" 2>/dev/null | head -n 2 | tr '\n' ' ' | sed 's/ $//')}
 cc=${cc:-cc}
 # cpu_mhz: the current frequency of cpu0, where the kernel tells it.
 cpu_mhz() {
