@@ -25,11 +25,12 @@ set style fill solid 0.8 border -1
 set logscale y
 set xlabel ""
 set ylabel "microseconds"
-set xtics rotate by -20
+# Transport names hold underscores, which enhanced text would make subscripts.
+set xtics noenhanced nomirror
 plot dir."/rtt.dat" using 2:xtic(1) title "p50", '' using 3 title "p90", '' using 4 title "p99", \
      '' using 5 title "p999"
 unset logscale
-set xtics norotate
+set xtics enhanced mirror
 set style data linespoints
 
 set output img."/scale.svg"
@@ -49,6 +50,7 @@ set logscale y
 plot dir."/scale-p50.dat" using 1:($2/1000) with linespoints lw 2 title "p50", \
      dir."/scale-p99.dat" using 1:($2/1000) with linespoints lw 2 title "p99"
 set title "spawn-to-ready"
+set key top left
 set ylabel "ms"
 plot dir."/spawn-fork.dat" using 1:2 with linespoints lw 2 title "fork mode", \
      dir."/spawn-exec.dat" using 1:2 with linespoints lw 2 title "exec mode"

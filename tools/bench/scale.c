@@ -157,13 +157,36 @@ static void memory(double *priv_out, double *ring_out)
 /* ------------------------------------------------------------------ one N */
 
 /* The most one phase of one point may take: on a busy machine N = 256
- * must not hold it for long. A capped phase reports what it did. */
-#define POINT_CAP_S 60u
+ * must not hold it for long. A capped phase reports what it did. 60 s, or
+ * PM_BENCH_SCALE_CAP seconds (make bench-report bounds its duration so). */
+#define POINT_CAP_DEFAULT_S 60u
+static unsigned point_cap_s = POINT_CAP_DEFAULT_S;
+#define POINT_CAP_S point_cap_s
 /* Spawning 256 or 1,024 workers on a loaded 2-core machine can take longer
  * than the default ready timeout (10 s) per worker: the benchmark measures
- * the time, it does not judge it. The cap of a point is its bound too: a
- * spawn that cannot finish in it fails (printed) and the run goes on. */
-#define READY_TIMEOUT_MS (POINT_CAP_S * 1000)
+ * the time, it does not judge it. A spawn that cannot finish in 60 s fails
+ * (printed) and the run goes on. Not PM_BENCH_SCALE_CAP: a phase that hits
+ * its cap still reports a rate, a spawn that hits its timeout reports
+ * nothing, so a shorter cap must not cost the spawn points. */
+#define READY_TIMEOUT_MS (POINT_CAP_DEFAULT_S * 1000)
+
+/* PM_BENCH_SCALE_CAP: 1 to 3600 seconds. 0, or -1 with the reason printed. */
+static int read_cap(void)
+{
+    const char *env = getenv("PM_BENCH_SCALE_CAP");
+    if (env == NULL || *env == '\0')
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(env, &end, 10);
+    if (errno != 0 || *end != '\0' || env[0] == '-' || v < 1 || v > 3600) {
+        fprintf(stderr, "pm-bench: scale: PM_BENCH_SCALE_CAP: '%s' is not a number of seconds from 1 to 3600\n",
+                env);
+        return -1;
+    }
+    point_cap_s = (unsigned)v;
+    return 0;
+}
 
 struct figures {
     double fps, stream_cpu_ns, rtt_p50, rtt_p99, rtt_cpu_ns, rps;
@@ -321,14 +344,16 @@ static uint64_t spawn_time(unsigned n, int exec_mode)
 int cmd_scale(const bench_opts *opts)
 {
     static const unsigned full[] = {2, 4, 8, 16, 64, 256};
-    static const unsigned quick[] = {2, 4};
+    static const unsigned quick[] = {2, 4, 8};
     static const unsigned spawn_full[] = {2, 16, 64, 256, 1024};
-    static const unsigned spawn_quick[] = {2, 8};
+    static const unsigned spawn_quick[] = {2, 8, 32};
     const unsigned *ns = opts->quick ? quick : full, *sn = opts->quick ? spawn_quick : spawn_full;
     size_t nn = opts->quick ? PM__ARRAY_SIZE(quick) : PM__ARRAY_SIZE(full);
     size_t ns_spawn = opts->quick ? PM__ARRAY_SIZE(spawn_quick) : PM__ARRAY_SIZE(spawn_full);
     uint64_t frames = opts->quick ? 2000 : opts->frames;
     unsigned rounds = opts->quick ? 40 : opts->rounds, runs = opts->quick ? 1 : opts->runs;
+    if (read_cap() < 0)
+        return 1;
     print_machine();
     print_build();
     printf("scale: fork mode, 64 B frames, 1 MiB rings, median of %u runs%s\n", runs,
@@ -395,7 +420,7 @@ int cmd_scale(const bench_opts *opts)
     free(fg);
     printf("spawn-to-ready: pm_cluster_spawn of N idle workers (256 KiB rings), median of %u runs (ms);\n"
            "  ready timeout %u s (a spawn past it fails and is printed as -1)\n",
-           runs, POINT_CAP_S);
+           runs, POINT_CAP_DEFAULT_S);
     printf("  %5s %12s %12s\n", "N", "fork ms", "exec ms");
     uint64_t *v = calloc(runs, sizeof(*v));
     for (size_t k = 0; k < ns_spawn; k++) {
