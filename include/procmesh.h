@@ -41,7 +41,8 @@ extern "C" {
 #define PM_VERSION_MINOR 1
 #define PM_VERSION_PATCH 0
 /* The worker <-> supervisor protocol version (HELLO); bumped with any change
- * to the frames or the handshake, and recorded in NEWS. */
+ * to the frames or the handshake, and recorded in NEWS. Fork-mode workers,
+ * the supervisor's own code, skip HELLO/INIT and say READY first. */
 #define PM_PROTOCOL_VERSION 2
 
 /* Room for a name (system or host) including its terminating NUL. */

@@ -214,7 +214,13 @@ static void act_ready(pm_cluster *c, pm__slot *s)
     s->last_beats = atomic_load_explicit(&((const struct pm__ctl *)s->link.map)->beats,
                                          memory_order_relaxed);
     pm__budget_on_ready(&s->budget, pm__now_ms());
+    uint64_t inc = s->incarnation;
     pm__cluster_emit(c, PM_EVENT_READY, s, PM_REASON_READY, 0);
+    /* Now that the worker is up, off the path to ready: its successor's
+     * link; unless the event's callback already stopped the slot (a
+     * stopped slot drops its spare and must not get a new one). */
+    if (s->state == PM_SLOT_READY && s->incarnation == inc)
+        pm__incarnation_spare_prepare(c, s);
 }
 
 static void act_failed(pm_cluster *c, pm__slot *s)

@@ -218,6 +218,9 @@ void pm__cluster_kill_orphans(void);
 int pm__incarnation_start(pm_cluster *c, pm__slot *s);
 /* Closes and frees s's spare link, if it has one (errno preserved). */
 void pm__incarnation_spare_drop(pm__slot *s);
+/* Prepares s's next incarnation's link (the spare) if it has none; best
+ * effort, errno preserved. Called when the incarnation becomes ready. */
+void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s);
 
 /* turn.c: one loop turn, and the timer. */
 int pm__cluster_turn(pm_cluster *c, int timeout_ms);

@@ -23,6 +23,7 @@
 
 #include "node.h"
 #include "notify.h"
+#include "proto.h" /* pm__init_msg, PM__PROTO_VERSION */
 #include "seccomp_filter.h"
 #include "spawn.h"
 
@@ -38,6 +39,15 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     (void)req;
     struct child_ctx *x = arg;
     pm_cluster *c = x->c;
+    /* What the hub's INIT would carry (cluster.c send_init), from this
+     * process's copy of the supervisor's state, read before any of it is
+     * closed or wiped. pm__slot_address would say incarnation 0 here: the
+     * parent records the pid only after the fork returns. */
+    pm__init_msg init;
+    init.slot = x->own->index;
+    pm__node_address(&c->hub.names, x->own->index, x->own->incarnation, &init.addr);
+    init.data = c->o->init_data;
+    init.len = (uint32_t)c->o->init_len;
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *t = &c->slots[i];
         pm__close(t->pidfd);
@@ -78,7 +88,7 @@ static void fork_child(void *arg, const pm__spawn_req *req)
         setvbuf(stdout, NULL, _IOLBF, BUFSIZ);
     }
     pm_node node;
-    int rc = pm__node_from_hub_link(&node, &x->own->link);
+    int rc = pm__node_from_hub_link(&node, &x->own->link, &init);
     /* The hub's end of the fd socket: the worker keeps only its own. */
     pm__close(x->own->link.sock);
     /* The node took over the inherited mapping (pm__link_adopt): it is
@@ -222,8 +232,17 @@ static int spare_affordable(const pm__link *l)
 }
 
 /* Best effort: without a spare the next start creates its link itself.
- * errno preserved (called on the success path). */
-static void spare_prepare(pm_cluster *c, pm__slot *s)
+ * errno preserved (called on the success path).
+ *
+ * Called once the incarnation is ready (cluster.c act_ready), not right
+ * after its fork: on two CPUs the child often waits for the CPU its parent
+ * is on (the wake-up of a new task prefers the parent's CPU when the other
+ * is busy), and the eleven system calls and first-touch faults of a link
+ * (0.3 to 0.8 ms here) were then spent before the worker ran, on the
+ * crash-to-ready path the spare was made to leave. A worker that dies
+ * before ready restarts without one (its link is made at the start, as
+ * before spares existed). */
+void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
 {
     if (s->spare != NULL)
         return;
@@ -368,6 +387,14 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     pm__close(outw[1]);
     outw[0] = outw[1] = -1;
     s->pid = pid;
+    if (c->o->exec_path == NULL) {
+        /* A fork-mode worker skips the handshake (node.c
+         * pm__node_from_hub_link): it is our own code at our own protocol
+         * version, and its first frame is READY. A HELLO from it would
+         * now be a protocol fault (cluster.c on_control). */
+        s->hello = 1;
+        s->hello_version = PM__PROTO_VERSION;
+    }
     s->exec_pipe = pipefd[0];
     pipefd[0] = -1;
     if (s->exec_pipe >= 0)
@@ -408,13 +435,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         pm__loop_arm_multi(&c->loop, s->link.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
-    uint64_t inc = s->incarnation;
     pm__cluster_emit(c, PM_EVENT_STARTED, s, PM_REASON_SPAWN, 0);
-    /* While the worker sets itself up: its successor's link; unless the
-     * event's callback already stopped the slot (a stopped slot drops its
-     * spare and must not get a new one). */
-    if (s->state == PM_SLOT_STARTING && s->incarnation == inc)
-        spare_prepare(c, s);
     return 0;
 
 fail:

@@ -201,7 +201,7 @@ static void crash_disarm(const pm_node *n)
     atomic_compare_exchange_strong(&crash_target, &mine, NULL);
 }
 
-int pm__node_from_hub_link(pm_node *n, const pm__link *hub)
+int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__init_msg *init)
 {
     memset(n, 0, sizeof(*n));
     n->magic = PM__MAGIC_NODE;
@@ -213,7 +213,18 @@ int pm__node_from_hub_link(pm_node *n, const pm__link *hub)
     if (rc < 0)
         return rc;
     crash_arm(n);
-    return pm__node_handshake(n);
+    /* No HELLO and no INIT: what INIT would carry was written into this
+     * process's memory by the fork, and the version is ours by
+     * construction. The round trip cost the worker a sleep on its ring
+     * and the supervisor a wake-up, about half the way from fork to
+     * ready; the hub takes READY as the first frame of a fork-mode
+     * worker (incarnation.c). init->data is the child's own copy of the
+     * options' bytes: a fork-mode node is never freed, nor is it. */
+    n->slot = init->slot;
+    n->self = init->addr;
+    n->init_data = (void *)(uintptr_t)init->data;
+    n->init_len = init->len;
+    return 0;
 }
 
 PM_EXTERN int pm_node_join(pm_node **out)

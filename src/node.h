@@ -6,6 +6,8 @@
 #include "link.h"
 #include "frame.h"
 
+struct pm__init_msg; /* proto.h */
+
 #define PM__NODE_ENV "PROCMESH_NODE"
 
 /* A message set aside by pm_node_request while it waits for its reply. */
@@ -49,7 +51,9 @@ int pm__node_handshake(pm_node *n);
 
 /* Fork mode: a node over a link the child inherited from the hub (the
  * child's copy of the hub-side struct: the fds are the same, the ends are
- * re-attached from the worker's side). */
-int pm__node_from_hub_link(pm_node *n, const pm__link *hub);
+ * re-attached from the worker's side), with what INIT would have said
+ * (init, built from the child's copy of the supervisor's state): no
+ * handshake on the ring, the worker's first frame is READY. */
+int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__init_msg *init);
 
 #endif /* PM_NODE_H */

@@ -130,6 +130,8 @@ enum role {
                           when that says -ESHUTDOWN too, 8 otherwise */
     W_REQUESTS,      /* 4097 raw requests to slot 1, which never answers */
     W_NEVER_READY,   /* joins, never ready */
+    W_WHO,           /* ready, tells main its slot, incarnation and init data; from
+                        incarnation 2 on then sends a HELLO, as an exec worker would */
 };
 
 static int role[8];
@@ -230,6 +232,25 @@ static int worker(pm_node *n, void *arg)
                           h.error);
                 break;
             }
+        }
+        break;
+    }
+    case W_WHO: {
+        const void *data;
+        size_t len;
+        if (pm_node_init_data(n, &data, &len) < 0)
+            return 52;
+        uint64_t inc = pm_node_self(n)->incarnation;
+        tell_main(n, "#who slot=%u inc=%llu init=%.*s", pm_node_slot(n), (unsigned long long)inc,
+                  (int)len, (const char *)data);
+        if (inc >= 2) {
+            pm__frame_hdr h;
+            memset(&h, 0, sizeof(h));
+            h.type = PM__FT_HELLO;
+            h.dst = PM__NODE_MAIN;
+            unsigned char ver[4] = {PM__PROTO_VERSION, 0, 0, 0};
+            while (pm__frame_send(pm_test_node_tx(n), &h, ver, sizeof(ver)) == -EAGAIN)
+                pm_node_beat(n);
         }
         break;
     }
@@ -742,6 +763,36 @@ START_TEST(test_handshake_fault_charged)
 }
 END_TEST
 
+/* design.md, Handshake: a fork-mode worker does not run the handshake; it
+ * has its slot, address and init data from the fork, its first frame is
+ * READY, and a HELLO from it is a protocol fault like a second HELLO. */
+START_TEST(test_fork_mode_ready_without_handshake)
+{
+    pm_options *o = opts_base(2);
+    role[0] = W_WHO;
+    role[1] = W_WHO;
+    pm_options_set_bootstrap(o, worker, NULL);
+    ck_assert_int_eq(pm_options_set_init_data(o, "seeds", 5), 0);
+    pm_options_set_max_restarts(o, 1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, got_text("#who slot=0 inc=1 init=seeds") && got_text("#who slot=1 inc=1 init=seeds"),
+              10000);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+    /* The replacement knows its new incarnation without an INIT, says
+     * ready, then sends a HELLO: fenced "protocol", the other slot
+     * untouched. */
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 1), 0);
+    RUN_UNTIL(c, got_text("#who slot=1 inc=2 init=seeds") && count(PM_EVENT_FENCED, 1) >= 1, 10000);
+    ck_assert_str_eq(find(PM_EVENT_FENCED, 1, 0)->reason, "protocol");
+    ck_assert_uint_eq(find(PM_EVENT_FENCED, 1, 0)->inc, 2);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 0);
+    ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 START_TEST(test_wrong_version_charged)
 {
     char v[16];
@@ -941,6 +992,7 @@ int main(void)
     tc = pm_tcase("test_handshake_fault_charged", 60);
     tcase_add_loop_test(tc, test_handshake_fault_charged, 0, 2);
     suite_add_tcase(s, tc);
+    PM_ADD_TEST(s, test_fork_mode_ready_without_handshake, 60);
     PM_ADD_TEST(s, test_wrong_version_charged, 60);
     tc = pm_tcase("test_forbidden_types_dropped", 30);
     tcase_add_loop_test(tc, test_forbidden_types_dropped, 0, 3);

@@ -248,6 +248,56 @@ START_TEST(test_spare_dropped_on_terminate)
 }
 END_TEST
 
+/* The gate of boot_gated: each worker reads one byte before it says ready. */
+static int gate[2] = {-1, -1};
+
+static int boot_gated(pm_node *n, void *arg)
+{
+    (void)arg;
+    worker_init();
+    char b;
+    if (read(gate[0], &b, 1) != 1)
+        return 52;
+    if (pm_node_ready(n) < 0)
+        return 50;
+    idle();
+    return 0;
+}
+
+START_TEST(test_spare_made_at_ready)
+{
+    /* The successor's link is made once the incarnation is ready, not
+     * between its fork and its ready (where it took the CPU the new worker
+     * was waiting for): while the replacement has not said ready its slot
+     * holds no spare (it took the one made ahead); once it has, it holds
+     * a new one. */
+    ck_assert_int_eq(pipe(gate), 0);
+    pm_options *o = spare_opts(1);
+    pm_options_set_bootstrap(o, boot_gated, NULL);
+    ck_assert_int_eq(write(gate[1], "1", 1), 1); /* the first incarnation's */
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    unsigned long long spare = ino_of(pm_test_slot_spare_memfd(c, 0));
+    kill_slot(c, 0);
+    RUN_UNTIL(c, count(PM_EVENT_STARTED, 0) == 2, 10000);
+    ck_assert_msg(ino_of(pm_test_slot_memfd(c, 0)) == spare,
+                  "the replacement did not get the prepared link");
+    /* Turns of the loop while it waits at the gate: still no spare. */
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+    ck_assert_int_eq(count(PM_EVENT_READY, 0), 1);
+    ck_assert_int_eq(pm_test_slot_spare_memfd(c, 0), -1);
+    ck_assert_int_eq(write(gate[1], "2", 1), 1);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    ck_assert_msg(ino_of(pm_test_slot_spare_memfd(c, 0)) != spare,
+                  "a link was reused for another incarnation");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spare");
@@ -255,6 +305,7 @@ int main(void)
     PM_ADD_TEST(s, test_spare_invisible_to_workers, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_retire, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_terminate, 30);
+    PM_ADD_TEST(s, test_spare_made_at_ready, 30);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);
