@@ -245,6 +245,16 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
             h->late_replies++;
             return 0;
         }
+        if (l == NULL || !l->up) {
+            /* The requester's host is unreachable, whatever the reply's
+             * size: counted as any frame to that host (-EHOSTUNREACH). No
+             * notice can cross a link that is down, and the requester's
+             * own hub answered its request -EHOSTUNREACH when the link
+             * went down there. */
+            h->unreachable++;
+            h->replies_dropped++;
+            return 0;
+        }
         pm__frame_hdr w = pm__hl_wire_hdr(h, f, src);
         w.dst_inc = e.requester_inc;
         if (big && frag) {

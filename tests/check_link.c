@@ -1173,12 +1173,116 @@ START_TEST(test_peer_stopped_and_resumed)
 }
 END_TEST
 
+/* a's worker for test_large_reply_link_down: told "big" by b's worker, it
+ * tells a's supervisor "holding" and waits for SIGUSR1 (blocked from its
+ * start, so an early one waits too), then replies 200,000 bytes. */
+static int big_replier(pm_node *n, void *arg)
+{
+    (void)arg;
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    pm_node_ready(n);
+    static char big[200000];
+    memset(big, 'r', sizeof(big));
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0 || m.kind != PM_MSG_REQUEST)
+            continue;
+        if (m.len != 3 || memcmp(m.data, "big", 3) != 0) {
+            pm_node_reply(n, &m, "no", 2);
+            continue;
+        }
+        report(n, "holding");
+        int sig;
+        sigwait(&usr1, &sig);
+        pm_node_reply(n, &m, big, sizeof(big));
+    }
+}
+
+/* b's worker for test_large_reply_link_down: asks t@a:10 "big" until
+ * the link is up and a's worker ready, then waits to be killed. */
+static int big_asker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address to;
+    if (pm_address_parse("t@a:10", &to) != 0)
+        return 1;
+    pm_message r;
+    int rc;
+    do {
+        rc = pm_node_request(n, &to, "big", 3, 60000, &r);
+        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
+            usleep(50 * 1000);
+    } while (rc == -EHOSTUNREACH || rc == -EHOSTDOWN);
+    for (;;)
+        if (pm_node_recv(n, &r, -1) == -ESHUTDOWN)
+            return 0;
+}
+
+/*
+ * A large reply to a host whose link is down is treated as any frame to
+ * that host: counted unreachable (and the reply dropped), never answered
+ * -EMSGSIZE as if the peer took no large messages (no notice can cross a
+ * link that is down; the requester's hub answered it -EHOSTUNREACH).
+ */
+START_TEST(test_large_reply_link_down)
+{
+    int pa = pm_test_free_port();
+    pm_options *o = host_options("a", secret1, big_replier);
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", pa);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+
+    pid_t b = pm_test_fork();
+    ck_assert_int_ge(b, 0);
+    if (b == 0) {
+        pm_options *ob = host_options("b", secret1, big_asker);
+        char peer[32];
+        snprintf(peer, sizeof(peer), "127.0.0.1:%d", pa);
+        pm_cluster *cb = NULL;
+        if (pm_options_add_peer(ob, peer) < 0 || pm_cluster_spawn(ob, &cb) < 0)
+            _exit(3);
+        for (;;)
+            pm_cluster_run(cb, -1);
+    }
+    PM_RUN_UNTIL(a, got_result && strcmp(result, "holding") == 0, 30000);
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
+    PM_RUN_UNTIL(a, peer_downs == 1, 20000);
+    pm_test_reap(b, 5000);
+
+    struct pm_cluster_stats s0, s1;
+    ck_assert_int_eq(pm_cluster_stats(a, &s0), 0);
+    uint64_t unreach = pm_test_cluster_unreachable(a);
+    pm_slot_info info;
+    ck_assert_int_eq(pm_cluster_slot_info(a, 0, &info), 0);
+    ck_assert_int_gt(info.pid, 0);
+    ck_assert_int_eq(kill(info.pid, SIGUSR1), 0);
+    PM_RUN_UNTIL(a, pm_test_cluster_unreachable(a) == unreach + 1, 20000);
+    ck_assert_int_eq(pm_cluster_stats(a, &s1), 0);
+    ck_assert_uint_eq(s1.replies_dropped, s0.replies_dropped + 1);
+    ck_assert_uint_eq(s1.notices_dropped, s0.notices_dropped); /* no -EMSGSIZE notice */
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("link");
     PM_ADD_TEST(s, test_link_frames_judged, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
+    PM_ADD_TEST(s, test_large_reply_link_down, 90);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_main_request_remote, 120);
     PM_ADD_TEST(s, test_batched_frames, 120);
