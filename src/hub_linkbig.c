@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "bigmsg.h"
+#include "le.h"
 #include "hub_int.h"
 #include "hub_link.h"
 
@@ -178,6 +179,12 @@ void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_
     if (pm__frag_decode(payload, f->len, &fh, &n) < 0) {
         l->malformed++;
         dropped = l->rx.active;
+        /* The message it belongs to is lost: its later fragments (which
+         * may decode) are ignored, not counted again one by one. Its id is
+         * the one being reassembled, else what this header names (0, no
+         * id, when it is too short to name one). */
+        l->rx.skip_id = l->rx.active ? l->rx.msg_id
+                                     : f->len >= PM__FRAG_HDR_SIZE ? pm__get32(payload + 4) : 0;
         l->rx.active = 0;
         act = PM__FRAG_IGNORE;
     } else {

@@ -15,6 +15,7 @@
 #include "le.h"
 #include "frame.h"
 #include "hub.h"
+#include "linkfrag.h"
 #include "peer.h"
 #include "peerkeys.h"
 #include "procmesh.h"
@@ -1173,6 +1174,81 @@ START_TEST(test_peer_stopped_and_resumed)
 }
 END_TEST
 
+/* One FRAG frame on b's link to h: fragment (id, total, offset) of n
+ * bytes of a message for port 10 from b's port 11; bad: its reserved bytes
+ * are not zero (it does not decode). */
+static void frag_in(pm__hub *h, int b, uint32_t id, uint64_t total, uint64_t off, size_t n,
+                    int bad)
+{
+    static unsigned char buf[PM__FRAME_HDR_SIZE + PM__FRAG_HDR_SIZE + 1000];
+    ck_assert_uint_le(n, 1000);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_FRAG;
+    f.dst = 10;
+    f.src = 11;
+    f.src_inc = 7;
+    f.len = (uint32_t)(PM__FRAG_HDR_SIZE + n);
+    pm__frame_encode(&f, buf);
+    pm__frag_hdr fh = {PM__FT_MSG, id, total, off};
+    pm__frag_encode(&fh, buf + PM__FRAME_HDR_SIZE);
+    if (bad)
+        buf[PM__FRAME_HDR_SIZE + 1] = 0xFF;
+    memset(buf + PM__FRAME_HDR_SIZE + PM__FRAG_HDR_SIZE, 'x', n);
+    pm__hub_link_frame(h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + f.len);
+}
+
+/*
+ * A FRAG that does not decode loses its message once: it is counted
+ * malformed, the message being reassembled is counted dropped, and the
+ * message's later fragments (which decode) are ignored, not counted again
+ * one by one. The same when the undecodable fragment is the first: its
+ * id (from the raw header) is remembered.
+ */
+START_TEST(test_frag_undecodable_counts_once)
+{
+    pm__hub h;
+    pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    pm_test_hub_set_max_message(&h, (size_t)1 << 20);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    ck_assert_int_ge(b, 1);
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    nsent = 0;
+    const uint64_t total = PM_MAX_PAYLOAD + 5000;
+
+    /* Message 1: its first fragment, then an undecodable one, then three
+     * more that decode. */
+    frag_in(&h, b, 1, total, 0, 1000, 0);
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 0);
+    frag_in(&h, b, 1, total, 1000, 1000, 1);
+    frag_in(&h, b, 1, total, 2000, 1000, 0);
+    frag_in(&h, b, 1, total, 3000, 1000, 0);
+    frag_in(&h, b, 1, total, 4000, 1000, 0);
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 1);
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 1);
+
+    /* Message 2: its first fragment does not decode (nothing was being
+     * reassembled): malformed once, its later fragments ignored. */
+    frag_in(&h, b, 2, total, 0, 1000, 1);
+    frag_in(&h, b, 2, total, 1000, 1000, 0);
+    frag_in(&h, b, 2, total, 2000, 1000, 0);
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 2);
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 1);
+    uint64_t forged = 0, malformed = 0;
+    pm__hub_link_drops(&h, (uint16_t)b, &forged, &malformed); /* pm_peer_info's */
+    ck_assert_uint_eq(malformed, 3);
+
+    /* A fragment of an unknown message still counts (BAD): only the
+     * remembered id is skipped. */
+    frag_in(&h, b, 9, total, 1000, 1000, 0);
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 2);
+    ck_assert_uint_eq(nsent, 0); /* nothing was delivered or answered */
+    pm__hub_free(&h);
+}
+END_TEST
+
 /* a's worker for test_large_reply_link_down: told "big" by b's worker, it
  * tells a's supervisor "holding" and waits for SIGUSR1 (blocked from its
  * start, so an early one waits too), then replies 200,000 bytes. */
@@ -1282,6 +1358,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_frames_judged, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
+    PM_ADD_TEST(s, test_frag_undecodable_counts_once, 30);
     PM_ADD_TEST(s, test_large_reply_link_down, 90);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_main_request_remote, 120);
