@@ -81,7 +81,19 @@ static int bcast_send(pm__hub *h, pm__port *d, const pm__bcast *b, uint64_t id,
     pm__frame_hdr f = pm__hub_main_hdr(PM__FT_REQUEST, d);
     f.request_id = id;
     f.deadline_ms = b->deadline_ms;
-    int rc = pm__hub_add_inflight(h, d, PM__NODE_MAIN, 0, id, b->deadline_ms);
+    uint32_t requester = PM__NODE_MAIN;
+    if (b->src_host != PM__HOST_LOCAL) {
+        /* A remote host's mesh broadcast: the worker sees it as what it
+         * is, a request from that host's supervisor (system@host:0), as it
+         * would see that supervisor's pm_cluster_request; the identity is
+         * the link's, never ours. Its reply, addressed there, comes back
+         * through pm__hub_relay_remote, which finds this entry under the
+         * remote requester and settles it here (pm__hub_bcast_of). */
+        f.src_host = b->src_host;
+        f.src = 0;
+        requester = PM__REMOTE_NODE(b->src_host, 0);
+    }
+    int rc = pm__hub_add_inflight(h, d, requester, 0, id, b->deadline_ms);
     if (rc < 0)
         return -EAGAIN; /* no memory for its in-flight table: try again later */
     rc = pm__hub_push(h, d, &f, data, len, PM__NODE_MAIN);
@@ -94,8 +106,21 @@ static int bcast_send(pm__hub *h, pm__port *d, const pm__bcast *b, uint64_t id,
     return rc;
 }
 
+int pm__hub_bcast_of(pm__hub *h, uint64_t id, uint16_t host)
+{
+    const pm__bcast *b = id >= PM__BCAST_ID_BASE ? find_bcast(h, id) : NULL;
+    return b != NULL && host != PM__HOST_LOCAL && b->src_host == host;
+}
+
 int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
                       void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg)
+{
+    return pm__hub_broadcast_for(h, PM__HOST_LOCAL, data, len, timeout_ms, cb, arg);
+}
+
+int pm__hub_broadcast_for(pm__hub *h, uint16_t src_host, const void *data, size_t len,
+                          int timeout_ms,
+                          void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg)
 {
     if (cb == NULL || timeout_ms <= 0 || (data == NULL && len > 0))
         return -EINVAL;
@@ -118,6 +143,7 @@ int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
     b->n = n;
     b->cb = cb;
     b->arg = arg;
+    b->src_host = src_host;
     b->first_id = h->next_req + 1;
     h->next_req += n;
     b->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;

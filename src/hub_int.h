@@ -31,6 +31,16 @@ void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b);
 /* hub_bcast.c: records one result of a local broadcast (request id). 0,
  * or -EALREADY (a duplicate, or no broadcast has that id). */
 int pm__hub_bcast_result(pm__hub *h, uint64_t id, int err, const void *data, size_t len);
+/* pm__hub_broadcast for a remote host's mesh broadcast (src_host: its
+ * index; PM__HOST_LOCAL is main's own): each worker gets the request from
+ * system@src_host:0, and its reply is still this broadcast's result. */
+int pm__hub_broadcast_for(pm__hub *h, uint16_t src_host, const void *data, size_t len,
+                          int timeout_ms,
+                          void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg);
+/* 1 when id is a request of a live broadcast fanned out here for host's
+ * mesh broadcast (pm__hub_broadcast_for): an answer to system@host:0 under
+ * that id is its result, settled here, not a reply for the link. */
+int pm__hub_bcast_of(pm__hub *h, uint64_t id, uint16_t host);
 void pm__hub_mreq_dispatch_waiting(pm__hub *h);
 void pm__hub_mreq_expire(pm__hub *h, int64_t now);
 /* hub.c: an undeliverable notice to `to` (a port, main, or a remote

@@ -245,6 +245,14 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
             h->late_replies++;
             return 0;
         }
+        if (f->dst == 0 && pm__hub_bcast_of(h, f->request_id, f->dst_host)) {
+            /* p's answer to a remote host's mesh broadcast fanned out
+             * here: it is p's result of our broadcast (remote_bcast_done
+             * sends the BRESULTs), never a plain REPLY over the link. */
+            pm__hub_deliver_main(h, f, payload);
+            p->relayed++;
+            return 0;
+        }
         if (l == NULL || !l->up) {
             /* The requester's host is unreachable, whatever the reply's
              * size: counted as any frame to that host (-EHOSTUNREACH). No
@@ -465,6 +473,14 @@ void pm__hl_notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about
 void pm__hub_link_notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about,
                          uint64_t about_inc, uint64_t request_id, int err)
 {
+    if (PM__REMOTE_PORT(to) == 0 && pm__hub_bcast_of(h, request_id, PM__REMOTE_HOST(to))) {
+        /* A worker holding a remote host's mesh broadcast ended (or its
+         * request could not reach it): the broadcast's result here, which
+         * goes back as its BRESULT, not a notice over the link. */
+        if (pm__hub_bcast_result(h, request_id, err, NULL, 0) < 0)
+            h->late_replies++;
+        return;
+    }
     pm__hl_notice_port(h, to, to_inc, pm__hl_port_of(h, about), about_inc, request_id, err);
 }
 

@@ -105,7 +105,7 @@ void pm__hl_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame
     rb->h = h;
     rb->host = host;
     rb->id = f->request_id;
-    if (pm__hub_broadcast(h, payload, f->len, (int)timeout, remote_bcast_done, rb) < 0) {
+    if (pm__hub_broadcast_for(h, host, payload, f->len, (int)timeout, remote_bcast_done, rb) < 0) {
         free(rb);
         l->dropped++;
     }
