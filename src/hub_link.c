@@ -245,19 +245,12 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
             h->late_replies++;
             return 0;
         }
-        if (f->dst == 0 && f->request_id >= PM__BCAST_ID_BASE) {
+        if (f->dst == 0 && pm__hub_bcast_of(h, f->request_id, f->dst_host)) {
             /* p's answer to a remote host's mesh broadcast fanned out
              * here: it is p's result of our broadcast (remote_bcast_done
-             * sends the BRESULTs), never a plain REPLY over the link. A
-             * remote supervisor's own requests have ids below the
-             * broadcast id space, so an id in it whose broadcast has ended
-             * here (its deadline passed) is late, not for the link. */
-            if (pm__hub_bcast_of(h, f->request_id, f->dst_host)) {
-                pm__hub_deliver_main(h, f, payload);
-                p->relayed++;
-            } else {
-                h->late_replies++;
-            }
+             * sends the BRESULTs), never a plain REPLY over the link. */
+            pm__hub_deliver_main(h, f, payload);
+            p->relayed++;
             return 0;
         }
         if (l == NULL || !l->up) {
