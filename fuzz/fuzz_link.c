@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* fuzz_link.c - libFuzzer harness for the hub fed frames by authenticated peer links (hub_link.c, hub_main.c's mesh broadcast and remote requests). */
+/* fuzz_link.c - libFuzzer harness for the hub fed frames by authenticated peer links (hub_link*.c, hub_bcast.c's mesh broadcast, hub_main.c's remote requests). */
 /*
  * The hub runs in peer mode as host "h" with two local workers (ports made
  * by hand, fuzz_wport.h) and main, and knows three remote hosts: "b" and

@@ -881,6 +881,9 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
  * supervisor of every host this one has linked with since it started, which
  * fans it out to its own ready workers and returns one result per worker
  * (`from` = that worker's address on its host, with its incarnation).
+ * Each remote worker receives the request from this host's supervisor
+ * (m.from = system@thishost:0, as for a pm_cluster_request from here) and
+ * answers it with pm_node_reply as any request; its reply is its result.
  * A host that cannot be reached (no link now, or the link goes down before
  * its results are in) settles as one result with from = system@host:0 and
  * -EHOSTUNREACH; one whose results do not arrive by the deadline as one

@@ -87,6 +87,9 @@ typedef struct pm__bcast {
     void **bufs;            /* private copies of the replies */
     void (*cb)(pm_cluster *, const pm_message *, size_t, void *);
     void *arg;
+    uint16_t src_host;      /* PM__HOST_LOCAL: main's own; else the host whose mesh
+                               broadcast this fans out (its workers see it from
+                               that host's supervisor, port 0) */
 } pm__bcast;
 
 /* One remote host's part of a mesh broadcast: its supervisor fans out to

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* hub_int.h - what hub.c (routing, in flight), hub_queue.c (queues) and hub_main.c (main's broadcasts and requests) share; nothing else includes it. */
+/* hub_int.h - what hub.c (routing, in flight), hub_queue.c (queues), hub_main.c (main's requests), hub_bcast.c (broadcasts) and the link port (hub_link*.c) share; nothing else includes it. */
 #ifndef PM_HUB_INT_H
 #define PM_HUB_INT_H
 
@@ -28,13 +28,26 @@ void pm__hub_drop_last_inflight(pm__hub *h, pm__port *target);
 int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc);
 void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload);
 void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b);
+/* hub_bcast.c: records one result of a local broadcast (request id). 0,
+ * or -EALREADY (a duplicate, or no broadcast has that id). */
+int pm__hub_bcast_result(pm__hub *h, uint64_t id, int err, const void *data, size_t len);
+/* pm__hub_broadcast for a remote host's mesh broadcast (src_host: its
+ * index; PM__HOST_LOCAL is main's own): each worker gets the request from
+ * system@src_host:0, and its reply is still this broadcast's result. */
+int pm__hub_broadcast_for(pm__hub *h, uint16_t src_host, const void *data, size_t len,
+                          int timeout_ms,
+                          void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg);
+/* 1 when id is a request of a live broadcast fanned out here for host's
+ * mesh broadcast (pm__hub_broadcast_for): an answer to system@host:0 under
+ * that id is its result, settled here, not a reply for the link. */
+int pm__hub_bcast_of(pm__hub *h, uint64_t id, uint16_t host);
 void pm__hub_mreq_dispatch_waiting(pm__hub *h);
 void pm__hub_mreq_expire(pm__hub *h, int64_t now);
 /* hub.c: an undeliverable notice to `to` (a port, main, or a remote
  * requester) about node `about` of host about_host. */
 void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
                        uint32_t about, uint64_t about_inc, uint64_t request_id, int err);
-/* hub_link.c */
+/* hub_link.c, hub_linkbcast.c (pm__hub_link_bcast), hub_linkflow.c (pm__hub_link_credit) */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
 int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc, int type,
                            uint64_t request_id, const void *data, size_t len);
@@ -48,7 +61,7 @@ void pm__hub_link_credit(pm__hub *h, uint16_t host, uint32_t port, uint32_t byte
  * 0, or -EHOSTUNREACH / -ENOBUFS. */
 int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,
                        const void *data, size_t len);
-/* hub_main.c: a BRESULT or BDONE from host's link (validated: a known
+/* hub_bcast.c: a BRESULT or BDONE from host's link (validated: a known
  * part of that host, not settled), and a link gone down (its parts settle
  * as one -EHOSTUNREACH result each). */
 void pm__hub_mbcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,

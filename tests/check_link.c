@@ -15,6 +15,7 @@
 #include "le.h"
 #include "frame.h"
 #include "hub.h"
+#include "linkfrag.h"
 #include "peer.h"
 #include "peerkeys.h"
 #include "procmesh.h"
@@ -573,8 +574,9 @@ START_TEST(test_mesh_broadcast)
 
     /* Every worker of the mesh once ready: 1 + 2 + 1 results, each from
      * the worker stamped with its host; the remote workers saw the request
-     * come from their own supervisor ("main" to them: the fan-out is
-     * theirs). */
+     * come from a's supervisor (t@a:0, stamped by their hub from the link,
+     * never their own main), and their replies to t@a:0 still settled as
+     * their results (their hub's fan-out took them, not the link). */
     char dump[2048];
     uint64_t end = pm_test_ms() + 30000;
     do {
@@ -583,8 +585,8 @@ START_TEST(test_mesh_broadcast)
     } while (nbres != 4 && pm_test_ms() < end);
     dump_results(dump, sizeof(dump));
     ck_assert_msg(nbres == 4, "results: %s", dump);
-    ck_assert_msg(has_result("t@a:10 0 a") && has_result("t@b:10 0 t@main:0") &&
-                      has_result("t@b:11 0 t@main:0") && has_result("t@c:10 0 t@main:0"),
+    ck_assert_msg(has_result("t@a:10 0 a") && has_result("t@b:10 0 t@a:0") &&
+                      has_result("t@b:11 0 t@a:0") && has_result("t@c:10 0 t@a:0"),
                   "results: %s", dump);
     uint64_t settle = pm_test_ms() + 300;
     PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
@@ -596,7 +598,7 @@ START_TEST(test_mesh_broadcast)
     mesh_bcast(a, "who", 10000);
     PM_RUN_UNTIL(a, bdone == 1, 20000);
     dump_results(dump, sizeof(dump));
-    ck_assert_msg(nbres == 4 && has_result("t@c:0 -113 ") && has_result("t@b:11 0 t@main:0"),
+    ck_assert_msg(nbres == 4 && has_result("t@c:0 -113 ") && has_result("t@b:11 0 t@a:0"),
                   "results: %s", dump);
 
     /* b's link goes down while b's workers hold the requests: b settles
@@ -1173,12 +1175,192 @@ START_TEST(test_peer_stopped_and_resumed)
 }
 END_TEST
 
+/* One FRAG frame on b's link to h: fragment (id, total, offset) of n
+ * bytes of a message for port 10 from b's port 11; bad: its reserved bytes
+ * are not zero (it does not decode). */
+static void frag_in(pm__hub *h, int b, uint32_t id, uint64_t total, uint64_t off, size_t n,
+                    int bad)
+{
+    static unsigned char buf[PM__FRAME_HDR_SIZE + PM__FRAG_HDR_SIZE + 1000];
+    ck_assert_uint_le(n, 1000);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_FRAG;
+    f.dst = 10;
+    f.src = 11;
+    f.src_inc = 7;
+    f.len = (uint32_t)(PM__FRAG_HDR_SIZE + n);
+    pm__frame_encode(&f, buf);
+    pm__frag_hdr fh = {PM__FT_MSG, id, total, off};
+    pm__frag_encode(&fh, buf + PM__FRAME_HDR_SIZE);
+    if (bad)
+        buf[PM__FRAME_HDR_SIZE + 1] = 0xFF;
+    memset(buf + PM__FRAME_HDR_SIZE + PM__FRAG_HDR_SIZE, 'x', n);
+    pm__hub_link_frame(h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + f.len);
+}
+
+/*
+ * A FRAG that does not decode loses its message once: it is counted
+ * malformed, the message being reassembled is counted dropped, and the
+ * message's later fragments (which decode) are ignored, not counted again
+ * one by one. The same when the undecodable fragment is the first: its
+ * id (from the raw header) is remembered.
+ */
+START_TEST(test_frag_undecodable_counts_once)
+{
+    pm__hub h;
+    pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    pm_test_hub_set_max_message(&h, (size_t)1 << 20);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    ck_assert_int_ge(b, 1);
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    nsent = 0;
+    const uint64_t total = PM_MAX_PAYLOAD + 5000;
+
+    /* Message 1: its first fragment, then an undecodable one, then three
+     * more that decode. */
+    frag_in(&h, b, 1, total, 0, 1000, 0);
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 0);
+    frag_in(&h, b, 1, total, 1000, 1000, 1);
+    frag_in(&h, b, 1, total, 2000, 1000, 0);
+    frag_in(&h, b, 1, total, 3000, 1000, 0);
+    frag_in(&h, b, 1, total, 4000, 1000, 0);
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 1);
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 1);
+
+    /* Message 2: its first fragment does not decode (nothing was being
+     * reassembled): malformed once, its later fragments ignored. */
+    frag_in(&h, b, 2, total, 0, 1000, 1);
+    frag_in(&h, b, 2, total, 1000, 1000, 0);
+    frag_in(&h, b, 2, total, 2000, 1000, 0);
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 2);
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 1);
+    uint64_t forged = 0, malformed = 0;
+    pm__hub_link_drops(&h, (uint16_t)b, &forged, &malformed); /* pm_peer_info's */
+    ck_assert_uint_eq(malformed, 3);
+
+    /* A fragment of an unknown message still counts (BAD): only the
+     * remembered id is skipped. */
+    frag_in(&h, b, 9, total, 1000, 1000, 0);
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 2);
+    ck_assert_uint_eq(nsent, 0); /* nothing was delivered or answered */
+    pm__hub_free(&h);
+}
+END_TEST
+
+/* a's worker for test_large_reply_link_down: told "big" by b's worker, it
+ * tells a's supervisor "holding" and waits for SIGUSR1 (blocked from its
+ * start, so an early one waits too), then replies 200,000 bytes. */
+static int big_replier(pm_node *n, void *arg)
+{
+    (void)arg;
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    pm_node_ready(n);
+    static char big[200000];
+    memset(big, 'r', sizeof(big));
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0 || m.kind != PM_MSG_REQUEST)
+            continue;
+        if (m.len != 3 || memcmp(m.data, "big", 3) != 0) {
+            pm_node_reply(n, &m, "no", 2);
+            continue;
+        }
+        report(n, "holding");
+        int sig;
+        sigwait(&usr1, &sig);
+        pm_node_reply(n, &m, big, sizeof(big));
+    }
+}
+
+/* b's worker for test_large_reply_link_down: asks t@a:10 "big" until
+ * the link is up and a's worker ready, then waits to be killed. */
+static int big_asker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address to;
+    if (pm_address_parse("t@a:10", &to) != 0)
+        return 1;
+    pm_message r;
+    int rc;
+    do {
+        rc = pm_node_request(n, &to, "big", 3, 60000, &r);
+        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
+            usleep(50 * 1000);
+    } while (rc == -EHOSTUNREACH || rc == -EHOSTDOWN);
+    for (;;)
+        if (pm_node_recv(n, &r, -1) == -ESHUTDOWN)
+            return 0;
+}
+
+/*
+ * A large reply to a host whose link is down is treated as any frame to
+ * that host: counted unreachable (and the reply dropped), never answered
+ * -EMSGSIZE as if the peer took no large messages (no notice can cross a
+ * link that is down; the requester's hub answered it -EHOSTUNREACH).
+ */
+START_TEST(test_large_reply_link_down)
+{
+    int pa = pm_test_free_port();
+    pm_options *o = host_options("a", secret1, big_replier);
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", pa);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+
+    pid_t b = pm_test_fork();
+    ck_assert_int_ge(b, 0);
+    if (b == 0) {
+        pm_options *ob = host_options("b", secret1, big_asker);
+        char peer[32];
+        snprintf(peer, sizeof(peer), "127.0.0.1:%d", pa);
+        pm_cluster *cb = NULL;
+        if (pm_options_add_peer(ob, peer) < 0 || pm_cluster_spawn(ob, &cb) < 0)
+            _exit(3);
+        for (;;)
+            pm_cluster_run(cb, -1);
+    }
+    PM_RUN_UNTIL(a, got_result && strcmp(result, "holding") == 0, 30000);
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
+    PM_RUN_UNTIL(a, peer_downs == 1, 20000);
+    pm_test_reap(b, 5000);
+
+    struct pm_cluster_stats s0, s1;
+    ck_assert_int_eq(pm_cluster_stats(a, &s0), 0);
+    uint64_t unreach = pm_test_cluster_unreachable(a);
+    pm_slot_info info;
+    ck_assert_int_eq(pm_cluster_slot_info(a, 0, &info), 0);
+    ck_assert_int_gt(info.pid, 0);
+    ck_assert_int_eq(kill(info.pid, SIGUSR1), 0);
+    PM_RUN_UNTIL(a, pm_test_cluster_unreachable(a) == unreach + 1, 20000);
+    ck_assert_int_eq(pm_cluster_stats(a, &s1), 0);
+    ck_assert_uint_eq(s1.replies_dropped, s0.replies_dropped + 1);
+    ck_assert_uint_eq(s1.notices_dropped, s0.notices_dropped); /* no -EMSGSIZE notice */
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("link");
     PM_ADD_TEST(s, test_link_frames_judged, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
+    PM_ADD_TEST(s, test_frag_undecodable_counts_once, 30);
+    PM_ADD_TEST(s, test_large_reply_link_down, 90);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
     PM_ADD_TEST(s, test_main_request_remote, 120);
     PM_ADD_TEST(s, test_batched_frames, 120);

@@ -263,6 +263,25 @@ static inline uint64_t pm_test_hub_late_replies(const pm__hub *h)
     return h->late_replies;
 }
 
+/* Large messages a link abandoned or refused (hub_linkbig.c). */
+static inline uint64_t pm_test_link_frag_dropped(const pm__hub *h, unsigned host)
+{
+    return h->links[host].frag_dropped;
+}
+
+/* The largest message a hub built by a test takes (pm_options_set_max_message). */
+static inline void pm_test_hub_set_max_message(pm__hub *h, size_t max)
+{
+    h->max_message = max;
+}
+
+/* Frames for a host with no link up, answered -EHOSTUNREACH (or, for a
+ * reply, dropped: its requester's hub answers it). */
+static inline uint64_t pm_test_cluster_unreachable(const pm_cluster *c)
+{
+    return c->hub.unreachable;
+}
+
 /* Batching over c's live peer links (mesh.c keeps its connections private):
  * frames sent, FRAMES records sealed, frames staged now. */
 void pm__mesh_batch_stats(const struct pm_cluster *c, uint64_t *frames, uint64_t *records,

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/* hub_link.h - what the hub's link port files share (hub_link.c, hub_linkflow.c, hub_linkbig.c, hub_linkbcast.c); nothing else includes it. */
+#ifndef PM_HUB_LINK_H
+#define PM_HUB_LINK_H
+
+#include "hub.h"
+
+/* hub_link.c: the link port itself. */
+
+/* host's link, or NULL (not peer mode, the local host, out of range). */
+pm__hub_link *pm__hl_of(pm__hub *h, uint16_t host);
+/* A local node's address port: 0 for the supervisor (peer mode). */
+uint32_t pm__hl_port_of(const pm__hub *h, uint32_t node);
+/* The local node an address port of this host names, or -ENOENT. */
+int pm__hl_node_of(const pm__hub *h, uint32_t port, uint32_t *node);
+/* Encodes f (wire form) with payload onto l. 0, or -EHOSTUNREACH (down) /
+ * -ENOBUFS (full). _or_drop: a frame that is dropped on failure, counted. */
+int pm__hl_put(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const void *payload);
+int pm__hl_put_or_drop(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const void *payload);
+/* The wire form of a local frame from src_node for the far end. */
+pm__frame_hdr pm__hl_wire_hdr(const pm__hub *h, const pm__frame_hdr *f, uint32_t src_node);
+/* An undeliverable notice for a remote requester about our address port. */
+void pm__hl_notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about_port,
+                        uint64_t about_inc, uint64_t request_id, int err);
+/* A message or request from host's link for local node `node`: 1 when it
+ * waits in the node's queue (credited when it leaves), else 0. */
+int pm__hl_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
+                   const unsigned char *payload, uint32_t node);
+/* A reply or notice from the link for local requester `node`. */
+void pm__hl_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f, const unsigned char *payload,
+                   uint32_t node);
+
+/* hub_linkflow.c: held senders, windows, credits. */
+
+void pm__hl_lw_clear(pm__lwtab *t);
+/* Holds sender p on the list (head, tail) of host's link; _link_hold: the
+ * link's output queue is full; _window_hold: the destination's window is. */
+void pm__hl_hold_on(pm__hub *h, int *head, int *tail, uint16_t host, pm__port *p);
+void pm__hl_link_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p);
+void pm__hl_window_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p);
+/* Reads again every sender on the list (head, tail). */
+void pm__hl_release(pm__hub *h, int *head, int *tail);
+/* A CREDIT frame from l. */
+void pm__hl_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
+                      const unsigned char *payload);
+/* Remote port's window for one more frame: 0, or -EAGAIN (full). */
+int pm__hl_window_take(pm__hub_link *l, uint32_t port, uint32_t bytes, int force);
+void pm__hl_window_untake(pm__hub_link *l, uint32_t port, uint32_t bytes);
+
+/* hub_linkbig.c: large messages as FRAG frames. */
+
+/* The message being sent ended: its fd closed, senders waiting for the
+ * cursor read again. */
+void pm__hl_frag_tx_end(pm__hub *h, pm__hub_link *l);
+/* Sends fragments while the link takes them. */
+void pm__hl_frag_pump(pm__hub *h, pm__hub_link *l);
+/* Starts sending large message fd (len bytes, w its wire header) from
+ * owner over l; the fd is l's from now on. */
+void pm__hl_frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint32_t owner, int fd,
+                       uint64_t len);
+/* Main's large message to l: 0, -EMSGSIZE, -EAGAIN or the memfd's error. */
+int pm__hl_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const void *data,
+                    size_t len);
+/* A FRAG from host's link. */
+void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
+                    const unsigned char *payload);
+
+/* hub_linkbcast.c: a BCAST from host's link, fanned out here. */
+void pm__hl_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
+                     const unsigned char *payload);
+
+#endif /* PM_HUB_LINK_H */
