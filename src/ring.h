@@ -258,9 +258,10 @@ int pm__ring_empty(pm__ring *r);
  * without consuming anything, calling fn with each record's payload (in
  * shared memory: copy before parsing) until fn returns non-zero.
  * Returns 1 when fn did, 0 when every record up to the producer's index
- * was seen (*pos is then that index), -1 when a record is impossible (the
- * ring is not poisoned: the next peek judges it). Speculative: a producer
- * that rewrites what it published only misleads decisions about itself. */
+ * was seen (*pos is then that index), -1 when a record is impossible (not
+ * poisoned for that: the next peek judges it) or the producer's index is
+ * (poisoned, as a peek would). Speculative: a producer that rewrites what
+ * it published only misleads decisions about itself. */
 int pm__ring_scan(pm__ring *r, uint64_t *pos, int (*fn)(const void *payload, size_t len, void *arg),
                   void *arg);
 
