@@ -55,6 +55,8 @@ static void port_reset(pm__port *p)
     p->sock_full = 0;
     p->drain_reported = 0;
     p->blocked_on = -1;
+    p->left = 0;
+    p->scan_pos = 0;
     p->dirty = 0;
 }
 
@@ -477,10 +479,16 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
         notice(h, src, p->incarnation, f->dst, d->incarnation, f->request_id, -EBUSY);
         return 0;
     }
+    /* A full d may hold p with its frame left in its ring (no copy) if p
+     * has nothing for anyone else behind it (hub_queue.c, leave_in_ring). */
+    h->leave_from = (f->flags & PM__FF_MEMFD) == 0 ? p : NULL;
+    h->left_now = 0;
     int rc = relay_push(h, d, f, payload, src);
+    h->leave_from = NULL;
     if (rc == -EAGAIN) {
         if (f->type == PM__FT_REQUEST)
             pm__hub_drop_last_inflight(h, d); /* the frame is retried */
+        p->left = h->left_now;
         p->blocked_on = (int)d->index;
         h->ring_full_waits++;
         return -EAGAIN;

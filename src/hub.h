@@ -63,6 +63,9 @@ typedef struct pm__qframe {
     uint16_t credit_host;   /* it came over this host's link (credit-based flow
                                control): credited back when it leaves; 0 none */
     uint32_t credit_port;   /* the address port the sender's window counts it for */
+    int waiter;             /* -1, or a place holder carrying no frame: this sender
+                               waits with its frame left in its own ring (no copy)
+                               and is read again when the queue gets here */
     unsigned char data[];
 } pm__qframe;
 
@@ -183,6 +186,11 @@ typedef struct pm__port {
     int blocked_on;        /* its hold is full: not read until it half drains; the
                               destination of the frame that did not fit, or -1;
                               PM__BLOCKED_LINK: a link's output queue was full */
+    int left;              /* blocked_on a full destination with its frame left in
+                              its ring, nothing copied (every frame behind it was
+                              for that destination too); scan_pos: how far its
+                              ring was seen to hold only such frames */
+    uint64_t scan_pos;
     /* Held by a full link (hub_link.c): the host whose list it is on (0:
      * none) and the next port on that list (FIFO, -1 at its end). The
      * list costs nothing per held sender beyond these. */
@@ -394,6 +402,11 @@ typedef struct pm__hub {
     uint64_t replies_dropped; /* replies to a requester whose queue was full */
     uint64_t not_draining;  /* stalls reported (ops->not_draining) */
     uint64_t ring_full_waits; /* a sender held back by a full destination */
+    pm__port *leave_from;   /* the local sender whose frame is being pushed, when its
+                               frame may be left in its ring (hub_queue.c) */
+    int left_now;           /* the push just refused left the frame in its ring */
+    uint64_t frames_queued; /* frames copied into a queue (tests: copies per frame) */
+    uint64_t left_waits;    /* senders held with their frame left in their ring */
     /* Peer links (doc/design.md, "Peer links"): the host table (index 0 is
      * this host), copied into every worker's control block. */
     int peer_mode;
@@ -449,6 +462,10 @@ void pm__hub_mark_rang(pm__hub *h, unsigned p);
 void pm__hub_mark_dirty(pm__hub *h, pm__port *p);
 /* It has a deadline of its own now (stall_since_ms: the drain timeout). */
 void pm__hub_mark_timed(pm__hub *h, pm__port *p);
+/* For pm__ring_scan over a sender's ring: 0 while a frame is a message or
+ * request to local port arg (a pm__port *) that may wait in the sender's
+ * ring, 1 at anything else (hub_queue.c). */
+int pm__hub_not_for(const void *rec, size_t len, void *arg);
 /* One turn's pass over the ready list: begin detaches it (ports marked
  * from then on wait for the next pass), next hands out its ports one by
  * one (0 at the end). */

@@ -18,6 +18,7 @@
 static void unblock(pm__hub *h, pm__port *t)
 {
     t->blocked_on = -1;
+    t->left = 0;
     pm__hub_mark_busy(h, t);
 }
 
@@ -71,6 +72,17 @@ void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
     d->q_head = q->next;
     if (d->q_head == NULL)
         d->q_tail = NULL;
+    if (q->waiter >= 0) {
+        /* A place holder: its sender is read again now (d has room, or d
+         * is gone and the sender's frame gets its notice), unless it was
+         * read again meanwhile. A sender of a later incarnation held on d
+         * for its own frame just tries once more. */
+        pm__port *t = &h->ports[q->waiter];
+        if (t->blocked_on == (int)d->index && t->left)
+            unblock(h, t);
+        free(q);
+        return;
+    }
     d->q_frames--;
     d->q_bytes -= q->len;
     h->queued_bytes -= q->len;
@@ -126,6 +138,64 @@ static int send_big(pm__port *d, unsigned char *buf, int fd, uint64_t big_len)
     return 0;
 }
 
+/* For pm__ring_scan: 0 while a frame of the sender's ring is a message or
+ * a request to local port d without a large message's fd (the kind that
+ * may wait in the sender's ring for d), 1 at anything else. The header is
+ * decoded from a private copy: the sender may rewrite it meanwhile (and so
+ * mislead only the decision about its own frames). */
+int pm__hub_not_for(const void *rec, size_t len, void *arg)
+{
+    const pm__port *d = arg;
+    unsigned char hdr[PM__FRAME_HDR_SIZE];
+    pm__frame_hdr f;
+    if (len < sizeof(hdr))
+        return 1;
+    memcpy(hdr, rec, sizeof(hdr));
+    if (pm__frame_decode_header(hdr, len, PM__LINK_MAX_FRAME, &f) < 0)
+        return 1;
+    return !((f.type == PM__FT_MSG || f.type == PM__FT_REQUEST) && (f.flags & PM__FF_MEMFD) == 0 &&
+             f.dst_host == PM__HOST_LOCAL && f.dst == d->index);
+}
+
+/*
+ * d's ring is full and nothing waits for it: may sender s wait with its
+ * frame left in its own ring instead of a copy in d's queue? Only if every
+ * frame s has published behind this one is for d too, so holding s back
+ * delays no traffic of s to anyone else (the backpressure rule). Then a
+ * place holder (no frame) goes into d's queue, which reads s again when d
+ * has room, and s's doorbell is armed beyond what was scanned
+ * (pm__hub_arm_idle), so a later frame of s for someone else is seen and s
+ * is read again at once (pm__hub_port_service). A single-destination
+ * stream to a slower reader so costs one copy per frame, from ring to
+ * ring, as before the queues: queued, each frame was copied three times
+ * (in, out, wiped) through up to 4 MiB of heap per sender, and the hub,
+ * slower than the reader, never emptied the queue again.
+ * 1 when s waits so (the caller returns -EAGAIN), 0 to queue as usual.
+ */
+static int leave_in_ring(pm__hub *h, pm__port *s, pm__port *d, size_t total)
+{
+    s->scan_pos = 0;
+    if (pm__ring_scan(&s->link->rx, &s->scan_pos, pm__hub_not_for, d) != 0)
+        return 0;
+    pm__qframe *q = malloc(sizeof(*q));
+    if (q == NULL)
+        return 0;
+    memset(q, 0, sizeof(*q));
+    q->fd = -1;
+    q->waiter = (int)s->index;
+    d->q_head = d->q_tail = q;
+    d->stall_since_ms = pm__now_ms(); /* the drain timeout starts */
+    d->drain_reported = 0;
+    pm__hub_mark_timed(h, d);
+    /* Ask d to ring our doorbell when it frees room; room already: flush
+     * (which reads s again) this turn. */
+    if (pm__ring_arm_space(&d->link->tx, total) != 0)
+        pm__hub_mark_busy(h, d);
+    h->left_now = 1;
+    h->left_waits++;
+    return 1;
+}
+
 /* Puts a frame into d's ring, or d's queue when the ring is full (or
  * frames already wait: order per sender and destination is kept), charged
  * as `charge` says. 0; -EAGAIN: the sender's hold (or the total) is at its
@@ -161,6 +231,9 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
         }
         if (rc != -EAGAIN)
             return rc;
+        if (h->leave_from != NULL && charge == h->leave_from->index && fd < 0 &&
+            leave_in_ring(h, h->leave_from, d, total))
+            return -EAGAIN;
     }
     int full = charge == PM__CHARGE_ANSWER ? -ENOBUFS : -EAGAIN;
     uint32_t *frames, *fds;
@@ -183,7 +256,9 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
     q->big_len = big_len;
     q->credit_host = 0;
     q->credit_port = 0;
+    q->waiter = -1;
     write_frame(q->data, f, payload, len);
+    h->frames_queued++;
     if (d->q_tail != NULL) {
         d->q_tail->next = q;
     } else {
@@ -229,6 +304,10 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
         while (d->q_head != NULL) {
             pm__qframe *q = d->q_head;
             void *p;
+            if (q->waiter >= 0) {
+                pm__hub_dequeue(h, d, q); /* reads its sender again */
+                continue;
+            }
             int rc = pm__ring_reserve(&d->link->tx, q->len, &p);
             if (rc == -EAGAIN)
                 break;

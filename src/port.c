@@ -176,15 +176,18 @@ static void read_ring(pm__hub *h, pm__port *p)
     if (!p->reading)
         return;
     pm__ring_release(&p->link->rx);
-    if (p->blocked_on != -1)
+    if (p->blocked_on != -1 && !p->left)
         return; /* a blocked sender (a full destination or link) is read again
                    when it is unblocked */
-    if (drained) {
+    if (drained || p->left) {
         /* Armed just before the loop sleeps (arm_idle), so a busy hub lets
          * its workers publish without ringing. Until then the port is on
          * the arm list, which is what keeps a frame published meanwhile
          * from being left unread: arm_idle (or the spin, any_arrived)
-         * looks at its ring again before the loop can sleep. */
+         * looks at its ring again before the loop can sleep. A sender
+         * held with its frame left in its ring is armed the same way,
+         * beyond what was scanned: its next frame may be for someone
+         * else, who must not wait for its held destination. */
         p->want_arm = 1;
         if (!p->in_arm) {
             p->in_arm = 1;
@@ -193,6 +196,27 @@ static void read_ring(pm__hub *h, pm__port *p)
     } else {
         pm__hub_mark_busy(h, p); /* its batch is over: at the end of the next pass */
     }
+}
+
+/* A sender held with its frame left in its ring published more: read it
+ * again at once if a frame behind is for anyone else (it must not wait for
+ * the held destination; the full destination's frames then go to its
+ * queue as usual), else stay held and armed beyond what was seen. */
+static int still_left(pm__hub *h, pm__port *p)
+{
+    pm__port *d = &h->ports[p->blocked_on];
+    int rc = d->link != NULL ? pm__ring_scan(&p->link->rx, &p->scan_pos, pm__hub_not_for, d) : 1;
+    if (rc == 0) {
+        p->want_arm = 1;
+        if (!p->in_arm) {
+            p->in_arm = 1;
+            h->arm.v[h->arm.n++] = p->index;
+        }
+        return 1;
+    }
+    p->blocked_on = -1;
+    p->left = 0;
+    return 0;
 }
 
 void pm__hub_port_service(pm__hub *h, unsigned i)
@@ -205,6 +229,8 @@ void pm__hub_port_service(pm__hub *h, unsigned i)
     if (!p->reading)
         return;
     pm__ring_disarm(&p->link->rx);
+    if (p->left && p->blocked_on >= 0 && still_left(h, p))
+        return;
     read_ring(h, p);
 }
 
@@ -234,14 +260,15 @@ int pm__hub_arm_idle(pm__hub *h)
         if (!p->want_arm)
             continue; /* serviced again since it drained, or cut off */
         p->want_arm = 0;
-        if (!p->reading || p->blocked_on != -1)
+        if (!p->reading || (p->blocked_on != -1 && !p->left))
             continue;
         /* pm__ring_arm sets the flag, then (a full fence, paired with the
          * worker's after its publish) looks at the ring again: a frame
          * published before the worker could see the flag is found here and
          * the port goes back on the ready list instead of waiting for a
          * doorbell that will never ring. */
-        int more = pm__ring_arm(&p->link->rx);
+        int more = p->left ? pm__ring_arm_beyond(&p->link->rx, p->scan_pos)
+                           : pm__ring_arm(&p->link->rx);
         if (more < 0) {
             h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
         } else if (more > 0) {
@@ -260,7 +287,10 @@ int pm__hub_any_arrived(pm__hub *h)
 {
     for (unsigned k = 0; k < h->arm.n; k++) {
         pm__port *p = &h->ports[h->arm.v[k]];
-        if (p->want_arm && p->reading && p->blocked_on == -1 && !pm__ring_empty(&p->link->rx)) {
+        if (!p->want_arm || !p->reading)
+            continue;
+        if (p->left ? pm__ring_beyond(&p->link->rx, p->scan_pos) > 0
+                    : p->blocked_on == -1 && !pm__ring_empty(&p->link->rx)) {
             pm__hub_mark_busy(h, p);
             return 1;
         }

@@ -540,6 +540,61 @@ int pm__ring_wait_gated(pm__ring *r, int timeout_ms, int may_spin)
     return spin_then_park(r, data_for, 0, &r->sh->cons_waiting, timeout_ms, may_spin);
 }
 
+int pm__ring_scan(pm__ring *r, uint64_t *pos, int (*fn)(const void *payload, size_t len, void *arg),
+                  void *arg)
+{
+    if (r->poisoned || refresh_head(r) < 0)
+        return -1;
+    uint64_t at = r->tail + (r->peek_ptr != NULL ? r->peek_total : 0);
+    if (*pos > at && *pos <= r->head_cache)
+        at = *pos; /* records before it were seen by an earlier scan */
+    while (at < r->head_cache) {
+        /* The same checks as pm__ring_peek, on a local copy of each record
+         * header, so nothing here reads outside the data area whatever the
+         * producer writes meanwhile. */
+        uint64_t avail = r->head_cache - at;
+        uint64_t off = at & r->mask;
+        uint64_t room = r->cap - off;
+        uint64_t rec = load_rec(r->data + off);
+        uint32_t rlen = (uint32_t)rec;
+        uint32_t flags = (uint32_t)(rec >> 32);
+        if (flags == REC_PAD) {
+            if (off == 0 || rlen != room - PM__RING_REC_HDR || room >= avail)
+                return -1;
+            at += room;
+            continue;
+        }
+        uint64_t total = PM__RING_REC_HDR + PM__ALIGN8((uint64_t)rlen);
+        if (flags != 0 || rlen == 0 || rlen > r->max_frame || total > room || total > avail)
+            return -1;
+        if (fn(r->data + off + PM__RING_REC_HDR, rlen, arg) != 0)
+            return 1;
+        at += total;
+    }
+    *pos = at;
+    return 0;
+}
+
+int pm__ring_beyond(pm__ring *r, uint64_t pos)
+{
+    if (r->poisoned || refresh_head(r) < 0)
+        return -EBADMSG;
+    return r->head_cache > pos;
+}
+
+int pm__ring_arm_beyond(pm__ring *r, uint64_t pos)
+{
+    /* The fence in arm_flag pairs with the producer's after its publish
+     * (wake_if_waiting): a publish it made before it could see our flag
+     * is seen by the load of its index below, so nothing published
+     * beyond pos waits for a doorbell that will not ring. */
+    arm_flag(&r->sh->cons_waiting, WAIT_FD);
+    int rc = pm__ring_beyond(r, pos);
+    if (rc != 0)
+        pm__ring_disarm(r);
+    return rc;
+}
+
 int pm__ring_consumer_parked(const pm__ring *r)
 {
     /* Relaxed: a hint for a spin decision, never for a wake-up. A stale

@@ -253,4 +253,24 @@ void pm__ring_disarm(pm__ring *r);
 /* 1 when the consumer has nothing to read (refreshes the producer index). */
 int pm__ring_empty(pm__ring *r);
 
+/* Looks at the records published after the frame peeked last (or after
+ * *pos, a position an earlier scan returned, when that is further on)
+ * without consuming anything, calling fn with each record's payload (in
+ * shared memory: copy before parsing) until fn returns non-zero.
+ * Returns 1 when fn did, 0 when every record up to the producer's index
+ * was seen (*pos is then that index), -1 when a record is impossible (not
+ * poisoned for that: the next peek judges it) or the producer's index is
+ * (poisoned, as a peek would). Speculative: a producer that rewrites what
+ * it published only misleads decisions about itself. */
+int pm__ring_scan(pm__ring *r, uint64_t *pos, int (*fn)(const void *payload, size_t len, void *arg),
+                  void *arg);
+
+/* pm__ring_arm for a consumer that leaves the frames up to pos unread on
+ * purpose (a held sender): announce the wait, then 1 (and disarmed) if
+ * something was published beyond pos, 0 when armed, -EBADMSG. */
+int pm__ring_arm_beyond(pm__ring *r, uint64_t pos);
+
+/* 1 when something was published beyond pos (no arming). */
+int pm__ring_beyond(pm__ring *r, uint64_t pos);
+
 #endif /* PM_RING_H */

@@ -73,8 +73,22 @@ static inline size_t pm_test_slot_queued_bytes(const pm_cluster *c, unsigned i)
     return c->hub.ports[i].q_bytes;
 }
 
+/* Frames the hub has copied into a queue since the start, and the times a
+ * sender was held with its frame left in its own ring instead (a full
+ * destination, nothing for anyone else behind it). */
+static inline uint64_t pm_test_hub_frames_queued(const pm_cluster *c)
+{
+    return c->hub.frames_queued;
+}
+
+static inline uint64_t pm_test_hub_left_waits(const pm_cluster *c)
+{
+    return c->hub.left_waits;
+}
+
 /* -1, or: slot i is not read because its frames waiting in the hub reached
- * their bound; the destination of the frame that did not fit. */
+ * their bound (or its destination is full and its frame was left in its
+ * ring); the destination of the frame that did not fit. */
 static inline int pm_test_slot_blocked_on(const pm_cluster *c, unsigned i)
 {
     return c->hub.ports[i].blocked_on;

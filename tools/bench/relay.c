@@ -359,7 +359,12 @@ int cmd_relay(const bench_opts *opts)
     printf("relay stream: worker -> hub -> worker, median of %u runs\n", runs);
     printf("  %-6s %-12s %14s %10s %16s %18s\n", "size", "transport", "frames/s", "MB/s",
            "syscalls/frame", "procmesh speed-up");
+    /* PM_BENCH_STREAM=<size> (64 or 4096): that stream alone, no round
+     * trips, so that a bisect or perf record sees one stream. */
+    const char *stream = getenv("PM_BENCH_STREAM");
     for (size_t z = 0; z < PM__ARRAY_SIZE(sizes); z++) {
+        if (stream != NULL && strtoul(stream, NULL, 10) != sizes[z])
+            continue;
         rsh->size = sizes[z];
         rsh->frames = opts->frames ? opts->frames : (sizes[z] == 64 ? 1000000 : 200000);
         rsh->pingpong = 0;
@@ -389,6 +394,8 @@ int cmd_relay(const bench_opts *opts)
                    sysf, ratio);
         }
     }
+    if (stream != NULL)
+        goto out;
 round_trips:
     rsh->size = 64;
     rsh->rounds = rounds;
@@ -428,6 +435,7 @@ round_trips:
         }
         print_load();
     }
+out:
     free(v);
     munmap(rsh, shsize);
     return 0;
