@@ -42,10 +42,20 @@ static void take(pm_node *n, const pm_message *m)
  * the previous one. Sending without reading would deadlock the circle once
  * every ring and the hub's queues are full, so sends are tried, and the
  * worker reads whenever it cannot send; once it has all it should receive,
- * nobody waits for it and it may block in send. */
+ * nobody waits for it and it may block in send, and once it has sent all
+ * it blocks in receive.
+ *
+ * A worker that can neither send nor receive waits for a message with a
+ * timeout, because the API has no wait for "room to send" (pm_node_fd is
+ * readable for messages only). That timeout backs off from 1 ms to 16 ms
+ * while nothing moves: at 1 ms, 256 such workers woke 256,000 times a
+ * second between them, which took both CPUs of this machine and starved
+ * the hub they were waiting for (the N = 256 stream made no progress in
+ * 20 s). Any progress resets it. */
 static void stream(pm_node *n, const pm_address *next, const char *buf)
 {
     uint64_t q = ssh->quota, sent = 0;
+    int wait_ms = 1;
     pm_message m;
     while (sent < q || got < q) {
         int progress = 0;
@@ -61,8 +71,19 @@ static void stream(pm_node *n, const pm_address *next, const char *buf)
             take(n, &m);
             progress = 1;
         }
-        if (!progress && pm_node_recv(n, &m, 1) == 0)
+        if (progress) {
+            wait_ms = 1;
+            continue;
+        }
+        int rc = pm_node_recv(n, &m, sent < q ? wait_ms : -1);
+        if (rc == 0) {
             take(n, &m);
+            wait_ms = 1;
+        } else if (rc == -ESHUTDOWN) {
+            return;
+        } else if (wait_ms < 16) {
+            wait_ms *= 2;
+        }
     }
     atomic_fetch_add(&ssh->done, 1);
 }
@@ -188,6 +209,27 @@ static int read_cap(void)
     return 0;
 }
 
+/* PM_BENCH_RING: each worker's ring size in bytes (default RING_CAP, 1 MiB).
+ * The hub's CPU per frame grows with N mostly through the ring memory a
+ * stream sweeps (N x ring size; see doc/benchmarks.md, "scale"): smaller
+ * rings show it. 0, or -1 with the reason printed. */
+static uint64_t ring_bytes = RING_CAP;
+static int read_ring(void)
+{
+    const char *env = getenv("PM_BENCH_RING");
+    if (env == NULL || *env == '\0')
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (errno != 0 || *end != '\0' || env[0] == '-' || v < 4096 || v > ((uint64_t)1 << 30)) {
+        fprintf(stderr, "pm-bench: scale: PM_BENCH_RING: '%s' is not a ring size in bytes from 4096 to 1 GiB\n", env);
+        return -1;
+    }
+    ring_bytes = v;
+    return 0;
+}
+
 struct figures {
     double fps, stream_cpu_ns, rtt_p50, rtt_p99, rtt_cpu_ns, rps;
     double capped; /* 1 when a phase hit POINT_CAP_S */
@@ -261,7 +303,7 @@ static int one_n(unsigned workers, uint64_t total, struct figures *fg)
     pm_options_set_ready_timeout_ms(o, READY_TIMEOUT_MS);
     pm_options_set_bootstrap(o, scale_worker, (void *)(uintptr_t)workers);
     pm_options_set_on_event(o, NULL, NULL);
-    pm_options_set_ring_size(o, RING_CAP);
+    pm_options_set_ring_size(o, ring_bytes);
     pm_cluster *c;
     int rc = pm_cluster_spawn(o, &c);
     pm_options_free(o);
@@ -352,11 +394,11 @@ int cmd_scale(const bench_opts *opts)
     size_t ns_spawn = opts->quick ? PM__ARRAY_SIZE(spawn_quick) : PM__ARRAY_SIZE(spawn_full);
     uint64_t frames = opts->quick ? 2000 : opts->frames;
     unsigned rounds = opts->quick ? 40 : opts->rounds, runs = opts->quick ? 1 : opts->runs;
-    if (read_cap() < 0)
+    if (read_cap() < 0 || read_ring() < 0)
         return 1;
     print_machine();
     print_build();
-    printf("scale: fork mode, 64 B frames, 1 MiB rings, median of %u runs%s\n", runs,
+    printf("scale: fork mode, 64 B frames, %" PRIu64 " KiB rings, median of %u runs%s\n", ring_bytes >> 10, runs,
            opts->quick ? " (--quick: tiny counts, not a measurement)" : "");
     printf("  stream: %" PRIu64 " frames in all, each worker to the next; requests: %u in all,\n"
            "  every worker but slot 0 asking slot 0, one at a time; hub CPU = the supervisor's\n"
