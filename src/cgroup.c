@@ -485,19 +485,24 @@ void pm__cg_slot_zero(pm__cg_slot *s)
     s->oom_base = -1;
 }
 
-void pm__cg_slot_close_fds(pm__cg_slot *s)
+void pm__cg_slot_release_copy(const pm__cg_slot *s)
 {
     int saved = errno;
     pm__close(s->dir_fd);
     pm__close(s->procs_fd);
     pm__close(s->events_fd);
     pm__close(s->kill_fd);
-    s->dir_fd = s->procs_fd = s->events_fd = s->kill_fd = -1;
-    for (int i = 0; i < PM__CG_NCTRL; i++) {
+    for (int i = 0; i < PM__CG_NCTRL; i++)
         pm__close(s->v1_procs[i]);
-        s->v1_procs[i] = -1;
-    }
     errno = saved;
+}
+
+void pm__cg_slot_close_fds(pm__cg_slot *s)
+{
+    pm__cg_slot_release_copy(s);
+    s->dir_fd = s->procs_fd = s->events_fd = s->kill_fd = -1;
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        s->v1_procs[i] = -1;
 }
 
 static long long oom_count(const pm__cg_slot *s);

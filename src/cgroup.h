@@ -88,8 +88,12 @@ int pm__cg_slot_open(const pm__cg_root *r, unsigned index, const pm__cg_limits *
                      pm__cg_slot *s, char *why, size_t size);
 /* Fds set to -1 (before pm__cg_slot_open, so a close is always safe). */
 void pm__cg_slot_zero(pm__cg_slot *s);
-/* Closes the fds only (a fork-mode child drops every slot's). errno kept. */
+/* Closes the fds only and sets them to -1. errno kept. */
 void pm__cg_slot_close_fds(pm__cg_slot *s);
+/* A fork child's copy: closes the fds without writing to *s, errno kept
+ * (see pm__link_release_copy: no copy-on-write of the supervisor's slot
+ * table). A fork-mode child drops every slot's so. */
+void pm__cg_slot_release_copy(const pm__cg_slot *s);
 /* Ends and removes the slot's cgroup. errno kept. */
 void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);
 

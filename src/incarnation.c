@@ -56,15 +56,19 @@ static void fork_child(void *arg, const pm__spawn_req *req)
          * output would steal lines from the supervisor. */
         pm__close(t->out.s[0].fd);
         pm__close(t->out.s[1].fd);
+        /* The _copy forms close without writing to the slot table, which
+         * this process shares copy-on-write with the supervisor: writing a
+         * sentinel into every slot faulted in a private copy of the whole
+         * table, O(N) page faults (and TLB flushes) per new worker. */
         if (t != x->own)
-            pm__link_close(&t->link);
+            pm__link_release_copy(&t->link);
         /* Every prepared link too, its own slot's included: a spare is
          * the memory of an incarnation that does not exist yet. */
         if (t->spare != NULL)
-            pm__link_close(t->spare);
+            pm__link_release_copy(t->spare);
         /* It has joined its cgroup: no worker keeps a handle on any slot's
          * (another's cgroup.kill would let it end its siblings). */
-        pm__cg_slot_close_fds(&t->cg);
+        pm__cg_slot_release_copy(&t->cg);
     }
     pm__loop_forget(&c->loop);
     pm__mesh_forget(c); /* the link sockets: the supervisor's alone */

@@ -110,6 +110,13 @@ static inline const struct pm__ctl *pm__link_ctl(const pm__link *l)
 }
 
 /* Unmaps and closes everything; keeps errno. */
+/* A fork child's copy of a link that is not its own: closes the fds and
+ * unmaps without writing to *l. Writing (the sentinels of pm__link_close)
+ * would copy-on-write the page the struct shares with the supervisor: with
+ * N slots each new worker took O(N) such faults, each a TLB flush, and a
+ * spawn of N workers grew as N^2. The child must not use *l afterwards. */
+void pm__link_release_copy(const pm__link *l);
+
 void pm__link_close(pm__link *l);
 
 #endif /* PM_LINK_H */

@@ -9,6 +9,7 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -280,6 +281,76 @@ START_TEST(test_ready_mode_exec_and_listen_fds)
 }
 END_TEST
 
+/* Page faults of each fork-mode worker from its fork to its bootstrap
+ * (getrusage in the child counts from the fork), by slot; shared with the
+ * children (MAP_SHARED, made before the spawn). */
+#define FAULT_SLOTS 160
+static long *faults;
+
+static int boot_faults(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    unsigned slot = pm_node_self(n)->port - 1;
+    if (slot < FAULT_SLOTS)
+        __atomic_store_n(&faults[slot], ru.ru_minflt, __ATOMIC_RELEASE);
+    if (pm_node_ready(n) < 0)
+        return 50;
+    idle();
+    return 0;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median page faults of n fork-mode workers before their code runs. */
+static long median_faults(unsigned n)
+{
+    memset(faults, 0, FAULT_SLOTS * sizeof(long));
+    pm_options *o = opts((int)n);
+    pm_options_set_bootstrap(o, boot_faults, NULL);
+    pm_options_set_base_port(o, 1);
+    pm_options_set_ring_size(o, 1 << 16);
+    pm_options_set_ready_timeout_ms(o, 60000);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    long v[FAULT_SLOTS];
+    for (unsigned i = 0; i < n; i++)
+        v[i] = __atomic_load_n(&faults[i], __ATOMIC_ACQUIRE);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+    for (unsigned i = 0; i < n; i++)
+        ck_assert_msg(v[i] > 0, "worker %u did not report its page faults", i);
+    qsort(v, n, sizeof(v[0]), cmp_long);
+    return v[n / 2];
+}
+
+/* A fork-mode child drops every other slot's fds and mapping without
+ * writing to the slot table it shares copy-on-write with the supervisor
+ * (pm__link_release_copy, pm__cg_slot_release_copy): the page faults a new
+ * worker takes before its code runs do not grow with the number of slots.
+ * Writing the sentinels copied the whole table into every child: about
+ * one fault per few slots, O(N) per spawn, a spawn of N workers O(N^2). */
+START_TEST(test_fork_child_faults_flat_in_n)
+{
+    faults = mmap(NULL, FAULT_SLOTS * sizeof(long), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(faults, MAP_FAILED);
+    long few = median_faults(4);
+    long many = median_faults(FAULT_SLOTS);
+    /* A margin for the larger hub's own structures (its port table is
+     * touched by the hub wipe), far below one fault per slot. */
+    ck_assert_msg(many <= few + 16, "page faults before the worker's code: %ld with %d slots, %ld with 4", many,
+                  FAULT_SLOTS, few);
+    munmap(faults, FAULT_SLOTS * sizeof(long));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spawn");
@@ -289,5 +360,6 @@ int main(void)
     PM_ADD_TEST(s, test_spawn_failure_kills_siblings, 60);
     PM_ADD_TEST(s, test_spawn_resources_exhausted, 60);
     PM_ADD_TEST(s, test_ready_mode_exec_and_listen_fds, 60);
+    PM_ADD_TEST(s, test_fork_child_faults_flat_in_n, 240);
     return pm_test_main(s);
 }
