@@ -362,7 +362,7 @@ sec=$work/section.md
                     who = a[1] == "crash" ? crash[i] : col[i]
                     if (!((a[1], a[2], who) in v)) { line = line " - |"; continue }
                     x = v[a[1], a[2], who]
-                    cell = a[4] == "M frames/s" ? sprintf("%.3g", x / 1e6) : a[4] == "us" ? sprintf("%.1f", x / 1e3) : sprintf("%.2f", x / 1e6)
+                    cell = a[4] == "M frames/s" ? sprintf("%#.3g", x / 1e6) : a[4] == "us" ? sprintf("%.1f", x / 1e3) : sprintf("%.2f", x / 1e6)
                     if (who != col[i]) cell = cell " (" who ")"
                     line = line " " cell " |"
                 }
@@ -377,7 +377,7 @@ sec=$work/section.md
     awk -F, '$1 == "compare" { k = $2 SUBSEP $3 SUBSEP $4; v[k, $5] = $6;
             if (!(k in seen)) { seen[k] = 1; order[n++] = k } }
         END { for (i = 0; i < n; i++) { split(order[i], a, SUBSEP); k = order[i];
-            if (a[1] == "stream") { w = "relay stream " a[2] " B"; f = sprintf("%.3g M frames/s", v[k, "frames_per_s"] / 1e6) }
+            if (a[1] == "stream") { w = "relay stream " a[2] " B"; f = sprintf("%#.3g M frames/s", v[k, "frames_per_s"] / 1e6) }
             else if (a[1] == "rtt") { w = "round trip " a[2] " B"; f = sprintf("p50 %.1f us, p99 %.1f us", v[k, "p50_ns"] / 1e3, v[k, "p99_ns"] / 1e3) }
             else { w = "crash-to-ready"; f = sprintf("p50 %.2f ms, p99 %.2f ms", v[k, "p50_ns"] / 1e6, v[k, "p99_ns"] / 1e6) }
             fs = ((k, "fork_speedup") in v) ? sprintf("%.2fx", v[k, "fork_speedup"]) : "-";
