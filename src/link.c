@@ -178,11 +178,6 @@ void pm__link_release_copy(const pm__link *l)
 
 void pm__link_close(pm__link *l)
 {
-    pm__shm_unmap(l->map, l->map_size);
-    pm__close(l->memfd);
-    pm__close(l->hub_efd);
-    pm__close(l->node_efd);
-    pm__close(l->sock);
-    pm__close(l->node_sock);
+    pm__link_release_copy(l);
     pm__link_zero(l);
 }
