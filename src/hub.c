@@ -647,12 +647,18 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
                 if (b->results[i].error != RESULT_PENDING)
                     continue;
                 b->results[i].error = -ETIMEDOUT;
-                /* Forget the request so a late reply is dropped and counted. */
+                /* Forget the request so a late reply is dropped and counted
+                 * (filed under the origin's supervisor for a remote host's
+                 * fan-out: left in place, a late reply would cross the link
+                 * as a plain REPLY nobody asked for). */
                 uint32_t node;
                 pm__inflight e;
                 if (pm__address_node(&h->names, &b->results[i].from, &node) == 0 &&
                     node < h->nports)
-                    pm__hub_take_inflight(h, &h->ports[node], PM__NODE_MAIN, b->first_id + i, &e);
+                    pm__hub_take_inflight(h, &h->ports[node],
+                                          b->src_host == PM__HOST_LOCAL ? PM__NODE_MAIN
+                                                                        : PM__REMOTE_NODE(b->src_host, 0),
+                                          b->first_id + i, &e);
             }
             b->pending = 0;
             pm__hub_bcast_complete(h, b);

@@ -65,7 +65,9 @@ typedef struct pm__qframe {
     uint32_t credit_port;   /* the address port the sender's window counts it for */
     int waiter;             /* -1, or a place holder carrying no frame: this sender
                                waits with its frame left in its own ring (no copy)
-                               and is read again when the queue gets here */
+                               and is read again when the queue gets here and
+                               the destination's ring has room for need bytes */
+    uint32_t need;          /* a place holder's: the size of the waiter's frame */
     unsigned char data[];
 } pm__qframe;
 

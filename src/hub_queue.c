@@ -183,6 +183,7 @@ static int leave_in_ring(pm__hub *h, pm__port *s, pm__port *d, size_t total)
     memset(q, 0, sizeof(*q));
     q->fd = -1;
     q->waiter = (int)s->index;
+    q->need = (uint32_t)total;
     d->q_head = d->q_tail = q;
     d->stall_since_ms = pm__now_ms(); /* the drain timeout starts */
     d->drain_reported = 0;
@@ -296,6 +297,12 @@ int pm__hub_push_fd(pm__hub *h, pm__port *d, const pm__frame_hdr *f, int fd, uin
     return push_any(h, d, &g, ann, sizeof(ann), charge, fd, big_len);
 }
 
+/* The room a queued entry needs in its destination's ring. */
+static uint32_t qneed(const pm__qframe *q)
+{
+    return q->waiter >= 0 ? q->need : q->len;
+}
+
 void pm__hub_flush(pm__hub *h, pm__port *d)
 {
     int moved = 0;
@@ -305,6 +312,21 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
             pm__qframe *q = d->q_head;
             void *p;
             if (q->waiter >= 0) {
+                /* Its sender is read again only once its frame fits. Let
+                 * go early (d serviced because it rang or sent, not because
+                 * it read), the sender would find d still full and wait
+                 * again behind a new place holder with a fresh drain clock:
+                 * a d that never reads but keeps ringing would never be
+                 * reported not draining, and each time the hub would scan
+                 * the sender's ring again. */
+                int rc = pm__ring_reserve(&d->link->tx, q->need, &p);
+                if (rc == -EAGAIN)
+                    break;
+                if (rc < 0) {
+                    h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+                    return;
+                }
+                pm__ring_unreserve(&d->link->tx);
                 pm__hub_dequeue(h, d, q); /* reads its sender again */
                 continue;
             }
@@ -346,7 +368,7 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
          * its release unless room appeared meanwhile. */
         pm__ring_publish(&d->link->tx);
         d->dirty = 0;
-        if (pm__ring_arm_space(&d->link->tx, d->q_head->len) <= 0)
+        if (pm__ring_arm_space(&d->link->tx, qneed(d->q_head)) <= 0)
             break;
     }
     /* Progress restarts the drain timeout; an empty queue stops it. */

@@ -28,6 +28,7 @@ enum role {
                      main, and the marker as its broadcast reply */
     H_SCANNER,    /* first incarnation honest; a replacement scans its own
                      memory for the marker and reports "#scan N" */
+    H_CHATTY,     /* never reads its ring; says "#chat" to main every 10 ms */
 };
 
 struct plan {
@@ -263,7 +264,7 @@ static int worker(pm_node *n, void *arg)
         role = H_HONEST;
     }
     pm_message m;
-    if (role != H_HONEST && role != H_SILENT && role != H_SCANNER) {
+    if (role != H_HONEST && role != H_SILENT && role != H_SCANNER && role != H_CHATTY) {
         /* Act only once main says so. */
         if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
             return 40;
@@ -272,6 +273,11 @@ static int worker(pm_node *n, void *arg)
     case H_SILENT:
         beat_forever(n);
         break;
+    case H_CHATTY:
+        for (;;) {
+            say(n, "chat");
+            usleep(10000);
+        }
     case H_REQ_FLOOD: {
         const char *what = p->ask != NULL ? p->ask : "ping";
         for (uint32_t i = 0; i < p->count; i++) {
@@ -508,6 +514,32 @@ START_TEST(test_not_draining)
 }
 END_TEST
 
+/* A destination that never reads its ring but keeps sending (so the hub
+ * services its port every 10 ms) while a single-destination stream waits
+ * for it, the stream's frames left in the sender's ring behind a place
+ * holder: it is still reported not draining. Before, every service of the
+ * destination let the place holder go although the ring had no room, the
+ * sender found it full again and waited behind a new place holder with a
+ * fresh drain clock, so the report never came. */
+START_TEST(test_not_draining_while_chatty)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = H_STUFFER;
+    plan.peer[0] = 1;
+    plan.role[1] = H_CHATTY;
+    pm_options *o = opts(2);
+    pm_options_set_bootstrap(o, worker, &plan);
+    ck_assert_int_eq(pm_options_set_drain_timeout_ms(o, 300), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start(c, 0);
+    RUN_UNTIL(c, not_draining_events >= 1, 20000);
+    ck_assert_int_eq(not_draining_slot, 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 /* FAULTS.md 31: one requester fills the in-flight table with requests that
  * never expire (no deadline) to a worker that ignores them. Only that
  * requester hits its cap; another requester's request still gets through
@@ -625,6 +657,7 @@ int main(void)
     TCase *tc = pm_tcase("test_not_draining", 60);
     tcase_add_loop_test(tc, test_not_draining, 0, 2);
     suite_add_tcase(s, tc);
+    PM_ADD_TEST(s, test_not_draining_while_chatty, 60);
     PM_ADD_TEST(s, test_inflight_cap_per_requester, 90);
     PM_ADD_TEST(s, test_inflight_lifetime, 60);
     PM_ADD_TEST(s, test_fork_replacement_sees_no_traffic, 120);
