@@ -351,27 +351,36 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
     return 0;
 }
 
-/* Main's send or reply to a remote node (pm_cluster_send/reply). */
-int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc, int type,
-                           uint64_t request_id, const void *data, size_t len)
+pm__hub_link *pm__hl_main_frame(pm__hub *h, uint16_t host, uint8_t type, uint32_t port, size_t len,
+                                pm__frame_hdr *f)
 {
     pm__hub_link *l = pm__hl_of(h, host);
     if (l == NULL || !l->up) {
         h->unreachable++;
-        return -EHOSTUNREACH;
+        return NULL;
     }
+    memset(f, 0, sizeof(*f));
+    f->type = type;
+    f->len = (uint32_t)len;
+    f->dst = port;
+    f->src = PM__NODE_MAIN;
+    return l;
+}
+
+/* Main's send or reply to a remote node (pm_cluster_send/reply). */
+int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc, int type,
+                           uint64_t request_id, const void *data, size_t len)
+{
+    pm__frame_hdr f;
+    pm__hub_link *l = pm__hl_main_frame(h, host, (uint8_t)type, port, len, &f);
+    if (l == NULL)
+        return -EHOSTUNREACH;
     /* A large message of main's still crossing goes first: main's frames
      * to one host keep their order. */
     if (l->tx_fd >= 0 && l->tx_owner == PM__NODE_MAIN)
         return -EAGAIN;
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = (uint8_t)type;
-    f.len = (uint32_t)len;
-    f.dst = port;
     f.dst_inc = inc;
     f.request_id = request_id;
-    f.src = PM__NODE_MAIN;
     if (len > PM_MAX_PAYLOAD) {
         /* Not counted in the destination's window: one message at a time
          * per link bounds it. */
@@ -393,20 +402,13 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
 int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc,
                               uint64_t id, int64_t deadline_ms, const void *data, size_t len)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
-    if (l == NULL || !l->up) {
-        h->unreachable++;
-        return -EHOSTUNREACH;
-    }
     pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_REQUEST;
-    f.len = (uint32_t)len;
-    f.dst = port;
+    pm__hub_link *l = pm__hl_main_frame(h, host, PM__FT_REQUEST, port, len, &f);
+    if (l == NULL)
+        return -EHOSTUNREACH;
     f.dst_inc = inc;
     f.request_id = id;
     f.deadline_ms = deadline_ms;
-    f.src = PM__NODE_MAIN;
     if (l->tx_fd >= 0 && l->tx_owner == PM__NODE_MAIN)
         return -EAGAIN; /* main's large message still crossing goes first */
     if (len > PM_MAX_PAYLOAD) {

@@ -9,6 +9,11 @@
 
 /* host's link, or NULL (not peer mode, the local host, out of range). */
 pm__hub_link *pm__hl_of(pm__hub *h, uint16_t host);
+/* For a frame of main's to host: its link when up, with *f cleared and its
+ * type, length, destination port and source (main) set; else NULL with the
+ * frame counted unreachable (the caller returns -EHOSTUNREACH). */
+pm__hub_link *pm__hl_main_frame(pm__hub *h, uint16_t host, uint8_t type, uint32_t port, size_t len,
+                                pm__frame_hdr *f);
 /* A local node's address port: 0 for the supervisor (peer mode). */
 uint32_t pm__hl_port_of(const pm__hub *h, uint32_t node);
 /* The local node an address port of this host names, or -ENOENT. */

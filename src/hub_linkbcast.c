@@ -14,16 +14,11 @@
 int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,
                        const void *data, size_t len)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
-    if (l == NULL || !l->up) {
-        h->unreachable++;
-        return -EHOSTUNREACH;
-    }
     pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_BCAST;
-    f.len = (uint32_t)len;
-    f.dst = 0; /* the remote supervisor */
+    /* dst port 0: the remote supervisor */
+    pm__hub_link *l = pm__hl_main_frame(h, host, PM__FT_BCAST, 0, len, &f);
+    if (l == NULL)
+        return -EHOSTUNREACH;
     f.request_id = id;
     f.deadline_ms = deadline_ms;
     pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
