@@ -286,6 +286,24 @@ PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
  * spin that loses its CPU to another process stops and parks. */
 PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us);
 
+/* Fork mode: 1 keeps, per slot, the next incarnation forked ahead and
+ * waiting (a warm standby), so that a crash is replaced without a fork, a
+ * cgroup write by the child or the new process's page faults on the way
+ * to ready. The standby is forked once the incarnation it would replace is
+ * ready, from the supervisor as it is at that moment (not as it is at the
+ * crash: what the application changed in its memory in between is not
+ * seen by the replacement), and it is set up (its ring memory, fresh as
+ * always; its process group, rlimits, user and seccomp filter) but runs no
+ * application code and can reach no one until the crash makes it the
+ * slot's incarnation; only then is it moved into the slot's cgroup and
+ * does the bootstrap run. It costs one more process per slot (copy-on-write
+ * memory) and dies with the supervisor, the slot's stop or retirement and
+ * pm_cluster_terminate, all of which reap it. A standby that dies while it
+ * waits (killed from outside) is reaped and the next restart forks as
+ * usual. Not with exec mode or captured output (pm_cluster_spawn:
+ * -EINVAL). Default 0. */
+PM_EXTERN int pm_options_set_warm_standby(pm_options *o, int on);
+
 /* A worker that neither made progress (any procmesh call, pm_node_beat) nor
  * waited in pm_node_recv for longer than ms is hung: fenced ("heartbeat"),
  * killed and restarted under the budget. 0 = off. Default 10000. */

@@ -574,6 +574,18 @@ static long long oom_count(const pm__cg_slot *s)
     return pm__cg_parse_oom_kill(text);
 }
 
+int pm__cg_slot_move(const pm__cg_slot *s, pid_t pid)
+{
+    char text[16];
+    int n = snprintf(text, sizeof(text), "%d", (int)pid);
+    if (write(s->procs_fd, text, (size_t)n) < 0)
+        return -errno;
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        if (s->v1_procs[i] >= 0 && write(s->v1_procs[i], text, (size_t)n) < 0)
+            return -errno;
+    return 0;
+}
+
 int pm__cg_slot_populated(const pm__cg_slot *s)
 {
     char text[128];

@@ -104,5 +104,9 @@ void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);
 int pm__cg_slot_end(pm__cg_slot *s, int timeout_ms, unsigned *oom_kills);
 /* 1 when something still runs in the cgroup, 0 not, -errno. */
 int pm__cg_slot_populated(const pm__cg_slot *s);
+/* Moves process pid (one of ours, not running application code: a warm
+ * standby) into the slot's cgroup and its v1 controllers' groups, as the
+ * child's own write of "0" would. 0 or -errno. */
+int pm__cg_slot_move(const pm__cg_slot *s, pid_t pid);
 
 #endif /* PM_CGROUP_H */

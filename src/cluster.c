@@ -105,7 +105,7 @@ void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state)
     pm__hub_port_set_state(&c->hub, s->index, port_state[state]);
     /* A slot that will not start again has no use for a prepared link. */
     if (state == PM_SLOT_STOPPED || state == PM_SLOT_RETIRED)
-        pm__incarnation_spare_drop(s);
+        pm__incarnation_spare_drop(c, s);
 }
 
 static int spawn_error_of(const pm__slot *s)
@@ -219,8 +219,10 @@ static void act_ready(pm_cluster *c, pm__slot *s)
     /* Now that the worker is up, off the path to ready: its successor's
      * link; unless the event's callback already stopped the slot (a
      * stopped slot drops its spare and must not get a new one). */
-    if (s->state == PM_SLOT_READY && s->incarnation == inc)
+    if (s->state == PM_SLOT_READY && s->incarnation == inc) {
         pm__incarnation_spare_prepare(c, s);
+        pm__standby_prepare(c, s); /* on the spare, when asked for */
+    }
 }
 
 static void act_failed(pm_cluster *c, pm__slot *s)
@@ -453,7 +455,7 @@ static void cluster_free(pm_cluster *c)
         pm__close(s->exec_pipe);
         pm__close(s->notify_fd);
         pm__link_close(&s->link);
-        pm__incarnation_spare_drop(s);
+        pm__incarnation_spare_drop(c, s);
         pm__output_free(&s->out);
         pm__budget_free(&s->budget);
         pm__cg_slot_close(&c->cg, &s->cg);
@@ -555,6 +557,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         s->deadlines = &c->deadlines;
         pm__cluster_set_state(c, s, PM_SLOT_BACKOFF); /* no process yet; started at once below */
         s->pidfd = s->exec_pipe = s->notify_fd = -1;
+        s->standby.pidfd = s->standby.go_fd = -1;
         s->out.s[0].fd = s->out.s[1].fd = -1;
         s->last_exit_code = -1;
         pm__link_zero(&s->link);

@@ -30,7 +30,8 @@
 enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
        PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY, PM__TAG_STDOUT, PM__TAG_STDERR,
        PM__TAG_PEER, PM__TAG_PEER_LISTEN /* mesh.c: a link's socket (slot: connection), the listener */,
-       PM__TAG_SOCK /* a worker's large-message socket became writable */ };
+       PM__TAG_SOCK /* a worker's large-message socket became writable */,
+       PM__TAG_STANDBY /* a warm standby's pidfd (standby.c); inc: the incarnation it would be */ };
 #define PM__TAG(kind, slot, inc) \
     (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
 #define PM__TAG_KIND(t) ((int)((t) >> 60))
@@ -48,6 +49,17 @@ typedef struct pm__watch {
 
 #define PM__MAX_WATCH 1024
 
+/* Fork mode with pm_options_set_warm_standby: the next incarnation, forked
+ * ahead onto the spare link and blocked until the crash it replaces
+ * (standby.c). pid 0: none. */
+typedef struct pm__standby {
+    pid_t pid;
+    int pidfd;            /* polled (PM__TAG_STANDBY) while armed */
+    int go_fd;            /* write end of its go pipe: a byte starts it, EOF ends it */
+    int armed;
+    uint64_t incarnation; /* the incarnation it becomes; its link is the slot's spare */
+} pm__standby;
+
 typedef struct pm__slot {
     unsigned index;
     int state;             /* PM_SLOT_* */
@@ -58,6 +70,7 @@ typedef struct pm__slot {
     pm__link link;         /* hub side; link.memfd -1 when none */
     pm__link *spare;       /* the next incarnation's link, prepared ahead, or NULL
                               (incarnation.c) */
+    pm__standby standby;   /* warm standby on the spare link, pid 0 when none */
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on link.hub_efd is outstanding */
     int hub_rang;          /* its doorbell rang this turn: service the port once */
@@ -216,8 +229,35 @@ void pm__cluster_kill_orphans(void);
  * nothing left behind (no process, no fd, no memory); -EADDRINUSE is not
  * the slot's fault (see incarnation.c). */
 int pm__incarnation_start(pm_cluster *c, pm__slot *s);
-/* Closes and frees s's spare link, if it has one (errno preserved). */
-void pm__incarnation_spare_drop(pm__slot *s);
+/* Closes and frees s's spare link, if it has one, and ends (kills and
+ * reaps) the standby waiting on it (errno preserved). */
+void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s);
+/* Forks a process for incarnation inc of s on link l that sets itself up as
+ * fork_child does, then blocks reading go_fd: one byte runs the bootstrap,
+ * EOF ends it. Its pid, or -errno. */
+pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__link *l, uint64_t inc,
+                                   int go_fd);
+
+/* standby.c: the warm standby (pm_options_set_warm_standby). */
+/* After the spare is made at ready: forks the standby onto it; best
+ * effort, errno preserved. */
+void pm__standby_prepare(pm_cluster *c, pm__slot *s);
+/* Ends s's standby (go pipe closed, SIGKILL, reaped); errno preserved. */
+void pm__standby_end(pm_cluster *c, pm__slot *s);
+/* Before the spare is taken: a standby that has died is reaped and the
+ * spare it held dropped (its memory was another process's). */
+void pm__standby_check(pm_cluster *c, pm__slot *s);
+/* Makes the waiting standby incarnation s->incarnation (whose link was just
+ * taken): moved into the slot's cgroup, started. Its pid with s->pidfd set,
+ * 0 when there is none for this incarnation, or -errno (the standby was
+ * ended; the caller must not use the link it held). */
+pid_t pm__standby_take(pm_cluster *c, pm__slot *s);
+/* Its pidfd's poll completed: the standby died while waiting. */
+void pm__standby_on_exit(pm_cluster *c, pm__slot *s, uint64_t tag);
+/* Starts the standby taken by pm__standby_take (its go byte). */
+void pm__standby_go(pm__slot *s);
+/* reap_orphans: pid is a standby of some slot (then ended and reaped). */
+int pm__standby_reap_pid(pm_cluster *c, pid_t pid);
 /* Prepares s's next incarnation's link (the spare) if it has none; best
  * effort, errno preserved. Called when the incarnation becomes ready. */
 void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s);

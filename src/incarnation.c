@@ -30,7 +30,58 @@
 struct child_ctx {
     pm_cluster *c;
     pm__slot *own;
+    pm__link *link;   /* its link: own->link, or own->spare for a standby */
+    uint64_t inc;     /* its incarnation */
+    int go_fd;        /* a standby's go eventfd (blocking), -1 otherwise */
 };
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* One line of /proc/self/maps: a read-only file mapping (code, read-only
+ * data) is populated. */
+static void populate_line(const char *line)
+{
+    unsigned long lo, hi, off, ino;
+    char perm[5];
+    unsigned dmaj, dmin;
+    if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu", &lo, &hi, perm, &off, &dmaj, &dmin, &ino) == 7 &&
+        ino != 0 && perm[0] == 'r' && perm[1] == '-')
+        (void)madvise((void *)lo, hi - lo, MADV_POPULATE_READ);
+}
+
+/* A warm standby, before it waits: a fork child's page tables hold none
+ * of the supervisor's file pages (the kernel copies page tables only for
+ * mappings with private copies), so every page of code the worker then
+ * runs for the first time takes a fault, tens of microseconds each under
+ * paravirtualised paging; after the go that was most of the way to ready.
+ * Mapping all read-only file pages here (page cache pages, no copies; a
+ * few page-table pages per library) takes them off that path. Best
+ * effort: before Linux 5.14 (EINVAL) the faults stay where they were. The
+ * file is read with read(2) into the stack, no allocation. */
+static void populate_code(void)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    char buf[4096], line[512];
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] != '\n') {
+                if (len < sizeof(line) - 1)
+                    line[len++] = buf[i];
+                continue;
+            }
+            line[len] = '\0';
+            populate_line(line);
+            len = 0;
+        }
+    }
+    pm__close(fd);
+}
 
 /* Fork mode, in the child: drop everything of procmesh that is not this
  * slot's, join, run the bootstrap. */
@@ -45,7 +96,7 @@ static void fork_child(void *arg, const pm__spawn_req *req)
      * parent records the pid only after the fork returns. */
     pm__init_msg init;
     init.slot = x->own->index;
-    pm__node_address(&c->hub.names, x->own->index, x->own->incarnation, &init.addr);
+    pm__node_address(&c->hub.names, x->own->index, x->inc, &init.addr);
     init.data = c->o->init_data;
     init.len = (uint32_t)c->o->init_len;
     for (unsigned i = 0; i < c->nslots; i++) {
@@ -60,12 +111,18 @@ static void fork_child(void *arg, const pm__spawn_req *req)
          * this process shares copy-on-write with the supervisor: writing a
          * sentinel into every slot faulted in a private copy of the whole
          * table, O(N) page faults (and TLB flushes) per new worker. */
-        if (t != x->own)
+        if (&t->link != x->link)
             pm__link_release_copy(&t->link);
         /* Every prepared link too, its own slot's included: a spare is
-         * the memory of an incarnation that does not exist yet. */
-        if (t->spare != NULL)
+         * the memory of an incarnation that does not exist yet (unless
+         * this process is the standby that will be it). */
+        if (t->spare != NULL && t->spare != x->link)
             pm__link_release_copy(t->spare);
+        /* The standbys' handles: no worker may start or kill another. */
+        if (t->standby.pid > 0) {
+            pm__close(t->standby.pidfd);
+            pm__close(t->standby.go_fd);
+        }
         /* It has joined its cgroup: no worker keeps a handle on any slot's
          * (another's cgroup.kill would let it end its siblings). */
         pm__cg_slot_release_copy(&t->cg);
@@ -92,17 +149,35 @@ static void fork_child(void *arg, const pm__spawn_req *req)
         setvbuf(stdout, NULL, _IOLBF, BUFSIZ);
     }
     pm_node node;
-    int rc = pm__node_from_hub_link(&node, &x->own->link, &init);
+    int rc = pm__node_from_hub_link(&node, x->link, &init);
     /* The hub's end of the fd socket: the worker keeps only its own. */
-    pm__close(x->own->link.sock);
+    pm__close(x->link->sock);
     /* The node took over the inherited mapping (pm__link_adopt): it is
      * not unmapped here. */
     if (rc < 0)
         _exit(125);
+    if (x->go_fd >= 0)
+        populate_code();
     /* Joined: now the worker gives up what it will not need (user,
      * no_new_privs, seccomp), before the application's code runs. */
     if (pm__child_privileges(req) < 0)
         _exit(127);
+    if (x->go_fd >= 0) {
+        /* A warm standby (standby.c): everything above is done, off the
+         * crash path; it waits here, running no application code and
+         * reaching no one (its ring is no port of the hub until then),
+         * for the supervisor to make it the slot's incarnation. Any read
+         * but the eventfd's 8 bytes means the supervisor is gone or gave
+         * it up (it is also SIGKILLed then, and dies with the supervisor
+         * by the parent-death signal). */
+        uint64_t go;
+        ssize_t n;
+        while ((n = read(x->go_fd, &go, sizeof(go))) < 0 && errno == EINTR)
+            ;
+        if (n != (ssize_t)sizeof(go))
+            _exit(0);
+        pm__close(x->go_fd);
+    }
     int code = c->o->bootstrap(&node, c->o->bootstrap_arg);
     fflush(stdout);
     fflush(stderr);
@@ -176,8 +251,10 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
  * mappings). The spare goes when the slot stops or retires
  * (pm__cluster_set_state) or the cluster is freed. */
 
-void pm__incarnation_spare_drop(pm__slot *s)
+void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s)
 {
+    /* A standby lives on the spare: it goes first, and with it. */
+    pm__standby_end(c, s);
     if (s->spare == NULL)
         return;
     int saved = errno;
@@ -211,7 +288,7 @@ static int link_take(pm_cluster *c, pm__slot *s)
         s->spare = NULL;
         return 0;
     }
-    pm__incarnation_spare_drop(s);
+    pm__incarnation_spare_drop(c, s);
     return pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
                            (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
 }
@@ -281,6 +358,54 @@ static void warm_unwinder(void)
     (void)backtrace(frames, 4);
 }
 
+/* What every child of s gets: who its parent is, the signal mask it
+ * restores, its cgroup (when cg), its rlimits and its privilege steps. 0 or
+ * -errno. cur holds the mask when the cluster did not change it. */
+static int base_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, sigset_t *cur, int cg)
+{
+    sigset_t *mask = c->mask_changed ? &c->old_mask : NULL;
+    if (mask == NULL) {
+        pthread_sigmask(SIG_SETMASK, NULL, cur);
+        mask = cur;
+    }
+    memset(req, 0, sizeof(*req));
+    req->parent = c->self;
+    req->mask = mask;
+    if (cg && c->cg.mode == PM_CONTAIN_CGROUP)
+        req->cg = &s->cg;
+    req->rlimit_set = c->o->rlimit_set;
+    req->rlimit_soft = c->o->rlimit_soft;
+    req->rlimit_hard = c->o->rlimit_hard;
+    return privileges(c, s, req);
+}
+
+/* Fork mode, with the child's own frames: the ctx is copied onto the
+ * child's stack by pm__spawn (PM__SPAWN_CTX_MAX). */
+static void fork_req(pm_cluster *c, pm__spawn_req *req, struct child_ctx *ctx)
+{
+    warm_unwinder();
+    req->child = fork_child;
+    req->ctx = ctx;
+    req->ctx_size = sizeof(*ctx);
+    req->scrub_to = c->entry_cfa;
+}
+
+/* A standby is forked like an incarnation, minus the cgroup: it joins the
+ * slot's only when it is taken (standby.c), so that the kill of the
+ * incarnation it replaces (cgroup.kill, or the listed pids) cannot reach
+ * it. Its process group is its own (pm__child_contain). */
+pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__link *l, uint64_t inc, int go_fd)
+{
+    pm__spawn_req req;
+    sigset_t cur;
+    int rc = base_req(c, s, &req, &cur, 0);
+    if (rc < 0)
+        return rc;
+    struct child_ctx ctx = {c, s, l, inc, go_fd};
+    fork_req(c, &req, &ctx);
+    return pm__spawn(&req);
+}
+
 /* Starts the next incarnation of s. Returns 0, or -errno with nothing left
  * behind (no process, no fd, no memory). -EADDRINUSE means the notify
  * socket's name was taken under every fresh random name (notify.h): the
@@ -297,27 +422,28 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     s->incarnation++;
     s->exec_errno = 0;
     s->kill_reason = 0;
+    pm__standby_check(c, s);
     rc = link_take(c, s);
     if (rc < 0)
         goto fail;
+    /* The standby waiting on the link just taken, if any: it becomes this
+     * incarnation, started below once its port is open. One that could
+     * not be taken was ended, and its link (memory another process had)
+     * is replaced by a fresh one before anything else is forked onto it. */
+    pid_t standby = c->o->exec_path == NULL ? pm__standby_take(c, s) : 0;
+    if (standby < 0) {
+        pm__link_close(&s->link);
+        rc = pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
+                             (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
+        if (rc < 0)
+            goto fail;
+        standby = 0;
+    }
     pm__hub_hosts_copy(&c->hub, &s->link); /* peer mode: the hosts it can address */
 
-    sigset_t *mask = c->mask_changed ? &c->old_mask : NULL;
-    sigset_t cur;
-    if (mask == NULL) {
-        pthread_sigmask(SIG_SETMASK, NULL, &cur);
-        mask = &cur;
-    }
     pm__spawn_req req;
-    memset(&req, 0, sizeof(req));
-    req.parent = c->self;
-    req.mask = mask;
-    if (c->cg.mode == PM_CONTAIN_CGROUP)
-        req.cg = &s->cg;
-    req.rlimit_set = c->o->rlimit_set;
-    req.rlimit_soft = c->o->rlimit_soft;
-    req.rlimit_hard = c->o->rlimit_hard;
-    rc = privileges(c, s, &req);
+    sigset_t cur;
+    rc = standby > 0 ? 0 : base_req(c, s, &req, &cur, 1);
     if (rc < 0)
         goto fail;
     if (c->o->output == PM_OUTPUT_CAPTURE) {
@@ -328,9 +454,11 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         req.stdio[0] = outw[0];
         req.stdio[1] = outw[1];
     }
-    struct child_ctx ctx = {c, s};
+    struct child_ctx ctx = {c, s, &s->link, s->incarnation, -1};
     int fds[PM__MAX_PASS_FDS + 4];
-    if (c->o->exec_path != NULL) {
+    if (standby > 0) {
+        /* Already forked and set up (pm__standby_take). */
+    } else if (c->o->exec_path != NULL) {
         if (pipe2(pipefd, O_CLOEXEC) < 0) {
             rc = -errno;
             goto fail;
@@ -368,13 +496,9 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         req.nfds = (int)n + (mesh ? 4 : 0);
         req.err_pipe = pipefd[1];
     } else {
-        warm_unwinder();
-        req.child = fork_child;
-        req.ctx = &ctx;
-        req.ctx_size = sizeof(ctx);
-        req.scrub_to = c->entry_cfa;
+        fork_req(c, &req, &ctx);
     }
-    pid = pm__spawn(&req);
+    pid = standby > 0 ? standby : pm__spawn(&req);
     if (pid < 0) {
         rc = (int)pid;
         goto fail;
@@ -403,7 +527,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     pipefd[0] = -1;
     if (s->exec_pipe >= 0)
         (void)fcntl(s->exec_pipe, F_SETFL, O_NONBLOCK);
-    rc = pm__pidfd_open(pid);
+    rc = standby > 0 ? s->pidfd : pm__pidfd_open(pid);
     if (rc >= 0) {
         s->pidfd = rc;
     } else if (rc == -ENOSYS) {
@@ -439,6 +563,8 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         pm__loop_arm_multi(&c->loop, s->link.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
+    if (standby > 0)
+        pm__standby_go(s); /* its port is open and armed: it may say READY */
     pm__cluster_emit(c, PM_EVENT_STARTED, s, PM_REASON_SPAWN, 0);
     return 0;
 

@@ -338,6 +338,14 @@ PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us)
     return 0;
 }
 
+PM_EXTERN int pm_options_set_warm_standby(pm_options *o, int on)
+{
+    if (o == NULL || (on != 0 && on != 1))
+        return -EINVAL;
+    o->warm_standby = on;
+    return 0;
+}
+
 PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on)
 {
     if (o == NULL || (on != 0 && on != 1))
@@ -807,6 +815,12 @@ PM_EXTERN int pm_options_validate(const pm_options *o, char *why, size_t size)
                        workers);
     if (o->ready_mode != PM_READY_MESH && o->exec_path == NULL)
         return why_fmt(why, size, "ready_mode: exec and notify readiness need exec mode");
+    if (o->warm_standby && o->exec_path != NULL)
+        return why_fmt(why, size, "warm_standby: is for fork-mode workers (exec mode starts a "
+                                  "replacement by exec, after the crash)");
+    if (o->warm_standby && o->output == PM_OUTPUT_CAPTURE)
+        return why_fmt(why, size, "warm_standby: not with captured output (a standby would need "
+                                  "its pipes before the incarnation it replaces has ended)");
     if (o->reap_orphans && !o->handle_signals)
         return why_fmt(why, size, "reap_orphans: needs handle_signals (SIGCHLD)");
     if (o->max_backoff_ms < o->min_backoff_ms)

@@ -190,6 +190,8 @@ static void reap_children(pm_cluster *c)
         if (w != NULL) {
             if (!pm__cluster_try_reap(c, w))
                 break; /* cannot happen: it is a zombie; never loop on it */
+        } else if (pm__standby_reap_pid(c, si.si_pid)) {
+            /* A warm standby that died: reaped by its own path. */
         } else {
             while (waitpid(si.si_pid, NULL, 0) < 0 && errno == EINTR)
                 ;
@@ -303,6 +305,10 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
     if (idx >= c->nslots)
         return;
     pm__slot *s = &c->slots[idx];
+    if (kind == PM__TAG_STANDBY) {
+        pm__standby_on_exit(c, s, tag); /* not about the slot's process */
+        return;
+    }
     /* A completion about an incarnation that is gone: drop it. */
     if (!pm__slot_has_process(s) || PM__TAG_INC(tag) != (s->incarnation & 0xffffffffu))
         return;

@@ -589,6 +589,33 @@ START_TEST(test_seccomp_strict_compute)
 }
 END_TEST
 
+START_TEST(test_seccomp_strict_standby)
+{
+    /* A warm standby sets its privileges up before it waits: after the
+     * crash it becomes the worker under the same strict filter (and, as
+     * root, as nobody), computes, and is refused what the filter refuses. */
+    pm_options *o = probe_options(1);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_STRICT), 0);
+    if (geteuid() == 0)
+        ck_assert_int_eq(pm_options_set_user(o, NOBODY, NOBODY), 0);
+    ck_assert_int_eq(pm_options_set_warm_standby(o, 1), 0);
+    pm_cluster *c = spawn(o);
+    struct answer sq = ask(c, 0, "square 7");
+    ck_assert_int_eq(sq.result, 49);
+    for (int i = 0; i < 20; i++) /* time for the standby to set itself up */
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+    pm_address a;
+    ck_assert_int_eq(pm_cluster_addresses(c, &a, 1), 1);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "crash", 5), 0);
+    PM_RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 1 && count(PM_EVENT_READY, 0) == 2, 20000);
+    sq = ask(c, 0, "square 12");
+    ck_assert_int_eq(sq.result, 144);
+    ASSERT_REFUSED(c, 0, "open");
+    ASSERT_REFUSED(c, 0, "stop-supervisor");
+    finish(c, o);
+}
+END_TEST
+
 START_TEST(test_seccomp_strict_kill)
 {
     pm_options *o = probe_options(1);
@@ -656,6 +683,7 @@ int main(void)
             PM_ADD_TEST(s, test_seccomp_basic_user, 0);
         PM_ADD_TEST(s, test_seccomp_strict_compute, 0);
         PM_ADD_TEST(s, test_seccomp_strict_kill, 0);
+        PM_ADD_TEST(s, test_seccomp_strict_standby, 0);
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
     }
     int rc = pm_test_main(s);

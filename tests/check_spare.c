@@ -3,13 +3,17 @@
  * check_spare.c - the next incarnation's link, prepared ahead: taken by the
  * restart, fresh memory each time, invisible to every worker, and released
  * without a leak when the slot retires or the cluster stops with one
- * prepared.
+ * prepared. And the warm standby forked onto it (standby.c): taken by the
+ * restart, in the cgroup of the incarnation it replaces, reaped when it
+ * dies waiting, ended with the cluster or the supervisor.
  */
 #include "helpers.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "procmesh.h"
 #include "internals.h"
@@ -298,6 +302,220 @@ START_TEST(test_spare_made_at_ready)
 }
 END_TEST
 
+/* ------------------------------------------------------------ warm standby */
+
+/* The cgroup line of /proc/<pid>/cgroup for the unified hierarchy, or of
+ * the whole file when there is none ("" when unreadable). */
+static void cgroup_of(pid_t pid, char *out, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+static pm_options *standby_opts(int workers)
+{
+    pm_options *o = spare_opts(workers);
+    ck_assert_int_eq(pm_options_set_warm_standby(o, 1), 0);
+    return o;
+}
+
+START_TEST(test_standby_takes_over)
+{
+    /* Once ready, the slot holds a standby: a process of its own group,
+     * not the worker. The crash makes it the next incarnation (the same
+     * pid), in the cgroup the one before was in, holding no memory of any
+     * other incarnation (boot_check_own); once that one is ready, a new
+     * standby waits behind it. */
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    report_fd = p[1];
+    ck_assert_int_eq(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+    reports_len = 0;
+    pm_options *o = standby_opts(1);
+    pm_options_set_bootstrap(o, boot_check_own, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
+    pid_t sb = pm_test_slot_standby_pid(c, 0);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    pid_t first = si.pid;
+    ck_assert_int_ne(sb, first);
+    RUN_UNTIL(c, getpgid(sb) == sb, 10000); /* set by the standby itself, after its fork */
+    char cg_before[1024], cg_after[1024];
+    cgroup_of(first, cg_before, sizeof(cg_before));
+    ck_assert_int_eq(kill(first, SIGKILL), 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(si.pid, sb);
+    ck_assert_uint_eq(find(PM_EVENT_READY, 0, 1)->inc, 2);
+    cgroup_of(sb, cg_after, sizeof(cg_after));
+    ck_assert_str_eq(cg_after, cg_before);
+    RUN_UNTIL(c, report_lines(p[0]) == 2, 10000);
+    ck_assert_msg(strstr(reports, "0 2 ok\n") != NULL, "the standby's worker reported: %s", reports);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
+    pid_t next = pm_test_slot_standby_pid(c, 0);
+    ck_assert_int_ne(next, sb);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    ck_assert(gone(first) && gone(sb) && gone(next));
+    close(p[0]);
+    close(p[1]);
+    report_fd = -1;
+}
+END_TEST
+
+/* A standby killed from outside while it waits is reaped at once (no
+ * zombie) and its spare dropped with it (another process had that memory);
+ * the next crash restarts by fork, and the next ready makes a standby
+ * again. orphans: as a subreaper reaping every child (reap_children), where
+ * the standby must be reaped as the standby, not counted as an orphan. */
+static void standby_killed(int orphans)
+{
+    pm_options *o = standby_opts(1);
+    if (orphans) {
+        ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+        ck_assert_int_eq(pm_options_set_reap_orphans(o, 1), 0);
+    }
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
+    pid_t sb = pm_test_slot_standby_pid(c, 0);
+    ck_assert_int_eq(kill(sb, SIGKILL), 0);
+    RUN_UNTIL(c, gone(sb), 10000);
+    ck_assert_int_eq(pm_test_slot_standby_pid(c, 0), 0);
+    ck_assert_int_eq(pm_test_slot_spare_memfd(c, 0), -1);
+    kill_slot(c, 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_ne(si.pid, sb);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
+    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    pid_t next = pm_test_slot_standby_pid(c, 0);
+    struct pm_cluster_stats st;
+    ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+    ck_assert_uint_eq(st.orphans_reaped, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    ck_assert(gone(next));
+}
+
+START_TEST(test_standby_killed_is_reaped)
+{
+    standby_killed(0);
+}
+END_TEST
+
+START_TEST(test_standby_killed_is_reaped_subreaper)
+{
+    standby_killed(1);
+}
+END_TEST
+
+START_TEST(test_standby_ended_with_cluster)
+{
+    /* Retired and terminated slots end their standbys: reaped, and every
+     * fd and mapping of the cluster released. Slot 1 crashes on every
+     * incarnation after the first with no restart allowed after that. */
+    int fds0 = count_fds(), maps0 = count_link_maps();
+    pm_options *o = standby_opts(2);
+    ck_assert_int_eq(pm_options_set_max_restarts(o, 0), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0 && pm_test_slot_standby_pid(c, 1) > 0, 10000);
+    pid_t sb0 = pm_test_slot_standby_pid(c, 0), sb1 = pm_test_slot_standby_pid(c, 1);
+    kill_slot(c, 1);
+    RUN_UNTIL(c, slot_state(c, 1) == PM_SLOT_RETIRED, 10000);
+    RUN_UNTIL(c, gone(sb1), 10000);
+    ck_assert_int_eq(pm_test_slot_standby_pid(c, 1), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    ck_assert(gone(sb0));
+    ck_assert_int_eq(count_fds(), fds0);
+    ck_assert_int_eq(count_link_maps(), maps0);
+}
+END_TEST
+
+START_TEST(test_standby_dies_with_supervisor)
+{
+    /* The supervisor SIGKILLed: its worker and its standby die too (the
+     * parent-death signal), reaped here as their subreaper. */
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t sup = fork();
+    ck_assert_int_ge(sup, 0);
+    if (sup == 0) {
+        close(p[0]);
+        pm_options *o = standby_opts(1);
+        pm_cluster *c;
+        if (pm_cluster_spawn(o, &c) < 0)
+            _exit(1);
+        uint64_t end = ms() + 10000;
+        while (pm_test_slot_standby_pid(c, 0) == 0 && ms() < end)
+            pm_cluster_run(c, 20);
+        pm_slot_info si;
+        pm_cluster_slot_info(c, 0, &si);
+        pid_t pids[2] = {si.pid, pm_test_slot_standby_pid(c, 0)};
+        if (write(p[1], pids, sizeof(pids)) != (ssize_t)sizeof(pids))
+            _exit(2);
+        for (;;)
+            pm_cluster_run(c, 1000);
+    }
+    close(p[1]);
+    pid_t pids[2];
+    ck_assert_int_eq(read(p[0], pids, sizeof(pids)), (ssize_t)sizeof(pids));
+    close(p[0]);
+    ck_assert_int_gt(pids[0], 0);
+    ck_assert_int_gt(pids[1], 0);
+    ck_assert_int_eq(kill(sup, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(sup, NULL, 0), sup);
+    int left = 2;
+    uint64_t end = ms() + 10000;
+    while (left > 0 && ms() < end) {
+        pid_t w = waitpid(-1, NULL, WNOHANG);
+        if (w == pids[0] || w == pids[1])
+            left--;
+        else if (w <= 0)
+            usleep(1000);
+    }
+    ck_assert_msg(left == 0, "%d of the worker and its standby outlived the supervisor", left);
+}
+END_TEST
+
+START_TEST(test_standby_bad_options)
+{
+    /* Refused with a reason: another value than 0 or 1; exec mode; captured
+     * output. */
+    pm_options *o = standby_opts(1);
+    ck_assert_int_eq(pm_options_set_warm_standby(o, 2), -EINVAL);
+    ck_assert_int_eq(pm_options_set_warm_standby(NULL, 1), -EINVAL);
+    char why[256];
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), 0);
+    ck_assert_int_eq(pm_options_set_output(o, PM_OUTPUT_CAPTURE), 0);
+    ck_assert_int_lt(pm_options_validate(o, why, sizeof(why)), 0);
+    ck_assert_msg(strstr(why, "warm_standby") != NULL, "why: %s", why);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -EINVAL);
+    pm_options_free(o);
+    o = opts(1);
+    exec_opts(o, "serve", NULL);
+    ck_assert_int_eq(pm_options_set_warm_standby(o, 1), 0);
+    ck_assert_int_lt(pm_options_validate(o, why, sizeof(why)), 0);
+    ck_assert_msg(strstr(why, "warm_standby") != NULL && strstr(why, "fork") != NULL, "why: %s", why);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -EINVAL);
+    pm_options_free(o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spare");
@@ -306,6 +524,12 @@ int main(void)
     PM_ADD_TEST(s, test_spare_dropped_on_retire, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_terminate, 30);
     PM_ADD_TEST(s, test_spare_made_at_ready, 30);
+    PM_ADD_TEST(s, test_standby_takes_over, 30);
+    PM_ADD_TEST(s, test_standby_killed_is_reaped, 30);
+    PM_ADD_TEST(s, test_standby_killed_is_reaped_subreaper, 30);
+    PM_ADD_TEST(s, test_standby_ended_with_cluster, 30);
+    PM_ADD_TEST(s, test_standby_dies_with_supervisor, 30);
+    PM_ADD_TEST(s, test_standby_bad_options, 30);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

@@ -131,6 +131,13 @@ static inline int pm_test_slot_spare_memfd(const pm_cluster *c, unsigned i)
     return c->slots[i].spare != NULL ? c->slots[i].spare->memfd : -1;
 }
 
+/* The pid of slot i's warm standby (pm_options_set_warm_standby), 0 when
+ * it has none. */
+static inline pid_t pm_test_slot_standby_pid(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].standby.pid;
+}
+
 /* The worker's end of slot i's fd socket (large messages), as the
  * supervisor holds it. */
 static inline int pm_test_slot_node_sock(const pm_cluster *c, unsigned i)

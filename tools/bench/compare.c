@@ -324,6 +324,46 @@ static int run_one(int t, int workload, size_t size, int z, const struct counts 
     return 0;
 }
 
+/* Crash workload, after its table: procmesh fork mode with a warm standby
+ * (pm_options_set_warm_standby), opt-in and so a row of its own, with its
+ * speed-up over each baseline of the same run (med). 0 or -1. */
+static int standby_row(const struct counts *k, unsigned runs, double med[][4], int have_node,
+                       uint64_t *scratch, uint64_t *sorted)
+{
+    static const char *const name = "procmesh fork standby";
+    result r[101];
+    for (unsigned i = 0; i < runs; i++) {
+        pm_options *o = bench_options(1, 0);
+        pm_options_set_warm_standby(o, 1);
+        int rc = restart_rounds(o, k->crash_rounds, scratch);
+        pm_options_free(o);
+        if (rc != 0)
+            return -1;
+        percentiles(scratch, k->crash_rounds, &r[i]);
+    }
+    double m[4];
+    for (int j = 0; j < 4; j++) {
+        for (unsigned i = 0; i < runs; i++)
+            sorted[i] = r[i].v[j];
+        m[j] = (double)median(sorted, runs);
+    }
+    printf("  %-22s %10.3f %10.3f %10.3f %10.3f\n", name, m[0] / 1e6, m[1] / 1e6, m[2] / 1e6,
+           m[3] / 1e6);
+    static const char *const pct[4] = {"p50_ns", "p90_ns", "p99_ns", "p999_ns"};
+    for (int j = 0; j < 4; j++)
+        csv_row("compare", "crash", 0, name, pct[j], m[j]);
+    printf("    its speed-up:");
+    for (int t = T_PIPES; t < T__COUNT; t++) {
+        if ((t == T_THREADS || t == T_CLUSTER) && !have_node)
+            continue;
+        double f = med[t][0] / m[0];
+        printf(" %s %.2fx;", names[W_CRASH][t], f);
+        csv_row("compare", "crash", 0, names[W_CRASH][t], "standby_speedup", f);
+    }
+    printf(" over procmesh fork without it %.2fx\n", med[T_FORK][0] / m[0]);
+    return 0;
+}
+
 /* Prints a workload's table: each transport's median over the runs, and
  * for every baseline how many times faster procmesh fork and exec are. */
 static int table(int workload, size_t size, int z, const struct counts *k, unsigned runs,
@@ -389,6 +429,8 @@ static int table(int workload, size_t size, int z, const struct counts *k, unsig
                         med[t][j]);
         }
     }
+    if (ret == 0 && workload == W_CRASH)
+        ret = standby_row(k, runs, med, have_node, scratch, sorted);
     free(scratch);
     free(sorted);
     return ret;
