@@ -158,6 +158,7 @@ struct pm_cluster {
     uint64_t turn_visits;
     uint64_t liveness_checks;
     uint64_t liveness_visits;
+    uint64_t standby_taken;  /* starts that took a warm standby (standby.c) */
 };
 
 /* 0 when c is a live cluster of this process, else -EINVAL (NULL or not

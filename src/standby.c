@@ -138,6 +138,7 @@ pid_t pm__standby_take(pm_cluster *c, pm__slot *s)
      * already queued finds no standby of that incarnation. */
     disarm(c, s);
     pid_t pid = b->pid;
+    c->standby_taken++;
     s->pidfd = b->pidfd;
     b->pid = 0;
     b->pidfd = -1;

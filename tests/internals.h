@@ -138,6 +138,12 @@ static inline pid_t pm_test_slot_standby_pid(const pm_cluster *c, unsigned i)
     return c->slots[i].standby.pid;
 }
 
+/* How many starts took a warm standby so far. */
+static inline uint64_t pm_test_standby_taken(const pm_cluster *c)
+{
+    return c->standby_taken;
+}
+
 /* The worker's end of slot i's fd socket (large messages), as the
  * supervisor holds it. */
 static inline int pm_test_slot_node_sock(const pm_cluster *c, unsigned i)

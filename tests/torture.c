@@ -27,7 +27,11 @@
  * Then the retirement phase: a small cluster with a budget of 2 restarts
  * whose slot 0 is killed until it is retired, exactly once.
  *
- * Usage: torture [--rounds N] [--seed S] [--workers W]. Exit 0 when no
+ * --standby: every slot keeps a warm standby (pm_options_set_warm_standby),
+ * so that each restart the nemesis causes takes one (and the supervisor's
+ * fd count, zombies and RSS are checked with them in place).
+ *
+ * Usage: torture [--rounds N] [--seed S] [--workers W] [--standby]. Exit 0 when no
  * invariant was violated, 1 otherwise, 2 on bad usage or an interruption.
  */
 #include "helpers.h"
@@ -1063,7 +1067,7 @@ static int round_once(pm_cluster *c, uint32_t r, uint64_t *rng)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: torture [--rounds N] [--seed S] [--workers W]\n"
+    fprintf(stderr, "usage: torture [--rounds N] [--seed S] [--workers W] [--standby]\n"
                     "  N >= 1 (default 1000), W even, 4..%d (default 16)\n", MAXW);
     exit(2);
 }
@@ -1081,6 +1085,9 @@ static unsigned long long number(const char *opt, const char *v, unsigned long l
     return x;
 }
 
+static int with_standby;           /* --standby */
+static uint64_t standby_starts;    /* starts that took one, read before terminate */
+
 static pm_options *options(unsigned workers)
 {
     pm_options *o = pm_options_new();
@@ -1097,6 +1104,7 @@ static pm_options *options(unsigned workers)
     pm_options_set_max_restarts(o, -1);
     pm_options_set_stop_timeout_ms(o, 2000);
     pm_options_set_ring_size(o, 256 * 1024);
+    pm_options_set_warm_standby(o, with_standby);
     return o;
 }
 
@@ -1180,8 +1188,8 @@ static void summary(uint32_t rounds, double secs, uint64_t seed, uint32_t warm, 
         total += violations[i];
     for (int i = 1; i < F__COUNT; i++)
         faults += M.faults[i];
-    printf("torture: %u rounds in %.1f s (seed %llu, %u workers, heartbeat %d ms)\n", rounds, secs,
-           (unsigned long long)seed, M.nw, HEARTBEAT_MS);
+    printf("torture: %u rounds in %.1f s (seed %llu, %u workers, heartbeat %d ms%s)\n", rounds,
+           secs, (unsigned long long)seed, M.nw, HEARTBEAT_MS, with_standby ? ", warm standby" : "");
     printf("faults injected: %llu\n", (unsigned long long)faults);
     for (int i = 1; i < F__COUNT; i++)
         printf("  %-32s %llu\n", fault_name[i], (unsigned long long)M.faults[i]);
@@ -1190,6 +1198,8 @@ static void summary(uint32_t rounds, double secs, uint64_t seed, uint32_t warm, 
            (unsigned long long)M.exits, (unsigned long long)M.fences_hb,
            (unsigned long long)M.fences_ring, (unsigned long long)M.stalls,
            (unsigned long long)M.starts);
+    if (with_standby)
+        printf("warm standby: %llu restarts took one\n", (unsigned long long)standby_starts);
     printf("  starvation (load, not the nemesis): %llu supervisor stalls, %llu workers fenced "
            "\"heartbeat\"\n",
            (unsigned long long)M.stalls_starved, (unsigned long long)M.fences_starved);
@@ -1231,6 +1241,8 @@ int main(int argc, char **argv)
             seed = number("--seed", v, UINT64_MAX), i++;
         else if (strcmp(argv[i], "--workers") == 0)
             workers = (unsigned)number("--workers", v, MAXW), i++;
+        else if (strcmp(argv[i], "--standby") == 0)
+            with_standby = 1;
         else {
             fprintf(stderr, "torture: unknown argument '%s'\n", argv[i]);
             usage();
@@ -1312,6 +1324,7 @@ int main(int argc, char **argv)
                       (unsigned long long)(M.bc_results[0] - before_ok));
     }
     double secs = (double)(pm_test_ms() - t0) / 1000.0;
+    standby_starts = pm_test_standby_taken(c);
     M.ending = 1;
     rc = pm_cluster_terminate(c);
     M.ending = 0;
