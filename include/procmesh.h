@@ -293,12 +293,14 @@ PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us);
  * ready, from the supervisor as it is at that moment (not as it is at the
  * crash: what the application changed in its memory in between is not
  * seen by the replacement), and it is set up (its ring memory, fresh as
- * always; its process group, rlimits, user and seccomp filter) but runs no
- * application code and can reach no one until the crash makes it the
- * slot's incarnation; only then is it moved into the slot's cgroup and
- * does the bootstrap run. It costs one more process per slot (copy-on-write
- * memory) and dies with the supervisor, the slot's stop or retirement and
- * pm_cluster_terminate, all of which reap it. A standby that dies while it
+ * always; its process group, rlimits, user and seccomp filter) but runs
+ * none of the bootstrap (only what any fork child runs: pthread_atfork
+ * child handlers) and can reach no one until the crash makes it the slot's
+ * incarnation; only then is it moved into the slot's cgroup and does the
+ * bootstrap run. It costs one more process per slot (copy-on-write
+ * memory), counted until then in the supervisor's cgroup and in the
+ * workers' user's process limit, and dies with the supervisor, the slot's
+ * stop or retirement and pm_cluster_terminate, all of which reap it. A standby that dies while it
  * waits (killed from outside) is reaped and the next restart forks as
  * usual. Not with exec mode or captured output (pm_cluster_spawn:
  * -EINVAL). Default 0. */

@@ -55,7 +55,7 @@ typedef struct pm__watch {
 typedef struct pm__standby {
     pid_t pid;
     int pidfd;            /* polled (PM__TAG_STANDBY) while armed */
-    int go_fd;            /* write end of its go pipe: a byte starts it, EOF ends it */
+    int go_fd;            /* its go eventfd: writing 1 starts it (a blocking read there) */
     int armed;
     uint64_t incarnation; /* the incarnation it becomes; its link is the slot's spare */
 } pm__standby;
@@ -234,8 +234,8 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s);
  * reaps) the standby waiting on it (errno preserved). */
 void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s);
 /* Forks a process for incarnation inc of s on link l that sets itself up as
- * fork_child does, then blocks reading go_fd: one byte runs the bootstrap,
- * EOF ends it. Its pid, or -errno. */
+ * fork_child does, then blocks reading the eventfd go_fd: a write of 1 runs
+ * the bootstrap. Its pid, or -errno. */
 pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__link *l, uint64_t inc,
                                    int go_fd);
 
@@ -243,7 +243,7 @@ pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__link *l, uint
 /* After the spare is made at ready: forks the standby onto it; best
  * effort, errno preserved. */
 void pm__standby_prepare(pm_cluster *c, pm__slot *s);
-/* Ends s's standby (go pipe closed, SIGKILL, reaped); errno preserved. */
+/* Ends s's standby (SIGKILL through its pidfd, reaped); errno preserved. */
 void pm__standby_end(pm_cluster *c, pm__slot *s);
 /* Before the spare is taken: a standby that has died is reaped and the
  * spare it held dropped (its memory was another process's). */
@@ -255,7 +255,7 @@ void pm__standby_check(pm_cluster *c, pm__slot *s);
 pid_t pm__standby_take(pm_cluster *c, pm__slot *s);
 /* Its pidfd's poll completed: the standby died while waiting. */
 void pm__standby_on_exit(pm_cluster *c, pm__slot *s, uint64_t tag);
-/* Starts the standby taken by pm__standby_take (its go byte). */
+/* Starts the standby taken by pm__standby_take (writes its eventfd). */
 void pm__standby_go(pm__slot *s);
 /* reap_orphans: pid is a standby of some slot (then ended and reaped). */
 int pm__standby_reap_pid(pm_cluster *c, pid_t pid);

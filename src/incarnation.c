@@ -39,16 +39,39 @@ struct child_ctx {
 #define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #endif
 
-/* One line of /proc/self/maps: a read-only file mapping (code, read-only
- * data) is populated. */
-static void populate_line(const char *line)
+/* The files with code mapped (dev, inode): the program and its shared
+ * libraries. */
+struct code_files {
+    unsigned long long id[64][2];
+    unsigned n;
+};
+
+/* One line of /proc/self/maps. Pass 0 notes the files of executable
+ * mappings; pass 1 populates the read-only mappings of those files (their
+ * code, read-only data and relocation tables), never any other file's: an
+ * application's mapped index or model must not be read in by every
+ * standby. */
+static void populate_line(const char *line, int pass, struct code_files *f)
 {
     unsigned long lo, hi, off, ino;
     char perm[5];
     unsigned dmaj, dmin;
-    if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu", &lo, &hi, perm, &off, &dmaj, &dmin, &ino) == 7 &&
-        ino != 0 && perm[0] == 'r' && perm[1] == '-')
+    if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu", &lo, &hi, perm, &off, &dmaj, &dmin, &ino) != 7 ||
+        ino == 0 || perm[0] != 'r' || perm[1] != '-')
+        return;
+    unsigned long long dev = ((unsigned long long)dmaj << 20) | dmin;
+    unsigned k = 0;
+    while (k < f->n && (f->id[k][0] != dev || f->id[k][1] != ino))
+        k++;
+    if (pass == 0) {
+        if (perm[2] == 'x' && k == f->n && f->n < 64) {
+            f->id[f->n][0] = dev;
+            f->id[f->n][1] = ino;
+            f->n++;
+        }
+    } else if (k < f->n) {
         (void)madvise((void *)lo, hi - lo, MADV_POPULATE_READ);
+    }
 }
 
 /* A warm standby, before it waits: a fork child's page tables hold none
@@ -56,31 +79,36 @@ static void populate_line(const char *line)
  * mappings with private copies), so every page of code the worker then
  * runs for the first time takes a fault, tens of microseconds each under
  * paravirtualised paging; after the go that was most of the way to ready.
- * Mapping all read-only file pages here (page cache pages, no copies; a
- * few page-table pages per library) takes them off that path. Best
- * effort: before Linux 5.14 (EINVAL) the faults stay where they were. The
- * file is read with read(2) into the stack, no allocation. */
+ * Mapping the program's and libraries' read-only pages here (page cache
+ * pages, no copies; a few page-table pages per library) takes them off
+ * that path. Best effort: before Linux 5.14 (EINVAL) the faults stay where
+ * they were. The file is read with read(2) into the stack, twice (see
+ * populate_line), no allocation. */
 static void populate_code(void)
 {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    char buf[4096], line[512];
-    size_t len = 0;
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0) {
-        for (ssize_t i = 0; i < n; i++) {
-            if (buf[i] != '\n') {
-                if (len < sizeof(line) - 1)
-                    line[len++] = buf[i];
-                continue;
+    struct code_files files;
+    files.n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return;
+        char buf[4096], line[512];
+        size_t len = 0;
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof(buf))) > 0) {
+            for (ssize_t i = 0; i < n; i++) {
+                if (buf[i] != '\n') {
+                    if (len < sizeof(line) - 1)
+                        line[len++] = buf[i];
+                    continue;
+                }
+                line[len] = '\0';
+                populate_line(line, pass, &files);
+                len = 0;
             }
-            line[len] = '\0';
-            populate_line(line);
-            len = 0;
         }
+        pm__close(fd);
     }
-    pm__close(fd);
 }
 
 /* Fork mode, in the child: drop everything of procmesh that is not this
@@ -164,12 +192,12 @@ static void fork_child(void *arg, const pm__spawn_req *req)
         _exit(127);
     if (x->go_fd >= 0) {
         /* A warm standby (standby.c): everything above is done, off the
-         * crash path; it waits here, running no application code and
-         * reaching no one (its ring is no port of the hub until then),
-         * for the supervisor to make it the slot's incarnation. Any read
-         * but the eventfd's 8 bytes means the supervisor is gone or gave
-         * it up (it is also SIGKILLed then, and dies with the supervisor
-         * by the parent-death signal). */
+         * crash path; it waits here, before the bootstrap and reaching no
+         * one (its ring is no port of the hub until then), for the
+         * supervisor to make it the slot's incarnation. An eventfd read
+         * returns its 8 bytes or fails; a standby given up is SIGKILLed,
+         * and one whose supervisor died gets the parent-death signal:
+         * neither comes back from this read. */
         uint64_t go;
         ssize_t n;
         while ((n = read(x->go_fd, &go, sizeof(go))) < 0 && errno == EINTR)
@@ -265,8 +293,11 @@ void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s)
 }
 
 /* A spare may serve only the incarnation it was made for, with the
- * geometry and settings the cluster uses now. It is our own memory, never
- * mapped by any worker: reading its control block is safe. */
+ * geometry and settings the cluster uses now. It is our own memory, mapped
+ * by no worker (a warm standby maps it, but its fields read here are set
+ * before that standby's fork and checked only by the supervisor, and a
+ * standby that died is dropped with its spare before this runs): reading
+ * its control block is safe. */
 static int spare_fits(const pm_cluster *c, const pm__slot *s, const pm__link *l)
 {
     const struct pm__ctl *ctl = l->map;

@@ -14,10 +14,6 @@
 
 #include "spawn.h"
 
-#ifndef P_PIDFD
-#define P_PIDFD 3 /* linux/wait.h; glibc < 2.36 lacks it */
-#endif
-
 void pm__cluster_signal(pm__slot *s, int sig)
 {
     if (!pm__slot_has_process(s))

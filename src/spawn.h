@@ -8,6 +8,7 @@
 
 #include <signal.h>
 #include <sys/types.h>
+#include <sys/wait.h> /* before P_PIDFD below: glibc >= 2.36 declares it as an enumerator */
 
 #include "procmesh.h"
 #include "cgroup.h"
@@ -99,6 +100,9 @@ int pm__cloexec_proc_fds(int first);
 /* pidfd helpers with the raw system calls (glibc 2.36 has wrappers, older
  * ones do not; the numbers are the same everywhere). -errno on failure. */
 int pm__pidfd_open(pid_t pid);
+#ifndef P_PIDFD
+#define P_PIDFD 3 /* waitid(P_PIDFD, ...): linux/wait.h; glibc < 2.36 lacks it */
+#endif
 int pm__pidfd_signal(int pidfd, int sig);
 
 /* Exec mode: the program's path looked up in PATH once, at create time

@@ -47,8 +47,18 @@ static void disarm(pm_cluster *c, pm__slot *s)
     s->standby.armed = 0;
 }
 
-/* Kill and reap; the slot's record cleared. Our unreaped child: its pid
- * cannot have been reused, so kill() is safe where pidfds are missing. */
+/* Kill and reap; the slot's record cleared. Through the pidfd only: the
+ * application may have reaped a dead standby itself (a SIGCHLD handler
+ * with waitpid(-1), which reap.c allows for), and then its pid may already
+ * be another process's; the pidfd still names the dead one, so the signal
+ * fails (ESRCH) and nothing else is hit (FAULTS 16: nothing is sent to a
+ * reaped pid), and waitid on it says ECHILD. kill() and waitpid() by pid
+ * only without a pidfd, which is only pm__standby_prepare's failure path,
+ * where the child is certainly ours and unreaped.
+ *
+ * The wait blocks: a SIGKILLed process ends unless it sleeps
+ * uninterruptibly, and terminate's rule (it returns only when every
+ * process is reaped) holds for standbys too. */
 void pm__standby_end(pm_cluster *c, pm__slot *s)
 {
     pm__standby *b = &s->standby;
@@ -56,10 +66,16 @@ void pm__standby_end(pm_cluster *c, pm__slot *s)
         return;
     int saved = errno;
     disarm(c, s);
-    if (b->pidfd < 0 || pm__pidfd_signal(b->pidfd, SIGKILL) < 0)
+    if (b->pidfd >= 0) {
+        (void)pm__pidfd_signal(b->pidfd, SIGKILL);
+        siginfo_t si;
+        while (waitid((idtype_t)P_PIDFD, (id_t)b->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+            ;
+    } else {
         (void)kill(b->pid, SIGKILL);
-    while (waitpid(b->pid, NULL, 0) < 0 && errno == EINTR)
-        ;
+        while (waitpid(b->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
     pm__close(b->pidfd);
     pm__close(b->go_fd);
     b->pid = 0;
@@ -96,8 +112,10 @@ void pm__standby_prepare(pm_cluster *c, pm__slot *s)
     else
         /* Nothing would report its death at once (no pidfd: Linux < 5.3,
          * or no poll): it would wait as a zombie until taken. No standby
-         * then; restarts fork as without the option. */
-        pm__standby_end(c, s);
+         * then, and no spare either: that process mapped it, and its
+         * memory is never another incarnation's. Restarts fork as without
+         * the option. */
+        pm__incarnation_spare_drop(c, s);
 out:
     errno = saved;
 }

@@ -39,6 +39,10 @@ if ! grep -q '^compare,stream,64,procmesh fork,frames_per_s,' "$out.csv"; then
     echo "FAIL: $what --csv wrote no procmesh stream row" >&2
     status=1
 fi
+if ! grep -q '^compare,crash,0,procmesh fork standby,p50_ns,' "$out.csv"; then
+    echo "FAIL: $what --csv wrote no warm-standby crash row" >&2
+    status=1
+fi
 rm -f "$out.csv"
 
 what="pm-bench scale --quick"

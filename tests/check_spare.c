@@ -11,7 +11,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -516,6 +519,138 @@ START_TEST(test_standby_bad_options)
 }
 END_TEST
 
+/* A process with pid want, not our child (its parent exits): clone3's
+ * set_tid, else ns_last_pid. Returns the pid it got. */
+static pid_t attack_take_pid(pid_t want)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t mid = fork();
+    ck_assert_int_ge(mid, 0);
+    if (mid == 0) {
+        pid_t got = -1;
+        struct {
+            uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+                set_tid, set_tid_size, cgroup;
+        } a;
+        memset(&a, 0, sizeof(a));
+        pid_t tid = want;
+        a.exit_signal = SIGCHLD;
+        a.set_tid = (uint64_t)(uintptr_t)&tid;
+        a.set_tid_size = 1;
+        long r = syscall(SYS_clone3, &a, sizeof(a));
+        if (r == 0) {
+            for (;;)
+                pause();
+        }
+        got = (pid_t)r;
+        for (int i = 0; got != want && i < 2000; i++) {
+            if (got > 0)
+                kill(got, SIGKILL), waitpid(got, NULL, 0);
+            int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY);
+            if (fd >= 0) {
+                char t[16];
+                int n = snprintf(t, sizeof(t), "%d", (int)want - 1);
+                if (write(fd, t, (size_t)n) < 0) {}
+                close(fd);
+            }
+            got = fork();
+            if (got == 0) {
+                for (;;)
+                    pause();
+            }
+        }
+        if (write(p[1], &got, sizeof(got)) < 0) {}
+        _exit(0);
+    }
+    pid_t got;
+    ck_assert_int_eq(read(p[0], &got, sizeof(got)), (ssize_t)sizeof(got));
+    waitpid(mid, NULL, 0);
+    close(p[0]);
+    close(p[1]);
+    return got;
+}
+
+START_TEST(test_standby_reaped_by_application)
+{
+    /* The application reaps a dead standby itself (a SIGCHLD handler with
+     * waitpid(-1), which procmesh allows for) and its pid goes to an
+     * unrelated process: the supervisor, finding the standby dead, signals
+     * and waits through the standby's pidfd only, so the process now
+     * holding that pid is never hit. Root only (clone3 set_tid). */
+    pm_options *o = standby_opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
+    pid_t sb = pm_test_slot_standby_pid(c, 0);
+    ck_assert_int_eq(kill(sb, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(sb, NULL, 0), sb);
+    pid_t v = attack_take_pid(sb);
+    ck_assert_msg(v == sb, "could not give pid %d to another process (got %d)", (int)sb, (int)v);
+    int vfd = (int)syscall(SYS_pidfd_open, v, 0);
+    ck_assert_int_ge(vfd, 0);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) == 0, 10000);
+    struct pollfd pf = {vfd, POLLIN, 0};
+    int dead = poll(&pf, 1, 300) > 0;
+    (void)kill(v, SIGKILL);
+    close(vfd);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    ck_assert_msg(!dead, "pid %d, a standby's once, now another process's, was killed", (int)v);
+}
+END_TEST
+
+/* RssFile of a process, in KiB (-1 unknown). */
+static long rss_file_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "RssFile: %ld", &kib) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return kib;
+}
+
+START_TEST(test_standby_maps_code_only)
+{
+    /* A standby maps the program's and libraries' pages before it waits,
+     * never an application's read-only data file: with 64 MiB of one
+     * mapped, the standby's file pages stay far below it. */
+    const size_t size = 64u << 20;
+    char path[] = "/tmp/pm-check-spare-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    unlink(path);
+    ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+    void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ck_assert(m != MAP_FAILED);
+    close(fd);
+    pm_options *o = standby_opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
+    pid_t sb = pm_test_slot_standby_pid(c, 0);
+    /* Its set-up (and so the population) is done once it waits: its
+     * process group is set first, the code mapped after; wait for both by
+     * letting its file pages stop growing. */
+    long last = -2, now = rss_file_kib(sb);
+    for (int i = 0; i < 100 && now != last; i++) {
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+        last = now;
+        now = rss_file_kib(sb);
+    }
+    ck_assert_int_ge(now, 0);
+    ck_assert_msg(now < 32 * 1024, "the standby mapped %ld KiB of file pages", now);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    munmap(m, size);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spare");
@@ -530,6 +665,12 @@ int main(void)
     PM_ADD_TEST(s, test_standby_ended_with_cluster, 30);
     PM_ADD_TEST(s, test_standby_dies_with_supervisor, 30);
     PM_ADD_TEST(s, test_standby_bad_options, 30);
+    PM_ADD_TEST(s, test_standby_maps_code_only, 30);
+    if (geteuid() == 0)
+        PM_ADD_TEST(s, test_standby_reaped_by_application, 30);
+    else
+        fprintf(stderr, "check_spare: not root: test_standby_reaped_by_application left out "
+                        "(it gives a pid to another process with clone3 set_tid)\n");
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

@@ -370,10 +370,11 @@ sec=$work/section.md
             } }' "$csv"
     echo
     echo "Speed-up: how many times faster procmesh (fork / exec mode) is than that row"
-    echo "(a rate over the row's rate, or the row's p50 over procmesh's)."
+    echo "(a rate over the row's rate, or the row's p50 over procmesh's). Crash-to-ready"
+    echo "also with a warm standby (fork mode, pm_options_set_warm_standby, opt-in)."
     echo
-    echo "| workload | transport | figure | procmesh fork speed-up | procmesh exec speed-up |"
-    echo "|---|---|---|---|---|"
+    echo "| workload | transport | figure | procmesh fork speed-up | procmesh exec speed-up | fork with warm standby speed-up |"
+    echo "|---|---|---|---|---|---|"
     awk -F, '$1 == "compare" { k = $2 SUBSEP $3 SUBSEP $4; v[k, $5] = $6;
             if (!(k in seen)) { seen[k] = 1; order[n++] = k } }
         END { for (i = 0; i < n; i++) { split(order[i], a, SUBSEP); k = order[i];
@@ -382,7 +383,8 @@ sec=$work/section.md
             else { w = "crash-to-ready"; f = sprintf("p50 %.2f ms, p99 %.2f ms", v[k, "p50_ns"] / 1e6, v[k, "p99_ns"] / 1e6) }
             fs = ((k, "fork_speedup") in v) ? sprintf("%.2fx", v[k, "fork_speedup"]) : "-";
             es = ((k, "exec_speedup") in v) ? sprintf("%.2fx", v[k, "exec_speedup"]) : "-";
-            printf "| %s | %s | %s | %s | %s |\n", w, a[3], f, fs, es } }' "$csv"
+            ss = ((k, "standby_speedup") in v) ? sprintf("%.2fx", v[k, "standby_speedup"]) : "-";
+            printf "| %s | %s | %s | %s | %s | %s |\n", w, a[3], f, fs, es, ss } }' "$csv"
     grep -q '^node: skipped' "$work/compare.out" && { echo; echo "Node.js rows: skipped (node was not on PATH)."; }
     echo
     echo "### Round trip distributions (request/reply through the broker, 64 B, us)"
