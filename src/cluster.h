@@ -233,6 +233,10 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s);
 /* Closes and frees s's spare link, if it has one, and ends (kills and
  * reaps) the standby waiting on it (errno preserved). */
 void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s);
+/* 1 when every fd of fds sits below half of RLIMIT_NOFILE: what is prepared
+ * ahead (spares, standbys) must never take the fds that the slots' own
+ * starts need (incarnation.c). */
+int pm__fds_affordable(const int *fds, size_t n);
 /* Forks a process for incarnation inc of s on link l that sets itself up as
  * fork_child does, then blocks reading the eventfd go_fd: a write of 1 runs
  * the bootstrap. Its pid, or -errno. */

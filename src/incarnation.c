@@ -329,18 +329,23 @@ static int link_take(pm_cluster *c, pm__slot *s)
  * how many are in use), so that spares never take the fds that the slots'
  * own links, pidfds and pipes need: a large cluster under a small limit
  * simply restarts without them. */
-static int spare_affordable(const pm__link *l)
+int pm__fds_affordable(const int *fds, size_t n)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         return 0;
     if (rl.rlim_cur == RLIM_INFINITY)
         return 1;
-    int fds[] = {l->memfd, l->hub_efd, l->node_efd, l->sock, l->node_sock};
-    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+    for (size_t i = 0; i < n; i++)
         if ((rlim_t)fds[i] >= rl.rlim_cur / 2)
             return 0;
     return 1;
+}
+
+static int spare_affordable(const pm__link *l)
+{
+    int fds[] = {l->memfd, l->hub_efd, l->node_efd, l->sock, l->node_sock};
+    return pm__fds_affordable(fds, sizeof(fds) / sizeof(fds[0]));
 }
 
 /* Best effort: without a spare the next start creates its link itself.

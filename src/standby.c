@@ -96,6 +96,12 @@ void pm__standby_prepare(pm_cluster *c, pm__slot *s)
     int go = eventfd(0, EFD_CLOEXEC);
     if (go < 0)
         goto out;
+    /* Its two fds (this one and its pidfd) are held for as long as it
+     * waits: only while they are affordable, as the spare's are. */
+    if (!pm__fds_affordable(&go, 1)) {
+        pm__close(go);
+        goto out;
+    }
     uint64_t inc = s->incarnation + 1;
     pid_t pid = pm__incarnation_fork_standby(c, s, s->spare, inc, go);
     if (pid < 0) {
@@ -107,7 +113,8 @@ void pm__standby_prepare(pm_cluster *c, pm__slot *s)
     b->pidfd = pidfd;
     b->go_fd = go;
     b->incarnation = inc;
-    if (pidfd >= 0 && pm__loop_arm(&c->loop, pidfd, PM__TAG(PM__TAG_STANDBY, s->index, inc)) == 0)
+    if (pidfd >= 0 && pm__fds_affordable(&pidfd, 1) &&
+        pm__loop_arm(&c->loop, pidfd, PM__TAG(PM__TAG_STANDBY, s->index, inc)) == 0)
         b->armed = 1;
     else
         /* Nothing would report its death at once (no pidfd: Linux < 5.3,

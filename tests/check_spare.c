@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -651,6 +652,36 @@ START_TEST(test_standby_maps_code_only)
 }
 END_TEST
 
+START_TEST(test_standby_within_fd_limit)
+{
+    /* What is prepared ahead never takes the fds that starts need: with the
+     * fd table filled past half of RLIMIT_NOFILE, a slot keeps neither a
+     * spare nor a standby, and restarts fork as without the option. */
+    struct rlimit rl = {64, 64};
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int held[64], nheld = 0;
+    int fd;
+    while ((fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0 && fd < 33)
+        held[nheld++] = fd;
+    ck_assert_int_ge(fd, 33);
+    close(fd);
+    pm_options *o = standby_opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+    ck_assert_int_eq(pm_test_slot_standby_pid(c, 0), 0);
+    ck_assert_int_eq(pm_test_slot_spare_memfd(c, 0), -1);
+    kill_slot(c, 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_int_eq(pm_test_standby_taken(c), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    for (int i = 0; i < nheld; i++)
+        close(held[i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spare");
@@ -666,6 +697,7 @@ int main(void)
     PM_ADD_TEST(s, test_standby_dies_with_supervisor, 30);
     PM_ADD_TEST(s, test_standby_bad_options, 30);
     PM_ADD_TEST(s, test_standby_maps_code_only, 30);
+    PM_ADD_TEST(s, test_standby_within_fd_limit, 30);
     if (geteuid() == 0)
         PM_ADD_TEST(s, test_standby_reaped_by_application, 30);
     else
