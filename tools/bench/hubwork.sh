@@ -32,9 +32,10 @@
 #   --max N       the largest N (2, 4, 8, 16, 64; default 64). Keep N below
 #                 128 on a shared machine: each worker is a valgrind process.
 #   --annotate K  also print each N's K costliest functions (callgrind_annotate),
-#                 Ir per frame, to find what grows
-#   --keep DIR    write the callgrind profiles to DIR and keep them
-# Exit: 0 done, 1 the run failed, 2 bad command line.
+#                 Ir and LL misses per frame, to find what grows
+#   --keep DIR    write the callgrind profiles to DIR and keep them (its old
+#                 cg.* files are removed first, so no stale profile is read)
+# Exit: 0 done (or --help), 1 the run failed, 2 bad command line.
 set -eu
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,8 +47,8 @@ annotate=0
 keep=
 
 usage() {
-    sed -n 's/^#   \{0,1\}//p' "$0" | sed -n '/^tools\/bench\/hubwork.sh/,/^Exit/p' >&2
-    exit 2
+    sed -n 's/^#   \{0,1\}//p' "$0" | sed -n '/^tools\/bench\/hubwork.sh/,/^Exit/p'
+    exit 0
 }
 number() {
     case $2 in
@@ -94,6 +95,7 @@ command -v valgrind >/dev/null 2>&1 || {
 
 if [ -n "$keep" ]; then
     mkdir -p "$keep"
+    rm -f "$keep"/cg.*
     dir=$keep
 else
     dir=$(mktemp -d)
@@ -102,7 +104,7 @@ fi
 log=$dir/pm-bench.log
 
 echo "hubwork: $(nproc) cpus, Linux $(uname -r), $(valgrind --version), LL simulated as --LL=$ll"
-echo "  pm-bench scale --runs 1 --frames $frames --max $max under callgrind, stream phase of the supervisor only;"
+echo "  pm-bench scale --runs 1 --frames $frames --max $max under callgrind, the supervisor's stream phase only"
 # The cap is scale's per phase: a run under valgrind is slower than native.
 if ! PM_BENCH_SCALE_CAP=${PM_BENCH_SCALE_CAP:-600} valgrind --tool=callgrind -q --instr-atstart=no \
     --cache-sim=yes --LL="$ll" --callgrind-out-file="$dir/cg.%p" \
