@@ -65,6 +65,10 @@ int child_main(void);
  * budget) whose READY events set ready_inc and stop pm_cluster_run. */
 pm_options *bench_options(int workers, int exec_mode);
 extern volatile uint64_t ready_inc;
+/* pm__now_ns() when that READY event was handled: the moment the
+ * supervisor knows the worker is ready, before the rest of that loop turn
+ * (the next spare link, a warm standby's fork) runs. */
+extern volatile uint64_t ready_at_ns;
 
 /* Processes and pipes. die() prints what failed with errno and exits 1. */
 __attribute__((noreturn)) void die(const char *what);

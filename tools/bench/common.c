@@ -122,6 +122,7 @@ int child_main(void)
 /* ------------------------------------------------------------------ the supervisor */
 
 volatile uint64_t ready_inc;
+volatile uint64_t ready_at_ns;
 
 static int boot_idle(pm_node *n, void *arg)
 {
@@ -136,6 +137,7 @@ static void on_ready(pm_cluster *c, const pm_event *e, void *arg)
 {
     (void)arg;
     if (e->type == PM_EVENT_READY) {
+        ready_at_ns = pm__now_ns();
         ready_inc = e->incarnation;
         /* pm_cluster_run runs for its whole timeout unless stopped. */
         pm_cluster_stop(c);
