@@ -35,82 +35,6 @@ struct child_ctx {
     int go_fd;        /* a standby's go eventfd (blocking), -1 otherwise */
 };
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
-
-/* The files with code mapped (dev, inode): the program and its shared
- * libraries. */
-struct code_files {
-    unsigned long long id[64][2];
-    unsigned n;
-};
-
-/* One line of /proc/self/maps. Pass 0 notes the files of executable
- * mappings; pass 1 populates the read-only mappings of those files (their
- * code, read-only data and relocation tables), never any other file's: an
- * application's mapped index or model must not be read in by every
- * standby. */
-static void populate_line(const char *line, int pass, struct code_files *f)
-{
-    unsigned long lo, hi, off, ino;
-    char perm[5];
-    unsigned dmaj, dmin;
-    if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu", &lo, &hi, perm, &off, &dmaj, &dmin, &ino) != 7 ||
-        ino == 0 || perm[0] != 'r' || perm[1] != '-')
-        return;
-    unsigned long long dev = ((unsigned long long)dmaj << 20) | dmin;
-    unsigned k = 0;
-    while (k < f->n && (f->id[k][0] != dev || f->id[k][1] != ino))
-        k++;
-    if (pass == 0) {
-        if (perm[2] == 'x' && k == f->n && f->n < 64) {
-            f->id[f->n][0] = dev;
-            f->id[f->n][1] = ino;
-            f->n++;
-        }
-    } else if (k < f->n) {
-        (void)madvise((void *)lo, hi - lo, MADV_POPULATE_READ);
-    }
-}
-
-/* A warm standby, before it waits: a fork child's page tables hold none
- * of the supervisor's file pages (the kernel copies page tables only for
- * mappings with private copies), so every page of code the worker then
- * runs for the first time takes a fault, tens of microseconds each under
- * paravirtualised paging; after the go that was most of the way to ready.
- * Mapping the program's and libraries' read-only pages here (page cache
- * pages, no copies; a few page-table pages per library) takes them off
- * that path. Best effort: before Linux 5.14 (EINVAL) the faults stay where
- * they were. The file is read with read(2) into the stack, twice (see
- * populate_line), no allocation. */
-static void populate_code(void)
-{
-    struct code_files files;
-    files.n = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return;
-        char buf[4096], line[512];
-        size_t len = 0;
-        ssize_t n;
-        while ((n = read(fd, buf, sizeof(buf))) > 0) {
-            for (ssize_t i = 0; i < n; i++) {
-                if (buf[i] != '\n') {
-                    if (len < sizeof(line) - 1)
-                        line[len++] = buf[i];
-                    continue;
-                }
-                line[len] = '\0';
-                populate_line(line, pass, &files);
-                len = 0;
-            }
-        }
-        pm__close(fd);
-    }
-}
-
 /* Fork mode, in the child: drop everything of procmesh that is not this
  * slot's, join, run the bootstrap. */
 static void fork_child(void *arg, const pm__spawn_req *req)
@@ -184,8 +108,6 @@ static void fork_child(void *arg, const pm__spawn_req *req)
      * not unmapped here. */
     if (rc < 0)
         _exit(125);
-    if (x->go_fd >= 0)
-        populate_code();
     /* Joined: now the worker gives up what it will not need (user,
      * no_new_privs, seccomp), before the application's code runs. */
     if (pm__child_privileges(req) < 0)

@@ -616,11 +616,12 @@ static long rss_file_kib(pid_t pid)
     return kib;
 }
 
-START_TEST(test_standby_maps_code_only)
+START_TEST(test_standby_reads_no_mapped_file)
 {
-    /* A standby maps the program's and libraries' pages before it waits,
-     * never an application's read-only data file: with 64 MiB of one
-     * mapped, the standby's file pages stay far below it. */
+    /* A standby reads nothing in ahead of the worker it will be: with 64
+     * MiB of an application's read-only data file mapped, the standby's
+     * file pages stay far below it (an earlier version mapped every
+     * read-only file mapping before waiting). */
     const size_t size = 64u << 20;
     char path[] = "/tmp/pm-check-spare-XXXXXX";
     int fd = mkstemp(path);
@@ -696,7 +697,7 @@ int main(void)
     PM_ADD_TEST(s, test_standby_ended_with_cluster, 30);
     PM_ADD_TEST(s, test_standby_dies_with_supervisor, 30);
     PM_ADD_TEST(s, test_standby_bad_options, 30);
-    PM_ADD_TEST(s, test_standby_maps_code_only, 30);
+    PM_ADD_TEST(s, test_standby_reads_no_mapped_file, 30);
     PM_ADD_TEST(s, test_standby_within_fd_limit, 30);
     if (geteuid() == 0)
         PM_ADD_TEST(s, test_standby_reaped_by_application, 30);
