@@ -135,10 +135,12 @@ static int standby_dead(const pm__standby *b)
     return poll(&p, 1, 0) > 0;
 }
 
+/* A standby made for another incarnation needs no check here: it lives on
+ * the spare made for that incarnation, which link_take finds unfit and
+ * drops, and it with it. */
 void pm__standby_check(pm_cluster *c, pm__slot *s)
 {
-    pm__standby *b = &s->standby;
-    if (b->pid > 0 && (b->incarnation != s->incarnation || standby_dead(b)))
+    if (s->standby.pid > 0 && standby_dead(&s->standby))
         pm__incarnation_spare_drop(c, s); /* ends it, and the memory it had */
 }
 
@@ -146,11 +148,7 @@ pid_t pm__standby_take(pm_cluster *c, pm__slot *s)
 {
     pm__standby *b = &s->standby;
     if (b->pid <= 0)
-        return 0;
-    if (b->incarnation != s->incarnation) {
-        pm__standby_end(c, s);
-        return -ESTALE;
-    }
+        return 0; /* none, or ended with an unfit spare by link_take */
     if (c->cg.mode == PM_CONTAIN_CGROUP) {
         int rc = pm__cg_slot_move(&s->cg, b->pid);
         if (rc < 0) {

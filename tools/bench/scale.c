@@ -214,16 +214,29 @@ static unsigned point_cap_s = POINT_CAP_DEFAULT_S;
  * nothing, so a shorter cap must not cost the spawn points. */
 #define READY_TIMEOUT_MS (POINT_CAP_DEFAULT_S * 1000)
 
-/* PM_BENCH_SCALE_CAP: 1 to 3600 seconds. 0, or -1 with the reason printed. */
-static int read_cap(void)
+/* An environment variable as an unsigned decimal number: 0 when unset or
+ * empty, 1 with *v, -1 when it is not one (no sign, no trailing text). */
+static int env_number(const char *name, const char **text, unsigned long long *v)
 {
-    const char *env = getenv("PM_BENCH_SCALE_CAP");
+    const char *env = getenv(name);
+    *text = env;
     if (env == NULL || *env == '\0')
         return 0;
     char *end;
     errno = 0;
-    unsigned long v = strtoul(env, &end, 10);
-    if (errno != 0 || *end != '\0' || env[0] == '-' || v < 1 || v > 3600) {
+    *v = strtoull(env, &end, 10);
+    return errno == 0 && *end == '\0' && env[0] != '-' ? 1 : -1;
+}
+
+/* PM_BENCH_SCALE_CAP: 1 to 3600 seconds. 0, or -1 with the reason printed. */
+static int read_cap(void)
+{
+    const char *env;
+    unsigned long long v;
+    int rc = env_number("PM_BENCH_SCALE_CAP", &env, &v);
+    if (rc == 0)
+        return 0;
+    if (rc < 0 || v < 1 || v > 3600) {
         fprintf(stderr, "pm-bench: scale: PM_BENCH_SCALE_CAP: '%s' is not a number of seconds from 1 to 3600\n",
                 env);
         return -1;
@@ -242,17 +255,18 @@ static int read_cap(void)
 static uint64_t ring_bytes = RING_CAP;
 static int read_ring(void)
 {
-    const char *env = getenv("PM_BENCH_RING");
-    if (env == NULL || *env == '\0')
+    const char *env;
+    unsigned long long v;
+    int rc = env_number("PM_BENCH_RING", &env, &v);
+    if (rc == 0)
         return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(env, &end, 10);
-    pm_options *o = pm_options_new();
-    int rc = -EINVAL;
-    if (errno == 0 && *end == '\0' && env[0] != '-' && o != NULL && v <= SIZE_MAX)
-        rc = pm_options_set_ring_size(o, (size_t)v);
-    pm_options_free(o);
+    if (rc > 0 && v <= SIZE_MAX) {
+        pm_options *o = pm_options_new();
+        rc = o != NULL ? pm_options_set_ring_size(o, (size_t)v) : -ENOMEM;
+        pm_options_free(o);
+    } else {
+        rc = -EINVAL;
+    }
     if (rc < 0) {
         fprintf(stderr,
                 "pm-bench: scale: PM_BENCH_RING: '%s' is not a ring size in bytes (a power of two from 256 KiB "
