@@ -9,7 +9,7 @@
  * printable strings (they reach logs and JSON).
  */
 #include "fuzz.h"
-#include "crash.h"
+#include "os/crash.h"
 
 static int printable(const char *s, size_t max)
 {

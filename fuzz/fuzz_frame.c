@@ -10,7 +10,7 @@
  */
 #include <errno.h>
 
-#include "frame.h"
+#include "channel/frame.h"
 #include "fuzz.h"
 
 /* Field by field: the struct has tail padding that a copy need not keep. */

@@ -43,13 +43,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bigmsg.h"
+#include "channel/bigmsg.h"
 
 #include "fuzz.h"
 #include "fuzz_wport.h"
-#include "hub.h"
-#include "le.h"
-#include "proto.h"
+#include "hub/hub.h"
+#include "base/le.h"
+#include "channel/proto.h"
 
 #define NPORTS 3u
 #define FORGED_SRC 0x5eadbeefu

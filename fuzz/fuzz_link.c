@@ -46,14 +46,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bigmsg.h"
+#include "channel/bigmsg.h"
 
 #include "fuzz.h"
 #include "fuzz_wport.h"
-#include "hub.h"
-#include "le.h"
-#include "linkfrag.h"
-#include "proto.h"
+#include "hub/hub.h"
+#include "base/le.h"
+#include "peer/linkfrag.h"
+#include "channel/proto.h"
 
 #define NPORTS 2u
 #define NLINKS 2u       /* hosts 1 ("b") and 2 ("c"); 3 ("d") is never linked */

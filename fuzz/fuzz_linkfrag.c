@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* fuzz_linkfrag.c - libFuzzer harness for the FRAG header codec and the receiver's reassembly rules (src/linkfrag.c). */
+/* fuzz_linkfrag.c - libFuzzer harness for the FRAG header codec and the receiver's reassembly rules (src/peer/linkfrag.c). */
 /*
  * Input: one byte choosing max_message (just above PM_MAX_PAYLOAD up to
  * four times it), then operations, each a byte and its arguments:
@@ -25,9 +25,9 @@
  */
 #include <errno.h>
 
-#include "frame.h"
+#include "channel/frame.h"
 #include "fuzz.h"
-#include "linkfrag.h"
+#include "peer/linkfrag.h"
 
 #define MAXP ((uint64_t)PM_MAX_PAYLOAD)
 #define MAP_MAX (4 * MAXP + 1)

@@ -22,7 +22,7 @@
 #include <errno.h>
 
 #include "fuzz.h"
-#include "noise.h"
+#include "peer/noise.h"
 
 static const char *const names[] = {"Noise_XXpsk3_25519_ChaChaPoly_SHA256", "Noise_XX_25519_ChaChaPoly_SHA256"};
 

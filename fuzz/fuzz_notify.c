@@ -8,7 +8,7 @@
  * computed here the slow way.
  */
 #include "fuzz.h"
-#include "notify.h"
+#include "os/notify.h"
 
 /* 1 when buf[0..len) holds line as one whole line. */
 static int has_line(const char *buf, size_t len, const char *line)

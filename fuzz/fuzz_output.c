@@ -10,7 +10,7 @@
  * added), with one untruncated piece per newline plus the flushed rest.
  */
 #include "fuzz.h"
-#include "output.h"
+#include "supervisor/output.h"
 
 struct seen {
     char *out;

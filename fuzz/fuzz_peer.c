@@ -16,7 +16,7 @@
 #include <sodium.h>
 
 #include "fuzz.h"
-#include "peer.h"
+#include "peer/peer.h"
 
 static pm__keyring *kr;
 static const unsigned char secret[32] = {1, 2, 3};

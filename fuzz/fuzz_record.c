@@ -20,8 +20,8 @@
 #include <errno.h>
 
 #include "fuzz.h"
-#include "noise.h"
-#include "record.h"
+#include "peer/noise.h"
+#include "peer/record.h"
 
 #define XXPSK3 "Noise_XXpsk3_25519_ChaChaPoly_SHA256"
 #define MAX_RECORDS 16

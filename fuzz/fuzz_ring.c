@@ -21,7 +21,7 @@
 #include <errno.h>
 
 #include "fuzz.h"
-#include "ring.h"
+#include "channel/ring.h"
 
 #define CAP ((uint64_t)4096)
 #define MAX_FRAME ((uint32_t)(CAP / 2 - 8))

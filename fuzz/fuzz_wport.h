@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
-#include "hub.h"
+#include "hub/hub.h"
 
 #define CAP ((uint64_t)1 << 18) /* the smallest ring that takes PM__LINK_MAX_FRAME */
 

@@ -147,7 +147,7 @@ enum pm_event_type {
 
 /*
  * Why an event happened. One code per reason string: pm_reason_name(code)
- * is the string pm_event.reason carries (the table in src/reason.c is the
+ * is the string pm_event.reason carries (the table in src/base/reason.c is the
  * only place they are spelled).
  */
 enum pm_reason {

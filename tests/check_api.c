@@ -16,7 +16,7 @@
 #include <sys/time.h>
 
 #include "internals.h"
-#include "proto.h"
+#include "channel/proto.h"
 
 #ifndef PM_RAW_WORKER
 #error "PM_RAW_WORKER must name the pm-raw-worker binary"
@@ -300,7 +300,7 @@ static pm_slot_info info(pm_cluster *c, unsigned slot)
 START_TEST(test_header_defaults)
 {
     /* The values include/procmesh.h states, spelled here again on purpose:
-     * src/defaults.h could drift from the header's comments. */
+     * src/base/defaults.h could drift from the header's comments. */
     pm_options *o = pm_options_new();
     const struct pm_options *v = pm_test_options(o);
     ck_assert_int_eq(v->workers, 0); /* auto */

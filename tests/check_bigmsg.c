@@ -22,9 +22,9 @@
 #include <sys/socket.h>
 
 #include "internals.h"
-#include "bigmsg.h"
-#include "le.h"
-#include "proto.h"
+#include "channel/bigmsg.h"
+#include "base/le.h"
+#include "channel/proto.h"
 
 #define RUN_UNTIL PM_RUN_UNTIL
 #define MIB ((size_t)1 << 20)

@@ -3,9 +3,9 @@
  * backoff arithmetic and the slot state x event table. Exact, no clock. */
 #include "helpers.h"
 
-#include "budget.h"
+#include "supervisor/budget.h"
 #include "procmesh.h"
-#include "slot.h"
+#include "supervisor/slot.h"
 
 static pm__budget_cfg cfg(uint32_t min, uint32_t max, double f, int n, uint32_t window)
 {
@@ -161,7 +161,7 @@ END_TEST
 START_TEST(test_slot_table)
 {
     /* Every cell of the table, written out here independently of
-     * src/slot.c, so that a changed cell is a failing test. Columns:
+     * src/supervisor/slot.c, so that a changed cell is a failing test. Columns:
      * READY, EXITED, READY_TIMEOUT, BACKOFF_DONE, STOP, STOP_TIMEOUT, FAULT. */
     enum { I = PM__A_IGNORE };
     static const int want[PM__SLOT_STATES][PM__EV_COUNT] = {

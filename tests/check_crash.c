@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
-#include "crash.h"
+#include "os/crash.h"
 
 #ifndef PM_DAEMON_BIN
 #error "PM_DAEMON_BIN must name the procmesh binary"

@@ -22,7 +22,7 @@
 
 #include "core.h"
 #include "dconf.h"
-#include "defaults.h"
+#include "base/defaults.h"
 #include "health.h"
 #include "log.h"
 

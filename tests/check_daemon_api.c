@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-#include "options.h"
+#include "supervisor/options.h"
 #include "procmesh.h"
 
 #ifndef PM_DAEMON_BIN

@@ -6,7 +6,7 @@
  */
 #include "helpers.h"
 
-#include "deadlines.h"
+#include "supervisor/deadlines.h"
 #include "internals.h"
 
 /* ------------------------------------------------------------ the heap */

@@ -2,7 +2,7 @@
 /* check_frame.c - the frame header codec. */
 #include "helpers.h"
 
-#include "frame.h"
+#include "channel/frame.h"
 
 static pm__frame_hdr sample(void)
 {

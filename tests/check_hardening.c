@@ -10,8 +10,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "notify.h" /* pm__notify_random: the seam for a predictable name */
-#include "spawn.h"  /* pm__cloexec_proc_fds */
+#include "os/notify.h" /* pm__notify_random: the seam for a predictable name */
+#include "os/spawn.h"  /* pm__cloexec_proc_fds */
 
 /* ------------------------------------------------------------ notify names */
 

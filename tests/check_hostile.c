@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 
 #include "internals.h"
-#include "proto.h"
+#include "channel/proto.h"
 
 #define RUN_UNTIL PM_RUN_UNTIL
 #define ms pm_test_ms

@@ -18,8 +18,8 @@
 #include <sys/wait.h>
 
 #include "internals.h"
-#include "mesh.h"
-#include "peer.h"
+#include "mesh/mesh.h"
+#include "peer/peer.h"
 #include "procmesh.h"
 
 /*

@@ -12,12 +12,12 @@
 #include <sys/socket.h>
 
 #include "internals.h"
-#include "le.h"
-#include "frame.h"
-#include "hub.h"
-#include "linkfrag.h"
-#include "peer.h"
-#include "peerkeys.h"
+#include "base/le.h"
+#include "channel/frame.h"
+#include "hub/hub.h"
+#include "peer/linkfrag.h"
+#include "peer/peer.h"
+#include "peer/peerkeys.h"
 #include "procmesh.h"
 
 /*

@@ -11,7 +11,7 @@
 #include <sys/resource.h>
 
 #include "internals.h"
-#include "le.h"
+#include "base/le.h"
 #include "procmesh.h"
 
 /*

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* check_linkfrag.c - the FRAG header codec and the receiver's reassembly rules (src/linkfrag.c), every bad case, without a network. */
+/* check_linkfrag.c - the FRAG header codec and the receiver's reassembly rules (src/peer/linkfrag.c), every bad case, without a network. */
 #include <check.h>
 
 #include "helpers.h"
 
-#include "frame.h"
-#include "linkfrag.h"
+#include "channel/frame.h"
+#include "peer/linkfrag.h"
 
 #define TOTAL ((uint64_t)PM_MAX_PAYLOAD * 2 + 100)
 #define MAX ((uint64_t)8 << 20)

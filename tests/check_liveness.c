@@ -11,7 +11,7 @@
 #include <sys/prctl.h>
 
 #include "internals.h"
-#include "proto.h"
+#include "channel/proto.h"
 
 #define RUN_UNTIL PM_RUN_UNTIL
 #define ms pm_test_ms

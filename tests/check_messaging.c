@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 
 #include "internals.h"
-#include "proto.h"
+#include "channel/proto.h"
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -4,7 +4,7 @@
 
 #include <sodium.h>
 
-#include "noise.h"
+#include "peer/noise.h"
 
 #ifndef PM_NOISE_VECTORS
 #error "PM_NOISE_VECTORS must name tests/data/noise-25519-chachapoly-sha256.json"

@@ -2,7 +2,7 @@
 /* check_options.c - pm_options setters, validation messages, auto workers. */
 #include "helpers.h"
 
-#include "options.h"
+#include "supervisor/options.h"
 
 static int boot(pm_node *n, void *arg)
 {

@@ -5,9 +5,10 @@
 #include <sodium.h>
 #include <stdatomic.h>
 
-#include "internal.h"
-#include "le.h"
-#include "peer.h"
+#include "base/internal.h"
+#include "base/address.h"
+#include "base/le.h"
+#include "peer/peer.h"
 
 /* Routing with peer links: the host table turns names into the indices
  * frames carry, and back. */

@@ -7,9 +7,10 @@
 
 #include <sodium.h>
 
-#include "internal.h"
-#include "options.h"
-#include "peerkeys.h"
+#include "base/internal.h"
+#include "base/address.h"
+#include "supervisor/options.h"
+#include "peer/peerkeys.h"
 
 static char dir[64];
 

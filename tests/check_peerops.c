@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include "internals.h"
-#include "mesh.h"
-#include "options.h"
-#include "peer.h"
+#include "mesh/mesh.h"
+#include "supervisor/options.h"
+#include "peer/peer.h"
 #include "procmesh.h"
 
 /*

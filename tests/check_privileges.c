@@ -24,7 +24,7 @@
 #include <netinet/in.h>
 
 #include "procmesh.h"
-#include "seccomp_filter.h"
+#include "os/seccomp_filter.h"
 #include "supervise.h"
 
 #define NOBODY 65534

@@ -4,10 +4,10 @@
 
 #include <sodium.h>
 
-#include "internal.h"
-#include "le.h"
-#include "noise.h"
-#include "record.h"
+#include "base/internal.h"
+#include "base/le.h"
+#include "peer/noise.h"
+#include "peer/record.h"
 
 #define XXPSK3 "Noise_XXpsk3_25519_ChaChaPoly_SHA256"
 

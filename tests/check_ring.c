@@ -7,9 +7,9 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
-#include "link.h"
-#include "ring.h"
-#include "shm.h"
+#include "channel/link.h"
+#include "channel/ring.h"
+#include "channel/shm.h"
 
 /* A ring region in a MAP_SHARED mapping followed by a PROT_NONE guard page:
  * any read past the data area faults and fails the test. */

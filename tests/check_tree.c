@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 
 #include "procmesh.h"
-#include "cgroup.h"
+#include "os/cgroup.h"
 #include "supervise.h"
 
 /* ------------------------------------------------------------ descendants */

@@ -15,9 +15,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "cluster.h"
-#include "loop.h"
-#include "node.h"
+#include "supervisor/cluster.h"
+#include "os/loop.h"
+#include "worker/node.h"
 
 /* ------------------------------------------------------------ supervisor */
 

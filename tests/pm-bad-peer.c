@@ -14,12 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "frame.h"
-#include "le.h"
-#include "noise.h"
-#include "peer.h"
-#include "peerkeys.h"
-#include "record.h"
+#include "channel/frame.h"
+#include "base/le.h"
+#include "peer/noise.h"
+#include "peer/peer.h"
+#include "peer/peerkeys.h"
+#include "peer/record.h"
 
 /*
  * usage: pm-bad-peer PORT SYSTEM SECRET_HEX ATTACK [HOST]

@@ -25,11 +25,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "le.h"
-#include "link.h"
-#include "node.h"
-#include "proto.h"
+#include "base/internal.h"
+#include "base/defaults.h" /* PM__NODE_ENV */
+#include "base/le.h"
+#include "channel/link.h"
+#include "worker/node.h"
+#include "channel/proto.h"
 
 static pm__link l;
 

@@ -19,8 +19,8 @@
 
 #include <sodium.h>
 
-#include "defaults.h"
-#include "peerkeys.h"
+#include "base/defaults.h"
+#include "peer/peerkeys.h"
 
 enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,

@@ -12,7 +12,7 @@
 #ifndef PM_BENCH_H
 #define PM_BENCH_H
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stddef.h>
 #include <stdio.h>

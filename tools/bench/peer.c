@@ -2,9 +2,9 @@
 /* peer.c - pm-bench peer: two supervisors linked over loopback TCP (ChaChaPoly and a null cipher) beside plain TCP; handshake time; idle CPU. */
 #define _GNU_SOURCE
 #include "bench.h"
-#include "noise.h"
-#include "peer.h"
-#include "peerkeys.h"
+#include "peer/noise.h"
+#include "peer/peer.h"
+#include "peer/peerkeys.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -32,7 +32,7 @@
  * user's would be: a's worker sends every frame with pm_node_send, and when
  * the link cannot take more (its output queue full, or b's credit window
  * for t@b:10 used up) a's hub holds the frame in the worker's ring, which
- * then fills and makes pm_node_send wait for space (src/hub_link.c). Until
+ * then fills and makes pm_node_send wait for space (src/hub/hub_link.c). Until
  * stop 18 a full link dropped frames instead, and the stream kept its own
  * window of 32 frames of 4 KiB acknowledged by b: that window, not the
  * link, then set the rate (190-200 MB/s against 680-800 MB/s without it,

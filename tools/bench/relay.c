@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* relay.c - pm-bench relay: worker -> hub -> worker against a relay process over pipes, sockets. */
 #include "bench.h"
-#include "debug.h"
-#include "node.h"
-#include "ring.h"
+#include "supervisor/debug.h"
+#include "worker/node.h"
+#include "channel/ring.h"
 
 #include <inttypes.h>
 #include <poll.h>

@@ -10,7 +10,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
-#include "seccomp_filter.h"
+#include "os/seccomp_filter.h"
 
 #define NOBODY 65534
 

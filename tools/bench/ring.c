@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* ring.c - pm-bench ring: the shared-memory ring against a pipe and a socketpair. */
 #include "bench.h"
-#include "ring.h"
-#include "shm.h"
+#include "channel/ring.h"
+#include "channel/shm.h"
 
 #include <inttypes.h>
 #include <signal.h>

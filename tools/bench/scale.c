@@ -2,7 +2,7 @@
 /* scale.c - pm-bench scale: throughput, round trip, hub CPU and memory as the number of workers grows. */
 #define _GNU_SOURCE
 #include "bench.h"
-#include "debug.h"
+#include "supervisor/debug.h"
 
 #include <inttypes.h>
 #include <stddef.h>

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * internal.h - what every module of libprocmesh shares and nothing installs.
+ *
+ * Internal functions that are not static carry the pm__ prefix; they are
+ * hidden from the shared library by -fvisibility=hidden (only PM_EXTERN
+ * symbols are exported) and reach the tests through the static convenience
+ * library libpmcore.la.
+ */
+#ifndef PM_INTERNAL_H
+#define PM_INTERNAL_H
+
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "procmesh.h"
+
+
+#define PM__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define PM__ALIGN8(n) (((n) + (size_t)7) & ~(size_t)7)
+#define PM__LIKELY(x) __builtin_expect(!!(x), 1)
+#define PM__UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* One cache line pair: adjacent-line prefetchers on x86 pull lines in pairs,
+ * so two indices that must not false-share sit 128 bytes apart. */
+#define PM__CACHELINE 128
+
+/* close() that keeps errno: cleanup paths run after the error that made
+ * them run, and must not overwrite it (skalibs fd_close, libuv uv__close). */
+static inline void pm__close(int fd)
+{
+    if (fd >= 0) {
+        int saved = errno;
+        (void)close(fd);
+        errno = saved;
+    }
+}
+
+/* Handle kinds, the first field of every opaque handle: a handle of the
+ * wrong kind (a pm_node * cast to pm_cluster *) is refused with -EINVAL. A
+ * freed handle has its magic cleared. */
+#define PM__MAGIC_CLUSTER 0x636d7070u /* "ppmc" */
+#define PM__MAGIC_NODE 0x6e6d7070u    /* "ppmn" */
+
+/* Which process a handle belongs to: a generation counter that a
+ * pthread_atfork child handler bumps in every child (error.c). A cluster
+ * used in a forked child (a fork-mode worker), or a node used in a child
+ * of its worker, sees another generation and refuses with -EPERM: both
+ * would otherwise act on structures whose other end is not theirs.
+ * pm__fork_gen() registers the handler on first use (call it when a handle
+ * is created); pm__fork_generation is then read with a plain atomic load,
+ * which is async-signal-safe (pm_cluster_stop may run in a handler). */
+extern _Atomic uint32_t pm__fork_generation;
+uint32_t pm__fork_gen(void);
+
+/* Nanoseconds of CLOCK_MONOTONIC. */
+uint64_t pm__now_ns(void);
+
+/* Milliseconds of CLOCK_MONOTONIC: the unit of every deadline. */
+static inline uint64_t pm__now_ms(void)
+{
+    return pm__now_ns() / 1000000u;
+}
+
+#endif /* PM_INTERNAL_H */

@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: MIT */
+/* bigmsg.c - large messages as sealed memfds over the link's socket; see bigmsg.h. */
+#define _GNU_SOURCE
+#include "base/internal.h"
+#include "bigmsg.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include "base/le.h"
+
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#endif
+#ifndef MFD_ALLOW_SEALING
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
+
+#define ALL_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
+#define RECORD_MAGIC 0x44464d50u /* "PMFD" */
+/* Room for more fds than a record may carry, so that extra fds arrive
+ * (and are closed) instead of being dropped by the kernel with
+ * MSG_CTRUNC: either way the record is refused. */
+#define RECV_FDS 8
+
+void pm__announce_encode(const pm__announce *a, void *buf)
+{
+    unsigned char *p = buf;
+    pm__put64(p, a->len);
+    pm__put32(p + 8, a->seq);
+    pm__put32(p + 12, 0);
+}
+
+int pm__announce_decode(const void *buf, size_t size, pm__announce *a)
+{
+    const unsigned char *p = buf;
+    if (buf == NULL || size != PM__ANNOUNCE_SIZE)
+        return -EBADMSG;
+    uint64_t len = pm__get64(p);
+    uint32_t seq = pm__get32(p + 8);
+    if (len <= PM_MAX_PAYLOAD || len > PM__BIGMSG_MAX || seq == 0 || pm__get32(p + 12) != 0)
+        return -EBADMSG;
+    a->len = len;
+    a->seq = seq;
+    return 0;
+}
+
+int pm__bigmsg_create(const void *data, size_t len)
+{
+    int fd = -1, err;
+    fd = memfd_create("procmesh-msg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -errno;
+    /* write(), not a mapping: F_SEAL_WRITE fails with EBUSY while any
+     * writable shared mapping of the object exists. */
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, (const char *)data + done, len - done);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            goto fail;
+        }
+        done += (size_t)n;
+    }
+    if (fcntl(fd, F_ADD_SEALS, ALL_SEALS) < 0)
+        goto fail;
+    return fd;
+fail:
+    err = -errno;
+    pm__close(fd);
+    return err;
+}
+
+int pm__bigmsg_check(int fd, uint64_t len, size_t max)
+{
+    struct stat st;
+    /* A pipe, socket or ordinary file fails F_GET_SEALS (EINVAL): foreign. */
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & ALL_SEALS) != ALL_SEALS)
+        return -EPROTO;
+    /* Sealed against shrinking: the size cannot change after this fstat,
+     * so a mapping of len bytes can never fault (no SIGBUS). */
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+        (uint64_t)st.st_size != len || len > max)
+        return -EPROTO;
+    return 0;
+}
+
+int pm__bigmsg_map(int fd, size_t len, const void **map)
+{
+    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    *map = p;
+    return 0;
+}
+
+int pm__bigmsg_send(int sock, int fd, uint32_t seq)
+{
+    unsigned char rec[PM__BIGMSG_RECORD];
+    pm__put32(rec, RECORD_MAGIC);
+    pm__put32(rec + 4, seq);
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct iovec iov = {rec, sizeof(rec)};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof(ctl.buf);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    ssize_t n;
+    do
+        n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    return n == (ssize_t)sizeof(rec) ? 0 : -EIO;
+}
+
+int pm__bigmsg_recv(int sock, uint32_t seq, int *out)
+{
+    unsigned char rec[PM__BIGMSG_RECORD + 1];
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(RECV_FDS * sizeof(int))];
+    } ctl;
+    struct iovec iov = {rec, sizeof(rec)};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof(ctl.buf);
+    ssize_t n;
+    do
+        n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    /* Collect every fd first, so that each one is closed on any failure. */
+    int fds[RECV_FDS * 2];
+    size_t nfds = 0;
+    int bad = (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
+            bad = 1; /* SCM_CREDENTIALS and the like are never sent here */
+            continue;
+        }
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k && nfds < PM__ARRAY_SIZE(fds); i++)
+            memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    if (n != PM__BIGMSG_RECORD || pm__get32(rec) != RECORD_MAGIC || pm__get32(rec + 4) != seq ||
+        nfds != 1)
+        bad = 1;
+    if (bad) {
+        for (size_t i = 0; i < nfds; i++)
+            pm__close(fds[i]);
+        return -EPROTO;
+    }
+    *out = fds[0];
+    return 0;
+}

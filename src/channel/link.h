@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * link.h - one worker's link to the hub: a sealed memfd holding a control
+ * block and two rings, plus two eventfd doorbells.
+ *
+ *   [0, C)                           control block (hub writes, worker reads;
+ *                                    its crash record: the reverse); from
+ *                                    offset 4096 the mesh's host table
+ *   [C, C + R)                       ring "down": hub -> worker
+ *   [C + R, C + 2R)                  ring "up":   worker -> hub
+ *   (C = PM__CTL_SIZE)
+ *   (R = pm__ring_region_size(cap))
+ *
+ * hub_efd: the hub parks on it; the worker writes it. node_efd: the reverse.
+ * sock / node_sock: the two ends of a SOCK_SEQPACKET socketpair that
+ * carries the fds of messages larger than a frame (bigmsg.h); the hub
+ * keeps sock, the worker gets node_sock.
+ * The worker trusts the hub (it is its parent and its supervisor) and reads
+ * the geometry from the control block; the hub never reads back anything
+ * from this memory except through its validated ring ends, and the
+ * supervisor reads the crash record once, after the reap, as a copy it
+ * validates (crash.h).
+ */
+#ifndef PM_LINK_H
+#define PM_LINK_H
+
+#include "base/address.h" /* pm__hosts: the host table in the control block */
+#include "os/crash.h"
+#include "ring.h"
+
+#define PM__CTL_MAGIC 0x6c7468686d707070ull /* "ppmhhtl" */
+/* Version 2: the host table (peer links) and a control block of 16 KiB. */
+#define PM__CTL_VERSION 2u
+#define PM__CTL_SIZE 16384u
+/* A ring record carries a frame header and up to PM_MAX_INIT_DATA (or a
+ * maximal payload) plus the init fields: keep that much headroom. */
+#define PM__LINK_MAX_FRAME (PM_MAX_INIT_DATA + 512u)
+
+struct pm__ctl {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t slot;
+    uint64_t incarnation;
+    uint64_t ring_cap;
+    uint32_t max_frame;
+    int32_t supervisor_pid;
+    uint32_t heartbeat_ms; /* 0: off; the worker's waits check in at least 4x as often */
+    uint64_t max_message;  /* the cluster's largest message (pm_options_set_max_message) */
+    /* Set by the hub to ask the worker to stop (it also sends a STOP frame),
+     * or to tell it that it was fenced. The worker only reads them; the hub
+     * never reads them back. */
+    _Alignas(64) _Atomic uint32_t stop;
+    _Atomic uint32_t fenced;
+    /* Written only by the worker, read by the hub: progress. The hub only
+     * compares the counter with its last value, so no value a worker writes
+     * can do more than make it look alive or hung. */
+    _Alignas(128) _Atomic uint64_t beats;
+    _Atomic uint32_t waiting; /* 1 while blocked in pm_node_recv */
+    /* Written only by the worker's fatal-signal handler (node.c), read by
+     * the supervisor once after the reap (crash.c). Its own cache lines:
+     * nothing the hub writes shares them. */
+    _Alignas(128) struct pm__crash_rec crash;
+    /* The mesh's hosts (internal.h), for addresses of other hosts: the hub
+     * appends, the worker reads (pm__hosts_find). peer_mode 1: the mesh
+     * has peer links (the supervisor is port 0 of its host). Its own
+     * pages, away from everything the worker writes. */
+    _Alignas(4096) uint32_t peer_mode;
+    pm__hosts hosts;
+};
+_Static_assert(sizeof(struct pm__ctl) <= PM__CTL_SIZE, "the control block fits its pages");
+
+typedef struct pm__link {
+    int memfd;
+    int hub_efd;
+    int node_efd;
+    int sock;      /* hub's end of the fd socket (worker side: its own end) */
+    int node_sock; /* hub side only: the worker's end, until the link closes */
+    uint32_t tx_seq; /* records sent on sock / received, bigmsg.h */
+    uint32_t rx_seq;
+    void *map;
+    size_t map_size;
+    pm__ring tx; /* hub: down producer; worker: up producer */
+    pm__ring rx; /* hub: up consumer; worker: down consumer */
+} pm__link;
+
+/* Sets every fd to -1 and the map to NULL (the sentinels). */
+void pm__link_zero(pm__link *l);
+
+/* Hub side: creates the memory and the doorbells and attaches the hub's
+ * ends. Returns 0 or -errno with nothing left open. */
+int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t ring_cap,
+                    pid_t supervisor, uint32_t heartbeat_ms, uint64_t max_message);
+
+/* Worker side: maps an inherited memfd and attaches the worker's ends.
+ * sock is the worker's end of the fd socket, or -1 (a worker started
+ * without one cannot send or receive messages larger than a frame). */
+int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd, int sock);
+
+/* Fork-mode worker side: the worker's ends over the hub's link as the
+ * child inherited it: the same mapping (no second mmap, no fstat or seal
+ * checks: it is the supervisor's own, made by pm__link_create) and the
+ * worker's fds (memfd, doorbells, node_sock as its sock). On success l owns
+ * the mapping and those fds; hub's other fds (its sock) stay the caller's
+ * to close, and hub must no longer be closed or unmapped. 0 or -EPROTO. */
+int pm__link_adopt(pm__link *l, const pm__link *hub);
+
+/* The control block (worker side: trusted; hub side: written once). */
+static inline const struct pm__ctl *pm__link_ctl(const pm__link *l)
+{
+    return (const struct pm__ctl *)l->map;
+}
+
+/* Unmaps and closes everything; keeps errno. */
+/* A fork child's copy of a link that is not its own: closes the fds and
+ * unmaps without writing to *l. Writing (the sentinels of pm__link_close)
+ * would copy-on-write the page the struct shares with the supervisor: with
+ * N slots each new worker took O(N) such faults, each a TLB flush, and a
+ * spawn of N workers grew as N^2. The child must not use *l afterwards. */
+void pm__link_release_copy(const pm__link *l);
+
+void pm__link_close(pm__link *l);
+
+#endif /* PM_LINK_H */

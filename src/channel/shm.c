@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* shm.c - sealed memfd shared memory. */
+#define _GNU_SOURCE
+#include "base/internal.h"
+#include "shm.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#endif
+#ifndef MFD_ALLOW_SEALING
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
+
+#define PM__SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+size_t pm__page_size(void)
+{
+    static size_t page;
+    if (page == 0) {
+        long p = sysconf(_SC_PAGESIZE);
+        page = p > 0 ? (size_t)p : 4096;
+    }
+    return page;
+}
+
+int pm__shm_create(const char *name, size_t size, int *fd_out, void **map_out)
+{
+    int fd = -1;
+    void *map = MAP_FAILED;
+    int err;
+
+    if (size == 0 || size % pm__page_size() != 0)
+        return -EINVAL;
+    fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        goto fail;
+    if (ftruncate(fd, (off_t)size) < 0)
+        goto fail;
+    if (fcntl(fd, F_ADD_SEALS, PM__SEALS) < 0)
+        goto fail;
+    map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        goto fail;
+    *fd_out = fd;
+    *map_out = map;
+    return 0;
+
+fail:
+    err = -errno;
+    pm__close(fd);
+    return err;
+}
+
+int pm__shm_map(int fd, size_t size, void **map_out)
+{
+    struct stat st;
+    if (fd < 0 || size == 0)
+        return -EINVAL;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (st.st_size < 0 || (size_t)st.st_size < size)
+        return -EINVAL;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0)
+        return -errno;
+    /* Without the shrink seal a peer could truncate the object under us. */
+    if ((seals & F_SEAL_SHRINK) == 0)
+        return -EPERM;
+    void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return -errno;
+    *map_out = map;
+    return 0;
+}
+
+void pm__shm_unmap(void *map, size_t size)
+{
+    if (map != NULL && map != MAP_FAILED) {
+        int saved = errno;
+        (void)munmap(map, size);
+        errno = saved;
+    }
+}

@@ -1,0 +1,846 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hub.c - the router: moves validated, stamped frames between ports (local
+ * workers and main), answers what cannot be delivered, remembers requests in
+ * flight, holds back senders whose destination is full, and runs main's
+ * broadcasts and main's requests to one worker (pm_cluster_request).
+ *
+ * Rules (doc/design.md has the longer version):
+ *  - identity: the source is the port a frame came in by (port.c stamps
+ *    it), never the frame's own fields;
+ *  - undeliverable: a destination that is unknown (-ENOENT), not ready
+ *    (-EHOSTDOWN) or of another incarnation (-ESTALE) is answered at once;
+ *  - requests in flight to a worker are remembered, so its death answers
+ *    them (-EHOSTDOWN) and a reply from a later incarnation answers nothing;
+ *  - no worker delays another's traffic to anyone but itself: a full down
+ *    ring spills into that destination's queue, charged to the sender; only
+ *    a sender whose own hold is at its bound waits (the hub stops reading
+ *    it), and its frames to others flow until then. Replies and notices
+ *    never wait: charged to the requester they are for, dropped and counted
+ *    past its bound. A queue that makes no progress for the drain timeout
+ *    is reported (not-draining). Memory stays bounded per sender, per
+ *    requester and in total;
+ *  - in flight: at most PM__INFLIGHT_PER_REQUESTER per requester, each
+ *    forgotten at its deadline or after the maximum lifetime;
+ *  - copies of traffic in the supervisor's memory are wiped before they are
+ *    freed, and in a fork-mode child (pm__hub_wipe).
+ * The queues themselves (push, flush, large messages' fds) are in hub_queue.c.
+ */
+#define _GNU_SOURCE
+#include "hub.h"
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "channel/bigmsg.h"
+#include "hub_int.h"
+#include "channel/proto.h"
+
+/* How often expired requests are forgotten (at most; sooner with a
+ * shorter lifetime). */
+#define PURGE_EVERY_MS 1000u
+
+static void port_reset(pm__port *p)
+{
+    p->q_head = p->q_tail = NULL;
+    p->q_frames = 0;
+    p->q_bytes = 0;
+    p->ans_frames = 0;
+    p->ans_bytes = 0;
+    p->stall_since_ms = 0;
+    p->sock_full = 0;
+    p->drain_reported = 0;
+    p->blocked_on = -1;
+    p->left = 0;
+    p->scan_pos = 0;
+    p->dirty = 0;
+}
+
+/* The scratch buffer holds the last frame a worker sent to main. It lives
+ * in its own private anonymous mapping marked MADV_WIPEONFORK, so that a
+ * fork-mode worker finds it zeroed (malloc'd memory cannot be marked).
+ * Kernels before 4.14 refuse the advice: then pm__hub_wipe clears it in the
+ * child instead. */
+static unsigned char *scratch_map(int *mapped)
+{
+    void *p = mmap(NULL, PM_MAX_PAYLOAD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    *mapped = madvise(p, PM_MAX_PAYLOAD, MADV_WIPEONFORK) == 0;
+    return p;
+}
+
+static void lists_free(pm__hub *h)
+{
+    pm__portlist *l[] = {&h->ready, &h->pass, &h->arm, &h->dirty, &h->timed};
+    for (size_t i = 0; i < PM__ARRAY_SIZE(l); i++) {
+        free(l[i]->v);
+        l[i]->v = NULL;
+        l[i]->n = 0;
+    }
+}
+
+/* Each list holds every port at most once: nports entries, allocated once. */
+static int lists_alloc(pm__hub *h, unsigned nports)
+{
+    pm__portlist *l[] = {&h->ready, &h->pass, &h->arm, &h->dirty, &h->timed};
+    for (size_t i = 0; i < PM__ARRAY_SIZE(l); i++) {
+        l[i]->v = calloc(nports ? nports : 1, sizeof(unsigned));
+        if (l[i]->v == NULL) {
+            lists_free(h);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster *app,
+                 const pm__hub_ops *ops, void *owner)
+{
+    memset(h, 0, sizeof(*h));
+    h->ports = calloc(nports ? nports : 1, sizeof(*h->ports));
+    h->scratch = scratch_map(&h->scratch_mapped);
+    if (h->ports == NULL || h->scratch == NULL || lists_alloc(h, nports) < 0) {
+        free(h->ports);
+        if (h->scratch != NULL)
+            munmap(h->scratch, PM_MAX_PAYLOAD);
+        lists_free(h);
+        h->ports = NULL;
+        h->scratch = NULL;
+        return -ENOMEM;
+    }
+    h->nports = nports;
+    h->inflight_lifetime_ms = PM__INFLIGHT_LIFETIME_MS;
+    h->next_req = PM__BCAST_ID_BASE;
+    h->cur_fd = -1;
+    h->max_message = PM_MAX_PAYLOAD;
+    h->mreq_rr = nports ? nports - 1 : 0; /* the first pick starts at port 0 */
+    for (unsigned i = 0; i < nports; i++) {
+        h->ports[i].index = i;
+        h->ports[i].rx_fd = -1;
+        port_reset(&h->ports[i]);
+    }
+    h->names = *names;
+    h->names.nslots = nports;
+    h->app = app;
+    h->ops = ops;
+    h->owner = owner;
+    return 0;
+}
+
+static void free_queue(pm__hub *h, pm__port *p)
+{
+    while (p->q_head != NULL)
+        pm__hub_dequeue(h, p, p->q_head);
+    port_reset(p);
+}
+
+/* ------------------------------------------------------------------ work lists */
+
+static void list_add(pm__portlist *l, unsigned char *in, unsigned i)
+{
+    if (*in)
+        return;
+    *in = 1;
+    l->v[l->n++] = i;
+}
+
+void pm__hub_mark_busy(pm__hub *h, pm__port *p)
+{
+    p->busy = 1;
+    list_add(&h->ready, &p->in_ready, p->index);
+}
+
+void pm__hub_mark_rang(pm__hub *h, unsigned i)
+{
+    if (i < h->nports)
+        list_add(&h->ready, &h->ports[i].in_ready, i);
+}
+
+void pm__hub_mark_dirty(pm__hub *h, pm__port *p)
+{
+    p->dirty = 1;
+    list_add(&h->dirty, &p->in_dirty, p->index);
+}
+
+void pm__hub_mark_timed(pm__hub *h, pm__port *p)
+{
+    list_add(&h->timed, &p->in_timed, p->index);
+}
+
+void pm__hub_pass_begin(pm__hub *h)
+{
+    /* Swap rather than copy: the pass is the old ready list, and ready
+     * starts empty. A port marked during the pass while it still waits in
+     * it (in_ready set) is not listed again: its visit serves it. */
+    pm__portlist t = h->pass;
+    h->pass = h->ready;
+    h->ready = t;
+    h->ready.n = 0;
+    h->pass_pos = 0;
+}
+
+int pm__hub_pass_next(pm__hub *h, unsigned *i)
+{
+    if (h->pass_pos >= h->pass.n)
+        return 0;
+    *i = h->pass.v[h->pass_pos++];
+    /* Off the list before its service: work it has left after this visit
+     * (its batch cap) puts it at the end of the next pass. */
+    h->ports[*i].in_ready = 0;
+    return 1;
+}
+
+void pm__hub_publish(pm__hub *h)
+{
+    for (unsigned k = 0; k < h->dirty.n; k++) {
+        pm__port *p = &h->ports[h->dirty.v[k]];
+        p->in_dirty = 0;
+        if (p->dirty) {
+            p->dirty = 0;
+            if (p->link != NULL)
+                pm__ring_publish(&p->link->tx);
+        }
+    }
+    h->dirty.n = 0;
+}
+
+/* ------------------------------------------------------------------ in flight */
+
+/* The count of entries a requester has in the tables; main's is not
+ * capped (it is the application itself, and its broadcasts always have a
+ * deadline). */
+static uint32_t *requests_out(pm__hub *h, uint32_t requester)
+{
+    return requester < h->nports ? &h->ports[requester].requests_out : NULL;
+}
+
+/* Forgets entry i of target's table (the last entry takes its place). */
+static void forget_inflight(pm__hub *h, pm__port *target, uint32_t i)
+{
+    uint32_t *out = requests_out(h, target->inflight[i].requester);
+    if (out != NULL)
+        (*out)--;
+    if (target->inflight[i].requester == PM__NODE_MAIN)
+        target->main_inflight--;
+    h->inflight_total--;
+    target->inflight[i] = target->inflight[--target->ninflight];
+}
+
+/* Forgets every request whose requester gave up (deadline) or that
+ * outlived the maximum lifetime. Runs from the hub's timer at most every
+ * PURGE_EVERY_MS, never per frame. */
+static void purge_inflight(pm__hub *h, int64_t now)
+{
+    for (unsigned t = 0; t < h->nports; t++) {
+        pm__port *p = &h->ports[t];
+        for (uint32_t i = 0; i < p->ninflight;) {
+            if (p->inflight[i].expires_ms <= now)
+                forget_inflight(h, p, i); /* i now holds the last entry */
+            else
+                i++;
+        }
+    }
+}
+
+static void schedule_purge(pm__hub *h, uint64_t now)
+{
+    if (h->next_purge_ms == 0) {
+        uint64_t every = h->inflight_lifetime_ms / 2;
+        if (every > PURGE_EVERY_MS)
+            every = PURGE_EVERY_MS;
+        h->next_purge_ms = now + (every ? every : 1);
+    }
+}
+
+/* Remembers a request relayed to target. -EBUSY when the requester has
+ * PM__INFLIGHT_PER_REQUESTER in flight already: that requester alone is
+ * refused, so no requester can fill another's way to target. -ENOMEM. */
+int pm__hub_add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t requester_inc,
+                        uint64_t id, int64_t deadline)
+{
+    uint32_t *out = requests_out(h, requester);
+    if (out != NULL && *out >= PM__INFLIGHT_PER_REQUESTER)
+        return -EBUSY;
+    if (target->ninflight == target->inflight_cap) {
+        /* The table is bounded by the requesters' caps: at most
+         * (ports + main's broadcasts) entries, grown on demand. */
+        uint32_t cap = target->inflight_cap ? target->inflight_cap * 2 : 16;
+        pm__inflight *v = realloc(target->inflight, cap * sizeof(*v));
+        if (v == NULL)
+            return -ENOMEM;
+        target->inflight = v;
+        target->inflight_cap = cap;
+    }
+    uint64_t now = pm__now_ms();
+    int64_t expires = (int64_t)(now + h->inflight_lifetime_ms);
+    pm__inflight *e = &target->inflight[target->ninflight++];
+    e->requester = requester;
+    e->requester_inc = requester_inc;
+    e->request_id = id;
+    e->target_inc = target->incarnation;
+    e->deadline_ms = deadline;
+    /* A worker's request without a deadline (or with one far away) would
+     * otherwise stay forever if never answered. Main's broadcasts keep
+     * their own deadline, whatever the application chose. */
+    if (deadline > 0 && (deadline < expires || requester == PM__NODE_MAIN))
+        expires = deadline;
+    e->expires_ms = expires;
+    if (out != NULL)
+        (*out)++;
+    if (requester == PM__NODE_MAIN)
+        target->main_inflight++;
+    h->inflight_total++;
+    schedule_purge(h, now);
+    return 0;
+}
+
+/* Undoes the add_inflight just made (its frame is retried later). */
+void pm__hub_drop_last_inflight(pm__hub *h, pm__port *target)
+{
+    forget_inflight(h, target, target->ninflight - 1);
+}
+
+/* Removes and returns (in *out) the entry for this answer, if any. */
+int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
+                         pm__inflight *out)
+{
+    for (uint32_t i = 0; i < target->ninflight; i++) {
+        pm__inflight *e = &target->inflight[i];
+        if (e->requester == requester && e->request_id == id &&
+            e->target_inc == target->incarnation) {
+            *out = *e;
+            forget_inflight(h, target, i);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ main */
+
+/* ------------------------------------------------------------------ main's requests */
+
+/* ------------------------------------------------------------------ routing */
+
+/* Tells `to` (a port, or main) that its frame about `about` could not be
+ * delivered. A notice never waits: charged to `to`'s answers, dropped and
+ * counted past their bound. */
+void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
+                       uint32_t about, uint64_t about_inc, uint64_t request_id, int err)
+{
+    if (PM__IS_REMOTE_NODE(to)) {
+        /* A requester on another host: back over its link. */
+        if (about_host == PM__HOST_LOCAL)
+            pm__hub_link_notice(h, to, to_inc, about, about_inc, request_id, err);
+        return;
+    }
+    pm__frame_hdr n;
+    memset(&n, 0, sizeof(n));
+    n.type = PM__FT_UNDELIVERABLE;
+    n.src_host = about_host;
+    n.src = about;
+    n.src_inc = about_inc;
+    n.dst = to;
+    n.dst_inc = to_inc;
+    n.request_id = request_id;
+    n.error = err;
+    if (to == PM__NODE_MAIN) {
+        pm__hub_deliver_main(h, &n, NULL);
+        return;
+    }
+    if (to >= h->nports)
+        return;
+    pm__port *p = &h->ports[to];
+    if (p->link == NULL || p->incarnation != to_inc) {
+        h->notices_dropped++;
+        return;
+    }
+    p->undeliverable++;
+    int rc = pm__hub_push(h, p, &n, NULL, 0, PM__CHARGE_ANSWER);
+    if (rc == -EBADMSG)
+        h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
+    if (rc < 0)
+        h->notices_dropped++;
+}
+
+static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uint64_t about_inc,
+                   uint64_t request_id, int err)
+{
+    pm__hub_notice_at(h, to, to_inc, PM__HOST_LOCAL, about, about_inc, request_id, err);
+}
+
+/* 0 when node/inc names a port that can take a frame now, else why not. */
+int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
+{
+    if (node >= h->nports)
+        return -ENOENT;
+    const pm__port *d = &h->ports[node];
+    if (d->state != PM__PORT_READY || d->link == NULL)
+        return -EHOSTDOWN;
+    if (inc != 0 && inc != d->incarnation)
+        return -ESTALE;
+    return 0;
+}
+
+/* Pushes a relayed frame to d; a large message's fd (h->cur_fd) is passed
+ * on as it is: the hub never maps or copies what it routes between
+ * workers. */
+static int relay_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload,
+                      uint32_t charge)
+{
+    if ((f->flags & PM__FF_MEMFD) == 0)
+        return pm__hub_push(h, d, f, payload, f->len, charge);
+    int rc = pm__hub_push_fd(h, d, f, h->cur_fd, h->cur_len, charge);
+    if (rc == 0) {
+        h->cur_fd = -1;
+        h->big_relayed++;
+    }
+    return rc;
+}
+
+/* The bytes a relayed frame carries, for the counters. */
+static uint64_t relay_len(const pm__hub *h, const pm__frame_hdr *f)
+{
+    return (f->flags & PM__FF_MEMFD) != 0 ? h->cur_len : f->len;
+}
+
+/* A reply from p: it answers a request p's incarnation received and has not
+ * answered yet; anything else is late or forged. A reply never waits: a
+ * requester whose answers are at their bound asked and did not read, and
+ * the reply is dropped and counted (exactly once is promised to requesters
+ * that read). So p, the replier, is never held back by its requesters. */
+static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
+{
+    pm__inflight e;
+    if (!pm__hub_take_inflight(h, p, f->dst, f->request_id, &e)) {
+        h->late_replies++;
+        return 0;
+    }
+    if (e.deadline_ms != 0 && e.deadline_ms < (int64_t)pm__now_ms()) {
+        h->late_replies++; /* the requester gave up */
+        if (f->dst == PM__NODE_MAIN)
+            pm__hub_deliver_main(h, f, payload); /* a broadcast may still be open; a
+                                            request gets -ETIMEDOUT now */
+        return 0;
+    }
+    if (f->dst == PM__NODE_MAIN) {
+        pm__hub_deliver_main(h, f, payload);
+        p->relayed++;
+        return 0;
+    }
+    if (pm__hub_check_dest(h, f->dst, e.requester_inc) < 0) {
+        h->late_replies++;
+        return 0;
+    }
+    f->dst_inc = e.requester_inc;
+    int rc = relay_push(h, &h->ports[f->dst], f, payload, PM__CHARGE_ANSWER);
+    if (rc == -ENOBUFS) {
+        h->replies_dropped++;
+        return 0;
+    }
+    if (rc < 0) {
+        h->ops->fault(h->owner, f->dst, PM_REASON_CORRUPT_RING);
+        return 0;
+    }
+    p->relayed++;
+    p->relayed_bytes += relay_len(h, f);
+    return 0;
+}
+
+int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
+{
+    uint32_t src = p->index;
+    if (f->dst_host != PM__HOST_LOCAL)
+        return pm__hub_relay_remote(h, p, f, payload); /* over its link (hub_link.c) */
+    if (f->type == PM__FT_REPLY)
+        return relay_reply(h, p, f, payload);
+    /* A message or a request. */
+    if (f->dst == PM__NODE_MAIN) {
+        pm__hub_deliver_main(h, f, payload);
+        p->relayed++;
+        p->relayed_bytes += relay_len(h, f);
+        return 0;
+    }
+    int err = pm__hub_check_dest(h, f->dst, f->dst_inc);
+    if (err < 0) {
+        notice(h, src, p->incarnation, f->dst, f->dst_inc, f->request_id, err);
+        return 0;
+    }
+    pm__port *d = &h->ports[f->dst];
+    f->dst_inc = d->incarnation;
+    if (f->type == PM__FT_REQUEST &&
+        pm__hub_add_inflight(h, d, src, p->incarnation, f->request_id, f->deadline_ms) < 0) {
+        /* Over its own cap: this requester alone is refused. */
+        notice(h, src, p->incarnation, f->dst, d->incarnation, f->request_id, -EBUSY);
+        return 0;
+    }
+    /* A full d may hold p with its frame left in its ring (no copy) if p
+     * has nothing for anyone else behind it (hub_queue.c, leave_in_ring). */
+    h->leave_from = (f->flags & PM__FF_MEMFD) == 0 ? p : NULL;
+    h->left_now = 0;
+    int rc = relay_push(h, d, f, payload, src);
+    h->leave_from = NULL;
+    if (rc == -EAGAIN) {
+        if (f->type == PM__FT_REQUEST)
+            pm__hub_drop_last_inflight(h, d); /* the frame is retried */
+        p->left = h->left_now;
+        p->blocked_on = (int)d->index;
+        h->ring_full_waits++;
+        return -EAGAIN;
+    }
+    if (rc < 0) {
+        /* d's ring is corrupt: d is fenced; a request gets its answer when
+         * d's death is seen, a plain message is answered now. */
+        h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+        if (f->type != PM__FT_REQUEST)
+            notice(h, src, p->incarnation, f->dst, d->incarnation, 0, -EHOSTDOWN);
+        return 0;
+    }
+    p->relayed++;
+    p->relayed_bytes += relay_len(h, f);
+    return 0;
+}
+
+void pm__hub_port_close(pm__hub *h, unsigned i)
+{
+    pm__port *p = &h->ports[i];
+    p->reading = 0;
+    p->busy = 0;
+    p->want_arm = 0;
+    p->state = PM__PORT_CLOSED;
+    /* Requests in flight to the dead incarnation: answered now. The array is
+     * detached first, because answering may run callbacks. */
+    pm__inflight *v = p->inflight;
+    uint32_t n = p->ninflight;
+    p->ninflight = 0;
+    p->main_inflight = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t *out = requests_out(h, v[k].requester);
+        if (out != NULL)
+            (*out)--;
+        h->inflight_total--;
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        pm__inflight *e = &v[k];
+        if (e->target_inc != p->incarnation)
+            continue;
+        notice(h, e->requester, e->requester_inc, p->index, e->target_inc, e->request_id,
+               -EHOSTDOWN);
+    }
+    /* Its own requests to others will find no requester any more; drop
+     * them now rather than at their replies. */
+    for (unsigned t = 0; t < h->nports; t++) {
+        pm__port *o = &h->ports[t];
+        for (uint32_t j = 0; j < o->ninflight;) {
+            pm__inflight *e = &o->inflight[j];
+            if (e->requester == p->index && e->requester_inc == p->incarnation)
+                forget_inflight(h, o, j);
+            else
+                j++;
+        }
+    }
+    /* Frames waiting for it are dropped (their senders are read again);
+     * its own frames waiting for others stay charged to it until they are
+     * delivered, so a quick replacement cannot double the hold. */
+    free_queue(h, p);
+    pm__close(p->rx_fd);
+    p->rx_fd = -1;
+    p->link = NULL;
+}
+
+void pm__hub_stop_request(pm__hub *h, unsigned i)
+{
+    pm__port *p = &h->ports[i];
+    if (p->link == NULL)
+        return;
+    struct pm__ctl *ctl = p->link->map;
+    /* Release: the worker reads the flag, then anything we wrote before. */
+    atomic_store_explicit(&ctl->stop, 1, memory_order_release);
+    pm__frame_hdr f = pm__hub_main_hdr(PM__FT_STOP, p);
+    (void)pm__hub_push(h, p, &f, NULL, 0, PM__NODE_MAIN);
+    p->dirty = 0;
+    pm__ring_publish(&p->link->tx);
+}
+
+int pm__hub_send_control(pm__hub *h, unsigned i, int type, const void *payload, size_t len)
+{
+    pm__port *p = &h->ports[i];
+    if (p->link == NULL)
+        return -EHOSTDOWN;
+    pm__frame_hdr f = pm__hub_main_hdr(type, p);
+    return pm__frame_send(&p->link->tx, &f, payload, len);
+}
+
+/* ------------------------------------------------------------------ main's requests: sending */
+
+static void earliest(uint64_t *next, uint64_t t)
+{
+    if (t != 0 && (*next == 0 || t < *next))
+        *next = t;
+}
+
+/* Once per loop turn: the ports' own deadlines come from the timed list
+ * (ports with a queue waiting or a socket retry), never from every port. */
+uint64_t pm__hub_next_deadline(const pm__hub *h)
+{
+    uint64_t next = 0;
+    for (const pm__bcast *b = h->bcasts; b != NULL; b = b->next)
+        earliest(&next, (uint64_t)b->deadline_ms);
+    for (const pm__mbcast *mb = h->mbcasts; mb != NULL; mb = mb->next)
+        earliest(&next, (uint64_t)mb->deadline_ms);
+    earliest(&next, (uint64_t)h->mreq_due_ms);
+    if (h->inflight_total > 0)
+        earliest(&next, h->next_purge_ms);
+    for (unsigned k = 0; k < h->timed.n; k++) {
+        const pm__port *p = &h->ports[h->timed.v[k]];
+        if (h->drain_timeout_ms != 0 && p->stall_since_ms != 0 && !p->drain_reported)
+            earliest(&next, p->stall_since_ms + h->drain_timeout_ms);
+    }
+    return next;
+}
+
+/* Queues that waited the drain timeout without progress: reported once per
+ * stall. Their senders are not blamed: they were held back by p. */
+static void check_draining(pm__hub *h, pm__port *p, uint64_t now)
+{
+    if (h->drain_timeout_ms == 0 || p->stall_since_ms == 0 || p->drain_reported ||
+        p->link == NULL || now < p->stall_since_ms + h->drain_timeout_ms)
+        return;
+    p->drain_reported = 1;
+    h->not_draining++;
+    h->ops->not_draining(h->owner, p->index);
+}
+
+void pm__hub_fire(pm__hub *h, uint64_t now)
+{
+    if (h->next_purge_ms != 0 && now >= h->next_purge_ms) {
+        h->next_purge_ms = 0;
+        purge_inflight(h, (int64_t)now);
+        if (h->inflight_total > 0)
+            schedule_purge(h, now);
+    }
+    /* The timed list: visited, and compacted to the ports that still have
+     * a deadline. The ops callback may fence a port (its queue freed,
+     * port_reset); it stays listed until the next visit finds it idle. */
+    unsigned kept = 0;
+    for (unsigned k = 0; k < h->timed.n; k++) {
+        pm__port *p = &h->ports[h->timed.v[k]];
+        check_draining(h, p, now);
+        if (p->stall_since_ms != 0)
+            h->timed.v[kept++] = p->index;
+        else
+            p->in_timed = 0;
+    }
+    h->timed.n = kept;
+    pm__hub_mreq_expire(h, (int64_t)now);
+    pm__hub_mreq_dispatch_waiting(h);
+    pm__bcast *b = h->bcasts;
+    while (b != NULL) {
+        pm__bcast *next = b->next;
+        if ((uint64_t)b->deadline_ms <= now) {
+            for (size_t i = 0; i < b->n; i++) {
+                if (b->results[i].error != RESULT_PENDING)
+                    continue;
+                b->results[i].error = -ETIMEDOUT;
+                /* Forget the request so a late reply is dropped and counted
+                 * (filed under the origin's supervisor for a remote host's
+                 * fan-out: left in place, a late reply would cross the link
+                 * as a plain REPLY nobody asked for). */
+                uint32_t node;
+                pm__inflight e;
+                if (pm__address_node(&h->names, &b->results[i].from, &node) == 0 &&
+                    node < h->nports)
+                    pm__hub_take_inflight(h, &h->ports[node],
+                                          b->src_host == PM__HOST_LOCAL ? PM__NODE_MAIN
+                                                                        : PM__REMOTE_NODE(b->src_host, 0),
+                                          b->first_id + i, &e);
+            }
+            b->pending = 0;
+            pm__hub_bcast_complete(h, b);
+            next = h->bcasts; /* the callback may have changed the list */
+        }
+        b = next;
+    }
+    /* After the local broadcasts: a mesh broadcast's local part has the
+     * earlier deadline, so it is settled by now. */
+    pm__hub_mbcast_fire(h, (int64_t)now, 0, -ETIMEDOUT);
+}
+
+void pm__hub_free(pm__hub *h)
+{
+    /* The mesh is gone already (pm__mesh_free runs first): nothing below
+     * may send on a link. */
+    for (unsigned i = 0; h->links != NULL && i < PM__MAX_HOSTS; i++) {
+        h->links[i].up = 0;
+        h->links[i].send = NULL;
+    }
+    pm__hub_cancel_all(h);
+    free(h->mreqs);
+    h->mreqs = NULL;
+    h->mreq_buckets = 0;
+    while (h->bcasts != NULL) {
+        pm__bcast *b = h->bcasts;
+        for (size_t i = 0; i < b->n; i++)
+            if (b->results[i].error == RESULT_PENDING)
+                b->results[i].error = -ECANCELED;
+        pm__hub_bcast_complete(h, b);
+    }
+    pm__hub_mbcast_fire(h, 0, 1, -ECANCELED);
+    for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
+        free_queue(h, &h->ports[i]);
+        pm__close(h->ports[i].rx_fd);
+        free(h->ports[i].inflight);
+    }
+    free(h->ports);
+    h->ports = NULL;
+    lists_free(h);
+    if (h->scratch != NULL)
+        munmap(h->scratch, PM_MAX_PAYLOAD);
+    h->scratch = NULL;
+    pm__hub_links_free(h);
+}
+
+void pm__hub_wipe(pm__hub *h)
+{
+    pm__hub_links_wipe(h); /* large messages crossing links */
+    /* Zeroed by the kernel already when MADV_WIPEONFORK took. */
+    if (h->scratch != NULL && !h->scratch_mapped)
+        explicit_bzero(h->scratch, PM_MAX_PAYLOAD);
+    /* Large messages the hub holds are other workers' traffic too: the
+     * child closes its copies of their fds. */
+    for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
+        for (pm__qframe *q = h->ports[i].q_head; q != NULL; q = q->next) {
+            explicit_bzero(q->data, q->len);
+            pm__close(q->fd);
+            q->fd = -1;
+        }
+        pm__close(h->ports[i].rx_fd);
+        h->ports[i].rx_fd = -1;
+    }
+    for (pm__bcast *b = h->bcasts; b != NULL; b = b->next)
+        for (size_t i = 0; i < b->n; i++)
+            if (b->bufs[i] != NULL)
+                explicit_bzero(b->bufs[i], b->results[i].len);
+    for (pm__mbcast *mb = h->mbcasts; mb != NULL; mb = mb->next)
+        for (size_t i = 0; i < mb->n; i++)
+            if (mb->bufs[i] != NULL)
+                explicit_bzero(mb->bufs[i], mb->results[i].len);
+    for (pm__mreq *r = h->waiting; r != NULL; r = r->wnext) {
+        if (r->data != NULL)
+            explicit_bzero(r->data, r->len);
+        pm__close(r->fd);
+        r->fd = -1;
+    }
+}
+
+/* ------------------------------------------------------------------ main's sends */
+
+int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t request_id,
+                      const void *data, size_t len)
+{
+    if (data == NULL && len > 0)
+        return -EINVAL;
+    if (len > h->max_message)
+        return -EMSGSIZE;
+    uint32_t node;
+    uint16_t host;
+    int rc = pm__address_route(&h->names, to, &host, &node);
+    if (rc < 0)
+        return rc;
+    if (host != PM__HOST_LOCAL)
+        return pm__hub_link_main_send(h, host, node, to->incarnation, type, request_id, data, len);
+    if (node == PM__NODE_MAIN)
+        return -EINVAL; /* main does not send to itself */
+    rc = pm__hub_check_dest(h, node, to->incarnation);
+    if (rc < 0)
+        return rc;
+    pm__port *d = &h->ports[node];
+    pm__frame_hdr f = pm__hub_main_hdr(type, d);
+    f.request_id = request_id;
+    /* Main's reply never waits on a requester that does not read either. */
+    uint32_t charge = type == PM__FT_REPLY ? PM__CHARGE_ANSWER : PM__NODE_MAIN;
+    if (len > PM_MAX_PAYLOAD) {
+        int fd = pm__hub_main_memfd(h, data, len);
+        if (fd < 0)
+            return fd;
+        rc = pm__hub_push_fd(h, d, &f, fd, len, charge);
+        if (rc < 0)
+            pm__close(fd);
+    } else {
+        rc = pm__hub_push(h, d, &f, data, len, charge);
+    }
+    if (rc == -ENOBUFS) {
+        h->replies_dropped++;
+        return 0;
+    }
+    if (rc == -EBADMSG) {
+        h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+        return -EHOSTDOWN;
+    }
+    if (rc == 0 && d->dirty) {
+        d->dirty = 0;
+        pm__ring_publish(&d->link->tx);
+    }
+    return rc;
+}
+
+
+/* ------------------------------------------------------------------ hosts */
+
+void pm__hub_peer_mode(pm__hub *h)
+{
+    h->peer_mode = 1;
+    snprintf(h->hosts.name[0], PM_NAME_MAX, "%s", h->names.host);
+    atomic_store_explicit(&h->hosts.count, 1, memory_order_release);
+    h->names.hosts = &h->hosts;
+}
+
+/* Copies entries [from, count) and then count into a worker's table. The
+ * release store of count pairs with the worker's acquire load in
+ * pm__hosts_find: a worker that sees the new count sees the whole name. */
+static void hosts_publish(const pm__hub *h, struct pm__ctl *ctl, uint32_t from)
+{
+    uint32_t count = atomic_load_explicit(&h->hosts.count, memory_order_relaxed);
+    for (uint32_t i = from; i < count; i++)
+        memcpy(ctl->hosts.name[i], h->hosts.name[i], PM_NAME_MAX);
+    atomic_store_explicit(&ctl->hosts.count, count, memory_order_release);
+}
+
+void pm__hub_hosts_copy(const pm__hub *h, pm__link *l)
+{
+    struct pm__ctl *ctl = l->map;
+    if (!h->peer_mode)
+        return;
+    ctl->peer_mode = 1;
+    hosts_publish(h, ctl, 0);
+}
+
+int pm__hub_host_index(pm__hub *h, const char *name)
+{
+    if (!h->peer_mode || !pm__name_valid(name) || strcmp(name, h->hosts.name[0]) == 0)
+        return -EINVAL;
+    int idx = pm__hosts_find(&h->hosts, name);
+    if (idx > 0)
+        return idx;
+    uint32_t count = atomic_load_explicit(&h->hosts.count, memory_order_relaxed);
+    if (count >= PM__MAX_HOSTS)
+        return -ENOSPC;
+    snprintf(h->hosts.name[count], PM_NAME_MAX, "%s", name);
+    atomic_store_explicit(&h->hosts.count, count + 1, memory_order_release);
+    for (unsigned i = 0; i < h->nports; i++)
+        if (h->ports[i].link != NULL)
+            hosts_publish(h, h->ports[i].link->map, count);
+    return (int)count;
+}
+
+int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len)
+{
+    if (len > h->max_message)
+        return -EMSGSIZE;
+    return pm__bigmsg_create(data, len);
+}

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/* hub_linkbcast.c - mesh broadcasts across a peer link: main's BCAST to a host, and a remote host's BCAST fanned out to our ready workers with a BRESULT per worker and a BDONE back (doc/protocol.md 6). */
+#define _GNU_SOURCE
+#include "hub.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/le.h"
+#include "hub_int.h"
+#include "hub_link.h"
+
+int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,
+                       const void *data, size_t len)
+{
+    pm__frame_hdr f;
+    /* dst port 0: the remote supervisor */
+    pm__hub_link *l = pm__hl_main_frame(h, host, PM__FT_BCAST, 0, len, &f);
+    if (l == NULL)
+        return -EHOSTUNREACH;
+    f.request_id = id;
+    f.deadline_ms = deadline_ms;
+    pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
+    return pm__hl_put(h, l, &w, data);
+}
+
+/* A remote host's mesh broadcast, fanned out here: who to send the
+ * results to. */
+struct remote_bcast {
+    pm__hub *h;
+    uint16_t host;
+    uint64_t id;
+};
+
+/* Our local broadcast for a remote host ended: a BRESULT per worker (from
+ * its address port and incarnation, with its error and reply), then a
+ * BDONE with how many BRESULTs went out, so the far end can tell a result
+ * the link had no room for from one never sent. */
+static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n, void *arg)
+{
+    (void)c;
+    struct remote_bcast *rb = arg;
+    pm__hub *h = rb->h;
+    pm__hub_link *l = pm__hl_of(h, rb->host);
+    uint32_t sent = 0;
+    for (size_t i = 0; i < n && l != NULL && l->up; i++) {
+        pm__frame_hdr f;
+        memset(&f, 0, sizeof(f));
+        f.type = PM__FT_BRESULT;
+        f.src = results[i].from.port;
+        f.src_inc = results[i].from.incarnation;
+        f.request_id = rb->id;
+        f.error = results[i].error;
+        f.len = results[i].error == 0 ? (uint32_t)results[i].len : 0;
+        if (results[i].error == 0 && results[i].len > PM_MAX_PAYLOAD) {
+            /* A large reply: more than one frame, which a link cannot
+             * carry yet (link_buf holds one). */
+            f.error = -EMSGSIZE;
+            f.len = 0;
+        }
+        if (pm__hl_put_or_drop(h, l, &f, results[i].data) == 0)
+            sent++;
+    }
+    if (l != NULL && l->up) {
+        pm__frame_hdr d;
+        memset(&d, 0, sizeof(d));
+        d.type = PM__FT_BDONE;
+        d.request_id = rb->id;
+        d.len = 4;
+        unsigned char count[4];
+        pm__put32(count, sent);
+        (void)pm__hl_put_or_drop(h, l, &d, count); /* lost: the far end's deadline settles it */
+    }
+    free(rb);
+}
+
+/* A BCAST from host's link: our own broadcast to our ready snapshot,
+ * ending a little before the far end's deadline (a quarter of what is
+ * left, at most 200 ms early) so that its results can still cross. */
+void pm__hl_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
+                       const unsigned char *payload)
+{
+    if (f->dst != 0 || f->deadline_ms == 0 || f->len > PM_MAX_PAYLOAD) {
+        l->malformed++;
+        return;
+    }
+    int64_t left = f->deadline_ms - (int64_t)pm__now_ms();
+    int64_t margin = left / 4 < 200 ? left / 4 : 200;
+    int64_t timeout = left - margin;
+    if (timeout < 1)
+        timeout = 1;
+    if (timeout > INT_MAX)
+        timeout = INT_MAX;
+    struct remote_bcast *rb = malloc(sizeof(*rb));
+    if (rb == NULL) {
+        l->dropped++; /* the far end's deadline settles it */
+        return;
+    }
+    rb->h = h;
+    rb->host = host;
+    rb->id = f->request_id;
+    if (pm__hub_broadcast_for(h, host, payload, f->len, (int)timeout, remote_bcast_done, rb) < 0) {
+        free(rb);
+        l->dropped++;
+    }
+}

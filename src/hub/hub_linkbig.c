@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: MIT */
+/* hub_linkbig.c - large messages across a peer link: the sender's FRAG cursor reading a sealed memfd, the receiver's reassembly into a sealed memfd and its delivery (doc/protocol.md 6, "Large messages"). */
+#define _GNU_SOURCE
+#include "hub.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "channel/bigmsg.h"
+#include "base/le.h"
+#include "hub_int.h"
+#include "hub_link.h"
+
+/* ------------------------------------------------------- large messages */
+
+void pm__hub_links_wipe(pm__hub *h)
+{
+    for (unsigned i = 0; h->links != NULL && i < PM__MAX_HOSTS; i++) {
+        pm__close(h->links[i].tx_fd);
+        pm__close(h->links[i].rx_fd);
+        h->links[i].tx_fd = h->links[i].rx_fd = -1;
+    }
+}
+
+/* The message being sent ended (sent whole, or its link went down): its
+ * fd goes, and the senders waiting for the link's one cursor are read
+ * again. */
+void pm__hl_frag_tx_end(pm__hub *h, pm__hub_link *l)
+{
+    pm__close(l->tx_fd);
+    l->tx_fd = -1;
+    pm__hl_release(h, &l->fheld_head, &l->fheld_tail);
+}
+
+/* Reads bytes of the message being sent into buf: 0, or -EIO (a sealed
+ * memfd of the checked length does not come up short; if it did, the
+ * message is abandoned: the receiver drops it at the next first fragment). */
+static int frag_read(int fd, unsigned char *buf, size_t n, uint64_t off)
+{
+    while (n > 0) {
+        ssize_t r = pread(fd, buf, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -EIO;
+        buf += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/*
+ * Sends fragments of l's current message while the link's output queue
+ * takes them (doc/protocol.md 6, "Large messages"): a full queue stops
+ * it, and the mesh's drain hook (pm__hub_link_writable) resumes it, so the
+ * hub never holds more of a message than the one fragment it is sending.
+ * Each fragment is read from the sealed memfd straight into the link's
+ * frame buffer (wiped by pm__hl_put).
+ */
+void pm__hl_frag_pump(pm__hub *h, pm__hub_link *l)
+{
+    unsigned char *body = h->link_buf + PM__FRAME_HDR_SIZE;
+    while (l->tx_fd >= 0 && l->up) {
+        uint64_t left = l->tx_total - l->tx_off;
+        size_t n = left < PM__FRAG_DATA_MAX ? (size_t)left : PM__FRAG_DATA_MAX;
+        pm__frag_hdr fh = {l->tx_hdr.type, l->tx_id, l->tx_total, l->tx_off};
+        pm__frag_encode(&fh, body);
+        if (frag_read(l->tx_fd, body + PM__FRAG_HDR_SIZE, n, l->tx_off) < 0) {
+            explicit_bzero(body, PM__FRAG_HDR_SIZE + n);
+            l->frag_dropped++;
+            pm__hl_frag_tx_end(h, l);
+            return;
+        }
+        pm__frame_hdr w = l->tx_hdr;
+        w.type = PM__FT_FRAG;
+        w.flags = 0;
+        w.len = (uint32_t)(PM__FRAG_HDR_SIZE + n);
+        int rc = pm__hl_put(h, l, &w, body);
+        if (rc == -ENOBUFS)
+            return; /* resumed when the queue drains */
+        if (rc < 0)
+            return; /* going down: pm__hub_link_down ends it */
+        l->tx_off += n;
+        if (l->tx_off == l->tx_total) {
+            l->big_out++;
+            pm__hl_frag_tx_end(h, l);
+        }
+    }
+}
+
+/* Starts sending the large message fd (len bytes, w its wire header) from
+ * owner over l; the fd is l's from now on. */
+void pm__hl_frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint32_t owner,
+                       int fd, uint64_t len)
+{
+    l->tx_fd = fd;
+    l->tx_total = len;
+    l->tx_off = 0;
+    l->tx_id = l->tx_id == UINT32_MAX ? 1 : l->tx_id + 1;
+    l->tx_owner = owner;
+    l->tx_hdr = *w;
+    pm__hl_frag_pump(h, l);
+}
+
+/* Main's large message (len > PM_MAX_PAYLOAD, w its wire header) to l:
+ * sealed into a memfd of its own and sent by l's cursor, as a worker's is.
+ * Main is never held: a cursor busy with another message is -EAGAIN (try
+ * later). 0, -EMSGSIZE (the peer takes no large messages), or the
+ * memfd's error. */
+int pm__hl_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const void *data,
+                    size_t len)
+{
+    if ((l->caps & PM__PEER_CAP_FRAG) == 0)
+        return -EMSGSIZE;
+    if (l->tx_fd >= 0)
+        return -EAGAIN;
+    int fd = pm__hub_main_memfd(h, data, len);
+    if (fd < 0)
+        return fd;
+    pm__hl_frag_start(h, l, w, PM__NODE_MAIN, fd, len);
+    return 0;
+}
+
+/* The message reassembled on l is whole: sealed (nobody can change it
+ * after the hub's check, as for a worker's memfd) and delivered as if a
+ * local worker had sent it, through the fd path (doc/design.md, "Large
+ * messages"); identity stamped from the link like any frame of it. */
+static void frag_deliver(pm__hub *h, pm__hub_link *l, uint16_t host)
+{
+    int fd = l->rx_fd;
+    l->rx_fd = -1;
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
+        pm__close(fd);
+        l->frag_dropped++;
+        return;
+    }
+    l->big_in++;
+    pm__frame_hdr f = l->rx_hdr;
+    f.flags = PM__FF_MEMFD;
+    f.len = PM__ANNOUNCE_SIZE;
+    /* The fd is handed to the routing code as a worker's is (port.c): it
+     * takes it by setting h->cur_fd to -1; what is left is closed here. */
+    int saved_fd = h->cur_fd;
+    uint64_t saved_len = h->cur_len;
+    h->cur_fd = fd;
+    h->cur_len = l->rx.total;
+    uint32_t node;
+    int err = pm__hl_node_of(h, f.dst, &node);
+    if (f.type == PM__FT_REPLY) {
+        if (err < 0)
+            l->malformed++;
+        else
+            pm__hl_answer(h, l, &f, NULL, node);
+    } else if (err < 0) {
+        pm__hl_notice_port(h, PM__REMOTE_NODE(host, f.src), f.src_inc, f.dst, f.dst_inc, f.request_id,
+                    err);
+    } else {
+        (void)pm__hl_deliver(h, l, host, &f, NULL, node);
+    }
+    pm__close(h->cur_fd);
+    h->cur_fd = saved_fd;
+    h->cur_len = saved_len;
+}
+
+/* A FRAG from host's link (f: its header made local; doc/protocol.md 6,
+ * "Large messages"). Bad fragments drop the message being reassembled and
+ * count it (frag_dropped); the link stays up: a peer that breaks the rule
+ * loses its own message, nothing else. A message above our max_message is
+ * refused before anything is allocated, with -EMSGSIZE to its sender. */
+void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
+                         const unsigned char *payload)
+{
+    pm__frag_hdr fh;
+    size_t n;
+    int dropped = 0, last = 0, act;
+    if (pm__frag_decode(payload, f->len, &fh, &n) < 0) {
+        l->malformed++;
+        dropped = l->rx.active;
+        /* The message it belongs to is lost: its later fragments (which
+         * may decode) are ignored, not counted again one by one. Its id is
+         * the one being reassembled, else what this header names (0, no
+         * id, when it is too short to name one). */
+        l->rx.skip_id = l->rx.active ? l->rx.msg_id
+                                     : f->len >= PM__FRAG_HDR_SIZE ? pm__get32(payload + 4) : 0;
+        l->rx.active = 0;
+        act = PM__FRAG_IGNORE;
+    } else {
+        act = pm__frag_rx_step(&l->rx, &fh, n, h->max_message, &dropped, &last);
+    }
+    if (dropped) {
+        pm__close(l->rx_fd);
+        l->rx_fd = -1;
+        l->frag_dropped++;
+    }
+    switch (act) {
+    case PM__FRAG_TOO_BIG:
+        l->frag_dropped++;
+        if (fh.kind != PM__FT_REPLY) /* a reply too big is late for its requester */
+            pm__hl_notice_port(h, PM__REMOTE_NODE(host, f->src), f->src_inc, f->dst, f->dst_inc,
+                        f->request_id, -EMSGSIZE);
+        return;
+    case PM__FRAG_BAD:
+        if (!dropped)
+            l->frag_dropped++;
+        return;
+    case PM__FRAG_BEGIN: {
+        /* Sized now (sparse: pages are allocated as fragments land). */
+        int fd = memfd_create("procmesh-link", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || ftruncate(fd, (off_t)fh.total) < 0) {
+            pm__close(fd);
+            l->rx.active = 0;
+            l->rx.skip_id = fh.msg_id;
+            l->frag_dropped++;
+            if (fh.kind != PM__FT_REPLY)
+                pm__hl_notice_port(h, PM__REMOTE_NODE(host, f->src), f->src_inc, f->dst, f->dst_inc,
+                            f->request_id, -ENOBUFS);
+            return;
+        }
+        l->rx_fd = fd;
+        l->rx_hdr = *f;
+        l->rx_hdr.type = fh.kind;
+        break;
+    }
+    case PM__FRAG_DATA:
+        break;
+    default:
+        return;
+    }
+    const unsigned char *data = payload + PM__FRAG_HDR_SIZE;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = pwrite(l->rx_fd, data + done, n - done, (off_t)(fh.offset + done));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            pm__close(l->rx_fd);
+            l->rx_fd = -1;
+            l->rx.active = 0;
+            l->rx.skip_id = fh.msg_id;
+            l->frag_dropped++;
+            return;
+        }
+        done += (size_t)w;
+    }
+    if (last)
+        frag_deliver(h, l, host);
+}

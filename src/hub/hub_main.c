@@ -1,0 +1,544 @@
+/* SPDX-License-Identifier: MIT */
+/* hub_main.c - main's side of the router: its requests to one worker (pm_cluster_request, here or over a link) and what reaches main (answers, on_message). */
+#define _GNU_SOURCE
+#include "hub.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "channel/bigmsg.h"
+#include "hub_int.h"
+#include "base/le.h"
+#include "channel/proto.h"
+
+/* The hash of main's requests: ids are sequential, so the low bits spread
+ * them evenly. */
+static pm__mreq **mreq_bucket(pm__hub *h, uint64_t id)
+{
+    return &h->mreqs[id & (h->mreq_buckets - 1)];
+}
+
+static pm__mreq *mreq_find(pm__hub *h, uint64_t id)
+{
+    if (h->mreq_buckets == 0)
+        return NULL;
+    for (pm__mreq *r = *mreq_bucket(h, id); r != NULL; r = r->hnext)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+/* Makes room for one more request: the table doubles past one request per
+ * bucket. -ENOMEM leaves it as it was. */
+static int mreq_reserve(pm__hub *h)
+{
+    if (h->nmreqs < h->mreq_buckets)
+        return 0;
+    size_t nb = h->mreq_buckets ? h->mreq_buckets * 2 : 64;
+    pm__mreq **v = calloc(nb, sizeof(*v));
+    if (v == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < h->mreq_buckets; i++) {
+        pm__mreq *r = h->mreqs[i];
+        while (r != NULL) {
+            pm__mreq *next = r->hnext;
+            r->hnext = v[r->id & (nb - 1)];
+            v[r->id & (nb - 1)] = r;
+            r = next;
+        }
+    }
+    free(h->mreqs);
+    h->mreqs = v;
+    h->mreq_buckets = nb;
+    return 0;
+}
+
+/* Removes r from the table and from the waiting list, and forgets its
+ * in-flight entry (if still there), so that a reply to it is late. */
+static void mreq_unlink(pm__hub *h, pm__mreq *r)
+{
+    pm__mreq **pp = mreq_bucket(h, r->id);
+    while (*pp != r)
+        pp = &(*pp)->hnext;
+    *pp = r->hnext;
+    h->nmreqs--;
+    if (r->port == PM__MREQ_WAITING) {
+        pm__mreq *prev = NULL;
+        for (pm__mreq *w = h->waiting; w != NULL; prev = w, w = w->wnext) {
+            if (w != r)
+                continue;
+            if (prev == NULL)
+                h->waiting = w->wnext;
+            else
+                prev->wnext = w->wnext;
+            if (h->waiting_tail == w)
+                h->waiting_tail = prev;
+            break;
+        }
+    } else if (r->port < h->nports) {
+        pm__inflight e;
+        pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
+    } else if (r->port == PM__MREQ_REMOTE) {
+        pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
+    }
+}
+
+/* Runs r's callback (once: r is unlinked already and freed here). data is
+ * a private copy (the scratch buffer) valid during the callback. */
+static void mreq_finish(pm__hub *h, pm__mreq *r, int err, const void *data, size_t len)
+{
+    pm_message m;
+    memset(&m, 0, sizeof(m));
+    /* from: the worker it went to; all zero if it never left main. */
+    if (r->port == PM__MREQ_REMOTE)
+        pm__node_address_at(&h->names, r->host, r->rport, r->target_inc, &m.from);
+    else if (r->port != PM__MREQ_WAITING)
+        pm__node_address(&h->names, r->port, r->target_inc, &m.from);
+    pm__node_address(&h->names, PM__NODE_MAIN, 0, &m.to);
+    m.request_id = r->id;
+    m.kind = PM_MSG_REPLY;
+    m.error = err;
+    m.deadline_ms = r->deadline_ms;
+    m.data = err == 0 ? data : NULL;
+    m.len = err == 0 ? len : 0;
+    void (*cb)(pm_cluster *, const pm_message *, void *) = r->cb;
+    void *arg = r->arg;
+    if (r->data != NULL)
+        explicit_bzero(r->data, r->len);
+    free(r->data);
+    pm__close(r->fd);
+    free(r);
+    PM__APP_CALLBACK(h, cb(h->app, &m, arg));
+}
+
+/* An answer for main (a reply, or an undeliverable notice: -EHOSTDOWN when
+ * the worker died holding the request) goes to its request or its
+ * broadcast by id; anything else is late. A reply the hub saw after the
+ * request's deadline (before the timer did) is late too: the request
+ * times out, as it would have a moment later. */
+static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload, size_t len,
+                        int sealed)
+{
+    int err = f->type == PM__FT_REPLY ? 0 : f->error;
+    if (f->request_id < PM__BCAST_ID_BASE) {
+        pm__mreq *r = mreq_find(h, f->request_id);
+        if (r == NULL) {
+            h->late_replies++;
+            return;
+        }
+        if (r->port == PM__MREQ_REMOTE && (f->src_host != r->host || f->src != r->rport)) {
+            h->late_replies++; /* another host's answer under a reused id */
+            return;
+        }
+        mreq_unlink(h, r);
+        /* A remote answer names the incarnation that held the request,
+         * stamped by the remote hub (the request may have named none). */
+        if (r->port == PM__MREQ_REMOTE && f->src_inc != 0)
+            r->target_inc = f->src_inc;
+        if (err == 0 && r->deadline_ms < (int64_t)pm__now_ms())
+            err = -ETIMEDOUT;
+        if (sealed) {
+            mreq_finish(h, r, err, payload, len);
+            return;
+        }
+        if (err == 0 && len > 0)
+            memcpy(h->scratch, payload, len);
+        mreq_finish(h, r, err, h->scratch, len);
+        return;
+    }
+    if (pm__hub_bcast_result(h, f->request_id, err, payload, len) < 0)
+        h->late_replies++;
+}
+
+/* The frame for main, delivered: payload[0..len) is either a private copy
+ * to make (sealed 0) or a large message's read-only mapping of a sealed
+ * memfd (sealed 1), which the worker can no longer change either. */
+static void deliver(pm__hub *h, const pm__frame_hdr *f, const void *payload, size_t len, int sealed)
+{
+    if (f->type == PM__FT_REPLY || f->type == PM__FT_UNDELIVERABLE) {
+        main_answer(h, f, payload, len, sealed);
+        return;
+    }
+    if (h->on_message == NULL) {
+        if (f->src_host == PM__HOST_LOCAL && f->src < h->nports)
+            h->ports[f->src].malformed++; /* nobody listens: counted, dropped */
+        if (f->type == PM__FT_REQUEST) {
+            /* Nobody answers here (a daemon has no on_message): the
+             * requester, local or on another host, learns so now instead
+             * of at its deadline. */
+            uint32_t to = f->src_host == PM__HOST_LOCAL ? f->src
+                                                        : PM__REMOTE_NODE(f->src_host, f->src);
+            pm__hub_notice_at(h, to, f->src_inc, PM__HOST_LOCAL, PM__NODE_MAIN, 0,
+                              f->request_id, -ENOENT);
+        }
+        return;
+    }
+    const void *data = payload;
+    if (!sealed && len > 0) {
+        memcpy(h->scratch, payload, len);
+        data = h->scratch;
+    }
+    pm_message m;
+    memset(&m, 0, sizeof(m));
+    pm__node_address_at(&h->names, f->src_host, f->src, f->src_inc, &m.from);
+    pm__node_address(&h->names, PM__NODE_MAIN, 0, &m.to);
+    m.request_id = f->request_id;
+    m.kind = f->type == PM__FT_REQUEST ? PM_MSG_REQUEST : PM_MSG_PLAIN;
+    m.deadline_ms = f->deadline_ms;
+    m.data = len > 0 ? data : h->scratch;
+    m.len = len;
+    PM__APP_CALLBACK(h, h->on_message(h->app, &m, h->on_message_arg));
+}
+
+/* A frame for main: answers to its requests and broadcasts, or the
+ * on_message callback. The payload is copied out of shared memory first:
+ * the application parses a private copy that the worker can no longer
+ * change. port.c has checked that f->len <= PM_MAX_PAYLOAD, the size of
+ * the scratch buffer. A large message (h->cur_fd, checked by port.c) is
+ * mapped read-only instead, and unmapped when the callback has returned. */
+void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload)
+{
+    if ((f->flags & PM__FF_MEMFD) == 0) {
+        deliver(h, f, payload, f->len, 0);
+        return;
+    }
+    const void *map;
+    size_t len = (size_t)h->cur_len;
+    if (pm__bigmsg_map(h->cur_fd, len, &map) < 0) {
+        if (f->src < h->nports)
+            h->ports[f->src].malformed++; /* no address space: counted, dropped */
+        return;
+    }
+    deliver(h, f, map, len, 1);
+    munmap((void *)map, len);
+}
+
+/* The worker a request for "any worker" goes to: among the ready ports,
+ * the one with the fewest of main's requests in flight; ties are broken
+ * round robin, starting after the port picked last. NULL: none ready. */
+static pm__port *pick_worker(pm__hub *h)
+{
+    pm__port *best = NULL;
+    for (unsigned k = 1; k <= h->nports; k++) {
+        pm__port *p = &h->ports[(h->mreq_rr + k) % h->nports];
+        if (pm__hub_check_dest(h, p->index, 0) < 0)
+            continue;
+        if (best == NULL || p->main_inflight < best->main_inflight)
+            best = p;
+    }
+    if (best != NULL)
+        h->mreq_rr = best->index;
+    return best;
+}
+
+/* Sends r to d: an in-flight entry (so d's death answers it), then the
+ * frame, which carries the deadline so the worker can skip expired work.
+ * 0, or -EAGAIN (main's hold is full), -EHOSTDOWN (d's ring is corrupt: d
+ * is fenced), -ENOMEM; nothing is left behind on failure. */
+static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, size_t len, int fd)
+{
+    int rc = pm__hub_add_inflight(h, d, PM__NODE_MAIN, 0, r->id, r->deadline_ms);
+    if (rc < 0)
+        return rc;
+    pm__frame_hdr f = pm__hub_main_hdr(PM__FT_REQUEST, d);
+    f.request_id = r->id;
+    f.deadline_ms = r->deadline_ms;
+    /* A large request (fd >= 0): on success the fd is the hub's. */
+    rc = fd >= 0 ? pm__hub_push_fd(h, d, &f, fd, len, PM__NODE_MAIN)
+                 : pm__hub_push(h, d, &f, data, len, PM__NODE_MAIN);
+    if (rc < 0) {
+        pm__hub_drop_last_inflight(h, d);
+        if (rc == -EBADMSG) {
+            h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
+            rc = -EHOSTDOWN;
+        }
+        return rc;
+    }
+    r->port = d->index;
+    r->target_inc = d->incarnation;
+    /* Published now rather than at the end of the turn: the caller may be
+     * about to wait (pm_cluster_call) or may not run the loop soon. */
+    if (d->dirty) {
+        d->dirty = 0;
+        pm__ring_publish(&d->link->tx);
+    }
+    return 0;
+}
+
+/* Requests that waited for a ready worker go out, oldest first, as long
+ * as there is one. A request that cannot be sent for lack of room (main's
+ * hold is full) waits for a later turn; any other failure is its answer. */
+void pm__hub_mreq_dispatch_waiting(pm__hub *h)
+{
+    while (h->waiting != NULL) {
+        pm__mreq *r = h->waiting;
+        pm__port *d = pick_worker(h);
+        if (d == NULL)
+            return;
+        int rc = mreq_send(h, r, d, r->data, r->len, r->fd);
+        if (rc == -EAGAIN)
+            return;
+        if (rc == 0)
+            r->fd = -1; /* the hub's now */
+        /* Off the waiting list (r->port is set only on success). */
+        h->waiting = r->wnext;
+        if (h->waiting == NULL)
+            h->waiting_tail = NULL;
+        r->wnext = NULL;
+        if (r->data != NULL)
+            explicit_bzero(r->data, r->len);
+        free(r->data);
+        r->data = NULL;
+        if (rc < 0) {
+            pm__mreq **pp = mreq_bucket(h, r->id);
+            while (*pp != r)
+                pp = &(*pp)->hnext;
+            *pp = r->hnext;
+            h->nmreqs--;
+            mreq_finish(h, r, rc, NULL, 0);
+        }
+    }
+}
+
+/* Unlinks, in one pass over the table, every request whose deadline is
+ * at or before now (every request when all is set) and returns them as a
+ * list chained by hnext; *next gets the earliest deadline left (0 none).
+ * The callbacks run afterwards, over the detached list: they may add or
+ * cancel requests without disturbing a walk, and a cancel of one already
+ * taken finds it gone (-ENOENT) while its own callback is still to come. */
+static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
+{
+    pm__mreq *taken = NULL;
+    int waiting_taken = 0;
+    *next = 0;
+    for (size_t i = 0; i < h->mreq_buckets; i++) {
+        pm__mreq **pp = &h->mreqs[i];
+        while (*pp != NULL) {
+            pm__mreq *r = *pp;
+            if (!all && r->deadline_ms > now) {
+                if (*next == 0 || r->deadline_ms < *next)
+                    *next = r->deadline_ms;
+                pp = &r->hnext;
+                continue;
+            }
+            *pp = r->hnext;
+            h->nmreqs--;
+            if (r->port == PM__MREQ_WAITING) {
+                r->taken = 1;
+                waiting_taken = 1;
+            } else if (r->port < h->nports) {
+                pm__inflight e;
+                pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
+            } else if (r->port == PM__MREQ_REMOTE) {
+                pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
+            }
+            r->hnext = taken;
+            taken = r;
+        }
+    }
+    if (waiting_taken) {
+        /* One pass over the waiting list drops every taken request. */
+        pm__mreq **wp = &h->waiting;
+        h->waiting_tail = NULL;
+        while (*wp != NULL) {
+            if ((*wp)->taken) {
+                *wp = (*wp)->wnext;
+            } else {
+                h->waiting_tail = *wp;
+                wp = &(*wp)->wnext;
+            }
+        }
+    }
+    return taken;
+}
+
+/* Requests past their deadline: -ETIMEDOUT, and their in-flight entries
+ * are forgotten so that a reply after this is dropped and counted late.
+ * mreq_due_ms is a lower bound of the deadlines (lowered on insert, never
+ * raised on removal), so the table is walked only when one may be due. */
+void pm__hub_mreq_expire(pm__hub *h, int64_t now)
+{
+    if (h->mreq_due_ms == 0 || now < h->mreq_due_ms)
+        return;
+    int64_t next;
+    pm__mreq *r = mreq_take_due(h, now, 0, &next);
+    h->mreq_due_ms = next; /* callbacks that add requests lower it again */
+    while (r != NULL) {
+        pm__mreq *following = r->hnext;
+        mreq_finish(h, r, -ETIMEDOUT, NULL, 0);
+        r = following;
+    }
+}
+
+/* The next free id of main's requests: returned as an int, they wrap
+ * within 1..INT_MAX, skipping those still pending. */
+static uint64_t mreq_next_id(pm__hub *h)
+{
+    do
+        h->mreq_last_id = h->mreq_last_id >= INT_MAX ? 1 : h->mreq_last_id + 1;
+    while (mreq_find(h, h->mreq_last_id) != NULL);
+    return h->mreq_last_id;
+}
+
+static void mreq_insert(pm__hub *h, pm__mreq *r)
+{
+    pm__mreq **b = mreq_bucket(h, r->id);
+    r->hnext = *b;
+    *b = r;
+    h->nmreqs++;
+    if (h->mreq_due_ms == 0 || r->deadline_ms < h->mreq_due_ms)
+        h->mreq_due_ms = r->deadline_ms;
+}
+
+/*
+ * Main's request to address port `port` of remote host `host`. Only
+ * workers answer main's requests: port 0 (that host's supervisor) is
+ * -EINVAL, as main is for itself (talk to a supervisor with
+ * pm_cluster_send). The request goes over the link at once with its
+ * deadline as milliseconds remaining; its answer is exactly one of: the
+ * reply, -ETIMEDOUT (our timer), -EHOSTDOWN (the remote worker died
+ * holding it: the remote hub's notice), -ESTALE or -ENOENT (the remote hub
+ * refused the address), -EHOSTUNREACH (the link went down first).
+ */
+static int remote_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc,
+                          const void *data, size_t len, int timeout_ms,
+                          void (*cb)(pm_cluster *, const pm_message *, void *), void *arg)
+{
+    if (port == 0)
+        return -EINVAL;
+    if (h->nmreqs >= INT_MAX - 1)
+        return -EAGAIN;
+    if (mreq_reserve(h) < 0)
+        return -ENOMEM;
+    pm__mreq *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->fd = -1;
+    r->id = mreq_next_id(h);
+    r->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
+    r->cb = cb;
+    r->arg = arg;
+    r->port = PM__MREQ_REMOTE;
+    r->host = host;
+    r->rport = port;
+    r->target_inc = inc;
+    int rc = pm__hub_link_main_request(h, host, port, inc, r->id, r->deadline_ms, data, len);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    mreq_insert(h, r);
+    return (int)r->id;
+}
+
+int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t len,
+                    int timeout_ms, void (*cb)(pm_cluster *, const pm_message *, void *),
+                    void *arg)
+{
+    if (cb == NULL || timeout_ms <= 0 || (data == NULL && len > 0))
+        return -EINVAL;
+    if (len > h->max_message)
+        return -EMSGSIZE;
+    if (h->mreq_closed)
+        return -ESHUTDOWN;
+    pm__port *d = NULL;
+    uint16_t host = PM__HOST_LOCAL;
+    uint32_t node = 0;
+    if (to != NULL) {
+        int rc = pm__address_route(&h->names, to, &host, &node);
+        if (rc < 0)
+            return rc;
+        if (host != PM__HOST_LOCAL)
+            return remote_request(h, host, node, to->incarnation, data, len, timeout_ms, cb,
+                                  arg);
+        if (node == PM__NODE_MAIN)
+            return -EINVAL; /* main does not ask itself */
+        rc = pm__hub_check_dest(h, node, to->incarnation);
+        if (rc < 0)
+            return rc;
+        d = &h->ports[node];
+    } else {
+        /* Older waiting requests first, so a new one cannot overtake them. */
+        pm__hub_mreq_dispatch_waiting(h);
+        if (h->waiting == NULL)
+            d = pick_worker(h);
+    }
+    if (h->nmreqs >= INT_MAX - 1)
+        return -EAGAIN; /* every id is taken (not in practice) */
+    if (mreq_reserve(h) < 0)
+        return -ENOMEM;
+    pm__mreq *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->fd = -1;
+    if (len > PM_MAX_PAYLOAD) {
+        /* Sealed now: a waiting request keeps the memfd, not a copy. */
+        r->fd = pm__hub_main_memfd(h, data, len);
+        if (r->fd < 0) {
+            int rc = r->fd;
+            free(r);
+            return rc;
+        }
+        r->len = len;
+    }
+    r->id = mreq_next_id(h);
+    r->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
+    r->cb = cb;
+    r->arg = arg;
+    r->port = PM__MREQ_WAITING;
+    if (d != NULL) {
+        int rc = mreq_send(h, r, d, data, len, r->fd);
+        if (rc < 0) {
+            pm__close(r->fd);
+            free(r);
+            return rc;
+        }
+        r->fd = -1; /* the hub's now */
+        r->len = 0;
+    } else if (r->fd < 0) {
+        /* No worker ready: it waits with a private copy of its payload. */
+        r->data = malloc(len ? len : 1);
+        if (r->data == NULL) {
+            free(r);
+            return -ENOMEM;
+        }
+        if (len > 0)
+            memcpy(r->data, data, len);
+        r->len = len;
+    }
+    if (d == NULL) {
+        if (h->waiting_tail != NULL)
+            h->waiting_tail->wnext = r;
+        else
+            h->waiting = r;
+        h->waiting_tail = r;
+    }
+    mreq_insert(h, r);
+    return (int)r->id;
+}
+
+int pm__hub_cancel(pm__hub *h, uint64_t id)
+{
+    pm__mreq *r = id >= PM__BCAST_ID_BASE ? NULL : mreq_find(h, id);
+    if (r == NULL)
+        return -ENOENT;
+    mreq_unlink(h, r);
+    mreq_finish(h, r, -ECANCELED, NULL, 0);
+    return 0;
+}
+
+void pm__hub_cancel_all(pm__hub *h)
+{
+    h->mreq_closed = 1; /* the callbacks below cannot add any */
+    int64_t next;
+    pm__mreq *r = mreq_take_due(h, 0, 1, &next);
+    h->mreq_due_ms = 0;
+    while (r != NULL) {
+        pm__mreq *following = r->hnext;
+        mreq_finish(h, r, -ECANCELED, NULL, 0);
+        r = following;
+    }
+}
+

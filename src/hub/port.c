@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * port.c - a local worker's port: the hub's side of its ring pair. Reads the
+ * worker's up ring (copy, validate, stamp the source from the ring), hands
+ * data frames to the router and handshake frames to the owner, and decides
+ * when the worker must ring the hub's doorbell.
+ */
+#define _GNU_SOURCE
+#include "hub.h"
+
+#include <string.h>
+
+#include "channel/bigmsg.h"
+#include "channel/proto.h"
+
+int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnation)
+{
+    pm__port *p = &h->ports[i];
+    p->link = link;
+    p->incarnation = incarnation;
+    p->state = PM__PORT_STARTING;
+    p->reading = 1;
+    p->busy = 0;
+    p->want_arm = 0;
+    pm__close(p->rx_fd);
+    p->rx_fd = -1;
+    /* Announce that the hub waits on this ring before the worker can say
+     * hello, so its first publish rings the doorbell. */
+    if (pm__ring_arm(&link->rx) != 0) {
+        pm__hub_mark_busy(h, p);
+        return 1;
+    }
+    return 0;
+}
+
+void pm__hub_port_set_state(pm__hub *h, unsigned i, int state)
+{
+    h->ports[i].state = state;
+}
+
+void pm__hub_port_cut(pm__hub *h, unsigned i)
+{
+    pm__port *p = &h->ports[i];
+    p->reading = 0;
+    p->busy = 0;
+    p->want_arm = 0;
+}
+
+/* The fd of the large message p's frame announces, received and checked
+ * once (p->rx_fd keeps it while p is held back and the frame is read
+ * again). 0, or -EPROTO: the announcement is malformed, no record waits
+ * for it (a frame without its fd), the record is wrong (sequence, no fd,
+ * more fds than one, truncated), or the fd is not a sealed memfd of the
+ * announced length within the cluster's maximum. Checked with fcntl and
+ * fstat only: the hub never maps what it routes between workers. */
+static int take_fd(pm__hub *h, pm__port *p, const void *payload)
+{
+    if (p->rx_fd >= 0)
+        return 0;
+    /* A private copy: the worker may rewrite the shared bytes. */
+    unsigned char copy[PM__ANNOUNCE_SIZE];
+    memcpy(copy, payload, sizeof(copy));
+    pm__announce a;
+    if (pm__announce_decode(copy, sizeof(copy), &a) < 0 ||
+        a.seq != pm__bigmsg_next(p->link->rx_seq))
+        return -EPROTO;
+    int fd;
+    if (p->link->sock < 0 || pm__bigmsg_recv(p->link->sock, a.seq, &fd) < 0)
+        return -EPROTO;
+    p->link->rx_seq = a.seq;
+    if (pm__bigmsg_check(fd, a.len, h->max_message) < 0) {
+        pm__close(fd);
+        return -EPROTO;
+    }
+    p->rx_fd = fd;
+    p->rx_len = a.len;
+    return 0;
+}
+
+/* One frame from p's ring, already copied and validated by the codec: 0 to
+ * go on reading, 1 to stop this turn (the destination is full, or p was cut
+ * off). */
+static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
+{
+    if ((f->flags & PM__FF_MEMFD) != 0 && take_fd(h, p, payload) < 0) {
+        p->malformed++;
+        h->ops->fault(h->owner, p->index, PM_REASON_PROTOCOL);
+        return 1;
+    }
+    /* The ring admits frames up to PM__LINK_MAX_FRAME (room for INIT), but
+     * nothing a worker may send is longer than PM_MAX_PAYLOAD: every
+     * consumer of a worker's frame (main's receive buffer, another worker's
+     * recv) is sized for that. Checked here, once, for every destination: a
+     * longer frame is a protocol fault. */
+    if (f->len > PM_MAX_PAYLOAD) {
+        p->malformed++;
+        h->ops->fault(h->owner, p->index, PM_REASON_PROTOCOL);
+        return 1;
+    }
+    if (f->type == PM__FT_MSG || f->type == PM__FT_REQUEST || f->type == PM__FT_REPLY) {
+        if (p->state != PM__PORT_READY && p->state != PM__PORT_STOPPING) {
+            pm__ring_consume(&p->link->rx);
+            pm__close(p->rx_fd);
+            p->rx_fd = -1;
+            p->malformed++; /* traffic before ready */
+            return 0;
+        }
+        /* Identity comes from the ring, never from the frame. */
+        f->src = p->index;
+        f->src_inc = p->incarnation;
+        f->src_host = PM__HOST_LOCAL;
+        h->cur_fd = p->rx_fd;
+        h->cur_len = p->rx_len;
+        p->rx_fd = -1;
+        int rc = pm__hub_relay(h, p, f, payload);
+        if (rc == -EAGAIN) {
+            p->rx_fd = h->cur_fd; /* kept for the next read of this frame */
+            h->cur_fd = -1;
+            return 1; /* the destination is full: leave it in the ring */
+        }
+        /* Passed on (the hub set cur_fd to -1), delivered to main (mapped
+         * and unmapped), or dropped: the hub's reference goes now. */
+        pm__close(h->cur_fd);
+        h->cur_fd = -1;
+        pm__ring_consume(&p->link->rx);
+        return 0;
+    }
+    if (f->type != PM__FT_HELLO && f->type != PM__FT_READY) {
+        pm__ring_consume(&p->link->rx);
+        p->malformed++; /* a type only the hub sends */
+        return 0;
+    }
+    /* Handshake frames are tiny: copy before the record is released, then
+     * let the owner judge them. */
+    unsigned char copy[PM__HUB_CONTROL_MAX];
+    size_t len = f->type == PM__FT_READY      ? 0 /* any payload is ignored */
+                 : f->len <= sizeof(copy) ? f->len
+                                          : sizeof(copy) + 1;
+    if (len <= sizeof(copy) && len > 0)
+        memcpy(copy, payload, len);
+    pm__ring_consume(&p->link->rx);
+    if (len > sizeof(copy)) {
+        h->ops->fault(h->owner, p->index, PM_REASON_PROTOCOL);
+        return 1;
+    }
+    h->ops->control(h->owner, p->index, f->type, copy, len);
+    return !p->reading;
+}
+
+/* Reads up to one turn's worth of frames from the port's up ring. */
+static void read_ring(pm__hub *h, pm__port *p)
+{
+    p->busy = 0;
+    p->want_arm = 0;
+    int drained = 0;
+    for (int i = 0; i < PM__FRAMES_PER_TURN && p->reading && p->blocked_on == -1; i++) {
+        pm__frame_hdr f;
+        const void *payload;
+        int rc = pm__frame_recv(&p->link->rx, PM__LINK_MAX_FRAME, &f, &payload);
+        if (rc == 0) {
+            drained = 1;
+            break;
+        }
+        h->active = 1;
+        if (rc == -EBADMSG) {
+            h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
+            return;
+        }
+        if (rc < 0) {
+            p->malformed++;
+            continue;
+        }
+        if (take_frame(h, p, &f, payload))
+            break;
+    }
+    if (!p->reading)
+        return;
+    pm__ring_release(&p->link->rx);
+    if (p->blocked_on != -1 && !p->left)
+        return; /* a blocked sender (a full destination or link) is read again
+                   when it is unblocked */
+    if (drained || p->left) {
+        /* Armed just before the loop sleeps (arm_idle), so a busy hub lets
+         * its workers publish without ringing. Until then the port is on
+         * the arm list, which is what keeps a frame published meanwhile
+         * from being left unread: arm_idle (or the spin, any_arrived)
+         * looks at its ring again before the loop can sleep. A sender
+         * held with its frame left in its ring is armed the same way,
+         * beyond what was scanned: its next frame may be for someone
+         * else, who must not wait for its held destination. */
+        p->want_arm = 1;
+        if (!p->in_arm) {
+            p->in_arm = 1;
+            h->arm.v[h->arm.n++] = p->index;
+        }
+    } else {
+        pm__hub_mark_busy(h, p); /* its batch is over: at the end of the next pass */
+    }
+}
+
+/* A sender held with its frame left in its ring published more: read it
+ * again at once if a frame behind is for anyone else (it must not wait for
+ * the held destination; the full destination's frames then go to its
+ * queue as usual), else stay held and armed beyond what was seen. */
+static int still_left(pm__hub *h, pm__port *p)
+{
+    pm__port *d = &h->ports[p->blocked_on];
+    int rc = d->link != NULL ? pm__ring_scan(&p->link->rx, &p->scan_pos, pm__hub_not_for, d) : 1;
+    if (rc == 0) {
+        p->want_arm = 1;
+        if (!p->in_arm) {
+            p->in_arm = 1;
+            h->arm.v[h->arm.n++] = p->index;
+        }
+        return 1;
+    }
+    p->blocked_on = -1;
+    p->left = 0;
+    return 0;
+}
+
+void pm__hub_port_service(pm__hub *h, unsigned i)
+{
+    pm__port *p = &h->ports[i];
+    if (!p->reading)
+        return;
+    if (p->q_head != NULL)
+        pm__hub_flush(h, p); /* it made room in its down ring */
+    if (!p->reading)
+        return;
+    pm__ring_disarm(&p->link->rx);
+    if (p->left && p->blocked_on >= 0 && still_left(h, p))
+        return;
+    read_ring(h, p);
+}
+
+/*
+ * The arm protocol. Every readable port is in exactly one of these states
+ * at the end of a turn, so no frame can wait in a ring that nothing will
+ * look at:
+ *  - on the ready list (busy: its batch cap was reached, it was unblocked,
+ *    its queue has room; or its doorbell rang): serviced next turn, and
+ *    the loop does not sleep while the list is not empty (pm__hub_any_busy);
+ *  - on the arm list (want_arm: drained this turn, not armed yet): armed
+ *    here before the loop sleeps;
+ *  - armed (cons_waiting set in its ring): the worker rings the doorbell
+ *    on its next publish, and the doorbell's completion puts it on the
+ *    ready list (pm__hub_mark_rang);
+ *  - blocked (blocked_on != -1: a full destination, or a full link) or cut
+ *    off: not read on purpose; unblocking puts it on the ready list.
+ * Only ports on the arm list are touched here: the cost is the ports that
+ * drained this turn, not N.
+ */
+int pm__hub_arm_idle(pm__hub *h)
+{
+    int work = 0;
+    for (unsigned k = 0; k < h->arm.n; k++) {
+        pm__port *p = &h->ports[h->arm.v[k]];
+        p->in_arm = 0;
+        if (!p->want_arm)
+            continue; /* serviced again since it drained, or cut off */
+        p->want_arm = 0;
+        if (!p->reading || (p->blocked_on != -1 && !p->left))
+            continue;
+        /* pm__ring_arm sets the flag, then (a full fence, paired with the
+         * worker's after its publish) looks at the ring again: a frame
+         * published before the worker could see the flag is found here and
+         * the port goes back on the ready list instead of waiting for a
+         * doorbell that will never ring. */
+        int more = p->left ? pm__ring_arm_beyond(&p->link->rx, p->scan_pos)
+                           : pm__ring_arm(&p->link->rx);
+        if (more < 0) {
+            h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
+        } else if (more > 0) {
+            pm__hub_mark_busy(h, p);
+            work = 1;
+        }
+    }
+    h->arm.n = 0;
+    return work;
+}
+
+/* Spinning: only the ports drained since the last arm can have a frame
+ * that rings nothing (they are not armed); armed ones ring their doorbell,
+ * which the spin sees as a loop completion. */
+int pm__hub_any_arrived(pm__hub *h)
+{
+    for (unsigned k = 0; k < h->arm.n; k++) {
+        pm__port *p = &h->ports[h->arm.v[k]];
+        if (!p->want_arm || !p->reading)
+            continue;
+        if (p->left ? pm__ring_beyond(&p->link->rx, p->scan_pos) > 0
+                    : p->blocked_on == -1 && !pm__ring_empty(&p->link->rx)) {
+            pm__hub_mark_busy(h, p);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int pm__hub_any_busy(const pm__hub *h)
+{
+    return h->ready.n > 0;
+}

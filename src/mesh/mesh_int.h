@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/* mesh_int.h - what the mesh's files share: the mesh's and a connection's state, and the calls between accepting (mesh_accept.c), dialing (mesh_dial.c), a connection's life (mesh_conn.c) and the mesh as a whole (mesh.c). */
+#ifndef PM_MESH_INT_H
+#define PM_MESH_INT_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "supervisor/cluster.h"
+#include "mesh.h"
+#include "peer/peer.h"
+#include "peer/peerdns.h"
+
+/* The keys a handshake uses, with the rest of its configuration. A
+ * connection holds the generation it started with until it closes (its
+ * peer.c state borrows the configuration), so new secrets
+ * (pm_cluster_set_secrets) swap in between handshakes: one under way
+ * finishes with the keys it began with, and a link that is up stays up. */
+typedef struct pm__mkeys {
+    pm__pconn_cfg cfg;
+    pm__keyring *keys;
+    unsigned refs;          /* the connections using it, + 1 while current */
+} pm__mkeys;
+
+typedef struct pm__mconn {
+    pm_cluster *c;
+    pm__mkeys *kg;          /* its keys' generation, NULL before it starts */
+    int fd;                 /* -1: a free entry */
+    uint32_t gen;           /* in its loop tags; bumped on every re-arm */
+    unsigned armed;         /* PM__LOOP_IN/OUT of the outstanding arm, 0 none */
+    int dialing;            /* a non-blocking connect in progress */
+    int peer;               /* the target it dialled (below), or -1 (accepted) */
+    int linked;             /* up and the hub's port for host */
+    int host;               /* the hub's index for its host once up, else -1 */
+    uint64_t deadline_ms;   /* the handshake's (0 once up) */
+    uint64_t since_ms;
+    uint64_t last_rx_ms;    /* up: bytes last received (the silence timeout) */
+    uint64_t last_tx_ms;    /* up: a record last queued or bytes sent (heartbeats) */
+    uint64_t rekey_at_ms;   /* up: our next REKEY is due by time */
+    uint64_t last_ping_ms;  /* up: the last heartbeat echo sent (the RTT, also when busy) */
+    uint64_t pongs_seen;    /* pc.pongs when the RTT was last taken */
+    int64_t rtt_us;         /* -1: none yet */
+    pm__pconn pc;
+    int pc_live;            /* pc initialised (freed on close) */
+    /* The orderly end (pm__mconn_close): the link is gone, the fd waits
+     * for the peer's CLOSE or end of stream until deadline_ms. */
+    int lingering;
+    int shut_wr;            /* our writing half is shut down */
+    int linger_done;        /* the peer's CLOSE, end of stream or an error seen */
+} pm__mconn;
+
+/* What a connection dials, its "target": 0..npeers-1 the o->peers entries,
+ * PM__MAX_PEERS + d the d-th address of --peers-dns. */
+#define MESH_TARGETS ((int)(PM__MAX_PEERS + PM__PEERDNS_MAX))
+#define DNS_TARGET(d) (PM__MAX_PEERS + (int)(d))
+
+/* One address of the --peers-dns name. */
+typedef struct pm__dtarget {
+    int live;               /* in the last answer (or a link to it is up) */
+    int self;               /* it was ourselves: never dialled again */
+    pm__peerdns_addr a;
+    char host[64];          /* who answered there last, "" unknown */
+} pm__dtarget;
+
+struct pm__mesh {
+    pm__keyring *keys;      /* at start, until it moves into cur */
+    pm__pins pins;
+    int pinned;
+    pm__mkeys *cur;         /* the keys new connections use */
+    uint64_t key_reloads;
+    int lfd;
+    int lfd_armed;
+    int spare_fd;            /* /dev/null, given up to accept-and-close when out of fds */
+    int accept_stalled;      /* accepting failed for lack of fds or memory: re-armed at the next flush */
+    pm__mesh_rate rate;      /* the per-source handshake rate limit */
+    pm__mconn conns[PM__MESH_CONNS];
+    int dial_conn[MESH_TARGETS];    /* the connection of each target, or -1 */
+    uint64_t redial_at[MESH_TARGETS]; /* 0: none due */
+    uint32_t backoff_ms[MESH_TARGETS];
+    /* --peers-dns (peerdns.c resolves; the policy is here). */
+    pm__peerdns *dns;
+    pm__dtarget dt[PM__PEERDNS_MAX];
+    uint64_t dns_at;                /* the next resolution; 0 while one runs */
+    uint32_t dns_backoff_ms;        /* while it fails; 0 after a success */
+    int dns_armed;
+    uint64_t dns_ok, dns_failed;
+    unsigned char *rbuf;            /* MADV_WIPEONFORK: received traffic */
+    uint64_t fails[PM__PF_COUNT_];
+    uint64_t dial_failed;
+    unsigned up;
+    int freeing;                    /* pm__mesh_free: no loop arms from here */
+    /* Orderly ends: connections that lingered after our CLOSE, of those
+     * whose peer answered with its CLOSE, whose deadline ended the wait,
+     * and the frames that arrived after our CLOSE (discarded). */
+    uint64_t lingered, closes_answered, linger_expired, linger_discarded;
+};
+
+/* The --peers-dns resolution's loop tag: PM__TAG_PEER_LISTEN, slot 1 (the
+ * listener is slot 0). */
+#define DNS_TAG PM__TAG(PM__TAG_PEER_LISTEN, 1, 0)
+
+static inline pm__mesh *mesh_of(const pm_cluster *c)
+{
+    return c->mesh;
+}
+
+/* mesh_conn.c: one connection. */
+void pm__mkeys_put(pm__mkeys *g);
+pm__mconn *pm__mconn_new(pm_cluster *c, int fd, int peer, int initiator);
+void pm__mconn_arm(pm_cluster *c, pm__mconn *k);
+void pm__mconn_read(pm_cluster *c, pm__mconn *k);
+void pm__mconn_write(pm__mconn *k);
+void pm__mconn_close(pm_cluster *c, pm__mconn *k);
+void pm__mconn_release(pm_cluster *c, pm__mconn *k);
+/* Drops k's outstanding loop arm, if any. */
+void pm__mconn_disarm(pm_cluster *c, pm__mconn *k);
+/* One step of a lingering connection's I/O: 1 when it is done (release it). */
+int pm__mconn_linger(pm_cluster *c, pm__mconn *k);
+void pm__mconn_rekey(pm_cluster *c, pm__mconn *k, uint64_t now);
+uint64_t pm__mconn_heartbeat_at(const pm__mconn *k);
+uint64_t pm__mconn_silence_at(const pm_cluster *c, const pm__mconn *k);
+
+/* mesh_dial.c: targets, dialing, redial, --peers-dns. */
+int pm__mesh_resolve(const char *addr, int passive, struct sockaddr_storage *ss, socklen_t *len);
+uint64_t pm__mesh_jittered(uint32_t b, uint64_t now);
+void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now);
+pm__dtarget *pm__mesh_dns_target(pm__mesh *m, int i);
+int pm__mesh_target_dialable(const pm_cluster *c, const pm__mesh *m, int i);
+void pm__mesh_dial(pm_cluster *c, int i);
+void pm__mesh_dns_resolve(pm_cluster *c, uint64_t now);
+void pm__mesh_dns_ready(pm_cluster *c);
+
+/* mesh_accept.c: the listener. */
+int pm__mesh_listen_on(pm_cluster *c, pm__mesh *m);
+void pm__mesh_on_listen(pm_cluster *c);
+void pm__mesh_spare_reopen(pm__mesh *m);
+
+#endif /* PM_MESH_INT_H */

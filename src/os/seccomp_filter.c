@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: MIT */
+/* seccomp_filter.c - the worker system-call filters (basic, strict): their rules, built with libseccomp. */
+/*
+ * libseccomp allocates and takes no care to be async-signal-safe, so the
+ * supervisor builds each filter once (per cluster), exports the classic BPF
+ * program, and the child between fork and exec only hands its copy to
+ * seccomp(2) (pm__seccomp_load). doc/design.md ("Privileges") says what
+ * each level protects against.
+ */
+#define _GNU_SOURCE
+#include "base/internal.h"
+#include "seccomp_filter.h"
+
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+
+#ifdef HAVE_SECCOMP
+#include <fcntl.h>
+#include <seccomp.h>
+#include <linux/sockios.h> /* FIOSETOWN, SIOCSPGRP */
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#endif
+
+/* Stands for the worker's own pid in the strict filter until the child
+ * writes its pid over it. Above PID_MAX_LIMIT (2^22), so no real pid and
+ * no system call number can be mistaken for it. */
+#define PM__SECCOMP_SELF 0x7ffffffeU
+
+/*
+ * strict: exactly what a fork-mode worker makes on its own, from the
+ * child's set-up (spawn.c, incarnation.c fork_child) to glibc's exit and the
+ * crash handler's re-raise. Found with `strace -f` on the compute worker of
+ * tests/check_privileges.c (recv, compute, reply, exit; a crash): close,
+ * fcntl(F_GET_SEALS), getppid, mmap, munmap, newfstatat, poll, read, write,
+ * getpid, gettid, rt_sigprocmask, tgkill, exit_group; the rest is what glibc's
+ * malloc, stdio, vDSO fallback and signal delivery may make on the same
+ * paths. One comment per call says who makes it. tgkill is allowed only
+ * towards the worker itself (see add_strict); kill and tkill not at all.
+ */
+static const struct {
+    const char *name;
+    long arg1; /* >= 0: only with this second argument (a command) */
+    const char *why;
+} strict_calls[] = {
+    {"read", -1, "drains its doorbell eventfd (ring.c park, node.c disarm)"},
+    {"write", -1, "rings the hub's doorbell eventfd; stdio on inherited stdout/stderr"},
+    {"poll", -1, "parks on its doorbell eventfd where futexes are refused (ring.c)"},
+    {"ppoll", -1, "poll() on architectures without poll"},
+    {"futex", -1, "parks on its ring's wait flag (ring.c); glibc locks, pthread primitives"},
+    {"sched_yield", -1, "the ring's short spin before parking"},
+    {"clock_gettime", -1, "deadlines, when the vDSO falls back to the system call"},
+    {"getppid", -1, "is the supervisor still there (node.c)"},
+    {"getpid", -1, "raise() and abort(): tgkill's first argument"},
+    {"gettid", -1, "raise(): tgkill's second argument (glibc asks the kernel in a fork child)"},
+    {"tgkill", -1, "raise()/abort() and the crash handler's re-raise: to itself only"},
+    {"rt_sigprocmask", -1, "raise()/abort() block signals around tgkill; the child's set-up"},
+    {"rt_sigaction", -1, "the crash handler resets a signal to SIG_DFL before re-raising"},
+    {"rt_sigreturn", -1, "returning from any signal handler"},
+    {"sigaltstack", -1, "a crash handler on its own stack"},
+    {"restart_syscall", -1, "a sleep interrupted by SIGSTOP/SIGCONT resumes"},
+    {"close", -1, "fork_child drops the other slots' fds; pm_node_close"},
+    {"mmap", -1, "its ring memory (node.c); malloc of large blocks"},
+    {"munmap", -1, "fork_child drops the hub's mappings; free of large blocks"},
+    {"mremap", -1, "realloc of large blocks"},
+    {"madvise", -1, "glibc malloc trimming"},
+    {"mprotect", -1, "glibc malloc growing a thread arena"},
+    {"brk", -1, "malloc"},
+    {"fcntl", F_GET_SEALS, "node.c checks its ring memory's seals (only that: F_SETOWN "
+                           "would have the kernel signal someone)"},
+    {"fstat", -1, "stdio's first write to stdout/stderr"},
+    {"newfstatat", -1, "fstat on glibc >= 2.33"},
+    {"exit_group", -1, "the worker ends (_exit after the bootstrap)"},
+};
+
+const char *pm__seccomp_strict_name(size_t i)
+{
+    return i < PM__ARRAY_SIZE(strict_calls) ? strict_calls[i].name : NULL;
+}
+
+/*
+ * basic: calls a contained worker never needs and that reach outside it.
+ * Every other call is allowed.
+ */
+static const char *const basic_denied[] = {
+    /* Another process's memory and fds: ptrace, read/write its memory,
+     * steal an fd. */
+    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp",
+    /* A pidfd can name any process: a filter cannot see an fd's target, so
+     * signalling or opening through one is refused outright. */
+    "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
+    /* tkill names a thread by tid alone: the supervisor's other threads'
+     * tids are unknown here (glibc signals with tgkill). */
+    "tkill",
+    /* The file system tree and namespaces. */
+    "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig",
+    "fsmount", "fspick", "mount_setattr", "setns", "unshare", "open_by_handle_at",
+    /* The kernel's keyrings, programs, tracing and modules. */
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    /* The machine: power, swap, clocks, accounting, the kernel log, ports. */
+    "reboot", "swapon", "swapoff", "settimeofday", "clock_settime", "clock_adjtime",
+    "adjtimex", "acct", "quotactl", "syslog", "iopl", "ioperm", NULL};
+
+#ifdef HAVE_SECCOMP
+
+/* The kernel reads a pid_t or a command (int) from the low 32 bits of the
+ * register; a hostile worker may put anything in the upper half, and glibc
+ * sign-extends a negative int. So every comparison masks: "equal" looks at
+ * the low 32 bits only, "negative" at bit 31 only. (libseccomp's
+ * SCMP_CMP32 does not mask: it compares all 64 bits with a zero-extended
+ * value.) */
+#define LO32_EQ(arg, v) SCMP_CMP64((arg), SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint64_t)(uint32_t)(v))
+#define LO32_NEG(arg) SCMP_CMP64((arg), SCMP_CMP_MASKED_EQ, 0x80000000ULL, 0x80000000ULL)
+
+static uint32_t scmp_action(int action)
+{
+    return action == PM_SECCOMP_KILL ? SCMP_ACT_KILL_PROCESS : SCMP_ACT_ERRNO(EPERM);
+}
+
+/* A name the running architecture does not have (iopl on arm64 ...) is
+ * skipped: nothing to deny. */
+static int deny(scmp_filter_ctx ctx, uint32_t act, const char *name, unsigned n,
+                const struct scmp_arg_cmp *cmp)
+{
+    int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR)
+        return 0;
+    return seccomp_rule_add_array(ctx, act, nr, n, cmp);
+}
+
+/*
+ * Signals: refused when they reach the supervisor (pid equal to its pid)
+ * or a process group (pid 0: ours, which may be the supervisor's; pid < 0:
+ * any group, kill(-1) everyone we may signal).
+ */
+static int deny_signal_targets(scmp_filter_ctx ctx, uint32_t act, const char *name,
+                               unsigned arg, pid_t supervisor)
+{
+    struct scmp_arg_cmp sup = LO32_EQ(arg, supervisor);
+    struct scmp_arg_cmp zero = LO32_EQ(arg, 0);
+    struct scmp_arg_cmp neg = LO32_NEG(arg);
+    int rc = deny(ctx, act, name, 1, &sup);
+    if (rc == 0)
+        rc = deny(ctx, act, name, 1, &zero);
+    if (rc == 0)
+        rc = deny(ctx, act, name, 1, &neg);
+    return rc;
+}
+
+static int add_basic(scmp_filter_ctx ctx, uint32_t act, pid_t supervisor)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && basic_denied[i] != NULL; i++)
+        rc = deny(ctx, act, basic_denied[i], 0, NULL);
+    static const char *const senders[] = {"kill", "tgkill", "rt_sigqueueinfo",
+                                          "rt_tgsigqueueinfo"};
+    for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(senders); i++)
+        rc = deny_signal_targets(ctx, act, senders[i], 0, supervisor);
+    /* F_SETOWN makes the kernel send SIGIO (or, with F_SETSIG, any signal,
+     * SIGSTOP too) to the owner on I/O: the same targets as kill. The
+     * F_SETOWN_EX, FIOSETOWN and SIOCSPGRP forms pass the owner through a
+     * pointer the filter cannot read: refused outright. TIOCSTI pushes
+     * input into a terminal the worker shares with the supervisor. */
+    if (rc == 0) {
+        struct scmp_arg_cmp c[2] = {LO32_EQ(1, F_SETOWN), LO32_EQ(2, supervisor)};
+        rc = deny(ctx, act, "fcntl", 2, c);
+    }
+    if (rc == 0) {
+        struct scmp_arg_cmp c[2] = {LO32_EQ(1, F_SETOWN), LO32_NEG(2)};
+        rc = deny(ctx, act, "fcntl", 2, c);
+    }
+    static const unsigned long fcntl_ex[] = {F_SETOWN_EX};
+    static const unsigned long ioctls[] = {FIOSETOWN, SIOCSPGRP, TIOCSTI};
+    for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(fcntl_ex); i++) {
+        struct scmp_arg_cmp c = LO32_EQ(1, fcntl_ex[i]);
+        rc = deny(ctx, act, "fcntl", 1, &c);
+    }
+    for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(ioctls); i++) {
+        struct scmp_arg_cmp c = LO32_EQ(1, ioctls[i]);
+        rc = deny(ctx, act, "ioctl", 1, &c);
+    }
+    return rc;
+}
+
+static int add_strict(scmp_filter_ctx ctx)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(strict_calls); i++) {
+        int nr = seccomp_syscall_resolve_name(strict_calls[i].name);
+        if (nr == __NR_SCMP_ERROR)
+            continue; /* poll on arm64 ... */
+        if (strict_calls[i].arg1 >= 0) {
+            struct scmp_arg_cmp cmd = LO32_EQ(1, strict_calls[i].arg1);
+            rc = seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, nr, 1, &cmd);
+        } else if (strcmp(strict_calls[i].name, "tgkill") == 0) {
+            /* To itself only: the child writes its pid over the stand-in
+             * (pm__seccomp_load). tkill and kill are not allowed at all. */
+            struct scmp_arg_cmp self = LO32_EQ(0, PM__SECCOMP_SELF);
+            rc = seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, nr, 1, &self);
+        } else {
+            rc = seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, nr, 0, NULL);
+        }
+    }
+    return rc;
+}
+
+/* The program as libseccomp exports it, read back from a memfd (its
+ * in-memory export is 2.6 only). */
+static int export_bpf(scmp_filter_ctx ctx, pm__seccomp_prog *out)
+{
+    int fd = memfd_create("procmesh-seccomp", MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = seccomp_export_bpf(ctx, fd);
+    struct stat st;
+    if (rc == 0 && fstat(fd, &st) < 0)
+        rc = -errno;
+    if (rc == 0 && (st.st_size <= 0 || st.st_size % (off_t)sizeof(struct sock_filter) != 0 ||
+                    st.st_size / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS))
+        rc = -E2BIG;
+    char *buf = NULL;
+    if (rc == 0 && (buf = malloc((size_t)st.st_size)) == NULL)
+        rc = -ENOMEM;
+    for (off_t got = 0; rc == 0 && got < st.st_size;) {
+        ssize_t k = pread(fd, buf + got, (size_t)(st.st_size - got), got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            rc = k < 0 ? -errno : -EIO;
+        else
+            got += k;
+    }
+    pm__close(fd);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    out->insns = (struct sock_filter *)(void *)buf;
+    out->len = (unsigned short)(st.st_size / (off_t)sizeof(struct sock_filter));
+    return 0;
+}
+
+int pm__seccomp_available(void)
+{
+    return 1;
+}
+
+int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog *out)
+{
+    memset(out, 0, sizeof(*out));
+    if ((level != PM_SECCOMP_BASIC && level != PM_SECCOMP_STRICT) ||
+        (action != PM_SECCOMP_ERRNO && action != PM_SECCOMP_KILL) || supervisor <= 0)
+        return -EINVAL;
+    uint32_t act = scmp_action(action);
+    scmp_filter_ctx ctx = seccomp_init(level == PM_SECCOMP_BASIC ? SCMP_ACT_ALLOW : act);
+    if (ctx == NULL)
+        return -ENOMEM;
+    /* The child sets no_new_privs itself (or is root with it off); loading
+     * must not change that behind the option's back. A foreign
+     * architecture's calls (int 0x80 on x86-64) keep libseccomp's default:
+     * the process is killed, so the rules cannot be bypassed that way. */
+    int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+    if (rc == 0)
+        rc = level == PM_SECCOMP_BASIC ? add_basic(ctx, act, supervisor) : add_strict(ctx);
+    if (rc == 0)
+        rc = export_bpf(ctx, out);
+    seccomp_release(ctx);
+    if (rc < 0)
+        return rc;
+    out->level = level;
+    out->action = action;
+    out->supervisor = supervisor;
+    if (level == PM_SECCOMP_STRICT) {
+        /* The stand-in must be there for the child to fill in, or strict
+         * would refuse the crash handler's re-raise. */
+        int found = 0;
+        for (unsigned i = 0; i < out->len; i++)
+            found += BPF_CLASS(out->insns[i].code) == BPF_JMP && out->insns[i].k == PM__SECCOMP_SELF;
+        if (found == 0) {
+            pm__seccomp_free(out);
+            return -EPROTO;
+        }
+    }
+    return 0;
+}
+
+#else /* !HAVE_SECCOMP */
+
+int pm__seccomp_available(void)
+{
+    return 0;
+}
+
+int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog *out)
+{
+    (void)level;
+    (void)action;
+    (void)supervisor;
+    memset(out, 0, sizeof(*out));
+    return -ENOTSUP;
+}
+
+#endif /* HAVE_SECCOMP */
+
+void pm__seccomp_free(pm__seccomp_prog *p)
+{
+    if (p == NULL)
+        return;
+    free(p->insns);
+    p->insns = NULL;
+    p->len = 0;
+}
+
+int pm__seccomp_load(pm__seccomp_prog *p)
+{
+    /* getpid is a system call in glibc >= 2.25 (no cached pid), so this is
+     * our own pid even right after fork. */
+    uint32_t self = (uint32_t)getpid();
+    for (unsigned i = 0; i < p->len; i++)
+        if (BPF_CLASS(p->insns[i].code) == BPF_JMP && p->insns[i].k == PM__SECCOMP_SELF)
+            p->insns[i].k = self;
+    struct sock_fprog prog = {.len = p->len, .filter = p->insns};
+    /* One thread (a fork child): no TSYNC needed. */
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0)
+        return -errno;
+    return 0;
+}

@@ -1,0 +1,882 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spawn.c - forking workers without leaking anything into them.
+ *
+ * Exec mode follows libuv's uv__spawn_and_init_child(): everything that
+ * needs memory is prepared by the parent before fork; the child only makes
+ * async-signal-safe system calls, and a failed execve writes errno into a
+ * close-on-exec pipe, so the parent learns of the failure (a successful
+ * exec closes the pipe and the parent reads nothing). On x86-64 the exec
+ * child is a vfork-style clone (spawn_vfork, below): no page tables copied.
+ */
+#define _GNU_SOURCE
+#include "base/internal.h"
+#include "spawn.h"
+#include "base/defaults.h" /* PM__MAX_RLIMIT, PM__NODE_ENV */
+
+#include "seccomp_filter.h"
+
+#include <fcntl.h>
+#include <sched.h> /* CLONE_VM, CLONE_VFORK */
+#include <linux/filter.h> /* struct sock_filter: the seccomp program copy */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL /* linux/sched.h, 5.7 */
+#endif
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+int pm__pidfd_open(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    return fd < 0 ? -errno : fd;
+#else
+    (void)pid;
+    return -ENOSYS;
+#endif
+}
+
+int pm__pidfd_signal(int pidfd, int sig)
+{
+#ifdef SYS_pidfd_send_signal
+    if (syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0)
+        return -errno;
+    return 0;
+#else
+    (void)pidfd;
+    (void)sig;
+    return -ENOSYS;
+#endif
+}
+
+/* The child must die with its supervisor. PDEATHSIG is set after fork and
+ * then the parent is checked: if it died between fork and prctl, the signal
+ * was never armed and we would live on as an orphan. */
+static void die_with_parent(pid_t parent)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+        _exit(127);
+}
+
+int pm__child_privileges(const pm__spawn_req *r)
+{
+    if (r->set_ids) {
+        /* Raw system calls: they change this thread only, which in a fork
+         * child is the whole process, and are async-signal-safe (glibc's
+         * setuid takes locks to reach every thread). Groups first, then the
+         * gid, then the uid: once the uid is dropped nothing else may
+         * change. setres*id sets the saved ids too, so nothing can be
+         * taken back. */
+        if (syscall(SYS_setgroups, 0, NULL) < 0 ||
+            syscall(SYS_setresgid, r->gid, r->gid, r->gid) < 0 ||
+            syscall(SYS_setresuid, r->uid, r->uid, r->uid) < 0)
+            return -errno;
+        uid_t ru, eu, su;
+        gid_t rg, eg, sg;
+        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0)
+            return -errno;
+        if (ru != r->uid || eu != r->uid || su != r->uid || rg != r->gid || eg != r->gid ||
+            sg != r->gid)
+            return -EPERM;
+        /* Root is gone for good: getting it back must fail. */
+        if (syscall(SYS_setresuid, 0, 0, 0) == 0)
+            return -EPERM;
+        /* A credential change clears the parent-death signal: arm it again,
+         * and check again that the supervisor did not die meanwhile. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+            return -errno;
+        if (getppid() != r->parent)
+            return -ESRCH;
+    }
+    if (r->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -errno;
+    if (r->dumpable && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+        return -errno;
+    /* Last: every call above would otherwise have to be allowed by the
+     * filter, and under strict they are not. */
+    if (r->seccomp != NULL)
+        return pm__seccomp_load(r->seccomp);
+    return 0;
+}
+
+int pm__child_stdio(int out, int err)
+{
+    int src[2] = {out, err}, moved[2] = {-1, -1}, rc = 0;
+    /* A source at 0..2 could be overwritten by the other's dup2 (or be the
+     * target itself, where dup2 does nothing and keeps close-on-exec):
+     * move it above them first. */
+    for (int i = 0; i < 2; i++) {
+        if (src[i] >= 0 && src[i] <= 2) {
+            moved[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 3);
+            if (moved[i] < 0)
+                return -errno;
+            src[i] = moved[i];
+        }
+    }
+    for (int i = 0; i < 2 && rc == 0; i++)
+        if (src[i] >= 0 && dup2(src[i], 1 + i) < 0) /* dup2 clears close-on-exec on 1 + i */
+            rc = -errno;
+    for (int i = 0; i < 2; i++)
+        if (moved[i] >= 0)
+            close(moved[i]);
+    return rc;
+}
+
+struct linux_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+int pm__cloexec_proc_fds(int first)
+{
+    /* open and getdents64 are async-signal-safe; opendir is not (it
+     * allocates). The directory fd is itself close-on-exec. */
+    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -errno;
+    char buf[4096] __attribute__((aligned(8)));
+    int rc = 0;
+    for (;;) {
+        long n = syscall(SYS_getdents64, dir, buf, sizeof(buf));
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        if (n == 0)
+            break;
+        for (long off = 0; off < n;) {
+            struct linux_dirent64 *d = (struct linux_dirent64 *)(buf + off);
+            off += d->d_reclen;
+            int fd = 0, digits = 0;
+            for (const char *p = d->d_name; *p >= '0' && *p <= '9'; p++, digits++)
+                fd = fd * 10 + (*p - '0');
+            /* "." and ".." have no digits. Marking an fd while the
+             * directory is read is fine: the flag changes no entry. */
+            if (digits > 0 && fd >= first && fd != dir)
+                (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+        }
+    }
+    close(dir);
+    return rc;
+}
+
+/* Marks every fd from `first` up close-on-exec (async-signal-safe). */
+static void cloexec_from(int first)
+{
+    /* close_range (5.11) does it in one call. */
+    if (syscall(SYS_close_range, (unsigned)first, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+        return;
+    /* Older kernels: every fd that is open, from /proc/self/fd, whatever
+     * its number (an fd may sit above RLIMIT_NOFILE if the limit was
+     * lowered after it was opened). */
+    if (pm__cloexec_proc_fds(first) == 0)
+        return;
+    /* No /proc (a bare chroot): one fcntl per possible fd up to the
+     * limit, which cannot see an fd above a lowered limit. */
+    struct rlimit rl;
+    long max = 1L << 20; /* fs.nr_open's default: no fd can be higher */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)max)
+        max = (long)rl.rlim_cur;
+    for (long fd = first; fd < max; fd++)
+        (void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+}
+
+/* How the exec child reports a failed step: fork: errno into the error
+ * pipe (the parent is running); vfork: into *shared, memory the parent
+ * reads once the clone returns (it is suspended until then). */
+typedef struct child_report {
+    int pipe_fd;        /* fork: the error pipe's write end */
+    volatile int *shared; /* vfork: the parent's variable, or NULL */
+} child_report;
+
+static void child_fail(const child_report *rep, int err)
+{
+    if (rep->shared != NULL) {
+        *rep->shared = err;
+    } else {
+        ssize_t n = write(rep->pipe_fd, &err, sizeof(err));
+        (void)n;
+    }
+    _exit(127);
+}
+
+/* The kernel's sigaction for SIG_DFL: every field zero (handler SIG_DFL,
+ * no flags, empty mask); larger than any architecture's layout. */
+static const unsigned long dfl_action[16];
+
+/* The kernel's signal set size (8 bytes on most architectures, 16 on
+ * MIPS), which the raw rt_sig* calls must be given exactly. */
+#define KERNEL_SIGSET_SIZE ((size_t)(_NSIG / 8))
+
+/* The exec-mode child, after pm__child_contain: handlers, mask, death
+ * signal, LISTEN_PID, the fds, the privileges, execve. Raw system calls
+ * and glibc's thin wrappers of one system call each only (fcntl, dup2,
+ * getpid, prctl): no allocation, no lock, nothing that signals the
+ * parent's other threads (glibc's set*id do), so that it can run in the
+ * vfork child, which shares the supervisor's memory. */
+static void exec_child(const pm__spawn_req *r, child_report *rep)
+{
+    int top = 3 + r->nfds;
+    int tmp[64 + 8];
+    /* Reset every handler before unblocking anything, so no handler of the
+     * supervisor can run in the child (in the vfork child it would run on
+     * the supervisor's memory); ignored signals (SIGPIPE ...) are reset
+     * too, as a fresh program expects. Not CLONE_SIGHAND: the parent's
+     * handlers are untouched. */
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            (void)syscall(SYS_rt_sigaction, sig, dfl_action, NULL, KERNEL_SIGSET_SIZE);
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, r->mask, NULL, KERNEL_SIGSET_SIZE);
+    die_with_parent(r->parent);
+    if (r->pid_digits != NULL) {
+        /* LISTEN_PID must name the process that execs: only known here.
+         * The string was allocated by the parent, which frees it after the
+         * spawn returns; writing digits into it is async-signal-safe. */
+        char rev[12];
+        int k = 0;
+        for (unsigned long v = (unsigned long)getpid(); v > 0 || k == 0; v /= 10)
+            rev[k++] = (char)('0' + v % 10);
+        /* Left-aligned and NUL-terminated, no zero padding: sd_listen_fds
+         * parses with base 0, so a leading 0 would read as octal. */
+        for (int i = 0; i < k; i++)
+            r->pid_digits[i] = rev[k - 1 - i];
+        r->pid_digits[k] = '\0';
+    }
+
+    /* Move the error pipe (fork: the child writes into it) and every
+     * source fd above the target range first, so that placing fd i at
+     * 3 + i can never clobber a source not yet placed. */
+    if (rep->shared == NULL && rep->pipe_fd < top) {
+        rep->pipe_fd = fcntl(rep->pipe_fd, F_DUPFD_CLOEXEC, top);
+        if (rep->pipe_fd < 0)
+            _exit(127);
+    }
+    for (int i = 0; i < r->nfds; i++) {
+        tmp[i] = fcntl(r->fds[i], F_DUPFD_CLOEXEC, top);
+        if (tmp[i] < 0)
+            child_fail(rep, errno);
+    }
+    /* The output pipes too: placing fd 3 + i must not clobber them. */
+    int out = -1, err = -1;
+    if (r->capture) {
+        out = fcntl(r->stdio[0], F_DUPFD_CLOEXEC, top);
+        err = fcntl(r->stdio[1], F_DUPFD_CLOEXEC, top);
+        if (out < 0 || err < 0)
+            child_fail(rep, errno);
+    }
+    for (int i = 0; i < r->nfds; i++)
+        if (dup2(tmp[i], 3 + i) < 0) /* dup2 clears close-on-exec on 3 + i */
+            child_fail(rep, errno);
+    if (r->capture) {
+        int rc = pm__child_stdio(out, err);
+        if (rc < 0)
+            child_fail(rep, -rc);
+    }
+    /* Everything else procmesh or the application had open is closed by the
+     * exec; the error pipe too, which is how the parent learns it worked. */
+    cloexec_from(top);
+    int rc = pm__child_privileges(r);
+    if (rc < 0)
+        child_fail(rep, -rc);
+    (void)syscall(SYS_execve, r->path, r->argv, r->envp);
+    child_fail(rep, errno);
+}
+
+int pm__child_contain(const pm__spawn_req *r, int placed)
+{
+    /* Its own process group: where no cgroup can be made, killing the
+     * group when the worker is reaped is what ends its descendants (all
+     * but a setsid() one). Only ever signalled after the worker died, so
+     * the parent need not also call setpgid to close a race. */
+    if (setpgid(0, 0) < 0)
+        return errno;
+    if (r->cg != NULL) {
+        /* "0" moves the writer: no pid to format. Before the exec or the
+         * bootstrap, so nothing the worker starts is ever outside. */
+        if (!placed && write(r->cg->procs_fd, "0", 1) < 0)
+            return errno;
+        for (int i = 0; i < PM__CG_NCTRL; i++)
+            if (r->cg->v1_procs[i] >= 0 && write(r->cg->v1_procs[i], "0", 1) < 0)
+                return errno;
+    }
+    for (int i = 0; r->rlimit_set != NULL && i < PM__MAX_RLIMIT; i++) {
+        if (!r->rlimit_set[i])
+            continue;
+        struct rlimit rl;
+        rl.rlim_cur = r->rlimit_soft[i] == UINT64_MAX ? RLIM_INFINITY : (rlim_t)r->rlimit_soft[i];
+        rl.rlim_max = r->rlimit_hard[i] == UINT64_MAX ? RLIM_INFINITY : (rlim_t)r->rlimit_hard[i];
+        if (setrlimit((__rlimit_resource_t)i, &rl) < 0)
+            return errno;
+    }
+    return 0;
+}
+
+/* clone3(CLONE_INTO_CGROUP) works here: 0 unknown, 1 yes, -1 no. */
+static int clone3_state;
+
+/* Forks; an exec-mode child with a cgroup is born in it (clone3,
+ * CLONE_INTO_CGROUP, Linux 5.7): no write to cgroup.procs in the child and
+ * no window in which it runs outside. Only exec mode: a raw clone3 skips
+ * glibc's fork handlers (malloc's locks, the cached thread id), which only
+ * a child that runs nothing but async-signal-safe calls before execve can
+ * do without. Kernels without it (ENOSYS, E2BIG for the struct size,
+ * EINVAL for the flag) fall back to fork() and a write from the child,
+ * remembered so the next spawn does not try again. *placed is set in the
+ * child.
+ *
+ * Not into a cgroup that was ever killed through cgroup.kill: Linux 6.x
+ * compares the kill sequence number of the cgroup a child is born into
+ * with the one its parent's cgroup had at fork, and CLONE_INTO_CGROUP
+ * makes them different cgroups, so once the slot's cgroup has been killed
+ * (its number moved on, ours did not) every child cloned into it is
+ * SIGKILLed at birth (seen on 6.18: every replacement after the first
+ * tree kill died before it ran; tests/check_tree.c test_tree_exec_crash).
+ * Joining by a write from the child has no such check. */
+static pid_t fork_into(const pm__spawn_req *r, int *placed)
+{
+    *placed = 0;
+#ifdef SYS_clone3
+    if (r->path != NULL && r->cg != NULL && r->cg->dir_fd >= 0 && !r->cg->killed &&
+        __atomic_load_n(&clone3_state, __ATOMIC_RELAXED) >= 0) {
+        struct {
+            uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+                set_tid, set_tid_size, cgroup;
+        } a;
+        memset(&a, 0, sizeof(a));
+        a.flags = CLONE_INTO_CGROUP;
+        a.exit_signal = SIGCHLD;
+        a.cgroup = (uint64_t)r->cg->dir_fd;
+        long pid = syscall(SYS_clone3, &a, sizeof(a));
+        if (pid == 0)
+            *placed = 1;
+        if (pid >= 0) {
+            __atomic_store_n(&clone3_state, 1, __ATOMIC_RELAXED);
+            return (pid_t)pid;
+        }
+        if (errno != ENOSYS && errno != E2BIG && errno != EINVAL)
+            return -1;
+        __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);
+    }
+#endif
+    return fork();
+}
+
+/* Fork mode: the child is a copy of the supervisor, dead stack included.
+ * Below the stack pointer lie the frames of the supervisor's earlier calls
+ * (ring reads, message callbacks, the user's own code), and with them
+ * copies of other workers' traffic that the worker's code could read. They
+ * are zeroed here: every resident page from this frame down to the first
+ * page the supervisor never touched (a stack is used contiguously from the
+ * top, so that page is where its dead frames end; below it lies the
+ * unmapped gap or a thread's guard page, which the walk must not pass).
+ * A page swapped out stops the walk early: accepted, the scan of a swapped
+ * page would need the swap device. Signals are blocked by the caller, so
+ * no handler frame is being written where the loop writes. No function is
+ * called while the pages below are written (mincore's wrapper frame lies
+ * in the page it asks about, dead before that page is cleared); not
+ * instrumented, as a sanitizer would check these writes against the
+ * shadow of frames that no longer exist. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("address", "undefined")))
+#endif
+#endif
+__attribute__((noinline)) static void wipe_dead_stack(void)
+{
+    volatile unsigned char near[8192];
+    for (size_t i = 0; i < sizeof(near); i++)
+        near[i] = 0;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)&near[0] & ~(page - 1);
+    /* 8 MiB, the usual stack rlimit: a bound, not an expectation. */
+    for (unsigned n = 0; n < (8u << 20) / page; n++) {
+        unsigned char vec;
+        a -= page;
+        if (mincore((void *)a, page, &vec) != 0 || (vec & 1) == 0)
+            break;
+        volatile uint64_t *w = (volatile uint64_t *)a;
+        for (size_t i = 0; i < page / sizeof(*w); i++)
+            w[i] = 0;
+    }
+}
+
+/* Fork mode: the child starts with the supervisor's registers, and the
+ * vector registers hold whatever its last memcpy moved (up to 64 bytes of
+ * a payload in a zmm register). They do not stay there: the first call the
+ * child makes through a not yet bound PLT entry runs the dynamic linker's
+ * _dl_runtime_resolve_xsave, which stores every vector register on the
+ * stack, and so does any signal delivery; check_hostile's scan found
+ * another worker's message on a replacement's stack that way. They are
+ * cleared before anything else runs. General-purpose registers keep their
+ * values (addresses and counters, 8 bytes each): accepted. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx"))) static void clear_ymm(void)
+{
+    __asm__ volatile("vzeroall" ::: "memory"); /* ymm0-15, and zmm0-15 whole */
+}
+
+__attribute__((target("avx512f"))) static void clear_zmm_high(void)
+{
+    __asm__ volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\tvpxord %%zmm17, %%zmm17, %%zmm17\n\t"
+                     "vpxord %%zmm18, %%zmm18, %%zmm18\n\tvpxord %%zmm19, %%zmm19, %%zmm19\n\t"
+                     "vpxord %%zmm20, %%zmm20, %%zmm20\n\tvpxord %%zmm21, %%zmm21, %%zmm21\n\t"
+                     "vpxord %%zmm22, %%zmm22, %%zmm22\n\tvpxord %%zmm23, %%zmm23, %%zmm23\n\t"
+                     "vpxord %%zmm24, %%zmm24, %%zmm24\n\tvpxord %%zmm25, %%zmm25, %%zmm25\n\t"
+                     "vpxord %%zmm26, %%zmm26, %%zmm26\n\tvpxord %%zmm27, %%zmm27, %%zmm27\n\t"
+                     "vpxord %%zmm28, %%zmm28, %%zmm28\n\tvpxord %%zmm29, %%zmm29, %%zmm29\n\t"
+                     "vpxord %%zmm30, %%zmm30, %%zmm30\n\tvpxord %%zmm31, %%zmm31, %%zmm31" ::
+                         : "memory");
+}
+
+static void clear_vector_registers(void)
+{
+    if (__builtin_cpu_supports("avx")) {
+        clear_ymm();
+        if (__builtin_cpu_supports("avx512f"))
+            clear_zmm_high();
+        return;
+    }
+    __asm__ volatile("pxor %%xmm0, %%xmm0\n\tpxor %%xmm1, %%xmm1\n\tpxor %%xmm2, %%xmm2\n\t"
+                     "pxor %%xmm3, %%xmm3\n\tpxor %%xmm4, %%xmm4\n\tpxor %%xmm5, %%xmm5\n\t"
+                     "pxor %%xmm6, %%xmm6\n\tpxor %%xmm7, %%xmm7\n\tpxor %%xmm8, %%xmm8\n\t"
+                     "pxor %%xmm9, %%xmm9\n\tpxor %%xmm10, %%xmm10\n\tpxor %%xmm11, %%xmm11\n\t"
+                     "pxor %%xmm12, %%xmm12\n\tpxor %%xmm13, %%xmm13\n\tpxor %%xmm14, %%xmm14\n\t"
+                     "pxor %%xmm15, %%xmm15" ::
+                         : "memory");
+}
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+static void clear_vector_registers(void)
+{
+    /* A write to a V register also zeroes the upper part of its SVE Z
+     * register. */
+    __asm__ volatile("movi v0.16b, #0\n\tmovi v1.16b, #0\n\tmovi v2.16b, #0\n\tmovi v3.16b, #0\n\t"
+                     "movi v4.16b, #0\n\tmovi v5.16b, #0\n\tmovi v6.16b, #0\n\tmovi v7.16b, #0\n\t"
+                     "movi v8.16b, #0\n\tmovi v9.16b, #0\n\tmovi v10.16b, #0\n\tmovi v11.16b, #0\n\t"
+                     "movi v12.16b, #0\n\tmovi v13.16b, #0\n\tmovi v14.16b, #0\n\tmovi v15.16b, #0\n\t"
+                     "movi v16.16b, #0\n\tmovi v17.16b, #0\n\tmovi v18.16b, #0\n\tmovi v19.16b, #0\n\t"
+                     "movi v20.16b, #0\n\tmovi v21.16b, #0\n\tmovi v22.16b, #0\n\tmovi v23.16b, #0\n\t"
+                     "movi v24.16b, #0\n\tmovi v25.16b, #0\n\tmovi v26.16b, #0\n\tmovi v27.16b, #0\n\t"
+                     "movi v28.16b, #0\n\tmovi v29.16b, #0\n\tmovi v30.16b, #0\n\tmovi v31.16b, #0" ::
+                         : "memory");
+}
+#else
+static void clear_vector_registers(void)
+{
+    /* Other architectures: not done (see above); said in doc/design.md. */
+}
+#endif
+
+/* Fork mode: the frames above the child's, from pm__spawn's up to the
+ * library's entry point, were live in the supervisor when it forked; their
+ * unused parts (arrays a function never filled, padding) still hold what
+ * earlier calls left there, traffic included. The child never returns into
+ * them, so they are zeroed: [from, to) where from is the CFA of the
+ * caller's frame (nothing of the caller lives below it) and to the CFA the
+ * public entry noted. Same care as wipe_dead_stack. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("address", "undefined")))
+#endif
+#endif
+__attribute__((noinline)) static void wipe_live_frames(char *from, char *to)
+{
+    if (to == NULL || to <= from || (size_t)(to - from) > (8u << 20))
+        return;
+    for (volatile char *p = from; p < to; p++)
+        *p = 0;
+}
+
+/* The fork-mode child: everything it needs of r copied onto its own frame,
+ * with signals blocked (no handler frame on the stack being zeroed), the
+ * supervisor's stack cleaned above and below, then the bootstrap. */
+__attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_req *r)
+{
+    /* The vector registers were cleared by pm__spawn, first thing. */
+    sigset_t all, mask = *r->mask;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    _Alignas(16) unsigned char ctx[PM__SPAWN_CTX_MAX];
+    if (r->ctx_size > sizeof(ctx))
+        _exit(127);
+    memcpy(ctx, r->ctx, r->ctx_size);
+    pm__spawn_req req = *r;
+    req.mask = &mask;
+    req.ctx = ctx;
+    char *to = r->scrub_to;
+    /* r points into a frame about to be zeroed: not used past here. */
+    wipe_dead_stack();
+    wipe_live_frames(__builtin_dwarf_cfa(), to);
+    sigprocmask(SIG_SETMASK, &mask, NULL);
+    die_with_parent(req.parent);
+    /* The child function calls pm__child_privileges itself, once
+     * procmesh's own side of the worker (the handshake, the crash handler,
+     * which loads libgcc for its unwinder) is set up and before the
+     * application's bootstrap runs: a strict seccomp filter admits the
+     * bootstrap's calls, not the join's. */
+    req.child(ctx, &req);
+    _exit(127); /* not reached */
+}
+
+/* ------------------------------------------------------------------ exec mode: vfork */
+
+/* Exec mode spawns the way glibc's posix_spawn does: clone3 with
+ * CLONE_VM|CLONE_VFORK, the child on a stack of its own, the parent
+ * suspended until the child has exec'd or exited. fork() copies the
+ * supervisor's page tables (the bigger the supervisor, the more: rings,
+ * io_uring, the hub's queues) only for execve to throw them away, and
+ * every page the parent then writes takes a copy-on-write fault; a vfork
+ * child copies nothing. The price: the child runs on the supervisor's
+ * memory, so it may only make system calls (exec_child's rules), its
+ * stack is a mapping of its own (returning into the parent's frames would
+ * corrupt them), the parent blocks every signal around the clone (a
+ * handler running in the child would run on the parent's data), and what
+ * the child patches (the seccomp program's pid) is a copy made here.
+ *
+ * Not under AddressSanitizer: its instrumented stack frames and fake
+ * stacks allocate and poison shadow memory, which the child would do on
+ * the supervisor's behalf on a stack that is unmapped afterwards; the
+ * sanitizer build forks (the child steps are the same code).
+ * x86_64 only: the trampoline that switches stacks is assembly (glibc
+ * exports no clone3); other architectures fork. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PM__SPAWN_VFORK 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PM__SPAWN_VFORK 0
+#endif
+#endif
+#if !defined(PM__SPAWN_VFORK) && defined(__x86_64__) && defined(SYS_clone3)
+#define PM__SPAWN_VFORK 1
+#endif
+#ifndef PM__SPAWN_VFORK
+#define PM__SPAWN_VFORK 0
+#endif
+
+#if PM__SPAWN_VFORK
+/* clone3(args, size), then in the child fn(arg) on the new stack and exit
+ * with its value; the parent gets the pid or -errno. rcx and r11 are
+ * clobbered by syscall, so arg moves to r8 first; the kernel starts the
+ * child with rsp = stack + stack_size (16-aligned), and the call makes the
+ * frame fn expects. rbp = 0 and rip undefined end any unwinding there. */
+long pm__clone3_run(void *args, size_t size, int (*fn)(void *), void *arg);
+__asm__(".text\n"
+        ".globl pm__clone3_run\n"
+        ".hidden pm__clone3_run\n"
+        ".type pm__clone3_run, @function\n"
+        ".p2align 4\n"
+        "pm__clone3_run:\n"
+        "    .cfi_startproc\n"
+        "    movq %rcx, %r8\n"
+        "    movl $435, %eax\n" /* SYS_clone3 */
+        "    syscall\n"
+        "    testq %rax, %rax\n"
+        "    jz 1f\n"
+        "    ret\n"
+        "1:  .cfi_undefined rip\n"
+        "    xorl %ebp, %ebp\n"
+        "    movq %r8, %rdi\n"
+        "    call *%rdx\n"
+        "    movl %eax, %edi\n"
+        "    movl $231, %eax\n" /* SYS_exit_group: the child is its own process */
+        "    syscall\n"
+        "    hlt\n"
+        "    .cfi_endproc\n"
+        ".size pm__clone3_run, .-pm__clone3_run\n");
+
+/* clone3 works for the vfork spawn: 0 unknown, 1 yes, -1 no (fork). */
+static int vfork_state;
+
+#define VFORK_STACK (128u << 10) /* the child's deepest use is a few KiB */
+
+struct vfork_arg {
+    const pm__spawn_req *r;
+    int placed;           /* born in the slot's cgroup (CLONE_INTO_CGROUP) */
+    volatile int err;     /* the failing step's errno, read by the parent */
+};
+
+static int vfork_child(void *p)
+{
+    struct vfork_arg *a = p;
+    child_report rep = {-1, &a->err};
+    int err = pm__child_contain(a->r, a->placed);
+    if (err != 0)
+        child_fail(&rep, err);
+    exec_child(a->r, &rep);
+    return 127; /* not reached: exec_child execs or exits */
+}
+
+/* The vfork spawn. The pid, -errno, or -ENOSYS when clone3 is refused
+ * (kernel < 5.3, or a container's seccomp profile: ENOSYS or EPERM), then
+ * remembered: the caller forks, now and on every later spawn. */
+static pid_t spawn_vfork(const pm__spawn_req *r)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t prog_bytes = r->seccomp != NULL ? r->seccomp->len * sizeof(*r->seccomp->insns) : 0;
+    size_t size = page + VFORK_STACK + ((prog_bytes + page - 1) & ~(page - 1));
+    /* One mapping: a guard page (a stack overflow faults instead of
+     * writing into whatever lies below), the stack, the program copy. */
+    char *map = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED)
+        return -errno;
+    if (mprotect(map, page, PROT_NONE) < 0) {
+        int e = errno;
+        munmap(map, size);
+        return -e;
+    }
+    pm__spawn_req cr = *r;
+    pm__seccomp_prog prog;
+    if (r->seccomp != NULL) {
+        /* pm__seccomp_load writes the child's pid into the program: in a
+         * child sharing our memory that would be the supervisor's program,
+         * whose placeholder the next worker needs. */
+        prog = *r->seccomp;
+        prog.insns = (struct sock_filter *)(void *)(map + page + VFORK_STACK);
+        memcpy(prog.insns, r->seccomp->insns, prog_bytes);
+        cr.seccomp = &prog;
+    }
+    struct vfork_arg a = {&cr, 0, 0};
+    struct {
+        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+            set_tid, set_tid_size, cgroup;
+    } ca;
+    memset(&ca, 0, sizeof(ca));
+    ca.flags = CLONE_VM | CLONE_VFORK;
+    ca.exit_signal = SIGCHLD;
+    ca.stack = (uint64_t)(uintptr_t)(map + page);
+    ca.stack_size = VFORK_STACK;
+    /* Born in the slot's cgroup: see fork_into for when it cannot be. */
+    if (r->cg != NULL && r->cg->dir_fd >= 0 && !r->cg->killed &&
+        __atomic_load_n(&clone3_state, __ATOMIC_RELAXED) >= 0) {
+        ca.flags |= CLONE_INTO_CGROUP;
+        ca.cgroup = (uint64_t)r->cg->dir_fd;
+        a.placed = 1;
+    }
+    /* Every signal blocked, raw (glibc's pthread_sigmask keeps its own two
+     * unblocked): the child inherits the mask, so no handler can run in it
+     * before it has reset them all. */
+    const unsigned long all = ~0UL;
+    unsigned long old;
+    /* The child's setresuid makes the mm non-dumpable (suid_dumpable), and
+     * the mm is ours until its execve: that is what keeps a process of the
+     * worker's uid from ptracing it, and our memory with it, in that
+     * window. Afterwards the supervisor gets back what it had (a fork
+     * child's credential change never touched it). */
+    int was_dumpable = r->set_ids ? prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) : -1;
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, (size_t)8);
+    long pid = pm__clone3_run(&ca, sizeof(ca), vfork_child, &a);
+    if ((pid == -EINVAL || pid == -E2BIG) && a.placed) {
+        /* A kernel without CLONE_INTO_CGROUP (< 5.7): the child joins by a
+         * write, as after fork_into's fallback. */
+        __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);
+        ca.flags &= ~(uint64_t)CLONE_INTO_CGROUP;
+        ca.cgroup = 0;
+        a.placed = 0;
+        pid = pm__clone3_run(&ca, sizeof(ca), vfork_child, &a);
+    }
+    if (was_dumpable == 1 && prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1)
+        (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, (size_t)8);
+    /* The child has exec'd or exited: nothing uses its stack any more. */
+    munmap(map, size);
+    if (pid == -ENOSYS || pid == -EPERM) {
+        __atomic_store_n(&vfork_state, -1, __ATOMIC_RELAXED);
+        return -ENOSYS;
+    }
+    if (pid < 0)
+        return (pid_t)pid;
+    __atomic_store_n(&vfork_state, 1, __ATOMIC_RELAXED);
+    if (a.err != 0) {
+        /* The child failed before or at execve and has exited: report as a
+         * fork child would, through the error pipe, which the loop reads
+         * like any other (exec_errno, the PM_REASON_EXEC exit). Empty
+         * pipe, 4 bytes: the write cannot block or be short. */
+        int e = a.err;
+        ssize_t n = write(r->err_pipe, &e, sizeof(e));
+        (void)n;
+    }
+    return (pid_t)pid;
+}
+#endif
+
+pid_t pm__spawn(const pm__spawn_req *r)
+{
+    if (r->path != NULL && r->nfds > 64 + 8)
+        return -EINVAL;
+    /* Buffered output of the parent would otherwise be written twice. */
+    fflush(stdout);
+    fflush(stderr);
+#if PM__SPAWN_VFORK
+    if (r->path != NULL && __atomic_load_n(&vfork_state, __ATOMIC_RELAXED) >= 0) {
+        pid_t vpid = spawn_vfork(r);
+        if (vpid != -ENOSYS)
+            return vpid;
+        /* clone3 refused: fork below, as on every later spawn. */
+    }
+#endif
+    int placed;
+    pid_t pid = fork_into(r, &placed);
+    if (pid < 0)
+        return -errno;
+    if (pid > 0)
+        return pid;
+    /* Fork mode: the registers are cleared before the containment step
+     * too, whose first calls (setpgid, setrlimit) may go through a PLT
+     * entry the supervisor never bound, and the resolver stores every
+     * vector register on the stack (see clear_vector_registers). */
+    if (r->path == NULL)
+        clear_vector_registers();
+    int err = pm__child_contain(r, placed);
+    if (err != 0) {
+        if (r->path != NULL) {
+            child_report rep = {r->err_pipe, NULL};
+            child_fail(&rep, err);
+        }
+        _exit(127);
+    }
+    if (r->path != NULL) {
+        child_report rep = {r->err_pipe, NULL};
+        exec_child(r, &rep);
+    }
+    fork_child_main(r);
+}
+
+/* ------------------------------------------------------------------ exec environment */
+
+extern char **environ;
+
+/* The environment of an exec-mode worker: the template, then
+ * PROCMESH_NODE (mesh readiness) and the LISTEN_* variables (listen fds).
+ * The extra strings live in *text (freed by the caller after the fork);
+ * *pid_digits points into LISTEN_PID's value for the child to fill in. */
+char **pm__exec_env(const pm__exec_env_req *q, char **text, char **pid_digits)
+{
+    const char *notify = q->notify;
+    int node_fd_at = q->node_fd_at;
+    size_t names = 0;
+    for (size_t i = 0; i < q->nfds; i++)
+        names += strlen(q->fd_names[i]) + 1;
+    size_t size = 64 + (q->listen_env ? 64 + names : 0) + (notify ? 32 + strlen(notify) : 0);
+    char **env = malloc((q->ntmpl + 6) * sizeof(*env));
+    char *t = malloc(size);
+    if (env == NULL || t == NULL) {
+        free(env);
+        free(t);
+        return NULL;
+    }
+    memcpy(env, q->tmpl, q->ntmpl * sizeof(*env));
+    size_t k = q->ntmpl, used = 0;
+    *pid_digits = NULL;
+    if (node_fd_at >= 0) {
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "%s=%d,%d,%d,%d", PM__NODE_ENV,
+                                 node_fd_at, node_fd_at + 1, node_fd_at + 2, node_fd_at + 3) + 1;
+    }
+    if (notify != NULL) {
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "NOTIFY_SOCKET=%s", notify) + 1;
+    }
+    if (q->listen_env && q->nfds > 0) {
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "LISTEN_FDS=%zu", q->nfds) + 1;
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "LISTEN_FDNAMES=");
+        for (size_t i = 0; i < q->nfds; i++)
+            used += (size_t)snprintf(t + used, size - used, "%s%s", i ? ":" : "", q->fd_names[i]);
+        used++;
+        env[k++] = t + used;
+        used += (size_t)snprintf(t + used, size - used, "LISTEN_PID=");
+        *pid_digits = t + used;
+        memset(t + used, '0', 11);
+        used += 12;
+    }
+    env[k] = NULL;
+    *text = t;
+    return env;
+}
+
+char *pm__exec_resolve(const char *name)
+{
+    if (strchr(name, '/') != NULL)
+        return strdup(name);
+    const char *path = getenv("PATH");
+    if (path == NULL || *path == '\0')
+        path = "/usr/local/bin:/usr/bin:/bin";
+    size_t nlen = strlen(name);
+    for (const char *p = path; *p != '\0';) {
+        const char *colon = strchr(p, ':');
+        size_t dlen = colon != NULL ? (size_t)(colon - p) : strlen(p);
+        char *cand = malloc(dlen + nlen + 3);
+        if (cand == NULL)
+            return NULL;
+        snprintf(cand, dlen + nlen + 3, "%.*s/%s", (int)dlen, dlen > 0 ? p : ".", name);
+        if (access(cand, X_OK) == 0)
+            return cand;
+        free(cand);
+        if (colon == NULL)
+            break;
+        p = colon + 1;
+    }
+    /* Not found: exec reports ENOENT, which is the right error. */
+    return strdup(name);
+}
+
+int pm__env_template(char ***out, size_t *count)
+{
+    size_t n = 0;
+    for (char **e = environ; e != NULL && *e != NULL; e++)
+        n++;
+    char **env = calloc(n + 1, sizeof(*env));
+    if (env == NULL)
+        return -ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* PROCMESH_* is the supervisor's own configuration (the daemon's
+         * PROCMESH_<OPTION> variables, PROCMESH_HEALTH ...) and the
+         * contracts procmesh sets on purpose (PROCMESH_NODE, appended per
+         * worker): an inherited one would tell a worker what is not meant
+         * for it, or claim another worker's memory. */
+        if (strncmp(environ[i], "PROCMESH_", 9) == 0)
+            continue;
+        /* These describe the supervisor's own service manager contract
+         * (systemd notify and socket activation); a worker that inherited
+         * them would talk to systemd behind our back or claim our sockets. */
+        static const char *const own[] = {"NOTIFY_SOCKET=", "WATCHDOG_USEC=", "WATCHDOG_PID=",
+                                          "LISTEN_FDS=", "LISTEN_PID=", "LISTEN_FDNAMES="};
+        int skip = 0;
+        for (size_t k2 = 0; k2 < PM__ARRAY_SIZE(own); k2++)
+            skip |= strncmp(environ[i], own[k2], strlen(own[k2])) == 0;
+        if (skip)
+            continue;
+        env[k] = strdup(environ[i]);
+        if (env[k] == NULL) {
+            pm__env_free(env, k);
+            return -ENOMEM;
+        }
+        k++;
+    }
+    *out = env;
+    *count = k;
+    return 0;
+}
+
+void pm__env_free(char **env, size_t n)
+{
+    for (size_t i = 0; env != NULL && i < n; i++)
+        free(env[i]);
+    free(env);
+}

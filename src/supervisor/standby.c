@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * standby.c - the warm standby (pm_options_set_warm_standby): per slot, the
+ * next fork-mode incarnation forked ahead onto the spare link, set up, and
+ * blocked on an eventfd until the crash it replaces.
+ *
+ * Why: on this project's machines a fork-mode restart spent most of its
+ * time in the fork (the page tables of the supervisor copied) and in the
+ * new process's first page faults (every text page it runs faults in a
+ * fork child, whose page tables hold no file pages), far more than in
+ * procmesh's own work; under paravirtualised paging each costs tens of
+ * microseconds. A standby has paid all of it before the crash, as
+ * pre-forking servers (Apache prefork, php-fpm's spare servers) do.
+ *
+ * The rules it keeps:
+ * - Single activation: a standby is not an incarnation. It holds no link
+ *   the hub serves (its ring is the spare, no port of the hub), runs no
+ *   application code, and becomes the slot's incarnation only in
+ *   pm__incarnation_start, after the one before it was reaped.
+ * - Fencing: its memory is the spare, fresh after the fork of the
+ *   incarnation before it. A standby that died while waiting may have
+ *   written anything there, so its spare is dropped with it, never used.
+ * - No live process left behind: its pidfd is polled, so a death is reaped
+ *   at once; stopping, retiring, terminating and freeing the cluster end
+ *   it (the spare's drop does); it dies with the supervisor (the parent-
+ *   death signal fork_child's set-up gives every child).
+ * - Containment: it joins the slot's cgroup only when taken, written by
+ *   the supervisor (pm__cg_slot_move), so that the kill of the cgroup of
+ *   the incarnation it replaces cannot reach it; its process group is its
+ *   own from the fork.
+ */
+#define _GNU_SOURCE
+#include "cluster.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+
+#include "os/spawn.h"
+
+static void disarm(pm_cluster *c, pm__slot *s)
+{
+    if (!s->standby.armed)
+        return;
+    pm__loop_disarm(&c->loop, s->standby.pidfd,
+                    PM__TAG(PM__TAG_STANDBY, s->index, s->standby.incarnation));
+    s->standby.armed = 0;
+}
+
+/* Kill and reap; the slot's record cleared. Through the pidfd only: the
+ * application may have reaped a dead standby itself (a SIGCHLD handler
+ * with waitpid(-1), which reap.c allows for), and then its pid may already
+ * be another process's; the pidfd still names the dead one, so the signal
+ * fails (ESRCH) and nothing else is hit (FAULTS 16: nothing is sent to a
+ * reaped pid), and waitid on it says ECHILD. kill() and waitpid() by pid
+ * only without a pidfd, which is only pm__standby_prepare's failure path,
+ * where the child is certainly ours and unreaped.
+ *
+ * The wait blocks: a SIGKILLed process ends unless it sleeps
+ * uninterruptibly, and terminate's rule (it returns only when every
+ * process is reaped) holds for standbys too. */
+void pm__standby_end(pm_cluster *c, pm__slot *s)
+{
+    pm__standby *b = &s->standby;
+    if (b->pid <= 0)
+        return;
+    int saved = errno;
+    disarm(c, s);
+    if (b->pidfd >= 0) {
+        (void)pm__pidfd_signal(b->pidfd, SIGKILL);
+        siginfo_t si;
+        while (waitid((idtype_t)P_PIDFD, (id_t)b->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+            ;
+    } else {
+        (void)kill(b->pid, SIGKILL);
+        while (waitpid(b->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    pm__close(b->pidfd);
+    pm__close(b->go_fd);
+    b->pid = 0;
+    b->pidfd = b->go_fd = -1;
+    errno = saved;
+}
+
+void pm__standby_prepare(pm_cluster *c, pm__slot *s)
+{
+    pm__standby *b = &s->standby;
+    if (!c->o->warm_standby || c->o->exec_path != NULL || s->spare == NULL || b->pid > 0 ||
+        c->terminating)
+        return;
+    int saved = errno;
+    /* Blocking in the child (it waits in read); the supervisor only ever
+     * writes it, which an eventfd never blocks. An eventfd rather than a
+     * pipe: a write to a pipe whose reader died would raise SIGPIPE here. */
+    int go = eventfd(0, EFD_CLOEXEC);
+    if (go < 0)
+        goto out;
+    /* Its two fds (this one and its pidfd) are held for as long as it
+     * waits: only while they are affordable, as the spare's are. */
+    if (!pm__fds_affordable(&go, 1)) {
+        pm__close(go);
+        goto out;
+    }
+    uint64_t inc = s->incarnation + 1;
+    pid_t pid = pm__incarnation_fork_standby(c, s, s->spare, inc, go);
+    if (pid < 0) {
+        pm__close(go);
+        goto out;
+    }
+    int pidfd = pm__pidfd_open(pid);
+    b->pid = pid;
+    b->pidfd = pidfd;
+    b->go_fd = go;
+    b->incarnation = inc;
+    if (pidfd >= 0 && pm__fds_affordable(&pidfd, 1) &&
+        pm__loop_arm(&c->loop, pidfd, PM__TAG(PM__TAG_STANDBY, s->index, inc)) == 0)
+        b->armed = 1;
+    else
+        /* Nothing would report its death at once (no pidfd: Linux < 5.3,
+         * or no poll): it would wait as a zombie until taken. No standby
+         * then, and no spare either: that process mapped it, and its
+         * memory is never another incarnation's. Restarts fork as without
+         * the option. */
+        pm__incarnation_spare_drop(c, s);
+out:
+    errno = saved;
+}
+
+/* 1 when the standby has exited but its poll's completion has not been
+ * handled yet (both can be in the same turn). */
+static int standby_dead(const pm__standby *b)
+{
+    struct pollfd p = {b->pidfd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* A standby made for another incarnation needs no check here: it lives on
+ * the spare made for that incarnation, which link_take finds unfit and
+ * drops, and it with it. */
+void pm__standby_check(pm_cluster *c, pm__slot *s)
+{
+    if (s->standby.pid > 0 && standby_dead(&s->standby))
+        pm__incarnation_spare_drop(c, s); /* ends it, and the memory it had */
+}
+
+pid_t pm__standby_take(pm_cluster *c, pm__slot *s)
+{
+    pm__standby *b = &s->standby;
+    if (b->pid <= 0)
+        return 0; /* none, or ended with an unfit spare by link_take */
+    if (c->cg.mode == PM_CONTAIN_CGROUP) {
+        int rc = pm__cg_slot_move(&s->cg, b->pid);
+        if (rc < 0) {
+            pm__standby_end(c, s);
+            return rc;
+        }
+    }
+    /* Its poll is the slot's from here (PM__TAG_PIDFD, armed by the
+     * caller); the standby's tag is cancelled, and a completion of it
+     * already queued finds no standby of that incarnation. */
+    disarm(c, s);
+    pid_t pid = b->pid;
+    c->standby_taken++;
+    s->pidfd = b->pidfd;
+    b->pid = 0;
+    b->pidfd = -1;
+    return pid; /* go_fd stays until pm__standby_go */
+}
+
+void pm__standby_go(pm__slot *s)
+{
+    uint64_t one = 1;
+    /* An eventfd write of 1 cannot block or fail short of overflow; if the
+     * standby died meanwhile, its pidfd reports the exit like any. */
+    ssize_t n = write(s->standby.go_fd, &one, sizeof(one));
+    (void)n;
+    pm__close(s->standby.go_fd);
+    s->standby.go_fd = -1;
+}
+
+void pm__standby_on_exit(pm_cluster *c, pm__slot *s, uint64_t tag)
+{
+    pm__standby *b = &s->standby;
+    if (b->pid <= 0 || PM__TAG_INC(tag) != (b->incarnation & 0xffffffffu))
+        return; /* taken or ended since: the completion of a cancelled poll */
+    b->armed = 0;
+    /* It died while waiting (killed from outside; or its set-up failed).
+     * Its spare goes too: that memory was a process's that is not ours
+     * to trust. The next restart forks, and the next ready makes both
+     * again. */
+    pm__incarnation_spare_drop(c, s);
+}
+
+int pm__standby_reap_pid(pm_cluster *c, pid_t pid)
+{
+    for (unsigned i = 0; i < c->nslots; i++) {
+        pm__slot *s = &c->slots[i];
+        if (s->standby.pid == pid) {
+            pm__incarnation_spare_drop(c, s);
+            return 1;
+        }
+    }
+    return 0;
+}

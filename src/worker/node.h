@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/* node.h - the worker side of a link (struct pm_node). */
+#ifndef PM_NODE_H
+#define PM_NODE_H
+
+#include "channel/link.h"
+#include "channel/frame.h"
+
+struct pm__init_msg; /* proto.h */
+
+
+/* A message set aside by pm_node_request while it waits for its reply. */
+typedef struct pm__stash {
+    struct pm__stash *next;
+    pm__frame_hdr h;
+    int fd;               /* a large message: its checked memfd (else -1) */
+    uint64_t big_len;
+    unsigned char data[];
+} pm__stash;
+
+struct pm_node {
+    uint32_t magic;       /* PM__MAGIC_NODE; 0 once closed */
+    uint32_t gen;         /* pm__fork_gen() of the worker process */
+    int heap;             /* pm_node_join allocated it (exec mode); fork mode: procmesh's */
+    pm__link link;
+    pm_address self;
+    unsigned slot;
+    void *init_data;
+    size_t init_len;
+    int ready_sent;
+    pid_t supervisor;
+    /* Messaging. */
+    uint64_t next_req;    /* request ids */
+    int cur_in_ring;      /* the last message returned is still in the ring */
+    pm__stash *cur_stash; /* ... or was this stash entry */
+    pm__stash *stash_head;
+    pm__stash *stash_tail;
+    size_t stash_bytes;
+    unsigned stash_fds;   /* large messages set aside (PM__STASH_MAX_FDS) */
+    const void *cur_map;  /* the last message returned was large: its mapping */
+    size_t cur_map_len;
+    int stopping;         /* the supervisor asked us to stop */
+    int fd_armed;         /* a timed-out wait left the doorbell armed for pm_node_fd */
+    uint64_t late_replies;
+};
+
+/* Runs the worker half of the handshake on an attached link: HELLO, then
+ * waits for INIT (giving up with -ESHUTDOWN when the supervisor is gone). */
+int pm__node_handshake(pm_node *n);
+
+/* Fork mode: a node over a link the child inherited from the hub (the
+ * child's copy of the hub-side struct: the fds are the same, the ends are
+ * re-attached from the worker's side), with what INIT would have said
+ * (init, built from the child's copy of the supervisor's state): no
+ * handshake on the ring, the worker's first frame is READY. */
+int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__init_msg *init);
+
+#endif /* PM_NODE_H */
