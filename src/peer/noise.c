@@ -3,7 +3,6 @@
 #include "base/internal.h"
 #include "base/le.h"
 #include "noise.h"
-#include "noise_int.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -13,15 +12,18 @@
 
 #include <sodium.h>
 
+#define KEY PM__NOISE_KEY_LEN
+#define TAG PM__NOISE_TAG_LEN
+
 /*
  * Layout of the code follows the spec: the pattern table and name parser,
  * the CipherState and SymmetricState operations on a handshake state, the
  * token machinery (WriteMessage / ReadMessage) and Split(); the primitives
  * (DH, cipher, hash, HKDF), the secret memory and the transport's
- * CipherStates are in noise_cipher.c.
+ * CipherStates are in cipher.c.
  *
  * Memory. Every secret (ck, k, the static and ephemeral private keys, the
- * psks, the transport keys) lives in a block from pm__noise_secret_alloc() (noise_cipher.c): libsodium's
+ * psks, the transport keys) lives in a block from pm__noise_secret_alloc() (cipher.c): libsodium's
  * guarded, mlock'ed, never-dumped memory, marked so a forked child sees it
  * zeroed or not at all. The handle around it (the pattern, h, the public
  * keys, counters) is ordinary memory on purpose: a child must still be able
@@ -403,7 +405,7 @@ int pm__noise_hs_set_static_pair(pm__noise_hs *hs, const unsigned char priv[PM__
  * and wiped as it is taken, so it serves one handshake only, as Noise's
  * GENERATE_KEYPAIR() would. Its private half lives in secret memory
  * (allocated once per process generation, never freed: a forked child
- * forgets it, as noise_cipher.c's cache does). The lock is only tried: a
+ * forgets it, as cipher.c's cache does). The lock is only tried: a
  * thread that finds it taken generates its own pair inline.
  */
 static struct {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* noise.h - the Noise Protocol Framework (rev 34) handshake and transport for 25519/ChaChaPoly/SHA256. */
+/* noise.h - the Noise Protocol Framework (rev 34) handshake for 25519/ChaChaPoly/SHA256; the transport it splits into is cipher.h. */
 #ifndef PM_NOISE_H
 #define PM_NOISE_H
 
@@ -52,19 +52,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PM__NOISE_KEY_LEN 32u   /* DHLEN, HASHLEN, cipher and psk key size */
-#define PM__NOISE_TAG_LEN 16u
-#define PM__NOISE_MAX_MSG 65535u /* Noise's bound on any message */
+#include "cipher.h"
+
 #define PM__NOISE_MAX_PSKS 4u
 
-/* Transport messages a direction carries before both sides Rekey() it (in
- * lockstep: they count the same messages). 2^20 records of 4 KiB are 4 GiB. */
-#define PM__NOISE_REKEY_EVERY (UINT64_C(1) << 20)
-
-/* The first nonce a cipher refuses. Noise reserves 2^64-1 (Rekey uses it);
- * the margin below it is never reached in practice, but a link that gets
- * there must close rather than wrap. */
-#define PM__NOISE_NONCE_LIMIT (UINT64_MAX - UINT64_C(65535))
 
 typedef struct pm__noise_hs pm__noise_hs;
 typedef struct pm__noise_transport pm__noise_transport;
@@ -148,54 +139,11 @@ int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport 
  * the secret pages there are wiped or absent, sodium_free would abort. */
 void pm__noise_hs_free(pm__noise_hs *hs);
 
-/*
- * A transport message: ENCRYPT(k, n++, ad, in) into out (len + 16 bytes,
- * at most PM__NOISE_MAX_MSG), *out_len set. in and out may be the same
- * buffer, they must not otherwise overlap.
- */
-int pm__noise_encrypt(pm__noise_transport *t, const void *ad, size_t ad_len, const void *in, size_t len,
-                      void *out, size_t cap, size_t *out_len);
-
-/* DECRYPT(k, n++, ad, in): -EBADMSG (and the transport is unusable) for a
- * message that fails authentication: tampered, truncated, replayed,
- * reordered or from another session. */
-int pm__noise_decrypt(pm__noise_transport *t, const void *ad, size_t ad_len, const void *in, size_t len,
-                      void *out, size_t cap, size_t *out_len);
-
-/* The transport's AEAD: ChaChaPoly (pm__noise_aead_encrypt/decrypt's
- * shape). The handshake always uses ChaChaPoly. The one other table is
- * pm-bench's null cipher (tools/bench/peer.c, built into pm-bench only),
- * which measures what the cryptography costs on the same link code; no
- * library or daemon source calls the setter (tests/layers.sh checks). */
-typedef struct pm__noise_aead {
-    void (*encrypt)(unsigned char *out, const unsigned char *k, uint64_t n, const void *ad, size_t ad_len,
-                    const void *in, size_t len);
-    int (*decrypt)(unsigned char *out, const unsigned char *k, uint64_t n, const void *ad, size_t ad_len,
-                   const unsigned char *in, size_t len);
-} pm__noise_aead;
-/* Process-wide, for every transport message and Rekey() from now on: call
- * it before any link exists (both ends must agree). NULL: ChaChaPoly. */
-void pm__noise_bench_set_aead(const pm__noise_aead *aead);
-
-/* Rekey() of rev 34 11.3 now, on the sending (tx) or receiving direction:
- * k = first 32 bytes of ENCRYPT(k, 2^64-1, "", zeros); the nonce goes on. */
-int pm__noise_rekey(pm__noise_transport *t, int tx);
-
-void pm__noise_transport_free(pm__noise_transport *t);
-
-/* Constant-time equality of two keys (for an allow-list of peers). */
-int pm__noise_key_equal(const unsigned char a[PM__NOISE_KEY_LEN], const unsigned char b[PM__NOISE_KEY_LEN]);
-
 /* ---- tests only: fixed values the published vectors need ----------- */
 
 /* The ephemeral key the next "e" token uses, instead of a random one. */
 int pm__noise_test_set_ephemeral(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);
 
-/* Moves a direction's nonce (to reach the limit without 2^64 messages). */
-int pm__noise_test_set_nonce(pm__noise_transport *t, int tx, uint64_t n);
-
-/* A direction's current key, for checking Rekey() against its definition. */
-int pm__noise_test_key(const pm__noise_transport *t, int tx, unsigned char out[PM__NOISE_KEY_LEN]);
 
 /* Where the secret memory of a handshake state lies (the fork test reads it
  * in a child). */

@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* noise_cipher.c - below the Noise handshake: secret memory, the primitives (X25519, ChaChaPoly, HMAC/HKDF-SHA256) and the transport's CipherStates. */
+/* cipher.c - below the Noise handshake: secret memory, the primitives (X25519, ChaChaPoly, HMAC/HKDF-SHA256) and the transport's CipherStates. */
 #include "base/internal.h"
 #include "base/le.h"
-#include "noise.h"
-#include "noise_int.h"
+#include "cipher.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -12,6 +11,9 @@
 #include <sys/mman.h>
 
 #include <sodium.h>
+
+#define KEY PM__NOISE_KEY_LEN
+#define TAG PM__NOISE_TAG_LEN
 
 /* ------------------------------------------------------------ memory */
 
