@@ -186,6 +186,21 @@ static int conn_may_linger(const pm__mconn *k, int why)
            (why == PM__PF_LOCAL || why == PM__PF_DUPLICATE || why == PM__PF_CLOSED);
 }
 
+/* k ends at once after an error, its CLOSE (if any) written: unread bytes
+ * in its socket would make close(2) answer with a reset, and a reset can
+ * discard our CLOSE before the peer reads it. What is readable now is
+ * read and dropped first, bounded (a peer cannot keep us here); what
+ * arrives later still meets a reset. */
+static void conn_drop_unread(pm__mesh *m, pm__mconn *k)
+{
+    for (unsigned i = 0; i < PM__MESH_READS_PER_TURN; i++) {
+        ssize_t r = recv(k->fd, m->rbuf, PM__MESH_READ_BUF, MSG_DONTWAIT);
+        if (r <= 0)
+            break;
+        explicit_bzero(m->rbuf, (size_t)r);
+    }
+}
+
 /*
  * Ends k: the hub port goes down first (its requests in flight answered),
  * the end is counted by its reason, and a configured peer is redialled
@@ -232,6 +247,8 @@ void pm__mconn_close(pm_cluster *c, pm__mconn *k)
         k->peer = -1;
     }
     if (!conn_may_linger(k, why)) {
+        if (k->pc_live && k->pc.close_sent && !m->freeing)
+            conn_drop_unread(m, k);
         pm__mconn_release(c, k);
         return;
     }
