@@ -399,6 +399,64 @@ static void first_answer(const unsigned char *f, size_t len)
         answered = 1;
 }
 
+/* first-frames: our first record is a request to the supervisor (port 0),
+ * not a HEARTBEAT: it must be delivered (and answered); then our orderly
+ * end. Exits 1 when no answer came. */
+static void first_frames(int fd, pm__pconn *pc)
+{
+    unsigned char buf[256];
+    size_t n = 0;
+    unsigned char frame[PM__FRAME_HDR_SIZE + 4];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.len = 4;
+    f.dst = 0;
+    f.src = 10;
+    f.src_inc = 1;
+    f.request_id = 77;
+    f.deadline_ms = 10000;
+    pm__frame_encode(&f, frame);
+    memcpy(frame + PM__FRAME_HDR_SIZE, "ping", 4);
+    struct iovec iov = {.iov_base = frame, .iov_len = sizeof(frame)};
+    size_t taken = 0;
+    if (pm__rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
+        fail(3, "seal frames");
+    send_all(fd, buf, n);
+    /* Its answer, then our orderly end. */
+    uint64_t end = now_ms() + WAIT_MS;
+    unsigned char in[4096];
+    while (!answered && now_ms() < end) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        ssize_t r = recv(fd, in, sizeof(in), 0);
+        if (r <= 0)
+            break;
+        size_t off = 0;
+        while (off < (size_t)r) {
+            pm__rec_in rin;
+            size_t used = 0;
+            int rc = pm__rec_feed(pc->rec, in + off, (size_t)r - off, &used, &rin);
+            off += used;
+            if (rc <= 0)
+                break;
+            size_t foff = 0, flen;
+            const unsigned char *fr;
+            while (rin.type == PM__REC_FRAMES && pm__rec_next_frame(&rin, &foff, &fr, &flen) == 1)
+                first_answer(fr, flen);
+        }
+    }
+    if (!answered) {
+        fprintf(stderr, "pm-bad-peer: first-frames: the request in the first record was not answered\n");
+        exit(1);
+    }
+    if (pm__rec_seal_close(pc->rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
+        fail(3, "seal close");
+    send_all(fd, buf, n);
+    shutdown(fd, SHUT_WR);
+}
+
 /* Seals plain[0..len) as a record, whatever it says, and sends it. */
 static void send_raw(int fd, pm__pconn *pc, const void *plain, size_t len)
 {
@@ -462,57 +520,7 @@ static int close_attack(int fd, pm__pconn *pc, const char *attack)
         want = PM__REC_CLOSE_SHUTDOWN;
         goto judge;
     } else if (strcmp(attack, "first-frames") == 0) {
-        /* Our first record is a request to the supervisor (port 0), not a
-         * HEARTBEAT: it must be delivered (and answered). */
-        unsigned char frame[PM__FRAME_HDR_SIZE + 4];
-        pm__frame_hdr f;
-        memset(&f, 0, sizeof(f));
-        f.type = PM__FT_REQUEST;
-        f.len = 4;
-        f.dst = 0;
-        f.src = 10;
-        f.src_inc = 1;
-        f.request_id = 77;
-        f.deadline_ms = 10000;
-        pm__frame_encode(&f, frame);
-        memcpy(frame + PM__FRAME_HDR_SIZE, "ping", 4);
-        struct iovec iov = {.iov_base = frame, .iov_len = sizeof(frame)};
-        size_t taken = 0;
-        if (pm__rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
-            fail(3, "seal frames");
-        send_all(fd, buf, n);
-        /* Its answer, then our orderly end. */
-        uint64_t end = now_ms() + WAIT_MS;
-        unsigned char in[4096];
-        while (!answered && now_ms() < end) {
-            struct pollfd pf = {.fd = fd, .events = POLLIN};
-            if (poll(&pf, 1, 100) <= 0)
-                continue;
-            ssize_t r = recv(fd, in, sizeof(in), 0);
-            if (r <= 0)
-                break;
-            size_t off = 0;
-            while (off < (size_t)r) {
-                pm__rec_in rin;
-                size_t used = 0;
-                int rc = pm__rec_feed(pc->rec, in + off, (size_t)r - off, &used, &rin);
-                off += used;
-                if (rc <= 0)
-                    break;
-                size_t foff = 0, flen;
-                const unsigned char *fr;
-                while (rin.type == PM__REC_FRAMES && pm__rec_next_frame(&rin, &foff, &fr, &flen) == 1)
-                    first_answer(fr, flen);
-            }
-        }
-        if (!answered) {
-            fprintf(stderr, "pm-bad-peer: first-frames: the request in the first record was not answered\n");
-            exit(1);
-        }
-        if (pm__rec_seal_close(pc->rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
-            fail(3, "seal close");
-        send_all(fd, buf, n);
-        shutdown(fd, SHUT_WR);
+        first_frames(fd, pc);
         want = PM__REC_CLOSE_SHUTDOWN;
     } else {
         return -1;
