@@ -139,10 +139,16 @@ enum pm_event_type {
                                       see pm_options_set_drain_timeout_ms */
     PM_EVENT_PEER_UP = 12,         /* a peer link came up: peer_host, peer_incarnation (the
                                       remote supervisor's, random per start); slot 0 */
-    PM_EVENT_PEER_DOWN = 13        /* a peer link went down: peer_host, peer_incarnation, and
+    PM_EVENT_PEER_DOWN = 13,       /* a peer link went down: peer_host, peer_incarnation, and
                                       why in detail ("truncated": the connection ended without
                                       CLOSE, "closed": the peer closed it, "record", "timeout",
                                       "local" ...); slot 0 */
+    PM_EVENT_PEER_REFUSED = 14     /* peer connections that ended before their link came up
+                                      (a refused or failed handshake): the reason in detail
+                                      ("key_id", "handshake_decrypt", "timeout", ...), the
+                                      peer's address in peer_address, and peer_failures, how
+                                      many such ends this one event stands for: at most one
+                                      event per address and reason a minute; slot 0 */
 };
 
 /*
@@ -215,6 +221,11 @@ typedef struct pm_event {
     const char *peer_host;         /* PEER_UP, PEER_DOWN: the host name the link authenticated
                                       as, valid during the callback; NULL otherwise */
     uint64_t peer_incarnation;     /* PEER_UP, PEER_DOWN: the remote supervisor's incarnation */
+    const char *peer_address;      /* PEER_REFUSED: "ADDRESS" of a connection accepted (its
+                                      source), "ADDRESS:PORT" of one dialled, valid during the
+                                      callback; NULL otherwise */
+    uint64_t peer_failures;        /* PEER_REFUSED: the failures the event stands for (1, or
+                                      more after a minute of failures held back) */
 } pm_event;
 
 PM_EXTERN pm_options *pm_options_new(void);
@@ -557,8 +568,11 @@ PM_EXTERN int pm_options_set_seccomp_action(pm_options *o, int action);
  * peer timeout is closed (heartbeats keep an idle one up) and a peer of
  * pm_options_add_peer is redialled with backoff. The frames sent over a
  * link during one loop turn share encrypted records, sealed at the turn's
- * end at the latest (no timer delays a lone message). Not yet: mesh
- * broadcast. */
+ * end at the latest (no timer delays a lone message). A mesh broadcast
+ * (pm_cluster_broadcast_mesh) reaches every host's workers; messages above
+ * PM_MAX_PAYLOAD cross as fragments; a full link holds its senders back.
+ * A connection that ends before its link came up is reported as
+ * PM_EVENT_PEER_REFUSED, rate-limited. */
 
 /* Where this supervisor accepts peers: "HOST:PORT" (a name, an IPv4
  * address or "[IPv6]"; port 1..65535). NULL: none (default). */

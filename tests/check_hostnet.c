@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include "mesh/faillog.h"
 #include "internals.h"
 #include "mesh/mesh.h"
 #include "peer/peer.h"
@@ -200,6 +201,51 @@ START_TEST(test_record_attacks)
 }
 END_TEST
 
+START_TEST(test_record_errors_close_one)
+{
+    /* doc/protocol.md 8: a record the supervisor refuses (an unknown type,
+     * a HEARTBEAT of a 1-byte body, a frame of length 0, a length above
+     * 262140) gets CLOSE 1 before the connection closes; a segment that
+     * fails to authenticate wipes the keys, so the stream just ends.
+     * pm-bad-peer reads the CLOSE and checks its reason. */
+    pm_cluster *c = start_a(2000);
+    attack(c, "unknown-type", PM__PF_RECORD);
+    attack(c, "heartbeat-1", PM__PF_RECORD);
+    attack(c, "zero-frame", PM__PF_RECORD);
+    attack(c, "oversize-close", PM__PF_RECORD);
+    attack(c, "bitflip-close", PM__PF_RECORD);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_bytes_after_close_ignored)
+{
+    /* Bytes after the peer's CLOSE are never read, whether they arrive in
+     * the same read as the CLOSE or after it: both end as "closed", the
+     * CLOSE answered with CLOSE 0. */
+    pm_cluster *c = start_a(2000);
+    uint64_t record0 = pm__mesh_fails(c, PM__PF_RECORD);
+    attack(c, "close-junk-same", PM__PF_CLOSED);
+    attack(c, "close-junk-later", PM__PF_CLOSED);
+    ck_assert_uint_eq(pm__mesh_fails(c, PM__PF_RECORD), record0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_first_record_frames_delivered)
+{
+    /* A peer whose first record after message 3 is a FRAMES record (a
+     * request to our supervisor) instead of a HEARTBEAT: the record brings
+     * the link up, and its frames are delivered (main answers the request)
+     * rather than lost. */
+    pm_cluster *c = start_a(2000);
+    unsigned ups = peer_ups;
+    attack(c, "first-frames", PM__PF_CLOSED);
+    ck_assert_uint_eq(peer_ups, ups + 1);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 START_TEST(test_forged_notices_dropped)
 {
     /* A peer authenticated as b sends our worker undeliverable notices
@@ -284,6 +330,46 @@ START_TEST(test_rate_limit_pure)
         ck_assert_int_eq(pm__mesh_rate_take(&t, z, now + 1 + i), 1);
     }
     ck_assert_int_eq(pm__mesh_rate_take(&t, x, now + 1000), 1);
+}
+END_TEST
+
+START_TEST(test_refused_log_pure)
+{
+    /* One line per address and reason per window, each carrying the
+     * failures it stands for; pairs are independent; the table does not
+     * grow past its size (the least recently seen pair is evicted). */
+    pm__faillog t;
+    memset(&t, 0, sizeof(t));
+    uint64_t now = 5000, w = PM__FAILLOG_WINDOW_MS;
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now), 1);
+    for (unsigned i = 1; i <= 9; i++) /* held back within the window */
+        ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + i * 1000), 0);
+    /* Another reason, another address: each its own line at once. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_TIMEOUT, now + 1), 1);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.2", PM__PF_KEY_ID, now + 2), 1);
+    /* One ms before the window ends: still held; at its end: a line for
+     * the 9 held back and this one. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + w - 1), 0);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + w), 11);
+    /* The next window counts from that line. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + w + 1), 0);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + 2 * w), 2);
+    /* A long quiet: the first failure after it stands for itself. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + 10 * w), 1);
+    /* More pairs than entries: the pair seen least recently gives its
+     * entry up, and is new again when it fails next (a line at once, where
+     * a pair still held would be held back). */
+    memset(&t, 0, sizeof(t));
+    char a[32];
+    for (unsigned i = 0; i < PM__FAILLOG_ENTRIES; i++) {
+        snprintf(a, sizeof(a), "h%u", i);
+        ck_assert_uint_eq(pm__faillog_note(&t, a, PM__PF_HELLO, 1 + i), 1);
+    }
+    ck_assert_uint_eq(pm__faillog_note(&t, "h0", PM__PF_HELLO, 100), 0); /* h1 is now the oldest */
+    ck_assert_uint_eq(pm__faillog_note(&t, "new", PM__PF_HELLO, 101), 1);
+    ck_assert_uint_eq(pm__faillog_note(&t, "h0", PM__PF_HELLO, 102), 0);  /* kept */
+    ck_assert_uint_eq(pm__faillog_note(&t, "h1", PM__PF_HELLO, 103), 1);  /* evicted: new */
+    ck_assert_uint_eq(pm__faillog_note(&t, "h0", PM__PF_HELLO, 1 + w), 3); /* held 2 + this */
 }
 END_TEST
 
@@ -604,6 +690,10 @@ int main(void)
     PM_ADD_TEST(s, test_forged_host_dropped, 60);
     PM_ADD_TEST(s, test_forged_notices_dropped, 60);
     PM_ADD_TEST(s, test_rate_limit_pure, 10);
+    PM_ADD_TEST(s, test_refused_log_pure, 10);
+    PM_ADD_TEST(s, test_record_errors_close_one, 120);
+    PM_ADD_TEST(s, test_bytes_after_close_ignored, 60);
+    PM_ADD_TEST(s, test_first_record_frames_delivered, 60);
     PM_ADD_TEST(s, test_flood_1000, 240);
     PM_ADD_TEST(s, test_accept_out_of_fds, 120);
     return pm_test_main(s);

@@ -503,19 +503,46 @@ START_TEST(test_close_and_eof)
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
 
-    /* Bytes after CLOSE: in the same buffer, or later. */
+    /* Bytes after CLOSE, in the same buffer or later: never read (one rule
+     * whatever TCP's timing), and the stream still ended in order. */
     pair(r);
     ck_assert_int_eq(pm__rec_seal_close(r[0], 0, wire, sizeof(wire), &len), 0);
-    wire[len] = 0;
+    memset(wire + len, 0xff, 8); /* a hostile length among them */
     size_t used;
-    ck_assert_int_eq(pm__rec_feed(r[1], wire, len + 1, &used, &in), -EPROTO);
+    ck_assert_int_eq(pm__rec_feed(r[1], wire, len + 8, &used, &in), 1);
+    ck_assert_uint_eq(used, len);
+    ck_assert_int_eq(in.type, PM__REC_CLOSE);
+    ck_assert_int_eq(pm__rec_feed(r[1], wire + len, 8, &used, &in), 0);
+    ck_assert_uint_eq(used, 8);
+    ck_assert_int_eq(pm__rec_eof(r[1]), 0);
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
     pair(r);
     ck_assert_int_eq(pm__rec_seal_close(r[0], 0, wire, sizeof(wire), &len), 0);
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
-    ck_assert_int_eq(pm__rec_feed(r[1], "x", 1, &used, &in), -EPROTO);
-    ck_assert_int_eq(pm__rec_eof(r[1]), -EPROTO);
+    ck_assert_int_eq(pm__rec_feed(r[1], "x", 1, &used, &in), 0);
+    ck_assert_uint_eq(used, 1);
+    ck_assert_int_eq(pm__rec_eof(r[1]), 0);
+    pm__rec_free(r[0]);
+    pm__rec_free(r[1]);
+
+    /* A receiving error leaves the sending direction usable: the CLOSE 1
+     * that reports it goes out. A segment that fails to authenticate
+     * wipes the transport: nothing more can be sealed. */
+    pair(r);
+    static const unsigned char bad_type[] = {9};
+    ck_assert_int_eq(pm__rec_test_seal_raw(r[0], bad_type, 1, wire, sizeof(wire), &len), 0);
+    ck_assert_int_eq(feed_all(r[1], wire, len, &in), -EPROTO);
+    ck_assert_int_eq(pm__rec_seal_close(r[1], PM__REC_CLOSE_PROTOCOL, wire, sizeof(wire), &len), 0);
+    ck_assert_int_eq(feed_all(r[0], wire, len, &in), 1);
+    ck_assert_int_eq(in.close_reason, PM__REC_CLOSE_PROTOCOL);
+    pm__rec_free(r[0]);
+    pm__rec_free(r[1]);
+    pair(r);
+    ck_assert_int_eq(seal_hb(r[0], &len), 0);
+    wire[len - 1] ^= 1;
+    ck_assert_int_eq(feed_all(r[1], wire, len, &in), -EBADMSG);
+    ck_assert_int_eq(pm__rec_seal_close(r[1], PM__REC_CLOSE_PROTOCOL, wire, sizeof(wire), &len), -EBADMSG);
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
 }

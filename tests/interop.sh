@@ -3,7 +3,7 @@
 # interop.sh - the independent implementation of the link protocol
 # (tests/interop/pmlink.py, written from doc/protocol.md alone) against a
 # real procmesh: handshake both ways, requests, heartbeats, rekey, close, a
-# wrong psk. Exit 0 pass, 1 fail, 77 (with the reason) without python3 or
+# wrong psk, CLOSE 1 after a refused record, a first record of frames. Exit 0 pass, 1 fail, 77 (with the reason) without python3 or
 # libsodium's shared object.
 set -u
 

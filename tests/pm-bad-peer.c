@@ -32,7 +32,10 @@
  *
  * Exit: 0 the attack was made and the supervisor closed the connection
  * (or, for forged-host and forged-notices, kept it and then accepted our
- * CLOSE); 1 it did
+ * CLOSE; for unknown-type, heartbeat-1, zero-frame and oversize-close,
+ * sent CLOSE 1 first; for bitflip-close, sent no CLOSE; for the
+ * close-junk ones, answered our CLOSE with CLOSE 0; for first-frames,
+ * answered the request of our first record); 1 it did
  * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
  * 3 setup failed (connect, the real handshake an attack needs).
  *
@@ -175,6 +178,8 @@ static void send_output(int fd, pm__pconn *pc)
 /* A real handshake as initiator on fd, up to the link being up on our side
  * (the supervisor's first record received). Captures the preamble and
  * message 1 (first) and message 3 (third). */
+static int skip_first_heartbeat; /* first-frames: our first record is a FRAMES one */
+
 static void honest(int fd, pm__pconn *pc)
 {
     if (pm__pconn_init(pc, &cfg, 1) < 0)
@@ -208,6 +213,15 @@ static void honest(int fd, pm__pconn *pc)
                     fail(3, "message 3 not queued");
                 third_len = 4 + pm__get32(p);
                 memcpy(third, p, third_len);
+                if (skip_first_heartbeat) {
+                    /* Message 3 alone: the HEARTBEAT queued after it is
+                     * dropped and its nonce given back, so the record we
+                     * seal next is the first the supervisor reads. */
+                    send_all(fd, third, third_len);
+                    pm__pconn_sent(pc, n);
+                    if (pm__rec_test_set_nonce(pc->rec, 1, 0) < 0)
+                        fail(3, "nonce reset");
+                }
             }
             send_output(fd, pc);
             if (ev == PM__PCE_DEAD)
@@ -335,11 +349,206 @@ static void forged_notices(int fd, pm__pconn *pc)
     shutdown(fd, SHUT_WR);
 }
 
+/* Reads the supervisor's records after an attack until its CLOSE or the
+ * end of the stream, decrypting them with pc. The CLOSE's reason, or -1:
+ * the stream ended without a CLOSE (or the records failed). Frames that
+ * come first are handed to on_frame (may be NULL). */
+static int read_close(int fd, pm__pconn *pc, void (*on_frame)(const unsigned char *, size_t))
+{
+    unsigned char buf[4096];
+    uint64_t end = now_ms() + WAIT_MS;
+    for (;;) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        uint64_t now = now_ms();
+        if (now >= end || poll(&pf, 1, (int)(end - now)) <= 0) {
+            fprintf(stderr, "pm-bad-peer: no CLOSE and no end of stream within %d ms\n", WAIT_MS);
+            exit(1);
+        }
+        ssize_t r = recv(fd, buf, sizeof(buf), 0);
+        if (r <= 0)
+            return -1;
+        size_t off = 0;
+        while (off < (size_t)r) {
+            pm__rec_in in;
+            size_t used = 0;
+            int rc = pm__rec_feed(pc->rec, buf + off, (size_t)r - off, &used, &in);
+            off += used;
+            if (rc < 0)
+                return -1;
+            if (rc == 0)
+                break;
+            if (in.type == PM__REC_CLOSE)
+                return in.close_reason;
+            size_t foff = 0, flen;
+            const unsigned char *f;
+            while (in.type == PM__REC_FRAMES && pm__rec_next_frame(&in, &foff, &f, &flen) == 1)
+                if (on_frame != NULL)
+                    on_frame(f, flen);
+        }
+    }
+}
+
+/* The answer to the first-frames request (request_id 77), seen. */
+static int answered;
+
+static void first_answer(const unsigned char *f, size_t len)
+{
+    pm__frame_hdr h;
+    if (pm__frame_decode(f, len, 65536, &h) == 0 && h.request_id == 77 && h.dst == 10 &&
+        (h.type == PM__FT_REPLY || h.type == PM__FT_UNDELIVERABLE))
+        answered = 1;
+}
+
+/* first-frames: our first record is a request to the supervisor (port 0),
+ * not a HEARTBEAT: it must be delivered (and answered); then our orderly
+ * end. Exits 1 when no answer came. */
+static void first_frames(int fd, pm__pconn *pc)
+{
+    unsigned char buf[256];
+    size_t n = 0;
+    unsigned char frame[PM__FRAME_HDR_SIZE + 4];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.len = 4;
+    f.dst = 0;
+    f.src = 10;
+    f.src_inc = 1;
+    f.request_id = 77;
+    f.deadline_ms = 10000;
+    pm__frame_encode(&f, frame);
+    memcpy(frame + PM__FRAME_HDR_SIZE, "ping", 4);
+    struct iovec iov = {.iov_base = frame, .iov_len = sizeof(frame)};
+    size_t taken = 0;
+    if (pm__rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
+        fail(3, "seal frames");
+    send_all(fd, buf, n);
+    /* Its answer, then our orderly end. */
+    uint64_t end = now_ms() + WAIT_MS;
+    unsigned char in[4096];
+    while (!answered && now_ms() < end) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        ssize_t r = recv(fd, in, sizeof(in), 0);
+        if (r <= 0)
+            break;
+        size_t off = 0;
+        while (off < (size_t)r) {
+            pm__rec_in rin;
+            size_t used = 0;
+            int rc = pm__rec_feed(pc->rec, in + off, (size_t)r - off, &used, &rin);
+            off += used;
+            if (rc <= 0)
+                break;
+            size_t foff = 0, flen;
+            const unsigned char *fr;
+            while (rin.type == PM__REC_FRAMES && pm__rec_next_frame(&rin, &foff, &fr, &flen) == 1)
+                first_answer(fr, flen);
+        }
+    }
+    if (!answered) {
+        fprintf(stderr, "pm-bad-peer: first-frames: the request in the first record was not answered\n");
+        exit(1);
+    }
+    if (pm__rec_seal_close(pc->rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
+        fail(3, "seal close");
+    send_all(fd, buf, n);
+    shutdown(fd, SHUT_WR);
+}
+
+/* Seals plain[0..len) as a record, whatever it says, and sends it. */
+static void send_raw(int fd, pm__pconn *pc, const void *plain, size_t len)
+{
+    unsigned char buf[256];
+    size_t n = 0;
+    if (pm__rec_test_seal_raw(pc->rec, plain, len, buf, sizeof(buf), &n) < 0)
+        fail(3, "seal raw");
+    send_all(fd, buf, n);
+}
+
+/* The attacks whose outcome is the supervisor's CLOSE (doc/protocol.md 8):
+ * a record it refuses gets CLOSE 1 (protocol error) before it closes;
+ * bytes after our CLOSE are never read (its CLOSE 0 answers ours); a
+ * first record of frames is delivered (its request answered). 0 if the
+ * attack is one of them and got that, 1 if it got something else, -1
+ * not one of them. */
+static int close_attack(int fd, pm__pconn *pc, const char *attack)
+{
+    static const unsigned char unknown[] = {9};
+    static const unsigned char hb1[] = {PM__REC_HEARTBEAT, 1};
+    static const unsigned char frame0[] = {PM__REC_FRAMES, 0, 0, 0, 0};
+    static const unsigned char huge[4] = {0xff, 0xff, 0xff, 0xff};
+    unsigned char buf[256];
+    size_t n = 0;
+    int want, got;
+    if (strcmp(attack, "unknown-type") == 0) {
+        send_raw(fd, pc, unknown, sizeof(unknown));
+        want = PM__REC_CLOSE_PROTOCOL;
+    } else if (strcmp(attack, "heartbeat-1") == 0) {
+        send_raw(fd, pc, hb1, sizeof(hb1));
+        want = PM__REC_CLOSE_PROTOCOL;
+    } else if (strcmp(attack, "zero-frame") == 0) {
+        send_raw(fd, pc, frame0, sizeof(frame0));
+        want = PM__REC_CLOSE_PROTOCOL;
+    } else if (strcmp(attack, "oversize-close") == 0) {
+        send_all(fd, huge, sizeof(huge));
+        want = PM__REC_CLOSE_PROTOCOL;
+    } else if (strcmp(attack, "bitflip-close") == 0) {
+        /* A segment that fails to authenticate wipes the supervisor's
+         * keys: no CLOSE can follow, only the end of the stream. */
+        n = sealed_heartbeat(pc, buf, sizeof(buf));
+        buf[n - 3] ^= 0x20;
+        send_all(fd, buf, n);
+        want = -1;
+    } else if (strcmp(attack, "close-junk-same") == 0 || strcmp(attack, "close-junk-later") == 0) {
+        int same = strcmp(attack, "close-junk-same") == 0;
+        if (pm__rec_seal_close(pc->rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
+            fail(3, "seal close");
+        /* A whole record's worth of junk after it: in the same write (one
+         * read for the supervisor), or once its answer shows it has read
+         * our CLOSE. */
+        memset(buf + n, 0x5a, 40);
+        if (same) {
+            send_all(fd, buf, n + 40);
+            got = read_close(fd, pc, NULL);
+        } else {
+            send_all(fd, buf, n);
+            got = read_close(fd, pc, NULL);
+            send_all(fd, buf + n, 40);
+        }
+        want = PM__REC_CLOSE_SHUTDOWN;
+        goto judge;
+    } else if (strcmp(attack, "first-frames") == 0) {
+        first_frames(fd, pc);
+        want = PM__REC_CLOSE_SHUTDOWN;
+    } else {
+        return -1;
+    }
+    got = read_close(fd, pc, NULL);
+judge:
+    if (got != want) {
+        fprintf(stderr, "pm-bad-peer: %s: the supervisor's CLOSE reason %d, expected %d (-1: no CLOSE)\n",
+                attack, got, want);
+        return 1;
+    }
+    return 0;
+}
+
 static void post_handshake(const char *attack)
 {
     int fd = dial();
     pm__pconn pc;
+    skip_first_heartbeat = strcmp(attack, "first-frames") == 0;
     honest(fd, &pc);
+    int crc = close_attack(fd, &pc, attack);
+    if (crc >= 0) {
+        wait_closed(fd, attack);
+        pm__pconn_free(&pc);
+        if (crc != 0)
+            exit(1);
+        return;
+    }
     unsigned char a[64], b[64];
     size_t na = sealed_heartbeat(&pc, a, sizeof(a));
     if (strcmp(attack, "truncated") == 0) {
@@ -403,7 +612,9 @@ int main(int argc, char **argv)
                         "attacks: wrong-key unknown-key-id bad-magic other-system tamper-prologue\n"
                         "         replay-msg3 replay-msg1 reflect slow-handshake\n"
                         "         truncated reordered duplicated bitflip oversize forged-host\n"
-                        "         forged-notices\n");
+                        "         forged-notices unknown-type heartbeat-1 zero-frame\n"
+                        "         oversize-close bitflip-close close-junk-same close-junk-later\n"
+                        "         first-frames\n");
         return 2;
     }
     port = atoi(argv[1]);

@@ -311,7 +311,8 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
     /* A slot is retired once, and a stall is no worker's doing: those
      * lines are always written. */
     if (e->type != PM_EVENT_RETIRED && e->type != PM_EVENT_STALLED &&
-        e->type != PM_EVENT_PEER_UP && e->type != PM_EVENT_PEER_DOWN && !may_log(ev, e->slot))
+        e->type != PM_EVENT_PEER_UP && e->type != PM_EVENT_PEER_DOWN && e->type != PM_EVENT_PEER_REFUSED &&
+        !may_log(ev, e->slot))
         return;
     char slot[16], pid[16], inc[24], v1[32], sig[32];
     snprintf(slot, sizeof(slot), "%u", e->slot);
@@ -410,6 +411,15 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         snprintf(v1, sizeof(v1), "%llu", (unsigned long long)e->peer_incarnation);
         const char *kv[] = {"host", e->peer_host, "incarnation", v1, "reason", e->detail};
         pmd_log(PMD_LOG_WARN, "peer_down", kv, 3);
+        break;
+    }
+    /* Rate-limited by the library: one per address and reason a minute,
+     * count saying how many refusals the line stands for. */
+    case PM_EVENT_PEER_REFUSED: {
+        snprintf(v1, sizeof(v1), "%llu", (unsigned long long)e->peer_failures);
+        const char *kv[] = {"address", e->peer_address, "reason", e->detail, "count", v1,
+                            "host", e->peer_host};
+        pmd_log(PMD_LOG_WARN, "peer_refused", kv, e->peer_host != NULL ? 4 : 3);
         break;
     }
     default:

@@ -382,10 +382,13 @@ void pm__mesh_free(pm_cluster *c)
         if (k->lingering)
             continue;
         k->peer = -1; /* no redial */
-        /* Going away with the cluster: no events, the hub is freed next. */
+        /* Going away with the cluster: the link is reported down (the
+         * daemon logs peer_down at shutdown, as procmesh(1) says), but the
+         * hub is not called: it is freed next, with what it holds. */
         if (k->linked) {
             k->linked = 0;
             m->up--;
+            pm__mconn_report_down(c, k, PM__PF_LOCAL);
         }
         if (k->pc_live) {
             pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);

@@ -120,6 +120,7 @@ void pm__mesh_on_listen(pm_cluster *c)
              * for it, and it takes no unauthenticated slot. */
             pm__close(fd);
             m->fails[PM__PF_RATE]++;
+            pm__mesh_refused(c, &from, 0, PM__PF_RATE, NULL);
             continue;
         }
         /* Unauthenticated connections are bounded: the oldest is cut, so a

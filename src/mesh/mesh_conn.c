@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "mesh_int.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -47,6 +48,69 @@ static void emit(pm_cluster *c, int type, const pm__mconn *k, const char *detail
     ev.peer_host = k->pc.peer.host;
     ev.peer_incarnation = k->pc.peer.incarnation;
     PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
+}
+
+void pm__mconn_report_down(pm_cluster *c, const pm__mconn *k, int why)
+{
+    emit(c, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
+}
+
+/* "a.b.c.d" or "v6" (with_port: "a.b.c.d:P", "[v6]:P") into buf. */
+static void addr_text(const struct sockaddr_storage *ss, int with_port, char *buf, size_t size)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    int v6 = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        (void)inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+        port = ntohs(a->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        (void)inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+        port = ntohs(a->sin6_port);
+        v6 = 1;
+    }
+    if (!with_port)
+        snprintf(buf, size, "%s", ip);
+    else
+        snprintf(buf, size, v6 ? "[%s]:%u" : "%s:%u", ip, port);
+}
+
+void pm__mesh_refused(pm_cluster *c, const struct sockaddr_storage *ss, int with_port, int why,
+                      const char *host)
+{
+    pm__mesh *m = mesh_of(c);
+    char addr[PM__FAILLOG_ADDR];
+    addr_text(ss, with_port, addr, sizeof(addr));
+    /* One event per address and reason a minute: a peer that keeps
+     * failing (another secret, say) must not flood the log, and an
+     * operator must still see at once why a link does not come up. */
+    uint64_t n = pm__faillog_note(&m->refused, addr, why, pm__now_ms());
+    if (n == 0 || c->o->on_event == NULL)
+        return;
+    pm_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.type = PM_EVENT_PEER_REFUSED;
+    ev.reason = pm_reason_name(PM_REASON_NONE);
+    ev.detail = pm__peer_fail_name(why);
+    ev.peer_host = host != NULL && host[0] != '\0' ? host : NULL;
+    ev.peer_address = addr;
+    ev.peer_failures = n;
+    PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
+}
+
+/* k ended before its link came up, for reason why (a failure). */
+static void conn_refused(pm_cluster *c, const pm__mconn *k, int why)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    memset(&ss, 0, sizeof(ss));
+    /* A dialled connection is named by its target's port, an accepted one
+     * by its source only (its port is ephemeral: every retry a new one). */
+    if (getpeername(k->fd, (struct sockaddr *)&ss, &len) < 0)
+        ss.ss_family = AF_UNSPEC;
+    pm__mesh_refused(c, &ss, k->pc.initiator, why, k->pc.state >= PM__PC_SPLIT ? k->pc.peer.host : NULL);
 }
 
 static uint64_t conn_tag(const pm__mesh *m, const pm__mconn *k)
@@ -122,6 +186,21 @@ static int conn_may_linger(const pm__mconn *k, int why)
            (why == PM__PF_LOCAL || why == PM__PF_DUPLICATE || why == PM__PF_CLOSED);
 }
 
+/* k ends at once after an error, its CLOSE (if any) written: unread bytes
+ * in its socket would make close(2) answer with a reset, and a reset can
+ * discard our CLOSE before the peer reads it. What is readable now is
+ * read and dropped first, bounded (a peer cannot keep us here); what
+ * arrives later still meets a reset. */
+static void conn_drop_unread(pm__mesh *m, pm__mconn *k)
+{
+    for (unsigned i = 0; i < PM__MESH_READS_PER_TURN; i++) {
+        ssize_t r = recv(k->fd, m->rbuf, PM__MESH_READ_BUF, MSG_DONTWAIT);
+        if (r <= 0)
+            break;
+        explicit_bzero(m->rbuf, (size_t)r);
+    }
+}
+
 /*
  * Ends k: the hub port goes down first (its requests in flight answered),
  * the end is counted by its reason, and a configured peer is redialled
@@ -149,8 +228,15 @@ void pm__mconn_close(pm_cluster *c, pm__mconn *k)
         m->up--;
         pm__hub_link_down(&c->hub, (uint16_t)k->host);
         emit(c, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
+    } else if (why != PM__PF_CLOSED && why != PM__PF_LOCAL && why != PM__PF_SELF) {
+        conn_refused(c, k, why); /* the ends that are failures (doc/protocol.md 8) */
     }
     m->fails[why]++;
+    /* Frames discarded before the linger (a first record of frames on a
+     * link closed as it came up): counted with those after our CLOSE. */
+    m->linger_discarded += k->pc_live ? k->pc.frames_after_close : 0;
+    if (k->pc_live)
+        k->pc.frames_after_close = 0;
     if (k->peer >= 0) {
         pm__dtarget *t = pm__mesh_dns_target(m, k->peer);
         m->dial_conn[k->peer] = -1;
@@ -161,6 +247,8 @@ void pm__mconn_close(pm_cluster *c, pm__mconn *k)
         k->peer = -1;
     }
     if (!conn_may_linger(k, why)) {
+        if (k->pc_live && k->pc.close_sent && !m->freeing)
+            conn_drop_unread(m, k);
         pm__mconn_release(c, k);
         return;
     }
@@ -344,17 +432,18 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
 /* Feeds received bytes to k's state machine. */
 static void conn_input(pm_cluster *c, pm__mconn *k, const unsigned char *p, size_t n)
 {
-    while (n > 0 && k->pc.state != PM__PC_DEAD) {
+    /* After PM__PCE_UP once more, even with no byte left: a first record
+     * of frames is delivered by that call, now that the link is a port. */
+    while (k->pc.state != PM__PC_DEAD) {
         size_t used = n;
         int ev = pm__pconn_input(&k->pc, p, n, &used);
         if (used > n)
             used = n;
         p += used;
         n -= used;
-        if (ev == PM__PCE_UP)
-            conn_up(c, k);
-        else
+        if (ev != PM__PCE_UP)
             break;
+        conn_up(c, k);
     }
 }
 

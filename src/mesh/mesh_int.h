@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "supervisor/cluster.h"
+#include "faillog.h"
 #include "mesh.h"
 #include "peer/peer.h"
 #include "peer/peerdns.h"
@@ -86,6 +87,7 @@ struct pm__mesh {
     uint64_t dns_ok, dns_failed;
     unsigned char *rbuf;            /* MADV_WIPEONFORK: received traffic */
     uint64_t fails[PM__PF_COUNT_];
+    pm__faillog refused;            /* the rate limit of PM_EVENT_PEER_REFUSED */
     uint64_t dial_failed;
     unsigned up;
     int freeing;                    /* pm__mesh_free: no loop arms from here */
@@ -111,6 +113,13 @@ void pm__mconn_arm(pm_cluster *c, pm__mconn *k);
 void pm__mconn_read(pm_cluster *c, pm__mconn *k);
 void pm__mconn_write(pm__mconn *k);
 void pm__mconn_close(pm_cluster *c, pm__mconn *k);
+/* PM_EVENT_PEER_DOWN for k, reason why (pm__mesh_free: no hub call). */
+void pm__mconn_report_down(pm_cluster *c, const pm__mconn *k, int why);
+/* A connection from (or to, with_port) ss ended before its link came up,
+ * for reason why: counted in PM_EVENT_PEER_REFUSED, rate-limited. host is
+ * the name its hello gave, or NULL. */
+void pm__mesh_refused(pm_cluster *c, const struct sockaddr_storage *ss, int with_port, int why,
+                      const char *host);
 void pm__mconn_release(pm_cluster *c, pm__mconn *k);
 /* Drops k's outstanding loop arm, if any. */
 void pm__mconn_disarm(pm_cluster *c, pm__mconn *k);

@@ -207,9 +207,26 @@ void pm__pconn_sent(pm__pconn *c, size_t n)
 
 /* ------------------------------------------------------------------ life */
 
+/* Frames in a record, for counting one that is not delivered. */
+static uint64_t frames_of(const pm__rec_in *in)
+{
+    size_t off = 0, flen;
+    const unsigned char *f;
+    uint64_t n = 0;
+    while (pm__rec_next_frame(in, &off, &f, &flen) == 1)
+        n++;
+    return n;
+}
+
 static int die(pm__pconn *c, int fail, int err)
 {
     stage_drop(c); /* as the output queue: the peer never sees these */
+    if (c->held) {
+        /* The link died before its first record was taken (its caller
+         * closed it as it came up): discarded, and counted as such. */
+        c->frames_after_close += frames_of(&c->held_in);
+        c->held = 0;
+    }
     if (c->state != PM__PC_DEAD) {
         c->state = PM__PC_DEAD;
         c->fail = fail;
@@ -589,6 +606,14 @@ int pm__pconn_input(pm__pconn *c, const void *data, size_t len, size_t *used)
 {
     const unsigned char *p = data;
     *used = 0;
+    if (c->held && c->state == PM__PC_UP) {
+        /* The first record, held over PM__PCE_UP: its body is still in the
+         * decoder's buffer (nothing was fed since). */
+        c->held = 0;
+        int rc = take_record(c, &c->held_in);
+        if (rc != PM__PCE_NONE)
+            return rc;
+    }
     while (*used < len) {
         if (c->state == PM__PC_DEAD)
             return PM__PCE_DEAD;
@@ -615,6 +640,13 @@ int pm__pconn_input(pm__pconn *c, const void *data, size_t len, size_t *used)
         int first = c->state == PM__PC_SPLIT;
         if (first)
             c->state = PM__PC_UP; /* a valid record: doc/protocol.md 2, step 6 */
+        if (first && in.type == PM__REC_FRAMES) {
+            /* Frames before the link is installed would find no route:
+             * the caller installs it first, the next call delivers them. */
+            c->held = 1;
+            c->held_in = in;
+            return PM__PCE_UP;
+        }
         rc = take_record(c, &in);
         if (rc != PM__PCE_NONE)
             return rc;

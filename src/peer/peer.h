@@ -148,6 +148,12 @@ typedef struct pm__pconn {
     uint64_t records_since_rekey, rekeys_out, rekeys_in;
     uint64_t pongs;          /* PONGs received; the last one's stamp: */
     uint64_t pong_stamp;
+    /* The first record when it carries frames (doc/protocol.md 2, step
+     * 6): pm__pconn_input returns PM__PCE_UP before taking it, so the
+     * caller installs the link first, and takes it at its next call. A
+     * link that dies before then counts its frames in frames_after_close. */
+    int held;
+    pm__rec_in held_in;
     /* A FRAMES record's frames, one call each (frame, len), during input. */
     void (*on_frame)(void *arg, const unsigned char *frame, size_t len);
     void *on_frame_arg;
@@ -168,7 +174,8 @@ void pm__pconn_free(pm__pconn *c);
 
 /* Feeds received bytes (any bytes). Consumes all of them unless the link
  * dies or comes up (then *used says how far it got; call again with the
- * rest while the event is PM__PCE_UP). Returns a PM__PCE_* event. */
+ * rest while the event is PM__PCE_UP, also when no byte is left: a first
+ * record of frames is delivered by that call). Returns a PM__PCE_* event. */
 int pm__pconn_input(pm__pconn *c, const void *data, size_t len, size_t *used);
 
 /* The peer closed its end of the stream (recv returned 0). */

@@ -17,7 +17,13 @@ _Static_assert(PM__REC_FRAME_HDR + PM__REC_MAX_FRAME + 1 <= PM__REC_MAX_PLAIN,
 
 struct pm__rec {
     pm__noise_transport *t;
-    int err; /* 0, or the error that killed the state (sticky) */
+    /* 0, or the error that killed a direction (sticky). A receiving error
+     * leaves the sending direction usable: its key and nonce are its own,
+     * so the CLOSE 1 that reports the error can still go out. Only a
+     * failure of the transport itself (a segment that did not
+     * authenticate wipes both keys, noise_cipher.c) ends both, and then
+     * sealing fails on its own. */
+    int rx_err, tx_err;
     bool sent_close, got_close, got_any;
     uint16_t close_reason;
     /* Our own count of each direction's nonces: one per segment, as the
@@ -33,9 +39,17 @@ struct pm__rec {
     unsigned char *tx; /* PM__REC_MAX_PLAIN bytes: a record's plaintext */
 };
 
+/* The receiving direction is dead for good. */
 static int fail(pm__rec *r, int err)
 {
-    r->err = err;
+    r->rx_err = err;
+    return err;
+}
+
+/* The sending direction is dead for good. */
+static int tx_fail(pm__rec *r, int err)
+{
+    r->tx_err = err;
     return err;
 }
 
@@ -133,8 +147,8 @@ static int send_check(const pm__rec *r, void *out, size_t *out_len)
 {
     if (r == NULL || out == NULL || out_len == NULL)
         return -EINVAL;
-    if (r->err != 0)
-        return r->err;
+    if (r->tx_err != 0)
+        return r->tx_err;
     return r->sent_close ? -EPIPE : 0;
 }
 
@@ -153,7 +167,7 @@ static int seal(pm__rec *r, const unsigned char *src, size_t plain, bool is_clos
         return -ENOBUFS;
     uint64_t room = PM__NOISE_NONCE_LIMIT - (r->n_tx < PM__NOISE_NONCE_LIMIT ? r->n_tx : PM__NOISE_NONCE_LIMIT);
     if (room < nseg + (is_close ? 0 : 1))
-        return is_close ? fail(r, -EOVERFLOW) : -EOVERFLOW;
+        return is_close ? tx_fail(r, -EOVERFLOW) : -EOVERFLOW;
     unsigned char *o = out;
     pm__put32(o, (uint32_t)(wire - PM__REC_HDR));
     for (size_t i = 0; i < nseg; i++) {
@@ -165,7 +179,7 @@ static int seal(pm__rec *r, const unsigned char *src, size_t plain, bool is_clos
         int rc = pm__noise_encrypt(r->t, o, PM__REC_HDR, src + off, len, o + PM__REC_HDR + i * PM__REC_SEG_CT,
                                    PM__REC_SEG_CT, &ct_len);
         if (rc < 0)
-            return fail(r, rc); /* a half-written record cannot be taken back */
+            return tx_fail(r, rc); /* a half-written record cannot be taken back */
         r->n_tx++;
     }
     *out_len = wire;
@@ -254,7 +268,7 @@ int pm__rec_seal_rekey(pm__rec *r, void *out, size_t cap, size_t *out_len)
     /* After the record, so the peer decrypts it with the key it has, and
      * switches exactly where we do. */
     rc = pm__noise_rekey(r->t, 1);
-    return rc < 0 ? fail(r, rc) : 0;
+    return rc < 0 ? tx_fail(r, rc) : 0;
 }
 
 int pm__rec_seal_close(pm__rec *r, uint16_t reason, void *out, size_t cap, size_t *out_len)
@@ -360,14 +374,19 @@ int pm__rec_feed(pm__rec *r, const void *data, size_t len, size_t *used, pm__rec
     if (r == NULL || used == NULL || in == NULL || (data == NULL && len > 0))
         return -EINVAL;
     *used = 0;
-    if (r->err != 0)
-        return r->err;
+    if (r->rx_err != 0)
+        return r->rx_err;
     const unsigned char *d = data;
     size_t pos = 0;
-    /* A CLOSE is the last record: anything after it is an attack on the
-     * stream's end (or a broken peer). */
-    if (r->got_close && len > 0)
-        return fail(r, -EPROTO);
+    /* A CLOSE is the last record: its receiver reads nothing more
+     * (doc/protocol.md 6). Bytes after it are ignored, never judged,
+     * whether they came in the same read as the CLOSE or later: which of
+     * the two happens is TCP's timing, and the outcome must not depend on
+     * it. */
+    if (r->got_close) {
+        *used = len;
+        return 0;
+    }
     while (pos < len) {
         if (r->hdr_got < PM__REC_HDR) {
             size_t k = PM__REC_HDR - r->hdr_got;
@@ -399,10 +418,7 @@ int pm__rec_feed(pm__rec *r, const void *data, size_t len, size_t *used, pm__rec
             r->hdr_got = 0;
             r->ct_got = 0;
             *used = pos;
-            int rc = open_record(r, in);
-            if (rc == 1 && r->got_close && pos < len)
-                return fail(r, -EPROTO);
-            return rc;
+            return open_record(r, in);
         }
     }
     *used = pos;
@@ -427,8 +443,8 @@ int pm__rec_eof(pm__rec *r)
 {
     if (r == NULL)
         return -EINVAL;
-    if (r->err != 0)
-        return r->err;
+    if (r->rx_err != 0)
+        return r->rx_err;
     if (!r->got_close || r->hdr_got != 0 || r->ct_got != 0)
         return fail(r, -ECONNRESET);
     return 0;
@@ -446,6 +462,17 @@ int pm__rec_closed(const pm__rec *r, uint16_t *reason)
     if (reason != NULL)
         *reason = r->close_reason;
     return 1;
+}
+
+int pm__rec_test_seal_raw(pm__rec *r, const void *plain, size_t len, void *out, size_t cap, size_t *out_len)
+{
+    int rc = send_check(r, out, out_len);
+    if (rc < 0)
+        return rc;
+    if (plain == NULL || len < 1 || len > PM__REC_MAX_PLAIN)
+        return -EINVAL;
+    memcpy(r->tx, plain, len);
+    return seal(r, r->tx, len, false, out, cap, out_len);
 }
 
 int pm__rec_test_set_nonce(pm__rec *r, int tx, uint64_t n)

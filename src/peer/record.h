@@ -29,12 +29,15 @@
  * the link, and a length above it is refused as soon as its 4 bytes are in.
  *
  * Errors (negative errno). Every error but -ENOBUFS, -EINVAL and the
- * sender's -EOVERFLOW kills the record state: every later call returns it
- * again, and the link must be closed.
+ * sender's -EOVERFLOW kills its direction: every later call of that
+ * direction returns it again, and the link must be closed. A receiving
+ * error leaves sending usable (the CLOSE 1 that reports it still goes
+ * out), except -EBADMSG: a segment that does not authenticate wipes the
+ * transport's keys, both directions, and every seal then fails with it.
  *   -EMSGSIZE     a length on the wire above PM__REC_MAX_CT
  *   -EPROTO       a malformed record: a length that is no valid
  *                 segmentation, an unknown type, a body of the wrong size,
- *                 a bad frame length, bytes after a CLOSE
+ *                 a bad frame length
  *   -EBADMSG      a segment that does not authenticate: tampered,
  *                 truncated, replayed, reordered, reflected
  *   -ECONNRESET   end of stream without a CLOSE record (truncation)
@@ -138,8 +141,9 @@ int pm__rec_seal_close(pm__rec *r, uint16_t reason, void *out, size_t cap, size_
 /*
  * Feeds data[0..len) (any bytes: hostile input). Consumes bytes up to the
  * end of the first complete record and returns 1 with it in *in, or
- * consumes everything and returns 0 (a record is incomplete), or a negative
- * errno (the link is dead). *used says how many bytes were consumed; call
+ * consumes everything and returns 0 (a record is incomplete, or a CLOSE
+ * was received: what follows a CLOSE is ignored, never judged), or a
+ * negative errno (the link is dead). *used says how many bytes were consumed; call
  * again with the rest. A FRAMES record is fully checked before it is
  * returned, so pm__rec_next_frame cannot fail on it.
  */
@@ -160,6 +164,10 @@ int pm__rec_up(const pm__rec *r);
 int pm__rec_closed(const pm__rec *r, uint16_t *reason);
 
 /* ---- tests only -------------------------------------------------------- */
+
+/* Seals plain[0..len) as one record, whatever it says (a type or body a
+ * receiver refuses): the hostile peer of the tests. */
+int pm__rec_test_seal_raw(pm__rec *r, const void *plain, size_t len, void *out, size_t cap, size_t *out_len);
 
 /* Moves a direction's nonce, in the record state and its transport. */
 int pm__rec_test_set_nonce(pm__rec *r, int tx, uint64_t n);

@@ -414,8 +414,11 @@ class Link:
         return self.recv_exact(n)
 
     # -- handshake
-    def initiate(self, system, secret, s_priv, host, incarnation, idle_ms, psk_override=None):
-        """Section 2 as initiator; returns the responder's hello."""
+    def initiate(self, system, secret, s_priv, host, incarnation, idle_ms, psk_override=None,
+                 first_heartbeat=True):
+        """Section 2 as initiator; returns the responder's hello. Without
+        first_heartbeat the caller sends the first record itself (section 2,
+        step 6: any valid record brings the link up)."""
         kid = key_id(secret) if secret is not None else bytes(8)
         pre = preamble(system, kid)
         psk = psk_override if psk_override is not None else secret
@@ -429,7 +432,8 @@ class Link:
         self.send_hs(hs.write3(hello(host, incarnation, idle_ms)))
         self.tx, self.rx = hs.split()
         self.handshake_hash = hs.ss.h
-        self.heartbeat()   # step 5: the first record at once
+        if first_heartbeat:
+            self.heartbeat()   # step 5: the first record at once
         return self.peer
 
     def respond(self, systems, secrets, s_priv, host, incarnation, idle_ms):
@@ -497,6 +501,11 @@ class Link:
             self.tx.rekey()
         self.send(out)
 
+    def send_raw_record(self, plaintext):
+        """Seals plaintext (type byte and body) as one record, whatever it
+        says: for the error cases of section 8."""
+        self.send_record(plaintext[0], plaintext[1:])
+
     def heartbeat(self, kind=None, stamp=0):
         self.send_record(REC_HEARTBEAT, b"" if kind is None else struct.pack("<BQ", kind, stamp))
 
@@ -519,8 +528,8 @@ class Link:
     def recv_record(self, deadline=None):
         """(type, body) of the next record; raises LinkError on any error."""
         if self.closed_by_peer is not None:
-            # Section 6: any byte after a CLOSE is a protocol error; the
-            # caller may only wait for the end of stream now.
+            # Section 6: a receiver reads nothing after a CLOSE; the caller
+            # may only wait for the end of stream now.
             raise LinkError("record read after the peer's CLOSE")
         hdr = self.recv_exact(4, deadline)
         (length,) = struct.unpack("<I", hdr)
@@ -577,4 +586,6 @@ class Link:
                 if self.eof:
                     return
                 raise
+            # Section 6: a receiver ignores what follows a CLOSE; a sender
+            # sends nothing after its own, which is what is checked here.
             raise LinkError("byte %r after CLOSE" % extra)

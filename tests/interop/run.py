@@ -465,6 +465,89 @@ def test_silence(d, secret):
           "an end without CLOSE counted truncated" % pings)
 
 
+def read_until_close(link, seconds):
+    """Records until the peer's CLOSE (its reason) or the end of the stream
+    (None); PINGs are not answered: the link is being refused."""
+    end = deadline(seconds)
+    try:
+        while link.closed_by_peer is None:
+            link.recv_record(end)
+    except L.LinkError as e:
+        if not link.eof:
+            fail("waiting for procmesh's CLOSE: %s" % e)
+        return None
+    return link.closed_by_peer
+
+
+def test_close_one(d, secret):
+    """Section 8: a record procmesh refuses after the handshake gets CLOSE 1
+    (protocol error), then the end of the stream: an unknown type, a
+    HEARTBEAT of one byte, a frame of length 0, a length above 262140. A
+    segment that fails to authenticate gets none (the keys are wiped)."""
+    before = d.failures().get("record", 0)
+    cases = [("unknown type", lambda k: k.send_raw_record(bytes([9]))),
+             ("1-byte HEARTBEAT", lambda k: k.send_raw_record(bytes([L.REC_HEARTBEAT, 1]))),
+             ("zero-length frame", lambda k: k.send_raw_record(bytes([L.REC_FRAMES, 0, 0, 0, 0]))),
+             ("length above 262140", lambda k: k.send(struct.pack("<I", 262141)))]
+    for i, (what, attack) in enumerate(cases):
+        link = L.Link(dial(d.port))
+        try:
+            link.initiate(SYSTEM, secret, L.randombytes(32), PY_HOST, 20 + i, 900)
+        except L.LinkError as e:
+            fail("handshake (%s): %s" % (what, e))
+        attack(link)
+        reason = read_until_close(link, 6)
+        check(reason == 1, "after a %s: procmesh's CLOSE %s (1, protocol error)" % (what, reason))
+        try:
+            link.wait_eof(deadline(6))
+        except L.LinkError as e:
+            fail("after the CLOSE 1 for a %s: %s" % (what, e))
+        link.sock.close()
+    link = L.Link(dial(d.port))
+    try:
+        link.initiate(SYSTEM, secret, L.randombytes(32), PY_HOST, 30, 900)
+    except L.LinkError as e:
+        fail("handshake (bit flip): %s" % e)
+    pt = bytes([L.REC_HEARTBEAT])
+    ad = struct.pack("<I", len(pt) + 16)
+    ct = bytearray(link.tx.encrypt_ad(ad, pt))
+    ct[-1] ^= 0x01
+    link.send(ad + bytes(ct))
+    check(read_until_close(link, 6) is None, "a bit-flipped record answered with a CLOSE")
+    link.sock.close()
+    end = deadline(6)
+    while d.failures().get("record", 0) < before + 5:
+        check(time.monotonic() < end, "timed out waiting for 5 record failures: %s" % d.failures())
+        time.sleep(0.05)
+    say("close 1: unknown type, 1-byte HEARTBEAT, zero frame, oversized length each got CLOSE 1; "
+        "a bit-flipped record only the end of stream; counted record")
+
+
+def test_first_record_frames(d, secret):
+    """Section 2, step 6: a first record of frames (no HEARTBEAT before it)
+    brings the link up and its frames are delivered: the request is answered."""
+    link = L.Link(dial(d.port))
+    try:
+        link.initiate(SYSTEM, secret, L.randombytes(32), PY_HOST, 40, 900, first_heartbeat=False)
+    except L.LinkError as e:
+        fail("handshake (first record of frames): %s" % e)
+    rid = (1 << 40) + 123
+    link.send_frames([L.frame(L.FT_REQUEST, WORKER_PORT, 0, b"first", request_id=rid, deadline=8000)])
+    pump = Pump(link)
+    r = expect_frame(pump, lambda f: f["request_id"] == rid, "the REPLY to the first record's request")
+    check(r["type"] == L.FT_REPLY and r["payload"] == b"procmesh@py:0",
+          "first record's request: type %d error %d payload %r" % (r["type"], r["error"], r["payload"]))
+    link.close(0)
+    end = deadline(6)
+    while link.closed_by_peer is None:
+        try:
+            pump.one(end)
+        except L.LinkError as e:
+            fail("waiting for procmesh's CLOSE after the first-record case: %s" % e)
+    link.sock.close()
+    say("first record: a FRAMES record before any HEARTBEAT brought the link up, its request answered")
+
+
 def test_responder(exe, worker, tmp, secret):
     """A second daemon dials this peer: the responder side."""
     lsock = socket.socket()
@@ -551,6 +634,8 @@ def main():
         test_initiator(d, secret)
         test_wrong_psk(d, secret)
         test_silence(d, secret)
+        test_close_one(d, secret)
+        test_first_record_frames(d, secret)
     finally:
         d.stop()
     d.check_clean_exit()
