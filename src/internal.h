@@ -41,6 +41,15 @@ static inline void pm__close(int fd)
     }
 }
 
+/* Memory for bytes of other workers (wipemem.c): a private anonymous
+ * mapping of size bytes (zeroed) that a fork-mode worker inherits zeroed
+ * (MADV_WIPEONFORK) or not at all (MADV_DONTFORK, before Linux 4.14); NULL
+ * with errno on failure. pm__wipemem_free wipes it and unmaps it (NULL is
+ * ignored); only the process that allocated it may call it, since with the
+ * fallback a child has nothing there. */
+void *pm__wipemem_alloc(size_t size);
+void pm__wipemem_free(void *p, size_t size);
+
 /* Handle kinds, the first field of every opaque handle: a handle of the
  * wrong kind (a pm_node * cast to pm_cluster *) is refused with -EINVAL. A
  * freed handle has its magic cleared. */
