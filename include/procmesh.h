@@ -161,7 +161,8 @@ enum pm_reason {
     PM_REASON_HEARTBEAT = 7,     /* "heartbeat": FENCED, hung */
     PM_REASON_CORRUPT_RING = 8,  /* "corrupt-ring": FENCED, scribbled its memory */
     PM_REASON_PROTOCOL = 9,      /* "protocol": FENCED, broke the frame protocol */
-    PM_REASON_STOP = 10,         /* "stop": EXITED/STOPPED by a stop or terminate */
+    PM_REASON_STOP = 10,         /* "stop": EXITED/STOPPED by a stop or terminate (an exit
+                                    ended by procmesh's SIGKILL is "stop-kill") */
     PM_REASON_BACKOFF = 11,      /* "backoff": RESTART_SCHEDULED after a failure */
     PM_REASON_REPLACE = 12,      /* "replace": RESTART_SCHEDULED by pm_cluster_restart_slot */
     PM_REASON_BUDGET = 13,       /* "budget": RETIRED */
@@ -178,6 +179,10 @@ enum pm_reason {
                                     (1 s at least), never charged to the slot's budget */
     PM_REASON_NOT_DRAINING = 21, /* "not-draining": NOT_DRAINING; FENCED with
                                     pm_options_set_fence_not_draining */
+    PM_REASON_STOP_KILL = 22,    /* "stop-kill": EXITED on procmesh's own SIGKILL, sent to end
+                                    a stop: the worker had not ended within the stop timeout
+                                    (or the timeout is 0, or pm_cluster_terminate had to kill
+                                    at once) */
     PM_REASON__COUNT
 };
 
