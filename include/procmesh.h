@@ -458,10 +458,16 @@ enum pm_output_stream {
  * during the callback. truncated is 1 when the line was longer than
  * PM_OUTPUT_LINE_MAX and goes on in the next piece; the piece that ends it
  * has 0. suppressed counts the slot's lines dropped by the rate limit
- * since the last one delivered. A record with stream PM_OUTPUT_NONE and len
- * 0 reports, at the incarnation's end, lines suppressed after the last one
- * delivered. procmesh allocates pm_output_line: fields are only ever added
- * at the end.
+ * since the last one delivered. Each stream keeps the last lines the limit
+ * dropped (up to 16 lines and 4 KiB) and delivers them past it when the
+ * stream ends (after the reap, before the exit is reported), so a worker's
+ * last words are never lost to a burst it wrote before them. A record with
+ * stream PM_OUTPUT_NONE and len 0 reports, at the incarnation's end, lines
+ * suppressed after the last one delivered. procmesh allocates
+ * pm_output_line: fields are only ever added at the end. In fork mode the
+ * supervisor keeps captured bytes only in memory other workers inherit
+ * zeroed; a copy the callback makes is the application's to keep from its
+ * fork-mode workers.
  */
 typedef struct pm_output_line {
     unsigned slot;
