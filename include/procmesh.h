@@ -167,7 +167,8 @@ enum pm_reason {
     PM_REASON_HEARTBEAT = 7,     /* "heartbeat": FENCED, hung */
     PM_REASON_CORRUPT_RING = 8,  /* "corrupt-ring": FENCED, scribbled its memory */
     PM_REASON_PROTOCOL = 9,      /* "protocol": FENCED, broke the frame protocol */
-    PM_REASON_STOP = 10,         /* "stop": EXITED/STOPPED by a stop or terminate */
+    PM_REASON_STOP = 10,         /* "stop": EXITED/STOPPED by a stop or terminate (an exit
+                                    ended by procmesh's SIGKILL is "stop-kill") */
     PM_REASON_BACKOFF = 11,      /* "backoff": RESTART_SCHEDULED after a failure */
     PM_REASON_REPLACE = 12,      /* "replace": RESTART_SCHEDULED by pm_cluster_restart_slot */
     PM_REASON_BUDGET = 13,       /* "budget": RETIRED */
@@ -184,6 +185,10 @@ enum pm_reason {
                                     (1 s at least), never charged to the slot's budget */
     PM_REASON_NOT_DRAINING = 21, /* "not-draining": NOT_DRAINING; FENCED with
                                     pm_options_set_fence_not_draining */
+    PM_REASON_STOP_KILL = 22,    /* "stop-kill": EXITED on procmesh's own SIGKILL, sent to end
+                                    a stop: the worker had not ended within the stop timeout
+                                    (or the timeout is 0, or pm_cluster_terminate had to kill
+                                    at once) */
     PM_REASON__COUNT
 };
 
@@ -464,10 +469,16 @@ enum pm_output_stream {
  * during the callback. truncated is 1 when the line was longer than
  * PM_OUTPUT_LINE_MAX and goes on in the next piece; the piece that ends it
  * has 0. suppressed counts the slot's lines dropped by the rate limit
- * since the last one delivered. A record with stream PM_OUTPUT_NONE and len
- * 0 reports, at the incarnation's end, lines suppressed after the last one
- * delivered. procmesh allocates pm_output_line: fields are only ever added
- * at the end.
+ * since the last one delivered. Each stream keeps the last lines the limit
+ * dropped (up to 16 lines and 4 KiB) and delivers them past it when the
+ * stream ends (after the reap, before the exit is reported), so a worker's
+ * last words are never lost to a burst it wrote before them. A record with
+ * stream PM_OUTPUT_NONE and len 0 reports, at the incarnation's end, lines
+ * suppressed after the last one delivered. procmesh allocates
+ * pm_output_line: fields are only ever added at the end. In fork mode the
+ * supervisor keeps captured bytes only in memory other workers inherit
+ * zeroed; a copy the callback makes is the application's to keep from its
+ * fork-mode workers.
  */
 typedef struct pm_output_line {
     unsigned slot;

@@ -616,6 +616,9 @@ START_TEST(test_bin_drain_exit_codes)
     ck_assert_uint_ge(took, 250); /* it did wait for the stop timeout */
     ck_assert_uint_lt(took, 5000);
     ck_assert_ptr_nonnull(strstr(out, "signal=SIGKILL"));
+    /* procmesh's own SIGKILL has a reason of its own. */
+    ck_assert_msg(strstr(out, "reason=stop-kill") != NULL && strstr(out, "reason=signal") == NULL,
+                  "log:\n%s", out);
     /* A second SIGTERM, once the drain has begun, skips the (here 30 s)
      * wait. */
     port = pm_test_free_port();
@@ -652,6 +655,71 @@ START_TEST(test_bin_all_retired_exit_3)
     p = start(b, base_env);
     ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
     ck_assert_ptr_nonnull(strstr(out, "event=start_failed"));
+}
+END_TEST
+
+/* The end of a log, on stderr (Check's messages are short). */
+static const char *log_tail(const char *log)
+{
+    size_t n = strlen(log);
+    fprintf(stderr, "---- log ----\n%s\n---- end ----\n", n > 6000 ? log + n - 6000 : log);
+    return "(log on stderr)";
+}
+
+/* The sum of the numbers after every "key" in text ("lines=" ...). */
+static long sum_of(const char *text, const char *key)
+{
+    long n = 0;
+    for (const char *p = strstr(text, key); p != NULL; p = strstr(p + 1, key))
+        n += strtol(p + strlen(key), NULL, 10);
+    return n;
+}
+
+/* Issue 23: the per-slot log limit is for what a worker controls, not for
+ * the supervisor's record of what happened to it. A crash loop of 40
+ * incarnations, as fast as a 1 ms backoff lets it go: every started,
+ * ready, exited and restart_scheduled line of every incarnation is in the
+ * log (the old limit wrote 20, then 2 a second). Then 150 incarnations,
+ * more lines than the lifecycle limit's burst: every one is logged or
+ * counted in a lifecycle_suppressed line, whatever the machine's speed,
+ * and those counts come before the retired line. */
+START_TEST(test_bin_lifecycle_lines_kept)
+{
+    static char out[524288];
+    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--backoff-min", "1",
+                 "--backoff-max", "1", "--backoff-jitter", "0", "--max-restarts", "39",
+                 "--restart-window", "0", "--", "/bin/sh", "-c", "exit 3", NULL};
+    proc p = start(a, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 60000), 3);
+    const int n = 40;
+    ck_assert_msg(count_of(out, "event=started slot=0 ") == n, "log:\n%s", log_tail(out));
+    for (int i = 1; i <= n; i++) {
+        char want[64];
+        snprintf(want, sizeof(want), " incarnation=%d\n", i);
+        ck_assert_msg(strstr(out, want) != NULL, "incarnation %d missing %s", i, log_tail(out));
+    }
+    ck_assert_int_eq(count_of(out, "event=ready slot=0 "), n);
+    ck_assert_int_eq(count_of(out, "event=exited slot=0 "), n);
+    ck_assert_int_eq(count_of(out, "event=restart_scheduled slot=0 "), n - 1);
+    ck_assert_int_eq(count_of(out, "event=retired slot=0 "), 1);
+    ck_assert_ptr_null(strstr(out, "_suppressed"));
+
+    a[13] = "149";
+    p = start(a, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 60000), 3);
+    const long m = 150;
+    long logged = count_of(out, "event=started slot=0 ") + count_of(out, "event=ready slot=0 ") +
+                  count_of(out, "event=exited slot=0 ") +
+                  count_of(out, "event=restart_scheduled slot=0 ");
+    long held = sum_of(out, "event=lifecycle_suppressed slot=0 lines=");
+    ck_assert_msg(logged + held == 4 * m - 1, "%ld lines logged, %ld counted %s", logged, held,
+                  log_tail(out));
+    ck_assert_int_eq(count_of(out, "event=exited slot=0 ") + sum_of(out, " exits="), m);
+    ck_assert_int_le(count_of(out, "event=lifecycle_suppressed"), m);
+    const char *last = strstr(out, "event=lifecycle_suppressed");
+    while (last != NULL && strstr(last + 1, "event=lifecycle_suppressed") != NULL)
+        last = strstr(last + 1, "event=lifecycle_suppressed");
+    ck_assert(last == NULL || last < strstr(out, "event=retired"));
 }
 END_TEST
 
@@ -1243,9 +1311,11 @@ START_TEST(test_bin_notify_flood_rate_limited)
     int rc = finish(&p, out, sizeof(out), 10000);
     uint64_t elapsed_s = (pm_test_ms() - t0) / 1000 + 1;
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
-    /* Every line about slot 0 took a token (a log_suppressed line rides
-     * along with the one it precedes, or takes one of its own). */
-    int lines = count_of(out, " slot=0 ") - count_of(out, "event=log_suppressed slot=0");
+    /* Every line the worker made procmesh write took a token of its
+     * slot's worker bucket (a log_suppressed line rides along with the one
+     * it precedes, or takes one of its own); the lifecycle lines have a
+     * limit of their own. */
+    int lines = count_of(out, "event=stopping slot=0 ");
     int bound = 20 + 2 * (int)elapsed_s + 1;
     ck_assert_msg(lines <= bound, "%d lines about slot 0 in %llu s (bound %d)", lines,
                   (unsigned long long)elapsed_s, bound);
@@ -1484,6 +1554,7 @@ int main(void)
     PM_ADD_TEST(s, test_bin_usage_errors, 60);
     PM_ADD_TEST(s, test_bin_core_dir, 60);
     PM_ADD_TEST(s, test_bin_drain_exit_codes, 90);
+    PM_ADD_TEST(s, test_bin_lifecycle_lines_kept, 180);
     PM_ADD_TEST(s, test_bin_all_retired_exit_3, 60);
     PM_ADD_TEST(s, test_bin_listen_survives_crash, 60);
     PM_ADD_TEST(s, test_bin_sighup_rolling_restart, 60);

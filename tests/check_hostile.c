@@ -29,6 +29,10 @@ enum role {
     H_SCANNER,    /* first incarnation honest; a replacement scans its own
                      memory for the marker and reports "#scan N" */
     H_CHATTY,     /* never reads its ring; says "#chat" to main every 10 ms */
+    H_PRINTER,    /* on "start": `count` marker lines on stdout, a marker without
+                     its '\n' on stderr, then "#printed"; beats */
+    H_CRASH_MARK, /* on "start": a crash record naming the marker as a module,
+                     then dies of SIGSEGV (the record left as written) */
 };
 
 struct plan {
@@ -52,6 +56,7 @@ static int fenced_slot = -1;
 static char fenced_reason[32];
 static int not_draining_events;
 static int not_draining_slot = -1;
+static uint64_t output_lines[8]; /* captured lines delivered, per slot */
 
 static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
@@ -92,6 +97,7 @@ static pm_options *opts(int workers)
     not_draining_events = 0;
     not_draining_slot = -1;
     memset(last_text, 0, sizeof(last_text));
+    memset(output_lines, 0, sizeof(output_lines));
     pm_options *o = pm_options_new();
     pm_options_set_workers(o, workers);
     pm_options_set_on_message(o, on_message, NULL);
@@ -297,6 +303,36 @@ static int worker(pm_node *n, void *arg)
         for (;;)
             if (pm_node_send(n, &to, junk, sizeof(junk)) < 0)
                 return 0;
+    }
+    case H_PRINTER: {
+        /* Straight to the fds, not through stdio: no copy of ours is left
+         * in a buffer that outlives the write. */
+        static unsigned char line[128];
+        marker_payload(line, sizeof(line));
+        line[sizeof(line) - 1] = '\n';
+        for (uint32_t i = 0; i < p->count; i++)
+            if (write(1, line, sizeof(line)) != (ssize_t)sizeof(line))
+                return 44;
+        if (write(2, line, sizeof(line) - 1) != (ssize_t)sizeof(line) - 1)
+            return 45;
+        say(n, "printed");
+        beat_forever(n);
+        break;
+    }
+    case H_CRASH_MARK: {
+        /* A valid record: the supervisor keeps a copy, the marker in it. */
+        struct pm__crash_rec *r = pm_test_node_crash_record(n);
+        static unsigned char path[PM_CRASH_PATH_MAX];
+        marker_payload(path, 128);
+        memset(r, 0, sizeof(*r));
+        r->signo = SIGSEGV;
+        r->nmodules = 1;
+        r->pc_module = PM__CRASH_NO_MODULE;
+        memcpy(r->modules[0].path, path, 128);
+        atomic_store(&r->seq, PM__CRASH_COMMITTED);
+        signal(SIGSEGV, SIG_DFL); /* our own handler would write a record of its own */
+        raise(SIGSEGV);
+        return 46;
     }
     case H_SEND_ONE: {
         pm_address to = slot_addr((unsigned)p->peer[slot], 0);
@@ -633,6 +669,55 @@ START_TEST(test_fork_replacement_sees_no_traffic)
 }
 END_TEST
 
+/* Issue 22 finding 5: with output capture, a fork-mode replacement finds no
+ * other worker's output in the memory it inherits: not a line delivered
+ * (the stream's line buffer keeps it), not a line the rate limit dropped,
+ * not a line still being assembled, not the bytes as read from the pipe;
+ * nor another worker's crash report (the supervisor's copy). */
+static void on_output_count(pm_cluster *c, const pm_output_line *l, void *arg)
+{
+    (void)c;
+    (void)arg;
+    /* Counted, never copied: the test's memory is inherited too. */
+    if (l->slot < 8 && l->stream != PM_OUTPUT_NONE)
+        output_lines[l->slot]++;
+}
+
+START_TEST(test_fork_replacement_sees_no_output)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[0] = H_PRINTER;
+    plan.role[1] = H_CRASH_MARK;
+    plan.role[2] = H_SCANNER;
+    /* Past the burst, so that lines are also dropped by the limit. */
+    plan.count = 3 * PM_OUTPUT_BURST;
+    pm_options *o = opts(3);
+    pm_options_set_bootstrap(o, worker, &plan);
+    ck_assert_int_eq(pm_options_set_output(o, PM_OUTPUT_CAPTURE), 0);
+    ck_assert_int_eq(pm_options_set_on_output(o, on_output_count, NULL), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start(c, 0);
+    start(c, 1);
+    RUN_UNTIL(c, strcmp(last_text[0], "#printed") == 0, 20000);
+    /* The crash report of slot 1, with the marker in its module table. */
+    RUN_UNTIL(c, pm_test_slot_crash_state(c, 1) == PM_CRASH_RECORDED, 20000);
+    /* Every line went through the supervisor (delivered, dropped, or kept
+     * for the incarnation's end), and the unfinished one is waiting in its
+     * buffer. */
+    RUN_UNTIL(c, output_lines[0] + pm_test_output_suppressed(c) + pm_test_slot_output_kept(c, 0, 0) >=
+                         plan.count &&
+                     pm_test_slot_output_pending(c, 0, 1) == 127,
+              30000);
+    ck_assert_uint_ge(output_lines[0], 1);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 2), 0);
+    RUN_UNTIL(c, strncmp(last_text[2], "#scan", 5) == 0, 60000);
+    ck_assert_str_eq(last_text[2], "#scan 0");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 /* The scanner itself: it finds a marker that is there. */
 START_TEST(test_scanner_finds_marker)
 {
@@ -652,6 +737,7 @@ int main(void)
         return 99;
     Suite *s = suite_create("hostile");
     PM_ADD_TEST(s, test_scanner_finds_marker, 120);
+    PM_ADD_TEST(s, test_fork_replacement_sees_no_output, 120);
     PM_ADD_TEST(s, test_reply_flood_no_hol, 90);
     PM_ADD_TEST(s, test_full_destination_holds_only_its_frames, 60);
     TCase *tc = pm_tcase("test_not_draining", 60);

@@ -32,6 +32,9 @@ START_TEST(test_terminate_ignores_sigterm)
     ck_assert_uint_lt(took, 5000);
     assert_all_started_gone();
     ck_assert_int_eq(find(PM_EVENT_EXITED, -1, 0)->signal, SIGKILL);
+    /* Our own SIGKILL, not "signal" (a signal procmesh did not send). */
+    ck_assert_str_eq(find(PM_EVENT_EXITED, -1, 0)->reason, "stop-kill");
+    ck_assert_str_eq(pm_reason_name(PM_REASON_STOP_KILL), "stop-kill");
     pm_options_free(o);
 
     /* A worker that honours SIGTERM stops by itself: 0, and quickly. */
@@ -71,6 +74,28 @@ START_TEST(test_stop_exit_reason)
     ck_assert_ptr_nonnull(e);
     ck_assert_int_eq(e->exit_code, 0);
     ck_assert_str_eq(e->reason, "stop");
+    pm_options_free(o);
+
+    /* A SIGKILL procmesh did not send, while stopping (its stop timeout
+     * far off): still "signal". */
+    o = opts(1);
+    exec_opts(o, "ignore-term", NULL);
+    pm_options_set_stop_timeout_ms(o, 30000);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    kill(si.pid, SIGKILL);
+    RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 10000);
+    e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_int_eq(e->signal, SIGKILL);
+    ck_assert_str_eq(e->reason, "signal");
+    /* Its replacement ignores SIGTERM too: killed the same way, so that
+     * the terminate does not wait out the stop timeout. */
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    kill(si.pid, SIGKILL);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
 END_TEST

@@ -38,6 +38,33 @@ static inline int pm_test_slot_output_fd(const pm_cluster *c, unsigned i, int st
     return c->slots[i].out.s[stream].fd;
 }
 
+/* Bytes of the line slot i's stream (0 stdout, 1 stderr) is assembling:
+ * read from the pipe, not yet ended by a '\n'. */
+static inline size_t pm_test_slot_output_pending(const pm_cluster *c, unsigned i, int stream)
+{
+    return c->slots[i].out.s[stream].len;
+}
+
+/* Lines dropped by the rate limit that slot i's stream keeps for the
+ * incarnation's end. */
+static inline unsigned pm_test_slot_output_kept(const pm_cluster *c, unsigned i, int stream)
+{
+    return c->slots[i].out.mem != NULL ? c->slots[i].out.mem->keep[stream].n : 0;
+}
+
+/* The state of slot i's last crash report (PM_CRASH_*), read in place:
+ * pm_cluster_slot_info would copy the report into the caller's memory. */
+static inline int pm_test_slot_crash_state(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].crash != NULL ? c->slots[i].crash->state : PM_CRASH_NONE;
+}
+
+/* Captured lines the rate limit dropped for good, every slot together. */
+static inline uint64_t pm_test_output_suppressed(const pm_cluster *c)
+{
+    return c->output_suppressed;
+}
+
 /* Frames the hub dropped from slot i as malformed. */
 static inline uint64_t pm_test_slot_malformed(const pm_cluster *c, unsigned i)
 {

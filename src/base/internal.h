@@ -43,6 +43,15 @@ static inline void pm__close(int fd)
 /* Handle kinds, the first field of every opaque handle: a handle of the
  * wrong kind (a pm_node * cast to pm_cluster *) is refused with -EINVAL. A
  * freed handle has its magic cleared. */
+/* Memory for bytes of other workers (wipemem.c): a private anonymous
+ * mapping of size bytes (zeroed) that a fork-mode worker inherits zeroed
+ * (MADV_WIPEONFORK) or not at all (MADV_DONTFORK, before Linux 4.14); NULL
+ * with errno on failure. pm__wipemem_free wipes it and unmaps it (NULL is
+ * ignored); only the process that allocated it may call it, since with the
+ * fallback a child has nothing there. */
+void *pm__wipemem_alloc(size_t size);
+void pm__wipemem_free(void *p, size_t size);
+
 #define PM__MAGIC_CLUSTER 0x636d7070u /* "ppmc" */
 #define PM__MAGIC_NODE 0x6e6d7070u    /* "ppmn" */
 

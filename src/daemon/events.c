@@ -63,36 +63,53 @@ void pmd_events_init(pmd_events *ev, pmd_health_state *hs)
 
 void pmd_events_free(pmd_events *ev)
 {
-    free(ev->buckets);
-    ev->buckets = NULL;
-    ev->nbuckets = 0;
+    free(ev->slots);
+    ev->slots = NULL;
+    ev->nslots = 0;
 }
 
 /* ------------------------------------------------------------------ rate limit */
 
-/* Slot i's bucket, grown on first use; the shared spare one when memory
- * runs out (the limit then holds for those slots together). */
-static pmd_log_bucket *bucket_of(pmd_events *ev, unsigned slot, uint64_t now)
+static pmd_slot_log slot_log_new(uint64_t now)
 {
-    if (slot >= ev->nbuckets) {
-        unsigned n = slot + 1 > 2 * ev->nbuckets ? slot + 1 : 2 * ev->nbuckets;
-        pmd_log_bucket *b = realloc(ev->buckets, n * sizeof(*b));
-        if (b == NULL)
+    pmd_slot_log l;
+    memset(&l, 0, sizeof(l));
+    l.worker = pmd_log_bucket_new(PMD_LOG_BURST, PMD_LOG_PER_S, now);
+    l.life = pmd_log_bucket_new(PMD_LIFE_BURST, PMD_LIFE_PER_S, now);
+    return l;
+}
+
+/* Slot i's limits, grown on first use; the shared spare ones when memory
+ * runs out (the limits then hold for those slots together). */
+static pmd_slot_log *slot_log(pmd_events *ev, unsigned slot, uint64_t now)
+{
+    if (slot >= ev->nslots) {
+        unsigned n = slot + 1 > 2 * ev->nslots ? slot + 1 : 2 * ev->nslots;
+        pmd_slot_log *l = realloc(ev->slots, n * sizeof(*l));
+        if (l == NULL) {
+            if (ev->spare.worker.burst == 0)
+                ev->spare = slot_log_new(now);
             return &ev->spare;
-        for (unsigned i = ev->nbuckets; i < n; i++)
-            b[i] = (pmd_log_bucket){PMD_LOG_BURST, now, 0};
-        ev->buckets = b;
-        ev->nbuckets = n;
+        }
+        for (unsigned i = ev->nslots; i < n; i++)
+            l[i] = slot_log_new(now);
+        ev->slots = l;
+        ev->nslots = n;
     }
-    return &ev->buckets[slot];
+    return &ev->slots[slot];
+}
+
+pmd_log_bucket pmd_log_bucket_new(unsigned burst, unsigned per_s, uint64_t now_ms)
+{
+    return (pmd_log_bucket){(double)burst, now_ms, 0, burst, per_s};
 }
 
 int pmd_log_bucket_take(pmd_log_bucket *b, uint64_t now_ms)
 {
     if (now_ms > b->at_ms) {
-        b->tokens += (double)(now_ms - b->at_ms) * PMD_LOG_PER_S / 1000.0;
-        if (b->tokens > PMD_LOG_BURST)
-            b->tokens = PMD_LOG_BURST;
+        b->tokens += (double)(now_ms - b->at_ms) * b->per_s / 1000.0;
+        if (b->tokens > b->burst)
+            b->tokens = b->burst;
         b->at_ms = now_ms;
     }
     if (b->tokens < 1.0)
@@ -101,47 +118,107 @@ int pmd_log_bucket_take(pmd_log_bucket *b, uint64_t now_ms)
     return 1;
 }
 
-/* The count of a slot's lines not written since the last report, as one
- * line of its own (which takes a token like any other). */
-static void report_suppressed(pmd_log_bucket *b, unsigned slot)
+/* The count of a slot's worker-controlled lines not written since the
+ * last report, as one line of its own. */
+static void report_suppressed(pmd_slot_log *l, unsigned slot)
 {
+    if (l->worker.suppressed == 0)
+        return;
     char s[16], n[24];
     snprintf(s, sizeof(s), "%u", slot);
-    snprintf(n, sizeof(n), "%llu", (unsigned long long)b->suppressed);
+    snprintf(n, sizeof(n), "%llu", (unsigned long long)l->worker.suppressed);
     const char *kv[] = {"slot", s, "lines", n};
     pmd_log(PMD_LOG_WARN, "log_suppressed", kv, 2);
-    b->suppressed = 0;
+    l->worker.suppressed = 0;
 }
 
-/* 1 when a line about slot may be written now. A worker can make procmesh
- * log as fast as it likes (STOPPING=1 in a loop), and a log that floods
- * hides everything else and fills the disk: past PMD_LOG_BURST lines, a
- * slot gets PMD_LOG_PER_S a second, and what is held back is counted (in
- * /metrics, and in a log_suppressed line once the slot may log again).
- * Per slot, so that one worker cannot silence the lines of another. */
-static int may_log(pmd_events *ev, unsigned slot)
+/* The same for lifecycle lines: how many, how many of them were exits,
+ * and which incarnations they were about. */
+static void report_life_suppressed(pmd_slot_log *l, unsigned slot)
+{
+    if (l->life.suppressed == 0)
+        return;
+    char s[16], n[24], x[24], a[24], b[24];
+    snprintf(s, sizeof(s), "%u", slot);
+    snprintf(n, sizeof(n), "%llu", (unsigned long long)l->life.suppressed);
+    snprintf(x, sizeof(x), "%llu", (unsigned long long)l->life_exits);
+    snprintf(a, sizeof(a), "%llu", (unsigned long long)l->inc_first);
+    snprintf(b, sizeof(b), "%llu", (unsigned long long)l->inc_last);
+    const char *kv[] = {"slot", s, "lines", n, "exits", x, "incarnation_first", a,
+                        "incarnation_last", b};
+    pmd_log(PMD_LOG_WARN, "lifecycle_suppressed", kv, 5);
+    l->life.suppressed = 0;
+    l->life_exits = 0;
+    l->inc_first = l->inc_last = 0;
+}
+
+/* Lines a worker can make procmesh write as fast as it likes (STOPPING=1
+ * in a loop): a log that floods hides everything else and fills the disk. */
+static int worker_driven(int type)
+{
+    return type == PM_EVENT_STOPPING || type == PM_EVENT_NOT_DRAINING;
+}
+
+/* Written whatever came before: one per slot and stop or retirement (the
+ * last line of a drain), or no worker's doing (a stall, a peer link,
+ * bounded by the redial backoff). */
+static int always_logged(int type)
+{
+    return type == PM_EVENT_STOPPED || type == PM_EVENT_RETIRED || type == PM_EVENT_STALLED ||
+           type == PM_EVENT_PEER_UP || type == PM_EVENT_PEER_DOWN || type == PM_EVENT_PEER_REFUSED;
+}
+
+/* 1 when the line for e may be written now. Per slot, so that one worker
+ * cannot silence the lines of another. A worker-driven line takes a token
+ * of the slot's worker bucket (PMD_LOG_BURST, then PMD_LOG_PER_S); a
+ * lifecycle line one of its lifecycle bucket. What is held back is counted
+ * in /metrics, and in a line of its own: log_suppressed rides along with
+ * the next worker-driven line written or comes once a token is back;
+ * lifecycle_suppressed comes at the next tick (at most one a second: a
+ * loop held at the limit would otherwise get one per line written). Both
+ * come before the slot's stopped or retired line at the latest. */
+static int may_log(pmd_events *ev, const pm_event *e)
 {
     uint64_t now = pmd_now_ms();
-    pmd_log_bucket *b = bucket_of(ev, slot, now);
+    if (always_logged(e->type)) {
+        if (e->type == PM_EVENT_STOPPED || e->type == PM_EVENT_RETIRED) {
+            pmd_slot_log *l = slot_log(ev, e->slot, now);
+            report_suppressed(l, e->slot);
+            report_life_suppressed(l, e->slot);
+        }
+        return 1;
+    }
+    pmd_slot_log *l = slot_log(ev, e->slot, now);
+    int worker = worker_driven(e->type);
+    pmd_log_bucket *b = worker ? &l->worker : &l->life;
     if (!pmd_log_bucket_take(b, now)) {
         b->suppressed++;
         ev->hs->log_suppressed++;
+        if (!worker) {
+            l->life_exits += e->type == PM_EVENT_EXITED;
+            if (e->incarnation != 0) {
+                if (l->inc_first == 0)
+                    l->inc_first = e->incarnation;
+                l->inc_last = e->incarnation;
+            }
+        }
         return 0;
     }
     /* The report rides along with the line that may be written: at most
      * one more line per token. */
-    if (b->suppressed > 0)
-        report_suppressed(b, slot);
+    if (worker)
+        report_suppressed(l, e->slot);
     return 1;
 }
 
 void pmd_events_tick(pmd_events *ev)
 {
     uint64_t now = pmd_now_ms();
-    for (unsigned i = 0; i < ev->nbuckets; i++) {
-        pmd_log_bucket *b = &ev->buckets[i];
-        if (b->suppressed > 0 && pmd_log_bucket_take(b, now))
-            report_suppressed(b, i);
+    for (unsigned i = 0; i < ev->nslots; i++) {
+        pmd_slot_log *l = &ev->slots[i];
+        if (l->worker.suppressed > 0 && pmd_log_bucket_take(&l->worker, now))
+            report_suppressed(l, i);
+        report_life_suppressed(l, i);
     }
 }
 
@@ -308,11 +385,7 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
     default:
         break;
     }
-    /* A slot is retired once, and a stall is no worker's doing: those
-     * lines are always written. */
-    if (e->type != PM_EVENT_RETIRED && e->type != PM_EVENT_STALLED &&
-        e->type != PM_EVENT_PEER_UP && e->type != PM_EVENT_PEER_DOWN && e->type != PM_EVENT_PEER_REFUSED &&
-        !may_log(ev, e->slot))
+    if (!may_log(ev, e))
         return;
     char slot[16], pid[16], inc[24], v1[32], sig[32];
     snprintf(slot, sizeof(slot), "%u", e->slot);
@@ -400,7 +473,7 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         pmd_log(PMD_LOG_WARN, "stall", kv, 2);
         break;
     }
-    /* Peer links: bounded by the redial backoff, so never rate-limited. */
+    /* Peer links: bounded by the redial backoff (always_logged). */
     case PM_EVENT_PEER_UP: {
         snprintf(v1, sizeof(v1), "%llu", (unsigned long long)e->peer_incarnation);
         const char *kv[] = {"host", e->peer_host, "incarnation", v1};

@@ -267,8 +267,10 @@ void pm__crash_collect(pm_crash_report **last, const void *shared_rec, uint64_t 
     if (!pm__crash_signal_recorded(signal))
         return;
     int saved = errno;
+    /* The report holds what the worker wrote (its module paths): memory of
+     * its own, which other slots' fork-mode workers inherit zeroed. */
     if (*last == NULL)
-        *last = malloc(sizeof(**last));
+        *last = pm__wipemem_alloc(sizeof(**last));
     errno = saved;
     if (*last == NULL)
         return; /* out of memory: the exit is still reported, without its record */
@@ -286,6 +288,7 @@ void pm__crash_collect(pm_crash_report **last, const void *shared_rec, uint64_t 
     struct pm__crash_rec copy;
     memcpy(&copy, shared_rec, sizeof(copy));
     rep->state = pm__crash_decode(&copy, signal, rep);
+    explicit_bzero(&copy, sizeof(copy));
     if (rep->state != PM_CRASH_RECORDED) {
         /* Nothing of a record that failed its checks is shown. */
         int state = rep->state;

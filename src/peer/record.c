@@ -58,14 +58,7 @@ static int tx_fail(pm__rec *r, int err)
  * inherits (FAULTS.md 33). NULL on failure. */
 static unsigned char *traffic_map(size_t size)
 {
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    if (madvise(p, size, MADV_WIPEONFORK) != 0 && madvise(p, size, MADV_DONTFORK) != 0) {
-        munmap(p, size);
-        return NULL;
-    }
-    return p;
+    return pm__wipemem_alloc(size);
 }
 
 static void traffic_unmap(unsigned char *p, size_t size)

@@ -459,7 +459,7 @@ static void cluster_free(pm_cluster *c)
         pm__output_free(&s->out);
         pm__budget_free(&s->budget);
         pm__cg_slot_close(&c->cg, &s->cg);
-        free(s->crash);
+        pm__wipemem_free(s->crash, sizeof(*s->crash));
     }
     pm__cg_root_close(&c->cg);
     free(c->slots);

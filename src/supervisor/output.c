@@ -81,6 +81,75 @@ int pm__output_take(pm__output *o, uint64_t now_ms)
     return 1;
 }
 
+/* Copies len bytes into the circular text at off, or out of it. */
+static void ring_put(pm__outkeep *k, size_t off, const char *src, size_t len)
+{
+    size_t first = len < PM__OUTPUT_KEEP_BYTES - off ? len : PM__OUTPUT_KEEP_BYTES - off;
+    memcpy(k->text + off, src, first);
+    memcpy(k->text, src + first, len - first);
+}
+
+static void ring_get(const pm__outkeep *k, size_t off, char *dst, size_t len)
+{
+    size_t first = len < PM__OUTPUT_KEEP_BYTES - off ? len : PM__OUTPUT_KEEP_BYTES - off;
+    memcpy(dst, k->text + off, first);
+    memcpy(dst + first, k->text, len - first);
+}
+
+static void keep_drop_oldest(pm__outkeep *k)
+{
+    k->used -= k->ent[k->first].len;
+    k->first = (k->first + 1) % PM__OUTPUT_KEEP_LINES;
+    k->n--;
+}
+
+unsigned pm__output_keep(pm__outkeep *k, const char *text, size_t len, int truncated)
+{
+    unsigned out = 0;
+    if (len > PM__OUTPUT_KEEP_BYTES)
+        len = PM__OUTPUT_KEEP_BYTES; /* cannot happen: a piece is at most this */
+    while (k->n > 0 && (k->n == PM__OUTPUT_KEEP_LINES || k->used + len > PM__OUTPUT_KEEP_BYTES)) {
+        keep_drop_oldest(k);
+        out++;
+    }
+    /* The text of the kept lines is contiguous (modulo the ring) and ends
+     * at head: the new one follows it, in the room the loop made. */
+    unsigned i = (k->first + k->n) % PM__OUTPUT_KEEP_LINES;
+    k->ent[i].off = (uint32_t)k->head;
+    k->ent[i].len = (uint32_t)len;
+    k->ent[i].truncated = truncated;
+    ring_put(k, k->head, text, len);
+    k->head = (k->head + len) % PM__OUTPUT_KEEP_BYTES;
+    k->used += len;
+    k->n++;
+    return out;
+}
+
+unsigned pm__output_keep_clear(pm__outkeep *k)
+{
+    unsigned n = k->n;
+    k->n = 0;
+    k->first = 0;
+    k->used = 0;
+    k->head = 0;
+    return n;
+}
+
+int pm__output_keep_pop(pm__outkeep *k, char *buf, size_t *len, int *truncated)
+{
+    if (k->n == 0)
+        return 0;
+    unsigned i = k->first;
+    ring_get(k, k->ent[i].off, buf, k->ent[i].len);
+    buf[k->ent[i].len] = '\0';
+    *len = k->ent[i].len;
+    *truncated = k->ent[i].truncated;
+    keep_drop_oldest(k);
+    if (k->n == 0)
+        k->head = 0;
+    return 1;
+}
+
 /* ------------------------------------------------------------------ delivery */
 
 typedef struct deliver_ctx {
@@ -135,20 +204,49 @@ static void deliver(pm_cluster *c, const pm__slot *s, int stream, const char *te
     PM__APP_CALLBACK(&c->hub, c->o->on_output(c, &l, c->o->on_output_arg));
 }
 
+/* Lines dropped for good by the rate limit: counted (reported with the
+ * next line delivered, or at the incarnation's end). */
+static void dropped(pm_cluster *c, pm__output *o, unsigned n)
+{
+    o->suppressed += n;
+    c->output_suppressed += n;
+}
+
 /* A line from the splitter: delivered if the slot's bucket has a token,
- * carrying the count of the lines dropped before it; else counted. */
+ * carrying the count of the lines dropped before it; else kept as one of
+ * its stream's last lines (pushing out, and counting, the oldest kept). */
 static void on_line(void *arg, const char *text, size_t len, int truncated)
 {
     deliver_ctx *d = arg;
     pm__output *o = &d->s->out;
+    pm__outkeep *k = &o->mem->keep[d->stream - 1];
     if (!pm__output_take(o, d->now_ms)) {
-        o->suppressed++;
-        d->c->output_suppressed++;
+        dropped(d->c, o, pm__output_keep(k, text, len, truncated));
         return;
     }
+    /* The kept lines came before this one: delivered after it they would
+     * be out of order, so they are dropped now. */
+    dropped(d->c, o, pm__output_keep_clear(k));
     uint64_t n = o->suppressed;
     o->suppressed = 0;
     deliver(d->c, d->s, d->stream, text, len, truncated, n);
+}
+
+/* The incarnation ended: the lines stream i kept are its last words, read
+ * before the reap or in the drain and held back by the limit. They are
+ * delivered now, past it (at most PM__OUTPUT_KEEP_LINES per stream and
+ * incarnation), the count of every line dropped before them riding on the
+ * first. st->buf is free: the stream was flushed. */
+static void deliver_kept(pm_cluster *c, pm__slot *s, int i)
+{
+    pm__outstream *st = &s->out.s[i];
+    size_t len;
+    int truncated;
+    while (pm__output_keep_pop(&s->out.mem->keep[i], st->buf, &len, &truncated)) {
+        uint64_t n = s->out.suppressed;
+        s->out.suppressed = 0;
+        deliver(c, s, i + 1, st->buf, len, truncated, n);
+    }
 }
 
 /* ------------------------------------------------------------------ pipes */
@@ -163,12 +261,13 @@ int pm__output_open(pm_cluster *c, pm__slot *s, int wfd[2])
     int p[2][2] = {{-1, -1}, {-1, -1}};
     int rc = 0;
     (void)c;
+    if (s->out.mem == NULL) {
+        if ((s->out.mem = pm__wipemem_alloc(sizeof(*s->out.mem))) == NULL)
+            return -ENOMEM;
+        for (int i = 0; i < 2; i++)
+            s->out.s[i].buf = s->out.mem->line[i];
+    }
     for (int i = 0; i < 2; i++) {
-        pm__outstream *st = &s->out.s[i];
-        if (st->buf == NULL && (st->buf = malloc(PM_OUTPUT_LINE_MAX + 1)) == NULL) {
-            rc = -ENOMEM;
-            goto fail;
-        }
         /* Close-on-exec on both ends: the child gets its end by dup2 onto
          * 1 or 2 (which clears the flag there), and no other worker may
          * inherit either end (a write end held elsewhere would keep the
@@ -189,6 +288,7 @@ int pm__output_open(pm_cluster *c, pm__slot *s, int wfd[2])
         s->out.s[i].fd = p[i][0];
         s->out.s[i].armed = 0;
         s->out.s[i].len = 0;
+        (void)pm__output_keep_clear(&s->out.mem->keep[i]);
         wfd[i] = p[i][1];
     }
     s->out.suppressed = 0;
@@ -220,6 +320,8 @@ static void close_stream(pm_cluster *c, pm__slot *s, int i)
     pm__close(st->fd);
     st->fd = -1;
     st->len = 0;
+    /* Closed without a drain (a failed start): what it kept is dropped. */
+    dropped(c, &s->out, pm__output_keep_clear(&s->out.mem->keep[i]));
 }
 
 /* Reads stream i up to budget bytes. 1 when the stream ended (EOF, or an
@@ -229,9 +331,9 @@ static int read_stream(pm_cluster *c, pm__slot *s, int i, size_t budget)
 {
     pm__outstream *st = &s->out.s[i];
     deliver_ctx d = {c, s, i + 1, pm__now_ms()};
-    char chunk[16384];
+    char *chunk = s->out.mem->chunk;
     while (budget > 0 && st->fd >= 0) {
-        size_t want = budget < sizeof(chunk) ? budget : sizeof(chunk);
+        size_t want = budget < PM__OUTPUT_CHUNK ? budget : PM__OUTPUT_CHUNK;
         ssize_t n = read(st->fd, chunk, want);
         if (n > 0) {
             pm__output_split(st, chunk, (size_t)n, on_line, &d);
@@ -258,7 +360,9 @@ void pm__output_ready(pm_cluster *c, pm__slot *s, int stream_kind)
         return;
     if (read_stream(c, s, i, PM__OUTPUT_TURN_BYTES)) {
         /* The worker closed its stdout (or stderr) and lives on: nothing
-         * more can come through this pipe. */
+         * more can come through this pipe, and what it kept was the
+         * stream's last words. */
+        deliver_kept(c, s, i);
         close_stream(c, s, i);
         return;
     }
@@ -282,6 +386,7 @@ void pm__output_drain(pm_cluster *c, pm__slot *s)
         (void)read_stream(c, s, i, PM__OUTPUT_DRAIN_BYTES);
         deliver_ctx d = {c, s, i + 1, pm__now_ms()};
         pm__output_flush(st, on_line, &d);
+        deliver_kept(c, s, i);
         close_stream(c, s, i);
     }
     if (s->out.suppressed > 0) {
@@ -306,7 +411,8 @@ void pm__output_free(pm__output *o)
     for (int i = 0; i < 2; i++) {
         pm__close(o->s[i].fd);
         o->s[i].fd = -1;
-        free(o->s[i].buf);
         o->s[i].buf = NULL;
     }
+    pm__wipemem_free(o->mem, sizeof(*o->mem));
+    o->mem = NULL;
 }

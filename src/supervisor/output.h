@@ -24,12 +24,50 @@
  * supervisor reading: the rest is left unread. */
 #define PM__OUTPUT_DRAIN_BYTES ((size_t)2 * 1024 * 1024)
 
+/* Lines the rate limit dropped that one stream keeps (the last ones, up to
+ * this many and this many bytes of text): delivered past the limit when
+ * the incarnation ends, so that a worker's last words before a crash are
+ * never lost to a flood it wrote just before. Bounded per incarnation, so
+ * the limit still holds for a worker that floods and crashes in a loop.
+ * The byte bound is one whole piece, so the last one always fits. */
+#define PM__OUTPUT_KEEP_LINES 16u
+#define PM__OUTPUT_KEEP_BYTES ((size_t)PM_OUTPUT_LINE_MAX)
+
+typedef struct pm__outkeep {
+    unsigned n;     /* lines kept */
+    unsigned first; /* index in ent of the oldest */
+    size_t used;    /* bytes of text kept */
+    size_t head;    /* where the next line's text goes in text (circular) */
+    struct {
+        uint32_t off, len;
+        int truncated;
+    } ent[PM__OUTPUT_KEEP_LINES];
+    char text[PM__OUTPUT_KEEP_BYTES];
+} pm__outkeep;
+
+/* Everything a slot's output holds of what its workers wrote: the bytes
+ * read, the line each stream is assembling and the lines each stream
+ * keeps. One private
+ * mapping per slot (pm__wipemem_alloc), never the heap: a fork-mode worker
+ * of another slot inherits it zeroed, and it is wiped when freed. */
+#define PM__OUTPUT_CHUNK ((size_t)16384) /* bytes one read takes from a pipe */
+
+typedef struct pm__outmem {
+    char line[2][PM_OUTPUT_LINE_MAX + 1];
+    pm__outkeep keep[2];
+    /* What a read takes from a pipe, before the splitter: not on the stack,
+     * where a fork-mode child's wipe of the dead frames stops at the first
+     * page never touched, and a large array only partly written leaves
+     * such a page above the bytes it holds. */
+    char chunk[PM__OUTPUT_CHUNK];
+} pm__outmem;
+
 /* One stream of one incarnation. */
 typedef struct pm__outstream {
     int fd;          /* the read end (O_NONBLOCK, O_CLOEXEC), or -1 */
     int armed;       /* a poll on fd is outstanding */
     size_t len;      /* bytes of the line being assembled in buf */
-    char *buf;       /* PM_OUTPUT_LINE_MAX + 1 bytes, allocated on the first capture */
+    char *buf;       /* PM_OUTPUT_LINE_MAX + 1 bytes: its line in the slot's pm__outmem */
 } pm__outstream;
 
 /* A slot's output: its two streams (index PM_OUTPUT_STDOUT - 1 and
@@ -38,9 +76,10 @@ typedef struct pm__outstream {
  * every restart). */
 typedef struct pm__output {
     pm__outstream s[2];
+    pm__outmem *mem;     /* allocated on the first capture, or NULL */
     double tokens;       /* lines that may be delivered now, up to PM_OUTPUT_BURST */
     uint64_t at_ms;      /* when tokens was last brought up to date; 0: never */
-    uint64_t suppressed; /* lines dropped since the last one delivered */
+    uint64_t suppressed; /* lines dropped since the last one delivered (kept ones not counted) */
 } pm__output;
 
 /* A finished line (or piece) from the splitter: emit(arg, text, len,
@@ -59,5 +98,18 @@ void pm__output_flush(pm__outstream *st, pm__output_emit emit, void *arg);
 /* Takes a token at now_ms: 1 when a line may be delivered, else 0 (the
  * caller counts it as suppressed). Pure. */
 int pm__output_take(pm__output *o, uint64_t now_ms);
+
+/* Keeps a line the limit dropped, as the newest; the oldest kept lines
+ * make room. Returns how many it pushed out (dropped for good now). len is
+ * at most PM__OUTPUT_KEEP_BYTES. Pure. */
+unsigned pm__output_keep(pm__outkeep *k, const char *text, size_t len, int truncated);
+
+/* Forgets every kept line (a later line was delivered, or the stream
+ * ended without a drain); returns how many. Pure. */
+unsigned pm__output_keep_clear(pm__outkeep *k);
+
+/* Takes the oldest kept line out, copied into buf (PM_OUTPUT_LINE_MAX + 1
+ * bytes, NUL-terminated): 1, or 0 when none is kept. Pure. */
+int pm__output_keep_pop(pm__outkeep *k, char *buf, size_t *len, int *truncated);
 
 #endif /* PM_OUTPUT_H */

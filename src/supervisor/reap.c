@@ -181,7 +181,14 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
      * is still reported as the signal it was. */
     int stopped = s->state == PM_SLOT_STOPPING &&
                   (s->last_signal == 0 || s->last_signal == SIGTERM);
-    int reason = s->kill_reason != 0 ? s->kill_reason
+    /* Ended by the SIGKILL we sent to end a stop (the stop timeout, a stop
+     * timeout of 0, a terminate that kills at once): our own doing, which
+     * "signal" (a signal procmesh did not send) would misreport. A
+     * SIGKILL seen before ours went out is someone else's (the OOM killer). */
+    int stop_killed = s->state == PM_SLOT_STOPPING && s->last_signal == SIGKILL && s->kill_sent &&
+                      (s->kill_reason == 0 || s->kill_reason == PM_REASON_STOP);
+    int reason = stop_killed          ? PM_REASON_STOP_KILL
+                 : s->kill_reason != 0 ? s->kill_reason
                  : s->exec_errno != 0 ? PM_REASON_EXEC
                  : stopped            ? PM_REASON_STOP
                  : s->last_signal != 0 ? PM_REASON_SIGNAL
