@@ -298,6 +298,9 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         ev->hs->spawn_failures++;
         break;
     case PM_EVENT_STOPPED:
+        /* The policy stopped it after a failure (a clean end is "exit"). */
+        if (e->reason_code == PM_REASON_POLICY)
+            ev->failed_stops++;
         /* Kept before the rate limit: procmesh.c logs it with start_failed,
          * since pm_cluster_spawn can only return an errno (-ECHILD says
          * nothing about a worker that exited with code 1). */
