@@ -450,8 +450,9 @@ void pmd_on_output(pm_cluster *c, const pm_output_line *l, void *arg)
         pmd_log(PMD_LOG_WARN, "output_suppressed", kv, 4);
         return;
     }
-    /* The text as one value: the log's escaping keeps a worker's control
-     * characters from forging lines or fields. NUL bytes end it early. */
+    /* The text as one value, with its length: the log's escaping keeps a
+     * worker's control characters (NUL too) from forging lines or fields
+     * or cutting the line, and makes invalid UTF-8 U+FFFD. */
     const char *kv[2 * 7] = {"slot", slot, "pid", pid, "incarnation", inc, "stream",
                              l->stream == PM_OUTPUT_STDERR ? "stderr" : "stdout"};
     size_t n = 4;
@@ -468,5 +469,8 @@ void pmd_on_output(pm_cluster *c, const pm_output_line *l, void *arg)
     kv[2 * n] = "text";
     kv[2 * n + 1] = l->text;
     n++;
-    pmd_log(PMD_LOG_INFO, "output", kv, n);
+    size_t vlen[7] = {(size_t)-1, (size_t)-1, (size_t)-1, (size_t)-1, (size_t)-1, (size_t)-1,
+                      (size_t)-1};
+    vlen[n - 1] = l->len;
+    pmd_logv(PMD_LOG_INFO, "output", kv, vlen, n);
 }
