@@ -47,6 +47,10 @@ void pm__diag(const pm_options *o, pm_cluster *c, const char *topic, const char 
 static const char no_link_hint[] =
     "; it never opened its link to the supervisor (pm_node_join): a program "
     "without libprocmesh needs --ready exec or --ready notify";
+static const char no_link_yet_hint[] =
+    "; it had not opened its link to the supervisor (pm_node_join): a program "
+    "without libprocmesh needs --ready exec or --ready notify, a slow one a "
+    "longer --ready-timeout";
 
 void pm__spawn_detail(const pm_cluster *c, const pm__slot *s, char *buf, size_t size)
 {
@@ -70,5 +74,6 @@ void pm__spawn_detail(const pm_cluster *c, const pm__slot *s, char *buf, size_t 
         snprintf(buf, size, "worker ended before it was ready");
     size_t len = strlen(buf);
     if (hint && len < size)
-        snprintf(buf + len, size - len, "%s", no_link_hint);
+        snprintf(buf + len, size - len, "%s",
+                 s->kill_reason == PM_REASON_READY_TIMEOUT ? no_link_yet_hint : no_link_hint);
 }

@@ -335,10 +335,10 @@ static int clone3_state;
  * glibc's fork handlers (malloc's locks, the cached thread id), which only
  * a child that runs nothing but async-signal-safe calls before execve can
  * do without. Kernels without it (ENOSYS, E2BIG for the struct size,
- * EINVAL for the flag) or a seccomp profile that refuses it (EPERM, ENOSYS)
- * fall back to fork() and a write from the child,
- * remembered so the next spawn does not try again. *placed is set in the
- * child.
+ * EINVAL for the flag) or a seccomp profile that refuses it (EPERM; the
+ * cgroup's own permissions answer EACCES) fall back to fork() and a write
+ * from the child, remembered so the next spawn does not try again.
+ * *placed is set in the child.
  *
  * Not into a cgroup that was ever killed through cgroup.kill: Linux 6.x
  * compares the kill sequence number of the cgroup a child is born into
@@ -369,10 +369,6 @@ static pid_t fork_into(const pm__spawn_req *r, int *placed)
             __atomic_store_n(&clone3_state, 1, __ATOMIC_RELAXED);
             return (pid_t)pid;
         }
-        /* EPERM: a seccomp profile refuses clone3 (a container runtime's
-         * default one, for a call it does not list); the cgroup's own
-         * permissions answer EACCES or ENOENT, and the fork fallback's
-         * write to cgroup.procs would meet them too. */
         if (errno != ENOSYS && errno != E2BIG && errno != EINVAL && errno != EPERM)
             return -1;
         __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);

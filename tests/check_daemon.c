@@ -1721,7 +1721,7 @@ START_TEST(test_bin_mesh_ready_hint)
                  "100", NULL};
     p = start(b, base_env);
     ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
-    ck_assert_msg(strstr(out, "not ready within 500 ms; it never opened its link") != NULL &&
+    ck_assert_msg(strstr(out, "not ready within 500 ms; it had not opened its link") != NULL &&
                       strstr(out, "--ready exec or --ready notify") != NULL,
                   "%s", out);
     /* A libprocmesh worker that joined but was never ready gets no hint
