@@ -277,6 +277,17 @@ PM_EXTERN int pm_options_set_on_permanently_down(
     pm_options *o,
     void (*cb)(pm_cluster *, unsigned slot, const pm_address *, unsigned restarts, void *),
     void *arg);
+/* The supervisor's own diagnostics that are no event of a slot: a
+ * --peers-dns name that does not resolve ("peers_dns_failed"), peer links
+ * that cannot be set up ("peer_links_failed"), a slot's cgroup that did not
+ * empty after cgroup.kill ("cgroup_not_empty"). cb gets a short stable
+ * topic (those in quotes) and the message in words, valid during the call;
+ * it may be called before pm_cluster_spawn returns (c is then NULL).
+ * Default (cb NULL): "procmesh: MESSAGE" on stderr. */
+PM_EXTERN int pm_options_set_on_diagnostic(pm_options *o,
+                                           void (*cb)(pm_cluster *c, const char *topic,
+                                                      const char *message, void *arg),
+                                           void *arg);
 /* Called for every lifecycle event, from pm_cluster_spawn/run/terminate. */
 PM_EXTERN int pm_options_set_on_event(pm_options *o,
                                       void (*cb)(pm_cluster *, const pm_event *, void *),
@@ -713,7 +724,9 @@ typedef struct pm_slot_info {
     unsigned restarts_total;
     int last_exit_code; /* -1 when the last exit was by a signal, or none yet */
     int last_signal;
-    uint32_t heartbeat_age_ms;     /* since the worker last made progress (0: none) */
+    uint32_t heartbeat_age_ms;     /* since the worker last made progress, at least 1 where
+                                      heartbeats exist (a ready mesh worker, a notify worker
+                                      after its first WATCHDOG=1); 0: none */
     const char *last_fence_reason; /* static string, or NULL */
     unsigned fences;               /* times this slot was fenced */
     int kill_pending;              /* SIGKILL sent, process not reaped yet */

@@ -24,6 +24,7 @@
 #include "dconf.h"
 #include "base/defaults.h"
 #include "health.h"
+#include "jsoncheck.h"
 #include "log.h"
 
 /* ---------------------------------------------------------------- config */
@@ -257,16 +258,91 @@ START_TEST(test_log_format)
     ck_assert_str_eq(buf, "ts=T level=warn event=exited slot=2 signal=SIGSEGV reason=\"a \\\"b\\\" c\" "
                           "neg=-3 lead=007\n");
     pmd_log_format(buf, sizeof(buf), PMD_LOG_JSON, "T", "warn", "exited", kv, 5);
+    /* A field's type is its key's: slot is a number, an unknown key's
+     * digits stay a string. */
     ck_assert_str_eq(buf, "{\"ts\":\"T\",\"level\":\"warn\",\"event\":\"exited\",\"slot\":2,"
-                          "\"signal\":\"SIGSEGV\",\"reason\":\"a \\\"b\\\" c\",\"neg\":-3,"
+                          "\"signal\":\"SIGSEGV\",\"reason\":\"a \\\"b\\\" c\",\"neg\":\"-3\","
                           "\"lead\":\"007\"}\n");
     const char *ctl[] = {"x", "a\nb"};
     pmd_log_format(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "e", ctl, 1);
     ck_assert_ptr_nonnull(strstr(buf, "\"a\\u000ab\""));
     /* Truncation keeps a newline and never overflows. */
     n = pmd_log_format(buf, 20, PMD_LOG_TEXT, "T", "info", "event", kv, 5);
-    ck_assert_uint_eq(n, 19);
-    ck_assert_int_eq(buf[18], '\n');
+    ck_assert_uint_le(n, 19);
+    ck_assert_uint_eq(n, strlen(buf));
+    ck_assert_int_eq(buf[n - 1], '\n');
+}
+END_TEST
+
+/* The fields of the JSON line in buf, parsed strictly; fails naming what
+ * was wrong. */
+static size_t strict_fields(const char *buf, size_t len, pm_json_field *f, size_t cap)
+{
+    size_t nf = 0, at = 0;
+    const char *why = NULL;
+    ck_assert_msg(len > 0 && buf[len - 1] == '\n', "no newline at the end: %s", buf);
+    int rc = pm_json_check_object(buf, len - 1, f, cap, &nf, &why, &at);
+    ck_assert_msg(rc == 0, "not strict JSON (%s at byte %zu): %s", why, at, buf);
+    return nf;
+}
+
+static const pm_json_field *field_of(const pm_json_field *f, size_t nf, const char *key)
+{
+    for (size_t i = 0; i < nf; i++)
+        if (strcmp(f[i].key, key) == 0)
+            return &f[i];
+    return NULL;
+}
+
+/* JSON lines: the type of a field is its key's whatever the value; a
+ * worker's bytes (NUL, invalid UTF-8, U+2028) stay one valid string; a
+ * line cut to any size stays one valid object. */
+START_TEST(test_log_json_strict)
+{
+    static char buf[4096];
+    pm_json_field f[16];
+    const char text[] = "nul\0after \xff\xc0\xed\xa0\x80 \xe2\x80\xa8 ok \xc3\xa9";
+    const char *kv[] = {"slot", "2", "incarnation", "9223372036854775807", "core_dumped", "true",
+                        "truncated", "false", "exit_code", "-1", "text", text};
+    size_t vlen[] = {(size_t)-1, (size_t)-1, (size_t)-1, (size_t)-1, (size_t)-1, sizeof(text) - 1};
+    size_t n = pmd_log_formatv(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "output", kv, vlen, 6);
+    size_t nf = strict_fields(buf, n, f, 16);
+    ck_assert_uint_eq(nf, 9);
+    ck_assert_int_eq(field_of(f, nf, "slot")->type, PM_JSON_NUMBER);
+    ck_assert_int_eq(field_of(f, nf, "incarnation")->type, PM_JSON_STRING);
+    ck_assert_str_eq(field_of(f, nf, "incarnation")->str, "9223372036854775807");
+    ck_assert_int_eq(field_of(f, nf, "core_dumped")->type, PM_JSON_BOOL);
+    ck_assert_int_eq(field_of(f, nf, "truncated")->type, PM_JSON_BOOL);
+    ck_assert_ptr_nonnull(strstr(buf, "\"core_dumped\":true,\"truncated\":false,\"exit_code\":-1,"));
+    const pm_json_field *t = field_of(f, nf, "text");
+    ck_assert_int_eq(t->type, PM_JSON_STRING);
+    /* NUL kept (escaped), every invalid byte one U+FFFD, U+2028 kept. */
+    const char want[] = "nul\0after \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd "
+                        "\xe2\x80\xa8 ok \xc3\xa9";
+    ck_assert_uint_eq(t->str_len, sizeof(want) - 1);
+    ck_assert_int_eq(memcmp(t->str, want, sizeof(want) - 1), 0);
+    ck_assert_ptr_nonnull(strstr(buf, "nul\\u0000after"));
+    ck_assert_ptr_nonnull(strstr(buf, "\\u2028"));
+    /* A worker's "42" and "true" are strings. */
+    const char *kv2[] = {"text", "42", "stream", "true"};
+    n = pmd_log_format(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "output", kv2, 2);
+    nf = strict_fields(buf, n, f, 16);
+    ck_assert_int_eq(field_of(f, nf, "text")->type, PM_JSON_STRING);
+    ck_assert_int_eq(field_of(f, nf, "stream")->type, PM_JSON_STRING);
+    /* Every size: still one strict JSON object with its newline; logfmt
+     * keeps its newline. */
+    char full[4096];
+    size_t whole = pmd_log_formatv(full, sizeof(full), PMD_LOG_JSON, "T", "info", "output", kv, vlen, 6);
+    for (size_t size = 6; size <= whole + 1; size++) {
+        n = pmd_log_formatv(buf, size, PMD_LOG_JSON, "T", "info", "output", kv, vlen, 6);
+        ck_assert_uint_lt(n, size);
+        strict_fields(buf, n, f, 16);
+        n = pmd_log_formatv(buf, size, PMD_LOG_TEXT, "T", "info", "output", kv, vlen, 6);
+        ck_assert_uint_lt(n, size);
+        ck_assert_int_eq(buf[n - 1], '\n');
+        ck_assert_ptr_null(memchr(buf, '\n', n - 1));
+    }
+    ck_assert_uint_eq(n, strlen(buf)); /* no raw NUL in logfmt either */
 }
 END_TEST
 
@@ -823,11 +899,11 @@ START_TEST(test_bin_health_endpoints)
         ck_assert(strncmp(name, "procmesh_", 9) == 0);
         samples++;
     }
-    /* 2 worker gauges, 3 per slot (restarts, ready, heartbeat age), 6 exit
-     * causes, 3 fence reasons, 11 mesh-wide figures and 3 of the daemon's
-     * own defences (evicted connections, accept pauses, suppressed log
-     * lines). */
-    ck_assert_int_eq(samples, 2 + 3 * 2 + 6 + 3 + 11 + 3);
+    /* 2 worker gauges, 2 per slot (restarts, ready; no heartbeat age: exec
+     * workers have no heartbeat), 6 exit causes, 3 fence reasons, 11
+     * mesh-wide figures and 3 of the daemon's own defences (evicted
+     * connections, accept pauses, suppressed log lines). */
+    ck_assert_int_eq(samples, 2 + 2 * 2 + 6 + 3 + 11 + 3);
     ck_assert_int_eq(get(port, "/nope", out, sizeof(out)), 404);
     ck_assert_int_eq(http(port, "POST /healthz HTTP/1.1\r\n\r\n", 26, out, sizeof(out)), 405);
     ck_assert_int_eq(http(port, "BLAH\r\n\r\n", 8, out, sizeof(out)), 400);
@@ -1539,6 +1615,253 @@ START_TEST(test_peer_link_logs)
 }
 END_TEST
 
+/* ------------------------------------------------------- operator's edges */
+
+/* Every line of a json-mode stderr, strictly parsed: one object each, and
+ * the known keys of their type whatever the value (the test's own list,
+ * then every other key as the log's table says). Returns the lines. */
+static int check_json_lines(const char *log)
+{
+    static const struct {
+        const char *key;
+        int type;
+    } known[] = {{"slot", PM_JSON_NUMBER},       {"pid", PM_JSON_NUMBER},
+                 {"exit_code", PM_JSON_NUMBER},  {"delay_ms", PM_JSON_NUMBER},
+                 {"restarts", PM_JSON_NUMBER},   {"lines", PM_JSON_NUMBER},
+                 {"incarnation", PM_JSON_STRING}, {"text", PM_JSON_STRING},
+                 {"ts", PM_JSON_STRING},         {"event", PM_JSON_STRING},
+                 {"signal", PM_JSON_STRING},     {"reason", PM_JSON_STRING},
+                 {"detail", PM_JSON_STRING},     {"error", PM_JSON_STRING},
+                 {"core_dumped", PM_JSON_BOOL},  {"truncated", PM_JSON_BOOL},
+                 {"workers_killed", PM_JSON_BOOL}};
+    int lines = 0;
+    for (const char *p = log; *p != '\0';) {
+        const char *nl = strchr(p, '\n');
+        ck_assert_msg(nl != NULL, "a line without its newline: %s", p);
+        pm_json_field f[32];
+        size_t nf = 0, at = 0;
+        const char *why = NULL;
+        int rc = pm_json_check_object(p, (size_t)(nl - p), f, 32, &nf, &why, &at);
+        ck_assert_msg(rc == 0, "line %d is not strict JSON (%s at byte %zu): %.*s", lines + 1, why, at,
+                      (int)(nl - p), p);
+        for (size_t i = 0; i < nf; i++) {
+            int want = 0;
+            for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
+                if (strcmp(known[k].key, f[i].key) == 0)
+                    want = known[k].type;
+            if (want == 0) {
+                int t = pmd_log_field_type(f[i].key);
+                want = t == PMD_FIELD_NUMBER ? PM_JSON_NUMBER : t == PMD_FIELD_BOOL ? PM_JSON_BOOL : PM_JSON_STRING;
+            }
+            ck_assert_msg(f[i].type == want, "line %d: \"%s\" is of type '%c', not '%c': %.*s", lines + 1,
+                          f[i].key, f[i].type, want, (int)(nl - p), p);
+        }
+        lines++;
+        p = nl + 1;
+    }
+    return lines;
+}
+
+/* The decoded "text" of every output line in log, concatenated with '|'. */
+static size_t output_texts(const char *log, char *out, size_t size)
+{
+    size_t len = 0;
+    for (const char *p = log; *p != '\0';) {
+        const char *nl = strchr(p, '\n');
+        pm_json_field f[32];
+        size_t nf = 0;
+        if (pm_json_check_object(p, (size_t)(nl - p), f, 32, &nf, NULL, NULL) == 0 &&
+            field_of(f, nf, "event") != NULL && strcmp(field_of(f, nf, "event")->str, "output") == 0) {
+            const pm_json_field *t = field_of(f, nf, "text");
+            for (size_t i = 0; t != NULL && i < t->str_len && len + 2 < size; i++)
+                out[len++] = t->str[i];
+            if (len + 2 < size)
+                out[len++] = '|';
+        }
+        p = nl + 1;
+    }
+    out[len] = '\0';
+    return len;
+}
+
+START_TEST(test_bin_json_every_line)
+{
+    /* Hostile output from two workers (invalid UTF-8, NUL, control
+     * characters, quotes, a 10,000-byte line, a line "42"), then one exits
+     * 3 and the other dies of SIGSEGV: every line procmesh writes is one
+     * strict JSON object with typed fields, the worker's bytes arrive
+     * intact (NUL escaped, invalid bytes as U+FFFD), and under --restart
+     * never the run ends with exit 5. */
+    static char out[262144], texts[65536];
+    const char *script =
+        "printf 'bad \\377\\300 utf8\\n'; printf 'nul\\000after\\n'; "
+        "printf 'ctl \\001\\033[31m\\177 \"q\" \\\\ {\"level\":\"error\"}\\n'; printf '42\\n'; "
+        "head -c 10000 /dev/zero | tr '\\000' x; echo; "
+        "sleep 0.2; if [ \"$PM_SLOT_HINT\" = 1 ]; then exit 3; fi; kill -SEGV $$";
+    char *a[] = {"procmesh", "run", "--log-format", "json", "--ready", "exec", "--workers", "1",
+                 "--restart", "never", "--", "/bin/sh", "-c", (char *)script, NULL};
+    proc p = start(a, base_env);
+    int rc = finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 5, "exit %d (want 5: a slot ended in a failure), log:\n%s", rc, out);
+    int lines = check_json_lines(out);
+    ck_assert_int_ge(lines, 6);
+    size_t tlen = output_texts(out, texts, sizeof(texts));
+    static const char bad[] = "bad \xef\xbf\xbd\xef\xbf\xbd utf8|", nul[] = "nul\0after|",
+                      ctl[] = "ctl \x01\x1b[31m\x7f \"q\" \\ {\"level\":\"error\"}|";
+    ck_assert_msg(memmem(texts, tlen, bad, sizeof(bad) - 1) != NULL, "invalid UTF-8 not U+FFFD: %s", out);
+    ck_assert_msg(memmem(texts, tlen, nul, sizeof(nul) - 1) != NULL, "NUL cut the line: %s", out);
+    ck_assert_msg(memmem(texts, tlen, ctl, sizeof(ctl) - 1) != NULL, "control characters: %s", out);
+    ck_assert_ptr_nonnull(strstr(out, "\"text\":\"42\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"truncated\":true"));
+    ck_assert_ptr_nonnull(strstr(out, "\"signal\":\"SIGSEGV\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"core_dumped\":false"));
+    ck_assert_ptr_nonnull(strstr(out, "\"incarnation\":\"1\""));
+    /* exit 3 under --restart never: 5 as well, with its exit code typed. */
+    char *env[] = {"PATH=/usr/bin:/bin", "PM_SLOT_HINT=1", NULL};
+    p = start(a, env);
+    rc = finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 5, "exit %d (want 5), log:\n%s", rc, out);
+    check_json_lines(out);
+    ck_assert_ptr_nonnull(strstr(out, "\"exit_code\":3,"));
+    ck_assert_ptr_nonnull(strstr(out, "\"failed_slots\":1"));
+    /* Every slot ending cleanly is still 0. */
+    char *b[] = {"procmesh", "run", "--log-format", "json", "--ready", "exec", "--workers", "2",
+                 "--restart", "never", "--", "/bin/sh", "-c", "sleep 0.2", NULL};
+    p = start(b, base_env);
+    rc = finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 0, "exit %d (want 0), log:\n%s", rc, out);
+    check_json_lines(out);
+    /* A bad option, in json mode, is a JSON line too. */
+    char *c[] = {"procmesh", "run", "--log-format", "json", "--workers", "zero", "--", "/bin/true", NULL};
+    p = start(c, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 2);
+    ck_assert_int_eq(check_json_lines(out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "--workers: 'zero'"));
+}
+END_TEST
+
+START_TEST(test_bin_json_library_diagnostics)
+{
+    /* What the library says on its own (peers-dns failures, peer links that
+     * cannot be set up) is a JSON line in json mode too. */
+    static char out[65536];
+    char *a[] = {"procmesh", "run", "--log-format", "json", "--ready", "exec", "--workers", "1",
+                 "--peers-dns", "pm-none.invalid:7000", "--insecure-no-secret", "--", "/bin/sleep",
+                 "100", NULL};
+    proc p = start(a, base_env);
+    wait_log(&p, "\"event\":\"peers_dns_failed\"", 1, 60000);
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+    check_json_lines(out);
+    ck_assert_ptr_nonnull(strstr(out, "pm-none.invalid"));
+    /* A peer port already taken: the start fails (4), said in JSON. */
+    int port = pm_test_free_port();
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(lfd, 1), 0);
+    char listen_at[32];
+    snprintf(listen_at, sizeof(listen_at), "127.0.0.1:%d", port);
+    char *b[] = {"procmesh", "run", "--log-format", "json", "--ready", "exec", "--workers", "1",
+                 "--peer-listen", listen_at, "--insecure-no-secret", "--", "/bin/sleep", "100", NULL};
+    p = start(b, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
+    close(lfd);
+    check_json_lines(out);
+    ck_assert_msg(strstr(out, "\"event\":\"peer_links_failed\"") != NULL, "%s", out);
+}
+END_TEST
+
+START_TEST(test_bin_mesh_ready_hint)
+{
+    /* A plain program under the default --ready mesh: when it exits first,
+     * said at once (the ready timeout is 60 s, the bound 20 s), naming the
+     * link it never opened and the readiness modes that fit it. */
+    static char out[16384];
+    char *a[] = {"procmesh", "run", "--workers", "1", "--ready-timeout", "60000", "--", "/bin/sh",
+                 "-c", "exit 0", NULL};
+    proc p = start(a, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
+    ck_assert_msg(strstr(out, "worker exited with code 0 before it was ready; it never opened its link") != NULL &&
+                      strstr(out, "--ready exec or --ready notify") != NULL,
+                  "%s", out);
+    /* Still running at the timeout: the same words after it. */
+    char *b[] = {"procmesh", "run", "--workers", "1", "--ready-timeout", "500", "--", "/bin/sleep",
+                 "100", NULL};
+    p = start(b, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
+    ck_assert_msg(strstr(out, "not ready within 500 ms; it had not opened its link") != NULL &&
+                      strstr(out, "--ready exec or --ready notify") != NULL,
+                  "%s", out);
+    /* A libprocmesh worker that joined but was never ready gets no hint
+     * (5 s: a join through libtool's wrapper script can take a while). */
+    char *c[] = {"procmesh", "run", "--workers", "1", "--ready-timeout", "5000", "--", PM_TEST_WORKER,
+                 "never-ready", NULL};
+    p = start(c, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 30000), 4);
+    ck_assert_msg(strstr(out, "not ready within 5000 ms") != NULL && strstr(out, "never opened") == NULL,
+                  "%s", out);
+}
+END_TEST
+
+START_TEST(test_bin_status_exit_codes)
+{
+    /* A bad HOST:PORT is bad usage (2); a daemon that does not answer, 4. */
+    static char out[4096];
+    const char *bad[] = {"localhost:80x", "localhost:", ":8080", "localhost:0", "localhost:65536",
+                         "localhost", "[::1:80"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *a[] = {"procmesh", "status", "--health", (char *)bad[i], NULL};
+        proc p = start(a, base_env);
+        int rc = finish(&p, out, sizeof(out), 10000);
+        ck_assert_msg(rc == 2, "status --health %s: exit %d, want 2: %s", bad[i], rc, out);
+    }
+    char none[32];
+    snprintf(none, sizeof(none), "127.0.0.1:%d", pm_test_free_port());
+    char *b[] = {"procmesh", "status", "--health", none, NULL};
+    proc p = start(b, base_env);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 4);
+}
+END_TEST
+
+START_TEST(test_bin_heartbeat_metric_only_with_heartbeats)
+{
+    /* exec workers never heartbeat: no age series (it would grow without
+     * bound); mesh workers have one per ready slot; /status carries the
+     * incarnation as a string. */
+    static char body[65536];
+    int port = pm_test_free_port();
+    char health[64];
+    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
+                 "/bin/sleep", "100", NULL};
+    proc p = start(a, base_env);
+    wait_http(port, "/readyz", 200, 20000);
+    ck_assert_int_eq(get(port, "/metrics", body, sizeof(body)), 200);
+    ck_assert_msg(strstr(body, "procmesh_slot_heartbeat_age_seconds{") == NULL, "%s", body);
+    ck_assert_int_eq(get(port, "/status", body, sizeof(body)), 200);
+    const char *json = body;
+    const char *why = NULL;
+    ck_assert_msg(pm_json_check(json, strlen(json), &why) == 0, "%s: %s", why, json);
+    ck_assert_msg(strstr(json, "\"incarnation\":\"1\"") != NULL, "%s", json);
+    ck_assert_msg(strstr(json, "\"heartbeat_age_ms\":0") != NULL, "%s", json);
+    kill(p.pid, SIGTERM);
+    static char out[32768];
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+    char *b[] = {"procmesh", "run", "--workers", "2", "--health", health, "--", PM_TEST_WORKER,
+                 "echo", NULL};
+    p = start(b, base_env);
+    wait_http(port, "/readyz", 200, 20000);
+    ck_assert_int_eq(get(port, "/metrics", body, sizeof(body)), 200);
+    ck_assert_msg(strstr(body, "procmesh_slot_heartbeat_age_seconds{slot=\"0\"}") != NULL &&
+                      strstr(body, "procmesh_slot_heartbeat_age_seconds{slot=\"1\"}") != NULL,
+                  "%s", body);
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -1549,6 +1872,12 @@ int main(void)
     PM_ADD_TEST(s, test_peer_files_and_exit, 60);
     PM_ADD_TEST(s, test_peer_link_logs, 60);
     PM_ADD_TEST(s, test_log_format, 30);
+    PM_ADD_TEST(s, test_log_json_strict, 30);
+    PM_ADD_TEST(s, test_bin_json_every_line, 60);
+    PM_ADD_TEST(s, test_bin_json_library_diagnostics, 90);
+    PM_ADD_TEST(s, test_bin_mesh_ready_hint, 60);
+    PM_ADD_TEST(s, test_bin_status_exit_codes, 60);
+    PM_ADD_TEST(s, test_bin_heartbeat_metric_only_with_heartbeats, 60);
     PM_ADD_TEST(s, test_core_pattern, 30);
     PM_ADD_TEST(s, test_http_parse, 30);
     PM_ADD_TEST(s, test_bin_usage_errors, 60);

@@ -11,14 +11,24 @@
  * fallback was really taken (through tests/internals.h, and a leaked fd
  * that only the walk can have caught) and that the cluster still works:
  * spawn, messages both ways, a crash and its restart, terminate.
+ *
+ * The RuntimeDefault cases do the same with the profile a container
+ * runtime's default seccomp profile amounts to for procmesh: io_uring_setup
+ * and clone3 refused, with EPERM (Docker's and containerd's answer to a call
+ * not on their list) or ENOSYS (their answer for clone3, so that glibc
+ * falls back); and, as root, with the cgroup filesystem read-only in a
+ * mount namespace of the test's own, as in a pod: workers must start,
+ * restart and be contained by process groups.
  */
 #include "helpers.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
@@ -76,6 +86,31 @@ static void refuse_new_calls(void)
 }
 #endif
 
+#if defined(PM_AUDIT_ARCH) && defined(__NR_io_uring_setup) && defined(__NR_clone3)
+#define PM_CAN_FILTER_RD 1
+/* A RuntimeDefault profile, as far as procmesh is concerned: io_uring_setup
+ * and clone3 answered with err (EPERM or ENOSYS), everything else let
+ * through (pidfds included: the runtimes' profiles allow them). */
+static void refuse_like_runtime_default(int err)
+{
+    struct sock_filter prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog fprog = {.len = (unsigned short)ARRAY_LEN(prog), .filter = prog};
+    ck_assert_msg(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS: %s",
+                  strerror(errno));
+    ck_assert_msg(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) == 0,
+                  "SECCOMP_SET_MODE_FILTER: %s", strerror(errno));
+}
+#endif
+
 /* errno of a call that failed, 0 when it succeeded (its fd closed). */
 static int call_errno(long rc)
 {
@@ -110,6 +145,10 @@ static int probe_pidfd_signal(void)
 }
 
 /* ---------------------------------------------------------------- the cluster side */
+
+/* The filter of the test refuses pidfd_open (the old-kernel cases) or lets
+ * it through (the RuntimeDefault cases). */
+static int pidfd_refused = 1;
 
 static struct {
     char last[8][512]; /* what slot i last sent main */
@@ -213,6 +252,8 @@ static void assert_fallbacks(pm_cluster *c, unsigned workers, int handle_signals
     ck_assert_msg(pm_test_loop_backend(c) == PM__LOOP_EPOLL,
                   "the loop runs on backend %d, not epoll, with io_uring_setup refused",
                   pm_test_loop_backend(c));
+    if (!pidfd_refused)
+        return;
     for (unsigned i = 0; i < workers; i++)
         ck_assert_msg(pm_test_slot_pidfd(c, i) == -1, "slot %u holds pidfd %d with pidfd_open "
                       "refused", i, pm_test_slot_pidfd(c, i));
@@ -369,6 +410,156 @@ START_TEST(test_exec_mode_cloexec_walk)
 }
 END_TEST
 
+#ifdef PM_CAN_FILTER_RD
+static int probe_clone3(void)
+{
+    /* No arguments: EINVAL (or E2BIG) when the call exists. */
+    return call_errno(syscall(__NR_clone3, NULL, (size_t)0));
+}
+
+/* An exec-mode cluster's life under the RuntimeDefault-like filter
+ * (containment as the machine allows: a cgroup as root here). */
+static void runtime_default(int err)
+{
+    refuse_like_runtime_default(err);
+    ck_assert_int_eq(probe_io_uring(), err);
+    ck_assert_int_eq(probe_clone3(), err);
+    pidfd_refused = 0;
+    char *argv[] = {PM_TEST_WORKER, "echo", NULL};
+    pm_options *o = opts(2, 1);
+    ck_assert_int_eq(pm_options_set_exec(o, PM_TEST_WORKER, argv), 0);
+    exercise(o, 2, 1);
+    pm_options_free(o);
+    /* Fork mode too (fork_into's clone3 is only for exec mode). */
+    o = opts(2, 1);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
+    exercise(o, 2, 1);
+    pm_options_free(o);
+}
+#endif
+
+START_TEST(test_runtime_default_eperm)
+{
+#ifdef PM_CAN_FILTER_RD
+    runtime_default(EPERM);
+#endif
+}
+END_TEST
+
+START_TEST(test_runtime_default_enosys)
+{
+#ifdef PM_CAN_FILTER_RD
+    runtime_default(ENOSYS);
+#endif
+}
+END_TEST
+
+#ifdef PM_CAN_FILTER_RD
+/* Every cgroup filesystem read-only in a mount namespace of this test
+ * process's own (the host's mounts are untouched): a pod's view. 0, or a
+ * reason to skip. */
+static const char *cgroupfs_read_only(void)
+{
+    if (geteuid() != 0)
+        return "needs root (a mount namespace and a remount)";
+    if (unshare(CLONE_NEWNS) < 0)
+        return "unshare(CLONE_NEWNS) refused";
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return "cannot make the mounts private";
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char mnt[512], type[64];
+        const char *dash = strstr(line, " - ");
+        if (dash == NULL || sscanf(line, "%*s %*s %*s %*s %511s", mnt) != 1 ||
+            sscanf(dash + 3, "%63s", type) != 1)
+            continue;
+        if (strcmp(type, "cgroup") != 0 && strcmp(type, "cgroup2") != 0)
+            continue;
+        ck_assert_msg(mount(NULL, mnt, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) == 0,
+                      "remount %s read-only: %s", mnt, strerror(errno));
+        n++;
+    }
+    fclose(f);
+    return n > 0 ? NULL : "no cgroup filesystem mounted";
+}
+#endif
+
+START_TEST(test_runtime_default_readonly_cgroupfs)
+{
+#ifdef PM_CAN_FILTER_RD
+    /* As in a pod under RuntimeDefault: io_uring and clone3 refused
+     * (EPERM), the cgroup filesystem read-only. The cluster runs on epoll
+     * and fork, contains each incarnation in a process group, and a crash
+     * takes the worker's own child with it. */
+    const char *skip = cgroupfs_read_only();
+    if (skip != NULL) {
+        fprintf(stderr, "note: test_runtime_default_readonly_cgroupfs skipped: %s\n", skip);
+        return;
+    }
+    refuse_like_runtime_default(EPERM);
+    pidfd_refused = 0;
+    char dir[] = "/tmp/pm-rd-XXXXXX", script[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    /* The shell's background child stays in its process group (no job
+     * control); the shell then becomes the worker (exec keeps the pid). */
+    snprintf(script, sizeof(script), "sleep 1000 & echo $! > %s/bg-$$; exec %s echo", dir, PM_TEST_WORKER);
+    char *argv[] = {"/bin/sh", "-c", script, NULL};
+    pm_options *o = opts(2, 1);
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    char detail[320];
+    ck_assert_msg(pm_cluster_containment(c, detail, sizeof(detail)) == PM_CONTAIN_PROCESS_GROUP,
+                  "containment with a read-only cgroupfs: %s", detail);
+    assert_fallbacks(c, 2, 1);
+    round_trip(c, 0, "ping");
+    round_trip(c, 1, "ping");
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/bg-%d", dir, (int)si.pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    int bg = 0;
+    ck_assert_int_eq(fscanf(f, "%d", &bg), 1);
+    fclose(f);
+    ck_assert_int_eq(kill(bg, 0), 0);
+    ck_assert_int_eq(getpgid(bg), si.pid); /* in the worker's own group */
+    uint64_t inc = pm_test_slot_incarnation(c, 0);
+    pm_address a = addr_of(c, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "crash", 5), 0);
+    PM_RUN_UNTIL(c, seen.exited_signal == SIGSEGV, 20000);
+    PM_RUN_UNTIL(c, seen.ready_inc[0] > inc && pm_test_slot_state(c, 0) == PM_SLOT_READY, 20000);
+    /* The group was killed before the worker was reaped; the sleep is our
+     * subreaper-less grandchild: gone, or a zombie about to be reaped by
+     * init. Either way it no longer runs. */
+    char stat[64], st = 'R';
+    snprintf(stat, sizeof(stat), "/proc/%d/stat", bg);
+    f = fopen(stat, "r");
+    if (f != NULL) {
+        ck_assert_int_eq(fscanf(f, "%*d %*s %c", &st), 1);
+        fclose(f);
+    }
+    ck_assert_msg(f == NULL || st == 'Z' || st == 'X', "the crashed worker's child %d still runs (%c)", bg, st);
+    round_trip(c, 0, "after the crash");
+    round_trip(c, 1, "still here");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    /* No system("rm -rf"): glibc's posix_spawn gives up on clone3's EPERM. */
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d))
+        if (e->d_name[0] != '.')
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    ck_assert_int_eq(rmdir(dir), 0);
+#endif
+}
+END_TEST
+
 int main(void)
 {
 #ifndef PM_CAN_FILTER
@@ -379,5 +570,8 @@ int main(void)
     PM_ADD_TEST(s, test_fork_mode_sigchld, 60);
     PM_ADD_TEST(s, test_fork_mode_scan, 60);
     PM_ADD_TEST(s, test_exec_mode_cloexec_walk, 60);
+    PM_ADD_TEST(s, test_runtime_default_eperm, 90);
+    PM_ADD_TEST(s, test_runtime_default_enosys, 90);
+    PM_ADD_TEST(s, test_runtime_default_readonly_cgroupfs, 60);
     return pm_test_main(s);
 }

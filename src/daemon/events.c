@@ -375,6 +375,9 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         ev->hs->spawn_failures++;
         break;
     case PM_EVENT_STOPPED:
+        /* The policy stopped it after a failure (a clean end is "exit"). */
+        if (e->reason_code == PM_REASON_POLICY)
+            ev->failed_stops++;
         /* Kept before the rate limit: procmesh.c logs it with start_failed,
          * since pm_cluster_spawn can only return an errno (-ECHILD says
          * nothing about a worker that exited with code 1). */
@@ -530,8 +533,9 @@ void pmd_on_output(pm_cluster *c, const pm_output_line *l, void *arg)
         pmd_log(PMD_LOG_WARN, "output_suppressed", kv, 4);
         return;
     }
-    /* The text as one value: the log's escaping keeps a worker's control
-     * characters from forging lines or fields. NUL bytes end it early. */
+    /* The text as one value, with its length: the log's escaping keeps a
+     * worker's control characters (NUL too) from forging lines or fields
+     * or cutting the line, and makes invalid UTF-8 U+FFFD. */
     const char *kv[2 * 7] = {"slot", slot, "pid", pid, "incarnation", inc, "stream",
                              l->stream == PM_OUTPUT_STDERR ? "stderr" : "stdout"};
     size_t n = 4;
@@ -548,5 +552,8 @@ void pmd_on_output(pm_cluster *c, const pm_output_line *l, void *arg)
     kv[2 * n] = "text";
     kv[2 * n + 1] = l->text;
     n++;
-    pmd_log(PMD_LOG_INFO, "output", kv, n);
+    size_t vlen[7] = {(size_t)-1, (size_t)-1, (size_t)-1, (size_t)-1, (size_t)-1, (size_t)-1,
+                      (size_t)-1};
+    vlen[n - 1] = l->len;
+    pmd_logv(PMD_LOG_INFO, "output", kv, vlen, n);
 }

@@ -48,6 +48,8 @@ typedef struct pmd_slot_log {
 typedef struct pmd_events {
     pmd_health_state *hs; /* exit counters and failed starts, for /metrics and /healthz */
     unsigned retired;     /* slots retired: exit status 3 once none is left */
+    unsigned failed_stops; /* slots stopped after a failure, not restarted (--restart
+                              never): exit status 5 */
     long long oom_kills;  /* our memory cgroup's oom_kill count at the last look, -1 unknown */
     int contain_logged;   /* the containment line was written (at the first event) */
     int slot_oom;         /* each slot has its own memory cgroup: pm_event.oom_kills is exact */
@@ -57,7 +59,7 @@ typedef struct pmd_events {
     /* Why the first start failed, in words: the detail of the first STOPPED
      * "spawn-aborted" event (the one behind pm_cluster_spawn's errno; the
      * workers killed after it get their own). "" when none came. */
-    char start_error[160];
+    char start_error[320];
 } pmd_events;
 
 /* Takes the first look at the OOM count, so that a later rise is ours. */

@@ -208,10 +208,15 @@ size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, 
     for (unsigned i = 0; i < n && info != NULL; i++)
         pmd_sb_printf(&b, "procmesh_slot_ready{slot=\"%u\"} %d\n", i, info[i].state == PM_SLOT_READY);
     metric(&b, "procmesh_slot_heartbeat_age_seconds", "gauge",
-           "Time since the slot's worker last made progress.");
+           "Time since the slot's worker last made progress; only slots whose worker "
+           "heartbeats (a ready mesh worker, a notify worker after WATCHDOG=1).");
+    /* Where there is no heartbeat (exec, notify without WATCHDOG=1, a slot
+     * not ready) the series is absent: an age since ready would grow
+     * without bound and set off any alert on it. */
     for (unsigned i = 0; i < n && info != NULL; i++)
-        pmd_sb_printf(&b, "procmesh_slot_heartbeat_age_seconds{slot=\"%u\"} %.3f\n", i,
-                  info[i].heartbeat_age_ms / 1000.0);
+        if (info[i].heartbeat_age_ms > 0)
+            pmd_sb_printf(&b, "procmesh_slot_heartbeat_age_seconds{slot=\"%u\"} %.3f\n", i,
+                          info[i].heartbeat_age_ms / 1000.0);
     metric(&b, "procmesh_exits_total", "counter", "Worker exits by cause (clean: exited 0, or ended as asked by a stop).");
     pmd_sb_printf(&b, "procmesh_exits_total{cause=\"clean\"} %llu\n", (unsigned long long)st->exits_clean);
     pmd_sb_printf(&b, "procmesh_exits_total{cause=\"failure\"} %llu\n", (unsigned long long)st->exits_failed);

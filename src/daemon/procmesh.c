@@ -12,13 +12,10 @@
  * Exit status of `run`: 0 every worker stopped by itself (graceful drain, or
  * every slot ended cleanly), 1 the drain had to SIGKILL a worker, 2 bad
  * command line or configuration, 3 every slot was retired (its restart
- * budget spent), 4 could not start (a listening socket, the first spawn).
+ * budget spent), 4 could not start (a listening socket, the first spawn),
+ * 5 a slot ended in a failure and was not restarted (--restart never).
  * Of `status`: 0, 2 bad usage, 4 the daemon did not answer. Of `keygen`:
  * 0, 1 the file could not be written or read, 2 bad usage.
- *
- * Peer links are not running in this build: `run` validates their options
- * and key files (exit 2 naming the option on bad input), then logs
- * peer_links_unavailable and exits 2 whenever one is given.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -41,6 +38,7 @@
 #include "base/defaults.h"
 #include "events.h"
 #include "health.h"
+#include "keyreload.h"
 #include "listen.h"
 #include "log.h"
 #include "peer/peerkeys.h"
@@ -52,6 +50,7 @@
 #define EXIT_USAGE 2
 #define EXIT_RETIRED 3
 #define EXIT_START 4
+#define EXIT_SLOT_FAILED 5
 
 /* The defaults in the usage text are the library's (defaults.h). */
 #define STR_(x) #x
@@ -116,7 +115,7 @@ static const char usage_text[] =
     "                            kernel.core_pattern must name DIR (checked at\n"
     "                            start). Default: no cores (RLIMIT_CORE 0)\n"
     "\n"
-    "peer links (not yet: peers in /status):\n"
+    "peer links (peers in /status):\n"
     "  --peer-listen HOST:PORT   accept peers here\n"
     "  --peers HOST:PORT[,...]   connect to these peers\n"
     "  --peers-dns NAME:PORT     peers from every address of NAME (re-resolved\n"
@@ -131,12 +130,13 @@ static const char usage_text[] =
     "  --peer-keys FILE          pin peers: lines 'HOST BASE64-PUBLIC-KEY'\n"
     "\n"
     "signals: SIGTERM/SIGINT drain (stop request, --stop-timeout, SIGKILL; a\n"
-    "second one skips the wait); SIGHUP re-reads the --secret-file files (peer\n"
-    "mode: the handshakes to come use them, links stay up), then replaces the\n"
-    "workers one slot at a time\n"
+    "second one skips the wait); SIGUSR2 re-reads the --secret-file files (peer\n"
+    "mode: the handshakes to come use them; links stay up, no worker restarts);\n"
+    "SIGHUP does the same, then replaces the workers one slot at a time\n"
     "\n"
     "exit status: 0 stopped cleanly, 1 a worker had to be killed at stop,\n"
-    "2 bad usage, 3 every slot retired, 4 could not start\n"
+    "2 bad usage, 3 every slot retired, 4 could not start, 5 a slot ended in\n"
+    "a failure and was not restarted (--restart never)\n"
     "\n"
     "procmesh keygen FILE writes a new secret (64 hex characters, mode 0600) and\n"
     "prints its id; --node-key FILE a new static key, printing its public key;\n"
@@ -185,67 +185,6 @@ static int rolling_restart(pm_cluster *c, pmd_health *health, pmd_events *ev)
     return 0;
 }
 
-/*
- * SIGHUP in peer mode, before the rolling restart: re-reads every
- * --secret-file (the same paths as at start, the same checks) and hands the
- * secrets to the cluster, for the handshakes to come; links that are up stay
- * up. The steps of a rotation (doc/protocol.md 1) need no restart: the
- * second file may be missing (the old secret was dropped: only the first
- * is kept), or hold the same secret as the first (taken once). Any other
- * problem keeps the keys in use and logs why. The secrets only ever lie in
- * secret memory; the log shows their ids.
- */
-static void reload_secrets(pm_cluster *c, const pmd_dconf *conf)
-{
-    if (!conf->peer_flags || conf->nsecret_files == 0)
-        return;
-    char why[384] = "";
-    unsigned char *keys = sodium_malloc(2 * PM__PEER_KEY_LEN);
-    if (keys == NULL) {
-        const char *kv[] = {"reason", "no secret memory"};
-        pmd_log(PMD_LOG_ERROR, "peer_keys_reload_failed", kv, 1);
-        return;
-    }
-    unsigned n = 0;
-    int rc = 0;
-    for (size_t i = 0; i < conf->nsecret_files && rc == 0; i++) {
-        unsigned char *k = keys + n * PM__PEER_KEY_LEN;
-        rc = pm__peer_key_load(conf->secret_file[i], conf->allow_insecure_secret_mode, k, why, sizeof(why));
-        if (rc == -ENOENT && i > 0) {
-            rc = 0; /* the next secret's file removed: the old one dropped */
-            continue;
-        }
-        if (rc == 0 && n == 1 && sodium_memcmp(keys, k, PM__PEER_KEY_LEN) == 0)
-            continue; /* the same secret twice: taken once */
-        if (rc == 0)
-            n++;
-    }
-    if (rc == 0) {
-        rc = pm_cluster_set_secrets(c, keys, n);
-        if (rc < 0)
-            snprintf(why, sizeof(why), "%s", pm_strerror(rc));
-    }
-    char ids[2 * (2 * PM__PEER_KEY_ID_LEN + 1)] = "";
-    for (unsigned i = 0; rc == 0 && i < n; i++) {
-        unsigned char id[PM__PEER_KEY_ID_LEN];
-        pm__peer_key_id(keys + i * PM__PEER_KEY_LEN, id);
-        size_t at = strlen(ids);
-        if (i > 0)
-            ids[at++] = ',';
-        sodium_bin2hex(ids + at, sizeof(ids) - at, id, sizeof(id));
-    }
-    sodium_free(keys); /* zeroes them */
-    if (rc < 0) {
-        const char *kv[] = {"reason", why, "keeping", "the keys in use"};
-        pmd_log(PMD_LOG_ERROR, "peer_keys_reload_failed", kv, 2);
-        return;
-    }
-    char count[8];
-    snprintf(count, sizeof(count), "%u", n);
-    const char *kv[] = {"secrets", count, "ids", ids};
-    pmd_log(PMD_LOG_INFO, "peer_keys_reloaded", kv, 2);
-}
-
 /* Stops the workers (drain) and frees the cluster. The health endpoint
  * lives in the cluster's loop, which this frees: it is closed first, so
  * probes during the drain see a refused connection, which orchestrators
@@ -263,8 +202,37 @@ static const char *env_get(const char *name)
     return getenv(name);
 }
 
+/* "HOST:PORT" or "[V6ADDR]:PORT" into host (brackets taken off); 0, or -1
+ * when it is not that shape or the port is not a number 1-65535: a bad
+ * argument, not a daemon that did not answer. */
+static int split_host_port(const char *addr, char *host, size_t size)
+{
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || colon == addr)
+        return -1;
+    const char *port = colon + 1;
+    size_t plen = strlen(port);
+    if (plen == 0 || plen > 5 || strspn(port, "0123456789") != plen || atoi(port) < 1 ||
+        atoi(port) > 65535)
+        return -1;
+    const char *h = addr;
+    size_t hlen = (size_t)(colon - addr);
+    if (h[0] == '[') {
+        if (hlen < 3 || h[hlen - 1] != ']')
+            return -1;
+        h++;
+        hlen -= 2;
+    }
+    if (hlen == 0 || hlen >= size)
+        return -1;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    return 0;
+}
+
 /* procmesh status [--health HOST:PORT]: GET /status and print the slot
- * table. Exit 0, 2 bad usage, 4 cannot reach the daemon. */
+ * table. Exit 0, 2 bad usage (a bad HOST:PORT too), 4 cannot reach the
+ * daemon (a name that does not resolve, no answer). */
 static int cmd_status(int argc, char **argv)
 {
     const char *addr = getenv("PROCMESH_HEALTH");
@@ -288,17 +256,16 @@ static int cmd_status(int argc, char **argv)
         return EXIT_USAGE;
     }
     char host[256];
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL || colon == addr || (size_t)(colon - addr) >= sizeof(host)) {
-        fprintf(stderr, "procmesh status: --health: '%s' is not HOST:PORT\n", addr);
+    if (split_host_port(addr, host, sizeof(host)) < 0) {
+        fprintf(stderr, "procmesh status: --health: '%s' is not HOST:PORT (a port 1-65535; "
+                "[ADDRESS]:PORT for IPv6)\n", addr);
         return EXIT_USAGE;
     }
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = '\0';
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof(hints));
     hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, colon + 1, &hints, &res) != 0) {
+    hints.ai_flags = AI_NUMERICSERV;
+    if (getaddrinfo(host, strrchr(addr, ':') + 1, &hints, &res) != 0) {
         fprintf(stderr, "procmesh status: cannot resolve '%s'\n", addr);
         return EXIT_START;
     }
@@ -354,6 +321,43 @@ static void log_core_dir(const char *dir)
     pmd_log(where == PMD_CORE_IN_DIR ? PMD_LOG_INFO : PMD_LOG_WARN, "core_dir", kv, 3);
 }
 
+/* The log format asked for, looked up before the options are parsed, so
+ * that a bad option is already reported as a JSON line when json was asked
+ * for: in json mode every line procmesh writes on stderr is JSON (workers'
+ * own lines too, unless --output inherit hands them stderr itself). */
+static int early_log_format(int argc, char **argv)
+{
+    const char *v = getenv("PROCMESH_LOG_FORMAT");
+    for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strcmp(argv[i], "--log-format") == 0 && i + 1 < argc)
+            v = argv[++i];
+        else if (strncmp(argv[i], "--log-format=", 13) == 0)
+            v = argv[i] + 13;
+    }
+    return v != NULL && strcmp(v, "json") == 0 ? PMD_LOG_JSON : PMD_LOG_TEXT;
+}
+
+/* A bad option or configuration, in the log's format. */
+static void run_error(const char *err)
+{
+    if (!pmd_log_json()) {
+        fprintf(stderr, "procmesh run: %s\n", err);
+        return;
+    }
+    const char *kv[] = {"error", err};
+    pmd_log(PMD_LOG_ERROR, "bad_usage", kv, 1);
+}
+
+/* The library's diagnostics (peers-dns failures and the like) as log
+ * lines, so that they are JSON in json mode too. */
+static void on_diagnostic(pm_cluster *c, const char *topic, const char *message, void *arg)
+{
+    (void)c;
+    (void)arg;
+    const char *kv[] = {"detail", message};
+    pmd_log(strcmp(topic, "peer_links_failed") == 0 ? PMD_LOG_ERROR : PMD_LOG_WARN, topic, kv, 1);
+}
+
 static int cmd_run(int argc, char **argv)
 {
     static pmd_dconf conf;
@@ -364,8 +368,9 @@ static int cmd_run(int argc, char **argv)
             return 0;
         }
     }
+    pmd_log_setup(early_log_format(argc, argv), PMD_LOG_INFO);
     if (pmd_dconf_parse(&conf, argc, argv, env_get, err, sizeof(err)) < 0) {
-        fprintf(stderr, "procmesh run: %s\n", err);
+        run_error(err);
         return EXIT_USAGE;
     }
     pmd_log_setup(conf.log_format, conf.log_level);
@@ -378,15 +383,16 @@ static int cmd_run(int argc, char **argv)
     }
     pm_options *o;
     if (pmd_dconf_options(&conf, &o, err, sizeof(err)) < 0) {
-        fprintf(stderr, "procmesh run: %s\n", err);
+        run_error(err);
         return EXIT_USAGE;
     }
+    pm_options_set_on_diagnostic(o, on_diagnostic, NULL);
     if (conf.peer_flags) {
         /* The key files are read (and bad ones named) before anything
          * starts. */
         int rc = pmd_dconf_peer_files(&conf, o, err, sizeof(err));
         if (rc < 0) {
-            fprintf(stderr, "procmesh run: %s\n", err);
+            run_error(err);
             pm_options_free(o);
             pmd_dconf_free(&conf);
             return EXIT_USAGE;
@@ -424,6 +430,7 @@ static int cmd_run(int argc, char **argv)
     pm_options_set_on_permanently_down(o, pmd_on_down, &ev);
     pm_options_set_on_output(o, pmd_on_output, &ev);
     pm_cluster *c;
+    pmd_keyreload_early();
     int rc = pm_cluster_spawn(o, &c);
     if (rc == -EINTR) {
         /* SIGTERM/SIGINT while the workers were starting: they were killed
@@ -457,6 +464,8 @@ static int cmd_run(int argc, char **argv)
         }
     }
     int status = 0;
+    pmd_keyreload kr;
+    pmd_keyreload_arm(&kr, c);
     /* pm_cluster_spawn returned: every slot is ready. */
     pmd_notify("READY=1");
     uint64_t wd = pmd_watchdog_interval_ms(), next_wd = wd ? pmd_now_ms() : 0;
@@ -467,8 +476,13 @@ static int cmd_run(int argc, char **argv)
         }
         rc = pm_cluster_run(c, wd && wd < 1000 ? (int)wd : 1000);
         between_turns(health, &ev);
+        if (kr.pending) {
+            kr.pending = 0;
+            pmd_keys_reload(c, &conf, "SIGUSR2");
+        }
         if (rc == -EINTR && pm_cluster_last_signal(c) == SIGHUP) {
-            reload_secrets(c, &conf);
+            if (conf.peer_flags)
+                pmd_keys_reload(c, &conf, "SIGHUP");
             rc = rolling_restart(c, health, &ev);
         }
         if (rc == -EINTR) {
@@ -481,7 +495,9 @@ static int cmd_run(int argc, char **argv)
             struct pm_cluster_stats st;
             pm_cluster_stats(c, &st);
             rc = terminate(c, &health);
-            status = rc == 0 ? 0 : EXIT_DRAIN_KILLED;
+            /* A slot that had failed for good before the drain still says
+             * so (exit 5), unless the drain itself had to kill (exit 1). */
+            status = rc != 0 ? EXIT_DRAIN_KILLED : ev.failed_stops > 0 ? EXIT_SLOT_FAILED : 0;
             char orphans[24];
             snprintf(orphans, sizeof(orphans), "%llu", (unsigned long long)st.orphans_reaped);
             const char *kv2[] = {"workers_killed", rc == 0 ? "false" : "true", "orphans_reaped",
@@ -498,14 +514,21 @@ static int cmd_run(int argc, char **argv)
         }
         if (pm_cluster_size(c) == 0) {
             /* Nothing left to supervise: every slot retired (the orchestrator
-             * should restart us) or ended for good. */
-            status = ev.retired > 0 ? EXIT_RETIRED : 0;
-            const char *kv[] = {"reason", ev.retired > 0 ? "all slots retired" : "all slots stopped"};
-            pmd_log(ev.retired > 0 ? PMD_LOG_ERROR : PMD_LOG_INFO, "exit", kv, 1);
+             * should restart us) or ended for good; 0 only when every one
+             * ended cleanly. */
+            status = ev.retired > 0 ? EXIT_RETIRED : ev.failed_stops > 0 ? EXIT_SLOT_FAILED : 0;
+            const char *why = ev.retired > 0 ? "all slots retired"
+                              : ev.failed_stops > 0 ? "a slot ended in a failure and was not restarted"
+                                                    : "all slots stopped";
+            char failed[16];
+            snprintf(failed, sizeof(failed), "%u", ev.failed_stops);
+            const char *kv[] = {"reason", why, "failed_slots", failed};
+            pmd_log(status != 0 ? PMD_LOG_ERROR : PMD_LOG_INFO, "exit", kv, 2);
             terminate(c, &health);
             break;
         }
     }
+    pmd_keyreload_close(&kr);
     pmd_events_free(&ev);
     pm_options_free(o);
     for (int i = 0; i < nfds; i++)

@@ -11,7 +11,9 @@
 #include "sbuf.h"
 
 /* The fields of one slot object, in order. All are integers but the state,
- * which is written as its name (pm_slot_state_name). */
+ * which is written as its name (pm_slot_state_name), and the incarnation,
+ * a string of digits: a 63-bit number, which a JSON reader such as
+ * JavaScript could not hold exactly as a number. */
 enum field { F_SLOT, F_STATE, F_PID, F_INCARNATION, F_RESTARTS, F_EXIT_CODE, F_SIGNAL, F_HB_AGE,
              F_COUNT };
 static const char *const field_names[F_COUNT] = {
@@ -36,7 +38,7 @@ static void crash_json(pmd_sbuf *b, const pm_crash_report *r)
     pmd_sb_printf(b, ",\"crash_state\":\"%s\"", crash_states[st]);
     if (st == PM_CRASH_NONE)
         return;
-    pmd_sb_printf(b, ",\"crash_incarnation\":%llu,\"crash_signal\":%d",
+    pmd_sb_printf(b, ",\"crash_incarnation\":\"%llu\",\"crash_signal\":%d",
                   (unsigned long long)r->incarnation, r->signal);
     if (st != PM_CRASH_RECORDED)
         return;
@@ -71,7 +73,7 @@ static void peers_json(pmd_sbuf *b, pm_cluster *c)
     for (int i = 0; i < n && i < MAXP; i++)
         pmd_sb_printf(b,
                       "%s{\"peer_host\":\"%s\",\"peer_state\":\"%s\",\"initiator\":%d,"
-                      "\"peer_incarnation\":%llu,\"rtt_us\":%lld,\"age_ms\":%llu,"
+                      "\"peer_incarnation\":\"%llu\",\"rtt_us\":%lld,\"age_ms\":%llu,"
                       "\"frames_in\":%llu,\"frames_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
                       "\"records_in\":%llu,\"records_out\":%llu}",
                       i ? "," : "", p[i].host, p[i].state, p[i].initiator,
@@ -110,8 +112,6 @@ size_t pmd_status_json(pm_cluster *c, int ready, int draining, char *buf, size_t
     for (unsigned i = 0; i < n; i++) {
         pm_slot_info si;
         pm_cluster_slot_info(c, i, &si);
-        /* incarnation is a uint64_t: beyond 2^63 restarts it would print
-         * negative, which no slot lives to see. */
         const long long v[F_COUNT] = {
             [F_SLOT] = i,
             [F_STATE] = si.state,
@@ -127,6 +127,8 @@ size_t pmd_status_json(pm_cluster *c, int ready, int draining, char *buf, size_t
             pmd_sb_printf(&b, "%s\"%s\":", f ? "," : "", field_names[f]);
             if (f == F_STATE)
                 pmd_sb_printf(&b, "\"%s\"", pm_slot_state_name((int)v[f]));
+            else if (f == F_INCARNATION)
+                pmd_sb_printf(&b, "\"%llu\"", (unsigned long long)si.incarnation);
             else
                 pmd_sb_printf(&b, "%lld", v[f]);
         }
@@ -166,6 +168,8 @@ static int read_slot(const char *obj, long long v[F_COUNT])
             continue;
         }
         char *e;
+        if (f == F_INCARNATION && *p == '"')
+            p++; /* a string of digits (an older procmesh wrote a number) */
         v[f] = strtoll(p, &e, 10);
         if (e == p || e > end)
             return -1;
@@ -244,9 +248,10 @@ static void peers_print(FILE *out, const char *body)
         snprintf(frames, sizeof(frames), "%lld/%lld", read_int(p, "frames_in"), read_int(p, "frames_out"));
         snprintf(records, sizeof(records), "%lld/%lld", read_int(p, "records_in"),
                  read_int(p, "records_out"));
-        const char *inc = strstr(p, "\"peer_incarnation\":");
-        fprintf(out, "%-16s %-10s %-20llu %-10s %-21s %-21s %lld/%lld\n", host[0] ? host : "-",
-                state, inc != NULL ? strtoull(inc + 19, NULL, 10) : 0ull, rtt, frames, records,
+        char inc[24];
+        read_string(p, "peer_incarnation", inc, sizeof(inc));
+        fprintf(out, "%-16s %-10s %-20s %-10s %-21s %-21s %lld/%lld\n", host[0] ? host : "-",
+                state, inc[0] ? inc : "0", rtt, frames, records,
                 read_int(p, "bytes_in"), read_int(p, "bytes_out"));
     }
 }
@@ -267,8 +272,9 @@ int pmd_status_print(FILE *out, const char *body)
             pmd_signal_name((int)v[F_SIGNAL], last, sizeof(last));
         else if (v[F_EXIT_CODE] >= 0)
             snprintf(last, sizeof(last), "exit %lld", v[F_EXIT_CODE]);
-        char age[24], crash[160];
-        snprintf(age, sizeof(age), "%.1fs", (double)v[F_HB_AGE] / 1000.0);
+        char age[24] = "-", crash[160];
+        if (v[F_HB_AGE] > 0) /* 0: no heartbeat (exec, notify before WATCHDOG=1) */
+            snprintf(age, sizeof(age), "%.1fs", (double)v[F_HB_AGE] / 1000.0);
         crash_cell(p, crash, sizeof(crash));
         fprintf(out, "%-5lld %-9s %-8lld %-11lld %-8lld %-10s %-13s %s\n", v[F_SLOT],
                 pm_slot_state_name((int)v[F_STATE]), v[F_PID], v[F_INCARNATION], v[F_RESTARTS],

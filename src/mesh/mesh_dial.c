@@ -183,8 +183,8 @@ void pm__mesh_dns_resolve(pm_cluster *c, uint64_t now)
         return;
     }
     m->dns_failed++;
-    fprintf(stderr, "procmesh: peers-dns: %s: cannot start a resolution: %s\n", pm__peerdns_name(m->dns),
-            strerror(-rc));
+    pm__diag(c->o, c, "peers_dns_failed", "peers-dns: %s: cannot start a resolution: %s",
+             pm__peerdns_name(m->dns), strerror(-rc));
     dns_schedule(m, 0, now);
 }
 
@@ -251,9 +251,9 @@ void pm__mesh_dns_ready(pm_cluster *c)
         /* Keeps the targets of the last answer: a DNS server that is down
          * for a while does not take the links (or their redials) away. */
         m->dns_failed++;
-        fprintf(stderr, "procmesh: peers-dns: %s: %s (attempt %llu; retried with backoff)\n",
-                pm__peerdns_name(m->dns), gai != 0 ? gai_strerror(gai) : "no address",
-                (unsigned long long)m->dns_failed);
+        pm__diag(c->o, c, "peers_dns_failed", "peers-dns: %s: %s (attempt %llu; retried with backoff)",
+                 pm__peerdns_name(m->dns), gai != 0 ? gai_strerror(gai) : "no address",
+                 (unsigned long long)m->dns_failed);
         dns_schedule(m, 0, now);
         return;
     }

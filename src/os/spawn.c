@@ -334,9 +334,10 @@ static int clone3_state;
  * glibc's fork handlers (malloc's locks, the cached thread id), which only
  * a child that runs nothing but async-signal-safe calls before execve can
  * do without. Kernels without it (ENOSYS, E2BIG for the struct size,
- * EINVAL for the flag) fall back to fork() and a write from the child,
- * remembered so the next spawn does not try again. *placed is set in the
- * child.
+ * EINVAL for the flag) or a seccomp profile that refuses it (EPERM; the
+ * cgroup's own permissions answer EACCES) fall back to fork() and a write
+ * from the child, remembered so the next spawn does not try again.
+ * *placed is set in the child.
  *
  * Not into a cgroup that was ever killed through cgroup.kill: Linux 6.x
  * compares the kill sequence number of the cgroup a child is born into
@@ -367,7 +368,7 @@ static pid_t fork_into(const pm__spawn_req *r, int *placed)
             __atomic_store_n(&clone3_state, 1, __ATOMIC_RELAXED);
             return (pid_t)pid;
         }
-        if (errno != ENOSYS && errno != E2BIG && errno != EINVAL)
+        if (errno != ENOSYS && errno != E2BIG && errno != EINVAL && errno != EPERM)
             return -1;
         __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);
     }

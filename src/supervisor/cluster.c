@@ -119,30 +119,6 @@ static int spawn_error_of(const pm__slot *s)
     return -ECHILD;
 }
 
-/* Why the first start of s failed, in words (pm_event.detail of the STOPPED
- * "spawn-aborted" event): pm_cluster_spawn can only return an errno, and
- * -ECHILD ("No child processes") says nothing about a worker that exited
- * during its handshake. */
-static void spawn_detail_of(const pm_cluster *c, const pm__slot *s, char *buf, size_t size)
-{
-    if (s->start_error != 0)
-        snprintf(buf, size, "the worker could not be started: %s", pm_strerror(s->start_error));
-    else if (s->exec_errno != 0)
-        snprintf(buf, size, "exec of the worker failed: %s", pm_strerror(-s->exec_errno));
-    else if (s->kill_reason == PM_REASON_READY_TIMEOUT)
-        snprintf(buf, size, "worker was not ready within %d ms", c->o->ready_timeout_ms);
-    else if (s->kill_reason != 0)
-        snprintf(buf, size, "worker was fenced (%s) before it was ready",
-                 pm_reason_name(s->kill_reason));
-    else if (s->last_signal != 0)
-        snprintf(buf, size, "worker was killed by signal %d (%s) before it was ready",
-                 s->last_signal, strsignal(s->last_signal));
-    else if (s->last_exit_code >= 0)
-        snprintf(buf, size, "worker exited with code %d before it was ready", s->last_exit_code);
-    else
-        snprintf(buf, size, "worker ended before it was ready");
-}
-
 static void set_stopped(pm_cluster *c, pm__slot *s, int reason)
 {
     pm__cluster_set_state(c, s, PM_SLOT_STOPPED);
@@ -157,8 +133,8 @@ static void after_failure(pm_cluster *c, pm__slot *s)
         /* pm_cluster_spawn gives up on the first failure of a first start. */
         if (c->spawn_error == 0)
             c->spawn_error = spawn_error_of(s);
-        char why[160];
-        spawn_detail_of(c, s, why, sizeof(why));
+        char why[320];
+        pm__spawn_detail(c, s, why, sizeof(why));
         c->event_detail = why;
         set_stopped(c, s, PM_REASON_SPAWN_ABORTED);
         c->event_detail = NULL;
@@ -406,6 +382,7 @@ static void on_control(void *owner, unsigned p, int type, const void *payload, s
          * (an exec-mode program built against another release): said with
          * both versions, and charged as a failed start like any other. */
         s->hello_version = pm__get32(payload);
+        s->linked = 1;
         if (s->hello_version != PM__PROTO_VERSION) {
             pm__cluster_fault(c, s, PM_REASON_VERSION);
             return;
@@ -618,7 +595,8 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         rc = pm__mesh_init(c, why, sizeof(why));
         if (rc < 0) {
             /* The errno alone would not say which file or address. */
-            fprintf(stderr, "procmesh: peer links: %s\n", why[0] != '\0' ? why : strerror(-rc));
+            pm__diag(c->o, NULL, "peer_links_failed", "peer links: %s",
+                     why[0] != '\0' ? why : strerror(-rc));
             goto fail;
         }
     }

@@ -81,6 +81,8 @@ typedef struct pm__slot {
     int watchdog;          /* the worker sent WATCHDOG=1: the heartbeat applies */
     int hello;             /* HELLO received and INIT sent */
     unsigned hello_version; /* the protocol version its HELLO named */
+    int linked;            /* this incarnation sent its HELLO (fork mode: has a link from
+                              the start); kept past its reap, for pm__spawn_detail */
     int ever_ready;        /* some incarnation of this slot has been ready */
     int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */
     /* Its deadline (ms, CLOCK_MONOTONIC) is kept in the cluster's heap,
@@ -199,6 +201,16 @@ static inline void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_a
 /* cluster.c: the lifecycle core. */
 /* Runs the action the slot table gives for (s->state, event). */
 void pm__cluster_dispatch(pm_cluster *c, pm__slot *s, int event);
+/* Why the first start of s failed, in words (pm_event.detail of the STOPPED
+ * "spawn-aborted" event): pm_cluster_spawn can only return an errno, and
+ * -ECHILD ("No child processes") says nothing about a worker that exited
+ * during its handshake. diag.c. */
+void pm__spawn_detail(const pm_cluster *c, const pm__slot *s, char *buf, size_t size);
+/* One of the supervisor's diagnostics (pm_options_set_on_diagnostic): to
+ * o's callback with topic and the formatted message, else stderr. c is NULL
+ * before the cluster is made. diag.c. */
+void pm__diag(const pm_options *o, pm_cluster *c, const char *topic, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Cuts a worker off and kills it; its exit is charged as a failure with
  * this reason (PM_REASON_*). */
 void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason);

@@ -379,6 +379,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
 
     s->incarnation++;
     s->exec_errno = 0;
+    s->linked = c->o->exec_path == NULL;
     s->kill_reason = 0;
     pm__standby_check(c, s);
     rc = link_take(c, s);

@@ -81,6 +81,9 @@ struct pm_options {
     int output;                     /* PM_OUTPUT_* */
     void (*on_output)(pm_cluster *, const pm_output_line *, void *);
     void *on_output_arg;
+    /* The supervisor's diagnostics (diag.c); NULL: stderr. */
+    void (*on_diagnostic)(pm_cluster *, const char *, const char *, void *);
+    void *on_diagnostic_arg;
     /* The cluster's copy only: the filter, built once for its supervisor
      * (incarnation.c) and freed with the options. NULL in the user's. */
     struct pm__seccomp_prog *seccomp_prog;

@@ -77,8 +77,15 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
     info->restarts_total = s->budget.total;
     info->last_exit_code = s->last_exit_code;
     info->last_signal = s->last_signal;
-    if (s->state == PM_SLOT_READY && s->progress_ms != 0)
-        info->heartbeat_age_ms = (uint32_t)(pm__now_ms() - s->progress_ms);
+    /* Only where heartbeats exist: an exec worker never beats and a notify
+     * worker only once it sent WATCHDOG=1; their age since ready would grow
+     * without bound and set off any alert on it. At least 1, so that 0
+     * keeps meaning "none". */
+    int beats = c->o->ready_mode == PM_READY_MESH || (c->o->ready_mode == PM_READY_NOTIFY && s->watchdog);
+    if (s->state == PM_SLOT_READY && s->progress_ms != 0 && beats) {
+        uint64_t age = pm__now_ms() - s->progress_ms;
+        info->heartbeat_age_ms = age == 0 ? 1 : age > UINT32_MAX ? UINT32_MAX : (uint32_t)age;
+    }
     info->last_fence_reason = s->last_fence_reason != 0 ? pm_reason_name(s->last_fence_reason) : NULL;
     info->fences = s->fences;
     info->kill_pending = s->kill_sent && pm__slot_has_process(s);

@@ -113,9 +113,10 @@ void pm__cluster_end_tree(pm_cluster *c, pm__slot *s)
     if (rc < 0)
         /* The replacement starts anyway (the slot must not stay down for a
          * process the kernel will not let die); said once per occurrence. */
-        fprintf(stderr, "procmesh: slot %u: its cgroup did not empty within %d ms after "
-                "cgroup.kill (%s): a process in uninterruptible sleep? the next incarnation "
-                "starts beside it\n", s->index, PM__TREE_WAIT_MS, pm_strerror(rc));
+        pm__diag(c->o, c, "cgroup_not_empty",
+                 "slot %u: its cgroup did not empty within %d ms after cgroup.kill (%s): a "
+                 "process in uninterruptible sleep? the next incarnation starts beside it",
+                 s->index, PM__TREE_WAIT_MS, pm_strerror(rc));
 }
 
 /* Collects the exit status if the process has ended and drives the slot.
