@@ -141,9 +141,15 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
  * queue. One registration for both, per wake-up (pm__loop_arm_multi_ev:
  * a new record, or room freed), so a socket that stays readable or
  * writable costs nothing more; it ends only when the loop says so (more
- * 0). Where polls are one-shot it asks for room only while sock_full, and
- * a refusal while it waits for records alone is retried next turn.
+ * 0). Where polls are one-shot (io_uring before Linux 5.13) it asks for
+ * room only while sock_full (a writable socket would complete it at once,
+ * every turn); a refusal while it waits for records alone cancels it, and
+ * the cancellation's completion, like any, arms it again with room asked
+ * for. Retrying every turn instead would keep the hub busy, and a busy hub
+ * never arms the doorbells of the ports it drained (pm__hub_arm_idle).
  */
+#define SOCK_CANCELLING 0x100
+
 void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
 {
     const pm__port *p = &c->hub.ports[s->index];
@@ -151,8 +157,13 @@ void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
         return;
     int multi = pm__loop_has_multi(&c->loop);
     if (s->sock_armed) {
-        if (!multi && p->sock_full && (s->sock_armed & PM__LOOP_OUT) == 0)
-            pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]);
+        if (multi || !p->sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
+            return;
+        if (pm__loop_disarm(&c->loop, s->link.sock,
+                            PM__TAG(PM__TAG_SOCK, s->index, s->incarnation)) == 0)
+            s->sock_armed |= SOCK_CANCELLING;
+        else
+            pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* next turn, then */
         return;
     }
     unsigned ev = PM__LOOP_IN | (multi || p->sock_full ? PM__LOOP_OUT : 0u);
