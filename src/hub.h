@@ -53,8 +53,8 @@
  * hub's forwards are answered -EAGAIN to their sender (never charged to
  * the destination: hub_queue.c, send_big), main's large sends return
  * -EAGAIN, and so do the large sends of the workers of that user.
- * Separate users (--uid-range), or a root supervisor for the hub's side
- * (--user), close it. */
+ * A user per worker (--uid-range) closes it; under --user the supervisor
+ * is root and exempt, so only the workers' own large sends are hit. */
 #define PM__HOLD_MAX_FDS 8u
 
 /* Requests one requester may have in flight (to all destinations), and the
