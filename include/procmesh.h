@@ -912,7 +912,10 @@ PM_EXTERN int pm_options_set_on_message(pm_options *o,
  * not ready: restarting, retired, stopped), -ESTALE (incarnation given and
  * not the current one), -EMSGSIZE (len above pm_options_set_max_message),
  * -EAGAIN (its queue is full; for another host: its link's output queue is
- * full, try again later: main is never held). Above PM_MAX_PAYLOAD the
+ * full, try again later: main is never held; above PM_MAX_PAYLOAD also when
+ * the kernel refuses the memfd for now, ETOOMANYREFS: the supervisor's user
+ * has more fds in flight than its RLIMIT_NOFILE, which a worker of that
+ * user can cause, doc/design.md "Large messages"). Above PM_MAX_PAYLOAD the
  * bytes are copied once into a sealed memfd, which the worker maps. */
 PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len);
 
@@ -990,7 +993,8 @@ PM_EXTERN int pm_cluster_broadcast_mesh(pm_cluster *c, const void *data, size_t 
  * while pending), or a negative errno and cb never runs: -EINVAL (cb NULL,
  * timeout_ms <= 0, data NULL with len > 0, `to` is main), -EMSGSIZE (len >
  * pm_options_set_max_message), -ENOENT / -EHOSTDOWN / -ESTALE for `to` as
- * pm_cluster_send, -EAGAIN (main's queue for that worker is full),
+ * pm_cluster_send, -EAGAIN (main's queue for that worker is full, or a
+ * large request refused for now, as pm_cluster_send),
  * -ESHUTDOWN (pm_cluster_terminate is running), -ENOMEM.
  */
 PM_EXTERN int pm_cluster_request(pm_cluster *c, const pm_address *to, const void *data,
@@ -1042,8 +1046,12 @@ PM_EXTERN int pm_node_ready(pm_node *n);
  * full. Above PM_MAX_PAYLOAD the bytes go into a sealed memfd passed over
  * the worker's socket (one copy; the supervisor passes it on unmapped).
  * Returns 0, -ENOENT for an address outside this mesh, -EMSGSIZE (above the
- * cluster's pm_options_set_max_message),
+ * cluster's pm_options_set_max_message), -EAGAIN (a large message the
+ * kernel refuses for now: this user's fds in flight are past this
+ * process's RLIMIT_NOFILE; doc/design.md "Large messages"),
  * -ESHUTDOWN once the supervisor asked this worker to stop or went away.
+ * A large message waits while 8 of this worker's earlier ones are not yet
+ * read by the supervisor (PM__BIGMSG_AHEAD_MAX).
  * Delivery failures come back later as PM_MSG_UNDELIVERABLE messages. To
  * another host the same backpressure holds: while the destination's flow
  * window or the link's output queue is full the supervisor stops reading
@@ -1055,7 +1063,9 @@ PM_EXTERN int pm_node_try_send(pm_node *n, const pm_address *to, const void *dat
  * -ESHUTDOWN once the supervisor asks this worker to stop or is gone. */
 PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms);
 /* Sends a request and waits for its reply: 0 with *reply filled, -ETIMEDOUT,
- * the undeliverable reason (-EHOSTDOWN, -ENOENT, -ESTALE ...), -ESHUTDOWN.
+ * the undeliverable reason (-EHOSTDOWN, -ENOENT, -ESTALE, -EAGAIN: a large
+ * request or reply the kernel refused to pass on for now, see
+ * pm_node_send ...), -ESHUTDOWN.
  * Messages that arrive meanwhile are kept for pm_node_recv (up to 4 MiB);
  * when that store is full the reply can no longer be reached: -ENOBUFS at
  * once (the reply, if it comes, is dropped as late). */

@@ -17,7 +17,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <inttypes.h>
+#include <grp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
@@ -64,7 +66,8 @@ static size_t count_fds(void)
 
 /* Which hostile act slot 0's first incarnation commits (fork mode), or
  * none. */
-enum hostile { H_NONE = 0, H_UNSEALED, H_PIPE, H_TWO_FDS, H_NO_FD, H_NO_FRAME, H_COUNT };
+enum hostile { H_NONE = 0, H_UNSEALED, H_PIPE, H_TWO_FDS, H_NO_FD, H_NO_FRAME, H_FLOOD, H_AHEAD,
+               H_COUNT };
 static int hostile;
 
 static unsigned char *wbuf;
@@ -83,6 +86,13 @@ static pm_address slot_address(pm_node *n, unsigned slot)
     a.incarnation = 0;
     return a;
 }
+
+static unsigned flood_records(pm__link *l, int nfds, unsigned count);
+/* test_refused_forward: slot 2's own socket pair holding its fds in flight. */
+static int inflate_sv[2] = {-1, -1};
+/* test_refused_forward: the workers lift their soft RLIMIT_NOFILE to the
+ * hard one, above the supervisor's. */
+static int raise_nofile;
 
 static void reply_text(pm_node *n, const pm_message *m, const char *s)
 {
@@ -163,6 +173,27 @@ static void handle(pm_node *n, const pm_message *m)
             ;
         return;
     }
+    if (sscanf(text, "inflate:%u", &count) == 1 && count <= 16) {
+        /* The window that stays open to a same-uid worker: fds sent on a
+         * socket pair of its own and never read, each counted against its
+         * user's in-flight budget. */
+        unsigned sent = 0;
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, inflate_sv) == 0) {
+            pm__link own = {.sock = inflate_sv[0]};
+            sent = flood_records(&own, 253, count);
+        }
+        char out[32];
+        snprintf(out, sizeof(out), "inflated:%u", sent);
+        reply_text(n, m, out);
+        return;
+    }
+    if (strcmp(text, "deflate") == 0) {
+        close(inflate_sv[0]);
+        close(inflate_sv[1]);
+        inflate_sv[0] = inflate_sv[1] = -1;
+        reply_text(n, m, "deflated");
+        return;
+    }
     if (strcmp(text, "toobig") == 0) {
         char out[32];
         snprintf(out, sizeof(out), "%d", pm_node_send(n, &m->from, wbuf, MAX_MSG + 1));
@@ -208,6 +239,50 @@ static void raw_announce(pm__link *l, size_t len, uint32_t seq)
 }
 
 #define HOSTILE_LEN (MIB)
+/* One record more than the hub holds ahead of their frames. */
+#define AHEAD_RECORDS (PM__BIGMSG_AHEAD_MAX + 1)
+
+/* The in-flight attack (doc/reliability.md): records that no frame
+ * announces, queued on the worker's end of its fd socket after raising
+ * that end's send buffer (a worker may: it owns the fd), each with nfds
+ * references to one memfd (253 is the kernel's SCM_MAX_FD). Left unread,
+ * every fd in them counts against the user's in-flight budget. Sent
+ * without blocking while the socket takes them; returns how many went. */
+static unsigned flood_records(pm__link *l, int nfds, unsigned count)
+{
+    int big = 4 << 20;
+    (void)setsockopt(l->sock, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+    int fd = pm__bigmsg_create(wbuf, HOSTILE_LEN);
+    if (fd < 0)
+        _exit(7);
+    int fds[253];
+    for (int i = 0; i < nfds; i++)
+        fds[i] = fd;
+    unsigned sent = 0;
+    for (uint32_t seq = 1; sent < count; seq++) {
+        unsigned char rec[PM__BIGMSG_RECORD];
+        pm__put32(rec, 0x44464d50u);
+        pm__put32(rec + 4, seq);
+        union {
+            struct cmsghdr h;
+            char b[CMSG_SPACE(253 * sizeof(int))];
+        } ctl;
+        memset(&ctl, 0, sizeof(ctl));
+        struct iovec iov = {rec, sizeof(rec)};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+                            .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+        if (sendmsg(l->sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(rec))
+            break; /* full, or the hub cut us off */
+        sent++;
+    }
+    close(fd);
+    return sent;
+}
 
 static void misbehave(pm_node *n)
 {
@@ -248,6 +323,14 @@ static void misbehave(pm_node *n)
         raw_record(l, &fd, 1, 2);
         raw_announce(l, HOSTILE_LEN, 2);
         break;
+    case H_FLOOD:
+    case H_AHEAD:
+        /* Nothing follows on the ring: the records alone must get us
+         * fenced (the hub reads its socket as records arrive). */
+        (void)flood_records(l, hostile == H_FLOOD ? 253 : 1,
+                            hostile == H_FLOOD ? 32 : AHEAD_RECORDS);
+        for (;;)
+            pause();
     }
     pm_address main_addr;
     memset(&main_addr, 0, sizeof(main_addr));
@@ -291,6 +374,11 @@ static int boot(pm_node *n, void *arg)
      * worker, not reach the supervisor. */
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
+    struct rlimit rl;
+    if (raise_nofile && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
     return serve(n);
 }
 
@@ -502,7 +590,8 @@ END_TEST
  * than before once slot 0's replacement is ready. */
 START_TEST(test_hostile_fenced)
 {
-    static const char *const names[] = {"", "unsealed", "pipe", "two-fds", "no-fd", "no-frame"};
+    static const char *const names[] = {"",         "unsealed", "pipe",  "two-fds",
+                                        "no-fd",    "no-frame", "flood", "ahead"};
     buffers();
     hostile = _i;
     pm_options *o = opts(0);
@@ -648,6 +737,108 @@ START_TEST(test_fd_cap)
 }
 END_TEST
 
+/* A worker asks: the text reply of slot `from` to q, in r. */
+static void text_call(pm_cluster *c, unsigned slot, const char *q, char *r, size_t size)
+{
+    pm_address a = slot_addr(slot);
+    size_t got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a, q, strlen(q), 60000, r, size - 1, &got), 0);
+    r[got] = '\0';
+}
+
+/* The body of test_refused_forward, as the test's own user (see there).
+ * 0, or 77 when the kernel does not refuse the supervisor's fds. */
+static int refused_forward_body(void)
+{
+    raise_nofile = 1;
+    pm_options *o = opts(0);
+    pm_options_set_workers(o, 3);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    call_big(c, 1, MIB);
+    char r[64];
+    text_call(c, 2, "inflate:4", r, sizeof(r));
+    ck_assert_str_eq(r, "inflated:4");
+    /* The supervisor's own fd sends are refused now (its soft limit is
+     * below the user's fds in flight; the workers' is not). */
+    int sv[2], p[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    ck_assert_int_eq(pipe(p), 0);
+    int probe = pm__bigmsg_send(sv[0], p[0], 1);
+    close(sv[0]);
+    close(sv[1]);
+    close(p[0]);
+    close(p[1]);
+    if (probe != -ETOOMANYREFS) {
+        fprintf(stderr, "the kernel did not refuse the supervisor's fd (%d): not tested\n", probe);
+        pm_cluster_terminate(c);
+        return 77;
+    }
+    /* main -> slot 1: main's large sends say -EAGAIN, slot 1 is not
+     * charged. */
+    pm_address a1 = slot_addr(1);
+    fill(mbuf, MIB, 5);
+    ck_assert_int_eq(pm_cluster_send(c, &a1, mbuf, MIB), -EAGAIN);
+    fill(mbuf, MIB, 1);
+    ck_assert_int_eq(pm_cluster_call(c, &a1, mbuf, MIB, 30000, rbuf, MAX_MSG, NULL), -EAGAIN);
+    /* slot 0 -> slot 1: slot 0's own send passes (its limit is higher),
+     * the hub's forward is refused: slot 0's request says -EAGAIN. */
+    char q[64], want[64];
+    snprintf(q, sizeof(q), "ask:1:%zu", MIB);
+    text_call(c, 0, q, r, sizeof(r));
+    snprintf(want, sizeof(want), "bad:%d:0", -EAGAIN);
+    ck_assert_str_eq(r, want);
+    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
+    /* The budget back: everything flows again, nobody was fenced. */
+    text_call(c, 2, "deflate", r, sizeof(r));
+    ck_assert_str_eq(r, "deflated");
+    call_big(c, 1, MIB);
+    ask(c, 0, 1, MIB);
+    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
+    struct pm_cluster_stats st;
+    pm_cluster_stats(c, &st);
+    ck_assert_uint_eq(st.fences_corrupt_ring, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    return 0;
+}
+
+/* The kernel refuses an fd send (ETOOMANYREFS) when the sending user has
+ * more fds in flight than the sender's RLIMIT_NOFILE. A worker of the
+ * supervisor's user can push that count up with a socket pair of its own
+ * (the window the hub cannot close, doc/design.md). The hub's forwards
+ * then fail: a transient refusal, answered -EAGAIN to the sender, never
+ * charged to the destination. Run as a user of its own (nobody else's
+ * budget is touched), the supervisor's soft limit at 256, the workers'
+ * at the hard one. */
+START_TEST(test_refused_forward)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "test_refused_forward: needs root to run as a user of its own\n");
+        return;
+    }
+    buffers();
+    uid_t uid = (uid_t)(3900000 + getpid() % 100000);
+    pid_t parent = getpid();
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct rlimit rl = {256, 4096};
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || setgroups(0, NULL) < 0 || setgid(uid) < 0 ||
+            setuid(uid) < 0)
+            _exit(10);
+        /* A change of credentials clears the parent-death signal. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(11);
+        _exit(refused_forward_body());
+    }
+    int st = pm_test_reap(pid, 150000);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+        return;
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "as uid %u: status %d", (unsigned)uid, st);
+}
+END_TEST
+
 /* The option: default, bounds. */
 START_TEST(test_option)
 {
@@ -750,6 +941,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_round_trips_exec, 120);
     PM_ADD_TEST(s, test_no_fd_leak, 240);
     PM_ADD_TEST(s, test_fd_cap, 180);
+    PM_ADD_TEST(s, test_refused_forward, 180);
     {
         TCase *tc = pm_tcase("test_hostile_fenced", 90);
         tcase_add_loop_test(tc, test_hostile_fenced, H_UNSEALED, H_COUNT);

@@ -114,6 +114,37 @@ START_TEST(test_empty_and_one)
 }
 END_TEST
 
+/* pm__ring_consumed: the producer learns when the consumer has read (and
+ * handed back) a frame it sent, by where that frame ended (node.c: large
+ * messages ahead of the hub). */
+START_TEST(test_consumed)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "one", 3), 0);
+    uint64_t end1 = pm__ring_head(&t.prod);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "two", 3), 0);
+    uint64_t end2 = pm__ring_head(&t.prod);
+    ck_assert_int_eq(pm__ring_consumed(&t.prod, end1), 0);
+    ck_assert_int_eq(pm__ring_consumed(&t.prod, end2 + 8), -EINVAL);
+    ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end1, 1), 0); /* times out */
+    /* Read but not handed back: not yet. */
+    const void *p;
+    size_t len;
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    pm__ring_consume(&t.cons);
+    ck_assert_int_eq(pm__ring_consumed(&t.prod, end1), 0);
+    pm__ring_release(&t.cons);
+    ck_assert_int_eq(pm__ring_consumed(&t.prod, end1), 1);
+    ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end1, 1), 1);
+    ck_assert_int_eq(pm__ring_consumed(&t.prod, end2), 0);
+    char buf[8];
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    ck_assert_int_eq(pm__ring_consumed(&t.prod, end2), 1);
+    tr_close(&t);
+}
+END_TEST
+
 START_TEST(test_full_and_sizes)
 {
     test_ring t;
@@ -796,6 +827,7 @@ static Suite *ring_suite(void)
     TCase *tc = pm_tcase("single-process", 30);
     tcase_add_test(tc, test_geometry);
     tcase_add_test(tc, test_empty_and_one);
+    tcase_add_test(tc, test_consumed);
     tcase_add_test(tc, test_full_and_sizes);
     tcase_add_test(tc, test_wrap_padding);
     tcase_add_test(tc, test_batching);

@@ -390,6 +390,35 @@ int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
     return spin_then_park(r, space_for, len, &r->sh->prod_waiting, timeout_ms, 1);
 }
 
+/* 1 when at most `back` bytes before the producer's head are still the
+ * consumer's (not handed back), 0 if more, -EBADMSG. */
+static int consumed_within(pm__ring *r, size_t back)
+{
+    if (r->head - r->tail_cache <= back)
+        return 1;
+    if (refresh_tail(r) < 0)
+        return -EBADMSG;
+    return r->head - r->tail_cache <= back;
+}
+
+int pm__ring_consumed(pm__ring *r, uint64_t pos)
+{
+    if (PM__UNLIKELY(r->poisoned))
+        return -EBADMSG;
+    return pos > r->head ? -EINVAL : consumed_within(r, (size_t)(r->head - pos));
+}
+
+int pm__ring_wait_consumed(pm__ring *r, uint64_t pos, int timeout_ms)
+{
+    if (PM__UNLIKELY(r->poisoned))
+        return -EBADMSG;
+    if (pos > r->head)
+        return -EINVAL;
+    pm__ring_publish(r);
+    return spin_then_park(r, consumed_within, (size_t)(r->head - pos), &r->sh->prod_waiting,
+                          timeout_ms, 1);
+}
+
 int pm__ring_arm_space(pm__ring *r, size_t len)
 {
     arm_flag(&r->sh->prod_waiting, WAIT_FD);

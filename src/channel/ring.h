@@ -205,6 +205,21 @@ int pm__ring_send(pm__ring *r, const void *data, size_t len);
  * negative errno. */
 int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms);
 
+/* The producer's index: where the next frame starts, so just past the
+ * last one committed. */
+static inline uint64_t pm__ring_head(const pm__ring *r)
+{
+    return r->head;
+}
+
+/* 1 when the consumer has handed back everything before pos (an index
+ * pm__ring_head returned), 0 if not yet, -EBADMSG; and a wait for it that
+ * spins, then parks as pm__ring_wait_space does (1, 0 on timeout, or a
+ * negative errno). The consumer releases in order, so this is "it has
+ * read the frame that ends at pos". */
+int pm__ring_consumed(pm__ring *r, uint64_t pos);
+int pm__ring_wait_consumed(pm__ring *r, uint64_t pos, int timeout_ms);
+
 /* For event loops, the producer's mirror of pm__ring_arm: announce that we
  * wait for room for len bytes. Returns 1 (flag cleared) if it fits already,
  * 0 when armed (the consumer's next release writes its wake_fd), -EBADMSG. */

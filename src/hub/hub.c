@@ -122,6 +122,7 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
     for (unsigned i = 0; i < nports; i++) {
         h->ports[i].index = i;
         h->ports[i].rx_fd = -1;
+        h->ports[i].ahead_n = 0;
         port_reset(&h->ports[i]);
     }
     h->names = *names;
@@ -439,8 +440,10 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
     }
     f->dst_inc = e.requester_inc;
     int rc = relay_push(h, &h->ports[f->dst], f, payload, PM__CHARGE_ANSWER);
-    if (rc == -ENOBUFS) {
+    if (rc == -ENOBUFS || rc == -ETOOMANYREFS) {
         h->replies_dropped++;
+        if (rc == -ETOOMANYREFS) /* refused for now (send_big): the request fails */
+            notice(h, f->dst, e.requester_inc, p->index, p->incarnation, f->request_id, -EAGAIN);
         return 0;
     }
     if (rc < 0) {
@@ -492,6 +495,14 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
         p->blocked_on = (int)d->index;
         h->ring_full_waits++;
         return -EAGAIN;
+    }
+    if (rc == -ETOOMANYREFS) {
+        /* The kernel refused the fd for now (send_big): p is told, d is
+         * not charged. */
+        if (f->type == PM__FT_REQUEST)
+            pm__hub_drop_last_inflight(h, d);
+        notice(h, src, p->incarnation, f->dst, d->incarnation, f->request_id, -EAGAIN);
+        return 0;
     }
     if (rc < 0) {
         /* d's ring is corrupt: d is fenced; a request gets its answer when
@@ -548,8 +559,7 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
      * its own frames waiting for others stay charged to it until they are
      * delivered, so a quick replacement cannot double the hold. */
     free_queue(h, p);
-    pm__close(p->rx_fd);
-    p->rx_fd = -1;
+    pm__hub_port_drop_ahead(p);
     p->link = NULL;
 }
 
@@ -693,7 +703,7 @@ void pm__hub_free(pm__hub *h)
     pm__hub_mbcast_fire(h, 0, 1, -ECANCELED);
     for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
         free_queue(h, &h->ports[i]);
-        pm__close(h->ports[i].rx_fd);
+        pm__hub_port_drop_ahead(&h->ports[i]);
         free(h->ports[i].inflight);
     }
     free(h->ports);
@@ -719,8 +729,7 @@ void pm__hub_wipe(pm__hub *h)
             pm__close(q->fd);
             q->fd = -1;
         }
-        pm__close(h->ports[i].rx_fd);
-        h->ports[i].rx_fd = -1;
+        pm__hub_port_drop_ahead(&h->ports[i]);
     }
     for (pm__bcast *b = h->bcasts; b != NULL; b = b->next)
         for (size_t i = 0; i < b->n; i++)
@@ -782,6 +791,8 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
         h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
         return -EHOSTDOWN;
     }
+    if (rc == -ETOOMANYREFS)
+        return -EAGAIN; /* refused for now (send_big); d is not charged */
     if (rc == 0 && d->dirty) {
         d->dirty = 0;
         pm__ring_publish(&d->link->tx);

@@ -22,6 +22,7 @@
 
 #include "base/internal.h"
 
+#include "channel/bigmsg.h"
 #include "channel/frame.h"
 #include "channel/link.h"
 #include "peer/linkfrag.h"
@@ -35,9 +36,25 @@
 /* Large messages' fds (bigmsg.h) the hub holds in its queues, per sender
  * (and per requester for answers, and for main): past it the sender is
  * held back like a full hold, so the hub's fd table stays bounded by
- * (ports + 1) x 2 x this, plus one per port being read. Each worker's fd
- * socket holds a few more in the kernel (its send buffer is set to the
- * minimum, about 6 records each way: src/channel/link.c), outside this count. */
+ * (ports + 1) x 2 x this, plus, per port, the records taken ahead of their
+ * frames (PM__BIGMSG_AHEAD_MAX, bigmsg.h: the hub reads each worker's fd
+ * socket as records arrive and fences a worker past that as `protocol`)
+ * and the one being read. Towards each worker, a few more wait in the
+ * kernel until it reads them (the hub's end has the smallest send buffer,
+ * about 6 records: src/channel/link.c), outside this count.
+ *
+ * What stays open to a worker running as the supervisor's user (no --user
+ * or --uid-range): the kernel counts the fds in flight per user and
+ * refuses an fd send (ETOOMANYREFS) once that count passes the sender's
+ * RLIMIT_NOFILE (root, CAP_SYS_RESOURCE or CAP_SYS_ADMIN exempt). A worker
+ * can push its user's count up with socket pairs of its own that nobody
+ * reads (each bounded by its own send buffer, but it may make many); the
+ * hub cannot see or drain those. Then large sends by that user fail: the
+ * hub's forwards are answered -EAGAIN to their sender (never charged to
+ * the destination: hub_queue.c, send_big), main's large sends return
+ * -EAGAIN, and so do the large sends of the workers of that user.
+ * A user per worker (--uid-range) closes it; under --user the supervisor
+ * is root and exempt, so only the workers' own large sends are hit. */
 #define PM__HOLD_MAX_FDS 8u
 
 /* Requests one requester may have in flight (to all destinations), and the
@@ -211,6 +228,12 @@ typedef struct pm__port {
     uint64_t rx_len;
     int rx_fd;             /* the checked fd of the large message at the head of its
                               up ring, kept while the sender is held back; -1 */
+    struct {
+        int fd;
+        uint32_t seq;
+    } ahead[PM__BIGMSG_AHEAD_MAX]; /* records taken off its fd socket before their
+                              frames were read (port.c), oldest at ahead_head */
+    unsigned ahead_head, ahead_n;
     uint64_t stall_since_ms; /* its queue waits without progress since; 0: empty */
     int sock_full;         /* its socket refused an fd: the owner waits until it is
                               writable, then services the port (pm__hub_flush) */
@@ -393,6 +416,8 @@ typedef struct pm__hub {
                                hub takes it by setting -1; port.c closes what is left) */
     uint64_t cur_len;
     uint64_t big_relayed;   /* large messages forwarded between workers (fd passed on) */
+    uint64_t fd_refused;    /* large messages whose fd the kernel refused for now
+                               (send_big): their senders were told -EAGAIN */
     size_t queued_bytes;    /* every queue together (PM__HUB_QUEUED_MAX_BYTES) */
     int queued_full;        /* a sender waits for the total to drop */
     uint64_t inflight_total; /* entries in all tables */
@@ -551,6 +576,13 @@ int pm__hub_port_open(pm__hub *h, unsigned p, pm__link *link, uint64_t incarnati
 void pm__hub_port_set_state(pm__hub *h, unsigned p, int state);
 /* Never read from this incarnation again (fenced, or it ended). */
 void pm__hub_port_cut(pm__hub *h, unsigned p);
+/* Its fd socket is readable: takes the records waiting there (at once,
+ * bigmsg.h); a bad record or one too many ahead of its frame is a protocol
+ * fault (ops->fault). */
+void pm__hub_port_records(pm__hub *h, unsigned p);
+/* Closes the large messages' fds the port holds (taken ahead of their
+ * frames, or being read). */
+void pm__hub_port_drop_ahead(pm__port *p);
 /* The incarnation is gone: requests in flight to it are answered
  * -EHOSTDOWN, its own are forgotten, its queue dropped, its senders
  * unblocked, the port closed. */

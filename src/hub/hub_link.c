@@ -594,7 +594,9 @@ int pm__hl_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
         h->ops->fault(h->owner, node, PM_REASON_CORRUPT_RING);
     l->dropped++;
     pm__hub_link_notice(h, requester, f->src_inc, node, d->incarnation, f->request_id,
-                        rc == -EBADMSG ? -EHOSTDOWN : -ENOBUFS);
+                        rc == -EBADMSG        ? -EHOSTDOWN
+                        : rc == -ETOOMANYREFS ? -EAGAIN /* refused for now (send_big) */
+                                              : -ENOBUFS);
     return 0;
 }
 

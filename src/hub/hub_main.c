@@ -254,7 +254,7 @@ static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, siz
             h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
             rc = -EHOSTDOWN;
         }
-        return rc;
+        return rc == -ETOOMANYREFS ? -EAGAIN : rc; /* refused for now (send_big) */
     }
     r->port = d->index;
     r->target_inc = d->incarnation;

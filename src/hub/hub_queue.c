@@ -122,20 +122,51 @@ void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
  * sequence of d's link) goes on d's socket first, then the announcement
  * with that sequence is written into the frame at buf (header and
  * PM__ANNOUNCE_SIZE bytes), so that d finds the record waiting when it
- * reads the frame. 0, -EAGAIN (d's socket is full: d does not take its
- * fds), or -EBADMSG (d's end is gone or refuses: d broke its link). */
+ * reads the frame. 0; -EAGAIN: d's socket is full (d does not take its
+ * fds); -ETOOMANYREFS: the kernel refuses the fd for now, whatever d does
+ * (ETOOMANYREFS: the supervisor's user has more fds in flight than its
+ * RLIMIT_NOFILE, which any process of that user can cause, hub.h;
+ * ENOBUFS, ENOMEM), so the frame's sender is told -EAGAIN and d is not
+ * charged; -EBADMSG: d's end refuses (d shut its socket down). */
 static int send_big(pm__port *d, unsigned char *buf, int fd, uint64_t big_len)
 {
     uint32_t seq = pm__bigmsg_next(d->link->tx_seq);
     int rc = pm__bigmsg_send(d->link->sock, fd, seq);
     if (rc == -EAGAIN)
         return rc;
+    if (rc == -ETOOMANYREFS || rc == -ENOBUFS || rc == -ENOMEM)
+        return -ETOOMANYREFS;
     if (rc < 0)
         return -EBADMSG;
     d->link->tx_seq = seq;
     pm__announce a = {big_len, seq};
     pm__announce_encode(&a, buf + PM__FRAME_HDR_SIZE);
     return 0;
+}
+
+/* A queued large message for d whose fd the kernel refused (send_big,
+ * -ETOOMANYREFS): dropped, and its sender told -EAGAIN, as it would have
+ * been had the refusal come when it was sent; d is not charged. A reply's
+ * sender is not waiting for anything: its requester, d, is told. */
+static void refuse_queued(pm__hub *h, pm__port *d, pm__qframe *q)
+{
+    pm__frame_hdr f;
+    int ok = pm__frame_decode_header(q->data, q->len, PM__LINK_MAX_FRAME, &f) == 0;
+    pm__hub_dequeue(h, d, q);
+    h->fd_refused++;
+    if (!ok) /* cannot be: the hub wrote it */
+        return;
+    if (f.type == PM__FT_REPLY) {
+        pm__hub_notice_at(h, d->index, d->incarnation, f.src_host, f.src, f.src_inc,
+                          f.request_id, -EAGAIN);
+        return;
+    }
+    uint32_t from = f.src_host == PM__HOST_LOCAL ? f.src : PM__REMOTE_NODE(f.src_host, f.src);
+    pm__inflight e;
+    if (f.type == PM__FT_REQUEST && !pm__hub_take_inflight(h, d, from, f.request_id, &e))
+        return; /* answered already (it expired) */
+    pm__hub_notice_at(h, from, f.src_inc, PM__HOST_LOCAL, d->index, d->incarnation, f.request_id,
+                      -EAGAIN);
 }
 
 /* For pm__ring_scan: 0 while a frame of the sender's ring is a message or
@@ -204,7 +235,9 @@ static int leave_in_ring(pm__hub *h, pm__port *s, pm__port *d, size_t total)
  * answers (or the total) at its bound, the caller drops and counts it;
  * -EBADMSG: d's ring is corrupt; -EHOSTDOWN: d has no ring. With fd >= 0
  * the frame announces a large message (its payload is rewritten when it
- * leaves, send_big) and the fd is the hub's on success. */
+ * leaves, send_big) and the fd is the hub's on success; -ETOOMANYREFS:
+ * the kernel refused the fd for now (send_big): nothing is queued, and the
+ * caller answers the frame's sender -EAGAIN without charging d. */
 static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload,
                     size_t len, uint32_t charge, int fd, uint64_t big_len)
 {
@@ -220,7 +253,8 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
                 rc = send_big(d, p, fd, big_len);
                 if (rc < 0)
                     pm__ring_unreserve(&d->link->tx);
-                if (rc == -EBADMSG)
+                h->fd_refused += rc == -ETOOMANYREFS;
+                if (rc == -EBADMSG || rc == -ETOOMANYREFS)
                     return rc;
             }
         }
@@ -340,6 +374,10 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
             memcpy(p, q->data, q->len);
             if (q->fd >= 0 && (rc = send_big(d, p, q->fd, q->big_len)) < 0) {
                 pm__ring_unreserve(&d->link->tx);
+                if (rc == -ETOOMANYREFS) {
+                    refuse_queued(h, d, q);
+                    continue;
+                }
                 if (rc != -EAGAIN) {
                     h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
                     return;

@@ -22,8 +22,7 @@ int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnati
     p->reading = 1;
     p->busy = 0;
     p->want_arm = 0;
-    pm__close(p->rx_fd);
-    p->rx_fd = -1;
+    pm__hub_port_drop_ahead(p);
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
     if (pm__ring_arm(&link->rx) != 0) {
@@ -46,13 +45,73 @@ void pm__hub_port_cut(pm__hub *h, unsigned i)
     p->want_arm = 0;
 }
 
-/* The fd of the large message p's frame announces, received and checked
- * once (p->rx_fd keeps it while p is held back and the frame is read
- * again). 0, or -EPROTO: the announcement is malformed, no record waits
- * for it (a frame without its fd), the record is wrong (sequence, no fd,
- * more fds than one, truncated), or the fd is not a sealed memfd of the
- * announced length within the cluster's maximum. Checked with fcntl and
- * fstat only: the hub never maps what it routes between workers. */
+/* Closes the fds p holds for large messages: the records taken ahead of
+ * their frames and the one of the frame being read. */
+void pm__hub_port_drop_ahead(pm__port *p)
+{
+    while (p->ahead_n > 0) {
+        pm__close(p->ahead[p->ahead_head].fd);
+        p->ahead_head = (p->ahead_head + 1) % PM__BIGMSG_AHEAD_MAX;
+        p->ahead_n--;
+    }
+    p->ahead_head = 0;
+    pm__close(p->rx_fd);
+    p->rx_fd = -1;
+}
+
+/* Takes every record waiting on p's socket (bigmsg.h): each one checked
+ * as a record (magic, the next sequence, exactly one fd, nothing
+ * truncated) and kept, in order, until the frame announcing it is read.
+ * Taken at once, so that nothing a worker sends waits in the kernel,
+ * where each fd would count against its user's fds in flight
+ * (RLIMIT_NOFILE, ETOOMANYREFS) for as long as it liked: a worker could
+ * raise its end's send buffer and queue thousands. 0, or -EPROTO: a bad
+ * record, or one more than PM__BIGMSG_AHEAD_MAX ahead of its frame (a
+ * worker waits before that, node.c). Bounded: at most AHEAD_MAX + 1
+ * records per call. */
+static int take_records(pm__port *p)
+{
+    if (p->link == NULL || p->link->sock < 0)
+        return 0;
+    for (;;) {
+        uint32_t seq = pm__bigmsg_next(p->link->rx_seq);
+        int fd;
+        int rc = pm__bigmsg_recv(p->link->sock, seq, &fd);
+        if (rc == -EAGAIN)
+            return 0;
+        if (rc < 0)
+            return -EPROTO;
+        if (p->ahead_n == PM__BIGMSG_AHEAD_MAX) {
+            pm__close(fd);
+            return -EPROTO;
+        }
+        unsigned k = (p->ahead_head + p->ahead_n) % PM__BIGMSG_AHEAD_MAX;
+        p->ahead[k].fd = fd;
+        p->ahead[k].seq = seq;
+        p->ahead_n++;
+        p->link->rx_seq = seq;
+    }
+}
+
+void pm__hub_port_records(pm__hub *h, unsigned i)
+{
+    pm__port *p = &h->ports[i];
+    if (!p->reading)
+        return;
+    if (take_records(p) < 0) {
+        p->malformed++;
+        h->ops->fault(h->owner, p->index, PM_REASON_PROTOCOL);
+    }
+}
+
+/* The fd of the large message p's frame announces, taken and checked once
+ * (p->rx_fd keeps it while p is held back and the frame is read again).
+ * 0, or -EPROTO: the announcement is malformed, its record is not the
+ * oldest one taken (a frame without its record, or a record without its
+ * frame), a record was bad (take_records), or the fd is not a sealed
+ * memfd of the announced length within the cluster's maximum. Checked
+ * with fcntl and fstat only: the hub never maps what it routes between
+ * workers. */
 static int take_fd(pm__hub *h, pm__port *p, const void *payload)
 {
     if (p->rx_fd >= 0)
@@ -61,13 +120,17 @@ static int take_fd(pm__hub *h, pm__port *p, const void *payload)
     unsigned char copy[PM__ANNOUNCE_SIZE];
     memcpy(copy, payload, sizeof(copy));
     pm__announce a;
-    if (pm__announce_decode(copy, sizeof(copy), &a) < 0 ||
-        a.seq != pm__bigmsg_next(p->link->rx_seq))
+    if (pm__announce_decode(copy, sizeof(copy), &a) < 0)
         return -EPROTO;
-    int fd;
-    if (p->link->sock < 0 || pm__bigmsg_recv(p->link->sock, a.seq, &fd) < 0)
+    /* The record went out before its frame: if the socket's completion
+     * has not been handled yet, it is waiting there now. */
+    if (p->ahead_n == 0 && take_records(p) < 0)
         return -EPROTO;
-    p->link->rx_seq = a.seq;
+    if (p->ahead_n == 0 || p->ahead[p->ahead_head].seq != a.seq)
+        return -EPROTO;
+    int fd = p->ahead[p->ahead_head].fd;
+    p->ahead_head = (p->ahead_head + 1) % PM__BIGMSG_AHEAD_MAX;
+    p->ahead_n--;
     if (pm__bigmsg_check(fd, a.len, h->max_message) < 0) {
         pm__close(fd);
         return -EPROTO;

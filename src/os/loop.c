@@ -122,20 +122,34 @@ int pm__loop_arm_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
 
 int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag)
 {
+    return pm__loop_arm_multi_ev(l, fd, tag, PM__LOOP_IN);
+}
+
+int pm__loop_has_multi(const pm__loop *l)
+{
+    return l->backend == PM__LOOP_EPOLL || l->multishot;
+}
+
+int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
+{
     if (l->backend == PM__LOOP_URING) {
         if (!l->multishot)
-            return pm__loop_arm(l, fd, tag); /* each completion says "over" */
+            return pm__loop_arm_ev(l, fd, tag, events); /* each completion says "over" */
         struct io_uring_sqe *sqe = get_sqe(l);
         if (sqe == NULL)
             return -EBUSY;
-        io_uring_prep_poll_multishot(sqe, fd, POLLIN);
+        io_uring_prep_poll_multishot(sqe, fd, (events & PM__LOOP_IN ? POLLIN : 0) |
+                                                  (events & PM__LOOP_OUT ? POLLOUT : 0));
         io_uring_sqe_set_data64(sqe, tag);
         l->pending++;
         return 0;
     }
     /* Edge-triggered: every write of an eventfd wakes its wait queue, and
-     * each wake-up queues one event, readable or not before. */
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = tag};
+     * each wake-up queues one event, readable or not before (a socket: a
+     * record arriving, room freed by its peer's read). */
+    struct epoll_event ev = {.events = (events & PM__LOOP_IN ? EPOLLIN : 0u) |
+                                       (events & PM__LOOP_OUT ? EPOLLOUT : 0u) | EPOLLET,
+                             .data.u64 = tag};
     if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
         return 0;
     if (errno == ENOENT && epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)

@@ -47,6 +47,14 @@ int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag);
  * a new tag (a socket that has bytes to write asks for both). */
 enum { PM__LOOP_IN = 1u, PM__LOOP_OUT = 2u };
 int pm__loop_arm_ev(pm__loop *l, int fd, uint64_t tag, unsigned events);
+/* pm__loop_arm_multi for any of these events: one notification per
+ * wake-up of the fd that concerns them (a socket: a record arrived, its
+ * peer freed room), whatever its state before. Where only one-shot polls
+ * exist (io_uring before Linux 5.13) it is pm__loop_arm_ev, which fires at
+ * once on a state that holds (a writable socket): pm__loop_has_multi says
+ * which, so the caller asks then only for what it waits for. */
+int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events);
+int pm__loop_has_multi(const pm__loop *l);
 int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag);
 
 /* Submits what is prepared (io_uring), so that pm__loop_fd() reflects it. */

@@ -30,7 +30,7 @@
 enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
        PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY, PM__TAG_STDOUT, PM__TAG_STDERR,
        PM__TAG_PEER, PM__TAG_PEER_LISTEN /* mesh.c: a link's socket (slot: connection), the listener */,
-       PM__TAG_SOCK /* a worker's large-message socket became writable */,
+       PM__TAG_SOCK /* a worker's large-message socket: a record arrived, or room */,
        PM__TAG_STANDBY /* a warm standby's pidfd (standby.c); inc: the incarnation it would be */ };
 #define PM__TAG(kind, slot, inc) \
     (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
@@ -74,7 +74,7 @@ typedef struct pm__slot {
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on link.hub_efd is outstanding */
     int hub_rang;          /* its doorbell rang this turn: service the port once */
-    int sock_armed;        /* a poll for writability on link.sock is outstanding */
+    int sock_armed;        /* the events (PM__LOOP_*) of the poll on link.sock, 0 none */
     int pipe_armed;        /* a poll on exec_pipe is outstanding (exec readiness) */
     int notify_fd;         /* notify readiness: this incarnation's NOTIFY_SOCKET, or -1 */
     int notify_armed;
@@ -284,6 +284,8 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms);
 int pm__cluster_rearm_timer(pm_cluster *c);
 /* Services the slot's port once: its doorbell rang or it had work left over. */
 void pm__cluster_on_hub(pm_cluster *c, pm__slot *s);
+/* Watches the slot's fd socket while its port is read (turn.c). */
+void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s);
 void pm__cluster_reap_all(pm_cluster *c);
 /* Reads and acts on what a notify-mode worker sent (READY=1, WATCHDOG=1,
  * STOPPING=1); also run when it is reaped, before its exit is handled. */

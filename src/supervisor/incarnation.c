@@ -522,6 +522,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         pm__loop_arm_multi(&c->loop, s->link.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
+    pm__cluster_arm_sock(c, s); /* records are taken from the start */
     if (standby > 0)
         pm__standby_go(s); /* its port is open and armed: it may say READY */
     pm__cluster_emit(c, PM_EVENT_STARTED, s, PM_REASON_SPAWN, 0);

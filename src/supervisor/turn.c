@@ -128,20 +128,50 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
         pm__loop_arm_multi(&c->loop, s->link.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
-    /* Its socket refused a large message's fd: wait for it to be writable
-     * (PM__TAG_SOCK services the port again). Armed after the refusal, and
-     * a poll checks the socket's state when it is armed (io_uring's
-     * POLL_ADD at submission, epoll_ctl at the call) before it sleeps on
-     * it: a worker that took its records between the EAGAIN and here
-     * completes the poll at once instead of being missed. One poll at a
-     * time: a refusal while one is outstanding needs no other. */
-    if (p->reading && p->sock_full && !s->sock_armed) {
-        if (pm__loop_arm_ev(&c->loop, s->link.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation),
-                            PM__LOOP_OUT) == 0)
-            s->sock_armed = 1;
+    pm__cluster_arm_sock(c, s);
+}
+
+/*
+ * The slot's fd socket (bigmsg.h), watched for as long as its port is
+ * read, for two things: records arriving, which the hub takes at once
+ * (pm__hub_port_records: a record left in the kernel counts against the
+ * worker's user's fds in flight for as long as the worker likes); and,
+ * once the socket refused one of the hub's records (sock_full), room
+ * again (the worker took one), which services the port to flush its
+ * queue. One registration for both, per wake-up (pm__loop_arm_multi_ev:
+ * a new record, or room freed), so a socket that stays readable or
+ * writable costs nothing more; it ends only when the loop says so (more
+ * 0). Where polls are one-shot (io_uring before Linux 5.13) it asks for
+ * room only while sock_full (a writable socket would complete it at once,
+ * every turn); a refusal while it waits for records alone cancels it, and
+ * the cancellation's completion, like any, arms it again with room asked
+ * for. Retrying every turn instead would keep the hub busy, and a busy hub
+ * never arms the doorbells of the ports it drained (pm__hub_arm_idle).
+ */
+#define SOCK_CANCELLING 0x100
+
+void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
+{
+    const pm__port *p = &c->hub.ports[s->index];
+    if (!p->reading || s->link.sock < 0)
+        return;
+    int multi = pm__loop_has_multi(&c->loop);
+    if (s->sock_armed) {
+        if (multi || !p->sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
+            return;
+        if (pm__loop_disarm(&c->loop, s->link.sock,
+                            PM__TAG(PM__TAG_SOCK, s->index, s->incarnation)) == 0)
+            s->sock_armed |= SOCK_CANCELLING;
         else
-            pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* cannot wait for it: retry next turn */
+            pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* next turn, then */
+        return;
     }
+    unsigned ev = PM__LOOP_IN | (multi || p->sock_full ? PM__LOOP_OUT : 0u);
+    if (pm__loop_arm_multi_ev(&c->loop, s->link.sock,
+                              PM__TAG(PM__TAG_SOCK, s->index, s->incarnation), ev) == 0)
+        s->sock_armed = (int)ev;
+    else
+        pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* cannot wait for it: next turn */
 }
 
 /* Tries to reap every slot: a waitid per slot with a process. Only where
@@ -331,11 +361,17 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
         s->hub_rang = 1;
         pm__hub_mark_rang(&c->hub, idx);
     } else if (kind == PM__TAG_SOCK) {
-        /* Writable (or failed: the flush then finds out): the records
-         * that waited for room go now. */
-        s->sock_armed = 0;
-        s->hub_rang = 1;
-        pm__hub_mark_rang(&c->hub, idx);
+        /* Records arrived: taken now. Or room (or the socket failed: the
+         * flush then finds out): the records that waited for it go now. */
+        if (!more)
+            s->sock_armed = 0;
+        pm__hub_port_records(&c->hub, idx);
+        if (c->hub.ports[idx].sock_full) {
+            s->hub_rang = 1;
+            pm__hub_mark_rang(&c->hub, idx);
+        }
+        if (!more)
+            pm__cluster_arm_sock(c, s);
     } else if (kind == PM__TAG_STDOUT || kind == PM__TAG_STDERR) {
         pm__output_ready(c, s, kind);
     } else if (kind == PM__TAG_NOTIFY) {

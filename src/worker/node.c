@@ -645,10 +645,42 @@ static int is_late_answer(const pm__frame_hdr *h)
     return h->type == PM__FT_REPLY || (h->type == PM__FT_UNDELIVERABLE && h->request_id != 0);
 }
 
+/* Room for one more record ahead of its frame (bigmsg.h): forgets our
+ * large frames the hub has consumed, and waits (or -EAGAIN without wait)
+ * while PM__BIGMSG_AHEAD_MAX are not. The hub takes records off the socket
+ * as they arrive and fences a worker past that many, so this, not the
+ * socket's buffer, is what holds a sender back before its frames are
+ * read. 0, -EAGAIN, -ESHUTDOWN, -EPROTO (our ring is poisoned). */
+static int ahead_room(pm_node *n, int wait)
+{
+    for (;;) {
+        while (n->ahead_n > 0) {
+            int rc = pm__ring_consumed(&n->link.tx, n->ahead_end[n->ahead_head]);
+            if (rc < 0)
+                return -EPROTO;
+            if (rc == 0)
+                break;
+            n->ahead_head = (n->ahead_head + 1) % PM__BIGMSG_AHEAD_MAX;
+            n->ahead_n--;
+        }
+        if (n->ahead_n < PM__BIGMSG_AHEAD_MAX)
+            return 0;
+        if (!wait)
+            return -EAGAIN;
+        if (shut_down(n))
+            return -ESHUTDOWN;
+        beat(n);
+        if (pm__ring_wait_consumed(&n->link.tx, n->ahead_end[n->ahead_head], wait_chunk(n)) < 0)
+            return -EPROTO;
+    }
+}
+
 /* Sends a large message (above PM_MAX_PAYLOAD) as a sealed memfd: room in
  * the ring is reserved first, then the record goes on the socket, then the
  * frame is committed, so that the hub always finds the record when it
- * reads the frame and a record never goes without its frame. */
+ * reads the frame and a record never goes without its frame. A record the
+ * kernel refuses for now (our user's fds in flight past our RLIMIT_NOFILE,
+ * or no memory: hub.h) is -EAGAIN. */
 static int send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_t len, int wait)
 {
     int fd = pm__bigmsg_create(data, len);
@@ -662,6 +694,8 @@ static int send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_
     for (;;) {
         beat(n);
         void *p;
+        if ((rc = ahead_room(n, wait)) < 0)
+            break;
         rc = pm__ring_reserve(&n->link.tx, total, &p);
         if (rc == 0) {
             uint32_t seq = pm__bigmsg_next(n->link.tx_seq);
@@ -673,9 +707,15 @@ static int send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_
                 pm__announce_encode(&a, (char *)p + PM__FRAME_HDR_SIZE);
                 pm__ring_commit(&n->link.tx, total);
                 pm__ring_publish(&n->link.tx);
+                n->ahead_end[(n->ahead_head + n->ahead_n++) % PM__BIGMSG_AHEAD_MAX] =
+                    pm__ring_head(&n->link.tx);
                 break;
             }
             pm__ring_unreserve(&n->link.tx);
+            if (rc == -ETOOMANYREFS || rc == -ENOBUFS || rc == -ENOMEM) {
+                pm__close(fd);
+                return -EAGAIN; /* refused for now, not a wait given up */
+            }
             if (rc != -EAGAIN)
                 break;
             /* The hub has not taken our earlier fds yet. */

@@ -3,6 +3,7 @@
 #ifndef PM_NODE_H
 #define PM_NODE_H
 
+#include "channel/bigmsg.h"
 #include "channel/link.h"
 #include "channel/frame.h"
 
@@ -42,6 +43,11 @@ struct pm_node {
     int stopping;         /* the supervisor asked us to stop */
     int fd_armed;         /* a timed-out wait left the doorbell armed for pm_node_fd */
     uint64_t late_replies;
+    /* Our large messages whose frames the hub has not consumed: where each
+     * frame ends in the up ring, oldest at ahead_head (bigmsg.h,
+     * PM__BIGMSG_AHEAD_MAX). */
+    uint64_t ahead_end[PM__BIGMSG_AHEAD_MAX];
+    unsigned ahead_head, ahead_n;
 };
 
 /* Runs the worker half of the handshake on an attached link: HELLO, then
