@@ -39,6 +39,9 @@
  * socket holds a few more in the kernel (its send buffer is set to the
  * minimum, about 6 records each way: src/link.c), outside this count. */
 #define PM__HOLD_MAX_FDS 8u
+/* Refusals (a worker's UNDELIVERABLE about a large message it could not
+ * map) a port may owe: one per large message pushed to it, capped. */
+#define PM__BIG_OWED_MAX 1024u
 
 /* Requests one requester may have in flight (to all destinations), and the
  * longest a request stays in the table, deadline or not (doc/design.md,
@@ -211,6 +214,8 @@ typedef struct pm__port {
     uint64_t rx_len;
     int rx_fd;             /* the checked fd of the large message at the head of its
                               up ring, kept while the sender is held back; -1 */
+    uint32_t big_owed;     /* large messages pushed to it that it may still refuse
+                              (port.c, refusal), at most PM__BIG_OWED_MAX */
     uint64_t stall_since_ms; /* its queue waits without progress since; 0: empty */
     int sock_full;         /* its socket refused an fd: the owner waits until it is
                               writable, then services the port (pm__hub_flush) */
@@ -401,6 +406,7 @@ typedef struct pm__hub {
     uint64_t drain_timeout_ms; /* 0: never report */
     uint64_t late_replies;  /* replies nobody waits for any more */
     uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
+    uint64_t big_unmapped;  /* large messages to main it could not map: refused */
     uint64_t replies_dropped; /* replies to a requester whose queue was full */
     uint64_t not_draining;  /* stalls reported (ops->not_draining) */
     uint64_t ring_full_waits; /* a sender held back by a full destination */

@@ -43,6 +43,7 @@ struct pm_node {
     int stopping;         /* the supervisor asked us to stop */
     int fd_armed;         /* a timed-out wait left the doorbell armed for pm_node_fd */
     uint64_t late_replies;
+    uint64_t big_skipped; /* large messages we could not map: skipped, sender told */
 };
 
 /* Runs the worker half of the handshake on an attached link: HELLO, then
