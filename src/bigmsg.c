@@ -92,18 +92,13 @@ fail:
  * can appear after the check. */
 static int paid_for(int fd, uint64_t len)
 {
-    /* A tmpfs memfd only: a hugetlbfs one (MFD_HUGETLB) is sealable too,
-     * but its pages come from the hugetlb pool, outside memory.max. */
-    struct statfs sf;
-    if (fstatfs(fd, &sf) < 0 || sf.f_type != TMPFS_MAGIC)
-        return 0;
     /* Moves the file offset the sender shares; nobody reads the sealed
      * memfd through it (write is sealed, readers map it or use pread). */
     off_t hole = lseek(fd, 0, SEEK_HOLE);
     return hole >= 0 && (uint64_t)hole >= len;
 }
 
-int pm__bigmsg_check(int fd, uint64_t len, size_t max)
+int pm__bigmsg_check_from_hub(int fd, uint64_t len, size_t max)
 {
     struct stat st;
     /* A pipe, socket or ordinary file fails F_GET_SEALS (EINVAL): foreign. */
@@ -121,7 +116,20 @@ int pm__bigmsg_check(int fd, uint64_t len, size_t max)
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY)
         return -EPROTO;
-    return paid_for(fd, len) ? 0 : -EPROTO;
+    /* A tmpfs memfd only: a hugetlbfs one (MFD_HUGETLB) is sealable too,
+     * but its pages come from the hugetlb pool, outside memory.max. */
+    struct statfs sf;
+    if (fstatfs(fd, &sf) < 0 || sf.f_type != TMPFS_MAGIC)
+        return -EPROTO;
+    return 0;
+}
+
+int pm__bigmsg_check(int fd, uint64_t len, size_t max)
+{
+    int rc = pm__bigmsg_check_from_hub(fd, len, max);
+    if (rc == 0 && !paid_for(fd, len))
+        rc = -EPROTO;
+    return rc;
 }
 
 int pm__bigmsg_map(int fd, size_t len, const void **map)

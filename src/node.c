@@ -497,7 +497,9 @@ static void drop_current(pm_node *n)
 /* The fd of the large message the frame at the head of our ring announces:
  * its record is taken from our socket (the hub sends it before the frame)
  * and checked like any sender's: the hub passes on fds it did not map, and
- * the memfd came from another worker. 0 with *fd and *len, -EPROTO. */
+ * the memfd came from another worker. All but the scan for holes, which
+ * the sending host's hub made (pm__bigmsg_check_from_hub). 0 with *fd and
+ * *len, -EPROTO. */
 static int take_big(pm_node *n, const void *payload, int *fd, uint64_t *len)
 {
     unsigned char copy[PM__ANNOUNCE_SIZE];
@@ -508,7 +510,7 @@ static int take_big(pm_node *n, const void *payload, int *fd, uint64_t *len)
         pm__bigmsg_recv(n->link.sock, a.seq, fd) < 0)
         return -EPROTO;
     n->link.rx_seq = a.seq;
-    if (pm__bigmsg_check(*fd, a.len, (size_t)pm__link_ctl(&n->link)->max_message) < 0) {
+    if (pm__bigmsg_check_from_hub(*fd, a.len, (size_t)pm__link_ctl(&n->link)->max_message) < 0) {
         pm__close(*fd);
         return -EPROTO;
     }
