@@ -55,8 +55,8 @@ int pm__bigmsg_create(const void *data, size_t len);
  * or -EPROTO naming nothing more (the caller counts a protocol fault). */
 int pm__bigmsg_check(int fd, uint64_t len, size_t max);
 
-/* The same without the scan for holes, which walks every page (about
- * 65 us for 16 MiB: doc/benchmarks.md): for a worker taking an fd from
+/* The same without the scan for holes, which walks every page (its cost
+ * grows with the length: doc/benchmarks.md): for a worker taking an fd from
  * its hub, which scanned every fd it passes on (pm__bigmsg_check at the
  * sending host's hub) or wrote it whole itself (main's, a link's), and
  * F_SEAL_WRITE (which forbids punching a hole) has held since. */
