@@ -880,6 +880,8 @@ START_TEST(test_codec_and_checks)
         ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK |
                                F_SEAL_SEAL), 0);
         ck_assert_msg(pm__bigmsg_check(fd, MIB, MAX_MSG) == -EPROTO, "sparse case %zu passed", i);
+        /* A worker leaves the scan to its hub, which made it. */
+        ck_assert_int_eq(pm__bigmsg_check_from_hub(fd, MIB, MAX_MSG), 0);
         close(fd);
     }
     /* fallocate without KEEP_SIZE allocates the pages, but tmpfs reports
@@ -898,6 +900,7 @@ START_TEST(test_codec_and_checks)
     int wfd = open(path, O_WRONLY | O_CLOEXEC);
     ck_assert_int_ge(wfd, 0);
     ck_assert_int_eq(pm__bigmsg_check(wfd, MIB, MAX_MSG), -EPROTO);
+    ck_assert_int_eq(pm__bigmsg_check_from_hub(wfd, MIB, MAX_MSG), -EPROTO);
     close(wfd);
     close(fd);
     int p[2];
