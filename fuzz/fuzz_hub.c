@@ -14,7 +14,8 @@
  * too: each incarnation has a real SOCK_SEQPACKET socketpair (send buffer
  * at the minimum, as link.c makes it, so it fills after a few records),
  * and a worker sends records carrying a sealed memfd of the announced
- * length, one of another length, an unsealed memfd, a pipe, no fd or two,
+ * length, one of another length, an unsealed memfd, a sparse one, one
+ * reopened write-only, a pipe, no fd or two,
  * with the right sequence or any, with or without the announcing frame
  * (PM__FF_MEMFD), or an announcement with no record; main sends large
  * messages (sealed memfds the hub makes) to the workers.
@@ -54,8 +55,8 @@
 #define NPORTS 3u
 #define FORGED_SRC 0x5eadbeefu
 #define FORGED_INC 0x5eadbeef5eadbeefull
-/* The cluster's limit on a message here: large messages stay cheap (the
- * memfds are sparse: ftruncate, never written). */
+/* The cluster's limit on a message here: large messages stay cheap (at
+ * most 256 KiB of zeros, written). */
 #define MAX_MSG ((size_t)PM_MAX_PAYLOAD * 4)
 
 static pm__hub hub;
@@ -194,19 +195,49 @@ static void worker_send(fuzz_in *in, unsigned i)
     wport_publish(&hub, p, i);
 }
 
-/* A memfd of len bytes (sparse), sealed or not; -1 when the system
- * refuses (then the worker sends without it). */
-static int make_memfd(uint64_t len, int sealed)
+/* Writes len zeros at the start of fd: pages the sender has paid for
+ * (fallocate would allocate them, but tmpfs reports unwritten pages as
+ * holes, which the check refuses). 0 or -1. */
+static int write_zeros(int fd, uint64_t len)
+{
+    static const unsigned char zeros[65536];
+    while (len > 0) {
+        size_t n = len < sizeof(zeros) ? (size_t)len : sizeof(zeros);
+        ssize_t k = write(fd, zeros, n);
+        if (k <= 0)
+            return -1;
+        len -= (uint64_t)k;
+    }
+    return 0;
+}
+
+/* A memfd of len bytes, sealed or not, written (zeros) or sparse
+ * (ftruncate only: refused); -1 when the system refuses (then the worker
+ * sends without it). */
+static int make_memfd(uint64_t len, int sealed, int sparse)
 {
     int fd = memfd_create("fz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return -1;
-    if (ftruncate(fd, (off_t)len) < 0 ||
+    if ((sparse ? ftruncate(fd, (off_t)len) : write_zeros(fd, len)) < 0 ||
         (sealed && fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0)) {
         close(fd);
         return -1;
     }
     return fd;
+}
+
+/* fd reopened write-only (closed either way): sealed, whole, and no
+ * receiver can map it. */
+static int write_only(int fd)
+{
+    if (fd < 0)
+        return -1;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    int w = open(path, O_WRONLY | O_CLOEXEC);
+    close(fd);
+    return w;
 }
 
 /* One record on the worker's socket, as bigmsg.c writes it, with nfds fds
@@ -246,22 +277,28 @@ static void worker_big(fuzz_in *in, unsigned i)
     uint8_t k = fuzz_u8(in), k2 = fuzz_u8(in);
     static const uint64_t lens[] = {PM_MAX_PAYLOAD + 1, MAX_MSG, MAX_MSG + 1, PM_MAX_PAYLOAD};
     uint64_t len = k & 4 ? PM_MAX_PAYLOAD + 1 + fuzz_u16(in) % MAX_MSG : lens[k & 3];
-    enum { SEALED, WRONG_SIZE, UNSEALED, PIPE, NO_RECORD, TWO_FDS, NO_FD, KINDS };
+    enum { SEALED, WRONG_SIZE, UNSEALED, PIPE, NO_RECORD, TWO_FDS, NO_FD, SPARSE, WRITE_ONLY, KINDS };
     int kind = (k >> 3) % KINDS;
     uint32_t seq = (k2 & 1) ? fuzz_u32(in) : pm__bigmsg_next(p->tx_seq);
     int fds[2] = {-1, -1}, nfds = 0;
     switch (kind) {
     case SEALED:
     case TWO_FDS:
-        fds[nfds++] = make_memfd(len, 1);
+        fds[nfds++] = make_memfd(len, 1, 0);
         if (kind == TWO_FDS)
-            fds[nfds++] = make_memfd(len, 1);
+            fds[nfds++] = make_memfd(len, 1, 0);
         break;
     case WRONG_SIZE:
-        fds[nfds++] = make_memfd(len - 1, 1);
+        fds[nfds++] = make_memfd(len - 1, 1, 0);
         break;
     case UNSEALED:
-        fds[nfds++] = make_memfd(len, 0);
+        fds[nfds++] = make_memfd(len, 0, 0);
+        break;
+    case SPARSE:
+        fds[nfds++] = make_memfd(len, 1, 1);
+        break;
+    case WRITE_ONLY:
+        fds[nfds++] = write_only(make_memfd(len, 1, 0));
         break;
     case PIPE: {
         int pp[2];

@@ -847,9 +847,24 @@ static int big_record(wport *p, int fd, uint32_t seq)
     return sendmsg(p->wsock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(rec) ? 0 : -1;
 }
 
+/* Writes len zeros at the start of fd: a large message's pages are paid
+ * for by its sender, and the hub refuses a memfd with a hole. 0 or -1. */
+static int write_zeros(int fd, uint64_t len)
+{
+    static const unsigned char zeros[65536];
+    while (len > 0) {
+        size_t n = len < sizeof(zeros) ? (size_t)len : sizeof(zeros);
+        ssize_t k = write(fd, zeros, n);
+        if (k <= 0)
+            return -1;
+        len -= (uint64_t)k;
+    }
+    return 0;
+}
+
 /* A large message from worker i, mostly to another host (the fd path of
- * fuzz_hub: a sealed sparse memfd, its record on the socket, then the
- * announcing frame), its first and last byte the worker's tag; a reply
+ * fuzz_hub: a sealed memfd written whole, its record on the socket, then
+ * the announcing frame), its first and last byte the worker's tag; a reply
  * answers a request it took from a link. */
 static void worker_big(fuzz_in *in, unsigned i)
 {
@@ -882,7 +897,7 @@ static void worker_big(fuzz_in *in, unsigned i)
     if (fd < 0)
         return;
     unsigned char tag = tag_local(i);
-    int ok = ftruncate(fd, (off_t)len) == 0 && pwrite(fd, &tag, 1, 0) == 1 &&
+    int ok = write_zeros(fd, len) == 0 && pwrite(fd, &tag, 1, 0) == 1 &&
              pwrite(fd, &tag, 1, (off_t)len - 1) == 1 &&
              fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) == 0;
     uint32_t seq = pm__bigmsg_next(p->tx_seq);

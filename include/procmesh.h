@@ -1060,12 +1060,17 @@ PM_EXTERN int pm_node_send(pm_node *n, const pm_address *to, const void *data, s
 /* The same, but -EAGAIN instead of waiting when the ring is full. */
 PM_EXTERN int pm_node_try_send(pm_node *n, const pm_address *to, const void *data, size_t len);
 /* Receives the next message: 0, -ETIMEDOUT (timeout_ms: 0 poll, -1 forever),
- * -ESHUTDOWN once the supervisor asks this worker to stop or is gone. */
+ * -ESHUTDOWN once the supervisor asks this worker to stop or is gone. A
+ * large message this process cannot map (its address space is full) is
+ * skipped, not returned: its sender gets an undeliverable notice
+ * (-EMSGSIZE) and the receive goes on to the next message. */
 PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms);
 /* Sends a request and waits for its reply: 0 with *reply filled, -ETIMEDOUT,
  * the undeliverable reason (-EHOSTDOWN, -ENOENT, -ESTALE, -EAGAIN: a large
  * request or reply the kernel refused to pass on for now, see
- * pm_node_send ...), -ESHUTDOWN.
+ * pm_node_send; -EMSGSIZE when the receiver could not map a large
+ * request ...), -ESHUTDOWN, -EMSGSIZE (the request above the cluster's
+ * maximum, or a large reply this process cannot map: skipped).
  * Messages that arrive meanwhile are kept for pm_node_recv (up to 4 MiB);
  * when that store is full the reply can no longer be reached: -ENOBUFS at
  * once (the reply, if it comes, is dropped as late). */

@@ -811,9 +811,10 @@ START_TEST(test_wrong_version_charged)
 }
 END_TEST
 
-/* design.md, Validation: "a frame type a worker may not send (INIT, STOP,
- * UNDELIVERABLE), or traffic before the worker is ready is dropped and
- * counted per slot" (malformed_dropped), not fenced. */
+/* design.md, Validation: "a frame type a worker may not send (INIT, STOP;
+ * UNDELIVERABLE except as a refusal of a large message it was sent), or
+ * traffic before the worker is ready is dropped and counted per slot"
+ * (malformed_dropped), not fenced. This worker was sent nothing large. */
 START_TEST(test_forbidden_types_dropped)
 {
     static const int types[] = {PM__FT_INIT, PM__FT_UNDELIVERABLE, PM__FT_STOP};

@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 #include "base/le.h"
 
@@ -17,6 +19,10 @@
 #endif
 #ifndef MFD_ALLOW_SEALING
 #define MFD_ALLOW_SEALING 0x0002U
+#endif
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
 #endif
 
 #define ALL_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
@@ -75,7 +81,24 @@ fail:
     return err;
 }
 
-int pm__bigmsg_check(int fd, uint64_t len, size_t max)
+/* Whether fd's pages [0, len) all exist: the sender has paid for them. A
+ * hole would be allocated by the first reader that touches it and charged
+ * to the reader's memory cgroup, while the sender's reference keeps the
+ * pages alive: a way round the sender's memory.max. SEEK_HOLE, not
+ * st_blocks: blocks allocated past the end with FALLOC_FL_KEEP_SIZE count
+ * in st_blocks and cover nothing inside. A tmpfs page out on swap is data,
+ * not a hole (shmem reports swap entries as data). Only called on a memfd
+ * sealed against writes, which also forbids FALLOC_FL_PUNCH_HOLE: no hole
+ * can appear after the check. */
+static int paid_for(int fd, uint64_t len)
+{
+    /* Moves the file offset the sender shares; nobody reads the sealed
+     * memfd through it (write is sealed, readers map it or use pread). */
+    off_t hole = lseek(fd, 0, SEEK_HOLE);
+    return hole >= 0 && (uint64_t)hole >= len;
+}
+
+int pm__bigmsg_check_from_hub(int fd, uint64_t len, size_t max)
 {
     struct stat st;
     /* A pipe, socket or ordinary file fails F_GET_SEALS (EINVAL): foreign. */
@@ -87,7 +110,26 @@ int pm__bigmsg_check(int fd, uint64_t len, size_t max)
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
         (uint64_t)st.st_size != len || len > max)
         return -EPROTO;
+    /* Readable: the same memfd reopened write-only (/proc/self/fd/N,
+     * O_WRONLY) passes everything else, and every receiver's read-only
+     * mapping of it fails with EACCES. */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY)
+        return -EPROTO;
+    /* A tmpfs memfd only: a hugetlbfs one (MFD_HUGETLB) is sealable too,
+     * but its pages come from the hugetlb pool, outside memory.max. */
+    struct statfs sf;
+    if (fstatfs(fd, &sf) < 0 || sf.f_type != TMPFS_MAGIC)
+        return -EPROTO;
     return 0;
+}
+
+int pm__bigmsg_check(int fd, uint64_t len, size_t max)
+{
+    int rc = pm__bigmsg_check_from_hub(fd, len, max);
+    if (rc == 0 && !paid_for(fd, len))
+        rc = -EPROTO;
+    return rc;
 }
 
 int pm__bigmsg_map(int fd, size_t len, const void **map)

@@ -59,9 +59,18 @@ int pm__announce_decode(const void *buf, size_t size, pm__announce *a);
 int pm__bigmsg_create(const void *data, size_t len);
 
 /* Checks a received fd: a memfd (F_GET_SEALS works: anything else is
- * foreign) with all four seals, exactly len bytes, len <= max. 0, or
- * -EPROTO naming nothing more (the caller counts a protocol fault). */
+ * foreign) with all four seals, exactly len bytes, len <= max, open for
+ * reading, on tmpfs (not hugetlbfs) and with no hole in [0, len): every
+ * page was paid for by its sender (doc/design.md, "The sender pays"). 0,
+ * or -EPROTO naming nothing more (the caller counts a protocol fault). */
 int pm__bigmsg_check(int fd, uint64_t len, size_t max);
+
+/* The same without the scan for holes, which walks every page (its cost
+ * grows with the length: doc/benchmarks.md): for a worker taking an fd from
+ * its hub, which scanned every fd it passes on (pm__bigmsg_check at the
+ * sending host's hub) or wrote it whole itself (main's, a link's), and
+ * F_SEAL_WRITE (which forbids punching a hole) has held since. */
+int pm__bigmsg_check_from_hub(int fd, uint64_t len, size_t max);
 
 /* Maps a checked fd read-only. 0 with *map, or -errno. */
 int pm__bigmsg_map(int fd, size_t len, const void **map);

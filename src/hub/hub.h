@@ -56,6 +56,9 @@
  * A user per worker (--uid-range) closes it; under --user the supervisor
  * is root and exempt, so only the workers' own large sends are hit. */
 #define PM__HOLD_MAX_FDS 8u
+/* Refusals (a worker's UNDELIVERABLE about a large message it could not
+ * map) a port may owe: one per large message pushed to it, capped. */
+#define PM__BIG_OWED_MAX 1024u
 
 /* Requests one requester may have in flight (to all destinations), and the
  * longest a request stays in the table, deadline or not (doc/design.md,
@@ -234,6 +237,8 @@ typedef struct pm__port {
     } ahead[PM__BIGMSG_AHEAD_MAX]; /* records taken off its fd socket before their
                               frames were read (port.c), oldest at ahead_head */
     unsigned ahead_head, ahead_n;
+    uint32_t big_owed;     /* large messages pushed to it that it may still refuse
+                              (port.c, refusal), at most PM__BIG_OWED_MAX */
     uint64_t stall_since_ms; /* its queue waits without progress since; 0: empty */
     int sock_full;         /* its socket refused an fd: the owner waits until it is
                               writable, then services the port (pm__hub_flush) */
@@ -426,6 +431,7 @@ typedef struct pm__hub {
     uint64_t drain_timeout_ms; /* 0: never report */
     uint64_t late_replies;  /* replies nobody waits for any more */
     uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
+    uint64_t big_unmapped;  /* large messages to main it could not map: refused */
     uint64_t replies_dropped; /* replies to a requester whose queue was full */
     uint64_t not_draining;  /* stalls reported (ops->not_draining) */
     uint64_t ring_full_waits; /* a sender held back by a full destination */

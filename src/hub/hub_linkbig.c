@@ -36,7 +36,11 @@ void pm__hl_frag_tx_end(pm__hub *h, pm__hub_link *l)
 
 /* Reads bytes of the message being sent into buf: 0, or -EIO (a sealed
  * memfd of the checked length does not come up short; if it did, the
- * message is abandoned: the receiver drops it at the next first fragment). */
+ * message is abandoned: the receiver drops it at the next first fragment).
+ * Never a hole: every fd sent here passed pm__bigmsg_check at this hub
+ * (port.c: no hole in its length, sealed against punching one) or was
+ * written whole by it (main's), so a pread allocates nothing: this host
+ * never pays for pages a remote receiver's sender did not. */
 static int frag_read(int fd, unsigned char *buf, size_t n, uint64_t off)
 {
     while (n > 0) {

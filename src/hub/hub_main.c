@@ -192,6 +192,28 @@ static void deliver(pm__hub *h, const pm__frame_hdr *f, const void *payload, siz
     PM__APP_CALLBACK(h, h->on_message(h->app, &m, h->on_message_arg));
 }
 
+/* A large message main cannot map (its address space is full; the hub
+ * has checked the fd, so not because of its sender): skipped and counted
+ * (big_unmapped), never silently. Its sender is told -EMSGSIZE, as a
+ * worker that cannot map one tells it (port.c, refusal); a reply is
+ * answered to main's own request as that notice. */
+static void main_refuse(pm__hub *h, const pm__frame_hdr *f)
+{
+    h->big_unmapped++;
+    pm__frame_hdr n = *f;
+    n.type = PM__FT_UNDELIVERABLE;
+    n.flags = 0;
+    n.len = 0;
+    n.error = -EMSGSIZE;
+    if (f->type == PM__FT_REPLY) {
+        deliver(h, &n, NULL, 0, 0);
+        return;
+    }
+    uint32_t to = f->src_host == PM__HOST_LOCAL ? f->src : PM__REMOTE_NODE(f->src_host, f->src);
+    pm__hub_notice_at(h, to, f->src_inc, PM__HOST_LOCAL, PM__NODE_MAIN, 0, f->request_id,
+                      -EMSGSIZE);
+}
+
 /* A frame for main: answers to its requests and broadcasts, or the
  * on_message callback. The payload is copied out of shared memory first:
  * the application parses a private copy that the worker can no longer
@@ -207,8 +229,7 @@ void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payloa
     const void *map;
     size_t len = (size_t)h->cur_len;
     if (pm__bigmsg_map(h->cur_fd, len, &map) < 0) {
-        if (f->src < h->nports)
-            h->ports[f->src].malformed++; /* no address space: counted, dropped */
+        main_refuse(h, f);
         return;
     }
     deliver(h, f, map, len, 1);

@@ -328,7 +328,10 @@ int pm__hub_push_fd(pm__hub *h, pm__port *d, const pm__frame_hdr *f, int fd, uin
     unsigned char ann[PM__ANNOUNCE_SIZE] = {0}; /* written when it leaves */
     pm__frame_hdr g = *f;
     g.flags = PM__FF_MEMFD;
-    return push_any(h, d, &g, ann, sizeof(ann), charge, fd, big_len);
+    int rc = push_any(h, d, &g, ann, sizeof(ann), charge, fd, big_len);
+    if (rc == 0 && d->big_owed < PM__BIG_OWED_MAX)
+        d->big_owed++; /* d may refuse it: port.c, refusal */
+    return rc;
 }
 
 /* The room a queued entry needs in its destination's ring. */

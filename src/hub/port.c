@@ -12,6 +12,7 @@
 
 #include "channel/bigmsg.h"
 #include "channel/proto.h"
+#include "hub_int.h"
 
 int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnation)
 {
@@ -23,6 +24,7 @@ int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnati
     p->busy = 0;
     p->want_arm = 0;
     pm__hub_port_drop_ahead(p);
+    p->big_owed = 0;
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
     if (pm__ring_arm(&link->rx) != 0) {
@@ -109,9 +111,10 @@ void pm__hub_port_records(pm__hub *h, unsigned i)
  * 0, or -EPROTO: the announcement is malformed, its record is not the
  * oldest one taken (a frame without its record, or a record without its
  * frame), a record was bad (take_records), or the fd is not a sealed
- * memfd of the announced length within the cluster's maximum. Checked
- * with fcntl and fstat only: the hub never maps what it routes between
- * workers. */
+ * memfd of the announced length within the cluster's maximum, open for
+ * reading, on tmpfs and with no hole (pm__bigmsg_check: its sender paid
+ * for every page). Checked without mapping: the hub never maps what it
+ * routes between workers. */
 static int take_fd(pm__hub *h, pm__port *p, const void *payload)
 {
     if (p->rx_fd >= 0)
@@ -138,6 +141,38 @@ static int take_fd(pm__hub *h, pm__port *p, const void *payload)
     p->rx_fd = fd;
     p->rx_len = a.len;
     return 0;
+}
+
+/*
+ * An UNDELIVERABLE frame from p: p could not map a large message it was
+ * sent (its address space is full) and skipped it (node.c, refuse_big).
+ * Its sender is told -EMSGSIZE, as by any notice, whatever error p wrote
+ * (a worker must not make another's receive return -ESHUTDOWN, say). p
+ * may only refuse what it was sent: each refusal spends one large message
+ * pushed to p (big_owed), and one about a request must match a request p
+ * received and has not answered, like a reply (and answers it). Anything
+ * else is dropped and counted as malformed.
+ */
+static void refusal(pm__hub *h, pm__port *p, const pm__frame_hdr *f)
+{
+    if (f->len != 0 || f->flags != 0 || p->big_owed == 0 ||
+        (f->dst_host != PM__HOST_LOCAL && f->dst > 0xFFFFu)) {
+        p->malformed++;
+        return;
+    }
+    uint32_t to = f->dst_host == PM__HOST_LOCAL ? f->dst : PM__REMOTE_NODE(f->dst_host, f->dst);
+    uint64_t to_inc = f->dst_inc;
+    if (f->request_id != 0) {
+        pm__inflight e;
+        if (!pm__hub_take_inflight(h, p, to, f->request_id, &e)) {
+            h->late_replies++;
+            return;
+        }
+        to_inc = e.requester_inc;
+    }
+    p->big_owed--;
+    pm__hub_notice_at(h, to, to_inc, PM__HOST_LOCAL, p->index, p->incarnation, f->request_id,
+                      -EMSGSIZE);
 }
 
 /* One frame from p's ring, already copied and validated by the codec: 0 to
@@ -186,6 +221,13 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
         pm__close(h->cur_fd);
         h->cur_fd = -1;
         pm__ring_consume(&p->link->rx);
+        return 0;
+    }
+    if (f->type == PM__FT_UNDELIVERABLE &&
+        (p->state == PM__PORT_READY || p->state == PM__PORT_STOPPING)) {
+        pm__frame_hdr u = *f; /* the header is a private copy; nothing else is read */
+        pm__ring_consume(&p->link->rx);
+        refusal(h, p, &u);
         return 0;
     }
     if (f->type != PM__FT_HELLO && f->type != PM__FT_READY) {

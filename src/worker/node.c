@@ -498,7 +498,9 @@ static void drop_current(pm_node *n)
 /* The fd of the large message the frame at the head of our ring announces:
  * its record is taken from our socket (the hub sends it before the frame)
  * and checked like any sender's: the hub passes on fds it did not map, and
- * the memfd came from another worker. 0 with *fd and *len, -EPROTO. */
+ * the memfd came from another worker. All but the scan for holes, which
+ * the sending host's hub made (pm__bigmsg_check_from_hub). 0 with *fd and
+ * *len, -EPROTO. */
 static int take_big(pm_node *n, const void *payload, int *fd, uint64_t *len)
 {
     unsigned char copy[PM__ANNOUNCE_SIZE];
@@ -509,7 +511,7 @@ static int take_big(pm_node *n, const void *payload, int *fd, uint64_t *len)
         pm__bigmsg_recv(n->link.sock, a.seq, fd) < 0)
         return -EPROTO;
     n->link.rx_seq = a.seq;
-    if (pm__bigmsg_check(*fd, a.len, (size_t)pm__link_ctl(&n->link)->max_message) < 0) {
+    if (pm__bigmsg_check_from_hub(*fd, a.len, (size_t)pm__link_ctl(&n->link)->max_message) < 0) {
         pm__close(*fd);
         return -EPROTO;
     }
@@ -530,6 +532,28 @@ static int show_big(pm_node *n, int fd, uint64_t len, pm_message *m)
     m->data = map;
     m->len = (size_t)len;
     return 0;
+}
+
+/* A large message we cannot map (our address space is full: RLIMIT_AS,
+ * vm.max_map_count) is skipped and counted, never an error of the
+ * receive, and its sender is told -EMSGSIZE with the one UNDELIVERABLE
+ * frame a worker may send (the hub checks it against what it delivered to
+ * us). A reply has nobody waiting to tell. */
+static void refuse_big(pm_node *n, const pm__frame_hdr *h)
+{
+    n->big_skipped++;
+    if (h->type == PM__FT_REPLY)
+        return;
+    pm__frame_hdr u;
+    memset(&u, 0, sizeof(u));
+    u.type = PM__FT_UNDELIVERABLE;
+    u.dst_host = h->src_host;
+    u.dst = h->src;
+    u.dst_inc = h->src_inc;
+    u.request_id = h->request_id;
+    u.error = -EMSGSIZE;
+    while (pm__frame_send(&n->link.tx, &u, NULL, 0) == -EAGAIN && !shut_down(n))
+        (void)pm__ring_wait_space(&n->link.tx, PM__FRAME_HDR_SIZE, wait_chunk(n));
 }
 
 /* Consumes a frame nobody will read (a late answer): a large message's
@@ -815,15 +839,18 @@ static int begin_wait(pm_node *n, const pm_message *out)
     return 0;
 }
 
-/* The current ring frame announces a large message: take, check and map
- * it. -EPROTO when the hub sent nonsense (it is trusted: nothing to do). */
-static int recv_big(pm_node *n, const void *payload, pm_message *m)
+/* The current ring frame h announces a large message: take, check and map
+ * it. -EPROTO when the hub sent nonsense (it is trusted: nothing to do),
+ * -EMSGSIZE when we cannot map it (refused: refuse_big). */
+static int recv_big(pm_node *n, const pm__frame_hdr *h, const void *payload, pm_message *m)
 {
     int fd;
     uint64_t len;
     int rc = take_big(n, payload, &fd, &len);
-    if (rc == 0)
-        rc = show_big(n, fd, len, m);
+    if (rc == 0 && show_big(n, fd, len, m) < 0) {
+        refuse_big(n, h);
+        rc = -EMSGSIZE;
+    }
     if (rc < 0) {
         m->data = NULL;
         m->len = 0;
@@ -837,7 +864,7 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
     if (rc < 0)
         return rc;
     beat(n);
-    if (n->stash_head != NULL) {
+    while (n->stash_head != NULL) {
         pm__stash *e = n->stash_head;
         n->stash_head = e->next;
         if (n->stash_head == NULL)
@@ -845,13 +872,15 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
         n->stash_bytes -= e->h.len;
         n->cur_stash = e;
         fill_msg(n, &e->h, e->data, m);
-        if (e->fd >= 0) {
-            n->stash_fds--;
-            int fd = e->fd;
-            e->fd = -1;
-            return show_big(n, fd, e->big_len, m);
-        }
-        return 0;
+        if (e->fd < 0)
+            return 0;
+        n->stash_fds--;
+        int fd = e->fd;
+        e->fd = -1;
+        if (show_big(n, fd, e->big_len, m) == 0)
+            return 0;
+        refuse_big(n, &e->h);
+        drop_current(n);
     }
     if (n->stopping)
         return -ESHUTDOWN;
@@ -869,7 +898,12 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
         }
         fill_msg(n, &h, payload, m);
         n->cur_in_ring = 1;
-        return (h.flags & PM__FF_MEMFD) != 0 ? recv_big(n, payload, m) : 0;
+        if ((h.flags & PM__FF_MEMFD) == 0)
+            return 0;
+        rc = recv_big(n, &h, payload, m);
+        if (rc != -EMSGSIZE)
+            return rc;
+        drop_current(n); /* skipped: on to the next message */
     }
 }
 
@@ -894,7 +928,7 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
             fill_msg(n, &h, payload, reply);
             n->cur_in_ring = 1;
             if ((h.flags & PM__FF_MEMFD) != 0)
-                return recv_big(n, payload, reply);
+                return recv_big(n, &h, payload, reply);
             return h.type == PM__FT_REPLY ? 0 : (h.error < 0 ? h.error : -EHOSTDOWN);
         }
         if (is_late_answer(&h)) {

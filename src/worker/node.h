@@ -48,6 +48,7 @@ struct pm_node {
      * PM__BIGMSG_AHEAD_MAX). */
     uint64_t ahead_end[PM__BIGMSG_AHEAD_MAX];
     unsigned ahead_head, ahead_n;
+    uint64_t big_skipped; /* large messages we could not map: skipped, sender told */
 };
 
 /* Runs the worker half of the handshake on an attached link: HELLO, then
