@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "seccomp_filter.h"
+#include "landlock.h"
 
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -433,6 +434,11 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
     out->level = level;
     out->action = action;
     out->supervisor = supervisor;
+    /* Landlock scopes signals by process, tid or not: where the kernel has
+     * it (6.12+), basic workers get it as well as the pins, which stay for
+     * older kernels and for what Landlock does not cover (rlimits,
+     * scheduling, I/O priority). */
+    out->scope_signals = level == PM_SECCOMP_BASIC && pm__landlock_signal_scope_available();
     /* The stand-in must be there for the child to fill in, or strict
      * would refuse the crash handler's re-raise and basic every signal. */
     int found = 0;
@@ -476,6 +482,11 @@ int pm__seccomp_load(pm__seccomp_prog *p)
 {
     /* getpid is a system call in glibc >= 2.25 (no cached pid), so this is
      * our own pid even right after fork. */
+    if (p->scope_signals) {
+        int rc = pm__landlock_scope_signals();
+        if (rc < 0)
+            return rc;
+    }
     uint32_t self = (uint32_t)getpid();
     for (unsigned i = 0; i < p->len; i++)
         if (BPF_CLASS(p->insns[i].code) == BPF_JMP && p->insns[i].k == PM__SECCOMP_SELF)

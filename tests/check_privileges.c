@@ -27,6 +27,7 @@
 #include <netinet/in.h>
 
 #include "procmesh.h"
+#include "landlock.h"
 #include "seccomp_filter.h"
 #include "supervise.h"
 
@@ -837,6 +838,57 @@ START_TEST(test_seccomp_basic_self_only)
 }
 END_TEST
 
+/* Landlock's signal scope, alone (basic's pins refuse the same calls
+ * first): a process in the domain can no longer signal its parent, by pid
+ * or by the tid of the parent's helper thread, nor through a socket it
+ * made the parent the SIGIO owner of; it still signals itself and a child
+ * it starts. */
+START_TEST(test_landlock_signal_scope)
+{
+    struct sigaction sa = {.sa_handler = on_urg};
+    ck_assert_int_eq(sigaction(SIGURG, &sa, NULL), 0);
+    ck_assert_int_eq(pipe(helper_ready), 0);
+    ck_assert_int_eq(pipe(helper_quit), 0);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, helper_thread, NULL), 0);
+    char r;
+    ck_assert_int_eq(read(helper_ready[0], &r, 1), 1);
+    pid_t parent = getpid(), tid = helper_tid;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || pm__landlock_scope_signals() < 0)
+            _exit(10);
+        if (kill(parent, SIGURG) == 0 || errno != EPERM)
+            _exit(11);
+        if (kill(tid, SIGURG) == 0 || errno != EPERM)
+            _exit(12);
+        if (syscall(SYS_tgkill, parent, tid, SIGURG) == 0 || errno != EPERM)
+            _exit(13);
+        /* Landlock lets the owner be set and drops the signal on I/O: the
+         * parent counts the SIGURGs it gets. */
+        (void)aim_signal("setown", parent, parent);
+        (void)aim_signal("setown", tid, parent);
+        if (kill(getpid(), 0) < 0)
+            _exit(15);
+        pid_t kid = fork();
+        if (kid == 0) {
+            pause();
+            _exit(0);
+        }
+        if (kid < 0 || kill(kid, SIGKILL) < 0 || waitpid(kid, NULL, 0) != kid)
+            _exit(16);
+        _exit(0);
+    }
+    int st = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "Landlock scope check failed: exit %d",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    ck_assert_int_eq(urgs, 0);
+    ck_assert_int_eq(write(helper_quit[1], "q", 1), 1);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+}
+END_TEST
+
 START_TEST(test_seccomp_basic_exec)
 {
     pm_options *o = pm_options_new();
@@ -992,7 +1044,13 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_strict_standby, 0);
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
     }
+    int landlock = pm__landlock_signal_scope_available();
+    if (landlock)
+        PM_ADD_TEST(s, test_landlock_signal_scope, 0);
     int rc = pm_test_main(s);
+    if (rc == EXIT_SUCCESS && !landlock)
+        pm_test_skip("the Landlock test: this kernel does not scope signals (Landlock ABI 6, "
+                     "Linux 6.12, with landlock in lsm=)");
     if (rc == EXIT_SUCCESS && !sc)
         pm_test_skip("the seccomp tests: procmesh was built without libseccomp (configure "
                      "--with-seccomp, Debian package libseccomp-dev)");
