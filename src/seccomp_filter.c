@@ -31,6 +31,14 @@
 #include <sys/stat.h>
 #endif
 
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+/* Every memfd_create flag bit but these refuses the call under strict
+ * (the kernel reads an unsigned int: the upper half is ignored). */
+#define MEMFD_OTHER_FLAGS \
+    (0xffffffffULL & ~(uint64_t)(MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL))
+
 #ifndef PR_SCHED_CORE
 #define PR_SCHED_CORE 62
 #endif
@@ -79,8 +87,13 @@ static const struct {
     {"madvise", -1, "glibc malloc trimming"},
     {"mprotect", -1, "glibc malloc growing a thread arena"},
     {"brk", -1, "malloc"},
-    {"fcntl", F_GET_SEALS, "node.c checks its ring memory's seals (only that: F_SETOWN "
-                           "would have the kernel signal someone)"},
+    {"fcntl", F_GET_SEALS, "node.c checks its ring memory's seals, bigmsg.c a large "
+                           "message's (only the seal commands: F_SETOWN would have the "
+                           "kernel signal someone)"},
+    {"fcntl", F_ADD_SEALS, "bigmsg.c seals a large message before sending it"},
+    {"memfd_create", -1, "bigmsg.c: a large message's memory (flags checked, add_strict)"},
+    {"recvmsg", -1, "bigmsg.c takes a large message's fd from its socket"},
+    {"sendmsg", -1, "bigmsg.c passes a large message's fd over its socket"},
     {"fstat", -1, "stdio's first write to stdout/stderr"},
     {"newfstatat", -1, "fstat on glibc >= 2.33"},
     {"exit_group", -1, "the worker ends (_exit after the bootstrap)"},
@@ -328,6 +341,12 @@ static int add_strict(scmp_filter_ctx ctx)
         if (strict_calls[i].arg1 >= 0) {
             struct scmp_arg_cmp cmd = LO32_EQ(1, strict_calls[i].arg1);
             rc = seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, nr, 1, &cmd);
+        } else if (strcmp(strict_calls[i].name, "memfd_create") == 0) {
+            /* Only the flags bigmsg.c uses (and MFD_NOEXEC_SEAL): a
+             * hugetlb memfd's pages are charged outside the worker's
+             * memory.max. */
+            struct scmp_arg_cmp fl = SCMP_CMP64(1, SCMP_CMP_MASKED_EQ, MEMFD_OTHER_FLAGS, 0);
+            rc = seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, nr, 1, &fl);
         } else if (strcmp(strict_calls[i].name, "tgkill") == 0) {
             /* To itself only: the child writes its pid over the stand-in
              * (pm__seccomp_load). tkill and kill are not allowed at all. */

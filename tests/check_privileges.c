@@ -1016,6 +1016,201 @@ START_TEST(test_seccomp_refusals)
 }
 END_TEST
 
+/* ------------------------------------------------------------ every level, every path */
+
+/*
+ * Every level of the filter against every way a message reaches a worker
+ * or leaves it: small (through the ring) and large (a sealed memfd over
+ * the worker's socket), from main and from a sibling, to main and to a
+ * sibling. Strict lets large messages through (recvmsg, sendmsg,
+ * memfd_create, F_ADD_SEALS): a worker never dies or fails on one.
+ */
+#define MOVE_SMALL 2000u
+#define MOVE_LARGE ((size_t)1 << 20)
+
+/* Byte i of a message from port `from` of len bytes. */
+static unsigned char move_byte(size_t i, unsigned from, size_t len)
+{
+    return (unsigned char)((i * 131u) ^ (i >> 9) ^ (from * 77u) ^ (unsigned)len);
+}
+
+static int move_check(const unsigned char *p, size_t len, unsigned from)
+{
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != move_byte(i, from, len))
+            return 0;
+    return 1;
+}
+
+static unsigned char *move_fill(size_t len, unsigned from)
+{
+    unsigned char *p = malloc(len);
+    for (size_t i = 0; p != NULL && i < len; i++)
+        p[i] = move_byte(i, from, len);
+    return p;
+}
+
+/* The worker: a data message (>= 1 KiB) is checked and reported to main
+ * as "got FROM LEN OK"; "send TO LEN" (TO: a slot, or "main") sends one
+ * and reports "sent RC". */
+static int mover(pm_node *n, void *arg)
+{
+    (void)arg;
+    /* Check's SIGTERM handler, inherited by the fork, would signal the
+     * test's process group on the stop request's SIGTERM. */
+    signal(SIGTERM, SIG_DFL);
+    if (pm_node_ready(n) < 0)
+        return 3;
+    pm_address main_addr;
+    memset(&main_addr, 0, sizeof(main_addr));
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0)
+            return 5; /* a receive that fails is the fault under test */
+        char out[64];
+        if (m.from.port == 0)
+            main_addr = m.from;
+        if (m.len >= 1024) {
+            snprintf(out, sizeof(out), "got %u %zu %d", (unsigned)m.from.port, m.len,
+                     move_check(m.data, m.len, m.from.port));
+        } else {
+            char cmd[64], to[16];
+            size_t k = m.len < sizeof(cmd) - 1 ? m.len : sizeof(cmd) - 1;
+            memcpy(cmd, m.data, k);
+            cmd[k] = '\0';
+            size_t len = 0;
+            if (sscanf(cmd, "send %15s %zu", to, &len) != 2)
+                continue;
+            pm_address a = main_addr;
+            if (strcmp(to, "main") != 0) {
+                a = *pm_node_self(n);
+                a.port = (uint16_t)(1 + atoi(to));
+                a.incarnation = 0;
+            }
+            unsigned char *p = move_fill(len, pm_node_self(n)->port);
+            int sent = p != NULL ? pm_node_send(n, &a, p, len) : -ENOMEM;
+            free(p);
+            snprintf(out, sizeof(out), "sent %d", sent);
+        }
+        if (pm_node_send(n, &main_addr, out, strlen(out)) < 0)
+            return 4;
+    }
+}
+
+static char move_report[4][64];
+static unsigned move_reports[4], move_main_ok, move_main_bad;
+
+static void on_move(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    unsigned slot = m->from.port - 1u;
+    if (m->len >= 1024) {
+        if (move_check(m->data, m->len, m->from.port))
+            move_main_ok++;
+        else
+            move_main_bad++;
+    } else if (slot < 4 && m->len < sizeof(move_report[0])) {
+        memcpy(move_report[slot], m->data, m->len);
+        move_report[slot][m->len] = '\0';
+        move_reports[slot]++;
+    }
+}
+
+static pm_address move_addr(pm_cluster *c, unsigned slot)
+{
+    pm_address a[2];
+    ck_assert_int_eq(pm_cluster_addresses(c, a, 2), 2);
+    return a[slot];
+}
+
+/* main -> slot: the slot reports it got len intact bytes from port 0. */
+static void move_from_main(pm_cluster *c, unsigned slot, size_t len)
+{
+    unsigned char *p = move_fill(len, 0);
+    ck_assert_ptr_nonnull(p);
+    unsigned before = move_reports[slot];
+    pm_address a = move_addr(c, slot);
+    int rc = pm_cluster_send(c, &a, p, len);
+    free(p);
+    ck_assert_msg(rc == 0, "main -> slot %u, %zu bytes: %s", slot, len, pm_strerror(rc));
+    PM_RUN_UNTIL(c, move_reports[slot] > before, 20000);
+    char want[64];
+    snprintf(want, sizeof(want), "got 0 %zu 1", len);
+    ck_assert_msg(strcmp(move_report[slot], want) == 0, "main -> slot %u: %s", slot,
+                  move_report[slot]);
+}
+
+/* slot -> to (a slot, or -1: main): sent, and received intact. */
+static void move_from_slot(pm_cluster *c, unsigned slot, int to, size_t len)
+{
+    char cmd[64];
+    if (to < 0)
+        snprintf(cmd, sizeof(cmd), "send main %zu", len);
+    else
+        snprintf(cmd, sizeof(cmd), "send %d %zu", to, len);
+    unsigned before = move_reports[slot], want_to = to < 0 ? 0 : move_reports[to] + 1;
+    unsigned main_before = move_main_ok;
+    pm_address a = move_addr(c, slot);
+    ck_assert_int_eq(pm_cluster_send(c, &a, cmd, strlen(cmd)), 0);
+    if (to < 0) {
+        PM_RUN_UNTIL(c, move_reports[slot] > before && move_main_ok + move_main_bad > main_before,
+                     20000);
+        ck_assert_msg(strcmp(move_report[slot], "sent 0") == 0, "slot %u -> main, %zu bytes: %s",
+                      slot, len, move_report[slot]);
+        ck_assert_uint_eq(move_main_ok, main_before + 1);
+        return;
+    }
+    /* Both the sender's "sent" and the receiver's "got" come to main. */
+    PM_RUN_UNTIL(c, move_reports[slot] > before && move_reports[to] >= want_to, 20000);
+    char want[64];
+    snprintf(want, sizeof(want), "got %u %zu 1", slot + 1, len);
+    ck_assert_msg(strcmp(move_report[to], want) == 0, "slot %u -> slot %d, %zu bytes: %s / %s",
+                  slot, to, len, move_report[slot], move_report[to]);
+}
+
+static const struct {
+    int level, action;
+} move_levels[] = {
+    {PM_SECCOMP_OFF, PM_SECCOMP_ERRNO},
+    {PM_SECCOMP_BASIC, PM_SECCOMP_ERRNO},
+    {PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO},
+    {PM_SECCOMP_STRICT, PM_SECCOMP_KILL},
+};
+
+START_TEST(test_seccomp_every_path)
+{
+    int level = move_levels[_i].level, action = move_levels[_i].action;
+    nev = 0;
+    memset(move_reports, 0, sizeof(move_reports));
+    move_main_ok = move_main_bad = 0;
+    pm_options *o = probe_options(2);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, mover, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_move, NULL), 0);
+    ck_assert_int_eq(pm_options_set_seccomp(o, level), 0);
+    ck_assert_int_eq(pm_options_set_seccomp_action(o, action), 0);
+    pm_cluster *c = spawn(o);
+    const size_t sizes[] = {MOVE_SMALL, MOVE_LARGE};
+    /* (A worker learns main's address from main's first message.) */
+    for (size_t k = 0; k < ARRAY_LEN(sizes); k++) {
+        for (unsigned s = 0; s < 2; s++)
+            move_from_main(c, s, sizes[k]);
+        for (unsigned s = 0; s < 2; s++) {
+            move_from_slot(c, s, -1, sizes[k]);
+            move_from_slot(c, s, (int)(1 - s), sizes[k]);
+        }
+    }
+    ck_assert_uint_eq(move_main_bad, 0);
+    /* No worker died, none was fenced. */
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+    finish(c, o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("privileges");
@@ -1043,6 +1238,9 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_strict_kill, 0);
         PM_ADD_TEST(s, test_seccomp_strict_standby, 0);
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
+        TCase *every = pm_tcase("test_seccomp_every_path", 0);
+        tcase_add_loop_test(every, test_seccomp_every_path, 0, (int)ARRAY_LEN(move_levels));
+        suite_add_tcase(s, every);
     }
     int landlock = pm__landlock_signal_scope_available();
     if (landlock)
