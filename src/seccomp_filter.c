@@ -56,8 +56,14 @@
  * fcntl(F_GET_SEALS), getppid, mmap, munmap, newfstatat, poll, read, write,
  * getpid, gettid, rt_sigprocmask, tgkill, exit_group; the rest is what glibc's
  * malloc, stdio, vDSO fallback and signal delivery may make on the same
- * paths. One comment per call says who makes it. tgkill is allowed only
- * towards the worker itself (see add_strict); kill and tkill not at all.
+ * paths, and what a large message takes (bigmsg.c: memfd_create,
+ * F_ADD_SEALS, sendmsg; recvmsg, F_GET_SEALS, fstat, mmap). A large message
+ * must never break a strict worker: refusing them would let any sender,
+ * remote ones too, fail its receive or kill it. recvmsg and sendmsg reach
+ * only sockets the worker already holds, and every fd they carry passes
+ * the hub's checks. One comment per call says who makes it. tgkill is
+ * allowed only towards the worker itself (see add_strict); kill and tkill
+ * not at all.
  */
 static const struct {
     const char *name;
@@ -115,8 +121,9 @@ static const char *const basic_denied[] = {
     /* A pidfd can name any process: a filter cannot see an fd's target, so
      * signalling or opening through one is refused outright. */
     "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
-    /* tkill names a thread by tid alone: the supervisor's other threads'
-     * tids are unknown here (glibc signals with tgkill). */
+    /* tkill names a thread by tid alone, without its thread group, so it
+     * cannot be pinned to the worker as tgkill is (glibc signals with
+     * tgkill). */
     "tkill",
     /* The file system tree and namespaces. */
     "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig",
@@ -132,12 +139,11 @@ static const char *const basic_denied[] = {
 
 /* The kernel reads a pid_t or a command (int) from the low 32 bits of the
  * register; a hostile worker may put anything in the upper half, and glibc
- * sign-extends a negative int. So every comparison masks: "equal" looks at
- * the low 32 bits only, "negative" at bit 31 only. (libseccomp's
+ * sign-extends a negative int. So every comparison looks at the low 32
+ * bits only (masked here; the pin block loads only that half). (libseccomp's
  * SCMP_CMP32 does not mask: it compares all 64 bits with a zero-extended
  * value.) */
 #define LO32_EQ(arg, v) SCMP_CMP64((arg), SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint64_t)(uint32_t)(v))
-#define LO32_NEG(arg) SCMP_CMP64((arg), SCMP_CMP_MASKED_EQ, 0x80000000ULL, 0x80000000ULL)
 
 static uint32_t scmp_action(int action)
 {
