@@ -559,13 +559,29 @@ PM_EXTERN int pm_options_set_protect_supervisor(pm_options *o, int on);
 enum pm_seccomp_level {
     PM_SECCOMP_OFF = 0,    /* no filter (default) */
     PM_SECCOMP_BASIC = 1,  /* deny what reaches outside: ptrace, process_vm_*, pidfd_open,
-                              pidfd_send_signal, kill/tgkill/rt_sigqueueinfo towards the
-                              supervisor or a process group, mount, keyctl, bpf,
-                              perf_event_open, ... ; everything else runs */
+                              pidfd_send_signal, tkill, mount, keyctl, bpf, perf_event_open,
+                              ... ; and every call that sends a signal or changes an rlimit,
+                              a scheduling policy, an affinity or an I/O priority acts on the
+                              worker itself only (kill, tgkill, rt_sigqueueinfo, F_SETOWN,
+                              prlimit64, sched_set*, setpriority, ioprio_set: 0 or its own
+                              pid; the group and user forms refused), plus Landlock signal
+                              scoping where the kernel has it (Linux 6.12+); everything else
+                              runs. The cost: a basic worker cannot signal, renice or limit
+                              its own children or its other threads by tid, nor use
+                              F_SETOWN_EX; its children inherit the filter with the worker's
+                              pid in it, so they may signal the worker but not themselves by
+                              pid (raise() fails in them; setrlimit, nice, affinity of 0
+                              work). A worker under the supervisor's uid can still write
+                              what that uid owns, the supervisor's cgroups included
+                              (doc/design.md, Privileges): only pm_options_set_user or
+                              pm_options_set_uid_range close that */
     PM_SECCOMP_STRICT = 2  /* fork mode only: exactly the calls libprocmesh's worker side
                               makes (ring I/O, futex, poll, clock_gettime, getppid, memory,
-                              exit, the crash handler's re-raise to itself); for compute
-                              workers that only talk through the ring */
+                              exit, the crash handler's re-raise to itself, and large
+                              messages: memfd_create, F_ADD_SEALS/F_GET_SEALS, sendmsg,
+                              recvmsg); for compute workers that only talk through procmesh.
+                              A strict worker sends and receives large messages like any
+                              other, from main, a sibling or another host */
 };
 
 enum pm_seccomp_action {

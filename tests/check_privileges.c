@@ -16,7 +16,10 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -24,6 +27,7 @@
 #include <netinet/in.h>
 
 #include "procmesh.h"
+#include "os/landlock.h"
 #include "os/seccomp_filter.h"
 #include "supervise.h"
 
@@ -56,13 +60,146 @@ static void on_probe_answer(pm_cluster *c, const pm_message *m, void *arg)
     answers[slot].got = 1;
 }
 
+/* ------------------------------------------------------------ calls aimed at a target */
+
+/* What sched_setattr(2) reads (glibc has no wrapper). */
+struct sched_attr_v1 {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+};
+
+#define IOPRIO_WHO_PROCESS 1
+#define IOPRIO_WHO_PGRP 2
+#define IOPRIO_WHO_USER 3
+#define IOPRIO_IDLE (3 << 13)
+#define IOPRIO_BE4 (2 << 13 | 4)
+
+/*
+ * One call form aimed at t (a thread, a process, a group or a user, as the
+ * form reads it; g is t's thread group). mode 0: the attack (the value
+ * would hurt the supervisor: SIGURG, SCHED_BATCH, nice 19, CPU 0 only,
+ * the idle I/O class, a lower core limit); mode 1: the same call on the
+ * worker itself with values that change nothing it needs.
+ */
+static long aim_signal(const char *name, pid_t t, pid_t g)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    si.si_signo = SIGURG;
+    si.si_code = SI_QUEUE;
+    si.si_pid = getpid();
+    si.si_uid = getuid();
+    if (strcmp(name, "kill") == 0)
+        return kill(t, SIGURG);
+    if (strcmp(name, "tgkill") == 0)
+        return syscall(SYS_tgkill, g, t, SIGURG);
+    if (strcmp(name, "rt_sigqueueinfo") == 0)
+        return syscall(SYS_rt_sigqueueinfo, t, SIGURG, &si);
+    if (strcmp(name, "rt_tgsigqueueinfo") == 0)
+        return syscall(SYS_rt_tgsigqueueinfo, g, t, SIGURG, &si);
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds) < 0)
+        return -1;
+    long r;
+    if (strcmp(name, "setown") == 0) {
+        /* F_SETSIG first: with O_ASYNC, I/O then sends SIGURG to t. */
+        r = fcntl(fds[0], F_SETSIG, SIGURG);
+        if (r == 0)
+            r = fcntl(fds[0], F_SETOWN, t);
+    } else { /* setown_ex */
+        struct f_owner_ex ex = {F_OWNER_TID, t};
+        r = fcntl(fds[0], F_SETSIG, SIGURG);
+        if (r == 0)
+            r = fcntl(fds[0], F_SETOWN_EX, &ex);
+    }
+    int e = errno;
+    if (r == 0 && fcntl(fds[0], F_SETFL, O_ASYNC | O_NONBLOCK) == 0 &&
+        write(fds[1], "x", 1) != 1)
+        r = -1, e = errno;
+    close(fds[0]);
+    close(fds[1]);
+    errno = e;
+    return r;
+}
+
+static long aim_sched(const char *name, pid_t t, int self)
+{
+    if (strcmp(name, "prlimit64") == 0) {
+        struct rlimit now, to;
+        if (getrlimit(RLIMIT_CORE, &now) < 0)
+            return -1;
+        to = now;
+        if (!self)
+            to.rlim_cur = to.rlim_max = 4096;
+        return syscall(SYS_prlimit64, t, RLIMIT_CORE, &to, NULL);
+    }
+    struct sched_param sp = {0};
+    if (strcmp(name, "sched_setscheduler") == 0)
+        return sched_setscheduler(t, self ? SCHED_OTHER : SCHED_BATCH, &sp);
+    if (strcmp(name, "sched_setparam") == 0)
+        return sched_setparam(t, &sp);
+    if (strcmp(name, "sched_setattr") == 0) {
+        struct sched_attr_v1 a = {.size = sizeof(a), .policy = self ? SCHED_OTHER : SCHED_BATCH,
+                                  .nice = self ? getpriority(PRIO_PROCESS, 0) : 19};
+        return syscall(SYS_sched_setattr, t, &a, 0);
+    }
+    if (strcmp(name, "sched_setaffinity") == 0) {
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof(set), &set) < 0)
+            return -1;
+        if (!self) {
+            CPU_ZERO(&set);
+            CPU_SET(0, &set);
+        }
+        return sched_setaffinity(t, sizeof(set), &set);
+    }
+    int nice = self ? getpriority(PRIO_PROCESS, 0) : 19;
+    if (strcmp(name, "prio_process") == 0)
+        return setpriority(PRIO_PROCESS, (id_t)t, nice);
+    if (strcmp(name, "prio_pgrp") == 0)
+        return setpriority(PRIO_PGRP, (id_t)t, nice);
+    if (strcmp(name, "prio_user") == 0)
+        return setpriority(PRIO_USER, (id_t)t, nice);
+    int io = self ? IOPRIO_BE4 : IOPRIO_IDLE;
+    if (strcmp(name, "ioprio_process") == 0)
+        return syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, t, io);
+    if (strcmp(name, "ioprio_pgrp") == 0)
+        return syscall(SYS_ioprio_set, IOPRIO_WHO_PGRP, t, io);
+    if (strcmp(name, "ioprio_user") == 0)
+        return syscall(SYS_ioprio_set, IOPRIO_WHO_USER, t, io);
+    errno = ENOSYS;
+    return -1;
+}
+
+/* "at NAME T G" (the attack) or "self NAME T" (T: 0 or "self", on itself). */
+static long aim_run(const char *cmd)
+{
+    char name[32], ts[16] = "", gs[16] = "";
+    int self = strncmp(cmd, "self ", 5) == 0;
+    if (sscanf(cmd + (self ? 5 : 3), "%31s %15s %15s", name, ts, gs) < 2) {
+        errno = EINVAL;
+        return -1;
+    }
+    pid_t t = strcmp(ts, "self") == 0 ? getpid() : (pid_t)atol(ts);
+    pid_t g = self ? getpid() : (pid_t)atol(gs);
+    if (strcmp(name, "kill") == 0 || strcmp(name, "tgkill") == 0 ||
+        strstr(name, "sigqueueinfo") != NULL || strncmp(name, "setown", 6) == 0)
+        return aim_signal(name, t, g);
+    return aim_sched(name, t, self);
+}
+
 /* Runs one command; the attack's result as 0 or -errno in *result. */
 static long probe_run(const char *cmd, int *err)
 {
     pid_t sup = getppid();
     long r = -1;
     errno = 0;
-    if (strcmp(cmd, "uid") == 0) {
+    if (strncmp(cmd, "at ", 3) == 0 || strncmp(cmd, "self ", 5) == 0) {
+        r = aim_run(cmd);
+    } else if (strcmp(cmd, "uid") == 0) {
         r = (long)getuid() << 32 | (long)getgid();
     } else if (strcmp(cmd, "stop-supervisor") == 0) {
         r = kill(sup, SIGSTOP);
@@ -533,6 +670,225 @@ START_TEST(test_seccomp_basic)
 }
 END_TEST
 
+/*
+ * basic: every call that sends a signal or changes an rlimit, a scheduling
+ * policy, an affinity or an I/O priority acts on the worker itself only.
+ * The supervisor (this test, dropped to a uid of its own so that the USER
+ * and PGRP forms can only ever reach it and its worker) runs a helper
+ * thread, as the daemon's name resolver does, and gives its tid to the
+ * worker: each call form is aimed at that thread, at the supervisor's pid
+ * and at its group or user; every one must be refused and leave the
+ * supervisor as it was (no SIGURG delivered, same policy, affinity, nice,
+ * I/O priority and core limit). Then each form on the worker itself (0 and
+ * its own pid) must still work.
+ */
+#define AIM_UID 61300u
+
+static volatile sig_atomic_t urgs;
+static void on_urg(int sig)
+{
+    (void)sig;
+    urgs++;
+}
+
+static int helper_ready[2], helper_quit[2];
+static pid_t helper_tid;
+static void *helper_thread(void *arg)
+{
+    (void)arg;
+    helper_tid = (pid_t)syscall(SYS_gettid);
+    char c;
+    if (write(helper_ready[1], "r", 1) == 1)
+        (void)!read(helper_quit[0], &c, 1);
+    return NULL;
+}
+
+/* What a worker could change in a thread t of ours. */
+struct sched_state {
+    int policy, nice, ioprio;
+    cpu_set_t cpus;
+};
+
+static void sched_state(pid_t t, struct sched_state *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->policy = sched_getscheduler(t);
+    errno = 0;
+    s->nice = getpriority(PRIO_PROCESS, (id_t)t);
+    s->ioprio = (int)syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, t);
+    ck_assert_int_eq(sched_getaffinity(t, sizeof(s->cpus), &s->cpus), 0);
+}
+
+static void sched_same(pid_t t, const struct sched_state *was, const char *form)
+{
+    struct sched_state now;
+    sched_state(t, &now);
+    ck_assert_msg(now.policy == was->policy && now.nice == was->nice &&
+                      now.ioprio == was->ioprio && CPU_EQUAL(&now.cpus, &was->cpus),
+                  "%s changed thread %d: policy %d->%d nice %d->%d ioprio %d->%d", form, (int)t,
+                  was->policy, now.policy, was->nice, now.nice, was->ioprio, now.ioprio);
+}
+
+/* One call form; target: 'T' each of our threads (the helper, the main
+ * one), 'G' our process group, 'U' our uid, '0' the form's "mine" (the
+ * worker's own group or user: only refused, as the worker may have joined
+ * ours). zero_self: the form reads 0 as "the caller" (self rows use it). */
+static const struct {
+    const char *name;
+    char target;
+    int zero_self;
+} aims[] = {
+    {"kill", 'T', 0},
+    {"tgkill", 'T', 0},
+    {"rt_sigqueueinfo", 'T', 0},
+    {"rt_tgsigqueueinfo", 'T', 0},
+    {"setown", 'T', 1},
+    {"setown", 'G', 1},
+    {"prlimit64", 'T', 1},
+    {"sched_setscheduler", 'T', 1},
+    {"sched_setparam", 'T', 1},
+    {"sched_setattr", 'T', 1},
+    {"sched_setaffinity", 'T', 1},
+    {"prio_process", 'T', 1},
+    {"prio_pgrp", 'G', 0},
+    {"prio_pgrp", '0', 0},
+    {"prio_user", 'U', 0},
+    {"prio_user", '0', 0},
+    {"ioprio_process", 'T', 1},
+    {"ioprio_pgrp", 'G', 0},
+    {"ioprio_pgrp", '0', 0},
+    {"ioprio_user", 'U', 0},
+    {"ioprio_user", '0', 0},
+};
+
+static void aim_all(pm_cluster *c)
+{
+    pid_t me = getpid(), threads[2] = {helper_tid, me};
+    struct sched_state was[2];
+    for (int i = 0; i < 2; i++)
+        sched_state(threads[i], &was[i]);
+    struct rlimit core0;
+    ck_assert_int_eq(getrlimit(RLIMIT_CORE, &core0), 0);
+    for (size_t i = 0; i < ARRAY_LEN(aims); i++) {
+        for (int k = 0; k < (aims[i].target == 'T' ? 2 : 1); k++) {
+            long t = aims[i].target == 'T'   ? threads[k]
+                     : aims[i].target == 'G' ? (long)getpgrp()
+                     : aims[i].target == 'U' ? (long)getuid()
+                                             : 0;
+            if (aims[i].target == 'G' && strcmp(aims[i].name, "setown") == 0)
+                t = -t; /* F_SETOWN names a group by its negative */
+            char cmd[64];
+            snprintf(cmd, sizeof(cmd), "at %s %ld %d", aims[i].name, t, (int)me);
+            ASSERT_REFUSED(c, 0, cmd);
+            ck_assert_msg(urgs == 0, "%s: SIGURG reached the supervisor", cmd);
+            for (int j = 0; j < 2; j++)
+                sched_same(threads[j], &was[j], cmd);
+            struct rlimit core;
+            ck_assert_int_eq(getrlimit(RLIMIT_CORE, &core), 0);
+            ck_assert_msg(core.rlim_cur == core0.rlim_cur && core.rlim_max == core0.rlim_max,
+                          "%s changed our core limit", cmd);
+        }
+    }
+}
+
+static void aim_self(pm_cluster *c)
+{
+    for (size_t i = 0; i < ARRAY_LEN(aims); i++) {
+        if (aims[i].target != 'T' || (i > 0 && strcmp(aims[i].name, aims[i - 1].name) == 0))
+            continue;
+        char cmd[64];
+        snprintf(cmd, sizeof(cmd), "self %s self", aims[i].name);
+        if (strcmp(aims[i].name, "setown") != 0) /* F_SETOWN to itself: below */
+            ASSERT_WORKS(c, 0, cmd);
+        snprintf(cmd, sizeof(cmd), "self %s 0", aims[i].name);
+        if (aims[i].zero_self)
+            ASSERT_WORKS(c, 0, cmd);
+    }
+    ASSERT_WORKS(c, 0, "self setown self");
+}
+
+START_TEST(test_seccomp_basic_self_only)
+{
+    /* Our own uid: the USER and PGRP forms, were they let through, would
+     * reach this test and its worker only, not the machine's other
+     * processes. */
+    ck_assert_int_eq(syscall(SYS_setgroups, 0, NULL), 0);
+    ck_assert_int_eq(syscall(SYS_setresgid, AIM_UID, AIM_UID, AIM_UID), 0);
+    ck_assert_int_eq(syscall(SYS_setresuid, AIM_UID, AIM_UID, AIM_UID), 0);
+    struct sigaction sa = {.sa_handler = on_urg};
+    ck_assert_int_eq(sigaction(SIGURG, &sa, NULL), 0);
+    struct rlimit core = {0, 1 << 20};
+    ck_assert_int_eq(setrlimit(RLIMIT_CORE, &core), 0);
+    ck_assert_int_eq(pipe(helper_ready), 0);
+    ck_assert_int_eq(pipe(helper_quit), 0);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, helper_thread, NULL), 0);
+    char r;
+    ck_assert_int_eq(read(helper_ready[0], &r, 1), 1);
+    pm_options *o = probe_options(1);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_BASIC), 0);
+    pm_cluster *c = spawn(o);
+    aim_all(c);
+    aim_self(c);
+    /* Still supervising, the worker never restarted. */
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    finish(c, o);
+    ck_assert_int_eq(write(helper_quit[1], "q", 1), 1);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+}
+END_TEST
+
+/* Landlock's signal scope, alone (basic's pins refuse the same calls
+ * first): a process in the domain can no longer signal its parent, by pid
+ * or by the tid of the parent's helper thread, nor through a socket it
+ * made the parent the SIGIO owner of; it still signals itself and a child
+ * it starts. */
+START_TEST(test_landlock_signal_scope)
+{
+    struct sigaction sa = {.sa_handler = on_urg};
+    ck_assert_int_eq(sigaction(SIGURG, &sa, NULL), 0);
+    ck_assert_int_eq(pipe(helper_ready), 0);
+    ck_assert_int_eq(pipe(helper_quit), 0);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, helper_thread, NULL), 0);
+    char r;
+    ck_assert_int_eq(read(helper_ready[0], &r, 1), 1);
+    pid_t parent = getpid(), tid = helper_tid;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || pm__landlock_scope_signals() < 0)
+            _exit(10);
+        if (kill(parent, SIGURG) == 0 || errno != EPERM)
+            _exit(11);
+        if (kill(tid, SIGURG) == 0 || errno != EPERM)
+            _exit(12);
+        if (syscall(SYS_tgkill, parent, tid, SIGURG) == 0 || errno != EPERM)
+            _exit(13);
+        /* Landlock lets the owner be set and drops the signal on I/O: the
+         * parent counts the SIGURGs it gets. */
+        (void)aim_signal("setown", parent, parent);
+        (void)aim_signal("setown", tid, parent);
+        if (kill(getpid(), 0) < 0)
+            _exit(15);
+        pid_t kid = fork();
+        if (kid == 0) {
+            pause();
+            _exit(0);
+        }
+        if (kid < 0 || kill(kid, SIGKILL) < 0 || waitpid(kid, NULL, 0) != kid)
+            _exit(16);
+        _exit(0);
+    }
+    int st = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "Landlock scope check failed: exit %d",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    ck_assert_int_eq(urgs, 0);
+    ck_assert_int_eq(write(helper_quit[1], "q", 1), 1);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+}
+END_TEST
+
 START_TEST(test_seccomp_basic_exec)
 {
     pm_options *o = pm_options_new();
@@ -660,6 +1016,201 @@ START_TEST(test_seccomp_refusals)
 }
 END_TEST
 
+/* ------------------------------------------------------------ every level, every path */
+
+/*
+ * Every level of the filter against every way a message reaches a worker
+ * or leaves it: small (through the ring) and large (a sealed memfd over
+ * the worker's socket), from main and from a sibling, to main and to a
+ * sibling. Strict lets large messages through (recvmsg, sendmsg,
+ * memfd_create, F_ADD_SEALS): a worker never dies or fails on one.
+ */
+#define MOVE_SMALL 2000u
+#define MOVE_LARGE ((size_t)1 << 20)
+
+/* Byte i of a message from port `from` of len bytes. */
+static unsigned char move_byte(size_t i, unsigned from, size_t len)
+{
+    return (unsigned char)((i * 131u) ^ (i >> 9) ^ (from * 77u) ^ (unsigned)len);
+}
+
+static int move_check(const unsigned char *p, size_t len, unsigned from)
+{
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != move_byte(i, from, len))
+            return 0;
+    return 1;
+}
+
+static unsigned char *move_fill(size_t len, unsigned from)
+{
+    unsigned char *p = malloc(len);
+    for (size_t i = 0; p != NULL && i < len; i++)
+        p[i] = move_byte(i, from, len);
+    return p;
+}
+
+/* The worker: a data message (>= 1 KiB) is checked and reported to main
+ * as "got FROM LEN OK"; "send TO LEN" (TO: a slot, or "main") sends one
+ * and reports "sent RC". */
+static int mover(pm_node *n, void *arg)
+{
+    (void)arg;
+    /* Check's SIGTERM handler, inherited by the fork, would signal the
+     * test's process group on the stop request's SIGTERM. */
+    signal(SIGTERM, SIG_DFL);
+    if (pm_node_ready(n) < 0)
+        return 3;
+    pm_address main_addr;
+    memset(&main_addr, 0, sizeof(main_addr));
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0)
+            return 5; /* a receive that fails is the fault under test */
+        char out[64];
+        if (m.from.port == 0)
+            main_addr = m.from;
+        if (m.len >= 1024) {
+            snprintf(out, sizeof(out), "got %u %zu %d", (unsigned)m.from.port, m.len,
+                     move_check(m.data, m.len, m.from.port));
+        } else {
+            char cmd[64], to[16];
+            size_t k = m.len < sizeof(cmd) - 1 ? m.len : sizeof(cmd) - 1;
+            memcpy(cmd, m.data, k);
+            cmd[k] = '\0';
+            size_t len = 0;
+            if (sscanf(cmd, "send %15s %zu", to, &len) != 2)
+                continue;
+            pm_address a = main_addr;
+            if (strcmp(to, "main") != 0) {
+                a = *pm_node_self(n);
+                a.port = (uint16_t)(1 + atoi(to));
+                a.incarnation = 0;
+            }
+            unsigned char *p = move_fill(len, pm_node_self(n)->port);
+            int sent = p != NULL ? pm_node_send(n, &a, p, len) : -ENOMEM;
+            free(p);
+            snprintf(out, sizeof(out), "sent %d", sent);
+        }
+        if (pm_node_send(n, &main_addr, out, strlen(out)) < 0)
+            return 4;
+    }
+}
+
+static char move_report[4][64];
+static unsigned move_reports[4], move_main_ok, move_main_bad;
+
+static void on_move(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    unsigned slot = m->from.port - 1u;
+    if (m->len >= 1024) {
+        if (move_check(m->data, m->len, m->from.port))
+            move_main_ok++;
+        else
+            move_main_bad++;
+    } else if (slot < 4 && m->len < sizeof(move_report[0])) {
+        memcpy(move_report[slot], m->data, m->len);
+        move_report[slot][m->len] = '\0';
+        move_reports[slot]++;
+    }
+}
+
+static pm_address move_addr(pm_cluster *c, unsigned slot)
+{
+    pm_address a[2];
+    ck_assert_int_eq(pm_cluster_addresses(c, a, 2), 2);
+    return a[slot];
+}
+
+/* main -> slot: the slot reports it got len intact bytes from port 0. */
+static void move_from_main(pm_cluster *c, unsigned slot, size_t len)
+{
+    unsigned char *p = move_fill(len, 0);
+    ck_assert_ptr_nonnull(p);
+    unsigned before = move_reports[slot];
+    pm_address a = move_addr(c, slot);
+    int rc = pm_cluster_send(c, &a, p, len);
+    free(p);
+    ck_assert_msg(rc == 0, "main -> slot %u, %zu bytes: %s", slot, len, pm_strerror(rc));
+    PM_RUN_UNTIL(c, move_reports[slot] > before, 20000);
+    char want[64];
+    snprintf(want, sizeof(want), "got 0 %zu 1", len);
+    ck_assert_msg(strcmp(move_report[slot], want) == 0, "main -> slot %u: %s", slot,
+                  move_report[slot]);
+}
+
+/* slot -> to (a slot, or -1: main): sent, and received intact. */
+static void move_from_slot(pm_cluster *c, unsigned slot, int to, size_t len)
+{
+    char cmd[64];
+    if (to < 0)
+        snprintf(cmd, sizeof(cmd), "send main %zu", len);
+    else
+        snprintf(cmd, sizeof(cmd), "send %d %zu", to, len);
+    unsigned before = move_reports[slot], want_to = to < 0 ? 0 : move_reports[to] + 1;
+    unsigned main_before = move_main_ok;
+    pm_address a = move_addr(c, slot);
+    ck_assert_int_eq(pm_cluster_send(c, &a, cmd, strlen(cmd)), 0);
+    if (to < 0) {
+        PM_RUN_UNTIL(c, move_reports[slot] > before && move_main_ok + move_main_bad > main_before,
+                     20000);
+        ck_assert_msg(strcmp(move_report[slot], "sent 0") == 0, "slot %u -> main, %zu bytes: %s",
+                      slot, len, move_report[slot]);
+        ck_assert_uint_eq(move_main_ok, main_before + 1);
+        return;
+    }
+    /* Both the sender's "sent" and the receiver's "got" come to main. */
+    PM_RUN_UNTIL(c, move_reports[slot] > before && move_reports[to] >= want_to, 20000);
+    char want[64];
+    snprintf(want, sizeof(want), "got %u %zu 1", slot + 1, len);
+    ck_assert_msg(strcmp(move_report[to], want) == 0, "slot %u -> slot %d, %zu bytes: %s / %s",
+                  slot, to, len, move_report[slot], move_report[to]);
+}
+
+static const struct {
+    int level, action;
+} move_levels[] = {
+    {PM_SECCOMP_OFF, PM_SECCOMP_ERRNO},
+    {PM_SECCOMP_BASIC, PM_SECCOMP_ERRNO},
+    {PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO},
+    {PM_SECCOMP_STRICT, PM_SECCOMP_KILL},
+};
+
+START_TEST(test_seccomp_every_path)
+{
+    int level = move_levels[_i].level, action = move_levels[_i].action;
+    nev = 0;
+    memset(move_reports, 0, sizeof(move_reports));
+    move_main_ok = move_main_bad = 0;
+    pm_options *o = probe_options(2);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, mover, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_move, NULL), 0);
+    ck_assert_int_eq(pm_options_set_seccomp(o, level), 0);
+    ck_assert_int_eq(pm_options_set_seccomp_action(o, action), 0);
+    pm_cluster *c = spawn(o);
+    const size_t sizes[] = {MOVE_SMALL, MOVE_LARGE};
+    /* (A worker learns main's address from main's first message.) */
+    for (size_t k = 0; k < ARRAY_LEN(sizes); k++) {
+        for (unsigned s = 0; s < 2; s++)
+            move_from_main(c, s, sizes[k]);
+        for (unsigned s = 0; s < 2; s++) {
+            move_from_slot(c, s, -1, sizes[k]);
+            move_from_slot(c, s, (int)(1 - s), sizes[k]);
+        }
+    }
+    ck_assert_uint_eq(move_main_bad, 0);
+    /* No worker died, none was fenced. */
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+    finish(c, o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("privileges");
@@ -679,14 +1230,25 @@ int main(void)
     if (sc) {
         PM_ADD_TEST(s, test_seccomp_basic, 0);
         PM_ADD_TEST(s, test_seccomp_basic_exec, 0);
-        if (root)
+        if (root) {
             PM_ADD_TEST(s, test_seccomp_basic_user, 0);
+            PM_ADD_TEST(s, test_seccomp_basic_self_only, 0);
+        }
         PM_ADD_TEST(s, test_seccomp_strict_compute, 0);
         PM_ADD_TEST(s, test_seccomp_strict_kill, 0);
         PM_ADD_TEST(s, test_seccomp_strict_standby, 0);
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
+        TCase *every = pm_tcase("test_seccomp_every_path", 0);
+        tcase_add_loop_test(every, test_seccomp_every_path, 0, (int)ARRAY_LEN(move_levels));
+        suite_add_tcase(s, every);
     }
+    int landlock = pm__landlock_signal_scope_available();
+    if (landlock)
+        PM_ADD_TEST(s, test_landlock_signal_scope, 0);
     int rc = pm_test_main(s);
+    if (rc == EXIT_SUCCESS && !landlock)
+        pm_test_skip("the Landlock test: this kernel does not scope signals (Landlock ABI 6, "
+                     "Linux 6.12, with landlock in lsm=)");
     if (rc == EXIT_SUCCESS && !sc)
         pm_test_skip("the seccomp tests: procmesh was built without libseccomp (configure "
                      "--with-seccomp, Debian package libseccomp-dev)");

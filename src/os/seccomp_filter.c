@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "base/internal.h"
 #include "seccomp_filter.h"
+#include "landlock.h"
 
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -22,9 +23,24 @@
 #include <fcntl.h>
 #include <seccomp.h>
 #include <linux/sockios.h> /* FIOSETOWN, SIOCSPGRP */
+#include <stddef.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#endif
+
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+/* Every memfd_create flag bit but these refuses the call under strict
+ * (the kernel reads an unsigned int: the upper half is ignored). */
+#define MEMFD_OTHER_FLAGS \
+    (0xffffffffULL & ~(uint64_t)(MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL))
+
+#ifndef PR_SCHED_CORE
+#define PR_SCHED_CORE 62
 #endif
 
 /* Stands for the worker's own pid in the strict filter until the child
@@ -40,8 +56,15 @@
  * fcntl(F_GET_SEALS), getppid, mmap, munmap, newfstatat, poll, read, write,
  * getpid, gettid, rt_sigprocmask, tgkill, exit_group; the rest is what glibc's
  * malloc, stdio, vDSO fallback and signal delivery may make on the same
- * paths. One comment per call says who makes it. tgkill is allowed only
- * towards the worker itself (see add_strict); kill and tkill not at all.
+ * paths, and what a large message takes (bigmsg.c: memfd_create,
+ * F_ADD_SEALS, sendmsg; recvmsg, F_GET_SEALS, F_GETFL, fstat, fstatfs,
+ * mmap). A large message
+ * must never break a strict worker: refusing them would let any sender,
+ * remote ones too, fail its receive or kill it. recvmsg and sendmsg reach
+ * only sockets the worker already holds, and every fd they carry passes
+ * the hub's checks. One comment per call says who makes it. tgkill is
+ * allowed only towards the worker itself (see add_strict); kill and tkill
+ * not at all.
  */
 static const struct {
     const char *name;
@@ -71,8 +94,15 @@ static const struct {
     {"madvise", -1, "glibc malloc trimming"},
     {"mprotect", -1, "glibc malloc growing a thread arena"},
     {"brk", -1, "malloc"},
-    {"fcntl", F_GET_SEALS, "node.c checks its ring memory's seals (only that: F_SETOWN "
-                           "would have the kernel signal someone)"},
+    {"fcntl", F_GET_SEALS, "node.c checks its ring memory's seals, bigmsg.c a large "
+                           "message's (only the seal commands: F_SETOWN would have the "
+                           "kernel signal someone)"},
+    {"fcntl", F_ADD_SEALS, "bigmsg.c seals a large message before sending it"},
+    {"fcntl", F_GETFL, "bigmsg.c checks a received large message is open for reading"},
+    {"fstatfs", -1, "bigmsg.c checks a received large message is a tmpfs memfd"},
+    {"memfd_create", -1, "bigmsg.c: a large message's memory (flags checked, add_strict)"},
+    {"recvmsg", -1, "bigmsg.c takes a large message's fd from its socket"},
+    {"sendmsg", -1, "bigmsg.c passes a large message's fd over its socket"},
     {"fstat", -1, "stdio's first write to stdout/stderr"},
     {"newfstatat", -1, "fstat on glibc >= 2.33"},
     {"exit_group", -1, "the worker ends (_exit after the bootstrap)"},
@@ -94,8 +124,9 @@ static const char *const basic_denied[] = {
     /* A pidfd can name any process: a filter cannot see an fd's target, so
      * signalling or opening through one is refused outright. */
     "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
-    /* tkill names a thread by tid alone: the supervisor's other threads'
-     * tids are unknown here (glibc signals with tgkill). */
+    /* tkill names a thread by tid alone, without its thread group, so it
+     * cannot be pinned to the worker as tgkill is (glibc signals with
+     * tgkill). */
     "tkill",
     /* The file system tree and namespaces. */
     "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig",
@@ -111,12 +142,11 @@ static const char *const basic_denied[] = {
 
 /* The kernel reads a pid_t or a command (int) from the low 32 bits of the
  * register; a hostile worker may put anything in the upper half, and glibc
- * sign-extends a negative int. So every comparison masks: "equal" looks at
- * the low 32 bits only, "negative" at bit 31 only. (libseccomp's
+ * sign-extends a negative int. So every comparison looks at the low 32
+ * bits only (masked here; the pin block loads only that half). (libseccomp's
  * SCMP_CMP32 does not mask: it compares all 64 bits with a zero-extended
  * value.) */
 #define LO32_EQ(arg, v) SCMP_CMP64((arg), SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint64_t)(uint32_t)(v))
-#define LO32_NEG(arg) SCMP_CMP64((arg), SCMP_CMP_MASKED_EQ, 0x80000000ULL, 0x80000000ULL)
 
 static uint32_t scmp_action(int action)
 {
@@ -135,48 +165,166 @@ static int deny(scmp_filter_ctx ctx, uint32_t act, const char *name, unsigned n,
 }
 
 /*
- * Signals: refused when they reach the supervisor (pid equal to its pid)
- * or a process group (pid 0: ours, which may be the supervisor's; pid < 0:
- * any group, kill(-1) everyone we may signal).
+ * basic's pins: every call that sends a signal or changes an rlimit, a
+ * scheduling policy or parameter, an affinity, an I/O priority or where
+ * pages live acts on the worker itself only: its target must be 0 where
+ * the call reads 0 as "the caller", or the worker's own pid, written into
+ * the program by the child (pm__seccomp_load) as strict's tgkill is.
+ * Comparing with the supervisor's pid is not enough: a seccomp filter sees
+ * integers only, and kill(tid) of any thread of the supervisor (a
+ * resolver's, an application's) reaches the whole process; a list of tids
+ * would always be stale. The forms that name a group or a user
+ * (setpriority PRIO_PGRP/PRIO_USER, ioprio_set IOPRIO_WHO_PGRP/USER) are
+ * refused: the worker's group is the supervisor's after a setpgid, and its
+ * user the supervisor's unless --user. kill's 0 is the caller's group, so
+ * kill takes its own pid only.
+ *
+ * libseccomp allows one comparison per argument in a rule, so "0 or self"
+ * cannot be said with it; these pins are a hand-built block placed before
+ * libseccomp's program: it only ever refuses or falls through to it (never
+ * allows), so libseccomp's rules still apply to every call it lets pass.
  */
-static int deny_signal_targets(scmp_filter_ctx ctx, uint32_t act, const char *name,
-                               unsigned arg, pid_t supervisor)
+enum { PIN_ANY, PIN_WHEN, PIN_MUST };
+
+static const struct pin {
+    const char *name;
+    unsigned pid_arg;  /* the argument naming the target (a pid_t: low 32 bits) */
+    int zero_self;     /* 0 there names the caller */
+    int cmd_kind;      /* PIN_WHEN: the pin applies only when cmd_arg is cmd;
+                          PIN_MUST: refused unless cmd_arg is cmd */
+    unsigned cmd_arg;
+    uint32_t cmd;
+} pins[] = {
+    {"kill", 0, 0, PIN_ANY, 0, 0},
+    {"tgkill", 0, 0, PIN_ANY, 0, 0}, /* the kernel checks the tid is in that group */
+    {"rt_sigqueueinfo", 0, 0, PIN_ANY, 0, 0},
+    {"rt_tgsigqueueinfo", 0, 0, PIN_ANY, 0, 0},
+    /* SIGIO, or any signal chosen with F_SETSIG, goes to the owner on I/O;
+     * 0 clears the owner; a negative owner is a group. */
+    {"fcntl", 2, 1, PIN_WHEN, 1, F_SETOWN},
+    {"fcntl64", 2, 1, PIN_WHEN, 1, F_SETOWN},
+    {"prlimit64", 0, 1, PIN_ANY, 0, 0},
+    {"sched_setscheduler", 0, 1, PIN_ANY, 0, 0},
+    {"sched_setparam", 0, 1, PIN_ANY, 0, 0},
+    {"sched_setattr", 0, 1, PIN_ANY, 0, 0},
+    {"sched_setaffinity", 0, 1, PIN_ANY, 0, 0},
+    {"setpriority", 1, 1, PIN_MUST, 0, PRIO_PROCESS},
+    {"ioprio_set", 1, 1, PIN_MUST, 0, 1 /* IOPRIO_WHO_PROCESS */},
+    {"migrate_pages", 0, 1, PIN_ANY, 0, 0},
+    {"move_pages", 0, 1, PIN_ANY, 0, 0},
+};
+
+#define PIN_MAX 160 /* instructions: 3 + 7 a pin + 1, with room to spare */
+
+/* The low 32 bits of argument i in struct seccomp_data. */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define ARG_LO(i) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (i) + 4))
+#else
+#define ARG_LO(i) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (i)))
+#endif
+
+/* Jump targets while the block is built: an instruction index, or one of
+ * the labels fixed up at the end. */
+enum { TO_NEXT_INSN = -1, TO_DENY = -2, TO_CONT = -3, TO_NEXT_PIN = -4 };
+
+struct pin_block {
+    struct sock_filter f[PIN_MAX];
+    int jt[PIN_MAX], jf[PIN_MAX];
+    size_t n;
+};
+
+static void pin_emit(struct pin_block *b, uint16_t code, uint32_t k, int jt, int jf)
 {
-    struct scmp_arg_cmp sup = LO32_EQ(arg, supervisor);
-    struct scmp_arg_cmp zero = LO32_EQ(arg, 0);
-    struct scmp_arg_cmp neg = LO32_NEG(arg);
-    int rc = deny(ctx, act, name, 1, &sup);
-    if (rc == 0)
-        rc = deny(ctx, act, name, 1, &zero);
-    if (rc == 0)
-        rc = deny(ctx, act, name, 1, &neg);
-    return rc;
+    if (b->n < PIN_MAX) {
+        b->f[b->n] = (struct sock_filter)BPF_STMT(code, k);
+        b->jt[b->n] = jt;
+        b->jf[b->n] = jf;
+    }
+    b->n++;
 }
 
-static int add_basic(scmp_filter_ctx ctx, uint32_t act, pid_t supervisor)
+/* One pin: entered with the call's number in A. */
+static void pin_one(struct pin_block *b, const struct pin *p, int nr)
+{
+    pin_emit(b, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, TO_NEXT_INSN, TO_NEXT_PIN);
+    if (p->cmd_kind != PIN_ANY) {
+        pin_emit(b, BPF_LD | BPF_W | BPF_ABS, ARG_LO(p->cmd_arg), 0, 0);
+        pin_emit(b, BPF_JMP | BPF_JEQ | BPF_K, p->cmd, TO_NEXT_INSN,
+                 p->cmd_kind == PIN_WHEN ? TO_CONT : TO_DENY);
+    }
+    pin_emit(b, BPF_LD | BPF_W | BPF_ABS, ARG_LO(p->pid_arg), 0, 0);
+    if (p->zero_self)
+        pin_emit(b, BPF_JMP | BPF_JEQ | BPF_K, 0, TO_CONT, TO_NEXT_INSN);
+    pin_emit(b, BPF_JMP | BPF_JEQ | BPF_K, PM__SECCOMP_SELF, TO_CONT, TO_DENY);
+}
+
+/* Resolves the labels into the relative offsets of classic BPF (8 bits). */
+static int pin_fixup(struct pin_block *b, const size_t *starts, size_t npins)
+{
+    size_t deny = b->n - 1, cont = b->n;
+    size_t pin = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        while (pin < npins && starts[pin] <= i)
+            pin++;
+        if (BPF_CLASS(b->f[i].code) != BPF_JMP)
+            continue;
+        int lab[2] = {b->jt[i], b->jf[i]};
+        size_t to[2];
+        for (int k = 0; k < 2; k++) {
+            to[k] = lab[k] >= 0        ? (size_t)lab[k]
+                    : lab[k] == TO_NEXT_INSN ? i + 1
+                    : lab[k] == TO_DENY      ? deny
+                    : lab[k] == TO_CONT      ? cont
+                    : pin < npins            ? starts[pin]
+                                             : cont;
+            if (to[k] <= i || to[k] - i - 1 > 255)
+                return -E2BIG;
+        }
+        b->f[i].jt = (uint8_t)(to[0] - i - 1);
+        b->f[i].jf = (uint8_t)(to[1] - i - 1);
+    }
+    return 0;
+}
+
+/* Builds the pin block for the native architecture; a call it does not
+ * have (fcntl64 on 64-bit ones) is skipped. */
+static int pin_build(uint32_t act, struct pin_block *b)
+{
+    size_t starts[PM__ARRAY_SIZE(pins)], npins = 0;
+    b->n = 0;
+    pin_emit(b, BPF_LD | BPF_W | BPF_ABS, (uint32_t)offsetof(struct seccomp_data, arch), 0, 0);
+    /* Another architecture's calls: libseccomp's program kills them. */
+    pin_emit(b, BPF_JMP | BPF_JEQ | BPF_K, seccomp_arch_native(), TO_NEXT_INSN, TO_CONT);
+    pin_emit(b, BPF_LD | BPF_W | BPF_ABS, (uint32_t)offsetof(struct seccomp_data, nr), 0, 0);
+    for (size_t i = 0; i < PM__ARRAY_SIZE(pins); i++) {
+        int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_NATIVE, pins[i].name);
+        if (nr < 0)
+            continue;
+        starts[npins++] = b->n;
+        pin_one(b, &pins[i], nr);
+    }
+    pin_emit(b, BPF_RET | BPF_K, act, 0, 0);
+    if (b->n > PIN_MAX)
+        return -E2BIG;
+    return pin_fixup(b, starts, npins);
+}
+
+static int add_basic(scmp_filter_ctx ctx, uint32_t act)
 {
     int rc = 0;
     for (size_t i = 0; rc == 0 && basic_denied[i] != NULL; i++)
         rc = deny(ctx, act, basic_denied[i], 0, NULL);
-    static const char *const senders[] = {"kill", "tgkill", "rt_sigqueueinfo",
-                                          "rt_tgsigqueueinfo"};
-    for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(senders); i++)
-        rc = deny_signal_targets(ctx, act, senders[i], 0, supervisor);
-    /* F_SETOWN makes the kernel send SIGIO (or, with F_SETSIG, any signal,
-     * SIGSTOP too) to the owner on I/O: the same targets as kill. The
-     * F_SETOWN_EX, FIOSETOWN and SIOCSPGRP forms pass the owner through a
-     * pointer the filter cannot read: refused outright. TIOCSTI pushes
-     * input into a terminal the worker shares with the supervisor. */
-    if (rc == 0) {
-        struct scmp_arg_cmp c[2] = {LO32_EQ(1, F_SETOWN), LO32_EQ(2, supervisor)};
-        rc = deny(ctx, act, "fcntl", 2, c);
-    }
-    if (rc == 0) {
-        struct scmp_arg_cmp c[2] = {LO32_EQ(1, F_SETOWN), LO32_NEG(2)};
-        rc = deny(ctx, act, "fcntl", 2, c);
-    }
+    /* F_SETOWN_EX, FIOSETOWN and SIOCSPGRP name the owner that SIGIO (or
+     * any signal chosen with F_SETSIG, SIGSTOP too) goes to through a
+     * pointer the filter cannot read (F_OWNER_TID names any thread):
+     * refused outright; plain F_SETOWN is pinned to the worker (pins).
+     * TIOCSTI pushes input into a terminal the worker shares with the
+     * supervisor, TIOCSPGRP makes its group the terminal's foreground one
+     * (the supervisor's reads and writes there would stop it with
+     * SIGTTIN/SIGTTOU). PR_SCHED_CORE moves a task named by pid into a
+     * core-scheduling group. */
     static const unsigned long fcntl_ex[] = {F_SETOWN_EX};
-    static const unsigned long ioctls[] = {FIOSETOWN, SIOCSPGRP, TIOCSTI};
+    static const unsigned long ioctls[] = {FIOSETOWN, SIOCSPGRP, TIOCSTI, TIOCSPGRP};
     for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(fcntl_ex); i++) {
         struct scmp_arg_cmp c = LO32_EQ(1, fcntl_ex[i]);
         rc = deny(ctx, act, "fcntl", 1, &c);
@@ -184,6 +332,10 @@ static int add_basic(scmp_filter_ctx ctx, uint32_t act, pid_t supervisor)
     for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(ioctls); i++) {
         struct scmp_arg_cmp c = LO32_EQ(1, ioctls[i]);
         rc = deny(ctx, act, "ioctl", 1, &c);
+    }
+    if (rc == 0) {
+        struct scmp_arg_cmp c = LO32_EQ(0, PR_SCHED_CORE);
+        rc = deny(ctx, act, "prctl", 1, &c);
     }
     return rc;
 }
@@ -198,6 +350,12 @@ static int add_strict(scmp_filter_ctx ctx)
         if (strict_calls[i].arg1 >= 0) {
             struct scmp_arg_cmp cmd = LO32_EQ(1, strict_calls[i].arg1);
             rc = seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, nr, 1, &cmd);
+        } else if (strcmp(strict_calls[i].name, "memfd_create") == 0) {
+            /* Only the flags bigmsg.c uses (and MFD_NOEXEC_SEAL): a
+             * hugetlb memfd's pages are charged outside the worker's
+             * memory.max. */
+            struct scmp_arg_cmp fl = SCMP_CMP64(1, SCMP_CMP_MASKED_EQ, MEMFD_OTHER_FLAGS, 0);
+            rc = seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, nr, 1, &fl);
         } else if (strcmp(strict_calls[i].name, "tgkill") == 0) {
             /* To itself only: the child writes its pid over the stand-in
              * (pm__seccomp_load). tkill and kill are not allowed at all. */
@@ -207,6 +365,30 @@ static int add_strict(scmp_filter_ctx ctx)
             rc = seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, nr, 0, NULL);
         }
     }
+    return rc;
+}
+
+/* basic: the pin block, then libseccomp's program, which the block's
+ * "fall through" reaches as its next instruction. */
+static int prepend_pins(uint32_t act, pm__seccomp_prog *out)
+{
+    struct pin_block *b = malloc(sizeof(*b));
+    if (b == NULL)
+        return -ENOMEM;
+    int rc = pin_build(act, b);
+    struct sock_filter *all = NULL;
+    if (rc == 0 && b->n + out->len > BPF_MAXINSNS)
+        rc = -E2BIG;
+    if (rc == 0 && (all = malloc((b->n + out->len) * sizeof(*all))) == NULL)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        memcpy(all, b->f, b->n * sizeof(*all));
+        memcpy(all + b->n, out->insns, out->len * sizeof(*all));
+        free(out->insns);
+        out->insns = all;
+        out->len = (unsigned short)(out->len + b->n);
+    }
+    free(b);
     return rc;
 }
 
@@ -267,25 +449,32 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
      * the process is killed, so the rules cannot be bypassed that way. */
     int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
     if (rc == 0)
-        rc = level == PM_SECCOMP_BASIC ? add_basic(ctx, act, supervisor) : add_strict(ctx);
+        rc = level == PM_SECCOMP_BASIC ? add_basic(ctx, act) : add_strict(ctx);
     if (rc == 0)
         rc = export_bpf(ctx, out);
     seccomp_release(ctx);
-    if (rc < 0)
+    if (rc == 0 && level == PM_SECCOMP_BASIC)
+        rc = prepend_pins(act, out);
+    if (rc < 0) {
+        pm__seccomp_free(out);
         return rc;
+    }
     out->level = level;
     out->action = action;
     out->supervisor = supervisor;
-    if (level == PM_SECCOMP_STRICT) {
-        /* The stand-in must be there for the child to fill in, or strict
-         * would refuse the crash handler's re-raise. */
-        int found = 0;
-        for (unsigned i = 0; i < out->len; i++)
-            found += BPF_CLASS(out->insns[i].code) == BPF_JMP && out->insns[i].k == PM__SECCOMP_SELF;
-        if (found == 0) {
-            pm__seccomp_free(out);
-            return -EPROTO;
-        }
+    /* Landlock scopes signals by process, tid or not: where the kernel has
+     * it (6.12+), basic workers get it as well as the pins, which stay for
+     * older kernels and for what Landlock does not cover (rlimits,
+     * scheduling, I/O priority). */
+    out->scope_signals = level == PM_SECCOMP_BASIC && pm__landlock_signal_scope_available();
+    /* The stand-in must be there for the child to fill in, or strict
+     * would refuse the crash handler's re-raise and basic every signal. */
+    int found = 0;
+    for (unsigned i = 0; i < out->len; i++)
+        found += BPF_CLASS(out->insns[i].code) == BPF_JMP && out->insns[i].k == PM__SECCOMP_SELF;
+    if (found == 0) {
+        pm__seccomp_free(out);
+        return -EPROTO;
     }
     return 0;
 }
@@ -321,6 +510,11 @@ int pm__seccomp_load(pm__seccomp_prog *p)
 {
     /* getpid is a system call in glibc >= 2.25 (no cached pid), so this is
      * our own pid even right after fork. */
+    if (p->scope_signals) {
+        int rc = pm__landlock_scope_signals();
+        if (rc < 0)
+            return rc;
+    }
     uint32_t self = (uint32_t)getpid();
     for (unsigned i = 0; i < p->len; i++)
         if (BPF_CLASS(p->insns[i].code) == BPF_JMP && p->insns[i].k == PM__SECCOMP_SELF)

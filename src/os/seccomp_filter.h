@@ -22,6 +22,8 @@ typedef struct pm__seccomp_prog {
     int level;    /* PM_SECCOMP_* it was built for */
     int action;   /* PM_SECCOMP_ERRNO or PM_SECCOMP_KILL */
     pid_t supervisor;
+    int scope_signals; /* basic, where the kernel has it: a Landlock domain scoping
+                          signals is entered before the filter (landlock.h) */
 } pm__seccomp_prog;
 
 /* 1 when procmesh was built with libseccomp. */
@@ -39,9 +41,10 @@ void pm__seccomp_free(pm__seccomp_prog *p);
 
 /*
  * In the child, after its credentials are final and no_new_privs is set:
- * writes the child's own pid where the program compares with "self" (the
- * strict filter lets a worker signal only itself) and loads it. Writes
- * only into the child's copy-on-write copy of p. Async-signal-safe. 0 or
+ * enters the Landlock signal scope when p->scope_signals, writes the
+ * child's own pid where the program compares with "self" (both levels let
+ * a worker signal, renice or limit only itself) and loads it. Writes only
+ * into the child's copy-on-write copy of p. Async-signal-safe. 0 or
  * -errno (EACCES: neither no_new_privs nor CAP_SYS_ADMIN).
  */
 int pm__seccomp_load(pm__seccomp_prog *p);
