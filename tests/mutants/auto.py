@@ -45,6 +45,8 @@ Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
                      $MUTANT_TIMEOUT also sets it)
   --tree DIR         use DIR (DIR/src, DIR/build: the scratch tree of run.sh,
                      mutants-work) as the one job tree, so that CI builds once
+  --programs N       run only the first N programs map.txt names for a file
+                     (its targeted, quick ones: CI), not all of them
   --fresh            configure and build the scratch trees anew
   --list             print the mutants, build nothing
 Exit: 0 done (score at or above --min-score), 1 below it, 2 usage/setup error
@@ -486,6 +488,8 @@ def report(args, files, muts, results, elapsed, path):
     lines.append("command: %s" % " ".join(sys.argv))
     if args.sample:
         lines.append("sample: %d mutants, seed %d" % (args.sample, args.seed))
+    if args.programs:
+        lines.append("only the first %d program(s) of each file's map.txt line" % args.programs)
     lines.append("")
     lines.append("%-28s %6s %6s %6s %6s %6s %7s %8s" % (
         "file", "total", "nocomp", "equiv", "killed", "surv", "timeout", "score"))
@@ -537,6 +541,7 @@ def main():
                     default=float(os.environ["MUTANT_TIMEOUT"]) if os.environ.get("MUTANT_TIMEOUT")
                     else None)
     ap.add_argument("--tree", default=None)
+    ap.add_argument("--programs", type=int, default=0)
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("-h", "--help", action="store_true")
@@ -558,6 +563,8 @@ def main():
         for p in fmap[f]:
             if not os.path.exists(os.path.join(srcdir, "tests", p + ".c")):
                 die("map.txt: %s: no tests/%s.c" % (f, p))
+    if args.programs > 0:
+        fmap = {f: p[:args.programs] for f, p in fmap.items()}
     muts = []
     for f in files:
         muts += file_mutants(srcdir, f)
