@@ -47,6 +47,9 @@ Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
                      mutants-work) as the one job tree, so that CI builds once
   --programs N       run only the first N programs map.txt names for a file
                      (its targeted, quick ones: CI), not all of them
+  --no-confirm       count a program's first failure as a kill (by default
+                     the program is run again: a mutant is killed when it
+                     fails twice, "flaky" when the second run passes)
   --fresh            configure and build the scratch trees anew
   --list             print the mutants, build nothing
 Exit: 0 done (score at or above --min-score), 1 below it, 2 usage/setup error
@@ -71,6 +74,23 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELPERS = ["tests/pm-test-worker", "tests/pm-raw-worker", "tests/pm-notify-send",
            "tests/pm-proxy", "src/daemon/procmesh"]
+# A program needs a helper rebuilt with the mutant when its source names it
+# (or includes supervise.h, which starts pm-test-worker).
+HELPER_MARKS = {
+    "tests/pm-test-worker": ("supervise.h", "PM_TEST_WORKER", "pm-test-worker"),
+    "tests/pm-raw-worker": ("PM_RAW_WORKER", "pm-raw-worker"),
+    "tests/pm-notify-send": ("PM_NOTIFY_SEND", "pm-notify-send"),
+    "tests/pm-proxy": ("PM_PROXY", "pm-proxy"),
+    "src/daemon/procmesh": ("PM_DAEMON_BIN", "daemon/procmesh"),
+}
+
+
+def helpers_of(srcdir, prog):
+    """The helpers tests/PROG starts, as make targets, then PROG itself."""
+    with open(os.path.join(srcdir, "tests", prog + ".c")) as f:
+        text = f.read()
+    return [h for h, marks in HELPER_MARKS.items() if any(m in text for m in marks)] \
+        + ["tests/" + prog]
 
 
 def die(msg):
@@ -398,15 +418,19 @@ class Tree:
         return out
 
 
-def run_program(tree, prog, timeout):
-    """Runs tests/PROG in tree; (exit code or 'timeout', seconds)."""
+def run_program(tree, prog, timeout, log=None):
+    """Runs tests/PROG in tree, its output appended to log; (exit code or
+    'timeout', seconds)."""
     env = dict(os.environ, CK_FORK="yes", CK_VERBOSITY="silent", PM_TEST_RUN=tree.build)
     env.pop("CK_RUN_CASE", None)
     env.pop("CK_RUN_SUITE", None)
     t0 = time.time()
+    out = open(log, "a") if log else subprocess.DEVNULL
+    if log:
+        out.write("== tests/%s\n" % prog)
+        out.flush()
     p = subprocess.Popen(["nice", "./tests/" + prog], cwd=tree.build, env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         rc = p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -418,10 +442,13 @@ def run_program(tree, prog, timeout):
         pass
     if rc == "timeout":
         p.wait()
+    if log:
+        out.write("== exit %s\n" % rc)
+        out.close()
     return rc, time.time() - t0
 
 
-def try_mutant(tree, mut, progs, timeouts, jobs_make):
+def try_mutant(tree, mut, progs, targets, timeouts, jobs_make, confirm):
     """Applies, judges and reverts one mutant in tree; returns the result."""
     src = os.path.join(tree.src, mut["file"])
     with open(src) as f:
@@ -430,7 +457,13 @@ def try_mutant(tree, mut, progs, timeouts, jobs_make):
     assert lines[mut["line"] - 1] == mut["orig"], "mutant out of date"
     lines[mut["line"] - 1] = mut["mut"]
     os.unlink(os.path.join(tree.src, ".mutants-clean"))
-    res = {"status": None, "by": "", "secs": 0.0}
+    res = {"status": None, "by": "", "secs": 0.0, "flaky": []}
+    # The programs' output, kept for the mutants a program failed on.
+    log = os.path.join(tree.root, "logs", "%s-%d-%s.log" % (
+        mut["file"].replace("/", "_"), mut["line"], hashlib.sha1(mut["mut"].encode()).hexdigest()[:8]))
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    if os.path.exists(log):
+        os.unlink(log)
     t0 = time.time()
     try:
         with open(src, "w") as f:
@@ -440,25 +473,36 @@ def try_mutant(tree, mut, progs, timeouts, jobs_make):
             res["status"] = "nocompile"
         elif tree.digests(mut["file"]) == tree.pristine[mut["file"]]:
             res["status"] = "equivalent"
-        elif run(["nice", "make", "-j%d" % jobs_make] + HELPERS + ["tests/" + p for p in progs],
-                 tree.build) != 0:
-            res["status"] = "nocompile"  # does not link
         else:
+            # Each program is built just before it runs: most mutants are
+            # killed by the first, and need nothing else relinked.
             res["status"] = "survived"
             for p in progs:
-                rc, _ = run_program(tree, p, timeouts[p])
+                if run(["nice", "make", "-j%d" % jobs_make] + targets[p], tree.build) != 0:
+                    res["status"], res["by"] = "nocompile", p  # does not link
+                    break
+                rc, _ = run_program(tree, p, timeouts[p], log)
+                if rc in (0, 77):
+                    continue
+                # A kill is confirmed by a second run: a program that fails
+                # now and then on the unmutated tree too (load, timing) must
+                # not count as catching the mutant.
+                if confirm and run_program(tree, p, timeouts[p], log)[0] in (0, 77):
+                    res["flaky"].append(p)  # no verdict from it: on to the next
+                    continue
                 if rc == "timeout":
                     res["status"], res["by"] = "killed", p + " (timeout)"
-                    break
-                if rc not in (0, 77):
+                else:
                     res["status"], res["by"] = "killed", p
-                    break
+                break
     finally:
         # New content, new mtime: the next build recompiles the file.
         with open(src, "w") as f:
             f.write(orig)
         open(os.path.join(tree.src, ".mutants-clean"), "w").close()
     res["secs"] = time.time() - t0
+    if res["status"] != "killed" and not res["flaky"] and os.path.exists(log):
+        os.unlink(log)
     return res
 
 
@@ -470,7 +514,7 @@ def score(k, s):
 
 def report(args, files, muts, results, elapsed, path):
     by = {f: {"total": 0, "nocompile": 0, "equivalent": 0, "killed": 0, "survived": 0,
-              "timeout": 0} for f in files}
+              "timeout": 0, "flaky": 0} for f in files}
     for m, r in zip(muts, results):
         if r is None:
             continue
@@ -479,6 +523,8 @@ def report(args, files, muts, results, elapsed, path):
         c[r["status"]] += 1
         if r["by"].endswith("(timeout)"):
             c["timeout"] += 1
+        if r.get("flaky"):
+            c["flaky"] += 1
     k = sum(c["killed"] for c in by.values())
     s = sum(c["survived"] for c in by.values())
     lines = []
@@ -491,21 +537,21 @@ def report(args, files, muts, results, elapsed, path):
     if args.programs:
         lines.append("only the first %d program(s) of each file's map.txt line" % args.programs)
     lines.append("")
-    lines.append("%-28s %6s %6s %6s %6s %6s %7s %8s" % (
-        "file", "total", "nocomp", "equiv", "killed", "surv", "timeout", "score"))
-    for f, c in by.items():
-        if c["total"]:
-            lines.append("%-28s %6d %6d %6d %6d %6d %7d %7.1f%%" % (
-                f, c["total"], c["nocompile"], c["equivalent"], c["killed"], c["survived"],
-                c["timeout"], score(c["killed"], c["survived"])))
-    lines.append("%-28s %6d %6d %6d %6d %6d %7d %7.1f%%" % (
-        "all", sum(c["total"] for c in by.values()), sum(c["nocompile"] for c in by.values()),
-        sum(c["equivalent"] for c in by.values()), k, s,
-        sum(c["timeout"] for c in by.values()), score(k, s)))
+    cols = ("total", "nocompile", "equivalent", "killed", "survived", "timeout", "flaky")
+    lines.append("%-26s %6s %6s %6s %6s %6s %6s %7s %7s" % (
+        "file", "total", "nocomp", "equiv", "killed", "surv", "timeout", "flaky", "score"))
+    rows = [(f, c) for f, c in by.items() if c["total"]]
+    rows.append(("all", {x: sum(c[x] for c in by.values()) for x in cols}))
+    for f, c in rows:
+        lines.append("%-26s %6d %6d %6d %6d %6d %6d %7d %6.1f%%" % (
+            (f,) + tuple(c[x] for x in cols) + (score(c["killed"], c["survived"]),)))
     lines.append("")
     lines.append("score = killed / (killed + survived); mutants that do not compile and")
     lines.append("trivially equivalent ones (object byte-identical after objcopy --strip-debug)")
-    lines.append("are not scored. A timeout counts as killed.")
+    lines.append("are not scored. A timeout counts as killed. A program's failure counts only")
+    lines.append("if it fails again when rerun on the same mutant; \"flaky\" counts the mutants")
+    lines.append("where a program failed once then passed (no verdict from it: the next")
+    lines.append("program judged; listed below).")
     lines.append("")
     lines.append("survivors:")
     for m, r in zip(muts, results):
@@ -513,6 +559,13 @@ def report(args, files, muts, results, elapsed, path):
             lines.append("  %s:%d  %-9s %s" % (m["file"], m["line"], m["op"], m["orig"].strip()))
             lines.append("  %s %-9s -> %s" % (" " * len("%s:%d" % (m["file"], m["line"])), "",
                                                m["mut"].strip()))
+    lines.append("")
+    lines.append("flaky (a program failed once, then passed on the same mutant):")
+    for m, r in zip(muts, results):
+        if r and r.get("flaky"):
+            lines.append("  %s:%d  %-9s %s  [%s; then %s]" % (
+                m["file"], m["line"], m["op"], m["mut"].strip(), " ".join(r["flaky"]),
+                r["status"]))
     lines.append("")
     lines.append("equivalent (not scored):")
     for m, r in zip(muts, results):
@@ -542,6 +595,7 @@ def main():
                     else None)
     ap.add_argument("--tree", default=None)
     ap.add_argument("--programs", type=int, default=0)
+    ap.add_argument("--no-confirm", action="store_true")
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("-h", "--help", action="store_true")
@@ -584,7 +638,8 @@ def main():
         die("no mutants")
     files = [f for f in files if any(m["file"] == f for m in muts)]
     progs = sorted({p for f in files for p in fmap[f]})
-    targets = HELPERS + ["tests/" + p for p in progs]
+    ptargets = {p: helpers_of(srcdir, p) for p in progs}
+    targets = sorted({t for p in progs for t in ptargets[p]})
     os.makedirs(work, exist_ok=True)
     start = time.time()
     jobs = max(1, args.jobs)
@@ -634,25 +689,36 @@ def main():
     lock = threading.Lock()
     done = [0]
 
+    stop = threading.Event()
+
     def one(i):
+        if stop.is_set():
+            return None
         t = pq.get()
         try:
             m = muts[i]
-            r = try_mutant(t, m, fmap[m["file"]], timeouts, 1)
+            r = try_mutant(t, m, fmap[m["file"]], ptargets, timeouts, 1, not args.no_confirm)
         finally:
             pq.put(t)
         with lock:
             results[i] = r
             done[0] += 1
-            print("[%d/%d] %s:%d %-9s %-10s %-26s %4.0f s  %s" % (
+            print("[%d/%d] %s:%d %-9s %-10s %-26s %4.0f s  %s%s" % (
                 done[0], len(muts), m["file"], m["line"], m["op"], r["status"], r["by"],
-                r["secs"], m["mut"].strip()), flush=True)
+                r["secs"], m["mut"].strip(),
+                "  (flaky: %s)" % " ".join(r["flaky"]) if r["flaky"] else ""), flush=True)
         return r
+    ex = concurrent.futures.ThreadPoolExecutor(jobs)
+    futs = [ex.submit(one, i) for i in range(len(muts))]
     try:
-        with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
-            list(ex.map(one, range(len(muts))))
+        for fu in futs:
+            fu.result()
     except KeyboardInterrupt:
-        print("mutants-auto: interrupted; partial report", file=sys.stderr)
+        # The mutants being judged finish (and are reverted); no new one starts.
+        print("mutants-auto: interrupted; finishing the mutants under way", file=sys.stderr)
+        stop.set()
+        ex.shutdown(wait=True, cancel_futures=True)
+    ex.shutdown(wait=True)
     rpath = args.report or os.path.join(work, "report.txt")
     text, sc = report(args, files, muts, results, time.time() - start, rpath)
     print()
