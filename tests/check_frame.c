@@ -77,6 +77,16 @@ START_TEST(test_truncated)
     memcpy(big, buf, sizeof(buf));
     ck_assert_int_eq(pm__frame_decode(big, sizeof(big), 65536, &d), -EBADMSG);
     ck_assert_int_eq(pm__frame_decode(NULL, 100, 65536, &d), -EBADMSG);
+    /* decode_header (what proto.c and the hub call on a private copy of a
+     * record's header) also refuses a record shorter than a header before
+     * it reads a byte of it: -EBADMSG, even when the version byte is wrong
+     * too (which alone would be -EPROTO). */
+    buf[0] = PM__FRAME_VERSION + 1;
+    for (size_t n = 0; n < PM__FRAME_HDR_SIZE; n++) {
+        memset(&d, 0x77, sizeof(d));
+        ck_assert_int_eq(pm__frame_decode_header(buf, n, 65536, &d), -EBADMSG);
+        ck_assert_uint_eq(d.type, 0x77);
+    }
 }
 END_TEST
 
