@@ -270,12 +270,20 @@ PM_EXTERN int pm_options_set_on_permanently_down(
 PM_EXTERN int pm_options_set_on_event(pm_options *o,
                                       void (*cb)(pm_cluster *, const pm_event *, void *),
                                       void *arg);
-/* 1 (default): the cluster blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP in the
+/* 1: the cluster blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP in the
  * calling thread and reads them from a signalfd; SIGTERM, SIGINT and SIGHUP
- * make pm_cluster_run return -EINTR (pm_cluster_last_signal says which);
- * SIGTERM/SIGINT during pm_cluster_spawn make it fail with -EINTR, a SIGHUP
- * then is dropped (the workers are being started anyway).
- * 0: it touches no signal (exits are still seen by pidfd). */
+ * make pm_cluster_run, pm_cluster_call and pm_cluster_map return -EINTR
+ * (pm_cluster_last_signal says which); SIGTERM/SIGINT during
+ * pm_cluster_spawn make it fail with -EINTR, a SIGHUP then is dropped (the
+ * workers are being started anyway). The procmesh daemon turns it on.
+ * 0 (default): a library takes none of its application's signals. They
+ * keep their dispositions (SIGINT ends the program by default, as the
+ * application expects), pm_cluster_run/call/map never return -EINTR and
+ * pm_cluster_last_signal stays 0; pm_options_set_reap_orphans is refused
+ * (it needs SIGCHLD). Worker exits are seen through pidfds (Linux 5.3 for
+ * pidfd_open, 5.4 for waitid(P_PIDFD)); on an older kernel, without a
+ * pidfd, the supervisor looks for exited workers on a 50 ms timer while it
+ * runs, so an exit can be seen up to 50 ms late. */
 PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
 
 /* While frames are flowing, the hub polls the rings for up to us

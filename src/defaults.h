@@ -22,6 +22,9 @@
 #define PM__DEFAULT_DRAIN_TIMEOUT_MS 10000
 #define PM__DEFAULT_FENCE_NOT_DRAINING 0
 #define PM__DEFAULT_STOP_TIMEOUT_MS 5000
+/* A library takes none of its application's signals unless asked; the
+ * daemon turns it on. */
+#define PM__DEFAULT_HANDLE_SIGNALS 0
 /* The pool (pm_cluster_request to any worker): one request per worker, so a
  * crash ends exactly the request that caused it; the rest wait in main. */
 #define PM__DEFAULT_REQUESTS_PER_WORKER 1

@@ -38,7 +38,7 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->stop_timeout_ms = PM__DEFAULT_STOP_TIMEOUT_MS;
     o->ring_size = PM__RING_DEFAULT_CAP;
     o->max_message = PM__DEFAULT_MAX_MESSAGE;
-    o->handle_signals = 1;
+    o->handle_signals = PM__DEFAULT_HANDLE_SIGNALS;
     o->heartbeat_timeout_ms = PM__DEFAULT_HEARTBEAT_TIMEOUT_MS;
     o->drain_timeout_ms = PM__DEFAULT_DRAIN_TIMEOUT_MS;
     o->fence_not_draining = PM__DEFAULT_FENCE_NOT_DRAINING;

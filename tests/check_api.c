@@ -490,6 +490,7 @@ START_TEST(test_sighup_interrupts_run)
 {
     memset(role, 0, sizeof(role));
     pm_options *o = opts(1);
+    pm_options_set_handle_signals(o, 1); /* opt-in for the library */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     static const int sigs[] = {SIGHUP, SIGTERM, SIGINT};
@@ -519,6 +520,7 @@ START_TEST(test_sigterm_during_spawn)
     role[2] = W_NEVER_READY;
     pm_options *o = opts(3);
     pm_options_set_on_event(o, term_on_last_start, NULL);
+    pm_options_set_handle_signals(o, 1);
     pm_cluster *c = (pm_cluster *)1;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), -EINTR);
     ck_assert_ptr_null(c);

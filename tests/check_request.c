@@ -603,6 +603,7 @@ END_TEST
 START_TEST(test_call_eintr)
 {
     pm_options *o = opts(1);
+    pm_options_set_handle_signals(o, 1); /* opt-in for the library */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     char buf[16];
