@@ -315,7 +315,10 @@ START_TEST(test_header_defaults)
     ck_assert_int_eq(v->max_restarts, 10);
     ck_assert_int_eq(v->restart_window_ms, 60000);
     ck_assert_int_eq(v->stop_timeout_ms, 5000);
-    ck_assert_int_eq(v->handle_signals, 1);
+    ck_assert_int_eq(v->handle_signals, 0); /* opt-in for the library */
+    ck_assert_int_eq(v->requests_per_worker, 1);
+    ck_assert_int_eq(v->request_queue_max, 4096);
+    ck_assert_int_eq(v->kill_on_timeout, 0);
     ck_assert_uint_eq(v->hub_spin_us, 0);
     ck_assert_int_eq(v->heartbeat_timeout_ms, 10000);
     ck_assert_uint_eq(v->ring_size, 1u << 20);
