@@ -19,6 +19,7 @@
 
 /* Fork-mode workers act on the request's text:
  *   "echo:X"   answers "slot<N>:X"
+ *   plain "die" dies of SIGSEGV holding no request (backoff, budget)
  *   "hold"     keeps it; a plain message "release" answers every kept one
  *              with "held<N>"
  *   "late:MS"  sleeps MS ms, then answers "late"
@@ -57,6 +58,8 @@ static int worker(pm_node *n, void *arg)
         size_t len = m.len < sizeof(text) - 1 ? m.len : sizeof(text) - 1;
         memcpy(text, m.data, len);
         text[len] = '\0';
+        if (m.kind == PM_MSG_PLAIN && strcmp(text, "die") == 0)
+            raise(SIGSEGV); /* a death outside any request: the budget's */
         if (m.kind == PM_MSG_PLAIN && strcmp(text, "release") == 0) {
             char out[32];
             int k = snprintf(out, sizeof(out), "held%u", slot);
@@ -470,16 +473,19 @@ START_TEST(test_terminate_cancels)
     pm_options_set_restart_max_backoff_ms(o, 5000);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    /* Both crash and restart only after 5 s: none is ready. */
-    ck_assert_int_gt(request(c, 0, "crash", 10000, &results[2]), 0);
-    ck_assert_int_gt(request(c, 1, "crash", 10000, &results[3]), 0);
-    RUN_UNTIL(c, results[2].calls == 1 && results[3].calls == 1, 10000);
+    /* Both die outside a request and restart only after 5 s: none is
+     * ready (a death holding a request would restart at once). */
+    for (unsigned s = 0; s < 2; s++) {
+        pm_address a = slot_addr(s, 0);
+        ck_assert_int_eq(pm_cluster_send(c, &a, "die", 3), 0);
+    }
+    RUN_UNTIL(c, exited_events == 2, 10000);
+    ck_assert_int_eq(pm_test_slot_state(c, 0), PM_SLOT_BACKOFF);
+    ck_assert_int_eq(pm_test_slot_state(c, 1), PM_SLOT_BACKOFF);
     ck_assert_int_gt(pm_cluster_request(c, NULL, "echo:w", 6, 20000, on_cancelled, &results[4]),
                      0);
     ck_assert_int_eq(results[4].calls, 0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
-    ck_assert_int_eq(results[2].err, -EHOSTDOWN);
-    ck_assert_int_eq(results[3].err, -EHOSTDOWN);
     ck_assert_int_eq(results[4].calls, 1);
     ck_assert_int_eq(results[4].err, -ECANCELED);
     ck_assert_int_eq(results[4].nested, -EDEADLK);
@@ -513,14 +519,17 @@ END_TEST
 START_TEST(test_wait_for_ready)
 {
     pm_options *o = opts(1);
-    pm_options_set_restart_min_backoff_ms(o, 300);
-    pm_options_set_restart_max_backoff_ms(o, 300);
+    pm_options_set_restart_min_backoff_ms(o, 2000);
+    pm_options_set_restart_max_backoff_ms(o, 2000);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    ck_assert_int_gt(request(c, 0, "crash", 10000, &results[0]), 0);
-    RUN_UNTIL(c, results[0].calls == 1, 10000);
-    ck_assert_int_eq(results[0].err, -EHOSTDOWN);
-    ck_assert_int_ne(pm_test_slot_state(c, 0), PM_SLOT_READY);
+    /* A death outside a request: restarted after the backoff, not at once
+     * (a death holding a request would be the input's fault). */
+    pm_address a0 = slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "die", 3), 0);
+    RUN_UNTIL(c, exited_events == 1, 10000);
+    ck_assert_str_eq(restart_reason[0], "backoff");
+    ck_assert_int_eq(pm_test_slot_state(c, 0), PM_SLOT_BACKOFF);
     /* Named: refused at once. Any: waits. */
     ck_assert_int_eq(request(c, 0, "echo:w", 10000, &results[1]), -EHOSTDOWN);
     ck_assert_int_gt(request(c, -1, "echo:w1", 20000, &results[1]), 0);
@@ -532,7 +541,12 @@ START_TEST(test_wait_for_ready)
     ck_assert_str_eq(results[2].text, "slot0:w2");
     ck_assert_uint_eq(results[1].inc, pm_test_slot_incarnation(c, 0));
     ck_assert_uint_gt(results[1].inc, 1);
+    results[0].calls = 1; /* unused here: no request 0 */
     assert_once(c, 3);
+    pm_slot_info info;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    ck_assert_uint_eq(info.input_faults, 0);
+    ck_assert_uint_eq(info.restarts_in_window, 1);
     terminate(c);
     pm_options_free(o);
 }
