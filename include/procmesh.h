@@ -189,6 +189,11 @@ enum pm_reason {
                                     a stop: the worker had not ended within the stop timeout
                                     (or the timeout is 0, or pm_cluster_terminate had to kill
                                     at once) */
+    PM_REASON_TIMEOUT = 23,      /* "timeout": EXITED, killed because one of main's requests
+                                    timed out in its hands (pm_options_set_kill_on_timeout) */
+    PM_REASON_INPUT = 24,        /* "input": RESTART_SCHEDULED at once, without backoff or
+                                    budget: it died holding one of main's requests (the
+                                    input's fault, pm_slot_info.input_faults) */
     PM_REASON__COUNT
 };
 
@@ -292,12 +297,20 @@ PM_EXTERN int pm_options_set_on_diagnostic(pm_options *o,
 PM_EXTERN int pm_options_set_on_event(pm_options *o,
                                       void (*cb)(pm_cluster *, const pm_event *, void *),
                                       void *arg);
-/* 1 (default): the cluster blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP in the
+/* 1: the cluster blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP in the
  * calling thread and reads them from a signalfd; SIGTERM, SIGINT and SIGHUP
- * make pm_cluster_run return -EINTR (pm_cluster_last_signal says which);
- * SIGTERM/SIGINT during pm_cluster_spawn make it fail with -EINTR, a SIGHUP
- * then is dropped (the workers are being started anyway).
- * 0: it touches no signal (exits are still seen by pidfd). */
+ * make pm_cluster_run, pm_cluster_call and pm_cluster_map return -EINTR
+ * (pm_cluster_last_signal says which); SIGTERM/SIGINT during
+ * pm_cluster_spawn make it fail with -EINTR, a SIGHUP then is dropped (the
+ * workers are being started anyway). The procmesh daemon turns it on.
+ * 0 (default): a library takes none of its application's signals. They
+ * keep their dispositions (SIGINT ends the program by default, as the
+ * application expects), pm_cluster_run/call/map never return -EINTR and
+ * pm_cluster_last_signal stays 0; pm_options_set_reap_orphans is refused
+ * (it needs SIGCHLD). Worker exits are seen through pidfds (Linux 5.3 for
+ * pidfd_open, 5.4 for waitid(P_PIDFD)); on an older kernel, without a
+ * pidfd, the supervisor looks for exited workers on a 50 ms timer while it
+ * runs, so an exit can be seen up to 50 ms late. */
 PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
 
 /* While frames are flowing, the hub polls the rings for up to us
@@ -348,6 +361,32 @@ PM_EXTERN int pm_options_set_drain_timeout_ms(pm_options *o, int ms);
  * restarted under the budget; the frames waiting for it are dropped and its
  * senders read again. Default 0 (reported only). */
 PM_EXTERN int pm_options_set_fence_not_draining(pm_options *o, int on);
+
+/*
+ * The pool: how main's requests to any worker (pm_cluster_request and
+ * pm_cluster_call with to == NULL, pm_cluster_map) share the workers.
+ *
+ * By default a worker holds at most one of them at a time; the others wait
+ * in main, oldest first, each under its own deadline. So when a worker
+ * crashes, is fenced or is killed, exactly one request ends with
+ * -EHOSTDOWN: the one that was in its hands, and its outcome says how the
+ * worker ended (pm_cluster_request_outcome). n > 1 lets a worker hold up
+ * to n (1..1024): more throughput for short requests (no wait in main
+ * between two), but a crash then ends every request the worker held, the
+ * innocent ones with the guilty, and nothing tells them apart. Default 1.
+ */
+PM_EXTERN int pm_options_set_requests_per_worker(pm_options *o, int n);
+/* How many any-worker requests may wait in main for a worker: 1..1048576,
+ * default 4096. Past it pm_cluster_request returns -EAGAIN at once. */
+PM_EXTERN int pm_options_set_request_queue_max(pm_options *o, int n);
+/* A worker that holds one of main's requests when its deadline passes gets
+ * no further any-worker request until it answers (the late answer is
+ * dropped and counted) or ends. 1: it is killed at once instead (SIGKILL,
+ * its EXITED event with reason "timeout"), and restarted as for an input
+ * that crashed it (no backoff, not charged to the budget): a hung parse
+ * never blocks a worker for long. The request's outcome says it was
+ * killed. Default 0. */
+PM_EXTERN int pm_options_set_kill_on_timeout(pm_options *o, int on);
 
 /* Bytes of each of a worker's two rings: a power of two from 256 KiB to
  * 1 GiB. Default 1 MiB. */
@@ -750,6 +789,9 @@ typedef struct pm_slot_info {
     pm_crash_report last_crash;    /* the slot's last crash by a recorded signal (kept
                                       across restarts until the next one); added at the
                                       end, see NEWS */
+    unsigned input_faults;         /* incarnations that died holding one of main's
+                                      requests (crash, fence, exit or kill on timeout):
+                                      restarted at once, outside the restart budget */
 } pm_slot_info;
 
 /* Mesh-wide figures. A struct tag, not a typedef: in C a typedef named
@@ -774,6 +816,8 @@ struct pm_cluster_stats {
                                    (its queued answers at their bound), dropped */
     uint64_t not_draining;      /* times a worker's full ring held frames past the
                                    drain timeout (PM_EVENT_NOT_DRAINING) */
+    uint64_t input_faults;      /* workers that died holding one of main's requests
+                                   (pm_slot_info.input_faults, all slots) */
 };
 
 /*
@@ -976,12 +1020,17 @@ PM_EXTERN int pm_cluster_broadcast_mesh(pm_cluster *c, const void *data, size_t 
 
 /*
  * Main asks one worker and gets its answer. `to` names the worker (an
- * incarnation in it must be the current one), or is NULL for any ready
- * worker: the one with the fewest of main's requests in flight (broadcasts
- * included), ties round robin. With to == NULL and no worker ready, the
- * request waits (oldest first) for one to become ready, until its timeout.
- * The worker gets it from pm_node_recv as PM_MSG_REQUEST, with the deadline
- * in deadline_ms, and answers with pm_node_reply.
+ * incarnation in it must be the current one), or is NULL for any worker of
+ * the pool: a ready one that holds none of main's any-worker requests (up
+ * to pm_options_set_requests_per_worker) and owes no answer to one that
+ * timed out; among those the fewest of main's requests in flight
+ * (broadcasts included), ties round robin. When none fits, the request
+ * waits in main (oldest first, at most pm_options_set_request_queue_max)
+ * until one does, under its own timeout. So a crash, fence or kill ends
+ * exactly the any-worker request its worker held. The worker gets it from
+ * pm_node_recv as PM_MSG_REQUEST, with the deadline in deadline_ms, and
+ * answers with pm_node_reply. What happened to the request (which worker,
+ * how it ended) is pm_cluster_request_outcome, inside the callback.
  *
  * cb runs exactly once, from pm_cluster_run (or pm_cluster_call, cancel,
  * terminate), with reply->error:
@@ -989,9 +1038,10 @@ PM_EXTERN int pm_cluster_broadcast_mesh(pm_cluster *c, const void *data, size_t 
  *   -ETIMEDOUT  no answer within timeout_ms (> 0); a reply after that is
  *               dropped and counted (pm_cluster_stats.late_replies);
  *   -EHOSTDOWN  the worker died or was fenced while it held the request
- *               (pm_cluster_slot_info then tells how it ended). It is never
+ *               (its outcome says how that incarnation ended). It is never
  *               retried on another worker: an input that crashes one
- *               worker must not crash them all;
+ *               worker must not crash them all. The worker is restarted
+ *               at once, outside the restart budget (an input fault);
  *   -ECANCELED  pm_cluster_cancel, or pm_cluster_terminate (every pending
  *               request is cancelled before terminate stops anything).
  * reply->from is the worker with its incarnation (all zero when the request
@@ -1010,7 +1060,8 @@ PM_EXTERN int pm_cluster_broadcast_mesh(pm_cluster *c, const void *data, size_t 
  * timeout_ms <= 0, data NULL with len > 0, `to` is main), -EMSGSIZE (len >
  * pm_options_set_max_message), -ENOENT / -EHOSTDOWN / -ESTALE for `to` as
  * pm_cluster_send, -EAGAIN (main's queue for that worker is full, or a
- * large request refused for now, as pm_cluster_send),
+ * large request refused for now, as pm_cluster_send), -EAGAIN also for
+ * to == NULL when main's queue of waiting requests is full,
  * -ESHUTDOWN (pm_cluster_terminate is running), -ENOMEM.
  */
 PM_EXTERN int pm_cluster_request(pm_cluster *c, const pm_address *to, const void *data,
@@ -1039,6 +1090,90 @@ PM_EXTERN int pm_cluster_cancel(pm_cluster *c, uint64_t id);
  */
 PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, void *reply, size_t cap, size_t *reply_len);
+
+/*
+ * What happened to one of main's requests, for that request and no other:
+ * filled by procmesh at the moment its answer is decided, so nothing that
+ * happens to the worker afterwards (a restart, another crash) changes it.
+ */
+typedef struct pm_request_outcome {
+    int error;               /* as reply->error: 0, -ETIMEDOUT, -EHOSTDOWN ... */
+    pm_address worker;       /* the worker that held it, with its incarnation (all
+                                zero when it never left main) */
+    int killed;              /* -ETIMEDOUT: 1 when that worker was killed for it
+                                (pm_options_set_kill_on_timeout) */
+    int ended;               /* -EHOSTDOWN from a worker of this host: 1, and the
+                                fields below say how that incarnation ended */
+    int exit_code;           /* its exit code, -1 when a signal ended it */
+    int signal;              /* the signal that ended it, or 0 */
+    int core_dumped;
+    int reason_code;         /* enum pm_reason of its EXITED event: "signal", "exit",
+                                "heartbeat", "timeout", "corrupt-ring" ... */
+    const char *reason;      /* pm_reason_name(reason_code), static */
+    pm_crash_report crash;   /* its crash report when it left one (state RECORDED:
+                                fault code, address, frames), else state NONE or
+                                UNRECORDED */
+} pm_request_outcome;
+
+/* Inside the callback of pm_cluster_request, with the reply it was given:
+ * that request's outcome, valid during the callback (like reply->data).
+ * NULL for any other message, or outside the callback. */
+PM_EXTERN const pm_request_outcome *pm_cluster_request_outcome(pm_cluster *c,
+                                                              const pm_message *reply);
+
+/* pm_cluster_call, and the request's outcome copied into *outcome (when not
+ * NULL) whenever the request was issued (any return but the errors that
+ * refuse it before: -EINVAL, -EDEADLK ...; outcome->error is then 0 and
+ * outcome->worker empty). */
+PM_EXTERN int pm_cluster_call_outcome(pm_cluster *c, const pm_address *to, const void *data,
+                                      size_t len, int timeout_ms, void *reply, size_t cap,
+                                      size_t *reply_len, pm_request_outcome *outcome);
+
+/* ------------------------------------------------------------------------
+ * The batch: N inputs through the pool, N outcomes in input order
+ * ---------------------------------------------------------------------- */
+
+typedef struct pm_map_input {
+    const void *data;        /* the request's bytes (read during pm_cluster_map) */
+    size_t len;
+} pm_map_input;
+
+typedef struct pm_map_result {
+    int error;               /* 0: answered; else the request's error (-EHOSTDOWN,
+                                -ETIMEDOUT, -EINTR when a signal cut the batch short,
+                                -ENOMEM ...) */
+    void *reply;             /* error 0: the answer, malloc'd (NULL when empty) */
+    size_t len;
+    pm_request_outcome *outcome; /* error != 0 and the request was issued: what
+                                    happened to it, malloc'd; else NULL */
+} pm_map_result;
+
+/*
+ * Runs every input through the pool as one any-worker request each
+ * (pm_cluster_request with to == NULL, so one input per worker by default:
+ * a crash or a hang is blamed on the one input that caused it, the others
+ * are answered) and returns when each has its outcome, written to
+ * results[i] for inputs[i]. Nothing is retried: an input that crashed a
+ * worker is not given to another. Inputs are handed to the pool as workers
+ * can take them (at most workers x requests_per_worker at a time), each
+ * under its own timeout_ms from that moment. Runs the cluster's loop like
+ * pm_cluster_call (other events are dispatched meanwhile) and is refused
+ * inside a callback (-EDEADLK).
+ *
+ * Returns the number of inputs answered (error 0), with every results[i]
+ * written; free them with pm_map_results_free. A signal that makes
+ * pm_cluster_run return -EINTR ends the batch early: the inputs in flight
+ * are cancelled and those not answered get -EINTR. A negative errno means
+ * nothing was run and results is untouched: -EINVAL (NULL with n > 0,
+ * timeout_ms <= 0, an input with data NULL and len > 0), -EDEADLK,
+ * -ESHUTDOWN, -EPERM.
+ */
+PM_EXTERN long pm_cluster_map(pm_cluster *c, const pm_map_input *inputs, size_t n,
+                              int timeout_ms, pm_map_result *results);
+
+/* Frees what pm_cluster_map allocated in results[0..n) (replies, outcomes)
+ * and zeroes them; the array itself is the caller's. */
+PM_EXTERN void pm_map_results_free(pm_map_result *results, size_t n);
 
 /* main's own address. */
 PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# bench-smoke.sh - pm-bench compare, scale and peer run end to end (--quick: tiny
+# bench-smoke.sh - pm-bench compare, batch, scale and peer run end to end (--quick: tiny
 # counts, one run) and print every table line; without node on PATH the
 # Node.js rows are replaced by the skip line. Checks that the tools work,
 # never how fast anything is. Exit: 0 pass, 1 fail.
@@ -44,6 +44,20 @@ if ! grep -q '^compare,crash,0,procmesh fork standby,p50_ns,' "$out.csv"; then
     status=1
 fi
 rm -f "$out.csv"
+
+what="pm-bench batch --frames 300"
+if ! timeout 300 "$bench" batch --frames 300 >"$out" 2>&1; then
+    echo "FAIL: $what exited with an error (or an outcome was not exact)" >&2
+    status=1
+fi
+cat "$out"
+expect '^  procmesh pm_cluster_map  *[0-9].*outcomes exact: all' '^  fork per input  *[0-9].*exact: all' \
+    '^  procmesh / fork per input'
+if command -v python3 >/dev/null 2>&1; then
+    expect '^  python multiprocessing.Pool  *[0-9]'
+else
+    expect '^  python multiprocessing.Pool  skipped'
+fi
 
 what="pm-bench scale --quick"
 if ! timeout 120 "$bench" scale --quick >"$out" 2>&1; then

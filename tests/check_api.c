@@ -315,7 +315,10 @@ START_TEST(test_header_defaults)
     ck_assert_int_eq(v->max_restarts, 10);
     ck_assert_int_eq(v->restart_window_ms, 60000);
     ck_assert_int_eq(v->stop_timeout_ms, 5000);
-    ck_assert_int_eq(v->handle_signals, 1);
+    ck_assert_int_eq(v->handle_signals, 0); /* opt-in for the library */
+    ck_assert_int_eq(v->requests_per_worker, 1);
+    ck_assert_int_eq(v->request_queue_max, 4096);
+    ck_assert_int_eq(v->kill_on_timeout, 0);
     ck_assert_uint_eq(v->hub_spin_us, 0);
     ck_assert_int_eq(v->heartbeat_timeout_ms, 10000);
     ck_assert_uint_eq(v->ring_size, 1u << 20);
@@ -490,6 +493,7 @@ START_TEST(test_sighup_interrupts_run)
 {
     memset(role, 0, sizeof(role));
     pm_options *o = opts(1);
+    pm_options_set_handle_signals(o, 1); /* opt-in for the library */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     static const int sigs[] = {SIGHUP, SIGTERM, SIGINT};
@@ -519,6 +523,7 @@ START_TEST(test_sigterm_during_spawn)
     role[2] = W_NEVER_READY;
     pm_options *o = opts(3);
     pm_options_set_on_event(o, term_on_last_start, NULL);
+    pm_options_set_handle_signals(o, 1);
     pm_cluster *c = (pm_cluster *)1;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), -EINTR);
     ck_assert_ptr_null(c);

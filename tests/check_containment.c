@@ -297,6 +297,7 @@ START_TEST(test_reap_orphans)
     ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
     pm_options *o = opts(1);
     pm_options_set_bootstrap(o, boot_crash_first, (void *)(intptr_t)SIGSEGV);
+    ck_assert_int_eq(pm_options_set_handle_signals(o, 1), 0); /* reap_orphans needs it */
     ck_assert_int_eq(pm_options_set_reap_orphans(o, 1), 0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);

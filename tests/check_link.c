@@ -874,7 +874,7 @@ static void no_drain(void *owner, unsigned p)
     (void)p;
 }
 
-static const pm__hub_ops quiet_ops = {no_fault, no_control, no_drain};
+static const pm__hub_ops quiet_ops = {no_fault, no_control, no_drain, NULL};
 
 static size_t wire(const pm__frame_hdr *f, unsigned char *buf)
 {

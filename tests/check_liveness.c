@@ -366,6 +366,7 @@ static pid_t supervisor_child(int hb_ms, int workers, int wfd, int until_stall)
         return pid;
     pm_options *o = opts(workers, hb_ms);
     pm_options_set_bootstrap(o, worker, NULL);
+    pm_options_set_handle_signals(o, 1); /* SIGTERM ends its run loop */
     pm_cluster *c;
     if (pm_cluster_spawn(o, &c) != 0)
         _exit(1);

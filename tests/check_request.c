@@ -19,15 +19,23 @@
 
 /* Fork-mode workers act on the request's text:
  *   "echo:X"   answers "slot<N>:X"
+ *   plain "die" dies of SIGSEGV holding no request (backoff, budget)
  *   "hold"     keeps it; a plain message "release" answers every kept one
  *              with "held<N>"
  *   "late:MS"  sleeps MS ms, then answers "late"
- *   "crash"    dies of SIGSEGV
+ *   "crash"    dies of SIGSEGV (raised)
+ *   "segv"     dies of SIGSEGV writing to address 0x40
+ *   "abort"    abort()
+ *   "exit:N"   _exit(N)
  *   "hang"     spins without any procmesh call (fenced: heartbeat)
  *   "note"     sends main a plain message "#note", then answers "noted"
  *   "term"     sends SIGTERM to the supervisor, answers nothing
  *   "askmain"  asks main, answers "askmain:RC" with pm_node_request's result */
 #define MAX_HELD 256
+
+/* Where "segv" writes: read through a volatile, so the compiler neither
+ * sees the constant nor drops the store. */
+static int *volatile fault_at = (int *)(uintptr_t)0x40;
 
 static int worker(pm_node *n, void *arg)
 {
@@ -50,6 +58,8 @@ static int worker(pm_node *n, void *arg)
         size_t len = m.len < sizeof(text) - 1 ? m.len : sizeof(text) - 1;
         memcpy(text, m.data, len);
         text[len] = '\0';
+        if (m.kind == PM_MSG_PLAIN && strcmp(text, "die") == 0)
+            raise(SIGSEGV); /* a death outside any request: the budget's */
         if (m.kind == PM_MSG_PLAIN && strcmp(text, "release") == 0) {
             char out[32];
             int k = snprintf(out, sizeof(out), "held%u", slot);
@@ -74,6 +84,12 @@ static int worker(pm_node *n, void *arg)
             pm_node_reply(n, &m, "late", 4);
         } else if (strcmp(text, "crash") == 0) {
             raise(SIGSEGV); /* a real signal, also in sanitizer builds */
+        } else if (strcmp(text, "segv") == 0) {
+            *fault_at = 1; /* a fault at a known address */
+        } else if (strcmp(text, "abort") == 0) {
+            abort();
+        } else if (strncmp(text, "exit:", 5) == 0) {
+            _exit(atoi(text + 5));
         } else if (strcmp(text, "hang") == 0) {
             for (volatile int spin = 1; spin;)
                 ;
@@ -108,6 +124,9 @@ struct result {
 };
 
 static struct result results[256];
+/* The outcome each request's callback saw (pm_cluster_request_outcome). */
+static pm_request_outcome outcomes[256];
+static int outcome_null[256];
 static int on_message_calls;
 static int deadlk_in_message = 1;
 static int exited_events, fenced_events;
@@ -126,6 +145,16 @@ static void on_result(pm_cluster *c, const pm_message *m, void *arg)
         memcpy(r->text, m->data, len);
     r->text[m->error == 0 ? len : 0] = '\0';
     ck_assert_int_eq(m->kind, PM_MSG_REPLY);
+    int k = (int)(r - results);
+    if (k >= 0 && k < 256) {
+        const pm_request_outcome *o = pm_cluster_request_outcome(c, m);
+        outcome_null[k] = o == NULL;
+        if (o != NULL)
+            outcomes[k] = *o;
+        /* Only for this message: another pointer gets nothing. */
+        pm_message other = *m;
+        ck_assert_ptr_null(pm_cluster_request_outcome(c, &other));
+    }
     /* The blocking form inside a callback would run the loop in the loop. */
     char buf[8];
     r->nested = pm_cluster_call(c, NULL, "echo:x", 6, 1000, buf, sizeof(buf), NULL);
@@ -138,9 +167,19 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
     deadlk_in_message = pm_cluster_call(c, NULL, "echo:x", 6, 1000, NULL, 0, NULL);
 }
 
+/* The reason of each slot's last EXITED and RESTART_SCHEDULED event. */
+static char exit_reason[8][32], restart_reason[8][32];
+static int retired_events;
+
 static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     (void)arg;
+    if (e->slot < 8 && e->type == PM_EVENT_EXITED)
+        snprintf(exit_reason[e->slot], sizeof(exit_reason[0]), "%s", e->reason);
+    if (e->slot < 8 && e->type == PM_EVENT_RESTART_SCHEDULED)
+        snprintf(restart_reason[e->slot], sizeof(restart_reason[0]), "%s", e->reason);
+    if (e->type == PM_EVENT_RETIRED)
+        retired_events++;
     if (e->type == PM_EVENT_EXITED)
         exited_events++;
     if (e->type == PM_EVENT_FENCED)
@@ -152,8 +191,12 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 static pm_options *opts(int workers)
 {
     memset(results, 0, sizeof(results));
+    memset(outcomes, 0, sizeof(outcomes));
+    memset(outcome_null, 0, sizeof(outcome_null));
     on_message_calls = 0;
-    exited_events = fenced_events = 0;
+    exited_events = fenced_events = retired_events = 0;
+    memset(exit_reason, 0, sizeof(exit_reason));
+    memset(restart_reason, 0, sizeof(restart_reason));
     event_cluster = NULL;
     pm_options *o = pm_options_new();
     pm_options_set_workers(o, workers);
@@ -266,8 +309,9 @@ START_TEST(test_timeout_then_late_reply)
 END_TEST
 
 /* Any-worker requests across a crash: the poison request crashes one
- * worker and is answered -EHOSTDOWN, never retried elsewhere; the pick
- * skips the restarting slot and takes it again once it is ready. */
+ * worker and is answered -EHOSTDOWN, never retried elsewhere; the slot is
+ * restarted at once (the input's fault: no backoff) and the pick takes it
+ * again once it is ready. */
 START_TEST(test_crash_not_retried)
 {
     pm_options *o = opts(2);
@@ -276,6 +320,7 @@ START_TEST(test_crash_not_retried)
     pm_options_set_restart_random_factor(o, 0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    uint64_t inc0 = pm_test_slot_incarnation(c, 0);
     uint64_t inc1 = pm_test_slot_incarnation(c, 1);
     /* Both idle: the round robin starts at slot 0. */
     ck_assert_int_gt(request(c, -1, "crash", 10000, &results[0]), 0);
@@ -285,26 +330,21 @@ START_TEST(test_crash_not_retried)
     pm_slot_info info;
     ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
     ck_assert_int_eq(info.last_signal, SIGSEGV);
-    ck_assert_int_ne(info.state, PM_SLOT_READY);
-    /* Slot 0 restarts after 300 ms: meanwhile everything goes to slot 1. */
-    ck_assert_int_gt(request(c, -1, "echo:a", 10000, &results[1]), 0);
-    ck_assert_int_gt(request(c, -1, "echo:b", 10000, &results[2]), 0);
-    RUN_UNTIL(c, results[1].calls == 1 && results[2].calls == 1, 10000);
+    RUN_UNTIL(c, pm_test_slot_state(c, 0) == PM_SLOT_READY &&
+                     pm_test_slot_incarnation(c, 0) != inc0, 10000);
+    ck_assert_str_eq(restart_reason[0], "input");
+    /* Idle again: ties, round robin from after slot 0. */
+    ck_assert_int_gt(request(c, -1, "echo:c", 10000, &results[1]), 0);
+    RUN_UNTIL(c, results[1].calls == 1, 10000);
     ck_assert_uint_eq(results[1].slot, 1);
-    ck_assert_uint_eq(results[2].slot, 1);
-    RUN_UNTIL(c, pm_test_slot_state(c, 0) == PM_SLOT_READY, 10000);
-    /* Idle again: ties, round robin from after slot 1. */
-    ck_assert_int_gt(request(c, -1, "echo:c", 10000, &results[3]), 0);
-    RUN_UNTIL(c, results[3].calls == 1, 10000);
-    ck_assert_uint_eq(results[3].slot, 0);
-    ck_assert_uint_eq(results[3].inc, pm_test_slot_incarnation(c, 0));
-    ck_assert_int_gt(request(c, -1, "echo:d", 10000, &results[4]), 0);
-    RUN_UNTIL(c, results[4].calls == 1, 10000);
-    ck_assert_uint_eq(results[4].slot, 1);
+    ck_assert_int_gt(request(c, -1, "echo:d", 10000, &results[2]), 0);
+    RUN_UNTIL(c, results[2].calls == 1, 10000);
+    ck_assert_uint_eq(results[2].slot, 0);
+    ck_assert_uint_eq(results[2].inc, pm_test_slot_incarnation(c, 0));
     /* One crash in all: the poison never reached slot 1. */
     ck_assert_int_eq(exited_events, 1);
     ck_assert_uint_eq(pm_test_slot_incarnation(c, 1), inc1);
-    assert_once(c, 5);
+    assert_once(c, 3);
     terminate(c);
     pm_options_free(o);
 }
@@ -346,6 +386,8 @@ END_TEST
 START_TEST(test_fewest_round_robin)
 {
     pm_options *o = opts(3);
+    /* Up to three any-worker requests per worker: the pick's order. */
+    ck_assert_int_eq(pm_options_set_requests_per_worker(o, 3), 0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     /* Idle: 0, 1, 2, 0 ... */
@@ -431,16 +473,19 @@ START_TEST(test_terminate_cancels)
     pm_options_set_restart_max_backoff_ms(o, 5000);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    /* Both crash and restart only after 5 s: none is ready. */
-    ck_assert_int_gt(request(c, 0, "crash", 10000, &results[2]), 0);
-    ck_assert_int_gt(request(c, 1, "crash", 10000, &results[3]), 0);
-    RUN_UNTIL(c, results[2].calls == 1 && results[3].calls == 1, 10000);
+    /* Both die outside a request and restart only after 5 s: none is
+     * ready (a death holding a request would restart at once). */
+    for (unsigned s = 0; s < 2; s++) {
+        pm_address a = slot_addr(s, 0);
+        ck_assert_int_eq(pm_cluster_send(c, &a, "die", 3), 0);
+    }
+    RUN_UNTIL(c, exited_events == 2, 10000);
+    ck_assert_int_eq(pm_test_slot_state(c, 0), PM_SLOT_BACKOFF);
+    ck_assert_int_eq(pm_test_slot_state(c, 1), PM_SLOT_BACKOFF);
     ck_assert_int_gt(pm_cluster_request(c, NULL, "echo:w", 6, 20000, on_cancelled, &results[4]),
                      0);
     ck_assert_int_eq(results[4].calls, 0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
-    ck_assert_int_eq(results[2].err, -EHOSTDOWN);
-    ck_assert_int_eq(results[3].err, -EHOSTDOWN);
     ck_assert_int_eq(results[4].calls, 1);
     ck_assert_int_eq(results[4].err, -ECANCELED);
     ck_assert_int_eq(results[4].nested, -EDEADLK);
@@ -474,14 +519,17 @@ END_TEST
 START_TEST(test_wait_for_ready)
 {
     pm_options *o = opts(1);
-    pm_options_set_restart_min_backoff_ms(o, 300);
-    pm_options_set_restart_max_backoff_ms(o, 300);
+    pm_options_set_restart_min_backoff_ms(o, 2000);
+    pm_options_set_restart_max_backoff_ms(o, 2000);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    ck_assert_int_gt(request(c, 0, "crash", 10000, &results[0]), 0);
-    RUN_UNTIL(c, results[0].calls == 1, 10000);
-    ck_assert_int_eq(results[0].err, -EHOSTDOWN);
-    ck_assert_int_ne(pm_test_slot_state(c, 0), PM_SLOT_READY);
+    /* A death outside a request: restarted after the backoff, not at once
+     * (a death holding a request would be the input's fault). */
+    pm_address a0 = slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "die", 3), 0);
+    RUN_UNTIL(c, exited_events == 1, 10000);
+    ck_assert_str_eq(restart_reason[0], "backoff");
+    ck_assert_int_eq(pm_test_slot_state(c, 0), PM_SLOT_BACKOFF);
     /* Named: refused at once. Any: waits. */
     ck_assert_int_eq(request(c, 0, "echo:w", 10000, &results[1]), -EHOSTDOWN);
     ck_assert_int_gt(request(c, -1, "echo:w1", 20000, &results[1]), 0);
@@ -493,7 +541,12 @@ START_TEST(test_wait_for_ready)
     ck_assert_str_eq(results[2].text, "slot0:w2");
     ck_assert_uint_eq(results[1].inc, pm_test_slot_incarnation(c, 0));
     ck_assert_uint_gt(results[1].inc, 1);
+    results[0].calls = 1; /* unused here: no request 0 */
     assert_once(c, 3);
+    pm_slot_info info;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    ck_assert_uint_eq(info.input_faults, 0);
+    ck_assert_uint_eq(info.restarts_in_window, 1);
     terminate(c);
     pm_options_free(o);
 }
@@ -564,6 +617,7 @@ END_TEST
 START_TEST(test_call_eintr)
 {
     pm_options *o = opts(1);
+    pm_options_set_handle_signals(o, 1); /* opt-in for the library */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     char buf[16];
@@ -601,6 +655,7 @@ END_TEST
 START_TEST(test_many_timeouts)
 {
     pm_options *o = opts(2);
+    ck_assert_int_eq(pm_options_set_requests_per_worker(o, 100), 0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     uint64_t late0 = pm_test_late_replies(c);
@@ -701,6 +756,289 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+
+/* ---------------------------------------------------------------- the pool */
+
+/* 8 any-worker requests on 4 workers, one of them crashes its worker:
+ * only that one ends -EHOSTDOWN, with how its worker ended (signal, fault
+ * address, crash report), and every other is answered. No worker ever
+ * holds two of them. */
+START_TEST(test_pool_exact_blame)
+{
+    pm_options *o = opts(4);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    static const char *in[8] = {"echo:g0", "echo:g1", "echo:g2", "segv",
+                                "echo:g4", "echo:g5", "echo:g6", "echo:g7"};
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_gt(request(c, -1, in[i], 20000, &results[i]), 0);
+        for (unsigned s = 0; s < 4; s++)
+            ck_assert_uint_le(pm_test_slot_inflight(c, s), 1);
+    }
+    RUN_UNTIL(c, calls_in(0, 8) == 8, 20000);
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_eq(results[i].calls, 1);
+        ck_assert_int_eq(outcome_null[i], 0);
+        ck_assert_int_eq(outcomes[i].error, results[i].err);
+        if (i == 3)
+            continue;
+        ck_assert_msg(results[i].err == 0, "innocent input %d: %s", i,
+                      pm_strerror(results[i].err));
+        char want[16];
+        snprintf(want, sizeof(want), "slot%u:g%d", results[i].slot, i);
+        ck_assert_str_eq(results[i].text, want);
+        ck_assert_int_eq(outcomes[i].ended, 0);
+    }
+    ck_assert_int_eq(results[3].err, -EHOSTDOWN);
+    const pm_request_outcome *oc = &outcomes[3];
+    ck_assert_int_eq(oc->ended, 1);
+    ck_assert_uint_eq(oc->worker.port, results[3].slot + 1);
+    ck_assert_uint_eq(oc->worker.incarnation, results[3].inc);
+    ck_assert_uint_ne(oc->worker.incarnation, 0);
+    ck_assert_int_eq(oc->signal, SIGSEGV);
+    ck_assert_int_eq(oc->exit_code, -1);
+    ck_assert_str_eq(oc->reason, "signal");
+    ck_assert_int_eq(oc->crash.state, PM_CRASH_RECORDED);
+    ck_assert_uint_eq(oc->crash.incarnation, results[3].inc);
+    ck_assert_uint_eq(oc->crash.fault_addr, 0x40);
+    ck_assert_str_eq(oc->crash.code_name, "SEGV_MAPERR");
+    ck_assert_uint_gt(oc->crash.nframes, 0);
+    ck_assert_int_eq(exited_events, 1);
+    /* Restarted at once as the input's fault, outside the budget. */
+    RUN_UNTIL(c, pm_test_slot_state(c, results[3].slot) == PM_SLOT_READY, 10000);
+    ck_assert_str_eq(restart_reason[results[3].slot], "input");
+    pm_slot_info info;
+    ck_assert_int_eq(pm_cluster_slot_info(c, results[3].slot, &info), 0);
+    ck_assert_uint_eq(info.input_faults, 1);
+    ck_assert_uint_eq(info.restarts_in_window, 0);
+    struct pm_cluster_stats st;
+    ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+    ck_assert_uint_eq(st.input_faults, 1);
+    assert_once(c, 8);
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A hung input: its request times out, and the hung worker gets no other
+ * any-worker request (every later one goes to the other worker) until it
+ * answers, which it never does here. */
+START_TEST(test_pool_hung_worker_skipped)
+{
+    pm_options *o = opts(2);
+    pm_options_set_heartbeat_timeout_ms(o, 0); /* only the request's deadline acts */
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_gt(request(c, -1, "hang", 300, &results[0]), 0);
+    RUN_UNTIL(c, results[0].calls == 1, 10000);
+    ck_assert_int_eq(results[0].err, -ETIMEDOUT);
+    ck_assert_int_eq(outcomes[0].killed, 0);
+    unsigned hung = results[0].slot;
+    ck_assert_uint_lt(hung, 2);
+    for (int i = 1; i <= 6; i++)
+        ck_assert_int_gt(request(c, -1, "echo:x", 20000, &results[i]), 0);
+    RUN_UNTIL(c, calls_in(1, 7) == 6, 20000);
+    for (int i = 1; i <= 6; i++) {
+        ck_assert_int_eq(results[i].err, 0);
+        ck_assert_uint_eq(results[i].slot, 1 - hung);
+    }
+    ck_assert_uint_eq(pm_test_slot_inflight(c, hung), 0);
+    ck_assert_int_eq(exited_events, 0);
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
+/* The same with kill_on_timeout: the worker is killed at once, its exit
+ * reported "timeout", restarted as an input fault; the request's outcome
+ * says it was killed. */
+START_TEST(test_pool_kill_on_timeout)
+{
+    pm_options *o = opts(2);
+    pm_options_set_heartbeat_timeout_ms(o, 0);
+    ck_assert_int_eq(pm_options_set_kill_on_timeout(o, 1), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_gt(request(c, -1, "hang", 300, &results[0]), 0);
+    RUN_UNTIL(c, results[0].calls == 1, 10000);
+    ck_assert_int_eq(results[0].err, -ETIMEDOUT);
+    ck_assert_int_eq(outcomes[0].killed, 1);
+    unsigned hung = results[0].slot;
+    uint64_t inc = results[0].inc;
+    RUN_UNTIL(c, exited_events == 1, 10000);
+    ck_assert_str_eq(exit_reason[hung], "timeout");
+    RUN_UNTIL(c, pm_test_slot_state(c, hung) == PM_SLOT_READY &&
+                     pm_test_slot_incarnation(c, hung) != inc, 10000);
+    ck_assert_str_eq(restart_reason[hung], "input");
+    pm_slot_info info;
+    ck_assert_int_eq(pm_cluster_slot_info(c, hung, &info), 0);
+    ck_assert_uint_eq(info.input_faults, 1);
+    ck_assert_uint_eq(info.restarts_in_window, 0);
+    /* No fence, and the pool serves on both. */
+    ck_assert_int_eq(fenced_events, 0);
+    ck_assert_int_gt(request(c, hung, "echo:back", 10000, &results[1]), 0);
+    RUN_UNTIL(c, results[1].calls == 1, 10000);
+    ck_assert_int_eq(results[1].err, 0);
+    ck_assert_int_eq(pm_options_set_kill_on_timeout(o, 2), -EINVAL);
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
+/* Main's queue is bounded: past it, -EAGAIN at submission. */
+START_TEST(test_pool_queue_full)
+{
+    pm_options *o = opts(1);
+    ck_assert_int_eq(pm_options_set_request_queue_max(o, 2), 0);
+    ck_assert_int_eq(pm_options_set_request_queue_max(o, 0), -EINVAL);
+    ck_assert_int_eq(pm_options_set_requests_per_worker(o, 0), -EINVAL);
+    ck_assert_int_eq(pm_options_set_requests_per_worker(o, 1025), -EINVAL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_gt(request(c, -1, "hold", 20000, &results[0]), 0); /* in the worker */
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 0), 1);
+    ck_assert_int_gt(request(c, -1, "echo:1", 20000, &results[1]), 0); /* waits */
+    ck_assert_int_gt(request(c, -1, "echo:2", 20000, &results[2]), 0); /* waits */
+    ck_assert_int_eq(request(c, -1, "echo:3", 20000, &results[3]), -EAGAIN);
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 0), 1);
+    /* A named request does not wait in that queue. */
+    ck_assert_int_gt(request(c, 0, "echo:named", 20000, &results[4]), 0);
+    RUN_UNTIL(c, results[4].calls == 1, 10000);
+    ck_assert_int_eq(results[1].calls, 0);
+    pm_address a = slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
+    RUN_UNTIL(c, calls_in(0, 3) == 3, 10000);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(results[i].err, 0);
+    ck_assert_int_eq(results[3].calls, 0);
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
+/* The blocking form with its outcome. */
+START_TEST(test_pool_call_outcome)
+{
+    pm_options *o = opts(1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    char buf[32];
+    pm_request_outcome oc;
+    uint64_t inc = pm_test_slot_incarnation(c, 0);
+    ck_assert_int_eq(pm_cluster_call_outcome(c, NULL, "exit:3", 6, 10000, buf, sizeof(buf), NULL,
+                                             &oc),
+                     -EHOSTDOWN);
+    ck_assert_int_eq(oc.error, -EHOSTDOWN);
+    ck_assert_int_eq(oc.ended, 1);
+    ck_assert_int_eq(oc.exit_code, 3);
+    ck_assert_int_eq(oc.signal, 0);
+    ck_assert_str_eq(oc.reason, "exit");
+    ck_assert_uint_eq(oc.worker.incarnation, inc);
+    ck_assert_int_eq(oc.crash.state, PM_CRASH_NONE);
+    size_t n = 0;
+    ck_assert_int_eq(pm_cluster_call_outcome(c, NULL, "echo:ok", 7, 10000, buf, sizeof(buf), &n,
+                                             &oc),
+                     0);
+    ck_assert_int_eq(oc.error, 0);
+    ck_assert_uint_gt(oc.worker.incarnation, inc);
+    ck_assert_int_eq(pm_cluster_call_outcome(c, NULL, "abort", 5, 10000, buf, sizeof(buf), NULL,
+                                             &oc),
+                     -EHOSTDOWN);
+    ck_assert_int_eq(oc.signal, SIGABRT);
+    ck_assert_int_eq(oc.crash.state, PM_CRASH_RECORDED);
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A batch with inputs that segfault, abort, exit and hang among good ones:
+ * N outcomes in input order, each bad input blamed alone. */
+START_TEST(test_pool_map)
+{
+    pm_options *o = opts(3);
+    pm_options_set_heartbeat_timeout_ms(o, 0);
+    ck_assert_int_eq(pm_options_set_kill_on_timeout(o, 1), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    static const char *in[] = {"echo:a", "segv", "echo:b", "abort", "exit:3", "echo:c",
+                               "hang",   "echo:d", "crash", "echo:e"};
+    enum { N = sizeof(in) / sizeof(in[0]) };
+    pm_map_input inputs[N];
+    pm_map_result res[N];
+    for (int i = 0; i < N; i++) {
+        inputs[i].data = in[i];
+        inputs[i].len = strlen(in[i]);
+    }
+    ck_assert_int_eq(pm_cluster_map(c, inputs, N, 1500, res), 5);
+    for (int i = 0; i < N; i++) {
+        if (strncmp(in[i], "echo:", 5) == 0) {
+            ck_assert_int_eq(res[i].error, 0);
+            ck_assert_ptr_null(res[i].outcome);
+            char text[32];
+            snprintf(text, sizeof(text), "%.*s", (int)res[i].len, (const char *)res[i].reply);
+            ck_assert_msg(strlen(text) > 6 && strcmp(text + strlen(text) - 2, in[i] + 4) == 0,
+                          "input %d answered '%s'", i, text);
+            continue;
+        }
+        ck_assert_ptr_nonnull(res[i].outcome);
+        ck_assert_int_eq(res[i].outcome->error, res[i].error);
+    }
+    ck_assert_int_eq(res[1].error, -EHOSTDOWN);
+    ck_assert_int_eq(res[1].outcome->signal, SIGSEGV);
+    ck_assert_uint_eq(res[1].outcome->crash.fault_addr, 0x40);
+    ck_assert_int_eq(res[3].error, -EHOSTDOWN);
+    ck_assert_int_eq(res[3].outcome->signal, SIGABRT);
+    ck_assert_int_eq(res[4].error, -EHOSTDOWN);
+    ck_assert_int_eq(res[4].outcome->exit_code, 3);
+    ck_assert_int_eq(res[6].error, -ETIMEDOUT);
+    ck_assert_int_eq(res[6].outcome->killed, 1);
+    ck_assert_int_eq(res[8].error, -EHOSTDOWN);
+    ck_assert_int_eq(res[8].outcome->signal, SIGSEGV);
+    pm_map_results_free(res, N);
+    ck_assert_ptr_null(res[0].reply);
+    /* Bad input changes nothing. */
+    ck_assert_int_eq(pm_cluster_map(c, NULL, 1, 1000, res), -EINVAL);
+    ck_assert_int_eq(pm_cluster_map(c, inputs, N, 0, res), -EINVAL);
+    ck_assert_int_eq(pm_cluster_map(c, inputs, 0, 1000, res), 0);
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
+/* 1,000 crashing inputs never retire a slot: each is an input fault,
+ * restarted at once outside the budget (max 10 restarts a minute here). */
+START_TEST(test_pool_crash_storm)
+{
+    pm_options *o = opts(2);
+    pm_options_set_restart_min_backoff_ms(o, 200);
+    pm_options_set_restart_max_backoff_ms(o, 10000);
+    pm_options_set_max_restarts(o, 10);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    enum { N = 1000 };
+    static pm_map_input inputs[N + 2];
+    static pm_map_result res[N + 2];
+    for (int i = 0; i < N + 2; i++) {
+        const char *t = i < N ? "crash" : "echo:z";
+        inputs[i].data = t;
+        inputs[i].len = strlen(t);
+    }
+    ck_assert_int_eq(pm_cluster_map(c, inputs, N + 2, 30000, res), 2);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(res[i].error, -EHOSTDOWN);
+        ck_assert_int_eq(res[i].outcome->signal, SIGSEGV);
+    }
+    ck_assert_int_eq(retired_events, 0);
+    struct pm_cluster_stats st;
+    ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+    ck_assert_uint_eq(st.input_faults, N);
+    pm_map_results_free(res, N + 2);
+    ck_assert_uint_eq(pm_cluster_size(c), 2);
+    terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("request");
@@ -721,5 +1059,12 @@ int main(void)
     PM_ADD_TEST(s, test_many_timeouts, 0);
     PM_ADD_TEST(s, test_id_wrap, 0);
     PM_ADD_TEST(s, test_bad_input, 0);
+    PM_ADD_TEST(s, test_pool_exact_blame, 0);
+    PM_ADD_TEST(s, test_pool_hung_worker_skipped, 0);
+    PM_ADD_TEST(s, test_pool_kill_on_timeout, 0);
+    PM_ADD_TEST(s, test_pool_queue_full, 0);
+    PM_ADD_TEST(s, test_pool_call_outcome, 0);
+    PM_ADD_TEST(s, test_pool_map, 0);
+    PM_ADD_TEST(s, test_pool_crash_storm, 240);
     return pm_test_main(s);
 }

@@ -386,6 +386,7 @@ static void standby_killed(int orphans)
     pm_options *o = standby_opts(1);
     if (orphans) {
         ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+        ck_assert_int_eq(pm_options_set_handle_signals(o, 1), 0); /* reap_orphans needs it */
         ck_assert_int_eq(pm_options_set_reap_orphans(o, 1), 0);
     }
     pm_cluster *c;

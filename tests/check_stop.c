@@ -163,6 +163,7 @@ START_TEST(test_signals_and_fd)
 {
     pm_options *o = opts(1);
     pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_options_set_handle_signals(o, 1); /* opt-in for the library */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     /* SIGTERM to the supervisor: run returns -EINTR, nothing is lost. */

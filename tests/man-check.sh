@@ -14,6 +14,8 @@
 #    disagrees with the header is a "conflicting types" error. Every block
 #    under EXAMPLES is a complete program and compiles too.
 # 4. groff -man -ww reports no warning (skipped, with a message, without groff).
+# 5. Every field of a public struct and every value of a public enum in
+#    include/procmesh.h is named somewhere in the pages (as a word).
 # Paths: the sources from this script's place, the build from PM_BUILD_DIR
 # (default: the current directory, where make check runs it); the compiler
 # from PM_CC (set by Makefile.am to the configured CC), else CC, else cc.
@@ -197,6 +199,65 @@ for page in "$man3"/*.3; do
 done
 [ "$pages" -gt 0 ] || fail "no man page in $man3"
 
+# --- 5. every public struct field and enum value is in the pages ----------------
+# The header, comments stripped, read by a small parser of its own layout:
+# "typedef struct NAME {" / "struct NAME {" / "enum NAME {" at the start of
+# a line, one declaration (or several declarators) per line, "}" closing.
+fields_of() {
+    awk '
+    # Prints "struct NAME FIELD" and "enum NAME VALUE" for every public struct
+    # field and enum value of a C header (comments stripped first).
+{
+    line = $0
+    # comments stripped, also across lines
+    while (1) {
+        if (incom) {
+            e = index(line, "*/")
+            if (e == 0) { line = ""; break }
+            line = substr(line, e + 2); incom = 0
+        }
+        s = index(line, "/*")
+        if (s == 0) break
+        rest = substr(line, s + 2)
+        e = index(rest, "*/")
+        if (e == 0) { line = substr(line, 1, s - 1); incom = 1; break }
+        line = substr(line, 1, s - 1) " " substr(rest, e + 2)
+    }
+    if (line ~ /^(typedef )?struct [a-z_]+ \{/) { kind = "struct"; name = line; sub(/^(typedef )?struct /, "", name); sub(/ .*/, "", name); depth = 1; next }
+    if (line ~ /^enum [a-z_]+ \{/) { kind = "enum"; name = line; sub(/^enum /, "", name); sub(/ .*/, "", name); depth = 1
+        rest = line; sub(/^[^{]*\{/, "", rest); line = rest }
+    if (kind == "") next
+    if (line ~ /^\}/) { kind = ""; next }
+    if (kind == "enum") {
+        n = split(line, parts, ",")
+        for (i = 1; i <= n; i++) { v = parts[i]; gsub(/[ \t}].*$|=.*$/, "", v); sub(/^[ \t]+/, "", v); p = parts[i]; sub(/^[ \t]+/, "", p); sub(/[ \t=}].*$/, "", p); if (p ~ /^PM_[A-Z0-9_]+$/ && p !~ /__COUNT$/) print "enum " name " " p }
+        if (line ~ /\}/) kind = ""
+        next
+    }
+    # struct field: declarators before the semicolon
+    if (line !~ /;/) next
+    decl = line; sub(/;.*/, "", decl)
+    # function pointer field: (*name)
+    if (decl ~ /\(\*[a-z_0-9]+\)/) { f = decl; sub(/^[^(]*\(\*/, "", f); sub(/\).*/, "", f); print "struct " name " " f; next }
+    n = split(decl, ds, ",")
+    for (i = 1; i <= n; i++) {
+        d = ds[i]; sub(/\[.*$/, "", d); gsub(/[ \t*]+$/, "", d)
+        m = split(d, w, /[ \t*]+/)
+        if (m >= 1 && w[m] ~ /^[a-z_][a-z0-9_]*$/) print "struct " name " " w[m]
+    }
+}
+    ' "$1"
+}
+fields_of "$top_srcdir/include/procmesh.h" >"$tmp/fields"
+[ -s "$tmp/fields" ] || fail "found no struct field or enum value in include/procmesh.h (the parser of man-check.sh no longer fits the header)"
+cat "$man3"/*.3 | sed -e 's/\\f.//g' -e 's/\\-/-/g' >"$tmp/allpages"
+nfields=0
+while read -r kind name item; do
+    nfields=$((nfields + 1))
+    grep -qw -- "$item" "$tmp/allpages" ||
+        fail "$kind $name: $item (include/procmesh.h) is named in no page of doc/man3"
+done <"$tmp/fields"
+
 # --- 4. groff finds nothing to warn about ---------------------------------------
 formatted="format cleanly"
 if command -v groff >/dev/null 2>&1; then
@@ -213,5 +274,5 @@ else
     formatted="were not formatted (no groff)"
 fi
 
-[ "$status" -eq 0 ] && echo "man-check: $nsyms exported functions, each with a page; $pages group pages compile and $formatted"
+[ "$status" -eq 0 ] && echo "man-check: $nsyms exported functions, each with a page; $pages group pages compile and $formatted; $nfields struct fields and enum values named"
 exit "$status"

@@ -1095,6 +1095,7 @@ static pm_options *options(unsigned workers)
         return NULL;
     pm_options_set_workers(o, (int)workers);
     pm_options_set_bootstrap(o, worker, NULL);
+    pm_options_set_handle_signals(o, 1); /* SIGTERM/SIGINT end a run (-EINTR) */
     pm_options_set_heartbeat_timeout_ms(o, HEARTBEAT_MS);
     pm_options_set_on_event(o, on_event, NULL);
     pm_options_set_on_message(o, on_message, NULL);

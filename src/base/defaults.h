@@ -22,6 +22,16 @@
 #define PM__DEFAULT_DRAIN_TIMEOUT_MS 10000
 #define PM__DEFAULT_FENCE_NOT_DRAINING 0
 #define PM__DEFAULT_STOP_TIMEOUT_MS 5000
+/* A library takes none of its application's signals unless asked; the
+ * daemon turns it on. */
+#define PM__DEFAULT_HANDLE_SIGNALS 0
+/* The pool (pm_cluster_request to any worker): one request per worker, so a
+ * crash ends exactly the request that caused it; the rest wait in main. */
+#define PM__DEFAULT_REQUESTS_PER_WORKER 1
+#define PM__DEFAULT_REQUEST_QUEUE_MAX 4096
+#define PM__MAX_REQUEST_QUEUE (1u << 20)
+#define PM__MAX_REQUESTS_PER_WORKER 1024 /* PM__INFLIGHT_PER_REQUESTER */
+#define PM__DEFAULT_KILL_ON_TIMEOUT 0
 #define PM__DEFAULT_SYSTEM_NAME "procmesh"
 #define PM__DEFAULT_HOSTNAME "worker"
 #define PM__DEFAULT_BASE_PORT 1

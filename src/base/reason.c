@@ -26,6 +26,8 @@ static const char *const names[PM_REASON__COUNT] = {
     [PM_REASON_NAME_TAKEN] = "name-taken",
     [PM_REASON_NOT_DRAINING] = "not-draining",
     [PM_REASON_STOP_KILL] = "stop-kill",
+    [PM_REASON_TIMEOUT] = "timeout",
+    [PM_REASON_INPUT] = "input",
 };
 
 PM_EXTERN const char *pm_reason_name(int code)

@@ -392,7 +392,9 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     pm_options *o = pm_options_new();
     if (o == NULL)
         return -ENOMEM;
-    int rc = 0;
+    /* The daemon owns its process: SIGTERM/SIGINT drain, SIGHUP reloads,
+     * SIGCHLD reaps (the library's default leaves signals alone). */
+    int rc = pm_options_set_handle_signals(o, 1);
     rc = rc ? rc : pm_options_set_workers(o, c->workers);
     rc = rc ? rc : pm_options_set_exec(o, c->argv[0], c->argv);
     rc = rc ? rc : pm_options_set_restart_policy(o, c->restart);

@@ -264,6 +264,9 @@ size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, 
     metric(&b, "procmesh_not_draining_total", "counter",
            "Times a worker's full ring held frames back past the drain timeout.");
     pmd_sb_printf(&b, "procmesh_not_draining_total %llu\n", (unsigned long long)s.not_draining);
+    metric(&b, "procmesh_input_faults_total", "counter",
+           "Workers that died holding one of main's requests (restarted outside the budget).");
+    pmd_sb_printf(&b, "procmesh_input_faults_total %llu\n", (unsigned long long)s.input_faults);
     metric(&b, "procmesh_supervisor_stalls_total", "counter", "Times the supervisor was not running.");
     pmd_sb_printf(&b, "procmesh_supervisor_stalls_total %llu\n", (unsigned long long)s.stalls);
     metric(&b, "procmesh_supervisor_longest_stall_seconds", "gauge", "Longest supervisor stall.");

@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 
 #include "channel/bigmsg.h"
+#include "base/defaults.h"
 #include "hub_int.h"
 #include "channel/proto.h"
 
@@ -115,6 +116,8 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
     }
     h->nports = nports;
     h->inflight_lifetime_ms = PM__INFLIGHT_LIFETIME_MS;
+    h->any_per_worker = 1;
+    h->queue_max = PM__DEFAULT_REQUEST_QUEUE_MAX;
     h->next_req = PM__BCAST_ID_BASE;
     h->cur_fd = -1;
     h->max_message = PM_MAX_PAYLOAD;
@@ -543,6 +546,10 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
         notice(h, e->requester, e->requester_inc, p->index, e->target_inc, e->request_id,
                -EHOSTDOWN);
     }
+    /* Its any-worker requests were all answered above (or had timed out):
+     * the next incarnation starts with a clean record. */
+    p->any_held = 0;
+    p->stuck = 0;
     /* Its own requests to others will find no requester any more; drop
      * them now rather than at their replies. */
     for (unsigned t = 0; t < h->nports; t++) {
@@ -690,6 +697,8 @@ void pm__hub_free(pm__hub *h)
         h->links[i].send = NULL;
     }
     pm__hub_cancel_all(h);
+    free(h->outcome_buf);
+    h->outcome_buf = NULL;
     free(h->mreqs);
     h->mreqs = NULL;
     h->mreq_buckets = 0;

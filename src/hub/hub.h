@@ -161,6 +161,8 @@ typedef struct pm__mreq {
     size_t len;
     int fd;                 /* waiting only, a large message: its sealed memfd (else -1) */
     int taken;              /* waiting, and being taken off the list */
+    int any;                /* sent to NULL: counted in its port's any_held */
+    int killed;             /* timed out, and its worker was killed for it */
     uint16_t host;          /* PM__MREQ_REMOTE: the host index it went to */
     uint32_t rport;         /* PM__MREQ_REMOTE: the address port it went to */
 } pm__mreq;
@@ -249,6 +251,10 @@ typedef struct pm__port {
     uint32_t requests_out; /* entries in any table with it as the requester */
     uint32_t main_inflight; /* entries in its table from main (requests, broadcasts):
                                the any-worker pick takes the fewest */
+    uint32_t any_held;     /* main's any-worker requests it holds (the pick's bound,
+                              pm_options_set_requests_per_worker) */
+    uint32_t stuck;        /* main's requests to it that timed out and are not
+                              answered yet: no any-worker request until 0 */
     uint64_t relayed;      /* frames relayed from it */
     uint64_t relayed_bytes;
     uint64_t undeliverable; /* notices sent to it */
@@ -281,7 +287,31 @@ typedef struct pm__hub_ops {
      * waited for it (once per stall). The owner reports it and may fence
      * p (PM_REASON_NOT_DRAINING). */
     void (*not_draining)(void *owner, unsigned p);
+    /* One of main's requests to port p timed out while p's incarnation
+     * held it (pm_options_set_kill_on_timeout): the owner kills p and
+     * cuts it off before returning. NULL: never asked. */
+    void (*timed_out)(void *owner, unsigned p);
 } pm__hub_ops;
+
+/* How the incarnation behind a port ended, set by the owner around
+ * pm__hub_port_close: the -EHOSTDOWN answers that closing gives main's
+ * requests carry it (pm_request_outcome). */
+typedef struct pm__ending {
+    unsigned port;
+    uint64_t incarnation;
+    int exit_code;
+    int signal;
+    int core_dumped;
+    int reason;             /* PM_REASON_* of its EXITED event */
+    const pm_crash_report *crash; /* that incarnation's, or NULL */
+} pm__ending;
+
+/* What the request callback running now is told (pm_cluster_request_outcome). */
+typedef struct pm__outcome_ctx {
+    const pm_message *reply; /* the callback's message; NULL outside one */
+    int killed;
+    const pm__ending *ending; /* -EHOSTDOWN from this end, or NULL */
+} pm__outcome_ctx;
 
 #define PM__HUB_CONTROL_MAX 64u
 
@@ -408,6 +438,13 @@ typedef struct pm__hub {
     unsigned mreq_rr;       /* the port picked last (round robin among ties) */
     int64_t mreq_due_ms;    /* no request's deadline is earlier; 0 none */
     int mreq_closed;        /* pm_cluster_terminate began: no new requests */
+    size_t nwaiting;        /* on the waiting list */
+    size_t queue_max;       /* pm_options_set_request_queue_max */
+    uint32_t any_per_worker; /* pm_options_set_requests_per_worker */
+    int kill_on_timeout;    /* pm_options_set_kill_on_timeout */
+    const pm__ending *ending; /* the incarnation being closed, or NULL */
+    pm__outcome_ctx outcome; /* the request callback running now */
+    pm_request_outcome *outcome_buf; /* filled on demand by the getter */
     unsigned cb_depth;      /* application callbacks running (PM__APP_CALLBACK) */
     unsigned char *scratch; /* private copy of a frame delivered to main; in a
                                MADV_WIPEONFORK mapping (scratch_mapped) */
@@ -522,6 +559,12 @@ int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout
 int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t len,
                     int timeout_ms, void (*cb)(pm_cluster *, const pm_message *, void *),
                     void *arg);
+/* 1 when port p's incarnation holds one of main's requests (in flight,
+ * or timed out and not answered): its death is the input's fault. */
+int pm__hub_port_holds_main(const pm__hub *h, unsigned p);
+/* pm_cluster_request_outcome: NULL unless reply is the message of the
+ * request callback running now. */
+const pm_request_outcome *pm__hub_outcome(pm__hub *h, const pm_message *reply);
 /* Its callback runs now with -ECANCELED; a reply later is late. 0, or
  * -ENOENT when id is not pending (answered, cancelled or never issued). */
 int pm__hub_cancel(pm__hub *h, uint64_t id);

@@ -55,6 +55,17 @@ static int mreq_reserve(pm__hub *h)
     return 0;
 }
 
+/* An any-worker request leaves its worker's hands (answered, timed out,
+ * cancelled): the worker may take the next one. */
+static void mreq_release_port(pm__hub *h, const pm__mreq *r)
+{
+    if (!r->any || r->port >= h->nports)
+        return;
+    pm__port *p = &h->ports[r->port];
+    if (p->incarnation == r->target_inc && p->any_held > 0)
+        p->any_held--;
+}
+
 /* Removes r from the table and from the waiting list, and forgets its
  * in-flight entry (if still there), so that a reply to it is late. */
 static void mreq_unlink(pm__hub *h, pm__mreq *r)
@@ -75,11 +86,13 @@ static void mreq_unlink(pm__hub *h, pm__mreq *r)
                 prev->wnext = w->wnext;
             if (h->waiting_tail == w)
                 h->waiting_tail = prev;
+            h->nwaiting--;
             break;
         }
     } else if (r->port < h->nports) {
         pm__inflight e;
         pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
+        mreq_release_port(h, r);
     } else if (r->port == PM__MREQ_REMOTE) {
         pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
     }
@@ -105,12 +118,24 @@ static void mreq_finish(pm__hub *h, pm__mreq *r, int err, const void *data, size
     m.len = err == 0 ? len : 0;
     void (*cb)(pm_cluster *, const pm_message *, void *) = r->cb;
     void *arg = r->arg;
+    /* What the callback may ask about (pm_cluster_request_outcome): set
+     * for this callback only, and put back after it, since a callback may
+     * cancel another request, whose callback then runs inside this one. */
+    pm__outcome_ctx saved = h->outcome;
+    h->outcome.reply = &m;
+    h->outcome.killed = r->killed;
+    h->outcome.ending = NULL;
+    const pm__ending *end = h->ending;
+    if (err == -EHOSTDOWN && end != NULL && r->port == end->port &&
+        r->target_inc == end->incarnation)
+        h->outcome.ending = end;
     if (r->data != NULL)
         explicit_bzero(r->data, r->len);
     free(r->data);
     pm__close(r->fd);
     free(r);
     PM__APP_CALLBACK(h, cb(h->app, &m, arg));
+    h->outcome = saved;
 }
 
 /* An answer for main (a reply, or an undeliverable notice: -EHOSTDOWN when
@@ -126,6 +151,13 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload,
         pm__mreq *r = mreq_find(h, f->request_id);
         if (r == NULL) {
             h->late_replies++;
+            /* A worker that answers a request that timed out is working
+             * again: it may take any-worker requests once it owes none. */
+            if (f->type == PM__FT_REPLY && f->src_host == PM__HOST_LOCAL && f->src < h->nports) {
+                pm__port *p = &h->ports[f->src];
+                if (p->incarnation == f->src_inc && p->stuck > 0)
+                    p->stuck--;
+            }
             return;
         }
         if (r->port == PM__MREQ_REMOTE && (f->src_host != r->host || f->src != r->rport)) {
@@ -236,15 +268,21 @@ void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payloa
     munmap((void *)map, len);
 }
 
-/* The worker a request for "any worker" goes to: among the ready ports,
- * the one with the fewest of main's requests in flight; ties are broken
- * round robin, starting after the port picked last. NULL: none ready. */
+/* The worker a request for "any worker" goes to: a ready port, still read
+ * (not fenced or being killed), holding fewer than any_per_worker of
+ * main's any-worker requests (by default none: so that a crash or a fence
+ * ends exactly the request that caused it) and owing no answer to a
+ * request that timed out (a hung worker gets no more); among those the
+ * fewest of main's requests in flight (broadcasts and named requests
+ * included); ties round robin, starting
+ * after the port picked last. NULL: none fits, the request waits. */
 static pm__port *pick_worker(pm__hub *h)
 {
     pm__port *best = NULL;
     for (unsigned k = 1; k <= h->nports; k++) {
         pm__port *p = &h->ports[(h->mreq_rr + k) % h->nports];
-        if (pm__hub_check_dest(h, p->index, 0) < 0)
+        if (pm__hub_check_dest(h, p->index, 0) < 0 || !p->reading ||
+            p->any_held >= h->any_per_worker || p->stuck > 0)
             continue;
         if (best == NULL || p->main_inflight < best->main_inflight)
             best = p;
@@ -252,6 +290,11 @@ static pm__port *pick_worker(pm__hub *h)
     if (best != NULL)
         h->mreq_rr = best->index;
     return best;
+}
+
+int pm__hub_port_holds_main(const pm__hub *h, unsigned p)
+{
+    return p < h->nports && (h->ports[p].main_inflight > 0 || h->ports[p].stuck > 0);
 }
 
 /* Sends r to d: an in-flight entry (so d's death answers it), then the
@@ -279,6 +322,8 @@ static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, siz
     }
     r->port = d->index;
     r->target_inc = d->incarnation;
+    if (r->any)
+        d->any_held++;
     /* Published now rather than at the end of the turn: the caller may be
      * about to wait (pm_cluster_call) or may not run the loop soon. */
     if (d->dirty) {
@@ -307,6 +352,7 @@ void pm__hub_mreq_dispatch_waiting(pm__hub *h)
         h->waiting = r->wnext;
         if (h->waiting == NULL)
             h->waiting_tail = NULL;
+        h->nwaiting--;
         r->wnext = NULL;
         if (r->data != NULL)
             explicit_bzero(r->data, r->len);
@@ -351,7 +397,10 @@ static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
                 waiting_taken = 1;
             } else if (r->port < h->nports) {
                 pm__inflight e;
-                pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
+                if (pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e) &&
+                    !all)
+                    r->killed = -1; /* its worker holds it still: see pm__hub_mreq_expire */
+                mreq_release_port(h, r);
             } else if (r->port == PM__MREQ_REMOTE) {
                 pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
             }
@@ -366,6 +415,7 @@ static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
         while (*wp != NULL) {
             if ((*wp)->taken) {
                 *wp = (*wp)->wnext;
+                h->nwaiting--;
             } else {
                 h->waiting_tail = *wp;
                 wp = &(*wp)->wnext;
@@ -373,6 +423,22 @@ static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
         }
     }
     return taken;
+}
+
+/* r timed out while its worker's incarnation held it: the worker owes an
+ * answer (no any-worker request until it gives it or ends), and with
+ * kill_on_timeout it is killed now, before any callback runs, so the
+ * callbacks see it cut off. 1 when it was killed. */
+static int mreq_timed_out(pm__hub *h, const pm__mreq *r)
+{
+    pm__port *p = &h->ports[r->port];
+    if (p->link == NULL || p->incarnation != r->target_inc)
+        return 0;
+    p->stuck++;
+    if (!h->kill_on_timeout || h->ops->timed_out == NULL || !p->reading)
+        return 0;
+    h->ops->timed_out(h->owner, p->index);
+    return 1;
 }
 
 /* Requests past their deadline: -ETIMEDOUT, and their in-flight entries
@@ -386,6 +452,9 @@ void pm__hub_mreq_expire(pm__hub *h, int64_t now)
     int64_t next;
     pm__mreq *r = mreq_take_due(h, now, 0, &next);
     h->mreq_due_ms = next; /* callbacks that add requests lower it again */
+    for (pm__mreq *t = r; t != NULL; t = t->hnext)
+        if (t->killed == -1)
+            t->killed = mreq_timed_out(h, t);
     while (r != NULL) {
         pm__mreq *following = r->hnext;
         mreq_finish(h, r, -ETIMEDOUT, NULL, 0);
@@ -485,6 +554,8 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
         pm__hub_mreq_dispatch_waiting(h);
         if (h->waiting == NULL)
             d = pick_worker(h);
+        if (d == NULL && h->nwaiting >= h->queue_max)
+            return -EAGAIN; /* main's queue is full: the caller holds the input */
     }
     if (h->nmreqs >= INT_MAX - 1)
         return -EAGAIN; /* every id is taken (not in practice) */
@@ -509,6 +580,7 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
     r->cb = cb;
     r->arg = arg;
     r->port = PM__MREQ_WAITING;
+    r->any = to == NULL;
     if (d != NULL) {
         int rc = mreq_send(h, r, d, data, len, r->fd);
         if (rc < 0) {
@@ -535,9 +607,39 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
         else
             h->waiting = r;
         h->waiting_tail = r;
+        h->nwaiting++;
     }
     mreq_insert(h, r);
     return (int)r->id;
+}
+
+const pm_request_outcome *pm__hub_outcome(pm__hub *h, const pm_message *reply)
+{
+    if (reply == NULL || reply != h->outcome.reply)
+        return NULL;
+    if (h->outcome_buf == NULL) {
+        h->outcome_buf = malloc(sizeof(*h->outcome_buf));
+        if (h->outcome_buf == NULL)
+            return NULL;
+    }
+    pm_request_outcome *o = h->outcome_buf;
+    memset(o, 0, sizeof(*o));
+    o->error = reply->error;
+    o->worker = reply->from;
+    o->exit_code = -1;
+    o->killed = h->outcome.killed;
+    const pm__ending *e = h->outcome.ending;
+    if (e != NULL) {
+        o->ended = 1;
+        o->exit_code = e->exit_code;
+        o->signal = e->signal;
+        o->core_dumped = e->core_dumped;
+        o->reason_code = e->reason;
+        if (e->crash != NULL)
+            o->crash = *e->crash;
+    }
+    o->reason = pm_reason_name(o->reason_code);
+    return o;
 }
 
 int pm__hub_cancel(pm__hub *h, uint64_t id)

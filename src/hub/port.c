@@ -21,6 +21,8 @@ int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnati
     p->incarnation = incarnation;
     p->state = PM__PORT_STARTING;
     p->reading = 1;
+    p->any_held = 0;
+    p->stuck = 0;
     p->busy = 0;
     p->want_arm = 0;
     pm__hub_port_drop_ahead(p);

@@ -148,6 +148,8 @@ static void after_failure(pm_cluster *c, pm__slot *s)
         set_stopped(c, s, PM_REASON_POLICY);
         return;
     }
+    if (pm__pool_input_restart(c, s))
+        return; /* the input's fault, not the worker's: no backoff, no budget */
     uint32_t delay = 0;
     int v = pm__budget_on_failure(&s->budget, &c->bcfg, pm__now_ms(), rand01(c), &delay);
     if (v == -ENOMEM) {
@@ -321,37 +323,6 @@ void pm__cluster_dispatch(pm_cluster *c, pm__slot *s, int event)
     actions[pm__slot_action(s->state, event)](c, s);
 }
 
-/* A fault found by the hub: the worker is killed; the exit that follows is
- * charged as a failure with this reason. */
-void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason)
-{
-    if (!pm__slot_has_process(s) || !c->hub.ports[s->index].reading)
-        return; /* already cut off */
-    if (s->kill_reason == 0)
-        s->kill_reason = reason;
-    pm__cluster_disarm_hub(c, s); /* never read from this incarnation again */
-    /* Tell the worker, in case the SIGKILL below takes a while to land (a
-     * process in uninterruptible sleep): its next procmesh call returns
-     * -ESHUTDOWN. */
-    struct pm__ctl *ctl = s->link.map;
-    if (ctl != NULL) {
-        atomic_store_explicit(&ctl->fenced, 1, memory_order_release);
-        atomic_store_explicit(&ctl->stop, 1, memory_order_release);
-    }
-    s->fences++;
-    s->last_fence_reason = reason;
-    if (reason == PM_REASON_HEARTBEAT)
-        c->stats.fences_heartbeat++;
-    else if (reason == PM_REASON_CORRUPT_RING)
-        c->stats.fences_corrupt_ring++;
-    else if (reason == PM_REASON_NOT_DRAINING)
-        ; /* counted by the hub as not_draining */
-    else
-        c->stats.fences_protocol++;
-    pm__cluster_emit(c, PM_EVENT_FENCED, s, reason, 0);
-    pm__cluster_dispatch(c, s, PM__EV_FAULT);
-}
-
 static int send_init(pm_cluster *c, pm__slot *s)
 {
     unsigned char *buf = malloc(pm__init_size(c->o->init_len));
@@ -417,7 +388,8 @@ static void on_not_draining(void *owner, unsigned p)
         pm__cluster_fault(c, s, PM_REASON_NOT_DRAINING);
 }
 
-static const pm__hub_ops hub_ops = {on_port_fault, on_control, on_not_draining};
+static const pm__hub_ops hub_ops = {on_port_fault, on_control, on_not_draining,
+                                    pm__pool_timed_out};
 
 static void cluster_free(pm_cluster *c)
 {
@@ -528,6 +500,9 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     c->hub.on_message_arg = c->o->on_message_arg;
     c->hub.drain_timeout_ms = (uint64_t)c->o->drain_timeout_ms;
     c->hub.max_message = c->o->max_message;
+    c->hub.any_per_worker = (uint32_t)c->o->requests_per_worker;
+    c->hub.queue_max = (size_t)c->o->request_queue_max;
+    c->hub.kill_on_timeout = c->o->kill_on_timeout;
     for (unsigned i = 0; i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
         s->index = i;

@@ -107,6 +107,9 @@ typedef struct pm__slot {
     int last_fence_reason; /* PM_REASON_*, 0 none */
     pm__cg_slot cg;        /* its cgroup (containment cgroup), reused by its incarnations */
     unsigned oom_kills;    /* OOM kills in its cgroup during the last incarnation */
+    int input_fault;       /* the incarnation being reaped died holding one of main's
+                              requests (pool.c) */
+    unsigned input_faults; /* such deaths, restarted outside the budget */
 } pm__slot;
 
 struct pm_cluster {
@@ -211,7 +214,7 @@ void pm__spawn_detail(const pm_cluster *c, const pm__slot *s, char *buf, size_t 
  * before the cluster is made. diag.c. */
 void pm__diag(const pm_options *o, pm_cluster *c, const char *topic, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Cuts a worker off and kills it; its exit is charged as a failure with
+/* (reap.c) Cuts a worker off and kills it; its exit is charged as a failure with
  * this reason (PM_REASON_*). */
 void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason);
 /* Collects the exit status if the process has ended and drives the slot.
@@ -312,6 +315,17 @@ void pm__output_drain(pm_cluster *c, pm__slot *s);
 void pm__output_close(pm_cluster *c, pm__slot *s);
 /* Closes and frees everything of a slot's output (cluster teardown). */
 void pm__output_free(pm__output *o);
+
+/* pool.c: main's any-worker requests and the slots. */
+/* pm__hub_ops.timed_out: kills p (reason "timeout"), cut off at once. */
+void pm__pool_timed_out(void *owner, unsigned p);
+/* At the reap, before pm__cluster_release: notes whether s died of its
+ * input and hands the hub how it ended (*e, which must outlive the
+ * release; the caller clears c->hub.ending after it). */
+void pm__pool_on_death(pm_cluster *c, pm__slot *s, int reason, pm__ending *e);
+/* After a failure: 1 when s died of its input and was restarted at once
+ * (outside the budget), else 0. */
+int pm__pool_input_restart(pm_cluster *c, pm__slot *s);
 
 /* watch.c */
 void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen);

@@ -67,6 +67,14 @@ PM_EXTERN int pm_cluster_cancel(pm_cluster *c, uint64_t id)
     return pm__hub_cancel(&c->hub, id);
 }
 
+PM_EXTERN const pm_request_outcome *pm_cluster_request_outcome(pm_cluster *c,
+                                                              const pm_message *reply)
+{
+    if (pm__cluster_check(c) < 0)
+        return NULL;
+    return pm__hub_outcome(&c->hub, reply);
+}
+
 /* Where pm_cluster_call's request lands its answer. */
 struct call_state {
     int done;
@@ -74,14 +82,21 @@ struct call_state {
     void *reply;
     size_t cap;
     size_t *reply_len;
+    pm_request_outcome *outcome; /* NULL: not asked for */
 };
 
 static void call_done(pm_cluster *c, const pm_message *m, void *arg)
 {
-    (void)c;
     struct call_state *st = arg;
     st->done = 1;
     st->err = m->error;
+    if (st->outcome != NULL) {
+        const pm_request_outcome *o = pm__hub_outcome(&c->hub, m);
+        if (o != NULL)
+            *st->outcome = *o;
+        else
+            st->outcome->error = m->error; /* no memory for the rest */
+    }
     if (m->error != 0)
         return;
     if (st->reply_len != NULL)
@@ -100,8 +115,9 @@ static void call_done(pm_cluster *c, const pm_message *m, void *arg)
  * callback has run. Refused inside a callback: the loop would run inside
  * the loop, under a turn that is half done (-EDEADLK).
  */
-PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *data, size_t len,
-                              int timeout_ms, void *reply, size_t cap, size_t *reply_len)
+PM_EXTERN int pm_cluster_call_outcome(pm_cluster *c, const pm_address *to, const void *data,
+                                      size_t len, int timeout_ms, void *reply, size_t cap,
+                                      size_t *reply_len, pm_request_outcome *outcome)
 {
     int rc = pm__cluster_check(c);
     if (rc < 0)
@@ -110,9 +126,14 @@ PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *d
         return -EINVAL;
     if (c->hub.cb_depth > 0)
         return -EDEADLK;
-    struct call_state st = {0, 0, reply, cap, reply_len};
+    struct call_state st = {0, 0, reply, cap, reply_len, outcome};
     if (reply_len != NULL)
         *reply_len = 0;
+    if (outcome != NULL) {
+        memset(outcome, 0, sizeof(*outcome));
+        outcome->exit_code = -1;
+        outcome->reason = pm_reason_name(0);
+    }
     int id = pm__hub_request(&c->hub, to, data, len, timeout_ms, call_done, &st);
     if (id < 0)
         return id;
@@ -130,6 +151,8 @@ PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *d
             /* st is on this stack frame: the request must not outlive it. */
             pm__hub_cancel(&c->hub, (uint64_t)id);
             st.err = rc;
+            if (outcome != NULL)
+                outcome->error = rc;
             break;
         }
     }
@@ -137,4 +160,10 @@ PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *d
     pm__loop_flush(&c->loop);
     pm__cluster_rearm_timer(c);
     return st.err;
+}
+
+PM_EXTERN int pm_cluster_call(pm_cluster *c, const pm_address *to, const void *data, size_t len,
+                              int timeout_ms, void *reply, size_t cap, size_t *reply_len)
+{
+    return pm_cluster_call_outcome(c, to, data, len, timeout_ms, reply, cap, reply_len, NULL);
 }

@@ -39,10 +39,13 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->stop_timeout_ms = PM__DEFAULT_STOP_TIMEOUT_MS;
     o->ring_size = PM__RING_DEFAULT_CAP;
     o->max_message = PM__DEFAULT_MAX_MESSAGE;
-    o->handle_signals = 1;
+    o->handle_signals = PM__DEFAULT_HANDLE_SIGNALS;
     o->heartbeat_timeout_ms = PM__DEFAULT_HEARTBEAT_TIMEOUT_MS;
     o->drain_timeout_ms = PM__DEFAULT_DRAIN_TIMEOUT_MS;
     o->fence_not_draining = PM__DEFAULT_FENCE_NOT_DRAINING;
+    o->requests_per_worker = PM__DEFAULT_REQUESTS_PER_WORKER;
+    o->request_queue_max = PM__DEFAULT_REQUEST_QUEUE_MAX;
+    o->kill_on_timeout = PM__DEFAULT_KILL_ON_TIMEOUT;
     o->ready_mode = PM__DEFAULT_READY_MODE;
     o->no_new_privs = PM__DEFAULT_NO_NEW_PRIVS;
     o->protect_supervisor = PM__DEFAULT_PROTECT_SUPERVISOR;

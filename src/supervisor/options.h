@@ -45,6 +45,9 @@ struct pm_options {
     int heartbeat_timeout_ms;
     int drain_timeout_ms;           /* 0: never report a full ring */
     int fence_not_draining;
+    int requests_per_worker;        /* the pool: any-worker requests a worker holds */
+    int request_queue_max;          /* any-worker requests waiting in main */
+    int kill_on_timeout;
     int ready_mode;
     int reap_orphans;
     int listen_env;                 /* pass_fds are listening sockets: LISTEN_* */

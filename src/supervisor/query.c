@@ -88,6 +88,7 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
     }
     info->last_fence_reason = s->last_fence_reason != 0 ? pm_reason_name(s->last_fence_reason) : NULL;
     info->fences = s->fences;
+    info->input_faults = s->input_faults;
     info->kill_pending = s->kill_sent && pm__slot_has_process(s);
     if (s->crash != NULL)
         info->last_crash = *s->crash;
@@ -117,5 +118,6 @@ PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out
     out->notices_dropped = c->hub.notices_dropped;
     out->replies_dropped = c->hub.replies_dropped;
     out->not_draining = c->hub.not_draining;
+    out->input_faults = c->stats.input_faults;
     return 0;
 }

@@ -29,6 +29,37 @@ void pm__cluster_signal(pm__slot *s, int sig)
         s->kill_sent = 1;
 }
 
+/* A fault found by the hub: the worker is killed; the exit that follows is
+ * charged as a failure with this reason. */
+void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason)
+{
+    if (!pm__slot_has_process(s) || !c->hub.ports[s->index].reading)
+        return; /* already cut off */
+    if (s->kill_reason == 0)
+        s->kill_reason = reason;
+    pm__cluster_disarm_hub(c, s); /* never read from this incarnation again */
+    /* Tell the worker, in case the SIGKILL below takes a while to land (a
+     * process in uninterruptible sleep): its next procmesh call returns
+     * -ESHUTDOWN. */
+    struct pm__ctl *ctl = s->link.map;
+    if (ctl != NULL) {
+        atomic_store_explicit(&ctl->fenced, 1, memory_order_release);
+        atomic_store_explicit(&ctl->stop, 1, memory_order_release);
+    }
+    s->fences++;
+    s->last_fence_reason = reason;
+    if (reason == PM_REASON_HEARTBEAT)
+        c->stats.fences_heartbeat++;
+    else if (reason == PM_REASON_CORRUPT_RING)
+        c->stats.fences_corrupt_ring++;
+    else if (reason == PM_REASON_NOT_DRAINING)
+        ; /* counted by the hub as not_draining */
+    else
+        c->stats.fences_protocol++;
+    pm__cluster_emit(c, PM_EVENT_FENCED, s, reason, 0);
+    pm__cluster_dispatch(c, s, PM__EV_FAULT);
+}
+
 /* Stops reading the slot's ring for good (this incarnation). */
 void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s)
 {
@@ -200,7 +231,11 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
      * its pipes, and belongs before the report of its end. */
     pm__output_drain(c, s);
     pm__cluster_emit(c, PM_EVENT_EXITED, s, reason, 0);
+    /* The close answers main's requests it held -EHOSTDOWN, with this. */
+    pm__ending end;
+    pm__pool_on_death(c, s, reason, &end);
     pm__cluster_release(c, s);
+    c->hub.ending = NULL;
     pm__cluster_dispatch(c, s, PM__EV_EXITED);
     return 1;
 }

@@ -17,9 +17,16 @@ mkdir "$work/lib"
 cp -R "$top/tests/consumer" "$work/app"
 cd "$work/app"
 autoreconf --install >/dev/null 2>&1
-PKG_CONFIG_PATH="$stage/lib/pkgconfig" ./configure >/dev/null
+# A machine where only procmesh's own .pc is visible (none of liburing's,
+# libsodium's or libseccomp's: their -dev packages need not be installed to
+# build against procmesh): PKG_CONFIG_LIBDIR replaces the default search
+# path with a directory that holds procmesh.pc alone.
+mkdir "$work/pc"
+cp "$stage/lib/pkgconfig/procmesh.pc" "$work/pc/"
+PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFIG_PATH= pkg-config --cflags --libs procmesh >/dev/null
+PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFIG_PATH= ./configure >/dev/null
 make >/dev/null
 LD_LIBRARY_PATH="$stage/lib" ./consumer
 # Only the public header may be installed.
 test "$(ls "$stage/include")" = "procmesh.h"
-echo "consumer: built against the installed libprocmesh with PKG_CHECK_MODULES: ok"
+echo "consumer: built against the installed libprocmesh with PKG_CHECK_MODULES, only procmesh.pc visible: ok"

@@ -129,5 +129,9 @@ void restart_baseline(int exec_mode, unsigned rounds, uint64_t *v);
 int compare_worker_main(void);
 int cmd_bigcall(const bench_opts *o);
 int cmd_peer(const bench_opts *o);
+/* batch.c / forkeach.c: pm-bench batch and its fork-per-input baseline. */
+int cmd_batch(const bench_opts *o);
+size_t batch_answer(const char *in, char *out, size_t cap);
+int forkeach_batch(const char *const *inputs, size_t n, unsigned w, size_t *wrong);
 
 #endif
