@@ -249,8 +249,10 @@ START_TEST(test_start_failed_in_words)
     int rc = finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 4, "exit %d, log:\n%s", rc, out);
     ck_assert_msg(strstr(out, "event=start_failed error=\"worker exited with code 1 before it was "
-                              "ready\"") != NULL,
+                              "ready; it never opened its link") != NULL,
                   "no start_failed line in words; log:\n%s", out);
+    /* It never joined: the line names the readiness modes that fit. */
+    ck_assert_msg(strstr(out, "--ready exec or --ready notify") != NULL, "no hint; log:\n%s", out);
     ck_assert_ptr_null(strstr(out, "No child processes"));
     /* The stopped line carries the same words. */
     ck_assert_ptr_nonnull(strstr(out, "event=stopped slot=0 reason=spawn-aborted detail="));

@@ -40,10 +40,23 @@ __attribute__((used, visibility("default"))) const char *__asan_default_options(
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Runs in each test's own process (Check's fork mode) before the test.
+ * Check's runner installs SIGTERM and SIGINT handlers that signal the
+ * whole process group, and the test process inherits them; a fork-mode
+ * worker would inherit them in turn, so procmesh's stop (a SIGTERM to the
+ * worker) would signal the test itself. A real application that does not
+ * handle these signals has the default actions: so does each test. */
+static inline void pm_test_default_signals(void)
+{
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+}
+
 static inline TCase *pm_tcase(const char *name, int timeout_s)
 {
     TCase *tc = tcase_create(name);
     tcase_set_timeout(tc, timeout_s > 0 ? timeout_s : PM_TEST_TIMEOUT);
+    tcase_add_checked_fixture(tc, pm_test_default_signals, NULL);
     return tc;
 }
 
