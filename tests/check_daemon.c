@@ -900,10 +900,11 @@ START_TEST(test_bin_health_endpoints)
         samples++;
     }
     /* 2 worker gauges, 2 per slot (restarts, ready; no heartbeat age: exec
-     * workers have no heartbeat), 6 exit causes, 3 fence reasons, 11
-     * mesh-wide figures and 3 of the daemon's own defences (evicted
-     * connections, accept pauses, suppressed log lines). */
-    ck_assert_int_eq(samples, 2 + 2 * 2 + 6 + 3 + 11 + 3);
+     * workers have no heartbeat), 6 exit causes, 3 fence reasons, 12
+     * mesh-wide figures (input faults among them) and 3 of the daemon's
+     * own defences (evicted connections, accept pauses, suppressed log
+     * lines). */
+    ck_assert_int_eq(samples, 2 + 2 * 2 + 6 + 3 + 12 + 3);
     ck_assert_int_eq(get(port, "/nope", out, sizeof(out)), 404);
     ck_assert_int_eq(http(port, "POST /healthz HTTP/1.1\r\n\r\n", 26, out, sizeof(out)), 405);
     ck_assert_int_eq(http(port, "BLAH\r\n\r\n", 8, out, sizeof(out)), 400);
