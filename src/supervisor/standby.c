@@ -48,12 +48,12 @@ static void disarm(pm_cluster *c, pm__slot *s)
 }
 
 /* Kill and reap; the slot's record cleared. Through the pidfd only: the
- * application may have reaped a dead standby itself (a SIGCHLD handler
- * with waitpid(-1), which reap.c allows for), and then its pid may already
- * be another process's; the pidfd still names the dead one, so the signal
- * fails (ESRCH) and nothing else is hit (FAULTS 16: nothing is sent to a
- * reaped pid), and waitid on it says ECHILD. kill() and waitpid() by pid
- * only without a pidfd, which is only pm__standby_prepare's failure path,
+ * application may have reaped a dead standby itself (a SIGCHLD handler with
+ * waitpid(-1), which reap.c allows for), and then its pid may already be
+ * another process's; the pidfd still names the dead one, so the signal fails
+ * (ESRCH) and nothing else is hit (doc/reliability.md, fault 16: nothing is
+ * sent to a reaped pid), and waitid on it says ECHILD. kill() and waitpid() by
+ * pid only without a pidfd, which is only pm__standby_prepare's failure path,
  * where the child is certainly ours and unreaped.
  *
  * The wait blocks: a SIGKILLed process ends unless it sleeps
