@@ -4,11 +4,12 @@
  * them between ports, stamping each with the identity of the port it came in
  * by.
  *
- * A port is anything frames enter and leave by. Today: a local worker (its
- * ring pair, port index = slot index) and main, the supervisor itself
+ * A port is anything frames enter and leave by: a local worker (its ring
+ * pair, port index = slot index); main, the supervisor itself
  * (PM__NODE_MAIN: frames for it are delivered to the application's
  * on_message callback, to a broadcast's results or to a request's
- * callback). A peer link to another host will be one more kind.
+ * callback); and a peer link to another host (pm__hub_link, hub_link.c:
+ * frames for that host leave through the mesh's send callback).
  *
  * The hub knows nothing of processes, restarts or the loop: its owner (the
  * cluster) tells it when a port opens, becomes ready, stops or goes away

@@ -4,13 +4,12 @@
  * next fork-mode incarnation forked ahead onto the spare link, set up, and
  * blocked on an eventfd until the crash it replaces.
  *
- * Why: on this project's machines a fork-mode restart spent most of its
- * time in the fork (the page tables of the supervisor copied) and in the
- * new process's first page faults (every text page it runs faults in a
- * fork child, whose page tables hold no file pages), far more than in
- * procmesh's own work; under paravirtualised paging each costs tens of
- * microseconds. A standby has paid all of it before the crash, as
- * pre-forking servers (Apache prefork, php-fpm's spare servers) do.
+ * Why: a fork-mode restart spends most of its time in the fork (the page
+ * tables of the supervisor copied) and in the new process's first page
+ * faults (every text page it runs faults in a fork child, whose page tables
+ * hold no file pages), not in procmesh's own work. A standby has paid all
+ * of it before the crash, as pre-forking servers (Apache prefork,
+ * php-fpm's spare servers) do. Figures: doc/benchmarks.md.
  *
  * The rules it keeps:
  * - Single activation: a standby is not an incarnation. It holds no link
