@@ -9,6 +9,7 @@
 # 3. Every "doc/reliability.md, fault N" (or "faults N and M") cited in
 #    src/, tests/, fuzz/ or tools/ is a row of reliability.md's fault list,
 #    and no file there cites a FAULTS.md (a file outside the repository).
+# 4. Every test_* the fault list names is a test in tests/*.c.
 # Paths: the sources from this script's place. Exit: 0 all good, 1 a
 # problem (each one named on stderr).
 set -eu
@@ -49,5 +50,13 @@ if (cd "$top" && grep -rln --exclude=doc-check.sh 'FAULTS\.md\|FAULTS [0-9]' src
     status=1
 fi
 
-[ "$status" -eq 0 ] && echo "doc-check: the module table names every file under src/, every path it names exists, every fault cited is listed"
+# 4. every test the fault list names exists
+for t in $(sed -n '/^### Faults and what shows them/,/^## /p' "$rel" | grep -o '`test_[a-z0-9_]*`' | tr -d '`' | sort -u); do
+    if ! grep -q "START_TEST($t)" "$top"/tests/*.c; then
+        echo "doc-check: doc/reliability.md's fault list names $t, which no test program defines" >&2
+        status=1
+    fi
+done
+
+[ "$status" -eq 0 ] && echo "doc-check: the module table names every file under src/, every path it names exists, every fault cited is listed, every test it names exists"
 exit $status
