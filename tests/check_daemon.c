@@ -1221,9 +1221,9 @@ static long long metric_value(int port, const char *name)
 
 START_TEST(test_bin_healthz_answered_past_idle_connections)
 {
-    /* FAULTS.md 36: more idle connections than the cap, then a probe: the
-     * probe is answered (the oldest idle connection yields its place), so a
-     * local client cannot make the orchestrator kill the pod. */
+    /* doc/reliability.md, fault 36: more idle connections than the cap, then a
+     * probe: the probe is answered (the oldest idle connection yields its
+     * place), so a local client cannot make the orchestrator kill the pod. */
     int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);
@@ -1364,10 +1364,10 @@ END_TEST
 
 START_TEST(test_bin_notify_flood_rate_limited)
 {
-    /* FAULTS.md 37: a worker sends STOPPING=1 in a loop. procmesh logs a
-     * bounded number of lines about it (PMD_LOG_BURST, then PMD_LOG_PER_S
-     * a second) and says how many it held back, in a log_suppressed line
-     * and in /metrics. */
+    /* doc/reliability.md, fault 37: a worker sends STOPPING=1 in a loop.
+     * procmesh logs a bounded number of lines about it (PMD_LOG_BURST, then
+     * PMD_LOG_PER_S a second) and says how many it held back, in a
+     * log_suppressed line and in /metrics. */
     int port = pm_test_free_port();
     char health[64];
     snprintf(health, sizeof(health), "127.0.0.1:%d", port);

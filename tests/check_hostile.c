@@ -436,11 +436,11 @@ static const char *go(pm_cluster *c, unsigned s, unsigned t)
     return last_text[s];
 }
 
-/* FAULTS.md 30: a worker floods an honest one with requests and never reads
- * its own ring. The honest worker's replies to it find no room; they must
- * not hold the honest worker back: its traffic to main keeps flowing, the
- * replies the flooder does not drain are dropped and counted, nobody is
- * fenced. (Before the fix the honest worker froze in pm_node_reply.) */
+/* doc/reliability.md, fault 30: a worker floods an honest one with requests
+ * and never reads its own ring. The honest worker's replies to it find no
+ * room; they must not hold the honest worker back: its traffic to main keeps
+ * flowing, the replies the flooder does not drain are dropped and counted,
+ * nobody is fenced. */
 START_TEST(test_reply_flood_no_hol)
 {
     memset(&plan, 0, sizeof(plan));
@@ -576,9 +576,9 @@ START_TEST(test_not_draining_while_chatty)
 }
 END_TEST
 
-/* FAULTS.md 31: one requester fills the in-flight table with requests that
- * never expire (no deadline) to a worker that ignores them. Only that
- * requester hits its cap; another requester's request still gets through
+/* doc/reliability.md, fault 31: one requester fills the in-flight table with
+ * requests that never expire (no deadline) to a worker that ignores them. Only
+ * that requester hits its cap; another requester's request still gets through
  * (before the fix it was answered -EBUSY). */
 START_TEST(test_inflight_cap_per_requester)
 {
@@ -628,10 +628,10 @@ START_TEST(test_inflight_lifetime)
 }
 END_TEST
 
-/* FAULTS.md 33: a fork-mode replacement finds no other worker's traffic in
- * the memory it inherits: not the message to main (the hub's scratch
- * buffer), not a frame queued for a full destination, not a broadcast
- * reply (freed after the callback). */
+/* doc/reliability.md, fault 33: a fork-mode replacement finds no other
+ * worker's traffic in the memory it inherits: not the message to main (the
+ * hub's scratch buffer), not a frame queued for a full destination, not a
+ * broadcast reply (freed after the callback). */
 static int bcast_done;
 static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
 {

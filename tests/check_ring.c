@@ -460,7 +460,7 @@ static size_t resident_pages(void *map, size_t off, size_t len)
     return count;
 }
 
-/* Memory at rest (issue 13, doc/design.md "Memory"): a worker's rings cost
+/* Memory at rest (doc/design.md, "Life of a frame"): a worker's rings cost
  * memory in proportion to what was written. A new link has no data page of
  * either ring in memory (nothing formats, clears or touches them: the
  * memfd's pages are allocated on first write); frames written fault in

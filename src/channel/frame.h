@@ -17,13 +17,13 @@
  * worker writes there is overwritten (see doc/design.md, "identity").
  *
  * Hosts (version 2, peer links): 0 is this supervisor's own host; 1 ..
- * PM__MAX_HOSTS - 1 name other hosts of the mesh, by an index this
- * supervisor assigns when it first links with a host name and never reuses
- * (doc/design.md, "Peer links"; the index -> name table is in every
- * worker's control block). When a frame names another host (dst_host or
- * src_host not 0) its node fields hold that host's address port instead of
- * a slot: 0 is the remote supervisor, so no host has to know another's
- * base port.
+ * PM__MAX_HOSTS - 1 name other hosts of the mesh, by an index this supervisor
+ * assigns when it first links with a host name and never reuses
+ * (doc/design.md, "Life of a remote request"; the index -> name table is in
+ * every worker's control block). When a frame names another host (dst_host or
+ * src_host not 0) its node fields hold that host's address port instead of a
+ * slot: 0 is the remote supervisor, so no host has to know another's base
+ * port.
  */
 #ifndef PM_FRAME_H
 #define PM_FRAME_H

@@ -16,9 +16,9 @@
  * loop polls park_fd (pm__ring_arm), so the waker writes that eventfd;
  * WAIT_FUTEX, the end sleeps in FUTEX_WAIT on the flag itself
  * (spin_then_park), so the waker clears it and calls FUTEX_WAKE. A futex
- * park is one system call where poll + read were two, and the kernel's
- * compare of the flag closes the window between the last check and the
- * sleep that the eventfd's count closed before.
+ * park is one system call (a poll and an eventfd read would be two), and
+ * the kernel's compare of the flag closes the window between the last
+ * check and the sleep, as the eventfd's count does for WAIT_FD.
  */
 #define _GNU_SOURCE
 #include "ring.h"

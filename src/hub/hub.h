@@ -4,11 +4,12 @@
  * them between ports, stamping each with the identity of the port it came in
  * by.
  *
- * A port is anything frames enter and leave by. Today: a local worker (its
- * ring pair, port index = slot index) and main, the supervisor itself
+ * A port is anything frames enter and leave by: a local worker (its ring
+ * pair, port index = slot index); main, the supervisor itself
  * (PM__NODE_MAIN: frames for it are delivered to the application's
  * on_message callback, to a broadcast's results or to a request's
- * callback). A peer link to another host will be one more kind.
+ * callback); and a peer link to another host (pm__hub_link, hub_link.c:
+ * frames for that host leave through the mesh's send callback).
  *
  * The hub knows nothing of processes, restarts or the loop: its owner (the
  * cluster) tells it when a port opens, becomes ready, stops or goes away
@@ -61,8 +62,8 @@
 #define PM__BIG_OWED_MAX 1024u
 
 /* Requests one requester may have in flight (to all destinations), and the
- * longest a request stays in the table, deadline or not (doc/design.md,
- * Requests). */
+ * longest a request stays in the table, deadline or not (doc/design.md, "Life
+ * of a request"). */
 #define PM__INFLIGHT_PER_REQUESTER 1024u
 #define PM__INFLIGHT_LIFETIME_MS 300000u
 
@@ -477,8 +478,8 @@ typedef struct pm__hub {
     int left_now;           /* the push just refused left the frame in its ring */
     uint64_t frames_queued; /* frames copied into a queue (tests: copies per frame) */
     uint64_t left_waits;    /* senders held with their frame left in their ring */
-    /* Peer links (doc/design.md, "Peer links"): the host table (index 0 is
-     * this host), copied into every worker's control block. */
+    /* Peer links (doc/design.md, "Life of a remote request"): the host table
+     * (index 0 is this host), copied into every worker's control block. */
     int peer_mode;
     pm__hosts hosts;
     uint64_t unreachable;   /* frames for a host with no link up, answered -EHOSTUNREACH */
@@ -614,7 +615,7 @@ void pm__hub_link_drops(const pm__hub *h, uint16_t host, uint64_t *forged, uint6
  * the senders it held are read again. O(1) when it holds none. */
 void pm__hub_link_writable(pm__hub *h, uint16_t host);
 /* A frame received on host's link: validated, stamped with the link's host
- * and delivered as if local (doc/design.md, "Peer links"). */
+ * and delivered as if local (doc/design.md, "Life of a remote request"). */
 void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, size_t len);
 
 /* port.c: a local worker's port, the hub's side of its ring pair. */

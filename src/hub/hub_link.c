@@ -14,12 +14,12 @@
 #include "hub_link.h"
 
 /*
- * On a link, a frame's host fields are relative to the two ends: both are 0
- * on the wire (dst_host: the receiving host, src_host: the sending host),
- * and its node fields are address ports (0: the supervisor). The receiving
- * hub stamps src_host with the index of the host the link authenticated as;
- * a frame that names any other host (a relay through a third host, or a
- * forgery) is dropped and counted (FAULTS.md 38). The sender's port and
+ * On a link, a frame's host fields are relative to the two ends: both are 0 on
+ * the wire (dst_host: the receiving host, src_host: the sending host), and its
+ * node fields are address ports (0: the supervisor). The receiving hub stamps
+ * src_host with the index of the host the link authenticated as; a frame that
+ * names any other host (a relay through a third host, or a forgery) is dropped
+ * and counted (doc/reliability.md, fault 38). The sender's port and
  * incarnation are the sending supervisor's word. A deadline crosses as
  * milliseconds remaining (at least 1), never as one host's CLOCK_MONOTONIC.
  */

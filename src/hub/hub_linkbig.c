@@ -130,8 +130,8 @@ int pm__hl_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const v
 
 /* The message reassembled on l is whole: sealed (nobody can change it
  * after the hub's check, as for a worker's memfd) and delivered as if a
- * local worker had sent it, through the fd path (doc/design.md, "Large
- * messages"); identity stamped from the link like any frame of it. */
+ * local worker had sent it, through the fd path (doc/design.md, "Life of a
+ * large message"); identity stamped from the link like any frame of it. */
 static void frag_deliver(pm__hub *h, pm__hub_link *l, uint16_t host)
 {
     int fd = l->rx_fd;

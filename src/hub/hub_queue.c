@@ -198,9 +198,9 @@ int pm__hub_not_for(const void *rec, size_t len, void *arg)
  * (pm__hub_arm_idle), so a later frame of s for someone else is seen and s
  * is read again at once (pm__hub_port_service). A single-destination
  * stream to a slower reader so costs one copy per frame, from ring to
- * ring, as before the queues: queued, each frame was copied three times
- * (in, out, wiped) through up to 4 MiB of heap per sender, and the hub,
- * slower than the reader, never emptied the queue again.
+ * ring: queued, each frame would be copied three times (in, out, wiped)
+ * through up to 4 MiB of heap per sender, and a hub slower than the reader
+ * would never empty the queue again.
  * 1 when s waits so (the caller returns -EAGAIN), 0 to queue as usual.
  */
 static int leave_in_ring(pm__hub *h, pm__port *s, pm__port *d, size_t total)

@@ -21,9 +21,10 @@
  * sodium_malloc() puts the block at the end of its own page-aligned,
  * guard-paged region, so the page-rounded span of [p, p + size) covers only
  * this allocation. MADV_WIPEONFORK (Linux 4.14) gives a child zero pages
- * there; MADV_DONTFORK, the fallback, gives it no mapping at all. Either way
- * a fork-mode worker cannot read a key its supervisor holds (FAULTS.md 33).
- * madvise is the one system call of this module besides libsodium's own.
+ * there; MADV_DONTFORK, the fallback, gives it no mapping at all. Either way a
+ * fork-mode worker cannot read a key its supervisor holds (doc/reliability.md,
+ * fault 33). madvise is the one system call of this module besides libsodium's
+ * own.
  */
 /*
  * A cache of released blocks. sodium_malloc maps its block with guard

@@ -246,8 +246,8 @@ struct pm__keyring {
  * As noise.c's: sodium_malloc puts the block at the end of its own
  * page-aligned, guard-paged region, so the page-rounded span covers this
  * allocation only. MADV_WIPEONFORK (Linux 4.14) gives a child zero pages,
- * MADV_DONTFORK (the fallback) no mapping: a fork-mode worker never reads
- * its supervisor's keys (FAULTS.md 33).
+ * MADV_DONTFORK (the fallback) no mapping: a fork-mode worker never reads its
+ * supervisor's keys (doc/reliability.md, fault 33).
  */
 static void *secret_alloc(size_t size)
 {

@@ -12,10 +12,10 @@
  *   - optionally, pinned peer keys: "host base64-public-key" lines.
  *
  * The secrets and the static private key live in a pm__keyring, one block of
- * sodium_malloc'd memory marked MADV_WIPEONFORK (or MADV_DONTFORK) so a
- * forked worker never sees them (FAULTS.md 33); they are wiped when freed and
- * compared only in constant time. Nothing here logs, and no error text ever
- * holds a key byte.
+ * sodium_malloc'd memory marked MADV_WIPEONFORK (or MADV_DONTFORK) so a forked
+ * worker never sees them (doc/reliability.md, fault 33); they are wiped when
+ * freed and compared only in constant time. Nothing here logs, and no error
+ * text ever holds a key byte.
  *
  * The module needs only libc and libsodium: the daemon links it beside the
  * shared library (whose pm__ symbols it cannot see) to validate key files

@@ -55,7 +55,7 @@ static int tx_fail(pm__rec *r, int err)
 
 /* rx and tx hold plaintext traffic of other hosts: mappings of their own
  * that a fork-mode worker finds zeroed (or absent), never heap memory it
- * inherits (FAULTS.md 33). NULL on failure. */
+ * inherits (doc/reliability.md, fault 33). NULL on failure. */
 static unsigned char *traffic_map(size_t size)
 {
     return pm__wipemem_alloc(size);

@@ -4,7 +4,7 @@
  * random source, no system call of its own; the caller passes the time and a
  * uniform random number in, so tests can drive it exactly.
  *
- * Rules (issue 3):
+ * Rules:
  *  - backoff: the n-th consecutive restart waits min(max, min * 2^(n-1)),
  *    scaled by a uniform factor in [1 - f, 1 + f];
  *  - the consecutive count resets once an incarnation has stayed ready for

@@ -248,8 +248,9 @@ static void act_spawn(pm_cluster *c, pm__slot *s)
         c->spawn_error = rc;
     if (taken && !c->spawning && !c->terminating) {
         /* Every fresh random name for the notify socket was taken: another
-         * process's doing (FAULTS.md 32), never the slot's, so it is not
-         * charged to the budget; the longest backoff keeps it from looping. */
+         * process's doing (doc/reliability.md, fault 32), never the slot's, so
+         * it is not charged to the budget; the longest backoff keeps it from
+         * looping. */
         uint32_t delay = c->bcfg.max_backoff_ms > 1000 ? c->bcfg.max_backoff_ms : 1000;
         pm__cluster_set_state(c, s, PM_SLOT_BACKOFF);
         pm__slot_set_deadline(s, pm__now_ms() + delay, PM__EV_BACKOFF_DONE);

@@ -188,12 +188,12 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
 
 /* ------------------------------------------------------------------ the spare link */
 
-/* A restart used to create the replacement's link (memfd_create,
- * ftruncate, the seals, mmap, the ring headers' first-touch faults, two
- * eventfds, a socketpair and its two buffer sizes) between the reap and the
- * fork, on the crash-to-ready path. It is made ahead instead: right after
- * an incarnation is forked, while that worker sets itself up, the
- * supervisor prepares the link of the one after it. Fencing is unchanged:
+/* Creating a link (memfd_create, ftruncate, the seals, mmap, the ring
+ * headers' first-touch faults, two eventfds, a socketpair and its two
+ * buffer sizes) between the reap and the fork would put it on the
+ * crash-to-ready path. It is made ahead instead: once an incarnation is
+ * ready, the supervisor prepares the link of the one after it. Fencing
+ * holds:
  * a spare is a fresh memfd (and fresh doorbells and socket) made after the
  * fork of the incarnation before it, so no process that ever ran holds a
  * byte of it; every fork child closes every slot's spare (fork_child), and
@@ -276,11 +276,10 @@ static int spare_affordable(const pm__link *l)
  * Called once the incarnation is ready (cluster.c act_ready), not right
  * after its fork: on two CPUs the child often waits for the CPU its parent
  * is on (the wake-up of a new task prefers the parent's CPU when the other
- * is busy), and the eleven system calls and first-touch faults of a link
- * (0.3 to 0.8 ms here) were then spent before the worker ran, on the
- * crash-to-ready path the spare was made to leave. A worker that dies
- * before ready restarts without one (its link is made at the start, as
- * before spares existed). */
+ * is busy), so the link's system calls and first-touch faults made then
+ * would delay the worker's start, on the very path the spare keeps clear.
+ * A worker that dies before ready restarts without one (its link is made
+ * at the start). */
 void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
 {
     if (s->spare != NULL)

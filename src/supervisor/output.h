@@ -15,7 +15,7 @@
 
 /* Bytes read from one stream in one loop turn: a worker that floods its
  * output is read a slice at a time, so every other fd still gets its turn
- * (FAULTS.md 6, 37). */
+ * (doc/reliability.md, faults 6 and 37). */
 #define PM__OUTPUT_TURN_BYTES ((size_t)64 * 1024)
 /* Bytes read from one stream after its worker was reaped. Everything the
  * worker itself wrote is in the pipe by then (at most its capacity,

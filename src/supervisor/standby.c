@@ -4,13 +4,12 @@
  * next fork-mode incarnation forked ahead onto the spare link, set up, and
  * blocked on an eventfd until the crash it replaces.
  *
- * Why: on this project's machines a fork-mode restart spent most of its
- * time in the fork (the page tables of the supervisor copied) and in the
- * new process's first page faults (every text page it runs faults in a
- * fork child, whose page tables hold no file pages), far more than in
- * procmesh's own work; under paravirtualised paging each costs tens of
- * microseconds. A standby has paid all of it before the crash, as
- * pre-forking servers (Apache prefork, php-fpm's spare servers) do.
+ * Why: a fork-mode restart spends most of its time in the fork (the page
+ * tables of the supervisor copied) and in the new process's first page
+ * faults (every text page it runs faults in a fork child, whose page tables
+ * hold no file pages), not in procmesh's own work. A standby has paid all
+ * of it before the crash, as pre-forking servers (Apache prefork,
+ * php-fpm's spare servers) do. Figures: doc/benchmarks.md.
  *
  * The rules it keeps:
  * - Single activation: a standby is not an incarnation. It holds no link
@@ -48,12 +47,12 @@ static void disarm(pm_cluster *c, pm__slot *s)
 }
 
 /* Kill and reap; the slot's record cleared. Through the pidfd only: the
- * application may have reaped a dead standby itself (a SIGCHLD handler
- * with waitpid(-1), which reap.c allows for), and then its pid may already
- * be another process's; the pidfd still names the dead one, so the signal
- * fails (ESRCH) and nothing else is hit (FAULTS 16: nothing is sent to a
- * reaped pid), and waitid on it says ECHILD. kill() and waitpid() by pid
- * only without a pidfd, which is only pm__standby_prepare's failure path,
+ * application may have reaped a dead standby itself (a SIGCHLD handler with
+ * waitpid(-1), which reap.c allows for), and then its pid may already be
+ * another process's; the pidfd still names the dead one, so the signal fails
+ * (ESRCH) and nothing else is hit (doc/reliability.md, fault 16: nothing is
+ * sent to a reaped pid), and waitid on it says ECHILD. kill() and waitpid() by
+ * pid only without a pidfd, which is only pm__standby_prepare's failure path,
  * where the child is certainly ours and unreaped.
  *
  * The wait blocks: a SIGKILLed process ends unless it sleeps
