@@ -763,6 +763,66 @@ START_TEST(test_pinned_host_replaces_link)
 }
 END_TEST
 
+/* The simultaneous-connect rule (doc/protocol.md, section 2): b listens on
+ * its port and also dials a's, a dials b; b keeps redialling a until a
+ * listens. Whatever the order the links come up in, once both have been up
+ * a keeps exactly one, the one whose initiator has the smaller host name
+ * (a), and the other ends by a CLOSE from one side or the other. */
+static pid_t start_b_dialing(int port, int port_a)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    pm_options *o = host_options("b", secret1, worker_b);
+    char listen[32], peer[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_a);
+    pm_cluster *c = NULL;
+    if (pm_options_set_peer_listen(o, listen) < 0 || pm_options_add_peer(o, peer) < 0 ||
+        pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
+/* a has one connection, to b, up, and a dialled it. */
+static int kept_own_link(const pm_cluster *a)
+{
+    pm_peer_info p[4];
+    int n = pm_cluster_peers(a, p, 4);
+    return n == 1 && strcmp(p[0].state, "up") == 0 && strcmp(p[0].host, "b") == 0 &&
+           p[0].initiator == 1;
+}
+
+START_TEST(test_simultaneous_connect_rule)
+{
+    int pa = pm_test_free_port();
+    int pb = pm_test_free_port();
+    pid_t b = start_b_dialing(pb, pa);
+    pm_options *o = host_options("a", secret1, worker_b);
+    char listen[32], peer[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", pa);
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", pb);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+    /* b's dialled link came up and was closed by the rule (by a: local; by
+     * b, whose CLOSE a got: closed), and a is left with its own. */
+    PM_RUN_UNTIL(a,
+                 pm__mesh_fails(a, PM__PF_LOCAL) + pm__mesh_fails(a, PM__PF_CLOSED) >= 1 &&
+                     kept_own_link(a),
+                 60000);
+    ck_assert_uint_ge(peer_ups, 1);
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 START_TEST(test_wrong_secret_no_link)
 {
     int pb = pm_test_free_port();
@@ -1367,6 +1427,7 @@ int main(void)
     PM_ADD_TEST(s, test_mesh_broadcast, 120);
     PM_ADD_TEST(s, test_host_incarnations, 120);
     PM_ADD_TEST(s, test_pinned_host_replaces_link, 120);
+    PM_ADD_TEST(s, test_simultaneous_connect_rule, 90);
     PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
     PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
     PM_ADD_TEST(s, test_peer_stopped_and_resumed, 90);
