@@ -400,16 +400,79 @@ static int parse_env(pmd_dconf *c, const int seen[O_COUNT], pmd_getenv env, char
     return 0;
 }
 
+/* The library's names for the options it checks across (its messages
+ * start with one and may name another), and the daemon's flag for each. */
+static const struct {
+    const char *field;
+    const char *flag;
+} lib_names[] = {
+    {"restart_max_backoff_ms", "--backoff-max"},
+    {"restart_min_backoff_ms", "--backoff-min"},
+    {"base_port", "--base-port"},
+};
+
+/* why, a message of pm_options_validate, into err with each library name
+ * replaced by its flag. Returns 1 when why starts with one of them (a
+ * check this step asked for), else 0. */
+static int retell(const char *why, char *err, size_t errsize)
+{
+    const size_t nnames = sizeof(lib_names) / sizeof(lib_names[0]);
+    int ours = 0;
+    size_t len = 0;
+    err[0] = '\0';
+    while (*why != '\0' && len + 1 < errsize) {
+        size_t k = 0;
+        while (k < nnames && strncmp(why, lib_names[k].field, strlen(lib_names[k].field)) != 0)
+            k++;
+        if (k < nnames) {
+            ours |= len == 0;
+            len += (size_t)snprintf(err + len, errsize - len, "%s", lib_names[k].flag);
+            why += strlen(lib_names[k].field);
+        } else {
+            err[len++] = *why++;
+            err[len] = '\0';
+        }
+        if (len >= errsize)
+            len = errsize - 1;
+    }
+    return ours;
+}
+
+/* The checks across options that the library makes (pm_options_validate:
+ * the backoff bounds, base_port + workers within 65535) are made by the
+ * library, on options holding only the fields they read, with its message
+ * retold in the daemon's flags. Anything else it reports is left to
+ * pmd_dconf_options, which validates the whole set. */
+static int check_with_library(const pmd_dconf *c, char *err, size_t errsize)
+{
+    char why[256];
+    pm_options *o = pm_options_new();
+    if (o == NULL)
+        return -ENOMEM;
+    int rc = pm_options_set_exec(o, c->argv[0], c->argv);
+    rc = rc ? rc : pm_options_set_workers(o, c->workers);
+    rc = rc ? rc : pm_options_set_base_port(o, c->base_port);
+    rc = rc ? rc : pm_options_set_restart_min_backoff_ms(o, c->backoff_min);
+    rc = rc ? rc : pm_options_set_restart_max_backoff_ms(o, c->backoff_max);
+    rc = rc ? rc : pm_options_validate(o, why, sizeof(why));
+    pm_options_free(o);
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc < 0 && retell(why, err, errsize))
+        return -EINVAL;
+    err[0] = '\0';
+    return 0;
+}
+
 /* The checks across options, once all are known. 0 or -EINVAL with err
- * naming the option that is wrong. */
+ * naming the option that is wrong. The ones below have no library
+ * equivalent at this point: --min-ready is the daemon's, and the library
+ * counts secrets only once pmd_dconf_peer_files has read their files. */
 static int check_across(const pmd_dconf *c, char *err, size_t errsize)
 {
-    if (c->backoff_max < c->backoff_min)
-        return fail(err, errsize, "--backoff-max: %d is below --backoff-min %d", c->backoff_max,
-                    c->backoff_min);
-    if (c->workers > 0 && c->base_port + c->workers - 1 > 65535)
-        return fail(err, errsize, "--base-port: %d + %d workers - 1 exceeds 65535", c->base_port,
-                    c->workers);
+    int rc = check_with_library(c, err, errsize);
+    if (rc < 0)
+        return rc;
     if (c->min_ready > 0 && c->workers > 0 && c->min_ready > c->workers)
         return fail(err, errsize, "--min-ready: %d is more than the %d workers", c->min_ready,
                     c->workers);
