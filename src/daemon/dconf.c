@@ -92,83 +92,177 @@ static const struct {
     [O_CORE_DIR] = {"--core-dir", "PROCMESH_CORE_DIR"},
 };
 
-static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
+/* Options whose value is one word of a list, each stored as an int. */
+static const char *const yes_no[] = {"yes", "no", NULL};
+static const int yes_no_val[] = {1, 0};
+static const char *const restart_n[] = {"always", "on-failure", "never", NULL};
+static const int restart_val[] = {PM_RESTART_ALWAYS, PM_RESTART_ON_FAILURE, PM_RESTART_NEVER};
+static const char *const log_format_n[] = {"text", "json", NULL};
+static const int log_format_val[] = {PMD_LOG_TEXT, PMD_LOG_JSON};
+static const char *const log_level_n[] = {"error", "warn", "info", "debug", NULL};
+static const int log_level_val[] = {PMD_LOG_ERROR, PMD_LOG_WARN, PMD_LOG_INFO, PMD_LOG_DEBUG};
+static const char *const containment_n[] = {"auto", "cgroup", "process-group", NULL};
+static const int containment_val[] = {0, PM_CONTAIN_CGROUP, PM_CONTAIN_PROCESS_GROUP};
+static const char *const seccomp_n[] = {"off", "basic", "strict", NULL};
+static const int seccomp_val[] = {PM_SECCOMP_OFF, PM_SECCOMP_BASIC, PM_SECCOMP_STRICT};
+static const char *const seccomp_action_n[] = {"errno", "kill", NULL};
+static const int seccomp_action_val[] = {PM_SECCOMP_ERRNO, PM_SECCOMP_KILL};
+static const char *const ready_n[] = {"mesh", "notify", "exec", NULL};
+static const int ready_val[] = {PM_READY_MESH, PM_READY_NOTIFY, PM_READY_EXEC};
+static const char *const output_n[] = {"capture", "inherit", NULL};
+static const int output_val[] = {PM_OUTPUT_CAPTURE, PM_OUTPUT_INHERIT};
+
+static const struct choice {
+    int id;
+    const char *const *names;
+    const int *values;
+    const char *allowed;
+    size_t off; /* of the int in pmd_dconf */
+} choices[] = {
+    {O_RESTART, restart_n, restart_val, "always, on-failure, never", offsetof(pmd_dconf, restart)},
+    {O_READY, ready_n, ready_val, "mesh, notify, exec", offsetof(pmd_dconf, ready)},
+    {O_LOG_FORMAT, log_format_n, log_format_val, "text, json", offsetof(pmd_dconf, log_format)},
+    {O_LOG_LEVEL, log_level_n, log_level_val, "error, warn, info, debug", offsetof(pmd_dconf, log_level)},
+    {O_FENCE_NOT_DRAINING, yes_no, yes_no_val, "yes, no", offsetof(pmd_dconf, fence_not_draining)},
+    {O_CONTAINMENT, containment_n, containment_val, "auto, cgroup, process-group",
+     offsetof(pmd_dconf, containment)},
+    {O_NO_NEW_PRIVS, yes_no, yes_no_val, "yes, no", offsetof(pmd_dconf, no_new_privs)},
+    {O_SECCOMP, seccomp_n, seccomp_val, "off, basic, strict", offsetof(pmd_dconf, seccomp)},
+    {O_SECCOMP_ACTION, seccomp_action_n, seccomp_action_val, "errno, kill",
+     offsetof(pmd_dconf, seccomp_action)},
+    {O_OUTPUT, output_n, output_val, "capture, inherit", offsetof(pmd_dconf, output)},
+    {O_INSECURE_NO_SECRET, yes_no, yes_no_val, "yes, no", offsetof(pmd_dconf, insecure_no_secret)},
+    {O_ALLOW_INSECURE_SECRET_MODE, yes_no, yes_no_val, "yes, no",
+     offsetof(pmd_dconf, allow_insecure_secret_mode)},
+};
+
+/* Options whose value is a whole number in min..max, stored as an int. */
+static const struct int_opt {
+    int id;
+    long min, max;
+    size_t off; /* of the int in pmd_dconf */
+} int_opts[] = {
+    {O_BACKOFF_MIN, 0, INT_MAX, offsetof(pmd_dconf, backoff_min)},
+    {O_BACKOFF_MAX, 0, INT_MAX, offsetof(pmd_dconf, backoff_max)},
+    {O_MAX_RESTARTS, -1, PM_MAX_RESTARTS_LIMIT, offsetof(pmd_dconf, max_restarts)},
+    {O_RESTART_WINDOW, 0, INT_MAX, offsetof(pmd_dconf, restart_window)},
+    {O_READY_TIMEOUT, 1, INT_MAX, offsetof(pmd_dconf, ready_timeout)},
+    {O_HEARTBEAT, 0, INT_MAX, offsetof(pmd_dconf, heartbeat_timeout)},
+    {O_STOP_TIMEOUT, 0, INT_MAX, offsetof(pmd_dconf, stop_timeout)},
+    {O_BASE_PORT, 0, 65535, offsetof(pmd_dconf, base_port)},
+    {O_MIN_READY, 0, PM_MAX_WORKERS, offsetof(pmd_dconf, min_ready)},
+    {O_DRAIN_TIMEOUT, 0, INT_MAX, offsetof(pmd_dconf, drain_timeout)},
+    {O_PEER_TIMEOUT, 1, INT_MAX, offsetof(pmd_dconf, peer_timeout)},
+};
+
+/* A table option (choices, int_opts) into its field: 0 or -EINVAL with
+ * err filled; 1 when id is in neither table. */
+static int apply_table(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
+{
+    for (size_t k = 0; k < sizeof(choices) / sizeof(choices[0]); k++) {
+        const struct choice *ch = &choices[k];
+        if (ch->id == id)
+            return pmd_dconf_choice(s, v, ch->names, ch->values, ch->allowed,
+                                    (int *)(void *)((char *)c + ch->off), err, size);
+    }
+    for (size_t k = 0; k < sizeof(int_opts) / sizeof(int_opts[0]); k++) {
+        const struct int_opt *io = &int_opts[k];
+        if (io->id == id)
+            return pmd_dconf_int_value(s, v, io->min, io->max, (int *)(void *)((char *)c + io->off),
+                                       err, size);
+    }
+    return 1;
+}
+
+/* --workers: auto, or 1..PM_MAX_WORKERS. */
+static int apply_workers(pmd_dconf *c, const src *s, const char *v, char *err, size_t size)
+{
+    char w[96];
+    if (strcmp(v, "auto") == 0) {
+        c->workers = 0;
+        return 0;
+    }
+    if (pmd_dconf_int_value(s, v, 1, PM_MAX_WORKERS, &c->workers, err, size) < 0)
+        return fail(err, size, "%s: '%s' is not auto or a whole number in 1..%d", who(s, w, sizeof(w)),
+                    v, PM_MAX_WORKERS);
+    return 0;
+}
+
+/* --backoff-jitter: a number in 0..1. */
+static int apply_jitter(pmd_dconf *c, const src *s, const char *v, char *err, size_t size)
+{
+    char w[96], *end;
+    errno = 0;
+    double f = strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || errno != 0 || !(f >= 0.0 && f <= 1.0))
+        return fail(err, size, "%s: '%s' is not a number in 0..1", who(s, w, sizeof(w)), v);
+    c->jitter = f;
+    return 0;
+}
+
+/* --core-dir: an existing directory (the library checks it again when it
+ * takes it; this names the flag and says what to do). */
+static int apply_core_dir(pmd_dconf *c, const src *s, const char *v, char *err, size_t size)
+{
+    char w[96];
+    struct stat st;
+    int e = *v == '\0' ? EINVAL : stat(v, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+    if (e != 0)
+        return fail(err, size, "%s: '%s' %s", who(s, w, sizeof(w)), v,
+                    e == EINVAL    ? "is empty: give the directory for the workers' cores"
+                    : e == ENOENT  ? "does not exist: create the directory first"
+                    : e == ENOTDIR ? "is not a directory"
+                                   : strerror(e));
+    c->core_dir = v;
+    return 0;
+}
+
+/* The peer-link options that are not in a table. */
+static int apply_peer(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
 {
     char w[96];
     switch (id) {
+    case O_PEER_LISTEN:
+        return pmd_dconf_peer_addr(s, v, c->peer_listen, err, size);
+    case O_PEERS:
+        return pmd_dconf_peers_value(s, v, c, err, size);
+    case O_PEERS_DNS:
+        return pmd_dconf_peer_addr(s, v, c->peers_dns, err, size);
+    case O_SECRET_FILE:
+        if (c->nsecret_files == 2)
+            return fail(err, size, "%s: given more than twice (the current and the next secret)",
+                        who(s, w, sizeof(w)));
+        return pmd_dconf_path_value(s, v, &c->secret_file[c->nsecret_files++], err, size);
+    case O_NODE_KEY:
+        return pmd_dconf_path_value(s, v, &c->node_key, err, size);
+    case O_PEER_KEYS:
+        return pmd_dconf_path_value(s, v, &c->peer_keys, err, size);
+    }
+    return -EINVAL;
+}
+
+/* One option's value v (from s) into c: 0, or -EINVAL with err naming the
+ * option, the value and what is allowed. */
+static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, size_t size)
+{
+    int rc = apply_table(c, id, s, v, err, size);
+    if (rc <= 0)
+        return rc;
+    switch (id) {
     case O_WORKERS:
-        if (strcmp(v, "auto") == 0) {
-            c->workers = 0;
-            return 0;
-        }
-        if (pmd_dconf_int_value(s, v, 1, PM_MAX_WORKERS, &c->workers, err, size) < 0)
-            return fail(err, size, "%s: '%s' is not auto or a whole number in 1..%d",
-                        who(s, w, sizeof(w)), v, PM_MAX_WORKERS);
-        return 0;
-    case O_RESTART: {
-        static const char *const n[] = {"always", "on-failure", "never", NULL};
-        static const int val[] = {PM_RESTART_ALWAYS, PM_RESTART_ON_FAILURE, PM_RESTART_NEVER};
-        return pmd_dconf_choice(s, v, n, val, "always, on-failure, never", &c->restart, err, size);
-    }
-    case O_BACKOFF_MIN:
-        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->backoff_min, err, size);
-    case O_BACKOFF_MAX:
-        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->backoff_max, err, size);
-    case O_JITTER: {
-        char *end;
-        errno = 0;
-        double f = strtod(v, &end);
-        if (*v == '\0' || *end != '\0' || errno != 0 || !(f >= 0.0 && f <= 1.0))
-            return fail(err, size, "%s: '%s' is not a number in 0..1", who(s, w, sizeof(w)), v);
-        c->jitter = f;
-        return 0;
-    }
-    case O_MAX_RESTARTS:
-        return pmd_dconf_int_value(s, v, -1, PM_MAX_RESTARTS_LIMIT, &c->max_restarts, err, size);
-    case O_RESTART_WINDOW:
-        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->restart_window, err, size);
-    case O_READY_TIMEOUT:
-        return pmd_dconf_int_value(s, v, 1, INT_MAX, &c->ready_timeout, err, size);
-    case O_HEARTBEAT:
-        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->heartbeat_timeout, err, size);
-    case O_STOP_TIMEOUT:
-        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->stop_timeout, err, size);
+        return apply_workers(c, s, v, err, size);
+    case O_JITTER:
+        return apply_jitter(c, s, v, err, size);
     case O_SYSTEM_NAME:
         return pmd_dconf_name_value(s, v, c->system_name, err, size);
     case O_HOSTNAME:
         return pmd_dconf_name_value(s, v, c->hostname, err, size);
-    case O_BASE_PORT:
-        return pmd_dconf_int_value(s, v, 0, 65535, &c->base_port, err, size);
     case O_INIT_DATA:
         return pmd_dconf_init_value(s, v, c, err, size);
-    case O_READY: {
-        static const char *const n[] = {"mesh", "notify", "exec", NULL};
-        static const int val[] = {PM_READY_MESH, PM_READY_NOTIFY, PM_READY_EXEC};
-        return pmd_dconf_choice(s, v, n, val, "mesh, notify, exec", &c->ready, err, size);
-    }
     case O_LISTEN:
         return pmd_dconf_listen_value(s, v, c, err, size);
     case O_HEALTH:
         return pmd_dconf_host_port(s, v, c->health_host, sizeof(c->health_host), &c->health_port, err, size);
-    case O_MIN_READY:
-        return pmd_dconf_int_value(s, v, 0, PM_MAX_WORKERS, &c->min_ready, err, size);
-    case O_LOG_FORMAT: {
-        static const char *const n[] = {"text", "json", NULL};
-        static const int val[] = {PMD_LOG_TEXT, PMD_LOG_JSON};
-        return pmd_dconf_choice(s, v, n, val, "text, json", &c->log_format, err, size);
-    }
-    case O_LOG_LEVEL: {
-        static const char *const n[] = {"error", "warn", "info", "debug", NULL};
-        static const int val[] = {PMD_LOG_ERROR, PMD_LOG_WARN, PMD_LOG_INFO, PMD_LOG_DEBUG};
-        return pmd_dconf_choice(s, v, n, val, "error, warn, info, debug", &c->log_level, err, size);
-    }
-    case O_DRAIN_TIMEOUT:
-        return pmd_dconf_int_value(s, v, 0, INT_MAX, &c->drain_timeout, err, size);
-    case O_FENCE_NOT_DRAINING: {
-        static const char *const n[] = {"yes", "no", NULL};
-        static const int val[] = {1, 0};
-        return pmd_dconf_choice(s, v, n, val, "yes, no", &c->fence_not_draining, err, size);
-    }
     case O_MEMORY_MAX:
         return pmd_dconf_size_value(s, v, &c->memory_max, err, size);
     case O_PIDS_MAX:
@@ -181,76 +275,16 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         return pmd_dconf_cpu_value(s, v, c, err, size);
     case O_RLIMIT:
         return pmd_dconf_rlimit_value(s, v, c, err, size);
-    case O_CONTAINMENT: {
-        static const char *const n[] = {"auto", "cgroup", "process-group", NULL};
-        static const int val[] = {0, PM_CONTAIN_CGROUP, PM_CONTAIN_PROCESS_GROUP};
-        return pmd_dconf_choice(s, v, n, val, "auto, cgroup, process-group", &c->containment, err, size);
-    }
     case O_USER:
         return pmd_dconf_user_value(s, v, c, err, size);
     case O_UID_RANGE:
         return pmd_dconf_uid_range_value(s, v, c, err, size);
-    case O_NO_NEW_PRIVS: {
-        static const char *const n[] = {"yes", "no", NULL};
-        static const int val[] = {1, 0};
-        return pmd_dconf_choice(s, v, n, val, "yes, no", &c->no_new_privs, err, size);
-    }
-    case O_SECCOMP: {
-        static const char *const n[] = {"off", "basic", "strict", NULL};
-        static const int val[] = {PM_SECCOMP_OFF, PM_SECCOMP_BASIC, PM_SECCOMP_STRICT};
-        return pmd_dconf_choice(s, v, n, val, "off, basic, strict", &c->seccomp, err, size);
-    }
-    case O_SECCOMP_ACTION: {
-        static const char *const n[] = {"errno", "kill", NULL};
-        static const int val[] = {PM_SECCOMP_ERRNO, PM_SECCOMP_KILL};
-        return pmd_dconf_choice(s, v, n, val, "errno, kill", &c->seccomp_action, err, size);
-    }
-    case O_OUTPUT: {
-        static const char *const n[] = {"capture", "inherit", NULL};
-        static const int val[] = {PM_OUTPUT_CAPTURE, PM_OUTPUT_INHERIT};
-        return pmd_dconf_choice(s, v, n, val, "capture, inherit", &c->output, err, size);
-    }
-    case O_PEER_LISTEN:
-        return pmd_dconf_peer_addr(s, v, c->peer_listen, err, size);
-    case O_PEERS:
-        return pmd_dconf_peers_value(s, v, c, err, size);
-    case O_PEERS_DNS:
-        return pmd_dconf_peer_addr(s, v, c->peers_dns, err, size);
-    case O_PEER_TIMEOUT:
-        return pmd_dconf_int_value(s, v, 1, INT_MAX, &c->peer_timeout, err, size);
-    case O_SECRET_FILE:
-        if (c->nsecret_files == 2)
-            return fail(err, size, "%s: given more than twice (the current and the next secret)",
-                        who(s, w, sizeof(w)));
-        return pmd_dconf_path_value(s, v, &c->secret_file[c->nsecret_files++], err, size);
-    case O_INSECURE_NO_SECRET:
-    case O_ALLOW_INSECURE_SECRET_MODE: {
-        static const char *const n[] = {"yes", "no", NULL};
-        static const int val[] = {1, 0};
-        return pmd_dconf_choice(s, v, n, val, "yes, no", id == O_INSECURE_NO_SECRET ? &c->insecure_no_secret
-                                                                          : &c->allow_insecure_secret_mode,
-                                err, size);
-    }
-    case O_NODE_KEY:
-        return pmd_dconf_path_value(s, v, &c->node_key, err, size);
-    case O_PEER_KEYS:
-        return pmd_dconf_path_value(s, v, &c->peer_keys, err, size);
     case O_MAX_MESSAGE:
         return pmd_dconf_msg_size_value(s, v, PM_MAX_PAYLOAD, (size_t)UINT32_MAX, &c->max_message, err, size);
-    case O_CORE_DIR: {
-        struct stat st;
-        int e = *v == '\0' ? EINVAL : stat(v, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-        if (e != 0)
-            return fail(err, size, "%s: '%s' %s", who(s, w, sizeof(w)), v,
-                        e == EINVAL     ? "is empty: give the directory for the workers' cores"
-                        : e == ENOENT   ? "does not exist: create the directory first"
-                        : e == ENOTDIR ? "is not a directory"
-                                        : strerror(e));
-        c->core_dir = v;
-        return 0;
+    case O_CORE_DIR:
+        return apply_core_dir(c, s, v, err, size);
     }
-    }
-    return -EINVAL;
+    return apply_peer(c, id, s, v, err, size);
 }
 
 static void defaults(pmd_dconf *c)
@@ -283,15 +317,25 @@ static void defaults(pmd_dconf *c)
     c->max_message = PM__DEFAULT_MAX_MESSAGE;
 }
 
-int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
-                    size_t errsize)
+/* The option a flag argument names ("--workers" or "--workers=4"), or -1;
+ * *flen is the length of its name. */
+static int flag_id(const char *a, size_t *flen)
 {
-    int seen[O_COUNT] = {0};
+    const char *eq = strchr(a, '=');
+    *flen = eq != NULL ? (size_t)(eq - a) : strlen(a);
+    for (int k = 0; k < O_COUNT; k++)
+        if (strlen(opts[k].flag) == *flen && strncmp(a, opts[k].flag, *flen) == 0)
+            return k;
+    return -1;
+}
+
+/* The flags, up to "--" or the end: each applied to c and marked in seen.
+ * *next is the index of the command (after "--"). 0 or a negative errno
+ * with err filled. */
+static int parse_flags(pmd_dconf *c, int argc, char **argv, int seen[O_COUNT], int *next, char *err,
+                       size_t errsize)
+{
     int i = 0, rc;
-    defaults(c);
-    err[0] = '\0';
-    /* Flags first, so that they win: an option given as a flag is not read
-     * from the environment. --listen may repeat. */
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) {
@@ -300,15 +344,11 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
         }
         if (strncmp(a, "--", 2) != 0)
             return fail(err, errsize, "'%s': expected an option or '--' before the command", a);
-        const char *eq = strchr(a, '=');
-        size_t flen = eq != NULL ? (size_t)(eq - a) : strlen(a);
-        int id = -1;
-        for (int k = 0; k < O_COUNT; k++)
-            if (strlen(opts[k].flag) == flen && strncmp(a, opts[k].flag, flen) == 0)
-                id = k;
+        size_t flen;
+        int id = flag_id(a, &flen);
         if (id < 0)
             return fail(err, errsize, "'%.*s': unknown option (see procmesh run --help)", (int)flen, a);
-        const char *v = eq != NULL ? eq + 1 : NULL;
+        const char *v = a[flen] == '=' ? a + flen + 1 : NULL;
         if (v == NULL && bare(id)) {
             v = "yes";
         } else if (v == NULL) {
@@ -324,6 +364,16 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
         if ((rc = apply(c, id, &s, v, err, errsize)) < 0)
             return rc;
     }
+    *next = i;
+    return 0;
+}
+
+/* The PROCMESH_* variables of the options no flag gave. --listen and
+ * --rlimit take a comma-separated list there. 0 or a negative errno with
+ * err filled. */
+static int parse_env(pmd_dconf *c, const int seen[O_COUNT], pmd_getenv env, char *err, size_t errsize)
+{
+    int rc;
     for (int k = 0; k < O_COUNT; k++) {
         if (seen[k])
             continue;
@@ -332,33 +382,97 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
             continue;
         src s = {opts[k].flag, opts[k].var};
         c->peer_flags |= k >= O_PEER_FIRST;
-        if (k == O_LISTEN || k == O_RLIMIT) {
-            /* A comma-separated list in the environment. */
-            char *copy = strdup(v), *save = NULL;
-            if (copy == NULL)
-                return -ENOMEM;
-            for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-                if ((rc = apply(c, k, &s, t, err, errsize)) < 0) {
-                    free(copy);
-                    return rc;
-                }
-            }
-            free(copy);
+        if (k != O_LISTEN && k != O_RLIMIT) {
+            if ((rc = apply(c, k, &s, v, err, errsize)) < 0)
+                return rc;
             continue;
         }
-        if ((rc = apply(c, k, &s, v, err, errsize)) < 0)
+        char *copy = strdup(v), *save = NULL;
+        if (copy == NULL)
+            return -ENOMEM;
+        rc = 0;
+        for (char *t = strtok_r(copy, ",", &save); t != NULL && rc == 0; t = strtok_r(NULL, ",", &save))
+            rc = apply(c, k, &s, t, err, errsize);
+        free(copy);
+        if (rc < 0)
             return rc;
     }
-    if (i >= argc)
-        return fail(err, errsize, "missing COMMAND: procmesh run [OPTIONS] -- COMMAND [ARG...]");
-    c->argv = argv + i;
-    c->argc = argc - i;
-    if (c->backoff_max < c->backoff_min)
-        return fail(err, errsize, "--backoff-max: %d is below --backoff-min %d", c->backoff_max,
-                    c->backoff_min);
-    if (c->workers > 0 && c->base_port + c->workers - 1 > 65535)
-        return fail(err, errsize, "--base-port: %d + %d workers - 1 exceeds 65535", c->base_port,
-                    c->workers);
+    return 0;
+}
+
+/* The library's names for the options it checks across (its messages
+ * start with one and may name another), and the daemon's flag for each. */
+static const struct {
+    const char *field;
+    const char *flag;
+} lib_names[] = {
+    {"restart_max_backoff_ms", "--backoff-max"},
+    {"restart_min_backoff_ms", "--backoff-min"},
+    {"base_port", "--base-port"},
+};
+
+/* why, a message of pm_options_validate, into err with each library name
+ * replaced by its flag. Returns 1 when why starts with one of them (a
+ * check this step asked for), else 0. */
+static int retell(const char *why, char *err, size_t errsize)
+{
+    const size_t nnames = sizeof(lib_names) / sizeof(lib_names[0]);
+    int ours = 0;
+    size_t len = 0;
+    err[0] = '\0';
+    while (*why != '\0' && len + 1 < errsize) {
+        size_t k = 0;
+        while (k < nnames && strncmp(why, lib_names[k].field, strlen(lib_names[k].field)) != 0)
+            k++;
+        if (k < nnames) {
+            ours |= len == 0;
+            len += (size_t)snprintf(err + len, errsize - len, "%s", lib_names[k].flag);
+            why += strlen(lib_names[k].field);
+        } else {
+            err[len++] = *why++;
+            err[len] = '\0';
+        }
+        if (len >= errsize)
+            len = errsize - 1;
+    }
+    return ours;
+}
+
+/* The checks across options that the library makes (pm_options_validate:
+ * the backoff bounds, base_port + workers within 65535) are made by the
+ * library, on options holding only the fields they read, with its message
+ * retold in the daemon's flags. Anything else it reports is left to
+ * pmd_dconf_options, which validates the whole set. */
+static int check_with_library(const pmd_dconf *c, char *err, size_t errsize)
+{
+    char why[256];
+    pm_options *o = pm_options_new();
+    if (o == NULL)
+        return -ENOMEM;
+    int rc = pm_options_set_exec(o, c->argv[0], c->argv);
+    rc = rc ? rc : pm_options_set_workers(o, c->workers);
+    rc = rc ? rc : pm_options_set_base_port(o, c->base_port);
+    rc = rc ? rc : pm_options_set_restart_min_backoff_ms(o, c->backoff_min);
+    rc = rc ? rc : pm_options_set_restart_max_backoff_ms(o, c->backoff_max);
+    rc = rc ? rc : pm_options_validate(o, why, sizeof(why));
+    pm_options_free(o);
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc < 0 && retell(why, err, errsize))
+        return -EINVAL;
+    err[0] = '\0';
+    return 0;
+}
+
+/* The checks across options, once all are known. 0 or -EINVAL with err
+ * naming the option that is wrong. The ones below have no library
+ * equivalent at this point: --min-ready is the daemon's, and the library
+ * counts secrets only once pmd_dconf_peer_files has read their files. */
+static int check_across(const pmd_dconf *c, char *err, size_t errsize)
+{
+    int rc = check_with_library(c, err, errsize);
+    if (rc < 0)
+        return rc;
     if (c->min_ready > 0 && c->workers > 0 && c->min_ready > c->workers)
         return fail(err, errsize, "--min-ready: %d is more than the %d workers", c->min_ready,
                     c->workers);
@@ -371,6 +485,25 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
                     "secret; write one with 'procmesh keygen FILE', or run without one with "
                     "--insecure-no-secret");
     return 0;
+}
+
+int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
+                    size_t errsize)
+{
+    int seen[O_COUNT] = {0};
+    int i = 0, rc;
+    defaults(c);
+    err[0] = '\0';
+    /* Flags first, so that they win: an option given as a flag is not read
+     * from the environment. --listen may repeat. */
+    if ((rc = parse_flags(c, argc, argv, seen, &i, err, errsize)) < 0 ||
+        (rc = parse_env(c, seen, env, err, errsize)) < 0)
+        return rc;
+    if (i >= argc)
+        return fail(err, errsize, "missing COMMAND: procmesh run [OPTIONS] -- COMMAND [ARG...]");
+    c->argv = argv + i;
+    c->argc = argc - i;
+    return check_across(c, err, errsize);
 }
 
 void pmd_dconf_free(pmd_dconf *c)

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "dconf.h"
+#include "dconf_types.h"
 
 /* Where a value came from, for the error message. */
 typedef struct src {

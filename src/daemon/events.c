@@ -344,36 +344,38 @@ static void log_crash(pm_cluster *c, const pm_event *e, int level, const char *c
     pmd_log(level, "crash_modules", mkv, 3);
 }
 
-void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
+/* The containment in use, once, at the first event of the start. Each slot
+ * has a memory cgroup of its own when the mode names a memory limit
+ * (pm_cluster_containment's detail); ev->slot_oom records that. */
+static void log_containment_once(pmd_events *ev, pm_cluster *c)
 {
-    pmd_events *ev = arg;
-    if (!ev->contain_logged) {
-        /* The containment in use, once, at the first event of the start.
-         * Each slot has a memory cgroup of its own when the mode names a
-         * memory limit (pm_cluster_containment's detail). */
-        char detail[320];
-        int mode = pm_cluster_containment(c, detail, sizeof(detail));
-        ev->contain_logged = 1;
-        ev->slot_oom = mode == PM_CONTAIN_CGROUP && strstr(detail, "memory") != NULL;
-        const char *kv[] = {"mode", mode == PM_CONTAIN_CGROUP ? "cgroup" : "process-group",
-                            "detail", detail};
-        pmd_log(mode == PM_CONTAIN_CGROUP ? PMD_LOG_INFO : PMD_LOG_WARN, "containment", kv, 2);
-    }
-    /* The counters first: they count every event, written or not. */
-    int oom = 0;
+    if (ev->contain_logged)
+        return;
+    char detail[320];
+    int mode = pm_cluster_containment(c, detail, sizeof(detail));
+    ev->contain_logged = 1;
+    ev->slot_oom = mode == PM_CONTAIN_CGROUP && strstr(detail, "memory") != NULL;
+    const char *kv[] = {"mode", mode == PM_CONTAIN_CGROUP ? "cgroup" : "process-group", "detail",
+                        detail};
+    pmd_log(mode == PM_CONTAIN_CGROUP ? PMD_LOG_INFO : PMD_LOG_WARN, "containment", kv, 2);
+}
+
+/* Updates the counters the health endpoint reads, for every event, logged
+ * or not. Returns 1 when e is an exit the kernel's OOM killer caused. */
+static int count_event(pmd_events *ev, const pm_event *e)
+{
     switch (e->type) {
     case PM_EVENT_STARTED:
         ev->hs->spawn_failures = 0;
-        break;
+        return 0;
     case PM_EVENT_EXITED:
-        oom = count_exit(ev, e);
-        break;
+        return count_exit(ev, e);
     case PM_EVENT_RETIRED:
         ev->retired++;
-        break;
+        return 0;
     case PM_EVENT_SPAWN_FAILED:
         ev->hs->spawn_failures++;
-        break;
+        return 0;
     case PM_EVENT_STOPPED:
         /* The policy stopped it after a failure (a clean end is "exit"). */
         if (e->reason_code == PM_REASON_POLICY)
@@ -384,123 +386,186 @@ void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
         if (e->reason_code == PM_REASON_SPAWN_ABORTED && e->detail != NULL &&
             ev->start_error[0] == '\0')
             snprintf(ev->start_error, sizeof(ev->start_error), "%s", e->detail);
-        break;
+        return 0;
     default:
-        break;
+        return 0;
     }
+}
+
+/* One event being logged: the event, its cluster, and the fields most lines
+ * start with, formatted once. */
+typedef struct ev_line {
+    pm_cluster *c;
+    const pm_event *e;
+    int oom; /* an exit the OOM killer caused (count_event) */
+    char slot[16], pid[16], inc[24];
+} ev_line;
+
+/* One handler per event kind, each writing that kind's log line. */
+static void log_started(const ev_line *l)
+{
+    const char *kv[] = {"slot", l->slot, "pid", l->pid, "incarnation", l->inc};
+    pmd_log(PMD_LOG_INFO, "started", kv, 3);
+}
+
+static void log_ready(const ev_line *l)
+{
+    const char *kv[] = {"slot", l->slot, "pid", l->pid, "incarnation", l->inc};
+    pmd_log(PMD_LOG_INFO, "ready", kv, 3);
+}
+
+/* An OOM kill, a signal (with the crash record), or an exit code. */
+static void log_exited(const ev_line *l)
+{
+    const pm_event *e = l->e;
+    char v1[32], sig[32];
+    if (l->oom) {
+        const char *kv[] = {"slot",   l->slot,   "pid",    l->pid, "incarnation", l->inc,
+                            "signal", "SIGKILL", "reason", "oom"};
+        pmd_log(PMD_LOG_WARN, "exited", kv, 5);
+    } else if (e->signal != 0) {
+        const char *kv[] = {"slot", l->slot, "pid", l->pid, "incarnation", l->inc,
+                            "signal", pmd_signal_name(e->signal, sig, sizeof(sig)),
+                            "core_dumped", e->core_dumped ? "true" : "false",
+                            "reason", e->reason};
+        log_crash(l->c, e, e->reason_code == PM_REASON_STOP ? PMD_LOG_INFO : PMD_LOG_WARN, kv, 6);
+    } else {
+        snprintf(v1, sizeof(v1), "%d", e->exit_code);
+        const char *kv[] = {"slot", l->slot, "pid", l->pid, "incarnation", l->inc,
+                            "exit_code", v1, "reason", e->reason};
+        pmd_log(e->exit_code == 0 ? PMD_LOG_INFO : PMD_LOG_WARN, "exited", kv, 5);
+    }
+}
+
+static void log_restart_scheduled(const ev_line *l)
+{
+    char v1[32];
+    snprintf(v1, sizeof(v1), "%u", l->e->delay_ms);
+    const char *kv[] = {"slot", l->slot, "delay_ms", v1};
+    pmd_log(PMD_LOG_INFO, "restart_scheduled", kv, 2);
+}
+
+static void log_retired(const ev_line *l)
+{
+    char v1[32];
+    snprintf(v1, sizeof(v1), "%u", l->e->restarts);
+    const char *kv[] = {"slot", l->slot, "restarts", v1};
+    pmd_log(PMD_LOG_ERROR, "retired", kv, 2);
+}
+
+static void log_stopped(const ev_line *l)
+{
+    const char *kv[] = {"slot", l->slot, "reason", l->e->reason, "detail", l->e->detail};
+    pmd_log(PMD_LOG_INFO, "stopped", kv, l->e->detail != NULL ? 3 : 2);
+}
+
+static void log_spawn_failed(const ev_line *l)
+{
+    const char *kv[] = {"slot", l->slot, "error", pm_strerror(l->e->exit_code), "reason",
+                        l->e->reason};
+    pmd_log(PMD_LOG_ERROR, "spawn_failed", kv, 3);
+}
+
+static void log_fenced(const ev_line *l)
+{
+    const pm_event *e = l->e;
+    if (e->reason_code == PM_REASON_VERSION) {
+        /* Both versions, so a mismatched deployment says what is wrong. */
+        char wv[16], sv[16];
+        snprintf(wv, sizeof(wv), "%u", e->worker_version);
+        snprintf(sv, sizeof(sv), "%u", (unsigned)PM_PROTOCOL_VERSION);
+        const char *kv[] = {"slot", l->slot, "pid", l->pid, "incarnation", l->inc, "reason", e->reason,
+                            "worker_protocol", wv, "supervisor_protocol", sv};
+        pmd_log(PMD_LOG_ERROR, "fenced", kv, 6);
+        return;
+    }
+    const char *kv[] = {"slot", l->slot, "pid", l->pid, "incarnation", l->inc, "reason", e->reason};
+    pmd_log(PMD_LOG_WARN, "fenced", kv, 4);
+}
+
+static void log_stopping(const ev_line *l)
+{
+    const char *kv[] = {"slot", l->slot, "pid", l->pid, "incarnation", l->inc};
+    pmd_log(PMD_LOG_INFO, "stopping", kv, 3);
+}
+
+static void log_not_draining(const ev_line *l)
+{
+    const char *kv[] = {"slot", l->slot, "pid", l->pid, "incarnation", l->inc, "reason", l->e->reason};
+    pmd_log(PMD_LOG_WARN, "not-draining", kv, 4);
+}
+
+static void log_stalled(const ev_line *l)
+{
+    char v1[32];
+    snprintf(v1, sizeof(v1), "%u", l->e->delay_ms);
+    const char *kv[] = {"stall_ms", v1, "reason", l->e->reason};
+    pmd_log(PMD_LOG_WARN, "stall", kv, 2);
+}
+
+/* Peer links: bounded by the redial backoff (always_logged). */
+static void log_peer_up(const ev_line *l)
+{
+    char v1[32];
+    snprintf(v1, sizeof(v1), "%llu", (unsigned long long)l->e->peer_incarnation);
+    const char *kv[] = {"host", l->e->peer_host, "incarnation", v1};
+    pmd_log(PMD_LOG_INFO, "peer_up", kv, 2);
+}
+
+static void log_peer_down(const ev_line *l)
+{
+    char v1[32];
+    snprintf(v1, sizeof(v1), "%llu", (unsigned long long)l->e->peer_incarnation);
+    const char *kv[] = {"host", l->e->peer_host, "incarnation", v1, "reason", l->e->detail};
+    pmd_log(PMD_LOG_WARN, "peer_down", kv, 3);
+}
+
+/* Rate-limited by the library: one per address and reason a minute, count
+ * saying how many refusals the line stands for. */
+static void log_peer_refused(const ev_line *l)
+{
+    char v1[32];
+    snprintf(v1, sizeof(v1), "%llu", (unsigned long long)l->e->peer_failures);
+    const char *kv[] = {"address", l->e->peer_address, "reason", l->e->detail, "count", v1,
+                        "host", l->e->peer_host};
+    pmd_log(PMD_LOG_WARN, "peer_refused", kv, l->e->peer_host != NULL ? 4 : 3);
+}
+
+/* The log line of each event kind, indexed by PM_EVENT_*; a kind this
+ * daemon does not know (a newer library) is counted but not logged. */
+static void (*const log_kind[])(const ev_line *) = {
+    [PM_EVENT_STARTED] = log_started,
+    [PM_EVENT_READY] = log_ready,
+    [PM_EVENT_EXITED] = log_exited,
+    [PM_EVENT_RESTART_SCHEDULED] = log_restart_scheduled,
+    [PM_EVENT_RETIRED] = log_retired,
+    [PM_EVENT_STOPPED] = log_stopped,
+    [PM_EVENT_SPAWN_FAILED] = log_spawn_failed,
+    [PM_EVENT_FENCED] = log_fenced,
+    [PM_EVENT_STALLED] = log_stalled,
+    [PM_EVENT_STOPPING] = log_stopping,
+    [PM_EVENT_NOT_DRAINING] = log_not_draining,
+    [PM_EVENT_PEER_UP] = log_peer_up,
+    [PM_EVENT_PEER_DOWN] = log_peer_down,
+    [PM_EVENT_PEER_REFUSED] = log_peer_refused,
+};
+
+/* The library's event callback: containment once, the counters for every
+ * event, then the event's own log line unless the rate limit drops it. */
+void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    pmd_events *ev = arg;
+    log_containment_once(ev, c);
+    int oom = count_event(ev, e);
     if (!may_log(ev, e))
         return;
-    char slot[16], pid[16], inc[24], v1[32], sig[32];
-    snprintf(slot, sizeof(slot), "%u", e->slot);
-    snprintf(pid, sizeof(pid), "%d", (int)e->pid);
-    snprintf(inc, sizeof(inc), "%llu", (unsigned long long)e->incarnation);
-    switch (e->type) {
-    case PM_EVENT_STARTED: {
-        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
-        pmd_log(PMD_LOG_INFO, "started", kv, 3);
-        break;
-    }
-    case PM_EVENT_READY: {
-        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
-        pmd_log(PMD_LOG_INFO, "ready", kv, 3);
-        break;
-    }
-    case PM_EVENT_EXITED:
-        if (oom) {
-            const char *kv[] = {"slot",   slot,      "pid",    pid, "incarnation", inc,
-                                "signal", "SIGKILL", "reason", "oom"};
-            pmd_log(PMD_LOG_WARN, "exited", kv, 5);
-        } else if (e->signal != 0) {
-            const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,
-                                "signal", pmd_signal_name(e->signal, sig, sizeof(sig)),
-                                "core_dumped", e->core_dumped ? "true" : "false",
-                                "reason", e->reason};
-            log_crash(c, e, e->reason_code == PM_REASON_STOP ? PMD_LOG_INFO : PMD_LOG_WARN, kv, 6);
-        } else {
-            snprintf(v1, sizeof(v1), "%d", e->exit_code);
-            const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc,
-                                "exit_code", v1, "reason", e->reason};
-            pmd_log(e->exit_code == 0 ? PMD_LOG_INFO : PMD_LOG_WARN, "exited", kv, 5);
-        }
-        break;
-    case PM_EVENT_RESTART_SCHEDULED: {
-        snprintf(v1, sizeof(v1), "%u", e->delay_ms);
-        const char *kv[] = {"slot", slot, "delay_ms", v1};
-        pmd_log(PMD_LOG_INFO, "restart_scheduled", kv, 2);
-        break;
-    }
-    case PM_EVENT_RETIRED: {
-        snprintf(v1, sizeof(v1), "%u", e->restarts);
-        const char *kv[] = {"slot", slot, "restarts", v1};
-        pmd_log(PMD_LOG_ERROR, "retired", kv, 2);
-        break;
-    }
-    case PM_EVENT_STOPPED: {
-        const char *kv[] = {"slot", slot, "reason", e->reason, "detail", e->detail};
-        pmd_log(PMD_LOG_INFO, "stopped", kv, e->detail != NULL ? 3 : 2);
-        break;
-    }
-    case PM_EVENT_SPAWN_FAILED: {
-        const char *kv[] = {"slot", slot, "error", pm_strerror(e->exit_code), "reason", e->reason};
-        pmd_log(PMD_LOG_ERROR, "spawn_failed", kv, 3);
-        break;
-    }
-    case PM_EVENT_FENCED: {
-        if (e->reason_code == PM_REASON_VERSION) {
-            /* Both versions, so a mismatched deployment says what is wrong. */
-            char wv[16], sv[16];
-            snprintf(wv, sizeof(wv), "%u", e->worker_version);
-            snprintf(sv, sizeof(sv), "%u", (unsigned)PM_PROTOCOL_VERSION);
-            const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc, "reason", e->reason,
-                                "worker_protocol", wv, "supervisor_protocol", sv};
-            pmd_log(PMD_LOG_ERROR, "fenced", kv, 6);
-            break;
-        }
-        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc, "reason", e->reason};
-        pmd_log(PMD_LOG_WARN, "fenced", kv, 4);
-        break;
-    }
-    case PM_EVENT_STOPPING: {
-        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc};
-        pmd_log(PMD_LOG_INFO, "stopping", kv, 3);
-        break;
-    }
-    case PM_EVENT_NOT_DRAINING: {
-        const char *kv[] = {"slot", slot, "pid", pid, "incarnation", inc, "reason", e->reason};
-        pmd_log(PMD_LOG_WARN, "not-draining", kv, 4);
-        break;
-    }
-    case PM_EVENT_STALLED: {
-        snprintf(v1, sizeof(v1), "%u", e->delay_ms);
-        const char *kv[] = {"stall_ms", v1, "reason", e->reason};
-        pmd_log(PMD_LOG_WARN, "stall", kv, 2);
-        break;
-    }
-    /* Peer links: bounded by the redial backoff (always_logged). */
-    case PM_EVENT_PEER_UP: {
-        snprintf(v1, sizeof(v1), "%llu", (unsigned long long)e->peer_incarnation);
-        const char *kv[] = {"host", e->peer_host, "incarnation", v1};
-        pmd_log(PMD_LOG_INFO, "peer_up", kv, 2);
-        break;
-    }
-    case PM_EVENT_PEER_DOWN: {
-        snprintf(v1, sizeof(v1), "%llu", (unsigned long long)e->peer_incarnation);
-        const char *kv[] = {"host", e->peer_host, "incarnation", v1, "reason", e->detail};
-        pmd_log(PMD_LOG_WARN, "peer_down", kv, 3);
-        break;
-    }
-    /* Rate-limited by the library: one per address and reason a minute,
-     * count saying how many refusals the line stands for. */
-    case PM_EVENT_PEER_REFUSED: {
-        snprintf(v1, sizeof(v1), "%llu", (unsigned long long)e->peer_failures);
-        const char *kv[] = {"address", e->peer_address, "reason", e->detail, "count", v1,
-                            "host", e->peer_host};
-        pmd_log(PMD_LOG_WARN, "peer_refused", kv, e->peer_host != NULL ? 4 : 3);
-        break;
-    }
-    default:
-        break;
-    }
+    if (e->type < 0 || (size_t)e->type >= PM__LEN(log_kind) || log_kind[e->type] == NULL)
+        return;
+    ev_line l = {.c = c, .e = e, .oom = oom};
+    snprintf(l.slot, sizeof(l.slot), "%u", e->slot);
+    snprintf(l.pid, sizeof(l.pid), "%d", (int)e->pid);
+    snprintf(l.inc, sizeof(l.inc), "%llu", (unsigned long long)e->incarnation);
+    log_kind[e->type](&l);
 }
 
 void pmd_on_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned restarts, void *arg)

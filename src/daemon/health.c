@@ -184,30 +184,28 @@ static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
                           (unsigned long long)count[i]);
 }
 
-size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, size_t size)
+/* The slots: how many, how many ready, and per slot its restarts, its
+ * readiness and its heartbeat's age. */
+static void slot_metrics(pmd_sbuf *b, pm_cluster *c)
 {
-    pmd_sbuf b = {buf, size, 0};
-    buf[0] = '\0';
     unsigned n = pm_cluster_slots(c);
-    struct pm_cluster_stats s;
-    pm_cluster_stats(c, &s);
     pm_slot_info *info = calloc(n ? n : 1, sizeof(*info));
     unsigned ready = 0;
     for (unsigned i = 0; i < n && info != NULL; i++) {
         pm_cluster_slot_info(c, i, &info[i]);
         ready += info[i].state == PM_SLOT_READY;
     }
-    metric(&b, "procmesh_workers", "gauge", "Worker slots.");
-    pmd_sb_printf(&b, "procmesh_workers %u\n", n);
-    metric(&b, "procmesh_workers_ready", "gauge", "Slots with a ready worker.");
-    pmd_sb_printf(&b, "procmesh_workers_ready %u\n", ready);
-    metric(&b, "procmesh_slot_restarts_total", "counter", "Restarts of each slot.");
+    metric(b, "procmesh_workers", "gauge", "Worker slots.");
+    pmd_sb_printf(b, "procmesh_workers %u\n", n);
+    metric(b, "procmesh_workers_ready", "gauge", "Slots with a ready worker.");
+    pmd_sb_printf(b, "procmesh_workers_ready %u\n", ready);
+    metric(b, "procmesh_slot_restarts_total", "counter", "Restarts of each slot.");
     for (unsigned i = 0; i < n && info != NULL; i++)
-        pmd_sb_printf(&b, "procmesh_slot_restarts_total{slot=\"%u\"} %u\n", i, info[i].restarts_total);
-    metric(&b, "procmesh_slot_ready", "gauge", "1 when the slot's worker is ready.");
+        pmd_sb_printf(b, "procmesh_slot_restarts_total{slot=\"%u\"} %u\n", i, info[i].restarts_total);
+    metric(b, "procmesh_slot_ready", "gauge", "1 when the slot's worker is ready.");
     for (unsigned i = 0; i < n && info != NULL; i++)
-        pmd_sb_printf(&b, "procmesh_slot_ready{slot=\"%u\"} %d\n", i, info[i].state == PM_SLOT_READY);
-    metric(&b, "procmesh_slot_heartbeat_age_seconds", "gauge",
+        pmd_sb_printf(b, "procmesh_slot_ready{slot=\"%u\"} %d\n", i, info[i].state == PM_SLOT_READY);
+    metric(b, "procmesh_slot_heartbeat_age_seconds", "gauge",
            "Time since the slot's worker last made progress; only slots whose worker "
            "heartbeats (a ready mesh worker, a notify worker after WATCHDOG=1).");
     /* Where there is no heartbeat (exec, notify without WATCHDOG=1, a slot
@@ -215,67 +213,91 @@ size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, 
      * without bound and set off any alert on it. */
     for (unsigned i = 0; i < n && info != NULL; i++)
         if (info[i].heartbeat_age_ms > 0)
-            pmd_sb_printf(&b, "procmesh_slot_heartbeat_age_seconds{slot=\"%u\"} %.3f\n", i,
+            pmd_sb_printf(b, "procmesh_slot_heartbeat_age_seconds{slot=\"%u\"} %.3f\n", i,
                           info[i].heartbeat_age_ms / 1000.0);
-    metric(&b, "procmesh_exits_total", "counter", "Worker exits by cause (clean: exited 0, or ended as asked by a stop).");
-    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"clean\"} %llu\n", (unsigned long long)st->exits_clean);
-    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"failure\"} %llu\n", (unsigned long long)st->exits_failed);
-    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"signal\"} %llu\n", (unsigned long long)st->exits_signal);
-    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"oom\"} %llu\n", (unsigned long long)st->exits_oom);
-    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"ready_timeout\"} %llu\n",
-              (unsigned long long)st->exits_ready_timeout);
-    pmd_sb_printf(&b, "procmesh_exits_total{cause=\"fenced\"} %llu\n", (unsigned long long)st->exits_fenced);
-    metric(&b, "procmesh_fences_total", "counter", "Workers fenced, by reason.");
-    pmd_sb_printf(&b, "procmesh_fences_total{reason=\"heartbeat\"} %llu\n",
-              (unsigned long long)s.fences_heartbeat);
-    pmd_sb_printf(&b, "procmesh_fences_total{reason=\"corrupt-ring\"} %llu\n",
-              (unsigned long long)s.fences_corrupt_ring);
-    pmd_sb_printf(&b, "procmesh_fences_total{reason=\"protocol\"} %llu\n",
-              (unsigned long long)s.fences_protocol);
-    metric(&b, "procmesh_frames_relayed_total", "counter", "Frames relayed by the hub.");
-    pmd_sb_printf(&b, "procmesh_frames_relayed_total %llu\n", (unsigned long long)s.frames_relayed);
-    metric(&b, "procmesh_bytes_relayed_total", "counter", "Payload bytes relayed by the hub.");
-    pmd_sb_printf(&b, "procmesh_bytes_relayed_total %llu\n", (unsigned long long)s.bytes_relayed);
-    metric(&b, "procmesh_malformed_frames_total", "counter", "Malformed frames dropped.");
-    pmd_sb_printf(&b, "procmesh_malformed_frames_total %llu\n", (unsigned long long)s.malformed_dropped);
-    metric(&b, "procmesh_undeliverable_total", "counter", "Undeliverable notices sent.");
-    pmd_sb_printf(&b, "procmesh_undeliverable_total %llu\n", (unsigned long long)s.undeliverable);
-    metric(&b, "procmesh_ring_full_waits_total", "counter",
-           "Times a sender was held back by a full destination.");
-    pmd_sb_printf(&b, "procmesh_ring_full_waits_total %llu\n", (unsigned long long)s.ring_full_waits);
-    metric(&b, "procmesh_notify_dropped_total", "counter",
-           "Notify datagrams not sent by the slot's own worker, dropped.");
-    pmd_sb_printf(&b, "procmesh_notify_dropped_total %llu\n", (unsigned long long)s.notify_dropped);
-    metric(&b, "procmesh_notices_dropped_total", "counter",
-           "Undeliverable notices that found no room or no live requester, dropped.");
-    pmd_sb_printf(&b, "procmesh_notices_dropped_total %llu\n", (unsigned long long)s.notices_dropped);
-    metric(&b, "procmesh_http_connections_evicted_total", "counter",
-           "Idle health connections closed to make room for a new one.");
-    pmd_sb_printf(&b, "procmesh_http_connections_evicted_total %llu\n",
-                  (unsigned long long)st->http_evicted);
-    metric(&b, "procmesh_http_accept_paused_total", "counter",
-           "Times the health endpoint stopped accepting for lack of file descriptors.");
-    pmd_sb_printf(&b, "procmesh_http_accept_paused_total %llu\n",
-                  (unsigned long long)st->http_accept_paused);
-    metric(&b, "procmesh_log_lines_suppressed_total", "counter",
-           "Log lines about a slot not written, past its rate limit.");
-    pmd_sb_printf(&b, "procmesh_log_lines_suppressed_total %llu\n",
-                  (unsigned long long)st->log_suppressed);
-    metric(&b, "procmesh_not_draining_total", "counter",
-           "Times a worker's full ring held frames back past the drain timeout.");
-    pmd_sb_printf(&b, "procmesh_not_draining_total %llu\n", (unsigned long long)s.not_draining);
-    metric(&b, "procmesh_input_faults_total", "counter",
-           "Workers that died holding one of main's requests (restarted outside the budget).");
-    pmd_sb_printf(&b, "procmesh_input_faults_total %llu\n", (unsigned long long)s.input_faults);
-    metric(&b, "procmesh_supervisor_stalls_total", "counter", "Times the supervisor was not running.");
-    pmd_sb_printf(&b, "procmesh_supervisor_stalls_total %llu\n", (unsigned long long)s.stalls);
-    metric(&b, "procmesh_supervisor_longest_stall_seconds", "gauge", "Longest supervisor stall.");
-    pmd_sb_printf(&b, "procmesh_supervisor_longest_stall_seconds %.3f\n", s.longest_stall_ms / 1000.0);
-    metric(&b, "procmesh_orphans_reaped_total", "counter",
-           "Re-parented processes that were not workers, reaped.");
-    pmd_sb_printf(&b, "procmesh_orphans_reaped_total %llu\n", (unsigned long long)s.orphans_reaped);
-    peer_metrics(&b, c);
     free(info);
+}
+
+/* Worker exits by cause (the daemon's own counts) and fences by reason. */
+static void exit_metrics(pmd_sbuf *b, const pmd_health_state *st, const struct pm_cluster_stats *s)
+{
+    metric(b, "procmesh_exits_total", "counter", "Worker exits by cause (clean: exited 0, or ended as asked by a stop).");
+    pmd_sb_printf(b, "procmesh_exits_total{cause=\"clean\"} %llu\n", (unsigned long long)st->exits_clean);
+    pmd_sb_printf(b, "procmesh_exits_total{cause=\"failure\"} %llu\n", (unsigned long long)st->exits_failed);
+    pmd_sb_printf(b, "procmesh_exits_total{cause=\"signal\"} %llu\n", (unsigned long long)st->exits_signal);
+    pmd_sb_printf(b, "procmesh_exits_total{cause=\"oom\"} %llu\n", (unsigned long long)st->exits_oom);
+    pmd_sb_printf(b, "procmesh_exits_total{cause=\"ready_timeout\"} %llu\n",
+              (unsigned long long)st->exits_ready_timeout);
+    pmd_sb_printf(b, "procmesh_exits_total{cause=\"fenced\"} %llu\n", (unsigned long long)st->exits_fenced);
+    metric(b, "procmesh_fences_total", "counter", "Workers fenced, by reason.");
+    pmd_sb_printf(b, "procmesh_fences_total{reason=\"heartbeat\"} %llu\n",
+              (unsigned long long)s->fences_heartbeat);
+    pmd_sb_printf(b, "procmesh_fences_total{reason=\"corrupt-ring\"} %llu\n",
+              (unsigned long long)s->fences_corrupt_ring);
+    pmd_sb_printf(b, "procmesh_fences_total{reason=\"protocol\"} %llu\n",
+              (unsigned long long)s->fences_protocol);
+}
+
+/* The hub's traffic, the supervisor's own health and the daemon's HTTP and
+ * log counters. */
+static void hub_metrics(pmd_sbuf *b, const pmd_health_state *st, const struct pm_cluster_stats *s)
+{
+    metric(b, "procmesh_frames_relayed_total", "counter", "Frames relayed by the hub.");
+    pmd_sb_printf(b, "procmesh_frames_relayed_total %llu\n", (unsigned long long)s->frames_relayed);
+    metric(b, "procmesh_bytes_relayed_total", "counter", "Payload bytes relayed by the hub.");
+    pmd_sb_printf(b, "procmesh_bytes_relayed_total %llu\n", (unsigned long long)s->bytes_relayed);
+    metric(b, "procmesh_malformed_frames_total", "counter", "Malformed frames dropped.");
+    pmd_sb_printf(b, "procmesh_malformed_frames_total %llu\n", (unsigned long long)s->malformed_dropped);
+    metric(b, "procmesh_undeliverable_total", "counter", "Undeliverable notices sent.");
+    pmd_sb_printf(b, "procmesh_undeliverable_total %llu\n", (unsigned long long)s->undeliverable);
+    metric(b, "procmesh_ring_full_waits_total", "counter",
+           "Times a sender was held back by a full destination.");
+    pmd_sb_printf(b, "procmesh_ring_full_waits_total %llu\n", (unsigned long long)s->ring_full_waits);
+    metric(b, "procmesh_notify_dropped_total", "counter",
+           "Notify datagrams not sent by the slot's own worker, dropped.");
+    pmd_sb_printf(b, "procmesh_notify_dropped_total %llu\n", (unsigned long long)s->notify_dropped);
+    metric(b, "procmesh_notices_dropped_total", "counter",
+           "Undeliverable notices that found no room or no live requester, dropped.");
+    pmd_sb_printf(b, "procmesh_notices_dropped_total %llu\n", (unsigned long long)s->notices_dropped);
+    metric(b, "procmesh_http_connections_evicted_total", "counter",
+           "Idle health connections closed to make room for a new one.");
+    pmd_sb_printf(b, "procmesh_http_connections_evicted_total %llu\n",
+                  (unsigned long long)st->http_evicted);
+    metric(b, "procmesh_http_accept_paused_total", "counter",
+           "Times the health endpoint stopped accepting for lack of file descriptors.");
+    pmd_sb_printf(b, "procmesh_http_accept_paused_total %llu\n",
+                  (unsigned long long)st->http_accept_paused);
+    metric(b, "procmesh_log_lines_suppressed_total", "counter",
+           "Log lines about a slot not written, past its rate limit.");
+    pmd_sb_printf(b, "procmesh_log_lines_suppressed_total %llu\n",
+                  (unsigned long long)st->log_suppressed);
+    metric(b, "procmesh_not_draining_total", "counter",
+           "Times a worker's full ring held frames back past the drain timeout.");
+    pmd_sb_printf(b, "procmesh_not_draining_total %llu\n", (unsigned long long)s->not_draining);
+    metric(b, "procmesh_input_faults_total", "counter",
+           "Workers that died holding one of main's requests (restarted outside the budget).");
+    pmd_sb_printf(b, "procmesh_input_faults_total %llu\n", (unsigned long long)s->input_faults);
+    metric(b, "procmesh_supervisor_stalls_total", "counter", "Times the supervisor was not running.");
+    pmd_sb_printf(b, "procmesh_supervisor_stalls_total %llu\n", (unsigned long long)s->stalls);
+    metric(b, "procmesh_supervisor_longest_stall_seconds", "gauge", "Longest supervisor stall.");
+    pmd_sb_printf(b, "procmesh_supervisor_longest_stall_seconds %.3f\n", s->longest_stall_ms / 1000.0);
+    metric(b, "procmesh_orphans_reaped_total", "counter",
+           "Re-parented processes that were not workers, reaped.");
+    pmd_sb_printf(b, "procmesh_orphans_reaped_total %llu\n", (unsigned long long)s->orphans_reaped);
+}
+
+/* The Prometheus text of the whole cluster into buf (truncated to size);
+ * returns its length. */
+size_t pmd_health_metrics(pm_cluster *c, const pmd_health_state *st, char *buf, size_t size)
+{
+    pmd_sbuf b = {buf, size, 0};
+    buf[0] = '\0';
+    struct pm_cluster_stats s;
+    pm_cluster_stats(c, &s);
+    slot_metrics(&b, c);
+    exit_metrics(&b, st, &s);
+    hub_metrics(&b, st, &s);
+    peer_metrics(&b, c);
     return b.len;
 }
 

@@ -358,22 +358,42 @@ static void on_diagnostic(pm_cluster *c, const char *topic, const char *message,
     pmd_log(strcmp(topic, "peer_links_failed") == 0 ? PMD_LOG_ERROR : PMD_LOG_WARN, topic, kv, 1);
 }
 
-static int cmd_run(int argc, char **argv)
+/* What `procmesh run` holds from its configuration to its exit. */
+typedef struct run_state {
+    pmd_dconf *conf;
+    pm_options *o;
+    int fds[PMD_MAX_LISTEN]; /* the --listen sockets, passed to the workers */
+    int nfds;
+    pmd_health_state hs;
+    pmd_events ev;           /* its hs points at hs above */
+    pm_cluster *c;
+    pmd_health *health;      /* NULL: no health endpoint */
+} run_state;
+
+/* --help or -h before any "--": prints the usage and returns 1. */
+static int run_wants_help(int argc, char **argv)
 {
-    static pmd_dconf conf;
-    char err[512];
     for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage_text, stdout);
-            return 0;
+            return 1;
         }
     }
+    return 0;
+}
+
+/* Parses the options and the environment into r->conf and the library's
+ * options r->o, reading the peer-link key files. 0, or the exit status
+ * after the error was logged. */
+static int run_configure(run_state *r, int argc, char **argv)
+{
+    char err[512];
     pmd_log_setup(early_log_format(argc, argv), PMD_LOG_INFO);
-    if (pmd_dconf_parse(&conf, argc, argv, env_get, err, sizeof(err)) < 0) {
+    if (pmd_dconf_parse(r->conf, argc, argv, env_get, err, sizeof(err)) < 0) {
         run_error(err);
         return EXIT_USAGE;
     }
-    pmd_log_setup(conf.log_format, conf.log_level);
+    pmd_log_setup(r->conf->log_format, r->conf->log_level);
     /* A worker running under our uid must not ptrace us or read our memory
      * through /proc: non-dumpable, before any worker exists. (No core dump
      * of the daemon afterwards, which is the price.) */
@@ -381,158 +401,204 @@ static int cmd_run(int argc, char **argv)
         const char *kv[] = {"error", strerror(errno)};
         pmd_log(PMD_LOG_WARN, "not_dumpable_failed", kv, 2);
     }
-    pm_options *o;
-    if (pmd_dconf_options(&conf, &o, err, sizeof(err)) < 0) {
+    if (pmd_dconf_options(r->conf, &r->o, err, sizeof(err)) < 0) {
         run_error(err);
         return EXIT_USAGE;
     }
-    pm_options_set_on_diagnostic(o, on_diagnostic, NULL);
-    if (conf.peer_flags) {
+    pm_options_set_on_diagnostic(r->o, on_diagnostic, NULL);
+    if (r->conf->peer_flags) {
         /* The key files are read (and bad ones named) before anything
          * starts. */
-        int rc = pmd_dconf_peer_files(&conf, o, err, sizeof(err));
-        if (rc < 0) {
+        if (pmd_dconf_peer_files(r->conf, r->o, err, sizeof(err)) < 0) {
             run_error(err);
-            pm_options_free(o);
-            pmd_dconf_free(&conf);
+            pm_options_free(r->o);
+            pmd_dconf_free(r->conf);
             return EXIT_USAGE;
         }
-        if (conf.insecure_no_secret) {
+        if (r->conf->insecure_no_secret) {
             const char *kv[] = {"reason", "--insecure-no-secret: anyone who reaches the peer port can join "
                                           "unless --peer-keys pins static keys"};
             pmd_log(PMD_LOG_WARN, "peer_links_insecure", kv, 1);
         }
     }
-    if (conf.core_dir != NULL)
-        log_core_dir(conf.core_dir);
+    if (r->conf->core_dir != NULL)
+        log_core_dir(r->conf->core_dir);
+    return 0;
+}
+
+/* Becomes the reaper of re-parented orphans, opens the --listen sockets for
+ * the workers and installs the daemon's callbacks. 0, or the exit status. */
+static int run_prepare(run_state *r)
+{
     /* Orphans re-parented to us must be reaped: as PID 1 that is automatic,
      * elsewhere we become a child subreaper so the same holds. */
     if (getpid() != 1)
         prctl(PR_SET_CHILD_SUBREAPER, 1);
-    int fds[PMD_MAX_LISTEN];
-    int nfds = pmd_listen_open(&conf, fds);
-    if (nfds < 0) {
-        pm_options_free(o);
+    r->nfds = pmd_listen_open(r->conf, r->fds);
+    if (r->nfds < 0) {
+        pm_options_free(r->o);
         return EXIT_START;
     }
-    if (nfds > 0) {
+    if (r->nfds > 0) {
         const char *names[PMD_MAX_LISTEN];
-        for (int i = 0; i < nfds; i++)
-            names[i] = conf.listen[i].name;
-        pm_options_set_listen_fds(o, fds, names, (size_t)nfds);
+        for (int i = 0; i < r->nfds; i++)
+            names[i] = r->conf->listen[i].name;
+        pm_options_set_listen_fds(r->o, r->fds, names, (size_t)r->nfds);
     }
-    pmd_health_state hs;
-    memset(&hs, 0, sizeof(hs));
-    hs.min_ready = conf.min_ready;
-    pmd_events ev;
-    pmd_events_init(&ev, &hs);
-    pm_options_set_on_event(o, pmd_on_event, &ev);
-    pm_options_set_on_permanently_down(o, pmd_on_down, &ev);
-    pm_options_set_on_output(o, pmd_on_output, &ev);
-    pm_cluster *c;
+    memset(&r->hs, 0, sizeof(r->hs));
+    r->hs.min_ready = r->conf->min_ready;
+    pmd_events_init(&r->ev, &r->hs);
+    pm_options_set_on_event(r->o, pmd_on_event, &r->ev);
+    pm_options_set_on_permanently_down(r->o, pmd_on_down, &r->ev);
+    pm_options_set_on_output(r->o, pmd_on_output, &r->ev);
+    return 0;
+}
+
+/* Starts the workers (every slot ready when it returns) and the health
+ * endpoint. 0, or the exit status after the failure was logged. */
+static int run_start(run_state *r)
+{
     pmd_keyreload_early();
-    int rc = pm_cluster_spawn(o, &c);
+    int rc = pm_cluster_spawn(r->o, &r->c);
     if (rc == -EINTR) {
         /* SIGTERM/SIGINT while the workers were starting: they were killed
          * and reaped by pm_cluster_spawn; that is a drain that had to kill. */
         const char *kv[] = {"workers_killed", "true", "during", "start"};
         pmd_log(PMD_LOG_INFO, "drain_end", kv, 2);
-        pmd_events_free(&ev);
-        pm_options_free(o);
+        pmd_events_free(&r->ev);
+        pm_options_free(r->o);
         return EXIT_DRAIN_KILLED;
     }
     if (rc < 0) {
         /* The library's words for the first failure when it gave them
          * ("worker exited with code 1 before it was ready"), else the errno. */
-        const char *why = ev.start_error[0] != '\0' ? ev.start_error : pm_strerror(rc);
-        const char *kv[] = {"error", why, "command", conf.argv[0]};
+        const char *why = r->ev.start_error[0] != '\0' ? r->ev.start_error : pm_strerror(rc);
+        const char *kv[] = {"error", why, "command", r->conf->argv[0]};
         pmd_log(PMD_LOG_ERROR, "start_failed", kv, 2);
-        pmd_events_free(&ev);
-        pm_options_free(o);
+        pmd_events_free(&r->ev);
+        pm_options_free(r->o);
         return EXIT_START;
     }
-    pmd_health *health = NULL;
-    if (conf.health_host[0] != '\0' || conf.health_port != 0) {
-        health = pmd_health_start(c, conf.health_host, conf.health_port, &hs);
-        if (health == NULL) {
-            const char *kv[] = {"health", conf.health_host, "error", strerror(errno)};
+    r->health = NULL;
+    if (r->conf->health_host[0] != '\0' || r->conf->health_port != 0) {
+        r->health = pmd_health_start(r->c, r->conf->health_host, r->conf->health_port, &r->hs);
+        if (r->health == NULL) {
+            const char *kv[] = {"health", r->conf->health_host, "error", strerror(errno)};
             pmd_log(PMD_LOG_ERROR, "health_failed", kv, 2);
-            pm_cluster_terminate(c);
-            pmd_events_free(&ev);
-            pm_options_free(o);
+            pm_cluster_terminate(r->c);
+            pmd_events_free(&r->ev);
+            pm_options_free(r->o);
             return EXIT_START;
         }
     }
-    int status = 0;
+    return 0;
+}
+
+/* SIGTERM/SIGINT: stops every worker within the stop timeout and returns
+ * the exit status (a drain that had to kill, a slot failed before, or 0). */
+static int run_drain(run_state *r)
+{
+    char sig[32];
+    const char *kv[] = {"signal", pmd_signal_name(pm_cluster_last_signal(r->c), sig, sizeof(sig))};
+    pmd_log(PMD_LOG_INFO, "drain_begin", kv, 1);
+    r->hs.draining = 1; /* /readyz says no from now on */
+    pmd_notify("STOPPING=1");
+    struct pm_cluster_stats st;
+    pm_cluster_stats(r->c, &st);
+    int rc = terminate(r->c, &r->health);
+    /* A slot that had failed for good before the drain still says so (exit
+     * 5), unless the drain itself had to kill (exit 1). */
+    int status = rc != 0 ? EXIT_DRAIN_KILLED : r->ev.failed_stops > 0 ? EXIT_SLOT_FAILED : 0;
+    char orphans[24];
+    snprintf(orphans, sizeof(orphans), "%llu", (unsigned long long)st.orphans_reaped);
+    const char *kv2[] = {"workers_killed", rc == 0 ? "false" : "true", "orphans_reaped", orphans};
+    pmd_log(PMD_LOG_INFO, "drain_end", kv2, 2);
+    return status;
+}
+
+/* Nothing left to supervise: every slot retired (the orchestrator should
+ * restart us) or ended for good; the exit status is 0 only when every one
+ * ended cleanly. */
+static int run_all_ended(run_state *r)
+{
+    const pmd_events *ev = &r->ev;
+    int status = ev->retired > 0 ? EXIT_RETIRED : ev->failed_stops > 0 ? EXIT_SLOT_FAILED : 0;
+    const char *why = ev->retired > 0        ? "all slots retired"
+                      : ev->failed_stops > 0 ? "a slot ended in a failure and was not restarted"
+                                             : "all slots stopped";
+    char failed[16];
+    snprintf(failed, sizeof(failed), "%u", ev->failed_stops);
+    const char *kv[] = {"reason", why, "failed_slots", failed};
+    pmd_log(status != 0 ? PMD_LOG_ERROR : PMD_LOG_INFO, "exit", kv, 2);
+    terminate(r->c, &r->health);
+    return status;
+}
+
+/* The supervision loop: turns of the cluster, the systemd watchdog, key
+ * reloads (SIGUSR2, SIGHUP), rolling restarts (SIGHUP), until a drain, a
+ * loop failure or no slot left. Returns the exit status. */
+static int run_loop(run_state *r)
+{
     pmd_keyreload kr;
-    pmd_keyreload_arm(&kr, c);
+    pmd_keyreload_arm(&kr, r->c);
     /* pm_cluster_spawn returned: every slot is ready. */
     pmd_notify("READY=1");
     uint64_t wd = pmd_watchdog_interval_ms(), next_wd = wd ? pmd_now_ms() : 0;
+    int status = 0;
     for (;;) {
         if (wd && pmd_now_ms() >= next_wd) {
             pmd_notify("WATCHDOG=1");
             next_wd = pmd_now_ms() + wd;
         }
-        rc = pm_cluster_run(c, wd && wd < 1000 ? (int)wd : 1000);
-        between_turns(health, &ev);
+        int rc = pm_cluster_run(r->c, wd && wd < 1000 ? (int)wd : 1000);
+        between_turns(r->health, &r->ev);
         if (kr.pending) {
             kr.pending = 0;
-            pmd_keys_reload(c, &conf, "SIGUSR2");
+            pmd_keys_reload(r->c, r->conf, "SIGUSR2");
         }
-        if (rc == -EINTR && pm_cluster_last_signal(c) == SIGHUP) {
-            if (conf.peer_flags)
-                pmd_keys_reload(c, &conf, "SIGHUP");
-            rc = rolling_restart(c, health, &ev);
+        if (rc == -EINTR && pm_cluster_last_signal(r->c) == SIGHUP) {
+            if (r->conf->peer_flags)
+                pmd_keys_reload(r->c, r->conf, "SIGHUP");
+            rc = rolling_restart(r->c, r->health, &r->ev);
         }
         if (rc == -EINTR) {
-            char sig[32];
-            const char *kv[] = {"signal",
-                                pmd_signal_name(pm_cluster_last_signal(c), sig, sizeof(sig))};
-            pmd_log(PMD_LOG_INFO, "drain_begin", kv, 1);
-            hs.draining = 1; /* /readyz says no from now on */
-            pmd_notify("STOPPING=1");
-            struct pm_cluster_stats st;
-            pm_cluster_stats(c, &st);
-            rc = terminate(c, &health);
-            /* A slot that had failed for good before the drain still says
-             * so (exit 5), unless the drain itself had to kill (exit 1). */
-            status = rc != 0 ? EXIT_DRAIN_KILLED : ev.failed_stops > 0 ? EXIT_SLOT_FAILED : 0;
-            char orphans[24];
-            snprintf(orphans, sizeof(orphans), "%llu", (unsigned long long)st.orphans_reaped);
-            const char *kv2[] = {"workers_killed", rc == 0 ? "false" : "true", "orphans_reaped",
-                                 orphans};
-            pmd_log(PMD_LOG_INFO, "drain_end", kv2, 2);
+            status = run_drain(r);
             break;
         }
         if (rc < 0) {
             const char *kv[] = {"error", pm_strerror(rc)};
             pmd_log(PMD_LOG_ERROR, "loop_failed", kv, 1);
-            terminate(c, &health);
+            terminate(r->c, &r->health);
             status = EXIT_START;
             break;
         }
-        if (pm_cluster_size(c) == 0) {
-            /* Nothing left to supervise: every slot retired (the orchestrator
-             * should restart us) or ended for good; 0 only when every one
-             * ended cleanly. */
-            status = ev.retired > 0 ? EXIT_RETIRED : ev.failed_stops > 0 ? EXIT_SLOT_FAILED : 0;
-            const char *why = ev.retired > 0 ? "all slots retired"
-                              : ev.failed_stops > 0 ? "a slot ended in a failure and was not restarted"
-                                                    : "all slots stopped";
-            char failed[16];
-            snprintf(failed, sizeof(failed), "%u", ev.failed_stops);
-            const char *kv[] = {"reason", why, "failed_slots", failed};
-            pmd_log(status != 0 ? PMD_LOG_ERROR : PMD_LOG_INFO, "exit", kv, 2);
-            terminate(c, &health);
+        if (pm_cluster_size(r->c) == 0) {
+            status = run_all_ended(r);
             break;
         }
     }
     pmd_keyreload_close(&kr);
-    pmd_events_free(&ev);
-    pm_options_free(o);
-    for (int i = 0; i < nfds; i++)
-        close(fds[i]);
+    return status;
+}
+
+/* `procmesh run`: configure, prepare, start, supervise, then release what
+ * the run held. Returns the exit status (see the usage text). */
+static int cmd_run(int argc, char **argv)
+{
+    static pmd_dconf conf;
+    static run_state r;
+    int status;
+    if (run_wants_help(argc, argv))
+        return 0;
+    r.conf = &conf;
+    if ((status = run_configure(&r, argc, argv)) != 0 || (status = run_prepare(&r)) != 0 ||
+        (status = run_start(&r)) != 0)
+        return status;
+    status = run_loop(&r);
+    pmd_events_free(&r.ev);
+    pm_options_free(r.o);
+    for (int i = 0; i < r.nfds; i++)
+        close(r.fds[i]);
     pmd_dconf_free(&conf);
     return status;
 }
