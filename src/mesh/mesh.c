@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* mesh.c - the supervisor's peer links as one object: started and freed with the cluster, its loop completions dispatched, its timers, the end of a loop turn, its counters and the public calls that read them. */
 #define _GNU_SOURCE
+#include "mesh.h"
 #include "mesh_int.h"
 
 #include <fcntl.h>
@@ -222,17 +223,13 @@ static int load_static(pm__mesh *m, char *why, size_t whysize)
     return rc;
 }
 
-int pm__mesh_init(pm__mesh **out, const pm__mesh_env *env, char *why, size_t whysize)
+/* The mesh with nothing open yet (every fd -1) and its receive buffer,
+ * which a forked worker never sees (MADV_WIPEONFORK). NULL: no memory. */
+static pm__mesh *mesh_new(const pm__mesh_env *env)
 {
-    char dummy[8];
-    if (why == NULL) {
-        why = dummy;
-        whysize = sizeof(dummy);
-    }
-    why[0] = '\0';
     pm__mesh *m = calloc(1, sizeof(*m));
     if (m == NULL)
-        return -ENOMEM;
+        return NULL;
     m->lfd = -1;
     m->spare_fd = -1;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
@@ -240,40 +237,42 @@ int pm__mesh_init(pm__mesh **out, const pm__mesh_env *env, char *why, size_t why
     for (size_t i = 0; i < MESH_TARGETS; i++)
         m->dial_conn[i] = -1;
     m->env = *env;
-    int rc;
     void *buf = mmap(NULL, PM__MESH_READ_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                      -1, 0);
     if (buf == MAP_FAILED) {
-        rc = -ENOMEM;
-        goto fail;
+        free(m);
+        return NULL;
     }
     (void)madvise(buf, PM__MESH_READ_BUF, MADV_WIPEONFORK);
     m->rbuf = buf;
+    return m;
+}
+
+/* The keys' first generation: the secrets, the node key, the pins, and
+ * the handshake configuration every connection starts from. */
+static int keys_setup(pm__mesh *m, char *why, size_t whysize)
+{
     if (m->env.cfg.keys != NULL)
         m->keys = pm__keyring_dup(m->env.cfg.keys);
     else if (pm__keyring_new(&m->keys) < 0)
         m->keys = NULL;
-    if (m->keys == NULL) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    rc = load_static(m, why, whysize);
+    if (m->keys == NULL)
+        return -ENOMEM;
+    int rc = load_static(m, why, whysize);
     if (rc < 0) {
         if (why[0] == '\0')
             snprintf(why, whysize, "node key: %s", strerror(-rc));
-        goto fail;
+        return rc;
     }
     if (m->env.cfg.peer_keys_file != NULL) {
         rc = pm__pins_load(m->env.cfg.peer_keys_file, &m->pins, why, whysize);
         if (rc < 0)
-            goto fail;
+            return rc;
         m->pinned = 1;
     }
     m->cur = calloc(1, sizeof(*m->cur));
-    if (m->cur == NULL) {
-        rc = -ENOMEM;
-        goto fail;
-    }
+    if (m->cur == NULL)
+        return -ENOMEM;
     m->cur->refs = 1;
     m->cur->keys = m->keys;
     m->keys = NULL;
@@ -287,20 +286,27 @@ int pm__mesh_init(pm__mesh **out, const pm__mesh_env *env, char *why, size_t why
     cfg->idle_ms = (uint32_t)m->env.cfg.timeout_ms;
     cfg->keys = m->cur->keys;
     cfg->pins = m->pinned ? &m->pins : NULL;
-    if (m->env.cfg.listen[0] != '\0') {
-        rc = pm__mesh_listen_on(m);
+    return 0;
+}
+
+/* The listener, the configured peers dialled, --peers-dns to resolve. */
+static int links_start(pm__mesh *m, char *why, size_t whysize)
+{
+    const pm__mesh_cfg *cfg = &m->env.cfg;
+    if (cfg->listen[0] != '\0') {
+        int rc = pm__mesh_listen_on(m);
         if (rc < 0) {
-            snprintf(why, whysize, "peer listen %s: %s", m->env.cfg.listen, strerror(-rc));
-            goto fail;
+            snprintf(why, whysize, "peer listen %s: %s", cfg->listen, strerror(-rc));
+            return rc;
         }
     }
-    for (size_t i = 0; i < m->env.cfg.npeers; i++)
+    for (size_t i = 0; i < cfg->npeers; i++)
         pm__mesh_dial(m, (int)i);
-    if (m->env.cfg.peers_dns[0] != '\0') {
-        rc = pm__peerdns_new(&m->dns, m->env.cfg.peers_dns);
+    if (cfg->peers_dns[0] != '\0') {
+        int rc = pm__peerdns_new(&m->dns, cfg->peers_dns);
         if (rc < 0) {
-            snprintf(why, whysize, "peers-dns %s: %s", m->env.cfg.peers_dns, strerror(-rc));
-            goto fail;
+            snprintf(why, whysize, "peers-dns %s: %s", cfg->peers_dns, strerror(-rc));
+            return rc;
         }
         /* The first answer comes back on the loop: a name that does not
          * resolve yet (pods start in any order) is retried, never fatal.
@@ -312,11 +318,29 @@ int pm__mesh_init(pm__mesh **out, const pm__mesh_env *env, char *why, size_t why
          * doc/design.md "Peers from DNS". */
         m->dns_at = pm__now_ms();
     }
+    return 0;
+}
+
+int pm__mesh_init(pm__mesh **out, const pm__mesh_env *env, char *why, size_t whysize)
+{
+    char dummy[8];
+    if (why == NULL) {
+        why = dummy;
+        whysize = sizeof(dummy);
+    }
+    why[0] = '\0';
+    pm__mesh *m = mesh_new(env);
+    if (m == NULL)
+        return -ENOMEM;
+    int rc = keys_setup(m, why, whysize);
+    if (rc == 0)
+        rc = links_start(m, why, whysize);
+    if (rc < 0) {
+        pm__mesh_free(m);
+        return rc;
+    }
     *out = m;
     return 0;
-fail:
-    pm__mesh_free(m);
-    return rc;
 }
 
 /*

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* mesh_conn.c - one peer connection on the loop: its loop arm, records in and out through its peer.c state, the output queue written to the socket, the link installed as a hub port and ended. */
+/* mesh_conn.c - one peer connection on the loop: its loop arm, records in and out through its peer.c state, the output queue written to the socket, the link installed as a hub port and ended, its target's redial scheduled. */
 #define _GNU_SOURCE
 #include "mesh_int.h"
 
@@ -538,4 +538,22 @@ uint64_t pm__mconn_heartbeat_at(const pm__mconn *k)
 uint64_t pm__mconn_silence_at(const pm__mesh *m, const pm__mconn *k)
 {
     return k->last_rx_ms + (uint64_t)m->env.cfg.timeout_ms;
+}
+
+/* b ms +-25 %: hosts that lost each other at once do not redial (or
+ * resolve) in step. */
+uint64_t pm__mesh_jittered(uint32_t b, uint64_t now)
+{
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+        r = (uint32_t)now;
+    return b * 3u / 4u + r % (b / 2u + 1u);
+}
+
+void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now)
+{
+    uint32_t b = m->backoff_ms[peer];
+    b = b == 0 ? PM__MESH_REDIAL_MIN_MS : (b * 2 > PM__MESH_REDIAL_MAX_MS ? PM__MESH_REDIAL_MAX_MS : b * 2);
+    m->backoff_ms[peer] = b;
+    m->redial_at[peer] = now + pm__mesh_jittered(b, now);
 }

@@ -57,30 +57,6 @@ int pm__mesh_resolve(const char *addr, int passive, struct sockaddr_storage *ss,
     return 0;
 }
 
-/* b ms +-25 %: hosts that lost each other at once do not redial (or
- * resolve) in step. */
-uint64_t pm__mesh_jittered(uint32_t b, uint64_t now)
-{
-    uint32_t r = 0;
-    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
-        r = (uint32_t)now;
-    return b * 3u / 4u + r % (b / 2u + 1u);
-}
-
-void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now)
-{
-    uint32_t b = m->backoff_ms[peer];
-    b = b == 0 ? PM__MESH_REDIAL_MIN_MS : (b * 2 > PM__MESH_REDIAL_MAX_MS ? PM__MESH_REDIAL_MAX_MS : b * 2);
-    m->backoff_ms[peer] = b;
-    m->redial_at[peer] = now + pm__mesh_jittered(b, now);
-}
-
-/* The --peers-dns address target i stands for, or NULL (a configured peer). */
-pm__dtarget *pm__mesh_dns_target(pm__mesh *m, int i)
-{
-    return i >= PM__MAX_PEERS && i < MESH_TARGETS ? &m->dt[i - PM__MAX_PEERS] : NULL;
-}
-
 /* Target i exists and may be dialled. */
 int pm__mesh_target_dialable(const pm__mesh *m, int i)
 {

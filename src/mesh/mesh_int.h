@@ -8,7 +8,7 @@
 
 #include "faillog.h"
 #include "hub/hub.h"
-#include "mesh.h"
+#include "mesh_env.h"
 #include "os/loop.h"
 #include "peer/peer.h"
 #include "peer/peerdns.h"
@@ -99,6 +99,12 @@ struct pm__mesh {
     uint64_t lingered, closes_answered, linger_expired, linger_discarded;
 };
 
+/* The --peers-dns address target i stands for, or NULL (a configured peer). */
+static inline pm__dtarget *pm__mesh_dns_target(pm__mesh *m, int i)
+{
+    return i >= PM__MAX_PEERS && i < MESH_TARGETS ? &m->dt[i - PM__MAX_PEERS] : NULL;
+}
+
 /* The listener's loop tag, and the --peers-dns resolution's: the listen
  * kind, slots 0 and 1. */
 #define LISTEN_TAG(m) PM__TAG((m)->env.tag_listen, 0, 0)
@@ -126,12 +132,12 @@ int pm__mconn_linger(pm__mesh *m, pm__mconn *k);
 void pm__mconn_rekey(pm__mesh *m, pm__mconn *k, uint64_t now);
 uint64_t pm__mconn_heartbeat_at(const pm__mconn *k);
 uint64_t pm__mconn_silence_at(const pm__mesh *m, const pm__mconn *k);
+/* b ms +-25 %, and the next redial of target peer after backoff. */
+uint64_t pm__mesh_jittered(uint32_t b, uint64_t now);
+void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now);
 
 /* mesh_dial.c: targets, dialing, redial, --peers-dns. */
 int pm__mesh_resolve(const char *addr, int passive, struct sockaddr_storage *ss, socklen_t *len);
-uint64_t pm__mesh_jittered(uint32_t b, uint64_t now);
-void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now);
-pm__dtarget *pm__mesh_dns_target(pm__mesh *m, int i);
 int pm__mesh_target_dialable(const pm__mesh *m, int i);
 void pm__mesh_dial(pm__mesh *m, int i);
 void pm__mesh_dns_resolve(pm__mesh *m, uint64_t now);
