@@ -151,16 +151,16 @@ static int exited(pid_t pid, int *status)
  * the worker's requests while it lasted. */
 static void attack(pm_cluster *c, const char *name, int why)
 {
-    uint64_t before = pm__mesh_fails(c, why);
+    uint64_t before = pm__mesh_fails(c->mesh, why);
     unsigned pongs0 = pongs;
     pid_t pid = bad_peer(name, "x");
     int status = 0;
     PM_RUN_UNTIL(c, exited(pid, &status), 60000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "pm-bad-peer %s: exit status 0x%x (1: not closed, 3: setup)", name, status);
-    PM_RUN_UNTIL(c, pm__mesh_fails(c, why) > before, 10000);
+    PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, why) > before, 10000);
     PM_RUN_UNTIL(c, pongs > pongs0 + 2, 10000);
-    PM_RUN_UNTIL(c, pm__mesh_links_up(c) == 0, 10000);
+    PM_RUN_UNTIL(c, pm__mesh_links_up(c->mesh) == 0, 10000);
 }
 
 START_TEST(test_handshake_attacks)
@@ -224,10 +224,10 @@ START_TEST(test_bytes_after_close_ignored)
      * the same read as the CLOSE or after it: both end as "closed", the
      * CLOSE answered with CLOSE 0. */
     pm_cluster *c = start_a(2000);
-    uint64_t record0 = pm__mesh_fails(c, PM__PF_RECORD);
+    uint64_t record0 = pm__mesh_fails(c->mesh, PM__PF_RECORD);
     attack(c, "close-junk-same", PM__PF_CLOSED);
     attack(c, "close-junk-later", PM__PF_CLOSED);
-    ck_assert_uint_eq(pm__mesh_fails(c, PM__PF_RECORD), record0);
+    ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_RECORD), record0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -254,14 +254,14 @@ START_TEST(test_forged_notices_dropped)
      * request the worker sent over b's link: each is dropped and counted
      * late, and no ping fails. */
     pm_cluster *c = start_a(2000);
-    uint64_t closed0 = pm__mesh_fails(c, PM__PF_CLOSED);
+    uint64_t closed0 = pm__mesh_fails(c->mesh, PM__PF_CLOSED);
     uint64_t late0 = pm_test_hub_late_replies(&c->hub);
     pid_t pid = bad_peer("forged-notices", "b");
     int status = 0;
     PM_RUN_UNTIL(c, exited(pid, &status), 60000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "pm-bad-peer forged-notices: 0x%x", status);
-    PM_RUN_UNTIL(c, pm__mesh_fails(c, PM__PF_CLOSED) > closed0, 10000);
+    PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_CLOSED) > closed0, 10000);
     ck_assert_uint_ge(pm_test_hub_late_replies(&c->hub), late0 + 3000);
     unsigned pongs0 = pongs;
     PM_RUN_UNTIL(c, pongs > pongs0 + 2, 10000);
@@ -275,14 +275,14 @@ START_TEST(test_forged_host_dropped)
     /* A peer authenticated as b sends a frame claiming host c: dropped and
      * counted on b's link, never delivered; b's own CLOSE ends the link. */
     pm_cluster *c = start_a(2000);
-    uint64_t closed0 = pm__mesh_fails(c, PM__PF_CLOSED);
+    uint64_t closed0 = pm__mesh_fails(c->mesh, PM__PF_CLOSED);
     pid_t pid = bad_peer("forged-host", "b");
     int status = 0;
     PM_RUN_UNTIL(c, exited(pid, &status), 60000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "pm-bad-peer forged-host: 0x%x",
                   status);
-    PM_RUN_UNTIL(c, pm__mesh_links_up(c) == 0 && peer_ups == 1, 10000);
-    PM_RUN_UNTIL(c, pm__mesh_fails(c, PM__PF_CLOSED) > closed0, 10000);
+    PM_RUN_UNTIL(c, pm__mesh_links_up(c->mesh) == 0 && peer_ups == 1, 10000);
+    PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_CLOSED) > closed0, 10000);
     int b = pm__hub_host_index(&c->hub, "b");
     ck_assert_int_ge(b, 1);
     ck_assert_uint_eq(pm_test_link_forged(&c->hub, (unsigned)b), 1);
@@ -507,9 +507,9 @@ START_TEST(test_flood_1000)
     int status = 0;
     PM_RUN_UNTIL(c, sample() && exited(fl, &status), 120000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the flood process: 0x%x", status);
-    PM_RUN_UNTIL(c, sample() && peer_ups >= 1 && pm__mesh_links_up(c) == 1, 60000);
+    PM_RUN_UNTIL(c, sample() && peer_ups >= 1 && pm__mesh_links_up(c->mesh) == 1, 60000);
     ck_assert_uint_eq(peer_ups, 1); /* up once, and it stayed up */
-    ck_assert_uint_ge(pm__mesh_fails(c, PM__PF_RATE), 1);
+    ck_assert_uint_ge(pm__mesh_fails(c->mesh, PM__PF_RATE), 1);
     ck_assert_uint_gt(pongs, pongs0);
     /* Bounds: a connection table of PM__MESH_CONNS (and the spare fd); the
      * memory of that many handshaking connections. */
@@ -663,8 +663,8 @@ START_TEST(test_accept_out_of_fds)
     pm_cluster *a = start_host("a", 2000, peer);
     uint32_t served0 = b_pongs(a);
     uint64_t t0 = pm_test_ms(), cpu0 = cpu_ms(b);
-    uint64_t fails0 = pm__mesh_fails(a, PM__PF_TRUNCATED);
-    PM_RUN_UNTIL(a, pm__mesh_fails(a, PM__PF_TRUNCATED) >= fails0 + 3, 30000);
+    uint64_t fails0 = pm__mesh_fails(a->mesh, PM__PF_TRUNCATED);
+    PM_RUN_UNTIL(a, pm__mesh_fails(a->mesh, PM__PF_TRUNCATED) >= fails0 + 3, 30000);
     uint64_t wall = pm_test_ms() - t0, cpu = cpu_ms(b) - cpu0;
     ck_assert_uint_eq(peer_ups, 0);
     /* Not a busy loop: a spinning b would use all the CPU it is given. */
@@ -674,7 +674,7 @@ START_TEST(test_accept_out_of_fds)
     ck_assert_msg(served1 > served0, "b stopped serving its worker while out of fds");
     ask(a, 'r', 1);
     ck_assert_int_eq(answer[0], 'R');
-    PM_RUN_UNTIL(a, peer_ups == 1 && pm__mesh_links_up(a) == 1, 30000);
+    PM_RUN_UNTIL(a, peer_ups == 1 && pm__mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_uint_gt(b_pongs(a), served1);
     kill(b, SIGKILL);
     pm_test_reap(b, 5000);

@@ -338,12 +338,12 @@ static inline uint64_t pm_test_cluster_unreachable(const pm_cluster *c)
 
 /* Batching over c's live peer links (mesh.c keeps its connections private):
  * frames sent, FRAMES records sealed, frames staged now. */
-void pm__mesh_batch_stats(const struct pm_cluster *c, uint64_t *frames, uint64_t *records,
+void pm__mesh_batch_stats(const pm__mesh *m, uint64_t *frames, uint64_t *records,
                           uint64_t *staged);
 static inline void pm_test_link_batch(const pm_cluster *c, uint64_t *frames, uint64_t *records,
                                       uint64_t *staged)
 {
-    pm__mesh_batch_stats(c, frames, records, staged);
+    pm__mesh_batch_stats(c->mesh, frames, records, staged);
 }
 
 /* A turn's work (turn.c, liveness.c): loop turns, the slots those turns

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* mesh.c - the supervisor's peer links as one object: started and freed with the cluster, its loop completions dispatched, its timers, the end of a loop turn, its counters and the public calls that read them. */
 #define _GNU_SOURCE
+#include "mesh.h"
 #include "mesh_int.h"
 
 #include <fcntl.h>
@@ -17,18 +18,17 @@
 #include <sys/socket.h>
 
 
-void pm__mesh_ready(pm_cluster *c, uint64_t tag)
+void pm__mesh_ready(pm__mesh *m, uint64_t tag)
 {
-    pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
-    if (PM__TAG_KIND(tag) == PM__TAG_PEER_LISTEN) {
+    if (PM__TAG_KIND(tag) == m->env.tag_listen) {
         if (PM__TAG_SLOT(tag) == 1) {
             if (m->dns != NULL && m->dns_armed)
-                pm__mesh_dns_ready(c);
+                pm__mesh_dns_ready(m);
             return;
         }
-        pm__mesh_on_listen(c);
+        pm__mesh_on_listen(m);
         return;
     }
     unsigned j = PM__TAG_SLOT(tag);
@@ -39,10 +39,10 @@ void pm__mesh_ready(pm_cluster *c, uint64_t tag)
         return; /* an arm of a connection that is gone or was re-armed */
     k->armed = 0;
     if (k->lingering) {
-        if (pm__mconn_linger(c, k))
-            pm__mconn_release(c, k);
+        if (pm__mconn_linger(m, k))
+            pm__mconn_release(m, k);
         else
-            pm__mconn_arm(c, k);
+            pm__mconn_arm(m, k);
         return;
     }
     if (k->dialing) {
@@ -51,30 +51,29 @@ void pm__mesh_ready(pm_cluster *c, uint64_t tag)
         if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
             err = errno;
         if (err == EINPROGRESS || err == EALREADY) {
-            pm__mconn_arm(c, k);
+            pm__mconn_arm(m, k);
             return;
         }
         if (err != 0) {
             m->dial_failed++;
             pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             m->fails[PM__PF_LOCAL]--; /* counted as a failed dial instead */
-            pm__mconn_close(c, k);
+            pm__mconn_close(m, k);
             return;
         }
         k->dialing = 0;
     }
-    pm__mconn_read(c, k);
+    pm__mconn_read(m, k);
     pm__mconn_write(k);
     if (k->pc.state == PM__PC_DEAD) {
-        pm__mconn_close(c, k);
+        pm__mconn_close(m, k);
         return;
     }
-    pm__mconn_arm(c, k);
+    pm__mconn_arm(m, k);
 }
 
-void pm__mesh_flush(pm_cluster *c)
+void pm__mesh_flush(pm__mesh *m)
 {
-    pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
     if (m->accept_stalled && m->lfd >= 0) {
@@ -82,7 +81,7 @@ void pm__mesh_flush(pm_cluster *c)
          * one more try a turn, never a busy loop of its own. */
         pm__mesh_spare_reopen(m);
         m->accept_stalled = 0;
-        if (!m->lfd_armed && pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
+        if (!m->lfd_armed && pm__loop_arm(m->env.loop, m->lfd, LISTEN_TAG(m)) == 0)
             m->lfd_armed = 1;
     }
     /* The next handshake's ephemeral key pair, made now, after this turn's
@@ -97,7 +96,7 @@ void pm__mesh_flush(pm_cluster *c)
          * the loop sleeps): never later, so a lone request is not delayed. */
         if (k->pc_live)
             (void)pm__pconn_flush_stage(&k->pc); /* a failure closes the link */
-        pm__mconn_rekey(c, k, pm__now_ms());
+        pm__mconn_rekey(m, k, pm__now_ms());
         pm__mconn_write(k);
         /* Writing drains the queue, and the drain hook may stage more (a
          * large message's cursor, held senders' frames read again...). Those
@@ -117,15 +116,14 @@ void pm__mesh_flush(pm_cluster *c)
             pm__mconn_write(k);
         }
         if (k->pc.state == PM__PC_DEAD)
-            pm__mconn_close(c, k);
+            pm__mconn_close(m, k);
         else
-            pm__mconn_arm(c, k);
+            pm__mconn_arm(m, k);
     }
 }
 
-uint64_t pm__mesh_next_deadline(const pm_cluster *c)
+uint64_t pm__mesh_next_deadline(const pm__mesh *m)
 {
-    const pm__mesh *m = mesh_of(c);
     uint64_t next = 0;
     if (m == NULL)
         return 0;
@@ -134,7 +132,7 @@ uint64_t pm__mesh_next_deadline(const pm_cluster *c)
         uint64_t d[4] = {k->fd >= 0 ? k->deadline_ms : 0, 0, 0, 0};
         if (k->fd >= 0 && k->linked) {
             d[1] = pm__mconn_heartbeat_at(k);
-            d[2] = pm__mconn_silence_at(c, k);
+            d[2] = pm__mconn_silence_at(m, k);
             d[3] = k->rekey_at_ms;
         }
         for (int i = 0; i < 4; i++)
@@ -143,7 +141,7 @@ uint64_t pm__mesh_next_deadline(const pm_cluster *c)
     }
     for (int i = 0; i < MESH_TARGETS; i++) {
         uint64_t d = m->redial_at[i];
-        if (d != 0 && pm__mesh_target_dialable(c, m, i) && (next == 0 || d < next))
+        if (d != 0 && pm__mesh_target_dialable(m, i) && (next == 0 || d < next))
             next = d;
     }
     if (m->dns_at != 0 && (next == 0 || m->dns_at < next))
@@ -151,9 +149,8 @@ uint64_t pm__mesh_next_deadline(const pm_cluster *c)
     return next;
 }
 
-void pm__mesh_fire(pm_cluster *c, uint64_t now)
+void pm__mesh_fire(pm__mesh *m, uint64_t now)
 {
-    pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
@@ -162,34 +159,34 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
             if (k->deadline_ms <= now) {
                 /* The peer never answered our CLOSE nor ended its stream. */
                 m->linger_expired++;
-                pm__mconn_release(c, k);
+                pm__mconn_release(m, k);
             }
             continue;
         }
         if (k->fd >= 0 && k->deadline_ms != 0 && k->deadline_ms <= now) {
             /* The handshake did not finish within the peer timeout. */
             pm__pconn_close(&k->pc, PM__REC_CLOSE_TIMEOUT, PM__PF_TIMEOUT);
-            pm__mconn_close(c, k);
+            pm__mconn_close(m, k);
             continue;
         }
         if (k->fd < 0 || !k->linked)
             continue;
-        if (pm__mconn_silence_at(c, k) <= now) {
+        if (pm__mconn_silence_at(m, k) <= now) {
             /* Before judging the peer, read what waits: if this supervisor
              * was the one stopped (SIGSTOP, a suspended VM), the peer's
              * heartbeats are in the socket and the link lives (the stall
              * rule, without a clock of its own). */
-            pm__mconn_read(c, k);
-            if (k->pc.state != PM__PC_DEAD && pm__mconn_silence_at(c, k) <= now)
+            pm__mconn_read(m, k);
+            if (k->pc.state != PM__PC_DEAD && pm__mconn_silence_at(m, k) <= now)
                 pm__pconn_close(&k->pc, PM__REC_CLOSE_TIMEOUT, PM__PF_TIMEOUT);
             if (k->pc.state == PM__PC_DEAD) {
                 pm__mconn_write(k);
-                pm__mconn_close(c, k);
+                pm__mconn_close(m, k);
                 continue;
             }
         }
         if (k->rekey_at_ms <= now) {
-            pm__mconn_rekey(c, k, now);
+            pm__mconn_rekey(m, k, now);
             pm__mconn_write(k);
         }
         if (pm__mconn_heartbeat_at(k) <= now) {
@@ -202,109 +199,114 @@ void pm__mesh_fire(pm_cluster *c, uint64_t now)
     }
     for (int i = 0; i < MESH_TARGETS; i++)
         if (m->redial_at[i] != 0 && m->redial_at[i] <= now && m->dial_conn[i] < 0 &&
-            pm__mesh_target_dialable(c, m, i))
-            pm__mesh_dial(c, i);
+            pm__mesh_target_dialable(m, i))
+            pm__mesh_dial(m, i);
     if (m->dns_at != 0 && m->dns_at <= now)
-        pm__mesh_dns_resolve(c, now);
+        pm__mesh_dns_resolve(m, now);
 }
 
 /* The node key: loaded from its file, created (0600) when missing; or a
  * fresh pair for this start without a file. */
-static int load_static(pm_cluster *c, pm__mesh *m, char *why, size_t whysize)
+static int load_static(pm__mesh *m, char *why, size_t whysize)
 {
-    if (c->o->node_key_file == NULL)
+    if (m->env.cfg.node_key_file == NULL)
         return pm__keyring_random_static(m->keys);
     unsigned char *key = sodium_malloc(PM__PEER_KEY_LEN);
     if (key == NULL)
         return -ENOMEM;
-    int rc = pm__peer_key_load(c->o->node_key_file, 0, key, why, whysize);
+    int rc = pm__peer_key_load(m->env.cfg.node_key_file, 0, key, why, whysize);
     if (rc == -ENOENT)
-        rc = pm__peer_key_create(c->o->node_key_file, key, why, whysize);
+        rc = pm__peer_key_create(m->env.cfg.node_key_file, key, why, whysize);
     if (rc == 0)
         rc = pm__keyring_set_static(m->keys, key);
     sodium_free(key);
     return rc;
 }
 
-int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
+/* The mesh with nothing open yet (every fd -1) and its receive buffer,
+ * which a forked worker never sees (MADV_WIPEONFORK). NULL: no memory. */
+static pm__mesh *mesh_new(const pm__mesh_env *env)
 {
-    char dummy[8];
-    if (why == NULL) {
-        why = dummy;
-        whysize = sizeof(dummy);
-    }
-    why[0] = '\0';
     pm__mesh *m = calloc(1, sizeof(*m));
     if (m == NULL)
-        return -ENOMEM;
+        return NULL;
     m->lfd = -1;
     m->spare_fd = -1;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         m->conns[j].fd = -1;
     for (size_t i = 0; i < MESH_TARGETS; i++)
         m->dial_conn[i] = -1;
-    c->mesh = m;
-    int rc;
+    m->env = *env;
     void *buf = mmap(NULL, PM__MESH_READ_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                      -1, 0);
     if (buf == MAP_FAILED) {
-        rc = -ENOMEM;
-        goto fail;
+        free(m);
+        return NULL;
     }
     (void)madvise(buf, PM__MESH_READ_BUF, MADV_WIPEONFORK);
     m->rbuf = buf;
-    if (c->o->keys != NULL)
-        m->keys = pm__keyring_dup(c->o->keys);
+    return m;
+}
+
+/* The keys' first generation: the secrets, the node key, the pins, and
+ * the handshake configuration every connection starts from. */
+static int keys_setup(pm__mesh *m, char *why, size_t whysize)
+{
+    if (m->env.cfg.keys != NULL)
+        m->keys = pm__keyring_dup(m->env.cfg.keys);
     else if (pm__keyring_new(&m->keys) < 0)
         m->keys = NULL;
-    if (m->keys == NULL) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    rc = load_static(c, m, why, whysize);
+    if (m->keys == NULL)
+        return -ENOMEM;
+    int rc = load_static(m, why, whysize);
     if (rc < 0) {
         if (why[0] == '\0')
             snprintf(why, whysize, "node key: %s", strerror(-rc));
-        goto fail;
+        return rc;
     }
-    if (c->o->peer_keys_file != NULL) {
-        rc = pm__pins_load(c->o->peer_keys_file, &m->pins, why, whysize);
+    if (m->env.cfg.peer_keys_file != NULL) {
+        rc = pm__pins_load(m->env.cfg.peer_keys_file, &m->pins, why, whysize);
         if (rc < 0)
-            goto fail;
+            return rc;
         m->pinned = 1;
     }
     m->cur = calloc(1, sizeof(*m->cur));
-    if (m->cur == NULL) {
-        rc = -ENOMEM;
-        goto fail;
-    }
+    if (m->cur == NULL)
+        return -ENOMEM;
     m->cur->refs = 1;
     m->cur->keys = m->keys;
     m->keys = NULL;
     pm__pconn_cfg *cfg = &m->cur->cfg;
-    cfg->system = c->hub.names.system;
-    cfg->host = c->hub.names.host;
+    cfg->system = m->env.hub->names.system;
+    cfg->host = m->env.hub->names.host;
     uint64_t inc = 0;
     if (getrandom(&inc, sizeof(inc), 0) != (ssize_t)sizeof(inc))
         inc = pm__now_ns();
     cfg->incarnation = inc | 1u;
-    cfg->idle_ms = (uint32_t)c->o->peer_timeout_ms;
+    cfg->idle_ms = (uint32_t)m->env.cfg.timeout_ms;
     cfg->keys = m->cur->keys;
     cfg->pins = m->pinned ? &m->pins : NULL;
-    if (c->o->peer_listen[0] != '\0') {
-        rc = pm__mesh_listen_on(c, m);
+    return 0;
+}
+
+/* The listener, the configured peers dialled, --peers-dns to resolve. */
+static int links_start(pm__mesh *m, char *why, size_t whysize)
+{
+    const pm__mesh_cfg *cfg = &m->env.cfg;
+    if (cfg->listen[0] != '\0') {
+        int rc = pm__mesh_listen_on(m);
         if (rc < 0) {
-            snprintf(why, whysize, "peer listen %s: %s", c->o->peer_listen, strerror(-rc));
-            goto fail;
+            snprintf(why, whysize, "peer listen %s: %s", cfg->listen, strerror(-rc));
+            return rc;
         }
     }
-    for (size_t i = 0; i < c->o->npeers; i++)
-        pm__mesh_dial(c, (int)i);
-    if (c->o->peers_dns[0] != '\0') {
-        rc = pm__peerdns_new(&m->dns, c->o->peers_dns);
+    for (size_t i = 0; i < cfg->npeers; i++)
+        pm__mesh_dial(m, (int)i);
+    if (cfg->peers_dns[0] != '\0') {
+        int rc = pm__peerdns_new(&m->dns, cfg->peers_dns);
         if (rc < 0) {
-            snprintf(why, whysize, "peers-dns %s: %s", c->o->peers_dns, strerror(-rc));
-            goto fail;
+            snprintf(why, whysize, "peers-dns %s: %s", cfg->peers_dns, strerror(-rc));
+            return rc;
         }
         /* The first answer comes back on the loop: a name that does not
          * resolve yet (pods start in any order) is retried, never fatal.
@@ -317,9 +319,28 @@ int pm__mesh_init(pm_cluster *c, char *why, size_t whysize)
         m->dns_at = pm__now_ms();
     }
     return 0;
-fail:
-    pm__mesh_free(c);
-    return rc;
+}
+
+int pm__mesh_init(pm__mesh **out, const pm__mesh_env *env, char *why, size_t whysize)
+{
+    char dummy[8];
+    if (why == NULL) {
+        why = dummy;
+        whysize = sizeof(dummy);
+    }
+    why[0] = '\0';
+    pm__mesh *m = mesh_new(env);
+    if (m == NULL)
+        return -ENOMEM;
+    int rc = keys_setup(m, why, whysize);
+    if (rc == 0)
+        rc = links_start(m, why, whysize);
+    if (rc < 0) {
+        pm__mesh_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
 }
 
 /*
@@ -329,7 +350,7 @@ fail:
  * closed. A procmesh peer answers at once (its loop reads our CLOSE); a
  * peer that is stopped or gone costs that bound once, not per link.
  */
-static void linger_all(pm_cluster *c, pm__mesh *m)
+static void linger_all(pm__mesh *m)
 {
     uint64_t end = 0;
     for (;;) {
@@ -339,8 +360,8 @@ static void linger_all(pm_cluster *c, pm__mesh *m)
             pm__mconn *k = &m->conns[j];
             if (k->fd < 0 || !k->lingering)
                 continue;
-            if (pm__mconn_linger(c, k)) {
-                pm__mconn_release(c, k);
+            if (pm__mconn_linger(m, k)) {
+                pm__mconn_release(m, k);
                 continue;
             }
             if (end == 0 || k->deadline_ms < end)
@@ -362,14 +383,13 @@ static void linger_all(pm_cluster *c, pm__mesh *m)
         pm__mconn *k = &m->conns[j];
         if (k->fd >= 0 && k->lingering) {
             m->linger_expired++;
-            pm__mconn_release(c, k);
+            pm__mconn_release(m, k);
         }
     }
 }
 
-void pm__mesh_free(pm_cluster *c)
+void pm__mesh_free(pm__mesh *m)
 {
-    pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
     int saved = errno;
@@ -378,7 +398,7 @@ void pm__mesh_free(pm_cluster *c)
         pm__mconn *k = &m->conns[j];
         if (k->fd < 0)
             continue;
-        pm__mconn_disarm(c, k); /* a lingering one is waited for below, without the loop */
+        pm__mconn_disarm(m, k); /* a lingering one is waited for below, without the loop */
         if (k->lingering)
             continue;
         k->peer = -1; /* no redial */
@@ -388,23 +408,23 @@ void pm__mesh_free(pm_cluster *c)
         if (k->linked) {
             k->linked = 0;
             m->up--;
-            pm__mconn_report_down(c, k, PM__PF_LOCAL);
+            pm__mconn_report_down(m, k, PM__PF_LOCAL);
         }
         if (k->pc_live) {
             pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             pm__mconn_write(k); /* the CLOSE, best effort: never waits */
         }
-        pm__mconn_close(c, k);
+        pm__mconn_close(m, k);
     }
-    linger_all(c, m);
+    linger_all(m);
     if (m->lfd >= 0) {
         if (m->lfd_armed)
-            pm__loop_disarm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0));
+            pm__loop_disarm(m->env.loop, m->lfd, LISTEN_TAG(m));
         pm__close(m->lfd);
     }
     if (m->dns != NULL) {
         if (m->dns_armed)
-            pm__loop_disarm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG);
+            pm__loop_disarm(m->env.loop, pm__peerdns_fd(m->dns), DNS_TAG(m));
         pm__peerdns_free(m->dns); /* a lookup still running is abandoned */
     }
     pm__close(m->spare_fd);
@@ -415,13 +435,11 @@ void pm__mesh_free(pm_cluster *c)
         pm__pins_free(&m->pins);
     pm__keyring_free(m->keys);
     free(m);
-    c->mesh = NULL;
     errno = saved;
 }
 
-void pm__mesh_forget(pm_cluster *c)
+void pm__mesh_forget(pm__mesh *m)
 {
-    pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return;
     pm__close(m->lfd);
@@ -431,16 +449,14 @@ void pm__mesh_forget(pm_cluster *c)
     pm__peerdns_forget(m->dns);
 }
 
-unsigned pm__mesh_links_up(const pm_cluster *c)
+unsigned pm__mesh_links_up(const pm__mesh *m)
 {
-    const pm__mesh *m = mesh_of(c);
     return m == NULL ? 0 : m->up;
 }
 
-void pm__mesh_batch_stats(const pm_cluster *c, uint64_t *frames, uint64_t *records,
+void pm__mesh_batch_stats(const pm__mesh *m, uint64_t *frames, uint64_t *records,
                           uint64_t *staged)
 {
-    const pm__mesh *m = mesh_of(c);
     *frames = *records = *staged = 0;
     for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++) {
         const pm__mconn *k = &m->conns[j];
@@ -452,9 +468,8 @@ void pm__mesh_batch_stats(const pm_cluster *c, uint64_t *frames, uint64_t *recor
     }
 }
 
-void pm__mesh_test_truncate(pm_cluster *c)
+void pm__mesh_test_truncate(pm__mesh *m)
 {
-    pm__mesh *m = mesh_of(c);
     for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
         if (m->conns[j].fd >= 0 && m->conns[j].linked)
             (void)pm__pconn_eof(&m->conns[j].pc);
@@ -463,9 +478,8 @@ void pm__mesh_test_truncate(pm_cluster *c)
 /* New secrets for the handshakes to come (pm_cluster_set_secrets): a new
  * keyring with the same static key, a new generation; the old one is freed
  * when its last connection closes. */
-int pm__mesh_set_secrets(pm_cluster *c, const unsigned char *keys, unsigned n)
+int pm__mesh_set_secrets(pm__mesh *m, const unsigned char *keys, unsigned n)
 {
-    pm__mesh *m = mesh_of(c);
     if (m == NULL || m->cur == NULL)
         return -ENOTCONN;
     unsigned had = pm__keyring_nsecrets(m->cur->keys);
@@ -495,17 +509,8 @@ int pm__mesh_set_secrets(pm_cluster *c, const unsigned char *keys, unsigned n)
     return 0;
 }
 
-PM_EXTERN int pm_cluster_set_secrets(pm_cluster *c, const unsigned char *keys, unsigned n)
+void pm__mesh_rekeys(const pm__mesh *m, uint64_t *out, uint64_t *in)
 {
-    int rc = pm__cluster_check(c);
-    if (rc < 0)
-        return rc;
-    return pm__mesh_set_secrets(c, keys, n);
-}
-
-void pm__mesh_rekeys(const pm_cluster *c, uint64_t *out, uint64_t *in)
-{
-    const pm__mesh *m = mesh_of(c);
     *out = *in = 0;
     for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
         if (m->conns[j].fd >= 0 && m->conns[j].pc_live) {
@@ -514,10 +519,9 @@ void pm__mesh_rekeys(const pm_cluster *c, uint64_t *out, uint64_t *in)
         }
 }
 
-void pm__mesh_close_stats(const pm_cluster *c, uint64_t *lingered, uint64_t *answered,
+void pm__mesh_close_stats(const pm__mesh *m, uint64_t *lingered, uint64_t *answered,
                           uint64_t *expired, uint64_t *discarded, unsigned *lingering)
 {
-    const pm__mesh *m = mesh_of(c);
     *lingered = *answered = *expired = *discarded = 0;
     *lingering = 0;
     if (m == NULL)
@@ -530,18 +534,16 @@ void pm__mesh_close_stats(const pm_cluster *c, uint64_t *lingered, uint64_t *ans
         *lingering += m->conns[j].fd >= 0 && m->conns[j].lingering;
 }
 
-void pm__mesh_test_close(pm_cluster *c)
+void pm__mesh_test_close(pm__mesh *m)
 {
-    pm__mesh *m = mesh_of(c);
     for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
         if (m->conns[j].fd >= 0 && m->conns[j].linked)
             pm__pconn_close(&m->conns[j].pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
     /* They end (and linger) at the turn's end, in pm__mesh_flush. */
 }
 
-void pm__mesh_dns_stats(const pm_cluster *c, uint64_t *ok, uint64_t *failed, unsigned *targets)
+void pm__mesh_dns_stats(const pm__mesh *m, uint64_t *ok, uint64_t *failed, unsigned *targets)
 {
-    const pm__mesh *m = mesh_of(c);
     *ok = m == NULL ? 0 : m->dns_ok;
     *failed = m == NULL ? 0 : m->dns_failed;
     *targets = 0;
@@ -549,9 +551,8 @@ void pm__mesh_dns_stats(const pm_cluster *c, uint64_t *ok, uint64_t *failed, uns
         *targets += m->dt[d].live && !m->dt[d].self;
 }
 
-uint64_t pm__mesh_fails(const pm_cluster *c, int why)
+uint64_t pm__mesh_fails(const pm__mesh *m, int why)
 {
-    const pm__mesh *m = mesh_of(c);
     return m == NULL || why < 0 || why >= PM__PF_COUNT_ ? 0 : m->fails[why];
 }
 
@@ -577,14 +578,8 @@ static void conn_info(const pm__hub *h, const pm__mconn *k, uint64_t now, pm_pee
         pm__hub_link_drops(h, (uint16_t)k->host, &out->frames_forged, &out->frames_malformed);
 }
 
-PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t cap)
+size_t pm__mesh_peers(const pm__mesh *m, pm_peer_info *out, size_t cap)
 {
-    int rc = pm__cluster_check(c);
-    if (rc < 0)
-        return rc;
-    if (out == NULL && cap > 0)
-        return -EINVAL;
-    const pm__mesh *m = mesh_of(c);
     if (m == NULL)
         return 0;
     uint64_t now = pm__now_ms();
@@ -594,29 +589,8 @@ PM_EXTERN int pm_cluster_peers(const pm_cluster *c, pm_peer_info *out, size_t ca
         if (k->fd < 0 || !k->pc_live || k->lingering)
             continue; /* a lingering connection is no link any more */
         if (n < cap)
-            conn_info(&c->hub, k, now, &out[n]);
+            conn_info(m->env.hub, k, now, &out[n]);
         n++;
     }
-    return (int)n;
-}
-
-PM_EXTERN int pm_cluster_peer_failures(const pm_cluster *c, const char **names, uint64_t *counts,
-                                       size_t cap)
-{
-    int rc = pm__cluster_check(c);
-    if (rc < 0)
-        return rc;
-    if ((names == NULL || counts == NULL) && cap > 0)
-        return -EINVAL;
-    if (mesh_of(c) == NULL)
-        return 0; /* not in peer mode: no reasons to report */
-    /* PM__PF_NONE is not a reason. */
-    size_t n = 0;
-    for (int why = PM__PF_NONE + 1; why < PM__PF_COUNT_; why++, n++) {
-        if (n < cap) {
-            names[n] = pm__peer_fail_name(why);
-            counts[n] = pm__mesh_fails(c, why);
-        }
-    }
-    return (int)n;
+    return n;
 }

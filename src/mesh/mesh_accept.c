@@ -96,9 +96,8 @@ static int accept_starved(pm__mesh *m)
 }
 
 /* The listener is readable: accepts what waits (a bounded number). */
-void pm__mesh_on_listen(pm_cluster *c)
+void pm__mesh_on_listen(pm__mesh *m)
 {
-    pm__mesh *m = mesh_of(c);
     m->lfd_armed = 0;
     for (int i = 0; i < 16; i++) {
         struct sockaddr_storage from;
@@ -120,7 +119,7 @@ void pm__mesh_on_listen(pm_cluster *c)
              * for it, and it takes no unauthenticated slot. */
             pm__close(fd);
             m->fails[PM__PF_RATE]++;
-            pm__mesh_refused(c, &from, 0, PM__PF_RATE, NULL);
+            pm__mesh_refused(m, &from, 0, PM__PF_RATE, NULL);
             continue;
         }
         /* Unauthenticated connections are bounded: the oldest is cut, so a
@@ -137,25 +136,25 @@ void pm__mesh_on_listen(pm_cluster *c)
         }
         if (unauth >= PM__MESH_UNAUTH_MAX && oldest != NULL) {
             pm__pconn_close(&oldest->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-            pm__mconn_close(c, oldest);
+            pm__mconn_close(m, oldest);
         }
-        pm__mconn *k = pm__mconn_new(c, fd, -1, 0);
+        pm__mconn *k = pm__mconn_new(m, fd, -1, 0);
         if (k == NULL) {
             pm__close(fd);
             m->fails[PM__PF_LOCAL]++;
             continue;
         }
-        pm__mconn_arm(c, k);
+        pm__mconn_arm(m, k);
     }
-    if (pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0)) == 0)
+    if (pm__loop_arm(m->env.loop, m->lfd, LISTEN_TAG(m)) == 0)
         m->lfd_armed = 1;
 }
 
-int pm__mesh_listen_on(pm_cluster *c, pm__mesh *m)
+int pm__mesh_listen_on(pm__mesh *m)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    int rc = pm__mesh_resolve(c->o->peer_listen, 1, &ss, &len);
+    int rc = pm__mesh_resolve(m->env.cfg.listen, 1, &ss, &len);
     if (rc < 0)
         return rc;
     m->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -167,7 +166,7 @@ int pm__mesh_listen_on(pm_cluster *c, pm__mesh *m)
     (void)setsockopt(m->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(m->lfd, (struct sockaddr *)&ss, len) < 0 || listen(m->lfd, 64) < 0)
         return -errno;
-    rc = pm__loop_arm(&c->loop, m->lfd, PM__TAG(PM__TAG_PEER_LISTEN, 0, 0));
+    rc = pm__loop_arm(m->env.loop, m->lfd, LISTEN_TAG(m));
     if (rc == 0)
         m->lfd_armed = 1;
     pm__mesh_spare_reopen(m); /* best effort: without it, accept_starved stalls instead */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* mesh_conn.c - one peer connection on the loop: its loop arm, records in and out through its peer.c state, the output queue written to the socket, the link installed as a hub port and ended. */
+/* mesh_conn.c - one peer connection on the loop: its loop arm, records in and out through its peer.c state, the output queue written to the socket, the link installed as a hub port and ended, its target's redial scheduled. */
 #define _GNU_SOURCE
 #include "mesh_int.h"
 
@@ -36,10 +36,8 @@ void pm__mkeys_put(pm__mkeys *g)
     free(g);
 }
 
-static void emit(pm_cluster *c, int type, const pm__mconn *k, const char *detail)
+static void emit(pm__mesh *m, int type, const pm__mconn *k, const char *detail)
 {
-    if (c->o->on_event == NULL)
-        return;
     pm_event ev;
     memset(&ev, 0, sizeof(ev));
     ev.type = type;
@@ -47,12 +45,12 @@ static void emit(pm_cluster *c, int type, const pm__mconn *k, const char *detail
     ev.detail = detail;
     ev.peer_host = k->pc.peer.host;
     ev.peer_incarnation = k->pc.peer.incarnation;
-    PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
+    m->env.ops->event(m->env.owner, &ev);
 }
 
-void pm__mconn_report_down(pm_cluster *c, const pm__mconn *k, int why)
+void pm__mconn_report_down(pm__mesh *m, const pm__mconn *k, int why)
 {
-    emit(c, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
+    emit(m, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
 }
 
 /* "a.b.c.d" or "v6" (with_port: "a.b.c.d:P", "[v6]:P") into buf. */
@@ -77,17 +75,16 @@ static void addr_text(const struct sockaddr_storage *ss, int with_port, char *bu
         snprintf(buf, size, v6 ? "[%s]:%u" : "%s:%u", ip, port);
 }
 
-void pm__mesh_refused(pm_cluster *c, const struct sockaddr_storage *ss, int with_port, int why,
+void pm__mesh_refused(pm__mesh *m, const struct sockaddr_storage *ss, int with_port, int why,
                       const char *host)
 {
-    pm__mesh *m = mesh_of(c);
     char addr[PM__FAILLOG_ADDR];
     addr_text(ss, with_port, addr, sizeof(addr));
     /* One event per address and reason a minute: a peer that keeps
      * failing (another secret, say) must not flood the log, and an
      * operator must still see at once why a link does not come up. */
     uint64_t n = pm__faillog_note(&m->refused, addr, why, pm__now_ms());
-    if (n == 0 || c->o->on_event == NULL)
+    if (n == 0)
         return;
     pm_event ev;
     memset(&ev, 0, sizeof(ev));
@@ -97,11 +94,11 @@ void pm__mesh_refused(pm_cluster *c, const struct sockaddr_storage *ss, int with
     ev.peer_host = host != NULL && host[0] != '\0' ? host : NULL;
     ev.peer_address = addr;
     ev.peer_failures = n;
-    PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
+    m->env.ops->event(m->env.owner, &ev);
 }
 
 /* k ended before its link came up, for reason why (a failure). */
-static void conn_refused(pm_cluster *c, const pm__mconn *k, int why)
+static void conn_refused(pm__mesh *m, const pm__mconn *k, int why)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
@@ -110,19 +107,18 @@ static void conn_refused(pm_cluster *c, const pm__mconn *k, int why)
      * by its source only (its port is ephemeral: every retry a new one). */
     if (getpeername(k->fd, (struct sockaddr *)&ss, &len) < 0)
         ss.ss_family = AF_UNSPEC;
-    pm__mesh_refused(c, &ss, k->pc.initiator, why, k->pc.state >= PM__PC_SPLIT ? k->pc.peer.host : NULL);
+    pm__mesh_refused(m, &ss, k->pc.initiator, why, k->pc.state >= PM__PC_SPLIT ? k->pc.peer.host : NULL);
 }
 
 static uint64_t conn_tag(const pm__mesh *m, const pm__mconn *k)
 {
-    return PM__TAG(PM__TAG_PEER, (unsigned)(k - m->conns), k->gen);
+    return PM__TAG(m->env.tag_conn, (unsigned)(k - m->conns), k->gen);
 }
 
 /* Asks the loop for what k waits for now: reading, and writing while bytes
  * are queued or the connect is in progress. */
-void pm__mconn_arm(pm_cluster *c, pm__mconn *k)
+void pm__mconn_arm(pm__mesh *m, pm__mconn *k)
 {
-    pm__mesh *m = mesh_of(c);
     size_t n = 0;
     if (k->pc_live)
         (void)pm__pconn_output(&k->pc, &n);
@@ -135,32 +131,31 @@ void pm__mconn_arm(pm_cluster *c, pm__mconn *k)
     if (k->armed == want)
         return;
     if (k->armed != 0) {
-        pm__loop_disarm(&c->loop, k->fd, conn_tag(m, k));
+        pm__loop_disarm(m->env.loop, k->fd, conn_tag(m, k));
         k->gen++; /* a completion of the old arm is stale from here on */
     }
-    k->armed = pm__loop_arm_ev(&c->loop, k->fd, conn_tag(m, k), want) == 0 ? want : 0;
+    k->armed = pm__loop_arm_ev(m->env.loop, k->fd, conn_tag(m, k), want) == 0 ? want : 0;
 }
 
 /* Ends k: the hub port goes down first (its requests in flight answered),
  * then the fd is closed; a configured peer is redialled after backoff. */
-void pm__mconn_disarm(pm_cluster *c, pm__mconn *k)
+void pm__mconn_disarm(pm__mesh *m, pm__mconn *k)
 {
     if (k->armed == 0)
         return;
-    pm__loop_disarm(&c->loop, k->fd, conn_tag(mesh_of(c), k));
+    pm__loop_disarm(m->env.loop, k->fd, conn_tag(m, k));
     k->armed = 0;
     k->gen++; /* a completion of the old arm is stale from here on */
 }
 
 /* Gives back what k holds: its loop arm, its fd, its peer.c state and its
  * keys. */
-void pm__mconn_release(pm_cluster *c, pm__mconn *k)
+void pm__mconn_release(pm__mesh *m, pm__mconn *k)
 {
-    pm__mesh *m = mesh_of(c);
     if (k->fd < 0)
         return;
     if (k->armed != 0)
-        pm__loop_disarm(&c->loop, k->fd, conn_tag(m, k));
+        pm__loop_disarm(m->env.loop, k->fd, conn_tag(m, k));
     pm__close(k->fd);
     k->fd = -1;
     k->armed = 0;
@@ -215,9 +210,8 @@ static void conn_drop_unread(pm__mesh *m, pm__mconn *k)
  * holds no hub port, is not listed by pm_cluster_peers and its target may
  * be dialled again meanwhile.
  */
-void pm__mconn_close(pm_cluster *c, pm__mconn *k)
+void pm__mconn_close(pm__mesh *m, pm__mconn *k)
 {
-    pm__mesh *m = mesh_of(c);
     if (k->fd < 0 || k->lingering)
         return;
     int why = k->pc_live && k->pc.state == PM__PC_DEAD ? k->pc.fail : PM__PF_LOCAL;
@@ -226,10 +220,10 @@ void pm__mconn_close(pm_cluster *c, pm__mconn *k)
     if (k->linked) {
         k->linked = 0;
         m->up--;
-        pm__hub_link_down(&c->hub, (uint16_t)k->host);
-        emit(c, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
+        pm__hub_link_down(m->env.hub, (uint16_t)k->host);
+        emit(m, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
     } else if (why != PM__PF_CLOSED && why != PM__PF_LOCAL && why != PM__PF_SELF) {
-        conn_refused(c, k, why); /* the ends that are failures (doc/protocol.md 8) */
+        conn_refused(m, k, why); /* the ends that are failures (doc/protocol.md 8) */
     }
     m->fails[why]++;
     /* Frames discarded before the linger (a first record of frames on a
@@ -249,26 +243,25 @@ void pm__mconn_close(pm_cluster *c, pm__mconn *k)
     if (!conn_may_linger(k, why)) {
         if (k->pc_live && k->pc.close_sent && !m->freeing)
             conn_drop_unread(m, k);
-        pm__mconn_release(c, k);
+        pm__mconn_release(m, k);
         return;
     }
-    uint64_t wait = (uint64_t)c->o->peer_timeout_ms;
+    uint64_t wait = (uint64_t)m->env.cfg.timeout_ms;
     k->lingering = 1;
     /* The peer's CLOSE started it: ours answers it, nothing more to read. */
     k->linger_done = k->pc.close_received;
     k->deadline_ms = pm__now_ms() + (wait < PM__MESH_LINGER_MS ? wait : PM__MESH_LINGER_MS);
     m->lingered++;
-    if (pm__mconn_linger(c, k)) {
-        pm__mconn_release(c, k);
+    if (pm__mconn_linger(m, k)) {
+        pm__mconn_release(m, k);
         return;
     }
     if (!m->freeing) /* pm__mesh_free waits on its own, without the loop */
-        pm__mconn_arm(c, k);
+        pm__mconn_arm(m, k);
 }
 
-int pm__mconn_linger(pm_cluster *c, pm__mconn *k)
+int pm__mconn_linger(pm__mesh *m, pm__mconn *k)
 {
-    pm__mesh *m = mesh_of(c);
     pm__mconn_write(k); /* a write error drops the queue: nothing more goes out */
     size_t n;
     (void)pm__pconn_output(&k->pc, &n);
@@ -307,7 +300,7 @@ static void conn_drained(pm__mconn *k)
     size_t n;
     (void)pm__pconn_output(&k->pc, &n);
     if (k->linked && n < PM__PCONN_OUT_CAP / 2)
-        pm__hub_link_writable(&k->c->hub, (uint16_t)k->host);
+        pm__hub_link_writable(k->m->env.hub, (uint16_t)k->host);
 }
 
 /* Writes what k has queued until the socket is full. A write error kills
@@ -361,25 +354,24 @@ static void conn_frame(void *arg, const unsigned char *frame, size_t len)
 {
     pm__mconn *k = arg;
     if (k->linked)
-        pm__hub_link_frame(&k->c->hub, (uint16_t)k->host, frame, len);
+        pm__hub_link_frame(k->m->env.hub, (uint16_t)k->host, frame, len);
 }
 
 /* Which of two links between the same hosts stays: the one whose
  * initiator has the bytewise smaller host name (doc/protocol.md 2). */
-static const char *initiator_name(const pm_cluster *c, const pm__mconn *k)
+static const char *initiator_name(const pm__mesh *m, const pm__mconn *k)
 {
-    return k->pc.initiator ? c->hub.names.host : k->pc.peer.host;
+    return k->pc.initiator ? m->env.hub->names.host : k->pc.peer.host;
 }
 
 /* k's handshake finished and a record arrived: install it as the host's
  * port, unless a link with that host already stays. */
-static void conn_up(pm_cluster *c, pm__mconn *k)
+static void conn_up(pm__mesh *m, pm__mconn *k)
 {
-    pm__mesh *m = mesh_of(c);
     pm__dtarget *t = k->peer >= 0 ? pm__mesh_dns_target(m, k->peer) : NULL;
     if (t != NULL) /* who answers at that address, whether this link stays or not */
         snprintf(t->host, sizeof(t->host), "%s", k->pc.peer.host);
-    int idx = pm__hub_host_index(&c->hub, k->pc.peer.host);
+    int idx = pm__hub_host_index(m->env.hub, k->pc.peer.host);
     if (idx < 0) {
         pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
         return;
@@ -398,19 +390,19 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
              * the old incarnation's workers then get -ESTALE from the new
              * one (worker incarnations start from a random base). */
             uint64_t now = pm__now_ms();
-            if (!m->pinned && now - o->last_rx_ms < (uint64_t)c->o->peer_timeout_ms) {
+            if (!m->pinned && now - o->last_rx_ms < (uint64_t)m->env.cfg.timeout_ms) {
                 pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_DUPLICATE);
                 return;
             }
             pm__pconn_close(&o->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             pm__mconn_write(o);
-            pm__mconn_close(c, o);
+            pm__mconn_close(m, o);
             continue;
         }
-        if (strcmp(initiator_name(c, k), initiator_name(c, o)) < 0) {
+        if (strcmp(initiator_name(m, k), initiator_name(m, o)) < 0) {
             pm__pconn_close(&o->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             pm__mconn_write(o);
-            pm__mconn_close(c, o);
+            pm__mconn_close(m, o);
         } else {
             pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             return;
@@ -420,17 +412,17 @@ static void conn_up(pm_cluster *c, pm__mconn *k)
     k->linked = 1;
     k->deadline_ms = 0;
     k->last_rx_ms = k->last_tx_ms = k->last_ping_ms = pm__now_ms();
-    k->rekey_at_ms = k->last_tx_ms + c->o->rekey_ms;
+    k->rekey_at_ms = k->last_tx_ms + m->env.cfg.rekey_ms;
     m->up++;
     if (k->peer >= 0)
         m->backoff_ms[k->peer] = 0;
-    pm__hub_link_up(&c->hub, (uint16_t)idx, conn_send, k);
-    pm__hub_link_caps(&c->hub, (uint16_t)idx, k->pc.peer.capabilities);
-    emit(c, PM_EVENT_PEER_UP, k, NULL);
+    pm__hub_link_up(m->env.hub, (uint16_t)idx, conn_send, k);
+    pm__hub_link_caps(m->env.hub, (uint16_t)idx, k->pc.peer.capabilities);
+    emit(m, PM_EVENT_PEER_UP, k, NULL);
 }
 
 /* Feeds received bytes to k's state machine. */
-static void conn_input(pm_cluster *c, pm__mconn *k, const unsigned char *p, size_t n)
+static void conn_input(pm__mesh *m, pm__mconn *k, const unsigned char *p, size_t n)
 {
     /* After PM__PCE_UP once more, even with no byte left: a first record
      * of frames is delivered by that call, now that the link is a port. */
@@ -443,18 +435,17 @@ static void conn_input(pm_cluster *c, pm__mconn *k, const unsigned char *p, size
         n -= used;
         if (ev != PM__PCE_UP)
             break;
-        conn_up(c, k);
+        conn_up(m, k);
     }
 }
 
-void pm__mconn_read(pm_cluster *c, pm__mconn *k)
+void pm__mconn_read(pm__mesh *m, pm__mconn *k)
 {
-    pm__mesh *m = mesh_of(c);
     for (unsigned i = 0; i < PM__MESH_READS_PER_TURN && k->pc.state != PM__PC_DEAD; i++) {
         ssize_t r = recv(k->fd, m->rbuf, PM__MESH_READ_BUF, MSG_DONTWAIT);
         if (r > 0) {
             k->last_rx_ms = pm__now_ms();
-            conn_input(c, k, m->rbuf, (size_t)r);
+            conn_input(m, k, m->rbuf, (size_t)r);
             explicit_bzero(m->rbuf, (size_t)r);
             if (k->pc.pongs != k->pongs_seen) {
                 /* Our stamp came back: the stamp is our clock in us, never
@@ -483,9 +474,8 @@ void pm__mconn_read(pm_cluster *c, pm__mconn *k)
     }
 }
 
-pm__mconn *pm__mconn_new(pm_cluster *c, int fd, int peer, int initiator)
+pm__mconn *pm__mconn_new(pm__mesh *m, int fd, int peer, int initiator)
 {
-    pm__mesh *m = mesh_of(c);
     pm__mconn *k = NULL;
     for (unsigned j = 0; j < PM__MESH_CONNS && k == NULL; j++)
         if (m->conns[j].fd < 0)
@@ -497,7 +487,7 @@ pm__mconn *pm__mconn_new(pm_cluster *c, int fd, int peer, int initiator)
     k->pc_live = 1;
     k->kg = m->cur;
     k->kg->refs++;
-    k->c = c;
+    k->m = m;
     k->pc.on_frame = conn_frame;
     k->pc.on_frame_arg = k;
     k->fd = fd;
@@ -509,7 +499,7 @@ pm__mconn *pm__mconn_new(pm_cluster *c, int fd, int peer, int initiator)
     k->rtt_us = -1;
     k->pongs_seen = 0;
     k->since_ms = pm__now_ms();
-    k->deadline_ms = k->since_ms + (uint64_t)c->o->peer_timeout_ms;
+    k->deadline_ms = k->since_ms + (uint64_t)m->env.cfg.timeout_ms;
     int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return k;
@@ -522,14 +512,14 @@ pm__mconn *pm__mconn_new(pm_cluster *c, int fd, int peer, int initiator)
  * time by the mesh's deadline. A full output queue delays it briefly; the
  * deadline is moved so that a timer never fires in a loop meanwhile.
  */
-void pm__mconn_rekey(pm_cluster *c, pm__mconn *k, uint64_t now)
+void pm__mconn_rekey(pm__mesh *m, pm__mconn *k, uint64_t now)
 {
     if (!k->linked || k->pc.state != PM__PC_UP)
         return;
-    if (k->pc.records_since_rekey < c->o->rekey_records && now < k->rekey_at_ms)
+    if (k->pc.records_since_rekey < m->env.cfg.rekey_records && now < k->rekey_at_ms)
         return;
     int rc = pm__pconn_rekey(&k->pc);
-    k->rekey_at_ms = now + (rc == -EAGAIN ? PM__MESH_REDIAL_MIN_MS : c->o->rekey_ms);
+    k->rekey_at_ms = now + (rc == -EAGAIN ? PM__MESH_REDIAL_MIN_MS : m->env.cfg.rekey_ms);
 }
 
 /* Up: when k must send a HEARTBEAT (a third of the idle time its peer
@@ -545,7 +535,25 @@ uint64_t pm__mconn_heartbeat_at(const pm__mconn *k)
     return last + idle / 3u;
 }
 
-uint64_t pm__mconn_silence_at(const pm_cluster *c, const pm__mconn *k)
+uint64_t pm__mconn_silence_at(const pm__mesh *m, const pm__mconn *k)
 {
-    return k->last_rx_ms + (uint64_t)c->o->peer_timeout_ms;
+    return k->last_rx_ms + (uint64_t)m->env.cfg.timeout_ms;
+}
+
+/* b ms +-25 %: hosts that lost each other at once do not redial (or
+ * resolve) in step. */
+uint64_t pm__mesh_jittered(uint32_t b, uint64_t now)
+{
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+        r = (uint32_t)now;
+    return b * 3u / 4u + r % (b / 2u + 1u);
+}
+
+void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now)
+{
+    uint32_t b = m->backoff_ms[peer];
+    b = b == 0 ? PM__MESH_REDIAL_MIN_MS : (b * 2 > PM__MESH_REDIAL_MAX_MS ? PM__MESH_REDIAL_MAX_MS : b * 2);
+    m->backoff_ms[peer] = b;
+    m->redial_at[peer] = now + pm__mesh_jittered(b, now);
 }

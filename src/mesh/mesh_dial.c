@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,35 +57,11 @@ int pm__mesh_resolve(const char *addr, int passive, struct sockaddr_storage *ss,
     return 0;
 }
 
-/* b ms +-25 %: hosts that lost each other at once do not redial (or
- * resolve) in step. */
-uint64_t pm__mesh_jittered(uint32_t b, uint64_t now)
-{
-    uint32_t r = 0;
-    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
-        r = (uint32_t)now;
-    return b * 3u / 4u + r % (b / 2u + 1u);
-}
-
-void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now)
-{
-    uint32_t b = m->backoff_ms[peer];
-    b = b == 0 ? PM__MESH_REDIAL_MIN_MS : (b * 2 > PM__MESH_REDIAL_MAX_MS ? PM__MESH_REDIAL_MAX_MS : b * 2);
-    m->backoff_ms[peer] = b;
-    m->redial_at[peer] = now + pm__mesh_jittered(b, now);
-}
-
-/* The --peers-dns address target i stands for, or NULL (a configured peer). */
-pm__dtarget *pm__mesh_dns_target(pm__mesh *m, int i)
-{
-    return i >= PM__MAX_PEERS && i < MESH_TARGETS ? &m->dt[i - PM__MAX_PEERS] : NULL;
-}
-
 /* Target i exists and may be dialled. */
-int pm__mesh_target_dialable(const pm_cluster *c, const pm__mesh *m, int i)
+int pm__mesh_target_dialable(const pm__mesh *m, int i)
 {
     if (i < PM__MAX_PEERS)
-        return i < (int)c->o->npeers;
+        return i < (int)m->env.cfg.npeers;
     const pm__dtarget *t = &m->dt[i - PM__MAX_PEERS];
     return t->live && !t->self;
 }
@@ -99,9 +76,8 @@ static int host_linked(const pm__mesh *m, const char *host)
 }
 
 /* Dials target i (non-blocking). A failure schedules a redial. */
-void pm__mesh_dial(pm_cluster *c, int i)
+void pm__mesh_dial(pm__mesh *m, int i)
 {
-    pm__mesh *m = mesh_of(c);
     m->redial_at[i] = 0;
     struct sockaddr_storage ss;
     socklen_t len;
@@ -117,7 +93,7 @@ void pm__mesh_dial(pm_cluster *c, int i)
         }
         memcpy(&ss, &t->a.ss, sizeof(ss));
         len = t->a.len;
-    } else if (pm__mesh_resolve(c->o->peers[i], 0, &ss, &len) < 0) {
+    } else if (pm__mesh_resolve(m->env.cfg.peers[i], 0, &ss, &len) < 0) {
         goto fail;
     }
     fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -126,17 +102,29 @@ void pm__mesh_dial(pm_cluster *c, int i)
     int rc = connect(fd, (struct sockaddr *)&ss, len);
     if (rc < 0 && errno != EINPROGRESS)
         goto fail;
-    pm__mconn *k = pm__mconn_new(c, fd, i, 1);
+    pm__mconn *k = pm__mconn_new(m, fd, i, 1);
     if (k == NULL)
         goto fail;
     k->dialing = rc < 0;
     m->dial_conn[i] = (int)(k - m->conns);
-    pm__mconn_arm(c, k);
+    pm__mconn_arm(m, k);
     return;
 fail:
     pm__close(fd);
     m->dial_failed++;
     pm__mesh_schedule_redial(m, i, pm__now_ms());
+}
+
+/* A diagnostic to the mesh's owner. */
+__attribute__((format(printf, 3, 4))) static void diag(pm__mesh *m, const char *topic,
+                                                       const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    m->env.ops->diag(m->env.owner, topic, msg);
 }
 
 /* ---- peers from DNS -----------------------------------------------------
@@ -164,35 +152,33 @@ static void dns_schedule(pm__mesh *m, int ok, uint64_t now)
     m->dns_at = now + pm__mesh_jittered(b, now);
 }
 
-void pm__mesh_dns_resolve(pm_cluster *c, uint64_t now)
+void pm__mesh_dns_resolve(pm__mesh *m, uint64_t now)
 {
-    pm__mesh *m = mesh_of(c);
     m->dns_at = 0;
     if (pm__peerdns_fd(m->dns) >= 0) {
         /* A lookup whose fd the loop could not watch: its result is taken
          * now if it is there, else watched (or looked at again later). */
-        pm__mesh_dns_ready(c);
+        pm__mesh_dns_ready(m);
         return;
     }
     int rc = pm__peerdns_start(m->dns);
     if (rc == 0) {
-        if (pm__loop_arm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG) == 0)
+        if (pm__loop_arm(m->env.loop, pm__peerdns_fd(m->dns), DNS_TAG(m)) == 0)
             m->dns_armed = 1;
         else /* not watched: the next dns_resolve takes the result */
             m->dns_at = now + PM__PEERDNS_RETRY_MIN_MS;
         return;
     }
     m->dns_failed++;
-    pm__diag(c->o, c, "peers_dns_failed", "peers-dns: %s: cannot start a resolution: %s",
-             pm__peerdns_name(m->dns), strerror(-rc));
+    diag(m, "peers_dns_failed", "peers-dns: %s: cannot start a resolution: %s",
+         pm__peerdns_name(m->dns), strerror(-rc));
     dns_schedule(m, 0, now);
 }
 
 /* The new answer a[0..n): targets that are gone stop being dialled, new
  * ones are dialled at once. */
-static void dns_merge(pm_cluster *c, const pm__peerdns_addr *a, size_t n)
+static void dns_merge(pm__mesh *m, const pm__peerdns_addr *a, size_t n)
 {
-    pm__mesh *m = mesh_of(c);
     for (unsigned d = 0; d < PM__PEERDNS_MAX; d++) {
         pm__dtarget *t = &m->dt[d];
         if (!t->live)
@@ -208,7 +194,7 @@ static void dns_merge(pm_cluster *c, const pm__peerdns_addr *a, size_t n)
             k->peer = -1; /* not redialled; it counts as a link of its own now */
             if (!k->linked) {
                 pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-                pm__mconn_close(c, k);
+                pm__mconn_close(m, k);
             }
         }
         memset(t, 0, sizeof(*t));
@@ -227,20 +213,19 @@ static void dns_merge(pm_cluster *c, const pm__peerdns_addr *a, size_t n)
             continue;
         m->dt[d].live = 1;
         m->dt[d].a = a[i];
-        pm__mesh_dial(c, DNS_TARGET(d));
+        pm__mesh_dial(m, DNS_TARGET(d));
     }
 }
 
 /* The resolution is done (its eventfd is readable). */
-void pm__mesh_dns_ready(pm_cluster *c)
+void pm__mesh_dns_ready(pm__mesh *m)
 {
-    pm__mesh *m = mesh_of(c);
     m->dns_armed = 0;
     pm__peerdns_addr a[PM__PEERDNS_MAX];
     int gai = 0;
     int n = pm__peerdns_take(m->dns, a, PM__PEERDNS_MAX, &gai);
     if (n == -EAGAIN) {
-        if (pm__loop_arm(&c->loop, pm__peerdns_fd(m->dns), DNS_TAG) == 0)
+        if (pm__loop_arm(m->env.loop, pm__peerdns_fd(m->dns), DNS_TAG(m)) == 0)
             m->dns_armed = 1;
         else
             m->dns_at = pm__now_ms() + PM__PEERDNS_RETRY_MIN_MS;
@@ -251,13 +236,13 @@ void pm__mesh_dns_ready(pm_cluster *c)
         /* Keeps the targets of the last answer: a DNS server that is down
          * for a while does not take the links (or their redials) away. */
         m->dns_failed++;
-        pm__diag(c->o, c, "peers_dns_failed", "peers-dns: %s: %s (attempt %llu; retried with backoff)",
-                 pm__peerdns_name(m->dns), gai != 0 ? gai_strerror(gai) : "no address",
-                 (unsigned long long)m->dns_failed);
+        diag(m, "peers_dns_failed", "peers-dns: %s: %s (attempt %llu; retried with backoff)",
+             pm__peerdns_name(m->dns), gai != 0 ? gai_strerror(gai) : "no address",
+             (unsigned long long)m->dns_failed);
         dns_schedule(m, 0, now);
         return;
     }
     m->dns_ok++;
-    dns_merge(c, a, (size_t)n);
+    dns_merge(m, a, (size_t)n);
     dns_schedule(m, 1, now);
 }

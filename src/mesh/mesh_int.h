@@ -6,9 +6,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "supervisor/cluster.h"
 #include "faillog.h"
-#include "mesh.h"
+#include "hub/hub.h"
+#include "mesh_env.h"
+#include "os/loop.h"
 #include "peer/peer.h"
 #include "peer/peerdns.h"
 
@@ -24,7 +25,7 @@ typedef struct pm__mkeys {
 } pm__mkeys;
 
 typedef struct pm__mconn {
-    pm_cluster *c;
+    pm__mesh *m;            /* its mesh */
     pm__mkeys *kg;          /* its keys' generation, NULL before it starts */
     int fd;                 /* -1: a free entry */
     uint32_t gen;           /* in its loop tags; bumped on every re-arm */
@@ -50,7 +51,7 @@ typedef struct pm__mconn {
     int linger_done;        /* the peer's CLOSE, end of stream or an error seen */
 } pm__mconn;
 
-/* What a connection dials, its "target": 0..npeers-1 the o->peers entries,
+/* What a connection dials, its "target": 0..npeers-1 the configured peers,
  * PM__MAX_PEERS + d the d-th address of --peers-dns. */
 #define MESH_TARGETS ((int)(PM__MAX_PEERS + PM__PEERDNS_MAX))
 #define DNS_TARGET(d) (PM__MAX_PEERS + (int)(d))
@@ -64,6 +65,7 @@ typedef struct pm__dtarget {
 } pm__dtarget;
 
 struct pm__mesh {
+    pm__mesh_env env;       /* its loop, hub, configuration and owner */
     pm__keyring *keys;      /* at start, until it moves into cur */
     pm__pins pins;
     int pinned;
@@ -97,51 +99,53 @@ struct pm__mesh {
     uint64_t lingered, closes_answered, linger_expired, linger_discarded;
 };
 
-/* The --peers-dns resolution's loop tag: PM__TAG_PEER_LISTEN, slot 1 (the
- * listener is slot 0). */
-#define DNS_TAG PM__TAG(PM__TAG_PEER_LISTEN, 1, 0)
-
-static inline pm__mesh *mesh_of(const pm_cluster *c)
+/* The --peers-dns address target i stands for, or NULL (a configured peer). */
+static inline pm__dtarget *pm__mesh_dns_target(pm__mesh *m, int i)
 {
-    return c->mesh;
+    return i >= PM__MAX_PEERS && i < MESH_TARGETS ? &m->dt[i - PM__MAX_PEERS] : NULL;
 }
+
+/* The listener's loop tag, and the --peers-dns resolution's: the listen
+ * kind, slots 0 and 1. */
+#define LISTEN_TAG(m) PM__TAG((m)->env.tag_listen, 0, 0)
+#define DNS_TAG(m) PM__TAG((m)->env.tag_listen, 1, 0)
 
 /* mesh_conn.c: one connection. */
 void pm__mkeys_put(pm__mkeys *g);
-pm__mconn *pm__mconn_new(pm_cluster *c, int fd, int peer, int initiator);
-void pm__mconn_arm(pm_cluster *c, pm__mconn *k);
-void pm__mconn_read(pm_cluster *c, pm__mconn *k);
+pm__mconn *pm__mconn_new(pm__mesh *m, int fd, int peer, int initiator);
+void pm__mconn_arm(pm__mesh *m, pm__mconn *k);
+void pm__mconn_read(pm__mesh *m, pm__mconn *k);
 void pm__mconn_write(pm__mconn *k);
-void pm__mconn_close(pm_cluster *c, pm__mconn *k);
+void pm__mconn_close(pm__mesh *m, pm__mconn *k);
 /* PM_EVENT_PEER_DOWN for k, reason why (pm__mesh_free: no hub call). */
-void pm__mconn_report_down(pm_cluster *c, const pm__mconn *k, int why);
+void pm__mconn_report_down(pm__mesh *m, const pm__mconn *k, int why);
 /* A connection from (or to, with_port) ss ended before its link came up,
  * for reason why: counted in PM_EVENT_PEER_REFUSED, rate-limited. host is
  * the name its hello gave, or NULL. */
-void pm__mesh_refused(pm_cluster *c, const struct sockaddr_storage *ss, int with_port, int why,
+void pm__mesh_refused(pm__mesh *m, const struct sockaddr_storage *ss, int with_port, int why,
                       const char *host);
-void pm__mconn_release(pm_cluster *c, pm__mconn *k);
+void pm__mconn_release(pm__mesh *m, pm__mconn *k);
 /* Drops k's outstanding loop arm, if any. */
-void pm__mconn_disarm(pm_cluster *c, pm__mconn *k);
+void pm__mconn_disarm(pm__mesh *m, pm__mconn *k);
 /* One step of a lingering connection's I/O: 1 when it is done (release it). */
-int pm__mconn_linger(pm_cluster *c, pm__mconn *k);
-void pm__mconn_rekey(pm_cluster *c, pm__mconn *k, uint64_t now);
+int pm__mconn_linger(pm__mesh *m, pm__mconn *k);
+void pm__mconn_rekey(pm__mesh *m, pm__mconn *k, uint64_t now);
 uint64_t pm__mconn_heartbeat_at(const pm__mconn *k);
-uint64_t pm__mconn_silence_at(const pm_cluster *c, const pm__mconn *k);
+uint64_t pm__mconn_silence_at(const pm__mesh *m, const pm__mconn *k);
+/* b ms +-25 %, and the next redial of target peer after backoff. */
+uint64_t pm__mesh_jittered(uint32_t b, uint64_t now);
+void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now);
 
 /* mesh_dial.c: targets, dialing, redial, --peers-dns. */
 int pm__mesh_resolve(const char *addr, int passive, struct sockaddr_storage *ss, socklen_t *len);
-uint64_t pm__mesh_jittered(uint32_t b, uint64_t now);
-void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now);
-pm__dtarget *pm__mesh_dns_target(pm__mesh *m, int i);
-int pm__mesh_target_dialable(const pm_cluster *c, const pm__mesh *m, int i);
-void pm__mesh_dial(pm_cluster *c, int i);
-void pm__mesh_dns_resolve(pm_cluster *c, uint64_t now);
-void pm__mesh_dns_ready(pm_cluster *c);
+int pm__mesh_target_dialable(const pm__mesh *m, int i);
+void pm__mesh_dial(pm__mesh *m, int i);
+void pm__mesh_dns_resolve(pm__mesh *m, uint64_t now);
+void pm__mesh_dns_ready(pm__mesh *m);
 
 /* mesh_accept.c: the listener. */
-int pm__mesh_listen_on(pm_cluster *c, pm__mesh *m);
-void pm__mesh_on_listen(pm_cluster *c);
+int pm__mesh_listen_on(pm__mesh *m);
+void pm__mesh_on_listen(pm__mesh *m);
 void pm__mesh_spare_reopen(pm__mesh *m);
 
 #endif /* PM_MESH_INT_H */

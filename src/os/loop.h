@@ -22,6 +22,16 @@
 #include <liburing.h>
 #include <stdint.h>
 
+/* A tag's layout: kind in the top 4 bits, slot in the next 28, then the
+ * low 32 bits of an incarnation or generation, so a late completion about
+ * something that is gone is recognised and dropped. The kinds are the
+ * loop owner's (supervisor/cluster.h). */
+#define PM__TAG(kind, slot, inc) \
+    (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
+#define PM__TAG_KIND(t) ((int)((t) >> 60))
+#define PM__TAG_SLOT(t) ((unsigned)(((t) >> 32) & 0x0fffffffu))
+#define PM__TAG_INC(t) ((t) & 0xffffffffu)
+
 enum pm__loop_backend { PM__LOOP_URING = 1, PM__LOOP_EPOLL = 2 };
 
 typedef struct pm__loop {

@@ -397,7 +397,8 @@ static void cluster_free(pm_cluster *c)
     if (c == NULL)
         return;
     int saved = errno;
-    pm__mesh_free(c); /* before the hub: its links are hub ports */
+    pm__mesh_free(c->mesh); /* before the hub: its links are hub ports */
+    c->mesh = NULL;
     pm__hub_free(&c->hub);
     for (unsigned i = 0; c->slots != NULL && i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
@@ -568,7 +569,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         c->next_check = pm__now_ms() + pm__liveness_period(c);
     if (pm__options_peer_mode(c->o)) {
         char why[256];
-        rc = pm__mesh_init(c, why, sizeof(why));
+        rc = pm__peers_start(c, why, sizeof(why));
         if (rc < 0) {
             /* The errno alone would not say which file or address. */
             pm__diag(c->o, NULL, "peer_links_failed", "peer links: %s",

@@ -24,19 +24,12 @@
 #include "mesh/mesh.h"
 #include "slot.h"
 
-/* Loop tags: kind in the top 4 bits, slot in the next 28, then the low 32
- * bits of the incarnation, so a late completion about a dead incarnation is
- * recognised and dropped. */
+/* Loop tag kinds (the layout: os/loop.h). */
 enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
        PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY, PM__TAG_STDOUT, PM__TAG_STDERR,
-       PM__TAG_PEER, PM__TAG_PEER_LISTEN /* mesh.c: a link's socket (slot: connection), the listener */,
+       PM__TAG_PEER, PM__TAG_PEER_LISTEN /* the mesh's (pm__mesh_env): a link's socket, the listener */,
        PM__TAG_SOCK /* a worker's large-message socket: a record arrived, or room */,
        PM__TAG_STANDBY /* a warm standby's pidfd (standby.c); inc: the incarnation it would be */ };
-#define PM__TAG(kind, slot, inc) \
-    (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
-#define PM__TAG_KIND(t) ((int)((t) >> 60))
-#define PM__TAG_SLOT(t) ((unsigned)(((t) >> 32) & 0x0fffffffu))
-#define PM__TAG_INC(t) ((t) & 0xffffffffu)
 
 /* An application fd watched by the loop (pm_cluster_watch_fd). */
 typedef struct pm__watch {
@@ -153,7 +146,7 @@ struct pm_cluster {
     size_t nenv;
     uint64_t output_suppressed; /* captured lines dropped by the rate limit (output.c) */
     pm__cg_root cg;         /* containment: the cluster's cgroups, or process groups */
-    struct pm__mesh *mesh;  /* peer links (mesh.c), NULL without peer mode */
+    pm__mesh *mesh;         /* peer links (mesh.h), NULL without peer mode */
     pm__deadlines deadlines; /* every slot's deadline, earliest first (deadlines.h) */
     /* How much work a turn does per slot (tests/check_deadlines.c): turns,
      * and slots the turn itself looked at (deadlines fired, exits looked
@@ -326,6 +319,10 @@ void pm__pool_on_death(pm_cluster *c, pm__slot *s, int reason, pm__ending *e);
 /* After a failure: 1 when s died of its input and was restarted at once
  * (outside the budget), else 0. */
 int pm__pool_input_restart(pm_cluster *c, pm__slot *s);
+
+/* peers.c: peer mode, after the loop exists: the mesh (c->mesh) started
+ * with its environment. 0 or -errno; why names what failed. */
+int pm__peers_start(pm_cluster *c, char *why, size_t whysize);
 
 /* watch.c */
 void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen);

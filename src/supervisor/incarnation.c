@@ -80,7 +80,7 @@ static void fork_child(void *arg, const pm__spawn_req *req)
         pm__cg_slot_release_copy(&t->cg);
     }
     pm__loop_forget(&c->loop);
-    pm__mesh_forget(c); /* the link sockets: the supervisor's alone */
+    pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
     pm__close(c->sigfd);
     pm__close(c->timerfd);
     pm__close(c->wakefd);

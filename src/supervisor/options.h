@@ -5,16 +5,13 @@
 
 #include "base/internal.h"
 #include "base/defaults.h" /* PM__MAX_RLIMIT */
+#include "mesh/mesh.h" /* PM__PEER_ADDR_MAX, PM__MAX_PEERS */
 #include "peer/peerkeys.h"
 
 #define PM__MAX_PASS_FDS 64
 /* The smallest ring that still takes a maximal frame (PM__LINK_MAX_FRAME)
  * behind a padding record. */
 #define PM__MIN_RING_SIZE ((size_t)256 * 1024)
-/* Peer links: "HOST:PORT" (a DNS name of up to 253 bytes, or [IPv6]) and
- * the number of --peers. */
-#define PM__PEER_ADDR_MAX 264
-#define PM__MAX_PEERS 64
 
 struct pm_options {
     int workers; /* 0 = auto */

@@ -31,7 +31,7 @@ static void drain_counter(int fd)
 int pm__cluster_rearm_timer(pm_cluster *c)
 {
     uint64_t next = pm__hub_next_deadline(&c->hub);
-    uint64_t mesh = pm__mesh_next_deadline(c);
+    uint64_t mesh = pm__mesh_next_deadline(c->mesh);
     if (mesh != 0 && (next == 0 || mesh < next))
         next = mesh;
     if (c->next_check != 0 && (next == 0 || c->next_check < next))
@@ -256,7 +256,7 @@ static void fire_due(pm_cluster *c)
     if (c->next_check != 0 && now >= c->next_check)
         pm__liveness_check(c, now);
     pm__hub_fire(&c->hub, now);
-    pm__mesh_fire(c, now);
+    pm__mesh_fire(c->mesh, now);
     /* Only the due slots, earliest first, from the heap: a turn with no
      * due deadline looks at none. Each slot fires at most once per pass
      * (see pm__deadlines_pop_due): an action that sets a deadline already
@@ -324,7 +324,7 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
         return;
     }
     if (kind == PM__TAG_PEER || kind == PM__TAG_PEER_LISTEN) {
-        pm__mesh_ready(c, tag);
+        pm__mesh_ready(c->mesh, tag);
         return;
     }
     unsigned idx = PM__TAG_SLOT(tag);
@@ -415,7 +415,7 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
         timeout_ms = PM__SCAN_MS;
     /* What the application or the last turn queued on peer links goes out
      * before the loop sleeps. */
-    pm__mesh_flush(c);
+    pm__mesh_flush(c->mesh);
     int rc = pm__cluster_rearm_timer(c);
     if (rc < 0)
         return rc;
@@ -443,7 +443,7 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     fire_due(c);
     /* One publish (and at most one wake-up) per destination per turn. */
     pm__hub_publish(&c->hub);
-    pm__mesh_flush(c);
+    pm__mesh_flush(c->mesh);
     return 0;
 }
 
