@@ -115,7 +115,7 @@ static void fake_not_draining(void *owner, unsigned p)
     (void)p;
 }
 
-static const pm__hub_ops fake_ops = {fake_fault, fake_control, fake_not_draining};
+static const pm__hub_ops fake_ops = {fake_fault, fake_control, fake_not_draining, NULL};
 
 /* ---- main ---- */
 
