@@ -96,28 +96,42 @@ int pm__loop_arm(pm__loop *l, int fd, uint64_t tag)
     return pm__loop_arm_ev(l, fd, tag, PM__LOOP_IN);
 }
 
+/* PM__LOOP_IN/OUT as poll(2) bits (io_uring) and as epoll bits. */
+static unsigned poll_bits(unsigned events)
+{
+    return (events & PM__LOOP_IN ? POLLIN : 0u) | (events & PM__LOOP_OUT ? POLLOUT : 0u);
+}
+
+static uint32_t epoll_bits(unsigned events)
+{
+    return (events & PM__LOOP_IN ? EPOLLIN : 0u) | (events & PM__LOOP_OUT ? EPOLLOUT : 0u);
+}
+
+/* The fd's one epoll registration, replaced, or added if it has none. */
+static int epoll_set(pm__loop *l, int fd, uint32_t bits, uint64_t tag)
+{
+    struct epoll_event ev = {.events = bits, .data.u64 = tag};
+    if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+        return 0;
+    if (errno == ENOENT && epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+        return 0;
+    return -errno;
+}
+
 int pm__loop_arm_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
 {
     if (l->backend == PM__LOOP_URING) {
         struct io_uring_sqe *sqe = get_sqe(l);
         if (sqe == NULL)
             return -EBUSY;
-        io_uring_prep_poll_add(sqe, fd, (events & PM__LOOP_IN ? POLLIN : 0) |
-                                            (events & PM__LOOP_OUT ? POLLOUT : 0));
+        io_uring_prep_poll_add(sqe, fd, poll_bits(events));
         io_uring_sqe_set_data64(sqe, tag);
         l->pending++;
         return 0;
     }
     /* One registration per fd in epoll: a caller that wants both
      * directions asks for both in one arm, under one tag. */
-    struct epoll_event ev = {.events = (events & PM__LOOP_IN ? EPOLLIN : 0u) |
-                                       (events & PM__LOOP_OUT ? EPOLLOUT : 0u) | EPOLLONESHOT,
-                             .data.u64 = tag};
-    if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
-        return 0;
-    if (errno == ENOENT && epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
-        return 0;
-    return -errno;
+    return epoll_set(l, fd, epoll_bits(events) | EPOLLONESHOT, tag);
 }
 
 int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag)
@@ -138,8 +152,7 @@ int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
         struct io_uring_sqe *sqe = get_sqe(l);
         if (sqe == NULL)
             return -EBUSY;
-        io_uring_prep_poll_multishot(sqe, fd, (events & PM__LOOP_IN ? POLLIN : 0) |
-                                                  (events & PM__LOOP_OUT ? POLLOUT : 0));
+        io_uring_prep_poll_multishot(sqe, fd, poll_bits(events));
         io_uring_sqe_set_data64(sqe, tag);
         l->pending++;
         return 0;
@@ -147,14 +160,7 @@ int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
     /* Edge-triggered: every write of an eventfd wakes its wait queue, and
      * each wake-up queues one event, readable or not before (a socket: a
      * record arriving, room freed by its peer's read). */
-    struct epoll_event ev = {.events = (events & PM__LOOP_IN ? EPOLLIN : 0u) |
-                                       (events & PM__LOOP_OUT ? EPOLLOUT : 0u) | EPOLLET,
-                             .data.u64 = tag};
-    if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
-        return 0;
-    if (errno == ENOENT && epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
-        return 0;
-    return -errno;
+    return epoll_set(l, fd, epoll_bits(events) | EPOLLET, tag);
 }
 
 int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag)
