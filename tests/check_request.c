@@ -885,6 +885,51 @@ START_TEST(test_pool_kill_on_timeout)
 }
 END_TEST
 
+/* A deadline that falls on the hub's purge of stale in-flight entries
+ * (both are due 1000 ms after the first request: the purge runs every
+ * second from the first entry) must still find its worker holding the
+ * request: the worker is marked as owing an answer (no more any-worker
+ * requests) and, with kill_on_timeout, killed. The purge used to run
+ * first in the same timer turn and forget the entry, so the hung worker
+ * got the next input and the timeout killed nobody
+ * (examples/parse-pool failed about one run in ten). */
+static void timeout_at_purge(int kill)
+{
+    pm_options *o = opts(2);
+    pm_options_set_heartbeat_timeout_ms(o, 0);
+    ck_assert_int_eq(pm_options_set_kill_on_timeout(o, kill), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_gt(request(c, -1, "hang", 1000, &results[0]), 0);
+    RUN_UNTIL(c, results[0].calls == 1, 10000);
+    ck_assert_int_eq(results[0].err, -ETIMEDOUT);
+    ck_assert_int_eq(outcomes[0].killed, kill);
+    unsigned hung = results[0].slot;
+    ck_assert_uint_lt(hung, 2);
+    if (kill) {
+        RUN_UNTIL(c, exited_events == 1, 10000);
+        ck_assert_str_eq(exit_reason[hung], "timeout");
+    } else {
+        for (int i = 1; i <= 4; i++)
+            ck_assert_int_gt(request(c, -1, "echo:x", 20000, &results[i]), 0);
+        RUN_UNTIL(c, calls_in(1, 5) == 4, 20000);
+        for (int i = 1; i <= 4; i++) {
+            ck_assert_int_eq(results[i].err, 0);
+            ck_assert_uint_eq(results[i].slot, 1 - hung);
+        }
+        ck_assert_int_eq(exited_events, 0);
+    }
+    terminate(c);
+    pm_options_free(o);
+}
+
+START_TEST(test_pool_timeout_at_purge)
+{
+    timeout_at_purge(0);
+    timeout_at_purge(1);
+}
+END_TEST
+
 /* Main's queue is bounded: past it, -EAGAIN at submission. */
 START_TEST(test_pool_queue_full)
 {
@@ -1062,6 +1107,7 @@ int main(void)
     PM_ADD_TEST(s, test_pool_exact_blame, 0);
     PM_ADD_TEST(s, test_pool_hung_worker_skipped, 0);
     PM_ADD_TEST(s, test_pool_kill_on_timeout, 0);
+    PM_ADD_TEST(s, test_pool_timeout_at_purge, 0);
     PM_ADD_TEST(s, test_pool_queue_full, 0);
     PM_ADD_TEST(s, test_pool_call_outcome, 0);
     PM_ADD_TEST(s, test_pool_map, 0);

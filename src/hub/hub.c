@@ -635,6 +635,13 @@ static void check_draining(pm__hub *h, pm__port *p, uint64_t now)
 
 void pm__hub_fire(pm__hub *h, uint64_t now)
 {
+    /* Main's requests expire before the purge: an entry of main's expires
+     * at its request's deadline, so a purge due in the same turn would
+     * forget it first, and the expiry would then not see that the worker
+     * still holds the request: the hung worker would not be marked as
+     * owing an answer (it would get the next input, blamed in its turn)
+     * nor killed under kill_on_timeout (test_pool_timeout_at_purge). */
+    pm__hub_mreq_expire(h, (int64_t)now);
     if (h->next_purge_ms != 0 && now >= h->next_purge_ms) {
         h->next_purge_ms = 0;
         purge_inflight(h, (int64_t)now);
@@ -654,7 +661,6 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
             p->in_timed = 0;
     }
     h->timed.n = kept;
-    pm__hub_mreq_expire(h, (int64_t)now);
     pm__hub_mreq_dispatch_waiting(h);
     pm__bcast *b = h->bcasts;
     while (b != NULL) {
