@@ -15,6 +15,7 @@ static const char usage[] =
     "       pm-bench scale [--frames N] [--rounds K] [--runs R] [--max N] [--quick] [--csv FILE]\n"
     "       pm-bench bigcall [--rounds K]\n"
     "       pm-bench peer [--frames N] [--rounds K] [--quick]\n"
+    "       pm-bench batch [--frames N] [--quick]\n"
     "\n"
     "  ring   stream N frames of S bytes from one process to another over the\n"
     "         shared-memory ring, a pipe and a Unix socketpair (one write per\n"
