@@ -115,7 +115,7 @@ START_TEST(test_empty_and_one)
 END_TEST
 
 /* pm__ring_consumed: the producer learns when the consumer has read (and
- * handed back) a frame it sent, by where that frame ended (node.c: large
+ * handed back) a frame it sent, by where that frame ended (node_messaging.c: large
  * messages ahead of the hub). */
 START_TEST(test_consumed)
 {

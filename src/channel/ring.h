@@ -254,7 +254,7 @@ int pm__ring_wait_gated(pm__ring *r, int timeout_ms, int may_spin);
 
 /* 1 while the consumer end has announced that it sleeps (its wait flag is
  * set), 0 while it is awake: working or spinning. The producer's view of
- * its consumer, for a spin gate (node.c: a worker's hub). */
+ * its consumer, for a spin gate (node_messaging.c: a worker's hub). */
 int pm__ring_consumer_parked(const pm__ring *r);
 
 /* For event loops that wait on many rings: announce that this consumer is
