@@ -13,19 +13,12 @@
 #include <unistd.h>
 
 #include "base/le.h"
-
-#ifndef MFD_CLOEXEC
-#define MFD_CLOEXEC 0x0001U
-#endif
-#ifndef MFD_ALLOW_SEALING
-#define MFD_ALLOW_SEALING 0x0002U
-#endif
+#include "shm.h"
 
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
 #endif
 
-#define ALL_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 #define RECORD_MAGIC 0x44464d50u /* "PMFD" */
 /* Room for more fds than a record may carry, so that extra fds arrive
  * (and are closed) instead of being dropped by the kernel with
@@ -56,10 +49,10 @@ int pm__announce_decode(const void *buf, size_t size, pm__announce *a)
 
 int pm__bigmsg_create(const void *data, size_t len)
 {
-    int fd = -1, err;
-    fd = memfd_create("procmesh-msg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int err;
+    int fd = pm__memfd_new("procmesh-msg");
     if (fd < 0)
-        return -errno;
+        return fd;
     /* write(), not a mapping: F_SEAL_WRITE fails with EBUSY while any
      * writable shared mapping of the object exists. */
     size_t done = 0;
@@ -68,15 +61,15 @@ int pm__bigmsg_create(const void *data, size_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            err = -errno;
             goto fail;
         }
         done += (size_t)n;
     }
-    if (fcntl(fd, F_ADD_SEALS, ALL_SEALS) < 0)
+    if ((err = pm__memfd_seal(fd, PM__SEAL_FROZEN)) < 0)
         goto fail;
     return fd;
 fail:
-    err = -errno;
     pm__close(fd);
     return err;
 }
@@ -102,8 +95,7 @@ int pm__bigmsg_check_from_hub(int fd, uint64_t len, size_t max)
 {
     struct stat st;
     /* A pipe, socket or ordinary file fails F_GET_SEALS (EINVAL): foreign. */
-    int seals = fcntl(fd, F_GET_SEALS);
-    if (seals < 0 || (seals & ALL_SEALS) != ALL_SEALS)
+    if (pm__memfd_sealed(fd, PM__SEAL_FROZEN) != 1)
         return -EPROTO;
     /* Sealed against shrinking: the size cannot change after this fstat,
      * so a mapping of len bytes can never fault (no SIGBUS). */
