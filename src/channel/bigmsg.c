@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/le.h"
+#include "os/fdpass.h"
 #include "shm.h"
 
 #ifndef TMPFS_MAGIC
@@ -142,19 +143,10 @@ int pm__bigmsg_send(int sock, int fd, uint32_t seq)
         struct cmsghdr h;
         char buf[CMSG_SPACE(sizeof(int))];
     } ctl;
-    memset(&ctl, 0, sizeof(ctl));
     struct iovec iov = {rec, sizeof(rec)};
     struct msghdr mh;
-    memset(&mh, 0, sizeof(mh));
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof(ctl.buf);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
+    pm__fdpass_put(&mh, fd);
     ssize_t n;
     do
         n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -173,11 +165,7 @@ int pm__bigmsg_recv(int sock, uint32_t seq, int *out)
     } ctl;
     struct iovec iov = {rec, sizeof(rec)};
     struct msghdr mh;
-    memset(&mh, 0, sizeof(mh));
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof(ctl.buf);
+    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
     ssize_t n;
     do
         n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
@@ -186,17 +174,11 @@ int pm__bigmsg_recv(int sock, uint32_t seq, int *out)
         return errno == EWOULDBLOCK ? -EAGAIN : -errno;
     /* Collect every fd first, so that each one is closed on any failure. */
     int fds[RECV_FDS * 2];
-    size_t nfds = 0;
+    unsigned others;
+    size_t nfds = pm__fdpass_take(&mh, fds, PM__ARRAY_SIZE(fds), &others);
     int bad = (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
-            bad = 1; /* SCM_CREDENTIALS and the like are never sent here */
-            continue;
-        }
-        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k && nfds < PM__ARRAY_SIZE(fds); i++)
-            memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-    }
+    if (others > 0)
+        bad = 1; /* SCM_CREDENTIALS and the like are never sent here */
     if (n != PM__BIGMSG_RECORD || pm__get32(rec) != RECORD_MAGIC || pm__get32(rec + 4) != seq ||
         nfds != 1)
         bad = 1;
