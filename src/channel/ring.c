@@ -105,21 +105,6 @@ int pm__ring_format(void *region, uint64_t cap, uint32_t max_frame)
     return 0;
 }
 
-int pm__ring_read_geometry(const void *region, size_t region_size, uint64_t *cap,
-                           uint32_t *max_frame)
-{
-    const struct pm__ring_shared *sh = region;
-    if (region_size < PM__RING_HDR_SIZE || sh->magic != PM__RING_MAGIC || sh->version != 1)
-        return -EPROTO;
-    uint64_t c = sh->capacity;
-    uint32_t m = sh->max_frame;
-    if (pm__ring_check_geometry(c, m) < 0 || pm__ring_region_size(c) > region_size)
-        return -EPROTO;
-    *cap = c;
-    *max_frame = m;
-    return 0;
-}
-
 int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame, int role,
                     int wake_fd, int park_fd)
 {

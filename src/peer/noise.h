@@ -134,6 +134,14 @@ void pm__noise_hs_free(pm__noise_hs *hs);
 
 /* ---- tests only: fixed values the published vectors need ----------- */
 
+/*
+ * Kept here rather than in tests/: each reads or writes state this
+ * module keeps private (opaque structs, secret memory), which an object
+ * outside it could reach only if the struct were published. Like every
+ * pm__ symbol they are not exported by libprocmesh.so (-fvisibility=hidden);
+ * no product code calls them.
+ */
+
 /* The ephemeral key the next "e" token uses, instead of a random one. */
 int pm__noise_test_set_ephemeral(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);
 
