@@ -50,18 +50,6 @@ static int check(const void *v, size_t len, unsigned seed)
     return 1;
 }
 
-static size_t count_fds(void)
-{
-    size_t n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (d == NULL)
-        return 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 /* ---------------------------------------------------------------- the worker */
 
 /* Which hostile act slot 0's first incarnation commits (fork mode), or
@@ -558,22 +546,12 @@ static pm_options *opts(int exec_mode)
     return o;
 }
 
-static pm_address slot_addr(unsigned slot)
-{
-    pm_address a;
-    memset(&a, 0, sizeof(a));
-    strcpy(a.system, "procmesh");
-    strcpy(a.host, "worker");
-    a.port = (uint16_t)(1 + slot);
-    return a;
-}
-
 static unsigned char *mbuf, *rbuf;
 
 /* main -> worker -> main: a large request and a large reply, checked. */
 static void call_big(pm_cluster *c, unsigned slot, size_t len)
 {
-    pm_address a = slot_addr(slot);
+    pm_address a = pm_test_slot_addr(slot, 0);
     fill(mbuf, len, 1);
     size_t got = 0;
     int rc = pm_cluster_call(c, &a, mbuf, len, 30000, rbuf, MAX_MSG, &got);
@@ -585,7 +563,7 @@ static void call_big(pm_cluster *c, unsigned slot, size_t len)
 /* Slot `from` asks slot `to` with len bytes and checks the reply. */
 static void ask(pm_cluster *c, unsigned from, unsigned to, size_t len)
 {
-    pm_address a = slot_addr(from);
+    pm_address a = pm_test_slot_addr(from, 0);
     char q[64], r[64];
     snprintf(q, sizeof(q), "ask:%u:%zu", to, len);
     size_t got = 0;
@@ -612,12 +590,12 @@ static void round_trips(int exec_mode)
     pm_options *o = opts(exec_mode);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    size_t base = count_fds();
+    size_t base = pm_test_count_fds();
     /* main <-> worker: request and reply. */
     call_big(c, 0, MIB);
     call_big(c, 1, 16 * MIB);
     /* main -> worker plain, worker -> main plain. */
-    pm_address a = slot_addr(1);
+    pm_address a = pm_test_slot_addr(1, 0);
     fill(mbuf, 3 * MIB, 5);
     ck_assert_int_eq(pm_cluster_send(c, &a, mbuf, 3 * MIB), 0);
     RUN_UNTIL(c, big_ok + big_bad == 1, 30000);
@@ -637,7 +615,7 @@ static void round_trips(int exec_mode)
     /* A frame-sized message still goes through the ring. */
     fill(mbuf, PM_MAX_PAYLOAD, 1);
     ck_assert_int_eq(pm_cluster_call(c, &a, mbuf, PM_MAX_PAYLOAD, 10000, r, sizeof(r), &got), 0);
-    ck_assert_uint_eq(count_fds(), base);
+    ck_assert_uint_eq(pm_test_count_fds(), base);
     ck_assert_int_eq(fenced_other + fenced_protocol, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
@@ -665,9 +643,9 @@ START_TEST(test_no_fd_leak)
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     call_big(c, 0, MIB); /* anything allocated once is allocated now */
-    size_t base = count_fds();
+    size_t base = pm_test_count_fds();
     int rounds = pm_test_sanitized() ? 40 : 150;
-    pm_address a = slot_addr(0);
+    pm_address a = pm_test_slot_addr(0, 0);
     for (int i = 0; i < rounds; i++) {
         call_big(c, (unsigned)i & 1, MIB + (size_t)i);
         fill(mbuf, MIB, 5);
@@ -677,7 +655,7 @@ START_TEST(test_no_fd_leak)
     }
     RUN_UNTIL(c, big_ok + big_bad == (unsigned)rounds, 60000);
     ck_assert_uint_eq(big_bad, 0);
-    ck_assert_uint_eq(count_fds(), base);
+    ck_assert_uint_eq(pm_test_count_fds(), base);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -715,11 +693,11 @@ START_TEST(test_hostile_fenced)
     ck_assert_msg(after_seen == 0 && big_ok == 0 && big_bad == 0,
                   "%s: main received something from the fenced worker", names[_i]);
     ck_assert_int_eq(fenced_other, 0);
-    size_t base = count_fds();
+    size_t base = pm_test_count_fds();
     call_big(c, 1, MIB);
     call_big(c, 0, MIB); /* the replacement behaves */
     ask(c, 1, 0, MIB);
-    ck_assert_uint_eq(count_fds(), base);
+    ck_assert_uint_eq(pm_test_count_fds(), base);
     /* Slot 1 (the write-only memfd's target in one case) never stopped. */
     ck_assert_int_eq(ready_events, 3);
     struct pm_cluster_stats st;
@@ -746,7 +724,7 @@ START_TEST(test_unmappable_skipped)
     pm_options *o = opts(0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_address a0 = slot_addr(0), a1 = slot_addr(1);
+    pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
     char r[64];
     size_t got = 0;
     ck_assert_int_eq(pm_cluster_call(c, &a0, "cap", 3, 30000, r, sizeof(r) - 1, &got), 0);
@@ -817,7 +795,7 @@ START_TEST(test_fd_cap)
     pm_options_set_heartbeat_timeout_ms(o, 0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_address a0 = slot_addr(0), a1 = slot_addr(1);
+    pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
     char r[32];
     size_t rl = 0;
     /* Warm-up: anything allocated once (a scratch mapping) is now. */
@@ -825,7 +803,7 @@ START_TEST(test_fd_cap)
     ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB), 0);
     RUN_UNTIL(c, ngot == 1, 30000);
     ngot = 0;
-    size_t base = count_fds();
+    size_t base = pm_test_count_fds();
     ck_assert_int_eq(pm_cluster_call(c, &a0, "hold", 4, 30000, r, sizeof(r) - 1, &rl), 0);
     ck_assert(rl == 4 && memcmp(r, "held", 4) == 0);
     /* Main: until -EAGAIN. */
@@ -889,7 +867,7 @@ START_TEST(test_fd_cap)
     fill(mbuf, MIB, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB), 0);
     RUN_UNTIL(c, ngot == nmain + nflood + 1, 30000);
-    ck_assert_uint_eq(count_fds(), base);
+    ck_assert_uint_eq(pm_test_count_fds(), base);
     ck_assert_int_eq(fenced_other + fenced_protocol, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
@@ -902,7 +880,7 @@ END_TEST
 /* A worker asks: the text reply of slot `from` to q, in r. */
 static void text_call(pm_cluster *c, unsigned slot, const char *q, char *r, size_t size)
 {
-    pm_address a = slot_addr(slot);
+    pm_address a = pm_test_slot_addr(slot, 0);
     size_t got = 0;
     ck_assert_int_eq(pm_cluster_call(c, &a, q, strlen(q), 60000, r, size - 1, &got), 0);
     r[got] = '\0';
@@ -938,7 +916,7 @@ static int refused_forward_body(void)
     }
     /* main -> slot 1: main's large sends say -EAGAIN, slot 1 is not
      * charged. */
-    pm_address a1 = slot_addr(1);
+    pm_address a1 = pm_test_slot_addr(1, 0);
     fill(mbuf, MIB, 5);
     ck_assert_int_eq(pm_cluster_send(c, &a1, mbuf, MIB), -EAGAIN);
     fill(mbuf, MIB, 1);
@@ -1104,11 +1082,11 @@ START_TEST(test_codec_and_checks)
     /* Records: exactly one fd with the expected sequence. */
     int sv[2];
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-    size_t before = count_fds();
+    size_t before = pm_test_count_fds();
     ck_assert_int_eq(pm__bigmsg_send(sv[0], p[0], 1), 0);
     int got = -1;
     ck_assert_int_eq(pm__bigmsg_recv(sv[1], 2, &got), -EPROTO); /* wrong sequence */
-    ck_assert_int_eq(count_fds(), before); /* and the fd it carried is closed */
+    ck_assert_int_eq(pm_test_count_fds(), before); /* and the fd it carried is closed */
     ck_assert_int_eq(pm__bigmsg_recv(sv[1], 1, &got), -EAGAIN);
     ck_assert_int_eq(pm__bigmsg_send(sv[0], p[0], 1), 0);
     ck_assert_int_eq(pm__bigmsg_recv(sv[1], 1, &got), 0);

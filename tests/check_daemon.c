@@ -26,6 +26,7 @@
 #include "health.h"
 #include "jsoncheck.h"
 #include "log.h"
+#include "proclog.h"
 
 /* ---------------------------------------------------------------- config */
 
@@ -386,16 +387,6 @@ END_TEST
 
 /* ---------------------------------------------------------------- the binary */
 
-/* A process a test started, with what it wrote (stderr, or stdout for
- * start_status) so far. */
-typedef struct proc {
-    pid_t pid;
-    int fd;     /* the read end of its output pipe */
-    int eof;
-    char *log;  /* what it wrote so far, NUL-terminated */
-    size_t len, cap;
-} proc;
-
 /* Starts PM_DAEMON_BIN with argv and envp, its fd `capture` into a pipe.
  * The child dies with the test process: a failing assertion ends the test,
  * and its procmesh goes with it (and procmesh's workers with procmesh), so
@@ -428,42 +419,6 @@ static proc start_capture(char *const argv[], char *const envp[], int capture)
 static proc start(char *const argv[], char *const envp[])
 {
     return start_capture(argv, envp, STDERR_FILENO);
-}
-
-/* Reads what the process has written, waiting at most ms for the first
- * bytes. */
-static void proc_read(proc *r, int ms)
-{
-    struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
-    while (!r->eof && r->len + 1 < r->cap && poll(&pfd, 1, ms) == 1) {
-        ssize_t k = read(r->fd, r->log + r->len, r->cap - 1 - r->len);
-        if (k <= 0) {
-            r->eof = 1;
-            break;
-        }
-        r->len += (size_t)k;
-        r->log[r->len] = '\0';
-        ms = 0;
-    }
-}
-
-static int count_of(const char *text, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle))
-        n++;
-    return n;
-}
-
-/* Waits until the process has written needle n times. */
-static void wait_log(proc *r, const char *needle, int n, int timeout_ms)
-{
-    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
-    while (count_of(r->log, needle) < n && !r->eof && pm_test_ms() < end)
-        proc_read(r, 50);
-    ck_assert_msg(count_of(r->log, needle) >= n,
-                  "waited %d ms for %d log line(s) with \"%s\"%s; log so far:\n%s", timeout_ms, n,
-                  needle, r->eof ? " (procmesh closed its stderr)" : "", r->log);
 }
 
 /* Waits for exit (bounded), returns the exit code (128 + signal when
@@ -706,7 +661,7 @@ START_TEST(test_bin_drain_exit_codes)
     wait_children_ignore(p.pid, 2, SIGTERM, 20000);
     t0 = pm_test_now_ns();
     kill(p.pid, SIGTERM);
-    wait_log(&p, "event=drain_begin", 1, 10000);
+    proc_wait_log(&p, "event=drain_begin", 1, 10000);
     kill(p.pid, SIGTERM);
     ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 1);
     ck_assert_uint_lt((pm_test_now_ns() - t0) / 1000000u, 5000);
@@ -974,7 +929,7 @@ START_TEST(test_bin_notify_mode)
     ck_assert_ptr_nonnull(strstr(body, "procmesh_notify_dropped_total 1\n"));
     /* Silent after one WATCHDOG=1: fenced for the heartbeat. The slot then
      * waits out its 10 s backoff, so the SIGTERM finds no worker to kill. */
-    wait_log(&p, "event=fenced slot=0", 1, 20000);
+    proc_wait_log(&p, "event=fenced slot=0", 1, 20000);
     kill(p.pid, SIGTERM);
     int rc = finish(&p, out, sizeof(out), 10000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
@@ -1100,7 +1055,7 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
     low.rlim_cur = 3; /* its open fds keep working; no new one */
     ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &low, NULL), 0);
     kill(wpid, SIGKILL);
-    wait_log(&p, "event=spawn_failed", 3, 30000);
+    proc_wait_log(&p, "event=spawn_failed", 3, 30000);
     int fd = tcp_connect(port);
     ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
     static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -1339,7 +1294,7 @@ START_TEST(test_bin_header_timeout_during_rolling_restart)
     proc p = start(a, base_env);
     wait_http(port, "/readyz", 200, 20000);
     kill(p.pid, SIGHUP);
-    wait_log(&p, "event=started slot=0 pid=", 2, 20000);
+    proc_wait_log(&p, "event=started slot=0 pid=", 2, 20000);
     int slow = tcp_connect(port);
     ck_assert_msg(slow >= 0, "connect to the health port: %s", strerror(errno));
     struct pollfd pfd = {.fd = slow, .events = POLLIN};
@@ -1376,7 +1331,7 @@ START_TEST(test_bin_notify_flood_rate_limited)
                  "STOPPING=1", "--", "sleep", "100", NULL};
     uint64_t t0 = pm_test_ms();
     proc p = start(a, base_env);
-    wait_log(&p, "event=log_suppressed slot=0 lines=", 1, 20000);
+    proc_wait_log(&p, "event=log_suppressed slot=0 lines=", 1, 20000);
     uint64_t end = pm_test_ms() + 20000;
     long long suppressed;
     while ((suppressed = metric_value(port, "procmesh_log_lines_suppressed_total")) <= 0 &&
@@ -1601,11 +1556,11 @@ START_TEST(test_peer_link_logs)
                       "--secret-file", secret, "--", "/bin/sleep", "60", NULL};
     proc b = start(b_argv, base_env);
     proc a = start(a_argv, base_env);
-    wait_log(&a, "event=peer_up host=b", 1, 20000);
-    wait_log(&b, "event=peer_up host=a", 1, 20000);
+    proc_wait_log(&a, "event=peer_up host=b", 1, 20000);
+    proc_wait_log(&b, "event=peer_up host=a", 1, 20000);
     kill(b.pid, SIGKILL);
     pm_test_reap(b.pid, 5000);
-    wait_log(&a, "event=peer_down host=b", 1, 20000);
+    proc_wait_log(&a, "event=peer_down host=b", 1, 20000);
     kill(a.pid, SIGTERM);
     static char out[65536];
     finish(&a, out, sizeof(out), 10000);
@@ -1750,7 +1705,7 @@ START_TEST(test_bin_json_library_diagnostics)
                  "--peers-dns", "pm-none.invalid:7000", "--insecure-no-secret", "--", "/bin/sleep",
                  "100", NULL};
     proc p = start(a, base_env);
-    wait_log(&p, "\"event\":\"peers_dns_failed\"", 1, 60000);
+    proc_wait_log(&p, "\"event\":\"peers_dns_failed\"", 1, 60000);
     kill(p.pid, SIGTERM);
     ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
     check_json_lines(out);

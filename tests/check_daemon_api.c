@@ -22,21 +22,13 @@
 
 #include "supervisor/options.h"
 #include "procmesh.h"
+#include "proclog.h"
 
 #ifndef PM_DAEMON_BIN
 #error "PM_DAEMON_BIN must name the procmesh binary"
 #endif
 
 /* ---------------------------------------------------------------- processes */
-
-/* A procmesh the test started, with what it wrote so far. */
-typedef struct proc {
-    pid_t pid;
-    int fd; /* the read end of its output pipe */
-    int eof;
-    char *log; /* what it wrote so far, NUL-terminated */
-    size_t len, cap;
-} proc;
 
 /* Runs in the child before exec (NULL: nothing): an affinity mask, a
  * cgroup to join. Returns 0, or a negative errno and the child exits 126. */
@@ -70,34 +62,6 @@ static proc start_full(char *const argv[], char *const envp[], int capture, pre_
 static proc start(char *const argv[], char *const envp[])
 {
     return start_full(argv, envp, STDERR_FILENO, NULL, NULL);
-}
-
-/* Reads what the process has written, waiting at most ms for the first
- * bytes. */
-static void proc_read(proc *r, int ms)
-{
-    struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
-    while (!r->eof && r->len + 1 < r->cap && poll(&pfd, 1, ms) == 1) {
-        ssize_t k = read(r->fd, r->log + r->len, r->cap - 1 - r->len);
-        if (k <= 0) {
-            r->eof = 1;
-            break;
-        }
-        r->len += (size_t)k;
-        r->log[r->len] = '\0';
-        ms = 0;
-    }
-}
-
-/* Waits until the process has written needle. */
-static void wait_log(proc *r, const char *needle, int timeout_ms)
-{
-    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
-    while (strstr(r->log, needle) == NULL && !r->eof && pm_test_ms() < end)
-        proc_read(r, 50);
-    ck_assert_msg(strstr(r->log, needle) != NULL,
-                  "waited %d ms for a log line with \"%s\"%s; log so far:\n%s", timeout_ms, needle,
-                  r->eof ? " (procmesh closed its output)" : "", r->log);
 }
 
 /* Waits for exit (bounded), returns the exit code (128 + signal when
@@ -359,9 +323,9 @@ START_TEST(test_readyz_during_drain)
     /* Ready in exec mode means the exec succeeded, not that sh has run its
      * trap yet: a SIGTERM before it ends the drain at once. The worker's
      * output is captured into the log (event=output) once it has. */
-    wait_log(&p, "term-ignored", 20000);
+    proc_wait_log(&p, "term-ignored", 1, 20000);
     kill(p.pid, SIGTERM);
-    wait_log(&p, "event=drain_begin", 20000);
+    proc_wait_log(&p, "event=drain_begin", 1, 20000);
     /* The drain is under way (no drain_end yet): not ready. */
     char body[4096];
     for (int i = 0; i < 5; i++) {
@@ -764,7 +728,7 @@ START_TEST(test_peers_in_status_and_metrics)
     proc b = start(ab, base_env);
     wait_metric(ha, "procmesh_peer_links_up", 1, 30000);
     wait_metric(hb, "procmesh_peer_links_up", 1, 30000);
-    wait_log(&a, "peer_up", 10000);
+    proc_wait_log(&a, "peer_up", 1, 10000);
     ck_assert_ptr_nonnull(strstr(a.log, "host=b"));
     /* The RTT comes with the first echo (every third of the peer timeout). */
     static char body[65536];
@@ -805,7 +769,7 @@ START_TEST(test_peers_in_status_and_metrics)
     static char out[65536];
     kill(b.pid, SIGTERM);
     ck_assert_int_eq(finish(&b, out, sizeof(out), 20000), 0);
-    wait_log(&a, "peer_down", 20000);
+    proc_wait_log(&a, "peer_down", 1, 20000);
     ck_assert_msg(strstr(a.log, "reason=closed") != NULL, "peer_down without reason=closed:\n%s",
                   a.log);
     wait_metric(ha, "procmesh_peer_links_up", 0, 10000);

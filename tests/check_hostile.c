@@ -98,26 +98,7 @@ static pm_options *opts(int workers)
     not_draining_slot = -1;
     memset(last_text, 0, sizeof(last_text));
     memset(output_lines, 0, sizeof(output_lines));
-    pm_options *o = pm_options_new();
-    pm_options_set_workers(o, workers);
-    pm_options_set_on_message(o, on_message, NULL);
-    pm_options_set_on_event(o, on_event, NULL);
-    pm_options_set_restart_min_backoff_ms(o, 10);
-    pm_options_set_restart_max_backoff_ms(o, 50);
-    pm_options_set_stop_timeout_ms(o, 2000);
-    pm_options_set_ring_size(o, 256 * 1024);
-    return o;
-}
-
-static pm_address slot_addr(unsigned slot, uint64_t inc)
-{
-    pm_address a;
-    memset(&a, 0, sizeof(a));
-    strcpy(a.system, "procmesh");
-    strcpy(a.host, "worker");
-    a.port = (uint16_t)(1 + slot);
-    a.incarnation = inc;
-    return a;
+    return pm_test_quick_options(workers, on_event, on_message);
 }
 
 static void say(pm_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -299,7 +280,7 @@ static int worker(pm_node *n, void *arg)
     }
     case H_STUFFER: {
         static char junk[4000];
-        pm_address to = slot_addr((unsigned)p->peer[slot], 0);
+        pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
         for (;;)
             if (pm_node_send(n, &to, junk, sizeof(junk)) < 0)
                 return 0;
@@ -335,7 +316,7 @@ static int worker(pm_node *n, void *arg)
         return 46;
     }
     case H_SEND_ONE: {
-        pm_address to = slot_addr((unsigned)p->peer[slot], 0);
+        pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
         if (pm_node_send(n, &to, "one", 3) != 0)
             return 41;
         say(n, "after");
@@ -344,7 +325,7 @@ static int worker(pm_node *n, void *arg)
     case H_MARKER: {
         static unsigned char filler[1024];
         static unsigned char mark[1024];
-        pm_address to = slot_addr((unsigned)p->peer[slot], 0);
+        pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
         pm_address main_addr = {.system = "procmesh", .host = "main"};
         /* More than the peer's ring holds: the marker after it waits in
          * the hub's queue for that peer. */
@@ -406,14 +387,14 @@ static int worker(pm_node *n, void *arg)
 
 static void start(pm_cluster *c, unsigned slot)
 {
-    pm_address a = slot_addr(slot, 0);
+    pm_address a = pm_test_slot_addr(slot, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
 }
 
 /* Main asks slot s to say hello and waits for it: its traffic to main flows. */
 static void hello(pm_cluster *c, unsigned s, int timeout_ms)
 {
-    pm_address a = slot_addr(s, 0);
+    pm_address a = pm_test_slot_addr(s, 0);
     last_text[s][0] = '\0';
     int rc;
     uint64_t end = ms() + (uint64_t)timeout_ms;
@@ -427,9 +408,9 @@ static void hello(pm_cluster *c, unsigned s, int timeout_ms)
 static const char *go(pm_cluster *c, unsigned s, unsigned t)
 {
     char cmd[3 + PM_ADDRESS_STRLEN] = "go ";
-    pm_address to = slot_addr(t, 0);
+    pm_address to = pm_test_slot_addr(t, 0);
     ck_assert_int_gt(pm_address_format(&to, cmd + 3, sizeof(cmd) - 3), 0);
-    pm_address a = slot_addr(s, 0);
+    pm_address a = pm_test_slot_addr(s, 0);
     last_text[s][0] = '\0';
     ck_assert_int_eq(pm_cluster_send(c, &a, cmd, strlen(cmd)), 0);
     RUN_UNTIL(c, last_text[s][0] != '\0', 20000);

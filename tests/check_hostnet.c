@@ -373,18 +373,6 @@ START_TEST(test_refused_log_pure)
 }
 END_TEST
 
-/* fds open in this process now. */
-static unsigned count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    ck_assert_ptr_nonnull(d);
-    unsigned n = 0;
-    while (readdir(d) != NULL)
-        n++;
-    closedir(d);
-    return n - 3; /* ".", ".." and the directory's own fd */
-}
-
 /* This process's resident set (kB). */
 static unsigned long rss_kb(void)
 {
@@ -404,7 +392,7 @@ static unsigned long max_rss;
 
 static int sample(void)
 {
-    unsigned n = count_fds();
+    unsigned n = pm_test_count_fds();
     unsigned long r = rss_kb();
     if (n > max_fds)
         max_fds = n;
@@ -494,7 +482,7 @@ START_TEST(test_flood_1000)
      * keeps asking a: a stays within its fd and memory bounds, b's link
      * comes up and stays up, nothing crashes. */
     pm_cluster *c = start_a(3000);
-    unsigned base_fds = count_fds();
+    unsigned base_fds = pm_test_count_fds();
     unsigned long base_rss = rss_kb();
     max_fds = base_fds;
     max_rss = base_rss;
@@ -519,7 +507,7 @@ START_TEST(test_flood_1000)
     ck_assert_msg(max_rss <= base_rss + bound_kb, "RSS went from %lu kB to %lu kB (bound +%lu)",
                   base_rss, max_rss, bound_kb);
     /* The flood's connections are all gone again. */
-    PM_RUN_UNTIL(c, count_fds() <= base_fds + 1, 20000);
+    PM_RUN_UNTIL(c, (unsigned)pm_test_count_fds() <= base_fds + 1, 20000);
     kill(b, SIGKILL);
     pm_test_reap(b, 5000);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);

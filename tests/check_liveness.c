@@ -92,27 +92,10 @@ static pm_options *opts(int workers, int hb_ms)
     report[0] = '\0';
     stalls = 0;
     main_after_fence = 0;
-    pm_options *o = pm_options_new();
-    pm_options_set_workers(o, workers);
+    pm_options *o = pm_test_quick_options(workers, on_event, on_message);
     pm_options_set_heartbeat_timeout_ms(o, hb_ms);
-    pm_options_set_on_event(o, on_event, NULL);
-    pm_options_set_on_message(o, on_message, NULL);
-    pm_options_set_restart_min_backoff_ms(o, 10);
-    pm_options_set_restart_max_backoff_ms(o, 50);
     pm_options_set_max_restarts(o, -1);
-    pm_options_set_stop_timeout_ms(o, 2000);
-    pm_options_set_ring_size(o, 256 * 1024);
     return o;
-}
-
-static pm_address slot_addr(unsigned slot)
-{
-    pm_address a;
-    memset(&a, 0, sizeof(a));
-    strcpy(a.system, "procmesh");
-    strcpy(a.host, "worker");
-    a.port = (uint16_t)(1 + slot);
-    return a;
 }
 
 static void spin_forever(void)
@@ -290,7 +273,7 @@ START_TEST(test_scribbled_control_block)
     pm_cluster_slot_info(c, 1, &si);
     ck_assert_int_eq(si.state, PM_SLOT_READY);
     ck_assert_uint_eq(si.incarnation, 1);
-    pm_address a = slot_addr(1);
+    pm_address a = pm_test_slot_addr(1, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, "count", 5), 0);
     RUN_UNTIL(c, report[0] != '\0', 5000);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
@@ -310,7 +293,7 @@ START_TEST(test_fenced_frames_never_relayed)
     pm_options_set_bootstrap(o, worker, NULL);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_address a0 = slot_addr(0), a1 = slot_addr(1);
+    pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a0, "start", 5), 0);
     RUN_UNTIL(c, readies[0] >= 2, 10000);
     ck_assert_str_eq(fence_reason[0], "heartbeat");
@@ -341,7 +324,7 @@ START_TEST(test_fenced_frames_never_reach_main)
     pm_options_set_bootstrap(o, worker, NULL);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_address a0 = slot_addr(0);
+    pm_address a0 = pm_test_slot_addr(0, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a0, "start", 5), 0);
     RUN_UNTIL(c, readies[0] >= 2, 10000);
     ck_assert_str_eq(fence_reason[0], "heartbeat");

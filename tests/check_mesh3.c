@@ -70,17 +70,7 @@ static unsigned nall;
 
 static void wait_log(proc *r, const char *needle, int n, int timeout_ms)
 {
-    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
-    while (count_of(r->log, needle) < n && !r->eof && pm_test_ms() < end) {
-        proc_read(r, 50);
-        for (unsigned i = 0; i < nall; i++)
-            if (all[i] != r && all[i]->pid > 0)
-                proc_read(all[i], 0);
-    }
-    ck_assert_msg(count_of(r->log, needle) >= n,
-                  "waited %d ms for %d line(s) with \"%s\"%s; %s", timeout_ms, n,
-                  needle, r->eof ? " (the process closed its output)" : "",
-                  count_of(r->log, needle) >= n ? "" : tail_of(r->log));
+    proc_wait_among(r, all, nall, needle, n, timeout_ms);
 }
 
 /* Reads every process's output for ms (a pause that keeps pipes drained). */

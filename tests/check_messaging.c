@@ -104,27 +104,9 @@ static pm_options *opts(int workers, int (*boot)(pm_node *, void *))
     events_fenced = 0;
     ready_events = 0;
     memset(last_text, 0, sizeof(last_text));
-    pm_options *o = pm_options_new();
-    pm_options_set_workers(o, workers);
+    pm_options *o = pm_test_quick_options(workers, on_event, on_message);
     pm_options_set_bootstrap(o, boot, &plan);
-    pm_options_set_on_message(o, on_message, NULL);
-    pm_options_set_on_event(o, on_event, NULL);
-    pm_options_set_restart_min_backoff_ms(o, 10);
-    pm_options_set_restart_max_backoff_ms(o, 50);
-    pm_options_set_stop_timeout_ms(o, 2000);
-    pm_options_set_ring_size(o, 256 * 1024);
     return o;
-}
-
-static pm_address slot_addr(unsigned slot, uint64_t inc)
-{
-    pm_address a;
-    memset(&a, 0, sizeof(a));
-    strcpy(a.system, "procmesh");
-    strcpy(a.host, "worker");
-    a.port = (uint16_t)(1 + slot);
-    a.incarnation = inc;
-    return a;
 }
 
 static uint32_t fnv(const unsigned char *p, size_t n)
@@ -185,7 +167,7 @@ static void check_frame(struct checker *k, const pm_message *m)
 static void stream(pm_node *n, unsigned peer, uint32_t count, struct checker *k)
 {
     unsigned char buf[4096];
-    pm_address to = slot_addr(peer, 0);
+    pm_address to = pm_test_slot_addr(peer, 0);
     uint64_t seed = pm_node_slot(n) + 1;
     for (uint32_t i = 0; i < count; i++) {
         size_t len = 12 + pm_test_rand(&seed) % (sizeof(buf) - 12);
@@ -328,7 +310,7 @@ static int worker(pm_node *n, void *arg)
     }
     case R_STASHER: {
         pm_message r;
-        pm_address to = slot_addr((unsigned)p->peer[slot], 0);
+        pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
         int rc = pm_node_request(n, &to, "ping", 4, 60000, &r);
         say(n, "req %d", rc);
         idle_forever();
@@ -431,7 +413,7 @@ static int worker(pm_node *n, void *arg)
 static void start_all(pm_cluster *c)
 {
     for (unsigned i = 0; i < pm_cluster_slots(c); i++) {
-        pm_address a = slot_addr(i, 0);
+        pm_address a = pm_test_slot_addr(i, 0);
         if (plan.role[i] == R_STREAM || plan.role[i] == R_SPOOF ||
             plan.role[i] == R_GARBAGE_INDEX || plan.role[i] == R_FLOOD_MAIN ||
             plan.role[i] == R_ASKER || plan.role[i] == R_GARBAGE_FRAMES ||
@@ -443,7 +425,7 @@ static void start_all(pm_cluster *c)
 
 static void ask_counts(pm_cluster *c, unsigned slot)
 {
-    pm_address a = slot_addr(slot, 0);
+    pm_address a = pm_test_slot_addr(slot, 0);
     last_text[slot][0] = '\0';
     ck_assert_int_eq(pm_cluster_send(c, &a, "count", 5), 0);
     RUN_UNTIL(c, last_text[slot][0] != '\0', 10000);
@@ -574,7 +556,7 @@ START_TEST(test_request_stash_full)
     /* More than the 4 MiB the request may keep aside, in 60 KB messages. */
     static char big[60000];
     memset(big, 'x', sizeof(big));
-    pm_address a = slot_addr(0, 0);
+    pm_address a = pm_test_slot_addr(0, 0);
     unsigned sent = 0;
     uint64_t end = ms() + 30000;
     while (sent < 100 && last_text[0][0] == '\0' && ms() < end) {
@@ -723,15 +705,15 @@ START_TEST(test_undeliverable)
     kill(si.pid, SIGKILL);
     RUN_UNTIL(c, pm_test_slot_state(c, 2) == PM_SLOT_RETIRED, 10000);
     /* main -> retired, unknown and stale addresses. */
-    pm_address a = slot_addr(2, 0);
+    pm_address a = pm_test_slot_addr(2, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, "x", 1), -EHOSTDOWN);
-    a = slot_addr(7, 0);
+    a = pm_test_slot_addr(7, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, "x", 1), -ENOENT);
-    a = slot_addr(1, 5);
+    a = pm_test_slot_addr(1, 5);
     ck_assert_int_eq(pm_cluster_send(c, &a, "x", 1), -ESTALE);
     ck_assert_int_eq(pm_cluster_send(c, &a, NULL, PM_MAX_PAYLOAD + 1), -EINVAL);
     char *big = calloc(1, PM_MAX_PAYLOAD + 1);
-    a = slot_addr(1, 0);
+    a = pm_test_slot_addr(1, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, big, PM_MAX_PAYLOAD + 1), -EMSGSIZE);
     ck_assert_int_eq(pm_cluster_send(c, &a, big, PM_MAX_PAYLOAD), 0);
     free(big);
@@ -769,7 +751,7 @@ START_TEST(test_undeliverable)
         char go[80];
         int len = snprintf(go, sizeof(go), "go %s", cases[i].to);
         last_text[0][0] = '\0';
-        pm_address a0 = slot_addr(0, 0);
+        pm_address a0 = pm_test_slot_addr(0, 0);
         ck_assert_int_eq(pm_cluster_send(c, &a0, go, (size_t)len), 0);
         RUN_UNTIL(c, last_text[0][0] != '\0', 10000);
         int rc = 1, kind = -1;
@@ -793,7 +775,7 @@ START_TEST(test_killed_mid_request)
     pm_options *o = opts(3, worker);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_address a0 = slot_addr(0, 0);
+    pm_address a0 = pm_test_slot_addr(0, 0);
     const char *go = "go procmesh@worker:3";
     ck_assert_int_eq(pm_cluster_send(c, &a0, go, strlen(go)), 0);
     RUN_UNTIL(c, pm_test_slot_inflight(c, 2) == 1, 10000); /* the request reached slot 2 */
@@ -982,7 +964,7 @@ START_TEST(test_node_fd)
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     RUN_UNTIL(c, strcmp(last_text[0], "#armed") == 0, 10000);
     last_text[0][0] = '\0';
-    pm_address a = slot_addr(0, 0);
+    pm_address a = pm_test_slot_addr(0, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, "wake", 4), 0);
     RUN_UNTIL(c, last_text[0][0] != '\0', 10000);
     ck_assert_str_eq(last_text[0], "#fd 0 wake");

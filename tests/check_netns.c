@@ -201,17 +201,7 @@ static proc *all[3] = {&ha, &hb, &hc};
  * processes' pipes meanwhile, so no daemon blocks on a full stderr). */
 static void wait_log(proc *r, const char *needle, int n, int timeout_ms)
 {
-    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
-    while (count_of(r->log, needle) < n && !r->eof && pm_test_ms() < end) {
-        proc_read(r, 50);
-        for (unsigned i = 0; i < ARRAY_LEN(all); i++)
-            if (all[i] != r && all[i]->pid > 0)
-                proc_read(all[i], 0);
-    }
-    ck_assert_msg(count_of(r->log, needle) >= n,
-                  "waited %d ms for %d line(s) with \"%s\"%s; %s", timeout_ms, n,
-                  needle, r->eof ? " (the process closed its output)" : "",
-                  count_of(r->log, needle) >= n ? "" : tail_of(r->log));
+    proc_wait_among(r, all, ARRAY_LEN(all), needle, n, timeout_ms);
 }
 
 static void proc_free(proc *r)

@@ -116,18 +116,6 @@ static pm_options *out_opts(int workers)
     return o;
 }
 
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    ck_assert_ptr_nonnull(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the directory's own fd */
-}
-
 /* Serves requests ("ping" -> "pong") until asked to stop. */
 static int serve(pm_node *n)
 {
@@ -636,7 +624,7 @@ static unsigned long long ino_of(int fd)
 
 START_TEST(test_no_fd_leak)
 {
-    int before = count_fds();
+    int before = pm_test_count_fds();
     pm_options *o = out_opts(3);
     pm_options_set_bootstrap(o, boot_fds, NULL);
     pm_cluster *c;
@@ -669,7 +657,7 @@ START_TEST(test_no_fd_leak)
     }
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     /* And the supervisor closed every end of every incarnation. */
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(pm_test_count_fds(), before);
 
     /* Exec mode: the program holds 0, 1, 2 and nothing else (ls's own
      * directory fd is 3). */
@@ -683,7 +671,7 @@ START_TEST(test_no_fd_leak)
     for (unsigned i = 0; i < 2; i++)
         ck_assert_int_eq(count_slot(i), 4);
     pm_cluster_terminate(c);
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(pm_test_count_fds(), before);
 }
 END_TEST
 

@@ -336,15 +336,6 @@ static proc start(char *const argv[])
     return r;
 }
 
-static void wait_log(proc *r, const char *needle, int n, int timeout_ms)
-{
-    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
-    while (count_of(r->log, needle) < n && !r->eof && pm_test_ms() < end)
-        proc_read(r, 50);
-    ck_assert_msg(count_of(r->log, needle) >= n, "waited %d ms for %d log line(s) with \"%s\"%s; log so far:\n%s",
-                  timeout_ms, n, needle, r->eof ? " (procmesh closed its stderr)" : "", r->log);
-}
-
 static void stop(proc *r)
 {
     kill(r->pid, SIGKILL);
@@ -402,28 +393,28 @@ START_TEST(test_daemon_key_reload_rotation)
                       "/bin/sleep", "60", NULL};
     proc b = start(b_argv);
     proc c = start(c_argv);
-    wait_log(&b, "event=peer_up host=c", 1, 20000);
+    proc_wait_log(&b, "event=peer_up host=c", 1, 20000);
     proc a = start(a_argv);
     /* a dials and is refused (a wrong key id) until b knows K2: b's log
      * shows no link with a before the reload. */
-    wait_log(&b, "event=ready slot=0 pid=", 1, 20000);
+    proc_wait_log(&b, "event=ready slot=0 pid=", 1, 20000);
     write_key(b2, k2);
     ck_assert_int_eq(count_of(b.log, "event=peer_up host=a"), 0);
     kill(b.pid, SIGUSR2);
-    wait_log(&b, "event=peer_keys_reloaded secrets=2", 1, 20000);
-    wait_log(&b, "event=peer_up host=a", 1, 20000);
-    wait_log(&a, "event=peer_up host=b", 1, 20000);
+    proc_wait_log(&b, "event=peer_keys_reloaded secrets=2", 1, 20000);
+    proc_wait_log(&b, "event=peer_up host=a", 1, 20000);
+    proc_wait_log(&a, "event=peer_up host=b", 1, 20000);
 
     write_key(b1, k2);
     ck_assert_int_eq(unlink(b2), 0);
     kill(b.pid, SIGUSR2);
-    wait_log(&b, "event=peer_keys_reloaded secrets=1", 1, 20000);
+    proc_wait_log(&b, "event=peer_keys_reloaded secrets=1", 1, 20000);
     /* A bad file keeps the keys in use. */
     int fd = open(b1, O_WRONLY | O_TRUNC | O_CLOEXEC);
     ck_assert_int_ge(fd, 0);
     close(fd);
     kill(b.pid, SIGUSR2);
-    wait_log(&b, "event=peer_keys_reload_failed", 1, 20000);
+    proc_wait_log(&b, "event=peer_keys_reload_failed", 1, 20000);
     ck_assert_msg(count_of(b.log, "event=peer_down") == 0, "a link went down over the rotation:\n%s", b.log);
     /* Nothing restarted: one start, no exit, no rolling restart. */
     ck_assert_msg(count_of(b.log, "event=started") == 1 && count_of(b.log, "event=exited") == 0 &&
@@ -432,8 +423,8 @@ START_TEST(test_daemon_key_reload_rotation)
     /* SIGHUP: the same reload, then the rolling restart. */
     write_key(b1, k2);
     kill(b.pid, SIGHUP);
-    wait_log(&b, "event=peer_keys_reloaded secrets=1", 2, 20000);
-    wait_log(&b, "event=rolling_restart_end", 1, 20000);
+    proc_wait_log(&b, "event=peer_keys_reloaded secrets=1", 2, 20000);
+    proc_wait_log(&b, "event=rolling_restart_end", 1, 20000);
     ck_assert_msg(count_of(b.log, "event=started") == 2, "SIGHUP did not replace the worker:\n%s", b.log);
     stop(&a);
     stop(&c);
@@ -472,20 +463,20 @@ START_TEST(test_daemon_logs_refused_and_shutdown)
                       "/bin/sleep", "60", NULL};
     proc b = start(b_argv);
     proc c = start(c_argv);
-    wait_log(&b, "event=peer_up host=c", 1, 20000);
-    wait_log(&c, "event=peer_up host=b", 1, 20000);
+    proc_wait_log(&b, "event=peer_up host=c", 1, 20000);
+    proc_wait_log(&c, "event=peer_up host=b", 1, 20000);
     proc a = start(a_argv);
-    wait_log(&b, "event=peer_refused address=127.0.0.1 reason=key_id count=1", 1, 20000);
+    proc_wait_log(&b, "event=peer_refused address=127.0.0.1 reason=key_id count=1", 1, 20000);
     snprintf(needle, sizeof(needle), "event=peer_refused address=127.0.0.1:%d reason=truncated count=1", port);
-    wait_log(&a, needle, 1, 20000);
+    proc_wait_log(&a, needle, 1, 20000);
     /* a's second refusal (its redial backoff starts at 100 ms) is held
      * back: a's own line for it comes only after a minute too. */
     ck_assert_int_eq(count_of(b.log, "event=peer_refused"), 1);
     ck_assert_int_eq(count_of(b.log, "event=peer_up host=a"), 0);
     kill(c.pid, SIGTERM);
-    wait_log(&c, "event=peer_down host=b", 1, 20000);
+    proc_wait_log(&c, "event=peer_down host=b", 1, 20000);
     ck_assert_msg(strstr(c.log, "reason=local") != NULL, "c's peer_down at shutdown:\n%s", c.log);
-    wait_log(&b, "event=peer_down host=c", 1, 20000);
+    proc_wait_log(&b, "event=peer_down host=c", 1, 20000);
     stop(&a);
     stop(&c);
     stop(&b);
@@ -662,18 +653,6 @@ END_TEST
 
 /* -------------------------------------------------------- the orderly end */
 
-static size_t count_fds(void)
-{
-    size_t n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (d == NULL)
-        return 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 typedef struct close_stats {
     uint64_t lingered, answered, expired, discarded;
     unsigned lingering;
@@ -699,7 +678,7 @@ START_TEST(test_orderly_close)
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
     pm_cluster *a = start_a(NULL, peer, k1);
     PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 20000);
-    size_t fds_linked = count_fds();
+    size_t fds_linked = pm_test_count_fds();
     pm__mesh_test_close(a->mesh);
     PM_RUN_UNTIL(a, closes(a).answered == 1 && closes(a).lingering == 0, 20000);
     close_stats s = closes(a);
@@ -710,7 +689,7 @@ START_TEST(test_orderly_close)
     ck_assert_uint_eq(peer_downs, 1);
     /* a configured peer: redialled after its backoff */
     PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1 && peer_ups == 2, 20000);
-    ck_assert_uint_eq(count_fds(), fds_linked);
+    ck_assert_uint_eq(pm_test_count_fds(), fds_linked);
     kill(b, SIGKILL);
     pm_test_reap(b, 5000);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);

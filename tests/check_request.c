@@ -198,33 +198,15 @@ static pm_options *opts(int workers)
     memset(exit_reason, 0, sizeof(exit_reason));
     memset(restart_reason, 0, sizeof(restart_reason));
     event_cluster = NULL;
-    pm_options *o = pm_options_new();
-    pm_options_set_workers(o, workers);
+    pm_options *o = pm_test_quick_options(workers, on_event, on_message);
     pm_options_set_bootstrap(o, worker, NULL);
-    pm_options_set_on_message(o, on_message, NULL);
-    pm_options_set_on_event(o, on_event, NULL);
-    pm_options_set_restart_min_backoff_ms(o, 10);
-    pm_options_set_restart_max_backoff_ms(o, 50);
-    pm_options_set_stop_timeout_ms(o, 2000);
-    pm_options_set_ring_size(o, 256 * 1024);
     return o;
-}
-
-static pm_address slot_addr(unsigned slot, uint64_t inc)
-{
-    pm_address a;
-    memset(&a, 0, sizeof(a));
-    strcpy(a.system, "procmesh");
-    strcpy(a.host, "worker");
-    a.port = (uint16_t)(1 + slot);
-    a.incarnation = inc;
-    return a;
 }
 
 static int request(pm_cluster *c, int to_slot, const char *text, int timeout_ms,
                    struct result *r)
 {
-    pm_address a = slot_addr((unsigned)to_slot, 0);
+    pm_address a = pm_test_slot_addr((unsigned)to_slot, 0);
     return pm_cluster_request(c, to_slot < 0 ? NULL : &a, text, strlen(text), timeout_ms,
                               on_result, r);
 }
@@ -413,7 +395,7 @@ START_TEST(test_fewest_round_robin)
     for (unsigned s = 0; s < 3; s++)
         ck_assert_uint_eq(held[s], 3);
     for (unsigned s = 0; s < 3; s++) {
-        pm_address a = slot_addr(s, 0);
+        pm_address a = pm_test_slot_addr(s, 0);
         ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
     }
     RUN_UNTIL(c, calls_in(4, 13) == 9, 10000);
@@ -447,7 +429,7 @@ START_TEST(test_cancel)
     ck_assert_int_eq(pm_cluster_cancel(c, UINT64_MAX), -ENOENT);
     ck_assert_int_eq(pm_cluster_cancel(NULL, 1), -EINVAL);
     /* The worker answers it anyway: late. */
-    pm_address a = slot_addr(0, 0);
+    pm_address a = pm_test_slot_addr(0, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
     RUN_UNTIL(c, pm_test_late_replies(c) == late0 + 1, 10000);
     assert_once(c, 1);
@@ -476,7 +458,7 @@ START_TEST(test_terminate_cancels)
     /* Both die outside a request and restart only after 5 s: none is
      * ready (a death holding a request would restart at once). */
     for (unsigned s = 0; s < 2; s++) {
-        pm_address a = slot_addr(s, 0);
+        pm_address a = pm_test_slot_addr(s, 0);
         ck_assert_int_eq(pm_cluster_send(c, &a, "die", 3), 0);
     }
     RUN_UNTIL(c, exited_events == 2, 10000);
@@ -525,7 +507,7 @@ START_TEST(test_wait_for_ready)
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     /* A death outside a request: restarted after the backoff, not at once
      * (a death holding a request would be the input's fault). */
-    pm_address a0 = slot_addr(0, 0);
+    pm_address a0 = pm_test_slot_addr(0, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a0, "die", 3), 0);
     RUN_UNTIL(c, exited_events == 1, 10000);
     ck_assert_str_eq(restart_reason[0], "backoff");
@@ -584,7 +566,7 @@ START_TEST(test_call)
     ck_assert_int_eq(pm_cluster_call(c, NULL, "echo:one", 8, 10000, buf, sizeof(buf), &n), 0);
     ck_assert_uint_eq(n, 9);
     ck_assert_int_eq(memcmp(buf, "slot0:one", 9), 0);
-    pm_address a1 = slot_addr(1, 0);
+    pm_address a1 = pm_test_slot_addr(1, 0);
     ck_assert_int_eq(pm_cluster_call(c, &a1, "echo:two", 8, 10000, buf, sizeof(buf), &n), 0);
     ck_assert_int_eq(memcmp(buf, "slot1:two", 9), 0);
     /* Too small: -ENOBUFS and the size needed. */
@@ -671,7 +653,7 @@ START_TEST(test_many_timeouts)
     ck_assert_uint_eq(pm_test_slot_inflight(c, 0), 0);
     ck_assert_uint_eq(pm_test_slot_inflight(c, 1), 0);
     for (unsigned s = 0; s < 2; s++) {
-        pm_address a = slot_addr(s, 0);
+        pm_address a = pm_test_slot_addr(s, 0);
         ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
     }
     RUN_UNTIL(c, pm_test_late_replies(c) == late0 + 200, 10000);
@@ -695,7 +677,7 @@ START_TEST(test_id_wrap)
     RUN_UNTIL(c, results[1].calls == 1 && results[2].calls == 1, 10000);
     ck_assert_str_eq(results[1].text, "slot0:max");
     ck_assert_str_eq(results[2].text, "slot0:two");
-    pm_address a = slot_addr(0, 0);
+    pm_address a = pm_test_slot_addr(0, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
     RUN_UNTIL(c, results[0].calls == 1, 10000);
     ck_assert_int_eq(results[0].err, 0);
@@ -732,7 +714,7 @@ START_TEST(test_bad_input)
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     struct result *r = &results[0];
-    pm_address a = slot_addr(0, 0);
+    pm_address a = pm_test_slot_addr(0, 0);
     pm_address self;
     ck_assert_int_eq(pm_cluster_self(c, &self), 0);
     ck_assert_int_eq(pm_cluster_request(NULL, &a, "x", 1, 100, on_result, r), -EINVAL);
@@ -743,9 +725,9 @@ START_TEST(test_bad_input)
     ck_assert_int_eq(pm_cluster_request(c, &self, "x", 1, 100, on_result, r), -EINVAL);
     static char big[PM_MAX_PAYLOAD + 1];
     ck_assert_int_eq(pm_cluster_request(c, &a, big, sizeof(big), 100, on_result, r), -EMSGSIZE);
-    pm_address far = slot_addr(5, 0);
+    pm_address far = pm_test_slot_addr(5, 0);
     ck_assert_int_eq(pm_cluster_request(c, &far, "x", 1, 100, on_result, r), -ENOENT);
-    pm_address stale = slot_addr(0, pm_test_slot_incarnation(c, 0) + 1);
+    pm_address stale = pm_test_slot_addr(0, pm_test_slot_incarnation(c, 0) + 1);
     ck_assert_int_eq(pm_cluster_request(c, &stale, "x", 1, 100, on_result, r), -ESTALE);
     ck_assert_int_eq(pm_cluster_run(c, 50), 0);
     ck_assert_int_eq(r->calls, 0); /* no callback for a refused request */
@@ -950,7 +932,7 @@ START_TEST(test_pool_queue_full)
     ck_assert_int_gt(request(c, 0, "echo:named", 20000, &results[4]), 0);
     RUN_UNTIL(c, results[4].calls == 1, 10000);
     ck_assert_int_eq(results[1].calls, 0);
-    pm_address a = slot_addr(0, 0);
+    pm_address a = pm_test_slot_addr(0, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
     RUN_UNTIL(c, calls_in(0, 3) == 3, 10000);
     for (int i = 0; i < 3; i++)

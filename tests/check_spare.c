@@ -29,19 +29,6 @@
 
 /* ------------------------------------------------------------ what a process holds */
 
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d))
-            n++;
-    closedir(d);
-    return n;
-}
-
 /* Mappings of procmesh's memfds (the links), in /proc/self/maps. */
 static int count_link_maps(void)
 {
@@ -216,22 +203,22 @@ START_TEST(test_spare_dropped_on_retire)
     /* A slot with no restart left retires with a spare prepared: the spare
      * goes at once, and after the cluster is freed the test process holds
      * the fds and link mappings it held before. */
-    int fds0 = count_fds(), maps0 = count_link_maps();
+    int fds0 = pm_test_count_fds(), maps0 = count_link_maps();
     pm_options *o = spare_opts(2);
     pm_options_set_max_restarts(o, 0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
-    int held = count_fds();
+    int held = pm_test_count_fds();
     kill_slot(c, 0);
     RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_RETIRED, 10000);
     ck_assert_int_eq(pm_test_slot_spare_memfd(c, 0), -1);
     /* Slot 0's link, spare and pidfd are gone; slot 1's are all there. */
-    ck_assert_int_lt(count_fds(), held);
+    ck_assert_int_lt(pm_test_count_fds(), held);
     ck_assert_int_ge(pm_test_slot_spare_memfd(c, 1), 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
-    ck_assert_int_eq(count_fds(), fds0);
+    ck_assert_int_eq(pm_test_count_fds(), fds0);
     ck_assert_int_eq(count_link_maps(), maps0);
 }
 END_TEST
@@ -240,7 +227,7 @@ START_TEST(test_spare_dropped_on_terminate)
 {
     /* Stopped with every slot holding a spare (one slot restarted once, so
      * its spare is a second-generation one): no fd, no mapping left. */
-    int fds0 = count_fds(), maps0 = count_link_maps();
+    int fds0 = pm_test_count_fds(), maps0 = count_link_maps();
     pm_options *o = spare_opts(3);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
@@ -251,7 +238,7 @@ START_TEST(test_spare_dropped_on_terminate)
     ck_assert_int_eq(count_link_maps(), maps0 + 6);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
-    ck_assert_int_eq(count_fds(), fds0);
+    ck_assert_int_eq(pm_test_count_fds(), fds0);
     ck_assert_int_eq(count_link_maps(), maps0);
 }
 END_TEST
@@ -430,7 +417,7 @@ START_TEST(test_standby_ended_with_cluster)
     /* Retired and terminated slots end their standbys: reaped, and every
      * fd and mapping of the cluster released. Slot 1 crashes on every
      * incarnation after the first with no restart allowed after that. */
-    int fds0 = count_fds(), maps0 = count_link_maps();
+    int fds0 = pm_test_count_fds(), maps0 = count_link_maps();
     pm_options *o = standby_opts(2);
     ck_assert_int_eq(pm_options_set_max_restarts(o, 0), 0);
     pm_cluster *c;
@@ -444,7 +431,7 @@ START_TEST(test_standby_ended_with_cluster)
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
     ck_assert(gone(sb0));
-    ck_assert_int_eq(count_fds(), fds0);
+    ck_assert_int_eq(pm_test_count_fds(), fds0);
     ck_assert_int_eq(count_link_maps(), maps0);
 }
 END_TEST

@@ -19,12 +19,15 @@
 #include <string.h>
 #include <stdarg.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "procmesh.h"
 
 /* Tests crash workers on purpose and expect to see the signal: keep ASan's
  * own SIGSEGV/SIGBUS handlers out of the way in sanitizer builds. */
@@ -192,6 +195,53 @@ static inline char *pm_test_run_env(char *buf, size_t size)
     if (v == NULL || (size_t)snprintf(buf, size, "PM_TEST_RUN=%s", v) >= size)
         return NULL;
     return buf;
+}
+
+/* The fds open in this process now (not the one that reads the list). */
+static inline int pm_test_count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* The address of slot slot's worker in a cluster with the default system
+ * and host names ("procmesh", "worker"): port 1 + slot; incarnation inc
+ * (0: whichever is current). */
+static inline pm_address pm_test_slot_addr(unsigned slot, uint64_t inc)
+{
+    pm_address a;
+    memset(&a, 0, sizeof(a));
+    strcpy(a.system, "procmesh");
+    strcpy(a.host, "worker");
+    a.port = (uint16_t)(1 + slot);
+    a.incarnation = inc;
+    return a;
+}
+
+/* A cluster's options as the process-level tests start from: workers,
+ * the two callbacks (arg NULL), quick restarts (backoff 10 to 50 ms), a 2 s
+ * stop timeout and 256 KiB rings. The caller adds what its tests need. */
+static inline pm_options *pm_test_quick_options(int workers,
+                                                void (*on_event)(pm_cluster *, const pm_event *, void *),
+                                                void (*on_message)(pm_cluster *, const pm_message *, void *))
+{
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    pm_options_set_workers(o, workers);
+    pm_options_set_on_message(o, on_message, NULL);
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_options_set_restart_min_backoff_ms(o, 10);
+    pm_options_set_restart_max_backoff_ms(o, 50);
+    pm_options_set_stop_timeout_ms(o, 2000);
+    pm_options_set_ring_size(o, 256 * 1024);
+    return o;
 }
 
 /* Skip the whole program (exit 77) with the reason on stderr. */

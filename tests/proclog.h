@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* A process a test started and what it wrote: its log read from a pipe,
- * counting lines in it, and what a request loop's log must show
- * (check_peerops, check_mesh3, check_netns). */
+ * counting lines in it, waiting for lines, and what a request loop's log
+ * must show (check_daemon, check_daemon_api, check_peerops, check_mesh3,
+ * check_netns). */
 #ifndef PM_TESTS_PROCLOG_H
 #define PM_TESTS_PROCLOG_H
 
@@ -60,6 +61,32 @@ static inline const char *tail_of(const char *log)
     const char *t = n > 6000 ? log + n - 6000 : log;
     fprintf(stderr, "---- log (last %zu bytes) ----\n%s\n---- end of log ----\n", strlen(t), t);
     return "(log on stderr)";
+}
+
+/* Waits until r has written needle n times, reading the pipes of others
+ * (nothers of them, r among them or not) meanwhile so that no process
+ * blocks on a full pipe. Fails the test, its log's end on stderr, when that
+ * does not happen within timeout_ms or r closes its output first. */
+static inline void proc_wait_among(proc *r, proc *const *others, size_t nothers, const char *needle,
+                                   int n, int timeout_ms)
+{
+    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
+    while (count_of(r->log, needle) < n && !r->eof && pm_test_ms() < end) {
+        proc_read(r, 50);
+        for (size_t i = 0; i < nothers; i++)
+            if (others[i] != r && others[i]->pid > 0)
+                proc_read(others[i], 0);
+    }
+    ck_assert_msg(count_of(r->log, needle) >= n,
+                  "waited %d ms for %d line(s) with \"%s\"%s; %s", timeout_ms, n,
+                  needle, r->eof ? " (the process closed its output)" : "",
+                  count_of(r->log, needle) >= n ? "" : tail_of(r->log));
+}
+
+/* Waits until r has written needle n times (proc_wait_among, no others). */
+static inline void proc_wait_log(proc *r, const char *needle, int n, int timeout_ms)
+{
+    proc_wait_among(r, NULL, 0, needle, n, timeout_ms);
 }
 
 /* Counts the caller's lines in log: requests sent (the highest N), and

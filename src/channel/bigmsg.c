@@ -13,19 +13,13 @@
 #include <unistd.h>
 
 #include "base/le.h"
-
-#ifndef MFD_CLOEXEC
-#define MFD_CLOEXEC 0x0001U
-#endif
-#ifndef MFD_ALLOW_SEALING
-#define MFD_ALLOW_SEALING 0x0002U
-#endif
+#include "os/fdpass.h"
+#include "shm.h"
 
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
 #endif
 
-#define ALL_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 #define RECORD_MAGIC 0x44464d50u /* "PMFD" */
 /* Room for more fds than a record may carry, so that extra fds arrive
  * (and are closed) instead of being dropped by the kernel with
@@ -56,10 +50,10 @@ int pm__announce_decode(const void *buf, size_t size, pm__announce *a)
 
 int pm__bigmsg_create(const void *data, size_t len)
 {
-    int fd = -1, err;
-    fd = memfd_create("procmesh-msg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int err;
+    int fd = pm__memfd_new("procmesh-msg");
     if (fd < 0)
-        return -errno;
+        return fd;
     /* write(), not a mapping: F_SEAL_WRITE fails with EBUSY while any
      * writable shared mapping of the object exists. */
     size_t done = 0;
@@ -68,15 +62,15 @@ int pm__bigmsg_create(const void *data, size_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            err = -errno;
             goto fail;
         }
         done += (size_t)n;
     }
-    if (fcntl(fd, F_ADD_SEALS, ALL_SEALS) < 0)
+    if ((err = pm__memfd_seal(fd, PM__SEAL_FROZEN)) < 0)
         goto fail;
     return fd;
 fail:
-    err = -errno;
     pm__close(fd);
     return err;
 }
@@ -102,8 +96,7 @@ int pm__bigmsg_check_from_hub(int fd, uint64_t len, size_t max)
 {
     struct stat st;
     /* A pipe, socket or ordinary file fails F_GET_SEALS (EINVAL): foreign. */
-    int seals = fcntl(fd, F_GET_SEALS);
-    if (seals < 0 || (seals & ALL_SEALS) != ALL_SEALS)
+    if (pm__memfd_sealed(fd, PM__SEAL_FROZEN) != 1)
         return -EPROTO;
     /* Sealed against shrinking: the size cannot change after this fstat,
      * so a mapping of len bytes can never fault (no SIGBUS). */
@@ -150,19 +143,10 @@ int pm__bigmsg_send(int sock, int fd, uint32_t seq)
         struct cmsghdr h;
         char buf[CMSG_SPACE(sizeof(int))];
     } ctl;
-    memset(&ctl, 0, sizeof(ctl));
     struct iovec iov = {rec, sizeof(rec)};
     struct msghdr mh;
-    memset(&mh, 0, sizeof(mh));
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof(ctl.buf);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
+    pm__fdpass_put(&mh, fd);
     ssize_t n;
     do
         n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -181,11 +165,7 @@ int pm__bigmsg_recv(int sock, uint32_t seq, int *out)
     } ctl;
     struct iovec iov = {rec, sizeof(rec)};
     struct msghdr mh;
-    memset(&mh, 0, sizeof(mh));
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof(ctl.buf);
+    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
     ssize_t n;
     do
         n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
@@ -194,17 +174,11 @@ int pm__bigmsg_recv(int sock, uint32_t seq, int *out)
         return errno == EWOULDBLOCK ? -EAGAIN : -errno;
     /* Collect every fd first, so that each one is closed on any failure. */
     int fds[RECV_FDS * 2];
-    size_t nfds = 0;
+    unsigned others;
+    size_t nfds = pm__fdpass_take(&mh, fds, PM__ARRAY_SIZE(fds), &others);
     int bad = (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
-            bad = 1; /* SCM_CREDENTIALS and the like are never sent here */
-            continue;
-        }
-        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k && nfds < PM__ARRAY_SIZE(fds); i++)
-            memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-    }
+    if (others > 0)
+        bad = 1; /* SCM_CREDENTIALS and the like are never sent here */
     if (n != PM__BIGMSG_RECORD || pm__get32(rec) != RECORD_MAGIC || pm__get32(rec + 4) != seq ||
         nfds != 1)
         bad = 1;

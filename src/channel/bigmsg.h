@@ -25,7 +25,7 @@
  * its large messages whose frames the receiving end has not consumed yet (a
  * record goes out just before its frame). A worker waits before its next
  * record while this many of its large frames are unconsumed in its up ring
- * (node.c); the hub takes every record off its socket as it arrives and fences
+ * (node_messaging.c); the hub takes every record off its socket as it arrives and fences
  * a worker that goes past it (port.c): so at most this many of a worker's fds
  * wait at the hub, none for long in the kernel, whatever the worker does to
  * its own socket (doc/design.md, "Life of a large message"). */

@@ -56,7 +56,7 @@ struct pm__ctl {
      * can do more than make it look alive or hung. */
     _Alignas(128) _Atomic uint64_t beats;
     _Atomic uint32_t waiting; /* 1 while blocked in pm_node_recv */
-    /* Written only by the worker's fatal-signal handler (node.c), read by
+    /* Written only by the worker's fatal-signal handler (node_crash.c), read by
      * the supervisor once after the reap (crash.c). Its own cache lines:
      * nothing the hub writes shares them. */
     _Alignas(128) struct pm__crash_rec crash;

@@ -105,21 +105,6 @@ int pm__ring_format(void *region, uint64_t cap, uint32_t max_frame)
     return 0;
 }
 
-int pm__ring_read_geometry(const void *region, size_t region_size, uint64_t *cap,
-                           uint32_t *max_frame)
-{
-    const struct pm__ring_shared *sh = region;
-    if (region_size < PM__RING_HDR_SIZE || sh->magic != PM__RING_MAGIC || sh->version != 1)
-        return -EPROTO;
-    uint64_t c = sh->capacity;
-    uint32_t m = sh->max_frame;
-    if (pm__ring_check_geometry(c, m) < 0 || pm__ring_region_size(c) > region_size)
-        return -EPROTO;
-    *cap = c;
-    *max_frame = m;
-    return 0;
-}
-
 int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame, int role,
                     int wake_fd, int park_fd)
 {
@@ -448,6 +433,57 @@ static int refresh_head(pm__ring *r)
     return 0;
 }
 
+/* A record as the consumer found it: the padding skipped to reach it (0,
+ * or the rest of the data area), where its header is in the data area, its
+ * length and what it takes in the ring. */
+struct rec_at {
+    uint64_t pad;
+    uint64_t off;
+    uint32_t len;
+    uint32_t total;
+};
+
+/* The one check of an untrusted record, for pm__ring_peek and
+ * pm__ring_scan: the record at position at (below head_cache), one padding
+ * record skipped. Each header is loaded once (load_rec) and only the local
+ * copy is checked and used, so nothing is read outside the data area, however
+ * the producer rewrites it meanwhile. 0 with *f, -1 when the producer wrote
+ * nonsense. */
+static inline int decode_at(const pm__ring *r, uint64_t at, struct rec_at *f)
+{
+    uint64_t avail = r->head_cache - at;
+    uint64_t off = at & r->mask;
+    uint64_t room = r->cap - off;
+    uint64_t rec = load_rec(r->data + off);
+    uint32_t rlen = (uint32_t)rec;
+    uint32_t flags = (uint32_t)(rec >> 32);
+
+    f->pad = 0;
+    if (flags == REC_PAD) {
+        /* A padding record runs exactly to the end of the data area, is
+         * never at its start (that would make no progress) and is always
+         * followed by a frame published with it. */
+        if (off == 0 || rlen != room - PM__RING_REC_HDR || room >= avail)
+            return -1;
+        f->pad = room;
+        avail -= room;
+        off = 0;
+        room = r->cap;
+        rec = load_rec(r->data);
+        rlen = (uint32_t)rec;
+        flags = (uint32_t)(rec >> 32);
+    }
+    if (flags != 0 || rlen == 0 || rlen > r->max_frame)
+        return -1;
+    uint64_t total = PM__RING_REC_HDR + PM__ALIGN8((uint64_t)rlen);
+    if (total > room || total > avail)
+        return -1;
+    f->off = off;
+    f->len = rlen;
+    f->total = (uint32_t)total;
+    return 0;
+}
+
 int pm__ring_peek(pm__ring *r, const void **payload, size_t *len)
 {
     if (r->peek_ptr != NULL) {
@@ -463,37 +499,15 @@ int pm__ring_peek(pm__ring *r, const void **payload, size_t *len)
         if (r->tail == r->head_cache)
             return 0;
     }
-    uint64_t avail = r->head_cache - r->tail;
-    uint64_t off = r->tail & r->mask;
-    uint64_t room = r->cap - off;
-    uint64_t rec = load_rec(r->data + off);
-    uint32_t rlen = (uint32_t)rec;
-    uint32_t flags = (uint32_t)(rec >> 32);
-
-    if (flags == REC_PAD) {
-        /* A padding record runs exactly to the end of the data area, is
-         * never at its start (that would make no progress) and is always
-         * followed by a frame published with it. */
-        if (off == 0 || rlen != room - PM__RING_REC_HDR || room >= avail)
-            return poison(r);
-        r->tail += room;
-        avail -= room;
-        off = 0;
-        room = r->cap;
-        rec = load_rec(r->data);
-        rlen = (uint32_t)rec;
-        flags = (uint32_t)(rec >> 32);
-    }
-    if (flags != 0 || rlen == 0 || rlen > r->max_frame)
+    struct rec_at f;
+    if (decode_at(r, r->tail, &f) < 0)
         return poison(r);
-    uint64_t total = PM__RING_REC_HDR + PM__ALIGN8((uint64_t)rlen);
-    if (total > room || total > avail)
-        return poison(r);
-    r->peek_ptr = r->data + off + PM__RING_REC_HDR;
-    r->peek_len = rlen;
-    r->peek_total = (uint32_t)total;
+    r->tail += f.pad;
+    r->peek_ptr = r->data + f.off + PM__RING_REC_HDR;
+    r->peek_len = f.len;
+    r->peek_total = f.total;
     *payload = r->peek_ptr;
-    *len = rlen;
+    *len = f.len;
     return 1;
 }
 
@@ -578,27 +592,14 @@ int pm__ring_scan(pm__ring *r, uint64_t *pos, int (*fn)(const void *payload, siz
     if (*pos > at && *pos <= r->head_cache)
         at = *pos; /* records before it were seen by an earlier scan */
     while (at < r->head_cache) {
-        /* The same checks as pm__ring_peek, on a local copy of each record
-         * header, so nothing here reads outside the data area whatever the
-         * producer writes meanwhile. */
-        uint64_t avail = r->head_cache - at;
-        uint64_t off = at & r->mask;
-        uint64_t room = r->cap - off;
-        uint64_t rec = load_rec(r->data + off);
-        uint32_t rlen = (uint32_t)rec;
-        uint32_t flags = (uint32_t)(rec >> 32);
-        if (flags == REC_PAD) {
-            if (off == 0 || rlen != room - PM__RING_REC_HDR || room >= avail)
-                return -1;
-            at += room;
-            continue;
-        }
-        uint64_t total = PM__RING_REC_HDR + PM__ALIGN8((uint64_t)rlen);
-        if (flags != 0 || rlen == 0 || rlen > r->max_frame || total > room || total > avail)
+        /* The checks of pm__ring_peek, so nothing here reads outside the
+         * data area whatever the producer writes meanwhile. */
+        struct rec_at f;
+        if (decode_at(r, at, &f) < 0)
             return -1;
-        if (fn(r->data + off + PM__RING_REC_HDR, rlen, arg) != 0)
+        if (fn(r->data + f.off + PM__RING_REC_HDR, f.len, arg) != 0)
             return 1;
-        at += total;
+        at += f.pad + f.total;
     }
     *pos = at;
     return 0;

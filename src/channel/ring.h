@@ -166,11 +166,6 @@ int pm__ring_check_geometry(uint64_t cap, uint32_t max_frame);
 /* The creator formats a zeroed region: writes the geometry, zero indices. */
 int pm__ring_format(void *region, uint64_t cap, uint32_t max_frame);
 
-/* For an end that trusts the creator: reads the geometry from a region of
- * region_size bytes, validated against that size. */
-int pm__ring_read_geometry(const void *region, size_t region_size, uint64_t *cap,
-                           uint32_t *max_frame);
-
 /* Attaches one end. Geometry comes from the caller's private knowledge.
  * wake_fd is written to wake the other end, park_fd is waited on; either may
  * be -1 (no parking: wait calls spin only). The ring does not own the fds. */
@@ -254,7 +249,7 @@ int pm__ring_wait_gated(pm__ring *r, int timeout_ms, int may_spin);
 
 /* 1 while the consumer end has announced that it sleeps (its wait flag is
  * set), 0 while it is awake: working or spinning. The producer's view of
- * its consumer, for a spin gate (node.c: a worker's hub). */
+ * its consumer, for a spin gate (node_messaging.c: a worker's hub). */
 int pm__ring_consumer_parked(const pm__ring *r);
 
 /* For event loops that wait on many rings: announce that this consumer is

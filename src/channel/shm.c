@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* shm.c - sealed memfd shared memory. */
+/* shm.c - sealed memfds: the one maker and the seal sets; rings' shared memory. */
 #define _GNU_SOURCE
 #include "base/internal.h"
 #include "shm.h"
@@ -15,7 +15,11 @@
 #define MFD_ALLOW_SEALING 0x0002U
 #endif
 
+/* The seal sets, the one place they are spelled. A ring's memory: both
+ * ends write it, nobody changes its size. A message: nobody changes it at
+ * all once it is sealed. F_SEAL_SEAL in both: the set is final. */
 #define PM__SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define PM__SEALS_FROZEN (PM__SEALS | F_SEAL_WRITE)
 
 size_t pm__page_size(void)
 {
@@ -27,6 +31,30 @@ size_t pm__page_size(void)
     return page;
 }
 
+int pm__memfd_new(const char *name)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    return fd < 0 ? -errno : fd;
+}
+
+static int seals_of(int kind)
+{
+    return kind == PM__SEAL_FROZEN ? PM__SEALS_FROZEN : PM__SEALS;
+}
+
+int pm__memfd_seal(int fd, int kind)
+{
+    return fcntl(fd, F_ADD_SEALS, seals_of(kind)) < 0 ? -errno : 0;
+}
+
+int pm__memfd_sealed(int fd, int kind)
+{
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0)
+        return -errno;
+    return (seals & seals_of(kind)) == seals_of(kind);
+}
+
 int pm__shm_create(const char *name, size_t size, int *fd_out, void **map_out)
 {
     int fd = -1;
@@ -35,22 +63,25 @@ int pm__shm_create(const char *name, size_t size, int *fd_out, void **map_out)
 
     if (size == 0 || size % pm__page_size() != 0)
         return -EINVAL;
-    fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    fd = pm__memfd_new(name);
     if (fd < 0)
+        return fd;
+    if (ftruncate(fd, (off_t)size) < 0) {
+        err = -errno;
         goto fail;
-    if (ftruncate(fd, (off_t)size) < 0)
-        goto fail;
-    if (fcntl(fd, F_ADD_SEALS, PM__SEALS) < 0)
+    }
+    if ((err = pm__memfd_seal(fd, PM__SEAL_RING)) < 0)
         goto fail;
     map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED)
+    if (map == MAP_FAILED) {
+        err = -errno;
         goto fail;
+    }
     *fd_out = fd;
     *map_out = map;
     return 0;
 
 fail:
-    err = -errno;
     pm__close(fd);
     return err;
 }

@@ -1,11 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shm.h - sealed shared-memory objects (memfd) for rings and control blocks.
+ * shm.h - sealed memfds: every one procmesh makes (a ring's memory, a large
+ * message) is made and sealed here; shared-memory objects for rings and
+ * control blocks.
  */
 #ifndef PM_SHM_H
 #define PM_SHM_H
 
 #include <stddef.h>
+
+/* What a sealed memfd holds, which says its seals (shm.c spells them). */
+enum {
+    PM__SEAL_RING,   /* shared memory both ends write: no shrinking, no growing */
+    PM__SEAL_FROZEN, /* a message: no writes either, once sealed */
+};
+
+/* A new, empty memfd that can be sealed, close-on-exec: the fd or -errno. */
+int pm__memfd_new(const char *name);
+
+/* Adds kind's seals (and F_SEAL_SEAL: the set is final). 0 or -errno;
+ * EBUSY for PM__SEAL_FROZEN while a writable shared mapping exists. */
+int pm__memfd_seal(int fd, int kind);
+
+/* 1 when fd has every seal of kind, 0 when not, -errno when fd cannot be
+ * sealed at all (a pipe, a socket, an ordinary file: EINVAL). */
+int pm__memfd_sealed(int fd, int kind);
 
 /*
  * Creates a memfd of `size` bytes (a multiple of the page size), seals it

@@ -4,6 +4,7 @@
 #include "base/internal.h"
 
 #include "notify.h"
+#include "fdpass.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -109,15 +110,8 @@ static pid_t sender_of(struct msghdr *mh)
             memcpy(&cr, CMSG_DATA(cm), sizeof(cr));
             from = cr.pid;
         }
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-            size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t k = 0; k < nfd; k++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
-                pm__close(fd);
-            }
-        }
     }
+    (void)pm__fdpass_take(mh, NULL, 0, NULL);
     return from;
 }
 
@@ -132,11 +126,7 @@ unsigned pm__notify_read(int fd, pid_t from, uint64_t *dropped)
         } ctl;
         struct iovec iov = {buf, sizeof(buf)};
         struct msghdr mh;
-        memset(&mh, 0, sizeof(mh));
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = ctl.b;
-        mh.msg_controllen = sizeof(ctl.b);
+        pm__fdpass_msg(&mh, &iov, ctl.b, sizeof(ctl.b));
         ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (n < 0)
             break;

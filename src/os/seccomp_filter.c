@@ -71,7 +71,7 @@ static const struct {
     long arg1; /* >= 0: only with this second argument (a command) */
     const char *why;
 } strict_calls[] = {
-    {"read", -1, "drains its doorbell eventfd (ring.c park, node.c disarm)"},
+    {"read", -1, "drains its doorbell eventfd (ring.c park, node_messaging.c disarm)"},
     {"write", -1, "rings the hub's doorbell eventfd; stdio on inherited stdout/stderr"},
     {"poll", -1, "parks on its doorbell eventfd where futexes are refused (ring.c)"},
     {"ppoll", -1, "poll() on architectures without poll"},

@@ -3,12 +3,12 @@
 #include "base/internal.h"
 #include "base/le.h"
 #include "cipher.h"
+#include "secretmem.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include <sodium.h>
 
@@ -18,16 +18,8 @@
 /* ------------------------------------------------------------ memory */
 
 /*
- * sodium_malloc() puts the block at the end of its own page-aligned,
- * guard-paged region, so the page-rounded span of [p, p + size) covers only
- * this allocation. MADV_WIPEONFORK (Linux 4.14) gives a child zero pages
- * there; MADV_DONTFORK, the fallback, gives it no mapping at all. Either way a
- * fork-mode worker cannot read a key its supervisor holds (doc/reliability.md,
- * fault 33). madvise is the one system call of this module besides libsodium's
- * own.
- */
-/*
- * A cache of released blocks. sodium_malloc maps its block with guard
+ * The blocks come from secretmem.c (guarded, locked, wiped on fork). A
+ * cache of released blocks. sodium_malloc maps its block with guard
  * pages, mprotects and mlocks it; sodium_free unmaps it, which on a
  * multi-CPU machine (or VM) costs a TLB shootdown on every CPU: together
  * about 190 us of CPU (340 us of wall time on a busy VM), three times over
@@ -83,23 +75,7 @@ void *pm__noise_secret_alloc(size_t size)
         if (hit != NULL)
             return hit; /* zeroed when it was released */
     }
-    void *p = sodium_malloc(size);
-    if (p == NULL) {
-        errno = errno > 0 ? errno : ENOMEM;
-        return NULL;
-    }
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)p & ~(page - 1);
-    uintptr_t hi = ((uintptr_t)p + size + page - 1) & ~(page - 1);
-    if (madvise((void *)lo, hi - lo, MADV_WIPEONFORK) != 0 &&
-        madvise((void *)lo, hi - lo, MADV_DONTFORK) != 0) {
-        int saved = errno;
-        sodium_free(p);
-        errno = saved;
-        return NULL;
-    }
-    sodium_memzero(p, size); /* sodium_malloc fills with 0xdb */
-    return p;
+    return pm__secretmem_alloc(size);
 }
 
 /* Only in the process that allocated it: in a child the canary in front of
@@ -121,7 +97,7 @@ void pm__noise_secret_free(void *p, size_t size, uint32_t gen)
         if (kept)
             return;
     }
-    sodium_free(p);
+    pm__secretmem_free(p);
 }
 
 int pm__noise_sodium_ready(void)

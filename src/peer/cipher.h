@@ -101,6 +101,14 @@ void pm__noise_hkdf(const unsigned char *ck, const void *ikm, size_t ikm_len, un
 
 /* ---- tests only ---------------------------------------------------- */
 
+/*
+ * Kept here rather than in tests/: each reads or writes state this
+ * module keeps private (opaque structs, secret memory), which an object
+ * outside it could reach only if the struct were published. Like every
+ * pm__ symbol they are not exported by libprocmesh.so (-fvisibility=hidden);
+ * no product code calls them.
+ */
+
 /* Moves a direction's nonce (to reach the limit without 2^64 messages). */
 int pm__noise_test_set_nonce(pm__noise_transport *t, int tx, uint64_t n);
 

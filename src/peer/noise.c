@@ -4,7 +4,6 @@
 #include "base/le.h"
 #include "noise.h"
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +19,8 @@
  * the CipherState and SymmetricState operations on a handshake state, the
  * token machinery (WriteMessage / ReadMessage) and Split(); the primitives
  * (DH, cipher, hash, HKDF), the secret memory and the transport's
- * CipherStates are in cipher.c.
+ * CipherStates are in cipher.c, GENERATE_KEYPAIR() for e tokens in
+ * noise_ephemeral.c.
  *
  * Memory. Every secret (ck, k, the static and ephemeral private keys, the
  * psks, the transport keys) lives in a block from pm__noise_secret_alloc() (cipher.c): libsodium's
@@ -399,80 +399,6 @@ int pm__noise_hs_set_static_pair(pm__noise_hs *hs, const unsigned char priv[PM__
     return 0;
 }
 
-/*
- * The spare ephemeral key pair (pm__noise_ephemeral_prepare): generated
- * between handshakes, taken by the next handshake that writes an e token,
- * and wiped as it is taken, so it serves one handshake only, as Noise's
- * GENERATE_KEYPAIR() would. Its private half lives in secret memory
- * (allocated once per process generation, never freed: a forked child
- * forgets it, as cipher.c's cache does). The lock is only tried: a
- * thread that finds it taken generates its own pair inline.
- */
-static struct {
-    atomic_flag busy;
-    uint32_t gen;
-    bool ready;
-    unsigned char *priv;
-    unsigned char pub[KEY];
-} spare = {.busy = ATOMIC_FLAG_INIT};
-
-static bool spare_lock(void)
-{
-    if (atomic_flag_test_and_set_explicit(&spare.busy, memory_order_acquire))
-        return false;
-    uint32_t gen = pm__fork_gen();
-    if (spare.gen != gen) {
-        spare.priv = NULL; /* the parent's page: zero or absent here */
-        spare.ready = false;
-        spare.gen = gen;
-    }
-    return true;
-}
-
-static void spare_unlock(void)
-{
-    atomic_flag_clear_explicit(&spare.busy, memory_order_release);
-}
-
-int pm__noise_ephemeral_prepare(void)
-{
-    int rc = pm__noise_sodium_ready();
-    if (rc < 0)
-        return rc;
-    if (!spare_lock())
-        return 0; /* another thread is at it */
-    if (!spare.ready) {
-        if (spare.priv == NULL)
-            spare.priv = pm__noise_secret_alloc(KEY);
-        if (spare.priv == NULL) {
-            rc = -ENOMEM;
-        } else {
-            randombytes_buf(spare.priv, KEY);
-            crypto_scalarmult_curve25519_base(spare.pub, spare.priv);
-            spare.ready = true;
-        }
-    }
-    spare_unlock();
-    return rc;
-}
-
-/* Moves the spare pair into hs, once: true when there was one. */
-static bool spare_take(pm__noise_hs *hs)
-{
-    if (!spare_lock())
-        return false;
-    bool took = spare.ready;
-    if (took) {
-        memcpy(hs->sec->e, spare.priv, KEY);
-        memcpy(hs->e_pub, spare.pub, KEY);
-        sodium_memzero(spare.priv, KEY);
-        sodium_memzero(spare.pub, KEY);
-        spare.ready = false;
-    }
-    spare_unlock();
-    return took;
-}
-
 int pm__noise_hs_set_remote_static(pm__noise_hs *hs, const unsigned char pub[PM__NOISE_KEY_LEN])
 {
     int rc = setter_check(hs, pub);
@@ -650,10 +576,8 @@ int pm__noise_write_message(pm__noise_hs *hs, const void *payload, size_t payloa
         uint8_t tok = hs->tok[hs->msg][t];
         switch (tok) {
         case TOK_E:
-            if (!hs->fixed_e && !spare_take(hs)) {
-                randombytes_buf(hs->sec->e, KEY);
-                crypto_scalarmult_curve25519_base(hs->e_pub, hs->sec->e);
-            }
+            if (!hs->fixed_e)
+                pm__noise_ephemeral_take(hs->sec->e, hs->e_pub);
             hs->has_e = true;
             memcpy(p, hs->e_pub, KEY);
             p += KEY;

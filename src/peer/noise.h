@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include "cipher.h"
+#include "noise_ephemeral.h"
 
 #define PM__NOISE_MAX_PSKS 4u
 
@@ -77,15 +78,7 @@ int pm__noise_hs_set_static(pm__noise_hs *hs, const unsigned char priv[PM__NOISE
 int pm__noise_hs_set_static_pair(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN],
                                  const unsigned char pub[PM__NOISE_KEY_LEN]);
 
-/*
- * Generates the next handshake's ephemeral key pair now, off the critical
- * path (the mesh calls it at the end of a loop turn): the next e token
- * written (any handshake state of this process) takes it and wipes it, so
- * it is fresh and used once, as Noise's GENERATE_KEYPAIR() requires; a
- * handshake that finds none generates its own as before. Idempotent while
- * one waits. 0, -ENOMEM (no secret memory), -EIO (libsodium).
- */
-int pm__noise_ephemeral_prepare(void);
+/* pm__noise_ephemeral_prepare: noise_ephemeral.h. */
 
 /* The peer's static public key, for patterns where it is known beforehand
  * (a pre-message: NK, KK, IK, ...); -EINVAL for other patterns. */
@@ -140,6 +133,14 @@ int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport 
 void pm__noise_hs_free(pm__noise_hs *hs);
 
 /* ---- tests only: fixed values the published vectors need ----------- */
+
+/*
+ * Kept here rather than in tests/: each reads or writes state this
+ * module keeps private (opaque structs, secret memory), which an object
+ * outside it could reach only if the struct were published. Like every
+ * pm__ symbol they are not exported by libprocmesh.so (-fvisibility=hidden);
+ * no product code calls them.
+ */
 
 /* The ephemeral key the next "e" token uses, instead of a random one. */
 int pm__noise_test_set_ephemeral(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);

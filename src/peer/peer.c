@@ -205,6 +205,46 @@ void pm__pconn_sent(pm__pconn *c, size_t n)
         c->out_off = c->out_len = 0;
 }
 
+/* The control records: one record each, with no frames. */
+enum { CTL_HEARTBEAT, CTL_PING, CTL_PONG, CTL_REKEY };
+
+/* Seals one control record into the output queue. The stage is sealed
+ * first, as before every other record: the room reserved for it stays its
+ * own, and frames keep their order. 0 queued; 1 when the queue has no room
+ * for it (nothing sent); -ENOTCONN when the stage could not be sealed and
+ * -EOVERFLOW at the nonce limit (the link is closed for both); else the
+ * sealing's error. */
+static int send_control(pm__pconn *c, int kind, uint64_t stamp)
+{
+    if (pm__pconn_flush_stage(c) < 0)
+        return -ENOTCONN;
+    size_t cap, len;
+    int echo = kind == CTL_PING || kind == CTL_PONG;
+    unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + (echo ? PM__REC_ECHO_BODY : 0), &cap);
+    if (p == NULL)
+        return 1;
+    int rc;
+    if (kind == CTL_REKEY)
+        rc = pm__rec_seal_rekey(c->rec, p, cap, &len);
+    else if (kind == CTL_HEARTBEAT)
+        rc = pm__rec_seal_heartbeat(c->rec, p, cap, &len);
+    else
+        rc = pm__rec_seal_echo(c->rec, kind == CTL_PING ? PM__REC_ECHO_PING : PM__REC_ECHO_PONG, stamp,
+                               p, cap, &len);
+    if (rc == -EOVERFLOW)
+        pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
+    if (rc < 0)
+        return rc;
+    c->out_len += len;
+    if (kind == CTL_REKEY) {
+        c->records_since_rekey = 0;
+        c->rekeys_out++;
+    } else {
+        c->records_since_rekey++;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ life */
 
 /* Frames in a record, for counting one that is not delivered. */
@@ -576,24 +616,12 @@ static int take_record(pm__pconn *c, const pm__rec_in *in)
             c->pong_stamp = in->echo_stamp;
         } else if (in->echo == PM__REC_ECHO_PING) {
             /* Answered at once; with the queue full it is skipped (an RTT
-             * sample lost, nothing else: records queued prove liveness). */
-            size_t cap, len;
-            /* Every other record seals the stage first: the room reserved
-             * for it stays its own, and frames keep their order. */
-            if (pm__pconn_flush_stage(c) < 0)
+             * sample lost, nothing else: records queued prove liveness).
+             * A stage that cannot be sealed, or the nonce limit, closes
+             * the link; any other failure only loses the sample. */
+            (void)send_control(c, CTL_PONG, in->echo_stamp);
+            if (c->state == PM__PC_DEAD)
                 return PM__PCE_DEAD;
-            unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY, &cap);
-            if (p != NULL) {
-                int rc = pm__rec_seal_echo(c->rec, PM__REC_ECHO_PONG, in->echo_stamp, p, cap, &len);
-                if (rc == -EOVERFLOW) {
-                    pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
-                    return PM__PCE_DEAD;
-                }
-                if (rc == 0) {
-                    c->out_len += len;
-                    c->records_since_rekey++;
-                }
-            }
         }
         break;
     default: /* no other type reaches here */
@@ -733,65 +761,22 @@ int pm__pconn_heartbeat(pm__pconn *c)
 {
     if (c->rec == NULL || c->state == PM__PC_DEAD)
         return -ENOTCONN;
-    if (pm__pconn_flush_stage(c) < 0) /* see take_record's PONG */
-        return -ENOTCONN;
-    size_t cap, len;
-    unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT, &cap);
-    if (p == NULL)
-        return 0; /* records are queued already: they prove liveness as well */
-    int rc = pm__rec_seal_heartbeat(c->rec, p, cap, &len);
-    if (rc == -EOVERFLOW) {
-        pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
-        return rc;
-    }
-    if (rc == 0) {
-        c->out_len += len;
-        c->records_since_rekey++;
-    }
-    return rc;
+    int rc = send_control(c, CTL_HEARTBEAT, 0);
+    return rc == 1 ? 0 : rc; /* queue full: queued records prove liveness as well */
 }
 
 int pm__pconn_rekey(pm__pconn *c)
 {
     if (c->rec == NULL || c->state == PM__PC_DEAD)
         return -ENOTCONN;
-    if (pm__pconn_flush_stage(c) < 0) /* see take_record's PONG */
-        return -ENOTCONN;
-    size_t cap, len;
-    unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT, &cap);
-    if (p == NULL)
-        return -EAGAIN;
-    int rc = pm__rec_seal_rekey(c->rec, p, cap, &len);
-    if (rc == -EOVERFLOW) {
-        pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
-        return rc;
-    }
-    if (rc < 0)
-        return rc;
-    c->out_len += len;
-    c->records_since_rekey = 0;
-    c->rekeys_out++;
-    return 0;
+    int rc = send_control(c, CTL_REKEY, 0);
+    return rc == 1 ? -EAGAIN : rc;
 }
 
 int pm__pconn_ping(pm__pconn *c, uint64_t stamp)
 {
     if (c->rec == NULL || c->state == PM__PC_DEAD)
         return -ENOTCONN;
-    if (pm__pconn_flush_stage(c) < 0) /* see take_record's PONG */
-        return -ENOTCONN;
-    size_t cap, len;
-    unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY, &cap);
-    if (p == NULL)
-        return 0; /* as pm__pconn_heartbeat: what is queued proves liveness */
-    int rc = pm__rec_seal_echo(c->rec, PM__REC_ECHO_PING, stamp, p, cap, &len);
-    if (rc == -EOVERFLOW) {
-        pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
-        return rc;
-    }
-    if (rc == 0) {
-        c->out_len += len;
-        c->records_since_rekey++;
-    }
-    return rc;
+    int rc = send_control(c, CTL_PING, stamp);
+    return rc == 1 ? 0 : rc; /* as pm__pconn_heartbeat: what is queued proves liveness */
 }

@@ -187,7 +187,9 @@ void pm__pconn_sent(pm__pconn *c, size_t n);
 
 /* Queues one FRAMES record of as many of frames[0..n) as fit (*taken).
  * -EAGAIN: the output queue is full (backpressure); -ENOTCONN: not up;
- * another negative errno kills the link. */
+ * another negative errno kills the link. Tests only (the mesh stages
+ * frames: pm__pconn_stage): it needs the output queue, private to peer.c;
+ * not exported by libprocmesh.so. */
 int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, size_t *taken);
 
 /*

@@ -2,6 +2,7 @@
 /* peerkeys.c - loading, validating and holding the peer links' secrets, static keys and pinned peer keys. */
 #define _GNU_SOURCE
 #include "peerkeys.h"
+#include "secretmem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -242,34 +242,6 @@ struct pm__keyring {
     unsigned char static_pub[KEY];
 };
 
-/*
- * As noise.c's: sodium_malloc puts the block at the end of its own
- * page-aligned, guard-paged region, so the page-rounded span covers this
- * allocation only. MADV_WIPEONFORK (Linux 4.14) gives a child zero pages,
- * MADV_DONTFORK (the fallback) no mapping: a fork-mode worker never reads its
- * supervisor's keys (doc/reliability.md, fault 33).
- */
-static void *secret_alloc(size_t size)
-{
-    void *p = sodium_malloc(size);
-    if (p == NULL) {
-        errno = errno > 0 ? errno : ENOMEM;
-        return NULL;
-    }
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)p & ~(page - 1);
-    uintptr_t hi = ((uintptr_t)p + size + page - 1) & ~(page - 1);
-    if (madvise((void *)lo, hi - lo, MADV_WIPEONFORK) != 0 &&
-        madvise((void *)lo, hi - lo, MADV_DONTFORK) != 0) {
-        int saved = errno;
-        sodium_free(p);
-        errno = saved;
-        return NULL;
-    }
-    sodium_memzero(p, size); /* sodium_malloc fills with 0xdb */
-    return p;
-}
-
 int pm__keyring_new(pm__keyring **out)
 {
     if (out == NULL)
@@ -280,7 +252,7 @@ int pm__keyring_new(pm__keyring **out)
     pm__keyring *kr = calloc(1, sizeof(*kr));
     if (kr == NULL)
         return -ENOMEM;
-    kr->sec = secret_alloc(sizeof(*kr->sec));
+    kr->sec = pm__secretmem_alloc(sizeof(*kr->sec));
     if (kr->sec == NULL) {
         int rc = -errno;
         free(kr);
@@ -429,7 +401,7 @@ void pm__keyring_free(pm__keyring *kr)
      * ends with it or its exec. */
     if (owned(kr)) {
         sodium_memzero(kr->sec, sizeof(*kr->sec));
-        sodium_free(kr->sec);
+        pm__secretmem_free(kr->sec);
     }
     sodium_memzero(kr, sizeof(*kr));
     free(kr);

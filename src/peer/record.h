@@ -157,13 +157,21 @@ int pm__rec_next_frame(const pm__rec_in *in, size_t *off, const unsigned char **
  * -ECONNRESET (truncation) otherwise. */
 int pm__rec_eof(pm__rec *r);
 
+/* ---- tests only -------------------------------------------------------- */
+
+/*
+ * Kept here rather than in tests/: each reads or writes state this
+ * module keeps private (opaque structs, secret memory), which an object
+ * outside it could reach only if the struct were published. Like every
+ * pm__ symbol they are not exported by libprocmesh.so (-fvisibility=hidden);
+ * no product code calls them.
+ */
+
 /* 1 once a valid record has been received: the link may count as up. */
 int pm__rec_up(const pm__rec *r);
 
 /* 1 once a CLOSE record was received (its reason in *reason). */
 int pm__rec_closed(const pm__rec *r, uint16_t *reason);
-
-/* ---- tests only -------------------------------------------------------- */
 
 /* Seals plain[0..len) as one record, whatever it says (a type or body a
  * receiver refuses): the hostile peer of the tests. */

@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* node.h - the worker side of a link (struct pm_node). */
+/* node.h - the worker side of a link (struct pm_node): node.c,
+ * node_messaging.c, node_crash.c. */
 #ifndef PM_NODE_H
 #define PM_NODE_H
 
+#include <stdatomic.h>
+
+#include "base/internal.h"
 #include "channel/bigmsg.h"
 #include "channel/link.h"
 #include "channel/frame.h"
@@ -50,6 +54,19 @@ struct pm_node {
     unsigned ahead_head, ahead_n;
     uint64_t big_skipped; /* large messages we could not map: skipped, sender told */
 };
+
+/* 0 when n is a live node of this process, else -EINVAL (NULL, not a node,
+ * closed) or -EPERM (used in a child of the worker: the link is the
+ * worker's, and a second user would corrupt its rings). Inline: every send
+ * and receive starts with it. */
+static inline int pm__node_check(const pm_node *n)
+{
+    if (n == NULL || n->magic != PM__MAGIC_NODE)
+        return -EINVAL;
+    if (n->gen != atomic_load_explicit(&pm__fork_generation, memory_order_relaxed))
+        return -EPERM;
+    return 0;
+}
 
 /* Runs the worker half of the handshake on an attached link: HELLO, then
  * waits for INIT (giving up with -ESHUTDOWN when the supervisor is gone). */

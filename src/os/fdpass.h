@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/* fdpass.h - fds over AF_UNIX sockets (SCM_RIGHTS): the message shape of a large message's record (channel/bigmsg.c) and of a readiness datagram (notify.c). */
+#ifndef PM_FDPASS_H
+#define PM_FDPASS_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+/* mh carries one buffer (iov) and the control buffer ctl of ctl_size bytes
+ * (a union with struct cmsghdr, for its alignment), zeroed. */
+void pm__fdpass_msg(struct msghdr *mh, struct iovec *iov, void *ctl, size_t ctl_size);
+
+/* mh (its control buffer at least CMSG_SPACE(sizeof(int))) passes fd. */
+void pm__fdpass_put(struct msghdr *mh, int fd);
+
+/* The fds every SCM_RIGHTS message of a received mh carries, in order: the
+ * first room of them go into fds, the others are closed (a received fd is
+ * ours to close). Returns how many went into fds; *others (when not NULL)
+ * counts the control messages of any other kind (SCM_CREDENTIALS...). */
+size_t pm__fdpass_take(struct msghdr *mh, int *fds, size_t room, unsigned *others);
+
+#endif /* PM_FDPASS_H */

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* secretmem.c - guarded memory for secrets, wiped or absent in a forked child; see secretmem.h. */
+#define _GNU_SOURCE
+#include "secretmem.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+/*
+ * sodium_malloc() puts the block at the end of its own page-aligned,
+ * guard-paged region, so the page-rounded span of [p, p + size) covers only
+ * this allocation. MADV_WIPEONFORK (Linux 4.14) gives a child zero pages
+ * there; MADV_DONTFORK, the fallback, gives it no mapping at all. Either way a
+ * fork-mode worker cannot read a key its supervisor holds (doc/reliability.md,
+ * fault 33). madvise is the one system call here besides libsodium's own.
+ * Only libc and libsodium: the daemon links this beside the shared library,
+ * whose pm__ symbols it does not see.
+ */
+void *pm__secretmem_alloc(size_t size)
+{
+    void *p = sodium_malloc(size);
+    if (p == NULL) {
+        errno = errno > 0 ? errno : ENOMEM;
+        return NULL;
+    }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)p + size + page - 1) & ~(page - 1);
+    if (madvise((void *)lo, hi - lo, MADV_WIPEONFORK) != 0 &&
+        madvise((void *)lo, hi - lo, MADV_DONTFORK) != 0) {
+        int saved = errno;
+        sodium_free(p);
+        errno = saved;
+        return NULL;
+    }
+    sodium_memzero(p, size); /* sodium_malloc fills with 0xdb */
+    return p;
+}
+
+void pm__secretmem_free(void *p)
+{
+    sodium_free(p); /* NULL is fine */
+}
