@@ -8,7 +8,8 @@
  * enough for its deadline to run out while others are being parsed.
  */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "types.h"
+#include "turn.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 /* debug.c - the supervisor's internal counters, read in one place for pm-bench. */
 #include "base/internal.h"
 
-#include "cluster.h"
+#include "types.h"
 #include "debug.h"
 
 /* The only reader of struct pm_cluster's fields outside the supervisor: when

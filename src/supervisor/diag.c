@@ -5,7 +5,7 @@
  * of a first start that failed.
  */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "diag.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -7,7 +7,9 @@
  * between the death and the fork.
  */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "incarnation.h"
+#include "core.h"
+#include "standby.h"
 
 #include <execinfo.h>
 #include <fcntl.h>

@@ -5,7 +5,9 @@
  * supervisor's own lateness, so that its silence is never blamed on them.
  */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "liveness.h"
+
+#include "reap.h"
 
 #include <string.h>
 #include <time.h>

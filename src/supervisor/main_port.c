@@ -2,7 +2,8 @@
 /* main_port.c - main's side of the hub: the supervisor's public messaging calls
  * (send, reply, broadcast, and requests to one worker: request, cancel, call). */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "types.h"
+#include "turn.h"
 
 PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len)
 {

@@ -11,7 +11,8 @@
  * incarnation's writers. The price is two pipe2 calls per start.
  */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "output.h"
+#include "types.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -112,4 +112,25 @@ unsigned pm__output_keep_clear(pm__outkeep *k);
  * bytes, NUL-terminated): 1, or 0 when none is kept. Pure. */
 int pm__output_keep_pop(pm__outkeep *k, char *buf, size_t *len, int *truncated);
 
+/* ------------------------------------------------ a slot's pipes (output.c) */
+
+struct pm__slot;
+
+/* Creates the incarnation's two pipes: our read ends in s->out, the write
+ * ends (close-on-exec; the child dup2s them onto 1 and 2, the caller closes
+ * them after the fork) in wfd. 0 or -errno with nothing left open. */
+int pm__output_open(pm_cluster *c, struct pm__slot *s, int wfd[2]);
+/* Asks the loop to report the read ends readable. */
+void pm__output_arm(pm_cluster *c, struct pm__slot *s);
+/* A read end is readable (kind PM__TAG_STDOUT or PM__TAG_STDERR): reads a
+ * bounded slice, delivers its lines, arms again. */
+void pm__output_ready(pm_cluster *c, struct pm__slot *s, int kind);
+/* After the reap, before the exit is reported: reads what is left (bounded),
+ * delivers the last partial line and the suppressed count, closes. */
+void pm__output_drain(pm_cluster *c, struct pm__slot *s);
+/* Closes the read ends without reading (disarmed first). */
+void pm__output_close(pm_cluster *c, struct pm__slot *s);
+/* Closes and frees everything of a slot's output (cluster teardown). */
+void pm__output_free(pm__output *o);
+
 #endif /* PM_OUTPUT_H */

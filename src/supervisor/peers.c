@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* peers.c - the supervisor's side of the peer links: the mesh started with its environment (loop, hub, configuration from the options) and what it reports up (events, diagnostics), and the public calls about the links (pm_cluster_peers, pm_cluster_peer_failures, pm_cluster_set_secrets) on the mesh's accessors. */
-#include "cluster.h"
+#include "peers.h"
+
+#include "diag.h"
 
 #include "peer/peer.h"
 

@@ -9,15 +9,18 @@
  *    it is restarted at once and counted apart (input_faults), outside the
  *    restart budget, so a batch with many crashing inputs never retires a
  *    slot; deaths outside a request and failed starts stay under the
- *    budget.
+ *    budget. Noted here at the reap; the restart is the slot table's
+ *    (actions.c input_restart).
  *  - How the incarnation ended is handed to the hub while it closes the
  *    port, so each -EHOSTDOWN it gives carries it (pm_request_outcome):
  *    no later query can race a restart.
  */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "pool.h"
 
+#include "actions.h"
 #include "channel/proto.h"
+#include "core.h"
 
 /* pm__hub_ops.timed_out: one of main's requests timed out in p's hands
  * and the options say to kill it. Cut off first (the hub reads nothing
@@ -56,19 +59,3 @@ void pm__pool_on_death(pm_cluster *c, pm__slot *s, int reason, pm__ending *e)
     c->hub.ending = e;
 }
 
-/* After a failure: an input fault is restarted at once, not charged to
- * the budget (1: done here); anything else is the budget's (0). Not while
- * spawning, terminating or under the never policy: those rules come first
- * in the caller. */
-int pm__pool_input_restart(pm_cluster *c, pm__slot *s)
-{
-    if (!s->input_fault)
-        return 0;
-    s->input_fault = 0;
-    s->input_faults++;
-    c->stats.input_faults++;
-    pm__cluster_set_state(c, s, PM_SLOT_BACKOFF);
-    pm__slot_set_deadline(s, pm__now_ms(), PM__EV_BACKOFF_DONE);
-    pm__cluster_emit(c, PM_EVENT_RESTART_SCHEDULED, s, PM_REASON_INPUT, 0);
-    return 1;
-}

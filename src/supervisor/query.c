@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* query.c - what the application may ask of a running cluster: sizes, addresses, slot info, counters. */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "types.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * slot.h - the slot lifecycle as an explicit state x event table (after
- * s6-supervise's actions[][]). Pure data: the supervisor (cluster.c) feeds
+ * s6-supervise's actions[][]). Pure data: the supervisor (actions.c) feeds
  * events, looks up the action and runs it; the action sets the next state,
  * because some outcomes (restart or retire) depend on the budget.
  *

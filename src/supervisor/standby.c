@@ -2,7 +2,10 @@
 /*
  * standby.c - the warm standby (pm_options_set_warm_standby): per slot, the
  * next fork-mode incarnation forked ahead onto the spare link, set up, and
- * blocked on an eventfd until the crash it replaces.
+ * blocked on an eventfd until the crash it replaces. Here: what the start
+ * of an incarnation does with one (take it, start it, end it, drop a dead
+ * one), below incarnation.c; forking it and its death while it waits:
+ * standby_fork.c, above.
  *
  * Why: a fork-mode restart spends most of its time in the fork (the page
  * tables of the supervisor copied) and in the new process's first page
@@ -29,11 +32,12 @@
  *   own from the fork.
  */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "standby.h"
 
+#include <errno.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "os/spawn.h"
 
@@ -82,49 +86,6 @@ void pm__standby_end(pm_cluster *c, pm__slot *s)
     errno = saved;
 }
 
-void pm__standby_prepare(pm_cluster *c, pm__slot *s)
-{
-    pm__standby *b = &s->standby;
-    if (!c->o->warm_standby || c->o->exec_path != NULL || s->spare == NULL || b->pid > 0 ||
-        c->terminating)
-        return;
-    int saved = errno;
-    /* Blocking in the child (it waits in read); the supervisor only ever
-     * writes it, which an eventfd never blocks. An eventfd rather than a
-     * pipe: a write to a pipe whose reader died would raise SIGPIPE here. */
-    int go = eventfd(0, EFD_CLOEXEC);
-    if (go < 0)
-        goto out;
-    /* Its two fds (this one and its pidfd) are held for as long as it
-     * waits: only while they are affordable, as the spare's are. */
-    if (!pm__fds_affordable(&go, 1)) {
-        pm__close(go);
-        goto out;
-    }
-    uint64_t inc = s->incarnation + 1;
-    pid_t pid = pm__incarnation_fork_standby(c, s, s->spare, inc, go);
-    if (pid < 0) {
-        pm__close(go);
-        goto out;
-    }
-    int pidfd = pm__pidfd_open(pid);
-    b->pid = pid;
-    b->pidfd = pidfd;
-    b->go_fd = go;
-    b->incarnation = inc;
-    if (pidfd >= 0 && pm__fds_affordable(&pidfd, 1) &&
-        pm__loop_arm(&c->loop, pidfd, PM__TAG(PM__TAG_STANDBY, s->index, inc)) == 0)
-        b->armed = 1;
-    else
-        /* Nothing would report its death at once (no pidfd: Linux < 5.3,
-         * or no poll): it would wait as a zombie until taken. No standby
-         * then, and no spare either: that process mapped it, and its
-         * memory is never another incarnation's. Restarts fork as without
-         * the option. */
-        pm__incarnation_spare_drop(c, s);
-out:
-    errno = saved;
-}
 
 /* 1 when the standby has exited but its poll's completion has not been
  * handled yet (both can be in the same turn). */
@@ -140,7 +101,7 @@ static int standby_dead(const pm__standby *b)
 void pm__standby_check(pm_cluster *c, pm__slot *s)
 {
     if (s->standby.pid > 0 && standby_dead(&s->standby))
-        pm__incarnation_spare_drop(c, s); /* ends it, and the memory it had */
+        c->spare_drop(c, s); /* ends it, and the memory it had */
 }
 
 pid_t pm__standby_take(pm_cluster *c, pm__slot *s)
@@ -178,27 +139,4 @@ void pm__standby_go(pm__slot *s)
     s->standby.go_fd = -1;
 }
 
-void pm__standby_on_exit(pm_cluster *c, pm__slot *s, uint64_t tag)
-{
-    pm__standby *b = &s->standby;
-    if (b->pid <= 0 || PM__TAG_INC(tag) != (b->incarnation & 0xffffffffu))
-        return; /* taken or ended since: the completion of a cancelled poll */
-    b->armed = 0;
-    /* It died while waiting (killed from outside; or its set-up failed).
-     * Its spare goes too: that memory was a process's that is not ours
-     * to trust. The next restart forks, and the next ready makes both
-     * again. */
-    pm__incarnation_spare_drop(c, s);
-}
 
-int pm__standby_reap_pid(pm_cluster *c, pid_t pid)
-{
-    for (unsigned i = 0; i < c->nslots; i++) {
-        pm__slot *s = &c->slots[i];
-        if (s->standby.pid == pid) {
-            pm__incarnation_spare_drop(c, s);
-            return 1;
-        }
-    }
-    return 0;
-}

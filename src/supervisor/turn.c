@@ -1,29 +1,29 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * turn.c - one turn of the supervisor's loop: wait for readiness, turn each
- * completion into a slot event or a port service, fire the due deadlines,
- * publish what the hub wrote. Also pm_cluster_run and pm_cluster_stop.
+ * turn.c - one turn of the supervisor's loop: wait for readiness, hand each
+ * completion to the module that owns its kind, service the ports with
+ * work, fire the due deadlines, publish what the hub wrote. Also
+ * pm_cluster_run and pm_cluster_stop.
  */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "turn.h"
 
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 
-#include "os/notify.h"
+#include "actions.h"
+#include "core.h"
+#include "liveness.h"
+#include "readiness.h"
+#include "reap.h"
+#include "standby_fork.h"
+#include "watch.h"
 
 /* Without pidfds and signals, how often exits are looked for. */
 #define PM__SCAN_MS 50
 
-/* Empties an eventfd or timerfd: what fired matters, not how often. */
-static void drain_counter(int fd)
-{
-    uint64_t v;
-    ssize_t n = read(fd, &v, sizeof(v));
-    (void)n;
-}
 
 /* Points the timerfd at the earliest deadline: the hub's, the peer
  * links', the liveness check's, and the slots' (the top of their heap:
@@ -115,64 +115,7 @@ static void learn_sleep(pm_cluster *c, uint64_t t0)
         c->hub_spin_budget = pm__spin_learn(0, hub_spin_cap(c), 0, pm__now_ns() - t0);
 }
 
-/* Services the slot's port once this turn: its doorbell rang or its ring
- * had work left over. The doorbell stays registered (a multishot poll) for
- * as long as the port is read; it is registered again only when the loop
- * said that the registration ended (turn()). */
-void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
-{
-    const pm__port *p = &c->hub.ports[s->index];
-    s->hub_rang = 0;
-    pm__hub_port_service(&c->hub, s->index);
-    if (p->reading && !s->hub_armed &&
-        pm__loop_arm_multi(&c->loop, s->link.hub_efd,
-                           PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
-        s->hub_armed = 1;
-    pm__cluster_arm_sock(c, s);
-}
 
-/*
- * The slot's fd socket (bigmsg.h), watched for as long as its port is
- * read, for two things: records arriving, which the hub takes at once
- * (pm__hub_port_records: a record left in the kernel counts against the
- * worker's user's fds in flight for as long as the worker likes); and,
- * once the socket refused one of the hub's records (sock_full), room
- * again (the worker took one), which services the port to flush its
- * queue. One registration for both, per wake-up (pm__loop_arm_multi_ev:
- * a new record, or room freed), so a socket that stays readable or
- * writable costs nothing more; it ends only when the loop says so (more
- * 0). Where polls are one-shot (io_uring before Linux 5.13) it asks for
- * room only while sock_full (a writable socket would complete it at once,
- * every turn); a refusal while it waits for records alone cancels it, and
- * the cancellation's completion, like any, arms it again with room asked
- * for. Retrying every turn instead would keep the hub busy, and a busy hub
- * never arms the doorbells of the ports it drained (pm__hub_arm_idle).
- */
-#define SOCK_CANCELLING 0x100
-
-void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
-{
-    const pm__port *p = &c->hub.ports[s->index];
-    if (!p->reading || s->link.sock < 0)
-        return;
-    int multi = pm__loop_has_multi(&c->loop);
-    if (s->sock_armed) {
-        if (multi || !p->sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
-            return;
-        if (pm__loop_disarm(&c->loop, s->link.sock,
-                            PM__TAG(PM__TAG_SOCK, s->index, s->incarnation)) == 0)
-            s->sock_armed |= SOCK_CANCELLING;
-        else
-            pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* next turn, then */
-        return;
-    }
-    unsigned ev = PM__LOOP_IN | (multi || p->sock_full ? PM__LOOP_OUT : 0u);
-    if (pm__loop_arm_multi_ev(&c->loop, s->link.sock,
-                              PM__TAG(PM__TAG_SOCK, s->index, s->incarnation), ev) == 0)
-        s->sock_armed = (int)ev;
-    else
-        pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* cannot wait for it: next turn */
-}
 
 /* Tries to reap every slot: a waitid per slot with a process. Only where
  * nothing else reports exits (no pidfd and no signalfd, poll_children),
@@ -274,64 +217,77 @@ static void fire_due(pm_cluster *c)
     }
 }
 
-/* What the worker said on its NOTIFY_SOCKET. Order inside one read does
- * not matter: READY is acted on first, as systemd does. Also called when the
- * worker is reaped, before its exit is handled: a READY=1 it sent just
- * before exiting is still queued on the socket, and it was ready whichever
- * of the two reports the loop happened to see first. */
-void pm__cluster_read_notify(pm_cluster *c, pm__slot *s)
+
+
+static void on_timer(pm_cluster *c)
 {
-    if (s->notify_fd < 0)
-        return;
-    /* The credentials were stamped at send time, so the pid still matches
-     * after the sender has exited. */
-    unsigned what = pm__notify_read(s->notify_fd, s->pid, &c->stats.notify_dropped);
-    if (what & PM__NOTIFY_READY)
-        pm__cluster_dispatch(c, s, PM__EV_READY);
-    if (what & PM__NOTIFY_WATCHDOG) {
-        s->watchdog = 1;
-        s->progress_ms = pm__now_ms();
+    pm__drain_counter(c->timerfd);
+    c->timer_at = 0; /* fired: rearm_timer sets it again */
+    pm__loop_arm(&c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
+}
+
+static void on_wake(pm_cluster *c)
+{
+    pm__drain_counter(c->wakefd);
+    pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
+}
+
+/* A completion about a slot's incarnation: to the module that owns its
+ * kind. */
+static void on_slot_tag(pm_cluster *c, pm__slot *s, int kind, int more)
+{
+    switch (kind) {
+    case PM__TAG_PIDFD:
+        pm__reap_on_pidfd(c, s);
+        break;
+    case PM__TAG_HUB:
+        pm__cluster_on_doorbell(c, s, more);
+        break;
+    case PM__TAG_SOCK:
+        pm__cluster_on_sock(c, s, more);
+        break;
+    case PM__TAG_STDOUT:
+    case PM__TAG_STDERR:
+        pm__output_ready(c, s, kind);
+        break;
+    case PM__TAG_NOTIFY:
+        pm__readiness_on_notify(c, s);
+        break;
+    case PM__TAG_EXECPIPE:
+        pm__readiness_on_exec_pipe(c, s);
+        break;
+    default:
+        break;
     }
-    if (what & PM__NOTIFY_STOPPING)
-        pm__cluster_emit(c, PM_EVENT_STOPPING, s, PM_REASON_NOTIFY, 0);
 }
 
-static void on_notify(pm_cluster *c, pm__slot *s)
-{
-    pm__cluster_read_notify(c, s);
-    if (s->notify_fd >= 0 &&
-        pm__loop_arm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
-        s->notify_armed = 1;
-}
-
+/* Each kind of completion goes to the module that owns it (the tag's
+ * layout: os/loop.h). */
 static void handle_tag(pm_cluster *c, uint64_t tag, int more)
 {
     int kind = PM__TAG_KIND(tag);
-    if (kind == PM__TAG_SIGNAL) {
+    switch (kind) {
+    case PM__TAG_SIGNAL:
         on_signal(c);
         pm__loop_arm(&c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
         return;
-    }
-    if (kind == PM__TAG_TIMER) {
-        drain_counter(c->timerfd);
-        c->timer_at = 0; /* fired: rearm_timer sets it again */
-        pm__loop_arm(&c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
+    case PM__TAG_TIMER:
+        on_timer(c);
         return;
-    }
-    if (kind == PM__TAG_WAKE) {
-        drain_counter(c->wakefd);
-        pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
+    case PM__TAG_WAKE:
+        on_wake(c);
         return;
-    }
-    if (kind == PM__TAG_PEER || kind == PM__TAG_PEER_LISTEN) {
+    case PM__TAG_PEER:
+    case PM__TAG_PEER_LISTEN:
         pm__mesh_ready(c->mesh, tag);
         return;
+    case PM__TAG_USER:
+        pm__watch_fire(c, PM__TAG_SLOT(tag), (uint32_t)PM__TAG_INC(tag));
+        return;
+    default:
+        break;
     }
     unsigned idx = PM__TAG_SLOT(tag);
-    if (kind == PM__TAG_USER) {
-        pm__watch_fire(c, idx, (uint32_t)PM__TAG_INC(tag));
-        return;
-    }
     if (idx >= c->nslots)
         return;
     pm__slot *s = &c->slots[idx];
@@ -342,53 +298,7 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
     /* A completion about an incarnation that is gone: drop it. */
     if (!pm__slot_has_process(s) || PM__TAG_INC(tag) != (s->incarnation & 0xffffffffu))
         return;
-    if (kind == PM__TAG_PIDFD) {
-        s->pid_armed = 0;
-        if (!pm__cluster_try_reap(c, s) && s->pidfd >= 0 &&
-            pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
-            s->pid_armed = 1;
-    } else if (kind == PM__TAG_HUB) {
-        if (!more) {
-            /* The registration ended (a one-shot poll, or io_uring stopped
-             * the multishot one): drain the doorbell before it is armed
-             * again, or the new poll would fire at once. The ring is the
-             * truth, the count is not. */
-            s->hub_armed = 0;
-            drain_counter(s->link.hub_efd);
-        }
-        /* Serviced once after all completions: a worker writing its
-         * doorbell in a loop gets no more reading than one turn's cap. */
-        s->hub_rang = 1;
-        pm__hub_mark_rang(&c->hub, idx);
-    } else if (kind == PM__TAG_SOCK) {
-        /* Records arrived: taken now. Or room (or the socket failed: the
-         * flush then finds out): the records that waited for it go now. */
-        if (!more)
-            s->sock_armed = 0;
-        pm__hub_port_records(&c->hub, idx);
-        if (c->hub.ports[idx].sock_full) {
-            s->hub_rang = 1;
-            pm__hub_mark_rang(&c->hub, idx);
-        }
-        if (!more)
-            pm__cluster_arm_sock(c, s);
-    } else if (kind == PM__TAG_STDOUT || kind == PM__TAG_STDERR) {
-        pm__output_ready(c, s, kind);
-    } else if (kind == PM__TAG_NOTIFY) {
-        s->notify_armed = 0;
-        on_notify(c, s);
-    } else if (kind == PM__TAG_EXECPIPE) {
-        s->pipe_armed = 0;
-        int e = 0;
-        ssize_t k = read(s->exec_pipe, &e, sizeof(e));
-        if (k == 0)
-            pm__cluster_dispatch(c, s, PM__EV_READY); /* exec succeeded */
-        else if (k == (ssize_t)sizeof(e))
-            s->exec_errno = e; /* the exit follows */
-        else if (k < 0 && errno == EAGAIN &&
-                 pm__loop_arm(&c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation)) == 0)
-            s->pipe_armed = 1;
-    }
+    on_slot_tag(c, s, kind, more);
 }
 
 /* One turn: wait up to timeout_ms for readiness, handle it, fire deadlines.

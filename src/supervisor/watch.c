@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* watch.c - application fds watched by the supervisor's loop (pm_cluster_watch_fd). */
 #define _GNU_SOURCE
-#include "cluster.h"
+#include "watch.h"
 
 #include <stdlib.h>
 

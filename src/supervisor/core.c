@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core.c - the supervisor's primitives on one slot: the event to the
+ * application, the state mirrored in the hub's port, signals, cutting a
+ * worker off and releasing what it had, ending its process tree, the polls
+ * on its port's doorbell and fd socket. What decides (the slot table's
+ * actions, the reap, the turn) sits above and calls these; nothing here
+ * calls back up.
+ */
+#define _GNU_SOURCE
+#include "core.h"
+
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "diag.h"
+#include "os/spawn.h"
+
+/* Empties an eventfd or timerfd: what fired matters, not how often. */
+void pm__drain_counter(int fd)
+{
+    uint64_t v;
+    ssize_t n = read(fd, &v, sizeof(v));
+    (void)n;
+}
+
+void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, uint32_t delay)
+{
+    if (c->o->on_event == NULL)
+        return;
+    pm_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.type = type;
+    ev.slot = s->index;
+    ev.pid = s->pid;
+    ev.incarnation = s->incarnation;
+    ev.delay_ms = delay;
+    ev.restarts = s->budget.total;
+    ev.reason_code = reason;
+    ev.reason = pm_reason_name(reason);
+    ev.detail = c->event_detail;
+    if (type == PM_EVENT_EXITED) {
+        ev.exit_code = s->last_exit_code;
+        ev.signal = s->last_signal;
+        ev.core_dumped = s->last_core;
+        ev.oom_kills = s->oom_kills;
+    } else if (type == PM_EVENT_SPAWN_FAILED) {
+        ev.exit_code = s->last_exit_code;
+    } else if (type == PM_EVENT_FENCED && reason == PM_REASON_VERSION) {
+        ev.worker_version = s->hello_version;
+    }
+    PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
+}
+
+/* The slot's state, mirrored in its port: the hub lets only a ready port
+ * receive, and a ready or stopping one send. */
+void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state)
+{
+    static const int port_state[] = {
+        [PM_SLOT_STARTING] = PM__PORT_STARTING,
+        [PM_SLOT_READY] = PM__PORT_READY,
+        [PM_SLOT_STOPPING] = PM__PORT_STOPPING,
+        [PM_SLOT_BACKOFF] = PM__PORT_CLOSED,
+        [PM_SLOT_STOPPED] = PM__PORT_CLOSED,
+        [PM_SLOT_RETIRED] = PM__PORT_CLOSED,
+    };
+    s->state = state;
+    pm__hub_port_set_state(&c->hub, s->index, port_state[state]);
+}
+
+void pm__cluster_signal(pm__slot *s, int sig)
+{
+    if (!pm__slot_has_process(s))
+        return;
+    /* Through the pidfd: the pid itself may belong to another process once
+     * reaped. Without pidfd support, kill() is still safe here because only
+     * this supervisor reaps its children and this one is not reaped yet. */
+    if (s->pidfd >= 0)
+        (void)pm__pidfd_signal(s->pidfd, sig);
+    else
+        (void)kill(s->pid, sig);
+    if (sig == SIGKILL)
+        s->kill_sent = 1;
+}
+
+/* Stops reading the slot's ring for good (this incarnation). */
+void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s)
+{
+    if (s->hub_armed) {
+        pm__loop_disarm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
+        s->hub_armed = 0;
+    }
+    if (s->sock_armed) {
+        pm__loop_disarm(&c->loop, s->link.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation));
+        s->sock_armed = 0;
+    }
+    s->hub_rang = 0;
+    pm__hub_port_cut(&c->hub, s->index);
+}
+
+/* Everything the dead incarnation had: its pidfd, its error pipe, its
+ * memory (unmapped and closed, never reused). */
+void pm__cluster_release(pm_cluster *c, pm__slot *s)
+{
+    pm__cluster_disarm_hub(c, s);
+    if (s->pid_armed) {
+        pm__loop_disarm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation));
+        s->pid_armed = 0;
+    }
+    pm__close(s->pidfd);
+    s->pidfd = -1;
+    if (s->pipe_armed) {
+        pm__loop_disarm(&c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation));
+        s->pipe_armed = 0;
+    }
+    pm__close(s->exec_pipe);
+    s->exec_pipe = -1;
+    if (s->notify_armed) {
+        pm__loop_disarm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation));
+        s->notify_armed = 0;
+    }
+    pm__close(s->notify_fd);
+    s->notify_fd = -1;
+    pm__output_close(c, s);
+    pm__hub_port_close(&c->hub, s->index);
+    pm__link_close(&s->link);
+    s->pid = 0;
+    s->hello = 0;
+    s->kill_sent = 0;
+}
+
+/* Longest wait for a killed cgroup to empty: only processes stuck in
+ * uninterruptible sleep outlast a SIGKILL, and the loop must go on. */
+#define PM__TREE_WAIT_MS 1000
+
+void pm__cluster_end_group(pm__slot *s)
+{
+    /* The worker made itself the leader of group s->pid (pm__child_contain)
+     * and is a zombie now, so the id cannot belong to anyone else; ESRCH
+     * means nothing of it is left in the group. */
+    (void)kill(-s->pid, SIGKILL);
+}
+
+void pm__cluster_end_tree(pm_cluster *c, pm__slot *s)
+{
+    s->oom_kills = 0;
+    if (c->cg.mode != PM_CONTAIN_CGROUP || s->cg.events_fd < 0)
+        return;
+    int rc = pm__cg_slot_end(&s->cg, PM__TREE_WAIT_MS, &s->oom_kills);
+    if (rc < 0)
+        /* The replacement starts anyway (the slot must not stay down for a
+         * process the kernel will not let die); said once per occurrence. */
+        pm__diag(c->o, c, "cgroup_not_empty",
+                 "slot %u: its cgroup did not empty within %d ms after cgroup.kill (%s): a "
+                 "process in uninterruptible sleep? the next incarnation starts beside it",
+                 s->index, PM__TREE_WAIT_MS, pm_strerror(rc));
+}
+
+/* Services the slot's port once this turn: its doorbell rang or its ring
+ * had work left over. The doorbell stays registered (a multishot poll) for
+ * as long as the port is read; it is registered again only when the loop
+ * said that the registration ended (pm__cluster_on_doorbell). */
+void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
+{
+    const pm__port *p = &c->hub.ports[s->index];
+    s->hub_rang = 0;
+    pm__hub_port_service(&c->hub, s->index);
+    if (p->reading && !s->hub_armed &&
+        pm__loop_arm_multi(&c->loop, s->link.hub_efd,
+                           PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
+        s->hub_armed = 1;
+    pm__cluster_arm_sock(c, s);
+}
+
+/*
+ * The slot's fd socket (bigmsg.h), watched for as long as its port is
+ * read, for two things: records arriving, which the hub takes at once
+ * (pm__hub_port_records: a record left in the kernel counts against the
+ * worker's user's fds in flight for as long as the worker likes); and,
+ * once the socket refused one of the hub's records (sock_full), room
+ * again (the worker took one), which services the port to flush its
+ * queue. One registration for both, per wake-up (pm__loop_arm_multi_ev:
+ * a new record, or room freed), so a socket that stays readable or
+ * writable costs nothing more; it ends only when the loop says so (more
+ * 0). Where polls are one-shot (io_uring before Linux 5.13) it asks for
+ * room only while sock_full (a writable socket would complete it at once,
+ * every turn); a refusal while it waits for records alone cancels it, and
+ * the cancellation's completion, like any, arms it again with room asked
+ * for. Retrying every turn instead would keep the hub busy, and a busy hub
+ * never arms the doorbells of the ports it drained (pm__hub_arm_idle).
+ */
+#define SOCK_CANCELLING 0x100
+
+void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
+{
+    const pm__port *p = &c->hub.ports[s->index];
+    if (!p->reading || s->link.sock < 0)
+        return;
+    int multi = pm__loop_has_multi(&c->loop);
+    if (s->sock_armed) {
+        if (multi || !p->sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
+            return;
+        if (pm__loop_disarm(&c->loop, s->link.sock,
+                            PM__TAG(PM__TAG_SOCK, s->index, s->incarnation)) == 0)
+            s->sock_armed |= SOCK_CANCELLING;
+        else
+            pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* next turn, then */
+        return;
+    }
+    unsigned ev = PM__LOOP_IN | (multi || p->sock_full ? PM__LOOP_OUT : 0u);
+    if (pm__loop_arm_multi_ev(&c->loop, s->link.sock,
+                              PM__TAG(PM__TAG_SOCK, s->index, s->incarnation), ev) == 0)
+        s->sock_armed = (int)ev;
+    else
+        pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* cannot wait for it: next turn */
+}
+
+void pm__cluster_on_doorbell(pm_cluster *c, pm__slot *s, int more)
+{
+    if (!more) {
+        /* The registration ended (a one-shot poll, or io_uring stopped
+         * the multishot one): drain the doorbell before it is armed
+         * again, or the new poll would fire at once. The ring is the
+         * truth, the count is not. */
+        s->hub_armed = 0;
+        pm__drain_counter(s->link.hub_efd);
+    }
+    /* Serviced once after all completions: a worker writing its
+     * doorbell in a loop gets no more reading than one turn's cap. */
+    s->hub_rang = 1;
+    pm__hub_mark_rang(&c->hub, s->index);
+}
+
+void pm__cluster_on_sock(pm_cluster *c, pm__slot *s, int more)
+{
+    /* Records arrived: taken now. Or room (or the socket failed: the
+     * flush then finds out): the records that waited for it go now. */
+    if (!more)
+        s->sock_armed = 0;
+    pm__hub_port_records(&c->hub, s->index);
+    if (c->hub.ports[s->index].sock_full) {
+        s->hub_rang = 1;
+        pm__hub_mark_rang(&c->hub, s->index);
+    }
+    if (!more)
+        pm__cluster_arm_sock(c, s);
+}

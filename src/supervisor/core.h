@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core.h - the supervisor's primitives on one slot, below everything that
+ * decides (core.c): the event to the application, the state mirrored in
+ * the hub's port, signals, cutting a worker off and releasing what it had,
+ * ending its process tree, and the polls on its port's doorbell and socket.
+ * Nothing here calls up into the state machine (actions.c), the reap
+ * (reap.c) or the turn (turn.c).
+ */
+#ifndef PM_SUPERVISOR_CORE_H
+#define PM_SUPERVISOR_CORE_H
+
+#include "types.h"
+
+/* Empties an eventfd or timerfd: what fired matters, not how often. */
+void pm__drain_counter(int fd);
+
+void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, uint32_t delay);
+/* Sets the slot's state and mirrors it in its port. */
+void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state);
+
+/* Signals s's process (through its pidfd); stops reading its ring for good;
+ * releases everything the dead incarnation had. */
+void pm__cluster_signal(pm__slot *s, int sig);
+void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s);
+void pm__cluster_release(pm_cluster *c, pm__slot *s);
+
+/* Ends what is left of the incarnation's process tree, its worker being
+ * dead: a SIGKILL to its process group while the worker is unreaped (its
+ * zombie keeps the group id from being reused), and, after the reap, its
+ * cgroup killed and waited until empty (bounded), counting OOM kills. */
+void pm__cluster_end_group(pm__slot *s);
+void pm__cluster_end_tree(pm_cluster *c, pm__slot *s);
+
+/* Services the slot's port once: its doorbell rang or it had work left over. */
+void pm__cluster_on_hub(pm_cluster *c, pm__slot *s);
+/* Watches the slot's fd socket while its port is read. */
+void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s);
+/* The loop's completions about the slot's port (more: the registration
+ * goes on): its doorbell (PM__TAG_HUB), its fd socket (PM__TAG_SOCK). */
+void pm__cluster_on_doorbell(pm_cluster *c, pm__slot *s, int more);
+void pm__cluster_on_sock(pm_cluster *c, pm__slot *s, int more);
+
+#endif /* PM_SUPERVISOR_CORE_H */

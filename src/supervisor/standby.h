@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * standby.h - the warm standby (pm_options_set_warm_standby). standby.c:
+ * what the start of an incarnation does with one (below incarnation.c);
+ * standby_fork.c: forking one ahead, and its death while it waits (above
+ * incarnation.c, whose fork it uses).
+ */
+#ifndef PM_SUPERVISOR_STANDBY_H
+#define PM_SUPERVISOR_STANDBY_H
+
+#include "types.h"
+
+/* Ends s's standby (SIGKILL through its pidfd, reaped); errno preserved. */
+void pm__standby_end(pm_cluster *c, pm__slot *s);
+/* Before the spare is taken: a standby that has died is reaped and the
+ * spare it held dropped (its memory was another process's). */
+void pm__standby_check(pm_cluster *c, pm__slot *s);
+/* Makes the waiting standby incarnation s->incarnation (whose link was just
+ * taken): moved into the slot's cgroup, started. Its pid with s->pidfd set,
+ * 0 when there is none for this incarnation, or -errno (the standby was
+ * ended; the caller must not use the link it held). */
+pid_t pm__standby_take(pm_cluster *c, pm__slot *s);
+/* Starts the standby taken by pm__standby_take (writes its eventfd). */
+void pm__standby_go(pm__slot *s);
+
+#endif /* PM_SUPERVISOR_STANDBY_H */

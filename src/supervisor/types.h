@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * types.h - the supervisor's private structures (struct pm_cluster, the
+ * slots, the loop's tag kinds) and the few inline reads of them that every
+ * module of the supervisor shares. Declarations only: what each module
+ * exports is in its own header (core.h, actions.h, reap.h, turn.h, ...).
+ * The hub (hub.h) sits below: the supervisor calls it, it never calls back
+ * except through the pm__hub_ops table.
+ */
+#ifndef PM_SUPERVISOR_TYPES_H
+#define PM_SUPERVISOR_TYPES_H
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "budget.h"
+#include "os/cgroup.h"
+#include "deadlines.h"
+#include "hub/hub.h"
+#include "channel/link.h"
+#include "os/loop.h"
+#include "options.h"
+#include "output.h"
+#include "mesh/mesh.h"
+#include "slot.h"
+
+/* Loop tag kinds (the layout: os/loop.h). */
+enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
+       PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY, PM__TAG_STDOUT, PM__TAG_STDERR,
+       PM__TAG_PEER, PM__TAG_PEER_LISTEN /* the mesh's (pm__mesh_env): a link's socket, the listener */,
+       PM__TAG_SOCK /* a worker's large-message socket: a record arrived, or room */,
+       PM__TAG_STANDBY /* a warm standby's pidfd (standby_fork.c); inc: the incarnation it would be */ };
+
+/* An application fd watched by the loop (pm_cluster_watch_fd). */
+typedef struct pm__watch {
+    int fd;                 /* -1: free */
+    uint32_t gen;           /* bumped on every (un)watch: stale completions are dropped */
+    int armed;
+    void (*cb)(pm_cluster *, int, void *);
+    void *arg;
+} pm__watch;
+
+#define PM__MAX_WATCH 1024
+
+/* Fork mode with pm_options_set_warm_standby: the next incarnation, forked
+ * ahead onto the spare link and blocked until the crash it replaces
+ * (standby.c, standby_fork.c). pid 0: none. */
+typedef struct pm__standby {
+    pid_t pid;
+    int pidfd;            /* polled (PM__TAG_STANDBY) while armed */
+    int go_fd;            /* its go eventfd: writing 1 starts it (a blocking read there) */
+    int armed;
+    uint64_t incarnation; /* the incarnation it becomes; its link is the slot's spare */
+} pm__standby;
+
+typedef struct pm__slot {
+    unsigned index;
+    int state;             /* PM_SLOT_* */
+    uint64_t incarnation;  /* current or last; only grows */
+    pid_t pid;             /* 0 when no process */
+    int pidfd;             /* -1 when none */
+    int exec_pipe;         /* exec mode: read end of the error pipe, or -1 */
+    pm__link link;         /* hub side; link.memfd -1 when none */
+    pm__link *spare;       /* the next incarnation's link, prepared ahead, or NULL
+                              (incarnation.c) */
+    pm__standby standby;   /* warm standby on the spare link, pid 0 when none */
+    int pid_armed;         /* a poll on pidfd is outstanding */
+    int hub_armed;         /* a poll on link.hub_efd is outstanding */
+    int hub_rang;          /* its doorbell rang this turn: service the port once */
+    int sock_armed;        /* the events (PM__LOOP_*) of the poll on link.sock, 0 none */
+    int pipe_armed;        /* a poll on exec_pipe is outstanding (exec readiness) */
+    int notify_fd;         /* notify readiness: this incarnation's NOTIFY_SOCKET, or -1 */
+    int notify_armed;
+    int watchdog;          /* the worker sent WATCHDOG=1: the heartbeat applies */
+    int hello;             /* HELLO received and INIT sent */
+    unsigned hello_version; /* the protocol version its HELLO named */
+    int linked;            /* this incarnation sent its HELLO (fork mode: has a link from
+                              the start); kept past its reap, for pm__spawn_detail */
+    int ever_ready;        /* some incarnation of this slot has been ready */
+    int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */
+    /* Its deadline (ms, CLOCK_MONOTONIC) is kept in the cluster's heap,
+     * which it points at so that pm__slot_set_deadline, the only writer,
+     * needs nothing but the slot; read it with pm__slot_deadline. */
+    pm__deadlines *deadlines;
+    int deadline_event;    /* PM__EV_* fired at the deadline */
+    int kill_reason;       /* why procmesh killed it (PM_REASON_*), or 0 */
+    int exec_errno;        /* exec failed with this errno (0: it did not) */
+    int start_error;       /* the last start failed before a process ran (-errno), or 0 */
+    pm__budget budget;
+    int last_exit_code;
+    int last_signal;
+    int last_core;
+    pm_crash_report *crash; /* the last crash (crash.c), allocated on the first one */
+    pm__output out;        /* captured stdout/stderr (output.c); fds -1 when not captured */
+    /* Liveness. */
+    uint64_t last_beats;   /* the worker's progress counter at the last check */
+    uint64_t progress_ms;  /* when it last moved (or the period restarted) */
+    int kill_sent;         /* SIGKILL sent to this incarnation */
+    unsigned fences;
+    int last_fence_reason; /* PM_REASON_*, 0 none */
+    pm__cg_slot cg;        /* its cgroup (containment cgroup), reused by its incarnations */
+    unsigned oom_kills;    /* OOM kills in its cgroup during the last incarnation */
+    int input_fault;       /* the incarnation being reaped died holding one of main's
+                              requests (pool.c) */
+    unsigned input_faults; /* such deaths, restarted outside the budget */
+} pm__slot;
+
+struct pm_cluster {
+    uint32_t magic;         /* PM__MAGIC_CLUSTER; 0 once freed */
+    uint32_t gen;           /* pm__fork_gen() of the process that created it */
+    pm_options *o;
+    unsigned nslots;
+    pm__slot *slots;
+    pm__hub hub;            /* the router; port i is slot i */
+    pm__loop loop;
+    int sigfd;
+    int timerfd;
+    int wakefd;
+    /* The stack at the outermost public call that runs the loop (the CFA
+     * of pm_cluster_spawn, _run or _call), NULL outside one: a fork-mode
+     * child zeroes the supervisor's frames below it (spawn.c). */
+    void *entry_cfa;
+    sigset_t old_mask;
+    int mask_changed;
+    pid_t self;
+    uint32_t hub_spin_budget; /* the hub's learnt spin before sleeping, ns (turn.c) */
+    uint64_t timer_at;      /* deadline the timerfd is set to, 0 none; never
+                               later than the next deadline, maybe earlier */
+    atomic_int stop;
+    int last_signal;
+    int spawning;           /* inside pm_cluster_spawn */
+    int spawn_error;
+    const char *event_detail; /* pm_event.detail of the event being emitted, or NULL */
+    int terminating;
+    int any_killed;
+    int poll_children;      /* no pidfd and no signalfd: scan on a short timer */
+    uint64_t rng;
+    pm__budget_cfg bcfg;
+    char *exec_path;        /* resolved against PATH */
+    uint64_t next_check;    /* liveness check deadline (ms), 0 = off */
+    uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
+    uint64_t last_check_boot;
+    struct pm_cluster_stats stats; /* the counters kept here rather than per slot */
+    pm__watch *watches;     /* PM__MAX_WATCH entries, allocated on first use */
+    char **env;             /* environment template for exec mode */
+    size_t nenv;
+    uint64_t output_suppressed; /* captured lines dropped by the rate limit (output.c) */
+    pm__cg_root cg;         /* containment: the cluster's cgroups, or process groups */
+    pm__mesh *mesh;         /* peer links (mesh.h), NULL without peer mode */
+    pm__deadlines deadlines; /* every slot's deadline, earliest first (deadlines.h) */
+    /* How much work a turn does per slot (tests/check_deadlines.c): turns,
+     * and slots the turn itself looked at (deadlines fired, exits looked
+     * for). The liveness check's walk is counted apart, per check: it runs
+     * at a fixed period, not per turn. */
+    uint64_t turns;
+    uint64_t turn_visits;
+    uint64_t liveness_checks;
+    uint64_t liveness_visits;
+    uint64_t standby_taken;  /* starts that took a warm standby (standby.c) */
+    /* pm__incarnation_spare_drop, set at creation: standby.c sits below
+     * incarnation.c (which takes and starts the standbys) and drops a dead
+     * standby's spare, the memory it mapped, through it. */
+    void (*spare_drop)(pm_cluster *c, pm__slot *s);
+};
+
+/* 0 when c is a live cluster of this process, else -EINVAL (NULL or not
+ * a cluster) or -EPERM (created in another process: this is a fork of it). */
+static inline int pm__cluster_check(const pm_cluster *c)
+{
+    if (c == NULL || c->magic != PM__MAGIC_CLUSTER)
+        return -EINVAL;
+    if (c->gen != atomic_load_explicit(&pm__fork_generation, memory_order_relaxed))
+        return -EPERM;
+    return 0;
+}
+
+static inline int pm__slot_has_process(const pm__slot *s)
+{
+    return s->pid > 0;
+}
+
+/* Sets (at > 0) or clears (at 0) the slot's one deadline: O(log N). */
+static inline void pm__slot_set_deadline(pm__slot *s, uint64_t at, int event)
+{
+    pm__deadlines_set(s->deadlines, s->index, at);
+    s->deadline_event = event;
+}
+
+/* The slot's deadline, 0 for none. */
+static inline uint64_t pm__slot_deadline(const pm__slot *s)
+{
+    return pm__deadlines_at(s->deadlines, s->index);
+}
+
+/* The address of a slot: with its incarnation while it has a process. */
+static inline void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a)
+{
+    pm__node_address(&c->hub.names, s->index, pm__slot_has_process(s) ? s->incarnation : 0, a);
+}
+
+/* Brackets a public function that may run the loop and so fork a worker:
+ * notes where the library's frames begin on the caller's stack (the
+ * outermost call wins). Every return path must pass PM__LEAVE. */
+#define PM__ENTER(c) void *pm__outer_cfa = pm__enter((c), __builtin_dwarf_cfa())
+#define PM__LEAVE(c) ((c)->entry_cfa = pm__outer_cfa)
+static inline void *pm__enter(pm_cluster *c, void *cfa)
+{
+    void *outer = c->entry_cfa;
+    if (outer == NULL)
+        c->entry_cfa = cfa;
+    return outer;
+}
+
+#endif /* PM_SUPERVISOR_TYPES_H */
