@@ -174,7 +174,9 @@ static int serve(void)
     }
 }
 
-/* A store that faults, as written (not as a sanitizer would have it). */
+/* A store that faults, as written (not as a sanitizer would have it);
+ * through a volatile, so the compiler neither sees nor moves the address. */
+static void *volatile crash_addr = (void *)(uintptr_t)0x40;
 #if defined(__clang__)
 __attribute__((noinline, no_sanitize("address", "undefined")))
 #else
@@ -182,7 +184,7 @@ __attribute__((noinline, no_sanitize_address, no_sanitize_undefined))
 #endif
 static void crash_store(void)
 {
-    *(volatile int *)(uintptr_t)0x40 = 1;
+    *(volatile int *)crash_addr = 1;
 }
 
 int main(int argc, char **argv)

@@ -43,13 +43,17 @@ echo "startcost: $(uname -r), $(nproc) cores, load average $(cut -d' ' -f1-3 /pr
 echo "libprocmesh.so NEEDED: $(objdump -p "$lib/libprocmesh.so" | sed -n 's/^ *NEEDED *//p' | tr '\n' ' ')"
 
 if command -v strace >/dev/null 2>&1; then
-    printf '\n%-16s %8s %8s %8s %8s %8s\n' "syscalls" "total" "openat" "mmap" "mprotect" "read"
+    # openat failed: the loader's search of BUILDDIR/.libs (its hwcaps and
+    # tls subfolders) before the library; an installed library is found in
+    # ld.so.cache at once.
+    printf '\n%-16s %8s %8s %8s %8s %8s %8s\n' "syscalls" "total" "openat" "failed" "mmap" "mprotect" "read"
     for p in libc procmesh procmesh+deps; do
         strace -f -c -o "$work/$p.strace" "$work/$p" >/dev/null 2>&1
         awk -v p="$p" '
             $NF == "openat" || $NF == "mmap" || $NF == "mprotect" || $NF == "read" { n[$NF] = $4 }
+            $NF == "openat" && NF == 6 { failed = $5 }
             $NF == "total" { t = $4 }
-            END { printf "%-16s %8d %8d %8d %8d %8d\n", p, t, n["openat"], n["mmap"], n["mprotect"], n["read"] }
+            END { printf "%-16s %8d %8d %8d %8d %8d %8d\n", p, t, n["openat"], failed, n["mmap"], n["mprotect"], n["read"] }
         ' "$work/$p.strace"
     done
 else
