@@ -475,6 +475,35 @@ START_TEST(test_daemon_log_line)
 }
 END_TEST
 
+/* An exec'd worker that crashes before ready, its unwinder not loaded yet
+ * (it is loaded after ready, os/crash.h): still recorded, with the
+ * faulting pc as its one frame, placed in the worker's binary. Incarnation
+ * 1 crashes after ready (a full backtrace), 2 before it. */
+START_TEST(test_exec_crash_before_ready)
+{
+    pm_options *o = opts(1);
+    exec_opts(o, "segv-unready", NULL);
+    pm_options_set_max_restarts(o, 1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 2, 30000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    report = info.last_crash;
+    ck_assert_msg(report.state == PM_CRASH_RECORDED, "state %d, not recorded", report.state);
+    ck_assert_uint_eq(report.incarnation, 2);
+    ck_assert_int_eq(report.signal, SIGSEGV);
+    ck_assert_uint_eq(report.fault_addr, 0x40);
+    ck_assert_uint_eq(report.nframes, 1);
+    ck_assert_uint_eq(report.frames[0].addr, report.pc);
+    ck_assert_int_ge(report.pc_module, 0);
+    ck_assert_msg(strstr(report.modules[report.pc_module], "pm-test-worker") != NULL,
+                  "the pc is in %s", report.modules[report.pc_module]);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("crash");
@@ -488,6 +517,7 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_stack_overflow, 0);
     PM_ADD_TEST(s, test_scribbled_record, 0);
     PM_ADD_TEST(s, test_daemon_log_line, 0);
+    PM_ADD_TEST(s, test_exec_crash_before_ready, 0);
     return s;
 }
 

@@ -353,6 +353,42 @@ START_TEST(test_notify_without_watchdog_not_fenced)
 }
 END_TEST
 
+/* An exec'd mesh worker, ready, maps none of the libraries only a
+ * supervisor calls: libprocmesh loads liburing, libsodium and libseccomp on
+ * first use (src/os/deps.h), and a worker never uses them. */
+START_TEST(test_worker_maps_no_supervisor_libraries)
+{
+    nev = 0;
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
+    pm_options_set_on_event(o, record, NULL);
+    char *argv[] = {"pm-test-worker", "ready", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, PM_TEST_WORKER, argv), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(si.state, PM_SLOT_READY);
+    char path[64], line[1024];
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)si.pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int procmesh = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        procmesh |= strstr(line, "libprocmesh") != NULL;
+        ck_assert_msg(strstr(line, "liburing") == NULL && strstr(line, "libsodium") == NULL &&
+                          strstr(line, "libseccomp") == NULL,
+                      "the worker maps %s", line);
+    }
+    fclose(f);
+    /* It is the worker itself (not the libtool wrapper) that was read. */
+    ck_assert_msg(procmesh, "no libprocmesh in %s", path);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_ready");
@@ -366,6 +402,7 @@ int main(void)
     PM_ADD_TEST(s, test_spawn_detail_signal, 30);
     PM_ADD_TEST(s, test_spawn_detail_ready_timeout, 30);
     PM_ADD_TEST(s, test_spawn_detail_exec, 30);
+    PM_ADD_TEST(s, test_worker_maps_no_supervisor_libraries, 30);
     tc = pm_tcase("test_spawn_detail_exec_contained", 60);
     tcase_add_loop_test(tc, test_spawn_detail_exec_contained, 0, 4);
     suite_add_tcase(s, tc);

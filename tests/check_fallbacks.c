@@ -19,6 +19,11 @@
  * falls back); and, as root, with the cgroup filesystem read-only in a
  * mount namespace of the test's own, as in a pod: workers must start,
  * restart and be contained by process groups.
+ *
+ * The missing-library cases: liburing, libsodium and libseccomp are loaded
+ * on first use (src/os/deps.h); each is made unloadable here by naming a
+ * SONAME that does not exist before its first load, and what depends on
+ * it must give up with the library's name in the reason, the rest working.
  */
 #include "helpers.h"
 
@@ -34,6 +39,7 @@
 
 #include "procmesh.h"
 #include "internals.h"
+#include "os/deps.h"
 
 #ifndef PM_TEST_WORKER
 #error "PM_TEST_WORKER must name the pm-test-worker binary"
@@ -560,6 +566,94 @@ START_TEST(test_runtime_default_readonly_cgroupfs)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- missing libraries */
+
+#define PM_NO_SUCH_SONAME "libpm-no-such-library.so.0"
+
+/* The reason names the library and what dlopen said about the SONAME. */
+static void assert_reason(enum pm__dep d, const char *lib)
+{
+    char why[256] = "";
+    ck_assert_int_eq(pm__dep_load(d, why, sizeof(why)), -ELIBACC);
+    ck_assert_msg(strstr(why, lib) != NULL && strstr(why, PM_NO_SUCH_SONAME) != NULL,
+                  "reason '%s' names neither %s nor the SONAME", why, lib);
+    ck_assert_str_eq(pm__dep_error(d), why);
+}
+
+/* liburing missing: the loop runs on epoll, and the cluster works. */
+START_TEST(test_missing_liburing_epoll)
+{
+    ck_assert_int_eq(pm__dep_set_soname(PM__DEP_URING, PM_NO_SUCH_SONAME), 0);
+    pm_options *o = opts(2, 1);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_test_loop_backend(c), PM__LOOP_EPOLL);
+    round_trip(c, 0, "ping");
+    round_trip(c, 1, "ping");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    assert_reason(PM__DEP_URING, "liburing");
+    /* Too late to change once tried. */
+    ck_assert_int_eq(pm__dep_set_soname(PM__DEP_URING, "liburing.so.2"), -EBUSY);
+}
+END_TEST
+
+static char diag_topic[64], diag_msg[512];
+
+static void on_diag(pm_cluster *c, const char *topic, const char *message, void *arg)
+{
+    (void)c, (void)arg;
+    snprintf(diag_topic, sizeof(diag_topic), "%s", topic);
+    snprintf(diag_msg, sizeof(diag_msg), "%s", message);
+}
+
+/* libsodium missing: peer links and secrets are refused with the reason;
+ * the same cluster without peers starts. */
+START_TEST(test_missing_libsodium_peers_refused)
+{
+    ck_assert_int_eq(pm__dep_set_soname(PM__DEP_SODIUM, PM_NO_SUCH_SONAME), 0);
+    pm_options *o = opts(1, 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
+    pm_options_set_on_diagnostic(o, on_diag, NULL);
+    unsigned char key[32] = {1};
+    ck_assert_int_eq(pm_options_add_secret(o, key), -ELIBACC);
+    ck_assert_int_eq(pm_options_set_insecure_no_secret(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
+    ck_assert_int_eq(pm_options_set_hostname(o, "a"), 0);
+    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, "127.0.0.1:1"), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -ELIBACC);
+    ck_assert_str_eq(diag_topic, "peer_links_failed");
+    ck_assert_msg(strstr(diag_msg, "libsodium") != NULL && strstr(diag_msg, PM_NO_SUCH_SONAME) != NULL,
+                  "diagnostic '%s'", diag_msg);
+    pm_options_free(o);
+    assert_reason(PM__DEP_SODIUM, "libsodium");
+    o = opts(1, 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    round_trip(c, 0, "ping");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* libseccomp missing: the option is refused, as without it at build. */
+START_TEST(test_missing_libseccomp_option_refused)
+{
+    ck_assert_int_eq(pm__dep_set_soname(PM__DEP_SECCOMP, PM_NO_SUCH_SONAME), 0);
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_BASIC), -ENOTSUP);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_OFF), 0);
+    pm_options_free(o);
+#ifdef HAVE_SECCOMP
+    assert_reason(PM__DEP_SECCOMP, "libseccomp");
+#endif
+}
+END_TEST
+
 int main(void)
 {
 #ifndef PM_CAN_FILTER
@@ -573,5 +667,8 @@ int main(void)
     PM_ADD_TEST(s, test_runtime_default_eperm, 90);
     PM_ADD_TEST(s, test_runtime_default_enosys, 90);
     PM_ADD_TEST(s, test_runtime_default_readonly_cgroupfs, 60);
+    PM_ADD_TEST(s, test_missing_liburing_epoll, 60);
+    PM_ADD_TEST(s, test_missing_libsodium_peers_refused, 60);
+    PM_ADD_TEST(s, test_missing_libseccomp_option_refused, 30);
     return pm_test_main(s);
 }

@@ -7,6 +7,8 @@
  *   exit N             join, ready, exit N
  *   early N            exit N without joining
  *   segv               join, ready, then SIGSEGV
+ *   segv-unready       join; incarnation 1: ready, then SIGSEGV; later
+ *                      ones: SIGSEGV (a store to 0x40) before ready
  *   never-ready        join, never ready
  *   ignore-term        join, ready, ignore SIGTERM
  *   init TEXT          join, ready, exit 0 if the init data is TEXT, else 9
@@ -36,6 +38,7 @@
 #include <errno.h>
 #include <procmesh.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +174,19 @@ static int serve(void)
     }
 }
 
+/* A store that faults, as written (not as a sanitizer would have it);
+ * through a volatile, so the compiler neither sees nor moves the address. */
+static void *volatile crash_addr = (void *)(uintptr_t)0x40;
+#if defined(__clang__)
+__attribute__((noinline, no_sanitize("address", "undefined")))
+#else
+__attribute__((noinline, no_sanitize_address, no_sanitize_undefined))
+#endif
+static void crash_store(void)
+{
+    *(volatile int *)crash_addr = 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -200,6 +216,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "never-ready") == 0)
         wait_forever();
+    if (strcmp(mode, "segv-unready") == 0 && pm_node_self(n)->incarnation > 1)
+        crash_store();
     if (strcmp(mode, "ignore-term") == 0)
         signal(SIGTERM, SIG_IGN);
     if ((rc = pm_node_ready(n)) < 0) {
@@ -210,7 +228,7 @@ int main(int argc, char **argv)
         pm_node_close(n);
         return argc > 2 ? atoi(argv[2]) : 0;
     }
-    if (strcmp(mode, "segv") == 0) {
+    if (strcmp(mode, "segv") == 0 || strcmp(mode, "segv-unready") == 0) {
         raise(SIGSEGV);
         return 102;
     }

@@ -20,6 +20,7 @@
 #include <sodium.h>
 
 #include "base/defaults.h"
+#include "os/deps.h"
 #include "peer/peerkeys.h"
 
 enum opt_id {
@@ -564,9 +565,15 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     rc = rc ? rc : pm_options_set_output(o, c->output);
     if (rc == 0 && c->core_dir != NULL && (rc = pm_options_set_core_dir(o, c->core_dir)) < 0)
         snprintf(err, errsize, "--core-dir: '%s': %s", c->core_dir, pm_strerror(rc));
-    if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP)
-        snprintf(err, errsize, "--seccomp: procmesh was built without libseccomp (configure "
-                               "--with-seccomp); only off is available");
+    if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP) {
+        /* The library loads libseccomp on first use (os/deps.h); this
+         * program's own loader says why it could not. */
+        char why[200];
+        if (pm__dep_load(PM__DEP_SECCOMP, why, sizeof(why)) == 0)
+            snprintf(why, sizeof(why), "libseccomp refused");
+        snprintf(err, errsize, "--seccomp: %s (configure --with-seccomp, or install libseccomp); "
+                               "only off is available", why);
+    }
     rc = rc ? rc : pm_options_set_peer_timeout_ms(o, c->peer_timeout);
     rc = rc ? rc : pm_options_set_insecure_no_secret(o, c->insecure_no_secret);
     /* The peer addresses and key files follow in pmd_dconf_peer_files: they

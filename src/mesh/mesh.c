@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sodium.h>
+#include "os/dep_sodium.h"
+#include "os/deps.h"
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -329,10 +330,15 @@ int pm__mesh_init(pm__mesh **out, const pm__mesh_env *env, char *why, size_t why
         whysize = sizeof(dummy);
     }
     why[0] = '\0';
+    /* libsodium is loaded on first use (os/deps.h): without it no link can
+     * be made, and the reason says which library and why. */
+    int rc = pm__dep_load(PM__DEP_SODIUM, why, whysize);
+    if (rc < 0)
+        return rc;
     pm__mesh *m = mesh_new(env);
     if (m == NULL)
         return -ENOMEM;
-    int rc = keys_setup(m, why, whysize);
+    rc = keys_setup(m, why, whysize);
     if (rc == 0)
         rc = links_start(m, why, whysize);
     if (rc < 0) {

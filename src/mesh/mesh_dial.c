@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sodium.h>
+#include "os/dep_sodium.h"
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>

@@ -4,6 +4,7 @@
 #include "crash.h"
 
 #include <elf.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,31 @@ void pm__crash_modules_load(pm__crash_modules *t)
 {
     t->n = 0;
     dl_iterate_phdr(add_module, t);
+}
+
+/* ------------------------------------------------------------------ worker: the unwinder */
+
+/* Set once backtrace() has run outside a handler; a fork child inherits it
+ * with the loaded unwinder. */
+static atomic_int unwinder_primed;
+
+void pm__crash_unwinder_prime(void)
+{
+    if (atomic_load_explicit(&unwinder_primed, memory_order_acquire))
+        return;
+    void *warm[4];
+    (void)backtrace(warm, (int)PM__ARRAY_SIZE(warm));
+    atomic_store_explicit(&unwinder_primed, 1, memory_order_release);
+}
+
+int pm__crash_backtrace(void **frames, int max)
+{
+    /* Unprimed, backtrace() would dlopen libgcc_s here, inside a signal
+     * handler that may have interrupted malloc: it could deadlock on
+     * malloc's lock or the loader's. No frames is the safe answer. */
+    if (!atomic_load_explicit(&unwinder_primed, memory_order_acquire))
+        return 0;
+    return backtrace(frames, max);
 }
 
 /* ------------------------------------------------------------------ worker: the record */

@@ -55,6 +55,16 @@ typedef struct pm__crash_modules {
  * from /proc/self/exe). Not async-signal-safe: run at join. */
 void pm__crash_modules_load(pm__crash_modules *t);
 
+/* Worker side. glibc's backtrace() loads its unwinder (libgcc_s: dlopen,
+ * malloc) on its first call, which must not be a signal handler's; loading
+ * it at every exec'd worker's start would put a library's open, maps and
+ * relocations on the way to ready. pm__crash_unwinder_prime makes that
+ * first call (not async-signal-safe; once per process, a fork child
+ * inherits it); the worker calls it once it is ready. pm__crash_backtrace
+ * is backtrace() after that, async-signal-safe, and 0 frames before it. */
+void pm__crash_unwinder_prime(void);
+int pm__crash_backtrace(void **frames, int max);
+
 /* Worker side, async-signal-safe and pure: writes a record (seq WRITING,
  * every field, then COMMITTED with a release store). frames[0..n) are the
  * raw return addresses; leading frames before the one equal to pc (the

@@ -14,12 +14,15 @@
  *
  * epoll: used when io_uring_queue_init fails (kernel without io_uring,
  * kernel.io_uring_disabled, or a container seccomp profile that blocks it,
- * as Docker's default profile does) or when PROCMESH_LOOP=epoll. EPOLLONESHOT
+ * as Docker's default profile does), when liburing cannot be loaded (deps.h:
+ * pm__dep_error says why) or when PROCMESH_LOOP=epoll. EPOLLONESHOT
  * gives it the same one-shot semantics.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
 #include "loop.h"
+#include "os/dep_uring.h"
+#include "os/deps.h"
 
 #include <poll.h>
 #include <stdlib.h>
@@ -33,7 +36,7 @@ int pm__loop_init(pm__loop *l, unsigned entries)
     memset(l, 0, sizeof(*l));
     l->epfd = -1;
     const char *force = getenv("PROCMESH_LOOP");
-    if (force == NULL || strcmp(force, "epoll") != 0) {
+    if ((force == NULL || strcmp(force, "epoll") != 0) && pm__dep_load(PM__DEP_URING, NULL, 0) == 0) {
         unsigned n = 64;
         while (n < entries * 2 && n < 32768)
             n *= 2;

@@ -11,6 +11,7 @@
 #include "base/internal.h"
 #include "seccomp_filter.h"
 #include "landlock.h"
+#include "os/deps.h"
 
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -21,7 +22,7 @@
 
 #ifdef HAVE_SECCOMP
 #include <fcntl.h>
-#include <seccomp.h>
+#include "os/dep_seccomp.h"
 #include <linux/sockios.h> /* FIOSETOWN, SIOCSPGRP */
 #include <stddef.h>
 #include <sys/ioctl.h>
@@ -430,7 +431,9 @@ static int export_bpf(scmp_filter_ctx ctx, pm__seccomp_prog *out)
 
 int pm__seccomp_available(void)
 {
-    return 1;
+    /* Built with it, but the library is loaded only now (deps.h): the
+     * option is refused where it cannot be, not at the first spawn. */
+    return pm__dep_load(PM__DEP_SECCOMP, NULL, 0) == 0;
 }
 
 int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog *out)
@@ -439,6 +442,8 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
     if ((level != PM_SECCOMP_BASIC && level != PM_SECCOMP_STRICT) ||
         (action != PM_SECCOMP_ERRNO && action != PM_SECCOMP_KILL) || supervisor <= 0)
         return -EINVAL;
+    if (pm__dep_load(PM__DEP_SECCOMP, NULL, 0) < 0)
+        return -ENOTSUP;
     uint32_t act = scmp_action(action);
     scmp_filter_ctx ctx = seccomp_init(level == PM_SECCOMP_BASIC ? SCMP_ACT_ALLOW : act);
     if (ctx == NULL)

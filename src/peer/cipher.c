@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sodium.h>
+#include "os/dep_sodium.h"
+#include "os/deps.h"
 
 #define KEY PM__NOISE_KEY_LEN
 #define TAG PM__NOISE_TAG_LEN
@@ -102,6 +103,10 @@ void pm__noise_secret_free(void *p, size_t size, uint32_t gen)
 
 int pm__noise_sodium_ready(void)
 {
+    /* libsodium is loaded on first use (os/deps.h): -ELIBACC without it. */
+    int rc = pm__dep_load(PM__DEP_SODIUM, NULL, 0);
+    if (rc < 0)
+        return rc;
     /* Idempotent and thread-safe; 1 when already done. */
     return sodium_init() < 0 ? -EIO : 0;
 }

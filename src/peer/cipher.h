@@ -86,7 +86,7 @@ struct pm__noise_transport {
  * allocated it (gen). */
 void *pm__noise_secret_alloc(size_t size);
 void pm__noise_secret_free(void *p, size_t size, uint32_t gen);
-/* sodium_init(): 0 or -EIO. */
+/* libsodium loaded (os/deps.h) and sodium_init(): 0, -ELIBACC or -EIO. */
 int pm__noise_sodium_ready(void);
 /* X25519; -1 (out wiped) for an all-zero result (a low-order remote key). */
 int pm__noise_dh(unsigned char out[PM__NOISE_KEY_LEN], const unsigned char priv[PM__NOISE_KEY_LEN], const unsigned char pub[PM__NOISE_KEY_LEN]);

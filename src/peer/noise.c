@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include <sodium.h>
+#include "os/dep_sodium.h"
 
 #define KEY PM__NOISE_KEY_LEN
 #define TAG PM__NOISE_TAG_LEN

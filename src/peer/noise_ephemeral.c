@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include <sodium.h>
+#include "os/dep_sodium.h"
 
 #include "cipher.h" /* secret memory */
 

@@ -14,7 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <sodium.h>
+#include "os/dep_sodium.h"
+#include "os/deps.h"
 
 #define KEY PM__PEER_KEY_LEN
 #define ID PM__PEER_KEY_ID_LEN
@@ -33,9 +34,20 @@ static int why_set(char *why, size_t size, int err, const char *fmt, ...)
     return err;
 }
 
+/* Loads libsodium on first use (os/deps.h: -ELIBACC when it cannot be),
+ * then sodium_init (idempotent, thread-safe). */
 static int sodium_ready(void)
 {
+    int rc = pm__dep_load(PM__DEP_SODIUM, NULL, 0);
+    if (rc < 0)
+        return rc;
     return sodium_init() < 0 ? -EIO : 0;
+}
+
+/* The words for a failure rc of sodium_ready. */
+static const char *sodium_why(int rc)
+{
+    return rc == -ELIBACC ? pm__dep_error(PM__DEP_SODIUM) : "libsodium failed to initialise";
 }
 
 /* ------------------------------------------------------------ pure */
@@ -176,7 +188,7 @@ int pm__peer_key_create(const char *path, unsigned char out[KEY], char *why, siz
     if (path == NULL || path[0] == '\0')
         return why_set(why, whysize, -EINVAL, "no file name");
     if ((rc = sodium_ready()) < 0)
-        return why_set(why, whysize, rc, "libsodium failed to initialise");
+        return why_set(why, whysize, rc, "%s", sodium_why(rc));
     do
         randombytes_buf(key, KEY);
     while (sodium_is_zero(key, KEY));
@@ -247,8 +259,9 @@ int pm__keyring_new(pm__keyring **out)
     if (out == NULL)
         return -EINVAL;
     *out = NULL;
-    if (sodium_ready() < 0)
-        return -EIO;
+    int ready = sodium_ready();
+    if (ready < 0)
+        return ready;
     pm__keyring *kr = calloc(1, sizeof(*kr));
     if (kr == NULL)
         return -ENOMEM;
@@ -461,8 +474,9 @@ int pm__pins_parse(const char *text, size_t len, pm__pins *out, char *why, size_
 {
     if (out == NULL || (text == NULL && len > 0))
         return why_set(why, whysize, -EINVAL, "no text");
-    if (sodium_ready() < 0)
-        return why_set(why, whysize, -EIO, "libsodium failed to initialise");
+    int ready = sodium_ready();
+    if (ready < 0)
+        return why_set(why, whysize, ready, "%s", sodium_why(ready));
     /* The count of lines bounds the entries: one allocation from the size
      * of text the caller already holds, never from a number in the text. */
     size_t lines = 1;

@@ -8,7 +8,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <sodium.h>
+#include "os/dep_sodium.h"
+#include "os/deps.h"
 
 /*
  * sodium_malloc() puts the block at the end of its own page-aligned,
@@ -22,6 +23,12 @@
  */
 void *pm__secretmem_alloc(size_t size)
 {
+    /* libsodium is loaded on first use (os/deps.h); its callers ask first
+     * and say why, this keeps a missed ask from calling through NULL. */
+    if (pm__dep_load(PM__DEP_SODIUM, NULL, 0) < 0) {
+        errno = ELIBACC;
+        return NULL;
+    }
     void *p = sodium_malloc(size);
     if (p == NULL) {
         errno = errno > 0 ? errno : ENOMEM;

@@ -14,6 +14,7 @@
 
 #include "channel/proto.h"
 #include "node_crash.h"
+#include "os/crash.h" /* pm__crash_unwinder_prime */
 
 /* How long to wait for INIT between checks that the supervisor still
  * exists. PR_SET_PDEATHSIG normally kills us first; this is the backstop. */
@@ -99,6 +100,8 @@ int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__ini
     int rc = pm__link_adopt(&n->link, hub);
     if (rc < 0)
         return rc;
+    /* Free here: the supervisor loaded the unwinder before the fork. */
+    pm__crash_unwinder_prime();
     pm__node_crash_arm(n->link.map);
     /* No HELLO and no INIT: what INIT would carry was written into this
      * process's memory by the fork, and the version is ours by
@@ -197,6 +200,9 @@ PM_EXTERN int pm_node_ready(pm_node *n)
     if (rc < 0)
         return rc == -EBADMSG ? -EPROTO : rc;
     n->ready_sent = 1;
+    /* The crash handler's unwinder, off the way to ready (crash.h): a
+     * crash before this records the faulting pc as its one frame. */
+    pm__crash_unwinder_prime();
     return 0;
 }
 

@@ -8,7 +8,6 @@
 #include "base/internal.h"
 #include "node_crash.h"
 
-#include <execinfo.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -49,7 +48,7 @@ static uint64_t context_pc(const void *ucv)
 
 /* Runs on the alternate stack with SA_RESETHAND (the disposition is the
  * default again from entry on). Only async-signal-safe work: loads, plain
- * stores into our own mapping, backtrace() (see crash_arm), getpid, raise. */
+ * stores into our own mapping, pm__crash_backtrace (crash.h), getpid, raise. */
 static void on_fatal(int sig, siginfo_t *si, void *ucv)
 {
     int saved = errno;
@@ -58,15 +57,21 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
         !atomic_flag_test_and_set(&crash_taken)) {
         void *raw[PM_CRASH_FRAMES + 8];
         uint64_t frames[PM_CRASH_FRAMES + 8];
-        int n = backtrace(raw, (int)PM__ARRAY_SIZE(raw));
+        int n = pm__crash_backtrace(raw, (int)PM__ARRAY_SIZE(raw));
         for (int i = 0; i < n; i++)
             frames[i] = (uint64_t)(uintptr_t)raw[i];
+        /* Before the unwinder is primed (an exec'd worker, before ready):
+         * the faulting pc is the one frame. */
+        uint64_t pc = context_pc(ucv);
+        if (n <= 0 && pc != 0) {
+            frames[0] = pc;
+            n = 1;
+        }
         /* si_addr means an address only for a fault the kernel raised;
          * for kill/raise/abort the union holds the sender's pid and uid. */
         int fault = si->si_code > 0 && sig != SIGABRT && sig != SIGSYS;
         uint64_t addr = fault ? (uint64_t)(uintptr_t)si->si_addr : 0;
-        pm__crash_fill(r, &crash_modules, sig, si->si_code, addr, context_pc(ucv), frames,
-                       n > 0 ? (unsigned)n : 0);
+        pm__crash_fill(r, &crash_modules, sig, si->si_code, addr, pc, frames, n > 0 ? (unsigned)n : 0);
     }
     /* The same signal again, now with the default action: it is blocked
      * until we return (no SA_NODEFER), so it is delivered on the way out,
@@ -84,11 +89,6 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
  * (a handler the application installed is its own business and stays). */
 void pm__node_crash_arm(struct pm__ctl *ctl)
 {
-    /* backtrace() is not formally async-signal-safe: its first call loads
-     * libgcc_s (dlopen, malloc). After this call it only walks the stack,
-     * so the handler's calls allocate nothing. */
-    void *warm[4];
-    (void)backtrace(warm, (int)PM__ARRAY_SIZE(warm));
     pm__crash_modules_load(&crash_modules);
     stack_t cur;
     if (sigaltstack(NULL, &cur) == 0 && (cur.ss_flags & SS_DISABLE) != 0) {

@@ -27,6 +27,19 @@ PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFIG_PATH= pkg-config --cflags --libs procmes
 PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFIG_PATH= ./configure >/dev/null
 make >/dev/null
 LD_LIBRARY_PATH="$stage/lib" ./consumer
+# The shared library records none of liburing, libsodium, libseccomp: it
+# loads them on first use (src/os/deps.h), so a program that links it and
+# never supervises (an exec'd worker, this consumer) maps none of them.
+needed=$(objdump -p "$stage/lib/libprocmesh.so" | sed -n 's/^ *NEEDED *//p')
+case "$needed" in *liburing* | *libsodium* | *libseccomp*)
+    echo "consumer: libprocmesh.so still needs: $needed" >&2; exit 1 ;;
+esac
+# A static link (pkg-config --static): libprocmesh.a and its Libs.private.
+static_libs=$(PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFIG_PATH= pkg-config --static --libs procmesh |
+    sed "s|-lprocmesh|$stage/lib/libprocmesh.a|")
+${CC:-cc} -o consumer-static consumer.c $(PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFIG_PATH= \
+    pkg-config --cflags procmesh) $static_libs
+./consumer-static
 # Only the public header may be installed.
 test "$(ls "$stage/include")" = "procmesh.h"
-echo "consumer: built against the installed libprocmesh with PKG_CHECK_MODULES, only procmesh.pc visible: ok"
+echo "consumer: built against the installed libprocmesh with PKG_CHECK_MODULES (and statically with pkg-config --static), only procmesh.pc visible: ok"

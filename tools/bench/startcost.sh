@@ -1,0 +1,76 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# startcost.sh - what linking libprocmesh adds to a program's start, against
+# a libc-only program: system calls (strace -f -c), page faults and the
+# time of fork+exec+wait (tools/bench/startcost.c, rounds interleaved),
+# instructions (perf stat, where perf may count).
+#
+#   sh tools/bench/startcost.sh BUILDDIR [ROUNDS]     # ROUNDS default 1000
+#
+# BUILDDIR is a configured and built tree (its .libs/libprocmesh.so). The
+# programs compared, each `main` returning at once:
+#   libc            links libc only
+#   procmesh        links libprocmesh (as an exec'd worker does)
+#   procmesh+deps   links libprocmesh, liburing, libsodium and libseccomp
+#                   (what every worker mapped when libprocmesh recorded
+#                   them as DT_NEEDED, before src/os/deps.c)
+# Wall times depend on the machine's load (printed); the system-call and
+# fault counts do not.
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:?usage: startcost.sh BUILDDIR [ROUNDS]}" && pwd)
+rounds=${2:-1000}
+cc=${CC:-cc}
+lib="$build/.libs"
+test -e "$lib/libprocmesh.so" || { echo "startcost: no $lib/libprocmesh.so (build first)" >&2; exit 2; }
+work=$(mktemp -d /tmp/pm-startcost.XXXXXX)
+trap 'rm -rf "$work"' EXIT INT TERM
+
+printf 'int main(void) { return 0; }\n' >"$work/libc.c"
+printf '#include <procmesh.h>\nint main(void) { return pm_version_string() == 0; }\n' >"$work/pm.c"
+$cc -O2 -o "$work/libc" "$work/libc.c"
+# --no-as-needed: each library is mapped as a worker's would be, used or not.
+$cc -O2 -I"$top/include" -o "$work/procmesh" "$work/pm.c" -L"$lib" -Wl,-rpath,"$lib" \
+    -Wl,--no-as-needed -lprocmesh
+deps=$(pkg-config --libs liburing libsodium 2>/dev/null || echo "-luring -lsodium")
+deps="$deps $(pkg-config --libs libseccomp 2>/dev/null || true)"
+# shellcheck disable=SC2086
+$cc -O2 -I"$top/include" -o "$work/procmesh+deps" "$work/pm.c" -L"$lib" -Wl,-rpath,"$lib" \
+    -Wl,--no-as-needed -lprocmesh $deps
+$cc -O2 -o "$work/startcost" "$top/tools/bench/startcost.c"
+
+echo "startcost: $(uname -r), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "libprocmesh.so NEEDED: $(objdump -p "$lib/libprocmesh.so" | sed -n 's/^ *NEEDED *//p' | tr '\n' ' ')"
+
+if command -v strace >/dev/null 2>&1; then
+    # openat failed: the loader's search of BUILDDIR/.libs (its hwcaps and
+    # tls subfolders) before the library; an installed library is found in
+    # ld.so.cache at once.
+    printf '\n%-16s %8s %8s %8s %8s %8s %8s\n' "syscalls" "total" "openat" "failed" "mmap" "mprotect" "read"
+    for p in libc procmesh procmesh+deps; do
+        strace -f -c -o "$work/$p.strace" "$work/$p" >/dev/null 2>&1
+        awk -v p="$p" '
+            $NF == "openat" || $NF == "mmap" || $NF == "mprotect" || $NF == "read" { n[$NF] = $4 }
+            $NF == "openat" && NF == 6 { failed = $5 }
+            $NF == "total" { t = $4 }
+            END { printf "%-16s %8d %8d %8d %8d %8d %8d\n", p, t, n["openat"], failed, n["mmap"], n["mprotect"], n["read"] }
+        ' "$work/$p.strace"
+    done
+else
+    echo "strace not found: system calls not counted"
+fi
+
+if command -v perf >/dev/null 2>&1 && perf stat -x, -e instructions -- "$work/libc" >/dev/null 2>&1; then
+    printf '\n%-16s %14s %14s\n' "instructions" "user" "kernel"
+    for p in libc procmesh procmesh+deps; do
+        u=$(perf stat -x, -r 50 -e instructions:u -- "$work/$p" 2>&1 >/dev/null | cut -d, -f1)
+        k=$(perf stat -x, -r 50 -e instructions:k -- "$work/$p" 2>&1 >/dev/null | cut -d, -f1)
+        printf '%-16s %14s %14s\n' "$p" "$u" "$k"
+    done
+else
+    echo "perf cannot count instructions here: not measured"
+fi
+
+echo
+(cd "$work" && nice -n 0 ./startcost "$rounds" ./libc ./procmesh ./procmesh+deps)
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
