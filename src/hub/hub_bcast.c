@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hub_bcast.c - main's broadcasts: to this host's ready workers (pm_cluster_broadcast) and mesh-wide (pm_cluster_broadcast_mesh), each worker's result collected once. */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -386,7 +386,7 @@ int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout
     h->mbcasts = mb;
     for (size_t i = 0; i < mb->nparts; i++) {
         pm__mbpart *p = &mb->parts[i];
-        rc = pm__hub_link_bcast(h, p->host, p->id, mb->deadline_ms, data, len);
+        rc = h->up->link_bcast(h, p->host, p->id, mb->deadline_ms, data, len);
         if (rc < 0)
             mb_part_fail(h, mb, p, rc == -ENOBUFS ? -ENOBUFS : -EHOSTUNREACH);
     }

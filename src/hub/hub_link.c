@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hub_link.c - peer links as hub ports: frames for a remote host go over its link (wire form, the remote in-flight table), frames from a link are validated, stamped with the link's host and delivered as if local. */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #ifndef PM_HUB_LINK_H
 #define PM_HUB_LINK_H
 
-#include "hub.h"
+#include "hub_core.h"
 
 /* hub_link.c: the link port itself. */
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hub_linkbcast.c - mesh broadcasts across a peer link: main's BCAST to a host, and a remote host's BCAST fanned out to our ready workers with a BRESULT per worker and a BDONE back (doc/protocol.md 6). */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <limits.h>
 #include <stdlib.h>

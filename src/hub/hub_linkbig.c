@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hub_linkbig.c - large messages across a peer link: the sender's FRAG cursor reading a sealed memfd, the receiver's reassembly into a sealed memfd and its delivery (doc/protocol.md 6, "Large messages"). */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <fcntl.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hub_linkflow.c - flow control across a peer link: senders held by a full link, a full flow window or the large-message cursor, the per-port windows and CREDIT frames (doc/protocol.md 6, "Flow control"). */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * when the worker must ring the hub's doorbell.
  */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <string.h>
 
@@ -212,7 +212,7 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
         h->cur_fd = p->rx_fd;
         h->cur_len = p->rx_len;
         p->rx_fd = -1;
-        int rc = pm__hub_relay(h, p, f, payload);
+        int rc = h->up->relay(h, p, f, payload);
         if (rc == -EAGAIN) {
             p->rx_fd = h->cur_fd; /* kept for the next read of this frame */
             h->cur_fd = -1;
