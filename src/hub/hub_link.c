@@ -221,101 +221,73 @@ static void unadd(pm__hub_link *l, uint32_t src, const pm__frame_hdr *f)
     rinflight_take(l, src, f->request_id, f->dst, &e);
 }
 
-/* A frame from local port p (or main, p NULL) for a remote host. */
-int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
+/* p's REPLY to a request that came over host f->dst_host's link (l, NULL
+ * or down when it is unreachable): to main when it answers a remote mesh
+ * broadcast fanned out here, else onto the link; frag: a large message the
+ * link takes as FRAGs, big: a large message. Always consumed (0). */
+static int relay_remote_reply(pm__hub *h, pm__hub_link *l, pm__port *p, pm__frame_hdr *f,
+                              const void *payload, int frag, int big)
 {
-    pm__hub_link *l = pm__hl_of(h, f->dst_host);
     uint32_t src = p->index;
-    int big = (f->flags & PM__FF_MEMFD) != 0;
-    if (l != NULL && l->up && l->tx_fd >= 0 && (big || l->tx_owner == src)) {
-        /* One large message at a time per link; and a sender whose large
-         * message is still crossing sends nothing else over that link
-         * meanwhile, so its frames keep their order. Held until it has
-         * crossed (pm__hl_frag_tx_end), like any held sender. */
-        pm__hl_hold_on(h, &l->fheld_head, &l->fheld_tail, f->dst_host, p);
-        return -EAGAIN;
+    /* It answers a request that came over the link: p's table has it
+     * under the remote requester. */
+    pm__inflight e;
+    uint32_t requester = PM__REMOTE_NODE(f->dst_host, f->dst & 0xFFFFu);
+    if (f->dst > 0xFFFFu || !pm__hub_take_inflight(h, p, requester, f->request_id, &e)) {
+        h->late_replies++;
+        return 0;
     }
-    int frag = big && l != NULL && l->up && (l->caps & PM__PEER_CAP_FRAG) != 0;
-    if (f->type == PM__FT_REPLY) {
-        /* It answers a request that came over the link: p's table has it
-         * under the remote requester. */
-        pm__inflight e;
-        uint32_t requester = PM__REMOTE_NODE(f->dst_host, f->dst & 0xFFFFu);
-        if (f->dst > 0xFFFFu || !pm__hub_take_inflight(h, p, requester, f->request_id, &e)) {
-            h->late_replies++;
-            return 0;
-        }
-        if (f->dst == 0 && pm__hub_bcast_of(h, f->request_id, f->dst_host)) {
-            /* p's answer to a remote host's mesh broadcast fanned out
-             * here: it is p's result of our broadcast (remote_bcast_done
-             * sends the BRESULTs), never a plain REPLY over the link. */
-            pm__hub_deliver_main(h, f, payload);
-            p->relayed++;
-            return 0;
-        }
-        if (l == NULL || !l->up) {
-            /* The requester's host is unreachable, whatever the reply's
-             * size: counted as any frame to that host (-EHOSTUNREACH). No
-             * notice can cross a link that is down, and the requester's
-             * own hub answered its request -EHOSTUNREACH when the link
-             * went down there. */
-            h->unreachable++;
-            h->replies_dropped++;
-            return 0;
-        }
-        pm__frame_hdr w = pm__hl_wire_hdr(h, f, src);
-        w.dst_inc = e.requester_inc;
-        if (big && frag) {
-            pm__hl_frag_start(h, l, &w, src, h->cur_fd, h->cur_len);
-            h->cur_fd = -1; /* the link's now */
-            p->relayed++;
-            p->relayed_bytes += h->cur_len;
-            return 0;
-        }
-        if (big) {
-            /* A peer without large messages (or no link): the requester
-             * learns so now instead of waiting for its deadline. */
-            pm__hl_notice_port(h, requester, e.requester_inc, pm__hl_port_of(h, src), p->incarnation,
-                        f->request_id, -EMSGSIZE);
-            return 0;
-        }
-        /* A reply never waits (the replier is never held back, as locally):
-         * a link without room drops it, counted; the requester's deadline
-         * ends its wait. */
-        if (pm__hl_put_or_drop(h, l, &w, payload) < 0)
-            h->replies_dropped++;
-        else
-            p->relayed++;
+    if (f->dst == 0 && pm__hub_bcast_of(h, f->request_id, f->dst_host)) {
+        /* p's answer to a remote host's mesh broadcast fanned out
+         * here: it is p's result of our broadcast (remote_bcast_done
+         * sends the BRESULTs), never a plain REPLY over the link. */
+        pm__hub_deliver_main(h, f, payload);
+        p->relayed++;
         return 0;
     }
     if (l == NULL || !l->up) {
+        /* The requester's host is unreachable, whatever the reply's
+         * size: counted as any frame to that host (-EHOSTUNREACH). No
+         * notice can cross a link that is down, and the requester's
+         * own hub answered its request -EHOSTUNREACH when the link
+         * went down there. */
         h->unreachable++;
-        pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
-                          f->request_id, -EHOSTUNREACH);
+        h->replies_dropped++;
         return 0;
     }
-    if (big && !frag) {
-        /* A peer that does not take large messages (hello bit 1). */
-        pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
-                          f->request_id, -EMSGSIZE);
-        return 0;
-    }
-    if (f->type == PM__FT_REQUEST && rinflight_add(h, l, f, src, p->incarnation) < 0) {
-        pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
-                          f->request_id, -EBUSY);
-        return 0;
-    }
-    if (big) {
-        /* Not counted in the destination's window: one message at a time
-         * per link bounds it. Its request entry is made first, so the link
-         * going down mid-message answers it -EHOSTUNREACH, once. */
-        pm__frame_hdr w = pm__hl_wire_hdr(h, f, src);
+    pm__frame_hdr w = pm__hl_wire_hdr(h, f, src);
+    w.dst_inc = e.requester_inc;
+    if (frag) {
         pm__hl_frag_start(h, l, &w, src, h->cur_fd, h->cur_len);
-        h->cur_fd = -1;
+        h->cur_fd = -1; /* the link's now */
         p->relayed++;
         p->relayed_bytes += h->cur_len;
         return 0;
     }
+    if (big) {
+        /* A peer without large messages (or no link): the requester
+         * learns so now instead of waiting for its deadline. */
+        pm__hl_notice_port(h, requester, e.requester_inc, pm__hl_port_of(h, src), p->incarnation,
+                    f->request_id, -EMSGSIZE);
+        return 0;
+    }
+    /* A reply never waits (the replier is never held back, as locally):
+     * a link without room drops it, counted; the requester's deadline
+     * ends its wait. */
+    if (pm__hl_put_or_drop(h, l, &w, payload) < 0)
+        h->replies_dropped++;
+    else
+        p->relayed++;
+    return 0;
+}
+
+/* A frame (not a reply, not a large message) from p onto link l, whose
+ * host is up: within the destination's window and the link's buffer, else
+ * p is held (-EAGAIN) or answered. */
+static int relay_remote_frame(pm__hub *h, pm__hub_link *l, pm__port *p, pm__frame_hdr *f,
+                              const void *payload)
+{
+    uint32_t src = p->index;
     /* The destination's window first: a remote worker that does not read
      * holds back only the senders that write to it. */
     uint32_t wbytes = PM__FRAME_HDR_SIZE + f->len;
@@ -349,6 +321,54 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
     p->relayed++;
     p->relayed_bytes += f->len;
     return 0;
+}
+
+/* A frame from local port p (or main, p NULL) for a remote host. */
+int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
+{
+    pm__hub_link *l = pm__hl_of(h, f->dst_host);
+    uint32_t src = p->index;
+    int big = (f->flags & PM__FF_MEMFD) != 0;
+    if (l != NULL && l->up && l->tx_fd >= 0 && (big || l->tx_owner == src)) {
+        /* One large message at a time per link; and a sender whose large
+         * message is still crossing sends nothing else over that link
+         * meanwhile, so its frames keep their order. Held until it has
+         * crossed (pm__hl_frag_tx_end), like any held sender. */
+        pm__hl_hold_on(h, &l->fheld_head, &l->fheld_tail, f->dst_host, p);
+        return -EAGAIN;
+    }
+    int frag = big && l != NULL && l->up && (l->caps & PM__PEER_CAP_FRAG) != 0;
+    if (f->type == PM__FT_REPLY)
+        return relay_remote_reply(h, l, p, f, payload, big && frag, big);
+    if (l == NULL || !l->up) {
+        h->unreachable++;
+        pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
+                          f->request_id, -EHOSTUNREACH);
+        return 0;
+    }
+    if (big && !frag) {
+        /* A peer that does not take large messages (hello bit 1). */
+        pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
+                          f->request_id, -EMSGSIZE);
+        return 0;
+    }
+    if (f->type == PM__FT_REQUEST && rinflight_add(h, l, f, src, p->incarnation) < 0) {
+        pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
+                          f->request_id, -EBUSY);
+        return 0;
+    }
+    if (big) {
+        /* Not counted in the destination's window: one message at a time
+         * per link bounds it. Its request entry is made first, so the link
+         * going down mid-message answers it -EHOSTUNREACH, once. */
+        pm__frame_hdr w = pm__hl_wire_hdr(h, f, src);
+        pm__hl_frag_start(h, l, &w, src, h->cur_fd, h->cur_len);
+        h->cur_fd = -1;
+        p->relayed++;
+        p->relayed_bytes += h->cur_len;
+        return 0;
+    }
+    return relay_remote_frame(h, l, p, f, payload);
 }
 
 pm__hub_link *pm__hl_main_frame(pm__hub *h, uint16_t host, uint8_t type, uint32_t port, size_t len,
