@@ -97,13 +97,8 @@ static int lists_alloc(pm__hub *h, unsigned nports)
 
 /* What the parts below hub.c call up at run time (pm__hub_up). */
 static const pm__hub_up up_calls = {
-    .relay = pm__hub_relay,
     .deliver_main = pm__hub_deliver_main,
     .link_notice = pm__hub_link_notice,
-    .link_credit = pm__hub_link_credit,
-    .link_bcast = pm__hub_link_bcast,
-    .link_main_request = pm__hub_link_main_request,
-    .link_forget = pm__hub_link_forget,
 };
 
 int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster *app,

@@ -4,7 +4,8 @@
  * of a port's frames, main's sends, the hub's deadlines, closing a port,
  * fork mode. The hub's types and the calls of its parts (ports, queues,
  * main's requests, broadcasts, peer links) are in hub_core.h, included
- * here; hub.c sits on top of them.
+ * here; hub.c sits on top of them, and port.c (a worker's port, which hands
+ * every frame it reads to pm__hub_relay) on top of hub.c.
  */
 #ifndef PM_HUB_H
 #define PM_HUB_H

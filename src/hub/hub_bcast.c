@@ -386,7 +386,7 @@ int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout
     h->mbcasts = mb;
     for (size_t i = 0; i < mb->nparts; i++) {
         pm__mbpart *p = &mb->parts[i];
-        rc = h->up->link_bcast(h, p->host, p->id, mb->deadline_ms, data, len);
+        rc = pm__hub_link_bcast(h, p->host, p->id, mb->deadline_ms, data, len);
         if (rc < 0)
             mb_part_fail(h, mb, p, rc == -ENOBUFS ? -ENOBUFS : -EHOSTUNREACH);
     }

@@ -3,9 +3,10 @@
  * hub_core.c - what every part of the hub uses and that uses no other part:
  * the work lists (ports to service, rings to publish, ports with a
  * deadline), the table of requests in flight, the check of a destination,
- * and main's large messages. Everything above it (queues, ports, main's
- * requests, broadcasts, links, routing) calls down into it; where a lower
- * part must reach a higher one it goes through h->up (pm__hub_up).
+ * main's large messages, closing a port's large-message fds. Everything
+ * above it (the link port, queues, broadcasts, main's requests, routing,
+ * ports) calls down into it; where a lower part must reach a higher one it
+ * goes through h->up (pm__hub_up).
  */
 #define _GNU_SOURCE
 #include "hub_core.h"
@@ -264,4 +265,18 @@ int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len)
     if (len > h->max_message)
         return -EMSGSIZE;
     return pm__bigmsg_create(data, len);
+}
+
+/* Closes the fds p holds for large messages: the records taken ahead of
+ * their frames and the one of the frame being read. */
+void pm__hub_port_drop_ahead(pm__port *p)
+{
+    while (p->ahead_n > 0) {
+        pm__close(p->ahead[p->ahead_head].fd);
+        p->ahead_head = (p->ahead_head + 1) % PM__BIGMSG_AHEAD_MAX;
+        p->ahead_n--;
+    }
+    p->ahead_head = 0;
+    pm__close(p->rx_fd);
+    p->rx_fd = -1;
 }

@@ -420,30 +420,23 @@ typedef struct pm__hub_link {
 #define PM__BCAST_ID_BASE ((uint64_t)1 << 32)
 
 /* The calls a lower part of the hub makes into a higher one, set by
- * pm__hub_init (hub.c, the top). The parts form a stack (hub_core.c, then
- * hub_queue.c, port.c, hub_bcast.c, hub_main.c, the link port hub_link*.c,
- * hub.c), each calling only those below it; these few calls go the other
- * way at run time, so they go through this table instead of a link-time
- * call back up. */
+ * pm__hub_init (hub.c). The parts form a stack, each calling only those
+ * below it: hub_core.c; the link port's sending side (hub_linkbase.c,
+ * hub_linkbig.c, hub_linkflow.c); hub_queue.c; hub_bcast.c; hub_main.c;
+ * the link port's receiving side (hub_linkin.c, hub_linkbcast.c,
+ * hub_link.c); hub.c; port.c. Only an undeliverable notice goes the other
+ * way (pm__hub_notice_at, hub_queue.c, which the queue itself needs for a
+ * frame its flush refuses): to main or back over a link, through this
+ * table, once per notice, never per frame relayed. */
 struct pm__hub;
 typedef struct pm__hub_up {
-    /* hub.c: routes a frame read from port p (pm__hub_relay). */
-    int (*relay)(struct pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
-    /* hub_main.c: a frame for main (pm__hub_deliver_main). */
+    /* hub_main.c: a notice for main (pm__hub_deliver_main). */
     void (*deliver_main)(struct pm__hub *h, const pm__frame_hdr *f, const void *payload);
-    /* hub_link*.c: a notice back over a link, credit owed to a link's
-     * sender, a mesh broadcast's BCAST, main's request to a remote port and
-     * forgetting it (pm__hub_link_notice, _credit, _bcast, _main_request,
-     * pm__hub_link_forget). */
+    /* hub_linkin.c: a notice for a requester on another host, or a
+     * worker's end settling a remote mesh broadcast's result
+     * (pm__hub_link_notice). */
     void (*link_notice)(struct pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about,
                         uint64_t about_inc, uint64_t request_id, int err);
-    void (*link_credit)(struct pm__hub *h, uint16_t host, uint32_t port, uint32_t bytes);
-    int (*link_bcast)(struct pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,
-                      const void *data, size_t len);
-    int (*link_main_request)(struct pm__hub *h, uint16_t host, uint32_t port, uint64_t inc,
-                             uint64_t id, int64_t deadline_ms, const void *data, size_t len);
-    void (*link_forget)(struct pm__hub *h, uint16_t host, uint32_t requester, uint64_t id,
-                        uint32_t port);
 } pm__hub_up;
 
 typedef struct pm__hub {
@@ -534,6 +527,9 @@ typedef struct pm__hub {
 /* Large messages from main (pm_cluster_send/reply/request/call above
  * PM_MAX_PAYLOAD): a sealed memfd of data, -EMSGSIZE above max_message. */
 int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len);
+/* Closes the large messages' fds port p holds (taken ahead of their
+ * frames, or being read; hub_core.c). */
+void pm__hub_port_drop_ahead(pm__port *p);
 /* Moves queued frames into d's ring; unblocks senders once d has room.
  * Sets d->sock_full when d's socket refused a large message's fd: the
  * owner then services d again once that socket is writable. */
@@ -585,7 +581,7 @@ int pm__hub_cancel(pm__hub *h, uint64_t id);
 /* pm_cluster_terminate: every pending request of main gets -ECANCELED now,
  * and new ones are refused (-ESHUTDOWN). */
 void pm__hub_cancel_all(pm__hub *h);
-/* hub_link.c: peer links as ports. */
+/* hub_link.c: peer links as ports (hub_linkbig.c: pm__hub_links_wipe). */
 /* The link to host (an index of pm__hub_host_index) is up: frames for that
  * host go to send(arg, ...). */
 void pm__hub_link_up(pm__hub *h, uint16_t host, int (*send)(void *, const void *, size_t),
@@ -622,9 +618,6 @@ void pm__hub_port_cut(pm__hub *h, unsigned p);
  * bigmsg.h); a bad record or one too many ahead of its frame is a protocol
  * fault (ops->fault). */
 void pm__hub_port_records(pm__hub *h, unsigned p);
-/* Closes the large messages' fds the port holds (taken ahead of their
- * frames, or being read). */
-void pm__hub_port_drop_ahead(pm__port *p);
 /* The doorbell rang or the port had work left: flush what waits for room
  * in its down ring, then read up to one turn of its up ring. */
 void pm__hub_port_service(pm__hub *h, unsigned p);

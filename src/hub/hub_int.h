@@ -53,7 +53,9 @@ void pm__hub_mreq_expire(pm__hub *h, int64_t now);
  * requester) about node `about` of host about_host. */
 void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
                        uint32_t about, uint64_t about_inc, uint64_t request_id, int err);
-/* hub_link.c, hub_linkbcast.c (pm__hub_link_bcast), hub_linkflow.c (pm__hub_link_credit) */
+/* The link port: hub_link.c (relay_remote, links_free), hub_linkflow.c
+ * (main_send, main_request, credit), hub_linkin.c (notice), hub_linkbase.c
+ * (bcast, forget). */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
 int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc, int type,
                            uint64_t request_id, const void *data, size_t len);

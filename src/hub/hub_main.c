@@ -94,7 +94,7 @@ static void mreq_unlink(pm__hub *h, pm__mreq *r)
         pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
         mreq_release_port(h, r);
     } else if (r->port == PM__MREQ_REMOTE) {
-        h->up->link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
+        pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
     }
 }
 
@@ -402,7 +402,7 @@ static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
                     r->killed = -1; /* its worker holds it still: see pm__hub_mreq_expire */
                 mreq_release_port(h, r);
             } else if (r->port == PM__MREQ_REMOTE) {
-                h->up->link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
+                pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
             }
             r->hnext = taken;
             taken = r;
@@ -514,7 +514,7 @@ static int remote_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc
     r->host = host;
     r->rport = port;
     r->target_inc = inc;
-    int rc = h->up->link_main_request(h, host, port, inc, r->id, r->deadline_ms, data, len);
+    int rc = pm__hub_link_main_request(h, host, port, inc, r->id, r->deadline_ms, data, len);
     if (rc < 0) {
         free(r);
         return rc;

@@ -87,7 +87,7 @@ void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
     d->q_bytes -= q->len;
     h->queued_bytes -= q->len;
     if (q->credit_host != 0) /* delivered or dropped: the sender's window opens */
-        h->up->link_credit(h, q->credit_host, q->credit_port, q->len);
+        pm__hub_link_credit(h, q->credit_host, q->credit_port, q->len);
     uint32_t *frames, *fds;
     size_t *bytes;
     charge_of(h, d, q->charge, &frames, &bytes, &fds);
