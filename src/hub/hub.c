@@ -41,10 +41,6 @@
 #include "hub_int.h"
 #include "channel/proto.h"
 
-/* How often expired requests are forgotten (at most; sooner with a
- * shorter lifetime). */
-#define PURGE_EVERY_MS 1000u
-
 static void port_reset(pm__port *p)
 {
     p->q_head = p->q_tail = NULL;
@@ -99,6 +95,12 @@ static int lists_alloc(pm__hub *h, unsigned nports)
     return 0;
 }
 
+/* What the parts below hub.c call up at run time (pm__hub_up). */
+static const pm__hub_up up_calls = {
+    .deliver_main = pm__hub_deliver_main,
+    .link_notice = pm__hub_link_notice,
+};
+
 int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster *app,
                  const pm__hub_ops *ops, void *owner)
 {
@@ -132,6 +134,7 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
     h->names.nslots = nports;
     h->app = app;
     h->ops = ops;
+    h->up = &up_calls;
     h->owner = owner;
     return 0;
 }
@@ -143,252 +146,12 @@ static void free_queue(pm__hub *h, pm__port *p)
     port_reset(p);
 }
 
-/* ------------------------------------------------------------------ work lists */
-
-static void list_add(pm__portlist *l, unsigned char *in, unsigned i)
-{
-    if (*in)
-        return;
-    *in = 1;
-    l->v[l->n++] = i;
-}
-
-void pm__hub_mark_busy(pm__hub *h, pm__port *p)
-{
-    p->busy = 1;
-    list_add(&h->ready, &p->in_ready, p->index);
-}
-
-void pm__hub_mark_rang(pm__hub *h, unsigned i)
-{
-    if (i < h->nports)
-        list_add(&h->ready, &h->ports[i].in_ready, i);
-}
-
-void pm__hub_mark_dirty(pm__hub *h, pm__port *p)
-{
-    p->dirty = 1;
-    list_add(&h->dirty, &p->in_dirty, p->index);
-}
-
-void pm__hub_mark_timed(pm__hub *h, pm__port *p)
-{
-    list_add(&h->timed, &p->in_timed, p->index);
-}
-
-void pm__hub_pass_begin(pm__hub *h)
-{
-    /* Swap rather than copy: the pass is the old ready list, and ready
-     * starts empty. A port marked during the pass while it still waits in
-     * it (in_ready set) is not listed again: its visit serves it. */
-    pm__portlist t = h->pass;
-    h->pass = h->ready;
-    h->ready = t;
-    h->ready.n = 0;
-    h->pass_pos = 0;
-}
-
-int pm__hub_pass_next(pm__hub *h, unsigned *i)
-{
-    if (h->pass_pos >= h->pass.n)
-        return 0;
-    *i = h->pass.v[h->pass_pos++];
-    /* Off the list before its service: work it has left after this visit
-     * (its batch cap) puts it at the end of the next pass. */
-    h->ports[*i].in_ready = 0;
-    return 1;
-}
-
-void pm__hub_publish(pm__hub *h)
-{
-    for (unsigned k = 0; k < h->dirty.n; k++) {
-        pm__port *p = &h->ports[h->dirty.v[k]];
-        p->in_dirty = 0;
-        if (p->dirty) {
-            p->dirty = 0;
-            if (p->link != NULL)
-                pm__ring_publish(&p->link->tx);
-        }
-    }
-    h->dirty.n = 0;
-}
-
-/* ------------------------------------------------------------------ in flight */
-
-/* The count of entries a requester has in the tables; main's is not
- * capped (it is the application itself, and its broadcasts always have a
- * deadline). */
-static uint32_t *requests_out(pm__hub *h, uint32_t requester)
-{
-    return requester < h->nports ? &h->ports[requester].requests_out : NULL;
-}
-
-/* Forgets entry i of target's table (the last entry takes its place). */
-static void forget_inflight(pm__hub *h, pm__port *target, uint32_t i)
-{
-    uint32_t *out = requests_out(h, target->inflight[i].requester);
-    if (out != NULL)
-        (*out)--;
-    if (target->inflight[i].requester == PM__NODE_MAIN)
-        target->main_inflight--;
-    h->inflight_total--;
-    target->inflight[i] = target->inflight[--target->ninflight];
-}
-
-/* Forgets every request whose requester gave up (deadline) or that
- * outlived the maximum lifetime. Runs from the hub's timer at most every
- * PURGE_EVERY_MS, never per frame. */
-static void purge_inflight(pm__hub *h, int64_t now)
-{
-    for (unsigned t = 0; t < h->nports; t++) {
-        pm__port *p = &h->ports[t];
-        for (uint32_t i = 0; i < p->ninflight;) {
-            if (p->inflight[i].expires_ms <= now)
-                forget_inflight(h, p, i); /* i now holds the last entry */
-            else
-                i++;
-        }
-    }
-}
-
-static void schedule_purge(pm__hub *h, uint64_t now)
-{
-    if (h->next_purge_ms == 0) {
-        uint64_t every = h->inflight_lifetime_ms / 2;
-        if (every > PURGE_EVERY_MS)
-            every = PURGE_EVERY_MS;
-        h->next_purge_ms = now + (every ? every : 1);
-    }
-}
-
-/* Remembers a request relayed to target. -EBUSY when the requester has
- * PM__INFLIGHT_PER_REQUESTER in flight already: that requester alone is
- * refused, so no requester can fill another's way to target. -ENOMEM. */
-int pm__hub_add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t requester_inc,
-                        uint64_t id, int64_t deadline)
-{
-    uint32_t *out = requests_out(h, requester);
-    if (out != NULL && *out >= PM__INFLIGHT_PER_REQUESTER)
-        return -EBUSY;
-    if (target->ninflight == target->inflight_cap) {
-        /* The table is bounded by the requesters' caps: at most
-         * (ports + main's broadcasts) entries, grown on demand. */
-        uint32_t cap = target->inflight_cap ? target->inflight_cap * 2 : 16;
-        pm__inflight *v = realloc(target->inflight, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        target->inflight = v;
-        target->inflight_cap = cap;
-    }
-    uint64_t now = pm__now_ms();
-    int64_t expires = (int64_t)(now + h->inflight_lifetime_ms);
-    pm__inflight *e = &target->inflight[target->ninflight++];
-    e->requester = requester;
-    e->requester_inc = requester_inc;
-    e->request_id = id;
-    e->target_inc = target->incarnation;
-    e->deadline_ms = deadline;
-    /* A worker's request without a deadline (or with one far away) would
-     * otherwise stay forever if never answered. Main's broadcasts keep
-     * their own deadline, whatever the application chose. */
-    if (deadline > 0 && (deadline < expires || requester == PM__NODE_MAIN))
-        expires = deadline;
-    e->expires_ms = expires;
-    if (out != NULL)
-        (*out)++;
-    if (requester == PM__NODE_MAIN)
-        target->main_inflight++;
-    h->inflight_total++;
-    schedule_purge(h, now);
-    return 0;
-}
-
-/* Undoes the add_inflight just made (its frame is retried later). */
-void pm__hub_drop_last_inflight(pm__hub *h, pm__port *target)
-{
-    forget_inflight(h, target, target->ninflight - 1);
-}
-
-/* Removes and returns (in *out) the entry for this answer, if any. */
-int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
-                         pm__inflight *out)
-{
-    for (uint32_t i = 0; i < target->ninflight; i++) {
-        pm__inflight *e = &target->inflight[i];
-        if (e->requester == requester && e->request_id == id &&
-            e->target_inc == target->incarnation) {
-            *out = *e;
-            forget_inflight(h, target, i);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------ main */
-
-/* ------------------------------------------------------------------ main's requests */
-
 /* ------------------------------------------------------------------ routing */
-
-/* Tells `to` (a port, or main) that its frame about `about` could not be
- * delivered. A notice never waits: charged to `to`'s answers, dropped and
- * counted past their bound. */
-void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
-                       uint32_t about, uint64_t about_inc, uint64_t request_id, int err)
-{
-    if (PM__IS_REMOTE_NODE(to)) {
-        /* A requester on another host: back over its link. */
-        if (about_host == PM__HOST_LOCAL)
-            pm__hub_link_notice(h, to, to_inc, about, about_inc, request_id, err);
-        return;
-    }
-    pm__frame_hdr n;
-    memset(&n, 0, sizeof(n));
-    n.type = PM__FT_UNDELIVERABLE;
-    n.src_host = about_host;
-    n.src = about;
-    n.src_inc = about_inc;
-    n.dst = to;
-    n.dst_inc = to_inc;
-    n.request_id = request_id;
-    n.error = err;
-    if (to == PM__NODE_MAIN) {
-        pm__hub_deliver_main(h, &n, NULL);
-        return;
-    }
-    if (to >= h->nports)
-        return;
-    pm__port *p = &h->ports[to];
-    if (p->link == NULL || p->incarnation != to_inc) {
-        h->notices_dropped++;
-        return;
-    }
-    p->undeliverable++;
-    int rc = pm__hub_push(h, p, &n, NULL, 0, PM__CHARGE_ANSWER);
-    if (rc == -EBADMSG)
-        h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
-    if (rc < 0)
-        h->notices_dropped++;
-}
 
 static void notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uint64_t about_inc,
                    uint64_t request_id, int err)
 {
     pm__hub_notice_at(h, to, to_inc, PM__HOST_LOCAL, about, about_inc, request_id, err);
-}
-
-/* 0 when node/inc names a port that can take a frame now, else why not. */
-int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
-{
-    if (node >= h->nports)
-        return -ENOENT;
-    const pm__port *d = &h->ports[node];
-    if (d->state != PM__PORT_READY || d->link == NULL)
-        return -EHOSTDOWN;
-    if (inc != 0 && inc != d->incarnation)
-        return -ESTALE;
-    return 0;
 }
 
 /* Pushes a relayed frame to d; a large message's fd (h->cur_fd) is passed
@@ -529,16 +292,8 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
     p->state = PM__PORT_CLOSED;
     /* Requests in flight to the dead incarnation: answered now. The array is
      * detached first, because answering may run callbacks. */
-    pm__inflight *v = p->inflight;
-    uint32_t n = p->ninflight;
-    p->ninflight = 0;
-    p->main_inflight = 0;
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t *out = requests_out(h, v[k].requester);
-        if (out != NULL)
-            (*out)--;
-        h->inflight_total--;
-    }
+    uint32_t n;
+    pm__inflight *v = pm__hub_detach_inflight(h, p, &n);
     for (uint32_t k = 0; k < n; k++) {
         pm__inflight *e = &v[k];
         if (e->target_inc != p->incarnation)
@@ -552,16 +307,7 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
     p->stuck = 0;
     /* Its own requests to others will find no requester any more; drop
      * them now rather than at their replies. */
-    for (unsigned t = 0; t < h->nports; t++) {
-        pm__port *o = &h->ports[t];
-        for (uint32_t j = 0; j < o->ninflight;) {
-            pm__inflight *e = &o->inflight[j];
-            if (e->requester == p->index && e->requester_inc == p->incarnation)
-                forget_inflight(h, o, j);
-            else
-                j++;
-        }
-    }
+    pm__hub_forget_requests_of(h, p);
     /* Frames waiting for it are dropped (their senders are read again);
      * its own frames waiting for others stay charged to it until they are
      * delivered, so a quick replacement cannot double the hold. */
@@ -642,12 +388,7 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
      * owing an answer (it would get the next input, blamed in its turn)
      * nor killed under kill_on_timeout (test_pool_timeout_at_purge). */
     pm__hub_mreq_expire(h, (int64_t)now);
-    if (h->next_purge_ms != 0 && now >= h->next_purge_ms) {
-        h->next_purge_ms = 0;
-        purge_inflight(h, (int64_t)now);
-        if (h->inflight_total > 0)
-            schedule_purge(h, now);
-    }
+    pm__hub_purge_due(h, now);
     /* The timed list: visited, and compacted to the ports that still have
      * a deadline. The ops callback may fence a port (its queue freed,
      * port_reset); it stays listed until the next visit finds it idle. */
@@ -862,11 +603,4 @@ int pm__hub_host_index(pm__hub *h, const char *name)
         if (h->ports[i].link != NULL)
             hosts_publish(h, h->ports[i].link->map, count);
     return (int)count;
-}
-
-int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len)
-{
-    if (len > h->max_message)
-        return -EMSGSIZE;
-    return pm__bigmsg_create(data, len);
 }

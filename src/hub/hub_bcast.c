@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hub_bcast.c - main's broadcasts: to this host's ready workers (pm_cluster_broadcast) and mesh-wide (pm_cluster_broadcast_mesh), each worker's result collected once. */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <limits.h>
 #include <stdlib.h>

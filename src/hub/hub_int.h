@@ -5,7 +5,7 @@
 
 #include <limits.h>
 
-#include "hub.h"
+#include "hub_core.h"
 
 /* A broadcast result or request not answered yet. */
 #define RESULT_PENDING INT_MIN
@@ -25,6 +25,12 @@ int pm__hub_add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint6
 int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
                          pm__inflight *out);
 void pm__hub_drop_last_inflight(pm__hub *h, pm__port *target);
+/* hub_core.c: the hub's timer forgets the requests in flight past their
+ * deadline or lifetime (pm__hub_fire); a closing port's table is detached
+ * (the caller answers it: *n entries) and the requests it made forgotten. */
+void pm__hub_purge_due(pm__hub *h, uint64_t now);
+pm__inflight *pm__hub_detach_inflight(pm__hub *h, pm__port *p, uint32_t *n);
+void pm__hub_forget_requests_of(pm__hub *h, const pm__port *p);
 int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc);
 void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload);
 void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b);
@@ -43,11 +49,13 @@ int pm__hub_broadcast_for(pm__hub *h, uint16_t src_host, const void *data, size_
 int pm__hub_bcast_of(pm__hub *h, uint64_t id, uint16_t host);
 void pm__hub_mreq_dispatch_waiting(pm__hub *h);
 void pm__hub_mreq_expire(pm__hub *h, int64_t now);
-/* hub.c: an undeliverable notice to `to` (a port, main, or a remote
+/* hub_queue.c: an undeliverable notice to `to` (a port, main, or a remote
  * requester) about node `about` of host about_host. */
 void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
                        uint32_t about, uint64_t about_inc, uint64_t request_id, int err);
-/* hub_link.c, hub_linkbcast.c (pm__hub_link_bcast), hub_linkflow.c (pm__hub_link_credit) */
+/* The link port: hub_link.c (relay_remote, links_free), hub_linkflow.c
+ * (main_send, main_request, credit), hub_linkin.c (notice), hub_linkbase.c
+ * (bcast, forget). */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
 int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc, int type,
                            uint64_t request_id, const void *data, size_t len);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* hub_linkbcast.c - mesh broadcasts across a peer link: main's BCAST to a host, and a remote host's BCAST fanned out to our ready workers with a BRESULT per worker and a BDONE back (doc/protocol.md 6). */
+/* hub_linkbcast.c - a remote host's mesh broadcast (main's BCAST to a host is pm__hub_link_bcast, hub_linkbase.c): its BCAST fanned out to our ready workers with a BRESULT per worker and a BDONE back (doc/protocol.md 6). */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -9,21 +9,7 @@
 
 #include "base/le.h"
 #include "hub_int.h"
-#include "hub_link.h"
-
-int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,
-                       const void *data, size_t len)
-{
-    pm__frame_hdr f;
-    /* dst port 0: the remote supervisor */
-    pm__hub_link *l = pm__hl_main_frame(h, host, PM__FT_BCAST, 0, len, &f);
-    if (l == NULL)
-        return -EHOSTUNREACH;
-    f.request_id = id;
-    f.deadline_ms = deadline_ms;
-    pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
-    return pm__hl_put(h, l, &w, data);
-}
+#include "hub_linkport.h"
 
 /* A remote host's mesh broadcast, fanned out here: who to send the
  * results to. */
@@ -79,7 +65,7 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
  * ending a little before the far end's deadline (a quarter of what is
  * left, at most 200 ms early) so that its results can still cross. */
 void pm__hl_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
-                       const unsigned char *payload)
+                     const unsigned char *payload)
 {
     if (f->dst != 0 || f->deadline_ms == 0 || f->len > PM_MAX_PAYLOAD) {
         l->malformed++;

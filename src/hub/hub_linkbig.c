@@ -1,17 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* hub_linkbig.c - large messages across a peer link: the sender's FRAG cursor reading a sealed memfd, the receiver's reassembly into a sealed memfd and its delivery (doc/protocol.md 6, "Large messages"). */
+/* hub_linkbig.c - large messages onto a peer link: the sender's FRAG cursor reading a sealed memfd, one message at a time per link (doc/protocol.md 6, "Large messages"); the receiver's reassembly is in hub_linkin.c. */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
-#include <fcntl.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include "channel/bigmsg.h"
-#include "base/le.h"
 #include "hub_int.h"
-#include "hub_link.h"
+#include "hub_linkport.h"
 
 /* ------------------------------------------------------- large messages */
 
@@ -128,127 +124,3 @@ int pm__hl_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const v
     return 0;
 }
 
-/* The message reassembled on l is whole: sealed (nobody can change it
- * after the hub's check, as for a worker's memfd) and delivered as if a
- * local worker had sent it, through the fd path (doc/design.md, "Life of a
- * large message"); identity stamped from the link like any frame of it. */
-static void frag_deliver(pm__hub *h, pm__hub_link *l, uint16_t host)
-{
-    int fd = l->rx_fd;
-    l->rx_fd = -1;
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
-        pm__close(fd);
-        l->frag_dropped++;
-        return;
-    }
-    l->big_in++;
-    pm__frame_hdr f = l->rx_hdr;
-    f.flags = PM__FF_MEMFD;
-    f.len = PM__ANNOUNCE_SIZE;
-    /* The fd is handed to the routing code as a worker's is (port.c): it
-     * takes it by setting h->cur_fd to -1; what is left is closed here. */
-    int saved_fd = h->cur_fd;
-    uint64_t saved_len = h->cur_len;
-    h->cur_fd = fd;
-    h->cur_len = l->rx.total;
-    uint32_t node;
-    int err = pm__hl_node_of(h, f.dst, &node);
-    if (f.type == PM__FT_REPLY) {
-        if (err < 0)
-            l->malformed++;
-        else
-            pm__hl_answer(h, l, &f, NULL, node);
-    } else if (err < 0) {
-        pm__hl_notice_port(h, PM__REMOTE_NODE(host, f.src), f.src_inc, f.dst, f.dst_inc, f.request_id,
-                    err);
-    } else {
-        (void)pm__hl_deliver(h, l, host, &f, NULL, node);
-    }
-    pm__close(h->cur_fd);
-    h->cur_fd = saved_fd;
-    h->cur_len = saved_len;
-}
-
-/* A FRAG from host's link (f: its header made local; doc/protocol.md 6,
- * "Large messages"). Bad fragments drop the message being reassembled and
- * count it (frag_dropped); the link stays up: a peer that breaks the rule
- * loses its own message, nothing else. A message above our max_message is
- * refused before anything is allocated, with -EMSGSIZE to its sender. */
-void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
-                         const unsigned char *payload)
-{
-    pm__frag_hdr fh;
-    size_t n;
-    int dropped = 0, last = 0, act;
-    if (pm__frag_decode(payload, f->len, &fh, &n) < 0) {
-        l->malformed++;
-        dropped = l->rx.active;
-        /* The message it belongs to is lost: its later fragments (which
-         * may decode) are ignored, not counted again one by one. Its id is
-         * the one being reassembled, else what this header names (0, no
-         * id, when it is too short to name one). */
-        l->rx.skip_id = l->rx.active ? l->rx.msg_id
-                                     : f->len >= PM__FRAG_HDR_SIZE ? pm__get32(payload + 4) : 0;
-        l->rx.active = 0;
-        act = PM__FRAG_IGNORE;
-    } else {
-        act = pm__frag_rx_step(&l->rx, &fh, n, h->max_message, &dropped, &last);
-    }
-    if (dropped) {
-        pm__close(l->rx_fd);
-        l->rx_fd = -1;
-        l->frag_dropped++;
-    }
-    switch (act) {
-    case PM__FRAG_TOO_BIG:
-        l->frag_dropped++;
-        if (fh.kind != PM__FT_REPLY) /* a reply too big is late for its requester */
-            pm__hl_notice_port(h, PM__REMOTE_NODE(host, f->src), f->src_inc, f->dst, f->dst_inc,
-                        f->request_id, -EMSGSIZE);
-        return;
-    case PM__FRAG_BAD:
-        if (!dropped)
-            l->frag_dropped++;
-        return;
-    case PM__FRAG_BEGIN: {
-        /* Sized now (sparse: pages are allocated as fragments land). */
-        int fd = memfd_create("procmesh-link", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        if (fd < 0 || ftruncate(fd, (off_t)fh.total) < 0) {
-            pm__close(fd);
-            l->rx.active = 0;
-            l->rx.skip_id = fh.msg_id;
-            l->frag_dropped++;
-            if (fh.kind != PM__FT_REPLY)
-                pm__hl_notice_port(h, PM__REMOTE_NODE(host, f->src), f->src_inc, f->dst, f->dst_inc,
-                            f->request_id, -ENOBUFS);
-            return;
-        }
-        l->rx_fd = fd;
-        l->rx_hdr = *f;
-        l->rx_hdr.type = fh.kind;
-        break;
-    }
-    case PM__FRAG_DATA:
-        break;
-    default:
-        return;
-    }
-    const unsigned char *data = payload + PM__FRAG_HDR_SIZE;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = pwrite(l->rx_fd, data + done, n - done, (off_t)(fh.offset + done));
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            pm__close(l->rx_fd);
-            l->rx_fd = -1;
-            l->rx.active = 0;
-            l->rx.skip_id = fh.msg_id;
-            l->frag_dropped++;
-            return;
-        }
-        done += (size_t)w;
-    }
-    if (last)
-        frag_deliver(h, l, host);
-}

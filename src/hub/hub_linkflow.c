@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* hub_linkflow.c - flow control across a peer link: senders held by a full link, a full flow window or the large-message cursor, the per-port windows and CREDIT frames (doc/protocol.md 6, "Flow control"). */
+/* hub_linkflow.c - flow control across a peer link: the per-port windows and CREDIT frames (doc/protocol.md 6, "Flow control"; the lists of held senders are in hub_linkbase.c), and main's frames onto a link, which count in the windows but are never held. */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/le.h"
 #include "hub_int.h"
-#include "hub_link.h"
+#include "hub_linkport.h"
 
 /* ---------------------------------------------------------------- windows */
 
@@ -87,69 +87,6 @@ void pm__hl_lw_clear(pm__lwtab *t)
     t->cap = t->n = 0;
 }
 
-/*
- * Backpressure across a link: sender p's frame found host's output queue
- * full. p is held exactly like a sender waiting for a full local
- * destination: the frame stays unconsumed in its ring (port.c stops reading
- * it), and it is read again when the link's output queue has drained below
- * half (pm__hub_link_writable, from the mesh's write path) or the link goes
- * down (its frame is then answered -EHOSTUNREACH). Other senders keep
- * flowing; only the link's own senders wait for it. The list is intrusive
- * (pm__port.link_next): nothing is allocated per held sender.
- */
-void pm__hl_hold_on(pm__hub *h, int *head, int *tail, uint16_t host, pm__port *p)
-{
-    p->blocked_on = PM__BLOCKED_LINK;
-    if (p->link_held != 0)
-        return; /* listed already: on this link, or (its queue was reset when
-                   an earlier incarnation ended) on another link, which lets
-                   go of it at its next drain; read again, it finds this link
-                   full and is listed here then */
-    p->link_held = host;
-    p->link_next = -1;
-    if (*tail >= 0)
-        h->ports[*tail].link_next = (int)p->index;
-    else
-        *head = (int)p->index;
-    *tail = (int)p->index;
-}
-
-void pm__hl_link_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p)
-{
-    l->held_waits++;
-    pm__hl_hold_on(h, &l->held_head, &l->held_tail, host, p);
-}
-
-/* Sender p's frame for a remote port whose window is full: held until a
- * CREDIT reopens it (the same list discipline; a credit releases every
- * sender held on this link's windows, and those whose window is still
- * full are held again: a few re-reads per credit, never a loop). */
-void pm__hl_window_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p)
-{
-    l->window_waits++;
-    pm__hl_hold_on(h, &l->wheld_head, &l->wheld_tail, host, p);
-}
-
-/* Reads again every sender on the list (head, tail). */
-void pm__hl_release(pm__hub *h, int *head, int *tail)
-{
-    if (*head < 0)
-        return;
-    /* Detached first: a sender read again may be held here again. */
-    int i = *head;
-    *head = *tail = -1;
-    while (i >= 0) {
-        pm__port *p = &h->ports[i];
-        i = p->link_next;
-        p->link_held = 0;
-        p->link_next = -1;
-        if (p->blocked_on == PM__BLOCKED_LINK) {
-            p->blocked_on = -1;
-            pm__hub_mark_busy(h, p); /* read again this turn or the next */
-        }
-    }
-}
-
 /* One CREDIT for e's port (doc/protocol.md 6, "Flow control"). 0, or
  * -ENOBUFS / -EHOSTUNREACH (kept, sent later). */
 static int credit_put(pm__hub *h, pm__hub_link *l, pm__lwin *e)
@@ -168,7 +105,7 @@ static int credit_put(pm__hub *h, pm__hub_link *l, pm__lwin *e)
 /* Sends the credits owed at their step (all: every one owed). A credit
  * the link has no room for waits for pm__hub_link_writable: the sender's
  * window stays closed meanwhile, which is what a full link means anyway. */
-static void send_credits(pm__hub *h, pm__hub_link *l, int all)
+void pm__hl_send_credits(pm__hub *h, pm__hub_link *l, int all)
 {
     l->cred_unsent = 0;
     for (uint32_t i = 0; i < l->cred.cap;) {
@@ -208,7 +145,7 @@ void pm__hub_link_credit(pm__hub *h, uint16_t host, uint32_t port, uint32_t byte
  * (never below zero: a credit for a window the link no longer has is
  * ignored). Held senders are read again once it is at most half full. */
 void pm__hl_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
-                           const unsigned char *payload)
+                      const unsigned char *payload)
 {
     if (f->dst != 0 || f->len != 8 || f->request_id != 0) {
         l->malformed++;
@@ -263,20 +200,79 @@ void pm__hl_window_untake(pm__hub_link *l, uint32_t port, uint32_t bytes)
         lw_del(&l->win, e);
 }
 
-void pm__hub_link_writable(pm__hub *h, uint16_t host)
+/* Main's send or reply to a remote node (pm_cluster_send/reply). */
+int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc, int type,
+                           uint64_t request_id, const void *data, size_t len)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
+    pm__frame_hdr f;
+    pm__hub_link *l = pm__hl_main_frame(h, host, (uint8_t)type, port, len, &f);
     if (l == NULL)
-        return;
-    pm__hl_release(h, &l->held_head, &l->held_tail);
-    /* Called back from inside a send (the mesh wrote to make room): the
-     * frame being sent is in link_buf, and a fragment sent now would pass
-     * the one being sent. The credits and the cursor wait for the next
-     * drain, which comes: the queue that refused them is not empty. */
-    if (h->link_putting)
-        return;
-    if (l->cred_unsent && l->up)
-        send_credits(h, l, 0);
-    if (l->tx_fd >= 0)
-        pm__hl_frag_pump(h, l);
+        return -EHOSTUNREACH;
+    /* A large message of main's still crossing goes first: main's frames
+     * to one host keep their order. */
+    if (l->tx_fd >= 0 && l->tx_owner == PM__NODE_MAIN)
+        return -EAGAIN;
+    f.dst_inc = inc;
+    f.request_id = request_id;
+    if (len > PM_MAX_PAYLOAD) {
+        /* Not counted in the destination's window: one message at a time
+         * per link bounds it. */
+        pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
+        return pm__hl_main_big(h, l, &w, data, len);
+    }
+    /* Main is never held: a full link is -EAGAIN (try later). */
+    uint32_t wbytes = PM__FRAME_HDR_SIZE + f.len;
+    int counted = type == PM__FT_MSG || type == PM__FT_REQUEST;
+    if (counted && pm__hl_window_take(l, port, wbytes, 1) < 0)
+        return -EAGAIN;
+    pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
+    int rc = pm__hl_put(h, l, &w, data);
+    if (rc < 0 && counted)
+        pm__hl_window_untake(l, port, wbytes);
+    return rc == -ENOBUFS ? -EAGAIN : rc;
+}
+
+int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc,
+                              uint64_t id, int64_t deadline_ms, const void *data, size_t len)
+{
+    pm__frame_hdr f;
+    pm__hub_link *l = pm__hl_main_frame(h, host, PM__FT_REQUEST, port, len, &f);
+    if (l == NULL)
+        return -EHOSTUNREACH;
+    f.dst_inc = inc;
+    f.request_id = id;
+    f.deadline_ms = deadline_ms;
+    if (l->tx_fd >= 0 && l->tx_owner == PM__NODE_MAIN)
+        return -EAGAIN; /* main's large message still crossing goes first */
+    if (len > PM_MAX_PAYLOAD) {
+        /* The entry first, so the link going down mid-message answers the
+         * request -EHOSTUNREACH, once. */
+        if (pm__hl_inflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0)
+            return -EBUSY;
+        pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
+        int rc = pm__hl_main_big(h, l, &w, data, len);
+        if (rc < 0) {
+            pm__rinflight e;
+            pm__hl_inflight_take(l, PM__NODE_MAIN, id, port, &e);
+        }
+        return rc;
+    }
+    /* The entry first: the link may go down inside send, and its answer
+     * (-EHOSTUNREACH) must find the request. */
+    uint32_t wbytes = PM__FRAME_HDR_SIZE + f.len;
+    if (pm__hl_window_take(l, port, wbytes, 1) < 0)
+        return -ENOMEM;
+    if (pm__hl_inflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0) {
+        pm__hl_window_untake(l, port, wbytes);
+        return -EBUSY;
+    }
+    pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
+    int rc = pm__hl_put(h, l, &w, data);
+    if (rc < 0) {
+        pm__rinflight e;
+        pm__hl_window_untake(l, port, wbytes);
+        pm__hl_inflight_take(l, PM__NODE_MAIN, id, port, &e);
+        return rc == -ENOBUFS ? -EAGAIN : rc;
+    }
+    return 0;
 }

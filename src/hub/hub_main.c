@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hub_main.c - main's side of the router: its requests to one worker (pm_cluster_request, here or over a link) and what reaches main (answers, on_message). */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -523,6 +523,35 @@ static int remote_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc
     return (int)r->id;
 }
 
+/* A new request of main's, not sent yet: its id and deadline, and above
+ * PM_MAX_PAYLOAD its payload sealed in a memfd now (a waiting request keeps
+ * the memfd, not a copy). 0, or -ENOMEM / the memfd's error. */
+static int mreq_new(pm__hub *h, const void *data, size_t len, int timeout_ms,
+                    void (*cb)(pm_cluster *, const pm_message *, void *), void *arg,
+                    pm__mreq **out)
+{
+    pm__mreq *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->fd = -1;
+    if (len > PM_MAX_PAYLOAD) {
+        r->fd = pm__hub_main_memfd(h, data, len);
+        if (r->fd < 0) {
+            int rc = r->fd;
+            free(r);
+            return rc;
+        }
+        r->len = len;
+    }
+    r->id = mreq_next_id(h);
+    r->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
+    r->cb = cb;
+    r->arg = arg;
+    r->port = PM__MREQ_WAITING;
+    *out = r;
+    return 0;
+}
+
 int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t len,
                     int timeout_ms, void (*cb)(pm_cluster *, const pm_message *, void *),
                     void *arg)
@@ -561,25 +590,10 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
         return -EAGAIN; /* every id is taken (not in practice) */
     if (mreq_reserve(h) < 0)
         return -ENOMEM;
-    pm__mreq *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return -ENOMEM;
-    r->fd = -1;
-    if (len > PM_MAX_PAYLOAD) {
-        /* Sealed now: a waiting request keeps the memfd, not a copy. */
-        r->fd = pm__hub_main_memfd(h, data, len);
-        if (r->fd < 0) {
-            int rc = r->fd;
-            free(r);
-            return rc;
-        }
-        r->len = len;
-    }
-    r->id = mreq_next_id(h);
-    r->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
-    r->cb = cb;
-    r->arg = arg;
-    r->port = PM__MREQ_WAITING;
+    pm__mreq *r = NULL;
+    int made = mreq_new(h, data, len, timeout_ms, cb, arg, &r);
+    if (made < 0)
+        return made;
     r->any = to == NULL;
     if (d != NULL) {
         int rc = mreq_send(h, r, d, data, len, r->fd);

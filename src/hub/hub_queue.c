@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hub_queue.c - the hub's queues: a frame into its destination's ring, or its queue charged to the sender, large messages' fds included. */
 #define _GNU_SOURCE
-#include "hub.h"
+#include "hub_core.h"
 
 #include <limits.h>
 #include <stdatomic.h>
@@ -420,4 +420,45 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
         d->stall_since_ms = pm__now_ms();
         d->drain_reported = 0;
     }
+}
+
+/* Tells `to` (a port, or main) that its frame about `about` could not be
+ * delivered. A notice never waits: charged to `to`'s answers, dropped and
+ * counted past their bound. */
+void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
+                       uint32_t about, uint64_t about_inc, uint64_t request_id, int err)
+{
+    if (PM__IS_REMOTE_NODE(to)) {
+        /* A requester on another host: back over its link. */
+        if (about_host == PM__HOST_LOCAL)
+            h->up->link_notice(h, to, to_inc, about, about_inc, request_id, err);
+        return;
+    }
+    pm__frame_hdr n;
+    memset(&n, 0, sizeof(n));
+    n.type = PM__FT_UNDELIVERABLE;
+    n.src_host = about_host;
+    n.src = about;
+    n.src_inc = about_inc;
+    n.dst = to;
+    n.dst_inc = to_inc;
+    n.request_id = request_id;
+    n.error = err;
+    if (to == PM__NODE_MAIN) {
+        h->up->deliver_main(h, &n, NULL);
+        return;
+    }
+    if (to >= h->nports)
+        return;
+    pm__port *p = &h->ports[to];
+    if (p->link == NULL || p->incarnation != to_inc) {
+        h->notices_dropped++;
+        return;
+    }
+    p->undeliverable++;
+    int rc = pm__hub_push(h, p, &n, NULL, 0, PM__CHARGE_ANSWER);
+    if (rc == -EBADMSG)
+        h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
+    if (rc < 0)
+        h->notices_dropped++;
 }

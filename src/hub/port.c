@@ -2,8 +2,10 @@
 /*
  * port.c - a local worker's port: the hub's side of its ring pair. Reads the
  * worker's up ring (copy, validate, stamp the source from the ring), hands
- * data frames to the router and handshake frames to the owner, and decides
- * when the worker must ring the hub's doorbell.
+ * data frames to the router (pm__hub_relay, hub.c: a direct call, once per
+ * frame read) and handshake frames to the owner, and decides when the worker
+ * must ring the hub's doorbell. The top of the hub: nothing in it calls
+ * port.c, only its owner does.
  */
 #define _GNU_SOURCE
 #include "hub.h"
@@ -47,20 +49,6 @@ void pm__hub_port_cut(pm__hub *h, unsigned i)
     p->reading = 0;
     p->busy = 0;
     p->want_arm = 0;
-}
-
-/* Closes the fds p holds for large messages: the records taken ahead of
- * their frames and the one of the frame being read. */
-void pm__hub_port_drop_ahead(pm__port *p)
-{
-    while (p->ahead_n > 0) {
-        pm__close(p->ahead[p->ahead_head].fd);
-        p->ahead_head = (p->ahead_head + 1) % PM__BIGMSG_AHEAD_MAX;
-        p->ahead_n--;
-    }
-    p->ahead_head = 0;
-    pm__close(p->rx_fd);
-    p->rx_fd = -1;
 }
 
 /* Takes every record waiting on p's socket (bigmsg.h): each one checked

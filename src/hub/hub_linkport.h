@@ -1,11 +1,20 @@
 /* SPDX-License-Identifier: MIT */
-/* hub_link.h - what the hub's link port files share (hub_link.c, hub_linkflow.c, hub_linkbig.c, hub_linkbcast.c); nothing else includes it. */
-#ifndef PM_HUB_LINK_H
-#define PM_HUB_LINK_H
+/*
+ * hub_linkport.h - what the files of the hub's link port share, bottom to
+ * top: hub_linkbase.c (a link, its wire form, putting a frame, its requests
+ * in flight, held senders), hub_linkbig.c (the FRAG cursor), hub_linkflow.c
+ * (windows, credits, main's frames), hub_linkin.c (frames from a link into
+ * this host), hub_linkbcast.c (a remote host's mesh broadcast) and
+ * hub_link.c (the port itself). Each calls only the files before it. A
+ * header of no file of its own (the hub's calls into the link port are in
+ * hub_int.h and hub_core.h); nothing else includes it.
+ */
+#ifndef PM_HUB_LINKPORT_H
+#define PM_HUB_LINKPORT_H
 
-#include "hub.h"
+#include "hub_core.h"
 
-/* hub_link.c: the link port itself. */
+/* hub_linkbase.c: the bottom of the link port. */
 
 /* host's link, or NULL (not peer mode, the local host, out of range). */
 pm__hub_link *pm__hl_of(pm__hub *h, uint16_t host);
@@ -27,17 +36,13 @@ pm__frame_hdr pm__hl_wire_hdr(const pm__hub *h, const pm__frame_hdr *f, uint32_t
 /* An undeliverable notice for a remote requester about our address port. */
 void pm__hl_notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about_port,
                         uint64_t about_inc, uint64_t request_id, int err);
-/* A message or request from host's link for local node `node`: 1 when it
- * waits in the node's queue (credited when it leaves), else 0. */
-int pm__hl_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
-                   const unsigned char *payload, uint32_t node);
-/* A reply or notice from the link for local requester `node`. */
-void pm__hl_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f, const unsigned char *payload,
-                   uint32_t node);
-
-/* hub_linkflow.c: held senders, windows, credits. */
-
-void pm__hl_lw_clear(pm__lwtab *t);
+/* The table of requests sent over l: an entry for request f from
+ * requester (0, or -EBUSY when full of live entries), and taking the entry
+ * an answer from port target to requester/id settles (1, or 0: none). */
+int pm__hl_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, uint32_t requester,
+                        uint64_t requester_inc);
+int pm__hl_inflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint32_t target,
+                         pm__rinflight *out);
 /* Holds sender p on the list (head, tail) of host's link; _link_hold: the
  * link's output queue is full; _window_hold: the destination's window is. */
 void pm__hl_hold_on(pm__hub *h, int *head, int *tail, uint16_t host, pm__port *p);
@@ -45,14 +50,8 @@ void pm__hl_link_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p);
 void pm__hl_window_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p);
 /* Reads again every sender on the list (head, tail). */
 void pm__hl_release(pm__hub *h, int *head, int *tail);
-/* A CREDIT frame from l. */
-void pm__hl_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
-                      const unsigned char *payload);
-/* Remote port's window for one more frame: 0, or -EAGAIN (full). */
-int pm__hl_window_take(pm__hub_link *l, uint32_t port, uint32_t bytes, int force);
-void pm__hl_window_untake(pm__hub_link *l, uint32_t port, uint32_t bytes);
 
-/* hub_linkbig.c: large messages as FRAG frames. */
+/* hub_linkbig.c: large messages onto a link as FRAG frames. */
 
 /* The message being sent ended: its fd closed, senders waiting for the
  * cursor read again. */
@@ -66,6 +65,29 @@ void pm__hl_frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint
 /* Main's large message to l: 0, -EMSGSIZE, -EAGAIN or the memfd's error. */
 int pm__hl_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const void *data,
                     size_t len);
+
+/* hub_linkflow.c: windows and credits. */
+
+void pm__hl_lw_clear(pm__lwtab *t);
+/* A CREDIT frame from l. */
+void pm__hl_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
+                      const unsigned char *payload);
+/* Remote port's window for one more frame: 0, or -EAGAIN (full). */
+int pm__hl_window_take(pm__hub_link *l, uint32_t port, uint32_t bytes, int force);
+void pm__hl_window_untake(pm__hub_link *l, uint32_t port, uint32_t bytes);
+/* Sends the credits l owes at their step (all: every one owed); what the
+ * link has no room for waits for its next drain. */
+void pm__hl_send_credits(pm__hub *h, pm__hub_link *l, int all);
+
+/* hub_linkin.c: frames from a link into this host. */
+
+/* A message or request from host's link for local node `node`: 1 when it
+ * waits in the node's queue (credited when it leaves), else 0. */
+int pm__hl_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
+                   const unsigned char *payload, uint32_t node);
+/* A reply or notice from the link for local requester `node`. */
+void pm__hl_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f, const unsigned char *payload,
+                   uint32_t node);
 /* A FRAG from host's link. */
 void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
                     const unsigned char *payload);
@@ -74,4 +96,4 @@ void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_
 void pm__hl_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
                      const unsigned char *payload);
 
-#endif /* PM_HUB_LINK_H */
+#endif /* PM_HUB_LINKPORT_H */

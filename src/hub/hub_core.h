@@ -1,0 +1,633 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hub_core.h - the hub's types, and the calls of its parts (hub.h is what
+ * its owner includes). The router: frames enter and leave by ports, and the
+ * hub moves them between ports, stamping each with the identity of the port
+ * it came in by.
+ *
+ * A port is anything frames enter and leave by: a local worker (its ring
+ * pair, port index = slot index); main, the supervisor itself
+ * (PM__NODE_MAIN: frames for it are delivered to the application's
+ * on_message callback, to a broadcast's results or to a request's
+ * callback); and a peer link to another host (pm__hub_link, hub_link.c:
+ * frames for that host leave through the mesh's send callback).
+ *
+ * The hub knows nothing of processes, restarts or the loop: its owner (the
+ * cluster) tells it when a port opens, becomes ready, stops or goes away
+ * (pm__hub_port_*), and the hub reports what it saw through the callback
+ * table pm__hub_ops: a port that broke the protocol or its memory (fault), a
+ * control frame (HELLO, READY) for the lifecycle to act on. It never calls
+ * into cluster.c, and cluster.h is not included by hub.c or port.c.
+ */
+#ifndef PM_HUB_CORE_H
+#define PM_HUB_CORE_H
+
+#include "base/internal.h"
+
+#include "channel/bigmsg.h"
+#include "channel/frame.h"
+#include "channel/link.h"
+#include "peer/linkfrag.h"
+
+/* Bounds on what the hub holds for full destinations (doc/design.md,
+ * Backpressure): per sender (its frames waiting in any destination's
+ * queue), per requester (answers waiting in its own queue), and in total. */
+#define PM__HOLD_MAX_FRAMES 1024u
+#define PM__HOLD_MAX_BYTES ((size_t)4 << 20)
+#define PM__HUB_QUEUED_MAX_BYTES ((size_t)64 << 20)
+/* Large messages' fds (bigmsg.h) the hub holds in its queues, per sender
+ * (and per requester for answers, and for main): past it the sender is
+ * held back like a full hold, so the hub's fd table stays bounded by
+ * (ports + 1) x 2 x this, plus, per port, the records taken ahead of their
+ * frames (PM__BIGMSG_AHEAD_MAX, bigmsg.h: the hub reads each worker's fd
+ * socket as records arrive and fences a worker past that as `protocol`)
+ * and the one being read. Towards each worker, a few more wait in the
+ * kernel until it reads them (the hub's end has the smallest send buffer,
+ * about 6 records: src/channel/link.c), outside this count.
+ *
+ * What stays open to a worker running as the supervisor's user (no --user
+ * or --uid-range): the kernel counts the fds in flight per user and
+ * refuses an fd send (ETOOMANYREFS) once that count passes the sender's
+ * RLIMIT_NOFILE (root, CAP_SYS_RESOURCE or CAP_SYS_ADMIN exempt). A worker
+ * can push its user's count up with socket pairs of its own that nobody
+ * reads (each bounded by its own send buffer, but it may make many); the
+ * hub cannot see or drain those. Then large sends by that user fail: the
+ * hub's forwards are answered -EAGAIN to their sender (never charged to
+ * the destination: hub_queue.c, send_big), main's large sends return
+ * -EAGAIN, and so do the large sends of the workers of that user.
+ * A user per worker (--uid-range) closes it; under --user the supervisor
+ * is root and exempt, so only the workers' own large sends are hit. */
+#define PM__HOLD_MAX_FDS 8u
+/* Refusals (a worker's UNDELIVERABLE about a large message it could not
+ * map) a port may owe: one per large message pushed to it, capped. */
+#define PM__BIG_OWED_MAX 1024u
+
+/* Requests one requester may have in flight (to all destinations), and the
+ * longest a request stays in the table, deadline or not (doc/design.md, "Life
+ * of a request"). */
+#define PM__INFLIGHT_PER_REQUESTER 1024u
+#define PM__INFLIGHT_LIFETIME_MS 300000u
+
+/* Who a queued frame is charged to: a sender's port index or PM__NODE_MAIN
+ * (a message or request it sent), or PM__CHARGE_ANSWER (a reply or notice,
+ * charged to the port it waits for). */
+#define PM__CHARGE_ANSWER 0xFFFFFFFEu
+
+/* A frame waiting for room in a destination's ring: header and payload,
+ * ready to copy. */
+typedef struct pm__qframe {
+    struct pm__qframe *next;
+    uint32_t len;
+    uint32_t charge;        /* PM__CHARGE_ANSWER, a port index or PM__NODE_MAIN */
+    int fd;                 /* a large message's sealed memfd, or -1; the
+                               announcement's sequence is written when it is sent */
+    uint64_t big_len;
+    uint16_t credit_host;   /* it came over this host's link (credit-based flow
+                               control): credited back when it leaves; 0 none */
+    uint32_t credit_port;   /* the address port the sender's window counts it for */
+    int waiter;             /* -1, or a place holder carrying no frame: this sender
+                               waits with its frame left in its own ring (no copy)
+                               and is read again when the queue gets here and
+                               the destination's ring has room for need bytes */
+    uint32_t need;          /* a place holder's: the size of the waiter's frame */
+    unsigned char data[];
+} pm__qframe;
+
+/* A request relayed to a worker and not yet answered. */
+typedef struct pm__inflight {
+    uint32_t requester;     /* node: slot or PM__NODE_MAIN */
+    uint64_t requester_inc;
+    uint64_t request_id;
+    uint64_t target_inc;
+    int64_t deadline_ms;    /* 0 none */
+    int64_t expires_ms;     /* forgotten then: the deadline, at most the lifetime */
+} pm__inflight;
+
+/* A broadcast from main waiting for its results. */
+typedef struct pm__bcast {
+    struct pm__bcast *next;
+    uint64_t first_id;      /* request ids first_id .. first_id + n - 1 */
+    size_t n;
+    size_t pending;
+    int64_t deadline_ms;
+    pm_message *results;
+    void **bufs;            /* private copies of the replies */
+    void (*cb)(pm_cluster *, const pm_message *, size_t, void *);
+    void *arg;
+    uint16_t src_host;      /* PM__HOST_LOCAL: main's own; else the host whose mesh
+                               broadcast this fans out (its workers see it from
+                               that host's supervisor, port 0) */
+} pm__bcast;
+
+/* One remote host's part of a mesh broadcast: its supervisor fans out to
+ * its own ready workers and sends a BRESULT per worker, then a BDONE. */
+typedef struct pm__mbpart {
+    uint64_t id;            /* the BCAST frame's request_id (broadcast id space) */
+    uint16_t host;
+    int done;               /* settled: BDONE, link down, deadline */
+    uint32_t got;           /* BRESULTs received */
+} pm__mbpart;
+
+/* A mesh broadcast (pm_cluster_broadcast_mesh) waiting for its parts: the
+ * local broadcast and one part per remote host. Results grow as they come
+ * (a remote host's number of workers is not known in advance). */
+typedef struct pm__mbcast {
+    struct pm__mbcast *next;
+    struct pm__hub *hub_;   /* for the local broadcast's callback */
+    int64_t deadline_ms;
+    size_t pending;         /* parts not settled (the local one included) */
+    pm__mbpart *parts;
+    size_t nparts;
+    pm_message *results;
+    void **bufs;            /* private copies of the results' data */
+    size_t n, cap;
+    void (*cb)(pm_cluster *, const pm_message *, size_t, void *);
+    void *arg;
+} pm__mbcast;
+
+/* A request from main to one worker (pm_cluster_request) whose callback
+ * has not run yet. Sent: it has an entry in its worker's in-flight table
+ * (requester PM__NODE_MAIN), which answers it -EHOSTDOWN when the worker
+ * dies. Waiting (any worker, none ready): it keeps a copy of its payload
+ * until a worker is ready or its deadline passes. */
+typedef struct pm__mreq {
+    struct pm__mreq *hnext; /* chain of its hash bucket (by id) */
+    struct pm__mreq *wnext; /* the waiting list, oldest first */
+    uint64_t id;            /* 1..INT_MAX: pm_cluster_request returns it as an int */
+    uint32_t port;          /* the worker it went to, or PM__MREQ_WAITING */
+    uint64_t target_inc;
+    int64_t deadline_ms;
+    void (*cb)(pm_cluster *, const pm_message *, void *);
+    void *arg;
+    unsigned char *data;    /* waiting only: the payload, copied */
+    size_t len;
+    int fd;                 /* waiting only, a large message: its sealed memfd (else -1) */
+    int taken;              /* waiting, and being taken off the list */
+    int any;                /* sent to NULL: counted in its port's any_held */
+    int killed;             /* timed out, and its worker was killed for it */
+    uint16_t host;          /* PM__MREQ_REMOTE: the host index it went to */
+    uint32_t rport;         /* PM__MREQ_REMOTE: the address port it went to */
+} pm__mreq;
+
+#define PM__MREQ_WAITING UINT32_MAX
+/* Sent over a link to a worker of another host: the link's table has it
+ * (requester PM__NODE_MAIN), which answers it -EHOSTUNREACH when the link
+ * goes down; the remote hub's table answers it -EHOSTDOWN. */
+#define PM__MREQ_REMOTE (UINT32_MAX - 1)
+
+/* Runs an application callback with the hub's callback depth raised, so
+ * that pm_cluster_call from inside it is refused (-EDEADLK) instead of
+ * running the loop inside the loop. Every callback procmesh runs on the
+ * supervisor goes through it. */
+#define PM__APP_CALLBACK(h, call) \
+    do {                          \
+        (h)->cb_depth++;          \
+        call;                     \
+        (h)->cb_depth--;          \
+    } while (0)
+
+/* Where a port is in its life, as far as traffic goes. */
+enum pm__port_state {
+    PM__PORT_CLOSED = 0,   /* no incarnation: nothing in, nothing out */
+    PM__PORT_STARTING,     /* handshake frames only; traffic is dropped and counted */
+    PM__PORT_READY,        /* sends and receives */
+    PM__PORT_STOPPING      /* still sends (replies, last words); receives nothing new */
+};
+
+/* pm__port.blocked_on of a sender whose frame a peer link's output queue
+ * had no room for: read again when that link drains below half
+ * (pm__hub_link_writable) or goes down. */
+#define PM__BLOCKED_LINK (-2)
+
+/* A local worker's port. */
+typedef struct pm__port {
+    unsigned index;
+    int state;             /* PM__PORT_* */
+    uint64_t incarnation;  /* of the process behind it now */
+    pm__link *link;        /* its ring pair (owned by the cluster), NULL when closed */
+    int reading;           /* the hub reads its up ring (not cut off) */
+    int want_arm;          /* drained: arm its doorbell before the loop sleeps */
+    int busy;              /* its up ring had more than one turn's work */
+    int dirty;             /* its down ring has unpublished frames */
+    int blocked_on;        /* its hold is full: not read until it half drains; the
+                              destination of the frame that did not fit, or -1;
+                              PM__BLOCKED_LINK: a link's output queue was full */
+    int left;              /* blocked_on a full destination with its frame left in
+                              its ring, nothing copied (every frame behind it was
+                              for that destination too); scan_pos: how far its
+                              ring was seen to hold only such frames */
+    uint64_t scan_pos;
+    /* Held by a full link (hub_link.c): the host whose list it is on (0:
+     * none) and the next port on that list (FIFO, -1 at its end). The
+     * list costs nothing per held sender beyond these. */
+    uint16_t link_held;
+    int link_next;
+    pm__qframe *q_head;    /* frames waiting for room in its down ring */
+    pm__qframe *q_tail;
+    uint32_t q_frames;
+    size_t q_bytes;
+    uint32_t ans_frames;   /* of those, answers (replies, notices) to it */
+    size_t ans_bytes;
+    uint32_t held_frames;  /* frames from it waiting in any port's queue */
+    size_t held_bytes;
+    uint32_t held_fds;     /* of those, large messages (PM__HOLD_MAX_FDS) */
+    uint32_t ans_fds;      /* large answers to it waiting in its own queue */
+    uint64_t rx_len;
+    int rx_fd;             /* the checked fd of the large message at the head of its
+                              up ring, kept while the sender is held back; -1 */
+    struct {
+        int fd;
+        uint32_t seq;
+    } ahead[PM__BIGMSG_AHEAD_MAX]; /* records taken off its fd socket before their
+                              frames were read (port.c), oldest at ahead_head */
+    unsigned ahead_head, ahead_n;
+    uint32_t big_owed;     /* large messages pushed to it that it may still refuse
+                              (port.c, refusal), at most PM__BIG_OWED_MAX */
+    uint64_t stall_since_ms; /* its queue waits without progress since; 0: empty */
+    int sock_full;         /* its socket refused an fd: the owner waits until it is
+                              writable, then services the port (pm__hub_flush) */
+    int drain_reported;    /* this stall was reported (not-draining) */
+    pm__inflight *inflight; /* requests relayed to it, unanswered */
+    uint32_t ninflight;
+    uint32_t inflight_cap;
+    uint32_t requests_out; /* entries in any table with it as the requester */
+    uint32_t main_inflight; /* entries in its table from main (requests, broadcasts):
+                               the any-worker pick takes the fewest */
+    uint32_t any_held;     /* main's any-worker requests it holds (the pick's bound,
+                              pm_options_set_requests_per_worker) */
+    uint32_t stuck;        /* main's requests to it that timed out and are not
+                              answered yet: no any-worker request until 0 */
+    uint64_t relayed;      /* frames relayed from it */
+    uint64_t relayed_bytes;
+    uint64_t undeliverable; /* notices sent to it */
+    uint64_t malformed;    /* frames dropped from it */
+    /* Set while the port's index is on the hub's list of that name
+     * (pm__hub_mark_*), so it is listed at most once; cleared only when the
+     * list lets go of it. The list may hold a port whose flag (busy,
+     * want_arm, dirty) was cleared since: its visit finds nothing to do. */
+    unsigned char in_ready, in_arm, in_dirty, in_timed;
+} pm__port;
+
+/* A set of port indexes in the order they were added: the hub's work lists
+ * (doc/design.md, "The hub's work lists"). Capacity nports, each port at
+ * most once (its in_* flag), so adding never fails. */
+typedef struct pm__portlist {
+    unsigned *v;
+    unsigned n;
+} pm__portlist;
+
+/* What the hub reports to its owner. */
+typedef struct pm__hub_ops {
+    /* Port p broke the protocol (PM_REASON_PROTOCOL) or its shared memory
+     * (PM_REASON_CORRUPT_RING). The owner must cut it off before returning
+     * (pm__hub_port_cut), so the hub reads nothing more from it. */
+    void (*fault)(void *owner, unsigned p, int reason);
+    /* A handshake frame (PM__FT_HELLO, PM__FT_READY) from port p; payload
+     * is a private copy of at most PM__HUB_CONTROL_MAX bytes. */
+    void (*control)(void *owner, unsigned p, int type, const void *payload, size_t len);
+    /* Port p's down ring stayed full for the drain timeout while frames
+     * waited for it (once per stall). The owner reports it and may fence
+     * p (PM_REASON_NOT_DRAINING). */
+    void (*not_draining)(void *owner, unsigned p);
+    /* One of main's requests to port p timed out while p's incarnation
+     * held it (pm_options_set_kill_on_timeout): the owner kills p and
+     * cuts it off before returning. NULL: never asked. */
+    void (*timed_out)(void *owner, unsigned p);
+} pm__hub_ops;
+
+/* How the incarnation behind a port ended, set by the owner around
+ * pm__hub_port_close: the -EHOSTDOWN answers that closing gives main's
+ * requests carry it (pm_request_outcome). */
+typedef struct pm__ending {
+    unsigned port;
+    uint64_t incarnation;
+    int exit_code;
+    int signal;
+    int core_dumped;
+    int reason;             /* PM_REASON_* of its EXITED event */
+    const pm_crash_report *crash; /* that incarnation's, or NULL */
+} pm__ending;
+
+/* What the request callback running now is told (pm_cluster_request_outcome). */
+typedef struct pm__outcome_ctx {
+    const pm_message *reply; /* the callback's message; NULL outside one */
+    int killed;
+    const pm__ending *ending; /* -EHOSTDOWN from this end, or NULL */
+} pm__outcome_ctx;
+
+#define PM__HUB_CONTROL_MAX 64u
+
+/* A request a local requester sent over a link, not answered yet: a link
+ * going down answers it -EHOSTUNREACH at once. */
+typedef struct pm__rinflight {
+    uint32_t requester;     /* slot or PM__NODE_MAIN */
+    uint32_t target;        /* the remote address port */
+    uint64_t requester_inc;
+    uint64_t target_inc;
+    uint64_t request_id;
+    int64_t expires_ms;     /* forgotten then: its deadline, at most the lifetime */
+} pm__rinflight;
+
+/* Requests one host's link may have in flight (all requesters). */
+#define PM__RINFLIGHT_MAX 65536u
+
+/* Flow control on a link (doc/design.md, "Backpressure"; doc/protocol.md
+ * 6, "Flow control"): a sender's hub may have at most this many MSG and
+ * REQUEST frames (and bytes, header included) for one remote address port
+ * not yet credited back; the receiver credits them back in steps of a
+ * quarter as they leave its hands (into the destination's ring, or
+ * dropped). The window is well below the receiver's per-destination bound
+ * on answers (PM__HOLD_MAX_*), so a full destination never drops a link's
+ * frames for lack of room while one or two hosts stream to it. */
+#define PM__LINK_WIN_FRAMES 512u
+#define PM__LINK_WIN_BYTES ((uint32_t)2 << 20)
+#define PM__LINK_CREDIT_FRAMES (PM__LINK_WIN_FRAMES / 4)
+#define PM__LINK_CREDIT_BYTES (PM__LINK_WIN_BYTES / 4)
+/* Hello capability bits this version sets (doc/protocol.md 4). */
+#define PM__PEER_CAP_CREDIT 0x1u
+/* ... and large messages as FRAG frames (doc/protocol.md 6). */
+#define PM__PEER_CAP_FRAG 0x2u
+
+/* One address port's window (sender) or credit not yet sent (receiver):
+ * an entry of a small open-addressing table keyed by port + 1 (0: empty). */
+typedef struct pm__lwin {
+    uint32_t key;
+    uint32_t frames;
+    uint32_t bytes;
+    uint32_t waiting;       /* sender: a sender is held on this window */
+} pm__lwin;
+
+typedef struct pm__lwtab {
+    pm__lwin *v;
+    uint32_t cap, n;        /* cap a power of two (0 before the first entry) */
+} pm__lwtab;
+
+/* A peer link as the hub sees it: a port to a remote host (hub_link.c).
+ * The mesh (mesh.c) owns the connection and tells the hub when it is up
+ * and down; the hub hands it whole frames through send. */
+typedef struct pm__hub_link {
+    int up;
+    /* Queues one frame (header and payload, contiguous) on the link. 0;
+     * -EAGAIN: the link's buffer is full; another negative errno: the link
+     * is going down. */
+    int (*send)(void *arg, const void *frame, size_t len);
+    void *arg;
+    pm__rinflight *inflight;
+    uint32_t ninflight, cap;
+    uint64_t frames_in, frames_out;
+    uint64_t forged;        /* frames claiming another host than the link's, dropped */
+    uint64_t malformed;     /* frames that failed to decode or route, dropped */
+    uint64_t dropped;       /* frames the link had no room for */
+    /* Senders held because the link's output queue was full (port
+     * indexes, FIFO through pm__port.link_next; -1 empty). */
+    int held_head, held_tail;
+    uint64_t held_waits;    /* times a sender was held by this link */
+    /* Credit-based flow (the peer announced PM__PEER_CAP_CREDIT): windows
+     * per remote port, senders held on one (a list like held_*), credits
+     * owed to the peer per local address port. */
+    uint32_t caps;
+    pm__lwtab win, cred;
+    int wheld_head, wheld_tail;
+    int cred_unsent;        /* a credit found the link full: sent when it drains */
+    uint64_t window_waits;  /* times a sender was held by a full window */
+    /* Large messages (peer announced PM__PEER_CAP_FRAG): the one being sent
+     * as FRAG frames, paced by the output queue (its sealed memfd, read
+     * with pread; -1 none), the senders waiting for it (a list like
+     * held_*), and the one being reassembled into a memfd of its own. */
+    int tx_fd;
+    uint64_t tx_total, tx_off;
+    uint32_t tx_id;         /* the last message id used (0 none yet) */
+    uint32_t tx_owner;      /* its sender's port, or PM__NODE_MAIN */
+    pm__frame_hdr tx_hdr;   /* its wire header (type the message's) */
+    int fheld_head, fheld_tail;
+    pm__frag_rx rx;
+    int rx_fd;
+    pm__frame_hdr rx_hdr;   /* the first fragment's header, made local */
+    uint64_t big_out, big_in; /* large messages sent, received whole */
+    uint64_t frag_dropped;  /* messages abandoned mid-way or refused */
+} pm__hub_link;
+
+/* A remote requester in a local port's in-flight table: its host index
+ * and address port (never a slot, PM__NODE_MAIN or PM__CHARGE_ANSWER). */
+#define PM__REMOTE_BIT 0x80000000u
+#define PM__REMOTE_NODE(host, port) (PM__REMOTE_BIT | ((uint32_t)(host) << 16) | (uint32_t)(port))
+#define PM__IS_REMOTE_NODE(n) (((n) & 0xFF800000u) == PM__REMOTE_BIT)
+#define PM__REMOTE_HOST(n) ((uint16_t)(((n) >> 16) & 0x7Fu))
+#define PM__REMOTE_PORT(n) ((uint32_t)((n) & 0xFFFFu))
+
+/* Main's broadcast ids start above every request id (1..INT_MAX), so an
+ * answer finds its request or its broadcast by its id alone. */
+#define PM__BCAST_ID_BASE ((uint64_t)1 << 32)
+
+/* The calls a lower part of the hub makes into a higher one, set by
+ * pm__hub_init (hub.c). The parts form a stack, each calling only those
+ * below it: hub_core.c; the link port's sending side (hub_linkbase.c,
+ * hub_linkbig.c, hub_linkflow.c); hub_queue.c; hub_bcast.c; hub_main.c;
+ * the link port's receiving side (hub_linkin.c, hub_linkbcast.c,
+ * hub_link.c); hub.c; port.c. Only an undeliverable notice goes the other
+ * way (pm__hub_notice_at, hub_queue.c, which the queue itself needs for a
+ * frame its flush refuses): to main or back over a link, through this
+ * table, once per notice, never per frame relayed. */
+struct pm__hub;
+typedef struct pm__hub_up {
+    /* hub_main.c: a notice for main (pm__hub_deliver_main). */
+    void (*deliver_main)(struct pm__hub *h, const pm__frame_hdr *f, const void *payload);
+    /* hub_linkin.c: a notice for a requester on another host, or a
+     * worker's end settling a remote mesh broadcast's result
+     * (pm__hub_link_notice). */
+    void (*link_notice)(struct pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about,
+                        uint64_t about_inc, uint64_t request_id, int err);
+} pm__hub_up;
+
+typedef struct pm__hub {
+    pm__port *ports;
+    unsigned nports;
+    pm__names names;
+    pm_cluster *app;        /* handed to the application's callbacks, never dereferenced */
+    const pm__hub_ops *ops;
+    const pm__hub_up *up;   /* calls up the hub's stack (pm__hub_up) */
+    void *owner;
+    void (*on_message)(pm_cluster *, const pm_message *, void *);
+    void *on_message_arg;
+    pm__bcast *bcasts;      /* broadcasts waiting for results */
+    pm__mbcast *mbcasts;    /* mesh broadcasts waiting for their parts */
+    uint64_t next_req;      /* main's broadcast ids (above INT_MAX, PM__BCAST_ID_BASE) */
+    pm__mreq **mreqs;       /* main's requests by id (hash, mreq_buckets chains) */
+    size_t mreq_buckets;    /* a power of two, 0 before the first request */
+    size_t nmreqs;
+    pm__mreq *waiting;      /* requests for any worker while none is ready, FIFO */
+    pm__mreq *waiting_tail;
+    uint32_t mreq_last_id;  /* the last id handed out (ids wrap within 1..INT_MAX) */
+    unsigned mreq_rr;       /* the port picked last (round robin among ties) */
+    int64_t mreq_due_ms;    /* no request's deadline is earlier; 0 none */
+    int mreq_closed;        /* pm_cluster_terminate began: no new requests */
+    size_t nwaiting;        /* on the waiting list */
+    size_t queue_max;       /* pm_options_set_request_queue_max */
+    uint32_t any_per_worker; /* pm_options_set_requests_per_worker */
+    int kill_on_timeout;    /* pm_options_set_kill_on_timeout */
+    const pm__ending *ending; /* the incarnation being closed, or NULL */
+    pm__outcome_ctx outcome; /* the request callback running now */
+    pm_request_outcome *outcome_buf; /* filled on demand by the getter */
+    unsigned cb_depth;      /* application callbacks running (PM__APP_CALLBACK) */
+    unsigned char *scratch; /* private copy of a frame delivered to main; in a
+                               MADV_WIPEONFORK mapping (scratch_mapped) */
+    int scratch_mapped;
+    int active;             /* frames were read in the current turn */
+    uint32_t main_held_frames; /* main's frames waiting in queues */
+    size_t main_held_bytes;
+    uint32_t main_held_fds;
+    size_t max_message;     /* pm_options_set_max_message */
+    int cur_fd;             /* the large message being relayed now (port.c sets it, the
+                               hub takes it by setting -1; port.c closes what is left) */
+    uint64_t cur_len;
+    uint64_t big_relayed;   /* large messages forwarded between workers (fd passed on) */
+    uint64_t fd_refused;    /* large messages whose fd the kernel refused for now
+                               (send_big): their senders were told -EAGAIN */
+    size_t queued_bytes;    /* every queue together (PM__HUB_QUEUED_MAX_BYTES) */
+    int queued_full;        /* a sender waits for the total to drop */
+    uint64_t inflight_total; /* entries in all tables */
+    uint64_t next_purge_ms; /* forget expired requests then; 0 none */
+    uint64_t inflight_lifetime_ms; /* PM__INFLIGHT_LIFETIME_MS (tests shorten it) */
+    uint64_t drain_timeout_ms; /* 0: never report */
+    uint64_t late_replies;  /* replies nobody waits for any more */
+    uint64_t notices_dropped; /* undeliverable notices with no room (counted) */
+    uint64_t big_unmapped;  /* large messages to main it could not map: refused */
+    uint64_t replies_dropped; /* replies to a requester whose queue was full */
+    uint64_t not_draining;  /* stalls reported (ops->not_draining) */
+    uint64_t ring_full_waits; /* a sender held back by a full destination */
+    pm__port *leave_from;   /* the local sender whose frame is being pushed, when its
+                               frame may be left in its ring (hub_queue.c) */
+    int left_now;           /* the push just refused left the frame in its ring */
+    uint64_t frames_queued; /* frames copied into a queue (tests: copies per frame) */
+    uint64_t left_waits;    /* senders held with their frame left in their ring */
+    /* Peer links (doc/design.md, "Life of a remote request"): the host table
+     * (index 0 is this host), copied into every worker's control block. */
+    int peer_mode;
+    pm__hosts hosts;
+    uint64_t unreachable;   /* frames for a host with no link up, answered -EHOSTUNREACH */
+    pm__hub_link *links;    /* PM__MAX_HOSTS entries (peer mode), by host index */
+    unsigned char *link_buf; /* one frame being sent over a link (MADV_WIPEONFORK) */
+    int link_putting;       /* inside a link's send (which may write and so call
+                               pm__hub_link_writable back): link_buf is in use */
+    /* The work lists: a loop turn visits the ports on them, never every
+     * port, so its cost follows the ports with work, not N. */
+    pm__portlist ready;     /* to service (busy, or its doorbell rang), FIFO */
+    pm__portlist pass;      /* the ready list detached for this turn's pass */
+    unsigned pass_pos;      /* the next entry of pass to visit */
+    pm__portlist arm;       /* drained (want_arm): doorbells to arm before sleeping */
+    pm__portlist dirty;     /* down rings written and not yet published */
+    pm__portlist timed;     /* ports with a deadline of their own: a queue waiting
+                               (drain timeout) or a socket retry */
+} pm__hub;
+
+/* Frames read from one port per turn: a flooding worker waits for the next
+ * turn instead of starving the others. */
+#define PM__FRAMES_PER_TURN 256
+
+/* Large messages from main (pm_cluster_send/reply/request/call above
+ * PM_MAX_PAYLOAD): a sealed memfd of data, -EMSGSIZE above max_message. */
+int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len);
+/* Closes the large messages' fds port p holds (taken ahead of their
+ * frames, or being read; hub_core.c). */
+void pm__hub_port_drop_ahead(pm__port *p);
+/* Moves queued frames into d's ring; unblocks senders once d has room.
+ * Sets d->sock_full when d's socket refused a large message's fd: the
+ * owner then services d again once that socket is writable. */
+void pm__hub_flush(pm__hub *h, pm__port *d);
+/* Publishes every ring written this turn (one wake-up per ring at most). */
+void pm__hub_publish(pm__hub *h);
+/* Work lists. Marks p busy and puts it on the ready list (at its end: a
+ * port is visited once per pass, in the order it became ready, so none
+ * starves). */
+void pm__hub_mark_busy(pm__hub *h, pm__port *p);
+/* Its doorbell rang: on the ready list, without claiming work left over. */
+void pm__hub_mark_rang(pm__hub *h, unsigned p);
+/* Its down ring has unpublished frames (pm__hub_publish). */
+void pm__hub_mark_dirty(pm__hub *h, pm__port *p);
+/* It has a deadline of its own now (stall_since_ms: the drain timeout). */
+void pm__hub_mark_timed(pm__hub *h, pm__port *p);
+/* For pm__ring_scan over a sender's ring: 0 while a frame is a message or
+ * request to local port arg (a pm__port *) that may wait in the sender's
+ * ring, 1 at anything else (hub_queue.c). */
+int pm__hub_not_for(const void *rec, size_t len, void *arg);
+/* One turn's pass over the ready list: begin detaches it (ports marked
+ * from then on wait for the next pass), next hands out its ports one by
+ * one (0 at the end). */
+void pm__hub_pass_begin(pm__hub *h);
+int pm__hub_pass_next(pm__hub *h, unsigned *p);
+int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
+                      void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg);
+/* pm_cluster_broadcast_mesh: the local broadcast, and a BCAST to every
+ * host this hub has an index for; cb runs once, after every result. */
+int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout_ms,
+                           void (*cb)(pm_cluster *, const pm_message *, size_t, void *),
+                           void *arg);
+/* Main's requests to one worker (pm_cluster_request): to NULL means any
+ * ready worker (the fewest of main's requests in flight, round robin among
+ * ties; none ready: it waits until one is, or its deadline). Returns the id
+ * (> 0) or a negative errno (then cb never runs); cb runs exactly once. */
+int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t len,
+                    int timeout_ms, void (*cb)(pm_cluster *, const pm_message *, void *),
+                    void *arg);
+/* 1 when port p's incarnation holds one of main's requests (in flight,
+ * or timed out and not answered): its death is the input's fault. */
+int pm__hub_port_holds_main(const pm__hub *h, unsigned p);
+/* pm_cluster_request_outcome: NULL unless reply is the message of the
+ * request callback running now. */
+const pm_request_outcome *pm__hub_outcome(pm__hub *h, const pm_message *reply);
+/* Its callback runs now with -ECANCELED; a reply later is late. 0, or
+ * -ENOENT when id is not pending (answered, cancelled or never issued). */
+int pm__hub_cancel(pm__hub *h, uint64_t id);
+/* pm_cluster_terminate: every pending request of main gets -ECANCELED now,
+ * and new ones are refused (-ESHUTDOWN). */
+void pm__hub_cancel_all(pm__hub *h);
+/* hub_link.c: peer links as ports (hub_linkbig.c: pm__hub_links_wipe). */
+/* The link to host (an index of pm__hub_host_index) is up: frames for that
+ * host go to send(arg, ...). */
+void pm__hub_link_up(pm__hub *h, uint16_t host, int (*send)(void *, const void *, size_t),
+                     void *arg);
+/* It went down: the requests in flight over it are answered -EHOSTUNREACH
+ * now; frames for the host are answered so until a link is up again. */
+void pm__hub_link_down(pm__hub *h, uint16_t host);
+/* Fork mode, in the child: closes the link's large-message fds (the
+ * memfds being sent and reassembled are other workers' traffic). */
+void pm__hub_links_wipe(pm__hub *h);
+/* The capability bits host's peer announced (its hello), right after
+ * pm__hub_link_up. */
+void pm__hub_link_caps(pm__hub *h, uint16_t host, uint32_t caps);
+/* The frames host's link dropped: claiming another host (*forged), failing
+ * to decode or route, or large messages abandoned (*malformed). Zeros for
+ * a host without a link. */
+void pm__hub_link_drops(const pm__hub *h, uint16_t host, uint64_t *forged, uint64_t *malformed);
+/* host's link drained its output queue below half (mesh.c's write path):
+ * the senders it held are read again. O(1) when it holds none. */
+void pm__hub_link_writable(pm__hub *h, uint16_t host);
+/* A frame received on host's link: validated, stamped with the link's host
+ * and delivered as if local (doc/design.md, "Life of a remote request"). */
+void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, size_t len);
+
+/* port.c: a local worker's port, the hub's side of its ring pair. */
+/* A new incarnation behind port p: link attached, handshake frames read.
+ * Returns 1 when its ring already has work (read it this turn), else 0:
+ * the caller arms the doorbell (link->hub_efd). */
+int pm__hub_port_open(pm__hub *h, unsigned p, pm__link *link, uint64_t incarnation);
+void pm__hub_port_set_state(pm__hub *h, unsigned p, int state);
+/* Never read from this incarnation again (fenced, or it ended). */
+void pm__hub_port_cut(pm__hub *h, unsigned p);
+/* Its fd socket is readable: takes the records waiting there (at once,
+ * bigmsg.h); a bad record or one too many ahead of its frame is a protocol
+ * fault (ops->fault). */
+void pm__hub_port_records(pm__hub *h, unsigned p);
+/* The doorbell rang or the port had work left: flush what waits for room
+ * in its down ring, then read up to one turn of its up ring. */
+void pm__hub_port_service(pm__hub *h, unsigned p);
+/* Before the loop sleeps: arms the doorbells of drained ports (deferred to
+ * here so a busy hub lets its workers publish without a system call).
+ * Returns 1 when some port has work after all. */
+int pm__hub_arm_idle(pm__hub *h);
+/* 1 when a drained, readable port's ring is no longer empty (spinning). */
+int pm__hub_any_arrived(pm__hub *h);
+/* 1 when some port has work left over for the next turn. */
+int pm__hub_any_busy(const pm__hub *h);
+
+#endif /* PM_HUB_CORE_H */
