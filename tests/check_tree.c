@@ -935,7 +935,7 @@ static void on_deleg_event(pm_cluster *c, const pm_event *e, void *arg)
  * <n>\n", the why, then its own cgroup and (cluster) each slot's limit. */
 static void deleg_child(const char *t, int cluster, int fd)
 {
-    char out[2048], dir[2 * PM__CG_PATH + 64], mine[PM__CG_PATH], why[320] = "";
+    char out[2048], dir[2 * PM__CG_PATH + 64], mine[PM__CG_PATH], why[512] = "";
     snprintf(dir, sizeof(dir), "%s/cgroup.procs", t);
     write_file(dir, "0");
     int rc;
@@ -1053,7 +1053,7 @@ START_TEST(test_delegated_cgroup)
                   "want ...%s", rel_t, want);
     if (shared) {
         ck_assert_msg(strstr(buf, "rc -95\n") != NULL, "report: %s", buf);
-        ck_assert_msg(strstr(buf, "holds 1 other process beside procmesh") != NULL &&
+        ck_assert_msg(strstr(buf, "1 other process shares") != NULL &&
                       strstr(buf, "Delegate=yes") != NULL, "why: %s", buf);
         ck_assert_msg(strstr(other_cg, "/pm-deleg.") != NULL &&
                       strstr(other_cg, "/supervisor") == NULL, "the other process moved: %s",
@@ -1079,15 +1079,32 @@ END_TEST
 START_TEST(test_tree_exec_leaf)
 {
     pm_options *o = tree_opts(-1);
-    char *argv[] = {"sh", "-c", "setsid sleep 1000 & exec sleep 1000", NULL};
+    int fd = tree_pipe[1];
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &fd, 1), 0);
+    char *argv[] = {"sh", "-c", "setsid sleep 1000 & printf '%d\\n' $! >&3; exec sleep 1000",
+                    NULL};
     ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
     ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    pm_options_set_on_event(o, on_event, NULL);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
-    char why[320], cg[PM__CG_PATH], dir[PM__CG_PATH + 64];
+    char why[320], cg[PM__CG_PATH], dir[PM__CG_PATH + 64], buf[64];
     ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_CGROUP);
     RUN_UNTIL(c, find(PM_EVENT_READY, 0, 0) != NULL, 10000);
+    /* The setsid job exists (its pid came) before the kill: the leaf is
+     * not empty at the reap. */
+    uint64_t end = ms() + 10000;
+    size_t got = 0;
+    while (ms() < end && memchr(buf, '\n', got) == NULL) {
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
+        if (k > 0)
+            got += (size_t)k;
+    }
+    buf[got] = '\0';
+    pid_t job = (pid_t)atoi(buf);
+    ck_assert_msg(job > 0, "no pid from the exec worker: '%s'", buf);
     pid_t p1 = find(PM_EVENT_STARTED, 0, 0)->pid;
     cgroup_of(p1, cg, sizeof(cg));
     ck_assert_msg(strstr(cg, "/slot0/g1") != NULL, "first incarnation in %s", cg);
@@ -1103,7 +1120,8 @@ START_TEST(test_tree_exec_leaf)
                   dir);
     dir[strlen(dir) - 1] = '2';
     ck_assert_msg(access(dir, F_OK) == 0, "no %s", dir);
-    finish(c);
+    ck_assert_msg(dead(job), "the setsid job %d outlived its incarnation", (int)job);
+    pm_cluster_terminate(c);
 }
 END_TEST
 

@@ -361,11 +361,10 @@ static int leave_own(pm__cg_root *r, const char *own, int own_is_root, const cha
     unsigned others;
     int d = pm__cg_enable_decide(err, own_is_root, procs, (long)getpid(), &others);
     if (d == PM__CG_ENABLE_SHARED)
-        return why_fmt(r, -EBUSY, "cannot enable the %s controller below %s: it holds %u "
-                       "other process%s beside procmesh, and the kernel enables no controller "
-                       "for the children of a cgroup that holds processes: run procmesh alone "
-                       "in its cgroup (systemd: Delegate=yes), or in a leaf whose parent "
-                       "enables %s", ctrl, own, others, others == 1 ? "" : "es", ctrl);
+        return why_fmt(r, -EBUSY, "%u other process%s procmesh's cgroup %s: run procmesh "
+                       "alone there (systemd: Delegate=yes) to enable %s below it (no "
+                       "controller below a cgroup with processes)", others,
+                       others == 1 ? " shares" : "es share", own, ctrl);
     if (d != PM__CG_ENABLE_MOVE_SELF)
         return err;
     snprintf(path, sizeof(path), "%s/supervisor", own);
