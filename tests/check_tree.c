@@ -1,5 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* check_tree.c - a slot owns its whole process tree: setsid descendants end with their incarnation (exit, crash, fence, restart, drain) before the replacement starts; per-slot limits; the cgroup file handling on a scratch tree.
+/* check_tree.c - a slot owns its whole process tree: setsid descendants end with their incarnation (exit, crash, fence, restart, drain) before the replacement starts; per-slot limits; a fresh leaf after a kill; a delegated cgroup that holds the supervisor; the cgroup file handling on a scratch tree.
+ *
+ * The delegated-cgroup cases (a supervisor alone in a cgroup with
+ * processes of its own, as under systemd's Delegate=yes) need root and a
+ * cgroup v2 controller to enable; their cluster cases need the memory
+ * controller in the v2 tree (on hybrid hosts it is bound to v1, and they
+ * run with the controller the tree has, through pm__cg_enable).
  *
  * The descendant cases need cgroups (a setsid() descendant leaves the
  * process group of the fallback): skipped (77) with the reason where this
@@ -9,6 +15,7 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -276,8 +283,9 @@ START_TEST(test_tree_exec_crash)
     ck_assert_msg(first > 0, "no pid from the exec worker: '%s'", buf);
     RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 10000);
     ck_assert_msg(dead(first), "exec worker's setsid job %d outlived its crash", (int)first);
-    /* The replacements run in the cgroup that was killed: each must live
-     * to crash by itself (SIGSEGV), never be killed at birth. */
+    /* The replacements run after a cgroup kill (each in a fresh leaf, or
+     * in the killed one when none could be made): each must live to crash
+     * by itself (SIGSEGV), never be killed at birth. */
     RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 2) != NULL, 10000);
     for (int i = 1; i <= 2; i++)
         ck_assert_msg(find(PM_EVENT_EXITED, 0, i)->signal == SIGSEGV,
@@ -704,14 +712,24 @@ START_TEST(test_scratch_v2)
     snprintf(f, sizeof(f), "%s/cgroup.kill", own);
     put(f, "");
     sub(slot);
-    const char *files[] = {"cgroup.procs", "cgroup.kill", "memory.max", "memory.swap.max",
-                           "pids.max", "cpu.max"};
+    const char *files[] = {"memory.max", "memory.swap.max", "pids.max", "cpu.max"};
     for (size_t i = 0; i < ARRAY_LEN(files); i++) {
         snprintf(f, sizeof(f), "%s/%s", slot, files[i]);
         put(f, "");
     }
-    snprintf(f, sizeof(f), "%s/cgroup.events", slot);
-    put(f, "populated 0\nfrozen 0\n");
+    /* The slot's limits are in slot0, its processes in a leaf below it:
+     * g1 for the first incarnation, g2 for the one after a kill. */
+    const char *leaf_files[] = {"cgroup.procs", "cgroup.kill"};
+    for (int g = 1; g <= 2; g++) {
+        snprintf(f, sizeof(f), "%s/g%d", slot, g);
+        sub(f);
+        for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
+            snprintf(f, sizeof(f), "%s/g%d/%s", slot, g, leaf_files[i]);
+            put(f, "");
+        }
+        snprintf(f, sizeof(f), "%s/g%d/cgroup.events", slot, g);
+        put(f, "populated 0\nfrozen 0\n");
+    }
     snprintf(f, sizeof(f), "%s/memory.events", slot);
     put(f, "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\n");
 
@@ -753,9 +771,16 @@ START_TEST(test_scratch_v2)
 
     /* Never empties (a stand-in file that keeps saying populated 1): the
      * wait is bounded and says so. */
-    snprintf(f, sizeof(f), "%s/cgroup.events", slot);
+    ck_assert_int_eq(s.gen, 1);
+    snprintf(f, sizeof(f), "%s/g1/cgroup.events", slot);
     put(f, "populated 1\nfrozen 0\n");
     ck_assert_int_eq(pm__cg_slot_end(&s, 50, &oom), -ETIMEDOUT);
+    /* g1 was killed: the next incarnation gets g2 (never a killed leaf),
+     * and g1 is the one to remove once it empties. */
+    ck_assert_int_eq(s.killed, 0);
+    ck_assert_int_eq(s.gen, 2);
+    ck_assert_int_eq(s.retired, 1);
+    ck_assert_int_eq(pm__cg_slot_populated(&s), 0);
     pm__cg_slot_close_fds(&s);
 
     /* A limit without any controller for it: refused, with the reason. */
@@ -774,6 +799,329 @@ START_TEST(test_scratch_v2)
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", scratch);
     ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ a delegated cgroup holding procmesh */
+
+START_TEST(test_enable_decide)
+{
+    unsigned n = 9;
+    /* Alone in a cgroup that refuses: move into a leaf. */
+    ck_assert_int_eq(pm__cg_enable_decide(-EBUSY, 0, "42\n", 42, &n), PM__CG_ENABLE_MOVE_SELF);
+    ck_assert_int_eq(n, 0);
+    /* Others beside it (a pid of another namespace reads 0): counted, no move. */
+    ck_assert_int_eq(pm__cg_enable_decide(-EBUSY, 0, "41\n42\n0\n", 42, &n), PM__CG_ENABLE_SHARED);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(pm__cg_enable_decide(-EBUSY, 0, "7\n", 42, &n), PM__CG_ENABLE_SHARED);
+    ck_assert_int_eq(n, 1);
+    /* The root, another error, or a cgroup we are not in: the error stands. */
+    ck_assert_int_eq(pm__cg_enable_decide(-EBUSY, 1, "42\n", 42, &n), PM__CG_ENABLE_FAIL);
+    ck_assert_int_eq(pm__cg_enable_decide(-EACCES, 0, "42\n", 42, &n), PM__CG_ENABLE_FAIL);
+    ck_assert_int_eq(pm__cg_enable_decide(-EBUSY, 0, "", 42, &n), PM__CG_ENABLE_FAIL);
+}
+END_TEST
+
+/* The test process's own v2 cgroup directory, and a controller it offers
+ * its children ("memory" when it can, for the cluster case). */
+static char deleg_own[PM__CG_PATH];
+static char deleg_ctrl[16];
+static int deleg_enabled; /* enabled by deleg_probe: disabled again at the end */
+
+/* why, for a skip: 77. */
+static int skip_why(char *why, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int skip_why(char *why, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (vsnprintf(why, size, fmt, ap) < 0)
+        why[0] = '\0';
+    va_end(ap);
+    return 77;
+}
+
+/* Whether cgroups can be made below our own v2 cgroup with a controller
+ * enabled: 0, or 77 with why. Enables the controller in our own cgroup's
+ * subtree_control when it is not (the test runs as root). */
+static int deleg_probe(char *why, size_t size)
+{
+    char self[4096], mi[1 << 16], rel[PM__CG_PATH], v1[PM__CG_NCTRL][PM__CG_PATH];
+    char mnt[PM__CG_PATH], root[PM__CG_PATH], m1[PM__CG_NCTRL][PM__CG_PATH],
+        r1[PM__CG_NCTRL][PM__CG_PATH], text[512], path[PM__CG_PATH + 64];
+    int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC), fd2 = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fd2 < 0)
+        return skip_why(why, size, "no /proc");
+    pm_test_read_all(fd, self, sizeof(self));
+    pm_test_read_all(fd2, mi, sizeof(mi));
+    close(fd);
+    close(fd2);
+    pm__cg_parse_mounts(mi, mnt, root, m1, r1);
+    if (geteuid() != 0 || pm__cg_parse_self(self, rel, sizeof(rel), v1) < 0 || rel[0] == '\0' ||
+        mnt[0] == '\0' || pm__cg_join(deleg_own, sizeof(deleg_own), mnt, root, rel) < 0)
+        return skip_why(why, size, "needs root and a cgroup v2 tree");
+    snprintf(path, sizeof(path), "%s/cgroup.controllers", deleg_own);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    text[0] = '\0';
+    if (fd >= 0) {
+        pm_test_read_all(fd, text, sizeof(text));
+        close(fd);
+    }
+    const char *pick[] = {"memory", "pids", "cpu", "hugetlb", "io"};
+    deleg_ctrl[0] = '\0';
+    for (size_t i = 0; i < ARRAY_LEN(pick) && deleg_ctrl[0] == '\0'; i++)
+        if (pm__cg_has_word(text, pick[i]))
+            snprintf(deleg_ctrl, sizeof(deleg_ctrl), "%s", pick[i]);
+    if (deleg_ctrl[0] == '\0')
+        return skip_why(why, size, "the cgroup v2 tree offers no controller here");
+    char plus[24];
+    snprintf(plus, sizeof(plus), "+%s", deleg_ctrl);
+    snprintf(path, sizeof(path), "%s/cgroup.subtree_control", deleg_own);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    text[0] = '\0';
+    if (fd >= 0) {
+        pm_test_read_all(fd, text, sizeof(text));
+        close(fd);
+    }
+    if (pm__cg_has_word(text, deleg_ctrl))
+        return 0;
+    deleg_enabled = 1;
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    int ok = fd >= 0 && write(fd, plus, strlen(plus)) == (ssize_t)strlen(plus);
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (!ok)
+        return skip_why(why, size, "cannot enable %s below %s: %s", deleg_ctrl, deleg_own,
+                        strerror(e));
+    return 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+        _exit(110);
+    close(fd);
+}
+
+/* The cgroup v2 path of process pid ("0::/a/b" -> "/a/b"). */
+static void cgroup_of(pid_t pid, char *out, size_t size)
+{
+    char path[64], text[2048];
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    out[0] = '\0';
+    if (fd < 0)
+        return;
+    pm_test_read_all(fd, text, sizeof(text));
+    close(fd);
+    const char *p = strstr(text, "0::");
+    if (p != NULL && (p == text || p[-1] == '\n'))
+        snprintf(out, size, "%.*s", (int)strcspn(p + 3, "\n"), p + 3);
+}
+
+static char spawn_why[320];
+static void on_deleg_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (e->type == PM_EVENT_STOPPED && e->detail != NULL && spawn_why[0] == '\0')
+        snprintf(spawn_why, sizeof(spawn_why), "%s", e->detail);
+}
+
+/* In the child, alone in T (or not): what a supervisor started there
+ * does. The controller alone (pm__cg_enable), or a whole cluster with a
+ * limit when the controller is one procmesh limits. Reports on fd: "rc
+ * <n>\n", the why, then its own cgroup and (cluster) each slot's limit. */
+static void deleg_child(const char *t, int cluster, int fd)
+{
+    char out[2048], dir[2 * PM__CG_PATH + 64], mine[PM__CG_PATH], why[512] = "";
+    snprintf(dir, sizeof(dir), "%s/cgroup.procs", t);
+    write_file(dir, "0");
+    int rc;
+    char limits[256] = "";
+    if (!cluster) {
+        pm__cg_root r;
+        memset(&r, 0, sizeof(r));
+        snprintf(dir, sizeof(dir), "%s/procmesh.test", t);
+        if (mkdir(dir, 0755) < 0)
+            _exit(111);
+        rc = pm__cg_enable(&r, t, 0, dir, deleg_ctrl);
+        snprintf(why, sizeof(why), "%s", r.why);
+    } else {
+        pm_options *o = pm_options_new();
+        pm_options_set_workers(o, 2);
+        pm_options_set_bootstrap(o, boot_ready, NULL);
+        pm_options_set_on_event(o, on_deleg_event, NULL);
+        pm_options_set_memory_max(o, 64u << 20);
+        pm_cluster *c = NULL;
+        rc = pm_cluster_spawn(o, &c);
+        pm_options_free(o);
+        snprintf(why, sizeof(why), "%s", spawn_why);
+        if (rc == 0) {
+            struct stat ns;
+            (void)stat("/proc/self/ns/pid", &ns);
+            for (int i = 0; i < 2; i++) {
+                char lim[64] = "?";
+                snprintf(dir, sizeof(dir), "%s/procmesh.%d.%llu/slot%d/memory.max", t,
+                         (int)getpid(), (unsigned long long)ns.st_ino, i);
+                int lf = open(dir, O_RDONLY | O_CLOEXEC);
+                if (lf >= 0) {
+                    pm_test_read_all(lf, lim, sizeof(lim));
+                    close(lf);
+                }
+                snprintf(limits + strlen(limits), sizeof(limits) - strlen(limits), "%.*s;",
+                         (int)strcspn(lim, "\n"), lim);
+            }
+            pm_cluster_containment(c, why, sizeof(why));
+            pm_cluster_terminate(c);
+        }
+        /* No worker of it may be left: spawn failed or terminate ended them. */
+        if (waitpid(-1, NULL, WNOHANG) != -1 || errno != ECHILD)
+            _exit(112);
+    }
+    cgroup_of(getpid(), mine, sizeof(mine));
+    int n = snprintf(out, sizeof(out), "rc %d\nwhy %s\ncg %s\nlimits %s\n", rc, why, mine, limits);
+    if (write(fd, out, (size_t)n) != n)
+        _exit(113);
+    _exit(0);
+}
+
+/* _i: bit 0 another process shares T, bit 1 a whole cluster. A child
+ * alone in T (the unit's cgroup under Delegate=yes, systemd 252) enables
+ * a controller below it: it moved into T/supervisor, T holds no process,
+ * and the controller is on for T's children; a cluster's slots get their
+ * limit. With another process in T: nothing is moved, and the error
+ * counts it. */
+START_TEST(test_delegated_cgroup)
+{
+    int shared = _i & 1, cluster = (_i & 2) != 0;
+    if (cluster && strcmp(deleg_ctrl, "memory") != 0)
+        return; /* main said so; the cluster case needs the memory controller in v2 */
+    char t[PM__CG_PATH + 64], path[2 * PM__CG_PATH], rel_t[PM__CG_PATH], buf[2048];
+    snprintf(t, sizeof(t), "%s/pm-deleg.%d", deleg_own, (int)getpid());
+    ck_assert_int_eq(mkdir(t, 0755), 0);
+    pid_t other = -1;
+    if (shared) {
+        other = pm_test_fork();
+        if (other == 0)
+            for (;;)
+                pause();
+        char pid[16];
+        snprintf(pid, sizeof(pid), "%d", (int)other);
+        snprintf(path, sizeof(path), "%s/cgroup.procs", t);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        ck_assert_int_eq(write(fd, pid, strlen(pid)), (ssize_t)strlen(pid));
+        close(fd);
+    }
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    pid_t kid = pm_test_fork();
+    if (kid == 0) {
+        close(p[0]);
+        deleg_child(t, cluster, p[1]);
+    }
+    close(p[1]);
+    pm_test_read_all(p[0], buf, sizeof(buf));
+    close(p[0]);
+    int st = pm_test_reap(kid, 30000);
+    char other_cg[PM__CG_PATH] = "";
+    if (other > 0) {
+        cgroup_of(other, other_cg, sizeof(other_cg));
+        kill(other, SIGKILL);
+        pm_test_reap(other, 10000);
+    }
+    /* What T holds now, then cleaned up before any assertion. */
+    char sub_ctl[256] = "";
+    snprintf(path, sizeof(path), "%s/cgroup.subtree_control", t);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        pm_test_read_all(fd, sub_ctl, sizeof(sub_ctl));
+        close(fd);
+    }
+    pm__cg_rmdir_tree(t, 3);
+    int gone = access(t, F_OK) < 0;
+
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x: %s", st, buf);
+    ck_assert_msg(gone, "%s left behind", t);
+    snprintf(rel_t, sizeof(rel_t), "%s", strstr(buf, "cg ") + 3);
+    rel_t[strcspn(rel_t, "\n")] = '\0';
+    char want[64];
+    snprintf(want, sizeof(want), "/pm-deleg.%d%s", (int)getpid(), shared ? "" : "/supervisor");
+    size_t lr = strlen(rel_t), lw = strlen(want);
+    ck_assert_msg(lr >= lw && strcmp(rel_t + lr - lw, want) == 0, "the supervisor is in %s, "
+                  "want ...%s", rel_t, want);
+    if (shared) {
+        ck_assert_msg(strstr(buf, "rc -95\n") != NULL, "report: %s", buf);
+        ck_assert_msg(strstr(buf, "1 other process shares") != NULL &&
+                      strstr(buf, "Delegate=yes") != NULL, "why: %s", buf);
+        ck_assert_msg(strstr(other_cg, "/pm-deleg.") != NULL &&
+                      strstr(other_cg, "/supervisor") == NULL, "the other process moved: %s",
+                      other_cg);
+        return;
+    }
+    ck_assert_msg(strstr(buf, "rc 0\n") != NULL, "report: %s", buf);
+    ck_assert_msg(pm__cg_has_word(sub_ctl, deleg_ctrl), "%s not enabled below T: '%s'",
+                  deleg_ctrl, sub_ctl);
+    if (cluster)
+        ck_assert_msg(strstr(buf, "limits 67108864;67108864;") != NULL &&
+                      strstr(buf, "limits memory") != NULL, "report: %s", buf);
+}
+END_TEST
+
+/* ------------------------------------------------------------ leaves */
+
+/* Exec mode after a kill (a setsid job made the cgroup non-empty at the
+ * reap): the replacement is born into a fresh leaf, since a killed cgroup
+ * takes no clone3 child and a write to cgroup.procs would wait for an RCU
+ * grace period on the restart path; the killed leaf is gone once the
+ * replacement is ready, and the tree's descendants still ended first. */
+START_TEST(test_tree_exec_leaf)
+{
+    pm_options *o = tree_opts(-1);
+    int fd = tree_pipe[1];
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &fd, 1), 0);
+    char *argv[] = {"sh", "-c", "setsid sleep 1000 & printf '%d\\n' $! >&3; exec sleep 1000",
+                    NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    char why[320], cg[PM__CG_PATH], dir[PM__CG_PATH + 64], buf[64];
+    ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_CGROUP);
+    RUN_UNTIL(c, find(PM_EVENT_READY, 0, 0) != NULL, 10000);
+    /* The setsid job exists (its pid came) before the kill: the leaf is
+     * not empty at the reap. */
+    uint64_t end = ms() + 10000;
+    size_t got = 0;
+    while (ms() < end && memchr(buf, '\n', got) == NULL) {
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
+        if (k > 0)
+            got += (size_t)k;
+    }
+    buf[got] = '\0';
+    pid_t job = (pid_t)atoi(buf);
+    ck_assert_msg(job > 0, "no pid from the exec worker: '%s'", buf);
+    pid_t p1 = find(PM_EVENT_STARTED, 0, 0)->pid;
+    cgroup_of(p1, cg, sizeof(cg));
+    ck_assert_msg(strstr(cg, "/slot0/g1") != NULL, "first incarnation in %s", cg);
+    ck_assert_int_eq(kill(p1, SIGKILL), 0);
+    RUN_UNTIL(c, find(PM_EVENT_READY, 0, 1) != NULL, 10000);
+    pid_t p2 = find(PM_EVENT_STARTED, 0, 1)->pid;
+    cgroup_of(p2, cg, sizeof(cg));
+    ck_assert_msg(strstr(cg, "/slot0/g2") != NULL, "the replacement is in %s", cg);
+    /* "cgroup v2 <dir>, ...": the cluster's directory. */
+    ck_assert_msg(strncmp(why, "cgroup v2 ", 10) == 0, "containment: %s", why);
+    snprintf(dir, sizeof(dir), "%.*s/slot0/g1", (int)strcspn(why + 10, ","), why + 10);
+    ck_assert_msg(access(dir, F_OK) < 0 && errno == ENOENT, "the killed leaf %s is still there",
+                  dir);
+    dir[strlen(dir) - 1] = '2';
+    ck_assert_msg(access(dir, F_OK) == 0, "no %s", dir);
+    ck_assert_msg(dead(job), "the setsid job %d outlived its incarnation", (int)job);
+    pm_cluster_terminate(c);
 }
 END_TEST
 
@@ -804,12 +1152,39 @@ int main(void)
         PM_ADD_TEST(s, test_tree_restart, 0);
         PM_ADD_TEST(s, test_tree_drain, 0);
         PM_ADD_TEST(s, test_tree_exec_crash, 0);
+        PM_ADD_TEST(s, test_tree_exec_leaf, 0);
     }
     if (limits) {
         PM_ADD_TEST(s, test_limit_memory_oom, 0);
         PM_ADD_TEST(s, test_limit_pids, 0);
     }
+    char why_deleg[320];
+    int deleg = deleg_probe(why_deleg, sizeof(why_deleg)) == 0;
+    PM_ADD_TEST(s, test_enable_decide, 0);
+    if (deleg) {
+        TCase *td = pm_tcase("test_delegated_cgroup", 60);
+        tcase_add_loop_test(td, test_delegated_cgroup, 0, 4);
+        suite_add_tcase(s, td);
+    }
     int rc = pm_test_main(s);
+    if (deleg_enabled) {
+        char path[PM__CG_PATH + 64], minus[24];
+        snprintf(path, sizeof(path), "%s/cgroup.subtree_control", deleg_own);
+        snprintf(minus, sizeof(minus), "-%s", deleg_ctrl);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        /* Refused while another run's cgroups still use it: theirs to leave. */
+        if (fd >= 0 && write(fd, minus, strlen(minus)) < 0)
+            (void)0;
+        if (fd >= 0)
+            close(fd);
+    }
+    if (rc == EXIT_SUCCESS && deleg && strcmp(deleg_ctrl, "memory") != 0)
+        fprintf(stderr, "note: test_delegated_cgroup ran with the %s controller; its cluster "
+                "cases need memory in the cgroup v2 tree and were skipped\n", deleg_ctrl);
+    if (rc == EXIT_SUCCESS && !deleg) {
+        fprintf(stderr, "SKIP: test_delegated_cgroup: %s\n", why_deleg);
+        exit(77);
+    }
     if (rc == EXIT_SUCCESS && !tree)
         pm_test_skip("the descendant and limit cases need cgroups (cgroup v2, as root or "
                      "delegated; a setsid descendant escapes the process-group fallback by "

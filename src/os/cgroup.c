@@ -1,13 +1,29 @@
 /* SPDX-License-Identifier: MIT */
-/* cgroup.c - each slot's cgroup: where it lives, its limits, killing it and waiting until it is empty.
+/* cgroup.c - the cluster's cgroups: where they live, the cluster's directory, the controllers its limits need; the parsers of the cgroup files.
  *
- * Layout: <the supervisor's own v2 cgroup>/procmesh.<pid>.<pidns>/slot<N>, one per
- * slot, made when the cluster is created and reused by every incarnation of
- * the slot (it is emptied between two), so the restart path makes no
- * directory. On hybrid hosts whose v2 tree has no controllers (the limits'
+ * Layout: <the supervisor's own v2 cgroup>/procmesh.<pid>.<pidns>/slot<N>/g<K>.
+ * slot<N> is made with its limits when the cluster is created and holds no
+ * process; its limits cover the leaves g<K> below it, whose processes are
+ * charged to it (a leaf enables no controller of its own). An exec-mode
+ * incarnation is born into the current leaf (clone3 CLONE_INTO_CGROUP),
+ * which serves every incarnation until one is killed through cgroup.kill:
+ * a killed cgroup must not take clone3 children (spawn.c fork_into), and
+ * joining it instead by a write to cgroup.procs takes the kernel's
+ * cgroup_threadgroup_rwsem for writing, whose write side waits for an RCU
+ * grace period (milliseconds, tens on a loaded machine) on the way from a
+ * crash to its replacement. So the next leaf is made once the incarnation
+ * is ready (pm__cg_slot_prepare) and a killed leaf removed then too: the
+ * restart path makes no directory, removes none, and writes no cgroup.procs.
+ * procmesh.<pid> goes into the supervisor's own cgroup; when that is a
+ * delegated one holding procmesh alone, procmesh first moves into a leaf
+ * of it (leave_own).
+ *
+ * On hybrid hosts whose v2 tree has no controllers (the limits'
  * controllers are bound to v1 hierarchies), the v2 tree still tracks and
- * kills the processes, and the limits are written in the same layout below
- * the supervisor's own v1 cgroup of each controller.
+ * kills the processes, and the limits are written in <own v1
+ * cgroup>/procmesh.<pid>.<pidns>/slot<N> per controller, which each child
+ * joins by a write (v1 has no CLONE_INTO_CGROUP): on such hosts that
+ * write, and its grace period, stays on the restart path.
  *
  * The parsers at the top are pure; everything that touches cgroupfs takes
  * paths, so tests run it against a scratch directory tree.
@@ -22,7 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -173,7 +189,7 @@ long long pm__cg_parse_oom_kill(const char *text)
 /* ------------------------------------------------------------ small I/O */
 
 /* Reads a small file whole into buf (NUL-terminated); -errno. */
-static int read_text(const char *path, char *buf, size_t size)
+int pm__cg_read_text(const char *path, char *buf, size_t size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -185,17 +201,7 @@ static int read_text(const char *path, char *buf, size_t size)
     return err;
 }
 
-/* pread from 0 of an fd kept open (cgroupfs files regenerate on each read). */
-static int pread_text(int fd, char *buf, size_t size)
-{
-    ssize_t n = pread(fd, buf, size - 1, 0);
-    if (n < 0)
-        return -errno;
-    buf[n] = '\0';
-    return 0;
-}
-
-static int write_text(const char *dir, const char *file, const char *text)
+int pm__cg_write_text(const char *dir, const char *file, const char *text)
 {
     char path[PM__CG_PATH + 64];
     snprintf(path, sizeof(path), "%s/%s", dir, file);
@@ -208,22 +214,32 @@ static int write_text(const char *dir, const char *file, const char *text)
     return err;
 }
 
-static int open_in(const char *dir, const char *file, int flags)
-{
-    char path[PM__CG_PATH + 64];
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    int fd = open(path, flags | O_CLOEXEC);
-    return fd < 0 ? -errno : fd;
-}
-
-static int mkdir_ok(const char *path)
+int pm__cg_mkdir(const char *path)
 {
     if (mkdir(path, 0755) == 0 || errno == EEXIST)
         return 0;
     return -errno;
 }
 
-/* ------------------------------------------------------------ the cluster's directory */
+void pm__cg_rmdir_tree(const char *dir, int depth)
+{
+    DIR *d = depth > 0 ? opendir(dir) : NULL;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        /* cgroupfs lists its interface files too: only directories are
+         * cgroups. */
+        if (e->d_type != DT_DIR || e->d_name[0] == '.')
+            continue;
+        char sub[PM__CG_PATH + 300];
+        if (snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name) < (int)sizeof(sub))
+            pm__cg_rmdir_tree(sub, depth - 1);
+    }
+    if (d != NULL)
+        closedir(d);
+    (void)rmdir(dir);
+}
+
+/* ------------------------------------------------------------ stale directories */
 
 /* Our pid namespace, as the inode of /proc/self/ns/pid (0 when /proc
  * cannot say): part of the cluster directory's name, procmesh.<pid>.<ns>,
@@ -259,59 +275,14 @@ static void sweep_stale(const char *parent)
             continue;
         if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
-        char dir[PM__CG_PATH + 300], sub[PM__CG_PATH + 600];
+        char dir[PM__CG_PATH + 300];
         snprintf(dir, sizeof(dir), "%s/%s", parent, e->d_name);
-        DIR *s = opendir(dir);
-        struct dirent *f;
-        while (s != NULL && (f = readdir(s)) != NULL) {
-            if (strncmp(f->d_name, "slot", 4) != 0)
-                continue;
-            snprintf(sub, sizeof(sub), "%s/%s", dir, f->d_name);
-            (void)rmdir(sub);
-        }
-        if (s != NULL)
-            closedir(s);
-        (void)rmdir(dir);
+        pm__cg_rmdir_tree(dir, 2); /* procmesh.<pid>.<ns>/slot<N>/g<K> */
     }
     closedir(d);
 }
 
-/* The limit's value as its v2 file (memory.max, pids.max, cpu.max) or v1
- * file (memory.limit_in_bytes, pids.max, cpu.cfs_quota_us + period) takes. */
-static int write_limit(const char *dir, int ctrl, int v2, const pm__cg_limits *lim)
-{
-    char v[64];
-    if (ctrl == PM__CG_MEMORY) {
-        snprintf(v, sizeof(v), "%" PRIu64, lim->memory_max);
-        if (!v2) {
-            /* Swap too when the host accounts it, so the limit is not
-             * simply moved to swap; its absence is fine. */
-            int rc = write_text(dir, "memory.limit_in_bytes", v);
-            if (rc == 0)
-                (void)write_text(dir, "memory.memsw.limit_in_bytes", v);
-            return rc;
-        }
-        int rc = write_text(dir, "memory.max", v);
-        if (rc == 0)
-            (void)write_text(dir, "memory.swap.max", "0");
-        return rc;
-    }
-    if (ctrl == PM__CG_PIDS) {
-        snprintf(v, sizeof(v), "%d", lim->pids_max);
-        return write_text(dir, "pids.max", v);
-    }
-    if (v2) {
-        snprintf(v, sizeof(v), "%" PRIu64 " %" PRIu64, lim->cpu_quota_us, lim->cpu_period_us);
-        return write_text(dir, "cpu.max", v);
-    }
-    /* v1: the period first, so the quota is checked against it. */
-    snprintf(v, sizeof(v), "%" PRIu64, lim->cpu_period_us);
-    int rc = write_text(dir, "cpu.cfs_period_us", v);
-    snprintf(v, sizeof(v), "%" PRIu64, lim->cpu_quota_us);
-    return rc < 0 ? rc : write_text(dir, "cpu.cfs_quota_us", v);
-}
-
-static int wants(const pm__cg_limits *lim, int ctrl)
+int pm__cg_wants(const pm__cg_limits *lim, int ctrl)
 {
     return ctrl == PM__CG_MEMORY ? lim->memory_max > 0
            : ctrl == PM__CG_PIDS ? lim->pids_max > 0
@@ -328,97 +299,205 @@ static int why_fmt(pm__cg_root *r, int rc, const char *fmt, ...)
     return rc;
 }
 
+/* ------------------------------------------------------------ a delegated cgroup holding procmesh */
+
+int pm__cg_enable_decide(int err, int own_is_root, const char *procs, long self, unsigned *others)
+{
+    *others = 0;
+    /* The root may hold processes and still enable controllers: an EBUSY
+     * there is something else, and so is any other error. */
+    if (err != -EBUSY || own_is_root)
+        return PM__CG_ENABLE_FAIL;
+    int mine = 0;
+    for (const char *p = procs; p != NULL && *p != '\0';) {
+        char *end;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        /* A process of another pid namespace is listed as 0: not us. */
+        if (pid == self)
+            mine = 1;
+        else
+            (*others)++;
+        p = end;
+    }
+    if (*others > 0)
+        return PM__CG_ENABLE_SHARED;
+    return mine ? PM__CG_ENABLE_MOVE_SELF : PM__CG_ENABLE_FAIL;
+}
+
+/* Once this process has moved itself from X into X/supervisor, its later
+ * clusters build beside it in X again, not one level deeper each. */
+static pthread_mutex_t moved_lock = PTHREAD_MUTEX_INITIALIZER;
+static char moved_from[PM__CG_PATH];
+
+/* own is where the tree goes: X when this process moved itself from X. */
+static void own_base(char *own)
+{
+    pthread_mutex_lock(&moved_lock);
+    size_t n = strlen(moved_from);
+    if (n > 0 && strncmp(own, moved_from, n) == 0 && strcmp(own + n, "/supervisor") == 0)
+        own[n] = '\0';
+    pthread_mutex_unlock(&moved_lock);
+}
+
+/* Enabling a controller for own's children failed with EBUSY: the
+ * kernel's no-internal-processes rule (a cgroup other than the root that
+ * holds processes enables no controller below it), met by procmesh itself
+ * under systemd's Delegate=yes, which starts the service in the delegated
+ * cgroup. When procmesh is alone there, it moves into the leaf
+ * own/supervisor (the layout DelegateSubgroup=supervisor would have made)
+ * and own holds none. Only when alone: moving another process would change
+ * its placement (and its limits) behind its back. Writing our pid moves
+ * every thread of the process; the caller does this before any worker of
+ * the cluster exists, and earlier clusters' workers are in their own slot
+ * cgroups, which a move of their parent does not touch. */
+static int leave_own(pm__cg_root *r, const char *own, int own_is_root, const char *ctrl, int err)
+{
+    char path[PM__CG_PATH + 32], procs[4096];
+    snprintf(path, sizeof(path), "%s/cgroup.procs", own);
+    if (pm__cg_read_text(path, procs, sizeof(procs)) < 0)
+        procs[0] = '\0';
+    unsigned others;
+    int d = pm__cg_enable_decide(err, own_is_root, procs, (long)getpid(), &others);
+    if (d == PM__CG_ENABLE_SHARED)
+        return why_fmt(r, -EBUSY, "%u other process%s procmesh's cgroup %s: run procmesh "
+                       "alone there (systemd: Delegate=yes) to enable %s below it (no "
+                       "controller below a cgroup with processes)", others,
+                       others == 1 ? " shares" : "es share", own, ctrl);
+    if (d != PM__CG_ENABLE_MOVE_SELF)
+        return err;
+    snprintf(path, sizeof(path), "%s/supervisor", own);
+    int rc = pm__cg_mkdir(path);
+    if (rc == 0)
+        rc = pm__cg_write_text(path, "cgroup.procs", "0");
+    if (rc < 0)
+        return why_fmt(r, rc, "cannot enable the %s controller below %s (it holds procmesh), "
+                       "nor move procmesh into %s: %s", ctrl, own, path, strerror(-rc));
+    pthread_mutex_lock(&moved_lock);
+    snprintf(moved_from, sizeof(moved_from), "%s", own);
+    pthread_mutex_unlock(&moved_lock);
+    return 0;
+}
+
+int pm__cg_enable(pm__cg_root *r, const char *own, int own_is_root, const char *dir,
+                  const char *ctrl)
+{
+    char plus[16];
+    snprintf(plus, sizeof(plus), "+%s", ctrl);
+    r->why[0] = '\0';
+    int rc = pm__cg_write_text(own, "cgroup.subtree_control", plus);
+    if (rc == -EBUSY) {
+        rc = leave_own(r, own, own_is_root, ctrl, rc);
+        if (rc == 0)
+            rc = pm__cg_write_text(own, "cgroup.subtree_control", plus);
+    }
+    if (rc == 0)
+        rc = pm__cg_write_text(dir, "cgroup.subtree_control", plus);
+    if (rc < 0 && r->why[0] == '\0')
+        why_fmt(r, 0, "cannot enable the %s controller below %s: %s", ctrl, own, strerror(-rc));
+    return rc < 0 ? -EOPNOTSUPP : 0;
+}
+
+/* ------------------------------------------------------------ the cluster's directory */
+
+/* Where this process sits in the cgroup trees, from the texts of
+ * /proc/self/cgroup and /proc/self/mountinfo. */
+struct where {
+    char v2rel[PM__CG_PATH], v1rel[PM__CG_NCTRL][PM__CG_PATH];
+    char v2mnt[PM__CG_PATH], v2root[PM__CG_PATH];
+    char v1mnt[PM__CG_NCTRL][PM__CG_PATH], v1root[PM__CG_NCTRL][PM__CG_PATH];
+    char own[PM__CG_PATH]; /* our v2 cgroup's directory, where the tree goes */
+    int own_is_root;
+};
+
+/* Finds our v2 cgroup and makes procmesh.<pid>.<ns> in it: 0, or 1 with
+ * why filled when there is none to use (process groups then). */
+static int make_dir(pm__cg_root *r, struct where *w, const char *proc_cgroup,
+                    const char *mountinfo)
+{
+    char dir[PM__CG_PATH + 32];
+    pm__cg_parse_mounts(mountinfo, w->v2mnt, w->v2root, w->v1mnt, w->v1root);
+    if (pm__cg_parse_self(proc_cgroup, w->v2rel, sizeof(w->v2rel), w->v1rel) < 0 ||
+        w->v2rel[0] == '\0' || w->v2mnt[0] == '\0')
+        return why_fmt(r, 1, "process group per incarnation: no cgroup v2 tree mounted");
+    if (pm__cg_join(w->own, sizeof(w->own), w->v2mnt, w->v2root, w->v2rel) < 0)
+        return why_fmt(r, 1, "process group per incarnation: our cgroup %s is not visible "
+                       "under %s", w->v2rel, w->v2mnt);
+    w->own_is_root = strcmp(w->v2rel, "/") == 0;
+    own_base(w->own);
+    /* Our own child directory: several supervisors (and tests) share a
+     * parent; none writes outside its procmesh.<pid>.<pidns>. */
+    sweep_stale(w->own);
+    snprintf(dir, sizeof(dir), "%s/procmesh.%d.%llu", w->own, (int)getpid(), pidns_id());
+    if (strlen(dir) >= sizeof(r->v2))
+        return why_fmt(r, 1, "process group per incarnation: cgroup path too long");
+    int rc = pm__cg_mkdir(dir);
+    if (rc < 0)
+        return why_fmt(r, 1, "process group per incarnation: cannot create %s: %s (cgroup v2 "
+                       "needs root or a delegated cgroup, e.g. systemd's Delegate=yes)", dir,
+                       strerror(-rc));
+    strcpy(r->v2, dir);
+    r->mode = PM_CONTAIN_CGROUP;
+    snprintf(dir, sizeof(dir), "%s/cgroup.kill", r->v2);
+    r->has_kill = access(dir, F_OK) == 0;
+    return 0;
+}
+
+/* The v1 hierarchy's directory for controller i (hybrid hosts). */
+static int make_v1_dir(pm__cg_root *r, const struct where *w, int i)
+{
+    char v1own[PM__CG_PATH];
+    if (w->v1mnt[i][0] == '\0' || w->v1rel[i][0] == '\0' ||
+        pm__cg_join(v1own, sizeof(v1own), w->v1mnt[i], w->v1root[i], w->v1rel[i]) < 0)
+        return why_fmt(r, -EOPNOTSUPP, "no %s controller for the %s limit (neither in the "
+                       "cgroup v2 tree nor as a v1 hierarchy)", ctrl_name[i], ctrl_name[i]);
+    sweep_stale(v1own);
+    int n = snprintf(r->v1[i], sizeof(r->v1[i]), "%s/procmesh.%d.%llu", v1own, (int)getpid(),
+                     pidns_id());
+    int rc = n < 0 || (size_t)n >= sizeof(r->v1[i]) ? -ENAMETOOLONG : pm__cg_mkdir(r->v1[i]);
+    if (rc < 0) {
+        why_fmt(r, 0, "cannot create %s: %s", r->v1[i], strerror(-rc));
+        r->v1[i][0] = '\0';
+        return -EOPNOTSUPP;
+    }
+    return 0;
+}
+
+/* Each limit: in the v2 tree when it offers the controller, else in the
+ * v1 hierarchy that has it. used[] lists them, for why. */
+static int limits_setup(pm__cg_root *r, const struct where *w, const pm__cg_limits *lim,
+                        char v2used[64], char v1used[64])
+{
+    char text[1024], path[PM__CG_PATH + 32];
+    snprintf(path, sizeof(path), "%s/cgroup.controllers", w->own);
+    if (pm__cg_read_text(path, text, sizeof(text)) < 0)
+        text[0] = '\0';
+    for (int i = 0; i < PM__CG_NCTRL; i++) {
+        if (!pm__cg_wants(lim, i))
+            continue;
+        int v2 = pm__cg_has_word(text, ctrl_name[i]);
+        int rc = v2 ? pm__cg_enable(r, w->own, w->own_is_root, r->v2, ctrl_name[i])
+                    : make_v1_dir(r, w, i);
+        if (rc < 0)
+            return rc;
+        r->v2_ctrl[i] = v2;
+        char *used = v2 ? v2used : v1used;
+        strcat(strcat(used, used[0] ? "," : ""), ctrl_name[i]);
+    }
+    return 0;
+}
+
 int pm__cg_root_setup(pm__cg_root *r, const char *proc_cgroup, const char *mountinfo,
                       const pm__cg_limits *lim)
 {
-    char v2rel[PM__CG_PATH], v1rel[PM__CG_NCTRL][PM__CG_PATH];
-    char v2mnt[PM__CG_PATH], v2root[PM__CG_PATH], v1mnt[PM__CG_NCTRL][PM__CG_PATH],
-        v1root[PM__CG_NCTRL][PM__CG_PATH];
-    char own[PM__CG_PATH], dir[PM__CG_PATH + 32], text[1024];
-    int nlimits = wants(lim, PM__CG_MEMORY) + wants(lim, PM__CG_PIDS) + wants(lim, PM__CG_CPU);
-    int rc;
+    struct where w;
     memset(r, 0, sizeof(*r));
     r->mode = PM_CONTAIN_PROCESS_GROUP;
-    pm__cg_parse_mounts(mountinfo, v2mnt, v2root, v1mnt, v1root);
-    if (pm__cg_parse_self(proc_cgroup, v2rel, sizeof(v2rel), v1rel) < 0 || v2rel[0] == '\0' ||
-        v2mnt[0] == '\0') {
-        why_fmt(r, 0, "process group per incarnation: no cgroup v2 tree mounted");
-        goto fallback;
-    }
-    if (pm__cg_join(own, sizeof(own), v2mnt, v2root, v2rel) < 0) {
-        why_fmt(r, 0, "process group per incarnation: our cgroup %s is not visible under %s", v2rel,
-                v2mnt);
-        goto fallback;
-    }
-    /* Our own child directory: several supervisors (and tests) share a
-     * parent; none writes outside its procmesh.<pid>.<pidns>. */
-    sweep_stale(own);
-    snprintf(dir, sizeof(dir), "%s/procmesh.%d.%llu", own, (int)getpid(), pidns_id());
-    if (strlen(dir) >= sizeof(r->v2)) {
-        why_fmt(r, 0, "process group per incarnation: cgroup path too long");
-        goto fallback;
-    }
-    rc = mkdir_ok(dir);
-    if (rc < 0) {
-        why_fmt(r, 0, "process group per incarnation: cannot create %s: %s (cgroup v2 needs root "
-                "or a delegated cgroup, e.g. systemd's Delegate=yes)", dir, strerror(-rc));
-        goto fallback;
-    }
-    strcpy(r->v2, dir);
-    r->mode = PM_CONTAIN_CGROUP;
-    char probe[PM__CG_PATH + 32];
-    snprintf(probe, sizeof(probe), "%s/cgroup.kill", dir);
-    r->has_kill = access(probe, F_OK) == 0;
-    /* Each limit: in the v2 tree when it offers the controller, else in
-     * the v1 hierarchy that has it (hybrid hosts). */
-    snprintf(probe, sizeof(probe), "%s/cgroup.controllers", own);
-    if (nlimits == 0 || read_text(probe, text, sizeof(text)) < 0)
-        text[0] = '\0';
-    char v1used[64] = "", v2used[64] = "";
-    for (int i = 0; i < PM__CG_NCTRL; i++) {
-        if (!wants(lim, i))
-            continue;
-        if (pm__cg_has_word(text, ctrl_name[i])) {
-            char plus[16];
-            snprintf(plus, sizeof(plus), "+%s", ctrl_name[i]);
-            /* Needed for procmesh.<pid> to have the controller: the only
-             * write outside it. Refused (EBUSY) when our own cgroup holds
-             * processes and is not the root: run procmesh in a leaf of a
-             * delegated subtree whose parent enables the controllers. */
-            rc = write_text(own, "cgroup.subtree_control", plus);
-            if (rc == 0)
-                rc = write_text(dir, "cgroup.subtree_control", plus);
-            if (rc < 0)
-                return why_fmt(r, -EOPNOTSUPP, "cannot enable the %s controller below %s: %s",
-                               ctrl_name[i], own, strerror(-rc));
-            r->v2_ctrl[i] = 1;
-            strcat(strcat(v2used, v2used[0] ? "," : ""), ctrl_name[i]);
-            continue;
-        }
-        char v1own[PM__CG_PATH];
-        if (v1mnt[i][0] == '\0' || v1rel[i][0] == '\0' ||
-            pm__cg_join(v1own, sizeof(v1own), v1mnt[i], v1root[i], v1rel[i]) < 0)
-            return why_fmt(r, -EOPNOTSUPP, "no %s controller for the %s limit (neither in the "
-                           "cgroup v2 tree nor as a v1 hierarchy)", ctrl_name[i],
-                           ctrl_name[i]);
-        sweep_stale(v1own);
-        int n = snprintf(r->v1[i], sizeof(r->v1[i]), "%s/procmesh.%d.%llu", v1own, (int)getpid(),
-                         pidns_id());
-        rc = n < 0 || (size_t)n >= sizeof(r->v1[i]) ? -ENAMETOOLONG : mkdir_ok(r->v1[i]);
-        if (rc < 0) {
-            int e = rc;
-            why_fmt(r, 0, "cannot create %s: %s", r->v1[i], strerror(-e));
-            r->v1[i][0] = '\0';
-            return -EOPNOTSUPP;
-        }
-        strcat(strcat(v1used, v1used[0] ? "," : ""), ctrl_name[i]);
-    }
-    snprintf(r->why, sizeof(r->why), "cgroup v2 %s%s%s%s%s%s", r->v2,
-             v2used[0] ? ", limits " : "", v2used, v1used[0] ? ", v1 limits " : "", v1used,
-             r->has_kill ? "" : ", no cgroup.kill: kills each listed pid");
-    return 0;
-fallback:
-    if (nlimits > 0) {
+    if (make_dir(r, &w, proc_cgroup, mountinfo) > 0) {
+        if (!pm__cg_wants(lim, PM__CG_MEMORY) && !pm__cg_wants(lim, PM__CG_PIDS) &&
+            !pm__cg_wants(lim, PM__CG_CPU))
+            return 0;
         static const char head[] = "limits need a cgroup: ";
         size_t len = strlen(r->why), room = sizeof(r->why) - sizeof(head);
         /* A cut sentence is still the reason. */
@@ -427,6 +506,15 @@ fallback:
         memcpy(r->why, head, sizeof(head) - 1);
         return -EOPNOTSUPP;
     }
+    char v1used[64] = "", v2used[64] = "";
+    int rc = limits_setup(r, &w, lim, v2used, v1used);
+    if (rc < 0)
+        return rc;
+    /* A long path cuts the sentence, never the directory's own name. */
+    if (snprintf(r->why, sizeof(r->why), "cgroup v2 %s%s%s%s%s%s", r->v2,
+                 v2used[0] ? ", limits " : "", v2used, v1used[0] ? ", v1 limits " : "", v1used,
+                 r->has_kill ? "" : ", no cgroup.kill: kills each listed pid") < 0)
+        r->why[0] = '\0';
     return 0;
 }
 
@@ -434,7 +522,7 @@ int pm__cg_root_setup_self(pm__cg_root *r, const pm__cg_limits *lim)
 {
     /* mountinfo can be long (containers): read it into a growing buffer. */
     char self[4096];
-    int rc = read_text("/proc/self/cgroup", self, sizeof(self));
+    int rc = pm__cg_read_text("/proc/self/cgroup", self, sizeof(self));
     if (rc < 0)
         self[0] = '\0';
     size_t cap = 1 << 16, len = 0;
@@ -471,206 +559,5 @@ void pm__cg_root_close(pm__cg_root *r)
         if (r->v1[i][0] != '\0')
             (void)rmdir(r->v1[i]);
     r->v2[0] = '\0';
-    errno = saved;
-}
-
-/* ------------------------------------------------------------ a slot's cgroup */
-
-void pm__cg_slot_zero(pm__cg_slot *s)
-{
-    memset(s, 0, sizeof(*s));
-    s->dir_fd = s->procs_fd = s->events_fd = s->kill_fd = -1;
-    for (int i = 0; i < PM__CG_NCTRL; i++)
-        s->v1_procs[i] = -1;
-    s->oom_base = -1;
-}
-
-void pm__cg_slot_release_copy(const pm__cg_slot *s)
-{
-    int saved = errno;
-    pm__close(s->dir_fd);
-    pm__close(s->procs_fd);
-    pm__close(s->events_fd);
-    pm__close(s->kill_fd);
-    for (int i = 0; i < PM__CG_NCTRL; i++)
-        pm__close(s->v1_procs[i]);
-    errno = saved;
-}
-
-void pm__cg_slot_close_fds(pm__cg_slot *s)
-{
-    pm__cg_slot_release_copy(s);
-    s->dir_fd = s->procs_fd = s->events_fd = s->kill_fd = -1;
-    for (int i = 0; i < PM__CG_NCTRL; i++)
-        s->v1_procs[i] = -1;
-}
-
-static long long oom_count(const pm__cg_slot *s);
-
-int pm__cg_slot_open(const pm__cg_root *r, unsigned index, const pm__cg_limits *lim,
-                     pm__cg_slot *s, char *why, size_t size)
-{
-    char dir[PM__CG_PATH + 32];
-    const char *what = "";
-    int rc;
-    pm__cg_slot_zero(s);
-    s->index = index;
-    snprintf(dir, sizeof(dir), "%s/slot%u", r->v2, index);
-    what = "create";
-    if ((rc = mkdir_ok(dir)) < 0)
-        goto fail;
-    what = "open";
-    if ((rc = s->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    if ((rc = s->procs_fd = open_in(dir, "cgroup.procs", O_WRONLY)) < 0 ||
-        (rc = s->events_fd = open_in(dir, "cgroup.events", O_RDONLY)) < 0)
-        goto fail;
-    if (r->has_kill && (rc = s->kill_fd = open_in(dir, "cgroup.kill", O_WRONLY)) < 0)
-        goto fail;
-    what = "set a limit in";
-    for (int i = 0; i < PM__CG_NCTRL; i++) {
-        if (!wants(lim, i))
-            continue;
-        if (r->v2_ctrl[i]) {
-            if ((rc = write_limit(dir, i, 1, lim)) < 0)
-                goto fail;
-            if (i == PM__CG_MEMORY)
-                if (snprintf(s->oom_file, sizeof(s->oom_file), "%s/memory.events", dir) >=
-                    (int)sizeof(s->oom_file))
-                    s->oom_file[0] = '\0'; /* too long a path: OOM kills go uncounted */
-            continue;
-        }
-        snprintf(dir, sizeof(dir), "%s/slot%u", r->v1[i], index);
-        what = "create";
-        if ((rc = mkdir_ok(dir)) < 0)
-            goto fail;
-        what = "set a limit in";
-        if ((rc = write_limit(dir, i, 0, lim)) < 0)
-            goto fail;
-        what = "open";
-        if ((rc = s->v1_procs[i] = open_in(dir, "cgroup.procs", O_WRONLY)) < 0)
-            goto fail;
-        if (i == PM__CG_MEMORY)
-            if (snprintf(s->oom_file, sizeof(s->oom_file), "%s/memory.oom_control", dir) >=
-                (int)sizeof(s->oom_file))
-                s->oom_file[0] = '\0';
-        snprintf(dir, sizeof(dir), "%s/slot%u", r->v2, index);
-    }
-    s->oom_base = oom_count(s);
-    return 0;
-fail:
-    snprintf(why, size, "cannot %s the cgroup %s: %s", what, dir, strerror(-rc));
-    pm__cg_slot_close(r, s);
-    return rc;
-}
-
-static long long oom_count(const pm__cg_slot *s)
-{
-    char text[512];
-    if (s->oom_file[0] == '\0' || read_text(s->oom_file, text, sizeof(text)) < 0)
-        return -1;
-    return pm__cg_parse_oom_kill(text);
-}
-
-int pm__cg_slot_move(const pm__cg_slot *s, pid_t pid)
-{
-    char text[16];
-    int n = snprintf(text, sizeof(text), "%d", (int)pid);
-    if (write(s->procs_fd, text, (size_t)n) < 0)
-        return -errno;
-    for (int i = 0; i < PM__CG_NCTRL; i++)
-        if (s->v1_procs[i] >= 0 && write(s->v1_procs[i], text, (size_t)n) < 0)
-            return -errno;
-    return 0;
-}
-
-int pm__cg_slot_populated(const pm__cg_slot *s)
-{
-    char text[128];
-    int rc = pread_text(s->events_fd, text, sizeof(text));
-    return rc < 0 ? rc : pm__cg_parse_populated(text);
-}
-
-/* Without cgroup.kill (Linux < 5.14): SIGKILL each pid listed. A process
- * forking meanwhile adds a pid after our read: the caller's wait loop
- * calls this again until the cgroup is empty. The pids are safe to signal:
- * a pid listed in cgroup.procs is alive (or a zombie, which keeps it). */
-static void kill_listed(const pm__cg_slot *s)
-{
-    char path[64], text[4096];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d/cgroup.procs", s->dir_fd);
-    if (read_text(path, text, sizeof(text)) < 0)
-        return;
-    for (char *p = text; *p != '\0';) {
-        char *end;
-        long pid = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        if (pid > 0)
-            (void)kill((pid_t)pid, SIGKILL);
-        p = end;
-    }
-}
-
-int pm__cg_slot_end(pm__cg_slot *s, int timeout_ms, unsigned *oom_kills)
-{
-    *oom_kills = 0;
-    if (s->events_fd < 0)
-        return 0;
-    int rc = pm__cg_slot_populated(s);
-    if (rc == 1) {
-        /* cgroup.kill: the kernel kills every process in it, including one
-         * forking at that moment (the cgroup is marked while it walks). */
-        if (s->kill_fd >= 0) {
-            s->killed = 1;
-            if (write(s->kill_fd, "1", 1) < 0)
-                kill_listed(s);
-        } else {
-            kill_listed(s);
-        }
-        uint64_t deadline = pm__now_ms() + (uint64_t)timeout_ms;
-        /* cgroup.events raises POLLPRI (a "modified" notification) when
-         * populated changes; check after arming so a change between the
-         * read and the poll is not lost (the next read sees it). */
-        while ((rc = pm__cg_slot_populated(s)) == 1) {
-            uint64_t now = pm__now_ms();
-            if (now >= deadline) {
-                rc = -ETIMEDOUT;
-                break;
-            }
-            struct pollfd p = {s->events_fd, POLLPRI, 0};
-            int wait = (int)(deadline - now);
-            (void)poll(&p, 1, wait < 10 ? wait : 10);
-            if (s->kill_fd < 0)
-                kill_listed(s);
-        }
-    }
-    long long now = oom_count(s);
-    if (now > 0 && s->oom_base >= 0 && now > s->oom_base)
-        *oom_kills = (unsigned)(now - s->oom_base);
-    s->oom_base = now;
-    return rc < 0 ? rc : 0;
-}
-
-void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s)
-{
-    int saved = errno;
-    unsigned oom;
-    if (s->events_fd >= 0)
-        (void)pm__cg_slot_end(s, 1000, &oom);
-    pm__cg_slot_close_fds(s);
-    char dir[PM__CG_PATH + 32];
-    for (int i = 0; i < PM__CG_NCTRL; i++) {
-        if (r->v1[i][0] == '\0')
-            continue;
-        snprintf(dir, sizeof(dir), "%s/slot%u", r->v1[i], s->index);
-        (void)rmdir(dir);
-    }
-    if (r->v2[0] != '\0') {
-        snprintf(dir, sizeof(dir), "%s/slot%u", r->v2, s->index);
-        (void)rmdir(dir);
-    }
     errno = saved;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* cgroup.h - each slot's cgroup: discovery, creation, attach, kill, wait-empty, limits, OOM count. */
+/* cgroup.h - the cluster's cgroups: discovery, a delegated cgroup holding procmesh, each slot's cgroup and leaves, attach, kill, wait-empty, limits, OOM count. */
 #ifndef PM_CGROUP_H
 #define PM_CGROUP_H
 
@@ -32,9 +32,16 @@ typedef struct pm__cg_root {
     char why[256];                        /* the mode in words (logged at start, /status) */
 } pm__cg_root;
 
-/* One slot's cgroup, reused by its incarnations (emptied between them). */
+/* A leaf of a slot's cgroup, g<gen>: where an incarnation is born. */
+typedef struct pm__cg_leaf {
+    int dir_fd, procs_fd, events_fd, kill_fd;
+    unsigned gen;
+} pm__cg_leaf;
+
+/* One slot's cgroup: its directory slot<N> with the limits, and the leaf
+ * its incarnations are born into (reused until it is killed; see cgroup.c). */
 typedef struct pm__cg_slot {
-    int dir_fd;                  /* the v2 directory: clone3(CLONE_INTO_CGROUP) */
+    int dir_fd;                  /* the current leaf: clone3(CLONE_INTO_CGROUP) */
     int procs_fd;                /* its cgroup.procs, written by the child when clone3 cannot */
     int events_fd;               /* cgroup.events: populated 0/1, pollable */
     int kill_fd;                 /* cgroup.kill, or -1 */
@@ -43,6 +50,12 @@ typedef struct pm__cg_slot {
     long long oom_base;          /* oom_kill count when the incarnation started, -1 unknown */
     int killed;                  /* cgroup.kill was written: no clone3 into it (spawn.c) */
     unsigned index;
+    int slot_fd;                 /* slot<N>, where the leaves are made; -1 */
+    int has_kill;
+    unsigned gen;                /* the current leaf's */
+    unsigned last_gen;           /* the last leaf made */
+    unsigned retired;            /* a killed leaf not yet removed, or 0 */
+    pm__cg_leaf next;            /* made ahead for the next incarnation (dir_fd -1: none) */
 } pm__cg_slot;
 
 /* ---- pure parsers (no system calls; tested against text) ---- */
@@ -66,17 +79,50 @@ long long pm__cg_parse_oom_kill(const char *text);
 /* 1 when the space-separated list (cgroup.controllers) names ctrl. */
 int pm__cg_has_word(const char *list, const char *ctrl);
 
+/* Enabling a controller in our own cgroup's cgroup.subtree_control failed
+ * with err (-errno); procs is the text of its cgroup.procs, self our pid.
+ * MOVE_SELF: EBUSY in a cgroup other than the root that holds this process
+ * alone, which may move itself into a leaf below it and try again;
+ * SHARED: it holds *others other processes too (nothing is moved);
+ * FAIL: err stands. */
+enum { PM__CG_ENABLE_FAIL, PM__CG_ENABLE_MOVE_SELF, PM__CG_ENABLE_SHARED };
+int pm__cg_enable_decide(int err, int own_is_root, const char *procs, long self, unsigned *others);
+
+/* ---- shared by cgroup.c and cgroup_slot.c ---- */
+
+/* Reads a small file whole into buf (NUL-terminated); -errno. */
+int pm__cg_read_text(const char *path, char *buf, size_t size);
+/* Writes text to dir/file; 0 or -errno. */
+int pm__cg_write_text(const char *dir, const char *file, const char *text);
+/* mkdir, an existing directory being fine; 0 or -errno. */
+int pm__cg_mkdir(const char *path);
+/* 1 when lim asks for controller ctrl (PM__CG_*). */
+int pm__cg_wants(const pm__cg_limits *lim, int ctrl);
+/* Removes the cgroup dir and the ones below it, depth levels deep, deepest
+ * first; rmdir refuses a cgroup that holds a process. errno not kept. */
+void pm__cg_rmdir_tree(const char *dir, int depth);
+
 /* ---- I/O ---- */
 
 /* Finds a writable place for the cluster's cgroups and creates
  * procmesh.<pid> there (never writing outside it but for enabling the
- * controllers the limits need in its parent's subtree_control). proc_cgroup
+ * controllers the limits need in its parent's subtree_control; when that
+ * parent, our own cgroup, holds this process alone and the kernel refuses
+ * (EBUSY), this process first moves itself into <own>/supervisor: see
+ * pm__cg_enable_decide). Call it before the cluster has any worker. proc_cgroup
  * and mountinfo are the texts of /proc/self/cgroup and /proc/self/mountinfo
  * (read by the caller, so a test can point them at a scratch tree). With no
  * usable v2 tree: mode process group, 0, unless a limit is asked for:
  * -EOPNOTSUPP with why filled. */
 int pm__cg_root_setup(pm__cg_root *r, const char *proc_cgroup, const char *mountinfo,
                       const pm__cg_limits *lim);
+/* Enables controller ctrl ("memory") for the children of own (the only
+ * write outside procmesh.<pid>), then of dir (procmesh.<pid>), so that the
+ * slots below dir have it; own_is_root: own is the tree's root. When own
+ * holds this process alone, it moves into own/supervisor first (see
+ * pm__cg_enable_decide). 0, or -EOPNOTSUPP with r->why filled. */
+int pm__cg_enable(pm__cg_root *r, const char *own, int own_is_root, const char *dir,
+                  const char *ctrl);
 /* pm__cg_root_setup on this process's own files. */
 int pm__cg_root_setup_self(pm__cg_root *r, const pm__cg_limits *lim);
 /* Removes procmesh.<pid> (its slots must be closed). errno kept. */
@@ -94,11 +140,16 @@ void pm__cg_slot_close_fds(pm__cg_slot *s);
  * (see pm__link_release_copy: no copy-on-write of the supervisor's slot
  * table). A fork-mode child drops every slot's so. */
 void pm__cg_slot_release_copy(const pm__cg_slot *s);
+/* Off the restart path (the incarnation is ready): the leaf the next
+ * incarnation will be born into if this one's is killed, made ahead, and
+ * a killed leaf removed. Failures are left to pm__cg_slot_end. errno kept. */
+void pm__cg_slot_prepare(pm__cg_slot *s);
 /* Ends and removes the slot's cgroup. errno kept. */
 void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);
 
-/* The incarnation ended: kills whatever is left in the cgroup and waits
- * until it is empty, at most timeout_ms. 0, or -ETIMEDOUT (processes in
+/* The incarnation ended: kills whatever is left in its leaf and waits
+ * until it is empty, at most timeout_ms; a killed leaf is replaced by the
+ * one made ahead. 0, or -ETIMEDOUT (processes in
  * uninterruptible sleep) or another -errno. *oom_kills: OOM kills in the
  * cgroup since the last end (or the open): this incarnation's; 0 unknown. */
 int pm__cg_slot_end(pm__cg_slot *s, int timeout_ms, unsigned *oom_kills);

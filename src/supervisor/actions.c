@@ -167,6 +167,7 @@ static void act_ready(pm_cluster *c, pm__slot *s)
     if (s->state == PM_SLOT_READY && s->incarnation == inc) {
         pm__incarnation_spare_prepare(c, s);
         pm__standby_prepare(c, s); /* on the spare, when asked for */
+        pm__cg_slot_prepare(&s->cg); /* the leaf a restart after a kill is born into */
     }
 }
 

@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT */
+/* cgroup_slot.c - one slot's cgroup: made with its limits ahead of any incarnation, the leaf each incarnation is born into, killing it and waiting until it is empty, the OOM count.
+ */
+#define _GNU_SOURCE
+#include "cgroup.h"
+
+#include "base/internal.h"
+#include "procmesh.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* pread from 0 of an fd kept open (cgroupfs files regenerate on each read). */
+static int pread_text(int fd, char *buf, size_t size)
+{
+    ssize_t n = pread(fd, buf, size - 1, 0);
+    if (n < 0)
+        return -errno;
+    buf[n] = '\0';
+    return 0;
+}
+
+static int open_in(const char *dir, const char *file, int flags)
+{
+    char path[PM__CG_PATH + 64];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    int fd = open(path, flags | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+/* The limit's value as its v2 file (memory.max, pids.max, cpu.max) or v1
+ * file (memory.limit_in_bytes, pids.max, cpu.cfs_quota_us + period) takes. */
+static int write_limit(const char *dir, int ctrl, int v2, const pm__cg_limits *lim)
+{
+    char v[64];
+    if (ctrl == PM__CG_MEMORY) {
+        snprintf(v, sizeof(v), "%" PRIu64, lim->memory_max);
+        if (!v2) {
+            /* Swap too when the host accounts it, so the limit is not
+             * simply moved to swap; its absence is fine. */
+            int rc = pm__cg_write_text(dir, "memory.limit_in_bytes", v);
+            if (rc == 0)
+                (void)pm__cg_write_text(dir, "memory.memsw.limit_in_bytes", v);
+            return rc;
+        }
+        int rc = pm__cg_write_text(dir, "memory.max", v);
+        if (rc == 0)
+            (void)pm__cg_write_text(dir, "memory.swap.max", "0");
+        return rc;
+    }
+    if (ctrl == PM__CG_PIDS) {
+        snprintf(v, sizeof(v), "%d", lim->pids_max);
+        return pm__cg_write_text(dir, "pids.max", v);
+    }
+    if (v2) {
+        snprintf(v, sizeof(v), "%" PRIu64 " %" PRIu64, lim->cpu_quota_us, lim->cpu_period_us);
+        return pm__cg_write_text(dir, "cpu.max", v);
+    }
+    /* v1: the period first, so the quota is checked against it. */
+    snprintf(v, sizeof(v), "%" PRIu64, lim->cpu_period_us);
+    int rc = pm__cg_write_text(dir, "cpu.cfs_period_us", v);
+    snprintf(v, sizeof(v), "%" PRIu64, lim->cpu_quota_us);
+    return rc < 0 ? rc : pm__cg_write_text(dir, "cpu.cfs_quota_us", v);
+}
+
+/* ------------------------------------------------------------ leaves */
+
+/* Makes the leaf g<gen> below the slot's directory (an existing one is
+ * fine) and opens it: l->dir_fd, the other fds -1. */
+static int leaf_make(int slot_fd, unsigned gen, pm__cg_leaf *l)
+{
+    char name[24];
+    snprintf(name, sizeof(name), "g%u", gen);
+    l->gen = gen;
+    l->dir_fd = l->procs_fd = l->events_fd = l->kill_fd = -1;
+    if (mkdirat(slot_fd, name, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    l->dir_fd = openat(slot_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (l->dir_fd < 0) {
+        int rc = -errno;
+        (void)unlinkat(slot_fd, name, AT_REMOVEDIR);
+        return rc;
+    }
+    return 0;
+}
+
+/* Opens the files of leaf l (made by leaf_make). A leaf made ahead holds
+ * its directory's fd only, so that a slot waiting for a restart costs two
+ * fds (it and the slot's), not five: these three openat calls are cheap
+ * (no lock the kernel shares with forks). On failure l's fds are closed. */
+static int leaf_open(pm__cg_leaf *l, int has_kill)
+{
+    if ((l->procs_fd = openat(l->dir_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC)) >= 0 &&
+        (l->events_fd = openat(l->dir_fd, "cgroup.events", O_RDONLY | O_CLOEXEC)) >= 0 &&
+        (!has_kill || (l->kill_fd = openat(l->dir_fd, "cgroup.kill", O_WRONLY | O_CLOEXEC)) >= 0))
+        return 0;
+    int rc = -errno;
+    pm__close(l->dir_fd);
+    pm__close(l->procs_fd);
+    pm__close(l->events_fd);
+    l->dir_fd = l->procs_fd = l->events_fd = -1;
+    errno = -rc;
+    return rc;
+}
+
+static void leaf_release(const pm__cg_leaf *l)
+{
+    pm__close(l->dir_fd);
+    pm__close(l->procs_fd);
+    pm__close(l->events_fd);
+    pm__close(l->kill_fd);
+}
+
+/* The slot's current leaf becomes l (its fds are the slot's now). */
+static void leaf_take(pm__cg_slot *s, pm__cg_leaf *l)
+{
+    s->dir_fd = l->dir_fd;
+    s->procs_fd = l->procs_fd;
+    s->events_fd = l->events_fd;
+    s->kill_fd = l->kill_fd;
+    s->gen = l->gen;
+    s->killed = 0;
+    l->dir_fd = l->procs_fd = l->events_fd = l->kill_fd = -1;
+}
+
+/* Removes the leaf retired last, once it is empty: rmdir refuses one that
+ * still holds a process (one in uninterruptible sleep past the wait). */
+static void retired_remove(pm__cg_slot *s)
+{
+    char name[24];
+    snprintf(name, sizeof(name), "g%u", s->retired);
+    if (s->retired != 0 && (unlinkat(s->slot_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT))
+        s->retired = 0;
+}
+
+void pm__cg_slot_prepare(pm__cg_slot *s)
+{
+    if (s->slot_fd < 0)
+        return;
+    int saved = errno;
+    retired_remove(s);
+    if (s->next.dir_fd < 0)
+        (void)leaf_make(s->slot_fd, ++s->last_gen, &s->next);
+    errno = saved;
+}
+
+/* The current leaf was killed: the next incarnation is born into the leaf
+ * made ahead (or one made now, when it died before it was ready), and the
+ * killed one is removed by the next pm__cg_slot_prepare. Without a new
+ * leaf the killed one stays, joined by a write (spawn.c). */
+static void rotate(pm__cg_slot *s)
+{
+    if (s->slot_fd < 0)
+        return;
+    if (s->next.dir_fd < 0 && leaf_make(s->slot_fd, ++s->last_gen, &s->next) < 0)
+        return;
+    if (leaf_open(&s->next, s->has_kill) < 0)
+        return; /* its directory is removed with the slot's */
+    pm__cg_leaf old = {s->dir_fd, s->procs_fd, s->events_fd, s->kill_fd, s->gen};
+    leaf_release(&old);
+    if (s->retired != 0)
+        retired_remove(s); /* two kills before a ready: the older one now */
+    s->retired = old.gen;
+    leaf_take(s, &s->next);
+}
+
+/* ------------------------------------------------------------ a slot's cgroup */
+
+void pm__cg_slot_zero(pm__cg_slot *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->dir_fd = s->procs_fd = s->events_fd = s->kill_fd = s->slot_fd = -1;
+    s->next.dir_fd = s->next.procs_fd = s->next.events_fd = s->next.kill_fd = -1;
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        s->v1_procs[i] = -1;
+    s->oom_base = -1;
+}
+
+void pm__cg_slot_release_copy(const pm__cg_slot *s)
+{
+    int saved = errno;
+    pm__close(s->dir_fd);
+    pm__close(s->procs_fd);
+    pm__close(s->events_fd);
+    pm__close(s->kill_fd);
+    pm__close(s->slot_fd);
+    leaf_release(&s->next);
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        pm__close(s->v1_procs[i]);
+    errno = saved;
+}
+
+void pm__cg_slot_close_fds(pm__cg_slot *s)
+{
+    pm__cg_slot_release_copy(s);
+    s->dir_fd = s->procs_fd = s->events_fd = s->kill_fd = s->slot_fd = -1;
+    s->next.dir_fd = s->next.procs_fd = s->next.events_fd = s->next.kill_fd = -1;
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        s->v1_procs[i] = -1;
+}
+
+static long long oom_count(const pm__cg_slot *s);
+
+/* The limit of controller i in the slot's directory dir (v2), or in one of
+ * its own in the controller's v1 hierarchy. */
+static int slot_limit(const pm__cg_root *r, unsigned index, const pm__cg_limits *lim, int i,
+                      pm__cg_slot *s, char *dir, size_t size, const char **what)
+{
+    int rc;
+    *what = "set a limit in";
+    if (r->v2_ctrl[i]) {
+        if ((rc = write_limit(dir, i, 1, lim)) < 0)
+            return rc;
+        if (i == PM__CG_MEMORY)
+            if (snprintf(s->oom_file, sizeof(s->oom_file), "%s/memory.events", dir) >=
+                (int)sizeof(s->oom_file))
+                s->oom_file[0] = '\0'; /* too long a path: OOM kills go uncounted */
+        return 0;
+    }
+    snprintf(dir, size, "%s/slot%u", r->v1[i], index);
+    *what = "create";
+    if ((rc = pm__cg_mkdir(dir)) < 0)
+        return rc;
+    *what = "set a limit in";
+    if ((rc = write_limit(dir, i, 0, lim)) < 0)
+        return rc;
+    *what = "open";
+    if ((rc = s->v1_procs[i] = open_in(dir, "cgroup.procs", O_WRONLY)) < 0)
+        return rc;
+    if (i == PM__CG_MEMORY)
+        if (snprintf(s->oom_file, sizeof(s->oom_file), "%s/memory.oom_control", dir) >=
+            (int)sizeof(s->oom_file))
+            s->oom_file[0] = '\0';
+    snprintf(dir, size, "%s/slot%u", r->v2, index);
+    return 0;
+}
+
+int pm__cg_slot_open(const pm__cg_root *r, unsigned index, const pm__cg_limits *lim,
+                     pm__cg_slot *s, char *why, size_t size)
+{
+    char dir[PM__CG_PATH + 32];
+    const char *what = "";
+    int rc;
+    pm__cg_slot_zero(s);
+    s->index = index;
+    s->has_kill = r->has_kill;
+    snprintf(dir, sizeof(dir), "%s/slot%u", r->v2, index);
+    what = "create";
+    if ((rc = pm__cg_mkdir(dir)) < 0)
+        goto fail;
+    what = "open";
+    if ((s->slot_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        if (pm__cg_wants(lim, i) && (rc = slot_limit(r, index, lim, i, s, dir, sizeof(dir), &what)) < 0)
+            goto fail;
+    /* The first incarnation's leaf. The slot's directory itself holds no
+     * process: its limits cover the leaves below it, whose processes are
+     * charged to it (the leaves enable no controller of their own). */
+    pm__cg_leaf first;
+    what = "create a leaf in";
+    if ((rc = leaf_make(s->slot_fd, ++s->last_gen, &first)) < 0 ||
+        (rc = leaf_open(&first, s->has_kill)) < 0)
+        goto fail;
+    leaf_take(s, &first);
+    s->oom_base = oom_count(s);
+    return 0;
+fail:
+    snprintf(why, size, "cannot %s the cgroup %s: %s", what, dir, strerror(-rc));
+    pm__cg_slot_close(r, s);
+    return rc;
+}
+
+static long long oom_count(const pm__cg_slot *s)
+{
+    char text[512];
+    if (s->oom_file[0] == '\0' || pm__cg_read_text(s->oom_file, text, sizeof(text)) < 0)
+        return -1;
+    return pm__cg_parse_oom_kill(text);
+}
+
+int pm__cg_slot_move(const pm__cg_slot *s, pid_t pid)
+{
+    char text[16];
+    int n = snprintf(text, sizeof(text), "%d", (int)pid);
+    if (write(s->procs_fd, text, (size_t)n) < 0)
+        return -errno;
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        if (s->v1_procs[i] >= 0 && write(s->v1_procs[i], text, (size_t)n) < 0)
+            return -errno;
+    return 0;
+}
+
+int pm__cg_slot_populated(const pm__cg_slot *s)
+{
+    char text[128];
+    int rc = pread_text(s->events_fd, text, sizeof(text));
+    return rc < 0 ? rc : pm__cg_parse_populated(text);
+}
+
+/* Without cgroup.kill (Linux < 5.14): SIGKILL each pid listed. A process
+ * forking meanwhile adds a pid after our read: the caller's wait loop
+ * calls this again until the cgroup is empty. The pids are safe to signal:
+ * a pid listed in cgroup.procs is alive (or a zombie, which keeps it). */
+static void kill_listed(const pm__cg_slot *s)
+{
+    char path[64], text[4096];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d/cgroup.procs", s->dir_fd);
+    if (pm__cg_read_text(path, text, sizeof(text)) < 0)
+        return;
+    for (char *p = text; *p != '\0';) {
+        char *end;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (pid > 0)
+            (void)kill((pid_t)pid, SIGKILL);
+        p = end;
+    }
+}
+
+int pm__cg_slot_end(pm__cg_slot *s, int timeout_ms, unsigned *oom_kills)
+{
+    *oom_kills = 0;
+    if (s->events_fd < 0)
+        return 0;
+    int rc = pm__cg_slot_populated(s);
+    if (rc == 1) {
+        /* cgroup.kill: the kernel kills every process in it, including one
+         * forking at that moment (the cgroup is marked while it walks). */
+        if (s->kill_fd >= 0) {
+            s->killed = 1;
+            if (write(s->kill_fd, "1", 1) < 0)
+                kill_listed(s);
+        } else {
+            kill_listed(s);
+        }
+        uint64_t deadline = pm__now_ms() + (uint64_t)timeout_ms;
+        /* cgroup.events raises POLLPRI (a "modified" notification) when
+         * populated changes; check after arming so a change between the
+         * read and the poll is not lost (the next read sees it). */
+        while ((rc = pm__cg_slot_populated(s)) == 1) {
+            uint64_t now = pm__now_ms();
+            if (now >= deadline) {
+                rc = -ETIMEDOUT;
+                break;
+            }
+            struct pollfd p = {s->events_fd, POLLPRI, 0};
+            int wait = (int)(deadline - now);
+            (void)poll(&p, 1, wait < 10 ? wait : 10);
+            if (s->kill_fd < 0)
+                kill_listed(s);
+        }
+    }
+    long long now = oom_count(s);
+    if (now > 0 && s->oom_base >= 0 && now > s->oom_base)
+        *oom_kills = (unsigned)(now - s->oom_base);
+    s->oom_base = now;
+    if (s->killed)
+        rotate(s);
+    return rc < 0 ? rc : 0;
+}
+
+void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s)
+{
+    int saved = errno;
+    unsigned oom;
+    /* No new leaf for an incarnation that will not come (rotate). */
+    pm__close(s->slot_fd);
+    s->slot_fd = -1;
+    if (s->events_fd >= 0)
+        (void)pm__cg_slot_end(s, 1000, &oom);
+    pm__cg_slot_close_fds(s);
+    char dir[PM__CG_PATH + 32];
+    for (int i = 0; i < PM__CG_NCTRL; i++) {
+        if (r->v1[i][0] == '\0')
+            continue;
+        snprintf(dir, sizeof(dir), "%s/slot%u", r->v1[i], s->index);
+        (void)rmdir(dir);
+    }
+    if (r->v2[0] != '\0') {
+        /* Its leaves with it: the current, the one made ahead, a retired
+         * one (or several, when one held a process past its wait). */
+        snprintf(dir, sizeof(dir), "%s/slot%u", r->v2, s->index);
+        pm__cg_rmdir_tree(dir, 1);
+    }
+    errno = saved;
+}
