@@ -105,6 +105,8 @@ int pm__pidfd_open(pid_t pid);
 #endif
 int pm__pidfd_signal(int pidfd, int sig);
 
+/* exec_env.c */
+
 /* Exec mode: the program's path looked up in PATH once, at create time
  * (a name with a slash is taken as it is; a name not found is returned as
  * it is, so that exec reports ENOENT). NULL only when out of memory. */
