@@ -485,15 +485,23 @@ void pm__cg_slot_zero(pm__cg_slot *s)
     s->oom_base = -1;
 }
 
+void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS])
+{
+    fds[0] = s->dir_fd;
+    fds[1] = s->procs_fd;
+    fds[2] = s->events_fd;
+    fds[3] = s->kill_fd;
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        fds[4 + i] = s->v1_procs[i];
+}
+
 void pm__cg_slot_release_copy(const pm__cg_slot *s)
 {
     int saved = errno;
-    pm__close(s->dir_fd);
-    pm__close(s->procs_fd);
-    pm__close(s->events_fd);
-    pm__close(s->kill_fd);
-    for (int i = 0; i < PM__CG_NCTRL; i++)
-        pm__close(s->v1_procs[i]);
+    int fds[PM__CG_SLOT_NFDS];
+    pm__cg_slot_fds(s, fds);
+    for (int i = 0; i < PM__CG_SLOT_NFDS; i++)
+        pm__close(fds[i]);
     errno = saved;
 }
 

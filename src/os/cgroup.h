@@ -94,6 +94,11 @@ void pm__cg_slot_close_fds(pm__cg_slot *s);
  * (see pm__link_release_copy: no copy-on-write of the supervisor's slot
  * table). A fork-mode child drops every slot's so. */
 void pm__cg_slot_release_copy(const pm__cg_slot *s);
+
+/* The fds pm__cg_slot_release_copy closes, into fds (-1 where none), for
+ * a caller that closes many slots' fds together (a fork child). */
+#define PM__CG_SLOT_NFDS (4 + PM__CG_NCTRL)
+void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS]);
 /* Ends and removes the slot's cgroup. errno kept. */
 void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);
 

@@ -31,6 +31,11 @@ typedef struct pm__spawn_req {
                               vfork child failed) */
     char *pid_digits;      /* if set: 11 bytes inside an envp string, filled with
                               the child's own pid (LISTEN_PID) and a NUL */
+    uint64_t sig_ignored;  /* the signals ignored in the supervisor (bit sig - 1,
+                              pm__sig_ignored): when the clone reset every handler
+                              (CLONE_CLEAR_SIGHAND), the only ones the child still
+                              sets back to SIG_DFL */
+    int sig_ignored_known; /* 0: sig_ignored unknown, every signal is reset */
     /* fork mode (path == NULL): runs in the child, never returns; it gets
      * the child's own copy of this request and calls
      * pm__child_privileges() with it after procmesh's join and before the
@@ -96,6 +101,10 @@ int pm__child_stdio(int out, int err);
  * kernels without close_range (< 5.11). Async-signal-safe. 0, or -errno
  * when /proc/self/fd cannot be read. */
 int pm__cloexec_proc_fds(int first);
+
+/* The signals (1..64, bit sig - 1) whose disposition is SIG_IGN in this
+ * process now: one rt_sigaction per signal. */
+uint64_t pm__sig_ignored(void);
 
 /* pidfd helpers with the raw system calls (glibc 2.36 has wrappers, older
  * ones do not; the numbers are the same everywhere). -errno on failure. */
