@@ -709,6 +709,15 @@ static pid_t spawn_vfork(const pm__spawn_req *r)
 }
 #endif
 
+int pm__spawn_waits_exec(void)
+{
+#if PM__SPAWN_VFORK
+    return __atomic_load_n(&vfork_state, __ATOMIC_RELAXED) >= 0;
+#else
+    return 0;
+#endif
+}
+
 pid_t pm__spawn(const pm__spawn_req *r)
 {
     if (r->path != NULL && r->nfds > 64 + 8)

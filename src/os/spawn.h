@@ -83,6 +83,12 @@ int pm__child_contain(const pm__spawn_req *r, int placed);
  * execve; a failed step's errno reaches err_pipe either way. */
 pid_t pm__spawn(const pm__spawn_req *r);
 
+/* 1 when an exec-mode pm__spawn returns only once its child has exec'd or
+ * exited (the vfork clone; not known refused): no child of ours is then
+ * ever between its clone and its exec while the caller runs, holding
+ * copies of the caller's close-on-exec fds. 0 when it forks. */
+int pm__spawn_waits_exec(void);
+
 /* The child's last steps before exec (or the bootstrap): its user, then
  * no_new_privs, dumpability, and the seccomp filter, from r. Called once in
  * each child: by pm__spawn just before execve in exec mode, by the child

@@ -347,11 +347,12 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
  * mappings). The spare goes when the slot stops or retires
  * (pm__cluster_set_state) or the cluster is freed.
  *
- * Exec mode, the error pipe the same way: made after the spawn of the
- * incarnation before, both ends close-on-exec, so no process that ever ran
- * a worker's code holds an end (another slot's child holds a copy only
- * between its clone and its exec, and reports into its own pipe); the
- * write end goes to the new child only. */
+ * Exec mode, the error pipe the same way (spare_pipe says when): made
+ * after the spawn of the incarnation before, both ends close-on-exec, so
+ * no process that ever ran a worker's code holds an end (another slot's
+ * vfork child holds a copy only between its clone and its exec, while we
+ * wait, and reports into its own pipe); the write end goes to the new
+ * child only. */
 
 void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s)
 {
@@ -435,7 +436,7 @@ int pm__fds_affordable(const int *fds, size_t n)
     if (rl.rlim_cur == RLIM_INFINITY)
         return 1;
     for (size_t i = 0; i < n; i++)
-        if ((rlim_t)fds[i] >= rl.rlim_cur / 2)
+        if (fds[i] >= 0 && (rlim_t)fds[i] >= rl.rlim_cur / 2) /* -1: none */
             return 0;
     return 1;
 }
@@ -447,6 +448,17 @@ static int spare_affordable(const struct spare *sp)
     fds[PM__LINK_NFDS] = sp->err_pipe[0];
     fds[PM__LINK_NFDS + 1] = sp->err_pipe[1];
     return pm__fds_affordable(fds, sizeof(fds) / sizeof(fds[0]));
+}
+
+/* Exec mode prepares the error pipe too, when the spawn is the vfork
+ * clone: a forked exec child (the fallback) holds copies of every
+ * close-on-exec fd until its exec, and a spare pipe existing while another
+ * slot's child is in that window could keep its write end open after its
+ * own worker died, when the reap reads it for EOF (reap.c). A pipe made at
+ * the start, after every earlier child's fork, has no such copy. */
+static int spare_pipe(const pm_cluster *c)
+{
+    return c->o->exec_path != NULL && pm__spawn_waits_exec();
 }
 
 /* Best effort: without a spare the next start creates its link itself.
@@ -467,7 +479,7 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
     struct spare *sp = malloc(sizeof(*sp));
     if (sp != NULL && link_new(c, &sp->link, s->index, s->incarnation + 1) == 0) {
         sp->err_pipe[0] = sp->err_pipe[1] = -1;
-        if ((c->o->exec_path == NULL || err_pipe_open(sp->err_pipe) == 0) &&
+        if ((!spare_pipe(c) || err_pipe_open(sp->err_pipe) == 0) &&
             spare_affordable(sp)) {
             s->spare = &sp->link;
             sp = NULL;
