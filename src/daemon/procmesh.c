@@ -455,9 +455,11 @@ static int run_prepare(run_state *r)
     return 0;
 }
 
-/* The supervisor holds about ten fds per worker (its link, pidfd, pipes,
- * cgroup, the next incarnation's link prepared ahead): 1,024 workers need
- * some 12,000, far above the usual soft RLIMIT_NOFILE of 1,024. The daemon
+/* The supervisor holds about 11 fds per worker (its link 5, pidfd, exec
+ * pipe, cgroup 4; captured output 2 more) and 7 more for the next
+ * incarnation's link and pipe prepared ahead, kept only below half the
+ * limit: 1,024 workers need some 11,500 to start, 40,000 for every slot to
+ * keep its spare, far above the usual soft RLIMIT_NOFILE of 1,024. The daemon
  * uses no select(), so it raises its own soft limit to the hard one, as
  * systemd does for itself; its workers keep the limit the daemon was
  * started with (a program using select() breaks on an fd past 1,023)

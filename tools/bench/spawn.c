@@ -45,8 +45,9 @@ static uint64_t baseline_spawn(int exec_mode, int n)
     return t;
 }
 
-/* The supervisor holds about ten fds per worker (spare links included):
- * N = 1024 needs some 12,000, above the usual soft RLIMIT_NOFILE of 1024.
+/* The supervisor holds about 11 fds per worker, 18 with the spare link
+ * (kept only below half the limit): N = 1024 needs some 11,500 to start,
+ * 40,000 for every spare, above the usual soft RLIMIT_NOFILE of 1024.
  * Raised to the hard limit, as the procmesh daemon does at start; the
  * number is printed. */
 static void raise_nofile(void)
