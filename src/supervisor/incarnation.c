@@ -57,8 +57,8 @@ struct child_ctx {
  * time. The slots' fds and rings are made one after another, so the runs
  * are few: the child's system calls barely grow with the number of slots,
  * where one per fd and per mapping made a spawn of N workers O(N^2). The
- * lists take a few bytes per slot (a bitmap page per 32,768 fds, a batch
- * on the stack): the child's page faults stay flat in N too
+ * lists take a few bytes per slot (a bitmap, on the stack up to 8,192
+ * fds, and a batch of mappings on the stack): the child's page faults stay flat in N too
  * (check_spawn's test_fork_child_faults_flat_in_n). Without memory for
  * the bitmap, each fd is closed at once. */
 struct child_map {
@@ -185,12 +185,17 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__link *own)
 static void drop_slots(const pm_cluster *c, const pm__link *own)
 {
     child_drop d;
-    d.mode = DROP_MEASURE;
-    d.maxfd = -1;
-    d.nmaps = 0;
+    d.mode = DROP_MEASURE, d.maxfd = -1, d.nmaps = 0;
     for (unsigned i = 0; i < c->nslots; i++)
         drop_slot(&d, &c->slots[i], own);
-    d.fdbits = calloc((size_t)(d.maxfd + 1) / 64 + 1, sizeof(*d.fdbits));
+    uint64_t small[128]; /* up to 8,192 fds: no allocation, no heap page written */
+    size_t words = (size_t)(d.maxfd + 1) / 64 + 1;
+    if (words <= PM__ARRAY_SIZE(small)) {
+        memset(small, 0, words * sizeof(*small));
+        d.fdbits = small;
+    } else {
+        d.fdbits = calloc(words, sizeof(*d.fdbits));
+    }
     d.mode = d.fdbits != NULL ? DROP_COLLECT : DROP_NOW;
     for (unsigned i = 0; i < c->nslots; i++)
         drop_slot(&d, &c->slots[i], own);
@@ -198,7 +203,8 @@ static void drop_slots(const pm_cluster *c, const pm__link *own)
         unmap_batch(&d);
         close_marked(&d);
     }
-    free(d.fdbits);
+    if (d.fdbits != small)
+        free(d.fdbits);
 }
 
 /* Captured output: the pipes' write ends become fds 1 and 2. */
