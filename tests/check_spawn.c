@@ -351,6 +351,76 @@ START_TEST(test_fork_child_faults_flat_in_n)
 }
 END_TEST
 
+/* The SigIgn and SigCgt masks the exec'd worker of pid wrote (the script
+ * of test_exec_signal_dispositions), waited for. */
+static void worker_sigs(pm_cluster *c, const char *dir, pid_t pid, unsigned long long *ign,
+                        unsigned long long *cgt)
+{
+    char path[128], line[128];
+    snprintf(path, sizeof(path), "%s/s.%d", dir, (int)pid);
+    RUN_UNTIL(c, access(path, R_OK) == 0, 10000);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int got = 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        got += sscanf(line, "SigIgn: %llx", ign) + sscanf(line, "SigCgt: %llx", cgt);
+    fclose(f);
+    ck_assert_int_eq(got, 2);
+}
+
+#define SIGBIT(sig) (1ULL << ((sig) - 1))
+
+static void on_usr2(int sig)
+{
+    (void)sig;
+}
+
+/* An exec'd worker starts with no handler of the supervisor's and with the
+ * signals ignored when the cluster's first worker started back at SIG_DFL
+ * (the clone resets the handlers, the child the listed ones); a signal the
+ * application ignores after that is kept ignored, as exec keeps SIG_IGN
+ * (pm_options(3)). */
+START_TEST(test_exec_signal_dispositions)
+{
+    char dir[] = "/tmp/pm-sigs-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char script[512];
+    snprintf(script, sizeof(script),
+             "grep -E '^Sig(Ign|Cgt)' /proc/$$/status > %s/t.$$; mv %s/t.$$ %s/s.$$; exec sleep 60",
+             dir, dir, dir);
+    ck_assert_ptr_ne(signal(SIGUSR1, SIG_IGN), SIG_ERR);
+    ck_assert_ptr_ne(signal(SIGPIPE, SIG_IGN), SIG_ERR);
+    ck_assert_ptr_ne(signal(SIGUSR2, on_usr2), SIG_ERR);
+    pm_options *o = opts(1);
+    char *argv[] = {"sh", "-c", script, NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    unsigned long long ign = 0, cgt = 0;
+    worker_sigs(c, dir, si.pid, &ign, &cgt);
+    ck_assert_msg(!(ign & (SIGBIT(SIGUSR1) | SIGBIT(SIGPIPE))), "worker ignores %llx", ign);
+    ck_assert_msg(!(cgt & SIGBIT(SIGUSR2)), "worker catches %llx", cgt);
+    /* Ignored from now on: the next incarnation keeps it ignored; the
+     * others stay reset. */
+    ck_assert_ptr_ne(signal(SIGURG, SIG_IGN), SIG_ERR);
+    pid_t old = si.pid;
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, pm_cluster_slot_info(c, 0, &si) == 0 && si.state == PM_SLOT_READY && si.pid != old,
+              10000);
+    worker_sigs(c, dir, si.pid, &ign, &cgt);
+    ck_assert_msg(ign & SIGBIT(SIGURG), "worker ignores %llx", ign);
+    ck_assert_msg(!(ign & (SIGBIT(SIGUSR1) | SIGBIT(SIGPIPE))), "worker ignores %llx", ign);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spawn");
@@ -361,5 +431,6 @@ int main(void)
     PM_ADD_TEST(s, test_spawn_resources_exhausted, 60);
     PM_ADD_TEST(s, test_ready_mode_exec_and_listen_fds, 60);
     PM_ADD_TEST(s, test_fork_child_faults_flat_in_n, 240);
+    PM_ADD_TEST(s, test_exec_signal_dispositions, 60);
     return pm_test_main(s);
 }

@@ -166,14 +166,22 @@ int pm__link_adopt(pm__link *l, const pm__link *hub)
     return 0;
 }
 
+void pm__link_fds(const pm__link *l, int fds[PM__LINK_NFDS])
+{
+    fds[0] = l->memfd;
+    fds[1] = l->hub_efd;
+    fds[2] = l->node_efd;
+    fds[3] = l->sock;
+    fds[4] = l->node_sock;
+}
+
 void pm__link_release_copy(const pm__link *l)
 {
+    int fds[PM__LINK_NFDS];
     pm__shm_unmap(l->map, l->map_size);
-    pm__close(l->memfd);
-    pm__close(l->hub_efd);
-    pm__close(l->node_efd);
-    pm__close(l->sock);
-    pm__close(l->node_sock);
+    pm__link_fds(l, fds);
+    for (int i = 0; i < PM__LINK_NFDS; i++)
+        pm__close(fds[i]);
 }
 
 void pm__link_close(pm__link *l)

@@ -118,6 +118,12 @@ static inline const struct pm__ctl *pm__link_ctl(const pm__link *l)
  * spawn of N workers grew as N^2. The child must not use *l afterwards. */
 void pm__link_release_copy(const pm__link *l);
 
+/* The fds pm__link_release_copy closes, into fds (-1 where none): for a
+ * caller that closes many links' fds together (a fork child, by runs of
+ * close_range) and unmaps their mappings itself. */
+#define PM__LINK_NFDS 5
+void pm__link_fds(const pm__link *l, int fds[PM__LINK_NFDS]);
+
 void pm__link_close(pm__link *l);
 
 #endif /* PM_LINK_H */

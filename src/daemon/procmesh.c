@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -454,10 +455,40 @@ static int run_prepare(run_state *r)
     return 0;
 }
 
+/* The supervisor holds about 11 fds per worker (its link 5, pidfd, exec
+ * pipe, cgroup 4; captured output 2 more) and 7 more for the next
+ * incarnation's link and pipe prepared ahead, kept only below half the
+ * limit: 1,024 workers need some 11,500 to start, 40,000 for every slot to
+ * keep its spare, far above the usual soft RLIMIT_NOFILE of 1,024. The daemon
+ * uses no select(), so it raises its own soft limit to the hard one, as
+ * systemd does for itself; its workers keep the limit the daemon was
+ * started with (a program using select() breaks on an fd past 1,023)
+ * unless --rlimit nofile says otherwise. Best effort: a refusal leaves the
+ * limit as it was, and a cluster too large for it fails with EMFILE. */
+static void raise_nofile(run_state *r)
+{
+    static struct rlimit rl; /* as the daemon was started (a reload runs this again) */
+    static int raised;
+    if (!raised) {
+        struct rlimit up;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+            return;
+        up.rlim_cur = up.rlim_max = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) < 0)
+            return;
+        raised = 1;
+    }
+    if (!r->conf->rlimit_set[RLIMIT_NOFILE])
+        (void)pm_options_set_rlimit(r->o, RLIMIT_NOFILE,
+                                    rl.rlim_cur == RLIM_INFINITY ? PM_RLIM_INFINITY : rl.rlim_cur,
+                                    rl.rlim_max == RLIM_INFINITY ? PM_RLIM_INFINITY : rl.rlim_max);
+}
+
 /* Starts the workers (every slot ready when it returns) and the health
  * endpoint. 0, or the exit status after the failure was logged. */
 static int run_start(run_state *r)
 {
+    raise_nofile(r);
     pmd_keyreload_early();
     int rc = pm_cluster_spawn(r->o, &r->c);
     if (rc == -EINTR) {

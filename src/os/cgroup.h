@@ -144,6 +144,11 @@ void pm__cg_slot_release_copy(const pm__cg_slot *s);
  * incarnation will be born into if this one's is killed, made ahead, and
  * a killed leaf removed. Failures are left to pm__cg_slot_end. errno kept. */
 void pm__cg_slot_prepare(pm__cg_slot *s);
+
+/* The fds pm__cg_slot_release_copy closes, into fds (-1 where none), for
+ * a caller that closes many slots' fds together (a fork child). */
+#define PM__CG_SLOT_NFDS (9 + PM__CG_NCTRL)
+void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS]);
 /* Ends and removes the slot's cgroup. errno kept. */
 void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);
 

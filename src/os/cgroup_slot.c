@@ -184,17 +184,29 @@ void pm__cg_slot_zero(pm__cg_slot *s)
     s->oom_base = -1;
 }
 
+void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS])
+{
+    int k = 0;
+    fds[k++] = s->dir_fd;
+    fds[k++] = s->procs_fd;
+    fds[k++] = s->events_fd;
+    fds[k++] = s->kill_fd;
+    fds[k++] = s->slot_fd;
+    fds[k++] = s->next.dir_fd;
+    fds[k++] = s->next.procs_fd;
+    fds[k++] = s->next.events_fd;
+    fds[k++] = s->next.kill_fd;
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        fds[k++] = s->v1_procs[i];
+}
+
 void pm__cg_slot_release_copy(const pm__cg_slot *s)
 {
     int saved = errno;
-    pm__close(s->dir_fd);
-    pm__close(s->procs_fd);
-    pm__close(s->events_fd);
-    pm__close(s->kill_fd);
-    pm__close(s->slot_fd);
-    leaf_release(&s->next);
-    for (int i = 0; i < PM__CG_NCTRL; i++)
-        pm__close(s->v1_procs[i]);
+    int fds[PM__CG_SLOT_NFDS];
+    pm__cg_slot_fds(s, fds);
+    for (int i = 0; i < PM__CG_SLOT_NFDS; i++)
+        pm__close(fds[i]);
     errno = saved;
 }
 

@@ -12,8 +12,9 @@
 #define _GNU_SOURCE
 #include "base/internal.h"
 #include "spawn.h"
-#include "base/defaults.h" /* PM__MAX_RLIMIT, PM__NODE_ENV */
+#include "base/defaults.h" /* PM__MAX_RLIMIT */
 
+#include "scrub.h"
 #include "seccomp_filter.h"
 
 #include <fcntl.h>
@@ -201,6 +202,7 @@ static void cloexec_from(int first)
 typedef struct child_report {
     int pipe_fd;        /* fork: the error pipe's write end */
     volatile int *shared; /* vfork: the parent's variable, or NULL */
+    int cleared;        /* the clone reset every handled signal (CLONE_CLEAR_SIGHAND) */
 } child_report;
 
 static void child_fail(const child_report *rep, int err)
@@ -222,6 +224,63 @@ static const unsigned long dfl_action[16];
  * MIPS), which the raw rt_sig* calls must be given exactly. */
 #define KERNEL_SIGSET_SIZE ((size_t)(_NSIG / 8))
 
+uint64_t pm__sig_ignored(void)
+{
+    uint64_t set = 0;
+    for (int sig = 1; sig < NSIG && sig <= 64; sig++) {
+        unsigned long act[16];
+        if (sig != SIGKILL && sig != SIGSTOP &&
+            syscall(SYS_rt_sigaction, sig, NULL, act, KERNEL_SIGSET_SIZE) == 0 &&
+            act[0] == (unsigned long)(uintptr_t)SIG_IGN)
+            set |= 1ULL << (sig - 1);
+    }
+    return set;
+}
+
+/* Before anything is unblocked, every signal with a handler goes back to
+ * SIG_DFL, so that no handler of the supervisor can run in the child (in
+ * the vfork child it would run on the supervisor's memory); so does every
+ * signal the request lists as ignored (ignored when the cluster's first
+ * worker started: a fresh program expects SIG_DFL, and exec keeps
+ * SIG_IGN). A signal ignored since is kept ignored, whichever way the
+ * child was made. When the clone reset the handlers (CLONE_CLEAR_SIGHAND),
+ * only the listed signals are left to do, a system call each; otherwise
+ * each signal is read first. Without a list, every signal is reset. Not
+ * CLONE_SIGHAND: the parent's dispositions are untouched. */
+static void reset_signals(const pm__spawn_req *r, const child_report *rep)
+{
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP)
+            continue;
+        int listed = sig <= 64 && (r->sig_ignored >> (sig - 1) & 1);
+        if (r->sig_ignored_known && !listed) {
+            unsigned long act[16];
+            if (rep->cleared ||
+                (syscall(SYS_rt_sigaction, sig, NULL, act, KERNEL_SIGSET_SIZE) == 0 &&
+                 (act[0] == (unsigned long)(uintptr_t)SIG_DFL ||
+                  act[0] == (unsigned long)(uintptr_t)SIG_IGN)))
+                continue;
+        }
+        (void)syscall(SYS_rt_sigaction, sig, dfl_action, NULL, KERNEL_SIGSET_SIZE);
+    }
+}
+
+/* LISTEN_PID must name the process that execs: only known in the child.
+ * The string was allocated by the parent, which frees it after the spawn
+ * returns; writing digits into it is async-signal-safe. */
+static void fill_pid_digits(char *digits)
+{
+    char rev[12];
+    int k = 0;
+    for (unsigned long v = (unsigned long)getpid(); v > 0 || k == 0; v /= 10)
+        rev[k++] = (char)('0' + v % 10);
+    /* Left-aligned and NUL-terminated, no zero padding: sd_listen_fds
+     * parses with base 0, so a leading 0 would read as octal. */
+    for (int i = 0; i < k; i++)
+        digits[i] = rev[k - 1 - i];
+    digits[k] = '\0';
+}
+
 /* The exec-mode child, after pm__child_contain: handlers, mask, death
  * signal, LISTEN_PID, the fds, the privileges, execve. Raw system calls
  * and glibc's thin wrappers of one system call each only (fcntl, dup2,
@@ -232,30 +291,11 @@ static void exec_child(const pm__spawn_req *r, child_report *rep)
 {
     int top = 3 + r->nfds;
     int tmp[64 + 8];
-    /* Reset every handler before unblocking anything, so no handler of the
-     * supervisor can run in the child (in the vfork child it would run on
-     * the supervisor's memory); ignored signals (SIGPIPE ...) are reset
-     * too, as a fresh program expects. Not CLONE_SIGHAND: the parent's
-     * handlers are untouched. */
-    for (int sig = 1; sig < NSIG; sig++)
-        if (sig != SIGKILL && sig != SIGSTOP)
-            (void)syscall(SYS_rt_sigaction, sig, dfl_action, NULL, KERNEL_SIGSET_SIZE);
+    reset_signals(r, rep);
     (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, r->mask, NULL, KERNEL_SIGSET_SIZE);
     die_with_parent(r->parent);
-    if (r->pid_digits != NULL) {
-        /* LISTEN_PID must name the process that execs: only known here.
-         * The string was allocated by the parent, which frees it after the
-         * spawn returns; writing digits into it is async-signal-safe. */
-        char rev[12];
-        int k = 0;
-        for (unsigned long v = (unsigned long)getpid(); v > 0 || k == 0; v /= 10)
-            rev[k++] = (char)('0' + v % 10);
-        /* Left-aligned and NUL-terminated, no zero padding: sd_listen_fds
-         * parses with base 0, so a leading 0 would read as octal. */
-        for (int i = 0; i < k; i++)
-            r->pid_digits[i] = rev[k - 1 - i];
-        r->pid_digits[k] = '\0';
-    }
+    if (r->pid_digits != NULL)
+        fill_pid_digits(r->pid_digits);
 
     /* Move the error pipe (fork: the child writes into it) and every
      * source fd above the target range first, so that placing fd i at
@@ -376,131 +416,6 @@ static pid_t fork_into(const pm__spawn_req *r, int *placed)
     return fork();
 }
 
-/* Fork mode: the child is a copy of the supervisor, dead stack included.
- * Below the stack pointer lie the frames of the supervisor's earlier calls
- * (ring reads, message callbacks, the user's own code), and with them
- * copies of other workers' traffic that the worker's code could read. They
- * are zeroed here: every resident page from this frame down to the first
- * page the supervisor never touched (a stack is used contiguously from the
- * top, so that page is where its dead frames end; below it lies the
- * unmapped gap or a thread's guard page, which the walk must not pass).
- * A page swapped out stops the walk early: accepted, the scan of a swapped
- * page would need the swap device. Signals are blocked by the caller, so
- * no handler frame is being written where the loop writes. No function is
- * called while the pages below are written (mincore's wrapper frame lies
- * in the page it asks about, dead before that page is cleared); not
- * instrumented, as a sanitizer would check these writes against the
- * shadow of frames that no longer exist. */
-#if defined(__has_attribute)
-#if __has_attribute(no_sanitize)
-__attribute__((no_sanitize("address", "undefined")))
-#endif
-#endif
-__attribute__((noinline)) static void wipe_dead_stack(void)
-{
-    volatile unsigned char near[8192];
-    for (size_t i = 0; i < sizeof(near); i++)
-        near[i] = 0;
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)&near[0] & ~(page - 1);
-    /* 8 MiB, the usual stack rlimit: a bound, not an expectation. */
-    for (unsigned n = 0; n < (8u << 20) / page; n++) {
-        unsigned char vec;
-        a -= page;
-        if (mincore((void *)a, page, &vec) != 0 || (vec & 1) == 0)
-            break;
-        volatile uint64_t *w = (volatile uint64_t *)a;
-        for (size_t i = 0; i < page / sizeof(*w); i++)
-            w[i] = 0;
-    }
-}
-
-/* Fork mode: the child starts with the supervisor's registers, and the
- * vector registers hold whatever its last memcpy moved (up to 64 bytes of
- * a payload in a zmm register). They do not stay there: the first call the
- * child makes through a not yet bound PLT entry runs the dynamic linker's
- * _dl_runtime_resolve_xsave, which stores every vector register on the
- * stack, and so does any signal delivery; check_hostile's scan found
- * another worker's message on a replacement's stack that way. They are
- * cleared before anything else runs. General-purpose registers keep their
- * values (addresses and counters, 8 bytes each): accepted. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx"))) static void clear_ymm(void)
-{
-    __asm__ volatile("vzeroall" ::: "memory"); /* ymm0-15, and zmm0-15 whole */
-}
-
-__attribute__((target("avx512f"))) static void clear_zmm_high(void)
-{
-    __asm__ volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\tvpxord %%zmm17, %%zmm17, %%zmm17\n\t"
-                     "vpxord %%zmm18, %%zmm18, %%zmm18\n\tvpxord %%zmm19, %%zmm19, %%zmm19\n\t"
-                     "vpxord %%zmm20, %%zmm20, %%zmm20\n\tvpxord %%zmm21, %%zmm21, %%zmm21\n\t"
-                     "vpxord %%zmm22, %%zmm22, %%zmm22\n\tvpxord %%zmm23, %%zmm23, %%zmm23\n\t"
-                     "vpxord %%zmm24, %%zmm24, %%zmm24\n\tvpxord %%zmm25, %%zmm25, %%zmm25\n\t"
-                     "vpxord %%zmm26, %%zmm26, %%zmm26\n\tvpxord %%zmm27, %%zmm27, %%zmm27\n\t"
-                     "vpxord %%zmm28, %%zmm28, %%zmm28\n\tvpxord %%zmm29, %%zmm29, %%zmm29\n\t"
-                     "vpxord %%zmm30, %%zmm30, %%zmm30\n\tvpxord %%zmm31, %%zmm31, %%zmm31" ::
-                         : "memory");
-}
-
-static void clear_vector_registers(void)
-{
-    if (__builtin_cpu_supports("avx")) {
-        clear_ymm();
-        if (__builtin_cpu_supports("avx512f"))
-            clear_zmm_high();
-        return;
-    }
-    __asm__ volatile("pxor %%xmm0, %%xmm0\n\tpxor %%xmm1, %%xmm1\n\tpxor %%xmm2, %%xmm2\n\t"
-                     "pxor %%xmm3, %%xmm3\n\tpxor %%xmm4, %%xmm4\n\tpxor %%xmm5, %%xmm5\n\t"
-                     "pxor %%xmm6, %%xmm6\n\tpxor %%xmm7, %%xmm7\n\tpxor %%xmm8, %%xmm8\n\t"
-                     "pxor %%xmm9, %%xmm9\n\tpxor %%xmm10, %%xmm10\n\tpxor %%xmm11, %%xmm11\n\t"
-                     "pxor %%xmm12, %%xmm12\n\tpxor %%xmm13, %%xmm13\n\tpxor %%xmm14, %%xmm14\n\t"
-                     "pxor %%xmm15, %%xmm15" ::
-                         : "memory");
-}
-#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-static void clear_vector_registers(void)
-{
-    /* A write to a V register also zeroes the upper part of its SVE Z
-     * register. */
-    __asm__ volatile("movi v0.16b, #0\n\tmovi v1.16b, #0\n\tmovi v2.16b, #0\n\tmovi v3.16b, #0\n\t"
-                     "movi v4.16b, #0\n\tmovi v5.16b, #0\n\tmovi v6.16b, #0\n\tmovi v7.16b, #0\n\t"
-                     "movi v8.16b, #0\n\tmovi v9.16b, #0\n\tmovi v10.16b, #0\n\tmovi v11.16b, #0\n\t"
-                     "movi v12.16b, #0\n\tmovi v13.16b, #0\n\tmovi v14.16b, #0\n\tmovi v15.16b, #0\n\t"
-                     "movi v16.16b, #0\n\tmovi v17.16b, #0\n\tmovi v18.16b, #0\n\tmovi v19.16b, #0\n\t"
-                     "movi v20.16b, #0\n\tmovi v21.16b, #0\n\tmovi v22.16b, #0\n\tmovi v23.16b, #0\n\t"
-                     "movi v24.16b, #0\n\tmovi v25.16b, #0\n\tmovi v26.16b, #0\n\tmovi v27.16b, #0\n\t"
-                     "movi v28.16b, #0\n\tmovi v29.16b, #0\n\tmovi v30.16b, #0\n\tmovi v31.16b, #0" ::
-                         : "memory");
-}
-#else
-static void clear_vector_registers(void)
-{
-    /* Other architectures: not done (see above); said in doc/design.md. */
-}
-#endif
-
-/* Fork mode: the frames above the child's, from pm__spawn's up to the
- * library's entry point, were live in the supervisor when it forked; their
- * unused parts (arrays a function never filled, padding) still hold what
- * earlier calls left there, traffic included. The child never returns into
- * them, so they are zeroed: [from, to) where from is the CFA of the
- * caller's frame (nothing of the caller lives below it) and to the CFA the
- * public entry noted. Same care as wipe_dead_stack. */
-#if defined(__has_attribute)
-#if __has_attribute(no_sanitize)
-__attribute__((no_sanitize("address", "undefined")))
-#endif
-#endif
-__attribute__((noinline)) static void wipe_live_frames(char *from, char *to)
-{
-    if (to == NULL || to <= from || (size_t)(to - from) > (8u << 20))
-        return;
-    for (volatile char *p = from; p < to; p++)
-        *p = 0;
-}
-
 /* The fork-mode child: everything it needs of r copied onto its own frame,
  * with signals blocked (no handler frame on the stack being zeroed), the
  * supervisor's stack cleaned above and below, then the bootstrap. */
@@ -519,8 +434,8 @@ __attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_
     req.ctx = ctx;
     char *to = r->scrub_to;
     /* r points into a frame about to be zeroed: not used past here. */
-    wipe_dead_stack();
-    wipe_live_frames(__builtin_dwarf_cfa(), to);
+    pm__wipe_dead_stack();
+    pm__wipe_live_frames(__builtin_dwarf_cfa(), to);
     sigprocmask(SIG_SETMASK, &mask, NULL);
     die_with_parent(req.parent);
     /* The child function calls pm__child_privileges itself, once
@@ -603,21 +518,122 @@ static int vfork_state;
 
 #define VFORK_STACK (128u << 10) /* the child's deepest use is a few KiB */
 
+#ifndef CLONE_CLEAR_SIGHAND
+#define CLONE_CLEAR_SIGHAND 0x100000000ULL /* linux/sched.h, 5.5 */
+#endif
+
+/* clone3(CLONE_CLEAR_SIGHAND) works here: 0 unknown, 1 yes, -1 no. */
+static int clear_sighand_state;
+
 struct vfork_arg {
     const pm__spawn_req *r;
     int placed;           /* born in the slot's cgroup (CLONE_INTO_CGROUP) */
+    int cleared;          /* born with every handler reset (CLONE_CLEAR_SIGHAND) */
     volatile int err;     /* the failing step's errno, read by the parent */
 };
 
 static int vfork_child(void *p)
 {
     struct vfork_arg *a = p;
-    child_report rep = {-1, &a->err};
+    child_report rep = {-1, &a->err, a->cleared};
     int err = pm__child_contain(a->r, a->placed);
     if (err != 0)
         child_fail(&rep, err);
     exec_child(a->r, &rep);
     return 127; /* not reached: exec_child execs or exits */
+}
+
+/* The child's stack, one mapping: a guard page (a stack overflow faults
+ * instead of writing into whatever lies below), the stack, room for the
+ * seccomp program's copy. One is kept for the next spawn (its pages stay
+ * resident, and the mmap, mprotect and munmap leave the restart path),
+ * taken by whichever spawn finds it free: two threads spawning at once
+ * (two clusters) make the second map its own. It holds nothing of a
+ * worker's: the vfork child runs only procmesh's steps on it. */
+struct vfork_stack {
+    char *map;
+    size_t size;
+};
+static struct vfork_stack stack_kept;
+static int stack_kept_busy;
+
+static int stack_take(size_t need, struct vfork_stack *st, int *kept)
+{
+    *kept = !__atomic_exchange_n(&stack_kept_busy, 1, __ATOMIC_ACQUIRE);
+    if (*kept && stack_kept.size >= need) {
+        *st = stack_kept;
+        return 0;
+    }
+    if (*kept && stack_kept.map != NULL) {
+        munmap(stack_kept.map, stack_kept.size);
+        stack_kept.map = NULL;
+        stack_kept.size = 0;
+    }
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    int e = 0;
+    st->size = need;
+    st->map = mmap(NULL, need, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (st->map == MAP_FAILED)
+        e = errno;
+    else if (mprotect(st->map, page, PROT_NONE) < 0)
+        e = errno, munmap(st->map, need);
+    if (e != 0) {
+        if (*kept)
+            __atomic_store_n(&stack_kept_busy, 0, __ATOMIC_RELEASE);
+        return -e;
+    }
+    if (*kept)
+        stack_kept = *st;
+    return 0;
+}
+
+/* The child has exec'd or exited: nothing uses its stack any more. */
+static void stack_give(struct vfork_stack *st, int kept)
+{
+    if (kept)
+        __atomic_store_n(&stack_kept_busy, 0, __ATOMIC_RELEASE);
+    else
+        munmap(st->map, st->size);
+}
+
+struct clone_args3 {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
+};
+
+/* The clone, with every signal blocked, raw (glibc's pthread_sigmask
+ * keeps its own two unblocked): the child inherits the mask, so no handler
+ * can run in it before it has reset them. A kernel that refuses a flag
+ * (EINVAL, or E2BIG for the struct's cgroup field) is asked again without
+ * it, and it is not asked for again: CLONE_INTO_CGROUP (5.7) first, the
+ * child then joins by a write, as after fork_into's fallback; then
+ * CLONE_CLEAR_SIGHAND (5.5), the child then resets every signal itself. */
+static long vfork_clone(struct clone_args3 *ca, struct vfork_arg *a)
+{
+    const unsigned long all = ~0UL;
+    unsigned long old;
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, (size_t)8);
+    long pid;
+    for (;;) {
+        pid = pm__clone3_run(ca, sizeof(*ca), vfork_child, a);
+        if (pid != -EINVAL && pid != -E2BIG)
+            break;
+        if (a->placed) {
+            __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);
+            ca->flags &= ~(uint64_t)CLONE_INTO_CGROUP;
+            ca->cgroup = 0;
+            a->placed = 0;
+        } else if (a->cleared) {
+            __atomic_store_n(&clear_sighand_state, -1, __ATOMIC_RELAXED);
+            ca->flags &= ~(uint64_t)CLONE_CLEAR_SIGHAND;
+            a->cleared = 0;
+        } else {
+            break;
+        }
+    }
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, (size_t)8);
+    return pid;
 }
 
 /* The vfork spawn. The pid, -errno, or -ENOSYS when clone3 is refused
@@ -627,18 +643,11 @@ static pid_t spawn_vfork(const pm__spawn_req *r)
 {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t prog_bytes = r->seccomp != NULL ? r->seccomp->len * sizeof(*r->seccomp->insns) : 0;
-    size_t size = page + VFORK_STACK + ((prog_bytes + page - 1) & ~(page - 1));
-    /* One mapping: a guard page (a stack overflow faults instead of
-     * writing into whatever lies below), the stack, the program copy. */
-    char *map = mmap(NULL, size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-    if (map == MAP_FAILED)
-        return -errno;
-    if (mprotect(map, page, PROT_NONE) < 0) {
-        int e = errno;
-        munmap(map, size);
-        return -e;
-    }
+    struct vfork_stack st;
+    int kept;
+    int rc = stack_take(page + VFORK_STACK + ((prog_bytes + page - 1) & ~(page - 1)), &st, &kept);
+    if (rc < 0)
+        return rc;
     pm__spawn_req cr = *r;
     pm__seccomp_prog prog;
     if (r->seccomp != NULL) {
@@ -646,19 +655,16 @@ static pid_t spawn_vfork(const pm__spawn_req *r)
          * child sharing our memory that would be the supervisor's program,
          * whose placeholder the next worker needs. */
         prog = *r->seccomp;
-        prog.insns = (struct sock_filter *)(void *)(map + page + VFORK_STACK);
+        prog.insns = (struct sock_filter *)(void *)(st.map + page + VFORK_STACK);
         memcpy(prog.insns, r->seccomp->insns, prog_bytes);
         cr.seccomp = &prog;
     }
-    struct vfork_arg a = {&cr, 0, 0};
-    struct {
-        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
-            set_tid, set_tid_size, cgroup;
-    } ca;
+    struct vfork_arg a = {&cr, 0, 0, 0};
+    struct clone_args3 ca;
     memset(&ca, 0, sizeof(ca));
     ca.flags = CLONE_VM | CLONE_VFORK;
     ca.exit_signal = SIGCHLD;
-    ca.stack = (uint64_t)(uintptr_t)(map + page);
+    ca.stack = (uint64_t)(uintptr_t)(st.map + page);
     ca.stack_size = VFORK_STACK;
     /* Born in the slot's cgroup: see fork_into for when it cannot be. */
     if (r->cg != NULL && r->cg->dir_fd >= 0 && !r->cg->killed &&
@@ -667,33 +673,20 @@ static pid_t spawn_vfork(const pm__spawn_req *r)
         ca.cgroup = (uint64_t)r->cg->dir_fd;
         a.placed = 1;
     }
-    /* Every signal blocked, raw (glibc's pthread_sigmask keeps its own two
-     * unblocked): the child inherits the mask, so no handler can run in it
-     * before it has reset them all. */
-    const unsigned long all = ~0UL;
-    unsigned long old;
+    if (__atomic_load_n(&clear_sighand_state, __ATOMIC_RELAXED) >= 0) {
+        ca.flags |= CLONE_CLEAR_SIGHAND;
+        a.cleared = 1;
+    }
     /* The child's setresuid makes the mm non-dumpable (suid_dumpable), and
      * the mm is ours until its execve: that is what keeps a process of the
      * worker's uid from ptracing it, and our memory with it, in that
      * window. Afterwards the supervisor gets back what it had (a fork
      * child's credential change never touched it). */
     int was_dumpable = r->set_ids ? prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) : -1;
-    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, (size_t)8);
-    long pid = pm__clone3_run(&ca, sizeof(ca), vfork_child, &a);
-    if ((pid == -EINVAL || pid == -E2BIG) && a.placed) {
-        /* A kernel without CLONE_INTO_CGROUP (< 5.7): the child joins by a
-         * write, as after fork_into's fallback. */
-        __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);
-        ca.flags &= ~(uint64_t)CLONE_INTO_CGROUP;
-        ca.cgroup = 0;
-        a.placed = 0;
-        pid = pm__clone3_run(&ca, sizeof(ca), vfork_child, &a);
-    }
+    long pid = vfork_clone(&ca, &a);
     if (was_dumpable == 1 && prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1)
         (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, (size_t)8);
-    /* The child has exec'd or exited: nothing uses its stack any more. */
-    munmap(map, size);
+    stack_give(&st, kept);
     if (pid == -ENOSYS || pid == -EPERM) {
         __atomic_store_n(&vfork_state, -1, __ATOMIC_RELAXED);
         return -ENOSYS;
@@ -701,6 +694,8 @@ static pid_t spawn_vfork(const pm__spawn_req *r)
     if (pid < 0)
         return (pid_t)pid;
     __atomic_store_n(&vfork_state, 1, __ATOMIC_RELAXED);
+    if (a.cleared)
+        __atomic_store_n(&clear_sighand_state, 1, __ATOMIC_RELAXED);
     if (a.err != 0) {
         /* The child failed before or at execve and has exited: report as a
          * fork child would, through the error pipe, which the loop reads
@@ -713,6 +708,15 @@ static pid_t spawn_vfork(const pm__spawn_req *r)
     return (pid_t)pid;
 }
 #endif
+
+int pm__spawn_waits_exec(void)
+{
+#if PM__SPAWN_VFORK
+    return __atomic_load_n(&vfork_state, __ATOMIC_RELAXED) >= 0;
+#else
+    return 0;
+#endif
+}
 
 pid_t pm__spawn(const pm__spawn_req *r)
 {
@@ -738,146 +742,20 @@ pid_t pm__spawn(const pm__spawn_req *r)
     /* Fork mode: the registers are cleared before the containment step
      * too, whose first calls (setpgid, setrlimit) may go through a PLT
      * entry the supervisor never bound, and the resolver stores every
-     * vector register on the stack (see clear_vector_registers). */
+     * vector register on the stack (see scrub.h). */
     if (r->path == NULL)
-        clear_vector_registers();
+        pm__clear_vector_registers();
     int err = pm__child_contain(r, placed);
     if (err != 0) {
         if (r->path != NULL) {
-            child_report rep = {r->err_pipe, NULL};
+            child_report rep = {r->err_pipe, NULL, 0};
             child_fail(&rep, err);
         }
         _exit(127);
     }
     if (r->path != NULL) {
-        child_report rep = {r->err_pipe, NULL};
+        child_report rep = {r->err_pipe, NULL, 0};
         exec_child(r, &rep);
     }
     fork_child_main(r);
-}
-
-/* ------------------------------------------------------------------ exec environment */
-
-extern char **environ;
-
-/* The environment of an exec-mode worker: the template, then
- * PROCMESH_NODE (mesh readiness) and the LISTEN_* variables (listen fds).
- * The extra strings live in *text (freed by the caller after the fork);
- * *pid_digits points into LISTEN_PID's value for the child to fill in. */
-char **pm__exec_env(const pm__exec_env_req *q, char **text, char **pid_digits)
-{
-    const char *notify = q->notify;
-    int node_fd_at = q->node_fd_at;
-    size_t names = 0;
-    for (size_t i = 0; i < q->nfds; i++)
-        names += strlen(q->fd_names[i]) + 1;
-    size_t size = 64 + (q->listen_env ? 64 + names : 0) + (notify ? 32 + strlen(notify) : 0);
-    char **env = malloc((q->ntmpl + 6) * sizeof(*env));
-    char *t = malloc(size);
-    if (env == NULL || t == NULL) {
-        free(env);
-        free(t);
-        return NULL;
-    }
-    memcpy(env, q->tmpl, q->ntmpl * sizeof(*env));
-    size_t k = q->ntmpl, used = 0;
-    *pid_digits = NULL;
-    if (node_fd_at >= 0) {
-        env[k++] = t + used;
-        used += (size_t)snprintf(t + used, size - used, "%s=%d,%d,%d,%d", PM__NODE_ENV,
-                                 node_fd_at, node_fd_at + 1, node_fd_at + 2, node_fd_at + 3) + 1;
-    }
-    if (notify != NULL) {
-        env[k++] = t + used;
-        used += (size_t)snprintf(t + used, size - used, "NOTIFY_SOCKET=%s", notify) + 1;
-    }
-    if (q->listen_env && q->nfds > 0) {
-        env[k++] = t + used;
-        used += (size_t)snprintf(t + used, size - used, "LISTEN_FDS=%zu", q->nfds) + 1;
-        env[k++] = t + used;
-        used += (size_t)snprintf(t + used, size - used, "LISTEN_FDNAMES=");
-        for (size_t i = 0; i < q->nfds; i++)
-            used += (size_t)snprintf(t + used, size - used, "%s%s", i ? ":" : "", q->fd_names[i]);
-        used++;
-        env[k++] = t + used;
-        used += (size_t)snprintf(t + used, size - used, "LISTEN_PID=");
-        *pid_digits = t + used;
-        memset(t + used, '0', 11);
-        used += 12;
-    }
-    env[k] = NULL;
-    *text = t;
-    return env;
-}
-
-char *pm__exec_resolve(const char *name)
-{
-    if (strchr(name, '/') != NULL)
-        return strdup(name);
-    const char *path = getenv("PATH");
-    if (path == NULL || *path == '\0')
-        path = "/usr/local/bin:/usr/bin:/bin";
-    size_t nlen = strlen(name);
-    for (const char *p = path; *p != '\0';) {
-        const char *colon = strchr(p, ':');
-        size_t dlen = colon != NULL ? (size_t)(colon - p) : strlen(p);
-        char *cand = malloc(dlen + nlen + 3);
-        if (cand == NULL)
-            return NULL;
-        snprintf(cand, dlen + nlen + 3, "%.*s/%s", (int)dlen, dlen > 0 ? p : ".", name);
-        if (access(cand, X_OK) == 0)
-            return cand;
-        free(cand);
-        if (colon == NULL)
-            break;
-        p = colon + 1;
-    }
-    /* Not found: exec reports ENOENT, which is the right error. */
-    return strdup(name);
-}
-
-int pm__env_template(char ***out, size_t *count)
-{
-    size_t n = 0;
-    for (char **e = environ; e != NULL && *e != NULL; e++)
-        n++;
-    char **env = calloc(n + 1, sizeof(*env));
-    if (env == NULL)
-        return -ENOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        /* PROCMESH_* is the supervisor's own configuration (the daemon's
-         * PROCMESH_<OPTION> variables, PROCMESH_HEALTH ...) and the
-         * contracts procmesh sets on purpose (PROCMESH_NODE, appended per
-         * worker): an inherited one would tell a worker what is not meant
-         * for it, or claim another worker's memory. */
-        if (strncmp(environ[i], "PROCMESH_", 9) == 0)
-            continue;
-        /* These describe the supervisor's own service manager contract
-         * (systemd notify and socket activation); a worker that inherited
-         * them would talk to systemd behind our back or claim our sockets. */
-        static const char *const own[] = {"NOTIFY_SOCKET=", "WATCHDOG_USEC=", "WATCHDOG_PID=",
-                                          "LISTEN_FDS=", "LISTEN_PID=", "LISTEN_FDNAMES="};
-        int skip = 0;
-        for (size_t k2 = 0; k2 < PM__ARRAY_SIZE(own); k2++)
-            skip |= strncmp(environ[i], own[k2], strlen(own[k2])) == 0;
-        if (skip)
-            continue;
-        env[k] = strdup(environ[i]);
-        if (env[k] == NULL) {
-            pm__env_free(env, k);
-            return -ENOMEM;
-        }
-        k++;
-    }
-    *out = env;
-    *count = k;
-    return 0;
-}
-
-void pm__env_free(char **env, size_t n)
-{
-    for (size_t i = 0; env != NULL && i < n; i++)
-        free(env[i]);
-    free(env);
 }

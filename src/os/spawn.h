@@ -31,6 +31,11 @@ typedef struct pm__spawn_req {
                               vfork child failed) */
     char *pid_digits;      /* if set: 11 bytes inside an envp string, filled with
                               the child's own pid (LISTEN_PID) and a NUL */
+    uint64_t sig_ignored;  /* the signals ignored in the supervisor (bit sig - 1,
+                              pm__sig_ignored): when the clone reset every handler
+                              (CLONE_CLEAR_SIGHAND), the only ones the child still
+                              sets back to SIG_DFL */
+    int sig_ignored_known; /* 0: sig_ignored unknown, every signal is reset */
     /* fork mode (path == NULL): runs in the child, never returns; it gets
      * the child's own copy of this request and calls
      * pm__child_privileges() with it after procmesh's join and before the
@@ -78,6 +83,12 @@ int pm__child_contain(const pm__spawn_req *r, int placed);
  * execve; a failed step's errno reaches err_pipe either way. */
 pid_t pm__spawn(const pm__spawn_req *r);
 
+/* 1 when an exec-mode pm__spawn returns only once its child has exec'd or
+ * exited (the vfork clone; not known refused): no child of ours is then
+ * ever between its clone and its exec while the caller runs, holding
+ * copies of the caller's close-on-exec fds. 0 when it forks. */
+int pm__spawn_waits_exec(void);
+
 /* The child's last steps before exec (or the bootstrap): its user, then
  * no_new_privs, dumpability, and the seccomp filter, from r. Called once in
  * each child: by pm__spawn just before execve in exec mode, by the child
@@ -97,6 +108,10 @@ int pm__child_stdio(int out, int err);
  * when /proc/self/fd cannot be read. */
 int pm__cloexec_proc_fds(int first);
 
+/* The signals (1..64, bit sig - 1) whose disposition is SIG_IGN in this
+ * process now: one rt_sigaction per signal. */
+uint64_t pm__sig_ignored(void);
+
 /* pidfd helpers with the raw system calls (glibc 2.36 has wrappers, older
  * ones do not; the numbers are the same everywhere). -errno on failure. */
 int pm__pidfd_open(pid_t pid);
@@ -104,6 +119,8 @@ int pm__pidfd_open(pid_t pid);
 #define P_PIDFD 3 /* waitid(P_PIDFD, ...): linux/wait.h; glibc < 2.36 lacks it */
 #endif
 int pm__pidfd_signal(int pidfd, int sig);
+
+/* exec_env.c */
 
 /* Exec mode: the program's path looked up in PATH once, at create time
  * (a name with a slash is taken as it is; a name not found is returned as

@@ -3,8 +3,8 @@
  * incarnation.c - starting one incarnation of a slot: its shared memory, its
  * environment and fds, the fork (and exec), and the fds the loop watches for
  * it. Nothing is left behind when a start fails. The next incarnation's link
- * is prepared ahead (the spare) so that a restart does not create it
- * between the death and the fork.
+ * (and, in exec mode, its error pipe) is prepared ahead (the spare) so that
+ * a restart does not create it between the death and the fork.
  */
 #define _GNU_SOURCE
 #include "incarnation.h"
@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -29,6 +30,19 @@
 #include "os/seccomp_filter.h"
 #include "os/spawn.h"
 
+/* A slot's spare (s->spare points at its link, the first member): the next
+ * incarnation's link and, in exec mode, its exec error pipe (both ends
+ * close-on-exec, the read end non-blocking), or -1s. */
+struct spare {
+    pm__link link;
+    int err_pipe[2];
+};
+
+static struct spare *spare_of(const pm__slot *s)
+{
+    return (struct spare *)(void *)s->spare;
+}
+
 struct child_ctx {
     pm_cluster *c;
     pm__slot *own;
@@ -37,11 +51,201 @@ struct child_ctx {
     int go_fd;        /* a standby's go eventfd (blocking), -1 otherwise */
 };
 
+/* ------------------------------------------------------------------ the fork child */
+
+/* What a fork child drops of the supervisor's slots: the fds marked in a
+ * bitmap, then closed by runs of consecutive numbers (close_range), and
+ * the mappings unmapped by runs of adjacent ones, sorted a batch at a
+ * time. The slots' fds and rings are made one after another, so the runs
+ * are few: the child's system calls barely grow with the number of slots,
+ * where one per fd and per mapping made a spawn of N workers O(N^2). The
+ * lists take a few bytes per slot (a bitmap, on the stack up to 8,192
+ * fds, and a batch of mappings on the stack): the child's page faults stay flat in N too
+ * (check_spawn's test_fork_child_faults_flat_in_n). Without memory for
+ * the bitmap, each fd is closed at once. */
+struct child_map {
+    uintptr_t at;
+    size_t len;
+};
+
+#define DROP_BATCH 128
+
+typedef struct child_drop {
+    enum { DROP_MEASURE, DROP_COLLECT, DROP_NOW } mode;
+    int maxfd;               /* DROP_MEASURE: the highest fd seen */
+    uint64_t *fdbits;        /* DROP_COLLECT: bit fd set: to close */
+    size_t nmaps;
+    struct child_map maps[DROP_BATCH];
+} child_drop;
+
+static void drop_fd(child_drop *d, int fd)
+{
+    if (fd < 0)
+        return;
+    if (d->mode == DROP_MEASURE)
+        d->maxfd = fd > d->maxfd ? fd : d->maxfd;
+    else if (d->mode == DROP_COLLECT)
+        d->fdbits[fd / 64] |= 1ULL << (fd % 64);
+    else
+        close(fd);
+}
+
+/* Sorts the batch by address (insertion: at most DROP_BATCH entries, no
+ * allocation) and unmaps it by runs of adjacent mappings. */
+static void unmap_batch(child_drop *d)
+{
+    struct child_map *m = d->maps;
+    for (size_t i = 1; i < d->nmaps; i++) {
+        struct child_map x = m[i];
+        size_t j = i;
+        for (; j > 0 && m[j - 1].at > x.at; j--)
+            m[j] = m[j - 1];
+        m[j] = x;
+    }
+    for (size_t i = 0, j; i < d->nmaps; i = j + 1) {
+        uintptr_t end = m[i].at + m[i].len;
+        for (j = i; j + 1 < d->nmaps && m[j + 1].at == end; j++)
+            end += m[j + 1].len;
+        (void)munmap((void *)m[i].at, end - m[i].at);
+    }
+    d->nmaps = 0;
+}
+
+static void drop_link(child_drop *d, const pm__link *l)
+{
+    int fds[PM__LINK_NFDS];
+    pm__link_fds(l, fds);
+    for (int i = 0; i < PM__LINK_NFDS; i++)
+        drop_fd(d, fds[i]);
+    if (l->map == NULL || l->map == MAP_FAILED || d->mode == DROP_MEASURE)
+        return;
+    if (d->mode == DROP_NOW) {
+        (void)munmap(l->map, l->map_size);
+        return;
+    }
+    d->maps[d->nmaps++] = (struct child_map){(uintptr_t)l->map, l->map_size};
+    if (d->nmaps == DROP_BATCH)
+        unmap_batch(d);
+}
+
+/* Closes the marked fds, a run of consecutive numbers at a time. */
+static void close_marked(const child_drop *d)
+{
+    for (int fd = 0; fd <= d->maxfd;) {
+        if (!(d->fdbits[fd / 64] >> (fd % 64) & 1)) {
+            fd++;
+            continue;
+        }
+        int last = fd;
+        while (last + 1 <= d->maxfd && d->fdbits[(last + 1) / 64] >> ((last + 1) % 64) & 1)
+            last++;
+        /* close_range: Linux 5.9; before it, one close each. */
+        if (syscall(SYS_close_range, (unsigned)fd, (unsigned)last, 0) < 0)
+            for (int k = fd; k <= last; k++)
+                close(k);
+        fd = last + 1;
+    }
+}
+
+/* One slot's fds and memory, but the link the child runs on. */
+static void drop_slot(child_drop *d, const pm__slot *t, const pm__link *own)
+{
+    drop_fd(d, t->pidfd);
+    drop_fd(d, t->exec_pipe);
+    /* Every slot's read ends, this one's too: a worker reading its own
+     * output would steal lines from the supervisor. */
+    drop_fd(d, t->out.s[0].fd);
+    drop_fd(d, t->out.s[1].fd);
+    /* Read, never written: the slot table is shared copy-on-write with the
+     * supervisor, and a sentinel written into every slot would fault in a
+     * private copy of the whole table. */
+    if (&t->link != own)
+        drop_link(d, &t->link);
+    /* Every prepared link too, its own slot's included: a spare is the
+     * memory of an incarnation that does not exist yet (unless this
+     * process is the standby that will be it). */
+    if (t->spare != NULL && t->spare != own)
+        drop_link(d, t->spare);
+    if (t->spare != NULL) {
+        drop_fd(d, spare_of(t)->err_pipe[0]);
+        drop_fd(d, spare_of(t)->err_pipe[1]);
+    }
+    /* The standbys' handles: no worker may start or kill another. */
+    if (t->standby.pid > 0) {
+        drop_fd(d, t->standby.pidfd);
+        drop_fd(d, t->standby.go_fd);
+    }
+    /* It has joined its cgroup: no worker keeps a handle on any slot's
+     * (another's cgroup.kill would let it end its siblings). */
+    int cg[PM__CG_SLOT_NFDS];
+    pm__cg_slot_fds(&t->cg, cg);
+    for (int k = 0; k < PM__CG_SLOT_NFDS; k++)
+        drop_fd(d, cg[k]);
+}
+
+/* Every slot's fds and memory but the link the child runs on. */
+static void drop_slots(const pm_cluster *c, const pm__link *own)
+{
+    child_drop d;
+    d.mode = DROP_MEASURE, d.maxfd = -1, d.nmaps = 0;
+    for (unsigned i = 0; i < c->nslots; i++)
+        drop_slot(&d, &c->slots[i], own);
+    uint64_t small[128]; /* up to 8,192 fds: no allocation, no heap page written */
+    size_t words = (size_t)(d.maxfd + 1) / 64 + 1;
+    if (words <= PM__ARRAY_SIZE(small)) {
+        memset(small, 0, words * sizeof(*small));
+        d.fdbits = small;
+    } else {
+        d.fdbits = calloc(words, sizeof(*d.fdbits));
+    }
+    d.mode = d.fdbits != NULL ? DROP_COLLECT : DROP_NOW;
+    for (unsigned i = 0; i < c->nslots; i++)
+        drop_slot(&d, &c->slots[i], own);
+    if (d.mode == DROP_COLLECT) {
+        unmap_batch(&d);
+        close_marked(&d);
+    }
+    if (d.fdbits != small)
+        free(d.fdbits);
+}
+
+/* Captured output: the pipes' write ends become fds 1 and 2. */
+static void child_output(const pm__spawn_req *req)
+{
+    if (pm__child_stdio(req->stdio[0], req->stdio[1]) < 0)
+        _exit(125);
+    /* The originals, unless one already was fd 1 or 2 (now the other's or
+     * its own place); one at fd 0 goes too. */
+    for (int i = 0; i < 2; i++)
+        if (req->stdio[i] != 1 && req->stdio[i] != 2)
+            close(req->stdio[i]);
+    /* stdout on a pipe would be block-buffered by stdio: a worker that
+     * crashes would lose what it printed. Line by line, as on a terminal
+     * (pm__spawn flushed the buffer before the fork). */
+    setvbuf(stdout, NULL, _IOLBF, BUFSIZ);
+}
+
+/* A warm standby (standby.c): everything before is done, off the crash
+ * path; it waits here, before the bootstrap and reaching no one (its ring
+ * is no port of the hub until then), for the supervisor to make it the
+ * slot's incarnation. An eventfd read returns its 8 bytes or fails; a
+ * standby given up is SIGKILLed, and one whose supervisor died gets the
+ * parent-death signal: neither comes back from this read. */
+static void standby_wait(int go_fd)
+{
+    uint64_t go;
+    ssize_t n;
+    while ((n = read(go_fd, &go, sizeof(go))) < 0 && errno == EINTR)
+        ;
+    if (n != (ssize_t)sizeof(go))
+        _exit(0);
+    pm__close(go_fd);
+}
+
 /* Fork mode, in the child: drop everything of procmesh that is not this
  * slot's, join, run the bootstrap. */
 static void fork_child(void *arg, const pm__spawn_req *req)
 {
-    (void)req;
     struct child_ctx *x = arg;
     pm_cluster *c = x->c;
     /* What the hub's INIT would carry (cluster.c send_init), from this
@@ -53,34 +257,7 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     pm__node_address(&c->hub.names, x->own->index, x->inc, &init.addr);
     init.data = c->o->init_data;
     init.len = (uint32_t)c->o->init_len;
-    for (unsigned i = 0; i < c->nslots; i++) {
-        pm__slot *t = &c->slots[i];
-        pm__close(t->pidfd);
-        pm__close(t->exec_pipe);
-        /* Every slot's read ends, this one's too: a worker reading its own
-         * output would steal lines from the supervisor. */
-        pm__close(t->out.s[0].fd);
-        pm__close(t->out.s[1].fd);
-        /* The _copy forms close without writing to the slot table, which
-         * this process shares copy-on-write with the supervisor: writing a
-         * sentinel into every slot faulted in a private copy of the whole
-         * table, O(N) page faults (and TLB flushes) per new worker. */
-        if (&t->link != x->link)
-            pm__link_release_copy(&t->link);
-        /* Every prepared link too, its own slot's included: a spare is
-         * the memory of an incarnation that does not exist yet (unless
-         * this process is the standby that will be it). */
-        if (t->spare != NULL && t->spare != x->link)
-            pm__link_release_copy(t->spare);
-        /* The standbys' handles: no worker may start or kill another. */
-        if (t->standby.pid > 0) {
-            pm__close(t->standby.pidfd);
-            pm__close(t->standby.go_fd);
-        }
-        /* It has joined its cgroup: no worker keeps a handle on any slot's
-         * (another's cgroup.kill would let it end its siblings). */
-        pm__cg_slot_release_copy(&t->cg);
-    }
+    drop_slots(c, x->link);
     pm__loop_forget(&c->loop);
     pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
     pm__close(c->sigfd);
@@ -89,19 +266,8 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     /* Other workers' traffic the hub holds (queued frames, broadcast
      * replies) must not be readable by this worker's code. */
     pm__hub_wipe(&c->hub);
-    if (req->capture) {
-        if (pm__child_stdio(req->stdio[0], req->stdio[1]) < 0)
-            _exit(125);
-        /* The originals, unless one already was fd 1 or 2 (now the
-         * other's or its own place); one at fd 0 goes too. */
-        for (int i = 0; i < 2; i++)
-            if (req->stdio[i] != 1 && req->stdio[i] != 2)
-                close(req->stdio[i]);
-        /* stdout on a pipe would be block-buffered by stdio: a worker that
-         * crashes would lose what it printed. Line by line, as on a
-         * terminal (pm__spawn flushed the buffer before the fork). */
-        setvbuf(stdout, NULL, _IOLBF, BUFSIZ);
-    }
+    if (req->capture)
+        child_output(req);
     pm_node node;
     int rc = pm__node_from_hub_link(&node, x->link, &init);
     /* The hub's end of the fd socket: the worker keeps only its own. */
@@ -114,22 +280,8 @@ static void fork_child(void *arg, const pm__spawn_req *req)
      * no_new_privs, seccomp), before the application's code runs. */
     if (pm__child_privileges(req) < 0)
         _exit(127);
-    if (x->go_fd >= 0) {
-        /* A warm standby (standby.c): everything above is done, off the
-         * crash path; it waits here, before the bootstrap and reaching no
-         * one (its ring is no port of the hub until then), for the
-         * supervisor to make it the slot's incarnation. An eventfd read
-         * returns its 8 bytes or fails; a standby given up is SIGKILLed,
-         * and one whose supervisor died gets the parent-death signal:
-         * neither comes back from this read. */
-        uint64_t go;
-        ssize_t n;
-        while ((n = read(x->go_fd, &go, sizeof(go))) < 0 && errno == EINTR)
-            ;
-        if (n != (ssize_t)sizeof(go))
-            _exit(0);
-        pm__close(x->go_fd);
-    }
+    if (x->go_fd >= 0)
+        standby_wait(x->go_fd);
     int code = c->o->bootstrap(&node, c->o->bootstrap_arg);
     fflush(stdout);
     fflush(stderr);
@@ -201,7 +353,14 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
  * byte of it; every fork child closes every slot's spare (fork_child), and
  * exec children never see it (close-on-exec, and the exec replaces the
  * mappings). The spare goes when the slot stops or retires
- * (pm__cluster_set_state) or the cluster is freed. */
+ * (pm__cluster_set_state) or the cluster is freed.
+ *
+ * Exec mode, the error pipe the same way (spare_pipe says when): made
+ * after the spawn of the incarnation before, both ends close-on-exec, so
+ * no process that ever ran a worker's code holds an end (another slot's
+ * vfork child holds a copy only between its clone and its exec, while we
+ * wait, and reports into its own pipe); the write end goes to the new
+ * child only. */
 
 void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s)
 {
@@ -210,10 +369,25 @@ void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s)
     if (s->spare == NULL)
         return;
     int saved = errno;
-    pm__link_close(s->spare);
-    free(s->spare);
+    struct spare *sp = spare_of(s);
+    pm__link_close(&sp->link);
+    pm__close(sp->err_pipe[0]);
+    pm__close(sp->err_pipe[1]);
+    free(sp);
     s->spare = NULL;
     errno = saved;
+}
+
+/* The error pipe of an exec child: both ends close-on-exec (the child's
+ * end is the report channel of its clone-to-exec steps only: a successful
+ * exec closes it, which is the EOF the parent reads); ours non-blocking,
+ * read by the loop. 0 or -errno. */
+static int err_pipe_open(int p[2])
+{
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    (void)fcntl(p[0], F_SETFL, O_NONBLOCK);
+    return 0;
 }
 
 /* A spare may serve only the incarnation it was made for, with the
@@ -231,24 +405,33 @@ static int spare_fits(const pm_cluster *c, const pm__slot *s, const pm__link *l)
            ctl->max_message == c->o->max_message;
 }
 
-/* The link for the incarnation now starting: the spare when it fits, a new
- * one otherwise. 0 or -errno. */
-static int link_take(pm_cluster *c, pm__slot *s)
+static int link_new(pm_cluster *c, pm__link *l, unsigned index, uint64_t inc)
+{
+    return pm__link_create(l, index, inc, c->o->ring_size, c->self,
+                           (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
+}
+
+/* The link (and, when the spare has one, the exec error pipe, into
+ * err_pipe) for the incarnation now starting: the spare when it fits, a
+ * new link otherwise. 0 or -errno. */
+static int link_take(pm_cluster *c, pm__slot *s, int err_pipe[2])
 {
     if (s->spare != NULL && spare_fits(c, s, s->spare)) {
         /* By value: nothing points into the pm__link itself (its rings
          * point into the mapping). */
-        s->link = *s->spare;
-        free(s->spare);
+        struct spare *sp = spare_of(s);
+        s->link = sp->link;
+        err_pipe[0] = sp->err_pipe[0];
+        err_pipe[1] = sp->err_pipe[1];
+        free(sp);
         s->spare = NULL;
         return 0;
     }
     pm__incarnation_spare_drop(c, s);
-    return pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
-                           (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
+    return link_new(c, &s->link, s->index, s->incarnation);
 }
 
-/* A spare holds five fds: it is kept only while they sit below half the
+/* A spare holds five fds (seven in exec mode): it is kept only while they sit below half the
  * fd limit (fds are allocated lowest first, so the highest of them tells
  * how many are in use), so that spares never take the fds that the slots'
  * own links, pidfds and pipes need: a large cluster under a small limit
@@ -261,15 +444,29 @@ int pm__fds_affordable(const int *fds, size_t n)
     if (rl.rlim_cur == RLIM_INFINITY)
         return 1;
     for (size_t i = 0; i < n; i++)
-        if ((rlim_t)fds[i] >= rl.rlim_cur / 2)
+        if (fds[i] >= 0 && (rlim_t)fds[i] >= rl.rlim_cur / 2) /* -1: none */
             return 0;
     return 1;
 }
 
-static int spare_affordable(const pm__link *l)
+static int spare_affordable(const struct spare *sp)
 {
-    int fds[] = {l->memfd, l->hub_efd, l->node_efd, l->sock, l->node_sock};
+    int fds[PM__LINK_NFDS + 2];
+    pm__link_fds(&sp->link, fds);
+    fds[PM__LINK_NFDS] = sp->err_pipe[0];
+    fds[PM__LINK_NFDS + 1] = sp->err_pipe[1];
     return pm__fds_affordable(fds, sizeof(fds) / sizeof(fds[0]));
+}
+
+/* Exec mode prepares the error pipe too, when the spawn is the vfork
+ * clone: a forked exec child (the fallback) holds copies of every
+ * close-on-exec fd until its exec, and a spare pipe existing while another
+ * slot's child is in that window could keep its write end open after its
+ * own worker died, when the reap reads it for EOF (reap.c). A pipe made at
+ * the start, after every earlier child's fork, has no such copy. */
+static int spare_pipe(const pm_cluster *c)
+{
+    return c->o->exec_path != NULL && pm__spawn_waits_exec();
 }
 
 /* Best effort: without a spare the next start creates its link itself.
@@ -287,18 +484,20 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
     if (s->spare != NULL)
         return;
     int saved = errno;
-    pm__link *l = malloc(sizeof(*l));
-    if (l != NULL &&
-        pm__link_create(l, s->index, s->incarnation + 1, c->o->ring_size, c->self,
-                        (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message) == 0) {
-        if (spare_affordable(l)) {
-            s->spare = l;
-            l = NULL;
+    struct spare *sp = malloc(sizeof(*sp));
+    if (sp != NULL && link_new(c, &sp->link, s->index, s->incarnation + 1) == 0) {
+        sp->err_pipe[0] = sp->err_pipe[1] = -1;
+        if ((!spare_pipe(c) || err_pipe_open(sp->err_pipe) == 0) &&
+            spare_affordable(sp)) {
+            s->spare = &sp->link;
+            sp = NULL;
         } else {
-            pm__link_close(l);
+            pm__link_close(&sp->link);
+            pm__close(sp->err_pipe[0]);
+            pm__close(sp->err_pipe[1]);
         }
     }
-    free(l);
+    free(sp);
     errno = saved;
 }
 
@@ -335,6 +534,21 @@ static int base_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, sigset_t *cu
     req->rlimit_set = c->o->rlimit_set;
     req->rlimit_soft = c->o->rlimit_soft;
     req->rlimit_hard = c->o->rlimit_hard;
+    if (c->o->exec_path != NULL) {
+        /* The signals ignored when the cluster's first worker is started
+         * (inherited from whoever started the supervisor, or set by the
+         * application before): every exec'd worker gets them back at
+         * SIG_DFL, as a fresh program expects. A handler needs no list:
+         * the clone clears them all (spawn.c). A signal the application
+         * starts to ignore later stays ignored in the workers started
+         * after, as exec keeps SIG_IGN (doc/man3/pm_options_set_exec.3). */
+        if (!c->sig_ignored_known) {
+            c->sig_ignored = pm__sig_ignored();
+            c->sig_ignored_known = 1;
+        }
+        req->sig_ignored = c->sig_ignored;
+        req->sig_ignored_known = 1;
+    }
     return privileges(c, s, req);
 }
 
@@ -365,115 +579,117 @@ pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__link *l, uint
     return pm__spawn(&req);
 }
 
-/* Starts the next incarnation of s. Returns 0, or -errno with nothing left
- * behind (no process, no fd, no memory). -EADDRINUSE means the notify
- * socket's name was taken under every fresh random name (notify.h): the
- * caller must not count that as the slot's failure. */
-int pm__incarnation_start(pm_cluster *c, pm__slot *s)
-{
-    int pipefd[2] = {-1, -1};
-    int outw[2] = {-1, -1}; /* the write ends of the output pipes (captured) */
-    char **env = NULL;
-    char *envtext = NULL;
-    int rc;
-    pid_t pid = -1;
+/* What a start holds until its worker runs, released on failure. */
+typedef struct start_fds {
+    int err_pipe[2];     /* exec mode: the error pipe */
+    int outw[2];         /* captured output: the write ends the worker gets */
+    char **env;          /* exec mode: its environment, and the strings in it */
+    char *envtext;
+    int fds[PM__MAX_PASS_FDS + 4];
+} start_fds;
 
-    s->incarnation++;
-    s->exec_errno = 0;
-    s->linked = c->o->exec_path == NULL;
-    s->kill_reason = 0;
+/* The link of the incarnation now starting, and the standby that becomes
+ * it, if any (*standby its pid, else 0). One that could not be taken was
+ * ended, and its link (memory another process had) is replaced by a fresh
+ * one before anything else is forked onto it. 0 or -errno. */
+static int take_link(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby)
+{
     pm__standby_check(c, s);
-    rc = link_take(c, s);
+    int rc = link_take(c, s, f->err_pipe);
     if (rc < 0)
-        goto fail;
-    /* The standby waiting on the link just taken, if any: it becomes this
-     * incarnation, started below once its port is open. One that could
-     * not be taken was ended, and its link (memory another process had)
-     * is replaced by a fresh one before anything else is forked onto it. */
-    pid_t standby = c->o->exec_path == NULL ? pm__standby_take(c, s) : 0;
-    if (standby < 0) {
+        return rc;
+    *standby = c->o->exec_path == NULL ? pm__standby_take(c, s) : 0;
+    if (*standby < 0) {
+        *standby = 0;
         pm__link_close(&s->link);
-        rc = pm__link_create(&s->link, s->index, s->incarnation, c->o->ring_size, c->self,
-                             (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
+        rc = link_new(c, &s->link, s->index, s->incarnation);
         if (rc < 0)
-            goto fail;
-        standby = 0;
+            return rc;
     }
     pm__hub_hosts_copy(&c->hub, &s->link); /* peer mode: the hosts it can address */
+    return 0;
+}
 
+/* Exec mode: the program, its fds (the passed ones, then its link's when it
+ * links libprocmesh), its notify socket, its environment. 0 or -errno. */
+static int exec_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, start_fds *f)
+{
+    int rc;
+    if (f->err_pipe[1] < 0 && (rc = err_pipe_open(f->err_pipe)) < 0)
+        return rc;
+    size_t n = c->o->npass_fds;
+    int mesh = c->o->ready_mode == PM_READY_MESH;
+    memcpy(f->fds, c->o->pass_fds, n * sizeof(int));
+    if (mesh) {
+        /* Only a worker that links libprocmesh gets its memory. */
+        f->fds[n] = s->link.memfd;
+        f->fds[n + 1] = s->link.node_efd;
+        f->fds[n + 2] = s->link.hub_efd;
+        f->fds[n + 3] = s->link.node_sock; /* large messages (bigmsg.h) */
+    }
+    char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
+    if (c->o->ready_mode == PM_READY_NOTIFY) {
+        rc = pm__notify_open(c->self, s->index, s->incarnation, notify, sizeof(notify));
+        if (rc < 0)
+            return rc;
+        s->notify_fd = rc;
+        s->watchdog = 0;
+    }
+    pm__exec_env_req q = {c->env, c->nenv, mesh ? 3 + (int)n : -1,
+                          c->o->ready_mode == PM_READY_NOTIFY ? notify : NULL,
+                          c->o->listen_env, n, c->o->fd_names};
+    f->env = pm__exec_env(&q, &f->envtext, &req->pid_digits);
+    if (f->env == NULL)
+        return -ENOMEM;
+    req->path = c->exec_path;
+    req->argv = c->o->exec_argv;
+    req->envp = f->env;
+    req->fds = f->fds;
+    req->nfds = (int)n + (mesh ? 4 : 0);
+    req->err_pipe = f->err_pipe[1];
+    return 0;
+}
+
+/* Forks (or clones and execs) the worker. Its pid, or -errno. */
+static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
+{
     pm__spawn_req req;
     sigset_t cur;
-    rc = standby > 0 ? 0 : base_req(c, s, &req, &cur, 1);
+    int rc = base_req(c, s, &req, &cur, 1);
     if (rc < 0)
-        goto fail;
-    if (c->o->output == PM_OUTPUT_CAPTURE) {
-        rc = pm__output_open(c, s, outw);
-        if (rc < 0)
-            goto fail;
+        return rc;
+    if (f->outw[0] >= 0) {
         req.capture = 1;
-        req.stdio[0] = outw[0];
-        req.stdio[1] = outw[1];
+        req.stdio[0] = f->outw[0];
+        req.stdio[1] = f->outw[1];
     }
     struct child_ctx ctx = {c, s, &s->link, s->incarnation, -1};
-    int fds[PM__MAX_PASS_FDS + 4];
-    if (standby > 0) {
-        /* Already forked and set up (pm__standby_take). */
-    } else if (c->o->exec_path != NULL) {
-        if (pipe2(pipefd, O_CLOEXEC) < 0) {
-            rc = -errno;
-            goto fail;
-        }
-        size_t n = c->o->npass_fds;
-        int mesh = c->o->ready_mode == PM_READY_MESH;
-        memcpy(fds, c->o->pass_fds, n * sizeof(int));
-        if (mesh) {
-            /* Only a worker that links libprocmesh gets its memory. */
-            fds[n] = s->link.memfd;
-            fds[n + 1] = s->link.node_efd;
-            fds[n + 2] = s->link.hub_efd;
-            fds[n + 3] = s->link.node_sock; /* large messages (bigmsg.h) */
-        }
-        char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
-        if (c->o->ready_mode == PM_READY_NOTIFY) {
-            rc = pm__notify_open(c->self, s->index, s->incarnation, notify, sizeof(notify));
-            if (rc < 0)
-                goto fail;
-            s->notify_fd = rc;
-            s->watchdog = 0;
-        }
-        pm__exec_env_req q = {c->env, c->nenv, mesh ? 3 + (int)n : -1,
-                              c->o->ready_mode == PM_READY_NOTIFY ? notify : NULL,
-                              c->o->listen_env, n, c->o->fd_names};
-        env = pm__exec_env(&q, &envtext, &req.pid_digits);
-        if (env == NULL) {
-            rc = -ENOMEM;
-            goto fail;
-        }
-        req.path = c->exec_path;
-        req.argv = c->o->exec_argv;
-        req.envp = env;
-        req.fds = fds;
-        req.nfds = (int)n + (mesh ? 4 : 0);
-        req.err_pipe = pipefd[1];
+    if (c->o->exec_path != NULL) {
+        rc = exec_req(c, s, &req, f);
+        if (rc < 0)
+            return rc;
     } else {
         fork_req(c, &req, &ctx);
     }
-    pid = standby > 0 ? standby : pm__spawn(&req);
-    if (pid < 0) {
-        rc = (int)pid;
-        goto fail;
-    }
-    free(env);
-    env = NULL;
-    free(envtext);
-    envtext = NULL;
-    pm__close(pipefd[1]);
-    pipefd[1] = -1;
+    return pm__spawn(&req);
+}
+
+/* The worker runs: what only it may hold is closed here, what the loop
+ * watches is recorded. 0, or -errno with the worker killed and reaped (we
+ * cannot watch it, so it must not live). */
+static int keep_worker(pm_cluster *c, pm__slot *s, start_fds *f, pid_t pid, pid_t standby)
+{
+    free(f->env);
+    f->env = NULL;
+    free(f->envtext);
+    f->envtext = NULL;
+    pm__close(f->err_pipe[1]);
+    f->err_pipe[1] = -1;
     /* Only the worker (and what it starts) may hold the write ends: ours
      * would keep its pipes from ever reaching EOF. */
-    pm__close(outw[0]);
-    pm__close(outw[1]);
-    outw[0] = outw[1] = -1;
+    pm__close(f->outw[0]);
+    pm__close(f->outw[1]);
+    f->outw[0] = f->outw[1] = -1;
     s->pid = pid;
     if (c->o->exec_path == NULL) {
         /* A fork-mode worker skips the handshake (node.c
@@ -483,11 +699,9 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         s->hello = 1;
         s->hello_version = PM__PROTO_VERSION;
     }
-    s->exec_pipe = pipefd[0];
-    pipefd[0] = -1;
-    if (s->exec_pipe >= 0)
-        (void)fcntl(s->exec_pipe, F_SETFL, O_NONBLOCK);
-    rc = standby > 0 ? s->pidfd : pm__pidfd_open(pid);
+    s->exec_pipe = f->err_pipe[0];
+    f->err_pipe[0] = -1;
+    int rc = standby > 0 ? s->pidfd : pm__pidfd_open(pid);
     if (rc >= 0) {
         s->pidfd = rc;
     } else if (rc == -ENOSYS) {
@@ -496,14 +710,20 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         if (!c->o->handle_signals)
             c->poll_children = 1;
     } else {
-        /* EMFILE and friends: we cannot watch it, so it must not live.
-         * kill() is safe: it is our unreaped child. */
+        /* EMFILE and friends. kill() is safe: it is our unreaped child. */
         kill(pid, SIGKILL);
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
         s->pid = 0;
-        goto fail;
+        return rc;
     }
+    return 0;
+}
+
+/* The loop watches the new incarnation: its exit, its readiness (exec
+ * pipe, notify socket), its doorbell and its socket; its deadline. */
+static void arm(pm_cluster *c, pm__slot *s)
+{
     pm__output_arm(c, s);
     pm__cluster_set_state(c, s, PM_SLOT_STARTING);
     pm__slot_set_deadline(s, pm__now_ms() + (uint64_t)c->o->ready_timeout_ms, PM__EV_READY_TIMEOUT);
@@ -511,33 +731,66 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
         if (pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
             s->pid_armed = 1;
     }
-    /* Announce that the hub waits on this ring before the worker can say
-     * hello, so its first publish rings the doorbell. */
     if (c->o->ready_mode == PM_READY_EXEC &&
         pm__loop_arm(&c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation)) == 0)
         s->pipe_armed = 1; /* EOF on the error pipe = exec succeeded = ready */
     if (s->notify_fd >= 0 &&
         pm__loop_arm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
         s->notify_armed = 1;
+    /* Announce that the hub waits on this ring before the worker can say
+     * hello, so its first publish rings the doorbell. */
     if (pm__hub_port_open(&c->hub, s->index, &s->link, s->incarnation) == 0 &&
         pm__loop_arm_multi(&c->loop, s->link.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
     pm__cluster_arm_sock(c, s); /* records are taken from the start */
+}
+
+/* Starts the next incarnation of s: take a link (and a standby), open its
+ * output, fork or exec (or take the standby), keep the worker, arm.
+ * Returns 0, or -errno with nothing left behind (no process, no fd, no
+ * memory). -EADDRINUSE means the notify socket's name was taken under
+ * every fresh random name (notify.h): the caller must not count that as
+ * the slot's failure. */
+int pm__incarnation_start(pm_cluster *c, pm__slot *s)
+{
+    start_fds f = {{-1, -1}, {-1, -1}, NULL, NULL, {0}};
+    pid_t standby = 0, pid = -1;
+    int rc;
+
+    s->incarnation++;
+    s->exec_errno = 0;
+    s->linked = c->o->exec_path == NULL;
+    s->kill_reason = 0;
+    rc = take_link(c, s, &f, &standby);
+    if (rc < 0)
+        goto fail;
+    if (c->o->output == PM_OUTPUT_CAPTURE && (rc = pm__output_open(c, s, f.outw)) < 0)
+        goto fail;
+    /* A standby was forked and set up ahead (pm__standby_take). */
+    pid = standby > 0 ? standby : spawn_worker(c, s, &f);
+    if (pid < 0) {
+        rc = (int)pid;
+        goto fail;
+    }
+    rc = keep_worker(c, s, &f, pid, standby);
+    if (rc < 0)
+        goto fail;
+    arm(c, s);
     if (standby > 0)
         pm__standby_go(s); /* its port is open and armed: it may say READY */
     pm__cluster_emit(c, PM_EVENT_STARTED, s, PM_REASON_SPAWN, 0);
     return 0;
 
 fail:
-    free(env);
-    free(envtext);
+    free(f.env);
+    free(f.envtext);
     pm__close(s->notify_fd);
     s->notify_fd = -1;
-    pm__close(pipefd[0]);
-    pm__close(pipefd[1]);
-    pm__close(outw[0]);
-    pm__close(outw[1]);
+    pm__close(f.err_pipe[0]);
+    pm__close(f.err_pipe[1]);
+    pm__close(f.outw[0]);
+    pm__close(f.outw[1]);
     pm__output_close(c, s);
     pm__close(s->exec_pipe);
     s->exec_pipe = -1;

@@ -62,8 +62,8 @@ typedef struct pm__slot {
     int pidfd;             /* -1 when none */
     int exec_pipe;         /* exec mode: read end of the error pipe, or -1 */
     pm__link link;         /* hub side; link.memfd -1 when none */
-    pm__link *spare;       /* the next incarnation's link, prepared ahead, or NULL
-                              (incarnation.c) */
+    pm__link *spare;       /* the next incarnation's link (and exec error pipe),
+                              prepared ahead, or NULL (incarnation.c) */
     pm__standby standby;   /* warm standby on the spare link, pid 0 when none */
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on link.hub_efd is outstanding */
@@ -123,6 +123,8 @@ struct pm_cluster {
     void *entry_cfa;
     sigset_t old_mask;
     int mask_changed;
+    uint64_t sig_ignored;   /* exec mode: the signals ignored at the first start (incarnation.c) */
+    int sig_ignored_known;
     pid_t self;
     uint32_t hub_spin_budget; /* the hub's learnt spin before sleeping, ns (turn.c) */
     uint64_t timer_at;      /* deadline the timerfd is set to, 0 none; never

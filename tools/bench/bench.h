@@ -32,7 +32,8 @@ typedef struct bench_opts {
     int privileges; /* restart: also measure with --user nobody + seccomp basic */
     int quick;      /* compare, scale: tiny counts, one run (a smoke test, not a figure) */
     unsigned pause_us; /* relay: the pause before each paused request, 0: none */
-    unsigned max_n;    /* scale: the largest N measured (0: every N) */
+    unsigned max_n;    /* scale, spawn: the largest N measured (0: the default set) */
+    unsigned row;      /* restart: only this row (1..), no baseline; 0: every row */
 } bench_opts;
 
 /* Which options a subcommand takes. */
@@ -45,7 +46,8 @@ enum {
     OPT_QUICK = 32, /* --quick, no value */
     OPT_CSV = 64,   /* --csv FILE: every figure also as a CSV row (csv_row) */
     OPT_PAUSE = 128, /* --pause-us P */
-    OPT_MAX = 256    /* --max N */
+    OPT_MAX = 256,   /* --max N */
+    OPT_ROW = 512    /* --row K */
 };
 
 /* Reads the options after the subcommand's name (argv[2] on) into *o, which

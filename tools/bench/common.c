@@ -82,6 +82,10 @@ int parse_options(int argc, char **argv, unsigned allowed, bench_opts *o)
             if (parse_u64(opt, val, 2, 1024, &v) < 0)
                 return -1;
             o->max_n = (unsigned)v;
+        } else if (strcmp(opt, "--row") == 0 && (allowed & OPT_ROW)) {
+            if (parse_u64(opt, val, 1, 64, &v) < 0)
+                return -1;
+            o->row = (unsigned)v;
         } else if (strcmp(opt, "--privileges") == 0 && (allowed & OPT_PRIVILEGES)) {
             if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
                 fprintf(stderr, "pm-bench: --privileges: '%s' is not on or off\n", val);

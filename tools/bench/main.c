@@ -7,8 +7,8 @@
 
 static const char usage[] =
     "usage: pm-bench ring [--frames N] [--size S] [--runs R] [--rounds K]\n"
-    "       pm-bench restart [--rounds K] [--privileges on|off]\n"
-    "       pm-bench spawn [--runs R]\n"
+    "       pm-bench restart [--rounds K] [--privileges on|off] [--row R]\n"
+    "       pm-bench spawn [--runs R] [--max N]\n"
     "       pm-bench relay [--frames N] [--rounds K] [--runs R] [--pause-us P]\n"
     "       pm-bench daemon [--runs R]\n"
     "       pm-bench compare [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
@@ -35,10 +35,12 @@ static const char usage[] =
     "           --user nobody and seccomp basic (when root and built with\n"
     "           libseccomp), in the same run. Under each procmesh row: the\n"
     "           p50 of its phases (kill->reaped, reaped->forked, forked->ready)\n"
-    "           and the page faults and context switches per round.\n"
-    "  spawn    time for pm_cluster_spawn to bring N = 1, 8, 64 workers to\n"
-    "           ready, median of R runs (default 5), fork and exec mode, beside\n"
-    "           N bare forks (and fork+execs) that each report over a pipe.\n"
+    "           and the page faults and context switches per round. --row R:\n"
+    "           only the R-th procmesh row (1..6), no baseline (for strace -c).\n"
+    "  spawn    time for pm_cluster_spawn to bring N = 1, 8, 64 (and 1024 with\n"
+    "           --max 1024) workers to ready, median of R runs (default 5), fork\n"
+    "           and exec mode, beside N bare forks (and fork+execs) that each\n"
+    "           report over a pipe. Raises its soft RLIMIT_NOFILE to the hard one.\n"
     "  relay    worker -> hub -> worker streams and round trips beside a relay\n"
     "           process over pipes and sockets; then min(K, 1500) requests,\n"
     "           each after a pause of P us (default 1000, 0 skips them), beside\n"
@@ -83,8 +85,8 @@ static const struct command {
 } commands[] = {
     {"ring", OPT_FRAMES | OPT_SIZE | OPT_RUNS | OPT_ROUNDS,
      {.frames = 2000000, .size = 64, .runs = 3, .rounds = 50000}, cmd_ring},
-    {"restart", OPT_ROUNDS | OPT_PRIVILEGES, {.rounds = 300}, cmd_restart},
-    {"spawn", OPT_RUNS, {.runs = 5}, cmd_spawn},
+    {"restart", OPT_ROUNDS | OPT_PRIVILEGES | OPT_ROW, {.rounds = 300}, cmd_restart},
+    {"spawn", OPT_RUNS | OPT_MAX, {.runs = 5}, cmd_spawn},
     /* frames 0: each frame size has its own count. */
     {"relay", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_PAUSE,
      {.frames = 0, .runs = 3, .rounds = 20000, .pause_us = 1000},

@@ -193,7 +193,9 @@ int cmd_restart(const bench_opts *opts)
     uint64_t base = 0;
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         int exec_mode = rows[r].exec_mode;
-        if (r == 0 || r == 3) {
+        if (opts->row != 0 && opts->row != r + 1)
+            continue;
+        if (opts->row == 0 && (r == 0 || r == 3)) {
             restart_baseline(exec_mode, rounds, b);
             print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
             base = percentile(b, rounds, 0.5);

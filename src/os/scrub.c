@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * scrub.c - a fork-mode child's clean start: nothing of the supervisor's
+ * earlier work (other workers' traffic it moved) left in the registers or
+ * on the stack the child inherits. Called by pm__spawn's fork child only.
+ */
+#define _GNU_SOURCE
+#include "scrub.h"
+
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Fork mode: the child is a copy of the supervisor, dead stack included.
+ * Below the stack pointer lie the frames of the supervisor's earlier calls
+ * (ring reads, message callbacks, the user's own code), and with them
+ * copies of other workers' traffic that the worker's code could read. They
+ * are zeroed here: every resident page from this frame down to the first
+ * page the supervisor never touched (a stack is used contiguously from the
+ * top, so that page is where its dead frames end; below it lies the
+ * unmapped gap or a thread's guard page, which the walk must not pass).
+ * A page swapped out stops the walk early: accepted, the scan of a swapped
+ * page would need the swap device. Signals are blocked by the caller, so
+ * no handler frame is being written where the loop writes. No function is
+ * called while the pages below are written (mincore's wrapper frame lies
+ * in the page it asks about, dead before that page is cleared); not
+ * instrumented, as a sanitizer would check these writes against the
+ * shadow of frames that no longer exist. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("address", "undefined")))
+#endif
+#endif
+__attribute__((noinline)) void pm__wipe_dead_stack(void)
+{
+    volatile unsigned char near[8192];
+    for (size_t i = 0; i < sizeof(near); i++)
+        near[i] = 0;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)&near[0] & ~(page - 1);
+    /* 8 MiB, the usual stack rlimit: a bound, not an expectation. */
+    for (unsigned n = 0; n < (8u << 20) / page; n++) {
+        unsigned char vec;
+        a -= page;
+        if (mincore((void *)a, page, &vec) != 0 || (vec & 1) == 0)
+            break;
+        volatile uint64_t *w = (volatile uint64_t *)a;
+        for (size_t i = 0; i < page / sizeof(*w); i++)
+            w[i] = 0;
+    }
+}
+
+/* Fork mode: the child starts with the supervisor's registers, and the
+ * vector registers hold whatever its last memcpy moved (up to 64 bytes of
+ * a payload in a zmm register). They do not stay there: the first call the
+ * child makes through a not yet bound PLT entry runs the dynamic linker's
+ * _dl_runtime_resolve_xsave, which stores every vector register on the
+ * stack, and so does any signal delivery; check_hostile's scan found
+ * another worker's message on a replacement's stack that way. They are
+ * cleared before anything else runs. General-purpose registers keep their
+ * values (addresses and counters, 8 bytes each): accepted. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx"))) static void clear_ymm(void)
+{
+    __asm__ volatile("vzeroall" ::: "memory"); /* ymm0-15, and zmm0-15 whole */
+}
+
+__attribute__((target("avx512f"))) static void clear_zmm_high(void)
+{
+    __asm__ volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\tvpxord %%zmm17, %%zmm17, %%zmm17\n\t"
+                     "vpxord %%zmm18, %%zmm18, %%zmm18\n\tvpxord %%zmm19, %%zmm19, %%zmm19\n\t"
+                     "vpxord %%zmm20, %%zmm20, %%zmm20\n\tvpxord %%zmm21, %%zmm21, %%zmm21\n\t"
+                     "vpxord %%zmm22, %%zmm22, %%zmm22\n\tvpxord %%zmm23, %%zmm23, %%zmm23\n\t"
+                     "vpxord %%zmm24, %%zmm24, %%zmm24\n\tvpxord %%zmm25, %%zmm25, %%zmm25\n\t"
+                     "vpxord %%zmm26, %%zmm26, %%zmm26\n\tvpxord %%zmm27, %%zmm27, %%zmm27\n\t"
+                     "vpxord %%zmm28, %%zmm28, %%zmm28\n\tvpxord %%zmm29, %%zmm29, %%zmm29\n\t"
+                     "vpxord %%zmm30, %%zmm30, %%zmm30\n\tvpxord %%zmm31, %%zmm31, %%zmm31" ::
+                         : "memory");
+}
+
+void pm__clear_vector_registers(void)
+{
+    if (__builtin_cpu_supports("avx")) {
+        clear_ymm();
+        if (__builtin_cpu_supports("avx512f"))
+            clear_zmm_high();
+        return;
+    }
+    __asm__ volatile("pxor %%xmm0, %%xmm0\n\tpxor %%xmm1, %%xmm1\n\tpxor %%xmm2, %%xmm2\n\t"
+                     "pxor %%xmm3, %%xmm3\n\tpxor %%xmm4, %%xmm4\n\tpxor %%xmm5, %%xmm5\n\t"
+                     "pxor %%xmm6, %%xmm6\n\tpxor %%xmm7, %%xmm7\n\tpxor %%xmm8, %%xmm8\n\t"
+                     "pxor %%xmm9, %%xmm9\n\tpxor %%xmm10, %%xmm10\n\tpxor %%xmm11, %%xmm11\n\t"
+                     "pxor %%xmm12, %%xmm12\n\tpxor %%xmm13, %%xmm13\n\tpxor %%xmm14, %%xmm14\n\t"
+                     "pxor %%xmm15, %%xmm15" ::
+                         : "memory");
+}
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+void pm__clear_vector_registers(void)
+{
+    /* A write to a V register also zeroes the upper part of its SVE Z
+     * register. */
+    __asm__ volatile("movi v0.16b, #0\n\tmovi v1.16b, #0\n\tmovi v2.16b, #0\n\tmovi v3.16b, #0\n\t"
+                     "movi v4.16b, #0\n\tmovi v5.16b, #0\n\tmovi v6.16b, #0\n\tmovi v7.16b, #0\n\t"
+                     "movi v8.16b, #0\n\tmovi v9.16b, #0\n\tmovi v10.16b, #0\n\tmovi v11.16b, #0\n\t"
+                     "movi v12.16b, #0\n\tmovi v13.16b, #0\n\tmovi v14.16b, #0\n\tmovi v15.16b, #0\n\t"
+                     "movi v16.16b, #0\n\tmovi v17.16b, #0\n\tmovi v18.16b, #0\n\tmovi v19.16b, #0\n\t"
+                     "movi v20.16b, #0\n\tmovi v21.16b, #0\n\tmovi v22.16b, #0\n\tmovi v23.16b, #0\n\t"
+                     "movi v24.16b, #0\n\tmovi v25.16b, #0\n\tmovi v26.16b, #0\n\tmovi v27.16b, #0\n\t"
+                     "movi v28.16b, #0\n\tmovi v29.16b, #0\n\tmovi v30.16b, #0\n\tmovi v31.16b, #0" ::
+                         : "memory");
+}
+#else
+void pm__clear_vector_registers(void)
+{
+    /* Other architectures: not done (see above); said in doc/design.md. */
+}
+#endif
+
+/* Fork mode: the frames above the child's, from pm__spawn's up to the
+ * library's entry point, were live in the supervisor when it forked; their
+ * unused parts (arrays a function never filled, padding) still hold what
+ * earlier calls left there, traffic included. The child never returns into
+ * them, so they are zeroed: [from, to) where from is the CFA of the
+ * caller's frame (nothing of the caller lives below it) and to the CFA the
+ * public entry noted. Same care as pm__wipe_dead_stack. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("address", "undefined")))
+#endif
+#endif
+__attribute__((noinline)) void pm__wipe_live_frames(char *from, char *to)
+{
+    if (to == NULL || to <= from || (size_t)(to - from) > (8u << 20))
+        return;
+    for (volatile char *p = from; p < to; p++)
+        *p = 0;
+}
