@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "channel/bigmsg.h"
+#include "channel/shm.h"
 #include "base/le.h"
 #include "hub_int.h"
 #include "hub_linkport.h"
@@ -140,7 +141,7 @@ static void frag_deliver(pm__hub *h, pm__hub_link *l, uint16_t host)
 {
     int fd = l->rx_fd;
     l->rx_fd = -1;
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
+    if (pm__memfd_seal(fd, PM__SEAL_FROZEN) < 0) {
         pm__close(fd);
         l->frag_dropped++;
         return;
@@ -216,7 +217,7 @@ void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_
         return;
     case PM__FRAG_BEGIN: {
         /* Sized now (sparse: pages are allocated as fragments land). */
-        int fd = memfd_create("procmesh-link", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        int fd = pm__memfd_new("procmesh-link");
         if (fd < 0 || ftruncate(fd, (off_t)fh.total) < 0) {
             pm__close(fd);
             l->rx.active = 0;

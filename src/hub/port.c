@@ -59,7 +59,7 @@ void pm__hub_port_cut(pm__hub *h, unsigned i)
  * (RLIMIT_NOFILE, ETOOMANYREFS) for as long as it liked: a worker could
  * raise its end's send buffer and queue thousands. 0, or -EPROTO: a bad
  * record, or one more than PM__BIGMSG_AHEAD_MAX ahead of its frame (a
- * worker waits before that, node.c). Bounded: at most AHEAD_MAX + 1
+ * worker waits before that, node_messaging.c). Bounded: at most AHEAD_MAX + 1
  * records per call. */
 static int take_records(pm__port *p)
 {
@@ -135,7 +135,7 @@ static int take_fd(pm__hub *h, pm__port *p, const void *payload)
 
 /*
  * An UNDELIVERABLE frame from p: p could not map a large message it was
- * sent (its address space is full) and skipped it (node.c, refuse_big).
+ * sent (its address space is full) and skipped it (node_messaging.c, refuse_big).
  * Its sender is told -EMSGSIZE, as by any notice, whatever error p wrote
  * (a worker must not make another's receive return -ESHUTDOWN, say). p
  * may only refuse what it was sent: each refusal spends one large message

@@ -25,7 +25,7 @@
 /* A tag's layout: kind in the top 4 bits, slot in the next 28, then the
  * low 32 bits of an incarnation or generation, so a late completion about
  * something that is gone is recognised and dropped. The kinds are the
- * loop owner's (supervisor/cluster.h). */
+ * loop owner's (supervisor/types.h). */
 #define PM__TAG(kind, slot, inc) \
     (((uint64_t)(kind) << 60) | ((uint64_t)(slot) << 32) | ((inc) & 0xffffffffu))
 #define PM__TAG_KIND(t) ((int)((t) >> 60))

@@ -11,7 +11,7 @@
 #include "core.h"
 #include "standby.h"
 
-#include <execinfo.h>
+#include "os/crash.h" /* pm__crash_unwinder_prime */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -353,7 +353,7 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
  * byte of it; every fork child closes every slot's spare (fork_child), and
  * exec children never see it (close-on-exec, and the exec replaces the
  * mappings). The spare goes when the slot stops or retires
- * (pm__cluster_set_state) or the cluster is freed.
+ * (pm__cluster_set_state_final) or the cluster is freed.
  *
  * Exec mode, the error pipe the same way (spare_pipe says when): made
  * after the spawn of the incarnation before, both ends close-on-exec, so
@@ -472,7 +472,7 @@ static int spare_pipe(const pm_cluster *c)
 /* Best effort: without a spare the next start creates its link itself.
  * errno preserved (called on the success path).
  *
- * Called once the incarnation is ready (cluster.c act_ready), not right
+ * Called once the incarnation is ready (actions.c act_ready), not right
  * after its fork: on two CPUs the child often waits for the CPU its parent
  * is on (the wake-up of a new task prefers the parent's CPU when the other
  * is busy), so the link's system calls and first-touch faults made then
@@ -501,19 +501,15 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
     errno = saved;
 }
 
-/* Fork mode: the worker's crash handler (node.c crash_arm) calls
- * backtrace() once at join so that the handler itself allocates nothing;
+/* Fork mode: the worker's crash handler (node_crash.c) needs the unwinder
+ * loaded before any crash, so that the handler itself allocates nothing;
  * glibc's first backtrace() loads libgcc_s (dlopen: about fifteen system
- * calls, the relocations' page faults). Done once here in the supervisor,
- * every fork child inherits the loaded library instead of loading it on
- * its way to ready. */
+ * calls, the relocations' page faults). Primed once here in the supervisor
+ * (os/crash.h), every fork child inherits the loaded library and the
+ * primed flag instead of loading it on its way to ready. */
 static void warm_unwinder(void)
 {
-    static int warm;
-    if (__atomic_exchange_n(&warm, 1, __ATOMIC_RELAXED))
-        return;
-    void *frames[4];
-    (void)backtrace(frames, 4);
+    pm__crash_unwinder_prime();
 }
 
 /* What every child of s gets: who its parent is, the signal mask it

@@ -82,7 +82,7 @@ static int spin_for_work(pm_cluster *c, uint64_t *t0)
     uint64_t start = pm__now_ns(), now = start, prev = start;
     *t0 = start;
     /* The gate: the hub is the one spinner a relay path needs (the workers
-     * park while it is awake, node.c may_spin), so it spins whenever a CPU
+     * park while it is awake, node_messaging.c may_spin), so it spins whenever a CPU
      * is left for the process doing the work: never on one CPU. */
     if (budget == 0 || !pm__spin_gate(pm__spin_cpus(), 0))
         return 0;
