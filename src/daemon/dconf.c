@@ -446,11 +446,16 @@ static int retell(const char *why, char *err, size_t errsize)
  * pmd_dconf_options, which validates the whole set. */
 static int check_with_library(const pmd_dconf *c, char *err, size_t errsize)
 {
-    char why[256];
+    char why[256] = "";
     pm_options *o = pm_options_new();
     if (o == NULL)
         return -ENOMEM;
-    int rc = pm_options_set_exec(o, c->argv[0], c->argv);
+    /* A stand-in program: the checks across options must run whatever
+     * the program named (an empty name is refused by its own check, and
+     * with the real one a refused name would skip them: backoff-min above
+     * backoff-max was accepted behind an empty program, fuzz_dconf). */
+    static const char *const stand_in[] = {"procmesh-check", NULL};
+    int rc = pm_options_set_exec(o, stand_in[0], (char *const *)stand_in);
     rc = rc ? rc : pm_options_set_workers(o, c->workers);
     rc = rc ? rc : pm_options_set_base_port(o, c->base_port);
     rc = rc ? rc : pm_options_set_restart_min_backoff_ms(o, c->backoff_min);
