@@ -211,6 +211,11 @@ START_TEST(test_config_errors)
     ck_assert_int_eq(parse(&c, err, "--backoff-min", "500", "--backoff-max", "100", "--", "x", NULL),
                      -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "--backoff-max: 100 is below --backoff-min 500"));
+    /* The same behind an empty program name (fuzz_dconf's finding: the
+     * checks across options were skipped when the program was refused). */
+    ck_assert_int_eq(parse(&c, err, "--backoff-min", "5", "--backoff-max", "0", "--", "", NULL),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--backoff-max: 0 is below --backoff-min 5"));
     ck_assert_int_eq(parse(&c, err, "prog", NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "'prog': expected an option or '--'"));
 }
