@@ -136,6 +136,7 @@ static int boot_check_own(pm_node *n, void *arg)
     }
     if (d != NULL)
         closedir(d);
+    if (getenv("PM_SLOW_REPORT") && inc == 1) usleep(500000);
     char out[1024];
     int len = snprintf(out, sizeof(out), "%u %llu %s%s\n", slot, inc, bad[0] ? "bad: " : "ok",
                        bad);
@@ -340,6 +341,10 @@ START_TEST(test_standby_takes_over)
     pid_t first = si.pid;
     ck_assert_int_ne(sb, first);
     RUN_UNTIL(c, getpgid(sb) == sb, 10000); /* set by the standby itself, after its fork */
+    /* The first incarnation writes its report after its READY, which is
+     * also what makes the standby: killed before it wrote, it would never
+     * write, and the second line below would never come (CI saw this). */
+    RUN_UNTIL(c, report_lines(p[0]) == 1, 10000);
     char cg_before[1024], cg_after[1024];
     cgroup_of(first, cg_before, sizeof(cg_before));
     ck_assert_int_eq(kill(first, SIGKILL), 0);
