@@ -60,6 +60,7 @@ static char last_text[8][256];
 static int texts;
 static uint64_t from_main_msgs;
 static pm_address last_from;
+static pm_address spoof_from; /* who sent main "#spoofed", as the hub said */
 static int events_fenced;
 static char fenced_reason[32];
 static int ready_events;
@@ -90,6 +91,8 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
         if (slot < 8) {
             memcpy(last_text[slot], m->data, m->len);
             last_text[slot][m->len] = '\0';
+            if (strcmp(last_text[slot], "#spoofed") == 0)
+                spoof_from = m->from;
             texts++;
         }
     }
@@ -241,12 +244,16 @@ static int worker(pm_node *n, void *arg)
         break;
     }
     case R_SPOOF: {
-        /* Bypass the API: a frame whose source fields name slot 1. */
+        /* Bypass the API: a frame whose every source field lies. It names
+         * slot 1 (port 2), with an incarnation no slot has (slot 0 and 1
+         * are both in their first), from remote host 1: the hub must stamp
+         * all three from the ring (doc/protocol.md), not keep any. */
         pm__frame_hdr h;
         memset(&h, 0, sizeof(h));
         h.type = PM__FT_MSG;
         h.src = 1;
-        h.src_inc = 1;
+        h.src_inc = 7;
+        h.src_host = 1;
         h.dst = (uint32_t)p->peer[slot];
         const char *text = "#spoofed";
         pm__frame_send(pm_test_node_tx(n), &h, text, strlen(text));
@@ -380,8 +387,9 @@ static int worker(pm_node *n, void *arg)
         /* Short '#' texts only: a stream frame may start with '#' too. */
         if (m.kind == PM_MSG_PLAIN && m.len >= 1 && m.len < 12 && ((const char *)m.data)[0] == '#') {
             /* Report who the hub says sent it. */
-            say(n, "got %.*s from port %u inc %llu", (int)m.len, (const char *)m.data,
-                (unsigned)m.from.port, (unsigned long long)m.from.incarnation);
+            say(n, "got %.*s from port %u inc %llu%s", (int)m.len, (const char *)m.data,
+                (unsigned)m.from.port, (unsigned long long)m.from.incarnation,
+                strcmp(m.from.host, pm_node_self(n)->host) == 0 ? "" : " remote");
             continue;
         }
         if (m.kind == PM_MSG_PLAIN && m.len > 3 && memcmp(m.data, "go ", 3) == 0) {
@@ -471,10 +479,16 @@ START_TEST(test_spoofed_source)
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     start_all(c);
-    /* Main got "#spoofed" from slot 0 (port 1), not slot 1. */
+    /* Main got "#spoofed" from slot 0 (port 1), not slot 1, in its true
+     * incarnation (1, not the forged 7), from this host. */
     RUN_UNTIL(c, last_text[0][0] != '\0' && last_text[2][0] != '\0', 10000);
     ck_assert_str_eq(last_text[0], "#spoofed"); /* filed under the real sender, slot 0 */
-    /* Slot 2 reports who the hub said sent it: port 1 = slot 0. */
+    pm_address local = pm_test_slot_addr(0, 0);
+    ck_assert_uint_eq(spoof_from.port, 1);
+    ck_assert_uint_eq(spoof_from.incarnation, 1);
+    ck_assert_str_eq(spoof_from.host, local.host);
+    /* Slot 2 reports who the hub said sent it: port 1 = slot 0, its true
+     * incarnation, a local sender. */
     ck_assert_str_eq(last_text[2], "#got #spoofed from port 1 inc 1");
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
