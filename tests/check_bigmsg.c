@@ -64,8 +64,19 @@ enum hostile {
     H_HUGETLB,      /* a hugetlbfs memfd (only where MFD_HUGETLB works) */
     H_WRONLY,       /* reopened write-only through /proc/self/fd */
     H_WRONLY_PEER,  /* the same, sent to slot 1 instead of main */
+    /* A whole, written memfd with every seal the hub requires but one
+     * (issue 27: each condition of the seal check alone, the others
+     * valid). One row per entry of seal_rows[]. */
+    H_SEAL_NO_WRITE, H_SEAL_NO_GROW, H_SEAL_NO_SHRINK, H_SEAL_NO_SEAL,
     H_COUNT
 };
+
+/* The seals a large message must carry (doc/protocol.md, bigmsg.h), each
+ * left out by one hostile row above, in the same order. */
+static const int seal_rows[] = {F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK, F_SEAL_SEAL};
+_Static_assert(sizeof(seal_rows) / sizeof(seal_rows[0]) == H_COUNT - H_SEAL_NO_WRITE,
+               "one seal row per hostile seal case");
+#define ALL_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 static int hostile;
 
 static unsigned char *wbuf;
@@ -417,6 +428,17 @@ static void misbehave(pm_node *n)
         raw_record(l, &fd, 1, 1);
         raw_announce_to(l, hostile == H_WRONLY ? PM__NODE_MAIN : 1, HOSTILE_LEN, 1);
         break;
+    case H_SEAL_NO_WRITE:
+    case H_SEAL_NO_GROW:
+    case H_SEAL_NO_SHRINK:
+    case H_SEAL_NO_SEAL:
+        fd = memfd_create("seals", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || write(fd, wbuf, HOSTILE_LEN) != (ssize_t)HOSTILE_LEN ||
+            fcntl(fd, F_ADD_SEALS, ALL_SEALS & ~seal_rows[hostile - H_SEAL_NO_WRITE]) < 0)
+            _exit(7);
+        raw_record(l, &fd, 1, 1);
+        raw_announce(l, HOSTILE_LEN, 1);
+        break;
     }
     pm_address main_addr;
     memset(&main_addr, 0, sizeof(main_addr));
@@ -669,7 +691,9 @@ START_TEST(test_hostile_fenced)
     static const char *const names[] = {"",          "unsealed",   "pipe",           "two-fds",
                                         "no-fd",     "no-frame",   "flood",          "ahead",
                                         "sparse",    "hole",       "keep-size",      "hugetlb",
-                                        "write-only", "write-only-peer"};
+                                        "write-only", "write-only-peer", "no-seal-write",
+                                        "no-seal-grow", "no-seal-shrink", "no-seal-seal"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == H_COUNT, "one name per hostile case");
     buffers();
     hostile = _i;
     if (hostile == H_HUGETLB) {
