@@ -312,7 +312,7 @@ static int worker(pm_node *n, void *arg)
         /* Bypass the API: a frame whose every source field lies. It names
          * slot 1 (port 2), with an incarnation no slot has (slot 0 and 1
          * are both in their first), from remote host 1: the hub must stamp
-         * all three from the ring (doc/protocol.md), not keep any. */
+         * all three from the ring (doc/design.md), not keep any. */
         pm__frame_hdr h;
         memset(&h, 0, sizeof(h));
         h.type = PM__FT_MSG;
