@@ -804,8 +804,8 @@ START_TEST(test_hello_each_condition)
         RUN_UNTIL(c, count(PM_EVENT_FENCED, 0) >= 1, 20000);
         ck_assert_msg(strcmp(find(PM_EVENT_FENCED, 0, 0)->reason, hello_rows[_i].reason) == 0,
                       "%s %s: fenced %s, want %s", hello_rows[_i].mode,
-                      hello_rows[_i].arg ? hello_rows[_i].arg : "", find(PM_EVENT_FENCED, 0, 0)->reason,
-                      hello_rows[_i].reason);
+                      hello_rows[_i].arg ? hello_rows[_i].arg : "",
+                      find(PM_EVENT_FENCED, 0, 0)->reason, hello_rows[_i].reason);
         ck_assert_uint_eq(find(PM_EVENT_FENCED, 0, 0)->inc, 2);
         /* Never ready again, but the row whose fault comes after READY. */
         ck_assert_int_eq(count(PM_EVENT_READY, 0),
@@ -1058,7 +1058,7 @@ int main(void)
     tcase_add_loop_test(tc, test_handshake_fault_charged, 0, 2);
     suite_add_tcase(s, tc);
     tc = pm_tcase("test_hello_each_condition", 60);
-    tcase_add_loop_test(tc, test_hello_each_condition, 0, (int)(sizeof(hello_rows) / sizeof(hello_rows[0])));
+    tcase_add_loop_test(tc, test_hello_each_condition, 0, (int)ARRAY_LEN(hello_rows));
     suite_add_tcase(s, tc);
     PM_ADD_TEST(s, test_fork_mode_ready_without_handshake, 60);
     PM_ADD_TEST(s, test_wrong_version_charged, 60);

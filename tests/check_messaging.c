@@ -89,7 +89,6 @@ static const struct bad_header bad_headers[] = {
     {"a positive error", 4, {{48, 4, 5}}},
     {"a negative deadline", 4, {{40, 8, (uint64_t)-1}}},
 };
-#define ARRAY_LEN_BAD (sizeof(bad_headers) / sizeof(bad_headers[0]))
 
 static void send_bad_header(pm__ring *tx, const struct bad_header *b)
 {
@@ -344,7 +343,7 @@ static int worker(pm_node *n, void *arg)
         break;
     }
     case R_BAD_HEADERS:
-        for (size_t i = 0; i < ARRAY_LEN_BAD; i++)
+        for (size_t i = 0; i < ARRAY_LEN(bad_headers); i++)
             send_bad_header(pm_test_node_tx(n), &bad_headers[i]);
         say(n, "after headers");
         break;
@@ -601,7 +600,7 @@ START_TEST(test_bad_headers_each_dropped)
     RUN_UNTIL(c, last_text[1][0] != '\0', 10000);
     ck_assert_str_eq(last_text[1], "#after headers");
     ck_assert_int_eq(texts, 1); /* no row reached main */
-    ck_assert_uint_eq(pm_test_slot_malformed(c, 1), ARRAY_LEN_BAD);
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 1), ARRAY_LEN(bad_headers));
     ck_assert_int_eq(events_fenced, 0);
     pm_slot_info si;
     pm_cluster_slot_info(c, 1, &si);
