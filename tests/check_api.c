@@ -768,6 +768,58 @@ START_TEST(test_handshake_fault_charged)
 }
 END_TEST
 
+/*
+ * doc/protocol.md, the handshake: a HELLO is exactly a u32 version, this
+ * protocol's, once, before READY. One row per condition, each broken alone
+ * in a later incarnation (the first is a plain HELLO and READY), all else
+ * valid; the fence reason that row must give ("" for the valid row, which
+ * must get ready). A new condition is a new row.
+ */
+static const struct {
+    const char *mode, *arg;
+    const char *reason;
+} hello_rows[] = {
+    {"hello-len", "4", ""},            /* all valid: ready, nothing fenced */
+    {"hello-len", "0", "protocol"},    /* no version at all */
+    {"hello-len", "3", "protocol"},    /* short */
+    {"hello-len", "5", "protocol"},    /* the right version, a byte more */
+    {"hello-len", "16", "protocol"},
+    {"hello-version", "7", "version"}, /* another protocol */
+    {"hello-version", "0", "version"},
+    {"hello-twice", NULL, "protocol"}, /* a second HELLO (after its READY) */
+    {"ready-first", NULL, "protocol"}, /* READY before HELLO */
+};
+
+START_TEST(test_hello_each_condition)
+{
+    pm_options *o = raw_opts(hello_rows[_i].mode, hello_rows[_i].arg, 1);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    if (hello_rows[_i].reason[0] == '\0') {
+        RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 20000);
+        ck_assert_uint_eq(info(c, 0).incarnation, 2);
+        ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 0);
+    } else {
+        RUN_UNTIL(c, count(PM_EVENT_FENCED, 0) >= 1, 20000);
+        ck_assert_msg(strcmp(find(PM_EVENT_FENCED, 0, 0)->reason, hello_rows[_i].reason) == 0,
+                      "%s %s: fenced %s, want %s", hello_rows[_i].mode,
+                      hello_rows[_i].arg ? hello_rows[_i].arg : "",
+                      find(PM_EVENT_FENCED, 0, 0)->reason, hello_rows[_i].reason);
+        ck_assert_uint_eq(find(PM_EVENT_FENCED, 0, 0)->inc, 2);
+        /* Never ready again, but the row whose fault comes after READY. */
+        ck_assert_int_eq(count(PM_EVENT_READY, 0),
+                         strcmp(hello_rows[_i].mode, "hello-twice") == 0 ? 2 : 1);
+    }
+    /* Let the budget settle before stopping (terminate's 1 on a slot
+     * mid-restart). */
+    if (hello_rows[_i].reason[0] != '\0')
+        RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 /* design.md, Handshake: a fork-mode worker does not run the handshake; it
  * has its slot, address and init data from the fork, its first frame is
  * READY, and a HELLO from it is a protocol fault like a second HELLO. */
@@ -1004,6 +1056,9 @@ int main(void)
     PM_ADD_TEST(s, test_watch_fd, 30);
     tc = pm_tcase("test_handshake_fault_charged", 60);
     tcase_add_loop_test(tc, test_handshake_fault_charged, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = pm_tcase("test_hello_each_condition", 60);
+    tcase_add_loop_test(tc, test_hello_each_condition, 0, (int)ARRAY_LEN(hello_rows));
     suite_add_tcase(s, tc);
     PM_ADD_TEST(s, test_fork_mode_ready_without_handshake, 60);
     PM_ADD_TEST(s, test_wrong_version_charged, 60);

@@ -64,8 +64,21 @@ enum hostile {
     H_HUGETLB,      /* a hugetlbfs memfd (only where MFD_HUGETLB works) */
     H_WRONLY,       /* reopened write-only through /proc/self/fd */
     H_WRONLY_PEER,  /* the same, sent to slot 1 instead of main */
+    /* A whole, written memfd with every seal the hub requires but one
+     * (issue 27: each condition of the seal check alone, the others
+     * valid). One row per entry of seal_rows[]. */
+    H_SEAL_NO_WRITE, H_SEAL_NO_GROW, H_SEAL_NO_SHRINK, H_SEAL_NO_SEAL,
+    /* A good memfd, announced one byte shorter or longer than it is. */
+    H_LEN_UNDER, H_LEN_OVER,
     H_COUNT
 };
+
+/* The seals a large message must carry (doc/protocol.md, bigmsg.h), each
+ * left out by one hostile row above, in the same order. */
+static const int seal_rows[] = {F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK, F_SEAL_SEAL};
+_Static_assert(sizeof(seal_rows) / sizeof(seal_rows[0]) == H_SEAL_NO_SEAL + 1 - H_SEAL_NO_WRITE,
+               "one seal row per hostile seal case");
+#define ALL_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 static int hostile;
 
 static unsigned char *wbuf;
@@ -417,6 +430,23 @@ static void misbehave(pm_node *n)
         raw_record(l, &fd, 1, 1);
         raw_announce_to(l, hostile == H_WRONLY ? PM__NODE_MAIN : 1, HOSTILE_LEN, 1);
         break;
+    case H_SEAL_NO_WRITE:
+    case H_SEAL_NO_GROW:
+    case H_SEAL_NO_SHRINK:
+    case H_SEAL_NO_SEAL:
+        fd = memfd_create("seals", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || write(fd, wbuf, HOSTILE_LEN) != (ssize_t)HOSTILE_LEN ||
+            fcntl(fd, F_ADD_SEALS, ALL_SEALS & ~seal_rows[hostile - H_SEAL_NO_WRITE]) < 0)
+            _exit(7);
+        raw_record(l, &fd, 1, 1);
+        raw_announce(l, HOSTILE_LEN, 1);
+        break;
+    case H_LEN_UNDER:
+    case H_LEN_OVER:
+        fd = pm__bigmsg_create(wbuf, HOSTILE_LEN);
+        raw_record(l, &fd, 1, 1);
+        raw_announce(l, hostile == H_LEN_UNDER ? HOSTILE_LEN - 1 : HOSTILE_LEN + 1, 1);
+        break;
     }
     pm_address main_addr;
     memset(&main_addr, 0, sizeof(main_addr));
@@ -669,7 +699,10 @@ START_TEST(test_hostile_fenced)
     static const char *const names[] = {"",          "unsealed",   "pipe",           "two-fds",
                                         "no-fd",     "no-frame",   "flood",          "ahead",
                                         "sparse",    "hole",       "keep-size",      "hugetlb",
-                                        "write-only", "write-only-peer"};
+                                        "write-only", "write-only-peer", "no-seal-write",
+                                        "no-seal-grow", "no-seal-shrink", "no-seal-seal",
+                                        "len-under", "len-over"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == H_COUNT, "one name per hostile case");
     buffers();
     hostile = _i;
     if (hostile == H_HUGETLB) {
@@ -1024,6 +1057,14 @@ START_TEST(test_codec_and_checks)
     ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MAX_MSG), 0);
     ck_assert_int_eq(pm__bigmsg_check(fd, MIB - 1, MAX_MSG), -EPROTO);
     ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MIB - 1), -EPROTO);
+    /* A length past the end fails the size check itself, not only the
+     * hole scan that follows it at the hub (which finds the end of the
+     * file as a hole): a worker's check_from_hub has no scan, and mapping
+     * past the end would raise SIGBUS. */
+    ck_assert_int_eq(pm__bigmsg_check_from_hub(fd, MIB + 1, MAX_MSG), -EPROTO);
+    ck_assert_int_eq(pm__bigmsg_check_from_hub(fd, MIB - 1, MAX_MSG), -EPROTO);
+    ck_assert_int_eq(pm__bigmsg_check_from_hub(fd, MIB, MIB - 1), -EPROTO);
+    ck_assert_int_eq(pm__bigmsg_check_from_hub(fd, MIB, MAX_MSG), 0);
     const void *map;
     ck_assert_int_eq(pm__bigmsg_map(fd, MIB, &map), 0);
     ck_assert(check(map, MIB, 9));

@@ -376,6 +376,23 @@ START_TEST(test_http_parse)
         {"GET /a\x01b HTTP/1.1\r\n\r\n", 400},
         {"\r\n\r\n", 400},
         {"GET /healthz HTTP/1.1\r\nHost: x\r\n", 0},
+        /* Each condition of the request line alone, the rest valid. */
+        {"GET  /healthz HTTP/1.1\r\n\r\n", 400},   /* empty target */
+        {"GET /healthz HTTP/1.10\r\n\r\n", 400},   /* version one byte long */
+        {"GET /healthz HTTP/1.\r\n\r\n", 400},     /* version one byte short */
+        {"GET /healthz HTTP/1.2\r\n\r\n", 400},    /* neither 1.0 nor 1.1 */
+        {"G1T /healthz HTTP/1.1\r\n\r\n", 400},    /* method byte below 'A' */
+        {"GE[ /healthz HTTP/1.1\r\n\r\n", 400},    /* method byte above 'Z' */
+        {"GET /a\x7f HTTP/1.1\r\n\r\n", 400},      /* DEL in the target */
+        {"GET /a\x80 HTTP/1.1\r\n\r\n", 400},      /* a byte past ASCII */
+        {"GET /a\tb HTTP/1.1\r\n\r\n", 400},       /* a control byte */
+        {"GET /health HTTP/1.1\r\n\r\n", 404},     /* a known path's prefix */
+        {"GET /healthzz HTTP/1.1\r\n\r\n", 404},   /* a known path, one more byte */
+        {"GET /nope?x=1 HTTP/1.1\r\n\r\n", 404},   /* unknown, with a query */
+        {"POST /nope HTTP/1.1\r\n\r\n", 404},      /* unknown path before method */
+        {"GETS /healthz HTTP/1.1\r\n\r\n", 405},   /* GET, one byte more */
+        {"HEADS /healthz HTTP/1.1\r\n\r\n", 405},  /* HEAD, one byte more */
+        {"HEAD /healthz HTTP/1.0\n\n", 200},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++)
         ck_assert_msg(pmd_http_parse(cases[i].req, strlen(cases[i].req), &path, &plen, &head) ==
@@ -387,6 +404,8 @@ START_TEST(test_http_parse)
     char big[PMD_HTTP_MAX];
     memset(big, 'a', sizeof(big));
     ck_assert_int_eq(pmd_http_parse(big, sizeof(big), &path, &plen, &head), 413);
+    /* One byte under the limit without a blank line: not complete yet. */
+    ck_assert_int_eq(pmd_http_parse(big, sizeof(big) - 1, &path, &plen, &head), 0);
 }
 END_TEST
 

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include "channel/proto.h"
 #include "mesh/faillog.h"
 #include "internals.h"
 #include "mesh/mesh.h"
@@ -41,9 +42,20 @@ static unsigned ping_failures; /* the worker's requests to main that failed */
 static unsigned forged_delivered;
 static unsigned peer_ups;
 
+/* test_worker_forged_host: the worker's first frame forges its source
+ * host (and incarnation); who main was told sent it. */
+static int forge_host;
+static int forged_seen;
+static pm_address forged_from;
+
 static void on_main(pm_cluster *c, const pm_message *m, void *arg)
 {
     (void)arg;
+    if (m->len == 8 && memcmp(m->data, "sourcing", 8) == 0) {
+        forged_seen++;
+        forged_from = m->from;
+        return;
+    }
     if (m->len == 6 && memcmp(m->data, "forged", 6) == 0) {
         forged_delivered++;
         return;
@@ -72,6 +84,18 @@ static int pinger(pm_node *n, void *arg)
     pm_address main_a;
     if (pm_address_parse("t@main:0", &main_a) != 0) /* this host's supervisor */
         return 1;
+    if (forge_host) {
+        /* Bypass the API: a frame to main claiming remote host 1 and an
+         * incarnation no slot has. */
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_MSG;
+        h.dst = PM__NODE_MAIN;
+        h.src_host = 1;
+        h.src_inc = 9;
+        if (pm__frame_send(pm_test_node_tx(n), &h, "sourcing", 8) != 0)
+            return 2;
+    }
     for (;;) {
         pm_message r;
         int rc = pm_node_request(n, &main_a, "ping", 4, 5000, &r);
@@ -289,6 +313,27 @@ START_TEST(test_forged_host_dropped)
     ck_assert_uint_eq(forged_delivered, 0);
     unsigned pongs0 = pongs;
     PM_RUN_UNTIL(c, pongs > pongs0 + 2, 10000);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+/* A peer-mode supervisor knows other hosts by index: a local worker's
+ * frame naming host 1 as its source must still reach main as the local
+ * worker, its true incarnation (the hub stamps every source field from the
+ * ring, design.md). Without peers every host index names the local one,
+ * which is why test_spoofed_source (check_messaging) cannot see this. */
+START_TEST(test_worker_forged_host)
+{
+    forge_host = 1;
+    pm_cluster *c = start_a(2000);
+    PM_RUN_UNTIL(c, forged_seen == 1, 10000);
+    pm_address w;
+    ck_assert_int_eq(pm_cluster_addresses(c, &w, 1), 1);
+    ck_assert_str_eq(forged_from.host, w.host);
+    ck_assert_uint_eq(forged_from.port, w.port);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_uint_eq(forged_from.incarnation, si.incarnation); /* not the forged 9 */
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -676,6 +721,7 @@ int main(void)
     PM_ADD_TEST(s, test_handshake_attacks, 180);
     PM_ADD_TEST(s, test_record_attacks, 120);
     PM_ADD_TEST(s, test_forged_host_dropped, 60);
+    PM_ADD_TEST(s, test_worker_forged_host, 60);
     PM_ADD_TEST(s, test_forged_notices_dropped, 60);
     PM_ADD_TEST(s, test_rate_limit_pure, 10);
     PM_ADD_TEST(s, test_refused_log_pure, 10);

@@ -43,7 +43,70 @@ enum role {
     R_DOORBELL,   /* rings the hub's doorbell (writes its eventfd) in a loop, forever */
     R_STREAM_HELD, /* R_STREAM, but says "sent" only once the hub holds it: its up
                       ring armed with frames still unread (at most 20 s) */
+    R_BAD_HEADERS, /* every row of bad_headers to main, then "#after headers" */
 };
+
+/*
+ * The checks of a frame header from a worker (doc/protocol.md, frame.c,
+ * port.c), one row per condition: a frame to main carrying "#bad" (or
+ * `payload` bytes of '#'), valid but for the bytes the row patches (up to
+ * two fields, little-endian, at the header's offsets). Each must be
+ * dropped and counted as malformed, nothing of it delivered, the worker
+ * not fenced. A new condition is a new row.
+ */
+struct bad_header {
+    const char *what;
+    size_t payload;
+    struct {
+        int off, width; /* width 0: no patch */
+        uint64_t val;
+    } patch[2];
+};
+static const struct bad_header bad_headers[] = {
+    {"version 0", 4, {{0, 1, 0}}},
+    {"version 1 (no host fields)", 4, {{0, 1, 1}}},
+    {"a later version", 4, {{0, 1, PM__FRAME_VERSION + 1}}},
+    {"type 0", 4, {{1, 1, 0}}},
+    {"type past the last", 4, {{1, 1, PM__FT_MAX_ + 1}}},
+    {"type 255", 4, {{1, 1, 255}}},
+    {"a type only the hub sends (INIT)", 4, {{1, 1, PM__FT_INIT}}},
+    {"a type only the hub sends (STOP)", 4, {{1, 1, PM__FT_STOP}}},
+    {"a link-only type (BCAST)", 4,
+     {{1, 1, PM__FT_BCAST}}},
+    {"a link-only type (CREDIT)", 4, {{1, 1, PM__FT_CREDIT}}},
+    {"an unknown flag", 4, {{2, 2, 0x0002}}},
+    {"the top flag", 4, {{2, 2, 0x8000}}},
+    {"the memfd flag on a HELLO, an announcement's size", PM__ANNOUNCE_SIZE,
+     {{1, 1, PM__FT_HELLO}, {2, 2, PM__FF_MEMFD}}},
+    {"the memfd flag on a MSG one byte short of an announcement", PM__ANNOUNCE_SIZE - 1,
+     {{2, 2, PM__FF_MEMFD}}},
+    {"the memfd flag on a MSG one byte over an announcement", PM__ANNOUNCE_SIZE + 1,
+     {{2, 2, PM__FF_MEMFD}}},
+    {"length one over the record", 4, {{4, 4, 5}}},
+    {"length one under the record", 4, {{4, 4, 3}}},
+    {"dst host out of range", 4, {{52, 2, PM__MAX_HOSTS}}},
+    {"src host out of range", 4, {{54, 2, PM__MAX_HOSTS}}},
+    {"a positive error", 4, {{48, 4, 5}}},
+    {"a negative deadline", 4, {{40, 8, (uint64_t)-1}}},
+};
+
+static void send_bad_header(pm__ring *tx, const struct bad_header *b)
+{
+    unsigned char rec[PM__FRAME_HDR_SIZE + 32];
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = PM__FT_MSG;
+    h.dst = PM__NODE_MAIN;
+    h.len = (uint32_t)b->payload;
+    pm__frame_encode(&h, rec);
+    memset(rec + PM__FRAME_HDR_SIZE, '#', b->payload);
+    if (b->payload >= 4)
+        memcpy(rec + PM__FRAME_HDR_SIZE, "#bad", 4);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < b->patch[k].width; j++)
+            rec[b->patch[k].off + j] = (unsigned char)(b->patch[k].val >> (8 * j));
+    pm__ring_send(tx, rec, PM__FRAME_HDR_SIZE + b->payload);
+}
 
 struct plan {
     int role[8];
@@ -60,6 +123,7 @@ static char last_text[8][256];
 static int texts;
 static uint64_t from_main_msgs;
 static pm_address last_from;
+static pm_address spoof_from; /* who sent main "#spoofed", as the hub said */
 static int events_fenced;
 static char fenced_reason[32];
 static int ready_events;
@@ -90,6 +154,8 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
         if (slot < 8) {
             memcpy(last_text[slot], m->data, m->len);
             last_text[slot][m->len] = '\0';
+            if (strcmp(last_text[slot], "#spoofed") == 0)
+                spoof_from = m->from;
             texts++;
         }
     }
@@ -212,7 +278,8 @@ static int worker(pm_node *n, void *arg)
     pm_message m;
     if (role == R_STREAM || role == R_SPOOF || role == R_GARBAGE_INDEX || role == R_FLOOD_MAIN ||
         role == R_ASKER || role == R_GARBAGE_FRAMES || role == R_OVERSIZE ||
-        role == R_STASHER || role == R_DOORBELL || role == R_STREAM_HELD) {
+        role == R_STASHER || role == R_DOORBELL || role == R_STREAM_HELD ||
+        role == R_BAD_HEADERS) {
         /* Act only once main says the whole mesh is up. */
         if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
             return 40;
@@ -241,12 +308,16 @@ static int worker(pm_node *n, void *arg)
         break;
     }
     case R_SPOOF: {
-        /* Bypass the API: a frame whose source fields name slot 1. */
+        /* Bypass the API: a frame whose every source field lies. It names
+         * slot 1 (port 2), with an incarnation no slot has (slot 0 and 1
+         * are both in their first), from remote host 1: the hub must stamp
+         * all three from the ring (doc/design.md), not keep any. */
         pm__frame_hdr h;
         memset(&h, 0, sizeof(h));
         h.type = PM__FT_MSG;
         h.src = 1;
-        h.src_inc = 1;
+        h.src_inc = 7;
+        h.src_host = 1;
         h.dst = (uint32_t)p->peer[slot];
         const char *text = "#spoofed";
         pm__frame_send(pm_test_node_tx(n), &h, text, strlen(text));
@@ -271,6 +342,11 @@ static int worker(pm_node *n, void *arg)
         say(n, "after garbage");
         break;
     }
+    case R_BAD_HEADERS:
+        for (size_t i = 0; i < ARRAY_LEN(bad_headers); i++)
+            send_bad_header(pm_test_node_tx(n), &bad_headers[i]);
+        say(n, "after headers");
+        break;
     case R_OVERSIZE: {
         /* Bypass the API: the ring takes frames up to its own maximum
          * (PM__LINK_MAX_FRAME), which is more than PM_MAX_PAYLOAD. */
@@ -380,8 +456,9 @@ static int worker(pm_node *n, void *arg)
         /* Short '#' texts only: a stream frame may start with '#' too. */
         if (m.kind == PM_MSG_PLAIN && m.len >= 1 && m.len < 12 && ((const char *)m.data)[0] == '#') {
             /* Report who the hub says sent it. */
-            say(n, "got %.*s from port %u inc %llu", (int)m.len, (const char *)m.data,
-                (unsigned)m.from.port, (unsigned long long)m.from.incarnation);
+            say(n, "got %.*s from port %u inc %llu%s", (int)m.len, (const char *)m.data,
+                (unsigned)m.from.port, (unsigned long long)m.from.incarnation,
+                strcmp(m.from.host, pm_node_self(n)->host) == 0 ? "" : " remote");
             continue;
         }
         if (m.kind == PM_MSG_PLAIN && m.len > 3 && memcmp(m.data, "go ", 3) == 0) {
@@ -418,7 +495,8 @@ static void start_all(pm_cluster *c)
             plan.role[i] == R_GARBAGE_INDEX || plan.role[i] == R_FLOOD_MAIN ||
             plan.role[i] == R_ASKER || plan.role[i] == R_GARBAGE_FRAMES ||
             plan.role[i] == R_OVERSIZE || plan.role[i] == R_STASHER ||
-            plan.role[i] == R_DOORBELL || plan.role[i] == R_STREAM_HELD)
+            plan.role[i] == R_DOORBELL || plan.role[i] == R_STREAM_HELD ||
+            plan.role[i] == R_BAD_HEADERS)
             ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
     }
 }
@@ -471,10 +549,16 @@ START_TEST(test_spoofed_source)
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     start_all(c);
-    /* Main got "#spoofed" from slot 0 (port 1), not slot 1. */
+    /* Main got "#spoofed" from slot 0 (port 1), not slot 1, in its true
+     * incarnation (1, not the forged 7), from this host. */
     RUN_UNTIL(c, last_text[0][0] != '\0' && last_text[2][0] != '\0', 10000);
     ck_assert_str_eq(last_text[0], "#spoofed"); /* filed under the real sender, slot 0 */
-    /* Slot 2 reports who the hub said sent it: port 1 = slot 0. */
+    pm_address local = pm_test_slot_addr(0, 0);
+    ck_assert_uint_eq(spoof_from.port, 1);
+    ck_assert_uint_eq(spoof_from.incarnation, 1);
+    ck_assert_str_eq(spoof_from.host, local.host);
+    /* Slot 2 reports who the hub said sent it: port 1 = slot 0, its true
+     * incarnation, a local sender. */
     ck_assert_str_eq(last_text[2], "#got #spoofed from port 1 inc 1");
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
@@ -493,6 +577,30 @@ START_TEST(test_garbage_frames_dropped)
     /* Dropped and counted, the worker not harmed: its next message came. */
     ck_assert_str_eq(last_text[1], "#after garbage");
     ck_assert_uint_ge(pm_test_slot_malformed(c, 1), 4);
+    ck_assert_int_eq(events_fenced, 0);
+    pm_slot_info si;
+    pm_cluster_slot_info(c, 1, &si);
+    ck_assert_uint_eq(si.incarnation, 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* Every row of bad_headers, each one condition broken alone: dropped,
+ * each counted once as malformed, nothing delivered to main, the worker
+ * neither fenced nor restarted (its next message comes). */
+START_TEST(test_bad_headers_each_dropped)
+{
+    memset(&plan, 0, sizeof(plan));
+    plan.role[1] = R_BAD_HEADERS;
+    pm_options *o = opts(2, worker);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    start_all(c);
+    RUN_UNTIL(c, last_text[1][0] != '\0', 10000);
+    ck_assert_str_eq(last_text[1], "#after headers");
+    ck_assert_int_eq(texts, 1); /* no row reached main */
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 1), ARRAY_LEN(bad_headers));
     ck_assert_int_eq(events_fenced, 0);
     pm_slot_info si;
     pm_cluster_slot_info(c, 1, &si);
@@ -984,6 +1092,7 @@ int main(void)
     Suite *s = suite_create("messaging");
     PM_ADD_TEST(s, test_relay_checksums, 120);
     PM_ADD_TEST(s, test_spoofed_source, 60);
+    PM_ADD_TEST(s, test_bad_headers_each_dropped, 60);
     PM_ADD_TEST(s, test_garbage_frames_dropped, 60);
     PM_ADD_TEST(s, test_garbage_index_quarantined, 60);
     PM_ADD_TEST(s, test_request_stash_full, 90);

@@ -19,6 +19,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h> /* FIOSETOWN, SIOCSPGRP */
 #include <sys/resource.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
@@ -263,6 +265,28 @@ static long probe_run(const char *cmd, int *err)
     } else if (strncmp(cmd, "square ", 7) == 0) {
         long x = atol(cmd + 7);
         r = x * x;
+    } else if (strncmp(cmd, "sys ", 4) == 0) {
+        /* "sys NR ARG VAL": system call NR in a child of the worker (it
+         * inherits the filter), every argument -1 (a bad fd, pointer,
+         * pid or flag set: the call does nothing if it runs) but argument
+         * ARG (unless -1), which is VAL. The result is the child's wait
+         * status: the test wants it killed by SIGSYS (the kill action). */
+        long nr = -1, arg = -1;
+        unsigned long val = 0;
+        if (sscanf(cmd + 4, "%ld %ld %lu", &nr, &arg, &val) == 3) {
+            pid_t k = fork();
+            if (k == 0) {
+                long a[6] = {-1, -1, -1, -1, -1, -1};
+                if (arg >= 0 && arg < 6)
+                    a[arg] = (long)val;
+                syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+                _exit(errno & 0x7f);
+            }
+            int st = 0;
+            while (k > 0 && waitpid(k, &st, 0) < 0 && errno == EINTR)
+                ;
+            r = k > 0 ? st : -1;
+        }
     } else if (strncmp(cmd, "kill-pid ", 9) == 0) {
         r = kill((pid_t)atol(cmd + 9), SIGKILL);
     }
@@ -991,6 +1015,104 @@ START_TEST(test_seccomp_strict_kill)
 }
 END_TEST
 
+/*
+ * What basic refuses, as design.md ("Privileges") and the filter's list
+ * (src/os/seccomp_filter.c) say: one row per call, or per call and
+ * argument value. Written here, apart from the filter, so that an entry
+ * dropped from the filter fails its row; the test also tries every row the
+ * filter has (pm__seccomp_basic_rule), so a new entry there is tried at
+ * once, and must be added here.
+ */
+#define WHOLE(name) {#name, SYS_##name, -1, 0}
+static const struct basic_row {
+    const char *name;
+    long nr;
+    int arg;           /* -1: the whole call */
+    unsigned long val; /* refused when argument arg is this */
+} basic_rows[] = {
+    WHOLE(ptrace), WHOLE(process_vm_readv), WHOLE(process_vm_writev), WHOLE(process_madvise),
+    WHOLE(kcmp), WHOLE(pidfd_open), WHOLE(pidfd_send_signal), WHOLE(pidfd_getfd), WHOLE(tkill),
+    WHOLE(mount), WHOLE(umount2), WHOLE(pivot_root), WHOLE(move_mount), WHOLE(open_tree),
+    WHOLE(fsopen), WHOLE(fsconfig), WHOLE(fsmount), WHOLE(fspick), WHOLE(mount_setattr),
+    WHOLE(setns), WHOLE(unshare), WHOLE(open_by_handle_at), WHOLE(keyctl), WHOLE(add_key),
+    WHOLE(request_key), WHOLE(bpf), WHOLE(perf_event_open), WHOLE(userfaultfd), WHOLE(kexec_load),
+#ifdef SYS_kexec_file_load
+    WHOLE(kexec_file_load),
+#endif
+    WHOLE(init_module), WHOLE(finit_module), WHOLE(delete_module), WHOLE(reboot), WHOLE(swapon),
+    WHOLE(swapoff), WHOLE(settimeofday), WHOLE(clock_settime), WHOLE(clock_adjtime),
+    WHOLE(adjtimex), WHOLE(acct), WHOLE(quotactl), WHOLE(syslog),
+#ifdef SYS_iopl
+    WHOLE(iopl),
+#endif
+#ifdef SYS_ioperm
+    WHOLE(ioperm),
+#endif
+    {"fcntl", SYS_fcntl, 1, F_SETOWN_EX},
+    {"ioctl", SYS_ioctl, 1, FIOSETOWN},
+    {"ioctl", SYS_ioctl, 1, SIOCSPGRP},
+    {"ioctl", SYS_ioctl, 1, TIOCSTI},
+    {"ioctl", SYS_ioctl, 1, TIOCSPGRP},
+    {"prctl", SYS_prctl, 0, 62 /* PR_SCHED_CORE */},
+};
+#undef WHOLE
+
+/* The row's call, made in a child of slot 0's worker: killed by SIGSYS. */
+static void assert_denied(pm_cluster *c, const char *name, long nr, int arg, unsigned long val)
+{
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "sys %ld %d %lu", nr, arg, val);
+    struct answer a = ask(c, 0, cmd);
+    ck_assert_msg(a.result >= 0 && WIFSIGNALED((int)a.result) && WTERMSIG((int)a.result) == SIGSYS,
+                  "basic lets %s (argument %d = %lu) through: child status %ld (exit %d)", name,
+                  arg, val, a.result,
+                  a.result >= 0 && WIFEXITED((int)a.result) ? WEXITSTATUS((int)a.result) : -1);
+}
+
+/*
+ * basic refuses every call of its list, each tried alone (issue 27: the
+ * list was probed call by call, but not for every call it names). Under
+ * the kill action, so that a refusal cannot be mistaken for the kernel's
+ * own EPERM: each call runs in a child of the worker with arguments that
+ * make it do nothing if it ran (-1: a bad fd, pointer, pid, flag set), and
+ * the child must die of SIGSYS. The worker and the supervisor carry on: no
+ * event of slot 0, and it answers after the last row.
+ */
+START_TEST(test_seccomp_basic_every_denied)
+{
+    pm_options *o = probe_options(1);
+    ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_BASIC), 0);
+    ck_assert_int_eq(pm_options_set_seccomp_action(o, PM_SECCOMP_KILL), 0);
+    pm_cluster *c = spawn(o);
+    for (size_t i = 0; i < ARRAY_LEN(basic_rows); i++)
+        assert_denied(c, basic_rows[i].name, basic_rows[i].nr, basic_rows[i].arg,
+                      basic_rows[i].val);
+    /* The filter's own rows: tried too, and each must be one of ours. */
+    pm__seccomp_rule rule;
+    size_t rows = 0;
+    for (; pm__seccomp_basic_rule(rows, &rule) == 0; rows++) {
+        if (rule.nr < 0) {
+            fprintf(stderr, "basic row %s: no such call on this architecture: row skipped\n",
+                    rule.name);
+            continue;
+        }
+        assert_denied(c, rule.name, rule.nr, rule.arg, rule.val);
+        int known = 0;
+        for (size_t i = 0; i < ARRAY_LEN(basic_rows); i++)
+            known |= basic_rows[i].nr == rule.nr && basic_rows[i].arg == rule.arg &&
+                     (rule.arg < 0 || basic_rows[i].val == rule.val);
+        ck_assert_msg(known, "basic denies %s (argument %d = %lu): add its row to basic_rows",
+                      rule.name, rule.arg, rule.val);
+    }
+    ck_assert_int_eq(pm__seccomp_basic_rule(rows, &rule), -ENOENT);
+    /* Nobody else harmed: the worker serves on, no event for it. */
+    ck_assert_int_eq(ask(c, 0, "square 9").result, 81);
+    ck_assert_int_eq(count(PM_EVENT_EXITED, -1), 0);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+    finish(c, o);
+}
+END_TEST
+
 START_TEST(test_seccomp_refusals)
 {
     char why[256];
@@ -1238,6 +1360,7 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_strict_kill, 0);
         PM_ADD_TEST(s, test_seccomp_strict_standby, 0);
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
+        PM_ADD_TEST(s, test_seccomp_basic_every_denied, 0);
         TCase *every = pm_tcase("test_seccomp_every_path", 0);
         tcase_add_loop_test(every, test_seccomp_every_path, 0, (int)ARRAY_LEN(move_levels));
         suite_add_tcase(s, every);

@@ -310,35 +310,62 @@ static int pin_build(uint32_t act, struct pin_block *b)
     return pin_fixup(b, starts, npins);
 }
 
+/*
+ * basic: calls refused when one argument (the low 32 bits) is one value.
+ * F_SETOWN_EX, FIOSETOWN and SIOCSPGRP name the owner that SIGIO (or
+ * any signal chosen with F_SETSIG, SIGSTOP too) goes to through a
+ * pointer the filter cannot read (F_OWNER_TID names any thread):
+ * refused outright; plain F_SETOWN is pinned to the worker (pins).
+ * TIOCSTI pushes input into a terminal the worker shares with the
+ * supervisor, TIOCSPGRP makes its group the terminal's foreground one
+ * (the supervisor's reads and writes there would stop it with
+ * SIGTTIN/SIGTTOU). PR_SCHED_CORE moves a task named by pid into a
+ * core-scheduling group.
+ */
+static const struct {
+    const char *name;
+    unsigned arg;
+    unsigned long val;
+} basic_denied_when[] = {
+    {"fcntl", 1, F_SETOWN_EX},
+    {"ioctl", 1, FIOSETOWN},
+    {"ioctl", 1, SIOCSPGRP},
+    {"ioctl", 1, TIOCSTI},
+    {"ioctl", 1, TIOCSPGRP},
+    {"prctl", 0, PR_SCHED_CORE},
+};
+
 static int add_basic(scmp_filter_ctx ctx, uint32_t act)
 {
     int rc = 0;
     for (size_t i = 0; rc == 0 && basic_denied[i] != NULL; i++)
         rc = deny(ctx, act, basic_denied[i], 0, NULL);
-    /* F_SETOWN_EX, FIOSETOWN and SIOCSPGRP name the owner that SIGIO (or
-     * any signal chosen with F_SETSIG, SIGSTOP too) goes to through a
-     * pointer the filter cannot read (F_OWNER_TID names any thread):
-     * refused outright; plain F_SETOWN is pinned to the worker (pins).
-     * TIOCSTI pushes input into a terminal the worker shares with the
-     * supervisor, TIOCSPGRP makes its group the terminal's foreground one
-     * (the supervisor's reads and writes there would stop it with
-     * SIGTTIN/SIGTTOU). PR_SCHED_CORE moves a task named by pid into a
-     * core-scheduling group. */
-    static const unsigned long fcntl_ex[] = {F_SETOWN_EX};
-    static const unsigned long ioctls[] = {FIOSETOWN, SIOCSPGRP, TIOCSTI, TIOCSPGRP};
-    for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(fcntl_ex); i++) {
-        struct scmp_arg_cmp c = LO32_EQ(1, fcntl_ex[i]);
-        rc = deny(ctx, act, "fcntl", 1, &c);
-    }
-    for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(ioctls); i++) {
-        struct scmp_arg_cmp c = LO32_EQ(1, ioctls[i]);
-        rc = deny(ctx, act, "ioctl", 1, &c);
-    }
-    if (rc == 0) {
-        struct scmp_arg_cmp c = LO32_EQ(0, PR_SCHED_CORE);
-        rc = deny(ctx, act, "prctl", 1, &c);
+    for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(basic_denied_when); i++) {
+        struct scmp_arg_cmp c = LO32_EQ(basic_denied_when[i].arg, basic_denied_when[i].val);
+        rc = deny(ctx, act, basic_denied_when[i].name, 1, &c);
     }
     return rc;
+}
+
+int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out)
+{
+    size_t whole = 0;
+    while (basic_denied[whole] != NULL)
+        whole++;
+    if (i >= whole + PM__ARRAY_SIZE(basic_denied_when))
+        return -ENOENT;
+    if (pm__dep_load(PM__DEP_SECCOMP, NULL, 0) < 0)
+        return -ENOTSUP;
+    if (i < whole) {
+        *out = (pm__seccomp_rule){basic_denied[i], -1, -1, 0};
+    } else {
+        i -= whole;
+        *out = (pm__seccomp_rule){basic_denied_when[i].name, -1, (int)basic_denied_when[i].arg,
+                                  basic_denied_when[i].val};
+    }
+    int nr = seccomp_syscall_resolve_name(out->name);
+    out->nr = nr == __NR_SCMP_ERROR ? -1 : nr;
+    return 0;
 }
 
 static int add_strict(scmp_filter_ctx ctx)
@@ -485,6 +512,13 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
 }
 
 #else /* !HAVE_SECCOMP */
+
+int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out)
+{
+    (void)i;
+    (void)out;
+    return -ENOTSUP;
+}
 
 int pm__seccomp_available(void)
 {

@@ -53,4 +53,19 @@ int pm__seccomp_load(pm__seccomp_prog *p);
  * the tests; doc/design.md lists them). */
 const char *pm__seccomp_strict_name(size_t i);
 
+/* One call `basic` refuses: the whole call (arg -1), or only when its
+ * argument number arg (low 32 bits) equals val. nr is its number on this
+ * architecture, -1 where it has none (iopl on arm64 ...). */
+typedef struct pm__seccomp_rule {
+    const char *name;
+    int nr;
+    int arg;
+    unsigned long val;
+} pm__seccomp_rule;
+
+/* Row i of basic's refusals, in the filter's own order, so that a test
+ * trying every row grows with the list: 0, -ENOENT past the last row,
+ * -ENOTSUP without libseccomp. */
+int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out);
+
 #endif /* PM_SECCOMP_FILTER_H */
