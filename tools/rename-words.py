@@ -124,6 +124,8 @@ SCOPED_IDENTS = {
 # variable declared as a pm__channel.
 FIELD_SUBS = [
     (r"(->|\.)link\b", r"\1channel"),
+    (r"(?<![\w/.<-])link\.(memfd|hub_efd|node_efd|sock|node_sock|map|tx|rx|rx_seq|tx_seq)\b",
+     r"channel.\1"),
     (r"\b(pm__channel\s*\*?\s*(?:const\s+)?)link\b", r"\1channel"),
 ]
 # Files whose code uses a bare `link` only for a pm__channel variable.
@@ -144,7 +146,18 @@ PHRASES = [
     ("shared-memory link", "shared-memory channel"),
     ("the link the child runs on", "the channel the child runs on"),
     ("over the hub's link as", "over the hub's channel as"),
+    ("sequence of d's link", "sequence of d's channel"),
+    ("memfds (the links)", "memfds (the channels)"),
 ]
+
+# Files whose subject is the channel: in their comments a bare "link"
+# becomes "channel", except on a comment line that speaks of the network
+# (GUARD), where "link" may be the peer link; review_list prints the rest.
+TOPIC_FILES = ("src/channel/channel.c", "src/channel/channel.h", "src/worker/",
+               "src/supervisor/incarnation.", "src/supervisor/standby",
+               "src/supervisor/types.h", "tests/check_spare.c", "tests/check_ring.c")
+GUARD = re.compile(r"peer|mesh|host|TCP|remote|socket|fd links|symlink|libprocmesh|hub_link|Noise")
+TOPIC_WORD = re.compile(r"(?<![\w/.<'-])([Ll])ink(s?)\b(?![.-]\w)")
 
 # Never touched.
 EXCLUDE_EXACT = {"include/procmesh.h", "NEWS", "tools/rename-words.py",
@@ -202,6 +215,15 @@ def sub_phrases(text):
     return text
 
 
+def sub_topic(comment):
+    lines = comment.split("\n")
+    for i, line in enumerate(lines):
+        if not GUARD.search(line):
+            lines[i] = TOPIC_WORD.sub(lambda m: ("Channel" if m.group(1) == "L" else "channel")
+                                      + m.group(2), line)
+    return "\n".join(lines)
+
+
 def rewrite_c(text, path):
     """Identifiers and file names everywhere; fields in code and comments;
     phrases in comments; a bare `link` in code of BARE_LINK_FILES."""
@@ -219,6 +241,8 @@ def rewrite_c(text, path):
             s = sub_fields(s)
         if kind == "comment":
             s = sub_phrases(s)
+            if path.startswith(TOPIC_FILES):
+                s = sub_topic(s)
         if kind == "code" and path in BARE_LINK_FILES:
             s = BARE_LINK_RE.sub("channel", s)
         res.append(s)
@@ -249,14 +273,58 @@ def keep_columns(old, new):
 def rewrite(text, path):
     if path.endswith(C_EXT):
         return keep_columns(text, rewrite_c(text, path))
-    text = sub_idents(text, path)
     if path.endswith(".mut"):
-        # snippets of C that must stay equal to the source they find
-        text = sub_fields(text)
-        text = sub_phrases(text)
-    elif path.endswith(".md") and not path.startswith(NO_PHRASES):
+        return rewrite_mut(text, path)
+    text = sub_idents(text, path)
+    if path.endswith(".md") and not path.startswith(NO_PHRASES):
         text = sub_phrases(text)
     return text
+
+
+MUT_BLOCK = re.compile(r"(^--- find\n)(.*?)(^--- replace\n)(.*?)(^--- end)", re.S | re.M)
+
+
+def mut_file(text):
+    m = re.search(r"^file: *(\S+)", text, re.M)
+    return m.group(1) if m else ""
+
+
+def rewrite_mut(text, path):
+    """A mutant: its header as prose, its snippets as C of its file, so a
+    snippet stays equal to the lines it finds once those are renamed."""
+    text = sub_idents(text, path)
+    target = mut_file(text)
+
+    def block(m):
+        find, repl = m.group(2), m.group(4)
+        find = keep_columns(find, rewrite_c(find, target))
+        repl = keep_columns(repl, rewrite_c(repl, target))
+        return m.group(1) + find + m.group(3) + repl + m.group(5)
+
+    return MUT_BLOCK.sub(block, text)
+
+
+def stale_mutants(top):
+    """The mutants whose find snippet is not found exactly once."""
+    stale = set()
+    d = os.path.join(top, "tests/mutants")
+    if not os.path.isdir(d):
+        return stale
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".mut"):
+            continue
+        with open(os.path.join(d, name), encoding="utf-8") as f:
+            text = f.read()
+        target = os.path.join(top, mut_file(text))
+        m = MUT_BLOCK.search(text)
+        if not m or not os.path.isfile(target):
+            stale.add(name)
+            continue
+        with open(target, encoding="utf-8") as f:
+            src = f.read()
+        if src.count(m.group(2)) != 1:
+            stale.add(name)
+    return stale
 
 
 def git(top, *args):
@@ -399,6 +467,7 @@ def main(argv):
     args = [a for a in argv if not a.startswith("--")]
     start = args[0] if args else os.getcwd()
     top = git(start, "rev-parse", "--show-toplevel").strip()
+    stale_before = stale_mutants(top)
     if not check_only:
         collisions(top)
         moved = move_files(top)
@@ -412,6 +481,9 @@ def main(argv):
         changed += link_glossary(top)
         print(f"rename-words: {moved} file(s) moved, {changed} file(s) rewritten")
     left = self_check(top)
+    for name in sorted(stale_mutants(top) - stale_before):
+        print(f"left: tests/mutants/{name}: its find snippet is no longer found once")
+        left += 1
     if "--review" in argv:
         review_list(top)
     if left:
