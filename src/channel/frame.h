@@ -96,7 +96,4 @@ int pm__frame_decode(const void *buf, size_t size, size_t max_payload, pm__frame
  * copy) and checking them against a frame of size bytes. */
 int pm__frame_decode_header(const void *hdr, size_t size, size_t max_payload, pm__frame_hdr *out);
 
-/* A name for a frame type, for logs. */
-const char *pm__frame_type_name(unsigned type);
-
 #endif /* PM_FRAME_H */

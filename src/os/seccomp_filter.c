@@ -109,11 +109,6 @@ static const struct {
     {"exit_group", -1, "the worker ends (_exit after the bootstrap)"},
 };
 
-const char *pm__seccomp_strict_name(size_t i)
-{
-    return i < PM__ARRAY_SIZE(strict_calls) ? strict_calls[i].name : NULL;
-}
-
 /*
  * basic: calls a contained worker never needs and that reach outside it.
  * Every other call is allowed.

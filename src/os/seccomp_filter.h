@@ -49,8 +49,4 @@ void pm__seccomp_free(pm__seccomp_prog *p);
  */
 int pm__seccomp_load(pm__seccomp_prog *p);
 
-/* The i-th system call the strict filter allows, NULL past the last (for
- * the tests; doc/design.md lists them). */
-const char *pm__seccomp_strict_name(size_t i);
-
 #endif /* PM_SECCOMP_FILTER_H */
