@@ -14,7 +14,7 @@
  *
  * A node is a slot number, or PM__NODE_MAIN for the supervisor. The source
  * fields are filled in by the hub from the ring a frame arrived on; what a
- * worker writes there is overwritten (see doc/design.md, "identity").
+ * worker writes there is overwritten (see doc/design.md, "Trust rules").
  *
  * Hosts (version 2, peer links): 0 is this supervisor's own host; 1 ..
  * PM__MAX_HOSTS - 1 name other hosts of the mesh, by an index this supervisor

@@ -4,8 +4,8 @@
  * libseccomp allocates and takes no care to be async-signal-safe, so the
  * supervisor builds each filter once (per cluster), exports the classic BPF
  * program, and the child between fork and exec only hands its copy to
- * seccomp(2) (pm__seccomp_load). doc/design.md ("Privileges") says what
- * each level protects against.
+ * seccomp(2) (pm__seccomp_load). doc/privileges.md says what each level
+ * protects against.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
