@@ -11,7 +11,8 @@
 #
 # Everything is built under $(top_builddir)/fuzz-out/: the library sources are
 # compiled again with clang, coverage and ASan+UBSan into one archive, so a
-# harness links only the objects it uses. The seed corpus in the source
+# harness links only the objects it uses; with -DPM_TEST_HOOKS, the test
+# hooks the harnesses need (a fixed ephemeral key) are in it. The seed corpus in the source
 # tree is read only; what libFuzzer adds goes to fuzz-out/corpus/NAME in the build
 # tree, a crash to fuzz-out/artifacts/.
 
@@ -25,7 +26,7 @@ S := $(top_srcdir)/fuzz
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter \
 	$(SAN) -I$(top_srcdir)/include -I$(top_srcdir)/src -I$(top_srcdir)/src/daemon \
-	-I$(top_builddir)
+	-I$(top_builddir) -DPM_TEST_HOOKS
 
 LIB_SRCS := $(filter %.c,$(PM_SOURCES))
 LIB_OBJS := $(addprefix $(B)/obj/,$(LIB_SRCS:.c=.o))

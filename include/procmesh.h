@@ -561,7 +561,7 @@ PM_EXTERN int pm_options_set_on_output(pm_options *o,
 
 /* ------------------------------------------------------------------------
  * Supervisor: what a worker may do to its supervisor and its siblings
- * (doc/design.md, "Privileges", says what each level protects against).
+ * (doc/privileges.md says what each level protects against).
  * ---------------------------------------------------------------------- */
 
 /* Workers drop to uid/gid before exec (or the bootstrap): supplementary
@@ -612,7 +612,7 @@ enum pm_seccomp_level {
                               pid (raise() fails in them; setrlimit, nice, affinity of 0
                               work). A worker under the supervisor's uid can still write
                               what that uid owns, the supervisor's cgroups included
-                              (doc/design.md, Privileges): only pm_options_set_user or
+                              (doc/privileges.md): only pm_options_set_user or
                               pm_options_set_uid_range close that */
     PM_SECCOMP_STRICT = 2  /* fork mode only: exactly the calls libprocmesh's worker side
                               makes (ring I/O, futex, poll, clock_gettime, getppid, memory,
@@ -975,7 +975,7 @@ PM_EXTERN int pm_options_set_on_message(pm_options *o,
  * full, try again later: main is never held; above PM_MAX_PAYLOAD also when
  * the kernel refuses the memfd for now, ETOOMANYREFS: the supervisor's user
  * has more fds in flight than its RLIMIT_NOFILE, which a worker of that
- * user can cause, doc/design.md "Large messages"). Above PM_MAX_PAYLOAD the
+ * user can cause, doc/design.md "Life of a large message"). Above PM_MAX_PAYLOAD the
  * bytes are copied once into a sealed memfd, which the worker maps. */
 PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len);
 
@@ -1199,7 +1199,7 @@ PM_EXTERN int pm_node_ready(pm_node *n);
  * Returns 0, -ENOENT for an address outside this mesh, -EMSGSIZE (above the
  * cluster's pm_options_set_max_message), -EAGAIN (a large message the
  * kernel refuses for now: this user's fds in flight are past this
- * process's RLIMIT_NOFILE; doc/design.md "Large messages"),
+ * process's RLIMIT_NOFILE; doc/design.md "Life of a large message"),
  * -ESHUTDOWN once the supervisor asked this worker to stop or went away.
  * A large message waits while 8 of this worker's earlier ones are not yet
  * read by the supervisor (PM__BIGMSG_AHEAD_MAX).

@@ -56,7 +56,6 @@ START_TEST(test_round_trip)
         h.len = 0;
         pm__frame_encode(&h, buf);
         ck_assert_int_eq(pm__frame_decode(buf, PM__FRAME_HDR_SIZE, 0, &d), 0);
-        ck_assert_str_ne(pm__frame_type_name(t), "invalid");
     }
 }
 END_TEST
@@ -122,8 +121,6 @@ START_TEST(test_rejects)
     h.error = 5; /* errors are 0 or negative */
     pm__frame_encode(&h, bad);
     ck_assert_int_eq(pm__frame_decode(bad, sizeof(bad), 65536, &d), -EBADMSG);
-    ck_assert_str_eq(pm__frame_type_name(0), "invalid");
-    ck_assert_str_eq(pm__frame_type_name(200), "invalid");
 }
 END_TEST
 

@@ -184,7 +184,7 @@ static void attack(pm_cluster *c, const char *name, int why)
                   "pm-bad-peer %s: exit status 0x%x (1: not closed, 3: setup)", name, status);
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, why) > before, 10000);
     PM_RUN_UNTIL(c, pongs > pongs0 + 2, 10000);
-    PM_RUN_UNTIL(c, pm__mesh_links_up(c->mesh) == 0, 10000);
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0, 10000);
 }
 
 START_TEST(test_handshake_attacks)
@@ -305,7 +305,7 @@ START_TEST(test_forged_host_dropped)
     PM_RUN_UNTIL(c, exited(pid, &status), 60000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "pm-bad-peer forged-host: 0x%x",
                   status);
-    PM_RUN_UNTIL(c, pm__mesh_links_up(c->mesh) == 0 && peer_ups == 1, 10000);
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0 && peer_ups == 1, 10000);
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_CLOSED) > closed0, 10000);
     int b = pm__hub_host_index(&c->hub, "b");
     ck_assert_int_ge(b, 1);
@@ -540,7 +540,7 @@ START_TEST(test_flood_1000)
     int status = 0;
     PM_RUN_UNTIL(c, sample() && exited(fl, &status), 120000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the flood process: 0x%x", status);
-    PM_RUN_UNTIL(c, sample() && peer_ups >= 1 && pm__mesh_links_up(c->mesh) == 1, 60000);
+    PM_RUN_UNTIL(c, sample() && peer_ups >= 1 && pm_test_mesh_links_up(c->mesh) == 1, 60000);
     ck_assert_uint_eq(peer_ups, 1); /* up once, and it stayed up */
     ck_assert_uint_ge(pm__mesh_fails(c->mesh, PM__PF_RATE), 1);
     ck_assert_uint_gt(pongs, pongs0);
@@ -707,7 +707,7 @@ START_TEST(test_accept_out_of_fds)
     ck_assert_msg(served1 > served0, "b stopped serving its worker while out of fds");
     ask(a, 'r', 1);
     ck_assert_int_eq(answer[0], 'R');
-    PM_RUN_UNTIL(a, peer_ups == 1 && pm__mesh_links_up(a->mesh) == 1, 30000);
+    PM_RUN_UNTIL(a, peer_ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_uint_gt(b_pongs(a), served1);
     kill(b, SIGKILL);
     pm_test_reap(b, 5000);

@@ -231,7 +231,7 @@ START_TEST(test_cross_host_request_reply)
     ck_assert_msg(strncmp(result, "OK t@b:10#", 10) == 0, "a's worker got: %s", result);
     ck_assert_msg(strstr(result, " t@a:10#") != NULL, "b's worker saw: %s", result);
     ck_assert_uint_eq(peer_ups, 1);
-    ck_assert_uint_eq(pm__mesh_links_up(a->mesh), 1);
+    ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 1);
 
     /* A request in flight when b dies is answered -EHOSTUNREACH as soon as
      * the link goes down, long before its 30 s deadline. */
@@ -244,7 +244,7 @@ START_TEST(test_cross_host_request_reply)
     PM_RUN_UNTIL(a, got_result, 10000);
     ck_assert_msg(strcmp(result, "END -113") == 0, "the request in flight ended with: %s", result);
     ck_assert_uint_eq(peer_downs, 1);
-    ck_assert_uint_eq(pm__mesh_links_up(a->mesh), 0);
+    ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 0);
     pm_test_reap(b, 5000);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
@@ -295,7 +295,7 @@ START_TEST(test_main_request_remote)
     int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
     pm_cluster *a = start_a_with(pb, secret1, idle_worker);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 30000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     PM_RUN_UNTIL(a, pm_test_slot_state(a, 0) == PM_SLOT_READY, 30000);
 
     /* The supervisor of another host answers no request of main's. */
@@ -428,7 +428,7 @@ START_TEST(test_batched_frames)
     int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
     pm_cluster *a = start_a_with(pb, secret1, idle_worker);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 30000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     uint64_t end = pm_test_ms() + 30000;
     do {
         ask(a, "t@b:10", "who", 5000);
@@ -471,7 +471,7 @@ START_TEST(test_batched_frames)
     seq_requests(a, 0, 50);
     pm_test_link_batch(a, &f1, &r1, &st);
     ck_assert_uint_eq(st, 50);
-    pm__mesh_test_truncate(a->mesh);
+    pm_test_mesh_truncate(a->mesh);
     PM_RUN_UNTIL(a, seq_unreach + seq_ok + seq_other >= 50, 20000);
     uint64_t settle = pm_test_ms() + 500;
     PM_RUN_UNTIL(a, pm_test_ms() >= settle, 5000);
@@ -569,7 +569,7 @@ START_TEST(test_mesh_broadcast)
     pm_cluster *a = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
     pm_options_free(o);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 2, 30000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 2, 30000);
     PM_RUN_UNTIL(a, pm_test_slot_state(a, 0) == PM_SLOT_READY, 30000);
 
     /* Every worker of the mesh once ready: 1 + 2 + 1 results, each from
@@ -594,7 +594,7 @@ START_TEST(test_mesh_broadcast)
 
     /* c unreachable: one result for the whole host, from its supervisor. */
     ck_assert_int_eq(kill(c, SIGKILL), 0);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 20000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 20000);
     mesh_bcast(a, "who", 10000);
     PM_RUN_UNTIL(a, bdone == 1, 20000);
     dump_results(dump, sizeof(dump));
@@ -685,7 +685,7 @@ START_TEST(test_host_incarnations)
     int pa = pm_test_free_port();
     pm_cluster *a = start_listener(pa, NULL);
     pid_t b1 = start_dialer("b", pa, NULL);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 30000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
     char old[PM_ADDRESS_STRLEN];
     ck_assert_int_ge(pm_address_format(&answer_from, old, sizeof(old)), 0);
@@ -706,7 +706,7 @@ START_TEST(test_host_incarnations)
     PM_RUN_UNTIL(a, peer_downs == 1, 20000);
     pm_test_reap(b1, 5000);
     pid_t b3 = start_dialer("b", pa, NULL);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 30000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_int_eq(ask_settled(a, old), -ESTALE);
     ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
     kill(b3, SIGKILL);
@@ -741,14 +741,14 @@ START_TEST(test_pinned_host_replaces_link)
     int pa = pm_test_free_port();
     pm_cluster *a = start_listener(pa, pins);
     pid_t b1 = start_dialer("b", pa, key);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 30000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
     char old[PM_ADDRESS_STRLEN];
     ck_assert_int_ge(pm_address_format(&answer_from, old, sizeof(old)), 0);
 
     /* A new incarnation proving b's pinned key replaces the live link. */
     pid_t b2 = start_dialer("b", pa, key);
-    PM_RUN_UNTIL(a, peer_downs >= 1 && pm__mesh_links_up(a->mesh) == 1, 30000);
+    PM_RUN_UNTIL(a, peer_downs >= 1 && pm_test_mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_uint_eq(pm__mesh_fails(a->mesh, PM__PF_DUPLICATE), 0);
     /* b1 would take it back in turn (it proves the key as well): it goes. */
     kill(b1, SIGKILL);
@@ -832,7 +832,7 @@ START_TEST(test_wrong_secret_no_link)
      * and never has a link. */
     PM_RUN_UNTIL(a, pm__mesh_fails(a->mesh, PM__PF_TRUNCATED) >= 2, 20000);
     ck_assert_uint_eq(peer_ups, 0);
-    ck_assert_uint_eq(pm__mesh_links_up(a->mesh), 0);
+    ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 0);
     ck_assert_int_eq(got_result, 0);
     kill(b, SIGKILL);
     pm_test_reap(b, 5000);
@@ -1222,13 +1222,13 @@ START_TEST(test_peer_stopped_and_resumed)
     ck_assert_uint_eq(peer_ups, 1);
     uint64_t until = pm_test_ms() + 3 * (uint64_t)peer_timeout;
     PM_RUN_UNTIL(a, pm_test_ms() >= until, 10 * peer_timeout);
-    ck_assert_msg(peer_downs == 0 && pm__mesh_links_up(a->mesh) == 1,
+    ck_assert_msg(peer_downs == 0 && pm_test_mesh_links_up(a->mesh) == 1,
                   "an idle link went down: heartbeats did not keep it");
     ck_assert_int_eq(kill(b, SIGSTOP), 0);
     PM_RUN_UNTIL(a, peer_downs == 1, 20000);
     ck_assert_uint_ge(pm__mesh_fails(a->mesh, PM__PF_TIMEOUT), 1);
     ck_assert_int_eq(kill(b, SIGCONT), 0);
-    PM_RUN_UNTIL(a, peer_ups == 2 && pm__mesh_links_up(a->mesh) == 1, 20000);
+    PM_RUN_UNTIL(a, peer_ups == 2 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
     kill(b, SIGKILL);
     pm_test_reap(b, 5000);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);

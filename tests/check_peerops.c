@@ -133,10 +133,10 @@ START_TEST(test_dns_links)
     char name[40];
     snprintf(name, sizeof(name), "localhost:%d", port);
     pm_cluster *a = start_a(name, NULL, k1);
-    PM_RUN_UNTIL(a, peer_ups == 1 && pm__mesh_links_up(a->mesh) == 1, 20000);
+    PM_RUN_UNTIL(a, peer_ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
     uint64_t ok, failed;
     unsigned targets;
-    pm__mesh_dns_stats(a->mesh, &ok, &failed, &targets);
+    pm_test_mesh_dns_stats(a->mesh, &ok, &failed, &targets);
     ck_assert_uint_ge(ok, 1);
     ck_assert_uint_ge(targets, 1);
     kill(b, SIGKILL);
@@ -165,7 +165,7 @@ START_TEST(test_dns_self_skipped)
     PM_RUN_UNTIL(a, pm__mesh_fails(a->mesh, PM__PF_SELF) >= 1, 20000);
     uint64_t ok, failed;
     unsigned targets;
-    PM_RUN_UNTIL(a, (pm__mesh_dns_stats(a->mesh, &ok, &failed, &targets), targets == 0) &&
+    PM_RUN_UNTIL(a, (pm_test_mesh_dns_stats(a->mesh, &ok, &failed, &targets), targets == 0) &&
                         pm__mesh_fails(a->mesh, PM__PF_SELF) >= 1, 20000);
     /* Both ends of the connection to itself counted it: the dialling one
      * and the accepting one. Past three redial backoffs there is no more. */
@@ -187,7 +187,7 @@ START_TEST(test_dns_unresolvable_retried)
     PM_RUN_UNTIL(a, ({
                      uint64_t ok, failed;
                      unsigned targets;
-                     pm__mesh_dns_stats(a->mesh, &ok, &failed, &targets);
+                     pm_test_mesh_dns_stats(a->mesh, &ok, &failed, &targets);
                      failed >= 2;
                  }),
                  30000);
@@ -199,10 +199,10 @@ START_TEST(test_dns_unresolvable_retried)
     ck_assert_msg(rc == 0 && n == 5, "a local request while DNS fails: %s", pm_strerror(rc));
     uint64_t ok, failed;
     unsigned targets;
-    pm__mesh_dns_stats(a->mesh, &ok, &failed, &targets);
+    pm_test_mesh_dns_stats(a->mesh, &ok, &failed, &targets);
     ck_assert_uint_eq(ok, 0);
     ck_assert_uint_eq(targets, 0);
-    ck_assert_uint_eq(pm__mesh_links_up(a->mesh), 0);
+    ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 0);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
 END_TEST
@@ -246,7 +246,7 @@ START_TEST(test_rotation_without_downtime)
     pm_options_free(o);
 
     pid_t a = start_dialer("a", port, k1);
-    PM_RUN_UNTIL(b, peer_ups == 1 && pm__mesh_links_up(b->mesh) == 1, 20000);
+    PM_RUN_UNTIL(b, peer_ups == 1 && pm_test_mesh_links_up(b->mesh) == 1, 20000);
 
     unsigned char both[64];
     memcpy(both, k1, 32);
@@ -256,22 +256,22 @@ START_TEST(test_rotation_without_downtime)
     uint64_t until = pm_test_ms() + 1500;
     PM_RUN_UNTIL(b, pm_test_ms() >= until, 10000);
     ck_assert_uint_eq(peer_downs, 0);
-    ck_assert_uint_eq(pm__mesh_links_up(b->mesh), 1);
+    ck_assert_uint_eq(pm_test_mesh_links_up(b->mesh), 1);
 
     kill(a, SIGKILL);
     pm_test_reap(a, 5000);
     PM_RUN_UNTIL(b, peer_downs == 1, 20000);
     a = start_dialer("a", port, k2);
-    PM_RUN_UNTIL(b, peer_ups == 2 && pm__mesh_links_up(b->mesh) == 1, 20000);
+    PM_RUN_UNTIL(b, peer_ups == 2 && pm_test_mesh_links_up(b->mesh) == 1, 20000);
     pid_t c = start_dialer("c", port, k1);
-    PM_RUN_UNTIL(b, peer_ups == 3 && pm__mesh_links_up(b->mesh) == 2, 20000);
+    PM_RUN_UNTIL(b, peer_ups == 3 && pm_test_mesh_links_up(b->mesh) == 2, 20000);
 
     ck_assert_int_eq(pm_cluster_set_secrets(b, k2, 1), 0);
     uint64_t key_id0 = pm__mesh_fails(b->mesh, PM__PF_KEY_ID);
     pid_t d = start_dialer("d", port, k1);
     PM_RUN_UNTIL(b, pm__mesh_fails(b->mesh, PM__PF_KEY_ID) >= key_id0 + 1, 20000);
     ck_assert_uint_eq(peer_ups, 3);
-    ck_assert_uint_eq(pm__mesh_links_up(b->mesh), 2);
+    ck_assert_uint_eq(pm_test_mesh_links_up(b->mesh), 2);
     ck_assert_uint_eq(peer_downs, 1);
 
     /* Bad calls change nothing. */
@@ -521,7 +521,7 @@ START_TEST(test_records_per_link)
     char peer[32];
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
     pm_cluster *a = start_a(NULL, peer, k1);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 20000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 20000);
     pm_address to;
     ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
     /* Until b's worker is ready (-EHOSTDOWN while its slot starts). */
@@ -619,14 +619,15 @@ START_TEST(test_rekey_under_traffic)
         char listen[32];
         snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
         pm_cluster *c = NULL;
-        if (pm__options_set_rekey(o, 4, 20) < 0 || pm_options_set_peer_listen(o, listen) < 0 ||
+        pm_test_options_set_rekey(o, 4, 20);
+        if (pm_options_set_peer_listen(o, listen) < 0 ||
             pm_cluster_spawn(o, &c) < 0)
             _exit(3);
         for (;;)
             pm_cluster_run(c, -1);
     }
     pm_options *o = host_options("a", k1);
-    ck_assert_int_eq(pm__options_set_rekey(o, 4, 20), 0);
+    pm_test_options_set_rekey(o, 4, 20);
     ck_assert_int_eq(pm_options_set_bootstrap(o, traffic_worker, NULL), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_report, NULL), 0);
     char peer[32];
@@ -641,10 +642,10 @@ START_TEST(test_rekey_under_traffic)
     snprintf(want, sizeof(want), "OK %d", REKEY_REQUESTS);
     ck_assert_str_eq(report, want);
     uint64_t out, in;
-    pm__mesh_rekeys(a->mesh, &out, &in);
+    pm_test_mesh_rekeys(a->mesh, &out, &in);
     ck_assert_msg(out >= 100 && in >= 100, "REKEY records sent %llu, received %llu",
                   (unsigned long long)out, (unsigned long long)in);
-    ck_assert_uint_eq(pm__mesh_links_up(a->mesh), 1);
+    ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 1);
     kill(pid, SIGKILL);
     pm_test_reap(pid, 5000);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
@@ -661,7 +662,7 @@ typedef struct close_stats {
 static close_stats closes(const pm_cluster *c)
 {
     close_stats s;
-    pm__mesh_close_stats(c->mesh, &s.lingered, &s.answered, &s.expired, &s.discarded, &s.lingering);
+    pm_test_mesh_close_stats(c->mesh, &s.lingered, &s.answered, &s.expired, &s.discarded, &s.lingering);
     return s;
 }
 
@@ -677,9 +678,9 @@ START_TEST(test_orderly_close)
     char peer[32];
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
     pm_cluster *a = start_a(NULL, peer, k1);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 20000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 20000);
     size_t fds_linked = pm_test_count_fds();
-    pm__mesh_test_close(a->mesh);
+    pm_test_mesh_close(a->mesh);
     PM_RUN_UNTIL(a, closes(a).answered == 1 && closes(a).lingering == 0, 20000);
     close_stats s = closes(a);
     ck_assert_uint_eq(s.lingered, 1);
@@ -688,7 +689,7 @@ START_TEST(test_orderly_close)
     ck_assert_uint_eq(pm__mesh_fails(a->mesh, PM__PF_TRUNCATED), 0);
     ck_assert_uint_eq(peer_downs, 1);
     /* a configured peer: redialled after its backoff */
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1 && peer_ups == 2, 20000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1 && peer_ups == 2, 20000);
     ck_assert_uint_eq(pm_test_count_fds(), fds_linked);
     kill(b, SIGKILL);
     pm_test_reap(b, 5000);
@@ -705,9 +706,9 @@ START_TEST(test_orderly_close_silent_peer)
     char peer[32];
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
     pm_cluster *a = start_a(NULL, peer, k1);
-    PM_RUN_UNTIL(a, pm__mesh_links_up(a->mesh) == 1, 20000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 20000);
     ck_assert_int_eq(kill(b, SIGSTOP), 0);
-    pm__mesh_test_close(a->mesh);
+    pm_test_mesh_close(a->mesh);
     PM_RUN_UNTIL(a, closes(a).expired == 1 && closes(a).lingering == 0, 20000);
     close_stats s = closes(a);
     ck_assert_uint_eq(s.lingered, 1);

@@ -1128,8 +1128,7 @@ START_TEST(test_seccomp_refusals)
     ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -EINVAL);
     ck_assert_msg(strstr(why, "no_new_privs") != NULL, "%s", why);
     pm_options_free(o);
-    /* The strict table is what the filter allows; the filter builds. */
-    ck_assert_ptr_nonnull(pm__seccomp_strict_name(0));
+    /* The strict filter builds. */
     pm__seccomp_prog p;
     ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &p), 0);
     ck_assert_int_gt(p.len, 0);

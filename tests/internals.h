@@ -16,6 +16,9 @@
 #include <sys/types.h>
 
 #include "supervisor/cluster.h"
+#include "mesh/mesh_int.h"
+#include "supervisor/options.h"
+#include "base/defaults.h"
 #include "os/loop.h"
 #include "worker/node.h"
 
@@ -336,14 +339,95 @@ static inline uint64_t pm_test_cluster_unreachable(const pm_cluster *c)
     return c->hub.unreachable;
 }
 
-/* Batching over c's live peer links (mesh.c keeps its connections private):
- * frames sent, FRAMES records sealed, frames staged now. */
-void pm__mesh_batch_stats(const pm__mesh *m, uint64_t *frames, uint64_t *records,
-                          uint64_t *staged);
+/* The peer links' counters and the tests' ways to end them, read from the
+ * mesh's state (mesh_int.h). Each takes NULL (no peer mode). */
+
+/* Links up now. */
+static inline unsigned pm_test_mesh_links_up(const pm__mesh *m)
+{
+    return m == NULL ? 0 : m->up;
+}
+
+/* REKEY records sent and received by the connections open now. */
+static inline void pm_test_mesh_rekeys(const pm__mesh *m, uint64_t *out, uint64_t *in)
+{
+    *out = *in = 0;
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].pc_live) {
+            *out += m->conns[j].pc.rekeys_out;
+            *in += m->conns[j].pc.rekeys_in;
+        }
+}
+
+/* Batching over c's live peer links: frames sent, FRAMES records sealed,
+ * frames staged now (sealed at the turn's end). */
 static inline void pm_test_link_batch(const pm_cluster *c, uint64_t *frames, uint64_t *records,
                                       uint64_t *staged)
 {
-    pm__mesh_batch_stats(c->mesh, frames, records, staged);
+    *frames = *records = *staged = 0;
+    for (unsigned j = 0; c->mesh != NULL && j < PM__MESH_CONNS; j++) {
+        const pm__mconn *k = &c->mesh->conns[j];
+        if (k->fd < 0 || !k->pc_live)
+            continue;
+        *frames += k->pc.frames_out;
+        *records += k->pc.frame_records_out;
+        *staged += k->pc.stage_n;
+    }
+}
+
+/* Orderly ends (doc/protocol.md 7): connections that lingered after our
+ * CLOSE, whose peer answered it with its own CLOSE, whose wait ended at the
+ * deadline, frames discarded after our CLOSE, and connections lingering now. */
+static inline void pm_test_mesh_close_stats(const pm__mesh *m, uint64_t *lingered, uint64_t *answered,
+                                            uint64_t *expired, uint64_t *discarded, unsigned *lingering)
+{
+    *lingered = *answered = *expired = *discarded = 0;
+    *lingering = 0;
+    if (m == NULL)
+        return;
+    *lingered = m->lingered;
+    *answered = m->closes_answered;
+    *expired = m->linger_expired;
+    *discarded = m->linger_discarded;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        *lingering += m->conns[j].fd >= 0 && m->conns[j].lingering;
+}
+
+/* --peers-dns: resolutions that answered, that failed (or answered
+ * nothing), and the addresses dialled now (our own excluded). */
+static inline void pm_test_mesh_dns_stats(const pm__mesh *m, uint64_t *ok, uint64_t *failed,
+                                          unsigned *targets)
+{
+    *ok = m == NULL ? 0 : m->dns_ok;
+    *failed = m == NULL ? 0 : m->dns_failed;
+    *targets = 0;
+    for (unsigned d = 0; m != NULL && d < PM__PEERDNS_MAX; d++)
+        *targets += m->dt[d].live && !m->dt[d].self;
+}
+
+/* Every linked connection's stream ends as if truncated; the links die at
+ * the turn's end with what they staged unsent. */
+static inline void pm_test_mesh_truncate(pm__mesh *m)
+{
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].linked)
+            (void)pm__pconn_eof(&m->conns[j].pc);
+}
+
+/* Ends every link now as a local shutdown does (CLOSE reason 0, reason
+ * `local`): the orderly end, at the turn's end in pm__mesh_flush. */
+static inline void pm_test_mesh_close(pm__mesh *m)
+{
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].linked)
+            pm__pconn_close(&m->conns[j].pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+}
+
+/* A link's REKEY interval (records, ms; 0 keeps a default). */
+static inline void pm_test_options_set_rekey(pm_options *o, uint64_t records, uint64_t ms)
+{
+    o->rekey_records = records != 0 ? records : PM__DEFAULT_REKEY_RECORDS;
+    o->rekey_ms = ms != 0 ? ms : PM__DEFAULT_REKEY_MS;
 }
 
 /* A turn's work (turn.c, liveness.c): loop turns, the slots those turns

@@ -243,8 +243,10 @@ static void crafted(int fd, const unsigned char *wire, size_t wire_len, const un
                     size_t prologue_len, const unsigned char *psk, int send3)
 {
     pm__noise_hs *hs = NULL;
+    unsigned char pub[PM__PEER_KEY_LEN];
     if (pm__noise_hs_new(&hs, XXPSK3, 1, prologue, prologue_len, NULL) < 0 ||
-        pm__noise_hs_set_static(hs, pm__keyring_static_priv(keys)) < 0 ||
+        pm__keyring_static_pub(keys, pub) < 0 ||
+        pm__noise_hs_set_static_pair(hs, pm__keyring_static_priv(keys), pub) < 0 ||
         pm__noise_hs_set_psk(hs, 0, psk) < 0)
         fail(3, "noise setup");
     unsigned char out[PM__PEER_PREAMBLE_MAX + 4 + PM__PEER_HS_MSG_MAX];

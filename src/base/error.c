@@ -40,7 +40,8 @@ static void on_fork_child(void)
 static void register_fork(void)
 {
     /* Cannot fail but for ENOMEM; then a handle used across a fork is not
-     * detected, which is the situation before this check existed. */
+     * detected (its use is still undefined, as without this check), which
+     * is no reason to refuse to start. */
     (void)pthread_atfork(NULL, NULL, on_fork_child);
 }
 

@@ -19,8 +19,8 @@ static inline void pm__put32(unsigned char *p, uint32_t v)
 
 /* Two halves, not a loop of eight bytes: gcc 12 at -O2 merges pm__put32's
  * four byte stores into one store but neither unrolls nor merges the loop
- * of eight, and the frame header's four 64-bit fields then cost 202 of the
- * hub's 726 instructions per relayed frame (callgrind, tools/bench/hubwork.sh). */
+ * of eight, and the frame header's four 64-bit fields are on the hub's path
+ * for every relayed frame (doc/benchmarks.md, "Hub work per frame vs N"). */
 static inline void pm__put64(unsigned char *p, uint64_t v)
 {
     pm__put32(p, (uint32_t)v);

@@ -72,12 +72,3 @@ int pm__frame_decode_header(const void *hdr, size_t size, size_t max_payload, pm
     *out = h;
     return 0;
 }
-
-const char *pm__frame_type_name(unsigned type)
-{
-    static const char *const names[] = {
-        "invalid", "hello", "init", "ready", "msg", "request", "reply", "undeliverable", "stop",
-        "bcast", "bresult", "bdone", "credit", "frag",
-    };
-    return type < PM__ARRAY_SIZE(names) ? names[type] : "invalid";
-}

@@ -14,7 +14,7 @@
  *
  * A node is a slot number, or PM__NODE_MAIN for the supervisor. The source
  * fields are filled in by the hub from the ring a frame arrived on; what a
- * worker writes there is overwritten (see doc/design.md, "identity").
+ * worker writes there is overwritten (see doc/design.md, "Trust rules").
  *
  * Hosts (version 2, peer links): 0 is this supervisor's own host; 1 ..
  * PM__MAX_HOSTS - 1 name other hosts of the mesh, by an index this supervisor
@@ -95,8 +95,5 @@ int pm__frame_decode(const void *buf, size_t size, size_t max_payload, pm__frame
 /* The same, reading only the PM__FRAME_HDR_SIZE bytes at hdr (a private
  * copy) and checking them against a frame of size bytes. */
 int pm__frame_decode_header(const void *hdr, size_t size, size_t max_payload, pm__frame_hdr *out);
-
-/* A name for a frame type, for logs. */
-const char *pm__frame_type_name(unsigned type);
 
 #endif /* PM_FRAME_H */

@@ -22,6 +22,7 @@
 #include "base/defaults.h"
 #include "os/deps.h"
 #include "peer/peerkeys.h"
+#include "peer/secretmem.h"
 
 enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
@@ -600,7 +601,7 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
 static int add_secret_file(const char *path, int allow, pm_options *o, char *err, size_t errsize)
 {
     char why[384];
-    unsigned char *key = sodium_malloc(PM__PEER_KEY_LEN);
+    unsigned char *key = pm__secretmem_alloc(PM__PEER_KEY_LEN);
     if (key == NULL)
         return -ENOMEM;
     int rc = pm__peer_key_load(path, allow, key, why, sizeof(why));
@@ -611,7 +612,7 @@ static int add_secret_file(const char *path, int allow, pm_options *o, char *err
         else if (rc < 0)
             snprintf(why, sizeof(why), "'%s': %s", path, pm_strerror(rc));
     }
-    sodium_free(key); /* zeroes it */
+    pm__secretmem_free(key); /* wipes it */
     if (rc < 0) {
         fail(err, errsize, "--secret-file: %s", why);
         return rc == -ENOMEM ? rc : -EINVAL;
@@ -624,7 +625,8 @@ int pmd_dconf_peer_files(const pmd_dconf *c, pm_options *o, char *err, size_t er
     char why[384];
     int rc = 0;
     err[0] = '\0';
-    /* Before any sodium_malloc: it needs the page size sodium_init reads. */
+    /* Before any secret memory: sodium_malloc, under pm__secretmem_alloc,
+     * needs the page size sodium_init reads. */
     if (sodium_init() < 0)
         return fail(err, errsize, "peer links: libsodium failed to initialise");
     for (size_t i = 0; i < c->nsecret_files && rc == 0; i++)
@@ -634,13 +636,13 @@ int pmd_dconf_peer_files(const pmd_dconf *c, pm_options *o, char *err, size_t er
     if (c->node_key != NULL) {
         /* Created when missing: the host's identity from now on. The key
          * itself is checked and dropped; the cluster reads the file again. */
-        unsigned char *key = sodium_malloc(PM__PEER_KEY_LEN);
+        unsigned char *key = pm__secretmem_alloc(PM__PEER_KEY_LEN);
         if (key == NULL)
             return -ENOMEM;
         rc = pm__peer_key_load(c->node_key, c->allow_insecure_secret_mode, key, why, sizeof(why));
         if (rc == -ENOENT)
             rc = pm__peer_key_create(c->node_key, NULL, why, sizeof(why));
-        sodium_free(key);
+        pm__secretmem_free(key);
         if (rc < 0)
             return fail(err, errsize, "--node-key: %s", why);
         rc = pm_options_set_node_key_file(o, c->node_key);

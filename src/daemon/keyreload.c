@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "peer/peerkeys.h"
+#include "peer/secretmem.h"
 
 void pmd_keyreload_early(void)
 {
@@ -95,7 +96,7 @@ void pmd_keys_reload(pm_cluster *c, const pmd_dconf *conf, const char *trigger)
         return;
     }
     char why[384] = "";
-    unsigned char *keys = sodium_malloc(2 * PM__PEER_KEY_LEN);
+    unsigned char *keys = pm__secretmem_alloc(2 * PM__PEER_KEY_LEN);
     if (keys == NULL) {
         const char *kv[] = {"trigger", trigger, "reason", "no secret memory"};
         pmd_log(PMD_LOG_ERROR, "peer_keys_reload_failed", kv, 2);
@@ -117,7 +118,7 @@ void pmd_keys_reload(pm_cluster *c, const pmd_dconf *conf, const char *trigger)
             ids[at++] = ',';
         sodium_bin2hex(ids + at, sizeof(ids) - at, id, sizeof(id));
     }
-    sodium_free(keys); /* zeroes them */
+    pm__secretmem_free(keys); /* wipes them */
     if (rc < 0) {
         const char *kv[] = {"trigger", trigger, "reason", why, "keeping", "the keys in use"};
         pmd_log(PMD_LOG_ERROR, "peer_keys_reload_failed", kv, 3);

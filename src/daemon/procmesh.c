@@ -43,6 +43,7 @@
 #include "listen.h"
 #include "log.h"
 #include "peer/peerkeys.h"
+#include "peer/secretmem.h"
 #include "procmesh.h"
 #include "sdnotify.h"
 #include "status.h"
@@ -665,9 +666,9 @@ static int cmd_keygen(int argc, char **argv)
         fprintf(stderr, "procmesh keygen: no secret memory: %s\n", strerror(-rc));
         return 1;
     }
-    /* The key only ever lives in secret memory (guarded, never dumped),
-     * zeroed by sodium_free. */
-    unsigned char *key = sodium_malloc(PM__PEER_KEY_LEN);
+    /* The key only ever lives in secret memory (guarded, never dumped,
+     * wiped when freed). */
+    unsigned char *key = pm__secretmem_alloc(PM__PEER_KEY_LEN);
     if (key == NULL) {
         pm__keyring_free(kr);
         fprintf(stderr, "procmesh keygen: no secret memory\n");
@@ -695,7 +696,7 @@ static int cmd_keygen(int argc, char **argv)
             printf("%s\n", b64);
         }
     }
-    sodium_free(key);
+    pm__secretmem_free(key);
     pm__keyring_free(kr);
     if (rc < 0) {
         fprintf(stderr, "procmesh keygen: %s\n", why);

@@ -269,8 +269,9 @@ typedef struct pm__port {
 } pm__port;
 
 /* A set of port indexes in the order they were added: the hub's work lists
- * (doc/design.md, "The hub's work lists"). Capacity nports, each port at
- * most once (its in_* flag), so adding never fails. */
+ * (doc/design.md, "Life of a frame": a turn costs the ports with work).
+ * Capacity nports, each port at most once (its in_* flag), so adding never
+ * fails. */
 typedef struct pm__portlist {
     unsigned *v;
     unsigned n;

@@ -373,7 +373,7 @@ void pm__hub_link_writable(pm__hub *h, uint16_t host)
     if (h->link_putting)
         return;
     if (l->cred_unsent && l->up)
-        pm__hl_send_credits(h, l, 0);
+        pm__hl_send_credits(h, l);
     if (l->tx_fd >= 0)
         pm__hl_frag_pump(h, l);
 }

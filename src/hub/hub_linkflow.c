@@ -102,16 +102,15 @@ static int credit_put(pm__hub *h, pm__hub_link *l, pm__lwin *e)
     return pm__hl_put(h, l, &f, body);
 }
 
-/* Sends the credits owed at their step (all: every one owed). A credit
- * the link has no room for waits for pm__hub_link_writable: the sender's
- * window stays closed meanwhile, which is what a full link means anyway. */
-void pm__hl_send_credits(pm__hub *h, pm__hub_link *l, int all)
+/* Sends the credits owed at their step. A credit the link has no room for
+ * waits for pm__hub_link_writable: the sender's window stays closed
+ * meanwhile, which is what a full link means anyway. */
+void pm__hl_send_credits(pm__hub *h, pm__hub_link *l)
 {
     l->cred_unsent = 0;
     for (uint32_t i = 0; i < l->cred.cap;) {
         pm__lwin *e = &l->cred.v[i];
-        if (e->key == 0 || (!all && e->frames < PM__LINK_CREDIT_FRAMES &&
-                            e->bytes < PM__LINK_CREDIT_BYTES)) {
+        if (e->key == 0 || (e->frames < PM__LINK_CREDIT_FRAMES && e->bytes < PM__LINK_CREDIT_BYTES)) {
             i++;
             continue;
         }

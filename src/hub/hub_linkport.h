@@ -75,9 +75,9 @@ void pm__hl_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
 /* Remote port's window for one more frame: 0, or -EAGAIN (full). */
 int pm__hl_window_take(pm__hub_link *l, uint32_t port, uint32_t bytes, int force);
 void pm__hl_window_untake(pm__hub_link *l, uint32_t port, uint32_t bytes);
-/* Sends the credits l owes at their step (all: every one owed); what the
- * link has no room for waits for its next drain. */
-void pm__hl_send_credits(pm__hub *h, pm__hub_link *l, int all);
+/* Sends the credits l owes at their step; what the link has no room for
+ * waits for its next drain. */
+void pm__hl_send_credits(pm__hub *h, pm__hub_link *l);
 
 /* hub_linkin.c: frames from a link into this host. */
 

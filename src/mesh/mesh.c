@@ -455,32 +455,6 @@ void pm__mesh_forget(pm__mesh *m)
     pm__peerdns_forget(m->dns);
 }
 
-unsigned pm__mesh_links_up(const pm__mesh *m)
-{
-    return m == NULL ? 0 : m->up;
-}
-
-void pm__mesh_batch_stats(const pm__mesh *m, uint64_t *frames, uint64_t *records,
-                          uint64_t *staged)
-{
-    *frames = *records = *staged = 0;
-    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++) {
-        const pm__mconn *k = &m->conns[j];
-        if (k->fd < 0 || !k->pc_live)
-            continue;
-        *frames += k->pc.frames_out;
-        *records += k->pc.frame_records_out;
-        *staged += k->pc.stage_n;
-    }
-}
-
-void pm__mesh_test_truncate(pm__mesh *m)
-{
-    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
-        if (m->conns[j].fd >= 0 && m->conns[j].linked)
-            (void)pm__pconn_eof(&m->conns[j].pc);
-}
-
 /* New secrets for the handshakes to come (pm_cluster_set_secrets): a new
  * keyring with the same static key, a new generation; the old one is freed
  * when its last connection closes. */
@@ -513,48 +487,6 @@ int pm__mesh_set_secrets(pm__mesh *m, const unsigned char *keys, unsigned n)
     m->cur = g;
     m->key_reloads++;
     return 0;
-}
-
-void pm__mesh_rekeys(const pm__mesh *m, uint64_t *out, uint64_t *in)
-{
-    *out = *in = 0;
-    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
-        if (m->conns[j].fd >= 0 && m->conns[j].pc_live) {
-            *out += m->conns[j].pc.rekeys_out;
-            *in += m->conns[j].pc.rekeys_in;
-        }
-}
-
-void pm__mesh_close_stats(const pm__mesh *m, uint64_t *lingered, uint64_t *answered,
-                          uint64_t *expired, uint64_t *discarded, unsigned *lingering)
-{
-    *lingered = *answered = *expired = *discarded = 0;
-    *lingering = 0;
-    if (m == NULL)
-        return;
-    *lingered = m->lingered;
-    *answered = m->closes_answered;
-    *expired = m->linger_expired;
-    *discarded = m->linger_discarded;
-    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
-        *lingering += m->conns[j].fd >= 0 && m->conns[j].lingering;
-}
-
-void pm__mesh_test_close(pm__mesh *m)
-{
-    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
-        if (m->conns[j].fd >= 0 && m->conns[j].linked)
-            pm__pconn_close(&m->conns[j].pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-    /* They end (and linger) at the turn's end, in pm__mesh_flush. */
-}
-
-void pm__mesh_dns_stats(const pm__mesh *m, uint64_t *ok, uint64_t *failed, unsigned *targets)
-{
-    *ok = m == NULL ? 0 : m->dns_ok;
-    *failed = m == NULL ? 0 : m->dns_failed;
-    *targets = 0;
-    for (unsigned d = 0; m != NULL && d < PM__PEERDNS_MAX; d++)
-        *targets += m->dt[d].live && !m->dt[d].self;
 }
 
 uint64_t pm__mesh_fails(const pm__mesh *m, int why)

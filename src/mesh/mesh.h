@@ -28,9 +28,7 @@ uint64_t pm__mesh_next_deadline(const pm__mesh *m);
 void pm__mesh_fire(pm__mesh *m, uint64_t now_ms);
 
 /* The accessors below take NULL (no peer mode) and answer nothing. */
-/* Counters for tests and /metrics: links up now, links that came up,
- * failures of reason why (PM__PF_*). */
-unsigned pm__mesh_links_up(const pm__mesh *m);
+/* Failures of reason why (PM__PF_*) since the start: /metrics. */
 uint64_t pm__mesh_fails(const pm__mesh *m, int why);
 /* The public view of the links (pm_cluster_peers): up to cap into out,
  * returns how many there are. */
@@ -40,26 +38,5 @@ size_t pm__mesh_peers(const pm__mesh *m, pm_peer_info *out, size_t cap);
  * when not in peer mode, -EINVAL for none, more than two, or a cluster that
  * runs without a secret; the keyring's errors (-EEXIST, -EINVAL, -ENOMEM). */
 int pm__mesh_set_secrets(pm__mesh *m, const unsigned char *keys, unsigned n);
-/* REKEY records sent and received by the connections open now. */
-void pm__mesh_rekeys(const pm__mesh *m, uint64_t *out, uint64_t *in);
-/* Batching over the live links: frames sent, FRAMES records sealed, and
- * frames staged now (sealed at the turn's end). */
-void pm__mesh_batch_stats(const pm__mesh *m, uint64_t *frames, uint64_t *records,
-                          uint64_t *staged);
-/* Tests only: every linked connection's stream ends as if truncated; the
- * links die at the turn's end with what they staged unsent. */
-void pm__mesh_test_truncate(pm__mesh *m);
-/* Orderly ends (doc/protocol.md 7): connections that lingered after our
- * CLOSE, whose peer answered it with its own CLOSE, whose wait ended at the
- * deadline, frames discarded after our CLOSE, and connections lingering
- * now. */
-void pm__mesh_close_stats(const pm__mesh *m, uint64_t *lingered, uint64_t *answered,
-                          uint64_t *expired, uint64_t *discarded, unsigned *lingering);
-/* Tests only: ends every link now as a local shutdown does (CLOSE reason 0,
- * reason `local`): the orderly end. */
-void pm__mesh_test_close(pm__mesh *m);
-/* --peers-dns: resolutions that answered, that failed (or answered
- * nothing), and the addresses dialled now (our own excluded). */
-void pm__mesh_dns_stats(const pm__mesh *m, uint64_t *ok, uint64_t *failed, unsigned *targets);
 
 #endif /* PM_MESH_H */

@@ -4,8 +4,8 @@
  * libseccomp allocates and takes no care to be async-signal-safe, so the
  * supervisor builds each filter once (per cluster), exports the classic BPF
  * program, and the child between fork and exec only hands its copy to
- * seccomp(2) (pm__seccomp_load). doc/design.md ("Privileges") says what
- * each level protects against.
+ * seccomp(2) (pm__seccomp_load). doc/privileges.md says what each level
+ * protects against.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
@@ -108,11 +108,6 @@ static const struct {
     {"newfstatat", -1, "fstat on glibc >= 2.33"},
     {"exit_group", -1, "the worker ends (_exit after the bootstrap)"},
 };
-
-const char *pm__seccomp_strict_name(size_t i)
-{
-    return i < PM__ARRAY_SIZE(strict_calls) ? strict_calls[i].name : NULL;
-}
 
 /*
  * basic: calls a contained worker never needs and that reach outside it.
@@ -347,6 +342,7 @@ static int add_basic(scmp_filter_ctx ctx, uint32_t act)
     return rc;
 }
 
+#ifdef PM_TEST_HOOKS
 int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out)
 {
     size_t whole = 0;
@@ -367,6 +363,7 @@ int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out)
     out->nr = nr == __NR_SCMP_ERROR ? -1 : nr;
     return 0;
 }
+#endif /* PM_TEST_HOOKS */
 
 static int add_strict(scmp_filter_ctx ctx)
 {
@@ -513,12 +510,14 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
 
 #else /* !HAVE_SECCOMP */
 
+#ifdef PM_TEST_HOOKS
 int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out)
 {
     (void)i;
     (void)out;
     return -ENOTSUP;
 }
+#endif
 
 int pm__seccomp_available(void)
 {

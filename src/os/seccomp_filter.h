@@ -49,10 +49,6 @@ void pm__seccomp_free(pm__seccomp_prog *p);
  */
 int pm__seccomp_load(pm__seccomp_prog *p);
 
-/* The i-th system call the strict filter allows, NULL past the last (for
- * the tests; doc/design.md lists them). */
-const char *pm__seccomp_strict_name(size_t i);
-
 /* One call `basic` refuses: the whole call (arg -1), or only when its
  * argument number arg (low 32 bits) equals val. nr is its number on this
  * architecture, -1 where it has none (iopl on arm64 ...). */
@@ -65,7 +61,10 @@ typedef struct pm__seccomp_rule {
 
 /* Row i of basic's refusals, in the filter's own order, so that a test
  * trying every row grows with the list: 0, -ENOENT past the last row,
- * -ENOTSUP without libseccomp. */
+ * -ENOTSUP without libseccomp. A test hook: only in programs built with
+ * -DPM_TEST_HOOKS (check_privileges), never in the library. */
+#ifdef PM_TEST_HOOKS
 int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out);
+#endif
 
 #endif /* PM_SECCOMP_FILTER_H */

@@ -23,9 +23,9 @@
  * cache of released blocks. sodium_malloc maps its block with guard
  * pages, mprotects and mlocks it; sodium_free unmaps it, which on a
  * multi-CPU machine (or VM) costs a TLB shootdown on every CPU: together
- * about 190 us of CPU (340 us of wall time on a busy VM), three times over
- * in each side of a handshake (the handshake state, the transport keys,
- * the previous link's), against about 40 us for an X25519. A released
+ * several times an X25519, three times over in each side of a handshake
+ * (the handshake state, the transport keys, the previous link's; figures
+ * in doc/benchmarks.md, "Peer link: where the time goes"). A released
  * block is zeroed and kept here instead (still guarded, locked, wiped on
  * fork), up to SECRET_CACHE of them, and reused for the same size.
  * A forked child must not use its parent's entries (their pages are zero
@@ -274,24 +274,6 @@ int pm__noise_rekey(pm__noise_transport *t, int tx)
     return 0;
 }
 
-int pm__noise_test_set_nonce(pm__noise_transport *t, int tx, uint64_t n)
-{
-    int rc = tr_check(t);
-    if (rc < 0)
-        return rc;
-    t->n[tx ? 1 : 0] = n;
-    return 0;
-}
-
-int pm__noise_test_key(const pm__noise_transport *t, int tx, unsigned char out[PM__NOISE_KEY_LEN])
-{
-    int rc = tr_check(t);
-    if (rc < 0)
-        return rc;
-    memcpy(out, t->sec->k[tx ? 1 : 0], KEY);
-    return 0;
-}
-
 void pm__noise_transport_free(pm__noise_transport *t)
 {
     if (t == NULL)
@@ -299,9 +281,4 @@ void pm__noise_transport_free(pm__noise_transport *t)
     pm__noise_secret_free(t->sec, sizeof(*t->sec), t->gen);
     sodium_memzero(t, sizeof(*t));
     free(t);
-}
-
-int pm__noise_key_equal(const unsigned char a[PM__NOISE_KEY_LEN], const unsigned char b[PM__NOISE_KEY_LEN])
-{
-    return sodium_memcmp(a, b, KEY) == 0;
 }

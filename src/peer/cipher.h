@@ -62,11 +62,7 @@ int pm__noise_rekey(pm__noise_transport *t, int tx);
 
 void pm__noise_transport_free(pm__noise_transport *t);
 
-/* Constant-time equality of two keys (for an allow-list of peers). */
-int pm__noise_key_equal(const unsigned char a[PM__NOISE_KEY_LEN], const unsigned char b[PM__NOISE_KEY_LEN]);
-
 /* ---- what noise.c and cipher.c share ------------------------------- */
-
 
 struct pm__noise_tr_secret {
     unsigned char k[2][PM__NOISE_KEY_LEN]; /* [1] sending, [0] receiving */
@@ -98,21 +94,5 @@ int pm__noise_aead_decrypt(unsigned char *out, const unsigned char *k, uint64_t 
 /* HKDF(ck, ikm, 2 or 3) of rev 34 4.3 (o3 NULL for 2); o1 may be ck. */
 void pm__noise_hkdf(const unsigned char *ck, const void *ikm, size_t ikm_len, unsigned char *o1,
                     unsigned char *o2, unsigned char *o3);
-
-/* ---- tests only ---------------------------------------------------- */
-
-/*
- * Kept here rather than in tests/: each reads or writes state this
- * module keeps private (opaque structs, secret memory), which an object
- * outside it could reach only if the struct were published. Like every
- * pm__ symbol they are not exported by libprocmesh.so (-fvisibility=hidden);
- * no product code calls them.
- */
-
-/* Moves a direction's nonce (to reach the limit without 2^64 messages). */
-int pm__noise_test_set_nonce(pm__noise_transport *t, int tx, uint64_t n);
-
-/* A direction's current key, for checking Rekey() against its definition. */
-int pm__noise_test_key(const pm__noise_transport *t, int tx, unsigned char out[PM__NOISE_KEY_LEN]);
 
 #endif /* PM_CIPHER_H */

@@ -369,20 +369,6 @@ static int setter_check(const pm__noise_hs *hs, const void *key)
     return key == NULL || hs->started ? -EINVAL : 0;
 }
 
-int pm__noise_hs_set_static(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN])
-{
-    int rc = setter_check(hs, priv);
-    if (rc < 0)
-        return rc;
-    memcpy(hs->sec->s, priv, KEY);
-    if (crypto_scalarmult_curve25519_base(hs->s_pub, hs->sec->s) != 0) {
-        sodium_memzero(hs->sec->s, KEY);
-        return -EKEYREJECTED;
-    }
-    hs->has_s = true;
-    return 0;
-}
-
 int pm__noise_hs_set_static_pair(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN],
                                  const unsigned char pub[PM__NOISE_KEY_LEN])
 {
@@ -399,20 +385,6 @@ int pm__noise_hs_set_static_pair(pm__noise_hs *hs, const unsigned char priv[PM__
     return 0;
 }
 
-int pm__noise_hs_set_remote_static(pm__noise_hs *hs, const unsigned char pub[PM__NOISE_KEY_LEN])
-{
-    int rc = setter_check(hs, pub);
-    if (rc < 0)
-        return rc;
-    /* Only a pre-message key: a static the pattern transmits is checked
-     * after the handshake (pm__noise_hs_remote_static). */
-    if (!hs->pre_s[hs->initiator ? 1 : 0])
-        return -EINVAL;
-    memcpy(hs->rs, pub, KEY);
-    hs->has_rs = true;
-    return 0;
-}
-
 int pm__noise_hs_set_psk(pm__noise_hs *hs, unsigned index, const unsigned char psk[PM__NOISE_KEY_LEN])
 {
     int rc = setter_check(hs, psk);
@@ -423,24 +395,6 @@ int pm__noise_hs_set_psk(pm__noise_hs *hs, unsigned index, const unsigned char p
     memcpy(hs->sec->psk[index], psk, KEY);
     hs->psk_set |= 1u << index;
     return 0;
-}
-
-int pm__noise_test_set_ephemeral(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN])
-{
-    int rc = setter_check(hs, priv);
-    if (rc < 0)
-        return rc;
-    memcpy(hs->sec->e, priv, KEY);
-    if (crypto_scalarmult_curve25519_base(hs->e_pub, hs->sec->e) != 0)
-        return -EKEYREJECTED;
-    hs->fixed_e = true;
-    return 0;
-}
-
-const void *pm__noise_test_secret(const pm__noise_hs *hs, size_t *size)
-{
-    *size = sizeof(*hs->sec);
-    return hs->sec;
 }
 
 static bool sends_s(const pm__noise_hs *hs, bool initiator)
@@ -655,31 +609,12 @@ int pm__noise_read_message(pm__noise_hs *hs, const void *msg, size_t len, void *
     return 0;
 }
 
-int pm__noise_hs_my_turn(const pm__noise_hs *hs)
-{
-    int rc = hs_check(hs);
-    if (rc < 0)
-        return rc;
-    return hs->msg < hs->nmsg && my_turn(hs);
-}
-
 int pm__noise_hs_done(const pm__noise_hs *hs)
 {
     int rc = hs_check(hs);
     if (rc < 0)
         return rc;
     return hs->msg >= hs->nmsg;
-}
-
-int pm__noise_hs_hash(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN])
-{
-    int rc = hs_check(hs);
-    if (rc < 0)
-        return rc;
-    if (out == NULL || hs->msg < hs->nmsg)
-        return -EINVAL;
-    memcpy(out, hs->h, KEY);
-    return 0;
 }
 
 int pm__noise_hs_remote_static(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN])
@@ -741,3 +676,73 @@ int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport 
     *out = t;
     return 0;
 }
+
+#ifdef PM_TEST_HOOKS
+/* Tests only (see the header): a test program compiles this file with
+ * -DPM_TEST_HOOKS; the library never has them. */
+
+int pm__noise_hs_set_static(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN])
+{
+    int rc = setter_check(hs, priv);
+    if (rc < 0)
+        return rc;
+    memcpy(hs->sec->s, priv, KEY);
+    if (crypto_scalarmult_curve25519_base(hs->s_pub, hs->sec->s) != 0) {
+        sodium_memzero(hs->sec->s, KEY);
+        return -EKEYREJECTED;
+    }
+    hs->has_s = true;
+    return 0;
+}
+
+int pm__noise_hs_set_remote_static(pm__noise_hs *hs, const unsigned char pub[PM__NOISE_KEY_LEN])
+{
+    int rc = setter_check(hs, pub);
+    if (rc < 0)
+        return rc;
+    /* Only a pre-message key: a static the pattern transmits is checked
+     * after the handshake (pm__noise_hs_remote_static). */
+    if (!hs->pre_s[hs->initiator ? 1 : 0])
+        return -EINVAL;
+    memcpy(hs->rs, pub, KEY);
+    hs->has_rs = true;
+    return 0;
+}
+
+int pm__noise_test_set_ephemeral(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN])
+{
+    int rc = setter_check(hs, priv);
+    if (rc < 0)
+        return rc;
+    memcpy(hs->sec->e, priv, KEY);
+    if (crypto_scalarmult_curve25519_base(hs->e_pub, hs->sec->e) != 0)
+        return -EKEYREJECTED;
+    hs->fixed_e = true;
+    return 0;
+}
+
+int pm__noise_hs_my_turn(const pm__noise_hs *hs)
+{
+    int rc = hs_check(hs);
+    if (rc < 0)
+        return rc;
+    return hs->msg < hs->nmsg && my_turn(hs);
+}
+
+int pm__noise_hs_hash(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN])
+{
+    int rc = hs_check(hs);
+    if (rc < 0)
+        return rc;
+    if (out == NULL || hs->msg < hs->nmsg)
+        return -EINVAL;
+    memcpy(out, hs->h, KEY);
+    return 0;
+}
+
+const void *pm__noise_test_secret(const pm__noise_hs *hs, size_t *size)
+{
+    *size = sizeof(*hs->sec);
+    return hs->sec;
+}
+#endif /* PM_TEST_HOOKS */

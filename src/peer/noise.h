@@ -19,11 +19,11 @@
  *
  *   pm__noise_hs_new(&hs, "Noise_XXpsk3_25519_ChaChaPoly_SHA256", initiator,
  *                    prologue, prologue_len, &why);
- *   pm__noise_hs_set_static(hs, priv);            keys the pattern needs
+ *   pm__noise_hs_set_static_pair(hs, priv, pub);  keys the pattern needs
  *   pm__noise_hs_set_psk(hs, 0, psk);
  *   while (!pm__noise_hs_done(hs))
  *       pm__noise_write_message(...) or pm__noise_read_message(...),
- *       as pm__noise_hs_my_turn(hs) says
+ *       in the pattern's order (the initiator writes first)
  *   pm__noise_hs_remote_static(hs, rs);           authenticate the peer
  *   pm__noise_split(hs, PM__NOISE_REKEY_EVERY, &t);
  *   pm__noise_hs_free(hs);
@@ -70,8 +70,6 @@ typedef struct pm__noise_transport pm__noise_transport;
 int pm__noise_hs_new(pm__noise_hs **out, const char *name, int initiator, const void *prologue,
                      size_t prologue_len, const char **why);
 
-/* Our static key pair from its private key (any 32 bytes; X25519 clamps). */
-int pm__noise_hs_set_static(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);
 /* The same with its public key, which the caller derived from priv once
  * (a keyring at load): no base-point multiplication per handshake. A pub
  * that is not priv's makes the handshake fail at the peer. */
@@ -79,10 +77,6 @@ int pm__noise_hs_set_static_pair(pm__noise_hs *hs, const unsigned char priv[PM__
                                  const unsigned char pub[PM__NOISE_KEY_LEN]);
 
 /* pm__noise_ephemeral_prepare: noise_ephemeral.h. */
-
-/* The peer's static public key, for patterns where it is known beforehand
- * (a pre-message: NK, KK, IK, ...); -EINVAL for other patterns. */
-int pm__noise_hs_set_remote_static(pm__noise_hs *hs, const unsigned char pub[PM__NOISE_KEY_LEN]);
 
 /* The index-th pre-shared key (index counts the psk modifiers in the order
  * of the name: "psk0+psk2" has 0 and 1). */
@@ -107,14 +101,8 @@ int pm__noise_write_message(pm__noise_hs *hs, const void *payload, size_t payloa
 int pm__noise_read_message(pm__noise_hs *hs, const void *msg, size_t len, void *payload, size_t cap,
                            size_t *payload_len);
 
-/* 1 when it is this side's turn to write, 0 to read, negative errno. */
-int pm__noise_hs_my_turn(const pm__noise_hs *hs);
-
 /* 1 once the last handshake message has been written or read. */
 int pm__noise_hs_done(const pm__noise_hs *hs);
-
-/* The handshake hash h (channel binding); valid once done. */
-int pm__noise_hs_hash(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN]);
 
 /* The peer's static public key, once received (or set); -ENOKEY before. */
 int pm__noise_hs_remote_static(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN]);
@@ -123,7 +111,7 @@ int pm__noise_hs_remote_static(const pm__noise_hs *hs, unsigned char out[PM__NOI
  * Split(): the two transport cipher states of a finished handshake, this
  * side's sending and receiving direction. Each direction rekeys after every
  * rekey_every messages (0: never; PM__NOISE_REKEY_EVERY for the links); both
- * sides must use the same value. The handshake state stays for hs_hash and
+ * sides must use the same value. The handshake state stays for
  * hs_remote_static; free it soon, it holds the chaining key.
  */
 int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport **out);
@@ -135,19 +123,26 @@ void pm__noise_hs_free(pm__noise_hs *hs);
 /* ---- tests only: fixed values the published vectors need ----------- */
 
 /*
- * Kept here rather than in tests/: each reads or writes state this
- * module keeps private (opaque structs, secret memory), which an object
- * outside it could reach only if the struct were published. Like every
- * pm__ symbol they are not exported by libprocmesh.so (-fvisibility=hidden);
- * no product code calls them.
+ * Each reads or writes state this module keeps private (an opaque struct,
+ * secret memory). A test program that needs them compiles this file itself
+ * with -DPM_TEST_HOOKS (Makefile.am); the library is built without them,
+ * so no product code can call them.
  */
-
+#ifdef PM_TEST_HOOKS
+/* Our static key pair from its private key (any 32 bytes; X25519 clamps). */
+int pm__noise_hs_set_static(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);
 /* The ephemeral key the next "e" token uses, instead of a random one. */
 int pm__noise_test_set_ephemeral(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);
-
-
 /* Where the secret memory of a handshake state lies (the fork test reads it
  * in a child). */
 const void *pm__noise_test_secret(const pm__noise_hs *hs, size_t *size);
+/* 1 when it is this side's turn to write, 0 to read, negative errno. */
+int pm__noise_hs_my_turn(const pm__noise_hs *hs);
+/* The handshake hash h (channel binding); valid once done. */
+int pm__noise_hs_hash(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN]);
+/* The peer's static public key, for patterns where it is known beforehand
+ * (a pre-message: NK, KK, IK, ...); -EINVAL for other patterns. */
+int pm__noise_hs_set_remote_static(pm__noise_hs *hs, const unsigned char pub[PM__NOISE_KEY_LEN]);
+#endif /* PM_TEST_HOOKS */
 
 #endif /* PM_NOISE_H */

@@ -726,37 +726,6 @@ int pm__pconn_linger(pm__pconn *c, const void *data, size_t len)
 
 /* ------------------------------------------------------------------ sending */
 
-int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, size_t *taken)
-{
-    *taken = 0;
-    if (c->state != PM__PC_UP)
-        return -ENOTCONN;
-    if (n == 0)
-        return 0;
-    int rc = pm__pconn_flush_stage(c); /* staged frames come first */
-    if (rc < 0)
-        return rc;
-    size_t cap, len;
-    /* Room for at least the first frame in a record of its own. */
-    unsigned char *p = out_room(c, pm__rec_wire_size(1 + 4 + frames[0].iov_len), &cap);
-    if (p == NULL)
-        return -EAGAIN;
-    rc = pm__rec_seal_frames(c->rec, frames, n, taken, p, cap, &len);
-    if (rc == -EOVERFLOW) {
-        pm__pconn_close(c, PM__REC_CLOSE_NONCE, PM__PF_LOCAL);
-        return rc;
-    }
-    if (rc < 0)
-        return rc;
-    c->out_len += len;
-    c->records_since_rekey++;
-    c->frame_records_out++;
-    c->frames_out += *taken;
-    for (size_t i = 0; i < *taken; i++)
-        c->bytes_out += frames[i].iov_len;
-    return 0;
-}
-
 int pm__pconn_heartbeat(pm__pconn *c)
 {
     if (c->rec == NULL || c->state == PM__PC_DEAD)

@@ -185,13 +185,6 @@ int pm__pconn_eof(pm__pconn *c);
 const unsigned char *pm__pconn_output(const pm__pconn *c, size_t *len);
 void pm__pconn_sent(pm__pconn *c, size_t n);
 
-/* Queues one FRAMES record of as many of frames[0..n) as fit (*taken).
- * -EAGAIN: the output queue is full (backpressure); -ENOTCONN: not up;
- * another negative errno kills the link. Tests only (the mesh stages
- * frames: pm__pconn_stage): it needs the output queue, private to peer.c;
- * not exported by libprocmesh.so. */
-int pm__pconn_send_frames(pm__pconn *c, const struct iovec *frames, size_t n, size_t *taken);
-
 /*
  * Batching (doc/protocol.md 6, "How procmesh fills records"): copies one
  * frame into the staging area, to be sealed with the frames staged with it

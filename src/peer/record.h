@@ -112,13 +112,6 @@ void pm__rec_free(pm__rec *r);
 size_t pm__rec_wire_size(size_t plain_len);
 
 /*
- * One FRAMES record from frames[0..n): as many whole frames, in order, as
- * fit in one record and in cap (at least one). *taken says how many.
- * A frame of length 0 or above PM__REC_MAX_FRAME is -EINVAL.
- */
-int pm__rec_seal_frames(pm__rec *r, const struct iovec *frames, size_t n, size_t *taken, void *out, size_t cap,
-                        size_t *out_len);
-/*
  * One FRAMES record of a plaintext the caller laid out itself (the link's
  * staging area): plain[0] = PM__REC_FRAMES, then "u32 len || frame" per
  * frame, as the body is on the wire. Sealed straight from plain, without
@@ -160,13 +153,19 @@ int pm__rec_eof(pm__rec *r);
 /* ---- tests only -------------------------------------------------------- */
 
 /*
- * Kept here rather than in tests/: each reads or writes state this
- * module keeps private (opaque structs, secret memory), which an object
- * outside it could reach only if the struct were published. Like every
- * pm__ symbol they are not exported by libprocmesh.so (-fvisibility=hidden);
- * no product code calls them.
+ * Each reads or writes state this module keeps private (an opaque struct,
+ * secret memory). A test program that needs them compiles this file itself
+ * with -DPM_TEST_HOOKS (Makefile.am); the library is built without them,
+ * so no product code can call them.
  */
-
+#ifdef PM_TEST_HOOKS
+/*
+ * One FRAMES record from frames[0..n): as many whole frames, in order, as
+ * fit in one record and in cap (at least one). *taken says how many.
+ * A frame of length 0 or above PM__REC_MAX_FRAME is -EINVAL.
+ */
+int pm__rec_seal_frames(pm__rec *r, const struct iovec *frames, size_t n, size_t *taken, void *out, size_t cap,
+                        size_t *out_len);
 /* 1 once a valid record has been received: the link may count as up. */
 int pm__rec_up(const pm__rec *r);
 
@@ -179,5 +178,6 @@ int pm__rec_test_seal_raw(pm__rec *r, const void *plain, size_t len, void *out, 
 
 /* Moves a direction's nonce, in the record state and its transport. */
 int pm__rec_test_set_nonce(pm__rec *r, int tx, uint64_t n);
+#endif /* PM_TEST_HOOKS */
 
 #endif /* PM_RECORD_H */

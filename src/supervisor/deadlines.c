@@ -124,13 +124,6 @@ void pm__deadlines_set(pm__deadlines *d, unsigned id, uint64_t at)
         sift_down(d, p - 1);
 }
 
-uint64_t pm__deadlines_at(const pm__deadlines *d, unsigned id)
-{
-    if (id >= d->cap || d->pos[id] == 0)
-        return 0;
-    return d->heap[d->pos[id] - 1].at;
-}
-
 uint64_t pm__deadlines_first(const pm__deadlines *d, unsigned *id)
 {
     if (d->n == 0)

@@ -37,9 +37,6 @@ void pm__deadlines_free(pm__deadlines *d);
  * O(log n). An id >= cap is ignored. */
 void pm__deadlines_set(pm__deadlines *d, unsigned id, uint64_t at);
 
-/* id's deadline, 0 for none. */
-uint64_t pm__deadlines_at(const pm__deadlines *d, unsigned id);
-
 /* The earliest deadline (0 when there is none), and its id in *id when
  * id is not NULL. O(1). */
 uint64_t pm__deadlines_first(const pm__deadlines *d, unsigned *id);

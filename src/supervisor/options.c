@@ -510,15 +510,6 @@ PM_EXTERN int pm_options_set_peer_keys_file(pm_options *o, const char *path)
 
 PM__SET_MS(pm_options_set_peer_timeout_ms, peer_timeout_ms, 1)
 
-int pm__options_set_rekey(pm_options *o, uint64_t records, uint64_t ms)
-{
-    if (o == NULL)
-        return -EINVAL;
-    o->rekey_records = records != 0 ? records : PM__DEFAULT_REKEY_RECORDS;
-    o->rekey_ms = ms != 0 ? ms : PM__DEFAULT_REKEY_MS;
-    return 0;
-}
-
 /* ------------------------------------------------------------------ CPUs */
 
 int pm__cpu_max_parse(const char *text)

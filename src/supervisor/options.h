@@ -99,14 +99,10 @@ struct pm_options {
     int peer_timeout_ms;
     int hostname_set;                    /* pm_options_set_hostname was called */
     /* When a link sends REKEY: after this many records or ms, whichever
-     * first (defaults PM__MESH_REKEY_*; tests shorten them with
-     * pm__options_set_rekey). */
+     * first (defaults PM__DEFAULT_REKEY_*; tests shorten them here). */
     uint64_t rekey_records;
     uint64_t rekey_ms;
 };
-
-/* Tests only: a link's REKEY interval (records, ms; 0 keeps a default). */
-int pm__options_set_rekey(pm_options *o, uint64_t records, uint64_t ms);
 
 /* 1 when peer links are asked for (a listen address, peers or peers DNS). */
 int pm__options_peer_mode(const pm_options *o);

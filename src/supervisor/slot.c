@@ -33,10 +33,3 @@ PM_EXTERN const char *pm_slot_state_name(int state)
                                         "retired", "stopped",  "stopping"};
     return state >= 0 && state < PM__SLOT_STATES ? names[state] : "none";
 }
-
-const char *pm__slot_event_name(int event)
-{
-    static const char *const names[] = {"ready", "exited", "ready-timeout", "backoff-done",
-                                        "stop",  "stop-timeout", "fault"};
-    return event >= 0 && event < PM__EV_COUNT ? names[event] : "none";
-}

@@ -48,6 +48,5 @@ static inline const char *pm__slot_state_name(int state)
 {
     return pm_slot_state_name(state);
 }
-const char *pm__slot_event_name(int event);
 
 #endif /* PM_SLOT_H */

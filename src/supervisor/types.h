@@ -81,7 +81,7 @@ typedef struct pm__slot {
     int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */
     /* Its deadline (ms, CLOCK_MONOTONIC) is kept in the cluster's heap,
      * which it points at so that pm__slot_set_deadline, the only writer,
-     * needs nothing but the slot; read it with pm__slot_deadline. */
+     * needs nothing but the slot. */
     pm__deadlines *deadlines;
     int deadline_event;    /* PM__EV_* fired at the deadline */
     int kill_reason;       /* why procmesh killed it (PM_REASON_*), or 0 */
@@ -187,12 +187,6 @@ static inline void pm__slot_set_deadline(pm__slot *s, uint64_t at, int event)
 {
     pm__deadlines_set(s->deadlines, s->index, at);
     s->deadline_event = event;
-}
-
-/* The slot's deadline, 0 for none. */
-static inline uint64_t pm__slot_deadline(const pm__slot *s)
-{
-    return pm__deadlines_at(s->deadlines, s->index);
 }
 
 /* The address of a slot: with its incarnation while it has a process. */
