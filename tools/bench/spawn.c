@@ -77,10 +77,14 @@ int cmd_spawn(const bench_opts *opts)
     printf("  %-6s %-6s %14s %14s %12s\n", "mode", "N", "procmesh ms", "baseline ms", "ratio");
     uint64_t *v = calloc(runs, sizeof(*v)), *b = calloc(runs, sizeof(*b));
     for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
+        /* --row 1: fork mode only, 2: exec mode only; no baseline (for
+         * strace -c, perf stat). */
+        if (opts->row != 0 && opts->row != (unsigned)exec_mode + 1)
+            continue;
         for (size_t k = 0; k < ncounts; k++) {
             int n = counts[k];
             for (unsigned r = 0; r < runs; r++) {
-                b[r] = baseline_spawn(exec_mode, n);
+                b[r] = opts->row != 0 ? 1 : baseline_spawn(exec_mode, n);
                 pm_options *o = bench_options(n, exec_mode);
                 pm_cluster *c;
                 uint64_t t0 = pm__now_ns();
@@ -94,8 +98,12 @@ int cmd_spawn(const bench_opts *opts)
                 pm_options_free(o);
             }
             uint64_t mv = median(v, runs), mb = median(b, runs);
-            printf("  %-6s %-6d %14.3f %14.3f %11.2fx\n", exec_mode ? "exec" : "fork", n,
-                   (double)mv / 1e6, (double)mb / 1e6, (double)mv / (double)mb);
+            if (opts->row != 0)
+                printf("  %-6s %-6d %14.3f %14s %12s\n", exec_mode ? "exec" : "fork", n,
+                       (double)mv / 1e6, "-", "-");
+            else
+                printf("  %-6s %-6d %14.3f %14.3f %11.2fx\n", exec_mode ? "exec" : "fork", n,
+                       (double)mv / 1e6, (double)mb / 1e6, (double)mv / (double)mb);
         }
     }
     free(v);
