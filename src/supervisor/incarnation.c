@@ -161,11 +161,15 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__link *own)
      * private copy of the whole table. */
     if (&t->link != own)
         drop_link(d, &t->link);
+    else
+        drop_fd(d, own->sock); /* the hub's end of the fd socket: the worker keeps its own */
     /* Every prepared link too, its own slot's included: a spare is the
      * memory of an incarnation that does not exist yet (unless this
      * process is the standby that will be it). */
     if (t->spare != NULL && t->spare != own)
         drop_link(d, t->spare);
+    else if (t->spare != NULL)
+        drop_fd(d, own->sock); /* a standby's own link: the same */
     if (t->spare != NULL) {
         drop_fd(d, spare_of(t)->err_pipe[0]);
         drop_fd(d, spare_of(t)->err_pipe[1]);
@@ -183,11 +187,22 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__link *own)
         drop_fd(d, cg[k]);
 }
 
-/* Every slot's fds and memory but the link the child runs on. */
+/* The supervisor's own fds a child drops with the slots' (in the same
+ * runs: they are among the first made). */
+static void drop_own(child_drop *d, const pm_cluster *c)
+{
+    drop_fd(d, c->sigfd);
+    drop_fd(d, c->timerfd);
+    drop_fd(d, c->wakefd);
+}
+
+/* Every slot's fds and memory but the link the child runs on, and the
+ * supervisor's signal, timer and wake-up fds. */
 static void drop_slots(const pm_cluster *c, const pm__link *own)
 {
     child_drop d;
     d.mode = DROP_MEASURE, d.maxfd = -1, d.nmaps = 0;
+    drop_own(&d, c);
     for (unsigned i = 0; i < c->nslots; i++)
         drop_slot(&d, &c->slots[i], own);
     uint64_t small[128]; /* up to 8,192 fds: no allocation, no heap page written */
@@ -199,6 +214,7 @@ static void drop_slots(const pm_cluster *c, const pm__link *own)
         d.fdbits = calloc(words, sizeof(*d.fdbits));
     }
     d.mode = d.fdbits != NULL ? DROP_COLLECT : DROP_NOW;
+    drop_own(&d, c);
     for (unsigned i = 0; i < c->nslots; i++)
         drop_slot(&d, &c->slots[i], own);
     if (d.mode == DROP_COLLECT) {
@@ -260,18 +276,13 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     drop_slots(c, x->link);
     pm__loop_forget(&c->loop);
     pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
-    pm__close(c->sigfd);
-    pm__close(c->timerfd);
-    pm__close(c->wakefd);
     /* Other workers' traffic the hub holds (queued frames, broadcast
      * replies) must not be readable by this worker's code. */
     pm__hub_wipe(&c->hub);
     if (req->capture)
         child_output(req);
     pm_node node;
-    int rc = pm__node_from_hub_link(&node, x->link, &init);
-    /* The hub's end of the fd socket: the worker keeps only its own. */
-    pm__close(x->link->sock);
+    int rc = pm__node_from_hub_link(&node, x->link, &init, c->self);
     /* The node took over the inherited mapping (pm__link_adopt): it is
      * not unmapped here. */
     if (rc < 0)
@@ -510,6 +521,10 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
 static void warm_unwinder(void)
 {
     pm__crash_unwinder_prime();
+    /* And the crash handler's module table and alternate stack, made
+     * here where the loader's pages are already ours, not in every
+     * child (node.h). */
+    pm__node_fork_prime();
 }
 
 /* What every child of s gets: who its parent is, the signal mask it
