@@ -329,6 +329,31 @@ START_TEST(test_spawn_spares_after_spawn)
 }
 END_TEST
 
+START_TEST(test_spare_output_pipes)
+{
+    /* Captured output: the spare holds the next incarnation's two pipes
+     * too, and the restart takes exactly those (no pipe2 between the reap
+     * and the fork). */
+    pm_options *o = spare_opts(1);
+    pm_options_set_output(o, PM_OUTPUT_CAPTURE);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, pm_test_slot_spare_out(c, 0, 0) >= 0, 10000);
+    unsigned long long out = ino_of(pm_test_slot_spare_out(c, 0, 0));
+    unsigned long long err = ino_of(pm_test_slot_spare_out(c, 0, 1));
+    ck_assert_msg(out != ino_of(pm_test_slot_out(c, 0, 0)), "the spare's pipe is the running one's");
+    kill_slot(c, 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_msg(ino_of(pm_test_slot_out(c, 0, 0)) == out && ino_of(pm_test_slot_out(c, 0, 1)) == err,
+                  "the replacement did not get the prepared pipes");
+    RUN_UNTIL(c, pm_test_slot_spare_out(c, 0, 0) >= 0, 10000);
+    ck_assert(ino_of(pm_test_slot_spare_out(c, 0, 0)) != out);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 /* ------------------------------------------------------------ warm standby */
 
 /* The cgroup line of /proc/<pid>/cgroup for the unified hierarchy, or of
@@ -720,6 +745,7 @@ int main(void)
     PM_ADD_TEST(s, test_spare_dropped_on_terminate, 30);
     PM_ADD_TEST(s, test_spare_made_at_ready, 30);
     PM_ADD_TEST(s, test_spawn_spares_after_spawn, 60);
+    PM_ADD_TEST(s, test_spare_output_pipes, 30);
     PM_ADD_TEST(s, test_standby_takes_over, 30);
     PM_ADD_TEST(s, test_standby_killed_is_reaped, 30);
     PM_ADD_TEST(s, test_standby_killed_is_reaped_subreaper, 30);

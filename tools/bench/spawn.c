@@ -2,6 +2,7 @@
 /* spawn.c - pm-bench spawn: time to bring N workers to ready beside N bare children. */
 #include "bench.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -61,6 +62,32 @@ static void raise_nofile(void)
         printf("RLIMIT_NOFILE soft %llu\n", (unsigned long long)rl.rlim_cur);
 }
 
+/* Open fds of this process. */
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n - 3; /* ".", ".." and the directory's own fd */
+}
+
+/* The supervisor's fds per worker, after the spawn and once the turns
+ * after it have made every spare (made 32 slots per turn): what
+ * RLIMIT_NOFILE must allow for N workers. Untimed. */
+static void count_fds(pm_cluster *c, int n, int fds0)
+{
+    int spawned = open_fds() - fds0;
+    for (int t = 0; t < n / 32 + 2; t++)
+        (void)pm_cluster_run(c, 0);
+    int spared = open_fds() - fds0;
+    printf("  (N = %d: %d fds after the spawn, %.1f per worker; %d, %.1f per worker, with the spares)\n",
+           n, spawned, (double)spawned / n, spared, (double)spared / n);
+}
+
 int cmd_spawn(const bench_opts *opts)
 {
     static const int all[] = {1, 8, 64, 1024};
@@ -75,6 +102,7 @@ int cmd_spawn(const bench_opts *opts)
     raise_nofile();
     printf("spawn: time until N workers are ready, median of %u runs (ms)\n", runs);
     printf("  %-6s %-6s %14s %14s %12s\n", "mode", "N", "procmesh ms", "baseline ms", "ratio");
+    int fds0 = open_fds();
     uint64_t *v = calloc(runs, sizeof(*v)), *b = calloc(runs, sizeof(*b));
     for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
         /* --row 1: fork mode only, 2: exec mode only; no baseline (for
@@ -94,6 +122,8 @@ int cmd_spawn(const bench_opts *opts)
                     fprintf(stderr, "pm-bench: spawn of %d: %s\n", n, pm_strerror(rc));
                     return 1;
                 }
+                if (r == 0)
+                    count_fds(c, n, fds0);
                 pm_cluster_terminate(c);
                 pm_options_free(o);
             }
