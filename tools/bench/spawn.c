@@ -46,9 +46,10 @@ static uint64_t baseline_spawn(int exec_mode, int n)
     return t;
 }
 
-/* The supervisor holds about 11 fds per worker, 18 with the spare link
- * (kept only below half the limit): N = 1024 needs some 11,500 to start,
- * 40,000 for every spare, above the usual soft RLIMIT_NOFILE of 1024.
+/* The supervisor holds about 11 fds per fork-mode worker (12 exec), 17
+ * with the spare (20 exec; kept only below half the limit): N = 1024
+ * needs some 11,500 to start, 35,000 for every spare, above the usual
+ * soft RLIMIT_NOFILE of 1024 (count_fds prints the figures).
  * Raised to the hard limit, as the procmesh daemon does at start; the
  * number is printed. */
 static void raise_nofile(void)
