@@ -166,6 +166,22 @@ static int spare_output(const pm_cluster *c)
     return c->o->output == PM_OUTPUT_CAPTURE && (c->o->exec_path == NULL || pm__spawn_waits_exec());
 }
 
+/* The pipes the spare holds besides its link, when it holds them. 0 or
+ * -errno (what was made is in sp, for the caller to close). */
+static int spare_pipes(const pm_cluster *c, pm__spare *sp)
+{
+    int rc;
+    if (spare_pipe(c) && (rc = pm__err_pipe_open(sp->err_pipe)) < 0)
+        return rc;
+    if (spare_output(c)) {
+        int out[2][2];
+        if ((rc = pm__output_pipes(out)) < 0)
+            return rc;
+        memcpy(sp->out, out, sizeof(out));
+    }
+    return 0;
+}
+
 /* Best effort: without a spare the next start creates its link itself.
  * errno preserved (called on the success path).
  *
@@ -185,8 +201,7 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
     if (sp != NULL && pm__link_new_for(c, &sp->link, s->index, s->incarnation + 1) == 0) {
         sp->err_pipe[0] = sp->err_pipe[1] = -1;
         sp->out[0][0] = sp->out[0][1] = sp->out[1][0] = sp->out[1][1] = -1;
-        if ((!spare_pipe(c) || pm__err_pipe_open(sp->err_pipe) == 0) &&
-            (!spare_output(c) || pm__output_pipes(sp->out) == 0) && spare_affordable(sp)) {
+        if (spare_pipes(c, sp) == 0 && spare_affordable(sp)) {
             s->spare = &sp->link;
             sp = NULL;
         } else {
