@@ -4,6 +4,7 @@
 #include "internals.h"
 #include "supervise.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -504,6 +505,113 @@ START_TEST(test_exec_crash_before_ready)
 }
 END_TEST
 
+/* The application's own handler for a crash signal, installed in the
+ * supervisor before the spawn: a fork-mode worker inherits it. */
+static void app_trap(int sig)
+{
+    (void)sig;
+}
+
+/* 0 when the worker's dispositions are what pm__node_crash_arm_forked
+ * promises: the application's SIGTRAP handler kept, procmesh's on SIGSEGV
+ * (SA_SIGINFO, on the alternate stack), and an alternate stack set. */
+static int boot_check_handlers(pm_node *n, void *arg)
+{
+    (void)arg;
+    worker_init();
+    struct sigaction trap, segv;
+    stack_t ss;
+    if (sigaction(SIGTRAP, NULL, &trap) < 0 || sigaction(SIGSEGV, NULL, &segv) < 0 ||
+        sigaltstack(NULL, &ss) < 0)
+        return 60;
+    if ((trap.sa_flags & SA_SIGINFO) != 0 || trap.sa_handler != app_trap)
+        return 61;
+    if ((segv.sa_flags & (SA_SIGINFO | SA_ONSTACK)) != (SA_SIGINFO | SA_ONSTACK))
+        return 62;
+    if ((ss.ss_flags & SS_DISABLE) != 0 || ss.ss_size == 0)
+        return 63;
+    if (pm_node_ready(n) < 0)
+        return 50;
+    return 0;
+}
+
+START_TEST(test_fork_keeps_app_handler)
+{
+    /* The fork child sets each crash handler with one call and puts back
+     * the one it replaced when that was the application's. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = app_trap;
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGTRAP, &sa, NULL), 0);
+    pm_options *o = opts(1);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    pm_options_set_bootstrap(o, boot_check_handlers, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    ck_assert_msg(info.last_exit_code == 0, "the worker's check exited %d (signal %d)",
+                  info.last_exit_code, info.last_signal);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
+/* A library not loaded yet that can be: NULL when none of a few is. */
+static void *load_new_library(const char **name)
+{
+    static const char *const candidates[] = {"libz.so.1", "libutil.so.1", "libanl.so.1",
+                                             "libcrypt.so.1", "libresolv.so.2"};
+    for (size_t i = 0; i < PM__ARRAY_SIZE(candidates); i++) {
+        void *h = dlopen(candidates[i], RTLD_NOW | RTLD_NOLOAD);
+        if (h != NULL) {
+            dlclose(h);
+            continue;
+        }
+        if ((h = dlopen(candidates[i], RTLD_NOW)) != NULL) {
+            *name = candidates[i];
+            return h;
+        }
+    }
+    return NULL;
+}
+
+static int table_names(const pm__crash_modules *t, const char *name)
+{
+    for (unsigned i = 0; i < t->n; i++)
+        if (strstr(t->m[i].path, name) != NULL)
+            return 1;
+    return 0;
+}
+
+START_TEST(test_modules_refresh)
+{
+    /* The supervisor refreshes the table before each fork: a walk only when
+     * a library was loaded or unloaded since (the sentinel below survives
+     * a refresh with no change), and then the new one is in it. */
+    static pm__crash_modules t;
+    pm__crash_modules_load(&t);
+    ck_assert_uint_gt(t.n, 0);
+    uint64_t lo0 = t.m[0].lo;
+    t.m[0].lo = 1;
+    pm__crash_modules_refresh(&t);
+    ck_assert_msg(t.m[0].lo == 1, "a refresh with no library change walked the modules again");
+    t.m[0].lo = lo0;
+    const char *name = NULL;
+    void *h = load_new_library(&name);
+    if (h == NULL) {
+        fprintf(stderr, "test_modules_refresh: no library left to load, the reload not checked\n");
+        return;
+    }
+    ck_assert(!table_names(&t, name));
+    pm__crash_modules_refresh(&t);
+    ck_assert_msg(table_names(&t, name), "%s loaded, not in the refreshed table", name);
+    dlclose(h);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("crash");
@@ -518,6 +626,8 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_scribbled_record, 0);
     PM_ADD_TEST(s, test_daemon_log_line, 0);
     PM_ADD_TEST(s, test_exec_crash_before_ready, 0);
+    PM_ADD_TEST(s, test_fork_keeps_app_handler, 0);
+    PM_ADD_TEST(s, test_modules_refresh, 0);
     return s;
 }
 

@@ -77,7 +77,7 @@ START_TEST(test_spare_taken_by_restart)
     pm_options *o = spare_opts(1);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    RUN_UNTIL(c, pm_test_slot_spare_memfd(c, 0) >= 0, 10000);
     unsigned long long first = ino_of(pm_test_slot_memfd(c, 0));
     unsigned long long spare = ino_of(pm_test_slot_spare_memfd(c, 0));
     ck_assert_msg(first != spare, "the spare is the running incarnation's memory");
@@ -174,8 +174,8 @@ START_TEST(test_spare_invisible_to_workers)
     pm_options_set_bootstrap(o, boot_check_own, NULL);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
-    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 1), 0);
+    /* The spawn's successors are made on the turns after it. */
+    RUN_UNTIL(c, pm_test_slot_spare_memfd(c, 0) >= 0 && pm_test_slot_spare_memfd(c, 1) >= 0, 10000);
     RUN_UNTIL(c, report_lines(p[0]) == 2, 10000);
     kill_slot(c, 1);
     RUN_UNTIL(c, report_lines(p[0]) == 3, 10000);
@@ -212,7 +212,7 @@ START_TEST(test_spare_dropped_on_retire)
     pm_options_set_max_restarts(o, 0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    RUN_UNTIL(c, pm_test_slot_spare_memfd(c, 0) >= 0 && pm_test_slot_spare_memfd(c, 1) >= 0, 10000);
     int held = pm_test_count_fds();
     kill_slot(c, 0);
     RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_RETIRED, 10000);
@@ -276,7 +276,7 @@ START_TEST(test_spare_made_at_ready)
     ck_assert_int_eq(write(gate[1], "1", 1), 1); /* the first incarnation's */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
+    RUN_UNTIL(c, pm_test_slot_spare_memfd(c, 0) >= 0, 10000);
     unsigned long long spare = ino_of(pm_test_slot_spare_memfd(c, 0));
     kill_slot(c, 0);
     RUN_UNTIL(c, count(PM_EVENT_STARTED, 0) == 2, 10000);
@@ -292,6 +292,66 @@ START_TEST(test_spare_made_at_ready)
     ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
     ck_assert_msg(ino_of(pm_test_slot_spare_memfd(c, 0)) != spare,
                   "a link was reused for another incarnation");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_spawn_spares_after_spawn)
+{
+    /* pm_cluster_spawn makes no successor between its forks and readies:
+     * it returns with every slot ready and no spare, so no worker of the
+     * spawn had another's link to drop. The turns after it make them, at
+     * most 32 slots' per turn (one turn cannot stall on a large cluster):
+     * 40 slots take two turns. Their fds (about 18 each with a spare)
+     * sit below half the fd limit, where spares are kept. */
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < 4096 && rl.rlim_max > rl.rlim_cur) {
+        rl.rlim_cur = rl.rlim_max < 4096 ? rl.rlim_max : 4096;
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    }
+    ck_assert_msg(rl.rlim_cur >= 2048, "RLIMIT_NOFILE %llu: 40 slots' spares need 2048",
+                  (unsigned long long)rl.rlim_cur);
+    pm_options *o = spare_opts(40);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    for (unsigned i = 0; i < 40; i++) {
+        ck_assert_int_eq(slot_state(c, i), PM_SLOT_READY);
+        ck_assert_int_eq(pm_test_slot_spare_memfd(c, i), -1);
+    }
+    ck_assert_int_ge(pm_cluster_run(c, 0), 0); /* one turn */
+    for (unsigned i = 0; i < 40; i++)
+        ck_assert_msg((pm_test_slot_spare_memfd(c, i) >= 0) == (i < 32),
+                      "slot %u: spare %d after the first turn", i, pm_test_slot_spare_memfd(c, i));
+    ck_assert_int_ge(pm_cluster_run(c, 0), 0);
+    for (unsigned i = 0; i < 40; i++)
+        ck_assert_int_ge(pm_test_slot_spare_memfd(c, i), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+START_TEST(test_spare_output_pipes)
+{
+    /* Captured output: the spare holds the next incarnation's two pipes
+     * too, and the restart takes exactly those (no pipe2 between the reap
+     * and the fork). */
+    pm_options *o = spare_opts(1);
+    pm_options_set_output(o, PM_OUTPUT_CAPTURE);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, pm_test_slot_spare_out(c, 0, 0) >= 0, 10000);
+    unsigned long long out = ino_of(pm_test_slot_spare_out(c, 0, 0));
+    unsigned long long err = ino_of(pm_test_slot_spare_out(c, 0, 1));
+    ck_assert_msg(out != ino_of(pm_test_slot_out(c, 0, 0)), "the spare's pipe is the running one's");
+    kill_slot(c, 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_msg(ino_of(pm_test_slot_out(c, 0, 0)) == out && ino_of(pm_test_slot_out(c, 0, 1)) == err,
+                  "the replacement did not get the prepared pipes");
+    RUN_UNTIL(c, pm_test_slot_spare_out(c, 0, 0) >= 0, 10000);
+    ck_assert(ino_of(pm_test_slot_spare_out(c, 0, 0)) != out);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -687,6 +747,8 @@ int main(void)
     PM_ADD_TEST(s, test_spare_dropped_on_retire, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_terminate, 30);
     PM_ADD_TEST(s, test_spare_made_at_ready, 30);
+    PM_ADD_TEST(s, test_spawn_spares_after_spawn, 60);
+    PM_ADD_TEST(s, test_spare_output_pipes, 30);
     PM_ADD_TEST(s, test_standby_takes_over, 30);
     PM_ADD_TEST(s, test_standby_killed_is_reaped, 30);
     PM_ADD_TEST(s, test_standby_killed_is_reaped_subreaper, 30);

@@ -19,6 +19,7 @@
 #include "mesh/mesh_int.h"
 #include "supervisor/options.h"
 #include "base/defaults.h"
+#include "supervisor/spare.h"
 #include "os/loop.h"
 #include "worker/node.h"
 
@@ -159,6 +160,20 @@ static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
 static inline int pm_test_slot_spare_memfd(const pm_cluster *c, unsigned i)
 {
     return c->slots[i].spare != NULL ? c->slots[i].spare->memfd : -1;
+}
+
+/* The read end of slot i's spare stdout (k 0) or stderr (k 1) pipe, made
+ * ahead with the spare under captured output, or -1 when it has none. */
+static inline int pm_test_slot_spare_out(const pm_cluster *c, unsigned i, int k)
+{
+    return c->slots[i].spare != NULL ? pm__spare_of(&c->slots[i])->out[k][0] : -1;
+}
+
+/* The read end of slot i's running incarnation's stdout (k 0) or stderr
+ * (k 1) pipe, -1 when its output is not captured. */
+static inline int pm_test_slot_out(const pm_cluster *c, unsigned i, int k)
+{
+    return c->slots[i].out.s[k].fd;
 }
 
 /* The pid of slot i's warm standby (pm_options_set_warm_standby), 0 when

@@ -6,6 +6,7 @@
 #include <elf.h>
 #include <execinfo.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,9 @@ struct pm__dl_phdr_info {
     const char *dlpi_name;
     const pm__phdr *dlpi_phdr;
     uint16_t dlpi_phnum;
+    /* glibc 2.4 on, when size covers them: loads and unloads so far. */
+    unsigned long long dlpi_adds;
+    unsigned long long dlpi_subs;
 };
 extern int dl_iterate_phdr(int (*cb)(struct pm__dl_phdr_info *, size_t, void *), void *data);
 
@@ -124,20 +128,53 @@ static int add_module(struct pm__dl_phdr_info *info, size_t size, void *arg)
     if (info->dlpi_name != NULL && info->dlpi_name[0] != '\0') {
         copy_path(m->path, info->dlpi_name);
     } else {
-        /* The main program has no name here: /proc/self/exe has it. */
-        ssize_t k = readlink("/proc/self/exe", m->path, sizeof(m->path) - 1);
-        m->path[k > 0 ? k : 0] = '\0';
-        if (k <= 0)
-            copy_path(m->path, "?");
+        /* The main program has no name here: /proc/self/exe has it. Read
+         * once: a fork child inherits it, an exec clears it. */
+        static char exe[PM_CRASH_PATH_MAX];
+        if (exe[0] == '\0') {
+            ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+            exe[k > 0 ? k : 0] = '\0';
+        }
+        copy_path(m->path, exe[0] != '\0' ? exe : "?");
     }
     t->n++;
     return 0;
 }
 
+/* offsetof(struct pm__dl_phdr_info, dlpi_subs) + its size: what the
+ * loader must pass for the counts to be there. */
+#define PM__DL_COUNTS_SIZE (offsetof(struct pm__dl_phdr_info, dlpi_subs) + sizeof(unsigned long long))
+
+static int read_counts(struct pm__dl_phdr_info *info, size_t size, void *arg)
+{
+    unsigned long long *c = arg;
+    if (size >= PM__DL_COUNTS_SIZE) {
+        c[0] = info->dlpi_adds;
+        c[1] = info->dlpi_subs;
+        c[2] = 1;
+    }
+    return 1; /* the counts are the same in every entry: one is enough */
+}
+
 void pm__crash_modules_load(pm__crash_modules *t)
 {
+    unsigned long long c[3] = {0, 0, 0};
+    dl_iterate_phdr(read_counts, c);
     t->n = 0;
     dl_iterate_phdr(add_module, t);
+    /* Counts of 0/0 never match a refresh's (adds is at least the
+     * number of modules loaded at start): without them, always reload. */
+    t->adds = c[2] ? c[0] : 0;
+    t->subs = c[2] ? c[1] : 0;
+}
+
+void pm__crash_modules_refresh(pm__crash_modules *t)
+{
+    unsigned long long c[3] = {0, 0, 0};
+    dl_iterate_phdr(read_counts, c);
+    if (c[2] && t->n > 0 && c[0] == t->adds && c[1] == t->subs)
+        return;
+    pm__crash_modules_load(t);
 }
 
 /* ------------------------------------------------------------------ worker: the unwinder */

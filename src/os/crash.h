@@ -48,12 +48,20 @@ typedef struct pm__crash_module {
 
 typedef struct pm__crash_modules {
     unsigned n;
+    unsigned long long adds, subs; /* the loader's counts when it was loaded */
     pm__crash_module m[PM__CRASH_TABLE_MAX];
 } pm__crash_modules;
 
 /* Worker side. Fills *t with the modules loaded now (the main program's path
- * from /proc/self/exe). Not async-signal-safe: run at join. */
+ * from /proc/self/exe, read once per process: only an exec changes it, and
+ * an exec starts the process's memory afresh). Not async-signal-safe: run
+ * at join. */
 void pm__crash_modules_load(pm__crash_modules *t);
+/* The same, unless *t was loaded by this process (or the one it was forked
+ * from) and no library has been loaded or unloaded since (the loader's
+ * counts, read from the first module alone): a supervisor refreshes the
+ * table before each fork at the cost of one short call. */
+void pm__crash_modules_refresh(pm__crash_modules *t);
 
 /* Worker side. glibc's backtrace() loads its unwinder (libgcc_s: dlopen,
  * malloc) on its first call, which must not be a signal handler's; loading

@@ -148,9 +148,43 @@ static void act_ignore(pm_cluster *c, pm__slot *s)
     (void)s;
 }
 
+void pm__cluster_prepare_next(pm_cluster *c, pm__slot *s)
+{
+    pm__incarnation_spare_prepare(c, s);
+    pm__standby_prepare(c, s); /* on the spare, when asked for */
+    pm__cg_slot_prepare(&s->cg); /* the leaf a restart after a kill is born into */
+}
+
+/* A spawn of N workers made every successor between its forks and its
+ * readies: serial work in the supervisor (a link's dozen system calls, a
+ * standby's whole fork) before pm_cluster_spawn could return, and more fds
+ * and mappings for each later fork child to drop. They are made on the
+ * turns after it instead, a batch per turn so that no turn stalls on a
+ * large cluster. A slot ready again since (a restart after the spawn)
+ * prepared its own in act_ready: the calls find it done. One not ready now
+ * gets its successor at its next ready. A crash before its turn restarts
+ * as one before ready does: its link is made at the start. */
+#define PM__PREPARE_BATCH 32u
+
+int pm__cluster_prepare_due(pm_cluster *c)
+{
+    if (!c->prepare_due)
+        return 0;
+    unsigned end = c->prepare_at + PM__PREPARE_BATCH;
+    for (; c->prepare_at < c->nslots && c->prepare_at < end; c->prepare_at++) {
+        pm__slot *s = &c->slots[c->prepare_at];
+        if (s->state == PM_SLOT_READY)
+            pm__cluster_prepare_next(c, s);
+    }
+    c->prepare_due = c->prepare_at < c->nslots;
+    return c->prepare_due;
+}
+
 static void act_ready(pm_cluster *c, pm__slot *s)
 {
     pm__cluster_set_state(c, s, PM_SLOT_READY);
+    if (!s->ever_ready)
+        c->ever_ready++;
     s->ever_ready = 1;
     pm__slot_set_deadline(s, 0, 0);
     /* The heartbeat period starts at ready: a slow start is the ready
@@ -163,12 +197,10 @@ static void act_ready(pm_cluster *c, pm__slot *s)
     pm__cluster_emit(c, PM_EVENT_READY, s, PM_REASON_READY, 0);
     /* Now that the worker is up, off the path to ready: its successor's
      * link; unless the event's callback already stopped the slot (a
-     * stopped slot drops its spare and must not get a new one). */
-    if (s->state == PM_SLOT_READY && s->incarnation == inc) {
-        pm__incarnation_spare_prepare(c, s);
-        pm__standby_prepare(c, s); /* on the spare, when asked for */
-        pm__cg_slot_prepare(&s->cg); /* the leaf a restart after a kill is born into */
-    }
+     * stopped slot drops its spare and must not get a new one). Inside
+     * pm_cluster_spawn, on the turns after it (pm__cluster_prepare_due). */
+    if (s->state == PM_SLOT_READY && s->incarnation == inc && !c->spawning)
+        pm__cluster_prepare_next(c, s);
 }
 
 static void act_failed(pm_cluster *c, pm__slot *s)

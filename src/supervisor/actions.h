@@ -15,4 +15,13 @@ void pm__cluster_set_stopped(pm_cluster *c, pm__slot *s, int reason);
  * (STOPPED, RETIRED): its prepared link, and the standby on it, go too. */
 void pm__cluster_set_state_final(pm_cluster *c, pm__slot *s, int state);
 
+/* What comes after s's ready incarnation, prepared ahead of any crash: its
+ * successor's link, the warm standby on it (when asked for), the cgroup
+ * leaf it is born into. Best effort, errno preserved. */
+void pm__cluster_prepare_next(pm_cluster *c, pm__slot *s);
+/* The successors of the slots that became ready inside pm_cluster_spawn,
+ * PM__PREPARE_BATCH slots per call: 1 while some are still due (the
+ * caller's turn must not sleep), 0 when none is. */
+int pm__cluster_prepare_due(pm_cluster *c);
+
 #endif /* PM_SUPERVISOR_ACTIONS_H */

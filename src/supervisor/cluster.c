@@ -445,11 +445,9 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
             break;
         /* Done once every slot has been ready: one that was ready and has
          * exited since is handled by the normal rules, not as a failed
-         * spawn. */
-        unsigned ready = 0;
-        for (unsigned i = 0; i < c->nslots; i++)
-            ready += c->slots[i].ever_ready;
-        if (ready == c->nslots)
+         * spawn. Counted by act_ready, not recounted per turn (O(N) turns
+         * of an O(N) count made a large spawn O(N^2)). */
+        if (c->ever_ready == c->nslots)
             break;
         rc = pm__cluster_turn(c, -1);
         /* SIGHUP asks to replace running workers; while they are still
@@ -471,6 +469,9 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
     }
     c->spawning = 0;
     c->entry_cfa = NULL;
+    /* The successors are made on the turns after this (actions.c). */
+    c->prepare_at = 0;
+    c->prepare_due = 1;
     pm__loop_flush(&c->loop);
     *out = c;
     return 0;

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "incarnation.h"
 #include "core.h"
+#include "spare.h"
 #include "standby.h"
 
 #include "os/crash.h" /* pm__crash_unwinder_prime */
@@ -29,19 +30,6 @@
 #include "channel/proto.h" /* pm__init_msg, PM__PROTO_VERSION */
 #include "os/seccomp_filter.h"
 #include "os/spawn.h"
-
-/* A slot's spare (s->spare points at its link, the first member): the next
- * incarnation's link and, in exec mode, its exec error pipe (both ends
- * close-on-exec, the read end non-blocking), or -1s. */
-struct spare {
-    pm__link link;
-    int err_pipe[2];
-};
-
-static struct spare *spare_of(const pm__slot *s)
-{
-    return (struct spare *)(void *)s->spare;
-}
 
 struct child_ctx {
     pm_cluster *c;
@@ -161,14 +149,23 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__link *own)
      * private copy of the whole table. */
     if (&t->link != own)
         drop_link(d, &t->link);
+    else
+        drop_fd(d, own->sock); /* the hub's end of the fd socket: the worker keeps its own */
     /* Every prepared link too, its own slot's included: a spare is the
      * memory of an incarnation that does not exist yet (unless this
      * process is the standby that will be it). */
     if (t->spare != NULL && t->spare != own)
         drop_link(d, t->spare);
+    else if (t->spare != NULL)
+        drop_fd(d, own->sock); /* a standby's own link: the same */
     if (t->spare != NULL) {
-        drop_fd(d, spare_of(t)->err_pipe[0]);
-        drop_fd(d, spare_of(t)->err_pipe[1]);
+        const pm__spare *sp = pm__spare_of(t);
+        drop_fd(d, sp->err_pipe[0]);
+        drop_fd(d, sp->err_pipe[1]);
+        for (int k = 0; k < 2; k++) {
+            drop_fd(d, sp->out[k][0]);
+            drop_fd(d, sp->out[k][1]);
+        }
     }
     /* The standbys' handles: no worker may start or kill another. */
     if (t->standby.pid > 0) {
@@ -183,11 +180,22 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__link *own)
         drop_fd(d, cg[k]);
 }
 
-/* Every slot's fds and memory but the link the child runs on. */
+/* The supervisor's own fds a child drops with the slots' (in the same
+ * runs: they are among the first made). */
+static void drop_own(child_drop *d, const pm_cluster *c)
+{
+    drop_fd(d, c->sigfd);
+    drop_fd(d, c->timerfd);
+    drop_fd(d, c->wakefd);
+}
+
+/* Every slot's fds and memory but the link the child runs on, and the
+ * supervisor's signal, timer and wake-up fds. */
 static void drop_slots(const pm_cluster *c, const pm__link *own)
 {
     child_drop d;
     d.mode = DROP_MEASURE, d.maxfd = -1, d.nmaps = 0;
+    drop_own(&d, c);
     for (unsigned i = 0; i < c->nslots; i++)
         drop_slot(&d, &c->slots[i], own);
     uint64_t small[128]; /* up to 8,192 fds: no allocation, no heap page written */
@@ -199,6 +207,7 @@ static void drop_slots(const pm_cluster *c, const pm__link *own)
         d.fdbits = calloc(words, sizeof(*d.fdbits));
     }
     d.mode = d.fdbits != NULL ? DROP_COLLECT : DROP_NOW;
+    drop_own(&d, c);
     for (unsigned i = 0; i < c->nslots; i++)
         drop_slot(&d, &c->slots[i], own);
     if (d.mode == DROP_COLLECT) {
@@ -260,18 +269,13 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     drop_slots(c, x->link);
     pm__loop_forget(&c->loop);
     pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
-    pm__close(c->sigfd);
-    pm__close(c->timerfd);
-    pm__close(c->wakefd);
     /* Other workers' traffic the hub holds (queued frames, broadcast
      * replies) must not be readable by this worker's code. */
     pm__hub_wipe(&c->hub);
     if (req->capture)
         child_output(req);
     pm_node node;
-    int rc = pm__node_from_hub_link(&node, x->link, &init);
-    /* The hub's end of the fd socket: the worker keeps only its own. */
-    pm__close(x->link->sock);
+    int rc = pm__node_from_hub_link(&node, x->link, &init, c->self);
     /* The node took over the inherited mapping (pm__link_adopt): it is
      * not unmapped here. */
     if (rc < 0)
@@ -340,167 +344,6 @@ static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
     return 0;
 }
 
-/* ------------------------------------------------------------------ the spare link */
-
-/* Creating a link (memfd_create, ftruncate, the seals, mmap, the ring
- * headers' first-touch faults, two eventfds, a socketpair and its two
- * buffer sizes) between the reap and the fork would put it on the
- * crash-to-ready path. It is made ahead instead: once an incarnation is
- * ready, the supervisor prepares the link of the one after it. Fencing
- * holds:
- * a spare is a fresh memfd (and fresh doorbells and socket) made after the
- * fork of the incarnation before it, so no process that ever ran holds a
- * byte of it; every fork child closes every slot's spare (fork_child), and
- * exec children never see it (close-on-exec, and the exec replaces the
- * mappings). The spare goes when the slot stops or retires
- * (pm__cluster_set_state_final) or the cluster is freed.
- *
- * Exec mode, the error pipe the same way (spare_pipe says when): made
- * after the spawn of the incarnation before, both ends close-on-exec, so
- * no process that ever ran a worker's code holds an end (another slot's
- * vfork child holds a copy only between its clone and its exec, while we
- * wait, and reports into its own pipe); the write end goes to the new
- * child only. */
-
-void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s)
-{
-    /* A standby lives on the spare: it goes first, and with it. */
-    pm__standby_end(c, s);
-    if (s->spare == NULL)
-        return;
-    int saved = errno;
-    struct spare *sp = spare_of(s);
-    pm__link_close(&sp->link);
-    pm__close(sp->err_pipe[0]);
-    pm__close(sp->err_pipe[1]);
-    free(sp);
-    s->spare = NULL;
-    errno = saved;
-}
-
-/* The error pipe of an exec child: both ends close-on-exec (the child's
- * end is the report channel of its clone-to-exec steps only: a successful
- * exec closes it, which is the EOF the parent reads); ours non-blocking,
- * read by the loop. 0 or -errno. */
-static int err_pipe_open(int p[2])
-{
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return -errno;
-    (void)fcntl(p[0], F_SETFL, O_NONBLOCK);
-    return 0;
-}
-
-/* A spare may serve only the incarnation it was made for, with the
- * geometry and settings the cluster uses now. It is our own memory, mapped
- * by no worker (a warm standby maps it, but its fields read here are set
- * before that standby's fork and checked only by the supervisor, and a
- * standby that died is dropped with its spare before this runs): reading
- * its control block is safe. */
-static int spare_fits(const pm_cluster *c, const pm__slot *s, const pm__link *l)
-{
-    const struct pm__ctl *ctl = l->map;
-    return ctl->incarnation == s->incarnation && ctl->slot == s->index &&
-           ctl->ring_cap == c->o->ring_size && ctl->supervisor_pid == (int32_t)c->self &&
-           ctl->heartbeat_ms == (uint32_t)c->o->heartbeat_timeout_ms &&
-           ctl->max_message == c->o->max_message;
-}
-
-static int link_new(pm_cluster *c, pm__link *l, unsigned index, uint64_t inc)
-{
-    return pm__link_create(l, index, inc, c->o->ring_size, c->self,
-                           (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
-}
-
-/* The link (and, when the spare has one, the exec error pipe, into
- * err_pipe) for the incarnation now starting: the spare when it fits, a
- * new link otherwise. 0 or -errno. */
-static int link_take(pm_cluster *c, pm__slot *s, int err_pipe[2])
-{
-    if (s->spare != NULL && spare_fits(c, s, s->spare)) {
-        /* By value: nothing points into the pm__link itself (its rings
-         * point into the mapping). */
-        struct spare *sp = spare_of(s);
-        s->link = sp->link;
-        err_pipe[0] = sp->err_pipe[0];
-        err_pipe[1] = sp->err_pipe[1];
-        free(sp);
-        s->spare = NULL;
-        return 0;
-    }
-    pm__incarnation_spare_drop(c, s);
-    return link_new(c, &s->link, s->index, s->incarnation);
-}
-
-/* A spare holds five fds (seven in exec mode): it is kept only while they sit below half the
- * fd limit (fds are allocated lowest first, so the highest of them tells
- * how many are in use), so that spares never take the fds that the slots'
- * own links, pidfds and pipes need: a large cluster under a small limit
- * simply restarts without them. */
-int pm__fds_affordable(const int *fds, size_t n)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-        return 0;
-    if (rl.rlim_cur == RLIM_INFINITY)
-        return 1;
-    for (size_t i = 0; i < n; i++)
-        if (fds[i] >= 0 && (rlim_t)fds[i] >= rl.rlim_cur / 2) /* -1: none */
-            return 0;
-    return 1;
-}
-
-static int spare_affordable(const struct spare *sp)
-{
-    int fds[PM__LINK_NFDS + 2];
-    pm__link_fds(&sp->link, fds);
-    fds[PM__LINK_NFDS] = sp->err_pipe[0];
-    fds[PM__LINK_NFDS + 1] = sp->err_pipe[1];
-    return pm__fds_affordable(fds, sizeof(fds) / sizeof(fds[0]));
-}
-
-/* Exec mode prepares the error pipe too, when the spawn is the vfork
- * clone: a forked exec child (the fallback) holds copies of every
- * close-on-exec fd until its exec, and a spare pipe existing while another
- * slot's child is in that window could keep its write end open after its
- * own worker died, when the reap reads it for EOF (reap.c). A pipe made at
- * the start, after every earlier child's fork, has no such copy. */
-static int spare_pipe(const pm_cluster *c)
-{
-    return c->o->exec_path != NULL && pm__spawn_waits_exec();
-}
-
-/* Best effort: without a spare the next start creates its link itself.
- * errno preserved (called on the success path).
- *
- * Called once the incarnation is ready (actions.c act_ready), not right
- * after its fork: on two CPUs the child often waits for the CPU its parent
- * is on (the wake-up of a new task prefers the parent's CPU when the other
- * is busy), so the link's system calls and first-touch faults made then
- * would delay the worker's start, on the very path the spare keeps clear.
- * A worker that dies before ready restarts without one (its link is made
- * at the start). */
-void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
-{
-    if (s->spare != NULL)
-        return;
-    int saved = errno;
-    struct spare *sp = malloc(sizeof(*sp));
-    if (sp != NULL && link_new(c, &sp->link, s->index, s->incarnation + 1) == 0) {
-        sp->err_pipe[0] = sp->err_pipe[1] = -1;
-        if ((!spare_pipe(c) || err_pipe_open(sp->err_pipe) == 0) &&
-            spare_affordable(sp)) {
-            s->spare = &sp->link;
-            sp = NULL;
-        } else {
-            pm__link_close(&sp->link);
-            pm__close(sp->err_pipe[0]);
-            pm__close(sp->err_pipe[1]);
-        }
-    }
-    free(sp);
-    errno = saved;
-}
-
 /* Fork mode: the worker's crash handler (node_crash.c) needs the unwinder
  * loaded before any crash, so that the handler itself allocates nothing;
  * glibc's first backtrace() loads libgcc_s (dlopen: about fifteen system
@@ -510,6 +353,10 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
 static void warm_unwinder(void)
 {
     pm__crash_unwinder_prime();
+    /* And the crash handler's module table and alternate stack, made
+     * here where the loader's pages are already ours, not in every
+     * child (node.h). */
+    pm__node_fork_prime();
 }
 
 /* What every child of s gets: who its parent is, the signal mask it
@@ -579,6 +426,7 @@ pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__link *l, uint
 typedef struct start_fds {
     int err_pipe[2];     /* exec mode: the error pipe */
     int outw[2];         /* captured output: the write ends the worker gets */
+    int outp[2][2];      /* captured output: the pipes the spare had, until opened */
     char **env;          /* exec mode: its environment, and the strings in it */
     char *envtext;
     int fds[PM__MAX_PASS_FDS + 4];
@@ -591,14 +439,14 @@ typedef struct start_fds {
 static int take_link(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby)
 {
     pm__standby_check(c, s);
-    int rc = link_take(c, s, f->err_pipe);
+    int rc = pm__spare_take(c, s, f->err_pipe, f->outp);
     if (rc < 0)
         return rc;
     *standby = c->o->exec_path == NULL ? pm__standby_take(c, s) : 0;
     if (*standby < 0) {
         *standby = 0;
         pm__link_close(&s->link);
-        rc = link_new(c, &s->link, s->index, s->incarnation);
+        rc = pm__link_new_for(c, &s->link, s->index, s->incarnation);
         if (rc < 0)
             return rc;
     }
@@ -611,7 +459,7 @@ static int take_link(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby)
 static int exec_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, start_fds *f)
 {
     int rc;
-    if (f->err_pipe[1] < 0 && (rc = err_pipe_open(f->err_pipe)) < 0)
+    if (f->err_pipe[1] < 0 && (rc = pm__err_pipe_open(f->err_pipe)) < 0)
         return rc;
     size_t n = c->o->npass_fds;
     int mesh = c->o->ready_mode == PM_READY_MESH;
@@ -750,7 +598,7 @@ static void arm(pm_cluster *c, pm__slot *s)
  * the slot's failure. */
 int pm__incarnation_start(pm_cluster *c, pm__slot *s)
 {
-    start_fds f = {{-1, -1}, {-1, -1}, NULL, NULL, {0}};
+    start_fds f = {{-1, -1}, {-1, -1}, {{-1, -1}, {-1, -1}}, NULL, NULL, {0}};
     pid_t standby = 0, pid = -1;
     int rc;
 
@@ -761,7 +609,9 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     rc = take_link(c, s, &f, &standby);
     if (rc < 0)
         goto fail;
-    if (c->o->output == PM_OUTPUT_CAPTURE && (rc = pm__output_open(c, s, f.outw)) < 0)
+    if (c->o->output == PM_OUTPUT_CAPTURE &&
+        (rc = f.outp[0][0] >= 0 ? pm__output_open_made(c, s, f.outw, f.outp)
+                                : pm__output_open(c, s, f.outw)) < 0)
         goto fail;
     /* A standby was forked and set up ahead (pm__standby_take). */
     pid = standby > 0 ? standby : spawn_worker(c, s, &f);
@@ -787,6 +637,10 @@ fail:
     pm__close(f.err_pipe[1]);
     pm__close(f.outw[0]);
     pm__close(f.outw[1]);
+    for (int i = 0; i < 2; i++) {
+        pm__close(f.outp[i][0]);
+        pm__close(f.outp[i][1]);
+    }
     pm__output_close(c, s);
     pm__close(s->exec_pipe);
     s->exec_pipe = -1;

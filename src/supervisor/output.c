@@ -257,23 +257,17 @@ static uint64_t stream_tag(const pm__slot *s, int i)
     return PM__TAG(i == 0 ? PM__TAG_STDOUT : PM__TAG_STDERR, s->index, s->incarnation);
 }
 
-int pm__output_open(pm_cluster *c, pm__slot *s, int wfd[2])
+int pm__output_pipes(int p[2][2])
 {
-    int p[2][2] = {{-1, -1}, {-1, -1}};
     int rc = 0;
-    (void)c;
-    if (s->out.mem == NULL) {
-        if ((s->out.mem = pm__wipemem_alloc(sizeof(*s->out.mem))) == NULL)
-            return -ENOMEM;
-        for (int i = 0; i < 2; i++)
-            s->out.s[i].buf = s->out.mem->line[i];
-    }
+    p[0][0] = p[0][1] = p[1][0] = p[1][1] = -1;
     for (int i = 0; i < 2; i++) {
         /* Close-on-exec on both ends: the child gets its end by dup2 onto
          * 1 or 2 (which clears the flag there), and no other worker may
          * inherit either end (a write end held elsewhere would keep the
          * pipe from ever reaching EOF). */
         if (pipe2(p[i], O_CLOEXEC) < 0) {
+            p[i][0] = p[i][1] = -1;
             rc = -errno;
             goto fail;
         }
@@ -285,21 +279,50 @@ int pm__output_open(pm_cluster *c, pm__slot *s, int wfd[2])
             goto fail;
         }
     }
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        pm__close(p[i][0]);
+        pm__close(p[i][1]);
+        p[i][0] = p[i][1] = -1;
+    }
+    return rc;
+}
+
+int pm__output_open_made(pm_cluster *c, pm__slot *s, int wfd[2], int p[2][2])
+{
+    (void)c;
+    if (s->out.mem == NULL) {
+        if ((s->out.mem = pm__wipemem_alloc(sizeof(*s->out.mem))) == NULL) {
+            for (int i = 0; i < 2; i++) {
+                pm__close(p[i][0]);
+                pm__close(p[i][1]);
+                p[i][0] = p[i][1] = -1;
+            }
+            return -ENOMEM;
+        }
+        for (int i = 0; i < 2; i++)
+            s->out.s[i].buf = s->out.mem->line[i];
+    }
     for (int i = 0; i < 2; i++) {
         s->out.s[i].fd = p[i][0];
         s->out.s[i].armed = 0;
         s->out.s[i].len = 0;
         (void)pm__output_keep_clear(&s->out.mem->keep[i]);
         wfd[i] = p[i][1];
+        p[i][0] = p[i][1] = -1;
     }
     s->out.suppressed = 0;
     return 0;
-fail:
-    for (int i = 0; i < 2; i++) {
-        pm__close(p[i][0]);
-        pm__close(p[i][1]);
-    }
-    return rc;
+}
+
+int pm__output_open(pm_cluster *c, pm__slot *s, int wfd[2])
+{
+    int p[2][2];
+    int rc = pm__output_pipes(p);
+    if (rc < 0)
+        return rc;
+    return pm__output_open_made(c, s, wfd, p);
 }
 
 void pm__output_arm(pm_cluster *c, pm__slot *s)

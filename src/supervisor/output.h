@@ -120,6 +120,14 @@ struct pm__slot;
  * ends (close-on-exec; the child dup2s them onto 1 and 2, the caller closes
  * them after the fork) in wfd. 0 or -errno with nothing left open. */
 int pm__output_open(pm_cluster *c, struct pm__slot *s, int wfd[2]);
+/* The same with the pipes made ahead by pm__output_pipes (p[i][0] the read
+ * end, p[i][1] the write end of stdout then stderr), which it takes: every
+ * entry is -1 after it, on failure too (closed then). */
+int pm__output_open_made(pm_cluster *c, struct pm__slot *s, int wfd[2], int p[2][2]);
+/* Two pipes for an incarnation not started yet, as pm__output_open makes
+ * them (both ends close-on-exec, the read end non-blocking). 0 or -errno
+ * with every entry -1. */
+int pm__output_pipes(int p[2][2]);
 /* Asks the loop to report the read ends readable. */
 void pm__output_arm(pm_cluster *c, struct pm__slot *s);
 /* A read end is readable (kind PM__TAG_STDOUT or PM__TAG_STDERR): reads a

@@ -308,7 +308,7 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     uint64_t tags[64];
     unsigned char more[64];
     c->turns++;
-    if (pm__hub_any_busy(&c->hub))
+    if (pm__cluster_prepare_due(c) || pm__hub_any_busy(&c->hub))
         timeout_ms = 0;
     uint64_t sleep_t0 = 0;
     if (timeout_ms != 0) {

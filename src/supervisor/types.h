@@ -133,6 +133,9 @@ struct pm_cluster {
     int last_signal;
     int spawning;           /* inside pm_cluster_spawn */
     int spawn_error;
+    unsigned ever_ready;    /* slots that have been ready at least once */
+    unsigned prepare_at;    /* the next slot whose successor pm__cluster_prepare_due prepares */
+    int prepare_due;        /* set at the end of pm_cluster_spawn: prepare_at .. nslots are due */
     const char *event_detail; /* pm_event.detail of the event being emitted, or NULL */
     int terminating;
     int any_killed;

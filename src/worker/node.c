@@ -89,12 +89,20 @@ int pm__node_handshake(pm_node *n)
     }
 }
 
-int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__init_msg *init)
+void pm__node_fork_prime(void)
+{
+    pm__node_crash_prime();
+}
+
+int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__init_msg *init,
+                           pid_t supervisor)
 {
     memset(n, 0, sizeof(*n));
     n->magic = PM__MAGIC_NODE;
     n->gen = pm__fork_gen();
-    n->supervisor = getppid();
+    /* pm__spawn's child checked getppid() against it after arming its
+     * parent-death signal. */
+    n->supervisor = supervisor;
     /* The mapping the child inherited, with the roles of the worker
      * (pm__link_adopt: no second mapping on the way to ready). */
     int rc = pm__link_adopt(&n->link, hub);
@@ -102,7 +110,7 @@ int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__ini
         return rc;
     /* Free here: the supervisor loaded the unwinder before the fork. */
     pm__crash_unwinder_prime();
-    pm__node_crash_arm(n->link.map);
+    pm__node_crash_arm_forked(n->link.map);
     /* No HELLO and no INIT: what INIT would carry was written into this
      * process's memory by the fork, and the version is ours by
      * construction. The round trip cost the worker a sleep on its ring

@@ -76,7 +76,13 @@ int pm__node_handshake(pm_node *n);
  * child's copy of the hub-side struct: the fds are the same, the ends are
  * re-attached from the worker's side), with what INIT would have said
  * (init, built from the child's copy of the supervisor's state): no
- * handshake on the ring, the worker's first frame is READY. */
-int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__init_msg *init);
+ * handshake on the ring, the worker's first frame is READY. supervisor:
+ * the fork's parent, which the child has checked getppid() against. */
+int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__init_msg *init,
+                           pid_t supervisor);
+
+/* In the supervisor before each fork-mode child: what the child's
+ * pm__node_from_hub_link then inherits ready-made (node_crash.h). */
+void pm__node_fork_prime(void);
 
 #endif /* PM_NODE_H */

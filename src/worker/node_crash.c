@@ -83,6 +83,57 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
     errno = saved;
 }
 
+/* The alternate stack, mapped once per process (a fork child inherits
+ * the mapping, untouched: its pages are its own only once a crash writes
+ * them). */
+static void map_stack(void)
+{
+    if (crash_stack != NULL)
+        return;
+    void *p = mmap(NULL, PM__CRASH_STACK, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    crash_stack = p == MAP_FAILED ? NULL : p;
+}
+
+/* Our stack for this thread, unless it has one: set, and the one it
+ * replaced put back (one call when there was none, the usual case). */
+static void use_stack(void)
+{
+    if (crash_stack == NULL)
+        return;
+    stack_t ss = {.ss_sp = crash_stack, .ss_size = PM__CRASH_STACK, .ss_flags = 0}, old;
+    if (sigaltstack(&ss, &old) == 0 && (old.ss_flags & SS_DISABLE) == 0)
+        (void)sigaltstack(&old, NULL);
+}
+
+static int is_default(const struct sigaction *a)
+{
+    return (a->sa_flags & SA_SIGINFO) == 0 && a->sa_handler == SIG_DFL;
+}
+
+/* forked: pm__node_crash_arm_forked's one call per signal; otherwise the
+ * disposition is looked at first, so that another thread of an exec'd
+ * worker never meets our handler in place of its own, even briefly. */
+static void arm(struct pm__ctl *ctl, int forked)
+{
+    atomic_store_explicit(&crash_pid, getpid(), memory_order_relaxed);
+    atomic_store_explicit(&crash_target, &ctl->crash, memory_order_release);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = on_fatal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < PM__ARRAY_SIZE(crash_signals); i++) {
+        struct sigaction old;
+        if (forked) {
+            if (sigaction(crash_signals[i], &sa, &old) == 0 && !is_default(&old))
+                (void)sigaction(crash_signals[i], &old, NULL);
+        } else if (sigaction(crash_signals[i], NULL, &old) == 0 && is_default(&old)) {
+            (void)sigaction(crash_signals[i], &sa, NULL);
+        }
+    }
+}
+
 /* Records this worker's crashes into its control block from now on: the
  * module table, an alternate stack for this thread (unless it has one), and
  * the handler for every crash signal whose disposition is still the default
@@ -90,31 +141,26 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
 void pm__node_crash_arm(struct pm__ctl *ctl)
 {
     pm__crash_modules_load(&crash_modules);
-    stack_t cur;
-    if (sigaltstack(NULL, &cur) == 0 && (cur.ss_flags & SS_DISABLE) != 0) {
-        if (crash_stack == NULL) {
-            void *p = mmap(NULL, PM__CRASH_STACK, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-            crash_stack = p == MAP_FAILED ? NULL : p;
-        }
-        if (crash_stack != NULL) {
-            stack_t ss = {.ss_sp = crash_stack, .ss_size = PM__CRASH_STACK, .ss_flags = 0};
-            (void)sigaltstack(&ss, NULL);
-        }
-    }
-    atomic_store_explicit(&crash_pid, getpid(), memory_order_relaxed);
-    atomic_store_explicit(&crash_target, &ctl->crash, memory_order_release);
-    for (size_t i = 0; i < PM__ARRAY_SIZE(crash_signals); i++) {
-        struct sigaction old, sa;
-        if (sigaction(crash_signals[i], NULL, &old) < 0 || (old.sa_flags & SA_SIGINFO) != 0 ||
-            old.sa_handler != SIG_DFL)
-            continue;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_sigaction = on_fatal;
-        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
-        sigemptyset(&sa.sa_mask);
-        (void)sigaction(crash_signals[i], &sa, NULL);
-    }
+    map_stack();
+    use_stack();
+    arm(ctl, 0);
+}
+
+void pm__node_crash_prime(void)
+{
+    pm__crash_modules_refresh(&crash_modules);
+    map_stack();
+}
+
+void pm__node_crash_arm_forked(struct pm__ctl *ctl)
+{
+    /* Primed by the supervisor that forked us; if it was not, loaded
+     * here as an exec'd worker does. */
+    if (crash_modules.n == 0)
+        pm__crash_modules_load(&crash_modules);
+    map_stack();
+    use_stack();
+    arm(ctl, 1);
 }
 
 /* Before the node's memory goes: the handler must not write into it. */

@@ -8,7 +8,7 @@
 static const char usage[] =
     "usage: pm-bench ring [--frames N] [--size S] [--runs R] [--rounds K]\n"
     "       pm-bench restart [--rounds K] [--privileges on|off] [--row R]\n"
-    "       pm-bench spawn [--runs R] [--max N]\n"
+    "       pm-bench spawn [--runs R] [--max N] [--row R]\n"
     "       pm-bench relay [--frames N] [--rounds K] [--runs R] [--pause-us P]\n"
     "       pm-bench daemon [--runs R]\n"
     "       pm-bench compare [--frames N] [--rounds K] [--runs R] [--quick] [--csv FILE]\n"
@@ -41,6 +41,7 @@ static const char usage[] =
     "           --max 1024) workers to ready, median of R runs (default 5), fork\n"
     "           and exec mode, beside N bare forks (and fork+execs) that each\n"
     "           report over a pipe. Raises its soft RLIMIT_NOFILE to the hard one.\n"
+    "           --row 1: fork mode only, 2: exec mode only, no baseline.\n"
     "  relay    worker -> hub -> worker streams and round trips beside a relay\n"
     "           process over pipes and sockets; then min(K, 1500) requests,\n"
     "           each after a pause of P us (default 1000, 0 skips them), beside\n"
@@ -86,7 +87,7 @@ static const struct command {
     {"ring", OPT_FRAMES | OPT_SIZE | OPT_RUNS | OPT_ROUNDS,
      {.frames = 2000000, .size = 64, .runs = 3, .rounds = 50000}, cmd_ring},
     {"restart", OPT_ROUNDS | OPT_PRIVILEGES | OPT_ROW, {.rounds = 300}, cmd_restart},
-    {"spawn", OPT_RUNS | OPT_MAX, {.runs = 5}, cmd_spawn},
+    {"spawn", OPT_RUNS | OPT_MAX | OPT_ROW, {.runs = 5}, cmd_spawn},
     /* frames 0: each frame size has its own count. */
     {"relay", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_PAUSE,
      {.frames = 0, .runs = 3, .rounds = 20000, .pause_us = 1000},

@@ -2,6 +2,7 @@
 /* spawn.c - pm-bench spawn: time to bring N workers to ready beside N bare children. */
 #include "bench.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -45,9 +46,10 @@ static uint64_t baseline_spawn(int exec_mode, int n)
     return t;
 }
 
-/* The supervisor holds about 11 fds per worker, 18 with the spare link
- * (kept only below half the limit): N = 1024 needs some 11,500 to start,
- * 40,000 for every spare, above the usual soft RLIMIT_NOFILE of 1024.
+/* The supervisor holds about 11 fds per fork-mode worker (12 exec), 17
+ * with the spare (20 exec; kept only below half the limit): N = 1024
+ * needs some 11,500 to start, 35,000 for every spare, above the usual
+ * soft RLIMIT_NOFILE of 1024 (count_fds prints the figures).
  * Raised to the hard limit, as the procmesh daemon does at start; the
  * number is printed. */
 static void raise_nofile(void)
@@ -59,6 +61,32 @@ static void raise_nofile(void)
     }
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
         printf("RLIMIT_NOFILE soft %llu\n", (unsigned long long)rl.rlim_cur);
+}
+
+/* Open fds of this process. */
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n - 3; /* ".", ".." and the directory's own fd */
+}
+
+/* The supervisor's fds per worker, after the spawn and once the turns
+ * after it have made every spare (made 32 slots per turn): what
+ * RLIMIT_NOFILE must allow for N workers. Untimed. */
+static void count_fds(pm_cluster *c, int n, int fds0)
+{
+    int spawned = open_fds() - fds0;
+    for (int t = 0; t < n / 32 + 2; t++)
+        (void)pm_cluster_run(c, 0);
+    int spared = open_fds() - fds0;
+    printf("  (N = %d: %d fds after the spawn, %.1f per worker; %d, %.1f per worker, with the spares)\n",
+           n, spawned, (double)spawned / n, spared, (double)spared / n);
 }
 
 int cmd_spawn(const bench_opts *opts)
@@ -75,12 +103,17 @@ int cmd_spawn(const bench_opts *opts)
     raise_nofile();
     printf("spawn: time until N workers are ready, median of %u runs (ms)\n", runs);
     printf("  %-6s %-6s %14s %14s %12s\n", "mode", "N", "procmesh ms", "baseline ms", "ratio");
+    int fds0 = open_fds();
     uint64_t *v = calloc(runs, sizeof(*v)), *b = calloc(runs, sizeof(*b));
     for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
+        /* --row 1: fork mode only, 2: exec mode only; no baseline (for
+         * strace -c, perf stat). */
+        if (opts->row != 0 && opts->row != (unsigned)exec_mode + 1)
+            continue;
         for (size_t k = 0; k < ncounts; k++) {
             int n = counts[k];
             for (unsigned r = 0; r < runs; r++) {
-                b[r] = baseline_spawn(exec_mode, n);
+                b[r] = opts->row != 0 ? 1 : baseline_spawn(exec_mode, n);
                 pm_options *o = bench_options(n, exec_mode);
                 pm_cluster *c;
                 uint64_t t0 = pm__now_ns();
@@ -90,12 +123,18 @@ int cmd_spawn(const bench_opts *opts)
                     fprintf(stderr, "pm-bench: spawn of %d: %s\n", n, pm_strerror(rc));
                     return 1;
                 }
+                if (r == 0)
+                    count_fds(c, n, fds0);
                 pm_cluster_terminate(c);
                 pm_options_free(o);
             }
             uint64_t mv = median(v, runs), mb = median(b, runs);
-            printf("  %-6s %-6d %14.3f %14.3f %11.2fx\n", exec_mode ? "exec" : "fork", n,
-                   (double)mv / 1e6, (double)mb / 1e6, (double)mv / (double)mb);
+            if (opts->row != 0)
+                printf("  %-6s %-6d %14.3f %14s %12s\n", exec_mode ? "exec" : "fork", n,
+                       (double)mv / 1e6, "-", "-");
+            else
+                printf("  %-6s %-6d %14.3f %14.3f %11.2fx\n", exec_mode ? "exec" : "fork", n,
+                       (double)mv / 1e6, (double)mb / 1e6, (double)mv / (double)mb);
         }
     }
     free(v);
