@@ -2,7 +2,7 @@
 /* fuzz_hub.c - libFuzzer harness for the hub fed a frame sequence by hostile workers through the port interface. */
 /*
  * Three ports, each with a hand-made link: the control block and two rings
- * of the smallest capacity that takes a maximal frame (PM__LINK_MAX_FRAME),
+ * of the smallest capacity that takes a maximal frame (PM__CHANNEL_MAX_FRAME),
  * in one heap block of exactly the link's size, with no doorbells (no
  * system call, deterministic). The harness plays the cluster (a fake
  * pm__hub_ops whose fault cuts the port off as the contract says, whose
@@ -12,7 +12,7 @@
  * header bytes; hostile stores into their shared indices and records;
  * draining their down rings; restarts with fresh memory). Large messages
  * too: each incarnation has a real SOCK_SEQPACKET socketpair (send buffer
- * at the minimum, as link.c makes it, so it fills after a few records),
+ * at the minimum, as channel.c makes it, so it fills after a few records),
  * and a worker sends records carrying a sealed memfd of the announced
  * length, one of another length, an unsealed memfd, a sparse one, one
  * reopened write-only, a pipe, no fd or two,
@@ -162,8 +162,8 @@ static void worker_send(fuzz_in *in, unsigned i)
     wport *p = &w[i];
     uint8_t mode = fuzz_u8(in);
     static const uint32_t lens[] = {0, 1, 4, 8, 63, 64, 65, 1000, PM_MAX_PAYLOAD,
-                                    PM_MAX_PAYLOAD + 1, PM__LINK_MAX_FRAME - PM__FRAME_HDR_SIZE};
-    uint32_t len = (mode & 0x80) ? fuzz_u16(in) % (PM__LINK_MAX_FRAME - PM__FRAME_HDR_SIZE + 1)
+                                    PM_MAX_PAYLOAD + 1, PM__CHANNEL_MAX_FRAME - PM__FRAME_HDR_SIZE};
+    uint32_t len = (mode & 0x80) ? fuzz_u16(in) % (PM__CHANNEL_MAX_FRAME - PM__FRAME_HDR_SIZE + 1)
                                  : lens[fuzz_u8(in) % (sizeof(lens) / sizeof(lens[0]))];
     unsigned char hdr[PM__FRAME_HDR_SIZE];
     if (mode & 0x40) {
@@ -373,7 +373,7 @@ static void worker_drain(unsigned i)
             break;
         }
         pm__frame_hdr f;
-        int d = pm__frame_decode(b, len, PM__LINK_MAX_FRAME, &f);
+        int d = pm__frame_decode(b, len, PM__CHANNEL_MAX_FRAME, &f);
         if (!p->down_tainted) {
             FUZZ_ASSERT(d == 0);                                  /* the hub writes valid frames */
             FUZZ_ASSERT(f.dst == i && f.dst_inc == p->inc);      /* to this incarnation */
@@ -426,7 +426,7 @@ static void worker_scribble(fuzz_in *in, unsigned i)
         break;
     case 1: /* a record header, or a frame header being read (double fetch) */
     case 2: {
-        uint64_t off = (what == 1 ? p->link.rx.tail : v >> 32) & (CAP - 8);
+        uint64_t off = (what == 1 ? p->channel.rx.tail : v >> 32) & (CAP - 8);
         uint64_t rec = what == 1 ? (v & 0x3ffffffffull) : v;
         unsigned char *data = (unsigned char *)up + PM__RING_HDR_SIZE;
         memcpy(data + off, &rec, sizeof(rec));
@@ -464,10 +464,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     reply_from_callback = 0;
     for (unsigned i = 0; i < NPORTS; i++) {
         w[i].inc = 1;
-        link_fresh(&w[i]);
+        channel_fresh(&w[i]);
         w[i].open = 1;
         w[i].hello = 1; /* ports start ready, as after a handshake */
-        pm__hub_port_open(&hub, i, &w[i].link, w[i].inc);
+        pm__hub_port_open(&hub, i, &w[i].channel, w[i].inc);
         pm__hub_port_set_state(&hub, i, PM__PORT_READY);
     }
 
@@ -486,7 +486,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (hub.ports[i].reading && hub.ports[i].sock_full) {
                 /* The owner waits for POLLOUT, so it must not hold now (a
                  * port cut off is not flushed again: its flag is stale). */
-                struct pollfd pfd = {w[i].link.sock, POLLOUT, 0};
+                struct pollfd pfd = {w[i].channel.sock, POLLOUT, 0};
                 FUZZ_ASSERT(poll(&pfd, 1, 0) == 0);
             }
             break;
@@ -529,8 +529,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 8: /* the worker dies: the port closes; a new incarnation starts */
             pm__hub_port_close(&hub, i);
             w[i].inc++;
-            link_fresh(&w[i]);
-            pm__hub_port_open(&hub, i, &w[i].link, w[i].inc);
+            channel_fresh(&w[i]);
+            pm__hub_port_open(&hub, i, &w[i].channel, w[i].inc);
             if (fuzz_u8(&in) & 1) {
                 w[i].hello = 1;
                 pm__hub_port_set_state(&hub, i, PM__PORT_READY);
@@ -556,7 +556,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (k = 0; k < NPORTS; k++) {
                 const pm__port *p = &hub.ports[k];
                 if (!p->reading || p->blocked_on >= 0 || w[k].up_tainted ||
-                    pm__ring_empty(&p->link->rx))
+                    pm__ring_empty(&p->channel->rx))
                     continue;
                 struct pm__ring_shared *sh = ring_region(&w[k], 1);
                 FUZZ_ASSERT(p->in_ready || atomic_load(&sh->cons_waiting) != 0);

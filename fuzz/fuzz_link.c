@@ -32,7 +32,7 @@
  *   and no payload, whoever sent it;
  * - the remote in-flight table of a link never holds more entries than
  *   requests went out on it since it came up, and stays within
- *   PM__RINFLIGHT_MAX;
+ *   PM__REMOTE_INFLIGHT_MAX;
  * - counters: a link's frames_in and forged grow by exactly the frames the
  *   harness fed that decode with hosts 0 / claim another host (computed
  *   independently), frames_out by exactly the frames its send accepted.
@@ -961,7 +961,7 @@ static void worker_drain(unsigned i)
         if (rc == 0)
             break;
         pm__frame_hdr f;
-        FUZZ_ASSERT(pm__frame_decode(b, len, PM__LINK_MAX_FRAME, &f) == 0);
+        FUZZ_ASSERT(pm__frame_decode(b, len, PM__CHANNEL_MAX_FRAME, &f) == 0);
         FUZZ_ASSERT(f.dst == i && f.dst_inc == p->inc && f.dst_host == 0);
         FUZZ_ASSERT(f.len <= PM_MAX_PAYLOAD);
         const unsigned char *payload = (const unsigned char *)b + PM__FRAME_HDR_SIZE;
@@ -1008,10 +1008,10 @@ static void worker_restart(unsigned i)
 {
     pm__hub_port_close(&hub, i);
     w[i].inc++;
-    link_fresh(&w[i]);
+    channel_fresh(&w[i]);
     nwreq[i] = 0;
-    pm__hub_hosts_copy(&hub, &w[i].link);
-    pm__hub_port_open(&hub, i, &w[i].link, w[i].inc);
+    pm__hub_hosts_copy(&hub, &w[i].channel);
+    pm__hub_port_open(&hub, i, &w[i].channel, w[i].inc);
     pm__hub_port_set_state(&hub, i, PM__PORT_READY);
 }
 
@@ -1033,12 +1033,12 @@ static void check_state(void)
         FUZZ_ASSERT(recs[k].calls <= recs[k].expect);
         pending += recs[k].kind == 1 && recs[k].expect && recs[k].calls == 0;
     }
-    FUZZ_ASSERT(hub.nmreqs == pending); /* the hub's pending requests: those not settled */
+    FUZZ_ASSERT(hub.main_request_count == pending); /* the hub's pending requests: those not settled */
     for (unsigned x = 0; x < NLINKS; x++) {
         const pm__hub_link *l = &hub.links[host_of(x)];
         const flink *L = &lk[x];
         FUZZ_ASSERT(l->up == L->up);
-        FUZZ_ASSERT(l->ninflight <= l->cap && l->cap <= PM__RINFLIGHT_MAX);
+        FUZZ_ASSERT(l->ninflight <= l->cap && l->cap <= PM__REMOTE_INFLIGHT_MAX);
         FUZZ_ASSERT(l->ninflight <= (L->up ? L->reqs_since_up : 0));
         FUZZ_ASSERT(l->frames_in == L->exp_in);
         FUZZ_ASSERT(l->forged == L->exp_forged);
@@ -1050,11 +1050,11 @@ static void check_state(void)
         FUZZ_ASSERT(!l->rx.active || (l->rx.got < l->rx.total && l->rx.total <= MAX_MSG));
         FUZZ_ASSERT(l->tx_fd < 0 || l->up);
         if (!l->up)
-            FUZZ_ASSERT(l->held_head == -1 && l->wheld_head == -1 && l->fheld_head == -1);
+            FUZZ_ASSERT(l->held_head == -1 && l->window_held_head == -1 && l->frag_held_head == -1);
         /* Windows never below zero (they would wrap): never more than went
          * out since the link came up. */
         for (uint32_t j = 0; j < l->win.cap; j++) {
-            const pm__lwin *e = &l->win.v[j];
+            const pm__hub_link_window *e = &l->win.v[j];
             if (e->key == 0)
                 continue;
             FUZZ_ASSERT(e->frames <= L->msgreq_out);
@@ -1089,12 +1089,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(lk, 0, sizeof(lk));
     for (unsigned i = 0; i < NPORTS; i++) {
         w[i].inc = 1;
-        link_fresh(&w[i]);
+        channel_fresh(&w[i]);
         w[i].open = 1;
         w[i].hello = 1;
         nwreq[i] = 0;
-        pm__hub_hosts_copy(&hub, &w[i].link);
-        pm__hub_port_open(&hub, i, &w[i].link, w[i].inc);
+        pm__hub_hosts_copy(&hub, &w[i].channel);
+        pm__hub_port_open(&hub, i, &w[i].channel, w[i].inc);
         pm__hub_port_set_state(&hub, i, PM__PORT_READY);
     }
     for (unsigned x = 0; x < NLINKS; x++)

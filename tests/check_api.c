@@ -217,7 +217,7 @@ static int worker(pm_node *n, void *arg)
         pm__ring *rx = pm_test_node_rx(n);
         for (uint64_t end = ms() + 30000; ms() < end;) {
             const void *payload;
-            int rc = pm__frame_recv(rx, PM__LINK_MAX_FRAME, &h, &payload);
+            int rc = pm__frame_recv(rx, PM__CHANNEL_MAX_FRAME, &h, &payload);
             if (rc == 0) {
                 pm_node_beat(n);
                 pm__ring_wait(rx, 100);
@@ -1014,9 +1014,9 @@ START_TEST(test_join_errors)
     ck_assert_ptr_null(n);
     ck_assert_int_eq(pm_node_join(NULL), -EINVAL);
     /* A supervisor (this test) whose INIT is nonsense: -EPROTO. */
-    pm__link l;
-    pm__link_zero(&l);
-    ck_assert_int_eq(pm__link_create(&l, 0, 1, 1 << 18, getpid(), 0, 0), 0);
+    pm__channel l;
+    pm__channel_zero(&l);
+    ck_assert_int_eq(pm__channel_create(&l, 0, 1, 1 << 18, getpid(), 0, 0), 0);
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
     h.type = PM__FT_INIT;
@@ -1034,7 +1034,7 @@ START_TEST(test_join_errors)
     int st = pm_test_reap(p, 20000);
     ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
                   "pm_node_join did not return -EPROTO for a malformed INIT");
-    pm__link_close(&l);
+    pm__channel_close(&l);
 }
 END_TEST
 

@@ -98,7 +98,7 @@ static pm_address slot_address(pm_node *n, unsigned slot)
     return a;
 }
 
-static unsigned flood_records(pm__link *l, int nfds, unsigned count);
+static unsigned flood_records(pm__channel *l, int nfds, unsigned count);
 /* test_refused_forward: slot 2's own socket pair holding its fds in flight. */
 static int inflate_sv[2] = {-1, -1};
 /* test_refused_forward: the workers lift their soft RLIMIT_NOFILE to the
@@ -190,7 +190,7 @@ static void handle(pm_node *n, const pm_message *m)
          * user's in-flight budget. */
         unsigned sent = 0;
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, inflate_sv) == 0) {
-            pm__link own = {.sock = inflate_sv[0]};
+            pm__channel own = {.sock = inflate_sv[0]};
             sent = flood_records(&own, 253, count);
         }
         char out[32];
@@ -229,7 +229,7 @@ static void handle(pm_node *n, const pm_message *m)
 }
 
 /* One record on the link's socket, as bigmsg.c writes it, with n fds. */
-static void raw_record(pm__link *l, const int *fds, int nfds, uint32_t seq)
+static void raw_record(pm__channel *l, const int *fds, int nfds, uint32_t seq)
 {
     unsigned char rec[PM__BIGMSG_RECORD];
     pm__put32(rec, 0x44464d50u);
@@ -249,7 +249,7 @@ static void raw_record(pm__link *l, const int *fds, int nfds, uint32_t seq)
 }
 
 /* The announcing frame alone, to dst (a slot or PM__NODE_MAIN). */
-static void raw_announce_to(pm__link *l, uint32_t dst, size_t len, uint32_t seq)
+static void raw_announce_to(pm__channel *l, uint32_t dst, size_t len, uint32_t seq)
 {
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
@@ -263,7 +263,7 @@ static void raw_announce_to(pm__link *l, uint32_t dst, size_t len, uint32_t seq)
         _exit(5);
 }
 
-static void raw_announce(pm__link *l, size_t len, uint32_t seq)
+static void raw_announce(pm__channel *l, size_t len, uint32_t seq)
 {
     raw_announce_to(l, PM__NODE_MAIN, len, seq);
 }
@@ -278,7 +278,7 @@ static void raw_announce(pm__link *l, size_t len, uint32_t seq)
  * references to one memfd (253 is the kernel's SCM_MAX_FD). Left unread,
  * every fd in them counts against the user's in-flight budget. Sent
  * without blocking while the socket takes them; returns how many went. */
-static unsigned flood_records(pm__link *l, int nfds, unsigned count)
+static unsigned flood_records(pm__channel *l, int nfds, unsigned count)
 {
     int big = 4 << 20;
     (void)setsockopt(l->sock, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
@@ -357,7 +357,7 @@ static int write_only(int fd)
 
 static void misbehave(pm_node *n)
 {
-    pm__link *l = pm_test_node_link(n);
+    pm__channel *l = pm_test_node_channel(n);
     fill(wbuf, HOSTILE_LEN, 5);
     int fd;
     switch (hostile) {
@@ -849,7 +849,7 @@ START_TEST(test_fd_cap)
             break;
     }
     ck_assert_msg(rc == -EAGAIN, "main's send %u to a parked worker: %d, not -EAGAIN", nmain, rc);
-    /* The socket takes a few (its send buffer is the smallest: link.c),
+    /* The socket takes a few (its send buffer is the smallest: channel.c),
      * the hub's queue 8, and no more. */
     ck_assert_msg(nmain >= PM__HOLD_MAX_FDS && nmain <= PM__HOLD_MAX_FDS + 16,
                   "main sent %u large messages to a parked worker before -EAGAIN", nmain);

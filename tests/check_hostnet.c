@@ -544,7 +544,7 @@ START_TEST(test_flood_1000)
     ck_assert_uint_eq(peer_ups, 1); /* up once, and it stayed up */
     ck_assert_uint_ge(pm__mesh_fails(c->mesh, PM__PF_RATE), 1);
     ck_assert_uint_gt(pongs, pongs0);
-    /* Bounds: a connection table of PM__MESH_CONNS (and the spare fd); the
+    /* Bounds: a connection table of PM__MESH_CONNS (and the reserve fd); the
      * memory of that many handshaking connections. */
     ck_assert_msg(max_fds <= base_fds + PM__MESH_CONNS + 2, "fds went from %u to %u", base_fds,
                   max_fds);

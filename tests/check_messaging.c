@@ -349,7 +349,7 @@ static int worker(pm_node *n, void *arg)
         break;
     case R_OVERSIZE: {
         /* Bypass the API: the ring takes frames up to its own maximum
-         * (PM__LINK_MAX_FRAME), which is more than PM_MAX_PAYLOAD. */
+         * (PM__CHANNEL_MAX_FRAME), which is more than PM_MAX_PAYLOAD. */
         static unsigned char big[PM_MAX_PAYLOAD + 456];
         memset(big, '#', sizeof(big));
         pm__frame_hdr h;

@@ -7,7 +7,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
-#include "channel/link.h"
+#include "channel/channel.h"
 #include "channel/ring.h"
 #include "channel/shm.h"
 
@@ -457,16 +457,16 @@ static size_t resident_pages(void *map, size_t off, size_t len)
 }
 
 /* Memory at rest (doc/design.md, "Life of a frame"): a worker's rings cost
- * memory in proportion to what was written. A new link has no data page of
+ * memory in proportion to what was written. A new channel has no data page of
  * either ring in memory (nothing formats, clears or touches them: the
  * memfd's pages are allocated on first write); frames written fault in
  * only the pages they were written to. */
 START_TEST(test_untouched_ring_pages)
 {
-    pm__link l;
+    pm__channel l;
     const uint64_t cap = (uint64_t)1 << 20;
     size_t page = pm__page_size();
-    ck_assert_int_eq(pm__link_create(&l, 0, 1, cap, getpid(), 1000, PM_MAX_PAYLOAD), 0);
+    ck_assert_int_eq(pm__channel_create(&l, 0, 1, cap, getpid(), 1000, PM_MAX_PAYLOAD), 0);
     size_t down = PM__CTL_SIZE + PM__RING_HDR_SIZE;
     size_t up = PM__CTL_SIZE + pm__ring_region_size(cap) + PM__RING_HDR_SIZE;
     ck_assert_msg(resident_pages(l.map, down, cap) == 0,
@@ -475,7 +475,7 @@ START_TEST(test_untouched_ring_pages)
     ck_assert_msg(resident_pages(l.map, up, cap) == 0,
                   "a new up ring has %zu data pages in memory, wants 0",
                   resident_pages(l.map, up, cap));
-    /* The whole link: the control block's and the two ring headers' pages
+    /* The whole channel: the control block's and the two ring headers' pages
      * at most. */
     size_t meta = PM__CTL_SIZE / page + 2 * (PM__RING_HDR_SIZE / page);
     ck_assert_msg(resident_pages(l.map, 0, l.map_size) <= meta,
@@ -495,7 +495,7 @@ START_TEST(test_untouched_ring_pages)
     ck_assert_msg(got >= want - 1 && got <= want, "%zu bytes written: %zu data pages in memory, wants %zu",
                   written, got, want);
     ck_assert_uint_eq(resident_pages(l.map, up, cap), 0);
-    pm__link_close(&l);
+    pm__channel_close(&l);
 }
 END_TEST
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_spare.c - the next incarnation's link, prepared ahead: taken by the
+ * check_spare.c - the next incarnation's channel, prepared ahead: taken by the
  * restart, fresh memory each time, invisible to every worker, and released
  * without a leak when the slot retires or the cluster stops with one
  * prepared. And the warm standby forked onto it (standby.c): taken by the
@@ -29,8 +29,8 @@
 
 /* ------------------------------------------------------------ what a process holds */
 
-/* Mappings of procmesh's memfds (the links), in /proc/self/maps. */
-static int count_link_maps(void)
+/* Mappings of procmesh's memfds (the channels), in /proc/self/maps. */
+static int count_channel_maps(void)
 {
     FILE *f = fopen("/proc/self/maps", "r");
     ck_assert_ptr_nonnull(f);
@@ -71,7 +71,7 @@ static pm_options *spare_opts(int workers)
 
 START_TEST(test_spare_taken_by_restart)
 {
-    /* Once a worker is started its slot holds the next link; the restart
+    /* Once a worker is started its slot holds the next channel; the restart
      * takes exactly that one, and the one after it is prepared anew: three
      * different memfds, none shared between two incarnations. */
     pm_options *o = spare_opts(1);
@@ -98,7 +98,7 @@ END_TEST
 static int report_fd = -1;
 
 /* Writes "S I ok\n", or "S I bad: what\n" when this worker holds an fd or
- * maps memory of procmesh that is not its own incarnation's link. */
+ * maps memory of procmesh that is not its own incarnation's channel. */
 static int boot_check_own(pm_node *n, void *arg)
 {
     (void)arg;
@@ -166,7 +166,7 @@ START_TEST(test_spare_invisible_to_workers)
 {
     /* Slots 0 and 1 both hold spares when slot 1's replacement is forked
      * (and slot 1's own spare for incarnation 3 is made right after): no
-     * worker, first or replacement, holds or maps any link but its own. */
+     * worker, first or replacement, holds or maps any channel but its own. */
     int p[2];
     ck_assert_int_eq(pipe2(p, O_NONBLOCK), 0);
     report_fd = p[1];
@@ -206,8 +206,8 @@ START_TEST(test_spare_dropped_on_retire)
 {
     /* A slot with no restart left retires with a spare prepared: the spare
      * goes at once, and after the cluster is freed the test process holds
-     * the fds and link mappings it held before. */
-    int fds0 = pm_test_count_fds(), maps0 = count_link_maps();
+     * the fds and channel mappings it held before. */
+    int fds0 = pm_test_count_fds(), maps0 = count_channel_maps();
     pm_options *o = spare_opts(2);
     pm_options_set_max_restarts(o, 0);
     pm_cluster *c;
@@ -217,13 +217,13 @@ START_TEST(test_spare_dropped_on_retire)
     kill_slot(c, 0);
     RUN_UNTIL(c, slot_state(c, 0) == PM_SLOT_RETIRED, 10000);
     ck_assert_int_eq(pm_test_slot_spare_memfd(c, 0), -1);
-    /* Slot 0's link, spare and pidfd are gone; slot 1's are all there. */
+    /* Slot 0's channel, spare and pidfd are gone; slot 1's are all there. */
     ck_assert_int_lt(pm_test_count_fds(), held);
     ck_assert_int_ge(pm_test_slot_spare_memfd(c, 1), 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
     ck_assert_int_eq(pm_test_count_fds(), fds0);
-    ck_assert_int_eq(count_link_maps(), maps0);
+    ck_assert_int_eq(count_channel_maps(), maps0);
 }
 END_TEST
 
@@ -231,7 +231,7 @@ START_TEST(test_spare_dropped_on_terminate)
 {
     /* Stopped with every slot holding a spare (one slot restarted once, so
      * its spare is a second-generation one): no fd, no mapping left. */
-    int fds0 = pm_test_count_fds(), maps0 = count_link_maps();
+    int fds0 = pm_test_count_fds(), maps0 = count_channel_maps();
     pm_options *o = spare_opts(3);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
@@ -239,11 +239,11 @@ START_TEST(test_spare_dropped_on_terminate)
     RUN_UNTIL(c, count(PM_EVENT_READY, 2) == 2, 10000);
     for (unsigned i = 0; i < 3; i++)
         ck_assert_int_ge(pm_test_slot_spare_memfd(c, i), 0);
-    ck_assert_int_eq(count_link_maps(), maps0 + 6);
+    ck_assert_int_eq(count_channel_maps(), maps0 + 6);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
     ck_assert_int_eq(pm_test_count_fds(), fds0);
-    ck_assert_int_eq(count_link_maps(), maps0);
+    ck_assert_int_eq(count_channel_maps(), maps0);
 }
 END_TEST
 
@@ -265,7 +265,7 @@ static int boot_gated(pm_node *n, void *arg)
 
 START_TEST(test_spare_made_at_ready)
 {
-    /* The successor's link is made once the incarnation is ready, not
+    /* The successor's channel is made once the incarnation is ready, not
      * between its fork and its ready (where it took the CPU the new worker
      * was waiting for): while the replacement has not said ready its slot
      * holds no spare (it took the one made ahead); once it has, it holds
@@ -301,7 +301,7 @@ START_TEST(test_spawn_spares_after_spawn)
 {
     /* pm_cluster_spawn makes no successor between its forks and readies:
      * it returns with every slot ready and no spare, so no worker of the
-     * spawn had another's link to drop. The turns after it make them, at
+     * spawn had another's channel to drop. The turns after it make them, at
      * most 32 slots' per turn (one turn cannot stall on a large cluster):
      * 40 slots take two turns. Their fds (about 18 each with a spare)
      * sit below half the fd limit, where spares are kept. */
@@ -485,7 +485,7 @@ START_TEST(test_standby_ended_with_cluster)
     /* Retired and terminated slots end their standbys: reaped, and every
      * fd and mapping of the cluster released. Slot 1 crashes on every
      * incarnation after the first with no restart allowed after that. */
-    int fds0 = pm_test_count_fds(), maps0 = count_link_maps();
+    int fds0 = pm_test_count_fds(), maps0 = count_channel_maps();
     pm_options *o = standby_opts(2);
     ck_assert_int_eq(pm_options_set_max_restarts(o, 0), 0);
     pm_cluster *c;
@@ -500,7 +500,7 @@ START_TEST(test_standby_ended_with_cluster)
     pm_options_free(o);
     ck_assert(gone(sb0));
     ck_assert_int_eq(pm_test_count_fds(), fds0);
-    ck_assert_int_eq(count_link_maps(), maps0);
+    ck_assert_int_eq(count_channel_maps(), maps0);
 }
 END_TEST
 

@@ -333,7 +333,7 @@ static long median_faults(unsigned n)
 
 /* A fork-mode child drops every other slot's fds and mapping without
  * writing to the slot table it shares copy-on-write with the supervisor
- * (pm__link_release_copy, pm__cg_slot_release_copy): the page faults a new
+ * (pm__channel_release_copy, pm__cg_slot_release_copy): the page faults a new
  * worker takes before its code runs do not grow with the number of slots.
  * Writing the sentinels copied the whole table into every child: about
  * one fault per few slots, O(N) per spawn, a spawn of N workers O(N^2). */

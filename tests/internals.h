@@ -152,10 +152,10 @@ static inline int pm_test_link_tx(pm_cluster *c, const char *name, uint64_t *off
 /* The supervisor's end of slot i's shared memory (-1 when none). */
 static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
 {
-    return c->slots[i].link.memfd;
+    return c->slots[i].channel.memfd;
 }
 
-/* The memfd of slot i's spare link (the next incarnation's, prepared
+/* The memfd of slot i's spare channel (the next incarnation's, prepared
  * ahead), or -1 when it has none. */
 static inline int pm_test_slot_spare_memfd(const pm_cluster *c, unsigned i)
 {
@@ -193,7 +193,7 @@ static inline uint64_t pm_test_standby_taken(const pm_cluster *c)
  * supervisor holds it. */
 static inline int pm_test_slot_node_sock(const pm_cluster *c, unsigned i)
 {
-    return c->slots[i].link.node_sock;
+    return c->slots[i].channel.node_sock;
 }
 
 /* Large messages' fds the hub holds in its queues for slot i as a sender,
@@ -231,7 +231,7 @@ static inline void pm_test_set_inflight_lifetime(pm_cluster *c, uint64_t ms)
  * within 1..INT_MAX). */
 static inline void pm_test_set_last_request_id(pm_cluster *c, uint32_t id)
 {
-    c->hub.mreq_last_id = id;
+    c->hub.main_request_last_id = id;
 }
 
 /* Replies that arrived when nobody waited for them any more. */
@@ -277,39 +277,39 @@ static inline const struct pm_options *pm_test_options(const pm_options *o)
 /* The worker's mapping of its own shared memory (the control block first). */
 static inline void *pm_test_node_map(pm_node *n)
 {
-    return n->link.map;
+    return n->channel.map;
 }
 
 /* The crash record in the worker's control block (crash.h), to scribble. */
 static inline struct pm__crash_rec *pm_test_node_crash_record(pm_node *n)
 {
-    return &((struct pm__ctl *)n->link.map)->crash;
+    return &((struct pm__ctl *)n->channel.map)->crash;
 }
 
 /* The worker's up ring (worker -> hub), to write raw frames into. */
 static inline pm__ring *pm_test_node_tx(pm_node *n)
 {
-    return &n->link.tx;
+    return &n->channel.tx;
 }
 
 /* The worker's down ring (hub -> worker), to read raw frames from. */
 static inline pm__ring *pm_test_node_rx(pm_node *n)
 {
-    return &n->link.rx;
+    return &n->channel.rx;
 }
 
 /* The doorbell the worker rings to wake the hub. */
 static inline int pm_test_node_hub_efd(const pm_node *n)
 {
-    return n->link.hub_efd;
+    return n->channel.hub_efd;
 }
 
 /* Replies (and notices about requests) the worker dropped because nobody
  * waited for them any more. */
-/* A worker's link (its fd socket and rings), for hostile large messages. */
-static inline pm__link *pm_test_node_link(pm_node *n)
+/* A worker's channel (its fd socket and rings), for hostile large messages. */
+static inline pm__channel *pm_test_node_channel(pm_node *n)
 {
-    return &n->link;
+    return &n->channel;
 }
 
 static inline uint64_t pm_test_node_late_replies(const pm_node *n)
@@ -381,7 +381,7 @@ static inline void pm_test_link_batch(const pm_cluster *c, uint64_t *frames, uin
 {
     *frames = *records = *staged = 0;
     for (unsigned j = 0; c->mesh != NULL && j < PM__MESH_CONNS; j++) {
-        const pm__mconn *k = &c->mesh->conns[j];
+        const pm__mesh_conn *k = &c->mesh->conns[j];
         if (k->fd < 0 || !k->pc_live)
             continue;
         *frames += k->pc.frames_out;

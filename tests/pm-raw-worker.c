@@ -31,11 +31,11 @@
 #include "base/internal.h"
 #include "base/defaults.h" /* PM__NODE_ENV */
 #include "base/le.h"
-#include "channel/link.h"
+#include "channel/channel.h"
 #include "worker/node.h"
 #include "channel/proto.h"
 
-static pm__link l;
+static pm__channel l;
 
 static void frame(int type, const void *payload, size_t len)
 {
@@ -70,9 +70,9 @@ int main(int argc, char **argv)
     int memfd, node_efd, hub_efd, sock = -1;
     if (env == NULL || sscanf(env, "%d,%d,%d,%d", &memfd, &node_efd, &hub_efd, &sock) < 3)
         return 3;
-    if (pm__link_attach(&l, memfd, node_efd, hub_efd, sock) < 0)
+    if (pm__channel_attach(&l, memfd, node_efd, hub_efd, sock) < 0)
         return 4;
-    if (strcmp(argv[argc - 1], "later") == 0 && pm__link_ctl(&l)->incarnation == 1) {
+    if (strcmp(argv[argc - 1], "later") == 0 && pm__channel_ctl(&l)->incarnation == 1) {
         hello(PM__PROTO_VERSION);
         frame(PM__FT_READY, NULL, 0);
     } else if (strcmp(mode, "hello-version") == 0 && argc >= 3) {

@@ -23,7 +23,7 @@
  * count is stored (release) and never change, so a reader that loads count
  * with acquire reads whole names, and an index never names another host
  * later. The hub keeps the table in private memory and copies it into every
- * worker's control block (link.h), where the worker reads it. */
+ * worker's control block (channel.h), where the worker reads it. */
 typedef struct pm__hosts {
     _Atomic uint32_t count;
     uint32_t reserved;

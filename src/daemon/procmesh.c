@@ -458,7 +458,7 @@ static int run_prepare(run_state *r)
 
 /* The supervisor holds about 11 fds per worker (its link 5, pidfd, exec
  * pipe, cgroup 4; captured output 2 more) and 7 more for the next
- * incarnation's link and pipe prepared ahead, kept only below half the
+ * incarnation's channel and pipe prepared ahead, kept only below half the
  * limit: 1,024 workers need some 11,500 to start, 40,000 for every slot to
  * keep its spare, far above the usual soft RLIMIT_NOFILE of 1,024. The daemon
  * uses no select(), so it raises its own soft limit to the hard one, as

@@ -123,7 +123,7 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
     h->next_req = PM__BCAST_ID_BASE;
     h->cur_fd = -1;
     h->max_message = PM_MAX_PAYLOAD;
-    h->mreq_rr = nports ? nports - 1 : 0; /* the first pick starts at port 0 */
+    h->main_request_rr = nports ? nports - 1 : 0; /* the first pick starts at port 0 */
     for (unsigned i = 0; i < nports; i++) {
         h->ports[i].index = i;
         h->ports[i].rx_fd = -1;
@@ -313,30 +313,30 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
      * delivered, so a quick replacement cannot double the hold. */
     free_queue(h, p);
     pm__hub_port_drop_ahead(p);
-    p->link = NULL;
+    p->channel = NULL;
 }
 
 void pm__hub_stop_request(pm__hub *h, unsigned i)
 {
     pm__port *p = &h->ports[i];
-    if (p->link == NULL)
+    if (p->channel == NULL)
         return;
-    struct pm__ctl *ctl = p->link->map;
+    struct pm__ctl *ctl = p->channel->map;
     /* Release: the worker reads the flag, then anything we wrote before. */
     atomic_store_explicit(&ctl->stop, 1, memory_order_release);
     pm__frame_hdr f = pm__hub_main_hdr(PM__FT_STOP, p);
     (void)pm__hub_push(h, p, &f, NULL, 0, PM__NODE_MAIN);
     p->dirty = 0;
-    pm__ring_publish(&p->link->tx);
+    pm__ring_publish(&p->channel->tx);
 }
 
 int pm__hub_send_control(pm__hub *h, unsigned i, int type, const void *payload, size_t len)
 {
     pm__port *p = &h->ports[i];
-    if (p->link == NULL)
+    if (p->channel == NULL)
         return -EHOSTDOWN;
     pm__frame_hdr f = pm__hub_main_hdr(type, p);
-    return pm__frame_send(&p->link->tx, &f, payload, len);
+    return pm__frame_send(&p->channel->tx, &f, payload, len);
 }
 
 /* ------------------------------------------------------------------ main's requests: sending */
@@ -354,9 +354,9 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
     uint64_t next = 0;
     for (const pm__bcast *b = h->bcasts; b != NULL; b = b->next)
         earliest(&next, (uint64_t)b->deadline_ms);
-    for (const pm__mbcast *mb = h->mbcasts; mb != NULL; mb = mb->next)
+    for (const pm__mesh_broadcast *mb = h->mesh_broadcasts; mb != NULL; mb = mb->next)
         earliest(&next, (uint64_t)mb->deadline_ms);
-    earliest(&next, (uint64_t)h->mreq_due_ms);
+    earliest(&next, (uint64_t)h->main_request_due_ms);
     if (h->inflight_total > 0)
         earliest(&next, h->next_purge_ms);
     for (unsigned k = 0; k < h->timed.n; k++) {
@@ -372,7 +372,7 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
 static void check_draining(pm__hub *h, pm__port *p, uint64_t now)
 {
     if (h->drain_timeout_ms == 0 || p->stall_since_ms == 0 || p->drain_reported ||
-        p->link == NULL || now < p->stall_since_ms + h->drain_timeout_ms)
+        p->channel == NULL || now < p->stall_since_ms + h->drain_timeout_ms)
         return;
     p->drain_reported = 1;
     h->not_draining++;
@@ -387,7 +387,7 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
      * still holds the request: the hung worker would not be marked as
      * owing an answer (it would get the next input, blamed in its turn)
      * nor killed under kill_on_timeout (test_pool_timeout_at_purge). */
-    pm__hub_mreq_expire(h, (int64_t)now);
+    pm__hub_main_request_expire(h, (int64_t)now);
     pm__hub_purge_due(h, now);
     /* The timed list: visited, and compacted to the ports that still have
      * a deadline. The ops callback may fence a port (its queue freed,
@@ -402,7 +402,7 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
             p->in_timed = 0;
     }
     h->timed.n = kept;
-    pm__hub_mreq_dispatch_waiting(h);
+    pm__hub_main_request_dispatch_waiting(h);
     pm__bcast *b = h->bcasts;
     while (b != NULL) {
         pm__bcast *next = b->next;
@@ -432,7 +432,7 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
     }
     /* After the local broadcasts: a mesh broadcast's local part has the
      * earlier deadline, so it is settled by now. */
-    pm__hub_mbcast_fire(h, (int64_t)now, 0, -ETIMEDOUT);
+    pm__hub_mesh_broadcast_fire(h, (int64_t)now, 0, -ETIMEDOUT);
 }
 
 void pm__hub_free(pm__hub *h)
@@ -446,9 +446,9 @@ void pm__hub_free(pm__hub *h)
     pm__hub_cancel_all(h);
     free(h->outcome_buf);
     h->outcome_buf = NULL;
-    free(h->mreqs);
-    h->mreqs = NULL;
-    h->mreq_buckets = 0;
+    free(h->main_requests);
+    h->main_requests = NULL;
+    h->main_request_buckets = 0;
     while (h->bcasts != NULL) {
         pm__bcast *b = h->bcasts;
         for (size_t i = 0; i < b->n; i++)
@@ -456,7 +456,7 @@ void pm__hub_free(pm__hub *h)
                 b->results[i].error = -ECANCELED;
         pm__hub_bcast_complete(h, b);
     }
-    pm__hub_mbcast_fire(h, 0, 1, -ECANCELED);
+    pm__hub_mesh_broadcast_fire(h, 0, 1, -ECANCELED);
     for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
         free_queue(h, &h->ports[i]);
         pm__hub_port_drop_ahead(&h->ports[i]);
@@ -491,11 +491,11 @@ void pm__hub_wipe(pm__hub *h)
         for (size_t i = 0; i < b->n; i++)
             if (b->bufs[i] != NULL)
                 explicit_bzero(b->bufs[i], b->results[i].len);
-    for (pm__mbcast *mb = h->mbcasts; mb != NULL; mb = mb->next)
+    for (pm__mesh_broadcast *mb = h->mesh_broadcasts; mb != NULL; mb = mb->next)
         for (size_t i = 0; i < mb->n; i++)
             if (mb->bufs[i] != NULL)
                 explicit_bzero(mb->bufs[i], mb->results[i].len);
-    for (pm__mreq *r = h->waiting; r != NULL; r = r->wnext) {
+    for (pm__main_request *r = h->waiting; r != NULL; r = r->wnext) {
         if (r->data != NULL)
             explicit_bzero(r->data, r->len);
         pm__close(r->fd);
@@ -551,7 +551,7 @@ int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t reque
         return -EAGAIN; /* refused for now (send_big); d is not charged */
     if (rc == 0 && d->dirty) {
         d->dirty = 0;
-        pm__ring_publish(&d->link->tx);
+        pm__ring_publish(&d->channel->tx);
     }
     return rc;
 }
@@ -578,7 +578,7 @@ static void hosts_publish(const pm__hub *h, struct pm__ctl *ctl, uint32_t from)
     atomic_store_explicit(&ctl->hosts.count, count, memory_order_release);
 }
 
-void pm__hub_hosts_copy(const pm__hub *h, pm__link *l)
+void pm__hub_hosts_copy(const pm__hub *h, pm__channel *l)
 {
     struct pm__ctl *ctl = l->map;
     if (!h->peer_mode)
@@ -600,7 +600,7 @@ int pm__hub_host_index(pm__hub *h, const char *name)
     snprintf(h->hosts.name[count], PM_NAME_MAX, "%s", name);
     atomic_store_explicit(&h->hosts.count, count + 1, memory_order_release);
     for (unsigned i = 0; i < h->nports; i++)
-        if (h->ports[i].link != NULL)
-            hosts_publish(h, h->ports[i].link->map, count);
+        if (h->ports[i].channel != NULL)
+            hosts_publish(h, h->ports[i].channel->map, count);
     return (int)count;
 }

@@ -49,7 +49,7 @@ void pm__hub_peer_mode(pm__hub *h);
 int pm__hub_host_index(pm__hub *h, const char *name);
 /* Writes the peer mode and the host table into a new incarnation's control
  * block (before its process starts). */
-void pm__hub_hosts_copy(const pm__hub *h, pm__link *l);
+void pm__hub_hosts_copy(const pm__hub *h, pm__channel *l);
 
 /* The incarnation is gone: requests in flight to it are answered
  * -EHOSTDOWN, its own are forgotten, its queue dropped, its senders

@@ -190,7 +190,7 @@ int pm__hub_broadcast_for(pm__hub *h, uint16_t src_host, const void *data, size_
 /* Appends one result (data copied). A result that finds no memory is kept
  * as -ENOMEM if there is a place for it; only a result array that cannot
  * grow loses it (counted late: the caller sees fewer results). */
-static void mb_add(pm__hub *h, pm__mbcast *mb, const pm_address *from, uint64_t id, int err,
+static void mb_add(pm__hub *h, pm__mesh_broadcast *mb, const pm_address *from, uint64_t id, int err,
                    const void *data, size_t len)
 {
     if (mb->n == mb->cap) {
@@ -229,11 +229,11 @@ static void mb_add(pm__hub *h, pm__mbcast *mb, const pm_address *from, uint64_t 
 }
 
 /* Runs mb's callback once every part is settled, then frees it. */
-static void mb_settle(pm__hub *h, pm__mbcast *mb)
+static void mb_settle(pm__hub *h, pm__mesh_broadcast *mb)
 {
     if (--mb->pending > 0)
         return;
-    pm__mbcast **pp = &h->mbcasts;
+    pm__mesh_broadcast **pp = &h->mesh_broadcasts;
     while (*pp != NULL && *pp != mb)
         pp = &(*pp)->next;
     if (*pp == mb)
@@ -247,7 +247,7 @@ static void mb_settle(pm__hub *h, pm__mbcast *mb)
 
 /* A remote host's part ends without (all of) its results: one result from
  * that host's supervisor, system@host:0, with err. */
-static void mb_part_fail(pm__hub *h, pm__mbcast *mb, pm__mbpart *p, int err)
+static void mb_part_fail(pm__hub *h, pm__mesh_broadcast *mb, pm__mesh_broadcast_part *p, int err)
 {
     pm_address from;
     pm__node_address_at(&h->names, p->host, PM__NODE_MAIN, 0, &from);
@@ -260,7 +260,7 @@ static void mb_part_fail(pm__hub *h, pm__mbcast *mb, pm__mbpart *p, int err)
 static void mb_local_done(pm_cluster *c, const pm_message *results, size_t n, void *arg)
 {
     (void)c;
-    pm__mbcast *mb = arg;
+    pm__mesh_broadcast *mb = arg;
     pm__hub *h = mb->hub_;
     for (size_t i = 0; i < n; i++)
         mb_add(h, mb, &results[i].from, results[i].request_id, results[i].error,
@@ -268,9 +268,9 @@ static void mb_local_done(pm_cluster *c, const pm_message *results, size_t n, vo
     mb_settle(h, mb);
 }
 
-static pm__mbpart *mb_find_part(pm__hub *h, uint64_t id, uint16_t host, pm__mbcast **out)
+static pm__mesh_broadcast_part *mb_find_part(pm__hub *h, uint64_t id, uint16_t host, pm__mesh_broadcast **out)
 {
-    for (pm__mbcast *mb = h->mbcasts; mb != NULL; mb = mb->next)
+    for (pm__mesh_broadcast *mb = h->mesh_broadcasts; mb != NULL; mb = mb->next)
         for (size_t i = 0; i < mb->nparts; i++)
             if (mb->parts[i].id == id && mb->parts[i].host == host && !mb->parts[i].done) {
                 *out = mb;
@@ -279,11 +279,11 @@ static pm__mbpart *mb_find_part(pm__hub *h, uint64_t id, uint16_t host, pm__mbca
     return NULL;
 }
 
-void pm__hub_mbcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,
+void pm__hub_mesh_broadcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,
                           const unsigned char *payload)
 {
-    pm__mbcast *mb;
-    pm__mbpart *p = mb_find_part(h, f->request_id, host, &mb);
+    pm__mesh_broadcast *mb;
+    pm__mesh_broadcast_part *p = mb_find_part(h, f->request_id, host, &mb);
     if (p == NULL) {
         h->late_replies++; /* settled already (deadline), or never ours */
         return;
@@ -306,37 +306,37 @@ void pm__hub_mbcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,
     mb_settle(h, mb);
 }
 
-void pm__hub_mbcast_host_down(pm__hub *h, uint16_t host)
+void pm__hub_mesh_broadcast_host_down(pm__hub *h, uint16_t host)
 {
-    pm__mbcast *mb = h->mbcasts;
+    pm__mesh_broadcast *mb = h->mesh_broadcasts;
     while (mb != NULL) {
-        pm__mbcast *next = mb->next;
-        pm__mbpart *p = NULL;
+        pm__mesh_broadcast *next = mb->next;
+        pm__mesh_broadcast_part *p = NULL;
         for (size_t i = 0; i < mb->nparts && p == NULL; i++)
             if (mb->parts[i].host == host && !mb->parts[i].done)
                 p = &mb->parts[i];
         if (p != NULL) {
             /* The callback may run and change the list: start over. */
             mb_part_fail(h, mb, p, -EHOSTUNREACH);
-            next = h->mbcasts;
+            next = h->mesh_broadcasts;
         }
         mb = next;
     }
 }
 
-void pm__hub_mbcast_fire(pm__hub *h, int64_t now, int all, int err)
+void pm__hub_mesh_broadcast_fire(pm__hub *h, int64_t now, int all, int err)
 {
-    pm__mbcast *mb = h->mbcasts;
+    pm__mesh_broadcast *mb = h->mesh_broadcasts;
     while (mb != NULL) {
-        pm__mbcast *next = mb->next;
+        pm__mesh_broadcast *next = mb->next;
         if (all || mb->deadline_ms <= now) {
-            pm__mbpart *p = NULL;
+            pm__mesh_broadcast_part *p = NULL;
             for (size_t i = 0; i < mb->nparts && p == NULL; i++)
                 if (!mb->parts[i].done)
                     p = &mb->parts[i];
             if (p != NULL) {
                 mb_part_fail(h, mb, p, err);
-                next = h->mbcasts; /* again: it may have more parts, or be gone */
+                next = h->mesh_broadcasts; /* again: it may have more parts, or be gone */
             }
         }
         mb = next;
@@ -353,7 +353,7 @@ int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout
         return -EMSGSIZE;
     uint32_t nhosts = h->peer_mode ? atomic_load_explicit(&h->hosts.count, memory_order_relaxed)
                                    : 1;
-    pm__mbcast *mb = calloc(1, sizeof(*mb));
+    pm__mesh_broadcast *mb = calloc(1, sizeof(*mb));
     if (mb == NULL)
         return -ENOMEM;
     mb->hub_ = h;
@@ -382,10 +382,10 @@ int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout
     /* Set after the local broadcast's own, so that its deadline (fired
      * first, pm__hub_fire) has always passed when this one does. */
     mb->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
-    mb->next = h->mbcasts;
-    h->mbcasts = mb;
+    mb->next = h->mesh_broadcasts;
+    h->mesh_broadcasts = mb;
     for (size_t i = 0; i < mb->nparts; i++) {
-        pm__mbpart *p = &mb->parts[i];
+        pm__mesh_broadcast_part *p = &mb->parts[i];
         rc = pm__hub_link_bcast(h, p->host, p->id, mb->deadline_ms, data, len);
         if (rc < 0)
             mb_part_fail(h, mb, p, rc == -ENOBUFS ? -ENOBUFS : -EHOSTUNREACH);

@@ -83,8 +83,8 @@ void pm__hub_publish(pm__hub *h)
         p->in_dirty = 0;
         if (p->dirty) {
             p->dirty = 0;
-            if (p->link != NULL)
-                pm__ring_publish(&p->link->tx);
+            if (p->channel != NULL)
+                pm__ring_publish(&p->channel->tx);
         }
     }
     h->dirty.n = 0;
@@ -253,7 +253,7 @@ int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
     if (node >= h->nports)
         return -ENOENT;
     const pm__port *d = &h->ports[node];
-    if (d->state != PM__PORT_READY || d->link == NULL)
+    if (d->state != PM__PORT_READY || d->channel == NULL)
         return -EHOSTDOWN;
     if (inc != 0 && inc != d->incarnation)
         return -ESTALE;

@@ -26,7 +26,7 @@
 
 #include "channel/bigmsg.h"
 #include "channel/frame.h"
-#include "channel/link.h"
+#include "channel/channel.h"
 #include "peer/linkfrag.h"
 
 /* Bounds on what the hub holds for full destinations (doc/design.md,
@@ -43,7 +43,7 @@
  * socket as records arrive and fences a worker past that as `protocol`)
  * and the one being read. Towards each worker, a few more wait in the
  * kernel until it reads them (the hub's end has the smallest send buffer,
- * about 6 records: src/channel/link.c), outside this count.
+ * about 6 records: src/channel/channel.c), outside this count.
  *
  * What stays open to a worker running as the supervisor's user (no --user
  * or --uid-range): the kernel counts the fds in flight per user and
@@ -121,40 +121,40 @@ typedef struct pm__bcast {
 
 /* One remote host's part of a mesh broadcast: its supervisor fans out to
  * its own ready workers and sends a BRESULT per worker, then a BDONE. */
-typedef struct pm__mbpart {
+typedef struct pm__mesh_broadcast_part {
     uint64_t id;            /* the BCAST frame's request_id (broadcast id space) */
     uint16_t host;
     int done;               /* settled: BDONE, link down, deadline */
     uint32_t got;           /* BRESULTs received */
-} pm__mbpart;
+} pm__mesh_broadcast_part;
 
 /* A mesh broadcast (pm_cluster_broadcast_mesh) waiting for its parts: the
  * local broadcast and one part per remote host. Results grow as they come
  * (a remote host's number of workers is not known in advance). */
-typedef struct pm__mbcast {
-    struct pm__mbcast *next;
+typedef struct pm__mesh_broadcast {
+    struct pm__mesh_broadcast *next;
     struct pm__hub *hub_;   /* for the local broadcast's callback */
     int64_t deadline_ms;
     size_t pending;         /* parts not settled (the local one included) */
-    pm__mbpart *parts;
+    pm__mesh_broadcast_part *parts;
     size_t nparts;
     pm_message *results;
     void **bufs;            /* private copies of the results' data */
     size_t n, cap;
     void (*cb)(pm_cluster *, const pm_message *, size_t, void *);
     void *arg;
-} pm__mbcast;
+} pm__mesh_broadcast;
 
 /* A request from main to one worker (pm_cluster_request) whose callback
  * has not run yet. Sent: it has an entry in its worker's in-flight table
  * (requester PM__NODE_MAIN), which answers it -EHOSTDOWN when the worker
  * dies. Waiting (any worker, none ready): it keeps a copy of its payload
  * until a worker is ready or its deadline passes. */
-typedef struct pm__mreq {
-    struct pm__mreq *hnext; /* chain of its hash bucket (by id) */
-    struct pm__mreq *wnext; /* the waiting list, oldest first */
+typedef struct pm__main_request {
+    struct pm__main_request *hnext; /* chain of its hash bucket (by id) */
+    struct pm__main_request *wnext; /* the waiting list, oldest first */
     uint64_t id;            /* 1..INT_MAX: pm_cluster_request returns it as an int */
-    uint32_t port;          /* the worker it went to, or PM__MREQ_WAITING */
+    uint32_t port;          /* the worker it went to, or PM__MAIN_REQUEST_WAITING */
     uint64_t target_inc;
     int64_t deadline_ms;
     void (*cb)(pm_cluster *, const pm_message *, void *);
@@ -165,15 +165,15 @@ typedef struct pm__mreq {
     int taken;              /* waiting, and being taken off the list */
     int any;                /* sent to NULL: counted in its port's any_held */
     int killed;             /* timed out, and its worker was killed for it */
-    uint16_t host;          /* PM__MREQ_REMOTE: the host index it went to */
-    uint32_t rport;         /* PM__MREQ_REMOTE: the address port it went to */
-} pm__mreq;
+    uint16_t host;          /* PM__MAIN_REQUEST_REMOTE: the host index it went to */
+    uint32_t remote_port;   /* PM__MAIN_REQUEST_REMOTE: the address port it went to */
+} pm__main_request;
 
-#define PM__MREQ_WAITING UINT32_MAX
+#define PM__MAIN_REQUEST_WAITING UINT32_MAX
 /* Sent over a link to a worker of another host: the link's table has it
  * (requester PM__NODE_MAIN), which answers it -EHOSTUNREACH when the link
  * goes down; the remote hub's table answers it -EHOSTDOWN. */
-#define PM__MREQ_REMOTE (UINT32_MAX - 1)
+#define PM__MAIN_REQUEST_REMOTE (UINT32_MAX - 1)
 
 /* Runs an application callback with the hub's callback depth raised, so
  * that pm_cluster_call from inside it is refused (-EDEADLK) instead of
@@ -204,7 +204,7 @@ typedef struct pm__port {
     unsigned index;
     int state;             /* PM__PORT_* */
     uint64_t incarnation;  /* of the process behind it now */
-    pm__link *link;        /* its ring pair (owned by the cluster), NULL when closed */
+    pm__channel *channel;  /* its ring pair (owned by the cluster), NULL when closed */
     int reading;           /* the hub reads its up ring (not cut off) */
     int want_arm;          /* drained: arm its doorbell before the loop sleeps */
     int busy;              /* its up ring had more than one turn's work */
@@ -320,17 +320,17 @@ typedef struct pm__outcome_ctx {
 
 /* A request a local requester sent over a link, not answered yet: a link
  * going down answers it -EHOSTUNREACH at once. */
-typedef struct pm__rinflight {
+typedef struct pm__remote_inflight {
     uint32_t requester;     /* slot or PM__NODE_MAIN */
     uint32_t target;        /* the remote address port */
     uint64_t requester_inc;
     uint64_t target_inc;
     uint64_t request_id;
     int64_t expires_ms;     /* forgotten then: its deadline, at most the lifetime */
-} pm__rinflight;
+} pm__remote_inflight;
 
 /* Requests one host's link may have in flight (all requesters). */
-#define PM__RINFLIGHT_MAX 65536u
+#define PM__REMOTE_INFLIGHT_MAX 65536u
 
 /* Flow control on a link (doc/design.md, "Backpressure"; doc/protocol.md
  * 6, "Flow control"): a sender's hub may have at most this many MSG and
@@ -351,17 +351,17 @@ typedef struct pm__rinflight {
 
 /* One address port's window (sender) or credit not yet sent (receiver):
  * an entry of a small open-addressing table keyed by port + 1 (0: empty). */
-typedef struct pm__lwin {
+typedef struct pm__hub_link_window {
     uint32_t key;
     uint32_t frames;
     uint32_t bytes;
     uint32_t waiting;       /* sender: a sender is held on this window */
-} pm__lwin;
+} pm__hub_link_window;
 
-typedef struct pm__lwtab {
-    pm__lwin *v;
+typedef struct pm__hub_link_window_table {
+    pm__hub_link_window *v;
     uint32_t cap, n;        /* cap a power of two (0 before the first entry) */
-} pm__lwtab;
+} pm__hub_link_window_table;
 
 /* A peer link as the hub sees it: a port to a remote host (hub_link.c).
  * The mesh (mesh.c) owns the connection and tells the hub when it is up
@@ -373,7 +373,7 @@ typedef struct pm__hub_link {
      * is going down. */
     int (*send)(void *arg, const void *frame, size_t len);
     void *arg;
-    pm__rinflight *inflight;
+    pm__remote_inflight *inflight;
     uint32_t ninflight, cap;
     uint64_t frames_in, frames_out;
     uint64_t forged;        /* frames claiming another host than the link's, dropped */
@@ -387,8 +387,8 @@ typedef struct pm__hub_link {
      * per remote port, senders held on one (a list like held_*), credits
      * owed to the peer per local address port. */
     uint32_t caps;
-    pm__lwtab win, cred;
-    int wheld_head, wheld_tail;
+    pm__hub_link_window_table win, cred;
+    int window_held_head, window_held_tail;
     int cred_unsent;        /* a credit found the link full: sent when it drains */
     uint64_t window_waits;  /* times a sender was held by a full window */
     /* Large messages (peer announced PM__PEER_CAP_FRAG): the one being sent
@@ -400,7 +400,7 @@ typedef struct pm__hub_link {
     uint32_t tx_id;         /* the last message id used (0 none yet) */
     uint32_t tx_owner;      /* its sender's port, or PM__NODE_MAIN */
     pm__frame_hdr tx_hdr;   /* its wire header (type the message's) */
-    int fheld_head, fheld_tail;
+    int frag_held_head, frag_held_tail;
     pm__frag_rx rx;
     int rx_fd;
     pm__frame_hdr rx_hdr;   /* the first fragment's header, made local */
@@ -451,17 +451,17 @@ typedef struct pm__hub {
     void (*on_message)(pm_cluster *, const pm_message *, void *);
     void *on_message_arg;
     pm__bcast *bcasts;      /* broadcasts waiting for results */
-    pm__mbcast *mbcasts;    /* mesh broadcasts waiting for their parts */
+    pm__mesh_broadcast *mesh_broadcasts; /* mesh broadcasts waiting for their parts */
     uint64_t next_req;      /* main's broadcast ids (above INT_MAX, PM__BCAST_ID_BASE) */
-    pm__mreq **mreqs;       /* main's requests by id (hash, mreq_buckets chains) */
-    size_t mreq_buckets;    /* a power of two, 0 before the first request */
-    size_t nmreqs;
-    pm__mreq *waiting;      /* requests for any worker while none is ready, FIFO */
-    pm__mreq *waiting_tail;
-    uint32_t mreq_last_id;  /* the last id handed out (ids wrap within 1..INT_MAX) */
-    unsigned mreq_rr;       /* the port picked last (round robin among ties) */
-    int64_t mreq_due_ms;    /* no request's deadline is earlier; 0 none */
-    int mreq_closed;        /* pm_cluster_terminate began: no new requests */
+    pm__main_request **main_requests; /* main's requests by id (hash, main_request_buckets chains) */
+    size_t main_request_buckets; /* a power of two, 0 before the first request */
+    size_t main_request_count;
+    pm__main_request *waiting; /* requests for any worker while none is ready, FIFO */
+    pm__main_request *waiting_tail;
+    uint32_t main_request_last_id; /* the last id handed out (ids wrap within 1..INT_MAX) */
+    unsigned main_request_rr; /* the port picked last (round robin among ties) */
+    int64_t main_request_due_ms; /* no request's deadline is earlier; 0 none */
+    int main_request_closed; /* pm_cluster_terminate began: no new requests */
     size_t nwaiting;        /* on the waiting list */
     size_t queue_max;       /* pm_options_set_request_queue_max */
     uint32_t any_per_worker; /* pm_options_set_requests_per_worker */
@@ -611,7 +611,7 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
 /* A new incarnation behind port p: link attached, handshake frames read.
  * Returns 1 when its ring already has work (read it this turn), else 0:
  * the caller arms the doorbell (link->hub_efd). */
-int pm__hub_port_open(pm__hub *h, unsigned p, pm__link *link, uint64_t incarnation);
+int pm__hub_port_open(pm__hub *h, unsigned p, pm__channel *channel, uint64_t incarnation);
 void pm__hub_port_set_state(pm__hub *h, unsigned p, int state);
 /* Never read from this incarnation again (fenced, or it ended). */
 void pm__hub_port_cut(pm__hub *h, unsigned p);

@@ -47,8 +47,8 @@ int pm__hub_broadcast_for(pm__hub *h, uint16_t src_host, const void *data, size_
  * mesh broadcast (pm__hub_broadcast_for): an answer to system@host:0 under
  * that id is its result, settled here, not a reply for the link. */
 int pm__hub_bcast_of(pm__hub *h, uint64_t id, uint16_t host);
-void pm__hub_mreq_dispatch_waiting(pm__hub *h);
-void pm__hub_mreq_expire(pm__hub *h, int64_t now);
+void pm__hub_main_request_dispatch_waiting(pm__hub *h);
+void pm__hub_main_request_expire(pm__hub *h, int64_t now);
 /* hub_queue.c: an undeliverable notice to `to` (a port, main, or a remote
  * requester) about node `about` of host about_host. */
 void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_host,
@@ -72,11 +72,11 @@ int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_
 /* hub_bcast.c: a BRESULT or BDONE from host's link (validated: a known
  * part of that host, not settled), and a link gone down (its parts settle
  * as one -EHOSTUNREACH result each). */
-void pm__hub_mbcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,
+void pm__hub_mesh_broadcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,
                           const unsigned char *payload);
-void pm__hub_mbcast_host_down(pm__hub *h, uint16_t host);
+void pm__hub_mesh_broadcast_host_down(pm__hub *h, uint16_t host);
 /* Settles what is due (deadline) or everything (all, with err). */
-void pm__hub_mbcast_fire(pm__hub *h, int64_t now, int all, int err);
+void pm__hub_mesh_broadcast_fire(pm__hub *h, int64_t now, int all, int err);
 /* Main's request id to address port `port` of `host` over its link: an
  * entry in the link's table, then the frame. 0, or -EHOSTUNREACH (no link
  * up), -EBUSY (its table is full), -EAGAIN (the link's buffer is full). */

@@ -20,8 +20,8 @@ static int links_alloc(pm__hub *h)
         return -ENOMEM;
     for (unsigned i = 0; i < PM__MAX_HOSTS; i++) {
         h->links[i].held_head = h->links[i].held_tail = -1;
-        h->links[i].wheld_head = h->links[i].wheld_tail = -1;
-        h->links[i].fheld_head = h->links[i].fheld_tail = -1;
+        h->links[i].window_held_head = h->links[i].window_held_tail = -1;
+        h->links[i].frag_held_head = h->links[i].frag_held_tail = -1;
         h->links[i].tx_fd = h->links[i].rx_fd = -1;
     }
     /* The frame being encoded holds a worker's traffic: a mapping of its
@@ -65,18 +65,18 @@ void pm__hub_link_drops(const pm__hub *h, uint16_t host, uint64_t *forged, uint6
 
 void pm__hub_link_caps(pm__hub *h, uint16_t host, uint32_t caps)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
+    pm__hub_link *l = pm__hub_link_of(h, host);
     if (l != NULL)
         l->caps = caps;
 }
 
-/* Takes back the entry a request just got from pm__hl_inflight_add. By key, not
+/* Takes back the entry a request just got from pm__hub_link_inflight_add. By key, not
  * by popping the last entry: a send that brought the link down would have
  * emptied the table already (pm__hub_link_down), and a pop would wrap. */
 static void unadd(pm__hub_link *l, uint32_t src, const pm__frame_hdr *f)
 {
-    pm__rinflight e;
-    pm__hl_inflight_take(l, src, f->request_id, f->dst, &e);
+    pm__remote_inflight e;
+    pm__hub_link_inflight_take(l, src, f->request_id, f->dst, &e);
 }
 
 /* p's REPLY to a request that came over host f->dst_host's link (l, NULL
@@ -113,10 +113,10 @@ static int relay_remote_reply(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
         h->replies_dropped++;
         return 0;
     }
-    pm__frame_hdr w = pm__hl_wire_hdr(h, f, src);
+    pm__frame_hdr w = pm__hub_link_wire_hdr(h, f, src);
     w.dst_inc = e.requester_inc;
     if (frag) {
-        pm__hl_frag_start(h, l, &w, src, h->cur_fd, h->cur_len);
+        pm__hub_link_frag_start(h, l, &w, src, h->cur_fd, h->cur_len);
         h->cur_fd = -1; /* the link's now */
         p->relayed++;
         p->relayed_bytes += h->cur_len;
@@ -125,14 +125,14 @@ static int relay_remote_reply(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
     if (big) {
         /* A peer without large messages (or no link): the requester
          * learns so now instead of waiting for its deadline. */
-        pm__hl_notice_port(h, requester, e.requester_inc, pm__hl_port_of(h, src), p->incarnation,
+        pm__hub_link_notice_port(h, requester, e.requester_inc, pm__hub_link_port_of(h, src), p->incarnation,
                     f->request_id, -EMSGSIZE);
         return 0;
     }
     /* A reply never waits (the replier is never held back, as locally):
      * a link without room drops it, counted; the requester's deadline
      * ends its wait. */
-    if (pm__hl_put_or_drop(h, l, &w, payload) < 0)
+    if (pm__hub_link_put_or_drop(h, l, &w, payload) < 0)
         h->replies_dropped++;
     else
         p->relayed++;
@@ -149,22 +149,22 @@ static int relay_remote_frame(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
     /* The destination's window first: a remote worker that does not read
      * holds back only the senders that write to it. */
     uint32_t wbytes = PM__FRAME_HDR_SIZE + f->len;
-    if (pm__hl_window_take(l, f->dst, wbytes, 0) < 0) {
+    if (pm__hub_link_window_take(l, f->dst, wbytes, 0) < 0) {
         if (f->type == PM__FT_REQUEST)
             unadd(l, src, f); /* retried, or answered here */
-        pm__hl_window_hold(h, l, f->dst_host, p);
+        pm__hub_link_window_hold(h, l, f->dst_host, p);
         return -EAGAIN;
     }
-    pm__frame_hdr w = pm__hl_wire_hdr(h, f, src);
-    int rc = pm__hl_put(h, l, &w, payload);
+    pm__frame_hdr w = pm__hub_link_wire_hdr(h, f, src);
+    int rc = pm__hub_link_put(h, l, &w, payload);
     if (rc < 0)
-        pm__hl_window_untake(l, f->dst, wbytes);
+        pm__hub_link_window_untake(l, f->dst, wbytes);
     if (rc == -ENOBUFS) {
         /* The link is full: the sender waits, its frame stays in its ring
-         * and is read again when the link drains (pm__hl_link_hold). */
+         * and is read again when the link drains (pm__hub_link_queue_hold). */
         if (f->type == PM__FT_REQUEST)
             unadd(l, src, f); /* retried, or answered here */
-        pm__hl_link_hold(h, l, f->dst_host, p);
+        pm__hub_link_queue_hold(h, l, f->dst_host, p);
         return -EAGAIN;
     }
     if (rc < 0) {
@@ -184,15 +184,15 @@ static int relay_remote_frame(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
 /* A frame from local port p (or main, p NULL) for a remote host. */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
-    pm__hub_link *l = pm__hl_of(h, f->dst_host);
+    pm__hub_link *l = pm__hub_link_of(h, f->dst_host);
     uint32_t src = p->index;
     int big = (f->flags & PM__FF_MEMFD) != 0;
     if (l != NULL && l->up && l->tx_fd >= 0 && (big || l->tx_owner == src)) {
         /* One large message at a time per link; and a sender whose large
          * message is still crossing sends nothing else over that link
          * meanwhile, so its frames keep their order. Held until it has
-         * crossed (pm__hl_frag_tx_end), like any held sender. */
-        pm__hl_hold_on(h, &l->fheld_head, &l->fheld_tail, f->dst_host, p);
+         * crossed (pm__hub_link_frag_tx_end), like any held sender. */
+        pm__hub_link_hold_on(h, &l->frag_held_head, &l->frag_held_tail, f->dst_host, p);
         return -EAGAIN;
     }
     int frag = big && l != NULL && l->up && (l->caps & PM__PEER_CAP_FRAG) != 0;
@@ -210,7 +210,7 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
                           f->request_id, -EMSGSIZE);
         return 0;
     }
-    if (f->type == PM__FT_REQUEST && pm__hl_inflight_add(h, l, f, src, p->incarnation) < 0) {
+    if (f->type == PM__FT_REQUEST && pm__hub_link_inflight_add(h, l, f, src, p->incarnation) < 0) {
         pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
                           f->request_id, -EBUSY);
         return 0;
@@ -219,8 +219,8 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
         /* Not counted in the destination's window: one message at a time
          * per link bounds it. Its request entry is made first, so the link
          * going down mid-message answers it -EHOSTUNREACH, once. */
-        pm__frame_hdr w = pm__hl_wire_hdr(h, f, src);
-        pm__hl_frag_start(h, l, &w, src, h->cur_fd, h->cur_len);
+        pm__frame_hdr w = pm__hub_link_wire_hdr(h, f, src);
+        pm__hub_link_frag_start(h, l, &w, src, h->cur_fd, h->cur_len);
         h->cur_fd = -1;
         p->relayed++;
         p->relayed_bytes += h->cur_len;
@@ -235,8 +235,8 @@ void pm__hub_link_up(pm__hub *h, uint16_t host, int (*send)(void *, const void *
     if (host == PM__HOST_LOCAL || host >= PM__MAX_HOSTS || links_alloc(h) < 0)
         return;
     pm__hub_link *l = &h->links[host];
-    pm__hl_lw_clear(&l->win);
-    pm__hl_lw_clear(&l->cred);
+    pm__hub_link_windows_clear(&l->win);
+    pm__hub_link_windows_clear(&l->cred);
     l->tx_id = 0;
     memset(&l->rx, 0, sizeof(l->rx));
     l->up = 1;
@@ -246,7 +246,7 @@ void pm__hub_link_up(pm__hub *h, uint16_t host, int (*send)(void *, const void *
 
 void pm__hub_link_down(pm__hub *h, uint16_t host)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
+    pm__hub_link *l = pm__hub_link_of(h, host);
     if (l == NULL || !l->up)
         return;
     l->up = 0;
@@ -255,24 +255,24 @@ void pm__hub_link_down(pm__hub *h, uint16_t host)
     /* Its held senders are read again: their frames are answered
      * -EHOSTUNREACH now (pm__hub_relay_remote), not when it comes back.
      * Windows and credits were the connection's: a new one starts empty. */
-    pm__hl_release(h, &l->held_head, &l->held_tail);
-    pm__hl_release(h, &l->wheld_head, &l->wheld_tail);
-    pm__hl_lw_clear(&l->win);
-    pm__hl_lw_clear(&l->cred);
+    pm__hub_link_release(h, &l->held_head, &l->held_tail);
+    pm__hub_link_release(h, &l->window_held_head, &l->window_held_tail);
+    pm__hub_link_windows_clear(&l->win);
+    pm__hub_link_windows_clear(&l->cred);
     l->cred_unsent = 0;
     l->caps = 0;
     /* A large message half sent or half received dies with the link: its
      * request (if it was one) is in the table answered below. */
     if (l->tx_fd >= 0)
         l->frag_dropped++;
-    pm__hl_frag_tx_end(h, l);
+    pm__hub_link_frag_tx_end(h, l);
     if (l->rx.active)
         l->frag_dropped++;
     pm__close(l->rx_fd);
     l->rx_fd = -1;
     memset(&l->rx, 0, sizeof(l->rx));
     /* Detached first: answering may run callbacks that send again. */
-    pm__rinflight *v = l->inflight;
+    pm__remote_inflight *v = l->inflight;
     uint32_t n = l->ninflight;
     l->inflight = NULL;
     l->ninflight = l->cap = 0;
@@ -280,12 +280,12 @@ void pm__hub_link_down(pm__hub *h, uint16_t host)
         pm__hub_notice_at(h, v[i].requester, v[i].requester_inc, host, v[i].target,
                           v[i].target_inc, v[i].request_id, -EHOSTUNREACH);
     free(v);
-    pm__hub_mbcast_host_down(h, host);
+    pm__hub_mesh_broadcast_host_down(h, host);
 }
 
 void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, size_t len)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
+    pm__hub_link *l = pm__hub_link_of(h, host);
     if (l == NULL || !l->up)
         return;
     pm__frame_hdr f;
@@ -312,7 +312,7 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
         f.deadline_ms += (int64_t)pm__now_ms();
     const unsigned char *payload = frame + PM__FRAME_HDR_SIZE;
     uint32_t node;
-    int err = pm__hl_node_of(h, f.dst, &node);
+    int err = pm__hub_link_node_of(h, f.dst, &node);
     switch (f.type) {
     case PM__FT_MSG:
     case PM__FT_REQUEST: {
@@ -320,17 +320,17 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
          * it leaves the destination's queue. */
         uint32_t port = f.dst, bytes = PM__FRAME_HDR_SIZE + f.len;
         if (err < 0)
-            pm__hl_notice_port(h, PM__REMOTE_NODE(host, f.src), f.src_inc, f.dst, f.dst_inc,
+            pm__hub_link_notice_port(h, PM__REMOTE_NODE(host, f.src), f.src_inc, f.dst, f.dst_inc,
                         f.request_id, err);
-        if (err < 0 || pm__hl_deliver(h, l, host, &f, payload, node) == 0)
+        if (err < 0 || pm__hub_link_deliver(h, l, host, &f, payload, node) == 0)
             pm__hub_link_credit(h, host, port, bytes);
         return;
     }
     case PM__FT_CREDIT:
-        pm__hl_credit_in(h, l, &f, payload);
+        pm__hub_link_credit_in(h, l, &f, payload);
         return;
     case PM__FT_FRAG:
-        pm__hl_frag_in(h, l, host, &f, payload);
+        pm__hub_link_frag_in(h, l, host, &f, payload);
         return;
     case PM__FT_REPLY:
     case PM__FT_UNDELIVERABLE:
@@ -340,10 +340,10 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
             l->malformed++;
             return;
         }
-        pm__hl_answer(h, l, &f, payload, node);
+        pm__hub_link_answer(h, l, &f, payload, node);
         return;
     case PM__FT_BCAST:
-        pm__hl_bcast_in(h, l, host, &f, payload);
+        pm__hub_link_bcast_in(h, l, host, &f, payload);
         return;
     case PM__FT_BRESULT:
     case PM__FT_BDONE:
@@ -352,7 +352,7 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
             l->malformed++;
             return;
         }
-        pm__hub_mbcast_frame(h, host, &f, payload);
+        pm__hub_mesh_broadcast_frame(h, host, &f, payload);
         return;
     default:
         l->malformed++; /* lifecycle frames never cross a link */
@@ -362,10 +362,10 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
 
 void pm__hub_link_writable(pm__hub *h, uint16_t host)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
+    pm__hub_link *l = pm__hub_link_of(h, host);
     if (l == NULL)
         return;
-    pm__hl_release(h, &l->held_head, &l->held_tail);
+    pm__hub_link_release(h, &l->held_head, &l->held_tail);
     /* Called back from inside a send (the mesh wrote to make room): the
      * frame being sent is in link_buf, and a fragment sent now would pass
      * the one being sent. The credits and the cursor wait for the next
@@ -373,7 +373,7 @@ void pm__hub_link_writable(pm__hub *h, uint16_t host)
     if (h->link_putting)
         return;
     if (l->cred_unsent && l->up)
-        pm__hl_send_credits(h, l);
+        pm__hub_link_send_credits(h, l);
     if (l->tx_fd >= 0)
-        pm__hl_frag_pump(h, l);
+        pm__hub_link_frag_pump(h, l);
 }

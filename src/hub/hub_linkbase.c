@@ -20,7 +20,7 @@
  * milliseconds remaining (at least 1), never as one host's CLOCK_MONOTONIC.
  */
 
-pm__hub_link *pm__hl_of(pm__hub *h, uint16_t host)
+pm__hub_link *pm__hub_link_of(pm__hub *h, uint16_t host)
 {
     if (h->links == NULL || host == PM__HOST_LOCAL || host >= PM__MAX_HOSTS)
         return NULL;
@@ -28,13 +28,13 @@ pm__hub_link *pm__hl_of(pm__hub *h, uint16_t host)
 }
 
 /* A local node's address port: 0 for the supervisor (peer mode). */
-uint32_t pm__hl_port_of(const pm__hub *h, uint32_t node)
+uint32_t pm__hub_link_port_of(const pm__hub *h, uint32_t node)
 {
     return node == PM__NODE_MAIN ? 0u : h->names.base_port + node;
 }
 
 /* The local node an address port of this host names, or -ENOENT. */
-int pm__hl_node_of(const pm__hub *h, uint32_t port, uint32_t *node)
+int pm__hub_link_node_of(const pm__hub *h, uint32_t port, uint32_t *node)
 {
     if (port == 0) {
         *node = PM__NODE_MAIN;
@@ -49,7 +49,7 @@ int pm__hl_node_of(const pm__hub *h, uint32_t port, uint32_t *node)
 /* Encodes f (its fields in wire form already) with payload and hands it to
  * the link. 0, or -EHOSTUNREACH (down) / -ENOBUFS (full: the caller holds
  * the sender, or drops the frame and counts it). */
-int pm__hl_put(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const void *payload)
+int pm__hub_link_put(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const void *payload)
 {
     if (l == NULL || !l->up)
         return -EHOSTUNREACH;
@@ -68,12 +68,12 @@ int pm__hl_put(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const void *
     return rc == -EAGAIN ? -ENOBUFS : -EHOSTUNREACH;
 }
 
-/* pm__hl_put for a frame that is dropped when the link has no room (an
+/* pm__hub_link_put for a frame that is dropped when the link has no room (an
  * answer, a broadcast's result): counted on the link. */
-int pm__hl_put_or_drop(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
+int pm__hub_link_put_or_drop(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
                        const void *payload)
 {
-    int rc = pm__hl_put(h, l, f, payload);
+    int rc = pm__hub_link_put(h, l, f, payload);
     if (rc < 0 && l != NULL)
         l->dropped++;
     return rc;
@@ -81,12 +81,12 @@ int pm__hl_put_or_drop(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
 
 /* The wire form of a local frame for the far end: relative hosts, our
  * address port as the source, the deadline as milliseconds remaining. */
-pm__frame_hdr pm__hl_wire_hdr(const pm__hub *h, const pm__frame_hdr *f, uint32_t src_node)
+pm__frame_hdr pm__hub_link_wire_hdr(const pm__hub *h, const pm__frame_hdr *f, uint32_t src_node)
 {
     pm__frame_hdr w = *f;
     w.dst_host = 0;
     w.src_host = 0;
-    w.src = pm__hl_port_of(h, src_node);
+    w.src = pm__hub_link_port_of(h, src_node);
     if (f->deadline_ms > 0) {
         int64_t left = f->deadline_ms - (int64_t)pm__now_ms();
         w.deadline_ms = left >= 1 ? left : 1;
@@ -96,7 +96,7 @@ pm__frame_hdr pm__hl_wire_hdr(const pm__hub *h, const pm__frame_hdr *f, uint32_t
 
 /* Remembers a request sent over l. -EBUSY when the table is full of live
  * entries. */
-int pm__hl_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, uint32_t requester,
+int pm__hub_link_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, uint32_t requester,
                         uint64_t requester_inc)
 {
     int64_t now = (int64_t)pm__now_ms();
@@ -111,16 +111,16 @@ int pm__hl_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, uin
         }
     }
     if (l->ninflight == l->cap) {
-        if (l->cap == PM__RINFLIGHT_MAX)
+        if (l->cap == PM__REMOTE_INFLIGHT_MAX)
             return -EBUSY;
         uint32_t cap = l->cap == 0 ? 64 : l->cap * 2;
-        pm__rinflight *v = realloc(l->inflight, cap * sizeof(*v));
+        pm__remote_inflight *v = realloc(l->inflight, cap * sizeof(*v));
         if (v == NULL)
             return -EBUSY;
         l->inflight = v;
         l->cap = cap;
     }
-    pm__rinflight *e = &l->inflight[l->ninflight++];
+    pm__remote_inflight *e = &l->inflight[l->ninflight++];
     e->requester = requester;
     e->requester_inc = requester_inc;
     e->target = f->dst;
@@ -135,11 +135,11 @@ int pm__hl_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, uin
 
 /* Takes the entry an answer from port `target` to requester/id settles:
  * 1 (copied to *out), or 0. */
-int pm__hl_inflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint32_t target,
-                         pm__rinflight *out)
+int pm__hub_link_inflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint32_t target,
+                         pm__remote_inflight *out)
 {
     for (uint32_t i = 0; i < l->ninflight; i++) {
-        pm__rinflight *e = &l->inflight[i];
+        pm__remote_inflight *e = &l->inflight[i];
         if (e->requester == requester && e->request_id == id && e->target == target) {
             *out = *e;
             l->inflight[i] = l->inflight[--l->ninflight];
@@ -149,10 +149,10 @@ int pm__hl_inflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint3
     return 0;
 }
 
-pm__hub_link *pm__hl_main_frame(pm__hub *h, uint16_t host, uint8_t type, uint32_t port, size_t len,
+pm__hub_link *pm__hub_link_main_frame(pm__hub *h, uint16_t host, uint8_t type, uint32_t port, size_t len,
                                 pm__frame_hdr *f)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
+    pm__hub_link *l = pm__hub_link_of(h, host);
     if (l == NULL || !l->up) {
         h->unreachable++;
         return NULL;
@@ -167,10 +167,10 @@ pm__hub_link *pm__hl_main_frame(pm__hub *h, uint16_t host, uint8_t type, uint32_
 
 /* An undeliverable notice for a remote requester (to: PM__REMOTE_NODE)
  * about our address port about_port. */
-void pm__hl_notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about_port,
+void pm__hub_link_notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about_port,
                         uint64_t about_inc, uint64_t request_id, int err)
 {
-    pm__hub_link *l = pm__hl_of(h, PM__REMOTE_HOST(to));
+    pm__hub_link *l = pm__hub_link_of(h, PM__REMOTE_HOST(to));
     pm__frame_hdr n;
     memset(&n, 0, sizeof(n));
     n.type = PM__FT_UNDELIVERABLE;
@@ -180,17 +180,17 @@ void pm__hl_notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about
     n.src_inc = about_inc;
     n.request_id = request_id;
     n.error = err;
-    if (pm__hl_put_or_drop(h, l, &n, NULL) < 0)
+    if (pm__hub_link_put_or_drop(h, l, &n, NULL) < 0)
         h->notices_dropped++;
 }
 
 void pm__hub_link_forget(pm__hub *h, uint16_t host, uint32_t requester, uint64_t id,
                          uint32_t port)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
-    pm__rinflight e;
+    pm__hub_link *l = pm__hub_link_of(h, host);
+    pm__remote_inflight e;
     if (l != NULL)
-        pm__hl_inflight_take(l, requester, id, port, &e);
+        pm__hub_link_inflight_take(l, requester, id, port, &e);
 }
 
 /*
@@ -203,7 +203,7 @@ void pm__hub_link_forget(pm__hub *h, uint16_t host, uint32_t requester, uint64_t
  * flowing; only the link's own senders wait for it. The list is intrusive
  * (pm__port.link_next): nothing is allocated per held sender.
  */
-void pm__hl_hold_on(pm__hub *h, int *head, int *tail, uint16_t host, pm__port *p)
+void pm__hub_link_hold_on(pm__hub *h, int *head, int *tail, uint16_t host, pm__port *p)
 {
     p->blocked_on = PM__BLOCKED_LINK;
     if (p->link_held != 0)
@@ -220,24 +220,24 @@ void pm__hl_hold_on(pm__hub *h, int *head, int *tail, uint16_t host, pm__port *p
     *tail = (int)p->index;
 }
 
-void pm__hl_link_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p)
+void pm__hub_link_queue_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p)
 {
     l->held_waits++;
-    pm__hl_hold_on(h, &l->held_head, &l->held_tail, host, p);
+    pm__hub_link_hold_on(h, &l->held_head, &l->held_tail, host, p);
 }
 
 /* Sender p's frame for a remote port whose window is full: held until a
  * CREDIT reopens it (the same list discipline; a credit releases every
  * sender held on this link's windows, and those whose window is still
  * full are held again: a few re-reads per credit, never a loop). */
-void pm__hl_window_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p)
+void pm__hub_link_window_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p)
 {
     l->window_waits++;
-    pm__hl_hold_on(h, &l->wheld_head, &l->wheld_tail, host, p);
+    pm__hub_link_hold_on(h, &l->window_held_head, &l->window_held_tail, host, p);
 }
 
 /* Reads again every sender on the list (head, tail). */
-void pm__hl_release(pm__hub *h, int *head, int *tail)
+void pm__hub_link_release(pm__hub *h, int *head, int *tail)
 {
     if (*head < 0)
         return;
@@ -261,11 +261,11 @@ int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_
 {
     pm__frame_hdr f;
     /* dst port 0: the remote supervisor */
-    pm__hub_link *l = pm__hl_main_frame(h, host, PM__FT_BCAST, 0, len, &f);
+    pm__hub_link *l = pm__hub_link_main_frame(h, host, PM__FT_BCAST, 0, len, &f);
     if (l == NULL)
         return -EHOSTUNREACH;
     f.request_id = id;
     f.deadline_ms = deadline_ms;
-    pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
-    return pm__hl_put(h, l, &w, data);
+    pm__frame_hdr w = pm__hub_link_wire_hdr(h, &f, PM__NODE_MAIN);
+    return pm__hub_link_put(h, l, &w, data);
 }

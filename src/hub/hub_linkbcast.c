@@ -28,7 +28,7 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
     (void)c;
     struct remote_bcast *rb = arg;
     pm__hub *h = rb->h;
-    pm__hub_link *l = pm__hl_of(h, rb->host);
+    pm__hub_link *l = pm__hub_link_of(h, rb->host);
     uint32_t sent = 0;
     for (size_t i = 0; i < n && l != NULL && l->up; i++) {
         pm__frame_hdr f;
@@ -45,7 +45,7 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
             f.error = -EMSGSIZE;
             f.len = 0;
         }
-        if (pm__hl_put_or_drop(h, l, &f, results[i].data) == 0)
+        if (pm__hub_link_put_or_drop(h, l, &f, results[i].data) == 0)
             sent++;
     }
     if (l != NULL && l->up) {
@@ -56,7 +56,7 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
         d.len = 4;
         unsigned char count[4];
         pm__put32(count, sent);
-        (void)pm__hl_put_or_drop(h, l, &d, count); /* lost: the far end's deadline settles it */
+        (void)pm__hub_link_put_or_drop(h, l, &d, count); /* lost: the far end's deadline settles it */
     }
     free(rb);
 }
@@ -64,7 +64,7 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
 /* A BCAST from host's link: our own broadcast to our ready snapshot,
  * ending a little before the far end's deadline (a quarter of what is
  * left, at most 200 ms early) so that its results can still cross. */
-void pm__hl_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
+void pm__hub_link_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
                      const unsigned char *payload)
 {
     if (f->dst != 0 || f->deadline_ms == 0 || f->len > PM_MAX_PAYLOAD) {

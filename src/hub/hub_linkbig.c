@@ -23,11 +23,11 @@ void pm__hub_links_wipe(pm__hub *h)
 /* The message being sent ended (sent whole, or its link went down): its
  * fd goes, and the senders waiting for the link's one cursor are read
  * again. */
-void pm__hl_frag_tx_end(pm__hub *h, pm__hub_link *l)
+void pm__hub_link_frag_tx_end(pm__hub *h, pm__hub_link *l)
 {
     pm__close(l->tx_fd);
     l->tx_fd = -1;
-    pm__hl_release(h, &l->fheld_head, &l->fheld_tail);
+    pm__hub_link_release(h, &l->frag_held_head, &l->frag_held_tail);
 }
 
 /* Reads bytes of the message being sent into buf: 0, or -EIO (a sealed
@@ -58,9 +58,9 @@ static int frag_read(int fd, unsigned char *buf, size_t n, uint64_t off)
  * it, and the mesh's drain hook (pm__hub_link_writable) resumes it, so the
  * hub never holds more of a message than the one fragment it is sending.
  * Each fragment is read from the sealed memfd straight into the link's
- * frame buffer (wiped by pm__hl_put).
+ * frame buffer (wiped by pm__hub_link_put).
  */
-void pm__hl_frag_pump(pm__hub *h, pm__hub_link *l)
+void pm__hub_link_frag_pump(pm__hub *h, pm__hub_link *l)
 {
     unsigned char *body = h->link_buf + PM__FRAME_HDR_SIZE;
     while (l->tx_fd >= 0 && l->up) {
@@ -71,14 +71,14 @@ void pm__hl_frag_pump(pm__hub *h, pm__hub_link *l)
         if (frag_read(l->tx_fd, body + PM__FRAG_HDR_SIZE, n, l->tx_off) < 0) {
             explicit_bzero(body, PM__FRAG_HDR_SIZE + n);
             l->frag_dropped++;
-            pm__hl_frag_tx_end(h, l);
+            pm__hub_link_frag_tx_end(h, l);
             return;
         }
         pm__frame_hdr w = l->tx_hdr;
         w.type = PM__FT_FRAG;
         w.flags = 0;
         w.len = (uint32_t)(PM__FRAG_HDR_SIZE + n);
-        int rc = pm__hl_put(h, l, &w, body);
+        int rc = pm__hub_link_put(h, l, &w, body);
         if (rc == -ENOBUFS)
             return; /* resumed when the queue drains */
         if (rc < 0)
@@ -86,14 +86,14 @@ void pm__hl_frag_pump(pm__hub *h, pm__hub_link *l)
         l->tx_off += n;
         if (l->tx_off == l->tx_total) {
             l->big_out++;
-            pm__hl_frag_tx_end(h, l);
+            pm__hub_link_frag_tx_end(h, l);
         }
     }
 }
 
 /* Starts sending the large message fd (len bytes, w its wire header) from
  * owner over l; the fd is l's from now on. */
-void pm__hl_frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint32_t owner,
+void pm__hub_link_frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint32_t owner,
                        int fd, uint64_t len)
 {
     l->tx_fd = fd;
@@ -102,7 +102,7 @@ void pm__hl_frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint
     l->tx_id = l->tx_id == UINT32_MAX ? 1 : l->tx_id + 1;
     l->tx_owner = owner;
     l->tx_hdr = *w;
-    pm__hl_frag_pump(h, l);
+    pm__hub_link_frag_pump(h, l);
 }
 
 /* Main's large message (len > PM_MAX_PAYLOAD, w its wire header) to l:
@@ -110,7 +110,7 @@ void pm__hl_frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint
  * Main is never held: a cursor busy with another message is -EAGAIN (try
  * later). 0, -EMSGSIZE (the peer takes no large messages), or the
  * memfd's error. */
-int pm__hl_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const void *data,
+int pm__hub_link_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const void *data,
                     size_t len)
 {
     if ((l->caps & PM__PEER_CAP_FRAG) == 0)
@@ -120,7 +120,7 @@ int pm__hl_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const v
     int fd = pm__hub_main_memfd(h, data, len);
     if (fd < 0)
         return fd;
-    pm__hl_frag_start(h, l, w, PM__NODE_MAIN, fd, len);
+    pm__hub_link_frag_start(h, l, w, PM__NODE_MAIN, fd, len);
     return 0;
 }
 

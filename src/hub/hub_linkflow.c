@@ -13,7 +13,7 @@
 /* ---------------------------------------------------------------- windows */
 
 /* The entry of port in t, or NULL. Linear probing, the key is port + 1. */
-static pm__lwin *lw_find(const pm__lwtab *t, uint32_t port)
+static pm__hub_link_window *window_find(const pm__hub_link_window_table *t, uint32_t port)
 {
     if (t->cap == 0)
         return NULL;
@@ -30,22 +30,22 @@ static pm__lwin *lw_find(const pm__lwtab *t, uint32_t port)
  * table grows at half full, so a probe always ends at an empty slot. Its
  * size follows the ports with frames in flight (a few), at most every
  * address port. */
-static pm__lwin *lw_get(pm__lwtab *t, uint32_t port)
+static pm__hub_link_window *window_get(pm__hub_link_window_table *t, uint32_t port)
 {
-    pm__lwin *e = lw_find(t, port);
+    pm__hub_link_window *e = window_find(t, port);
     if (e != NULL)
         return e;
     if ((t->n + 1) * 2 > t->cap) {
         uint32_t cap = t->cap == 0 ? 8 : t->cap * 2;
-        pm__lwin *v = calloc(cap, sizeof(*v));
+        pm__hub_link_window *v = calloc(cap, sizeof(*v));
         if (v == NULL)
             return NULL;
-        pm__lwtab g = {v, cap, 0};
+        pm__hub_link_window_table g = {v, cap, 0};
         for (uint32_t i = 0; i < t->cap; i++) {
             if (t->v[i].key == 0)
                 continue;
-            pm__lwin *n = lw_get(&g, t->v[i].key - 1); /* cannot grow: half empty */
-            *n = t->v[i]; /* lw_get counted it in g.n */
+            pm__hub_link_window *n = window_get(&g, t->v[i].key - 1); /* cannot grow: half empty */
+            *n = t->v[i]; /* window_get counted it in g.n */
         }
         free(t->v);
         *t = g;
@@ -62,7 +62,7 @@ static pm__lwin *lw_get(pm__lwtab *t, uint32_t port)
 
 /* Removes e, shifting back the entries its slot was between (no
  * tombstones: lookups stay short however long the link lives). */
-static void lw_del(pm__lwtab *t, pm__lwin *e)
+static void window_del(pm__hub_link_window_table *t, pm__hub_link_window *e)
 {
     uint32_t mask = t->cap - 1;
     uint32_t i = (uint32_t)(e - t->v);
@@ -80,7 +80,7 @@ static void lw_del(pm__lwtab *t, pm__lwin *e)
     }
 }
 
-void pm__hl_lw_clear(pm__lwtab *t)
+void pm__hub_link_windows_clear(pm__hub_link_window_table *t)
 {
     free(t->v);
     t->v = NULL;
@@ -89,7 +89,7 @@ void pm__hl_lw_clear(pm__lwtab *t)
 
 /* One CREDIT for e's port (doc/protocol.md 6, "Flow control"). 0, or
  * -ENOBUFS / -EHOSTUNREACH (kept, sent later). */
-static int credit_put(pm__hub *h, pm__hub_link *l, pm__lwin *e)
+static int credit_put(pm__hub *h, pm__hub_link *l, pm__hub_link_window *e)
 {
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
@@ -99,17 +99,17 @@ static int credit_put(pm__hub *h, pm__hub_link *l, pm__lwin *e)
     unsigned char body[8];
     pm__put32(body, e->frames);
     pm__put32(body + 4, e->bytes);
-    return pm__hl_put(h, l, &f, body);
+    return pm__hub_link_put(h, l, &f, body);
 }
 
 /* Sends the credits owed at their step. A credit the link has no room for
  * waits for pm__hub_link_writable: the sender's window stays closed
  * meanwhile, which is what a full link means anyway. */
-void pm__hl_send_credits(pm__hub *h, pm__hub_link *l)
+void pm__hub_link_send_credits(pm__hub *h, pm__hub_link *l)
 {
     l->cred_unsent = 0;
     for (uint32_t i = 0; i < l->cred.cap;) {
-        pm__lwin *e = &l->cred.v[i];
+        pm__hub_link_window *e = &l->cred.v[i];
         if (e->key == 0 || (e->frames < PM__LINK_CREDIT_FRAMES && e->bytes < PM__LINK_CREDIT_BYTES)) {
             i++;
             continue;
@@ -118,16 +118,16 @@ void pm__hl_send_credits(pm__hub *h, pm__hub_link *l)
             l->cred_unsent = 1;
             return;
         }
-        lw_del(&l->cred, e); /* an entry may move into slot i: look again */
+        window_del(&l->cred, e); /* an entry may move into slot i: look again */
     }
 }
 
 void pm__hub_link_credit(pm__hub *h, uint16_t host, uint32_t port, uint32_t bytes)
 {
-    pm__hub_link *l = pm__hl_of(h, host);
+    pm__hub_link *l = pm__hub_link_of(h, host);
     if (l == NULL || !l->up || (l->caps & PM__PEER_CAP_CREDIT) == 0)
         return; /* a link that went down took its windows with it */
-    pm__lwin *e = lw_get(&l->cred, port);
+    pm__hub_link_window *e = window_get(&l->cred, port);
     if (e == NULL)
         return; /* out of memory: that window shrinks by this frame */
     e->frames++;
@@ -135,7 +135,7 @@ void pm__hub_link_credit(pm__hub *h, uint16_t host, uint32_t port, uint32_t byte
     if (e->frames < PM__LINK_CREDIT_FRAMES && e->bytes < PM__LINK_CREDIT_BYTES)
         return;
     if (credit_put(h, l, e) == 0)
-        lw_del(&l->cred, e);
+        window_del(&l->cred, e);
     else
         l->cred_unsent = 1;
 }
@@ -143,14 +143,14 @@ void pm__hub_link_credit(pm__hub *h, uint16_t host, uint32_t port, uint32_t byte
 /* A CREDIT from host's link: port src's window opens by what it says
  * (never below zero: a credit for a window the link no longer has is
  * ignored). Held senders are read again once it is at most half full. */
-void pm__hl_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
+void pm__hub_link_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
                       const unsigned char *payload)
 {
     if (f->dst != 0 || f->len != 8 || f->request_id != 0) {
         l->malformed++;
         return;
     }
-    pm__lwin *e = lw_find(&l->win, f->src);
+    pm__hub_link_window *e = window_find(&l->win, f->src);
     if (e == NULL)
         return;
     uint32_t frames = pm__get32(payload), bytes = pm__get32(payload + 4);
@@ -160,9 +160,9 @@ void pm__hl_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
     if (waiting && e->frames <= PM__LINK_WIN_FRAMES / 2 && e->bytes <= PM__LINK_WIN_BYTES / 2)
         e->waiting = waiting = 0;
     if (e->frames == 0 && e->bytes == 0 && !e->waiting)
-        lw_del(&l->win, e);
+        window_del(&l->win, e);
     if (!waiting)
-        pm__hl_release(h, &l->wheld_head, &l->wheld_tail);
+        pm__hub_link_release(h, &l->window_held_head, &l->window_held_tail);
 }
 
 /* The window of remote port `port` for one more frame of `bytes`: 0 (and
@@ -171,11 +171,11 @@ void pm__hl_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
  * refused: main is the application, held to no window (as it is held to no
  * per-requester cap locally); its frames only shut the window for the
  * workers until they are credited back. */
-int pm__hl_window_take(pm__hub_link *l, uint32_t port, uint32_t bytes, int force)
+int pm__hub_link_window_take(pm__hub_link *l, uint32_t port, uint32_t bytes, int force)
 {
     if ((l->caps & PM__PEER_CAP_CREDIT) == 0)
         return 0;
-    pm__lwin *e = lw_get(&l->win, port);
+    pm__hub_link_window *e = window_get(&l->win, port);
     if (e == NULL)
         return -EAGAIN;
     if (!force && (e->frames >= PM__LINK_WIN_FRAMES || e->bytes + bytes > PM__LINK_WIN_BYTES)) {
@@ -187,16 +187,16 @@ int pm__hl_window_take(pm__hub_link *l, uint32_t port, uint32_t bytes, int force
     return 0;
 }
 
-/* Gives back what pm__hl_window_take took for a frame that did not go out. */
-void pm__hl_window_untake(pm__hub_link *l, uint32_t port, uint32_t bytes)
+/* Gives back what pm__hub_link_window_take took for a frame that did not go out. */
+void pm__hub_link_window_untake(pm__hub_link *l, uint32_t port, uint32_t bytes)
 {
-    pm__lwin *e = (l->caps & PM__PEER_CAP_CREDIT) != 0 ? lw_find(&l->win, port) : NULL;
+    pm__hub_link_window *e = (l->caps & PM__PEER_CAP_CREDIT) != 0 ? window_find(&l->win, port) : NULL;
     if (e == NULL)
         return;
     e->frames--;
     e->bytes -= bytes;
     if (e->frames == 0 && !e->waiting)
-        lw_del(&l->win, e);
+        window_del(&l->win, e);
 }
 
 /* Main's send or reply to a remote node (pm_cluster_send/reply). */
@@ -204,7 +204,7 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
                            uint64_t request_id, const void *data, size_t len)
 {
     pm__frame_hdr f;
-    pm__hub_link *l = pm__hl_main_frame(h, host, (uint8_t)type, port, len, &f);
+    pm__hub_link *l = pm__hub_link_main_frame(h, host, (uint8_t)type, port, len, &f);
     if (l == NULL)
         return -EHOSTUNREACH;
     /* A large message of main's still crossing goes first: main's frames
@@ -216,18 +216,18 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
     if (len > PM_MAX_PAYLOAD) {
         /* Not counted in the destination's window: one message at a time
          * per link bounds it. */
-        pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
-        return pm__hl_main_big(h, l, &w, data, len);
+        pm__frame_hdr w = pm__hub_link_wire_hdr(h, &f, PM__NODE_MAIN);
+        return pm__hub_link_main_big(h, l, &w, data, len);
     }
     /* Main is never held: a full link is -EAGAIN (try later). */
     uint32_t wbytes = PM__FRAME_HDR_SIZE + f.len;
     int counted = type == PM__FT_MSG || type == PM__FT_REQUEST;
-    if (counted && pm__hl_window_take(l, port, wbytes, 1) < 0)
+    if (counted && pm__hub_link_window_take(l, port, wbytes, 1) < 0)
         return -EAGAIN;
-    pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
-    int rc = pm__hl_put(h, l, &w, data);
+    pm__frame_hdr w = pm__hub_link_wire_hdr(h, &f, PM__NODE_MAIN);
+    int rc = pm__hub_link_put(h, l, &w, data);
     if (rc < 0 && counted)
-        pm__hl_window_untake(l, port, wbytes);
+        pm__hub_link_window_untake(l, port, wbytes);
     return rc == -ENOBUFS ? -EAGAIN : rc;
 }
 
@@ -235,7 +235,7 @@ int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t
                               uint64_t id, int64_t deadline_ms, const void *data, size_t len)
 {
     pm__frame_hdr f;
-    pm__hub_link *l = pm__hl_main_frame(h, host, PM__FT_REQUEST, port, len, &f);
+    pm__hub_link *l = pm__hub_link_main_frame(h, host, PM__FT_REQUEST, port, len, &f);
     if (l == NULL)
         return -EHOSTUNREACH;
     f.dst_inc = inc;
@@ -246,31 +246,31 @@ int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t
     if (len > PM_MAX_PAYLOAD) {
         /* The entry first, so the link going down mid-message answers the
          * request -EHOSTUNREACH, once. */
-        if (pm__hl_inflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0)
+        if (pm__hub_link_inflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0)
             return -EBUSY;
-        pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
-        int rc = pm__hl_main_big(h, l, &w, data, len);
+        pm__frame_hdr w = pm__hub_link_wire_hdr(h, &f, PM__NODE_MAIN);
+        int rc = pm__hub_link_main_big(h, l, &w, data, len);
         if (rc < 0) {
-            pm__rinflight e;
-            pm__hl_inflight_take(l, PM__NODE_MAIN, id, port, &e);
+            pm__remote_inflight e;
+            pm__hub_link_inflight_take(l, PM__NODE_MAIN, id, port, &e);
         }
         return rc;
     }
     /* The entry first: the link may go down inside send, and its answer
      * (-EHOSTUNREACH) must find the request. */
     uint32_t wbytes = PM__FRAME_HDR_SIZE + f.len;
-    if (pm__hl_window_take(l, port, wbytes, 1) < 0)
+    if (pm__hub_link_window_take(l, port, wbytes, 1) < 0)
         return -ENOMEM;
-    if (pm__hl_inflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0) {
-        pm__hl_window_untake(l, port, wbytes);
+    if (pm__hub_link_inflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0) {
+        pm__hub_link_window_untake(l, port, wbytes);
         return -EBUSY;
     }
-    pm__frame_hdr w = pm__hl_wire_hdr(h, &f, PM__NODE_MAIN);
-    int rc = pm__hl_put(h, l, &w, data);
+    pm__frame_hdr w = pm__hub_link_wire_hdr(h, &f, PM__NODE_MAIN);
+    int rc = pm__hub_link_put(h, l, &w, data);
     if (rc < 0) {
-        pm__rinflight e;
-        pm__hl_window_untake(l, port, wbytes);
-        pm__hl_inflight_take(l, PM__NODE_MAIN, id, port, &e);
+        pm__remote_inflight e;
+        pm__hub_link_window_untake(l, port, wbytes);
+        pm__hub_link_inflight_take(l, PM__NODE_MAIN, id, port, &e);
         return rc == -ENOBUFS ? -EAGAIN : rc;
     }
     return 0;

@@ -28,7 +28,7 @@ void pm__hub_link_notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t abou
             h->late_replies++;
         return;
     }
-    pm__hl_notice_port(h, to, to_inc, pm__hl_port_of(h, about), about_inc, request_id, err);
+    pm__hub_link_notice_port(h, to, to_inc, pm__hub_link_port_of(h, about), about_inc, request_id, err);
 }
 
 /* Pushes a frame from a link to local port d, charged as an answer; a
@@ -47,7 +47,7 @@ static int deliver_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const v
 /* A message or request from the link for local node `node`. 1 when it
  * waits in the node's queue (tagged: credited back when it leaves), else 0
  * (delivered or refused: the caller credits it now). */
-int pm__hl_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
+int pm__hub_link_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
                    const unsigned char *payload, uint32_t node)
 {
     uint32_t requester = PM__REMOTE_NODE(host, f->src);
@@ -74,7 +74,7 @@ int pm__hl_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
     int rc = deliver_push(h, d, f, payload);
     if (rc == 0 && d->q_tail != last && (f->flags & PM__FF_MEMFD) == 0) {
         d->q_tail->credit_host = host; /* queued: credited when it leaves */
-        d->q_tail->credit_port = pm__hl_port_of(h, node);
+        d->q_tail->credit_port = pm__hub_link_port_of(h, node);
         return 1;
     }
     if (rc == 0)
@@ -92,11 +92,11 @@ int pm__hl_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
 }
 
 /* A reply or notice from the link for local requester `node`. */
-void pm__hl_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f,
+void pm__hub_link_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f,
                    const unsigned char *payload, uint32_t node)
 {
-    pm__rinflight e;
-    int known = f->request_id != 0 && pm__hl_inflight_take(l, node, f->request_id, f->src, &e);
+    pm__remote_inflight e;
+    int known = f->request_id != 0 && pm__hub_link_inflight_take(l, node, f->request_id, f->src, &e);
     /* Main takes answers only to its own requests over this link: a notice
      * about anything else (a pm_cluster_send, a forgery) would otherwise
      * settle whatever local request or broadcast shares its id. A worker
@@ -157,17 +157,17 @@ static void frag_deliver(pm__hub *h, pm__hub_link *l, uint16_t host)
     h->cur_fd = fd;
     h->cur_len = l->rx.total;
     uint32_t node;
-    int err = pm__hl_node_of(h, f.dst, &node);
+    int err = pm__hub_link_node_of(h, f.dst, &node);
     if (f.type == PM__FT_REPLY) {
         if (err < 0)
             l->malformed++;
         else
-            pm__hl_answer(h, l, &f, NULL, node);
+            pm__hub_link_answer(h, l, &f, NULL, node);
     } else if (err < 0) {
-        pm__hl_notice_port(h, PM__REMOTE_NODE(host, f.src), f.src_inc, f.dst, f.dst_inc, f.request_id,
+        pm__hub_link_notice_port(h, PM__REMOTE_NODE(host, f.src), f.src_inc, f.dst, f.dst_inc, f.request_id,
                     err);
     } else {
-        (void)pm__hl_deliver(h, l, host, &f, NULL, node);
+        (void)pm__hub_link_deliver(h, l, host, &f, NULL, node);
     }
     pm__close(h->cur_fd);
     h->cur_fd = saved_fd;
@@ -179,7 +179,7 @@ static void frag_deliver(pm__hub *h, pm__hub_link *l, uint16_t host)
  * count it (frag_dropped); the link stays up: a peer that breaks the rule
  * loses its own message, nothing else. A message above our max_message is
  * refused before anything is allocated, with -EMSGSIZE to its sender. */
-void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
+void pm__hub_link_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
                     const unsigned char *payload)
 {
     pm__frag_hdr fh;
@@ -208,7 +208,7 @@ void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_
     case PM__FRAG_TOO_BIG:
         l->frag_dropped++;
         if (fh.kind != PM__FT_REPLY) /* a reply too big is late for its requester */
-            pm__hl_notice_port(h, PM__REMOTE_NODE(host, f->src), f->src_inc, f->dst, f->dst_inc,
+            pm__hub_link_notice_port(h, PM__REMOTE_NODE(host, f->src), f->src_inc, f->dst, f->dst_inc,
                         f->request_id, -EMSGSIZE);
         return;
     case PM__FRAG_BAD:
@@ -224,7 +224,7 @@ void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_
             l->rx.skip_id = fh.msg_id;
             l->frag_dropped++;
             if (fh.kind != PM__FT_REPLY)
-                pm__hl_notice_port(h, PM__REMOTE_NODE(host, f->src), f->src_inc, f->dst, f->dst_inc,
+                pm__hub_link_notice_port(h, PM__REMOTE_NODE(host, f->src), f->src_inc, f->dst, f->dst_inc,
                             f->request_id, -ENOBUFS);
             return;
         }

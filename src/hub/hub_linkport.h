@@ -17,83 +17,83 @@
 /* hub_linkbase.c: the bottom of the link port. */
 
 /* host's link, or NULL (not peer mode, the local host, out of range). */
-pm__hub_link *pm__hl_of(pm__hub *h, uint16_t host);
+pm__hub_link *pm__hub_link_of(pm__hub *h, uint16_t host);
 /* For a frame of main's to host: its link when up, with *f cleared and its
  * type, length, destination port and source (main) set; else NULL with the
  * frame counted unreachable (the caller returns -EHOSTUNREACH). */
-pm__hub_link *pm__hl_main_frame(pm__hub *h, uint16_t host, uint8_t type, uint32_t port, size_t len,
+pm__hub_link *pm__hub_link_main_frame(pm__hub *h, uint16_t host, uint8_t type, uint32_t port, size_t len,
                                 pm__frame_hdr *f);
 /* A local node's address port: 0 for the supervisor (peer mode). */
-uint32_t pm__hl_port_of(const pm__hub *h, uint32_t node);
+uint32_t pm__hub_link_port_of(const pm__hub *h, uint32_t node);
 /* The local node an address port of this host names, or -ENOENT. */
-int pm__hl_node_of(const pm__hub *h, uint32_t port, uint32_t *node);
+int pm__hub_link_node_of(const pm__hub *h, uint32_t port, uint32_t *node);
 /* Encodes f (wire form) with payload onto l. 0, or -EHOSTUNREACH (down) /
  * -ENOBUFS (full). _or_drop: a frame that is dropped on failure, counted. */
-int pm__hl_put(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const void *payload);
-int pm__hl_put_or_drop(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const void *payload);
+int pm__hub_link_put(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const void *payload);
+int pm__hub_link_put_or_drop(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const void *payload);
 /* The wire form of a local frame from src_node for the far end. */
-pm__frame_hdr pm__hl_wire_hdr(const pm__hub *h, const pm__frame_hdr *f, uint32_t src_node);
+pm__frame_hdr pm__hub_link_wire_hdr(const pm__hub *h, const pm__frame_hdr *f, uint32_t src_node);
 /* An undeliverable notice for a remote requester about our address port. */
-void pm__hl_notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about_port,
+void pm__hub_link_notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about_port,
                         uint64_t about_inc, uint64_t request_id, int err);
 /* The table of requests sent over l: an entry for request f from
  * requester (0, or -EBUSY when full of live entries), and taking the entry
  * an answer from port target to requester/id settles (1, or 0: none). */
-int pm__hl_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, uint32_t requester,
+int pm__hub_link_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, uint32_t requester,
                         uint64_t requester_inc);
-int pm__hl_inflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint32_t target,
-                         pm__rinflight *out);
+int pm__hub_link_inflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint32_t target,
+                         pm__remote_inflight *out);
 /* Holds sender p on the list (head, tail) of host's link; _link_hold: the
  * link's output queue is full; _window_hold: the destination's window is. */
-void pm__hl_hold_on(pm__hub *h, int *head, int *tail, uint16_t host, pm__port *p);
-void pm__hl_link_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p);
-void pm__hl_window_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p);
+void pm__hub_link_hold_on(pm__hub *h, int *head, int *tail, uint16_t host, pm__port *p);
+void pm__hub_link_queue_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p);
+void pm__hub_link_window_hold(pm__hub *h, pm__hub_link *l, uint16_t host, pm__port *p);
 /* Reads again every sender on the list (head, tail). */
-void pm__hl_release(pm__hub *h, int *head, int *tail);
+void pm__hub_link_release(pm__hub *h, int *head, int *tail);
 
 /* hub_linkbig.c: large messages onto a link as FRAG frames. */
 
 /* The message being sent ended: its fd closed, senders waiting for the
  * cursor read again. */
-void pm__hl_frag_tx_end(pm__hub *h, pm__hub_link *l);
+void pm__hub_link_frag_tx_end(pm__hub *h, pm__hub_link *l);
 /* Sends fragments while the link takes them. */
-void pm__hl_frag_pump(pm__hub *h, pm__hub_link *l);
+void pm__hub_link_frag_pump(pm__hub *h, pm__hub_link *l);
 /* Starts sending large message fd (len bytes, w its wire header) from
  * owner over l; the fd is l's from now on. */
-void pm__hl_frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint32_t owner, int fd,
+void pm__hub_link_frag_start(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, uint32_t owner, int fd,
                        uint64_t len);
 /* Main's large message to l: 0, -EMSGSIZE, -EAGAIN or the memfd's error. */
-int pm__hl_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const void *data,
+int pm__hub_link_main_big(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *w, const void *data,
                     size_t len);
 
 /* hub_linkflow.c: windows and credits. */
 
-void pm__hl_lw_clear(pm__lwtab *t);
+void pm__hub_link_windows_clear(pm__hub_link_window_table *t);
 /* A CREDIT frame from l. */
-void pm__hl_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
+void pm__hub_link_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
                       const unsigned char *payload);
 /* Remote port's window for one more frame: 0, or -EAGAIN (full). */
-int pm__hl_window_take(pm__hub_link *l, uint32_t port, uint32_t bytes, int force);
-void pm__hl_window_untake(pm__hub_link *l, uint32_t port, uint32_t bytes);
+int pm__hub_link_window_take(pm__hub_link *l, uint32_t port, uint32_t bytes, int force);
+void pm__hub_link_window_untake(pm__hub_link *l, uint32_t port, uint32_t bytes);
 /* Sends the credits l owes at their step; what the link has no room for
  * waits for its next drain. */
-void pm__hl_send_credits(pm__hub *h, pm__hub_link *l);
+void pm__hub_link_send_credits(pm__hub *h, pm__hub_link *l);
 
 /* hub_linkin.c: frames from a link into this host. */
 
 /* A message or request from host's link for local node `node`: 1 when it
  * waits in the node's queue (credited when it leaves), else 0. */
-int pm__hl_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
+int pm__hub_link_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_hdr *f,
                    const unsigned char *payload, uint32_t node);
 /* A reply or notice from the link for local requester `node`. */
-void pm__hl_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f, const unsigned char *payload,
+void pm__hub_link_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f, const unsigned char *payload,
                    uint32_t node);
 /* A FRAG from host's link. */
-void pm__hl_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
+void pm__hub_link_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
                     const unsigned char *payload);
 
 /* hub_linkbcast.c: a BCAST from host's link, fanned out here. */
-void pm__hl_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
+void pm__hub_link_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
                      const unsigned char *payload);
 
 #endif /* PM_HUB_LINKPORT_H */

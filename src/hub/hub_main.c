@@ -15,16 +15,16 @@
 
 /* The hash of main's requests: ids are sequential, so the low bits spread
  * them evenly. */
-static pm__mreq **mreq_bucket(pm__hub *h, uint64_t id)
+static pm__main_request **main_request_bucket(pm__hub *h, uint64_t id)
 {
-    return &h->mreqs[id & (h->mreq_buckets - 1)];
+    return &h->main_requests[id & (h->main_request_buckets - 1)];
 }
 
-static pm__mreq *mreq_find(pm__hub *h, uint64_t id)
+static pm__main_request *main_request_find(pm__hub *h, uint64_t id)
 {
-    if (h->mreq_buckets == 0)
+    if (h->main_request_buckets == 0)
         return NULL;
-    for (pm__mreq *r = *mreq_bucket(h, id); r != NULL; r = r->hnext)
+    for (pm__main_request *r = *main_request_bucket(h, id); r != NULL; r = r->hnext)
         if (r->id == id)
             return r;
     return NULL;
@@ -32,32 +32,32 @@ static pm__mreq *mreq_find(pm__hub *h, uint64_t id)
 
 /* Makes room for one more request: the table doubles past one request per
  * bucket. -ENOMEM leaves it as it was. */
-static int mreq_reserve(pm__hub *h)
+static int main_request_reserve(pm__hub *h)
 {
-    if (h->nmreqs < h->mreq_buckets)
+    if (h->main_request_count < h->main_request_buckets)
         return 0;
-    size_t nb = h->mreq_buckets ? h->mreq_buckets * 2 : 64;
-    pm__mreq **v = calloc(nb, sizeof(*v));
+    size_t nb = h->main_request_buckets ? h->main_request_buckets * 2 : 64;
+    pm__main_request **v = calloc(nb, sizeof(*v));
     if (v == NULL)
         return -ENOMEM;
-    for (size_t i = 0; i < h->mreq_buckets; i++) {
-        pm__mreq *r = h->mreqs[i];
+    for (size_t i = 0; i < h->main_request_buckets; i++) {
+        pm__main_request *r = h->main_requests[i];
         while (r != NULL) {
-            pm__mreq *next = r->hnext;
+            pm__main_request *next = r->hnext;
             r->hnext = v[r->id & (nb - 1)];
             v[r->id & (nb - 1)] = r;
             r = next;
         }
     }
-    free(h->mreqs);
-    h->mreqs = v;
-    h->mreq_buckets = nb;
+    free(h->main_requests);
+    h->main_requests = v;
+    h->main_request_buckets = nb;
     return 0;
 }
 
 /* An any-worker request leaves its worker's hands (answered, timed out,
  * cancelled): the worker may take the next one. */
-static void mreq_release_port(pm__hub *h, const pm__mreq *r)
+static void main_request_release_port(pm__hub *h, const pm__main_request *r)
 {
     if (!r->any || r->port >= h->nports)
         return;
@@ -68,16 +68,16 @@ static void mreq_release_port(pm__hub *h, const pm__mreq *r)
 
 /* Removes r from the table and from the waiting list, and forgets its
  * in-flight entry (if still there), so that a reply to it is late. */
-static void mreq_unlink(pm__hub *h, pm__mreq *r)
+static void main_request_unlink(pm__hub *h, pm__main_request *r)
 {
-    pm__mreq **pp = mreq_bucket(h, r->id);
+    pm__main_request **pp = main_request_bucket(h, r->id);
     while (*pp != r)
         pp = &(*pp)->hnext;
     *pp = r->hnext;
-    h->nmreqs--;
-    if (r->port == PM__MREQ_WAITING) {
-        pm__mreq *prev = NULL;
-        for (pm__mreq *w = h->waiting; w != NULL; prev = w, w = w->wnext) {
+    h->main_request_count--;
+    if (r->port == PM__MAIN_REQUEST_WAITING) {
+        pm__main_request *prev = NULL;
+        for (pm__main_request *w = h->waiting; w != NULL; prev = w, w = w->wnext) {
             if (w != r)
                 continue;
             if (prev == NULL)
@@ -92,22 +92,22 @@ static void mreq_unlink(pm__hub *h, pm__mreq *r)
     } else if (r->port < h->nports) {
         pm__inflight e;
         pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e);
-        mreq_release_port(h, r);
-    } else if (r->port == PM__MREQ_REMOTE) {
-        pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
+        main_request_release_port(h, r);
+    } else if (r->port == PM__MAIN_REQUEST_REMOTE) {
+        pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->remote_port);
     }
 }
 
 /* Runs r's callback (once: r is unlinked already and freed here). data is
  * a private copy (the scratch buffer) valid during the callback. */
-static void mreq_finish(pm__hub *h, pm__mreq *r, int err, const void *data, size_t len)
+static void main_request_finish(pm__hub *h, pm__main_request *r, int err, const void *data, size_t len)
 {
     pm_message m;
     memset(&m, 0, sizeof(m));
     /* from: the worker it went to; all zero if it never left main. */
-    if (r->port == PM__MREQ_REMOTE)
-        pm__node_address_at(&h->names, r->host, r->rport, r->target_inc, &m.from);
-    else if (r->port != PM__MREQ_WAITING)
+    if (r->port == PM__MAIN_REQUEST_REMOTE)
+        pm__node_address_at(&h->names, r->host, r->remote_port, r->target_inc, &m.from);
+    else if (r->port != PM__MAIN_REQUEST_WAITING)
         pm__node_address(&h->names, r->port, r->target_inc, &m.from);
     pm__node_address(&h->names, PM__NODE_MAIN, 0, &m.to);
     m.request_id = r->id;
@@ -148,7 +148,7 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload,
 {
     int err = f->type == PM__FT_REPLY ? 0 : f->error;
     if (f->request_id < PM__BCAST_ID_BASE) {
-        pm__mreq *r = mreq_find(h, f->request_id);
+        pm__main_request *r = main_request_find(h, f->request_id);
         if (r == NULL) {
             h->late_replies++;
             /* A worker that answers a request that timed out is working
@@ -160,24 +160,24 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload,
             }
             return;
         }
-        if (r->port == PM__MREQ_REMOTE && (f->src_host != r->host || f->src != r->rport)) {
+        if (r->port == PM__MAIN_REQUEST_REMOTE && (f->src_host != r->host || f->src != r->remote_port)) {
             h->late_replies++; /* another host's answer under a reused id */
             return;
         }
-        mreq_unlink(h, r);
+        main_request_unlink(h, r);
         /* A remote answer names the incarnation that held the request,
          * stamped by the remote hub (the request may have named none). */
-        if (r->port == PM__MREQ_REMOTE && f->src_inc != 0)
+        if (r->port == PM__MAIN_REQUEST_REMOTE && f->src_inc != 0)
             r->target_inc = f->src_inc;
         if (err == 0 && r->deadline_ms < (int64_t)pm__now_ms())
             err = -ETIMEDOUT;
         if (sealed) {
-            mreq_finish(h, r, err, payload, len);
+            main_request_finish(h, r, err, payload, len);
             return;
         }
         if (err == 0 && len > 0)
             memcpy(h->scratch, payload, len);
-        mreq_finish(h, r, err, h->scratch, len);
+        main_request_finish(h, r, err, h->scratch, len);
         return;
     }
     if (pm__hub_bcast_result(h, f->request_id, err, payload, len) < 0)
@@ -280,7 +280,7 @@ static pm__port *pick_worker(pm__hub *h)
 {
     pm__port *best = NULL;
     for (unsigned k = 1; k <= h->nports; k++) {
-        pm__port *p = &h->ports[(h->mreq_rr + k) % h->nports];
+        pm__port *p = &h->ports[(h->main_request_rr + k) % h->nports];
         if (pm__hub_check_dest(h, p->index, 0) < 0 || !p->reading ||
             p->any_held >= h->any_per_worker || p->stuck > 0)
             continue;
@@ -288,7 +288,7 @@ static pm__port *pick_worker(pm__hub *h)
             best = p;
     }
     if (best != NULL)
-        h->mreq_rr = best->index;
+        h->main_request_rr = best->index;
     return best;
 }
 
@@ -301,7 +301,7 @@ int pm__hub_port_holds_main(const pm__hub *h, unsigned p)
  * frame, which carries the deadline so the worker can skip expired work.
  * 0, or -EAGAIN (main's hold is full), -EHOSTDOWN (d's ring is corrupt: d
  * is fenced), -ENOMEM; nothing is left behind on failure. */
-static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, size_t len, int fd)
+static int main_request_send(pm__hub *h, pm__main_request *r, pm__port *d, const void *data, size_t len, int fd)
 {
     int rc = pm__hub_add_inflight(h, d, PM__NODE_MAIN, 0, r->id, r->deadline_ms);
     if (rc < 0)
@@ -328,7 +328,7 @@ static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, siz
      * about to wait (pm_cluster_call) or may not run the loop soon. */
     if (d->dirty) {
         d->dirty = 0;
-        pm__ring_publish(&d->link->tx);
+        pm__ring_publish(&d->channel->tx);
     }
     return 0;
 }
@@ -336,14 +336,14 @@ static int mreq_send(pm__hub *h, pm__mreq *r, pm__port *d, const void *data, siz
 /* Requests that waited for a ready worker go out, oldest first, as long
  * as there is one. A request that cannot be sent for lack of room (main's
  * hold is full) waits for a later turn; any other failure is its answer. */
-void pm__hub_mreq_dispatch_waiting(pm__hub *h)
+void pm__hub_main_request_dispatch_waiting(pm__hub *h)
 {
     while (h->waiting != NULL) {
-        pm__mreq *r = h->waiting;
+        pm__main_request *r = h->waiting;
         pm__port *d = pick_worker(h);
         if (d == NULL)
             return;
-        int rc = mreq_send(h, r, d, r->data, r->len, r->fd);
+        int rc = main_request_send(h, r, d, r->data, r->len, r->fd);
         if (rc == -EAGAIN)
             return;
         if (rc == 0)
@@ -359,12 +359,12 @@ void pm__hub_mreq_dispatch_waiting(pm__hub *h)
         free(r->data);
         r->data = NULL;
         if (rc < 0) {
-            pm__mreq **pp = mreq_bucket(h, r->id);
+            pm__main_request **pp = main_request_bucket(h, r->id);
             while (*pp != r)
                 pp = &(*pp)->hnext;
             *pp = r->hnext;
-            h->nmreqs--;
-            mreq_finish(h, r, rc, NULL, 0);
+            h->main_request_count--;
+            main_request_finish(h, r, rc, NULL, 0);
         }
     }
 }
@@ -375,15 +375,15 @@ void pm__hub_mreq_dispatch_waiting(pm__hub *h)
  * The callbacks run afterwards, over the detached list: they may add or
  * cancel requests without disturbing a walk, and a cancel of one already
  * taken finds it gone (-ENOENT) while its own callback is still to come. */
-static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
+static pm__main_request *main_request_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
 {
-    pm__mreq *taken = NULL;
+    pm__main_request *taken = NULL;
     int waiting_taken = 0;
     *next = 0;
-    for (size_t i = 0; i < h->mreq_buckets; i++) {
-        pm__mreq **pp = &h->mreqs[i];
+    for (size_t i = 0; i < h->main_request_buckets; i++) {
+        pm__main_request **pp = &h->main_requests[i];
         while (*pp != NULL) {
-            pm__mreq *r = *pp;
+            pm__main_request *r = *pp;
             if (!all && r->deadline_ms > now) {
                 if (*next == 0 || r->deadline_ms < *next)
                     *next = r->deadline_ms;
@@ -391,18 +391,18 @@ static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
                 continue;
             }
             *pp = r->hnext;
-            h->nmreqs--;
-            if (r->port == PM__MREQ_WAITING) {
+            h->main_request_count--;
+            if (r->port == PM__MAIN_REQUEST_WAITING) {
                 r->taken = 1;
                 waiting_taken = 1;
             } else if (r->port < h->nports) {
                 pm__inflight e;
                 if (pm__hub_take_inflight(h, &h->ports[r->port], PM__NODE_MAIN, r->id, &e) &&
                     !all)
-                    r->killed = -1; /* its worker holds it still: see pm__hub_mreq_expire */
-                mreq_release_port(h, r);
-            } else if (r->port == PM__MREQ_REMOTE) {
-                pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->rport);
+                    r->killed = -1; /* its worker holds it still: see pm__hub_main_request_expire */
+                main_request_release_port(h, r);
+            } else if (r->port == PM__MAIN_REQUEST_REMOTE) {
+                pm__hub_link_forget(h, r->host, PM__NODE_MAIN, r->id, r->remote_port);
             }
             r->hnext = taken;
             taken = r;
@@ -410,7 +410,7 @@ static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
     }
     if (waiting_taken) {
         /* One pass over the waiting list drops every taken request. */
-        pm__mreq **wp = &h->waiting;
+        pm__main_request **wp = &h->waiting;
         h->waiting_tail = NULL;
         while (*wp != NULL) {
             if ((*wp)->taken) {
@@ -429,10 +429,10 @@ static pm__mreq *mreq_take_due(pm__hub *h, int64_t now, int all, int64_t *next)
  * answer (no any-worker request until it gives it or ends), and with
  * kill_on_timeout it is killed now, before any callback runs, so the
  * callbacks see it cut off. 1 when it was killed. */
-static int mreq_timed_out(pm__hub *h, const pm__mreq *r)
+static int main_request_timed_out(pm__hub *h, const pm__main_request *r)
 {
     pm__port *p = &h->ports[r->port];
-    if (p->link == NULL || p->incarnation != r->target_inc)
+    if (p->channel == NULL || p->incarnation != r->target_inc)
         return 0;
     p->stuck++;
     if (!h->kill_on_timeout || h->ops->timed_out == NULL || !p->reading)
@@ -443,43 +443,43 @@ static int mreq_timed_out(pm__hub *h, const pm__mreq *r)
 
 /* Requests past their deadline: -ETIMEDOUT, and their in-flight entries
  * are forgotten so that a reply after this is dropped and counted late.
- * mreq_due_ms is a lower bound of the deadlines (lowered on insert, never
+ * main_request_due_ms is a lower bound of the deadlines (lowered on insert, never
  * raised on removal), so the table is walked only when one may be due. */
-void pm__hub_mreq_expire(pm__hub *h, int64_t now)
+void pm__hub_main_request_expire(pm__hub *h, int64_t now)
 {
-    if (h->mreq_due_ms == 0 || now < h->mreq_due_ms)
+    if (h->main_request_due_ms == 0 || now < h->main_request_due_ms)
         return;
     int64_t next;
-    pm__mreq *r = mreq_take_due(h, now, 0, &next);
-    h->mreq_due_ms = next; /* callbacks that add requests lower it again */
-    for (pm__mreq *t = r; t != NULL; t = t->hnext)
+    pm__main_request *r = main_request_take_due(h, now, 0, &next);
+    h->main_request_due_ms = next; /* callbacks that add requests lower it again */
+    for (pm__main_request *t = r; t != NULL; t = t->hnext)
         if (t->killed == -1)
-            t->killed = mreq_timed_out(h, t);
+            t->killed = main_request_timed_out(h, t);
     while (r != NULL) {
-        pm__mreq *following = r->hnext;
-        mreq_finish(h, r, -ETIMEDOUT, NULL, 0);
+        pm__main_request *following = r->hnext;
+        main_request_finish(h, r, -ETIMEDOUT, NULL, 0);
         r = following;
     }
 }
 
 /* The next free id of main's requests: returned as an int, they wrap
  * within 1..INT_MAX, skipping those still pending. */
-static uint64_t mreq_next_id(pm__hub *h)
+static uint64_t main_request_next_id(pm__hub *h)
 {
     do
-        h->mreq_last_id = h->mreq_last_id >= INT_MAX ? 1 : h->mreq_last_id + 1;
-    while (mreq_find(h, h->mreq_last_id) != NULL);
-    return h->mreq_last_id;
+        h->main_request_last_id = h->main_request_last_id >= INT_MAX ? 1 : h->main_request_last_id + 1;
+    while (main_request_find(h, h->main_request_last_id) != NULL);
+    return h->main_request_last_id;
 }
 
-static void mreq_insert(pm__hub *h, pm__mreq *r)
+static void main_request_insert(pm__hub *h, pm__main_request *r)
 {
-    pm__mreq **b = mreq_bucket(h, r->id);
+    pm__main_request **b = main_request_bucket(h, r->id);
     r->hnext = *b;
     *b = r;
-    h->nmreqs++;
-    if (h->mreq_due_ms == 0 || r->deadline_ms < h->mreq_due_ms)
-        h->mreq_due_ms = r->deadline_ms;
+    h->main_request_count++;
+    if (h->main_request_due_ms == 0 || r->deadline_ms < h->main_request_due_ms)
+        h->main_request_due_ms = r->deadline_ms;
 }
 
 /*
@@ -498,39 +498,39 @@ static int remote_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc
 {
     if (port == 0)
         return -EINVAL;
-    if (h->nmreqs >= INT_MAX - 1)
+    if (h->main_request_count >= INT_MAX - 1)
         return -EAGAIN;
-    if (mreq_reserve(h) < 0)
+    if (main_request_reserve(h) < 0)
         return -ENOMEM;
-    pm__mreq *r = calloc(1, sizeof(*r));
+    pm__main_request *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
     r->fd = -1;
-    r->id = mreq_next_id(h);
+    r->id = main_request_next_id(h);
     r->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
     r->cb = cb;
     r->arg = arg;
-    r->port = PM__MREQ_REMOTE;
+    r->port = PM__MAIN_REQUEST_REMOTE;
     r->host = host;
-    r->rport = port;
+    r->remote_port = port;
     r->target_inc = inc;
     int rc = pm__hub_link_main_request(h, host, port, inc, r->id, r->deadline_ms, data, len);
     if (rc < 0) {
         free(r);
         return rc;
     }
-    mreq_insert(h, r);
+    main_request_insert(h, r);
     return (int)r->id;
 }
 
 /* A new request of main's, not sent yet: its id and deadline, and above
  * PM_MAX_PAYLOAD its payload sealed in a memfd now (a waiting request keeps
  * the memfd, not a copy). 0, or -ENOMEM / the memfd's error. */
-static int mreq_new(pm__hub *h, const void *data, size_t len, int timeout_ms,
+static int main_request_new(pm__hub *h, const void *data, size_t len, int timeout_ms,
                     void (*cb)(pm_cluster *, const pm_message *, void *), void *arg,
-                    pm__mreq **out)
+                    pm__main_request **out)
 {
-    pm__mreq *r = calloc(1, sizeof(*r));
+    pm__main_request *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
     r->fd = -1;
@@ -543,11 +543,11 @@ static int mreq_new(pm__hub *h, const void *data, size_t len, int timeout_ms,
         }
         r->len = len;
     }
-    r->id = mreq_next_id(h);
+    r->id = main_request_next_id(h);
     r->deadline_ms = (int64_t)pm__now_ms() + timeout_ms;
     r->cb = cb;
     r->arg = arg;
-    r->port = PM__MREQ_WAITING;
+    r->port = PM__MAIN_REQUEST_WAITING;
     *out = r;
     return 0;
 }
@@ -560,7 +560,7 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
         return -EINVAL;
     if (len > h->max_message)
         return -EMSGSIZE;
-    if (h->mreq_closed)
+    if (h->main_request_closed)
         return -ESHUTDOWN;
     pm__port *d = NULL;
     uint16_t host = PM__HOST_LOCAL;
@@ -580,23 +580,23 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
         d = &h->ports[node];
     } else {
         /* Older waiting requests first, so a new one cannot overtake them. */
-        pm__hub_mreq_dispatch_waiting(h);
+        pm__hub_main_request_dispatch_waiting(h);
         if (h->waiting == NULL)
             d = pick_worker(h);
         if (d == NULL && h->nwaiting >= h->queue_max)
             return -EAGAIN; /* main's queue is full: the caller holds the input */
     }
-    if (h->nmreqs >= INT_MAX - 1)
+    if (h->main_request_count >= INT_MAX - 1)
         return -EAGAIN; /* every id is taken (not in practice) */
-    if (mreq_reserve(h) < 0)
+    if (main_request_reserve(h) < 0)
         return -ENOMEM;
-    pm__mreq *r = NULL;
-    int made = mreq_new(h, data, len, timeout_ms, cb, arg, &r);
+    pm__main_request *r = NULL;
+    int made = main_request_new(h, data, len, timeout_ms, cb, arg, &r);
     if (made < 0)
         return made;
     r->any = to == NULL;
     if (d != NULL) {
-        int rc = mreq_send(h, r, d, data, len, r->fd);
+        int rc = main_request_send(h, r, d, data, len, r->fd);
         if (rc < 0) {
             pm__close(r->fd);
             free(r);
@@ -623,7 +623,7 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
         h->waiting_tail = r;
         h->nwaiting++;
     }
-    mreq_insert(h, r);
+    main_request_insert(h, r);
     return (int)r->id;
 }
 
@@ -658,23 +658,23 @@ const pm_request_outcome *pm__hub_outcome(pm__hub *h, const pm_message *reply)
 
 int pm__hub_cancel(pm__hub *h, uint64_t id)
 {
-    pm__mreq *r = id >= PM__BCAST_ID_BASE ? NULL : mreq_find(h, id);
+    pm__main_request *r = id >= PM__BCAST_ID_BASE ? NULL : main_request_find(h, id);
     if (r == NULL)
         return -ENOENT;
-    mreq_unlink(h, r);
-    mreq_finish(h, r, -ECANCELED, NULL, 0);
+    main_request_unlink(h, r);
+    main_request_finish(h, r, -ECANCELED, NULL, 0);
     return 0;
 }
 
 void pm__hub_cancel_all(pm__hub *h)
 {
-    h->mreq_closed = 1; /* the callbacks below cannot add any */
+    h->main_request_closed = 1; /* the callbacks below cannot add any */
     int64_t next;
-    pm__mreq *r = mreq_take_due(h, 0, 1, &next);
-    h->mreq_due_ms = 0;
+    pm__main_request *r = main_request_take_due(h, 0, 1, &next);
+    h->main_request_due_ms = 0;
     while (r != NULL) {
-        pm__mreq *following = r->hnext;
-        mreq_finish(h, r, -ECANCELED, NULL, 0);
+        pm__main_request *following = r->hnext;
+        main_request_finish(h, r, -ECANCELED, NULL, 0);
         r = following;
     }
 }

@@ -119,7 +119,7 @@ void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
 }
 
 /* A large message's frame leaves for d: its record (fd and the next
- * sequence of d's link) goes on d's socket first, then the announcement
+ * sequence of d's channel) goes on d's socket first, then the announcement
  * with that sequence is written into the frame at buf (header and
  * PM__ANNOUNCE_SIZE bytes), so that d finds the record waiting when it
  * reads the frame. 0; -EAGAIN: d's socket is full (d does not take its
@@ -130,15 +130,15 @@ void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q)
  * charged; -EBADMSG: d's end refuses (d shut its socket down). */
 static int send_big(pm__port *d, unsigned char *buf, int fd, uint64_t big_len)
 {
-    uint32_t seq = pm__bigmsg_next(d->link->tx_seq);
-    int rc = pm__bigmsg_send(d->link->sock, fd, seq);
+    uint32_t seq = pm__bigmsg_next(d->channel->tx_seq);
+    int rc = pm__bigmsg_send(d->channel->sock, fd, seq);
     if (rc == -EAGAIN)
         return rc;
     if (rc == -ETOOMANYREFS || rc == -ENOBUFS || rc == -ENOMEM)
         return -ETOOMANYREFS;
     if (rc < 0)
         return -EBADMSG;
-    d->link->tx_seq = seq;
+    d->channel->tx_seq = seq;
     pm__announce a = {big_len, seq};
     pm__announce_encode(&a, buf + PM__FRAME_HDR_SIZE);
     return 0;
@@ -151,7 +151,7 @@ static int send_big(pm__port *d, unsigned char *buf, int fd, uint64_t big_len)
 static void refuse_queued(pm__hub *h, pm__port *d, pm__qframe *q)
 {
     pm__frame_hdr f;
-    int ok = pm__frame_decode_header(q->data, q->len, PM__LINK_MAX_FRAME, &f) == 0;
+    int ok = pm__frame_decode_header(q->data, q->len, PM__CHANNEL_MAX_FRAME, &f) == 0;
     pm__hub_dequeue(h, d, q);
     h->fd_refused++;
     if (!ok) /* cannot be: the hub wrote it */
@@ -182,7 +182,7 @@ int pm__hub_not_for(const void *rec, size_t len, void *arg)
     if (len < sizeof(hdr))
         return 1;
     memcpy(hdr, rec, sizeof(hdr));
-    if (pm__frame_decode_header(hdr, len, PM__LINK_MAX_FRAME, &f) < 0)
+    if (pm__frame_decode_header(hdr, len, PM__CHANNEL_MAX_FRAME, &f) < 0)
         return 1;
     return !((f.type == PM__FT_MSG || f.type == PM__FT_REQUEST) && (f.flags & PM__FF_MEMFD) == 0 &&
              f.dst_host == PM__HOST_LOCAL && f.dst == d->index);
@@ -206,7 +206,7 @@ int pm__hub_not_for(const void *rec, size_t len, void *arg)
 static int leave_in_ring(pm__hub *h, pm__port *s, pm__port *d, size_t total)
 {
     s->scan_pos = 0;
-    if (pm__ring_scan(&s->link->rx, &s->scan_pos, pm__hub_not_for, d) != 0)
+    if (pm__ring_scan(&s->channel->rx, &s->scan_pos, pm__hub_not_for, d) != 0)
         return 0;
     pm__qframe *q = malloc(sizeof(*q));
     if (q == NULL)
@@ -221,7 +221,7 @@ static int leave_in_ring(pm__hub *h, pm__port *s, pm__port *d, size_t total)
     pm__hub_mark_timed(h, d);
     /* Ask d to ring our doorbell when it frees room; room already: flush
      * (which reads s again) this turn. */
-    if (pm__ring_arm_space(&d->link->tx, total) != 0)
+    if (pm__ring_arm_space(&d->channel->tx, total) != 0)
         pm__hub_mark_busy(h, d);
     h->left_now = 1;
     h->left_waits++;
@@ -242,24 +242,24 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
                     size_t len, uint32_t charge, int fd, uint64_t big_len)
 {
     size_t total = PM__FRAME_HDR_SIZE + len;
-    if (d->link == NULL)
+    if (d->channel == NULL)
         return -EHOSTDOWN;
     if (d->q_head == NULL) {
         void *p;
-        int rc = pm__ring_reserve(&d->link->tx, total, &p);
+        int rc = pm__ring_reserve(&d->channel->tx, total, &p);
         if (rc == 0) {
             write_frame(p, f, payload, len);
             if (fd >= 0) {
                 rc = send_big(d, p, fd, big_len);
                 if (rc < 0)
-                    pm__ring_unreserve(&d->link->tx);
+                    pm__ring_unreserve(&d->channel->tx);
                 h->fd_refused += rc == -ETOOMANYREFS;
                 if (rc == -EBADMSG || rc == -ETOOMANYREFS)
                     return rc;
             }
         }
         if (rc == 0) {
-            pm__ring_commit(&d->link->tx, total);
+            pm__ring_commit(&d->channel->tx, total);
             pm__hub_mark_dirty(h, d);
             pm__close(fd);
             return 0;
@@ -311,7 +311,7 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
     if (fd >= 0)
         (*fds)++;
     /* Ask the worker to ring our doorbell when it frees room. */
-    if (pm__ring_arm_space(&d->link->tx, total) != 0)
+    if (pm__ring_arm_space(&d->channel->tx, total) != 0)
         pm__hub_mark_busy(h, d); /* room already: flush this turn */
     return 0;
 }
@@ -356,18 +356,18 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
                  * a d that never reads but keeps ringing would never be
                  * reported not draining, and each time the hub would scan
                  * the sender's ring again. */
-                int rc = pm__ring_reserve(&d->link->tx, q->need, &p);
+                int rc = pm__ring_reserve(&d->channel->tx, q->need, &p);
                 if (rc == -EAGAIN)
                     break;
                 if (rc < 0) {
                     h->ops->fault(h->owner, d->index, PM_REASON_CORRUPT_RING);
                     return;
                 }
-                pm__ring_unreserve(&d->link->tx);
+                pm__ring_unreserve(&d->channel->tx);
                 pm__hub_dequeue(h, d, q); /* reads its sender again */
                 continue;
             }
-            int rc = pm__ring_reserve(&d->link->tx, q->len, &p);
+            int rc = pm__ring_reserve(&d->channel->tx, q->len, &p);
             if (rc == -EAGAIN)
                 break;
             if (rc < 0) {
@@ -376,7 +376,7 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
             }
             memcpy(p, q->data, q->len);
             if (q->fd >= 0 && (rc = send_big(d, p, q->fd, q->big_len)) < 0) {
-                pm__ring_unreserve(&d->link->tx);
+                pm__ring_unreserve(&d->channel->tx);
                 if (rc == -ETOOMANYREFS) {
                     refuse_queued(h, d, q);
                     continue;
@@ -394,22 +394,22 @@ void pm__hub_flush(pm__hub *h, pm__port *d)
                 d->sock_full = 1;
                 break;
             }
-            pm__ring_commit(&d->link->tx, q->len);
+            pm__ring_commit(&d->channel->tx, q->len);
             pm__hub_mark_dirty(h, d);
             moved = 1;
             pm__hub_dequeue(h, d, q);
         }
         if (d->q_head == NULL) {
-            pm__ring_disarm_space(&d->link->tx);
+            pm__ring_disarm_space(&d->channel->tx);
             break;
         }
         if (d->sock_full)
             break;
         /* Publish what we wrote so the worker can drain it, then wait for
          * its release unless room appeared meanwhile. */
-        pm__ring_publish(&d->link->tx);
+        pm__ring_publish(&d->channel->tx);
         d->dirty = 0;
-        if (pm__ring_arm_space(&d->link->tx, qneed(d->q_head)) <= 0)
+        if (pm__ring_arm_space(&d->channel->tx, qneed(d->q_head)) <= 0)
             break;
     }
     /* Progress restarts the drain timeout; an empty queue stops it. */
@@ -451,7 +451,7 @@ void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_
     if (to >= h->nports)
         return;
     pm__port *p = &h->ports[to];
-    if (p->link == NULL || p->incarnation != to_inc) {
+    if (p->channel == NULL || p->incarnation != to_inc) {
         h->notices_dropped++;
         return;
     }

@@ -16,10 +16,10 @@
 #include "channel/proto.h"
 #include "hub_int.h"
 
-int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnation)
+int pm__hub_port_open(pm__hub *h, unsigned i, pm__channel *channel, uint64_t incarnation)
 {
     pm__port *p = &h->ports[i];
-    p->link = link;
+    p->channel = channel;
     p->incarnation = incarnation;
     p->state = PM__PORT_STARTING;
     p->reading = 1;
@@ -31,7 +31,7 @@ int pm__hub_port_open(pm__hub *h, unsigned i, pm__link *link, uint64_t incarnati
     p->big_owed = 0;
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
-    if (pm__ring_arm(&link->rx) != 0) {
+    if (pm__ring_arm(&channel->rx) != 0) {
         pm__hub_mark_busy(h, p);
         return 1;
     }
@@ -63,12 +63,12 @@ void pm__hub_port_cut(pm__hub *h, unsigned i)
  * records per call. */
 static int take_records(pm__port *p)
 {
-    if (p->link == NULL || p->link->sock < 0)
+    if (p->channel == NULL || p->channel->sock < 0)
         return 0;
     for (;;) {
-        uint32_t seq = pm__bigmsg_next(p->link->rx_seq);
+        uint32_t seq = pm__bigmsg_next(p->channel->rx_seq);
         int fd;
-        int rc = pm__bigmsg_recv(p->link->sock, seq, &fd);
+        int rc = pm__bigmsg_recv(p->channel->sock, seq, &fd);
         if (rc == -EAGAIN)
             return 0;
         if (rc < 0)
@@ -81,7 +81,7 @@ static int take_records(pm__port *p)
         p->ahead[k].fd = fd;
         p->ahead[k].seq = seq;
         p->ahead_n++;
-        p->link->rx_seq = seq;
+        p->channel->rx_seq = seq;
     }
 }
 
@@ -175,7 +175,7 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
         h->ops->fault(h->owner, p->index, PM_REASON_PROTOCOL);
         return 1;
     }
-    /* The ring admits frames up to PM__LINK_MAX_FRAME (room for INIT), but
+    /* The ring admits frames up to PM__CHANNEL_MAX_FRAME (room for INIT), but
      * nothing a worker may send is longer than PM_MAX_PAYLOAD: every
      * consumer of a worker's frame (main's receive buffer, another worker's
      * recv) is sized for that. Checked here, once, for every destination: a
@@ -187,7 +187,7 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
     }
     if (f->type == PM__FT_MSG || f->type == PM__FT_REQUEST || f->type == PM__FT_REPLY) {
         if (p->state != PM__PORT_READY && p->state != PM__PORT_STOPPING) {
-            pm__ring_consume(&p->link->rx);
+            pm__ring_consume(&p->channel->rx);
             pm__close(p->rx_fd);
             p->rx_fd = -1;
             p->malformed++; /* traffic before ready */
@@ -210,18 +210,18 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
          * and unmapped), or dropped: the hub's reference goes now. */
         pm__close(h->cur_fd);
         h->cur_fd = -1;
-        pm__ring_consume(&p->link->rx);
+        pm__ring_consume(&p->channel->rx);
         return 0;
     }
     if (f->type == PM__FT_UNDELIVERABLE &&
         (p->state == PM__PORT_READY || p->state == PM__PORT_STOPPING)) {
         pm__frame_hdr u = *f; /* the header is a private copy; nothing else is read */
-        pm__ring_consume(&p->link->rx);
+        pm__ring_consume(&p->channel->rx);
         refusal(h, p, &u);
         return 0;
     }
     if (f->type != PM__FT_HELLO && f->type != PM__FT_READY) {
-        pm__ring_consume(&p->link->rx);
+        pm__ring_consume(&p->channel->rx);
         p->malformed++; /* a type only the hub sends */
         return 0;
     }
@@ -233,7 +233,7 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
                                           : sizeof(copy) + 1;
     if (len <= sizeof(copy) && len > 0)
         memcpy(copy, payload, len);
-    pm__ring_consume(&p->link->rx);
+    pm__ring_consume(&p->channel->rx);
     if (len > sizeof(copy)) {
         h->ops->fault(h->owner, p->index, PM_REASON_PROTOCOL);
         return 1;
@@ -251,7 +251,7 @@ static void read_ring(pm__hub *h, pm__port *p)
     for (int i = 0; i < PM__FRAMES_PER_TURN && p->reading && p->blocked_on == -1; i++) {
         pm__frame_hdr f;
         const void *payload;
-        int rc = pm__frame_recv(&p->link->rx, PM__LINK_MAX_FRAME, &f, &payload);
+        int rc = pm__frame_recv(&p->channel->rx, PM__CHANNEL_MAX_FRAME, &f, &payload);
         if (rc == 0) {
             drained = 1;
             break;
@@ -270,7 +270,7 @@ static void read_ring(pm__hub *h, pm__port *p)
     }
     if (!p->reading)
         return;
-    pm__ring_release(&p->link->rx);
+    pm__ring_release(&p->channel->rx);
     if (p->blocked_on != -1 && !p->left)
         return; /* a blocked sender (a full destination or link) is read again
                    when it is unblocked */
@@ -300,7 +300,7 @@ static void read_ring(pm__hub *h, pm__port *p)
 static int still_left(pm__hub *h, pm__port *p)
 {
     pm__port *d = &h->ports[p->blocked_on];
-    int rc = d->link != NULL ? pm__ring_scan(&p->link->rx, &p->scan_pos, pm__hub_not_for, d) : 1;
+    int rc = d->channel != NULL ? pm__ring_scan(&p->channel->rx, &p->scan_pos, pm__hub_not_for, d) : 1;
     if (rc == 0) {
         p->want_arm = 1;
         if (!p->in_arm) {
@@ -323,7 +323,7 @@ void pm__hub_port_service(pm__hub *h, unsigned i)
         pm__hub_flush(h, p); /* it made room in its down ring */
     if (!p->reading)
         return;
-    pm__ring_disarm(&p->link->rx);
+    pm__ring_disarm(&p->channel->rx);
     if (p->left && p->blocked_on >= 0 && still_left(h, p))
         return;
     read_ring(h, p);
@@ -362,8 +362,8 @@ int pm__hub_arm_idle(pm__hub *h)
          * published before the worker could see the flag is found here and
          * the port goes back on the ready list instead of waiting for a
          * doorbell that will never ring. */
-        int more = p->left ? pm__ring_arm_beyond(&p->link->rx, p->scan_pos)
-                           : pm__ring_arm(&p->link->rx);
+        int more = p->left ? pm__ring_arm_beyond(&p->channel->rx, p->scan_pos)
+                           : pm__ring_arm(&p->channel->rx);
         if (more < 0) {
             h->ops->fault(h->owner, p->index, PM_REASON_CORRUPT_RING);
         } else if (more > 0) {
@@ -384,8 +384,8 @@ int pm__hub_any_arrived(pm__hub *h)
         pm__port *p = &h->ports[h->arm.v[k]];
         if (!p->want_arm || !p->reading)
             continue;
-        if (p->left ? pm__ring_beyond(&p->link->rx, p->scan_pos) > 0
-                    : p->blocked_on == -1 && !pm__ring_empty(&p->link->rx)) {
+        if (p->left ? pm__ring_beyond(&p->channel->rx, p->scan_pos) > 0
+                    : p->blocked_on == -1 && !pm__ring_empty(&p->channel->rx)) {
             pm__hub_mark_busy(h, p);
             return 1;
         }

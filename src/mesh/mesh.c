@@ -35,15 +35,15 @@ void pm__mesh_ready(pm__mesh *m, uint64_t tag)
     unsigned j = PM__TAG_SLOT(tag);
     if (j >= PM__MESH_CONNS)
         return;
-    pm__mconn *k = &m->conns[j];
+    pm__mesh_conn *k = &m->conns[j];
     if (k->fd < 0 || PM__TAG_INC(tag) != (k->gen & 0xffffffffu))
         return; /* an arm of a connection that is gone or was re-armed */
     k->armed = 0;
     if (k->lingering) {
-        if (pm__mconn_linger(m, k))
-            pm__mconn_release(m, k);
+        if (pm__mesh_conn_linger(m, k))
+            pm__mesh_conn_release(m, k);
         else
-            pm__mconn_arm(m, k);
+            pm__mesh_conn_arm(m, k);
         return;
     }
     if (k->dialing) {
@@ -52,25 +52,25 @@ void pm__mesh_ready(pm__mesh *m, uint64_t tag)
         if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
             err = errno;
         if (err == EINPROGRESS || err == EALREADY) {
-            pm__mconn_arm(m, k);
+            pm__mesh_conn_arm(m, k);
             return;
         }
         if (err != 0) {
             m->dial_failed++;
             pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             m->fails[PM__PF_LOCAL]--; /* counted as a failed dial instead */
-            pm__mconn_close(m, k);
+            pm__mesh_conn_close(m, k);
             return;
         }
         k->dialing = 0;
     }
-    pm__mconn_read(m, k);
-    pm__mconn_write(k);
+    pm__mesh_conn_read(m, k);
+    pm__mesh_conn_write(k);
     if (k->pc.state == PM__PC_DEAD) {
-        pm__mconn_close(m, k);
+        pm__mesh_conn_close(m, k);
         return;
     }
-    pm__mconn_arm(m, k);
+    pm__mesh_conn_arm(m, k);
 }
 
 void pm__mesh_flush(pm__mesh *m)
@@ -80,7 +80,7 @@ void pm__mesh_flush(pm__mesh *m)
     if (m->accept_stalled && m->lfd >= 0) {
         /* Accepting stalled (out of fds without a spare, or of memory):
          * one more try a turn, never a busy loop of its own. */
-        pm__mesh_spare_reopen(m);
+        pm__mesh_reserve_fd_reopen(m);
         m->accept_stalled = 0;
         if (!m->lfd_armed && pm__loop_arm(m->env.loop, m->lfd, LISTEN_TAG(m)) == 0)
             m->lfd_armed = 1;
@@ -90,15 +90,15 @@ void pm__mesh_flush(pm__mesh *m)
      * while one waits; on failure the handshake makes its own). */
     (void)pm__noise_ephemeral_prepare();
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
-        pm__mconn *k = &m->conns[j];
+        pm__mesh_conn *k = &m->conns[j];
         if (k->fd < 0 || k->lingering)
             continue; /* a lingering one is armed for what it waits for */
         /* The staged frames, sealed now (at the end of a turn and before
          * the loop sleeps): never later, so a lone request is not delayed. */
         if (k->pc_live)
             (void)pm__pconn_flush_stage(&k->pc); /* a failure closes the link */
-        pm__mconn_rekey(m, k, pm__now_ms());
-        pm__mconn_write(k);
+        pm__mesh_conn_rekey(m, k, pm__now_ms());
+        pm__mesh_conn_write(k);
         /* Writing drains the queue, and the drain hook may stage more (a
          * large message's cursor, held senders' frames read again...). Those
          * frames must not wait past this turn: nothing else may wake the
@@ -114,12 +114,12 @@ void pm__mesh_flush(pm__mesh *m)
             (void)pm__pconn_flush_stage(&k->pc);
             if (pass == 64)
                 break;
-            pm__mconn_write(k);
+            pm__mesh_conn_write(k);
         }
         if (k->pc.state == PM__PC_DEAD)
-            pm__mconn_close(m, k);
+            pm__mesh_conn_close(m, k);
         else
-            pm__mconn_arm(m, k);
+            pm__mesh_conn_arm(m, k);
     }
 }
 
@@ -129,11 +129,11 @@ uint64_t pm__mesh_next_deadline(const pm__mesh *m)
     if (m == NULL)
         return 0;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
-        const pm__mconn *k = &m->conns[j];
+        const pm__mesh_conn *k = &m->conns[j];
         uint64_t d[4] = {k->fd >= 0 ? k->deadline_ms : 0, 0, 0, 0};
         if (k->fd >= 0 && k->linked) {
-            d[1] = pm__mconn_heartbeat_at(k);
-            d[2] = pm__mconn_silence_at(m, k);
+            d[1] = pm__mesh_conn_heartbeat_at(k);
+            d[2] = pm__mesh_conn_silence_at(m, k);
             d[3] = k->rekey_at_ms;
         }
         for (int i = 0; i < 4; i++)
@@ -155,47 +155,47 @@ void pm__mesh_fire(pm__mesh *m, uint64_t now)
     if (m == NULL)
         return;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
-        pm__mconn *k = &m->conns[j];
+        pm__mesh_conn *k = &m->conns[j];
         if (k->fd >= 0 && k->lingering) {
             if (k->deadline_ms <= now) {
                 /* The peer never answered our CLOSE nor ended its stream. */
                 m->linger_expired++;
-                pm__mconn_release(m, k);
+                pm__mesh_conn_release(m, k);
             }
             continue;
         }
         if (k->fd >= 0 && k->deadline_ms != 0 && k->deadline_ms <= now) {
             /* The handshake did not finish within the peer timeout. */
             pm__pconn_close(&k->pc, PM__REC_CLOSE_TIMEOUT, PM__PF_TIMEOUT);
-            pm__mconn_close(m, k);
+            pm__mesh_conn_close(m, k);
             continue;
         }
         if (k->fd < 0 || !k->linked)
             continue;
-        if (pm__mconn_silence_at(m, k) <= now) {
+        if (pm__mesh_conn_silence_at(m, k) <= now) {
             /* Before judging the peer, read what waits: if this supervisor
              * was the one stopped (SIGSTOP, a suspended VM), the peer's
              * heartbeats are in the socket and the link lives (the stall
              * rule, without a clock of its own). */
-            pm__mconn_read(m, k);
-            if (k->pc.state != PM__PC_DEAD && pm__mconn_silence_at(m, k) <= now)
+            pm__mesh_conn_read(m, k);
+            if (k->pc.state != PM__PC_DEAD && pm__mesh_conn_silence_at(m, k) <= now)
                 pm__pconn_close(&k->pc, PM__REC_CLOSE_TIMEOUT, PM__PF_TIMEOUT);
             if (k->pc.state == PM__PC_DEAD) {
-                pm__mconn_write(k);
-                pm__mconn_close(m, k);
+                pm__mesh_conn_write(k);
+                pm__mesh_conn_close(m, k);
                 continue;
             }
         }
         if (k->rekey_at_ms <= now) {
-            pm__mconn_rekey(m, k, now);
-            pm__mconn_write(k);
+            pm__mesh_conn_rekey(m, k, now);
+            pm__mesh_conn_write(k);
         }
-        if (pm__mconn_heartbeat_at(k) <= now) {
+        if (pm__mesh_conn_heartbeat_at(k) <= now) {
             /* Queued counts as sent: a full socket must not make the timer
              * fire again at once. */
             (void)pm__pconn_ping(&k->pc, pm__now_ns() / 1000u);
             k->last_tx_ms = k->last_ping_ms = now;
-            pm__mconn_write(k);
+            pm__mesh_conn_write(k);
         }
     }
     for (int i = 0; i < MESH_TARGETS; i++)
@@ -232,7 +232,7 @@ static pm__mesh *mesh_new(const pm__mesh_env *env)
     if (m == NULL)
         return NULL;
     m->lfd = -1;
-    m->spare_fd = -1;
+    m->reserve_fd = -1;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         m->conns[j].fd = -1;
     for (size_t i = 0; i < MESH_TARGETS; i++)
@@ -363,11 +363,11 @@ static void linger_all(pm__mesh *m)
         struct pollfd pf[PM__MESH_CONNS];
         nfds_t n = 0;
         for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
-            pm__mconn *k = &m->conns[j];
+            pm__mesh_conn *k = &m->conns[j];
             if (k->fd < 0 || !k->lingering)
                 continue;
-            if (pm__mconn_linger(m, k)) {
-                pm__mconn_release(m, k);
+            if (pm__mesh_conn_linger(m, k)) {
+                pm__mesh_conn_release(m, k);
                 continue;
             }
             if (end == 0 || k->deadline_ms < end)
@@ -386,10 +386,10 @@ static void linger_all(pm__mesh *m)
             break;
     }
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
-        pm__mconn *k = &m->conns[j];
+        pm__mesh_conn *k = &m->conns[j];
         if (k->fd >= 0 && k->lingering) {
             m->linger_expired++;
-            pm__mconn_release(m, k);
+            pm__mesh_conn_release(m, k);
         }
     }
 }
@@ -401,10 +401,10 @@ void pm__mesh_free(pm__mesh *m)
     int saved = errno;
     m->freeing = 1;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
-        pm__mconn *k = &m->conns[j];
+        pm__mesh_conn *k = &m->conns[j];
         if (k->fd < 0)
             continue;
-        pm__mconn_disarm(m, k); /* a lingering one is waited for below, without the loop */
+        pm__mesh_conn_disarm(m, k); /* a lingering one is waited for below, without the loop */
         if (k->lingering)
             continue;
         k->peer = -1; /* no redial */
@@ -414,13 +414,13 @@ void pm__mesh_free(pm__mesh *m)
         if (k->linked) {
             k->linked = 0;
             m->up--;
-            pm__mconn_report_down(m, k, PM__PF_LOCAL);
+            pm__mesh_conn_report_down(m, k, PM__PF_LOCAL);
         }
         if (k->pc_live) {
             pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-            pm__mconn_write(k); /* the CLOSE, best effort: never waits */
+            pm__mesh_conn_write(k); /* the CLOSE, best effort: never waits */
         }
-        pm__mconn_close(m, k);
+        pm__mesh_conn_close(m, k);
     }
     linger_all(m);
     if (m->lfd >= 0) {
@@ -433,7 +433,7 @@ void pm__mesh_free(pm__mesh *m)
             pm__loop_disarm(m->env.loop, pm__peerdns_fd(m->dns), DNS_TAG(m));
         pm__peerdns_free(m->dns); /* a lookup still running is abandoned */
     }
-    pm__close(m->spare_fd);
+    pm__close(m->reserve_fd);
     if (m->rbuf != NULL)
         munmap(m->rbuf, PM__MESH_READ_BUF);
     pm__mkeys_put(m->cur); /* every connection let go of it above */
@@ -449,7 +449,7 @@ void pm__mesh_forget(pm__mesh *m)
     if (m == NULL)
         return;
     pm__close(m->lfd);
-    pm__close(m->spare_fd);
+    pm__close(m->reserve_fd);
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         pm__close(m->conns[j].fd);
     pm__peerdns_forget(m->dns);
@@ -495,7 +495,7 @@ uint64_t pm__mesh_fails(const pm__mesh *m, int why)
 }
 
 /* The public view of connection k. */
-static void conn_info(const pm__hub *h, const pm__mconn *k, uint64_t now, pm_peer_info *out)
+static void conn_info(const pm__hub *h, const pm__mesh_conn *k, uint64_t now, pm_peer_info *out)
 {
     memset(out, 0, sizeof(*out));
     out->initiator = k->pc.initiator;
@@ -523,7 +523,7 @@ size_t pm__mesh_peers(const pm__mesh *m, pm_peer_info *out, size_t cap)
     uint64_t now = pm__now_ms();
     size_t n = 0;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
-        const pm__mconn *k = &m->conns[j];
+        const pm__mesh_conn *k = &m->conns[j];
         if (k->fd < 0 || !k->pc_live || k->lingering)
             continue; /* a lingering connection is no link any more */
         if (n < cap)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* mesh_accept.c - the mesh's listener: bound and armed, accepting with the per-source handshake rate limit, the bound on unauthenticated connections and the spare fd for running out of fds. */
+/* mesh_accept.c - the mesh's listener: bound and armed, accepting with the per-source handshake rate limit, the bound on unauthenticated connections and the reserve fd for running out of fds. */
 #define _GNU_SOURCE
 #include "mesh_int.h"
 
@@ -59,20 +59,20 @@ static void rate_key(const struct sockaddr_storage *ss, unsigned char key[16])
     }
 }
 
-/* Takes back the spare fd after it was spent (single-threaded: the fd
+/* Takes back the reserve fd after it was spent (single-threaded: the fd
  * just closed is the lowest free one and nobody else can take it first,
  * but a worker start between turns may have). -1 when none is free. */
-void pm__mesh_spare_reopen(pm__mesh *m)
+void pm__mesh_reserve_fd_reopen(pm__mesh *m)
 {
-    if (m->spare_fd < 0)
-        m->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (m->reserve_fd < 0)
+        m->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 /*
  * Out of fds (EMFILE, ENFILE), the pending connection stays queued and the
  * listener stays readable: arming it again would wake the loop at once for
  * as long as no fd frees up, and the peer would wait in the backlog for
- * nothing. So the spare fd held for this moment is given up, the
+ * nothing. So the reserve fd held for this moment is given up, the
  * connection is accepted with it and closed at once (the peer sees the
  * close and redials with its backoff), and the spare is taken back: the
  * backlog drains and nothing spins (libuv's uv__emfile_trick). Without a
@@ -85,14 +85,14 @@ static int accept_starved(pm__mesh *m)
     m->fails[PM__PF_NO_FDS]++;
     if (errno != EMFILE && errno != ENFILE)
         return 0;
-    if (m->spare_fd < 0)
+    if (m->reserve_fd < 0)
         return 0;
-    pm__close(m->spare_fd);
-    m->spare_fd = -1;
+    pm__close(m->reserve_fd);
+    m->reserve_fd = -1;
     int fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
     pm__close(fd);
-    pm__mesh_spare_reopen(m);
-    return m->spare_fd >= 0;
+    pm__mesh_reserve_fd_reopen(m);
+    return m->reserve_fd >= 0;
 }
 
 /* The listener is readable: accepts what waits (a bounded number). */
@@ -125,9 +125,9 @@ void pm__mesh_on_listen(pm__mesh *m)
         /* Unauthenticated connections are bounded: the oldest is cut, so a
          * flood cannot keep a real peer out for longer than its handshake. */
         unsigned unauth = 0;
-        pm__mconn *oldest = NULL;
+        pm__mesh_conn *oldest = NULL;
         for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
-            pm__mconn *o = &m->conns[j];
+            pm__mesh_conn *o = &m->conns[j];
             if (o->fd < 0 || o->linked || o->lingering || o->peer >= 0)
                 continue;
             unauth++;
@@ -136,15 +136,15 @@ void pm__mesh_on_listen(pm__mesh *m)
         }
         if (unauth >= PM__MESH_UNAUTH_MAX && oldest != NULL) {
             pm__pconn_close(&oldest->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-            pm__mconn_close(m, oldest);
+            pm__mesh_conn_close(m, oldest);
         }
-        pm__mconn *k = pm__mconn_new(m, fd, -1, 0);
+        pm__mesh_conn *k = pm__mesh_conn_new(m, fd, -1, 0);
         if (k == NULL) {
             pm__close(fd);
             m->fails[PM__PF_LOCAL]++;
             continue;
         }
-        pm__mconn_arm(m, k);
+        pm__mesh_conn_arm(m, k);
     }
     if (pm__loop_arm(m->env.loop, m->lfd, LISTEN_TAG(m)) == 0)
         m->lfd_armed = 1;
@@ -169,6 +169,6 @@ int pm__mesh_listen_on(pm__mesh *m)
     rc = pm__loop_arm(m->env.loop, m->lfd, LISTEN_TAG(m));
     if (rc == 0)
         m->lfd_armed = 1;
-    pm__mesh_spare_reopen(m); /* best effort: without it, accept_starved stalls instead */
+    pm__mesh_reserve_fd_reopen(m); /* best effort: without it, accept_starved stalls instead */
     return rc;
 }

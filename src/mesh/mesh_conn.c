@@ -36,7 +36,7 @@ void pm__mkeys_put(pm__mkeys *g)
     free(g);
 }
 
-static void emit(pm__mesh *m, int type, const pm__mconn *k, const char *detail)
+static void emit(pm__mesh *m, int type, const pm__mesh_conn *k, const char *detail)
 {
     pm_event ev;
     memset(&ev, 0, sizeof(ev));
@@ -48,7 +48,7 @@ static void emit(pm__mesh *m, int type, const pm__mconn *k, const char *detail)
     m->env.ops->event(m->env.owner, &ev);
 }
 
-void pm__mconn_report_down(pm__mesh *m, const pm__mconn *k, int why)
+void pm__mesh_conn_report_down(pm__mesh *m, const pm__mesh_conn *k, int why)
 {
     emit(m, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
 }
@@ -98,7 +98,7 @@ void pm__mesh_refused(pm__mesh *m, const struct sockaddr_storage *ss, int with_p
 }
 
 /* k ended before its link came up, for reason why (a failure). */
-static void conn_refused(pm__mesh *m, const pm__mconn *k, int why)
+static void conn_refused(pm__mesh *m, const pm__mesh_conn *k, int why)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
@@ -110,14 +110,14 @@ static void conn_refused(pm__mesh *m, const pm__mconn *k, int why)
     pm__mesh_refused(m, &ss, k->pc.initiator, why, k->pc.state >= PM__PC_SPLIT ? k->pc.peer.host : NULL);
 }
 
-static uint64_t conn_tag(const pm__mesh *m, const pm__mconn *k)
+static uint64_t conn_tag(const pm__mesh *m, const pm__mesh_conn *k)
 {
     return PM__TAG(m->env.tag_conn, (unsigned)(k - m->conns), k->gen);
 }
 
 /* Asks the loop for what k waits for now: reading, and writing while bytes
  * are queued or the connect is in progress. */
-void pm__mconn_arm(pm__mesh *m, pm__mconn *k)
+void pm__mesh_conn_arm(pm__mesh *m, pm__mesh_conn *k)
 {
     size_t n = 0;
     if (k->pc_live)
@@ -139,7 +139,7 @@ void pm__mconn_arm(pm__mesh *m, pm__mconn *k)
 
 /* Ends k: the hub port goes down first (its requests in flight answered),
  * then the fd is closed; a configured peer is redialled after backoff. */
-void pm__mconn_disarm(pm__mesh *m, pm__mconn *k)
+void pm__mesh_conn_disarm(pm__mesh *m, pm__mesh_conn *k)
 {
     if (k->armed == 0)
         return;
@@ -150,7 +150,7 @@ void pm__mconn_disarm(pm__mesh *m, pm__mconn *k)
 
 /* Gives back what k holds: its loop arm, its fd, its peer.c state and its
  * keys. */
-void pm__mconn_release(pm__mesh *m, pm__mconn *k)
+void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k)
 {
     if (k->fd < 0)
         return;
@@ -175,7 +175,7 @@ void pm__mconn_release(pm__mesh *m, pm__mconn *k)
  * with a transport whose receiving side still works, and the end is not
  * an error (after an error a side waits for nothing) nor the peer's
  * silence (waiting for it would be pointless). */
-static int conn_may_linger(const pm__mconn *k, int why)
+static int conn_may_linger(const pm__mesh_conn *k, int why)
 {
     return k->pc_live && k->pc.close_sent && k->pc.rec != NULL &&
            (why == PM__PF_LOCAL || why == PM__PF_DUPLICATE || why == PM__PF_CLOSED);
@@ -186,7 +186,7 @@ static int conn_may_linger(const pm__mconn *k, int why)
  * discard our CLOSE before the peer reads it. What is readable now is
  * read and dropped first, bounded (a peer cannot keep us here); what
  * arrives later still meets a reset. */
-static void conn_drop_unread(pm__mesh *m, pm__mconn *k)
+static void conn_drop_unread(pm__mesh *m, pm__mesh_conn *k)
 {
     for (unsigned i = 0; i < PM__MESH_READS_PER_TURN; i++) {
         ssize_t r = recv(k->fd, m->rbuf, PM__MESH_READ_BUF, MSG_DONTWAIT);
@@ -210,7 +210,7 @@ static void conn_drop_unread(pm__mesh *m, pm__mconn *k)
  * holds no hub port, is not listed by pm_cluster_peers and its target may
  * be dialled again meanwhile.
  */
-void pm__mconn_close(pm__mesh *m, pm__mconn *k)
+void pm__mesh_conn_close(pm__mesh *m, pm__mesh_conn *k)
 {
     if (k->fd < 0 || k->lingering)
         return;
@@ -243,7 +243,7 @@ void pm__mconn_close(pm__mesh *m, pm__mconn *k)
     if (!conn_may_linger(k, why)) {
         if (k->pc_live && k->pc.close_sent && !m->freeing)
             conn_drop_unread(m, k);
-        pm__mconn_release(m, k);
+        pm__mesh_conn_release(m, k);
         return;
     }
     uint64_t wait = (uint64_t)m->env.cfg.timeout_ms;
@@ -252,17 +252,17 @@ void pm__mconn_close(pm__mesh *m, pm__mconn *k)
     k->linger_done = k->pc.close_received;
     k->deadline_ms = pm__now_ms() + (wait < PM__MESH_LINGER_MS ? wait : PM__MESH_LINGER_MS);
     m->lingered++;
-    if (pm__mconn_linger(m, k)) {
-        pm__mconn_release(m, k);
+    if (pm__mesh_conn_linger(m, k)) {
+        pm__mesh_conn_release(m, k);
         return;
     }
     if (!m->freeing) /* pm__mesh_free waits on its own, without the loop */
-        pm__mconn_arm(m, k);
+        pm__mesh_conn_arm(m, k);
 }
 
-int pm__mconn_linger(pm__mesh *m, pm__mconn *k)
+int pm__mesh_conn_linger(pm__mesh *m, pm__mesh_conn *k)
 {
-    pm__mconn_write(k); /* a write error drops the queue: nothing more goes out */
+    pm__mesh_conn_write(k); /* a write error drops the queue: nothing more goes out */
     size_t n;
     (void)pm__pconn_output(&k->pc, &n);
     if (n == 0 && !k->shut_wr) {
@@ -295,7 +295,7 @@ int pm__mconn_linger(pm__mesh *m, pm__mconn *k)
 /* Backpressure across a link: once k's output queue is below half, the
  * hub reads the senders it held for it again (pm__hub_link_writable; O(1)
  * when none is held). Half, so a sender does not flap on every record. */
-static void conn_drained(pm__mconn *k)
+static void conn_drained(pm__mesh_conn *k)
 {
     size_t n;
     (void)pm__pconn_output(&k->pc, &n);
@@ -305,7 +305,7 @@ static void conn_drained(pm__mconn *k)
 
 /* Writes what k has queued until the socket is full. A write error kills
  * the link (the peer sees truncation). */
-void pm__mconn_write(pm__mconn *k)
+void pm__mesh_conn_write(pm__mesh_conn *k)
 {
     while (k->fd >= 0 && k->pc_live && !k->dialing) {
         size_t n;
@@ -340,10 +340,10 @@ void pm__mconn_write(pm__mconn *k)
  */
 static int conn_send(void *arg, const void *frame, size_t len)
 {
-    pm__mconn *k = arg;
+    pm__mesh_conn *k = arg;
     int rc = pm__pconn_stage(&k->pc, frame, len);
     if (rc == -EAGAIN) {
-        pm__mconn_write(k); /* room may come from the socket at once */
+        pm__mesh_conn_write(k); /* room may come from the socket at once */
         rc = pm__pconn_stage(&k->pc, frame, len);
     }
     return rc;
@@ -352,21 +352,21 @@ static int conn_send(void *arg, const void *frame, size_t len)
 /* A frame of a FRAMES record (during pm__pconn_input). */
 static void conn_frame(void *arg, const unsigned char *frame, size_t len)
 {
-    pm__mconn *k = arg;
+    pm__mesh_conn *k = arg;
     if (k->linked)
         pm__hub_link_frame(k->m->env.hub, (uint16_t)k->host, frame, len);
 }
 
 /* Which of two links between the same hosts stays: the one whose
  * initiator has the bytewise smaller host name (doc/protocol.md 2). */
-static const char *initiator_name(const pm__mesh *m, const pm__mconn *k)
+static const char *initiator_name(const pm__mesh *m, const pm__mesh_conn *k)
 {
     return k->pc.initiator ? m->env.hub->names.host : k->pc.peer.host;
 }
 
 /* k's handshake finished and a record arrived: install it as the host's
  * port, unless a link with that host already stays. */
-static void conn_up(pm__mesh *m, pm__mconn *k)
+static void conn_up(pm__mesh *m, pm__mesh_conn *k)
 {
     pm__dtarget *t = k->peer >= 0 ? pm__mesh_dns_target(m, k->peer) : NULL;
     if (t != NULL) /* who answers at that address, whether this link stays or not */
@@ -377,7 +377,7 @@ static void conn_up(pm__mesh *m, pm__mconn *k)
         return;
     }
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
-        pm__mconn *o = &m->conns[j];
+        pm__mesh_conn *o = &m->conns[j];
         if (o == k || o->fd < 0 || !o->linked || o->host != idx)
             continue;
         if (k->pc.peer.incarnation != o->pc.peer.incarnation) {
@@ -395,14 +395,14 @@ static void conn_up(pm__mesh *m, pm__mconn *k)
                 return;
             }
             pm__pconn_close(&o->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-            pm__mconn_write(o);
-            pm__mconn_close(m, o);
+            pm__mesh_conn_write(o);
+            pm__mesh_conn_close(m, o);
             continue;
         }
         if (strcmp(initiator_name(m, k), initiator_name(m, o)) < 0) {
             pm__pconn_close(&o->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-            pm__mconn_write(o);
-            pm__mconn_close(m, o);
+            pm__mesh_conn_write(o);
+            pm__mesh_conn_close(m, o);
         } else {
             pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             return;
@@ -422,7 +422,7 @@ static void conn_up(pm__mesh *m, pm__mconn *k)
 }
 
 /* Feeds received bytes to k's state machine. */
-static void conn_input(pm__mesh *m, pm__mconn *k, const unsigned char *p, size_t n)
+static void conn_input(pm__mesh *m, pm__mesh_conn *k, const unsigned char *p, size_t n)
 {
     /* After PM__PCE_UP once more, even with no byte left: a first record
      * of frames is delivered by that call, now that the link is a port. */
@@ -439,7 +439,7 @@ static void conn_input(pm__mesh *m, pm__mconn *k, const unsigned char *p, size_t
     }
 }
 
-void pm__mconn_read(pm__mesh *m, pm__mconn *k)
+void pm__mesh_conn_read(pm__mesh *m, pm__mesh_conn *k)
 {
     for (unsigned i = 0; i < PM__MESH_READS_PER_TURN && k->pc.state != PM__PC_DEAD; i++) {
         ssize_t r = recv(k->fd, m->rbuf, PM__MESH_READ_BUF, MSG_DONTWAIT);
@@ -474,9 +474,9 @@ void pm__mconn_read(pm__mesh *m, pm__mconn *k)
     }
 }
 
-pm__mconn *pm__mconn_new(pm__mesh *m, int fd, int peer, int initiator)
+pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator)
 {
-    pm__mconn *k = NULL;
+    pm__mesh_conn *k = NULL;
     for (unsigned j = 0; j < PM__MESH_CONNS && k == NULL; j++)
         if (m->conns[j].fd < 0)
             k = &m->conns[j];
@@ -512,7 +512,7 @@ pm__mconn *pm__mconn_new(pm__mesh *m, int fd, int peer, int initiator)
  * time by the mesh's deadline. A full output queue delays it briefly; the
  * deadline is moved so that a timer never fires in a loop meanwhile.
  */
-void pm__mconn_rekey(pm__mesh *m, pm__mconn *k, uint64_t now)
+void pm__mesh_conn_rekey(pm__mesh *m, pm__mesh_conn *k, uint64_t now)
 {
     if (!k->linked || k->pc.state != PM__PC_UP)
         return;
@@ -525,7 +525,7 @@ void pm__mconn_rekey(pm__mesh *m, pm__mconn *k, uint64_t now)
 /* Up: when k must send a HEARTBEAT (a third of the idle time its peer
  * announced, doc/protocol.md 7), and when its silence ends it (our own
  * idle time, the peer timeout). */
-uint64_t pm__mconn_heartbeat_at(const pm__mconn *k)
+uint64_t pm__mesh_conn_heartbeat_at(const pm__mesh_conn *k)
 {
     uint32_t idle = k->pc.peer.idle_ms < PM__PEER_IDLE_MIN_MS ? PM__PEER_IDLE_MIN_MS
                                                                : k->pc.peer.idle_ms;
@@ -535,7 +535,7 @@ uint64_t pm__mconn_heartbeat_at(const pm__mconn *k)
     return last + idle / 3u;
 }
 
-uint64_t pm__mconn_silence_at(const pm__mesh *m, const pm__mconn *k)
+uint64_t pm__mesh_conn_silence_at(const pm__mesh *m, const pm__mesh_conn *k)
 {
     return k->last_rx_ms + (uint64_t)m->env.cfg.timeout_ms;
 }

@@ -102,12 +102,12 @@ void pm__mesh_dial(pm__mesh *m, int i)
     int rc = connect(fd, (struct sockaddr *)&ss, len);
     if (rc < 0 && errno != EINPROGRESS)
         goto fail;
-    pm__mconn *k = pm__mconn_new(m, fd, i, 1);
+    pm__mesh_conn *k = pm__mesh_conn_new(m, fd, i, 1);
     if (k == NULL)
         goto fail;
     k->dialing = rc < 0;
     m->dial_conn[i] = (int)(k - m->conns);
-    pm__mconn_arm(m, k);
+    pm__mesh_conn_arm(m, k);
     return;
 fail:
     pm__close(fd);
@@ -190,11 +190,11 @@ static void dns_merge(pm__mesh *m, const pm__peerdns_addr *a, size_t n)
             continue;
         int j = m->dial_conn[DNS_TARGET(d)];
         if (j >= 0) {
-            pm__mconn *k = &m->conns[j];
+            pm__mesh_conn *k = &m->conns[j];
             k->peer = -1; /* not redialled; it counts as a link of its own now */
             if (!k->linked) {
                 pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-                pm__mconn_close(m, k);
+                pm__mesh_conn_close(m, k);
             }
         }
         memset(t, 0, sizeof(*t));

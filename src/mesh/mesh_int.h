@@ -24,7 +24,7 @@ typedef struct pm__mkeys {
     unsigned refs;          /* the connections using it, + 1 while current */
 } pm__mkeys;
 
-typedef struct pm__mconn {
+typedef struct pm__mesh_conn {
     pm__mesh *m;            /* its mesh */
     pm__mkeys *kg;          /* its keys' generation, NULL before it starts */
     int fd;                 /* -1: a free entry */
@@ -44,12 +44,12 @@ typedef struct pm__mconn {
     int64_t rtt_us;         /* -1: none yet */
     pm__pconn pc;
     int pc_live;            /* pc initialised (freed on close) */
-    /* The orderly end (pm__mconn_close): the link is gone, the fd waits
+    /* The orderly end (pm__mesh_conn_close): the link is gone, the fd waits
      * for the peer's CLOSE or end of stream until deadline_ms. */
     int lingering;
     int shut_wr;            /* our writing half is shut down */
     int linger_done;        /* the peer's CLOSE, end of stream or an error seen */
-} pm__mconn;
+} pm__mesh_conn;
 
 /* What a connection dials, its "target": 0..npeers-1 the configured peers,
  * PM__MAX_PEERS + d the d-th address of --peers-dns. */
@@ -73,10 +73,10 @@ struct pm__mesh {
     uint64_t key_reloads;
     int lfd;
     int lfd_armed;
-    int spare_fd;            /* /dev/null, given up to accept-and-close when out of fds */
+    int reserve_fd;          /* /dev/null, given up to accept-and-close when out of fds */
     int accept_stalled;      /* accepting failed for lack of fds or memory: re-armed at the next flush */
     pm__mesh_rate rate;      /* the per-source handshake rate limit */
-    pm__mconn conns[PM__MESH_CONNS];
+    pm__mesh_conn conns[PM__MESH_CONNS];
     int dial_conn[MESH_TARGETS];    /* the connection of each target, or -1 */
     uint64_t redial_at[MESH_TARGETS]; /* 0: none due */
     uint32_t backoff_ms[MESH_TARGETS];
@@ -112,26 +112,26 @@ static inline pm__dtarget *pm__mesh_dns_target(pm__mesh *m, int i)
 
 /* mesh_conn.c: one connection. */
 void pm__mkeys_put(pm__mkeys *g);
-pm__mconn *pm__mconn_new(pm__mesh *m, int fd, int peer, int initiator);
-void pm__mconn_arm(pm__mesh *m, pm__mconn *k);
-void pm__mconn_read(pm__mesh *m, pm__mconn *k);
-void pm__mconn_write(pm__mconn *k);
-void pm__mconn_close(pm__mesh *m, pm__mconn *k);
+pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator);
+void pm__mesh_conn_arm(pm__mesh *m, pm__mesh_conn *k);
+void pm__mesh_conn_read(pm__mesh *m, pm__mesh_conn *k);
+void pm__mesh_conn_write(pm__mesh_conn *k);
+void pm__mesh_conn_close(pm__mesh *m, pm__mesh_conn *k);
 /* PM_EVENT_PEER_DOWN for k, reason why (pm__mesh_free: no hub call). */
-void pm__mconn_report_down(pm__mesh *m, const pm__mconn *k, int why);
+void pm__mesh_conn_report_down(pm__mesh *m, const pm__mesh_conn *k, int why);
 /* A connection from (or to, with_port) ss ended before its link came up,
  * for reason why: counted in PM_EVENT_PEER_REFUSED, rate-limited. host is
  * the name its hello gave, or NULL. */
 void pm__mesh_refused(pm__mesh *m, const struct sockaddr_storage *ss, int with_port, int why,
                       const char *host);
-void pm__mconn_release(pm__mesh *m, pm__mconn *k);
+void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k);
 /* Drops k's outstanding loop arm, if any. */
-void pm__mconn_disarm(pm__mesh *m, pm__mconn *k);
+void pm__mesh_conn_disarm(pm__mesh *m, pm__mesh_conn *k);
 /* One step of a lingering connection's I/O: 1 when it is done (release it). */
-int pm__mconn_linger(pm__mesh *m, pm__mconn *k);
-void pm__mconn_rekey(pm__mesh *m, pm__mconn *k, uint64_t now);
-uint64_t pm__mconn_heartbeat_at(const pm__mconn *k);
-uint64_t pm__mconn_silence_at(const pm__mesh *m, const pm__mconn *k);
+int pm__mesh_conn_linger(pm__mesh *m, pm__mesh_conn *k);
+void pm__mesh_conn_rekey(pm__mesh *m, pm__mesh_conn *k, uint64_t now);
+uint64_t pm__mesh_conn_heartbeat_at(const pm__mesh_conn *k);
+uint64_t pm__mesh_conn_silence_at(const pm__mesh *m, const pm__mesh_conn *k);
 /* b ms +-25 %, and the next redial of target peer after backoff. */
 uint64_t pm__mesh_jittered(uint32_t b, uint64_t now);
 void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now);
@@ -146,6 +146,6 @@ void pm__mesh_dns_ready(pm__mesh *m);
 /* mesh_accept.c: the listener. */
 int pm__mesh_listen_on(pm__mesh *m);
 void pm__mesh_on_listen(pm__mesh *m);
-void pm__mesh_spare_reopen(pm__mesh *m);
+void pm__mesh_reserve_fd_reopen(pm__mesh *m);
 
 #endif /* PM_MESH_INT_H */

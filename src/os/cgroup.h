@@ -137,7 +137,7 @@ void pm__cg_slot_zero(pm__cg_slot *s);
 /* Closes the fds only and sets them to -1. errno kept. */
 void pm__cg_slot_close_fds(pm__cg_slot *s);
 /* A fork child's copy: closes the fds without writing to *s, errno kept
- * (see pm__link_release_copy: no copy-on-write of the supervisor's slot
+ * (see pm__channel_release_copy: no copy-on-write of the supervisor's slot
  * table). A fork-mode child drops every slot's so. */
 void pm__cg_slot_release_copy(const pm__cg_slot *s);
 /* Off the restart path (the incarnation is ready): the leaf the next

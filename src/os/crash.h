@@ -15,7 +15,7 @@
 /* frame_module / pc_module of an address in no module known at join. */
 #define PM__CRASH_NO_MODULE 0xffu
 
-/* The record in the worker's control block (link.h). Written only by the
+/* The record in the worker's control block (channel.h). Written only by the
  * worker's fatal-signal handler, read by the supervisor once, after the
  * reap, as a private copy that is validated before any field is used. */
 struct pm__crash_rec {

@@ -74,7 +74,7 @@ enum pm__peer_fail {
     PM__PF_DUPLICATE,   /* a new incarnation of a host whose live link stays (unpinned) */
     PM__PF_RATE,        /* accepted and closed at once: its source's handshake rate */
     PM__PF_NO_FDS,      /* accept failed for lack of fds (the waiting connection is then
-                           accepted on the spare fd and closed) or of memory */
+                           accepted on the reserve fd and closed) or of memory */
     PM__PF_COUNT_
 };
 

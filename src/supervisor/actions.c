@@ -62,7 +62,7 @@ static int spawn_error_of(const pm__slot *s)
     return -ECHILD;
 }
 
-/* A slot that will not start again has no use for a prepared link. */
+/* A slot that will not start again has no use for a prepared channel. */
 void pm__cluster_set_state_final(pm_cluster *c, pm__slot *s, int state)
 {
     pm__cluster_set_state(c, s, state);
@@ -190,7 +190,7 @@ static void act_ready(pm_cluster *c, pm__slot *s)
     /* The heartbeat period starts at ready: a slow start is the ready
      * timeout's business, never a hang. */
     s->progress_ms = pm__now_ms();
-    s->last_beats = atomic_load_explicit(&((const struct pm__ctl *)s->link.map)->beats,
+    s->last_beats = atomic_load_explicit(&((const struct pm__ctl *)s->channel.map)->beats,
                                          memory_order_relaxed);
     pm__budget_on_ready(&s->budget, pm__now_ms());
     uint64_t inc = s->incarnation;

@@ -12,11 +12,11 @@ void pm__cluster_dispatch(pm_cluster *c, pm__slot *s, int event);
  * event. */
 void pm__cluster_set_stopped(pm_cluster *c, pm__slot *s, int reason);
 /* pm__cluster_set_state for a state the slot does not start again from
- * (STOPPED, RETIRED): its prepared link, and the standby on it, go too. */
+ * (STOPPED, RETIRED): its prepared channel, and the standby on it, go too. */
 void pm__cluster_set_state_final(pm_cluster *c, pm__slot *s, int state);
 
 /* What comes after s's ready incarnation, prepared ahead of any crash: its
- * successor's link, the warm standby on it (when asked for), the cgroup
+ * successor's channel, the warm standby on it (when asked for), the cgroup
  * leaf it is born into. Best effort, errno preserved. */
 void pm__cluster_prepare_next(pm_cluster *c, pm__slot *s);
 /* The successors of the slots that became ready inside pm_cluster_spawn,

@@ -122,7 +122,7 @@ static int map_check(const pm_cluster *c, const pm_map_input *inputs, size_t n, 
             return -EINVAL;
     if (c->hub.cb_depth > 0)
         return -EDEADLK;
-    if (c->hub.mreq_closed)
+    if (c->hub.main_request_closed)
         return -ESHUTDOWN;
     return 0;
 }

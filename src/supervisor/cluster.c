@@ -114,7 +114,7 @@ static void cluster_free(pm_cluster *c)
         pm__close(s->pidfd);
         pm__close(s->exec_pipe);
         pm__close(s->notify_fd);
-        pm__link_close(&s->link);
+        pm__channel_close(&s->channel);
         pm__incarnation_spare_drop(c, s);
         pm__output_free(&s->out);
         pm__budget_free(&s->budget);
@@ -207,7 +207,7 @@ static void slots_init(pm_cluster *c)
         s->standby.pidfd = s->standby.go_fd = -1;
         s->out.s[0].fd = s->out.s[1].fd = -1;
         s->last_exit_code = -1;
-        pm__link_zero(&s->link);
+        pm__channel_zero(&s->channel);
         pm__budget_init(&s->budget);
         pm__cg_slot_zero(&s->cg);
     }

@@ -88,11 +88,11 @@ void pm__cluster_signal(pm__slot *s, int sig)
 void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s)
 {
     if (s->hub_armed) {
-        pm__loop_disarm(&c->loop, s->link.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
+        pm__loop_disarm(&c->loop, s->channel.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
         s->hub_armed = 0;
     }
     if (s->sock_armed) {
-        pm__loop_disarm(&c->loop, s->link.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation));
+        pm__loop_disarm(&c->loop, s->channel.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation));
         s->sock_armed = 0;
     }
     s->hub_rang = 0;
@@ -124,7 +124,7 @@ void pm__cluster_release(pm_cluster *c, pm__slot *s)
     s->notify_fd = -1;
     pm__output_close(c, s);
     pm__hub_port_close(&c->hub, s->index);
-    pm__link_close(&s->link);
+    pm__channel_close(&s->channel);
     s->pid = 0;
     s->hello = 0;
     s->kill_sent = 0;
@@ -167,7 +167,7 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
     s->hub_rang = 0;
     pm__hub_port_service(&c->hub, s->index);
     if (p->reading && !s->hub_armed &&
-        pm__loop_arm_multi(&c->loop, s->link.hub_efd,
+        pm__loop_arm_multi(&c->loop, s->channel.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
     pm__cluster_arm_sock(c, s);
@@ -195,13 +195,13 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
 void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
 {
     const pm__port *p = &c->hub.ports[s->index];
-    if (!p->reading || s->link.sock < 0)
+    if (!p->reading || s->channel.sock < 0)
         return;
     int multi = pm__loop_has_multi(&c->loop);
     if (s->sock_armed) {
         if (multi || !p->sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
             return;
-        if (pm__loop_disarm(&c->loop, s->link.sock,
+        if (pm__loop_disarm(&c->loop, s->channel.sock,
                             PM__TAG(PM__TAG_SOCK, s->index, s->incarnation)) == 0)
             s->sock_armed |= SOCK_CANCELLING;
         else
@@ -209,7 +209,7 @@ void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
         return;
     }
     unsigned ev = PM__LOOP_IN | (multi || p->sock_full ? PM__LOOP_OUT : 0u);
-    if (pm__loop_arm_multi_ev(&c->loop, s->link.sock,
+    if (pm__loop_arm_multi_ev(&c->loop, s->channel.sock,
                               PM__TAG(PM__TAG_SOCK, s->index, s->incarnation), ev) == 0)
         s->sock_armed = (int)ev;
     else
@@ -224,7 +224,7 @@ void pm__cluster_on_doorbell(pm_cluster *c, pm__slot *s, int more)
          * again, or the new poll would fire at once. The ring is the
          * truth, the count is not. */
         s->hub_armed = 0;
-        pm__drain_counter(s->link.hub_efd);
+        pm__drain_counter(s->channel.hub_efd);
     }
     /* Serviced once after all completions: a worker writing its
      * doorbell in a loop gets no more reading than one turn's cap. */

@@ -12,7 +12,7 @@ void pm__cluster_debug_counters(const pm_cluster *c, uint64_t *loop_syscalls,
 {
     uint64_t wakeups = 0;
     for (unsigned i = 0; i < c->nslots; i++)
-        wakeups += c->slots[i].link.tx.wakeups + c->slots[i].link.rx.wakeups;
+        wakeups += c->slots[i].channel.tx.wakeups + c->slots[i].channel.rx.wakeups;
     if (loop_syscalls != NULL)
         *loop_syscalls = c->loop.syscalls;
     if (ring_wakeups != NULL)

@@ -2,7 +2,7 @@
 /*
  * incarnation.c - starting one incarnation of a slot: its shared memory, its
  * environment and fds, the fork (and exec), and the fds the loop watches for
- * it. Nothing is left behind when a start fails. The next incarnation's link
+ * it. Nothing is left behind when a start fails. The next incarnation's channel
  * (and, in exec mode, its error pipe) is prepared ahead (the spare) so that
  * a restart does not create it between the death and the fork.
  */
@@ -34,7 +34,7 @@
 struct child_ctx {
     pm_cluster *c;
     pm__slot *own;
-    pm__link *link;   /* its link: own->link, or own->spare for a standby */
+    pm__channel *channel; /* its channel: own->channel, or own->spare for a standby */
     uint64_t inc;     /* its incarnation */
     int go_fd;        /* a standby's go eventfd (blocking), -1 otherwise */
 };
@@ -99,11 +99,11 @@ static void unmap_batch(child_drop *d)
     d->nmaps = 0;
 }
 
-static void drop_link(child_drop *d, const pm__link *l)
+static void drop_channel(child_drop *d, const pm__channel *l)
 {
-    int fds[PM__LINK_NFDS];
-    pm__link_fds(l, fds);
-    for (int i = 0; i < PM__LINK_NFDS; i++)
+    int fds[PM__CHANNEL_NFDS];
+    pm__channel_fds(l, fds);
+    for (int i = 0; i < PM__CHANNEL_NFDS; i++)
         drop_fd(d, fds[i]);
     if (l->map == NULL || l->map == MAP_FAILED || d->mode == DROP_MEASURE)
         return;
@@ -135,8 +135,8 @@ static void close_marked(const child_drop *d)
     }
 }
 
-/* One slot's fds and memory, but the link the child runs on. */
-static void drop_slot(child_drop *d, const pm__slot *t, const pm__link *own)
+/* One slot's fds and memory, but the channel the child runs on. */
+static void drop_slot(child_drop *d, const pm__slot *t, const pm__channel *own)
 {
     drop_fd(d, t->pidfd);
     drop_fd(d, t->exec_pipe);
@@ -147,17 +147,17 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__link *own)
     /* Read, never written: the slot table is shared copy-on-write with the
      * supervisor, and a sentinel written into every slot would fault in a
      * private copy of the whole table. */
-    if (&t->link != own)
-        drop_link(d, &t->link);
+    if (&t->channel != own)
+        drop_channel(d, &t->channel);
     else
         drop_fd(d, own->sock); /* the hub's end of the fd socket: the worker keeps its own */
-    /* Every prepared link too, its own slot's included: a spare is the
+    /* Every prepared channel too, its own slot's included: a spare is the
      * memory of an incarnation that does not exist yet (unless this
      * process is the standby that will be it). */
     if (t->spare != NULL && t->spare != own)
-        drop_link(d, t->spare);
+        drop_channel(d, t->spare);
     else if (t->spare != NULL)
-        drop_fd(d, own->sock); /* a standby's own link: the same */
+        drop_fd(d, own->sock); /* a standby's own channel: the same */
     if (t->spare != NULL) {
         const pm__spare *sp = pm__spare_of(t);
         drop_fd(d, sp->err_pipe[0]);
@@ -189,9 +189,9 @@ static void drop_own(child_drop *d, const pm_cluster *c)
     drop_fd(d, c->wakefd);
 }
 
-/* Every slot's fds and memory but the link the child runs on, and the
+/* Every slot's fds and memory but the channel the child runs on, and the
  * supervisor's signal, timer and wake-up fds. */
-static void drop_slots(const pm_cluster *c, const pm__link *own)
+static void drop_slots(const pm_cluster *c, const pm__channel *own)
 {
     child_drop d;
     d.mode = DROP_MEASURE, d.maxfd = -1, d.nmaps = 0;
@@ -266,7 +266,7 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     pm__node_address(&c->hub.names, x->own->index, x->inc, &init.addr);
     init.data = c->o->init_data;
     init.len = (uint32_t)c->o->init_len;
-    drop_slots(c, x->link);
+    drop_slots(c, x->channel);
     pm__loop_forget(&c->loop);
     pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
     /* Other workers' traffic the hub holds (queued frames, broadcast
@@ -275,8 +275,8 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     if (req->capture)
         child_output(req);
     pm_node node;
-    int rc = pm__node_from_hub_link(&node, x->link, &init, c->self);
-    /* The node took over the inherited mapping (pm__link_adopt): it is
+    int rc = pm__node_from_hub_channel(&node, x->channel, &init, c->self);
+    /* The node took over the inherited mapping (pm__channel_adopt): it is
      * not unmapped here. */
     if (rc < 0)
         _exit(125);
@@ -410,7 +410,7 @@ static void fork_req(pm_cluster *c, pm__spawn_req *req, struct child_ctx *ctx)
  * slot's only when it is taken (standby.c), so that the kill of the
  * incarnation it replaces (cgroup.kill, or the listed pids) cannot reach
  * it. Its process group is its own (pm__child_contain). */
-pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__link *l, uint64_t inc, int go_fd)
+pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, uint64_t inc, int go_fd)
 {
     pm__spawn_req req;
     sigset_t cur;
@@ -432,11 +432,11 @@ typedef struct start_fds {
     int fds[PM__MAX_PASS_FDS + 4];
 } start_fds;
 
-/* The link of the incarnation now starting, and the standby that becomes
+/* The channel of the incarnation now starting, and the standby that becomes
  * it, if any (*standby its pid, else 0). One that could not be taken was
- * ended, and its link (memory another process had) is replaced by a fresh
+ * ended, and its channel (memory another process had) is replaced by a fresh
  * one before anything else is forked onto it. 0 or -errno. */
-static int take_link(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby)
+static int take_channel(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby)
 {
     pm__standby_check(c, s);
     int rc = pm__spare_take(c, s, f->err_pipe, f->outp);
@@ -445,16 +445,16 @@ static int take_link(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby)
     *standby = c->o->exec_path == NULL ? pm__standby_take(c, s) : 0;
     if (*standby < 0) {
         *standby = 0;
-        pm__link_close(&s->link);
-        rc = pm__link_new_for(c, &s->link, s->index, s->incarnation);
+        pm__channel_close(&s->channel);
+        rc = pm__channel_new_for(c, &s->channel, s->index, s->incarnation);
         if (rc < 0)
             return rc;
     }
-    pm__hub_hosts_copy(&c->hub, &s->link); /* peer mode: the hosts it can address */
+    pm__hub_hosts_copy(&c->hub, &s->channel); /* peer mode: the hosts it can address */
     return 0;
 }
 
-/* Exec mode: the program, its fds (the passed ones, then its link's when it
+/* Exec mode: the program, its fds (the passed ones, then its channel's when it
  * links libprocmesh), its notify socket, its environment. 0 or -errno. */
 static int exec_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, start_fds *f)
 {
@@ -466,10 +466,10 @@ static int exec_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, start_fds *f
     memcpy(f->fds, c->o->pass_fds, n * sizeof(int));
     if (mesh) {
         /* Only a worker that links libprocmesh gets its memory. */
-        f->fds[n] = s->link.memfd;
-        f->fds[n + 1] = s->link.node_efd;
-        f->fds[n + 2] = s->link.hub_efd;
-        f->fds[n + 3] = s->link.node_sock; /* large messages (bigmsg.h) */
+        f->fds[n] = s->channel.memfd;
+        f->fds[n + 1] = s->channel.node_efd;
+        f->fds[n + 2] = s->channel.hub_efd;
+        f->fds[n + 3] = s->channel.node_sock; /* large messages (bigmsg.h) */
     }
     char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
     if (c->o->ready_mode == PM_READY_NOTIFY) {
@@ -507,7 +507,7 @@ static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
         req.stdio[0] = f->outw[0];
         req.stdio[1] = f->outw[1];
     }
-    struct child_ctx ctx = {c, s, &s->link, s->incarnation, -1};
+    struct child_ctx ctx = {c, s, &s->channel, s->incarnation, -1};
     if (c->o->exec_path != NULL) {
         rc = exec_req(c, s, &req, f);
         if (rc < 0)
@@ -537,7 +537,7 @@ static int keep_worker(pm_cluster *c, pm__slot *s, start_fds *f, pid_t pid, pid_
     s->pid = pid;
     if (c->o->exec_path == NULL) {
         /* A fork-mode worker skips the handshake (node.c
-         * pm__node_from_hub_link): it is our own code at our own protocol
+         * pm__node_from_hub_channel): it is our own code at our own protocol
          * version, and its first frame is READY. A HELLO from it would
          * now be a protocol fault (cluster.c on_control). */
         s->hello = 1;
@@ -583,14 +583,14 @@ static void arm(pm_cluster *c, pm__slot *s)
         s->notify_armed = 1;
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
-    if (pm__hub_port_open(&c->hub, s->index, &s->link, s->incarnation) == 0 &&
-        pm__loop_arm_multi(&c->loop, s->link.hub_efd,
+    if (pm__hub_port_open(&c->hub, s->index, &s->channel, s->incarnation) == 0 &&
+        pm__loop_arm_multi(&c->loop, s->channel.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
     pm__cluster_arm_sock(c, s); /* records are taken from the start */
 }
 
-/* Starts the next incarnation of s: take a link (and a standby), open its
+/* Starts the next incarnation of s: take a channel (and a standby), open its
  * output, fork or exec (or take the standby), keep the worker, arm.
  * Returns 0, or -errno with nothing left behind (no process, no fd, no
  * memory). -EADDRINUSE means the notify socket's name was taken under
@@ -606,7 +606,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     s->exec_errno = 0;
     s->linked = c->o->exec_path == NULL;
     s->kill_reason = 0;
-    rc = take_link(c, s, &f, &standby);
+    rc = take_channel(c, s, &f, &standby);
     if (rc < 0)
         goto fail;
     if (c->o->output == PM_OUTPUT_CAPTURE &&
@@ -644,7 +644,7 @@ fail:
     pm__output_close(c, s);
     pm__close(s->exec_pipe);
     s->exec_pipe = -1;
-    pm__link_close(&s->link);
+    pm__channel_close(&s->channel);
     s->pid = 0;
     return rc;
 }

@@ -11,10 +11,10 @@
  * (no process, no fd, no memory); -EADDRINUSE is not the slot's fault (see
  * incarnation.c). */
 int pm__incarnation_start(pm_cluster *c, pm__slot *s);
-/* Forks a process for incarnation inc of s on link l that sets itself up as
+/* Forks a process for incarnation inc of s on channel l that sets itself up as
  * fork_child does, then blocks reading the eventfd go_fd: a write of 1 runs
  * the bootstrap. Its pid, or -errno. */
-pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__link *l, uint64_t inc,
+pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, uint64_t inc,
                                    int go_fd);
 
 #endif /* PM_SUPERVISOR_INCARNATION_H */

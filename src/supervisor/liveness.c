@@ -91,7 +91,7 @@ void pm__liveness_check(pm_cluster *c, uint64_t now)
                 pm__cluster_fault(c, s, PM_REASON_HEARTBEAT);
             continue;
         }
-        const struct pm__ctl *ctl = s->link.map;
+        const struct pm__ctl *ctl = s->channel.map;
         uint64_t beats = atomic_load_explicit(&ctl->beats, memory_order_relaxed);
         if (beats != s->last_beats) {
             s->last_beats = beats;

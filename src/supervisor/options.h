@@ -9,7 +9,7 @@
 #include "peer/peerkeys.h"
 
 #define PM__MAX_PASS_FDS 64
-/* The smallest ring that still takes a maximal frame (PM__LINK_MAX_FRAME)
+/* The smallest ring that still takes a maximal frame (PM__CHANNEL_MAX_FRAME)
  * behind a padding record. */
 #define PM__MIN_RING_SIZE ((size_t)256 * 1024)
 

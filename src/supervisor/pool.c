@@ -36,7 +36,7 @@ void pm__pool_timed_out(void *owner, unsigned p)
     if (s->kill_reason == 0)
         s->kill_reason = PM_REASON_TIMEOUT;
     pm__cluster_disarm_hub(c, s);
-    struct pm__ctl *ctl = s->link.map;
+    struct pm__ctl *ctl = s->channel.map;
     if (ctl != NULL) /* its next procmesh call returns -ESHUTDOWN, if it makes one */
         atomic_store_explicit(&ctl->stop, 1, memory_order_release);
     pm__cluster_dispatch(c, s, PM__EV_FAULT); /* the slot table's kill */

@@ -92,8 +92,8 @@ PM_EXTERN int pm_cluster_slot_info(const pm_cluster *c, unsigned slot, pm_slot_i
     info->kill_pending = s->kill_sent && pm__slot_has_process(s);
     if (s->crash != NULL)
         info->last_crash = *s->crash;
-    if (s->link.map != NULL)
-        info->waiting = atomic_load_explicit(&((const struct pm__ctl *)s->link.map)->waiting,
+    if (s->channel.map != NULL)
+        info->waiting = atomic_load_explicit(&((const struct pm__ctl *)s->channel.map)->waiting,
                                              memory_order_relaxed) != 0;
     return 0;
 }

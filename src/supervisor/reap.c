@@ -32,7 +32,7 @@ void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason)
     /* Tell the worker, in case the SIGKILL below takes a while to land (a
      * process in uninterruptible sleep): its next procmesh call returns
      * -ESHUTDOWN. */
-    struct pm__ctl *ctl = s->link.map;
+    struct pm__ctl *ctl = s->channel.map;
     if (ctl != NULL) {
         atomic_store_explicit(&ctl->fenced, 1, memory_order_release);
         atomic_store_explicit(&ctl->stop, 1, memory_order_release);
@@ -137,7 +137,7 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
     pm__cluster_read_notify(c, s);
     pm__readiness_exec_at_reap(c, s);
     int reason = exit_reason(s);
-    pm__crash_collect(&s->crash, s->link.map != NULL ? (const void *)&pm__link_ctl(&s->link)->crash : NULL,
+    pm__crash_collect(&s->crash, s->channel.map != NULL ? (const void *)&pm__channel_ctl(&s->channel)->crash : NULL,
                       s->incarnation, s->last_signal, s->last_core);
     /* Its last words first: what it wrote just before it died is still in
      * its pipes, and belongs before the report of its end. */

@@ -56,7 +56,7 @@ void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s)
         return;
     int saved = errno;
     pm__spare *sp = pm__spare_of(s);
-    pm__link_close(&sp->link);
+    pm__channel_close(&sp->channel);
     spare_close_pipes(sp);
     free(sp);
     s->spare = NULL;
@@ -81,7 +81,7 @@ int pm__err_pipe_open(int p[2])
  * before that standby's fork and checked only by the supervisor, and a
  * standby that died is dropped with its spare before this runs): reading
  * its control block is safe. */
-static int spare_fits(const pm_cluster *c, const pm__slot *s, const pm__link *l)
+static int spare_fits(const pm_cluster *c, const pm__slot *s, const pm__channel *l)
 {
     const struct pm__ctl *ctl = l->map;
     return ctl->incarnation == s->incarnation && ctl->slot == s->index &&
@@ -90,9 +90,9 @@ static int spare_fits(const pm_cluster *c, const pm__slot *s, const pm__link *l)
            ctl->max_message == c->o->max_message;
 }
 
-int pm__link_new_for(pm_cluster *c, pm__link *l, unsigned index, uint64_t inc)
+int pm__channel_new_for(pm_cluster *c, pm__channel *l, unsigned index, uint64_t inc)
 {
-    return pm__link_create(l, index, inc, c->o->ring_size, c->self,
+    return pm__channel_create(l, index, inc, c->o->ring_size, c->self,
                            (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
 }
 
@@ -103,10 +103,10 @@ int pm__link_new_for(pm_cluster *c, pm__link *l, unsigned index, uint64_t inc)
 int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2])
 {
     if (s->spare != NULL && spare_fits(c, s, s->spare)) {
-        /* By value: nothing points into the pm__link itself (its rings
+        /* By value: nothing points into the pm__channel itself (its rings
          * point into the mapping). */
         pm__spare *sp = pm__spare_of(s);
-        s->link = sp->link;
+        s->channel = sp->channel;
         err_pipe[0] = sp->err_pipe[0];
         err_pipe[1] = sp->err_pipe[1];
         memcpy(out, sp->out, sizeof(sp->out));
@@ -115,7 +115,7 @@ int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2])
         return 0;
     }
     pm__incarnation_spare_drop(c, s);
-    return pm__link_new_for(c, &s->link, s->index, s->incarnation);
+    return pm__channel_new_for(c, &s->channel, s->index, s->incarnation);
 }
 
 /* A spare holds five fds (seven with the exec error pipe, four more with
@@ -139,11 +139,11 @@ int pm__fds_affordable(const int *fds, size_t n)
 
 static int spare_affordable(const pm__spare *sp)
 {
-    int fds[PM__LINK_NFDS + 6];
-    pm__link_fds(&sp->link, fds);
-    fds[PM__LINK_NFDS] = sp->err_pipe[0];
-    fds[PM__LINK_NFDS + 1] = sp->err_pipe[1];
-    memcpy(&fds[PM__LINK_NFDS + 2], sp->out, sizeof(sp->out));
+    int fds[PM__CHANNEL_NFDS + 6];
+    pm__channel_fds(&sp->channel, fds);
+    fds[PM__CHANNEL_NFDS] = sp->err_pipe[0];
+    fds[PM__CHANNEL_NFDS + 1] = sp->err_pipe[1];
+    memcpy(&fds[PM__CHANNEL_NFDS + 2], sp->out, sizeof(sp->out));
     return pm__fds_affordable(fds, sizeof(fds) / sizeof(fds[0]));
 }
 
@@ -198,14 +198,14 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
         return;
     int saved = errno;
     pm__spare *sp = malloc(sizeof(*sp));
-    if (sp != NULL && pm__link_new_for(c, &sp->link, s->index, s->incarnation + 1) == 0) {
+    if (sp != NULL && pm__channel_new_for(c, &sp->channel, s->index, s->incarnation + 1) == 0) {
         sp->err_pipe[0] = sp->err_pipe[1] = -1;
         sp->out[0][0] = sp->out[0][1] = sp->out[1][0] = sp->out[1][1] = -1;
         if (spare_pipes(c, sp) == 0 && spare_affordable(sp)) {
-            s->spare = &sp->link;
+            s->spare = &sp->channel;
             sp = NULL;
         } else {
-            pm__link_close(&sp->link);
+            pm__channel_close(&sp->channel);
             spare_close_pipes(sp);
         }
     }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* spare.h - the next incarnation's link and pipes, prepared ahead
+/* spare.h - the next incarnation's channel and pipes, prepared ahead
  * (spare.c). */
 #ifndef PM_SUPERVISOR_SPARE_H
 #define PM_SUPERVISOR_SPARE_H
@@ -7,12 +7,12 @@
 #include "types.h"
 
 /* A slot's spare (s->spare points at its link, the first member): the next
- * incarnation's link; in exec mode its exec error pipe (both ends
+ * incarnation's channel; in exec mode its exec error pipe (both ends
  * close-on-exec, the read end non-blocking); with captured output its
  * stdout and stderr pipes (read end, write end each, as pm__output_pipes
  * makes them); -1s for what it does not hold. */
 typedef struct pm__spare {
-    pm__link link;
+    pm__channel channel;
     int err_pipe[2];
     int out[2][2];
 } pm__spare;
@@ -22,10 +22,10 @@ static inline pm__spare *pm__spare_of(const pm__slot *s)
     return (pm__spare *)(void *)s->spare;
 }
 
-/* Closes and frees s's spare link, if it has one, and ends (kills and
+/* Closes and frees s's spare channel, if it has one, and ends (kills and
  * reaps) the standby waiting on it (errno preserved). */
 void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s);
-/* Prepares s's next incarnation's link (the spare) if it has none; best
+/* Prepares s's next incarnation's channel (the spare) if it has none; best
  * effort, errno preserved. Called when the incarnation becomes ready. */
 void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s);
 /* 1 when every fd of fds sits below half of RLIMIT_NOFILE: what is prepared
@@ -36,7 +36,7 @@ int pm__fds_affordable(const int *fds, size_t n);
 int pm__err_pipe_open(int p[2]);
 /* A new link for incarnation inc of slot index, with the cluster's
  * geometry. 0 or -errno. */
-int pm__link_new_for(pm_cluster *c, pm__link *l, unsigned index, uint64_t inc);
+int pm__channel_new_for(pm_cluster *c, pm__channel *l, unsigned index, uint64_t inc);
 /* The link (and the pipes the spare has, into err_pipe and out, else -1s)
  * for the incarnation now starting: the spare when it fits, a new link
  * otherwise. 0 or -errno. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * standby.c - the warm standby (pm_options_set_warm_standby): per slot, the
- * next fork-mode incarnation forked ahead onto the spare link, set up, and
+ * next fork-mode incarnation forked ahead onto the spare channel, set up, and
  * blocked on an eventfd until the crash it replaces. Here: what the start
  * of an incarnation does with one (take it, start it, end it, drop a dead
  * one), below incarnation.c; forking it and its death while it waits:
@@ -15,7 +15,7 @@
  * php-fpm's spare servers) do. Figures: doc/benchmarks.md.
  *
  * The rules it keeps:
- * - Single activation: a standby is not an incarnation. It holds no link
+ * - Single activation: a standby is not an incarnation. It holds no channel
  *   the hub serves (its ring is the spare, no port of the hub), runs no
  *   application code, and becomes the slot's incarnation only in
  *   pm__incarnation_start, after the one before it was reaped.
@@ -96,7 +96,7 @@ static int standby_dead(const pm__standby *b)
 }
 
 /* A standby made for another incarnation needs no check here: it lives on
- * the spare made for that incarnation, which link_take finds unfit and
+ * the spare made for that incarnation, which channel_take finds unfit and
  * drops, and it with it. */
 void pm__standby_check(pm_cluster *c, pm__slot *s)
 {
@@ -108,7 +108,7 @@ pid_t pm__standby_take(pm_cluster *c, pm__slot *s)
 {
     pm__standby *b = &s->standby;
     if (b->pid <= 0)
-        return 0; /* none, or ended with an unfit spare by link_take */
+        return 0; /* none, or ended with an unfit spare by channel_take */
     if (c->cg.mode == PM_CONTAIN_CGROUP) {
         int rc = pm__cg_slot_move(&s->cg, b->pid);
         if (rc < 0) {

@@ -15,10 +15,10 @@ void pm__standby_end(pm_cluster *c, pm__slot *s);
 /* Before the spare is taken: a standby that has died is reaped and the
  * spare it held dropped (its memory was another process's). */
 void pm__standby_check(pm_cluster *c, pm__slot *s);
-/* Makes the waiting standby incarnation s->incarnation (whose link was just
+/* Makes the waiting standby incarnation s->incarnation (whose channel was just
  * taken): moved into the slot's cgroup, started. Its pid with s->pidfd set,
  * 0 when there is none for this incarnation, or -errno (the standby was
- * ended; the caller must not use the link it held). */
+ * ended; the caller must not use the channel it held). */
 pid_t pm__standby_take(pm_cluster *c, pm__slot *s);
 /* Starts the standby taken by pm__standby_take (writes its eventfd). */
 void pm__standby_go(pm__slot *s);

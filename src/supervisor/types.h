@@ -18,7 +18,7 @@
 #include "os/cgroup.h"
 #include "deadlines.h"
 #include "hub/hub.h"
-#include "channel/link.h"
+#include "channel/channel.h"
 #include "os/loop.h"
 #include "options.h"
 #include "output.h"
@@ -44,14 +44,14 @@ typedef struct pm__watch {
 #define PM__MAX_WATCH 1024
 
 /* Fork mode with pm_options_set_warm_standby: the next incarnation, forked
- * ahead onto the spare link and blocked until the crash it replaces
+ * ahead onto the spare channel and blocked until the crash it replaces
  * (standby.c, standby_fork.c). pid 0: none. */
 typedef struct pm__standby {
     pid_t pid;
     int pidfd;            /* polled (PM__TAG_STANDBY) while armed */
     int go_fd;            /* its go eventfd: writing 1 starts it (a blocking read there) */
     int armed;
-    uint64_t incarnation; /* the incarnation it becomes; its link is the slot's spare */
+    uint64_t incarnation; /* the incarnation it becomes; its channel is the slot's spare */
 } pm__standby;
 
 typedef struct pm__slot {
@@ -61,21 +61,21 @@ typedef struct pm__slot {
     pid_t pid;             /* 0 when no process */
     int pidfd;             /* -1 when none */
     int exec_pipe;         /* exec mode: read end of the error pipe, or -1 */
-    pm__link link;         /* hub side; link.memfd -1 when none */
-    pm__link *spare;       /* the next incarnation's link (and exec error pipe),
+    pm__channel channel;   /* hub side; channel.memfd -1 when none */
+    pm__channel *spare;    /* the next incarnation's channel (and exec error pipe),
                               prepared ahead, or NULL (incarnation.c) */
-    pm__standby standby;   /* warm standby on the spare link, pid 0 when none */
+    pm__standby standby;   /* warm standby on the spare channel, pid 0 when none */
     int pid_armed;         /* a poll on pidfd is outstanding */
-    int hub_armed;         /* a poll on link.hub_efd is outstanding */
+    int hub_armed;         /* a poll on channel.hub_efd is outstanding */
     int hub_rang;          /* its doorbell rang this turn: service the port once */
-    int sock_armed;        /* the events (PM__LOOP_*) of the poll on link.sock, 0 none */
+    int sock_armed;        /* the events (PM__LOOP_*) of the poll on channel.sock, 0 none */
     int pipe_armed;        /* a poll on exec_pipe is outstanding (exec readiness) */
     int notify_fd;         /* notify readiness: this incarnation's NOTIFY_SOCKET, or -1 */
     int notify_armed;
     int watchdog;          /* the worker sent WATCHDOG=1: the heartbeat applies */
     int hello;             /* HELLO received and INIT sent */
     unsigned hello_version; /* the protocol version its HELLO named */
-    int linked;            /* this incarnation sent its HELLO (fork mode: has a link from
+    int linked;            /* this incarnation sent its HELLO (fork mode: has a channel from
                               the start); kept past its reap, for pm__spawn_detail */
     int ever_ready;        /* some incarnation of this slot has been ready */
     int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */

@@ -39,11 +39,11 @@ int pm__node_handshake(pm_node *n)
     h.type = PM__FT_HELLO;
     h.dst = PM__NODE_MAIN;
     unsigned char ver[4] = {PM__PROTO_VERSION, 0, 0, 0};
-    int rc = pm__frame_send(&n->link.tx, &h, ver, sizeof(ver));
+    int rc = pm__frame_send(&n->channel.tx, &h, ver, sizeof(ver));
     if (rc < 0)
         return rc == -EBADMSG ? -EPROTO : rc;
     for (;;) {
-        rc = pm__ring_wait(&n->link.rx, PM__NODE_POLL_MS);
+        rc = pm__ring_wait(&n->channel.rx, PM__NODE_POLL_MS);
         if (rc < 0)
             return -EPROTO;
         if (rc == 0) {
@@ -52,13 +52,13 @@ int pm__node_handshake(pm_node *n)
             continue;
         }
         const void *payload;
-        rc = pm__frame_recv(&n->link.rx, PM__LINK_MAX_FRAME, &h, &payload);
+        rc = pm__frame_recv(&n->channel.rx, PM__CHANNEL_MAX_FRAME, &h, &payload);
         if (rc < 0)
             return -EPROTO;
         if (rc == 0)
             continue;
         if (h.type != PM__FT_INIT) {
-            pm__ring_consume(&n->link.rx);
+            pm__ring_consume(&n->channel.rx);
             continue;
         }
         pm__init_msg m;
@@ -67,8 +67,8 @@ int pm__node_handshake(pm_node *n)
         if (copy == NULL)
             return -ENOMEM;
         memcpy(copy, payload, h.len);
-        pm__ring_consume(&n->link.rx);
-        pm__ring_release(&n->link.rx);
+        pm__ring_consume(&n->channel.rx);
+        pm__ring_release(&n->channel.rx);
         if (pm__init_decode(copy, h.len, &m) < 0) {
             free(copy);
             return -EPROTO;
@@ -94,7 +94,7 @@ void pm__node_fork_prime(void)
     pm__node_crash_prime();
 }
 
-int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__init_msg *init,
+int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct pm__init_msg *init,
                            pid_t supervisor)
 {
     memset(n, 0, sizeof(*n));
@@ -104,13 +104,13 @@ int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__ini
      * parent-death signal. */
     n->supervisor = supervisor;
     /* The mapping the child inherited, with the roles of the worker
-     * (pm__link_adopt: no second mapping on the way to ready). */
-    int rc = pm__link_adopt(&n->link, hub);
+     * (pm__channel_adopt: no second mapping on the way to ready). */
+    int rc = pm__channel_adopt(&n->channel, hub);
     if (rc < 0)
         return rc;
     /* Free here: the supervisor loaded the unwinder before the fork. */
     pm__crash_unwinder_prime();
-    pm__node_crash_arm_forked(n->link.map);
+    pm__node_crash_arm_forked(n->channel.map);
     /* No HELLO and no INIT: what INIT would carry was written into this
      * process's memory by the fork, and the version is ours by
      * construction. The round trip cost the worker a sleep on its ring
@@ -150,15 +150,15 @@ PM_EXTERN int pm_node_join(pm_node **out)
     n->gen = pm__fork_gen();
     n->heap = 1;
     n->supervisor = getppid();
-    int rc = pm__link_attach(&n->link, memfd, node_efd, hub_efd, sock);
+    int rc = pm__channel_attach(&n->channel, memfd, node_efd, hub_efd, sock);
     if (rc == 0) {
-        pm__node_crash_arm(n->link.map);
+        pm__node_crash_arm(n->channel.map);
         rc = pm__node_handshake(n);
     }
     if (rc < 0) {
-        if (n->link.map != NULL)
-            pm__node_crash_disarm(n->link.map);
-        pm__link_close(&n->link);
+        if (n->channel.map != NULL)
+            pm__node_crash_disarm(n->channel.map);
+        pm__channel_close(&n->channel);
         free(n->init_data);
         free(n);
         return rc;
@@ -202,8 +202,8 @@ PM_EXTERN int pm_node_ready(pm_node *n)
     memset(&h, 0, sizeof(h));
     h.type = PM__FT_READY;
     h.dst = PM__NODE_MAIN;
-    while ((rc = pm__frame_send(&n->link.tx, &h, NULL, 0)) == -EAGAIN)
-        if ((rc = pm__ring_wait_space(&n->link.tx, PM__FRAME_HDR_SIZE, 1000)) < 0)
+    while ((rc = pm__frame_send(&n->channel.tx, &h, NULL, 0)) == -EAGAIN)
+        if ((rc = pm__ring_wait_space(&n->channel.tx, PM__FRAME_HDR_SIZE, 1000)) < 0)
             return rc;
     if (rc < 0)
         return rc == -EBADMSG ? -EPROTO : rc;
@@ -241,8 +241,8 @@ PM_EXTERN void pm_node_close(pm_node *n)
         return;
     n->magic = 0;
     stash_free(n);
-    pm__node_crash_disarm(n->link.map);
-    pm__link_close(&n->link);
+    pm__node_crash_disarm(n->channel.map);
+    pm__channel_close(&n->channel);
     free(n->init_data);
     free(n);
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* node.h - the worker side of a link (struct pm_node): node.c,
+/* node.h - the worker side of a channel (struct pm_node): node.c,
  * node_messaging.c, node_crash.c. */
 #ifndef PM_NODE_H
 #define PM_NODE_H
@@ -8,7 +8,7 @@
 
 #include "base/internal.h"
 #include "channel/bigmsg.h"
-#include "channel/link.h"
+#include "channel/channel.h"
 #include "channel/frame.h"
 
 struct pm__init_msg; /* proto.h */
@@ -27,7 +27,7 @@ struct pm_node {
     uint32_t magic;       /* PM__MAGIC_NODE; 0 once closed */
     uint32_t gen;         /* pm__fork_gen() of the worker process */
     int heap;             /* pm_node_join allocated it (exec mode); fork mode: procmesh's */
-    pm__link link;
+    pm__channel channel;
     pm_address self;
     unsigned slot;
     void *init_data;
@@ -56,7 +56,7 @@ struct pm_node {
 };
 
 /* 0 when n is a live node of this process, else -EINVAL (NULL, not a node,
- * closed) or -EPERM (used in a child of the worker: the link is the
+ * closed) or -EPERM (used in a child of the worker: the channel is the
  * worker's, and a second user would corrupt its rings). Inline: every send
  * and receive starts with it. */
 static inline int pm__node_check(const pm_node *n)
@@ -68,21 +68,21 @@ static inline int pm__node_check(const pm_node *n)
     return 0;
 }
 
-/* Runs the worker half of the handshake on an attached link: HELLO, then
+/* Runs the worker half of the handshake on an attached channel: HELLO, then
  * waits for INIT (giving up with -ESHUTDOWN when the supervisor is gone). */
 int pm__node_handshake(pm_node *n);
 
-/* Fork mode: a node over a link the child inherited from the hub (the
+/* Fork mode: a node over a channel the child inherited from the hub (the
  * child's copy of the hub-side struct: the fds are the same, the ends are
  * re-attached from the worker's side), with what INIT would have said
  * (init, built from the child's copy of the supervisor's state): no
  * handshake on the ring, the worker's first frame is READY. supervisor:
  * the fork's parent, which the child has checked getppid() against. */
-int pm__node_from_hub_link(pm_node *n, const pm__link *hub, const struct pm__init_msg *init,
+int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct pm__init_msg *init,
                            pid_t supervisor);
 
 /* In the supervisor before each fork-mode child: what the child's
- * pm__node_from_hub_link then inherits ready-made (node_crash.h). */
+ * pm__node_from_hub_channel then inherits ready-made (node_crash.h). */
 void pm__node_fork_prime(void);
 
 #endif /* PM_NODE_H */

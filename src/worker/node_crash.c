@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
-#include "channel/link.h" /* struct pm__ctl */
+#include "channel/channel.h" /* struct pm__ctl */
 #include "os/crash.h"
 
 /* The signals whose handler records a crash (crash.c keeps the same list). */

@@ -3,7 +3,7 @@
 #ifndef PM_NODE_CRASH_H
 #define PM_NODE_CRASH_H
 
-struct pm__ctl; /* channel/link.h */
+struct pm__ctl; /* channel/channel.h */
 
 /* Records this worker's crashes into ctl (its control block) from now on:
  * the module table, an alternate stack for this thread (unless it has one),

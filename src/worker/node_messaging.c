@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * node_messaging.c - the worker side's messages: send, try_send, reply,
- * recv and request over the link's rings, large messages as sealed memfds
+ * recv and request over the channel's rings, large messages as sealed memfds
  * (bigmsg.h), the stash of messages a request waits past, beats.
  */
 #define _GNU_SOURCE
@@ -26,7 +26,7 @@
  * block): two loads, no system call. */
 static int told_to_stop(const pm_node *n)
 {
-    const struct pm__ctl *ctl = pm__link_ctl(&n->link);
+    const struct pm__ctl *ctl = pm__channel_ctl(&n->channel);
     return n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0 ||
            atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0;
 }
@@ -42,7 +42,7 @@ static int shut_down(pm_node *n)
  * cache line of the control block, no system call. */
 static inline void beat(pm_node *n)
 {
-    struct pm__ctl *ctl = n->link.map;
+    struct pm__ctl *ctl = n->channel.map;
     atomic_store_explicit(&ctl->beats, atomic_load_explicit(&ctl->beats, memory_order_relaxed) + 1,
                           memory_order_relaxed);
 }
@@ -52,7 +52,7 @@ static inline void beat(pm_node *n)
  * wait (waiting for work counts as alive; a stopped process does not beat). */
 static int wait_chunk(const pm_node *n)
 {
-    uint32_t hb = pm__link_ctl(&n->link)->heartbeat_ms;
+    uint32_t hb = pm__channel_ctl(&n->channel)->heartbeat_ms;
     int chunk = PM__WAIT_CHUNK_MS;
     if (hb > 0 && hb / 4 < (uint32_t)chunk)
         chunk = hb / 4 > 0 ? (int)(hb / 4) : 1;
@@ -67,7 +67,7 @@ static int wait_chunk(const pm_node *n)
  * requests it already has: the hub still relays from a stopping worker. */
 static int refused(pm_node *n, int type)
 {
-    const struct pm__ctl *ctl = pm__link_ctl(&n->link);
+    const struct pm__ctl *ctl = pm__channel_ctl(&n->channel);
     if (atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0)
         return 1;
     if (type == PM__FT_REPLY)
@@ -89,7 +89,7 @@ PM_EXTERN int pm_node_beat(pm_node *n)
  * past the last one). */
 static pm__names names_of(const pm_node *n)
 {
-    const struct pm__ctl *ctl = pm__link_ctl(&n->link);
+    const struct pm__ctl *ctl = pm__channel_ctl(&n->channel);
     pm__names names = {n->self.system, n->self.host, (unsigned)n->self.port - n->slot, UINT32_MAX,
                        ctl->peer_mode ? &ctl->hosts : NULL};
     return names;
@@ -124,10 +124,10 @@ static void disarm(pm_node *n)
     if (!n->fd_armed)
         return;
     n->fd_armed = 0;
-    if (atomic_load_explicit(&n->link.rx.sh->cons_waiting, memory_order_relaxed) != 0)
-        pm__ring_disarm(&n->link.rx);
+    if (atomic_load_explicit(&n->channel.rx.sh->cons_waiting, memory_order_relaxed) != 0)
+        pm__ring_disarm(&n->channel.rx);
     uint64_t v;
-    ssize_t k = read(n->link.node_efd, &v, sizeof(v)); /* nonblocking */
+    ssize_t k = read(n->channel.node_efd, &v, sizeof(v)); /* nonblocking */
     (void)k;
 }
 
@@ -135,11 +135,11 @@ static void disarm(pm_node *n)
 static void drop_current(pm_node *n)
 {
     if (n->cur_in_ring) {
-        pm__ring_consume(&n->link.rx);
+        pm__ring_consume(&n->channel.rx);
         n->cur_in_ring = 0;
         /* Hand space back in batches; a wait releases everything anyway. */
-        if (n->link.rx.tail - n->link.rx.released >= n->link.rx.cap / 8)
-            pm__ring_release(&n->link.rx);
+        if (n->channel.rx.tail - n->channel.rx.released >= n->channel.rx.cap / 8)
+            pm__ring_release(&n->channel.rx);
     }
     free(n->cur_stash);
     n->cur_stash = NULL;
@@ -160,12 +160,12 @@ static int take_big(pm_node *n, const void *payload, int *fd, uint64_t *len)
     unsigned char copy[PM__ANNOUNCE_SIZE];
     memcpy(copy, payload, sizeof(copy));
     pm__announce a;
-    if (n->link.sock < 0 || pm__announce_decode(copy, sizeof(copy), &a) < 0 ||
-        a.seq != pm__bigmsg_next(n->link.rx_seq) ||
-        pm__bigmsg_recv(n->link.sock, a.seq, fd) < 0)
+    if (n->channel.sock < 0 || pm__announce_decode(copy, sizeof(copy), &a) < 0 ||
+        a.seq != pm__bigmsg_next(n->channel.rx_seq) ||
+        pm__bigmsg_recv(n->channel.sock, a.seq, fd) < 0)
         return -EPROTO;
-    n->link.rx_seq = a.seq;
-    if (pm__bigmsg_check_from_hub(*fd, a.len, (size_t)pm__link_ctl(&n->link)->max_message) < 0) {
+    n->channel.rx_seq = a.seq;
+    if (pm__bigmsg_check_from_hub(*fd, a.len, (size_t)pm__channel_ctl(&n->channel)->max_message) < 0) {
         pm__close(*fd);
         return -EPROTO;
     }
@@ -206,8 +206,8 @@ static void refuse_big(pm_node *n, const pm__frame_hdr *h)
     u.dst_inc = h->src_inc;
     u.request_id = h->request_id;
     u.error = -EMSGSIZE;
-    while (pm__frame_send(&n->link.tx, &u, NULL, 0) == -EAGAIN && !shut_down(n))
-        (void)pm__ring_wait_space(&n->link.tx, PM__FRAME_HDR_SIZE, wait_chunk(n));
+    while (pm__frame_send(&n->channel.tx, &u, NULL, 0) == -EAGAIN && !shut_down(n))
+        (void)pm__ring_wait_space(&n->channel.tx, PM__FRAME_HDR_SIZE, wait_chunk(n));
 }
 
 /* Consumes a frame nobody will read (a late answer): a large message's
@@ -218,7 +218,7 @@ static void discard(pm_node *n, const pm__frame_hdr *h, const void *payload)
     uint64_t len;
     if ((h->flags & PM__FF_MEMFD) != 0 && take_big(n, payload, &fd, &len) == 0)
         pm__close(fd);
-    pm__ring_consume(&n->link.rx);
+    pm__ring_consume(&n->channel.rx);
 }
 
 /* The spin gate of a worker waiting for a frame (doc/design.md, "Adaptive
@@ -232,7 +232,7 @@ static void discard(pm_node *n, const pm__frame_hdr *h, const void *payload)
  * working process needs. A parked hub leaves the CPU to us. */
 static int may_spin(const pm_node *n)
 {
-    return pm__spin_gate(pm__spin_cpus(), pm__ring_consumer_parked(&n->link.tx) ? 0u : 1u);
+    return pm__spin_gate(pm__spin_cpus(), pm__ring_consumer_parked(&n->channel.tx) ? 0u : 1u);
 }
 
 /* Waits for the next frame until deadline_ms (0: none; now: poll) and
@@ -246,14 +246,14 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
      * call, and a dead supervisor is still noticed within a chunk. */
     int quiet = 0;
     for (;;) {
-        int rc = pm__frame_recv(&n->link.rx, PM__LINK_MAX_FRAME, h, payload);
+        int rc = pm__frame_recv(&n->channel.rx, PM__CHANNEL_MAX_FRAME, h, payload);
         if (rc == -EBADMSG)
             return -EPROTO; /* our supervisor wrote nonsense: nothing to do */
         if (rc < 0)
             continue; /* malformed frame, consumed */
         if (rc == 1) {
             if (h->type == PM__FT_STOP) {
-                pm__ring_consume(&n->link.rx);
+                pm__ring_consume(&n->channel.rx);
                 n->stopping = 1;
                 return -ESHUTDOWN;
             }
@@ -268,7 +268,7 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
             if (now >= deadline_ms) {
                 /* Leave the doorbell armed so pm_node_fd turns readable
                  * when the next frame arrives. */
-                if (pm__ring_arm(&n->link.rx) != 0)
+                if (pm__ring_arm(&n->channel.rx) != 0)
                     continue;
                 n->fd_armed = 1;
                 return -ETIMEDOUT;
@@ -276,9 +276,9 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
             if (deadline_ms - now < (uint64_t)wait)
                 wait = (int)(deadline_ms - now);
         }
-        struct pm__ctl *ctl = n->link.map;
+        struct pm__ctl *ctl = n->channel.map;
         atomic_store_explicit(&ctl->waiting, 1, memory_order_relaxed);
-        rc = pm__ring_wait_gated(&n->link.rx, wait, may_spin(n));
+        rc = pm__ring_wait_gated(&n->channel.rx, wait, may_spin(n));
         atomic_store_explicit(&ctl->waiting, 0, memory_order_relaxed);
         if (rc < 0)
             return -EPROTO;
@@ -313,7 +313,7 @@ static int stash_current(pm_node *n, const pm__frame_hdr *h, const void *payload
         n->stash_head = e;
     n->stash_tail = e;
     n->stash_bytes += h->len;
-    pm__ring_consume(&n->link.rx);
+    pm__ring_consume(&n->channel.rx);
     return 0;
 }
 
@@ -333,7 +333,7 @@ static int ahead_room(pm_node *n, int wait)
 {
     for (;;) {
         while (n->ahead_n > 0) {
-            int rc = pm__ring_consumed(&n->link.tx, n->ahead_end[n->ahead_head]);
+            int rc = pm__ring_consumed(&n->channel.tx, n->ahead_end[n->ahead_head]);
             if (rc < 0)
                 return -EPROTO;
             if (rc == 0)
@@ -348,7 +348,7 @@ static int ahead_room(pm_node *n, int wait)
         if (shut_down(n))
             return -ESHUTDOWN;
         beat(n);
-        if (pm__ring_wait_consumed(&n->link.tx, n->ahead_end[n->ahead_head], wait_chunk(n)) < 0)
+        if (pm__ring_wait_consumed(&n->channel.tx, n->ahead_end[n->ahead_head], wait_chunk(n)) < 0)
             return -EPROTO;
     }
 }
@@ -374,22 +374,22 @@ static int send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_
         void *p;
         if ((rc = ahead_room(n, wait)) < 0)
             break;
-        rc = pm__ring_reserve(&n->link.tx, total, &p);
+        rc = pm__ring_reserve(&n->channel.tx, total, &p);
         if (rc == 0) {
-            uint32_t seq = pm__bigmsg_next(n->link.tx_seq);
-            rc = pm__bigmsg_send(n->link.sock, fd, seq);
+            uint32_t seq = pm__bigmsg_next(n->channel.tx_seq);
+            rc = pm__bigmsg_send(n->channel.sock, fd, seq);
             if (rc == 0) {
-                n->link.tx_seq = seq;
+                n->channel.tx_seq = seq;
                 pm__frame_encode(&h, p);
                 pm__announce a = {len, seq};
                 pm__announce_encode(&a, (char *)p + PM__FRAME_HDR_SIZE);
-                pm__ring_commit(&n->link.tx, total);
-                pm__ring_publish(&n->link.tx);
+                pm__ring_commit(&n->channel.tx, total);
+                pm__ring_publish(&n->channel.tx);
                 n->ahead_end[(n->ahead_head + n->ahead_n++) % PM__BIGMSG_AHEAD_MAX] =
-                    pm__ring_head(&n->link.tx);
+                    pm__ring_head(&n->channel.tx);
                 break;
             }
-            pm__ring_unreserve(&n->link.tx);
+            pm__ring_unreserve(&n->channel.tx);
             if (rc == -ETOOMANYREFS || rc == -ENOBUFS || rc == -ENOMEM) {
                 pm__close(fd);
                 return -EAGAIN; /* refused for now, not a wait given up */
@@ -399,7 +399,7 @@ static int send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_
             /* The hub has not taken our earlier fds yet. */
             if (!wait || shut_down(n))
                 break;
-            struct pollfd pfd = {n->link.sock, POLLOUT, 0};
+            struct pollfd pfd = {n->channel.sock, POLLOUT, 0};
             (void)poll(&pfd, 1, wait_chunk(n));
             continue;
         }
@@ -409,7 +409,7 @@ static int send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_
             rc = -ESHUTDOWN;
             break;
         }
-        rc = pm__ring_wait_space(&n->link.tx, total, wait_chunk(n));
+        rc = pm__ring_wait_space(&n->channel.tx, total, wait_chunk(n));
         if (rc < 0)
             break;
     }
@@ -428,7 +428,7 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
     if (data == NULL && len > 0)
         return -EINVAL;
     if (len > PM_MAX_PAYLOAD &&
-        (len > pm__link_ctl(&n->link)->max_message || n->link.sock < 0))
+        (len > pm__channel_ctl(&n->channel)->max_message || n->channel.sock < 0))
         return -EMSGSIZE;
     uint32_t node;
     uint16_t host;
@@ -451,12 +451,12 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
         return send_big(n, &h, data, len, wait);
     for (;;) {
         beat(n);
-        rc = pm__frame_send(&n->link.tx, &h, data, len);
+        rc = pm__frame_send(&n->channel.tx, &h, data, len);
         if (rc != -EAGAIN || !wait)
             return rc == -EBADMSG ? -EPROTO : rc;
         if (shut_down(n))
             return -ESHUTDOWN;
-        rc = pm__ring_wait_space(&n->link.tx, PM__FRAME_HDR_SIZE + len, wait_chunk(n));
+        rc = pm__ring_wait_space(&n->channel.tx, PM__FRAME_HDR_SIZE + len, wait_chunk(n));
         if (rc < 0)
             return rc == -EBADMSG ? -EPROTO : rc;
     }
@@ -602,5 +602,5 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
 PM_EXTERN int pm_node_fd(const pm_node *n)
 {
     int rc = pm__node_check(n);
-    return rc < 0 ? rc : n->link.node_efd;
+    return rc < 0 ? rc : n->channel.node_efd;
 }

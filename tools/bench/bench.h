@@ -69,7 +69,7 @@ pm_options *bench_options(int workers, int exec_mode);
 extern volatile uint64_t ready_inc;
 /* pm__now_ns() when that READY event was handled: the moment the
  * supervisor knows the worker is ready, before the rest of that loop turn
- * (the next spare link, a warm standby's fork) runs. */
+ * (the next spare channel, a warm standby's fork) runs. */
 extern volatile uint64_t ready_at_ns;
 
 /* Processes and pipes. die() prints what failed with errno and exits 1. */

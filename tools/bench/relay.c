@@ -56,14 +56,14 @@ static uint64_t node_syscalls(const pm_node *n)
 {
     /* A wake-up is one write(); a park is one futex() (poll() + read() where
      * futexes are refused). */
-    return n->link.tx.wakeups + n->link.rx.wakeups + n->link.tx.parks + n->link.rx.parks;
+    return n->channel.tx.wakeups + n->channel.rx.wakeups + n->channel.tx.parks + n->channel.rx.parks;
 }
 
 static int relay_worker(pm_node *n, void *arg)
 {
     (void)arg;
-    n->link.rx.spin_ns = rsh->spin_ns;
-    n->link.tx.spin_ns = rsh->spin_ns;
+    n->channel.rx.spin_ns = rsh->spin_ns;
+    n->channel.tx.spin_ns = rsh->spin_ns;
     /* No yielding between spin checks: with more spinners than CPUs the
      * waits' gate (pm__ring_wait_gated) parks instead (doc/design.md,
      * "Adaptive spinning"). */

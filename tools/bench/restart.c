@@ -116,7 +116,7 @@ static int rounds_phased(pm_options *o, unsigned rounds, uint64_t *v, restart_ph
         }
         /* Until the READY event, not until pm_cluster_run returns: the
          * turn that handled READY goes on to prepare what comes after the
-         * worker (the next spare link; with a warm standby, its fork),
+         * worker (the next spare channel; with a warm standby, its fork),
          * which is not on the crash's path. */
         v[i] = ready_at_ns - t0;
         if (ph != NULL) {

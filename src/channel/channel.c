@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* link.c - a worker's shared memory and doorbells; see link.h. */
+/* channel.c - a worker's shared memory and doorbells; see channel.h. */
 #define _GNU_SOURCE
-#include "link.h"
+#include "channel.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -10,38 +10,38 @@
 
 #include "shm.h"
 
-void pm__link_zero(pm__link *l)
+void pm__channel_zero(pm__channel *l)
 {
     memset(l, 0, sizeof(*l));
     l->memfd = l->hub_efd = l->node_efd = l->sock = l->node_sock = -1;
 }
 
-static size_t link_size(uint64_t cap)
+static size_t channel_size(uint64_t cap)
 {
     return PM__CTL_SIZE + 2 * pm__ring_region_size(cap);
 }
 
-static void *down_region(const pm__link *l, uint64_t cap)
+static void *down_region(const pm__channel *l, uint64_t cap)
 {
     (void)cap;
     return (char *)l->map + PM__CTL_SIZE;
 }
 
-static void *up_region(const pm__link *l, uint64_t cap)
+static void *up_region(const pm__channel *l, uint64_t cap)
 {
     return (char *)l->map + PM__CTL_SIZE + pm__ring_region_size(cap);
 }
 
-int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t cap,
+int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation, uint64_t cap,
                     pid_t supervisor, uint32_t heartbeat_ms, uint64_t max_message)
 {
     char name[64];
     int rc;
-    pm__link_zero(l);
+    pm__channel_zero(l);
     /* The name shows in /proc/PID/maps and fd links: slot and incarnation
      * make a leak or a mix-up visible. */
     snprintf(name, sizeof(name), "procmesh-slot%u-inc%llu", slot, (unsigned long long)incarnation);
-    size_t size = link_size(cap);
+    size_t size = channel_size(cap);
     rc = pm__shm_create(name, size, &l->memfd, &l->map);
     if (rc < 0)
         goto fail;
@@ -80,31 +80,31 @@ int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t c
     ctl->slot = slot;
     ctl->incarnation = incarnation;
     ctl->ring_cap = cap;
-    ctl->max_frame = PM__LINK_MAX_FRAME;
+    ctl->max_frame = PM__CHANNEL_MAX_FRAME;
     ctl->supervisor_pid = (int32_t)supervisor;
     ctl->heartbeat_ms = heartbeat_ms;
     ctl->max_message = max_message;
-    if ((rc = pm__ring_format(down_region(l, cap), cap, PM__LINK_MAX_FRAME)) < 0 ||
-        (rc = pm__ring_format(up_region(l, cap), cap, PM__LINK_MAX_FRAME)) < 0)
+    if ((rc = pm__ring_format(down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0 ||
+        (rc = pm__ring_format(up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0)
         goto fail;
     /* The hub produces on "down" (waking the worker's node_efd, parking on
      * hub_efd when the ring is full) and consumes "up". */
-    if ((rc = pm__ring_attach(&l->tx, down_region(l, cap), cap, PM__LINK_MAX_FRAME,
+    if ((rc = pm__ring_attach(&l->tx, down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,
                               PM__RING_PRODUCER, l->node_efd, l->hub_efd)) < 0 ||
-        (rc = pm__ring_attach(&l->rx, up_region(l, cap), cap, PM__LINK_MAX_FRAME,
+        (rc = pm__ring_attach(&l->rx, up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,
                               PM__RING_CONSUMER, l->node_efd, l->hub_efd)) < 0)
         goto fail;
     return 0;
 fail:
-    pm__link_close(l);
+    pm__channel_close(l);
     return rc;
 }
 
-int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd, int sock)
+int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int sock)
 {
     void *map = NULL;
     int rc;
-    pm__link_zero(l);
+    pm__channel_zero(l);
     rc = pm__shm_map(memfd, PM__CTL_SIZE, &map);
     if (rc < 0)
         return rc;
@@ -114,10 +114,10 @@ int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd, int sock)
     pm__shm_unmap(map, PM__CTL_SIZE);
     if (pm__ring_check_geometry(cap, max_frame) < 0)
         return -EPROTO;
-    rc = pm__shm_map(memfd, link_size(cap), &l->map);
+    rc = pm__shm_map(memfd, channel_size(cap), &l->map);
     if (rc < 0)
         return rc;
-    l->map_size = link_size(cap);
+    l->map_size = channel_size(cap);
     l->memfd = memfd;
     l->node_efd = node_efd;
     l->hub_efd = hub_efd;
@@ -135,19 +135,19 @@ int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd, int sock)
     return 0;
 fail:
     pm__shm_unmap(l->map, l->map_size);
-    pm__link_zero(l);
+    pm__channel_zero(l);
     return rc;
 }
 
-int pm__link_adopt(pm__link *l, const pm__link *hub)
+int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
 {
-    pm__link_zero(l);
+    pm__channel_zero(l);
     const struct pm__ctl *ctl = hub->map;
     if (ctl == NULL || ctl->magic != PM__CTL_MAGIC || ctl->version != PM__CTL_VERSION)
         return -EPROTO;
     uint64_t cap = ctl->ring_cap;
     uint32_t max_frame = ctl->max_frame;
-    if (pm__ring_check_geometry(cap, max_frame) < 0 || hub->map_size != link_size(cap))
+    if (pm__ring_check_geometry(cap, max_frame) < 0 || hub->map_size != channel_size(cap))
         return -EPROTO;
     l->map = hub->map;
     l->map_size = hub->map_size;
@@ -160,13 +160,13 @@ int pm__link_adopt(pm__link *l, const pm__link *hub)
                               l->hub_efd, l->node_efd)) < 0 ||
         (rc = pm__ring_attach(&l->tx, up_region(l, cap), cap, max_frame, PM__RING_PRODUCER,
                               l->hub_efd, l->node_efd)) < 0) {
-        pm__link_zero(l); /* the mapping and fds stay the caller's */
+        pm__channel_zero(l); /* the mapping and fds stay the caller's */
         return rc;
     }
     return 0;
 }
 
-void pm__link_fds(const pm__link *l, int fds[PM__LINK_NFDS])
+void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS])
 {
     fds[0] = l->memfd;
     fds[1] = l->hub_efd;
@@ -175,17 +175,17 @@ void pm__link_fds(const pm__link *l, int fds[PM__LINK_NFDS])
     fds[4] = l->node_sock;
 }
 
-void pm__link_release_copy(const pm__link *l)
+void pm__channel_release_copy(const pm__channel *l)
 {
-    int fds[PM__LINK_NFDS];
+    int fds[PM__CHANNEL_NFDS];
     pm__shm_unmap(l->map, l->map_size);
-    pm__link_fds(l, fds);
-    for (int i = 0; i < PM__LINK_NFDS; i++)
+    pm__channel_fds(l, fds);
+    for (int i = 0; i < PM__CHANNEL_NFDS; i++)
         pm__close(fds[i]);
 }
 
-void pm__link_close(pm__link *l)
+void pm__channel_close(pm__channel *l)
 {
-    pm__link_release_copy(l);
-    pm__link_zero(l);
+    pm__channel_release_copy(l);
+    pm__channel_zero(l);
 }

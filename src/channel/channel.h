@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * link.h - one worker's link to the hub: a sealed memfd holding a control
+ * channel.h - one worker's channel to the hub: a sealed memfd holding a control
  * block and two rings, plus two eventfd doorbells.
  *
  *   [0, C)                           control block (hub writes, worker reads;
@@ -21,8 +21,8 @@
  * supervisor reads the crash record once, after the reap, as a copy it
  * validates (crash.h).
  */
-#ifndef PM_LINK_H
-#define PM_LINK_H
+#ifndef PM_CHANNEL_H
+#define PM_CHANNEL_H
 
 #include "base/address.h" /* pm__hosts: the host table in the control block */
 #include "os/crash.h"
@@ -34,7 +34,7 @@
 #define PM__CTL_SIZE 16384u
 /* A ring record carries a frame header and up to PM_MAX_INIT_DATA (or a
  * maximal payload) plus the init fields: keep that much headroom. */
-#define PM__LINK_MAX_FRAME (PM_MAX_INIT_DATA + 512u)
+#define PM__CHANNEL_MAX_FRAME (PM_MAX_INIT_DATA + 512u)
 
 struct pm__ctl {
     uint64_t magic;
@@ -69,61 +69,61 @@ struct pm__ctl {
 };
 _Static_assert(sizeof(struct pm__ctl) <= PM__CTL_SIZE, "the control block fits its pages");
 
-typedef struct pm__link {
+typedef struct pm__channel {
     int memfd;
     int hub_efd;
     int node_efd;
     int sock;      /* hub's end of the fd socket (worker side: its own end) */
-    int node_sock; /* hub side only: the worker's end, until the link closes */
+    int node_sock; /* hub side only: the worker's end, until the channel closes */
     uint32_t tx_seq; /* records sent on sock / received, bigmsg.h */
     uint32_t rx_seq;
     void *map;
     size_t map_size;
     pm__ring tx; /* hub: down producer; worker: up producer */
     pm__ring rx; /* hub: up consumer; worker: down consumer */
-} pm__link;
+} pm__channel;
 
 /* Sets every fd to -1 and the map to NULL (the sentinels). */
-void pm__link_zero(pm__link *l);
+void pm__channel_zero(pm__channel *l);
 
 /* Hub side: creates the memory and the doorbells and attaches the hub's
  * ends. Returns 0 or -errno with nothing left open. */
-int pm__link_create(pm__link *l, unsigned slot, uint64_t incarnation, uint64_t ring_cap,
+int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation, uint64_t ring_cap,
                     pid_t supervisor, uint32_t heartbeat_ms, uint64_t max_message);
 
 /* Worker side: maps an inherited memfd and attaches the worker's ends.
  * sock is the worker's end of the fd socket, or -1 (a worker started
  * without one cannot send or receive messages larger than a frame). */
-int pm__link_attach(pm__link *l, int memfd, int node_efd, int hub_efd, int sock);
+int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int sock);
 
-/* Fork-mode worker side: the worker's ends over the hub's link as the
+/* Fork-mode worker side: the worker's ends over the hub's channel as the
  * child inherited it: the same mapping (no second mmap, no fstat or seal
- * checks: it is the supervisor's own, made by pm__link_create) and the
+ * checks: it is the supervisor's own, made by pm__channel_create) and the
  * worker's fds (memfd, doorbells, node_sock as its sock). On success l owns
  * the mapping and those fds; hub's other fds (its sock) stay the caller's
  * to close, and hub must no longer be closed or unmapped. 0 or -EPROTO. */
-int pm__link_adopt(pm__link *l, const pm__link *hub);
+int pm__channel_adopt(pm__channel *l, const pm__channel *hub);
 
 /* The control block (worker side: trusted; hub side: written once). */
-static inline const struct pm__ctl *pm__link_ctl(const pm__link *l)
+static inline const struct pm__ctl *pm__channel_ctl(const pm__channel *l)
 {
     return (const struct pm__ctl *)l->map;
 }
 
 /* Unmaps and closes everything; keeps errno. */
-/* A fork child's copy of a link that is not its own: closes the fds and
- * unmaps without writing to *l. Writing (the sentinels of pm__link_close)
+/* A fork child's copy of a channel that is not its own: closes the fds and
+ * unmaps without writing to *l. Writing (the sentinels of pm__channel_close)
  * would copy-on-write the page the struct shares with the supervisor: with
  * N slots each new worker took O(N) such faults, each a TLB flush, and a
  * spawn of N workers grew as N^2. The child must not use *l afterwards. */
-void pm__link_release_copy(const pm__link *l);
+void pm__channel_release_copy(const pm__channel *l);
 
-/* The fds pm__link_release_copy closes, into fds (-1 where none): for a
- * caller that closes many links' fds together (a fork child, by runs of
+/* The fds pm__channel_release_copy closes, into fds (-1 where none): for a
+ * caller that closes many channels' fds together (a fork child, by runs of
  * close_range) and unmaps their mappings itself. */
-#define PM__LINK_NFDS 5
-void pm__link_fds(const pm__link *l, int fds[PM__LINK_NFDS]);
+#define PM__CHANNEL_NFDS 5
+void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS]);
 
-void pm__link_close(pm__link *l);
+void pm__channel_close(pm__channel *l);
 
-#endif /* PM_LINK_H */
+#endif /* PM_CHANNEL_H */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* main_port.c - main's side of the hub: the supervisor's public messaging calls
+/* cluster_messaging.c - main's side of the hub: the supervisor's public messaging calls
  * (send, reply, broadcast, and requests to one worker: request, cancel, call). */
 #define _GNU_SOURCE
 #include "types.h"
