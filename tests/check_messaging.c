@@ -565,24 +565,39 @@ START_TEST(test_spoofed_source)
 }
 END_TEST
 
-START_TEST(test_garbage_frames_dropped)
+/* Slot 1 plays role, then says `after` to main: the cluster, once that
+ * message came (the frames before it were all read). */
+static pm_cluster *spawn_until_after(int role, const char *after, pm_options **op)
 {
     memset(&plan, 0, sizeof(plan));
-    plan.role[1] = R_GARBAGE_FRAMES;
-    pm_options *o = opts(2, worker);
+    plan.role[1] = role;
+    *op = opts(2, worker);
     pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_spawn(*op, &c), 0);
     start_all(c);
     RUN_UNTIL(c, last_text[1][0] != '\0', 10000);
-    /* Dropped and counted, the worker not harmed: its next message came. */
-    ck_assert_str_eq(last_text[1], "#after garbage");
-    ck_assert_uint_ge(pm_test_slot_malformed(c, 1), 4);
+    ck_assert_str_eq(last_text[1], after);
+    return c;
+}
+
+/* The misbehaving worker was not harmed: neither fenced nor restarted. */
+static void assert_unharmed_and_terminate(pm_cluster *c, pm_options *o)
+{
     ck_assert_int_eq(events_fenced, 0);
     pm_slot_info si;
     pm_cluster_slot_info(c, 1, &si);
     ck_assert_uint_eq(si.incarnation, 1);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
+}
+
+START_TEST(test_garbage_frames_dropped)
+{
+    /* Dropped and counted, the worker not harmed: its next message came. */
+    pm_options *o;
+    pm_cluster *c = spawn_until_after(R_GARBAGE_FRAMES, "#after garbage", &o);
+    ck_assert_uint_ge(pm_test_slot_malformed(c, 1), 4);
+    assert_unharmed_and_terminate(c, o);
 }
 END_TEST
 
@@ -591,22 +606,11 @@ END_TEST
  * neither fenced nor restarted (its next message comes). */
 START_TEST(test_bad_headers_each_dropped)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[1] = R_BAD_HEADERS;
-    pm_options *o = opts(2, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    start_all(c);
-    RUN_UNTIL(c, last_text[1][0] != '\0', 10000);
-    ck_assert_str_eq(last_text[1], "#after headers");
+    pm_options *o;
+    pm_cluster *c = spawn_until_after(R_BAD_HEADERS, "#after headers", &o);
     ck_assert_int_eq(texts, 1); /* no row reached main */
     ck_assert_uint_eq(pm_test_slot_malformed(c, 1), ARRAY_LEN(bad_headers));
-    ck_assert_int_eq(events_fenced, 0);
-    pm_slot_info si;
-    pm_cluster_slot_info(c, 1, &si);
-    ck_assert_uint_eq(si.incarnation, 1);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    assert_unharmed_and_terminate(c, o);
 }
 END_TEST
 
