@@ -620,6 +620,8 @@ static void round_trips(int exec_mode)
     pm_options *o = opts(exec_mode);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    /* The spares are made on the turns after the spawn: count from there. */
+    RUN_UNTIL(c, pm_test_successors_made(c), 10000);
     size_t base = pm_test_count_fds();
     /* main <-> worker: request and reply. */
     call_big(c, 0, MIB);

@@ -155,6 +155,14 @@ static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
     return c->slots[i].channel.memfd;
 }
 
+/* 1 once the loop made the successors (spare, standby, cgroup leaf) of
+ * the slots that became ready inside pm_cluster_spawn: it makes them on the
+ * turns after the spawn, so the supervisor's fd count settles only then. */
+static inline int pm_test_successors_made(const pm_cluster *c)
+{
+    return !c->prepare_due;
+}
+
 /* The memfd of slot i's spare channel (the next incarnation's, prepared
  * ahead), or -1 when it has none. */
 static inline int pm_test_slot_spare_memfd(const pm_cluster *c, unsigned i)
