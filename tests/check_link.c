@@ -167,14 +167,7 @@ static int worker_a(pm_node *n, void *arg)
         return 1;
     char text[400];
     pm_message r;
-    int rc = -EHOSTUNREACH;
-    for (int i = 0; i < 400 && (rc == -EHOSTUNREACH || rc == -EHOSTDOWN); i++) {
-        rc = pm_node_request(n, &to, "who", 3, 5000, &r);
-        /* Not linked yet (the supervisor dials), or linked before b's
-         * worker is ready (b's hub answers -EHOSTDOWN until then). */
-        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
-            usleep(50 * 1000);
-    }
+    int rc = pm_test_request_linked(n, &to, "who", 3, 5000, &r, 400);
     if (rc < 0) {
         snprintf(text, sizeof(text), "ERR %d", rc);
         report(n, text);
@@ -1351,12 +1344,7 @@ static int big_asker(pm_node *n, void *arg)
     if (pm_address_parse("t@a:10", &to) != 0)
         return 1;
     pm_message r;
-    int rc;
-    do {
-        rc = pm_node_request(n, &to, "big", 3, 60000, &r);
-        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
-            usleep(50 * 1000);
-    } while (rc == -EHOSTUNREACH || rc == -EHOSTDOWN);
+    pm_test_request_linked(n, &to, "big", 3, 60000, &r, 0);
     for (;;)
         if (pm_node_recv(n, &r, -1) == -ESHUTDOWN)
             return 0;

@@ -571,14 +571,7 @@ static int traffic_worker(pm_node *n, void *arg)
         return 1;
     char text[64];
     pm_message r;
-    int rc = -EHOSTUNREACH;
-    /* Until the link is up (-EHOSTUNREACH) and b's worker is ready
-     * (-EHOSTDOWN: b's supervisor answers for a slot still starting). */
-    for (int i = 0; i < 1200 && (rc == -EHOSTUNREACH || rc == -EHOSTDOWN); i++) {
-        rc = pm_node_request(n, &to, "first", 5, 5000, &r);
-        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
-            usleep(50 * 1000);
-    }
+    int rc = pm_test_request_linked(n, &to, "first", 5, 5000, &r, 1200);
     int i = 0;
     for (; rc == 0 && i < REKEY_REQUESTS; i++) {
         char q[32];

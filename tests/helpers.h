@@ -244,6 +244,25 @@ static inline pm_options *pm_test_quick_options(int workers,
     return o;
 }
 
+/* A worker's request to a worker behind a peer supervisor, asked again
+ * every 50 ms while the peer link is not up yet (-EHOSTUNREACH: the
+ * supervisor still dials) or the far worker is not ready (-EHOSTDOWN: its
+ * supervisor answers for a slot still starting); at most `tries` asks
+ * (0: until another answer). Returns the last answer. */
+static inline int pm_test_request_linked(pm_node *n, const pm_address *to, const void *data, size_t len,
+                                         int timeout_ms, pm_message *r, int tries)
+{
+    int rc;
+    for (int i = 0;; i++) {
+        rc = pm_node_request(n, to, data, len, timeout_ms, r);
+        if (rc != -EHOSTUNREACH && rc != -EHOSTDOWN)
+            return rc;
+        if (tries > 0 && i + 1 >= tries)
+            return rc;
+        usleep(50 * 1000);
+    }
+}
+
 /* Skip the whole program (exit 77) with the reason on stderr. */
 static inline void pm_test_skip(const char *why)
 {
