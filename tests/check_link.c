@@ -37,16 +37,8 @@ static int peer_timeout = 3000;
 static pm_options *host_options(const char *host, const unsigned char *secret,
                                 int (*boot)(pm_node *, void *))
 {
-    pm_options *o = pm_options_new();
-    ck_assert_ptr_nonnull(o);
-    ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
-    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
-    ck_assert_int_eq(pm_options_set_hostname(o, host), 0);
-    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
-    ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
-    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout), 0);
+    pm_options *o = pm_test_host_options(host, 1, secret, peer_timeout, boot);
     ck_assert_int_eq(pm_options_set_max_message(o, (size_t)1 << 20), 0);
-    ck_assert_int_eq(pm_options_set_bootstrap(o, boot, NULL), 0);
     return o;
 }
 
@@ -103,13 +95,7 @@ static pid_t start_host(const char *name, int port, const unsigned char *secret,
     pm_options *o = host_options(name, secret, worker_b);
     if (pm_options_set_workers(o, workers) < 0)
         _exit(3);
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    pm_cluster *c = NULL;
-    if (pm_options_set_peer_listen(o, listen) < 0 || pm_cluster_spawn(o, &c) < 0)
-        _exit(3);
-    for (;;)
-        pm_cluster_run(c, -1);
+    pm_test_serve_host(o, port, 0);
 }
 
 static pid_t start_b(int port, const unsigned char *secret)
@@ -623,15 +609,9 @@ static pid_t start_dialer(const char *name, int port_a, const char *node_key)
     if (pid > 0)
         return pid;
     pm_options *o = host_options(name, secret1, worker_b);
-    char peer[32];
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_a);
-    pm_cluster *c = NULL;
-    if (pm_options_add_peer(o, peer) < 0 ||
-        (node_key != NULL && pm_options_set_node_key_file(o, node_key) < 0) ||
-        pm_cluster_spawn(o, &c) < 0)
+    if (node_key != NULL && pm_options_set_node_key_file(o, node_key) < 0)
         _exit(3);
-    for (;;)
-        pm_cluster_run(c, -1);
+    pm_test_serve_host(o, 0, port_a);
 }
 
 /* Host a listening at port (b dials it), optionally pinning keys. */
@@ -767,16 +747,7 @@ static pid_t start_b_dialing(int port, int port_a)
     ck_assert_int_ge(pid, 0);
     if (pid > 0)
         return pid;
-    pm_options *o = host_options("b", secret1, worker_b);
-    char listen[32], peer[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_a);
-    pm_cluster *c = NULL;
-    if (pm_options_set_peer_listen(o, listen) < 0 || pm_options_add_peer(o, peer) < 0 ||
-        pm_cluster_spawn(o, &c) < 0)
-        _exit(3);
-    for (;;)
-        pm_cluster_run(c, -1);
+    pm_test_serve_host(host_options("b", secret1, worker_b), port, port_a);
 }
 
 /* a has one connection, to b, up, and a dialled it. */

@@ -244,6 +244,47 @@ static inline pm_options *pm_test_quick_options(int workers,
     return o;
 }
 
+/* ---------------------------------------------------------------- two supervisors */
+
+/* One host of a two-supervisor test: `workers` workers running boot in
+ * system "t" on host `host`, ports from 10, secret added unless NULL, the
+ * given peer timeout. The caller adds what its tests need. */
+static inline pm_options *pm_test_host_options(const char *host, int workers, const unsigned char *secret,
+                                               int peer_timeout_ms, int (*boot)(pm_node *, void *))
+{
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, workers), 0);
+    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
+    ck_assert_int_eq(pm_options_set_hostname(o, host), 0);
+    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
+    if (secret != NULL)
+        ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout_ms), 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot, NULL), 0);
+    return o;
+}
+
+/* In a forked host (pm_test_fork: it dies with the test): listens for
+ * peers on 127.0.0.1:listen_port and dials 127.0.0.1:dial_port (each only
+ * if > 0), spawns the cluster and runs it until killed. Exits 3 if a step
+ * fails, which the other host sees as a peer that never comes up. */
+static inline __attribute__((noreturn)) void pm_test_serve_host(pm_options *o, int listen_port, int dial_port)
+{
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", listen_port);
+    if (listen_port > 0 && pm_options_set_peer_listen(o, addr) < 0)
+        _exit(3);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", dial_port);
+    if (dial_port > 0 && pm_options_add_peer(o, addr) < 0)
+        _exit(3);
+    pm_cluster *c = NULL;
+    if (pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
 /* A worker's request to a worker behind a peer supervisor, asked again
  * every 50 ms while the peer link is not up yet (-EHOSTUNREACH: the
  * supervisor still dials) or the far worker is not ready (-EHOSTDOWN: its
