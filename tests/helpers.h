@@ -43,6 +43,14 @@ __attribute__((used, visibility("default"))) const char *__asan_default_options(
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* A function that crashes on purpose must crash the way it says, not as
+ * the sanitizers would have them (UBSan turns a null store into an abort). */
+#if defined(__clang__)
+#define CRASHER __attribute__((noinline, no_sanitize("address", "undefined")))
+#else
+#define CRASHER __attribute__((noinline, no_sanitize_address, no_sanitize_undefined))
+#endif
+
 /* Runs in each test's own process (Check's fork mode) before the test.
  * Check's runner installs SIGTERM and SIGINT handlers that signal the
  * whole process group, and the test process inherits them; a fork-mode
