@@ -252,6 +252,37 @@ static inline pm_options *pm_test_quick_options(int workers,
     return o;
 }
 
+/* Forks a supervisor process (pm_test_fork: it dies with the test) that
+ * spawns a cluster with o, sends back the worker pids of its first n slots
+ * and runs the cluster until killed (exit 1: the spawn failed). Returns the
+ * supervisor's pid, the workers' in pids[0..n-1]. The caller still owns o. */
+static inline pid_t pm_test_fork_supervisor(pm_options *o, pid_t *pids, unsigned n)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t sup = pm_test_fork();
+    ck_assert_int_ge(sup, 0);
+    if (sup == 0) {
+        close(p[0]);
+        pm_cluster *c = NULL;
+        if (pm_cluster_spawn(o, &c) != 0)
+            _exit(1);
+        for (unsigned i = 0; i < n; i++) {
+            pm_slot_info si;
+            pm_cluster_slot_info(c, i, &si);
+            if (write(p[1], &si.pid, sizeof(si.pid)) != sizeof(si.pid))
+                _exit(2);
+        }
+        for (;;)
+            pm_cluster_run(c, -1);
+    }
+    close(p[1]);
+    for (unsigned i = 0; i < n; i++)
+        ck_assert_int_eq(read(p[0], &pids[i], sizeof(pids[i])), (ssize_t)sizeof(pids[i]));
+    close(p[0]);
+    return sup;
+}
+
 /* ---------------------------------------------------------------- two supervisors */
 
 /* One host of a two-supervisor test: `workers` workers running boot in
