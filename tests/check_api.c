@@ -340,6 +340,19 @@ START_TEST(test_header_defaults)
 }
 END_TEST
 
+/* Slot 0 (W_ASK_MAIN) asks main; the three plain messages main sent
+ * before its reply were kept, in order, for pm_node_recv. Frees o. */
+static void ask_keeps_messages(pm_options *o)
+{
+    role[0] = W_ASK_MAIN;
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, ntexts >= 1, 10000);
+    ck_assert_str_eq(texts[0], "#ask rc=0 reply=r kept=m1,m2,m3");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+
 START_TEST(test_hub_spin_us)
 {
     pm_options *o = opts(1);
@@ -353,13 +366,7 @@ START_TEST(test_hub_spin_us)
     ck_assert_int_eq(pm_options_set_hub_spin_us(o, 300), 0);
     /* With spinning on, requests and replies still flow, with nothing lost
      * (the spin only delays the hub's sleep). */
-    role[0] = W_ASK_MAIN;
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, ntexts >= 1, 10000);
-    ck_assert_str_eq(texts[0], "#ask rc=0 reply=r kept=m1,m2,m3");
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    ask_keeps_messages(o);
 }
 END_TEST
 
@@ -976,16 +983,7 @@ END_TEST
 START_TEST(test_request_keeps_messages)
 {
     memset(role, 0, sizeof(role));
-    role[0] = W_ASK_MAIN;
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, ntexts >= 1, 10000);
-    /* The three plain messages main sent before its reply were kept, in
-     * order, for pm_node_recv. */
-    ck_assert_str_eq(texts[0], "#ask rc=0 reply=r kept=m1,m2,m3");
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    ask_keeps_messages(opts(1));
 }
 END_TEST
 

@@ -16,14 +16,6 @@
 #error "PM_DAEMON_BIN must name the procmesh binary"
 #endif
 
-/* The crashing functions must crash the way they say, not as the
- * sanitizers would have them (UBSan turns a null store into an abort). */
-#if defined(__clang__)
-#define CRASHER __attribute__((noinline, no_sanitize("address", "undefined")))
-#else
-#define CRASHER __attribute__((noinline, no_sanitize_address, no_sanitize_undefined))
-#endif
-
 enum kind {
     K_NULL = 1, K_WILD, K_ACCERR, K_BUS, K_FPE, K_ABORT, K_OVERFLOW, /* real crashes */
     K_SCRIBBLE, K_HALF, K_MISMATCH, K_FAKE_EXIT, K_NO_HANDLER         /* records to distrust */

@@ -391,6 +391,17 @@ static void start(pm_cluster *c, unsigned slot)
     ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
 }
 
+/* A cluster of `workers` slots running worker() on the plan, spawned;
+ * the caller frees *op after the terminate. */
+static pm_cluster *spawn_plan(int workers, pm_options **op)
+{
+    *op = opts(workers);
+    pm_options_set_bootstrap(*op, worker, &plan);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(*op, &c), 0);
+    return c;
+}
+
 /* Main asks slot s to say hello and waits for it: its traffic to main flows. */
 static void hello(pm_cluster *c, unsigned s, int timeout_ms)
 {
@@ -434,10 +445,8 @@ START_TEST(test_reply_flood_no_hol)
      * once the first is answered: every request is relayed, none refused. */
     plan.burst = 1000;
     *gate = 0;
-    pm_options *o = opts(3);
-    pm_options_set_bootstrap(o, worker, &plan);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn_plan(3, &o);
     start(c, 0);
     RUN_UNTIL(c, pm_test_slot_relayed(c, 0) == plan.burst && pm_test_requests_out(c, 0) == 0,
               30000);
@@ -470,10 +479,8 @@ START_TEST(test_full_destination_holds_only_its_frames)
     plan.role[1] = H_SILENT;
     plan.role[2] = H_STUFFER;
     plan.peer[2] = 1;
-    pm_options *o = opts(3);
-    pm_options_set_bootstrap(o, worker, &plan);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn_plan(3, &o);
     start(c, 2);
     RUN_UNTIL(c, pm_test_slot_blocked_on(c, 2) == 1, 20000);
     start(c, 0);
@@ -569,10 +576,8 @@ START_TEST(test_inflight_cap_per_requester)
     plan.ask = "junk";
     plan.role[1] = H_HONEST;
     plan.count = 4200;
-    pm_options *o = opts(3);
-    pm_options_set_bootstrap(o, worker, &plan);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn_plan(3, &o);
     start(c, 0);
     /* Every junk request was read: relayed, or refused with -EBUSY. */
     RUN_UNTIL(c, pm_test_slot_relayed(c, 0) + pm_test_slot_undeliverable(c, 0) >= plan.count,
@@ -596,10 +601,8 @@ START_TEST(test_inflight_lifetime)
     plan.ask = "junk";
     plan.role[1] = H_HONEST;
     plan.count = 100;
-    pm_options *o = opts(2);
-    pm_options_set_bootstrap(o, worker, &plan);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn_plan(2, &o);
     pm_test_set_inflight_lifetime(c, 300);
     start(c, 0);
     RUN_UNTIL(c, pm_test_slot_relayed(c, 0) >= plan.count, 20000);
@@ -631,10 +634,8 @@ START_TEST(test_fork_replacement_sees_no_traffic)
     plan.role[1] = H_SILENT;
     plan.role[2] = H_SCANNER;
     bcast_done = 0;
-    pm_options *o = opts(3);
-    pm_options_set_bootstrap(o, worker, &plan);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn_plan(3, &o);
     start(c, 0);
     RUN_UNTIL(c, strcmp(last_text[0], "#marked") == 0, 20000);
     /* The marker is now in a queued frame for slot 1 and was delivered to

@@ -37,16 +37,8 @@ static int peer_timeout = 3000;
 static pm_options *host_options(const char *host, const unsigned char *secret,
                                 int (*boot)(pm_node *, void *))
 {
-    pm_options *o = pm_options_new();
-    ck_assert_ptr_nonnull(o);
-    ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
-    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
-    ck_assert_int_eq(pm_options_set_hostname(o, host), 0);
-    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
-    ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
-    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout), 0);
+    pm_options *o = pm_test_host_options(host, 1, secret, peer_timeout, boot);
     ck_assert_int_eq(pm_options_set_max_message(o, (size_t)1 << 20), 0);
-    ck_assert_int_eq(pm_options_set_bootstrap(o, boot, NULL), 0);
     return o;
 }
 
@@ -103,13 +95,7 @@ static pid_t start_host(const char *name, int port, const unsigned char *secret,
     pm_options *o = host_options(name, secret, worker_b);
     if (pm_options_set_workers(o, workers) < 0)
         _exit(3);
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    pm_cluster *c = NULL;
-    if (pm_options_set_peer_listen(o, listen) < 0 || pm_cluster_spawn(o, &c) < 0)
-        _exit(3);
-    for (;;)
-        pm_cluster_run(c, -1);
+    pm_test_serve_host(o, port, 0);
 }
 
 static pid_t start_b(int port, const unsigned char *secret)
@@ -167,14 +153,7 @@ static int worker_a(pm_node *n, void *arg)
         return 1;
     char text[400];
     pm_message r;
-    int rc = -EHOSTUNREACH;
-    for (int i = 0; i < 400 && (rc == -EHOSTUNREACH || rc == -EHOSTDOWN); i++) {
-        rc = pm_node_request(n, &to, "who", 3, 5000, &r);
-        /* Not linked yet (the supervisor dials), or linked before b's
-         * worker is ready (b's hub answers -EHOSTDOWN until then). */
-        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
-            usleep(50 * 1000);
-    }
+    int rc = pm_test_request_linked(n, &to, "who", 3, 5000, &r, 400);
     if (rc < 0) {
         snprintf(text, sizeof(text), "ERR %d", rc);
         report(n, text);
@@ -630,15 +609,9 @@ static pid_t start_dialer(const char *name, int port_a, const char *node_key)
     if (pid > 0)
         return pid;
     pm_options *o = host_options(name, secret1, worker_b);
-    char peer[32];
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_a);
-    pm_cluster *c = NULL;
-    if (pm_options_add_peer(o, peer) < 0 ||
-        (node_key != NULL && pm_options_set_node_key_file(o, node_key) < 0) ||
-        pm_cluster_spawn(o, &c) < 0)
+    if (node_key != NULL && pm_options_set_node_key_file(o, node_key) < 0)
         _exit(3);
-    for (;;)
-        pm_cluster_run(c, -1);
+    pm_test_serve_host(o, 0, port_a);
 }
 
 /* Host a listening at port (b dials it), optionally pinning keys. */
@@ -774,16 +747,7 @@ static pid_t start_b_dialing(int port, int port_a)
     ck_assert_int_ge(pid, 0);
     if (pid > 0)
         return pid;
-    pm_options *o = host_options("b", secret1, worker_b);
-    char listen[32], peer[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_a);
-    pm_cluster *c = NULL;
-    if (pm_options_set_peer_listen(o, listen) < 0 || pm_options_add_peer(o, peer) < 0 ||
-        pm_cluster_spawn(o, &c) < 0)
-        _exit(3);
-    for (;;)
-        pm_cluster_run(c, -1);
+    pm_test_serve_host(host_options("b", secret1, worker_b), port, port_a);
 }
 
 /* a has one connection, to b, up, and a dialled it. */
@@ -1351,12 +1315,7 @@ static int big_asker(pm_node *n, void *arg)
     if (pm_address_parse("t@a:10", &to) != 0)
         return 1;
     pm_message r;
-    int rc;
-    do {
-        rc = pm_node_request(n, &to, "big", 3, 60000, &r);
-        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
-            usleep(50 * 1000);
-    } while (rc == -EHOSTUNREACH || rc == -EHOSTDOWN);
+    pm_test_request_linked(n, &to, "big", 3, 60000, &r, 0);
     for (;;)
         if (pm_node_recv(n, &r, -1) == -ESHUTDOWN)
             return 0;

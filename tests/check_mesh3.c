@@ -400,6 +400,21 @@ static void stop_pair(void)
     remove_dir();
 }
 
+/* The partition ends: the link comes up again (a sees b up a second time,
+ * and b sees a if both_ends), a's requests get replies again, each was
+ * answered exactly once and b handled none twice; then both hosts stop. */
+static void heal_and_check(int both_ends)
+{
+    proxy_cmd("pass\n");
+    wait_log(&ha, "event=peer_up host=b", 2, 30000);
+    if (both_ends)
+        wait_log(&hb, "event=peer_up host=a", 2, 30000);
+    wait_more_replies(&ha, "b", 2, 30000);
+    long sent = exactly_once(ha.log, "a");
+    no_duplicates(hb.log, sent, "b");
+    stop_pair();
+}
+
 /* Waits for b's worker to take a request (it then holds it for 1 s). */
 static void wait_request_held(void)
 {
@@ -419,13 +434,7 @@ START_TEST(test_partition_cut_and_heal)
     wait_log(&hb, "event=peer_down host=a", 1, 20000);
     wait_log(&ha, "-113\"", 1, 20000);
     drain_for(500);
-    proxy_cmd("pass\n");
-    wait_log(&ha, "event=peer_up host=b", 2, 30000);
-    wait_log(&hb, "event=peer_up host=a", 2, 30000);
-    wait_more_replies(&ha, "b", 2, 30000);
-    long sent = exactly_once(ha.log, "a");
-    no_duplicates(hb.log, sent, "b");
-    stop_pair();
+    heal_and_check(1);
 }
 END_TEST
 
@@ -444,12 +453,7 @@ START_TEST(test_partition_one_way_loss)
      * (generous for a loaded machine). */
     ck_assert_uint_lt(pm_test_ms() - t0, 15000);
     wait_log(&ha, "-113\"", 1, 20000);
-    proxy_cmd("pass\n");
-    wait_log(&ha, "event=peer_up host=b", 2, 30000);
-    wait_more_replies(&ha, "b", 2, 30000);
-    long sent = exactly_once(ha.log, "a");
-    no_duplicates(hb.log, sent, "b");
-    stop_pair();
+    heal_and_check(0);
 }
 END_TEST
 
@@ -462,12 +466,7 @@ START_TEST(test_partition_one_way_stall)
     proxy_cmd("stall a2b\n");
     wait_log(&hb, "event=peer_down host=a", 1, 20000);
     wait_log(&ha, "event=peer_down host=b", 1, 20000);
-    proxy_cmd("pass\n");
-    wait_log(&ha, "event=peer_up host=b", 2, 30000);
-    wait_more_replies(&ha, "b", 2, 30000);
-    long sent = exactly_once(ha.log, "a");
-    no_duplicates(hb.log, sent, "b");
-    stop_pair();
+    heal_and_check(0);
 }
 END_TEST
 
@@ -503,12 +502,7 @@ START_TEST(test_partition_black_hole)
                   tail_of(hb.log));
     wait_log(&ha, "-113\"", 1, 20000);
     proxy_cmd("cut\n"); /* the stalled connection goes; new ones pass again */
-    proxy_cmd("pass\n");
-    wait_log(&ha, "event=peer_up host=b", 2, 30000);
-    wait_more_replies(&ha, "b", 2, 30000);
-    long sent = exactly_once(ha.log, "a");
-    no_duplicates(hb.log, sent, "b");
-    stop_pair();
+    heal_and_check(0);
 }
 END_TEST
 

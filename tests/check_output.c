@@ -14,12 +14,6 @@
 #error "PM_DAEMON_BIN must name the procmesh binary"
 #endif
 
-#if defined(__clang__)
-#define CRASHER __attribute__((noinline, no_sanitize("address", "undefined")))
-#else
-#define CRASHER __attribute__((noinline, no_sanitize_address, no_sanitize_undefined))
-#endif
-
 /* ---------------------------------------------------------------- recording */
 
 typedef struct oline {

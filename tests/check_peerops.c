@@ -56,17 +56,7 @@ static int echo_worker(pm_node *n, void *arg)
 
 static pm_options *host_options(const char *host, const unsigned char *secret)
 {
-    pm_options *o = pm_options_new();
-    ck_assert_ptr_nonnull(o);
-    ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
-    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
-    ck_assert_int_eq(pm_options_set_hostname(o, host), 0);
-    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
-    if (secret != NULL)
-        ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
-    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 3000), 0);
-    ck_assert_int_eq(pm_options_set_bootstrap(o, echo_worker, NULL), 0);
-    return o;
+    return pm_test_host_options(host, 1, secret, 3000, echo_worker);
 }
 
 static unsigned peer_ups, peer_downs;
@@ -93,19 +83,11 @@ static pid_t start_b(int port, const unsigned char *s1, const unsigned char *s2,
     pm_options *o = host_options("b", s1);
     if (s2 != NULL && pm_options_add_secret(o, s2) < 0)
         _exit(3);
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    if (pm_options_set_peer_listen(o, listen) < 0)
-        _exit(3);
     char name[40];
     snprintf(name, sizeof(name), "localhost:%d", port);
     if (dns && pm_options_set_peers_dns(o, name) < 0)
         _exit(3);
-    pm_cluster *c = NULL;
-    if (pm_cluster_spawn(o, &c) < 0)
-        _exit(3);
-    for (;;)
-        pm_cluster_run(c, -1);
+    pm_test_serve_host(o, port, 0);
 }
 
 /* Host a: one worker; peers_dns or a static peer as given. */
@@ -217,14 +199,7 @@ static pid_t start_dialer(const char *host, int port, const unsigned char *s)
     ck_assert_int_ge(pid, 0);
     if (pid > 0)
         return pid;
-    pm_options *o = host_options(host, s);
-    char peer[32];
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
-    pm_cluster *c = NULL;
-    if (pm_options_add_peer(o, peer) < 0 || pm_cluster_spawn(o, &c) < 0)
-        _exit(3);
-    for (;;)
-        pm_cluster_run(c, -1);
+    pm_test_serve_host(host_options(host, s), 0, port);
 }
 
 START_TEST(test_rotation_without_downtime)
@@ -571,14 +546,7 @@ static int traffic_worker(pm_node *n, void *arg)
         return 1;
     char text[64];
     pm_message r;
-    int rc = -EHOSTUNREACH;
-    /* Until the link is up (-EHOSTUNREACH) and b's worker is ready
-     * (-EHOSTDOWN: b's supervisor answers for a slot still starting). */
-    for (int i = 0; i < 1200 && (rc == -EHOSTUNREACH || rc == -EHOSTDOWN); i++) {
-        rc = pm_node_request(n, &to, "first", 5, 5000, &r);
-        if (rc == -EHOSTUNREACH || rc == -EHOSTDOWN)
-            usleep(50 * 1000);
-    }
+    int rc = pm_test_request_linked(n, &to, "first", 5, 5000, &r, 1200);
     int i = 0;
     for (; rc == 0 && i < REKEY_REQUESTS; i++) {
         char q[32];
@@ -616,15 +584,8 @@ START_TEST(test_rekey_under_traffic)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         pm_options *o = host_options("b", k1);
-        char listen[32];
-        snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-        pm_cluster *c = NULL;
         pm_test_options_set_rekey(o, 4, 20);
-        if (pm_options_set_peer_listen(o, listen) < 0 ||
-            pm_cluster_spawn(o, &c) < 0)
-            _exit(3);
-        for (;;)
-            pm_cluster_run(c, -1);
+        pm_test_serve_host(o, port, 0);
     }
     pm_options *o = host_options("a", k1);
     pm_test_options_set_rekey(o, 4, 20);

@@ -459,28 +459,11 @@ END_TEST
  * of a supervisor that is SIGKILLed ends. */
 START_TEST(test_user_dies_with_supervisor)
 {
-    int p[2];
-    ck_assert_int_eq(pipe(p), 0);
-    pid_t sup = pm_test_fork();
-    ck_assert_int_ge(sup, 0);
-    if (sup == 0) {
-        close(p[0]);
-        pm_options *o = probe_options(1);
-        pm_options_set_user(o, NOBODY, NOBODY);
-        pm_cluster *c = NULL;
-        if (pm_cluster_spawn(o, &c) < 0)
-            _exit(1);
-        pm_slot_info si;
-        pm_cluster_slot_info(c, 0, &si);
-        if (write(p[1], &si.pid, sizeof(si.pid)) != sizeof(si.pid))
-            _exit(2);
-        pause();
-        _exit(0);
-    }
-    close(p[1]);
+    pm_options *o = probe_options(1);
+    pm_options_set_user(o, NOBODY, NOBODY);
     pid_t worker = 0;
-    ck_assert_int_eq(read(p[0], &worker, sizeof(worker)), (ssize_t)sizeof(worker));
-    close(p[0]);
+    pid_t sup = pm_test_fork_supervisor(o, &worker, 1);
+    pm_options_free(o);
     ck_assert_int_gt(worker, 0);
     kill(sup, SIGKILL);
     pm_test_reap(sup, 5000);

@@ -123,30 +123,11 @@ START_TEST(test_supervisor_killed)
      * must be gone within a second. We are the subreaper, so the orphans
      * come to us and we can tell "exited" from "still running". */
     ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-    int p[2];
-    ck_assert_int_eq(pipe(p), 0);
-    pid_t sup = pm_test_fork();
-    ck_assert_int_ge(sup, 0);
-    if (sup == 0) {
-        close(p[0]);
-        pm_options *o = opts(3);
-        pm_options_set_bootstrap(o, boot_ready, NULL);
-        pm_cluster *c;
-        if (pm_cluster_spawn(o, &c) != 0)
-            _exit(1);
-        for (unsigned i = 0; i < 3; i++) {
-            pm_slot_info si;
-            pm_cluster_slot_info(c, i, &si);
-            if (write(p[1], &si.pid, sizeof(si.pid)) != sizeof(si.pid))
-                _exit(2);
-        }
-        for (;;)
-            pm_cluster_run(c, -1);
-    }
-    close(p[1]);
+    pm_options *o = opts(3);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
     pid_t pids[3];
-    for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(read(p[0], &pids[i], sizeof(pids[i])), sizeof(pids[i]));
+    pid_t sup = pm_test_fork_supervisor(o, pids, 3);
+    pm_options_free(o);
     kill(sup, SIGKILL);
     ck_assert_int_ne(pm_test_reap(sup, 5000), -1);
     uint64_t t0 = ms();

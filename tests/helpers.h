@@ -43,6 +43,14 @@ __attribute__((used, visibility("default"))) const char *__asan_default_options(
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* A function that crashes on purpose must crash the way it says, not as
+ * the sanitizers would have them (UBSan turns a null store into an abort). */
+#if defined(__clang__)
+#define CRASHER __attribute__((noinline, no_sanitize("address", "undefined")))
+#else
+#define CRASHER __attribute__((noinline, no_sanitize_address, no_sanitize_undefined))
+#endif
+
 /* Runs in each test's own process (Check's fork mode) before the test.
  * Check's runner installs SIGTERM and SIGINT handlers that signal the
  * whole process group, and the test process inherits them; a fork-mode
@@ -242,6 +250,97 @@ static inline pm_options *pm_test_quick_options(int workers,
     pm_options_set_stop_timeout_ms(o, 2000);
     pm_options_set_ring_size(o, 256 * 1024);
     return o;
+}
+
+/* Forks a supervisor process (pm_test_fork: it dies with the test) that
+ * spawns a cluster with o, sends back the worker pids of its first n slots
+ * and runs the cluster until killed (exit 1: the spawn failed). Returns the
+ * supervisor's pid, the workers' in pids[0..n-1]. The caller still owns o. */
+static inline pid_t pm_test_fork_supervisor(pm_options *o, pid_t *pids, unsigned n)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t sup = pm_test_fork();
+    ck_assert_int_ge(sup, 0);
+    if (sup == 0) {
+        close(p[0]);
+        pm_cluster *c = NULL;
+        if (pm_cluster_spawn(o, &c) != 0)
+            _exit(1);
+        for (unsigned i = 0; i < n; i++) {
+            pm_slot_info si;
+            pm_cluster_slot_info(c, i, &si);
+            if (write(p[1], &si.pid, sizeof(si.pid)) != sizeof(si.pid))
+                _exit(2);
+        }
+        for (;;)
+            pm_cluster_run(c, -1);
+    }
+    close(p[1]);
+    for (unsigned i = 0; i < n; i++)
+        ck_assert_int_eq(read(p[0], &pids[i], sizeof(pids[i])), (ssize_t)sizeof(pids[i]));
+    close(p[0]);
+    return sup;
+}
+
+/* ---------------------------------------------------------------- two supervisors */
+
+/* One host of a two-supervisor test: `workers` workers running boot in
+ * system "t" on host `host`, ports from 10, secret added unless NULL, the
+ * given peer timeout. The caller adds what its tests need. */
+static inline pm_options *pm_test_host_options(const char *host, int workers, const unsigned char *secret,
+                                               int peer_timeout_ms, int (*boot)(pm_node *, void *))
+{
+    pm_options *o = pm_options_new();
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(pm_options_set_workers(o, workers), 0);
+    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
+    ck_assert_int_eq(pm_options_set_hostname(o, host), 0);
+    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
+    if (secret != NULL)
+        ck_assert_int_eq(pm_options_add_secret(o, secret), 0);
+    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout_ms), 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot, NULL), 0);
+    return o;
+}
+
+/* In a forked host (pm_test_fork: it dies with the test): listens for
+ * peers on 127.0.0.1:listen_port and dials 127.0.0.1:dial_port (each only
+ * if > 0), spawns the cluster and runs it until killed. Exits 3 if a step
+ * fails, which the other host sees as a peer that never comes up. */
+static inline __attribute__((noreturn)) void pm_test_serve_host(pm_options *o, int listen_port, int dial_port)
+{
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", listen_port);
+    if (listen_port > 0 && pm_options_set_peer_listen(o, addr) < 0)
+        _exit(3);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", dial_port);
+    if (dial_port > 0 && pm_options_add_peer(o, addr) < 0)
+        _exit(3);
+    pm_cluster *c = NULL;
+    if (pm_cluster_spawn(o, &c) < 0)
+        _exit(3);
+    for (;;)
+        pm_cluster_run(c, -1);
+}
+
+/* A worker's request to a worker behind a peer supervisor, asked again
+ * every 50 ms while the peer link is not up yet (-EHOSTUNREACH: the
+ * supervisor still dials) or the far worker is not ready (-EHOSTDOWN: its
+ * supervisor answers for a slot still starting); at most `tries` asks
+ * (0: until another answer). Returns the last answer. */
+static inline int pm_test_request_linked(pm_node *n, const pm_address *to, const void *data, size_t len,
+                                         int timeout_ms, pm_message *r, int tries)
+{
+    int rc;
+    for (int i = 0;; i++) {
+        rc = pm_node_request(n, to, data, len, timeout_ms, r);
+        if (rc != -EHOSTUNREACH && rc != -EHOSTDOWN)
+            return rc;
+        if (tries > 0 && i + 1 >= tries)
+            return rc;
+        usleep(50 * 1000);
+    }
 }
 
 /* Skip the whole program (exit 77) with the reason on stderr. */
