@@ -418,6 +418,42 @@ class Tree:
         return out
 
 
+def descendants(pid):
+    """Every live descendant of pid, read from /proc (parent links)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: fields after its last ')'.
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found
+
+
+def kill_tree(pid):
+    """SIGKILLs pid's process group and the group of every descendant.
+    Check's fork mode runs each test in a process group of its own, so a
+    program killed at our timeout would leave its test running (a mutant
+    that loops spins on, a CPU taken from every later run): the tree is
+    read before anything dies, while the parent links still lead to it."""
+    for p in [pid] + descendants(pid):
+        for kill, target in ((os.killpg, p), (os.kill, p)):
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 def run_program(tree, prog, timeout, log=None):
     """Runs tests/PROG in tree, its output appended to log; (exit code or
     'timeout', seconds)."""
@@ -435,11 +471,9 @@ def run_program(tree, prog, timeout, log=None):
         rc = p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         rc = "timeout"
-    # The program's process group (its workers included) goes with it.
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    # The program's process group (its workers included) goes with it, and
+    # every descendant's group (Check's test child has its own).
+    kill_tree(p.pid)
     if rc == "timeout":
         p.wait()
     if log:
