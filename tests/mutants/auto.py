@@ -432,11 +432,11 @@ def descendants(pid):
         # The command name may hold spaces and parentheses: fields after its last ')'.
         ppid = int(stat[stat.rindex(")") + 2:].split()[1])
         children.setdefault(ppid, []).append(int(d))
-    found, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
+    found, pending = [], [pid]
+    while pending:
+        for c in children.get(pending.pop(), []):
             found.append(c)
-            todo.append(c)
+            pending.append(c)
     return found
 
 
