@@ -728,9 +728,9 @@ static pm_options *raw_opts(const char *mode, const char *arg, int later)
     return o;
 }
 
-/* design.md, Handshake: "A second HELLO or a READY before HELLO is a
- * protocol fault (reason protocol): the worker is killed and the failure
- * charged." */
+/* design.md, Handshake: "Anything out of order is a protocol fault": a
+ * second HELLO, or a READY before HELLO, kills the worker with reason
+ * protocol and charges the failure. */
 START_TEST(test_handshake_fault_charged)
 {
     static const char *const modes[] = {"hello-twice", "ready-first"};

@@ -163,9 +163,10 @@ struct pm_cluster {
     uint64_t liveness_checks;
     uint64_t liveness_visits;
     uint64_t standby_taken;  /* starts that took a warm standby (standby.c) */
-    /* pm__incarnation_spare_drop, set at creation: standby.c sits below
-     * incarnation.c (which takes and starts the standbys) and drops a dead
-     * standby's spare, the memory it mapped, through it. */
+    /* pm__incarnation_spare_drop (spare.c), set at creation: spare.c ends
+     * a slot's standby before it drops the spare, so standby.c sits below
+     * it and drops a dead standby's spare, the memory it mapped, through
+     * this pointer rather than by a call back up. */
     void (*spare_drop)(pm_cluster *c, pm__slot *s);
 };
 
