@@ -491,17 +491,6 @@ END_TEST
 
 /* ---------------------------------------------------------------- torture */
 
-static int open_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the DIR's own fd */
-}
-
 static int bc_sent, bc_refused, bc_done, bc_bad;
 static size_t bc_last_n;
 static int bc_last_errors; /* results of the last broadcast with error != 0 */
@@ -532,7 +521,7 @@ START_TEST(test_torture)
 {
     memset(role, 0, sizeof(role));
     const int workers = 4, rounds = pm_test_sanitized() ? 150 : 300;
-    int fds_before = open_fds();
+    int fds_before = pm_test_count_fds();
     pm_options *o = opts(workers, 200);
     pm_options_set_bootstrap(o, worker, NULL);
     pm_cluster *c;
@@ -588,7 +577,7 @@ START_TEST(test_torture)
     /* Every worker just answered, so none is stopped: each ends on SIGTERM. */
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
-    ck_assert_int_eq(open_fds(), fds_before);
+    ck_assert_int_eq(pm_test_count_fds(), fds_before);
     ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
     ck_assert_int_eq(errno, ECHILD);
 }
