@@ -423,25 +423,6 @@ static proc start(char *const argv[], char *const envp[])
 
 static char *base_env[] = {"PATH=/usr/bin:/bin", NULL};
 
-/* Processes whose parent is pid, from /proc: their count, and the first
- * one's pid in *first (when not NULL). */
-static int children_of(pid_t pid, int *first)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    int n = 0, c;
-    while (fscanf(f, "%d", &c) == 1) {
-        if (n == 0 && first != NULL)
-            *first = c;
-        n++;
-    }
-    fclose(f);
-    return n;
-}
-
 /* 1 when process pid ignores sig (SigIgn in /proc/pid/status). */
 static int ignores(int pid, int sig)
 {
@@ -800,7 +781,7 @@ START_TEST(test_bin_health_endpoints)
         ck_assert_msg(flood[i] >= 0, "flood connection %d: %s", i, strerror(errno));
     }
     int wpid = 0;
-    ck_assert_int_eq(children_of(p.pid, &wpid), 2);
+    ck_assert_int_eq(proc_children(p.pid, &wpid, 1), 2);
     kill(wpid, SIGKILL);
     for (int i = 0; i < FLOOD; i++) {
         int code = http_answer(flood[i], out, sizeof(out));
@@ -953,7 +934,7 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
     proc p = start(a, base_env);
     http_wait(port, "/healthz", 200, 20000);
     int wpid = 0;
-    ck_assert_int_eq(children_of(p.pid, &wpid), 1);
+    ck_assert_int_eq(proc_children(p.pid, &wpid, 1), 1);
     struct rlimit old, low;
     ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, NULL, &old), 0);
     low = old;
@@ -1017,14 +998,14 @@ START_TEST(test_bin_sighup_rolling_restart)
     proc p = start(a, base_env);
     /* Ready first: a SIGHUP while the workers are still starting is dropped. */
     http_wait(port, "/readyz", 200, 20000);
-    ck_assert_int_eq(children_of(p.pid, NULL), SLOTS);
+    ck_assert_int_eq(proc_children(p.pid, NULL, 0), SLOTS);
     kill(p.pid, SIGHUP);
     /* Count the children (zombies included: they are listed until reaped)
      * until the restart is over. */
     int max_kids = 0;
     uint64_t end = pm_test_ms() + 30000;
     while (!strstr(p.log, "event=rolling_restart_end") && !p.eof && pm_test_ms() < end) {
-        int k = children_of(p.pid, NULL);
+        int k = proc_children(p.pid, NULL, 0);
         if (k > max_kids)
             max_kids = k;
         proc_read(&p, 1);

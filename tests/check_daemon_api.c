@@ -43,24 +43,6 @@ static proc start(char *const argv[], char *const envp[])
 
 static char *base_env[] = {"PATH=/usr/bin:/bin", NULL};
 
-/* The children of pid (from /proc), up to cap; returns how many. */
-static int children_of(pid_t pid, int *out, int cap)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    int n = 0, c;
-    while (fscanf(f, "%d", &c) == 1) {
-        if (n < cap)
-            out[n] = c;
-        n++;
-    }
-    fclose(f);
-    return n;
-}
-
 /* The command line of pid with its NULs as spaces ("" when gone). */
 static void cmdline_of(int pid, char *buf, size_t size)
 {
@@ -151,7 +133,7 @@ START_TEST(test_readyz_min_ready_and_metric_values)
         ck_assert_int_eq(http_metric(port, "procmesh_workers_ready"), 2);
         ck_assert_int_eq(http_metric(port, "procmesh_exits_total{cause=\"signal\"}"), 0);
         int kids[4];
-        ck_assert_int_eq(children_of(p.pid, kids, 4), 2);
+        ck_assert_int_eq(proc_children(p.pid, kids, 4), 2);
         /* Which slot it was, from the started lines. */
         char needle[64];
         snprintf(needle, sizeof(needle), " pid=%d ", kids[0]);
@@ -497,7 +479,7 @@ START_TEST(test_subreaper_not_pid1)
     uint64_t end = pm_test_ms() + 20000;
     while (orphan == 0 && pm_test_ms() < end) {
         int kids[8];
-        int n = children_of(p.pid, kids, 8);
+        int n = proc_children(p.pid, kids, 8);
         for (int i = 0; i < n && i < 8; i++) {
             char cmd[256];
             cmdline_of(kids[i], cmd, sizeof(cmd));
@@ -575,7 +557,7 @@ START_TEST(test_listen_tcp)
     proc p = start(a, base_env);
     http_wait(hport, "/readyz", 200, 20000);
     int kids[4];
-    ck_assert_int_eq(children_of(p.pid, kids, 4), 2);
+    ck_assert_int_eq(proc_children(p.pid, kids, 4), 2);
     char reply[128];
     for (int i = 0; i < 10; i++) {
         int k = tcp_ask(port, "hi\n", reply, sizeof(reply));

@@ -484,16 +484,6 @@ static void flood(int port)
     _exit(0);
 }
 
-static int idle_worker(pm_node *n, void *arg)
-{
-    (void)arg;
-    pm_node_ready(n);
-    pm_message m;
-    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
-        ;
-    return 0;
-}
-
 /* A legitimate host b dialling port, until the test ends. */
 static pid_t legit_b(int port)
 {
@@ -508,7 +498,7 @@ static pid_t legit_b(int port)
     if (o == NULL || pm_options_set_workers(o, 1) < 0 || pm_options_set_system_name(o, "t") < 0 ||
         pm_options_set_hostname(o, "b") < 0 || pm_options_set_base_port(o, 10) < 0 ||
         pm_options_add_secret(o, secret1) < 0 || pm_options_set_peer_timeout_ms(o, 3000) < 0 ||
-        pm_options_set_bootstrap(o, idle_worker, NULL) < 0 || pm_options_add_peer(o, peer) < 0 ||
+        pm_options_set_bootstrap(o, pm_test_idle_worker, NULL) < 0 || pm_options_add_peer(o, peer) < 0 ||
         pm_cluster_spawn(o, &c) < 0)
         _exit(3);
     for (;;)

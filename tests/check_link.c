@@ -212,16 +212,6 @@ START_TEST(test_cross_host_request_reply)
 }
 END_TEST
 
-static int idle_worker(pm_node *n, void *arg)
-{
-    (void)arg;
-    pm_node_ready(n);
-    pm_message m;
-    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
-        ;
-    return 0;
-}
-
 /* What main's requests to a remote worker got: every answer counted, so
  * "exactly once" is asserted, with its error, sender and text. */
 static unsigned answers;
@@ -256,7 +246,7 @@ START_TEST(test_main_request_remote)
 {
     int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
-    pm_cluster *a = start_a_with(pb, secret1, idle_worker);
+    pm_cluster *a = start_a_with(pb, secret1, pm_test_idle_worker);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     PM_RUN_UNTIL(a, pm_test_slot_state(a, 0) == PM_SLOT_READY, 30000);
 
@@ -389,7 +379,7 @@ START_TEST(test_batched_frames)
 {
     int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
-    pm_cluster *a = start_a_with(pb, secret1, idle_worker);
+    pm_cluster *a = start_a_with(pb, secret1, pm_test_idle_worker);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     uint64_t end = pm_test_ms() + 30000;
     do {
@@ -586,7 +576,7 @@ static pid_t start_dialer(const char *name, int port_a, const char *node_key)
 /* Host a listening at port (b dials it), optionally pinning keys. */
 static pm_cluster *start_listener(int port, const char *pins)
 {
-    pm_options *o = host_options("a", secret1, idle_worker);
+    pm_options *o = host_options("a", secret1, pm_test_idle_worker);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
@@ -792,7 +782,7 @@ static int closed_by_peer(int fd)
 START_TEST(test_handshake_deadline_and_unauth_cap)
 {
     int port = pm_test_free_port();
-    pm_options *o = host_options("b", secret1, idle_worker);
+    pm_options *o = host_options("b", secret1, pm_test_idle_worker);
     ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 3000), 0);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);

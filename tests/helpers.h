@@ -368,6 +368,18 @@ static inline int pm_test_answer_worker(pm_node *n, void *arg)
     }
 }
 
+/* A worker that becomes ready and receives (and drops) everything until it
+ * is asked to stop. */
+static inline int pm_test_idle_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
 /* The peer links' ups and downs a cluster reported: an on_event that
  * counts them into the struct pm_test_peer_events its arg points to. */
 struct pm_test_peer_events {

@@ -131,6 +131,25 @@ static inline void proc_free(proc *r)
     r->log = NULL;
 }
 
+/* The processes whose parent is pid, from /proc: their count (-1: none
+ * readable), the first cap of their pids in out. */
+static inline int proc_children(pid_t pid, int *out, int cap)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    int n = 0, c;
+    while (fscanf(f, "%d", &c) == 1) {
+        if (n < cap)
+            out[n] = c;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
 /* ---- the log of a request loop (pm-test-worker's "sent N" / "reply N
  * from ..." / "error N ..." lines; check_mesh3, check_netns). These assert,
  * so check.h comes first. */
