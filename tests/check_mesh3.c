@@ -76,21 +76,9 @@ static proc start_host(const char *host, int port, const char *peers, int timeou
     char listen[32], tmo[16];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     snprintf(tmo, sizeof(tmo), "%d", timeout_ms);
-    char *argv[32];
-    int n = 0;
-    char *fixed[] = {"procmesh", "run", "--system-name", "t", "--hostname", (char *)host,
-                     "--base-port", "10", "--workers", "1", "--peer-listen", listen,
-                     "--peer-timeout", tmo, "--secret-file", secret};
-    for (size_t i = 0; i < ARRAY_LEN(fixed); i++)
-        argv[n++] = fixed[i];
-    if (peers != NULL) {
-        argv[n++] = "--peers";
-        argv[n++] = (char *)peers;
-    }
-    char *tail[] = {"--", PM_TEST_WORKER, "mesh", (char *)to, (char *)ms, (char *)delay, NULL};
-    for (size_t i = 0; i < ARRAY_LEN(tail); i++)
-        argv[n++] = tail[i];
-    return start_proc(PM_DAEMON_BIN, argv, STDERR_FILENO, 0);
+    proc_mesh_host h = {.host = host, .listen = listen, .peer_timeout = tmo, .secret = secret,
+                        .peers = peers, .to = to, .ms = ms, .delay = delay};
+    return proc_start_mesh_host(&h, NULL, NULL);
 }
 
 /* Waits until a's worker has had `more` further replies from host h. */

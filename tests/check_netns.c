@@ -65,18 +65,6 @@ static int join_netns(void *arg)
     return setns(*(const int *)arg, CLONE_NEWNET) == 0 ? 0 : -errno;
 }
 
-/* Starts path with argv inside namespace ns (-1: the test's own), its fd
- * `capture` into a pipe. */
-static proc start_proc(int ns, const char *path, char *const argv[], int capture)
-{
-    proc_how how = {.cap = 1024 * 1024};
-    if (ns >= 0) {
-        how.pre = join_netns;
-        how.arg = &nsfd[ns];
-    }
-    return proc_start(path, argv, capture, &how);
-}
-
 /* Runs "sh -c cmd" inside namespace ns (-1: a fresh one of its own, for
  * the probe); returns its exit status (-1: killed at the 10 s bound) with
  * what it wrote in out. */
@@ -242,21 +230,9 @@ static proc start_host(int h, const char *peers, const char *to, const char *ms,
 {
     char listen[32];
     snprintf(listen, sizeof(listen), "%s:7000", addr[h]);
-    char *argv[32];
-    int n = 0;
-    char *fixed[] = {"procmesh", "run", "--system-name", "t", "--hostname", (char *)ns_name[h],
-                     "--base-port", "10", "--workers", "1", "--peer-listen", listen,
-                     "--peer-timeout", "2000", "--secret-file", secret};
-    for (size_t i = 0; i < ARRAY_LEN(fixed); i++)
-        argv[n++] = fixed[i];
-    if (peers != NULL) {
-        argv[n++] = "--peers";
-        argv[n++] = (char *)peers;
-    }
-    char *tail[] = {"--", PM_TEST_WORKER, "mesh", (char *)to, (char *)ms, (char *)delay, NULL};
-    for (size_t i = 0; i < ARRAY_LEN(tail); i++)
-        argv[n++] = tail[i];
-    return start_proc(h, PM_DAEMON_BIN, argv, STDERR_FILENO);
+    proc_mesh_host m = {.host = ns_name[h], .listen = listen, .peer_timeout = "2000", .secret = secret,
+                        .peers = peers, .to = to, .ms = ms, .delay = delay};
+    return proc_start_mesh_host(&m, join_netns, &nsfd[h]);
 }
 
 /* Waits until r's worker has had `more` further replies from host h. */

@@ -260,6 +260,40 @@ static inline long last_of(const char *log, const char *prefix)
     return best;
 }
 
+#ifdef PM_TEST_WORKER /* programs that run pm-test-worker's mesh loop */
+/* A mesh host's daemon, as check_mesh3 and check_netns run it: system "t",
+ * one worker at port 10 running pm-test-worker's "mesh TO MS DELAY". */
+typedef struct proc_mesh_host {
+    const char *host, *listen; /* its name, its --peer-listen address */
+    const char *peer_timeout;  /* ms, as text */
+    const char *secret;        /* the --secret-file */
+    const char *peers;         /* --peers, or NULL: none */
+    const char *to, *ms, *delay; /* the worker's mesh loop */
+} proc_mesh_host;
+
+/* Starts that daemon (in the process that runs pre, when not NULL: a
+ * namespace to join), its log from its stderr, and returns it. */
+static inline proc proc_start_mesh_host(const proc_mesh_host *h, proc_pre_exec pre, void *arg)
+{
+    char *argv[32];
+    int n = 0;
+    char *fixed[] = {"procmesh", "run", "--system-name", "t", "--hostname", (char *)h->host,
+                     "--base-port", "10", "--workers", "1", "--peer-listen", (char *)h->listen,
+                     "--peer-timeout", (char *)h->peer_timeout, "--secret-file", (char *)h->secret};
+    for (size_t i = 0; i < ARRAY_LEN(fixed); i++)
+        argv[n++] = fixed[i];
+    if (h->peers != NULL) {
+        argv[n++] = "--peers";
+        argv[n++] = (char *)h->peers;
+    }
+    char *tail[] = {"--", PM_TEST_WORKER, "mesh", (char *)h->to, (char *)h->ms, (char *)h->delay, NULL};
+    for (size_t i = 0; i < ARRAY_LEN(tail); i++)
+        argv[n++] = tail[i];
+    return proc_start(PM_DAEMON_BIN, argv, STDERR_FILENO,
+                      &(proc_how){.cap = 1024 * 1024, .pre = pre, .arg = arg});
+}
+#endif
+
 /* ---- a daemon's keys and its HTTP port */
 
 /* A fresh directory /tmp/pm-TAG-XXXXXX in dir and a secret made in it by
