@@ -113,12 +113,7 @@ static void start_three(int timeout_ms)
     all[nall++] = &hb;
     all[nall++] = &hc;
     /* All three linked, each pair once. */
-    wait_log(&ha, "event=peer_up host=b", 1, 30000);
-    wait_log(&ha, "event=peer_up host=c", 1, 30000);
-    wait_log(&hb, "event=peer_up host=a", 1, 30000);
-    wait_log(&hb, "event=peer_up host=c", 1, 30000);
-    wait_log(&hc, "event=peer_up host=a", 1, 30000);
-    wait_log(&hc, "event=peer_up host=b", 1, 30000);
+    proc_wait_linked3((proc *const[3]){&ha, &hb, &hc}, all, nall, 30000);
 }
 
 static void stop_three(void)

@@ -254,12 +254,7 @@ static void start_three(void)
     hc = start_host(HC, NULL, "-", "0", "500");
     hb = start_host(HB, "10.77.0.3:7000", "t@a:10", "300", "0");
     ha = start_host(HA, "10.77.0.2:7000,10.77.0.3:7000", "t@c:10", "100", "0");
-    wait_log(&ha, "event=peer_up host=b", 1, 30000);
-    wait_log(&ha, "event=peer_up host=c", 1, 30000);
-    wait_log(&hb, "event=peer_up host=a", 1, 30000);
-    wait_log(&hb, "event=peer_up host=c", 1, 30000);
-    wait_log(&hc, "event=peer_up host=a", 1, 30000);
-    wait_log(&hc, "event=peer_up host=b", 1, 30000);
+    proc_wait_linked3(all, all, ARRAY_LEN(all), 30000);
     /* Linked: every daemon has read the secret (they read it again only
      * on SIGHUP, which these tests never send), so the file goes now and a
      * failure from here on leaves nothing behind in /tmp. */

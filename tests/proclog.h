@@ -184,6 +184,19 @@ static inline void proc_wait_among(proc *r, proc *const *others, size_t nothers,
                   count_of(r->log, needle) >= n ? "" : tail_of(r->log));
 }
 
+/* Waits until each of the mesh hosts named "a", "b", "c" (h[0..2]) has
+ * logged its link with the other two up, reading the pipes of others
+ * meanwhile (proc_wait_among). */
+static inline void proc_wait_linked3(proc *const h[3], proc *const *others, size_t nothers, int timeout_ms)
+{
+    static const char *const want[3][2] = {{"event=peer_up host=b", "event=peer_up host=c"},
+                                           {"event=peer_up host=a", "event=peer_up host=c"},
+                                           {"event=peer_up host=a", "event=peer_up host=b"}};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 2; k++)
+            proc_wait_among(h[i], others, nothers, want[i][k], 1, timeout_ms);
+}
+
 /* Waits for r's exit (bounded), returns its exit code (128 + signal when
  * killed) and copies all it wrote into out; its log is freed. */
 static inline int proc_finish(proc *r, char *out, size_t size, int timeout_ms)
