@@ -301,12 +301,10 @@ END_TEST
 static void ask_keeps_messages(pm_options *o)
 {
     role[0] = W_ASK_MAIN;
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     PM_RUN_UNTIL(c, ntexts >= 1, 10000);
     ck_assert_str_eq(texts[0], "#ask rc=0 reply=r kept=m1,m2,m3");
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 
 START_TEST(test_hub_spin_us)
@@ -336,8 +334,7 @@ START_TEST(test_restart_slot)
      * in time if restart_slot really skips it. */
     pm_options_set_restart_min_backoff_ms(o, 60000);
     pm_options_set_restart_max_backoff_ms(o, 60000);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pm_cluster_restart_slot(NULL, 0), -EINVAL);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 2), -EINVAL);
     for (int round = 1; round <= 3; round++) {
@@ -359,8 +356,7 @@ START_TEST(test_restart_slot)
     /* Not ready (starting, backoff, retired...): -EBUSY. */
     ck_assert_int_eq(pm_cluster_restart_slot(c, 1), 0);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 1), -EBUSY);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -368,8 +364,7 @@ START_TEST(test_restart_slot_starting_is_busy)
 {
     memset(role, 0, sizeof(role));
     pm_options *o = role_opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     role[0] = W_NEVER_READY; /* the replacement never gets ready */
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_STARTING, 10000);
@@ -386,8 +381,7 @@ START_TEST(test_kill_pending)
     memset(role, 0, sizeof(role));
     pm_options *o = role_opts(1);
     pm_options_set_stop_timeout_ms(o, 0); /* the stop request is SIGKILL at once */
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(info(c, 0).kill_pending, 0);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     /* SIGKILL sent, nothing reaped yet (the loop has not run). */
@@ -433,8 +427,7 @@ START_TEST(test_core_dumped)
     pm_options_set_exec(o, "/bin/sh", argv);
     pm_options_set_ready_mode(o, PM_READY_EXEC);
     pm_options_set_restart_policy(o, PM_RESTART_NEVER);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     PM_RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 1, 20000);
     const rec *e = find(PM_EVENT_EXITED, 0, 0);
     ck_assert_int_eq(e->signal, SIGSEGV);
@@ -457,8 +450,7 @@ START_TEST(test_sighup_interrupts_run)
     memset(role, 0, sizeof(role));
     pm_options *o = role_opts(1);
     pm_options_set_handle_signals(o, 1); /* opt-in for the library */
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     static const int sigs[] = {SIGHUP, SIGTERM, SIGINT};
     for (size_t i = 0; i < ARRAY_LEN(sigs); i++) {
         ck_assert_int_eq(kill(getpid(), sigs[i]), 0);
@@ -468,8 +460,7 @@ START_TEST(test_sighup_interrupts_run)
         ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
         ck_assert_uint_eq(info(c, 0).incarnation, 1);
     }
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -505,8 +496,7 @@ START_TEST(test_handle_signals_off)
     ck_assert_int_eq(pm_options_set_handle_signals(o, 0), 0);
     sigset_t before, after;
     ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, NULL, &before), 0);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, NULL, &after), 0);
     static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
     for (size_t i = 0; i < ARRAY_LEN(sigs); i++)
@@ -517,8 +507,7 @@ START_TEST(test_handle_signals_off)
     PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
     /* A SIGHUP is not ours to take: with its handler the application sees it. */
     ck_assert_int_eq(pm_cluster_last_signal(c), 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -552,8 +541,7 @@ START_TEST(test_stop_everywhere)
 {
     memset(role, 0, sizeof(role));
     pm_options *o = role_opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
 
     /* From a callback (a watched fd's). */
     int p[2];
@@ -609,8 +597,7 @@ START_TEST(test_watch_fd)
 {
     memset(role, 0, sizeof(role));
     pm_options *o = role_opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     int p[2];
     ck_assert_int_eq(pipe(p), 0);
     ck_assert_int_eq(pm_cluster_watch_fd(NULL, p[0], on_readable, NULL), -EINVAL);
@@ -663,8 +650,7 @@ START_TEST(test_watch_fd)
             pm_cluster_unwatch_fd(c, fds[i]);
             close(fds[i]);
         }
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -726,8 +712,7 @@ START_TEST(test_handshake_fault_charged)
     struct pm_cluster_stats st;
     pm_cluster_stats(c, &st);
     ck_assert_uint_eq(st.fences_protocol, 2);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -756,8 +741,7 @@ static const struct {
 START_TEST(test_hello_each_condition)
 {
     pm_options *o = raw_opts(hello_rows[_i].mode, hello_rows[_i].arg, 1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     if (hello_rows[_i].reason[0] == '\0') {
         PM_RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 20000);
@@ -778,8 +762,7 @@ START_TEST(test_hello_each_condition)
      * mid-restart). */
     if (hello_rows[_i].reason[0] != '\0')
         PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -794,8 +777,7 @@ START_TEST(test_fork_mode_ready_without_handshake)
     pm_options_set_bootstrap(o, worker, NULL);
     ck_assert_int_eq(pm_options_set_init_data(o, "seeds", 5), 0);
     pm_options_set_max_restarts(o, 1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     PM_RUN_UNTIL(c, got_text("#who slot=0 inc=1 init=seeds") && got_text("#who slot=1 inc=1 init=seeds"),
               10000);
     ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
@@ -815,8 +797,7 @@ START_TEST(test_fork_mode_ready_without_handshake)
     PM_RUN_UNTIL(c, info(c, 1).state == PM_SLOT_RETIRED, 20000);
     ck_assert_int_eq(count(PM_EVENT_FENCED, 1), 2);
     ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -825,16 +806,14 @@ START_TEST(test_wrong_version_charged)
     char v[16];
     snprintf(v, sizeof(v), "%u", (unsigned)PM_PROTOCOL_VERSION + 1);
     pm_options *o = raw_opts("hello-version", v, 1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
     ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 2);
     ck_assert_str_eq(find(PM_EVENT_FENCED, 0, 0)->reason, "version");
     ck_assert_str_eq(find(PM_EVENT_RESTART_SCHEDULED, 0, 1)->reason, "backoff");
     ck_assert_uint_eq(info(c, 0).restarts_total, 1);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -848,8 +827,7 @@ START_TEST(test_forbidden_types_dropped)
     char t[8];
     snprintf(t, sizeof(t), "%d", types[_i]);
     pm_options *o = raw_opts("forbidden", t, 0);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     PM_RUN_UNTIL(c, got_text("after"), 10000);
     ck_assert_int_eq(ntexts, 1);
     struct pm_cluster_stats st;
@@ -859,24 +837,21 @@ START_TEST(test_forbidden_types_dropped)
     ck_assert_uint_eq(st.fences_protocol, 0);
     ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
     ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
 START_TEST(test_traffic_before_ready_dropped)
 {
     pm_options *o = raw_opts("early-traffic", NULL, 0);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     PM_RUN_UNTIL(c, got_text("after"), 10000);
     ck_assert_msg(!got_text("before"), "a message sent before READY was delivered");
     struct pm_cluster_stats st;
     pm_cluster_stats(c, &st);
     ck_assert_uint_eq(st.malformed_dropped, 1);
     ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -892,8 +867,7 @@ START_TEST(test_inflight_cap)
      * have in flight, so that the hub's per-requester cap
      * (PM__INFLIGHT_PER_REQUESTER), not backpressure, is what stops them. */
     pm_options_set_ring_size(o, 1 << 21);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     pm_address a0;
     ck_assert_int_eq(pm_address_parse("procmesh@worker:1", &a0), 0);
     ck_assert_int_eq(pm_cluster_send(c, &a0, "go", 2), 0);
@@ -904,8 +878,7 @@ START_TEST(test_inflight_cap)
     ck_assert_str_eq(texts[0], want);
     ck_assert_uint_eq(pm_test_slot_inflight(c, 1), PM__INFLIGHT_PER_REQUESTER);
     ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -914,8 +887,7 @@ START_TEST(test_main_send_eagain)
     memset(role, 0, sizeof(role));
     role[0] = W_READY; /* never reads */
     pm_options *o = role_opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     pm_address to;
     ck_assert_int_eq(pm_address_parse("procmesh@worker:1", &to), 0);
     static char buf[1000];
@@ -931,8 +903,7 @@ START_TEST(test_main_send_eagain)
     ck_assert_int_eq(pm_cluster_send(c, &to, buf, sizeof(buf)), -EAGAIN);
     ck_assert_int_eq(pm_cluster_run(c, 50), 0);
     ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -948,8 +919,7 @@ START_TEST(test_send_after_stop)
     memset(role, 0, sizeof(role));
     role[0] = W_SEND_AFTER_STOP;
     pm_options *o = role_opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pm_cluster_terminate(c), 0); /* it ended by itself */
     const rec *e = find(PM_EVENT_EXITED, 0, 0);
     ck_assert_ptr_nonnull(e);
