@@ -17,30 +17,14 @@
 
 #include "internals.h"
 #include "channel/proto.h"
+#include "supervise.h"
 
 #ifndef PM_RAW_WORKER
 #error "PM_RAW_WORKER must name the pm-raw-worker binary"
 #endif
 
-#define RUN_UNTIL PM_RUN_UNTIL
-#define ms pm_test_ms
-
 /* ---------------------------------------------------------------- events, messages */
 
-typedef struct erec {
-    int type;
-    unsigned slot;
-    pid_t pid;
-    uint64_t inc;
-    int exit_code;
-    int signal;
-    int core;
-    uint32_t delay;
-    char reason[32];
-} erec;
-
-static erec evs[1024];
-static int nev;
 /* Highest number of worker processes alive at once, per slot: a STARTED
  * while the slot's previous pid still exists would make it 2. */
 static int overlap;
@@ -56,35 +40,7 @@ static void record(pm_cluster *c, const pm_event *e, void *arg)
             overlap = 1; /* the predecessor is still there (running or a zombie) */
         last_pid[e->slot] = e->pid;
     }
-    if (nev >= (int)ARRAY_LEN(evs))
-        return;
-    erec *r = &evs[nev++];
-    r->type = e->type;
-    r->slot = e->slot;
-    r->pid = e->pid;
-    r->inc = e->incarnation;
-    r->exit_code = e->exit_code;
-    r->signal = e->signal;
-    r->core = e->core_dumped;
-    r->delay = e->delay_ms;
-    snprintf(r->reason, sizeof(r->reason), "%s", e->reason != NULL ? e->reason : "");
-}
-
-static int count(int type, int slot)
-{
-    int n = 0;
-    for (int i = 0; i < nev; i++)
-        if (evs[i].type == type && (slot < 0 || evs[i].slot == (unsigned)slot))
-            n++;
-    return n;
-}
-
-static const erec *find(int type, int slot, int nth)
-{
-    for (int i = 0; i < nev; i++)
-        if (evs[i].type == type && (slot < 0 || evs[i].slot == (unsigned)slot) && nth-- == 0)
-            return &evs[i];
-    return NULL;
+    record_event(e);
 }
 
 /* Text messages main received ("#..."), in order. */
@@ -281,7 +237,7 @@ static pm_options *opts_base(int workers)
 }
 
 /* Fork mode: the workers run worker() with their slot's role. */
-static pm_options *opts(int workers)
+static pm_options *role_opts(int workers)
 {
     pm_options *o = opts_base(workers);
     pm_options_set_bootstrap(o, worker, NULL);
@@ -345,17 +301,15 @@ END_TEST
 static void ask_keeps_messages(pm_options *o)
 {
     role[0] = W_ASK_MAIN;
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, ntexts >= 1, 10000);
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, ntexts >= 1, 10000);
     ck_assert_str_eq(texts[0], "#ask rc=0 reply=r kept=m1,m2,m3");
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 
 START_TEST(test_hub_spin_us)
 {
-    pm_options *o = opts(1);
+    pm_options *o = role_opts(1);
     /* Range 0..1000000; a refused value leaves the object unchanged. */
     ck_assert_int_eq(pm_options_set_hub_spin_us(o, 300), 0);
     ck_assert_int_eq(pm_options_set_hub_spin_us(o, -1), -EINVAL);
@@ -375,22 +329,21 @@ END_TEST
 START_TEST(test_restart_slot)
 {
     memset(role, 0, sizeof(role));
-    pm_options *o = opts(2);
+    pm_options *o = role_opts(2);
     /* A backoff far longer than the test: the replacement can only come
      * in time if restart_slot really skips it. */
     pm_options_set_restart_min_backoff_ms(o, 60000);
     pm_options_set_restart_max_backoff_ms(o, 60000);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pm_cluster_restart_slot(NULL, 0), -EINVAL);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 2), -EINVAL);
     for (int round = 1; round <= 3; round++) {
         ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
         /* Stopping, not ready: a second request is refused. */
         ck_assert_int_eq(pm_cluster_restart_slot(c, 0), -EBUSY);
-        RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == (uint64_t)round + 1,
+        PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == (uint64_t)round + 1,
                   20000);
-        const erec *r = find(PM_EVENT_RESTART_SCHEDULED, 0, round - 1);
+        const rec *r = find(PM_EVENT_RESTART_SCHEDULED, 0, round - 1);
         ck_assert_ptr_nonnull(r);
         ck_assert_str_eq(r->reason, "replace");
         ck_assert_uint_eq(r->delay, 0);
@@ -403,20 +356,18 @@ START_TEST(test_restart_slot)
     /* Not ready (starting, backoff, retired...): -EBUSY. */
     ck_assert_int_eq(pm_cluster_restart_slot(c, 1), 0);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 1), -EBUSY);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
 START_TEST(test_restart_slot_starting_is_busy)
 {
     memset(role, 0, sizeof(role));
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
     role[0] = W_NEVER_READY; /* the replacement never gets ready */
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
-    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_STARTING, 10000);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_STARTING, 10000);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), -EBUSY);
     ck_assert_int_eq(pm_cluster_terminate(c), 1); /* the starting one is killed */
     pm_options_free(o);
@@ -428,15 +379,14 @@ END_TEST
 START_TEST(test_kill_pending)
 {
     memset(role, 0, sizeof(role));
-    pm_options *o = opts(1);
+    pm_options *o = role_opts(1);
     pm_options_set_stop_timeout_ms(o, 0); /* the stop request is SIGKILL at once */
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(info(c, 0).kill_pending, 0);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     /* SIGKILL sent, nothing reaped yet (the loop has not run). */
     ck_assert_int_eq(info(c, 0).kill_pending, 1);
-    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
     ck_assert_int_eq(info(c, 0).kill_pending, 0);
     /* SIGTERM (the stop request) and SIGKILL went out together. */
     int sig = find(PM_EVENT_EXITED, 0, 0)->signal;
@@ -477,10 +427,9 @@ START_TEST(test_core_dumped)
     pm_options_set_exec(o, "/bin/sh", argv);
     pm_options_set_ready_mode(o, PM_READY_EXEC);
     pm_options_set_restart_policy(o, PM_RESTART_NEVER);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 1, 20000);
-    const erec *e = find(PM_EVENT_EXITED, 0, 0);
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 1, 20000);
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
     ck_assert_int_eq(e->signal, SIGSEGV);
     ck_assert_int_eq(e->exit_code, -1);
     ck_assert_int_eq(e->core, want);
@@ -499,10 +448,9 @@ END_TEST
 START_TEST(test_sighup_interrupts_run)
 {
     memset(role, 0, sizeof(role));
-    pm_options *o = opts(1);
+    pm_options *o = role_opts(1);
     pm_options_set_handle_signals(o, 1); /* opt-in for the library */
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     static const int sigs[] = {SIGHUP, SIGTERM, SIGINT};
     for (size_t i = 0; i < ARRAY_LEN(sigs); i++) {
         ck_assert_int_eq(kill(getpid(), sigs[i]), 0);
@@ -512,8 +460,7 @@ START_TEST(test_sighup_interrupts_run)
         ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
         ck_assert_uint_eq(info(c, 0).incarnation, 1);
     }
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -528,7 +475,7 @@ START_TEST(test_sigterm_during_spawn)
 {
     memset(role, 0, sizeof(role));
     role[2] = W_NEVER_READY;
-    pm_options *o = opts(3);
+    pm_options *o = role_opts(3);
     pm_options_set_on_event(o, term_on_last_start, NULL);
     pm_options_set_handle_signals(o, 1);
     pm_cluster *c = (pm_cluster *)1;
@@ -545,12 +492,11 @@ END_TEST
 START_TEST(test_handle_signals_off)
 {
     memset(role, 0, sizeof(role));
-    pm_options *o = opts(1);
+    pm_options *o = role_opts(1);
     ck_assert_int_eq(pm_options_set_handle_signals(o, 0), 0);
     sigset_t before, after;
     ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, NULL, &before), 0);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, NULL, &after), 0);
     static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
     for (size_t i = 0; i < ARRAY_LEN(sigs); i++)
@@ -558,11 +504,10 @@ START_TEST(test_handle_signals_off)
     /* Exits are still seen (by pidfd): a killed worker is restarted. */
     pid_t pid = info(c, 0).pid;
     ck_assert_int_eq(kill(pid, SIGKILL), 0);
-    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
     /* A SIGHUP is not ours to take: with its handler the application sees it. */
     ck_assert_int_eq(pm_cluster_last_signal(c), 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -595,9 +540,8 @@ static void stop_handler(int sig)
 START_TEST(test_stop_everywhere)
 {
     memset(role, 0, sizeof(role));
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
 
     /* From a callback (a watched fd's). */
     int p[2];
@@ -652,9 +596,8 @@ static void on_readable(pm_cluster *c, int fd, void *arg)
 START_TEST(test_watch_fd)
 {
     memset(role, 0, sizeof(role));
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
     int p[2];
     ck_assert_int_eq(pipe(p), 0);
     ck_assert_int_eq(pm_cluster_watch_fd(NULL, p[0], on_readable, NULL), -EINVAL);
@@ -667,7 +610,7 @@ START_TEST(test_watch_fd)
     ck_assert_int_eq(pm_cluster_run(c, 50), 0);
     ck_assert_int_eq(fired, 0); /* not readable yet */
     ck_assert_int_eq(write(p[1], "a", 1), 1);
-    RUN_UNTIL(c, fired == 1, 5000);
+    PM_RUN_UNTIL(c, fired == 1, 5000);
     /* One-shot: without a new watch, more data is not reported. */
     ck_assert_int_eq(write(p[1], "b", 1), 1);
     ck_assert_int_eq(pm_cluster_run(c, 200), 0);
@@ -675,9 +618,9 @@ START_TEST(test_watch_fd)
     /* Watched again (here from outside; the callback may do it too). */
     rewatch = 1;
     ck_assert_int_eq(pm_cluster_watch_fd(c, p[0], on_readable, NULL), 0);
-    RUN_UNTIL(c, fired == 2, 5000);
+    PM_RUN_UNTIL(c, fired == 2, 5000);
     ck_assert_int_eq(write(p[1], "c", 1), 1);
-    RUN_UNTIL(c, fired == 3, 5000); /* re-armed from the callback */
+    PM_RUN_UNTIL(c, fired == 3, 5000); /* re-armed from the callback */
     /* Unwatched: nothing more, and the fd may be closed at once. */
     ck_assert_int_eq(pm_cluster_unwatch_fd(c, p[0]), 0);
     ck_assert_int_eq(write(p[1], "d", 1), 1);
@@ -707,8 +650,7 @@ START_TEST(test_watch_fd)
             pm_cluster_unwatch_fd(c, fds[i]);
             close(fds[i]);
         }
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -742,7 +684,7 @@ START_TEST(test_handshake_fault_charged)
     if (_i == 0) {
         /* HELLO, READY, HELLO: ready, then fenced in the same read; so is
          * its replacement, and the budget (1) retires the slot. */
-        RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
+        PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
         ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 2);
         ck_assert_str_eq(find(PM_EVENT_FENCED, 0, 0)->reason, "protocol");
         ck_assert_uint_eq(info(c, 0).restarts_total, 1);
@@ -757,7 +699,7 @@ START_TEST(test_handshake_fault_charged)
     o = raw_opts(mode, NULL, 1);
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
-    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
     ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 2); /* incarnations 2 and 3 */
     for (int i = 0; i < 2; i++)
         ck_assert_str_eq(find(PM_EVENT_FENCED, 0, i)->reason, "protocol");
@@ -770,8 +712,7 @@ START_TEST(test_handshake_fault_charged)
     struct pm_cluster_stats st;
     pm_cluster_stats(c, &st);
     ck_assert_uint_eq(st.fences_protocol, 2);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -800,15 +741,14 @@ static const struct {
 START_TEST(test_hello_each_condition)
 {
     pm_options *o = raw_opts(hello_rows[_i].mode, hello_rows[_i].arg, 1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     if (hello_rows[_i].reason[0] == '\0') {
-        RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 20000);
+        PM_RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 20000);
         ck_assert_uint_eq(info(c, 0).incarnation, 2);
         ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 0);
     } else {
-        RUN_UNTIL(c, count(PM_EVENT_FENCED, 0) >= 1, 20000);
+        PM_RUN_UNTIL(c, count(PM_EVENT_FENCED, 0) >= 1, 20000);
         ck_assert_msg(strcmp(find(PM_EVENT_FENCED, 0, 0)->reason, hello_rows[_i].reason) == 0,
                       "%s %s: fenced %s, want %s", hello_rows[_i].mode,
                       hello_rows[_i].arg ? hello_rows[_i].arg : "",
@@ -821,9 +761,8 @@ START_TEST(test_hello_each_condition)
     /* Let the budget settle before stopping (terminate's 1 on a slot
      * mid-restart). */
     if (hello_rows[_i].reason[0] != '\0')
-        RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+        PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -838,16 +777,15 @@ START_TEST(test_fork_mode_ready_without_handshake)
     pm_options_set_bootstrap(o, worker, NULL);
     ck_assert_int_eq(pm_options_set_init_data(o, "seeds", 5), 0);
     pm_options_set_max_restarts(o, 1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, got_text("#who slot=0 inc=1 init=seeds") && got_text("#who slot=1 inc=1 init=seeds"),
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, got_text("#who slot=0 inc=1 init=seeds") && got_text("#who slot=1 inc=1 init=seeds"),
               10000);
     ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
     /* The replacement knows its new incarnation without an INIT, says
      * ready, then sends a HELLO: fenced "protocol", the other slot
      * untouched. */
     ck_assert_int_eq(pm_cluster_restart_slot(c, 1), 0);
-    RUN_UNTIL(c, got_text("#who slot=1 inc=2 init=seeds") && count(PM_EVENT_FENCED, 1) >= 1, 10000);
+    PM_RUN_UNTIL(c, got_text("#who slot=1 inc=2 init=seeds") && count(PM_EVENT_FENCED, 1) >= 1, 10000);
     ck_assert_str_eq(find(PM_EVENT_FENCED, 1, 0)->reason, "protocol");
     ck_assert_uint_eq(find(PM_EVENT_FENCED, 1, 0)->inc, 2);
     ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 0);
@@ -856,11 +794,10 @@ START_TEST(test_fork_mode_ready_without_handshake)
      * (1) retires the slot. Terminated before that, it could find slot 1
      * mid-restart and have to kill it (terminate's 1, seen on CI); once
      * retired, only slot 0 is left, and it stops when asked. */
-    RUN_UNTIL(c, info(c, 1).state == PM_SLOT_RETIRED, 20000);
+    PM_RUN_UNTIL(c, info(c, 1).state == PM_SLOT_RETIRED, 20000);
     ck_assert_int_eq(count(PM_EVENT_FENCED, 1), 2);
     ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -869,16 +806,14 @@ START_TEST(test_wrong_version_charged)
     char v[16];
     snprintf(v, sizeof(v), "%u", (unsigned)PM_PROTOCOL_VERSION + 1);
     pm_options *o = raw_opts("hello-version", v, 1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
-    RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_RETIRED, 20000);
     ck_assert_int_eq(count(PM_EVENT_FENCED, 0), 2);
     ck_assert_str_eq(find(PM_EVENT_FENCED, 0, 0)->reason, "version");
     ck_assert_str_eq(find(PM_EVENT_RESTART_SCHEDULED, 0, 1)->reason, "backoff");
     ck_assert_uint_eq(info(c, 0).restarts_total, 1);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -892,9 +827,8 @@ START_TEST(test_forbidden_types_dropped)
     char t[8];
     snprintf(t, sizeof(t), "%d", types[_i]);
     pm_options *o = raw_opts("forbidden", t, 0);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, got_text("after"), 10000);
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, got_text("after"), 10000);
     ck_assert_int_eq(ntexts, 1);
     struct pm_cluster_stats st;
     pm_cluster_stats(c, &st);
@@ -903,24 +837,21 @@ START_TEST(test_forbidden_types_dropped)
     ck_assert_uint_eq(st.fences_protocol, 0);
     ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
     ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
 START_TEST(test_traffic_before_ready_dropped)
 {
     pm_options *o = raw_opts("early-traffic", NULL, 0);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, got_text("after"), 10000);
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, got_text("after"), 10000);
     ck_assert_msg(!got_text("before"), "a message sent before READY was delivered");
     struct pm_cluster_stats st;
     pm_cluster_stats(c, &st);
     ck_assert_uint_eq(st.malformed_dropped, 1);
     ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -931,25 +862,23 @@ START_TEST(test_inflight_cap)
     memset(role, 0, sizeof(role));
     role[0] = W_REQUESTS;
     role[1] = W_READY; /* never reads, never answers */
-    pm_options *o = opts(2);
+    pm_options *o = role_opts(2);
     /* Room for more small requests in slot 1's ring than one requester may
      * have in flight, so that the hub's per-requester cap
      * (PM__INFLIGHT_PER_REQUESTER), not backpressure, is what stops them. */
     pm_options_set_ring_size(o, 1 << 21);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     pm_address a0;
     ck_assert_int_eq(pm_address_parse("procmesh@worker:1", &a0), 0);
     ck_assert_int_eq(pm_cluster_send(c, &a0, "go", 2), 0);
-    RUN_UNTIL(c, ntexts >= 1, 30000);
+    PM_RUN_UNTIL(c, ntexts >= 1, 30000);
     char want[64];
     snprintf(want, sizeof(want), "#undeliverable id=%u error=%d", PM__INFLIGHT_PER_REQUESTER + 1,
              -EBUSY);
     ck_assert_str_eq(texts[0], want);
     ck_assert_uint_eq(pm_test_slot_inflight(c, 1), PM__INFLIGHT_PER_REQUESTER);
     ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -957,9 +886,8 @@ START_TEST(test_main_send_eagain)
 {
     memset(role, 0, sizeof(role));
     role[0] = W_READY; /* never reads */
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
     pm_address to;
     ck_assert_int_eq(pm_address_parse("procmesh@worker:1", &to), 0);
     static char buf[1000];
@@ -975,15 +903,14 @@ START_TEST(test_main_send_eagain)
     ck_assert_int_eq(pm_cluster_send(c, &to, buf, sizeof(buf)), -EAGAIN);
     ck_assert_int_eq(pm_cluster_run(c, 50), 0);
     ck_assert_int_eq(info(c, 0).state, PM_SLOT_READY);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
 START_TEST(test_request_keeps_messages)
 {
     memset(role, 0, sizeof(role));
-    ask_keeps_messages(opts(1));
+    ask_keeps_messages(role_opts(1));
 }
 END_TEST
 
@@ -991,11 +918,10 @@ START_TEST(test_send_after_stop)
 {
     memset(role, 0, sizeof(role));
     role[0] = W_SEND_AFTER_STOP;
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
     ck_assert_int_eq(pm_cluster_terminate(c), 0); /* it ended by itself */
-    const erec *e = find(PM_EVENT_EXITED, 0, 0);
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
     ck_assert_ptr_nonnull(e);
     ck_assert_int_eq(e->exit_code, 7);
     pm_options_free(o);

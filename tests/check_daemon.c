@@ -411,33 +411,9 @@ END_TEST
 
 /* ---------------------------------------------------------------- the binary */
 
-/* Starts PM_DAEMON_BIN with argv and envp, its fd `capture` into a pipe.
- * The child dies with the test process: a failing assertion ends the test,
- * and its procmesh goes with it (and procmesh's workers with procmesh), so
- * nothing is left behind holding a port or a socket. */
 static proc start_capture(char *const argv[], char *const envp[], int capture)
 {
-    int p[2];
-    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-    pid_t parent = getpid();
-    proc r = {.fd = -1, .cap = 256 * 1024};
-    r.log = malloc(r.cap);
-    ck_assert_ptr_nonnull(r.log);
-    r.log[0] = '\0';
-    r.pid = fork();
-    ck_assert_int_ge(r.pid, 0); /* a pid, or fork failed */
-    if (r.pid == 0) {
-        /* If the test died between fork and prctl, the signal was never
-         * armed: getppid() then no longer names it. */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-            _exit(127);
-        dup2(p[1], capture);
-        execve(PM_DAEMON_BIN, argv, envp);
-        _exit(127);
-    }
-    close(p[1]);
-    r.fd = p[0];
-    return r;
+    return proc_start(PM_DAEMON_BIN, argv, capture, &(proc_how){.envp = envp});
 }
 
 static proc start(char *const argv[], char *const envp[])
@@ -445,41 +421,7 @@ static proc start(char *const argv[], char *const envp[])
     return start_capture(argv, envp, STDERR_FILENO);
 }
 
-/* Waits for exit (bounded), returns the exit code (128 + signal when
- * killed), and copies all the process wrote into out. */
-static int finish(proc *r, char *out, size_t size, int timeout_ms)
-{
-    int status = pm_test_reap(r->pid, timeout_ms);
-    ck_assert_msg(status != -1, "procmesh did not exit within %d ms", timeout_ms);
-    while (!r->eof)
-        proc_read(r, -1);
-    close(r->fd);
-    snprintf(out, size, "%s", r->log);
-    free(r->log);
-    r->log = NULL;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static char *base_env[] = {"PATH=/usr/bin:/bin", NULL};
-
-/* Processes whose parent is pid, from /proc: their count, and the first
- * one's pid in *first (when not NULL). */
-static int children_of(pid_t pid, int *first)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    int n = 0, c;
-    while (fscanf(f, "%d", &c) == 1) {
-        if (n == 0 && first != NULL)
-            *first = c;
-        n++;
-    }
-    fclose(f);
-    return n;
-}
 
 /* 1 when process pid ignores sig (SigIgn in /proc/pid/status). */
 static int ignores(int pid, int sig)
@@ -520,93 +462,25 @@ static void wait_children_ignore(pid_t pid, int n, int sig, int timeout_ms)
                   sig, k);
 }
 
-static int tcp_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        close(fd);
-        return -1;
-    }
-    struct timeval tv = {10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
-}
-
-/* Reads an answer to its end: its status code (the body in out), 0 when
- * the server closed without a word, -1 when the read failed. */
-static int http_answer(int fd, char *out, size_t size)
-{
-    size_t got = 0;
-    ssize_t k;
-    while (got + 1 < size && (k = read(fd, out + got, size - 1 - got)) > 0)
-        got += (size_t)k;
-    out[got] = '\0';
-    if (got == 0)
-        return k == 0 ? 0 : -1;
-    int code = -1;
-    if (sscanf(out, "HTTP/1.1 %d", &code) != 1)
-        return -1;
-    char *body = strstr(out, "\r\n\r\n");
-    if (body != NULL)
-        memmove(out, body + 4, strlen(body + 4) + 1);
-    return code;
-}
-
-/* Sends a raw request, returns the status code and the body in out. */
-static int http(int port, const char *req, size_t reqlen, char *out, size_t size)
-{
-    int fd = tcp_connect(port);
-    if (fd < 0)
-        return -1;
-    if (write(fd, req, reqlen) != (ssize_t)reqlen) {
-        close(fd);
-        return -1;
-    }
-    int code = http_answer(fd, out, size);
-    close(fd);
-    return code;
-}
-
-static int get(int port, const char *path, char *out, size_t size)
-{
-    char req[256];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
-    return http(port, req, (size_t)n, out, size);
-}
-
-/* Polls GET path until it answers want. */
-static void wait_http(int port, const char *path, int want, int timeout_ms)
-{
-    char body[4096];
-    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
-    int code;
-    while ((code = get(port, path, body, sizeof(body))) != want && pm_test_ms() < end)
-        usleep(20000);
-    ck_assert_msg(code == want, "waited %d ms for GET %s on port %d to answer %d; last: %d",
-                  timeout_ms, path, port, want, code);
-}
-
 START_TEST(test_bin_usage_errors)
 {
     static char out[8192];
     char *a1[] = {"procmesh", "run", "--workers", "zero", "--", "/bin/true", NULL};
     proc p = start(a1, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 2);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 2);
     ck_assert_ptr_nonnull(strstr(out, "--workers: 'zero'"));
     char *a2[] = {"procmesh", "frob", NULL};
     p = start(a2, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 2);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 2);
     ck_assert_ptr_nonnull(strstr(out, "unknown command 'frob'"));
     char *a3[] = {"procmesh", "version", NULL};
     p = start(a3, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 0);
     /* A bad variable is as fatal as a bad flag: nothing is started. */
     char *env[] = {"PATH=/usr/bin:/bin", "PROCMESH_RESTART=sometimes", NULL};
     char *a4[] = {"procmesh", "run", "--", "/bin/sleep", "100", NULL};
     p = start(a4, env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 2);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 2);
     ck_assert_ptr_nonnull(strstr(out, "PROCMESH_RESTART"));
     ck_assert_ptr_null(strstr(out, "event=started"));
 }
@@ -622,14 +496,14 @@ START_TEST(test_bin_core_dir)
     char *a1[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--restart", "never",
                   "--core-dir", dir, "--", "/bin/sh", "-c", "echo core=$(ulimit -c) >&2", NULL};
     proc p = start(a1, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 0);
     ck_assert_msg(strstr(out, "core=unlimited") != NULL, "log:\n%s", out);
     ck_assert_msg(strstr(out, "event=core_dir") != NULL && strstr(out, "core_pattern=") != NULL,
                   "log:\n%s", out);
     char *a2[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--restart", "never",
                   "--", "/bin/sh", "-c", "echo core=$(ulimit -c) >&2", NULL};
     p = start(a2, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 0);
     ck_assert_msg(strstr(out, "core=0") != NULL, "log:\n%s", out);
     ck_assert_ptr_null(strstr(out, "event=core_dir"));
     ck_assert_int_eq(rmdir(dir), 0);
@@ -642,31 +516,29 @@ START_TEST(test_bin_drain_exit_codes)
      * a 200 there means a signal now is a drain, not an aborted start. */
     static char out[16384];
     char health[64];
-    int port = pm_test_free_port();
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     /* Workers that die of SIGTERM stop by themselves: exit 0. */
     char *a1[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
                   "sleep", "100", NULL};
     proc p = start(a1, base_env);
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     kill(p.pid, SIGTERM);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 0);
     ck_assert_ptr_nonnull(strstr(out, "event=ready"));
     ck_assert_ptr_nonnull(strstr(out, "event=drain_begin signal=SIGTERM"));
     ck_assert_ptr_nonnull(strstr(out, "event=drain_end"));
     /* Workers that ignore SIGTERM are killed after --stop-timeout: exit 1.
      * They are ready once exec'd, before their shell set the trap: wait for
      * the trap too. */
-    port = pm_test_free_port();
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    port = http_free_listen(health, sizeof(health));
     char *a2[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--stop-timeout", "300",
                   "--health", health, "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
     p = start(a2, base_env);
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     wait_children_ignore(p.pid, 1, SIGTERM, 20000);
     uint64_t t0 = pm_test_now_ns();
     kill(p.pid, SIGINT);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 1);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 1);
     uint64_t took = (pm_test_now_ns() - t0) / 1000000u;
     ck_assert_uint_ge(took, 250); /* it did wait for the stop timeout */
     ck_assert_uint_lt(took, 5000);
@@ -676,18 +548,17 @@ START_TEST(test_bin_drain_exit_codes)
                   "log:\n%s", out);
     /* A second SIGTERM, once the drain has begun, skips the (here 30 s)
      * wait. */
-    port = pm_test_free_port();
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    port = http_free_listen(health, sizeof(health));
     char *a3[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--stop-timeout", "30000",
                   "--health", health, "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
     p = start(a3, base_env);
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     wait_children_ignore(p.pid, 2, SIGTERM, 20000);
     t0 = pm_test_now_ns();
     kill(p.pid, SIGTERM);
     proc_wait_log(&p, "event=drain_begin", 1, 10000);
     kill(p.pid, SIGTERM);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 1);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 1);
     ck_assert_uint_lt((pm_test_now_ns() - t0) / 1000000u, 5000);
 }
 END_TEST
@@ -699,7 +570,7 @@ START_TEST(test_bin_all_retired_exit_3)
                  "--backoff-min", "10", "--backoff-max", "20", "--log-format", "json", "--",
                  "sh", "-c", "sleep 0.2; exit 4", NULL};
     proc p = start(a, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 3);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 3);
     ck_assert_ptr_nonnull(strstr(out, "\"event\":\"retired\""));
     ck_assert_ptr_nonnull(strstr(out, "\"exit_code\":4"));
     /* Every line is one JSON object. */
@@ -708,7 +579,7 @@ START_TEST(test_bin_all_retired_exit_3)
     /* A command that cannot start: exit 4. */
     char *b[] = {"procmesh", "run", "--workers", "1", "--", "/nonexistent/worker", NULL};
     p = start(b, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 4);
     ck_assert_ptr_nonnull(strstr(out, "event=start_failed"));
 }
 END_TEST
@@ -745,7 +616,7 @@ START_TEST(test_bin_lifecycle_lines_kept)
                  "--backoff-max", "1", "--backoff-jitter", "0", "--max-restarts", "39",
                  "--restart-window", "0", "--", "/bin/sh", "-c", "exit 3", NULL};
     proc p = start(a, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 60000), 3);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 60000), 3);
     const int n = 40;
     ck_assert_msg(count_of(out, "event=started slot=0 ") == n, "log:\n%s", log_tail(out));
     for (int i = 1; i <= n; i++) {
@@ -761,7 +632,7 @@ START_TEST(test_bin_lifecycle_lines_kept)
 
     a[13] = "149";
     p = start(a, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 60000), 3);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 60000), 3);
     const long m = 150;
     long logged = count_of(out, "event=started slot=0 ") + count_of(out, "event=ready slot=0 ") +
                   count_of(out, "event=exited slot=0 ") +
@@ -813,9 +684,8 @@ START_TEST(test_bin_listen_survives_crash)
     char path[128], listen[160];
     snprintf(path, sizeof(path), "%s/s.sock", dir);
     snprintf(listen, sizeof(listen), "echo=unix:%s", path);
-    int port = pm_test_free_port();
     char health[64];
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--backoff-min", "50",
                  "--backoff-max", "100", "--listen", listen, "--health", health, "--",
                  PM_TEST_WORKER, "serve", NULL};
@@ -836,33 +706,30 @@ START_TEST(test_bin_listen_survives_crash)
     ck_assert_int_ne(pid1, pid2);
     /* Answering proves the exec, not that procmesh has seen it: a SIGTERM
      * while the slot is still starting would kill it (exit 1). */
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     kill(p.pid, SIGTERM);
     static char out[16384];
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 0);
     ck_assert_ptr_nonnull(strstr(out, "signal=SIGSEGV"));
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
 
 START_TEST(test_bin_health_endpoints)
 {
     static char out[65536];
-    int port = pm_test_free_port();
     char health[64];
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--min-ready", "2",
                  "--health", health, "--backoff-min", "300", "--backoff-max", "300", "--",
                  "sleep", "100", NULL};
     proc p = start(a, base_env);
-    wait_http(port, "/readyz", 200, 20000);
-    ck_assert_int_eq(get(port, "/healthz", out, sizeof(out)), 200);
+    http_wait(port, "/readyz", 200, 20000);
+    ck_assert_int_eq(http_get(port, "/healthz", out, sizeof(out)), 200);
     ck_assert_str_eq(out, "ok\n");
-    ck_assert_int_eq(get(port, "/status", out, sizeof(out)), 200);
+    ck_assert_int_eq(http_get(port, "/status", out, sizeof(out)), 200);
     ck_assert_ptr_nonnull(strstr(out, "\"slots\":[{\"slot\":0,\"state\":\"ready\""));
-    ck_assert_int_eq(get(port, "/metrics", out, sizeof(out)), 200);
+    ck_assert_int_eq(http_get(port, "/metrics", out, sizeof(out)), 200);
     /* Prometheus text: comments, or "name{labels} value" / "name value". */
     int samples = 0;
     for (char *line = strtok(out, "\n"); line != NULL; line = strtok(NULL, "\n")) {
@@ -884,13 +751,13 @@ START_TEST(test_bin_health_endpoints)
      * own defences (evicted connections, accept pauses, suppressed log
      * lines). */
     ck_assert_int_eq(samples, 2 + 2 * 2 + 6 + 3 + 12 + 3);
-    ck_assert_int_eq(get(port, "/nope", out, sizeof(out)), 404);
-    ck_assert_int_eq(http(port, "POST /healthz HTTP/1.1\r\n\r\n", 26, out, sizeof(out)), 405);
-    ck_assert_int_eq(http(port, "BLAH\r\n\r\n", 8, out, sizeof(out)), 400);
+    ck_assert_int_eq(http_get(port, "/nope", out, sizeof(out)), 404);
+    ck_assert_int_eq(http_exchange(port, "POST /healthz HTTP/1.1\r\n\r\n", 26, out, sizeof(out)), 405);
+    ck_assert_int_eq(http_exchange(port, "BLAH\r\n\r\n", 8, out, sizeof(out)), 400);
     char *big = malloc(8192);
     memset(big, 'x', 8192);
     memcpy(big, "GET /", 5);
-    ck_assert_int_eq(http(port, big, 8192, out, sizeof(out)), 413);
+    ck_assert_int_eq(http_exchange(port, big, 8192, out, sizeof(out)), 413);
     free(big);
 
     /* A slow client (connects, says nothing) is answered 408 after the
@@ -899,7 +766,7 @@ START_TEST(test_bin_health_endpoints)
      * PMD_HTTP_MAX_CONN are closed without a word and the last
      * PMD_HTTP_MAX_CONN answered 408. Supervision goes on meanwhile: a
      * killed worker is restarted and /readyz answers again. */
-    int slow = tcp_connect(port);
+    int slow = http_connect(port);
     ck_assert_msg(slow >= 0, "connect to the health port: %s", strerror(errno));
     uint64_t t0 = pm_test_now_ns();
     struct pollfd pfd = {.fd = slow, .events = POLLIN};
@@ -910,11 +777,11 @@ START_TEST(test_bin_health_endpoints)
     enum { FLOOD = 100 };
     int flood[FLOOD];
     for (int i = 0; i < FLOOD; i++) {
-        flood[i] = tcp_connect(port);
+        flood[i] = http_connect(port);
         ck_assert_msg(flood[i] >= 0, "flood connection %d: %s", i, strerror(errno));
     }
     int wpid = 0;
-    ck_assert_int_eq(children_of(p.pid, &wpid), 2);
+    ck_assert_int_eq(proc_children(p.pid, &wpid, 1), 2);
     kill(wpid, SIGKILL);
     for (int i = 0; i < FLOOD; i++) {
         int code = http_answer(flood[i], out, sizeof(out));
@@ -922,10 +789,10 @@ START_TEST(test_bin_health_endpoints)
         ck_assert_msg(code == want, "flood connection %d: %d, want %d", i, code, want);
         close(flood[i]);
     }
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     kill(p.pid, SIGTERM);
     static char log[65536];
-    ck_assert_int_eq(finish(&p, log, sizeof(log), 10000), 0);
+    ck_assert_int_eq(proc_finish(&p, log, sizeof(log), 10000), 0);
     ck_assert_ptr_nonnull(strstr(log, "event=started slot="));
     ck_assert_ptr_nonnull(strstr(log, "incarnation=2"));
 }
@@ -938,9 +805,8 @@ START_TEST(test_bin_notify_mode)
      * WATCHDOG=1 then holds it to the heartbeat, and when it falls silent it
      * is fenced. */
     static char out[65536];
-    int port = pm_test_free_port();
     char health[64];
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--heartbeat-timeout",
                  "400", "--backoff-min", "10000", "--backoff-max", "10000", "--backoff-jitter",
                  "0", "--health", health, "--", PM_NOTIFY_SEND, "--fork", "READY=1", "--",
@@ -948,14 +814,14 @@ START_TEST(test_bin_notify_mode)
                  "--", PM_NOTIFY_SEND, "STOPPING=1", "--", "sleep", "100", NULL};
     proc p = start(a, base_env);
     char body[8192];
-    wait_http(port, "/readyz", 200, 20000);
-    ck_assert_int_eq(get(port, "/metrics", body, sizeof(body)), 200);
+    http_wait(port, "/readyz", 200, 20000);
+    ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
     ck_assert_ptr_nonnull(strstr(body, "procmesh_notify_dropped_total 1\n"));
     /* Silent after one WATCHDOG=1: fenced for the heartbeat. The slot then
      * waits out its 10 s backoff, so the SIGTERM finds no worker to kill. */
     proc_wait_log(&p, "event=fenced slot=0", 1, 20000);
     kill(p.pid, SIGTERM);
-    int rc = finish(&p, out, sizeof(out), 10000);
+    int rc = proc_finish(&p, out, sizeof(out), 10000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
     ck_assert_ptr_nonnull(strstr(out, "event=ready"));
     ck_assert_ptr_nonnull(strstr(out, "event=stopping slot=0"));
@@ -984,8 +850,7 @@ START_TEST(test_bin_systemd_notify_and_status)
     snprintf(file, sizeof(file), "%s/env", dir);
     snprintf(script, sizeof(script), "echo \"[$NOTIFY_SOCKET][$WATCHDOG_USEC]\" > %s; exec sleep 100",
              file);
-    int port = pm_test_free_port();
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    http_free_listen(health, sizeof(health));
     char *env[] = {"PATH=/usr/bin:/bin", notify_env, "WATCHDOG_USEC=400000", NULL};
     char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
                  "sh", "-c", script, NULL};
@@ -1015,7 +880,7 @@ START_TEST(test_bin_systemd_notify_and_status)
     char *sa2[] = {"procmesh", "status", "--health", health, NULL};
     proc st = start_capture(sa2, base_env, STDOUT_FILENO);
     static char table[4096];
-    ck_assert_int_eq(finish(&st, table, sizeof(table), 10000), 0);
+    ck_assert_int_eq(proc_finish(&st, table, sizeof(table), 10000), 0);
     ck_assert_ptr_nonnull(strstr(table, "SLOT  STATE"));
     ck_assert_ptr_nonnull(strstr(table, "0     ready"));
     ck_assert_ptr_nonnull(strstr(table, "1     ready"));
@@ -1045,11 +910,9 @@ START_TEST(test_bin_systemd_notify_and_status)
     }
     ck_assert_msg(saw_stopping, "no STOPPING=1 on the notify socket after SIGTERM");
     static char out[32768];
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 0);
     close(nfd);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
 
@@ -1063,16 +926,15 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
      * cannot accept a connection either: the request is queued first, then
      * the limit restored, and the answer is the state before that try. */
     static char out[65536];
-    int port = pm_test_free_port();
     char health[64];
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health,
                  "--backoff-min", "300", "--backoff-max", "60000", "--backoff-jitter", "0",
                  "--max-restarts", "-1", "--", "sleep", "100", NULL};
     proc p = start(a, base_env);
-    wait_http(port, "/healthz", 200, 20000);
+    http_wait(port, "/healthz", 200, 20000);
     int wpid = 0;
-    ck_assert_int_eq(children_of(p.pid, &wpid), 1);
+    ck_assert_int_eq(proc_children(p.pid, &wpid, 1), 1);
     struct rlimit old, low;
     ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, NULL, &old), 0);
     low = old;
@@ -1080,7 +942,7 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
     ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &low, NULL), 0);
     kill(wpid, SIGKILL);
     proc_wait_log(&p, "event=spawn_failed", 3, 30000);
-    int fd = tcp_connect(port);
+    int fd = http_connect(port);
     ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
     static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
     ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
@@ -1090,12 +952,12 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
     close(fd);
     ck_assert_msg(code == 503, "/healthz after three failed starts: %d %s", code, body);
     ck_assert_str_eq(body, "cannot start workers\n");
-    wait_http(port, "/healthz", 200, 30000);
+    http_wait(port, "/healthz", 200, 30000);
     /* /healthz is 200 from the start on; the worker must also be ready, or
      * the SIGTERM below kills a starting one (exit 1). */
-    wait_http(port, "/readyz", 200, 30000);
+    http_wait(port, "/readyz", 200, 30000);
     kill(p.pid, SIGTERM);
-    int rc = finish(&p, out, sizeof(out), 10000);
+    int rc = proc_finish(&p, out, sizeof(out), 10000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
     ck_assert_ptr_nonnull(strstr(out, "event=spawn_failed slot=0 error=\"Too many open files\""));
 }
@@ -1129,22 +991,21 @@ START_TEST(test_bin_sighup_rolling_restart)
      * reaped, so there are never more workers than slots. */
     enum { SLOTS = 3 };
     static char out[65536];
-    int port = pm_test_free_port();
     char health[64];
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "3", "--ready", "exec", "--health", health, "--",
                  "sleep", "100", NULL};
     proc p = start(a, base_env);
     /* Ready first: a SIGHUP while the workers are still starting is dropped. */
-    wait_http(port, "/readyz", 200, 20000);
-    ck_assert_int_eq(children_of(p.pid, NULL), SLOTS);
+    http_wait(port, "/readyz", 200, 20000);
+    ck_assert_int_eq(proc_children(p.pid, NULL, 0), SLOTS);
     kill(p.pid, SIGHUP);
     /* Count the children (zombies included: they are listed until reaped)
      * until the restart is over. */
     int max_kids = 0;
     uint64_t end = pm_test_ms() + 30000;
     while (!strstr(p.log, "event=rolling_restart_end") && !p.eof && pm_test_ms() < end) {
-        int k = children_of(p.pid, NULL);
+        int k = proc_children(p.pid, NULL, 0);
         if (k > max_kids)
             max_kids = k;
         proc_read(&p, 1);
@@ -1153,7 +1014,7 @@ START_TEST(test_bin_sighup_rolling_restart)
                   "waited 30 s for event=rolling_restart_end; log:\n%s", p.log);
     ck_assert_int_le(max_kids, SLOTS);
     kill(p.pid, SIGTERM);
-    int rc = finish(&p, out, sizeof(out), 10000);
+    int rc = proc_finish(&p, out, sizeof(out), 10000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
     /* The order, from the log: for each slot in turn, the old incarnation
      * exits, the new one starts and is ready, before the next slot's old
@@ -1185,50 +1046,36 @@ END_TEST
 
 /* ---------------------------------------------------------------- hostile clients and workers */
 
-/* A sample of /metrics ("name value"), or -1 when the endpoint did not
- * answer or has no such sample. */
-static long long metric_value(int port, const char *name)
-{
-    static char body[65536];
-    if (get(port, "/metrics", body, sizeof(body)) != 200)
-        return -1;
-    char want[128];
-    snprintf(want, sizeof(want), "\n%s ", name);
-    const char *at = strstr(body, want);
-    return at != NULL ? atoll(at + strlen(want)) : -1;
-}
-
 START_TEST(test_bin_healthz_answered_past_idle_connections)
 {
     /* doc/reliability.md, fault 36: more idle connections than the cap, then a
      * probe: the probe is answered (the oldest idle connection yields its
      * place), so a local client cannot make the orchestrator kill the pod. */
-    int port = pm_test_free_port();
     char health[64];
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
                  "sleep", "100", NULL};
     proc p = start(a, base_env);
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     enum { IDLE = PMD_HTTP_MAX_CONN + 16 };
     int idle[IDLE];
     for (int i = 0; i < IDLE; i++) {
-        idle[i] = tcp_connect(port);
+        idle[i] = http_connect(port);
         ck_assert_msg(idle[i] >= 0, "idle connection %d: %s", i, strerror(errno));
     }
     char body[4096];
-    int code = get(port, "/healthz", body, sizeof(body));
+    int code = http_get(port, "/healthz", body, sizeof(body));
     ck_assert_msg(code == 200, "/healthz behind %d idle connections: %d", IDLE, code);
     ck_assert_str_eq(body, "ok\n");
     /* Each idle connection past the cap pushed out an older one, and the
      * probe one more: at least IDLE + 1 - PMD_HTTP_MAX_CONN. */
-    long long evicted = metric_value(port, "procmesh_http_connections_evicted_total");
+    long long evicted = http_metric(port, "procmesh_http_connections_evicted_total");
     ck_assert_int_ge(evicted, IDLE + 1 - PMD_HTTP_MAX_CONN);
     for (int i = 0; i < IDLE; i++)
         close(idle[i]);
     kill(p.pid, SIGTERM);
     static char out[65536];
-    int rc = finish(&p, out, sizeof(out), 10000);
+    int rc = proc_finish(&p, out, sizeof(out), 10000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
 }
 END_TEST
@@ -1261,19 +1108,18 @@ START_TEST(test_bin_accept_out_of_fds_backs_off)
      * The bound is a quarter, far from both on a loaded machine too. Once
      * fds are back the queued request is answered, and the pauses are
      * counted. */
-    int port = pm_test_free_port();
     char health[64];
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
                  "sleep", "100", NULL};
     proc p = start(a, base_env);
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     struct rlimit old, low;
     ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, NULL, &old), 0);
     low = old;
     low.rlim_cur = 3; /* its open fds keep working; no new one */
     ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &low, NULL), 0);
-    int fd = tcp_connect(port);
+    int fd = http_connect(port);
     ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
     static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
     ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
@@ -1291,10 +1137,10 @@ START_TEST(test_bin_accept_out_of_fds_backs_off)
     int code = http_answer(fd, body, sizeof(body));
     close(fd);
     ck_assert_msg(code == 200, "/healthz queued while out of fds: %d", code);
-    ck_assert_int_ge(metric_value(port, "procmesh_http_accept_paused_total"), 1);
+    ck_assert_int_ge(http_metric(port, "procmesh_http_accept_paused_total"), 1);
     kill(p.pid, SIGTERM);
     static char out[65536];
-    int rc = finish(&p, out, sizeof(out), 10000);
+    int rc = proc_finish(&p, out, sizeof(out), 10000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
 }
 END_TEST
@@ -1310,16 +1156,15 @@ START_TEST(test_bin_header_timeout_during_rolling_restart)
     snprintf(script, sizeof(script),
              "if [ -e %s/once ]; then exec sleep 100; fi; touch %s/once; exec %s READY=1 -- sleep 100",
              dir, dir, PM_NOTIFY_SEND);
-    int port = pm_test_free_port();
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--ready-timeout",
                  "60000", "--stop-timeout", "1000", "--health", health, "--", "sh", "-c", script,
                  NULL};
     proc p = start(a, base_env);
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     kill(p.pid, SIGHUP);
     proc_wait_log(&p, "event=started slot=0 pid=", 2, 20000);
-    int slow = tcp_connect(port);
+    int slow = http_connect(port);
     ck_assert_msg(slow >= 0, "connect to the health port: %s", strerror(errno));
     struct pollfd pfd = {.fd = slow, .events = POLLIN};
     ck_assert_msg(poll(&pfd, 1, 15000) == 1,
@@ -1332,12 +1177,10 @@ START_TEST(test_bin_header_timeout_during_rolling_restart)
                   "the rolling restart ended: the test proves nothing; log:\n%s", p.log);
     kill(p.pid, SIGTERM);
     static char out[65536];
-    int rc = finish(&p, out, sizeof(out), 15000);
+    int rc = proc_finish(&p, out, sizeof(out), 15000);
     /* The replacement was still starting: the drain kills it (exit 1). */
     ck_assert_msg(rc == 0 || rc == 1, "exit %d, log:\n%s", rc, out);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
 
@@ -1347,9 +1190,8 @@ START_TEST(test_bin_notify_flood_rate_limited)
      * procmesh logs a bounded number of lines about it (PMD_LOG_BURST, then
      * PMD_LOG_PER_S a second) and says how many it held back, in a
      * log_suppressed line and in /metrics. */
-    int port = pm_test_free_port();
     char health[64];
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--health", health,
                  "--", PM_NOTIFY_SEND, "READY=1", "--", PM_NOTIFY_SEND, "--repeat", "3000",
                  "STOPPING=1", "--", "sleep", "100", NULL};
@@ -1358,13 +1200,13 @@ START_TEST(test_bin_notify_flood_rate_limited)
     proc_wait_log(&p, "event=log_suppressed slot=0 lines=", 1, 20000);
     uint64_t end = pm_test_ms() + 20000;
     long long suppressed;
-    while ((suppressed = metric_value(port, "procmesh_log_lines_suppressed_total")) <= 0 &&
+    while ((suppressed = http_metric(port, "procmesh_log_lines_suppressed_total")) <= 0 &&
            pm_test_ms() < end)
         usleep(20000);
     ck_assert_msg(suppressed > 0, "waited 20 s for procmesh_log_lines_suppressed_total > 0");
     kill(p.pid, SIGTERM);
     static char out[262144];
-    int rc = finish(&p, out, sizeof(out), 10000);
+    int rc = proc_finish(&p, out, sizeof(out), 10000);
     uint64_t elapsed_s = (pm_test_ms() - t0) / 1000 + 1;
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
     /* Every line the worker made procmesh write took a token of its
@@ -1476,7 +1318,7 @@ START_TEST(test_peer_files_and_exit)
      * (exit 4); keygen writes keys that run accepts. */
     char dir[] = "/tmp/pm-peer-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    char secret[64], node[64], pins[64], cmd[128];
+    char secret[64], node[64], pins[64];
     snprintf(secret, sizeof(secret), "%s/secret", dir);
     snprintf(node, sizeof(node), "%s/node.key", dir);
     snprintf(pins, sizeof(pins), "%s/peers", dir);
@@ -1552,8 +1394,7 @@ START_TEST(test_peer_files_and_exit)
     ck_assert_int_eq(run_to_end(&r, pinned, STDERR_FILENO), 2);
     ck_assert_msg(strstr(r.log, "--peer-keys:") && strstr(r.log, "line 2"), "%s", r.log);
     free(r.log);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
 
@@ -1563,7 +1404,7 @@ START_TEST(test_peer_link_logs)
      * host name; b killed, a logs peer_down. */
     char dir[] = "/tmp/pm-link-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    char secret[64], listen[32], peer[32], cmd[128];
+    char secret[64], listen[32], peer[32];
     snprintf(secret, sizeof(secret), "%s/secret", dir);
     proc r;
     char *keygen[] = {"procmesh", "keygen", secret, NULL};
@@ -1587,11 +1428,10 @@ START_TEST(test_peer_link_logs)
     proc_wait_log(&a, "event=peer_down host=b", 1, 20000);
     kill(a.pid, SIGTERM);
     static char out[65536];
-    finish(&a, out, sizeof(out), 10000);
+    proc_finish(&a, out, sizeof(out), 10000);
     close(b.fd);
     free(b.log);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
 
@@ -1681,7 +1521,7 @@ START_TEST(test_bin_json_every_line)
     char *a[] = {"procmesh", "run", "--log-format", "json", "--ready", "exec", "--workers", "1",
                  "--restart", "never", "--", "/bin/sh", "-c", (char *)script, NULL};
     proc p = start(a, base_env);
-    int rc = finish(&p, out, sizeof(out), 20000);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 5, "exit %d (want 5: a slot ended in a failure), log:\n%s", rc, out);
     int lines = check_json_lines(out);
     ck_assert_int_ge(lines, 6);
@@ -1699,7 +1539,7 @@ START_TEST(test_bin_json_every_line)
     /* exit 3 under --restart never: 5 as well, with its exit code typed. */
     char *env[] = {"PATH=/usr/bin:/bin", "PM_SLOT_HINT=1", NULL};
     p = start(a, env);
-    rc = finish(&p, out, sizeof(out), 20000);
+    rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 5, "exit %d (want 5), log:\n%s", rc, out);
     check_json_lines(out);
     ck_assert_ptr_nonnull(strstr(out, "\"exit_code\":3,"));
@@ -1708,13 +1548,13 @@ START_TEST(test_bin_json_every_line)
     char *b[] = {"procmesh", "run", "--log-format", "json", "--ready", "exec", "--workers", "2",
                  "--restart", "never", "--", "/bin/sh", "-c", "sleep 0.2", NULL};
     p = start(b, base_env);
-    rc = finish(&p, out, sizeof(out), 20000);
+    rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 0, "exit %d (want 0), log:\n%s", rc, out);
     check_json_lines(out);
     /* A bad option, in json mode, is a JSON line too. */
     char *c[] = {"procmesh", "run", "--log-format", "json", "--workers", "zero", "--", "/bin/true", NULL};
     p = start(c, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 2);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 2);
     ck_assert_int_eq(check_json_lines(out), 1);
     ck_assert_ptr_nonnull(strstr(out, "--workers: 'zero'"));
 }
@@ -1731,7 +1571,7 @@ START_TEST(test_bin_json_library_diagnostics)
     proc p = start(a, base_env);
     proc_wait_log(&p, "\"event\":\"peers_dns_failed\"", 1, 60000);
     kill(p.pid, SIGTERM);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 0);
     check_json_lines(out);
     ck_assert_ptr_nonnull(strstr(out, "pm-none.invalid"));
     /* A peer port already taken: the start fails (4), said in JSON. */
@@ -1746,7 +1586,7 @@ START_TEST(test_bin_json_library_diagnostics)
     char *b[] = {"procmesh", "run", "--log-format", "json", "--ready", "exec", "--workers", "1",
                  "--peer-listen", listen_at, "--insecure-no-secret", "--", "/bin/sleep", "100", NULL};
     p = start(b, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 4);
     close(lfd);
     check_json_lines(out);
     ck_assert_msg(strstr(out, "\"event\":\"peer_links_failed\"") != NULL, "%s", out);
@@ -1762,7 +1602,7 @@ START_TEST(test_bin_mesh_ready_hint)
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready-timeout", "60000", "--", "/bin/sh",
                  "-c", "exit 0", NULL};
     proc p = start(a, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 4);
     ck_assert_msg(strstr(out, "worker exited with code 0 before it was ready; it never opened its link") != NULL &&
                       strstr(out, "--ready exec or --ready notify") != NULL,
                   "%s", out);
@@ -1770,7 +1610,7 @@ START_TEST(test_bin_mesh_ready_hint)
     char *b[] = {"procmesh", "run", "--workers", "1", "--ready-timeout", "500", "--", "/bin/sleep",
                  "100", NULL};
     p = start(b, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 4);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 4);
     ck_assert_msg(strstr(out, "not ready within 500 ms; it had not opened its link") != NULL &&
                       strstr(out, "--ready exec or --ready notify") != NULL,
                   "%s", out);
@@ -1779,7 +1619,7 @@ START_TEST(test_bin_mesh_ready_hint)
     char *c[] = {"procmesh", "run", "--workers", "1", "--ready-timeout", "5000", "--", PM_TEST_WORKER,
                  "never-ready", NULL};
     p = start(c, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 30000), 4);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 30000), 4);
     ck_assert_msg(strstr(out, "not ready within 5000 ms") != NULL && strstr(out, "never opened") == NULL,
                   "%s", out);
 }
@@ -1794,14 +1634,14 @@ START_TEST(test_bin_status_exit_codes)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char *a[] = {"procmesh", "status", "--health", (char *)bad[i], NULL};
         proc p = start(a, base_env);
-        int rc = finish(&p, out, sizeof(out), 10000);
+        int rc = proc_finish(&p, out, sizeof(out), 10000);
         ck_assert_msg(rc == 2, "status --health %s: exit %d, want 2: %s", bad[i], rc, out);
     }
     char none[32];
     snprintf(none, sizeof(none), "127.0.0.1:%d", pm_test_free_port());
     char *b[] = {"procmesh", "status", "--health", none, NULL};
     proc p = start(b, base_env);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 4);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 4);
 }
 END_TEST
 
@@ -1811,16 +1651,15 @@ START_TEST(test_bin_heartbeat_metric_only_with_heartbeats)
      * bound); mesh workers have one per ready slot; /status carries the
      * incarnation as a string. */
     static char body[65536];
-    int port = pm_test_free_port();
     char health[64];
-    snprintf(health, sizeof(health), "127.0.0.1:%d", port);
+    int port = http_free_listen(health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
                  "/bin/sleep", "100", NULL};
     proc p = start(a, base_env);
-    wait_http(port, "/readyz", 200, 20000);
-    ck_assert_int_eq(get(port, "/metrics", body, sizeof(body)), 200);
+    http_wait(port, "/readyz", 200, 20000);
+    ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
     ck_assert_msg(strstr(body, "procmesh_slot_heartbeat_age_seconds{") == NULL, "%s", body);
-    ck_assert_int_eq(get(port, "/status", body, sizeof(body)), 200);
+    ck_assert_int_eq(http_get(port, "/status", body, sizeof(body)), 200);
     const char *json = body;
     const char *why = NULL;
     ck_assert_msg(pm_json_check(json, strlen(json), &why) == 0, "%s: %s", why, json);
@@ -1828,17 +1667,17 @@ START_TEST(test_bin_heartbeat_metric_only_with_heartbeats)
     ck_assert_msg(strstr(json, "\"heartbeat_age_ms\":0") != NULL, "%s", json);
     kill(p.pid, SIGTERM);
     static char out[32768];
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 0);
     char *b[] = {"procmesh", "run", "--workers", "2", "--health", health, "--", PM_TEST_WORKER,
                  "echo", NULL};
     p = start(b, base_env);
-    wait_http(port, "/readyz", 200, 20000);
-    ck_assert_int_eq(get(port, "/metrics", body, sizeof(body)), 200);
+    http_wait(port, "/readyz", 200, 20000);
+    ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
     ck_assert_msg(strstr(body, "procmesh_slot_heartbeat_age_seconds{slot=\"0\"}") != NULL &&
                       strstr(body, "procmesh_slot_heartbeat_age_seconds{slot=\"1\"}") != NULL,
                   "%s", body);
     kill(p.pid, SIGTERM);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 20000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 0);
 }
 END_TEST
 

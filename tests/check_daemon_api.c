@@ -30,33 +30,10 @@
 
 /* ---------------------------------------------------------------- processes */
 
-/* Runs in the child before exec (NULL: nothing): an affinity mask, a
- * cgroup to join. Returns 0, or a negative errno and the child exits 126. */
-typedef int (*pre_exec_fn)(void *arg);
-
-/* Starts PM_DAEMON_BIN with its fd `capture` into a pipe; the child dies
- * with the test (and procmesh's workers with procmesh). */
-static proc start_full(char *const argv[], char *const envp[], int capture, pre_exec_fn pre,
+static proc start_full(char *const argv[], char *const envp[], int capture, proc_pre_exec pre,
                        void *arg)
 {
-    int p[2];
-    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-    proc r = {.fd = -1, .cap = 256 * 1024};
-    r.log = malloc(r.cap);
-    ck_assert_ptr_nonnull(r.log);
-    r.log[0] = '\0';
-    r.pid = pm_test_fork();
-    ck_assert_int_ge(r.pid, 0); /* a pid, or fork failed */
-    if (r.pid == 0) {
-        if (pre != NULL && pre(arg) < 0)
-            _exit(126);
-        dup2(p[1], capture);
-        execve(PM_DAEMON_BIN, argv, envp);
-        _exit(127);
-    }
-    close(p[1]);
-    r.fd = p[0];
-    return r;
+    return proc_start(PM_DAEMON_BIN, argv, capture, &(proc_how){.envp = envp, .pre = pre, .arg = arg});
 }
 
 static proc start(char *const argv[], char *const envp[])
@@ -64,40 +41,7 @@ static proc start(char *const argv[], char *const envp[])
     return start_full(argv, envp, STDERR_FILENO, NULL, NULL);
 }
 
-/* Waits for exit (bounded), returns the exit code (128 + signal when
- * killed), and copies all the process wrote into out. */
-static int finish(proc *r, char *out, size_t size, int timeout_ms)
-{
-    int status = pm_test_reap(r->pid, timeout_ms);
-    ck_assert_msg(status != -1, "procmesh did not exit within %d ms; log:\n%s", timeout_ms, r->log);
-    while (!r->eof)
-        proc_read(r, -1);
-    close(r->fd);
-    snprintf(out, size, "%s", r->log);
-    free(r->log);
-    r->log = NULL;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static char *base_env[] = {"PATH=/usr/bin:/bin", NULL};
-
-/* The children of pid (from /proc), up to cap; returns how many. */
-static int children_of(pid_t pid, int *out, int cap)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    int n = 0, c;
-    while (fscanf(f, "%d", &c) == 1) {
-        if (n < cap)
-            out[n] = c;
-        n++;
-    }
-    fclose(f);
-    return n;
-}
 
 /* The command line of pid with its NULs as spaces ("" when gone). */
 static void cmdline_of(int pid, char *buf, size_t size)
@@ -120,75 +64,12 @@ static void cmdline_of(int pid, char *buf, size_t size)
 
 /* ---------------------------------------------------------------- HTTP */
 
-static int tcp_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        close(fd);
-        return -1;
-    }
-    struct timeval tv = {10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
-}
-
-/* GET path: the status code and the body in out; -1 when there is no
- * answer (refused, or closed without one). */
-static int get(int port, const char *path, char *out, size_t size)
-{
-    int fd = tcp_connect(port);
-    if (fd < 0)
-        return -1;
-    char req[256];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
-    if (write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return -1;
-    }
-    size_t got = pm_test_read_all(fd, out, size);
-    close(fd);
-    int code = -1;
-    if (got == 0 || sscanf(out, "HTTP/1.1 %d", &code) != 1)
-        return -1;
-    char *body = strstr(out, "\r\n\r\n");
-    if (body != NULL)
-        memmove(out, body + 4, strlen(body + 4) + 1);
-    return code;
-}
-
-/* Polls GET path until it answers want (-1: no answer at all). */
-static void wait_http(int port, const char *path, int want, int timeout_ms)
-{
-    static char body[65536];
-    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
-    int code;
-    while ((code = get(port, path, body, sizeof(body))) != want && pm_test_ms() < end)
-        usleep(20000);
-    ck_assert_msg(code == want, "waited %d ms for GET %s on port %d to answer %d; last: %d",
-                  timeout_ms, path, port, want, code);
-}
-
-/* A sample of /metrics ("name value", name with its labels), or -1 when
- * the endpoint did not answer or has no such sample. */
-static long long metric_value(int port, const char *name)
-{
-    static char body[65536];
-    if (get(port, "/metrics", body, sizeof(body)) != 200)
-        return -1;
-    char want[160];
-    snprintf(want, sizeof(want), "\n%s ", name);
-    const char *at = strstr(body, want);
-    return at != NULL ? atoll(at + strlen(want)) : -1;
-}
-
 /* Waits until the sample name reads want. */
 static void wait_metric(int port, const char *name, long long want, int timeout_ms)
 {
     uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
     long long v;
-    while ((v = metric_value(port, name)) != want && pm_test_ms() < end)
+    while ((v = http_metric(port, name)) != want && pm_test_ms() < end)
         usleep(20000);
     ck_assert_msg(v == want, "waited %d ms for %s to read %lld; it reads %lld", timeout_ms, name,
                   want, v);
@@ -210,7 +91,7 @@ START_TEST(test_start_failed_in_words)
     char *a[] = {"procmesh", "run", "--workers", "1", "--max-restarts", "0", "--", "sh", "-c",
                  "exit 1", NULL};
     proc p = start(a, base_env);
-    int rc = finish(&p, out, sizeof(out), 20000);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 4, "exit %d, log:\n%s", rc, out);
     ck_assert_msg(strstr(out, "event=start_failed error=\"worker exited with code 1 before it was "
                               "ready; it never opened its link") != NULL,
@@ -223,7 +104,7 @@ START_TEST(test_start_failed_in_words)
     /* A failed exec still says which errno, in words. */
     char *b[] = {"procmesh", "run", "--workers", "1", "--", "/nonexistent/worker", NULL};
     p = start(b, base_env);
-    rc = finish(&p, out, sizeof(out), 20000);
+    rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 4, "exit %d, log:\n%s", rc, out);
     ck_assert_msg(strstr(out, "event=start_failed error=\"exec of the worker failed: No such file "
                               "or directory\"") != NULL,
@@ -247,12 +128,12 @@ START_TEST(test_readyz_min_ready_and_metric_values)
                      "--backoff-min", "10000", "--backoff-max", "10000", "--backoff-jitter", "0",
                      "--health", health, "--", "sleep", "100", NULL};
         proc p = start(a, base_env);
-        wait_http(port, "/readyz", 200, 20000);
-        ck_assert_int_eq(metric_value(port, "procmesh_workers"), 2);
-        ck_assert_int_eq(metric_value(port, "procmesh_workers_ready"), 2);
-        ck_assert_int_eq(metric_value(port, "procmesh_exits_total{cause=\"signal\"}"), 0);
+        http_wait(port, "/readyz", 200, 20000);
+        ck_assert_int_eq(http_metric(port, "procmesh_workers"), 2);
+        ck_assert_int_eq(http_metric(port, "procmesh_workers_ready"), 2);
+        ck_assert_int_eq(http_metric(port, "procmesh_exits_total{cause=\"signal\"}"), 0);
         int kids[4];
-        ck_assert_int_eq(children_of(p.pid, kids, 4), 2);
+        ck_assert_int_eq(proc_children(p.pid, kids, 4), 2);
         /* Which slot it was, from the started lines. */
         char needle[64];
         snprintf(needle, sizeof(needle), " pid=%d ", kids[0]);
@@ -271,34 +152,34 @@ START_TEST(test_readyz_min_ready_and_metric_values)
         kill(kids[0], SIGKILL);
         wait_metric(port, "procmesh_workers_ready", 1, 20000);
         if (min == 2) {
-            wait_http(port, "/readyz", 503, 20000);
-            ck_assert_int_eq(get(port, "/readyz", body, sizeof(body)), 503);
+            http_wait(port, "/readyz", 503, 20000);
+            ck_assert_int_eq(http_get(port, "/readyz", body, sizeof(body)), 503);
             ck_assert_str_eq(body, "not ready\n");
         } else {
-            ck_assert_int_eq(get(port, "/readyz", body, sizeof(body)), 200);
+            ck_assert_int_eq(http_get(port, "/readyz", body, sizeof(body)), 200);
             ck_assert_str_eq(body, "ready\n");
         }
         /* Still alive and well: /healthz is about starting workers. */
-        ck_assert_int_eq(get(port, "/healthz", body, sizeof(body)), 200);
+        ck_assert_int_eq(http_get(port, "/healthz", body, sizeof(body)), 200);
         char name[96];
         snprintf(name, sizeof(name), "procmesh_slot_ready{slot=\"%d\"}", slot);
-        ck_assert_int_eq(metric_value(port, name), 0);
+        ck_assert_int_eq(http_metric(port, name), 0);
         snprintf(name, sizeof(name), "procmesh_slot_ready{slot=\"%d\"}", 1 - slot);
-        ck_assert_int_eq(metric_value(port, name), 1);
-        ck_assert_int_eq(metric_value(port, "procmesh_workers"), 2);
-        ck_assert_int_eq(metric_value(port, "procmesh_exits_total{cause=\"signal\"}"), 1);
-        ck_assert_int_eq(metric_value(port, "procmesh_exits_total{cause=\"failure\"}"), 0);
-        ck_assert_int_eq(metric_value(port, "procmesh_exits_total{cause=\"clean\"}"), 0);
-        ck_assert_int_eq(metric_value(port, "procmesh_orphans_reaped_total"), 0);
-        ck_assert_int_eq(metric_value(port, "procmesh_frames_relayed_total"), 0);
+        ck_assert_int_eq(http_metric(port, name), 1);
+        ck_assert_int_eq(http_metric(port, "procmesh_workers"), 2);
+        ck_assert_int_eq(http_metric(port, "procmesh_exits_total{cause=\"signal\"}"), 1);
+        ck_assert_int_eq(http_metric(port, "procmesh_exits_total{cause=\"failure\"}"), 0);
+        ck_assert_int_eq(http_metric(port, "procmesh_exits_total{cause=\"clean\"}"), 0);
+        ck_assert_int_eq(http_metric(port, "procmesh_orphans_reaped_total"), 0);
+        ck_assert_int_eq(http_metric(port, "procmesh_frames_relayed_total"), 0);
         /* A restart counts once it is charged to the budget, that is once
          * scheduled (here 10 s away); the other slot has none. */
         snprintf(name, sizeof(name), "procmesh_slot_restarts_total{slot=\"%d\"}", slot);
-        ck_assert_int_eq(metric_value(port, name), 1);
+        ck_assert_int_eq(http_metric(port, name), 1);
         snprintf(name, sizeof(name), "procmesh_slot_restarts_total{slot=\"%d\"}", 1 - slot);
-        ck_assert_int_eq(metric_value(port, name), 0);
+        ck_assert_int_eq(http_metric(port, name), 0);
         kill(p.pid, SIGTERM);
-        int rc = finish(&p, out, sizeof(out), 20000);
+        int rc = proc_finish(&p, out, sizeof(out), 20000);
         ck_assert_msg(rc == 0, "--min-ready %d: exit %d, log:\n%s", min, rc, out);
         ck_assert_ptr_nonnull(strstr(out, "signal=SIGKILL"));
     }
@@ -319,7 +200,7 @@ START_TEST(test_readyz_during_drain)
                  "30000", "--health", health, "--", "sh", "-c",
                  "trap '' TERM; echo term-ignored; exec sleep 100", NULL};
     proc p = start(a, base_env);
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     /* Ready in exec mode means the exec succeeded, not that sh has run its
      * trap yet: a SIGTERM before it ends the drain at once. The worker's
      * output is captured into the log (event=output) once it has. */
@@ -329,7 +210,7 @@ START_TEST(test_readyz_during_drain)
     /* The drain is under way (no drain_end yet): not ready. */
     char body[4096];
     for (int i = 0; i < 5; i++) {
-        int code = get(port, "/readyz", body, sizeof(body));
+        int code = http_get(port, "/readyz", body, sizeof(body));
         ck_assert_msg(code != 200, "/readyz answered 200 during the drain");
         usleep(20000);
     }
@@ -337,7 +218,7 @@ START_TEST(test_readyz_during_drain)
     ck_assert_msg(strstr(p.log, "event=drain_end") == NULL,
                   "the drain ended before the probes; log:\n%s", p.log);
     kill(p.pid, SIGTERM);
-    int rc = finish(&p, out, sizeof(out), 20000);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 1, "exit %d (want 1: the worker was killed), log:\n%s", rc, out);
 }
 END_TEST
@@ -358,7 +239,7 @@ START_TEST(test_log_level_filters)
                      "--backoff-min", "10", "--backoff-max", "20", "--log-level",
                      (char *)cases[i].level, "--", "sh", "-c", "sleep 0.1; kill -SEGV $$", NULL};
         proc p = start(a, base_env);
-        int rc = finish(&p, out, sizeof(out), 20000);
+        int rc = proc_finish(&p, out, sizeof(out), 20000);
         ck_assert_msg(rc == 3, "--log-level %s: exit %d, log:\n%s", cases[i].level, rc, out);
         ck_assert_msg((strstr(out, "level=info") != NULL) == cases[i].info,
                       "--log-level %s: info lines %s; log:\n%s", cases[i].level,
@@ -382,7 +263,7 @@ START_TEST(test_init_data_and_clean_exit_0)
     char *a[] = {"procmesh", "run", "--workers", "2", "--init-data", "hello mesh", "--",
                  PM_TEST_WORKER, "init", "hello mesh", NULL};
     proc p = start(a, base_env);
-    int rc = finish(&p, out, sizeof(out), 20000);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
     ck_assert_ptr_nonnull(strstr(out, "event=exited slot=0"));
     ck_assert_ptr_nonnull(strstr(out, "event=exited slot=1"));
@@ -401,12 +282,12 @@ START_TEST(test_init_data_and_clean_exit_0)
     char *b[] = {"procmesh", "run", "--workers", "1", "--init-data", arg, "--", PM_TEST_WORKER,
                  "init", "from a file", NULL};
     p = start(b, base_env);
-    rc = finish(&p, out, sizeof(out), 20000);
+    rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 0, "@FILE: exit %d, log:\n%s", rc, out);
     char *c[] = {"procmesh", "run", "--workers", "1", "--max-restarts", "0", "--init-data", arg,
                  "--", PM_TEST_WORKER, "init", "something else", NULL};
     p = start(c, base_env);
-    rc = finish(&p, out, sizeof(out), 20000);
+    rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 3, "mismatch: exit %d, log:\n%s", rc, out);
     ck_assert_ptr_nonnull(strstr(out, "exit_code=9"));
     unlink(file);
@@ -432,7 +313,7 @@ static int one_cpu(void *arg)
 }
 
 /* The number of slots procmesh --workers auto made, from /metrics. */
-static long long auto_workers(pre_exec_fn pre, void *arg)
+static long long auto_workers(proc_pre_exec pre, void *arg)
 {
     static char out[65536];
     int port = pm_test_free_port();
@@ -441,10 +322,10 @@ static long long auto_workers(pre_exec_fn pre, void *arg)
     char *a[] = {"procmesh", "run", "--workers", "auto", "--ready", "exec", "--health", health, "--",
                  "sleep", "100", NULL};
     proc p = start_full(a, base_env, STDERR_FILENO, pre, arg);
-    wait_http(port, "/readyz", 200, 20000);
-    long long n = metric_value(port, "procmesh_workers");
+    http_wait(port, "/readyz", 200, 20000);
+    long long n = http_metric(port, "procmesh_workers");
     kill(p.pid, SIGTERM);
-    int rc = finish(&p, out, sizeof(out), 20000);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
     return n;
 }
@@ -592,13 +473,13 @@ START_TEST(test_subreaper_not_pid1)
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
                  "sh", "-c", "(sleep 101 &); exec sleep 100", NULL};
     proc p = start(a, base_env);
-    wait_http(port, "/readyz", 200, 20000);
+    http_wait(port, "/readyz", 200, 20000);
     /* The orphan appears among procmesh's children once its subshell ended. */
     int orphan = 0;
     uint64_t end = pm_test_ms() + 20000;
     while (orphan == 0 && pm_test_ms() < end) {
         int kids[8];
-        int n = children_of(p.pid, kids, 8);
+        int n = proc_children(p.pid, kids, 8);
         for (int i = 0; i < n && i < 8; i++) {
             char cmd[256];
             cmdline_of(kids[i], cmd, sizeof(cmd));
@@ -609,7 +490,7 @@ START_TEST(test_subreaper_not_pid1)
             usleep(20000);
     }
     ck_assert_msg(orphan != 0, "waited 20 s for the orphan `sleep 101` to be procmesh's child");
-    ck_assert_int_eq(metric_value(port, "procmesh_orphans_reaped_total"), 0);
+    ck_assert_int_eq(http_metric(port, "procmesh_orphans_reaped_total"), 0);
     kill(orphan, SIGKILL);
     wait_metric(port, "procmesh_orphans_reaped_total", 1, 20000);
     /* Reaped, so no zombie of it is left; the worker was not disturbed. */
@@ -617,9 +498,9 @@ START_TEST(test_subreaper_not_pid1)
     snprintf(path, sizeof(path), "/proc/%d", orphan);
     struct stat st;
     ck_assert_msg(stat(path, &st) < 0, "the orphan %d is still listed (a zombie)", orphan);
-    ck_assert_int_eq(metric_value(port, "procmesh_workers_ready"), 1);
+    ck_assert_int_eq(http_metric(port, "procmesh_workers_ready"), 1);
     kill(p.pid, SIGTERM);
-    int rc = finish(&p, out, sizeof(out), 20000);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
     ck_assert_ptr_nonnull(strstr(out, "orphans_reaped=1"));
 }
@@ -635,11 +516,11 @@ START_TEST(test_version)
     ck_assert_int_gt(strlen(pm_version_string()), 0);
     char *a[] = {"procmesh", "version", NULL};
     proc p = start_full(a, base_env, STDOUT_FILENO, NULL, NULL);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 0);
     ck_assert_str_eq(out, want);
     char *b[] = {"procmesh", "--version", NULL};
     p = start_full(b, base_env, STDOUT_FILENO, NULL, NULL);
-    ck_assert_int_eq(finish(&p, out, sizeof(out), 10000), 0);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 0);
     ck_assert_str_eq(out, want);
     /* X.Y.Z: three numbers. */
     unsigned x, y, z;
@@ -650,7 +531,7 @@ END_TEST
 /* Connects to port, sends line, reads the answer: its length or -1. */
 static int tcp_ask(int port, const char *line, char *reply, size_t size)
 {
-    int fd = tcp_connect(port);
+    int fd = http_connect(port);
     if (fd < 0)
         return -1;
     ssize_t w = write(fd, line, strlen(line));
@@ -674,9 +555,9 @@ START_TEST(test_listen_tcp)
                  "--backoff-max", "100", "--listen", listen, "--health", health, "--",
                  PM_TEST_WORKER, "serve", NULL};
     proc p = start(a, base_env);
-    wait_http(hport, "/readyz", 200, 20000);
+    http_wait(hport, "/readyz", 200, 20000);
     int kids[4];
-    ck_assert_int_eq(children_of(p.pid, kids, 4), 2);
+    ck_assert_int_eq(proc_children(p.pid, kids, 4), 2);
     char reply[128];
     for (int i = 0; i < 10; i++) {
         int k = tcp_ask(port, "hi\n", reply, sizeof(reply));
@@ -689,9 +570,9 @@ START_TEST(test_listen_tcp)
     ck_assert_int_eq(tcp_ask(port, "CRASH\n", reply, sizeof(reply)), -1);
     int k = tcp_ask(port, "after\n", reply, sizeof(reply));
     ck_assert_msg(k > 0, "the socket did not survive the crash");
-    wait_http(hport, "/readyz", 200, 20000);
+    http_wait(hport, "/readyz", 200, 20000);
     kill(p.pid, SIGTERM);
-    int rc = finish(&p, out, sizeof(out), 20000);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
     ck_assert_ptr_nonnull(strstr(out, "signal=SIGSEGV"));
 }
@@ -724,7 +605,7 @@ START_TEST(test_peers_in_status_and_metrics)
                   "--base-port", "10", "--secret-file", secret, "--peers", peer_b,
                   "--peer-timeout", "1000", "--health", health_b, "--", "sleep", "100", NULL};
     proc a = start(aa, base_env);
-    wait_http(ha, "/readyz", 200, 20000);
+    http_wait(ha, "/readyz", 200, 20000);
     proc b = start(ab, base_env);
     wait_metric(ha, "procmesh_peer_links_up", 1, 30000);
     wait_metric(hb, "procmesh_peer_links_up", 1, 30000);
@@ -734,7 +615,7 @@ START_TEST(test_peers_in_status_and_metrics)
     static char body[65536];
     uint64_t end = pm_test_ms() + 20000;
     int code;
-    while (((code = get(ha, "/status", body, sizeof(body))) != 200 || strstr(body, "\"rtt_us\":-1") != NULL ||
+    while (((code = http_get(ha, "/status", body, sizeof(body))) != 200 || strstr(body, "\"rtt_us\":-1") != NULL ||
             strstr(body, "\"rtt_us\":") == NULL) &&
            pm_test_ms() < end)
         usleep(50000);
@@ -746,19 +627,19 @@ START_TEST(test_peers_in_status_and_metrics)
     ck_assert_ptr_nonnull(strstr(body, "\"peer_failures\":{\"preamble\":0,"));
     ck_assert_ptr_nonnull(strstr(body, "\"rate_limited\":0"));
     ck_assert_ptr_nonnull(strstr(body, "\"records_in\":0,\"records_out\":"));
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_failures_total{reason=\"key_id\"}"), 0);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_links_ended_total{reason=\"key_id\"}"), 0);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_frames_total{host=\"b\",direction=\"in\"}"), 0);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_bytes_total{host=\"b\",direction=\"out\"}"), 0);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_records_total{host=\"b\",direction=\"in\"}"), 0);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_frames_dropped_total{host=\"b\",reason=\"forged\"}"), 0);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_frames_dropped_total{host=\"b\",reason=\"malformed\"}"), 0);
-    ck_assert_int_ge(metric_value(ha, "procmesh_peer_rtt_seconds{host=\"b\"}"), 0);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_failures_total{reason=\"key_id\"}"), 0);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_links_ended_total{reason=\"key_id\"}"), 0);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_frames_total{host=\"b\",direction=\"in\"}"), 0);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_bytes_total{host=\"b\",direction=\"out\"}"), 0);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_records_total{host=\"b\",direction=\"in\"}"), 0);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_frames_dropped_total{host=\"b\",reason=\"forged\"}"), 0);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_frames_dropped_total{host=\"b\",reason=\"malformed\"}"), 0);
+    ck_assert_int_ge(http_metric(ha, "procmesh_peer_rtt_seconds{host=\"b\"}"), 0);
     /* procmesh status: the peers table under the slots. */
     char *sa[] = {"procmesh", "status", "--health", health_a, NULL};
     proc st = start_full(sa, base_env, STDOUT_FILENO, NULL, NULL);
     static char table[8192];
-    ck_assert_int_eq(finish(&st, table, sizeof(table), 10000), 0);
+    ck_assert_int_eq(proc_finish(&st, table, sizeof(table), 10000), 0);
     ck_assert_msg(strstr(table, "PEER             STATE") != NULL, "procmesh status:\n%s", table);
     ck_assert_msg(strstr(table, "RECORDS IN/OUT") != NULL, "procmesh status:\n%s", table);
     ck_assert_msg(strstr(table, "\nb                up ") != NULL, "procmesh status:\n%s", table);
@@ -768,19 +649,19 @@ START_TEST(test_peers_in_status_and_metrics)
      * it as an ended link, not as a failure. */
     static char out[65536];
     kill(b.pid, SIGTERM);
-    ck_assert_int_eq(finish(&b, out, sizeof(out), 20000), 0);
+    ck_assert_int_eq(proc_finish(&b, out, sizeof(out), 20000), 0);
     proc_wait_log(&a, "peer_down", 1, 20000);
     ck_assert_msg(strstr(a.log, "reason=closed") != NULL, "peer_down without reason=closed:\n%s",
                   a.log);
     wait_metric(ha, "procmesh_peer_links_up", 0, 10000);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_links_ended_total{reason=\"closed\"}"), 1);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_links_ended_total{reason=\"truncated\"}"), 0);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_links_ended_total{reason=\"closed\"}"), 1);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_links_ended_total{reason=\"truncated\"}"), 0);
     /* An orderly end is no failure: no such series. */
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_failures_total{reason=\"closed\"}"), -1);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_failures_total{reason=\"local\"}"), -1);
-    ck_assert_int_eq(metric_value(ha, "procmesh_peer_failures_total{reason=\"truncated\"}"), 0);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_failures_total{reason=\"closed\"}"), -1);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_failures_total{reason=\"local\"}"), -1);
+    ck_assert_int_eq(http_metric(ha, "procmesh_peer_failures_total{reason=\"truncated\"}"), 0);
     kill(a.pid, SIGTERM);
-    ck_assert_int_eq(finish(&a, out, sizeof(out), 20000), 0);
+    ck_assert_int_eq(proc_finish(&a, out, sizeof(out), 20000), 0);
     unlink(secret);
     rmdir(dir);
 }

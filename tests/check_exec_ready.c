@@ -11,6 +11,7 @@
 #include "helpers.h"
 
 #include "procmesh.h"
+#include "supervise.h"
 
 #include <sys/stat.h> /* fchmod */
 
@@ -23,17 +24,6 @@
 
 /* ---------------------------------------------------------------- events */
 
-typedef struct erec {
-    int type;
-    unsigned slot;
-    int exit_code;
-    int signal;
-    char reason[32];
-    char detail[200];
-} erec;
-
-static erec evs[1024];
-static int nev;
 /* Block in STARTED until the worker has exited, so its pidfd and its
  * readiness are both pending when the loop next waits, pidfd first. */
 static int wait_exit_in_started;
@@ -48,32 +38,7 @@ static void record(pm_cluster *c, const pm_event *e, void *arg)
         while (waitid(P_PID, (id_t)e->pid, &si, WEXITED | WNOWAIT) < 0 && errno == EINTR)
             ;
     }
-    if (nev >= (int)ARRAY_LEN(evs))
-        return;
-    erec *r = &evs[nev++];
-    r->type = e->type;
-    r->slot = e->slot;
-    r->exit_code = e->exit_code;
-    r->signal = e->signal;
-    snprintf(r->reason, sizeof(r->reason), "%s", e->reason != NULL ? e->reason : "");
-    snprintf(r->detail, sizeof(r->detail), "%s", e->detail != NULL ? e->detail : "");
-}
-
-static int count(int type, int slot)
-{
-    int n = 0;
-    for (int i = 0; i < nev; i++)
-        if (evs[i].type == type && (slot < 0 || evs[i].slot == (unsigned)slot))
-            n++;
-    return n;
-}
-
-static const erec *find(int type)
-{
-    for (int i = 0; i < nev; i++)
-        if (evs[i].type == type)
-            return &evs[i];
-    return NULL;
+    record_event(e);
 }
 
 static void quiet_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned r, void *arg)
@@ -135,7 +100,7 @@ static void one_outcome(int mode, unsigned workers)
     pm_options *o = ready_then_exit(mode, workers);
     pm_cluster *c = NULL;
     int rc = pm_cluster_spawn(o, &c);
-    const erec *ab = find(PM_EVENT_STOPPED);
+    const rec *ab = find(PM_EVENT_STOPPED, -1, 0);
     ck_assert_msg(rc == 0, "%s: pm_cluster_spawn: %s (%s)", mode_name[mode], pm_strerror(rc),
                   ab != NULL ? ab->detail : "no STOPPED event");
     PM_RUN_UNTIL(c, retired(c, workers), 20000);
@@ -214,7 +179,7 @@ static void spawn_fails(pm_options *o, int want_rc, const char *want_detail)
     ck_assert_msg(rc == want_rc, "pm_cluster_spawn returned %s, want %s", pm_strerror(rc),
                   pm_strerror(want_rc));
     ck_assert_ptr_null(c);
-    const erec *e = find(PM_EVENT_STOPPED);
+    const rec *e = find(PM_EVENT_STOPPED, -1, 0);
     ck_assert_ptr_nonnull(e);
     ck_assert_str_eq(e->reason, "spawn-aborted");
     ck_assert_str_eq(e->detail, want_detail);
@@ -336,7 +301,7 @@ START_TEST(test_notify_without_watchdog_not_fenced)
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     if (_i) {
         PM_RUN_UNTIL(c, count(PM_EVENT_FENCED, 0) == 1, 10000);
-        const erec *e = find(PM_EVENT_FENCED);
+        const rec *e = find(PM_EVENT_FENCED, -1, 0);
         ck_assert_str_eq(e->reason, "heartbeat");
     } else {
         /* Ten heartbeat timeouts of silence. */

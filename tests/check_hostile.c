@@ -78,17 +78,14 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 static void on_message(pm_cluster *c, const pm_message *m, void *arg)
 {
     (void)arg;
-    if (m->len > 0 && m->len < 256 && ((const char *)m->data)[0] == '#') {
-        unsigned slot = (unsigned)(m->from.port - 1);
-        if (slot < 8) {
-            memcpy(last_text[slot], m->data, m->len);
-            last_text[slot][m->len] = '\0';
-        }
-    }
+    pm_test_keep_said(last_text, ARRAY_LEN(last_text), m);
     if (m->kind == PM_MSG_REQUEST)
         pm_cluster_reply(c, m, "main-pong", 9);
 }
 
+static int worker(pm_node *n, void *arg);
+
+/* Options for `workers` slots running worker() on the plan. */
 static pm_options *opts(int workers)
 {
     events_fenced = 0;
@@ -98,20 +95,9 @@ static pm_options *opts(int workers)
     not_draining_slot = -1;
     memset(last_text, 0, sizeof(last_text));
     memset(output_lines, 0, sizeof(output_lines));
-    return pm_test_quick_options(workers, on_event, on_message);
-}
-
-static void say(pm_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(pm_node *n, const char *fmt, ...)
-{
-    char buf[200];
-    buf[0] = '#';
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(buf + 1, sizeof(buf) - 1, fmt, ap);
-    va_end(ap);
-    pm_address main_addr = {.system = "procmesh", .host = "main"};
-    pm_node_send(n, &main_addr, buf, (size_t)len + 1);
+    pm_options *o = pm_test_quick_options(workers, on_event, on_message);
+    pm_options_set_bootstrap(o, worker, &plan);
+    return o;
 }
 
 /* Alive but never reading: beats, as a worker busy with its own work would. */
@@ -247,7 +233,7 @@ static int worker(pm_node *n, void *arg)
     pm_node_ready(n);
     if (role == H_SCANNER && pm_node_self(n)->incarnation > 1) {
         /* What we inherited (nobody sends us anything meanwhile). */
-        say(n, "scan %ld", scan_memory(n));
+        pm_test_say(n, "scan %ld", scan_memory(n));
         role = H_HONEST;
     }
     pm_message m;
@@ -262,7 +248,7 @@ static int worker(pm_node *n, void *arg)
         break;
     case H_CHATTY:
         for (;;) {
-            say(n, "chat");
+            pm_test_say(n, "chat");
             usleep(10000);
         }
     case H_REQ_FLOOD: {
@@ -296,7 +282,7 @@ static int worker(pm_node *n, void *arg)
                 return 44;
         if (write(2, line, sizeof(line) - 1) != (ssize_t)sizeof(line) - 1)
             return 45;
-        say(n, "printed");
+        pm_test_say(n, "printed");
         beat_forever(n);
         break;
     }
@@ -319,7 +305,7 @@ static int worker(pm_node *n, void *arg)
         pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
         if (pm_node_send(n, &to, "one", 3) != 0)
             return 41;
-        say(n, "after");
+        pm_test_say(n, "after");
         break;
     }
     case H_MARKER: {
@@ -336,7 +322,7 @@ static int worker(pm_node *n, void *arg)
         if (pm_node_send(n, &to, mark, sizeof(mark)) != 0 ||
             pm_node_send(n, &main_addr, mark, sizeof(mark)) != 0)
             return 43;
-        say(n, "marked");
+        pm_test_say(n, "marked");
         /* The broadcast that follows gets the marker as our reply. */
         for (;;) {
             int rc = pm_node_recv(n, &m, -1);
@@ -367,7 +353,7 @@ static int worker(pm_node *n, void *arg)
             continue;
         }
         if (m.len == 5 && memcmp(m.data, "hello", 5) == 0) {
-            say(n, "hi");
+            pm_test_say(n, "hi");
             continue;
         }
         if (m.len > 3 && memcmp(m.data, "go ", 3) == 0) {
@@ -378,7 +364,7 @@ static int worker(pm_node *n, void *arg)
                 return 31;
             pm_message r;
             int rc2 = pm_node_request(n, &target, "ping", 4, 10000, &r);
-            say(n, "rc %d %.*s", rc2, rc2 == 0 ? (int)r.len : 0, rc2 == 0 ? (const char *)r.data : "");
+            pm_test_say(n, "rc %d %.*s", rc2, rc2 == 0 ? (int)r.len : 0, rc2 == 0 ? (const char *)r.data : "");
         }
     }
 }
@@ -396,10 +382,7 @@ static void start(pm_cluster *c, unsigned slot)
 static pm_cluster *spawn_plan(int workers, pm_options **op)
 {
     *op = opts(workers);
-    pm_options_set_bootstrap(*op, worker, &plan);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(*op, &c), 0);
-    return c;
+    return pm_test_spawn(*op);
 }
 
 /* Main asks slot s to say hello and waits for it: its traffic to main flows. */
@@ -435,12 +418,11 @@ static const char *go(pm_cluster *c, unsigned s, unsigned t)
  * nobody is fenced. */
 START_TEST(test_reply_flood_no_hol)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = H_REQ_FLOOD;
-    plan.peer[0] = 1;
-    plan.role[1] = H_HONEST;
-    plan.ask = "bigq"; /* 2 MB of replies: more than its ring and a queue hold */
-    plan.count = 2000;
+    plan = (struct plan){
+        .role[0] = H_REQ_FLOOD, .peer[0] = 1, .role[1] = H_HONEST,
+        .ask = "bigq", /* 2 MB of replies: more than its ring and a queue hold */
+        .count = 2000
+    };
     /* In two bursts, each under the flooder's in-flight cap, the second
      * once the first is answered: every request is relayed, none refused. */
     plan.burst = 1000;
@@ -462,8 +444,7 @@ START_TEST(test_reply_flood_no_hol)
     /* 2000 replies of 1 KB: its ring takes about 250, its queue 1024. */
     ck_assert_uint_ge(st.replies_dropped, plan.count - 250 - 1024);
     ck_assert_int_eq(events_fenced, 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -473,12 +454,10 @@ END_TEST
  * fix slot 0 was not read any more once slot 1's queue was at its bound). */
 START_TEST(test_full_destination_holds_only_its_frames)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = H_SEND_ONE;
-    plan.peer[0] = 1;
-    plan.role[1] = H_SILENT;
-    plan.role[2] = H_STUFFER;
-    plan.peer[2] = 1;
+    plan = (struct plan){
+        .role[0] = H_SEND_ONE, .peer[0] = 1, .role[1] = H_SILENT, .role[2] = H_STUFFER,
+        .peer[2] = 1
+    };
     pm_options *o;
     pm_cluster *c = spawn_plan(3, &o);
     start(c, 2);
@@ -489,8 +468,7 @@ START_TEST(test_full_destination_holds_only_its_frames)
     ck_assert_int_eq(pm_test_slot_blocked_on(c, 2), 1);
     ck_assert_uint_le(pm_test_slot_queued_bytes(c, 1), ((size_t)4 << 20) + 4096);
     ck_assert_int_eq(events_fenced, 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -499,14 +477,12 @@ END_TEST
  * fenced as "not-draining". _i: 0 report only, 1 fence. */
 START_TEST(test_not_draining)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = H_REQ_FLOOD;
-    plan.peer[0] = 1;
-    plan.role[1] = H_HONEST;
-    plan.ask = "bigq"; /* 2 MB of replies: more than its ring and a queue hold */
-    plan.count = 2000;
+    plan = (struct plan){
+        .role[0] = H_REQ_FLOOD, .peer[0] = 1, .role[1] = H_HONEST,
+        .ask = "bigq", /* 2 MB of replies: more than its ring and a queue hold */
+        .count = 2000
+    };
     pm_options *o = opts(2);
-    pm_options_set_bootstrap(o, worker, &plan);
     ck_assert_int_eq(pm_options_set_drain_timeout_ms(o, -1), -EINVAL);
     ck_assert_int_eq(pm_options_set_fence_not_draining(o, 2), -EINVAL);
     ck_assert_int_eq(pm_options_set_drain_timeout_ms(o, 300), 0);
@@ -533,8 +509,7 @@ START_TEST(test_not_draining)
         ck_assert_int_eq(not_draining_events, 1);
     }
     hello(c, 1, 20000);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -547,20 +522,15 @@ END_TEST
  * fresh drain clock, so the report never came. */
 START_TEST(test_not_draining_while_chatty)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = H_STUFFER;
-    plan.peer[0] = 1;
-    plan.role[1] = H_CHATTY;
+    plan = (struct plan){.role[0] = H_STUFFER, .peer[0] = 1, .role[1] = H_CHATTY};
     pm_options *o = opts(2);
-    pm_options_set_bootstrap(o, worker, &plan);
     ck_assert_int_eq(pm_options_set_drain_timeout_ms(o, 300), 0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     start(c, 0);
     RUN_UNTIL(c, not_draining_events >= 1, 20000);
     ck_assert_int_eq(not_draining_slot, 1);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -570,12 +540,9 @@ END_TEST
  * (before the fix it was answered -EBUSY). */
 START_TEST(test_inflight_cap_per_requester)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = H_REQ_FLOOD;
-    plan.peer[0] = 1;
-    plan.ask = "junk";
-    plan.role[1] = H_HONEST;
-    plan.count = 4200;
+    plan = (struct plan){
+        .role[0] = H_REQ_FLOOD, .peer[0] = 1, .ask = "junk", .role[1] = H_HONEST, .count = 4200
+    };
     pm_options *o;
     pm_cluster *c = spawn_plan(3, &o);
     start(c, 0);
@@ -586,8 +553,7 @@ START_TEST(test_inflight_cap_per_requester)
     ck_assert_uint_le(pm_test_slot_inflight(c, 1), PM__INFLIGHT_PER_REQUESTER);
     ck_assert_str_eq(go(c, 2, 1), "#rc 0 pong");
     ck_assert_int_eq(events_fenced, 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -595,20 +561,16 @@ END_TEST
  * lifetime (shortened here through the internals), then is forgotten. */
 START_TEST(test_inflight_lifetime)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = H_REQ_FLOOD;
-    plan.peer[0] = 1;
-    plan.ask = "junk";
-    plan.role[1] = H_HONEST;
-    plan.count = 100;
+    plan = (struct plan){
+        .role[0] = H_REQ_FLOOD, .peer[0] = 1, .ask = "junk", .role[1] = H_HONEST, .count = 100
+    };
     pm_options *o;
     pm_cluster *c = spawn_plan(2, &o);
     pm_test_set_inflight_lifetime(c, 300);
     start(c, 0);
     RUN_UNTIL(c, pm_test_slot_relayed(c, 0) >= plan.count, 20000);
     RUN_UNTIL(c, pm_test_slot_inflight(c, 1) == 0 && pm_test_requests_out(c, 0) == 0, 20000);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -628,11 +590,9 @@ static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
 
 START_TEST(test_fork_replacement_sees_no_traffic)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = H_MARKER;
-    plan.peer[0] = 1;
-    plan.role[1] = H_SILENT;
-    plan.role[2] = H_SCANNER;
+    plan = (struct plan){
+        .role[0] = H_MARKER, .peer[0] = 1, .role[1] = H_SILENT, .role[2] = H_SCANNER
+    };
     bcast_done = 0;
     pm_options *o;
     pm_cluster *c = spawn_plan(3, &o);
@@ -646,8 +606,7 @@ START_TEST(test_fork_replacement_sees_no_traffic)
     ck_assert_int_eq(pm_cluster_restart_slot(c, 2), 0);
     RUN_UNTIL(c, strncmp(last_text[2], "#scan", 5) == 0, 60000);
     ck_assert_str_eq(last_text[2], "#scan 0");
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -667,14 +626,10 @@ static void on_output_count(pm_cluster *c, const pm_output_line *l, void *arg)
 
 START_TEST(test_fork_replacement_sees_no_output)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = H_PRINTER;
-    plan.role[1] = H_CRASH_MARK;
-    plan.role[2] = H_SCANNER;
+    plan = (struct plan){.role[0] = H_PRINTER, .role[1] = H_CRASH_MARK, .role[2] = H_SCANNER};
     /* Past the burst, so that lines are also dropped by the limit. */
     plan.count = 3 * PM_OUTPUT_BURST;
     pm_options *o = opts(3);
-    pm_options_set_bootstrap(o, worker, &plan);
     ck_assert_int_eq(pm_options_set_output(o, PM_OUTPUT_CAPTURE), 0);
     ck_assert_int_eq(pm_options_set_on_output(o, on_output_count, NULL), 0);
     pm_cluster *c;
@@ -695,8 +650,7 @@ START_TEST(test_fork_replacement_sees_no_output)
     ck_assert_int_eq(pm_cluster_restart_slot(c, 2), 0);
     RUN_UNTIL(c, strncmp(last_text[2], "#scan", 5) == 0, 60000);
     ck_assert_str_eq(last_text[2], "#scan 0");
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 

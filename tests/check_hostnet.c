@@ -40,7 +40,7 @@ static const unsigned char secret1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
 static unsigned pongs;
 static unsigned ping_failures; /* the worker's requests to main that failed */
 static unsigned forged_delivered;
-static unsigned peer_ups;
+static struct pm_test_peer_events peer_events;
 
 /* test_worker_forged_host: the worker's first frame forges its source
  * host (and incarnation); who main was told sent it. */
@@ -66,14 +66,6 @@ static void on_main(pm_cluster *c, const pm_message *m, void *arg)
     }
     if (m->kind == PM_MSG_REQUEST && pm_cluster_reply(c, m, "pong", 4) == 0)
         pongs++;
-}
-
-static void on_event(pm_cluster *c, const pm_event *e, void *arg)
-{
-    (void)c;
-    (void)arg;
-    if (e->type == PM_EVENT_PEER_UP)
-        peer_ups++;
 }
 
 /* The worker: ping main, a few ms apart, until asked to stop. */
@@ -126,7 +118,7 @@ static pm_cluster *start_host(const char *name, int peer_timeout_ms, const char 
     ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout_ms), 0);
     ck_assert_int_eq(pm_options_set_bootstrap(o, pinger, NULL), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", the_port);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
@@ -198,14 +190,14 @@ START_TEST(test_handshake_attacks)
     attack(c, "other-system", PM__PF_SYSTEM);
     attack(c, "tamper-prologue", PM__PF_HS_DECRYPT);
     attack(c, "reflect", PM__PF_HS_DECRYPT);
-    unsigned ups = peer_ups;
+    unsigned ups = peer_events.ups;
     /* The replays first make a real link (their capture), then fail. */
     attack(c, "replay-msg3", PM__PF_HS_DECRYPT);
-    ck_assert_uint_eq(peer_ups, ups + 1);
+    ck_assert_uint_eq(peer_events.ups, ups + 1);
     /* XX cannot tell a replayed message 1 from a new one: it simply never
      * completes and dies at the handshake deadline. */
     attack(c, "replay-msg1", PM__PF_TIMEOUT);
-    ck_assert_uint_eq(peer_ups, ups + 2);
+    ck_assert_uint_eq(peer_events.ups, ups + 2);
     attack(c, "slow-handshake", PM__PF_TIMEOUT);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
@@ -214,7 +206,7 @@ END_TEST
 START_TEST(test_record_attacks)
 {
     pm_cluster *c = start_a(2000);
-    unsigned ups = peer_ups;
+    unsigned ups = peer_events.ups;
     /* Each after a real handshake (the attacker holds the secret): the
      * link is up, then broken. */
     attack(c, "truncated", PM__PF_TRUNCATED);
@@ -222,7 +214,7 @@ START_TEST(test_record_attacks)
     attack(c, "duplicated", PM__PF_RECORD);
     attack(c, "bitflip", PM__PF_RECORD);
     attack(c, "oversize", PM__PF_RECORD);
-    ck_assert_uint_eq(peer_ups, ups + 5);
+    ck_assert_uint_eq(peer_events.ups, ups + 5);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -265,9 +257,9 @@ START_TEST(test_first_record_frames_delivered)
      * the link up, and its frames are delivered (main answers the request)
      * rather than lost. */
     pm_cluster *c = start_a(2000);
-    unsigned ups = peer_ups;
+    unsigned ups = peer_events.ups;
     attack(c, "first-frames", PM__PF_CLOSED);
-    ck_assert_uint_eq(peer_ups, ups + 1);
+    ck_assert_uint_eq(peer_events.ups, ups + 1);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -307,7 +299,7 @@ START_TEST(test_forged_host_dropped)
     PM_RUN_UNTIL(c, exited(pid, &status), 60000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "pm-bad-peer forged-host: 0x%x",
                   status);
-    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0 && peer_ups == 1, 10000);
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0 && peer_events.ups == 1, 10000);
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_CLOSED) > closed0, 10000);
     int b = pm__hub_host_index(&c->hub, "b");
     ck_assert_int_ge(b, 1);
@@ -492,16 +484,6 @@ static void flood(int port)
     _exit(0);
 }
 
-static int idle_worker(pm_node *n, void *arg)
-{
-    (void)arg;
-    pm_node_ready(n);
-    pm_message m;
-    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
-        ;
-    return 0;
-}
-
 /* A legitimate host b dialling port, until the test ends. */
 static pid_t legit_b(int port)
 {
@@ -516,7 +498,7 @@ static pid_t legit_b(int port)
     if (o == NULL || pm_options_set_workers(o, 1) < 0 || pm_options_set_system_name(o, "t") < 0 ||
         pm_options_set_hostname(o, "b") < 0 || pm_options_set_base_port(o, 10) < 0 ||
         pm_options_add_secret(o, secret1) < 0 || pm_options_set_peer_timeout_ms(o, 3000) < 0 ||
-        pm_options_set_bootstrap(o, idle_worker, NULL) < 0 || pm_options_add_peer(o, peer) < 0 ||
+        pm_options_set_bootstrap(o, pm_test_idle_worker, NULL) < 0 || pm_options_add_peer(o, peer) < 0 ||
         pm_cluster_spawn(o, &c) < 0)
         _exit(3);
     for (;;)
@@ -542,8 +524,8 @@ START_TEST(test_flood_1000)
     int status = 0;
     PM_RUN_UNTIL(c, sample() && exited(fl, &status), 120000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the flood process: 0x%x", status);
-    PM_RUN_UNTIL(c, sample() && peer_ups >= 1 && pm_test_mesh_links_up(c->mesh) == 1, 60000);
-    ck_assert_uint_eq(peer_ups, 1); /* up once, and it stayed up */
+    PM_RUN_UNTIL(c, sample() && peer_events.ups >= 1 && pm_test_mesh_links_up(c->mesh) == 1, 60000);
+    ck_assert_uint_eq(peer_events.ups, 1); /* up once, and it stayed up */
     ck_assert_uint_ge(pm__mesh_fails(c->mesh, PM__PF_RATE), 1);
     ck_assert_uint_gt(pongs, pongs0);
     /* Bounds: a connection table of PM__MESH_CONNS (and the reserve fd); the
@@ -701,7 +683,7 @@ START_TEST(test_accept_out_of_fds)
     uint64_t fails0 = pm__mesh_fails(a->mesh, PM__PF_TRUNCATED);
     PM_RUN_UNTIL(a, pm__mesh_fails(a->mesh, PM__PF_TRUNCATED) >= fails0 + 3, 30000);
     uint64_t wall = pm_test_ms() - t0, cpu = cpu_ms(b) - cpu0;
-    ck_assert_uint_eq(peer_ups, 0);
+    ck_assert_uint_eq(peer_events.ups, 0);
     /* Not a busy loop: a spinning b would use all the CPU it is given. */
     ck_assert_msg(cpu * 2 < wall + 200, "b used %llu ms of CPU in %llu ms out of fds",
                   (unsigned long long)cpu, (unsigned long long)wall);
@@ -709,11 +691,9 @@ START_TEST(test_accept_out_of_fds)
     ck_assert_msg(served1 > served0, "b stopped serving its worker while out of fds");
     ask(a, 'r', 1);
     ck_assert_int_eq(answer[0], 'R');
-    PM_RUN_UNTIL(a, peer_ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 30000);
+    PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_uint_gt(b_pongs(a), served1);
-    kill(b, SIGKILL);
-    pm_test_reap(b, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 

@@ -107,7 +107,7 @@ static pid_t start_b(int port, const unsigned char *secret)
 static char result[512];
 static int got_result;
 static int b_holding;
-static unsigned peer_ups, peer_downs;
+static struct pm_test_peer_events peer_events;
 
 static void on_main(pm_cluster *c, const pm_message *m, void *arg)
 {
@@ -125,23 +125,6 @@ static void on_main(pm_cluster *c, const pm_message *m, void *arg)
     got_result = 1;
 }
 
-static void on_event(pm_cluster *c, const pm_event *e, void *arg)
-{
-    (void)c;
-    (void)arg;
-    if (e->type == PM_EVENT_PEER_UP)
-        peer_ups++;
-    if (e->type == PM_EVENT_PEER_DOWN)
-        peer_downs++;
-}
-
-static void report(pm_node *n, const char *text)
-{
-    pm_address main_a;
-    if (pm_address_parse("t@a:0", &main_a) == 0)
-        pm_node_send(n, &main_a, text, strlen(text));
-}
-
 /* a's worker: asks b's worker until the link is up; reports what it got;
  * then, told "go", sends a request b never answers and reports its end. */
 static int worker_a(pm_node *n, void *arg)
@@ -156,14 +139,14 @@ static int worker_a(pm_node *n, void *arg)
     int rc = pm_test_request_linked(n, &to, "who", 3, 5000, &r, 400);
     if (rc < 0) {
         snprintf(text, sizeof(text), "ERR %d", rc);
-        report(n, text);
+        pm_test_report_to_a(n, text);
         return 0;
     }
     char from[PM_ADDRESS_STRLEN];
     if (pm_address_format(&r.from, from, sizeof(from)) < 0)
         strcpy(from, "?");
     snprintf(text, sizeof(text), "OK %s %.*s", from, (int)r.len, (const char *)r.data);
-    report(n, text);
+    pm_test_report_to_a(n, text);
     pm_message m;
     do {
         rc = pm_node_recv(n, &m, -1);
@@ -172,7 +155,7 @@ static int worker_a(pm_node *n, void *arg)
     } while (rc < 0 || m.kind != PM_MSG_PLAIN);
     rc = pm_node_request(n, &to, "hang", 4, 30000, &r);
     snprintf(text, sizeof(text), "END %d", rc);
-    report(n, text);
+    pm_test_report_to_a(n, text);
     for (;;)
         if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
             return 0;
@@ -186,7 +169,7 @@ static pm_cluster *start_a_with(int port_b, const unsigned char *secret,
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_b);
     ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
@@ -209,7 +192,7 @@ START_TEST(test_cross_host_request_reply)
      * supervisor from the link. */
     ck_assert_msg(strncmp(result, "OK t@b:10#", 10) == 0, "a's worker got: %s", result);
     ck_assert_msg(strstr(result, " t@a:10#") != NULL, "b's worker saw: %s", result);
-    ck_assert_uint_eq(peer_ups, 1);
+    ck_assert_uint_eq(peer_events.ups, 1);
     ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 1);
 
     /* A request in flight when b dies is answered -EHOSTUNREACH as soon as
@@ -222,22 +205,12 @@ START_TEST(test_cross_host_request_reply)
     ck_assert_int_eq(kill(b, SIGKILL), 0);
     PM_RUN_UNTIL(a, got_result, 10000);
     ck_assert_msg(strcmp(result, "END -113") == 0, "the request in flight ended with: %s", result);
-    ck_assert_uint_eq(peer_downs, 1);
+    ck_assert_uint_eq(peer_events.downs, 1);
     ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 0);
     pm_test_reap(b, 5000);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
 END_TEST
-
-static int idle_worker(pm_node *n, void *arg)
-{
-    (void)arg;
-    pm_node_ready(n);
-    pm_message m;
-    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
-        ;
-    return 0;
-}
 
 /* What main's requests to a remote worker got: every answer counted, so
  * "exactly once" is asserted, with its error, sender and text. */
@@ -273,7 +246,7 @@ START_TEST(test_main_request_remote)
 {
     int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
-    pm_cluster *a = start_a_with(pb, secret1, idle_worker);
+    pm_cluster *a = start_a_with(pb, secret1, pm_test_idle_worker);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     PM_RUN_UNTIL(a, pm_test_slot_state(a, 0) == PM_SLOT_READY, 30000);
 
@@ -406,7 +379,7 @@ START_TEST(test_batched_frames)
 {
     int pb = pm_test_free_port();
     pid_t b = start_b(pb, secret1);
-    pm_cluster *a = start_a_with(pb, secret1, idle_worker);
+    pm_cluster *a = start_a_with(pb, secret1, pm_test_idle_worker);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     uint64_t end = pm_test_ms() + 30000;
     do {
@@ -461,21 +434,6 @@ START_TEST(test_batched_frames)
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
 END_TEST
-
-/* a's worker for the mesh broadcast: answers every request "a". */
-static int worker_answer_a(pm_node *n, void *arg)
-{
-    (void)arg;
-    pm_node_ready(n);
-    for (;;) {
-        pm_message m;
-        int rc = pm_node_recv(n, &m, -1);
-        if (rc == -ESHUTDOWN)
-            return 0;
-        if (rc == 0 && m.kind == PM_MSG_REQUEST)
-            pm_node_reply(n, &m, "a", 1);
-    }
-}
 
 /* What the mesh broadcast's callback got: "from error text" per result. */
 static char bres[16][160];
@@ -537,14 +495,15 @@ START_TEST(test_mesh_broadcast)
     int pb = pm_test_free_port(), pc = pm_test_free_port();
     pid_t b = start_host("b", pb, secret1, 2);
     pid_t c = start_host("c", pc, secret1, 1);
-    pm_options *o = host_options("a", secret1, worker_answer_a);
+    pm_options *o = host_options("a", secret1, pm_test_answer_worker);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, pm_test_answer_worker, "a"), 0); /* answers "a" */
     char peer[32];
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", pb);
     ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", pc);
     ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
     pm_cluster *a = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
     pm_options_free(o);
@@ -617,14 +576,14 @@ static pid_t start_dialer(const char *name, int port_a, const char *node_key)
 /* Host a listening at port (b dials it), optionally pinning keys. */
 static pm_cluster *start_listener(int port, const char *pins)
 {
-    pm_options *o = host_options("a", secret1, idle_worker);
+    pm_options *o = host_options("a", secret1, pm_test_idle_worker);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
     if (pins != NULL)
         ck_assert_int_eq(pm_options_set_peer_keys_file(o, pins), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
@@ -668,7 +627,7 @@ START_TEST(test_host_incarnations)
     pid_t b2 = start_dialer("b", pa, NULL);
     PM_RUN_UNTIL(a, pm__mesh_fails(a->mesh, PM__PF_DUPLICATE) >= 1, 30000);
     ck_assert_str_eq(pm__peer_fail_name(PM__PF_DUPLICATE), "duplicate_host");
-    ck_assert_uint_eq(peer_downs, 0);
+    ck_assert_uint_eq(peer_events.downs, 0);
     ck_assert_int_eq(ask_settled(a, old), 0);
     kill(b2, SIGKILL);
     pm_test_reap(b2, 5000);
@@ -676,15 +635,13 @@ START_TEST(test_host_incarnations)
     /* b restarts (a new supervisor incarnation on a new link): the old
      * worker incarnation never matches again: -ESTALE. */
     ck_assert_int_eq(kill(b1, SIGKILL), 0);
-    PM_RUN_UNTIL(a, peer_downs == 1, 20000);
+    PM_RUN_UNTIL(a, peer_events.downs == 1, 20000);
     pm_test_reap(b1, 5000);
     pid_t b3 = start_dialer("b", pa, NULL);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_int_eq(ask_settled(a, old), -ESTALE);
     ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
-    kill(b3, SIGKILL);
-    pm_test_reap(b3, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    pm_test_end_hosts(a, b3);
 }
 END_TEST
 
@@ -721,7 +678,7 @@ START_TEST(test_pinned_host_replaces_link)
 
     /* A new incarnation proving b's pinned key replaces the live link. */
     pid_t b2 = start_dialer("b", pa, key);
-    PM_RUN_UNTIL(a, peer_downs >= 1 && pm_test_mesh_links_up(a->mesh) == 1, 30000);
+    PM_RUN_UNTIL(a, peer_events.downs >= 1 && pm_test_mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_uint_eq(pm__mesh_fails(a->mesh, PM__PF_DUPLICATE), 0);
     /* b1 would take it back in turn (it proves the key as well): it goes. */
     kill(b1, SIGKILL);
@@ -770,7 +727,7 @@ START_TEST(test_simultaneous_connect_rule)
     snprintf(peer, sizeof(peer), "127.0.0.1:%d", pb);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
     ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
     pm_cluster *a = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
     pm_options_free(o);
@@ -780,10 +737,8 @@ START_TEST(test_simultaneous_connect_rule)
                  pm__mesh_fails(a->mesh, PM__PF_LOCAL) + pm__mesh_fails(a->mesh, PM__PF_CLOSED) >= 1 &&
                      kept_own_link(a),
                  60000);
-    ck_assert_uint_ge(peer_ups, 1);
-    kill(b, SIGKILL);
-    pm_test_reap(b, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    ck_assert_uint_ge(peer_events.ups, 1);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 
@@ -795,12 +750,10 @@ START_TEST(test_wrong_secret_no_link)
     /* a dials, b refuses the key id and closes: a counts failed attempts
      * and never has a link. */
     PM_RUN_UNTIL(a, pm__mesh_fails(a->mesh, PM__PF_TRUNCATED) >= 2, 20000);
-    ck_assert_uint_eq(peer_ups, 0);
+    ck_assert_uint_eq(peer_events.ups, 0);
     ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 0);
     ck_assert_int_eq(got_result, 0);
-    kill(b, SIGKILL);
-    pm_test_reap(b, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 
@@ -829,7 +782,7 @@ static int closed_by_peer(int fd)
 START_TEST(test_handshake_deadline_and_unauth_cap)
 {
     int port = pm_test_free_port();
-    pm_options *o = host_options("b", secret1, idle_worker);
+    pm_options *o = host_options("b", secret1, pm_test_idle_worker);
     ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, 3000), 0);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
@@ -1183,19 +1136,17 @@ START_TEST(test_peer_stopped_and_resumed)
     pid_t b = start_b(pb, secret1);
     pm_cluster *a = start_a(pb, secret1);
     PM_RUN_UNTIL(a, got_result, 30000);
-    ck_assert_uint_eq(peer_ups, 1);
+    ck_assert_uint_eq(peer_events.ups, 1);
     uint64_t until = pm_test_ms() + 3 * (uint64_t)peer_timeout;
     PM_RUN_UNTIL(a, pm_test_ms() >= until, 10 * peer_timeout);
-    ck_assert_msg(peer_downs == 0 && pm_test_mesh_links_up(a->mesh) == 1,
+    ck_assert_msg(peer_events.downs == 0 && pm_test_mesh_links_up(a->mesh) == 1,
                   "an idle link went down: heartbeats did not keep it");
     ck_assert_int_eq(kill(b, SIGSTOP), 0);
-    PM_RUN_UNTIL(a, peer_downs == 1, 20000);
+    PM_RUN_UNTIL(a, peer_events.downs == 1, 20000);
     ck_assert_uint_ge(pm__mesh_fails(a->mesh, PM__PF_TIMEOUT), 1);
     ck_assert_int_eq(kill(b, SIGCONT), 0);
-    PM_RUN_UNTIL(a, peer_ups == 2 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
-    kill(b, SIGKILL);
-    pm_test_reap(b, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    PM_RUN_UNTIL(a, peer_events.ups == 2 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 
@@ -1298,7 +1249,7 @@ static int big_replier(pm_node *n, void *arg)
             pm_node_reply(n, &m, "no", 2);
             continue;
         }
-        report(n, "holding");
+        pm_test_report_to_a(n, "holding");
         int sig;
         sigwait(&usr1, &sig);
         pm_node_reply(n, &m, big, sizeof(big));
@@ -1335,7 +1286,7 @@ START_TEST(test_large_reply_link_down)
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", pa);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
     pm_cluster *a = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
     pm_options_free(o);
@@ -1354,7 +1305,7 @@ START_TEST(test_large_reply_link_down)
     }
     PM_RUN_UNTIL(a, got_result && strcmp(result, "holding") == 0, 30000);
     ck_assert_int_eq(kill(b, SIGKILL), 0);
-    PM_RUN_UNTIL(a, peer_downs == 1, 20000);
+    PM_RUN_UNTIL(a, peer_events.downs == 1, 20000);
     pm_test_reap(b, 5000);
 
     struct pm_cluster_stats s0, s1;

@@ -105,13 +105,6 @@ static pid_t start_b(int port, unsigned workers, int (*boot)(pm_node *, void *))
 
 /* a's workers: port 10 streams to b's worker once told "go"; 11 asks 12
  * (which answers) over and over, paced, and reports every 20 answers. */
-static void report(pm_node *n, const char *text)
-{
-    pm_address main_a;
-    if (pm_address_parse("t@a:0", &main_a) == 0)
-        pm_node_send(n, &main_a, text, strlen(text));
-}
-
 static int stream_a(pm_node *n)
 {
     pm_address to;
@@ -145,7 +138,7 @@ static int stream_a(pm_node *n)
     } while (m.kind != PM_MSG_PLAIN);
     char text[128];
     snprintf(text, sizeof(text), "SENT %u %u %u", eagain, errors, notices);
-    report(n, text);
+    pm_test_report_to_a(n, text);
     for (;;)
         if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
             return 0;
@@ -165,7 +158,7 @@ static int ping_a(pm_node *n)
         if (rc == 0 && ++answers % 20 == 0) {
             char text[64];
             snprintf(text, sizeof(text), "PONGS %u", answers);
-            report(n, text);
+            pm_test_report_to_a(n, text);
         }
         usleep(2000); /* paced: the supervisor's CPU is measured meanwhile */
     }
@@ -384,7 +377,7 @@ static int big_a(pm_node *n, void *arg)
                      (unsigned long long)sum);
         }
         free(p);
-        report(n, text);
+        pm_test_report_to_a(n, text);
     }
 }
 

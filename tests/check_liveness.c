@@ -183,8 +183,7 @@ START_TEST(test_spinning_worker_fenced)
     role[0] = L_SPIN_FIRST;
     pm_options *o = opts(2, 300);
     pm_options_set_bootstrap(o, worker, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     RUN_UNTIL(c, readies[0] >= 2, 10000);
     ck_assert_int_eq(fenced[0], 1);
     ck_assert_str_eq(fence_reason[0], "heartbeat");
@@ -201,8 +200,7 @@ START_TEST(test_spinning_worker_fenced)
     struct pm_cluster_stats st;
     ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
     ck_assert_uint_eq(st.fences_heartbeat, 1);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -220,8 +218,7 @@ START_TEST(test_waiting_and_beating_not_fenced)
     beat_ms = 3 * hb;
     pm_options *o = opts(2, hb);
     pm_options_set_bootstrap(o, worker, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     int saw_waiting = 0;
     uint64_t end = ms() + 5 * hb;
     while (ms() < end) {
@@ -238,8 +235,7 @@ START_TEST(test_waiting_and_beating_not_fenced)
     ck_assert(saw_waiting);
     ck_assert_int_eq(fenced[0], 0);
     ck_assert_int_eq(fenced[1], 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -248,8 +244,7 @@ START_TEST(test_sigstopped_worker_fenced)
     memset(role, 0, sizeof(role));
     pm_options *o = opts(2, 300);
     pm_options_set_bootstrap(o, worker, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     pm_slot_info si;
     pm_cluster_slot_info(c, 1, &si);
     kill(si.pid, SIGSTOP);
@@ -258,8 +253,7 @@ START_TEST(test_sigstopped_worker_fenced)
     ck_assert_str_eq(fence_reason[1], "heartbeat");
     ck_assert_uint_ge(fenced_at[1] - t0, 250);
     ck_assert_int_eq(fenced[0], 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -269,8 +263,7 @@ START_TEST(test_scribbled_control_block)
     role[0] = L_SCRIBBLE_CTL;
     pm_options *o = opts(2, 300);
     pm_options_set_bootstrap(o, worker, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     RUN_UNTIL(c, readies[0] >= 2, 10000);
     ck_assert_int_ge(fenced[0], 1);
     /* The other worker and the supervisor are untouched. */
@@ -281,8 +274,7 @@ START_TEST(test_scribbled_control_block)
     pm_address a = pm_test_slot_addr(1, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a, "count", 5), 0);
     RUN_UNTIL(c, report[0] != '\0', 5000);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -296,8 +288,7 @@ START_TEST(test_fenced_frames_never_relayed)
     role[1] = L_COUNT;
     pm_options *o = opts(2, 300);
     pm_options_set_bootstrap(o, worker, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a0, "start", 5), 0);
     RUN_UNTIL(c, readies[0] >= 2, 10000);
@@ -311,8 +302,7 @@ START_TEST(test_fenced_frames_never_relayed)
     ck_assert_str_eq(report, want);
     /* Slot 0's replacement is ready (readies[0] >= 2) and slot 1 answered:
      * both end on SIGTERM. */
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -327,8 +317,7 @@ START_TEST(test_fenced_frames_never_reach_main)
     role[0] = L_FLOOD_MAIN;
     pm_options *o = opts(1, 300);
     pm_options_set_bootstrap(o, worker, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     pm_address a0 = pm_test_slot_addr(0, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a0, "start", 5), 0);
     RUN_UNTIL(c, readies[0] >= 2, 10000);
@@ -337,8 +326,7 @@ START_TEST(test_fenced_frames_never_reach_main)
     ck_assert_int_eq(pm_cluster_run(c, 300), 0);
     ck_assert_msg(main_after_fence == 0, "%u frames of the fenced incarnation reached main",
                   main_after_fence);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -491,17 +479,6 @@ END_TEST
 
 /* ---------------------------------------------------------------- torture */
 
-static int open_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the DIR's own fd */
-}
-
 static int bc_sent, bc_refused, bc_done, bc_bad;
 static size_t bc_last_n;
 static int bc_last_errors; /* results of the last broadcast with error != 0 */
@@ -532,11 +509,10 @@ START_TEST(test_torture)
 {
     memset(role, 0, sizeof(role));
     const int workers = 4, rounds = pm_test_sanitized() ? 150 : 300;
-    int fds_before = open_fds();
+    int fds_before = pm_test_count_fds();
     pm_options *o = opts(workers, 200);
     pm_options_set_bootstrap(o, worker, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_cluster *c = pm_test_spawn(o);
     uint64_t seed = 4242;
     bc_sent = bc_refused = bc_done = bc_bad = 0;
     static const int sigs[] = {SIGKILL, SIGSTOP, SIGSEGV};
@@ -586,9 +562,8 @@ START_TEST(test_torture)
     ck_assert_msg(bc_last_errors == 0, "%d workers failed the final broadcast", bc_last_errors);
     ck_assert_int_eq(bc_bad, 0);
     /* Every worker just answered, so none is stopped: each ends on SIGTERM. */
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
-    ck_assert_int_eq(open_fds(), fds_before);
+    pm_test_finish(c, o);
+    ck_assert_int_eq(pm_test_count_fds(), fds_before);
     ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
     ck_assert_int_eq(errno, ECHILD);
 }

@@ -29,39 +29,13 @@
 
 static char dir[64];
 static char secret[96];
-static char run_mark[256];
 
 /* Starts path with argv, its fd `capture` into a pipe, and (want_in) its
  * stdin from a pipe. */
 static proc start_proc(const char *path, char *const argv[], int capture, int want_in)
 {
-    int p[2], q[2] = {-1, -1};
-    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-    if (want_in)
-        ck_assert_int_eq(pipe2(q, O_CLOEXEC), 0);
-    proc r = {.fd = -1, .in = -1, .cap = 1024 * 1024};
-    r.log = malloc(r.cap);
-    ck_assert_ptr_nonnull(r.log);
-    r.log[0] = '\0';
-    char *envp[] = {"PATH=/usr/bin:/bin", pm_test_run_env(run_mark, sizeof(run_mark)), NULL};
-    r.pid = pm_test_fork();
-    ck_assert_int_ge(r.pid, 0);
-    if (r.pid == 0) {
-        dup2(p[1], capture);
-        if (want_in)
-            dup2(q[0], STDIN_FILENO);
-        execve(path, argv, envp);
-        _exit(127);
-    }
-    close(p[1]);
-    if (want_in) {
-        close(q[0]);
-        r.in = q[1];
-    }
-    r.fd = p[0];
-    return r;
+    return proc_start(path, argv, capture, &(proc_how){.want_in = want_in, .cap = 1024 * 1024});
 }
-
 
 /* Waits until the process has written needle n times (reading the other
  * processes' pipes meanwhile, so no daemon blocks on a full stderr). */
@@ -83,48 +57,15 @@ static void drain_for(int ms)
                 proc_read(all[i], 10);
 }
 
-static void proc_kill(proc *r)
-{
-    if (r->pid > 0) {
-        kill(r->pid, SIGCONT);
-        kill(r->pid, SIGKILL);
-        pm_test_reap(r->pid, 5000);
-        r->pid = 0;
-    }
-    if (r->in >= 0)
-        close(r->in);
-    r->in = -1;
-}
-
-static void proc_free(proc *r)
-{
-    proc_kill(r);
-    if (r->fd >= 0)
-        close(r->fd);
-    r->fd = -1;
-    free(r->log);
-    r->log = NULL;
-}
-
 /* The secret file every daemon of a test shares, in a fresh directory. */
 static void make_secret(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/pm-mesh3-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(secret, sizeof(secret), "%s/secret", dir);
-    char *argv[] = {"procmesh", "keygen", secret, NULL};
-    proc k = start_proc(PM_DAEMON_BIN, argv, STDOUT_FILENO, 0);
-    int st = pm_test_reap(k.pid, 10000);
-    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "procmesh keygen failed");
-    k.pid = 0;
-    proc_free(&k);
+    proc_make_secret(dir, sizeof(dir), secret, sizeof(secret), "mesh3");
 }
 
 static void remove_dir(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 
 /* A daemon for host `host` listening on port, dialling `peers` (NULL:
@@ -135,25 +76,10 @@ static proc start_host(const char *host, int port, const char *peers, int timeou
     char listen[32], tmo[16];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     snprintf(tmo, sizeof(tmo), "%d", timeout_ms);
-    char *argv[32];
-    int n = 0;
-    char *fixed[] = {"procmesh", "run", "--system-name", "t", "--hostname", (char *)host,
-                     "--base-port", "10", "--workers", "1", "--peer-listen", listen,
-                     "--peer-timeout", tmo, "--secret-file", secret};
-    for (size_t i = 0; i < ARRAY_LEN(fixed); i++)
-        argv[n++] = fixed[i];
-    if (peers != NULL) {
-        argv[n++] = "--peers";
-        argv[n++] = (char *)peers;
-    }
-    char *tail[] = {"--", PM_TEST_WORKER, "mesh", (char *)to, (char *)ms, (char *)delay, NULL};
-    for (size_t i = 0; i < ARRAY_LEN(tail); i++)
-        argv[n++] = tail[i];
-    return start_proc(PM_DAEMON_BIN, argv, STDERR_FILENO, 0);
+    proc_mesh_host h = {.host = host, .listen = listen, .peer_timeout = tmo, .secret = secret,
+                        .peers = peers, .to = to, .ms = ms, .delay = delay};
+    return proc_start_mesh_host(&h, NULL, NULL);
 }
-
-
-
 
 /* Waits until a's worker has had `more` further replies from host h. */
 static void wait_more_replies(proc *a, const char *h, int more, int timeout_ms)
@@ -187,12 +113,7 @@ static void start_three(int timeout_ms)
     all[nall++] = &hb;
     all[nall++] = &hc;
     /* All three linked, each pair once. */
-    wait_log(&ha, "event=peer_up host=b", 1, 30000);
-    wait_log(&ha, "event=peer_up host=c", 1, 30000);
-    wait_log(&hb, "event=peer_up host=a", 1, 30000);
-    wait_log(&hb, "event=peer_up host=c", 1, 30000);
-    wait_log(&hc, "event=peer_up host=a", 1, 30000);
-    wait_log(&hc, "event=peer_up host=b", 1, 30000);
+    proc_wait_linked3((proc *const[3]){&ha, &hb, &hc}, all, nall, 30000);
 }
 
 static void stop_three(void)

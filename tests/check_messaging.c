@@ -149,15 +149,11 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
     (void)arg;
     from_main_msgs++; if (getenv("PM_DEBUG")) fprintf(stderr, "main got kind %d from %u len %zu\n", m->kind, m->from.port, m->len);
     last_from = m->from;
-    if (m->len > 0 && m->len < 256 && ((const char *)m->data)[0] == '#') {
-        unsigned slot = (unsigned)(m->from.port - 1);
-        if (slot < 8) {
-            memcpy(last_text[slot], m->data, m->len);
-            last_text[slot][m->len] = '\0';
-            if (strcmp(last_text[slot], "#spoofed") == 0)
-                spoof_from = m->from;
-            texts++;
-        }
+    int slot = pm_test_keep_said(last_text, ARRAY_LEN(last_text), m);
+    if (slot >= 0) {
+        if (strcmp(last_text[slot], "#spoofed") == 0)
+            spoof_from = m->from;
+        texts++;
     }
     if (m->kind == PM_MSG_REQUEST)
         pm_cluster_reply(c, m, "main-pong", 9);
@@ -184,19 +180,6 @@ static uint32_t fnv(const unsigned char *p, size_t n)
 }
 
 /* ---------------------------------------------------------------- the worker */
-
-static void say(pm_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(pm_node *n, const char *fmt, ...)
-{
-    char buf[200];
-    buf[0] = '#';
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(buf + 1, sizeof(buf) - 1, fmt, ap);
-    va_end(ap);
-    pm_address main_addr = {.system = "procmesh", .host = "main"};
-    pm_node_send(n, &main_addr, buf, (size_t)len + 1);
-}
 
 /* Checks a stream: in order, intact, from the right sender. */
 struct checker {
@@ -290,7 +273,7 @@ static int worker(pm_node *n, void *arg)
         break;
     case R_STREAM:
         stream(n, (unsigned)p->peer[slot], p->count, &k);
-        say(n, "sent %u", p->count);
+        pm_test_say(n, "sent %u", p->count);
         break;
     case R_STREAM_HELD: {
         stream(n, (unsigned)p->peer[slot], p->count, &k);
@@ -304,7 +287,7 @@ static int worker(pm_node *n, void *arg)
                  atomic_load_explicit(&tx->sh->tail, memory_order_acquire) !=
                      atomic_load_explicit(&tx->sh->head, memory_order_acquire)))
             usleep(1000);
-        say(n, "sent %u", p->count);
+        pm_test_say(n, "sent %u", p->count);
         break;
     }
     case R_SPOOF: {
@@ -339,13 +322,13 @@ static int worker(pm_node *n, void *arg)
         pm__ring_send(pm_test_node_tx(n), junk, PM__FRAME_HDR_SIZE);
         junk[1] = 77; /* unknown type */
         pm__ring_send(pm_test_node_tx(n), junk, PM__FRAME_HDR_SIZE);
-        say(n, "after garbage");
+        pm_test_say(n, "after garbage");
         break;
     }
     case R_BAD_HEADERS:
         for (size_t i = 0; i < ARRAY_LEN(bad_headers); i++)
             send_bad_header(pm_test_node_tx(n), &bad_headers[i]);
-        say(n, "after headers");
+        pm_test_say(n, "after headers");
         break;
     case R_OVERSIZE: {
         /* Bypass the API: the ring takes frames up to its own maximum
@@ -388,7 +371,7 @@ static int worker(pm_node *n, void *arg)
         pm_message r;
         pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
         int rc = pm_node_request(n, &to, "ping", 4, 60000, &r);
-        say(n, "req %d", rc);
+        pm_test_say(n, "req %d", rc);
         idle_forever();
         break;
     }
@@ -400,13 +383,13 @@ static int worker(pm_node *n, void *arg)
             pm_message r;
             int rc = pm_node_request(n, &main_addr, "ping", 4, 10000, &r);
             if (rc != 0 || r.len != 9 || memcmp(r.data, "main-pong", 9) != 0)
-                say(n, "request failed %d", rc);
+                pm_test_say(n, "request failed %d", rc);
             uint64_t dt = (pm_test_now_ns() - t0) / 1000000u;
             if (dt > worst)
                 worst = dt;
             usleep(20000);
         }
-        say(n, "worst %llu", (unsigned long long)worst);
+        pm_test_say(n, "worst %llu", (unsigned long long)worst);
         break;
     }
     case R_SLOW_READER:
@@ -418,13 +401,13 @@ static int worker(pm_node *n, void *arg)
         int rc = pm_node_recv(n, &m, 0);
         if (rc != -ETIMEDOUT)
             return 41;
-        say(n, "armed");
+        pm_test_say(n, "armed");
         struct pollfd pfd = {.fd = pm_node_fd(n), .events = POLLIN};
         rc = poll(&pfd, 1, 5000);
         if (rc != 1)
             return 42;
         rc = pm_node_recv(n, &m, 0);
-        say(n, "fd %d %.*s", rc, rc == 0 ? (int)m.len : 0, rc == 0 ? (const char *)m.data : "");
+        pm_test_say(n, "fd %d %.*s", rc, rc == 0 ? (int)m.len : 0, rc == 0 ? (const char *)m.data : "");
         break;
     }
     default:
@@ -456,7 +439,7 @@ static int worker(pm_node *n, void *arg)
         /* Short '#' texts only: a stream frame may start with '#' too. */
         if (m.kind == PM_MSG_PLAIN && m.len >= 1 && m.len < 12 && ((const char *)m.data)[0] == '#') {
             /* Report who the hub says sent it. */
-            say(n, "got %.*s from port %u inc %llu%s", (int)m.len, (const char *)m.data,
+            pm_test_say(n, "got %.*s from port %u inc %llu%s", (int)m.len, (const char *)m.data,
                 (unsigned)m.from.port, (unsigned long long)m.from.incarnation,
                 strcmp(m.from.host, pm_node_self(n)->host) == 0 ? "" : " remote");
             continue;
@@ -471,12 +454,12 @@ static int worker(pm_node *n, void *arg)
             pm_message r;
             uint64_t t0 = pm_test_now_ns();
             int rc2 = pm_node_request(n, &target, "ping", 4, 10000, &r);
-            say(n, "rc %d kind %d took %llu", rc2, rc2 == 0 || r.kind ? r.kind : 0,
+            pm_test_say(n, "rc %d kind %d took %llu", rc2, rc2 == 0 || r.kind ? r.kind : 0,
                 (unsigned long long)((pm_test_now_ns() - t0) / 1000000u));
             continue;
         }
         if (m.kind == PM_MSG_PLAIN && m.len == 5 && memcmp(m.data, "count", 5) == 0) {
-            say(n, "good %u bad %u%s", k.good, k.bad, k.first_bad);
+            pm_test_say(n, "good %u bad %u%s", k.good, k.bad, k.first_bad);
             continue;
         }
         if (m.kind == PM_MSG_PLAIN)
@@ -485,6 +468,14 @@ static int worker(pm_node *n, void *arg)
 }
 
 /* ---------------------------------------------------------------- tests */
+
+/* A cluster of `workers` slots running worker() on the plan, spawned;
+ * pm_test_finish() ends it. */
+static pm_cluster *spawn(int workers, pm_options **op)
+{
+    *op = opts(workers, worker);
+    return pm_test_spawn(*op);
+}
 
 /* Tells every worker that the mesh is up. */
 static void start_all(pm_cluster *c)
@@ -519,9 +510,8 @@ START_TEST(test_relay_checksums)
         plan.peer[i] = (i + 1) % 3;
     }
     plan.count = count;
-    pm_options *o = opts(3, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn(3, &o);
     start_all(c);
     RUN_UNTIL(c, texts >= 3, 60000); /* "sent N" from each */
     char want[64];
@@ -535,19 +525,15 @@ START_TEST(test_relay_checksums)
         ck_assert_uint_eq(pm_test_slot_relayed(c, s), count + 2);
     }
     ck_assert_int_eq(events_fenced, 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
 START_TEST(test_spoofed_source)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = R_SPOOF;
-    plan.peer[0] = 2;
-    pm_options *o = opts(3, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    plan = (struct plan){.role[0] = R_SPOOF, .peer[0] = 2};
+    pm_options *o;
+    pm_cluster *c = spawn(3, &o);
     start_all(c);
     /* Main got "#spoofed" from slot 0 (port 1), not slot 1, in its true
      * incarnation (1, not the forged 7), from this host. */
@@ -560,8 +546,7 @@ START_TEST(test_spoofed_source)
     /* Slot 2 reports who the hub said sent it: port 1 = slot 0, its true
      * incarnation, a local sender. */
     ck_assert_str_eq(last_text[2], "#got #spoofed from port 1 inc 1");
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -569,11 +554,8 @@ END_TEST
  * message came (the frames before it were all read). */
 static pm_cluster *spawn_until_after(int role, const char *after, pm_options **op)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[1] = role;
-    *op = opts(2, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(*op, &c), 0);
+    plan = (struct plan){.role[1] = role};
+    pm_cluster *c = spawn(2, op);
     start_all(c);
     RUN_UNTIL(c, last_text[1][0] != '\0', 10000);
     ck_assert_str_eq(last_text[1], after);
@@ -587,8 +569,7 @@ static void assert_unharmed_and_terminate(pm_cluster *c, pm_options *o)
     pm_slot_info si;
     pm_cluster_slot_info(c, 1, &si);
     ck_assert_uint_eq(si.incarnation, 1);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 
 START_TEST(test_garbage_frames_dropped)
@@ -628,9 +609,7 @@ static void on_message_len(pm_cluster *c, const pm_message *m, void *arg)
 
 START_TEST(test_oversize_frame_fenced)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[1] = R_OVERSIZE;
-    plan.peer[1] = _i == 0 ? -1 : 0;
+    plan = (struct plan){.role[1] = R_OVERSIZE, .peer[1] = _i == 0 ? -1 : 0};
     longest_to_main = 0;
     pm_options *o = opts(2, worker);
     pm_options_set_on_message(o, on_message_len, NULL);
@@ -647,8 +626,7 @@ START_TEST(test_oversize_frame_fenced)
     ask_counts(c, 0);
     ck_assert_str_eq(last_text[0], "#good 0 bad 0");
     ck_assert_int_eq(events_fenced, 1);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -657,13 +635,9 @@ END_TEST
  * a timeout longer than the heartbeat's (which got the worker fenced). */
 START_TEST(test_request_stash_full)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = R_STASHER;
-    plan.peer[0] = 1;
-    plan.role[1] = R_SILENT;
-    pm_options *o = opts(2, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    plan = (struct plan){.role[0] = R_STASHER, .peer[0] = 1, .role[1] = R_SILENT};
+    pm_options *o;
+    pm_cluster *c = spawn(2, &o);
     start_all(c);
     /* More than the 4 MiB the request may keep aside, in 60 KB messages. */
     static char big[60000];
@@ -722,16 +696,12 @@ START_TEST(test_garbage_index_quarantined)
     /* Slot 2 corrupts its ring while slots 0 and 1 stream to each other:
      * slot 2 is fenced, killed and restarted with fresh memory; the others
      * finish their streams intact. */
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = R_STREAM;
-    plan.peer[0] = 1;
-    plan.role[1] = R_STREAM;
-    plan.peer[1] = 0;
-    plan.role[2] = R_GARBAGE_INDEX;
-    plan.count = 5000;
-    pm_options *o = opts(3, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    plan = (struct plan){
+        .role[0] = R_STREAM, .peer[0] = 1, .role[1] = R_STREAM, .peer[1] = 0,
+        .role[2] = R_GARBAGE_INDEX, .count = 5000
+    };
+    pm_options *o;
+    pm_cluster *c = spawn(3, &o);
     start_all(c);
     RUN_UNTIL(c, events_fenced >= 1, 10000);
     ck_assert_str_eq(fenced_reason, "corrupt-ring");
@@ -748,8 +718,7 @@ START_TEST(test_garbage_index_quarantined)
     pm_cluster_slot_info(c, 2, &si);
     ck_assert_uint_ge(si.incarnation, 2);
     ck_assert_int_eq(si.last_signal, SIGKILL);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -758,12 +727,8 @@ END_TEST
  * starved request would wait for (a generous bound, not a speed test). */
 static pm_cluster *spawn_asker_beside(int role0, pm_options **op)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = role0;
-    plan.role[1] = R_ASKER;
-    *op = opts(2, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(*op, &c), 0);
+    plan = (struct plan){.role[0] = role0, .role[1] = R_ASKER};
+    pm_cluster *c = spawn(2, op);
     start_all(c);
     RUN_UNTIL(c, last_text[1][0] != '\0', 30000);
     unsigned worst = 99999;
@@ -778,8 +743,7 @@ START_TEST(test_flood_does_not_starve)
     pm_cluster *c = spawn_asker_beside(R_FLOOD_MAIN, &o);
     ck_assert_uint_gt(from_main_msgs, 1000);
     /* The flooder and the asker end on SIGTERM, even mid-send. */
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -873,19 +837,16 @@ START_TEST(test_undeliverable)
         ck_assert_uint_lt(took, 5000); /* fast, not the 10 s timeout */
     }
     ck_assert_uint_ge(pm_test_slot_undeliverable(c, 0), 2);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
 
 START_TEST(test_killed_mid_request)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[2] = R_SLEEPY;
-    pm_options *o = opts(3, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    plan = (struct plan){.role[2] = R_SLEEPY};
+    pm_options *o;
+    pm_cluster *c = spawn(3, &o);
     pm_address a0 = pm_test_slot_addr(0, 0);
     const char *go = "go procmesh@worker:3";
     ck_assert_int_eq(pm_cluster_send(c, &a0, go, strlen(go)), 0);
@@ -901,8 +862,7 @@ START_TEST(test_killed_mid_request)
     ck_assert_int_eq(kind, PM_MSG_UNDELIVERABLE);
     ck_assert_uint_lt(took, 3000); /* not the 10 s timeout, nor the 1.5 s sleep + reply */
     RUN_UNTIL(c, pm_test_slot_state(c, 2) == PM_SLOT_READY, 10000);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -926,13 +886,9 @@ static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
 
 START_TEST(test_broadcast)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = R_DOUBLE;
-    plan.role[1] = R_SLEEPY;
-    plan.role[2] = R_CRASH_ON_REQUEST;
-    pm_options *o = opts(3, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    plan = (struct plan){.role[0] = R_DOUBLE, .role[1] = R_SLEEPY, .role[2] = R_CRASH_ON_REQUEST};
+    pm_options *o;
+    pm_cluster *c = spawn(3, &o);
     bcast_calls = 0;
     ck_assert_int_eq(pm_cluster_broadcast(c, "ping", 4, 500, on_bcast, NULL), 0);
     plan.role[2] = R_IDLE; /* its replacement answers; it is not in this snapshot */
@@ -968,8 +924,7 @@ START_TEST(test_broadcast)
     /* Stop once slot 0's slow replacement is ready: every worker then ends
      * on SIGTERM (one still in its handshake would have to be killed). */
     RUN_UNTIL(c, pm_test_slot_state(c, 0) == PM_SLOT_READY, 10000);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -982,14 +937,12 @@ START_TEST(test_full_destination)
      * ring: the hub copies a frame into the queue only at the end (the
      * frames still in its ring when its "sent" for main comes up behind
      * them, at most a ring's worth), not the whole stream. */
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = R_STREAM;
-    plan.peer[0] = 1;
-    plan.role[1] = R_SLOW_READER;
-    plan.count = pm_test_sanitized() ? 8000 : 20000;
-    pm_options *o = opts(2, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    plan = (struct plan){
+        .role[0] = R_STREAM, .peer[0] = 1, .role[1] = R_SLOW_READER,
+        .count = pm_test_sanitized() ? 8000 : 20000
+    };
+    pm_options *o;
+    pm_cluster *c = spawn(2, &o);
     start_all(c);
     uint32_t max_frames = 0;
     size_t max_bytes = 0;
@@ -1016,8 +969,7 @@ START_TEST(test_full_destination)
     ck_assert(blocked_seen);
     ck_assert_uint_ge(pm_test_hub_left_waits(c), 1);
     ck_assert_uint_lt(pm_test_hub_frames_queued(c), plan.count / 4);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -1030,11 +982,7 @@ START_TEST(test_held_sender_reaches_others)
      * 1 as before. 180 frames of 12 B to 4 KiB (about 370 KiB, a fixed
      * pseudo-random sequence) fill slot 1's 256 KiB ring and the rest fits
      * in slot 0's. */
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = R_STREAM_HELD;
-    plan.peer[0] = 1;
-    plan.role[1] = R_SILENT;
-    plan.count = 180;
+    plan = (struct plan){.role[0] = R_STREAM_HELD, .peer[0] = 1, .role[1] = R_SILENT, .count = 180};
     pm_options *o = opts(2, worker);
     ck_assert_int_eq(pm_options_set_ring_size(o, 256 << 10), 0);
     pm_cluster *c;
@@ -1043,8 +991,7 @@ START_TEST(test_held_sender_reaches_others)
     RUN_UNTIL(c, strcmp(last_text[0], "#sent 180") == 0, 30000);
     ck_assert_uint_ge(pm_test_hub_left_waits(c), 1);
     ck_assert_uint_ge(pm_test_hub_frames_queued(c), 1);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 
@@ -1052,11 +999,9 @@ START_TEST(test_stop_in_band)
 {
     /* A worker that ignores SIGTERM but reads its messages sees the stop
      * request as -ESHUTDOWN and exits by itself. */
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = R_STOPPABLE;
-    pm_options *o = opts(1, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    plan = (struct plan){.role[0] = R_STOPPABLE};
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
     last_exit_code = -100;
     uint64_t t0 = ms();
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
@@ -1068,11 +1013,9 @@ END_TEST
 
 START_TEST(test_node_fd)
 {
-    memset(&plan, 0, sizeof(plan));
-    plan.role[0] = R_FD;
-    pm_options *o = opts(1, worker);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    plan = (struct plan){.role[0] = R_FD};
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
     RUN_UNTIL(c, strcmp(last_text[0], "#armed") == 0, 10000);
     last_text[0][0] = '\0';
     pm_address a = pm_test_slot_addr(0, 0);
@@ -1084,8 +1027,7 @@ START_TEST(test_node_fd)
     char text[PM_ADDRESS_STRLEN];
     pm_address_format(&self, text, sizeof(text));
     ck_assert_str_eq(text, "procmesh@main:0");
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
+    pm_test_finish(c, o);
 }
 END_TEST
 

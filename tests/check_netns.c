@@ -59,29 +59,10 @@ static char dir[64];
 static char secret[96];
 static char run_mark[256]; /* "PM_TEST_RUN=...", or empty outside the suite */
 
-/* Starts path with argv inside namespace ns (-1: the test's own), its fd
- * `capture` into a pipe. */
-static proc start_proc(int ns, const char *path, char *const argv[], int capture)
+/* Joins the network namespace whose fd *arg is (proc_start's pre). */
+static int join_netns(void *arg)
 {
-    int p[2];
-    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-    proc r = {.fd = -1, .in = -1, .cap = 1024 * 1024};
-    r.log = malloc(r.cap);
-    ck_assert_ptr_nonnull(r.log);
-    r.log[0] = '\0';
-    char *envp[] = {"PATH=/usr/bin:/bin", pm_test_run_env(run_mark, sizeof(run_mark)), NULL};
-    r.pid = pm_test_fork();
-    ck_assert_int_ge(r.pid, 0);
-    if (r.pid == 0) {
-        dup2(p[1], capture);
-        if (ns >= 0 && setns(nsfd[ns], CLONE_NEWNET) != 0)
-            _exit(125);
-        execve(path, argv, envp);
-        _exit(127);
-    }
-    close(p[1]);
-    r.fd = p[0];
-    return r;
+    return setns(*(const int *)arg, CLONE_NEWNET) == 0 ? 0 : -errno;
 }
 
 /* Runs "sh -c cmd" inside namespace ns (-1: a fresh one of its own, for
@@ -196,7 +177,6 @@ static void net_up(void)
 static proc ha, hb, hc;
 static proc *all[3] = {&ha, &hb, &hc};
 
-
 /* Waits until the process has written needle n times (reading the other
  * processes' pipes meanwhile, so no daemon blocks on a full stderr). */
 static void wait_log(proc *r, const char *needle, int n, int timeout_ms)
@@ -204,30 +184,13 @@ static void wait_log(proc *r, const char *needle, int n, int timeout_ms)
     proc_wait_among(r, all, ARRAY_LEN(all), needle, n, timeout_ms);
 }
 
-static void proc_free(proc *r)
-{
-    if (r->pid > 0) {
-        kill(r->pid, SIGKILL);
-        pm_test_reap(r->pid, 5000);
-        r->pid = 0;
-    }
-    if (r->fd >= 0)
-        close(r->fd);
-    r->fd = -1;
-    free(r->log);
-    r->log = NULL;
-}
-
 /* The secret's directory, if there is one. */
 static void remove_dir(void)
 {
-    if (dir[0] == '\0')
-        return;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "check_netns: could not remove %s\n", dir);
-    dir[0] = '\0';
+    char was[sizeof(dir)];
+    snprintf(was, sizeof(was), "%s", dir);
+    if (proc_remove_dir(dir) != 0)
+        fprintf(stderr, "check_netns: could not remove %s\n", was);
 }
 
 /* Everything a test made, in any state: the daemons (their workers die
@@ -258,15 +221,7 @@ static void net_down(void)
 /* The secret file every daemon of a test shares, in a fresh directory. */
 static void make_secret(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/pm-netns-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(secret, sizeof(secret), "%s/secret", dir);
-    char *argv[] = {"procmesh", "keygen", secret, NULL};
-    proc k = start_proc(-1, PM_DAEMON_BIN, argv, STDOUT_FILENO);
-    int st = pm_test_reap(k.pid, 10000);
-    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "procmesh keygen failed");
-    k.pid = 0;
-    proc_free(&k);
+    proc_make_secret(dir, sizeof(dir), secret, sizeof(secret), "netns");
 }
 
 /* The daemon of host h, dialling `peers` (NULL: none), whose worker runs
@@ -275,21 +230,9 @@ static proc start_host(int h, const char *peers, const char *to, const char *ms,
 {
     char listen[32];
     snprintf(listen, sizeof(listen), "%s:7000", addr[h]);
-    char *argv[32];
-    int n = 0;
-    char *fixed[] = {"procmesh", "run", "--system-name", "t", "--hostname", (char *)ns_name[h],
-                     "--base-port", "10", "--workers", "1", "--peer-listen", listen,
-                     "--peer-timeout", "2000", "--secret-file", secret};
-    for (size_t i = 0; i < ARRAY_LEN(fixed); i++)
-        argv[n++] = fixed[i];
-    if (peers != NULL) {
-        argv[n++] = "--peers";
-        argv[n++] = (char *)peers;
-    }
-    char *tail[] = {"--", PM_TEST_WORKER, "mesh", (char *)to, (char *)ms, (char *)delay, NULL};
-    for (size_t i = 0; i < ARRAY_LEN(tail); i++)
-        argv[n++] = tail[i];
-    return start_proc(h, PM_DAEMON_BIN, argv, STDERR_FILENO);
+    proc_mesh_host m = {.host = ns_name[h], .listen = listen, .peer_timeout = "2000", .secret = secret,
+                        .peers = peers, .to = to, .ms = ms, .delay = delay};
+    return proc_start_mesh_host(&m, join_netns, &nsfd[h]);
 }
 
 /* Waits until r's worker has had `more` further replies from host h. */
@@ -311,12 +254,7 @@ static void start_three(void)
     hc = start_host(HC, NULL, "-", "0", "500");
     hb = start_host(HB, "10.77.0.3:7000", "t@a:10", "300", "0");
     ha = start_host(HA, "10.77.0.2:7000,10.77.0.3:7000", "t@c:10", "100", "0");
-    wait_log(&ha, "event=peer_up host=b", 1, 30000);
-    wait_log(&ha, "event=peer_up host=c", 1, 30000);
-    wait_log(&hb, "event=peer_up host=a", 1, 30000);
-    wait_log(&hb, "event=peer_up host=c", 1, 30000);
-    wait_log(&hc, "event=peer_up host=a", 1, 30000);
-    wait_log(&hc, "event=peer_up host=b", 1, 30000);
+    proc_wait_linked3(all, all, ARRAY_LEN(all), 30000);
     /* Linked: every daemon has read the secret (they read it again only
      * on SIGHUP, which these tests never send), so the file goes now and a
      * failure from here on leaves nothing behind in /tmp. */

@@ -39,37 +39,12 @@ static const unsigned char k1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 
 static const unsigned char k2[32] = {7, 7, 7, 7, 7};
 static const unsigned char k3[32] = {9, 9, 9};
 
-/* A worker that answers every request with its payload, until shutdown. */
-static int echo_worker(pm_node *n, void *arg)
-{
-    (void)arg;
-    pm_node_ready(n);
-    for (;;) {
-        pm_message m;
-        int rc = pm_node_recv(n, &m, -1);
-        if (rc == -ESHUTDOWN)
-            return 0;
-        if (rc == 0 && m.kind == PM_MSG_REQUEST)
-            pm_node_reply(n, &m, m.data, m.len);
-    }
-}
-
 static pm_options *host_options(const char *host, const unsigned char *secret)
 {
-    return pm_test_host_options(host, 1, secret, 3000, echo_worker);
+    return pm_test_host_options(host, 1, secret, 3000, pm_test_answer_worker); /* echoes */
 }
 
-static unsigned peer_ups, peer_downs;
-
-static void on_event(pm_cluster *c, const pm_event *e, void *arg)
-{
-    (void)c;
-    (void)arg;
-    if (e->type == PM_EVENT_PEER_UP)
-        peer_ups++;
-    if (e->type == PM_EVENT_PEER_DOWN)
-        peer_downs++;
-}
+static struct pm_test_peer_events peer_events;
 
 /* Host b, listening on 127.0.0.1:port, until the test ends. With dns, b
  * also has --peers-dns localhost:port, as every pod of a StatefulSet names
@@ -98,8 +73,8 @@ static pm_cluster *start_a(const char *dns, const char *peer, const unsigned cha
         ck_assert_int_eq(pm_options_set_peers_dns(o, dns), 0);
     if (peer != NULL)
         ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
-    peer_ups = peer_downs = 0;
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    peer_events = (struct pm_test_peer_events){0};
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
@@ -107,6 +82,17 @@ static pm_cluster *start_a(const char *dns, const char *peer, const unsigned cha
      * fds from a link that came up inside the spawn counts from here. */
     PM_RUN_UNTIL(c, pm_test_successors_made(c), 10000);
     return c;
+}
+
+/* b (secret k1) on a free port and a dialling it (static peer); b's pid in
+ * *b. */
+static pm_cluster *start_pair(pid_t *b)
+{
+    int port = pm_test_free_port();
+    *b = start_b(port, k1, NULL, 0);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    return start_a(NULL, peer, k1);
 }
 
 START_TEST(test_dns_links)
@@ -118,15 +104,13 @@ START_TEST(test_dns_links)
     char name[40];
     snprintf(name, sizeof(name), "localhost:%d", port);
     pm_cluster *a = start_a(name, NULL, k1);
-    PM_RUN_UNTIL(a, peer_ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
+    PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
     uint64_t ok, failed;
     unsigned targets;
     pm_test_mesh_dns_stats(a->mesh, &ok, &failed, &targets);
     ck_assert_uint_ge(ok, 1);
     ck_assert_uint_ge(targets, 1);
-    kill(b, SIGKILL);
-    pm_test_reap(b, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 
@@ -142,8 +126,8 @@ START_TEST(test_dns_self_skipped)
     pm_options *o = host_options("a", k1);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
     ck_assert_int_eq(pm_options_set_peers_dns(o, name), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
-    peer_ups = 0;
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    peer_events.ups = 0;
     pm_cluster *a = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
     pm_options_free(o);
@@ -158,7 +142,7 @@ START_TEST(test_dns_self_skipped)
     uint64_t until = pm_test_ms() + 3 * PM__MESH_REDIAL_MIN_MS * 4;
     PM_RUN_UNTIL(a, pm_test_ms() >= until, 10000);
     ck_assert_uint_le(pm__mesh_fails(a->mesh, PM__PF_SELF), self + 1);
-    ck_assert_uint_eq(peer_ups, 0);
+    ck_assert_uint_eq(peer_events.ups, 0);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
 END_TEST
@@ -217,14 +201,14 @@ START_TEST(test_rotation_without_downtime)
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     pm_options *o = host_options("b", k1);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
-    peer_ups = peer_downs = 0;
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    peer_events = (struct pm_test_peer_events){0};
     pm_cluster *b = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
     pm_options_free(o);
 
     pid_t a = start_dialer("a", port, k1);
-    PM_RUN_UNTIL(b, peer_ups == 1 && pm_test_mesh_links_up(b->mesh) == 1, 20000);
+    PM_RUN_UNTIL(b, peer_events.ups == 1 && pm_test_mesh_links_up(b->mesh) == 1, 20000);
 
     unsigned char both[64];
     memcpy(both, k1, 32);
@@ -233,24 +217,24 @@ START_TEST(test_rotation_without_downtime)
     /* The link up is not touched; a few heartbeats later it is still up. */
     uint64_t until = pm_test_ms() + 1500;
     PM_RUN_UNTIL(b, pm_test_ms() >= until, 10000);
-    ck_assert_uint_eq(peer_downs, 0);
+    ck_assert_uint_eq(peer_events.downs, 0);
     ck_assert_uint_eq(pm_test_mesh_links_up(b->mesh), 1);
 
     kill(a, SIGKILL);
     pm_test_reap(a, 5000);
-    PM_RUN_UNTIL(b, peer_downs == 1, 20000);
+    PM_RUN_UNTIL(b, peer_events.downs == 1, 20000);
     a = start_dialer("a", port, k2);
-    PM_RUN_UNTIL(b, peer_ups == 2 && pm_test_mesh_links_up(b->mesh) == 1, 20000);
+    PM_RUN_UNTIL(b, peer_events.ups == 2 && pm_test_mesh_links_up(b->mesh) == 1, 20000);
     pid_t c = start_dialer("c", port, k1);
-    PM_RUN_UNTIL(b, peer_ups == 3 && pm_test_mesh_links_up(b->mesh) == 2, 20000);
+    PM_RUN_UNTIL(b, peer_events.ups == 3 && pm_test_mesh_links_up(b->mesh) == 2, 20000);
 
     ck_assert_int_eq(pm_cluster_set_secrets(b, k2, 1), 0);
     uint64_t key_id0 = pm__mesh_fails(b->mesh, PM__PF_KEY_ID);
     pid_t d = start_dialer("d", port, k1);
     PM_RUN_UNTIL(b, pm__mesh_fails(b->mesh, PM__PF_KEY_ID) >= key_id0 + 1, 20000);
-    ck_assert_uint_eq(peer_ups, 3);
+    ck_assert_uint_eq(peer_events.ups, 3);
     ck_assert_uint_eq(pm_test_mesh_links_up(b->mesh), 2);
-    ck_assert_uint_eq(peer_downs, 1);
+    ck_assert_uint_eq(peer_events.downs, 1);
 
     /* Bad calls change nothing. */
     ck_assert_int_eq(pm_cluster_set_secrets(b, both, 3), -EINVAL);
@@ -291,35 +275,8 @@ END_TEST
 /* Starts the daemon, its stderr into a pipe; it dies with the test. */
 static proc start(char *const argv[])
 {
-    char *envp[] = {"PATH=/usr/bin:/bin", NULL};
-    int p[2];
-    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-    pid_t parent = getpid();
-    proc r = {.fd = -1, .in = -1, .cap = 256 * 1024};
-    r.log = malloc(r.cap);
-    ck_assert_ptr_nonnull(r.log);
-    r.log[0] = '\0';
-    r.pid = fork();
-    ck_assert_int_ge(r.pid, 0);
-    if (r.pid == 0) {
-        /* If the test died between fork and prctl, getppid() tells. */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-            _exit(127);
-        dup2(p[1], STDERR_FILENO);
-        execve(PM_DAEMON_BIN, argv, envp);
-        _exit(127);
-    }
-    close(p[1]);
-    r.fd = p[0];
-    return r;
-}
-
-static void stop(proc *r)
-{
-    kill(r->pid, SIGKILL);
-    pm_test_reap(r->pid, 10000);
-    close(r->fd);
-    free(r->log);
+    static char *const envp[] = {"PATH=/usr/bin:/bin", NULL};
+    return proc_start(PM_DAEMON_BIN, argv, STDERR_FILENO, &(proc_how){.envp = envp});
 }
 
 /* Writes key (32 bytes) to path as 64 hex characters, mode 0600, replacing
@@ -404,9 +361,9 @@ START_TEST(test_daemon_key_reload_rotation)
     proc_wait_log(&b, "event=peer_keys_reloaded secrets=1", 2, 20000);
     proc_wait_log(&b, "event=rolling_restart_end", 1, 20000);
     ck_assert_msg(count_of(b.log, "event=started") == 2, "SIGHUP did not replace the worker:\n%s", b.log);
-    stop(&a);
-    stop(&c);
-    stop(&b);
+    proc_free(&a);
+    proc_free(&c);
+    proc_free(&b);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
 }
@@ -455,9 +412,9 @@ START_TEST(test_daemon_logs_refused_and_shutdown)
     proc_wait_log(&c, "event=peer_down host=b", 1, 20000);
     ck_assert_msg(strstr(c.log, "reason=local") != NULL, "c's peer_down at shutdown:\n%s", c.log);
     proc_wait_log(&b, "event=peer_down host=c", 1, 20000);
-    stop(&a);
-    stop(&c);
-    stop(&b);
+    proc_free(&a);
+    proc_free(&c);
+    proc_free(&b);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
 }
@@ -494,11 +451,8 @@ START_TEST(test_records_per_link)
     /* a's supervisor asks b's echo worker BURST requests at once: they go
      * out in one loop turn and share FRAMES records, so a's link shows
      * fewer records than frames out, and at most as many as frames in. */
-    int port = pm_test_free_port();
-    pid_t b = start_b(port, k1, NULL, 0);
-    char peer[32];
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
-    pm_cluster *a = start_a(NULL, peer, k1);
+    pid_t b;
+    pm_cluster *a = start_pair(&b);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 20000);
     pm_address to;
     ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
@@ -528,9 +482,7 @@ START_TEST(test_records_per_link)
                       info.records_in <= info.frames_in,
                   "in: %llu frames in %llu records", (unsigned long long)info.frames_in,
                   (unsigned long long)info.records_in);
-    kill(b, SIGKILL);
-    pm_test_reap(b, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 
@@ -610,9 +562,7 @@ START_TEST(test_rekey_under_traffic)
     ck_assert_msg(out >= 100 && in >= 100, "REKEY records sent %llu, received %llu",
                   (unsigned long long)out, (unsigned long long)in);
     ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 1);
-    kill(pid, SIGKILL);
-    pm_test_reap(pid, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    pm_test_end_hosts(a, pid);
 }
 END_TEST
 
@@ -637,11 +587,8 @@ START_TEST(test_orderly_close)
      * sends only in answer to ours (doc/protocol.md 7); then a closes the
      * fd. When a has redialled, a holds as many fds as with the first link:
      * nothing of the ended connection is left. */
-    int port = pm_test_free_port();
-    pid_t b = start_b(port, k1, NULL, 0);
-    char peer[32];
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
-    pm_cluster *a = start_a(NULL, peer, k1);
+    pid_t b;
+    pm_cluster *a = start_pair(&b);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 20000);
     size_t fds_linked = pm_test_count_fds();
     pm_test_mesh_close(a->mesh);
@@ -651,13 +598,11 @@ START_TEST(test_orderly_close)
     ck_assert_uint_eq(s.expired, 0);
     ck_assert_uint_eq(pm__mesh_fails(a->mesh, PM__PF_LOCAL), 1);
     ck_assert_uint_eq(pm__mesh_fails(a->mesh, PM__PF_TRUNCATED), 0);
-    ck_assert_uint_eq(peer_downs, 1);
+    ck_assert_uint_eq(peer_events.downs, 1);
     /* a configured peer: redialled after its backoff */
-    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1 && peer_ups == 2, 20000);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1 && peer_events.ups == 2, 20000);
     ck_assert_uint_eq(pm_test_count_fds(), fds_linked);
-    kill(b, SIGKILL);
-    pm_test_reap(b, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 
@@ -665,11 +610,8 @@ START_TEST(test_orderly_close_silent_peer)
 {
     /* b is stopped: it never answers a's CLOSE. a waits at most
      * min(peer timeout, 1 s), then closes the fd anyway. */
-    int port = pm_test_free_port();
-    pid_t b = start_b(port, k1, NULL, 0);
-    char peer[32];
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
-    pm_cluster *a = start_a(NULL, peer, k1);
+    pid_t b;
+    pm_cluster *a = start_pair(&b);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 20000);
     ck_assert_int_eq(kill(b, SIGSTOP), 0);
     pm_test_mesh_close(a->mesh);
@@ -677,9 +619,7 @@ START_TEST(test_orderly_close_silent_peer)
     close_stats s = closes(a);
     ck_assert_uint_eq(s.lingered, 1);
     ck_assert_uint_eq(s.answered, 0);
-    kill(b, SIGKILL);
-    pm_test_reap(b, 5000);
-    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 

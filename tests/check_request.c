@@ -232,18 +232,26 @@ static int calls_in(int from, int to)
     return n;
 }
 
-static void terminate(pm_cluster *c)
+/* A cluster of `workers` slots with opts(), spawned; finish() ends it. */
+static pm_cluster *spawn(int workers, pm_options **op)
+{
+    *op = opts(workers);
+    return pm_test_spawn(*op);
+}
+
+/* Ends a test's cluster and frees its options. */
+static void finish(pm_cluster *c, pm_options *o)
 {
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
 }
 
 /* ---------------------------------------------------------------- tests */
 
 START_TEST(test_reply)
 {
-    pm_options *o = opts(2);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn(2, &o);
     int id = request(c, 1, "echo:hi", 10000, &results[0]);
     ck_assert_int_gt(id, 0);
     ck_assert_int_eq(results[0].calls, 0); /* only ever from the loop */
@@ -263,16 +271,14 @@ START_TEST(test_reply)
     assert_once(c, 2);
     ck_assert_uint_eq(pm_test_slot_inflight(c, 0), 0);
     ck_assert_uint_eq(pm_test_slot_inflight(c, 1), 0);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
 START_TEST(test_timeout_then_late_reply)
 {
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
     uint64_t late0 = pm_test_late_replies(c);
     ck_assert_int_gt(request(c, 0, "late:600", 100, &results[0]), 0);
     RUN_UNTIL(c, results[0].calls == 1, 10000);
@@ -285,8 +291,7 @@ START_TEST(test_timeout_then_late_reply)
     struct pm_cluster_stats st;
     ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
     ck_assert_uint_eq(st.late_replies, late0 + 1);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -327,8 +332,7 @@ START_TEST(test_crash_not_retried)
     ck_assert_int_eq(exited_events, 1);
     ck_assert_uint_eq(pm_test_slot_incarnation(c, 1), inc1);
     assert_once(c, 3);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -359,8 +363,7 @@ START_TEST(test_fence)
     ck_assert_uint_eq(info.fences, 1);
     ck_assert_str_eq(info.last_fence_reason, "heartbeat");
     assert_once(c, 3);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -407,16 +410,14 @@ START_TEST(test_fewest_round_robin)
         ck_assert_str_eq(results[7 + i].text, text);
     }
     assert_once(c, 13);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
 START_TEST(test_cancel)
 {
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
     uint64_t late0 = pm_test_late_replies(c);
     int id = request(c, 0, "hold", 20000, &results[0]);
     ck_assert_int_gt(id, 0);
@@ -433,8 +434,7 @@ START_TEST(test_cancel)
     ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
     RUN_UNTIL(c, pm_test_late_replies(c) == late0 + 1, 10000);
     assert_once(c, 1);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -481,9 +481,8 @@ END_TEST
  * before anything stops, not -EHOSTDOWN as each worker exits. */
 START_TEST(test_terminate_cancels_held)
 {
-    pm_options *o = opts(2);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn(2, &o);
     ck_assert_int_gt(request(c, 0, "hold", 20000, &results[0]), 0);
     ck_assert_int_gt(request(c, -1, "hold", 20000, &results[1]), 0);
     RUN_UNTIL(c, pm_test_slot_inflight(c, 0) == 1 && pm_test_slot_inflight(c, 1) == 1, 10000);
@@ -529,8 +528,7 @@ START_TEST(test_wait_for_ready)
     ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
     ck_assert_uint_eq(info.input_faults, 0);
     ck_assert_uint_eq(info.restarts_in_window, 1);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -550,8 +548,7 @@ START_TEST(test_wait_timeout)
     /* A bounded run after it: still one callback. */
     ck_assert_int_eq(pm_cluster_run(c, 100), 0);
     ck_assert_int_eq(results[1].calls, 1);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -590,8 +587,7 @@ START_TEST(test_call)
     ck_assert_int_eq(pm_cluster_call(c, NULL, "x", 1, 1000, NULL, 5, &n), -EINVAL);
     ck_assert_int_eq(pm_cluster_call(c, NULL, "x", 1, 0, buf, sizeof(buf), &n), -EINVAL);
     ck_assert_int_eq(pm_cluster_call(NULL, NULL, "x", 1, 1000, buf, sizeof(buf), &n), -EINVAL);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -609,17 +605,15 @@ START_TEST(test_call_eintr)
     /* The cluster still serves. */
     ck_assert_int_eq(pm_cluster_call(c, NULL, "echo:after", 10, 10000, buf, sizeof(buf), NULL),
                      0);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
 /* -EDEADLK from on_event (a READY after a restart). */
 START_TEST(test_call_deadlk_event)
 {
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
     event_cluster = c;
     nested_in_event = 1;
     char buf[16];
@@ -627,8 +621,7 @@ START_TEST(test_call_deadlk_event)
                      -EHOSTDOWN);
     RUN_UNTIL(c, nested_in_event != 1, 10000);
     ck_assert_int_eq(nested_in_event, -EDEADLK);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -658,17 +651,15 @@ START_TEST(test_many_timeouts)
     }
     RUN_UNTIL(c, pm_test_late_replies(c) == late0 + 200, 10000);
     assert_once(c, 200);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
 /* Ids are ints: they wrap from INT_MAX to 1, skipping pending ones. */
 START_TEST(test_id_wrap)
 {
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
     int first = request(c, 0, "hold", 20000, &results[0]);
     ck_assert_int_eq(first, 1);
     pm_test_set_last_request_id(c, INT_MAX - 1);
@@ -681,8 +672,7 @@ START_TEST(test_id_wrap)
     ck_assert_int_eq(pm_cluster_send(c, &a, "release", 7), 0);
     RUN_UNTIL(c, results[0].calls == 1, 10000);
     ck_assert_int_eq(results[0].err, 0);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -702,8 +692,7 @@ START_TEST(test_main_without_callback)
     /* Well before the worker's own 30 s deadline. */
     ck_assert_msg(pm_test_ms() - t0 < 25000, "answered after %llu ms",
                   (unsigned long long)(pm_test_ms() - t0));
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -733,8 +722,7 @@ START_TEST(test_bad_input)
     ck_assert_int_eq(r->calls, 0); /* no callback for a refused request */
     /* An empty request is fine. */
     ck_assert_int_gt(pm_cluster_request(c, &a, NULL, 0, 1000, on_result, r), 0);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -747,9 +735,8 @@ END_TEST
  * holds two of them. */
 START_TEST(test_pool_exact_blame)
 {
-    pm_options *o = opts(4);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn(4, &o);
     static const char *in[8] = {"echo:g0", "echo:g1", "echo:g2", "segv",
                                 "echo:g4", "echo:g5", "echo:g6", "echo:g7"};
     for (int i = 0; i < 8; i++) {
@@ -797,8 +784,7 @@ START_TEST(test_pool_exact_blame)
     ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
     ck_assert_uint_eq(st.input_faults, 1);
     assert_once(c, 8);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -826,8 +812,7 @@ START_TEST(test_pool_hung_worker_skipped)
     }
     ck_assert_uint_eq(pm_test_slot_inflight(c, hung), 0);
     ck_assert_int_eq(exited_events, 0);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -862,8 +847,7 @@ START_TEST(test_pool_kill_on_timeout)
     RUN_UNTIL(c, results[1].calls == 1, 10000);
     ck_assert_int_eq(results[1].err, 0);
     ck_assert_int_eq(pm_options_set_kill_on_timeout(o, 2), -EINVAL);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -901,8 +885,7 @@ static void timeout_at_purge(int kill)
         }
         ck_assert_int_eq(exited_events, 0);
     }
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 
 START_TEST(test_pool_timeout_at_purge)
@@ -938,17 +921,15 @@ START_TEST(test_pool_queue_full)
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(results[i].err, 0);
     ck_assert_int_eq(results[3].calls, 0);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
 /* The blocking form with its outcome. */
 START_TEST(test_pool_call_outcome)
 {
-    pm_options *o = opts(1);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
     char buf[32];
     pm_request_outcome oc;
     uint64_t inc = pm_test_slot_incarnation(c, 0);
@@ -973,8 +954,7 @@ START_TEST(test_pool_call_outcome)
                      -EHOSTDOWN);
     ck_assert_int_eq(oc.signal, SIGABRT);
     ck_assert_int_eq(oc.crash.state, PM_CRASH_RECORDED);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -1027,8 +1007,7 @@ START_TEST(test_pool_map)
     ck_assert_int_eq(pm_cluster_map(c, NULL, 1, 1000, res), -EINVAL);
     ck_assert_int_eq(pm_cluster_map(c, inputs, N, 0, res), -EINVAL);
     ck_assert_int_eq(pm_cluster_map(c, inputs, 0, 1000, res), 0);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 
@@ -1061,8 +1040,7 @@ START_TEST(test_pool_crash_storm)
     ck_assert_uint_eq(st.input_faults, N);
     pm_map_results_free(res, N + 2);
     ck_assert_uint_eq(pm_cluster_size(c), 2);
-    terminate(c);
-    pm_options_free(o);
+    finish(c, o);
 }
 END_TEST
 

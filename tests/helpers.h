@@ -252,6 +252,22 @@ static inline pm_options *pm_test_quick_options(int workers,
     return o;
 }
 
+/* A cluster spawned with o (the spawn must succeed). */
+static inline pm_cluster *pm_test_spawn(const pm_options *o)
+{
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    return c;
+}
+
+/* The end of a test's cluster: terminated (every worker ended on the
+ * SIGTERM: 0), its options freed. */
+static inline void pm_test_finish(pm_cluster *c, pm_options *o)
+{
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+
 /* Forks a supervisor process (pm_test_fork: it dies with the test) that
  * spawns a cluster with o, sends back the worker pids of its first n slots
  * and runs the cluster until killed (exit 1: the spawn failed). Returns the
@@ -283,6 +299,38 @@ static inline pid_t pm_test_fork_supervisor(pm_options *o, pid_t *pids, unsigned
     return sup;
 }
 
+/* A worker's report to main: '#' and the formatted text (the '#' tells a
+ * test's report from the other traffic main gets), at most 199 bytes. */
+static inline void pm_test_say(pm_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void pm_test_say(pm_node *n, const char *fmt, ...)
+{
+    char buf[200];
+    buf[0] = '#';
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(buf + 1, sizeof(buf) - 1, fmt, ap);
+    va_end(ap);
+    if (len > (int)sizeof(buf) - 2)
+        len = (int)sizeof(buf) - 2;
+    pm_address main_addr = {.system = "procmesh", .host = "main"};
+    pm_node_send(n, &main_addr, buf, (size_t)len + 1);
+}
+
+/* Main's side of pm_test_say: a '#' text shorter than 256 bytes from the
+ * worker of slot s (port s + 1, s < nslots) is copied into last[s], NUL-
+ * terminated. Returns s, or -1 (nothing copied) for any other message. */
+static inline int pm_test_keep_said(char (*last)[256], unsigned nslots, const pm_message *m)
+{
+    if (m->len == 0 || m->len >= 256 || ((const char *)m->data)[0] != '#')
+        return -1;
+    unsigned slot = (unsigned)(m->from.port - 1);
+    if (slot >= nslots)
+        return -1;
+    memcpy(last[slot], m->data, m->len);
+    last[slot][m->len] = '\0';
+    return (int)slot;
+}
+
 /* ---------------------------------------------------------------- two supervisors */
 
 /* One host of a two-supervisor test: `workers` workers running boot in
@@ -304,6 +352,50 @@ static inline pm_options *pm_test_host_options(const char *host, int workers, co
     return o;
 }
 
+/* A worker that answers every request until it is asked to stop: with the
+ * NUL-terminated text arg, or (arg NULL) with the request's own payload. */
+static inline int pm_test_answer_worker(pm_node *n, void *arg)
+{
+    const char *text = arg;
+    pm_node_ready(n);
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc == 0 && m.kind == PM_MSG_REQUEST)
+            pm_node_reply(n, &m, text != NULL ? text : m.data, text != NULL ? strlen(text) : m.len);
+    }
+}
+
+/* A worker that becomes ready and receives (and drops) everything until it
+ * is asked to stop. */
+static inline int pm_test_idle_worker(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+/* The peer links' ups and downs a cluster reported: an on_event that
+ * counts them into the struct pm_test_peer_events its arg points to. */
+struct pm_test_peer_events {
+    unsigned ups, downs;
+};
+
+static inline void pm_test_count_peer_events(pm_cluster *c, const pm_event *e, void *arg)
+{
+    struct pm_test_peer_events *p = arg;
+    (void)c;
+    if (e->type == PM_EVENT_PEER_UP)
+        p->ups++;
+    if (e->type == PM_EVENT_PEER_DOWN)
+        p->downs++;
+}
+
 /* In a forked host (pm_test_fork: it dies with the test): listens for
  * peers on 127.0.0.1:listen_port and dials 127.0.0.1:dial_port (each only
  * if > 0), spawns the cluster and runs it until killed. Exits 3 if a step
@@ -322,6 +414,24 @@ static inline __attribute__((noreturn)) void pm_test_serve_host(pm_options *o, i
         _exit(3);
     for (;;)
         pm_cluster_run(c, -1);
+}
+
+/* A worker's report to host a's supervisor ("t@a:0": system "t" as
+ * pm_test_host_options names it), sent once. */
+static inline void pm_test_report_to_a(pm_node *n, const char *text)
+{
+    pm_address main_a;
+    if (pm_address_parse("t@a:0", &main_a) == 0)
+        pm_node_send(n, &main_a, text, strlen(text));
+}
+
+/* The end of a two-supervisor test: the forked host b (pm_test_serve_host)
+ * is killed and reaped, the test's own cluster a terminated. */
+static inline void pm_test_end_hosts(pm_cluster *a, pid_t b)
+{
+    kill(b, SIGKILL);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
 
 /* A worker's request to a worker behind a peer supervisor, asked again

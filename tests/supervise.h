@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * supervise.h - shared by the supervisor programs (check_spawn,
- * check_restart, check_stop, check_containment): every event a cluster
- * emits is recorded with the time it arrived, so a test can assert on the
- * sequence afterwards; and the fork-mode bootstraps those tests run.
- * Include after helpers.h; not every program uses every helper.
+ * check_restart, check_stop, check_containment, check_api,
+ * check_exec_ready, ...): every event a cluster emits is recorded with the
+ * time it arrived, so a test can assert on the sequence afterwards; and the
+ * fork-mode bootstraps those tests run. Include after helpers.h; not every
+ * program uses every helper.
  */
 #ifndef PM_TEST_SUPERVISE_H
 #define PM_TEST_SUPERVISE_H
@@ -22,10 +23,12 @@ typedef struct rec {
     uint64_t inc;
     int exit_code;
     int signal;
+    int core;
     uint32_t delay;
     unsigned restarts;
     uint64_t t_ms;
     char reason[32];
+    char detail[200];
 } rec;
 
 PM_UNUSED static rec evs[4096];
@@ -39,10 +42,10 @@ PM_UNUSED static uint64_t ms(void)
     return pm_test_now_ns() / 1000000u;
 }
 
-PM_UNUSED static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+/* Appends e to evs (the first ARRAY_LEN(evs) events of a test); for an
+ * on_event of a program's own that looks at some events first. */
+PM_UNUSED static void record_event(const pm_event *e)
 {
-    (void)c;
-    (void)arg;
     if (nev >= (int)ARRAY_LEN(evs))
         return;
     rec *r = &evs[nev++];
@@ -52,10 +55,19 @@ PM_UNUSED static void on_event(pm_cluster *c, const pm_event *e, void *arg)
     r->inc = e->incarnation;
     r->exit_code = e->exit_code;
     r->signal = e->signal;
+    r->core = e->core_dumped;
     r->delay = e->delay_ms;
     r->restarts = e->restarts;
     r->t_ms = ms();
     snprintf(r->reason, sizeof(r->reason), "%s", e->reason ? e->reason : "");
+    snprintf(r->detail, sizeof(r->detail), "%s", e->detail ? e->detail : "");
+}
+
+PM_UNUSED static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)arg;
+    record_event(e);
 }
 
 PM_UNUSED static void on_down(pm_cluster *c, unsigned slot, const pm_address *a, unsigned restarts, void *arg)
@@ -102,11 +114,13 @@ PM_UNUSED static pm_options *opts(int workers)
     return o;
 }
 
+#ifdef PM_TEST_WORKER /* a program built without pm-test-worker has no exec mode */
 PM_UNUSED static void exec_opts(pm_options *o, const char *mode, const char *arg)
 {
     char *argv[] = {"pm-test-worker", (char *)mode, (char *)arg, NULL};
     ck_assert_int_eq(pm_options_set_exec(o, PM_TEST_WORKER, argv), 0);
 }
+#endif
 
 /* Runs the cluster until cond holds or timeout_ms passes; fails if not. */
 #define RUN_UNTIL(c, cond, timeout_ms)                                          \
