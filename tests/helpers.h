@@ -219,6 +219,27 @@ static inline int pm_test_count_fds(void)
     return n;
 }
 
+/* Each open fd of this process and what it is, to stderr: what a test
+ * that compares fd counts prints when they differ. */
+static inline void pm_test_show_fds(const char *when)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return;
+    fprintf(stderr, "fds %s:\n", when);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+            continue;
+        char path[300], target[256];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, target, sizeof(target) - 1);
+        target[k < 0 ? 0 : k] = '\0';
+        fprintf(stderr, "  %s -> %s\n", e->d_name, target);
+    }
+    closedir(d);
+}
+
 /* The address of slot slot's worker in a cluster with the default system
  * and host names ("procmesh", "worker"): port 1 + slot; incarnation inc
  * (0: whichever is current). */
