@@ -99,21 +99,26 @@ static void unmap_batch(child_drop *d)
     d->nmaps = 0;
 }
 
+static void drop_map(child_drop *d, void *at, size_t len)
+{
+    if (at == NULL || at == MAP_FAILED || d->mode == DROP_MEASURE)
+        return;
+    if (d->mode == DROP_NOW) {
+        (void)munmap(at, len);
+        return;
+    }
+    d->maps[d->nmaps++] = (struct child_map){(uintptr_t)at, len};
+    if (d->nmaps == DROP_BATCH)
+        unmap_batch(d);
+}
+
 static void drop_channel(child_drop *d, const pm__channel *l)
 {
     int fds[PM__CHANNEL_NFDS];
     pm__channel_fds(l, fds);
     for (int i = 0; i < PM__CHANNEL_NFDS; i++)
         drop_fd(d, fds[i]);
-    if (l->map == NULL || l->map == MAP_FAILED || d->mode == DROP_MEASURE)
-        return;
-    if (d->mode == DROP_NOW) {
-        (void)munmap(l->map, l->map_size);
-        return;
-    }
-    d->maps[d->nmaps++] = (struct child_map){(uintptr_t)l->map, l->map_size};
-    if (d->nmaps == DROP_BATCH)
-        unmap_batch(d);
+    drop_map(d, l->map, l->map_size);
 }
 
 /* Closes the marked fds, a run of consecutive numbers at a time. */
@@ -181,12 +186,23 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__channel *own)
 }
 
 /* The supervisor's own fds a child drops with the slots' (in the same
- * runs: they are among the first made). */
+ * runs: they are among the first made), and its loop's fd and ring
+ * (pm__loop_child_drop; where the rings are mapped apart, the loop is
+ * forgotten by pm__loop_forget after the drop instead). */
 static void drop_own(child_drop *d, const pm_cluster *c)
 {
     drop_fd(d, c->sigfd);
     drop_fd(d, c->timerfd);
     drop_fd(d, c->wakefd);
+    int fd;
+    void *at[2];
+    size_t len[2];
+    int n = pm__loop_child_drop(&c->loop, &fd, at, len);
+    if (n < 0)
+        return;
+    drop_fd(d, fd);
+    for (int i = 0; i < n; i++)
+        drop_map(d, at[i], len[i]);
 }
 
 /* Every slot's fds and memory but the channel the child runs on, and the
@@ -267,7 +283,11 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     init.data = c->o->init_data;
     init.len = (uint32_t)c->o->init_len;
     drop_slots(c, x->channel);
-    pm__loop_forget(&c->loop);
+    int fd;
+    void *at[2];
+    size_t len[2];
+    if (pm__loop_child_drop(&c->loop, &fd, at, len) < 0)
+        pm__loop_forget(&c->loop); /* else dropped with the slots, above */
     pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
     /* Other workers' traffic the hub holds (queued frames, broadcast
      * replies) must not be readable by this worker's code. */
