@@ -167,6 +167,7 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__channel *own)
         const pm__spare *sp = pm__spare_of(t);
         drop_fd(d, sp->err_pipe[0]);
         drop_fd(d, sp->err_pipe[1]);
+        drop_fd(d, sp->notify_fd);
         for (int k = 0; k < 2; k++) {
             drop_fd(d, sp->out[k][0]);
             drop_fd(d, sp->out[k][1]);
@@ -450,6 +451,8 @@ typedef struct start_fds {
     char **env;          /* exec mode: its environment, and the strings in it */
     char *envtext;
     int fds[PM__MAX_PASS_FDS + 4];
+    int notify_fd;       /* notify readiness: the spare's socket, until the worker's */
+    char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2]; /* its NOTIFY_SOCKET */
 } start_fds;
 
 /* The channel of the incarnation now starting, and the standby that becomes
@@ -459,7 +462,7 @@ typedef struct start_fds {
 static int take_channel(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby)
 {
     pm__standby_check(c, s);
-    int rc = pm__spare_take(c, s, f->err_pipe, f->outp);
+    int rc = pm__spare_take(c, s, f->err_pipe, f->outp, &f->notify_fd, f->notify, sizeof(f->notify));
     if (rc < 0)
         return rc;
     *standby = c->o->exec_path == NULL ? pm__standby_take(c, s) : 0;
@@ -491,16 +494,18 @@ static int exec_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, start_fds *f
         f->fds[n + 2] = s->channel.hub_efd;
         f->fds[n + 3] = s->channel.node_sock; /* large messages (bigmsg.h) */
     }
-    char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
     if (c->o->ready_mode == PM_READY_NOTIFY) {
-        rc = pm__notify_open(c->self, s->index, s->incarnation, notify, sizeof(notify));
+        /* Made ahead with the spare, else now. */
+        rc = f->notify_fd >= 0 ? f->notify_fd
+                               : pm__notify_open(c->self, s->index, s->incarnation, f->notify, sizeof(f->notify));
+        f->notify_fd = -1;
         if (rc < 0)
             return rc;
         s->notify_fd = rc;
         s->watchdog = 0;
     }
     pm__exec_env_req q = {c->env, c->nenv, mesh ? 3 + (int)n : -1,
-                          c->o->ready_mode == PM_READY_NOTIFY ? notify : NULL,
+                          c->o->ready_mode == PM_READY_NOTIFY ? f->notify : NULL,
                           c->o->listen_env, n, c->o->fd_names};
     f->env = pm__exec_env(&q, &f->envtext, &req->pid_digits);
     if (f->env == NULL)
@@ -549,6 +554,8 @@ static int keep_worker(pm_cluster *c, pm__slot *s, start_fds *f, pid_t pid, pid_
     f->envtext = NULL;
     pm__close(f->err_pipe[1]);
     f->err_pipe[1] = -1;
+    pm__close(f->notify_fd); /* taken by exec_req in notify mode: -1 */
+    f->notify_fd = -1;
     /* Only the worker (and what it starts) may hold the write ends: ours
      * would keep its pipes from ever reaching EOF. */
     pm__close(f->outw[0]);
@@ -618,7 +625,7 @@ static void arm(pm_cluster *c, pm__slot *s)
  * the slot's failure. */
 int pm__incarnation_start(pm_cluster *c, pm__slot *s)
 {
-    start_fds f = {{-1, -1}, {-1, -1}, {{-1, -1}, {-1, -1}}, NULL, NULL, {0}};
+    start_fds f = {{-1, -1}, {-1, -1}, {{-1, -1}, {-1, -1}}, NULL, NULL, {0}, -1, {0}};
     pid_t standby = 0, pid = -1;
     int rc;
 
@@ -653,6 +660,7 @@ fail:
     free(f.envtext);
     pm__close(s->notify_fd);
     s->notify_fd = -1;
+    pm__close(f.notify_fd);
     pm__close(f.err_pipe[0]);
     pm__close(f.err_pipe[1]);
     pm__close(f.outw[0]);
