@@ -11,6 +11,7 @@
 #include "helpers.h"
 
 #include "procmesh.h"
+#include "internals.h"
 #include "supervise.h"
 
 #include <sys/stat.h> /* fchmod */
@@ -318,6 +319,40 @@ START_TEST(test_notify_without_watchdog_not_fenced)
 }
 END_TEST
 
+/* The next incarnation's notify socket is made with its spare, once the
+ * incarnation before is ready, not on the way from a crash to ready: the
+ * replacement gets that very socket and says READY on it. */
+START_TEST(test_notify_socket_made_ahead)
+{
+    nev = 0;
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, 1);
+    pm_options_set_on_event(o, record, NULL);
+    pm_options_set_on_permanently_down(o, quiet_down, NULL);
+    pm_options_set_ring_size(o, 1 << 18);
+    pm_options_set_restart_min_backoff_ms(o, 0);
+    pm_options_set_restart_max_backoff_ms(o, 0);
+    char *argv[] = {"pm-notify-send", "READY=1", "--", "sleep", "30", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, PM_NOTIFY_SEND, argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_NOTIFY), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    PM_RUN_UNTIL(c, pm_test_slot_spare_notify(c, 0) >= 0, 10000);
+    struct stat st;
+    ck_assert_int_eq(fstat(pm_test_slot_spare_notify(c, 0), &st), 0);
+    ino_t ahead = st.st_ino;
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(kill(si.pid, SIGKILL), 0);
+    PM_RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_int_ge(pm_test_slot_notify_fd(c, 0), 0);
+    ck_assert_int_eq(fstat(pm_test_slot_notify_fd(c, 0), &st), 0);
+    ck_assert_msg(st.st_ino == ahead, "the replacement did not get the notify socket made ahead");
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 /* An exec'd mesh worker, ready, maps none of the libraries only a
  * supervisor calls: libprocmesh loads liburing, libsodium and libseccomp on
  * first use (src/os/deps.h), and a worker never uses them. */
@@ -373,6 +408,7 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = pm_tcase("test_notify_without_watchdog_not_fenced", 30);
     tcase_add_loop_test(tc, test_notify_without_watchdog_not_fenced, 0, 2);
+    tcase_add_test(tc, test_notify_socket_made_ahead);
     suite_add_tcase(s, tc);
     return pm_test_main(s);
 }

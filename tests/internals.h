@@ -170,6 +170,18 @@ static inline int pm_test_slot_spare_memfd(const pm_cluster *c, unsigned i)
     return c->slots[i].spare != NULL ? c->slots[i].spare->memfd : -1;
 }
 
+/* Slot i's notify socket (sd_notify readiness), and the one made ahead
+ * with its spare for the next incarnation; -1 when it has none. */
+static inline int pm_test_slot_notify_fd(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].notify_fd;
+}
+
+static inline int pm_test_slot_spare_notify(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].spare != NULL ? pm__spare_of(&c->slots[i])->notify_fd : -1;
+}
+
 /* The read end of slot i's spare stdout (k 0) or stderr (k 1) pipe, made
  * ahead with the spare under captured output, or -1 when it has none. */
 static inline int pm_test_slot_spare_out(const pm_cluster *c, unsigned i, int k)

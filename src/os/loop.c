@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #define TAG_IGNORE UINT64_MAX /* completions of our own cancel requests */
 
@@ -80,6 +81,26 @@ void pm__loop_forget(pm__loop *l)
      * parent's instance; io_uring_queue_exit only unmaps and closes our
      * references, which is exactly what the child must do. */
     pm__loop_fini(l);
+}
+
+/* What io_uring_queue_exit unmaps and closes (liburing 2.x): the SQE array
+ * (no IORING_SETUP_SQE128 here: 64 bytes each), the SQ ring and, without
+ * IORING_FEAT_SINGLE_MMAP, the CQ ring apart; no ring fd is registered. */
+int pm__loop_child_drop(const pm__loop *l, int *fd, void *at[2], size_t len[2])
+{
+    size_t page = (size_t)getpagesize();
+    *fd = l->backend == PM__LOOP_URING ? l->ring.ring_fd : l->epfd;
+    if (l->backend != PM__LOOP_URING)
+        return 0;
+    at[0] = l->ring.sq.sqes;
+    len[0] = sizeof(struct io_uring_sqe) * l->ring.sq.ring_entries;
+    at[1] = l->ring.sq.ring_ptr;
+    len[1] = l->ring.sq.ring_sz;
+    if (l->ring.cq.ring_ptr != NULL && l->ring.cq.ring_ptr != l->ring.sq.ring_ptr)
+        return -1; /* IORING_FEAT_SINGLE_MMAP absent: a third mapping */
+    for (int i = 0; i < 2; i++)
+        len[i] = (len[i] + page - 1) / page * page;
+    return 2;
 }
 
 static struct io_uring_sqe *get_sqe(pm__loop *l)

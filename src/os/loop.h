@@ -88,4 +88,16 @@ int pm__loop_fd(const pm__loop *l);
  * io_uring instance's state beyond our mapping of it). */
 void pm__loop_forget(pm__loop *l);
 
+/* What a forked child that never runs the loop again inherits of it, for
+ * the child to close and unmap with the rest of what it drops (in one
+ * close_range run and one munmap of adjacent mappings, not a call each):
+ * the fd (io_uring's or epoll's) in *fd, and the ring's mappings, their
+ * lengths rounded up to whole pages, in at/len. Returns how many mappings
+ * (0 with epoll, at most 2), or -1 when the rings are mapped apart (a
+ * kernel before 5.4: the caller calls pm__loop_forget instead). Reads l
+ * only: nothing is written to the loop, which the child shares
+ * copy-on-write with the supervisor, so it must not use the loop
+ * afterwards. Pure: no system call. */
+int pm__loop_child_drop(const pm__loop *l, int *fd, void *at[2], size_t len[2]);
+
 #endif /* PM_LOOP_H */

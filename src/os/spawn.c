@@ -281,6 +281,18 @@ static void fill_pid_digits(char *digits)
     digits[k] = '\0';
 }
 
+/* fd itself when placing fds at 3..top-1 cannot clobber it, else a
+ * close-on-exec copy of it at top or above (-1 and errno on failure). A
+ * source at 3 + i itself is moved too: dup2 onto itself would keep its
+ * close-on-exec flag. A source below 3 is placed before the output pipes
+ * are put at 1 and 2. */
+static int above_targets(int fd, int top)
+{
+    if (fd < 3 || fd >= top)
+        return fd;
+    return fcntl(fd, F_DUPFD_CLOEXEC, top);
+}
+
 /* The exec-mode child, after pm__child_contain: handlers, mask, death
  * signal, LISTEN_PID, the fds, the privileges, execve. Raw system calls
  * and glibc's thin wrappers of one system call each only (fcntl, dup2,
@@ -298,23 +310,25 @@ static void exec_child(const pm__spawn_req *r, child_report *rep)
         fill_pid_digits(r->pid_digits);
 
     /* Move the error pipe (fork: the child writes into it) and every
-     * source fd above the target range first, so that placing fd i at
-     * 3 + i can never clobber a source not yet placed. */
+     * source fd inside the target range above it first, so that placing
+     * fd i at 3 + i can never clobber a source not yet placed. A source
+     * outside 3..top-1 (the supervisor's fds usually are) is placed from
+     * where it is: nothing placed lands on it. */
     if (rep->shared == NULL && rep->pipe_fd < top) {
         rep->pipe_fd = fcntl(rep->pipe_fd, F_DUPFD_CLOEXEC, top);
         if (rep->pipe_fd < 0)
             _exit(127);
     }
     for (int i = 0; i < r->nfds; i++) {
-        tmp[i] = fcntl(r->fds[i], F_DUPFD_CLOEXEC, top);
+        tmp[i] = above_targets(r->fds[i], top);
         if (tmp[i] < 0)
             child_fail(rep, errno);
     }
     /* The output pipes too: placing fd 3 + i must not clobber them. */
     int out = -1, err = -1;
     if (r->capture) {
-        out = fcntl(r->stdio[0], F_DUPFD_CLOEXEC, top);
-        err = fcntl(r->stdio[1], F_DUPFD_CLOEXEC, top);
+        out = above_targets(r->stdio[0], top);
+        err = above_targets(r->stdio[1], top);
         if (out < 0 || err < 0)
             child_fail(rep, errno);
     }

@@ -99,21 +99,26 @@ static void unmap_batch(child_drop *d)
     d->nmaps = 0;
 }
 
+static void drop_map(child_drop *d, void *at, size_t len)
+{
+    if (at == NULL || at == MAP_FAILED || d->mode == DROP_MEASURE)
+        return;
+    if (d->mode == DROP_NOW) {
+        (void)munmap(at, len);
+        return;
+    }
+    d->maps[d->nmaps++] = (struct child_map){(uintptr_t)at, len};
+    if (d->nmaps == DROP_BATCH)
+        unmap_batch(d);
+}
+
 static void drop_channel(child_drop *d, const pm__channel *l)
 {
     int fds[PM__CHANNEL_NFDS];
     pm__channel_fds(l, fds);
     for (int i = 0; i < PM__CHANNEL_NFDS; i++)
         drop_fd(d, fds[i]);
-    if (l->map == NULL || l->map == MAP_FAILED || d->mode == DROP_MEASURE)
-        return;
-    if (d->mode == DROP_NOW) {
-        (void)munmap(l->map, l->map_size);
-        return;
-    }
-    d->maps[d->nmaps++] = (struct child_map){(uintptr_t)l->map, l->map_size};
-    if (d->nmaps == DROP_BATCH)
-        unmap_batch(d);
+    drop_map(d, l->map, l->map_size);
 }
 
 /* Closes the marked fds, a run of consecutive numbers at a time. */
@@ -162,6 +167,7 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__channel *own)
         const pm__spare *sp = pm__spare_of(t);
         drop_fd(d, sp->err_pipe[0]);
         drop_fd(d, sp->err_pipe[1]);
+        drop_fd(d, sp->notify_fd);
         for (int k = 0; k < 2; k++) {
             drop_fd(d, sp->out[k][0]);
             drop_fd(d, sp->out[k][1]);
@@ -181,12 +187,23 @@ static void drop_slot(child_drop *d, const pm__slot *t, const pm__channel *own)
 }
 
 /* The supervisor's own fds a child drops with the slots' (in the same
- * runs: they are among the first made). */
+ * runs: they are among the first made), and its loop's fd and ring
+ * (pm__loop_child_drop; where the rings are mapped apart, the loop is
+ * forgotten by pm__loop_forget after the drop instead). */
 static void drop_own(child_drop *d, const pm_cluster *c)
 {
     drop_fd(d, c->sigfd);
     drop_fd(d, c->timerfd);
     drop_fd(d, c->wakefd);
+    int fd;
+    void *at[2];
+    size_t len[2];
+    int n = pm__loop_child_drop(&c->loop, &fd, at, len);
+    if (n < 0)
+        return;
+    drop_fd(d, fd);
+    for (int i = 0; i < n; i++)
+        drop_map(d, at[i], len[i]);
 }
 
 /* Every slot's fds and memory but the channel the child runs on, and the
@@ -267,7 +284,11 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     init.data = c->o->init_data;
     init.len = (uint32_t)c->o->init_len;
     drop_slots(c, x->channel);
-    pm__loop_forget(&c->loop);
+    int fd;
+    void *at[2];
+    size_t len[2];
+    if (pm__loop_child_drop(&c->loop, &fd, at, len) < 0)
+        pm__loop_forget(&c->loop); /* else dropped with the slots, above */
     pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
     /* Other workers' traffic the hub holds (queued frames, broadcast
      * replies) must not be readable by this worker's code. */
@@ -430,6 +451,8 @@ typedef struct start_fds {
     char **env;          /* exec mode: its environment, and the strings in it */
     char *envtext;
     int fds[PM__MAX_PASS_FDS + 4];
+    int notify_fd;       /* notify readiness: the spare's socket, until the worker's */
+    char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2]; /* its NOTIFY_SOCKET */
 } start_fds;
 
 /* The channel of the incarnation now starting, and the standby that becomes
@@ -439,7 +462,7 @@ typedef struct start_fds {
 static int take_channel(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby)
 {
     pm__standby_check(c, s);
-    int rc = pm__spare_take(c, s, f->err_pipe, f->outp);
+    int rc = pm__spare_take(c, s, f->err_pipe, f->outp, &f->notify_fd, f->notify, sizeof(f->notify));
     if (rc < 0)
         return rc;
     *standby = c->o->exec_path == NULL ? pm__standby_take(c, s) : 0;
@@ -471,16 +494,18 @@ static int exec_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, start_fds *f
         f->fds[n + 2] = s->channel.hub_efd;
         f->fds[n + 3] = s->channel.node_sock; /* large messages (bigmsg.h) */
     }
-    char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
     if (c->o->ready_mode == PM_READY_NOTIFY) {
-        rc = pm__notify_open(c->self, s->index, s->incarnation, notify, sizeof(notify));
+        /* Made ahead with the spare, else now. */
+        rc = f->notify_fd >= 0 ? f->notify_fd
+                               : pm__notify_open(c->self, s->index, s->incarnation, f->notify, sizeof(f->notify));
+        f->notify_fd = -1;
         if (rc < 0)
             return rc;
         s->notify_fd = rc;
         s->watchdog = 0;
     }
     pm__exec_env_req q = {c->env, c->nenv, mesh ? 3 + (int)n : -1,
-                          c->o->ready_mode == PM_READY_NOTIFY ? notify : NULL,
+                          c->o->ready_mode == PM_READY_NOTIFY ? f->notify : NULL,
                           c->o->listen_env, n, c->o->fd_names};
     f->env = pm__exec_env(&q, &f->envtext, &req->pid_digits);
     if (f->env == NULL)
@@ -529,6 +554,8 @@ static int keep_worker(pm_cluster *c, pm__slot *s, start_fds *f, pid_t pid, pid_
     f->envtext = NULL;
     pm__close(f->err_pipe[1]);
     f->err_pipe[1] = -1;
+    pm__close(f->notify_fd); /* taken by exec_req in notify mode: -1 */
+    f->notify_fd = -1;
     /* Only the worker (and what it starts) may hold the write ends: ours
      * would keep its pipes from ever reaching EOF. */
     pm__close(f->outw[0]);
@@ -598,7 +625,7 @@ static void arm(pm_cluster *c, pm__slot *s)
  * the slot's failure. */
 int pm__incarnation_start(pm_cluster *c, pm__slot *s)
 {
-    start_fds f = {{-1, -1}, {-1, -1}, {{-1, -1}, {-1, -1}}, NULL, NULL, {0}};
+    start_fds f = {{-1, -1}, {-1, -1}, {{-1, -1}, {-1, -1}}, NULL, NULL, {0}, -1, {0}};
     pid_t standby = 0, pid = -1;
     int rc;
 
@@ -633,6 +660,7 @@ fail:
     free(f.envtext);
     pm__close(s->notify_fd);
     s->notify_fd = -1;
+    pm__close(f.notify_fd);
     pm__close(f.err_pipe[0]);
     pm__close(f.err_pipe[1]);
     pm__close(f.outw[0]);

@@ -12,10 +12,12 @@
 #include "standby.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
+#include "os/notify.h"
 #include "os/spawn.h"
 
 /* Creating a link (memfd_create, ftruncate, the seals, mmap, the ring
@@ -40,6 +42,7 @@
 
 static void spare_close_pipes(pm__spare *sp)
 {
+    pm__close(sp->notify_fd);
     pm__close(sp->err_pipe[0]);
     pm__close(sp->err_pipe[1]);
     for (int i = 0; i < 2; i++) {
@@ -100,8 +103,10 @@ int pm__channel_new_for(pm_cluster *c, pm__channel *l, unsigned index, uint64_t 
  * err_pipe and the output pipes into out) for the incarnation now
  * starting: the spare when it fits, a new link otherwise (and -1s). 0 or
  * -errno. */
-int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2])
+int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2], int *notify_fd,
+                   char *notify, size_t size)
 {
+    *notify_fd = -1;
     if (s->spare != NULL && spare_fits(c, s, s->spare)) {
         /* By value: nothing points into the pm__channel itself (its rings
          * point into the mapping). */
@@ -110,6 +115,9 @@ int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2])
         err_pipe[0] = sp->err_pipe[0];
         err_pipe[1] = sp->err_pipe[1];
         memcpy(out, sp->out, sizeof(sp->out));
+        *notify_fd = sp->notify_fd;
+        if (sp->notify_fd >= 0)
+            snprintf(notify, size, "%s", sp->notify);
         free(sp);
         s->spare = NULL;
         return 0;
@@ -139,11 +147,12 @@ int pm__fds_affordable(const int *fds, size_t n)
 
 static int spare_affordable(const pm__spare *sp)
 {
-    int fds[PM__CHANNEL_NFDS + 6];
+    int fds[PM__CHANNEL_NFDS + 7];
     pm__channel_fds(&sp->channel, fds);
     fds[PM__CHANNEL_NFDS] = sp->err_pipe[0];
     fds[PM__CHANNEL_NFDS + 1] = sp->err_pipe[1];
     memcpy(&fds[PM__CHANNEL_NFDS + 2], sp->out, sizeof(sp->out));
+    fds[PM__CHANNEL_NFDS + 6] = sp->notify_fd;
     return pm__fds_affordable(fds, sizeof(fds) / sizeof(fds[0]));
 }
 
@@ -166,11 +175,19 @@ static int spare_output(const pm_cluster *c)
     return c->o->output == PM_OUTPUT_CAPTURE && (c->o->exec_path == NULL || pm__spawn_waits_exec());
 }
 
-/* The pipes the spare holds besides its link, when it holds them. 0 or
+/* The pipes the spare holds besides its link, when it holds them, and
+ * with sd_notify readiness the next incarnation's notify socket (its name
+ * holds the incarnation; fenced as the link is: made after the fork of the
+ * incarnation before, close-on-exec, its name told to no process yet).
+ * That socket is best effort: without it the start opens its own. 0 or
  * -errno (what was made is in sp, for the caller to close). */
-static int spare_pipes(const pm_cluster *c, pm__spare *sp)
+static int spare_pipes(const pm_cluster *c, const pm__slot *s, pm__spare *sp)
 {
     int rc;
+    if (c->o->exec_path != NULL && c->o->ready_mode == PM_READY_NOTIFY) {
+        rc = pm__notify_open(c->self, s->index, s->incarnation + 1, sp->notify, sizeof(sp->notify));
+        sp->notify_fd = rc >= 0 ? rc : -1;
+    }
     if (spare_pipe(c) && (rc = pm__err_pipe_open(sp->err_pipe)) < 0)
         return rc;
     if (spare_output(c)) {
@@ -201,7 +218,8 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
     if (sp != NULL && pm__channel_new_for(c, &sp->channel, s->index, s->incarnation + 1) == 0) {
         sp->err_pipe[0] = sp->err_pipe[1] = -1;
         sp->out[0][0] = sp->out[0][1] = sp->out[1][0] = sp->out[1][1] = -1;
-        if (spare_pipes(c, sp) == 0 && spare_affordable(sp)) {
+        sp->notify_fd = -1;
+        if (spare_pipes(c, s, sp) == 0 && spare_affordable(sp)) {
             s->spare = &sp->channel;
             sp = NULL;
         } else {

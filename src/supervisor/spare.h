@@ -6,15 +6,21 @@
 
 #include "types.h"
 
+#include <sys/un.h>
+
 /* A slot's spare (s->spare points at its link, the first member): the next
  * incarnation's channel; in exec mode its exec error pipe (both ends
  * close-on-exec, the read end non-blocking); with captured output its
  * stdout and stderr pipes (read end, write end each, as pm__output_pipes
- * makes them); -1s for what it does not hold. */
+ * makes them); with sd_notify readiness its notify socket and the
+ * NOTIFY_SOCKET value naming it (notify.h); -1s for what it does not
+ * hold. */
 typedef struct pm__spare {
     pm__channel channel;
     int err_pipe[2];
     int out[2][2];
+    int notify_fd;
+    char notify[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
 } pm__spare;
 
 static inline pm__spare *pm__spare_of(const pm__slot *s)
@@ -37,9 +43,11 @@ int pm__err_pipe_open(int p[2]);
 /* A new link for incarnation inc of slot index, with the cluster's
  * geometry. 0 or -errno. */
 int pm__channel_new_for(pm_cluster *c, pm__channel *l, unsigned index, uint64_t inc);
-/* The link (and the pipes the spare has, into err_pipe and out, else -1s)
- * for the incarnation now starting: the spare when it fits, a new link
+/* The link (and the pipes the spare has, into err_pipe and out, and its
+ * notify socket into *notify_fd with its name into notify, else -1s) for
+ * the incarnation now starting: the spare when it fits, a new link
  * otherwise. 0 or -errno. */
-int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2]);
+int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2], int *notify_fd,
+                   char *notify, size_t size);
 
 #endif /* PM_SUPERVISOR_SPARE_H */
