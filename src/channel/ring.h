@@ -67,7 +67,6 @@ typedef struct pm__ring {
     uint32_t max_frame;
     uint32_t spin_ns; /* the longest spin before parking (0: park at once) */
     uint32_t spin_budget; /* what the next wait spins, learnt (pm__spin_learn) */
-    int role;
     int poisoned;
     int wake_fd; /* eventfd to write to wake the other end, or -1 */
     int park_fd; /* eventfd this end's event loop polls, or -1 (spin only) */
