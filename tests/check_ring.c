@@ -451,9 +451,94 @@ START_TEST(test_poison_held_frame)
     ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), -EBADMSG);
     atomic_store(&sh->head, 16);
     ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), -EBADMSG);
+    ck_assert_int_eq(pm__ring_beyond(&t.cons, 0), -EBADMSG);
     uint64_t pos = 0;
     ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, NULL, NULL), -1);
     ck_assert_int_eq(pm__ring_wait(&t.cons, 0), -EBADMSG);
+    tr_close(&t);
+}
+END_TEST
+
+/* The hub's calls (hub_queue.c, port.c): pm__ring_arm_space and
+ * pm__ring_arm_beyond leave the wait flag set (1: write my eventfd) only
+ * when they return 0, and the other end's next release or publish writes
+ * that eventfd once; pm__ring_scan walks the frames past the one held and
+ * past *pos, stops where fn says, and reports a record it cannot trust.
+ * A wait of 0 ms never blocks. */
+static int count_frames(const void *payload, size_t len, void *arg)
+{
+    int *n = arg;
+    (*n)++;
+    return len == 7 ? 1 : 0; /* a 7-byte frame stops the scan */
+}
+
+START_TEST(test_hub_calls)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    char buf[1024] = {0};
+    size_t len;
+    uint64_t v;
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 0), 0);
+    while (pm__ring_send(&t.prod, buf, 1000) == 0)
+        ;
+    ck_assert_int_eq(pm__ring_wait_space(&t.prod, 1000, 0), 0);
+    ck_assert_int_eq(pm__ring_arm_space(&t.prod, 1000), 0);
+    ck_assert_uint_eq(atomic_load(&sh->prod_waiting), 1);
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    ck_assert_int_eq(read(t.prod_efd, &v, sizeof(v)), 8);
+    ck_assert_uint_eq(v, 1);
+    ck_assert_int_eq(pm__ring_arm_space(&t.prod, 1000), 1);
+    ck_assert_uint_eq(atomic_load(&sh->prod_waiting), 0);
+    while (recv_one(&t.cons, buf, sizeof(buf), &len) == 1)
+        ;
+    uint64_t pos = pm__ring_head(&t.prod);
+    ck_assert_int_eq(pm__ring_beyond(&t.cons, pos), 0);
+    ck_assert_int_eq(pm__ring_arm_beyond(&t.cons, pos), 0);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 1);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "one", 3), 0);
+    ck_assert_int_eq(read(t.cons_efd, &v, sizeof(v)), 8);
+    ck_assert_uint_eq(v, 1);
+    ck_assert_int_eq(pm__ring_beyond(&t.cons, pos), 1);
+    ck_assert_int_eq(pm__ring_arm_beyond(&t.cons, pos), 1);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 0);
+    ck_assert_int_eq(pm__ring_beyond(&t.cons, pm__ring_head(&t.prod)), 0);
+    /* Scan: "one" is held by a peek, so the scan starts after it. */
+    const void *p;
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "two", 3), 0);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "three", 5), 0);
+    int n = 0;
+    pos = 0;
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(pos, pm__ring_head(&t.prod));
+    /* A pos beyond what was published (stale) is not trusted: the scan
+     * starts over after the held frame. */
+    pos = pm__ring_head(&t.prod) + 64;
+    n = 0;
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(pos, pm__ring_head(&t.prod));
+    /* Again from pos: nothing new; then only what came after it, up to
+     * the frame fn stops at (pos stays before it). */
+    n = 0;
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 0);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "four", 4), 0);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "stop it", 7), 0);
+    uint64_t before = pos;
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 1);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(pos, before);
+    /* A record it cannot trust: -1. */
+    unsigned char *data = (unsigned char *)t.region + PM__RING_HDR_SIZE;
+    uint64_t bad = 0;
+    pos = pm__ring_head(&t.prod);
+    memcpy(data + (pos & 4095), &bad, 8);
+    atomic_store(&sh->head, pm__ring_head(&t.prod) + 16);
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), -1);
     tr_close(&t);
 }
 END_TEST
@@ -1058,6 +1143,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_layout);
     tcase_add_test(tc, test_poison_held_frame);
     tcase_add_test(tc, test_wait_flag_values);
+    tcase_add_test(tc, test_hub_calls);
     suite_add_tcase(s, tc);
     tc = pm_tcase("corruption", 30);
     tcase_add_loop_test(tc, test_corrupt_consumer_side, 0, 10);
