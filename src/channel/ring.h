@@ -9,9 +9,10 @@
  *                        consumer line, each 128-byte aligned
  *   [4096, 4096 + cap)   data: records, 8-byte aligned, never split
  *
- * A record is an 8-byte header (u32 payload length, u32 flags) followed by
- * the payload, padded to a multiple of 8. A record that would cross the end
- * of the data area is preceded by a padding record filling the rest of it.
+ * A record is an 8-byte header (u32 payload length, u32 flags: 0 a frame,
+ * 1 padding) followed by the payload, padded to a multiple of 8. A record
+ * that would cross the end of the data area is preceded by a padding record
+ * filling the rest of it.
  * The indices are 64-bit byte counts that only grow; index & (cap - 1) is the
  * offset in the data area.
  *
