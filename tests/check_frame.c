@@ -2,6 +2,7 @@
 /* check_frame.c - the frame header codec. */
 #include "helpers.h"
 
+#include "channel/bigmsg.h"
 #include "channel/frame.h"
 
 static pm__frame_hdr sample(void)
@@ -124,6 +125,41 @@ START_TEST(test_rejects)
 }
 END_TEST
 
+/* The announcement rule (frame.h): PM__FF_MEMFD only on MSG, REQUEST and
+ * REPLY, with exactly a PM__ANNOUNCE_SIZE payload. One row per type and
+ * length, everything else valid; and the bounds of the other checks taken
+ * at their edges: a payload of exactly the maximum, error 0, deadline 0. */
+START_TEST(test_announce_rules)
+{
+    unsigned char buf[PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE + 1];
+    pm__frame_hdr h = sample(), d;
+    for (unsigned t = PM__FT_HELLO; t <= PM__FT_MAX_; t++) {
+        for (uint32_t len = PM__ANNOUNCE_SIZE - 1; len <= PM__ANNOUNCE_SIZE + 1; len++) {
+            h.type = (uint8_t)t;
+            h.flags = PM__FF_MEMFD;
+            h.len = len;
+            pm__frame_encode(&h, buf);
+            int data = t == PM__FT_MSG || t == PM__FT_REQUEST || t == PM__FT_REPLY;
+            int want = data && len == PM__ANNOUNCE_SIZE ? 0 : -EBADMSG;
+            ck_assert_msg(pm__frame_decode(buf, PM__FRAME_HDR_SIZE + len, 65536, &d) == want,
+                          "type %u, announcement of %u bytes: want %d", t, len, want);
+            /* Without the flag any length goes. */
+            h.flags = 0;
+            pm__frame_encode(&h, buf);
+            ck_assert_int_eq(pm__frame_decode(buf, PM__FRAME_HDR_SIZE + len, 65536, &d), 0);
+        }
+    }
+    h = sample();
+    h.error = 0;
+    h.deadline_ms = 0;
+    pm__frame_encode(&h, buf);
+    ck_assert_int_eq(pm__frame_decode(buf, PM__FRAME_HDR_SIZE + 5, 5, &d), 0);
+    ck_assert_int_eq(d.error, 0);
+    ck_assert_int_eq(d.deadline_ms, 0);
+    ck_assert_int_eq(pm__frame_decode(buf, PM__FRAME_HDR_SIZE + 5, 4, &d), -EBADMSG);
+}
+END_TEST
+
 START_TEST(test_random_bytes)
 {
     /* Whatever the bytes, decode returns 0, -EBADMSG or -EPROTO, and a
@@ -152,6 +188,7 @@ int main(void)
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_truncated);
     tcase_add_test(tc, test_rejects);
+    tcase_add_test(tc, test_announce_rules);
     tcase_add_test(tc, test_random_bytes);
     suite_add_tcase(s, tc);
     return pm_test_main(s);

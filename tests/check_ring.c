@@ -4,8 +4,10 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include "channel/channel.h"
 #include "channel/ring.h"
@@ -303,6 +305,241 @@ START_TEST(test_spin_learn)
     /* A cap of 0 (spinning turned off) is never exceeded. */
     ck_assert_uint_eq(pm__spin_learn(0, 0, 0, 10), 0);
     ck_assert_uint_eq(pm__spin_learn(5000, 0, 1, 10), 0);
+}
+END_TEST
+
+/* pm__ring_attach: a role that is neither end is refused, and the indices
+ * found in the shared header (attaching later: a benchmark, a test, a
+ * restarted end) are taken only when a correct pair of ends could have left
+ * them; otherwise the ring starts poisoned. One row per condition, the
+ * others valid. */
+START_TEST(test_attach)
+{
+    static const struct {
+        uint64_t head, tail;
+        int ok;
+    } rows[] = {
+        {0, 0, 1},
+        {8, 8, 1},                      /* aligned, bit 3 set */
+        {4096, 0, 1},                   /* exactly full */
+        {4096 + 8, 0, 0},               /* head more than the capacity ahead */
+        {8, 16, 0},                     /* tail past head */
+        {0, (uint64_t)0 - 8, 0},        /* tail past head by more than 2^64 - cap */
+        {4, 0, 0},                      /* misaligned head */
+        {1, 0, 0},                      /* misaligned head, odd */
+        {16, 2, 0},                     /* misaligned tail */
+    };
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    pm__ring r;
+    ck_assert_int_eq(pm__ring_attach(&r, t.region, 4096, 1024, 0, -1, -1), -EINVAL);
+    ck_assert_int_eq(pm__ring_attach(&r, t.region, 4096, 1024, 3, -1, -1), -EINVAL);
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        memset((unsigned char *)t.region + PM__RING_HDR_SIZE, 0, 4096);
+        atomic_store(&sh->head, rows[i].head);
+        atomic_store(&sh->tail, rows[i].tail);
+        pm__ring prod, cons;
+        int want = rows[i].ok ? 0 : -EBADMSG;
+        ck_assert_msg(pm__ring_attach(&prod, t.region, 4096, 1024, PM__RING_PRODUCER, -1, -1) == want &&
+                          pm__ring_attach(&cons, t.region, 4096, 1024, PM__RING_CONSUMER, -1, -1) == want,
+                      "row %zu: attach should return %d", i, want);
+        const void *p;
+        size_t len;
+        if (!rows[i].ok) {
+            ck_assert_int_eq(pm__ring_peek(&cons, &p, &len), -EBADMSG);
+            ck_assert_int_eq(pm__ring_send(&prod, "x", 1), -EBADMSG);
+            continue;
+        }
+        if (rows[i].head - rows[i].tail == 4096) {
+            /* Full: the producer starts from the indices it found. */
+            ck_assert_int_eq(pm__ring_send(&prod, "x", 1), -EAGAIN);
+            continue;
+        }
+        /* Empty (nothing published yet): nothing to read, and what the
+         * producer sends next lands where the consumer reads. */
+        ck_assert_int_eq(pm__ring_peek(&cons, &p, &len), 0);
+        ck_assert_int_eq(pm__ring_send(&prod, "abc", 3), 0);
+        ck_assert_int_eq(pm__ring_peek(&cons, &p, &len), 1);
+        ck_assert_uint_eq(len, 3);
+        ck_assert_int_eq(memcmp(p, "abc", 3), 0);
+    }
+    /* The tail found at attach is the consumer's from then on: one moved
+     * below it afterwards is a tail moving backwards. */
+    atomic_store(&sh->head, 64);
+    atomic_store(&sh->tail, 64);
+    ck_assert_int_eq(pm__ring_attach(&r, t.region, 4096, 1024, PM__RING_PRODUCER, -1, -1), 0);
+    atomic_store(&sh->tail, 8);
+    int rc;
+    char buf[1000] = {0};
+    while ((rc = pm__ring_send(&r, buf, sizeof(buf))) == 0)
+        ;
+    ck_assert_int_eq(rc, -EBADMSG);
+    tr_close(&t);
+}
+END_TEST
+
+/* The record layout of ring.h, as a producer written from it alone would
+ * lay it out: a header u32 length | u32 flags (0 a frame, 1 padding to the
+ * end of the data area), the payload padded to 8. Read both ways: the
+ * library's producer writes it, the library's consumer accepts it. */
+START_TEST(test_layout)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    unsigned char *data = (unsigned char *)t.region + PM__RING_HDR_SIZE;
+    /* Written by hand: a frame at 0, then a padding record at 4080 and the
+     * frame it is published with at 0 again. */
+    uint64_t rec = 5;
+    memcpy(data, &rec, 8);
+    memcpy(data + 8, "hello", 5);
+    atomic_store(&sh->head, 16);
+    const void *p;
+    size_t len;
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    ck_assert_uint_eq(len, 5);
+    ck_assert_int_eq(memcmp(p, "hello", 5), 0);
+    pm__ring_consume(&t.cons);
+    pm__ring_release(&t.cons);
+    atomic_store(&sh->head, 4080);
+    atomic_store(&sh->tail, 4080);
+    pm__ring cons;
+    ck_assert_int_eq(pm__ring_attach(&cons, t.region, 4096, 1024, PM__RING_CONSUMER, -1, -1), 0);
+    rec = 8 | ((uint64_t)1 << 32);
+    memcpy(data + 4080, &rec, 8);
+    rec = 3;
+    memcpy(data, &rec, 8);
+    memcpy(data + 8, "abc", 3);
+    atomic_store(&sh->head, 4096 + 16);
+    ck_assert_int_eq(pm__ring_peek(&cons, &p, &len), 1);
+    ck_assert_uint_eq(len, 3);
+    ck_assert_int_eq(memcmp(p, "abc", 3), 0);
+    ck_assert_ptr_eq(p, data + 8);
+    /* Written by the library: the same bytes. */
+    pm__ring prod;
+    atomic_store(&sh->head, 4080);
+    atomic_store(&sh->tail, 4080);
+    memset(data, 0, 4096);
+    ck_assert_int_eq(pm__ring_attach(&prod, t.region, 4096, 1024, PM__RING_PRODUCER, -1, -1), 0);
+    ck_assert_int_eq(pm__ring_send(&prod, "abcdefghi", 9), 0); /* 24 bytes: 16 left */
+    ck_assert_uint_eq(atomic_load(&sh->head), 4096 + 24);
+    memcpy(&rec, data + 4080, 8);
+    ck_assert_uint_eq(rec, 8 | ((uint64_t)1 << 32));
+    memcpy(&rec, data, 8);
+    ck_assert_uint_eq(rec, 9);
+    ck_assert_int_eq(memcmp(data + 8, "abcdefghi", 9), 0);
+    tr_close(&t);
+}
+END_TEST
+
+/* Poisoned is for good, also for a frame the consumer peeked and still
+ * holds when another call (the hub's pm__ring_beyond and pm__ring_scan)
+ * finds the producer's index implausible: it is not handed out again, and
+ * a producer that puts the index right afterwards changes nothing. */
+START_TEST(test_poison_held_frame)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    const void *p;
+    size_t len;
+    ck_assert_int_eq(pm__ring_send(&t.prod, "abc", 3), 0);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    atomic_store(&sh->head, 3);
+    ck_assert_int_eq(pm__ring_beyond(&t.cons, 0), -EBADMSG);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), -EBADMSG);
+    atomic_store(&sh->head, 16);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), -EBADMSG);
+    ck_assert_int_eq(pm__ring_beyond(&t.cons, 0), -EBADMSG);
+    uint64_t pos = 0;
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, NULL, NULL), -1);
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 0), -EBADMSG);
+    tr_close(&t);
+}
+END_TEST
+
+/* The hub's calls (hub_queue.c, port.c): pm__ring_arm_space and
+ * pm__ring_arm_beyond leave the wait flag set (1: write my eventfd) only
+ * when they return 0, and the other end's next release or publish writes
+ * that eventfd once; pm__ring_scan walks the frames past the one held and
+ * past *pos, stops where fn says, and reports a record it cannot trust.
+ * A wait of 0 ms never blocks. */
+static int count_frames(const void *payload, size_t len, void *arg)
+{
+    int *n = arg;
+    (*n)++;
+    return len == 7 ? 1 : 0; /* a 7-byte frame stops the scan */
+}
+
+START_TEST(test_hub_calls)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    char buf[1024] = {0};
+    size_t len;
+    uint64_t v;
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 0), 0);
+    while (pm__ring_send(&t.prod, buf, 1000) == 0)
+        ;
+    ck_assert_int_eq(pm__ring_wait_space(&t.prod, 1000, 0), 0);
+    ck_assert_int_eq(pm__ring_arm_space(&t.prod, 1000), 0);
+    ck_assert_uint_eq(atomic_load(&sh->prod_waiting), 1);
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    ck_assert_int_eq(read(t.prod_efd, &v, sizeof(v)), 8);
+    ck_assert_uint_eq(v, 1);
+    ck_assert_int_eq(pm__ring_arm_space(&t.prod, 1000), 1);
+    ck_assert_uint_eq(atomic_load(&sh->prod_waiting), 0);
+    while (recv_one(&t.cons, buf, sizeof(buf), &len) == 1)
+        ;
+    uint64_t pos = pm__ring_head(&t.prod);
+    ck_assert_int_eq(pm__ring_beyond(&t.cons, pos), 0);
+    ck_assert_int_eq(pm__ring_arm_beyond(&t.cons, pos), 0);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 1);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "one", 3), 0);
+    ck_assert_int_eq(read(t.cons_efd, &v, sizeof(v)), 8);
+    ck_assert_uint_eq(v, 1);
+    ck_assert_int_eq(pm__ring_beyond(&t.cons, pos), 1);
+    ck_assert_int_eq(pm__ring_arm_beyond(&t.cons, pos), 1);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 0);
+    ck_assert_int_eq(pm__ring_beyond(&t.cons, pm__ring_head(&t.prod)), 0);
+    /* Scan: "one" is held by a peek, so the scan starts after it. */
+    const void *p;
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "two", 3), 0);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "three", 5), 0);
+    int n = 0;
+    pos = 0;
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(pos, pm__ring_head(&t.prod));
+    /* A pos beyond what was published (stale) is not trusted: the scan
+     * starts over after the held frame. */
+    pos = pm__ring_head(&t.prod) + 64;
+    n = 0;
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(pos, pm__ring_head(&t.prod));
+    /* Again from pos: nothing new; then only what came after it, up to
+     * the frame fn stops at (pos stays before it). */
+    n = 0;
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 0);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "four", 4), 0);
+    ck_assert_int_eq(pm__ring_send(&t.prod, "stop it", 7), 0);
+    uint64_t before = pos;
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 1);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(pos, before);
+    /* A record it cannot trust: -1. */
+    unsigned char *data = (unsigned char *)t.region + PM__RING_HDR_SIZE;
+    uint64_t bad = 0;
+    pos = pm__ring_head(&t.prod);
+    memcpy(data + (pos & 4095), &bad, 8);
+    atomic_store(&sh->head, pm__ring_head(&t.prod) + 16);
+    ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), -1);
+    tr_close(&t);
 }
 END_TEST
 
@@ -677,6 +914,45 @@ START_TEST(test_two_process_pingpong_parked)
 }
 END_TEST
 
+/* The wait flags hold the values design.md and ring.h give them, so that a
+ * waker written from the layout alone wakes the right way: 1 "write my
+ * eventfd" (an event loop's pm__ring_arm, or where futexes are refused), 2
+ * "I sleep in FUTEX_WAIT on this flag". A consumer process parks in
+ * FUTEX_WAIT; the flag it shows is 2, and this process wakes it with
+ * FUTEX_WAKE alone, as the layout says, with no eventfd written. */
+START_TEST(test_wait_flag_values)
+{
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    struct pm__ring_shared *sh = t.region;
+    ck_assert_int_eq(pm__ring_arm(&t.cons), 0);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 1);
+    pm__ring_disarm(&t.cons);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 0);
+    t.cons.spin_ns = t.cons.spin_budget = 0;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(pm__ring_wait(&t.cons, 60000) == 1 ? 0 : 1);
+    uint64_t end = pm_test_now_ns() + 30000000000ull;
+    uint32_t flag;
+    while ((flag = atomic_load(&sh->cons_waiting)) == 0 && pm_test_now_ns() < end)
+        usleep(1000);
+    ck_assert_uint_eq(flag, 2);
+    /* A producer written from the layout: a record, the index, then take
+     * the flag and FUTEX_WAKE. */
+    uint64_t rec = 1;
+    memcpy((unsigned char *)t.region + PM__RING_HDR_SIZE, &rec, 8);
+    atomic_store(&sh->head, 16);
+    ck_assert_uint_eq(atomic_exchange(&sh->cons_waiting, 0), 2);
+    syscall(SYS_futex, (uint32_t *)&sh->cons_waiting, FUTEX_WAKE, 1, NULL, NULL, 0);
+    int status = pm_test_reap(pid, 30000);
+    ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the parked consumer was not woken by FUTEX_WAKE (status %d)", status);
+    tr_close(&t);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- hostile peer */
 
 START_TEST(test_hostile_producer)
@@ -861,6 +1137,13 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_spin_gate);
     tcase_add_test(tc, test_shm_sealed);
     tcase_add_test(tc, test_untouched_ring_pages);
+    suite_add_tcase(s, tc);
+    tc = pm_tcase("layout", 60);
+    tcase_add_test(tc, test_attach);
+    tcase_add_test(tc, test_layout);
+    tcase_add_test(tc, test_poison_held_frame);
+    tcase_add_test(tc, test_wait_flag_values);
+    tcase_add_test(tc, test_hub_calls);
     suite_add_tcase(s, tc);
     tc = pm_tcase("corruption", 30);
     tcase_add_loop_test(tc, test_corrupt_consumer_side, 0, 10);

@@ -121,7 +121,6 @@ int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame,
     r->max_frame = max_frame;
     r->spin_ns = PM__RING_DEFAULT_SPIN_NS;
     r->spin_budget = PM__SPIN_START_NS;
-    r->role = role;
     r->wake_fd = wake_fd;
     r->park_fd = park_fd;
     r->futex_ok = 1;

@@ -9,9 +9,10 @@
  *                        consumer line, each 128-byte aligned
  *   [4096, 4096 + cap)   data: records, 8-byte aligned, never split
  *
- * A record is an 8-byte header (u32 payload length, u32 flags) followed by
- * the payload, padded to a multiple of 8. A record that would cross the end
- * of the data area is preceded by a padding record filling the rest of it.
+ * A record is an 8-byte header (u32 payload length, u32 flags: 0 a frame,
+ * 1 padding) followed by the payload, padded to a multiple of 8. A record
+ * that would cross the end of the data area is preceded by a padding record
+ * filling the rest of it.
  * The indices are 64-bit byte counts that only grow; index & (cap - 1) is the
  * offset in the data area.
  *
@@ -67,7 +68,6 @@ typedef struct pm__ring {
     uint32_t max_frame;
     uint32_t spin_ns; /* the longest spin before parking (0: park at once) */
     uint32_t spin_budget; /* what the next wait spins, learnt (pm__spin_learn) */
-    int role;
     int poisoned;
     int wake_fd; /* eventfd to write to wake the other end, or -1 */
     int park_fd; /* eventfd this end's event loop polls, or -1 (spin only) */

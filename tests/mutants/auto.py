@@ -50,6 +50,9 @@ Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
   --no-confirm       count a program's first failure as a kill (by default
                      the program is run again: a mutant is killed when it
                      fails twice, "flaky" when the second run passes)
+  --lines [FILE:]A[-[B]]  only the mutants of line A, lines A to B, or A onward (A-) of
+                     FILE (of every selected file without FILE:); repeatable.
+                     Resumes an interrupted file, or judges a changed region
   --fresh            configure and build the scratch trees anew
   --list             print the mutants, build nothing
 Exit: 0 done (score at or above --min-score), 1 below it, 2 usage/setup error
@@ -630,6 +633,7 @@ def main():
     ap.add_argument("--tree", default=None)
     ap.add_argument("--programs", type=int, default=0)
     ap.add_argument("--no-confirm", action="store_true")
+    ap.add_argument("--lines", action="append", default=[])
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("-h", "--help", action="store_true")
@@ -656,6 +660,15 @@ def main():
     muts = []
     for f in files:
         muts += file_mutants(srcdir, f)
+    for spec in args.lines:
+        lf, _, rng = spec.rpartition(":")
+        m = re.fullmatch(r"(\d+)(?:-(\d*))?", rng)
+        if not m or (lf and lf not in files):
+            die("--lines %s: want [FILE:]A[-B], FILE one of the selected files" % spec)
+        lo = hi = int(m.group(1))
+        if m.group(2) is not None:
+            hi = int(m.group(2)) if m.group(2) else sys.maxsize
+        muts = [x for x in muts if (lf and x["file"] != lf) or lo <= x["line"] <= hi]
     if args.sample:
         idx = sorted(random.Random(args.seed).sample(range(len(muts)), min(args.sample, len(muts))))
         muts = [muts[i] for i in idx]
