@@ -290,25 +290,38 @@ static size_t sealed_heartbeat(pm__pconn *pc, unsigned char *buf, size_t cap)
 
 /* A frame from our port 10 to the supervisor (port 0) claiming to come
  * from host index 2: on a link, hosts are relative and must be 0. */
-static void forged_host(int fd, pm__pconn *pc)
+/* One frame from our port 10, incarnation 1, with the header fields f sets
+ * (its source fields and length are filled in here) and the payload, sealed
+ * in one record and sent. */
+static void send_frame(int fd, pm__pconn *pc, pm__frame_hdr *f, const char *payload)
 {
-    unsigned char frame[PM__FRAME_HDR_SIZE + 6];
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_MSG;
-    f.len = 6;
-    f.dst = 0;
-    f.src = 10;
-    f.src_inc = 1;
-    f.src_host = 2;
-    pm__frame_encode(&f, frame);
-    memcpy(frame + PM__FRAME_HDR_SIZE, "forged", 6);
-    struct iovec iov = {.iov_base = frame, .iov_len = sizeof(frame)};
+    size_t len = strlen(payload);
+    unsigned char frame[PM__FRAME_HDR_SIZE + 64];
+    if (len > sizeof(frame) - PM__FRAME_HDR_SIZE)
+        fail(3, "payload too long");
+    f->len = (uint32_t)len;
+    f->src = 10;
+    f->src_inc = 1;
+    pm__frame_encode(f, frame);
+    memcpy(frame + PM__FRAME_HDR_SIZE, payload, len);
+    struct iovec iov = {.iov_base = frame, .iov_len = PM__FRAME_HDR_SIZE + len};
     unsigned char buf[256];
     size_t taken = 0, n = 0;
     if (pm__rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
         fail(3, "seal frames");
     send_all(fd, buf, n);
+}
+
+static void forged_host(int fd, pm__pconn *pc)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_MSG;
+    f.dst = 0;
+    f.src_host = 2;
+    send_frame(fd, pc, &f, "forged");
+    unsigned char buf[256];
+    size_t n = 0;
     /* Then an orderly end: the link was not cut for the frame. */
     if (pm__rec_seal_close(pc->rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
         fail(3, "seal close");
@@ -408,23 +421,13 @@ static void first_frames(int fd, pm__pconn *pc)
 {
     unsigned char buf[256];
     size_t n = 0;
-    unsigned char frame[PM__FRAME_HDR_SIZE + 4];
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     f.type = PM__FT_REQUEST;
-    f.len = 4;
     f.dst = 0;
-    f.src = 10;
-    f.src_inc = 1;
     f.request_id = 77;
     f.deadline_ms = 10000;
-    pm__frame_encode(&f, frame);
-    memcpy(frame + PM__FRAME_HDR_SIZE, "ping", 4);
-    struct iovec iov = {.iov_base = frame, .iov_len = sizeof(frame)};
-    size_t taken = 0;
-    if (pm__rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
-        fail(3, "seal frames");
-    send_all(fd, buf, n);
+    send_frame(fd, pc, &f, "ping");
     /* Its answer, then our orderly end. */
     uint64_t end = now_ms() + WAIT_MS;
     unsigned char in[4096];
