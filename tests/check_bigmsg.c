@@ -228,23 +228,33 @@ static void handle(pm_node *n, const pm_message *m)
     reply_text(n, m, "pong");
 }
 
-/* One record on the link's socket, as bigmsg.c writes it, with n fds. */
-static void raw_record(pm__channel *l, const int *fds, int nfds, uint32_t seq)
+/* One record on the channel's socket, as bigmsg.c writes it, carrying
+ * nfds (at most 253) fds; 1 when the socket took it whole. */
+static int send_record(pm__channel *l, const int *fds, int nfds, uint32_t seq, int flags)
 {
     unsigned char rec[PM__BIGMSG_RECORD];
     pm__put32(rec, 0x44464d50u);
     pm__put32(rec + 4, seq);
-    char ctl[CMSG_SPACE(4 * sizeof(int))];
-    memset(ctl, 0, sizeof(ctl));
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(253 * sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
     struct iovec iov = {rec, sizeof(rec)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
                         .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
     memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
-    if (sendmsg(l->sock, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(rec))
+    return sendmsg(l->sock, &mh, flags | MSG_NOSIGNAL) == (ssize_t)sizeof(rec);
+}
+
+/* One record, blocking; the worker exits 6 if it did not go. */
+static void raw_record(pm__channel *l, const int *fds, int nfds, uint32_t seq)
+{
+    if (!send_record(l, fds, nfds, seq, 0))
         _exit(6);
 }
 
@@ -290,23 +300,7 @@ static unsigned flood_records(pm__channel *l, int nfds, unsigned count)
         fds[i] = fd;
     unsigned sent = 0;
     for (uint32_t seq = 1; sent < count; seq++) {
-        unsigned char rec[PM__BIGMSG_RECORD];
-        pm__put32(rec, 0x44464d50u);
-        pm__put32(rec + 4, seq);
-        union {
-            struct cmsghdr h;
-            char b[CMSG_SPACE(253 * sizeof(int))];
-        } ctl;
-        memset(&ctl, 0, sizeof(ctl));
-        struct iovec iov = {rec, sizeof(rec)};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-                            .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-        memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
-        if (sendmsg(l->sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(rec))
+        if (!send_record(l, fds, nfds, seq, MSG_DONTWAIT))
             break; /* full, or the hub cut us off */
         sent++;
     }
