@@ -1166,10 +1166,6 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_fd_cap, 180);
     PM_ADD_TEST(s, test_refused_forward, 180);
     PM_ADD_TEST(s, test_unmappable_skipped, 120);
-    {
-        TCase *tc = pm_tcase("test_hostile_fenced", 90);
-        tcase_add_loop_test(tc, test_hostile_fenced, H_UNSEALED, H_COUNT);
-        suite_add_tcase(s, tc);
-    }
+    PM_ADD_LOOP_TEST(s, test_hostile_fenced, H_UNSEALED, H_COUNT, 90);
     return pm_test_main(s);
 }

@@ -392,23 +392,15 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("exec_ready");
-    TCase *tc = pm_tcase("test_exit_seen_before_ready", 60);
-    tcase_add_loop_test(tc, test_exit_seen_before_ready, MODE_EXEC, MODE_MESH);
-    suite_add_tcase(s, tc);
-    tc = pm_tcase("test_ready_then_exit_under_load", 240);
-    tcase_add_loop_test(tc, test_ready_then_exit_under_load, 0, MODE_COUNT);
-    suite_add_tcase(s, tc);
+    PM_ADD_LOOP_TEST(s, test_exit_seen_before_ready, MODE_EXEC, MODE_MESH, 60);
+    PM_ADD_LOOP_TEST(s, test_ready_then_exit_under_load, 0, MODE_COUNT, 240);
     PM_ADD_TEST(s, test_spawn_detail_exit_code, 30);
     PM_ADD_TEST(s, test_spawn_detail_signal, 30);
     PM_ADD_TEST(s, test_spawn_detail_ready_timeout, 30);
     PM_ADD_TEST(s, test_spawn_detail_exec, 30);
     PM_ADD_TEST(s, test_worker_maps_no_supervisor_libraries, 30);
-    tc = pm_tcase("test_spawn_detail_exec_contained", 60);
-    tcase_add_loop_test(tc, test_spawn_detail_exec_contained, 0, 4);
-    suite_add_tcase(s, tc);
-    tc = pm_tcase("test_notify_without_watchdog_not_fenced", 30);
-    tcase_add_loop_test(tc, test_notify_without_watchdog_not_fenced, 0, 2);
-    tcase_add_test(tc, test_notify_socket_made_ahead);
-    suite_add_tcase(s, tc);
+    PM_ADD_LOOP_TEST(s, test_spawn_detail_exec_contained, 0, 4, 60);
+    PM_ADD_LOOP_TEST(s, test_notify_without_watchdog_not_fenced, 0, 2, 30);
+    PM_ADD_TEST(s, test_notify_socket_made_ahead, 30);
     return pm_test_main(s);
 }

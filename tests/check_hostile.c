@@ -676,9 +676,7 @@ int main(void)
     PM_ADD_TEST(s, test_fork_replacement_sees_no_output, 120);
     PM_ADD_TEST(s, test_reply_flood_no_hol, 90);
     PM_ADD_TEST(s, test_full_destination_holds_only_its_frames, 60);
-    TCase *tc = pm_tcase("test_not_draining", 60);
-    tcase_add_loop_test(tc, test_not_draining, 0, 2);
-    suite_add_tcase(s, tc);
+    PM_ADD_LOOP_TEST(s, test_not_draining, 0, 2, 60);
     PM_ADD_TEST(s, test_not_draining_while_chatty, 60);
     PM_ADD_TEST(s, test_inflight_cap_per_requester, 90);
     PM_ADD_TEST(s, test_inflight_lifetime, 60);

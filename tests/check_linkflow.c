@@ -678,11 +678,7 @@ static Suite *linkflow_suite(void)
     PM_ADD_TEST(s, test_main_large_across_link, 180);
     /* Built without libseccomp: no filter to test (check_privileges says so). */
     pm_options *o = pm_options_new();
-    if (o != NULL && pm_options_set_seccomp(o, PM_SECCOMP_STRICT) == 0) {
-        TCase *tc = pm_tcase("test_large_seccomp_across_link", 180);
-        tcase_add_loop_test(tc, test_large_seccomp_across_link, 0, 2);
-        suite_add_tcase(s, tc);
-    }
+    if (o != NULL && pm_options_set_seccomp(o, PM_SECCOMP_STRICT) == 0) PM_ADD_LOOP_TEST(s, test_large_seccomp_across_link, 0, 2, 180);
     pm_options_free(o);
     return s;
 }

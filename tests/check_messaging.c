@@ -1042,11 +1042,7 @@ int main(void)
     PM_ADD_TEST(s, test_garbage_index_quarantined, 60);
     PM_ADD_TEST(s, test_request_stash_full, 90);
     PM_ADD_TEST(s, test_hello_other_version, 60);
-    {
-        TCase *tc = pm_tcase("test_oversize_frame_fenced", 60);
-        tcase_add_loop_test(tc, test_oversize_frame_fenced, 0, 2);
-        suite_add_tcase(s, tc);
-    }
+    PM_ADD_LOOP_TEST(s, test_oversize_frame_fenced, 0, 2, 60);
     PM_ADD_TEST(s, test_flood_does_not_starve, 60);
     PM_ADD_TEST(s, test_doorbell_hammer_does_not_starve, 60);
     PM_ADD_TEST(s, test_undeliverable, 60);

@@ -1343,9 +1343,7 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_strict_standby, 0);
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
         PM_ADD_TEST(s, test_seccomp_basic_every_denied, 0);
-        TCase *every = pm_tcase("test_seccomp_every_path", 0);
-        tcase_add_loop_test(every, test_seccomp_every_path, 0, (int)ARRAY_LEN(move_levels));
-        suite_add_tcase(s, every);
+        PM_ADD_LOOP_TEST(s, test_seccomp_every_path, 0, (int)ARRAY_LEN(move_levels), 0);
     }
     int landlock = pm__landlock_signal_scope_available();
     if (landlock)

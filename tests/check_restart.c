@@ -292,11 +292,7 @@ int main(void)
     PM_ADD_TEST(s, test_crash_segv, 60);
     PM_ADD_TEST(s, test_crash_abort, 60);
     PM_ADD_TEST(s, test_crash_exit3, 60);
-    {
-        TCase *tc = pm_tcase("test_crash_other_signals", 60);
-        tcase_add_loop_test(tc, test_crash_other_signals, 0, 4);
-        suite_add_tcase(s, tc);
-    }
+    PM_ADD_LOOP_TEST(s, test_crash_other_signals, 0, 4, 60);
     PM_ADD_TEST(s, test_crash_exec_segv, 60);
     PM_ADD_TEST(s, test_clean_exit_policies, 60);
     PM_ADD_TEST(s, test_backoff_delays, 60);

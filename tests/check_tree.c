@@ -1144,9 +1144,7 @@ int main(void)
     PM_ADD_TEST(s, test_setters_refuse, 0);
     PM_ADD_TEST(s, test_rlimit, 0);
     PM_ADD_TEST(s, test_core_default, 0);
-    TCase *tc = pm_tcase("test_core_dir", 60);
-    tcase_add_loop_test(tc, test_core_dir, 0, 3);
-    suite_add_tcase(s, tc);
+    PM_ADD_LOOP_TEST(s, test_core_dir, 0, 3, 60);
     PM_ADD_TEST(s, test_core_dir_exec_and_rlimit, 0);
     PM_ADD_TEST(s, test_core_dir_refused, 0);
     if (tree) {
@@ -1166,11 +1164,7 @@ int main(void)
     char why_deleg[320];
     int deleg = deleg_probe(why_deleg, sizeof(why_deleg)) == 0;
     PM_ADD_TEST(s, test_enable_decide, 0);
-    if (deleg) {
-        TCase *td = pm_tcase("test_delegated_cgroup", 60);
-        tcase_add_loop_test(td, test_delegated_cgroup, 0, 4);
-        suite_add_tcase(s, td);
-    }
+    if (deleg) PM_ADD_LOOP_TEST(s, test_delegated_cgroup, 0, 4, 60);
     int rc = pm_test_main(s);
     if (deleg_enabled) {
         char path[PM__CG_PATH + 64], minus[24];

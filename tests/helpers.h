@@ -80,6 +80,15 @@ static inline TCase *pm_tcase(const char *name, int timeout_s)
         suite_add_tcase((suite), tc_);                 \
     } while (0)
 
+/* The same for a table-driven test: fn runs once for each _i in
+ * [start, end), each in its own process, each with the time bound. */
+#define PM_ADD_LOOP_TEST(suite, fn, start, end, timeout_s)  \
+    do {                                                    \
+        TCase *tc_ = pm_tcase(#fn, (timeout_s));            \
+        tcase_add_loop_test(tc_, fn, (start), (end));       \
+        suite_add_tcase((suite), tc_);                      \
+    } while (0)
+
 /* 1 when running under a sanitizer build (tests may scale their loops down). */
 static inline int pm_test_sanitized(void)
 {
