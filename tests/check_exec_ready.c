@@ -281,17 +281,24 @@ END_TEST
 
 /* ---------------------------------------------------------------- notify watchdog */
 
-START_TEST(test_notify_without_watchdog_not_fenced)
+/* One notify-mode worker's options, events recorded from nothing. */
+static pm_options *notify_opts(void)
 {
-    /* As under systemd's WatchdogSec, only a notify worker that sends
-     * WATCHDOG=1 is held to the heartbeat (_i = 1: it sends one, then
-     * falls silent, and is fenced; _i = 0: it never sends one and lives). */
     nev = 0;
     pm_options *o = pm_options_new();
     pm_options_set_workers(o, 1);
     pm_options_set_on_event(o, record, NULL);
     pm_options_set_on_permanently_down(o, quiet_down, NULL);
     pm_options_set_ring_size(o, 1 << 18);
+    return o;
+}
+
+START_TEST(test_notify_without_watchdog_not_fenced)
+{
+    /* As under systemd's WatchdogSec, only a notify worker that sends
+     * WATCHDOG=1 is held to the heartbeat (_i = 1: it sends one, then
+     * falls silent, and is fenced; _i = 0: it never sends one and lives). */
+    pm_options *o = notify_opts();
     pm_options_set_heartbeat_timeout_ms(o, 200);
     pm_options_set_restart_policy(o, PM_RESTART_NEVER);
     char *argv0[] = {"pm-notify-send", "READY=1", "--", "sleep", "30", NULL};
@@ -324,12 +331,7 @@ END_TEST
  * replacement gets that very socket and says READY on it. */
 START_TEST(test_notify_socket_made_ahead)
 {
-    nev = 0;
-    pm_options *o = pm_options_new();
-    pm_options_set_workers(o, 1);
-    pm_options_set_on_event(o, record, NULL);
-    pm_options_set_on_permanently_down(o, quiet_down, NULL);
-    pm_options_set_ring_size(o, 1 << 18);
+    pm_options *o = notify_opts();
     pm_options_set_restart_min_backoff_ms(o, 0);
     pm_options_set_restart_max_backoff_ms(o, 0);
     char *argv[] = {"pm-notify-send", "READY=1", "--", "sleep", "30", NULL};
