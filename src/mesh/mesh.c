@@ -78,7 +78,7 @@ void pm__mesh_flush(pm__mesh *m)
     if (m == NULL)
         return;
     if (m->accept_stalled && m->lfd >= 0) {
-        /* Accepting stalled (out of fds without a spare, or of memory):
+        /* Accepting stalled (out of fds without a reserve fd, or of memory):
          * one more try a turn, never a busy loop of its own. */
         pm__mesh_reserve_fd_reopen(m);
         m->accept_stalled = 0;

@@ -74,9 +74,9 @@ void pm__mesh_reserve_fd_reopen(pm__mesh *m)
  * as long as no fd frees up, and the peer would wait in the backlog for
  * nothing. So the reserve fd held for this moment is given up, the
  * connection is accepted with it and closed at once (the peer sees the
- * close and redials with its backoff), and the spare is taken back: the
+ * close and redials with its backoff), and the reserve fd is taken back: the
  * backlog drains and nothing spins (libuv's uv__emfile_trick). Without a
- * spare (or out of memory, ENOBUFS/ENOMEM) accepting stalls until the next
+ * reserve fd (or out of memory, ENOBUFS/ENOMEM) accepting stalls until the next
  * loop turn's flush arms the listener again. 1: the loop may go on
  * accepting; 0: stop.
  */

@@ -21,7 +21,7 @@ struct pm__rec {
      * leaves the sending direction usable: its key and nonce are its own,
      * so the CLOSE 1 that reports the error can still go out. Only a
      * failure of the transport itself (a segment that did not
-     * authenticate wipes both keys, noise_cipher.c) ends both, and then
+     * authenticate wipes both keys, cipher.c) ends both, and then
      * sealing fails on its own. */
     int rx_err, tx_err;
     bool sent_close, got_close, got_any;

@@ -156,14 +156,14 @@ void pm__cluster_prepare_next(pm_cluster *c, pm__slot *s)
 }
 
 /* A spawn of N workers made every successor between its forks and its
- * readies: serial work in the supervisor (a link's dozen system calls, a
+ * readies: serial work in the supervisor (a channel's dozen system calls, a
  * standby's whole fork) before pm_cluster_spawn could return, and more fds
  * and mappings for each later fork child to drop. They are made on the
  * turns after it instead, a batch per turn so that no turn stalls on a
  * large cluster. A slot ready again since (a restart after the spawn)
  * prepared its own in act_ready: the calls find it done. One not ready now
  * gets its successor at its next ready. A crash before its turn restarts
- * as one before ready does: its link is made at the start. */
+ * as one before ready does: its channel is made at the start. */
 #define PM__PREPARE_BATCH 32u
 
 int pm__cluster_prepare_due(pm_cluster *c)
@@ -196,7 +196,7 @@ static void act_ready(pm_cluster *c, pm__slot *s)
     uint64_t inc = s->incarnation;
     pm__cluster_emit(c, PM_EVENT_READY, s, PM_REASON_READY, 0);
     /* Now that the worker is up, off the path to ready: its successor's
-     * link; unless the event's callback already stopped the slot (a
+     * channel; unless the event's callback already stopped the slot (a
      * stopped slot drops its spare and must not get a new one). Inside
      * pm_cluster_spawn, on the turns after it (pm__cluster_prepare_due). */
     if (s->state == PM_SLOT_READY && s->incarnation == inc && !c->spawning)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * spare.c - the next incarnation's resources prepared ahead (the spare):
- * its link, in exec mode its error pipe, with captured output its two
+ * its channel, in exec mode its error pipe, with captured output its two
  * pipes; made once the incarnation before is ready, taken by
  * pm__incarnation_start (incarnation.c), dropped when the slot stops.
  */
@@ -20,11 +20,11 @@
 #include "os/notify.h"
 #include "os/spawn.h"
 
-/* Creating a link (memfd_create, ftruncate, the seals, mmap, the ring
+/* Creating a channel (memfd_create, ftruncate, the seals, mmap, the ring
  * headers' first-touch faults, two eventfds, a socketpair and its two
  * buffer sizes) between the reap and the fork would put it on the
  * crash-to-ready path. It is made ahead instead: once an incarnation is
- * ready, the supervisor prepares the link of the one after it. Fencing
+ * ready, the supervisor prepares the channel of the one after it. Fencing
  * holds:
  * a spare is a fresh memfd (and fresh doorbells and socket) made after the
  * fork of the incarnation before it, so no process that ever ran holds a
@@ -99,9 +99,9 @@ int pm__channel_new_for(pm_cluster *c, pm__channel *l, unsigned index, uint64_t 
                            (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
 }
 
-/* The link (and, when the spare has them, the exec error pipe into
+/* The channel (and, when the spare has them, the exec error pipe into
  * err_pipe and the output pipes into out) for the incarnation now
- * starting: the spare when it fits, a new link otherwise (and -1s). 0 or
+ * starting: the spare when it fits, a new channel otherwise (and -1s). 0 or
  * -errno. */
 int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2], int *notify_fd,
                    char *notify, size_t size)
@@ -130,7 +130,7 @@ int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2], i
  * the output pipes): it is kept only while they sit below half the
  * fd limit (fds are allocated lowest first, so the highest of them tells
  * how many are in use), so that spares never take the fds that the slots'
- * own links, pidfds and pipes need: a large cluster under a small limit
+ * own channels, pidfds and pipes need: a large cluster under a small limit
  * simply restarts without them. */
 int pm__fds_affordable(const int *fds, size_t n)
 {
@@ -175,9 +175,9 @@ static int spare_output(const pm_cluster *c)
     return c->o->output == PM_OUTPUT_CAPTURE && (c->o->exec_path == NULL || pm__spawn_waits_exec());
 }
 
-/* The pipes the spare holds besides its link, when it holds them, and
+/* The pipes the spare holds besides its channel, when it holds them, and
  * with sd_notify readiness the next incarnation's notify socket (its name
- * holds the incarnation; fenced as the link is: made after the fork of the
+ * holds the incarnation; fenced as the channel is: made after the fork of the
  * incarnation before, close-on-exec, its name told to no process yet).
  * That socket is best effort: without it the start opens its own. 0 or
  * -errno (what was made is in sp, for the caller to close). */
@@ -199,15 +199,15 @@ static int spare_pipes(const pm_cluster *c, const pm__slot *s, pm__spare *sp)
     return 0;
 }
 
-/* Best effort: without a spare the next start creates its link itself.
+/* Best effort: without a spare the next start creates its channel itself.
  * errno preserved (called on the success path).
  *
  * Called once the incarnation is ready (actions.c act_ready), not right
  * after its fork: on two CPUs the child often waits for the CPU its parent
  * is on (the wake-up of a new task prefers the parent's CPU when the other
- * is busy), so the link's system calls and first-touch faults made then
+ * is busy), so the channel's system calls and first-touch faults made then
  * would delay the worker's start, on the very path the spare keeps clear.
- * A worker that dies before ready restarts without one (its link is made
+ * A worker that dies before ready restarts without one (its channel is made
  * at the start). */
 void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
 {

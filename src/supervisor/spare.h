@@ -8,7 +8,7 @@
 
 #include <sys/un.h>
 
-/* A slot's spare (s->spare points at its link, the first member): the next
+/* A slot's spare (s->spare points at its channel, the first member): the next
  * incarnation's channel; in exec mode its exec error pipe (both ends
  * close-on-exec, the read end non-blocking); with captured output its
  * stdout and stderr pipes (read end, write end each, as pm__output_pipes
@@ -40,12 +40,12 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s);
 int pm__fds_affordable(const int *fds, size_t n);
 /* The error pipe of an exec child. 0 or -errno. */
 int pm__err_pipe_open(int p[2]);
-/* A new link for incarnation inc of slot index, with the cluster's
+/* A new channel for incarnation inc of slot index, with the cluster's
  * geometry. 0 or -errno. */
 int pm__channel_new_for(pm_cluster *c, pm__channel *l, unsigned index, uint64_t inc);
-/* The link (and the pipes the spare has, into err_pipe and out, and its
+/* The channel (and the pipes the spare has, into err_pipe and out, and its
  * notify socket into *notify_fd with its name into notify, else -1s) for
- * the incarnation now starting: the spare when it fits, a new link
+ * the incarnation now starting: the spare when it fits, a new channel
  * otherwise. 0 or -errno. */
 int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2], int *notify_fd,
                    char *notify, size_t size);
