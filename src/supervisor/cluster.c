@@ -63,7 +63,7 @@ static void on_control(void *owner, unsigned p, int type, const void *payload, s
          * (an exec-mode program built against another release): said with
          * both versions, and charged as a failed start like any other. */
         s->hello_version = pm__get32(payload);
-        s->linked = 1;
+        s->joined = 1;
         if (s->hello_version != PM__PROTO_VERSION) {
             pm__cluster_fault(c, s, PM_REASON_VERSION);
             return;

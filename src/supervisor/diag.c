@@ -54,7 +54,7 @@ static const char no_link_yet_hint[] =
 
 void pm__spawn_detail(const pm_cluster *c, const pm__slot *s, char *buf, size_t size)
 {
-    int hint = c->o->ready_mode == PM_READY_MESH && c->o->exec_path != NULL && !s->linked &&
+    int hint = c->o->ready_mode == PM_READY_MESH && c->o->exec_path != NULL && !s->joined &&
                s->start_error == 0 && s->exec_errno == 0;
     if (s->start_error != 0)
         snprintf(buf, size, "the worker could not be started: %s", pm_strerror(s->start_error));

@@ -631,7 +631,7 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
 
     s->incarnation++;
     s->exec_errno = 0;
-    s->linked = c->o->exec_path == NULL;
+    s->joined = c->o->exec_path == NULL;
     s->kill_reason = 0;
     rc = take_channel(c, s, &f, &standby);
     if (rc < 0)

@@ -75,7 +75,7 @@ typedef struct pm__slot {
     int watchdog;          /* the worker sent WATCHDOG=1: the heartbeat applies */
     int hello;             /* HELLO received and INIT sent */
     unsigned hello_version; /* the protocol version its HELLO named */
-    int linked;            /* this incarnation sent its HELLO (fork mode: has a channel from
+    int joined;            /* this incarnation sent its HELLO (fork mode: has a channel from
                               the start); kept past its reap, for pm__spawn_detail */
     int ever_ready;        /* some incarnation of this slot has been ready */
     int replace;           /* stopping to be replaced (pm_cluster_restart_slot) */
