@@ -80,7 +80,7 @@ check_form() {
         [ -f "$srcdir/tests/$prog.c" ] || { echo "$f: test program tests/$prog.c does not exist"; ok=1; continue; }
         # A case is what CK_RUN_CASE selects: a TCase's name.
         for c in ${t#"$prog"}; do
-            grep -qE "(PM_ADD_TEST\([a-z_]+, |pm_tcase\(\"|tcase_create\(\")$c[,\"]" "$srcdir/tests/$prog.c" ||
+            grep -qE "(PM_ADD_(LOOP_)?TEST\([a-z_]+, |pm_tcase\(\"|tcase_create\(\")$c[,\"]" "$srcdir/tests/$prog.c" ||
                 { echo "$f: tests/$prog.c has no test case (TCase) named '$c'"; ok=1; }
         done
     done < <(field "$f" test)
