@@ -20,6 +20,15 @@
 #include "procmesh.h"
 
 
+/* An internal call the daemon (src/daemon/) makes through the shared
+ * library: exported from libprocmesh.so like a PM_EXTERN call but declared
+ * only in an internal header, so it is no public contract (the daemon is
+ * built from the same tree and ships with the library). The key files and
+ * the secret allocator: the daemon holds keys too, and calling the
+ * library's code rather than linking its own copy leaves one secret
+ * allocator and one dependency loader in its process. */
+#define PM__DAEMON_API __attribute__((visibility("default")))
+
 #define PM__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define PM__ALIGN8(n) (((n) + (size_t)7) & ~(size_t)7)
 #define PM__LIKELY(x) __builtin_expect(!!(x), 1)

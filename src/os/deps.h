@@ -28,14 +28,14 @@
  */
 #include <stddef.h>
 
-#include "config.h"
+#include "base/internal.h"
 
 enum pm__dep { PM__DEP_URING, PM__DEP_SODIUM, PM__DEP_SECCOMP, PM__DEP_COUNT_ };
 
 /* Loads d (the first call; later calls return the first's result). 0, or
  * -ELIBACC with why (when not NULL) saying which library could not be
  * loaded and dlerror()'s words. Thread-safe; not async-signal-safe. */
-int pm__dep_load(enum pm__dep d, char *why, size_t whysize);
+PM__DAEMON_API int pm__dep_load(enum pm__dep d, char *why, size_t whysize);
 
 /* The reason d could not be loaded ("" when it was, or was never tried). */
 const char *pm__dep_error(enum pm__dep d);

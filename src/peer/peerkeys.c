@@ -242,10 +242,8 @@ struct keyring_secret {
 };
 
 struct pm__keyring {
-    /* The process that allocated the secret block. getpid() rather than
-     * pm__fork_gen(): the daemon links this file beside the shared library,
-     * whose pm__ symbols it does not see; since glibc 2.25 getpid() is not
-     * cached, so a child always sees its own pid. */
+    /* The process that allocated the secret block: since glibc 2.25
+     * getpid() is not cached, so a child always sees its own pid. */
     pid_t owner;
     struct keyring_secret *sec;
     unsigned nsecrets;

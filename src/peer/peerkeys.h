@@ -17,9 +17,9 @@
  * freed and compared only in constant time. Nothing here logs, and no error
  * text ever holds a key byte.
  *
- * The module needs only libc and libsodium: the daemon links it beside the
- * shared library (whose pm__ symbols it cannot see) to validate key files
- * and to write them (`procmesh keygen`).
+ * The daemon validates key files and writes them (`procmesh keygen`) with
+ * the calls marked PM__DAEMON_API, which the shared library exports for it
+ * (base/internal.h).
  *
  * Errors: negative errno, with a sentence in why (when why is not NULL)
  * naming what was wrong:
@@ -35,6 +35,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/internal.h"
 
 #define PM__PEER_KEY_LEN 32u    /* a secret, a private or a public key */
 #define PM__PEER_KEY_ID_LEN 8u  /* a secret's public id */
@@ -58,10 +60,12 @@ int pm__peer_key_parse(const void *buf, size_t len, unsigned char out[PM__PEER_K
 /* The id of a secret. Never all zeros for an accepted secret: all zeros
  * means "no secret" on the wire, so pm__keyring_add_secret refuses the
  * (2^-64) key whose id would be. */
-void pm__peer_key_id(const unsigned char key[PM__PEER_KEY_LEN], unsigned char id[PM__PEER_KEY_ID_LEN]);
+PM__DAEMON_API void pm__peer_key_id(const unsigned char key[PM__PEER_KEY_LEN],
+                                    unsigned char id[PM__PEER_KEY_ID_LEN]);
 
 /* Standard base64 (with padding) of a public key: 44 characters and a NUL. */
-void pm__peer_key_b64(const unsigned char pub[PM__PEER_KEY_LEN], char out[PM__PEER_KEY_B64_LEN + 1]);
+PM__DAEMON_API void pm__peer_key_b64(const unsigned char pub[PM__PEER_KEY_LEN],
+                                     char out[PM__PEER_KEY_B64_LEN + 1]);
 
 /* The rule for host names (that of pm__name_valid_n in address.c: 1..63
  * characters of [A-Za-z0-9._-]); repeated here so the daemon can link this
@@ -75,21 +79,22 @@ int pm__peer_host_valid(const char *s, size_t n);
  * bytes that group and others cannot access (mode & 077 == 0), unless
  * allow_insecure_mode. The bytes read are wiped from the stack.
  */
-int pm__peer_key_load(const char *path, int allow_insecure_mode, unsigned char out[PM__PEER_KEY_LEN],
-                      char *why, size_t whysize);
+PM__DAEMON_API int pm__peer_key_load(const char *path, int allow_insecure_mode,
+                                     unsigned char out[PM__PEER_KEY_LEN], char *why, size_t whysize);
 
 /*
  * Writes a new random key to path as 64 hex characters and "\n", created
  * with mode 0600 (O_EXCL: an existing file is never overwritten, -EEXIST).
  * The key is returned in out when out is not NULL.
  */
-int pm__peer_key_create(const char *path, unsigned char out[PM__PEER_KEY_LEN], char *why, size_t whysize);
+PM__DAEMON_API int pm__peer_key_create(const char *path, unsigned char out[PM__PEER_KEY_LEN], char *why,
+                                       size_t whysize);
 
 /* ---- the keyring: secrets and the static key in secret memory ------- */
 
 typedef struct pm__keyring pm__keyring;
 
-int pm__keyring_new(pm__keyring **out);
+PM__DAEMON_API int pm__keyring_new(pm__keyring **out);
 
 /* Adds a pre-shared secret (copied into secret memory); its id is computed.
  * -ENOSPC past two, -EEXIST for the same secret twice (constant time),
@@ -109,19 +114,21 @@ int pm__keyring_find(const pm__keyring *kr, const unsigned char id[PM__PEER_KEY_
 
 /* The static key pair: from a private key, or a new random one (a node
  * without --node-key gets a new identity per start). */
-int pm__keyring_set_static(pm__keyring *kr, const unsigned char priv[PM__PEER_KEY_LEN]);
+PM__DAEMON_API int pm__keyring_set_static(pm__keyring *kr,
+                                          const unsigned char priv[PM__PEER_KEY_LEN]);
 int pm__keyring_random_static(pm__keyring *kr);
 /* The static private key (secret memory, as pm__keyring_secret) and the
  * public key; NULL / -ENOKEY before one is set. */
 const unsigned char *pm__keyring_static_priv(const pm__keyring *kr);
-int pm__keyring_static_pub(const pm__keyring *kr, unsigned char pub[PM__PEER_KEY_LEN]);
+PM__DAEMON_API int pm__keyring_static_pub(const pm__keyring *kr,
+                                          unsigned char pub[PM__PEER_KEY_LEN]);
 
 /* A deep copy (another secret block). NULL on ENOMEM (errno set). */
 pm__keyring *pm__keyring_dup(const pm__keyring *kr);
 
 /* Wipes and frees. In a forked child only the ordinary memory is released:
  * the secret pages there are zeros or absent, and sodium_free would abort. */
-void pm__keyring_free(pm__keyring *kr);
+PM__DAEMON_API void pm__keyring_free(pm__keyring *kr);
 
 #ifdef PM_TEST_HOOKS
 /* Tests only: where the secret block lies (the fork test reads it in a
@@ -153,12 +160,12 @@ int pm__pins_parse(const char *text, size_t len, pm__pins *out, char *why, size_
 
 /* Reads and parses path (at most PM__PEER_PINS_MAX_FILE bytes). Public
  * keys are not secret: no mode check. */
-int pm__pins_load(const char *path, pm__pins *out, char *why, size_t whysize);
+PM__DAEMON_API int pm__pins_load(const char *path, pm__pins *out, char *why, size_t whysize);
 
 /* 1 when pub is one of host's pinned keys (constant time over the keys),
  * 0 when host has no line or none of its keys matches. */
 int pm__pins_allow(const pm__pins *p, const char *host, const unsigned char pub[PM__PEER_KEY_LEN]);
 
-void pm__pins_free(pm__pins *p);
+PM__DAEMON_API void pm__pins_free(pm__pins *p);
 
 #endif /* PM_PEERKEYS_H */

@@ -18,8 +18,6 @@
  * there; MADV_DONTFORK, the fallback, gives it no mapping at all. Either way a
  * fork-mode worker cannot read a key its supervisor holds (doc/reliability.md,
  * fault 33). madvise is the one system call here besides libsodium's own.
- * Only libc and libsodium: the daemon links this beside the shared library,
- * whose pm__ symbols it does not see.
  */
 void *pm__secretmem_alloc(size_t size)
 {
