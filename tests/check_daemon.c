@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stddef.h>
@@ -202,6 +203,36 @@ START_TEST(test_config_errors)
                       cases[i].b, err);
         pmd_dconf_free(&c);
     }
+    /* A whole number's range is its library setter's (dconf asks the
+     * setter; the bounds stand only in options.c), named in the error;
+     * --min-ready is the daemon's own. */
+    static const struct {
+        const char *flag, *bad;
+        long lo, hi;
+    } ranges[] = {
+        {"--max-restarts", "-2", -1, PM_MAX_RESTARTS_LIMIT},
+        {"--max-restarts", "100000", -1, PM_MAX_RESTARTS_LIMIT},
+        {"--ready-timeout", "0", 1, INT_MAX},
+        {"--peer-timeout", "0", 1, INT_MAX},
+        {"--stop-timeout", "-1", 0, INT_MAX},
+        {"--base-port", "65536", 0, 65535},
+        {"--backoff-min", "soon", 0, INT_MAX},
+        {"--min-ready", "-1", 0, PM_MAX_WORKERS},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(ranges); i++) {
+        char want[160];
+        snprintf(want, sizeof(want), "%s: '%s' is not a whole number in %ld..%ld", ranges[i].flag,
+                 ranges[i].bad, ranges[i].lo, ranges[i].hi);
+        ck_assert_int_eq(parse(&c, err, ranges[i].flag, ranges[i].bad, "--", "x", NULL), -EINVAL);
+        ck_assert_msg(strstr(err, want) != NULL, "want \"%s\", got \"%s\"", want, err);
+        pmd_dconf_free(&c);
+    }
+    char limit[16];
+    snprintf(limit, sizeof(limit), "%d", PM_MAX_RESTARTS_LIMIT);
+    ck_assert_int_eq(parse(&c, err, "--max-restarts", limit, "--ready-timeout", "1", "--", "x", NULL), 0);
+    ck_assert_int_eq(c.max_restarts, PM_MAX_RESTARTS_LIMIT);
+    ck_assert_int_eq(c.ready_timeout, 1);
+    pmd_dconf_free(&c);
     ck_assert_int_eq(parse(&c, err, "--workers", "2", NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "missing COMMAND"));
     ck_assert_int_eq(parse(&c, err, "--workers", NULL), -EINVAL);
@@ -259,21 +290,21 @@ START_TEST(test_log_format)
     char buf[512];
     const char *kv[] = {"slot", "2", "signal", "SIGSEGV", "reason", "a \"b\" c", "neg", "-3",
                         "lead", "007"};
-    size_t n = pmd_log_format(buf, sizeof(buf), PMD_LOG_TEXT, "T", "warn", "exited", kv, 5);
+    size_t n = pmd_log_formatv(buf, sizeof(buf), PMD_LOG_TEXT, "T", "warn", "exited", kv, NULL, 5);
     ck_assert_uint_eq(n, strlen(buf));
     ck_assert_str_eq(buf, "ts=T level=warn event=exited slot=2 signal=SIGSEGV reason=\"a \\\"b\\\" c\" "
                           "neg=-3 lead=007\n");
-    pmd_log_format(buf, sizeof(buf), PMD_LOG_JSON, "T", "warn", "exited", kv, 5);
+    pmd_log_formatv(buf, sizeof(buf), PMD_LOG_JSON, "T", "warn", "exited", kv, NULL, 5);
     /* A field's type is its key's: slot is a number, an unknown key's
      * digits stay a string. */
     ck_assert_str_eq(buf, "{\"ts\":\"T\",\"level\":\"warn\",\"event\":\"exited\",\"slot\":2,"
                           "\"signal\":\"SIGSEGV\",\"reason\":\"a \\\"b\\\" c\",\"neg\":\"-3\","
                           "\"lead\":\"007\"}\n");
     const char *ctl[] = {"x", "a\nb"};
-    pmd_log_format(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "e", ctl, 1);
+    pmd_log_formatv(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "e", ctl, NULL, 1);
     ck_assert_ptr_nonnull(strstr(buf, "\"a\\u000ab\""));
     /* Truncation keeps a newline and never overflows. */
-    n = pmd_log_format(buf, 20, PMD_LOG_TEXT, "T", "info", "event", kv, 5);
+    n = pmd_log_formatv(buf, 20, PMD_LOG_TEXT, "T", "info", "event", kv, NULL, 5);
     ck_assert_uint_le(n, 19);
     ck_assert_uint_eq(n, strlen(buf));
     ck_assert_int_eq(buf[n - 1], '\n');
@@ -331,7 +362,7 @@ START_TEST(test_log_json_strict)
     ck_assert_ptr_nonnull(strstr(buf, "\\u2028"));
     /* A worker's "42" and "true" are strings. */
     const char *kv2[] = {"text", "42", "stream", "true"};
-    n = pmd_log_format(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "output", kv2, 2);
+    n = pmd_log_formatv(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "output", kv2, NULL, 2);
     nf = strict_fields(buf, n, f, 16);
     ck_assert_int_eq(field_of(f, nf, "text")->type, PM_JSON_STRING);
     ck_assert_int_eq(field_of(f, nf, "stream")->type, PM_JSON_STRING);
@@ -422,6 +453,31 @@ static proc start(char *const argv[], char *const envp[])
 }
 
 static char *base_env[] = {"PATH=/usr/bin:/bin", NULL};
+
+/* procmesh run on a free --health port (*port): args are its options and
+ * command (NULL-terminated), envp its environment. */
+static proc start_health(const char *const *args, char *const envp[], int *port)
+{
+    char health[64];
+    char *argv[64] = {"procmesh", "run", "--health", health};
+    size_t n = 4;
+    *port = http_free_listen(health, sizeof(health));
+    for (; *args != NULL; args++) {
+        ck_assert_uint_lt(n, sizeof(argv) / sizeof(argv[0]) - 1);
+        argv[n++] = (char *)*args;
+    }
+    argv[n] = NULL;
+    return start(argv, envp);
+}
+
+/* start_health in the base environment, once /readyz answers 200 (procmesh
+ * serves it only after pm_cluster_spawn returned, with every worker ready). */
+static proc start_ready(const char *const *args, int *port)
+{
+    proc p = start_health(args, base_env, port);
+    http_wait(*port, "/readyz", 200, 20000);
+    return p;
+}
 
 /* 1 when process pid ignores sig (SigIgn in /proc/pid/status). */
 static int ignores(int pid, int sig)
@@ -515,13 +571,10 @@ START_TEST(test_bin_drain_exit_codes)
     /* Each procmesh serves /readyz only once pm_cluster_spawn returned, so
      * a 200 there means a signal now is a drain, not an aborted start. */
     static char out[16384];
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
     /* Workers that die of SIGTERM stop by themselves: exit 0. */
-    char *a1[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
-                  "sleep", "100", NULL};
-    proc p = start(a1, base_env);
-    http_wait(port, "/readyz", 200, 20000);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "2", "--ready", "exec", "--", "sleep", "100",
+                                          NULL}, &port);
     kill(p.pid, SIGTERM);
     ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 0);
     ck_assert_ptr_nonnull(strstr(out, "event=ready"));
@@ -530,11 +583,8 @@ START_TEST(test_bin_drain_exit_codes)
     /* Workers that ignore SIGTERM are killed after --stop-timeout: exit 1.
      * They are ready once exec'd, before their shell set the trap: wait for
      * the trap too. */
-    port = http_free_listen(health, sizeof(health));
-    char *a2[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--stop-timeout", "300",
-                  "--health", health, "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
-    p = start(a2, base_env);
-    http_wait(port, "/readyz", 200, 20000);
+    p = start_ready((const char *[]){"--workers", "1", "--ready", "exec", "--stop-timeout", "300",
+                                     "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL}, &port);
     wait_children_ignore(p.pid, 1, SIGTERM, 20000);
     uint64_t t0 = pm_test_now_ns();
     kill(p.pid, SIGINT);
@@ -548,11 +598,8 @@ START_TEST(test_bin_drain_exit_codes)
                   "log:\n%s", out);
     /* A second SIGTERM, once the drain has begun, skips the (here 30 s)
      * wait. */
-    port = http_free_listen(health, sizeof(health));
-    char *a3[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--stop-timeout", "30000",
-                  "--health", health, "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL};
-    p = start(a3, base_env);
-    http_wait(port, "/readyz", 200, 20000);
+    p = start_ready((const char *[]){"--workers", "2", "--ready", "exec", "--stop-timeout", "30000",
+                                     "--", "sh", "-c", "trap '' TERM; exec sleep 100", NULL}, &port);
     wait_children_ignore(p.pid, 2, SIGTERM, 20000);
     t0 = pm_test_now_ns();
     kill(p.pid, SIGTERM);
@@ -684,12 +731,10 @@ START_TEST(test_bin_listen_survives_crash)
     char path[128], listen[160];
     snprintf(path, sizeof(path), "%s/s.sock", dir);
     snprintf(listen, sizeof(listen), "echo=unix:%s", path);
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--backoff-min", "50",
-                 "--backoff-max", "100", "--listen", listen, "--health", health, "--",
-                 PM_TEST_WORKER, "serve", NULL};
-    proc p = start(a, base_env);
+    int port;
+    proc p = start_health((const char *[]){"--workers", "1", "--ready", "exec", "--backoff-min",
+                                           "50", "--backoff-max", "100", "--listen", listen, "--",
+                                           PM_TEST_WORKER, "serve", NULL}, base_env, &port);
     char reply[128];
     int k = -1;
     uint64_t end = pm_test_ms() + 20000;
@@ -718,13 +763,10 @@ END_TEST
 START_TEST(test_bin_health_endpoints)
 {
     static char out[65536];
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--min-ready", "2",
-                 "--health", health, "--backoff-min", "300", "--backoff-max", "300", "--",
-                 "sleep", "100", NULL};
-    proc p = start(a, base_env);
-    http_wait(port, "/readyz", 200, 20000);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "2", "--ready", "exec", "--min-ready", "2",
+                                          "--backoff-min", "300", "--backoff-max", "300", "--",
+                                          "sleep", "100", NULL}, &port);
     ck_assert_int_eq(http_get(port, "/healthz", out, sizeof(out)), 200);
     ck_assert_str_eq(out, "ok\n");
     ck_assert_int_eq(http_get(port, "/status", out, sizeof(out)), 200);
@@ -805,16 +847,15 @@ START_TEST(test_bin_notify_mode)
      * WATCHDOG=1 then holds it to the heartbeat, and when it falls silent it
      * is fenced. */
     static char out[65536];
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--heartbeat-timeout",
-                 "400", "--backoff-min", "10000", "--backoff-max", "10000", "--backoff-jitter",
-                 "0", "--health", health, "--", PM_NOTIFY_SEND, "--fork", "READY=1", "--",
-                 PM_NOTIFY_SEND, "--delay", "500", "READY=1", "--", PM_NOTIFY_SEND, "WATCHDOG=1",
-                 "--", PM_NOTIFY_SEND, "STOPPING=1", "--", "sleep", "100", NULL};
-    proc p = start(a, base_env);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "notify",
+                                          "--heartbeat-timeout", "400", "--backoff-min", "10000",
+                                          "--backoff-max", "10000", "--backoff-jitter", "0", "--",
+                                          PM_NOTIFY_SEND, "--fork", "READY=1", "--",
+                                          PM_NOTIFY_SEND, "--delay", "500", "READY=1", "--",
+                                          PM_NOTIFY_SEND, "WATCHDOG=1", "--", PM_NOTIFY_SEND,
+                                          "STOPPING=1", "--", "sleep", "100", NULL}, &port);
     char body[8192];
-    http_wait(port, "/readyz", 200, 20000);
     ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
     ck_assert_ptr_nonnull(strstr(body, "procmesh_notify_dropped_total 1\n"));
     /* Silent after one WATCHDOG=1: fenced for the heartbeat. The slot then
@@ -850,11 +891,11 @@ START_TEST(test_bin_systemd_notify_and_status)
     snprintf(file, sizeof(file), "%s/env", dir);
     snprintf(script, sizeof(script), "echo \"[$NOTIFY_SOCKET][$WATCHDOG_USEC]\" > %s; exec sleep 100",
              file);
-    http_free_listen(health, sizeof(health));
     char *env[] = {"PATH=/usr/bin:/bin", notify_env, "WATCHDOG_USEC=400000", NULL};
-    char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
-                 "sh", "-c", script, NULL};
-    proc p = start(a, env);
+    int port;
+    proc p = start_health((const char *[]){"--workers", "2", "--ready", "exec", "--", "sh", "-c",
+                                           script, NULL}, env, &port);
+    http_addr(port, health, sizeof(health));
     char msg[256];
     struct timeval tv = {10, 0};
     setsockopt(nfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -926,12 +967,11 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
      * cannot accept a connection either: the request is queued first, then
      * the limit restored, and the answer is the state before that try. */
     static char out[65536];
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health,
-                 "--backoff-min", "300", "--backoff-max", "60000", "--backoff-jitter", "0",
-                 "--max-restarts", "-1", "--", "sleep", "100", NULL};
-    proc p = start(a, base_env);
+    int port;
+    proc p = start_health((const char *[]){"--workers", "1", "--ready", "exec", "--backoff-min",
+                                           "300", "--backoff-max", "60000", "--backoff-jitter", "0",
+                                           "--max-restarts", "-1", "--", "sleep", "100",
+                                           NULL}, base_env, &port);
     http_wait(port, "/healthz", 200, 20000);
     int wpid = 0;
     ck_assert_int_eq(proc_children(p.pid, &wpid, 1), 1);
@@ -991,13 +1031,10 @@ START_TEST(test_bin_sighup_rolling_restart)
      * reaped, so there are never more workers than slots. */
     enum { SLOTS = 3 };
     static char out[65536];
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "3", "--ready", "exec", "--health", health, "--",
-                 "sleep", "100", NULL};
-    proc p = start(a, base_env);
     /* Ready first: a SIGHUP while the workers are still starting is dropped. */
-    http_wait(port, "/readyz", 200, 20000);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "3", "--ready", "exec", "--", "sleep", "100",
+                                          NULL}, &port);
     ck_assert_int_eq(proc_children(p.pid, NULL, 0), SLOTS);
     kill(p.pid, SIGHUP);
     /* Count the children (zombies included: they are listed until reaped)
@@ -1051,12 +1088,9 @@ START_TEST(test_bin_healthz_answered_past_idle_connections)
     /* doc/reliability.md, fault 36: more idle connections than the cap, then a
      * probe: the probe is answered (the oldest idle connection yields its
      * place), so a local client cannot make the orchestrator kill the pod. */
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
-                 "sleep", "100", NULL};
-    proc p = start(a, base_env);
-    http_wait(port, "/readyz", 200, 20000);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "exec", "--", "sleep", "100",
+                                          NULL}, &port);
     enum { IDLE = PMD_HTTP_MAX_CONN + 16 };
     int idle[IDLE];
     for (int i = 0; i < IDLE; i++) {
@@ -1108,12 +1142,9 @@ START_TEST(test_bin_accept_out_of_fds_backs_off)
      * The bound is a quarter, far from both on a loaded machine too. Once
      * fds are back the queued request is answered, and the pauses are
      * counted. */
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
-                 "sleep", "100", NULL};
-    proc p = start(a, base_env);
-    http_wait(port, "/readyz", 200, 20000);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "exec", "--", "sleep", "100",
+                                          NULL}, &port);
     struct rlimit old, low;
     ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, NULL, &old), 0);
     low = old;
@@ -1151,17 +1182,15 @@ START_TEST(test_bin_header_timeout_during_rolling_restart)
      * says READY=1, so the restart waits); the header timeout still holds
      * meanwhile: a slow client is answered 408 while the restart is still
      * in progress. */
-    char dir[] = "/tmp/pm-hup-XXXXXX", script[512], health[64];
+    char dir[] = "/tmp/pm-hup-XXXXXX", script[512];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(script, sizeof(script),
              "if [ -e %s/once ]; then exec sleep 100; fi; touch %s/once; exec %s READY=1 -- sleep 100",
              dir, dir, PM_NOTIFY_SEND);
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--ready-timeout",
-                 "60000", "--stop-timeout", "1000", "--health", health, "--", "sh", "-c", script,
-                 NULL};
-    proc p = start(a, base_env);
-    http_wait(port, "/readyz", 200, 20000);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "notify", "--ready-timeout",
+                                          "60000", "--stop-timeout", "1000", "--", "sh", "-c",
+                                          script, NULL}, &port);
     kill(p.pid, SIGHUP);
     proc_wait_log(&p, "event=started slot=0 pid=", 2, 20000);
     int slow = http_connect(port);
@@ -1190,13 +1219,12 @@ START_TEST(test_bin_notify_flood_rate_limited)
      * procmesh logs a bounded number of lines about it (PMD_LOG_BURST, then
      * PMD_LOG_PER_S a second) and says how many it held back, in a
      * log_suppressed line and in /metrics. */
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "notify", "--health", health,
-                 "--", PM_NOTIFY_SEND, "READY=1", "--", PM_NOTIFY_SEND, "--repeat", "3000",
-                 "STOPPING=1", "--", "sleep", "100", NULL};
+    int port;
     uint64_t t0 = pm_test_ms();
-    proc p = start(a, base_env);
+    proc p = start_health((const char *[]){"--workers", "1", "--ready", "notify", "--",
+                                           PM_NOTIFY_SEND, "READY=1", "--", PM_NOTIFY_SEND,
+                                           "--repeat", "3000", "STOPPING=1", "--", "sleep", "100",
+                                           NULL}, base_env, &port);
     proc_wait_log(&p, "event=log_suppressed slot=0 lines=", 1, 20000);
     uint64_t end = pm_test_ms() + 20000;
     long long suppressed;
@@ -1638,7 +1666,7 @@ START_TEST(test_bin_status_exit_codes)
         ck_assert_msg(rc == 2, "status --health %s: exit %d, want 2: %s", bad[i], rc, out);
     }
     char none[32];
-    snprintf(none, sizeof(none), "127.0.0.1:%d", pm_test_free_port());
+    http_addr(pm_test_free_port(), none, sizeof(none));
     char *b[] = {"procmesh", "status", "--health", none, NULL};
     proc p = start(b, base_env);
     ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 10000), 4);
@@ -1651,12 +1679,9 @@ START_TEST(test_bin_heartbeat_metric_only_with_heartbeats)
      * bound); mesh workers have one per ready slot; /status carries the
      * incarnation as a string. */
     static char body[65536];
-    char health[64];
-    int port = http_free_listen(health, sizeof(health));
-    char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--health", health, "--",
-                 "/bin/sleep", "100", NULL};
-    proc p = start(a, base_env);
-    http_wait(port, "/readyz", 200, 20000);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "2", "--ready", "exec", "--", "/bin/sleep",
+                                          "100", NULL}, &port);
     ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
     ck_assert_msg(strstr(body, "procmesh_slot_heartbeat_age_seconds{") == NULL, "%s", body);
     ck_assert_int_eq(http_get(port, "/status", body, sizeof(body)), 200);
@@ -1668,10 +1693,7 @@ START_TEST(test_bin_heartbeat_metric_only_with_heartbeats)
     kill(p.pid, SIGTERM);
     static char out[32768];
     ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 0);
-    char *b[] = {"procmesh", "run", "--workers", "2", "--health", health, "--", PM_TEST_WORKER,
-                 "echo", NULL};
-    p = start(b, base_env);
-    http_wait(port, "/readyz", 200, 20000);
+    p = start_ready((const char *[]){"--workers", "2", "--", PM_TEST_WORKER, "echo", NULL}, &port);
     ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
     ck_assert_msg(strstr(body, "procmesh_slot_heartbeat_age_seconds{slot=\"0\"}") != NULL &&
                       strstr(body, "procmesh_slot_heartbeat_age_seconds{slot=\"1\"}") != NULL,

@@ -337,12 +337,18 @@ static inline int proc_remove_dir(char *dir)
     return rc;
 }
 
+/* The listen address "127.0.0.1:PORT" in buf (--health, --peer-listen). */
+static inline void http_addr(int port, char *buf, size_t size)
+{
+    snprintf(buf, size, "127.0.0.1:%d", port);
+}
+
 /* A port nobody listens on now (pm_test_free_port), as a listen address
- * "127.0.0.1:PORT" in buf (--health, --peer-listen). Returns the port. */
+ * in buf (http_addr). Returns the port. */
 static inline int http_free_listen(char *buf, size_t size)
 {
     int port = pm_test_free_port();
-    snprintf(buf, size, "127.0.0.1:%d", port);
+    http_addr(port, buf, size);
     return port;
 }
 

@@ -138,24 +138,70 @@ static const struct choice {
      offsetof(pmd_dconf, allow_insecure_secret_mode)},
 };
 
-/* Options whose value is a whole number in min..max, stored as an int. */
+/* Options whose value is a whole number, stored as an int. The library's
+ * setter is the one place of each range (options.c): the daemon asks it
+ * rather than repeat its bounds. --min-ready is the daemon's own option,
+ * with its own range. */
 static const struct int_opt {
     int id;
+    int (*set)(pm_options *, int); /* the library's check; NULL: min..max */
     long min, max;
     size_t off; /* of the int in pmd_dconf */
 } int_opts[] = {
-    {O_BACKOFF_MIN, 0, INT_MAX, offsetof(pmd_dconf, backoff_min)},
-    {O_BACKOFF_MAX, 0, INT_MAX, offsetof(pmd_dconf, backoff_max)},
-    {O_MAX_RESTARTS, -1, PM_MAX_RESTARTS_LIMIT, offsetof(pmd_dconf, max_restarts)},
-    {O_RESTART_WINDOW, 0, INT_MAX, offsetof(pmd_dconf, restart_window)},
-    {O_READY_TIMEOUT, 1, INT_MAX, offsetof(pmd_dconf, ready_timeout)},
-    {O_HEARTBEAT, 0, INT_MAX, offsetof(pmd_dconf, heartbeat_timeout)},
-    {O_STOP_TIMEOUT, 0, INT_MAX, offsetof(pmd_dconf, stop_timeout)},
-    {O_BASE_PORT, 0, 65535, offsetof(pmd_dconf, base_port)},
-    {O_MIN_READY, 0, PM_MAX_WORKERS, offsetof(pmd_dconf, min_ready)},
-    {O_DRAIN_TIMEOUT, 0, INT_MAX, offsetof(pmd_dconf, drain_timeout)},
-    {O_PEER_TIMEOUT, 1, INT_MAX, offsetof(pmd_dconf, peer_timeout)},
+    {O_BACKOFF_MIN, pm_options_set_restart_min_backoff_ms, 0, 0, offsetof(pmd_dconf, backoff_min)},
+    {O_BACKOFF_MAX, pm_options_set_restart_max_backoff_ms, 0, 0, offsetof(pmd_dconf, backoff_max)},
+    {O_MAX_RESTARTS, pm_options_set_max_restarts, 0, 0, offsetof(pmd_dconf, max_restarts)},
+    {O_RESTART_WINDOW, pm_options_set_restart_window_ms, 0, 0, offsetof(pmd_dconf, restart_window)},
+    {O_READY_TIMEOUT, pm_options_set_ready_timeout_ms, 0, 0, offsetof(pmd_dconf, ready_timeout)},
+    {O_HEARTBEAT, pm_options_set_heartbeat_timeout_ms, 0, 0, offsetof(pmd_dconf, heartbeat_timeout)},
+    {O_STOP_TIMEOUT, pm_options_set_stop_timeout_ms, 0, 0, offsetof(pmd_dconf, stop_timeout)},
+    {O_BASE_PORT, pm_options_set_base_port, 0, 0, offsetof(pmd_dconf, base_port)},
+    {O_MIN_READY, NULL, 0, PM_MAX_WORKERS, offsetof(pmd_dconf, min_ready)},
+    {O_DRAIN_TIMEOUT, pm_options_set_drain_timeout_ms, 0, 0, offsetof(pmd_dconf, drain_timeout)},
+    {O_PEER_TIMEOUT, pm_options_set_peer_timeout_ms, 0, 0, offsetof(pmd_dconf, peer_timeout)},
 };
+
+/* The last value set accepts from in (a value it accepts) towards out (one
+ * it refuses, or one past the ints), by bisection: each setter accepts one
+ * interval. */
+static long long setter_edge(int (*set)(pm_options *, int), pm_options *o, long long in,
+                             long long out)
+{
+    while (llabs(out - in) > 1) {
+        long long mid = in + (out - in) / 2;
+        if (set(o, (int)mid) == 0)
+            in = mid;
+        else
+            out = mid;
+    }
+    return in;
+}
+
+/* The whole numbers set accepts, lo..hi, around ok (the field's default or
+ * last value, which it accepted): a refusal then names the library's
+ * range. 0, or -ENOMEM. */
+static int setter_range(int (*set)(pm_options *, int), int ok, long *lo, long *hi)
+{
+    pm_options *o = pm_options_new();
+    if (o == NULL)
+        return -ENOMEM;
+    *lo = (long)setter_edge(set, o, ok, (long long)INT_MIN - 1);
+    *hi = (long)setter_edge(set, o, ok, (long long)INT_MAX + 1);
+    pm_options_free(o);
+    return 0;
+}
+
+/* A whole-number option into its field: the number is the library's to
+ * judge (the range its setter accepts), or min..max for the daemon's own. */
+static int apply_int(pmd_dconf *c, const struct int_opt *io, const src *s, const char *v, char *err,
+                     size_t size)
+{
+    int *field = (int *)(void *)((char *)c + io->off);
+    long min = io->min, max = io->max;
+    if (io->set != NULL && setter_range(io->set, *field, &min, &max) < 0)
+        return -ENOMEM;
+    return pmd_dconf_int_value(s, v, min, max, field, err, size);
+}
 
 /* A table option (choices, int_opts) into its field: 0 or -EINVAL with
  * err filled; 1 when id is in neither table. */
@@ -170,8 +216,7 @@ static int apply_table(pmd_dconf *c, int id, const src *s, const char *v, char *
     for (size_t k = 0; k < sizeof(int_opts) / sizeof(int_opts[0]); k++) {
         const struct int_opt *io = &int_opts[k];
         if (io->id == id)
-            return pmd_dconf_int_value(s, v, io->min, io->max, (int *)(void *)((char *)c + io->off),
-                                       err, size);
+            return apply_int(c, io, s, v, err, size);
     }
     return 1;
 }
@@ -572,8 +617,8 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     if (rc == 0 && c->core_dir != NULL && (rc = pm_options_set_core_dir(o, c->core_dir)) < 0)
         snprintf(err, errsize, "--core-dir: '%s': %s", c->core_dir, pm_strerror(rc));
     if (rc == 0 && (rc = pm_options_set_seccomp(o, c->seccomp)) == -ENOTSUP) {
-        /* The library loads libseccomp on first use (os/deps.h); this
-         * program's own loader says why it could not. */
+        /* The library loads libseccomp on first use (os/deps.h); its
+         * loader says why it could not. */
         char why[200];
         if (pm__dep_load(PM__DEP_SECCOMP, why, sizeof(why)) == 0)
             snprintf(why, sizeof(why), "libseccomp refused");

@@ -79,7 +79,7 @@ static pmd_slot_log slot_log_new(uint64_t now)
     return l;
 }
 
-/* Slot i's limits, grown on first use; the shared spare ones when memory
+/* Slot i's limits, grown on first use; the shared fallback ones when memory
  * runs out (the limits then hold for those slots together). */
 static pmd_slot_log *slot_log(pmd_events *ev, unsigned slot, uint64_t now)
 {
@@ -87,9 +87,9 @@ static pmd_slot_log *slot_log(pmd_events *ev, unsigned slot, uint64_t now)
         unsigned n = slot + 1 > 2 * ev->nslots ? slot + 1 : 2 * ev->nslots;
         pmd_slot_log *l = realloc(ev->slots, n * sizeof(*l));
         if (l == NULL) {
-            if (ev->spare.worker.burst == 0)
-                ev->spare = slot_log_new(now);
-            return &ev->spare;
+            if (ev->fallback.worker.burst == 0)
+                ev->fallback = slot_log_new(now);
+            return &ev->fallback;
         }
         for (unsigned i = ev->nslots; i < n; i++)
             l[i] = slot_log_new(now);

@@ -55,7 +55,7 @@ typedef struct pmd_events {
     int slot_oom;         /* each slot has its own memory cgroup: pm_event.oom_kills is exact */
     pmd_slot_log *slots;  /* per slot, grown on first use */
     unsigned nslots;
-    pmd_slot_log spare;   /* for slots without their own when memory ran out */
+    pmd_slot_log fallback; /* shared by the slots that got no limits of their own (out of memory) */
     /* Why the first start failed, in words: the detail of the first STOPPED
      * "spawn-aborted" event (the one behind pm_cluster_spawn's errno; the
      * workers killed after it get their own). "" when none came. */
