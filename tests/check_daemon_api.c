@@ -75,11 +75,6 @@ static void wait_metric(int port, const char *name, long long want, int timeout_
                   want, v);
 }
 
-static void health_arg(char *buf, size_t size, int port)
-{
-    snprintf(buf, size, "127.0.0.1:%d", port);
-}
-
 /* ---------------------------------------------------------------- tests */
 
 START_TEST(test_start_failed_in_words)
@@ -122,7 +117,7 @@ START_TEST(test_readyz_min_ready_and_metric_values)
     for (int min = 2; min >= 1; min--) {
         int port = pm_test_free_port();
         char health[64], mr[8];
-        health_arg(health, sizeof(health), port);
+        http_addr(port, health, sizeof(health));
         snprintf(mr, sizeof(mr), "%d", min);
         char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--min-ready", mr,
                      "--backoff-min", "10000", "--backoff-max", "10000", "--backoff-jitter", "0",
@@ -195,7 +190,7 @@ START_TEST(test_readyz_during_drain)
     static char out[65536];
     int port = pm_test_free_port();
     char health[64];
-    health_arg(health, sizeof(health), port);
+    http_addr(port, health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--stop-timeout",
                  "30000", "--health", health, "--", "sh", "-c",
                  "trap '' TERM; echo term-ignored; exec sleep 100", NULL};
@@ -318,7 +313,7 @@ static long long auto_workers(proc_pre_exec pre, void *arg)
     static char out[65536];
     int port = pm_test_free_port();
     char health[64];
-    health_arg(health, sizeof(health), port);
+    http_addr(port, health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "auto", "--ready", "exec", "--health", health, "--",
                  "sleep", "100", NULL};
     proc p = start_full(a, base_env, STDERR_FILENO, pre, arg);
@@ -469,7 +464,7 @@ START_TEST(test_subreaper_not_pid1)
     ck_assert_int_ne(getpid(), 1);
     int port = pm_test_free_port();
     char health[64];
-    health_arg(health, sizeof(health), port);
+    http_addr(port, health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
                  "sh", "-c", "(sleep 101 &); exec sleep 100", NULL};
     proc p = start(a, base_env);
@@ -550,7 +545,7 @@ START_TEST(test_listen_tcp)
     int port = pm_test_free_port(), hport = pm_test_free_port();
     char listen[64], health[64];
     snprintf(listen, sizeof(listen), "web=tcp:127.0.0.1:%d", port);
-    health_arg(health, sizeof(health), hport);
+    http_addr(hport, health, sizeof(health));
     char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--backoff-min", "50",
                  "--backoff-max", "100", "--listen", listen, "--health", health, "--",
                  PM_TEST_WORKER, "serve", NULL};
@@ -596,8 +591,8 @@ START_TEST(test_peers_in_status_and_metrics)
     char listen_a[64], peer_b[64], health_a[64], health_b[64];
     snprintf(listen_a, sizeof(listen_a), "127.0.0.1:%d", pa);
     snprintf(peer_b, sizeof(peer_b), "127.0.0.1:%d", pa);
-    health_arg(health_a, sizeof(health_a), ha);
-    health_arg(health_b, sizeof(health_b), hb);
+    http_addr(ha, health_a, sizeof(health_a));
+    http_addr(hb, health_b, sizeof(health_b));
     char *aa[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--hostname", "a",
                   "--base-port", "10", "--secret-file", secret, "--peer-listen", listen_a,
                   "--peer-timeout", "1000", "--health", health_a, "--", "sleep", "100", NULL};
