@@ -44,7 +44,9 @@ Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
   --timeout S        per-program timeout (default: 3 x its baseline + 60 s;
                      $MUTANT_TIMEOUT also sets it)
   --tree DIR         use DIR (DIR/src, DIR/build: the scratch tree of run.sh,
-                     mutants-work) as the one job tree, so that CI builds once
+                     mutants-work) as the first job tree and DIR/tree1 ... as
+                     the others (run.sh --trees builds them), so that CI
+                     builds each tree once; a missing one is built here
   --programs N       run only the first N programs map.txt names for a file
                      (its targeted, quick ones: CI), not all of them
   --no-confirm       count a program's first failure as a kill (by default
@@ -374,7 +376,10 @@ class Tree:
         clean = os.path.join(self.src, ".mutants-clean")
         if fresh or not os.path.exists(os.path.join(self.build, "config.status")) \
                 or not os.path.exists(clean):
-            shutil.rmtree(self.root, ignore_errors=True)
+            # Not the whole root: with --tree, the first tree's root holds
+            # the others (DIR/tree1 ...).
+            shutil.rmtree(self.src, ignore_errors=True)
+            shutil.rmtree(self.build, ignore_errors=True)
             os.makedirs(self.build)
             copy_tree(srcdir, self.src, work)
             open(self.log, "w").close()
@@ -694,9 +699,11 @@ def main():
     print("mutants-auto: %d mutants in %d file(s), %d job(s); scratch trees in %s" % (
         len(muts), len(files), jobs, work), flush=True)
     if args.tree:
-        # One tree shared with run.sh (make mutants-ci built it just before).
-        jobs = args.jobs = 1
-        trees = [Tree(work, 0, os.path.abspath(args.tree))]
+        # The trees of run.sh (make mutants-ci built them just before): the
+        # same names, so that neither script builds a tree the other has.
+        top = os.path.abspath(args.tree)
+        trees = [Tree(work, n, top if n == 0 else os.path.join(top, "tree%d" % n))
+                 for n in range(jobs)]
     else:
         trees = [Tree(work, n) for n in range(jobs)]
     with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
