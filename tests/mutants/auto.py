@@ -387,7 +387,11 @@ class Tree:
                 if run(["./autogen.sh"], self.src, self.log):
                     return "autogen.sh failed (%s)" % self.log
             # A relative srcdir: the same __FILE__ strings in every job tree.
-            cfg = ["../src/configure"] + os.environ.get("MUTANTS_CONFIGURE", "").split()
+            # --disable-static: the programs link the PIC objects (libpmcore
+            # is a convenience library beside the shared libprocmesh); the
+            # non-PIC copies would only double each mutant's compile.
+            cfg = ["../src/configure", "--disable-static"] \
+                + os.environ.get("MUTANTS_CONFIGURE", "").split()
             if run(cfg, self.build, self.log):
                 return "configure failed (%s)" % self.log
         else:
