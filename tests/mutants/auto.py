@@ -29,8 +29,9 @@ programs and the helpers they start, run the programs in map.txt's order and
 stop at the first that fails (killed), crashes or overruns its timeout
 (killed, marked "timeout"). A program that exits 77 (skip) kills nothing.
 Before any mutant, every program is run on the unmutated scratch tree: a
-program that fails there makes the run refuse to start (exit 2), since it
-would make every mutant look killed.
+program that fails there twice in a row makes the run refuse to start (exit
+2), since it would make every mutant look killed (one that fails once, then
+passes, is flaky: it goes on; the output is in WORK/baseline-PROGRAM.log).
 
 Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
   --srcdir DIR       source tree (default: two levels above this script)
@@ -730,17 +731,34 @@ def main():
         pq.put(t)
 
     def baseline(p):
+        # A program that fails here once and passes when run again is flaky
+        # (under load, say), not broken: it may kill a mutant now and then
+        # by itself, which only raises the score. Twice is a broken test.
         t = pq.get()
+        log = os.path.join(work, "baseline-%s.log" % p)
         try:
-            return p, run_program(t, p, args.timeout or 1800)
+            if os.path.exists(log):
+                os.unlink(log)
+            runs = [run_program(t, p, args.timeout or 1800, log)]
+            if runs[0][0] not in (0, 77):
+                runs.append(run_program(t, p, args.timeout or 1800, log))
+            return p, runs
         finally:
             pq.put(t)
     with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
-        for p, (rc, secs) in ex.map(baseline, progs):
-            print("mutants-auto: baseline tests/%-16s exit %s in %.0f s" % (p, rc, secs), flush=True)
+        for p, runs in ex.map(baseline, progs):
+            rc, secs = runs[-1]
+            if len(runs) > 1:
+                print("mutants-auto: baseline tests/%-16s exit %s in %.0f s, then (flaky?) "
+                      "exit %s in %.0f s; output in %s" % (
+                          p, runs[0][0], runs[0][1], rc, secs,
+                          os.path.join(work, "baseline-%s.log" % p)), flush=True)
+            else:
+                print("mutants-auto: baseline tests/%-16s exit %s in %.0f s" % (p, rc, secs),
+                      flush=True)
             if rc not in (0, 77):
-                die("tests/%s fails unmutated (exit %s): fix it first, or every mutant of "
-                    "its files would look killed" % (p, rc))
+                die("tests/%s fails unmutated, twice (exit %s): fix it first, or every mutant "
+                    "of its files would look killed" % (p, rc))
             timeouts[p] = args.timeout or (3 * secs + 60)
 
     results = [None] * len(muts)
