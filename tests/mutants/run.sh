@@ -9,7 +9,9 @@
 #   --ci        only the mutants marked `ci: yes` (the CI subset)
 #   --no-baseline  do not first run every selected test unmutated (by
 #               default each must pass there, or the run stops: a test that
-#               fails anyway would make every mutant look caught)
+#               fails anyway would make every mutant look caught; a
+#               baseline that fails is run once more, and stops the run
+#               only if it fails again)
 #   --trees N   N scratch trees judge the mutants in parallel (default
 #               $MUTANTS_TREES or 1): WORK and WORK/tree1 ...; most of a
 #               mutant's time is its tests waiting on processes, not CPU
@@ -242,6 +244,14 @@ baseline() {
     : >"$work/baseline.out"
     run_tests "$work/baseline.mut" "$work/baseline.out" "$tw"
     r=$?
+    if [ $r -ne 0 ]; then
+        # Once may be a flaky test (under load, say), not a broken one: it
+        # can only make a mutant look caught. Twice in a row stops the run.
+        echo "mutants: the baseline failed once (exit $r; $work/baseline.out), again:"
+        echo "== the baseline again" >>"$work/baseline.out"
+        run_tests "$work/baseline.mut" "$work/baseline.out" "$tw"
+        r=$?
+    fi
     if [ $r -ne 0 ]; then
         tail -30 "$work/baseline.out"
         die "a test fails or skips on the unmutated tree (exit $r, last '== tests/...' line above; $work/baseline.out): fix it before judging mutants"
