@@ -29,8 +29,9 @@ programs and the helpers they start, run the programs in map.txt's order and
 stop at the first that fails (killed), crashes or overruns its timeout
 (killed, marked "timeout"). A program that exits 77 (skip) kills nothing.
 Before any mutant, every program is run on the unmutated scratch tree: a
-program that fails there makes the run refuse to start (exit 2), since it
-would make every mutant look killed.
+program that fails there twice in a row makes the run refuse to start (exit
+2), since it would make every mutant look killed (one that fails once, then
+passes, is flaky: it goes on; the output is in WORK/baseline-PROGRAM.log).
 
 Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
   --srcdir DIR       source tree (default: two levels above this script)
@@ -44,7 +45,9 @@ Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
   --timeout S        per-program timeout (default: 3 x its baseline + 60 s;
                      $MUTANT_TIMEOUT also sets it)
   --tree DIR         use DIR (DIR/src, DIR/build: the scratch tree of run.sh,
-                     mutants-work) as the one job tree, so that CI builds once
+                     mutants-work) as the first job tree and DIR/tree1 ... as
+                     the others (run.sh --trees builds them), so that CI
+                     builds each tree once; a missing one is built here
   --programs N       run only the first N programs map.txt names for a file
                      (its targeted, quick ones: CI), not all of them
   --no-confirm       count a program's first failure as a kill (by default
@@ -374,7 +377,10 @@ class Tree:
         clean = os.path.join(self.src, ".mutants-clean")
         if fresh or not os.path.exists(os.path.join(self.build, "config.status")) \
                 or not os.path.exists(clean):
-            shutil.rmtree(self.root, ignore_errors=True)
+            # Not the whole root: with --tree, the first tree's root holds
+            # the others (DIR/tree1 ...).
+            shutil.rmtree(self.src, ignore_errors=True)
+            shutil.rmtree(self.build, ignore_errors=True)
             os.makedirs(self.build)
             copy_tree(srcdir, self.src, work)
             open(self.log, "w").close()
@@ -382,7 +388,11 @@ class Tree:
                 if run(["./autogen.sh"], self.src, self.log):
                     return "autogen.sh failed (%s)" % self.log
             # A relative srcdir: the same __FILE__ strings in every job tree.
-            cfg = ["../src/configure"] + os.environ.get("MUTANTS_CONFIGURE", "").split()
+            # --disable-static: the programs link the PIC objects (libpmcore
+            # is a convenience library beside the shared libprocmesh); the
+            # non-PIC copies would only double each mutant's compile.
+            cfg = ["../src/configure", "--disable-static"] \
+                + os.environ.get("MUTANTS_CONFIGURE", "").split()
             if run(cfg, self.build, self.log):
                 return "configure failed (%s)" % self.log
         else:
@@ -694,9 +704,11 @@ def main():
     print("mutants-auto: %d mutants in %d file(s), %d job(s); scratch trees in %s" % (
         len(muts), len(files), jobs, work), flush=True)
     if args.tree:
-        # One tree shared with run.sh (make mutants-ci built it just before).
-        jobs = args.jobs = 1
-        trees = [Tree(work, 0, os.path.abspath(args.tree))]
+        # The trees of run.sh (make mutants-ci built them just before): the
+        # same names, so that neither script builds a tree the other has.
+        top = os.path.abspath(args.tree)
+        trees = [Tree(work, n, top if n == 0 else os.path.join(top, "tree%d" % n))
+                 for n in range(jobs)]
     else:
         trees = [Tree(work, n) for n in range(jobs)]
     with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
@@ -719,17 +731,34 @@ def main():
         pq.put(t)
 
     def baseline(p):
+        # A program that fails here once and passes when run again is flaky
+        # (under load, say), not broken: it may kill a mutant now and then
+        # by itself, which only raises the score. Twice is a broken test.
         t = pq.get()
+        log = os.path.join(work, "baseline-%s.log" % p)
         try:
-            return p, run_program(t, p, args.timeout or 1800)
+            if os.path.exists(log):
+                os.unlink(log)
+            runs = [run_program(t, p, args.timeout or 1800, log)]
+            if runs[0][0] not in (0, 77):
+                runs.append(run_program(t, p, args.timeout or 1800, log))
+            return p, runs
         finally:
             pq.put(t)
     with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
-        for p, (rc, secs) in ex.map(baseline, progs):
-            print("mutants-auto: baseline tests/%-16s exit %s in %.0f s" % (p, rc, secs), flush=True)
+        for p, runs in ex.map(baseline, progs):
+            rc, secs = runs[-1]
+            if len(runs) > 1:
+                print("mutants-auto: baseline tests/%-16s exit %s in %.0f s, then (flaky?) "
+                      "exit %s in %.0f s; output in %s" % (
+                          p, runs[0][0], runs[0][1], rc, secs,
+                          os.path.join(work, "baseline-%s.log" % p)), flush=True)
+            else:
+                print("mutants-auto: baseline tests/%-16s exit %s in %.0f s" % (p, rc, secs),
+                      flush=True)
             if rc not in (0, 77):
-                die("tests/%s fails unmutated (exit %s): fix it first, or every mutant of "
-                    "its files would look killed" % (p, rc))
+                die("tests/%s fails unmutated, twice (exit %s): fix it first, or every mutant "
+                    "of its files would look killed" % (p, rc))
             timeouts[p] = args.timeout or (3 * secs + 60)
 
     results = [None] * len(muts)
