@@ -137,6 +137,22 @@ static int big_replier(pm_node *n, void *arg)
 static int (*bootstrap)(pm_node *, void *) = pinger;
 static int the_port;
 
+/* PEER_REFUSED events, and the last one's count, reason and address. */
+static unsigned refused_events;
+static uint64_t refused_count;
+static char refused_reason[32], refused_address[64];
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    pm_test_count_peer_events(c, e, arg);
+    if (e->type != PM_EVENT_PEER_REFUSED)
+        return;
+    refused_events++;
+    refused_count = e->peer_failures;
+    snprintf(refused_reason, sizeof(refused_reason), "%s", e->detail);
+    snprintf(refused_address, sizeof(refused_address), "%s", e->peer_address);
+}
+
 static pm_cluster *start_host(const char *name, int peer_timeout_ms, const char *peer)
 {
     the_port = pm_test_free_port();
@@ -152,7 +168,7 @@ static pm_cluster *start_host(const char *name, int peer_timeout_ms, const char 
     ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout_ms), 0);
     ck_assert_int_eq(pm_options_set_bootstrap(o, bootstrap, NULL), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, &peer_events), 0);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", the_port);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
@@ -500,6 +516,82 @@ START_TEST(test_refused_log_pure)
 }
 END_TEST
 
+START_TEST(test_refused_log_flush)
+{
+    /* A pair that stops failing within its window: at the window's end its
+     * held-back failures get a line of their own (the caller's timer asks
+     * pm__faillog_next when, and pm__faillog_due for the line), exactly
+     * once; a pair with nothing held back never has a line due. */
+    pm__faillog t;
+    memset(&t, 0, sizeof(t));
+    char addr[PM__FAILLOG_ADDR];
+    int why = -1;
+    uint64_t now = 5000, w = PM__FAILLOG_WINDOW_MS;
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now), 1);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.2", PM__PF_TIMEOUT, now + 10), 1);
+    ck_assert_uint_eq(pm__faillog_next(&t), 0); /* nothing held back */
+    ck_assert_uint_eq(pm__faillog_due(&t, now + 10 * w, addr, &why), 0);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + 1000), 0);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + 2000), 0);
+    ck_assert_uint_eq(pm__faillog_next(&t), now + w);
+    /* One ms early: nothing due; at the window's end: the 2 held back. */
+    ck_assert_uint_eq(pm__faillog_due(&t, now + w - 1, addr, &why), 0);
+    ck_assert_uint_eq(pm__faillog_due(&t, now + w, addr, &why), 2);
+    ck_assert_str_eq(addr, "10.0.0.1");
+    ck_assert_int_eq(why, PM__PF_KEY_ID);
+    ck_assert_uint_eq(pm__faillog_due(&t, now + w, addr, &why), 0); /* once */
+    ck_assert_uint_eq(pm__faillog_next(&t), 0);
+    /* The flushed line starts a new window: a failure right after it is
+     * held back, and due a window after the flush. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + w + 1), 0);
+    ck_assert_uint_eq(pm__faillog_next(&t), now + 2 * w);
+    /* Two pairs due at once: one line each, in turn. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.4", PM__PF_TIMEOUT, now + w + 2), 1);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.4", PM__PF_TIMEOUT, now + w + 3), 0);
+    uint64_t total = 0, n;
+    unsigned lines = 0;
+    while ((n = pm__faillog_due(&t, now + 3 * w, addr, &why)) > 0) {
+        total += n;
+        lines++;
+    }
+    ck_assert_uint_eq(lines, 2);
+    ck_assert_uint_eq(total, 2);
+    /* A clock that went back never holds a line back for ever. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.3", PM__PF_HELLO, now + 4 * w), 1);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.3", PM__PF_HELLO, now + 4 * w + 1), 0);
+    ck_assert_uint_eq(pm__faillog_due(&t, now, addr, &why), 1);
+}
+END_TEST
+
+START_TEST(test_refused_log_flushed)
+{
+    /* The mesh's timers report what faillog held back: a peer refused
+     * twice (a wrong secret, from one address) gets one event at once
+     * (count 1); its second failure is held; when the window ends with no
+     * third, the mesh's next deadline is due by then, and firing it
+     * reports the held failure (count 1), once. The time is passed to
+     * pm__mesh_fire, so no test waits the 60 s. */
+    pm_cluster *c = start_a(2000);
+    attack(c, "wrong-key", PM__PF_HS_DECRYPT);
+    ck_assert_uint_eq(refused_events, 1);
+    ck_assert_uint_eq(refused_count, 1);
+    uint64_t t0 = pm_test_ms();
+    attack(c, "wrong-key", PM__PF_HS_DECRYPT);
+    ck_assert_uint_eq(refused_events, 1); /* held back */
+    uint64_t next = pm__mesh_next_deadline(c->mesh);
+    ck_assert_uint_ne(next, 0);
+    ck_assert_uint_le(next, t0 + PM__FAILLOG_WINDOW_MS);
+    pm__mesh_fire(c->mesh, pm_test_ms() + PM__FAILLOG_WINDOW_MS);
+    ck_assert_uint_eq(refused_events, 2);
+    ck_assert_uint_eq(refused_count, 1);
+    ck_assert_str_eq(refused_reason, pm__peer_fail_name(PM__PF_HS_DECRYPT));
+    ck_assert_str_eq(refused_address, "127.0.0.1");
+    pm__mesh_fire(c->mesh, pm_test_ms() + PM__FAILLOG_WINDOW_MS);
+    ck_assert_uint_eq(refused_events, 2);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 /* This process's resident set (kB). */
 static unsigned long rss_kb(void)
 {
@@ -795,6 +887,8 @@ int main(void)
     PM_ADD_TEST(s, test_forged_notices_dropped, 60);
     PM_ADD_TEST(s, test_rate_limit_pure, 10);
     PM_ADD_TEST(s, test_refused_log_pure, 10);
+    PM_ADD_TEST(s, test_refused_log_flush, 10);
+    PM_ADD_TEST(s, test_refused_log_flushed, 120);
     PM_ADD_TEST(s, test_record_errors_close_one, 120);
     PM_ADD_TEST(s, test_bytes_after_close_ignored, 60);
     PM_ADD_TEST(s, test_first_record_frames_delivered, 60);
