@@ -500,7 +500,8 @@ static int pump(int fd, pm__pconn *pc, int until, const unsigned char *pre, size
 {
     unsigned char buf[4096];
     size_t n = npre;
-    memcpy(buf, pre, npre);
+    if (npre > 0)
+        memcpy(buf, pre, npre);
     pc->on_frame = on_answer;
     uint64_t end = now_ms() + WAIT_MS;
     for (;;) {
