@@ -101,7 +101,57 @@ static int pinger(pm_node *n, void *arg)
     }
 }
 
+/* The worker of test_no_frag_reply_refused: pings main three times (as
+ * start_host waits for), then answers requests: "big" with more than
+ * PM_MAX_PAYLOAD bytes, anything else with "pong". */
+static int big_replier(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address main_a;
+    if (pm_address_parse("t@main:0", &main_a) != 0)
+        return 1;
+    for (int i = 0; i < 3; i++) {
+        pm_message r;
+        if (pm_node_request(n, &main_a, "ping", 4, 5000, &r) < 0)
+            return 2;
+    }
+    static char big[PM_MAX_PAYLOAD + 4096];
+    memset(big, 'B', sizeof(big));
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc != 0 || m.kind != PM_MSG_REQUEST)
+            continue;
+        if (m.len == 3 && memcmp(m.data, "big", 3) == 0)
+            rc = pm_node_reply(n, &m, big, sizeof(big));
+        else
+            rc = pm_node_reply(n, &m, "pong", 4);
+        if (rc < 0)
+            return 3; /* the slot would restart: the test sees it */
+    }
+}
+
+static int (*bootstrap)(pm_node *, void *) = pinger;
 static int the_port;
+
+/* PEER_REFUSED events, and the last one's count, reason and address. */
+static unsigned refused_events;
+static uint64_t refused_count;
+static char refused_reason[32], refused_address[64];
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    pm_test_count_peer_events(c, e, arg);
+    if (e->type != PM_EVENT_PEER_REFUSED)
+        return;
+    refused_events++;
+    refused_count = e->peer_failures;
+    snprintf(refused_reason, sizeof(refused_reason), "%s", e->detail);
+    snprintf(refused_address, sizeof(refused_address), "%s", e->peer_address);
+}
 
 static pm_cluster *start_host(const char *name, int peer_timeout_ms, const char *peer)
 {
@@ -116,9 +166,9 @@ static pm_cluster *start_host(const char *name, int peer_timeout_ms, const char 
     ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
     ck_assert_int_eq(pm_options_add_secret(o, secret1), 0);
     ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout_ms), 0);
-    ck_assert_int_eq(pm_options_set_bootstrap(o, pinger, NULL), 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, bootstrap, NULL), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event, &peer_events), 0);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", the_port);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
@@ -260,6 +310,60 @@ START_TEST(test_first_record_frames_delivered)
     unsigned ups = peer_events.ups;
     attack(c, "first-frames", PM__PF_CLOSED);
     ck_assert_uint_eq(peer_events.ups, ups + 1);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+/* Runs attack name as host b and waits for pm-bad-peer's exit 0 (it
+ * checks what the supervisor answered), then for its link to be gone. */
+static void run_b(pm_cluster *c, const char *name)
+{
+    pid_t pid = bad_peer(name, "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, exited(pid, &status), 90000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "pm-bad-peer %s: exit status 0x%x (1: not what doc/protocol.md says, 3: setup)", name,
+                  status);
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0, 10000);
+}
+
+START_TEST(test_two_links_one_initiator)
+{
+    /* doc/protocol.md 2: a host that dials us twice (same name, same
+     * incarnation) keeps the link that came up first; the later one is
+     * closed with CLOSE 0 before it is installed, counted `local`, and
+     * reported up never. The first still carries a request (pm-bad-peer
+     * checks main's answer over it after the close) and ends as our peer's
+     * own CLOSE, counted `closed`. */
+    pm_cluster *c = start_a(30000);
+    uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
+    uint64_t closed0 = pm__mesh_fails(c->mesh, PM__PF_CLOSED);
+    unsigned ups = peer_events.ups, downs = peer_events.downs;
+    run_b(c, "two-links");
+    PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_CLOSED) == closed0 + 1, 10000);
+    ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_LOCAL), local0 + 1);
+    ck_assert_uint_eq(peer_events.ups, ups + 1);
+    ck_assert_uint_eq(peer_events.downs, downs + 1);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_no_frag_reply_refused)
+{
+    /* doc/protocol.md "Frames on a link": a worker's REPLY above
+     * PM_MAX_PAYLOAD to a request from a peer whose hello lacks capability
+     * bit 1 does not cross; the requester gets UNDELIVERABLE -EMSGSIZE
+     * from the worker's port (pm-bad-peer checks it, and that a small
+     * request after it is answered). The worker is unharmed: the same
+     * incarnation, no restart. */
+    bootstrap = big_replier;
+    pm_cluster *c = start_a(30000);
+    pm_slot_info si0, si1;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si0), 0);
+    run_b(c, "no-frag");
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si1), 0);
+    ck_assert_uint_eq(si1.incarnation, si0.incarnation);
+    ck_assert_uint_eq(si1.restarts_total, si0.restarts_total);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -409,6 +513,82 @@ START_TEST(test_refused_log_pure)
     ck_assert_uint_eq(pm__faillog_note(&t, "h0", PM__PF_HELLO, 102), 0);  /* kept */
     ck_assert_uint_eq(pm__faillog_note(&t, "h1", PM__PF_HELLO, 103), 1);  /* evicted: new */
     ck_assert_uint_eq(pm__faillog_note(&t, "h0", PM__PF_HELLO, 1 + w), 3); /* held 2 + this */
+}
+END_TEST
+
+START_TEST(test_refused_log_flush)
+{
+    /* A pair that stops failing within its window: at the window's end its
+     * held-back failures get a line of their own (the caller's timer asks
+     * pm__faillog_next when, and pm__faillog_due for the line), exactly
+     * once; a pair with nothing held back never has a line due. */
+    pm__faillog t;
+    memset(&t, 0, sizeof(t));
+    char addr[PM__FAILLOG_ADDR];
+    int why = -1;
+    uint64_t now = 5000, w = PM__FAILLOG_WINDOW_MS;
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now), 1);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.2", PM__PF_TIMEOUT, now + 10), 1);
+    ck_assert_uint_eq(pm__faillog_next(&t), 0); /* nothing held back */
+    ck_assert_uint_eq(pm__faillog_due(&t, now + 10 * w, addr, &why), 0);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + 1000), 0);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + 2000), 0);
+    ck_assert_uint_eq(pm__faillog_next(&t), now + w);
+    /* One ms early: nothing due; at the window's end: the 2 held back. */
+    ck_assert_uint_eq(pm__faillog_due(&t, now + w - 1, addr, &why), 0);
+    ck_assert_uint_eq(pm__faillog_due(&t, now + w, addr, &why), 2);
+    ck_assert_str_eq(addr, "10.0.0.1");
+    ck_assert_int_eq(why, PM__PF_KEY_ID);
+    ck_assert_uint_eq(pm__faillog_due(&t, now + w, addr, &why), 0); /* once */
+    ck_assert_uint_eq(pm__faillog_next(&t), 0);
+    /* The flushed line starts a new window: a failure right after it is
+     * held back, and due a window after the flush. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.1", PM__PF_KEY_ID, now + w + 1), 0);
+    ck_assert_uint_eq(pm__faillog_next(&t), now + 2 * w);
+    /* Two pairs due at once: one line each, in turn. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.4", PM__PF_TIMEOUT, now + w + 2), 1);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.4", PM__PF_TIMEOUT, now + w + 3), 0);
+    uint64_t total = 0, n;
+    unsigned lines = 0;
+    while ((n = pm__faillog_due(&t, now + 3 * w, addr, &why)) > 0) {
+        total += n;
+        lines++;
+    }
+    ck_assert_uint_eq(lines, 2);
+    ck_assert_uint_eq(total, 2);
+    /* A clock that went back never holds a line back for ever. */
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.3", PM__PF_HELLO, now + 4 * w), 1);
+    ck_assert_uint_eq(pm__faillog_note(&t, "10.0.0.3", PM__PF_HELLO, now + 4 * w + 1), 0);
+    ck_assert_uint_eq(pm__faillog_due(&t, now, addr, &why), 1);
+}
+END_TEST
+
+START_TEST(test_refused_log_flushed)
+{
+    /* The mesh's timers report what faillog held back: a peer refused
+     * twice (a wrong secret, from one address) gets one event at once
+     * (count 1); its second failure is held; when the window ends with no
+     * third, the mesh's next deadline is due by then, and firing it
+     * reports the held failure (count 1), once. The time is passed to
+     * pm__mesh_fire, so no test waits the 60 s. */
+    pm_cluster *c = start_a(2000);
+    attack(c, "wrong-key", PM__PF_HS_DECRYPT);
+    ck_assert_uint_eq(refused_events, 1);
+    ck_assert_uint_eq(refused_count, 1);
+    uint64_t t0 = pm_test_ms();
+    attack(c, "wrong-key", PM__PF_HS_DECRYPT);
+    ck_assert_uint_eq(refused_events, 1); /* held back */
+    uint64_t next = pm__mesh_next_deadline(c->mesh);
+    ck_assert_uint_ne(next, 0);
+    ck_assert_uint_le(next, t0 + PM__FAILLOG_WINDOW_MS);
+    pm__mesh_fire(c->mesh, pm_test_ms() + PM__FAILLOG_WINDOW_MS);
+    ck_assert_uint_eq(refused_events, 2);
+    ck_assert_uint_eq(refused_count, 1);
+    ck_assert_str_eq(refused_reason, pm__peer_fail_name(PM__PF_HS_DECRYPT));
+    ck_assert_str_eq(refused_address, "127.0.0.1");
+    pm__mesh_fire(c->mesh, pm_test_ms() + PM__FAILLOG_WINDOW_MS);
+    ck_assert_uint_eq(refused_events, 2);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
 
@@ -707,9 +887,13 @@ int main(void)
     PM_ADD_TEST(s, test_forged_notices_dropped, 60);
     PM_ADD_TEST(s, test_rate_limit_pure, 10);
     PM_ADD_TEST(s, test_refused_log_pure, 10);
+    PM_ADD_TEST(s, test_refused_log_flush, 10);
+    PM_ADD_TEST(s, test_refused_log_flushed, 120);
     PM_ADD_TEST(s, test_record_errors_close_one, 120);
     PM_ADD_TEST(s, test_bytes_after_close_ignored, 60);
     PM_ADD_TEST(s, test_first_record_frames_delivered, 60);
+    PM_ADD_TEST(s, test_two_links_one_initiator, 120);
+    PM_ADD_TEST(s, test_no_frag_reply_refused, 120);
     PM_ADD_TEST(s, test_flood_1000, 240);
     PM_ADD_TEST(s, test_accept_out_of_fds, 120);
     return pm_test_main(s);

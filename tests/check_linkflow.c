@@ -626,16 +626,23 @@ START_TEST(test_main_large_across_link)
 END_TEST
 
 /*
- * Workers under the strict seccomp filter on both hosts, with either
- * action: a remote worker's small and large messages reach b's strict
- * worker, a's strict worker sends large ones, and a large request gets its
- * large reply; no worker dies or fails a receive.
+ * Workers under a seccomp filter on both hosts, each level (basic, strict)
+ * with either action: a remote worker's small and large messages reach b's
+ * filtered worker, a's filtered worker sends large ones, and a large
+ * request gets its large reply; no worker dies or fails a receive.
  */
 START_TEST(test_large_seccomp_across_link)
 {
-    static const int actions[] = {PM_SECCOMP_ERRNO, PM_SECCOMP_KILL};
-    big_level = PM_SECCOMP_STRICT;
-    big_action = actions[_i];
+    static const struct {
+        int level, action;
+    } runs[] = {
+        {PM_SECCOMP_BASIC, PM_SECCOMP_ERRNO},
+        {PM_SECCOMP_BASIC, PM_SECCOMP_KILL},
+        {PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO},
+        {PM_SECCOMP_STRICT, PM_SECCOMP_KILL},
+    };
+    big_level = runs[_i].level;
+    big_action = runs[_i].action;
     pid_t b;
     pm_cluster *c = big_pair((size_t)16 << 20, (size_t)16 << 20, &b);
     static const size_t sizes[] = {1000, PM_MAX_PAYLOAD + 1, (size_t)4 << 20};
@@ -678,7 +685,7 @@ static Suite *linkflow_suite(void)
     PM_ADD_TEST(s, test_main_large_across_link, 180);
     /* Built without libseccomp: no filter to test (check_privileges says so). */
     pm_options *o = pm_options_new();
-    if (o != NULL && pm_options_set_seccomp(o, PM_SECCOMP_STRICT) == 0) PM_ADD_LOOP_TEST(s, test_large_seccomp_across_link, 0, 2, 180);
+    if (o != NULL && pm_options_set_seccomp(o, PM_SECCOMP_STRICT) == 0) PM_ADD_LOOP_TEST(s, test_large_seccomp_across_link, 0, 4, 180);
     pm_options_free(o);
     return s;
 }

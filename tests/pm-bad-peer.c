@@ -35,7 +35,10 @@
  * CLOSE; for unknown-type, heartbeat-1, zero-frame and oversize-close,
  * sent CLOSE 1 first; for bitflip-close, sent no CLOSE; for the
  * close-junk ones, answered our CLOSE with CLOSE 0; for first-frames,
- * answered the request of our first record); 1 it did
+ * answered the request of our first record; for two-links, closed our
+ * second link with CLOSE 0 and answered over the first; for no-frag,
+ * answered the big request UNDELIVERABLE -EMSGSIZE and the small one);
+ * 1 it did
  * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
  * 3 setup failed (connect, the real handshake an attack needs).
  *
@@ -179,11 +182,15 @@ static void send_output(int fd, pm__pconn *pc)
  * (the supervisor's first record received). Captures the preamble and
  * message 1 (first) and message 3 (third). */
 static int skip_first_heartbeat; /* first-frames: our first record is a FRAMES one */
+static unsigned char rest[4096];  /* bytes honest() read past the link coming up */
+static size_t rest_len;
+static uint32_t caps_off; /* capability bits our hello leaves out */
 
 static void honest(int fd, pm__pconn *pc)
 {
     if (pm__pconn_init(pc, &cfg, 1) < 0)
         fail(3, "pm__pconn_init");
+    pc->caps &= ~caps_off; /* our hello is sent in message 3 */
     size_t n;
     const unsigned char *p = pm__pconn_output(pc, &n);
     if (n > sizeof(first))
@@ -226,8 +233,13 @@ static void honest(int fd, pm__pconn *pc)
             send_output(fd, pc);
             if (ev == PM__PCE_DEAD)
                 fail(3, "the real handshake failed");
-            if (ev == PM__PCE_UP)
+            if (ev == PM__PCE_UP) {
+                /* What came with the supervisor's first record (its CLOSE,
+                 * a frame) is for the caller: pump() takes it. */
+                rest_len = (size_t)r - off;
+                memcpy(rest, buf + off, rest_len);
                 return;
+            }
             if (used == 0)
                 break;
         }
@@ -462,6 +474,153 @@ static void first_frames(int fd, pm__pconn *pc)
     shutdown(fd, SHUT_WR);
 }
 
+/* ---------------------------------------------------------------- links */
+
+/* The answer to request want_id (to our port 10), once seen. */
+static uint64_t want_id;
+static int got_answer;
+static pm__frame_hdr answer_hdr;
+
+static void on_answer(void *arg, const unsigned char *f, size_t len)
+{
+    (void)arg;
+    pm__frame_hdr h;
+    if (pm__frame_decode(f, len, 65536, &h) == 0 && h.request_id == want_id && h.dst == 10 &&
+        (h.type == PM__FT_REPLY || h.type == PM__FT_UNDELIVERABLE)) {
+        answer_hdr = h;
+        got_answer = 1;
+    }
+}
+
+/* Feeds the supervisor's records on fd to pc (after the bytes pre[0..npre)
+ * honest() left) until the answer to want_id arrived (until: 1), or the
+ * link died or the stream ended (the CLOSE, if any, in pc). 1 answered, 0
+ * not; exits 1 after WAIT_MS. */
+static int pump(int fd, pm__pconn *pc, int until, const unsigned char *pre, size_t npre)
+{
+    unsigned char buf[4096];
+    size_t n = npre;
+    if (npre > 0)
+        memcpy(buf, pre, npre);
+    pc->on_frame = on_answer;
+    uint64_t end = now_ms() + WAIT_MS;
+    for (;;) {
+        size_t off = 0;
+        while (off < n || pc->held) {
+            size_t used = 0;
+            int ev = pm__pconn_input(pc, buf + off, n - off, &used);
+            off += used;
+            send_output(fd, pc);
+            if (ev == PM__PCE_DEAD)
+                return until && got_answer;
+            if (used == 0 && !pc->held)
+                break;
+        }
+        if (until && got_answer)
+            return 1;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        uint64_t now = now_ms();
+        if (now >= end || poll(&pf, 1, (int)(end - now)) <= 0) {
+            fprintf(stderr, "pm-bad-peer: no answer and no end of the link within %d ms\n", WAIT_MS);
+            exit(1);
+        }
+        ssize_t r = recv(fd, buf, sizeof(buf), 0);
+        if (r <= 0)
+            return 0;
+        n = (size_t)r;
+    }
+}
+
+/* A request from our port 10 to port dst of the supervisor's host, through
+ * pc's own stage (so it follows what pc queued); its answer's header, or
+ * exits 1 when none came. */
+static pm__frame_hdr ask(int fd, pm__pconn *pc, uint32_t dst, uint64_t id, const char *payload,
+                         const unsigned char *pre, size_t npre)
+{
+    size_t len = strlen(payload);
+    unsigned char frame[PM__FRAME_HDR_SIZE + 64];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.dst = dst;
+    f.src = 10;
+    f.src_inc = 1;
+    f.request_id = id;
+    f.deadline_ms = 10000;
+    f.len = (uint32_t)len;
+    pm__frame_encode(&f, frame);
+    memcpy(frame + PM__FRAME_HDR_SIZE, payload, len);
+    if (pm__pconn_stage(pc, frame, PM__FRAME_HDR_SIZE + len) < 0 || pm__pconn_flush_stage(pc) < 0)
+        fail(3, "stage the request");
+    send_output(fd, pc);
+    want_id = id;
+    got_answer = 0;
+    if (!pump(fd, pc, 1, pre, npre)) {
+        fprintf(stderr, "pm-bad-peer: request %llu to port %u not answered\n", (unsigned long long)id,
+                (unsigned)dst);
+        exit(1);
+    }
+    return answer_hdr;
+}
+
+/* Our orderly end of pc's link on fd. */
+static void orderly_end(int fd, pm__pconn *pc, const char *attack)
+{
+    pm__pconn_close(pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    send_output(fd, pc);
+    shutdown(fd, SHUT_WR);
+    wait_closed(fd, attack);
+    pm__pconn_free(pc);
+}
+
+/* two-links (doc/protocol.md 2): we dial twice as the same host and
+ * incarnation. The later link is closed before it is installed, with CLOSE
+ * 0; the first keeps working: main answers a request over it after. */
+static void two_links(void)
+{
+    int fd1 = dial(), fd2;
+    pm__pconn a, b;
+    honest(fd1, &a);
+    unsigned char pre[sizeof(rest)];
+    size_t npre = rest_len;
+    memcpy(pre, rest, npre);
+    fd2 = dial();
+    honest(fd2, &b);
+    (void)pump(fd2, &b, 0, rest, rest_len);
+    if (!b.close_received || b.close_reason != PM__REC_CLOSE_SHUTDOWN) {
+        fprintf(stderr, "pm-bad-peer: two-links: the later link got %s %d, expected CLOSE 0\n",
+                b.close_received ? "CLOSE" : "no CLOSE", b.close_received ? b.close_reason : -1);
+        exit(1);
+    }
+    wait_closed(fd2, "two-links");
+    pm__pconn_free(&b);
+    pm__frame_hdr h = ask(fd1, &a, 0, 77, "ping", pre, npre);
+    if (h.type != PM__FT_REPLY)
+        fail(1, "two-links: the first link's request was not answered by main");
+    orderly_end(fd1, &a, "two-links");
+}
+
+/* no-frag: our hello leaves out capability bit 1 (no large messages). A
+ * request ("big") to the worker at port 10, which answers it with more
+ * than PM_MAX_PAYLOAD: the answer is UNDELIVERABLE -EMSGSIZE from the
+ * worker's port; a small request after it gets its REPLY. */
+static void no_frag(void)
+{
+    int fd = dial();
+    pm__pconn pc;
+    honest(fd, &pc);
+    pm__frame_hdr h = ask(fd, &pc, 10, 78, "big", rest, rest_len);
+    if (h.type != PM__FT_UNDELIVERABLE || h.error != -EMSGSIZE || h.src != 10) {
+        fprintf(stderr, "pm-bad-peer: no-frag: the big reply came as type %u error %d from %u, expected "
+                        "UNDELIVERABLE %d from 10\n", h.type, h.error, h.src, -EMSGSIZE);
+        exit(1);
+    }
+    h = ask(fd, &pc, 10, 79, "small", NULL, 0);
+    if (h.type != PM__FT_REPLY)
+        fail(1, "no-frag: the worker did not answer the small request after the big one");
+    orderly_end(fd, &pc, "no-frag");
+}
+
 /* Seals plain[0..len) as a record, whatever it says, and sends it. */
 static void send_raw(int fd, pm__pconn *pc, const void *plain, size_t len)
 {
@@ -619,7 +778,7 @@ int main(int argc, char **argv)
                         "         truncated reordered duplicated bitflip oversize forged-host\n"
                         "         forged-notices unknown-type heartbeat-1 zero-frame\n"
                         "         oversize-close bitflip-close close-junk-same close-junk-later\n"
-                        "         first-frames\n");
+                        "         first-frames two-links no-frag\n");
         return 2;
     }
     port = atoi(argv[1]);
@@ -706,6 +865,11 @@ int main(int argc, char **argv)
         send_all(fd, m2, n);
         wait_closed(fd, attack);
         pm__pconn_free(&pc);
+    } else if (strcmp(attack, "two-links") == 0) {
+        two_links();
+    } else if (strcmp(attack, "no-frag") == 0) {
+        caps_off = 0x2u; /* PM__PEER_CAP_FRAG: no large messages */
+        no_frag();
     } else if (strcmp(attack, "slow-handshake") == 0) {
         /* The preamble and part of message 1, then silence. */
         int fd = dial();

@@ -28,6 +28,14 @@ static pm__faillog_entry *slot_of(pm__faillog *t, const char *addr, int reason, 
     return free_e != NULL ? free_e : oldest;
 }
 
+/* Whether e's window (from its last report) has ended at now_ms. A clock
+ * that went back (a caller's mistake) must not hold lines back for ever:
+ * the window counts from the report either way. */
+static int window_over(const pm__faillog_entry *e, uint64_t now_ms)
+{
+    return now_ms < e->reported_ms || now_ms - e->reported_ms >= PM__FAILLOG_WINDOW_MS;
+}
+
 uint64_t pm__faillog_note(pm__faillog *t, const char *addr, int reason, uint64_t now_ms)
 {
     char key[PM__FAILLOG_ADDR];
@@ -44,12 +52,40 @@ uint64_t pm__faillog_note(pm__faillog *t, const char *addr, int reason, uint64_t
     }
     e->seen_ms = now_ms;
     e->held++;
-    /* A clock that went back (a caller's mistake) must not hold lines
-     * back for ever: the window counts from the report either way. */
-    if (now_ms >= e->reported_ms && now_ms - e->reported_ms < PM__FAILLOG_WINDOW_MS)
+    if (!window_over(e, now_ms))
         return 0;
     uint64_t n = e->held;
     e->held = 0;
     e->reported_ms = now_ms;
     return n;
+}
+
+uint64_t pm__faillog_next(const pm__faillog *t)
+{
+    uint64_t next = 0;
+    for (unsigned i = 0; i < PM__FAILLOG_ENTRIES; i++) {
+        const pm__faillog_entry *e = &t->e[i];
+        if (e->addr[0] == '\0' || e->held == 0)
+            continue;
+        uint64_t at = e->reported_ms + PM__FAILLOG_WINDOW_MS;
+        if (next == 0 || at < next)
+            next = at;
+    }
+    return next;
+}
+
+uint64_t pm__faillog_due(pm__faillog *t, uint64_t now_ms, char addr[PM__FAILLOG_ADDR], int *reason)
+{
+    for (unsigned i = 0; i < PM__FAILLOG_ENTRIES; i++) {
+        pm__faillog_entry *e = &t->e[i];
+        if (e->addr[0] == '\0' || e->held == 0 || !window_over(e, now_ms))
+            continue;
+        memcpy(addr, e->addr, PM__FAILLOG_ADDR);
+        *reason = e->reason;
+        uint64_t n = e->held;
+        e->held = 0;
+        e->reported_ms = now_ms;
+        return n;
+    }
+    return 0;
 }

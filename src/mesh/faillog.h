@@ -10,8 +10,11 @@
  * once, standing for itself; later ones within PM__FAILLOG_WINDOW_MS of
  * the last report are held back and counted; the first failure after the
  * window is reported standing for itself and every one held back since.
- * So a host refused twice a second writes one line a minute, and an
- * operator whose link does not come up sees why at once.
+ * A pair whose window ends with failures held back and no new failure is
+ * reported then, by the caller's timer (pm__faillog_next, _due), standing
+ * for those: a peer that stops failing still gets its count logged. So a
+ * host refused twice a second writes one line a minute, and an operator
+ * whose link does not come up sees why at once.
  *
  * The table holds PM__FAILLOG_ENTRIES pairs; a new pair takes the entry
  * seen least recently, whose held-back failures then never reach the log
@@ -44,5 +47,17 @@ typedef struct pm__faillog {
  * longer than the table keeps is cut (the cut text is the key).
  */
 uint64_t pm__faillog_note(pm__faillog *t, const char *addr, int reason, uint64_t now_ms);
+
+/* When the next held-back line is due (the end of the window of a pair
+ * with failures held back), or 0: none is. */
+uint64_t pm__faillog_next(const pm__faillog *t);
+
+/*
+ * A line due at now_ms (a pair whose window ended with failures held
+ * back): its address into addr, its reason into *reason; returns how many
+ * failures it stands for, and the pair's window starts again at now_ms.
+ * 0: no line is due. Call until it returns 0.
+ */
+uint64_t pm__faillog_due(pm__faillog *t, uint64_t now_ms, char addr[PM__FAILLOG_ADDR], int *reason);
 
 #endif /* PM_FAILLOG_H */

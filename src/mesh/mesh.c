@@ -147,6 +147,9 @@ uint64_t pm__mesh_next_deadline(const pm__mesh *m)
     }
     if (m->dns_at != 0 && (next == 0 || m->dns_at < next))
         next = m->dns_at;
+    uint64_t flush = pm__faillog_next(&m->refused);
+    if (flush != 0 && (next == 0 || flush < next))
+        next = flush;
     return next;
 }
 
@@ -204,6 +207,7 @@ void pm__mesh_fire(pm__mesh *m, uint64_t now)
             pm__mesh_dial(m, i);
     if (m->dns_at != 0 && m->dns_at <= now)
         pm__mesh_dns_resolve(m, now);
+    pm__mesh_refused_flush(m, now);
 }
 
 /* The node key: loaded from its file, created (0600) when missing; or a

@@ -75,17 +75,10 @@ static void addr_text(const struct sockaddr_storage *ss, int with_port, char *bu
         snprintf(buf, size, v6 ? "[%s]:%u" : "%s:%u", ip, port);
 }
 
-void pm__mesh_refused(pm__mesh *m, const struct sockaddr_storage *ss, int with_port, int why,
-                      const char *host)
+/* PM_EVENT_PEER_REFUSED: n failures of (addr, why); host, when the
+ * handshake got as far as the peer's hello. */
+static void refused_event(pm__mesh *m, const char *addr, int why, const char *host, uint64_t n)
 {
-    char addr[PM__FAILLOG_ADDR];
-    addr_text(ss, with_port, addr, sizeof(addr));
-    /* One event per address and reason a minute: a peer that keeps
-     * failing (another secret, say) must not flood the log, and an
-     * operator must still see at once why a link does not come up. */
-    uint64_t n = pm__faillog_note(&m->refused, addr, why, pm__now_ms());
-    if (n == 0)
-        return;
     pm_event ev;
     memset(&ev, 0, sizeof(ev));
     ev.type = PM_EVENT_PEER_REFUSED;
@@ -95,6 +88,30 @@ void pm__mesh_refused(pm__mesh *m, const struct sockaddr_storage *ss, int with_p
     ev.peer_address = addr;
     ev.peer_failures = n;
     m->env.ops->event(m->env.owner, &ev);
+}
+
+void pm__mesh_refused(pm__mesh *m, const struct sockaddr_storage *ss, int with_port, int why,
+                      const char *host)
+{
+    char addr[PM__FAILLOG_ADDR];
+    addr_text(ss, with_port, addr, sizeof(addr));
+    /* One event per address and reason a minute: a peer that keeps
+     * failing (another secret, say) must not flood the log, and an
+     * operator must still see at once why a link does not come up. */
+    uint64_t n = pm__faillog_note(&m->refused, addr, why, pm__now_ms());
+    if (n > 0)
+        refused_event(m, addr, why, host, n);
+}
+
+void pm__mesh_refused_flush(pm__mesh *m, uint64_t now)
+{
+    /* A peer that stopped failing within its window: the failures held
+     * back since its last line would otherwise never reach the log. */
+    char addr[PM__FAILLOG_ADDR];
+    int why;
+    uint64_t n;
+    while ((n = pm__faillog_due(&m->refused, now, addr, &why)) > 0)
+        refused_event(m, addr, why, NULL, n);
 }
 
 /* k ended before its link came up, for reason why (a failure). */

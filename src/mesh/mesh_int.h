@@ -124,6 +124,9 @@ void pm__mesh_conn_report_down(pm__mesh *m, const pm__mesh_conn *k, int why);
  * the name its hello gave, or NULL. */
 void pm__mesh_refused(pm__mesh *m, const struct sockaddr_storage *ss, int with_port, int why,
                       const char *host);
+/* The refused-connection lines whose window ended with failures held back
+ * (faillog.h), reported at now. */
+void pm__mesh_refused_flush(pm__mesh *m, uint64_t now);
 void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k);
 /* Drops k's outstanding loop arm, if any. */
 void pm__mesh_conn_disarm(pm__mesh *m, pm__mesh_conn *k);

@@ -334,6 +334,7 @@ int pm__pconn_init(pm__pconn *c, const pm__pconn_cfg *cfg, int initiator)
 {
     memset(c, 0, sizeof(*c));
     c->initiator = initiator ? 1 : 0;
+    c->caps = PM__PEER_CAPS;
     c->cfg = cfg;
     if (cfg == NULL || cfg->keys == NULL || pm__keyring_static_priv(cfg->keys) == NULL ||
         !pm__name_valid(cfg->system) || !pm__peer_host_valid(cfg->host, strlen(cfg->host)) ||
@@ -475,7 +476,7 @@ static void my_hello(const pm__pconn *c, pm__peer_hello *h)
     h->max_version = PM__PEER_MAX_VERSION;
     h->incarnation = c->cfg->incarnation;
     h->idle_ms = c->cfg->idle_ms;
-    h->capabilities = PM__PEER_CAPS;
+    h->capabilities = c->caps;
     snprintf(h->host, sizeof(h->host), "%s", c->cfg->host);
 }
 

@@ -130,6 +130,8 @@ typedef struct pm__pconn {
     uint16_t close_reason;   /* the peer's, once received */
     uint64_t frames_after_close; /* frames that arrived after our CLOSE: discarded */
     pm__peer_hello peer;
+    uint32_t caps;           /* what our hello announces: PM__PEER_CAPS (a test
+                                peer without large messages clears bit 1) */
     unsigned char peer_static[PM__PEER_KEY_LEN];
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
     /* FRAMES records sealed and opened (frames / records: the batching). */
