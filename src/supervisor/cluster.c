@@ -265,7 +265,6 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     c->magic = PM__MAGIC_CLUSTER;
     c->gen = pm__fork_gen();
     c->sigfd = c->timerfd = c->wakefd = -1;
-    c->hub_spin_budget = PM__SPIN_START_NS;
     c->spare_drop = pm__incarnation_spare_drop;
     /* The spin gate's CPU count, read now: fork-mode workers inherit it,
      * and under the strict seccomp filter they may not ask the kernel. */

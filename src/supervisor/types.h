@@ -126,7 +126,6 @@ struct pm_cluster {
     uint64_t sig_ignored;   /* exec mode: the signals ignored at the first start (incarnation.c) */
     int sig_ignored_known;
     pid_t self;
-    uint32_t hub_spin_budget; /* the hub's learnt spin before sleeping, ns (turn.c) */
     uint64_t timer_at;      /* deadline the timerfd is set to, 0 none; never
                                later than the next deadline, maybe earlier */
     atomic_int stop;
