@@ -212,6 +212,10 @@ static void slots_init(pm_cluster *c)
         pm__cg_slot_zero(&s->cg);
     }
     c->self = getpid();
+    c->channel_params.ring_cap = c->o->ring_size;
+    c->channel_params.supervisor_pid = c->self;
+    c->channel_params.heartbeat_ms = (uint32_t)c->o->heartbeat_timeout_ms;
+    c->channel_params.max_message = c->o->max_message;
     c->bcfg.min_backoff_ms = (uint32_t)c->o->min_backoff_ms;
     c->bcfg.max_backoff_ms = (uint32_t)c->o->max_backoff_ms;
     c->bcfg.random_factor = c->o->random_factor;

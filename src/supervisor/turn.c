@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * turn.c - one turn of the supervisor's loop: wait for readiness, hand each
- * completion to the module that owns its kind, service the ports with
- * work, fire the due deadlines, publish what the hub wrote. Also
- * pm_cluster_run and pm_cluster_stop.
+ * turn.c - the order of one turn of the supervisor's loop: spin or arm
+ * before sleeping, wait for readiness, hand each completion to the module
+ * that owns its kind (reap.c, core.c, output.c, readiness.c, standby,
+ * watch.c, the mesh), service the ports with work, fire the due deadlines
+ * in their order, publish what the hub wrote. It handles only its own two
+ * fds: the timer it points at the earliest deadline, and the wake-up of
+ * pm_cluster_stop. Also pm_cluster_run, the loop of turns.
  */
 #define _GNU_SOURCE
 #include "turn.h"
@@ -21,7 +24,6 @@
 
 /* Without pidfds and signals, how often exits are looked for. */
 #define PM__SCAN_MS 50
-
 
 /* Points the timerfd at the earliest deadline: the hub's, the peer
  * links', the liveness check's, and the slots' (the top of their heap:
@@ -63,6 +65,7 @@ int pm__cluster_rearm_timer(pm_cluster *c)
     return 0;
 }
 
+/* The due deadlines, each to its owner, in this order. */
 static void fire_due(pm_cluster *c)
 {
     uint64_t now = pm__now_ms();
@@ -72,24 +75,8 @@ static void fire_due(pm_cluster *c)
         pm__liveness_check(c, now);
     pm__hub_fire(&c->hub, now);
     pm__mesh_fire(c->mesh, now);
-    /* Only the due slots, earliest first, from the heap: a turn with no
-     * due deadline looks at none. Each slot fires at most once per pass
-     * (see pm__deadlines_pop_due): an action that sets a deadline already
-     * due again is fired by the next turn, never looped on here. */
-    unsigned id;
-    pm__deadlines_pass_begin(&c->deadlines);
-    while (pm__deadlines_pop_due(&c->deadlines, now, &id)) {
-        pm__slot *s = &c->slots[id];
-        int ev = s->deadline_event;
-        s->deadline_event = 0;
-        c->turn_visits++;
-        if (ev == PM__EV_READY_TIMEOUT && s->kill_reason == 0)
-            s->kill_reason = PM_REASON_READY_TIMEOUT;
-        pm__cluster_dispatch(c, s, ev);
-    }
+    pm__cluster_fire_deadlines(c, now);
 }
-
-
 
 static void on_timer(pm_cluster *c)
 {
@@ -213,18 +200,9 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
         pm__hub_spin_slept(&c->hub, c->o->hub_spin_us, sleep_t0);
     for (int i = 0; i < n; i++)
         handle_tag(c, tags[i], more[i]);
-    /* The ports with work (the hub's ready list: doorbells that rang,
-     * batches cut at their cap, senders unblocked), once each, in the
-     * order they became ready; never a scan of every slot. */
-    unsigned pi;
-    pm__hub_pass_begin(&c->hub);
-    while (pm__hub_pass_next(&c->hub, &pi)) {
-        if (pi >= c->nslots)
-            continue;
-        pm__slot *s = &c->slots[pi];
-        if ((s->hub_rang || c->hub.ports[pi].busy) && pm__slot_has_process(s))
-            pm__cluster_on_hub(c, s);
-    }
+    /* The ports with work, after every completion of the turn (a doorbell
+     * or a fd socket only marks its port). */
+    pm__cluster_service_ports(c);
     if (c->poll_children)
         pm__cluster_reap_all(c);
     fire_due(c);

@@ -141,6 +141,7 @@ struct pm_cluster {
     int poll_children;      /* no pidfd and no signalfd: scan on a short timer */
     uint64_t rng;
     pm__budget_cfg bcfg;
+    pm__channel_params channel_params; /* every channel's (cluster.c, at creation) */
     char *exec_path;        /* resolved against PATH */
     uint64_t next_check;    /* liveness check deadline (ms), 0 = off */
     uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
