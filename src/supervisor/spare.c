@@ -205,7 +205,8 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
         return;
     int saved = errno;
     pm__spare *sp = malloc(sizeof(*sp));
-    if (sp != NULL && pm__channel_create(&sp->channel, s->index, s->incarnation + 1, &c->channel_params) == 0) {
+    if (sp != NULL &&
+        pm__channel_create(&sp->channel, s->index, s->incarnation + 1, &c->channel_params) == 0) {
         sp->err_pipe[0] = sp->err_pipe[1] = -1;
         sp->out[0][0] = sp->out[0][1] = sp->out[1][0] = sp->out[1][1] = -1;
         sp->notify_fd = -1;
