@@ -123,7 +123,8 @@ static inline void channel_fresh(wport *p)
 
 /* Publishes what port i's worker committed to its up ring. The publish
  * took the hub's flag if it was armed: its doorbell rang, and the loop's
- * completion for it puts the port on the ready list (turn.c). */
+ * completion for it puts the port on the ready list (supervisor/core.c,
+ * pm__cluster_on_doorbell). */
 static inline void wport_publish(pm__hub *h, wport *p, unsigned i)
 {
     struct pm__ring_shared *sh = ring_region(p, 1);

@@ -940,7 +940,8 @@ START_TEST(test_join_errors)
     /* A supervisor (this test) whose INIT is nonsense: -EPROTO. */
     pm__channel l;
     pm__channel_zero(&l);
-    ck_assert_int_eq(pm__channel_create(&l, 0, 1, 1 << 18, getpid(), 0, 0), 0);
+    const pm__channel_params params = {.ring_cap = 1 << 18, .supervisor_pid = getpid()};
+    ck_assert_int_eq(pm__channel_create(&l, 0, 1, &params), 0);
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
     h.type = PM__FT_INIT;

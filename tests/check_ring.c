@@ -703,7 +703,9 @@ START_TEST(test_untouched_ring_pages)
     pm__channel l;
     const uint64_t cap = (uint64_t)1 << 20;
     size_t page = pm__page_size();
-    ck_assert_int_eq(pm__channel_create(&l, 0, 1, cap, getpid(), 1000, PM_MAX_PAYLOAD), 0);
+    const pm__channel_params p = {.ring_cap = cap, .supervisor_pid = getpid(), .heartbeat_ms = 1000,
+                                  .max_message = PM_MAX_PAYLOAD};
+    ck_assert_int_eq(pm__channel_create(&l, 0, 1, &p), 0);
     size_t down = PM__CTL_SIZE + PM__RING_HDR_SIZE;
     size_t up = PM__CTL_SIZE + pm__ring_region_size(cap) + PM__RING_HDR_SIZE;
     ck_assert_msg(resident_pages(l.map, down, cap) == 0,

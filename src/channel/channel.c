@@ -32,9 +32,10 @@ static void *up_region(const pm__channel *l, uint64_t cap)
     return (char *)l->map + PM__CTL_SIZE + pm__ring_region_size(cap);
 }
 
-int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation, uint64_t cap,
-                    pid_t supervisor, uint32_t heartbeat_ms, uint64_t max_message)
+int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
+                       const pm__channel_params *p)
 {
+    const uint64_t cap = p->ring_cap;
     char name[64];
     int rc;
     pm__channel_zero(l);
@@ -81,9 +82,9 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation, uint
     ctl->incarnation = incarnation;
     ctl->ring_cap = cap;
     ctl->max_frame = PM__CHANNEL_MAX_FRAME;
-    ctl->supervisor_pid = (int32_t)supervisor;
-    ctl->heartbeat_ms = heartbeat_ms;
-    ctl->max_message = max_message;
+    ctl->supervisor_pid = (int32_t)p->supervisor_pid;
+    ctl->heartbeat_ms = p->heartbeat_ms;
+    ctl->max_message = p->max_message;
     if ((rc = pm__ring_format(down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0 ||
         (rc = pm__ring_format(up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0)
         goto fail;
@@ -98,6 +99,15 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation, uint
 fail:
     pm__channel_close(l);
     return rc;
+}
+
+int pm__channel_made_for(const pm__channel *l, unsigned slot, uint64_t incarnation,
+                         const pm__channel_params *p)
+{
+    const struct pm__ctl *ctl = l->map;
+    return ctl->incarnation == incarnation && ctl->slot == slot && ctl->ring_cap == p->ring_cap &&
+           ctl->supervisor_pid == (int32_t)p->supervisor_pid &&
+           ctl->heartbeat_ms == p->heartbeat_ms && ctl->max_message == p->max_message;
 }
 
 int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int sock)

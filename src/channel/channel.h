@@ -86,10 +86,25 @@ typedef struct pm__channel {
 /* Sets every fd to -1 and the map to NULL (the sentinels). */
 void pm__channel_zero(pm__channel *l);
 
-/* Hub side: creates the memory and the doorbells and attaches the hub's
- * ends. Returns 0 or -errno with nothing left open. */
-int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation, uint64_t ring_cap,
-                    pid_t supervisor, uint32_t heartbeat_ms, uint64_t max_message);
+/* What every channel of a cluster is made with, written into its control
+ * block: the supervisor fills it once, when the cluster is created. */
+typedef struct pm__channel_params {
+    uint64_t ring_cap;      /* each ring's capacity (pm_options_set_ring_size) */
+    pid_t supervisor_pid;   /* the worker checks on it while it waits */
+    uint32_t heartbeat_ms;  /* 0: off */
+    uint64_t max_message;   /* the cluster's largest message (pm_options_set_max_message) */
+} pm__channel_params;
+
+/* Hub side: creates the memory and the doorbells for incarnation of slot,
+ * made with p, and attaches the hub's ends. Returns 0 or -errno with
+ * nothing left open. */
+int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
+                       const pm__channel_params *p);
+/* Hub side: 1 when l, a channel this process made, was made for
+ * incarnation of slot with p, else 0. It reads the control block: only for
+ * a channel no worker has run on (a spare, spare.c). */
+int pm__channel_made_for(const pm__channel *l, unsigned slot, uint64_t incarnation,
+                         const pm__channel_params *p);
 
 /* Worker side: maps an inherited memfd and attaches the worker's ends.
  * sock is the worker's end of the fd socket, or -1 (a worker started

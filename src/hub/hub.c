@@ -122,6 +122,7 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
     h->queue_max = PM__DEFAULT_REQUEST_QUEUE_MAX;
     h->next_req = PM__BCAST_ID_BASE;
     h->cur_fd = -1;
+    h->spin_budget = PM__SPIN_START_NS;
     h->max_message = PM_MAX_PAYLOAD;
     h->main_request_rr = nports ? nports - 1 : 0; /* the first pick starts at port 0 */
     for (unsigned i = 0; i < nports; i++) {

@@ -474,6 +474,7 @@ typedef struct pm__hub {
                                MADV_WIPEONFORK mapping (scratch_mapped) */
     int scratch_mapped;
     int active;             /* frames were read in the current turn */
+    uint32_t spin_budget;   /* learnt spin before the loop sleeps, ns (pm__hub_spin) */
     uint32_t main_held_frames; /* main's frames waiting in queues */
     size_t main_held_bytes;
     uint32_t main_held_fds;
@@ -628,6 +629,16 @@ void pm__hub_port_service(pm__hub *h, unsigned p);
 int pm__hub_arm_idle(pm__hub *h);
 /* 1 when a drained, readable port's ring is no longer empty (spinning). */
 int pm__hub_any_arrived(pm__hub *h);
+/* Before the loop sleeps, after a turn that read frames, with a spin of
+ * up to spin_us allowed (pm_options_set_hub_spin_us): spins up to the
+ * learnt budget for a frame on a drained ring or ready(arg) (the owner's
+ * loop has a completion). 1 when work arrived: do not sleep. 0 when the
+ * loop must sleep; *t0 is then what to pass to pm__hub_spin_slept after
+ * the sleep. */
+int pm__hub_spin(pm__hub *h, unsigned spin_us, int (*ready)(void *arg), void *arg, uint64_t *t0);
+/* After the loop slept: learns from how soon it woke (t0 from
+ * pm__hub_spin; nothing when 0). */
+void pm__hub_spin_slept(pm__hub *h, unsigned spin_us, uint64_t t0);
 /* 1 when some port has work left over for the next turn. */
 int pm__hub_any_busy(const pm__hub *h);
 

@@ -393,6 +393,61 @@ int pm__hub_any_arrived(pm__hub *h)
     return 0;
 }
 
+/* The hub's spin cap in ns (pm_options_set_hub_spin_us, at most 1 s). */
+static uint32_t hub_spin_cap(unsigned spin_us)
+{
+    return spin_us * 1000u;
+}
+
+/* Before the loop sleeps, after a turn that read frames (h->active) and
+ * with spin_us > 0: spins up to the learnt budget (at most spin_us; see
+ * pm__spin_learn) for a frame on a drained ring or for ready(arg), the
+ * owner's loop having a completion. 1 when there is work; 0 and *t0 (when
+ * the spin began, or 0) when the loop must sleep, so that the sleep's
+ * length can be learnt from (pm__hub_spin_slept). */
+int pm__hub_spin(pm__hub *h, unsigned spin_us, int (*ready)(void *arg), void *arg, uint64_t *t0)
+{
+    *t0 = 0;
+    if (!h->active || spin_us == 0)
+        return 0;
+    uint32_t cap = hub_spin_cap(spin_us);
+    uint32_t budget = h->spin_budget < cap ? h->spin_budget : cap;
+    uint64_t start = pm__now_ns(), now = start, prev = start;
+    *t0 = start;
+    /* The gate: the hub is the one spinner a relay path needs (the workers
+     * park while it is awake, node_messaging.c may_spin), so it spins whenever a CPU
+     * is left for the process doing the work: never on one CPU. */
+    if (budget == 0 || !pm__spin_gate(pm__spin_cpus(), 0))
+        return 0;
+    do {
+        if (pm__hub_any_arrived(h) || ready(arg)) {
+            h->spin_budget = pm__spin_learn(h->spin_budget, cap, 1, now - start);
+            return 1;
+        }
+        now = pm__now_ns();
+        if (pm__spin_preempted(prev, now)) {
+            /* Descheduled mid-spin: no CPU was free for it. Sleep now and
+             * spin no more until a quick sleep says otherwise
+             * (pm__hub_spin_slept). */
+            h->spin_budget = 0;
+            return 0;
+        }
+        prev = now;
+    } while (now < start + budget);
+    h->spin_budget = pm__spin_learn(budget, cap, 0, now - start);
+    /* Halved already: pm__hub_spin_slept must not halve it again. */
+    *t0 = 0;
+    return 0;
+}
+
+/* After a sleep that followed a spin budget of 0: a sleep that ended soon
+ * says a spin could pay off again. */
+void pm__hub_spin_slept(pm__hub *h, unsigned spin_us, uint64_t t0)
+{
+    if (t0 != 0 && h->spin_budget == 0)
+        h->spin_budget = pm__spin_learn(0, hub_spin_cap(spin_us), 0, pm__now_ns() - t0);
+}
+
 int pm__hub_any_busy(const pm__hub *h)
 {
     return h->ready.n > 0;

@@ -323,3 +323,23 @@ void pm__cluster_dispatch(pm_cluster *c, pm__slot *s, int event)
 {
     actions[pm__slot_action(s->state, event)](c, s);
 }
+
+/* The due slot deadlines (the timerfd fired), as events to the slot table.
+ * Only the due slots, earliest first, from the heap: a turn with no
+ * due deadline looks at none. Each slot fires at most once per pass
+ * (see pm__deadlines_pop_due): an action that sets a deadline already
+ * due again is fired by the next turn, never looped on here. */
+void pm__cluster_fire_deadlines(pm_cluster *c, uint64_t now)
+{
+    unsigned id;
+    pm__deadlines_pass_begin(&c->deadlines);
+    while (pm__deadlines_pop_due(&c->deadlines, now, &id)) {
+        pm__slot *s = &c->slots[id];
+        int ev = s->deadline_event;
+        s->deadline_event = 0;
+        c->turn_visits++;
+        if (ev == PM__EV_READY_TIMEOUT && s->kill_reason == 0)
+            s->kill_reason = PM_REASON_READY_TIMEOUT;
+        pm__cluster_dispatch(c, s, ev);
+    }
+}

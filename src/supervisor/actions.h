@@ -8,6 +8,9 @@
 
 /* Runs the action the slot table gives for (s->state, event). */
 void pm__cluster_dispatch(pm_cluster *c, pm__slot *s, int event);
+/* The slot deadlines due at now (ms), each slot's event dispatched, at
+ * most once per slot per call. */
+void pm__cluster_fire_deadlines(pm_cluster *c, uint64_t now);
 /* The slot stops for good (reason PM_REASON_*): no deadline, the STOPPED
  * event. */
 void pm__cluster_set_stopped(pm_cluster *c, pm__slot *s, int reason);

@@ -212,6 +212,10 @@ static void slots_init(pm_cluster *c)
         pm__cg_slot_zero(&s->cg);
     }
     c->self = getpid();
+    c->channel_params.ring_cap = c->o->ring_size;
+    c->channel_params.supervisor_pid = c->self;
+    c->channel_params.heartbeat_ms = (uint32_t)c->o->heartbeat_timeout_ms;
+    c->channel_params.max_message = c->o->max_message;
     c->bcfg.min_backoff_ms = (uint32_t)c->o->min_backoff_ms;
     c->bcfg.max_backoff_ms = (uint32_t)c->o->max_backoff_ms;
     c->bcfg.random_factor = c->o->random_factor;
@@ -265,7 +269,6 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     c->magic = PM__MAGIC_CLUSTER;
     c->gen = pm__fork_gen();
     c->sigfd = c->timerfd = c->wakefd = -1;
-    c->hub_spin_budget = PM__SPIN_START_NS;
     c->spare_drop = pm__incarnation_spare_drop;
     /* The spin gate's CPU count, read now: fork-mode workers inherit it,
      * and under the strict seccomp filter they may not ask the kernel. */

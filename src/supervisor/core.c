@@ -173,6 +173,22 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
     pm__cluster_arm_sock(c, s);
 }
 
+/* The ports with work (the hub's ready list: doorbells that rang,
+ * batches cut at their cap, senders unblocked), once each, in the
+ * order they became ready; never a scan of every slot. */
+void pm__cluster_service_ports(pm_cluster *c)
+{
+    unsigned pi;
+    pm__hub_pass_begin(&c->hub);
+    while (pm__hub_pass_next(&c->hub, &pi)) {
+        if (pi >= c->nslots)
+            continue;
+        pm__slot *s = &c->slots[pi];
+        if ((s->hub_rang || c->hub.ports[pi].busy) && pm__slot_has_process(s))
+            pm__cluster_on_hub(c, s);
+    }
+}
+
 /*
  * The slot's fd socket (bigmsg.h), watched for as long as its port is
  * read, for two things: records arriving, which the hub takes at once

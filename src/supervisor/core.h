@@ -34,6 +34,8 @@ void pm__cluster_end_tree(pm_cluster *c, pm__slot *s);
 
 /* Services the slot's port once: its doorbell rang or it had work left over. */
 void pm__cluster_on_hub(pm_cluster *c, pm__slot *s);
+/* Each port with work this turn (the hub's ready list), once, in order. */
+void pm__cluster_service_ports(pm_cluster *c);
 /* Watches the slot's fd socket while its port is read. */
 void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s);
 /* The loop's completions about the slot's port (more: the registration

@@ -469,7 +469,7 @@ static int take_channel(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby
     if (*standby < 0) {
         *standby = 0;
         pm__channel_close(&s->channel);
-        rc = pm__channel_new_for(c, &s->channel, s->index, s->incarnation);
+        rc = pm__channel_create(&s->channel, s->index, s->incarnation, &c->channel_params);
         if (rc < 0)
             return rc;
     }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* reap.c - ending an incarnation: a fault cuts it off and kills it; its
- * exit is collected, reported and drives the slot; orphans are killed. The
+ * exit is collected, reported and drives the slot; the loop's exit events
+ * (a pidfd, the signalfd's SIGCHLD) are handled here; orphans are killed. The
  * primitives it uses (signal, release, ending the tree) are core.c's. */
 #define _GNU_SOURCE
 #include "reap.h"
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "os/spawn.h"
 #include "pool.h"
 #include "readiness.h"
+#include "standby_fork.h"
 
 /* A fault found by the hub: the worker is killed; the exit that follows is
  * charged as a failure with this reason. */
@@ -158,6 +161,83 @@ void pm__reap_on_pidfd(pm_cluster *c, pm__slot *s)
     if (!pm__cluster_try_reap(c, s) && s->pidfd >= 0 &&
         pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
         s->pid_armed = 1;
+}
+
+/* Tries to reap every slot: a waitid per slot with a process. Only where
+ * nothing else reports exits (no pidfd and no signalfd, poll_children),
+ * and when the cluster ends. */
+void pm__cluster_reap_all(pm_cluster *c)
+{
+    c->turn_visits += c->nslots;
+    for (unsigned i = 0; i < c->nslots; i++)
+        pm__cluster_try_reap(c, &c->slots[i]);
+}
+
+/* SIGCHLD without reap_orphans. A worker whose pidfd is polled needs
+ * nothing here: that poll's completion names its slot (PM__TAG_PIDFD), so
+ * its exit costs O(1). Only a worker without one (a kernel without pidfds,
+ * or an arm that failed) is looked for with a waitid. The walk reads two
+ * fields per slot and makes no system call for a watched one; it runs per
+ * SIGCHLD (an exit), never per turn. */
+static void reap_unwatched(pm_cluster *c)
+{
+    c->turn_visits += c->nslots;
+    for (unsigned i = 0; i < c->nslots; i++) {
+        pm__slot *s = &c->slots[i];
+        if (pm__slot_has_process(s) && !s->pid_armed)
+            pm__cluster_try_reap(c, s);
+    }
+}
+
+/* As PID 1 or a subreaper: every child that has exited, worker or not.
+ * WNOWAIT peeks without reaping, so a worker is reaped by its own path
+ * (try_reap, which reports it) and anything else here. */
+static void reap_children(pm_cluster *c)
+{
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+            break;
+        /* Which slot, if any: a walk of the pids (memory only), once per
+         * exited child, never per turn. */
+        pm__slot *w = NULL;
+        c->turn_visits += c->nslots;
+        for (unsigned i = 0; i < c->nslots && w == NULL; i++)
+            if (c->slots[i].pid == si.si_pid)
+                w = &c->slots[i];
+        if (w != NULL) {
+            if (!pm__cluster_try_reap(c, w))
+                break; /* cannot happen: it is a zombie; never loop on it */
+        } else if (pm__standby_reap_pid(c, si.si_pid)) {
+            /* A warm standby that died: reaped by its own path. */
+        } else {
+            while (waitpid(si.si_pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            c->stats.orphans_reaped++;
+        }
+    }
+}
+
+/* The signalfd is readable (PM__TAG_SIGNAL): a SIGCHLD is an exit to
+ * reap; any other signal is recorded for pm_cluster_run to return on. */
+void pm__reap_on_signal(pm_cluster *c)
+{
+    struct signalfd_siginfo si[16];
+    ssize_t n;
+    while ((n = read(c->sigfd, si, sizeof(si))) > 0) {
+        for (size_t i = 0; i < (size_t)n / sizeof(si[0]); i++) {
+            if (si[i].ssi_signo == SIGCHLD) {
+                if (c->o->reap_orphans)
+                    reap_children(c);
+                else
+                    reap_unwatched(c);
+            }
+            else
+                c->last_signal = (int)si[i].ssi_signo;
+        }
+    }
+    pm__loop_arm(&c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
 }
 
 /* Process-group fallback, for a supervisor that reaps orphans (PID 1 or a

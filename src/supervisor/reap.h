@@ -14,6 +14,11 @@ void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason);
 int pm__cluster_try_reap(pm_cluster *c, pm__slot *s);
 /* Its pidfd's poll completed (PM__TAG_PIDFD): reaped, or polled again. */
 void pm__reap_on_pidfd(pm_cluster *c, pm__slot *s);
+/* The signalfd is readable (PM__TAG_SIGNAL): SIGCHLD reaps, any other
+ * signal is kept in c->last_signal; the signalfd is polled again. */
+void pm__reap_on_signal(pm_cluster *c);
+/* Tries to reap every slot. */
+void pm__cluster_reap_all(pm_cluster *c);
 /* Kills and reaps orphans re-parented to us (process-group containment). */
 void pm__cluster_kill_orphans(void);
 

@@ -86,17 +86,7 @@ int pm__err_pipe_open(int p[2])
  * its control block is safe. */
 static int spare_fits(const pm_cluster *c, const pm__slot *s, const pm__channel *l)
 {
-    const struct pm__ctl *ctl = l->map;
-    return ctl->incarnation == s->incarnation && ctl->slot == s->index &&
-           ctl->ring_cap == c->o->ring_size && ctl->supervisor_pid == (int32_t)c->self &&
-           ctl->heartbeat_ms == (uint32_t)c->o->heartbeat_timeout_ms &&
-           ctl->max_message == c->o->max_message;
-}
-
-int pm__channel_new_for(pm_cluster *c, pm__channel *l, unsigned index, uint64_t inc)
-{
-    return pm__channel_create(l, index, inc, c->o->ring_size, c->self,
-                           (uint32_t)c->o->heartbeat_timeout_ms, c->o->max_message);
+    return pm__channel_made_for(l, s->index, s->incarnation, &c->channel_params);
 }
 
 /* The channel (and, when the spare has them, the exec error pipe into
@@ -123,7 +113,7 @@ int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2], i
         return 0;
     }
     pm__incarnation_spare_drop(c, s);
-    return pm__channel_new_for(c, &s->channel, s->index, s->incarnation);
+    return pm__channel_create(&s->channel, s->index, s->incarnation, &c->channel_params);
 }
 
 /* A spare holds five fds (seven with the exec error pipe, four more with
@@ -215,7 +205,8 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
         return;
     int saved = errno;
     pm__spare *sp = malloc(sizeof(*sp));
-    if (sp != NULL && pm__channel_new_for(c, &sp->channel, s->index, s->incarnation + 1) == 0) {
+    if (sp != NULL &&
+        pm__channel_create(&sp->channel, s->index, s->incarnation + 1, &c->channel_params) == 0) {
         sp->err_pipe[0] = sp->err_pipe[1] = -1;
         sp->out[0][0] = sp->out[0][1] = sp->out[1][0] = sp->out[1][1] = -1;
         sp->notify_fd = -1;

@@ -40,9 +40,6 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s);
 int pm__fds_affordable(const int *fds, size_t n);
 /* The error pipe of an exec child. 0 or -errno. */
 int pm__err_pipe_open(int p[2]);
-/* A new channel for incarnation inc of slot index, with the cluster's
- * geometry. 0 or -errno. */
-int pm__channel_new_for(pm_cluster *c, pm__channel *l, unsigned index, uint64_t inc);
 /* The channel (and the pipes the spare has, into err_pipe and out, and its
  * notify socket into *notify_fd with its name into notify, else -1s) for
  * the incarnation now starting: the spare when it fits, a new channel

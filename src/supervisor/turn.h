@@ -9,7 +9,5 @@
  * deadlines. 0 or a negative errno from the loop itself. */
 int pm__cluster_turn(pm_cluster *c, int timeout_ms);
 int pm__cluster_rearm_timer(pm_cluster *c);
-/* Tries to reap every slot. */
-void pm__cluster_reap_all(pm_cluster *c);
 
 #endif /* PM_SUPERVISOR_TURN_H */

@@ -126,7 +126,6 @@ struct pm_cluster {
     uint64_t sig_ignored;   /* exec mode: the signals ignored at the first start (incarnation.c) */
     int sig_ignored_known;
     pid_t self;
-    uint32_t hub_spin_budget; /* the hub's learnt spin before sleeping, ns (turn.c) */
     uint64_t timer_at;      /* deadline the timerfd is set to, 0 none; never
                                later than the next deadline, maybe earlier */
     atomic_int stop;
@@ -142,6 +141,7 @@ struct pm_cluster {
     int poll_children;      /* no pidfd and no signalfd: scan on a short timer */
     uint64_t rng;
     pm__budget_cfg bcfg;
+    pm__channel_params channel_params; /* every channel's (cluster.c, at creation) */
     char *exec_path;        /* resolved against PATH */
     uint64_t next_check;    /* liveness check deadline (ms), 0 = off */
     uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
