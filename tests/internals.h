@@ -231,7 +231,7 @@ static inline uint32_t pm_test_main_held_fds(const pm_cluster *c)
 /* System calls the supervisor's loop made (waits and submissions). */
 static inline uint64_t pm_test_loop_syscalls(const pm_cluster *c)
 {
-    return c->loop.syscalls;
+    return pm__loop_syscalls(c->loop);
 }
 
 /* Requests slot i has in flight (to anyone). */
@@ -270,7 +270,7 @@ static inline int pm_test_liveness_checked(const pm_cluster *c)
 /* PM__LOOP_URING or PM__LOOP_EPOLL. */
 static inline int pm_test_loop_backend(const pm_cluster *c)
 {
-    return c->loop.backend;
+    return pm__loop_backend(c->loop);
 }
 
 /* Slot i's pidfd: -1 when it has none (no process, or a kernel without

@@ -125,8 +125,7 @@ static void cluster_free(pm_cluster *c)
     free(c->slots);
     pm__deadlines_free(&c->deadlines);
     free(c->watches);
-    if (c->loop.backend != 0)
-        pm__loop_fini(&c->loop);
+    pm__loop_fini(c->loop);
     pm__close(c->sigfd);
     pm__close(c->timerfd);
     pm__close(c->wakefd);
@@ -249,10 +248,10 @@ static int loop_setup(pm_cluster *c)
         c->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
         if (c->sigfd < 0)
             return -errno;
-        pm__loop_arm(&c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
+        pm__loop_arm(c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
     }
-    pm__loop_arm(&c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
-    pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
+    pm__loop_arm(c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
+    pm__loop_arm(c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
     return 0;
 }
 
@@ -472,7 +471,7 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
     /* The successors are made on the turns after this (actions.c). */
     c->prepare_at = 0;
     c->prepare_due = 1;
-    pm__loop_flush(&c->loop);
+    pm__loop_flush(c->loop);
     *out = c;
     return 0;
 }
@@ -493,7 +492,7 @@ PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot)
     s->replace = 1;
     pm__cluster_dispatch(c, s, PM__EV_STOP);
     pm__hub_publish(&c->hub);
-    pm__loop_flush(&c->loop);
+    pm__loop_flush(c->loop);
     pm__cluster_rearm_timer(c);
     return 0;
 }

@@ -158,7 +158,7 @@ PM_EXTERN int pm_cluster_call_outcome(pm_cluster *c, const pm_address *to, const
         }
     }
     PM__LEAVE(c);
-    pm__loop_flush(&c->loop);
+    pm__loop_flush(c->loop);
     pm__cluster_rearm_timer(c);
     return st.err;
 }

@@ -88,11 +88,11 @@ void pm__cluster_signal(pm__slot *s, int sig)
 void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s)
 {
     if (s->hub_armed) {
-        pm__loop_disarm(&c->loop, s->channel.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->channel.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
         s->hub_armed = 0;
     }
     if (s->sock_armed) {
-        pm__loop_disarm(&c->loop, s->channel.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->channel.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation));
         s->sock_armed = 0;
     }
     s->hub_rang = 0;
@@ -105,19 +105,19 @@ void pm__cluster_release(pm_cluster *c, pm__slot *s)
 {
     pm__cluster_disarm_hub(c, s);
     if (s->pid_armed) {
-        pm__loop_disarm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation));
         s->pid_armed = 0;
     }
     pm__close(s->pidfd);
     s->pidfd = -1;
     if (s->pipe_armed) {
-        pm__loop_disarm(&c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation));
         s->pipe_armed = 0;
     }
     pm__close(s->exec_pipe);
     s->exec_pipe = -1;
     if (s->notify_armed) {
-        pm__loop_disarm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation));
         s->notify_armed = 0;
     }
     pm__close(s->notify_fd);
@@ -167,7 +167,7 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
     s->hub_rang = 0;
     pm__hub_port_service(&c->hub, s->index);
     if (p->reading && !s->hub_armed &&
-        pm__loop_arm_multi(&c->loop, s->channel.hub_efd,
+        pm__loop_arm_multi(c->loop, s->channel.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
     pm__cluster_arm_sock(c, s);
@@ -197,11 +197,11 @@ void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
     const pm__port *p = &c->hub.ports[s->index];
     if (!p->reading || s->channel.sock < 0)
         return;
-    int multi = pm__loop_has_multi(&c->loop);
+    int multi = pm__loop_has_multi(c->loop);
     if (s->sock_armed) {
         if (multi || !p->sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
             return;
-        if (pm__loop_disarm(&c->loop, s->channel.sock,
+        if (pm__loop_disarm(c->loop, s->channel.sock,
                             PM__TAG(PM__TAG_SOCK, s->index, s->incarnation)) == 0)
             s->sock_armed |= SOCK_CANCELLING;
         else
@@ -209,7 +209,7 @@ void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
         return;
     }
     unsigned ev = PM__LOOP_IN | (multi || p->sock_full ? PM__LOOP_OUT : 0u);
-    if (pm__loop_arm_multi_ev(&c->loop, s->channel.sock,
+    if (pm__loop_arm_multi_ev(c->loop, s->channel.sock,
                               PM__TAG(PM__TAG_SOCK, s->index, s->incarnation), ev) == 0)
         s->sock_armed = (int)ev;
     else

@@ -27,7 +27,7 @@ int pm__peers_start(pm_cluster *c, char *why, size_t whysize)
 {
     const pm_options *o = c->o;
     pm__mesh_env env = {
-        .loop = &c->loop,
+        .loop = c->loop,
         .hub = &c->hub,
         .cfg = {.listen = o->peer_listen,
                 .peers = o->peers,

@@ -48,7 +48,7 @@ PM_EXTERN int pm_cluster_addresses(const pm_cluster *c, pm_address *out, size_t 
 PM_EXTERN int pm_cluster_fd(const pm_cluster *c)
 {
     int rc = pm__cluster_check(c);
-    return rc < 0 ? rc : pm__loop_fd(&c->loop);
+    return rc < 0 ? rc : pm__loop_fd(c->loop);
 }
 
 PM_EXTERN unsigned pm_cluster_slots(const pm_cluster *c)

@@ -156,7 +156,7 @@ void pm__reap_on_pidfd(pm_cluster *c, pm__slot *s)
 {
     s->pid_armed = 0;
     if (!pm__cluster_try_reap(c, s) && s->pidfd >= 0 &&
-        pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
+        pm__loop_arm(c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
         s->pid_armed = 1;
 }
 

@@ -87,7 +87,7 @@ static int spin_for_work(pm_cluster *c, uint64_t *t0)
     if (budget == 0 || !pm__spin_gate(pm__spin_cpus(), 0))
         return 0;
     do {
-        if (pm__hub_any_arrived(&c->hub) || pm__loop_ready(&c->loop)) {
+        if (pm__hub_any_arrived(&c->hub) || pm__loop_ready(c->loop)) {
             c->hub_spin_budget = pm__spin_learn(c->hub_spin_budget, cap, 1, now - start);
             return 1;
         }
@@ -223,13 +223,13 @@ static void on_timer(pm_cluster *c)
 {
     pm__drain_counter(c->timerfd);
     c->timer_at = 0; /* fired: rearm_timer sets it again */
-    pm__loop_arm(&c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
+    pm__loop_arm(c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
 }
 
 static void on_wake(pm_cluster *c)
 {
     pm__drain_counter(c->wakefd);
-    pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
+    pm__loop_arm(c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
 }
 
 /* A completion about a slot's incarnation: to the module that owns its
@@ -269,7 +269,7 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
     switch (kind) {
     case PM__TAG_SIGNAL:
         on_signal(c);
-        pm__loop_arm(&c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
+        pm__loop_arm(c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
         return;
     case PM__TAG_TIMER:
         on_timer(c);
@@ -329,7 +329,7 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     int rc = pm__cluster_rearm_timer(c);
     if (rc < 0)
         return rc;
-    int n = pm__loop_wait(&c->loop, timeout_ms, tags, more, 64);
+    int n = pm__loop_wait(c->loop, timeout_ms, tags, more, 64);
     if (n < 0)
         return n;
     if (timeout_ms != 0)
@@ -385,7 +385,7 @@ PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
             break;
     }
     PM__LEAVE(c);
-    pm__loop_flush(&c->loop);
+    pm__loop_flush(c->loop);
     pm__cluster_rearm_timer(c);
     return rc;
 }

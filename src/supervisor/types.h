@@ -113,7 +113,7 @@ struct pm_cluster {
     unsigned nslots;
     pm__slot *slots;
     pm__hub hub;            /* the router; port i is slot i */
-    pm__loop loop;
+    pm__loop *loop;         /* opaque (os/loop.h): NULL until created */
     int sigfd;
     int timerfd;
     int wakefd;
