@@ -2,7 +2,7 @@
 /*
  * port.c - a local worker's port: the hub's side of its ring pair. Reads the
  * worker's up ring (copy, validate, stamp the source from the ring), hands
- * data frames to the router (pm__hub_relay, hub.c: a direct call, once per
+ * data frames to the router (pm__hub_relay, hub_route.c: a direct call, once per
  * frame read) and handshake frames to the owner, and decides when the worker
  * must ring the hub's doorbell. The top of the hub: nothing in it calls
  * port.c, only its owner does.

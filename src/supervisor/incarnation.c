@@ -280,7 +280,7 @@ static void fork_child(void *arg, const pm__spawn_req *req)
      * parent records the pid only after the fork returns. */
     pm__init_msg init;
     init.slot = x->own->index;
-    pm__node_address(&c->hub.names, x->own->index, x->inc, &init.addr);
+    pm__node_address(pm__hub_names(c->hub), x->own->index, x->inc, &init.addr);
     init.data = c->o->init_data;
     init.len = (uint32_t)c->o->init_len;
     drop_slots(c, x->channel);
@@ -292,7 +292,7 @@ static void fork_child(void *arg, const pm__spawn_req *req)
     pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
     /* Other workers' traffic the hub holds (queued frames, broadcast
      * replies) must not be readable by this worker's code. */
-    pm__hub_wipe(&c->hub);
+    pm__hub_wipe(c->hub);
     if (req->capture)
         child_output(req);
     pm_node node;
@@ -473,7 +473,7 @@ static int take_channel(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby
         if (rc < 0)
             return rc;
     }
-    pm__hub_hosts_copy(&c->hub, &s->channel); /* peer mode: the hosts it can address */
+    pm__hub_hosts_copy(c->hub, &s->channel); /* peer mode: the hosts it can address */
     return 0;
 }
 
@@ -610,7 +610,7 @@ static void arm(pm_cluster *c, pm__slot *s)
         s->notify_armed = 1;
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
-    if (pm__hub_port_open(&c->hub, s->index, &s->channel, s->incarnation) == 0 &&
+    if (pm__hub_port_open(c->hub, s->index, &s->channel, s->incarnation) == 0 &&
         pm__loop_arm_multi(c->loop, s->channel.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;

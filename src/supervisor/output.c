@@ -202,7 +202,7 @@ static void deliver(pm_cluster *c, const pm__slot *s, int stream, const char *te
         default_sink(&l);
         return;
     }
-    PM__APP_CALLBACK(&c->hub, c->o->on_output(c, &l, c->o->on_output_arg));
+    PM__APP_CALLBACK(c->hub, c->o->on_output(c, &l, c->o->on_output_arg));
 }
 
 /* Lines dropped for good by the rate limit: counted (reported with the

@@ -24,7 +24,7 @@
  * charged as a failure with this reason. */
 void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason)
 {
-    if (!pm__slot_has_process(s) || !c->hub.ports[s->index].reading)
+    if (!pm__slot_has_process(s) || !pm__hub_port_reading(c->hub, s->index))
         return; /* already cut off */
     if (s->kill_reason == 0)
         s->kill_reason = reason;
@@ -133,7 +133,7 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
      * exit (pidfd, SIGCHLD) before or after the readiness (ring, notify
      * socket, exec pipe) in the same turn or the next: scheduling decides,
      * so the outcome must not depend on it. */
-    pm__hub_port_service(&c->hub, s->index);
+    pm__hub_port_service(c->hub, s->index);
     pm__cluster_read_notify(c, s);
     pm__readiness_exec_at_reap(c, s);
     int reason = exit_reason(s);
@@ -147,7 +147,7 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
     pm__ending end;
     pm__pool_on_death(c, s, reason, &end);
     pm__cluster_release(c, s);
-    c->hub.ending = NULL;
+    pm__hub_set_ending(c->hub, NULL);
     pm__cluster_dispatch(c, s, PM__EV_EXITED);
     return 1;
 }

@@ -30,7 +30,7 @@
  * O(1), whatever N). */
 int pm__cluster_rearm_timer(pm_cluster *c)
 {
-    uint64_t next = pm__hub_next_deadline(&c->hub);
+    uint64_t next = pm__hub_next_deadline(c->hub);
     uint64_t mesh = pm__mesh_next_deadline(c->mesh);
     if (mesh != 0 && (next == 0 || mesh < next))
         next = mesh;
@@ -87,7 +87,7 @@ static int spin_for_work(pm_cluster *c, uint64_t *t0)
     if (budget == 0 || !pm__spin_gate(pm__spin_cpus(), 0))
         return 0;
     do {
-        if (pm__hub_any_arrived(&c->hub) || pm__loop_ready(c->loop)) {
+        if (pm__hub_any_arrived(c->hub) || pm__loop_ready(c->loop)) {
             c->hub_spin_budget = pm__spin_learn(c->hub_spin_budget, cap, 1, now - start);
             return 1;
         }
@@ -198,7 +198,7 @@ static void fire_due(pm_cluster *c)
      * the silence before it is given a fresh period. */
     if (c->next_check != 0 && now >= c->next_check)
         pm__liveness_check(c, now);
-    pm__hub_fire(&c->hub, now);
+    pm__hub_fire(c->hub, now);
     pm__mesh_fire(c->mesh, now);
     /* Only the due slots, earliest first, from the heap: a turn with no
      * due deadline looks at none. Each slot fires at most once per pass
@@ -308,19 +308,19 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     uint64_t tags[64];
     unsigned char more[64];
     c->turns++;
-    if (pm__cluster_prepare_due(c) || pm__hub_any_busy(&c->hub))
+    if (pm__cluster_prepare_due(c) || pm__hub_any_busy(c->hub))
         timeout_ms = 0;
     uint64_t sleep_t0 = 0;
+    int active = pm__hub_take_active(c->hub); /* frames were read last turn */
     if (timeout_ms != 0) {
         /* About to sleep: spin first if traffic is flowing and the hub is
          * allowed to (pm_options_set_hub_spin_us), then arm the doorbells
          * of the drained rings. */
-        if (c->hub.active && c->o->hub_spin_us > 0 && spin_for_work(c, &sleep_t0))
+        if (active && c->o->hub_spin_us > 0 && spin_for_work(c, &sleep_t0))
             timeout_ms = 0;
-        else if (pm__hub_arm_idle(&c->hub))
+        else if (pm__hub_arm_idle(c->hub))
             timeout_ms = 0;
     }
-    c->hub.active = 0;
     if (c->poll_children && (timeout_ms < 0 || timeout_ms > PM__SCAN_MS))
         timeout_ms = PM__SCAN_MS;
     /* What the application or the last turn queued on peer links goes out
@@ -340,19 +340,19 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
      * batches cut at their cap, senders unblocked), once each, in the
      * order they became ready; never a scan of every slot. */
     unsigned pi;
-    pm__hub_pass_begin(&c->hub);
-    while (pm__hub_pass_next(&c->hub, &pi)) {
+    pm__hub_pass_begin(c->hub);
+    while (pm__hub_pass_next(c->hub, &pi)) {
         if (pi >= c->nslots)
             continue;
         pm__slot *s = &c->slots[pi];
-        if ((s->hub_rang || c->hub.ports[pi].busy) && pm__slot_has_process(s))
+        if ((s->hub_rang || pm__hub_port_busy(c->hub, pi)) && pm__slot_has_process(s))
             pm__cluster_on_hub(c, s);
     }
     if (c->poll_children)
         pm__cluster_reap_all(c);
     fire_due(c);
     /* One publish (and at most one wake-up) per destination per turn. */
-    pm__hub_publish(&c->hub);
+    pm__hub_publish(c->hub);
     pm__mesh_flush(c->mesh);
     return 0;
 }

@@ -81,5 +81,5 @@ void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen)
     if (w->fd < 0 || gen != w->gen)
         return; /* unwatched meanwhile */
     w->armed = 0;
-    PM__APP_CALLBACK(&c->hub, w->cb(c, w->fd, w->arg));
+    PM__APP_CALLBACK(c->hub, w->cb(c, w->fd, w->arg));
 }
