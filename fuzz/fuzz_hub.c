@@ -48,7 +48,7 @@
 
 #include "fuzz.h"
 #include "fuzz_wport.h"
-#include "hub/hub.h"
+#include "hub/hub_core.h"
 #include "base/le.h"
 #include "channel/proto.h"
 

@@ -50,7 +50,7 @@
 
 #include "fuzz.h"
 #include "fuzz_wport.h"
-#include "hub/hub.h"
+#include "hub/hub_core.h"
 #include "base/le.h"
 #include "peer/linkfrag.h"
 #include "channel/proto.h"

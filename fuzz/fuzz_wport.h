@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
-#include "hub/hub.h"
+#include "hub/hub_core.h"
 
 #define CAP ((uint64_t)1 << 18) /* the smallest ring that takes PM__CHANNEL_MAX_FRAME */
 

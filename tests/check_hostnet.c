@@ -377,14 +377,14 @@ START_TEST(test_forged_notices_dropped)
      * late, and no ping fails. */
     pm_cluster *c = start_a(2000);
     uint64_t closed0 = pm__mesh_fails(c->mesh, PM__PF_CLOSED);
-    uint64_t late0 = pm_test_hub_late_replies(&c->hub);
+    uint64_t late0 = pm_test_hub_late_replies(c->hub);
     pid_t pid = bad_peer("forged-notices", "b");
     int status = 0;
     PM_RUN_UNTIL(c, exited(pid, &status), 60000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "pm-bad-peer forged-notices: 0x%x", status);
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_CLOSED) > closed0, 10000);
-    ck_assert_uint_ge(pm_test_hub_late_replies(&c->hub), late0 + 3000);
+    ck_assert_uint_ge(pm_test_hub_late_replies(c->hub), late0 + 3000);
     unsigned pongs0 = pongs;
     PM_RUN_UNTIL(c, pongs > pongs0 + 2, 10000);
     ck_assert_uint_eq(ping_failures, 0);
@@ -405,9 +405,9 @@ START_TEST(test_forged_host_dropped)
                   status);
     PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0 && peer_events.ups == 1, 10000);
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_CLOSED) > closed0, 10000);
-    int b = pm__hub_host_index(&c->hub, "b");
+    int b = pm__hub_host_index(c->hub, "b");
     ck_assert_int_ge(b, 1);
-    ck_assert_uint_eq(pm_test_link_forged(&c->hub, (unsigned)b), 1);
+    ck_assert_uint_eq(pm_test_link_forged(c->hub, (unsigned)b), 1);
     ck_assert_uint_eq(forged_delivered, 0);
     unsigned pongs0 = pongs;
     PM_RUN_UNTIL(c, pongs > pongs0 + 2, 10000);

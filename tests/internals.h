@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "supervisor/cluster.h"
+#include "hub/hub_core.h"
 #include "mesh/mesh_int.h"
 #include "supervisor/options.h"
 #include "base/defaults.h"
@@ -72,36 +73,36 @@ static inline uint64_t pm_test_output_suppressed(const pm_cluster *c)
 /* Frames the hub dropped from slot i as malformed. */
 static inline uint64_t pm_test_slot_malformed(const pm_cluster *c, unsigned i)
 {
-    return c->hub.ports[i].malformed;
+    return c->hub->ports[i].malformed;
 }
 
 /* Frames relayed from slot i. */
 static inline uint64_t pm_test_slot_relayed(const pm_cluster *c, unsigned i)
 {
-    return c->hub.ports[i].relayed;
+    return c->hub->ports[i].relayed;
 }
 
 /* Undeliverable notices sent to slot i. */
 static inline uint64_t pm_test_slot_undeliverable(const pm_cluster *c, unsigned i)
 {
-    return c->hub.ports[i].undeliverable;
+    return c->hub->ports[i].undeliverable;
 }
 
 /* Requests relayed to slot i and not yet answered. */
 static inline uint32_t pm_test_slot_inflight(const pm_cluster *c, unsigned i)
 {
-    return c->hub.ports[i].ninflight;
+    return c->hub->ports[i].ninflight;
 }
 
 /* The hub's queue of frames waiting for room in slot i's ring. */
 static inline uint32_t pm_test_slot_queued_frames(const pm_cluster *c, unsigned i)
 {
-    return c->hub.ports[i].q_frames;
+    return c->hub->ports[i].q_frames;
 }
 
 static inline size_t pm_test_slot_queued_bytes(const pm_cluster *c, unsigned i)
 {
-    return c->hub.ports[i].q_bytes;
+    return c->hub->ports[i].q_bytes;
 }
 
 /* Frames the hub has copied into a queue since the start, and the times a
@@ -109,12 +110,12 @@ static inline size_t pm_test_slot_queued_bytes(const pm_cluster *c, unsigned i)
  * destination, nothing for anyone else behind it). */
 static inline uint64_t pm_test_hub_frames_queued(const pm_cluster *c)
 {
-    return c->hub.frames_queued;
+    return c->hub->frames_queued;
 }
 
 static inline uint64_t pm_test_hub_left_waits(const pm_cluster *c)
 {
-    return c->hub.left_waits;
+    return c->hub->left_waits;
 }
 
 /* -1, or: slot i is not read because its frames waiting in the hub reached
@@ -122,7 +123,7 @@ static inline uint64_t pm_test_hub_left_waits(const pm_cluster *c)
  * ring); the destination of the frame that did not fit. */
 static inline int pm_test_slot_blocked_on(const pm_cluster *c, unsigned i)
 {
-    return c->hub.ports[i].blocked_on;
+    return c->hub->ports[i].blocked_on;
 }
 
 /* Times host `name`'s link held a sender: its output queue was full
@@ -130,11 +131,11 @@ static inline int pm_test_slot_blocked_on(const pm_cluster *c, unsigned i)
 static inline int pm_test_link_waits(pm_cluster *c, const char *name, uint64_t *queue,
                                      uint64_t *window)
 {
-    int idx = pm__hub_host_index(&c->hub, name);
-    if (idx <= 0 || c->hub.links == NULL)
+    int idx = pm__hub_host_index(c->hub, name);
+    if (idx <= 0 || c->hub->links == NULL)
         return -1;
-    *queue = c->hub.links[idx].held_waits;
-    *window = c->hub.links[idx].window_waits;
+    *queue = c->hub->links[idx].held_waits;
+    *window = c->hub->links[idx].window_waits;
     return 0;
 }
 
@@ -142,11 +143,11 @@ static inline int pm_test_link_waits(pm_cluster *c, const char *name, uint64_t *
  * (*off: bytes sent so far), 0 when none, -1 no such link. */
 static inline int pm_test_link_tx(pm_cluster *c, const char *name, uint64_t *off)
 {
-    int idx = pm__hub_host_index(&c->hub, name);
-    if (idx <= 0 || c->hub.links == NULL)
+    int idx = pm__hub_host_index(c->hub, name);
+    if (idx <= 0 || c->hub->links == NULL)
         return -1;
-    *off = c->hub.links[idx].tx_off;
-    return c->hub.links[idx].tx_fd >= 0;
+    *off = c->hub->links[idx].tx_off;
+    return c->hub->links[idx].tx_fd >= 0;
 }
 
 /* The supervisor's end of slot i's shared memory (-1 when none). */
@@ -220,44 +221,44 @@ static inline int pm_test_slot_node_sock(const pm_cluster *c, unsigned i)
  * and for main (PM__HOLD_MAX_FDS each). */
 static inline uint32_t pm_test_slot_held_fds(const pm_cluster *c, unsigned i)
 {
-    return c->hub.ports[i].held_fds;
+    return c->hub->ports[i].held_fds;
 }
 
 static inline uint32_t pm_test_main_held_fds(const pm_cluster *c)
 {
-    return c->hub.main_held_fds;
+    return c->hub->main_held_fds;
 }
 
 /* System calls the supervisor's loop made (waits and submissions). */
 static inline uint64_t pm_test_loop_syscalls(const pm_cluster *c)
 {
-    return c->loop.syscalls;
+    return pm__loop_syscalls(c->loop);
 }
 
 /* Requests slot i has in flight (to anyone). */
 static inline uint32_t pm_test_requests_out(const pm_cluster *c, unsigned i)
 {
-    return c->hub.ports[i].requests_out;
+    return c->hub->ports[i].requests_out;
 }
 
 /* Shortens the maximum lifetime of a request in flight (default
  * PM__INFLIGHT_LIFETIME_MS), so a test can see it expire. */
 static inline void pm_test_set_inflight_lifetime(pm_cluster *c, uint64_t ms)
 {
-    c->hub.inflight_lifetime_ms = ms;
+    c->hub->inflight_lifetime_ms = ms;
 }
 
 /* The id the next pm_cluster_request gets is the one after this (ids wrap
  * within 1..INT_MAX). */
 static inline void pm_test_set_last_request_id(pm_cluster *c, uint32_t id)
 {
-    c->hub.main_request_last_id = id;
+    c->hub->main_request_last_id = id;
 }
 
 /* Replies that arrived when nobody waited for them any more. */
 static inline uint64_t pm_test_late_replies(const pm_cluster *c)
 {
-    return c->hub.late_replies;
+    return c->hub->late_replies;
 }
 
 /* 1 once the supervisor ran its first liveness check (a stall can only be
@@ -270,7 +271,7 @@ static inline int pm_test_liveness_checked(const pm_cluster *c)
 /* PM__LOOP_URING or PM__LOOP_EPOLL. */
 static inline int pm_test_loop_backend(const pm_cluster *c)
 {
-    return c->loop.backend;
+    return pm__loop_backend(c->loop);
 }
 
 /* Slot i's pidfd: -1 when it has none (no process, or a kernel without
@@ -371,7 +372,7 @@ static inline void pm_test_hub_set_max_message(pm__hub *h, size_t max)
  * reply, dropped: its requester's hub answers it). */
 static inline uint64_t pm_test_cluster_unreachable(const pm_cluster *c)
 {
-    return c->hub.unreachable;
+    return c->hub->unreachable;
 }
 
 /* The peer links' counters and the tests' ways to end them, read from the

@@ -42,7 +42,7 @@ void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b)
     if (*pp == b)
         *pp = b->next;
     /* Unlinked first: the callback may start another broadcast. */
-    PM__APP_CALLBACK(h, b->cb(h->app, b->results, b->n, b->arg));
+    PM__HUB_CALLBACK(h, b->cb(h->app, b->results, b->n, b->arg));
     free_results(b->results, b->bufs, b->n);
     free(b);
 }
@@ -239,7 +239,7 @@ static void mb_settle(pm__hub *h, pm__mesh_broadcast *mb)
     if (*pp == mb)
         *pp = mb->next;
     /* Unlinked first: the callback may start another one. */
-    PM__APP_CALLBACK(h, mb->cb(h->app, mb->results, mb->n, mb->arg));
+    PM__HUB_CALLBACK(h, mb->cb(h->app, mb->results, mb->n, mb->arg));
     free_results(mb->results, mb->bufs, mb->n);
     free(mb->parts);
     free(mb);

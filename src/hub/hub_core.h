@@ -17,12 +17,13 @@
  * (pm__hub_port_*), and the hub reports what it saw through the callback
  * table pm__hub_ops: a port that broke the protocol or its memory (fault), a
  * control frame (HELLO, READY) for the lifecycle to act on. It never calls
- * into cluster.c, and cluster.h is not included by hub.c or port.c.
+ * into cluster.c, and no supervisor header is included by any hub file.
  */
 #ifndef PM_HUB_CORE_H
 #define PM_HUB_CORE_H
 
 #include "base/internal.h"
+#include "hub.h"
 
 #include "channel/bigmsg.h"
 #include "channel/frame.h"
@@ -175,24 +176,18 @@ typedef struct pm__main_request {
  * goes down; the remote hub's table answers it -EHOSTDOWN. */
 #define PM__MAIN_REQUEST_REMOTE (UINT32_MAX - 1)
 
+
+
 /* Runs an application callback with the hub's callback depth raised, so
  * that pm_cluster_call from inside it is refused (-EDEADLK) instead of
- * running the loop inside the loop. Every callback procmesh runs on the
- * supervisor goes through it. */
-#define PM__APP_CALLBACK(h, call) \
+ * running the loop inside the loop. The hub's own callbacks; its owner's go through
+ * PM__APP_CALLBACK (hub.h). */
+#define PM__HUB_CALLBACK(h, call) \
     do {                          \
         (h)->cb_depth++;          \
         call;                     \
         (h)->cb_depth--;          \
     } while (0)
-
-/* Where a port is in its life, as far as traffic goes. */
-enum pm__port_state {
-    PM__PORT_CLOSED = 0,   /* no incarnation: nothing in, nothing out */
-    PM__PORT_STARTING,     /* handshake frames only; traffic is dropped and counted */
-    PM__PORT_READY,        /* sends and receives */
-    PM__PORT_STOPPING      /* still sends (replies, last words); receives nothing new */
-};
 
 /* pm__port.blocked_on of a sender whose frame a peer link's output queue
  * had no room for: read again when that link drains below half
@@ -200,7 +195,7 @@ enum pm__port_state {
 #define PM__BLOCKED_LINK (-2)
 
 /* A local worker's port. */
-typedef struct pm__port {
+struct pm__port {
     unsigned index;
     int state;             /* PM__PORT_* */
     uint64_t incarnation;  /* of the process behind it now */
@@ -266,7 +261,7 @@ typedef struct pm__port {
      * list lets go of it. The list may hold a port whose flag (busy,
      * want_arm, dirty) was cleared since: its visit finds nothing to do. */
     unsigned char in_ready, in_arm, in_dirty, in_timed;
-} pm__port;
+};
 
 /* A set of port indexes in the order they were added: the hub's work lists
  * (doc/design.md, "Life of a frame": a turn costs the ports with work).
@@ -277,37 +272,7 @@ typedef struct pm__portlist {
     unsigned n;
 } pm__portlist;
 
-/* What the hub reports to its owner. */
-typedef struct pm__hub_ops {
-    /* Port p broke the protocol (PM_REASON_PROTOCOL) or its shared memory
-     * (PM_REASON_CORRUPT_RING). The owner must cut it off before returning
-     * (pm__hub_port_cut), so the hub reads nothing more from it. */
-    void (*fault)(void *owner, unsigned p, int reason);
-    /* A handshake frame (PM__FT_HELLO, PM__FT_READY) from port p; payload
-     * is a private copy of at most PM__HUB_CONTROL_MAX bytes. */
-    void (*control)(void *owner, unsigned p, int type, const void *payload, size_t len);
-    /* Port p's down ring stayed full for the drain timeout while frames
-     * waited for it (once per stall). The owner reports it and may fence
-     * p (PM_REASON_NOT_DRAINING). */
-    void (*not_draining)(void *owner, unsigned p);
-    /* One of main's requests to port p timed out while p's incarnation
-     * held it (pm_options_set_kill_on_timeout): the owner kills p and
-     * cuts it off before returning. NULL: never asked. */
-    void (*timed_out)(void *owner, unsigned p);
-} pm__hub_ops;
 
-/* How the incarnation behind a port ended, set by the owner around
- * pm__hub_port_close: the -EHOSTDOWN answers that closing gives main's
- * requests carry it (pm_request_outcome). */
-typedef struct pm__ending {
-    unsigned port;
-    uint64_t incarnation;
-    int exit_code;
-    int signal;
-    int core_dumped;
-    int reason;             /* PM_REASON_* of its EXITED event */
-    const pm_crash_report *crash; /* that incarnation's, or NULL */
-} pm__ending;
 
 /* What the request callback running now is told (pm_cluster_request_outcome). */
 typedef struct pm__outcome_ctx {
@@ -421,7 +386,7 @@ typedef struct pm__hub_link {
 #define PM__BCAST_ID_BASE ((uint64_t)1 << 32)
 
 /* The calls a lower part of the hub makes into a higher one, set by
- * pm__hub_init (hub.c). The parts form a stack, each calling only those
+ * pm__hub_init (hub_route.c). The parts form a stack, each calling only those
  * below it: hub_core.c; the link port's sending side (hub_linkbase.c,
  * hub_linkbig.c, hub_linkflow.c); hub_queue.c; hub_bcast.c; hub_main.c;
  * the link port's receiving side (hub_linkin.c, hub_linkbcast.c,
@@ -440,7 +405,7 @@ typedef struct pm__hub_up {
                         uint64_t about_inc, uint64_t request_id, int err);
 } pm__hub_up;
 
-typedef struct pm__hub {
+struct pm__hub {
     pm__port *ports;
     unsigned nports;
     pm__names names;
@@ -469,7 +434,7 @@ typedef struct pm__hub {
     const pm__ending *ending; /* the incarnation being closed, or NULL */
     pm__outcome_ctx outcome; /* the request callback running now */
     pm_request_outcome *outcome_buf; /* filled on demand by the getter */
-    unsigned cb_depth;      /* application callbacks running (PM__APP_CALLBACK) */
+    unsigned cb_depth;      /* application callbacks running (PM__HUB_CALLBACK) */
     unsigned char *scratch; /* private copy of a frame delivered to main; in a
                                MADV_WIPEONFORK mapping (scratch_mapped) */
     int scratch_mapped;
@@ -520,7 +485,7 @@ typedef struct pm__hub {
     pm__portlist dirty;     /* down rings written and not yet published */
     pm__portlist timed;     /* ports with a deadline of their own: a queue waiting
                                (drain timeout) or a socket retry */
-} pm__hub;
+};
 
 /* Frames read from one port per turn: a flooding worker waits for the next
  * turn instead of starving the others. */
@@ -536,14 +501,10 @@ void pm__hub_port_drop_ahead(pm__port *p);
  * Sets d->sock_full when d's socket refused a large message's fd: the
  * owner then services d again once that socket is writable. */
 void pm__hub_flush(pm__hub *h, pm__port *d);
-/* Publishes every ring written this turn (one wake-up per ring at most). */
-void pm__hub_publish(pm__hub *h);
 /* Work lists. Marks p busy and puts it on the ready list (at its end: a
  * port is visited once per pass, in the order it became ready, so none
  * starves). */
 void pm__hub_mark_busy(pm__hub *h, pm__port *p);
-/* Its doorbell rang: on the ready list, without claiming work left over. */
-void pm__hub_mark_rang(pm__hub *h, unsigned p);
 /* Its down ring has unpublished frames (pm__hub_publish). */
 void pm__hub_mark_dirty(pm__hub *h, pm__port *p);
 /* It has a deadline of its own now (stall_since_ms: the drain timeout). */
@@ -552,94 +513,20 @@ void pm__hub_mark_timed(pm__hub *h, pm__port *p);
  * request to local port arg (a pm__port *) that may wait in the sender's
  * ring, 1 at anything else (hub_queue.c). */
 int pm__hub_not_for(const void *rec, size_t len, void *arg);
-/* One turn's pass over the ready list: begin detaches it (ports marked
- * from then on wait for the next pass), next hands out its ports one by
- * one (0 at the end). */
-void pm__hub_pass_begin(pm__hub *h);
-int pm__hub_pass_next(pm__hub *h, unsigned *p);
-int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
-                      void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg);
-/* pm_cluster_broadcast_mesh: the local broadcast, and a BCAST to every
- * host this hub has an index for; cb runs once, after every result. */
-int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout_ms,
-                           void (*cb)(pm_cluster *, const pm_message *, size_t, void *),
-                           void *arg);
-/* Main's requests to one worker (pm_cluster_request): to NULL means any
- * ready worker (the fewest of main's requests in flight, round robin among
- * ties; none ready: it waits until one is, or its deadline). Returns the id
- * (> 0) or a negative errno (then cb never runs); cb runs exactly once. */
-int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t len,
-                    int timeout_ms, void (*cb)(pm_cluster *, const pm_message *, void *),
-                    void *arg);
-/* 1 when port p's incarnation holds one of main's requests (in flight,
- * or timed out and not answered): its death is the input's fault. */
-int pm__hub_port_holds_main(const pm__hub *h, unsigned p);
-/* pm_cluster_request_outcome: NULL unless reply is the message of the
- * request callback running now. */
-const pm_request_outcome *pm__hub_outcome(pm__hub *h, const pm_message *reply);
-/* Its callback runs now with -ECANCELED; a reply later is late. 0, or
- * -ENOENT when id is not pending (answered, cancelled or never issued). */
-int pm__hub_cancel(pm__hub *h, uint64_t id);
-/* pm_cluster_terminate: every pending request of main gets -ECANCELED now,
- * and new ones are refused (-ESHUTDOWN). */
-void pm__hub_cancel_all(pm__hub *h);
-/* hub_link.c: peer links as ports (hub_linkbig.c: pm__hub_links_wipe). */
-/* The link to host (an index of pm__hub_host_index) is up: frames for that
- * host go to send(arg, ...). */
-void pm__hub_link_up(pm__hub *h, uint16_t host, int (*send)(void *, const void *, size_t),
-                     void *arg);
-/* It went down: the requests in flight over it are answered -EHOSTUNREACH
- * now; frames for the host are answered so until a link is up again. */
-void pm__hub_link_down(pm__hub *h, uint16_t host);
+
+/* hub_route.c: set-up of a hub its owner embeds (hub_owner.c's pm__hub_new
+ * for one held by pointer), and routing a port's frames. */
+int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster *app,
+                 const pm__hub_ops *ops, void *owner);
+void pm__hub_free(pm__hub *h);
+/* Relays a validated, stamped frame from port p. 0: consumed (delivered,
+ * queued, dropped and counted, or answered undeliverable); -EAGAIN: p's
+ * hold is full, leave the frame in p's ring and stop reading p until its
+ * frames drain (backpressure). */
+int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
+
 /* Fork mode, in the child: closes the link's large-message fds (the
  * memfds being sent and reassembled are other workers' traffic). */
 void pm__hub_links_wipe(pm__hub *h);
-/* The capability bits host's peer announced (its hello), right after
- * pm__hub_link_up. */
-void pm__hub_link_caps(pm__hub *h, uint16_t host, uint32_t caps);
-/* The frames host's link dropped: claiming another host (*forged), failing
- * to decode or route, or large messages abandoned (*malformed). Zeros for
- * a host without a link. */
-void pm__hub_link_drops(const pm__hub *h, uint16_t host, uint64_t *forged, uint64_t *malformed);
-/* host's link drained its output queue below half (mesh.c's write path):
- * the senders it held are read again. O(1) when it holds none. */
-void pm__hub_link_writable(pm__hub *h, uint16_t host);
-/* A frame received on host's link: validated, stamped with the link's host
- * and delivered as if local (doc/design.md, "Life of a remote request"). */
-void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, size_t len);
-
-/* port.c: a local worker's port, the hub's side of its ring pair. */
-/* A new incarnation behind port p: link attached, handshake frames read.
- * Returns 1 when its ring already has work (read it this turn), else 0:
- * the caller arms the doorbell (link->hub_efd). */
-int pm__hub_port_open(pm__hub *h, unsigned p, pm__channel *channel, uint64_t incarnation);
-void pm__hub_port_set_state(pm__hub *h, unsigned p, int state);
-/* Never read from this incarnation again (fenced, or it ended). */
-void pm__hub_port_cut(pm__hub *h, unsigned p);
-/* Its fd socket is readable: takes the records waiting there (at once,
- * bigmsg.h); a bad record or one too many ahead of its frame is a protocol
- * fault (ops->fault). */
-void pm__hub_port_records(pm__hub *h, unsigned p);
-/* The doorbell rang or the port had work left: flush what waits for room
- * in its down ring, then read up to one turn of its up ring. */
-void pm__hub_port_service(pm__hub *h, unsigned p);
-/* Before the loop sleeps: arms the doorbells of drained ports (deferred to
- * here so a busy hub lets its workers publish without a system call).
- * Returns 1 when some port has work after all. */
-int pm__hub_arm_idle(pm__hub *h);
-/* 1 when a drained, readable port's ring is no longer empty (spinning). */
-int pm__hub_any_arrived(pm__hub *h);
-/* Before the loop sleeps, after a turn that read frames, with a spin of
- * up to spin_us allowed (pm_options_set_hub_spin_us): spins up to the
- * learnt budget for a frame on a drained ring or ready(arg) (the owner's
- * loop has a completion). 1 when work arrived: do not sleep. 0 when the
- * loop must sleep; *t0 is then what to pass to pm__hub_spin_slept after
- * the sleep. */
-int pm__hub_spin(pm__hub *h, unsigned spin_us, int (*ready)(void *arg), void *arg, uint64_t *t0);
-/* After the loop slept: learns from how soon it woke (t0 from
- * pm__hub_spin; nothing when 0). */
-void pm__hub_spin_slept(pm__hub *h, unsigned spin_us, uint64_t t0);
-/* 1 when some port has work left over for the next turn. */
-int pm__hub_any_busy(const pm__hub *h);
 
 #endif /* PM_HUB_CORE_H */

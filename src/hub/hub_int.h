@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* hub_int.h - what hub.c (routing, in flight), hub_queue.c (queues), hub_main.c (main's requests), hub_bcast.c (broadcasts) and the link port (hub_link*.c) share; nothing else includes it. */
+/* hub_int.h - what hub_route.c (routing, in flight), hub_queue.c (queues), hub_main.c (main's requests), hub_bcast.c (broadcasts) and the link port (hub_link*.c) share; nothing else includes it. */
 #ifndef PM_HUB_INT_H
 #define PM_HUB_INT_H
 

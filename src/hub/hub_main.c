@@ -134,7 +134,7 @@ static void main_request_finish(pm__hub *h, pm__main_request *r, int err, const 
     free(r->data);
     pm__close(r->fd);
     free(r);
-    PM__APP_CALLBACK(h, cb(h->app, &m, arg));
+    PM__HUB_CALLBACK(h, cb(h->app, &m, arg));
     h->outcome = saved;
 }
 
@@ -221,7 +221,7 @@ static void deliver(pm__hub *h, const pm__frame_hdr *f, const void *payload, siz
     m.deadline_ms = f->deadline_ms;
     m.data = len > 0 ? data : h->scratch;
     m.len = len;
-    PM__APP_CALLBACK(h, h->on_message(h->app, &m, h->on_message_arg));
+    PM__HUB_CALLBACK(h, h->on_message(h->app, &m, h->on_message_arg));
 }
 
 /* A large message main cannot map (its address space is full; the hub

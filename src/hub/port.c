@@ -2,7 +2,7 @@
 /*
  * port.c - a local worker's port: the hub's side of its ring pair. Reads the
  * worker's up ring (copy, validate, stamp the source from the ring), hands
- * data frames to the router (pm__hub_relay, hub.c: a direct call, once per
+ * data frames to the router (pm__hub_relay, hub_route.c: a direct call, once per
  * frame read) and handshake frames to the owner, and decides when the worker
  * must ring the hub's doorbell. The top of the hub: nothing in it calls
  * port.c, only its owner does.
@@ -408,7 +408,7 @@ static uint32_t hub_spin_cap(unsigned spin_us)
 int pm__hub_spin(pm__hub *h, unsigned spin_us, int (*ready)(void *arg), void *arg, uint64_t *t0)
 {
     *t0 = 0;
-    if (!h->active || spin_us == 0)
+    if (spin_us == 0)
         return 0;
     uint32_t cap = hub_spin_cap(spin_us);
     uint32_t budget = h->spin_budget < cap ? h->spin_budget : cap;

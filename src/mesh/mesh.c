@@ -282,8 +282,8 @@ static int keys_setup(pm__mesh *m, char *why, size_t whysize)
     m->cur->keys = m->keys;
     m->keys = NULL;
     pm__pconn_cfg *cfg = &m->cur->cfg;
-    cfg->system = m->env.hub->names.system;
-    cfg->host = m->env.hub->names.host;
+    cfg->system = pm__hub_names(m->env.hub)->system;
+    cfg->host = pm__hub_names(m->env.hub)->host;
     uint64_t inc = 0;
     if (getrandom(&inc, sizeof(inc), 0) != (ssize_t)sizeof(inc))
         inc = pm__now_ns();

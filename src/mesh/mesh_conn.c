@@ -378,7 +378,7 @@ static void conn_frame(void *arg, const unsigned char *frame, size_t len)
  * initiator has the bytewise smaller host name (doc/protocol.md 2). */
 static const char *initiator_name(const pm__mesh *m, const pm__mesh_conn *k)
 {
-    return k->pc.initiator ? m->env.hub->names.host : k->pc.peer.host;
+    return k->pc.initiator ? pm__hub_names(m->env.hub)->host : k->pc.peer.host;
 }
 
 /* k's handshake finished and a record arrived: install it as the host's

@@ -32,9 +32,17 @@
 
 #define TAG_IGNORE UINT64_MAX /* completions of our own cancel requests */
 
-int pm__loop_init(pm__loop *l, unsigned entries)
+struct pm__loop {
+    int backend;
+    int epfd;
+    struct io_uring ring;
+    unsigned pending; /* io_uring: SQEs prepared, not yet submitted */
+    int multishot;    /* io_uring: multishot polls exist (Linux 5.13) */
+    uint64_t syscalls; /* system calls the loop made (for pm-bench) */
+};
+
+static int loop_open(pm__loop *l, unsigned entries)
 {
-    memset(l, 0, sizeof(*l));
     l->epfd = -1;
     const char *force = getenv("PROCMESH_LOOP");
     if ((force == NULL || strcmp(force, "epoll") != 0) && pm__dep_load(PM__DEP_URING, NULL, 0) == 0) {
@@ -66,7 +74,8 @@ int pm__loop_init(pm__loop *l, unsigned entries)
     return 0;
 }
 
-void pm__loop_fini(pm__loop *l)
+/* Unmaps the ring and closes the fds; the memory stays. */
+static void loop_close(pm__loop *l)
 {
     if (l->backend == PM__LOOP_URING)
         io_uring_queue_exit(&l->ring);
@@ -75,12 +84,47 @@ void pm__loop_fini(pm__loop *l)
     l->backend = 0;
 }
 
+int pm__loop_init(pm__loop **out, unsigned entries)
+{
+    *out = NULL;
+    pm__loop *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return -ENOMEM;
+    int rc = loop_open(l, entries);
+    if (rc < 0) {
+        free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+void pm__loop_fini(pm__loop *l)
+{
+    if (l == NULL)
+        return;
+    int saved = errno;
+    loop_close(l);
+    free(l);
+    errno = saved;
+}
+
+int pm__loop_backend(const pm__loop *l)
+{
+    return l->backend;
+}
+
+uint64_t pm__loop_syscalls(const pm__loop *l)
+{
+    return l->syscalls;
+}
+
 void pm__loop_forget(pm__loop *l)
 {
     /* In a forked child the ring's memory is a MAP_SHARED mapping of the
      * parent's instance; io_uring_queue_exit only unmaps and closes our
      * references, which is exactly what the child must do. */
-    pm__loop_fini(l);
+    loop_close(l);
 }
 
 /* What io_uring_queue_exit unmaps and closes (liburing 2.x): the SQE array

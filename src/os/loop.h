@@ -19,7 +19,7 @@
 #ifndef PM_LOOP_H
 #define PM_LOOP_H
 
-#include <liburing.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* A tag's layout: kind in the top 4 bits, slot in the next 28, then the
@@ -34,20 +34,20 @@
 
 enum pm__loop_backend { PM__LOOP_URING = 1, PM__LOOP_EPOLL = 2 };
 
-typedef struct pm__loop {
-    int backend;
-    int epfd;
-    struct io_uring ring;
-    unsigned pending; /* io_uring: SQEs prepared, not yet submitted */
-    int multishot;    /* io_uring: multishot polls exist (Linux 5.13) */
-    uint64_t syscalls; /* system calls the loop made (for pm-bench) */
-} pm__loop;
+/* Opaque: only loop.c sees the io_uring instance (and so <liburing.h>). */
+typedef struct pm__loop pm__loop;
 
-/* entries: how many fds may be armed at once (rounded up as needed).
- * Uses io_uring unless the kernel or a seccomp policy refuses it, or the
- * environment variable PROCMESH_LOOP=epoll asks for epoll. */
-int pm__loop_init(pm__loop *l, unsigned entries);
+/* A new loop in *out (NULL on failure). entries: how many fds may be
+ * armed at once (rounded up as needed). Uses io_uring unless the kernel or
+ * a seccomp policy refuses it, or the environment variable
+ * PROCMESH_LOOP=epoll asks for epoll. */
+int pm__loop_init(pm__loop **out, unsigned entries);
+/* Closes and frees it; NULL is a no-op. */
 void pm__loop_fini(pm__loop *l);
+/* PM__LOOP_URING or PM__LOOP_EPOLL. */
+int pm__loop_backend(const pm__loop *l);
+/* System calls the loop made (for pm-bench). */
+uint64_t pm__loop_syscalls(const pm__loop *l);
 
 int pm__loop_arm(pm__loop *l, int fd, uint64_t tag);
 int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag);
@@ -85,7 +85,8 @@ int pm__loop_ready(pm__loop *l);
 int pm__loop_fd(const pm__loop *l);
 
 /* Closes the loop's own fds in a forked child (without touching the shared
- * io_uring instance's state beyond our mapping of it). */
+ * io_uring instance's state beyond our mapping of it). The memory stays:
+ * l must not be used afterwards, except by pm__loop_fini. */
 void pm__loop_forget(pm__loop *l);
 
 /* What a forked child that never runs the loop again inherits of it, for

@@ -134,7 +134,7 @@ static void after_failure(pm_cluster *c, pm__slot *s)
         a.incarnation = s->incarnation;
         void (*cb)(pm_cluster *, unsigned, const pm_address *, unsigned, void *) =
             c->o->on_down != NULL ? c->o->on_down : default_on_down;
-        PM__APP_CALLBACK(&c->hub, cb(c, s->index, &a, s->budget.total, c->o->on_down_arg));
+        PM__APP_CALLBACK(c->hub, cb(c, s->index, &a, s->budget.total, c->o->on_down_arg));
         return;
     }
     pm__cluster_set_state(c, s, PM_SLOT_BACKOFF);
@@ -266,7 +266,7 @@ static void act_stop_request(pm_cluster *c, pm__slot *s)
     /* The stop request: in band (a flag in the control block and a STOP
      * frame, so pm_node_recv returns -ESHUTDOWN) and SIGTERM for workers
      * that do not read their messages. */
-    pm__hub_stop_request(&c->hub, s->index);
+    pm__hub_stop_request(c->hub, s->index);
     pm__cluster_signal(s, SIGTERM);
     if (c->o->stop_timeout_ms == 0) {
         pm__cluster_signal(s, SIGKILL);

@@ -59,7 +59,7 @@ static void map_done(pm_cluster *c, const pm_message *m, void *arg)
     }
     if (st->interrupted)
         r->error = -EINTR;
-    const pm_request_outcome *o = pm__hub_outcome(&c->hub, m);
+    const pm_request_outcome *o = pm__hub_outcome(c->hub, m);
     r->outcome = malloc(sizeof(*r->outcome));
     if (r->outcome != NULL && o != NULL) {
         *r->outcome = *o;
@@ -81,7 +81,7 @@ static void map_submit(struct map_state *st)
         struct map_ref *ref = &st->refs[i];
         ref->st = st;
         ref->i = i;
-        int id = pm__hub_request(&st->c->hub, NULL, st->in[i].data, st->in[i].len,
+        int id = pm__hub_request(st->c->hub, NULL, st->in[i].data, st->in[i].len,
                                  st->timeout_ms, map_done, ref);
         if (id == -EAGAIN && st->inflight > 0)
             return;
@@ -104,7 +104,7 @@ static void map_interrupt(struct map_state *st)
     st->interrupted = 1;
     for (size_t i = 0; i < st->next; i++)
         if (st->refs[i].id != 0)
-            pm__hub_cancel(&st->c->hub, (uint64_t)st->refs[i].id);
+            pm__hub_cancel(st->c->hub, (uint64_t)st->refs[i].id);
     for (; st->next < st->n; st->next++, st->done++)
         st->res[st->next].error = -EINTR;
 }
@@ -120,9 +120,9 @@ static int map_check(const pm_cluster *c, const pm_map_input *inputs, size_t n, 
     for (size_t i = 0; i < n; i++)
         if (inputs[i].data == NULL && inputs[i].len > 0)
             return -EINVAL;
-    if (c->hub.cb_depth > 0)
+    if (pm__hub_in_callback(c->hub))
         return -EDEADLK;
-    if (c->hub.main_request_closed)
+    if (pm__hub_requests_closed(c->hub))
         return -ESHUTDOWN;
     return 0;
 }
@@ -162,7 +162,7 @@ PM_EXTERN long pm_cluster_map(pm_cluster *c, const pm_map_input *inputs, size_t 
         }
     }
     PM__LEAVE(c);
-    pm__loop_flush(&c->loop);
+    pm__loop_flush(c->loop);
     pm__cluster_rearm_timer(c);
     free(st.refs);
     return (long)st.answered;

@@ -44,7 +44,7 @@ static int send_init(pm_cluster *c, pm__slot *s)
     m.data = c->o->init_data;
     m.len = (uint32_t)c->o->init_len;
     pm__init_encode(&m, buf);
-    int rc = pm__hub_send_control(&c->hub, s->index, PM__FT_INIT, buf, pm__init_size(m.len));
+    int rc = pm__hub_send_control(c->hub, s->index, PM__FT_INIT, buf, pm__init_size(m.len));
     free(buf);
     return rc;
 }
@@ -108,7 +108,7 @@ static void cluster_free(pm_cluster *c)
     int saved = errno;
     pm__mesh_free(c->mesh); /* before the hub: its links are hub ports */
     c->mesh = NULL;
-    pm__hub_free(&c->hub);
+    pm__hub_delete(c->hub);
     for (unsigned i = 0; c->slots != NULL && i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
         pm__close(s->pidfd);
@@ -125,8 +125,7 @@ static void cluster_free(pm_cluster *c)
     free(c->slots);
     pm__deadlines_free(&c->deadlines);
     free(c->watches);
-    if (c->loop.backend != 0)
-        pm__loop_fini(&c->loop);
+    pm__loop_fini(c->loop);
     pm__close(c->sigfd);
     pm__close(c->timerfd);
     pm__close(c->wakefd);
@@ -169,11 +168,11 @@ static int hub_setup(pm_cluster *c)
     }
     pm__names names = {c->o->system_name, c->o->hostname, (unsigned)c->o->base_port, c->nslots,
                        NULL};
-    int rc = pm__hub_init(&c->hub, c->nslots, &names, c, &hub_ops, c);
+    int rc = pm__hub_new(&c->hub, c->nslots, &names, c, &hub_ops, c);
     if (rc < 0)
         return rc;
     if (pm__options_peer_mode(c->o)) {
-        pm__hub_peer_mode(&c->hub);
+        pm__hub_peer_mode(c->hub);
         /* Incarnations start from a random base at each start, so a
          * restarted host's workers never reuse a number its peers saw
          * (a frame for the old one gets -ESTALE). Below 2^62: room to
@@ -185,13 +184,16 @@ static int hub_setup(pm_cluster *c)
         for (unsigned i = 0; i < c->nslots; i++)
             c->slots[i].incarnation = base;
     }
-    c->hub.on_message = c->o->on_message;
-    c->hub.on_message_arg = c->o->on_message_arg;
-    c->hub.drain_timeout_ms = (uint64_t)c->o->drain_timeout_ms;
-    c->hub.max_message = c->o->max_message;
-    c->hub.any_per_worker = (uint32_t)c->o->requests_per_worker;
-    c->hub.queue_max = (size_t)c->o->request_queue_max;
-    c->hub.kill_on_timeout = c->o->kill_on_timeout;
+    pm__hub_config cfg = {
+        .on_message = c->o->on_message,
+        .on_message_arg = c->o->on_message_arg,
+        .drain_timeout_ms = (uint64_t)c->o->drain_timeout_ms,
+        .max_message = c->o->max_message,
+        .requests_per_worker = (uint32_t)c->o->requests_per_worker,
+        .request_queue_max = (size_t)c->o->request_queue_max,
+        .kill_on_timeout = c->o->kill_on_timeout,
+    };
+    pm__hub_configure(c->hub, &cfg);
     return 0;
 }
 
@@ -253,10 +255,10 @@ static int loop_setup(pm_cluster *c)
         c->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
         if (c->sigfd < 0)
             return -errno;
-        pm__loop_arm(&c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
+        pm__loop_arm(c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
     }
-    pm__loop_arm(&c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
-    pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
+    pm__loop_arm(c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
+    pm__loop_arm(c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
     return 0;
 }
 
@@ -475,7 +477,7 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
     /* The successors are made on the turns after this (actions.c). */
     c->prepare_at = 0;
     c->prepare_due = 1;
-    pm__loop_flush(&c->loop);
+    pm__loop_flush(c->loop);
     *out = c;
     return 0;
 }
@@ -495,8 +497,8 @@ PM_EXTERN int pm_cluster_restart_slot(pm_cluster *c, unsigned slot)
      * never has two live incarnations. */
     s->replace = 1;
     pm__cluster_dispatch(c, s, PM__EV_STOP);
-    pm__hub_publish(&c->hub);
-    pm__loop_flush(&c->loop);
+    pm__hub_publish(c->hub);
+    pm__loop_flush(c->loop);
     pm__cluster_rearm_timer(c);
     return 0;
 }
@@ -512,7 +514,7 @@ PM_EXTERN int pm_cluster_terminate(pm_cluster *c)
     c->last_signal = 0;
     /* Main's requests end here, answered -ECANCELED before anything stops,
      * rather than -EHOSTDOWN one by one as the workers exit. */
-    pm__hub_cancel_all(&c->hub);
+    pm__hub_cancel_all(c->hub);
     for (unsigned i = 0; i < c->nslots; i++)
         pm__cluster_dispatch(c, &c->slots[i], PM__EV_STOP);
     for (;;) {

@@ -2,6 +2,7 @@
 /* cluster_messaging.c - main's side of the hub: the supervisor's public messaging calls
  * (send, reply, broadcast, and requests to one worker: request, cancel, call). */
 #define _GNU_SOURCE
+#include "channel/frame.h"
 #include "types.h"
 #include "turn.h"
 
@@ -10,7 +11,7 @@ PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *d
     int rc = pm__cluster_check(c);
     if (rc < 0)
         return rc;
-    return pm__hub_main_send(&c->hub, to, PM__FT_MSG, 0, data, len);
+    return pm__hub_main_send(c->hub, to, PM__FT_MSG, 0, data, len);
 }
 
 PM_EXTERN int pm_cluster_reply(pm_cluster *c, const pm_message *request, const void *data,
@@ -21,7 +22,7 @@ PM_EXTERN int pm_cluster_reply(pm_cluster *c, const pm_message *request, const v
         return rc;
     if (request == NULL || request->kind != PM_MSG_REQUEST)
         return -EINVAL;
-    return pm__hub_main_send(&c->hub, &request->from, PM__FT_REPLY, request->request_id, data,
+    return pm__hub_main_send(c->hub, &request->from, PM__FT_REPLY, request->request_id, data,
                              len);
 }
 
@@ -32,7 +33,7 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
     int rc = pm__cluster_check(c);
     if (rc < 0)
         return rc;
-    return pm__hub_broadcast(&c->hub, data, len, timeout_ms, cb, arg);
+    return pm__hub_broadcast(c->hub, data, len, timeout_ms, cb, arg);
 }
 
 PM_EXTERN int pm_cluster_broadcast_mesh(pm_cluster *c, const void *data, size_t len,
@@ -44,7 +45,7 @@ PM_EXTERN int pm_cluster_broadcast_mesh(pm_cluster *c, const void *data, size_t 
     int rc = pm__cluster_check(c);
     if (rc < 0)
         return rc;
-    return pm__hub_broadcast_mesh(&c->hub, data, len, timeout_ms, cb, arg);
+    return pm__hub_broadcast_mesh(c->hub, data, len, timeout_ms, cb, arg);
 }
 
 PM_EXTERN int pm_cluster_request(pm_cluster *c, const pm_address *to, const void *data,
@@ -55,7 +56,7 @@ PM_EXTERN int pm_cluster_request(pm_cluster *c, const pm_address *to, const void
     int rc = pm__cluster_check(c);
     if (rc < 0)
         return rc;
-    return pm__hub_request(&c->hub, to, data, len, timeout_ms, cb, arg);
+    return pm__hub_request(c->hub, to, data, len, timeout_ms, cb, arg);
 }
 
 PM_EXTERN int pm_cluster_cancel(pm_cluster *c, uint64_t id)
@@ -65,7 +66,7 @@ PM_EXTERN int pm_cluster_cancel(pm_cluster *c, uint64_t id)
         return rc;
     if (id == 0)
         return -EINVAL;
-    return pm__hub_cancel(&c->hub, id);
+    return pm__hub_cancel(c->hub, id);
 }
 
 PM_EXTERN const pm_request_outcome *pm_cluster_request_outcome(pm_cluster *c,
@@ -73,7 +74,7 @@ PM_EXTERN const pm_request_outcome *pm_cluster_request_outcome(pm_cluster *c,
 {
     if (pm__cluster_check(c) < 0)
         return NULL;
-    return pm__hub_outcome(&c->hub, reply);
+    return pm__hub_outcome(c->hub, reply);
 }
 
 /* Where pm_cluster_call's request lands its answer. */
@@ -92,7 +93,7 @@ static void call_done(pm_cluster *c, const pm_message *m, void *arg)
     st->done = 1;
     st->err = m->error;
     if (st->outcome != NULL) {
-        const pm_request_outcome *o = pm__hub_outcome(&c->hub, m);
+        const pm_request_outcome *o = pm__hub_outcome(c->hub, m);
         if (o != NULL)
             *st->outcome = *o;
         else
@@ -125,7 +126,7 @@ PM_EXTERN int pm_cluster_call_outcome(pm_cluster *c, const pm_address *to, const
         return rc;
     if (reply == NULL && cap > 0)
         return -EINVAL;
-    if (c->hub.cb_depth > 0)
+    if (pm__hub_in_callback(c->hub))
         return -EDEADLK;
     struct call_state st = {0, 0, reply, cap, reply_len, outcome};
     if (reply_len != NULL)
@@ -135,7 +136,7 @@ PM_EXTERN int pm_cluster_call_outcome(pm_cluster *c, const pm_address *to, const
         outcome->exit_code = -1;
         outcome->reason = pm_reason_name(0);
     }
-    int id = pm__hub_request(&c->hub, to, data, len, timeout_ms, call_done, &st);
+    int id = pm__hub_request(c->hub, to, data, len, timeout_ms, call_done, &st);
     if (id < 0)
         return id;
     c->last_signal = 0;
@@ -150,7 +151,7 @@ PM_EXTERN int pm_cluster_call_outcome(pm_cluster *c, const pm_address *to, const
             rc = -EINTR; /* as pm_cluster_run: pm_cluster_last_signal says which */
         if (rc < 0) {
             /* st is on this stack frame: the request must not outlive it. */
-            pm__hub_cancel(&c->hub, (uint64_t)id);
+            pm__hub_cancel(c->hub, (uint64_t)id);
             st.err = rc;
             if (outcome != NULL)
                 outcome->error = rc;
@@ -158,7 +159,7 @@ PM_EXTERN int pm_cluster_call_outcome(pm_cluster *c, const pm_address *to, const
         }
     }
     PM__LEAVE(c);
-    pm__loop_flush(&c->loop);
+    pm__loop_flush(c->loop);
     pm__cluster_rearm_timer(c);
     return st.err;
 }

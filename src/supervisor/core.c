@@ -50,7 +50,7 @@ void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, ui
     } else if (type == PM_EVENT_FENCED && reason == PM_REASON_VERSION) {
         ev.worker_version = s->hello_version;
     }
-    PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
+    PM__APP_CALLBACK(c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
 }
 
 /* The slot's state, mirrored in its port: the hub lets only a ready port
@@ -66,7 +66,7 @@ void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state)
         [PM_SLOT_RETIRED] = PM__PORT_CLOSED,
     };
     s->state = state;
-    pm__hub_port_set_state(&c->hub, s->index, port_state[state]);
+    pm__hub_port_set_state(c->hub, s->index, port_state[state]);
 }
 
 void pm__cluster_signal(pm__slot *s, int sig)
@@ -88,15 +88,15 @@ void pm__cluster_signal(pm__slot *s, int sig)
 void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s)
 {
     if (s->hub_armed) {
-        pm__loop_disarm(&c->loop, s->channel.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->channel.hub_efd, PM__TAG(PM__TAG_HUB, s->index, s->incarnation));
         s->hub_armed = 0;
     }
     if (s->sock_armed) {
-        pm__loop_disarm(&c->loop, s->channel.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->channel.sock, PM__TAG(PM__TAG_SOCK, s->index, s->incarnation));
         s->sock_armed = 0;
     }
     s->hub_rang = 0;
-    pm__hub_port_cut(&c->hub, s->index);
+    pm__hub_port_cut(c->hub, s->index);
 }
 
 /* Everything the dead incarnation had: its pidfd, its error pipe, its
@@ -105,25 +105,25 @@ void pm__cluster_release(pm_cluster *c, pm__slot *s)
 {
     pm__cluster_disarm_hub(c, s);
     if (s->pid_armed) {
-        pm__loop_disarm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation));
         s->pid_armed = 0;
     }
     pm__close(s->pidfd);
     s->pidfd = -1;
     if (s->pipe_armed) {
-        pm__loop_disarm(&c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation));
         s->pipe_armed = 0;
     }
     pm__close(s->exec_pipe);
     s->exec_pipe = -1;
     if (s->notify_armed) {
-        pm__loop_disarm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation));
+        pm__loop_disarm(c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation));
         s->notify_armed = 0;
     }
     pm__close(s->notify_fd);
     s->notify_fd = -1;
     pm__output_close(c, s);
-    pm__hub_port_close(&c->hub, s->index);
+    pm__hub_port_close(c->hub, s->index);
     pm__channel_close(&s->channel);
     s->pid = 0;
     s->hello = 0;
@@ -163,11 +163,10 @@ void pm__cluster_end_tree(pm_cluster *c, pm__slot *s)
  * said that the registration ended (pm__cluster_on_doorbell). */
 void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
 {
-    const pm__port *p = &c->hub.ports[s->index];
     s->hub_rang = 0;
-    pm__hub_port_service(&c->hub, s->index);
-    if (p->reading && !s->hub_armed &&
-        pm__loop_arm_multi(&c->loop, s->channel.hub_efd,
+    pm__hub_port_service(c->hub, s->index);
+    if (pm__hub_port_reading(c->hub, s->index) && !s->hub_armed &&
+        pm__loop_arm_multi(c->loop, s->channel.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
     pm__cluster_arm_sock(c, s);
@@ -179,12 +178,12 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
 void pm__cluster_service_ports(pm_cluster *c)
 {
     unsigned pi;
-    pm__hub_pass_begin(&c->hub);
-    while (pm__hub_pass_next(&c->hub, &pi)) {
+    pm__hub_pass_begin(c->hub);
+    while (pm__hub_pass_next(c->hub, &pi)) {
         if (pi >= c->nslots)
             continue;
         pm__slot *s = &c->slots[pi];
-        if ((s->hub_rang || c->hub.ports[pi].busy) && pm__slot_has_process(s))
+        if ((s->hub_rang || pm__hub_port_busy(c->hub, pi)) && pm__slot_has_process(s))
             pm__cluster_on_hub(c, s);
     }
 }
@@ -210,26 +209,26 @@ void pm__cluster_service_ports(pm_cluster *c)
 
 void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
 {
-    const pm__port *p = &c->hub.ports[s->index];
-    if (!p->reading || s->channel.sock < 0)
+    if (!pm__hub_port_reading(c->hub, s->index) || s->channel.sock < 0)
         return;
-    int multi = pm__loop_has_multi(&c->loop);
+    int multi = pm__loop_has_multi(c->loop);
+    int sock_full = pm__hub_port_sock_full(c->hub, s->index);
     if (s->sock_armed) {
-        if (multi || !p->sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
+        if (multi || !sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
             return;
-        if (pm__loop_disarm(&c->loop, s->channel.sock,
+        if (pm__loop_disarm(c->loop, s->channel.sock,
                             PM__TAG(PM__TAG_SOCK, s->index, s->incarnation)) == 0)
             s->sock_armed |= SOCK_CANCELLING;
         else
-            pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* next turn, then */
+            pm__hub_port_retry(c->hub, s->index); /* next turn, then */
         return;
     }
-    unsigned ev = PM__LOOP_IN | (multi || p->sock_full ? PM__LOOP_OUT : 0u);
-    if (pm__loop_arm_multi_ev(&c->loop, s->channel.sock,
+    unsigned ev = PM__LOOP_IN | (multi || sock_full ? PM__LOOP_OUT : 0u);
+    if (pm__loop_arm_multi_ev(c->loop, s->channel.sock,
                               PM__TAG(PM__TAG_SOCK, s->index, s->incarnation), ev) == 0)
         s->sock_armed = (int)ev;
     else
-        pm__hub_mark_busy(&c->hub, &c->hub.ports[s->index]); /* cannot wait for it: next turn */
+        pm__hub_port_retry(c->hub, s->index); /* cannot wait for it: next turn */
 }
 
 void pm__cluster_on_doorbell(pm_cluster *c, pm__slot *s, int more)
@@ -245,7 +244,7 @@ void pm__cluster_on_doorbell(pm_cluster *c, pm__slot *s, int more)
     /* Serviced once after all completions: a worker writing its
      * doorbell in a loop gets no more reading than one turn's cap. */
     s->hub_rang = 1;
-    pm__hub_mark_rang(&c->hub, s->index);
+    pm__hub_mark_rang(c->hub, s->index);
 }
 
 void pm__cluster_on_sock(pm_cluster *c, pm__slot *s, int more)
@@ -254,10 +253,10 @@ void pm__cluster_on_sock(pm_cluster *c, pm__slot *s, int more)
      * flush then finds out): the records that waited for it go now. */
     if (!more)
         s->sock_armed = 0;
-    pm__hub_port_records(&c->hub, s->index);
-    if (c->hub.ports[s->index].sock_full) {
+    pm__hub_port_records(c->hub, s->index);
+    if (pm__hub_port_sock_full(c->hub, s->index)) {
         s->hub_rang = 1;
-        pm__hub_mark_rang(&c->hub, s->index);
+        pm__hub_mark_rang(c->hub, s->index);
     }
     if (!more)
         pm__cluster_arm_sock(c, s);

@@ -38,7 +38,7 @@ void pm__diag(const pm_options *o, pm_cluster *c, const char *topic, const char 
         o->on_diagnostic(NULL, topic, msg, o->on_diagnostic_arg);
         return;
     }
-    PM__APP_CALLBACK(&c->hub, o->on_diagnostic(c, topic, msg, o->on_diagnostic_arg));
+    PM__APP_CALLBACK(c->hub, o->on_diagnostic(c, topic, msg, o->on_diagnostic_arg));
 }
 
 /* A mesh-mode program that never sent its HELLO most likely does not use

@@ -198,7 +198,7 @@ static void drop_own(child_drop *d, const pm_cluster *c)
     int fd;
     void *at[2];
     size_t len[2];
-    int n = pm__loop_child_drop(&c->loop, &fd, at, len);
+    int n = pm__loop_child_drop(c->loop, &fd, at, len);
     if (n < 0)
         return;
     drop_fd(d, fd);
@@ -280,19 +280,19 @@ static void fork_child(void *arg, const pm__spawn_req *req)
      * parent records the pid only after the fork returns. */
     pm__init_msg init;
     init.slot = x->own->index;
-    pm__node_address(&c->hub.names, x->own->index, x->inc, &init.addr);
+    pm__node_address(pm__hub_names(c->hub), x->own->index, x->inc, &init.addr);
     init.data = c->o->init_data;
     init.len = (uint32_t)c->o->init_len;
     drop_slots(c, x->channel);
     int fd;
     void *at[2];
     size_t len[2];
-    if (pm__loop_child_drop(&c->loop, &fd, at, len) < 0)
-        pm__loop_forget(&c->loop); /* else dropped with the slots, above */
+    if (pm__loop_child_drop(c->loop, &fd, at, len) < 0)
+        pm__loop_forget(c->loop); /* else dropped with the slots, above */
     pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
     /* Other workers' traffic the hub holds (queued frames, broadcast
      * replies) must not be readable by this worker's code. */
-    pm__hub_wipe(&c->hub);
+    pm__hub_wipe(c->hub);
     if (req->capture)
         child_output(req);
     pm_node node;
@@ -473,7 +473,7 @@ static int take_channel(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby
         if (rc < 0)
             return rc;
     }
-    pm__hub_hosts_copy(&c->hub, &s->channel); /* peer mode: the hosts it can address */
+    pm__hub_hosts_copy(c->hub, &s->channel); /* peer mode: the hosts it can address */
     return 0;
 }
 
@@ -599,19 +599,19 @@ static void arm(pm_cluster *c, pm__slot *s)
     pm__cluster_set_state(c, s, PM_SLOT_STARTING);
     pm__slot_set_deadline(s, pm__now_ms() + (uint64_t)c->o->ready_timeout_ms, PM__EV_READY_TIMEOUT);
     if (s->pidfd >= 0) {
-        if (pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
+        if (pm__loop_arm(c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
             s->pid_armed = 1;
     }
     if (c->o->ready_mode == PM_READY_EXEC &&
-        pm__loop_arm(&c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation)) == 0)
+        pm__loop_arm(c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation)) == 0)
         s->pipe_armed = 1; /* EOF on the error pipe = exec succeeded = ready */
     if (s->notify_fd >= 0 &&
-        pm__loop_arm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
+        pm__loop_arm(c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
         s->notify_armed = 1;
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
-    if (pm__hub_port_open(&c->hub, s->index, &s->channel, s->incarnation) == 0 &&
-        pm__loop_arm_multi(&c->loop, s->channel.hub_efd,
+    if (pm__hub_port_open(c->hub, s->index, &s->channel, s->incarnation) == 0 &&
+        pm__loop_arm_multi(c->loop, s->channel.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
     pm__cluster_arm_sock(c, s); /* records are taken from the start */

@@ -67,7 +67,7 @@ void pm__liveness_check(pm_cluster *c, uint64_t now)
                 ev.delay_ms = stall > UINT32_MAX ? UINT32_MAX : (uint32_t)stall;
                 ev.reason_code = suspended > late ? PM_REASON_SUSPEND : PM_REASON_STALL;
                 ev.reason = pm_reason_name(ev.reason_code);
-                PM__APP_CALLBACK(&c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
+                PM__APP_CALLBACK(c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
             }
         }
     }
@@ -82,7 +82,7 @@ void pm__liveness_check(pm_cluster *c, uint64_t now)
         c->liveness_visits += c->nslots;
     for (unsigned i = 0; i < c->nslots && c->o->ready_mode != PM_READY_EXEC; i++) {
         pm__slot *s = &c->slots[i];
-        if (s->state != PM_SLOT_READY || !c->hub.ports[i].reading)
+        if (s->state != PM_SLOT_READY || !pm__hub_port_reading(c->hub, i))
             continue;
         if (c->o->ready_mode == PM_READY_NOTIFY) {
             /* As under systemd's WatchdogSec: only a worker that sends

@@ -202,7 +202,7 @@ static void deliver(pm_cluster *c, const pm__slot *s, int stream, const char *te
         default_sink(&l);
         return;
     }
-    PM__APP_CALLBACK(&c->hub, c->o->on_output(c, &l, c->o->on_output_arg));
+    PM__APP_CALLBACK(c->hub, c->o->on_output(c, &l, c->o->on_output_arg));
 }
 
 /* Lines dropped for good by the rate limit: counted (reported with the
@@ -329,7 +329,7 @@ void pm__output_arm(pm_cluster *c, pm__slot *s)
 {
     for (int i = 0; i < 2; i++) {
         pm__outstream *st = &s->out.s[i];
-        if (st->fd >= 0 && !st->armed && pm__loop_arm(&c->loop, st->fd, stream_tag(s, i)) == 0)
+        if (st->fd >= 0 && !st->armed && pm__loop_arm(c->loop, st->fd, stream_tag(s, i)) == 0)
             st->armed = 1;
     }
 }
@@ -338,7 +338,7 @@ static void close_stream(pm_cluster *c, pm__slot *s, int i)
 {
     pm__outstream *st = &s->out.s[i];
     if (st->armed) {
-        pm__loop_disarm(&c->loop, st->fd, stream_tag(s, i));
+        pm__loop_disarm(c->loop, st->fd, stream_tag(s, i));
         st->armed = 0;
     }
     pm__close(st->fd);
@@ -393,7 +393,7 @@ void pm__output_ready(pm_cluster *c, pm__slot *s, int stream_kind)
     /* Budget spent or empty: either way the next readiness is one poll
      * away; with data left it fires in the next turn, after every other
      * fd had its chance. */
-    if (pm__loop_arm(&c->loop, st->fd, stream_tag(s, i)) == 0)
+    if (pm__loop_arm(c->loop, st->fd, stream_tag(s, i)) == 0)
         st->armed = 1;
 }
 

@@ -11,7 +11,7 @@ static void mesh_event(void *owner, const pm_event *ev)
 {
     pm_cluster *c = owner;
     if (c->o->on_event != NULL)
-        PM__APP_CALLBACK(&c->hub, c->o->on_event(c, ev, c->o->on_event_arg));
+        PM__APP_CALLBACK(c->hub, c->o->on_event(c, ev, c->o->on_event_arg));
 }
 
 /* pm__mesh_ops.diag */
@@ -27,8 +27,8 @@ int pm__peers_start(pm_cluster *c, char *why, size_t whysize)
 {
     const pm_options *o = c->o;
     pm__mesh_env env = {
-        .loop = &c->loop,
-        .hub = &c->hub,
+        .loop = c->loop,
+        .hub = c->hub,
         .cfg = {.listen = o->peer_listen,
                 .peers = o->peers,
                 .npeers = o->npeers,

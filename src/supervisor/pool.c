@@ -31,7 +31,7 @@ void pm__pool_timed_out(void *owner, unsigned p)
 {
     pm_cluster *c = owner;
     pm__slot *s = &c->slots[p];
-    if (!pm__slot_has_process(s) || !c->hub.ports[p].reading)
+    if (!pm__slot_has_process(s) || !pm__hub_port_reading(c->hub, p))
         return;
     if (s->kill_reason == 0)
         s->kill_reason = PM_REASON_TIMEOUT;
@@ -47,7 +47,7 @@ void pm__pool_timed_out(void *owner, unsigned p)
 void pm__pool_on_death(pm_cluster *c, pm__slot *s, int reason, pm__ending *e)
 {
     s->input_fault = reason != PM_REASON_STOP &&
-                     (pm__hub_port_holds_main(&c->hub, s->index) ||
+                     (pm__hub_port_holds_main(c->hub, s->index) ||
                       s->kill_reason == PM_REASON_TIMEOUT);
     e->port = s->index;
     e->incarnation = s->incarnation;
@@ -56,6 +56,6 @@ void pm__pool_on_death(pm_cluster *c, pm__slot *s, int reason, pm__ending *e)
     e->core_dumped = s->last_core;
     e->reason = reason;
     e->crash = s->crash != NULL && s->crash->incarnation == s->incarnation ? s->crash : NULL;
-    c->hub.ending = e;
+    pm__hub_set_ending(c->hub, e);
 }
 

@@ -9,7 +9,7 @@
 void pm__pool_timed_out(void *owner, unsigned p);
 /* At the reap, before pm__cluster_release: notes whether s died of its
  * input and hands the hub how it ended (*e, which must outlive the
- * release; the caller clears c->hub.ending after it). */
+ * release; the caller clears it after (pm__hub_set_ending)). */
 void pm__pool_on_death(pm_cluster *c, pm__slot *s, int reason, pm__ending *e);
 
 #endif /* PM_SUPERVISOR_POOL_H */

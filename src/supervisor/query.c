@@ -12,7 +12,7 @@ PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out)
         return rc;
     if (out == NULL)
         return -EINVAL;
-    pm__node_address(&c->hub.names, PM__NODE_MAIN, 0, out);
+    pm__node_address(pm__hub_names(c->hub), PM__NODE_MAIN, 0, out);
     return 0;
 }
 
@@ -48,7 +48,7 @@ PM_EXTERN int pm_cluster_addresses(const pm_cluster *c, pm_address *out, size_t 
 PM_EXTERN int pm_cluster_fd(const pm_cluster *c)
 {
     int rc = pm__cluster_check(c);
-    return rc < 0 ? rc : pm__loop_fd(&c->loop);
+    return rc < 0 ? rc : pm__loop_fd(c->loop);
 }
 
 PM_EXTERN unsigned pm_cluster_slots(const pm_cluster *c)
@@ -106,18 +106,7 @@ PM_EXTERN int pm_cluster_stats(const pm_cluster *c, struct pm_cluster_stats *out
     if (out == NULL)
         return -EINVAL;
     *out = c->stats;
-    for (unsigned i = 0; i < c->nslots; i++) {
-        const pm__port *p = &c->hub.ports[i];
-        out->frames_relayed += p->relayed;
-        out->bytes_relayed += p->relayed_bytes;
-        out->malformed_dropped += p->malformed;
-        out->undeliverable += p->undeliverable;
-    }
-    out->late_replies = c->hub.late_replies;
-    out->ring_full_waits = c->hub.ring_full_waits;
-    out->notices_dropped = c->hub.notices_dropped;
-    out->replies_dropped = c->hub.replies_dropped;
-    out->not_draining = c->hub.not_draining;
+    pm__hub_stats(c->hub, out);
     out->input_faults = c->stats.input_faults;
     return 0;
 }

@@ -43,7 +43,7 @@ void pm__readiness_on_notify(pm_cluster *c, pm__slot *s)
     s->notify_armed = 0;
     pm__cluster_read_notify(c, s);
     if (s->notify_fd >= 0 &&
-        pm__loop_arm(&c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
+        pm__loop_arm(c->loop, s->notify_fd, PM__TAG(PM__TAG_NOTIFY, s->index, s->incarnation)) == 0)
         s->notify_armed = 1;
 }
 
@@ -57,7 +57,7 @@ void pm__readiness_on_exec_pipe(pm_cluster *c, pm__slot *s)
     else if (k == (ssize_t)sizeof(e))
         s->exec_errno = e; /* the exit follows */
     else if (k < 0 && errno == EAGAIN &&
-             pm__loop_arm(&c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation)) == 0)
+             pm__loop_arm(c->loop, s->exec_pipe, PM__TAG(PM__TAG_EXECPIPE, s->index, s->incarnation)) == 0)
         s->pipe_armed = 1;
 }
 

@@ -27,7 +27,7 @@
  * charged as a failure with this reason. */
 void pm__cluster_fault(pm_cluster *c, pm__slot *s, int reason)
 {
-    if (!pm__slot_has_process(s) || !c->hub.ports[s->index].reading)
+    if (!pm__slot_has_process(s) || !pm__hub_port_reading(c->hub, s->index))
         return; /* already cut off */
     if (s->kill_reason == 0)
         s->kill_reason = reason;
@@ -136,7 +136,7 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
      * exit (pidfd, SIGCHLD) before or after the readiness (ring, notify
      * socket, exec pipe) in the same turn or the next: scheduling decides,
      * so the outcome must not depend on it. */
-    pm__hub_port_service(&c->hub, s->index);
+    pm__hub_port_service(c->hub, s->index);
     pm__cluster_read_notify(c, s);
     pm__readiness_exec_at_reap(c, s);
     int reason = exit_reason(s);
@@ -150,7 +150,7 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
     pm__ending end;
     pm__pool_on_death(c, s, reason, &end);
     pm__cluster_release(c, s);
-    c->hub.ending = NULL;
+    pm__hub_set_ending(c->hub, NULL);
     pm__cluster_dispatch(c, s, PM__EV_EXITED);
     return 1;
 }
@@ -159,7 +159,7 @@ void pm__reap_on_pidfd(pm_cluster *c, pm__slot *s)
 {
     s->pid_armed = 0;
     if (!pm__cluster_try_reap(c, s) && s->pidfd >= 0 &&
-        pm__loop_arm(&c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
+        pm__loop_arm(c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation)) == 0)
         s->pid_armed = 1;
 }
 
@@ -237,7 +237,7 @@ void pm__reap_on_signal(pm_cluster *c)
                 c->last_signal = (int)si[i].ssi_signo;
         }
     }
-    pm__loop_arm(&c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
+    pm__loop_arm(c->loop, c->sigfd, PM__TAG(PM__TAG_SIGNAL, 0, 0));
 }
 
 /* Process-group fallback, for a supervisor that reaps orphans (PID 1 or a

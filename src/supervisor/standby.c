@@ -45,7 +45,7 @@ static void disarm(pm_cluster *c, pm__slot *s)
 {
     if (!s->standby.armed)
         return;
-    pm__loop_disarm(&c->loop, s->standby.pidfd,
+    pm__loop_disarm(c->loop, s->standby.pidfd,
                     PM__TAG(PM__TAG_STANDBY, s->index, s->standby.incarnation));
     s->standby.armed = 0;
 }

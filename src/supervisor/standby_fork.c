@@ -46,7 +46,7 @@ void pm__standby_prepare(pm_cluster *c, pm__slot *s)
     b->go_fd = go;
     b->incarnation = inc;
     if (pidfd >= 0 && pm__fds_affordable(&pidfd, 1) &&
-        pm__loop_arm(&c->loop, pidfd, PM__TAG(PM__TAG_STANDBY, s->index, inc)) == 0)
+        pm__loop_arm(c->loop, pidfd, PM__TAG(PM__TAG_STANDBY, s->index, inc)) == 0)
         b->armed = 1;
     else
         /* Nothing would report its death at once (no pidfd: Linux < 5.3,

@@ -30,7 +30,7 @@
  * O(1), whatever N). */
 int pm__cluster_rearm_timer(pm_cluster *c)
 {
-    uint64_t next = pm__hub_next_deadline(&c->hub);
+    uint64_t next = pm__hub_next_deadline(c->hub);
     uint64_t mesh = pm__mesh_next_deadline(c->mesh);
     if (mesh != 0 && (next == 0 || mesh < next))
         next = mesh;
@@ -73,7 +73,7 @@ static void fire_due(pm_cluster *c)
      * the silence before it is given a fresh period. */
     if (c->next_check != 0 && now >= c->next_check)
         pm__liveness_check(c, now);
-    pm__hub_fire(&c->hub, now);
+    pm__hub_fire(c->hub, now);
     pm__mesh_fire(c->mesh, now);
     pm__cluster_fire_deadlines(c, now);
 }
@@ -82,13 +82,13 @@ static void on_timer(pm_cluster *c)
 {
     pm__drain_counter(c->timerfd);
     c->timer_at = 0; /* fired: rearm_timer sets it again */
-    pm__loop_arm(&c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
+    pm__loop_arm(c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
 }
 
 static void on_wake(pm_cluster *c)
 {
     pm__drain_counter(c->wakefd);
-    pm__loop_arm(&c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
+    pm__loop_arm(c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
 }
 
 /* A completion about a slot's incarnation: to the module that owns its
@@ -172,19 +172,19 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     uint64_t tags[64];
     unsigned char more[64];
     c->turns++;
-    if (pm__cluster_prepare_due(c) || pm__hub_any_busy(&c->hub))
+    if (pm__cluster_prepare_due(c) || pm__hub_any_busy(c->hub))
         timeout_ms = 0;
     uint64_t sleep_t0 = 0;
+    int active = pm__hub_take_active(c->hub); /* frames were read last turn */
     if (timeout_ms != 0) {
         /* About to sleep: spin first if traffic is flowing and the hub is
          * allowed to (pm_options_set_hub_spin_us), then arm the doorbells
          * of the drained rings. */
-        if (pm__hub_spin(&c->hub, c->o->hub_spin_us, loop_ready, &c->loop, &sleep_t0))
+        if (active && pm__hub_spin(c->hub, c->o->hub_spin_us, loop_ready, c->loop, &sleep_t0))
             timeout_ms = 0;
-        else if (pm__hub_arm_idle(&c->hub))
+        else if (pm__hub_arm_idle(c->hub))
             timeout_ms = 0;
     }
-    c->hub.active = 0;
     if (c->poll_children && (timeout_ms < 0 || timeout_ms > PM__SCAN_MS))
         timeout_ms = PM__SCAN_MS;
     /* What the application or the last turn queued on peer links goes out
@@ -193,11 +193,11 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     int rc = pm__cluster_rearm_timer(c);
     if (rc < 0)
         return rc;
-    int n = pm__loop_wait(&c->loop, timeout_ms, tags, more, 64);
+    int n = pm__loop_wait(c->loop, timeout_ms, tags, more, 64);
     if (n < 0)
         return n;
     if (timeout_ms != 0)
-        pm__hub_spin_slept(&c->hub, c->o->hub_spin_us, sleep_t0);
+        pm__hub_spin_slept(c->hub, c->o->hub_spin_us, sleep_t0);
     for (int i = 0; i < n; i++)
         handle_tag(c, tags[i], more[i]);
     /* The ports with work, after every completion of the turn (a doorbell
@@ -207,7 +207,7 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
         pm__cluster_reap_all(c);
     fire_due(c);
     /* One publish (and at most one wake-up) per destination per turn. */
-    pm__hub_publish(&c->hub);
+    pm__hub_publish(c->hub);
     pm__mesh_flush(c->mesh);
     return 0;
 }
@@ -240,7 +240,7 @@ PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
             break;
     }
     PM__LEAVE(c);
-    pm__loop_flush(&c->loop);
+    pm__loop_flush(c->loop);
     pm__cluster_rearm_timer(c);
     return rc;
 }

@@ -112,8 +112,8 @@ struct pm_cluster {
     pm_options *o;
     unsigned nslots;
     pm__slot *slots;
-    pm__hub hub;            /* the router; port i is slot i */
-    pm__loop loop;
+    pm__hub *hub;           /* the router; port i is slot i (opaque: hub.h) */
+    pm__loop *loop;         /* opaque (os/loop.h): NULL until created */
     int sigfd;
     int timerfd;
     int wakefd;
@@ -196,7 +196,7 @@ static inline void pm__slot_set_deadline(pm__slot *s, uint64_t at, int event)
 /* The address of a slot: with its incarnation while it has a process. */
 static inline void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a)
 {
-    pm__node_address(&c->hub.names, s->index, pm__slot_has_process(s) ? s->incarnation : 0, a);
+    pm__node_address(pm__hub_names(c->hub), s->index, pm__slot_has_process(s) ? s->incarnation : 0, a);
 }
 
 /* Brackets a public function that may run the loop and so fork a worker:

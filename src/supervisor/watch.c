@@ -43,7 +43,7 @@ PM_EXTERN int pm_cluster_watch_fd(pm_cluster *c, int fd, void (*cb)(pm_cluster *
     if (w->armed)
         return 0;
     unsigned idx = (unsigned)(w - c->watches);
-    rc = pm__loop_arm(&c->loop, fd, PM__TAG(PM__TAG_USER, idx, w->gen));
+    rc = pm__loop_arm(c->loop, fd, PM__TAG(PM__TAG_USER, idx, w->gen));
     if (rc == 0)
         w->armed = 1;
     return rc;
@@ -61,10 +61,10 @@ PM_EXTERN int pm_cluster_unwatch_fd(pm_cluster *c, int fd)
         if (w->fd != fd)
             continue;
         if (w->armed)
-            pm__loop_disarm(&c->loop, fd, PM__TAG(PM__TAG_USER, i, w->gen));
+            pm__loop_disarm(c->loop, fd, PM__TAG(PM__TAG_USER, i, w->gen));
         /* The poll holds its own reference to the file until the removal is
          * processed: submit now so the caller may close fd right away. */
-        pm__loop_flush(&c->loop);
+        pm__loop_flush(c->loop);
         w->fd = -1;
         w->armed = 0;
         w->gen++;
@@ -81,5 +81,5 @@ void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen)
     if (w->fd < 0 || gen != w->gen)
         return; /* unwatched meanwhile */
     w->armed = 0;
-    PM__APP_CALLBACK(&c->hub, w->cb(c, w->fd, w->arg));
+    PM__APP_CALLBACK(c->hub, w->cb(c, w->fd, w->arg));
 }

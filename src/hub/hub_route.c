@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * hub.c - the router: moves validated, stamped frames between ports (local
+ * hub_route.c - the router: moves validated, stamped frames between ports (local
  * workers and main), answers what cannot be delivered, remembers requests in
  * flight, holds back senders whose destination is full, and runs main's
  * broadcasts and main's requests to one worker (pm_cluster_request).
@@ -95,7 +95,7 @@ static int lists_alloc(pm__hub *h, unsigned nports)
     return 0;
 }
 
-/* What the parts below hub.c call up at run time (pm__hub_up). */
+/* What the parts below hub_route.c call up at run time (pm__hub_up). */
 static const pm__hub_up up_calls = {
     .deliver_main = pm__hub_deliver_main,
     .link_notice = pm__hub_link_notice,
