@@ -20,6 +20,7 @@
 #include "peer/peer.h"
 #include "peer/peerkeys.h"
 #include "peer/record.h"
+#include "hooks.h"
 
 /*
  * usage: pm-bad-peer PORT SYSTEM SECRET_HEX ATTACK [HOST]
@@ -219,7 +220,7 @@ static void honest(int fd, pm__pconn *pc)
                      * seal next is the first the supervisor reads. */
                     send_all(fd, third, third_len);
                     pm__pconn_sent(pc, n);
-                    if (pm__rec_test_set_nonce(pc->rec, 1, 0) < 0)
+                    if (pm_test_rec_set_nonce(pc->rec, 1, 0) < 0)
                         fail(3, "nonce reset");
                 }
             }
@@ -307,7 +308,7 @@ static void send_frame(int fd, pm__pconn *pc, pm__frame_hdr *f, const char *payl
     struct iovec iov = {.iov_base = frame, .iov_len = PM__FRAME_HDR_SIZE + len};
     unsigned char buf[256];
     size_t taken = 0, n = 0;
-    if (pm__rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
+    if (pm_test_rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
         fail(3, "seal frames");
     send_all(fd, buf, n);
 }
@@ -353,7 +354,7 @@ static void forged_notices(int fd, pm__pconn *pc)
             iov[k].iov_len = PM__FRAME_HDR_SIZE;
         }
         size_t taken = 0, n = 0;
-        if (pm__rec_seal_frames(pc->rec, iov, k, &taken, buf, sizeof(buf), &n) < 0 || taken != k)
+        if (pm_test_rec_seal_frames(pc->rec, iov, k, &taken, buf, sizeof(buf), &n) < 0 || taken != k)
             fail(3, "seal frames");
         send_all(fd, buf, n);
     }
@@ -467,7 +468,7 @@ static void send_raw(int fd, pm__pconn *pc, const void *plain, size_t len)
 {
     unsigned char buf[256];
     size_t n = 0;
-    if (pm__rec_test_seal_raw(pc->rec, plain, len, buf, sizeof(buf), &n) < 0)
+    if (pm_test_rec_seal_raw(pc->rec, plain, len, buf, sizeof(buf), &n) < 0)
         fail(3, "seal raw");
     send_all(fd, buf, n);
 }
