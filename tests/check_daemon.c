@@ -259,21 +259,21 @@ START_TEST(test_log_format)
     char buf[512];
     const char *kv[] = {"slot", "2", "signal", "SIGSEGV", "reason", "a \"b\" c", "neg", "-3",
                         "lead", "007"};
-    size_t n = pmd_log_format(buf, sizeof(buf), PMD_LOG_TEXT, "T", "warn", "exited", kv, 5);
+    size_t n = pmd_log_formatv(buf, sizeof(buf), PMD_LOG_TEXT, "T", "warn", "exited", kv, NULL, 5);
     ck_assert_uint_eq(n, strlen(buf));
     ck_assert_str_eq(buf, "ts=T level=warn event=exited slot=2 signal=SIGSEGV reason=\"a \\\"b\\\" c\" "
                           "neg=-3 lead=007\n");
-    pmd_log_format(buf, sizeof(buf), PMD_LOG_JSON, "T", "warn", "exited", kv, 5);
+    pmd_log_formatv(buf, sizeof(buf), PMD_LOG_JSON, "T", "warn", "exited", kv, NULL, 5);
     /* A field's type is its key's: slot is a number, an unknown key's
      * digits stay a string. */
     ck_assert_str_eq(buf, "{\"ts\":\"T\",\"level\":\"warn\",\"event\":\"exited\",\"slot\":2,"
                           "\"signal\":\"SIGSEGV\",\"reason\":\"a \\\"b\\\" c\",\"neg\":\"-3\","
                           "\"lead\":\"007\"}\n");
     const char *ctl[] = {"x", "a\nb"};
-    pmd_log_format(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "e", ctl, 1);
+    pmd_log_formatv(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "e", ctl, NULL, 1);
     ck_assert_ptr_nonnull(strstr(buf, "\"a\\u000ab\""));
     /* Truncation keeps a newline and never overflows. */
-    n = pmd_log_format(buf, 20, PMD_LOG_TEXT, "T", "info", "event", kv, 5);
+    n = pmd_log_formatv(buf, 20, PMD_LOG_TEXT, "T", "info", "event", kv, NULL, 5);
     ck_assert_uint_le(n, 19);
     ck_assert_uint_eq(n, strlen(buf));
     ck_assert_int_eq(buf[n - 1], '\n');
@@ -331,7 +331,7 @@ START_TEST(test_log_json_strict)
     ck_assert_ptr_nonnull(strstr(buf, "\\u2028"));
     /* A worker's "42" and "true" are strings. */
     const char *kv2[] = {"text", "42", "stream", "true"};
-    n = pmd_log_format(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "output", kv2, 2);
+    n = pmd_log_formatv(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "output", kv2, NULL, 2);
     nf = strict_fields(buf, n, f, 16);
     ck_assert_int_eq(field_of(f, nf, "text")->type, PM_JSON_STRING);
     ck_assert_int_eq(field_of(f, nf, "stream")->type, PM_JSON_STRING);

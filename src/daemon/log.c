@@ -248,12 +248,6 @@ size_t pmd_log_formatv(char *buf, size_t size, int format, const char *ts, const
     return o.len;
 }
 
-size_t pmd_log_format(char *buf, size_t size, int format, const char *ts, const char *level,
-                      const char *event, const char *const *kv, size_t nkv)
-{
-    return pmd_log_formatv(buf, size, format, ts, level, event, kv, NULL, nkv);
-}
-
 void pmd_log_setup(int format, int max_level)
 {
     log_format = format;

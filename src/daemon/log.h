@@ -29,8 +29,6 @@ int pmd_log_field_type(const char *key);
  */
 size_t pmd_log_formatv(char *buf, size_t size, int format, const char *ts, const char *level,
                        const char *event, const char *const *kv, const size_t *vlen, size_t nkv);
-size_t pmd_log_format(char *buf, size_t size, int format, const char *ts, const char *level,
-                      const char *event, const char *const *kv, size_t nkv);
 
 /* Sets the format and the most verbose level pmd_log writes; until then it
  * writes text at info. */
