@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* noise_state.h - the layout of a Noise handshake state: noise.c's, and the test hooks' (tests/hooks_noise.c) that set the fixed values the published vectors need. */
+/* noise_state.h - the layout of a Noise handshake state: noise.c's, and the test hooks' (tests/hooks.h) that set the fixed values the published vectors need. */
 #ifndef PM_NOISE_STATE_H
 #define PM_NOISE_STATE_H
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* record_state.h - the layout of a record state and its one sealing step: record.c's, and the test hooks' (tests/hooks_record.c) that play a hostile or worn-out peer. */
+/* record_state.h - the layout of a record state and its one sealing step: record.c's, and the test hooks' (tests/hooks.h) that play a hostile or worn-out peer. */
 #ifndef PM_RECORD_STATE_H
 #define PM_RECORD_STATE_H
 
