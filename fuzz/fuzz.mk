@@ -11,8 +11,8 @@
 #
 # Everything is built under $(top_builddir)/fuzz-out/: the library sources are
 # compiled again with clang, coverage and ASan+UBSan into one archive, so a
-# harness links only the objects it uses; with -DPM_TEST_HOOKS, the test
-# hooks the harnesses need (a fixed ephemeral key) are in it. The seed corpus in the source
+# harness links only the objects it uses; what a harness sets inside an
+# opaque state (a fixed ephemeral key) is tests/hooks.h. The seed corpus in the source
 # tree is read only; what libFuzzer adds goes to fuzz-out/corpus/NAME in the build
 # tree, a crash to fuzz-out/artifacts/.
 
@@ -26,7 +26,7 @@ S := $(top_srcdir)/fuzz
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter \
 	$(SAN) -I$(top_srcdir)/include -I$(top_srcdir)/src -I$(top_srcdir)/src/daemon \
-	-I$(top_builddir) -DPM_TEST_HOOKS
+	-I$(top_builddir)
 
 LIB_SRCS := $(filter %.c,$(PM_SOURCES))
 LIB_OBJS := $(addprefix $(B)/obj/,$(LIB_SRCS:.c=.o))
@@ -49,7 +49,7 @@ $(B)/libpmfuzz.a: $(LIB_OBJS)
 	@echo "  AR       $@"
 	@ar rcs $@ $^
 
-$(B)/fuzz_%: $(S)/fuzz_%.c $(S)/fuzz.h $(S)/fuzz_wport.h $(B)/libpmfuzz.a
+$(B)/fuzz_%: $(S)/fuzz_%.c $(S)/fuzz.h $(S)/fuzz_wport.h $(top_srcdir)/tests/hooks.h $(B)/libpmfuzz.a
 	@echo "  FUZZLD   $@"
 	@$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -fsanitize=fuzzer $< $(B)/libpmfuzz.a $(PM_LIBS) -o $@
 

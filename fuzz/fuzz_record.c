@@ -22,6 +22,7 @@
 #include "fuzz.h"
 #include "peer/noise.h"
 #include "peer/record.h"
+#include "../tests/hooks.h"
 
 #define XXPSK3 "Noise_XXpsk3_25519_ChaChaPoly_SHA256"
 #define MAX_RECORDS 16
@@ -37,9 +38,9 @@ static void pair(pm__rec *r[2])
         memset(k[i], 0x11 * (i + 1), 32);
     for (int i = 0; i < 2; i++) {
         FUZZ_ASSERT(pm__noise_hs_new(&hs[i], XXPSK3, i == 0, "PMLINK", 6, NULL) == 0);
-        FUZZ_ASSERT(pm__noise_hs_set_static(hs[i], k[i]) == 0);
+        FUZZ_ASSERT(pm_test_noise_set_static(hs[i], k[i]) == 0);
         FUZZ_ASSERT(pm__noise_hs_set_psk(hs[i], 0, psk) == 0);
-        FUZZ_ASSERT(pm__noise_test_set_ephemeral(hs[i], k[2 + i]) == 0);
+        FUZZ_ASSERT(pm_test_noise_set_ephemeral(hs[i], k[2 + i]) == 0);
     }
     for (int m = 0; m < 3; m++) {
         size_t len, plen;
@@ -125,7 +126,7 @@ static void honest_mode(pm__rec *tx, pm__rec *rx, fuzz_in *in)
                 iov[i].iov_base = s->frames[i];
                 iov[i].iov_len = s->flen[i];
             }
-            rc = pm__rec_seal_frames(tx, iov, n, &taken, stream + len, STREAM_MAX - len, &out_len);
+            rc = pm_test_rec_seal_frames(tx, iov, n, &taken, stream + len, STREAM_MAX - len, &out_len);
             FUZZ_ASSERT(rc == 0 && taken == n); /* small frames always fit one record */
             s->type = PM__REC_FRAMES;
             s->nframes = n;

@@ -105,7 +105,7 @@ static void send_bad_header(pm__ring *tx, const struct bad_header *b)
     for (int k = 0; k < 2; k++)
         for (int j = 0; j < b->patch[k].width; j++)
             rec[b->patch[k].off + j] = (unsigned char)(b->patch[k].val >> (8 * j));
-    pm__ring_send(tx, rec, PM__FRAME_HDR_SIZE + b->payload);
+    pm_test_ring_send(tx, rec, PM__FRAME_HDR_SIZE + b->payload);
 }
 
 struct plan {
@@ -311,17 +311,17 @@ static int worker(pm_node *n, void *arg)
     case R_GARBAGE_FRAMES: {
         unsigned char junk[PM__FRAME_HDR_SIZE + 8];
         memset(junk, 0xEE, sizeof(junk));
-        pm__ring_send(pm_test_node_tx(n), junk, 5);              /* shorter than a header */
-        pm__ring_send(pm_test_node_tx(n), junk, sizeof(junk));   /* bad version */
+        pm_test_ring_send(pm_test_node_tx(n), junk, 5);              /* shorter than a header */
+        pm_test_ring_send(pm_test_node_tx(n), junk, sizeof(junk));   /* bad version */
         pm__frame_hdr h;
         memset(&h, 0, sizeof(h));
         h.type = PM__FT_MSG;
         h.len = 99; /* disagrees with the record */
         pm__frame_encode(&h, junk);
         junk[0] = PM__FRAME_VERSION;
-        pm__ring_send(pm_test_node_tx(n), junk, PM__FRAME_HDR_SIZE);
+        pm_test_ring_send(pm_test_node_tx(n), junk, PM__FRAME_HDR_SIZE);
         junk[1] = 77; /* unknown type */
-        pm__ring_send(pm_test_node_tx(n), junk, PM__FRAME_HDR_SIZE);
+        pm_test_ring_send(pm_test_node_tx(n), junk, PM__FRAME_HDR_SIZE);
         pm_test_say(n, "after garbage");
         break;
     }

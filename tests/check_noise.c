@@ -6,6 +6,7 @@
 
 #include "peer/cipher.h"
 #include "peer/noise.h"
+#include "hooks.h"
 
 #ifndef PM_NOISE_VECTORS
 #error "PM_NOISE_VECTORS must name tests/data/noise-25519-chachapoly-sha256.json"
@@ -242,11 +243,11 @@ static void hex_eq(const char *name, unsigned i, const char *what, const unsigne
 static void set_side(const struct vector *v, pm__noise_hs *hs, int side)
 {
     if (v->stat[side].set)
-        ck_assert_int_eq(pm__noise_hs_set_static(hs, v->stat[side].b), 0);
+        ck_assert_int_eq(pm_test_noise_set_static(hs, v->stat[side].b), 0);
     if (v->remote_static[side].set)
-        ck_assert_int_eq(pm__noise_hs_set_remote_static(hs, v->remote_static[side].b), 0);
+        ck_assert_int_eq(pm_test_noise_set_remote_static(hs, v->remote_static[side].b), 0);
     if (v->ephemeral[side].set)
-        ck_assert_int_eq(pm__noise_test_set_ephemeral(hs, v->ephemeral[side].b), 0);
+        ck_assert_int_eq(pm_test_noise_set_ephemeral(hs, v->ephemeral[side].b), 0);
     for (unsigned k = 0; k < v->npsk[side]; k++)
         ck_assert_int_eq(pm__noise_hs_set_psk(hs, k, v->psk[side][k].b), 0);
 }
@@ -278,7 +279,7 @@ static int run_vector(const struct vector *v)
         size_t out_len = 0, back_len = 0;
         if (!pm__noise_hs_done(hs[0])) {
             int s = i % 2;
-            ck_assert_int_eq(pm__noise_hs_my_turn(hs[s]), 1);
+            ck_assert_int_eq(pm_test_noise_my_turn(hs[s]), 1);
             ck_assert_int_eq(pm__noise_write_size(hs[s], pl->len), (long)ct->len);
             ck_assert_int_eq(pm__noise_write_message(hs[s], pl->b, pl->len, out, sizeof(out), &out_len), 0);
             hex_eq(v->name, i, "handshake ciphertext", out, out_len, ct);
@@ -291,7 +292,7 @@ static int run_vector(const struct vector *v)
             ck_assert_int_eq(pm__noise_hs_done(hs[1]), 1);
             for (int side = 0; side < 2; side++) {
                 unsigned char h[PM__NOISE_KEY_LEN];
-                ck_assert_int_eq(pm__noise_hs_hash(hs[side], h), 0);
+                ck_assert_int_eq(pm_test_noise_hash(hs[side], h), 0);
                 hex_eq(v->name, i, "handshake hash", h, sizeof(h), &v->hash);
                 ck_assert_int_eq(pm__noise_split(hs[side], 0, &t[side]), 0);
             }
@@ -382,11 +383,11 @@ static void new_pair(pm__noise_hs *hs[2], const char *name, const char *prologue
         const char *why = NULL;
         int rc = pm__noise_hs_new(&hs[side], name, side == 0, prologue, strlen(prologue), &why);
         ck_assert_msg(rc == 0, "hs_new(%s): %d (%s)", name, rc, why ? why : "");
-        ck_assert_int_eq(pm__noise_hs_set_static(hs[side], side == 0 ? key_i : key_r), 0);
+        ck_assert_int_eq(pm_test_noise_set_static(hs[side], side == 0 ? key_i : key_r), 0);
         if (strstr(name, "psk") != NULL)
             ck_assert_int_eq(pm__noise_hs_set_psk(hs[side], 0, psk_a), 0);
         if (fixed)
-            ck_assert_int_eq(pm__noise_test_set_ephemeral(hs[side], side == 0 ? eph_i : eph_r), 0);
+            ck_assert_int_eq(pm_test_noise_set_ephemeral(hs[side], side == 0 ? eph_i : eph_r), 0);
     }
 }
 
@@ -469,7 +470,7 @@ START_TEST(test_names)
     pm__noise_transport *t[2];
     for (int side = 0; side < 2; side++) {
         ck_assert_int_eq(pm__noise_hs_new(&p[side], "Noise_XXpsk0+psk3_25519_ChaChaPoly_SHA256", side == 0, "", 0, NULL), 0);
-        ck_assert_int_eq(pm__noise_hs_set_static(p[side], side ? key_r : key_i), 0);
+        ck_assert_int_eq(pm_test_noise_set_static(p[side], side ? key_r : key_i), 0);
         ck_assert_int_eq(pm__noise_hs_set_psk(p[side], 0, psk_a), 0);
         ck_assert_int_eq(pm__noise_hs_set_psk(p[side], 1, psk_b), 0);
         ck_assert_int_eq(pm__noise_hs_set_psk(p[side], 2, psk_b), -EINVAL);
@@ -488,23 +489,23 @@ START_TEST(test_misuse)
     /* Keys the pattern needs. */
     ck_assert_int_eq(pm__noise_hs_new(&hs[0], XXPSK3, 1, NULL, 0, NULL), 0);
     ck_assert_int_eq(pm__noise_write_message(hs[0], NULL, 0, msg, sizeof(msg), &len), -ENOKEY);
-    ck_assert_int_eq(pm__noise_hs_set_static(hs[0], key_i), 0);
+    ck_assert_int_eq(pm_test_noise_set_static(hs[0], key_i), 0);
     ck_assert_int_eq(pm__noise_write_message(hs[0], NULL, 0, msg, sizeof(msg), &len), -ENOKEY); /* the psk */
-    ck_assert_int_eq(pm__noise_hs_set_remote_static(hs[0], key_r), -EINVAL); /* XX has no pre-message */
+    ck_assert_int_eq(pm_test_noise_set_remote_static(hs[0], key_r), -EINVAL); /* XX has no pre-message */
     ck_assert_int_eq(pm__noise_hs_set_psk(hs[0], 1, psk_a), -EINVAL);
     ck_assert_int_eq(pm__noise_hs_set_psk(hs[0], 0, NULL), -EINVAL);
     ck_assert_int_eq(pm__noise_hs_set_psk(hs[0], 0, psk_a), 0);
     pm__noise_hs_free(hs[0]);
 
     ck_assert_int_eq(pm__noise_hs_new(&hs[0], "Noise_KK_25519_ChaChaPoly_SHA256", 1, NULL, 0, NULL), 0);
-    ck_assert_int_eq(pm__noise_hs_set_static(hs[0], key_i), 0);
+    ck_assert_int_eq(pm_test_noise_set_static(hs[0], key_i), 0);
     ck_assert_int_eq(pm__noise_write_message(hs[0], NULL, 0, msg, sizeof(msg), &len), -ENOKEY); /* rs */
     pm__noise_hs_free(hs[0]);
 
     /* Turns, buffers, sizes; none of these breaks the state. */
     new_pair(hs, XXPSK3, "", 0);
-    ck_assert_int_eq(pm__noise_hs_my_turn(hs[0]), 1);
-    ck_assert_int_eq(pm__noise_hs_my_turn(hs[1]), 0);
+    ck_assert_int_eq(pm_test_noise_my_turn(hs[0]), 1);
+    ck_assert_int_eq(pm_test_noise_my_turn(hs[1]), 0);
     ck_assert_int_eq(pm__noise_write_message(hs[1], NULL, 0, msg, sizeof(msg), &len), -EINVAL);
     ck_assert_int_eq(pm__noise_read_message(hs[0], msg, 64, back, sizeof(back), &back_len), -EINVAL);
     ck_assert_int_eq(pm__noise_write_message(hs[0], "hi", 2, msg, 49, &len), -ENOBUFS); /* needs 32 + 2 + 16 */
@@ -518,20 +519,20 @@ START_TEST(test_misuse)
     ck_assert_int_eq(pm__noise_read_message(hs[1], msg, len, back, 2, &back_len), 0);
     ck_assert_int_eq(memcmp(back, "hi", 2), 0);
     unsigned char h[32], rs[32];
-    ck_assert_int_eq(pm__noise_hs_hash(hs[0], h), -EINVAL);
+    ck_assert_int_eq(pm_test_noise_hash(hs[0], h), -EINVAL);
     ck_assert_int_eq(pm__noise_hs_remote_static(hs[0], rs), -ENOKEY);
     pm__noise_transport *t[2];
     ck_assert_int_eq(pm__noise_split(hs[0], 0, &t[0]), -EINVAL);
     pass(hs, 1, msg, &len);
     pass(hs, 0, msg, &len);
     ck_assert_int_eq(pm__noise_hs_done(hs[0]), 1);
-    ck_assert_int_eq(pm__noise_hs_my_turn(hs[0]), 0);
+    ck_assert_int_eq(pm_test_noise_my_turn(hs[0]), 0);
     ck_assert_int_eq(pm__noise_write_message(hs[0], NULL, 0, msg, sizeof(msg), &len), -EINVAL);
     ck_assert_int_eq(pm__noise_read_message(hs[0], msg, len, back, sizeof(back), &back_len), -EINVAL);
     /* Both sides learnt the other's static key and agree on h. */
     unsigned char h1[32];
-    ck_assert_int_eq(pm__noise_hs_hash(hs[0], h), 0);
-    ck_assert_int_eq(pm__noise_hs_hash(hs[1], h1), 0);
+    ck_assert_int_eq(pm_test_noise_hash(hs[0], h), 0);
+    ck_assert_int_eq(pm_test_noise_hash(hs[1], h1), 0);
     ck_assert(key_equal(h, h1));
     unsigned char pub_r[32];
     crypto_scalarmult_curve25519_base(pub_r, key_r);
@@ -541,7 +542,7 @@ START_TEST(test_misuse)
     for (int side = 0; side < 2; side++)
         ck_assert_int_eq(pm__noise_split(hs[side], 0, &t[side]), 0);
     ck_assert_int_eq(pm__noise_split(hs[0], 0, &t[0]), -EINVAL);
-    ck_assert_int_eq(pm__noise_hs_hash(hs[0], h1), 0); /* still readable */
+    ck_assert_int_eq(pm_test_noise_hash(hs[0], h1), 0); /* still readable */
     ck_assert(key_equal(h, h1));
 
     /* Transport sizes. */
@@ -565,8 +566,8 @@ START_TEST(test_misuse)
     ck_assert_int_eq(pm__noise_hs_new(&hs[0], "Noise_N_25519_ChaChaPoly_SHA256", 1, NULL, 0, NULL), 0);
     ck_assert_int_eq(pm__noise_hs_new(&hs[1], "Noise_N_25519_ChaChaPoly_SHA256", 0, NULL, 0, NULL), 0);
     crypto_scalarmult_curve25519_base(pub_r, key_r);
-    ck_assert_int_eq(pm__noise_hs_set_remote_static(hs[0], pub_r), 0);
-    ck_assert_int_eq(pm__noise_hs_set_static(hs[1], key_r), 0);
+    ck_assert_int_eq(pm_test_noise_set_remote_static(hs[0], pub_r), 0);
+    ck_assert_int_eq(pm_test_noise_set_static(hs[1], key_r), 0);
     connect_pair(hs, t, 0);
     ck_assert_int_eq(pm__noise_encrypt(t[1], NULL, 0, "x", 1, msg, sizeof(msg), &len), -EINVAL);
     ck_assert_int_eq(pm__noise_encrypt(t[0], NULL, 0, "x", 1, msg, sizeof(msg), &len), 0);
@@ -617,7 +618,7 @@ START_TEST(test_tampered_handshake)
             ck_assert_int_eq(pm__noise_read_message(hs[r], msg, len, back, sizeof(back), &back_len), -EBADMSG);
             ck_assert_int_eq(pm__noise_hs_done(hs[r]), -EBADMSG);
             size_t size;
-            const unsigned char *sec = pm__noise_test_secret(hs[r], &size);
+            const unsigned char *sec = pm_test_noise_secret(hs[r], &size);
             ck_assert(sodium_is_zero(sec, size));
             free_pair(hs, NULL);
         }
@@ -667,7 +668,7 @@ START_TEST(test_hostile_handshake)
     new_pair(hs, XXPSK3, "", 0);
     pm__noise_hs_free(hs[1]);
     ck_assert_int_eq(pm__noise_hs_new(&hs[1], XXPSK3, 0, "", 0, NULL), 0);
-    ck_assert_int_eq(pm__noise_hs_set_static(hs[1], key_r), 0);
+    ck_assert_int_eq(pm_test_noise_set_static(hs[1], key_r), 0);
     ck_assert_int_eq(pm__noise_hs_set_psk(hs[1], 0, psk_b), 0);
     pass(hs, 0, msg, &len);
     pass(hs, 1, msg, &len);
@@ -824,7 +825,7 @@ START_TEST(test_fork_secrets)
     pm__noise_transport *t[2];
     new_pair(hs, XXPSK3, "", 0);
     size_t size;
-    const volatile unsigned char *sec = pm__noise_test_secret(hs[0], &size);
+    const volatile unsigned char *sec = pm_test_noise_secret(hs[0], &size);
     ck_assert(!sodium_is_zero((const unsigned char *)sec, size));
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
@@ -875,10 +876,10 @@ static void first_e(pm__noise_hs **hs, int fixed, unsigned char e[32])
     unsigned char msg[256];
     size_t len;
     ck_assert_int_eq(pm__noise_hs_new(hs, XXPSK3, 1, "", 0, NULL), 0);
-    ck_assert_int_eq(pm__noise_hs_set_static(*hs, key_i), 0);
+    ck_assert_int_eq(pm_test_noise_set_static(*hs, key_i), 0);
     ck_assert_int_eq(pm__noise_hs_set_psk(*hs, 0, psk_a), 0);
     if (fixed)
-        ck_assert_int_eq(pm__noise_test_set_ephemeral(*hs, eph_i), 0);
+        ck_assert_int_eq(pm_test_noise_set_ephemeral(*hs, eph_i), 0);
     ck_assert_int_eq(pm__noise_write_message(*hs, NULL, 0, msg, sizeof(msg), &len), 0);
     memcpy(e, msg, 32);
 }
@@ -924,7 +925,7 @@ START_TEST(test_ahead)
         }
         ck_assert_int_eq(pm__noise_hs_set_static_pair(hs[0], key_i, NULL), -EINVAL);
         ck_assert_int_eq(pm__noise_hs_set_static_pair(hs[0], key_i, wrong ? bad_pub : pub_i), 0);
-        ck_assert_int_eq(pm__noise_hs_set_static(hs[1], key_r), 0);
+        ck_assert_int_eq(pm_test_noise_set_static(hs[1], key_r), 0);
         int rc = 0;
         for (int i = 0; i < 3 && rc == 0; i++) {
             ck_assert_int_eq(pm__noise_write_message(hs[i % 2], NULL, 0, msg, sizeof(msg), &len), 0);
@@ -964,7 +965,7 @@ START_TEST(test_ahead)
         for (int i = 0; i < 3 && !bad; i++) {
             for (int side = 0; side < 2 && !bad; side++)
                 bad = pm__noise_hs_new(&hs[side], XXPSK3, side == 0, "", 0, NULL) != 0 ||
-                      pm__noise_hs_set_static(hs[side], side ? key_r : key_i) != 0 ||
+                      pm_test_noise_set_static(hs[side], side ? key_r : key_i) != 0 ||
                       pm__noise_hs_set_psk(hs[side], 0, psk_a) != 0;
             for (int m = 0; m < 3 && !bad; m++)
                 bad = pm__noise_write_message(hs[m % 2], NULL, 0, msg, sizeof(msg), &len) != 0 ||
@@ -1017,7 +1018,7 @@ static unsigned bench_handshake(void)
     unsigned bad = 0;
     for (int side = 0; side < 2; side++) {
         bad += pm__noise_hs_new(&hs[side], XXPSK3, side == 0, "procmesh", 8, NULL) != 0;
-        bad += pm__noise_hs_set_static(hs[side], side == 0 ? key_i : key_r) != 0;
+        bad += pm_test_noise_set_static(hs[side], side == 0 ? key_i : key_r) != 0;
         bad += pm__noise_hs_set_psk(hs[side], 0, psk_a) != 0;
     }
     for (int i = 0; i < 3 && bad == 0; i++) {

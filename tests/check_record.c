@@ -8,6 +8,7 @@
 #include "base/le.h"
 #include "peer/noise.h"
 #include "peer/record.h"
+#include "hooks.h"
 
 #define XXPSK3 "Noise_XXpsk3_25519_ChaChaPoly_SHA256"
 
@@ -21,7 +22,7 @@ static void handshake(pm__noise_transport *t[2])
     for (int i = 0; i < 2; i++) {
         randombytes_buf(s[i], 32);
         ck_assert_int_eq(pm__noise_hs_new(&hs[i], XXPSK3, i == 0, "test", 4, NULL), 0);
-        ck_assert_int_eq(pm__noise_hs_set_static(hs[i], s[i]), 0);
+        ck_assert_int_eq(pm_test_noise_set_static(hs[i], s[i]), 0);
         ck_assert_int_eq(pm__noise_hs_set_psk(hs[i], 0, psk), 0);
     }
     for (int m = 0; m < 3; m++) {
@@ -71,25 +72,25 @@ START_TEST(test_round_trip)
     pair(r);
     pm__rec_in in;
     size_t len;
-    ck_assert_int_eq(pm__rec_up(r[1]), 0);
+    ck_assert_int_eq(pm_test_rec_up(r[1]), 0);
     ck_assert_int_eq(seal_hb(r[0], &len), 0);
     ck_assert_uint_eq(len, 4 + 1 + 16);
     ck_assert_uint_eq(pm__get32(wire), 17);
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
     ck_assert_int_eq(in.type, PM__REC_HEARTBEAT);
     ck_assert_uint_eq(in.len, 0);
-    ck_assert_int_eq(pm__rec_up(r[1]), 1); /* a valid transport record: up */
+    ck_assert_int_eq(pm_test_rec_up(r[1]), 1); /* a valid transport record: up */
 
     /* And the other way. */
     ck_assert_int_eq(seal_hb(r[1], &len), 0);
     ck_assert_int_eq(feed_all(r[0], wire, len, &in), 1);
-    ck_assert_int_eq(pm__rec_up(r[0]), 1);
+    ck_assert_int_eq(pm_test_rec_up(r[0]), 1);
 
     /* Fed one byte at a time: the same record, 0 until its last byte. */
     const char f[] = "hello";
     struct iovec iov = {(void *)f, 5};
     size_t taken;
-    ck_assert_int_eq(pm__rec_seal_frames(r[0], &iov, 1, &taken, wire, sizeof(wire), &len), 0);
+    ck_assert_int_eq(pm_test_rec_seal_frames(r[0], &iov, 1, &taken, wire, sizeof(wire), &len), 0);
     ck_assert_uint_eq(taken, 1);
     ck_assert_uint_eq(len, pm__rec_wire_size(1 + 4 + 5));
     for (size_t i = 0; i < len; i++) {
@@ -135,7 +136,7 @@ START_TEST(test_batching)
     size_t stream_len = 0, sent = 0, records = 0;
     while (sent < N) {
         size_t taken, len;
-        ck_assert_int_eq(pm__rec_seal_frames(r[0], iov + sent, N - sent, &taken, stream + stream_len,
+        ck_assert_int_eq(pm_test_rec_seal_frames(r[0], iov + sent, N - sent, &taken, stream + stream_len,
                                              sizeof(stream) - stream_len, &len),
                          0);
         ck_assert_uint_ge(taken, 1);
@@ -167,17 +168,17 @@ START_TEST(test_batching)
     struct iovec small[3] = {{data[2], 10}, {data[3], 10}, {data[4], 10}};
     size_t taken, len;
     size_t cap = pm__rec_wire_size(1 + 2 * (4 + 10));
-    ck_assert_int_eq(pm__rec_seal_frames(r[0], small, 3, &taken, wire, cap, &len), 0);
+    ck_assert_int_eq(pm_test_rec_seal_frames(r[0], small, 3, &taken, wire, cap, &len), 0);
     ck_assert_uint_eq(taken, 2);
     ck_assert_uint_eq(len, cap);
     pm__rec_in in;
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
-    ck_assert_int_eq(pm__rec_seal_frames(r[0], small, 3, &taken, wire, 20, &len), -ENOBUFS);
+    ck_assert_int_eq(pm_test_rec_seal_frames(r[0], small, 3, &taken, wire, 20, &len), -ENOBUFS);
     struct iovec empty = {data[0], 0}, huge = {data[0], PM__REC_MAX_FRAME + 1};
-    ck_assert_int_eq(pm__rec_seal_frames(r[0], &empty, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
-    ck_assert_int_eq(pm__rec_seal_frames(r[0], &huge, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
+    ck_assert_int_eq(pm_test_rec_seal_frames(r[0], &empty, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
+    ck_assert_int_eq(pm_test_rec_seal_frames(r[0], &huge, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
     /* None of these moved the sender: the next record still opens. */
-    ck_assert_int_eq(pm__rec_seal_frames(r[0], small, 1, &taken, wire, sizeof(wire), &len), 0);
+    ck_assert_int_eq(pm_test_rec_seal_frames(r[0], small, 1, &taken, wire, sizeof(wire), &len), 0);
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
@@ -265,7 +266,7 @@ START_TEST(test_segment_edges)
             body -= 4 + f;
         }
         size_t taken, len;
-        ck_assert_int_eq(pm__rec_seal_frames(r[0], iov, n, &taken, wire, sizeof(wire), &len), 0);
+        ck_assert_int_eq(pm_test_rec_seal_frames(r[0], iov, n, &taken, wire, sizeof(wire), &len), 0);
         ck_assert_uint_eq(taken, n);
         size_t nseg = (want + PM__REC_SEG_PLAIN - 1) / PM__REC_SEG_PLAIN;
         ck_assert_uint_eq(len, 4 + want + 16 * nseg);
@@ -294,7 +295,7 @@ START_TEST(test_reorder_replay_reflect)
     ck_assert_int_eq(feed_all(r[1], b, b_len, &in), -EBADMSG);
     ck_assert_int_eq(feed_all(r[1], a, a_len, &in), -EBADMSG); /* dead for good */
     ck_assert_int_eq(pm__rec_eof(r[1]), -EBADMSG);
-    ck_assert_int_eq(pm__rec_up(r[1]), 0);
+    ck_assert_int_eq(pm_test_rec_up(r[1]), 0);
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
 
@@ -340,7 +341,7 @@ START_TEST(test_bit_flips)
     for (size_t bit = 0;; bit++) {
         pm__rec *r[2];
         pair(r);
-        ck_assert_int_eq(pm__rec_seal_frames(r[0], &iov, 1, &taken, wire, sizeof(wire), &len), 0);
+        ck_assert_int_eq(pm_test_rec_seal_frames(r[0], &iov, 1, &taken, wire, sizeof(wire), &len), 0);
         if (bit >= len * 8) {
             pm__rec_free(r[0]);
             pm__rec_free(r[1]);
@@ -482,7 +483,7 @@ START_TEST(test_close_and_eof)
     ck_assert_int_eq(feed_all(r[0], wire, len, &in), 1);
     ck_assert_int_eq(in.type, PM__REC_CLOSE);
     ck_assert_uint_eq(in.close_reason, PM__REC_CLOSE_TIMEOUT);
-    ck_assert_int_eq(pm__rec_closed(r[0], &reason), 1);
+    ck_assert_int_eq(pm_test_rec_closed(r[0], &reason), 1);
     ck_assert_uint_eq(reason, PM__REC_CLOSE_TIMEOUT);
     ck_assert_int_eq(pm__rec_eof(r[0]), 0);
     pm__rec_free(r[0]);
@@ -499,7 +500,7 @@ START_TEST(test_close_and_eof)
     ck_assert_int_eq(pm__rec_seal_close(r[0], 0, wire, sizeof(wire), &len), 0);
     ck_assert_int_eq(feed_all(r[1], wire, len - 1, &in), 0); /* the close cut short */
     ck_assert_int_eq(pm__rec_eof(r[1]), -ECONNRESET);
-    ck_assert_int_eq(pm__rec_closed(r[1], NULL), 0);
+    ck_assert_int_eq(pm_test_rec_closed(r[1], NULL), 0);
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
 
@@ -531,7 +532,7 @@ START_TEST(test_close_and_eof)
      * wipes the transport: nothing more can be sealed. */
     pair(r);
     static const unsigned char bad_type[] = {9};
-    ck_assert_int_eq(pm__rec_test_seal_raw(r[0], bad_type, 1, wire, sizeof(wire), &len), 0);
+    ck_assert_int_eq(pm_test_rec_seal_raw(r[0], bad_type, 1, wire, sizeof(wire), &len), 0);
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), -EPROTO);
     ck_assert_int_eq(pm__rec_seal_close(r[1], PM__REC_CLOSE_PROTOCOL, wire, sizeof(wire), &len), 0);
     ck_assert_int_eq(feed_all(r[0], wire, len, &in), 1);
@@ -571,7 +572,7 @@ START_TEST(test_rekey)
     }
     ck_assert_int_eq(pm__rec_seal_rekey(r[0], wire, sizeof(wire), &len), 0); /* lost on the way */
     ck_assert_int_eq(seal_hb(r[0], &len), 0);
-    ck_assert_int_eq(pm__rec_test_set_nonce(r[1], 0, 11), 0); /* as if the rekey record's nonce was used */
+    ck_assert_int_eq(pm_test_rec_set_nonce(r[1], 0, 11), 0); /* as if the rekey record's nonce was used */
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), -EBADMSG);
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
@@ -585,8 +586,8 @@ START_TEST(test_nonce_limit)
     pm__rec_in in;
     size_t len, taken;
     uint64_t last = PM__NOISE_NONCE_LIMIT - 1;
-    ck_assert_int_eq(pm__rec_test_set_nonce(r[0], 1, last - 1), 0);
-    ck_assert_int_eq(pm__rec_test_set_nonce(r[1], 0, last - 1), 0);
+    ck_assert_int_eq(pm_test_rec_set_nonce(r[0], 1, last - 1), 0);
+    ck_assert_int_eq(pm_test_rec_set_nonce(r[1], 0, last - 1), 0);
     ck_assert_int_eq(seal_hb(r[0], &len), 0); /* nonce last - 1 */
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
     /* Only the last nonce is left: it is the CLOSE's. Data is refused
@@ -594,7 +595,7 @@ START_TEST(test_nonce_limit)
     ck_assert_int_eq(seal_hb(r[0], &len), -EOVERFLOW);
     static unsigned char big[PM__REC_MAX_FRAME];
     struct iovec iov = {big, sizeof(big)};
-    ck_assert_int_eq(pm__rec_seal_frames(r[0], &iov, 1, &taken, wire, sizeof(wire), &len), -EOVERFLOW);
+    ck_assert_int_eq(pm_test_rec_seal_frames(r[0], &iov, 1, &taken, wire, sizeof(wire), &len), -EOVERFLOW);
     ck_assert_int_eq(pm__rec_seal_rekey(r[0], wire, sizeof(wire), &len), -EOVERFLOW);
     ck_assert_int_eq(pm__rec_seal_close(r[0], PM__REC_CLOSE_NONCE, wire, sizeof(wire), &len), 0);
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
@@ -605,13 +606,13 @@ START_TEST(test_nonce_limit)
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
     pair(r);
-    ck_assert_int_eq(pm__rec_test_set_nonce(r[0], 1, last - 1), 0);
-    ck_assert_int_eq(pm__rec_seal_frames(r[0], &iov, 1, &taken, wire, sizeof(wire), &len), -EOVERFLOW);
+    ck_assert_int_eq(pm_test_rec_set_nonce(r[0], 1, last - 1), 0);
+    ck_assert_int_eq(pm_test_rec_seal_frames(r[0], &iov, 1, &taken, wire, sizeof(wire), &len), -EOVERFLOW);
     ck_assert_int_eq(seal_hb(r[0], &len), 0);
 
     /* A receiver whose counter reached the limit refuses: the link closes
      * rather than reuse a nonce. */
-    ck_assert_int_eq(pm__rec_test_set_nonce(r[1], 0, PM__NOISE_NONCE_LIMIT), 0);
+    ck_assert_int_eq(pm_test_rec_set_nonce(r[1], 0, PM__NOISE_NONCE_LIMIT), 0);
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), -EOVERFLOW);
     ck_assert_int_eq(pm__rec_eof(r[1]), -EOVERFLOW);
     pm__rec_free(r[0]);
@@ -627,7 +628,7 @@ START_TEST(test_caller_errors)
     pm__rec_in in;
     ck_assert_int_eq(pm__rec_new(NULL, NULL), -EINVAL);
     ck_assert_int_eq(pm__rec_seal_heartbeat(r[0], wire, 20, &len), -ENOBUFS);
-    ck_assert_int_eq(pm__rec_seal_frames(r[0], NULL, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
+    ck_assert_int_eq(pm_test_rec_seal_frames(r[0], NULL, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
     ck_assert_int_eq(pm__rec_feed(r[1], NULL, 1, &used, &in), -EINVAL);
     ck_assert_int_eq(pm__rec_feed(r[1], NULL, 0, &used, &in), 0);
     ck_assert_uint_eq(pm__rec_wire_size(0), 0);

@@ -12,6 +12,7 @@
 #include "channel/channel.h"
 #include "channel/ring.h"
 #include "channel/shm.h"
+#include "internals.h"
 
 /* A ring region in a MAP_SHARED mapping followed by a PROT_NONE guard page:
  * any read past the data area faults and fails the test. */
@@ -90,7 +91,7 @@ START_TEST(test_empty_and_one)
     size_t len;
     ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 0);
     ck_assert_int_eq(pm__ring_empty(&t.cons), 1);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "hello", 5), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "hello", 5), 0);
     ck_assert_int_eq(pm__ring_empty(&t.cons), 0);
     ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
     ck_assert_uint_eq(len, 5);
@@ -119,9 +120,9 @@ START_TEST(test_consumed)
 {
     test_ring t;
     tr_open(&t, 4096, 1024);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "one", 3), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "one", 3), 0);
     uint64_t end1 = pm__ring_head(&t.prod);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "two", 3), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "two", 3), 0);
     uint64_t end2 = pm__ring_head(&t.prod);
     ck_assert_int_eq(pm__ring_consumed(&t.prod, end1), 0);
     ck_assert_int_eq(pm__ring_consumed(&t.prod, end2 + 8), -EINVAL);
@@ -154,23 +155,23 @@ START_TEST(test_full_and_sizes)
     char buf[2048];
     memset(buf, 0xab, sizeof(buf));
     int n = 0;
-    while (pm__ring_send(&t.prod, buf, 56) == 0)
+    while (pm_test_ring_send(&t.prod, buf, 56) == 0)
         n++;
     ck_assert_int_eq(n, 64);
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1), -EAGAIN);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 1), -EAGAIN);
     size_t len;
     ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 56), 0);
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1), -EAGAIN);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 56), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 1), -EAGAIN);
     int got = 0;
     while (recv_one(&t.cons, buf, sizeof(buf), &len) == 1)
         got++;
     ck_assert_int_eq(got, 64);
     /* A maximal frame always fits an empty ring, even behind padding. */
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 8), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 8), 0);
     ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
     memset(buf, 0x5a, 2040);
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 2040), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 2040), 0);
     memset(buf, 0, sizeof(buf));
     ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
     ck_assert_uint_eq(len, 2040);
@@ -194,7 +195,7 @@ START_TEST(test_wrap_padding)
         for (size_t i = 0; i < len; i++)
             out[i] = (unsigned char)(sent + i * 7);
         memcpy(out, &sent, len < 4 ? len : 4);
-        int rc = pm__ring_send(&t.prod, out, len);
+        int rc = pm_test_ring_send(&t.prod, out, len);
         if (rc == 0) {
             sent++;
             continue;
@@ -258,7 +259,7 @@ START_TEST(test_doorbell)
     tr_open(&t, 4096, 1024);
     /* Armed consumer: the next publish makes exactly one wake-up call. */
     ck_assert_int_eq(pm__ring_arm(&t.cons), 0);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "x", 1), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "x", 1), 0);
     ck_assert_uint_eq(t.prod.wakeups, 1);
     uint64_t v = 0;
     ck_assert_int_eq(read(t.cons_efd, &v, sizeof(v)), 8);
@@ -266,7 +267,7 @@ START_TEST(test_doorbell)
     pm__ring_disarm(&t.cons);
     /* Arming with data present refuses to sleep. */
     ck_assert_int_eq(pm__ring_arm(&t.cons), 1);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "y", 1), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "y", 1), 0);
     ck_assert_uint_eq(t.prod.wakeups, 1);
     /* wait() with data present returns at once; with none it times out. */
     ck_assert_int_eq(pm__ring_wait(&t.cons, 1000), 1);
@@ -348,18 +349,18 @@ START_TEST(test_attach)
         size_t len;
         if (!rows[i].ok) {
             ck_assert_int_eq(pm__ring_peek(&cons, &p, &len), -EBADMSG);
-            ck_assert_int_eq(pm__ring_send(&prod, "x", 1), -EBADMSG);
+            ck_assert_int_eq(pm_test_ring_send(&prod, "x", 1), -EBADMSG);
             continue;
         }
         if (rows[i].head - rows[i].tail == 4096) {
             /* Full: the producer starts from the indices it found. */
-            ck_assert_int_eq(pm__ring_send(&prod, "x", 1), -EAGAIN);
+            ck_assert_int_eq(pm_test_ring_send(&prod, "x", 1), -EAGAIN);
             continue;
         }
         /* Empty (nothing published yet): nothing to read, and what the
          * producer sends next lands where the consumer reads. */
         ck_assert_int_eq(pm__ring_peek(&cons, &p, &len), 0);
-        ck_assert_int_eq(pm__ring_send(&prod, "abc", 3), 0);
+        ck_assert_int_eq(pm_test_ring_send(&prod, "abc", 3), 0);
         ck_assert_int_eq(pm__ring_peek(&cons, &p, &len), 1);
         ck_assert_uint_eq(len, 3);
         ck_assert_int_eq(memcmp(p, "abc", 3), 0);
@@ -372,7 +373,7 @@ START_TEST(test_attach)
     atomic_store(&sh->tail, 8);
     int rc;
     char buf[1000] = {0};
-    while ((rc = pm__ring_send(&r, buf, sizeof(buf))) == 0)
+    while ((rc = pm_test_ring_send(&r, buf, sizeof(buf))) == 0)
         ;
     ck_assert_int_eq(rc, -EBADMSG);
     tr_close(&t);
@@ -422,7 +423,7 @@ START_TEST(test_layout)
     atomic_store(&sh->tail, 4080);
     memset(data, 0, 4096);
     ck_assert_int_eq(pm__ring_attach(&prod, t.region, 4096, 1024, PM__RING_PRODUCER, -1, -1), 0);
-    ck_assert_int_eq(pm__ring_send(&prod, "abcdefghi", 9), 0); /* 24 bytes: 16 left */
+    ck_assert_int_eq(pm_test_ring_send(&prod, "abcdefghi", 9), 0); /* 24 bytes: 16 left */
     ck_assert_uint_eq(atomic_load(&sh->head), 4096 + 24);
     memcpy(&rec, data + 4080, 8);
     ck_assert_uint_eq(rec, 8 | ((uint64_t)1 << 32));
@@ -444,7 +445,7 @@ START_TEST(test_poison_held_frame)
     struct pm__ring_shared *sh = t.region;
     const void *p;
     size_t len;
-    ck_assert_int_eq(pm__ring_send(&t.prod, "abc", 3), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "abc", 3), 0);
     ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
     atomic_store(&sh->head, 3);
     ck_assert_int_eq(pm__ring_beyond(&t.cons, 0), -EBADMSG);
@@ -481,7 +482,7 @@ START_TEST(test_hub_calls)
     size_t len;
     uint64_t v;
     ck_assert_int_eq(pm__ring_wait(&t.cons, 0), 0);
-    while (pm__ring_send(&t.prod, buf, 1000) == 0)
+    while (pm_test_ring_send(&t.prod, buf, 1000) == 0)
         ;
     ck_assert_int_eq(pm__ring_wait_space(&t.prod, 1000, 0), 0);
     ck_assert_int_eq(pm__ring_arm_space(&t.prod, 1000), 0);
@@ -497,7 +498,7 @@ START_TEST(test_hub_calls)
     ck_assert_int_eq(pm__ring_beyond(&t.cons, pos), 0);
     ck_assert_int_eq(pm__ring_arm_beyond(&t.cons, pos), 0);
     ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 1);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "one", 3), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "one", 3), 0);
     ck_assert_int_eq(read(t.cons_efd, &v, sizeof(v)), 8);
     ck_assert_uint_eq(v, 1);
     ck_assert_int_eq(pm__ring_beyond(&t.cons, pos), 1);
@@ -507,8 +508,8 @@ START_TEST(test_hub_calls)
     /* Scan: "one" is held by a peek, so the scan starts after it. */
     const void *p;
     ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "two", 3), 0);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "three", 5), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "two", 3), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "three", 5), 0);
     int n = 0;
     pos = 0;
     ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 0);
@@ -526,8 +527,8 @@ START_TEST(test_hub_calls)
     n = 0;
     ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 0);
     ck_assert_int_eq(n, 0);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "four", 4), 0);
-    ck_assert_int_eq(pm__ring_send(&t.prod, "stop it", 7), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "four", 4), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "stop it", 7), 0);
     uint64_t before = pos;
     ck_assert_int_eq(pm__ring_scan(&t.cons, &pos, count_frames, &n), 1);
     ck_assert_int_eq(n, 2);
@@ -552,7 +553,7 @@ static void corrupt_case(int which)
     struct pm__ring_shared *sh = t.region;
     unsigned char *data = (unsigned char *)t.region + PM__RING_HDR_SIZE;
     char buf[64] = "abcdefgh";
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 16), 0); /* 24-byte record at 0 */
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 16), 0); /* 24-byte record at 0 */
     const void *p;
     size_t len;
     switch (which) {
@@ -631,26 +632,26 @@ START_TEST(test_corrupt_producer_side)
     tr_open(&t, 4096, 1024);
     struct pm__ring_shared *sh = t.region;
     char buf[1024] = {0};
-    while (pm__ring_send(&t.prod, buf, 1000) == 0)
+    while (pm_test_ring_send(&t.prod, buf, 1000) == 0)
         ;
     /* The consumer claims to have read more than was ever published. */
     atomic_store(&sh->tail, t.prod.published + 8);
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1000), -EBADMSG);
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1), -EBADMSG);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 1000), -EBADMSG);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 1), -EBADMSG);
     tr_close(&t);
 
     tr_open(&t, 4096, 1024);
     sh = t.region;
-    while (pm__ring_send(&t.prod, buf, 1000) == 0)
+    while (pm_test_ring_send(&t.prod, buf, 1000) == 0)
         ;
     size_t len;
     ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1000), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 1000), 0);
     /* ... and now moves its index backwards. */
     atomic_store(&sh->tail, 0);
-    while (pm__ring_send(&t.prod, buf, 8) == 0)
+    while (pm_test_ring_send(&t.prod, buf, 8) == 0)
         ;
-    ck_assert_int_eq(pm__ring_send(&t.prod, buf, 1000), -EBADMSG);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 1000), -EBADMSG);
     tr_close(&t);
 }
 END_TEST
@@ -726,7 +727,7 @@ START_TEST(test_untouched_ring_pages)
     memset(buf, 0x5a, sizeof(buf));
     size_t written = 0;
     while (written < 3 * page) {
-        ck_assert_int_eq(pm__ring_send(&l.tx, buf, sizeof(buf)), 0);
+        ck_assert_int_eq(pm_test_ring_send(&l.tx, buf, sizeof(buf)), 0);
         written += PM__RING_REC_HDR + sizeof(buf);
     }
     size_t want = (written + page - 1) / page;
@@ -890,7 +891,7 @@ START_TEST(test_two_process_pingpong_parked)
             pm__ring_consume(&a.cons);
             pm__ring_release(&a.cons);
             v++;
-            if (pm__ring_send(&b.prod, &v, 4) != 0)
+            if (pm_test_ring_send(&b.prod, &v, 4) != 0)
                 _exit(5);
         }
         _exit(0);
@@ -899,7 +900,7 @@ START_TEST(test_two_process_pingpong_parked)
         const void *p;
         size_t len;
         uint32_t v = 0;
-        if (pm__ring_send(&a.prod, &i, 4) != 0 || pm__ring_wait_gated(&b.cons, 5000, !gated) != 1 ||
+        if (pm_test_ring_send(&a.prod, &i, 4) != 0 || pm__ring_wait_gated(&b.cons, 5000, !gated) != 1 ||
             pm__ring_peek(&b.cons, &p, &len) != 1)
             ck_abort_msg("round %u: lost hand-off", i);
         memcpy(&v, p, 4);
@@ -1099,7 +1100,7 @@ START_TEST(test_hostile_consumer)
     uint64_t ok = 0, full = 0, bad = 0;
     char buf[1024] = {0};
     while (pm_test_now_ns() < end) {
-        int rc = pm__ring_send(&t.prod, buf, 1 + ok % 1024);
+        int rc = pm_test_ring_send(&t.prod, buf, 1 + ok % 1024);
         if (rc == 0) {
             ok++;
         } else if (rc == -EAGAIN) {

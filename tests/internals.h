@@ -13,6 +13,7 @@
 #define PM_TEST_INTERNALS_H
 
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "supervisor/cluster.h"
@@ -317,6 +318,20 @@ static inline pm__ring *pm_test_node_tx(pm_node *n)
 static inline pm__ring *pm_test_node_rx(pm_node *n)
 {
     return &n->channel.rx;
+}
+
+/* One frame written and published at once, as a worker's sends do
+ * (reserve, copy, commit, publish): a raw frame into a ring. */
+static inline int pm_test_ring_send(pm__ring *r, const void *data, size_t len)
+{
+    void *p;
+    int rc = pm__ring_reserve(r, len, &p);
+    if (rc < 0)
+        return rc;
+    memcpy(p, data, len);
+    pm__ring_commit(r, len);
+    pm__ring_publish(r);
+    return 0;
 }
 
 /* The doorbell the worker rings to wake the hub. */

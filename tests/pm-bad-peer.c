@@ -20,6 +20,7 @@
 #include "peer/peer.h"
 #include "peer/peerkeys.h"
 #include "peer/record.h"
+#include "hooks.h"
 
 /*
  * usage: pm-bad-peer PORT SYSTEM SECRET_HEX ATTACK [HOST]
@@ -226,7 +227,7 @@ static void honest(int fd, pm__pconn *pc)
                      * seal next is the first the supervisor reads. */
                     send_all(fd, third, third_len);
                     pm__pconn_sent(pc, n);
-                    if (pm__rec_test_set_nonce(pc->rec, 1, 0) < 0)
+                    if (pm_test_rec_set_nonce(pc->rec, 1, 0) < 0)
                         fail(3, "nonce reset");
                 }
             }
@@ -319,7 +320,7 @@ static void send_frame(int fd, pm__pconn *pc, pm__frame_hdr *f, const char *payl
     struct iovec iov = {.iov_base = frame, .iov_len = PM__FRAME_HDR_SIZE + len};
     unsigned char buf[256];
     size_t taken = 0, n = 0;
-    if (pm__rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
+    if (pm_test_rec_seal_frames(pc->rec, &iov, 1, &taken, buf, sizeof(buf), &n) < 0 || taken != 1)
         fail(3, "seal frames");
     send_all(fd, buf, n);
 }
@@ -365,7 +366,7 @@ static void forged_notices(int fd, pm__pconn *pc)
             iov[k].iov_len = PM__FRAME_HDR_SIZE;
         }
         size_t taken = 0, n = 0;
-        if (pm__rec_seal_frames(pc->rec, iov, k, &taken, buf, sizeof(buf), &n) < 0 || taken != k)
+        if (pm_test_rec_seal_frames(pc->rec, iov, k, &taken, buf, sizeof(buf), &n) < 0 || taken != k)
             fail(3, "seal frames");
         send_all(fd, buf, n);
     }
@@ -626,7 +627,7 @@ static void send_raw(int fd, pm__pconn *pc, const void *plain, size_t len)
 {
     unsigned char buf[256];
     size_t n = 0;
-    if (pm__rec_test_seal_raw(pc->rec, plain, len, buf, sizeof(buf), &n) < 0)
+    if (pm_test_rec_seal_raw(pc->rec, plain, len, buf, sizeof(buf), &n) < 0)
         fail(3, "seal raw");
     send_all(fd, buf, n);
 }

@@ -344,18 +344,6 @@ int pm__ring_publish(pm__ring *r)
     return wake_if_waiting(r, &r->sh->cons_waiting);
 }
 
-int pm__ring_send(pm__ring *r, const void *data, size_t len)
-{
-    void *p;
-    int rc = pm__ring_reserve(r, len, &p);
-    if (rc < 0)
-        return rc;
-    memcpy(p, data, len);
-    pm__ring_commit(r, len);
-    pm__ring_publish(r);
-    return 0;
-}
-
 /* fits() with the signature spin_then_park() wants. */
 static int space_for(pm__ring *r, size_t len)
 {

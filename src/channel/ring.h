@@ -191,9 +191,6 @@ void pm__ring_unreserve(pm__ring *r);
  * Returns 1 if a wake-up system call was made, 0 if not. */
 int pm__ring_publish(pm__ring *r);
 
-/* reserve + copy + commit + publish. */
-int pm__ring_send(pm__ring *r, const void *data, size_t len);
-
 /* Waits until a frame of len bytes fits: spins, then parks as
  * pm__ring_wait does.
  * Returns 1 when it fits, 0 on timeout (timeout_ms < 0: forever), or a

@@ -113,7 +113,7 @@ static const struct {
  * basic: calls a contained worker never needs and that reach outside it.
  * Every other call is allowed.
  */
-static const char *const basic_denied[] = {
+const char *const pm__seccomp_basic_denied[] = {
     /* Another process's memory and fds: ptrace, read/write its memory,
      * steal an fd. */
     "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp",
@@ -317,53 +317,27 @@ static int pin_build(uint32_t act, struct pin_block *b)
  * SIGTTIN/SIGTTOU). PR_SCHED_CORE moves a task named by pid into a
  * core-scheduling group.
  */
-static const struct {
-    const char *name;
-    unsigned arg;
-    unsigned long val;
-} basic_denied_when[] = {
+const pm__seccomp_denied_when pm__seccomp_basic_denied_when[] = {
     {"fcntl", 1, F_SETOWN_EX},
     {"ioctl", 1, FIOSETOWN},
     {"ioctl", 1, SIOCSPGRP},
     {"ioctl", 1, TIOCSTI},
     {"ioctl", 1, TIOCSPGRP},
     {"prctl", 0, PR_SCHED_CORE},
+    {NULL, 0, 0},
 };
 
 static int add_basic(scmp_filter_ctx ctx, uint32_t act)
 {
     int rc = 0;
-    for (size_t i = 0; rc == 0 && basic_denied[i] != NULL; i++)
-        rc = deny(ctx, act, basic_denied[i], 0, NULL);
-    for (size_t i = 0; rc == 0 && i < PM__ARRAY_SIZE(basic_denied_when); i++) {
-        struct scmp_arg_cmp c = LO32_EQ(basic_denied_when[i].arg, basic_denied_when[i].val);
-        rc = deny(ctx, act, basic_denied_when[i].name, 1, &c);
+    for (size_t i = 0; rc == 0 && pm__seccomp_basic_denied[i] != NULL; i++)
+        rc = deny(ctx, act, pm__seccomp_basic_denied[i], 0, NULL);
+    for (const pm__seccomp_denied_when *w = pm__seccomp_basic_denied_when; rc == 0 && w->name != NULL; w++) {
+        struct scmp_arg_cmp c = LO32_EQ(w->arg, w->val);
+        rc = deny(ctx, act, w->name, 1, &c);
     }
     return rc;
 }
-
-#ifdef PM_TEST_HOOKS
-int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out)
-{
-    size_t whole = 0;
-    while (basic_denied[whole] != NULL)
-        whole++;
-    if (i >= whole + PM__ARRAY_SIZE(basic_denied_when))
-        return -ENOENT;
-    if (pm__dep_load(PM__DEP_SECCOMP, NULL, 0) < 0)
-        return -ENOTSUP;
-    if (i < whole) {
-        *out = (pm__seccomp_rule){basic_denied[i], -1, -1, 0};
-    } else {
-        i -= whole;
-        *out = (pm__seccomp_rule){basic_denied_when[i].name, -1, (int)basic_denied_when[i].arg,
-                                  basic_denied_when[i].val};
-    }
-    int nr = seccomp_syscall_resolve_name(out->name);
-    out->nr = nr == __NR_SCMP_ERROR ? -1 : nr;
-    return 0;
-}
-#endif /* PM_TEST_HOOKS */
 
 static int add_strict(scmp_filter_ctx ctx)
 {
@@ -509,15 +483,6 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
 }
 
 #else /* !HAVE_SECCOMP */
-
-#ifdef PM_TEST_HOOKS
-int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out)
-{
-    (void)i;
-    (void)out;
-    return -ENOTSUP;
-}
-#endif
 
 int pm__seccomp_available(void)
 {

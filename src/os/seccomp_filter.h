@@ -49,22 +49,21 @@ void pm__seccomp_free(pm__seccomp_prog *p);
  */
 int pm__seccomp_load(pm__seccomp_prog *p);
 
-/* One call `basic` refuses: the whole call (arg -1), or only when its
- * argument number arg (low 32 bits) equals val. nr is its number on this
- * architecture, -1 where it has none (iopl on arm64 ...). */
-typedef struct pm__seccomp_rule {
-    const char *name;
-    int nr;
-    int arg;
-    unsigned long val;
-} pm__seccomp_rule;
+/*
+ * The calls `basic` refuses, in the filter's own order: whole calls
+ * (NULL-terminated), and calls refused only when their argument number arg
+ * (low 32 bits) equals val (ended by a NULL name; built with libseccomp
+ * only). The filter is built from these tables; tests/check_privileges.c
+ * also tries every row of them, so that a row added here is tried at once.
+ */
+extern const char *const pm__seccomp_basic_denied[];
 
-/* Row i of basic's refusals, in the filter's own order, so that a test
- * trying every row grows with the list: 0, -ENOENT past the last row,
- * -ENOTSUP without libseccomp. A test hook: only in programs built with
- * -DPM_TEST_HOOKS (check_privileges), never in the library. */
-#ifdef PM_TEST_HOOKS
-int pm__seccomp_basic_rule(size_t i, pm__seccomp_rule *out);
-#endif
+typedef struct pm__seccomp_denied_when {
+    const char *name;
+    unsigned arg;
+    unsigned long val;
+} pm__seccomp_denied_when;
+
+extern const pm__seccomp_denied_when pm__seccomp_basic_denied_when[];
 
 #endif /* PM_SECCOMP_FILTER_H */

@@ -3,6 +3,7 @@
 #include "base/internal.h"
 #include "base/le.h"
 #include "noise.h"
+#include "noise_state.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -32,8 +33,6 @@
  * output, HKDF temporaries) are wiped before the function returns.
  */
 
-#define MAX_MSGS 4   /* the longest patterns (X1K1, ...) have 4 messages */
-#define MAX_TOKENS 8 /* "e, ee, se, s, es" plus a psk at each end */
 #define MAX_NAME 255 /* Noise protocol names fit in 255 bytes */
 
 /* ------------------------------------------------------------ patterns */
@@ -49,7 +48,7 @@ enum { TOK_E = 1, TOK_S, TOK_EE, TOK_ES, TOK_SE, TOK_SS, TOK_PSK };
 static const struct pattern {
     const char *name;
     const char *pre_i, *pre_r;
-    const char *msg[MAX_MSGS];
+    const char *msg[PM__NOISE_MAX_MSGS];
 } patterns[] = {
     { "N", "", "s", { "e, es" } },
     { "K", "s", "s", { "e, es, ss" } },
@@ -93,34 +92,6 @@ static const struct pattern {
 
 static const char suite[] = "25519_ChaChaPoly_SHA256";
 
-struct pm__noise_hs_secret {
-    unsigned char ck[KEY];
-    unsigned char k[KEY];
-    unsigned char s[KEY]; /* our static private key */
-    unsigned char e[KEY]; /* our ephemeral private key */
-    unsigned char psk[PM__NOISE_MAX_PSKS][KEY];
-};
-
-struct pm__noise_hs {
-    uint32_t gen; /* pm__fork_gen() when made: another process gets -EPERM */
-    int err;      /* 0, or the error that made the state unusable */
-    struct pm__noise_hs_secret *sec;
-    /* The pattern, with its psk tokens in place. */
-    uint8_t tok[MAX_MSGS][MAX_TOKENS];
-    uint8_t ntok[MAX_MSGS];
-    unsigned nmsg;
-    bool pre_s[2]; /* [0] initiator's, [1] responder's pre-message "s" */
-    bool psk_mode;
-    unsigned npsk, psk_set, psk_used; /* psk_set: a bit per index */
-    /* Progress. */
-    bool initiator, started, split;
-    unsigned msg; /* index of the next message */
-    bool has_k, has_s, has_e, fixed_e, has_rs, has_re;
-    uint64_t n;   /* the handshake cipher's nonce */
-    unsigned char h[KEY];
-    unsigned char s_pub[KEY], e_pub[KEY], rs[KEY], re[KEY];
-};
-
 /* Splits "e, ee, s" into tokens. The table is ours: a bad entry is a bug,
  * which the vector test of every pattern would show. */
 static int parse_tokens(const char *text, uint8_t *tok, uint8_t *ntok)
@@ -136,7 +107,7 @@ static int parse_tokens(const char *text, uint8_t *tok, uint8_t *ntok)
         for (i = 0; i < PM__ARRAY_SIZE(names); i++)
             if (strlen(names[i].name) == len && memcmp(names[i].name, p, len) == 0)
                 break;
-        if (i == PM__ARRAY_SIZE(names) || *ntok >= MAX_TOKENS)
+        if (i == PM__ARRAY_SIZE(names) || *ntok >= PM__NOISE_MAX_TOKENS)
             return -EINVAL;
         tok[(*ntok)++] = names[i].tok;
         p += len;
@@ -151,7 +122,7 @@ static int parse_tokens(const char *text, uint8_t *tok, uint8_t *ntok)
 static int add_psk(pm__noise_hs *hs, unsigned pos)
 {
     unsigned m = pos == 0 ? 0 : pos - 1;
-    if (hs->ntok[m] >= MAX_TOKENS)
+    if (hs->ntok[m] >= PM__NOISE_MAX_TOKENS)
         return -EPROTONOSUPPORT;
     if (pos == 0) {
         memmove(hs->tok[m] + 1, hs->tok[m], hs->ntok[m]);
@@ -203,7 +174,7 @@ static int parse_name(pm__noise_hs *hs, const char *name, const char **why)
 
     hs->pre_s[0] = p->pre_i[0] != '\0';
     hs->pre_s[1] = p->pre_r[0] != '\0';
-    for (hs->nmsg = 0; hs->nmsg < MAX_MSGS && p->msg[hs->nmsg] != NULL; hs->nmsg++)
+    for (hs->nmsg = 0; hs->nmsg < PM__NOISE_MAX_MSGS && p->msg[hs->nmsg] != NULL; hs->nmsg++)
         if (parse_tokens(p->msg[hs->nmsg], hs->tok[hs->nmsg], &hs->ntok[hs->nmsg]) != 0)
             return *why = "internal pattern table entry is malformed", -EINVAL;
 
@@ -676,73 +647,3 @@ int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport 
     *out = t;
     return 0;
 }
-
-#ifdef PM_TEST_HOOKS
-/* Tests only (see the header): a test program compiles this file with
- * -DPM_TEST_HOOKS; the library never has them. */
-
-int pm__noise_hs_set_static(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN])
-{
-    int rc = setter_check(hs, priv);
-    if (rc < 0)
-        return rc;
-    memcpy(hs->sec->s, priv, KEY);
-    if (crypto_scalarmult_curve25519_base(hs->s_pub, hs->sec->s) != 0) {
-        sodium_memzero(hs->sec->s, KEY);
-        return -EKEYREJECTED;
-    }
-    hs->has_s = true;
-    return 0;
-}
-
-int pm__noise_hs_set_remote_static(pm__noise_hs *hs, const unsigned char pub[PM__NOISE_KEY_LEN])
-{
-    int rc = setter_check(hs, pub);
-    if (rc < 0)
-        return rc;
-    /* Only a pre-message key: a static the pattern transmits is checked
-     * after the handshake (pm__noise_hs_remote_static). */
-    if (!hs->pre_s[hs->initiator ? 1 : 0])
-        return -EINVAL;
-    memcpy(hs->rs, pub, KEY);
-    hs->has_rs = true;
-    return 0;
-}
-
-int pm__noise_test_set_ephemeral(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN])
-{
-    int rc = setter_check(hs, priv);
-    if (rc < 0)
-        return rc;
-    memcpy(hs->sec->e, priv, KEY);
-    if (crypto_scalarmult_curve25519_base(hs->e_pub, hs->sec->e) != 0)
-        return -EKEYREJECTED;
-    hs->fixed_e = true;
-    return 0;
-}
-
-int pm__noise_hs_my_turn(const pm__noise_hs *hs)
-{
-    int rc = hs_check(hs);
-    if (rc < 0)
-        return rc;
-    return hs->msg < hs->nmsg && my_turn(hs);
-}
-
-int pm__noise_hs_hash(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN])
-{
-    int rc = hs_check(hs);
-    if (rc < 0)
-        return rc;
-    if (out == NULL || hs->msg < hs->nmsg)
-        return -EINVAL;
-    memcpy(out, hs->h, KEY);
-    return 0;
-}
-
-const void *pm__noise_test_secret(const pm__noise_hs *hs, size_t *size)
-{
-    *size = sizeof(*hs->sec);
-    return hs->sec;
-}
-#endif /* PM_TEST_HOOKS */

@@ -120,29 +120,4 @@ int pm__noise_split(pm__noise_hs *hs, uint64_t rekey_every, pm__noise_transport 
  * the secret pages there are wiped or absent, sodium_free would abort. */
 void pm__noise_hs_free(pm__noise_hs *hs);
 
-/* ---- tests only: fixed values the published vectors need ----------- */
-
-/*
- * Each reads or writes state this module keeps private (an opaque struct,
- * secret memory). A test program that needs them compiles this file itself
- * with -DPM_TEST_HOOKS (Makefile.am); the library is built without them,
- * so no product code can call them.
- */
-#ifdef PM_TEST_HOOKS
-/* Our static key pair from its private key (any 32 bytes; X25519 clamps). */
-int pm__noise_hs_set_static(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);
-/* The ephemeral key the next "e" token uses, instead of a random one. */
-int pm__noise_test_set_ephemeral(pm__noise_hs *hs, const unsigned char priv[PM__NOISE_KEY_LEN]);
-/* Where the secret memory of a handshake state lies (the fork test reads it
- * in a child). */
-const void *pm__noise_test_secret(const pm__noise_hs *hs, size_t *size);
-/* 1 when it is this side's turn to write, 0 to read, negative errno. */
-int pm__noise_hs_my_turn(const pm__noise_hs *hs);
-/* The handshake hash h (channel binding); valid once done. */
-int pm__noise_hs_hash(const pm__noise_hs *hs, unsigned char out[PM__NOISE_KEY_LEN]);
-/* The peer's static public key, for patterns where it is known beforehand
- * (a pre-message: NK, KK, IK, ...); -EINVAL for other patterns. */
-int pm__noise_hs_set_remote_static(pm__noise_hs *hs, const unsigned char pub[PM__NOISE_KEY_LEN]);
-#endif /* PM_TEST_HOOKS */
-
 #endif /* PM_NOISE_H */

@@ -571,14 +571,3 @@ void pm__pins_free(pm__pins *p)
     p->v = NULL;
     p->n = 0;
 }
-
-#ifdef PM_TEST_HOOKS
-/* Tests only (see the header): a test program compiles this file with
- * -DPM_TEST_HOOKS; the library never has them. */
-
-const void *pm__keyring_test_secret(const pm__keyring *kr, size_t *size)
-{
-    *size = sizeof(*kr->sec);
-    return kr->sec;
-}
-#endif /* PM_TEST_HOOKS */

@@ -130,13 +130,6 @@ pm__keyring *pm__keyring_dup(const pm__keyring *kr);
  * the secret pages there are zeros or absent, and sodium_free would abort. */
 PM__DAEMON_API void pm__keyring_free(pm__keyring *kr);
 
-#ifdef PM_TEST_HOOKS
-/* Tests only: where the secret block lies (the fork test reads it in a
- * child). The keyring is opaque: a test program compiles peerkeys.c itself
- * with -DPM_TEST_HOOKS; the library is built without it. */
-const void *pm__keyring_test_secret(const pm__keyring *kr, size_t *size);
-#endif
-
 /* ---- pinned peer keys (--peer-keys) ---------------------------------- */
 
 typedef struct pm__pin {

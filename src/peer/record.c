@@ -4,6 +4,7 @@
 #include "channel/frame.h"
 #include "base/le.h"
 #include "record.h"
+#include "record_state.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -14,30 +15,6 @@ _Static_assert(PM__REC_MAX_FRAME == PM_MAX_PAYLOAD + PM__FRAME_HDR_SIZE,
                "a record carries the largest procmesh frame");
 _Static_assert(PM__REC_FRAME_HDR + PM__REC_MAX_FRAME + 1 <= PM__REC_MAX_PLAIN,
                "the largest frame fits one record");
-
-struct pm__rec {
-    pm__noise_transport *t;
-    /* 0, or the error that killed a direction (sticky). A receiving error
-     * leaves the sending direction usable: its key and nonce are its own,
-     * so the CLOSE 1 that reports the error can still go out. Only a
-     * failure of the transport itself (a segment that did not
-     * authenticate wipes both keys, cipher.c) ends both, and then
-     * sealing fails on its own. */
-    int rx_err, tx_err;
-    bool sent_close, got_close, got_any;
-    uint16_t close_reason;
-    /* Our own count of each direction's nonces: one per segment, as the
-     * transport counts them, so the nonce limit is known before a record is
-     * started rather than in the middle of one. */
-    uint64_t n_tx, n_rx;
-    /* The decoder: the length bytes, then the ciphertext into rx. */
-    unsigned char hdr[PM__REC_HDR];
-    unsigned hdr_got;
-    uint32_t ct_len;
-    size_t ct_got;
-    unsigned char *rx; /* PM__REC_MAX_CT bytes, allocated once */
-    unsigned char *tx; /* PM__REC_MAX_PLAIN bytes: a record's plaintext */
-};
 
 /* The receiving direction is dead for good. */
 static int fail(pm__rec *r, int err)
@@ -145,12 +122,8 @@ static int send_check(const pm__rec *r, void *out, size_t *out_len)
     return r->sent_close ? -EPIPE : 0;
 }
 
-/* Encrypts src[0..plain) (r->tx, or a caller's FRAMES plaintext) as one
- * record into out, segment by segment straight from src: no copy of the
- * plaintext on the way. is_close: the record that may use the last nonce,
- * which every other record leaves for it. */
-static int seal(pm__rec *r, const unsigned char *src, size_t plain, bool is_close, void *out, size_t cap,
-                size_t *out_len)
+int pm__rec_seal(pm__rec *r, const unsigned char *src, size_t plain, bool is_close, void *out, size_t cap,
+                 size_t *out_len)
 {
     size_t wire = pm__rec_wire_size(plain);
     size_t nseg = segments_of_plain(plain);
@@ -190,7 +163,7 @@ int pm__rec_seal_frames_plain(pm__rec *r, const void *plain, size_t len, void *o
     if (p == NULL || len < 1 || len > PM__REC_MAX_PLAIN || p[0] != PM__REC_FRAMES ||
         check_frames(p + 1, len - 1) < 0)
         return -EINVAL;
-    return seal(r, p, len, false, out, cap, out_len);
+    return pm__rec_seal(r, p, len, false, out, cap, out_len);
 }
 
 int pm__rec_seal_heartbeat(pm__rec *r, void *out, size_t cap, size_t *out_len)
@@ -199,7 +172,7 @@ int pm__rec_seal_heartbeat(pm__rec *r, void *out, size_t cap, size_t *out_len)
     if (rc < 0)
         return rc;
     r->tx[0] = PM__REC_HEARTBEAT;
-    return seal(r, r->tx, 1, false, out, cap, out_len);
+    return pm__rec_seal(r, r->tx, 1, false, out, cap, out_len);
 }
 
 int pm__rec_seal_echo(pm__rec *r, unsigned kind, uint64_t stamp, void *out, size_t cap,
@@ -213,7 +186,7 @@ int pm__rec_seal_echo(pm__rec *r, unsigned kind, uint64_t stamp, void *out, size
     r->tx[0] = PM__REC_HEARTBEAT;
     r->tx[1] = (unsigned char)kind;
     pm__put64(r->tx + 2, stamp);
-    return seal(r, r->tx, 1 + PM__REC_ECHO_BODY, false, out, cap, out_len);
+    return pm__rec_seal(r, r->tx, 1 + PM__REC_ECHO_BODY, false, out, cap, out_len);
 }
 
 int pm__rec_seal_rekey(pm__rec *r, void *out, size_t cap, size_t *out_len)
@@ -222,7 +195,7 @@ int pm__rec_seal_rekey(pm__rec *r, void *out, size_t cap, size_t *out_len)
     if (rc < 0)
         return rc;
     r->tx[0] = PM__REC_REKEY;
-    rc = seal(r, r->tx, 1, false, out, cap, out_len);
+    rc = pm__rec_seal(r, r->tx, 1, false, out, cap, out_len);
     if (rc < 0)
         return rc;
     /* After the record, so the peer decrypts it with the key it has, and
@@ -238,7 +211,7 @@ int pm__rec_seal_close(pm__rec *r, uint16_t reason, void *out, size_t cap, size_
         return rc;
     r->tx[0] = PM__REC_CLOSE;
     pm__put16(r->tx + 1, reason);
-    rc = seal(r, r->tx, 3, true, out, cap, out_len);
+    rc = pm__rec_seal(r, r->tx, 3, true, out, cap, out_len);
     if (rc == 0)
         r->sent_close = true;
     return rc;
@@ -409,79 +382,3 @@ int pm__rec_eof(pm__rec *r)
         return fail(r, -ECONNRESET);
     return 0;
 }
-
-#ifdef PM_TEST_HOOKS
-/* Tests only (see the header): a test program compiles this file with
- * -DPM_TEST_HOOKS; the library never has them. */
-#include "cipher.h"
-
-int pm__rec_seal_frames(pm__rec *r, const struct iovec *frames, size_t n, size_t *taken, void *out, size_t cap,
-                        size_t *out_len)
-{
-    int rc = send_check(r, out, out_len);
-    if (rc < 0)
-        return rc;
-    if (frames == NULL || n == 0 || taken == NULL)
-        return -EINVAL;
-    size_t plain = 1, k = 0;
-    for (; k < n; k++) {
-        size_t len = frames[k].iov_len;
-        if (len == 0 || len > PM__REC_MAX_FRAME || (frames[k].iov_base == NULL))
-            return -EINVAL;
-        size_t next = plain + PM__REC_FRAME_HDR + len;
-        if (next > PM__REC_MAX_PLAIN || pm__rec_wire_size(next) > cap)
-            break;
-        plain = next;
-    }
-    if (k == 0)
-        return pm__rec_wire_size(plain + PM__REC_FRAME_HDR + frames[0].iov_len) > cap ? -ENOBUFS : -EINVAL;
-    unsigned char *p = r->tx;
-    *p++ = PM__REC_FRAMES;
-    for (size_t i = 0; i < k; i++) {
-        pm__put32(p, (uint32_t)frames[i].iov_len);
-        memcpy(p + PM__REC_FRAME_HDR, frames[i].iov_base, frames[i].iov_len);
-        p += PM__REC_FRAME_HDR + frames[i].iov_len;
-    }
-    rc = seal(r, r->tx, plain, false, out, cap, out_len);
-    if (rc == 0)
-        *taken = k;
-    return rc;
-}
-
-int pm__rec_up(const pm__rec *r)
-{
-    return r != NULL && r->got_any;
-}
-
-int pm__rec_closed(const pm__rec *r, uint16_t *reason)
-{
-    if (r == NULL || !r->got_close)
-        return 0;
-    if (reason != NULL)
-        *reason = r->close_reason;
-    return 1;
-}
-
-int pm__rec_test_seal_raw(pm__rec *r, const void *plain, size_t len, void *out, size_t cap, size_t *out_len)
-{
-    int rc = send_check(r, out, out_len);
-    if (rc < 0)
-        return rc;
-    if (plain == NULL || len < 1 || len > PM__REC_MAX_PLAIN)
-        return -EINVAL;
-    memcpy(r->tx, plain, len);
-    return seal(r, r->tx, len, false, out, cap, out_len);
-}
-
-int pm__rec_test_set_nonce(pm__rec *r, int tx, uint64_t n)
-{
-    if (r == NULL || r->t == NULL)
-        return -EINVAL;
-    r->t->n[tx ? 1 : 0] = n; /* cipher.h publishes the transport's struct */
-    if (tx)
-        r->n_tx = n;
-    else
-        r->n_rx = n;
-    return 0;
-}
-#endif /* PM_TEST_HOOKS */

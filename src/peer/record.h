@@ -51,7 +51,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/uio.h>
 
 #include "noise.h"
 
@@ -149,35 +148,5 @@ int pm__rec_next_frame(const pm__rec_in *in, size_t *off, const unsigned char **
 /* The stream ended: 0 when the peer's CLOSE arrived and nothing followed,
  * -ECONNRESET (truncation) otherwise. */
 int pm__rec_eof(pm__rec *r);
-
-/* ---- tests only -------------------------------------------------------- */
-
-/*
- * Each reads or writes state this module keeps private (an opaque struct,
- * secret memory). A test program that needs them compiles this file itself
- * with -DPM_TEST_HOOKS (Makefile.am); the library is built without them,
- * so no product code can call them.
- */
-#ifdef PM_TEST_HOOKS
-/*
- * One FRAMES record from frames[0..n): as many whole frames, in order, as
- * fit in one record and in cap (at least one). *taken says how many.
- * A frame of length 0 or above PM__REC_MAX_FRAME is -EINVAL.
- */
-int pm__rec_seal_frames(pm__rec *r, const struct iovec *frames, size_t n, size_t *taken, void *out, size_t cap,
-                        size_t *out_len);
-/* 1 once a valid record has been received: the link may count as up. */
-int pm__rec_up(const pm__rec *r);
-
-/* 1 once a CLOSE record was received (its reason in *reason). */
-int pm__rec_closed(const pm__rec *r, uint16_t *reason);
-
-/* Seals plain[0..len) as one record, whatever it says (a type or body a
- * receiver refuses): the hostile peer of the tests. */
-int pm__rec_test_seal_raw(pm__rec *r, const void *plain, size_t len, void *out, size_t cap, size_t *out_len);
-
-/* Moves a direction's nonce, in the record state and its transport. */
-int pm__rec_test_set_nonce(pm__rec *r, int tx, uint64_t n);
-#endif /* PM_TEST_HOOKS */
 
 #endif /* PM_RECORD_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* relay.c - pm-bench relay: worker -> hub -> worker against a relay process over pipes, sockets. */
 #include "bench.h"
-#include "supervisor/debug.h"
+#include "counters.h"
 #include "worker/node.h"
 #include "channel/ring.h"
 
@@ -127,7 +127,7 @@ static int relay_worker(pm_node *n, void *arg)
 static uint64_t hub_syscalls(const pm_cluster *c)
 {
     uint64_t loop, wakeups;
-    pm__cluster_debug_counters(c, &loop, &wakeups);
+    bench_counters(c, &loop, &wakeups);
     return loop + wakeups;
 }
 
@@ -176,7 +176,7 @@ static int mesh_relay(int awake, uint64_t *ns, uint64_t *syscalls, uint64_t *csw
         *csw = csw_self() - csw0 + rsh->worker_csw[0] + rsh->worker_csw[1];
     if (getenv("PM_BENCH_DEBUG")) {
         uint64_t loop, wakeups;
-        pm__cluster_debug_counters(c, &loop, &wakeups);
+        bench_counters(c, &loop, &wakeups);
         fprintf(stderr, "syscalls: hub loop %llu, hub wakes %llu, sender %llu, receiver %llu\n",
                 (unsigned long long)loop, (unsigned long long)wakeups,
                 (unsigned long long)rsh->worker_syscalls[0],

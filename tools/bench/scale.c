@@ -2,7 +2,7 @@
 /* scale.c - pm-bench scale: throughput, round trip, hub CPU and memory as the number of workers grows. */
 #define _GNU_SOURCE
 #include "bench.h"
-#include "supervisor/debug.h"
+#include "counters.h"
 
 #include <inttypes.h>
 #include <stddef.h>
@@ -300,7 +300,7 @@ static uint64_t cpu_ns_self(void)
 static uint64_t hub_syscalls(const pm_cluster *c)
 {
     uint64_t loop, wakeups;
-    pm__cluster_debug_counters(c, &loop, &wakeups);
+    bench_counters(c, &loop, &wakeups);
     return loop + wakeups;
 }
 
