@@ -13,7 +13,7 @@ void bench_counters(const pm_cluster *c, uint64_t *loop_syscalls, uint64_t *ring
     for (unsigned i = 0; i < c->nslots; i++)
         wakeups += c->slots[i].channel.tx.wakeups + c->slots[i].channel.rx.wakeups;
     if (loop_syscalls != NULL)
-        *loop_syscalls = c->loop.syscalls;
+        *loop_syscalls = pm__loop_syscalls(c->loop);
     if (ring_wakeups != NULL)
         *ring_wakeups = wakeups;
 }
