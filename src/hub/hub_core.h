@@ -390,7 +390,7 @@ typedef struct pm__hub_link {
  * below it: hub_core.c; the link port's sending side (hub_linkbase.c,
  * hub_linkbig.c, hub_linkflow.c); hub_queue.c; hub_bcast.c; hub_main.c;
  * the link port's receiving side (hub_linkin.c, hub_linkbcast.c,
- * hub_link.c); hub.c; port.c. Only an undeliverable notice goes the other
+ * hub_link.c); hub_route.c; port.c. Only an undeliverable notice goes the other
  * way (pm__hub_notice_at, hub_queue.c, which the queue itself needs for a
  * frame its flush refuses): to main or back over a link, through this
  * table, once per notice, never per frame relayed. */
