@@ -726,7 +726,10 @@ PM_EXTERN const char *pm_slot_state_name(int state);
  * and validated by the supervisor after the reap. Fixed size.
  *
  * frames[0] is the faulting function (its pc), the next ones are return
- * addresses. A frame in a module known at join has module >= 0 and offset =
+ * addresses. A call through a NULL or stale function pointer faults at a pc
+ * that is no code (0, or an address in no module): frames[0] is that pc,
+ * frames[1] the return address into the function that made the call (on
+ * x86_64 and aarch64, read from the signal context), then its callers. A frame in a module known at join has module >= 0 and offset =
  * address - the module's load bias, so `addr2line -f -e modules[module]
  * 0xOFFSET` names its function and line (for a return address, OFFSET - 1
  * names the call). Modules loaded after join (dlopen) are not known: their
