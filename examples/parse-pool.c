@@ -144,9 +144,19 @@ static int report(const struct input *want, const pm_map_result *r)
         const pm_crash_report *cr = &oc->crash;
         if (cr->state == PM_CRASH_RECORDED) {
             printf(", %s at 0x%llx", cr->code_name, (unsigned long long)cr->fault_addr);
-            if (cr->nframes > 0 && cr->frames[0].module >= 0)
-                printf(" in %s+0x%llx", cr->modules[cr->frames[0].module],
-                       (unsigned long long)cr->frames[0].offset);
+            /* frames[0] is the faulting pc; a call through a bad pointer
+             * faults at an address in no module, and frames[1] is then
+             * the return address in the function that made the call. */
+            const pm_crash_frame *f = cr->nframes > 0 ? &cr->frames[0] : NULL;
+            const char *where = " in";
+            if (f != NULL && f->module < 0 && cr->nframes > 1) {
+                printf(" (pc 0x%llx)", (unsigned long long)f->addr);
+                where = ", called from";
+                f++;
+            }
+            if (f != NULL && f->module >= 0)
+                printf("%s %s+0x%llx", where, cr->modules[f->module],
+                       (unsigned long long)f->offset);
         }
     } else if (oc != NULL && oc->killed) {
         printf(": its worker was killed");

@@ -306,11 +306,13 @@ PM_EXTERN int pm_options_set_on_event(pm_options *o,
  * 0 (default): a library takes none of its application's signals. They
  * keep their dispositions (SIGINT ends the program by default, as the
  * application expects), pm_cluster_run/call/map never return -EINTR and
- * pm_cluster_last_signal stays 0; pm_options_set_reap_orphans is refused
- * (it needs SIGCHLD). Worker exits are seen through pidfds (Linux 5.3 for
- * pidfd_open, 5.4 for waitid(P_PIDFD)); on an older kernel, without a
- * pidfd, the supervisor looks for exited workers on a 50 ms timer while it
- * runs, so an exit can be seen up to 50 ms late. */
+ * pm_cluster_last_signal stays 0; reap_orphans cannot be on (it needs
+ * SIGCHLD): pm_options_set_reap_orphans takes the value, but
+ * pm_options_validate and pm_cluster_spawn refuse the combination with
+ * -EINVAL, naming both options. Worker exits are seen through pidfds
+ * (Linux 5.3 for pidfd_open, 5.4 for waitid(P_PIDFD)); on an older kernel,
+ * without a pidfd, the supervisor looks for exited workers on a 50 ms timer
+ * while it runs, so an exit can be seen up to 50 ms late. */
 PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
 
 /* While frames are flowing, the hub polls the rings for up to us
@@ -427,8 +429,9 @@ PM_EXTERN int pm_options_set_listen_fds(pm_options *o, const int *fds, const cha
 
 /* 1: reap every child that is not a worker as well (for a supervisor that
  * is PID 1 or a child subreaper, whose orphans are re-parented to it), and
- * count them in pm_cluster_stats.orphans_reaped. Needs handle_signals. Off by
- * default: a library must not steal its application's children. */
+ * count them in pm_cluster_stats.orphans_reaped. Needs handle_signals:
+ * without it, pm_options_validate and pm_cluster_spawn fail with -EINVAL.
+ * Off by default: a library must not steal its application's children. */
 PM_EXTERN int pm_options_set_reap_orphans(pm_options *o, int on);
 
 /*
@@ -726,7 +729,10 @@ PM_EXTERN const char *pm_slot_state_name(int state);
  * and validated by the supervisor after the reap. Fixed size.
  *
  * frames[0] is the faulting function (its pc), the next ones are return
- * addresses. A frame in a module known at join has module >= 0 and offset =
+ * addresses. A call through a NULL or stale function pointer faults at a pc
+ * that is no code (0, or an address in no module): frames[0] is that pc,
+ * frames[1] the return address into the function that made the call (on
+ * x86_64 and aarch64, read from the signal context), then its callers. A frame in a module known at join has module >= 0 and offset =
  * address - the module's load bias, so `addr2line -f -e modules[module]
  * 0xOFFSET` names its function and line (for a return address, OFFSET - 1
  * names the call). Modules loaded after join (dlopen) are not known: their

@@ -489,9 +489,24 @@ START_TEST(test_sigterm_during_spawn)
 }
 END_TEST
 
+static volatile sig_atomic_t app_hups;
+
+static void app_on_hup(int sig)
+{
+    (void)sig;
+    app_hups++;
+}
+
 START_TEST(test_handle_signals_off)
 {
     memset(role, 0, sizeof(role));
+    /* The application's own SIGHUP handler, installed before the cluster. */
+    struct sigaction sa, old_sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = app_on_hup;
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGHUP, &sa, &old_sa), 0);
+    app_hups = 0;
     pm_options *o = role_opts(1);
     ck_assert_int_eq(pm_options_set_handle_signals(o, 0), 0);
     sigset_t before, after;
@@ -505,9 +520,48 @@ START_TEST(test_handle_signals_off)
     pid_t pid = info(c, 0).pid;
     ck_assert_int_eq(kill(pid, SIGKILL), 0);
     PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
-    /* A SIGHUP is not ours to take: with its handler the application sees it. */
+    /* A real SIGHUP to this process is not the cluster's to take: the
+     * application's handler runs, and the cluster neither returns -EINTR
+     * nor records it nor restarts anything for it (the daemon's SIGHUP
+     * restarts every worker). */
+    ck_assert_int_eq(kill(getpid(), SIGHUP), 0);
+    for (int i = 0; i < 1000 && app_hups == 0; i++)
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+    ck_assert_int_eq(app_hups, 1);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
     ck_assert_int_eq(pm_cluster_last_signal(c), 0);
+    pm_slot_info si = info(c, 0);
+    ck_assert_int_eq(si.state, PM_SLOT_READY);
+    ck_assert_uint_eq(si.incarnation, 2);
     pm_test_finish(c, o);
+    ck_assert_int_eq(sigaction(SIGHUP, &old_sa, NULL), 0);
+}
+END_TEST
+
+/* Orphan reaping needs SIGCHLD, which only handle_signals takes: the setter
+ * takes the value (options may be set in any order), validation and spawn
+ * refuse the combination, naming it, before any worker starts. */
+START_TEST(test_reap_orphans_needs_signals)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = role_opts(1);
+    ck_assert_int_eq(pm_options_set_handle_signals(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_reap_orphans(o, 1), 0);
+    char why[256] = "";
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), -EINVAL);
+    ck_assert_msg(strstr(why, "reap_orphans") != NULL && strstr(why, "handle_signals") != NULL,
+                  "the reason does not name both options: '%s'", why);
+    pm_cluster *c = (pm_cluster *)o; /* any non-NULL value: spawn must set it to NULL */
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -EINVAL);
+    ck_assert_ptr_null(c);
+    /* No worker was forked: this test process has no child at all. */
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+    ck_assert_int_eq(errno, ECHILD);
+    /* With handle_signals on, the same options are accepted. */
+    ck_assert_int_eq(pm_options_set_handle_signals(o, 1), 0);
+    ck_assert_int_eq(pm_options_validate(o, why, sizeof(why)), 0);
+    pm_options_free(o);
 }
 END_TEST
 
@@ -975,6 +1029,7 @@ int main(void)
     PM_ADD_TEST(s, test_sighup_interrupts_run, 30);
     PM_ADD_TEST(s, test_sigterm_during_spawn, 30);
     PM_ADD_TEST(s, test_handle_signals_off, 30);
+    PM_ADD_TEST(s, test_reap_orphans_needs_signals, 30);
     PM_ADD_TEST(s, test_stop_everywhere, 30);
     PM_ADD_TEST(s, test_watch_fd, 30);
     PM_ADD_LOOP_TEST(s, test_handshake_fault_charged, 0, 2, 60);

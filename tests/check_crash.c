@@ -18,6 +18,7 @@
 
 enum kind {
     K_NULL = 1, K_WILD, K_ACCERR, K_BUS, K_FPE, K_ABORT, K_OVERFLOW, /* real crashes */
+    K_CALL_NULL, K_CALL_WILD,
     K_SCRIBBLE, K_HALF, K_MISMATCH, K_FAKE_EXIT, K_NO_HANDLER         /* records to distrust */
 };
 
@@ -35,6 +36,19 @@ CRASHER static void crash_null(void)
 CRASHER static void crash_at(void *p)
 {
     *(volatile int *)p = 1;
+}
+
+/* A call through a function pointer that is not code: the call itself
+ * succeeds (the return address is pushed, or put in the link register),
+ * the fetch at the target faults. The store after it keeps the call a
+ * call (not a tail jump, which would leave no return address here). */
+static void (*volatile fn_ptr)(void);
+static volatile int after_call;
+
+CRASHER static void call_through(void)
+{
+    fn_ptr();
+    after_call = 1;
 }
 
 static volatile int fpe_sink, fpe_numerator = 7;
@@ -90,6 +104,18 @@ static void do_crash(int kind)
         break;
     case K_ABORT:
         abort();
+    case K_CALL_NULL:
+        fn_ptr = NULL;
+        call_through();
+        break;
+    case K_CALL_WILD: {
+        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        munmap(p, 4096);
+        *shared = (uint64_t)(uintptr_t)p;
+        fn_ptr = (void (*)(void))p;
+        call_through();
+        break;
+    }
     case K_OVERFLOW: {
         struct rlimit rl = {8u << 20, 8u << 20};
         struct rlimit cur;
@@ -263,6 +289,76 @@ START_TEST(test_segv_null)
     pclose(f);
     ck_assert_msg(strncmp(line, "crash_null", 10) == 0, "addr2line says '%s' for %s", line, cmd);
 #endif
+}
+END_TEST
+
+/* addr2line's function name for offset off of module m of the report,
+ * or "" when addr2line is absent. */
+static void symbol(int m, uint64_t off, char *line, size_t size)
+{
+    line[0] = '\0';
+    if (system("command -v addr2line >/dev/null 2>&1") != 0)
+        return;
+    char cmd[PM_CRASH_PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "addr2line -f -e '%s' 0x%llx", report.modules[m],
+             (unsigned long long)off);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, (int)size, f));
+    pclose(f);
+}
+
+/* A call to an address that is not code (0, or `where` for K_CALL_WILD):
+ * frames[0] is that address, frames[1] the return address into
+ * call_through, in the test binary; more follow (do_crash, boot_crash ...)
+ * where the unwinder goes on from the caller. */
+static void expect_called_from(int kind)
+{
+    expect_recorded(kind, SIGSEGV, "SEGV_MAPERR");
+    uint64_t target = kind == K_CALL_WILD ? where : 0;
+    ck_assert_uint_eq(report.fault_addr, target);
+#if defined(__x86_64__) || defined(__aarch64__)
+    ck_assert_uint_eq(report.pc, target);
+    ck_assert_int_eq(report.pc_module, -1);
+    ck_assert_uint_ge(report.nframes, 2);
+    ck_assert_uint_eq(report.frames[0].addr, target);
+    ck_assert_int_eq(report.frames[0].module, -1);
+    int m = report.frames[1].module;
+    ck_assert_int_ge(m, 0);
+    char self[PM_CRASH_PATH_MAX];
+    self_path(self, sizeof(self));
+    ck_assert_str_eq(report.modules[m], self);
+    /* A return address: the call instruction is the byte before it. */
+    char line[256];
+    symbol(m, report.frames[1].offset - 1, line, sizeof(line));
+    if (line[0] == '\0') {
+        fprintf(stderr, "expect_called_from: addr2line not found, symbolisation not checked\n");
+        return;
+    }
+    ck_assert_msg(strncmp(line, "call_through", 12) == 0, "frame 1 is '%s', not call_through",
+                  line);
+    /* The unwinder went on from the caller: do_crash is further down. */
+    int below = 0;
+    for (unsigned i = 2; i < report.nframes; i++) {
+        m = report.frames[i].module;
+        if (m < 0)
+            continue;
+        symbol(m, report.frames[i].offset - 1, line, sizeof(line));
+        below |= strncmp(line, "do_crash", 8) == 0;
+    }
+    ck_assert_msg(below, "no frame below call_through is do_crash (%u frames)", report.nframes);
+#endif
+}
+
+START_TEST(test_call_null)
+{
+    expect_called_from(K_CALL_NULL);
+}
+END_TEST
+
+START_TEST(test_call_wild)
+{
+    expect_called_from(K_CALL_WILD);
 }
 END_TEST
 
@@ -610,6 +706,8 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_decode, 0);
     PM_ADD_TEST(s, test_segv_null, 0);
     PM_ADD_TEST(s, test_segv_wild, 0);
+    PM_ADD_TEST(s, test_call_null, 0);
+    PM_ADD_TEST(s, test_call_wild, 0);
     PM_ADD_TEST(s, test_segv_accerr, 0);
     PM_ADD_TEST(s, test_sigbus, 0);
     PM_ADD_TEST(s, test_sigfpe, 0);

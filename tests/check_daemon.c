@@ -696,6 +696,45 @@ START_TEST(test_bin_lifecycle_lines_kept)
 }
 END_TEST
 
+/* A drain's last lines survive a lifecycle flood: two workers that exit at
+ * once, restarted after 1 ms without end, write lifecycle lines faster than
+ * their bucket refills (seen: lifecycle_suppressed for both slots, which
+ * comes only once lines were held back); then SIGTERM. Each slot's stopped
+ * line is in the log, after every lifecycle_suppressed line of its slot
+ * (the counts come first), with nothing of that slot's lifecycle after it. */
+START_TEST(test_bin_stopped_line_survives_flood)
+{
+    static char out[4 << 20];
+    char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--backoff-min", "1",
+                 "--backoff-max", "1", "--backoff-jitter", "0", "--max-restarts", "-1",
+                 "--", "/bin/sh", "-c", "exit 3", NULL};
+    proc p = start(a, base_env);
+    proc_wait_log(&p, "event=lifecycle_suppressed slot=0 ", 1, 60000);
+    proc_wait_log(&p, "event=lifecycle_suppressed slot=1 ", 1, 60000);
+    kill(p.pid, SIGTERM);
+    int rc = proc_finish(&p, out, sizeof(out), 60000);
+    ck_assert_msg(rc >= 0 && rc < 128, "procmesh ended with %d", rc);
+    for (int slot = 0; slot < 2; slot++) {
+        char stopped[64], held[64], any[32];
+        snprintf(stopped, sizeof(stopped), "event=stopped slot=%d ", slot);
+        snprintf(held, sizeof(held), "event=lifecycle_suppressed slot=%d ", slot);
+        snprintf(any, sizeof(any), " slot=%d ", slot);
+        const char *st = strstr(out, stopped);
+        ck_assert_msg(st != NULL, "no stopped line for slot %d %s", slot, log_tail(out));
+        ck_assert_msg(strstr(st + 1, stopped) == NULL, "two stopped lines for slot %d", slot);
+        const char *last = strstr(out, held);
+        while (last != NULL && strstr(last + 1, held) != NULL)
+            last = strstr(last + 1, held);
+        ck_assert(last != NULL && last < st);
+        /* The stopped line is the slot's last. */
+        const char *eol = strchr(st, '\n');
+        ck_assert_ptr_nonnull(eol);
+        ck_assert_msg(strstr(eol, any) == NULL, "slot %d logged after its stopped line %s", slot,
+                      log_tail(out));
+    }
+}
+END_TEST
+
 /* One request/answer on a unix stream socket: the answer's length, or -1
  * when there is none. */
 static int ask(const char *path, const char *line, char *reply, size_t size)
@@ -1725,6 +1764,7 @@ int main(void)
     PM_ADD_TEST(s, test_bin_core_dir, 60);
     PM_ADD_TEST(s, test_bin_drain_exit_codes, 90);
     PM_ADD_TEST(s, test_bin_lifecycle_lines_kept, 180);
+    PM_ADD_TEST(s, test_bin_stopped_line_survives_flood, 180);
     PM_ADD_TEST(s, test_bin_all_retired_exit_3, 60);
     PM_ADD_TEST(s, test_bin_listen_survives_crash, 60);
     PM_ADD_TEST(s, test_bin_sighup_rolling_restart, 60);

@@ -14,8 +14,10 @@
 #    disagrees with the header is a "conflicting types" error. Every block
 #    under EXAMPLES is a complete program and compiles too.
 # 4. groff -man -ww reports no warning (skipped, with a message, without groff).
-# 5. Every field of a public struct and every value of a public enum in
-#    include/procmesh.h is named somewhere in the pages (as a word).
+# 5. Every field of a public struct in include/procmesh.h is listed (a
+#    declaration in a block, .B/.I, \fB..\fR) in a page that names the
+#    struct's type; every value of a public enum likewise in a page naming
+#    the enum's type (any page when none names it).
 # Paths: the sources from this script's place, the build from PM_BUILD_DIR
 # (default: the current directory, where make check runs it); the compiler
 # from PM_CC (set by Makefile.am to the configured CC), else CC, else cc.
@@ -250,13 +252,89 @@ fields_of() {
 }
 fields_of "$top_srcdir/include/procmesh.h" >"$tmp/fields"
 [ -s "$tmp/fields" ] || fail "found no struct field or enum value in include/procmesh.h (the parser of man-check.sh no longer fits the header)"
-cat "$man3"/*.3 | sed -e 's/\\f.//g' -e 's/\\-/-/g' >"$tmp/allpages"
-nfields=0
-while read -r kind name item; do
-    nfields=$((nfields + 1))
-    grep -qw -- "$item" "$tmp/allpages" ||
-        fail "$kind $name: $item (include/procmesh.h) is named in no page of doc/man3"
-done <"$tmp/fields"
+# A field is documented where its struct is: some page that names the
+# struct's type (as a word) must list the field in a form a field listing
+# uses, not merely contain the word (worker, signal, ended are common
+# words). Listed: a declaration in a .nf/.EX block ("type name;",
+# "name[N];", "(*name)(", "name," of several declarators; inside a
+# "struct NAME {" listing, for that struct only), an argument of a
+# font macro line (.B name, .IR name ...), or an inline \fBname\fR /
+# \fIname\fP. An enum value likewise, in some page naming its enum's type,
+# or, when no page names that type, in any page (an enum is often met
+# through its values alone), and in a block also as "NAME =".
+listed() {
+    sed -e 's/\\-/-/g' "$1" | awk '
+    /^\.(nf|EX)/ { block = 1; next }
+    /^\.(fi|EE)/ { block = 0; cur = ""; next }
+    /^\.(B|I|BR|IR|RB|RI|BI|IB)([ \t]|$)/ {
+        line = $0; sub(/^\.[A-Z]+/, "", line); gsub(/"/, " ", line)
+        n = split(line, w, /[ \t]+/)
+        for (i = 1; i <= n; i++) if (w[i] ~ /^[A-Za-z_][A-Za-z0-9_]*$/) print w[i]
+    }
+    {
+        line = $0
+        while (match(line, /\\f[BI][A-Za-z_][A-Za-z0-9_]*\\f[RP]/)) {
+            t = substr(line, RSTART + 3, RLENGTH - 6); print t
+            line = substr(line, RSTART + RLENGTH)
+        }
+        if (!block) next
+        # A declaration in a struct listing counts for that struct only
+        # ("NAME.field"): the signal field of pm_event lists no other struct field.
+        if ($0 ~ /^[ \t]*(typedef )?struct [a-z_]+ \{/) {
+            cur = $0; sub(/^[ \t]*(typedef )?struct /, "", cur); sub(/ .*/, "", cur)
+            print cur ".{"; next
+        }
+        if ($0 ~ /^[ \t]*\}/) cur = ""
+        pre = cur != "" ? cur "." : ""
+        line = $0
+        while (match(line, /\(\*[A-Za-z_][A-Za-z0-9_]*\)/)) {
+            print pre substr(line, RSTART + 2, RLENGTH - 3); line = substr(line, RSTART + RLENGTH)
+        }
+        line = $0; sub(/\/\*.*/, "", line)
+        while (match(line, /[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])*[ \t]*[;,=]/)) {
+            t = substr(line, RSTART, RLENGTH); sub(/[^A-Za-z0-9_].*/, "", t)
+            if (substr(line, RSTART + RLENGTH - 1, 1) != "=" || t ~ /^PM_/) print pre t
+            line = substr(line, RSTART + RLENGTH)
+        }
+    }' | sort -u
+}
+# "page name" for every name a page lists; "type page" for every page that
+# names a struct's or enum's type; then one pass over the fields.
+: >"$tmp/listed"
+: >"$tmp/texts"
+for page in "$man3"/*.3; do
+    is_stub "$page" && continue
+    base=$(basename "$page")
+    listed "$page" | sed "s/^/$base /" >>"$tmp/listed"
+    sed -e 's/\\f.//g' -e 's/\\-/-/g' "$page" | tr -cs 'A-Za-z0-9_' '\n' | sort -u |
+        sed "s/^/$base /" >>"$tmp/texts"
+done
+nfields=$(wc -l <"$tmp/fields")
+awk '
+FILENAME == ARGV[1] { lst[$1 " " $2] = 1; pages[$1] = 1; next }
+FILENAME == ARGV[2] { named[$2] = named[$2] " " $1; next }
+{
+    kind = $1; name = $2; item = $3; o = named[name]
+    if (o == "") {
+        if (kind == "struct") { print "struct " name " (include/procmesh.h) is named in no page of doc/man3"; next }
+        for (p in pages) o = o " " p
+    }
+    k = split(o, ps, " ")
+    # A struct some page lists as a declaration must have every field in
+    # such a listing: a listing that leaves fields out says they are not
+    # there. Otherwise the fields may be named in the text.
+    listing = 0
+    for (i = 1; i <= k; i++) if ((ps[i] " " name ".{") in lst) listing = 1
+    for (i = 1; i <= k; i++)
+        if ((!listing && (ps[i] " " item) in lst) || (ps[i] " " name "." item) in lst) next
+    if (listing)
+        print kind " " name ": " item " (include/procmesh.h) is missing from the struct listing (struct " name " { ... }) of:" named[name]
+    else
+        print kind " " name ": " item " (include/procmesh.h) is not listed (a .B/.I line, an inline font change, a declaration in a block) in a page naming " name ":" named[name]
+}' "$tmp/listed" "$tmp/texts" "$tmp/fields" >"$tmp/unlisted"
+while read -r line; do
+    fail "$line"
+done <"$tmp/unlisted"
 
 # --- 4. groff finds nothing to warn about ---------------------------------------
 formatted="format cleanly"

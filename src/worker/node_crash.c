@@ -12,6 +12,8 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <ucontext.h>
 
 #include "channel/channel.h" /* struct pm__ctl */
@@ -33,6 +35,14 @@ static atomic_flag crash_taken = ATOMIC_FLAG_INIT;
 static pm__crash_modules crash_modules;
 static void *crash_stack;
 
+/* 1 on the architectures whose signal context we read: the faulting pc
+ * and, for a jump to an address that is not code, the caller. */
+#if defined(__x86_64__) || defined(__aarch64__)
+#define PM__CRASH_CONTEXT 1
+#else
+#define PM__CRASH_CONTEXT 0
+#endif
+
 static uint64_t context_pc(const void *ucv)
 {
     const ucontext_t *uc = ucv;
@@ -46,32 +56,169 @@ static uint64_t context_pc(const void *ucv)
 #endif
 }
 
+/* 1 when the 8 bytes at a can be read without a fault. rt_sigprocmask
+ * copies its new set (8 bytes on x86-64 and arm64) from the caller before
+ * it looks at `how`: with an invalid `how` it fails with EFAULT on memory
+ * it cannot read and EINVAL on memory it can, and changes nothing. A system
+ * call, so async-signal-safe, with no fd to prepare, and one that both
+ * seccomp profiles allow: process_vm_readv on ourselves, the other classic
+ * probe, is denied by `basic` and would end the worker with SIGSYS in
+ * place of its own signal. */
+static int readable(uint64_t a)
+{
+    if (a == 0)
+        return 0;
+    int saved = errno;
+    long rc = syscall(SYS_rt_sigprocmask, -1, (void *)(uintptr_t)a, NULL, (size_t)8);
+    int ok = rc == -1 && errno == EINVAL;
+    errno = saved;
+    return ok;
+}
+
+/* 1 when the unwinder may start at pc: libgcc's fallback for an address
+ * without unwind info reads the 9 bytes there (is it a sigreturn stub?). */
+static int code_readable(uint64_t pc)
+{
+    return readable(pc) && readable(pc + 1);
+}
+
+/* The return address of the call that jumped to the faulting pc, read from
+ * the context: a call pushed it at the stack pointer (x86-64) or left it in
+ * the link register (arm64). 0 when it cannot be read. */
+static uint64_t context_caller(const void *ucv)
+{
+    const ucontext_t *uc = ucv;
+#if defined(__x86_64__)
+    uint64_t sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
+    return readable(sp) ? *(const uint64_t *)(uintptr_t)sp : 0;
+#elif defined(__aarch64__)
+    return (uint64_t)uc->uc_mcontext.regs[30];
+#else
+    (void)uc;
+    return 0;
+#endif
+}
+
+/* The interrupted context made the caller's, as if the call to the bad pc
+ * had returned (x86-64: the return address popped; arm64: sp unchanged,
+ * pc from the link register), so that the unwinder, which reads the
+ * interrupted registers from this context, goes on from the caller; and
+ * put back after. The process never resumes this context either way: the
+ * handler re-raises the signal. */
+static void context_retarget(void *ucv, uint64_t ra, uint64_t saved[2])
+{
+    ucontext_t *uc = ucv;
+#if defined(__x86_64__)
+    saved[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    saved[1] = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
+    uc->uc_mcontext.gregs[REG_RIP] = (greg_t)ra;
+    uc->uc_mcontext.gregs[REG_RSP] = (greg_t)(saved[1] + 8);
+#elif defined(__aarch64__)
+    saved[0] = (uint64_t)uc->uc_mcontext.pc;
+    saved[1] = 0;
+    uc->uc_mcontext.pc = ra;
+#else
+    (void)uc, (void)ra, (void)saved;
+#endif
+}
+
+static void context_restore(void *ucv, const uint64_t saved[2])
+{
+    ucontext_t *uc = ucv;
+#if defined(__x86_64__)
+    uc->uc_mcontext.gregs[REG_RIP] = (greg_t)saved[0];
+    uc->uc_mcontext.gregs[REG_RSP] = (greg_t)saved[1];
+#elif defined(__aarch64__)
+    uc->uc_mcontext.pc = saved[0];
+#else
+    (void)uc, (void)saved;
+#endif
+}
+
+#define PM__RAW_FRAMES (PM_CRASH_FRAMES + 8)
+
+/* The unwinder's frames from here (the handler's own first), 0 before it
+ * is primed. */
+static int unwind(uint64_t *frames)
+{
+    void *raw[PM__RAW_FRAMES];
+    int n = pm__crash_backtrace(raw, PM__RAW_FRAMES);
+    for (int i = 0; i < n; i++)
+        frames[i] = (uint64_t)(uintptr_t)raw[i];
+    return n > 0 ? n : 0;
+}
+
+/* 1 when the unwinder got past pc: pc is a frame and not the last one. It
+ * stops at pc when pc is 0 or has no unwind info (not code at all). */
+static int unwound_past(const uint64_t *frames, int n, uint64_t pc)
+{
+    for (int i = 0; i + 1 < n; i++)
+        if (frames[i] == pc)
+            return 1;
+    return 0;
+}
+
+/* The frames of a jump to a pc that is not code (a call through a NULL or
+ * stale function pointer): pc, the caller the context names, then what the
+ * unwinder finds from that caller on, or those two alone. */
+static int from_context(void *ucv, uint64_t pc, uint64_t *frames)
+{
+    frames[0] = pc;
+    uint64_t ra = context_caller(ucv);
+    if (ra == 0)
+        return 1;
+    frames[1] = ra;
+    if (!code_readable(ra))
+        return 2;
+    uint64_t more[PM__RAW_FRAMES], saved[2];
+    context_retarget(ucv, ra, saved);
+    int m = unwind(more);
+    context_restore(ucv, saved);
+    int n = 2;
+    for (int i = 0; i < m; i++)
+        if (more[i] == ra) {
+            for (int j = i + 1; j < m && n < PM__RAW_FRAMES; j++)
+                frames[n++] = more[j];
+            break;
+        }
+    return n;
+}
+
+/* The frames to record, the faulting pc first where the context has it. */
+static int crash_frames(void *ucv, uint64_t pc, uint64_t *frames)
+{
+    if (!PM__CRASH_CONTEXT)
+        return unwind(frames); /* no pc: the handler's frames and all below */
+    if (!code_readable(pc))
+        return from_context(ucv, pc, frames); /* the unwinder would read pc */
+    int n = unwind(frames);
+    /* Before the unwinder is primed (an exec'd worker, before ready):
+     * the faulting pc is the one frame. */
+    if (n == 0) {
+        frames[0] = pc;
+        return 1;
+    }
+    return unwound_past(frames, n, pc) ? n : from_context(ucv, pc, frames);
+}
+
 /* Runs on the alternate stack with SA_RESETHAND (the disposition is the
  * default again from entry on). Only async-signal-safe work: loads, plain
- * stores into our own mapping, pm__crash_backtrace (crash.h), getpid, raise. */
+ * stores into our own mapping and the signal context, pm__crash_backtrace
+ * (crash.h), rt_sigprocmask as a probe, getpid, raise. */
 static void on_fatal(int sig, siginfo_t *si, void *ucv)
 {
     int saved = errno;
     struct pm__crash_rec *r = atomic_load_explicit(&crash_target, memory_order_acquire);
     if (r != NULL && getpid() == atomic_load_explicit(&crash_pid, memory_order_relaxed) &&
         !atomic_flag_test_and_set(&crash_taken)) {
-        void *raw[PM_CRASH_FRAMES + 8];
-        uint64_t frames[PM_CRASH_FRAMES + 8];
-        int n = pm__crash_backtrace(raw, (int)PM__ARRAY_SIZE(raw));
-        for (int i = 0; i < n; i++)
-            frames[i] = (uint64_t)(uintptr_t)raw[i];
-        /* Before the unwinder is primed (an exec'd worker, before ready):
-         * the faulting pc is the one frame. */
+        uint64_t frames[PM__RAW_FRAMES];
         uint64_t pc = context_pc(ucv);
-        if (n <= 0 && pc != 0) {
-            frames[0] = pc;
-            n = 1;
-        }
+        int n = crash_frames(ucv, pc, frames);
         /* si_addr means an address only for a fault the kernel raised;
          * for kill/raise/abort the union holds the sender's pid and uid. */
         int fault = si->si_code > 0 && sig != SIGABRT && sig != SIGSYS;
         uint64_t addr = fault ? (uint64_t)(uintptr_t)si->si_addr : 0;
-        pm__crash_fill(r, &crash_modules, sig, si->si_code, addr, pc, frames, n > 0 ? (unsigned)n : 0);
+        pm__crash_fill(r, &crash_modules, sig, si->si_code, addr, pc, frames, (unsigned)n);
     }
     /* The same signal again, now with the default action: it is blocked
      * until we return (no SA_NODEFER), so it is delivered on the way out,
