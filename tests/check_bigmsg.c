@@ -10,9 +10,11 @@
  * busy loop while a destination does not read).
  *
  * The exec-mode worker is this program itself, run as "check_bigmsg worker".
- * A case this host cannot run (not root, no MFD_HUGETLB, a sanitizer, a
+ * A case this host cannot run (not root, no MFD_HUGETLB, a
  * kernel that does not refuse) is left out or says so as it runs; the
  * program then exits 77 with the reasons once the others have passed.
+ * Under a sanitizer, test_unmappable_skipped is left out with a note: the
+ * build cannot run it, the plain build of the same tree does.
  */
 #include "helpers.h"
 
@@ -1192,11 +1194,15 @@ int main(int argc, char **argv)
     else
         skipped("test_refused_forward: needs root to run as a user of its own");
     /* The sanitizer's allocator maps as it goes: under a cap on the address
-     * space it dies before procmesh is asked to map anything. */
+     * space it dies before procmesh is asked to map anything. That is the
+     * build, not the machine: the plain build of the same tree runs the
+     * case (CI runs both), so the sanitizer build says so and does not
+     * turn the program into a skip. */
     if (!pm_test_sanitized())
         PM_ADD_TEST(s, test_unmappable_skipped, 120);
     else
-        skipped("test_unmappable_skipped: not under a sanitizer (it caps the address space)");
+        fprintf(stderr, "note: test_unmappable_skipped runs in the build without a sanitizer only "
+                        "(it caps the address space)\n");
     PM_ADD_LOOP_TEST(s, test_hostile_fenced, H_UNSEALED, H_HUGETLB, 90);
     int hfd = memfd_create("probe", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
     if (hfd >= 0) {

@@ -82,11 +82,14 @@ fi
 # program needs is really missing on that machine. Any other skip under CI
 # is a failure: CI runs as root on a machine with PID namespaces, cgroups
 # and io_uring, so check_pid1 and check_oom in particular must run there.
+# check_bigmsg: two of its cases need root (a user of its own) and
+# MFD_HUGETLB; it runs the others and skips with the reasons.
 # check_netns: a container without CAP_NET_ADMIN, or a kernel without veth,
 # bridge or nf_tables, cannot make its network; its probe is the program's
 # own (root, then a veth pair, a bridge and an nftables table in a fresh
 # network namespace), so the skip is refused wherever the test could run.
 ci_allowed_skips='
+tests/check_bigmsg|[ "$(id -u)" -eq 0 ] && grep -qw hugetlbfs /proc/filesystems|not root, or a kernel without hugetlbfs: the refused-forward and hugetlb cases cannot run
 tests/check_netns|[ "$(id -u)" -eq 0 ] && unshare -n sh -c "ip link add pmv0 type veth peer name pmv1 && ip link add pmbr0 type bridge && nft add table inet pmprobe"|no network namespace with veth, bridge and nftables here
 '
 
