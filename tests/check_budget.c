@@ -181,7 +181,7 @@ START_TEST(test_slot_table)
     for (int st = 0; st < PM__SLOT_STATES; st++)
         for (int e = 0; e < PM__EV_COUNT; e++)
             ck_assert_msg(pm__slot_action(st, e) == want[st][e], "state %s, event %s: action %d, want %d",
-                          pm__slot_state_name(st), event_names[e], pm__slot_action(st, e),
+                          pm_slot_state_name(st), event_names[e], pm__slot_action(st, e),
                           want[st][e]);
     /* The FAULT row: a worker breaking the protocol is killed wherever it
      * is alive (starting, ready, or already stopping), and nothing else
@@ -204,8 +204,8 @@ START_TEST(test_slot_table)
     static const char *const states[] = {"none",    "starting", "ready",   "backoff",
                                          "retired", "stopped",  "stopping"};
     for (int st = 0; st < PM__SLOT_STATES; st++)
-        ck_assert_str_eq(pm__slot_state_name(st), states[st]);
-    ck_assert_str_eq(pm__slot_state_name(99), "none");
+        ck_assert_str_eq(pm_slot_state_name(st), states[st]);
+    ck_assert_str_eq(pm_slot_state_name(99), "none");
 }
 END_TEST
 

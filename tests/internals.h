@@ -230,10 +230,11 @@ static inline uint32_t pm_test_main_held_fds(const pm_cluster *c)
     return c->hub->main_held_fds;
 }
 
-/* System calls the supervisor's loop made (waits and submissions). */
+/* System calls the supervisor's loop made (waits and submissions), from
+ * the head loop.h publishes. */
 static inline uint64_t pm_test_loop_syscalls(const pm_cluster *c)
 {
-    return pm__loop_syscalls(c->loop);
+    return ((const struct pm__loop_head *)(const void *)c->loop)->syscalls;
 }
 
 /* Requests slot i has in flight (to anyone). */
@@ -272,7 +273,7 @@ static inline int pm_test_liveness_checked(const pm_cluster *c)
 /* PM__LOOP_URING or PM__LOOP_EPOLL. */
 static inline int pm_test_loop_backend(const pm_cluster *c)
 {
-    return pm__loop_backend(c->loop);
+    return ((const struct pm__loop_head *)(const void *)c->loop)->backend;
 }
 
 /* Slot i's pidfd: -1 when it has none (no process, or a kernel without

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* bigmsg.c - large messages as sealed memfds over the link's socket; see bigmsg.h. */
+/* bigmsg.c - large messages as sealed memfds over the channel's socket; see bigmsg.h. */
 #define _GNU_SOURCE
 #include "base/internal.h"
 #include "bigmsg.h"

@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bigmsg.h - messages larger than a frame: a sealed memfd handed over the
- * link's socket (SCM_RIGHTS), announced by a ring frame.
+ * channel's socket (SCM_RIGHTS), announced by a ring frame.
  *
  * A message above PM_MAX_PAYLOAD travels as a memfd that holds exactly its
  * bytes, sealed F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL
  * before it leaves its sender. The sender first sends one record on the
- * link's SOCK_SEQPACKET socket (8 bytes: "PMFD", u32 sequence; exactly one
+ * channel's SOCK_SEQPACKET socket (8 bytes: "PMFD", u32 sequence; exactly one
  * fd in SCM_RIGHTS), then the frame: type MSG, REQUEST or REPLY with flag
  * PM__FF_MEMFD and a 16-byte payload, the announcement (u64 length, u32 the
- * same sequence, u32 zero). Records are numbered per link and direction
+ * same sequence, u32 zero). Records are numbered per channel and direction
  * (1, 2, ...), so a record sent without its frame shows up as a sequence
  * mismatch at the next announcement. The receiver takes exactly one record
  * per announcement and checks it (pm__bigmsg_recv, pm__bigmsg_check)
@@ -33,7 +33,7 @@
 
 #define PM__ANNOUNCE_SIZE 16u
 #define PM__BIGMSG_RECORD 8u
-/* The largest message the link can announce (frame lengths are u32 on the
+/* The largest message a channel can announce (frame lengths are u32 on the
  * receiving side's pm__frame_hdr). */
 #define PM__BIGMSG_MAX ((size_t)UINT32_MAX)
 
@@ -68,7 +68,7 @@ int pm__bigmsg_check(int fd, uint64_t len, size_t max);
 /* The same without the scan for holes, which walks every page (its cost
  * grows with the length: doc/benchmarks.md): for a worker taking an fd from
  * its hub, which scanned every fd it passes on (pm__bigmsg_check at the
- * sending host's hub) or wrote it whole itself (main's, a link's), and
+ * sending host's hub) or wrote it whole itself (main's, a peer link's), and
  * F_SEAL_WRITE (which forbids punching a hole) has held since. */
 int pm__bigmsg_check_from_hub(int fd, uint64_t len, size_t max);
 

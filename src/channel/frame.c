@@ -2,7 +2,7 @@
 /*
  * frame.c - frame header codec. Pure: no system calls, no allocation.
  * Explicit little-endian byte order (le.h), so the same bytes can cross a
- * link between hosts of different byte order.
+ * peer link between hosts of different byte order.
  */
 #include "base/internal.h"
 #include "base/le.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * frame.h - the versioned header of everything that crosses a ring (and,
- * later, a peer link).
+ * frame.h - the versioned header of everything that crosses a ring or a
+ * peer link.
  *
  * Wire layout, little-endian, 56 bytes, then `len` payload bytes:
  *
@@ -37,7 +37,7 @@
 #define PM__FRAME_VERSION 2u
 #define PM__FRAME_HDR_SIZE 56u
 /* The only flag: the frame announces a message larger than a frame, whose
- * bytes travel as a sealed memfd on the link's socket (bigmsg.h). Allowed
+ * bytes travel as a sealed memfd on the channel's socket (bigmsg.h). Allowed
  * on MSG, REQUEST and REPLY, with exactly a PM__ANNOUNCE_SIZE payload. */
 #define PM__FF_MEMFD 0x0001u
 
@@ -55,7 +55,7 @@ enum pm__frame_type {
     PM__FT_BCAST = 9,         /* fan out to your ready workers: request_id, deadline */
     PM__FT_BRESULT = 10,      /* one worker's result: src/src_inc, error, payload */
     PM__FT_BDONE = 11,        /* every result sent: payload u32 count */
-    /* Flow control on a link (doc/protocol.md 6, "Flow control"). */
+    /* Flow control on a peer link (doc/protocol.md 6, "Flow control"). */
     PM__FT_CREDIT = 12,       /* frames and bytes for address port src left the
                                  receiver's hands: payload u32 frames, u32 bytes */
     PM__FT_FRAG = 13,         /* one fragment of a large message: payload the

@@ -498,8 +498,8 @@ static int check_with_library(const pmd_dconf *c, char *err, size_t errsize)
         return -ENOMEM;
     /* A stand-in program: the checks across options must run whatever
      * the program named (an empty name is refused by its own check, and
-     * with the real one a refused name would skip them: backoff-min above
-     * backoff-max was accepted behind an empty program, fuzz_dconf). */
+     * with the real one a refused name would skip them; fuzz_dconf holds
+     * this). */
     static const char *const stand_in[] = {"procmesh-check", NULL};
     int rc = pm_options_set_exec(o, stand_in[0], (char *const *)stand_in);
     rc = rc ? rc : pm_options_set_workers(o, c->workers);

@@ -55,7 +55,7 @@ static const char *fill_seccomp(void *h)
 
 struct dep {
     const char *name;   /* for messages: "libsodium" */
-    const char *soname; /* configure's, or a test's (pm__dep_set_soname) */
+    const char *soname; /* configure's (PM_SONAME_*) */
     const void *fns;
     const char *(*fill)(void *h);
     /* Written once, by the pthread_once routine; read after pthread_once
@@ -167,16 +167,6 @@ const char *pm__dep_error(enum pm__dep d)
     return deps[d].why;
 }
 
-int pm__dep_set_soname(enum pm__dep d, const char *soname)
-{
-    if ((unsigned)d >= PM__DEP_COUNT_ || soname == NULL)
-        return -EINVAL;
-    if (atomic_load_explicit(&tried[d], memory_order_relaxed))
-        return -EBUSY;
-    deps[d].soname = soname;
-    return 0;
-}
-
 #else /* !PM_LAZY_DEPS: linked directly */
 
 int pm__dep_load(enum pm__dep d, char *why, size_t whysize)
@@ -199,13 +189,6 @@ const char *pm__dep_error(enum pm__dep d)
 {
     (void)d;
     return "";
-}
-
-int pm__dep_set_soname(enum pm__dep d, const char *soname)
-{
-    (void)d;
-    (void)soname;
-    return -ENOTSUP;
 }
 
 #endif /* PM_LAZY_DEPS */

@@ -40,7 +40,4 @@ PM__DAEMON_API int pm__dep_load(enum pm__dep d, char *why, size_t whysize);
 /* The reason d could not be loaded ("" when it was, or was never tried). */
 const char *pm__dep_error(enum pm__dep d);
 
-/* Tests: the SONAME to load d by, before its first load (-EBUSY after). */
-int pm__dep_set_soname(enum pm__dep d, const char *soname);
-
 #endif /* PM_DEPS_H */

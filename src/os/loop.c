@@ -33,12 +33,10 @@
 #define TAG_IGNORE UINT64_MAX /* completions of our own cancel requests */
 
 struct pm__loop {
-    int backend;
+    struct pm__loop_head head; /* first: what loop.h publishes */
     int epfd;
     struct io_uring ring;
     unsigned pending; /* io_uring: SQEs prepared, not yet submitted */
-    int multishot;    /* io_uring: multishot polls exist (Linux 5.13) */
-    uint64_t syscalls; /* system calls the loop made (for pm-bench) */
 };
 
 static int loop_open(pm__loop *l, unsigned entries)
@@ -56,12 +54,11 @@ static int loop_open(pm__loop *l, unsigned entries)
         p.flags = IORING_SETUP_CLAMP;
         int rc = io_uring_queue_init_params(n, &l->ring, &p);
         if (rc == 0) {
-            l->backend = PM__LOOP_URING;
+            l->head.backend = PM__LOOP_URING;
             /* Multishot polls came with 5.13, as did IORING_FEAT_RSRC_TAGS,
              * the nearest feature bit the kernel reports; before it, the
              * poll's len field must be 0 and a multishot request fails. */
-            l->multishot = (p.features & IORING_FEAT_RSRC_TAGS) != 0 &&
-                           getenv("PROCMESH_NO_MULTISHOT") == NULL;
+            l->head.multishot = (p.features & IORING_FEAT_RSRC_TAGS) != 0;
             return 0;
         }
         /* -ENOSYS, -EPERM (seccomp, io_uring_disabled) and friends: fall
@@ -70,18 +67,18 @@ static int loop_open(pm__loop *l, unsigned entries)
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (l->epfd < 0)
         return -errno;
-    l->backend = PM__LOOP_EPOLL;
+    l->head.backend = PM__LOOP_EPOLL;
     return 0;
 }
 
 /* Unmaps the ring and closes the fds; the memory stays. */
 static void loop_close(pm__loop *l)
 {
-    if (l->backend == PM__LOOP_URING)
+    if (l->head.backend == PM__LOOP_URING)
         io_uring_queue_exit(&l->ring);
     pm__close(l->epfd);
     l->epfd = -1;
-    l->backend = 0;
+    l->head.backend = 0;
 }
 
 int pm__loop_init(pm__loop **out, unsigned entries)
@@ -109,16 +106,6 @@ void pm__loop_fini(pm__loop *l)
     errno = saved;
 }
 
-int pm__loop_backend(const pm__loop *l)
-{
-    return l->backend;
-}
-
-uint64_t pm__loop_syscalls(const pm__loop *l)
-{
-    return l->syscalls;
-}
-
 void pm__loop_forget(pm__loop *l)
 {
     /* In a forked child the ring's memory is a MAP_SHARED mapping of the
@@ -133,8 +120,8 @@ void pm__loop_forget(pm__loop *l)
 int pm__loop_child_drop(const pm__loop *l, int *fd, void *at[2], size_t len[2])
 {
     size_t page = (size_t)getpagesize();
-    *fd = l->backend == PM__LOOP_URING ? l->ring.ring_fd : l->epfd;
-    if (l->backend != PM__LOOP_URING)
+    *fd = l->head.backend == PM__LOOP_URING ? l->ring.ring_fd : l->epfd;
+    if (l->head.backend != PM__LOOP_URING)
         return 0;
     at[0] = l->ring.sq.sqes;
     len[0] = sizeof(struct io_uring_sqe) * l->ring.sq.ring_entries;
@@ -188,7 +175,7 @@ static int epoll_set(pm__loop *l, int fd, uint32_t bits, uint64_t tag)
 
 int pm__loop_arm_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
 {
-    if (l->backend == PM__LOOP_URING) {
+    if (l->head.backend == PM__LOOP_URING) {
         struct io_uring_sqe *sqe = get_sqe(l);
         if (sqe == NULL)
             return -EBUSY;
@@ -209,13 +196,13 @@ int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag)
 
 int pm__loop_has_multi(const pm__loop *l)
 {
-    return l->backend == PM__LOOP_EPOLL || l->multishot;
+    return l->head.backend == PM__LOOP_EPOLL || l->head.multishot;
 }
 
 int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
 {
-    if (l->backend == PM__LOOP_URING) {
-        if (!l->multishot)
+    if (l->head.backend == PM__LOOP_URING) {
+        if (!l->head.multishot)
             return pm__loop_arm_ev(l, fd, tag, events); /* each completion says "over" */
         struct io_uring_sqe *sqe = get_sqe(l);
         if (sqe == NULL)
@@ -233,7 +220,7 @@ int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
 
 int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag)
 {
-    if (l->backend == PM__LOOP_URING) {
+    if (l->head.backend == PM__LOOP_URING) {
         struct io_uring_sqe *sqe = get_sqe(l);
         if (sqe == NULL)
             return -EBUSY;
@@ -251,7 +238,7 @@ int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag)
 
 int pm__loop_flush(pm__loop *l)
 {
-    if (l->backend != PM__LOOP_URING || l->pending == 0)
+    if (l->head.backend != PM__LOOP_URING || l->pending == 0)
         return 0;
     int rc = io_uring_submit(&l->ring);
     if (rc < 0)
@@ -276,7 +263,7 @@ static int uring_wait(pm__loop *l, int timeout_ms, uint64_t *tags, unsigned char
         rc = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
     }
     if (l->pending != 0 || timeout_ms != 0)
-        l->syscalls++;
+        l->head.syscalls++;
     l->pending = 0;
     if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
         return rc;
@@ -300,11 +287,11 @@ static int uring_wait(pm__loop *l, int timeout_ms, uint64_t *tags, unsigned char
 
 int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, unsigned char *more, int max)
 {
-    if (l->backend == PM__LOOP_URING)
+    if (l->head.backend == PM__LOOP_URING)
         return uring_wait(l, timeout_ms, tags, more, max);
     struct epoll_event evs[64];
     int cap = max < 64 ? max : 64;
-    l->syscalls++;
+    l->head.syscalls++;
     int n = epoll_wait(l->epfd, evs, cap, timeout_ms);
     if (n < 0)
         return errno == EINTR ? 0 : -errno;
@@ -320,10 +307,10 @@ int pm__loop_wait(pm__loop *l, int timeout_ms, uint64_t *tags, unsigned char *mo
 
 int pm__loop_fd(const pm__loop *l)
 {
-    return l->backend == PM__LOOP_URING ? l->ring.ring_fd : l->epfd;
+    return l->head.backend == PM__LOOP_URING ? l->ring.ring_fd : l->epfd;
 }
 
 int pm__loop_ready(pm__loop *l)
 {
-    return l->backend == PM__LOOP_URING && io_uring_cq_ready(&l->ring) > 0;
+    return l->head.backend == PM__LOOP_URING && io_uring_cq_ready(&l->ring) > 0;
 }

@@ -37,6 +37,17 @@ enum pm__loop_backend { PM__LOOP_URING = 1, PM__LOOP_EPOLL = 2 };
 /* Opaque: only loop.c sees the io_uring instance (and so <liburing.h>). */
 typedef struct pm__loop pm__loop;
 
+/* The first member of every pm__loop: what a reader outside loop.c may see
+ * of it (a pm__loop pointer converts to a pointer to its head). No product
+ * path reads it: the tests (tests/internals.h) check which backend runs,
+ * and pm-bench counts the loop's system calls per frame. Only loop.c
+ * writes it. */
+struct pm__loop_head {
+    int backend;       /* PM__LOOP_URING or PM__LOOP_EPOLL */
+    int multishot;     /* io_uring: multishot polls exist (Linux 5.13) */
+    uint64_t syscalls; /* waits and submissions (io_uring_enter, epoll_wait) */
+};
+
 /* A new loop in *out (NULL on failure). entries: how many fds may be
  * armed at once (rounded up as needed). Uses io_uring unless the kernel or
  * a seccomp policy refuses it, or the environment variable
@@ -44,10 +55,6 @@ typedef struct pm__loop pm__loop;
 int pm__loop_init(pm__loop **out, unsigned entries);
 /* Closes and frees it; NULL is a no-op. */
 void pm__loop_fini(pm__loop *l);
-/* PM__LOOP_URING or PM__LOOP_EPOLL. */
-int pm__loop_backend(const pm__loop *l);
-/* System calls the loop made (for pm-bench). */
-uint64_t pm__loop_syscalls(const pm__loop *l);
 
 int pm__loop_arm(pm__loop *l, int fd, uint64_t tag);
 int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag);

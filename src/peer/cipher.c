@@ -181,12 +181,7 @@ void pm__noise_hkdf(const unsigned char *ck, const void *ikm, size_t ikm_len, un
 static const pm__noise_aead chachapoly = {pm__noise_aead_encrypt, pm__noise_aead_decrypt};
 /* Written only by pm-bench before its supervisors start (no link exists,
  * no other thread runs), read by the loop thread: a plain pointer. */
-static const pm__noise_aead *transport_aead = &chachapoly;
-
-void pm__noise_bench_set_aead(const pm__noise_aead *aead)
-{
-    transport_aead = aead != NULL ? aead : &chachapoly;
-}
+const pm__noise_aead *pm__noise_transport_aead = &chachapoly;
 
 static int tr_fail(pm__noise_transport *t, int err)
 {
@@ -210,7 +205,7 @@ static void rekey(pm__noise_transport *t, int dir)
 {
     static const unsigned char zeros[KEY];
     unsigned char buf[KEY + TAG];
-    transport_aead->encrypt(buf, t->sec->k[dir], UINT64_MAX, NULL, 0, zeros, KEY);
+    pm__noise_transport_aead->encrypt(buf, t->sec->k[dir], UINT64_MAX, NULL, 0, zeros, KEY);
     memcpy(t->sec->k[dir], buf, KEY);
     sodium_memzero(buf, sizeof(buf));
 }
@@ -237,7 +232,7 @@ int pm__noise_encrypt(pm__noise_transport *t, const void *ad, size_t ad_len, con
         return -ENOBUFS;
     if (t->n[1] >= PM__NOISE_NONCE_LIMIT)
         return tr_fail(t, -EOVERFLOW);
-    transport_aead->encrypt(out, t->sec->k[1], t->n[1], ad, ad_len, in, len);
+    pm__noise_transport_aead->encrypt(out, t->sec->k[1], t->n[1], ad, ad_len, in, len);
     advance(t, 1);
     *out_len = len + TAG;
     return 0;
@@ -258,7 +253,7 @@ int pm__noise_decrypt(pm__noise_transport *t, const void *ad, size_t ad_len, con
         return -ENOBUFS;
     if (t->n[0] >= PM__NOISE_NONCE_LIMIT)
         return tr_fail(t, -EOVERFLOW);
-    if (transport_aead->decrypt(out, t->sec->k[0], t->n[0], ad, ad_len, in, len) != 0)
+    if (pm__noise_transport_aead->decrypt(out, t->sec->k[0], t->n[0], ad, ad_len, in, len) != 0)
         return tr_fail(t, -EBADMSG);
     advance(t, 0);
     *out_len = len - TAG;

@@ -42,19 +42,20 @@ int pm__noise_decrypt(pm__noise_transport *t, const void *ad, size_t ad_len, con
                       void *out, size_t cap, size_t *out_len);
 
 /* The transport's AEAD: ChaChaPoly (pm__noise_aead_encrypt/decrypt's
- * shape). The handshake always uses ChaChaPoly. The one other table is
- * pm-bench's null cipher (tools/bench/peer.c, built into pm-bench only),
- * which measures what the cryptography costs on the same link code; no
- * library or daemon source calls the setter (tests/layers.sh checks). */
+ * shape). The handshake always uses ChaChaPoly. */
 typedef struct pm__noise_aead {
     void (*encrypt)(unsigned char *out, const unsigned char *k, uint64_t n, const void *ad, size_t ad_len,
                     const void *in, size_t len);
     int (*decrypt)(unsigned char *out, const unsigned char *k, uint64_t n, const void *ad, size_t ad_len,
                    const unsigned char *in, size_t len);
 } pm__noise_aead;
-/* Process-wide, for every transport message and Rekey() from now on: call
- * it before any link exists (both ends must agree). NULL: ChaChaPoly. */
-void pm__noise_bench_set_aead(const pm__noise_aead *aead);
+/* The table every transport message and Rekey() uses, process-wide:
+ * ChaChaPoly. No product path changes it. pm-bench points it at its null
+ * cipher (tools/bench/peer.c, built into pm-bench only) before any link
+ * exists, both ends alike, to measure what the cryptography costs on the
+ * same link code; no library or daemon object refers to it but cipher.c
+ * (tests/layers.sh checks). */
+extern const pm__noise_aead *pm__noise_transport_aead;
 
 /* Rekey() of rev 34 11.3 now, on the sending (tx) or receiving direction:
  * k = first 32 bytes of ENCRYPT(k, 2^64-1, "", zeros); the nonce goes on. */

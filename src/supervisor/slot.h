@@ -42,11 +42,4 @@ enum pm__slot_action {
 /* The action for an event in a state; PM__A_IGNORE for anything unknown. */
 int pm__slot_action(int state, int event);
 
-/* The internal spelling of pm_slot_state_name (one table, in slot.c), for
- * tests/check_budget.c, which calls it. */
-static inline const char *pm__slot_state_name(int state)
-{
-    return pm_slot_state_name(state);
-}
-
 #endif /* PM_SLOT_H */

@@ -46,8 +46,9 @@
  * Copies the plaintext and appends a zero tag; decryption checks the tag is
  * zero, so a framing error still fails as it would with ChaChaPoly. It lives
  * here only: Makefile.am builds this file into pm-bench and nothing else,
- * and tests/layers.sh fails when a library or daemon object calls
- * pm__noise_bench_set_aead. in and out may be the same buffer (memmove).
+ * and tests/layers.sh fails when a library or daemon object other than
+ * cipher.c refers to pm__noise_transport_aead, the table set_aead points.
+ * in and out may be the same buffer (memmove).
  */
 static void null_encrypt(unsigned char *out, const unsigned char *k, uint64_t n, const void *ad,
                          size_t ad_len, const void *in, size_t len)
@@ -75,6 +76,14 @@ static int null_decrypt(unsigned char *out, const unsigned char *k, uint64_t n, 
 }
 
 static const pm__noise_aead null_aead = {null_encrypt, null_decrypt};
+
+/* The transport's cipher from now on, process-wide (cipher.h): call it
+ * before any link exists. NULL: the product's ChaChaPoly. */
+static void set_aead(const pm__noise_aead *aead)
+{
+    static const pm__noise_aead chachapoly = {pm__noise_aead_encrypt, pm__noise_aead_decrypt};
+    pm__noise_transport_aead = aead != NULL ? aead : &chachapoly;
+}
 
 /* ------------------------------------------------------------------ shared state */
 
@@ -267,7 +276,7 @@ static pid_t start_host(const char *host, int port, int null_cipher)
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
         _exit(1);
     if (null_cipher)
-        pm__noise_bench_set_aead(&null_aead);
+        set_aead(&null_aead);
     pm_options *o = pm_options_new();
     char hp[32];
     snprintf(hp, sizeof(hp), "127.0.0.1:%d", port);
@@ -654,7 +663,7 @@ static void sink_frame(void *arg, const unsigned char *frame, size_t len)
  * clock: what load on the machine disturbs least. ns per frame, or 0. */
 static uint64_t link_cpu_in_memory(int null_cipher, size_t size, unsigned batch, uint64_t frames)
 {
-    pm__noise_bench_set_aead(null_cipher ? &null_aead : NULL);
+    set_aead(null_cipher ? &null_aead : NULL);
     pm__keyring *ka = bench_keyring(), *kb = bench_keyring();
     pm__pconn_cfg ca = {"t", "a", 1, 5000, ka, NULL}, cb = {"t", "b", 2, 5000, kb, NULL};
     pm__pconn a, b;
@@ -690,7 +699,7 @@ static uint64_t link_cpu_in_memory(int null_cipher, size_t size, unsigned batch,
     pm__keyring_free(ka);
     pm__keyring_free(kb);
     free(frame);
-    pm__noise_bench_set_aead(NULL);
+    set_aead(NULL);
     return ns;
 }
 
