@@ -27,6 +27,10 @@
 #include "base/le.h"
 #include "channel/proto.h"
 #include "os/spawn.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "mesh/mesh.h"
+#include "options.h"
 
 
 

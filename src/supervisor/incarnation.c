@@ -30,6 +30,10 @@
 #include "channel/proto.h" /* pm__init_msg, PM__PROTO_VERSION */
 #include "os/seccomp_filter.h"
 #include "os/spawn.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "mesh/mesh.h"
+#include "options.h"
 
 struct child_ctx {
     pm_cluster *c;

@@ -8,6 +8,8 @@
 #include "liveness.h"
 
 #include "reap.h"
+#include "hub/hub.h"
+#include "options.h"
 
 #include <string.h>
 #include <time.h>

@@ -13,6 +13,9 @@
 #define _GNU_SOURCE
 #include "output.h"
 #include "types.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "options.h"
 
 #include <fcntl.h>
 #include <stdio.h>

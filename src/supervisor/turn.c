@@ -21,6 +21,10 @@
 #include "reap.h"
 #include "standby_fork.h"
 #include "watch.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "mesh/mesh.h"
+#include "options.h"
 
 /* Without pidfds and signals, how often exits are looked for. */
 #define PM__SCAN_MS 50

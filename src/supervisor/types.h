@@ -14,16 +14,19 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "base/internal.h"
 #include "budget.h"
 #include "os/cgroup.h"
 #include "deadlines.h"
-#include "hub/hub.h"
 #include "channel/channel.h"
-#include "os/loop.h"
-#include "options.h"
 #include "output.h"
-#include "mesh/mesh.h"
 #include "slot.h"
+
+/* Opaque here, held by pointer: a module that calls into one includes its
+ * header (hub/hub.h, os/loop.h, mesh/mesh.h), options.h to read c->o. */
+typedef struct pm__hub pm__hub;
+typedef struct pm__loop pm__loop;
+typedef struct pm__mesh pm__mesh;
 
 /* Loop tag kinds (the layout: os/loop.h). */
 enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
@@ -191,12 +194,6 @@ static inline void pm__slot_set_deadline(pm__slot *s, uint64_t at, int event)
 {
     pm__deadlines_set(s->deadlines, s->index, at);
     s->deadline_event = event;
-}
-
-/* The address of a slot: with its incarnation while it has a process. */
-static inline void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a)
-{
-    pm__node_address(pm__hub_names(c->hub), s->index, pm__slot_has_process(s) ? s->incarnation : 0, a);
 }
 
 /* Brackets a public function that may run the loop and so fork a worker:

@@ -2,6 +2,7 @@
 /* counters.c - the supervisor's internal counters pm-bench reports, read in one place. */
 #include "base/internal.h"
 
+#include "os/loop.h"
 #include "supervisor/types.h"
 #include "counters.h"
 
