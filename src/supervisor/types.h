@@ -21,6 +21,7 @@
 #include "channel/channel.h"
 #include "output.h"
 #include "slot.h"
+#include "standby_state.h" /* pm__standby, a slot's */
 
 /* Opaque here, held by pointer: a module that calls into one includes its
  * header (hub/hub.h, os/loop.h, mesh/mesh.h), options.h to read c->o. */
@@ -34,28 +35,6 @@ enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_H
        PM__TAG_PEER, PM__TAG_PEER_LISTEN /* the mesh's (pm__mesh_env): a link's socket, the listener */,
        PM__TAG_SOCK /* a worker's large-message socket: a record arrived, or room */,
        PM__TAG_STANDBY /* a warm standby's pidfd (standby_fork.c); inc: the incarnation it would be */ };
-
-/* An application fd watched by the loop (pm_cluster_watch_fd). */
-typedef struct pm__watch {
-    int fd;                 /* -1: free */
-    uint32_t gen;           /* bumped on every (un)watch: stale completions are dropped */
-    int armed;
-    void (*cb)(pm_cluster *, int, void *);
-    void *arg;
-} pm__watch;
-
-#define PM__MAX_WATCH 1024
-
-/* Fork mode with pm_options_set_warm_standby: the next incarnation, forked
- * ahead onto the spare channel and blocked until the crash it replaces
- * (standby.c, standby_fork.c). pid 0: none. */
-typedef struct pm__standby {
-    pid_t pid;
-    int pidfd;            /* polled (PM__TAG_STANDBY) while armed */
-    int go_fd;            /* its go eventfd: writing 1 starts it (a blocking read there) */
-    int armed;
-    uint64_t incarnation; /* the incarnation it becomes; its channel is the slot's spare */
-} pm__standby;
 
 typedef struct pm__slot {
     unsigned index;
@@ -150,7 +129,7 @@ struct pm_cluster {
     uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
     uint64_t last_check_boot;
     struct pm_cluster_stats stats; /* the counters kept here rather than per slot */
-    pm__watch *watches;     /* PM__MAX_WATCH entries, allocated on first use */
+    struct pm__watch *watches; /* PM__MAX_WATCH entries (watch.h), allocated on first use */
     char **env;             /* environment template for exec mode */
     size_t nenv;
     uint64_t output_suppressed; /* captured lines dropped by the rate limit (output.c) */
