@@ -213,7 +213,7 @@ static void deliver(pm_cluster *c, const pm__slot *s, int stream, const char *te
 static void dropped(pm_cluster *c, pm__output *o, unsigned n)
 {
     o->suppressed += n;
-    c->output_suppressed += n;
+    c->output.suppressed += n;
 }
 
 /* A line from the splitter: delivered if the slot's bucket has a token,

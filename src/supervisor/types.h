@@ -5,7 +5,8 @@
  * module of the supervisor shares. Declarations only: what each module
  * exports is in its own header (core.h, actions.h, reap.h, turn.h, ...).
  * The hub (hub.h) sits below: the supervisor calls it, it never calls back
- * except through the pm__hub_ops table.
+ * except through the pm__hub_ops table. The hub, the loop and the mesh are
+ * only named here: a module that calls one includes its header.
  */
 #ifndef PM_SUPERVISOR_TYPES_H
 #define PM_SUPERVISOR_TYPES_H
@@ -91,6 +92,11 @@ typedef struct pm__slot {
 struct pm_cluster {
     uint32_t magic;         /* PM__MAGIC_CLUSTER; 0 once freed */
     uint32_t gen;           /* pm__fork_gen() of the process that created it */
+    /* The fields below are the shared core. A module's own fields are its
+     * part, declared in its header: c->turn_state, c->liveness and
+     * c->incarnation_state (modules above this header: incomplete to the
+     * others, allocated with the cluster in cluster.c), c->output and
+     * c->watches. */
     pm_options *o;
     unsigned nslots;
     pm__slot *slots;
@@ -105,12 +111,9 @@ struct pm_cluster {
     void *entry_cfa;
     sigset_t old_mask;
     int mask_changed;
-    uint64_t sig_ignored;   /* exec mode: the signals ignored at the first start (incarnation.c) */
-    int sig_ignored_known;
+    struct pm__incarnation_state *incarnation_state; /* incarnation.c's (incarnation.h) */
     pid_t self;
-    uint64_t timer_at;      /* deadline the timerfd is set to, 0 none; never
-                               later than the next deadline, maybe earlier */
-    atomic_int stop;
+    struct pm__turn_state *turn_state; /* turn.c's (turn.h) */
     int last_signal;
     int spawning;           /* inside pm_cluster_spawn */
     int spawn_error;
@@ -126,13 +129,12 @@ struct pm_cluster {
     pm__channel_params channel_params; /* every channel's (cluster.c, at creation) */
     char *exec_path;        /* resolved against PATH */
     uint64_t next_check;    /* liveness check deadline (ms), 0 = off */
-    uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
-    uint64_t last_check_boot;
+    struct pm__liveness_state *liveness; /* liveness.c's (liveness.h) */
     struct pm_cluster_stats stats; /* the counters kept here rather than per slot */
     struct pm__watch *watches; /* PM__MAX_WATCH entries (watch.h), allocated on first use */
     char **env;             /* environment template for exec mode */
     size_t nenv;
-    uint64_t output_suppressed; /* captured lines dropped by the rate limit (output.c) */
+    pm__output_totals output; /* output.c's (output.h) */
     pm__cg_root cg;         /* containment: the cluster's cgroups, or process groups */
     pm__mesh *mesh;         /* peer links (mesh.h), NULL without peer mode */
     pm__deadlines deadlines; /* every slot's deadline, earliest first (deadlines.h) */
