@@ -68,7 +68,7 @@ static inline int pm_test_slot_crash_state(const pm_cluster *c, unsigned i)
 /* Captured lines the rate limit dropped for good, every slot together. */
 static inline uint64_t pm_test_output_suppressed(const pm_cluster *c)
 {
-    return c->output_suppressed;
+    return c->output.suppressed;
 }
 
 /* Frames the hub dropped from slot i as malformed. */
@@ -267,7 +267,7 @@ static inline uint64_t pm_test_late_replies(const pm_cluster *c)
  * measured from one). */
 static inline int pm_test_liveness_checked(const pm_cluster *c)
 {
-    return c->last_check_mono != 0;
+    return c->liveness->last_check_mono != 0;
 }
 
 /* PM__LOOP_URING or PM__LOOP_EPOLL. */

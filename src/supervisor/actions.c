@@ -28,6 +28,8 @@
 #include "diag.h"
 #include "incarnation.h"
 #include "standby_fork.h"
+#include "hub/hub.h"
+#include "options.h"
 
 static double rand01(pm_cluster *c)
 {

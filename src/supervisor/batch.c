@@ -10,6 +10,9 @@
 #define _GNU_SOURCE
 #include "types.h"
 #include "turn.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "options.h"
 
 #include <stdlib.h>
 #include <string.h>

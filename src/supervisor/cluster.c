@@ -27,6 +27,10 @@
 #include "base/le.h"
 #include "channel/proto.h"
 #include "os/spawn.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "mesh/mesh.h"
+#include "options.h"
 
 
 
@@ -262,12 +266,25 @@ static int loop_setup(pm_cluster *c)
     return 0;
 }
 
+/* The cluster and the parts only one module uses, in one allocation: c
+ * first, so that free(c) frees them all. */
+typedef struct cluster_alloc {
+    struct pm_cluster c;
+    struct pm__turn_state turn;
+    struct pm__liveness_state liveness;
+    struct pm__incarnation_state incarnation;
+} cluster_alloc;
+
 static int cluster_create(const pm_options *o, pm_cluster **out)
 {
     int rc;
-    pm_cluster *c = calloc(1, sizeof(*c));
-    if (c == NULL)
+    cluster_alloc *all = calloc(1, sizeof(*all));
+    if (all == NULL)
         return -ENOMEM;
+    pm_cluster *c = &all->c;
+    c->turn_state = &all->turn;
+    c->liveness = &all->liveness;
+    c->incarnation_state = &all->incarnation;
     c->magic = PM__MAGIC_CLUSTER;
     c->gen = pm__fork_gen();
     c->sigfd = c->timerfd = c->wakefd = -1;

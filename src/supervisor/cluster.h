@@ -5,7 +5,8 @@
  * for cluster.c and the tests (tests/internals.h). A module of the
  * supervisor includes the headers of what it uses, never this one.
  *
- * Bottom to top: types.h (the structures), diag, output, watch; core (the
+ * Bottom to top: types.h (the structures; it includes output.h and
+ * standby_state.h, whose types a slot holds), diag, output, watch; core (the
  * primitives on one slot); standby; incarnation; standby_fork; actions (the
  * slot table's actions); readiness; pool; reap; liveness; turn; peers;
  * cluster.

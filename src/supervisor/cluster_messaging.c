@@ -5,6 +5,8 @@
 #include "channel/frame.h"
 #include "types.h"
 #include "turn.h"
+#include "hub/hub.h"
+#include "os/loop.h"
 
 PM_EXTERN int pm_cluster_send(pm_cluster *c, const pm_address *to, const void *data, size_t len)
 {

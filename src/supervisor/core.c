@@ -15,9 +15,17 @@
 #include <unistd.h>
 
 #include "diag.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "options.h"
 #include "os/spawn.h"
 
 /* Empties an eventfd or timerfd: what fired matters, not how often. */
+void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a)
+{
+    pm__node_address(pm__hub_names(c->hub), s->index, pm__slot_has_process(s) ? s->incarnation : 0, a);
+}
+
 void pm__drain_counter(int fd)
 {
     uint64_t v;

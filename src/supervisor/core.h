@@ -12,6 +12,9 @@
 
 #include "types.h"
 
+/* The address of a slot: with its incarnation while it has a process. */
+void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a);
+
 /* Empties an eventfd or timerfd: what fired matters, not how often. */
 void pm__drain_counter(int fd);
 

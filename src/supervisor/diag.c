@@ -6,6 +6,8 @@
  */
 #define _GNU_SOURCE
 #include "diag.h"
+#include "hub/hub.h"
+#include "options.h"
 
 #include <stdarg.h>
 #include <stdio.h>

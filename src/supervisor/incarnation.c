@@ -30,6 +30,10 @@
 #include "channel/proto.h" /* pm__init_msg, PM__PROTO_VERSION */
 #include "os/seccomp_filter.h"
 #include "os/spawn.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "mesh/mesh.h"
+#include "options.h"
 
 struct child_ctx {
     pm_cluster *c;
@@ -406,11 +410,11 @@ static int base_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, sigset_t *cu
          * the clone clears them all (spawn.c). A signal the application
          * starts to ignore later stays ignored in the workers started
          * after, as exec keeps SIG_IGN (doc/man3/pm_options_set_exec.3). */
-        if (!c->sig_ignored_known) {
-            c->sig_ignored = pm__sig_ignored();
-            c->sig_ignored_known = 1;
+        if (!c->incarnation_state->sig_ignored_known) {
+            c->incarnation_state->sig_ignored = pm__sig_ignored();
+            c->incarnation_state->sig_ignored_known = 1;
         }
-        req->sig_ignored = c->sig_ignored;
+        req->sig_ignored = c->incarnation_state->sig_ignored;
         req->sig_ignored_known = 1;
     }
     return privileges(c, s, req);

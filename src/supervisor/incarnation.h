@@ -7,6 +7,12 @@
 #include "types.h"
 #include "spare.h" /* pm__incarnation_spare_drop and _prepare */
 
+/* The incarnation start's part of the cluster (c->incarnation_state). */
+struct pm__incarnation_state {
+    uint64_t sig_ignored;  /* exec mode: the signals ignored at the first start */
+    int sig_ignored_known;
+};
+
 /* Starts the next incarnation of s. 0, or -errno with nothing left behind
  * (no process, no fd, no memory); -EADDRINUSE is not the slot's fault (see
  * incarnation.c). */

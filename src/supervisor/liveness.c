@@ -8,6 +8,8 @@
 #include "liveness.h"
 
 #include "reap.h"
+#include "hub/hub.h"
+#include "options.h"
 
 #include <string.h>
 #include <time.h>
@@ -48,9 +50,9 @@ void pm__liveness_check(pm_cluster *c, uint64_t now)
     uint64_t timeout = (uint64_t)c->o->heartbeat_timeout_ms;
     uint64_t period = pm__liveness_period(c);
     uint64_t boot = boottime_ms();
-    if (c->last_check_mono != 0) {
-        uint64_t dm = now - c->last_check_mono;
-        uint64_t db = boot - c->last_check_boot;
+    if (c->liveness->last_check_mono != 0) {
+        uint64_t dm = now - c->liveness->last_check_mono;
+        uint64_t db = boot - c->liveness->last_check_boot;
         uint64_t late = dm > period ? dm - period : 0;
         uint64_t suspended = db > dm ? db - dm : 0;
         uint64_t stall = late > suspended ? late : suspended;
@@ -71,8 +73,8 @@ void pm__liveness_check(pm_cluster *c, uint64_t now)
             }
         }
     }
-    c->last_check_mono = now;
-    c->last_check_boot = boot;
+    c->liveness->last_check_mono = now;
+    c->liveness->last_check_boot = boot;
     /* Every slot, once per period: O(N) per check, at a fixed rate (four
      * checks per heartbeat timeout) whatever the traffic; never per turn,
      * since the check runs only when its own deadline comes due. Counted

@@ -13,6 +13,9 @@
 #define _GNU_SOURCE
 #include "output.h"
 #include "types.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "options.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -210,7 +213,7 @@ static void deliver(pm_cluster *c, const pm__slot *s, int stream, const char *te
 static void dropped(pm_cluster *c, pm__output *o, unsigned n)
 {
     o->suppressed += n;
-    c->output_suppressed += n;
+    c->output.suppressed += n;
 }
 
 /* A line from the splitter: delivered if the slot's bucket has a token,

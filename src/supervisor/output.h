@@ -82,6 +82,11 @@ typedef struct pm__output {
     uint64_t suppressed; /* lines dropped since the last one delivered (kept ones not counted) */
 } pm__output;
 
+/* The output's part of the cluster (c->output): every slot's together. */
+typedef struct pm__output_totals {
+    uint64_t suppressed; /* captured lines dropped by the rate limit */
+} pm__output_totals;
+
 /* A finished line (or piece) from the splitter: emit(arg, text, len,
  * truncated). text is NUL-terminated. */
 typedef void (*pm__output_emit)(void *arg, const char *text, size_t len, int truncated);

@@ -5,6 +5,9 @@
 #include "diag.h"
 
 #include "peer/peer.h"
+#include "hub/hub.h"
+#include "mesh/mesh.h"
+#include "options.h"
 
 /* pm__mesh_ops.event: PM_EVENT_PEER_UP, _DOWN, _REFUSED to the application. */
 static void mesh_event(void *owner, const pm_event *ev)

@@ -21,6 +21,7 @@
 #include "actions.h"
 #include "channel/proto.h"
 #include "core.h"
+#include "hub/hub.h"
 
 /* pm__hub_ops.timed_out: one of main's requests timed out in p's hands
  * and the options say to kill it. Cut off first (the hub reads nothing

@@ -3,6 +3,7 @@
 #ifndef PM_SUPERVISOR_POOL_H
 #define PM_SUPERVISOR_POOL_H
 
+#include "hub/hub.h" /* pm__ending */
 #include "types.h"
 
 /* pm__hub_ops.timed_out: kills p (reason "timeout"), cut off at once. */

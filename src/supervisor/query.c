@@ -5,6 +5,11 @@
 
 #include <string.h>
 
+#include "core.h" /* pm__slot_address */
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "options.h"
+
 PM_EXTERN int pm_cluster_self(const pm_cluster *c, pm_address *out)
 {
     int rc = pm__cluster_check(c);

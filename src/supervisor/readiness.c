@@ -15,6 +15,8 @@
 #include "actions.h"
 #include "core.h"
 #include "os/notify.h"
+#include "os/loop.h"
+#include "options.h"
 
 /* What the worker said on its NOTIFY_SOCKET. Order inside one read does
  * not matter: READY is acted on first, as systemd does. Also called when the

@@ -22,6 +22,9 @@
 #include "pool.h"
 #include "readiness.h"
 #include "standby_fork.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "options.h"
 
 /* A fault found by the hub: the worker is killed; the exit that follows is
  * charged as a failure with this reason. */

@@ -19,6 +19,7 @@
 
 #include "os/notify.h"
 #include "os/spawn.h"
+#include "options.h"
 
 /* Creating a channel (memfd_create, ftruncate, the seals, mmap, the ring
  * headers' first-touch faults, two eventfds, a socketpair and its two

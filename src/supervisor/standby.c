@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "os/spawn.h"
+#include "os/loop.h"
 
 static void disarm(pm_cluster *c, pm__slot *s)
 {

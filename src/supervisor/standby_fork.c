@@ -14,6 +14,8 @@
 
 #include "incarnation.h"
 #include "os/spawn.h"
+#include "os/loop.h"
+#include "options.h"
 
 void pm__standby_prepare(pm_cluster *c, pm__slot *s)
 {

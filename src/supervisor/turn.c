@@ -21,6 +21,10 @@
 #include "reap.h"
 #include "standby_fork.h"
 #include "watch.h"
+#include "hub/hub.h"
+#include "os/loop.h"
+#include "mesh/mesh.h"
+#include "options.h"
 
 /* Without pidfds and signals, how often exits are looked for. */
 #define PM__SCAN_MS 50
@@ -39,14 +43,14 @@ int pm__cluster_rearm_timer(pm_cluster *c)
     uint64_t slot = pm__deadlines_first(&c->deadlines, NULL);
     if (slot != 0 && (next == 0 || slot < next))
         next = slot;
-    if (next == c->timer_at)
+    if (next == c->turn_state->timer_at)
         return 0;
     /* Only ever moved earlier while it is set. Every request the hub
      * forwards adds a deadline and its reply removes it; following each
      * change would cost two timerfd_settime calls per request. A timer
      * left at a deadline that went away fires early, once: fire_due finds
      * nothing due and the next turn sets it to the real next deadline. */
-    if (c->timer_at != 0 && (next == 0 || next > c->timer_at))
+    if (c->turn_state->timer_at != 0 && (next == 0 || next > c->turn_state->timer_at))
         return 0;
     struct itimerspec its;
     memset(&its, 0, sizeof(its));
@@ -61,7 +65,7 @@ int pm__cluster_rearm_timer(pm_cluster *c)
     }
     if (timerfd_settime(c->timerfd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
         return -errno;
-    c->timer_at = next;
+    c->turn_state->timer_at = next;
     return 0;
 }
 
@@ -81,7 +85,7 @@ static void fire_due(pm_cluster *c)
 static void on_timer(pm_cluster *c)
 {
     pm__drain_counter(c->timerfd);
-    c->timer_at = 0; /* fired: rearm_timer sets it again */
+    c->turn_state->timer_at = 0; /* fired: rearm_timer sets it again */
     pm__loop_arm(c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
 }
 
@@ -234,7 +238,7 @@ PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
             rc = -EINTR;
             break;
         }
-        if (atomic_exchange(&c->stop, 0))
+        if (atomic_exchange(&c->turn_state->stop, 0))
             break;
         if (timeout_ms >= 0 && pm__now_ms() >= end)
             break;
@@ -250,7 +254,7 @@ PM_EXTERN void pm_cluster_stop(pm_cluster *c)
     /* Async-signal-safe: atomic loads and a write(). */
     if (pm__cluster_check(c) < 0)
         return;
-    atomic_store(&c->stop, 1);
+    atomic_store(&c->turn_state->stop, 1);
     uint64_t one = 1;
     ssize_t n = write(c->wakefd, &one, sizeof(one));
     (void)n;

@@ -3,7 +3,17 @@
 #ifndef PM_SUPERVISOR_TURN_H
 #define PM_SUPERVISOR_TURN_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "types.h"
+
+/* The turn's part of the cluster (c->turn_state). */
+struct pm__turn_state {
+    uint64_t timer_at; /* deadline the timerfd is set to, 0 none; never
+                          later than the next deadline, maybe earlier */
+    atomic_int stop;   /* pm_cluster_stop: the running pm_cluster_run returns */
+};
 
 /* Waits up to timeout_ms for readiness, handles it, fires the due
  * deadlines. 0 or a negative errno from the loop itself. */

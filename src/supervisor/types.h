@@ -5,7 +5,8 @@
  * module of the supervisor shares. Declarations only: what each module
  * exports is in its own header (core.h, actions.h, reap.h, turn.h, ...).
  * The hub (hub.h) sits below: the supervisor calls it, it never calls back
- * except through the pm__hub_ops table.
+ * except through the pm__hub_ops table. The hub, the loop and the mesh are
+ * only named here: a module that calls one includes its header.
  */
 #ifndef PM_SUPERVISOR_TYPES_H
 #define PM_SUPERVISOR_TYPES_H
@@ -14,16 +15,20 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "base/internal.h"
 #include "budget.h"
 #include "os/cgroup.h"
 #include "deadlines.h"
-#include "hub/hub.h"
 #include "channel/channel.h"
-#include "os/loop.h"
-#include "options.h"
 #include "output.h"
-#include "mesh/mesh.h"
 #include "slot.h"
+#include "standby_state.h" /* pm__standby, a slot's */
+
+/* Opaque here, held by pointer: a module that calls into one includes its
+ * header (hub/hub.h, os/loop.h, mesh/mesh.h), options.h to read c->o. */
+typedef struct pm__hub pm__hub;
+typedef struct pm__loop pm__loop;
+typedef struct pm__mesh pm__mesh;
 
 /* Loop tag kinds (the layout: os/loop.h). */
 enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_HUB,
@@ -31,28 +36,6 @@ enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_H
        PM__TAG_PEER, PM__TAG_PEER_LISTEN /* the mesh's (pm__mesh_env): a link's socket, the listener */,
        PM__TAG_SOCK /* a worker's large-message socket: a record arrived, or room */,
        PM__TAG_STANDBY /* a warm standby's pidfd (standby_fork.c); inc: the incarnation it would be */ };
-
-/* An application fd watched by the loop (pm_cluster_watch_fd). */
-typedef struct pm__watch {
-    int fd;                 /* -1: free */
-    uint32_t gen;           /* bumped on every (un)watch: stale completions are dropped */
-    int armed;
-    void (*cb)(pm_cluster *, int, void *);
-    void *arg;
-} pm__watch;
-
-#define PM__MAX_WATCH 1024
-
-/* Fork mode with pm_options_set_warm_standby: the next incarnation, forked
- * ahead onto the spare channel and blocked until the crash it replaces
- * (standby.c, standby_fork.c). pid 0: none. */
-typedef struct pm__standby {
-    pid_t pid;
-    int pidfd;            /* polled (PM__TAG_STANDBY) while armed */
-    int go_fd;            /* its go eventfd: writing 1 starts it (a blocking read there) */
-    int armed;
-    uint64_t incarnation; /* the incarnation it becomes; its channel is the slot's spare */
-} pm__standby;
 
 typedef struct pm__slot {
     unsigned index;
@@ -109,6 +92,11 @@ typedef struct pm__slot {
 struct pm_cluster {
     uint32_t magic;         /* PM__MAGIC_CLUSTER; 0 once freed */
     uint32_t gen;           /* pm__fork_gen() of the process that created it */
+    /* The fields below are the shared core. A module's own fields are its
+     * part, declared in its header: c->turn_state, c->liveness and
+     * c->incarnation_state (modules above this header: incomplete to the
+     * others, allocated with the cluster in cluster.c), c->output and
+     * c->watches. */
     pm_options *o;
     unsigned nslots;
     pm__slot *slots;
@@ -123,12 +111,9 @@ struct pm_cluster {
     void *entry_cfa;
     sigset_t old_mask;
     int mask_changed;
-    uint64_t sig_ignored;   /* exec mode: the signals ignored at the first start (incarnation.c) */
-    int sig_ignored_known;
+    struct pm__incarnation_state *incarnation_state; /* incarnation.c's (incarnation.h) */
     pid_t self;
-    uint64_t timer_at;      /* deadline the timerfd is set to, 0 none; never
-                               later than the next deadline, maybe earlier */
-    atomic_int stop;
+    struct pm__turn_state *turn_state; /* turn.c's (turn.h) */
     int last_signal;
     int spawning;           /* inside pm_cluster_spawn */
     int spawn_error;
@@ -144,13 +129,12 @@ struct pm_cluster {
     pm__channel_params channel_params; /* every channel's (cluster.c, at creation) */
     char *exec_path;        /* resolved against PATH */
     uint64_t next_check;    /* liveness check deadline (ms), 0 = off */
-    uint64_t last_check_mono; /* CLOCK_MONOTONIC / CLOCK_BOOTTIME ms at the last check */
-    uint64_t last_check_boot;
+    struct pm__liveness_state *liveness; /* liveness.c's (liveness.h) */
     struct pm_cluster_stats stats; /* the counters kept here rather than per slot */
-    pm__watch *watches;     /* PM__MAX_WATCH entries, allocated on first use */
+    struct pm__watch *watches; /* PM__MAX_WATCH entries (watch.h), allocated on first use */
     char **env;             /* environment template for exec mode */
     size_t nenv;
-    uint64_t output_suppressed; /* captured lines dropped by the rate limit (output.c) */
+    pm__output_totals output; /* output.c's (output.h) */
     pm__cg_root cg;         /* containment: the cluster's cgroups, or process groups */
     pm__mesh *mesh;         /* peer links (mesh.h), NULL without peer mode */
     pm__deadlines deadlines; /* every slot's deadline, earliest first (deadlines.h) */
@@ -191,12 +175,6 @@ static inline void pm__slot_set_deadline(pm__slot *s, uint64_t at, int event)
 {
     pm__deadlines_set(s->deadlines, s->index, at);
     s->deadline_event = event;
-}
-
-/* The address of a slot: with its incarnation while it has a process. */
-static inline void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a)
-{
-    pm__node_address(pm__hub_names(c->hub), s->index, pm__slot_has_process(s) ? s->incarnation : 0, a);
 }
 
 /* Brackets a public function that may run the loop and so fork a worker:

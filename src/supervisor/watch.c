@@ -2,6 +2,8 @@
 /* watch.c - application fds watched by the supervisor's loop (pm_cluster_watch_fd). */
 #define _GNU_SOURCE
 #include "watch.h"
+#include "hub/hub.h"
+#include "os/loop.h"
 
 #include <stdlib.h>
 

@@ -5,6 +5,17 @@
 
 #include "types.h"
 
+/* An application fd watched by the loop (pm_cluster_watch_fd). */
+typedef struct pm__watch {
+    int fd;                 /* -1: free */
+    uint32_t gen;           /* bumped on every (un)watch: stale completions are dropped */
+    int armed;
+    void (*cb)(pm_cluster *, int, void *);
+    void *arg;
+} pm__watch;
+
+#define PM__MAX_WATCH 1024
+
 /* The poll of watch idx completed (PM__TAG_USER): its callback, unless it
  * was unwatched meanwhile (gen). */
 void pm__watch_fire(pm_cluster *c, unsigned idx, uint32_t gen);
