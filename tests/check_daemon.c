@@ -24,6 +24,7 @@
 #include "core.h"
 #include "dconf.h"
 #include "base/defaults.h"
+#include "channel/bigmsg.h"
 #include "health.h"
 #include "jsoncheck.h"
 #include "log.h"
@@ -249,6 +250,100 @@ START_TEST(test_config_errors)
     ck_assert_ptr_nonnull(strstr(err, "--backoff-max: 0 is below --backoff-min 5"));
     ck_assert_int_eq(parse(&c, err, "prog", NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "'prog': expected an option or '--'"));
+}
+END_TEST
+
+/* The bounds of --workers, --pids-max, --max-message, --cpu-max, --uid-range
+ * and --backoff-jitter are the library's (its setters judge; dconf repeats
+ * none): each edge is accepted, one past it refused with an error naming
+ * the flag and the library's range. */
+START_TEST(test_config_library_bounds)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    pmd_dconf c;
+    char err[256], e[8][48];
+    snprintf(e[0], sizeof(e[0]), "%d", PM_MAX_WORKERS);
+    snprintf(e[1], sizeof(e[1]), "%d", PM__MAX_PIDS_MAX);
+    snprintf(e[2], sizeof(e[2]), "%zu", PM__BIGMSG_MAX);
+    snprintf(e[3], sizeof(e[3]), "%llu/%d", PM__MAX_CPU_QUOTA_US, PM__MAX_CPU_PERIOD_US);
+    snprintf(e[4], sizeof(e[4]), "%u:1", (unsigned)(uid_t)-1 - 1);
+    ck_assert_int_eq(parse(&c, err, "--workers", e[0], "--pids-max", e[1], "--max-message", e[2],
+                           "--cpu-max", e[3], "--uid-range", e[4], "--backoff-jitter", "1", "--",
+                           "x", NULL),
+                     0);
+    ck_assert_int_eq(c.workers, PM_MAX_WORKERS);
+    ck_assert_int_eq(c.pids_max, PM__MAX_PIDS_MAX);
+    ck_assert_uint_eq(c.max_message, PM__BIGMSG_MAX);
+    ck_assert_uint_eq(c.cpu_quota, PM__MAX_CPU_QUOTA_US);
+    ck_assert_uint_eq(c.cpu_period, PM__MAX_CPU_PERIOD_US);
+    ck_assert_uint_eq(c.uid_first, (unsigned)(uid_t)-1 - 1);
+    ck_assert(c.jitter == 1.0);
+    pmd_dconf_free(&c);
+    snprintf(e[2], sizeof(e[2]), "%d", PM_MAX_PAYLOAD);
+    snprintf(e[3], sizeof(e[3]), "%d/%d", PM__MIN_CPU_QUOTA_US, PM__MIN_CPU_PERIOD_US);
+    snprintf(e[4], sizeof(e[4]), "1:%d", PM_MAX_WORKERS);
+    ck_assert_int_eq(parse(&c, err, "--workers", "1", "--pids-max", "1", "--max-message", e[2],
+                           "--cpu-max", e[3], "--uid-range", e[4], "--backoff-jitter", "0", "--",
+                           "x", NULL),
+                     0);
+    ck_assert_int_eq(c.workers, 1);
+    ck_assert_int_eq(c.pids_max, 1);
+    ck_assert_uint_eq(c.max_message, PM_MAX_PAYLOAD);
+    ck_assert_uint_eq(c.cpu_quota, PM__MIN_CPU_QUOTA_US);
+    ck_assert_uint_eq(c.uid_count, PM_MAX_WORKERS);
+    ck_assert(c.jitter == 0.0);
+    pmd_dconf_free(&c);
+
+    char allowed[6][128], bad[13][48];
+    snprintf(allowed[0], sizeof(allowed[0]), "is not auto or a whole number in 1..%d", PM_MAX_WORKERS);
+    snprintf(allowed[1], sizeof(allowed[1]), "is not max or a whole number in 1..%d", PM__MAX_PIDS_MAX);
+    snprintf(allowed[2], sizeof(allowed[2]), "is not a size in %d..%zu bytes", PM_MAX_PAYLOAD,
+             PM__BIGMSG_MAX);
+    snprintf(allowed[3], sizeof(allowed[3]), "(quota %d..%llu, period %d..%d;", PM__MIN_CPU_QUOTA_US,
+             PM__MAX_CPU_QUOTA_US, PM__MIN_CPU_PERIOD_US, PM__MAX_CPU_PERIOD_US);
+    snprintf(allowed[4], sizeof(allowed[4]), "COUNT in 1..%d, below uid %u", PM_MAX_WORKERS,
+             (unsigned)(uid_t)-1);
+    snprintf(allowed[5], sizeof(allowed[5]), "is not a number in 0..1");
+    snprintf(bad[0], sizeof(bad[0]), "%d", PM_MAX_WORKERS + 1);
+    snprintf(bad[1], sizeof(bad[1]), "%d", PM__MAX_PIDS_MAX + 1);
+    snprintf(bad[2], sizeof(bad[2]), "%llu", (unsigned long long)PM__BIGMSG_MAX + 1);
+    snprintf(bad[3], sizeof(bad[3]), "%d", PM_MAX_PAYLOAD - 1);
+    snprintf(bad[4], sizeof(bad[4]), "%llu", PM__MAX_CPU_QUOTA_US + 1);
+    snprintf(bad[5], sizeof(bad[5]), "%d", PM__MIN_CPU_QUOTA_US - 1);
+    snprintf(bad[6], sizeof(bad[6]), "%d/%d", PM__MIN_CPU_QUOTA_US, PM__MAX_CPU_PERIOD_US + 1);
+    snprintf(bad[7], sizeof(bad[7]), "%d/%d", PM__MIN_CPU_QUOTA_US, PM__MIN_CPU_PERIOD_US - 1);
+    snprintf(bad[8], sizeof(bad[8]), "1:%d", PM_MAX_WORKERS + 1);
+    snprintf(bad[9], sizeof(bad[9]), "%u:1", (unsigned)(uid_t)-1);
+    snprintf(bad[10], sizeof(bad[10]), "0:1");
+    snprintf(bad[11], sizeof(bad[11]), "1.000001");
+    snprintf(bad[12], sizeof(bad[12]), "-0.000001");
+    static const struct {
+        const char *flag;
+        int bad, allowed; /* indexes into bad[], allowed[] */
+    } cases[] = {
+        {"--workers", 0, 0},       {"--pids-max", 1, 1},      {"--max-message", 2, 2},
+        {"--max-message", 3, 2},   {"--cpu-max", 4, 3},       {"--cpu-max", 5, 3},
+        {"--cpu-max", 6, 3},       {"--cpu-max", 7, 3},       {"--uid-range", 8, 4},
+        {"--uid-range", 9, 4},     {"--uid-range", 10, 4},    {"--backoff-jitter", 11, 5},
+        {"--backoff-jitter", 12, 5},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char want[200];
+        snprintf(want, sizeof(want), "%s: '%s' ", cases[i].flag, bad[cases[i].bad]);
+        ck_assert_int_eq(parse(&c, err, cases[i].flag, bad[cases[i].bad], "--", "x", NULL), -EINVAL);
+        ck_assert_msg(strstr(err, want) != NULL && strstr(err, allowed[cases[i].allowed]) != NULL,
+                      "%s %s: got \"%s\"", cases[i].flag, bad[cases[i].bad], err);
+        pmd_dconf_free(&c);
+    }
+    /* 0 is the library's "none", spelled with a word here; from a variable
+     * the error names it too. */
+    setenv_fake("PROCMESH_PIDS_MAX", "0");
+    ck_assert_int_eq(parse(&c, err, "--", "x", NULL), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--pids-max (from PROCMESH_PIDS_MAX): '0' is not max or"));
+    setenv_fake("PROCMESH_PIDS_MAX", "max");
+    ck_assert_int_eq(parse(&c, err, "--", "x", NULL), 0);
+    ck_assert_int_eq(c.pids_max, 0);
+    pmd_dconf_free(&c);
 }
 END_TEST
 
@@ -1763,6 +1858,7 @@ int main(void)
     PM_ADD_TEST(s, test_config_defaults_and_flags, 30);
     PM_ADD_TEST(s, test_config_env_precedence, 30);
     PM_ADD_TEST(s, test_config_errors, 30);
+    PM_ADD_TEST(s, test_config_library_bounds, 30);
     PM_ADD_TEST(s, test_config_peer, 30);
     PM_ADD_TEST(s, test_peer_files_and_exit, 60);
     PM_ADD_TEST(s, test_peer_link_logs, 60);

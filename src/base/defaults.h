@@ -39,6 +39,11 @@
 /* Containment limits: none by default; the bounds their setters check. */
 #define PM__MIN_MEMORY_MAX 1048576
 #define PM__MAX_PIDS_MAX 4194304
+/* cpu.max: the kernel's bounds for a period and a quota, in microseconds. */
+#define PM__MIN_CPU_PERIOD_US 1000
+#define PM__MAX_CPU_PERIOD_US 1000000
+#define PM__MIN_CPU_QUOTA_US 1000
+#define PM__MAX_CPU_QUOTA_US 1000000000000ULL
 #define PM__DEFAULT_NO_NEW_PRIVS 1
 #define PM__DEFAULT_PROTECT_SUPERVISOR 0 /* the daemon protects itself always */
 #define PM__DEFAULT_SECCOMP PM_SECCOMP_OFF

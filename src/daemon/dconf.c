@@ -139,26 +139,31 @@ static const struct choice {
 };
 
 /* Options whose value is a whole number, stored as an int. The library's
- * setter is the one place of each range (options.c): the daemon asks it
- * rather than repeat its bounds. --min-ready is the daemon's own option,
- * with its own range. */
+ * setter is the one place of each range (options.c, options_contain.c):
+ * the daemon asks it rather than repeat its bounds. Where the library
+ * reads 0 as "none" (--workers, --pids-max), the daemon spells that with a
+ * word, so a number there is at least 1. --min-ready is the daemon's own
+ * option, with its own range. */
 static const struct int_opt {
     int id;
     int (*set)(pm_options *, int); /* the library's check; NULL: min..max */
+    const char *zero;              /* the word for 0, or NULL */
     long min, max;
     size_t off; /* of the int in pmd_dconf */
 } int_opts[] = {
-    {O_BACKOFF_MIN, pm_options_set_restart_min_backoff_ms, 0, 0, offsetof(pmd_dconf, backoff_min)},
-    {O_BACKOFF_MAX, pm_options_set_restart_max_backoff_ms, 0, 0, offsetof(pmd_dconf, backoff_max)},
-    {O_MAX_RESTARTS, pm_options_set_max_restarts, 0, 0, offsetof(pmd_dconf, max_restarts)},
-    {O_RESTART_WINDOW, pm_options_set_restart_window_ms, 0, 0, offsetof(pmd_dconf, restart_window)},
-    {O_READY_TIMEOUT, pm_options_set_ready_timeout_ms, 0, 0, offsetof(pmd_dconf, ready_timeout)},
-    {O_HEARTBEAT, pm_options_set_heartbeat_timeout_ms, 0, 0, offsetof(pmd_dconf, heartbeat_timeout)},
-    {O_STOP_TIMEOUT, pm_options_set_stop_timeout_ms, 0, 0, offsetof(pmd_dconf, stop_timeout)},
-    {O_BASE_PORT, pm_options_set_base_port, 0, 0, offsetof(pmd_dconf, base_port)},
-    {O_MIN_READY, NULL, 0, PM_MAX_WORKERS, offsetof(pmd_dconf, min_ready)},
-    {O_DRAIN_TIMEOUT, pm_options_set_drain_timeout_ms, 0, 0, offsetof(pmd_dconf, drain_timeout)},
-    {O_PEER_TIMEOUT, pm_options_set_peer_timeout_ms, 0, 0, offsetof(pmd_dconf, peer_timeout)},
+    {O_WORKERS, pm_options_set_workers, "auto", 0, 0, offsetof(pmd_dconf, workers)},
+    {O_BACKOFF_MIN, pm_options_set_restart_min_backoff_ms, NULL, 0, 0, offsetof(pmd_dconf, backoff_min)},
+    {O_BACKOFF_MAX, pm_options_set_restart_max_backoff_ms, NULL, 0, 0, offsetof(pmd_dconf, backoff_max)},
+    {O_MAX_RESTARTS, pm_options_set_max_restarts, NULL, 0, 0, offsetof(pmd_dconf, max_restarts)},
+    {O_RESTART_WINDOW, pm_options_set_restart_window_ms, NULL, 0, 0, offsetof(pmd_dconf, restart_window)},
+    {O_READY_TIMEOUT, pm_options_set_ready_timeout_ms, NULL, 0, 0, offsetof(pmd_dconf, ready_timeout)},
+    {O_HEARTBEAT, pm_options_set_heartbeat_timeout_ms, NULL, 0, 0, offsetof(pmd_dconf, heartbeat_timeout)},
+    {O_STOP_TIMEOUT, pm_options_set_stop_timeout_ms, NULL, 0, 0, offsetof(pmd_dconf, stop_timeout)},
+    {O_BASE_PORT, pm_options_set_base_port, NULL, 0, 0, offsetof(pmd_dconf, base_port)},
+    {O_MIN_READY, NULL, NULL, 0, PM_MAX_WORKERS, offsetof(pmd_dconf, min_ready)},
+    {O_DRAIN_TIMEOUT, pm_options_set_drain_timeout_ms, NULL, 0, 0, offsetof(pmd_dconf, drain_timeout)},
+    {O_PEER_TIMEOUT, pm_options_set_peer_timeout_ms, NULL, 0, 0, offsetof(pmd_dconf, peer_timeout)},
+    {O_PIDS_MAX, pm_options_set_pids_max, "max", 0, 0, offsetof(pmd_dconf, pids_max)},
 };
 
 /* The last value set accepts from in (a value it accepts) towards out (one
@@ -196,11 +201,23 @@ static int setter_range(int (*set)(pm_options *, int), int ok, long *lo, long *h
 static int apply_int(pmd_dconf *c, const struct int_opt *io, const src *s, const char *v, char *err,
                      size_t size)
 {
+    char w[96];
     int *field = (int *)(void *)((char *)c + io->off);
     long min = io->min, max = io->max;
+    if (io->zero != NULL && strcmp(v, io->zero) == 0) {
+        *field = 0;
+        return 0;
+    }
     if (io->set != NULL && setter_range(io->set, *field, &min, &max) < 0)
         return -ENOMEM;
-    return pmd_dconf_int_value(s, v, min, max, field, err, size);
+    if (io->zero == NULL)
+        return pmd_dconf_int_value(s, v, min, max, field, err, size);
+    if (min < 1)
+        min = 1;
+    if (pmd_dconf_int_value(s, v, min, max, field, err, size) < 0)
+        return fail(err, size, "%s: '%s' is not %s or a whole number in %ld..%ld", who(s, w, sizeof(w)),
+                    v, io->zero, min, max);
+    return 0;
 }
 
 /* A table option (choices, int_opts) into its field: 0 or -EINVAL with
@@ -221,27 +238,19 @@ static int apply_table(pmd_dconf *c, int id, const src *s, const char *v, char *
     return 1;
 }
 
-/* --workers: auto, or 1..PM_MAX_WORKERS. */
-static int apply_workers(pmd_dconf *c, const src *s, const char *v, char *err, size_t size)
-{
-    char w[96];
-    if (strcmp(v, "auto") == 0) {
-        c->workers = 0;
-        return 0;
-    }
-    if (pmd_dconf_int_value(s, v, 1, PM_MAX_WORKERS, &c->workers, err, size) < 0)
-        return fail(err, size, "%s: '%s' is not auto or a whole number in 1..%d", who(s, w, sizeof(w)),
-                    v, PM_MAX_WORKERS);
-    return 0;
-}
-
-/* --backoff-jitter: a number in 0..1. */
+/* --backoff-jitter: a number, in the range the library's setter accepts. */
 static int apply_jitter(pmd_dconf *c, const src *s, const char *v, char *err, size_t size)
 {
     char w[96], *end;
     errno = 0;
     double f = strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || errno != 0 || !(f >= 0.0 && f <= 1.0))
+    int ok = *v != '\0' && *end == '\0' && errno == 0;
+    pm_options *o = pm_options_new();
+    if (o == NULL)
+        return -ENOMEM;
+    ok = ok && pm_options_set_restart_random_factor(o, f) == 0;
+    pm_options_free(o);
+    if (!ok)
         return fail(err, size, "%s: '%s' is not a number in 0..1", who(s, w, sizeof(w)), v);
     c->jitter = f;
     return 0;
@@ -296,8 +305,6 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
     if (rc <= 0)
         return rc;
     switch (id) {
-    case O_WORKERS:
-        return apply_workers(c, s, v, err, size);
     case O_JITTER:
         return apply_jitter(c, s, v, err, size);
     case O_SYSTEM_NAME:
@@ -312,12 +319,6 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
         return pmd_dconf_host_port(s, v, c->health_host, sizeof(c->health_host), &c->health_port, err, size);
     case O_MEMORY_MAX:
         return pmd_dconf_size_value(s, v, &c->memory_max, err, size);
-    case O_PIDS_MAX:
-        if (strcmp(v, "max") == 0) {
-            c->pids_max = 0;
-            return 0;
-        }
-        return pmd_dconf_int_value(s, v, 1, PM__MAX_PIDS_MAX, &c->pids_max, err, size);
     case O_CPU_MAX:
         return pmd_dconf_cpu_value(s, v, c, err, size);
     case O_RLIMIT:
@@ -327,7 +328,7 @@ static int apply(pmd_dconf *c, int id, const src *s, const char *v, char *err, s
     case O_UID_RANGE:
         return pmd_dconf_uid_range_value(s, v, c, err, size);
     case O_MAX_MESSAGE:
-        return pmd_dconf_msg_size_value(s, v, PM_MAX_PAYLOAD, (size_t)UINT32_MAX, &c->max_message, err, size);
+        return pmd_dconf_msg_size_value(s, v, &c->max_message, err, size);
     case O_CORE_DIR:
         return apply_core_dir(c, s, v, err, size);
     }
@@ -496,10 +497,10 @@ static int check_with_library(const pmd_dconf *c, char *err, size_t errsize)
     pm_options *o = pm_options_new();
     if (o == NULL)
         return -ENOMEM;
-    /* A stand-in program: the checks across options must run whatever
-     * the program named (an empty name is refused by its own check, and
-     * with the real one a refused name would skip them; fuzz_dconf holds
-     * this). */
+    /* A stand-in program, not the real one: pm_options_validate stops at
+     * the first thing it refuses and checks the program first, so a
+     * program it refuses (an empty name) would hide the checks across
+     * options. The real one is checked when pmd_dconf_options sets it. */
     static const char *const stand_in[] = {"procmesh-check", NULL};
     int rc = pm_options_set_exec(o, stand_in[0], (char *const *)stand_in);
     rc = rc ? rc : pm_options_set_workers(o, c->workers);

@@ -14,6 +14,9 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "base/defaults.h"
+#include "channel/bigmsg.h"
+
 int pmd_dconf_int_value(const src *s, const char *v, long min, long max, int *out, char *err,
                         size_t size)
 {
@@ -156,7 +159,8 @@ int pmd_dconf_init_value(const src *s, const char *v, pmd_dconf *c, char *err, s
     return 0;
 }
 
-/* SIZE: bytes, or with a K, M, G, T suffix (powers of 1024); "max" = none. */
+/* SIZE: bytes, or with a K, M, G, T suffix (powers of 1024); "max" = none.
+ * The smallest size is the library's (its setter judges). */
 int pmd_dconf_size_value(const src *s, const char *v, uint64_t *out, char *err, size_t size)
 {
     char w[96];
@@ -173,15 +177,23 @@ int pmd_dconf_size_value(const src *s, const char *v, uint64_t *out, char *err, 
         shift = u != NULL ? 10 * (int)(u - "KMGT" + 1) : -1;
         end++;
     }
-    if (*v == '\0' || !isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || shift < 0 ||
-        x > (UINT64_MAX >> shift) || (x << shift) < 1048576)
-        return fail(err, size, "%s: '%s' is not max or a size of at least 1M (bytes, or with a "
-                    "K, M, G or T suffix)", who(s, w, sizeof(w)), v);
+    /* 0 would be the library's "none", spelled max here. */
+    int ok = *v != '\0' && isdigit((unsigned char)*v) && *end == '\0' && errno == 0 && shift >= 0 &&
+             x <= (UINT64_MAX >> shift) && x != 0;
+    pm_options *o = ok ? pm_options_new() : NULL;
+    if (ok && o == NULL)
+        return -ENOMEM;
+    ok = ok && pm_options_set_memory_max(o, (uint64_t)x << shift) == 0;
+    pm_options_free(o);
+    if (!ok)
+        return fail(err, size, "%s: '%s' is not max or a size of at least %dM (bytes, or with a "
+                    "K, M, G or T suffix)", who(s, w, sizeof(w)), v, PM__MIN_MEMORY_MAX >> 20);
     *out = (uint64_t)x << shift;
     return 0;
 }
 
-/* QUOTA[/PERIOD] in microseconds (period 100000 by default), or max. */
+/* QUOTA[/PERIOD] in microseconds (period 100000 by default), or max; the
+ * bounds are the library's (its setter judges). */
 int pmd_dconf_cpu_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
 {
     char w[96];
@@ -194,11 +206,18 @@ int pmd_dconf_cpu_value(const src *s, const char *v, pmd_dconf *c, char *err, si
     unsigned long long q = strtoull(v, &end, 10), p = 100000;
     if (*end == '/')
         p = strtoull(end + 1, &end, 10);
-    if (!isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || p < 1000 || p > 1000000 ||
-        q < 1000 || q > 1000000ULL * 1000000)
-        return fail(err, size, "%s: '%s' is not max or QUOTA[/PERIOD] in microseconds (quota at "
-                    "least 1000, period 1000..1000000; 2 CPUs: 200000/100000)",
-                    who(s, w, sizeof(w)), v);
+    /* A quota of 0 would be the library's "none", spelled max here. */
+    int ok = isdigit((unsigned char)*v) && *end == '\0' && errno == 0 && q != 0;
+    pm_options *o = ok ? pm_options_new() : NULL;
+    if (ok && o == NULL)
+        return -ENOMEM;
+    ok = ok && pm_options_set_cpu_max(o, q, p) == 0;
+    pm_options_free(o);
+    if (!ok)
+        return fail(err, size, "%s: '%s' is not max or QUOTA[/PERIOD] in microseconds (quota "
+                    "%d..%llu, period %d..%d; 2 CPUs: 200000/100000)", who(s, w, sizeof(w)), v,
+                    PM__MIN_CPU_QUOTA_US, PM__MAX_CPU_QUOTA_US, PM__MIN_CPU_PERIOD_US,
+                    PM__MAX_CPU_PERIOD_US);
     c->cpu_quota = q;
     c->cpu_period = p;
     return 0;
@@ -316,7 +335,7 @@ int pmd_dconf_user_value(const src *s, const char *v, pmd_dconf *c, char *err, s
     return 0;
 }
 
-/* FIRST:COUNT */
+/* FIRST:COUNT; the bounds are the library's (its setter judges). */
 int pmd_dconf_uid_range_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
 {
     char w[96];
@@ -327,20 +346,25 @@ int pmd_dconf_uid_range_value(const src *s, const char *v, pmd_dconf *c, char *e
     int ok = isdigit((unsigned char)*v) && *end == ':' && errno == 0;
     const char *cs = ok ? end + 1 : v;
     count = ok ? strtoul(cs, &end, 10) : 0;
-    ok = ok && isdigit((unsigned char)*cs) && *end == '\0' && errno == 0;
-    if (!ok || first == 0 || count == 0 || count > PM_MAX_WORKERS || first + count > 0xffffffffUL)
-        return fail(err, size,
-                    "%s: '%s' is not FIRST:COUNT with FIRST >= 1, COUNT in 1..%d, below uid 4294967295",
-                    who(s, w, sizeof(w)), v, PM_MAX_WORKERS);
+    /* A count of 0 would be the library's "none": no flag spells that. */
+    ok = ok && isdigit((unsigned char)*cs) && *end == '\0' && errno == 0 && count != 0 &&
+         first <= (uid_t)-1 && count <= UINT_MAX;
+    pm_options *o = ok ? pm_options_new() : NULL;
+    if (ok && o == NULL)
+        return -ENOMEM;
+    ok = ok && pm_options_set_uid_range(o, (uid_t)first, (unsigned)count) == 0;
+    pm_options_free(o);
+    if (!ok)
+        return fail(err, size, "%s: '%s' is not FIRST:COUNT with FIRST >= 1, COUNT in 1..%d, below uid %u",
+                    who(s, w, sizeof(w)), v, PM_MAX_WORKERS, (unsigned)(uid_t)-1);
     c->uid_first = (unsigned)first;
     c->uid_count = (unsigned)count;
     return 0;
 }
 
-/* SIZE with an optional K, M or G suffix (powers of 1024), within
- * lo..hi bytes. */
-int pmd_dconf_msg_size_value(const src *s, const char *v, size_t lo, size_t hi, size_t *out, char *err,
-                             size_t size)
+/* SIZE with an optional K, M or G suffix (powers of 1024), in the range
+ * the library's setter accepts. */
+int pmd_dconf_msg_size_value(const src *s, const char *v, size_t *out, char *err, size_t size)
 {
     char w[96];
     char *end;
@@ -355,10 +379,15 @@ int pmd_dconf_msg_size_value(const src *s, const char *v, size_t lo, size_t hi, 
         shift = 30;
     if (shift != 0)
         end++;
-    if (!isdigit((unsigned char)*v) || *end != '\0' || errno != 0 || x > (hi >> shift) ||
-        (x << shift) < lo)
+    int ok = isdigit((unsigned char)*v) && *end == '\0' && errno == 0 && x <= (SIZE_MAX >> shift);
+    pm_options *o = ok ? pm_options_new() : NULL;
+    if (ok && o == NULL)
+        return -ENOMEM;
+    ok = ok && pm_options_set_max_message(o, (size_t)(x << shift)) == 0;
+    pm_options_free(o);
+    if (!ok)
         return fail(err, size, "%s: '%s' is not a size in %zu..%zu bytes (suffix K, M or G allowed)",
-                    who(s, w, sizeof(w)), v, lo, hi);
+                    who(s, w, sizeof(w)), v, (size_t)PM_MAX_PAYLOAD, PM__BIGMSG_MAX);
     *out = (size_t)(x << shift);
     return 0;
 }

@@ -41,7 +41,10 @@ static inline const char *who(const src *s, char *buf, size_t size)
 }
 
 /* The value parsers: 0, or a negative errno with err naming the option
- * (who), the value and what it should have been. */
+ * (who), the value and what it should have been. Where the library has a
+ * setter for the value, the setter judges it (each bound lives once, in
+ * the library) and the error names the bounds from the constants the
+ * setter reads; the parser checks only the spelling. */
 int pmd_dconf_int_value(const src *s, const char *v, long min, long max, int *out, char *err,
                         size_t size);
 int pmd_dconf_name_value(const src *s, const char *v, char out[PM_NAME_MAX], char *err, size_t size);
@@ -64,10 +67,8 @@ int pmd_dconf_rlimit_value(const src *s, const char *v, pmd_dconf *c, char *err,
 int pmd_dconf_user_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size);
 /* FIRST:COUNT */
 int pmd_dconf_uid_range_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size);
-/* SIZE with an optional K, M or G suffix (powers of 1024), within
- * lo..hi bytes. */
-int pmd_dconf_msg_size_value(const src *s, const char *v, size_t lo, size_t hi, size_t *out, char *err,
-                             size_t size);
+/* SIZE with an optional K, M or G suffix (powers of 1024). */
+int pmd_dconf_msg_size_value(const src *s, const char *v, size_t *out, char *err, size_t size);
 /* HOST:PORT as the library takes it (its check is not exported from the
  * shared library: its setter applies it). */
 int pmd_dconf_peer_addr(const src *s, const char *v, char out[PMD_PEER_ADDR_MAX], char *err, size_t size);

@@ -114,8 +114,8 @@ PM_EXTERN int pm_options_set_cpu_max(pm_options *o, uint64_t quota_us, uint64_t 
         o->cpu_quota_us = o->cpu_period_us = 0;
         return 0;
     }
-    /* The kernel's own bounds for cpu.max / cfs_period_us and quota. */
-    if (period_us < 1000 || period_us > 1000000 || quota_us < 1000 || quota_us > 1000000ULL * 1000000)
+    if (period_us < PM__MIN_CPU_PERIOD_US || period_us > PM__MAX_CPU_PERIOD_US ||
+        quota_us < PM__MIN_CPU_QUOTA_US || quota_us > PM__MAX_CPU_QUOTA_US)
         return -EINVAL;
     o->cpu_quota_us = quota_us;
     o->cpu_period_us = period_us;
