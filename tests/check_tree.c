@@ -156,6 +156,32 @@ static void wait_first_kid(pm_cluster *c)
     RUN_UNTIL(c, (collect(), nkids >= 1), 10000);
 }
 
+/* A cluster spawned with o (the spawn must succeed); o is freed. */
+static pm_cluster *spawn_free(pm_options *o)
+{
+    pm_cluster *c = pm_test_spawn(o);
+    pm_options_free(o);
+    return c;
+}
+
+/* Spawns a cluster with o (freed) and runs until its first descendant is
+ * known. */
+static pm_cluster *spawn_tree(pm_options *o)
+{
+    pm_cluster *c = spawn_free(o);
+    wait_first_kid(c);
+    return c;
+}
+
+/* Runs until the replacement starts: nothing of the first incarnation
+ * lived then. */
+static void assert_replaced_clean(pm_cluster *c)
+{
+    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
+    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
+                  leaked_at_restart);
+}
+
 static void finish(pm_cluster *c)
 {
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
@@ -167,11 +193,7 @@ static void finish(pm_cluster *c)
 START_TEST(test_tree_exit)
 {
     /* Exit 0 with on-failure: no replacement; the descendant still ends. */
-    pm_options *o = tree_opts(T_EXIT0);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    wait_first_kid(c);
+    pm_cluster *c = spawn_tree(tree_opts(T_EXIT0));
     RUN_UNTIL(c, count(PM_EVENT_STOPPED, 0) == 1, 10000);
     ck_assert_msg(dead(kids[0]), "descendant %d outlived its incarnation's exit", (int)kids[0]);
     finish(c);
@@ -182,14 +204,8 @@ END_TEST
  * first incarnation lives. */
 static void replaced(int how)
 {
-    pm_options *o = tree_opts(how);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    wait_first_kid(c);
-    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
-    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
-                  leaked_at_restart);
+    pm_cluster *c = spawn_tree(tree_opts(how));
+    assert_replaced_clean(c);
     ck_assert_msg(dead(kids[0]), "descendant %d outlived its incarnation", (int)kids[0]);
     finish(c);
 }
@@ -211,29 +227,18 @@ START_TEST(test_tree_fence)
     pm_options *o = tree_opts(T_IDLE);
     /* It never beats: fenced for a hang. */
     pm_options_set_heartbeat_timeout_ms(o, 200);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    wait_first_kid(c);
-    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
+    pm_cluster *c = spawn_tree(o);
+    assert_replaced_clean(c);
     ck_assert_int_ge(count(PM_EVENT_FENCED, 0), 1);
-    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
-                  leaked_at_restart);
     finish(c);
 }
 END_TEST
 
 START_TEST(test_tree_restart)
 {
-    pm_options *o = tree_opts(T_IDLE);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    wait_first_kid(c);
+    pm_cluster *c = spawn_tree(tree_opts(T_IDLE));
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
-    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
-    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
-                  leaked_at_restart);
+    assert_replaced_clean(c);
     finish(c);
 }
 END_TEST
@@ -242,9 +247,7 @@ START_TEST(test_tree_drain)
 {
     pm_options *o = tree_opts(T_IDLE);
     pm_options_set_workers(o, 3);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     RUN_UNTIL(c, (collect(), nkids >= 3), 10000);
     finish(c);
 }
@@ -265,9 +268,7 @@ START_TEST(test_tree_exec_crash)
     ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
     /* The pipe carries text here: not for on_tree_event's binary reads. */
     pm_options_set_on_event(o, on_event, NULL);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     /* The shell writes text: read it as such. */
     char buf[64];
     uint64_t end = ms() + 10000;
@@ -335,9 +336,7 @@ START_TEST(test_limit_memory_oom)
     pm_options_set_on_event(o, on_oom_event, NULL);
     pm_options_set_bootstrap(o, boot_hog, NULL);
     ck_assert_int_eq(pm_options_set_memory_max(o, 64u << 20), 0);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 30000);
     const rec *r = find(PM_EVENT_EXITED, 0, 0);
     ck_assert_int_eq(r->signal, SIGKILL);
@@ -346,6 +345,27 @@ START_TEST(test_limit_memory_oom)
     pm_cluster_terminate(c);
 }
 END_TEST
+
+/* A worker's report of len bytes at buf to the test (tree_pipe), then
+ * ready and serving until it is stopped. */
+static int report_and_serve(pm_node *n, const void *buf, size_t len)
+{
+    if (write(tree_pipe[1], buf, len) < 0)
+        _exit(1);
+    pm_node_ready(n);
+    idle();
+    return 0;
+}
+
+/* The options of a test whose one worker runs boot and reports through a
+ * new tree_pipe. */
+static pm_options *reporter_opts(int (*boot)(pm_node *, void *))
+{
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot, NULL);
+    return o;
+}
 
 /* Forks until fork fails; writes how many it made and the errno. */
 static int boot_forker(pm_node *n, void *arg)
@@ -365,22 +385,14 @@ static int boot_forker(pm_node *n, void *arg)
         }
     }
     int msg[2] = {made, err};
-    if (write(tree_pipe[1], msg, sizeof(msg)) < 0)
-        _exit(1);
-    pm_node_ready(n);
-    idle();
-    return 0;
+    return report_and_serve(n, msg, sizeof(msg));
 }
 
 START_TEST(test_limit_pids)
 {
-    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
-    pm_options *o = opts(1);
-    pm_options_set_bootstrap(o, boot_forker, NULL);
+    pm_options *o = reporter_opts(boot_forker);
     ck_assert_int_eq(pm_options_set_pids_max(o, 8), 0);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     int msg[2];
     ck_assert_int_eq(read(tree_pipe[0], msg, sizeof(msg)), (ssize_t)sizeof(msg));
     ck_assert_msg(msg[0] < 8 && msg[1] == EAGAIN, "made %d children, errno %d", msg[0], msg[1]);
@@ -396,22 +408,14 @@ static int boot_rlimit(pm_node *n, void *arg)
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
     uint64_t v[2] = {rl.rlim_cur, rl.rlim_max};
-    if (write(tree_pipe[1], v, sizeof(v)) < 0)
-        _exit(1);
-    pm_node_ready(n);
-    idle();
-    return 0;
+    return report_and_serve(n, v, sizeof(v));
 }
 
 START_TEST(test_rlimit)
 {
-    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
-    pm_options *o = opts(1);
-    pm_options_set_bootstrap(o, boot_rlimit, NULL);
+    pm_options *o = reporter_opts(boot_rlimit);
     ck_assert_int_eq(pm_options_set_rlimit(o, RLIMIT_NOFILE, 100, 200), 0);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     uint64_t v[2];
     ck_assert_int_eq(read(tree_pipe[0], v, sizeof(v)), (ssize_t)sizeof(v));
     ck_assert_int_eq(v[0], 100);
@@ -466,11 +470,7 @@ static int boot_core(pm_node *n, void *arg)
     struct rlimit rl;
     getrlimit(RLIMIT_CORE, &rl);
     uint64_t v[3] = {rl.rlim_cur, rl.rlim_max, (uint64_t)prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)};
-    if (write(tree_pipe[1], v, sizeof(v)) < 0)
-        _exit(1);
-    pm_node_ready(n);
-    idle();
-    return 0;
+    return report_and_serve(n, v, sizeof(v));
 }
 
 /* Spawns one fork-mode boot_core worker with o; v: what it reported, the
@@ -515,9 +515,7 @@ START_TEST(test_core_default)
 
     o = opts(1);
     exec_sleeper(o);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     pm_slot_info si;
     ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
     core_limits_of(si.pid, soft, hard);
@@ -1091,9 +1089,7 @@ START_TEST(test_tree_exec_leaf)
     ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
     ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
     pm_options_set_on_event(o, on_event, NULL);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     char why[320], cg[PM__CG_PATH], dir[PM__CG_PATH + 64], buf[64];
     ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_CGROUP);
     RUN_UNTIL(c, find(PM_EVENT_READY, 0, 0) != NULL, 10000);
