@@ -871,17 +871,28 @@ static size_t wire(const pm__frame_hdr *f, unsigned char *buf)
     return PM__FRAME_HDR_SIZE + f->len;
 }
 
+/* The unit tests' hub: host a of system "t" with one (closed) port, in
+ * peer mode, hosts b and c known, linked to b (its sends captured, nsent
+ * 0); its largest message max_message unless 0. Returns b's host index. */
+static int unit_hub(pm__hub *h, size_t max_message)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    if (max_message != 0)
+        pm_test_hub_set_max_message(h, max_message);
+    pm__hub_peer_mode(h);
+    int b = pm__hub_host_index(h, "b");
+    ck_assert_int_ge(pm__hub_host_index(h, "c"), 1);
+    ck_assert_int_ge(b, 1);
+    pm__hub_link_up(h, (uint16_t)b, capture_send, NULL);
+    nsent = 0;
+    return b;
+}
+
 START_TEST(test_link_frames_judged)
 {
-    /* Host a's hub with one (closed) port, linked to b. */
     pm__hub h;
-    pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    ck_assert_int_ge(pm__hub_host_index(&h, "c"), 1);
-    ck_assert_int_ge(b, 1);
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    int b = unit_hub(&h, 0);
     unsigned char buf[PM__FRAME_HDR_SIZE];
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
@@ -978,14 +989,7 @@ static void unit_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
 START_TEST(test_link_main_request_and_mesh_frames)
 {
     pm__hub h;
-    pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    int c = pm__hub_host_index(&h, "c"); /* known, never linked */
-    ck_assert_int_ge(c, 1);
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
-    nsent = 0;
+    int b = unit_hub(&h, 0);
 
     /* Main's request to b's worker: on the link with relative hosts, from
      * port 0, the deadline as milliseconds remaining. */
@@ -1082,13 +1086,7 @@ START_TEST(test_link_notices_judged)
     /* Found by fuzz/fuzz_link.c. Host a's hub, its one port not running,
      * linked to b. */
     pm__hub h;
-    pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    ck_assert_int_ge(b, 1);
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
-    nsent = 0;
+    int b = unit_hub(&h, 0);
     unit_answers = 0;
 
     /* An UNDELIVERABLE is a negative errno and nothing else: one with error
@@ -1196,14 +1194,7 @@ static void frag_in(pm__hub *h, int b, uint32_t id, uint64_t total, uint64_t off
 START_TEST(test_frag_undecodable_counts_once)
 {
     pm__hub h;
-    pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
-    pm_test_hub_set_max_message(&h, (size_t)1 << 20);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    ck_assert_int_ge(b, 1);
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
-    nsent = 0;
+    int b = unit_hub(&h, (size_t)1 << 20);
     const uint64_t total = PM_MAX_PAYLOAD + 5000;
 
     /* Message 1: its first fragment, then an undecodable one, then three
