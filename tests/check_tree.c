@@ -253,6 +253,26 @@ START_TEST(test_tree_drain)
 }
 END_TEST
 
+/* The pid the exec worker's shell wrote to tree_pipe as a line of text
+ * (not for on_tree_event's binary reads), read while c runs (10 s at
+ * most); fails the test unless it is a pid. */
+static pid_t read_pid_line(pm_cluster *c)
+{
+    char buf[64];
+    uint64_t end = ms() + 10000;
+    size_t got = 0;
+    while (ms() < end && memchr(buf, '\n', got) == NULL) {
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
+        if (k > 0)
+            got += (size_t)k;
+    }
+    buf[got] = '\0';
+    pid_t pid = (pid_t)atoi(buf);
+    ck_assert_msg(pid > 0, "no pid from the exec worker: '%s'", buf);
+    return pid;
+}
+
 /* Exec mode (clone3 into the cgroup, or the child's write): a shell whose
  * setsid'd background job outlives it. */
 START_TEST(test_tree_exec_crash)
@@ -269,19 +289,7 @@ START_TEST(test_tree_exec_crash)
     /* The pipe carries text here: not for on_tree_event's binary reads. */
     pm_options_set_on_event(o, on_event, NULL);
     pm_cluster *c = spawn_free(o);
-    /* The shell writes text: read it as such. */
-    char buf[64];
-    uint64_t end = ms() + 10000;
-    size_t got = 0;
-    while (ms() < end && memchr(buf, '\n', got) == NULL) {
-        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
-        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
-        if (k > 0)
-            got += (size_t)k;
-    }
-    buf[got] = '\0';
-    pid_t first = (pid_t)atoi(buf);
-    ck_assert_msg(first > 0, "no pid from the exec worker: '%s'", buf);
+    pid_t first = read_pid_line(c);
     RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 10000);
     ck_assert_msg(dead(first), "exec worker's setsid job %d outlived its crash", (int)first);
     /* The replacements run after a cgroup kill (each in a fresh leaf, or
@@ -1090,22 +1098,12 @@ START_TEST(test_tree_exec_leaf)
     ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
     pm_options_set_on_event(o, on_event, NULL);
     pm_cluster *c = spawn_free(o);
-    char why[320], cg[PM__CG_PATH], dir[PM__CG_PATH + 64], buf[64];
+    char why[320], cg[PM__CG_PATH], dir[PM__CG_PATH + 64];
     ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_CGROUP);
     RUN_UNTIL(c, find(PM_EVENT_READY, 0, 0) != NULL, 10000);
     /* The setsid job exists (its pid came) before the kill: the leaf is
      * not empty at the reap. */
-    uint64_t end = ms() + 10000;
-    size_t got = 0;
-    while (ms() < end && memchr(buf, '\n', got) == NULL) {
-        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
-        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
-        if (k > 0)
-            got += (size_t)k;
-    }
-    buf[got] = '\0';
-    pid_t job = (pid_t)atoi(buf);
-    ck_assert_msg(job > 0, "no pid from the exec worker: '%s'", buf);
+    pid_t job = read_pid_line(c);
     pid_t p1 = find(PM_EVENT_STARTED, 0, 0)->pid;
     cgroup_of(p1, cg, sizeof(cg));
     ck_assert_msg(strstr(cg, "/slot0/g1") != NULL, "first incarnation in %s", cg);
