@@ -1579,25 +1579,11 @@ START_TEST(test_peer_link_logs)
 {
     /* Two daemons on 127.0.0.1: a dials b; both log peer_up with the other's
      * host name; b killed, a logs peer_down. */
-    char dir[] = "/tmp/pm-link-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    char secret[64], listen[32], peer[32];
-    snprintf(secret, sizeof(secret), "%s/secret", dir);
-    proc r;
-    char *keygen[] = {"procmesh", "keygen", secret, NULL};
-    ck_assert_int_eq(run_to_end(&r, keygen, STDOUT_FILENO), 0);
-    free(r.log);
-    int port = pm_test_free_port();
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
-    char *b_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "b", "--base-port", "10",
-                      "--workers", "1", "--ready", "exec", "--peer-listen", listen,
-                      "--secret-file", secret, "--", "/bin/sleep", "60", NULL};
-    char *a_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "a", "--base-port", "10",
-                      "--workers", "1", "--ready", "exec", "--peers", peer,
-                      "--secret-file", secret, "--", "/bin/sleep", "60", NULL};
-    proc b = start(b_argv, base_env);
-    proc a = start(a_argv, base_env);
+    char dir[64], secret[96], listen[32];
+    proc_make_secret(dir, sizeof(dir), secret, sizeof(secret), "link");
+    http_free_listen(listen, sizeof(listen));
+    proc b = proc_start_sleeper("b", listen, 0, secret, NULL);
+    proc a = proc_start_sleeper("a", listen, 1, secret, NULL);
     proc_wait_log(&a, "event=peer_up host=b", 1, 20000);
     proc_wait_log(&b, "event=peer_up host=a", 1, 20000);
     kill(b.pid, SIGKILL);

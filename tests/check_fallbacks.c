@@ -65,6 +65,22 @@
 #define PM_CAN_FILTER 1
 #endif
 
+#ifdef PM_AUDIT_ARCH
+/* Installs the filter prog (n instructions) on this process and all it
+ * starts (inherited across fork, kept across execve). */
+static inline void install_filter(struct sock_filter *prog, size_t n)
+{
+    struct sock_fprog fprog = {.len = (unsigned short)n, .filter = prog};
+    /* Without no_new_privs only a CAP_SYS_ADMIN process may install a
+     * filter; with it anyone may, and nothing we exec can gain privileges
+     * that would let it escape the filter. */
+    ck_assert_msg(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS: %s",
+                  strerror(errno));
+    ck_assert_msg(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) == 0,
+                  "SECCOMP_SET_MODE_FILTER: %s", strerror(errno));
+}
+#endif
+
 #ifdef PM_CAN_FILTER
 /* Refuses the four calls with ENOSYS in this process and everything it
  * starts (a seccomp filter is inherited across fork and kept across
@@ -84,14 +100,7 @@ static void refuse_new_calls(void)
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
     };
-    struct sock_fprog fprog = {.len = (unsigned short)ARRAY_LEN(prog), .filter = prog};
-    /* Without no_new_privs only a CAP_SYS_ADMIN process may install a
-     * filter; with it anyone may, and nothing we exec can gain privileges
-     * that would let it escape the filter. */
-    ck_assert_msg(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS: %s",
-                  strerror(errno));
-    ck_assert_msg(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) == 0,
-                  "SECCOMP_SET_MODE_FILTER: %s", strerror(errno));
+    install_filter(prog, ARRAY_LEN(prog));
 }
 #endif
 
@@ -112,11 +121,7 @@ static void refuse_like_runtime_default(int err)
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
     };
-    struct sock_fprog fprog = {.len = (unsigned short)ARRAY_LEN(prog), .filter = prog};
-    ck_assert_msg(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS: %s",
-                  strerror(errno));
-    ck_assert_msg(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) == 0,
-                  "SECCOMP_SET_MODE_FILTER: %s", strerror(errno));
+    install_filter(prog, ARRAY_LEN(prog));
 }
 #endif
 
@@ -221,16 +226,9 @@ static int boot_echo(pm_node *n, void *arg)
 static pm_options *opts(unsigned workers, int handle_signals)
 {
     memset(&seen, 0, sizeof(seen));
-    pm_options *o = pm_options_new();
-    ck_assert_ptr_nonnull(o);
-    ck_assert_int_eq(pm_options_set_workers(o, (int)workers), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, on_event, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_message(o, on_message, NULL), 0);
+    pm_options *o = pm_test_quick_options((int)workers, on_event, on_message);
     ck_assert_int_eq(pm_options_set_handle_signals(o, handle_signals), 0);
-    ck_assert_int_eq(pm_options_set_restart_min_backoff_ms(o, 10), 0);
-    ck_assert_int_eq(pm_options_set_restart_max_backoff_ms(o, 50), 0);
     ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 5000), 0);
-    ck_assert_int_eq(pm_options_set_ring_size(o, 256 * 1024), 0);
     return o;
 }
 
@@ -293,6 +291,19 @@ static void exercise(pm_options *o, unsigned workers, int handle_signals)
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
 }
 
+#ifdef PM_CAN_FILTER
+/* Fork mode under the filter: two echo workers' exercise, with or without
+ * the cluster handling signals. */
+static void exercise_fork_mode(int handle_signals)
+{
+    refuse_new_calls();
+    pm_options *o = opts(2, handle_signals);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
+    exercise(o, 2, handle_signals);
+    pm_options_free(o);
+}
+#endif
+
 /* ---------------------------------------------------------------- tests */
 
 START_TEST(test_filter_refuses_the_new_calls)
@@ -328,11 +339,7 @@ END_TEST
 START_TEST(test_fork_mode_sigchld)
 {
 #ifdef PM_CAN_FILTER
-    refuse_new_calls();
-    pm_options *o = opts(2, 1);
-    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
-    exercise(o, 2, 1);
-    pm_options_free(o);
+    exercise_fork_mode(1);
 #endif
 }
 END_TEST
@@ -342,11 +349,7 @@ START_TEST(test_fork_mode_scan)
 #ifdef PM_CAN_FILTER
     /* handle_signals 0: no signalfd either, so exits are found by the
      * periodic scan (waitid WNOHANG per slot). */
-    refuse_new_calls();
-    pm_options *o = opts(2, 0);
-    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
-    exercise(o, 2, 0);
-    pm_options_free(o);
+    exercise_fork_mode(0);
 #endif
 }
 END_TEST

@@ -156,17 +156,9 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 static pm_cluster *start_host(const char *name, int peer_timeout_ms, const char *peer)
 {
     the_port = pm_test_free_port();
-    pm_options *o = pm_options_new();
-    ck_assert_ptr_nonnull(o);
-    ck_assert_int_eq(pm_options_set_workers(o, 1), 0);
-    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
-    ck_assert_int_eq(pm_options_set_hostname(o, name), 0);
+    pm_options *o = pm_test_host_options(name, 1, secret1, peer_timeout_ms, bootstrap);
     if (peer != NULL)
         ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
-    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
-    ck_assert_int_eq(pm_options_add_secret(o, secret1), 0);
-    ck_assert_int_eq(pm_options_set_peer_timeout_ms(o, peer_timeout_ms), 0);
-    ck_assert_int_eq(pm_options_set_bootstrap(o, bootstrap, NULL), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
     ck_assert_int_eq(pm_options_set_on_event(o, on_event, &peer_events), 0);
     char listen[32];
@@ -671,18 +663,7 @@ static pid_t legit_b(int port)
     ck_assert_int_ge(pid, 0);
     if (pid > 0)
         return pid;
-    pm_options *o = pm_options_new();
-    char peer[32];
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
-    pm_cluster *c = NULL;
-    if (o == NULL || pm_options_set_workers(o, 1) < 0 || pm_options_set_system_name(o, "t") < 0 ||
-        pm_options_set_hostname(o, "b") < 0 || pm_options_set_base_port(o, 10) < 0 ||
-        pm_options_add_secret(o, secret1) < 0 || pm_options_set_peer_timeout_ms(o, 3000) < 0 ||
-        pm_options_set_bootstrap(o, pm_test_idle_worker, NULL) < 0 || pm_options_add_peer(o, peer) < 0 ||
-        pm_cluster_spawn(o, &c) < 0)
-        _exit(3);
-    for (;;)
-        pm_cluster_run(c, -1);
+    pm_test_serve_host(pm_test_host_options("b", 1, secret1, 3000, pm_test_idle_worker), 0, port);
 }
 
 START_TEST(test_flood_1000)
@@ -735,15 +716,12 @@ static void fd_host(int port, int cmd, int ack)
     rl.rlim_cur = 128;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
         _exit(3);
-    pm_options *o = pm_options_new();
+    pm_options *o = pm_test_host_options("b", 1, secret1, 2000, pinger);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     pm_cluster *c = NULL;
-    if (o == NULL || pm_options_set_workers(o, 1) < 0 || pm_options_set_system_name(o, "t") < 0 ||
-        pm_options_set_hostname(o, "b") < 0 || pm_options_set_base_port(o, 10) < 0 ||
-        pm_options_add_secret(o, secret1) < 0 || pm_options_set_peer_timeout_ms(o, 2000) < 0 ||
-        pm_options_set_bootstrap(o, pinger, NULL) < 0 || pm_options_set_on_message(o, on_main, NULL) < 0 ||
-        pm_options_set_peer_listen(o, listen) < 0 || pm_cluster_spawn(o, &c) < 0)
+    if (pm_options_set_on_message(o, on_main, NULL) < 0 || pm_options_set_peer_listen(o, listen) < 0 ||
+        pm_cluster_spawn(o, &c) < 0)
         _exit(3);
     (void)fcntl(cmd, F_SETFL, O_NONBLOCK);
     if (write(ack, "S", 1) != 1)

@@ -161,19 +161,34 @@ static int worker_a(pm_node *n, void *arg)
             return 0;
 }
 
-static pm_cluster *start_a_with(int port_b, const unsigned char *secret,
-                                int (*boot)(pm_node *, void *))
+/* Host a in the test process, its workers running boot, dialling
+ * 127.0.0.1:port (dial 1) or listening there (dial 0), pinning the keys
+ * in the file pins unless NULL; main's messages go to on_main, the peer
+ * events are counted in peer_events. */
+static pm_cluster *spawn_a(const unsigned char *secret, int (*boot)(pm_node *, void *), int port, int dial,
+                           const char *pins)
 {
     pm_options *o = host_options("a", secret, boot);
-    char peer[32];
-    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port_b);
-    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    if (dial)
+        ck_assert_int_eq(pm_options_add_peer(o, addr), 0);
+    else
+        ck_assert_int_eq(pm_options_set_peer_listen(o, addr), 0);
+    if (pins != NULL)
+        ck_assert_int_eq(pm_options_set_peer_keys_file(o, pins), 0);
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
     ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
     return c;
+}
+
+static pm_cluster *start_a_with(int port_b, const unsigned char *secret,
+                                int (*boot)(pm_node *, void *))
+{
+    return spawn_a(secret, boot, port_b, 1, NULL);
 }
 
 static pm_cluster *start_a(int port_b, const unsigned char *secret)
@@ -242,6 +257,17 @@ static void ask(pm_cluster *a, const char *to_text, const char *what, int timeou
     ck_assert_msg(id > 0, "pm_cluster_request(%s, %s): %d", to_text, what, id);
 }
 
+/* Asks to_text "who" until it answers other than -EHOSTDOWN (its worker
+ * still starting) or 30 s have passed; the answer is in answer_err. */
+static void ask_who_ready(pm_cluster *a, const char *to_text)
+{
+    uint64_t end = pm_test_ms() + 30000;
+    do {
+        ask(a, to_text, "who", 5000);
+        PM_RUN_UNTIL(a, answers == 1, 10000);
+    } while (answer_err == -EHOSTDOWN && pm_test_ms() < end);
+}
+
 START_TEST(test_main_request_remote)
 {
     int pb = pm_test_free_port();
@@ -257,11 +283,7 @@ START_TEST(test_main_request_remote)
 
     /* b's worker may still be starting: -EHOSTDOWN from b's hub until it
      * is ready. */
-    uint64_t end = pm_test_ms() + 30000;
-    do {
-        ask(a, "t@b:10", "who", 5000);
-        PM_RUN_UNTIL(a, answers == 1, 10000);
-    } while (answer_err == -EHOSTDOWN && pm_test_ms() < end);
+    ask_who_ready(a, "t@b:10");
     /* b's worker saw main of a (port 0, stamped by b from the link); a saw
      * the reply come from b's worker (stamped by a from the link). */
     ck_assert_msg(answer_err == 0, "who: %d", answer_err);
@@ -307,17 +329,13 @@ START_TEST(test_main_request_remote)
 
     /* The crashed incarnation is gone for good: -ESTALE from b's hub once
      * its successor is ready (-EHOSTDOWN until then). */
-    end = pm_test_ms() + 30000;
-    do {
-        ask(a, addr, "who", 5000);
-        PM_RUN_UNTIL(a, answers == 1, 10000);
-    } while (answer_err == -EHOSTDOWN && pm_test_ms() < end);
+    ask_who_ready(a, addr);
     ck_assert_int_eq(answer_err, -ESTALE);
 
     /* The link goes down with a request in flight: -EHOSTUNREACH at once
      * (long before its deadline), and never a second answer. */
     b_holding = 0;
-    end = pm_test_ms() + 30000;
+    uint64_t end = pm_test_ms() + 30000;
     do {
         ask(a, "t@b:10", "hang", 60000);
         PM_RUN_UNTIL(a, b_holding || answers == 1, 20000);
@@ -381,11 +399,7 @@ START_TEST(test_batched_frames)
     pid_t b = start_b(pb, secret1);
     pm_cluster *a = start_a_with(pb, secret1, pm_test_idle_worker);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
-    uint64_t end = pm_test_ms() + 30000;
-    do {
-        ask(a, "t@b:10", "who", 5000);
-        PM_RUN_UNTIL(a, answers == 1, 10000);
-    } while (answer_err == -EHOSTDOWN && pm_test_ms() < end);
+    ask_who_ready(a, "t@b:10");
     ck_assert_msg(answer_err == 0, "who: %d", answer_err);
 
     /* A lone request: one frame, one record, sealed at the end of the turn
@@ -576,18 +590,7 @@ static pid_t start_dialer(const char *name, int port_a, const char *node_key)
 /* Host a listening at port (b dials it), optionally pinning keys. */
 static pm_cluster *start_listener(int port, const char *pins)
 {
-    pm_options *o = host_options("a", secret1, pm_test_idle_worker);
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
-    if (pins != NULL)
-        ck_assert_int_eq(pm_options_set_peer_keys_file(o, pins), 0);
-    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    return c;
+    return spawn_a(secret1, pm_test_idle_worker, port, 0, pins);
 }
 
 /* Asks addr "who" until b's worker has an answer other than -EHOSTDOWN
@@ -612,15 +615,27 @@ static int ask_settled(pm_cluster *a, const char *addr)
     return answer_err;
 }
 
-START_TEST(test_host_incarnations)
+/* Host a listening on a free port (*pa; pins as in start_listener), b
+ * dialling it (start_dialer with node_key, its pid in *b1), linked and b's
+ * worker answering; that worker's address, with its incarnation, in old. */
+static pm_cluster *start_linked(const char *pins, const char *node_key, int *pa, pid_t *b1,
+                                char old[PM_ADDRESS_STRLEN])
 {
-    int pa = pm_test_free_port();
-    pm_cluster *a = start_listener(pa, NULL);
-    pid_t b1 = start_dialer("b", pa, NULL);
+    *pa = pm_test_free_port();
+    pm_cluster *a = start_listener(*pa, pins);
+    *b1 = start_dialer("b", *pa, node_key);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
     ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
+    ck_assert_int_ge(pm_address_format(&answer_from, old, PM_ADDRESS_STRLEN), 0);
+    return a;
+}
+
+START_TEST(test_host_incarnations)
+{
+    int pa;
+    pid_t b1;
     char old[PM_ADDRESS_STRLEN];
-    ck_assert_int_ge(pm_address_format(&answer_from, old, sizeof(old)), 0);
+    pm_cluster *a = start_linked(NULL, NULL, &pa, &b1, old);
 
     /* Another supervisor calling itself b, while b's link is alive and
      * nothing is pinned: refused, counted by its reason; b keeps its link. */
@@ -668,13 +683,10 @@ START_TEST(test_pinned_host_replaces_link)
     fprintf(f, "b %s\n", b64);
     fclose(f);
 
-    int pa = pm_test_free_port();
-    pm_cluster *a = start_listener(pa, pins);
-    pid_t b1 = start_dialer("b", pa, key);
-    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
-    ck_assert_int_eq(ask_settled(a, "t@b:10"), 0);
+    int pa;
+    pid_t b1;
     char old[PM_ADDRESS_STRLEN];
-    ck_assert_int_ge(pm_address_format(&answer_from, old, sizeof(old)), 0);
+    pm_cluster *a = start_linked(pins, key, &pa, &b1, old);
 
     /* A new incarnation proving b's pinned key replaces the live link. */
     pid_t b2 = start_dialer("b", pa, key);
@@ -859,17 +871,28 @@ static size_t wire(const pm__frame_hdr *f, unsigned char *buf)
     return PM__FRAME_HDR_SIZE + f->len;
 }
 
+/* The unit tests' hub: host a of system "t" with one (closed) port, in
+ * peer mode, hosts b and c known, linked to b (its sends captured, nsent
+ * 0); its largest message max_message unless 0. Returns b's host index. */
+static int unit_hub(pm__hub *h, size_t max_message)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    if (max_message != 0)
+        pm_test_hub_set_max_message(h, max_message);
+    pm__hub_peer_mode(h);
+    int b = pm__hub_host_index(h, "b");
+    ck_assert_int_ge(pm__hub_host_index(h, "c"), 1);
+    ck_assert_int_ge(b, 1);
+    pm__hub_link_up(h, (uint16_t)b, capture_send, NULL);
+    nsent = 0;
+    return b;
+}
+
 START_TEST(test_link_frames_judged)
 {
-    /* Host a's hub with one (closed) port, linked to b. */
     pm__hub h;
-    pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    ck_assert_int_ge(pm__hub_host_index(&h, "c"), 1);
-    ck_assert_int_ge(b, 1);
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    int b = unit_hub(&h, 0);
     unsigned char buf[PM__FRAME_HDR_SIZE];
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
@@ -966,14 +989,7 @@ static void unit_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
 START_TEST(test_link_main_request_and_mesh_frames)
 {
     pm__hub h;
-    pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    int c = pm__hub_host_index(&h, "c"); /* known, never linked */
-    ck_assert_int_ge(c, 1);
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
-    nsent = 0;
+    int b = unit_hub(&h, 0);
 
     /* Main's request to b's worker: on the link with relative hosts, from
      * port 0, the deadline as milliseconds remaining. */
@@ -1070,13 +1086,7 @@ START_TEST(test_link_notices_judged)
     /* Found by fuzz/fuzz_link.c. Host a's hub, its one port not running,
      * linked to b. */
     pm__hub h;
-    pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    ck_assert_int_ge(b, 1);
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
-    nsent = 0;
+    int b = unit_hub(&h, 0);
     unit_answers = 0;
 
     /* An UNDELIVERABLE is a negative errno and nothing else: one with error
@@ -1184,14 +1194,7 @@ static void frag_in(pm__hub *h, int b, uint32_t id, uint64_t total, uint64_t off
 START_TEST(test_frag_undecodable_counts_once)
 {
     pm__hub h;
-    pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
-    pm_test_hub_set_max_message(&h, (size_t)1 << 20);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    ck_assert_int_ge(b, 1);
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
-    nsent = 0;
+    int b = unit_hub(&h, (size_t)1 << 20);
     const uint64_t total = PM_MAX_PAYLOAD + 5000;
 
     /* Message 1: its first fragment, then an undecodable one, then three
@@ -1281,28 +1284,12 @@ static int big_asker(pm_node *n, void *arg)
 START_TEST(test_large_reply_link_down)
 {
     int pa = pm_test_free_port();
-    pm_options *o = host_options("a", secret1, big_replier);
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", pa);
-    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
-    ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
-    pm_cluster *a = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
-    pm_options_free(o);
+    pm_cluster *a = spawn_a(secret1, big_replier, pa, 0, NULL);
 
     pid_t b = pm_test_fork();
     ck_assert_int_ge(b, 0);
-    if (b == 0) {
-        pm_options *ob = host_options("b", secret1, big_asker);
-        char peer[32];
-        snprintf(peer, sizeof(peer), "127.0.0.1:%d", pa);
-        pm_cluster *cb = NULL;
-        if (pm_options_add_peer(ob, peer) < 0 || pm_cluster_spawn(ob, &cb) < 0)
-            _exit(3);
-        for (;;)
-            pm_cluster_run(cb, -1);
-    }
+    if (b == 0)
+        pm_test_serve_host(host_options("b", secret1, big_asker), 0, pa);
     PM_RUN_UNTIL(a, got_result && strcmp(result, "holding") == 0, 30000);
     ck_assert_int_eq(kill(b, SIGKILL), 0);
     PM_RUN_UNTIL(a, peer_events.downs == 1, 20000);

@@ -167,20 +167,11 @@ static int ping_a(pm_node *n)
 static int worker_a(pm_node *n, void *arg)
 {
     (void)arg;
-    pm_node_ready(n);
     unsigned port = pm_node_self(n)->port;
-    if (port == 10)
-        return stream_a(n);
-    if (port == 11)
-        return ping_a(n);
-    for (;;) {
-        pm_message m;
-        int rc = pm_node_recv(n, &m, -1);
-        if (rc == -ESHUTDOWN)
-            return 0;
-        if (rc == 0 && m.kind == PM_MSG_REQUEST)
-            pm_node_reply(n, &m, "pong", 4);
-    }
+    if (port != 10 && port != 11)
+        return pm_test_answer_worker(n, "pong");
+    pm_node_ready(n);
+    return port == 10 ? stream_a(n) : ping_a(n);
 }
 
 /* What a's supervisor heard. */

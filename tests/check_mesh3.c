@@ -84,10 +84,7 @@ static proc start_host(const char *host, int port, const char *peers, int timeou
 /* Waits until a's worker has had `more` further replies from host h. */
 static void wait_more_replies(proc *a, const char *h, int more, int timeout_ms)
 {
-    char needle[64];
-    snprintf(needle, sizeof(needle), " from t@%s:10#", h);
-    int have = count_of(a->log, needle);
-    wait_log(a, needle, have + more, timeout_ms);
+    proc_wait_more_replies(a, all, nall, h, more, timeout_ms);
 }
 
 /* ------------------------------------------------------------- three hosts */

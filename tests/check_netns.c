@@ -238,10 +238,7 @@ static proc start_host(int h, const char *peers, const char *to, const char *ms,
 /* Waits until r's worker has had `more` further replies from host h. */
 static void wait_more_replies(proc *r, const char *h, int more, int timeout_ms)
 {
-    char needle[64];
-    snprintf(needle, sizeof(needle), " from t@%s:10#", h);
-    int have = count_of(r->log, needle);
-    wait_log(r, needle, have + more, timeout_ms);
+    proc_wait_more_replies(r, all, ARRAY_LEN(all), h, more, timeout_ms);
 }
 
 

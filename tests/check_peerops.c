@@ -272,13 +272,6 @@ END_TEST
 
 /* --------------------------------------------------- the daemon on SIGHUP */
 
-/* Starts the daemon, its stderr into a pipe; it dies with the test. */
-static proc start(char *const argv[])
-{
-    static char *const envp[] = {"PATH=/usr/bin:/bin", NULL};
-    return proc_start(PM_DAEMON_BIN, argv, STDERR_FILENO, &(proc_how){.envp = envp});
-}
-
 /* Writes key (32 bytes) to path as 64 hex characters, mode 0600, replacing
  * the file at once (rename), as a Secret volume does. */
 static void write_key(const char *path, const unsigned char *key)
@@ -295,6 +288,13 @@ static void write_key(const char *path, const unsigned char *key)
     ck_assert_int_eq(rename(tmp, path), 0);
 }
 
+/* dir/name, its path in path, written with key (write_key). */
+static void key_file(char path[static 128], const char *dir, const char *name, const unsigned char *key)
+{
+    snprintf(path, 128, "%s/%s", dir, name);
+    write_key(path, key);
+}
+
 START_TEST(test_daemon_key_reload_rotation)
 {
     /* Daemons on 127.0.0.1. b holds K1 and K3 (the next secret's file
@@ -306,30 +306,16 @@ START_TEST(test_daemon_key_reload_rotation)
      * SIGHUP re-reads the keys too, and replaces the worker. */
     char dir[] = "/tmp/pm-rot-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    char b1[128], b2[128], fa[128], fc[128], listen[32], cmd[160];
-    snprintf(b1, sizeof(b1), "%s/b-current", dir);
-    snprintf(b2, sizeof(b2), "%s/b-next", dir);
-    snprintf(fa, sizeof(fa), "%s/a", dir);
-    snprintf(fc, sizeof(fc), "%s/c", dir);
-    write_key(b1, k1);
-    write_key(b2, k3);
-    write_key(fa, k2);
-    write_key(fc, k1);
-    int port = pm_test_free_port();
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    char *b_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "b", "--base-port", "10",
-                      "--workers", "1", "--ready", "exec", "--peer-listen", listen, "--secret-file", b1,
-                      "--secret-file", b2, "--", "/bin/sleep", "60", NULL};
-    char *c_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "c", "--base-port", "10",
-                      "--workers", "1", "--ready", "exec", "--peers", listen, "--secret-file", fc, "--",
-                      "/bin/sleep", "60", NULL};
-    char *a_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "a", "--base-port", "10",
-                      "--workers", "1", "--ready", "exec", "--peers", listen, "--secret-file", fa, "--",
-                      "/bin/sleep", "60", NULL};
-    proc b = start(b_argv);
-    proc c = start(c_argv);
+    char b1[128], b2[128], fa[128], fc[128], listen[32];
+    key_file(b1, dir, "b-current", k1);
+    key_file(b2, dir, "b-next", k3);
+    key_file(fa, dir, "a", k2);
+    key_file(fc, dir, "c", k1);
+    http_free_listen(listen, sizeof(listen));
+    proc b = proc_start_sleeper("b", listen, 0, b1, b2);
+    proc c = proc_start_sleeper("c", listen, 1, fc, NULL);
     proc_wait_log(&b, "event=peer_up host=c", 1, 20000);
-    proc a = start(a_argv);
+    proc a = proc_start_sleeper("a", listen, 1, fa, NULL);
     /* a dials and is refused (a wrong key id) until b knows K2: b's log
      * shows no link with a before the reload. */
     proc_wait_log(&b, "event=ready slot=0 pid=", 1, 20000);
@@ -364,8 +350,7 @@ START_TEST(test_daemon_key_reload_rotation)
     proc_free(&a);
     proc_free(&c);
     proc_free(&b);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
 
@@ -380,27 +365,15 @@ START_TEST(test_daemon_logs_refused_and_shutdown)
      * as procmesh(1) says. */
     char dir[] = "/tmp/pm-refused-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    char fb[128], fa[128], listen[32], cmd[160], needle[96];
-    snprintf(fb, sizeof(fb), "%s/b", dir);
-    snprintf(fa, sizeof(fa), "%s/a", dir);
-    write_key(fb, k1);
-    write_key(fa, k2);
-    int port = pm_test_free_port();
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    char *b_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "b", "--base-port", "10",
-                      "--workers", "1", "--ready", "exec", "--peer-listen", listen, "--secret-file", fb, "--",
-                      "/bin/sleep", "60", NULL};
-    char *c_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "c", "--base-port", "10",
-                      "--workers", "1", "--ready", "exec", "--peers", listen, "--secret-file", fb, "--",
-                      "/bin/sleep", "60", NULL};
-    char *a_argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "a", "--base-port", "10",
-                      "--workers", "1", "--ready", "exec", "--peers", listen, "--secret-file", fa, "--",
-                      "/bin/sleep", "60", NULL};
-    proc b = start(b_argv);
-    proc c = start(c_argv);
+    char fb[128], fa[128], listen[32], needle[96];
+    key_file(fb, dir, "b", k1);
+    key_file(fa, dir, "a", k2);
+    int port = http_free_listen(listen, sizeof(listen));
+    proc b = proc_start_sleeper("b", listen, 0, fb, NULL);
+    proc c = proc_start_sleeper("c", listen, 1, fb, NULL);
     proc_wait_log(&b, "event=peer_up host=c", 1, 20000);
     proc_wait_log(&c, "event=peer_up host=b", 1, 20000);
-    proc a = start(a_argv);
+    proc a = proc_start_sleeper("a", listen, 1, fa, NULL);
     proc_wait_log(&b, "event=peer_refused address=127.0.0.1 reason=key_id count=1", 1, 20000);
     snprintf(needle, sizeof(needle), "event=peer_refused address=127.0.0.1:%d reason=truncated count=1", port);
     proc_wait_log(&a, needle, 1, 20000);
@@ -415,8 +388,7 @@ START_TEST(test_daemon_logs_refused_and_shutdown)
     proc_free(&a);
     proc_free(&c);
     proc_free(&b);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
 

@@ -156,6 +156,32 @@ static void wait_first_kid(pm_cluster *c)
     RUN_UNTIL(c, (collect(), nkids >= 1), 10000);
 }
 
+/* A cluster spawned with o (the spawn must succeed); o is freed. */
+static pm_cluster *spawn_free(pm_options *o)
+{
+    pm_cluster *c = pm_test_spawn(o);
+    pm_options_free(o);
+    return c;
+}
+
+/* Spawns a cluster with o (freed) and runs until its first descendant is
+ * known. */
+static pm_cluster *spawn_tree(pm_options *o)
+{
+    pm_cluster *c = spawn_free(o);
+    wait_first_kid(c);
+    return c;
+}
+
+/* Runs until the replacement starts: nothing of the first incarnation
+ * lived then. */
+static void assert_replaced_clean(pm_cluster *c)
+{
+    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
+    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
+                  leaked_at_restart);
+}
+
 static void finish(pm_cluster *c)
 {
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
@@ -167,11 +193,7 @@ static void finish(pm_cluster *c)
 START_TEST(test_tree_exit)
 {
     /* Exit 0 with on-failure: no replacement; the descendant still ends. */
-    pm_options *o = tree_opts(T_EXIT0);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    wait_first_kid(c);
+    pm_cluster *c = spawn_tree(tree_opts(T_EXIT0));
     RUN_UNTIL(c, count(PM_EVENT_STOPPED, 0) == 1, 10000);
     ck_assert_msg(dead(kids[0]), "descendant %d outlived its incarnation's exit", (int)kids[0]);
     finish(c);
@@ -182,14 +204,8 @@ END_TEST
  * first incarnation lives. */
 static void replaced(int how)
 {
-    pm_options *o = tree_opts(how);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    wait_first_kid(c);
-    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
-    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
-                  leaked_at_restart);
+    pm_cluster *c = spawn_tree(tree_opts(how));
+    assert_replaced_clean(c);
     ck_assert_msg(dead(kids[0]), "descendant %d outlived its incarnation", (int)kids[0]);
     finish(c);
 }
@@ -211,29 +227,18 @@ START_TEST(test_tree_fence)
     pm_options *o = tree_opts(T_IDLE);
     /* It never beats: fenced for a hang. */
     pm_options_set_heartbeat_timeout_ms(o, 200);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    wait_first_kid(c);
-    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
+    pm_cluster *c = spawn_tree(o);
+    assert_replaced_clean(c);
     ck_assert_int_ge(count(PM_EVENT_FENCED, 0), 1);
-    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
-                  leaked_at_restart);
     finish(c);
 }
 END_TEST
 
 START_TEST(test_tree_restart)
 {
-    pm_options *o = tree_opts(T_IDLE);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    wait_first_kid(c);
+    pm_cluster *c = spawn_tree(tree_opts(T_IDLE));
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
-    RUN_UNTIL(c, leaked_at_restart >= 0, 10000);
-    ck_assert_msg(leaked_at_restart == 0, "%d descendants alive when the replacement started",
-                  leaked_at_restart);
+    assert_replaced_clean(c);
     finish(c);
 }
 END_TEST
@@ -242,13 +247,31 @@ START_TEST(test_tree_drain)
 {
     pm_options *o = tree_opts(T_IDLE);
     pm_options_set_workers(o, 3);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     RUN_UNTIL(c, (collect(), nkids >= 3), 10000);
     finish(c);
 }
 END_TEST
+
+/* The pid the exec worker's shell wrote to tree_pipe as a line of text
+ * (not for on_tree_event's binary reads), read while c runs (10 s at
+ * most); fails the test unless it is a pid. */
+static pid_t read_pid_line(pm_cluster *c)
+{
+    char buf[64];
+    uint64_t end = ms() + 10000;
+    size_t got = 0;
+    while (ms() < end && memchr(buf, '\n', got) == NULL) {
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
+        if (k > 0)
+            got += (size_t)k;
+    }
+    buf[got] = '\0';
+    pid_t pid = (pid_t)atoi(buf);
+    ck_assert_msg(pid > 0, "no pid from the exec worker: '%s'", buf);
+    return pid;
+}
 
 /* Exec mode (clone3 into the cgroup, or the child's write): a shell whose
  * setsid'd background job outlives it. */
@@ -265,22 +288,8 @@ START_TEST(test_tree_exec_crash)
     ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
     /* The pipe carries text here: not for on_tree_event's binary reads. */
     pm_options_set_on_event(o, on_event, NULL);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    /* The shell writes text: read it as such. */
-    char buf[64];
-    uint64_t end = ms() + 10000;
-    size_t got = 0;
-    while (ms() < end && memchr(buf, '\n', got) == NULL) {
-        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
-        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
-        if (k > 0)
-            got += (size_t)k;
-    }
-    buf[got] = '\0';
-    pid_t first = (pid_t)atoi(buf);
-    ck_assert_msg(first > 0, "no pid from the exec worker: '%s'", buf);
+    pm_cluster *c = spawn_free(o);
+    pid_t first = read_pid_line(c);
     RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 10000);
     ck_assert_msg(dead(first), "exec worker's setsid job %d outlived its crash", (int)first);
     /* The replacements run after a cgroup kill (each in a fresh leaf, or
@@ -335,9 +344,7 @@ START_TEST(test_limit_memory_oom)
     pm_options_set_on_event(o, on_oom_event, NULL);
     pm_options_set_bootstrap(o, boot_hog, NULL);
     ck_assert_int_eq(pm_options_set_memory_max(o, 64u << 20), 0);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 30000);
     const rec *r = find(PM_EVENT_EXITED, 0, 0);
     ck_assert_int_eq(r->signal, SIGKILL);
@@ -346,6 +353,27 @@ START_TEST(test_limit_memory_oom)
     pm_cluster_terminate(c);
 }
 END_TEST
+
+/* A worker's report of len bytes at buf to the test (tree_pipe), then
+ * ready and serving until it is stopped. */
+static int report_and_serve(pm_node *n, const void *buf, size_t len)
+{
+    if (write(tree_pipe[1], buf, len) < 0)
+        _exit(1);
+    pm_node_ready(n);
+    idle();
+    return 0;
+}
+
+/* The options of a test whose one worker runs boot and reports through a
+ * new tree_pipe. */
+static pm_options *reporter_opts(int (*boot)(pm_node *, void *))
+{
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot, NULL);
+    return o;
+}
 
 /* Forks until fork fails; writes how many it made and the errno. */
 static int boot_forker(pm_node *n, void *arg)
@@ -365,22 +393,14 @@ static int boot_forker(pm_node *n, void *arg)
         }
     }
     int msg[2] = {made, err};
-    if (write(tree_pipe[1], msg, sizeof(msg)) < 0)
-        _exit(1);
-    pm_node_ready(n);
-    idle();
-    return 0;
+    return report_and_serve(n, msg, sizeof(msg));
 }
 
 START_TEST(test_limit_pids)
 {
-    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
-    pm_options *o = opts(1);
-    pm_options_set_bootstrap(o, boot_forker, NULL);
+    pm_options *o = reporter_opts(boot_forker);
     ck_assert_int_eq(pm_options_set_pids_max(o, 8), 0);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     int msg[2];
     ck_assert_int_eq(read(tree_pipe[0], msg, sizeof(msg)), (ssize_t)sizeof(msg));
     ck_assert_msg(msg[0] < 8 && msg[1] == EAGAIN, "made %d children, errno %d", msg[0], msg[1]);
@@ -396,22 +416,14 @@ static int boot_rlimit(pm_node *n, void *arg)
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
     uint64_t v[2] = {rl.rlim_cur, rl.rlim_max};
-    if (write(tree_pipe[1], v, sizeof(v)) < 0)
-        _exit(1);
-    pm_node_ready(n);
-    idle();
-    return 0;
+    return report_and_serve(n, v, sizeof(v));
 }
 
 START_TEST(test_rlimit)
 {
-    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC), 0);
-    pm_options *o = opts(1);
-    pm_options_set_bootstrap(o, boot_rlimit, NULL);
+    pm_options *o = reporter_opts(boot_rlimit);
     ck_assert_int_eq(pm_options_set_rlimit(o, RLIMIT_NOFILE, 100, 200), 0);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     uint64_t v[2];
     ck_assert_int_eq(read(tree_pipe[0], v, sizeof(v)), (ssize_t)sizeof(v));
     ck_assert_int_eq(v[0], 100);
@@ -466,11 +478,7 @@ static int boot_core(pm_node *n, void *arg)
     struct rlimit rl;
     getrlimit(RLIMIT_CORE, &rl);
     uint64_t v[3] = {rl.rlim_cur, rl.rlim_max, (uint64_t)prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)};
-    if (write(tree_pipe[1], v, sizeof(v)) < 0)
-        _exit(1);
-    pm_node_ready(n);
-    idle();
-    return 0;
+    return report_and_serve(n, v, sizeof(v));
 }
 
 /* Spawns one fork-mode boot_core worker with o; v: what it reported, the
@@ -515,9 +523,7 @@ START_TEST(test_core_default)
 
     o = opts(1);
     exec_sleeper(o);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_free(o);
     pm_slot_info si;
     ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
     core_limits_of(si.pid, soft, hard);
@@ -1091,25 +1097,13 @@ START_TEST(test_tree_exec_leaf)
     ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
     ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
     pm_options_set_on_event(o, on_event, NULL);
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    char why[320], cg[PM__CG_PATH], dir[PM__CG_PATH + 64], buf[64];
+    pm_cluster *c = spawn_free(o);
+    char why[320], cg[PM__CG_PATH], dir[PM__CG_PATH + 64];
     ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_CGROUP);
     RUN_UNTIL(c, find(PM_EVENT_READY, 0, 0) != NULL, 10000);
     /* The setsid job exists (its pid came) before the kill: the leaf is
      * not empty at the reap. */
-    uint64_t end = ms() + 10000;
-    size_t got = 0;
-    while (ms() < end && memchr(buf, '\n', got) == NULL) {
-        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
-        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
-        if (k > 0)
-            got += (size_t)k;
-    }
-    buf[got] = '\0';
-    pid_t job = (pid_t)atoi(buf);
-    ck_assert_msg(job > 0, "no pid from the exec worker: '%s'", buf);
+    pid_t job = read_pid_line(c);
     pid_t p1 = find(PM_EVENT_STARTED, 0, 0)->pid;
     cgroup_of(p1, cg, sizeof(cg));
     ck_assert_msg(strstr(cg, "/slot0/g1") != NULL, "first incarnation in %s", cg);

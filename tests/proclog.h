@@ -221,6 +221,18 @@ static inline void proc_wait_log(proc *r, const char *needle, int n, int timeout
     proc_wait_among(r, NULL, 0, needle, n, timeout_ms);
 }
 
+/* Waits until r's worker has had `more` further replies from host h's
+ * worker (port 10), reading the pipes of others meanwhile
+ * (proc_wait_among). */
+static inline void proc_wait_more_replies(proc *r, proc *const *others, size_t nothers, const char *h,
+                                          int more, int timeout_ms)
+{
+    char needle[64];
+    snprintf(needle, sizeof(needle), " from t@%s:10#", h);
+    int have = count_of(r->log, needle);
+    proc_wait_among(r, others, nothers, needle, have + more, timeout_ms);
+}
+
 /* Counts the caller's lines in log: requests sent (the highest N), and
  * fails unless every request has exactly one outcome (the last may still
  * be in flight: at most one). Returns the highest N sent. */
@@ -306,6 +318,32 @@ static inline proc proc_start_mesh_host(const proc_mesh_host *h, proc_pre_exec p
                       &(proc_how){.cap = 1024 * 1024, .pre = pre, .arg = arg});
 }
 #endif
+
+/* A daemon of host `host` (system "t", base port 10) whose one worker
+ * sleeps (--ready exec), listening on the address listen (dial 0) or
+ * dialling it (dial 1), with the secret file `secret` and, unless NULL, a
+ * second one `next`; PATH is all its environment. Its log from its
+ * stderr. */
+static inline proc proc_start_sleeper(const char *host, const char *listen, int dial, const char *secret,
+                                      const char *next)
+{
+    char *argv[24];
+    int n = 0;
+    char *fixed[] = {"procmesh", "run", "--system-name", "t", "--hostname", (char *)host,
+                     "--base-port", "10", "--workers", "1", "--ready", "exec",
+                     dial ? "--peers" : "--peer-listen", (char *)listen, "--secret-file", (char *)secret};
+    for (size_t i = 0; i < ARRAY_LEN(fixed); i++)
+        argv[n++] = fixed[i];
+    if (next != NULL) {
+        argv[n++] = "--secret-file";
+        argv[n++] = (char *)next;
+    }
+    char *tail[] = {"--", "/bin/sleep", "60", NULL};
+    for (size_t i = 0; i < ARRAY_LEN(tail); i++)
+        argv[n++] = tail[i];
+    static char *const envp[] = {"PATH=/usr/bin:/bin", NULL};
+    return proc_start(PM_DAEMON_BIN, argv, STDERR_FILENO, &(proc_how){.envp = envp});
+}
 
 /* ---- a daemon's keys and its HTTP port */
 

@@ -127,17 +127,6 @@ static int stamp_matches(const pm_address *from, const tmsg *t)
            from->incarnation == t->inc && t->inc != 0;
 }
 
-static pm_address worker_addr(unsigned slot, uint64_t inc)
-{
-    pm_address a;
-    memset(&a, 0, sizeof(a));
-    strcpy(a.system, "procmesh");
-    strcpy(a.host, "worker");
-    a.port = (uint16_t)(slot + 1);
-    a.incarnation = inc;
-    return a;
-}
-
 static pm_address main_addr(void)
 {
     pm_address a;
@@ -254,7 +243,8 @@ static int allowed_request_error(int rc)
 static int wgo(const tmsg *g)
 {
     unsigned rpeer = g->a, speer = g->b;
-    pm_address m_addr = main_addr(), r_addr = worker_addr(rpeer, 0), s_addr = worker_addr(speer, 0);
+    pm_address m_addr = main_addr(), r_addr = pm_test_slot_addr(rpeer, 0),
+               s_addr = pm_test_slot_addr(speer, 0);
     uint32_t issued = 0, ok = 0, err = 0, streamed = 0;
     for (int i = 0; i < 6; i++) {
         for (int k = 0; k < 2; k++) {
@@ -730,7 +720,7 @@ static int main_send(pm_cluster *c, unsigned slot, uint64_t inc, uint32_t kind, 
     static uint64_t rng = 5;
     tmsg t = {.kind = kind, .slot = T_MAIN, .round = cur_round, .a = a, .b = b};
     size_t len = encode(buf, &t, NULL, 0, &rng);
-    pm_address to = worker_addr(slot, inc);
+    pm_address to = pm_test_slot_addr(slot, inc);
     int rc = pm_cluster_send(c, &to, buf, len);
     if (rc != 0)
         violation(V_ERRNO, "pm_cluster_send to ready slot %u#%llu: %d", slot,
