@@ -189,7 +189,18 @@ START_TEST(test_config_errors)
         {"--ready", "maybe", "--ready: 'maybe' is not one of mesh, notify, exec"},
         {"--listen", "udp:1.2.3.4:5", "--listen: 'udp:1.2.3.4:5'"},
         {"--listen", "tcp:nohostport", "--listen"},
+        /* The socket's name is judged by pm_options_set_listen_fds: a
+         * newline, a ':' or an empty name would be refused there, and the
+         * workers would get no LISTEN_FDS. */
+        {"--listen", "a\nb=tcp:127.0.0.1:8080", "the name before '=' must be 1..63 characters without ':' or a newline"},
+        {"--listen", "a:b=unix:/tmp/x", "the name before '='"},
+        {"--listen", "=tcp:127.0.0.1:8080", "the name before '='"},
+        {"--listen", "0123456789012345678901234567890123456789012345678901234567890123=tcp:127.0.0.1:1",
+         "the name before '='"},
         {"--log-format", "xml", "--log-format: 'xml'"},
+        /* Root is refused by pm_options_set_user, which dconf asks. */
+        {"--user", "root", "--user: 'root' is root (uid or gid 0)"},
+        {"--user", "nobody:root", "--user: 'nobody:root' is root (uid or gid 0)"},
         {"--system-name", "a b", "--system-name: 'a b'"},
         {"--base-port", "70000", "--base-port: '70000'"},
         {"--init-data", "@/nonexistent/file", "--init-data: cannot read '/nonexistent/file'"},

@@ -15,6 +15,7 @@
 #include "base/le.h"
 #include "channel/frame.h"
 #include "hub/hub.h"
+#include "mesh/mesh.h" /* pm__mesh_fails */
 #include "peer/linkfrag.h"
 #include "peer/peer.h"
 #include "peer/peerkeys.h"

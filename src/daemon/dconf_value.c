@@ -87,6 +87,29 @@ int pmd_dconf_host_port(const src *s, const char *v, char *host, size_t hostsize
 }
 
 /* [NAME=]tcp:HOST:PORT | [NAME=]unix:PATH */
+/* Copies the n bytes at v into out (PM_NAME_MAX bytes, n below that) as a
+ * string, and returns out. */
+static const char *copy_name(const char *v, size_t n, char out[PM_NAME_MAX])
+{
+    memcpy(out, v, n);
+    out[n] = '\0';
+    return out;
+}
+
+/* The rule for a socket's LISTEN_FDNAMES name is the library's: its setter
+ * judges it, on scratch options, with a stand-in fd (stored, never used). 0
+ * or -EINVAL (or -ENOMEM). */
+static int listen_name_check(const char *name)
+{
+    pm_options *o = pm_options_new();
+    if (o == NULL)
+        return -ENOMEM;
+    const int stand_in_fd = 0;
+    int rc = pm_options_set_listen_fds(o, &stand_in_fd, &name, 1);
+    pm_options_free(o);
+    return rc;
+}
+
 int pmd_dconf_listen_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
 {
     char w[96];
@@ -99,10 +122,10 @@ int pmd_dconf_listen_value(const src *s, const char *v, pmd_dconf *c, char *err,
     const char *spec = v;
     if (eq != NULL && strncmp(v, "tcp:", 4) != 0 && strncmp(v, "unix:", 5) != 0) {
         size_t n = (size_t)(eq - v);
-        if (n == 0 || n >= PM_NAME_MAX || memchr(v, ':', n) != NULL)
-            return fail(err, size, "%s: '%s': the name before '=' must be 1..63 characters without ':'",
-                        who(s, w, sizeof(w)), v);
-        memcpy(l->name, v, n);
+        if (n >= PM_NAME_MAX || listen_name_check(copy_name(v, n, l->name)) < 0)
+            return fail(err, size,
+                        "%s: '%s': the name before '=' must be 1..%d characters without ':' or a newline",
+                        who(s, w, sizeof(w)), v, PM_NAME_MAX - 1);
         spec = eq + 1;
     } else {
         snprintf(l->name, sizeof(l->name), "listen%zu", c->nlisten);
@@ -326,8 +349,15 @@ int pmd_dconf_user_value(const src *s, const char *v, pmd_dconf *c, char *err, s
         return fail(err, size, "%s: no user '%s'", who(s, w, sizeof(w)), name);
     if (colon != NULL && id_value(colon + 1, 1, &gid, NULL) < 0)
         return fail(err, size, "%s: no group '%s'", who(s, w, sizeof(w)), colon + 1);
-    if (uid == 0 || gid == 0)
-        return fail(err, size, "%s: '%s' is root (uid or gid 0): the workers would keep every privilege",
+    /* The library's setter refuses root (uid or gid 0) and -1; it judges. */
+    pm_options *o = pm_options_new();
+    if (o == NULL)
+        return -ENOMEM;
+    int rc = pm_options_set_user(o, (uid_t)uid, (gid_t)gid);
+    pm_options_free(o);
+    if (rc < 0)
+        return fail(err, size,
+                    "%s: '%s' is root (uid or gid 0) or id -1: the workers would keep every privilege",
                     who(s, w, sizeof(w)), v);
     c->user = 1;
     c->uid = uid;

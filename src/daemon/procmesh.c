@@ -445,7 +445,17 @@ static int run_prepare(run_state *r)
         const char *names[PMD_MAX_LISTEN];
         for (int i = 0; i < r->nfds; i++)
             names[i] = r->conf->listen[i].name;
-        pm_options_set_listen_fds(r->o, r->fds, names, (size_t)r->nfds);
+        /* dconf judged each name with this setter already; a refusal here
+         * would leave the workers without LISTEN_FDS, so it is not ignored. */
+        int rc = pm_options_set_listen_fds(r->o, r->fds, names, (size_t)r->nfds);
+        if (rc < 0) {
+            const char *kv[] = {"error", pm_strerror(rc), "option", "--listen"};
+            pmd_log(PMD_LOG_ERROR, "start_failed", kv, 2);
+            for (int i = 0; i < r->nfds; i++)
+                close(r->fds[i]);
+            pm_options_free(r->o);
+            return EXIT_START;
+        }
     }
     memset(&r->hs, 0, sizeof(r->hs));
     r->hs.min_ready = r->conf->min_ready;
@@ -456,7 +466,7 @@ static int run_prepare(run_state *r)
     return 0;
 }
 
-/* The supervisor holds about 11 fds per worker (its link 5, pidfd, exec
+/* The supervisor holds about 11 fds per worker (its channel 5, pidfd, exec
  * pipe, cgroup 4; captured output 2 more) and 7 more for the next
  * incarnation's channel and pipe prepared ahead, kept only below half the
  * limit: 1,024 workers need some 11,500 to start, 40,000 for every slot to

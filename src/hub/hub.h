@@ -82,6 +82,7 @@ enum pm__port_state {
         call;                      \
         pm__hub_callback_leave(h); \
     } while (0)
+/* hub_owner.c: */
 void pm__hub_callback_enter(pm__hub *h);
 void pm__hub_callback_leave(pm__hub *h);
 /* 1 inside an application callback (PM__APP_CALLBACK). */
@@ -153,6 +154,7 @@ void pm__hub_hosts_copy(const pm__hub *h, struct pm__channel *l);
  * unblocked, the port closed. */
 void pm__hub_port_close(pm__hub *h, unsigned p);
 
+/* hub_core.c: */
 /* A turn's work lists. */
 /* Publishes every ring written this turn (one wake-up per ring at most). */
 void pm__hub_publish(pm__hub *h);
@@ -164,6 +166,7 @@ void pm__hub_mark_rang(pm__hub *h, unsigned p);
 void pm__hub_pass_begin(pm__hub *h);
 int pm__hub_pass_next(pm__hub *h, unsigned *p);
 
+/* hub_bcast.c: */
 int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
                       void (*cb)(pm_cluster *, const pm_message *, size_t, void *), void *arg);
 /* pm_cluster_broadcast_mesh: the local broadcast, and a BCAST to every
@@ -171,6 +174,7 @@ int pm__hub_broadcast(pm__hub *h, const void *data, size_t len, int timeout_ms,
 int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout_ms,
                            void (*cb)(pm_cluster *, const pm_message *, size_t, void *),
                            void *arg);
+/* hub_main.c: */
 /* Main's requests to one worker (pm_cluster_request): to NULL means any
  * ready worker (the fewest of main's requests in flight, round robin among
  * ties; none ready: it waits until one is, or its deadline). Returns the id

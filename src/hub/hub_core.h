@@ -491,16 +491,19 @@ struct pm__hub {
  * turn instead of starving the others. */
 #define PM__FRAMES_PER_TURN 256
 
+/* hub_core.c: */
 /* Large messages from main (pm_cluster_send/reply/request/call above
  * PM_MAX_PAYLOAD): a sealed memfd of data, -EMSGSIZE above max_message. */
 int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len);
 /* Closes the large messages' fds port p holds (taken ahead of their
  * frames, or being read; hub_core.c). */
 void pm__hub_port_drop_ahead(pm__port *p);
+/* hub_queue.c: */
 /* Moves queued frames into d's ring; unblocks senders once d has room.
  * Sets d->sock_full when d's socket refused a large message's fd: the
  * owner then services d again once that socket is writable. */
 void pm__hub_flush(pm__hub *h, pm__port *d);
+/* hub_core.c: */
 /* Work lists. Marks p busy and puts it on the ready list (at its end: a
  * port is visited once per pass, in the order it became ready, so none
  * starves). */
@@ -509,6 +512,7 @@ void pm__hub_mark_busy(pm__hub *h, pm__port *p);
 void pm__hub_mark_dirty(pm__hub *h, pm__port *p);
 /* It has a deadline of its own now (stall_since_ms: the drain timeout). */
 void pm__hub_mark_timed(pm__hub *h, pm__port *p);
+/* hub_queue.c: */
 /* For pm__ring_scan over a sender's ring: 0 while a frame is a message or
  * request to local port arg (a pm__port *) that may wait in the sender's
  * ring, 1 at anything else (hub_queue.c). */
@@ -525,6 +529,7 @@ void pm__hub_free(pm__hub *h);
  * frames drain (backpressure). */
 int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
 
+/* hub_linkbig.c: */
 /* Fork mode, in the child: closes the link's large-message fds (the
  * memfds being sent and reassembled are other workers' traffic). */
 void pm__hub_links_wipe(pm__hub *h);

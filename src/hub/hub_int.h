@@ -10,6 +10,7 @@
 /* A broadcast result or request not answered yet. */
 #define RESULT_PENDING INT_MIN
 
+/* hub_queue.c: */
 int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
                 uint32_t charge);
 /* The same for a large message: f announces it (PM__FF_MEMFD), fd is its
@@ -18,8 +19,9 @@ int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *pa
 int pm__hub_push_fd(pm__hub *h, pm__port *d, const pm__frame_hdr *f, int fd, uint64_t big_len,
                     uint32_t charge);
 pm__frame_hdr pm__hub_main_hdr(int type, const pm__port *p);
-/* hub_queue.c: frees a frame that left d's queue (delivered or dropped). */
+/* Frees a frame that left d's queue (delivered or dropped). */
 void pm__hub_dequeue(pm__hub *h, pm__port *d, pm__qframe *q);
+/* hub_core.c: */
 int pm__hub_add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t requester_inc,
                         uint64_t id, int64_t deadline);
 int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
@@ -32,9 +34,11 @@ void pm__hub_purge_due(pm__hub *h, uint64_t now);
 pm__inflight *pm__hub_detach_inflight(pm__hub *h, pm__port *p, uint32_t *n);
 void pm__hub_forget_requests_of(pm__hub *h, const pm__port *p);
 int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc);
+/* hub_main.c: */
 void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload);
+/* hub_bcast.c: */
 void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b);
-/* hub_bcast.c: records one result of a local broadcast (request id). 0,
+/* Records one result of a local broadcast (request id). 0,
  * or -EALREADY (a duplicate, or no broadcast has that id). */
 int pm__hub_bcast_result(pm__hub *h, uint64_t id, int err, const void *data, size_t len);
 /* pm__hub_broadcast for a remote host's mesh broadcast (src_host: its
@@ -47,6 +51,7 @@ int pm__hub_broadcast_for(pm__hub *h, uint16_t src_host, const void *data, size_
  * mesh broadcast (pm__hub_broadcast_for): an answer to system@host:0 under
  * that id is its result, settled here, not a reply for the link. */
 int pm__hub_bcast_of(pm__hub *h, uint64_t id, uint16_t host);
+/* hub_main.c: */
 void pm__hub_main_request_dispatch_waiting(pm__hub *h);
 void pm__hub_main_request_expire(pm__hub *h, int64_t now);
 /* hub_queue.c: an undeliverable notice to `to` (a port, main, or a remote
@@ -57,34 +62,35 @@ void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_
  * (main_send, main_request, credit), hub_linkin.c (notice), hub_linkbase.c
  * (bcast, forget). */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
+void pm__hub_links_free(pm__hub *h);
 int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc, int type,
                            uint64_t request_id, const void *data, size_t len);
-void pm__hub_link_notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about,
-                         uint64_t about_inc, uint64_t request_id, int err);
-void pm__hub_links_free(pm__hub *h);
-/* A frame that came over host's link for address port `port` (bytes:
- * header included) left the hub's hands: owed back to the sender. */
-void pm__hub_link_credit(pm__hub *h, uint16_t host, uint32_t port, uint32_t bytes);
-/* Sends a mesh broadcast's BCAST (id, deadline, payload) to host's link.
- * 0, or -EHOSTUNREACH / -ENOBUFS. */
-int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,
-                       const void *data, size_t len);
-/* hub_bcast.c: a BRESULT or BDONE from host's link (validated: a known
- * part of that host, not settled), and a link gone down (its parts settle
- * as one -EHOSTUNREACH result each). */
-void pm__hub_mesh_broadcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,
-                          const unsigned char *payload);
-void pm__hub_mesh_broadcast_host_down(pm__hub *h, uint16_t host);
-/* Settles what is due (deadline) or everything (all, with err). */
-void pm__hub_mesh_broadcast_fire(pm__hub *h, int64_t now, int all, int err);
 /* Main's request id to address port `port` of `host` over its link: an
  * entry in the link's table, then the frame. 0, or -EHOSTUNREACH (no link
  * up), -EBUSY (its table is full), -EAGAIN (the link's buffer is full). */
 int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc,
                               uint64_t id, int64_t deadline_ms, const void *data, size_t len);
+/* A frame that came over host's link for address port `port` (bytes:
+ * header included) left the hub's hands: owed back to the sender. */
+void pm__hub_link_credit(pm__hub *h, uint16_t host, uint32_t port, uint32_t bytes);
+void pm__hub_link_notice(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about,
+                         uint64_t about_inc, uint64_t request_id, int err);
+/* Sends a mesh broadcast's BCAST (id, deadline, payload) to host's link.
+ * 0, or -EHOSTUNREACH / -ENOBUFS. */
+int pm__hub_link_bcast(pm__hub *h, uint16_t host, uint64_t id, int64_t deadline_ms,
+                       const void *data, size_t len);
 /* Forgets main's request id to host/port in the link's table (answered,
  * timed out or cancelled here), so that an answer after this is late. */
 void pm__hub_link_forget(pm__hub *h, uint16_t host, uint32_t requester, uint64_t id,
                          uint32_t port);
+
+/* hub_bcast.c: a BRESULT or BDONE from host's link (validated: a known
+ * part of that host, not settled), and a link gone down (its parts settle
+ * as one -EHOSTUNREACH result each). */
+void pm__hub_mesh_broadcast_frame(pm__hub *h, uint16_t host, const pm__frame_hdr *f,
+                                  const unsigned char *payload);
+void pm__hub_mesh_broadcast_host_down(pm__hub *h, uint16_t host);
+/* Settles what is due (deadline) or everything (all, with err). */
+void pm__hub_mesh_broadcast_fire(pm__hub *h, int64_t now, int all, int err);
 
 #endif /* PM_HUB_INT_H */

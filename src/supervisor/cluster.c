@@ -288,7 +288,6 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     c->magic = PM__MAGIC_CLUSTER;
     c->gen = pm__fork_gen();
     c->sigfd = c->timerfd = c->wakefd = -1;
-    c->spare_drop = pm__incarnation_spare_drop;
     /* The spin gate's CPU count, read now: fork-mode workers inherit it,
      * and under the strict seccomp filter they may not ask the kernel. */
     (void)pm__spin_cpus();

@@ -465,7 +465,8 @@ typedef struct start_fds {
  * one before anything else is forked onto it. 0 or -errno. */
 static int take_channel(pm_cluster *c, pm__slot *s, start_fds *f, pid_t *standby)
 {
-    pm__standby_check(c, s);
+    if (pm__standby_dead(s))
+        pm__incarnation_spare_drop(c, s); /* ends it, and the memory it had */
     int rc = pm__spare_take(c, s, f->err_pipe, f->outp, &f->notify_fd, f->notify, sizeof(f->notify));
     if (rc < 0)
         return rc;

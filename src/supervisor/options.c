@@ -383,8 +383,6 @@ PM_EXTERN int pm_options_set_on_output(pm_options *o,
 
 /* ------------------------------------------------------------------ peer links */
 
-/* Stored and validated only: peer links land in a later change. */
-
 int pm__options_peer_mode(const pm_options *o)
 {
     return o->peer_listen[0] != '\0' || o->npeers > 0 || o->peers_dns[0] != '\0';

@@ -5,7 +5,7 @@
 
 #include "base/internal.h"
 #include "base/defaults.h" /* PM__MAX_RLIMIT */
-#include "mesh/mesh.h" /* PM__PEER_ADDR_MAX, PM__MAX_PEERS */
+#include "mesh/mesh_env.h" /* PM__PEER_ADDR_MAX, PM__MAX_PEERS */
 #include "peer/peerkeys.h"
 
 #define PM__MAX_PASS_FDS 64

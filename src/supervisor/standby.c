@@ -99,10 +99,9 @@ static int standby_dead(const pm__standby *b)
 /* A standby made for another incarnation needs no check here: it lives on
  * the spare made for that incarnation, which channel_take finds unfit and
  * drops, and it with it. */
-void pm__standby_check(pm_cluster *c, pm__slot *s)
+int pm__standby_dead(const pm__slot *s)
 {
-    if (s->standby.pid > 0 && standby_dead(&s->standby))
-        c->spare_drop(c, s); /* ends it, and the memory it had */
+    return s->standby.pid > 0 && standby_dead(&s->standby);
 }
 
 pid_t pm__standby_take(pm_cluster *c, pm__slot *s)

@@ -12,9 +12,11 @@
 
 /* Ends s's standby (SIGKILL through its pidfd, reaped); errno preserved. */
 void pm__standby_end(pm_cluster *c, pm__slot *s);
-/* Before the spare is taken: a standby that has died is reaped and the
- * spare it held dropped (its memory was another process's). */
-void pm__standby_check(pm_cluster *c, pm__slot *s);
+/* 1 when s has a standby and it has exited (its poll's completion may not
+ * be handled yet): before the spare is taken, the caller drops the spare
+ * (pm__incarnation_spare_drop, which ends and reaps the standby), whose
+ * memory was another process's. */
+int pm__standby_dead(const pm__slot *s);
 /* Makes the waiting standby incarnation s->incarnation (whose channel was just
  * taken): moved into the slot's cgroup, started. Its pid with s->pidfd set,
  * 0 when there is none for this incarnation, or -errno (the standby was

@@ -147,11 +147,6 @@ struct pm_cluster {
     uint64_t liveness_checks;
     uint64_t liveness_visits;
     uint64_t standby_taken;  /* starts that took a warm standby (standby.c) */
-    /* pm__incarnation_spare_drop (spare.c), set at creation: spare.c ends
-     * a slot's standby before it drops the spare, so standby.c sits below
-     * it and drops a dead standby's spare, the memory it mapped, through
-     * this pointer rather than by a call back up. */
-    void (*spare_drop)(pm_cluster *c, pm__slot *s);
 };
 
 /* 0 when c is a live cluster of this process, else -EINVAL (NULL or not
