@@ -9,6 +9,7 @@
 #include "base/address.h"
 #include "base/le.h"
 #include "peer/peer.h"
+#include "hooks.h"
 
 /* Routing with peer links: the host table turns names into the indices
  * frames carry, and back. */
@@ -431,9 +432,27 @@ START_TEST(test_hostile_preamble)
     ck_assert_int_eq(respond_to(&b, "PMLINK\xff", 7), PM__PCE_DEAD);
     ck_assert_int_eq(b.c.fail, PM__PF_PREAMBLE);
     side_free(&b);
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(respond_to(&b, "PMLINK\0", 7), PM__PCE_DEAD); /* version length 0 */
+    ck_assert_int_eq(b.c.fail, PM__PF_PREAMBLE);
+    side_free(&b);
 
+    /* A system name length out of 1..63, all else valid: refused from its
+     * byte, before the name it claims is read (not as another mesh). */
     unsigned char id[8], pre[PM__PEER_PREAMBLE_MAX];
     pm__peer_key_id(secret1, id);
+    static const unsigned char bad_sn[] = {0, 64, 255};
+    for (size_t i = 0; i < ARRAY_LEN(bad_sn); i++) {
+        side_init(&b, "b", secret1, NULL, 0);
+        (void)pm__peer_preamble("sys", id, pre);
+        size_t v = pre[6];
+        pre[7 + v] = bad_sn[i];
+        ck_assert_int_eq(respond_to(&b, pre, 8 + v), PM__PCE_DEAD);
+        ck_assert_msg(b.c.fail == PM__PF_PREAMBLE, "system name length %u: %s", bad_sn[i],
+                      pm__peer_fail_name(b.c.fail));
+        side_free(&b);
+    }
+
     side_init(&b, "b", secret1, NULL, 0);
     size_t n = pm__peer_preamble("other", id, pre); /* another mesh */
     ck_assert_int_eq(respond_to(&b, pre, n), PM__PCE_DEAD);
@@ -501,6 +520,106 @@ START_TEST(test_tampered)
 }
 END_TEST
 
+/* The CLOSE's reason reaches the other side, which records it as the
+ * peer's (doc/protocol.md 6: a receiver accepts any value). */
+START_TEST(test_close_reason)
+{
+    static const uint16_t reasons[] = {PM__REC_CLOSE_PROTOCOL, PM__REC_CLOSE_NONCE, PM__REC_CLOSE_TIMEOUT,
+                                       7 /* unknown: "other" */, PM__REC_CLOSE_SHUTDOWN};
+    for (size_t i = 0; i < ARRAY_LEN(reasons); i++) {
+        side a, b;
+        pair_up(&a, &b);
+        pm__pconn_close(&a.c, reasons[i], PM__PF_LOCAL);
+        pump(&a, &b);
+        ck_assert(b.dead);
+        ck_assert_int_eq(b.c.fail, PM__PF_CLOSED);
+        ck_assert(b.c.close_received);
+        ck_assert_msg(b.c.close_reason == reasons[i], "reason %u recorded as %u", reasons[i],
+                      b.c.close_reason);
+        side_free(&a);
+        side_free(&b);
+    }
+}
+END_TEST
+
+/* The CLOSE a failing side sends names why (doc/protocol.md 6): the nonce
+ * limit, sending or receiving, is reason 2 (NONCE); a record refused is
+ * reason 1 (PROTOCOL). The other side reads the reason. */
+START_TEST(test_close_codes)
+{
+    side a, b;
+    unsigned char f[64];
+    size_t taken;
+    struct iovec v = {"frame", 5};
+
+    /* Sending: a's nonces leave room for its CLOSE only (b's receiving
+     * nonce in step): the staged frame cannot be sealed, CLOSE 2 goes. */
+    pair_up(&a, &b);
+    ck_assert_int_eq(pm_test_rec_set_nonce(a.c.rec, 1, PM__NOISE_NONCE_LIMIT - 1), 0);
+    ck_assert_int_eq(pm_test_rec_set_nonce(b.c.rec, 0, PM__NOISE_NONCE_LIMIT - 1), 0);
+    seq_frame(f, sizeof(f), 0);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, f, sizeof(f)), 0);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), -EOVERFLOW);
+    ck_assert_int_eq(a.c.state, PM__PC_DEAD);
+    pump(&a, &b);
+    ck_assert(b.dead);
+    ck_assert_int_eq(b.c.fail, PM__PF_CLOSED);
+    ck_assert_uint_eq(b.c.close_reason, PM__REC_CLOSE_NONCE);
+    ck_assert_uint_eq(b.nframes, 0);
+    side_free(&a);
+    side_free(&b);
+
+    /* Receiving: b's next nonce is at the limit when a's record comes. */
+    pair_up(&a, &b);
+    ck_assert_int_eq(pm_test_rec_set_nonce(b.c.rec, 0, PM__NOISE_NONCE_LIMIT), 0);
+    ck_assert_int_eq(send_frames(&a.c, &v, 1, &taken), 0);
+    ck_assert(move(&a, &b));
+    ck_assert(b.dead);
+    ck_assert_int_eq(b.c.fail, PM__PF_RECORD);
+    ck_assert_int_eq(b.c.err, -EOVERFLOW);
+    ck_assert_uint_eq(b.nframes, 0);
+    ck_assert(move(&b, &a));
+    ck_assert(a.dead && a.c.close_received);
+    ck_assert_uint_eq(a.c.close_reason, PM__REC_CLOSE_NONCE);
+    side_free(&a);
+    side_free(&b);
+
+    /* A record length above the largest, refused on its 4 bytes: CLOSE 1. */
+    pair_up(&a, &b);
+    ck_assert_int_eq(respond_to(&b, "\xff\xff\xff\xff", 4), PM__PCE_DEAD);
+    ck_assert_int_eq(b.c.fail, PM__PF_RECORD);
+    ck_assert(move(&b, &a));
+    ck_assert(a.dead && a.c.close_received);
+    ck_assert_uint_eq(a.c.close_reason, PM__REC_CLOSE_PROTOCOL);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* A heartbeat or a PING that finds the output queue full is no error: the
+ * records queued prove liveness as well (doc/protocol.md 6). Heartbeats
+ * until one no longer fits: each returns 0; the link stays up. */
+START_TEST(test_control_full_queue)
+{
+    side a, b;
+    pair_up(&a, &b);
+    size_t bound = PM__PCONN_OUT_CAP / (PM__REC_HDR + PM__REC_MIN_CT) + 2;
+    int full = 0;
+    for (size_t i = 0; i < bound && !full; i++) {
+        size_t before = a.c.out_len - a.c.out_off;
+        ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0);
+        full = a.c.out_len - a.c.out_off == before;
+    }
+    ck_assert_msg(full, "the output queue never filled");
+    ck_assert_int_eq(pm__pconn_ping(&a.c, 42), 0);
+    ck_assert_int_eq(a.c.state, PM__PC_UP);
+    pump(&a, &b);
+    ck_assert(!a.dead && !b.dead);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
 START_TEST(test_self_and_pins)
 {
     side a, b;
@@ -551,6 +670,9 @@ int main(void)
     tcase_add_test(tc, test_stage_lone_frame);
     tcase_add_test(tc, test_stage_full_queue);
     tcase_add_test(tc, test_stage_link_ends);
+    tcase_add_test(tc, test_close_reason);
+    tcase_add_test(tc, test_close_codes);
+    tcase_add_test(tc, test_control_full_queue);
     suite_add_tcase(s, tc);
     return pm_test_main(s);
 }

@@ -86,6 +86,14 @@ START_TEST(test_key_parse)
     }
     unsigned char zeros[32] = {0};
     ck_assert_int_eq(pm__peer_key_parse(zeros, 32, k, why, sizeof(why)), -EINVAL);
+    /* No buffer, whatever length is claimed: refused, nothing read. */
+    static const size_t nolen[] = {32, 64, 0};
+    for (size_t i = 0; i < ARRAY_LEN(nolen); i++) {
+        memset(k, 0x5a, sizeof(k));
+        ck_assert_int_eq(pm__peer_key_parse(NULL, nolen[i], k, why, sizeof(why)), -EINVAL);
+        ck_assert_msg(strstr(why, "no key buffer") != NULL, "length %zu: '%s'", nolen[i], why);
+        ck_assert_uint_eq(k[0], 0x5a);
+    }
 }
 END_TEST
 

@@ -144,6 +144,32 @@ START_TEST(test_consumed)
 }
 END_TEST
 
+/* A consumer that hands back an index it cannot have read (past what was
+ * published, or not 8-aligned) poisons the producer's end for good:
+ * pm__ring_consumed and pm__ring_wait_consumed answer -EBADMSG from then
+ * on, also once the index looks plausible again, never "not yet" (0):
+ * node_messaging.c's ahead_room stops a large message on it (-EPROTO)
+ * rather than waiting for a hub that cannot be trusted. */
+START_TEST(test_consumed_poisoned)
+{
+    static const uint64_t bad_tail[] = {4096, 3};
+    for (size_t i = 0; i < ARRAY_LEN(bad_tail); i++) {
+        test_ring t;
+        tr_open(&t, 4096, 1024);
+        struct pm__ring_shared *sh = t.region;
+        ck_assert_int_eq(pm_test_ring_send(&t.prod, "one", 3), 0);
+        uint64_t end1 = pm__ring_head(&t.prod);
+        ck_assert_int_eq(pm_test_ring_send(&t.prod, "two", 3), 0);
+        atomic_store(&sh->tail, bad_tail[i]);
+        ck_assert_int_eq(pm__ring_consumed(&t.prod, end1), -EBADMSG);
+        atomic_store(&sh->tail, 0);
+        ck_assert_int_eq(pm__ring_consumed(&t.prod, end1), -EBADMSG);
+        ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end1, 0), -EBADMSG);
+        tr_close(&t);
+    }
+}
+END_TEST
+
 START_TEST(test_full_and_sizes)
 {
     test_ring t;
@@ -486,6 +512,12 @@ START_TEST(test_hub_calls)
         ;
     ck_assert_int_eq(pm__ring_wait_space(&t.prod, 1000, 0), 0);
     ck_assert_int_eq(pm__ring_arm_space(&t.prod, 1000), 0);
+    ck_assert_uint_eq(atomic_load(&sh->prod_waiting), 1);
+    /* A release that hands nothing back wakes no one: the wait stays
+     * announced for the release that frees space. */
+    ck_assert_int_eq(pm__ring_release(&t.cons), 0);
+    ck_assert_int_eq(read(t.prod_efd, &v, sizeof(v)), -1);
+    ck_assert_int_eq(errno, EAGAIN);
     ck_assert_uint_eq(atomic_load(&sh->prod_waiting), 1);
     ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
     ck_assert_int_eq(read(t.prod_efd, &v, sizeof(v)), 8);
@@ -1132,6 +1164,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_geometry);
     tcase_add_test(tc, test_empty_and_one);
     tcase_add_test(tc, test_consumed);
+    tcase_add_test(tc, test_consumed_poisoned);
     tcase_add_test(tc, test_full_and_sizes);
     tcase_add_test(tc, test_wrap_padding);
     tcase_add_test(tc, test_batching);
