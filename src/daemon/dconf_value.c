@@ -86,30 +86,26 @@ int pmd_dconf_host_port(const src *s, const char *v, char *host, size_t hostsize
     return 0;
 }
 
-/* [NAME=]tcp:HOST:PORT | [NAME=]unix:PATH */
-/* Copies the n bytes at v into out (PM_NAME_MAX bytes, n below that) as a
- * string, and returns out. */
-static const char *copy_name(const char *v, size_t n, char out[PM_NAME_MAX])
+/* Copies the n bytes of name at v into out as a string and judges it by
+ * the library's rule for a LISTEN_FDNAMES name: its setter, on scratch
+ * options, with a stand-in fd (stored, never used). 0, -EINVAL or -ENOMEM. */
+static int listen_name(const char *v, size_t n, char out[PM_NAME_MAX])
 {
+    if (n >= PM_NAME_MAX)
+        return -EINVAL;
     memcpy(out, v, n);
     out[n] = '\0';
-    return out;
-}
-
-/* The rule for a socket's LISTEN_FDNAMES name is the library's: its setter
- * judges it, on scratch options, with a stand-in fd (stored, never used). 0
- * or -EINVAL (or -ENOMEM). */
-static int listen_name_check(const char *name)
-{
     pm_options *o = pm_options_new();
     if (o == NULL)
         return -ENOMEM;
     const int stand_in_fd = 0;
+    const char *name = out;
     int rc = pm_options_set_listen_fds(o, &stand_in_fd, &name, 1);
     pm_options_free(o);
     return rc;
 }
 
+/* [NAME=]tcp:HOST:PORT | [NAME=]unix:PATH */
 int pmd_dconf_listen_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
 {
     char w[96];
@@ -121,8 +117,10 @@ int pmd_dconf_listen_value(const src *s, const char *v, pmd_dconf *c, char *err,
     const char *eq = strchr(v, '=');
     const char *spec = v;
     if (eq != NULL && strncmp(v, "tcp:", 4) != 0 && strncmp(v, "unix:", 5) != 0) {
-        size_t n = (size_t)(eq - v);
-        if (n >= PM_NAME_MAX || listen_name_check(copy_name(v, n, l->name)) < 0)
+        int rc = listen_name(v, (size_t)(eq - v), l->name);
+        if (rc == -ENOMEM)
+            return rc;
+        if (rc < 0)
             return fail(err, size,
                         "%s: '%s': the name before '=' must be 1..%d characters without ':' or a newline",
                         who(s, w, sizeof(w)), v, PM_NAME_MAX - 1);
