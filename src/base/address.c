@@ -135,18 +135,29 @@ PM_EXTERN int pm_address_match(const pm_address *a, const pm_address *b)
 
 /* ------------------------------------------------------------------ nodes */
 
+/* Copies at most PM_NAME_MAX - 1 bytes of name into to, which the caller
+ * zeroed. A loop, not snprintf or strnlen: a fork-mode child calls
+ * pm__node_address on its way to ready, and each page of library code it
+ * runs that the supervisor's fork did not map for it (vfprintf and its
+ * helpers: five pages of libc) costs it a page fault (os/scrub.h). */
+static void name_copy(char to[PM_NAME_MAX], const char *name)
+{
+    for (size_t i = 0; i < PM_NAME_MAX - 1 && name[i] != '\0'; i++)
+        to[i] = name[i];
+}
+
 /* The one place where a node id (a slot, or main) and an address of one
  * supervisor's mesh are turned into each other: the hub, the queries, the
  * handshake and the worker side all come here. */
 void pm__node_address(const pm__names *n, uint32_t node, uint64_t inc, pm_address *a)
 {
     memset(a, 0, sizeof(*a));
-    snprintf(a->system, sizeof(a->system), "%s", n->system);
+    name_copy(a->system, n->system);
     if (node == PM__NODE_MAIN) {
         strcpy(a->host, "main");
         return;
     }
-    snprintf(a->host, sizeof(a->host), "%s", n->host);
+    name_copy(a->host, n->host);
     a->port = (uint16_t)((unsigned)n->base_port + node);
     a->incarnation = inc;
 }
@@ -171,10 +182,10 @@ void pm__node_address_at(const pm__names *n, uint16_t host, uint32_t node, uint6
         return;
     }
     memset(a, 0, sizeof(*a));
-    snprintf(a->system, sizeof(a->system), "%s", n->system);
+    name_copy(a->system, n->system);
     uint32_t count = atomic_load_explicit(&n->hosts->count, memory_order_acquire);
     if (host < count && host < PM__MAX_HOSTS)
-        snprintf(a->host, sizeof(a->host), "%.*s", PM_NAME_MAX - 1, n->hosts->name[host]);
+        name_copy(a->host, n->hosts->name[host]);
     else
         strcpy(a->host, "unknown-host"); /* never delivered by a hub; stays a valid name */
     a->port = node == PM__NODE_MAIN || node > 65535 ? 0 : (uint16_t)node;

@@ -276,7 +276,13 @@ void pm__hub_port_drop_ahead(pm__port *p)
         p->ahead_head = (p->ahead_head + 1) % PM__BIGMSG_AHEAD_MAX;
         p->ahead_n--;
     }
-    p->ahead_head = 0;
-    pm__close(p->rx_fd);
-    p->rx_fd = -1;
+    /* Written only when they change: a fork-mode child comes here for
+     * every port (pm__hub_wipe), and a store to a page it shares with the
+     * supervisor would copy the page (a page fault on its way to ready). */
+    if (p->ahead_head != 0)
+        p->ahead_head = 0;
+    if (p->rx_fd >= 0) {
+        pm__close(p->rx_fd);
+        p->rx_fd = -1;
+    }
 }

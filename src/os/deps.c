@@ -126,7 +126,12 @@ int pm__dep_load(enum pm__dep d, char *why, size_t whysize)
 {
     if ((unsigned)d >= PM__DEP_COUNT_)
         return -EINVAL;
-    atomic_store_explicit(&tried[d], 1, memory_order_relaxed);
+    /* Stored once, not on every call: pm__uring() comes here for each
+     * ring operation, and a store to a page a fork child shares would copy
+     * the page after every fork (a page fault on the supervisor's way to
+     * its new worker's READY). */
+    if (!atomic_load_explicit(&tried[d], memory_order_relaxed))
+        atomic_store_explicit(&tried[d], 1, memory_order_relaxed);
     (void)pthread_once(&once[d], loaders[d]);
     if (deps[d].rc < 0 && why != NULL && whysize > 0)
         snprintf(why, whysize, "%s", deps[d].why);

@@ -12,21 +12,68 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* The page size, set by the supervisor (pm__scrub_prime); 0 in a child
+ * forked by code that did not prime it, which then asks sysconf. Relaxed
+ * atomics: supervisors in several threads may prime it at once (with the
+ * same value). */
+static uintptr_t scrub_page;
+
+void pm__scrub_prime(void)
+{
+    if (__atomic_load_n(&scrub_page, __ATOMIC_RELAXED) == 0)
+        __atomic_store_n(&scrub_page, (uintptr_t)sysconf(_SC_PAGESIZE), __ATOMIC_RELAXED);
+}
+
+/* Zeroes from `from` up to the stack pointer: the dead part of the page
+ * that holds near[0], below it, too (near need not start on a page). One
+ * string instruction, which uses no stack: C code cannot write below its
+ * own stack pointer without risking its own spilled variables. Elsewhere
+ * the whole pages below near's first one. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, uintptr_t top)
+{
+    (void)top;
+    uintptr_t sp;
+    __asm__ volatile("movq %%rsp, %0" : "=r"(sp));
+    if (sp <= from)
+        return;
+    void *d = (void *)from;
+    size_t n = sp - from;
+    __asm__ volatile("rep stosb" : "+D"(d), "+c"(n) : "a"(0) : "memory");
+}
+#else
+static void zero_up_to_sp(uintptr_t from, uintptr_t top)
+{
+    for (volatile uint64_t *w = (volatile uint64_t *)from; (uintptr_t)w < top; w++)
+        *w = 0;
+}
+#endif
+
 /* Fork mode: the child is a copy of the supervisor, dead stack included.
  * Below the stack pointer lie the frames of the supervisor's earlier calls
  * (ring reads, message callbacks, the user's own code), and with them
  * copies of other workers' traffic that the worker's code could read. They
- * are zeroed here: every resident page from this frame down to the first
+ * are cleared here: every resident page from this frame down to the first
  * page the supervisor never touched (a stack is used contiguously from the
  * top, so that page is where its dead frames end; below it lies the
  * unmapped gap or a thread's guard page, which the walk must not pass).
  * A page swapped out stops the walk early: accepted, the scan of a swapped
- * page would need the swap device. Signals are blocked by the caller, so
- * no handler frame is being written where the loop writes. No function is
- * called while the pages below are written (mincore's wrapper frame lies
- * in the page it asks about, dead before that page is cleared); not
- * instrumented, as a sanitizer would check these writes against the
- * shadow of frames that no longer exist. */
+ * page would need the swap device.
+ *
+ * The pages are dropped, not written: MADV_DONTNEED takes the child's
+ * copy-on-write share of them away, and the child reads zeros there from
+ * then on. Writing zeros would make the child copy each page first (a
+ * copy-on-write fault per page, costly, more so in a virtual machine) only
+ * to throw the copy's contents away. Two parts are still written:
+ * near, this frame's own 8 KiB below its caller, and what lies between
+ * the page below near's first one and the stack pointer, which may hold
+ * the return addresses of this frame's calls to mincore and madvise
+ * (dropping the page a call returns through would lose its return
+ * address); both after the calls. A stack the supervisor locked
+ * (mlockall) refuses the advice (EINVAL): then every page is written. Signals are blocked by the caller, so no handler frame
+ * is being written where the loop writes. Not instrumented, as a
+ * sanitizer would check these writes against the shadow of frames that
+ * no longer exist. */
 #if defined(__has_attribute)
 #if __has_attribute(no_sanitize)
 __attribute__((no_sanitize("address", "undefined")))
@@ -37,18 +84,23 @@ __attribute__((noinline)) void pm__wipe_dead_stack(void)
     volatile unsigned char near[8192];
     for (size_t i = 0; i < sizeof(near); i++)
         near[i] = 0;
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)&near[0] & ~(page - 1);
-    /* 8 MiB, the usual stack rlimit: a bound, not an expectation. */
+    uintptr_t page = __atomic_load_n(&scrub_page, __ATOMIC_RELAXED);
+    if (page == 0)
+        page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t top = (uintptr_t)&near[0] & ~(page - 1);
+    /* [low, top): the resident pages below. 8 MiB, the usual stack
+     * rlimit: a bound, not an expectation. */
+    uintptr_t low = top;
     for (unsigned n = 0; n < (8u << 20) / page; n++) {
         unsigned char vec;
-        a -= page;
-        if (mincore((void *)a, page, &vec) != 0 || (vec & 1) == 0)
+        if (mincore((void *)(low - page), page, &vec) != 0 || (vec & 1) == 0)
             break;
-        volatile uint64_t *w = (volatile uint64_t *)a;
-        for (size_t i = 0; i < page / sizeof(*w); i++)
-            w[i] = 0;
+        low -= page;
     }
+    uintptr_t from = low;
+    if (low + page < top && madvise((void *)low, top - page - low, MADV_DONTNEED) == 0)
+        from = top - page;
+    zero_up_to_sp(from, top);
 }
 
 /* Fork mode: the child starts with the supervisor's registers, and the

@@ -12,6 +12,14 @@
  * on the stack). */
 void pm__clear_vector_registers(void);
 
+/* In the supervisor, before each fork-mode fork: what the child's stack
+ * walk needs (the page size) read here, so that the child does not call
+ * sysconf. A fork copies the page-table entries of the memory the
+ * supervisor wrote, not of its code or read-only data: each page of either
+ * that the child is first to touch costs it a page fault, which a virtual
+ * machine makes slower still (doc/benchmarks.md has the figures). */
+void pm__scrub_prime(void);
+
 /* Zeroes the resident stack pages below the caller's frame, down to the
  * first page the supervisor never touched. */
 void pm__wipe_dead_stack(void);

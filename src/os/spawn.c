@@ -360,11 +360,15 @@ int pm__child_contain(const pm__spawn_req *r, int placed)
         return errno;
     if (r->cg != NULL) {
         /* "0" moves the writer: no pid to format. Before the exec or the
-         * bootstrap, so nothing the worker starts is ever outside. */
-        if (!placed && write(r->cg->procs_fd, "0", 1) < 0)
+         * bootstrap, so nothing the worker starts is ever outside. The
+         * byte is on the stack, not a string constant: a fork child's
+         * first read of a read-only data page the fork did not map for it
+         * is a page fault (scrub.h). */
+        char zero = '0';
+        if (!placed && write(r->cg->procs_fd, &zero, 1) < 0)
             return errno;
         for (int i = 0; i < PM__CG_NCTRL; i++)
-            if (r->cg->v1_procs[i] >= 0 && write(r->cg->v1_procs[i], "0", 1) < 0)
+            if (r->cg->v1_procs[i] >= 0 && write(r->cg->v1_procs[i], &zero, 1) < 0)
                 return errno;
     }
     for (int i = 0; r->rlimit_set != NULL && i < PM__MAX_RLIMIT; i++) {
@@ -747,6 +751,8 @@ pid_t pm__spawn(const pm__spawn_req *r)
         /* clone3 refused: fork below, as on every later spawn. */
     }
 #endif
+    if (r->path == NULL)
+        pm__scrub_prime(); /* here, in the supervisor: the child's walk reads it */
     int placed;
     pid_t pid = fork_into(r, &placed);
     if (pid < 0)
