@@ -654,6 +654,36 @@ START_TEST(test_fork_replacement_sees_no_output)
 }
 END_TEST
 
+/* The supervisor's dead stack: what the application's own code left below
+ * the stack pointer (it runs on the supervisor's stack, in callbacks and
+ * between calls), here the marker every 32 bytes down to 192 KiB below
+ * the caller, deeper than any frame of a restart. */
+static __attribute__((noinline)) void mark_dead_stack(void)
+{
+    volatile unsigned char buf[192u << 10];
+    for (size_t i = 0; i + sizeof(mark_enc) <= sizeof(buf); i += 32)
+        for (size_t j = 0; j < sizeof(mark_enc); j++)
+            buf[i + j] = mark_enc[j] ^ MARK_KEY;
+}
+
+/* A fork-mode replacement finds nothing of the supervisor's dead stack:
+ * not below the wipe's frame (given back to the kernel, read as zeros),
+ * not in the part of the wipe's own page below its frame (zeroed up to
+ * the stack pointer; an earlier wipe stopped at its buffer's first byte
+ * and left the bytes below it in that page readable). */
+START_TEST(test_fork_replacement_sees_no_dead_stack)
+{
+    plan = (struct plan){.role[0] = H_SCANNER};
+    pm_options *o;
+    pm_cluster *c = spawn_plan(1, &o);
+    mark_dead_stack();
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, strncmp(last_text[0], "#scan", 5) == 0, 60000);
+    ck_assert_str_eq(last_text[0], "#scan 0");
+    pm_test_finish(c, o);
+}
+END_TEST
+
 /* The scanner itself: it finds a marker that is there. */
 START_TEST(test_scanner_finds_marker)
 {
@@ -674,6 +704,7 @@ int main(void)
     Suite *s = suite_create("hostile");
     PM_ADD_TEST(s, test_scanner_finds_marker, 120);
     PM_ADD_TEST(s, test_fork_replacement_sees_no_output, 120);
+    PM_ADD_TEST(s, test_fork_replacement_sees_no_dead_stack, 120);
     PM_ADD_TEST(s, test_reply_flood_no_hol, 90);
     PM_ADD_TEST(s, test_full_destination_holds_only_its_frames, 60);
     PM_ADD_LOOP_TEST(s, test_not_draining, 0, 2, 60);

@@ -136,10 +136,9 @@ PM_EXTERN int pm_address_match(const pm_address *a, const pm_address *b)
 /* ------------------------------------------------------------------ nodes */
 
 /* Copies at most PM_NAME_MAX - 1 bytes of name into to, which the caller
- * zeroed. A loop, not snprintf or strnlen: a fork-mode child calls
- * pm__node_address on its way to ready, and each page of library code it
- * runs that the supervisor's fork did not map for it (vfprintf and its
- * helpers: five pages of libc) costs it a page fault (os/scrub.h). */
+ * zeroed. A loop, not snprintf: a fork-mode child calls pm__node_address
+ * on its way to ready, and each page of library code it runs that the
+ * supervisor's fork did not map for it costs it a page fault (os/scrub.h). */
 static void name_copy(char to[PM_NAME_MAX], const char *name)
 {
     for (size_t i = 0; i < PM_NAME_MAX - 1 && name[i] != '\0'; i++)

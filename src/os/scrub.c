@@ -9,7 +9,9 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <errno.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* The page size, set by the supervisor (pm__scrub_prime); 0 in a child
@@ -24,12 +26,23 @@ void pm__scrub_prime(void)
         __atomic_store_n(&scrub_page, (uintptr_t)sysconf(_SC_PAGESIZE), __ATOMIC_RELAXED);
 }
 
-/* Zeroes from `from` up to the stack pointer: the dead part of the page
- * that holds near[0], below it, too (near need not start on a page). One
- * string instruction, which uses no stack: C code cannot write below its
- * own stack pointer without risking its own spilled variables. Elsewhere
- * the whole pages below near's first one. */
+/* The walk's system calls, and its last write. On x86-64 without libc's
+ * wrappers: a wrapper's frame (or an interposer's, LD_PRELOAD) lies below
+ * the caller's stack pointer, in the pages the drop gives back, and must
+ * not be there when they go. The write is one string instruction up to the
+ * stack pointer, which uses no stack (C cannot name the stack pointer).
+ * Elsewhere libc's wrappers, and the write stops at near's first page. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+static inline __attribute__((always_inline)) long sys3(long n, long a, long b, long c)
+{
+    long ret;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(n), "D"(a), "S"(b), "d"(c)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
 static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, uintptr_t top)
 {
     (void)top;
@@ -42,7 +55,13 @@ static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, 
     __asm__ volatile("rep stosb" : "+D"(d), "+c"(n) : "a"(0) : "memory");
 }
 #else
-static void zero_up_to_sp(uintptr_t from, uintptr_t top)
+static inline long sys3(long n, long a, long b, long c)
+{
+    long ret = syscall(n, a, b, c);
+    return ret < 0 ? -errno : ret;
+}
+
+static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, uintptr_t top)
 {
     for (volatile uint64_t *w = (volatile uint64_t *)from; (uintptr_t)w < top; w++)
         *w = 0;
@@ -64,16 +83,19 @@ static void zero_up_to_sp(uintptr_t from, uintptr_t top)
  * copy-on-write share of them away, and the child reads zeros there from
  * then on. Writing zeros would make the child copy each page first (a
  * copy-on-write fault per page, costly, more so in a virtual machine) only
- * to throw the copy's contents away. Two parts are still written:
- * near, this frame's own 8 KiB below its caller, and what lies between
- * the page below near's first one and the stack pointer, which may hold
- * the return addresses of this frame's calls to mincore and madvise
- * (dropping the page a call returns through would lose its return
- * address); both after the calls. A stack the supervisor locked
- * (mlockall) refuses the advice (EINVAL): then every page is written. Signals are blocked by the caller, so no handler frame
- * is being written where the loop writes. Not instrumented, as a
- * sanitizer would check these writes against the shadow of frames that
- * no longer exist. */
+ * to throw the copy's contents away. Written instead: near, this frame's
+ * own 8 KiB below its caller; from the page below near's first one up to
+ * the stack pointer, where this frame's system calls run; and a lowest
+ * page on a 2 MiB boundary. That one is left out of the drop because
+ * hugetlb memory (a stack an application gave a thread) takes
+ * MADV_DONTNEED only from a huge-page boundary and then rounds the end
+ * down (Linux 6.2 on: pages past it stay) or up (5.18 to 6.1: into the
+ * live frame); from any other start it refuses (EINVAL), as device memory
+ * does, and then every page is written. Memory locks are not inherited by
+ * a fork child, so a supervisor's mlockall does not stop the drop. Signals
+ * are blocked by the caller, so no handler frame is being written where
+ * this writes. Not instrumented, as a sanitizer would check these writes
+ * against the shadow of frames that no longer exist. */
 #if defined(__has_attribute)
 #if __has_attribute(no_sanitize)
 __attribute__((no_sanitize("address", "undefined")))
@@ -93,13 +115,19 @@ __attribute__((noinline)) void pm__wipe_dead_stack(void)
     uintptr_t low = top;
     for (unsigned n = 0; n < (8u << 20) / page; n++) {
         unsigned char vec;
-        if (mincore((void *)(low - page), page, &vec) != 0 || (vec & 1) == 0)
+        if (sys3(SYS_mincore, (long)(low - page), (long)page, (long)&vec) != 0 ||
+            (vec & 1) == 0)
             break;
         low -= page;
     }
     uintptr_t from = low;
-    if (low + page < top && madvise((void *)low, top - page - low, MADV_DONTNEED) == 0)
+    const uintptr_t drop = (low & ((2u << 20) - 1)) == 0 ? low + page : low;
+    if (drop < top - page &&
+        sys3(SYS_madvise, (long)drop, (long)(top - page - drop), MADV_DONTNEED) == 0) {
+        for (volatile uint64_t *w = (volatile uint64_t *)low; (uintptr_t)w < drop; w++)
+            *w = 0;
         from = top - page;
+    }
     zero_up_to_sp(from, top);
 }
 
