@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -1956,11 +1957,16 @@ START_TEST(test_bin_keygen)
     proc r;
     char *keygen[] = {"procmesh", "keygen", secret, NULL};
     ck_assert_int_eq(run_to_end(&r, keygen, STDOUT_FILENO), 0);
+    char said[128];
+    snprintf(said, sizeof(said), "%s", r.log);
     free(r.log);
     struct stat st;
     ck_assert_int_eq(stat(secret, &st), 0);
     ck_assert_uint_eq(st.st_mode & 0777, 0600);
     ck_assert_uint_eq(slurp(secret, buf, sizeof(buf)), 65);
+    buf[16] = '\0'; /* what it prints is the key id, no part of the secret */
+    ck_assert_msg(strstr(said, buf) == NULL, "keygen printed the secret: %s", said);
+    slurp(secret, buf, sizeof(buf));
     ck_assert_int_eq(buf[64], '\n');
     for (int i = 0; i < 64; i++)
         ck_assert_msg((buf[i] >= '0' && buf[i] <= '9') || (buf[i] >= 'a' && buf[i] <= 'f'),
@@ -2193,6 +2199,9 @@ START_TEST(test_bin_key_reload_edges)
     kill(b.pid, SIGTERM);
     rc = proc_finish(&b, out, sizeof(out), 20000);
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    /* procmesh(1), --secret-file: the secret is never logged. */
+    ck_assert_msg(strstr(out, "1111111111111111") == NULL && strstr(out, "2222222222222222") == NULL,
+                  "a secret in the log:\n%s", out);
     ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
@@ -2306,6 +2315,139 @@ START_TEST(test_bin_sighup_during_rolling_restart_not_taken)
 }
 END_TEST
 
+/* procmesh(1), --memory-max ...: "where none can be used procmesh refuses to
+ * start (exit 4) rather than run without the limit"; under --containment
+ * process-group no cgroup is ever used. And --seccomp strict "is refused
+ * here (the daemon execs)": bad configuration, exit 2. Neither starts a
+ * worker. */
+START_TEST(test_bin_refused_combinations)
+{
+    static char out[16384];
+    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--containment",
+                 "process-group", "--memory-max", "64M", "--", "/bin/sleep", "100", NULL};
+    proc p = start(a, base_env);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 4, "a limit without cgroups: exit %d, log:\n%s", rc, out);
+    ck_assert_msg(strstr(out, "event=start_failed") != NULL && strstr(out, "cgroups") != NULL &&
+                      strstr(out, "event=started") == NULL,
+                  "log:\n%s", out);
+    char *b[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--seccomp", "strict", "--",
+                 "/bin/sleep", "100", NULL};
+    p = start(b, base_env);
+    rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 2, "--seccomp strict: exit %d, log:\n%s", rc, out);
+    ck_assert_msg(strstr(out, "seccomp") != NULL && strstr(out, "event=started") == NULL, "log:\n%s",
+                  out);
+}
+END_TEST
+
+/* Drops this (child) process to uid and gid 65534 before exec, the
+ * parent-death signal armed again (a credential change clears it). */
+static int as_nobody(void *arg)
+{
+    (void)arg;
+    if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+        setresuid(65534, 65534, 65534) < 0)
+        return -errno;
+    return prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ? -errno : 0;
+}
+
+/* procmesh(1): "procmesh itself is non-dumpable (PR_SET_DUMPABLE 0), so a
+ * worker under its uid cannot ptrace it or read its memory through /proc".
+ * procmesh runs as an unprivileged uid (65534 when the test is root, which
+ * could read anything), its worker under the same uid: the worker can read
+ * its own /proc/PID/environ and not its supervisor's. */
+START_TEST(test_bin_not_dumpable)
+{
+    const char *script = "if cat /proc/$PPID/environ >/dev/null 2>&1; then echo supervisor-readable; "
+                         "else echo supervisor-refused; fi >&2; "
+                         "if cat /proc/$$/environ >/dev/null 2>&1; then echo self-readable >&2; fi; "
+                         "exec sleep 100";
+    char health[64];
+    int port = http_free_listen(health, sizeof(health));
+    char *a[] = {"procmesh", "run", "--health", health, "--workers", "1", "--ready", "exec", "--",
+                 "/bin/sh", "-c", (char *)script, NULL};
+    proc p = proc_start(PM_DAEMON_BIN, a, STDERR_FILENO,
+                        &(proc_how){.envp = base_env, .pre = geteuid() == 0 ? as_nobody : NULL});
+    http_wait(port, "/readyz", 200, 20000);
+    proc_wait_log(&p, "self-readable", 1, 20000);
+    ck_assert_msg(strstr(p.log, "supervisor-refused") != NULL && strstr(p.log, "supervisor-readable") == NULL,
+                  "a worker under procmesh's uid read procmesh's /proc/PID/environ:\n%s", p.log);
+    kill(p.pid, SIGTERM);
+    static char out[65536];
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+}
+END_TEST
+
+/* procmesh(1), --containment: "The mode in use is logged at start
+ * (containment) and shown in /status". process-group asked for: both say
+ * so; auto: both name the same mode, whichever this host allows. */
+START_TEST(test_bin_containment_reported)
+{
+    static char body[65536], out[65536];
+    for (int asked = 0; asked < 2; asked++) {
+        int port;
+        proc p = start_ready((const char *[]){"--workers", "1", "--ready", "exec", "--containment",
+                                              asked ? "process-group" : "auto", "--", "/bin/sleep",
+                                              "100", NULL}, &port);
+        proc_wait_log(&p, "event=containment mode=", 1, 20000);
+        ck_assert_int_eq(http_get(port, "/status", body, sizeof(body)), 200);
+        const char *mode = strstr(p.log, "event=containment mode=") + strlen("event=containment mode=");
+        char want[64];
+        snprintf(want, sizeof(want), "\"containment\":\"%.*s\"", (int)strcspn(mode, " \n"), mode);
+        ck_assert_msg(strstr(body, want) != NULL, "the log says %s; /status: %s", want, body);
+        if (asked)
+            ck_assert_msg(strncmp(mode, "process-group ", 14) == 0, "log:\n%s", p.log);
+        else
+            ck_assert_msg(strncmp(mode, "process-group ", 14) == 0 || strncmp(mode, "cgroup ", 7) == 0,
+                          "log:\n%s", p.log);
+        kill(p.pid, SIGTERM);
+        int rc = proc_finish(&p, out, sizeof(out), 20000);
+        ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    }
+}
+END_TEST
+
+/* README.md, Endpoints: procmesh_slot_heartbeat_age_seconds only for slots
+ * whose worker heartbeats, "a notify worker after its first WATCHDOG=1".
+ * The worker says READY=1, then waits for a file the test makes before its
+ * one WATCHDOG=1: no series while it waits, one once it has sent it. */
+START_TEST(test_bin_notify_heartbeat_metric_after_watchdog)
+{
+    char dir[] = "/tmp/pm-wd-XXXXXX", script[512], go[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(go, sizeof(go), "%s/go", dir);
+    snprintf(script, sizeof(script), "while [ ! -e %s ]; do sleep 0.05; done; exec %s WATCHDOG=1 -- sleep 100",
+             go, PM_NOTIFY_SEND);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "notify", "--heartbeat-timeout",
+                                          "600000", "--", PM_NOTIFY_SEND, "READY=1", "--", "/bin/sh",
+                                          "-c", script, NULL}, &port);
+    static char body[65536];
+    ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
+    ck_assert_msg(strstr(body, "procmesh_slot_heartbeat_age_seconds{") == NULL,
+                  "an age before any WATCHDOG=1:\n%s", body);
+    int fd = open(go, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    uint64_t end = pm_test_ms() + 20000;
+    int seen = 0;
+    while (!seen && pm_test_ms() < end) {
+        ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
+        seen = strstr(body, "procmesh_slot_heartbeat_age_seconds{slot=\"0\"}") != NULL;
+        if (!seen)
+            usleep(20000);
+    }
+    ck_assert_msg(seen, "no heartbeat age 20 s after the worker's WATCHDOG=1:\n%s", body);
+    kill(p.pid, SIGTERM);
+    static char out[65536];
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -2351,5 +2493,9 @@ int main(void)
     PM_ADD_TEST(s, test_config_peers_bound, 30);
     PM_ADD_TEST(s, test_bin_status_not_procmesh, 120);
     PM_ADD_TEST(s, test_bin_sighup_during_rolling_restart_not_taken, 90);
+    PM_ADD_TEST(s, test_bin_refused_combinations, 60);
+    PM_ADD_TEST(s, test_bin_not_dumpable, 60);
+    PM_ADD_TEST(s, test_bin_containment_reported, 60);
+    PM_ADD_TEST(s, test_bin_notify_heartbeat_metric_after_watchdog, 60);
     return pm_test_main(s);
 }

@@ -653,6 +653,79 @@ START_TEST(test_self_and_pins)
 }
 END_TEST
 
+/* doc/protocol.md 9, test vectors: the preamble for "procmesh-link/1",
+ * system "procmesh" and the key id of the secret 01 .. 20 is the 39 bytes
+ * given there; a HEARTBEAT is 21 bytes on the wire (11 00 00 00 and 17 of
+ * ciphertext), a FRAMES record with one 5-byte frame 30 (1a 00 00 00 ...),
+ * as two real links queue them. */
+START_TEST(test_section9_vectors)
+{
+    ck_assert_int_ge(sodium_init(), 0);
+    unsigned char secret[32], id[8], pre[PM__PEER_PREAMBLE_MAX];
+    for (int i = 0; i < 32; i++)
+        secret[i] = (unsigned char)(i + 1);
+    pm__peer_key_id(secret, id);
+    size_t n = pm__peer_preamble("procmesh", id, pre);
+    ck_assert_uint_eq(n, 39);
+    char got[2 * 39 + 1];
+    for (size_t i = 0; i < n; i++)
+        snprintf(got + 2 * i, 3, "%02x", pre[i]);
+    ck_assert_str_eq(got, "504d4c494e4b0f70726f636d6573682d6c696e6b2f310870726f636d657368c84e02fb1ac295b0");
+
+    side a, b;
+    pair_up(&a, &b);
+    size_t len;
+    ck_assert_ptr_null(pm__pconn_output(&a.c, &len)); /* all sent */
+    ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0);
+    const unsigned char *p = pm__pconn_output(&a.c, &len);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(len, 21);
+    ck_assert_mem_eq(p, "\x11\0\0\0", 4);
+    pump(&a, &b);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, "hello", 5), 0);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    p = pm__pconn_output(&a.c, &len);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(len, 30);
+    ck_assert_mem_eq(p, "\x1a\0\0\0", 4);
+    pump(&a, &b);
+    ck_assert_mem_eq(b.last, "hello", 5);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* doc/protocol.md 6, HEARTBEAT: a PING is answered with a PONG of its
+ * stamp, but not once the receiver has sent its CLOSE ("a PING that crossed
+ * the CLOSE goes unanswered"): a lingers after its CLOSE, b's PING comes
+ * in, and nothing follows a's CLOSE. */
+START_TEST(test_ping_after_close_unanswered)
+{
+    side a, b;
+    pair_up(&a, &b);
+    ck_assert_int_eq(pm__pconn_ping(&b.c, 41), 0);
+    pump(&a, &b);
+    ck_assert_uint_eq(b.c.pongs, 1);
+    ck_assert_uint_eq(b.c.pong_stamp, 41);
+    pm__pconn_close(&a.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    size_t alen0 = 0, alen1 = 0, blen = 0;
+    ck_assert_ptr_nonnull(pm__pconn_output(&a.c, &alen0)); /* its CLOSE */
+    ck_assert_int_eq(pm__pconn_ping(&b.c, 42), 0);
+    const unsigned char *bp = pm__pconn_output(&b.c, &blen);
+    ck_assert_ptr_nonnull(bp);
+    ck_assert_int_eq(pm__pconn_linger(&a.c, bp, blen), 0); /* b's CLOSE not yet */
+    pm__pconn_sent(&b.c, blen);
+    ck_assert_ptr_nonnull(pm__pconn_output(&a.c, &alen1));
+    ck_assert_uint_eq(alen1, alen0); /* no PONG after the CLOSE */
+    ck_assert(move(&a, &b));
+    ck_assert(b.dead);
+    ck_assert_int_eq(b.c.fail, PM__PF_CLOSED);
+    ck_assert_uint_eq(b.c.pongs, 1);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
 /* Feeds a handshake message's 4 length bytes (len) to s: its event. */
 static int feed_len(side *s, uint32_t len)
 {
@@ -809,6 +882,8 @@ int main(void)
     tcase_add_test(tc, test_self_and_pins);
     tcase_add_test(tc, test_hello_each_condition);
     tcase_add_test(tc, test_handshake_lengths_each);
+    tcase_add_test(tc, test_section9_vectors);
+    tcase_add_test(tc, test_ping_after_close_unanswered);
     tcase_add_test(tc, test_stage_batches);
     tcase_add_test(tc, test_stage_lone_frame);
     tcase_add_test(tc, test_stage_full_queue);
