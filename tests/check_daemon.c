@@ -2189,8 +2189,12 @@ START_TEST(test_bin_key_reload_edges)
     key_file_of(first, 0x11);
     key_file_of(next, 0x22);
     http_free_listen(listen, sizeof(listen));
-    proc b = proc_start_sleeper("b", listen, 0, first, next);
-    proc_wait_log(&b, "event=ready slot=0 pid=", 1, 20000);
+    /* Ready on /readyz: procmesh answers it only from its main loop, where
+     * SIGUSR2 is taken (before, it is ignored). */
+    proc b = start_ready((const char *[]){"--hostname", "b", "--workers", "1", "--ready", "exec",
+                                          "--peer-listen", listen, "--secret-file", first,
+                                          "--secret-file", next, "--", "/bin/sleep", "100", NULL},
+                         &port);
     key_file_of(next, 0x11);
     kill(b.pid, SIGUSR2);
     proc_wait_log(&b, "event=peer_keys_reloaded ", 1, 20000);
