@@ -813,7 +813,8 @@ END_TEST
  * bad value goes on the wire. Both directions: the initiator's hello
  * (message 3, judged by the responder) and the responder's (message 2,
  * judged by the initiator, which then never writes message 3). The edges
- * of the range link. */
+ * of the range link. A hello too short (an empty host name) is caught one
+ * step earlier, by its message's length (handshake_length). */
 static const char host63[] = "h23456789012345678901234567890123456789012345678901234567890123";
 
 static void hello_case(int i, int from_initiator, int want_up)
@@ -844,7 +845,10 @@ static void hello_case(int i, int from_initiator, int want_up)
         if (i == 5 || i == 6)
             ck_assert_uint_eq(judge->c.peer.idle_ms, s->cfg.idle_ms);
     } else {
-        ck_assert_msg(judge->dead && judge->c.fail == PM__PF_HELLO,
+        /* An empty host name makes the hello 19 bytes, the message below
+         * its least length: refused by that length, before decryption. */
+        int want = i == 4 ? PM__PF_HS_LENGTH : PM__PF_HELLO;
+        ck_assert_msg(judge->dead && judge->c.fail == want,
                       "case %d from the %s: the reader %s (fail %d)", i,
                       from_initiator ? "initiator" : "responder", judge->dead ? "closed" : "did not close",
                       judge->c.fail);
