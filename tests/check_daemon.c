@@ -2037,6 +2037,7 @@ START_TEST(test_bin_env_not_inherited)
     kill(p.pid, SIGTERM);
     static char out[65536];
     int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_int_eq(proc_remove_dir(dir), 0); /* what the worker wrote is in seen */
     ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
     ck_assert_msg(strstr(seen, "PM_BEH_KEEP=kept\n") != NULL, "the worker's environment:\n%s", seen);
     static const char *const never[] = {"LISTEN_FDS=", "LISTEN_PID=", "LISTEN_FDNAMES=",
@@ -2047,7 +2048,6 @@ START_TEST(test_bin_env_not_inherited)
         ck_assert_msg(strncmp(seen, never[i], strlen(never[i])) != 0 && strstr(seen, line) == NULL,
                       "the worker inherited %s:\n%s", never[i], seen);
     }
-    ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
 
