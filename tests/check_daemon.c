@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -1849,6 +1850,614 @@ START_TEST(test_bin_heartbeat_metric_only_with_heartbeats)
 }
 END_TEST
 
+/* ------------------------------------------- issue 27: documented, asserted */
+
+/* Exit 5 (procmesh(1), EXIT STATUS): a slot that ended in a failure and was
+ * not restarted (--restart never) makes the status 5 also when a drain
+ * ends the run, as long as the drain did not have to kill. Two slots: the
+ * first worker to take the directory (mkdir is atomic) exits 3 once the
+ * test says so, after the start; the other sleeps and ends by the drain's
+ * SIGTERM, by itself. */
+START_TEST(test_bin_exit_5_after_drain)
+{
+    char dir[] = "/tmp/pm-exit5-XXXXXX", script[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(script, sizeof(script),
+             "if mkdir %s/once 2>/dev/null; then while [ ! -e %s/go ]; do sleep 0.05; done; exit 3; fi; "
+             "exec sleep 100",
+             dir, dir);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "2", "--ready", "exec", "--restart", "never",
+                                          "--", "/bin/sh", "-c", script, NULL}, &port);
+    char go[128];
+    snprintf(go, sizeof(go), "%s/go", dir);
+    int fd = open(go, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    proc_wait_log(&p, " exit_code=3", 1, 20000);
+    kill(p.pid, SIGTERM);
+    static char out[65536];
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 5, "exit %d (want 5: a slot failed, the drain killed nothing), log:\n%s", rc,
+                  out);
+    ck_assert_ptr_nonnull(strstr(out, "event=drain_end workers_killed=false"));
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
+}
+END_TEST
+
+/* A TCP socket listening on 127.0.0.1 at a free port (*port): a port that
+ * procmesh cannot bind. */
+static int taken_port(int *port)
+{
+    *port = pm_test_free_port();
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)*port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 1), 0);
+    return fd;
+}
+
+/* Exit 4 (procmesh(1), EXIT STATUS: "could not start (a listening socket,
+ * the health endpoint ...)"): a --listen address or a --health address
+ * already taken ends the run with 4 and a line naming it; for --listen no
+ * worker starts at all. */
+START_TEST(test_bin_taken_address_exit_4)
+{
+    static char out[65536];
+    int port;
+    int fd = taken_port(&port);
+    char listen[64], health[64];
+    snprintf(listen, sizeof(listen), "web=tcp:127.0.0.1:%d", port);
+    http_addr(port, health, sizeof(health));
+    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--listen", listen, "--",
+                 "/bin/sleep", "100", NULL};
+    proc p = start(a, base_env);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 4, "--listen on a taken port: exit %d, log:\n%s", rc, out);
+    ck_assert_msg(strstr(out, "event=listen_failed listen=web") != NULL &&
+                      strstr(out, "event=started") == NULL,
+                  "log:\n%s", out);
+    char *b[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--health", health, "--",
+                 "/bin/sleep", "100", NULL};
+    p = start(b, base_env);
+    rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 4, "--health on a taken port: exit %d, log:\n%s", rc, out);
+    ck_assert_msg(strstr(out, "event=health_failed") != NULL, "log:\n%s", out);
+    close(fd);
+}
+END_TEST
+
+/* The whole content of the file at path in buf (NUL-terminated): its length. */
+static size_t slurp(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
+    size_t n = 0;
+    ssize_t k;
+    while (n + 1 < size && (k = read(fd, buf + n, size - 1 - n)) > 0)
+        n += (size_t)k;
+    close(fd);
+    buf[n] = '\0';
+    return n;
+}
+
+/* procmesh keygen (procmesh(1), keygen; doc/protocol.md 1): a secret file of
+ * 64 lowercase hex characters and a newline, mode 0600; --node-key prints
+ * the public key (44 characters of base64) that --public then prints from
+ * the file; --public of a file that does not exist exits 1; bad usage 2. */
+START_TEST(test_bin_keygen)
+{
+    char dir[] = "/tmp/pm-keygen-XXXXXX", secret[96], node[96], none[96], buf[256];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(secret, sizeof(secret), "%s/secret", dir);
+    snprintf(node, sizeof(node), "%s/node.key", dir);
+    snprintf(none, sizeof(none), "%s/none.key", dir);
+    proc r;
+    char *keygen[] = {"procmesh", "keygen", secret, NULL};
+    ck_assert_int_eq(run_to_end(&r, keygen, STDOUT_FILENO), 0);
+    char said[128];
+    snprintf(said, sizeof(said), "%s", r.log);
+    free(r.log);
+    struct stat st;
+    ck_assert_int_eq(stat(secret, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0600);
+    ck_assert_uint_eq(slurp(secret, buf, sizeof(buf)), 65);
+    buf[16] = '\0'; /* what it prints is the key id, no part of the secret */
+    ck_assert_msg(strstr(said, buf) == NULL, "keygen printed the secret: %s", said);
+    slurp(secret, buf, sizeof(buf));
+    ck_assert_int_eq(buf[64], '\n');
+    for (int i = 0; i < 64; i++)
+        ck_assert_msg((buf[i] >= '0' && buf[i] <= '9') || (buf[i] >= 'a' && buf[i] <= 'f'),
+                      "byte %d of the secret file: 0x%02x", i, (unsigned char)buf[i]);
+
+    char *nodegen[] = {"procmesh", "keygen", "--node-key", node, NULL};
+    ck_assert_int_eq(run_to_end(&r, nodegen, STDOUT_FILENO), 0);
+    char pub[128];
+    snprintf(pub, sizeof(pub), "%s", r.log);
+    free(r.log);
+    ck_assert_msg(strlen(pub) == 45 && pub[44] == '\n' && pub[43] == '=', "public key: '%s'", pub);
+    ck_assert_int_eq(stat(node, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0600);
+    char *public[] = {"procmesh", "keygen", "--public", node, NULL};
+    ck_assert_int_eq(run_to_end(&r, public, STDOUT_FILENO), 0);
+    ck_assert_str_eq(r.log, pub);
+    free(r.log);
+
+    char *missing[] = {"procmesh", "keygen", "--public", none, NULL};
+    ck_assert_int_eq(run_to_end(&r, missing, STDERR_FILENO), 1);
+    free(r.log);
+    ck_assert_int_ne(access(none, F_OK), 0); /* --public creates nothing */
+    char *nofile[] = {"procmesh", "keygen", NULL};
+    ck_assert_int_eq(run_to_end(&r, nofile, STDERR_FILENO), 2);
+    free(r.log);
+    char *twice[] = {"procmesh", "keygen", "--node-key", "--public", node, NULL};
+    ck_assert_int_eq(run_to_end(&r, twice, STDERR_FILENO), 2);
+    free(r.log);
+    char *extra[] = {"procmesh", "keygen", secret, none, NULL};
+    ck_assert_int_eq(run_to_end(&r, extra, STDERR_FILENO), 2);
+    free(r.log);
+    ck_assert_int_ne(access(none, F_OK), 0);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
+}
+END_TEST
+
+/* Waits until the file at path exists (a worker renames it into place
+ * once whole), then reads it into buf. */
+static void wait_file(const char *path, char *buf, size_t size, int timeout_ms)
+{
+    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
+    while (access(path, F_OK) != 0) {
+        ck_assert_msg(pm_test_ms() < end, "waited %d ms for a worker to write %s", timeout_ms, path);
+        usleep(20000);
+    }
+    slurp(path, buf, size);
+}
+
+/* procmesh(1), ENVIRONMENT: workers never inherit procmesh's WATCHDOG_*
+ * or LISTEN_* variables (socket activation meant for procmesh itself),
+ * nor any PROCMESH_* variable (one of its options, one it does not know);
+ * the rest of the environment they do. */
+START_TEST(test_bin_env_not_inherited)
+{
+    char dir[] = "/tmp/pm-env-XXXXXX", script[512], file[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof(file), "%s/env", dir);
+    snprintf(script, sizeof(script), "env > %s.tmp && mv %s.tmp %s; exec sleep 100", file, file, file);
+    char *env[] = {"PATH=/usr/bin:/bin",   "LISTEN_FDS=1",         "LISTEN_PID=1",
+                   "LISTEN_FDNAMES=theirs", "WATCHDOG_PID=1",       "PROCMESH_LOG_LEVEL=info",
+                   "PROCMESH_UNKNOWN=1",    "PM_BEH_KEEP=kept",     NULL};
+    int port;
+    proc p = start_health((const char *[]){"--workers", "1", "--ready", "exec", "--", "/bin/sh", "-c",
+                                           script, NULL}, env, &port);
+    static char seen[16384];
+    wait_file(file, seen, sizeof(seen), 20000);
+    http_wait(port, "/readyz", 200, 20000);
+    kill(p.pid, SIGTERM);
+    static char out[65536];
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_int_eq(proc_remove_dir(dir), 0); /* what the worker wrote is in seen */
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    ck_assert_msg(strstr(seen, "PM_BEH_KEEP=kept\n") != NULL, "the worker's environment:\n%s", seen);
+    static const char *const never[] = {"LISTEN_FDS=", "LISTEN_PID=", "LISTEN_FDNAMES=",
+                                        "WATCHDOG_PID=", "PROCMESH_LOG_LEVEL=", "PROCMESH_UNKNOWN="};
+    for (size_t i = 0; i < ARRAY_LEN(never); i++) {
+        char line[64];
+        snprintf(line, sizeof(line), "\n%s", never[i]);
+        ck_assert_msg(strncmp(seen, never[i], strlen(never[i])) != 0 && strstr(seen, line) == NULL,
+                      "the worker inherited %s:\n%s", never[i], seen);
+    }
+}
+END_TEST
+
+/* Sets this (child) process's soft RLIMIT_NOFILE to *arg, before exec. */
+static int low_nofile(void *arg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return -errno;
+    rl.rlim_cur = *(rlim_t *)arg;
+    return setrlimit(RLIMIT_NOFILE, &rl) < 0 ? -errno : 0;
+}
+
+/* procmesh(1), --rlimit: procmesh raises its own soft RLIMIT_NOFILE to the
+ * hard limit at start; its workers get the limit it was started with,
+ * unless --rlimit nofile is given, and then that one. */
+START_TEST(test_bin_nofile_raised_workers_keep_theirs)
+{
+    struct rlimit mine;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &mine), 0);
+    if (mine.rlim_max != RLIM_INFINITY && mine.rlim_max <= 512) {
+        fprintf(stderr, "test_bin_nofile_raised_workers_keep_theirs: hard RLIMIT_NOFILE %llu leaves "
+                        "no room to lower the soft one; not run\n",
+                (unsigned long long)mine.rlim_max);
+        return;
+    }
+    static rlim_t soft = 256;
+    const char *script = "echo nofile=$(ulimit -n) >&2; exec sleep 100";
+    for (int explicit = 0; explicit < 2; explicit++) {
+        char health[64];
+        int port = http_free_listen(health, sizeof(health));
+        char *a[] = {"procmesh", "run", "--health", health, "--workers", "1", "--ready", "exec",
+                     explicit ? "--rlimit" : "--min-ready", explicit ? "nofile=300" : "1", "--",
+                     "/bin/sh", "-c", (char *)script, NULL};
+        proc p = proc_start(PM_DAEMON_BIN, a, STDERR_FILENO,
+                            &(proc_how){.envp = base_env, .pre = low_nofile, .arg = &soft});
+        http_wait(port, "/readyz", 200, 20000);
+        proc_wait_log(&p, "nofile=", 1, 20000);
+        struct rlimit got;
+        ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, NULL, &got), 0);
+        ck_assert_msg(got.rlim_cur == got.rlim_max, "procmesh's soft RLIMIT_NOFILE %llu, hard %llu",
+                      (unsigned long long)got.rlim_cur, (unsigned long long)got.rlim_max);
+        const char *want = explicit ? "nofile=300" : "nofile=256";
+        ck_assert_msg(strstr(p.log, want) != NULL, "want %s; log:\n%s", want, p.log);
+        kill(p.pid, SIGTERM);
+        static char out[65536];
+        int rc = proc_finish(&p, out, sizeof(out), 20000);
+        ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    }
+}
+END_TEST
+
+/* The socket a worker holds as its fd 3 ("socket:[INODE]"), in buf. */
+static void fd3_of(int pid, char *buf, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/3", pid);
+    ssize_t k = readlink(path, buf, size - 1);
+    ck_assert_msg(k > 0, "readlink %s: %s", path, strerror(errno));
+    buf[k] = '\0';
+    ck_assert_msg(strncmp(buf, "socket:[", 8) == 0, "fd 3 of %d is %s", pid, buf);
+}
+
+/* procmesh(1), SIGNALS: during a SIGHUP rolling restart the listening
+ * sockets stay open: the replacement is handed the very socket its
+ * predecessor held (the same inode as its fd 3) and answers on it. */
+START_TEST(test_bin_sighup_keeps_listen_socket)
+{
+    char dir[] = "/tmp/pm-hupl-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[128], listen[160];
+    snprintf(path, sizeof(path), "%s/s.sock", dir);
+    snprintf(listen, sizeof(listen), "echo=unix:%s", path);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "exec", "--listen", listen,
+                                          "--", PM_TEST_WORKER, "serve", NULL}, &port);
+    char reply[128], before[64], after[64];
+    int k = -1;
+    uint64_t end = pm_test_ms() + 20000;
+    while ((k = ask(path, "hi\n", reply, sizeof(reply))) < 0 && pm_test_ms() < end)
+        usleep(20000);
+    ck_assert_msg(k > 0, "waited 20 s for the worker to answer on %s", path);
+    int pid1 = 0, pid2 = 0;
+    ck_assert_int_eq(sscanf(reply, "pong %d", &pid1), 1);
+    fd3_of(pid1, before, sizeof(before));
+    kill(p.pid, SIGHUP);
+    proc_wait_log(&p, "event=rolling_restart_end", 1, 30000);
+    ck_assert_int_gt(ask(path, "hi again\n", reply, sizeof(reply)), 0);
+    ck_assert_int_eq(sscanf(reply, "pong %d", &pid2), 1);
+    ck_assert_int_ne(pid1, pid2);
+    fd3_of(pid2, after, sizeof(after));
+    ck_assert_str_eq(before, after);
+    kill(p.pid, SIGTERM);
+    static char out[65536];
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
+}
+END_TEST
+
+/* The hex text of a 32-byte key with every byte b, and a newline, written
+ * to path with mode 0600 (replacing it whole). */
+static void key_file_of(const char *path, unsigned char b)
+{
+    char tmp[160], hex[66];
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", b);
+    hex[64] = '\n';
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, hex, 65), 65);
+    close(fd);
+    ck_assert_int_eq(rename(tmp, path), 0);
+}
+
+/* procmesh(1), SIGNALS: SIGUSR2 outside peer mode logs
+ * peer_keys_reload_skipped and restarts nothing; in peer mode a second
+ * --secret-file holding the same secret as the first counts once. */
+START_TEST(test_bin_key_reload_edges)
+{
+    static char out[65536];
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "exec", "--", "/bin/sleep",
+                                          "100", NULL}, &port);
+    kill(p.pid, SIGUSR2);
+    proc_wait_log(&p, "event=peer_keys_reload_skipped trigger=SIGUSR2", 1, 20000);
+    ck_assert_int_eq(http_get(port, "/readyz", out, sizeof(out)), 200);
+    kill(p.pid, SIGTERM);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    ck_assert_msg(count_of(out, "event=started") == 1 && count_of(out, "event=exited") == 1,
+                  "SIGUSR2 restarted a worker:\n%s", out);
+
+    char dir[] = "/tmp/pm-usr2-XXXXXX", first[128], next[128], listen[32];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(first, sizeof(first), "%s/first", dir);
+    snprintf(next, sizeof(next), "%s/next", dir);
+    key_file_of(first, 0x11);
+    key_file_of(next, 0x22);
+    http_free_listen(listen, sizeof(listen));
+    /* Ready on /readyz: procmesh answers it only from its main loop, where
+     * SIGUSR2 is taken (before, it is ignored). */
+    proc b = start_ready((const char *[]){"--hostname", "b", "--workers", "1", "--ready", "exec",
+                                          "--peer-listen", listen, "--secret-file", first,
+                                          "--secret-file", next, "--", "/bin/sleep", "100", NULL},
+                         &port);
+    key_file_of(next, 0x11);
+    kill(b.pid, SIGUSR2);
+    proc_wait_log(&b, "event=peer_keys_reloaded ", 1, 20000);
+    ck_assert_msg(strstr(b.log, "event=peer_keys_reloaded secrets=1 ") != NULL,
+                  "the same secret twice did not count once:\n%s", b.log);
+    kill(b.pid, SIGTERM);
+    rc = proc_finish(&b, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    /* procmesh(1), --secret-file: the secret is never logged. */
+    ck_assert_msg(strstr(out, "1111111111111111") == NULL && strstr(out, "2222222222222222") == NULL,
+                  "a secret in the log:\n%s", out);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
+}
+END_TEST
+
+/* procmesh(1), --peers: at most 64 peers; the 65th is refused naming the
+ * option and the bound. */
+START_TEST(test_config_peers_bound)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    static char list[65 * 16];
+    size_t n = 0;
+    for (int i = 0; i < 64; i++)
+        n += (size_t)snprintf(list + n, sizeof(list) - n, "%sh%d:1", i > 0 ? "," : "", i);
+    pmd_dconf c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, "--peers", list, "--insecure-no-secret", "--", "prog", NULL), 0);
+    ck_assert_uint_eq(c.npeers, 64);
+    pmd_dconf_free(&c);
+    snprintf(list + n, sizeof(list) - n, ",h64:1");
+    ck_assert_int_eq(parse(&c, err, "--peers", list, "--insecure-no-secret", "--", "prog", NULL), -EINVAL);
+    ck_assert_msg(strstr(err, "--peers: at most 64 peers") != NULL, "%s", err);
+    pmd_dconf_free(&c);
+}
+END_TEST
+
+/* procmesh(1), EXIT STATUS: procmesh status exits 4 when the name does not
+ * resolve, and when what answers is not a procmesh (here: a server that
+ * reads the request and answers a line that is not HTTP). */
+START_TEST(test_bin_status_not_procmesh)
+{
+    static char out[4096];
+    char *a[] = {"procmesh", "status", "--health", "pm-none.invalid:80", NULL};
+    proc p = start(a, base_env);
+    int rc = proc_finish(&p, out, sizeof(out), 60000);
+    ck_assert_msg(rc == 4, "an unresolvable name: exit %d: %s", rc, out);
+    int port;
+    int lfd = taken_port(&port);
+    char addr[64];
+    http_addr(port, addr, sizeof(addr));
+    char *b[] = {"procmesh", "status", "--health", addr, NULL};
+    p = start(b, base_env);
+    struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+    ck_assert_msg(poll(&pfd, 1, 20000) == 1, "procmesh status did not connect in 20 s");
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    char req[512];
+    ck_assert_int_gt(read(fd, req, sizeof(req)), 0);
+    static const char not_http[] = "SSH-2.0-OpenSSH_9.2\r\n";
+    ck_assert_int_eq(write(fd, not_http, sizeof(not_http) - 1), (ssize_t)(sizeof(not_http) - 1));
+    close(fd);
+    rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 4, "not a procmesh: exit %d: %s", rc, out);
+    close(lfd);
+}
+END_TEST
+
+/* 1 while signal sig is pending for process pid (ShdPnd in its status:
+ * blocked and not yet read from its signalfd). */
+static int sig_pending(pid_t pid, int sig)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    unsigned long long mask = 0;
+    int found = 0;
+    while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
+        found = sscanf(line, "ShdPnd: %llx", &mask) == 1;
+    if (f != NULL)
+        fclose(f);
+    return found && (mask >> (sig - 1)) & 1;
+}
+
+/* procmesh(1), SIGNALS: "A SIGHUP that arrives during a rolling restart is
+ * not taken." The replacement of the one slot waits (for a file the test
+ * makes) before it says READY=1, so the restart is held open; a second
+ * SIGHUP is sent, and the test waits until procmesh has read it (no longer
+ * pending). Once the restart ends: one rolling restart, two incarnations. */
+START_TEST(test_bin_sighup_during_rolling_restart_not_taken)
+{
+    char dir[] = "/tmp/pm-hup2-XXXXXX", script[512], go[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(go, sizeof(go), "%s/go", dir);
+    snprintf(script, sizeof(script),
+             "if [ -e %s/once ]; then while [ ! -e %s ]; do sleep 0.05; done; else touch %s/once; fi; "
+             "exec %s READY=1 -- sleep 100",
+             dir, go, dir, PM_NOTIFY_SEND);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "notify", "--ready-timeout",
+                                          "60000", "--", "/bin/sh", "-c", script, NULL}, &port);
+    kill(p.pid, SIGHUP);
+    proc_wait_log(&p, "event=started slot=0 pid=", 2, 20000);
+    kill(p.pid, SIGHUP);
+    uint64_t end = pm_test_ms() + 20000;
+    while (sig_pending(p.pid, SIGHUP) && pm_test_ms() < end)
+        proc_read(&p, 10);
+    ck_assert_msg(!sig_pending(p.pid, SIGHUP), "procmesh did not read the second SIGHUP in 20 s");
+    ck_assert_ptr_null(strstr(p.log, "event=rolling_restart_end"));
+    int fd = open(go, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    proc_wait_log(&p, "event=rolling_restart_end", 1, 20000);
+    http_wait(port, "/readyz", 200, 20000);
+    kill(p.pid, SIGTERM);
+    static char out[65536];
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    ck_assert_msg(count_of(out, "event=rolling_restart_begin") == 1 &&
+                      count_of(out, "event=started slot=0 ") == 2,
+                  "the second SIGHUP was taken:\n%s", out);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
+}
+END_TEST
+
+/* procmesh(1), --memory-max ...: "where none can be used procmesh refuses to
+ * start (exit 4) rather than run without the limit"; under --containment
+ * process-group no cgroup is ever used. And --seccomp strict "is refused
+ * here (the daemon execs)": bad configuration, exit 2. Neither starts a
+ * worker. */
+START_TEST(test_bin_refused_combinations)
+{
+    static char out[16384];
+    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--containment",
+                 "process-group", "--memory-max", "64M", "--", "/bin/sleep", "100", NULL};
+    proc p = start(a, base_env);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 4, "a limit without cgroups: exit %d, log:\n%s", rc, out);
+    ck_assert_msg(strstr(out, "event=start_failed") != NULL && strstr(out, "cgroups") != NULL &&
+                      strstr(out, "event=started") == NULL,
+                  "log:\n%s", out);
+    char *b[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--seccomp", "strict", "--",
+                 "/bin/sleep", "100", NULL};
+    p = start(b, base_env);
+    rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 2, "--seccomp strict: exit %d, log:\n%s", rc, out);
+    ck_assert_msg(strstr(out, "seccomp") != NULL && strstr(out, "event=started") == NULL, "log:\n%s",
+                  out);
+}
+END_TEST
+
+/* Drops this (child) process to uid and gid 65534 before exec, the
+ * parent-death signal armed again (a credential change clears it). */
+static int as_nobody(void *arg)
+{
+    (void)arg;
+    if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+        setresuid(65534, 65534, 65534) < 0)
+        return -errno;
+    return prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ? -errno : 0;
+}
+
+/* procmesh(1): "procmesh itself is non-dumpable (PR_SET_DUMPABLE 0), so a
+ * worker under its uid cannot ptrace it or read its memory through /proc".
+ * procmesh runs as an unprivileged uid (65534 when the test is root, which
+ * could read anything), its worker under the same uid: the worker can read
+ * its own /proc/PID/environ and not its supervisor's. */
+START_TEST(test_bin_not_dumpable)
+{
+    const char *script = "if cat /proc/$PPID/environ >/dev/null 2>&1; then echo supervisor-readable; "
+                         "else echo supervisor-refused; fi >&2; "
+                         "if cat /proc/$$/environ >/dev/null 2>&1; then echo self-readable >&2; fi; "
+                         "exec sleep 100";
+    /* Run once as ourselves first: a libtool wrapper that has to make its
+     * program could not write it as 65534. */
+    proc r;
+    char *version[] = {"procmesh", "version", NULL};
+    ck_assert_int_eq(run_to_end(&r, version, STDOUT_FILENO), 0);
+    free(r.log);
+    char health[64];
+    int port = http_free_listen(health, sizeof(health));
+    char *a[] = {"procmesh", "run", "--health", health, "--workers", "1", "--ready", "exec", "--",
+                 "/bin/sh", "-c", (char *)script, NULL};
+    proc p = proc_start(PM_DAEMON_BIN, a, STDERR_FILENO,
+                        &(proc_how){.envp = base_env, .pre = geteuid() == 0 ? as_nobody : NULL});
+    http_wait(port, "/readyz", 200, 20000);
+    proc_wait_log(&p, "self-readable", 1, 20000);
+    ck_assert_msg(strstr(p.log, "supervisor-refused") != NULL && strstr(p.log, "supervisor-readable") == NULL,
+                  "a worker under procmesh's uid read procmesh's /proc/PID/environ:\n%s", p.log);
+    kill(p.pid, SIGTERM);
+    static char out[65536];
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+}
+END_TEST
+
+/* procmesh(1), --containment: "The mode in use is logged at start
+ * (containment) and shown in /status". process-group asked for: both say
+ * so; auto: both name the same mode, whichever this host allows. */
+START_TEST(test_bin_containment_reported)
+{
+    static char body[65536], out[65536];
+    for (int asked = 0; asked < 2; asked++) {
+        int port;
+        proc p = start_ready((const char *[]){"--workers", "1", "--ready", "exec", "--containment",
+                                              asked ? "process-group" : "auto", "--", "/bin/sleep",
+                                              "100", NULL}, &port);
+        proc_wait_log(&p, "event=containment mode=", 1, 20000);
+        ck_assert_int_eq(http_get(port, "/status", body, sizeof(body)), 200);
+        const char *mode = strstr(p.log, "event=containment mode=") + strlen("event=containment mode=");
+        char want[64];
+        snprintf(want, sizeof(want), "\"containment\":\"%.*s\"", (int)strcspn(mode, " \n"), mode);
+        ck_assert_msg(strstr(body, want) != NULL, "the log says %s; /status: %s", want, body);
+        if (asked)
+            ck_assert_msg(strncmp(mode, "process-group ", 14) == 0, "log:\n%s", p.log);
+        else
+            ck_assert_msg(strncmp(mode, "process-group ", 14) == 0 || strncmp(mode, "cgroup ", 7) == 0,
+                          "log:\n%s", p.log);
+        kill(p.pid, SIGTERM);
+        int rc = proc_finish(&p, out, sizeof(out), 20000);
+        ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    }
+}
+END_TEST
+
+/* README.md, Endpoints: procmesh_slot_heartbeat_age_seconds only for slots
+ * whose worker heartbeats, "a notify worker after its first WATCHDOG=1".
+ * The worker says READY=1, then waits for a file the test makes before its
+ * one WATCHDOG=1: no series while it waits, one once it has sent it. */
+START_TEST(test_bin_notify_heartbeat_metric_after_watchdog)
+{
+    char dir[] = "/tmp/pm-wd-XXXXXX", script[512], go[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(go, sizeof(go), "%s/go", dir);
+    snprintf(script, sizeof(script), "while [ ! -e %s ]; do sleep 0.05; done; exec %s WATCHDOG=1 -- sleep 100",
+             go, PM_NOTIFY_SEND);
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "notify", "--heartbeat-timeout",
+                                          "600000", "--", PM_NOTIFY_SEND, "READY=1", "--", "/bin/sh",
+                                          "-c", script, NULL}, &port);
+    static char body[65536];
+    ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
+    ck_assert_msg(strstr(body, "procmesh_slot_heartbeat_age_seconds{") == NULL,
+                  "an age before any WATCHDOG=1:\n%s", body);
+    int fd = open(go, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    uint64_t end = pm_test_ms() + 20000;
+    int seen = 0;
+    while (!seen && pm_test_ms() < end) {
+        ck_assert_int_eq(http_get(port, "/metrics", body, sizeof(body)), 200);
+        seen = strstr(body, "procmesh_slot_heartbeat_age_seconds{slot=\"0\"}") != NULL;
+        if (!seen)
+            usleep(20000);
+    }
+    ck_assert_msg(seen, "no heartbeat age 20 s after the worker's WATCHDOG=1:\n%s", body);
+    kill(p.pid, SIGTERM);
+    static char out[65536];
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -1884,5 +2493,19 @@ int main(void)
     PM_ADD_TEST(s, test_bin_accept_out_of_fds_backs_off, 60);
     PM_ADD_TEST(s, test_bin_header_timeout_during_rolling_restart, 60);
     PM_ADD_TEST(s, test_bin_notify_flood_rate_limited, 60);
+    PM_ADD_TEST(s, test_bin_exit_5_after_drain, 60);
+    PM_ADD_TEST(s, test_bin_taken_address_exit_4, 60);
+    PM_ADD_TEST(s, test_bin_keygen, 60);
+    PM_ADD_TEST(s, test_bin_env_not_inherited, 60);
+    PM_ADD_TEST(s, test_bin_nofile_raised_workers_keep_theirs, 90);
+    PM_ADD_TEST(s, test_bin_sighup_keeps_listen_socket, 60);
+    PM_ADD_TEST(s, test_bin_key_reload_edges, 90);
+    PM_ADD_TEST(s, test_config_peers_bound, 30);
+    PM_ADD_TEST(s, test_bin_status_not_procmesh, 120);
+    PM_ADD_TEST(s, test_bin_sighup_during_rolling_restart_not_taken, 90);
+    PM_ADD_TEST(s, test_bin_refused_combinations, 60);
+    PM_ADD_TEST(s, test_bin_not_dumpable, 60);
+    PM_ADD_TEST(s, test_bin_containment_reported, 60);
+    PM_ADD_TEST(s, test_bin_notify_heartbeat_metric_after_watchdog, 60);
     return pm_test_main(s);
 }

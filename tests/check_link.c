@@ -958,6 +958,122 @@ START_TEST(test_link_frames_judged)
 }
 END_TEST
 
+/* doc/protocol.md 6, "Frames on a link" and "The frame header": each rule
+ * broken alone, everything else valid, through the hub's link input (the
+ * function every frame read from a peer's FRAMES record goes through):
+ * dropped, counted once as malformed on that link, nothing sent back or
+ * delivered; the link stays up. The base row is a REQUEST from b's port 11
+ * to a's port 10 (not running), which, valid, is answered UNDELIVERABLE
+ * -EHOSTDOWN: so "nothing sent" shows that the frame was not taken. */
+enum {
+    ROW_FLAG_MEMFD, ROW_FLAG_UNKNOWN, ROW_SRC_PORT, ROW_DEADLINE, ROW_ERROR, ROW_VERSION_1,
+    ROW_VERSION_3, ROW_TYPE_0, ROW_TYPE_PAST, ROW_TYPE_255, ROW_HELLO, ROW_INIT, ROW_READY, ROW_STOP,
+    ROW_LEN_OVER, ROW_LEN_UNDER, ROW_NOTICE_ERROR_0, ROW_NOTICE_PAYLOAD, ROW_BCAST_DST,
+    ROW_BCAST_NO_DEADLINE, ROW_CREDIT_DST, ROW_CREDIT_LEN, ROW_CREDIT_ID, ROW_BRESULT_DST,
+    ROW_BRESULT_ID, ROW_BDONE_LEN, ROWS_
+};
+
+static const char *const row_names[ROWS_] = {
+    "memfd flag", "unknown flag", "src above 65535", "negative deadline", "positive error",
+    "version 1", "version 3", "type 0", "type past the last", "type 255", "HELLO", "INIT", "READY",
+    "STOP", "length one over", "length one under", "UNDELIVERABLE error 0",
+    "UNDELIVERABLE with a payload", "BCAST dst not 0", "BCAST without deadline", "CREDIT dst not 0",
+    "CREDIT length 4", "CREDIT with a request id", "BRESULT dst not 0", "BRESULT id below 2^32",
+    "BDONE length 2"};
+
+/* The row's frame in buf (zeroed payload): its length on the wire. */
+static size_t bad_link_frame(int row, unsigned char *buf)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.dst = 10;
+    f.src = 11;
+    f.src_inc = 7;
+    f.request_id = 5;
+    int version = 0, extra = 0;
+    switch (row) {
+    case ROW_FLAG_MEMFD: f.flags = PM__FF_MEMFD; f.len = 16; break; /* a whole announcement */
+    case ROW_FLAG_UNKNOWN: f.flags = 0x8000; break;
+    case ROW_SRC_PORT: f.src = 0x10000; break;
+    case ROW_DEADLINE: f.deadline_ms = -1; break;
+    case ROW_ERROR: f.error = 1; break;
+    case ROW_VERSION_1: version = 1; break;
+    case ROW_VERSION_3: version = 3; break;
+    case ROW_TYPE_0: f.type = 0; break;
+    case ROW_TYPE_PAST: f.type = PM__FT_MAX_ + 1; break;
+    case ROW_TYPE_255: f.type = 255; break;
+    case ROW_HELLO: f.type = PM__FT_HELLO; break;
+    case ROW_INIT: f.type = PM__FT_INIT; break;
+    case ROW_READY: f.type = PM__FT_READY; break;
+    case ROW_STOP: f.type = PM__FT_STOP; break;
+    case ROW_LEN_OVER: f.len = 4; extra = 1; break;
+    case ROW_LEN_UNDER: f.len = 4; extra = -1; break;
+    case ROW_NOTICE_ERROR_0: f.type = PM__FT_UNDELIVERABLE; break;
+    case ROW_NOTICE_PAYLOAD: f.type = PM__FT_UNDELIVERABLE; f.error = -ENOENT; f.len = 1; break;
+    case ROW_BCAST_DST: f.type = PM__FT_BCAST; f.request_id = (uint64_t)1 << 32; f.deadline_ms = 5000; break;
+    case ROW_BCAST_NO_DEADLINE: f.type = PM__FT_BCAST; f.dst = 0; f.request_id = (uint64_t)1 << 32; break;
+    case ROW_CREDIT_DST: f.type = PM__FT_CREDIT; f.request_id = 0; f.len = 8; break;
+    case ROW_CREDIT_LEN: f.type = PM__FT_CREDIT; f.dst = 0; f.request_id = 0; f.len = 4; break;
+    case ROW_CREDIT_ID: f.type = PM__FT_CREDIT; f.dst = 0; f.request_id = 1; f.len = 8; break;
+    case ROW_BRESULT_DST: f.type = PM__FT_BRESULT; f.request_id = (uint64_t)1 << 32; break;
+    case ROW_BRESULT_ID: f.type = PM__FT_BRESULT; f.dst = 0; break;
+    case ROW_BDONE_LEN: f.type = PM__FT_BDONE; f.dst = 0; f.request_id = (uint64_t)1 << 32; f.len = 2; break;
+    }
+    memset(buf, 0, PM__FRAME_HDR_SIZE + 16);
+    size_t n = wire(&f, buf);
+    if (version != 0)
+        buf[0] = (unsigned char)version;
+    return (size_t)((long)n + extra);
+}
+
+START_TEST(test_link_frames_each_rule)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    unsigned char buf[PM__FRAME_HDR_SIZE + 16];
+    for (int row = 0; row < ROWS_; row++) {
+        uint64_t before = pm_test_link_malformed(&h, (unsigned)b);
+        unsigned sent0 = nsent;
+        pm__hub_link_frame(&h, (uint16_t)b, buf, bad_link_frame(row, buf));
+        ck_assert_msg(pm_test_link_malformed(&h, (unsigned)b) == before + 1 && nsent == sent0,
+                      "%s: malformed %llu -> %llu, %u frame(s) sent back", row_names[row],
+                      (unsigned long long)before,
+                      (unsigned long long)pm_test_link_malformed(&h, (unsigned)b), nsent - sent0);
+    }
+    ck_assert_uint_eq(pm_test_link_forged(&h, (unsigned)b), 0);
+    /* The controls: the base frame valid is taken (-EHOSTDOWN back); a
+     * valid BCAST with no ready worker is answered BDONE 0 at once; a
+     * valid CREDIT is no fault. The link is still up. */
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.dst = 10;
+    f.src = 11;
+    f.src_inc = 7;
+    f.request_id = 5;
+    uint64_t before = pm_test_link_malformed(&h, (unsigned)b);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_int_eq(sent[0].error, -EHOSTDOWN);
+    f.type = PM__FT_BCAST;
+    f.dst = 0;
+    f.request_id = (uint64_t)1 << 32;
+    f.deadline_ms = 5000;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 2);
+    ck_assert_int_eq(sent[1].type, PM__FT_BDONE);
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_CREDIT;
+    f.src = 11;
+    f.len = 8;
+    memset(buf, 0, sizeof(buf));
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), before);
+    pm__hub_free(&h);
+}
+END_TEST
+
 static unsigned unit_answers;
 static int unit_err;
 
@@ -1315,6 +1431,7 @@ int main(void)
 {
     Suite *s = suite_create("link");
     PM_ADD_TEST(s, test_link_frames_judged, 30);
+    PM_ADD_TEST(s, test_link_frames_each_rule, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
     PM_ADD_TEST(s, test_frag_undecodable_counts_once, 30);

@@ -653,6 +653,224 @@ START_TEST(test_self_and_pins)
 }
 END_TEST
 
+/* doc/protocol.md 9, test vectors: the preamble for "procmesh-link/1",
+ * system "procmesh" and the key id of the secret 01 .. 20 is the 39 bytes
+ * given there; a HEARTBEAT is 21 bytes on the wire (11 00 00 00 and 17 of
+ * ciphertext), a FRAMES record with one 5-byte frame 30 (1a 00 00 00 ...),
+ * as two real links queue them. */
+START_TEST(test_section9_vectors)
+{
+    ck_assert_int_ge(sodium_init(), 0);
+    unsigned char secret[32], id[8], pre[PM__PEER_PREAMBLE_MAX];
+    for (int i = 0; i < 32; i++)
+        secret[i] = (unsigned char)(i + 1);
+    pm__peer_key_id(secret, id);
+    size_t n = pm__peer_preamble("procmesh", id, pre);
+    ck_assert_uint_eq(n, 39);
+    char got[2 * 39 + 1];
+    for (size_t i = 0; i < n; i++)
+        snprintf(got + 2 * i, 3, "%02x", pre[i]);
+    ck_assert_str_eq(got, "504d4c494e4b0f70726f636d6573682d6c696e6b2f310870726f636d657368c84e02fb1ac295b0");
+
+    side a, b;
+    pair_up(&a, &b);
+    size_t len;
+    ck_assert_ptr_null(pm__pconn_output(&a.c, &len)); /* all sent */
+    ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0);
+    const unsigned char *p = pm__pconn_output(&a.c, &len);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(len, 21);
+    ck_assert_mem_eq(p, "\x11\0\0\0", 4);
+    pump(&a, &b);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, "hello", 5), 0);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    p = pm__pconn_output(&a.c, &len);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(len, 30);
+    ck_assert_mem_eq(p, "\x1a\0\0\0", 4);
+    pump(&a, &b);
+    ck_assert_mem_eq(b.last, "hello", 5);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* doc/protocol.md 6, HEARTBEAT: a PING is answered with a PONG of its
+ * stamp, but not once the receiver has sent its CLOSE ("a PING that crossed
+ * the CLOSE goes unanswered"): a lingers after its CLOSE, b's PING comes
+ * in, and nothing follows a's CLOSE. */
+START_TEST(test_ping_after_close_unanswered)
+{
+    side a, b;
+    pair_up(&a, &b);
+    ck_assert_int_eq(pm__pconn_ping(&b.c, 41), 0);
+    pump(&a, &b);
+    ck_assert_uint_eq(b.c.pongs, 1);
+    ck_assert_uint_eq(b.c.pong_stamp, 41);
+    pm__pconn_close(&a.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    size_t alen0 = 0, alen1 = 0, blen = 0;
+    ck_assert_ptr_nonnull(pm__pconn_output(&a.c, &alen0)); /* its CLOSE */
+    ck_assert_int_eq(pm__pconn_ping(&b.c, 42), 0);
+    const unsigned char *bp = pm__pconn_output(&b.c, &blen);
+    ck_assert_ptr_nonnull(bp);
+    ck_assert_int_eq(pm__pconn_linger(&a.c, bp, blen), 0); /* b's CLOSE not yet */
+    pm__pconn_sent(&b.c, blen);
+    ck_assert_ptr_nonnull(pm__pconn_output(&a.c, &alen1));
+    ck_assert_uint_eq(alen1, alen0); /* no PONG after the CLOSE */
+    ck_assert(move(&a, &b));
+    ck_assert(b.dead);
+    ck_assert_int_eq(b.c.fail, PM__PF_CLOSED);
+    ck_assert_uint_eq(b.c.pongs, 1);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* Feeds a handshake message's 4 length bytes (len) to s: its event. */
+static int feed_len(side *s, uint32_t len)
+{
+    unsigned char b[4];
+    b[0] = (unsigned char)len;
+    b[1] = (unsigned char)(len >> 8);
+    b[2] = (unsigned char)(len >> 16);
+    b[3] = (unsigned char)(len >> 24);
+    size_t used;
+    return pm__pconn_input(&s->c, b, 4, &used);
+}
+
+/* doc/protocol.md 4 and 8: "a length other than the table's, or above
+ * 512: close before reading the message". Each message's bounds, one past
+ * each edge, judged from its 4 length bytes alone (the reader is dead at
+ * once, nothing of the message sent); the edges themselves wait for the
+ * message. Message 1 is exactly 48 bytes (32 without a secret), messages
+ * 2 and 3 at least 96 and 64 plus the shortest hello (20), at most 512. A
+ * message 1 with a payload is longer than 48: it is refused by this
+ * length (handshake_length) before a byte of it is read. */
+START_TEST(test_handshake_lengths_each)
+{
+    unsigned char id[8], zero[8] = {0}, pre[PM__PEER_PREAMBLE_MAX];
+    pm__peer_key_id(secret1, id);
+    static const struct {
+        int psk;
+        uint32_t len;
+        int dead;
+    } m1[] = {{1, 47, 1}, {1, 49, 1}, {1, 48, 0}, {0, 31, 1}, {0, 33, 1}, {0, 32, 0}};
+    for (size_t i = 0; i < ARRAY_LEN(m1); i++) {
+        side b;
+        side_init(&b, "b", m1[i].psk ? secret1 : NULL, NULL, 0);
+        size_t n = pm__peer_preamble("sys", m1[i].psk ? id : zero, pre);
+        ck_assert_int_eq(respond_to(&b, pre, n), PM__PCE_NONE);
+        int ev = feed_len(&b, m1[i].len);
+        ck_assert_msg(m1[i].dead ? ev == PM__PCE_DEAD && b.c.fail == PM__PF_HS_LENGTH : ev == PM__PCE_NONE,
+                      "message 1 (%s) of %u bytes: event %d, fail %s", m1[i].psk ? "psk" : "no secret",
+                      m1[i].len, ev, pm__peer_fail_name(b.c.fail));
+        size_t len;
+        ck_assert_ptr_null(pm__pconn_output(&b.c, &len)); /* no message 2 */
+        side_free(&b);
+    }
+    static const struct {
+        uint32_t len;
+        int dead;
+    } m2[] = {{96 + PM__PEER_HELLO_MIN - 1, 1}, {PM__PEER_HS_MSG_MAX + 1, 1}, {0xffffffffu, 1},
+              {96 + PM__PEER_HELLO_MIN, 0}, {PM__PEER_HS_MSG_MAX, 0}};
+    for (size_t i = 0; i < ARRAY_LEN(m2); i++) {
+        side a;
+        side_init(&a, "a", secret1, NULL, 1); /* its preamble and message 1 are queued */
+        int ev = feed_len(&a, m2[i].len);
+        ck_assert_msg(m2[i].dead ? ev == PM__PCE_DEAD && a.c.fail == PM__PF_HS_LENGTH : ev == PM__PCE_NONE,
+                      "message 2 of %u bytes: event %d, fail %s", m2[i].len, ev,
+                      pm__peer_fail_name(a.c.fail));
+        side_free(&a);
+    }
+    static const struct {
+        uint32_t len;
+        int dead;
+    } m3[] = {{64 + PM__PEER_HELLO_MIN - 1, 1}, {PM__PEER_HS_MSG_MAX + 1, 1}, {64 + PM__PEER_HELLO_MIN, 0},
+              {PM__PEER_HS_MSG_MAX, 0}};
+    for (size_t i = 0; i < ARRAY_LEN(m3); i++) {
+        side a, b;
+        side_init(&a, "a", secret1, NULL, 1);
+        side_init(&b, "b", secret1, NULL, 0);
+        ck_assert(move(&a, &b)); /* preamble and message 1: b answers with message 2 */
+        ck_assert(!b.dead);
+        int ev = feed_len(&b, m3[i].len);
+        ck_assert_msg(m3[i].dead ? ev == PM__PCE_DEAD && b.c.fail == PM__PF_HS_LENGTH : ev == PM__PCE_NONE,
+                      "message 3 of %u bytes: event %d, fail %s", m3[i].len, ev,
+                      pm__peer_fail_name(b.c.fail));
+        ck_assert(!b.up);
+        side_free(&a);
+        side_free(&b);
+    }
+}
+END_TEST
+
+/* doc/protocol.md 4, Payloads: "A hello with another format, another
+ * length, an invalid host name, a zero incarnation or idle_ms out of range
+ * is a protocol error (the reader closes)"; unknown capability bits are
+ * ignored. Each condition alone, through a real handshake of the two state
+ * machines: the sender's hello is built from its configuration, changed
+ * after pm__pconn_init (which refuses such a configuration) so that the
+ * bad value goes on the wire. Both directions: the initiator's hello
+ * (message 3, judged by the responder) and the responder's (message 2,
+ * judged by the initiator, which then never writes message 3). The edges
+ * of the range link. A hello too short (an empty host name) is caught one
+ * step earlier, by its message's length (handshake_length). */
+static const char host63[] = "h23456789012345678901234567890123456789012345678901234567890123";
+
+static void hello_case(int i, int from_initiator, int want_up)
+{
+    side a, b;
+    side_init(&a, "a", secret1, NULL, 1);
+    side_init(&b, "b", secret1, NULL, 0);
+    side *s = from_initiator ? &a : &b, *judge = from_initiator ? &b : &a;
+    switch (i) {
+    case 0: s->cfg.incarnation = 0; break;
+    case 1: s->cfg.idle_ms = PM__PEER_IDLE_MIN_MS - 1; break;
+    case 2: s->cfg.idle_ms = PM__PEER_IDLE_MAX_MS + 1; break;
+    case 3: s->cfg.host = "a b"; break;
+    case 4: s->cfg.host = ""; break;
+    case 5: s->cfg.idle_ms = PM__PEER_IDLE_MIN_MS; break;
+    case 6: s->cfg.idle_ms = PM__PEER_IDLE_MAX_MS; break;
+    case 7: s->cfg.host = host63; break;
+    case 8: s->c.caps = 0xffffffffu; break;
+    }
+    pump(&a, &b);
+    if (want_up) {
+        ck_assert_msg(a.up && b.up, "case %d from the %s: not linked (a %d, b %d)", i,
+                      from_initiator ? "initiator" : "responder", a.c.fail, b.c.fail);
+        if (i == 7)
+            ck_assert_str_eq(judge->c.peer.host, host63);
+        if (i == 8)
+            ck_assert_uint_eq(judge->c.peer.capabilities, 0xffffffffu);
+        if (i == 5 || i == 6)
+            ck_assert_uint_eq(judge->c.peer.idle_ms, s->cfg.idle_ms);
+    } else {
+        /* An empty host name makes the hello 19 bytes, the message below
+         * its least length: refused by that length, before decryption. */
+        int want = i == 4 ? PM__PF_HS_LENGTH : PM__PF_HELLO;
+        ck_assert_msg(judge->dead && judge->c.fail == want,
+                      "case %d from the %s: the reader %s (fail %d)", i,
+                      from_initiator ? "initiator" : "responder", judge->dead ? "closed" : "did not close",
+                      judge->c.fail);
+        ck_assert(!judge->up);
+        if (!from_initiator) /* the initiator closed without message 3 */
+            ck_assert(!b.up);
+    }
+    side_free(&a);
+    side_free(&b);
+}
+
+START_TEST(test_hello_each_condition)
+{
+    for (int from_initiator = 0; from_initiator < 2; from_initiator++) {
+        for (int i = 0; i <= 4; i++)
+            hello_case(i, from_initiator, 0);
+        for (int i = 5; i <= 8; i++)
+            hello_case(i, from_initiator, 1);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("peer");
@@ -666,6 +884,10 @@ int main(void)
     tcase_add_test(tc, test_hostile_preamble);
     tcase_add_test(tc, test_tampered);
     tcase_add_test(tc, test_self_and_pins);
+    tcase_add_test(tc, test_hello_each_condition);
+    tcase_add_test(tc, test_handshake_lengths_each);
+    tcase_add_test(tc, test_section9_vectors);
+    tcase_add_test(tc, test_ping_after_close_unanswered);
     tcase_add_test(tc, test_stage_batches);
     tcase_add_test(tc, test_stage_lone_frame);
     tcase_add_test(tc, test_stage_full_queue);
