@@ -88,6 +88,17 @@ enum role {
     W_NEVER_READY,   /* joins, never ready */
     W_WHO,           /* ready, tells main its slot, incarnation and init data; from
                         incarnation 2 on then sends a HELLO, as an exec worker would */
+    W_STUBBORN,      /* ignores SIGTERM and the stop request: ready, then pause() */
+    W_HOLDER,        /* ignores SIGTERM; keeps the first request it receives (exit 9 if it
+                        has no deadline), answers it "late-ok" once recv says -ESHUTDOWN:
+                        exits 7 when that reply says 0, 8 otherwise */
+    W_ASK_SLOT0,     /* on main's "go", requests slot 0 (10 s) and tells main the outcome */
+    W_MAIN_GONE,     /* a plain message to main, then a request (10 s): exits 7 when the
+                        request ends -ENOENT, 8 otherwise */
+    W_ECHO,          /* answers every request "ok" until asked to stop */
+    W_AFTER_STOP,    /* pm_node_ready twice (the second must say 0), ignores SIGTERM; once
+                        recv says -ESHUTDOWN: 7 when beat, recv, try_send, request and
+                        send all say -ESHUTDOWN too, else 20 + a bit per call that did not */
 };
 
 static int role[8];
@@ -119,10 +130,20 @@ static int worker(pm_node *n, void *arg)
     if (r == W_NEVER_READY)
         for (;;)
             pause();
-    if (r == W_SEND_AFTER_STOP)
+    if (r == W_SEND_AFTER_STOP || r == W_AFTER_STOP || r == W_STUBBORN || r == W_HOLDER)
         signal(SIGTERM, SIG_IGN);
     if (pm_node_ready(n) < 0)
         return 50;
+    if (r == W_AFTER_STOP && pm_node_ready(n) != 0)
+        return 53;
+    if (r == W_AFTER_STOP) { /* no init data set: NULL and 0 */
+        const void *d = &r;
+        size_t l = 99;
+        if (pm_node_init_data(n, &d, &l) != 0 || d != NULL || l != 0)
+            return 54;
+    }
+    if (r == W_AFTER_STOP)
+        tell_main(n, "#ready twice"); /* behind anything the second call sent */
     pm_message m;
     switch (r) {
     case W_RECV:
@@ -151,6 +172,60 @@ static int worker(pm_node *n, void *arg)
             return 9;
         pm_address to = main_addr();
         return pm_node_send(n, &to, "x", 1) == -ESHUTDOWN ? 7 : 8;
+    }
+    case W_HOLDER: {
+        int rc;
+        pm_message req;
+        while ((rc = pm_node_recv(n, &m, -1)) == 0 && m.kind != PM_MSG_REQUEST)
+            ;
+        if (rc != 0)
+            return 10;
+        req = m; /* pm_node_reply reads its sender and id, not its data */
+        if (req.deadline_ms <= 0)
+            return 9;
+        while ((rc = pm_node_recv(n, &m, -1)) == 0)
+            ;
+        if (rc != -ESHUTDOWN)
+            return 11;
+        return pm_node_reply(n, &req, "late-ok", 7) == 0 ? 7 : 8;
+    }
+    case W_ASK_SLOT0: {
+        if (pm_node_recv(n, &m, 30000) != 0)
+            return 51;
+        pm_address to = pm_test_slot_addr(0, 0);
+        pm_message rep;
+        int rc = pm_node_request(n, &to, "q", 1, 10000, &rep);
+        tell_main(n, "#asked rc=%d reply=%.*s", rc, rc == 0 ? (int)rep.len : 0,
+                  rc == 0 ? (const char *)rep.data : "");
+        break;
+    }
+    case W_MAIN_GONE: {
+        pm_address to = main_addr();
+        pm_message rep;
+        if (pm_node_send(n, &to, "x", 1) != 0)
+            return 9;
+        return pm_node_request(n, &to, "y", 1, 10000, &rep) == -ENOENT ? 7 : 8;
+    }
+    case W_ECHO:
+        while (pm_node_recv(n, &m, -1) == 0)
+            if (m.kind == PM_MSG_REQUEST)
+                pm_node_reply(n, &m, "ok", 2);
+        return 0;
+    case W_AFTER_STOP: {
+        int rc;
+        while ((rc = pm_node_recv(n, &m, -1)) == 0)
+            ;
+        if (rc != -ESHUTDOWN)
+            return 9;
+        pm_address to = main_addr();
+        pm_message rep;
+        int bad = 0;
+        bad |= (pm_node_beat(n) != -ESHUTDOWN) << 0;
+        bad |= (pm_node_recv(n, &m, 0) != -ESHUTDOWN) << 1;
+        bad |= (pm_node_try_send(n, &to, "x", 1) != -ESHUTDOWN) << 2;
+        bad |= (pm_node_request(n, &to, "x", 1, 1000, &rep) != -ESHUTDOWN) << 3;
+        bad |= (pm_node_send(n, &to, "x", 1) != -ESHUTDOWN) << 4;
+        return bad == 0 ? 7 : 20 + bad;
     }
     case W_REQUESTS: {
         /* Raw request frames (pm_node_request would wait for each reply):
@@ -1017,6 +1092,415 @@ START_TEST(test_join_errors)
 }
 END_TEST
 
+/* pm_node(3): pm_node_ready "is idempotent" (a second call says 0 and the
+ * supervisor sees one READY); once the stop request came, pm_node_recv
+ * "and every later call returns -ESHUTDOWN", pm_node_beat included
+ * ("ESHUTDOWN once the worker should stop"). The worker ignores SIGTERM
+ * and reports by its exit code. */
+START_TEST(test_ready_twice_and_calls_after_stop)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_AFTER_STOP;
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, got_text("#ready twice"), 10000);
+    ck_assert_int_eq(count(PM_EVENT_READY, 0), 1);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0); /* it ended by itself */
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_msg(e->exit_code == 7, "exit code %d (20 + a bit per call that did not say -ESHUTDOWN)",
+                  e->exit_code);
+    pm_options_free(o);
+}
+END_TEST
+
+/* pm_options(3), pm_options_set_on_permanently_down: called "exactly once
+ * per slot that is retired"; "Without one, procmesh prints one line on
+ * stderr." The callback removed (NULL), a budget of 0, the worker killed:
+ * one line naming the slot, its address and its restart count. */
+START_TEST(test_default_permanently_down_line)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = role_opts(2);
+    ck_assert_int_eq(pm_options_set_on_permanently_down(o, NULL, NULL), 0);
+    ck_assert_int_eq(pm_options_set_max_restarts(o, 0), 0);
+    char path[32];
+    int saved = pm_test_stderr_to_file(path);
+    pm_cluster *c = pm_test_spawn(o);
+    ck_assert_int_eq(kill(info(c, 1).pid, SIGKILL), 0);
+    PM_RUN_UNTIL(c, info(c, 1).state == PM_SLOT_RETIRED, 10000);
+    ck_assert_int_eq(pm_cluster_run(c, 100), 0);
+    int rc = pm_cluster_terminate(c);
+    pm_test_stderr_restore(saved);
+    static char text[8192];
+    pm_test_read_file(path, text, sizeof(text));
+    unlink(path);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(count(PM_EVENT_RETIRED, 1), 1);
+    int lines = 0;
+    for (const char *p = text; (p = strstr(p, "permanently down")) != NULL; p++)
+        lines++;
+    ck_assert_msg(lines == 1, "%d lines about a retired slot on stderr:\n%s", lines, text);
+    ck_assert_msg(strstr(text, "procmesh: slot 1 (procmesh@worker:2#1) is permanently down after 0 restarts\n") != NULL,
+                  "stderr:\n%s", text);
+    pm_options_free(o);
+}
+END_TEST
+
+/* pm_cluster(3), NOTES: with handle_signals the cluster blocks SIGCHLD,
+ * SIGTERM, SIGINT and SIGHUP in the spawning thread "until
+ * pm_cluster_terminate() restores the mask". */
+START_TEST(test_handle_signals_mask_restored)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = role_opts(1);
+    ck_assert_int_eq(pm_options_set_handle_signals(o, 1), 0);
+    sigset_t before, during, after;
+    ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, NULL, &before), 0);
+    static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
+    for (size_t i = 0; i < ARRAY_LEN(sigs); i++)
+        ck_assert_int_eq(sigismember(&before, sigs[i]), 0);
+    pm_cluster *c = pm_test_spawn(o);
+    ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, NULL, &during), 0);
+    for (size_t i = 0; i < ARRAY_LEN(sigs); i++)
+        ck_assert_int_eq(sigismember(&during, sigs[i]), 1);
+    pm_test_finish(c, o);
+    ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, NULL, &after), 0);
+    for (int sig = 1; sig < NSIG; sig++)
+        ck_assert_msg(sigismember(&after, sig) == sigismember(&before, sig),
+                      "signal %d: blocked %d before the cluster, %d after terminate", sig,
+                      sigismember(&before, sig), sigismember(&after, sig));
+}
+END_TEST
+
+static void *term_self(void *arg)
+{
+    (void)arg;
+    kill(getpid(), SIGTERM); /* blocked in every thread: the cluster's signalfd takes it */
+    return NULL;
+}
+
+/* pm_cluster(3), pm_cluster_terminate: "A SIGTERM, SIGINT or SIGHUP that
+ * arrives meanwhile (with handle_signals) skips the rest of the grace."
+ * The worker ignores both the stop request and SIGTERM; the stop timeout
+ * is 60 s. A SIGTERM sent by a thread (before or during terminate: either
+ * way it waits in the cluster's signalfd) ends the grace: the worker is
+ * SIGKILLed, terminate returns 1 long before the timeout. */
+START_TEST(test_terminate_signal_skips_grace)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_STUBBORN;
+    pm_options *o = role_opts(1);
+    ck_assert_int_eq(pm_options_set_handle_signals(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 60000), 0);
+    /* Its silence must not end it either: no fence within the test. */
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 120000), 0);
+    pm_cluster *c = pm_test_spawn(o);
+    pid_t pid = info(c, 0).pid;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, term_self, NULL), 0);
+    uint64_t t0 = pm_test_ms();
+    ck_assert_int_eq(pm_cluster_terminate(c), 1);
+    ck_assert_uint_lt(pm_test_ms() - t0, 30000);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(kill(pid, 0), -1); /* reaped */
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->signal, SIGKILL);
+    pm_options_free(o);
+}
+END_TEST
+
+/* pm_node(3), ERRORS, pm_node_join: EINVAL when PROCMESH_NODE is
+ * malformed; *out untouched, no fd of the caller's closed. */
+START_TEST(test_join_malformed_env)
+{
+    /* None may parse as three or four fds: join would then take them. */
+    static const char *const bad[] = {"",       "x",      "3",         "3,4",   "3,4,x",
+                                      "3,4,5,", "3,4,5x", "3,4,5,6,7", "3;4;5", "-3,4,5"};
+    int fds_before = pm_test_count_fds();
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        ck_assert_int_eq(setenv("PROCMESH_NODE", bad[i], 1), 0);
+        pm_node *n = (pm_node *)(void *)&bad;
+        ck_assert_msg(pm_node_join(&n) == -EINVAL, "PROCMESH_NODE='%s' not refused -EINVAL", bad[i]);
+        ck_assert_ptr_eq(n, (void *)&bad);
+    }
+    unsetenv("PROCMESH_NODE");
+    ck_assert_int_eq(pm_test_count_fds(), fds_before);
+}
+END_TEST
+
+/* pm_cluster_peers(3), RETURN VALUE: both calls return how many entries
+ * there are, 0 outside peer mode, and -EINVAL for a NULL or foreign
+ * cluster or NULL arrays with a cap above 0. */
+START_TEST(test_peers_outside_peer_mode)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
+    pm_peer_info p[2];
+    const char *names[4];
+    uint64_t counts[4];
+    ck_assert_int_eq(pm_cluster_peers(c, p, 2), 0);
+    ck_assert_int_eq(pm_cluster_peers(c, NULL, 0), 0);
+    ck_assert_int_eq(pm_cluster_peer_failures(c, names, counts, 4), 0);
+    ck_assert_int_eq(pm_cluster_peer_failures(c, NULL, NULL, 0), 0);
+    ck_assert_int_eq(pm_cluster_peers(c, NULL, 1), -EINVAL);
+    ck_assert_int_eq(pm_cluster_peer_failures(c, NULL, counts, 1), -EINVAL);
+    ck_assert_int_eq(pm_cluster_peer_failures(c, names, NULL, 1), -EINVAL);
+    ck_assert_int_eq(pm_cluster_peers(NULL, p, 2), -EINVAL);
+    ck_assert_int_eq(pm_cluster_peer_failures(NULL, names, counts, 4), -EINVAL);
+    ck_assert_int_eq(pm_cluster_peers((const pm_cluster *)(const void *)o, p, 2), -EINVAL);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* doc/design.md, Backpressure, Stop: after the stop request "pm_node_send,
+ * try_send and request return -ESHUTDOWN while pm_node_reply still answers
+ * the requests in hand"; pm_node(3): a request carries its requester's
+ * deadline. Slot 1 asks slot 0, which holds the request; slot 0 alone is
+ * then stopped (pm_cluster_restart_slot) and answers once it sees
+ * -ESHUTDOWN: slot 1 gets that answer. */
+START_TEST(test_reply_after_stop)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_HOLDER;
+    role[1] = W_ASK_SLOT0;
+    pm_options *o = role_opts(2);
+    pm_options_set_stop_timeout_ms(o, 20000);
+    pm_cluster *c = pm_test_spawn(o);
+    pm_address a1 = pm_test_slot_addr(1, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a1, "go", 2), 0);
+    PM_RUN_UNTIL(c, pm_test_slot_inflight(c, 0) == 1, 10000); /* slot 0 holds it */
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    PM_RUN_UNTIL(c, ntexts >= 1 && count(PM_EVENT_EXITED, 0) == 1, 25000);
+    ck_assert_str_eq(texts[0], "#asked rc=0 reply=late-ok");
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_msg(e->exit_code == 7, "slot 0 exited %d (7: its reply after the stop said 0)",
+                  e->exit_code);
+    ck_assert_int_eq(count(PM_EVENT_FENCED, -1), 0);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+static int watched_a, watched_b;
+
+static void on_watch_a(pm_cluster *c, int fd, void *arg)
+{
+    (void)c, (void)fd, (void)arg;
+    watched_a++;
+}
+
+static void on_watch_b(pm_cluster *c, int fd, void *arg)
+{
+    (void)c, (void)arg;
+    char b[8];
+    ssize_t k = read(fd, b, sizeof(b));
+    (void)k;
+    watched_b++;
+}
+
+/* pm_cluster(3), pm_cluster_watch_fd: "Watching an fd that is already
+ * watched replaces its callback." */
+START_TEST(test_watch_fd_replaces)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    watched_a = watched_b = 0;
+    ck_assert_int_eq(pm_cluster_watch_fd(c, p[0], on_watch_a, NULL), 0);
+    ck_assert_int_eq(pm_cluster_watch_fd(c, p[0], on_watch_b, NULL), 0);
+    ck_assert_int_eq(write(p[1], "x", 1), 1);
+    PM_RUN_UNTIL(c, watched_b == 1, 5000);
+    ck_assert_int_eq(watched_a, 0);
+    /* One-shot, one watch: the fd was watched once, not twice. */
+    ck_assert_int_eq(write(p[1], "y", 1), 1);
+    ck_assert_int_eq(pm_cluster_run(c, 100), 0);
+    ck_assert_int_eq(watched_b, 1);
+    ck_assert_int_eq(watched_a, 0);
+    (void)pm_cluster_unwatch_fd(c, p[0]);
+    close(p[0]);
+    close(p[1]);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* The first field of an event that is set where pm_cluster(3) says it does
+ * not apply ("Fields that do not apply are 0"), and how many events. */
+static char wrong_field[160];
+static int checked_events;
+
+static void check_fields(pm_cluster *c, const pm_event *e, void *arg)
+{
+    record(c, e, arg);
+    checked_events++;
+    const char *bad = NULL;
+    if (e->peer_host != NULL || e->peer_incarnation != 0 || e->peer_address != NULL ||
+        e->peer_failures != 0)
+        bad = "a peer field";
+    else if (e->type != PM_EVENT_EXITED && (e->signal != 0 || e->core_dumped != 0 || e->oom_kills != 0))
+        bad = "signal, core_dumped or oom_kills";
+    else if (e->type != PM_EVENT_EXITED && e->type != PM_EVENT_SPAWN_FAILED && e->exit_code != 0)
+        bad = "exit_code";
+    else if (e->type != PM_EVENT_RESTART_SCHEDULED && e->type != PM_EVENT_STALLED && e->delay_ms != 0)
+        bad = "delay_ms";
+    else if (e->type != PM_EVENT_FENCED && e->worker_version != 0)
+        bad = "worker_version";
+    else if (e->type != PM_EVENT_STOPPED && e->detail != NULL)
+        bad = "detail";
+    if (bad != NULL && wrong_field[0] == '\0')
+        snprintf(wrong_field, sizeof(wrong_field), "event %d (slot %u, reason %s): %s is set", e->type,
+                 e->slot, e->reason, bad);
+}
+
+/* pm_cluster(3), EVENTS: "Fields that do not apply are 0." A life with
+ * every slot event but the failures of a start: STARTED, READY, EXITED,
+ * RESTART_SCHEDULED (a kill, a replacement), RETIRED (a budget of 1 spent)
+ * and what terminate reports. */
+START_TEST(test_event_fields_not_applying_are_0)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = role_opts(2);
+    ck_assert_int_eq(pm_options_set_on_event(o, check_fields, NULL), 0);
+    ck_assert_int_eq(pm_options_set_max_restarts(o, 1), 0);
+    wrong_field[0] = '\0';
+    checked_events = 0;
+    pm_cluster *c = pm_test_spawn(o);
+    ck_assert_int_eq(kill(info(c, 0).pid, SIGKILL), 0);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
+    for (int k = 0; k < 2; k++) {
+        uint64_t inc = info(c, 1).incarnation;
+        ck_assert_int_eq(kill(info(c, 1).pid, SIGKILL), 0);
+        PM_RUN_UNTIL(c, info(c, 1).state == PM_SLOT_RETIRED ||
+                            (info(c, 1).state == PM_SLOT_READY && info(c, 1).incarnation > inc),
+                     10000);
+    }
+    ck_assert_int_eq(info(c, 1).state, PM_SLOT_RETIRED);
+    pm_test_finish(c, o);
+    ck_assert_int_eq(count(PM_EVENT_RESTART_SCHEDULED, 0), 1);
+    ck_assert_int_eq(count(PM_EVENT_RETIRED, 1), 1);
+    ck_assert_int_ge(checked_events, 8);
+    ck_assert_msg(wrong_field[0] == '\0', "%s", wrong_field);
+}
+END_TEST
+
+/* pm_options(3), pm_options_set_on_message: "Without a callback, a
+ * message to main is dropped and counted, and a request to main ... is
+ * answered at once with an undeliverable notice, ENOENT." The worker's
+ * plain message and request are both counted (malformed_dropped); its
+ * request ends -ENOENT (exit 7), not at its 10 s deadline. */
+START_TEST(test_main_without_on_message)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_MAIN_GONE;
+    pm_options *o = role_opts(1);
+    ck_assert_int_eq(pm_options_set_on_message(o, NULL, NULL), 0);
+    ck_assert_int_eq(pm_options_set_restart_policy(o, PM_RESTART_NEVER), 0);
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) == 1, 20000);
+    /* 7: -ENOENT, the notice; its 10 s deadline would have been -ETIMEDOUT. */
+    ck_assert_int_eq(find(PM_EVENT_EXITED, 0, 0)->exit_code, 7);
+    struct pm_cluster_stats st;
+    ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+    ck_assert_uint_eq(st.malformed_dropped, 2);
+    ck_assert_int_eq(ntexts, 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+static long map_rc_in_callback = 1;
+static pm_map_result map_res_in_callback;
+
+static void map_from_watch(pm_cluster *c, int fd, void *arg)
+{
+    (void)fd, (void)arg;
+    pm_map_input in = {"x", 1};
+    map_rc_in_callback = pm_cluster_map(c, &in, 1, 1000, &map_res_in_callback);
+}
+
+/* pm_cluster_map(3), ERRORS and RETURN VALUE: EINVAL for NULL arrays with
+ * n > 0, timeout_ms <= 0, an input with NULL data and a length, a handle
+ * that is not a cluster; EDEADLK from inside a procmesh callback; EPERM in
+ * a fork of the supervisor; a negative errno leaves results untouched.
+ * An input the pool refuses outright gets that error (-EMSGSIZE above the
+ * cluster's maximum message) while the others are answered. */
+START_TEST(test_map_errors)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_ECHO;
+    role[1] = W_ECHO;
+    pm_options *o = role_opts(2);
+    pm_options_set_max_message(o, PM_MAX_PAYLOAD);
+    pm_cluster *c = pm_test_spawn(o);
+    pm_map_input in[3] = {{"a", 1}, {"b", 1}, {NULL, 1}};
+    pm_map_result res[3], sentinel;
+    memset(&sentinel, 0x5a, sizeof(sentinel));
+    for (int i = 0; i < 3; i++)
+        res[i] = sentinel;
+    ck_assert_int_eq(pm_cluster_map(c, NULL, 2, 1000, res), -EINVAL);
+    ck_assert_int_eq(pm_cluster_map(c, in, 2, 1000, NULL), -EINVAL);
+    ck_assert_int_eq(pm_cluster_map(c, in, 2, 0, res), -EINVAL);
+    ck_assert_int_eq(pm_cluster_map(c, in, 2, -1, res), -EINVAL);
+    ck_assert_int_eq(pm_cluster_map(c, in, 3, 1000, res), -EINVAL); /* NULL data, len 1 */
+    ck_assert_int_eq(pm_cluster_map((pm_cluster *)(void *)o, in, 2, 1000, res), -EINVAL);
+    ck_assert_int_eq(pm_cluster_map(NULL, in, 2, 1000, res), -EINVAL);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(memcmp(&res[i], &sentinel, sizeof(sentinel)) == 0, "results[%d] written", i);
+    /* Inside a callback (a watched fd's): -EDEADLK, nothing written. */
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    map_res_in_callback = sentinel;
+    ck_assert_int_eq(pm_cluster_watch_fd(c, p[0], map_from_watch, NULL), 0);
+    ck_assert_int_eq(write(p[1], "x", 1), 1);
+    PM_RUN_UNTIL(c, map_rc_in_callback != 1, 5000);
+    ck_assert_int_eq(map_rc_in_callback, -EDEADLK);
+    ck_assert_int_eq(memcmp(&map_res_in_callback, &sentinel, sizeof(sentinel)), 0);
+    (void)pm_cluster_unwatch_fd(c, p[0]);
+    close(p[0]);
+    close(p[1]);
+    /* In a fork of the supervisor: -EPERM. */
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm_map_result r1;
+        _exit(pm_cluster_map(c, in, 1, 1000, &r1) == -EPERM ? 0 : 1);
+    }
+    int st = pm_test_reap(pid, 20000);
+    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "map in a fork was not -EPERM");
+    /* An input above the cluster's maximum: that input's error, the others answered. */
+    static char big[PM_MAX_PAYLOAD + 1];
+    pm_map_input mixed[3] = {{"a", 1}, {big, sizeof(big)}, {"b", 1}};
+    ck_assert_int_eq(pm_cluster_map(c, mixed, 3, 10000, res), 2);
+    ck_assert_int_eq(res[0].error, 0);
+    ck_assert_int_eq(res[1].error, -EMSGSIZE);
+    ck_assert_int_eq(res[2].error, 0);
+    ck_assert_uint_eq(res[0].len, 2);
+    ck_assert_int_eq(memcmp(res[0].reply, "ok", 2), 0);
+    pm_map_results_free(res, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_ptr_null(res[i].reply);
+        ck_assert_ptr_null(res[i].outcome);
+        ck_assert_uint_eq(res[i].len, 0);
+        ck_assert_int_eq(res[i].error, 0);
+    }
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* pm_strerror(3): "An unknown error code gives 'Unknown error'", for the
+ * negative value as returned and the positive one; never NULL. */
+START_TEST(test_strerror_unknown)
+{
+    ck_assert_str_eq(pm_strerror(-100000), "Unknown error");
+    ck_assert_str_eq(pm_strerror(100000), "Unknown error");
+    ck_assert_str_eq(pm_strerror(-EHOSTDOWN), pm_strerror(EHOSTDOWN));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api");
@@ -1043,5 +1527,17 @@ int main(void)
     PM_ADD_TEST(s, test_request_keeps_messages, 30);
     PM_ADD_TEST(s, test_send_after_stop, 30);
     PM_ADD_TEST(s, test_join_errors, 30);
+    PM_ADD_TEST(s, test_ready_twice_and_calls_after_stop, 30);
+    PM_ADD_TEST(s, test_default_permanently_down_line, 30);
+    PM_ADD_TEST(s, test_strerror_unknown, 10);
+    PM_ADD_TEST(s, test_handle_signals_mask_restored, 30);
+    PM_ADD_TEST(s, test_terminate_signal_skips_grace, 60);
+    PM_ADD_TEST(s, test_join_malformed_env, 10);
+    PM_ADD_TEST(s, test_peers_outside_peer_mode, 30);
+    PM_ADD_TEST(s, test_reply_after_stop, 60);
+    PM_ADD_TEST(s, test_watch_fd_replaces, 30);
+    PM_ADD_TEST(s, test_event_fields_not_applying_are_0, 60);
+    PM_ADD_TEST(s, test_main_without_on_message, 60);
+    PM_ADD_TEST(s, test_map_errors, 60);
     return pm_test_main(s);
 }

@@ -44,6 +44,8 @@ enum role {
     R_STREAM_HELD, /* R_STREAM, but says "sent" only once the hub holds it: its up
                       ring armed with frames still unread (at most 20 s) */
     R_BAD_HEADERS, /* every row of bad_headers to main, then "#after headers" */
+    R_TRY_FILL,   /* pm_node_try_send of 1000 B frames to `peer` until it fails: exits 7 on
+                     -EAGAIN, 8 on another error, 9 when it never fails */
 };
 
 /*
@@ -262,7 +264,7 @@ static int worker(pm_node *n, void *arg)
     if (role == R_STREAM || role == R_SPOOF || role == R_GARBAGE_INDEX || role == R_FLOOD_MAIN ||
         role == R_ASKER || role == R_GARBAGE_FRAMES || role == R_OVERSIZE ||
         role == R_STASHER || role == R_DOORBELL || role == R_STREAM_HELD ||
-        role == R_BAD_HEADERS) {
+        role == R_BAD_HEADERS || role == R_TRY_FILL) {
         /* Act only once main says the whole mesh is up. */
         if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
             return 40;
@@ -271,6 +273,18 @@ static int worker(pm_node *n, void *arg)
     case R_SILENT:
         idle_forever();
         break;
+    case R_TRY_FILL: {
+        static char buf[1000];
+        pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
+        for (int i = 0; i < 1000000; i++) {
+            int rc = pm_node_try_send(n, &to, buf, sizeof(buf));
+            if (rc == -EAGAIN)
+                return 7;
+            if (rc != 0)
+                return 8;
+        }
+        return 9;
+    }
     case R_STREAM:
         stream(n, (unsigned)p->peer[slot], p->count, &k);
         pm_test_say(n, "sent %u", p->count);
@@ -487,7 +501,7 @@ static void start_all(pm_cluster *c)
             plan.role[i] == R_ASKER || plan.role[i] == R_GARBAGE_FRAMES ||
             plan.role[i] == R_OVERSIZE || plan.role[i] == R_STASHER ||
             plan.role[i] == R_DOORBELL || plan.role[i] == R_STREAM_HELD ||
-            plan.role[i] == R_BAD_HEADERS)
+            plan.role[i] == R_BAD_HEADERS || plan.role[i] == R_TRY_FILL)
             ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
     }
 }
@@ -928,6 +942,111 @@ START_TEST(test_broadcast)
 }
 END_TEST
 
+/* pm_cluster(3), pm_cluster_broadcast: "With no ready worker, cb runs at
+ * once with n = 0." The one slot is retired (budget 0, killed): the
+ * callback has run, with no result, by the time the call returns. */
+START_TEST(test_broadcast_no_ready_worker)
+{
+    plan = (struct plan){.role[0] = R_IDLE};
+    pm_options *o = opts(1, worker);
+    ck_assert_int_eq(pm_options_set_max_restarts(o, 0), 0);
+    pm_cluster *c = pm_test_spawn(o);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(kill(si.pid, SIGKILL), 0);
+    RUN_UNTIL(c, pm_test_slot_state(c, 0) == PM_SLOT_RETIRED, 10000);
+    bcast_calls = 0;
+    bcast_n = 99;
+    ck_assert_int_eq(pm_cluster_broadcast(c, "ping", 4, 60000, on_bcast, NULL), 0);
+    ck_assert_int_eq(bcast_calls, 1);
+    ck_assert_uint_eq(bcast_n, 0);
+    ck_assert_int_eq(pm_cluster_run(c, 0), 0);
+    ck_assert_int_eq(bcast_calls, 1); /* once */
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* pm_cluster(3), pm_cluster_broadcast, says a result is "-ECANCELED when
+ * the cluster was terminated first". The worker holds the broadcast's
+ * request unanswered (it never reads) when pm_cluster_terminate is called:
+ * the callback runs exactly once, from terminate, with one result. That
+ * result is -EHOSTDOWN, the worker's death under terminate's stop, not
+ * -ECANCELED: terminate cancels main's requests before it stops anything
+ * (pm__hub_cancel_all) but not the broadcasts, which end -ECANCELED only
+ * if still pending when the hub is freed. The page and the code differ
+ * (doc/behaviours-B.md); this asserts what the code does, so that a fix of
+ * either side has to change it. */
+START_TEST(test_broadcast_terminated)
+{
+    plan = (struct plan){.role[0] = R_SILENT};
+    pm_options *o = opts(1, worker);
+    pm_cluster *c = pm_test_spawn(o);
+    bcast_calls = 0;
+    ck_assert_int_eq(pm_cluster_broadcast(c, "ping", 4, 60000, on_bcast, NULL), 0);
+    RUN_UNTIL(c, pm_test_slot_inflight(c, 0) == 1, 10000);
+    ck_assert_int_eq(bcast_calls, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_int_eq(bcast_calls, 1);
+    ck_assert_uint_eq(bcast_n, 1);
+    ck_assert_msg(bcast_res[0].error == -EHOSTDOWN,
+                  "the pending result of a terminated cluster's broadcast is %d (%s)",
+                  bcast_res[0].error, pm_strerror(bcast_res[0].error));
+    pm_options_free(o);
+}
+END_TEST
+
+/* pm_cluster(3), pm_cluster_broadcast: a worker's result is "-EAGAIN when
+ * its queue was full", and the broadcast "stays within PM_MAX_PAYLOAD"
+ * whatever the cluster's max_message (here the default, 64 MiB). Main
+ * fills silent slot 0's queue until pm_cluster_send says -EAGAIN; the
+ * broadcast then gets -EAGAIN from slot 0 and slot 1's answer. */
+START_TEST(test_broadcast_queue_full)
+{
+    plan = (struct plan){.role[0] = R_SILENT, .role[1] = R_IDLE};
+    pm_options *o;
+    pm_cluster *c = spawn(2, &o);
+    static char big[PM_MAX_PAYLOAD + 1];
+    bcast_calls = 0;
+    ck_assert_int_eq(pm_cluster_broadcast(c, big, sizeof(big), 1000, on_bcast, NULL), -EMSGSIZE);
+    pm_address a = pm_test_slot_addr(0, 0);
+    static char buf[1000];
+    int rc = 0;
+    for (int i = 0; i < 100000 && (rc = pm_cluster_send(c, &a, buf, sizeof(buf))) == 0; i++)
+        ;
+    ck_assert_int_eq(rc, -EAGAIN);
+    ck_assert_int_eq(pm_cluster_broadcast(c, "ping", 4, 10000, on_bcast, NULL), 0);
+    RUN_UNTIL(c, bcast_calls == 1, 10000);
+    ck_assert_uint_eq(bcast_n, 2);
+    ck_assert_uint_eq(bcast_res[0].from.port, 1);
+    ck_assert_msg(bcast_res[0].error == -EAGAIN, "slot 0's result is %d, want -EAGAIN",
+                  bcast_res[0].error);
+    ck_assert_int_eq(bcast_res[1].error, 0);
+    ck_assert_str_eq(bcast_data[1], "pong:1");
+    ck_assert_int_eq(events_fenced, 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* pm_node(3): "When the outbound ring is full [pm_node_send] waits ...;
+ * pm_node_try_send() returns -EAGAIN instead." Slot 0 try_sends to slot 1,
+ * which never reads: once slot 1's ring, the hub's hold for slot 0 and
+ * slot 0's own ring are full, try_send says -EAGAIN (exit 7) rather than
+ * waiting or failing otherwise; nobody is fenced. */
+START_TEST(test_try_send_eagain)
+{
+    plan = (struct plan){.role[0] = R_TRY_FILL, .peer[0] = 1, .role[1] = R_SILENT};
+    pm_options *o = opts(2, worker);
+    ck_assert_int_eq(pm_options_set_restart_policy(o, PM_RESTART_NEVER), 0);
+    pm_cluster *c = pm_test_spawn(o);
+    last_exit_code = -100;
+    start_all(c);
+    RUN_UNTIL(c, last_exit_code != -100, 30000);
+    ck_assert_msg(last_exit_code == 7, "the try_send worker exited %d (7: -EAGAIN)", last_exit_code);
+    ck_assert_int_eq(events_fenced, 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 START_TEST(test_full_destination)
 {
     /* Slot 0 streams 20000 frames at slot 1, which reads nothing for a
@@ -1048,6 +1167,10 @@ int main(void)
     PM_ADD_TEST(s, test_undeliverable, 60);
     PM_ADD_TEST(s, test_killed_mid_request, 60);
     PM_ADD_TEST(s, test_broadcast, 60);
+    PM_ADD_TEST(s, test_broadcast_no_ready_worker, 60);
+    PM_ADD_TEST(s, test_broadcast_terminated, 60);
+    PM_ADD_TEST(s, test_broadcast_queue_full, 60);
+    PM_ADD_TEST(s, test_try_send_eagain, 60);
     PM_ADD_TEST(s, test_full_destination, 120);
     PM_ADD_TEST(s, test_held_sender_reaches_others, 60);
     PM_ADD_TEST(s, test_stop_in_band, 60);

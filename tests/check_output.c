@@ -324,6 +324,49 @@ START_TEST(test_tagged_exec)
 }
 END_TEST
 
+/* pm_options(3), pm_options_set_on_output: "Without a callback, each line
+ * is written to the supervisor's stderr as procmesh: slot=S pid=P
+ * incarnation=I stream=stdout|stderr [truncated=1] [suppressed=N]: TEXT".
+ * A fork-mode worker's two captured lines, read back from the
+ * supervisor's stderr (a file here). */
+START_TEST(test_default_sink_format)
+{
+    pm_options *o = out_opts(1);
+    ck_assert_int_eq(pm_options_set_on_output(o, NULL, NULL), 0); /* NULL removes it */
+    pm_options_set_bootstrap(o, boot_hello, NULL);
+    char path[32];
+    int saved = pm_test_stderr_to_file(path);
+    pm_cluster *c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    pm_options_free(o);
+    static char text[4096];
+    char out[128] = "", err[128] = "";
+    if (rc == 0) {
+        pm_slot_info si;
+        ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+        snprintf(out, sizeof(out), "procmesh: slot=0 pid=%d incarnation=1 stream=stdout: out 0\n",
+                 (int)si.pid);
+        snprintf(err, sizeof(err), "procmesh: slot=0 pid=%d incarnation=1 stream=stderr: err 0\n",
+                 (int)si.pid);
+        uint64_t end = pm_test_ms() + 10000;
+        for (;;) {
+            pm_test_read_file(path, text, sizeof(text));
+            if ((strstr(text, out) != NULL && strstr(text, err) != NULL) || pm_test_ms() > end)
+                break;
+            ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+        }
+        rc = pm_cluster_terminate(c);
+    }
+    pm_test_stderr_restore(saved);
+    pm_test_read_file(path, text, sizeof(text));
+    unlink(path);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(nlines, 0); /* no callback ran */
+    ck_assert_msg(strstr(text, out) != NULL, "no line '%s' in the supervisor's stderr:\n%s", out, text);
+    ck_assert_msg(strstr(text, err) != NULL, "no line '%s' in the supervisor's stderr:\n%s", err, text);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- long line */
 
 #define LONG_LEN (2 * PM_OUTPUT_LINE_MAX + 1808)
@@ -772,6 +815,7 @@ int main(void)
     PM_ADD_TEST(s, test_setters, 0);
     PM_ADD_TEST(s, test_tagged_fork, 0);
     PM_ADD_TEST(s, test_tagged_exec, 0);
+    PM_ADD_TEST(s, test_default_sink_format, 0);
     PM_ADD_TEST(s, test_long_line, 0);
     PM_ADD_TEST(s, test_flood_rate_limited, 90);
     PM_ADD_TEST(s, test_last_words_segv_fork, 0);

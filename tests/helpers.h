@@ -149,6 +149,42 @@ static inline size_t pm_test_read_all(int fd, char *buf, size_t size)
     return got;
 }
 
+/* This process's stderr (fd 2) into a new file, for a test that reads what
+ * the library itself writes there; path (at least 32 bytes) gets the
+ * file's name. Returns the saved fd for pm_test_stderr_restore. */
+static inline int pm_test_stderr_to_file(char *path)
+{
+    strcpy(path, "/tmp/pm-stderr-XXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_eq(dup2(fd, 2), 2);
+    close(fd);
+    return saved;
+}
+
+static inline void pm_test_stderr_restore(int saved)
+{
+    fflush(stderr);
+    ck_assert_int_eq(dup2(saved, 2), 2);
+    close(saved);
+}
+
+/* A file's text so far, NUL-terminated (at most size - 1 bytes). */
+static inline size_t pm_test_read_file(const char *path, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t got = fread(buf, 1, size - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+    return got;
+}
+
 /* Waits for pid with a bound; kills it if it overstays. Returns the wait
  * status, or -1 if it had to be killed. Never leaves a zombie. */
 static inline int pm_test_reap(pid_t pid, int timeout_ms)
