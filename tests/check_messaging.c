@@ -966,16 +966,12 @@ START_TEST(test_broadcast_no_ready_worker)
 }
 END_TEST
 
-/* pm_cluster(3), pm_cluster_broadcast, says a result is "-ECANCELED when
- * the cluster was terminated first". The worker holds the broadcast's
- * request unanswered (it never reads) when pm_cluster_terminate is called:
- * the callback runs exactly once, from terminate, with one result. That
- * result is -EHOSTDOWN, the worker's death under terminate's stop, not
- * -ECANCELED: terminate cancels main's requests before it stops anything
- * (pm__hub_cancel_all) but not the broadcasts, which end -ECANCELED only
- * if still pending when the hub is freed. The page and the code differ
- * (doc/behaviours-B.md); this asserts what the code does, so that a fix of
- * either side has to change it. */
+/* pm_cluster(3), pm_cluster_broadcast: a result is "-ECANCELED when the
+ * cluster was terminated first". The worker holds the broadcast's request
+ * unanswered (it never reads) when pm_cluster_terminate is called: the
+ * callback runs exactly once, from terminate, with one result, -ECANCELED
+ * (terminate ends broadcasts with main's requests, before it stops
+ * anything; it used to leave them to end -EHOSTDOWN as the workers died). */
 START_TEST(test_broadcast_terminated)
 {
     plan = (struct plan){.role[0] = R_SILENT};
@@ -988,7 +984,7 @@ START_TEST(test_broadcast_terminated)
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     ck_assert_int_eq(bcast_calls, 1);
     ck_assert_uint_eq(bcast_n, 1);
-    ck_assert_msg(bcast_res[0].error == -EHOSTDOWN,
+    ck_assert_msg(bcast_res[0].error == -ECANCELED,
                   "the pending result of a terminated cluster's broadcast is %d (%s)",
                   bcast_res[0].error, pm_strerror(bcast_res[0].error));
     pm_options_free(o);

@@ -191,8 +191,8 @@ const pm_request_outcome *pm__hub_outcome(pm__hub *h, const pm_message *reply);
 /* Its callback runs now with -ECANCELED; a reply later is late. 0, or
  * -ENOENT when id is not pending (answered, cancelled or never issued). */
 int pm__hub_cancel(pm__hub *h, uint64_t id);
-/* pm_cluster_terminate: every pending request of main gets -ECANCELED now,
- * and new ones are refused (-ESHUTDOWN). */
+/* pm_cluster_terminate: every pending request and broadcast of main gets
+ * -ECANCELED now, and new requests are refused (-ESHUTDOWN). */
 void pm__hub_cancel_all(pm__hub *h);
 /* hub_link.c: peer links as ports (the mesh calls these). */
 /* The link to host (an index of pm__hub_host_index) is up: frames for that

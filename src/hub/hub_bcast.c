@@ -47,6 +47,24 @@ void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b)
     free(b);
 }
 
+/* Every local broadcast still waiting ends now: its pending results
+ * -ECANCELED, its callback run. The list is taken first: a callback that
+ * starts another broadcast adds to a new list, which this does not walk
+ * (it ends like any, or at pm__hub_free). */
+void pm__hub_bcast_cancel_all(pm__hub *h)
+{
+    pm__bcast *b = h->bcasts;
+    h->bcasts = NULL;
+    while (b != NULL) {
+        pm__bcast *next = b->next;
+        for (size_t i = 0; i < b->n; i++)
+            if (b->results[i].error == RESULT_PENDING)
+                b->results[i].error = -ECANCELED;
+        pm__hub_bcast_complete(h, b); /* unlinked already: not found, not unlinked */
+        b = next;
+    }
+}
+
 /* Records one broadcast result. Returns 0, or -EALREADY for a duplicate or
  * an id that belongs to no broadcast (the caller counts it). */
 int pm__hub_bcast_result(pm__hub *h, uint64_t id, int err, const void *data, size_t len)

@@ -38,6 +38,8 @@ int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc);
 void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload);
 /* hub_bcast.c: */
 void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b);
+/* Ends every local broadcast still waiting, its pending results -ECANCELED. */
+void pm__hub_bcast_cancel_all(pm__hub *h);
 /* Records one result of a local broadcast (request id). 0,
  * or -EALREADY (a duplicate, or no broadcast has that id). */
 int pm__hub_bcast_result(pm__hub *h, uint64_t id, int err, const void *data, size_t len);

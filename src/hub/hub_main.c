@@ -677,5 +677,9 @@ void pm__hub_cancel_all(pm__hub *h)
         main_request_finish(h, r, -ECANCELED, NULL, 0);
         r = following;
     }
+    /* Broadcasts too (pm_cluster(3): -ECANCELED "when the cluster was
+     * terminated first"), rather than -EHOSTDOWN as the workers exit. */
+    pm__hub_bcast_cancel_all(h);
+    pm__hub_mesh_broadcast_fire(h, 0, 1, -ECANCELED);
 }
 

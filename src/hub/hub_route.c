@@ -450,13 +450,9 @@ void pm__hub_free(pm__hub *h)
     free(h->main_requests);
     h->main_requests = NULL;
     h->main_request_buckets = 0;
-    while (h->bcasts != NULL) {
-        pm__bcast *b = h->bcasts;
-        for (size_t i = 0; i < b->n; i++)
-            if (b->results[i].error == RESULT_PENDING)
-                b->results[i].error = -ECANCELED;
-        pm__hub_bcast_complete(h, b);
-    }
+    /* Broadcasts a callback above started (cancel_all ended the others). */
+    while (h->bcasts != NULL)
+        pm__hub_bcast_cancel_all(h);
     pm__hub_mesh_broadcast_fire(h, 0, 1, -ECANCELED);
     for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
         free_queue(h, &h->ports[i]);
