@@ -31,6 +31,14 @@
 #include "log.h"
 #include "proclog.h"
 
+/* SIGTERM, then the drain's exit 0 within timeout_ms: its log into out,
+ * shown whole when it is not 0. */
+static void stop_ok(proc *p, char *out, size_t size, int timeout_ms)
+{
+    kill(p->pid, SIGTERM);
+    int rc = proc_finish(p, out, size, timeout_ms);
+    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+}
 /* ---------------------------------------------------------------- config */
 
 static const char *fake_env[32][2];
@@ -1022,9 +1030,7 @@ START_TEST(test_bin_notify_mode)
     /* Silent after one WATCHDOG=1: fenced for the heartbeat. The slot then
      * waits out its 10 s backoff, so the SIGTERM finds no worker to kill. */
     proc_wait_log(&p, "event=fenced slot=0", 1, 20000);
-    kill(p.pid, SIGTERM);
-    int rc = proc_finish(&p, out, sizeof(out), 10000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 10000);
     ck_assert_ptr_nonnull(strstr(out, "event=ready"));
     ck_assert_ptr_nonnull(strstr(out, "event=stopping slot=0"));
     ck_assert_ptr_nonnull(strstr(out, "event=fenced slot=0"));
@@ -1157,9 +1163,7 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
     /* /healthz is 200 from the start on; the worker must also be ready, or
      * the SIGTERM below kills a starting one (exit 1). */
     http_wait(port, "/readyz", 200, 30000);
-    kill(p.pid, SIGTERM);
-    int rc = proc_finish(&p, out, sizeof(out), 10000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 10000);
     ck_assert_ptr_nonnull(strstr(out, "event=spawn_failed slot=0 error=\"Too many open files\""));
 }
 END_TEST
@@ -1211,9 +1215,7 @@ START_TEST(test_bin_sighup_rolling_restart)
     ck_assert_msg(strstr(p.log, "event=rolling_restart_end") != NULL,
                   "waited 30 s for event=rolling_restart_end; log:\n%s", p.log);
     ck_assert_int_le(max_kids, SLOTS);
-    kill(p.pid, SIGTERM);
-    int rc = proc_finish(&p, out, sizeof(out), 10000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 10000);
     /* The order, from the log: for each slot in turn, the old incarnation
      * exits, the new one starts and is ready, before the next slot's old
      * incarnation exits. */
@@ -1268,10 +1270,8 @@ START_TEST(test_bin_healthz_answered_past_idle_connections)
     ck_assert_int_ge(evicted, IDLE + 1 - PMD_HTTP_MAX_CONN);
     for (int i = 0; i < IDLE; i++)
         close(idle[i]);
-    kill(p.pid, SIGTERM);
     static char out[65536];
-    int rc = proc_finish(&p, out, sizeof(out), 10000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 10000);
 }
 END_TEST
 
@@ -1330,10 +1330,8 @@ START_TEST(test_bin_accept_out_of_fds_backs_off)
     close(fd);
     ck_assert_msg(code == 200, "/healthz queued while out of fds: %d", code);
     ck_assert_int_ge(http_metric(port, "procmesh_http_accept_paused_total"), 1);
-    kill(p.pid, SIGTERM);
     static char out[65536];
-    int rc = proc_finish(&p, out, sizeof(out), 10000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 10000);
 }
 END_TEST
 
@@ -2140,10 +2138,8 @@ START_TEST(test_bin_sighup_keeps_listen_socket)
     ck_assert_int_ne(pid1, pid2);
     fd3_of(pid2, after, sizeof(after));
     ck_assert_str_eq(before, after);
-    kill(p.pid, SIGTERM);
     static char out[65536];
-    int rc = proc_finish(&p, out, sizeof(out), 20000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 20000);
     ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST
@@ -2176,9 +2172,7 @@ START_TEST(test_bin_key_reload_edges)
     kill(p.pid, SIGUSR2);
     proc_wait_log(&p, "event=peer_keys_reload_skipped trigger=SIGUSR2", 1, 20000);
     ck_assert_int_eq(http_get(port, "/readyz", out, sizeof(out)), 200);
-    kill(p.pid, SIGTERM);
-    int rc = proc_finish(&p, out, sizeof(out), 20000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 20000);
     ck_assert_msg(count_of(out, "event=started") == 1 && count_of(out, "event=exited") == 1,
                   "SIGUSR2 restarted a worker:\n%s", out);
 
@@ -2200,9 +2194,7 @@ START_TEST(test_bin_key_reload_edges)
     proc_wait_log(&b, "event=peer_keys_reloaded ", 1, 20000);
     ck_assert_msg(strstr(b.log, "event=peer_keys_reloaded secrets=1 ") != NULL,
                   "the same secret twice did not count once:\n%s", b.log);
-    kill(b.pid, SIGTERM);
-    rc = proc_finish(&b, out, sizeof(out), 20000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&b, out, sizeof(out), 20000);
     /* procmesh(1), --secret-file: the secret is never logged. */
     ck_assert_msg(strstr(out, "1111111111111111") == NULL && strstr(out, "2222222222222222") == NULL,
                   "a secret in the log:\n%s", out);
@@ -2308,10 +2300,8 @@ START_TEST(test_bin_sighup_during_rolling_restart_not_taken)
     close(fd);
     proc_wait_log(&p, "event=rolling_restart_end", 1, 20000);
     http_wait(port, "/readyz", 200, 20000);
-    kill(p.pid, SIGTERM);
     static char out[65536];
-    int rc = proc_finish(&p, out, sizeof(out), 20000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 20000);
     ck_assert_msg(count_of(out, "event=rolling_restart_begin") == 1 &&
                       count_of(out, "event=started slot=0 ") == 2,
                   "the second SIGHUP was taken:\n%s", out);
@@ -2383,10 +2373,8 @@ START_TEST(test_bin_not_dumpable)
     proc_wait_log(&p, "self-readable", 1, 20000);
     ck_assert_msg(strstr(p.log, "supervisor-refused") != NULL && strstr(p.log, "supervisor-readable") == NULL,
                   "a worker under procmesh's uid read procmesh's /proc/PID/environ:\n%s", p.log);
-    kill(p.pid, SIGTERM);
     static char out[65536];
-    int rc = proc_finish(&p, out, sizeof(out), 20000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 20000);
 }
 END_TEST
 
@@ -2450,10 +2438,8 @@ START_TEST(test_bin_notify_heartbeat_metric_after_watchdog)
             usleep(20000);
     }
     ck_assert_msg(seen, "no heartbeat age 20 s after the worker's WATCHDOG=1:\n%s", body);
-    kill(p.pid, SIGTERM);
     static char out[65536];
-    int rc = proc_finish(&p, out, sizeof(out), 20000);
-    ck_assert_msg(rc == 0, "exit %d, log:\n%s", rc, out);
+    stop_ok(&p, out, sizeof(out), 20000);
     ck_assert_int_eq(proc_remove_dir(dir), 0);
 }
 END_TEST

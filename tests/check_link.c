@@ -890,11 +890,10 @@ static int unit_hub(pm__hub *h, size_t max_message)
     return b;
 }
 
-START_TEST(test_link_frames_judged)
+/* A request from node 11, incarnation 7, to node 10, id 5: the frame the
+ * link cases change one field of. */
+static pm__frame_hdr link_request(void)
 {
-    pm__hub h;
-    int b = unit_hub(&h, 0);
-    unsigned char buf[PM__FRAME_HDR_SIZE];
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     f.type = PM__FT_REQUEST;
@@ -902,6 +901,14 @@ START_TEST(test_link_frames_judged)
     f.src = 11;
     f.src_inc = 7;
     f.request_id = 5;
+    return f;
+}
+START_TEST(test_link_frames_judged)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    unsigned char buf[PM__FRAME_HDR_SIZE];
+    pm__frame_hdr f = link_request();
 
     /* A frame that claims a third host (as its source or destination) is
      * dropped and counted; nothing goes back. */
@@ -984,13 +991,7 @@ static const char *const row_names[ROWS_] = {
 /* The row's frame in buf (zeroed payload): its length on the wire. */
 static size_t bad_link_frame(int row, unsigned char *buf)
 {
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_REQUEST;
-    f.dst = 10;
-    f.src = 11;
-    f.src_inc = 7;
-    f.request_id = 5;
+    pm__frame_hdr f = link_request();
     int version = 0, extra = 0;
     switch (row) {
     case ROW_FLAG_MEMFD: f.flags = PM__FF_MEMFD; f.len = 16; break; /* a whole announcement */
@@ -1045,13 +1046,7 @@ START_TEST(test_link_frames_each_rule)
     /* The controls: the base frame valid is taken (-EHOSTDOWN back); a
      * valid BCAST with no ready worker is answered BDONE 0 at once; a
      * valid CREDIT is no fault. The link is still up. */
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_REQUEST;
-    f.dst = 10;
-    f.src = 11;
-    f.src_inc = 7;
-    f.request_id = 5;
+    pm__frame_hdr f = link_request();
     uint64_t before = pm_test_link_malformed(&h, (unsigned)b);
     pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
     ck_assert_uint_eq(nsent, 1);
