@@ -6,8 +6,14 @@
 # instructions (perf stat, where perf may count).
 #
 #   sh tools/bench/startcost.sh BUILDDIR [ROUNDS]     # ROUNDS default 1000
+#   sh tools/bench/startcost.sh --installed [ROUNDS]
 #
-# BUILDDIR is a configured and built tree (its .libs/libprocmesh.so). The
+# BUILDDIR is a configured and built tree (its .libs/libprocmesh.so), linked
+# with an rpath to it: the loader then also searches that folder's hwcaps
+# subfolders first, failed openat calls an installed library does not make.
+# --installed: the library `make install` put where pkg-config finds it,
+# linked as a user's program is (`pkg-config --cflags --libs procmesh`, no
+# rpath; found in ld.so.cache, so run ldconfig after the install). The
 # programs compared, each `main` returning at once:
 #   libc            links libc only
 #   procmesh        links libprocmesh (as an exec'd worker does)
@@ -18,10 +24,20 @@
 # fault counts do not.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
-build=$(cd "${1:?usage: startcost.sh BUILDDIR [ROUNDS]}" && pwd)
+where=${1:?usage: startcost.sh BUILDDIR|--installed [ROUNDS]}
 rounds=${2:-1000}
+case "$rounds" in ''|*[!0-9]*) echo "startcost: ROUNDS wants a number, got '$rounds'" >&2; exit 2 ;; esac
 cc=${CC:-cc}
-lib="$build/.libs"
+if [ "$where" = --installed ]; then
+    pkg-config --exists procmesh ||
+        { echo "startcost: pkg-config finds no procmesh (make install, and PKG_CONFIG_PATH if the prefix is not searched)" >&2; exit 2; }
+    lib=$(pkg-config --variable=libdir procmesh)
+    pmflags="$(pkg-config --cflags procmesh) -Wl,--no-as-needed $(pkg-config --libs procmesh)"
+else
+    build=$(cd "$where" && pwd)
+    lib="$build/.libs"
+    pmflags="-I$top/include -L$lib -Wl,-rpath,$lib -Wl,--no-as-needed -lprocmesh"
+fi
 test -e "$lib/libprocmesh.so" || { echo "startcost: no $lib/libprocmesh.so (build first)" >&2; exit 2; }
 work=$(mktemp -d /tmp/pm-startcost.XXXXXX)
 trap 'rm -rf "$work"' EXIT INT TERM
@@ -30,13 +46,12 @@ printf 'int main(void) { return 0; }\n' >"$work/libc.c"
 printf '#include <procmesh.h>\nint main(void) { return pm_version_string() == 0; }\n' >"$work/pm.c"
 $cc -O2 -o "$work/libc" "$work/libc.c"
 # --no-as-needed: each library is mapped as a worker's would be, used or not.
-$cc -O2 -I"$top/include" -o "$work/procmesh" "$work/pm.c" -L"$lib" -Wl,-rpath,"$lib" \
-    -Wl,--no-as-needed -lprocmesh
+# shellcheck disable=SC2086
+$cc -O2 -o "$work/procmesh" "$work/pm.c" $pmflags
 deps=$(pkg-config --libs liburing libsodium 2>/dev/null || echo "-luring -lsodium")
 deps="$deps $(pkg-config --libs libseccomp 2>/dev/null || true)"
 # shellcheck disable=SC2086
-$cc -O2 -I"$top/include" -o "$work/procmesh+deps" "$work/pm.c" -L"$lib" -Wl,-rpath,"$lib" \
-    -Wl,--no-as-needed -lprocmesh $deps
+$cc -O2 -o "$work/procmesh+deps" "$work/pm.c" $pmflags $deps
 $cc -O2 -o "$work/startcost" "$top/tools/bench/startcost.c"
 
 echo "startcost: $(uname -r), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
