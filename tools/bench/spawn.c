@@ -115,6 +115,13 @@ int cmd_spawn(const bench_opts *opts)
             for (unsigned r = 0; r < runs; r++) {
                 b[r] = opts->row != 0 ? 1 : baseline_spawn(exec_mode, n);
                 pm_options *o = bench_options(n, exec_mode);
+                /* 1,024 exec'd workers start at once on a few CPUs: the
+                 * last is ready seconds after its fork, past the default
+                 * 10 s ready timeout on a slow or loaded machine (seen:
+                 * -ETIMEDOUT here). This measures the time, not the
+                 * timeout. */
+                if (n > 64)
+                    pm_options_set_ready_timeout_ms(o, 300000);
                 pm_cluster *c;
                 uint64_t t0 = pm__now_ns();
                 int rc = pm_cluster_spawn(o, &c);
