@@ -3,7 +3,9 @@
  * check_containment.c - what a worker holds and what the supervisor takes
  * back: the exact fd set and mappings of a fork-mode and an exec-mode
  * worker (its own memory and doorbells, nothing of the supervisor or of
- * another slot), and orphans re-parented to a subreaping supervisor.
+ * another slot), no channel in the application's own fork child or in a
+ * second cluster's worker, and orphans re-parented to a subreaping
+ * supervisor.
  */
 #include "helpers.h"
 
@@ -238,6 +240,66 @@ START_TEST(test_containment_fork)
 }
 END_TEST
 
+/* Mappings of workers' channels in this process. */
+static int channel_maps(void)
+{
+    FILE *m = fopen("/proc/self/maps", "r");
+    if (m == NULL)
+        return -1;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof(line), m) != NULL)
+        n += strstr(line, "memfd:procmesh-slot") != NULL;
+    fclose(m);
+    return n;
+}
+
+START_TEST(test_forks_copy_no_channel)
+{
+    /* A channel's mapping is copied only by the fork of its own worker
+     * (design.md, "Spawning"; what keeps a fork's cost flat in N): the
+     * application's own fork child maps none, a worker of a second cluster
+     * in the same process only its own. Before, both mapped every channel
+     * of the first cluster, spares included. */
+    pm_options *oa = opts(1); /* one: the second cluster's worker inherits its fds (64 reported) */
+    pm_options_set_bootstrap(oa, boot_ready, NULL);
+    pm_cluster *a;
+    ck_assert_int_eq(pm_cluster_spawn(oa, &a), 0);
+    RUN_UNTIL(a, pm_test_successors_made(a), 30000);
+    ck_assert_int_ge(channel_maps(), 2); /* the supervisor maps them: channel and spare */
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(channel_maps() & 0x7f);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st));
+    ck_assert_msg(WEXITSTATUS(st) == 0, "the application's fork child maps %d channels",
+                  WEXITSTATUS(st));
+
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    report_fd = p[1];
+    pm_options *ob = opts(1);
+    pm_options_set_bootstrap(ob, boot_inspect, NULL);
+    pm_cluster *b;
+    ck_assert_int_eq(pm_cluster_spawn(ob, &b), 0);
+    close(p[1]);
+    static struct report r[1];
+    read_reports(p[0], r, 1);
+    int n = 0;
+    for (const char *q = r[0].maps; (q = strstr(q, "memfd:procmesh-slot")) != NULL; q++)
+        n++;
+    ck_assert_msg(n == 1, "the second cluster's worker maps %d channels, want its own:\n%s", n,
+                  r[0].maps);
+    ck_assert_int_eq(pm_cluster_terminate(b), 0);
+    ck_assert_int_eq(pm_cluster_terminate(a), 0);
+    close(p[0]);
+    pm_options_free(ob);
+    pm_options_free(oa);
+}
+END_TEST
+
 /* ------------------------------------------------------------ exec mode */
 
 START_TEST(test_containment_exec)
@@ -327,6 +389,7 @@ int main(void)
     Suite *s = suite_create("containment");
     PM_ADD_TEST(s, test_containment_fork, 60);
     PM_ADD_TEST(s, test_containment_exec, 60);
+    PM_ADD_TEST(s, test_forks_copy_no_channel, 60);
     PM_ADD_TEST(s, test_reap_orphans, 60);
     return pm_test_main(s);
 }

@@ -3,9 +3,11 @@
 #define _GNU_SOURCE
 #include "channel.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #include "shm.h"
@@ -88,6 +90,10 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
     if ((rc = pm__ring_format(down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0 ||
         (rc = pm__ring_format(up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0)
         goto fail;
+    /* Not copied by a fork (channel.h, pm__channel_fork_copy). Best effort:
+     * where it fails the mapping is copied as before Linux 2.6.16, and a
+     * fork-mode child unmaps it (incarnation.c drop_channel). */
+    l->nofork = madvise(l->map, size, MADV_DONTFORK) == 0;
     /* The hub produces on "down" (waking the worker's node_efd, parking on
      * hub_efd when the ring is full) and consumes "up". */
     if ((rc = pm__ring_attach(&l->tx, down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,
@@ -99,6 +105,16 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
 fail:
     pm__channel_close(l);
     return rc;
+}
+
+int pm__channel_fork_copy(pm__channel *l, int copy)
+{
+    if (l->map == NULL || l->nofork == !copy)
+        return 0;
+    if (madvise(l->map, l->map_size, copy ? MADV_DOFORK : MADV_DONTFORK) != 0)
+        return copy ? -errno : 0; /* not copied: as before, the child unmaps it */
+    l->nofork = !copy;
+    return 0;
 }
 
 int pm__channel_made_for(const pm__channel *l, unsigned slot, uint64_t incarnation,

@@ -79,6 +79,8 @@ typedef struct pm__channel {
     uint32_t rx_seq;
     void *map;
     size_t map_size;
+    int nofork;  /* hub side: 1 while a fork of this process does not copy map
+                    (MADV_DONTFORK, pm__channel_fork_copy) */
     pm__ring tx; /* hub: down producer; worker: up producer */
     pm__ring rx; /* hub: up consumer; worker: down consumer */
 } pm__channel;
@@ -100,6 +102,18 @@ typedef struct pm__channel_params {
  * nothing left open. */
 int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
                        const pm__channel_params *p);
+/* Hub side: whether a fork of this process copies l's mapping. A channel
+ * is made not copied (pm__channel_create): a fork copies every mapping of
+ * the supervisor, one per worker's channel, so each fork cost O(N) and a
+ * spawn of N fork-mode workers O(N^2), and each child then had to unmap
+ * the others' rings again (check_containment test_forks_copy_no_channel).
+ * The fork of l's own worker is the one that must
+ * copy it: copy 1 just before that fork, 0 just after (the caller
+ * serializes the three against the process's other forks of workers,
+ * another cluster's in another thread: incarnation.c fork_onto).
+ * 0 or -errno (the fork must not happen: its worker would have no ring). */
+int pm__channel_fork_copy(pm__channel *l, int copy);
+
 /* Hub side: 1 when l, a channel this process made, was made for
  * incarnation of slot with p, else 0. It reads the control block: only for
  * a channel no worker has run on (a spare, spare.c). */

@@ -8,6 +8,9 @@
 #include "scrub.h"
 
 #include <stdint.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <stddef.h>
 #include <errno.h>
 #include <sys/mman.h>
@@ -20,10 +23,22 @@
  * same value). */
 static uintptr_t scrub_page;
 
+static int vector_level(void);
+
+/* Which vector registers a child clears (pm__clear_vector_registers): 0
+ * the SSE ones, 1 AVX's, 2 AVX-512's too; -1 not read yet. Read here with
+ * cpuid and xgetbv, not by __builtin_cpu_supports: that one pulls in
+ * libgcc's constructor, which runs cpuid at every load of the library (a
+ * trap to the hypervisor each, in a virtual machine) and writes a page of
+ * its own, in every exec'd worker too, which never clears anything. */
+static int scrub_vec = -1;
+
 void pm__scrub_prime(void)
 {
     if (__atomic_load_n(&scrub_page, __ATOMIC_RELAXED) == 0)
         __atomic_store_n(&scrub_page, (uintptr_t)sysconf(_SC_PAGESIZE), __ATOMIC_RELAXED);
+    if (__atomic_load_n(&scrub_vec, __ATOMIC_RELAXED) < 0)
+        __atomic_store_n(&scrub_vec, vector_level(), __ATOMIC_RELAXED);
 }
 
 /* The walk's system calls, and its last write. On x86-64 without libc's
@@ -159,11 +174,31 @@ __attribute__((target("avx512f"))) static void clear_zmm_high(void)
                          : "memory");
 }
 
+/* As __builtin_cpu_supports decides: the CPU has the instructions and the
+ * kernel saves their registers (XCR0: SSE and AVX state; opmask and both
+ * halves of the upper ZMM state for AVX-512). */
+static int vector_level(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX))
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0x6) != 0x6)
+        return 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX512F) && (lo & 0xe0) == 0xe0)
+        return 2;
+    return 1;
+}
+
 void pm__clear_vector_registers(void)
 {
-    if (__builtin_cpu_supports("avx")) {
+    int level = __atomic_load_n(&scrub_vec, __ATOMIC_RELAXED);
+    if (level < 0)
+        level = vector_level(); /* a child of a supervisor that did not prime */
+    if (level > 0) {
         clear_ymm();
-        if (__builtin_cpu_supports("avx512f"))
+        if (level > 1)
             clear_zmm_high();
         return;
     }
@@ -176,6 +211,11 @@ void pm__clear_vector_registers(void)
                          : "memory");
 }
 #elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+static int vector_level(void)
+{
+    return 0; /* one register file: nothing to read */
+}
+
 void pm__clear_vector_registers(void)
 {
     /* A write to a V register also zeroes the upper part of its SVE Z
@@ -191,6 +231,11 @@ void pm__clear_vector_registers(void)
                          : "memory");
 }
 #else
+static int vector_level(void)
+{
+    return 0;
+}
+
 void pm__clear_vector_registers(void)
 {
     /* Other architectures: not done (see above); said in doc/design.md. */

@@ -122,7 +122,10 @@ static void drop_channel(child_drop *d, const pm__channel *l)
     pm__channel_fds(l, fds);
     for (int i = 0; i < PM__CHANNEL_NFDS; i++)
         drop_fd(d, fds[i]);
-    drop_map(d, l->map, l->map_size);
+    /* Another worker's channel was not copied by the fork (channel.h,
+     * pm__channel_fork_copy): nothing to unmap. */
+    if (!l->nofork)
+        drop_map(d, l->map, l->map_size);
 }
 
 /* Closes the marked fds, a run of consecutive numbers at a time. */
@@ -435,6 +438,25 @@ static void fork_req(pm_cluster *c, pm__spawn_req *req, struct child_ctx *ctx)
  * slot's only when it is taken (standby.c), so that the kill of the
  * incarnation it replaces (cgroup.kill, or the listed pids) cannot reach
  * it. Its process group is its own (pm__child_contain). */
+/* Every fork-mode fork of the process's clusters, one at a time: while a
+ * slot's channel is copied by forks (pm__channel_fork_copy), only its own
+ * worker's fork may happen, not the fork of another cluster's worker in
+ * another thread, whose child would not know to unmap it. Forks the
+ * application makes itself are not held back: one that falls in the
+ * window copies that one channel. In the child pm__spawn does not return
+ * (nor use the lock). */
+static pthread_mutex_t fork_serial = PTHREAD_MUTEX_INITIALIZER;
+
+static pid_t fork_onto(pm__spawn_req *req, pm__channel *l)
+{
+    pthread_mutex_lock(&fork_serial);
+    int rc = pm__channel_fork_copy(l, 1);
+    pid_t pid = rc < 0 ? rc : pm__spawn(req);
+    (void)pm__channel_fork_copy(l, 0);
+    pthread_mutex_unlock(&fork_serial);
+    return pid;
+}
+
 pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, uint64_t inc, int go_fd)
 {
     pm__spawn_req req;
@@ -444,7 +466,7 @@ pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, u
         return rc;
     struct child_ctx ctx = {c, s, l, inc, go_fd};
     fork_req(c, &req, &ctx);
-    return pm__spawn(&req);
+    return fork_onto(&req, l);
 }
 
 /* What a start holds until its worker runs, released on failure. */
@@ -544,6 +566,7 @@ static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
             return rc;
     } else {
         fork_req(c, &req, &ctx);
+        return fork_onto(&req, &s->channel);
     }
     return pm__spawn(&req);
 }
