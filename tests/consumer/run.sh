@@ -22,11 +22,17 @@ autoreconf --install >/dev/null 2>&1
 # build against procmesh): PKG_CONFIG_LIBDIR replaces the default search
 # path with a directory that holds procmesh.pc alone.
 mkdir "$work/pc"
-cp "$stage/lib/pkgconfig/procmesh.pc" "$work/pc/"
+cp "$stage/lib/pkgconfig/procmesh.pc" "$stage/lib/pkgconfig/procmesh-worker.pc" "$work/pc/"
 PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFIG_PATH= pkg-config --cflags --libs procmesh >/dev/null
 PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFIG_PATH= ./configure >/dev/null
 make >/dev/null
 LD_LIBRARY_PATH="$stage/lib" ./consumer
+# The worker linked with procmesh-worker.pc carries libprocmesh inside: no
+# libprocmesh.so to find (no LD_LIBRARY_PATH), none in its NEEDED.
+if objdump -p consumer-worker | grep -q 'NEEDED *libprocmesh'; then
+    echo "consumer: consumer-worker needs libprocmesh.so" >&2; exit 1
+fi
+./consumer-worker
 # The shared library records none of liburing, libsodium, libseccomp: it
 # loads them on first use (src/os/deps.h), so a program that links it and
 # never supervises (an exec'd worker, this consumer) maps none of them.
@@ -42,4 +48,4 @@ ${CC:-cc} -o consumer-static consumer.c $(PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFI
 ./consumer-static
 # Only the public header may be installed.
 test "$(ls "$stage/include")" = "procmesh.h"
-echo "consumer: built against the installed libprocmesh with PKG_CHECK_MODULES (and statically with pkg-config --static), only procmesh.pc visible: ok"
+echo "consumer: built against the installed libprocmesh with PKG_CHECK_MODULES (and statically with pkg-config --static), a worker with procmesh-worker.pc, only their .pc files visible: ok"

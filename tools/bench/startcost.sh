@@ -17,6 +17,8 @@
 # programs compared, each `main` returning at once:
 #   libc            links libc only
 #   procmesh        links libprocmesh (as an exec'd worker does)
+#   procmesh.a      libprocmesh linked into the program (procmesh-worker.pc,
+#                   README "Linking a worker"): no second library to map
 #   procmesh+deps   links libprocmesh, liburing, libsodium and libseccomp
 #                   (what every worker mapped when libprocmesh recorded
 #                   them as DT_NEEDED, before src/os/deps.c)
@@ -33,10 +35,13 @@ if [ "$where" = --installed ]; then
         { echo "startcost: pkg-config finds no procmesh (make install, and PKG_CONFIG_PATH if the prefix is not searched)" >&2; exit 2; }
     lib=$(pkg-config --variable=libdir procmesh)
     pmflags="$(pkg-config --cflags procmesh) -Wl,--no-as-needed $(pkg-config --libs procmesh)"
+    staticflags="$(pkg-config --cflags --libs procmesh-worker 2>/dev/null || true)"
 else
     build=$(cd "$where" && pwd)
     lib="$build/.libs"
     pmflags="-I$top/include -L$lib -Wl,-rpath,$lib -Wl,--no-as-needed -lprocmesh"
+    staticflags=""
+    [ -e "$lib/libprocmesh.a" ] && staticflags="-I$top/include $lib/libprocmesh.a -ldl"
 fi
 test -e "$lib/libprocmesh.so" || { echo "startcost: no $lib/libprocmesh.so (build first)" >&2; exit 2; }
 work=$(mktemp -d /tmp/pm-startcost.XXXXXX)
@@ -52,6 +57,14 @@ deps=$(pkg-config --libs liburing libsodium 2>/dev/null || echo "-luring -lsodiu
 deps="$deps $(pkg-config --libs libseccomp 2>/dev/null || true)"
 # shellcheck disable=SC2086
 $cc -O2 -o "$work/procmesh+deps" "$work/pm.c" $pmflags $deps
+progs="libc procmesh procmesh+deps"
+if [ -n "$staticflags" ]; then
+    # shellcheck disable=SC2086
+    $cc -O2 -o "$work/procmesh.a" "$work/pm.c" $staticflags
+    progs="libc procmesh procmesh.a procmesh+deps"
+else
+    echo "startcost: no libprocmesh.a (configured --disable-static?): procmesh.a not measured"
+fi
 $cc -O2 -o "$work/startcost" "$top/tools/bench/startcost.c"
 
 echo "startcost: $(uname -r), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -62,7 +75,7 @@ if command -v strace >/dev/null 2>&1; then
     # tls subfolders) before the library; an installed library is found in
     # ld.so.cache at once.
     printf '\n%-16s %8s %8s %8s %8s %8s %8s\n' "syscalls" "total" "openat" "failed" "mmap" "mprotect" "read"
-    for p in libc procmesh procmesh+deps; do
+    for p in $progs; do
         strace -f -c -o "$work/$p.strace" "$work/$p" >/dev/null 2>&1
         awk -v p="$p" '
             $NF == "openat" || $NF == "mmap" || $NF == "mprotect" || $NF == "read" { n[$NF] = $4 }
@@ -77,7 +90,7 @@ fi
 
 if command -v perf >/dev/null 2>&1 && perf stat -x, -e instructions -- "$work/libc" >/dev/null 2>&1; then
     printf '\n%-16s %14s %14s\n' "instructions" "user" "kernel"
-    for p in libc procmesh procmesh+deps; do
+    for p in $progs; do
         u=$(perf stat -x, -r 50 -e instructions:u -- "$work/$p" 2>&1 >/dev/null | cut -d, -f1)
         k=$(perf stat -x, -r 50 -e instructions:k -- "$work/$p" 2>&1 >/dev/null | cut -d, -f1)
         printf '%-16s %14s %14s\n' "$p" "$u" "$k"
@@ -87,5 +100,6 @@ else
 fi
 
 echo
-(cd "$work" && nice -n 0 ./startcost "$rounds" ./libc ./procmesh ./procmesh+deps)
+# shellcheck disable=SC2046
+(cd "$work" && nice -n 0 ./startcost "$rounds" $(for p in $progs; do printf './%s ' "$p"; done))
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
