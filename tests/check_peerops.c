@@ -295,6 +295,43 @@ static void key_file(char path[static 128], const char *dir, const char *name, c
     write_key(path, key);
 }
 
+START_TEST(test_daemon_key_reload_during_start)
+{
+    /* A SIGUSR2 sent while the workers are still starting is kept and acted
+     * on once they are (procmesh(1), SIGNALS), never dropped: the key file
+     * may have changed since the daemon read it. The worker says ready only
+     * once the test has signalled: kill() returns with the signal pending
+     * on the daemon, which takes it before it next runs any code of its
+     * own, so before it reads that READY. */
+    char dir[] = "/tmp/pm-early-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char b1[128], go[160], listen[32];
+    key_file(b1, dir, "b", k1);
+    snprintf(go, sizeof(go), "%s/go", dir);
+    http_free_listen(listen, sizeof(listen));
+    char *argv[] = {"procmesh", "run", "--system-name", "t", "--hostname", "b",
+                    "--base-port", "10", "--workers", "1", "--peer-listen", listen,
+                    "--secret-file", b1, "--", PM_TEST_WORKER, "ready-on", go, NULL};
+    proc b = proc_start(PM_DAEMON_BIN, argv, STDERR_FILENO, NULL);
+    proc_wait_log(&b, "event=started slot=0", 1, 20000);
+    ck_assert_int_eq(count_of(b.log, "event=ready slot=0"), 0);
+    write_key(b1, k2); /* the key changed after the daemon read it */
+    kill(b.pid, SIGUSR2);
+    int fd = open(go, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    proc_wait_log(&b, "event=ready slot=0", 1, 20000);
+    proc_wait_log(&b, "event=peer_keys_reloaded secrets=1", 1, 20000);
+    ck_assert_msg(count_of(b.log, "event=exited") == 0, "a worker exited:\n%s", b.log);
+    kill(b.pid, SIGTERM);
+    static char out[1 << 16];
+    ck_assert_int_eq(proc_finish(&b, out, sizeof(out), 20000), 0);
+    unlink(go);
+    unlink(b1);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_daemon_key_reload_rotation)
 {
     /* Daemons on 127.0.0.1. b holds K1 and K3 (the next secret's file
@@ -603,6 +640,7 @@ int main(void)
     PM_ADD_TEST(s, test_dns_unresolvable_retried, 60);
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);
     PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
+    PM_ADD_TEST(s, test_daemon_key_reload_during_start, 60);
     PM_ADD_TEST(s, test_daemon_key_reload_rotation, 90);
     PM_ADD_TEST(s, test_daemon_logs_refused_and_shutdown, 90);
     PM_ADD_TEST(s, test_rekey_under_traffic, 120);

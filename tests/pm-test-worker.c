@@ -10,6 +10,8 @@
  *   segv-unready       join; incarnation 1: ready, then SIGSEGV; later
  *                      ones: SIGSEGV (a store to 0x40) before ready
  *   never-ready        join, never ready
+ *   ready-on PATH      join, then ready once PATH exists (polled every 10
+ *                      ms, at most 60 s), then wait; exit 0 on SIGTERM
  *   ignore-term        join, ready, ignore SIGTERM
  *   init TEXT          join, ready, exit 0 if the init data is TEXT, else 9
  *   inspect            join, ready, write a report of what this process
@@ -216,6 +218,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "never-ready") == 0)
         wait_forever();
+    if (strcmp(mode, "ready-on") == 0) {
+        /* The test decides when the start ends: its supervisor is still in
+         * its spawn until then. */
+        for (int i = 0; argc > 2 && access(argv[2], F_OK) != 0 && i < 6000; i++)
+            usleep(10000);
+    }
     if (strcmp(mode, "segv-unready") == 0 && pm_node_self(n)->incarnation > 1)
         crash_store();
     if (strcmp(mode, "ignore-term") == 0)
@@ -228,6 +236,8 @@ int main(int argc, char **argv)
         pm_node_close(n);
         return argc > 2 ? atoi(argv[2]) : 0;
     }
+    if (strcmp(mode, "ready-on") == 0)
+        wait_forever();
     if (strcmp(mode, "segv") == 0 || strcmp(mode, "segv-unready") == 0) {
         raise(SIGSEGV);
         return 102;

@@ -18,9 +18,28 @@
 #include "peer/peerkeys.h"
 #include "peer/secretmem.h"
 
+/* A SIGUSR2 that came before pmd_keyreload_arm, while the workers were
+ * starting: the keys were read at start, but a file may have changed
+ * since, so a reload asked for then is done once the loop runs, never
+ * dropped. */
+static volatile sig_atomic_t early_request;
+
+static void on_early(int sig)
+{
+    (void)sig;
+    early_request = 1;
+}
+
 void pmd_keyreload_early(void)
 {
-    signal(SIGUSR2, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_early;
+    /* A wait it interrupts is restarted, or returns EINTR to the loop,
+     * which takes that as a turn with nothing done (loop.c). */
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGUSR2, &sa, NULL);
 }
 
 /* The watch callback: takes every queued SIGUSR2, asks for a reload, and
@@ -44,11 +63,17 @@ int pmd_keyreload_arm(pmd_keyreload *k, pm_cluster *c)
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGUSR2);
-    /* Blocked and ignored: a blocked signal is never discarded as ignored
-     * (it may be unblocked later), so it queues for the signalfd; and
-     * ignored, so that one left pending when the mask is restored at the
-     * end (pm_cluster_terminate) does not end procmesh. */
+    /* Blocked, so that it queues for the signalfd; its handler stays
+     * (pmd_keyreload_early), so that one left pending when the mask is
+     * restored at the end (pm_cluster_terminate) does not end procmesh. */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+    /* One that came while the workers started: reload on the first turn.
+     * Read after the block: one arriving from now on queues instead. */
+    if (early_request) {
+        early_request = 0;
+        k->pending = 1;
+        pm_cluster_stop(c);
+    }
     int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     int rc = fd < 0 ? -errno : pm_cluster_watch_fd(c, fd, on_sigusr2, k);
     if (rc < 0) {

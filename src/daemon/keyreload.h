@@ -15,19 +15,21 @@ typedef struct pmd_keyreload {
     int pending; /* a SIGUSR2 arrived: reload at the loop's next turn */
 } pmd_keyreload;
 
-/* Before the workers start: SIGUSR2 ignored, so that one sent while they
- * start (the keys were just read) does not end procmesh. Workers never
- * inherit the disposition (the library resets every handler). */
+/* Before the workers start: SIGUSR2 caught and remembered, so that one
+ * sent while they start neither ends procmesh nor is lost (the reload is
+ * done once pmd_keyreload_arm ran). Workers never inherit the handler
+ * (exec resets it). */
 void pmd_keyreload_early(void);
 
 /* Once pm_cluster_spawn returned: SIGUSR2 blocked in this thread and read
  * from a signalfd the cluster's loop watches; pm_cluster_run returns soon
- * after one arrives, with k->pending set. Blocking it only now keeps it
- * out of the signal mask workers get (the one from before the spawn).
- * 0, or -errno (logged; SIGUSR2 then stays ignored). */
+ * after one arrives, with k->pending set (set at once, and the loop's
+ * first run stopped, when one came during the spawn). Blocking it only
+ * now keeps it out of the signal mask workers get (the one from before
+ * the spawn). 0, or -errno (logged; SIGUSR2 then stays caught and unused). */
 int pmd_keyreload_arm(pmd_keyreload *k, pm_cluster *c);
 
-/* Closes the signalfd (after the cluster is gone); SIGUSR2 stays ignored. */
+/* Closes the signalfd (after the cluster is gone); SIGUSR2 stays caught. */
 void pmd_keyreload_close(pmd_keyreload *k);
 
 /*
