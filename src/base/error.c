@@ -31,10 +31,13 @@ PM_EXTERN const char *pm_strerror(int err)
 
 _Atomic uint32_t pm__fork_generation;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+/* Beside the counter: the child's handler writes both, on one page. */
+static pthread_mutex_t fork_serial = PTHREAD_MUTEX_INITIALIZER;
 
 static void on_fork_child(void)
 {
     atomic_fetch_add_explicit(&pm__fork_generation, 1, memory_order_relaxed);
+    fork_serial = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }
 
 static void register_fork(void)
@@ -43,6 +46,17 @@ static void register_fork(void)
      * detected (its use is still undefined, as without this check), which
      * is no reason to refuse to start. */
     (void)pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+void pm__fork_serial_lock(void)
+{
+    pthread_once(&fork_once, register_fork);
+    pthread_mutex_lock(&fork_serial);
+}
+
+void pm__fork_serial_unlock(void)
+{
+    pthread_mutex_unlock(&fork_serial);
 }
 
 uint32_t pm__fork_gen(void)

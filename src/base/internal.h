@@ -75,6 +75,15 @@ void pm__wipemem_free(void *p, size_t size);
 extern _Atomic uint32_t pm__fork_generation;
 uint32_t pm__fork_gen(void);
 
+/* Held across the few steps after which a fork of this process must not
+ * copy a worker's channel (channel.c creating one, incarnation.c forking
+ * its worker): every cluster of the process takes it, in any thread. The
+ * atfork child handler above makes it free again in every child, where
+ * the thread that held it does not exist (a bootstrap may start a cluster
+ * of its own). Taking it registers that handler. */
+void pm__fork_serial_lock(void);
+void pm__fork_serial_unlock(void);
+
 /* Nanoseconds of CLOCK_MONOTONIC. */
 uint64_t pm__now_ns(void);
 

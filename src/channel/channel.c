@@ -45,7 +45,16 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
      * make a leak or a mix-up visible. */
     snprintf(name, sizeof(name), "procmesh-slot%u-inc%llu", slot, (unsigned long long)incarnation);
     size_t size = channel_size(cap);
+    /* Not copied by a fork (channel.h, pm__channel_fork_copy), from the
+     * moment it exists: under the lock a fork of another cluster's worker
+     * in another thread also takes (base/internal.h). Best effort: where
+     * the madvise fails the mapping is copied, and a fork-mode child
+     * unmaps it (incarnation.c drop_channel). */
+    pm__fork_serial_lock();
     rc = pm__shm_create(name, size, &l->memfd, &l->map);
+    if (rc == 0)
+        l->nofork = madvise(l->map, size, MADV_DONTFORK) == 0;
+    pm__fork_serial_unlock();
     if (rc < 0)
         goto fail;
     l->map_size = size;
@@ -90,10 +99,6 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
     if ((rc = pm__ring_format(down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0 ||
         (rc = pm__ring_format(up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0)
         goto fail;
-    /* Not copied by a fork (channel.h, pm__channel_fork_copy). Best effort:
-     * where it fails the mapping is copied as before Linux 2.6.16, and a
-     * fork-mode child unmaps it (incarnation.c drop_channel). */
-    l->nofork = madvise(l->map, size, MADV_DONTFORK) == 0;
     /* The hub produces on "down" (waking the worker's node_efd, parking on
      * hub_efd when the ring is full) and consumes "up". */
     if ((rc = pm__ring_attach(&l->tx, down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,

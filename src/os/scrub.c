@@ -186,7 +186,11 @@ static int vector_level(void)
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     if ((lo & 0x6) != 0x6)
         return 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX512F) && (lo & 0xe0) == 0xe0)
+    /* __get_cpuid_count is missing from older compilers' cpuid.h. */
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 1;
+    __cpuid_count(7, 0, a, b, c, d);
+    if ((b & bit_AVX512F) && (lo & 0xe0) == 0xe0)
         return 2;
     return 1;
 }

@@ -434,29 +434,28 @@ static void fork_req(pm_cluster *c, pm__spawn_req *req, struct child_ctx *ctx)
     req->scrub_to = c->entry_cfa;
 }
 
+/* Every fork-mode fork of the process's clusters, one at a time: while a
+ * slot's channel is copied by forks (pm__channel_fork_copy), only its own
+ * worker's fork may happen, not the fork of another cluster's worker in
+ * another thread, whose child would not know to unmap it (the same lock
+ * covers a channel's creation, channel.c). Forks the application makes
+ * itself are not held back: one that falls in the window copies that one
+ * channel. In the child pm__spawn does not return; the lock is free again
+ * there (base/internal.h). */
+static pid_t fork_onto(pm__spawn_req *req, pm__channel *l)
+{
+    pm__fork_serial_lock();
+    int rc = pm__channel_fork_copy(l, 1);
+    pid_t pid = rc < 0 ? rc : pm__spawn(req);
+    (void)pm__channel_fork_copy(l, 0);
+    pm__fork_serial_unlock();
+    return pid;
+}
+
 /* A standby is forked like an incarnation, minus the cgroup: it joins the
  * slot's only when it is taken (standby.c), so that the kill of the
  * incarnation it replaces (cgroup.kill, or the listed pids) cannot reach
  * it. Its process group is its own (pm__child_contain). */
-/* Every fork-mode fork of the process's clusters, one at a time: while a
- * slot's channel is copied by forks (pm__channel_fork_copy), only its own
- * worker's fork may happen, not the fork of another cluster's worker in
- * another thread, whose child would not know to unmap it. Forks the
- * application makes itself are not held back: one that falls in the
- * window copies that one channel. In the child pm__spawn does not return
- * (nor use the lock). */
-static pthread_mutex_t fork_serial = PTHREAD_MUTEX_INITIALIZER;
-
-static pid_t fork_onto(pm__spawn_req *req, pm__channel *l)
-{
-    pthread_mutex_lock(&fork_serial);
-    int rc = pm__channel_fork_copy(l, 1);
-    pid_t pid = rc < 0 ? rc : pm__spawn(req);
-    (void)pm__channel_fork_copy(l, 0);
-    pthread_mutex_unlock(&fork_serial);
-    return pid;
-}
-
 pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, uint64_t inc, int go_fd)
 {
     pm__spawn_req req;

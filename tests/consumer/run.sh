@@ -20,7 +20,7 @@ autoreconf --install >/dev/null 2>&1
 # A machine where only procmesh's own .pc is visible (none of liburing's,
 # libsodium's or libseccomp's: their -dev packages need not be installed to
 # build against procmesh): PKG_CONFIG_LIBDIR replaces the default search
-# path with a directory that holds procmesh.pc alone.
+# path with a directory that holds procmesh.pc and procmesh-worker.pc alone.
 mkdir "$work/pc"
 cp "$stage/lib/pkgconfig/procmesh.pc" "$stage/lib/pkgconfig/procmesh-worker.pc" "$work/pc/"
 PKG_CONFIG_LIBDIR="$work/pc" PKG_CONFIG_PATH= pkg-config --cflags --libs procmesh >/dev/null

@@ -40,8 +40,11 @@ else
     build=$(cd "$where" && pwd)
     lib="$build/.libs"
     pmflags="-I$top/include -L$lib -Wl,-rpath,$lib -Wl,--no-as-needed -lprocmesh"
+    # The build's own procmesh-worker.pc, pointed at the build tree.
     staticflags=""
-    [ -e "$lib/libprocmesh.a" ] && staticflags="-I$top/include $lib/libprocmesh.a -ldl"
+    [ -e "$lib/libprocmesh.a" ] && [ -e "$build/procmesh-worker.pc" ] &&
+        staticflags=$(pkg-config --define-variable=libdir="$lib" --define-variable=includedir="$top/include" \
+            --cflags --libs "$build/procmesh-worker.pc" 2>/dev/null || true)
 fi
 test -e "$lib/libprocmesh.so" || { echo "startcost: no $lib/libprocmesh.so (build first)" >&2; exit 2; }
 work=$(mktemp -d /tmp/pm-startcost.XXXXXX)
@@ -58,12 +61,13 @@ deps="$deps $(pkg-config --libs libseccomp 2>/dev/null || true)"
 # shellcheck disable=SC2086
 $cc -O2 -o "$work/procmesh+deps" "$work/pm.c" $pmflags $deps
 progs="libc procmesh procmesh+deps"
-if [ -n "$staticflags" ]; then
-    # shellcheck disable=SC2086
-    $cc -O2 -o "$work/procmesh.a" "$work/pm.c" $staticflags
-    progs="libc procmesh procmesh.a procmesh+deps"
+# shellcheck disable=SC2086
+if [ -z "$staticflags" ]; then
+    echo "startcost: no libprocmesh.a or procmesh-worker.pc (configured --disable-static?): procmesh.a not measured"
+elif ! $cc -O2 -o "$work/procmesh.a" "$work/pm.c" $staticflags; then
+    echo "startcost: linking libprocmesh.a failed (a sanitizer build?): procmesh.a not measured"
 else
-    echo "startcost: no libprocmesh.a (configured --disable-static?): procmesh.a not measured"
+    progs="libc procmesh procmesh.a procmesh+deps"
 fi
 $cc -O2 -o "$work/startcost" "$top/tools/bench/startcost.c"
 
