@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 
@@ -300,6 +301,53 @@ START_TEST(test_forks_copy_no_channel)
 }
 END_TEST
 
+/* A worker that supervises: its own cluster of one fork-mode worker. */
+static int boot_nested(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    pm_options *o = pm_options_new();
+    pm_options_set_workers(o, 1);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_cluster *c;
+    int rc = pm_cluster_spawn(o, &c);
+    char line[32];
+    int len = snprintf(line, sizeof(line), "nested %d\n", rc);
+    if (write(report_fd, line, (size_t)len) != len)
+        return 3;
+    if (rc == 0)
+        pm_cluster_terminate(c);
+    pm_options_free(o);
+    idle();
+    return 0;
+}
+
+START_TEST(test_worker_starts_own_cluster)
+{
+    /* Fork-mode forks are serialized by a process-wide lock, held across
+     * the fork (incarnation.c fork_onto): a worker inherits it held, and
+     * the atfork handler must free it there, or a bootstrap that starts a
+     * cluster of its own waits on it for ever. */
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    report_fd = p[1];
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_nested, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    close(p[1]);
+    struct pollfd pfd = {p[0], POLLIN, 0};
+    ck_assert_msg(poll(&pfd, 1, 30000) == 1, "the worker's own spawn never returned");
+    char line[32] = {0};
+    ck_assert_int_gt(read(p[0], line, sizeof(line) - 1), 0);
+    ck_assert_str_eq(line, "nested 0\n");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    close(p[0]);
+    pm_options_free(o);
+}
+END_TEST
+
 /* ------------------------------------------------------------ exec mode */
 
 START_TEST(test_containment_exec)
@@ -390,6 +438,7 @@ int main(void)
     PM_ADD_TEST(s, test_containment_fork, 60);
     PM_ADD_TEST(s, test_containment_exec, 60);
     PM_ADD_TEST(s, test_forks_copy_no_channel, 60);
+    PM_ADD_TEST(s, test_worker_starts_own_cluster, 60);
     PM_ADD_TEST(s, test_reap_orphans, 60);
     return pm_test_main(s);
 }
