@@ -1543,9 +1543,9 @@ START_TEST(test_no_cgroup_kill_held)
     ck_assert_msg(strstr(buf, "\nfd 0 ") != NULL, "a report without fds: %s", buf);
     char mark[48];
     snprintf(mark, sizeof(mark), "/procmesh.%d.", (int)getpid());
-    ck_assert_msg(strstr(buf, "cgroup.kill") == NULL, "a %s worker holds a cgroup.kill:\n%s",
+    ck_assert_msg(strstr(buf, "cgroup.kill") == NULL, "%s mode: a worker holds a cgroup.kill:\n%s",
                   _i ? "exec" : "fork", buf);
-    ck_assert_msg(strstr(buf, mark) == NULL, "a %s worker holds a handle in the cluster's "
+    ck_assert_msg(strstr(buf, mark) == NULL, "%s mode: a worker holds a handle in the cluster's "
                   "cgroups (%s):\n%s", _i ? "exec" : "fork", mark, buf);
     pm_cluster_terminate(c);
 }
