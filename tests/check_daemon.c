@@ -30,6 +30,7 @@
 #include "jsoncheck.h"
 #include "log.h"
 #include "proclog.h"
+#include "cgroupfs_ro.h"
 
 /* SIGTERM, then the drain's exit 0 within timeout_ms: its log into out,
  * shown whole when it is not 0. */
@@ -2407,6 +2408,42 @@ START_TEST(test_bin_containment_reported)
 }
 END_TEST
 
+/* procmesh(1), --containment: "cgroup refuses to start without". On a
+ * host where no cgroup can be made (the cgroup filesystems read-only in
+ * this test's own mount namespace, which the daemon inherits, as in a
+ * pod): --containment auto starts with process groups, so the host runs
+ * procmesh; --containment cgroup exits 4 (could not start) with a
+ * start_failed line that says why (a cgroup, and the cause: the read-only
+ * filesystem), starts no worker, and logs no containment it never used. */
+START_TEST(test_bin_containment_cgroup_refused)
+{
+    const char *cannot = pm_test_cgroupfs_read_only();
+    ck_assert_msg(cannot == NULL, "main's probe could, this test cannot: %s", cannot);
+    static char out[65536];
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "exec", "--containment", "auto",
+                                          "--", "/bin/sleep", "100", NULL}, &port);
+    proc_wait_log(&p, "event=containment mode=", 1, 20000);
+    ck_assert_msg(strstr(p.log, "event=containment mode=process-group ") != NULL, "log:\n%s", p.log);
+    stop_ok(&p, out, sizeof(out), 20000);
+
+    char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--containment", "cgroup",
+                 "--", "/bin/sleep", "100", NULL};
+    p = start(a, base_env);
+    int rc = proc_finish(&p, out, sizeof(out), 20000);
+    ck_assert_msg(rc == 4, "--containment cgroup without cgroups: exit %d, log:\n%s", rc, out);
+    const char *line = strstr(out, "event=start_failed");
+    ck_assert_msg(line != NULL, "no start_failed line:\n%s", out);
+    char failed[1024];
+    snprintf(failed, sizeof(failed), "%.*s", (int)strcspn(line, "\n"), line);
+    ck_assert_msg(strstr(failed, "cgroup") != NULL && strstr(failed, strerror(EROFS)) != NULL,
+                  "the error does not say why: %s", failed);
+    ck_assert_msg(strstr(out, "event=started") == NULL, "a worker started:\n%s", out);
+    ck_assert_msg(strstr(out, "event=containment") == NULL,
+                  "a containment logged for a start refused for want of one:\n%s", out);
+}
+END_TEST
+
 /* README.md, Endpoints: procmesh_slot_heartbeat_age_seconds only for slots
  * whose worker heartbeats, "a notify worker after its first WATCHDOG=1".
  * The worker says READY=1, then waits for a file the test makes before its
@@ -2493,5 +2530,16 @@ int main(void)
     PM_ADD_TEST(s, test_bin_not_dumpable, 60);
     PM_ADD_TEST(s, test_bin_containment_reported, 60);
     PM_ADD_TEST(s, test_bin_notify_heartbeat_metric_after_watchdog, 60);
-    return pm_test_main(s);
+    /* Needs a host without writable cgroups, made in a mount namespace. */
+    char why_ro[320];
+    int ro = pm_test_cgroupfs_read_only_probe(why_ro, sizeof(why_ro)) == 0;
+    if (ro)
+        PM_ADD_TEST(s, test_bin_containment_cgroup_refused, 60);
+    int rc = pm_test_main(s);
+    if (rc == EXIT_SUCCESS && !ro) {
+        fprintf(stderr, "SKIP: the other cases passed; not tested here: "
+                        "test_bin_containment_cgroup_refused: %s\n", why_ro);
+        return 77;
+    }
+    return rc;
 }

@@ -14,6 +14,7 @@
  */
 #include "helpers.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <sys/prctl.h>
@@ -23,6 +24,8 @@
 
 #include "procmesh.h"
 #include "os/cgroup.h"
+#include "cgroupfs_ro.h"
+#include "inspect.h"
 #include "supervise.h"
 
 /* ------------------------------------------------------------ descendants */
@@ -116,15 +119,17 @@ static int boot_tree(pm_node *n, void *arg)
     return 0;
 }
 
-/* The containment a cluster gets here, with these limits: the mode, or
- * -errno (-EOPNOTSUPP: a limit cannot be applied); why says why. */
-static int probe(uint64_t memory_max, int pids_max, char *why, size_t size)
+/* The containment a cluster gets here, with these limits (cpu_quota_us
+ * per 100 ms): the mode, or -errno (-EOPNOTSUPP: a limit cannot be
+ * applied); why says why. */
+static int probe(uint64_t memory_max, int pids_max, uint64_t cpu_quota_us, char *why, size_t size)
 {
     pm_options *o = pm_options_new();
     pm_options_set_workers(o, 1);
     pm_options_set_bootstrap(o, boot_ready, NULL);
     pm_options_set_memory_max(o, memory_max);
     pm_options_set_pids_max(o, pids_max);
+    pm_options_set_cpu_max(o, cpu_quota_us, cpu_quota_us > 0 ? 100000 : 0);
     pm_cluster *c = NULL;
     int rc = pm_cluster_spawn(o, &c);
     pm_options_free(o);
@@ -408,6 +413,100 @@ START_TEST(test_limit_pids)
 }
 END_TEST
 
+/* Spins until it is stopped (fork mode; the test asks for no heartbeat). */
+static int boot_spin(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    volatile unsigned long spins = 0;
+    for (;;)
+        spins++;
+    return 0;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t ls = strlen(s), lt = strlen(tail);
+    return ls >= lt && strcmp(s + ls - lt, tail) == 0;
+}
+
+/* The directory that holds slot 0's cpu limit, found from where its worker
+ * pid is: the slot's v2 directory above the worker's leaf (slot0/g<K>), or
+ * (*v2 0: the cluster's detail names it a v1 limit) the worker's own group
+ * in the v1 cpu hierarchy. Fails unless the worker is in the cluster's
+ * slot 0. */
+static void cpu_limit_dir(pid_t pid, const char *detail, char *dir, size_t size, int *v2)
+{
+    static char mi[1 << 16];
+    char text[4096], rel[PM__CG_PATH], v1[PM__CG_NCTRL][PM__CG_PATH], mnt[PM__CG_PATH],
+        root[PM__CG_PATH], m1[PM__CG_NCTRL][PM__CG_PATH], r1[PM__CG_NCTRL][PM__CG_PATH],
+        path[64], mark[48];
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    ck_assert_int_gt(pm_test_read_file(path, text, sizeof(text)), 0);
+    ck_assert_int_gt(pm_test_read_file("/proc/self/mountinfo", mi, sizeof(mi)), 0);
+    ck_assert_int_eq(pm__cg_parse_self(text, rel, sizeof(rel), v1), 0);
+    pm__cg_parse_mounts(mi, mnt, root, m1, r1);
+    snprintf(mark, sizeof(mark), "/procmesh.%d.", (int)getpid());
+    *v2 = strstr(detail, ", v1 limits ") == NULL;
+    if (*v2) {
+        char *leaf = strrchr(rel, '/');
+        ck_assert_msg(leaf != NULL && strncmp(leaf, "/g", 2) == 0, "the worker is in %s", rel);
+        *leaf = '\0';
+        ck_assert_msg(strstr(rel, mark) != NULL && ends_with(rel, "/slot0"),
+                      "the worker's leaf is not below the cluster's slot0: %s", rel);
+        ck_assert_int_eq(pm__cg_join(dir, size, mnt, root, rel), 0);
+    } else {
+        ck_assert_msg(strstr(v1[PM__CG_CPU], mark) != NULL && ends_with(v1[PM__CG_CPU], "/slot0"),
+                      "the worker's v1 cpu group is %s, not the cluster's slot0", v1[PM__CG_CPU]);
+        ck_assert_int_eq(pm__cg_join(dir, size, m1[PM__CG_CPU], r1[PM__CG_CPU], v1[PM__CG_CPU]), 0);
+    }
+}
+
+/* nr_throttled of a cpu.stat file, -1 when it has none. */
+static long long nr_throttled(const char *path)
+{
+    char text[1024];
+    if (pm_test_read_file(path, text, sizeof(text)) == 0)
+        return -1;
+    const char *p = strstr(text, "nr_throttled ");
+    return p != NULL && (p == text || p[-1] == '\n') ? strtoll(p + 13, NULL, 10) : -1;
+}
+
+/* pm_options(3) set_cpu_max: the quota is applied. While the worker runs,
+ * the cgroup it is in (its slot's, or the slot's group in the v1 cpu
+ * hierarchy of a hybrid host) holds 20 ms per 100 ms, and the kernel
+ * enforces it: the worker, which would take a whole CPU, is throttled. */
+START_TEST(test_limit_cpu)
+{
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_spin, NULL);
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_cpu_max(o, 20000, 100000), 0);
+    pm_cluster *c = spawn_free(o);
+    char why[320], dir[PM__CG_PATH], text[256], path[PM__CG_PATH + 32];
+    ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_CGROUP);
+    ck_assert_msg(strstr(why, "cpu") != NULL, "containment without the cpu limit: %s", why);
+    int v2;
+    cpu_limit_dir(find(PM_EVENT_STARTED, 0, 0)->pid, why, dir, sizeof(dir), &v2);
+    if (v2) {
+        snprintf(path, sizeof(path), "%s/cpu.max", dir);
+        pm_test_read_file(path, text, sizeof(text));
+        ck_assert_msg(strcmp(text, "20000 100000\n") == 0, "%s: '%s'", path, text);
+    } else {
+        snprintf(path, sizeof(path), "%s/cpu.cfs_period_us", dir);
+        pm_test_read_file(path, text, sizeof(text));
+        ck_assert_msg(strcmp(text, "100000\n") == 0, "%s: '%s'", path, text);
+        snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", dir);
+        pm_test_read_file(path, text, sizeof(text));
+        ck_assert_msg(strcmp(text, "20000\n") == 0, "%s: '%s'", path, text);
+    }
+    snprintf(path, sizeof(path), "%s/cpu.stat", dir);
+    RUN_UNTIL(c, nr_throttled(path) > 0, 20000);
+    pm_cluster_terminate(c);
+}
+END_TEST
+
 /* rlimits: the worker sees what was set. */
 static int boot_rlimit(pm_node *n, void *arg)
 {
@@ -621,6 +720,113 @@ START_TEST(test_core_dir_refused)
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), -ENOENT);
     pm_options_free(o);
+}
+END_TEST
+
+/* pm_options(3) set_rlimit: "set by each worker before it runs (exec mode:
+ * a refusal is reported as the exec's errno)". A hard RLIMIT_NOFILE above
+ * fs.nr_open is refused even to root, with EPERM: the spawn fails with
+ * -EPERM, the exit is the exec's ("exec") and the STOPPED "spawn-aborted"
+ * detail names the error; the program never ran. */
+START_TEST(test_rlimit_exec_refused)
+{
+    char text[64];
+    ck_assert_int_gt(pm_test_read_file("/proc/sys/fs/nr_open", text, sizeof(text)), 0);
+    uint64_t over = strtoull(text, NULL, 10) + 1;
+    pm_options *o = opts(1);
+    exec_sleeper(o);
+    ck_assert_int_eq(pm_options_set_rlimit(o, RLIMIT_NOFILE, over, over), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -EPERM);
+    ck_assert_ptr_null(c);
+    pm_options_free(o);
+    const rec *r = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_msg(r != NULL, "no EXITED event");
+    ck_assert_str_eq(r->reason, "exec");
+    r = find(PM_EVENT_STOPPED, 0, 0);
+    ck_assert_msg(r != NULL, "no STOPPED event");
+    ck_assert_str_eq(r->reason, "spawn-aborted");
+    ck_assert_msg(strstr(r->detail, pm_strerror(-EPERM)) != NULL, "detail: %s", r->detail);
+    assert_all_started_gone();
+}
+END_TEST
+
+/* Removes dir and the files in it. */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            ck_assert_msg(unlinkat(dirfd(d), e->d_name, 0) == 0, "unlink %s/%s: %s", dir,
+                          e->d_name, strerror(errno));
+    closedir(d);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+
+/* design.md, Core dumps: "procmesh never writes kernel.core_pattern"
+ * (pm_options(3): it "changes no more than it changes the workers' working
+ * directory"). A cluster with a core directory whose first worker crashes
+ * (a shell's SIGSEGV; its core goes wherever the host's pattern says: into
+ * the core directory, our working directory meanwhile, for a relative one),
+ * and its replacement: the pattern is the same after. As root, in a mount
+ * namespace of this test's own, a file of ours stands in for the sysctl
+ * meanwhile, so that any write lands there, one of the same text too (its
+ * modification time moves), and the host's pattern is never at risk. */
+START_TEST(test_core_pattern_untouched)
+{
+    static const char sysctl[] = "/proc/sys/kernel/core_pattern";
+    char before[512], after[512], standin[] = "/tmp/pm-corepat-XXXXXX";
+    ck_assert_msg(pm_test_read_file(sysctl, before, sizeof(before)) > 0, "cannot read %s", sysctl);
+    int fd = mkstemp(standin);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, before, strlen(before)), (ssize_t)strlen(before));
+    close(fd);
+    const struct timespec long_ago[2] = {{946684800, 0}, {946684800, 0}}; /* 2000-01-01 */
+    ck_assert_int_eq(utimensat(AT_FDCWD, standin, long_ago, 0), 0);
+    const char *no_standin =
+        geteuid() != 0 ? "needs root"
+        : unshare(CLONE_NEWNS) < 0 ? "unshare(CLONE_NEWNS) refused"
+        : mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ? "cannot make the mounts private"
+        : mount(standin, sysctl, NULL, MS_BIND, NULL) < 0 ? "cannot bind a file over the sysctl"
+        : NULL;
+    if (no_standin != NULL)
+        fprintf(stderr, "note: test_core_pattern_untouched compares the pattern only, without a "
+                        "stand-in (%s)\n", no_standin);
+
+    char dir[] = "/tmp/pm-cores-XXXXXX", cwd[4096];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof(cwd)));
+    ck_assert_int_eq(chdir(dir), 0);
+    pm_options *o = opts(1);
+    ck_assert_int_eq(pm_options_set_core_dir(o, dir), 0);
+    /* The first incarnation leaves a mark and crashes; the next one runs. */
+    char *argv[] = {"sh", "-c",
+                    "if [ -e crashed ]; then exec sleep 1000; fi; : > crashed; kill -SEGV $$", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    pm_cluster *c = spawn_free(o);
+    RUN_UNTIL(c, find(PM_EVENT_READY, 0, 1) != NULL, 20000);
+    ck_assert_int_eq(find(PM_EVENT_EXITED, 0, 0)->signal, SIGSEGV);
+    pm_cluster_terminate(c);
+    ck_assert_int_eq(chdir(cwd), 0);
+    remove_dir(dir);
+
+    ck_assert_msg(pm_test_read_file(sysctl, after, sizeof(after)) > 0, "cannot read %s", sysctl);
+    ck_assert_msg(strcmp(after, before) == 0, "kernel.core_pattern was '%s', is '%s'", before,
+                  after);
+    if (no_standin == NULL) {
+        struct stat st;
+        ck_assert_int_eq(stat(standin, &st), 0);
+        ck_assert_msg(st.st_mtim.tv_sec == long_ago[1].tv_sec,
+                      "the stand-in for kernel.core_pattern was written (modified at %lld)",
+                      (long long)st.st_mtim.tv_sec);
+        ck_assert_int_eq(umount(sysctl), 0);
+        ck_assert_msg(pm_test_read_file(sysctl, after, sizeof(after)) > 0 &&
+                          strcmp(after, before) == 0,
+                      "kernel.core_pattern was '%s', is '%s'", before, after);
+    }
+    ck_assert_int_eq(unlink(standin), 0);
 }
 END_TEST
 
@@ -1080,6 +1286,271 @@ START_TEST(test_delegated_cgroup)
 }
 END_TEST
 
+/* ------------------------------------------------------------ without cgroups, or none wanted */
+
+static char first_stop[320]; /* the first STOPPED event's detail, whole */
+
+static void on_refused_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    on_event(c, e, arg);
+    if (e->type == PM_EVENT_STOPPED && first_stop[0] == '\0')
+        snprintf(first_stop, sizeof(first_stop), "%s", e->detail != NULL ? e->detail : "(none)");
+}
+
+/* Every slot of a refused spawn: no worker started, each STOPPED
+ * "spawn-aborted". */
+static void assert_spawn_aborted(int nslots)
+{
+    ck_assert_int_eq(count(PM_EVENT_STARTED, -1), 0);
+    for (int slot = 0; slot < nslots; slot++) {
+        const rec *r = find(PM_EVENT_STOPPED, slot, 0);
+        ck_assert_msg(r != NULL, "slot %d: no STOPPED event", slot);
+        ck_assert_str_eq(r->reason, "spawn-aborted");
+    }
+}
+
+/* On a host where no cgroup can be made (the cgroup filesystems read-only
+ * in this test's own mount namespace, as in a pod), what needs one is
+ * refused, never dropped: _i 0 PM_CONTAIN_CGROUP (pm_options(3): "cgroups
+ * or pm_cluster_spawn(3) fails with -EOPNOTSUPP"); _i 1, 2, 3 a memory,
+ * pids or cpu limit under the default containment ("A limit that needs a
+ * cgroup this host cannot give makes pm_cluster_spawn(3) fail with
+ * -EOPNOTSUPP, the reason in the STOPPED "spawn-aborted" event's detail; it
+ * is never silently ignored"). No worker starts, each slot is STOPPED with
+ * a reason that names the cause. First the same cluster without the
+ * request (_i 0): it starts, with process groups, so the refusal is the
+ * request's and not a broken host's. */
+START_TEST(test_contain_refused)
+{
+    const char *cannot = pm_test_cgroupfs_read_only();
+    ck_assert_msg(cannot == NULL, "main's probe could, this test cannot: %s", cannot);
+    pm_options *o = opts(2);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_options_set_on_event(o, on_refused_event, NULL);
+    first_stop[0] = '\0';
+    pm_cluster *c = NULL;
+    if (_i == 0) {
+        char why[320];
+        c = pm_test_spawn(o);
+        ck_assert_msg(pm_cluster_containment(c, why, sizeof(why)) == PM_CONTAIN_PROCESS_GROUP,
+                      "containment with the cgroup filesystems read-only: %s", why);
+        pm_cluster_terminate(c);
+        c = NULL;
+        nev = 0;
+        first_stop[0] = '\0';
+        ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_CGROUP), 0);
+    } else if (_i == 1) {
+        ck_assert_int_eq(pm_options_set_memory_max(o, 64u << 20), 0);
+    } else if (_i == 2) {
+        ck_assert_int_eq(pm_options_set_pids_max(o, 32), 0);
+    } else {
+        ck_assert_int_eq(pm_options_set_cpu_max(o, 50000, 100000), 0);
+    }
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -EOPNOTSUPP);
+    ck_assert_ptr_null(c);
+    pm_options_free(o);
+    assert_spawn_aborted(2);
+    ck_assert_msg(strstr(first_stop, "cgroup") != NULL &&
+                      strstr(first_stop, strerror(EROFS)) != NULL,
+                  "the reason does not name the cause: %s", first_stop);
+    if (_i > 0)
+        ck_assert_msg(strstr(first_stop, "limit") != NULL, "the reason does not name the limit: %s",
+                      first_stop);
+}
+END_TEST
+
+/* The directories a cluster of this process would make its cgroups in: its
+ * own v2 cgroup and its own group in each v1 hierarchy procmesh uses for
+ * limits ("" where there is none). */
+static void own_cgroup_dirs(char dirs[1 + PM__CG_NCTRL][PM__CG_PATH])
+{
+    static char mi[1 << 16];
+    char self[4096], rel[PM__CG_PATH], v1[PM__CG_NCTRL][PM__CG_PATH], mnt[PM__CG_PATH],
+        root[PM__CG_PATH], m1[PM__CG_NCTRL][PM__CG_PATH], r1[PM__CG_NCTRL][PM__CG_PATH];
+    ck_assert_int_gt(pm_test_read_file("/proc/self/cgroup", self, sizeof(self)), 0);
+    ck_assert_int_gt(pm_test_read_file("/proc/self/mountinfo", mi, sizeof(mi)), 0);
+    pm__cg_parse_mounts(mi, mnt, root, m1, r1);
+    ck_assert_int_eq(pm__cg_parse_self(self, rel, sizeof(rel), v1), 0);
+    if (mnt[0] == '\0' || rel[0] == '\0' || pm__cg_join(dirs[0], PM__CG_PATH, mnt, root, rel) < 0)
+        dirs[0][0] = '\0';
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        if (m1[i][0] == '\0' || v1[i][0] == '\0' ||
+            pm__cg_join(dirs[1 + i], PM__CG_PATH, m1[i], r1[i], v1[i]) < 0)
+            dirs[1 + i][0] = '\0';
+}
+
+/* A procmesh.<our pid>.* directory in any of dirs: its name, or NULL. */
+static const char *cluster_dir_in(char dirs[1 + PM__CG_NCTRL][PM__CG_PATH])
+{
+    static char found[PM__CG_PATH + 300];
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "procmesh.%d.", (int)getpid());
+    for (int i = 0; i < 1 + PM__CG_NCTRL; i++) {
+        DIR *d = dirs[i][0] != '\0' ? opendir(dirs[i]) : NULL;
+        struct dirent *e;
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+                snprintf(found, sizeof(found), "%.*s/%s", PM__CG_PATH, dirs[i], e->d_name);
+                closedir(d);
+                return found;
+            }
+        }
+        if (d != NULL)
+            closedir(d);
+    }
+    return NULL;
+}
+
+/* pm_options(3) set_containment: "PM_CONTAIN_PROCESS_GROUP: never create a
+ * cgroup", here where the default makes them. Fork and exec mode: each
+ * worker is in the test's own cgroups (v2 and every v1 hierarchy), in a
+ * process group of its own, and no procmesh.<pid>.* directory appears
+ * beside the test's cgroups. A limit under it, which needs a cgroup, is
+ * refused (-EOPNOTSUPP, the reason in STOPPED) rather than given by one. */
+START_TEST(test_contain_process_group)
+{
+    static char dirs[1 + PM__CG_NCTRL][PM__CG_PATH];
+    char mine[4096], theirs[4096], path[64], why[320];
+    own_cgroup_dirs(dirs);
+    ck_assert_int_gt(pm_test_read_file("/proc/self/cgroup", mine, sizeof(mine)), 0);
+    for (int exec = 0; exec < 2; exec++) {
+        pm_options *o = opts(2);
+        if (exec)
+            exec_opts(o, "ready", NULL);
+        else
+            pm_options_set_bootstrap(o, boot_ready, NULL);
+        ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
+        pm_cluster *c = spawn_free(o);
+        ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_PROCESS_GROUP);
+        for (unsigned slot = 0; slot < 2; slot++) {
+            pm_slot_info si;
+            ck_assert_int_eq(pm_cluster_slot_info(c, slot, &si), 0);
+            snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)si.pid);
+            ck_assert_int_gt(pm_test_read_file(path, theirs, sizeof(theirs)), 0);
+            ck_assert_msg(strcmp(theirs, mine) == 0, "the %s worker of slot %u is in\n%snot in the "
+                          "supervisor's\n%s", exec ? "exec" : "fork", slot, theirs, mine);
+            ck_assert_int_eq(getpgid(si.pid), si.pid);
+        }
+        const char *made = cluster_dir_in(dirs);
+        ck_assert_msg(made == NULL, "process-group containment made %s", made);
+        pm_cluster_terminate(c);
+    }
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_options_set_on_event(o, on_refused_event, NULL);
+    first_stop[0] = '\0';
+    ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
+    ck_assert_int_eq(pm_options_set_memory_max(o, 64u << 20), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -EOPNOTSUPP);
+    ck_assert_ptr_null(c);
+    pm_options_free(o);
+    assert_spawn_aborted(1);
+    ck_assert_msg(strstr(first_stop, "limit") != NULL &&
+                      strstr(first_stop, "process-group") != NULL,
+                  "the reason: %s", first_stop);
+    const char *made = cluster_dir_in(dirs);
+    ck_assert_msg(made == NULL, "a refused process-group cluster made %s", made);
+}
+END_TEST
+
+/* ------------------------------------------------------------ no worker holds a cgroup.kill */
+
+/* Fork mode: the report of what the worker holds (inspect.h) to the test
+ * through tree_pipe, once ready; then it serves. */
+static int boot_inspect(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    int fd = dup(tree_pipe[1]);
+    FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (out == NULL)
+        _exit(1);
+    pm_test_inspect(out, pm_node_slot(n), (unsigned long long)pm_node_self(n)->incarnation);
+    fclose(out);
+    idle();
+    return 0;
+}
+
+/* This process's fds whose target contains text. */
+static int own_fds_to(const char *text)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], target[600];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = e->d_name[0] != '.' ? readlink(path, target, sizeof(target) - 1) : -1;
+        if (k > 0) {
+            target[k] = '\0';
+            n += strstr(target, text) != NULL;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* Lines of text that are exactly "end". */
+static int report_ends(const char *text)
+{
+    int n = strncmp(text, "end\n", 4) == 0;
+    for (const char *p = text; (p = strstr(p, "\nend\n")) != NULL; p += 4)
+        n++;
+    return n;
+}
+
+/* Trust rules: "a worker holds only its own memory and fds, never another
+ * slot's, a spare's or a cgroup.kill". The supervisor holds each slot's
+ * cgroup.kill; each of two workers, fork (_i 0) and exec (_i 1) mode,
+ * lists its fds with readlink (inspect.h): none is a cgroup.kill, and none
+ * points anywhere in the cluster's cgroups (procmesh.<pid>.*: a directory
+ * fd there would reach a cgroup.kill through openat). */
+START_TEST(test_no_cgroup_kill_held)
+{
+    ck_assert_int_eq(pipe2(tree_pipe, O_CLOEXEC | O_NONBLOCK), 0);
+    pm_options *o = opts(2);
+    if (_i == 0) {
+        pm_options_set_bootstrap(o, boot_inspect, NULL);
+    } else {
+        exec_opts(o, "inspect", NULL);
+        ck_assert_int_eq(pm_options_set_pass_fds(o, &tree_pipe[1], 1), 0);
+    }
+    pm_cluster *c = spawn_free(o);
+    char why[320];
+    ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_CGROUP);
+    /* What there is to leak: the supervisor's own handles, one a slot. */
+    int kills = own_fds_to("/cgroup.kill");
+    if (strstr(why, "no cgroup.kill") == NULL)
+        ck_assert_msg(kills >= 2, "the supervisor holds %d cgroup.kill fds for 2 slots", kills);
+    else
+        fprintf(stderr, "note: test_no_cgroup_kill_held: %s\n", why);
+    static char buf[16384];
+    size_t got = 0;
+    uint64_t end = ms() + 20000;
+    buf[0] = '\0';
+    while (report_ends(buf) < 2 && ms() < end && got < sizeof(buf) - 1) {
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+        ssize_t k = read(tree_pipe[0], buf + got, sizeof(buf) - 1 - got);
+        if (k > 0) {
+            got += (size_t)k;
+            buf[got] = '\0';
+        }
+    }
+    ck_assert_msg(report_ends(buf) == 2, "not both workers' reports: %s", buf);
+    ck_assert_msg(strstr(buf, "\nfd 0 ") != NULL, "a report without fds: %s", buf);
+    char mark[48];
+    snprintf(mark, sizeof(mark), "/procmesh.%d.", (int)getpid());
+    ck_assert_msg(strstr(buf, "cgroup.kill") == NULL, "%s mode: a worker holds a cgroup.kill:\n%s",
+                  _i ? "exec" : "fork", buf);
+    ck_assert_msg(strstr(buf, mark) == NULL, "%s mode: a worker holds a handle in the cluster's "
+                  "cgroups (%s):\n%s", _i ? "exec" : "fork", mark, buf);
+    pm_cluster_terminate(c);
+}
+END_TEST
+
 /* ------------------------------------------------------------ leaves */
 
 /* Exec mode after a kill (a setsid job made the cgroup non-empty at the
@@ -1124,23 +1595,48 @@ START_TEST(test_tree_exec_leaf)
 }
 END_TEST
 
+/* Appends a line "fmt..." to the skip list. */
+static void skipped(char *list, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void skipped(char *list, size_t size, const char *fmt, ...)
+{
+    size_t len = strlen(list);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(list + len, size - len, fmt, ap);
+    va_end(ap);
+    len = n < 0 ? len : strlen(list);
+    if (len + 1 < size) {
+        list[len] = '\n';
+        list[len + 1] = '\0';
+    }
+}
+
 int main(void)
 {
     /* What this host offers decides which cases can run; the others are
-     * skipped, and the program then exits 77 with the reason once the
+     * skipped, and the program then exits 77 with the reasons once the
      * cases that could run have passed. */
-    char why_tree[320], why_limits[320];
-    int tree = probe(0, 0, why_tree, sizeof(why_tree)) == PM_CONTAIN_CGROUP;
-    int limits = tree && probe(64u << 20, 8, why_limits, sizeof(why_limits)) == PM_CONTAIN_CGROUP;
+    char why_tree[320], why_limits[320], why_cpu[320], why_ro[320];
+    int tree = probe(0, 0, 0, why_tree, sizeof(why_tree)) == PM_CONTAIN_CGROUP;
+    int limits =
+        tree && probe(64u << 20, 8, 0, why_limits, sizeof(why_limits)) == PM_CONTAIN_CGROUP;
+    int cpu = tree && probe(0, 0, 20000, why_cpu, sizeof(why_cpu)) == PM_CONTAIN_CGROUP;
+    int ro = pm_test_cgroupfs_read_only_probe(why_ro, sizeof(why_ro)) == 0;
     Suite *s = suite_create("tree");
     PM_ADD_TEST(s, test_parsers, 0);
     PM_ADD_TEST(s, test_scratch_v2, 0);
     PM_ADD_TEST(s, test_setters_refuse, 0);
     PM_ADD_TEST(s, test_rlimit, 0);
+    PM_ADD_TEST(s, test_rlimit_exec_refused, 0);
     PM_ADD_TEST(s, test_core_default, 0);
     PM_ADD_LOOP_TEST(s, test_core_dir, 0, 3, 60);
     PM_ADD_TEST(s, test_core_dir_exec_and_rlimit, 0);
     PM_ADD_TEST(s, test_core_dir_refused, 0);
+    PM_ADD_TEST(s, test_core_pattern_untouched, 0);
+    PM_ADD_TEST(s, test_contain_process_group, 0);
+    if (ro)
+        PM_ADD_LOOP_TEST(s, test_contain_refused, 0, 4, 60);
     if (tree) {
         PM_ADD_TEST(s, test_tree_exit, 0);
         PM_ADD_TEST(s, test_tree_exit_failure, 0);
@@ -1150,11 +1646,14 @@ int main(void)
         PM_ADD_TEST(s, test_tree_drain, 0);
         PM_ADD_TEST(s, test_tree_exec_crash, 0);
         PM_ADD_TEST(s, test_tree_exec_leaf, 0);
+        PM_ADD_LOOP_TEST(s, test_no_cgroup_kill_held, 0, 2, 60);
     }
     if (limits) {
         PM_ADD_TEST(s, test_limit_memory_oom, 0);
         PM_ADD_TEST(s, test_limit_pids, 0);
     }
+    if (cpu)
+        PM_ADD_TEST(s, test_limit_cpu, 0);
     char why_deleg[320];
     int deleg = deleg_probe(why_deleg, sizeof(why_deleg)) == 0;
     PM_ADD_TEST(s, test_enable_decide, 0);
@@ -1171,20 +1670,29 @@ int main(void)
         if (fd >= 0)
             close(fd);
     }
-    if (rc == EXIT_SUCCESS && deleg && strcmp(deleg_ctrl, "memory") != 0)
+    if (rc != EXIT_SUCCESS)
+        return rc;
+    if (deleg && strcmp(deleg_ctrl, "memory") != 0)
         fprintf(stderr, "note: test_delegated_cgroup ran with the %s controller; its cluster "
                 "cases need memory in the cgroup v2 tree and were skipped\n", deleg_ctrl);
-    if (rc == EXIT_SUCCESS && !deleg) {
-        fprintf(stderr, "SKIP: test_delegated_cgroup: %s\n", why_deleg);
-        exit(77);
-    }
-    if (rc == EXIT_SUCCESS && !tree)
-        pm_test_skip("the descendant and limit cases need cgroups (cgroup v2, as root or "
-                     "delegated; a setsid descendant escapes the process-group fallback by "
-                     "design); this host: see pm_cluster_containment");
-    if (rc == EXIT_SUCCESS && !limits) {
-        fprintf(stderr, "SKIP: the limit cases: %s\n", why_limits);
-        exit(77);
+    char skips[2048] = "";
+    if (!deleg)
+        skipped(skips, sizeof(skips), "test_delegated_cgroup: %s", why_deleg);
+    if (!tree)
+        skipped(skips, sizeof(skips), "the descendant and limit cases and "
+                "test_no_cgroup_kill_held need cgroups (cgroup v2, as root or delegated; a "
+                "setsid descendant escapes the process-group fallback by design); this host: %s",
+                why_tree);
+    if (tree && !limits)
+        skipped(skips, sizeof(skips), "the limit cases: %s", why_limits);
+    if (tree && !cpu)
+        skipped(skips, sizeof(skips), "test_limit_cpu (no cpu controller for the limit): %s",
+                why_cpu);
+    if (!ro)
+        skipped(skips, sizeof(skips), "test_contain_refused: %s", why_ro);
+    if (skips[0] != '\0') {
+        fprintf(stderr, "SKIP: the other cases passed; not tested here:\n%s", skips);
+        return 77;
     }
     return rc;
 }

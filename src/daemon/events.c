@@ -555,7 +555,12 @@ static void (*const log_kind[])(const ev_line *) = {
 void pmd_on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     pmd_events *ev = arg;
-    log_containment_once(ev, c);
+    /* A STOPPED "spawn-aborted" before anything else is a start refused
+     * before any worker (no cgroup for --containment cgroup or a limit):
+     * no containment was used, and start_failed says why. */
+    if (ev->contain_logged || e->type != PM_EVENT_STOPPED ||
+        e->reason_code != PM_REASON_SPAWN_ABORTED)
+        log_containment_once(ev, c);
     int oom = count_event(ev, e);
     if (!may_log(ev, e))
         return;
