@@ -115,6 +115,17 @@ START_TEST(test_match)
     ck_assert_int_eq(pm_address_match(&a, &c), 0);
     c = addr("s", "g", 1, 0);
     ck_assert_int_eq(pm_address_match(&a, &c), 0);
+    /* A differing system name alone: the same host, port and incarnation
+     * in another mesh is another node, either way round and whether or not
+     * an incarnation is given; a name that only starts like the other is
+     * another name too. */
+    c = addr("t", "h", 1, 5);
+    ck_assert_int_eq(pm_address_match(&b, &c), 0);
+    ck_assert_int_eq(pm_address_match(&c, &b), 0);
+    ck_assert_int_eq(pm_address_match(&a, &c), 0);
+    c = addr("s2", "h", 1, 0);
+    ck_assert_int_eq(pm_address_match(&a, &c), 0);
+    ck_assert_int_eq(pm_address_match(&c, &a), 0);
     ck_assert_int_eq(pm_address_match(&a, NULL), 0);
 }
 END_TEST

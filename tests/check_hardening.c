@@ -158,9 +158,11 @@ END_TEST
 START_TEST(test_exec_env_without_procmesh_vars)
 {
     /* The supervisor's PROCMESH_* variables (its own configuration) never
-     * reach an exec worker; the rest of the environment does. (What
-     * procmesh sets on purpose, PROCMESH_NODE, is taken out of the
-     * environment by pm_node_join, before the report is written.) */
+     * reach an exec worker; the rest of the environment does. What
+     * procmesh sets on purpose, PROCMESH_NODE, the worker has when it
+     * starts (the report's first line, written before it joins), and
+     * pm_node_join takes it out of the environment (pm_node(3), Joining),
+     * so the worker's own children do not take themselves for workers. */
     ck_assert_int_eq(setenv("PROCMESH_FOO", "1", 1), 0);
     ck_assert_int_eq(setenv("PROCMESH_HEALTH", "127.0.0.1:1", 1), 0);
     ck_assert_int_eq(setenv("PM_HARDENING_KEEP", "yes", 1), 0);
@@ -186,6 +188,11 @@ START_TEST(test_exec_env_without_procmesh_vars)
     ck_assert_msg(strstr(env, "PROCMESH_FOO=") == NULL, "PROCMESH_FOO reached the worker:\n%s", env);
     ck_assert_msg(strstr(env, "PROCMESH_HEALTH=") == NULL, "PROCMESH_HEALTH reached the worker");
     ck_assert_ptr_nonnull(strstr(env, "PM_HARDENING_KEEP=yes\n"));
+    static const char joining[] = "joining: PROCMESH_NODE=";
+    ck_assert_msg(strncmp(env, joining, strlen(joining)) == 0 && env[strlen(joining)] != '\n',
+                  "the worker did not start with PROCMESH_NODE set:\n%.200s", env);
+    ck_assert_msg(strstr(env, "\nPROCMESH_NODE=") == NULL,
+                  "PROCMESH_NODE still in the environment after pm_node_join:\n%s", env);
     close(p[0]);
     pm_cluster_terminate(c);
     pm_options_free(o);

@@ -25,10 +25,13 @@ enum role {
     L_COUNT,           /* counts frames from slot 0 incarnation 1, reports on "count" */
     L_NO_PDEATHSIG,    /* clears PDEATHSIG; exits 9 when recv says -ESHUTDOWN */
     L_FLOOD_MAIN,      /* incarnation 1 floods main through the raw ring, never beating */
+    L_SILENT_FIRST,    /* incarnation 1 sleeps silent_ms without any procmesh call, then
+                          sends main "awake" */
 };
 
 static int role[8];
 static unsigned beat_ms = 600; /* L_BEAT: how long the work lasts */
+static unsigned silent_ms;     /* L_SILENT_FIRST: how long it is silent */
 
 /* What main saw. */
 static int fenced[8];
@@ -157,6 +160,16 @@ static int worker(pm_node *n, void *arg)
             ctl[i] = (unsigned char)pm_test_rand(&seed);
         spin_forever();
     }
+    if (first && r == L_SILENT_FIRST) {
+        /* Neither a procmesh call nor a wait in pm_node_recv: as silent as
+         * a hung worker. In slices, so that a signal cannot cut it short. */
+        uint64_t end = ms() + silent_ms;
+        while (ms() < end)
+            usleep(100000);
+        pm_address main_addr = {.system = "procmesh", .host = "main"};
+        if (pm_node_send(n, &main_addr, "awake", 5) != 0)
+            return 41;
+    }
     if (first && (r == L_FLOOD_NO_BEAT || r == L_FLOOD_MAIN)) {
         pm_message m;
         if (pm_node_recv(n, &m, 10000) != 0) /* "start" */
@@ -235,6 +248,36 @@ START_TEST(test_waiting_and_beating_not_fenced)
     ck_assert(saw_waiting);
     ck_assert_int_eq(fenced[0], 0);
     ck_assert_int_eq(fenced[1], 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* pm_options(3), set_heartbeat_timeout_ms: 0 turns it off. A mesh worker
+ * silent for half as long again as the default timeout (10 s, plus a
+ * check period: when the default would have fenced it at the latest) is
+ * left alone: its "awake", sent at the end of the silence, arrives from
+ * its first incarnation, and nothing was fenced or restarted. A fenced
+ * incarnation's frames are never relayed, so the message is the proof. */
+START_TEST(test_heartbeat_zero_off)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = L_SILENT_FIRST;
+    silent_ms = PM__DEFAULT_HEARTBEAT_TIMEOUT_MS * 3 / 2;
+    pm_options *o = opts(1, 0);
+    pm_options_set_bootstrap(o, worker, NULL);
+    pm_cluster *c = pm_test_spawn(o);
+    RUN_UNTIL(c, report[0] != '\0' || fenced[0] > 0 || readies[0] > 1, silent_ms + 30000);
+    ck_assert_msg(fenced[0] == 0, "fenced (%s) with the heartbeat timeout 0", fence_reason[0]);
+    ck_assert_str_eq(report, "awake");
+    ck_assert_int_eq(readies[0], 1);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(si.state, PM_SLOT_READY);
+    ck_assert_uint_eq(si.incarnation, 1);
+    ck_assert_uint_eq(si.fences, 0);
+    struct pm_cluster_stats st;
+    ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+    ck_assert_uint_eq(st.fences_heartbeat, 0);
     pm_test_finish(c, o);
 }
 END_TEST
@@ -575,6 +618,7 @@ int main(void)
     Suite *s = suite_create("liveness");
     PM_ADD_TEST(s, test_spinning_worker_fenced, 60);
     PM_ADD_TEST(s, test_waiting_and_beating_not_fenced, 60);
+    PM_ADD_TEST(s, test_heartbeat_zero_off, 90);
     PM_ADD_TEST(s, test_sigstopped_worker_fenced, 60);
     PM_ADD_TEST(s, test_scribbled_control_block, 60);
     PM_ADD_TEST(s, test_fenced_frames_never_relayed, 60);

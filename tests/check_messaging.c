@@ -46,6 +46,8 @@ enum role {
     R_BAD_HEADERS, /* every row of bad_headers to main, then "#after headers" */
     R_TRY_FILL,   /* pm_node_try_send of 1000 B frames to `peer` until it fails: exits 7 on
                      -EAGAIN, 8 on another error, 9 when it never fails */
+    R_CORRUPT_DOWN, /* scribbles the hub's index of its down ring, reports what recv and
+                       request return, then waits */
 };
 
 /*
@@ -264,7 +266,7 @@ static int worker(pm_node *n, void *arg)
     if (role == R_STREAM || role == R_SPOOF || role == R_GARBAGE_INDEX || role == R_FLOOD_MAIN ||
         role == R_ASKER || role == R_GARBAGE_FRAMES || role == R_OVERSIZE ||
         role == R_STASHER || role == R_DOORBELL || role == R_STREAM_HELD ||
-        role == R_BAD_HEADERS || role == R_TRY_FILL) {
+        role == R_BAD_HEADERS || role == R_TRY_FILL || role == R_CORRUPT_DOWN) {
         /* Act only once main says the whole mesh is up. */
         if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
             return 40;
@@ -364,6 +366,23 @@ static int worker(pm_node *n, void *arg)
         uint64_t one = 1;
         if (write(pm_test_node_hub_efd(n), &one, 8) != 8)
             _exit(21);
+        idle_forever();
+        break;
+    }
+    case R_CORRUPT_DOWN: {
+        /* The supervisor's side of our shared memory turns to nonsense:
+         * the producer index of the ring the hub writes to us (the hub's
+         * to write, never ours) jumps past the capacity, as a stray write
+         * into the mapping would leave it. Receiving says -EPROTO, again
+         * on the next call, and so does a request waiting for its reply;
+         * our own ring still carries the report. */
+        atomic_store(&pm_test_node_rx(n)->sh->head, (uint64_t)1 << 40);
+        int r1 = pm_node_recv(n, &m, 1000);
+        int r2 = pm_node_recv(n, &m, 0);
+        pm_address main_addr = {.system = "procmesh", .host = "main"};
+        pm_message r;
+        int r3 = pm_node_request(n, &main_addr, "ping", 4, 1000, &r);
+        pm_test_say(n, "corrupt recv %d %d request %d", r1, r2, r3);
         idle_forever();
         break;
     }
@@ -501,7 +520,8 @@ static void start_all(pm_cluster *c)
             plan.role[i] == R_ASKER || plan.role[i] == R_GARBAGE_FRAMES ||
             plan.role[i] == R_OVERSIZE || plan.role[i] == R_STASHER ||
             plan.role[i] == R_DOORBELL || plan.role[i] == R_STREAM_HELD ||
-            plan.role[i] == R_BAD_HEADERS || plan.role[i] == R_TRY_FILL)
+            plan.role[i] == R_BAD_HEADERS || plan.role[i] == R_TRY_FILL ||
+            plan.role[i] == R_CORRUPT_DOWN)
             ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
     }
 }
@@ -750,6 +770,23 @@ static pm_cluster *spawn_asker_beside(int role0, pm_options **op)
     ck_assert_uint_lt(worst, 1000);
     return c;
 }
+
+/* pm_node(3) ERRORS: EPROTO when the shared memory is corrupt (the
+ * supervisor's side of it cannot be trusted any more): pm_node_recv and
+ * pm_node_request say so, and keep saying so. */
+START_TEST(test_corrupt_memory_eproto)
+{
+    plan = (struct plan){.role[0] = R_CORRUPT_DOWN};
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
+    start_all(c);
+    RUN_UNTIL(c, last_text[0][0] != '\0', 10000);
+    char want[64];
+    snprintf(want, sizeof(want), "#corrupt recv %d %d request %d", -EPROTO, -EPROTO, -EPROTO);
+    ck_assert_str_eq(last_text[0], want);
+    pm_test_finish(c, o);
+}
+END_TEST
 
 START_TEST(test_flood_does_not_starve)
 {
@@ -1155,6 +1192,7 @@ int main(void)
     PM_ADD_TEST(s, test_bad_headers_each_dropped, 60);
     PM_ADD_TEST(s, test_garbage_frames_dropped, 60);
     PM_ADD_TEST(s, test_garbage_index_quarantined, 60);
+    PM_ADD_TEST(s, test_corrupt_memory_eproto, 60);
     PM_ADD_TEST(s, test_request_stash_full, 90);
     PM_ADD_TEST(s, test_hello_other_version, 60);
     PM_ADD_LOOP_TEST(s, test_oversize_frame_fenced, 0, 2, 60);

@@ -477,6 +477,41 @@ START_TEST(test_terminate_cancels)
 }
 END_TEST
 
+static long map_in_terminate = 1;
+static pm_map_result map_untouched;
+
+static void on_cancelled_map(pm_cluster *c, const pm_message *m, void *arg)
+{
+    on_result(c, m, arg);
+    /* Terminate is running: a batch is refused, and nothing of it runs. */
+    pm_map_input in = {"echo:x", 6};
+    map_untouched.error = 12345;
+    map_in_terminate = pm_cluster_map(c, &in, 1, 1000, &map_untouched);
+}
+
+/* pm_cluster_map(3) ERRORS: ESHUTDOWN while pm_cluster_terminate runs. The
+ * application's code that runs then is what terminate calls back: here the
+ * callback of a held request, which terminate cancels; a map from there is
+ * refused -ESHUTDOWN (not -EDEADLK, though it is in a callback) and leaves
+ * the results untouched. */
+START_TEST(test_map_during_terminate)
+{
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
+    map_in_terminate = 1;
+    pm_address a = pm_test_slot_addr(0, 0);
+    ck_assert_int_gt(pm_cluster_request(c, &a, "hold", 4, 20000, on_cancelled_map, &results[0]), 0);
+    RUN_UNTIL(c, pm_test_slot_inflight(c, 0) == 1, 10000);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    ck_assert_int_eq(results[0].calls, 1);
+    ck_assert_int_eq(results[0].err, -ECANCELED);
+    ck_assert_int_eq(map_in_terminate, -ESHUTDOWN);
+    ck_assert_int_eq(map_untouched.error, 12345);
+    ck_assert_ptr_null(map_untouched.reply);
+    pm_options_free(o);
+}
+END_TEST
+
 /* Requests held by live workers when terminate is called: -ECANCELED
  * before anything stops, not -EHOSTDOWN as each worker exits. */
 START_TEST(test_terminate_cancels_held)
@@ -605,6 +640,44 @@ START_TEST(test_call_eintr)
     /* The cluster still serves. */
     ck_assert_int_eq(pm_cluster_call(c, NULL, "echo:after", 10, 10000, buf, sizeof(buf), NULL),
                      0);
+    finish(c, o);
+}
+END_TEST
+
+/* pm_cluster_map(3) RETURN VALUE, pm_options(3) set_handle_signals: a
+ * signal ends the batch; the input in flight is cancelled, and it and
+ * every input not handed out yet get -EINTR; the count is of the inputs
+ * answered before. One worker taking one input at a time makes the order
+ * certain: "echo:a" is answered, "term" has the worker send SIGTERM to the
+ * supervisor and answer nothing, the two after it are never handed out. */
+START_TEST(test_map_eintr)
+{
+    pm_options *o = opts(1);
+    pm_options_set_handle_signals(o, 1); /* opt-in for the library */
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    static const char *in[] = {"echo:a", "term", "echo:b", "echo:c"};
+    enum { N = sizeof(in) / sizeof(in[0]) };
+    pm_map_input inputs[N];
+    pm_map_result res[N];
+    for (int i = 0; i < N; i++) {
+        inputs[i].data = in[i];
+        inputs[i].len = strlen(in[i]);
+    }
+    ck_assert_int_eq(pm_cluster_map(c, inputs, N, 20000, res), 1);
+    ck_assert_int_eq(pm_cluster_last_signal(c), SIGTERM);
+    ck_assert_int_eq(res[0].error, 0);
+    ck_assert_uint_eq(res[0].len, 7);
+    ck_assert_int_eq(memcmp(res[0].reply, "slot0:a", 7), 0);
+    for (int i = 1; i < N; i++) {
+        ck_assert_msg(res[i].error == -EINTR, "input %d (%s): %s", i, in[i], pm_strerror(res[i].error));
+        ck_assert_ptr_null(res[i].reply);
+    }
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 0), 0);
+    pm_map_results_free(res, N);
+    /* The cluster still serves. */
+    char buf[16];
+    ck_assert_int_eq(pm_cluster_call(c, NULL, "echo:after", 10, 10000, buf, sizeof(buf), NULL), 0);
     finish(c, o);
 }
 END_TEST
@@ -1056,10 +1129,12 @@ int main(void)
     PM_ADD_TEST(s, test_cancel, 0);
     PM_ADD_TEST(s, test_terminate_cancels, 0);
     PM_ADD_TEST(s, test_terminate_cancels_held, 0);
+    PM_ADD_TEST(s, test_map_during_terminate, 0);
     PM_ADD_TEST(s, test_wait_for_ready, 0);
     PM_ADD_TEST(s, test_wait_timeout, 0);
     PM_ADD_TEST(s, test_call, 0);
     PM_ADD_TEST(s, test_call_eintr, 0);
+    PM_ADD_TEST(s, test_map_eintr, 0);
     PM_ADD_TEST(s, test_call_deadlk_event, 0);
     PM_ADD_TEST(s, test_many_timeouts, 0);
     PM_ADD_TEST(s, test_id_wrap, 0);

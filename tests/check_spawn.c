@@ -9,6 +9,7 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -421,6 +422,108 @@ START_TEST(test_exec_signal_dispositions)
 }
 END_TEST
 
+/* pm_options(3), set_exec: a name without "/" is searched in PATH. The
+ * test worker's directory is put in PATH behind one that does not exist,
+ * and the working directory has no such program: the spawn succeeds only
+ * if the bare name was found there (the worker joins and says ready). */
+START_TEST(test_spawn_name_in_path)
+{
+    const char *worker = PM_TEST_WORKER;
+    const char *slash = strrchr(worker, '/');
+    ck_assert_ptr_nonnull(slash);
+    const char *old = getenv("PATH");
+    char path[8192];
+    int len = snprintf(path, sizeof(path), "/nonexistent/procmesh-bin:%.*s:%s", (int)(slash - worker),
+                       worker, old != NULL ? old : "/usr/bin:/bin");
+    ck_assert_int_lt(len, (int)sizeof(path));
+    ck_assert_int_eq(setenv("PATH", path, 1), 0);
+    ck_assert_int_eq(chdir("/"), 0);
+    pm_options *o = opts(1);
+    char *argv[] = {"pm-test-worker", "ready", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, slash + 1, argv), 0);
+    pm_cluster *c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    ck_assert_msg(rc == 0, "spawn of \"%s\" with PATH=%s: %s", slash + 1, path, pm_strerror(rc));
+    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
+    ck_assert_int_eq(count(PM_EVENT_READY, 0), 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
+/* The SigBlk mask a "sigmask" worker reported on fd (one line each), read
+ * while the cluster runs; fails after 20 s without one. */
+static unsigned long long worker_sigblk(pm_cluster *c, int fd)
+{
+    char line[128];
+    size_t got = 0;
+    uint64_t end = ms() + 20000;
+    while ((got == 0 || line[got - 1] != '\n') && got < sizeof(line) - 1 && ms() < end) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 0) == 1) {
+            ck_assert_int_eq(read(fd, line + got, 1), 1); /* one byte: never past the line */
+            got++;
+        } else {
+            ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+        }
+    }
+    line[got] = '\0';
+    unsigned long long mask = 0;
+    ck_assert_msg(sscanf(line, "SigBlk: %llx", &mask) == 1, "the worker's report: '%s'", line);
+    return mask;
+}
+
+/* pm_options(3), set_exec: an exec'd worker starts with the signal mask the
+ * caller had before the cluster. The test blocks SIGUSR1 and SIGPROF
+ * first; with handle_signals (_i 1) the cluster then blocks SIGCHLD,
+ * SIGTERM, SIGINT and SIGHUP in this thread too, which no worker may
+ * inherit. The first worker (started by the spawn) and a replacement
+ * (started from the loop) each report the mask they started with. */
+START_TEST(test_exec_signal_mask)
+{
+    sigset_t set, before;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGPROF);
+    ck_assert_int_eq(sigprocmask(SIG_BLOCK, &set, NULL), 0);
+    ck_assert_int_eq(sigprocmask(SIG_SETMASK, NULL, &before), 0);
+    unsigned long long want = 0;
+    for (int sig = 1; sig <= 64; sig++)
+        if (sigismember(&before, sig) == 1)
+            want |= SIGBIT(sig);
+    ck_assert(want & SIGBIT(SIGUSR1));
+    ck_assert(!(want & SIGBIT(SIGTERM)));
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    pm_options *o = opts(1);
+    exec_opts(o, "sigmask", NULL);
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &p[1], 1), 0);
+    ck_assert_int_eq(pm_options_set_handle_signals(o, _i), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    sigset_t now;
+    ck_assert_int_eq(sigprocmask(SIG_SETMASK, NULL, &now), 0);
+    ck_assert_int_eq(sigismember(&now, SIGTERM), _i); /* what the workers must not get */
+    unsigned long long got = worker_sigblk(c, p[0]);
+    ck_assert_msg(got == want, "the first worker started with SigBlk %016llx, the caller had %016llx",
+                  got, want);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    pid_t old = si.pid;
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, pm_cluster_slot_info(c, 0, &si) == 0 && si.state == PM_SLOT_READY && si.pid != old,
+              10000);
+    got = worker_sigblk(c, p[0]);
+    ck_assert_msg(got == want, "the replacement started with SigBlk %016llx, the caller had %016llx",
+                  got, want);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    close(p[0]);
+    close(p[1]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spawn");
@@ -432,5 +535,7 @@ int main(void)
     PM_ADD_TEST(s, test_ready_mode_exec_and_listen_fds, 60);
     PM_ADD_TEST(s, test_fork_child_faults_flat_in_n, 240);
     PM_ADD_TEST(s, test_exec_signal_dispositions, 60);
+    PM_ADD_TEST(s, test_spawn_name_in_path, 60);
+    PM_ADD_LOOP_TEST(s, test_exec_signal_mask, 0, 2, 60);
     return pm_test_main(s);
 }

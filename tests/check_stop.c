@@ -17,6 +17,9 @@
 #ifndef PM_TEST_WORKER
 #error "PM_TEST_WORKER must name the pm-test-worker binary"
 #endif
+#ifndef PM_NOTIFY_SEND
+#error "PM_NOTIFY_SEND must name the pm-notify-send binary"
+#endif
 
 START_TEST(test_terminate_ignores_sigterm)
 {
@@ -185,6 +188,74 @@ START_TEST(test_epoll_backend)
 }
 END_TEST
 
+/* pm_options(3): "In the exec and notify modes the stop request is SIGTERM
+ * alone." Such a worker has no ring for a STOP frame; and no other signal
+ * comes with the SIGTERM. A shell worker logs every catchable signal it
+ * gets, the stop timeout far off (no SIGKILL meanwhile). Once SIGTERM is in
+ * its log the test sends SIGUSR1 as an end mark, on which it exits 0: a
+ * signal sent with the stop request was pending before the mark, so its
+ * line is in the log by then. _i: 0 exec mode, 1 notify mode. */
+START_TEST(test_exec_stop_is_sigterm_alone)
+{
+    char dir[] = "/tmp/pm-stopsig-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    /* Once d/quit exists a worker exits at once on SIGTERM, so that the
+     * terminate at the end does not wait out the stop timeout for the
+     * replacement. The check comes before the line: the first worker's
+     * SIGTERM line is written before the test makes the file, and it stays
+     * until the mark. */
+    char script[1024];
+    snprintf(script, sizeof(script),
+             "d=%s; log=$d/log.$$;"
+             " for s in HUP INT QUIT ABRT USR2 PIPE ALRM CONT URG WINCH; do"
+             " trap \"echo $s >> $log\" $s; done;"
+             " trap '[ -e $d/quit ] && exit 0; echo TERM >> $log' TERM;"
+             " trap 'echo USR1 >> $log; exit 0' USR1;"
+             " echo $$ > $d/t.$$; mv $d/t.$$ $d/up.$$;"
+             " while :; do sleep 0.1; done",
+             dir);
+    pm_options *o = opts(1);
+    if (_i == 0) {
+        char *argv[] = {"sh", "-c", script, NULL};
+        ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+        ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    } else {
+        char *argv[] = {"pm-notify-send", "READY=1", "--", "/bin/sh", "-c", script, NULL};
+        ck_assert_int_eq(pm_options_set_exec(o, PM_NOTIFY_SEND, argv), 0);
+        ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_NOTIFY), 0);
+    }
+    pm_options_set_stop_timeout_ms(o, 30000);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    char up[96], logpath[96], quit[96], text[256];
+    snprintf(up, sizeof(up), "%s/up.%d", dir, (int)si.pid);
+    snprintf(logpath, sizeof(logpath), "%s/log.%d", dir, (int)si.pid);
+    snprintf(quit, sizeof(quit), "%s/quit", dir);
+    RUN_UNTIL(c, access(up, R_OK) == 0, 10000); /* its traps are set */
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0); /* the stop request */
+    RUN_UNTIL(c, (pm_test_read_file(logpath, text, sizeof(text)), strstr(text, "TERM\n") != NULL),
+              10000);
+    FILE *f = fopen(quit, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    ck_assert_int_eq(kill(si.pid, SIGUSR1), 0);
+    RUN_UNTIL(c, find(PM_EVENT_EXITED, 0, 0) != NULL, 10000);
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_int_eq(e->pid, si.pid);
+    ck_assert_msg(e->signal == 0 && e->exit_code == 0, "the worker ended by signal %d, exit code %d",
+                  e->signal, e->exit_code);
+    pm_test_read_file(logpath, text, sizeof(text));
+    ck_assert_str_eq(text, "TERM\nUSR1\n");
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("stop");
@@ -194,5 +265,6 @@ int main(void)
     PM_ADD_TEST(s, test_supervisor_killed, 60);
     PM_ADD_TEST(s, test_signals_and_fd, 60);
     PM_ADD_TEST(s, test_epoll_backend, 60);
+    PM_ADD_LOOP_TEST(s, test_exec_stop_is_sigterm_alone, 0, 2, 60);
     return pm_test_main(s);
 }

@@ -17,8 +17,13 @@
  *   inspect            join, ready, write a report of what this process
  *                      holds to fd 3 (passed by the test; see inspect.h),
  *                      then wait
- *   env                join, ready, write its environment to fd 3 (one
- *                      variable a line, then "end"), then wait
+ *   env                write "joining: PROCMESH_NODE=VALUE" (or "joining: no
+ *                      PROCMESH_NODE") to fd 3 as the program started; join,
+ *                      ready, write its environment to fd 3 (one variable a
+ *                      line, then "end"), then wait
+ *   sigmask            write the SigBlk line of /proc/self/status (the
+ *                      signal mask the program started with, read first
+ *                      thing) to fd 3; join, ready, wait
  *   hog                no join: allocates and touches memory until killed
  *   echo               join, ready, answer every message to its sender:
  *                      "fds" with the open fd numbers ("fds 0 1 2 ..."),
@@ -67,6 +72,25 @@ static void wait_forever(void)
 {
     for (;;)
         pause();
+}
+
+/* The sigmask mode's report: the "SigBlk:" line of /proc/self/status, as
+ * it is now, to fd 3. 0, or -1 when it could not be read or written. */
+static int report_sigblk(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    int rc = -1;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "SigBlk:", 7) == 0) {
+            size_t len = strlen(line);
+            rc = write(3, line, len) == (ssize_t)len ? 0 : -1;
+            break;
+        }
+    fclose(f);
+    return rc;
 }
 
 /* The echo mode's loop (see the top of the file). */
@@ -196,6 +220,9 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *mode = argv[1];
+    /* Before anything else could change the mask. */
+    if (strcmp(mode, "sigmask") == 0 && report_sigblk() < 0)
+        return 108;
     if (strcmp(mode, "early") == 0)
         return argc > 2 ? atoi(argv[2]) : 0;
     if (strcmp(mode, "serve") == 0)
@@ -210,6 +237,14 @@ int main(int argc, char **argv)
         }
     }
     signal(SIGTERM, on_term);
+    if (strcmp(mode, "env") == 0) {
+        /* What procmesh gave us to join with, for the test to see that
+         * pm_node_join takes it out of the environment (pm_node(3)). */
+        const char *node = getenv("PROCMESH_NODE");
+        if ((node != NULL ? dprintf(3, "joining: PROCMESH_NODE=%s\n", node)
+                          : dprintf(3, "joining: no PROCMESH_NODE\n")) < 0)
+            return 103;
+    }
     pm_node *n;
     int rc = pm_node_join(&n);
     if (rc < 0) {

@@ -123,10 +123,14 @@ static int map_check(const pm_cluster *c, const pm_map_input *inputs, size_t n, 
     for (size_t i = 0; i < n; i++)
         if (inputs[i].data == NULL && inputs[i].len > 0)
             return -EINVAL;
-    if (pm__hub_in_callback(c->hub))
-        return -EDEADLK;
+    /* Before the callback check: while terminate runs, the application's
+     * code runs only in the callbacks terminate makes (a cancelled
+     * request's, an event's), so -EDEADLK first would make the documented
+     * -ESHUTDOWN unreachable (pm_cluster_map(3)). */
     if (pm__hub_requests_closed(c->hub))
         return -ESHUTDOWN;
+    if (pm__hub_in_callback(c->hub))
+        return -EDEADLK;
     return 0;
 }
 
