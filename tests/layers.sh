@@ -7,7 +7,9 @@
 # only shrinks. No object of the library or the daemon but cipher.c refers
 # to pm__noise_transport_aead: the null cipher that replaces ChaChaPoly
 # exists only in pm-bench (tools/bench/peer.c). And the daemon defines no
-# pm__ function: it calls the library's.
+# pm__ function: it calls the library's. The shared library exports the
+# PM_EXTERN calls of include/procmesh.h and the PM__DAEMON_API ones, each
+# defined, and nothing else.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../src" && pwd)
@@ -64,6 +66,39 @@ if [ -f "$build/.libs/libprocmesh.so" ] && [ -f "$daemon" ]; then
         echo "FAIL: the daemon defines its own copy of" $own "(call the library's: PM__DAEMON_API)" >&2
         status=1
     fi
+fi
+# Exported from libprocmesh.so (doc/design.md, Layers): exactly the
+# PM_EXTERN declarations of include/procmesh.h and the PM__DAEMON_API ones
+# of src/ (-fvisibility=hidden hides the rest). Names the toolchain adds
+# (a leading underscore: _init, __bss_start, a sanitizer's) are not ours.
+lib=$build/.libs/libprocmesh.so
+if [ -f "$lib" ] && command -v nm >/dev/null 2>&1; then
+    tmp=${TMPDIR:-/tmp}/layers-syms.$$
+    awk '/^PM_EXTERN/ {d = $0; while (d !~ /\(/ && (getline l) > 0) d = d " " l;
+                       sub(/\(.*/, "", d); n = split(d, w, /[^A-Za-z0-9_]+/); print w[n]}' \
+        "$here/../include/procmesh.h" >"$tmp.want"
+    grep -rh '^PM__DAEMON_API' "$src" --include='*.h' |
+        awk '{d = $0; sub(/\(.*/, "", d); n = split(d, w, /[^A-Za-z0-9_]+/); print w[n]}' >>"$tmp.want"
+    LC_ALL=C sort -u "$tmp.want" -o "$tmp.want"
+    nm -D --defined-only "$lib" | awk 'NF >= 3 && $3 !~ /^_/ {sub(/@.*/, "", $3); print $3}' |
+        LC_ALL=C sort -u >"$tmp.have"
+    if [ "$(wc -l <"$tmp.want")" -lt 100 ]; then
+        echo "FAIL: only $(wc -l <"$tmp.want") declarations found in include/procmesh.h and src/ (the parse broke?)" >&2
+        status=1
+    fi
+    extra=$(LC_ALL=C comm -13 "$tmp.want" "$tmp.have")
+    missing=$(LC_ALL=C comm -23 "$tmp.want" "$tmp.have")
+    if [ -n "$extra" ]; then
+        echo "FAIL: $lib exports what no PM_EXTERN or PM__DAEMON_API declares:" $extra >&2
+        status=1
+    fi
+    if [ -n "$missing" ]; then
+        echo "FAIL: declared for export but not exported by $lib:" $missing >&2
+        status=1
+    fi
+    rm -f "$tmp.want" "$tmp.have"
+else
+    echo "note: no shared libprocmesh.so in $build (or no nm): its exports not checked"
 fi
 [ "$status" -eq 0 ] && echo "layers: every use points down, or is listed in tests/layers.todo"
 exit "$status"
