@@ -1157,6 +1157,119 @@ START_TEST(test_hostile_consumer)
 }
 END_TEST
 
+/* design.md, "The other end is untrusted" 6: a hostile end flipping wait
+ * flags costs at most a spurious or a missed wake-up of its own traffic,
+ * never blocks the other; no wait with a timeout blocks for ever. An
+ * honest child consumes ring a and produces into ring b, parking in every
+ * wait (no spin): _i 0 in FUTEX_WAIT, 1 on its eventfd (as where futexes
+ * are refused). This process is the other end of both and hostile: it
+ * publishes into a and consumes from b correctly but never wakes anyone,
+ * writes random values into every wait flag of both rings (the child's
+ * included: a flag cleared while the child sleeps is a missed wake-up, one
+ * set while it does not a spurious one) and keeps the eventfds the child
+ * writes to wake it saturated. The child's publishes and releases return,
+ * each bounded wait returns 0 or 1, and both streams make progress: the
+ * child ends by itself, exit 0. A wait that blocked for ever would keep it
+ * past the bound of its reap. */
+START_TEST(test_hostile_wait_flags)
+{
+    /* The product's doorbells are non-blocking, as the ones here: a
+     * saturated counter makes the waker's write fail at once (EAGAIN). */
+    pm__channel l;
+    const pm__channel_params cp = {.ring_cap = (uint64_t)1 << 20, .supervisor_pid = getpid(), .heartbeat_ms = 0,
+                                   .max_message = PM_MAX_PAYLOAD};
+    ck_assert_int_eq(pm__channel_create(&l, 0, 1, &cp), 0);
+    ck_assert(fcntl(l.hub_efd, F_GETFL) & O_NONBLOCK);
+    ck_assert(fcntl(l.node_efd, F_GETFL) & O_NONBLOCK);
+    pm__channel_close(&l);
+
+    test_ring a, b;
+    tr_open(&a, 4096, 64);
+    tr_open(&b, 4096, 64);
+    a.cons.spin_ns = a.cons.spin_budget = b.prod.spin_ns = b.prod.spin_budget = 0;
+    a.cons.futex_ok = b.prod.futex_ok = _i == 0;
+    const int rounds = 150;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        unsigned got = 0, sent = 0;
+        unsigned char buf[32] = {0};
+        for (int i = 0; i < rounds; i++) {
+            int w = pm__ring_wait(&a.cons, 20);
+            if (w != 0 && w != 1)
+                _exit(2);
+            const void *p;
+            size_t len;
+            int rc;
+            while ((rc = pm__ring_peek(&a.cons, &p, &len)) == 1) {
+                pm__ring_consume(&a.cons);
+                pm__ring_release(&a.cons); /* wakes per a flag the other end wrote */
+                got++;
+            }
+            if (rc != 0)
+                _exit(3);
+            while ((rc = pm_test_ring_send(&b.prod, buf, sizeof(buf))) == 0)
+                sent++; /* each publish wakes per a flag the other end wrote */
+            if (rc != -EAGAIN)
+                _exit(4);
+            w = pm__ring_wait_space(&b.prod, sizeof(buf), 20);
+            if (w != 0 && w != 1)
+                _exit(5);
+        }
+        _exit(got > 0 && sent > 0 ? 0 : 6);
+    }
+    static const uint32_t values[] = {0, 1, 2, 3, 0xffffffffu};
+    uint64_t seed = 77;
+    unsigned char *adata = (unsigned char *)a.region + PM__RING_HDR_SIZE;
+    struct pm__ring_shared *ash = a.region, *bsh = b.region;
+    const uint64_t full = 0xfffffffffffffffeull;
+    int status = -1;
+    unsigned saturations = 0;
+    uint64_t end = pm_test_ms() + 30000;
+    while (pm_test_ms() < end) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            break;
+        ck_assert_int_eq(r, 0);
+        /* a: one record into an empty ring, published without a wake-up. */
+        uint64_t h = atomic_load(&ash->head);
+        if (h == atomic_load(&ash->tail)) {
+            *(volatile uint64_t *)(adata + (h & 4095)) = 8; /* length 8, flags 0 */
+            atomic_store(&ash->head, h + 16);
+        }
+        /* b: everything consumed, without a wake-up. */
+        atomic_store(&bsh->tail, atomic_load(&bsh->head));
+        /* Every flag, to anything. */
+        atomic_store(&ash->cons_waiting, values[pm_test_rand(&seed) % 5]);
+        atomic_store(&ash->prod_waiting, values[pm_test_rand(&seed) % 5]);
+        atomic_store(&bsh->cons_waiting, values[pm_test_rand(&seed) % 5]);
+        atomic_store(&bsh->prod_waiting, values[pm_test_rand(&seed) % 5]);
+        /* The counters the child's wake-ups write, at their maximum (a
+         * wake-up of the child's between the read and the write leaves a
+         * counter short of it this round). */
+        uint64_t v;
+        int saturated = 0;
+        for (int k = 0; k < 2; k++) {
+            int efd = k == 0 ? a.prod_efd : b.cons_efd;
+            ssize_t rd = read(efd, &v, 8);
+            (void)rd;
+            saturated += write(efd, &full, 8) == 8;
+        }
+        saturations += saturated;
+        usleep(2000);
+    }
+    if (status == -1) {
+        kill(pid, SIGKILL);
+        pm_test_reap(pid, 5000);
+        ck_abort_msg("the honest end did not finish its %d bounded rounds in 30 s (blocked?)", rounds);
+    }
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the honest end: status %d", status);
+    ck_assert_uint_gt(saturations, 0);
+    tr_close(&a);
+    tr_close(&b);
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
     Suite *s = suite_create("ring");
@@ -1192,6 +1305,7 @@ static Suite *ring_suite(void)
     tc = pm_tcase("hostile", 60);
     tcase_add_test(tc, test_hostile_producer);
     tcase_add_test(tc, test_hostile_consumer);
+    tcase_add_loop_test(tc, test_hostile_wait_flags, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
