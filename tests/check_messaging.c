@@ -8,6 +8,7 @@
 
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 
 #include "internals.h"
@@ -48,7 +49,29 @@ enum role {
                      -EAGAIN, 8 on another error, 9 when it never fails */
     R_CORRUPT_DOWN, /* scribbles the hub's index of its down ring, reports what recv and
                        request return, then waits */
+    R_BURST_MAIN, /* once turns->go: `count` messages "burst" to main, then turns->burst_done */
+    R_ONE_AFTER,  /* once turns->burst_done: one message "after" to main, then turns->one_done */
 };
+
+/* test_frames_per_turn: set by main and the workers in shared memory
+ * (made before the spawn, so every fork has it), so the workers fill their
+ * rings while main runs no turn. */
+struct turns_gate {
+    _Atomic int go, burst_done, one_done;
+};
+static struct turns_gate *turns;
+
+/* Waits (at most 20 s) until *flag is set; 0 when it never was. */
+static int wait_flag(_Atomic int *flag)
+{
+    uint64_t end = pm_test_ms() + 20000;
+    while (!atomic_load(flag)) {
+        if (pm_test_ms() > end)
+            return 0;
+        usleep(1000);
+    }
+    return 1;
+}
 
 /*
  * The checks of a frame header from a worker (doc/protocol.md, frame.c,
@@ -275,6 +298,19 @@ static int worker(pm_node *n, void *arg)
     case R_SILENT:
         idle_forever();
         break;
+    case R_BURST_MAIN:
+    case R_ONE_AFTER: {
+        pm_address main_addr = {.system = "procmesh", .host = "main"};
+        if (!wait_flag(role == R_BURST_MAIN ? &turns->go : &turns->burst_done))
+            return 42;
+        uint32_t frames = role == R_BURST_MAIN ? p->count : 1;
+        const char *text = role == R_BURST_MAIN ? "burst" : "after";
+        for (uint32_t i = 0; i < frames; i++)
+            if (pm_node_try_send(n, &main_addr, text, 5) != 0)
+                return 43; /* the ring holds them all: nothing may wait */
+        atomic_store(role == R_BURST_MAIN ? &turns->burst_done : &turns->one_done, 1);
+        break;
+    }
     case R_TRY_FILL: {
         static char buf[1000];
         pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
@@ -1184,6 +1220,75 @@ START_TEST(test_node_fd)
 END_TEST
 
 
+/* test_frames_per_turn: what main got, by turn. */
+static unsigned burst_this_turn, burst_total, burst_before_after;
+static int after_seen;
+
+static void on_message_turns(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (getenv("PM_DEBUG"))
+        fprintf(stderr, "main got kind %d from %u len %zu\n", m->kind, m->from.port, m->len);
+    if (m->len == 5 && memcmp(m->data, "burst", 5) == 0 && m->from.port == 1) {
+        burst_this_turn++;
+        burst_total++;
+    } else if (m->len == 5 && memcmp(m->data, "after", 5) == 0 && m->from.port == 2 && !after_seen) {
+        after_seen = 1;
+        burst_before_after = burst_total;
+    }
+}
+
+/* Fair turns (doc/design.md, Life of a frame): the hub reads at most 256
+ * frames (PM__FRAMES_PER_TURN) from one port a turn, so a flood delays the
+ * others by at most a turn. Slot 0 puts 1000 messages for main in its ring,
+ * then slot 1 one, while main runs no turn (the workers wait on shared
+ * memory, not on the hub): the hub finds them all there at once. Then main
+ * runs one turn at a time (pm_cluster_run with 0 runs exactly one): no
+ * turn delivers more than 256 of slot 0's, and slot 1's comes with at most
+ * one turn's worth of slot 0's before it. */
+START_TEST(test_frames_per_turn)
+{
+    turns = mmap(NULL, sizeof(*turns), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(turns, MAP_FAILED);
+    memset(turns, 0, sizeof(*turns));
+    /* 1000 frames of 5 bytes take 1000 * 72 bytes of the 256 KiB ring. */
+    plan = (struct plan){.role[0] = R_BURST_MAIN, .role[1] = R_ONE_AFTER, .count = 1000};
+    pm_options *o = opts(2, worker);
+    ck_assert_int_eq(pm_options_set_on_message(o, on_message_turns, NULL), 0);
+    burst_this_turn = burst_total = burst_before_after = 0;
+    after_seen = 0;
+    pm_cluster *c = pm_test_spawn(o);
+    /* A turn that may sleep arms the doorbells of the drained rings
+     * (pm__hub_arm_idle); one that may not (pm_cluster_run with 0) does
+     * not, so one comes first. */
+    ck_assert_int_ge(pm_cluster_run(c, 1), 0);
+    atomic_store(&turns->go, 1);
+    ck_assert_msg(wait_flag(&turns->one_done), "the workers did not fill their rings (burst %d)",
+                  atomic_load(&turns->burst_done));
+    ck_assert_uint_eq(burst_total, 0); /* no turn ran since */
+    unsigned max_turn = 0, turns_with_burst = 0;
+    uint64_t end = ms() + 30000;
+    while ((burst_total < plan.count || !after_seen) && ms() < end) {
+        burst_this_turn = 0;
+        ck_assert_int_ge(pm_cluster_run(c, 0), 0);
+        if (burst_this_turn > max_turn)
+            max_turn = burst_this_turn;
+        turns_with_burst += burst_this_turn > 0;
+    }
+    ck_assert_msg(burst_total == plan.count && after_seen, "main got %u of %u, slot 1's %s",
+                  burst_total, plan.count, after_seen ? "too" : "not");
+    ck_assert_msg(max_turn <= 256, "one turn delivered %u frames of one port", max_turn);
+    ck_assert_uint_ge(turns_with_burst, (plan.count + 255) / 256);
+    ck_assert_msg(burst_before_after <= 256, "slot 1's message came after %u of slot 0's",
+                  burst_before_after);
+    ck_assert_int_eq(events_fenced, 0);
+    pm_test_finish(c, o);
+    munmap(turns, sizeof(*turns));
+}
+END_TEST
+
+
 int main(void)
 {
     Suite *s = suite_create("messaging");
@@ -1198,6 +1303,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_oversize_frame_fenced, 0, 2, 60);
     PM_ADD_TEST(s, test_flood_does_not_starve, 60);
     PM_ADD_TEST(s, test_doorbell_hammer_does_not_starve, 60);
+    PM_ADD_TEST(s, test_frames_per_turn, 60);
     PM_ADD_TEST(s, test_undeliverable, 60);
     PM_ADD_TEST(s, test_killed_mid_request, 60);
     PM_ADD_TEST(s, test_broadcast, 60);
