@@ -2481,6 +2481,139 @@ START_TEST(test_bin_notify_heartbeat_metric_after_watchdog)
 }
 END_TEST
 
+/* The line of log that holds at, without its newline, in buf. */
+static void line_at(const char *log, const char *at, char *buf, size_t size)
+{
+    const char *bol = at;
+    while (bol > log && bol[-1] != '\n')
+        bol--;
+    const char *eol = strchr(at, '\n');
+    size_t n = eol != NULL ? (size_t)(eol - bol) : strlen(bol);
+    snprintf(buf, size, "%.*s", (int)n, bol);
+}
+
+/* Waits until GET /metrics shows name at least min (bounded); its value. */
+static long long wait_metric(int port, const char *name, long long min, int timeout_ms)
+{
+    uint64_t end = pm_test_ms() + (uint64_t)timeout_ms;
+    long long v;
+    while ((v = http_metric(port, name)) < min && pm_test_ms() < end)
+        usleep(20000);
+    ck_assert_msg(v >= min, "waited %d ms for %s >= %lld in /metrics; last: %lld", timeout_ms, name,
+                  min, v);
+    return v;
+}
+
+/* --drain-timeout and --fence-not-draining (README.md options table,
+ * procmesh(1)): a worker whose full ring keeps frames waiting in the
+ * supervisor past the drain timeout is reported, a not-draining line and
+ * procmesh_not_draining_total, once per stall; with --fence-not-draining
+ * yes it is also fenced (reason not-draining) and restarted. Two slots of
+ * pm-test-worker's flood mode: slot 0 sends to slot 1 as fast as it can,
+ * slot 1 never reads (the library's side: check_hostile
+ * test_not_draining). _i 0: reported only; 1: fenced too. */
+START_TEST(test_bin_not_draining_reported)
+{
+    int port;
+    proc p = start_health((const char *[]){"--workers", "2", "--heartbeat-timeout", "0",
+                                           "--drain-timeout", "300", "--fence-not-draining",
+                                           _i ? "yes" : "no", "--max-restarts", "-1", "--",
+                                           PM_TEST_WORKER, "flood", "procmesh@worker:2", NULL},
+                          base_env, &port);
+    proc_wait_log(&p, "event=not-draining slot=1 ", 1, 30000);
+    char line[512];
+    line_at(p.log, strstr(p.log, "event=not-draining slot=1 "), line, sizeof(line));
+    ck_assert_msg(strstr(line, " reason=not-draining") != NULL && strstr(line, " incarnation=1") != NULL,
+                  "%s", line);
+    ck_assert_int_ge(wait_metric(port, "procmesh_not_draining_total", 1, 20000), 1);
+    if (_i) {
+        proc_wait_log(&p, "event=fenced slot=1 ", 1, 20000);
+        line_at(p.log, strstr(p.log, "event=fenced slot=1 "), line, sizeof(line));
+        ck_assert_msg(strstr(line, " reason=not-draining") != NULL, "%s", line);
+        /* Restarted: its replacement is ready. */
+        proc_wait_log(&p, "event=ready slot=1 ", 2, 20000);
+    } else {
+        /* The stall goes on (slot 1 never reads): one report all the
+         * same, and no fence. A further second of it (three drain
+         * timeouts), the log read meanwhile. */
+        uint64_t end = pm_test_ms() + 1000;
+        while (pm_test_ms() < end)
+            proc_read(&p, 50);
+        ck_assert_msg(count_of(p.log, "event=not-draining") == 1 && strstr(p.log, "event=fenced") == NULL,
+                      "a stall reported more than once, or fenced without --fence-not-draining %s",
+                      count_of(p.log, "event=not-draining") == 1 ? "" : tail_of(p.log));
+        ck_assert_int_eq(http_metric(port, "procmesh_not_draining_total"), 1);
+    }
+    /* Only the worker that does not read is blamed. */
+    ck_assert_ptr_null(strstr(p.log, "event=not-draining slot=0 "));
+    static char out[262144];
+    stop_ok(&p, out, sizeof(out), 30000);
+    ck_assert_ptr_null(strstr(out, "event=not-draining slot=0 "));
+    ck_assert_ptr_null(strstr(out, "event=fenced slot=0 "));
+}
+END_TEST
+
+/* procmesh(1), LOGGING: past their own limit, lifecycle lines are counted
+ * in a lifecycle_suppressed line at most once a second. A crash loop as
+ * fast as a 1 ms backoff lets it go outruns that limit (200, then 50 a
+ * second) on any machine, and a systemd watchdog of 20 ms (WATCHDOG_USEC;
+ * the socket is nobody's, so each notification fails at once) makes the
+ * daemon's loop come round every 10 ms instead of every second: the count
+ * must not follow the loop. The crash loop runs at least 3 s (longer until
+ * three such lines came), then the drain. Counted against the wall time
+ * this test measures around the whole run: at most one line per whole
+ * second of it, one at its start and one more right before the slot's
+ * stopped line. */
+START_TEST(test_bin_lifecycle_suppressed_once_a_second)
+{
+    char notify_env[96];
+    snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=@pm-test-nobody-%d", (int)getpid());
+    char *env[] = {"PATH=/usr/bin:/bin", notify_env, "WATCHDOG_USEC=20000", NULL};
+    char *a[] = {"procmesh", "run", "--workers", "1", "--ready", "exec", "--backoff-min", "1",
+                 "--backoff-max", "1", "--backoff-jitter", "0", "--max-restarts", "-1",
+                 "--", "/bin/sh", "-c", "exit 3", NULL};
+    uint64_t t0 = pm_test_ms();
+    proc p = start(a, env);
+    uint64_t end = t0 + 30000;
+    while ((count_of(p.log, "event=lifecycle_suppressed slot=0 ") < 3 || pm_test_ms() < t0 + 3000) &&
+           !p.eof && pm_test_ms() < end)
+        proc_read(&p, 50);
+    ck_assert_msg(count_of(p.log, "event=lifecycle_suppressed slot=0 ") >= 1,
+                  "the crash loop never outran the lifecycle limit in 30 s %s",
+                  count_of(p.log, "event=lifecycle_suppressed slot=0 ") >= 1 ? "" : tail_of(p.log));
+    kill(p.pid, SIGTERM);
+    static char out[1 << 20];
+    int rc = proc_finish(&p, out, sizeof(out), 60000);
+    uint64_t elapsed_ms = pm_test_ms() - t0;
+    ck_assert_msg(rc >= 0 && rc < 128, "procmesh ended with %d", rc);
+    ck_assert_ptr_nonnull(strstr(out, "event=stopped slot=0 "));
+    long lines = count_of(out, "event=lifecycle_suppressed slot=0 ");
+    long bound = (long)(elapsed_ms / 1000) + 2;
+    ck_assert_msg(lines <= bound, "%ld lifecycle_suppressed lines in %llu ms (at most %ld) %s", lines,
+                  (unsigned long long)elapsed_ms, bound, lines <= bound ? "" : tail_of(out));
+}
+END_TEST
+
+/* design.md, Modules, src/os/fdpass.c, on the daemon's own path: the fds
+ * a readiness datagram carries are taken with no room (notify.c: FDSTORE=1
+ * is not supported), so every one is closed. The worker sends READY=1 with
+ * three copies of a pipe's write end, keeps none, and goes on only once
+ * the pipe's read end is at its end, saying so on its stdout (captured);
+ * a copy kept by procmesh would hold it back (pm-notify-send --fds). */
+START_TEST(test_bin_notify_fds_closed)
+{
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "notify", "--output", "capture",
+                                          "--", PM_NOTIFY_SEND, "--fds", "3", "READY=1", "--",
+                                          "/bin/sh", "-c", "echo fds-closed; exec sleep 100", NULL},
+                         &port);
+    proc_wait_log(&p, "fds-closed", 1, 30000);
+    ck_assert_ptr_null(strstr(p.log, "event=exited"));
+    static char out[65536];
+    stop_ok(&p, out, sizeof(out), 20000);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -2530,6 +2663,9 @@ int main(void)
     PM_ADD_TEST(s, test_bin_not_dumpable, 60);
     PM_ADD_TEST(s, test_bin_containment_reported, 60);
     PM_ADD_TEST(s, test_bin_notify_heartbeat_metric_after_watchdog, 60);
+    PM_ADD_LOOP_TEST(s, test_bin_not_draining_reported, 0, 2, 90);
+    PM_ADD_TEST(s, test_bin_lifecycle_suppressed_once_a_second, 120);
+    PM_ADD_TEST(s, test_bin_notify_fds_closed, 60);
     /* Needs a host without writable cgroups, made in a mount namespace. */
     char why_ro[320];
     int ro = pm_test_cgroupfs_read_only_probe(why_ro, sizeof(why_ro)) == 0;

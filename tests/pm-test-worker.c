@@ -39,6 +39,12 @@
  *                      to TO and print "sent N", then exactly one of "reply
  *                      N from ADDR saw TEXT" or "error N RC" (check_mesh3
  *                      counts these lines in the daemon's log)
+ *   flood TO           join, ready; the worker whose address is TO (the
+ *                      incarnation left 0) never reads anything; every
+ *                      other one sends 1 KiB messages to TO as fast as the
+ *                      ring lets it, reading its own inbox (undeliverable
+ *                      notices) before each send; exit 0 on the stop
+ *                      request (check_daemon's not-draining case)
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -174,6 +180,37 @@ static int mesh(pm_node *n, const char *to_text, int ms, int delay_ms)
     }
 }
 
+/* The flood mode (see the top of the file). */
+static int flood(pm_node *n, const char *to_text)
+{
+    pm_address to;
+    if (pm_address_parse(to_text, &to) < 0)
+        return 108;
+    if (to.port == pm_node_self(n)->port)
+        wait_forever(); /* the one that never drains its ring */
+    static char buf[1024];
+    memset(buf, 'f', sizeof(buf));
+    for (;;) {
+        /* Our inbox first (notices of frames the hub could not deliver
+         * while TO restarts): only TO is to be the one not draining. */
+        pm_message m;
+        int rc;
+        while ((rc = pm_node_recv(n, &m, 0)) == 0)
+            ;
+        if (rc == -ETIMEDOUT) {
+            rc = pm_node_try_send(n, &to, buf, sizeof(buf));
+            if (rc == -EAGAIN) /* full: wait a little, reading */
+                rc = pm_node_recv(n, &m, 10);
+        }
+        if (rc == -ESHUTDOWN) {
+            pm_node_close(n);
+            return 0;
+        }
+        if (rc < 0 && rc != -ETIMEDOUT && rc != -ENOENT && rc != -EHOSTDOWN)
+            return 109;
+    }
+}
+
 static int serve(void)
 {
     const char *n = getenv("LISTEN_FDS"), *p = getenv("LISTEN_PID");
@@ -291,6 +328,8 @@ int main(int argc, char **argv)
     if (strcmp(mode, "mesh") == 0)
         return mesh(n, argc > 2 ? argv[2] : "-", argc > 3 ? atoi(argv[3]) : 200,
                     argc > 4 ? atoi(argv[4]) : 0);
+    if (strcmp(mode, "flood") == 0)
+        return flood(n, argc > 2 ? argv[2] : "-");
     if (strcmp(mode, "inspect") == 0) {
         FILE *out = fdopen(3, "w");
         if (out == NULL)
