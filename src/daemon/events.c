@@ -134,7 +134,7 @@ static void report_suppressed(pmd_slot_log *l, unsigned slot)
 
 /* The same for lifecycle lines: how many, how many of them were exits,
  * and which incarnations they were about. */
-static void report_life_suppressed(pmd_slot_log *l, unsigned slot)
+static void report_life_suppressed(pmd_slot_log *l, unsigned slot, uint64_t now)
 {
     if (l->life.suppressed == 0)
         return;
@@ -147,6 +147,7 @@ static void report_life_suppressed(pmd_slot_log *l, unsigned slot)
     const char *kv[] = {"slot", s, "lines", n, "exits", x, "incarnation_first", a,
                         "incarnation_last", b};
     pmd_log(PMD_LOG_WARN, "lifecycle_suppressed", kv, 5);
+    l->life_reported_ms = now;
     l->life.suppressed = 0;
     l->life_exits = 0;
     l->inc_first = l->inc_last = 0;
@@ -184,7 +185,7 @@ static int may_log(pmd_events *ev, const pm_event *e)
         if (e->type == PM_EVENT_STOPPED || e->type == PM_EVENT_RETIRED) {
             pmd_slot_log *l = slot_log(ev, e->slot, now);
             report_suppressed(l, e->slot);
-            report_life_suppressed(l, e->slot);
+            report_life_suppressed(l, e->slot, now);
         }
         return 1;
     }
@@ -218,7 +219,12 @@ void pmd_events_tick(pmd_events *ev)
         pmd_slot_log *l = &ev->slots[i];
         if (l->worker.suppressed > 0 && pmd_log_bucket_take(&l->worker, now))
             report_suppressed(l, i);
-        report_life_suppressed(l, i);
+        /* At most one a second (procmesh(1)): the loop comes round more
+         * often than that under a short systemd watchdog (WATCHDOG_USEC)
+         * or during a rolling restart, and a slot held at the limit would
+         * get a line per turn. */
+        if (l->life_reported_ms == 0 || now >= l->life_reported_ms + 1000)
+            report_life_suppressed(l, i, now);
     }
 }
 

@@ -43,6 +43,7 @@ typedef struct pmd_slot_log {
     uint64_t life_exits;   /* exits among the lifecycle lines held back */
     uint64_t inc_first;    /* the incarnations they were about (0: none yet) */
     uint64_t inc_last;
+    uint64_t life_reported_ms; /* when its last lifecycle_suppressed line was written (0: never) */
 } pmd_slot_log;
 
 typedef struct pmd_events {
