@@ -946,6 +946,30 @@ START_TEST(test_wrong_version_charged)
 }
 END_TEST
 
+/* design.md, Handshake: an exec'd worker finds INIT in its ring before it
+ * says HELLO (written when its port opened), and no second INIT answers
+ * the HELLO; for the first incarnation and for a restart. The worker waits
+ * up to 30 s for that first frame before it says HELLO, so the outcome
+ * does not depend on which side is faster. */
+START_TEST(test_init_before_hello)
+{
+    pm_options *o = raw_opts("init-first", NULL, 0);
+    pm_cluster *c = pm_test_spawn(o);
+    pm_address a0;
+    ck_assert_int_eq(pm_cluster_addresses(c, &a0, 1), 1);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "go", 2), 0);
+    PM_RUN_UNTIL(c, ntexts >= 1, 30000);
+    ck_assert_str_eq(texts[0], "init 1 first 1 slot 0 inc 1");
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 30000);
+    ck_assert_int_eq(pm_cluster_addresses(c, &a0, 1), 1);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "go", 2), 0);
+    PM_RUN_UNTIL(c, ntexts >= 2, 30000);
+    ck_assert_str_eq(texts[1], "init 1 first 1 slot 0 inc 2");
+    pm_test_finish(c, o);
+}
+END_TEST
+
 /* design.md, Validation: "a frame type a worker may not send (INIT, STOP;
  * UNDELIVERABLE except as a refusal of a large message it was sent), or
  * traffic before the worker is ready is dropped and counted per slot"
@@ -1520,6 +1544,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_hello_each_condition, 0, (int)ARRAY_LEN(hello_rows), 60);
     PM_ADD_TEST(s, test_fork_mode_ready_without_handshake, 60);
     PM_ADD_TEST(s, test_wrong_version_charged, 60);
+    PM_ADD_TEST(s, test_init_before_hello, 60);
     PM_ADD_LOOP_TEST(s, test_forbidden_types_dropped, 0, 3, 30);
     PM_ADD_TEST(s, test_traffic_before_ready_dropped, 30);
     PM_ADD_TEST(s, test_inflight_cap, 60);

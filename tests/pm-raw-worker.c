@@ -15,6 +15,12 @@
  *                      "after" to main, then wait
  *   early-traffic      HELLO, the message "before" to main, READY, the
  *                      message "after" to main, then wait
+ *   init-first         before any HELLO, wait (up to 30 s) for the first
+ *                      frame from the supervisor; then HELLO, READY, and on
+ *                      each message from main the message "init N first F
+ *                      slot S inc I" to main: N the INITs received so far,
+ *                      F 1 if the first frame was an INIT for this slot
+ *                      and incarnation
  *
  * With "later" as the last argument, the first incarnation of a slot does a
  * plain HELLO and READY instead and only later ones misbehave (so that
@@ -59,6 +65,58 @@ static void text(const char *s)
     frame(PM__FT_MSG, s, strlen(s));
 }
 
+/* The next frame from the supervisor, waiting up to timeout_ms: its type
+ * (the INIT decoded into *m), or -1 if none came. */
+static int next_frame(int timeout_ms, pm__init_msg *m, unsigned char *buf, size_t size)
+{
+    pm__frame_hdr h;
+    const void *payload;
+    while (pm__frame_recv(&l.rx, PM__CHANNEL_MAX_FRAME, &h, &payload) == 0)
+        if (pm__ring_wait(&l.rx, timeout_ms) <= 0)
+            return -1;
+    int type = h.type;
+    if (type == PM__FT_INIT) {
+        if (h.len > size)
+            _exit(6);
+        memcpy(buf, payload, h.len);
+        if (pm__init_decode(buf, h.len, m) < 0)
+            _exit(7);
+    }
+    pm__ring_consume(&l.rx);
+    pm__ring_release(&l.rx);
+    return type;
+}
+
+/* Is INIT in the ring before the HELLO (incarnation.c arm)? And is it the
+ * only one (no second INIT as the HELLO's answer)? */
+static void init_first(void)
+{
+    static unsigned char buf[4096];
+    pm__init_msg m;
+    int inits = 0, first = 0;
+    unsigned slot = ~0u;
+    uint64_t inc = 0;
+    if (next_frame(30000, &m, buf, sizeof(buf)) == PM__FT_INIT) {
+        inits++;
+        slot = m.slot;
+        inc = m.addr.incarnation;
+        first = inc == pm__channel_ctl(&l)->incarnation;
+    }
+    hello(PM__PROTO_VERSION);
+    frame(PM__FT_READY, NULL, 0);
+    for (;;) {
+        int type = next_frame(-1, &m, buf, sizeof(buf));
+        if (type == PM__FT_INIT)
+            inits++;
+        if (type == PM__FT_MSG) {
+            char t[96];
+            snprintf(t, sizeof(t), "init %d first %d slot %u inc %llu", inits, first, slot,
+                     (unsigned long long)inc);
+            text(t);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -94,6 +152,8 @@ int main(int argc, char **argv)
         frame(PM__FT_READY, NULL, 0);
         frame(atoi(argv[2]), "x", 1);
         text("after");
+    } else if (strcmp(mode, "init-first") == 0) {
+        init_first();
     } else if (strcmp(mode, "early-traffic") == 0) {
         hello(PM__PROTO_VERSION);
         text("before");

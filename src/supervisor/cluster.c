@@ -37,22 +37,6 @@
 
 
 
-static int send_init(pm_cluster *c, pm__slot *s)
-{
-    unsigned char *buf = malloc(pm__init_size(c->o->init_len));
-    if (buf == NULL)
-        return -ENOMEM;
-    pm__init_msg m;
-    m.slot = s->index;
-    pm__slot_address(c, s, &m.addr);
-    m.data = c->o->init_data;
-    m.len = (uint32_t)c->o->init_len;
-    pm__init_encode(&m, buf);
-    int rc = pm__hub_send_control(c->hub, s->index, PM__FT_INIT, buf, pm__init_size(m.len));
-    free(buf);
-    return rc;
-}
-
 /* A handshake frame from slot p's port (pm__hub_ops.control). */
 static void on_control(void *owner, unsigned p, int type, const void *payload, size_t len)
 {
@@ -73,8 +57,12 @@ static void on_control(void *owner, unsigned p, int type, const void *payload, s
             return;
         }
         s->hello = 1;
-        if (send_init(c, s) < 0)
+        /* Usually INIT is in its ring already, written before the worker
+         * could say HELLO: the worker finds it without a sleep, and we
+         * answer nothing. */
+        if (!s->init_sent && pm__incarnation_send_init(c, s) < 0)
             pm__cluster_fault(c, s, PM_REASON_PROTOCOL);
+        s->init_sent = 1;
         return;
     }
     if (!s->hello) { /* READY before HELLO */

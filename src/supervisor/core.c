@@ -135,6 +135,7 @@ void pm__cluster_release(pm_cluster *c, pm__slot *s)
     pm__channel_close(&s->channel);
     s->pid = 0;
     s->hello = 0;
+    s->init_sent = 0;
     s->kill_sent = 0;
 }
 

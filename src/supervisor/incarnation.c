@@ -618,6 +618,25 @@ static int keep_worker(pm_cluster *c, pm__slot *s, start_fds *f, pid_t pid, pid_
     return 0;
 }
 
+/* INIT for slot s's current incarnation: written into its ring when the
+ * port opens (exec mode, incarnation.c arm), or as the answer to its HELLO
+ * if that failed. */
+int pm__incarnation_send_init(pm_cluster *c, pm__slot *s)
+{
+    unsigned char *buf = malloc(pm__init_size(c->o->init_len));
+    if (buf == NULL)
+        return -ENOMEM;
+    pm__init_msg m;
+    m.slot = s->index;
+    pm__slot_address(c, s, &m.addr);
+    m.data = c->o->init_data;
+    m.len = (uint32_t)c->o->init_len;
+    pm__init_encode(&m, buf);
+    int rc = pm__hub_send_control(c->hub, s->index, PM__FT_INIT, buf, pm__init_size(m.len));
+    free(buf);
+    return rc;
+}
+
 /* The loop watches the new incarnation: its exit, its readiness (exec
  * pipe, notify socket), its doorbell and its socket; its deadline. */
 static void arm(pm_cluster *c, pm__slot *s)
@@ -637,10 +656,22 @@ static void arm(pm_cluster *c, pm__slot *s)
         s->notify_armed = 1;
     /* Announce that the hub waits on this ring before the worker can say
      * hello, so its first publish rings the doorbell. */
-    if (pm__hub_port_open(c->hub, s->index, &s->channel, s->incarnation) == 0 &&
-        pm__loop_arm_multi(c->loop, s->channel.hub_efd,
-                           PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
+    int open = pm__hub_port_open(c->hub, s->index, &s->channel, s->incarnation);
+    if (open == 0 && pm__loop_arm_multi(c->loop, s->channel.hub_efd,
+                                        PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;
+    /* INIT before HELLO (exec mode): the worker is still in the dynamic
+     * loader while we write it, so after its HELLO it finds INIT in its
+     * ring instead of sleeping until we have read the HELLO and answered:
+     * one wake-up on each side off the restart path. INIT carries nothing
+     * the worker would not get anyway (its slot, its address, the
+     * options' init data); the HELLO's version is still checked when it
+     * comes (cluster.c on_control), and a worker of another version is
+     * killed then, whatever it made of the INIT. If this write fails the
+     * HELLO is answered as before. */
+    s->init_sent = 0;
+    if (open == 0 && c->o->exec_path != NULL && pm__incarnation_send_init(c, s) == 0)
+        s->init_sent = 1;
     pm__cluster_arm_sock(c, s); /* records are taken from the start */
 }
 

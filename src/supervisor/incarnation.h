@@ -17,6 +17,10 @@ struct pm__incarnation_state {
  * (no process, no fd, no memory); -EADDRINUSE is not the slot's fault (see
  * incarnation.c). */
 int pm__incarnation_start(pm_cluster *c, pm__slot *s);
+
+/* Writes INIT (slot, address, init data) into s's ring: 0, or -errno. */
+int pm__incarnation_send_init(pm_cluster *c, pm__slot *s);
+
 /* Forks a process for incarnation inc of s on channel l that sets itself up as
  * fork_child does, then blocks reading the eventfd go_fd: a write of 1 runs
  * the bootstrap. Its pid, or -errno. */

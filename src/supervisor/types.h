@@ -56,7 +56,9 @@ typedef struct pm__slot {
     int notify_fd;         /* notify readiness: this incarnation's NOTIFY_SOCKET, or -1 */
     int notify_armed;
     int watchdog;          /* the worker sent WATCHDOG=1: the heartbeat applies */
-    int hello;             /* HELLO received and INIT sent */
+    int hello;             /* HELLO received (and INIT sent) */
+    int init_sent;         /* exec mode: INIT written into the ring ahead of HELLO
+                              (incarnation.c arm), so the HELLO sends no second one */
     unsigned hello_version; /* the protocol version its HELLO named */
     int joined;            /* this incarnation sent its HELLO (fork mode: has a channel from
                               the start); kept past its reap, for pm__spawn_detail */
