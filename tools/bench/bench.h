@@ -62,6 +62,8 @@ extern char self_exe[4096];
  * "pm-bench __child" writes one byte to fd 3 and exits. */
 int worker_main(void);
 int child_main(void);
+/* "pm-bench __floor MEMFD EFD": restart's floor row's exec'd replacement. */
+int floor_child_main(int argc, char **argv);
 
 /* A supervisor of `workers` idle workers restarted at once (no backoff, no
  * budget) whose READY events set ready_inc and stop pm_cluster_run. */

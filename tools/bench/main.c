@@ -31,7 +31,10 @@ static const char usage[] =
     "           replacement is ready (backoff 0), K rounds (default 300), fork\n"
     "           mode (also with a warm standby) and exec mode, 10 ms after each\n"
     "           ready, beside a bare fork+exit+wait (and fork+exec+wait)\n"
-    "           baseline. --privileges on: each mode also with the workers under\n"
+    "           baseline and the floor of any restart of this design (a child\n"
+    "           killed, its death heard by pidfd, reaped, the replacement forked\n"
+    "           or exec'd, ready through a shared page and an eventfd: no\n"
+    "           procmesh). --privileges on: each mode also with the workers under\n"
     "           --user nobody and seccomp basic (when root and built with\n"
     "           libseccomp), in the same run. Under each procmesh row: the\n"
     "           p50 of its phases (kill->reaped, reaped->forked, forked->ready)\n"
@@ -111,6 +114,8 @@ int main(int argc, char **argv)
         return worker_main();
     if (argc >= 2 && strcmp(argv[1], "__child") == 0)
         return child_main();
+    if (argc >= 2 && strcmp(argv[1], "__floor") == 0)
+        return floor_child_main(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__compare") == 0)
         return compare_worker_main();
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* restart.c - pm-bench restart: crash-to-ready latency of a worker beside a bare fork+exit+wait. */
+#define _GNU_SOURCE /* memfd_create */
 #include "bench.h"
 
 #include <errno.h>
@@ -7,8 +8,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef P_PIDFD
+#define P_PIDFD 3 /* glibc < 2.36 */
+#endif
 
 #include "os/seccomp_filter.h"
 
@@ -40,6 +50,129 @@ void restart_baseline(int exec_mode, unsigned rounds, uint64_t *v)
         waitpid(pid, NULL, 0);
         v[i] = pm__now_ns() - t0;
     }
+}
+
+/* ------------------------------------------------------------------ the floor of a restart */
+
+/* The least a restart of this design costs, without procmesh: a worker
+ * that has run (it idles in pause) is SIGKILLed; the supervisor learns of
+ * the death by its pidfd (poll), reaps it (waitid P_PIDFD), and starts the
+ * replacement (fork, or vfork + exec of this program), which writes a word
+ * into a page of shared memory (exec: mapped from a memfd first) and rings
+ * an eventfd; the supervisor's poll on the eventfd returns: ready. One
+ * death, one wake-up on it, one start, one shared page, one wake-up on
+ * readiness: what any supervisor that hears of a crash from the kernel
+ * and of readiness through shared memory pays on this machine, beside the
+ * baseline's start and exit. procmesh adds to it its loop (io_uring), its
+ * containment, the channel, the handshake and its bookkeeping. */
+static int floor_memfd = -1, floor_efd = -1;
+static volatile uint64_t *floor_word;
+
+/* The replacement's part: say ready through the page and the eventfd,
+ * then idle until killed. */
+static void floor_ready(volatile uint64_t *word, int efd)
+{
+    uint64_t one = 1;
+    *word += 1;
+    if (write(efd, &one, sizeof(one)) != sizeof(one))
+        _exit(1);
+    for (;;)
+        pause();
+}
+
+/* "pm-bench __floor MEMFD EFD": the exec-mode replacement. */
+int floor_child_main(int argc, char **argv)
+{
+    if (argc < 4)
+        return 2;
+    int memfd = atoi(argv[2]), efd = atoi(argv[3]);
+    void *at = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (at == MAP_FAILED)
+        return 1;
+    floor_ready(at, efd);
+    return 0;
+}
+
+static pid_t floor_start(int exec_mode)
+{
+    if (!exec_mode) {
+        pid_t pid = fork();
+        if (pid == 0)
+            floor_ready(floor_word, floor_efd);
+        return pid;
+    }
+    char m[16], e[16];
+    snprintf(m, sizeof(m), "%d", floor_memfd);
+    snprintf(e, sizeof(e), "%d", floor_efd);
+    char *argv[] = {"pm-bench", "__floor", m, e, NULL};
+    pid_t pid = vfork();
+    if (pid == 0) {
+        execv(self_exe, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int floor_wait(int fd)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    while (poll(&p, 1, 10000) < 0)
+        if (errno != EINTR)
+            return -1;
+    return p.revents != 0 ? 0 : -1;
+}
+
+/* K rounds of the floor; 0, or -1 if a step failed (said on stderr). */
+static int restart_floor(int exec_mode, unsigned rounds, uint64_t *v)
+{
+    int rc = -1, pidfd = -1;
+    pid_t pid = -1;
+    uint64_t x;
+    floor_memfd = memfd_create("pm-bench-floor", 0);
+    floor_efd = eventfd(0, 0);
+    if (floor_memfd < 0 || floor_efd < 0 || ftruncate(floor_memfd, 4096) < 0)
+        goto out;
+    floor_word = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, floor_memfd, 0);
+    if (floor_word == MAP_FAILED)
+        goto out;
+    if ((pid = floor_start(exec_mode)) < 0 || floor_wait(floor_efd) < 0 ||
+        read(floor_efd, &x, sizeof(x)) != sizeof(x))
+        goto out;
+    for (unsigned i = 0; i < rounds; i++) {
+        usleep(10000); /* as the procmesh rows run their loop 10 ms after ready */
+        if ((pidfd = (int)syscall(SYS_pidfd_open, pid, 0)) < 0)
+            goto out;
+        uint64_t t0 = pm__now_ns();
+        kill(pid, SIGKILL);
+        siginfo_t si;
+        if (floor_wait(pidfd) < 0 || waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0)
+            goto out;
+        close(pidfd);
+        pidfd = -1;
+        if ((pid = floor_start(exec_mode)) < 0 || floor_wait(floor_efd) < 0 ||
+            read(floor_efd, &x, sizeof(x)) != sizeof(x))
+            goto out;
+        v[i] = pm__now_ns() - t0;
+    }
+    rc = 0;
+out:
+    if (rc < 0)
+        perror("pm-bench: restart floor");
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    if (pidfd >= 0)
+        close(pidfd);
+    if (floor_word != NULL && floor_word != MAP_FAILED)
+        munmap((void *)floor_word, 4096);
+    floor_word = NULL;
+    if (floor_memfd >= 0)
+        close(floor_memfd);
+    if (floor_efd >= 0)
+        close(floor_efd);
+    floor_memfd = floor_efd = -1;
+    return rc;
 }
 
 /* Where a round's time goes: the times (pm__now_ns) of the events of the
@@ -199,6 +332,9 @@ int cmd_restart(const bench_opts *opts)
             restart_baseline(exec_mode, rounds, b);
             print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
             base = percentile(b, rounds, 0.5);
+            if (restart_floor(exec_mode, rounds, b) == 0)
+                print_lat(exec_mode ? "floor (kill, pidfd, exec, page)" : "floor (kill, pidfd, fork, page)", b,
+                          rounds, base);
         }
         for (int priv = 0; priv <= opts->privileges; priv++) {
             char label[64];
