@@ -708,6 +708,16 @@ START_TEST(test_shm_sealed)
     ck_assert_int_ge(plain, 0);
     ck_assert_int_eq(ftruncate(plain, (off_t)size), 0);
     ck_assert_int_eq(pm__shm_map(plain, size, &map2), -EPERM);
+    /* The whole object: only between its bounds, only sealed, and its
+     * size said. */
+    size_t got = 0;
+    void *map3 = NULL;
+    ck_assert_int_eq(pm__shm_map_whole(fd, size, size, &map3, &got), 0);
+    ck_assert_ptr_nonnull(map3);
+    ck_assert_uint_eq(got, size);
+    ck_assert_int_eq(pm__shm_map_whole(fd, size + 1, size * 2, &map3, &got), -EINVAL);
+    ck_assert_int_eq(pm__shm_map_whole(fd, 1, size - 1, &map3, &got), -EINVAL);
+    ck_assert_int_eq(pm__shm_map_whole(plain, 1, size, &map3, &got), -EPERM);
 }
 END_TEST
 

@@ -133,28 +133,27 @@ int pm__channel_made_for(const pm__channel *l, unsigned slot, uint64_t incarnati
 
 int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int sock)
 {
-    void *map = NULL;
     int rc;
     pm__channel_zero(l);
-    rc = pm__shm_map(memfd, PM__CTL_SIZE, &map);
+    /* The whole object at once, its geometry read from the mapping: the
+     * object is sealed against shrinking, and its size is what the
+     * supervisor made for that geometry (pm__channel_create), which is
+     * checked below before a ring is looked at. One mapping and one fault
+     * on the control block where a look at it first took two of each on
+     * every exec'd worker's start. */
+    rc = pm__shm_map_whole(memfd, channel_size(PM__RING_MIN_CAP), channel_size(PM__RING_MAX_CAP),
+                           &l->map, &l->map_size);
     if (rc < 0)
         return rc;
-    const struct pm__ctl *ctl = map;
-    uint64_t cap = ctl->ring_cap;
-    uint32_t max_frame = ctl->max_frame;
-    pm__shm_unmap(map, PM__CTL_SIZE);
-    if (pm__ring_check_geometry(cap, max_frame) < 0)
-        return -EPROTO;
-    rc = pm__shm_map(memfd, channel_size(cap), &l->map);
-    if (rc < 0)
-        return rc;
-    l->map_size = channel_size(cap);
     l->memfd = memfd;
     l->node_efd = node_efd;
     l->hub_efd = hub_efd;
     l->sock = sock;
-    ctl = l->map;
-    if (ctl->magic != PM__CTL_MAGIC || ctl->version != PM__CTL_VERSION) {
+    const struct pm__ctl *ctl = l->map;
+    uint64_t cap = ctl->ring_cap;
+    uint32_t max_frame = ctl->max_frame;
+    if (ctl->magic != PM__CTL_MAGIC || ctl->version != PM__CTL_VERSION ||
+        pm__ring_check_geometry(cap, max_frame) < 0 || l->map_size != channel_size(cap)) {
         rc = -EPROTO;
         goto fail;
     }

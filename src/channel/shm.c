@@ -86,15 +86,10 @@ fail:
     return err;
 }
 
-int pm__shm_map(int fd, size_t size, void **map_out)
+/* Maps size bytes of fd once its object is known to hold them and to be
+ * sealed against shrinking. */
+static int map_checked(int fd, size_t size, void **map_out)
 {
-    struct stat st;
-    if (fd < 0 || size == 0)
-        return -EINVAL;
-    if (fstat(fd, &st) < 0)
-        return -errno;
-    if (st.st_size < 0 || (size_t)st.st_size < size)
-        return -EINVAL;
     int seals = fcntl(fd, F_GET_SEALS);
     if (seals < 0)
         return -errno;
@@ -106,6 +101,33 @@ int pm__shm_map(int fd, size_t size, void **map_out)
         return -errno;
     *map_out = map;
     return 0;
+}
+
+int pm__shm_map(int fd, size_t size, void **map_out)
+{
+    struct stat st;
+    if (fd < 0 || size == 0)
+        return -EINVAL;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (st.st_size < 0 || (size_t)st.st_size < size)
+        return -EINVAL;
+    return map_checked(fd, size, map_out);
+}
+
+int pm__shm_map_whole(int fd, size_t min, size_t max, void **map_out, size_t *size_out)
+{
+    struct stat st;
+    if (fd < 0 || min == 0 || max < min)
+        return -EINVAL;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (st.st_size < 0 || (size_t)st.st_size < min || (size_t)st.st_size > max)
+        return -EINVAL;
+    int rc = map_checked(fd, (size_t)st.st_size, map_out);
+    if (rc == 0)
+        *size_out = (size_t)st.st_size;
+    return rc;
 }
 
 void pm__shm_unmap(void *map, size_t size)

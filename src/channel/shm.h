@@ -44,6 +44,15 @@ int pm__shm_create(const char *name, size_t size, int *fd, void **map);
  */
 int pm__shm_map(int fd, size_t size, void **map);
 
+/*
+ * pm__shm_map for an object whose size the caller learns from its contents:
+ * maps the whole object, which must be min to max bytes and sealed against
+ * shrinking, and says its size in *size. One mapping where a first look at
+ * a header and a second mapping of the size it names would take two (and
+ * fault the header's page in twice). 0 or a negative errno.
+ */
+int pm__shm_map_whole(int fd, size_t min, size_t max, void **map, size_t *size);
+
 /* Unmaps; keeps errno. NULL is accepted. */
 void pm__shm_unmap(void *map, size_t size);
 

@@ -122,9 +122,11 @@ static int floor_wait(int fd)
     return p.revents != 0 ? 0 : -1;
 }
 
-/* K rounds of the floor; 0, or -1 if a step failed (said on stderr). */
-static int restart_floor(int exec_mode, unsigned rounds, uint64_t *v)
+/* K rounds of the floor; 0, or -1 if a step failed (said on stderr).
+ * *kid_minflt: the minor faults of the reaped children, per round. */
+static int restart_floor(int exec_mode, unsigned rounds, uint64_t *v, double *kid_minflt)
 {
+    struct rusage k0, k1;
     int rc = -1, pidfd = -1;
     pid_t pid = -1;
     uint64_t x;
@@ -138,6 +140,7 @@ static int restart_floor(int exec_mode, unsigned rounds, uint64_t *v)
     if ((pid = floor_start(exec_mode)) < 0 || floor_wait(floor_efd) < 0 ||
         read(floor_efd, &x, sizeof(x)) != sizeof(x))
         goto out;
+    getrusage(RUSAGE_CHILDREN, &k0);
     for (unsigned i = 0; i < rounds; i++) {
         usleep(10000); /* as the procmesh rows run their loop 10 ms after ready */
         if ((pidfd = (int)syscall(SYS_pidfd_open, pid, 0)) < 0)
@@ -154,6 +157,8 @@ static int restart_floor(int exec_mode, unsigned rounds, uint64_t *v)
             goto out;
         v[i] = pm__now_ns() - t0;
     }
+    getrusage(RUSAGE_CHILDREN, &k1);
+    *kid_minflt = (double)(k1.ru_minflt - k0.ru_minflt) / rounds;
     rc = 0;
 out:
     if (rc < 0)
@@ -332,9 +337,12 @@ int cmd_restart(const bench_opts *opts)
             restart_baseline(exec_mode, rounds, b);
             print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
             base = percentile(b, rounds, 0.5);
-            if (restart_floor(exec_mode, rounds, b) == 0)
+            double flt;
+            if (restart_floor(exec_mode, rounds, b, &flt) == 0) {
                 print_lat(exec_mode ? "floor (kill, pidfd, exec, page)" : "floor (kill, pidfd, fork, page)", b,
                           rounds, base);
+                printf("    per round: worker %.1f minor faults\n", flt);
+            }
         }
         for (int priv = 0; priv <= opts->privileges; priv++) {
             char label[64];
