@@ -241,6 +241,72 @@ START_TEST(test_containment_fork)
 }
 END_TEST
 
+/* Incarnation 1 says ready and idles; a later one reports what it holds. */
+static int boot_inspect_later(pm_node *n, void *arg)
+{
+    if (pm_node_self(n)->incarnation == 1) {
+        worker_init();
+        (void)arg;
+        pm_node_ready(n);
+        idle();
+        return 0;
+    }
+    return boot_inspect(n, arg);
+}
+
+START_TEST(test_containment_fork_restart)
+{
+    /* A replacement forked at once after a crash (no backoff: the reap
+     * forks it before it lets the dead incarnation's channel go, reap.c)
+     * holds what the test held before the spawn and its own channel, and
+     * nothing of the incarnation it replaces: not its memfd, doorbells or
+     * socket, not its mapping. */
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    report_fd = p[1];
+    int nbefore = 0;
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        nbefore += e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d);
+    closedir(d);
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_inspect_later, NULL);
+    pm_options_set_restart_min_backoff_ms(o, 0);
+    pm_options_set_restart_max_backoff_ms(o, 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(kill(si.pid, SIGKILL), 0);
+    PM_RUN_UNTIL(c, pm_cluster_slot_info(c, 0, &si) == 0 && si.incarnation == 2 &&
+                        si.state == PM_SLOT_READY, 20000);
+    static struct report r[1];
+    read_reports(p[0], r, 1);
+    int memfds = 0;
+    for (int i = 0; i < r[0].nfds; i++) {
+        const struct fdrep *f = &r[0].fds[i];
+        if (strncmp(f->target, "/memfd:", 7) != 0)
+            continue;
+        memfds++;
+        ck_assert_msg(strcmp(f->target, "/memfd:procmesh-slot0-inc2_(deleted)") == 0,
+                      "the replacement holds fd %d: %s", f->fd, f->target);
+        ck_assert_int_eq(f->ino, fd_ino(pm_test_slot_memfd(c, 0)));
+    }
+    ck_assert_int_eq(memfds, 1);
+    ck_assert_msg(r[0].nfds == nbefore + 4, "the replacement holds %d fds, want %d + its own 4",
+                  r[0].nfds, nbefore);
+    ck_assert_msg(strstr(r[0].maps, "procmesh-slot0-inc2") != NULL &&
+                      strstr(r[0].maps, "procmesh-slot0-inc1") == NULL,
+                  "the replacement's mappings: %s", r[0].maps);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    close(p[0]);
+    close(p[1]); /* open until now: the replacement is forked from us */
+    pm_options_free(o);
+}
+END_TEST
+
 /* Mappings of workers' channels in this process. */
 static int channel_maps(void)
 {
@@ -438,6 +504,7 @@ int main(void)
 {
     Suite *s = suite_create("containment");
     PM_ADD_TEST(s, test_containment_fork, 60);
+    PM_ADD_TEST(s, test_containment_fork_restart, 60);
     PM_ADD_TEST(s, test_containment_exec, 60);
     PM_ADD_TEST(s, test_forks_copy_no_channel, 60);
     PM_ADD_TEST(s, test_worker_starts_own_cluster, 60);

@@ -101,6 +101,8 @@ static void cluster_free(pm_cluster *c)
     pm__mesh_free(c->mesh); /* before the hub: its links are hub ports */
     c->mesh = NULL;
     pm__hub_delete(c->hub);
+    pm__cluster_bury(c);
+    free(c->dying);
     for (unsigned i = 0; c->slots != NULL && i < c->nslots; i++) {
         pm__slot *s = &c->slots[i];
         pm__close(s->pidfd);

@@ -11,6 +11,7 @@
 #include "core.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -111,6 +112,38 @@ void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s)
  * memory (unmapped and closed, never reused). */
 void pm__cluster_release(pm_cluster *c, pm__slot *s)
 {
+    pm__cluster_release_keep(c, s, NULL);
+}
+
+/* A reaped incarnation's memory and channel fds are let go at the end of
+ * the turn, not at the reap: with no backoff the turn forks the
+ * replacement (its deadline fires after the completions), and a munmap and
+ * five closes (about 0.1 ms on a 2-CPU VM) need not come before that fork.
+ * A child forked meanwhile drops them with the slots' fds (incarnation.c
+ * drop_own); the mapping is never copied into a fork (channel.h,
+ * pm__channel_fork_copy). NULL (close now) without memory for the list. */
+pm__channel *pm__cluster_dying(pm_cluster *c)
+{
+    if (c->ndying == c->dying_cap) {
+        unsigned cap = c->dying_cap == 0 ? 4 : c->dying_cap * 2;
+        pm__channel *v = realloc(c->dying, cap * sizeof(*v));
+        if (v == NULL)
+            return NULL;
+        c->dying = v;
+        c->dying_cap = cap;
+    }
+    return &c->dying[c->ndying++];
+}
+
+void pm__cluster_bury(pm_cluster *c)
+{
+    for (unsigned i = 0; i < c->ndying; i++)
+        pm__channel_close(&c->dying[i]);
+    c->ndying = 0;
+}
+
+void pm__cluster_release_keep(pm_cluster *c, pm__slot *s, pm__channel *keep)
+{
     pm__cluster_disarm_hub(c, s);
     if (s->pid_armed) {
         pm__loop_disarm(c->loop, s->pidfd, PM__TAG(PM__TAG_PIDFD, s->index, s->incarnation));
@@ -132,7 +165,14 @@ void pm__cluster_release(pm_cluster *c, pm__slot *s)
     s->notify_fd = -1;
     pm__output_close(c, s);
     pm__hub_port_close(c->hub, s->index);
-    pm__channel_close(&s->channel);
+    if (keep != NULL) {
+        /* The hub no longer knows it (the port is closed): the caller
+         * unmaps and closes it later. */
+        *keep = s->channel;
+        pm__channel_zero(&s->channel);
+    } else {
+        pm__channel_close(&s->channel);
+    }
     s->pid = 0;
     s->hello = 0;
     s->init_sent = 0;

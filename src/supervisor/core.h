@@ -27,6 +27,13 @@ void pm__cluster_set_state(pm_cluster *c, pm__slot *s, int state);
 void pm__cluster_signal(pm__slot *s, int sig);
 void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s);
 void pm__cluster_release(pm_cluster *c, pm__slot *s);
+/* pm__cluster_release, but the channel is moved into *keep (when not NULL)
+ * for the caller to close, its port already closed. */
+void pm__cluster_release_keep(pm_cluster *c, pm__slot *s, pm__channel *keep);
+/* A place for a reaped incarnation's channel until the turn ends, or NULL;
+ * pm__cluster_bury closes them all (the turn's end, the cluster's free). */
+pm__channel *pm__cluster_dying(pm_cluster *c);
+void pm__cluster_bury(pm_cluster *c);
 
 /* Ends what is left of the incarnation's process tree, its worker being
  * dead: a SIGKILL to its process group while the worker is unreaped (its

@@ -202,6 +202,8 @@ static void drop_own(child_drop *d, const pm_cluster *c)
     drop_fd(d, c->sigfd);
     drop_fd(d, c->timerfd);
     drop_fd(d, c->wakefd);
+    for (unsigned i = 0; i < c->ndying; i++)
+        drop_channel(d, &c->dying[i]);
     int fd;
     void *at[2];
     size_t len[2];

@@ -152,7 +152,7 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
     /* The close answers main's requests it held -EHOSTDOWN, with this. */
     pm__ending end;
     pm__pool_on_death(c, s, reason, &end);
-    pm__cluster_release(c, s);
+    pm__cluster_release_keep(c, s, pm__cluster_dying(c));
     pm__hub_set_ending(c->hub, NULL);
     pm__cluster_dispatch(c, s, PM__EV_EXITED);
     return 1;
