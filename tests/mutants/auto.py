@@ -21,6 +21,8 @@ Operators (each mutant changes exactly one line and keeps the line count):
   const       replace an integer constant bound by its neighbour (N+1, N-1),
               on lines that compare, in #define NAME value and NAME = value
 
+A mutant listed in tests/mutants/equivalent.txt (judged equivalent by hand,
+with the reason) is reported as equivalent and neither built nor run.
 For each mutant: write the mutated line in the scratch tree, compile only the
 file's object (does not compile: reported apart, not scored), compare the
 object with the unmutated one after `objcopy --strip-debug` (byte-identical:
@@ -495,6 +497,23 @@ def run_program(tree, prog, timeout, log=None):
     return rc, time.time() - t0
 
 
+def read_equivalent(path):
+    """equivalent.txt: `FILE | OP | MUTATED LINE | why` per line. A dict
+    from (file, op, mutated line) to why."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            parts = [x.strip() for x in line.split(" | ")]
+            if len(parts) != 4 or not all(parts):
+                die("%s:%d: want FILE | OPERATOR | MUTATED LINE | WHY" % (path, n))
+            out[(parts[0], parts[1], parts[2])] = parts[3]
+    return out
+
+
 def try_mutant(tree, mut, progs, targets, timeouts, jobs_make, confirm):
     """Applies, judges and reverts one mutant in tree; returns the result."""
     src = os.path.join(tree.src, mut["file"])
@@ -594,8 +613,8 @@ def report(args, files, muts, results, elapsed, path):
             (f,) + tuple(c[x] for x in cols) + (score(c["killed"], c["survived"]),)))
     lines.append("")
     lines.append("score = killed / (killed + survived); mutants that do not compile and")
-    lines.append("trivially equivalent ones (object byte-identical after objcopy --strip-debug)")
-    lines.append("are not scored. A timeout counts as killed. A program's failure counts only")
+    lines.append("equivalent ones (object byte-identical after objcopy --strip-debug, or judged")
+    lines.append("so in tests/mutants/equivalent.txt, with the reason) are not scored. A timeout counts as killed. A program's failure counts only")
     lines.append("if it fails again when rerun on the same mutant; \"flaky\" counts the mutants")
     lines.append("where a program failed once then passed (no verdict from it: the next")
     lines.append("program judged; listed below).")
@@ -617,8 +636,9 @@ def report(args, files, muts, results, elapsed, path):
     lines.append("equivalent (not scored):")
     for m, r in zip(muts, results):
         if r and r["status"] == "equivalent":
-            lines.append("  %s:%d  %-9s %s -> %s" % (m["file"], m["line"], m["op"],
-                                                      m["orig"].strip(), m["mut"].strip()))
+            lines.append("  %s:%d  %-9s %s -> %s%s" % (
+                m["file"], m["line"], m["op"], m["orig"].strip(), m["mut"].strip(),
+                "  [judged: %s]" % r["by"] if r["by"] else ""))
     text = "\n".join(lines) + "\n"
     with open(path, "w") as f:
         f.write(text)
@@ -682,7 +702,13 @@ def main():
     if args.sample:
         idx = sorted(random.Random(args.seed).sample(range(len(muts)), min(args.sample, len(muts))))
         muts = [muts[i] for i in idx]
+    equiv = read_equivalent(os.path.join(srcdir, "tests", "mutants", "equivalent.txt"))
     if args.list:
+        every = {(x["file"], x["op"], x["mut"].strip()) for f in fmap for x in file_mutants(srcdir, f)}
+        for k in equiv:
+            if k not in every:
+                print("# equivalent.txt: no such mutant (remove the entry): %s | %s | %s" % k,
+                      file=sys.stderr)
         for m in muts:
             print("%s:%d\t%s\t%s" % (m["file"], m["line"], m["op"], m["mut"].strip()))
         counts = {}
@@ -770,12 +796,16 @@ def main():
     def one(i):
         if stop.is_set():
             return None
-        t = pq.get()
-        try:
-            m = muts[i]
-            r = try_mutant(t, m, fmap[m["file"]], ptargets, timeouts, 1, not args.no_confirm)
-        finally:
-            pq.put(t)
+        m = muts[i]
+        why = equiv.get((m["file"], m["op"], m["mut"].strip()))
+        if why is not None:
+            r = {"status": "equivalent", "by": why, "secs": 0.0, "flaky": []}
+        else:
+            t = pq.get()
+            try:
+                r = try_mutant(t, m, fmap[m["file"]], ptargets, timeouts, 1, not args.no_confirm)
+            finally:
+                pq.put(t)
         with lock:
             results[i] = r
             done[0] += 1
