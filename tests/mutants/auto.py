@@ -60,6 +60,17 @@ Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
                      Resumes an interrupted file, or judges a changed region
   --fresh            configure and build the scratch trees anew
   --list             print the mutants, build nothing
+  --select           coverage-guided: first build a coverage tree (WORK/cov,
+                     --coverage -O0), run each test case of the map's programs
+                     alone in it and record which lines of the files it runs
+                     (gcov; WORK/coverage.json, kept while the sources are the
+                     same); then judge a mutant by the cases that run its line
+                     only, fastest first (a case, CK_RUN_CASE, takes seconds
+                     where its program takes minutes). A code line no case
+                     runs survives without a build ("not run by any test");
+                     a line gcov does not count as code (a #define, a
+                     declaration) is judged by the whole programs as without
+                     --select
 Exit: 0 done (score at or above --min-score), 1 below it, 2 usage/setup error
 (including a baseline that fails).
 """
@@ -67,6 +78,7 @@ import argparse
 import concurrent.futures
 import datetime
 import hashlib
+import json
 import os
 import platform
 import queue
@@ -375,7 +387,7 @@ class Tree:
         self.log = os.path.join(self.root, "setup.log")
         self.pristine = {}  # file -> {object: digest}
 
-    def setup(self, srcdir, work, fresh, targets, jobs_make):
+    def setup(self, srcdir, work, fresh, targets, jobs_make, extra_cfg=()):
         clean = os.path.join(self.src, ".mutants-clean")
         if fresh or not os.path.exists(os.path.join(self.build, "config.status")) \
                 or not os.path.exists(clean):
@@ -394,7 +406,7 @@ class Tree:
             # is a convenience library beside the shared libprocmesh); the
             # non-PIC copies would only double each mutant's compile.
             cfg = ["../src/configure", "--disable-static"] \
-                + os.environ.get("MUTANTS_CONFIGURE", "").split()
+                + os.environ.get("MUTANTS_CONFIGURE", "").split() + list(extra_cfg)
             if run(cfg, self.build, self.log):
                 return "configure failed (%s)" % self.log
         else:
@@ -469,12 +481,14 @@ def kill_tree(pid):
                 pass
 
 
-def run_program(tree, prog, timeout, log=None):
-    """Runs tests/PROG in tree, its output appended to log; (exit code or
-    'timeout', seconds)."""
+def run_program(tree, prog, timeout, log=None, case=None):
+    """Runs tests/PROG in tree (only its test case CASE when given), its
+    output appended to log; (exit code or 'timeout', seconds)."""
     env = dict(os.environ, CK_FORK="yes", CK_VERBOSITY="silent", PM_TEST_RUN=tree.build)
     env.pop("CK_RUN_CASE", None)
     env.pop("CK_RUN_SUITE", None)
+    if case is not None:
+        env["CK_RUN_CASE"] = case
     t0 = time.time()
     out = open(log, "a") if log else subprocess.DEVNULL
     if log:
@@ -514,8 +528,11 @@ def read_equivalent(path):
     return out
 
 
-def try_mutant(tree, mut, progs, targets, timeouts, jobs_make, confirm):
-    """Applies, judges and reverts one mutant in tree; returns the result."""
+def try_mutant(tree, mut, progs, targets, timeouts, jobs_make, confirm, cases=None):
+    """Applies, judges and reverts one mutant in tree; returns the result.
+    cases: (program, test case, seconds) that execute the mutated line
+    (--select): only those are run, fastest first, and a mutant none of
+    them fails survived."""
     src = os.path.join(tree.src, mut["file"])
     with open(src) as f:
         orig = f.read()
@@ -543,7 +560,24 @@ def try_mutant(tree, mut, progs, targets, timeouts, jobs_make, confirm):
             # Each program is built just before it runs: most mutants are
             # killed by the first, and need nothing else relinked.
             res["status"] = "survived"
-            for p in progs:
+            built = set()
+            for p, case, secs in sorted(cases or [], key=lambda x: x[2]):
+                if p not in built:
+                    if run(["nice", "make", "-j%d" % jobs_make] + targets[p], tree.build) != 0:
+                        res["status"], res["by"] = "nocompile", p
+                        break
+                    built.add(p)
+                limit = 3 * secs + 30
+                rc, _ = run_program(tree, p, limit, log, case)
+                if rc in (0, 77):
+                    continue
+                if confirm and run_program(tree, p, limit, log, case)[0] in (0, 77):
+                    res["flaky"].append(p + ":" + case)
+                    continue
+                res["status"] = "killed"
+                res["by"] = "%s:%s%s" % (p, case, " (timeout)" if rc == "timeout" else "")
+                break
+            for p in progs if cases is None else []:
                 if run(["nice", "make", "-j%d" % jobs_make] + targets[p], tree.build) != 0:
                     res["status"], res["by"] = "nocompile", p  # does not link
                     break
@@ -570,6 +604,110 @@ def try_mutant(tree, mut, progs, targets, timeouts, jobs_make, confirm):
     if res["status"] != "killed" and not res["flaky"] and os.path.exists(log):
         os.unlink(log)
     return res
+
+
+# --- coverage: which test cases execute which line (--select) -------------------
+
+def list_cases(srcdir, prog):
+    """The test case names of tests/PROG.c (helpers.h names one per test
+    after it, pm_tcase("name") the shared ones): what CK_RUN_CASE selects."""
+    with open(os.path.join(srcdir, "tests", prog + ".c")) as f:
+        text = f.read()
+    names = re.findall(r"PM_ADD_(?:LOOP_)?TEST\s*\(\s*\w+\s*,\s*(\w+)", text)
+    names += re.findall(r'pm_tcase\s*\(\s*"([^"]+)"', text)
+    return list(dict.fromkeys(names))
+
+
+def gcov_lines(tree, files):
+    """{file: ({executed line}, {executable line})} from the .gcda files in
+    tree's build (gcov -t on each file's objects)."""
+    out = {f: (set(), set()) for f in files}
+    objs = {}
+    for f in files:
+        for lo in tree.objects(f):
+            d, b = os.path.split(os.path.splitext(lo)[0])
+            o = os.path.join(tree.build, d, ".libs", b + ".o")
+            if os.path.exists(os.path.splitext(o)[0] + ".gcno"):
+                objs[o] = f
+    if not objs:
+        return out
+    p = subprocess.run(["gcov", "-t", "-r", "-s", tree.src] + sorted(objs), cwd=tree.build,
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    cur = None
+    for line in p.stdout.split("\n"):
+        parts = line.split(":", 2)
+        if len(parts) < 3:
+            continue
+        count, n = parts[0].strip(), parts[1].strip()
+        if n == "0" and parts[2].startswith("Source:"):
+            src = os.path.relpath(os.path.join(tree.build, parts[2][7:]), tree.src) \
+                if not os.path.isabs(parts[2][7:]) else os.path.relpath(parts[2][7:], tree.src)
+            src = os.path.normpath(src)
+            cur = out.get(src)
+            if cur is None:
+                cur = out.get(next((f for f in files if src.endswith(f)), ""), None)
+            continue
+        if cur is None or count == "-" or not n.isdigit():
+            continue
+        cur[1].add(int(n))
+        if count[0].isdigit():
+            cur[0].add(int(n))
+    return out
+
+
+def collect_coverage(cov, srcdir, files, fmap, work):
+    """{file: {"exec": [lines], "lines": {line: [[prog, case, secs]...]}}},
+    computed once per source state in the coverage tree (each test case of
+    each program map.txt names for the files, alone, its .gcda counts read
+    after it) and kept in WORK/coverage.json."""
+    h = hashlib.sha256()
+    for d in ("src", "tests", "include"):
+        for root, _, names in sorted(os.walk(os.path.join(srcdir, d))):
+            for nm in sorted(names):
+                if nm.endswith((".c", ".h", ".txt")):
+                    with open(os.path.join(root, nm), "rb") as f:
+                        h.update(nm.encode() + f.read())
+    key = h.hexdigest()
+    path = os.path.join(work, "coverage.json")
+    data = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        if old.get("key") == key:
+            data = old.get("files", {})
+    todo = [f for f in files if f not in data]
+    if not todo:
+        return data
+    progs = sorted({p for f in todo for p in fmap[f]})
+    for f in todo:
+        data[f] = {"exec": set(), "lines": {}}
+    t0 = time.time()
+    ncases = 0
+    for prog in progs:
+        for case in list_cases(srcdir, prog):
+            for root, _, names in os.walk(cov.build):
+                for nm in names:
+                    if nm.endswith(".gcda"):
+                        os.unlink(os.path.join(root, nm))
+            rc, secs = run_program(cov, prog, 900, os.path.join(cov.root, "cases.log"), case)
+            ncases += 1
+            if rc not in (0, 77):
+                # A case that fails unmutated (or times out) decides nothing.
+                print("mutants-auto: coverage: %s:%s exit %s: not used" % (prog, case, rc),
+                      flush=True)
+                continue
+            got = gcov_lines(cov, [f for f in todo if prog in fmap[f]])
+            for f, (executed, executable) in got.items():
+                data[f]["exec"] |= executable
+                for n in executed:
+                    data[f]["lines"].setdefault(str(n), []).append([prog, case, round(secs, 2)])
+    for f in todo:
+        data[f]["exec"] = sorted(data[f]["exec"])
+    print("mutants-auto: coverage of %d file(s) from %d test cases in %.0f s" % (
+        len(todo), ncases, time.time() - t0), flush=True)
+    with open(path, "w") as f:
+        json.dump({"key": key, "files": data}, f)
+    return data
 
 
 # --- the report ---------------------------------------------------------------
@@ -666,6 +804,7 @@ def main():
     ap.add_argument("--lines", action="append", default=[])
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--select", action="store_true")
     ap.add_argument("-h", "--help", action="store_true")
     args = ap.parse_args()
     if args.help:
@@ -749,6 +888,14 @@ def main():
             if not t.pristine[f]:
                 die("no object file found for %s in %s" % (f, t.build))
     print("mutants-auto: scratch trees built in %.0f s" % (time.time() - start), flush=True)
+    coverage = {}
+    if args.select:
+        cov = Tree(work, 0, os.path.join(work, "cov"))
+        e = cov.setup(srcdir, work, args.fresh, targets, os.cpu_count() or 1,
+                      ["CFLAGS=-O0 -g --coverage", "LDFLAGS=--coverage"])
+        if e:
+            die("coverage tree: " + e)
+        coverage = collect_coverage(cov, srcdir, files, fmap, work)
 
     # Baseline: every program passes unmutated, else nothing is judged.
     timeouts = {}
@@ -798,12 +945,21 @@ def main():
             return None
         m = muts[i]
         why = equiv.get((m["file"], m["op"], m["mut"].strip()))
+        fc = coverage.get(m["file"])
+        cases = None
+        if fc is not None and m["line"] in fc["exec"]:
+            cases = fc["lines"].get(str(m["line"]), [])
         if why is not None:
             r = {"status": "equivalent", "by": why, "secs": 0.0, "flaky": []}
+        elif cases == []:
+            # A line that gcov says is code and that no test case runs: no
+            # test can notice it changed.
+            r = {"status": "survived", "by": "not run by any test", "secs": 0.0, "flaky": []}
         else:
             t = pq.get()
             try:
-                r = try_mutant(t, m, fmap[m["file"]], ptargets, timeouts, 1, not args.no_confirm)
+                r = try_mutant(t, m, fmap[m["file"]], ptargets, timeouts, 1, not args.no_confirm,
+                               cases)
             finally:
                 pq.put(t)
         with lock:
