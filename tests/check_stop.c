@@ -3,11 +3,14 @@
  * check_stop.c - how a cluster stops and how it hears the outside world:
  * terminate (stop request, SIGKILL after the stop timeout, cancelled
  * backoffs), a killed supervisor taking its workers with it, signals to the
- * supervisor, the cluster fd, and the epoll fallback loop.
+ * supervisor, the cluster fd (an application's own loop on it), and the
+ * epoll fallback loop.
  */
 #include "helpers.h"
 
 #include <poll.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 
 #include "procmesh.h"
@@ -188,6 +191,174 @@ START_TEST(test_epoll_backend)
 }
 END_TEST
 
+/*
+ * test_embedded_run_zero: pm_cluster(3), Embedding: "pm_cluster_fd() gives
+ * a file descriptor that is readable whenever pm_cluster_run() has work;
+ * put it in another event loop and call pm_cluster_run(c, 0) when it
+ * fires." The worker waits for main's "go", then plays EMB_ROUNDS rounds of
+ * ping-pong with main (each ping published into a ring the hub drained a
+ * turn before: its doorbell must be armed by then). Then, on main's
+ * "burst", sent while main runs no turn, it puts EMB_BURST messages for
+ * main in its ring (more than one turn reads of a port, 256: what is left
+ * after a run must keep the fd readable), says so in shared memory, and
+ * waits in pm_node_recv.
+ */
+#define EMB_ROUNDS 100u
+#define EMB_BURST 1000u
+
+static unsigned emb_pings, emb_burst, emb_bad;
+static int emb_pong_rc;
+static _Atomic int *emb_burst_sent; /* shared with the worker (made before the spawn) */
+
+static int boot_embedded(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    if (pm_node_ready(n) < 0)
+        return 50;
+    pm_address to_main = {.system = "procmesh", .host = "main"};
+    pm_message m;
+    if (pm_node_recv(n, &m, 30000) < 0 || m.len != 2 || memcmp(m.data, "go", 2) != 0)
+        return 51;
+    char text[32];
+    for (unsigned i = 0; i < EMB_ROUNDS; i++) {
+        int len = snprintf(text, sizeof(text), "ping %u", i);
+        if (pm_node_send(n, &to_main, text, (size_t)len) < 0)
+            return 52;
+        if (pm_node_recv(n, &m, 30000) < 0 || m.len != 4 || memcmp(m.data, "pong", 4) != 0)
+            return 53;
+    }
+    if (pm_node_recv(n, &m, 30000) < 0 || m.len != 5 || memcmp(m.data, "burst", 5) != 0)
+        return 54;
+    /* 1000 records of at most 80 bytes: a third of the 256 KiB ring, so
+     * no send waits for main. */
+    for (unsigned i = 0; i < EMB_BURST; i++) {
+        int len = snprintf(text, sizeof(text), "burst %u", i);
+        if (pm_node_send(n, &to_main, text, (size_t)len) < 0)
+            return 55;
+    }
+    atomic_store(emb_burst_sent, 1);
+    /* Waiting in recv until the stop. */
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+/* Main's side: each ping answered with a pong, every message in order. */
+static void on_message_embedded(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)arg;
+    char text[32];
+    unsigned i;
+    if (m->len >= sizeof(text)) {
+        emb_bad++;
+        return;
+    }
+    memcpy(text, m->data, m->len);
+    text[m->len] = '\0';
+    if (sscanf(text, "ping %u", &i) == 1 && i == emb_pings) {
+        emb_pings++;
+        int rc = pm_cluster_send(c, &m->from, "pong", 4);
+        if (rc != 0)
+            emb_pong_rc = rc;
+    } else if (sscanf(text, "burst %u", &i) == 1 && i == emb_burst) {
+        emb_burst++;
+    } else {
+        emb_bad++;
+    }
+}
+
+/* The application's own loop, as pm_cluster(3) describes it: poll on the
+ * cluster fd, pm_cluster_run(c, 0) whenever it is readable, nothing else
+ * (no blocking run, no run on a timer), until *got reaches want or 30 s
+ * pass. Returns the runs it made. */
+static unsigned embedded_loop(pm_cluster *c, const unsigned *got, unsigned want)
+{
+    struct pollfd pfd = {.fd = pm_cluster_fd(c), .events = POLLIN};
+    ck_assert_int_ge(pfd.fd, 0);
+    uint64_t end = ms() + 30000;
+    unsigned runs = 0;
+    while (*got < want && ms() < end) {
+        int k = poll(&pfd, 1, 1000);
+        ck_assert_msg(k >= 0 || errno == EINTR, "poll: %s", strerror(errno));
+        if (k > 0) {
+            ck_assert_int_ge(pm_cluster_run(c, 0), 0);
+            runs++;
+        }
+    }
+    return runs;
+}
+
+/* The default loop (io_uring where the kernel has it) and, _i 1, the epoll
+ * one. The liveness check is off, so no timer of the cluster's own makes
+ * the fd readable now and then: a stall is not hidden by a tick that runs
+ * a turn every 2.5 s. Then, the traffic over, the fd must not stay readable
+ * with nothing to do: of at most 50 polls of 200 ms, one times out. */
+START_TEST(test_embedded_run_zero)
+{
+    if (_i == 1)
+        setenv("PROCMESH_LOOP", "epoll", 1);
+    emb_burst_sent = mmap(NULL, sizeof(*emb_burst_sent), PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(emb_burst_sent, MAP_FAILED);
+    atomic_store(emb_burst_sent, 0);
+    pm_options *o = opts(1);
+    pm_options_set_bootstrap(o, boot_embedded, NULL);
+    pm_options_set_on_message(o, on_message_embedded, NULL);
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 0), 0);
+    emb_pings = emb_burst = emb_bad = 0;
+    emb_pong_rc = 0;
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    if (_i == 1)
+        ck_assert_int_eq(pm_test_loop_backend(c), PM__LOOP_EPOLL);
+    /* Straight from the spawn to the application's loop: what the spawn's
+     * last turn read must not leave the worker's ring unarmed. */
+    pm_address a = pm_test_slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "go", 2), 0);
+    unsigned runs = embedded_loop(c, &emb_pings, EMB_ROUNDS);
+    ck_assert_msg(emb_pings == EMB_ROUNDS,
+                  "main got %u of %u pings in 30 s of polling pm_cluster_fd (%u runs; "
+                  "worker exits: %d)",
+                  emb_pings, EMB_ROUNDS, runs, count(PM_EVENT_EXITED, 0));
+    /* The burst, while main runs no turn: main's send publishes at once
+     * (outside a turn, as inside one: the pong went out in the middle of
+     * the turn that read its ping, so a burst sent on the pong alone would
+     * be read by that turn). */
+    ck_assert_int_eq(pm_cluster_send(c, &a, "burst", 5), 0);
+    uint64_t end = ms() + 20000;
+    while (!atomic_load(emb_burst_sent) && ms() < end)
+        usleep(1000);
+    ck_assert_msg(atomic_load(emb_burst_sent), "the worker did not send its burst (exits: %d)",
+                  count(PM_EVENT_EXITED, 0));
+    ck_assert_uint_eq(emb_burst, 0);
+    runs = embedded_loop(c, &emb_burst, EMB_BURST);
+    ck_assert_msg(emb_burst == EMB_BURST,
+                  "main got %u of %u burst messages in 30 s of polling pm_cluster_fd (%u runs)",
+                  emb_burst, EMB_BURST, runs);
+    ck_assert_uint_eq(emb_bad, 0);
+    ck_assert_int_eq(emb_pong_rc, 0);
+    struct pollfd pfd = {.fd = pm_cluster_fd(c), .events = POLLIN};
+    unsigned timeouts = 0, readable = 0;
+    for (int t = 0; t < 50 && timeouts == 0; t++) {
+        int k = poll(&pfd, 1, 200);
+        ck_assert_msg(k >= 0 || errno == EINTR, "poll: %s", strerror(errno));
+        if (k > 0) {
+            readable++;
+            ck_assert_int_ge(pm_cluster_run(c, 0), 0);
+        }
+        timeouts += k == 0;
+    }
+    ck_assert_msg(timeouts > 0, "the cluster fd was readable at each of %u polls with no traffic",
+                  readable);
+    ck_assert_int_eq(count(PM_EVENT_EXITED, 0), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    munmap((void *)emb_burst_sent, sizeof(*emb_burst_sent));
+    unsetenv("PROCMESH_LOOP");
+}
+END_TEST
+
 /* pm_options(3): "In the exec and notify modes the stop request is SIGTERM
  * alone." Such a worker has no ring for a STOP frame; and no other signal
  * comes with the SIGTERM. A shell worker logs every catchable signal it
@@ -265,6 +436,7 @@ int main(void)
     PM_ADD_TEST(s, test_supervisor_killed, 60);
     PM_ADD_TEST(s, test_signals_and_fd, 60);
     PM_ADD_TEST(s, test_epoll_backend, 60);
+    PM_ADD_LOOP_TEST(s, test_embedded_run_zero, 0, 2, 120);
     PM_ADD_LOOP_TEST(s, test_exec_stop_is_sigterm_alone, 0, 2, 60);
     return pm_test_main(s);
 }

@@ -168,9 +168,8 @@ PM_EXTERN long pm_cluster_map(pm_cluster *c, const pm_map_input *inputs, size_t 
             break;
         }
     }
+    pm__cluster_leave(c, pm__outer_cfa == NULL);
     PM__LEAVE(c);
-    pm__loop_flush(c->loop);
-    pm__cluster_rearm_timer(c);
     free(st.refs);
     return (long)st.answered;
 }

@@ -479,11 +479,14 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
         return rc;
     }
     c->spawning = 0;
-    c->entry_cfa = NULL;
     /* The successors are made on the turns after this (actions.c). */
     c->prepare_at = 0;
     c->prepare_due = 1;
-    pm__loop_flush(c->loop);
+    /* The last turn read the readies: their rings are armed here, or an
+     * application that only waits on pm_cluster_fd would never hear of
+     * the workers' first messages. */
+    pm__cluster_leave(c, 1);
+    c->entry_cfa = NULL;
     *out = c;
     return 0;
 }

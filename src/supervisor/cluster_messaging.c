@@ -160,9 +160,8 @@ PM_EXTERN int pm_cluster_call_outcome(pm_cluster *c, const pm_address *to, const
             break;
         }
     }
+    pm__cluster_leave(c, pm__outer_cfa == NULL);
     PM__LEAVE(c);
-    pm__loop_flush(c->loop);
-    pm__cluster_rearm_timer(c);
     return st.err;
 }
 

@@ -217,6 +217,49 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     return 0;
 }
 
+/*
+ * Before a public call that ran turns returns to the application (outermost
+ * 1; a call made from a callback leaves it to the call around it, whose turn
+ * is not over). From then on the loop's fd must say whether
+ * pm_cluster_run has work (pm_cluster(3), Embedding), whatever the last
+ * turn was: an application may wait on the fd alone and call
+ * pm_cluster_run(c, 0) when it is readable. A turn arms the doorbells of
+ * the rings it drained only before it sleeps (pm__hub_arm_idle); a turn
+ * that does not sleep (pm_cluster_run with 0), or the last turn of any
+ * call (it read frames after its sleep), leaves them on the arm list,
+ * where a worker's publish rings nothing and the fd never turns readable:
+ * the worker stalls for as long as the application waits on it. So they
+ * are armed here. Work left that the next turn would do without sleeping
+ * (a port at its batch cap, a frame the arm found, successors to prepare)
+ * has no fd of its own: the wake-up eventfd makes the loop's fd readable,
+ * so that the application's wait returns at once and its next
+ * pm_cluster_run(c, 0) does it. Nothing is written when nothing is left,
+ * so the fd does not stay readable with nothing to do.
+ */
+void pm__cluster_leave(pm_cluster *c, int outermost)
+{
+    if (outermost) {
+        /* Arm, then ask whether work is left, in this order: pm__ring_arm
+         * sets the wait flag and looks at the ring again after a full
+         * fence, so a frame published before the worker could see the
+         * flag puts its port on the ready list (any_busy below), and one
+         * published after it rings the doorbell, whose completion makes
+         * the fd readable. Asking first would lose a frame published
+         * between the question and the arm. */
+        pm__hub_arm_idle(c->hub);
+        /* What a fault the arm found wrote (pm__hub_arm_idle: a corrupt
+         * ring is fenced): published as a turn's end would. */
+        pm__hub_publish(c->hub);
+        if (pm__hub_any_busy(c->hub) || c->prepare_due) {
+            uint64_t one = 1;
+            ssize_t n = write(c->wakefd, &one, sizeof(one));
+            (void)n; /* only fails when the counter is full: readable anyway */
+        }
+    }
+    pm__loop_flush(c->loop);
+    pm__cluster_rearm_timer(c);
+}
+
 PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
 {
     int rc0 = pm__cluster_check(c);
@@ -244,9 +287,8 @@ PM_EXTERN int pm_cluster_run(pm_cluster *c, int timeout_ms)
         if (timeout_ms >= 0 && pm__now_ms() >= end)
             break;
     }
+    pm__cluster_leave(c, pm__outer_cfa == NULL);
     PM__LEAVE(c);
-    pm__loop_flush(c->loop);
-    pm__cluster_rearm_timer(c);
     return rc;
 }
 

@@ -19,5 +19,10 @@ struct pm__turn_state {
  * deadlines. 0 or a negative errno from the loop itself. */
 int pm__cluster_turn(pm_cluster *c, int timeout_ms);
 int pm__cluster_rearm_timer(pm_cluster *c);
+/* Before a public call that ran turns returns (outermost: not from inside
+ * a callback): arms the drained rings' doorbells and makes the loop's fd
+ * readable if work is left, submits, sets the timer, so that the fd says
+ * whether pm_cluster_run has work (turn.c). */
+void pm__cluster_leave(pm_cluster *c, int outermost);
 
 #endif /* PM_SUPERVISOR_TURN_H */
