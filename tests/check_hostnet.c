@@ -134,6 +134,43 @@ static int big_replier(pm_node *n, void *arg)
     }
 }
 
+/* The worker of test_window_exact: pings main three times (as start_host
+ * waits for), then, told "go", sends MSGs of stream_len bytes to port 10
+ * of host b (pm-bad-peer) for as long as it runs; a send that finds the
+ * window shut waits in its ring. */
+static size_t stream_len = 8;
+
+static int streamer(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address main_a, to;
+    if (pm_address_parse("t@main:0", &main_a) != 0 || pm_address_parse("t@b:10", &to) != 0)
+        return 1;
+    for (int i = 0; i < 3; i++) {
+        pm_message r;
+        if (pm_node_request(n, &main_a, "ping", 4, 5000, &r) < 0)
+            return 2;
+    }
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc == 0 && m.kind == PM_MSG_PLAIN)
+            break;
+    }
+    static char buf[60000];
+    memset(buf, 's', sizeof(buf));
+    for (;;) {
+        int rc = pm_node_send(n, &to, buf, stream_len);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc == -EHOSTUNREACH)
+            usleep(5 * 1000); /* the link ended: the test is ending too */
+    }
+}
+
 static int (*bootstrap)(pm_node *, void *) = pinger;
 static int the_port;
 
@@ -142,9 +179,14 @@ static unsigned refused_events;
 static uint64_t refused_count;
 static char refused_reason[32], refused_address[64];
 
+/* The last PEER_DOWN's reason. */
+static char down_reason[32];
+
 static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     pm_test_count_peer_events(c, e, arg);
+    if (e->type == PM_EVENT_PEER_DOWN)
+        snprintf(down_reason, sizeof(down_reason), "%s", e->detail != NULL ? e->detail : "");
     if (e->type != PM_EVENT_PEER_REFUSED)
         return;
     refused_events++;
@@ -424,6 +466,154 @@ START_TEST(test_worker_forged_host)
     pm_slot_info si;
     ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
     ck_assert_uint_eq(forged_from.incarnation, si.incarnation); /* not the forged 9 */
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_silent_peer_close_three)
+{
+    /* doc/protocol.md 7 and 8: a side that receives nothing for its own
+     * idle_ms (the peer timeout, 2 s here) sends CLOSE 3 and closes.
+     * pm-bad-peer completes a real handshake, sends its first record and
+     * then nothing (it reads the supervisor's PINGs and never answers
+     * them): it must read a CLOSE of reason 3 before the end of the
+     * stream. The link was up, so its end is a peer_down, reason timeout. */
+    pm_cluster *c = start_a(2000);
+    unsigned ups = peer_events.ups, downs = peer_events.downs;
+    attack(c, "silent", PM__PF_TIMEOUT);
+    ck_assert_uint_eq(peer_events.ups, ups + 1);
+    ck_assert_uint_eq(peer_events.downs, downs + 1);
+    ck_assert_str_eq(down_reason, "timeout");
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_hello_version_min)
+{
+    /* doc/protocol.md 5: the version in use (the preamble's
+     * "procmesh-link/1", 1) must equal min(own max_version, the peer's),
+     * else close. A hello of max_version 2 (a peer that speaks more): min
+     * is 1, accepted, the supervisor sends its first record (pm-bad-peer
+     * then ends the stream without one of its own: `truncated`, never up).
+     * A hello of max_version 0: min is 0, closed before any record,
+     * counted and reported as `version`. */
+    pm_cluster *c = start_a(2000);
+    unsigned ups = peer_events.ups;
+    attack(c, "version-2", PM__PF_TRUNCATED);
+    ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_VERSION), 0);
+    attack(c, "version-0", PM__PF_VERSION);
+    ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_VERSION), 1);
+    ck_assert_str_eq(refused_reason, "version");
+    ck_assert_uint_eq(peer_events.ups, ups);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_window_exact)
+{
+    /* doc/protocol.md 6, "Flow control": at most 512 MSG and REQUEST
+     * frames and 2 MiB (56 + payload each) per port not credited back.
+     * The worker streams MSGs to pm-bad-peer's port 10 (host b), which
+     * announces credits and sends none; once the worker is held by the
+     * window, main sends b's port 10 one MSG (main is held by no window:
+     * it goes at once) behind everything the worker got onto the link.
+     * pm-bad-peer counts the worker's frames before main's: 512 of 64
+     * bytes, 34 of 60,056 (35 would pass 2 MiB), none after; its CREDIT
+     * for them lets the worker's frames flow again. */
+    static const size_t lens[] = {8, 60000};
+    stream_len = lens[_i];
+    bootstrap = streamer;
+    pm_cluster *c = start_a(30000);
+    pid_t pid = bad_peer("window", "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
+    ck_assert_msg(pm_test_mesh_links_up(c->mesh) == 1, "no link: pm-bad-peer exit status 0x%x", status);
+    pm_address w, to;
+    ck_assert_int_eq(pm_address_parse("t@a:10", &w), 0);
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    int sent = 0;
+    PM_RUN_UNTIL(c, sent || (sent = pm_cluster_send(c, &w, "go", 2) == 0), 10000);
+    uint64_t qw = 0, ww = 0;
+    PM_RUN_UNTIL(c, pm_test_link_waits(c, "b", &qw, &ww) == 0 && ww > 0 &&
+                        pm_test_slot_blocked_on(c, 0) == PM__BLOCKED_LINK, 30000);
+    /* Not held by the window; -EAGAIN only while the link's output queue
+     * is full of the worker's last frames (its window shut behind them). */
+    int mrc = -EAGAIN;
+    PM_RUN_UNTIL(c, mrc != -EAGAIN || (mrc = pm_cluster_send(c, &to, "mark", 4)) != -EAGAIN, 10000);
+    ck_assert_int_eq(mrc, 0);
+    PM_RUN_UNTIL(c, exited(pid, &status), 60000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "pm-bad-peer window (%zu-byte MSGs): exit status 0x%x (1: not what doc/protocol.md says, "
+                  "3: setup)", stream_len, status);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_credit_exact)
+{
+    /* doc/protocol.md 6, "Flow control": a receiver sends what it owes
+     * for a port when that reaches 128 frames or 512 KiB, as one CREDIT.
+     * pm-bad-peer (host b) sends MSGs to our supervisor's port 0 and
+     * checks each edge: no CREDIT after 127 frames, one for 128 after the
+     * 128th; none after 8 frames of 60,056 bytes, one for 9 and 540,504
+     * bytes after the 9th. */
+    pm_cluster *c = start_a(30000);
+    run_b(c, "credit");
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+/* A raw TCP connection to our supervisor's peer port (the test's own fd). */
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/* 1 when the supervisor closed its end of fd (EOF or a reset). */
+static int closed_by_peer(int fd)
+{
+    char b;
+    ssize_t k = recv(fd, &b, 1, MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+START_TEST(test_connections_bound)
+{
+    /* doc/protocol.md 2, "What a responder admits": 64 connections in all
+     * (links, handshakes, dials); past that an accepted connection is
+     * closed at once, counted `local`. pm-bad-peer brings 64 links up
+     * (hosts h0..h63, each from its own source address: the per-source
+     * rate limit is not what refuses) and keeps them; one more connection
+     * is closed before anything is read (the handshake deadline is a
+     * minute away), while the 64 links stay. */
+    ck_assert_uint_eq(PM__MESH_CONNS, 64);
+    pm_cluster *c = start_a(60000);
+    pid_t pid = bad_peer("hold-64", "x");
+    int status = 0;
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == PM__MESH_CONNS || exited(pid, &status), 60000);
+    ck_assert_msg(pm_test_mesh_links_up(c->mesh) == PM__MESH_CONNS,
+                  "%u links up; pm-bad-peer exit status 0x%x (3: setup)", pm_test_mesh_links_up(c->mesh),
+                  status);
+    uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL), rate0 = pm__mesh_fails(c->mesh, PM__PF_RATE),
+             timeout0 = pm__mesh_fails(c->mesh, PM__PF_TIMEOUT);
+    int fd = raw_connect(the_port);
+    PM_RUN_UNTIL(c, closed_by_peer(fd), 10000);
+    ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_LOCAL), local0 + 1);
+    ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_RATE), rate0);
+    ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_TIMEOUT), timeout0);
+    ck_assert_uint_eq(pm_test_mesh_links_up(c->mesh), PM__MESH_CONNS);
+    close(fd);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0, 20000);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -874,5 +1064,10 @@ int main(void)
     PM_ADD_TEST(s, test_no_frag_reply_refused, 120);
     PM_ADD_TEST(s, test_flood_1000, 240);
     PM_ADD_TEST(s, test_accept_out_of_fds, 120);
+    PM_ADD_TEST(s, test_silent_peer_close_three, 60);
+    PM_ADD_TEST(s, test_hello_version_min, 60);
+    PM_ADD_LOOP_TEST(s, test_window_exact, 0, 2, 120);
+    PM_ADD_TEST(s, test_credit_exact, 120);
+    PM_ADD_TEST(s, test_connections_bound, 180);
     return pm_test_main(s);
 }

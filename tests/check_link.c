@@ -5,6 +5,7 @@
 #include "helpers.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1272,6 +1273,102 @@ START_TEST(test_peer_stopped_and_resumed)
 }
 END_TEST
 
+/* The listener of test_redial_backoff: the test's own, on 127.0.0.1:port
+ * (bound here, so it listens before anyone dials). A forked process
+ * accepts each connection, notes when (CLOCK_MONOTONIC, ns) and closes it
+ * at once; the times come to the test through *tfd (non-blocking). */
+static pid_t start_refuser(int port, int *tfd)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(lfd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(lfd, 16), 0);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(p[0]);
+        for (;;) {
+            int fd = accept(lfd, NULL, NULL);
+            if (fd < 0 && errno == EINTR)
+                continue;
+            if (fd < 0)
+                _exit(1);
+            uint64_t t = pm_test_now_ns();
+            close(fd);
+            if (write(p[1], &t, sizeof(t)) != (ssize_t)sizeof(t))
+                _exit(2);
+        }
+    }
+    close(lfd);
+    close(p[1]);
+    ck_assert_int_eq(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+    *tfd = p[0];
+    return pid;
+}
+
+static uint64_t attempts[16];
+static unsigned nattempts;
+
+/* The dial attempts the refuser has seen so far. */
+static unsigned read_attempts(int fd)
+{
+    uint64_t t;
+    while (nattempts < ARRAY_LEN(attempts) && read(fd, &t, sizeof(t)) == (ssize_t)sizeof(t))
+        attempts[nattempts++] = t;
+    return nattempts;
+}
+
+START_TEST(test_redial_backoff)
+{
+    /* doc/protocol.md 2: "Reconnection after a failure uses a jittered
+     * exponential backoff from 100 ms to 5 s" (the base doubles from 100
+     * ms up to 5 s, each wait the base +-25 %). a dials a listener of the
+     * test's that accepts each connection and closes it at once, so every
+     * attempt fails; the times of 9 attempts are taken where they arrive.
+     * Each gap is at least 3/4 of its base (100, 200, 400, 800, 1600, 3200,
+     * 5000, 5000), less 50 ms for the timing of a loaded machine; the
+     * first starts the series (at most 125 ms plus a second); the last two
+     * stay at the 5 s cap (at most 6.25 s plus 2.5 s), which an uncapped
+     * base (6.4 s, then 12.8 s: at least 9.6 s) cannot meet. No link ever
+     * comes up. */
+    static const unsigned base[8] = {100, 200, 400, 800, 1600, 3200, 5000, 5000};
+    int port = pm_test_free_port();
+    int tfd = -1;
+    pid_t l = start_refuser(port, &tfd);
+    pm_cluster *a = spawn_a(secret1, pm_test_idle_worker, port, 1, NULL);
+    PM_RUN_UNTIL(a, read_attempts(tfd) >= 9, 60000);
+    uint64_t gap[8];
+    char text[256];
+    size_t k = 0;
+    for (unsigned i = 0; i < 8; i++) {
+        gap[i] = (attempts[i + 1] - attempts[i]) / 1000000u;
+        k += (size_t)snprintf(text + k, sizeof(text) - k, " %llu", (unsigned long long)gap[i]);
+    }
+    for (unsigned i = 0; i < 8; i++)
+        ck_assert_msg(gap[i] + 50 >= base[i] * 3 / 4,
+                      "attempt %u came %llu ms after the one before it, under 3/4 of its backoff %u ms "
+                      "(the gaps in ms:%s)", i + 2, (unsigned long long)gap[i], base[i], text);
+    ck_assert_msg(gap[0] <= 125 + 1000, "the first redial after %llu ms (the gaps in ms:%s)",
+                  (unsigned long long)gap[0], text);
+    for (unsigned i = 6; i < 8; i++)
+        ck_assert_msg(gap[i] <= 5000 * 5 / 4 + 2500, "a redial %llu ms after the one before, past the "
+                      "5 s cap (the gaps in ms:%s)", (unsigned long long)gap[i], text);
+    ck_assert_uint_eq(peer_events.ups, 0);
+    fprintf(stderr, "link: redial gaps in ms:%s\n", text);
+    kill(l, SIGKILL);
+    pm_test_reap(l, 5000);
+    close(tfd);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 /* One FRAG frame on b's link to h: fragment (id, total, offset) of n
  * bytes of a message for port 10 from b's port 11; bad: its reserved bytes
  * are not zero (it does not decode). */
@@ -1441,5 +1538,6 @@ int main(void)
     PM_ADD_TEST(s, test_wrong_secret_no_link, 60);
     PM_ADD_TEST(s, test_handshake_deadline_and_unauth_cap, 60);
     PM_ADD_TEST(s, test_peer_stopped_and_resumed, 90);
+    PM_ADD_TEST(s, test_redial_backoff, 90);
     return pm_test_main(s);
 }

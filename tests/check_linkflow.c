@@ -33,11 +33,16 @@ static int big_level = PM_SECCOMP_OFF, big_action = PM_SECCOMP_ERRNO;
 /* Each host's max_message (b's smaller, so b's own limit is what refuses). */
 static size_t max_a = (size_t)8 << 20, max_b = (size_t)8 << 20;
 
+/* b's workers' ring size, 0 the default (test_main_send_full_link). */
+static size_t ring_b;
+
 static pm_options *host_options(const char *host, unsigned workers, int (*boot)(pm_node *, void *))
 {
     /* A long peer timeout: a loaded machine must not drop the link mid-test. */
     pm_options *o = pm_test_host_options(host, (int)workers, secret, 30000, boot);
     ck_assert_int_eq(pm_options_set_max_message(o, host[0] == 'a' ? max_a : max_b), 0);
+    if (host[0] == 'b' && ring_b != 0)
+        ck_assert_int_eq(pm_options_set_ring_size(o, ring_b), 0);
     if (big_level != PM_SECCOMP_OFF) {
         ck_assert_int_eq(pm_options_set_seccomp(o, big_level), 0);
         ck_assert_int_eq(pm_options_set_seccomp_action(o, big_action), 0);
@@ -91,6 +96,39 @@ static int sink_b(pm_node *n, void *arg)
             snprintf(text, sizeof(text), "DONE %u %u %u", next, bad, other);
             tell_a(n, text);
         }
+    }
+}
+
+/* b's worker of test_main_send_full_link: counts the messages whose
+ * first four bytes number them (main's), and how many came out of order
+ * or twice; "end" makes it report "COUNT got misordered". */
+static int count_b(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    tell_a(n, "PID 1");
+    uint32_t got = 0, next = 0, misordered = 0;
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0 || m.kind != PM_MSG_PLAIN)
+            continue;
+        if (m.len == 3 && memcmp(m.data, "end", 3) == 0) {
+            char text[64];
+            snprintf(text, sizeof(text), "COUNT %u %u", got, misordered);
+            tell_a(n, text);
+            continue;
+        }
+        if (m.len < 4)
+            continue;
+        /* A message b refused (its notice counted at a) is a gap; going
+         * back is a message out of order or twice. */
+        if (pm__get32(m.data) < next)
+            misordered++;
+        next = pm__get32(m.data) + 1;
+        got++;
     }
 }
 
@@ -176,8 +214,8 @@ static int worker_a(pm_node *n, void *arg)
 
 /* What a's supervisor heard. */
 static long b_pid;
-static int b_at, b_done, a_sent;
-static unsigned b_next, b_bad, b_other, a_eagain, a_errors, a_notices, pongs;
+static int b_at, b_done, a_sent, b_counted;
+static unsigned b_next, b_bad, b_other, a_eagain, a_errors, a_notices, pongs, b_count, b_misordered;
 
 static void on_main(pm_cluster *c, const pm_message *m, void *arg)
 {
@@ -195,6 +233,8 @@ static void on_main(pm_cluster *c, const pm_message *m, void *arg)
         b_done = 1;
     else if (sscanf(text, "SENT %u %u %u", &a_eagain, &a_errors, &a_notices) == 3)
         a_sent = 1;
+    else if (sscanf(text, "COUNT %u %u", &b_count, &b_misordered) == 2)
+        b_counted = 1;
     else
         (void)sscanf(text, "PONGS %u", &pongs);
 }
@@ -273,6 +313,63 @@ START_TEST(test_stream_to_stopped_remote)
     ck_assert_uint_gt(ww, 0);
     fprintf(stderr, "linkflow: held %u times (try_send -EAGAIN), link waits: queue %llu window %llu; supervisor CPU %.3f s over %.3f s while held\n",
             a_eagain, (unsigned long long)qw, (unsigned long long)ww, cpu, wall);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+}
+END_TEST
+
+/*
+ * doc/protocol.md 6, "Frames on a link": main's frame that finds the
+ * link's output queue full gets -EAGAIN (try again later). Main is held to
+ * no window (its frames are counted, never refused), so what fills here is
+ * the link itself: b's supervisor is stopped (SIGSTOP), b's socket and
+ * a's fill, then a's output queue. Every call returns at once; each 0
+ * before the -EAGAIN is a message on its way: after SIGCONT b's worker
+ * has it (in order), or b's hub refused it (full) with a notice that a's
+ * hub counts (late: main's messages have no request for it to answer).
+ * b's rings are large, so such refusals should not happen at all.
+ */
+#define MAIN_LEN 60000u
+
+START_TEST(test_main_send_full_link)
+{
+    int port = pm_test_free_port();
+    ring_b = (size_t)32 << 20;
+    pid_t b = start_b(port, 1, count_b);
+    pm_cluster *c = start_a(port, 1, worker_a);
+    PM_RUN_UNTIL(c, b_pid > 0, 20000);
+    ck_assert_int_eq(kill(b, SIGSTOP), 0);
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    static unsigned char buf[MAIN_LEN];
+    memset(buf, 'm', sizeof(buf));
+    uint64_t late0 = pm_test_hub_late_replies(c->hub);
+    uint32_t ok = 0;
+    int rc = 0;
+    uint64_t end = pm_test_ms() + 30000;
+    while (pm_test_ms() < end) {
+        pm__put32(buf, ok);
+        rc = pm_cluster_send(c, &to, buf, sizeof(buf));
+        if (rc != 0)
+            break;
+        ok++;
+        ck_assert_int_ge(pm_cluster_run(c, 0), 0);
+    }
+    ck_assert_msg(rc == -EAGAIN, "main's send after %u messages of %u bytes: %d, expected -EAGAIN", ok,
+                  MAIN_LEN, rc);
+    ck_assert_uint_gt(ok, 0);
+    /* Full, not gone: the link is still up. */
+    ck_assert_uint_eq(pm_test_mesh_links_up(c->mesh), 1);
+    ck_assert_int_eq(kill(b, SIGCONT), 0);
+    send_once(c, &to, "end", 3); /* -EAGAIN until b reads again */
+    PM_RUN_UNTIL(c, b_counted, 60000);
+    uint64_t late = pm_test_hub_late_replies(c->hub) - late0;
+    fprintf(stderr, "linkflow: main's send -EAGAIN after %u messages of %u bytes; b's worker got %u, "
+                    "refused at b %llu\n", ok, MAIN_LEN, b_count, (unsigned long long)late);
+    ck_assert_uint_eq(b_count + late, ok);
+    ck_assert_uint_gt(b_count, 0);
+    ck_assert_uint_eq(b_misordered, 0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
     kill(b, SIGKILL);
     waitpid(b, NULL, 0);
@@ -671,6 +768,7 @@ static Suite *linkflow_suite(void)
 {
     Suite *s = suite_create("linkflow");
     PM_ADD_TEST(s, test_stream_to_stopped_remote, 120);
+    PM_ADD_TEST(s, test_main_send_full_link, 120);
     PM_ADD_TEST(s, test_large_across_link, 180);
     PM_ADD_TEST(s, test_large_link_down, 120);
     PM_ADD_TEST(s, test_main_large_across_link, 180);

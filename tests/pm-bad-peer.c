@@ -20,6 +20,7 @@
 #include "peer/peer.h"
 #include "peer/peerkeys.h"
 #include "peer/record.h"
+#include "mesh/mesh_env.h" /* PM__MESH_CONNS */
 #include "hooks.h"
 
 /*
@@ -38,7 +39,12 @@
  * close-junk ones, answered our CLOSE with CLOSE 0; for first-frames,
  * answered the request of our first record; for two-links, closed our
  * second link with CLOSE 0 and answered over the first; for no-frag,
- * answered the big request UNDELIVERABLE -EMSGSIZE and the small one);
+ * answered the big request UNDELIVERABLE -EMSGSIZE and the small one;
+ * for silent, sent CLOSE 3 when we said nothing past our first record;
+ * for version-2, sent its first record after our hello of max_version 2;
+ * for window, let exactly one window of its worker's frames out before
+ * main's and more after our CREDIT; for credit, sent its CREDITs at 128
+ * frames and at 512 KiB exactly); hold-64 never exits by itself;
  * 1 it did
  * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
  * 3 setup failed (connect, the real handshake an attack needs).
@@ -249,6 +255,9 @@ static void honest(int fd, pm__pconn *pc)
 
 /* ---------------------------------------------------------------- crafted */
 
+/* The max_version crafted() writes in its hello (message 3). */
+static unsigned hello_version = PM__PEER_MAX_VERSION;
+
 /* A handshake of our own making: the preamble `wire` is sent, but Noise
  * uses `prologue` and `psk`; message 3 is sent only when the supervisor
  * answered message 1 (send3). */
@@ -276,7 +285,7 @@ static void crafted(int fd, const unsigned char *wire, size_t wire_len, const un
             fail(3, "message 2 did not decrypt");
         pm__peer_hello h;
         memset(&h, 0, sizeof(h));
-        h.max_version = 1;
+        h.max_version = hello_version;
         h.incarnation = 7;
         h.idle_ms = 5000;
         snprintf(h.host, sizeof(h.host), "%s", host);
@@ -381,20 +390,30 @@ static void forged_notices(int fd, pm__pconn *pc)
  * end of the stream, decrypting them with pc. The CLOSE's reason, or -1:
  * the stream ended without a CLOSE (or the records failed). Frames that
  * come first are handed to on_frame (may be NULL). */
-static int read_close(int fd, pm__pconn *pc, void (*on_frame)(const unsigned char *, size_t))
+static int read_close_after(int fd, pm__pconn *pc, void (*on_frame)(const unsigned char *, size_t),
+                            const unsigned char *pre, size_t npre)
 {
     unsigned char buf[4096];
+    size_t n = npre;
+    if (npre > sizeof(buf))
+        fail(3, "too many bytes left over");
+    if (npre > 0)
+        memcpy(buf, pre, npre);
     uint64_t end = now_ms() + WAIT_MS;
     for (;;) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        uint64_t now = now_ms();
-        if (now >= end || poll(&pf, 1, (int)(end - now)) <= 0) {
-            fprintf(stderr, "pm-bad-peer: no CLOSE and no end of stream within %d ms\n", WAIT_MS);
-            exit(1);
+        ssize_t r = (ssize_t)n;
+        n = 0;
+        if (r == 0) {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            uint64_t now = now_ms();
+            if (now >= end || poll(&pf, 1, (int)(end - now)) <= 0) {
+                fprintf(stderr, "pm-bad-peer: no CLOSE and no end of stream within %d ms\n", WAIT_MS);
+                exit(1);
+            }
+            r = recv(fd, buf, sizeof(buf), 0);
+            if (r <= 0)
+                return -1;
         }
-        ssize_t r = recv(fd, buf, sizeof(buf), 0);
-        if (r <= 0)
-            return -1;
         size_t off = 0;
         while (off < (size_t)r) {
             pm__rec_in in;
@@ -414,6 +433,11 @@ static int read_close(int fd, pm__pconn *pc, void (*on_frame)(const unsigned cha
                     on_frame(f, flen);
         }
     }
+}
+
+static int read_close(int fd, pm__pconn *pc, void (*on_frame)(const unsigned char *, size_t))
+{
+    return read_close_after(fd, pc, on_frame, NULL, 0);
 }
 
 /* The answer to the first-frames request (request_id 77), seen. */
@@ -622,6 +646,263 @@ static void no_frag(void)
     orderly_end(fd, &pc, "no-frag");
 }
 
+/* ---------------------------------------------------------------- flow control */
+
+/* Feeds the supervisor's records on fd to pc (after pre[0..npre)),
+ * answering its PINGs, until done() holds once a chunk is in. Every byte
+ * read is fed (the record decoder keeps a partial record), so the next
+ * call goes on where this one stopped. Exits 1 when the link ends or
+ * WAIT_MS pass first. */
+static void pump_until(int fd, pm__pconn *pc, int (*done)(const pm__pconn *), const unsigned char *pre,
+                       size_t npre, const char *what)
+{
+    unsigned char buf[4096];
+    size_t n = npre;
+    if (npre > sizeof(buf))
+        fail(3, "too many bytes left over");
+    if (npre > 0)
+        memcpy(buf, pre, npre);
+    uint64_t end = now_ms() + WAIT_MS;
+    for (;;) {
+        size_t off = 0;
+        while (off < n || pc->held) {
+            size_t used = 0;
+            int ev = pm__pconn_input(pc, buf + off, n - off, &used);
+            off += used;
+            send_output(fd, pc);
+            if (ev == PM__PCE_DEAD) {
+                fprintf(stderr, "pm-bad-peer: %s: the link ended first (its CLOSE: %d, -1 none)\n", what,
+                        pc->close_received ? pc->close_reason : -1);
+                exit(1);
+            }
+            if (used == 0 && !pc->held)
+                break;
+        }
+        if (done(pc))
+            return;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        uint64_t now = now_ms();
+        if (now >= end || poll(&pf, 1, (int)(end - now)) <= 0) {
+            fprintf(stderr, "pm-bad-peer: %s: not within %d ms\n", what, WAIT_MS);
+            exit(1);
+        }
+        ssize_t r = recv(fd, buf, sizeof(buf), 0);
+        if (r <= 0) {
+            fprintf(stderr, "pm-bad-peer: %s: the stream ended first\n", what);
+            exit(1);
+        }
+        n = (size_t)r;
+    }
+}
+
+/* One frame (header f, its length set here, payload p[0..len)) through
+ * pc's stage; what the stage's record cannot wait for is sent. */
+static void stage_frame(int fd, pm__pconn *pc, pm__frame_hdr *f, const void *p, size_t len)
+{
+    static unsigned char frame[PM__FRAME_HDR_SIZE + 65536];
+    if (len > 65536)
+        fail(3, "frame too long");
+    f->len = (uint32_t)len;
+    pm__frame_encode(f, frame);
+    memcpy(frame + PM__FRAME_HDR_SIZE, p, len);
+    int rc;
+    while ((rc = pm__pconn_stage(pc, frame, PM__FRAME_HDR_SIZE + len)) == -EAGAIN)
+        send_output(fd, pc); /* blocking: the supervisor reads all the time */
+    if (rc < 0)
+        fail(3, "stage a frame");
+}
+
+static void flush_frames(int fd, pm__pconn *pc)
+{
+    if (pm__pconn_flush_stage(pc) < 0)
+        fail(3, "seal the staged frames");
+    send_output(fd, pc);
+}
+
+/* window (doc/protocol.md 6, "Flow control"): we announce credits (bit
+ * 0) and never send one. The supervisor's worker at port 10 streams MSGs
+ * of one size to our port 10; once the test sees it held by the window,
+ * main sends one MSG to our port 10 (main's frames are never held), which
+ * comes after every frame the worker got onto the link. The worker's
+ * frames before it must be exactly 512, or as many as fit in 2 MiB
+ * counting 56 + payload each, and none after it. Then our CREDIT for all
+ * of them: the worker's frames flow again. */
+static unsigned win_before, win_after, win_marks;
+static uint32_t win_len;
+
+static void on_window(void *arg, const unsigned char *f, size_t len)
+{
+    (void)arg;
+    pm__frame_hdr h;
+    if (pm__frame_decode(f, len, 65536, &h) < 0 || h.type != PM__FT_MSG || h.dst != 10)
+        return;
+    if (h.src == 0) {
+        win_marks++; /* main's */
+    } else if (h.src == 10 && win_marks > 0) {
+        win_after++;
+    } else if (h.src == 10) {
+        win_before++;
+        win_len = h.len;
+    }
+}
+
+static int window_marked(const pm__pconn *pc)
+{
+    (void)pc;
+    return win_marks > 0;
+}
+
+static int window_reopened(const pm__pconn *pc)
+{
+    (void)pc;
+    return win_after > 0;
+}
+
+static void window(void)
+{
+    int fd = dial();
+    pm__pconn pc;
+    honest(fd, &pc);
+    pc.on_frame = on_window;
+    pump_until(fd, &pc, window_marked, rest, rest_len, "window: main's MSG");
+    uint32_t frame_bytes = PM__FRAME_HDR_SIZE + win_len;
+    uint32_t want = (2u << 20) / frame_bytes < 512u ? (2u << 20) / frame_bytes : 512u;
+    if (win_before != want || win_after != 0) {
+        fprintf(stderr, "pm-bad-peer: window: %u frames of %u bytes before main's MSG and %u after it, "
+                        "expected %u (512 frames or 2 MiB) and 0\n",
+                win_before, frame_bytes, win_after, want);
+        exit(1);
+    }
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_CREDIT;
+    f.dst = 0;
+    f.src = 10; /* the port credited: ours, as the worker addressed it */
+    unsigned char body[8];
+    pm__put32(body, win_before);
+    pm__put32(body + 4, win_before * frame_bytes);
+    stage_frame(fd, &pc, &f, body, sizeof(body));
+    flush_frames(fd, &pc);
+    pump_until(fd, &pc, window_reopened, NULL, 0, "window: the worker's frames after our CREDIT");
+    orderly_end(fd, &pc, "window");
+}
+
+/* credit (doc/protocol.md 6, "Flow control"): MSGs from our port 10 to
+ * the supervisor (port 0), each batch followed by a PING. The supervisor
+ * owes a CREDIT for port 0 at 128 frames or 512 KiB (56 + payload each):
+ * none after 127 small frames, one for 128 frames after the 128th; none
+ * after 8 frames of 60,000 bytes (480,448), one for 9 frames and 540,504
+ * bytes after the 9th. A PONG is sealed after what the hub staged before
+ * it (peer.c: every record seals the stage first), so once the PONG is in,
+ * the CREDIT those frames earned is in too. */
+static unsigned credits;
+static uint32_t credit_port, credit_frames, credit_bytes;
+static uint64_t pongs_want;
+
+static void on_credit(void *arg, const unsigned char *f, size_t len)
+{
+    (void)arg;
+    pm__frame_hdr h;
+    if (pm__frame_decode(f, len, 65536, &h) < 0 || h.type != PM__FT_CREDIT)
+        return;
+    credits++;
+    credit_port = h.src;
+    credit_frames = h.len == 8 ? pm__get32(f + PM__FRAME_HDR_SIZE) : 0;
+    credit_bytes = h.len == 8 ? pm__get32(f + PM__FRAME_HDR_SIZE + 4) : 0;
+}
+
+static int ponged(const pm__pconn *pc)
+{
+    return pc->pongs >= pongs_want;
+}
+
+static void msgs_then_ping(int fd, pm__pconn *pc, unsigned n, size_t len)
+{
+    static unsigned char payload[60000];
+    memset(payload, 'c', sizeof(payload));
+    for (unsigned i = 0; i < n; i++) {
+        pm__frame_hdr f;
+        memset(&f, 0, sizeof(f));
+        f.type = PM__FT_MSG;
+        f.dst = 0;
+        f.src = 10;
+        f.src_inc = 1;
+        stage_frame(fd, pc, &f, payload, len);
+    }
+    flush_frames(fd, pc);
+    if (pm__pconn_ping(pc, ++pongs_want) < 0)
+        fail(3, "ping");
+    send_output(fd, pc);
+    pump_until(fd, pc, ponged, NULL, 0, "credit: the PONG");
+}
+
+static void credit_expect(unsigned n, uint32_t frames, uint32_t bytes, const char *after)
+{
+    if (credits == n && (n == 0 || (credit_port == 0 && credit_frames == frames && credit_bytes == bytes)))
+        return;
+    fprintf(stderr, "pm-bad-peer: credit: after %s, %u CREDITs (the last for port %u: %u frames, %u bytes); "
+                    "expected %u (for port 0: %u frames, %u bytes)\n",
+            after, credits, credit_port, credit_frames, credit_bytes, n, frames, bytes);
+    exit(1);
+}
+
+static void credit(void)
+{
+    int fd = dial();
+    pm__pconn pc;
+    honest(fd, &pc);
+    pc.on_frame = on_credit;
+    pump_until(fd, &pc, ponged, rest, rest_len, "credit"); /* what honest() left: no PONG is due */
+    msgs_then_ping(fd, &pc, 127, 8);
+    credit_expect(0, 0, 0, "127 frames of 64 bytes");
+    msgs_then_ping(fd, &pc, 1, 8);
+    credit_expect(1, 128, 128 * (PM__FRAME_HDR_SIZE + 8), "128 frames of 64 bytes");
+    msgs_then_ping(fd, &pc, 8, 60000);
+    credit_expect(1, 128, 128 * (PM__FRAME_HDR_SIZE + 8), "8 frames of 60,056 bytes");
+    msgs_then_ping(fd, &pc, 1, 60000);
+    credit_expect(2, 9, 9 * (PM__FRAME_HDR_SIZE + 60000), "9 frames of 60,056 bytes");
+    orderly_end(fd, &pc, "credit");
+}
+
+/* hold-64 (doc/protocol.md 2, "What a responder admits"): as many links as
+ * the supervisor holds connections (64), as hosts h0, h1, ..., each from
+ * its own source address (127.0.1.1, 127.0.1.2, ...: the per-source rate
+ * limit is not what is tried), then silence until killed. Our side of
+ * each link is dropped once it is up (only its fd stays open): the
+ * supervisor keeps the link until its peer timeout. */
+static int dial_from(unsigned i)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(0x7f000101u + i); /* 127.0.1.1 + i */
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        fail(3, "bind to a source address in 127.0.1.0/24");
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        fail(3, "connect to the peer port failed");
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+static void hold_links(void)
+{
+    static char names[PM__MESH_CONNS][16];
+    for (unsigned i = 0; i < PM__MESH_CONNS; i++) {
+        snprintf(names[i], sizeof(names[i]), "h%u", i);
+        cfg.host = names[i];
+        int fd = dial_from(i);
+        pm__pconn pc;
+        honest(fd, &pc);
+        pm__pconn_free(&pc);
+    }
+    for (;;)
+        pause();
+}
+
 /* Seals plain[0..len) as a record, whatever it says, and sends it. */
 static void send_raw(int fd, pm__pconn *pc, const void *plain, size_t len)
 {
@@ -687,6 +968,14 @@ static int close_attack(int fd, pm__pconn *pc, const char *attack)
     } else if (strcmp(attack, "first-frames") == 0) {
         first_frames(fd, pc);
         want = PM__REC_CLOSE_SHUTDOWN;
+    } else if (strcmp(attack, "silent") == 0) {
+        /* doc/protocol.md 7: after its first record our side says nothing
+         * more (its PINGs read, never answered): at its idle_ms it sends
+         * CLOSE 3 and closes. What honest() read past the link coming up
+         * is the start of the supervisor's records. */
+        got = read_close_after(fd, pc, NULL, rest, rest_len);
+        want = PM__REC_CLOSE_TIMEOUT;
+        goto judge;
     } else {
         return -1;
     }
@@ -779,7 +1068,8 @@ int main(int argc, char **argv)
                         "         truncated reordered duplicated bitflip oversize forged-host\n"
                         "         forged-notices unknown-type heartbeat-1 zero-frame\n"
                         "         oversize-close bitflip-close close-junk-same close-junk-later\n"
-                        "         first-frames two-links no-frag\n");
+                        "         first-frames two-links no-frag silent version-0 version-2\n"
+                        "         window credit hold-64\n");
         return 2;
     }
     port = atoi(argv[1]);
@@ -866,6 +1156,30 @@ int main(int argc, char **argv)
         send_all(fd, m2, n);
         wait_closed(fd, attack);
         pm__pconn_free(&pc);
+    } else if (strcmp(attack, "version-0") == 0 || strcmp(attack, "version-2") == 0) {
+        /* doc/protocol.md 5: the version in use (the preamble's, 1) must
+         * be min(own max_version, the peer's). Our hello (message 3) says
+         * 0: min(1, 0) is not 1, closed (`version`). Or 2, a peer that
+         * speaks more: min(1, 2) = 1, accepted: the supervisor splits and
+         * sends its first record (a HEARTBEAT: 21 bytes); we end the
+         * stream then, without a record of ours. */
+        hello_version = attack[8] == '0' ? 0 : 2;
+        int fd = dial();
+        crafted(fd, pre, plen, pre, plen, secret, 1);
+        if (hello_version == 0) {
+            wait_closed(fd, attack);
+        } else {
+            unsigned char hb[21];
+            if (recv_exact(fd, hb, sizeof(hb)) < 0 || pm__get32(hb) != 17)
+                fail(1, "version-2: no first record from the supervisor");
+            close(fd);
+        }
+    } else if (strcmp(attack, "window") == 0) {
+        window();
+    } else if (strcmp(attack, "credit") == 0) {
+        credit();
+    } else if (strcmp(attack, "hold-64") == 0) {
+        hold_links();
     } else if (strcmp(attack, "two-links") == 0) {
         two_links();
     } else if (strcmp(attack, "no-frag") == 0) {
