@@ -20,6 +20,9 @@
  * mount namespace of the test's own, as in a pod: workers must start,
  * restart and be contained by process groups.
  *
+ * The diagnostics' default: without an on_diagnostic callback, the
+ * library's own diagnostic goes to stderr as "procmesh: MESSAGE".
+ *
  * The missing-library cases: liburing, libsodium and libseccomp are loaded
  * on first use (src/os/deps.h); each is made unloadable here as it would
  * be on a host without it, by failing the product's own dlopen of its
@@ -572,6 +575,90 @@ START_TEST(test_runtime_default_readonly_cgroupfs)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- diagnostics without a callback */
+
+static int diag_calls;
+static char diag_said_topic[64], diag_said[512];
+
+static void on_diag_keep(pm_cluster *c, const char *topic, const char *message, void *arg)
+{
+    (void)c, (void)arg;
+    diag_calls++;
+    snprintf(diag_said_topic, sizeof(diag_said_topic), "%s", topic);
+    snprintf(diag_said, sizeof(diag_said), "%s", message);
+}
+
+/* Options whose peer links cannot be set up: their listen address is
+ * taken (at, "127.0.0.1:PORT", is bound and listened on by the test). */
+static pm_options *diag_opts(const char *at)
+{
+    pm_options *o = opts(1, 0);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
+    ck_assert_int_eq(pm_options_set_insecure_no_secret(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_system_name(o, "t"), 0);
+    ck_assert_int_eq(pm_options_set_hostname(o, "a"), 0);
+    ck_assert_int_eq(pm_options_set_base_port(o, 10), 0);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, at), 0);
+    return o;
+}
+
+/* pm_options(3) set_on_diagnostic: "Without a callback, each is written
+ * to stderr as procmesh: MESSAGE." A diagnostic made twice the same way
+ * (peer_links_failed: the listen address is taken), once to a callback
+ * that keeps its words, once without one, the test's stderr in a file:
+ * that file holds the line "procmesh: " and the callback's message. */
+START_TEST(test_diagnostic_default_stderr)
+{
+    int hold = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(hold, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(hold, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(hold, 1), 0);
+    socklen_t salen = sizeof(sa);
+    ck_assert_int_eq(getsockname(hold, (struct sockaddr *)&sa, &salen), 0);
+    char listen_at[32];
+    snprintf(listen_at, sizeof(listen_at), "127.0.0.1:%d", ntohs(sa.sin_port));
+
+    diag_calls = 0;
+    pm_options *o = diag_opts(listen_at);
+    ck_assert_int_eq(pm_options_set_on_diagnostic(o, on_diag_keep, NULL), 0);
+    pm_cluster *c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    ck_assert_int_lt(rc, 0);
+    ck_assert_ptr_null(c);
+    pm_options_free(o);
+    ck_assert_int_eq(diag_calls, 1);
+    ck_assert_str_eq(diag_said_topic, "peer_links_failed");
+    /* Its words name the address (or, on a host without libsodium, that). */
+    ck_assert_msg(strstr(diag_said, listen_at) != NULL || strstr(diag_said, "libsodium") != NULL,
+                  "diagnostic '%s'", diag_said);
+
+    o = diag_opts(listen_at);
+    char path[32];
+    int saved = pm_test_stderr_to_file(path);
+    int rc2 = pm_cluster_spawn(o, &c);
+    pm_test_stderr_restore(saved);
+    ck_assert_int_eq(rc2, rc);
+    ck_assert_ptr_null(c);
+    pm_options_free(o);
+    char text[1024], want[600];
+    pm_test_read_file(path, text, sizeof(text));
+    unlink(path);
+    snprintf(want, sizeof(want), "procmesh: %s\n", diag_said);
+    /* A whole line of its own (a library that cannot be loaded here, such
+     * as liburing, says so on a line before it). */
+    const char *at = strstr(text, want);
+    while (at != NULL && at != text && at[-1] != '\n')
+        at = strstr(at + 1, want);
+    ck_assert_msg(at != NULL, "stderr without a callback:\n%s\nnot the line\n%s", text, want);
+    ck_assert_int_eq(diag_calls, 1); /* the callback was not kept */
+    close(hold);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- missing libraries */
 
 #define PM_NO_SUCH_SONAME "libpm-no-such-library.so.0"
@@ -703,6 +790,7 @@ int main(void)
     PM_ADD_TEST(s, test_runtime_default_eperm, 90);
     PM_ADD_TEST(s, test_runtime_default_enosys, 90);
     PM_ADD_TEST(s, test_runtime_default_readonly_cgroupfs, 60);
+    PM_ADD_TEST(s, test_diagnostic_default_stderr, 30);
 #if PM_LAZY_DEPS
     PM_ADD_TEST(s, test_missing_liburing_epoll, 60);
     PM_ADD_TEST(s, test_missing_libsodium_peers_refused, 60);

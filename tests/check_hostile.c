@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* check_hostile.c - the hub under hostile workers: no head-of-line blocking, a bounded in-flight table, no other workers' traffic in a forked worker. */
+/* check_hostile.c - the hub under hostile workers: no head-of-line blocking, a bounded in-flight table, the hub's queues bounded in all, no other workers' traffic in a forked worker. */
 #include "helpers.h"
 
 #include <fcntl.h>
@@ -684,6 +684,117 @@ START_TEST(test_fork_replacement_sees_no_dead_stack)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the total bound */
+
+enum {
+    TOTAL_FLOODERS = 24,  /* slots 1..24 send to slot 0 */
+    TOTAL_FRAMES = 80,    /* each: more than its own 4 MiB of these */
+    TOTAL_LEN = 60000,    /* a frame's payload */
+};
+
+/* Slot 0 reads nothing until the test writes a byte here (a pipe the
+ * fork-mode workers inherit). */
+static int total_gate[2] = {-1, -1};
+static unsigned total_sent;  /* flooders that said "#sent" */
+static int total_got;        /* slot 0 said it got every frame */
+
+static void on_total_message(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (m->len == 5 && memcmp(m->data, "#sent", 5) == 0)
+        total_sent++;
+    if (m->from.port == 1 && m->len > 4 && memcmp(m->data, "#got", 4) == 0)
+        total_got = 1;
+}
+
+/* Slot 0: ready, waits at the gate, then receives; says "#got" once it
+ * has every flooder's every frame. The others: on "start", their frames
+ * to slot 0 (waiting in pm_node_send whenever the hub holds them back),
+ * then "#sent". */
+static int boot_total(pm_node *n, void *arg)
+{
+    (void)arg;
+    signal(SIGTERM, SIG_DFL);
+    if (pm_node_ready(n) < 0)
+        return 60;
+    pm_message m;
+    if (pm_node_slot(n) == 0) {
+        char b;
+        if (read(total_gate[0], &b, 1) != 1)
+            return 61;
+        unsigned got = 0;
+        for (;;) {
+            int rc = pm_node_recv(n, &m, -1);
+            if (rc == -ESHUTDOWN)
+                return 0;
+            if (rc == 0 && m.len == TOTAL_LEN && ++got == TOTAL_FLOODERS * TOTAL_FRAMES)
+                pm_test_say(n, "got %u", got);
+        }
+    }
+    if (pm_node_recv(n, &m, 30000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
+        return 62;
+    static char frame[TOTAL_LEN];
+    pm_address to = pm_test_slot_addr(0, 0);
+    for (int i = 0; i < TOTAL_FRAMES; i++)
+        if (pm_node_send(n, &to, frame, sizeof(frame)) != 0)
+            return 63;
+    pm_test_say(n, "sent");
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+/* doc/design.md, Backpressure: "64 MiB in all (PM__HUB_QUEUED_MAX_BYTES).
+ * At its bound that sender alone waits ... main's send too". 24 flooders
+ * could queue about 96 MiB for slot 0, which reads nothing: the queue
+ * grows to within a frame of 64 MiB and never past it. Then main, which
+ * holds nothing in any queue (far below its own 1024 frames and 4 MiB), is
+ * refused a frame to slot 0 with -EAGAIN: the total's doing. Opened, slot
+ * 0 gets every frame of every flooder (none dropped: they waited), and
+ * main's frame goes. Liveness off: slot 0 waits at its gate, the flooders
+ * in their sends. */
+START_TEST(test_total_queued_bound)
+{
+    ck_assert_int_eq(pipe(total_gate), 0);
+    total_sent = 0;
+    total_got = 0;
+    events_fenced = 0;
+    const unsigned workers = 1 + TOTAL_FLOODERS;
+    pm_options *o = pm_test_quick_options((int)workers, on_event, on_total_message);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, boot_total, NULL), 0);
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 0), 0);
+    pm_cluster *c = pm_test_spawn(o);
+    for (unsigned i = 1; i < workers; i++) {
+        pm_address a = pm_test_slot_addr(i, 0);
+        ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
+    }
+    const size_t frame = PM__FRAME_HDR_SIZE + TOTAL_LEN;
+    uint64_t end = ms() + 60000;
+    while (pm_test_slot_queued_bytes(c, 0) + frame <= PM__HUB_QUEUED_MAX_BYTES && ms() < end) {
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+        ck_assert_uint_le(pm_test_slot_queued_bytes(c, 0), PM__HUB_QUEUED_MAX_BYTES);
+    }
+    ck_assert_msg(pm_test_slot_queued_bytes(c, 0) + frame > PM__HUB_QUEUED_MAX_BYTES,
+                  "slot 0's queue stopped at %zu bytes", pm_test_slot_queued_bytes(c, 0));
+    /* More turns change nothing: every flooder waits. */
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+    ck_assert_uint_le(pm_test_slot_queued_bytes(c, 0), PM__HUB_QUEUED_MAX_BYTES);
+    ck_assert_uint_eq(total_sent, 0);
+    static char probe[TOTAL_LEN];
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, probe, sizeof(probe)), -EAGAIN);
+    ck_assert_int_eq(write(total_gate[1], "g", 1), 1);
+    RUN_UNTIL(c, total_got && total_sent == TOTAL_FLOODERS, 60000);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, probe, sizeof(probe)), 0);
+    ck_assert_int_eq(events_fenced, 0);
+    pm_test_finish(c, o);
+    close(total_gate[0]);
+    close(total_gate[1]);
+}
+END_TEST
+
 /* The scanner itself: it finds a marker that is there. */
 START_TEST(test_scanner_finds_marker)
 {
@@ -712,5 +823,6 @@ int main(void)
     PM_ADD_TEST(s, test_inflight_cap_per_requester, 90);
     PM_ADD_TEST(s, test_inflight_lifetime, 60);
     PM_ADD_TEST(s, test_fork_replacement_sees_no_traffic, 120);
+    PM_ADD_TEST(s, test_total_queued_bound, 180);
     return pm_test_main(s);
 }

@@ -4,8 +4,9 @@
  * restart, fresh memory each time, invisible to every worker, and released
  * without a leak when the slot retires or the cluster stops with one
  * prepared. And the warm standby forked onto it (standby.c): taken by the
- * restart, in the cgroup of the incarnation it replaces, reaped when it
- * dies waiting, ended with the cluster or the supervisor.
+ * restart, in the cgroup of the incarnation it replaces, running the
+ * bootstrap only then, reaped when it dies waiting, ended with the cluster
+ * or the supervisor.
  */
 #include "helpers.h"
 
@@ -431,6 +432,102 @@ START_TEST(test_standby_takes_over)
 }
 END_TEST
 
+/* The bootstraps that ran, in memory shared with the fork-mode workers
+ * (mapped before the spawn): a standby that ran its bootstrap ahead of its
+ * start would be counted here. */
+struct boots {
+    int n;
+    pid_t prev;       /* set by the test before it kills that incarnation */
+    pid_t pid[8];     /* who ran the bootstrap, in order */
+    uint64_t inc[8];  /* as which incarnation */
+    int prev_gone[8]; /* prev had been reaped (no process, no zombie) then */
+};
+static struct boots *boots;
+
+static int boot_counted(pm_node *n, void *arg)
+{
+    (void)arg;
+    worker_init();
+    pid_t prev = __atomic_load_n(&boots->prev, __ATOMIC_SEQ_CST);
+    int prev_gone = prev > 0 && kill(prev, 0) < 0 && errno == ESRCH;
+    int i = __atomic_fetch_add(&boots->n, 1, __ATOMIC_SEQ_CST);
+    if (i < 8) {
+        boots->pid[i] = getpid();
+        boots->inc[i] = pm_node_self(n)->incarnation;
+        boots->prev_gone[i] = prev_gone;
+    }
+    if (pm_node_ready(n) < 0)
+        return 50;
+    idle();
+    return 0;
+}
+
+/* 1 when pid is blocked in a read of fd: /proc/PID/syscall gives the call's
+ * number, then its arguments in hex ("running" or -1 when in none). */
+static int waits_in_read(pid_t pid, int fd)
+{
+    char path[64], text[256];
+    snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+    if (pm_test_read_file(path, text, sizeof(text)) == 0)
+        return 0;
+    long nr;
+    unsigned long arg0;
+    return sscanf(text, "%ld 0x%lx", &nr, &arg0) == 2 && nr == SYS_read &&
+           arg0 == (unsigned long)fd;
+}
+
+/* pm_options(3) set_warm_standby: the standby "runs none of the bootstrap
+ * ... until the crash makes it the slot's incarnation; only then ... does
+ * the bootstrap run" (doc/design.md: not until its predecessor was reaped).
+ * Every bootstrap counts itself in shared memory. The standby is looked at
+ * once it waits for its start (blocked reading its go eventfd): the count
+ * is still the one incarnation. At the crash it grows by one, run by the
+ * standby as incarnation 2, its predecessor reaped by then; the standby
+ * made behind it waits the same way, and the terminate that ends it runs
+ * no bootstrap either. */
+START_TEST(test_standby_runs_no_bootstrap_before_crash)
+{
+    boots = mmap(NULL, sizeof(*boots), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(boots != MAP_FAILED);
+    memset(boots, 0, sizeof(*boots));
+    pm_options *o = standby_opts(1);
+    pm_options_set_bootstrap(o, boot_counted, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(boots->n, 1);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    pid_t first = si.pid;
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
+    pid_t sb = pm_test_slot_standby_pid(c, 0);
+    int go = pm_test_slot_standby_go_fd(c, 0);
+    /* Had it run the bootstrap, it would be counted (and wait elsewhere). */
+    RUN_UNTIL(c, boots->n > 1 || waits_in_read(sb, go), 10000);
+    ck_assert_msg(boots->n == 1, "the standby %d ran the bootstrap before the crash (count %d)",
+                  (int)sb, boots->n);
+    __atomic_store_n(&boots->prev, first, __ATOMIC_SEQ_CST);
+    ck_assert_int_eq(kill(first, SIGKILL), 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_int_eq(boots->n, 2);
+    ck_assert_int_eq(boots->pid[1], sb);
+    ck_assert_uint_eq(boots->inc[1], 2);
+    ck_assert_msg(boots->prev_gone[1], "the standby's bootstrap ran before %d was reaped", (int)first);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
+    pid_t next = pm_test_slot_standby_pid(c, 0);
+    ck_assert_int_ne(next, sb);
+    go = pm_test_slot_standby_go_fd(c, 0);
+    RUN_UNTIL(c, boots->n > 2 || waits_in_read(next, go), 10000);
+    ck_assert_msg(boots->n == 2, "the standby %d ran the bootstrap before a crash (count %d)",
+                  (int)next, boots->n);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    ck_assert(gone(next));
+    ck_assert_int_eq(boots->n, 2);
+    munmap(boots, sizeof(*boots));
+    boots = NULL;
+}
+END_TEST
+
 /* A standby killed from outside while it waits is reaped at once (no
  * zombie) and its spare dropped with it (another process had that memory);
  * the next crash restarts by fork, and the next ready makes a standby
@@ -750,6 +847,7 @@ int main(void)
     PM_ADD_TEST(s, test_spawn_spares_after_spawn, 60);
     PM_ADD_TEST(s, test_spare_output_pipes, 30);
     PM_ADD_TEST(s, test_standby_takes_over, 30);
+    PM_ADD_TEST(s, test_standby_runs_no_bootstrap_before_crash, 30);
     PM_ADD_TEST(s, test_standby_killed_is_reaped, 30);
     PM_ADD_TEST(s, test_standby_killed_is_reaped_subreaper, 30);
     PM_ADD_TEST(s, test_standby_ended_with_cluster, 30);

@@ -2,9 +2,9 @@
 /*
  * check_stop.c - how a cluster stops and how it hears the outside world:
  * terminate (stop request, SIGKILL after the stop timeout, cancelled
- * backoffs), a killed supervisor taking its workers with it, signals to the
- * supervisor, the cluster fd (an application's own loop on it), and the
- * epoll fallback loop.
+ * backoffs, a replacement in its handshake killed), a killed supervisor
+ * taking its workers with it, signals to the supervisor, the cluster fd (an
+ * application's own loop on it), and the epoll fallback loop.
  */
 #include "helpers.h"
 
@@ -120,6 +120,94 @@ START_TEST(test_terminate_cancels_backoff)
     ck_assert_uint_lt(ms() - t0, 2000);
     ck_assert_int_eq(count(PM_EVENT_STARTED, -1), 2);
     pm_options_free(o);
+}
+END_TEST
+
+/* The pid of a replacement that reached its bootstrap, in memory shared
+ * with the fork-mode workers (mapped before the spawn). */
+static volatile pid_t *held_pid;
+
+static void exit_on_term(int sig)
+{
+    (void)sig;
+    _exit(0);
+}
+
+/* Exits 0 on SIGTERM, as a worker honouring the stop request does. The
+ * first incarnation gets ready; a later one says it is in its bootstrap
+ * and never gets ready. */
+static int boot_replacement_held(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    signal(SIGTERM, exit_on_term);
+    if (pm_node_self(n)->incarnation > 1) {
+        *held_pid = getpid();
+        idle();
+    }
+    if (pm_node_ready(n) < 0)
+        return 50;
+    idle();
+    return 0;
+}
+
+/* pm_cluster(3): terminate "kills a replacement still in its handshake".
+ * Slot 0's replacement (pm_cluster_restart_slot) is held in its handshake
+ * (_i 0: fork mode, in its bootstrap; 1: exec mode, joined and waiting for
+ * a file before its READY). Both exit 0 on SIGTERM: the stop request would
+ * end them cleanly, and terminate would return 0. Killed instead: SIGKILL,
+ * terminate's 1, never ready, the process gone once terminate returns. */
+START_TEST(test_terminate_kills_starting_replacement)
+{
+    char dir[] = "/tmp/pm-held-XXXXXX", go[64], joined[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(go, sizeof(go), "%s/go", dir);
+    snprintf(joined, sizeof(joined), "%s/joined", dir);
+    held_pid = mmap(NULL, sizeof(*held_pid), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(held_pid != MAP_FAILED);
+    *held_pid = 0;
+    pm_options *o = opts(1);
+    /* Nothing here ends by a timeout: neither the stop's nor the ready's. */
+    pm_options_set_stop_timeout_ms(o, 30000);
+    pm_options_set_ready_timeout_ms(o, 50000);
+    if (_i == 0) {
+        pm_options_set_bootstrap(o, boot_replacement_held, NULL);
+    } else {
+        char *argv[] = {"pm-test-worker", "ready-on", go, joined, NULL};
+        ck_assert_int_eq(pm_options_set_exec(o, PM_TEST_WORKER, argv), 0);
+        FILE *f = fopen(go, "w"); /* the first incarnation gets ready */
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+    }
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    if (_i == 1) {
+        ck_assert_int_eq(unlink(go), 0);     /* the next one never gets ready */
+        ck_assert_int_eq(unlink(joined), 0); /* the first one's */
+    }
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, count(PM_EVENT_STARTED, 0) == 2, 10000);
+    pid_t pid = find(PM_EVENT_STARTED, 0, 1)->pid;
+    if (_i == 0)
+        RUN_UNTIL(c, *held_pid == pid, 10000);
+    else
+        RUN_UNTIL(c, access(joined, F_OK) == 0, 10000);
+    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_STARTING);
+    ck_assert_int_eq(pm_cluster_terminate(c), 1);
+    ck_assert_msg(gone(pid), "the replacement %d outlived terminate", (int)pid);
+    ck_assert_int_eq(count(PM_EVENT_READY, 0), 1);
+    const rec *e = find(PM_EVENT_EXITED, 0, 1);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->pid, pid);
+    ck_assert_msg(e->signal == SIGKILL, "the replacement ended by signal %d, exit code %d (%s)",
+                  e->signal, e->exit_code, e->reason);
+    ck_assert_str_eq(e->reason, "stop-kill");
+    assert_all_started_gone();
+    pm_options_free(o);
+    munmap((void *)held_pid, sizeof(*held_pid));
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -433,6 +521,7 @@ int main(void)
     PM_ADD_TEST(s, test_terminate_ignores_sigterm, 60);
     PM_ADD_TEST(s, test_stop_exit_reason, 60);
     PM_ADD_TEST(s, test_terminate_cancels_backoff, 60);
+    PM_ADD_LOOP_TEST(s, test_terminate_kills_starting_replacement, 0, 2, 60);
     PM_ADD_TEST(s, test_supervisor_killed, 60);
     PM_ADD_TEST(s, test_signals_and_fd, 60);
     PM_ADD_TEST(s, test_epoll_backend, 60);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* check_tree.c - a slot owns its whole process tree: setsid descendants end with their incarnation (exit, crash, fence, restart, drain) before the replacement starts; per-slot limits; a fresh leaf after a kill; a delegated cgroup that holds the supervisor; the cgroup file handling on a scratch tree.
+/* check_tree.c - a slot owns its whole process tree: setsid descendants end with their incarnation (exit, crash, fence, restart, drain) before the replacement starts; per-slot limits; a fresh leaf after a kill; a delegated cgroup that holds the supervisor; the cgroup file handling on a scratch tree; pm_cluster_containment's detail truncated to its size.
  *
  * The delegated-cgroup cases (a supervisor alone in a cgroup with
  * processes of its own, as under systemd's Delegate=yes) need root and a
@@ -1454,6 +1454,52 @@ START_TEST(test_contain_process_group)
 }
 END_TEST
 
+/* pm_cluster(3) pm_cluster_containment: the detail in words "truncated to
+ * size bytes". With the default containment and with process groups: the
+ * whole detail first (a buffer far larger than it); then each size from 0
+ * to past its length gives the same mode and writes within size bytes
+ * only (a sentinel after them untouched), a NUL-terminated prefix of the
+ * detail of size - 1 bytes or the whole, nothing for size 0; NULL detail
+ * writes nothing and still says the mode. */
+START_TEST(test_containment_detail_truncated)
+{
+    for (int pg = 0; pg < 2; pg++) {
+        pm_options *o = opts(1);
+        pm_options_set_bootstrap(o, boot_ready, NULL);
+        if (pg)
+            ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
+        pm_cluster *c = spawn_free(o);
+        char full[2048];
+        memset(full, '#', sizeof(full));
+        int mode = pm_cluster_containment(c, full, sizeof(full));
+        ck_assert(mode == PM_CONTAIN_CGROUP || mode == PM_CONTAIN_PROCESS_GROUP);
+        if (pg)
+            ck_assert_int_eq(mode, PM_CONTAIN_PROCESS_GROUP);
+        size_t len = strnlen(full, sizeof(full));
+        ck_assert_msg(len > 8 && len + 1 < sizeof(full), "the detail (%zu bytes): %.*s", len,
+                      (int)(len < 200 ? len : 200), full);
+        ck_assert_int_eq(pm_cluster_containment(c, NULL, 0), mode);
+        ck_assert_int_eq(pm_cluster_containment(c, NULL, 64), mode);
+        for (size_t size = 0; size <= len + 2; size++) {
+            char buf[sizeof(full) + 16];
+            memset(buf, '#', sizeof(buf));
+            ck_assert_int_eq(pm_cluster_containment(c, buf, size), mode);
+            size_t k = size;
+            while (k < sizeof(buf) && buf[k] == '#')
+                k++;
+            ck_assert_msg(k == sizeof(buf), "size %zu: byte %zu written", size, k);
+            if (size == 0)
+                continue;
+            size_t want = len < size - 1 ? len : size - 1;
+            ck_assert_msg(strnlen(buf, size) == want, "size %zu: %zu bytes before the NUL, want %zu",
+                          size, strnlen(buf, size), want);
+            ck_assert(memcmp(buf, full, want) == 0);
+        }
+        ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------ no worker holds a cgroup.kill */
 
 /* Fork mode: the report of what the worker holds (inspect.h) to the test
@@ -1635,6 +1681,7 @@ int main(void)
     PM_ADD_TEST(s, test_core_dir_refused, 0);
     PM_ADD_TEST(s, test_core_pattern_untouched, 0);
     PM_ADD_TEST(s, test_contain_process_group, 0);
+    PM_ADD_TEST(s, test_containment_detail_truncated, 0);
     if (ro)
         PM_ADD_LOOP_TEST(s, test_contain_refused, 0, 4, 60);
     if (tree) {

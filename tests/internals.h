@@ -205,6 +205,13 @@ static inline pid_t pm_test_slot_standby_pid(const pm_cluster *c, unsigned i)
     return c->slots[i].standby.pid;
 }
 
+/* The supervisor's end of slot i's standby's go eventfd; the standby
+ * waits in a read of the same fd number (a fork keeps the numbers). */
+static inline int pm_test_slot_standby_go_fd(const pm_cluster *c, unsigned i)
+{
+    return c->slots[i].standby.go_fd;
+}
+
 /* How many starts took a warm standby so far. */
 static inline uint64_t pm_test_standby_taken(const pm_cluster *c)
 {

@@ -10,8 +10,10 @@
  *   segv-unready       join; incarnation 1: ready, then SIGSEGV; later
  *                      ones: SIGSEGV (a store to 0x40) before ready
  *   never-ready        join, never ready
- *   ready-on PATH      join, then ready once PATH exists (polled every 10
- *                      ms, at most 60 s), then wait; exit 0 on SIGTERM
+ *   ready-on PATH [J]  join (then, given J, create the file J: the test
+ *                      sees it joined), then ready once PATH exists (polled
+ *                      every 10 ms, at most 60 s), then wait; exit 0 on
+ *                      SIGTERM
  *   ignore-term        join, ready, ignore SIGTERM
  *   init TEXT          join, ready, exit 0 if the init data is TEXT, else 9
  *   inspect            join, ready, write a report of what this process
@@ -49,6 +51,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <procmesh.h>
 #include <signal.h>
 #include <stdint.h>
@@ -291,6 +294,13 @@ int main(int argc, char **argv)
     if (strcmp(mode, "never-ready") == 0)
         wait_forever();
     if (strcmp(mode, "ready-on") == 0) {
+        /* Joined, in the handshake: said by a file of the test's naming. */
+        if (argc > 3) {
+            int fd = open(argv[3], O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+            if (fd < 0)
+                return 104;
+            close(fd);
+        }
         /* The test decides when the start ends: its supervisor is still in
          * its spawn until then. */
         for (int i = 0; argc > 2 && access(argv[2], F_OK) != 0 && i < 6000; i++)
