@@ -761,8 +761,9 @@ def report(args, files, muts, results, elapsed, path):
     for m, r in zip(muts, results):
         if r and r["status"] == "survived":
             lines.append("  %s:%d  %-9s %s" % (m["file"], m["line"], m["op"], m["orig"].strip()))
-            lines.append("  %s %-9s -> %s" % (" " * len("%s:%d" % (m["file"], m["line"])), "",
-                                               m["mut"].strip()))
+            lines.append("  %s %-9s -> %s%s" % (" " * len("%s:%d" % (m["file"], m["line"])), "",
+                                                 m["mut"].strip(),
+                                                 "  [%s]" % r["by"] if r.get("by") else ""))
     lines.append("")
     lines.append("flaky (a program failed once, then passed on the same mutant):")
     for m, r in zip(muts, results):
