@@ -15,11 +15,13 @@
 #include "helpers.h"
 
 #include <dirent.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "procmesh.h"
@@ -1641,6 +1643,199 @@ START_TEST(test_tree_exec_leaf)
 }
 END_TEST
 
+/* ------------------------------------------------------------ not empty */
+
+/* A process SIGKILL cannot end at once: one in uninterruptible sleep. A
+ * write to a frozen filesystem (FIFREEZE, fsfreeze(8)) waits for the thaw
+ * in sb_start_write, uninterruptibly (D), whatever signal comes: the way a
+ * process stuck on a hung NFS server or a failing disk outlasts
+ * cgroup.kill. The filesystem is a loop-mounted ext4 image of the test's
+ * own, frozen only for the test. */
+static char frozen_dir[64];  /* mkdtemp: the image, and mnt/ */
+static char frozen_mnt[96];
+static int not_empty_diags;  /* "cgroup_not_empty" diagnostics */
+static int diag_at_nev = -1; /* events recorded when the first came */
+static char not_empty_msg[512];
+
+static int run_cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run_cmd(const char *fmt, ...)
+{
+    char cmd[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* Makes and mounts the image: 0, or -1 with why. */
+static int frozen_setup(char *why, size_t size)
+{
+    snprintf(frozen_dir, sizeof(frozen_dir), "/tmp/pm-frozen.XXXXXX");
+    if (mkdtemp(frozen_dir) == NULL) {
+        snprintf(why, size, "mkdtemp: %s", strerror(errno));
+        return -1;
+    }
+    snprintf(frozen_mnt, sizeof(frozen_mnt), "%s/mnt", frozen_dir);
+    if (run_cmd("truncate -s 16M %s/img && mkfs.ext4 -q -F %s/img >/dev/null 2>&1 && "
+                "mkdir %s && mount -o loop %s/img %s 2>/dev/null",
+                frozen_dir, frozen_dir, frozen_mnt, frozen_dir, frozen_mnt) != 0) {
+        snprintf(why, size, "no loop-mounted ext4 here (truncate, mkfs.ext4, mount -o loop "
+                 "as root)");
+        (void)run_cmd("rm -rf %s", frozen_dir);
+        return -1;
+    }
+    if (run_cmd("command -v fsfreeze >/dev/null") != 0) {
+        snprintf(why, size, "no fsfreeze(8)");
+        (void)run_cmd("umount %s; rm -rf %s", frozen_mnt, frozen_dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* Thaws, unmounts and removes the image. */
+static void frozen_teardown(void)
+{
+    (void)run_cmd("fsfreeze -u %s 2>/dev/null; umount %s 2>/dev/null || umount -l %s 2>/dev/null; rm -rf %s",
+                  frozen_mnt, frozen_mnt, frozen_mnt, frozen_dir);
+}
+
+/* A process of its own session (Check's timeout kills the test's group)
+ * that thaws and removes the filesystem once the test process is gone,
+ * however it ended: a failed assertion must not leave a frozen
+ * filesystem and a process in D behind. */
+static void frozen_guard(void)
+{
+    pid_t parent = getpid();
+    pid_t g = fork();
+    ck_assert_int_ge(g, 0);
+    if (g > 0)
+        return;
+    setsid();
+    int pfd = (int)syscall(SYS_pidfd_open, parent, 0);
+    struct pollfd p = {.fd = pfd, .events = POLLIN};
+    while (pfd >= 0 && poll(&p, 1, -1) < 0 && errno == EINTR)
+        ;
+    if (pfd < 0) /* no pidfd_open: the parent's death by polling */
+        while (kill(parent, 0) == 0)
+            usleep(100000);
+    frozen_teardown();
+    _exit(0);
+}
+
+static char proc_state(pid_t pid)
+{
+    char path[64], text[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = '\0';
+    const char *p = strrchr(text, ')');
+    return p != NULL && p[1] == ' ' ? p[2] : 0;
+}
+
+/* The first incarnation leaves a child (in the slot's cgroup, its own
+ * process group) writing to the frozen filesystem, waits until it sleeps
+ * uninterruptibly, and crashes; the replacement only serves. */
+static int boot_stuck(pm_node *n, void *arg)
+{
+    (void)arg;
+    worker_init();
+    if (pm_node_self(n)->incarnation == 1) {
+        pid_t g = fork();
+        if (g == 0) {
+            char path[128];
+            snprintf(path, sizeof(path), "%s/f", frozen_mnt);
+            int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+            _exit(fd >= 0 ? 0 : 1);
+        }
+        if (g < 0 || write(tree_pipe[1], &g, sizeof(g)) != (ssize_t)sizeof(g))
+            _exit(1);
+        pm_node_ready(n);
+        for (int i = 0; i < 3000 && proc_state(g) != 'D'; i++)
+            usleep(10000);
+        raise(SIGSEGV);
+        _exit(99);
+    }
+    pm_node_ready(n);
+    idle();
+    return 0;
+}
+
+static void on_not_empty(pm_cluster *c, const char *topic, const char *message, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (strcmp(topic, "cgroup_not_empty") != 0)
+        return;
+    if (not_empty_diags++ == 0) {
+        diag_at_nev = nev;
+        snprintf(not_empty_msg, sizeof(not_empty_msg), "%s", message);
+    }
+}
+
+/* design.md, Life of a crash 3; pm_options(3) set_on_diagnostic: a slot's
+ * cgroup that does not empty after cgroup.kill is waited for at most 1 s;
+ * then "cgroup_not_empty" is said and the replacement starts, beside what
+ * the kernel would not let die. */
+START_TEST(test_tree_not_empty)
+{
+    char why[256];
+    if (frozen_setup(why, sizeof(why)) < 0)
+        ck_abort_msg("the probe found a loop-mounted ext4, the test did not: %s", why);
+    frozen_guard();
+    ck_assert_int_eq(run_cmd("fsfreeze -f %s", frozen_mnt), 0);
+    pm_options *o = tree_opts(T_IDLE);
+    pm_options_set_bootstrap(o, boot_stuck, NULL);
+    pm_options_set_on_diagnostic(o, on_not_empty, NULL);
+    not_empty_diags = 0;
+    diag_at_nev = -1;
+    pm_cluster *c = spawn_tree(o);
+    pid_t stuck = kids[0];
+    RUN_UNTIL(c, find(PM_EVENT_READY, 0, 1) != NULL, 30000);
+    /* The replacement started while the child still lived, stuck in D:
+     * past the wait, beside it. */
+    ck_assert_msg(leaked_at_restart == 1, "%d of the first incarnation's descendants alive at "
+                  "the replacement's start, 1 expected", leaked_at_restart);
+    ck_assert_int_eq(proc_state(stuck), 'D');
+    ck_assert_int_eq(not_empty_diags, 1);
+    ck_assert_msg(strstr(not_empty_msg, "slot 0") != NULL &&
+                      strstr(not_empty_msg, "1000 ms") != NULL,
+                  "message: %s", not_empty_msg);
+    /* Said before the replacement was started, not after. */
+    const rec *st2 = find(PM_EVENT_STARTED, 0, 1);
+    ck_assert_ptr_nonnull(st2);
+    ck_assert_msg(diag_at_nev >= 0 && diag_at_nev <= (int)(st2 - evs),
+                  "cgroup_not_empty after the replacement's STARTED (%d, %d)", diag_at_nev,
+                  (int)(st2 - evs));
+    /* Thawed, the SIGKILL it got lands: it ends, and the cluster with it
+     * leaves nothing. */
+    ck_assert_int_eq(run_cmd("fsfreeze -u %s", frozen_mnt), 0);
+    RUN_UNTIL(c, dead(stuck), 10000);
+    finish(c);
+    ck_assert_int_eq(not_empty_diags, 1);
+    frozen_teardown();
+}
+END_TEST
+
+/* Whether the test can make a frozen filesystem here: 0, or -1 with why. */
+static int frozen_probe(char *why, size_t size)
+{
+    if (geteuid() != 0) {
+        snprintf(why, size, "needs root (a loop mount and FIFREEZE)");
+        return -1;
+    }
+    if (frozen_setup(why, size) < 0)
+        return -1;
+    frozen_teardown();
+    return 0;
+}
+
 /* Appends a line "fmt..." to the skip list. */
 static void skipped(char *list, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -1695,6 +1890,10 @@ int main(void)
         PM_ADD_TEST(s, test_tree_exec_leaf, 0);
         PM_ADD_LOOP_TEST(s, test_no_cgroup_kill_held, 0, 2, 60);
     }
+    char why_frozen[320];
+    int frozen = tree && frozen_probe(why_frozen, sizeof(why_frozen)) == 0;
+    if (frozen)
+        PM_ADD_TEST(s, test_tree_not_empty, 60);
     if (limits) {
         PM_ADD_TEST(s, test_limit_memory_oom, 0);
         PM_ADD_TEST(s, test_limit_pids, 0);
@@ -1737,6 +1936,9 @@ int main(void)
                 why_cpu);
     if (!ro)
         skipped(skips, sizeof(skips), "test_contain_refused: %s", why_ro);
+    if (tree && !frozen)
+        skipped(skips, sizeof(skips), "test_tree_not_empty (a process cgroup.kill cannot end): %s",
+                why_frozen);
     if (skips[0] != '\0') {
         fprintf(stderr, "SKIP: the other cases passed; not tested here:\n%s", skips);
         return 77;
