@@ -68,9 +68,10 @@ Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
                      only, fastest first (a case, CK_RUN_CASE, takes seconds
                      where its program takes minutes). A code line no case
                      runs survives without a build ("not run by any test");
-                     a line gcov does not count as code (a #define, a
-                     declaration) is judged by the whole programs as without
-                     --select
+                     a #define or enumerator line, by the cases that run
+                     the file's code lines using its name; any other line
+                     gcov does not count as code (a declaration) by the
+                     whole programs as without --select
 Exit: 0 done (score at or above --min-score), 1 below it, 2 usage/setup error
 (including a baseline that fails).
 """
@@ -710,6 +711,35 @@ def collect_coverage(cov, srcdir, files, fmap, work):
     return data
 
 
+def named_cases(srcdir, m, fc, texts):
+    """The cases of a mutant on a line gcov does not count as code that
+    defines a name (`#define NAME ...`, an enumerator `NAME = value`): the
+    cases that run a code line of the same file using NAME, or [] when code
+    lines use it and no case runs them, or None (judge by the whole
+    programs) when no code line of the file names it (used only in a
+    declaration, a static table or another file)."""
+    mm = re.match(r"\s*#\s*define\s+(\w+)", m["orig"]) or \
+        re.match(r"\s*(\w+)\s*=\s*[-+(\w]", m["orig"])
+    if mm is None:
+        return None
+    name = mm.group(1)
+    if m["file"] not in texts:
+        with open(os.path.join(srcdir, m["file"])) as f:
+            texts[m["file"]] = f.read().split("\n")
+    word = re.compile(r"\b%s\b" % re.escape(name))
+    users = [n for n, line in enumerate(texts[m["file"]], 1)
+             if n != m["line"] and n in fc["exec"] and word.search(line)]
+    if not users:
+        return None
+    seen, cases = set(), []
+    for n in users:
+        for c in fc["lines"].get(str(n), []):
+            if (c[0], c[1]) not in seen:
+                seen.add((c[0], c[1]))
+                cases.append(c)
+    return cases
+
+
 # --- the report ---------------------------------------------------------------
 
 def score(k, s):
@@ -941,6 +971,8 @@ def main():
 
     stop = threading.Event()
 
+    texts = {}
+
     def one(i):
         if stop.is_set():
             return None
@@ -950,6 +982,8 @@ def main():
         cases = None
         if fc is not None and m["line"] in fc["exec"]:
             cases = fc["lines"].get(str(m["line"]), [])
+        elif fc is not None:
+            cases = named_cases(srcdir, m, fc, texts)
         if why is not None:
             r = {"status": "equivalent", "by": why, "secs": 0.0, "flaky": []}
         elif cases == []:
