@@ -178,6 +178,66 @@ END_TEST
 
 /* ------------------------------------------------------------ key rotation */
 
+/* One request from main to b's worker over the link, answered with its
+ * own payload. */
+static void call_b(pm_cluster *a, const char *what)
+{
+    pm_address w;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &w), 0);
+    char got[32];
+    size_t n = 0;
+    int rc = pm_cluster_call(a, &w, what, strlen(what), 10000, got, sizeof(got), &n);
+    ck_assert_msg(rc == 0 && n == strlen(what) && memcmp(got, what, n) == 0,
+                  "%s: %s (%zu bytes)", what, pm_strerror(rc), n);
+}
+
+/* protocol.md 6, REKEY: procmesh's own bounds, 2^20 records or 10 minutes,
+ * as a cluster with the default options has them (test_rekey_under_traffic
+ * shortens them to see many): the link's deadline is 10 minutes after it
+ * came up, and the record that makes 2^20 brings a REKEY, after which the
+ * link still carries requests both ways. */
+START_TEST(test_rekey_default_bounds)
+{
+    uint64_t t0 = pm__now_ms();
+    pid_t b;
+    pm_cluster *a = start_pair(&b);
+    PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
+    uint64_t now = pm__now_ms();
+    uint64_t records, ms;
+    pm_test_mesh_rekey_bounds(a->mesh, &records, &ms);
+    ck_assert_uint_eq(records, UINT64_C(1) << 20);
+    ck_assert_uint_eq(ms, UINT64_C(600000));
+    pm__mesh_conn *k = pm_test_mesh_up_conn(a->mesh);
+    ck_assert_ptr_nonnull(k);
+    /* Due 10 minutes after the link's last send, which was after t0 and
+     * before now. */
+    ck_assert_msg(k->rekey_at_ms >= t0 + 600000 && k->rekey_at_ms <= now + 600000,
+                  "REKEY due %llu ms after the test's start",
+                  (unsigned long long)(k->rekey_at_ms - t0));
+    call_b(a, "before");
+    uint64_t out0, in0, out, in;
+    pm_test_mesh_rekeys(a->mesh, &out0, &in0);
+    ck_assert_uint_eq(out0, 0);
+    ck_assert_uint_lt(k->pc.records_since_rekey, records);
+    /* One record short of the bound (the count, not the cipher's nonces:
+     * b sees nothing of it): the request's record makes 2^20, and the same
+     * flush that sealed it sends REKEY (pm__mesh_flush: seal, then judge
+     * the count), before the reply can have come back. */
+    k->pc.records_since_rekey = records - 1;
+    call_b(a, "at the bound");
+    pm_test_mesh_rekeys(a->mesh, &out, &in);
+    ck_assert_uint_eq(out, 1);
+    ck_assert_uint_lt(k->pc.records_since_rekey, 16);
+    /* b rekeyed its receiving key with the record: what follows is read. */
+    call_b(a, "after");
+    pm_test_mesh_rekeys(a->mesh, &out, &in);
+    ck_assert_uint_eq(out, 1);
+    ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 1);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    (void)b;
+}
+END_TEST
+
 /* A host named host that dials 127.0.0.1:port with secret s, until the test
  * ends. */
 static pid_t start_dialer(const char *host, int port, const unsigned char *s)
@@ -644,6 +704,7 @@ int main(void)
     PM_ADD_TEST(s, test_daemon_key_reload_rotation, 90);
     PM_ADD_TEST(s, test_daemon_logs_refused_and_shutdown, 90);
     PM_ADD_TEST(s, test_rekey_under_traffic, 120);
+    PM_ADD_TEST(s, test_rekey_default_bounds, 60);
     PM_ADD_TEST(s, test_records_per_link, 60);
     PM_ADD_TEST(s, test_orderly_close, 60);
     PM_ADD_TEST(s, test_orderly_close_silent_peer, 60);

@@ -482,6 +482,24 @@ static inline void pm_test_mesh_close(pm__mesh *m)
             pm__pconn_close(&m->conns[j].pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
 }
 
+/* The connection of m's one link up, or NULL: its REKEY state (the
+ * deadline rekey_at_ms, pc.records_since_rekey) for check_peerops. */
+static inline pm__mesh_conn *pm_test_mesh_up_conn(pm__mesh *m)
+{
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].linked && m->conns[j].pc_live &&
+            m->conns[j].pc.state == PM__PC_UP)
+            return &m->conns[j];
+    return NULL;
+}
+
+/* The REKEY bounds m's links use (records, ms). */
+static inline void pm_test_mesh_rekey_bounds(const pm__mesh *m, uint64_t *records, uint64_t *ms)
+{
+    *records = m->env.cfg.rekey_records;
+    *ms = m->env.cfg.rekey_ms;
+}
+
 /* A link's REKEY interval (records, ms; 0 keeps a default). */
 static inline void pm_test_options_set_rekey(pm_options *o, uint64_t records, uint64_t ms)
 {
