@@ -31,6 +31,7 @@
 #include "log.h"
 #include "proclog.h"
 #include "cgroupfs_ro.h"
+#include "frozenfs.h"
 
 /* SIGTERM, then the drain's exit 0 within timeout_ms: its log into out,
  * shown whole when it is not 0. */
@@ -1767,6 +1768,41 @@ START_TEST(test_bin_json_library_diagnostics)
 }
 END_TEST
 
+/* procmesh(1), --log-format json: every stderr line is JSON, the library's
+ * own diagnostics too; here cgroup_not_empty (pm_options(3)
+ * set_on_diagnostic): the first worker leaves a child writing to a frozen
+ * filesystem, waits until it sleeps uninterruptibly, and fails; its
+ * cgroup does not empty after cgroup.kill, which is said as a JSON line,
+ * and the replacement starts. */
+START_TEST(test_bin_json_cgroup_not_empty)
+{
+    static char out[65536];
+    char why[256];
+    if (frozen_setup(why, sizeof(why)) < 0)
+        ck_abort_msg("the probe found a loop-mounted ext4, the test did not: %s", why);
+    frozen_guard();
+    ck_assert_int_eq(frozen_cmd("fsfreeze -f %s", frozen_mnt), 0);
+    char script[1024];
+    snprintf(script, sizeof(script),
+             "if [ -e %s/once ]; then exec sleep 100; fi; : > %s/once; "
+             "(: > %s/f) & k=$!; "
+             "while [ \"$(cut -d' ' -f3 /proc/$k/stat)\" != D ]; do sleep 0.01; done; exit 3",
+             frozen_dir, frozen_dir, frozen_mnt);
+    char *a[] = {"procmesh", "run", "--log-format", "json", "--ready", "exec", "--workers", "1",
+                 "--containment", "cgroup", "--", "/bin/sh", "-c", script, NULL};
+    proc p = start(a, base_env);
+    proc_wait_log(&p, "\"event\":\"cgroup_not_empty\"", 1, 60000);
+    /* The replacement starts beside the stuck child, and is ready. */
+    proc_wait_log(&p, "\"event\":\"ready\",\"slot\":0,\"pid\"", 2, 60000);
+    ck_assert_int_eq(frozen_cmd("fsfreeze -u %s", frozen_mnt), 0);
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(proc_finish(&p, out, sizeof(out), 20000), 0);
+    check_json_lines(out);
+    ck_assert_msg(strstr(out, "did not empty within 1000 ms") != NULL, "%s", out);
+    frozen_teardown();
+}
+END_TEST
+
 START_TEST(test_bin_mesh_ready_hint)
 {
     /* A plain program under the default --ready mesh: when it exits first,
@@ -2614,6 +2650,30 @@ START_TEST(test_bin_notify_fds_closed)
 }
 END_TEST
 
+/* Whether a cluster here gets cgroup containment: 0, or -1 with why. */
+static int cgroup_probe(char *why, size_t size)
+{
+    pm_options *o = pm_options_new();
+    char *argv[] = {"sleep", "100", NULL};
+    pm_options_set_workers(o, 1);
+    pm_options_set_exec(o, "/bin/sleep", argv);
+    pm_options_set_ready_mode(o, PM_READY_EXEC);
+    pm_cluster *c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    pm_options_free(o);
+    if (rc < 0) {
+        snprintf(why, size, "a cluster does not start: %s", pm_strerror(rc));
+        return -1;
+    }
+    char detail[256];
+    rc = pm_cluster_containment(c, detail, sizeof(detail));
+    pm_cluster_terminate(c);
+    if (rc == PM_CONTAIN_CGROUP)
+        return 0;
+    snprintf(why, size, "needs cgroup containment; this host: %s", detail);
+    return -1;
+}
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -2671,10 +2731,19 @@ int main(void)
     int ro = pm_test_cgroupfs_read_only_probe(why_ro, sizeof(why_ro)) == 0;
     if (ro)
         PM_ADD_TEST(s, test_bin_containment_cgroup_refused, 60);
+    /* Needs cgroups and a filesystem it can freeze (frozenfs.h). */
+    char why_frozen[320];
+    int frozen = frozen_probe(why_frozen, sizeof(why_frozen)) == 0 &&
+                 cgroup_probe(why_frozen, sizeof(why_frozen)) == 0;
+    if (frozen)
+        PM_ADD_TEST(s, test_bin_json_cgroup_not_empty, 90);
     int rc = pm_test_main(s);
-    if (rc == EXIT_SUCCESS && !ro) {
-        fprintf(stderr, "SKIP: the other cases passed; not tested here: "
-                        "test_bin_containment_cgroup_refused: %s\n", why_ro);
+    if (rc == EXIT_SUCCESS && (!ro || !frozen)) {
+        fprintf(stderr, "SKIP: the other cases passed; not tested here:\n");
+        if (!ro)
+            fprintf(stderr, "test_bin_containment_cgroup_refused: %s\n", why_ro);
+        if (!frozen)
+            fprintf(stderr, "test_bin_json_cgroup_not_empty: %s\n", why_frozen);
         return 77;
     }
     return rc;

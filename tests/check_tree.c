@@ -27,6 +27,7 @@
 #include "procmesh.h"
 #include "os/cgroup.h"
 #include "cgroupfs_ro.h"
+#include "frozenfs.h"
 #include "inspect.h"
 #include "supervise.h"
 
@@ -1645,83 +1646,9 @@ END_TEST
 
 /* ------------------------------------------------------------ not empty */
 
-/* A process SIGKILL cannot end at once: one in uninterruptible sleep. A
- * write to a frozen filesystem (FIFREEZE, fsfreeze(8)) waits for the thaw
- * in sb_start_write, uninterruptibly (D), whatever signal comes: the way a
- * process stuck on a hung NFS server or a failing disk outlasts
- * cgroup.kill. The filesystem is a loop-mounted ext4 image of the test's
- * own, frozen only for the test. */
-static char frozen_dir[64];  /* mkdtemp: the image, and mnt/ */
-static char frozen_mnt[96];
 static int not_empty_diags;  /* "cgroup_not_empty" diagnostics */
 static int diag_at_nev = -1; /* events recorded when the first came */
 static char not_empty_msg[512];
-
-static int run_cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run_cmd(const char *fmt, ...)
-{
-    char cmd[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
-/* Makes and mounts the image: 0, or -1 with why. */
-static int frozen_setup(char *why, size_t size)
-{
-    snprintf(frozen_dir, sizeof(frozen_dir), "/tmp/pm-frozen.XXXXXX");
-    if (mkdtemp(frozen_dir) == NULL) {
-        snprintf(why, size, "mkdtemp: %s", strerror(errno));
-        return -1;
-    }
-    snprintf(frozen_mnt, sizeof(frozen_mnt), "%s/mnt", frozen_dir);
-    if (run_cmd("truncate -s 16M %s/img && mkfs.ext4 -q -F %s/img >/dev/null 2>&1 && "
-                "mkdir %s && mount -o loop %s/img %s 2>/dev/null",
-                frozen_dir, frozen_dir, frozen_mnt, frozen_dir, frozen_mnt) != 0) {
-        snprintf(why, size, "no loop-mounted ext4 here (truncate, mkfs.ext4, mount -o loop "
-                 "as root)");
-        (void)run_cmd("rm -rf %s", frozen_dir);
-        return -1;
-    }
-    if (run_cmd("command -v fsfreeze >/dev/null") != 0) {
-        snprintf(why, size, "no fsfreeze(8)");
-        (void)run_cmd("umount %s; rm -rf %s", frozen_mnt, frozen_dir);
-        return -1;
-    }
-    return 0;
-}
-
-/* Thaws, unmounts and removes the image. */
-static void frozen_teardown(void)
-{
-    (void)run_cmd("fsfreeze -u %s 2>/dev/null; umount %s 2>/dev/null || umount -l %s 2>/dev/null; rm -rf %s",
-                  frozen_mnt, frozen_mnt, frozen_mnt, frozen_dir);
-}
-
-/* A process of its own session (Check's timeout kills the test's group)
- * that thaws and removes the filesystem once the test process is gone,
- * however it ended: a failed assertion must not leave a frozen
- * filesystem and a process in D behind. */
-static void frozen_guard(void)
-{
-    pid_t parent = getpid();
-    pid_t g = fork();
-    ck_assert_int_ge(g, 0);
-    if (g > 0)
-        return;
-    setsid();
-    int pfd = (int)syscall(SYS_pidfd_open, parent, 0);
-    struct pollfd p = {.fd = pfd, .events = POLLIN};
-    while (pfd >= 0 && poll(&p, 1, -1) < 0 && errno == EINTR)
-        ;
-    if (pfd < 0) /* no pidfd_open: the parent's death by polling */
-        while (kill(parent, 0) == 0)
-            usleep(100000);
-    frozen_teardown();
-    _exit(0);
-}
 
 static char proc_state(pid_t pid)
 {
@@ -1789,7 +1716,7 @@ START_TEST(test_tree_not_empty)
     if (frozen_setup(why, sizeof(why)) < 0)
         ck_abort_msg("the probe found a loop-mounted ext4, the test did not: %s", why);
     frozen_guard();
-    ck_assert_int_eq(run_cmd("fsfreeze -f %s", frozen_mnt), 0);
+    ck_assert_int_eq(frozen_cmd("fsfreeze -f %s", frozen_mnt), 0);
     pm_options *o = tree_opts(T_IDLE);
     pm_options_set_bootstrap(o, boot_stuck, NULL);
     pm_options_set_on_diagnostic(o, on_not_empty, NULL);
@@ -1815,26 +1742,13 @@ START_TEST(test_tree_not_empty)
                   (int)(st2 - evs));
     /* Thawed, the SIGKILL it got lands: it ends, and the cluster with it
      * leaves nothing. */
-    ck_assert_int_eq(run_cmd("fsfreeze -u %s", frozen_mnt), 0);
+    ck_assert_int_eq(frozen_cmd("fsfreeze -u %s", frozen_mnt), 0);
     RUN_UNTIL(c, dead(stuck), 10000);
     finish(c);
     ck_assert_int_eq(not_empty_diags, 1);
     frozen_teardown();
 }
 END_TEST
-
-/* Whether the test can make a frozen filesystem here: 0, or -1 with why. */
-static int frozen_probe(char *why, size_t size)
-{
-    if (geteuid() != 0) {
-        snprintf(why, size, "needs root (a loop mount and FIFREEZE)");
-        return -1;
-    }
-    if (frozen_setup(why, size) < 0)
-        return -1;
-    frozen_teardown();
-    return 0;
-}
 
 /* Appends a line "fmt..." to the skip list. */
 static void skipped(char *list, size_t size, const char *fmt, ...)
