@@ -98,11 +98,13 @@ static pm_cluster *start_pair(pid_t *b)
 START_TEST(test_dns_links)
 {
     /* a knows b only as "localhost:PORT": it resolves the name off the loop,
-     * dials the address and links; requests flow. */
+     * dials the address and links; requests flow; the name is resolved
+     * again 30 s later. */
     int port = pm_test_free_port();
     pid_t b = start_b(port, k1, NULL, 0);
     char name[40];
     snprintf(name, sizeof(name), "localhost:%d", port);
+    uint64_t t0 = pm__now_ms();
     pm_cluster *a = start_a(name, NULL, k1);
     PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
     uint64_t ok, failed;
@@ -110,6 +112,13 @@ START_TEST(test_dns_links)
     pm_test_mesh_dns_stats(a->mesh, &ok, &failed, &targets);
     ck_assert_uint_ge(ok, 1);
     ck_assert_uint_ge(targets, 1);
+    /* Resolved again 30 s (+-25 %) after a resolution that answered
+     * (procmesh(1), --peers-dns), which came after t0 and before now. */
+    PM_RUN_UNTIL(a, pm_test_mesh_dns_at(a->mesh) != 0, 10000);
+    uint64_t at = pm_test_mesh_dns_at(a->mesh), now = pm__now_ms();
+    ck_assert_msg(at >= t0 + 22500 && at <= now + 37500,
+                  "next resolution %lld ms after the start, %lld ms from now",
+                  (long long)(at - t0), (long long)(at - now));
     pm_test_end_hosts(a, b);
 }
 END_TEST

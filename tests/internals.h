@@ -493,6 +493,13 @@ static inline pm__mesh_conn *pm_test_mesh_up_conn(pm__mesh *m)
     return NULL;
 }
 
+/* When m resolves its --peers-dns name next (pm__now_ms), 0 while a
+ * resolution is under way or without one. */
+static inline uint64_t pm_test_mesh_dns_at(const pm__mesh *m)
+{
+    return m == NULL ? 0 : m->dns_at;
+}
+
 /* The REKEY bounds m's links use (records, ms). */
 static inline void pm_test_mesh_rekey_bounds(const pm__mesh *m, uint64_t *records, uint64_t *ms)
 {
