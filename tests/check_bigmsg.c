@@ -1171,6 +1171,43 @@ START_TEST(test_codec_and_checks)
     ck_assert_int_eq(pm__bigmsg_recv(sv[1], 1, &got), 0);
     ck_assert_int_ge(got, 0);
     close(got);
+    /* The record as design.md and bigmsg.h lay it out, both ways: 8 bytes,
+     * "PMFD" then the sequence (u32, little-endian), one fd. A second
+     * implementation written from them must interoperate. */
+    ck_assert_int_eq(pm__bigmsg_send(sv[0], p[0], 0x01020304u), 0);
+    unsigned char rec[16];
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct iovec iov = {rec, sizeof(rec)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = sizeof(ctl.buf)};
+    ck_assert_int_eq(recvmsg(sv[1], &mh, MSG_CMSG_CLOEXEC), 8);
+    ck_assert_int_eq(memcmp(rec, "PMFD\x04\x03\x02\x01", 8), 0);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    ck_assert_ptr_nonnull(cm);
+    ck_assert_int_eq(cm->cmsg_type, SCM_RIGHTS);
+    int passed;
+    memcpy(&passed, CMSG_DATA(cm), sizeof(passed));
+    close(passed);
+    for (int magic_ok = 1; magic_ok >= 0; magic_ok--) {
+        memcpy(rec, magic_ok ? "PMFD\x07\0\0\0" : "PMFE\x07\0\0\0", 8);
+        iov.iov_len = 8;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int));
+        cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &p[0], sizeof(int));
+        ck_assert_int_eq(sendmsg(sv[0], &mh, 0), 8);
+        got = -1;
+        ck_assert_int_eq(pm__bigmsg_recv(sv[1], 7, &got), magic_ok ? 0 : -EPROTO);
+        if (magic_ok) {
+            ck_assert_int_ge(got, 0);
+            close(got);
+        }
+    }
     close(sv[0]);
     close(sv[1]);
     close(p[0]);
