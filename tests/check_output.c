@@ -522,6 +522,110 @@ static int boot_last_words(pm_node *n, void *arg)
     return 0;
 }
 
+/* pm_options(3) set_output, design.md "Worker output": at the reap the
+ * pipes are read to their end, at most 2 MiB a stream; to EAGAIN when a
+ * descendant still holds the write end (output.c, pm__output_drain). A
+ * descendant of the worker that escaped its process group (setsid) writes
+ * without pause and without sleeping: the drain still ends (EXITED comes),
+ * the stream is closed, and the writer's next write fails (EPIPE: it
+ * ends). Whether the bound or an empty pipe ended the drain depends on
+ * the two processes' speeds (on this 2-CPU VM the reader empties the pipe
+ * first: the test passes with the bound removed); the 2 MiB figure itself
+ * needs a pipe above the 1 MiB pipe-max-size, i.e. CAP_SYS_RESOURCE, to
+ * hold more than the bound at the reap, and stays untested. */
+static int flood_pipe[2] = {-1, -1};
+
+static int boot_endless_writer(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pid_t w = fork();
+    if (w == 0) {
+        setsid();
+        pid_t g = fork(); /* nobody's child in the worker's group or session */
+        if (g != 0) {
+            if (g > 0 && write(flood_pipe[1], &g, sizeof(g)) != (ssize_t)sizeof(g))
+                _exit(1);
+            _exit(0);
+        }
+        signal(SIGPIPE, SIG_DFL);
+        (void)fcntl(1, F_SETPIPE_SZ, 1 << 20); /* pipe-max-size, no privilege */
+        /* Non-blocking, and never sleeping: a writer that blocks on a full
+         * pipe is woken some time after the reader made room, long enough
+         * on a virtual CPU for the reader to find the pipe empty; one that
+         * spins refills it as soon as there is room. */
+        (void)fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
+        static char buf[1 << 16];
+        for (size_t i = 0; i < sizeof(buf); i++)
+            buf[i] = i % 1024 == 1023 ? '\n' : 'x';
+        for (;;)
+            if (write(1, buf, sizeof(buf)) < 0 && errno != EINTR && errno != EAGAIN)
+                _exit(errno == EPIPE ? 3 : 4);
+    }
+    int st;
+    waitpid(w, &st, 0);
+    pm_node_ready(n);
+    pm_message m;
+    if (pm_node_recv(n, &m, -1) < 0)
+        return 1;
+    crash_null();
+    return 0;
+}
+
+static int dead_or_zombie(pid_t pid)
+{
+    char path[64], text[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    text[n] = '\0';
+    const char *p = strrchr(text, ')');
+    return p != NULL && (p[2] == 'Z' || p[2] == 'X');
+}
+
+START_TEST(test_drain_bounded)
+{
+    ck_assert_int_eq(pipe2(flood_pipe, O_CLOEXEC), 0);
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot_endless_writer, NULL);
+    /* Process-group containment: the setsid writer outlives the worker (a
+     * cgroup would end it with the worker, before the drain). */
+    ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pid_t writer;
+    ck_assert_int_eq(read(flood_pipe[0], &writer, sizeof(writer)), (ssize_t)sizeof(writer));
+    /* The writer is under way: lines arrive. */
+    PM_RUN_UNTIL(c, total_lines + total_suppressed > 0, 10000);
+    pm_address a;
+    pm_cluster_addresses(c, &a, 1);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "go", 2), 0);
+    PM_RUN_UNTIL(c, exited_seq[0] != 0, 60000);
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->signal, SIGSEGV);
+    /* The stream was closed after the drain: the writer's next write
+     * fails and it ends (SIGPIPE). */
+    uint64_t end = pm_test_ms() + 20000;
+    while (!dead_or_zombie(writer) && pm_test_ms() < end)
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+    int gone_now = dead_or_zombie(writer);
+    if (!gone_now)
+        kill(writer, SIGKILL);
+    ck_assert_msg(gone_now, "the writer %d still writes into a pipe the drain left open",
+                  (int)writer);
+    pm_cluster_terminate(c);
+    close(flood_pipe[0]);
+    close(flood_pipe[1]);
+}
+END_TEST
+
 START_TEST(test_last_words_segv_fork)
 {
     pm_options *o = out_opts(1);
@@ -820,6 +924,7 @@ int main(void)
     PM_ADD_TEST(s, test_flood_rate_limited, 90);
     PM_ADD_TEST(s, test_last_words_segv_fork, 0);
     PM_ADD_TEST(s, test_last_words_segv_exec, 0);
+    PM_ADD_TEST(s, test_drain_bounded, 120);
     PM_ADD_TEST(s, test_inherit_passes_through, 0);
     PM_ADD_TEST(s, test_no_fd_leak, 0);
     PM_ADD_TEST(s, test_daemon_capture, 0);
