@@ -1086,6 +1086,16 @@ START_TEST(test_codec_and_checks)
     pm__announce_encode(&a, b);
     b[15] = 1;
     ck_assert_int_eq(pm__announce_decode(b, sizeof(b), &d), -EBADMSG);
+    /* The largest message there is (PM__BIGMSG_MAX) is announced; one byte
+     * more is not; no buffer at all is refused, not read. */
+    a.len = PM__BIGMSG_MAX;
+    pm__announce_encode(&a, b);
+    ck_assert_int_eq(pm__announce_decode(b, sizeof(b), &d), 0);
+    ck_assert_uint_eq(d.len, PM__BIGMSG_MAX);
+    a.len = PM__BIGMSG_MAX + 1;
+    pm__announce_encode(&a, b);
+    ck_assert_int_eq(pm__announce_decode(b, sizeof(b), &d), -EBADMSG);
+    ck_assert_int_eq(pm__announce_decode(NULL, PM__ANNOUNCE_SIZE, &d), -EBADMSG);
     /* A sealed memfd passes; wrong length, over the max, unsealed, a pipe
      * do not. */
     buffers();
