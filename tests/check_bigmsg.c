@@ -1065,6 +1065,32 @@ START_TEST(test_option)
 }
 END_TEST
 
+/* pm__bigmsg_create: the message written whole and sealed, at whatever
+ * fd the kernel gives (0 too, when stdin is closed); a write that fails
+ * (here RLIMIT_FSIZE: EFBIG, as ENOSPC on a full tmpfs would) is refused
+ * with its error and leaves no fd behind. */
+START_TEST(test_create_fd0_and_write_failure)
+{
+    buffers();
+    fill(mbuf, MIB, 5);
+    close(0);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_eq(fd, 0);
+    ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MAX_MSG), 0);
+    const void *map;
+    ck_assert_int_eq(pm__bigmsg_map(fd, MIB, &map), 0);
+    ck_assert_int_eq(memcmp(map, mbuf, MIB), 0);
+    munmap((void *)map, MIB);
+    close(fd);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {MIB / 2, MIB / 2};
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    int before = pm_test_count_fds();
+    ck_assert_int_eq(pm__bigmsg_create(mbuf, MIB), -EFBIG);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+}
+END_TEST
+
 /* The pure parts: the announcement codec and the receiver's checks. */
 START_TEST(test_codec_and_checks)
 {
@@ -1402,6 +1428,7 @@ int main(int argc, char **argv)
     Suite *s = suite_create("bigmsg");
     PM_ADD_TEST(s, test_option, 30);
     PM_ADD_TEST(s, test_codec_and_checks, 30);
+    PM_ADD_TEST(s, test_create_fd0_and_write_failure, 30);
     PM_ADD_TEST(s, test_fdpass_extra_fds_closed, 30);
     PM_ADD_TEST(s, test_round_trips_fork, 120);
     PM_ADD_TEST(s, test_round_trips_exec, 120);
