@@ -1131,6 +1131,7 @@ START_TEST(test_codec_and_checks)
     ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MAX_MSG), 0);
     ck_assert_int_eq(pm__bigmsg_check(fd, MIB - 1, MAX_MSG), -EPROTO);
     ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MIB - 1), -EPROTO);
+    ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MIB), 0); /* exactly the max: taken */
     /* A length past the end fails the size check itself, not only the
      * hole scan that follows it at the hub (which finds the end of the
      * file as a hole): a worker's check_from_hub has no scan, and mapping
