@@ -169,7 +169,7 @@ fail:
     return rc;
 }
 
-int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
+PM__CHILD_TEXT int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
 {
     pm__channel_zero(l);
     const struct pm__ctl *ctl = hub->map;
@@ -196,7 +196,7 @@ int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
     return 0;
 }
 
-void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS])
+PM__CHILD_TEXT void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS])
 {
     fds[0] = l->memfd;
     fds[1] = l->hub_efd;

@@ -5,6 +5,7 @@
  * on the stack the child inherits. Called by pm__spawn's fork child only.
  */
 #define _GNU_SOURCE
+#include "base/internal.h" /* PM__CHILD_TEXT */
 #include "scrub.h"
 
 #include <stdint.h>
@@ -116,7 +117,7 @@ static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, 
 __attribute__((no_sanitize("address", "undefined")))
 #endif
 #endif
-__attribute__((noinline)) void pm__wipe_dead_stack(void)
+PM__CHILD_TEXT __attribute__((noinline)) void pm__wipe_dead_stack(void)
 {
     volatile unsigned char near[8192];
     for (size_t i = 0; i < sizeof(near); i++)
@@ -156,12 +157,12 @@ __attribute__((noinline)) void pm__wipe_dead_stack(void)
  * cleared before anything else runs. General-purpose registers keep their
  * values (addresses and counters, 8 bytes each): accepted. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx"))) static void clear_ymm(void)
+PM__CHILD_TEXT __attribute__((target("avx"))) static void clear_ymm(void)
 {
     __asm__ volatile("vzeroall" ::: "memory"); /* ymm0-15, and zmm0-15 whole */
 }
 
-__attribute__((target("avx512f"))) static void clear_zmm_high(void)
+PM__CHILD_TEXT __attribute__((target("avx512f"))) static void clear_zmm_high(void)
 {
     __asm__ volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\tvpxord %%zmm17, %%zmm17, %%zmm17\n\t"
                      "vpxord %%zmm18, %%zmm18, %%zmm18\n\tvpxord %%zmm19, %%zmm19, %%zmm19\n\t"
@@ -195,7 +196,7 @@ static int vector_level(void)
     return 1;
 }
 
-void pm__clear_vector_registers(void)
+PM__CHILD_TEXT void pm__clear_vector_registers(void)
 {
     int level = __atomic_load_n(&scrub_vec, __ATOMIC_RELAXED);
     if (level < 0)
@@ -220,7 +221,7 @@ static int vector_level(void)
     return 0; /* one register file: nothing to read */
 }
 
-void pm__clear_vector_registers(void)
+PM__CHILD_TEXT void pm__clear_vector_registers(void)
 {
     /* A write to a V register also zeroes the upper part of its SVE Z
      * register. */
@@ -240,7 +241,7 @@ static int vector_level(void)
     return 0;
 }
 
-void pm__clear_vector_registers(void)
+PM__CHILD_TEXT void pm__clear_vector_registers(void)
 {
     /* Other architectures: not done (see above); said in doc/design.md. */
 }
@@ -258,7 +259,7 @@ void pm__clear_vector_registers(void)
 __attribute__((no_sanitize("address", "undefined")))
 #endif
 #endif
-__attribute__((noinline)) void pm__wipe_live_frames(char *from, char *to)
+PM__CHILD_TEXT __attribute__((noinline)) void pm__wipe_live_frames(char *from, char *to)
 {
     if (to == NULL || to <= from || (size_t)(to - from) > (8u << 20))
         return;

@@ -137,9 +137,14 @@ pm__channel *pm__cluster_dying(pm_cluster *c)
 
 void pm__cluster_bury(pm_cluster *c)
 {
+    /* Released, not zeroed: past ndying no entry is read again (the next
+     * pm__cluster_dying overwrites it whole), and the list shares a heap
+     * page copy-on-write with the replacement just forked, so zeroing
+     * the entries would copy that page while the child starts. */
     for (unsigned i = 0; i < c->ndying; i++)
-        pm__channel_close(&c->dying[i]);
-    c->ndying = 0;
+        pm__channel_release_copy(&c->dying[i]);
+    if (c->ndying != 0)
+        c->ndying = 0;
 }
 
 void pm__cluster_release_keep(pm_cluster *c, pm__slot *s, pm__channel *keep)
