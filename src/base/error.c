@@ -29,10 +29,10 @@ PM_EXTERN const char *pm_strerror(int err)
     return s != NULL ? s : "Unknown error";
 }
 
-_Atomic uint32_t pm__fork_generation;
+PM__CHILD_DATA _Atomic uint32_t pm__fork_generation;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 /* Beside the counter: the child's handler writes both, on one page. */
-static pthread_mutex_t fork_serial = PTHREAD_MUTEX_INITIALIZER;
+PM__CHILD_DATA static pthread_mutex_t fork_serial = PTHREAD_MUTEX_INITIALIZER;
 
 PM__CHILD_TEXT static void on_fork_child(void)
 {
@@ -44,7 +44,7 @@ PM__CHILD_TEXT static void on_fork_child(void)
  * child would otherwise fault in (its own 64 KiB of libc) on its way to
  * READY only to learn that the supervisor registered long ago. On the
  * counter's page, which the child's handler has already written. */
-static _Atomic int fork_registered;
+PM__CHILD_DATA static _Atomic int fork_registered;
 
 static void register_fork(void)
 {

@@ -52,6 +52,17 @@
 #define PM__CHILD_TEXT
 #endif
 
+/* The words the fork child itself must write on its way to READY (the fork
+ * generation, its crash handler's target and pid): each page of them is a
+ * copy-on-write fault in the child, and the supervisor's .bss put them
+ * pages apart. In .data, which is small (under a page in procmesh), they
+ * share a page. */
+#if defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
+#define PM__CHILD_DATA __attribute__((section(".data.pm_child")))
+#else
+#define PM__CHILD_DATA
+#endif
+
 /* Puts errno back as a cleanup found it, writing it only if it changed:
  * errno lives in the thread's TLS page, which after every fork is shared
  * copy-on-write with the child, so a store of the value already there

@@ -35,8 +35,8 @@
  * (in this worker's control block), the pid that armed it (a child of the
  * worker inherits the handler but must not write its parent's record), the
  * module table, and a flag so that only one thread writes. */
-static _Atomic(struct pm__crash_rec *) crash_target;
-static _Atomic pid_t crash_pid;
+PM__CHILD_DATA static _Atomic(struct pm__crash_rec *) crash_target;
+PM__CHILD_DATA static _Atomic pid_t crash_pid;
 static atomic_flag crash_taken = ATOMIC_FLAG_INIT;
 static pm__crash_modules crash_modules;
 static void *crash_stack;
