@@ -59,6 +59,23 @@ static inline __attribute__((always_inline)) long sys3(long n, long a, long b, l
     return ret;
 }
 
+/* The stack pointer's page: the last page the wipe writes rather than
+ * drops, as nothing is ever written below the stack pointer here (the
+ * system calls are inline). The caller's frame is fixed (no alloca), so
+ * this is where zero_up_to_sp stops too. */
+static inline __attribute__((always_inline)) uintptr_t sp_page(uintptr_t page, uintptr_t top)
+{
+    (void)top;
+    uintptr_t sp;
+    __asm__ volatile("movq %%rsp, %0" : "=r"(sp));
+    return sp & ~(page - 1);
+}
+
+/* near's size: a reference below the caller's frame; small, so that near
+ * shares the page of the caller's frame (written by the child already)
+ * and the pages below are dropped instead of written. */
+#define NEAR_BYTES 256
+
 static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, uintptr_t top)
 {
     (void)top;
@@ -76,6 +93,16 @@ static inline long sys3(long n, long a, long b, long c)
     long ret = syscall(n, a, b, c);
     return ret < 0 ? -errno : ret;
 }
+
+/* libc's wrappers' frames lie below the stack pointer: the page below
+ * near's first one is written, not dropped, and near is large enough to
+ * keep this frame's own variables above it. */
+static inline __attribute__((always_inline)) uintptr_t sp_page(uintptr_t page, uintptr_t top)
+{
+    return top - page;
+}
+
+#define NEAR_BYTES 8192
 
 static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, uintptr_t top)
 {
@@ -100,9 +127,12 @@ static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, 
  * then on. Writing zeros would make the child copy each page first (a
  * copy-on-write fault per page, costly, more so in a virtual machine) only
  * to throw the copy's contents away. Written instead: near, this frame's
- * own 8 KiB below its caller; from the page below near's first one up to
- * the stack pointer, where this frame's system calls run; and a lowest
- * page on a 2 MiB boundary. That one is left out of the drop because
+ * own bytes below its caller (256 on x86-64, where they share the caller's
+ * page, already the child's; 8 KiB elsewhere); on x86-64 the stack
+ * pointer's page up to the stack pointer (nothing runs below it: the
+ * system calls are inline), elsewhere from the page below near's first
+ * one up to it, where libc's wrappers run; and a lowest page on a 2 MiB
+ * boundary. That one is left out of the drop because
  * hugetlb memory (a stack an application gave a thread) takes
  * MADV_DONTNEED only from a huge-page boundary and then rounds the end
  * down (Linux 6.2 on: pages past it stay) or up (5.18 to 6.1: into the
@@ -119,7 +149,7 @@ __attribute__((no_sanitize("address", "undefined")))
 #endif
 PM__CHILD_TEXT __attribute__((noinline)) void pm__wipe_dead_stack(void)
 {
-    volatile unsigned char near[8192];
+    volatile unsigned char near[NEAR_BYTES];
     for (size_t i = 0; i < sizeof(near); i++)
         near[i] = 0;
     uintptr_t page = __atomic_load_n(&scrub_page, __ATOMIC_RELAXED);
@@ -137,12 +167,13 @@ PM__CHILD_TEXT __attribute__((noinline)) void pm__wipe_dead_stack(void)
         low -= page;
     }
     uintptr_t from = low;
+    /* [drop, keep) is dropped: keep is the first page written. */
+    const uintptr_t keep = sp_page(page, top);
     const uintptr_t drop = (low & ((2u << 20) - 1)) == 0 ? low + page : low;
-    if (drop < top - page &&
-        sys3(SYS_madvise, (long)drop, (long)(top - page - drop), MADV_DONTNEED) == 0) {
+    if (drop < keep && sys3(SYS_madvise, (long)drop, (long)(keep - drop), MADV_DONTNEED) == 0) {
         for (volatile uint64_t *w = (volatile uint64_t *)low; (uintptr_t)w < drop; w++)
             *w = 0;
-        from = top - page;
+        from = keep;
     }
     zero_up_to_sp(from, top);
 }
