@@ -465,7 +465,7 @@ PM__CHILD_TEXT __attribute__((noinline, noreturn)) static void fork_child_main(c
      * by the raw call, which also reads the mask the child was born with
      * (the forking thread's): that is the one restored when the request
      * names none, so the supervisor need not read it before the fork. */
-    const unsigned long all[2] = {~0UL, ~0UL}; /* KERNEL_SIGSET_SIZE <= 16 */
+    const uint64_t all[2] = {~0ULL, ~0ULL}; /* 16 bytes: KERNEL_SIGSET_SIZE <= 16 */
     sigset_t mask;
     memset(&mask, 0, sizeof(mask));
     if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, all, &mask, KERNEL_SIGSET_SIZE) < 0)
