@@ -139,7 +139,7 @@ PM_EXTERN int pm_address_match(const pm_address *a, const pm_address *b)
  * zeroed. A loop, not snprintf: a fork-mode child calls pm__node_address
  * on its way to ready, and each page of library code it runs that the
  * supervisor's fork did not map for it costs it a page fault (os/scrub.h). */
-static void name_copy(char to[PM_NAME_MAX], const char *name)
+PM__CHILD_TEXT static void name_copy(char to[PM_NAME_MAX], const char *name)
 {
     for (size_t i = 0; i < PM_NAME_MAX - 1 && name[i] != '\0'; i++)
         to[i] = name[i];
@@ -148,7 +148,7 @@ static void name_copy(char to[PM_NAME_MAX], const char *name)
 /* The one place where a node id (a slot, or main) and an address of one
  * supervisor's mesh are turned into each other: the hub, the queries, the
  * handshake and the worker side all come here. */
-void pm__node_address(const pm__names *n, uint32_t node, uint64_t inc, pm_address *a)
+PM__CHILD_TEXT void pm__node_address(const pm__names *n, uint32_t node, uint64_t inc, pm_address *a)
 {
     memset(a, 0, sizeof(*a));
     name_copy(a->system, n->system);

@@ -29,16 +29,22 @@ PM_EXTERN const char *pm_strerror(int err)
     return s != NULL ? s : "Unknown error";
 }
 
-_Atomic uint32_t pm__fork_generation;
+PM__CHILD_DATA _Atomic uint32_t pm__fork_generation;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 /* Beside the counter: the child's handler writes both, on one page. */
-static pthread_mutex_t fork_serial = PTHREAD_MUTEX_INITIALIZER;
+PM__CHILD_DATA static pthread_mutex_t fork_serial = PTHREAD_MUTEX_INITIALIZER;
 
-static void on_fork_child(void)
+PM__CHILD_TEXT static void on_fork_child(void)
 {
     atomic_fetch_add_explicit(&pm__fork_generation, 1, memory_order_relaxed);
     fork_serial = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }
+
+/* Set once register_fork ran: read before pthread_once, whose code a fork
+ * child would otherwise fault in (its own 64 KiB of libc) on its way to
+ * READY only to learn that the supervisor registered long ago. On the
+ * counter's page, which the child's handler has already written. */
+PM__CHILD_DATA static _Atomic int fork_registered;
 
 static void register_fork(void)
 {
@@ -46,6 +52,7 @@ static void register_fork(void)
      * detected (its use is still undefined, as without this check), which
      * is no reason to refuse to start. */
     (void)pthread_atfork(NULL, NULL, on_fork_child);
+    atomic_store_explicit(&fork_registered, 1, memory_order_release);
 }
 
 void pm__fork_serial_lock(void)
@@ -59,9 +66,10 @@ void pm__fork_serial_unlock(void)
     pthread_mutex_unlock(&fork_serial);
 }
 
-uint32_t pm__fork_gen(void)
+PM__CHILD_TEXT uint32_t pm__fork_gen(void)
 {
-    pthread_once(&fork_once, register_fork);
+    if (!atomic_load_explicit(&fork_registered, memory_order_acquire))
+        pthread_once(&fork_once, register_fork);
     return atomic_load_explicit(&pm__fork_generation, memory_order_relaxed);
 }
 

@@ -106,6 +106,17 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
         (rc = pm__ring_attach(&l->rx, up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,
                               PM__RING_CONSUMER, l->node_efd, l->hub_efd)) < 0)
         goto fail;
+    /* The first page of the worker's ring, where its first frame (READY,
+     * or HELLO) lands, made now, with the channel (after the worker before
+     * was ready, for a spare): a read of it gives the supervisor's mapping
+     * the page. Otherwise the worker's first write allocates and zeroes it
+     * on the way to READY, and the hub's first read of the READY is one
+     * more page fault. A fork child, whose page tables hold none of the
+     * channel, also finds it beside the ring's header, which it reads
+     * first: the kernel maps the pages it already has around a read fault
+     * (fault-around), so the READY frame's write takes no fault of its
+     * own. */
+    (void)*(volatile const unsigned char *)l->rx.data;
     return 0;
 fail:
     pm__channel_close(l);
@@ -169,7 +180,7 @@ fail:
     return rc;
 }
 
-int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
+PM__CHILD_TEXT int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
 {
     pm__channel_zero(l);
     const struct pm__ctl *ctl = hub->map;
@@ -196,7 +207,7 @@ int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
     return 0;
 }
 
-void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS])
+PM__CHILD_TEXT void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS])
 {
     fds[0] = l->memfd;
     fds[1] = l->hub_efd;

@@ -9,7 +9,7 @@
 #include "frame.h"
 #include "bigmsg.h"
 
-void pm__frame_encode(const pm__frame_hdr *h, void *buf)
+PM__CHILD_TEXT void pm__frame_encode(const pm__frame_hdr *h, void *buf)
 {
     unsigned char *p = buf;
     p[0] = PM__FRAME_VERSION;

@@ -44,7 +44,7 @@ int pm__init_decode(const void *buf, size_t size, pm__init_msg *m)
     return 0;
 }
 
-int pm__frame_send(pm__ring *r, const pm__frame_hdr *h, const void *payload, size_t len)
+PM__CHILD_TEXT int pm__frame_send(pm__ring *r, const pm__frame_hdr *h, const void *payload, size_t len)
 {
     void *p;
     int rc = pm__ring_reserve(r, PM__FRAME_HDR_SIZE + len, &p);

@@ -105,7 +105,7 @@ int pm__ring_format(void *region, uint64_t cap, uint32_t max_frame)
     return 0;
 }
 
-int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame, int role,
+PM__CHILD_TEXT int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame, int role,
                     int wake_fd, int park_fd)
 {
     int rc = pm__ring_check_geometry(cap, max_frame);
@@ -143,7 +143,7 @@ int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame,
 
 /* Writes the eventfd of the other end. The counter saturating (EAGAIN) is
  * harmless: the other end is then certainly going to wake up. */
-static int wake(pm__ring *r)
+PM__CHILD_TEXT static int wake(pm__ring *r)
 {
     if (r->wake_fd < 0)
         return 0;
@@ -157,7 +157,7 @@ static int wake(pm__ring *r)
 /* Wakes the other end sleeping in FUTEX_WAIT on flag. Not FUTEX_PRIVATE:
  * the flag lives in memory shared with another process. If it is not
  * asleep yet, its FUTEX_WAIT finds the flag cleared and returns at once. */
-static int wake_futex(pm__ring *r, _Atomic uint32_t *flag)
+PM__CHILD_TEXT static int wake_futex(pm__ring *r, _Atomic uint32_t *flag)
 {
     (void)syscall(SYS_futex, (uint32_t *)flag, FUTEX_WAKE, 1, NULL, NULL, 0);
     r->wakeups++;
@@ -173,7 +173,7 @@ static int wake_futex(pm__ring *r, _Atomic uint32_t *flag)
  * not sleep, or we see its flag and wake it. An end that is awake (flag
  * clear) costs the waker no system call at all.
  */
-static int wake_if_waiting(pm__ring *r, _Atomic uint32_t *flag)
+PM__CHILD_TEXT static int wake_if_waiting(pm__ring *r, _Atomic uint32_t *flag)
 {
     atomic_thread_fence(memory_order_seq_cst);
     /* One wake-up per announced wait: the first publish that sees the flag
@@ -294,7 +294,7 @@ static int fits(pm__ring *r, size_t len)
     return r->head - r->tail_cache + need <= r->cap;
 }
 
-int pm__ring_reserve(pm__ring *r, size_t len, void **payload)
+PM__CHILD_TEXT int pm__ring_reserve(pm__ring *r, size_t len, void **payload)
 {
     if (PM__UNLIKELY(r->poisoned))
         return -EBADMSG;
@@ -313,7 +313,7 @@ int pm__ring_reserve(pm__ring *r, size_t len, void **payload)
     return 0;
 }
 
-void pm__ring_commit(pm__ring *r, size_t len)
+PM__CHILD_TEXT void pm__ring_commit(pm__ring *r, size_t len)
 {
     if (r->resv_len == 0 || len == 0 || len > r->resv_len)
         return; /* programming error: nothing reserved or a bad length */
@@ -333,7 +333,7 @@ void pm__ring_unreserve(pm__ring *r)
     r->resv_len = 0;
 }
 
-int pm__ring_publish(pm__ring *r)
+PM__CHILD_TEXT int pm__ring_publish(pm__ring *r)
 {
     if (r->head == r->published)
         return 0;

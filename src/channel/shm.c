@@ -135,6 +135,6 @@ void pm__shm_unmap(void *map, size_t size)
     if (map != NULL && map != MAP_FAILED) {
         int saved = errno;
         (void)munmap(map, size);
-        errno = saved;
+        pm__errno_restore(saved);
     }
 }

@@ -11,12 +11,20 @@
 
 /* ------------------------------------------------------- large messages */
 
-void pm__hub_links_wipe(pm__hub *h)
+PM__CHILD_TEXT void pm__hub_links_wipe(pm__hub *h)
 {
+    /* Written only when they change: a fork-mode child comes here (from
+     * pm__hub_wipe), and a store to a page it shares with the supervisor
+     * copies the page (a page fault on its way to ready). */
     for (unsigned i = 0; h->links != NULL && i < PM__MAX_HOSTS; i++) {
-        pm__close(h->links[i].tx_fd);
-        pm__close(h->links[i].rx_fd);
-        h->links[i].tx_fd = h->links[i].rx_fd = -1;
+        if (h->links[i].tx_fd >= 0) {
+            pm__close(h->links[i].tx_fd);
+            h->links[i].tx_fd = -1;
+        }
+        if (h->links[i].rx_fd >= 0) {
+            pm__close(h->links[i].rx_fd);
+            h->links[i].rx_fd = -1;
+        }
     }
 }
 

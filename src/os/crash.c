@@ -183,7 +183,7 @@ void pm__crash_modules_refresh(pm__crash_modules *t)
  * with the loaded unwinder. */
 static atomic_int unwinder_primed;
 
-void pm__crash_unwinder_prime(void)
+PM__CHILD_TEXT void pm__crash_unwinder_prime(void)
 {
     if (atomic_load_explicit(&unwinder_primed, memory_order_acquire))
         return;

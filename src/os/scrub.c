@@ -5,6 +5,7 @@
  * on the stack the child inherits. Called by pm__spawn's fork child only.
  */
 #define _GNU_SOURCE
+#include "base/internal.h" /* PM__CHILD_TEXT */
 #include "scrub.h"
 
 #include <stdint.h>
@@ -58,6 +59,23 @@ static inline __attribute__((always_inline)) long sys3(long n, long a, long b, l
     return ret;
 }
 
+/* The stack pointer's page: the last page the wipe writes rather than
+ * drops, as nothing is ever written below the stack pointer here (the
+ * system calls are inline). The caller's frame is fixed (no alloca), so
+ * this is where zero_up_to_sp stops too. */
+static inline __attribute__((always_inline)) uintptr_t sp_page(uintptr_t page, uintptr_t top)
+{
+    (void)top;
+    uintptr_t sp;
+    __asm__ volatile("movq %%rsp, %0" : "=r"(sp));
+    return sp & ~(page - 1);
+}
+
+/* near's size: a reference below the caller's frame; small, so that near
+ * shares the page of the caller's frame (written by the child already)
+ * and the pages below are dropped instead of written. */
+#define NEAR_BYTES 256
+
 static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, uintptr_t top)
 {
     (void)top;
@@ -75,6 +93,16 @@ static inline long sys3(long n, long a, long b, long c)
     long ret = syscall(n, a, b, c);
     return ret < 0 ? -errno : ret;
 }
+
+/* libc's wrappers' frames lie below the stack pointer: the page below
+ * near's first one is written, not dropped, and near is large enough to
+ * keep this frame's own variables above it. */
+static inline __attribute__((always_inline)) uintptr_t sp_page(uintptr_t page, uintptr_t top)
+{
+    return top - page;
+}
+
+#define NEAR_BYTES 8192
 
 static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, uintptr_t top)
 {
@@ -99,9 +127,12 @@ static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, 
  * then on. Writing zeros would make the child copy each page first (a
  * copy-on-write fault per page, costly, more so in a virtual machine) only
  * to throw the copy's contents away. Written instead: near, this frame's
- * own 8 KiB below its caller; from the page below near's first one up to
- * the stack pointer, where this frame's system calls run; and a lowest
- * page on a 2 MiB boundary. That one is left out of the drop because
+ * own bytes below its caller (256 on x86-64, where they share the caller's
+ * page, already the child's; 8 KiB elsewhere); on x86-64 the stack
+ * pointer's page up to the stack pointer (nothing runs below it: the
+ * system calls are inline), elsewhere from the page below near's first
+ * one up to it, where libc's wrappers run; and a lowest page on a 2 MiB
+ * boundary. That one is left out of the drop because
  * hugetlb memory (a stack an application gave a thread) takes
  * MADV_DONTNEED only from a huge-page boundary and then rounds the end
  * down (Linux 6.2 on: pages past it stay) or up (5.18 to 6.1: into the
@@ -116,9 +147,9 @@ static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, 
 __attribute__((no_sanitize("address", "undefined")))
 #endif
 #endif
-__attribute__((noinline)) void pm__wipe_dead_stack(void)
+PM__CHILD_TEXT __attribute__((noinline)) void pm__wipe_dead_stack(void)
 {
-    volatile unsigned char near[8192];
+    volatile unsigned char near[NEAR_BYTES];
     for (size_t i = 0; i < sizeof(near); i++)
         near[i] = 0;
     uintptr_t page = __atomic_load_n(&scrub_page, __ATOMIC_RELAXED);
@@ -136,12 +167,13 @@ __attribute__((noinline)) void pm__wipe_dead_stack(void)
         low -= page;
     }
     uintptr_t from = low;
+    /* [drop, keep) is dropped: keep is the first page written. */
+    const uintptr_t keep = sp_page(page, top);
     const uintptr_t drop = (low & ((2u << 20) - 1)) == 0 ? low + page : low;
-    if (drop < top - page &&
-        sys3(SYS_madvise, (long)drop, (long)(top - page - drop), MADV_DONTNEED) == 0) {
+    if (drop < keep && sys3(SYS_madvise, (long)drop, (long)(keep - drop), MADV_DONTNEED) == 0) {
         for (volatile uint64_t *w = (volatile uint64_t *)low; (uintptr_t)w < drop; w++)
             *w = 0;
-        from = top - page;
+        from = keep;
     }
     zero_up_to_sp(from, top);
 }
@@ -156,12 +188,12 @@ __attribute__((noinline)) void pm__wipe_dead_stack(void)
  * cleared before anything else runs. General-purpose registers keep their
  * values (addresses and counters, 8 bytes each): accepted. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx"))) static void clear_ymm(void)
+PM__CHILD_TEXT __attribute__((target("avx"))) static void clear_ymm(void)
 {
     __asm__ volatile("vzeroall" ::: "memory"); /* ymm0-15, and zmm0-15 whole */
 }
 
-__attribute__((target("avx512f"))) static void clear_zmm_high(void)
+PM__CHILD_TEXT __attribute__((target("avx512f"))) static void clear_zmm_high(void)
 {
     __asm__ volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\tvpxord %%zmm17, %%zmm17, %%zmm17\n\t"
                      "vpxord %%zmm18, %%zmm18, %%zmm18\n\tvpxord %%zmm19, %%zmm19, %%zmm19\n\t"
@@ -195,7 +227,7 @@ static int vector_level(void)
     return 1;
 }
 
-void pm__clear_vector_registers(void)
+PM__CHILD_TEXT void pm__clear_vector_registers(void)
 {
     int level = __atomic_load_n(&scrub_vec, __ATOMIC_RELAXED);
     if (level < 0)
@@ -220,7 +252,7 @@ static int vector_level(void)
     return 0; /* one register file: nothing to read */
 }
 
-void pm__clear_vector_registers(void)
+PM__CHILD_TEXT void pm__clear_vector_registers(void)
 {
     /* A write to a V register also zeroes the upper part of its SVE Z
      * register. */
@@ -240,7 +272,7 @@ static int vector_level(void)
     return 0;
 }
 
-void pm__clear_vector_registers(void)
+PM__CHILD_TEXT void pm__clear_vector_registers(void)
 {
     /* Other architectures: not done (see above); said in doc/design.md. */
 }
@@ -258,7 +290,7 @@ void pm__clear_vector_registers(void)
 __attribute__((no_sanitize("address", "undefined")))
 #endif
 #endif
-__attribute__((noinline)) void pm__wipe_live_frames(char *from, char *to)
+PM__CHILD_TEXT __attribute__((noinline)) void pm__wipe_live_frames(char *from, char *to)
 {
     if (to == NULL || to <= from || (size_t)(to - from) > (8u << 20))
         return;

@@ -21,6 +21,7 @@
 #include <sched.h> /* CLONE_VM, CLONE_VFORK */
 #include <linux/filter.h> /* struct sock_filter: the seccomp program copy */
 #include <stdio.h>
+#include <stdio_ext.h> /* __fpending */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -60,16 +61,23 @@ int pm__pidfd_signal(int pidfd, int sig)
 #endif
 }
 
+/* The fork child's prctl and rt_sigprocmask calls go through syscall(),
+ * not through libc's wrappers: a fork child maps none of the supervisor's
+ * code, so its first call into each 64 KiB stretch of libc is a page fault
+ * (scrub.h), and prctl and pthread_sigmask each sit in a stretch the child
+ * would touch for nothing else before READY; syscall() sits beside write
+ * and close, which it calls anyway. Both are async-signal-safe. */
+
 /* The child must die with its supervisor. PDEATHSIG is set after fork and
  * then the parent is checked: if it died between fork and prctl, the signal
  * was never armed and we would live on as an orphan. */
-static void die_with_parent(pid_t parent)
+PM__CHILD_TEXT static void die_with_parent(pid_t parent)
 {
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+    if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
         _exit(127);
 }
 
-int pm__child_privileges(const pm__spawn_req *r)
+PM__CHILD_TEXT int pm__child_privileges(const pm__spawn_req *r)
 {
     if (r->set_ids) {
         /* Raw system calls: they change this thread only, which in a fork
@@ -94,14 +102,14 @@ int pm__child_privileges(const pm__spawn_req *r)
             return -EPERM;
         /* A credential change clears the parent-death signal: arm it again,
          * and check again that the supervisor did not die meanwhile. */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+        if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
             return -errno;
         if (getppid() != r->parent)
             return -ESRCH;
     }
-    if (r->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    if (r->no_new_privs && syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         return -errno;
-    if (r->dumpable && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+    if (r->dumpable && syscall(SYS_prctl, PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
         return -errno;
     /* Last: every call above would otherwise have to be allowed by the
      * filter, and under strict they are not. */
@@ -110,7 +118,7 @@ int pm__child_privileges(const pm__spawn_req *r)
     return 0;
 }
 
-int pm__child_stdio(int out, int err)
+PM__CHILD_TEXT int pm__child_stdio(int out, int err)
 {
     int src[2] = {out, err}, moved[2] = {-1, -1}, rc = 0;
     /* A source at 0..2 could be overwritten by the other's dup2 (or be the
@@ -350,7 +358,7 @@ static void exec_child(const pm__spawn_req *r, child_report *rep)
     child_fail(rep, errno);
 }
 
-int pm__child_contain(const pm__spawn_req *r, int placed)
+PM__CHILD_TEXT int pm__child_contain(const pm__spawn_req *r, int placed)
 {
     /* Its own process group: where no cgroup can be made, killing the
      * group when the worker is reaped is what ends its descendants (all
@@ -405,7 +413,7 @@ static int clone3_state;
  * SIGKILLed at birth (seen on 6.18: every replacement after the first
  * tree kill died before it ran; tests/check_tree.c test_tree_exec_crash).
  * Joining by a write from the child has no such check. */
-static pid_t fork_into(const pm__spawn_req *r, int *placed)
+PM__CHILD_TEXT static pid_t fork_into(const pm__spawn_req *r, int *placed)
 {
     *placed = 0;
 #ifdef SYS_clone3
@@ -444,25 +452,30 @@ static pid_t fork_into(const pm__spawn_req *r, int *placed)
 __attribute__((no_sanitize("address")))
 #endif
 #endif
-__attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_req *r)
+PM__CHILD_TEXT __attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_req *r,
+                                                               const unsigned char *ctx_in)
 {
     /* The vector registers were cleared by pm__spawn, first thing. */
     /* Every byte of this frame is written before the wipes: it lies above
      * the dead stack they clear, and a byte left unwritten keeps what the
      * supervisor's dead frames held at this depth. glibc's sigset_t is 128
-     * bytes, of which sigfillset and the kernel use 8: the rest is zeroed
-     * here, and only the kernel's part of r's mask is copied (the rest of
-     * the supervisor's copy was never written either). */
-    sigset_t all, mask;
-    memset(&all, 0, sizeof(all));
+     * bytes, of which the kernel uses 8: the rest is zeroed here, and only
+     * the kernel's part of a mask is copied or read (the rest of the
+     * supervisor's copy was never written either). Every signal is blocked
+     * by the raw call, which also reads the mask the child was born with
+     * (the forking thread's): that is the one restored when the request
+     * names none, so the supervisor need not read it before the fork. */
+    const uint64_t all[2] = {~0ULL, ~0ULL}; /* 16 bytes: KERNEL_SIGSET_SIZE <= 16 */
+    sigset_t mask;
     memset(&mask, 0, sizeof(mask));
-    memcpy(&mask, r->mask, KERNEL_SIGSET_SIZE);
-    sigfillset(&all);
-    sigprocmask(SIG_SETMASK, &all, NULL);
-    _Alignas(16) unsigned char ctx[PM__SPAWN_CTX_MAX] = {0}; /* all of it: see above */
-    if (r->ctx_size > sizeof(ctx))
+    if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, all, &mask, KERNEL_SIGSET_SIZE) < 0)
         _exit(127);
-    memcpy(ctx, r->ctx, r->ctx_size);
+    if (r->mask != NULL)
+        memcpy(&mask, r->mask, KERNEL_SIGSET_SIZE);
+    /* All of it, a fixed size (pm__spawn padded it): no call to libc's
+     * memcpy, whose code is another 64 KiB the child would fault in. */
+    _Alignas(16) unsigned char ctx[PM__SPAWN_CTX_MAX];
+    memcpy(ctx, ctx_in, sizeof(ctx));
     pm__spawn_req req = *r;
     req.mask = &mask;
     req.ctx = ctx;
@@ -470,7 +483,7 @@ __attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_
     /* r points into a frame about to be zeroed: not used past here. */
     pm__wipe_dead_stack();
     pm__wipe_live_frames(__builtin_dwarf_cfa(), to);
-    sigprocmask(SIG_SETMASK, &mask, NULL);
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, KERNEL_SIGSET_SIZE);
     die_with_parent(req.parent);
     /* The child function calls pm__child_privileges itself, once
      * procmesh's own side of the worker (the handshake, the crash handler,
@@ -752,13 +765,21 @@ int pm__spawn_waits_exec(void)
 #endif
 }
 
-pid_t pm__spawn(const pm__spawn_req *r)
+PM__CHILD_TEXT pid_t pm__spawn(const pm__spawn_req *r)
 {
     if (r->path != NULL && r->nfds > 64 + 8)
         return -EINVAL;
-    /* Buffered output of the parent would otherwise be written twice. */
-    fflush(stdout);
-    fflush(stderr);
+    /* Buffered output of the parent would otherwise be written twice.
+     * Flushed only when something is buffered: fflush locks and writes
+     * the stream (libc's lock and the FILE, two pages) even when it is
+     * empty, and since the previous fork shared them copy-on-write each
+     * write is a page fault on the way from a crash to the replacement's
+     * fork. A stream another thread writes meanwhile is the same race as
+     * with an unconditional flush (its bytes could land after it). */
+    if (__fpending(stdout) > 0)
+        fflush(stdout);
+    if (__fpending(stderr) > 0)
+        fflush(stderr);
 #if PM__SPAWN_VFORK
     if (r->path != NULL && __atomic_load_n(&vfork_state, __ATOMIC_RELAXED) >= 0) {
         pid_t vpid = spawn_vfork(r);
@@ -767,8 +788,16 @@ pid_t pm__spawn(const pm__spawn_req *r)
         /* clone3 refused: fork below, as on every later spawn. */
     }
 #endif
-    if (r->path == NULL)
+    /* Fork mode: the child's context, padded to its fixed size here in
+     * the supervisor (fork_child_main copies it whole). */
+    _Alignas(16) unsigned char ctx[PM__SPAWN_CTX_MAX];
+    if (r->path == NULL) {
+        if (r->ctx_size > sizeof(ctx))
+            return -EINVAL;
+        memset(ctx, 0, sizeof(ctx));
+        memcpy(ctx, r->ctx, r->ctx_size);
         pm__scrub_prime(); /* here, in the supervisor: the child's walk reads it */
+    }
     int placed;
     pid_t pid = fork_into(r, &placed);
     if (pid < 0)
@@ -793,5 +822,5 @@ pid_t pm__spawn(const pm__spawn_req *r)
         child_report rep = {r->err_pipe, NULL, 0};
         exec_child(r, &rep);
     }
-    fork_child_main(r);
+    fork_child_main(r, ctx);
 }

@@ -19,7 +19,11 @@ struct pm__seccomp_prog;
 
 typedef struct pm__spawn_req {
     pid_t parent;          /* the supervisor: the child dies with it */
-    const sigset_t *mask;  /* signal mask to restore in the child */
+    const sigset_t *mask;  /* signal mask to restore in the child; fork mode
+                              only: NULL for the mask the child was born with
+                              (the forking thread's), read by the child's own
+                              first rt_sigprocmask, not by a call of the
+                              supervisor before the fork */
     /* exec mode (path != NULL) */
     const char *path;
     char *const *argv;

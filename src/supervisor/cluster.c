@@ -130,7 +130,7 @@ static void cluster_free(pm_cluster *c)
     pm_options_free(c->o);
     c->magic = 0; /* a stale pointer is refused, not trusted */
     free(c);
-    errno = saved;
+    pm__errno_restore(saved);
 }
 
 /* Workers' cores: none by default (a crash loop must not fill the disk),

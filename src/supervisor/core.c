@@ -135,11 +135,39 @@ pm__channel *pm__cluster_dying(pm_cluster *c)
     return &c->dying[c->ndying++];
 }
 
+/* The channels kept at most while replacements start: past it the turn
+ * buries them anyway (a slot that crash-loops keeps a few, not more). */
+#define PM__DYING_KEEP 8
+
+/* At a turn's end. A replacement forked this turn (or earlier) runs its
+ * way to READY while the supervisor waits for it; the munmap and the five
+ * closes of the channels it replaced would be on that way (a child that
+ * gets the CPU only when its parent sleeps waits for them), so they wait
+ * until no slot is STARTING: the turn that reads READY buries them. The
+ * slots are scanned only while something waits to be buried. A child
+ * forked meanwhile drops those fds with the slots' (incarnation.c
+ * drop_own); their mappings are never copied into a fork. */
+void pm__cluster_bury_turn(pm_cluster *c)
+{
+    if (c->ndying == 0)
+        return;
+    if (c->ndying < PM__DYING_KEEP)
+        for (unsigned i = 0; i < c->nslots; i++)
+            if (c->slots[i].state == PM_SLOT_STARTING && pm__slot_has_process(&c->slots[i]))
+                return;
+    pm__cluster_bury(c);
+}
+
 void pm__cluster_bury(pm_cluster *c)
 {
+    /* Released, not zeroed: past ndying no entry is read again (the next
+     * pm__cluster_dying overwrites it whole), and the list shares a heap
+     * page copy-on-write with the replacement just forked, so zeroing
+     * the entries would copy that page while the child starts. */
     for (unsigned i = 0; i < c->ndying; i++)
-        pm__channel_close(&c->dying[i]);
-    c->ndying = 0;
+        pm__channel_release_copy(&c->dying[i]);
+    if (c->ndying != 0)
+        c->ndying = 0;
 }
 
 void pm__cluster_release_keep(pm_cluster *c, pm__slot *s, pm__channel *keep)

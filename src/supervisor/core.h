@@ -30,10 +30,13 @@ void pm__cluster_release(pm_cluster *c, pm__slot *s);
 /* pm__cluster_release, but the channel is moved into *keep (when not NULL)
  * for the caller to close, its port already closed. */
 void pm__cluster_release_keep(pm_cluster *c, pm__slot *s, pm__channel *keep);
-/* A place for a reaped incarnation's channel until the turn ends, or NULL;
- * pm__cluster_bury closes them all (the turn's end, the cluster's free). */
+/* A place for a reaped incarnation's channel until it is buried, or NULL;
+ * pm__cluster_bury closes them all (the cluster's free), and
+ * pm__cluster_bury_turn at a turn's end unless a replacement is still on
+ * its way to READY (at most PM__DYING_KEEP kept). */
 pm__channel *pm__cluster_dying(pm_cluster *c);
 void pm__cluster_bury(pm_cluster *c);
+void pm__cluster_bury_turn(pm_cluster *c);
 
 /* Ends what is left of the incarnation's process tree, its worker being
  * dead: a SIGKILL to its process group while the worker is unreaped (its

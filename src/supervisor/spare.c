@@ -64,7 +64,7 @@ void pm__incarnation_spare_drop(pm_cluster *c, pm__slot *s)
     spare_close_pipes(sp);
     free(sp);
     s->spare = NULL;
-    errno = saved;
+    pm__errno_restore(saved);
 }
 
 /* The error pipe of an exec child: both ends close-on-exec (the child's
@@ -220,5 +220,5 @@ void pm__incarnation_spare_prepare(pm_cluster *c, pm__slot *s)
         }
     }
     free(sp);
-    errno = saved;
+    pm__errno_restore(saved);
 }

@@ -84,7 +84,7 @@ void pm__standby_end(pm_cluster *c, pm__slot *s)
     pm__close(b->go_fd);
     b->pid = 0;
     b->pidfd = b->go_fd = -1;
-    errno = saved;
+    pm__errno_restore(saved);
 }
 
 

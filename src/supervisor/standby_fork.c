@@ -58,7 +58,7 @@ void pm__standby_prepare(pm_cluster *c, pm__slot *s)
          * the option. */
         pm__incarnation_spare_drop(c, s);
 out:
-    errno = saved;
+    pm__errno_restore(saved);
 }
 
 void pm__standby_on_exit(pm_cluster *c, pm__slot *s, uint64_t tag)

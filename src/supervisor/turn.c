@@ -210,7 +210,7 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     if (c->poll_children)
         pm__cluster_reap_all(c);
     fire_due(c);
-    pm__cluster_bury(c); /* after the restarts fire_due forked (core.c) */
+    pm__cluster_bury_turn(c); /* after the restarts fire_due forked, once they are ready (core.c) */
     /* One publish (and at most one wake-up) per destination per turn. */
     pm__hub_publish(c->hub);
     pm__mesh_flush(c->mesh);

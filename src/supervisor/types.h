@@ -138,10 +138,11 @@ struct pm_cluster {
     size_t nenv;
     pm__output_totals output; /* output.c's (output.h) */
     pm__cg_root cg;         /* containment: the cluster's cgroups, or process groups */
-    /* The channels of the incarnations reaped this turn (reap.c), closed
-     * at its end (pm__cluster_bury), so that a replacement started at once
-     * is forked first; a fork child drops their fds (incarnation.c
-     * drop_own). */
+    /* The channels of the incarnations reaped (reap.c), closed at the end
+     * of a turn when no replacement is on its way to READY
+     * (pm__cluster_bury_turn), so that a replacement started at once is
+     * forked first and not kept waiting for them; a fork child drops
+     * their fds (incarnation.c drop_own). */
     pm__channel *dying;
     unsigned ndying, dying_cap;
     pm__mesh *mesh;         /* peer links (mesh.h), NULL without peer mode */

@@ -94,7 +94,7 @@ void pm__node_fork_prime(void)
     pm__node_crash_prime();
 }
 
-int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct pm__init_msg *init,
+PM__CHILD_TEXT int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct pm__init_msg *init,
                            pid_t supervisor)
 {
     memset(n, 0, sizeof(*n));
@@ -191,7 +191,7 @@ PM_EXTERN int pm_node_init_data(const pm_node *n, const void **data, size_t *len
     return 0;
 }
 
-PM_EXTERN int pm_node_ready(pm_node *n)
+PM__CHILD_TEXT PM_EXTERN int pm_node_ready(pm_node *n)
 {
     int rc = pm__node_check(n);
     if (rc < 0)

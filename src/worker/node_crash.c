@@ -19,8 +19,14 @@
 #include "channel/channel.h" /* struct pm__ctl */
 #include "os/crash.h"
 
-/* The signals whose handler records a crash (crash.c keeps the same list). */
-static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
+/* The signals whose handler records a crash (crash.c keeps the same list),
+ * bit sig - 1 each: a constant in the code, where an array would be
+ * read-only data, a page a fork child would fault in on its way to READY
+ * for these seven numbers alone. Armed in this order (lowest first). */
+#define CRASH_BIT(sig) (1ULL << ((sig) - 1))
+#define CRASH_SIGNALS                                                                   \
+    (CRASH_BIT(SIGSEGV) | CRASH_BIT(SIGBUS) | CRASH_BIT(SIGFPE) | CRASH_BIT(SIGILL) |   \
+     CRASH_BIT(SIGABRT) | CRASH_BIT(SIGTRAP) | CRASH_BIT(SIGSYS))
 /* The alternate stack: a stack overflow leaves no room on the thread's own
  * stack for a handler, and the unwinder wants a few KiB. */
 #define PM__CRASH_STACK (256u * 1024u)
@@ -29,8 +35,8 @@ static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SI
  * (in this worker's control block), the pid that armed it (a child of the
  * worker inherits the handler but must not write its parent's record), the
  * module table, and a flag so that only one thread writes. */
-static _Atomic(struct pm__crash_rec *) crash_target;
-static _Atomic pid_t crash_pid;
+PM__CHILD_DATA static _Atomic(struct pm__crash_rec *) crash_target;
+PM__CHILD_DATA static _Atomic pid_t crash_pid;
 static atomic_flag crash_taken = ATOMIC_FLAG_INIT;
 static pm__crash_modules crash_modules;
 static void *crash_stack;
@@ -233,7 +239,7 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
 /* The alternate stack, mapped once per process (a fork child inherits
  * the mapping, untouched: its pages are its own only once a crash writes
  * them). */
-static void map_stack(void)
+PM__CHILD_TEXT static void map_stack(void)
 {
     if (crash_stack != NULL)
         return;
@@ -244,7 +250,7 @@ static void map_stack(void)
 
 /* Our stack for this thread, unless it has one: set, and the one it
  * replaced put back (one call when there was none, the usual case). */
-static void use_stack(void)
+PM__CHILD_TEXT static void use_stack(void)
 {
     if (crash_stack == NULL)
         return;
@@ -261,7 +267,7 @@ static int is_default(const struct sigaction *a)
 /* forked: pm__node_crash_arm_forked's one call per signal; otherwise the
  * disposition is looked at first, so that another thread of an exec'd
  * worker never meets our handler in place of its own, even briefly. */
-static void arm(struct pm__ctl *ctl, int forked)
+PM__CHILD_TEXT static void arm(struct pm__ctl *ctl, int forked)
 {
     atomic_store_explicit(&crash_pid, getpid(), memory_order_relaxed);
     atomic_store_explicit(&crash_target, &ctl->crash, memory_order_release);
@@ -270,13 +276,14 @@ static void arm(struct pm__ctl *ctl, int forked)
     sa.sa_sigaction = on_fatal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < PM__ARRAY_SIZE(crash_signals); i++) {
+    for (uint64_t left = CRASH_SIGNALS; left != 0; left &= left - 1) {
+        int sig = __builtin_ctzll(left) + 1;
         struct sigaction old;
         if (forked) {
-            if (sigaction(crash_signals[i], &sa, &old) == 0 && !is_default(&old))
-                (void)sigaction(crash_signals[i], &old, NULL);
-        } else if (sigaction(crash_signals[i], NULL, &old) == 0 && is_default(&old)) {
-            (void)sigaction(crash_signals[i], &sa, NULL);
+            if (sigaction(sig, &sa, &old) == 0 && !is_default(&old))
+                (void)sigaction(sig, &old, NULL);
+        } else if (sigaction(sig, NULL, &old) == 0 && is_default(&old)) {
+            (void)sigaction(sig, &sa, NULL);
         }
     }
 }
@@ -299,7 +306,7 @@ void pm__node_crash_prime(void)
     map_stack();
 }
 
-void pm__node_crash_arm_forked(struct pm__ctl *ctl)
+PM__CHILD_TEXT void pm__node_crash_arm_forked(struct pm__ctl *ctl)
 {
     /* Primed by the supervisor that forked us; if it was not, loaded
      * here as an exec'd worker does. */
