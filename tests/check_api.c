@@ -1242,7 +1242,8 @@ START_TEST(test_join_malformed_env)
 {
     /* None may parse as three or four fds: join would then take them. */
     static const char *const bad[] = {"",       "x",      "3",         "3,4",   "3,4,x",
-                                      "3,4,5,", "3,4,5x", "3,4,5,6,7", "3;4;5", "-3,4,5"};
+                                      "3,4,5,", "3,4,5x", "3,4,5,6,7", "3;4;5", "-3,4,5",
+                                      "+3,4,5", " 3,4,5", "3, 4,5"};
     int fds_before = pm_test_count_fds();
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         ck_assert_int_eq(setenv("PROCMESH_NODE", bad[i], 1), 0);

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int pm__name_valid_n(const char *s, size_t n)
+PM__JOIN_TEXT int pm__name_valid_n(const char *s, size_t n)
 {
     if (n == 0 || n >= PM_NAME_MAX)
         return 0;
@@ -27,7 +27,7 @@ int pm__name_valid_n(const char *s, size_t n)
     return 1;
 }
 
-int pm__name_valid(const char *s)
+PM__JOIN_TEXT int pm__name_valid(const char *s)
 {
     /* strnlen stops at PM_NAME_MAX, which pm__name_valid_n refuses: a name
      * held in a full PM_NAME_MAX array without its NUL is never read past. */

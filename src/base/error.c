@@ -40,7 +40,7 @@ static void on_fork_child(void)
     fork_serial = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }
 
-static void register_fork(void)
+PM__JOIN_TEXT static void register_fork(void)
 {
     /* Cannot fail but for ENOMEM; then a handle used across a fork is not
      * detected (its use is still undefined, as without this check), which
@@ -59,7 +59,7 @@ void pm__fork_serial_unlock(void)
     pthread_mutex_unlock(&fork_serial);
 }
 
-uint32_t pm__fork_gen(void)
+PM__JOIN_TEXT uint32_t pm__fork_gen(void)
 {
     pthread_once(&fork_once, register_fork);
     return atomic_load_explicit(&pm__fork_generation, memory_order_relaxed);

@@ -34,6 +34,17 @@
 #define PM__LIKELY(x) __builtin_expect(!!(x), 1)
 #define PM__UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* The code an exec'd worker runs from pm_node_join to its READY frame
+ * (and a worker's sends and receives after it), grouped in one input
+ * section that the linker places beside the program's main (GNU ld and
+ * gold put .text.hot.* right after .text.startup; lld without
+ * -z keep-text-section-prefix merges it into .text, as before). Spread
+ * over the library's files the path touched five 64 KiB code windows of
+ * the program, a page fault each at every start (the kernel maps the 16
+ * pages around a faulting code page: fault-around); grouped, one or two.
+ * Only where the function is defined. */
+#define PM__JOIN_TEXT __attribute__((section(".text.hot.pm_join")))
+
 /* One cache line pair: adjacent-line prefetchers on x86 pull lines in pairs,
  * so two indices that must not false-share sit 128 bytes apart. */
 #define PM__CACHELINE 128

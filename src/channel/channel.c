@@ -12,24 +12,24 @@
 
 #include "shm.h"
 
-void pm__channel_zero(pm__channel *l)
+PM__JOIN_TEXT void pm__channel_zero(pm__channel *l)
 {
     memset(l, 0, sizeof(*l));
     l->memfd = l->hub_efd = l->node_efd = l->sock = l->node_sock = -1;
 }
 
-static size_t channel_size(uint64_t cap)
+PM__JOIN_TEXT static size_t channel_size(uint64_t cap)
 {
     return PM__CTL_SIZE + 2 * pm__ring_region_size(cap);
 }
 
-static void *down_region(const pm__channel *l, uint64_t cap)
+PM__JOIN_TEXT static void *down_region(const pm__channel *l, uint64_t cap)
 {
     (void)cap;
     return (char *)l->map + PM__CTL_SIZE;
 }
 
-static void *up_region(const pm__channel *l, uint64_t cap)
+PM__JOIN_TEXT static void *up_region(const pm__channel *l, uint64_t cap)
 {
     return (char *)l->map + PM__CTL_SIZE + pm__ring_region_size(cap);
 }
@@ -131,7 +131,7 @@ int pm__channel_made_for(const pm__channel *l, unsigned slot, uint64_t incarnati
            ctl->heartbeat_ms == p->heartbeat_ms && ctl->max_message == p->max_message;
 }
 
-int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int sock)
+PM__JOIN_TEXT int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int sock)
 {
     int rc;
     pm__channel_zero(l);

@@ -20,19 +20,26 @@
  * exists. PR_SET_PDEATHSIG normally kills us first; this is the backstop. */
 #define PM__NODE_POLL_MS 100
 
-static int parse_fd(const char **s, int *fd)
+/* One fd number of PROCMESH_NODE: decimal digits, at most 1 << 24.
+ * Hand-written: strtol would be the only caller of its code and of the
+ * locale's character table on an exec'd worker's way to ready, two page
+ * faults (tens of microseconds each in a VM) for a field procmesh writes
+ * as plain digits; a sign or a space is refused, as strtol refused "-3". */
+PM__JOIN_TEXT static int parse_fd(const char **s, int *fd)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(*s, &end, 10);
-    if (end == *s || errno != 0 || v < 0 || v > 1 << 24)
+    const char *p = *s;
+    long v = 0;
+    if (*p < '0' || *p > '9')
         return -EINVAL;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if ((v = v * 10 + (*p - '0')) > 1 << 24)
+            return -EINVAL;
     *fd = (int)v;
-    *s = end;
+    *s = p;
     return 0;
 }
 
-int pm__node_handshake(pm_node *n)
+PM__JOIN_TEXT int pm__node_handshake(pm_node *n)
 {
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
@@ -125,7 +132,7 @@ int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct p
     return 0;
 }
 
-PM_EXTERN int pm_node_join(pm_node **out)
+PM__JOIN_TEXT PM_EXTERN int pm_node_join(pm_node **out)
 {
     if (out == NULL)
         return -EINVAL;
@@ -191,7 +198,7 @@ PM_EXTERN int pm_node_init_data(const pm_node *n, const void **data, size_t *len
     return 0;
 }
 
-PM_EXTERN int pm_node_ready(pm_node *n)
+PM__JOIN_TEXT PM_EXTERN int pm_node_ready(pm_node *n)
 {
     int rc = pm__node_check(n);
     if (rc < 0)

@@ -29,11 +29,17 @@ static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SI
  * (in this worker's control block), the pid that armed it (a child of the
  * worker inherits the handler but must not write its parent's record), the
  * module table, and a flag so that only one thread writes. */
-static _Atomic(struct pm__crash_rec *) crash_target;
-static _Atomic pid_t crash_pid;
-static atomic_flag crash_taken = ATOMIC_FLAG_INIT;
-static pm__crash_modules crash_modules;
-static void *crash_stack;
+static struct {
+    _Atomic(struct pm__crash_rec *) target;
+    _Atomic pid_t pid;
+    atomic_flag taken;
+    void *stack;
+    /* Last: one object, so that what join writes (the four above, the
+     * table's head and its first entries) shares a page or two; as
+     * separate statics the compiler put the 27 KiB table between them,
+     * and an exec'd worker wrote one page more on its way to ready. */
+    pm__crash_modules modules;
+} crash = {.taken = ATOMIC_FLAG_INIT};
 
 /* 1 on the architectures whose signal context we read: the faulting pc
  * and, for a jump to an address that is not code, the caller. */
@@ -208,9 +214,9 @@ static int crash_frames(void *ucv, uint64_t pc, uint64_t *frames)
 static void on_fatal(int sig, siginfo_t *si, void *ucv)
 {
     int saved = errno;
-    struct pm__crash_rec *r = atomic_load_explicit(&crash_target, memory_order_acquire);
-    if (r != NULL && getpid() == atomic_load_explicit(&crash_pid, memory_order_relaxed) &&
-        !atomic_flag_test_and_set(&crash_taken)) {
+    struct pm__crash_rec *r = atomic_load_explicit(&crash.target, memory_order_acquire);
+    if (r != NULL && getpid() == atomic_load_explicit(&crash.pid, memory_order_relaxed) &&
+        !atomic_flag_test_and_set(&crash.taken)) {
         uint64_t frames[PM__RAW_FRAMES];
         uint64_t pc = context_pc(ucv);
         int n = crash_frames(ucv, pc, frames);
@@ -218,7 +224,7 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
          * for kill/raise/abort the union holds the sender's pid and uid. */
         int fault = si->si_code > 0 && sig != SIGABRT && sig != SIGSYS;
         uint64_t addr = fault ? (uint64_t)(uintptr_t)si->si_addr : 0;
-        pm__crash_fill(r, &crash_modules, sig, si->si_code, addr, pc, frames, (unsigned)n);
+        pm__crash_fill(r, &crash.modules, sig, si->si_code, addr, pc, frames, (unsigned)n);
     }
     /* The same signal again, now with the default action: it is blocked
      * until we return (no SA_NODEFER), so it is delivered on the way out,
@@ -233,27 +239,27 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
 /* The alternate stack, mapped once per process (a fork child inherits
  * the mapping, untouched: its pages are its own only once a crash writes
  * them). */
-static void map_stack(void)
+PM__JOIN_TEXT static void map_stack(void)
 {
-    if (crash_stack != NULL)
+    if (crash.stack != NULL)
         return;
     void *p = mmap(NULL, PM__CRASH_STACK, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    crash_stack = p == MAP_FAILED ? NULL : p;
+    crash.stack = p == MAP_FAILED ? NULL : p;
 }
 
 /* Our stack for this thread, unless it has one: set, and the one it
  * replaced put back (one call when there was none, the usual case). */
-static void use_stack(void)
+PM__JOIN_TEXT static void use_stack(void)
 {
-    if (crash_stack == NULL)
+    if (crash.stack == NULL)
         return;
-    stack_t ss = {.ss_sp = crash_stack, .ss_size = PM__CRASH_STACK, .ss_flags = 0}, old;
+    stack_t ss = {.ss_sp = crash.stack, .ss_size = PM__CRASH_STACK, .ss_flags = 0}, old;
     if (sigaltstack(&ss, &old) == 0 && (old.ss_flags & SS_DISABLE) == 0)
         (void)sigaltstack(&old, NULL);
 }
 
-static int is_default(const struct sigaction *a)
+PM__JOIN_TEXT static int is_default(const struct sigaction *a)
 {
     return (a->sa_flags & SA_SIGINFO) == 0 && a->sa_handler == SIG_DFL;
 }
@@ -261,10 +267,10 @@ static int is_default(const struct sigaction *a)
 /* forked: pm__node_crash_arm_forked's one call per signal; otherwise the
  * disposition is looked at first, so that another thread of an exec'd
  * worker never meets our handler in place of its own, even briefly. */
-static void arm(struct pm__ctl *ctl, int forked)
+PM__JOIN_TEXT static void arm(struct pm__ctl *ctl, int forked)
 {
-    atomic_store_explicit(&crash_pid, getpid(), memory_order_relaxed);
-    atomic_store_explicit(&crash_target, &ctl->crash, memory_order_release);
+    atomic_store_explicit(&crash.pid, getpid(), memory_order_relaxed);
+    atomic_store_explicit(&crash.target, &ctl->crash, memory_order_release);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = on_fatal;
@@ -285,9 +291,9 @@ static void arm(struct pm__ctl *ctl, int forked)
  * module table, an alternate stack for this thread (unless it has one), and
  * the handler for every crash signal whose disposition is still the default
  * (a handler the application installed is its own business and stays). */
-void pm__node_crash_arm(struct pm__ctl *ctl)
+PM__JOIN_TEXT void pm__node_crash_arm(struct pm__ctl *ctl)
 {
-    pm__crash_modules_load(&crash_modules);
+    pm__crash_modules_load(&crash.modules);
     map_stack();
     use_stack();
     arm(ctl, 0);
@@ -295,7 +301,7 @@ void pm__node_crash_arm(struct pm__ctl *ctl)
 
 void pm__node_crash_prime(void)
 {
-    pm__crash_modules_refresh(&crash_modules);
+    pm__crash_modules_refresh(&crash.modules);
     map_stack();
 }
 
@@ -303,8 +309,8 @@ void pm__node_crash_arm_forked(struct pm__ctl *ctl)
 {
     /* Primed by the supervisor that forked us; if it was not, loaded
      * here as an exec'd worker does. */
-    if (crash_modules.n == 0)
-        pm__crash_modules_load(&crash_modules);
+    if (crash.modules.n == 0)
+        pm__crash_modules_load(&crash.modules);
     map_stack();
     use_stack();
     arm(ctl, 1);
@@ -314,5 +320,5 @@ void pm__node_crash_arm_forked(struct pm__ctl *ctl)
 void pm__node_crash_disarm(struct pm__ctl *ctl)
 {
     struct pm__crash_rec *mine = &ctl->crash;
-    atomic_compare_exchange_strong(&crash_target, &mine, NULL);
+    atomic_compare_exchange_strong(&crash.target, &mine, NULL);
 }
