@@ -9,6 +9,11 @@
 #include "node_crash.h"
 
 #include <signal.h>
+#if defined(__has_include)
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#endif
+#endif
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -264,9 +269,28 @@ PM__JOIN_TEXT static int is_default(const struct sigaction *a)
     return (a->sa_flags & SA_SIGINFO) == 0 && a->sa_handler == SIG_DFL;
 }
 
-/* forked: pm__node_crash_arm_forked's one call per signal; otherwise the
- * disposition is looked at first, so that another thread of an exec'd
- * worker never meets our handler in place of its own, even briefly. */
+/* 1 when this process has one thread: glibc's __libc_single_threaded
+ * (2.32 on) is true until a second thread is created. 0 where it is not
+ * known (another libc, an older glibc): then the caller assumes threads. */
+PM__JOIN_TEXT static int single_threaded(void)
+{
+#if defined(__has_include)
+#if __has_include(<sys/single_threaded.h>)
+    return __libc_single_threaded != 0;
+#endif
+#endif
+    return 0;
+}
+
+/* forked: pm__node_crash_arm_forked's one call per signal. Otherwise the
+ * same one call per signal in a process of one thread, with the crash
+ * signals blocked around the loop: no other thread can meet our handler
+ * in place of its own, and a crash signal sent from outside meanwhile
+ * waits until the application's handler is back (two rt_sigprocmask and
+ * seven rt_sigaction where a look and a set took fourteen, on every
+ * exec'd worker's way to ready). In a process that has started threads
+ * the disposition is looked at first, so that another thread never
+ * meets our handler in place of its own, even briefly. */
 PM__JOIN_TEXT static void arm(struct pm__ctl *ctl, int forked)
 {
     atomic_store_explicit(&crash.pid, getpid(), memory_order_relaxed);
@@ -276,15 +300,26 @@ PM__JOIN_TEXT static void arm(struct pm__ctl *ctl, int forked)
     sa.sa_sigaction = on_fatal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
+    sigset_t block, saved;
+    int blocked = 0;
+    if (!forked && single_threaded()) {
+        sigemptyset(&block);
+        for (size_t i = 0; i < PM__ARRAY_SIZE(crash_signals); i++)
+            sigaddset(&block, crash_signals[i]);
+        /* Fails only for a bad argument: then the look-first loop. */
+        blocked = sigprocmask(SIG_BLOCK, &block, &saved) == 0;
+    }
     for (size_t i = 0; i < PM__ARRAY_SIZE(crash_signals); i++) {
         struct sigaction old;
-        if (forked) {
+        if (forked || blocked) {
             if (sigaction(crash_signals[i], &sa, &old) == 0 && !is_default(&old))
                 (void)sigaction(crash_signals[i], &old, NULL);
         } else if (sigaction(crash_signals[i], NULL, &old) == 0 && is_default(&old)) {
             (void)sigaction(crash_signals[i], &sa, NULL);
         }
     }
+    if (blocked)
+        (void)sigprocmask(SIG_SETMASK, &saved, NULL);
 }
 
 /* Records this worker's crashes into its control block from now on: the
