@@ -270,8 +270,11 @@ PM__JOIN_TEXT static int is_default(const struct sigaction *a)
 }
 
 /* 1 when this process has one thread: glibc's __libc_single_threaded
- * (2.32 on) is true until a second thread is created. 0 where it is not
- * known (another libc, an older glibc): then the caller assumes threads. */
+ * (2.32 on) is true until a second thread is created (a thread made by a
+ * raw clone, unknown to libc, is not counted; glibc then skips its own
+ * locks too, and such a program is outside what libc supports). 0 where
+ * it is not known (another libc, an older glibc): then the caller assumes
+ * threads. */
 PM__JOIN_TEXT static int single_threaded(void)
 {
 #if defined(__has_include)
