@@ -69,15 +69,20 @@ PM__JOIN_TEXT int pm__node_handshake(pm_node *n)
             continue;
         }
         pm__init_msg m;
-        /* The supervisor is trusted, but a private copy costs nothing here. */
-        void *copy = malloc(h.len > 0 ? h.len : 1);
+        /* The supervisor is trusted, but a private copy costs nothing here:
+         * on the stack when the init data is small (the usual INIT: the
+         * worker's first malloc would initialise the allocator, a
+         * getrandom, two brk and a heap page on the way to ready). */
+        _Alignas(8) unsigned char small[PM__INIT_FIXED + 256];
+        void *copy = h.len <= sizeof(small) ? small : malloc(h.len);
         if (copy == NULL)
             return -ENOMEM;
         memcpy(copy, payload, h.len);
         pm__ring_consume(&n->channel.rx);
         pm__ring_release(&n->channel.rx);
         if (pm__init_decode(copy, h.len, &m) < 0) {
-            free(copy);
+            if (copy != small)
+                free(copy);
             return -EPROTO;
         }
         n->slot = m.slot;
@@ -85,13 +90,15 @@ PM__JOIN_TEXT int pm__node_handshake(pm_node *n)
         if (m.len > 0) {
             n->init_data = malloc(m.len);
             if (n->init_data == NULL) {
-                free(copy);
+                if (copy != small)
+                    free(copy);
                 return -ENOMEM;
             }
             memcpy(n->init_data, m.data, m.len);
         }
         n->init_len = m.len;
-        free(copy);
+        if (copy != small)
+            free(copy);
         return 0;
     }
 }
@@ -132,6 +139,32 @@ int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct p
     return 0;
 }
 
+/* The node of this process's first join, in static storage: the usual
+ * exec'd worker joins once, and its first malloc would initialise the
+ * allocator (a getrandom, two brk and a heap page) on its way to ready.
+ * Taken by the first join, given back by its pm_node_close; a second node
+ * while it is taken (a join after a failed or closed one is fine) comes
+ * from the heap. */
+static pm_node first_node;
+static atomic_int first_node_taken;
+
+PM__JOIN_TEXT static pm_node *node_alloc(void)
+{
+    if (atomic_exchange_explicit(&first_node_taken, 1, memory_order_acquire) == 0) {
+        memset(&first_node, 0, sizeof(first_node));
+        return &first_node;
+    }
+    return calloc(1, sizeof(pm_node));
+}
+
+static void node_free(pm_node *n)
+{
+    if (n == &first_node)
+        atomic_store_explicit(&first_node_taken, 0, memory_order_release);
+    else
+        free(n);
+}
+
 PM__JOIN_TEXT PM_EXTERN int pm_node_join(pm_node **out)
 {
     if (out == NULL)
@@ -150,7 +183,7 @@ PM__JOIN_TEXT PM_EXTERN int pm_node_join(pm_node **out)
         return -EINVAL;
     if (*s != '\0')
         return -EINVAL;
-    pm_node *n = calloc(1, sizeof(*n));
+    pm_node *n = node_alloc();
     if (n == NULL)
         return -ENOMEM;
     n->magic = PM__MAGIC_NODE;
@@ -167,7 +200,7 @@ PM__JOIN_TEXT PM_EXTERN int pm_node_join(pm_node **out)
             pm__node_crash_disarm(n->channel.map);
         pm__channel_close(&n->channel);
         free(n->init_data);
-        free(n);
+        node_free(n);
         return rc;
     }
     /* Our children must not think they are workers too. */
@@ -251,5 +284,5 @@ PM_EXTERN void pm_node_close(pm_node *n)
     pm__node_crash_disarm(n->channel.map);
     pm__channel_close(&n->channel);
     free(n->init_data);
-    free(n);
+    node_free(n);
 }
