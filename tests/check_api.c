@@ -1150,7 +1150,7 @@ static int node_is(pm_node *n, unsigned slot, const char *data)
     const void *d;
     size_t len;
     return n != NULL && pm_node_slot(n) == slot && pm_node_init_data(n, &d, &len) == 0 &&
-                   len == strlen(data) && memcmp(d, data, len) == 0
+                   len == strlen(data) && (len == 0 || memcmp(d, data, len) == 0)
                ? 0
                : 1;
 }
