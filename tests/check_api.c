@@ -1116,6 +1116,77 @@ START_TEST(test_join_errors)
 }
 END_TEST
 
+/* A channel as a supervisor makes one, with a well-formed INIT for slot
+ * in its down ring, and PROCMESH_NODE naming it: what pm_node_join needs. */
+static void channel_for_join(pm__channel *l, unsigned slot, const char *data)
+{
+    pm__channel_zero(l);
+    const pm__channel_params params = {.ring_cap = 1 << 18, .supervisor_pid = getppid()};
+    ck_assert_int_eq(pm__channel_create(l, slot, 1, &params), 0);
+    pm__init_msg m;
+    memset(&m, 0, sizeof(m));
+    m.slot = slot;
+    strcpy(m.addr.system, "sys");
+    strcpy(m.addr.host, "host");
+    m.addr.port = (uint16_t)slot;
+    m.addr.incarnation = 1;
+    m.data = data;
+    m.len = (uint32_t)strlen(data);
+    unsigned char buf[PM__INIT_FIXED + 64];
+    ck_assert_uint_le(pm__init_size(m.len), sizeof(buf));
+    pm__init_encode(&m, buf);
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = PM__FT_INIT;
+    ck_assert_int_eq(pm__frame_send(&l->tx, &h, buf, pm__init_size(m.len)), 0);
+    char env[64];
+    snprintf(env, sizeof(env), "%d,%d,%d", l->memfd, l->node_efd, l->hub_efd);
+    ck_assert_int_eq(setenv("PROCMESH_NODE", env, 1), 0);
+}
+
+/* 0 when n is a node of slot whose init data is data. */
+static int node_is(pm_node *n, unsigned slot, const char *data)
+{
+    const void *d;
+    size_t len;
+    return n != NULL && pm_node_slot(n) == slot && pm_node_init_data(n, &d, &len) == 0 &&
+                   len == strlen(data) && (len == 0 || memcmp(d, data, len) == 0)
+               ? 0
+               : 1;
+}
+
+/* pm_node_join's first node is static storage (node.c: no malloc on an
+ * exec'd worker's way to ready), a second one while the first is open
+ * comes from the heap, and a join after the first's close takes the
+ * static one again: three joins in one process, each node its own, the
+ * INIT without data copied on the stack and one with data from the heap. */
+START_TEST(test_join_three_nodes)
+{
+    pid_t p = pm_test_fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0) {
+        pm__channel l1, l2, l3;
+        pm_node *n1 = NULL, *n2 = NULL, *n3 = NULL;
+        int bad = 0;
+        channel_for_join(&l1, 1, "");
+        bad |= pm_node_join(&n1) != 0 || node_is(n1, 1, "");
+        channel_for_join(&l2, 2, "second");
+        bad |= (pm_node_join(&n2) != 0 || node_is(n2, 2, "second") || n2 == n1) << 1;
+        pm_node_close(n1);
+        bad |= node_is(n2, 2, "second") << 2;
+        channel_for_join(&l3, 3, "third");
+        /* The static node again: n1's storage, a node of slot 3 now. */
+        bad |= (pm_node_join(&n3) != 0 || node_is(n3, 3, "third") || n3 != n1) << 3;
+        pm_node_close(n2);
+        pm_node_close(n3);
+        _exit(bad);
+    }
+    int st = pm_test_reap(p, 20000);
+    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "three joins in one process: failures 0x%x", st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+END_TEST
+
 /* pm_node(3): pm_node_ready "is idempotent" (a second call says 0 and the
  * supervisor sees one READY); once the stop request came, pm_node_recv
  * "and every later call returns -ESHUTDOWN", pm_node_beat included
@@ -1242,7 +1313,8 @@ START_TEST(test_join_malformed_env)
 {
     /* None may parse as three or four fds: join would then take them. */
     static const char *const bad[] = {"",       "x",      "3",         "3,4",   "3,4,x",
-                                      "3,4,5,", "3,4,5x", "3,4,5,6,7", "3;4;5", "-3,4,5"};
+                                      "3,4,5,", "3,4,5x", "3,4,5,6,7", "3;4;5", "-3,4,5",
+                                      "+3,4,5", " 3,4,5", "3, 4,5"};
     int fds_before = pm_test_count_fds();
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         ck_assert_int_eq(setenv("PROCMESH_NODE", bad[i], 1), 0);
@@ -1558,6 +1630,7 @@ int main(void)
     PM_ADD_TEST(s, test_handle_signals_mask_restored, 30);
     PM_ADD_TEST(s, test_terminate_signal_skips_grace, 60);
     PM_ADD_TEST(s, test_join_malformed_env, 10);
+    PM_ADD_TEST(s, test_join_three_nodes, 20);
     PM_ADD_TEST(s, test_peers_outside_peer_mode, 30);
     PM_ADD_TEST(s, test_reply_after_stop, 60);
     PM_ADD_TEST(s, test_watch_fd_replaces, 30);

@@ -647,6 +647,27 @@ START_TEST(test_fork_keeps_app_handler)
 }
 END_TEST
 
+START_TEST(test_exec_keeps_app_handler)
+{
+    /* An exec'd worker of one thread: each crash handler set with one
+     * call, the crash signals blocked meanwhile, the application's
+     * handler (SIGTRAP) and ignored signal (SIGBUS) put back, the mask as
+     * it was (pm-test-worker "handlers" checks and exits 0). */
+    pm_options *o = opts(1);
+    exec_opts(o, "handlers", NULL);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    ck_assert_msg(info.last_exit_code == 0, "the worker's check exited %d (signal %d)",
+                  info.last_exit_code, info.last_signal);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
 /* A library not loaded yet that can be: NULL when none of a few is. */
 static void *load_new_library(const char **name)
 {
@@ -717,6 +738,7 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_daemon_log_line, 0);
     PM_ADD_TEST(s, test_exec_crash_before_ready, 0);
     PM_ADD_TEST(s, test_fork_keeps_app_handler, 0);
+    PM_ADD_TEST(s, test_exec_keeps_app_handler, 0);
     PM_ADD_TEST(s, test_modules_refresh, 0);
     return s;
 }

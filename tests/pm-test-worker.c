@@ -26,6 +26,11 @@
  *   sigmask            write the SigBlk line of /proc/self/status (the
  *                      signal mask the program started with, read first
  *                      thing) to fd 3; join, ready, wait
+ *   handlers           before joining, its own SIGTRAP handler, SIGBUS
+ *                      ignored and SIGUSR1 blocked; after join: exit 0 if
+ *                      those are as they were, SIGSEGV's is procmesh's
+ *                      (SA_SIGINFO, SA_ONSTACK) and no crash signal is
+ *                      left blocked (then ready), else 70-75
  *   hog                no join: allocates and touches memory until killed
  *   echo               join, ready, answer every message to its sender:
  *                      "fds" with the open fd numbers ("fds 0 1 2 ..."),
@@ -253,6 +258,52 @@ static void crash_store(void)
     *(volatile int *)crash_addr = 1;
 }
 
+/* "handlers": what the application set up before pm_node_join, and the
+ * check that join kept it (node_crash.c: an application's handler stays;
+ * the mask it blocks the crash signals with while it sets its own, in a
+ * process of one thread, is put back). */
+static void app_trap(int sig)
+{
+    (void)sig;
+}
+
+static int set_app_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = app_trap;
+    sigemptyset(&sa.sa_mask);
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    if (sigaction(SIGTRAP, &sa, NULL) < 0 || signal(SIGBUS, SIG_IGN) == SIG_ERR ||
+        sigprocmask(SIG_BLOCK, &usr1, NULL) < 0)
+        return -1;
+    return 0;
+}
+
+static int check_app_handlers(void)
+{
+    struct sigaction trap, bus, segv;
+    sigset_t mask;
+    if (sigaction(SIGTRAP, NULL, &trap) < 0 || sigaction(SIGBUS, NULL, &bus) < 0 ||
+        sigaction(SIGSEGV, NULL, &segv) < 0 || sigprocmask(SIG_SETMASK, NULL, &mask) < 0)
+        return 70;
+    if ((trap.sa_flags & SA_SIGINFO) != 0 || trap.sa_handler != app_trap)
+        return 71;
+    if ((bus.sa_flags & SA_SIGINFO) != 0 || bus.sa_handler != SIG_IGN)
+        return 72;
+    if ((segv.sa_flags & (SA_SIGINFO | SA_ONSTACK)) != (SA_SIGINFO | SA_ONSTACK))
+        return 73;
+    if (sigismember(&mask, SIGUSR1) != 1)
+        return 74;
+    static const int crash[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < sizeof(crash) / sizeof(crash[0]); i++)
+        if (sigismember(&mask, crash[i]) != 0)
+            return 75;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -285,12 +336,16 @@ int main(int argc, char **argv)
                           : dprintf(3, "joining: no PROCMESH_NODE\n")) < 0)
             return 103;
     }
+    if (strcmp(mode, "handlers") == 0 && set_app_handlers() < 0)
+        return 105;
     pm_node *n;
     int rc = pm_node_join(&n);
     if (rc < 0) {
         fprintf(stderr, "pm-test-worker: join: %s\n", pm_strerror(rc));
         return 100;
     }
+    if (strcmp(mode, "handlers") == 0 && (rc = check_app_handlers()) != 0)
+        return rc;
     if (strcmp(mode, "never-ready") == 0)
         wait_forever();
     if (strcmp(mode, "ready-on") == 0) {
@@ -314,7 +369,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "pm-test-worker: ready: %s\n", pm_strerror(rc));
         return 101;
     }
-    if (strcmp(mode, "exit") == 0) {
+    if (strcmp(mode, "exit") == 0 || strcmp(mode, "handlers") == 0) {
         pm_node_close(n);
         return argc > 2 ? atoi(argv[2]) : 0;
     }

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int pm__name_valid_n(const char *s, size_t n)
+PM__READY_TEXT int pm__name_valid_n(const char *s, size_t n)
 {
     if (n == 0 || n >= PM_NAME_MAX)
         return 0;
@@ -27,7 +27,7 @@ int pm__name_valid_n(const char *s, size_t n)
     return 1;
 }
 
-int pm__name_valid(const char *s)
+PM__READY_TEXT int pm__name_valid(const char *s)
 {
     /* strnlen stops at PM_NAME_MAX, which pm__name_valid_n refuses: a name
      * held in a full PM_NAME_MAX array without its NUL is never read past. */
@@ -139,7 +139,7 @@ PM_EXTERN int pm_address_match(const pm_address *a, const pm_address *b)
  * zeroed. A loop, not snprintf: a fork-mode child calls pm__node_address
  * on its way to ready, and each page of library code it runs that the
  * supervisor's fork did not map for it costs it a page fault (os/scrub.h). */
-PM__CHILD_TEXT static void name_copy(char to[PM_NAME_MAX], const char *name)
+PM__READY_TEXT static void name_copy(char to[PM_NAME_MAX], const char *name)
 {
     for (size_t i = 0; i < PM_NAME_MAX - 1 && name[i] != '\0'; i++)
         to[i] = name[i];
@@ -148,7 +148,7 @@ PM__CHILD_TEXT static void name_copy(char to[PM_NAME_MAX], const char *name)
 /* The one place where a node id (a slot, or main) and an address of one
  * supervisor's mesh are turned into each other: the hub, the queries, the
  * handshake and the worker side all come here. */
-PM__CHILD_TEXT void pm__node_address(const pm__names *n, uint32_t node, uint64_t inc, pm_address *a)
+PM__READY_TEXT void pm__node_address(const pm__names *n, uint32_t node, uint64_t inc, pm_address *a)
 {
     memset(a, 0, sizeof(*a));
     name_copy(a->system, n->system);

@@ -34,7 +34,7 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 /* Beside the counter: the child's handler writes both, on one page. */
 PM__CHILD_DATA static pthread_mutex_t fork_serial = PTHREAD_MUTEX_INITIALIZER;
 
-PM__CHILD_TEXT static void on_fork_child(void)
+PM__READY_TEXT static void on_fork_child(void)
 {
     atomic_fetch_add_explicit(&pm__fork_generation, 1, memory_order_relaxed);
     fork_serial = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
@@ -46,7 +46,7 @@ PM__CHILD_TEXT static void on_fork_child(void)
  * counter's page, which the child's handler has already written. */
 PM__CHILD_DATA static _Atomic int fork_registered;
 
-static void register_fork(void)
+PM__READY_TEXT static void register_fork(void)
 {
     /* Cannot fail but for ENOMEM; then a handle used across a fork is not
      * detected (its use is still undefined, as without this check), which
@@ -66,7 +66,7 @@ void pm__fork_serial_unlock(void)
     pthread_mutex_unlock(&fork_serial);
 }
 
-PM__CHILD_TEXT uint32_t pm__fork_gen(void)
+PM__READY_TEXT uint32_t pm__fork_gen(void)
 {
     if (!atomic_load_explicit(&fork_registered, memory_order_acquire))
         pthread_once(&fork_once, register_fork);

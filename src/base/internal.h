@@ -34,22 +34,34 @@
 #define PM__LIKELY(x) __builtin_expect(!!(x), 1)
 #define PM__UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+
 /* One cache line pair: adjacent-line prefetchers on x86 pull lines in pairs,
  * so two indices that must not false-share sit 128 bytes apart. */
 #define PM__CACHELINE 128
 
-/* The code a fork-mode child runs from the fork to its READY frame,
- * gathered in one section: a fork copies no page-table entries of code, so
- * the child's first instruction in each stretch of the library's text the
- * kernel maps at once (64 KiB, or a large folio) is a page fault. Spread
- * over the library, that path touched three or four such stretches; here
- * it is a few KiB together. GNU ld places .text.hot.* before the rest of
- * .text, beside the PLT the child's libc calls go through; other linkers
- * keep it in .text, where it costs nothing. Only the order changes. */
+/* The code a worker runs on its way to its READY frame, gathered in one
+ * input section. Two paths share it (a function on both, such as the
+ * ring's reserve, commit and publish, pm_node_ready or the crash
+ * handler's arming, can be in one section only):
+ * - a fork-mode child, from the fork: a fork copies no page-table entries
+ *   of code, so the child's first instruction in each stretch of the
+ *   library's text the kernel maps at once (64 KiB, or a large folio) is a
+ *   page fault. Spread over the library, that path touched three or four
+ *   such stretches; here it is a few KiB together, beside the PLT the
+ *   child's libc calls go through.
+ * - an exec'd worker, from pm_node_join (and its sends and receives
+ *   after): spread over the library's files the path touched five 64 KiB
+ *   code windows, a page fault each at every start (the kernel maps the
+ *   16 pages around a faulting code page: fault-around); grouped, one or
+ *   two.
+ * GNU ld and gold place .text.hot.* first in .text (right after
+ * .text.startup); lld without -z keep-text-section-prefix and other
+ * linkers keep it in .text, where it costs nothing. Only the order
+ * changes. Only where the function is defined. */
 #if defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
-#define PM__CHILD_TEXT __attribute__((section(".text.hot.pm_child")))
+#define PM__READY_TEXT __attribute__((section(".text.hot.pm_ready")))
 #else
-#define PM__CHILD_TEXT
+#define PM__READY_TEXT
 #endif
 
 /* The words the fork child itself must write on its way to READY (the fork

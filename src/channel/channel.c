@@ -12,26 +12,33 @@
 
 #include "shm.h"
 
-void pm__channel_zero(pm__channel *l)
+PM__READY_TEXT void pm__channel_zero(pm__channel *l)
 {
     memset(l, 0, sizeof(*l));
     l->memfd = l->hub_efd = l->node_efd = l->sock = l->node_sock = -1;
 }
 
-static size_t channel_size(uint64_t cap)
+PM__READY_TEXT static size_t channel_size(uint64_t cap)
 {
     return PM__CTL_SIZE + 2 * pm__ring_region_size(cap);
 }
 
-static void *down_region(const pm__channel *l, uint64_t cap)
+PM__READY_TEXT static void *down_region(const pm__channel *l, uint64_t cap)
 {
     (void)cap;
     return (char *)l->map + PM__CTL_SIZE;
 }
 
-static void *up_region(const pm__channel *l, uint64_t cap)
+PM__READY_TEXT static void *up_region(const pm__channel *l, uint64_t cap)
 {
     return (char *)l->map + PM__CTL_SIZE + pm__ring_region_size(cap);
+}
+
+/* Writes the first data page of the ring at region (a zero where zeros
+ * are: nothing a reader sees changes). Its handshake writes it anyway. */
+static void touch_first_data_page(void *region)
+{
+    *(volatile uint64_t *)(void *)((unsigned char *)region + PM__RING_HDR_SIZE) = 0;
 }
 
 int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
@@ -99,6 +106,18 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
     if ((rc = pm__ring_format(down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0 ||
         (rc = pm__ring_format(up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0)
         goto fail;
+    /* Each ring's first data page, here: a channel is made ahead of its
+     * incarnation (spare.c), off the crash's path, and every handshake
+     * writes both pages within its first frames (INIT down; HELLO and
+     * READY up), so an idle worker holds them either way; only a spare
+     * not yet taken holds them sooner. Made here, INIT's write when the
+     * port opens and the read of the HELLO take no page fault in the
+     * supervisor, and the worker's first read of the up ring's header maps
+     * the page beside it too (the kernel maps the resident neighbours of a
+     * read fault, 64 KiB around it): its HELLO takes no fault of its own
+     * on the way to ready. */
+    touch_first_data_page(down_region(l, cap));
+    touch_first_data_page(up_region(l, cap));
     /* The hub produces on "down" (waking the worker's node_efd, parking on
      * hub_efd when the ring is full) and consumes "up". */
     if ((rc = pm__ring_attach(&l->tx, down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,
@@ -142,7 +161,7 @@ int pm__channel_made_for(const pm__channel *l, unsigned slot, uint64_t incarnati
            ctl->heartbeat_ms == p->heartbeat_ms && ctl->max_message == p->max_message;
 }
 
-int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int sock)
+PM__READY_TEXT int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int sock)
 {
     int rc;
     pm__channel_zero(l);
@@ -180,7 +199,7 @@ fail:
     return rc;
 }
 
-PM__CHILD_TEXT int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
+PM__READY_TEXT int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
 {
     pm__channel_zero(l);
     const struct pm__ctl *ctl = hub->map;
@@ -207,7 +226,7 @@ PM__CHILD_TEXT int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
     return 0;
 }
 
-PM__CHILD_TEXT void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS])
+PM__READY_TEXT void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS])
 {
     fds[0] = l->memfd;
     fds[1] = l->hub_efd;

@@ -9,7 +9,7 @@
 #include "frame.h"
 #include "bigmsg.h"
 
-PM__CHILD_TEXT void pm__frame_encode(const pm__frame_hdr *h, void *buf)
+PM__READY_TEXT void pm__frame_encode(const pm__frame_hdr *h, void *buf)
 {
     unsigned char *p = buf;
     p[0] = PM__FRAME_VERSION;
@@ -27,14 +27,14 @@ PM__CHILD_TEXT void pm__frame_encode(const pm__frame_hdr *h, void *buf)
     pm__put16(p + 54, h->src_host);
 }
 
-int pm__frame_decode(const void *buf, size_t size, size_t max_payload, pm__frame_hdr *out)
+PM__READY_TEXT int pm__frame_decode(const void *buf, size_t size, size_t max_payload, pm__frame_hdr *out)
 {
     if (buf == NULL || size < PM__FRAME_HDR_SIZE)
         return -EBADMSG;
     return pm__frame_decode_header(buf, size, max_payload, out);
 }
 
-int pm__frame_decode_header(const void *hdr, size_t size, size_t max_payload, pm__frame_hdr *out)
+PM__READY_TEXT int pm__frame_decode_header(const void *hdr, size_t size, size_t max_payload, pm__frame_hdr *out)
 {
     const unsigned char *p = hdr;
     if (size < PM__FRAME_HDR_SIZE)

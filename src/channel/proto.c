@@ -21,7 +21,7 @@ void pm__init_encode(const pm__init_msg *m, void *buf)
         memcpy(p + PM__INIT_FIXED, m->data, m->len);
 }
 
-int pm__init_decode(const void *buf, size_t size, pm__init_msg *m)
+PM__READY_TEXT int pm__init_decode(const void *buf, size_t size, pm__init_msg *m)
 {
     const unsigned char *p = buf;
     if (size < PM__INIT_FIXED || p[6] != 0 || p[7] != 0)
@@ -44,7 +44,7 @@ int pm__init_decode(const void *buf, size_t size, pm__init_msg *m)
     return 0;
 }
 
-PM__CHILD_TEXT int pm__frame_send(pm__ring *r, const pm__frame_hdr *h, const void *payload, size_t len)
+PM__READY_TEXT int pm__frame_send(pm__ring *r, const pm__frame_hdr *h, const void *payload, size_t len)
 {
     void *p;
     int rc = pm__ring_reserve(r, PM__FRAME_HDR_SIZE + len, &p);
@@ -60,7 +60,7 @@ PM__CHILD_TEXT int pm__frame_send(pm__ring *r, const pm__frame_hdr *h, const voi
     return 0;
 }
 
-int pm__frame_recv(pm__ring *r, size_t max_payload, pm__frame_hdr *h, const void **payload)
+PM__READY_TEXT int pm__frame_recv(pm__ring *r, size_t max_payload, pm__frame_hdr *h, const void **payload)
 {
     const void *p;
     size_t len;

@@ -63,19 +63,19 @@ static inline void store_rec(unsigned char *p, uint32_t len, uint32_t flags)
                      __ATOMIC_RELAXED);
 }
 
-static int poison(pm__ring *r)
+PM__READY_TEXT static int poison(pm__ring *r)
 {
     r->poisoned = 1;
     r->peek_ptr = NULL;
     return -EBADMSG;
 }
 
-size_t pm__ring_region_size(uint64_t cap)
+PM__READY_TEXT size_t pm__ring_region_size(uint64_t cap)
 {
     return PM__RING_HDR_SIZE + (size_t)cap;
 }
 
-int pm__ring_check_geometry(uint64_t cap, uint32_t max_frame)
+PM__READY_TEXT int pm__ring_check_geometry(uint64_t cap, uint32_t max_frame)
 {
     if (cap < PM__RING_MIN_CAP || cap > PM__RING_MAX_CAP || (cap & (cap - 1)) != 0)
         return -EINVAL;
@@ -105,7 +105,7 @@ int pm__ring_format(void *region, uint64_t cap, uint32_t max_frame)
     return 0;
 }
 
-PM__CHILD_TEXT int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame, int role,
+PM__READY_TEXT int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint32_t max_frame, int role,
                     int wake_fd, int park_fd)
 {
     int rc = pm__ring_check_geometry(cap, max_frame);
@@ -143,7 +143,7 @@ PM__CHILD_TEXT int pm__ring_attach(pm__ring *r, void *region, uint64_t cap, uint
 
 /* Writes the eventfd of the other end. The counter saturating (EAGAIN) is
  * harmless: the other end is then certainly going to wake up. */
-PM__CHILD_TEXT static int wake(pm__ring *r)
+PM__READY_TEXT static int wake(pm__ring *r)
 {
     if (r->wake_fd < 0)
         return 0;
@@ -157,7 +157,7 @@ PM__CHILD_TEXT static int wake(pm__ring *r)
 /* Wakes the other end sleeping in FUTEX_WAIT on flag. Not FUTEX_PRIVATE:
  * the flag lives in memory shared with another process. If it is not
  * asleep yet, its FUTEX_WAIT finds the flag cleared and returns at once. */
-PM__CHILD_TEXT static int wake_futex(pm__ring *r, _Atomic uint32_t *flag)
+PM__READY_TEXT static int wake_futex(pm__ring *r, _Atomic uint32_t *flag)
 {
     (void)syscall(SYS_futex, (uint32_t *)flag, FUTEX_WAKE, 1, NULL, NULL, 0);
     r->wakeups++;
@@ -173,7 +173,7 @@ PM__CHILD_TEXT static int wake_futex(pm__ring *r, _Atomic uint32_t *flag)
  * not sleep, or we see its flag and wake it. An end that is awake (flag
  * clear) costs the waker no system call at all.
  */
-PM__CHILD_TEXT static int wake_if_waiting(pm__ring *r, _Atomic uint32_t *flag)
+PM__READY_TEXT static int wake_if_waiting(pm__ring *r, _Atomic uint32_t *flag)
 {
     atomic_thread_fence(memory_order_seq_cst);
     /* One wake-up per announced wait: the first publish that sees the flag
@@ -194,7 +194,7 @@ PM__CHILD_TEXT static int wake_if_waiting(pm__ring *r, _Atomic uint32_t *flag)
 
 /* The other half of the pattern: store our flag (how we want to be woken),
  * then fence before the caller re-reads the other end's index. */
-static void arm_flag(_Atomic uint32_t *flag, uint32_t how)
+PM__READY_TEXT static void arm_flag(_Atomic uint32_t *flag, uint32_t how)
 {
     atomic_store_explicit(flag, how, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
@@ -205,7 +205,7 @@ static void arm_flag(_Atomic uint32_t *flag, uint32_t how)
  * interrupted (the caller re-checks everything anyway). A kernel or a
  * seccomp policy that refuses the call turns futex parking off for this
  * end: the caller re-checks and parks on the eventfd from then on. */
-static int park_futex(pm__ring *r, _Atomic uint32_t *flag, int timeout_ms)
+PM__READY_TEXT static int park_futex(pm__ring *r, _Atomic uint32_t *flag, int timeout_ms)
 {
     struct timespec ts, *tp = NULL;
     if (timeout_ms >= 0) {
@@ -225,7 +225,7 @@ static int park_futex(pm__ring *r, _Atomic uint32_t *flag, int timeout_ms)
 
 /* Blocks on the eventfd for up to timeout_ms and drains it. 1 woken, 0 timed
  * out or interrupted (the caller re-checks everything anyway). */
-static int park(pm__ring *r, int timeout_ms)
+PM__READY_TEXT static int park(pm__ring *r, int timeout_ms)
 {
     struct pollfd p = {.fd = r->park_fd, .events = POLLIN, .revents = 0};
     r->parks++;
@@ -240,13 +240,13 @@ static int park(pm__ring *r, int timeout_ms)
     return n > 0;
 }
 
-static uint64_t deadline_after(int timeout_ms)
+PM__READY_TEXT static uint64_t deadline_after(uint64_t now, int timeout_ms)
 {
-    return timeout_ms < 0 ? UINT64_MAX : pm__now_ns() + (uint64_t)timeout_ms * 1000000u;
+    return timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000u;
 }
 
 /* Milliseconds left until deadline, rounded up, or -1 for none. */
-static int ms_left(uint64_t deadline)
+PM__READY_TEXT static int ms_left(uint64_t deadline)
 {
     if (deadline == UINT64_MAX)
         return -1;
@@ -263,7 +263,7 @@ static int ms_left(uint64_t deadline)
  * pm__ring_release: the consumer's reads of the space it hands back are done
  * before we overwrite it. A correct consumer's index never moves backwards,
  * never passes what we published and stays 8-byte aligned. */
-static int refresh_tail(pm__ring *r)
+PM__READY_TEXT static int refresh_tail(pm__ring *r)
 {
     uint64_t t = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
     if (t < r->tail_cache || t > r->published || (t & 7) != 0)
@@ -273,7 +273,7 @@ static int refresh_tail(pm__ring *r)
 }
 
 /* Bytes a frame of len needs at the current head, padding included. */
-static uint64_t bytes_needed(const pm__ring *r, size_t len, uint64_t *pad)
+PM__READY_TEXT static uint64_t bytes_needed(const pm__ring *r, size_t len, uint64_t *pad)
 {
     uint64_t total = PM__RING_REC_HDR + PM__ALIGN8(len);
     uint64_t room = r->cap - (r->head & r->mask);
@@ -283,7 +283,7 @@ static uint64_t bytes_needed(const pm__ring *r, size_t len, uint64_t *pad)
 
 /* 1 if a frame of len fits now, 0 if not, or -EBADMSG. The shared index is
  * read only when the cached one says the ring is full. */
-static int fits(pm__ring *r, size_t len)
+PM__READY_TEXT static int fits(pm__ring *r, size_t len)
 {
     uint64_t pad;
     uint64_t need = bytes_needed(r, len, &pad);
@@ -294,7 +294,7 @@ static int fits(pm__ring *r, size_t len)
     return r->head - r->tail_cache + need <= r->cap;
 }
 
-PM__CHILD_TEXT int pm__ring_reserve(pm__ring *r, size_t len, void **payload)
+PM__READY_TEXT int pm__ring_reserve(pm__ring *r, size_t len, void **payload)
 {
     if (PM__UNLIKELY(r->poisoned))
         return -EBADMSG;
@@ -313,7 +313,7 @@ PM__CHILD_TEXT int pm__ring_reserve(pm__ring *r, size_t len, void **payload)
     return 0;
 }
 
-PM__CHILD_TEXT void pm__ring_commit(pm__ring *r, size_t len)
+PM__READY_TEXT void pm__ring_commit(pm__ring *r, size_t len)
 {
     if (r->resv_len == 0 || len == 0 || len > r->resv_len)
         return; /* programming error: nothing reserved or a bad length */
@@ -333,7 +333,7 @@ void pm__ring_unreserve(pm__ring *r)
     r->resv_len = 0;
 }
 
-PM__CHILD_TEXT int pm__ring_publish(pm__ring *r)
+PM__READY_TEXT int pm__ring_publish(pm__ring *r)
 {
     if (r->head == r->published)
         return 0;
@@ -345,7 +345,7 @@ PM__CHILD_TEXT int pm__ring_publish(pm__ring *r)
 }
 
 /* fits() with the signature spin_then_park() wants. */
-static int space_for(pm__ring *r, size_t len)
+PM__READY_TEXT static int space_for(pm__ring *r, size_t len)
 {
     return fits(r, len);
 }
@@ -353,7 +353,7 @@ static int space_for(pm__ring *r, size_t len)
 static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
                           _Atomic uint32_t *flag, int timeout_ms, int may_spin);
 
-int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
+PM__READY_TEXT int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
 {
     if (len == 0 || len > r->max_frame)
         return len == 0 ? -EINVAL : -EMSGSIZE;
@@ -411,7 +411,7 @@ void pm__ring_disarm_space(pm__ring *r)
  * pm__ring_publish. A correct producer's index never moves backwards, never
  * gets more than the capacity ahead of what we handed back, and stays
  * 8-byte aligned. */
-static int refresh_head(pm__ring *r)
+PM__READY_TEXT static int refresh_head(pm__ring *r)
 {
     uint64_t h = atomic_load_explicit(&r->sh->head, memory_order_acquire);
     if (h < r->head_cache || h - r->released > r->cap || (h & 7) != 0)
@@ -471,7 +471,7 @@ static inline int decode_at(const pm__ring *r, uint64_t at, struct rec_at *f)
     return 0;
 }
 
-int pm__ring_peek(pm__ring *r, const void **payload, size_t *len)
+PM__READY_TEXT int pm__ring_peek(pm__ring *r, const void **payload, size_t *len)
 {
     if (r->peek_ptr != NULL) {
         *payload = r->peek_ptr;
@@ -498,7 +498,7 @@ int pm__ring_peek(pm__ring *r, const void **payload, size_t *len)
     return 1;
 }
 
-void pm__ring_consume(pm__ring *r)
+PM__READY_TEXT void pm__ring_consume(pm__ring *r)
 {
     if (r->peek_ptr == NULL)
         return;
@@ -506,7 +506,7 @@ void pm__ring_consume(pm__ring *r)
     r->peek_ptr = NULL;
 }
 
-int pm__ring_release(pm__ring *r)
+PM__READY_TEXT int pm__ring_release(pm__ring *r)
 {
     if (r->tail == r->released || r->poisoned)
         return 0;
@@ -518,7 +518,7 @@ int pm__ring_release(pm__ring *r)
 }
 
 /* 1 when a frame is there to peek, 0 when empty, -EBADMSG. */
-static int has_data(pm__ring *r)
+PM__READY_TEXT static int has_data(pm__ring *r)
 {
     if (r->poisoned)
         return -EBADMSG;
@@ -551,18 +551,18 @@ void pm__ring_disarm(pm__ring *r)
     atomic_store_explicit(&r->sh->cons_waiting, 0, memory_order_relaxed);
 }
 
-static int data_for(pm__ring *r, size_t unused)
+PM__READY_TEXT static int data_for(pm__ring *r, size_t unused)
 {
     (void)unused;
     return has_data(r);
 }
 
-int pm__ring_wait(pm__ring *r, int timeout_ms)
+PM__READY_TEXT int pm__ring_wait(pm__ring *r, int timeout_ms)
 {
     return pm__ring_wait_gated(r, timeout_ms, 1);
 }
 
-int pm__ring_wait_gated(pm__ring *r, int timeout_ms, int may_spin)
+PM__READY_TEXT int pm__ring_wait_gated(pm__ring *r, int timeout_ms, int may_spin)
 {
     /* A producer waiting for space must see what we consumed before we
      * sleep, or both ends could sleep forever. */
@@ -651,14 +651,19 @@ unsigned pm__spin_cpus(void)
  * the eventfd where futexes are refused.
  * Returns cond's first non-zero result, 0 on timeout, or a negative errno.
  */
-static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
+PM__READY_TEXT static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
                           _Atomic uint32_t *flag, int timeout_ms, int may_spin)
 {
-    uint64_t deadline = deadline_after(timeout_ms);
+    /* The check first: a wait whose condition already holds (an exec'd
+     * worker finding INIT in its ring before it waits) reads no clock. Its
+     * first clock_gettime in a process faults in the vDSO's data pages, two
+     * page faults on the way to ready for a deadline never needed; the
+     * deadline now starts after one check, which changes nothing. */
     int rc = cond(r, arg);
     if (rc != 0)
         return rc;
     uint64_t t0 = pm__now_ns();
+    uint64_t deadline = deadline_after(t0, timeout_ms);
     uint32_t budget = r->spin_budget < r->spin_ns ? r->spin_budget : r->spin_ns;
     /* Learn from this wait only if it was allowed to spin (the gate says
      * nothing about how fast the other end answers) and the spin kept its

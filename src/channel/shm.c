@@ -88,7 +88,7 @@ fail:
 
 /* Maps size bytes of fd once its object is known to hold them and to be
  * sealed against shrinking. */
-static int map_checked(int fd, size_t size, void **map_out)
+PM__READY_TEXT static int map_checked(int fd, size_t size, void **map_out)
 {
     int seals = fcntl(fd, F_GET_SEALS);
     if (seals < 0)
@@ -115,7 +115,7 @@ int pm__shm_map(int fd, size_t size, void **map_out)
     return map_checked(fd, size, map_out);
 }
 
-int pm__shm_map_whole(int fd, size_t min, size_t max, void **map_out, size_t *size_out)
+PM__READY_TEXT int pm__shm_map_whole(int fd, size_t min, size_t max, void **map_out, size_t *size_out)
 {
     struct stat st;
     if (fd < 0 || min == 0 || max < min)

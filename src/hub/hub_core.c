@@ -269,7 +269,7 @@ int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len)
 
 /* Closes the fds p holds for large messages: the records taken ahead of
  * their frames and the one of the frame being read. */
-PM__CHILD_TEXT void pm__hub_port_drop_ahead(pm__port *p)
+PM__READY_TEXT void pm__hub_port_drop_ahead(pm__port *p)
 {
     while (p->ahead_n > 0) {
         pm__close(p->ahead[p->ahead_head].fd);

@@ -11,7 +11,7 @@
 
 /* ------------------------------------------------------- large messages */
 
-PM__CHILD_TEXT void pm__hub_links_wipe(pm__hub *h)
+PM__READY_TEXT void pm__hub_links_wipe(pm__hub *h)
 {
     /* Written only when they change: a fork-mode child comes here (from
      * pm__hub_wipe), and a store to a page it shares with the supervisor

@@ -44,7 +44,7 @@ void pm__hub_configure(pm__hub *h, const pm__hub_config *cfg)
     h->kill_on_timeout = cfg->kill_on_timeout;
 }
 
-PM__CHILD_TEXT const pm__names *pm__hub_names(const pm__hub *h)
+PM__READY_TEXT const pm__names *pm__hub_names(const pm__hub *h)
 {
     return &h->names;
 }

@@ -468,7 +468,7 @@ void pm__hub_free(pm__hub *h)
     pm__hub_links_free(h);
 }
 
-PM__CHILD_TEXT void pm__hub_wipe(pm__hub *h)
+PM__READY_TEXT void pm__hub_wipe(pm__hub *h)
 {
     pm__hub_links_wipe(h); /* large messages crossing links */
     /* Zeroed by the kernel already when MADV_WIPEONFORK took. */

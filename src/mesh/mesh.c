@@ -448,7 +448,7 @@ void pm__mesh_free(pm__mesh *m)
     errno = saved;
 }
 
-PM__CHILD_TEXT void pm__mesh_forget(pm__mesh *m)
+PM__READY_TEXT void pm__mesh_forget(pm__mesh *m)
 {
     if (m == NULL)
         return;

@@ -184,7 +184,7 @@ void pm__cg_slot_zero(pm__cg_slot *s)
     s->oom_base = -1;
 }
 
-PM__CHILD_TEXT void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS])
+PM__READY_TEXT void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS])
 {
     int k = 0;
     fds[k++] = s->dir_fd;

@@ -92,7 +92,7 @@ struct pm__dl_phdr_info {
 };
 extern int dl_iterate_phdr(int (*cb)(struct pm__dl_phdr_info *, size_t, void *), void *data);
 
-static void copy_path(char *dst, const char *src)
+PM__READY_TEXT static void copy_path(char *dst, const char *src)
 {
     size_t i = 0;
     for (; src[i] != '\0' && i + 1 < PM_CRASH_PATH_MAX; i++)
@@ -100,7 +100,7 @@ static void copy_path(char *dst, const char *src)
     dst[i] = '\0';
 }
 
-static int add_module(struct pm__dl_phdr_info *info, size_t size, void *arg)
+PM__READY_TEXT static int add_module(struct pm__dl_phdr_info *info, size_t size, void *arg)
 {
     pm__crash_modules *t = arg;
     (void)size;
@@ -130,9 +130,9 @@ static int add_module(struct pm__dl_phdr_info *info, size_t size, void *arg)
     } else {
         /* The main program has no name here: /proc/self/exe has it. Read
          * once: a fork child inherits it, an exec clears it. */
-        static char exe[PM_CRASH_PATH_MAX];
+        char *exe = t->exe;
         if (exe[0] == '\0') {
-            ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+            ssize_t k = readlink("/proc/self/exe", exe, PM_CRASH_PATH_MAX - 1);
             exe[k > 0 ? k : 0] = '\0';
         }
         copy_path(m->path, exe[0] != '\0' ? exe : "?");
@@ -145,7 +145,7 @@ static int add_module(struct pm__dl_phdr_info *info, size_t size, void *arg)
  * loader must pass for the counts to be there. */
 #define PM__DL_COUNTS_SIZE (offsetof(struct pm__dl_phdr_info, dlpi_subs) + sizeof(unsigned long long))
 
-static int read_counts(struct pm__dl_phdr_info *info, size_t size, void *arg)
+PM__READY_TEXT static int read_counts(struct pm__dl_phdr_info *info, size_t size, void *arg)
 {
     unsigned long long *c = arg;
     if (size >= PM__DL_COUNTS_SIZE) {
@@ -156,7 +156,7 @@ static int read_counts(struct pm__dl_phdr_info *info, size_t size, void *arg)
     return 1; /* the counts are the same in every entry: one is enough */
 }
 
-void pm__crash_modules_load(pm__crash_modules *t)
+PM__READY_TEXT void pm__crash_modules_load(pm__crash_modules *t)
 {
     unsigned long long c[3] = {0, 0, 0};
     dl_iterate_phdr(read_counts, c);
@@ -183,7 +183,7 @@ void pm__crash_modules_refresh(pm__crash_modules *t)
  * with the loaded unwinder. */
 static atomic_int unwinder_primed;
 
-PM__CHILD_TEXT void pm__crash_unwinder_prime(void)
+PM__READY_TEXT void pm__crash_unwinder_prime(void)
 {
     if (atomic_load_explicit(&unwinder_primed, memory_order_acquire))
         return;

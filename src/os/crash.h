@@ -49,13 +49,18 @@ typedef struct pm__crash_module {
 typedef struct pm__crash_modules {
     unsigned n;
     unsigned long long adds, subs; /* the loader's counts when it was loaded */
+    /* /proc/self/exe, read by the first load ("" until then). Here, beside
+     * the first entries, not in a buffer of its own: an exec'd worker's
+     * join writes the table's first page anyway, and a separate buffer was
+     * one more page written (a page fault) on its way to ready. */
+    char exe[PM_CRASH_PATH_MAX];
     pm__crash_module m[PM__CRASH_TABLE_MAX];
 } pm__crash_modules;
 
 /* Worker side. Fills *t with the modules loaded now (the main program's path
- * from /proc/self/exe, read once per process: only an exec changes it, and
- * an exec starts the process's memory afresh). Not async-signal-safe: run
- * at join. */
+ * from /proc/self/exe, read once per process into t->exe: only an exec
+ * changes it, and an exec starts the process's memory afresh). *t starts
+ * zeroed (static storage). Not async-signal-safe: run at join. */
 void pm__crash_modules_load(pm__crash_modules *t);
 /* The same, unless *t was loaded by this process (or the one it was forked
  * from) and no library has been loaded or unloaded since (the loader's

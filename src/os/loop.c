@@ -106,7 +106,7 @@ void pm__loop_fini(pm__loop *l)
     errno = saved;
 }
 
-PM__CHILD_TEXT void pm__loop_forget(pm__loop *l)
+PM__READY_TEXT void pm__loop_forget(pm__loop *l)
 {
     /* In a forked child the ring's memory is a MAP_SHARED mapping of the
      * parent's instance; io_uring_queue_exit only unmaps and closes our
@@ -117,7 +117,7 @@ PM__CHILD_TEXT void pm__loop_forget(pm__loop *l)
 /* What io_uring_queue_exit unmaps and closes (liburing 2.x): the SQE array
  * (no IORING_SETUP_SQE128 here: 64 bytes each), the SQ ring and, without
  * IORING_FEAT_SINGLE_MMAP, the CQ ring apart; no ring fd is registered. */
-PM__CHILD_TEXT int pm__loop_child_drop(const pm__loop *l, int *fd, void *at[2], size_t len[2])
+PM__READY_TEXT int pm__loop_child_drop(const pm__loop *l, int *fd, void *at[2], size_t len[2])
 {
     size_t page = (size_t)getpagesize();
     *fd = l->head.backend == PM__LOOP_URING ? l->ring.ring_fd : l->epfd;

@@ -5,7 +5,7 @@
  * on the stack the child inherits. Called by pm__spawn's fork child only.
  */
 #define _GNU_SOURCE
-#include "base/internal.h" /* PM__CHILD_TEXT */
+#include "base/internal.h" /* PM__READY_TEXT */
 #include "scrub.h"
 
 #include <stdint.h>
@@ -147,7 +147,7 @@ static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, 
 __attribute__((no_sanitize("address", "undefined")))
 #endif
 #endif
-PM__CHILD_TEXT __attribute__((noinline)) void pm__wipe_dead_stack(void)
+PM__READY_TEXT __attribute__((noinline)) void pm__wipe_dead_stack(void)
 {
     volatile unsigned char near[NEAR_BYTES];
     for (size_t i = 0; i < sizeof(near); i++)
@@ -188,12 +188,12 @@ PM__CHILD_TEXT __attribute__((noinline)) void pm__wipe_dead_stack(void)
  * cleared before anything else runs. General-purpose registers keep their
  * values (addresses and counters, 8 bytes each): accepted. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-PM__CHILD_TEXT __attribute__((target("avx"))) static void clear_ymm(void)
+PM__READY_TEXT __attribute__((target("avx"))) static void clear_ymm(void)
 {
     __asm__ volatile("vzeroall" ::: "memory"); /* ymm0-15, and zmm0-15 whole */
 }
 
-PM__CHILD_TEXT __attribute__((target("avx512f"))) static void clear_zmm_high(void)
+PM__READY_TEXT __attribute__((target("avx512f"))) static void clear_zmm_high(void)
 {
     __asm__ volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\tvpxord %%zmm17, %%zmm17, %%zmm17\n\t"
                      "vpxord %%zmm18, %%zmm18, %%zmm18\n\tvpxord %%zmm19, %%zmm19, %%zmm19\n\t"
@@ -227,7 +227,7 @@ static int vector_level(void)
     return 1;
 }
 
-PM__CHILD_TEXT void pm__clear_vector_registers(void)
+PM__READY_TEXT void pm__clear_vector_registers(void)
 {
     int level = __atomic_load_n(&scrub_vec, __ATOMIC_RELAXED);
     if (level < 0)
@@ -252,7 +252,7 @@ static int vector_level(void)
     return 0; /* one register file: nothing to read */
 }
 
-PM__CHILD_TEXT void pm__clear_vector_registers(void)
+PM__READY_TEXT void pm__clear_vector_registers(void)
 {
     /* A write to a V register also zeroes the upper part of its SVE Z
      * register. */
@@ -272,7 +272,7 @@ static int vector_level(void)
     return 0;
 }
 
-PM__CHILD_TEXT void pm__clear_vector_registers(void)
+PM__READY_TEXT void pm__clear_vector_registers(void)
 {
     /* Other architectures: not done (see above); said in doc/design.md. */
 }
@@ -290,7 +290,7 @@ PM__CHILD_TEXT void pm__clear_vector_registers(void)
 __attribute__((no_sanitize("address", "undefined")))
 #endif
 #endif
-PM__CHILD_TEXT __attribute__((noinline)) void pm__wipe_live_frames(char *from, char *to)
+PM__READY_TEXT __attribute__((noinline)) void pm__wipe_live_frames(char *from, char *to)
 {
     if (to == NULL || to <= from || (size_t)(to - from) > (8u << 20))
         return;

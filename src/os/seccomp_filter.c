@@ -509,7 +509,7 @@ void pm__seccomp_free(pm__seccomp_prog *p)
     p->len = 0;
 }
 
-PM__CHILD_TEXT int pm__seccomp_load(pm__seccomp_prog *p)
+PM__READY_TEXT int pm__seccomp_load(pm__seccomp_prog *p)
 {
     /* getpid is a system call in glibc >= 2.25 (no cached pid), so this is
      * our own pid even right after fork. */

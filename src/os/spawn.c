@@ -71,13 +71,13 @@ int pm__pidfd_signal(int pidfd, int sig)
 /* The child must die with its supervisor. PDEATHSIG is set after fork and
  * then the parent is checked: if it died between fork and prctl, the signal
  * was never armed and we would live on as an orphan. */
-PM__CHILD_TEXT static void die_with_parent(pid_t parent)
+PM__READY_TEXT static void die_with_parent(pid_t parent)
 {
     if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
         _exit(127);
 }
 
-PM__CHILD_TEXT int pm__child_privileges(const pm__spawn_req *r)
+PM__READY_TEXT int pm__child_privileges(const pm__spawn_req *r)
 {
     if (r->set_ids) {
         /* Raw system calls: they change this thread only, which in a fork
@@ -118,7 +118,7 @@ PM__CHILD_TEXT int pm__child_privileges(const pm__spawn_req *r)
     return 0;
 }
 
-PM__CHILD_TEXT int pm__child_stdio(int out, int err)
+PM__READY_TEXT int pm__child_stdio(int out, int err)
 {
     int src[2] = {out, err}, moved[2] = {-1, -1}, rc = 0;
     /* A source at 0..2 could be overwritten by the other's dup2 (or be the
@@ -358,7 +358,7 @@ static void exec_child(const pm__spawn_req *r, child_report *rep)
     child_fail(rep, errno);
 }
 
-PM__CHILD_TEXT int pm__child_contain(const pm__spawn_req *r, int placed)
+PM__READY_TEXT int pm__child_contain(const pm__spawn_req *r, int placed)
 {
     /* Its own process group: where no cgroup can be made, killing the
      * group when the worker is reaped is what ends its descendants (all
@@ -413,7 +413,7 @@ static int clone3_state;
  * SIGKILLed at birth (seen on 6.18: every replacement after the first
  * tree kill died before it ran; tests/check_tree.c test_tree_exec_crash).
  * Joining by a write from the child has no such check. */
-PM__CHILD_TEXT static pid_t fork_into(const pm__spawn_req *r, int *placed)
+PM__READY_TEXT static pid_t fork_into(const pm__spawn_req *r, int *placed)
 {
     *placed = 0;
 #ifdef SYS_clone3
@@ -452,7 +452,7 @@ PM__CHILD_TEXT static pid_t fork_into(const pm__spawn_req *r, int *placed)
 __attribute__((no_sanitize("address")))
 #endif
 #endif
-PM__CHILD_TEXT __attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_req *r,
+PM__READY_TEXT __attribute__((noinline, noreturn)) static void fork_child_main(const pm__spawn_req *r,
                                                                const unsigned char *ctx_in)
 {
     /* The vector registers were cleared by pm__spawn, first thing. */
@@ -765,7 +765,7 @@ int pm__spawn_waits_exec(void)
 #endif
 }
 
-PM__CHILD_TEXT pid_t pm__spawn(const pm__spawn_req *r)
+PM__READY_TEXT pid_t pm__spawn(const pm__spawn_req *r)
 {
     if (r->path != NULL && r->nfds > 64 + 8)
         return -EINVAL;

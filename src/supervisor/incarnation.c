@@ -70,7 +70,7 @@ typedef struct child_drop {
     struct child_map maps[DROP_BATCH];
 } child_drop;
 
-PM__CHILD_TEXT static void drop_fd(child_drop *d, int fd)
+PM__READY_TEXT static void drop_fd(child_drop *d, int fd)
 {
     if (fd < 0)
         return;
@@ -84,7 +84,7 @@ PM__CHILD_TEXT static void drop_fd(child_drop *d, int fd)
 
 /* Sorts the batch by address (insertion: at most DROP_BATCH entries, no
  * allocation) and unmaps it by runs of adjacent mappings. */
-PM__CHILD_TEXT static void unmap_batch(child_drop *d)
+PM__READY_TEXT static void unmap_batch(child_drop *d)
 {
     struct child_map *m = d->maps;
     for (size_t i = 1; i < d->nmaps; i++) {
@@ -103,7 +103,7 @@ PM__CHILD_TEXT static void unmap_batch(child_drop *d)
     d->nmaps = 0;
 }
 
-PM__CHILD_TEXT static void drop_map(child_drop *d, void *at, size_t len)
+PM__READY_TEXT static void drop_map(child_drop *d, void *at, size_t len)
 {
     if (at == NULL || at == MAP_FAILED || d->mode == DROP_MEASURE)
         return;
@@ -116,7 +116,7 @@ PM__CHILD_TEXT static void drop_map(child_drop *d, void *at, size_t len)
         unmap_batch(d);
 }
 
-PM__CHILD_TEXT static void drop_channel(child_drop *d, const pm__channel *l)
+PM__READY_TEXT static void drop_channel(child_drop *d, const pm__channel *l)
 {
     int fds[PM__CHANNEL_NFDS];
     pm__channel_fds(l, fds);
@@ -129,7 +129,7 @@ PM__CHILD_TEXT static void drop_channel(child_drop *d, const pm__channel *l)
 }
 
 /* Closes the marked fds, a run of consecutive numbers at a time. */
-PM__CHILD_TEXT static void close_marked(const child_drop *d)
+PM__READY_TEXT static void close_marked(const child_drop *d)
 {
     for (int fd = 0; fd <= d->maxfd;) {
         if (!(d->fdbits[fd / 64] >> (fd % 64) & 1)) {
@@ -148,7 +148,7 @@ PM__CHILD_TEXT static void close_marked(const child_drop *d)
 }
 
 /* One slot's fds and memory, but the channel the child runs on. */
-PM__CHILD_TEXT static void drop_slot(child_drop *d, const pm__slot *t, const pm__channel *own)
+PM__READY_TEXT static void drop_slot(child_drop *d, const pm__slot *t, const pm__channel *own)
 {
     drop_fd(d, t->pidfd);
     drop_fd(d, t->exec_pipe);
@@ -197,7 +197,7 @@ PM__CHILD_TEXT static void drop_slot(child_drop *d, const pm__slot *t, const pm_
  * runs: they are among the first made), and its loop's fd and ring
  * (pm__loop_child_drop; where the rings are mapped apart, the loop is
  * forgotten by pm__loop_forget after the drop instead). */
-PM__CHILD_TEXT static void drop_own(child_drop *d, const pm_cluster *c)
+PM__READY_TEXT static void drop_own(child_drop *d, const pm_cluster *c)
 {
     drop_fd(d, c->sigfd);
     drop_fd(d, c->timerfd);
@@ -217,7 +217,7 @@ PM__CHILD_TEXT static void drop_own(child_drop *d, const pm_cluster *c)
 
 /* Every slot's fds and memory but the channel the child runs on, and the
  * supervisor's signal, timer and wake-up fds. */
-PM__CHILD_TEXT static void drop_slots(const pm_cluster *c, const pm__channel *own)
+PM__READY_TEXT static void drop_slots(const pm_cluster *c, const pm__channel *own)
 {
     child_drop d;
     d.mode = DROP_MEASURE, d.maxfd = -1, d.nmaps = 0;
@@ -245,7 +245,7 @@ PM__CHILD_TEXT static void drop_slots(const pm_cluster *c, const pm__channel *ow
 }
 
 /* Captured output: the pipes' write ends become fds 1 and 2. */
-PM__CHILD_TEXT static void child_output(const pm__spawn_req *req)
+PM__READY_TEXT static void child_output(const pm__spawn_req *req)
 {
     if (pm__child_stdio(req->stdio[0], req->stdio[1]) < 0)
         _exit(125);
@@ -266,7 +266,7 @@ PM__CHILD_TEXT static void child_output(const pm__spawn_req *req)
  * slot's incarnation. An eventfd read returns its 8 bytes or fails; a
  * standby given up is SIGKILLed, and one whose supervisor died gets the
  * parent-death signal: neither comes back from this read. */
-PM__CHILD_TEXT static void standby_wait(int go_fd)
+PM__READY_TEXT static void standby_wait(int go_fd)
 {
     uint64_t go;
     ssize_t n;
@@ -279,7 +279,7 @@ PM__CHILD_TEXT static void standby_wait(int go_fd)
 
 /* Fork mode, in the child: drop everything of procmesh that is not this
  * slot's, join, run the bootstrap. */
-PM__CHILD_TEXT static void fork_child(void *arg, const pm__spawn_req *req)
+PM__READY_TEXT static void fork_child(void *arg, const pm__spawn_req *req)
 {
     struct child_ctx *x = arg;
     pm_cluster *c = x->c;

@@ -21,12 +21,12 @@
 #include "os/spawn.h"
 #include "options.h"
 
-/* Creating a channel (memfd_create, ftruncate, the seals, mmap, the ring
- * headers' first-touch faults, two eventfds, a socketpair and its two
- * buffer sizes) between the reap and the fork would put it on the
- * crash-to-ready path. It is made ahead instead: once an incarnation is
- * ready, the supervisor prepares the channel of the one after it. Fencing
- * holds:
+/* Creating a channel (memfd_create, ftruncate, the seals, mmap, the
+ * first-touch faults of the ring headers and of each ring's first data
+ * page, two eventfds, a socketpair and its two buffer sizes) between the
+ * reap and the fork would put it on the crash-to-ready path. It is made
+ * ahead instead: once an incarnation is ready, the supervisor prepares the
+ * channel of the one after it. Fencing holds:
  * a spare is a fresh memfd (and fresh doorbells and socket) made after the
  * fork of the incarnation before it, so no process that ever ran holds a
  * byte of it; every fork child closes every slot's spare (fork_child), and

@@ -20,19 +20,26 @@
  * exists. PR_SET_PDEATHSIG normally kills us first; this is the backstop. */
 #define PM__NODE_POLL_MS 100
 
-static int parse_fd(const char **s, int *fd)
+/* One fd number of PROCMESH_NODE: decimal digits, at most 1 << 24.
+ * Hand-written: strtol would be the only caller of its code and of the
+ * locale's character table on an exec'd worker's way to ready, two page
+ * faults (tens of microseconds each in a VM) for a field procmesh writes
+ * as plain digits; a sign or a space is refused, as strtol refused "-3". */
+PM__READY_TEXT static int parse_fd(const char **s, int *fd)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(*s, &end, 10);
-    if (end == *s || errno != 0 || v < 0 || v > 1 << 24)
+    const char *p = *s;
+    long v = 0;
+    if (*p < '0' || *p > '9')
         return -EINVAL;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if ((v = v * 10 + (*p - '0')) > 1 << 24)
+            return -EINVAL;
     *fd = (int)v;
-    *s = end;
+    *s = p;
     return 0;
 }
 
-int pm__node_handshake(pm_node *n)
+PM__READY_TEXT int pm__node_handshake(pm_node *n)
 {
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
@@ -62,15 +69,20 @@ int pm__node_handshake(pm_node *n)
             continue;
         }
         pm__init_msg m;
-        /* The supervisor is trusted, but a private copy costs nothing here. */
-        void *copy = malloc(h.len > 0 ? h.len : 1);
+        /* The supervisor is trusted, but a private copy costs nothing here:
+         * on the stack when the init data is small (the usual INIT: the
+         * worker's first malloc would initialise the allocator, a
+         * getrandom, two brk and a heap page on the way to ready). */
+        _Alignas(8) unsigned char small[PM__INIT_FIXED + 256];
+        void *copy = h.len <= sizeof(small) ? small : malloc(h.len);
         if (copy == NULL)
             return -ENOMEM;
         memcpy(copy, payload, h.len);
         pm__ring_consume(&n->channel.rx);
         pm__ring_release(&n->channel.rx);
         if (pm__init_decode(copy, h.len, &m) < 0) {
-            free(copy);
+            if (copy != small)
+                free(copy);
             return -EPROTO;
         }
         n->slot = m.slot;
@@ -78,13 +90,15 @@ int pm__node_handshake(pm_node *n)
         if (m.len > 0) {
             n->init_data = malloc(m.len);
             if (n->init_data == NULL) {
-                free(copy);
+                if (copy != small)
+                    free(copy);
                 return -ENOMEM;
             }
             memcpy(n->init_data, m.data, m.len);
         }
         n->init_len = m.len;
-        free(copy);
+        if (copy != small)
+            free(copy);
         return 0;
     }
 }
@@ -94,7 +108,7 @@ void pm__node_fork_prime(void)
     pm__node_crash_prime();
 }
 
-PM__CHILD_TEXT int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct pm__init_msg *init,
+PM__READY_TEXT int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct pm__init_msg *init,
                            pid_t supervisor)
 {
     memset(n, 0, sizeof(*n));
@@ -125,7 +139,33 @@ PM__CHILD_TEXT int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub,
     return 0;
 }
 
-PM_EXTERN int pm_node_join(pm_node **out)
+/* The node of this process's first join, in static storage: the usual
+ * exec'd worker joins once, and its first malloc would initialise the
+ * allocator (a getrandom, two brk and a heap page) on its way to ready.
+ * Taken by the first join, given back by its pm_node_close; a second node
+ * while it is taken (a join after a failed or closed one is fine) comes
+ * from the heap. */
+static pm_node first_node;
+static atomic_int first_node_taken;
+
+PM__READY_TEXT static pm_node *node_alloc(void)
+{
+    if (atomic_exchange_explicit(&first_node_taken, 1, memory_order_acquire) == 0) {
+        memset(&first_node, 0, sizeof(first_node));
+        return &first_node;
+    }
+    return calloc(1, sizeof(pm_node));
+}
+
+static void node_free(pm_node *n)
+{
+    if (n == &first_node)
+        atomic_store_explicit(&first_node_taken, 0, memory_order_release);
+    else
+        free(n);
+}
+
+PM__READY_TEXT PM_EXTERN int pm_node_join(pm_node **out)
 {
     if (out == NULL)
         return -EINVAL;
@@ -143,7 +183,7 @@ PM_EXTERN int pm_node_join(pm_node **out)
         return -EINVAL;
     if (*s != '\0')
         return -EINVAL;
-    pm_node *n = calloc(1, sizeof(*n));
+    pm_node *n = node_alloc();
     if (n == NULL)
         return -ENOMEM;
     n->magic = PM__MAGIC_NODE;
@@ -160,7 +200,7 @@ PM_EXTERN int pm_node_join(pm_node **out)
             pm__node_crash_disarm(n->channel.map);
         pm__channel_close(&n->channel);
         free(n->init_data);
-        free(n);
+        node_free(n);
         return rc;
     }
     /* Our children must not think they are workers too. */
@@ -191,7 +231,7 @@ PM_EXTERN int pm_node_init_data(const pm_node *n, const void **data, size_t *len
     return 0;
 }
 
-PM__CHILD_TEXT PM_EXTERN int pm_node_ready(pm_node *n)
+PM__READY_TEXT PM_EXTERN int pm_node_ready(pm_node *n)
 {
     int rc = pm__node_check(n);
     if (rc < 0)
@@ -244,5 +284,5 @@ PM_EXTERN void pm_node_close(pm_node *n)
     pm__node_crash_disarm(n->channel.map);
     pm__channel_close(&n->channel);
     free(n->init_data);
-    free(n);
+    node_free(n);
 }

@@ -9,6 +9,11 @@
 #include "node_crash.h"
 
 #include <signal.h>
+#if defined(__has_include)
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#endif
+#endif
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -35,11 +40,20 @@
  * (in this worker's control block), the pid that armed it (a child of the
  * worker inherits the handler but must not write its parent's record), the
  * module table, and a flag so that only one thread writes. */
+/* The two words a fork child writes on its way to READY, on the .data
+ * page of its other written words (PM__CHILD_DATA); an exec'd worker's
+ * join writes that page too (the fork generation's registration). */
 PM__CHILD_DATA static _Atomic(struct pm__crash_rec *) crash_target;
 PM__CHILD_DATA static _Atomic pid_t crash_pid;
-static atomic_flag crash_taken = ATOMIC_FLAG_INIT;
-static pm__crash_modules crash_modules;
-static void *crash_stack;
+static struct {
+    atomic_flag taken;
+    void *stack;
+    /* Last: one object, so that what join writes (the stack pointer, the
+     * table's head and its first entries) shares a page; as separate
+     * statics the compiler put the 27 KiB table between them, and an
+     * exec'd worker wrote one page more on its way to ready. */
+    pm__crash_modules modules;
+} crash = {.taken = ATOMIC_FLAG_INIT};
 
 /* 1 on the architectures whose signal context we read: the faulting pc
  * and, for a jump to an address that is not code, the caller. */
@@ -216,7 +230,7 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
     int saved = errno;
     struct pm__crash_rec *r = atomic_load_explicit(&crash_target, memory_order_acquire);
     if (r != NULL && getpid() == atomic_load_explicit(&crash_pid, memory_order_relaxed) &&
-        !atomic_flag_test_and_set(&crash_taken)) {
+        !atomic_flag_test_and_set(&crash.taken)) {
         uint64_t frames[PM__RAW_FRAMES];
         uint64_t pc = context_pc(ucv);
         int n = crash_frames(ucv, pc, frames);
@@ -224,7 +238,7 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
          * for kill/raise/abort the union holds the sender's pid and uid. */
         int fault = si->si_code > 0 && sig != SIGABRT && sig != SIGSYS;
         uint64_t addr = fault ? (uint64_t)(uintptr_t)si->si_addr : 0;
-        pm__crash_fill(r, &crash_modules, sig, si->si_code, addr, pc, frames, (unsigned)n);
+        pm__crash_fill(r, &crash.modules, sig, si->si_code, addr, pc, frames, (unsigned)n);
     }
     /* The same signal again, now with the default action: it is blocked
      * until we return (no SA_NODEFER), so it is delivered on the way out,
@@ -239,35 +253,57 @@ static void on_fatal(int sig, siginfo_t *si, void *ucv)
 /* The alternate stack, mapped once per process (a fork child inherits
  * the mapping, untouched: its pages are its own only once a crash writes
  * them). */
-PM__CHILD_TEXT static void map_stack(void)
+PM__READY_TEXT static void map_stack(void)
 {
-    if (crash_stack != NULL)
+    if (crash.stack != NULL)
         return;
     void *p = mmap(NULL, PM__CRASH_STACK, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    crash_stack = p == MAP_FAILED ? NULL : p;
+    crash.stack = p == MAP_FAILED ? NULL : p;
 }
 
 /* Our stack for this thread, unless it has one: set, and the one it
  * replaced put back (one call when there was none, the usual case). */
-PM__CHILD_TEXT static void use_stack(void)
+PM__READY_TEXT static void use_stack(void)
 {
-    if (crash_stack == NULL)
+    if (crash.stack == NULL)
         return;
-    stack_t ss = {.ss_sp = crash_stack, .ss_size = PM__CRASH_STACK, .ss_flags = 0}, old;
+    stack_t ss = {.ss_sp = crash.stack, .ss_size = PM__CRASH_STACK, .ss_flags = 0}, old;
     if (sigaltstack(&ss, &old) == 0 && (old.ss_flags & SS_DISABLE) == 0)
         (void)sigaltstack(&old, NULL);
 }
 
-static int is_default(const struct sigaction *a)
+PM__READY_TEXT static int is_default(const struct sigaction *a)
 {
     return (a->sa_flags & SA_SIGINFO) == 0 && a->sa_handler == SIG_DFL;
 }
 
-/* forked: pm__node_crash_arm_forked's one call per signal; otherwise the
- * disposition is looked at first, so that another thread of an exec'd
- * worker never meets our handler in place of its own, even briefly. */
-PM__CHILD_TEXT static void arm(struct pm__ctl *ctl, int forked)
+/* 1 when this process has one thread: glibc's __libc_single_threaded
+ * (2.32 on) is true until a second thread is created (a thread made by a
+ * raw clone, unknown to libc, is not counted; glibc then skips its own
+ * locks too, and such a program is outside what libc supports). 0 where
+ * it is not known (another libc, an older glibc): then the caller assumes
+ * threads. */
+PM__READY_TEXT static int single_threaded(void)
+{
+#if defined(__has_include)
+#if __has_include(<sys/single_threaded.h>)
+    return __libc_single_threaded != 0;
+#endif
+#endif
+    return 0;
+}
+
+/* forked: pm__node_crash_arm_forked's one call per signal. Otherwise the
+ * same one call per signal in a process of one thread, with the crash
+ * signals blocked around the loop: no other thread can meet our handler
+ * in place of its own, and a crash signal sent from outside meanwhile
+ * waits until the application's handler is back (two rt_sigprocmask and
+ * seven rt_sigaction where a look and a set took fourteen, on every
+ * exec'd worker's way to ready). In a process that has started threads
+ * the disposition is looked at first, so that another thread never
+ * meets our handler in place of its own, even briefly. */
+PM__READY_TEXT static void arm(struct pm__ctl *ctl, int forked)
 {
     atomic_store_explicit(&crash_pid, getpid(), memory_order_relaxed);
     atomic_store_explicit(&crash_target, &ctl->crash, memory_order_release);
@@ -276,25 +312,36 @@ PM__CHILD_TEXT static void arm(struct pm__ctl *ctl, int forked)
     sa.sa_sigaction = on_fatal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
+    sigset_t block, saved;
+    int blocked = 0;
+    if (!forked && single_threaded()) {
+        sigemptyset(&block);
+        for (uint64_t left = CRASH_SIGNALS; left != 0; left &= left - 1)
+            sigaddset(&block, __builtin_ctzll(left) + 1);
+        /* Fails only for a bad argument: then the look-first loop. */
+        blocked = sigprocmask(SIG_BLOCK, &block, &saved) == 0;
+    }
     for (uint64_t left = CRASH_SIGNALS; left != 0; left &= left - 1) {
         int sig = __builtin_ctzll(left) + 1;
         struct sigaction old;
-        if (forked) {
+        if (forked || blocked) {
             if (sigaction(sig, &sa, &old) == 0 && !is_default(&old))
                 (void)sigaction(sig, &old, NULL);
         } else if (sigaction(sig, NULL, &old) == 0 && is_default(&old)) {
             (void)sigaction(sig, &sa, NULL);
         }
     }
+    if (blocked)
+        (void)sigprocmask(SIG_SETMASK, &saved, NULL);
 }
 
 /* Records this worker's crashes into its control block from now on: the
  * module table, an alternate stack for this thread (unless it has one), and
  * the handler for every crash signal whose disposition is still the default
  * (a handler the application installed is its own business and stays). */
-void pm__node_crash_arm(struct pm__ctl *ctl)
+PM__READY_TEXT void pm__node_crash_arm(struct pm__ctl *ctl)
 {
-    pm__crash_modules_load(&crash_modules);
+    pm__crash_modules_load(&crash.modules);
     map_stack();
     use_stack();
     arm(ctl, 0);
@@ -302,16 +349,16 @@ void pm__node_crash_arm(struct pm__ctl *ctl)
 
 void pm__node_crash_prime(void)
 {
-    pm__crash_modules_refresh(&crash_modules);
+    pm__crash_modules_refresh(&crash.modules);
     map_stack();
 }
 
-PM__CHILD_TEXT void pm__node_crash_arm_forked(struct pm__ctl *ctl)
+PM__READY_TEXT void pm__node_crash_arm_forked(struct pm__ctl *ctl)
 {
     /* Primed by the supervisor that forked us; if it was not, loaded
      * here as an exec'd worker does. */
-    if (crash_modules.n == 0)
-        pm__crash_modules_load(&crash_modules);
+    if (crash.modules.n == 0)
+        pm__crash_modules_load(&crash.modules);
     map_stack();
     use_stack();
     arm(ctl, 1);
