@@ -152,7 +152,7 @@ END_TEST
  * rather than waiting for a hub that cannot be trusted. */
 START_TEST(test_consumed_poisoned)
 {
-    static const uint64_t bad_tail[] = {4096, 3};
+    static const uint64_t bad_tail[] = {4096, 3, 1};
     for (size_t i = 0; i < ARRAY_LEN(bad_tail); i++) {
         test_ring t;
         tr_open(&t, 4096, 1024);
@@ -167,6 +167,139 @@ START_TEST(test_consumed_poisoned)
         ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end1, 0), -EBADMSG);
         tr_close(&t);
     }
+}
+END_TEST
+
+/* The producer's checks of its caller and of the consumer's index, each at
+ * its edge. A consumer index is read only when the cached one says no
+ * (ring.c's fits and consumed_within): an index the consumer has scribbled
+ * meanwhile is not looked at while the cache answers, so the exact fit and
+ * the exact "consumed" still succeed on a ring whose consumer wrote a
+ * misaligned tail, and only the next real look poisons it. */
+START_TEST(test_producer_edges)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    char buf[1024] = {0};
+    size_t len;
+    const void *p;
+    void *w;
+    /* wait_space's sizes: 1..max_frame, as reserve's. */
+    ck_assert_int_eq(pm__ring_wait_space(&t.prod, 0, 0), -EINVAL);
+    ck_assert_int_eq(pm__ring_wait_space(&t.prod, 1025, 0), -EMSGSIZE);
+    ck_assert_int_eq(pm__ring_wait_space(&t.prod, 1024, 0), 1);
+    /* commit with a length of 0 or above the reservation is ignored and
+     * the reservation stays open for the right one. */
+    ck_assert_int_eq(pm__ring_reserve(&t.prod, 8, &w), 0);
+    memcpy(w, "abcd", 4);
+    pm__ring_commit(&t.prod, 0);
+    pm__ring_commit(&t.prod, 9);
+    ck_assert_uint_eq(pm__ring_head(&t.prod), 0);
+    pm__ring_commit(&t.prod, 4);
+    pm__ring_publish(&t.prod);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    ck_assert_uint_eq(len, 4);
+    ck_assert_int_eq(memcmp(p, "abcd", 4), 0);
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 0);
+    uint64_t end = pm__ring_head(&t.prod);
+    /* wait_consumed: pos up to the head; the head itself is consumed once
+     * everything was handed back, one past it is a caller error. */
+    ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end, 0), 1);
+    ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end + 8, 0), -EINVAL);
+    ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end + 8, 1000), -EINVAL);
+    /* The cache (refreshed just above) answers "consumed up to end":
+     * the scribbled tail is not read. */
+    atomic_store(&sh->tail, 3);
+    ck_assert_int_eq(pm__ring_consumed(&t.prod, end), 1);
+    tr_close(&t);
+    /* 56-byte payloads, 64-byte records: an empty ring takes 64 of them,
+     * the last filling it exactly, without a look at the tail. */
+    tr_open(&t, 4096, 1024);
+    sh = t.region;
+    for (int i = 0; i < 63; i++)
+        ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 56), 0);
+    atomic_store(&sh->tail, 3);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 56), 0);
+    /* Full: the next send looks, and the tail poisons the ring. */
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 8), -EBADMSG);
+    tr_close(&t);
+}
+END_TEST
+
+/* The consumer's checks of the producer's index and records, each at its
+ * edge, and what a poisoned consumer no longer does. */
+START_TEST(test_consumer_edges)
+{
+    test_ring t;
+    const void *p;
+    size_t len;
+    /* An index that moves backwards (still within a capacity of what was
+     * handed back), or is odd, poisons: pm__ring_beyond refreshes it. */
+    static const uint64_t bad_head[] = {16, 33};
+    for (size_t i = 0; i < ARRAY_LEN(bad_head); i++) {
+        tr_open(&t, 4096, 1024);
+        struct pm__ring_shared *sh = t.region;
+        ck_assert_int_eq(pm_test_ring_send(&t.prod, "one", 3), 0);
+        ck_assert_int_eq(pm_test_ring_send(&t.prod, "two", 3), 0);
+        ck_assert_int_eq(pm__ring_beyond(&t.cons, 0), 1);
+        atomic_store(&sh->head, bad_head[i]);
+        ck_assert_msg(pm__ring_beyond(&t.cons, 0) == -EBADMSG, "head %llu accepted",
+                      (unsigned long long)bad_head[i]);
+        tr_close(&t);
+    }
+    /* A padding record not followed by a frame in what was published (it
+     * reaches past the index): poison, though a frame from an earlier lap
+     * is still at the start of the data area. */
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    unsigned char *data = (unsigned char *)t.region + PM__RING_HDR_SIZE;
+    uint64_t rec = 5;
+    memcpy(data, &rec, 8);
+    memcpy(data + 8, "hello", 5);
+    atomic_store(&sh->head, 4080);
+    atomic_store(&sh->tail, 4080);
+    pm__ring cons;
+    ck_assert_int_eq(pm__ring_attach(&cons, t.region, 4096, 1024, PM__RING_CONSUMER, -1, -1), 0);
+    rec = 8 | ((uint64_t)1 << 32);
+    memcpy(data + 4080, &rec, 8);
+    atomic_store(&sh->head, 4088);
+    ck_assert_int_eq(pm__ring_peek(&cons, &p, &len), -EBADMSG);
+    tr_close(&t);
+    /* Frames seen but not looked at since are there without a look at the
+     * producer's index (has_data): a scribbled one poisons only the look
+     * that needs it. A poisoned consumer hands nothing back. */
+    tr_open(&t, 4096, 1024);
+    sh = t.region;
+    t.cons.spin_ns = t.cons.spin_budget = 0;
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "one", 3), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "two", 3), 0);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    pm__ring_consume(&t.cons);
+    atomic_store(&sh->head, 3);
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 0), 1);
+    ck_assert_int_eq(pm__ring_arm(&t.cons), 1);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    ck_assert_int_eq(memcmp(p, "two", 3), 0);
+    pm__ring_consume(&t.cons);
+    /* Now nothing is left unseen: the look poisons, so the ring is not
+     * "empty", and the 16 bytes of "two" are not handed back. */
+    ck_assert_uint_eq(atomic_load(&sh->tail), 16);
+    ck_assert_int_eq(pm__ring_empty(&t.cons), 0);
+    ck_assert_int_eq(pm__ring_release(&t.cons), 0);
+    ck_assert_uint_eq(atomic_load(&sh->tail), 16);
+    ck_assert_int_eq(pm__ring_arm(&t.cons), -EBADMSG);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 0);
+    ck_assert_uint_eq(atomic_load(&sh->tail), 16);
+    tr_close(&t);
+    /* The same look from pm__ring_arm: it says so and stays disarmed. */
+    tr_open(&t, 4096, 1024);
+    sh = t.region;
+    atomic_store(&sh->head, 3);
+    ck_assert_int_eq(pm__ring_arm(&t.cons), -EBADMSG);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 0);
+    tr_close(&t);
 }
 END_TEST
 
@@ -1288,6 +1421,8 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_empty_and_one);
     tcase_add_test(tc, test_consumed);
     tcase_add_test(tc, test_consumed_poisoned);
+    tcase_add_test(tc, test_producer_edges);
+    tcase_add_test(tc, test_consumer_edges);
     tcase_add_test(tc, test_full_and_sizes);
     tcase_add_test(tc, test_wrap_padding);
     tcase_add_test(tc, test_batching);
