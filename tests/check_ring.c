@@ -4,7 +4,11 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <linux/futex.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -434,6 +438,17 @@ START_TEST(test_doorbell)
     char buf[8];
     ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
     ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    /* A consumer parked in FUTEX_WAIT (flag 2): the publish takes the flag
+     * and makes one FUTEX_WAKE, counted as a wake-up like the eventfd's. */
+    struct pm__ring_shared *sh = t.region;
+    atomic_store(&sh->cons_waiting, 2);
+    void *w;
+    ck_assert_int_eq(pm__ring_reserve(&t.prod, 1, &w), 0);
+    pm__ring_commit(&t.prod, 1);
+    ck_assert_int_eq(pm__ring_publish(&t.prod), 1);
+    ck_assert_uint_eq(t.prod.wakeups, 2);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 0);
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
     uint64_t t0 = pm_test_now_ns();
     ck_assert_int_eq(pm__ring_wait(&t.cons, 50), 0);
     ck_assert_uint_ge(pm_test_now_ns() - t0, 40 * 1000000u);
@@ -493,6 +508,14 @@ START_TEST(test_attach)
     tr_open(&t, 4096, 1024);
     struct pm__ring_shared *sh = t.region;
     pm__ring r;
+    /* An end starts with the default spin cap and start budget, parks on
+     * its own fd, wakes the other's, and in FUTEX_WAIT while allowed. */
+    ck_assert_uint_eq(t.cons.spin_ns, PM__RING_DEFAULT_SPIN_NS);
+    ck_assert_uint_eq(t.cons.spin_budget, PM__SPIN_START_NS);
+    ck_assert_int_eq(t.cons.park_fd, t.cons_efd);
+    ck_assert_int_eq(t.cons.wake_fd, t.prod_efd);
+    ck_assert_int_eq(t.prod.park_fd, t.prod_efd);
+    ck_assert_int_eq(t.cons.futex_ok, 1);
     ck_assert_int_eq(pm__ring_attach(&r, t.region, 4096, 1024, 0, -1, -1), -EINVAL);
     ck_assert_int_eq(pm__ring_attach(&r, t.region, 4096, 1024, 3, -1, -1), -EINVAL);
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -1131,6 +1154,138 @@ START_TEST(test_wait_flag_values)
 }
 END_TEST
 
+/* fd 0 is an fd like any other (a daemon's stdin closed and reused):
+ * an end whose eventfds are fd 0 wakes the other end through it and parks
+ * on it, not as if it had none (spinning, -1). */
+START_TEST(test_fd_zero)
+{
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    ck_assert_int_eq(dup2(t.cons_efd, 0), 0);
+    ck_assert_int_eq(pm__ring_attach(&t.prod, t.region, 4096, 64, PM__RING_PRODUCER, 0, t.prod_efd), 0);
+    ck_assert_int_eq(pm__ring_attach(&t.cons, t.region, 4096, 64, PM__RING_CONSUMER, t.prod_efd, 0), 0);
+    ck_assert_int_eq(pm__ring_arm(&t.cons), 0);
+    void *w;
+    ck_assert_int_eq(pm__ring_reserve(&t.prod, 1, &w), 0);
+    pm__ring_commit(&t.prod, 1);
+    ck_assert_int_eq(pm__ring_publish(&t.prod), 1);
+    ck_assert_uint_eq(t.prod.wakeups, 1);
+    uint64_t v = 0;
+    ck_assert_int_eq(read(0, &v, sizeof(v)), 8);
+    ck_assert_uint_eq(v, 1);
+    pm__ring_disarm(&t.cons);
+    char buf[8];
+    size_t len;
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    /* Parks on fd 0 (poll, as where futexes are refused), counted. */
+    t.cons.spin_ns = t.cons.spin_budget = 0;
+    t.cons.futex_ok = 0;
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 20), 0);
+    ck_assert_uint_ge(t.cons.parks, 1);
+    tr_close(&t);
+}
+END_TEST
+
+/* How a park takes each answer of its system call, made by a seccomp
+ * filter in a child (ring.c's park_futex and park): a wake-up (0), the flag
+ * already changed (EAGAIN), a timeout or an interruption leave futex
+ * parking on, and the wait goes on checking (and parking) until its
+ * deadline; a refusal (ENOSYS, EPERM: a kernel or a seccomp policy without
+ * futexes) turns it off for this end, which parks on its eventfd from then
+ * on. For the eventfd's poll: nothing ready (0) or an interruption go on
+ * until the deadline, with the doorbell's count left alone; any other
+ * failure is the wait's answer. errno holds a stale EBADF on entry: no
+ * answer may be taken from it. */
+static const struct {
+    int poll;    /* 0: the filter answers FUTEX_WAIT; 1: poll and ppoll */
+    int err;     /* the answer: 0 (the call "succeeds") or this errno */
+    int rc;      /* what the 100 ms wait returns */
+    int futex_ok; /* futex parking afterwards */
+} park_rows[] = {
+    {0, 0, 0, 1},      {0, EAGAIN, 0, 1}, {0, ETIMEDOUT, 0, 1}, {0, EINTR, 0, 1},
+    {0, ENOSYS, 0, 0}, {0, EPERM, 0, 0},  {1, 0, 0, 0},         {1, EINTR, 0, 0},
+    {1, ENOMEM, -ENOMEM, 0},
+};
+
+static int refuse_calls(int poll_calls, int err)
+{
+    struct sock_filter futex_prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_futex, 0, 3),
+        /* The op's low word: FUTEX_WAIT on a shared flag, the ring's park
+         * (the C library's own futexes are private ones). */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1]) +
+                                               (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 4 : 0)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FUTEX_WAIT, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (uint32_t)err),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+#ifdef SYS_poll
+    const uint32_t poll_nr = SYS_poll;
+#else
+    const uint32_t poll_nr = SYS_ppoll;
+#endif
+    struct sock_filter poll_prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, poll_nr, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ppoll, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (uint32_t)err),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = (unsigned short)(poll_calls ? ARRAY_LEN(poll_prog) : ARRAY_LEN(futex_prog)),
+                              .filter = poll_calls ? poll_prog : futex_prog};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -errno;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0 ? -errno : 0;
+}
+
+START_TEST(test_park_answers)
+{
+    struct result {
+        int installed, rc, futex_ok, count_left;
+        uint64_t parks;
+    } *res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(res, MAP_FAILED);
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    t.cons.spin_ns = t.cons.spin_budget = 0;
+    t.cons.futex_ok = !park_rows[_i].poll;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        res->installed = refuse_calls(park_rows[_i].poll, park_rows[_i].err);
+        if (res->installed < 0)
+            _exit(0);
+        uint64_t one = 1, v;
+        if (park_rows[_i].poll && write(t.cons_efd, &one, 8) != 8) /* a pending doorbell */
+            _exit(2);
+        errno = EBADF;
+        res->rc = pm__ring_wait(&t.cons, 100);
+        res->futex_ok = t.cons.futex_ok;
+        res->parks = t.cons.parks;
+        res->count_left = read(t.cons_efd, &v, 8) == 8;
+        _exit(0);
+    }
+    int status = pm_test_reap(pid, 30000);
+    ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    if (res->installed < 0) {
+        fprintf(stderr, "test_park_answers: no seccomp filter here (%s), not checked\n", strerror(-res->installed));
+        return;
+    }
+    ck_assert_msg(res->rc == park_rows[_i].rc, "row %d: wait returned %d, wants %d", _i, res->rc,
+                  park_rows[_i].rc);
+    ck_assert_msg(res->futex_ok == park_rows[_i].futex_ok, "row %d: futex_ok %d", _i, res->futex_ok);
+    /* A park that returned without a frame is followed by another until
+     * the deadline: 100 ms of calls the filter answers at once. */
+    if (park_rows[_i].rc == 0)
+        ck_assert_msg(res->parks >= 2, "row %d: %llu parks", _i, (unsigned long long)res->parks);
+    if (park_rows[_i].poll)
+        ck_assert_msg(res->count_left, "row %d: the doorbell's count was drained", _i);
+    munmap(res, 4096);
+    tr_close(&t);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- hostile peer */
 
 START_TEST(test_hostile_producer)
@@ -1438,6 +1593,8 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_poison_held_frame);
     tcase_add_test(tc, test_wait_flag_values);
     tcase_add_test(tc, test_hub_calls);
+    tcase_add_test(tc, test_fd_zero);
+    tcase_add_loop_test(tc, test_park_answers, 0, (int)ARRAY_LEN(park_rows));
     suite_add_tcase(s, tc);
     tc = pm_tcase("corruption", 30);
     tcase_add_loop_test(tc, test_corrupt_consumer_side, 0, 10);
