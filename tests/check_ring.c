@@ -4,6 +4,7 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/filter.h>
 #include <linux/futex.h>
 #include <linux/seccomp.h>
@@ -1058,6 +1059,149 @@ START_TEST(test_spin_gate)
 }
 END_TEST
 
+/* pm__spin_cpus counts the CPUs this process may run on (its affinity
+ * mask), not the ones online: a process held to one CPU has no second one
+ * for a spin. Asked first in a child held to one CPU (the count is cached
+ * per process). */
+START_TEST(test_spin_cpus_mask)
+{
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &set))
+        cpu++;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0)
+            _exit(100);
+        _exit((int)pm__spin_cpus());
+    }
+    int status = pm_test_reap(pid, 30000);
+    ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 1,
+                  "held to one CPU: %d CPUs (status %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -1, status);
+}
+END_TEST
+
+/* The 'S' of /proc/pid/stat: the process sleeps in a system call. */
+static int proc_sleeping(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    size_t n = pm_test_read_file(path, buf, sizeof(buf));
+    const char *e = n > 0 ? strrchr(buf, ')') : NULL;
+    return e != NULL && e[1] == ' ' && e[2] == 'S';
+}
+
+/* What a wait learns about spinning (ring.c's spin_then_park): a spin that
+ * kept its CPU and was not met (the frame came after the park) halves the
+ * budget; one that lost its CPU forgets it (0) and nothing is learnt from
+ * the wait; a gated wait (no spin allowed) learns nothing, and nor does a
+ * wait that ends in -EBADMSG. A child consumer with a 4 us budget waits,
+ * this process answers once it has announced its park (row 1: once it
+ * sleeps in FUTEX_WAIT, with an impossible index). Five rounds a row: a
+ * budget kept at 4000 in a round that learns (or halved in one that must
+ * not) is the failure; 0 (preempted) is always allowed where a spin ran. */
+START_TEST(test_wait_learns)
+{
+    enum { ROUNDS = 5, B = 4000 };
+    const int gated = _i == 2, hostile = _i == 1;
+    struct shared {
+        _Atomic int round;
+        int rc[ROUNDS];
+        uint32_t budget[ROUNDS];
+    } *sm = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(sm, MAP_FAILED);
+    test_ring t[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++)
+        tr_open(&t[i], 4096, 64);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        for (int i = 0; i < ROUNDS; i++) {
+            t[i].cons.spin_ns = 1000000;
+            t[i].cons.spin_budget = B;
+            sm->rc[i] = pm__ring_wait_gated(&t[i].cons, 20000, !gated);
+            sm->budget[i] = t[i].cons.spin_budget;
+            atomic_store(&sm->round, i + 1);
+        }
+        _exit(0);
+    }
+    for (int i = 0; i < ROUNDS; i++) {
+        struct pm__ring_shared *sh = t[i].region;
+        uint64_t end = pm_test_ms() + 20000;
+        while ((atomic_load(&sh->cons_waiting) == 0 || (hostile && !proc_sleeping(pid))) && pm_test_ms() < end)
+            usleep(100);
+        ck_assert_msg(atomic_load(&sh->cons_waiting) != 0, "round %d: the child never parked", i);
+        if (hostile) {
+            atomic_store(&sh->head, 3);
+            atomic_store(&sh->cons_waiting, 0);
+            syscall(SYS_futex, (uint32_t *)&sh->cons_waiting, FUTEX_WAKE, 1, NULL, NULL, 0);
+        } else {
+            ck_assert_int_eq(pm_test_ring_send(&t[i].prod, "x", 1), 0);
+        }
+        while (atomic_load(&sm->round) <= i && pm_test_ms() < end)
+            usleep(100);
+    }
+    int status = pm_test_reap(pid, 30000);
+    ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    for (int i = 0; i < ROUNDS; i++) {
+        ck_assert_msg(sm->rc[i] == (hostile ? -EBADMSG : 1), "row %d round %d: wait returned %d", _i, i, sm->rc[i]);
+        uint32_t b = sm->budget[i];
+        if (gated)
+            ck_assert_msg(b == B, "gated round %d: budget %u, wants %u kept", i, b, B);
+        else if (hostile)
+            ck_assert_msg(b == B || b == 0, "round %d: budget %u after -EBADMSG, wants %u (or 0)", i, b, B);
+        else
+            ck_assert_msg(b == B / 2 || b == 0, "round %d: budget %u, wants %u (or 0)", i, b, B / 2);
+    }
+    for (int i = 0; i < ROUNDS; i++)
+        tr_close(&t[i]);
+    munmap(sm, 4096);
+}
+END_TEST
+
+/* A spin that keeps its CPU to the end and is not met keeps its budget
+ * when the wait then times out (nothing is learnt from a timeout); one that
+ * loses its CPU mid-spin forgets it. Kept: a 20 us spin, tried until one
+ * round was not preempted (on a busy machine some are). Lost: this process
+ * and a busy child held to one CPU, a spin of up to 4 s that the scheduler
+ * cuts within its first time slices. */
+START_TEST(test_spin_preempted)
+{
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    int kept = 0;
+    for (int i = 0; i < 200 && !kept; i++) {
+        t.cons.spin_ns = t.cons.spin_budget = 20000;
+        ck_assert_int_eq(pm__ring_wait(&t.cons, 1), 0);
+        kept = t.cons.spin_budget == 20000;
+    }
+    ck_assert_msg(kept, "no 20 us spin in 200 kept its budget");
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &set))
+        cpu++;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        for (;;)
+            ;
+    t.cons.spin_ns = t.cons.spin_budget = 4000000000u;
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 1), 0);
+    kill(pid, SIGKILL);
+    pm_test_reap(pid, 5000);
+    ck_assert_uint_eq(t.cons.spin_budget, 0);
+    tr_close(&t);
+}
+END_TEST
+
 START_TEST(test_two_process_pingpong_parked)
 {
     /* Round trips with spinning turned off: every hand-off parks and every
@@ -1603,6 +1747,11 @@ static Suite *ring_suite(void)
     tc = pm_tcase("two-process", 120);
     tcase_add_test(tc, test_two_process_stream);
     tcase_add_loop_test(tc, test_two_process_pingpong_parked, 0, 3);
+    suite_add_tcase(s, tc);
+    tc = pm_tcase("spin", 60);
+    tcase_add_test(tc, test_spin_cpus_mask);
+    tcase_add_loop_test(tc, test_wait_learns, 0, 3);
+    tcase_add_test(tc, test_spin_preempted);
     suite_add_tcase(s, tc);
     tc = pm_tcase("hostile", 60);
     tcase_add_test(tc, test_hostile_producer);
