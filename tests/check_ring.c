@@ -1163,6 +1163,42 @@ START_TEST(test_wait_learns)
 }
 END_TEST
 
+/* A gated wait (pm__ring_wait_gated, may_spin 0) does not spin at all, so
+ * it learns nothing even when the frame comes right after its first check
+ * (where a spin would have met it): a child publishes a frame whenever the
+ * ring is empty, this process consumes with gated waits, many times, and
+ * the budget of 0 it started with stays 0 (the quick-park probe of a wait
+ * allowed to spin would raise it). */
+START_TEST(test_gated_no_spin)
+{
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    struct pm__ring_shared *sh = t.region;
+    t.cons.spin_ns = 1000000;
+    t.cons.spin_budget = 0;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        for (;;)
+            if (atomic_load(&sh->tail) == t.prod.head && pm_test_ring_send(&t.prod, "x", 1) != 0)
+                _exit(2);
+    }
+    for (int i = 0; i < 20000; i++) {
+        if (pm__ring_wait_gated(&t.cons, 10000, 0) != 1)
+            ck_abort_msg("round %d: no frame", i);
+        char buf[8];
+        size_t len;
+        while (recv_one(&t.cons, buf, sizeof(buf), &len) == 1)
+            ;
+        if (t.cons.spin_budget != 0)
+            ck_abort_msg("round %d: a gated wait learnt a budget of %u", i, t.cons.spin_budget);
+    }
+    kill(pid, SIGKILL);
+    pm_test_reap(pid, 5000);
+    tr_close(&t);
+}
+END_TEST
+
 /* A spin that keeps its CPU to the end and is not met keeps its budget
  * when the wait then times out (nothing is learnt from a timeout); one that
  * loses its CPU mid-spin forgets it. Kept: a 20 us spin, tried until one
@@ -1751,6 +1787,7 @@ static Suite *ring_suite(void)
     tc = pm_tcase("spin", 60);
     tcase_add_test(tc, test_spin_cpus_mask);
     tcase_add_loop_test(tc, test_wait_learns, 0, 3);
+    tcase_add_test(tc, test_gated_no_spin);
     tcase_add_test(tc, test_spin_preempted);
     suite_add_tcase(s, tc);
     tc = pm_tcase("hostile", 60);
