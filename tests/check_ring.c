@@ -1059,6 +1059,14 @@ START_TEST(test_spin_gate)
 }
 END_TEST
 
+/* Leaves the stack below the caller's frame all ones: what an uninitialized
+ * local of the next call would find. */
+static __attribute__((noinline)) void dirty_stack(void)
+{
+    volatile unsigned char junk[16384];
+    memset((void *)junk, 0xff, sizeof(junk));
+}
+
 /* pm__spin_cpus counts the CPUs this process may run on (its affinity
  * mask), not the ones online: a process held to one CPU has no second one
  * for a spin. Asked first in a child held to one CPU (the count is cached
@@ -1082,6 +1090,27 @@ START_TEST(test_spin_cpus_mask)
     int status = pm_test_reap(pid, 30000);
     ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 1,
                   "held to one CPU: %d CPUs (status %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -1, status);
+    /* sched_getaffinity refused (a seccomp policy): the online count, never
+     * a count of the mask it did not fill (the stack below is all ones). */
+    pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct sock_filter prog[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sched_getaffinity, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog fp = {.len = ARRAY_LEN(prog), .filter = prog};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp) < 0)
+            _exit(0); /* no seccomp here: nothing to check */
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        dirty_stack();
+        _exit(pm__spin_cpus() == (online > 0 ? (unsigned)online : 1u) ? 0 : 1);
+    }
+    status = pm_test_reap(pid, 30000);
+    ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "sched_getaffinity refused: not the online count (status %d)", status);
 }
 END_TEST
 
