@@ -1245,10 +1245,10 @@ START_TEST(test_spin_preempted)
         kept = t.cons.spin_budget == 20000;
     }
     ck_assert_msg(kept, "no 20 us spin in 200 kept its budget");
-    cpu_set_t set;
-    ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+    cpu_set_t set, all;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
     int cpu = 0;
-    while (!CPU_ISSET(cpu, &set))
+    while (!CPU_ISSET(cpu, &all))
         cpu++;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
@@ -1262,6 +1262,7 @@ START_TEST(test_spin_preempted)
     ck_assert_int_eq(pm__ring_wait(&t.cons, 1), 0);
     kill(pid, SIGKILL);
     pm_test_reap(pid, 5000);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof(all), &all), 0);
     ck_assert_uint_eq(t.cons.spin_budget, 0);
     tr_close(&t);
 }
