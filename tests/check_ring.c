@@ -4,7 +4,12 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <sched.h>
+#include <linux/filter.h>
 #include <linux/futex.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -152,7 +157,7 @@ END_TEST
  * rather than waiting for a hub that cannot be trusted. */
 START_TEST(test_consumed_poisoned)
 {
-    static const uint64_t bad_tail[] = {4096, 3};
+    static const uint64_t bad_tail[] = {4096, 3, 1};
     for (size_t i = 0; i < ARRAY_LEN(bad_tail); i++) {
         test_ring t;
         tr_open(&t, 4096, 1024);
@@ -167,6 +172,139 @@ START_TEST(test_consumed_poisoned)
         ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end1, 0), -EBADMSG);
         tr_close(&t);
     }
+}
+END_TEST
+
+/* The producer's checks of its caller and of the consumer's index, each at
+ * its edge. A consumer index is read only when the cached one says no
+ * (ring.c's fits and consumed_within): an index the consumer has scribbled
+ * meanwhile is not looked at while the cache answers, so the exact fit and
+ * the exact "consumed" still succeed on a ring whose consumer wrote a
+ * misaligned tail, and only the next real look poisons it. */
+START_TEST(test_producer_edges)
+{
+    test_ring t;
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    char buf[1024] = {0};
+    size_t len;
+    const void *p;
+    void *w;
+    /* wait_space's sizes: 1..max_frame, as reserve's. */
+    ck_assert_int_eq(pm__ring_wait_space(&t.prod, 0, 0), -EINVAL);
+    ck_assert_int_eq(pm__ring_wait_space(&t.prod, 1025, 0), -EMSGSIZE);
+    ck_assert_int_eq(pm__ring_wait_space(&t.prod, 1024, 0), 1);
+    /* commit with a length of 0 or above the reservation is ignored and
+     * the reservation stays open for the right one. */
+    ck_assert_int_eq(pm__ring_reserve(&t.prod, 8, &w), 0);
+    memcpy(w, "abcd", 4);
+    pm__ring_commit(&t.prod, 0);
+    pm__ring_commit(&t.prod, 9);
+    ck_assert_uint_eq(pm__ring_head(&t.prod), 0);
+    pm__ring_commit(&t.prod, 4);
+    pm__ring_publish(&t.prod);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    ck_assert_uint_eq(len, 4);
+    ck_assert_int_eq(memcmp(p, "abcd", 4), 0);
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 0);
+    uint64_t end = pm__ring_head(&t.prod);
+    /* wait_consumed: pos up to the head; the head itself is consumed once
+     * everything was handed back, one past it is a caller error. */
+    ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end, 0), 1);
+    ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end + 8, 0), -EINVAL);
+    ck_assert_int_eq(pm__ring_wait_consumed(&t.prod, end + 8, 1000), -EINVAL);
+    /* The cache (refreshed just above) answers "consumed up to end":
+     * the scribbled tail is not read. */
+    atomic_store(&sh->tail, 3);
+    ck_assert_int_eq(pm__ring_consumed(&t.prod, end), 1);
+    tr_close(&t);
+    /* 56-byte payloads, 64-byte records: an empty ring takes 64 of them,
+     * the last filling it exactly, without a look at the tail. */
+    tr_open(&t, 4096, 1024);
+    sh = t.region;
+    for (int i = 0; i < 63; i++)
+        ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 56), 0);
+    atomic_store(&sh->tail, 3);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 56), 0);
+    /* Full: the next send looks, and the tail poisons the ring. */
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, buf, 8), -EBADMSG);
+    tr_close(&t);
+}
+END_TEST
+
+/* The consumer's checks of the producer's index and records, each at its
+ * edge, and what a poisoned consumer no longer does. */
+START_TEST(test_consumer_edges)
+{
+    test_ring t;
+    const void *p;
+    size_t len;
+    /* An index that moves backwards (still within a capacity of what was
+     * handed back), or is odd, poisons: pm__ring_beyond refreshes it. */
+    static const uint64_t bad_head[] = {16, 33};
+    for (size_t i = 0; i < ARRAY_LEN(bad_head); i++) {
+        tr_open(&t, 4096, 1024);
+        struct pm__ring_shared *sh = t.region;
+        ck_assert_int_eq(pm_test_ring_send(&t.prod, "one", 3), 0);
+        ck_assert_int_eq(pm_test_ring_send(&t.prod, "two", 3), 0);
+        ck_assert_int_eq(pm__ring_beyond(&t.cons, 0), 1);
+        atomic_store(&sh->head, bad_head[i]);
+        ck_assert_msg(pm__ring_beyond(&t.cons, 0) == -EBADMSG, "head %llu accepted",
+                      (unsigned long long)bad_head[i]);
+        tr_close(&t);
+    }
+    /* A padding record not followed by a frame in what was published (it
+     * reaches past the index): poison, though a frame from an earlier lap
+     * is still at the start of the data area. */
+    tr_open(&t, 4096, 1024);
+    struct pm__ring_shared *sh = t.region;
+    unsigned char *data = (unsigned char *)t.region + PM__RING_HDR_SIZE;
+    uint64_t rec = 5;
+    memcpy(data, &rec, 8);
+    memcpy(data + 8, "hello", 5);
+    atomic_store(&sh->head, 4080);
+    atomic_store(&sh->tail, 4080);
+    pm__ring cons;
+    ck_assert_int_eq(pm__ring_attach(&cons, t.region, 4096, 1024, PM__RING_CONSUMER, -1, -1), 0);
+    rec = 8 | ((uint64_t)1 << 32);
+    memcpy(data + 4080, &rec, 8);
+    atomic_store(&sh->head, 4088);
+    ck_assert_int_eq(pm__ring_peek(&cons, &p, &len), -EBADMSG);
+    tr_close(&t);
+    /* Frames seen but not looked at since are there without a look at the
+     * producer's index (has_data): a scribbled one poisons only the look
+     * that needs it. A poisoned consumer hands nothing back. */
+    tr_open(&t, 4096, 1024);
+    sh = t.region;
+    t.cons.spin_ns = t.cons.spin_budget = 0;
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "one", 3), 0);
+    ck_assert_int_eq(pm_test_ring_send(&t.prod, "two", 3), 0);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    pm__ring_consume(&t.cons);
+    atomic_store(&sh->head, 3);
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 0), 1);
+    ck_assert_int_eq(pm__ring_arm(&t.cons), 1);
+    ck_assert_int_eq(pm__ring_peek(&t.cons, &p, &len), 1);
+    ck_assert_int_eq(memcmp(p, "two", 3), 0);
+    pm__ring_consume(&t.cons);
+    /* Now nothing is left unseen: the look poisons, so the ring is not
+     * "empty", and the 16 bytes of "two" are not handed back. */
+    ck_assert_uint_eq(atomic_load(&sh->tail), 16);
+    ck_assert_int_eq(pm__ring_empty(&t.cons), 0);
+    ck_assert_int_eq(pm__ring_release(&t.cons), 0);
+    ck_assert_uint_eq(atomic_load(&sh->tail), 16);
+    ck_assert_int_eq(pm__ring_arm(&t.cons), -EBADMSG);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 0);
+    ck_assert_uint_eq(atomic_load(&sh->tail), 16);
+    tr_close(&t);
+    /* The same look from pm__ring_arm: it says so and stays disarmed. */
+    tr_open(&t, 4096, 1024);
+    sh = t.region;
+    atomic_store(&sh->head, 3);
+    ck_assert_int_eq(pm__ring_arm(&t.cons), -EBADMSG);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 0);
+    tr_close(&t);
 }
 END_TEST
 
@@ -301,6 +439,17 @@ START_TEST(test_doorbell)
     char buf[8];
     ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
     ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    /* A consumer parked in FUTEX_WAIT (flag 2): the publish takes the flag
+     * and makes one FUTEX_WAKE, counted as a wake-up like the eventfd's. */
+    struct pm__ring_shared *sh = t.region;
+    atomic_store(&sh->cons_waiting, 2);
+    void *w;
+    ck_assert_int_eq(pm__ring_reserve(&t.prod, 1, &w), 0);
+    pm__ring_commit(&t.prod, 1);
+    ck_assert_int_eq(pm__ring_publish(&t.prod), 1);
+    ck_assert_uint_eq(t.prod.wakeups, 2);
+    ck_assert_uint_eq(atomic_load(&sh->cons_waiting), 0);
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
     uint64_t t0 = pm_test_now_ns();
     ck_assert_int_eq(pm__ring_wait(&t.cons, 50), 0);
     ck_assert_uint_ge(pm_test_now_ns() - t0, 40 * 1000000u);
@@ -360,6 +509,14 @@ START_TEST(test_attach)
     tr_open(&t, 4096, 1024);
     struct pm__ring_shared *sh = t.region;
     pm__ring r;
+    /* An end starts with the default spin cap and start budget, parks on
+     * its own fd, wakes the other's, and in FUTEX_WAIT while allowed. */
+    ck_assert_uint_eq(t.cons.spin_ns, PM__RING_DEFAULT_SPIN_NS);
+    ck_assert_uint_eq(t.cons.spin_budget, PM__SPIN_START_NS);
+    ck_assert_int_eq(t.cons.park_fd, t.cons_efd);
+    ck_assert_int_eq(t.cons.wake_fd, t.prod_efd);
+    ck_assert_int_eq(t.prod.park_fd, t.prod_efd);
+    ck_assert_int_eq(t.cons.futex_ok, 1);
     ck_assert_int_eq(pm__ring_attach(&r, t.region, 4096, 1024, 0, -1, -1), -EINVAL);
     ck_assert_int_eq(pm__ring_attach(&r, t.region, 4096, 1024, 3, -1, -1), -EINVAL);
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -904,6 +1061,215 @@ START_TEST(test_spin_gate)
 }
 END_TEST
 
+/* Leaves the stack below the caller's frame all ones: what an uninitialized
+ * local of the next call would find. */
+static __attribute__((noinline)) void dirty_stack(void)
+{
+    volatile unsigned char junk[16384];
+    memset((void *)junk, 0xff, sizeof(junk));
+}
+
+/* pm__spin_cpus counts the CPUs this process may run on (its affinity
+ * mask), not the ones online: a process held to one CPU has no second one
+ * for a spin. Asked first in a child held to one CPU (the count is cached
+ * per process). */
+START_TEST(test_spin_cpus_mask)
+{
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &set))
+        cpu++;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0)
+            _exit(100);
+        _exit((int)pm__spin_cpus());
+    }
+    int status = pm_test_reap(pid, 30000);
+    ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 1,
+                  "held to one CPU: %d CPUs (status %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -1, status);
+    /* sched_getaffinity refused (a seccomp policy): the online count, never
+     * a count of the mask it did not fill (the stack below is all ones). */
+    pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct sock_filter prog[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sched_getaffinity, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog fp = {.len = ARRAY_LEN(prog), .filter = prog};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp) < 0)
+            _exit(0); /* no seccomp here: nothing to check */
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        dirty_stack();
+        _exit(pm__spin_cpus() == (online > 0 ? (unsigned)online : 1u) ? 0 : 1);
+    }
+    status = pm_test_reap(pid, 30000);
+    ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "sched_getaffinity refused: not the online count (status %d)", status);
+}
+END_TEST
+
+/* The 'S' of /proc/pid/stat: the process sleeps in a system call. */
+static int proc_sleeping(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    size_t n = pm_test_read_file(path, buf, sizeof(buf));
+    const char *e = n > 0 ? strrchr(buf, ')') : NULL;
+    return e != NULL && e[1] == ' ' && e[2] == 'S';
+}
+
+/* What a wait learns about spinning (ring.c's spin_then_park): a spin that
+ * kept its CPU and was not met (the frame came after the park) halves the
+ * budget; one that lost its CPU forgets it (0) and nothing is learnt from
+ * the wait; a gated wait (no spin allowed) learns nothing, and nor does a
+ * wait that ends in -EBADMSG. A child consumer with a 4 us budget waits,
+ * this process answers once it has announced its park (row 1: once it
+ * sleeps in FUTEX_WAIT, with an impossible index). Five rounds a row: a
+ * budget kept at 4000 in a round that learns (or halved in one that must
+ * not) is the failure; 0 (preempted) is always allowed where a spin ran. */
+START_TEST(test_wait_learns)
+{
+    enum { ROUNDS = 5, B = 4000 };
+    const int gated = _i == 2, hostile = _i == 1;
+    struct shared {
+        _Atomic int round;
+        int rc[ROUNDS];
+        uint32_t budget[ROUNDS];
+    } *sm = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(sm, MAP_FAILED);
+    test_ring t[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++)
+        tr_open(&t[i], 4096, 64);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        for (int i = 0; i < ROUNDS; i++) {
+            t[i].cons.spin_ns = 1000000;
+            t[i].cons.spin_budget = B;
+            sm->rc[i] = pm__ring_wait_gated(&t[i].cons, 20000, !gated);
+            sm->budget[i] = t[i].cons.spin_budget;
+            atomic_store(&sm->round, i + 1);
+        }
+        _exit(0);
+    }
+    for (int i = 0; i < ROUNDS; i++) {
+        struct pm__ring_shared *sh = t[i].region;
+        uint64_t end = pm_test_ms() + 20000;
+        while ((atomic_load(&sh->cons_waiting) == 0 || (hostile && !proc_sleeping(pid))) && pm_test_ms() < end)
+            usleep(100);
+        ck_assert_msg(atomic_load(&sh->cons_waiting) != 0, "round %d: the child never parked", i);
+        if (hostile) {
+            atomic_store(&sh->head, 3);
+            atomic_store(&sh->cons_waiting, 0);
+            syscall(SYS_futex, (uint32_t *)&sh->cons_waiting, FUTEX_WAKE, 1, NULL, NULL, 0);
+        } else {
+            ck_assert_int_eq(pm_test_ring_send(&t[i].prod, "x", 1), 0);
+        }
+        while (atomic_load(&sm->round) <= i && pm_test_ms() < end)
+            usleep(100);
+    }
+    int status = pm_test_reap(pid, 30000);
+    ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    for (int i = 0; i < ROUNDS; i++) {
+        ck_assert_msg(sm->rc[i] == (hostile ? -EBADMSG : 1), "row %d round %d: wait returned %d", _i, i, sm->rc[i]);
+        uint32_t b = sm->budget[i];
+        if (gated)
+            ck_assert_msg(b == B, "gated round %d: budget %u, wants %u kept", i, b, B);
+        else if (hostile)
+            ck_assert_msg(b == B || b == 0, "round %d: budget %u after -EBADMSG, wants %u (or 0)", i, b, B);
+        else
+            ck_assert_msg(b == B / 2 || b == 0, "round %d: budget %u, wants %u (or 0)", i, b, B / 2);
+    }
+    for (int i = 0; i < ROUNDS; i++)
+        tr_close(&t[i]);
+    munmap(sm, 4096);
+}
+END_TEST
+
+/* A gated wait (pm__ring_wait_gated, may_spin 0) does not spin at all, so
+ * it learns nothing even when the frame comes right after its first check
+ * (where a spin would have met it): a child publishes a frame whenever the
+ * ring is empty, this process consumes with gated waits, many times, and
+ * the budget of 0 it started with stays 0 (the quick-park probe of a wait
+ * allowed to spin would raise it). */
+START_TEST(test_gated_no_spin)
+{
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    struct pm__ring_shared *sh = t.region;
+    t.cons.spin_ns = 1000000;
+    t.cons.spin_budget = 0;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        for (;;)
+            if (atomic_load(&sh->tail) == t.prod.head && pm_test_ring_send(&t.prod, "x", 1) != 0)
+                _exit(2);
+    }
+    for (int i = 0; i < 20000; i++) {
+        if (pm__ring_wait_gated(&t.cons, 10000, 0) != 1)
+            ck_abort_msg("round %d: no frame", i);
+        char buf[8];
+        size_t len;
+        while (recv_one(&t.cons, buf, sizeof(buf), &len) == 1)
+            ;
+        if (t.cons.spin_budget != 0)
+            ck_abort_msg("round %d: a gated wait learnt a budget of %u", i, t.cons.spin_budget);
+    }
+    kill(pid, SIGKILL);
+    pm_test_reap(pid, 5000);
+    tr_close(&t);
+}
+END_TEST
+
+/* A spin that keeps its CPU to the end and is not met keeps its budget
+ * when the wait then times out (nothing is learnt from a timeout); one that
+ * loses its CPU mid-spin forgets it. Kept: a 20 us spin, tried until one
+ * round was not preempted (on a busy machine some are). Lost: this process
+ * and a busy child held to one CPU, a spin of up to 4 s that the scheduler
+ * cuts within its first time slices. */
+START_TEST(test_spin_preempted)
+{
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    int kept = 0;
+    for (int i = 0; i < 200 && !kept; i++) {
+        t.cons.spin_ns = t.cons.spin_budget = 20000;
+        ck_assert_int_eq(pm__ring_wait(&t.cons, 1), 0);
+        kept = t.cons.spin_budget == 20000;
+    }
+    ck_assert_msg(kept, "no 20 us spin in 200 kept its budget");
+    cpu_set_t set, all;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &all))
+        cpu++;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        for (;;)
+            ;
+    t.cons.spin_ns = t.cons.spin_budget = 4000000000u;
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 1), 0);
+    kill(pid, SIGKILL);
+    pm_test_reap(pid, 5000);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof(all), &all), 0);
+    ck_assert_uint_eq(t.cons.spin_budget, 0);
+    tr_close(&t);
+}
+END_TEST
+
 START_TEST(test_two_process_pingpong_parked)
 {
     /* Round trips with spinning turned off: every hand-off parks and every
@@ -996,6 +1362,138 @@ START_TEST(test_wait_flag_values)
     int status = pm_test_reap(pid, 30000);
     ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "the parked consumer was not woken by FUTEX_WAKE (status %d)", status);
+    tr_close(&t);
+}
+END_TEST
+
+/* fd 0 is an fd like any other (a daemon's stdin closed and reused):
+ * an end whose eventfds are fd 0 wakes the other end through it and parks
+ * on it, not as if it had none (spinning, -1). */
+START_TEST(test_fd_zero)
+{
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    ck_assert_int_eq(dup2(t.cons_efd, 0), 0);
+    ck_assert_int_eq(pm__ring_attach(&t.prod, t.region, 4096, 64, PM__RING_PRODUCER, 0, t.prod_efd), 0);
+    ck_assert_int_eq(pm__ring_attach(&t.cons, t.region, 4096, 64, PM__RING_CONSUMER, t.prod_efd, 0), 0);
+    ck_assert_int_eq(pm__ring_arm(&t.cons), 0);
+    void *w;
+    ck_assert_int_eq(pm__ring_reserve(&t.prod, 1, &w), 0);
+    pm__ring_commit(&t.prod, 1);
+    ck_assert_int_eq(pm__ring_publish(&t.prod), 1);
+    ck_assert_uint_eq(t.prod.wakeups, 1);
+    uint64_t v = 0;
+    ck_assert_int_eq(read(0, &v, sizeof(v)), 8);
+    ck_assert_uint_eq(v, 1);
+    pm__ring_disarm(&t.cons);
+    char buf[8];
+    size_t len;
+    ck_assert_int_eq(recv_one(&t.cons, buf, sizeof(buf), &len), 1);
+    /* Parks on fd 0 (poll, as where futexes are refused), counted. */
+    t.cons.spin_ns = t.cons.spin_budget = 0;
+    t.cons.futex_ok = 0;
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 20), 0);
+    ck_assert_uint_ge(t.cons.parks, 1);
+    tr_close(&t);
+}
+END_TEST
+
+/* How a park takes each answer of its system call, made by a seccomp
+ * filter in a child (ring.c's park_futex and park): a wake-up (0), the flag
+ * already changed (EAGAIN), a timeout or an interruption leave futex
+ * parking on, and the wait goes on checking (and parking) until its
+ * deadline; a refusal (ENOSYS, EPERM: a kernel or a seccomp policy without
+ * futexes) turns it off for this end, which parks on its eventfd from then
+ * on. For the eventfd's poll: nothing ready (0) or an interruption go on
+ * until the deadline, with the doorbell's count left alone; any other
+ * failure is the wait's answer. errno holds a stale EBADF on entry: no
+ * answer may be taken from it. */
+static const struct {
+    int poll;    /* 0: the filter answers FUTEX_WAIT; 1: poll and ppoll */
+    int err;     /* the answer: 0 (the call "succeeds") or this errno */
+    int rc;      /* what the 100 ms wait returns */
+    int futex_ok; /* futex parking afterwards */
+} park_rows[] = {
+    {0, 0, 0, 1},      {0, EAGAIN, 0, 1}, {0, ETIMEDOUT, 0, 1}, {0, EINTR, 0, 1},
+    {0, ENOSYS, 0, 0}, {0, EPERM, 0, 0},  {1, 0, 0, 0},         {1, EINTR, 0, 0},
+    {1, ENOMEM, -ENOMEM, 0},
+};
+
+static int refuse_calls(int poll_calls, int err)
+{
+    struct sock_filter futex_prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_futex, 0, 3),
+        /* The op's low word: FUTEX_WAIT on a shared flag, the ring's park
+         * (the C library's own futexes are private ones). */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1]) +
+                                               (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 4 : 0)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FUTEX_WAIT, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (uint32_t)err),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+#ifdef SYS_poll
+    const uint32_t poll_nr = SYS_poll;
+#else
+    const uint32_t poll_nr = SYS_ppoll;
+#endif
+    struct sock_filter poll_prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, poll_nr, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ppoll, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (uint32_t)err),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = (unsigned short)(poll_calls ? ARRAY_LEN(poll_prog) : ARRAY_LEN(futex_prog)),
+                              .filter = poll_calls ? poll_prog : futex_prog};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -errno;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0 ? -errno : 0;
+}
+
+START_TEST(test_park_answers)
+{
+    struct result {
+        int installed, rc, futex_ok, count_left;
+        uint64_t parks;
+    } *res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(res, MAP_FAILED);
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    t.cons.spin_ns = t.cons.spin_budget = 0;
+    t.cons.futex_ok = !park_rows[_i].poll;
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        res->installed = refuse_calls(park_rows[_i].poll, park_rows[_i].err);
+        if (res->installed < 0)
+            _exit(0);
+        uint64_t one = 1, v;
+        if (park_rows[_i].poll && write(t.cons_efd, &one, 8) != 8) /* a pending doorbell */
+            _exit(2);
+        errno = EBADF;
+        res->rc = pm__ring_wait(&t.cons, 100);
+        res->futex_ok = t.cons.futex_ok;
+        res->parks = t.cons.parks;
+        res->count_left = read(t.cons_efd, &v, 8) == 8;
+        _exit(0);
+    }
+    int status = pm_test_reap(pid, 30000);
+    ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    if (res->installed < 0) {
+        fprintf(stderr, "test_park_answers: no seccomp filter here (%s), not checked\n", strerror(-res->installed));
+        return;
+    }
+    ck_assert_msg(res->rc == park_rows[_i].rc, "row %d: wait returned %d, wants %d", _i, res->rc,
+                  park_rows[_i].rc);
+    ck_assert_msg(res->futex_ok == park_rows[_i].futex_ok, "row %d: futex_ok %d", _i, res->futex_ok);
+    /* A park that returned without a frame is followed by another until
+     * the deadline: 100 ms of calls the filter answers at once. */
+    if (park_rows[_i].rc == 0)
+        ck_assert_msg(res->parks >= 2, "row %d: %llu parks", _i, (unsigned long long)res->parks);
+    if (park_rows[_i].poll)
+        ck_assert_msg(res->count_left, "row %d: the doorbell's count was drained", _i);
+    munmap(res, 4096);
     tr_close(&t);
 }
 END_TEST
@@ -1290,6 +1788,8 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_empty_and_one);
     tcase_add_test(tc, test_consumed);
     tcase_add_test(tc, test_consumed_poisoned);
+    tcase_add_test(tc, test_producer_edges);
+    tcase_add_test(tc, test_consumer_edges);
     tcase_add_test(tc, test_full_and_sizes);
     tcase_add_test(tc, test_wrap_padding);
     tcase_add_test(tc, test_batching);
@@ -1305,6 +1805,8 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_poison_held_frame);
     tcase_add_test(tc, test_wait_flag_values);
     tcase_add_test(tc, test_hub_calls);
+    tcase_add_test(tc, test_fd_zero);
+    tcase_add_loop_test(tc, test_park_answers, 0, (int)ARRAY_LEN(park_rows));
     suite_add_tcase(s, tc);
     tc = pm_tcase("corruption", 30);
     tcase_add_loop_test(tc, test_corrupt_consumer_side, 0, 10);
@@ -1313,6 +1815,12 @@ static Suite *ring_suite(void)
     tc = pm_tcase("two-process", 120);
     tcase_add_test(tc, test_two_process_stream);
     tcase_add_loop_test(tc, test_two_process_pingpong_parked, 0, 3);
+    suite_add_tcase(s, tc);
+    tc = pm_tcase("spin", 60);
+    tcase_add_test(tc, test_spin_cpus_mask);
+    tcase_add_loop_test(tc, test_wait_learns, 0, 3);
+    tcase_add_test(tc, test_gated_no_spin);
+    tcase_add_test(tc, test_spin_preempted);
     suite_add_tcase(s, tc);
     tc = pm_tcase("hostile", 60);
     tcase_add_test(tc, test_hostile_producer);
