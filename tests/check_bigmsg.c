@@ -7,7 +7,10 @@
  * as one, a frame without its fd, an fd without its frame) fenced with the
  * other worker unaffected, no fd left behind in the supervisor, and the
  * cap on the fds the hub holds per sender (backpressure, nothing lost, no
- * busy loop while a destination does not read).
+ * busy loop while a destination does not read); and bigmsg.c's calls on
+ * edge input: a refused fd left untouched, a refused mapping, F_GETFL
+ * failing or reading 0, real socket errors, short, long and empty records,
+ * a stale EINTR, a refused record closing only its own fds.
  *
  * The exec-mode worker is this program itself, run as "check_bigmsg worker".
  * A case this host cannot run (not root, no MFD_HUGETLB, a
@@ -23,10 +26,15 @@
 #include <signal.h>
 #include <inttypes.h>
 #include <grp.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 
 #include "internals.h"
 #include "channel/bigmsg.h"
@@ -1318,6 +1326,288 @@ START_TEST(test_fdpass_extra_fds_closed)
 }
 END_TEST
 
+/* pm__bigmsg_check: the hole scan moves the file offset, which the sender
+ * shares (bigmsg.c, paid_for), so it runs only on an fd that passed every
+ * other check (a sealed memfd, which nobody reads through its offset): a
+ * refused fd, here one announced a byte short and one never sealed, whose
+ * sender may still write through it, keeps its offset where its sender
+ * left it. And pm__bigmsg_map: a mapping the kernel refuses (a write-only
+ * fd: EACCES; a pipe: ENODEV) is that error, with *map left alone. */
+START_TEST(test_refused_fd_untouched_and_map_failure)
+{
+    buffers();
+    fill(mbuf, MIB, 11);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    int plain = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ck_assert_int_ge(plain, 0);
+    ck_assert_int_eq(write(plain, mbuf, MIB), (ssize_t)MIB);
+    ck_assert_int_eq(lseek(fd, 0, SEEK_SET), 0);
+    ck_assert_int_eq(lseek(plain, 0, SEEK_SET), 0);
+    ck_assert_int_eq(pm__bigmsg_check(fd, MIB - 1, MAX_MSG), -EPROTO);
+    ck_assert_int_eq(lseek(fd, 0, SEEK_CUR), 0);
+    ck_assert_int_eq(pm__bigmsg_check(plain, MIB, MAX_MSG), -EPROTO);
+    ck_assert_int_eq(lseek(plain, 0, SEEK_CUR), 0);
+    close(plain);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    int wfd = open(path, O_WRONLY | O_CLOEXEC);
+    ck_assert_int_ge(wfd, 0);
+    const void *map = mbuf;
+    ck_assert_int_eq(pm__bigmsg_map(wfd, MIB, &map), -EACCES);
+    ck_assert_ptr_eq(map, mbuf);
+    close(wfd);
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    ck_assert_int_eq(pm__bigmsg_map(p[0], MIB, &map), -ENODEV);
+    ck_assert_ptr_eq(map, mbuf);
+    close(p[0]);
+    close(p[1]);
+    close(fd);
+}
+END_TEST
+
+#if defined(__x86_64__)
+#define PM_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define PM_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#elif defined(__i386__)
+#define PM_AUDIT_ARCH AUDIT_ARCH_I386
+#endif
+#ifdef __NR_fcntl64
+#define PM_NR_FCNTL __NR_fcntl64 /* glibc's fcntl on a 32-bit architecture */
+#elif defined(__NR_fcntl)
+#define PM_NR_FCNTL __NR_fcntl
+#endif
+
+#if defined(PM_AUDIT_ARCH) && defined(PM_NR_FCNTL)
+/* In a child of the test: F_GETFL on fd answered by a seccomp filter with
+ * -err (err 0: the call "succeeds" with flags 0), then both checks on fd,
+ * a good memfd of MIB bytes. Exits 0 when they give want, 1 when not, 2
+ * when the filter cannot be installed. */
+static void check_with_getfl(int fd, int err, int want)
+{
+    /* args[1] (cmd), its low 32 bits: BPF loads words. */
+    size_t cmd_at = offsetof(struct seccomp_data, args[1]) +
+                    (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 4 : 0);
+    struct sock_filter prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM_NR_FCNTL, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (unsigned)cmd_at),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_GETFL, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog fprog = {.len = (unsigned short)ARRAY_LEN(prog), .filter = prog};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) != 0)
+        _exit(2);
+    _exit(pm__bigmsg_check(fd, MIB, MAX_MSG) == want &&
+          pm__bigmsg_check_from_hub(fd, MIB, MAX_MSG) == want ? 0 : 1);
+}
+#endif
+
+/* The write-only refusal reads the fd's flags (F_GETFL): a read-only fd
+ * whose flags word is 0 (O_RDONLY and nothing else: what a 32-bit sender's
+ * read-only reopen of its memfd, made without O_LARGEFILE, shows its
+ * 64-bit receiver; a 64-bit open always adds O_LARGEFILE, so a seccomp
+ * filter in a child stands in for it) is taken, and an F_GETFL that fails
+ * refuses the fd (-EPROTO), never lets it through unread. */
+START_TEST(test_check_getfl_answers)
+{
+#if defined(PM_AUDIT_ARCH) && defined(PM_NR_FCNTL)
+    buffers();
+    fill(mbuf, MIB, 12);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    static const struct { int err, want; } rows[] = {{0, 0}, {EPERM, -EPROTO}};
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        pid_t pid = pm_test_fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+            check_with_getfl(fd, rows[i].err, rows[i].want);
+        int st = pm_test_reap(pid, 20000);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
+            skipped("test_check_getfl_answers: no seccomp filter here: not tested");
+            break;
+        }
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "F_GETFL answering %d: the checks did not give %d (status %d)", -rows[i].err,
+                      rows[i].want, st);
+    }
+    close(fd);
+#else
+    skipped("test_check_getfl_answers: no seccomp filter for this architecture: not tested");
+#endif
+}
+END_TEST
+
+/* The record calls on edge input: a real error is that error, never taken
+ * for a full or empty socket (-EAGAIN); an errno left at EINTR by an
+ * earlier interrupted call (an epoll_wait, say) does not make a completed
+ * call look interrupted: one record sent, one taken, not a retry; a record
+ * of the wrong length is refused, a zero-length one (which recvmsg returns
+ * as 0, like a closed peer) too, and it is the record refused: the good
+ * record behind it is still there for the next call; a closed peer is
+ * -EPROTO (the announced record will never come), not success. */
+START_TEST(test_record_edges)
+{
+    int p[2], sv[2], got = -1;
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    /* Not a socket. */
+    ck_assert_int_eq(pm__bigmsg_send(p[1], p[0], 1), -ENOTSOCK);
+    ck_assert_int_eq(pm__bigmsg_recv(p[0], 1, &got), -ENOTSOCK);
+    ck_assert_int_eq(got, -1);
+    /* A stale EINTR: one record each way. */
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    errno = EINTR;
+    ck_assert_int_eq(pm__bigmsg_send(sv[0], p[0], 1), 0);
+    errno = EINTR;
+    ck_assert_int_eq(pm__bigmsg_recv(sv[1], 1, &got), 0);
+    ck_assert_int_ge(got, 0);
+    close(got);
+    got = -1;
+    ck_assert_int_eq(pm__bigmsg_recv(sv[1], 1, &got), -EAGAIN); /* only one went */
+    /* Nine bytes, the record's eight with one more: its fd closed. */
+    unsigned char rec[9];
+    memcpy(rec, "PMFD\x02\0\0\0x", sizeof(rec));
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct iovec iov = {rec, sizeof(rec)};
+    struct msghdr mh;
+    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
+    pm__fdpass_put(&mh, p[1]);
+    ck_assert_int_eq(sendmsg(sv[0], &mh, 0), (ssize_t)sizeof(rec));
+    int wr = p[1];
+    p[1] = -1;
+    close(wr);
+    ck_assert_int_eq(pm__bigmsg_recv(sv[1], 2, &got), -EPROTO);
+    ck_assert_int_eq(got, -1);
+    ck_assert_msg(write_end_closed(p[0]), "a nine-byte record's fd is still open");
+    /* A zero-length record, then a good one, with EINTR left in errno. */
+    ck_assert_int_eq(send(sv[0], "", 0, 0), 0);
+    ck_assert_int_eq(pm__bigmsg_send(sv[0], p[0], 2), 0);
+    errno = EINTR;
+    ck_assert_int_eq(pm__bigmsg_recv(sv[1], 2, &got), -EPROTO);
+    ck_assert_int_eq(got, -1);
+    ck_assert_int_eq(pm__bigmsg_recv(sv[1], 2, &got), 0);
+    ck_assert_int_ge(got, 0);
+    close(got);
+    got = -1;
+    /* The peer gone: recvmsg returns 0 (errno untouched, 0 here). */
+    close(sv[0]);
+    errno = 0;
+    ck_assert_int_eq(pm__bigmsg_recv(sv[1], 3, &got), -EPROTO);
+    ck_assert_int_eq(got, -1);
+    /* And sending to a closed peer: EPIPE, without SIGPIPE. */
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv + 0), 0);
+    close(sv[1]);
+    ck_assert_int_eq(pm__bigmsg_send(sv[0], p[0], 1), -EPIPE);
+    close(sv[0]);
+    close(p[0]);
+}
+END_TEST
+
+#if defined(PM_AUDIT_ARCH) && defined(__NR_sendmsg) && (defined(__x86_64__) || defined(__aarch64__))
+#define PM_CAN_FAKE_SEND 1
+/* In a child of the test: every sendmsg answered 0 by a seccomp filter
+ * (SECCOMP_RET_ERRNO with 0: the call "succeeds" having sent nothing, as a
+ * sandbox's policy may neuter a call it refuses), then a record sent with
+ * errno at EINTR from before. Exits 0 when that is -EIO, 1 when not, 2
+ * when the filter cannot be installed; a send that retried the call as if
+ * interrupted would spin, and the test's bound kills it. */
+static void send_answered_zero(int sock, int fd)
+{
+    struct sock_filter prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendmsg, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 0),
+    };
+    struct sock_fprog fprog = {.len = (unsigned short)ARRAY_LEN(prog), .filter = prog};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) != 0)
+        _exit(2);
+    errno = EINTR;
+    _exit(pm__bigmsg_send(sock, fd, 1) == -EIO ? 0 : 1);
+}
+#endif
+
+/* A send the kernel reports shorter than the record (none of its 8
+ * bytes here) is -EIO: not success, not a stale errno, and not retried as
+ * an interrupted call because errno was EINTR before it. */
+START_TEST(test_send_short)
+{
+#ifdef PM_CAN_FAKE_SEND
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        send_answered_zero(sv[0], sv[1]);
+    int st = pm_test_reap(pid, 20000);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 2)
+        skipped("test_send_short: no seccomp filter here: not tested");
+    else
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "a send of 0 bytes did not give -EIO (status %d, -1: it spun)", st);
+    close(sv[0]);
+    close(sv[1]);
+#else
+    skipped("test_send_short: no seccomp filter for this architecture: not tested");
+#endif
+}
+END_TEST
+
+/* A refused record's cleanup closes the fds it took and nothing else: the
+ * slots of its fd array past them hold whatever was there (here the number
+ * of an fd a previous refused record carried, since closed and reused by
+ * one of ours), and closing one would take an fd from under its owner.
+ * Both records are queued first, and nothing but dup() runs between the
+ * two receives, so the second finds the first's numbers in its array (in
+ * this build's stack layout; where another layout leaves something else
+ * there, the check is weaker, never wrong). */
+START_TEST(test_refused_record_closes_only_its_fds)
+{
+    int p[2], sv[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    int two[2] = {p[1], p[1]};
+    pm__channel own = {.sock = sv[0]};
+    ck_assert_int_eq(send_record(&own, two, 2, 1, 0), 1);
+    ck_assert_int_eq(send_record(&own, two, 1, 5, 0), 1);
+    int warm = dup(p[0]); /* dup's first call resolved before the window */
+    ck_assert_int_ge(warm, 0);
+    close(warm);
+    int got = -1;
+    int rc1 = pm__bigmsg_recv(sv[1], 1, &got);  /* two fds: refused, both closed */
+    int v1 = dup(p[0]), v2 = dup(p[0]);         /* they take those two numbers */
+    int rc2 = pm__bigmsg_recv(sv[1], 1, &got);  /* sequence 5: refused */
+    ck_assert_int_eq(rc1, -EPROTO);
+    ck_assert_int_eq(rc2, -EPROTO);
+    ck_assert_int_ge(v1, 0);
+    ck_assert_int_ge(v2, 0);
+    ck_assert_msg(fcntl(v1, F_GETFD) >= 0 && fcntl(v2, F_GETFD) >= 0,
+                  "a refused record's cleanup closed fd %d or %d, not its own", v1, v2);
+    close(v1);
+    close(v2);
+    close(p[1]);
+    ck_assert_msg(write_end_closed(p[0]), "a refused record's fd is still open");
+    close(p[0]);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
 /* The mappings of this process (the supervisor) of large messages'
  * memfds: lines of /proc/self/maps naming bigmsg.c's memfd. */
 static int msg_mappings(void)
@@ -1431,6 +1721,11 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_codec_and_checks, 30);
     PM_ADD_TEST(s, test_create_fd0_and_write_failure, 30);
     PM_ADD_TEST(s, test_fdpass_extra_fds_closed, 30);
+    PM_ADD_TEST(s, test_refused_fd_untouched_and_map_failure, 30);
+    PM_ADD_TEST(s, test_check_getfl_answers, 30);
+    PM_ADD_TEST(s, test_record_edges, 30);
+    PM_ADD_TEST(s, test_send_short, 40);
+    PM_ADD_TEST(s, test_refused_record_closes_only_its_fds, 30);
     PM_ADD_TEST(s, test_round_trips_fork, 120);
     PM_ADD_TEST(s, test_round_trips_exec, 120);
     PM_ADD_TEST(s, test_no_fd_leak, 240);
