@@ -11,7 +11,7 @@
 #include <sys/un.h>
 
 #include "os/notify.h" /* pm__notify_random: the seam for a predictable name */
-#include "os/spawn.h"  /* pm__cloexec_proc_fds */
+#include "os/fds.h"    /* pm__cloexec_proc_fds */
 
 /* ------------------------------------------------------------ notify names */
 

@@ -34,6 +34,21 @@ PM__READY_TEXT static void *up_region(const pm__channel *l, uint64_t cap)
     return (char *)l->map + PM__CTL_SIZE + pm__ring_region_size(cap);
 }
 
+/* The control block's fields, as channel.h gives them. */
+static void ctl_fill(struct pm__ctl *ctl, unsigned slot, uint64_t incarnation,
+                     const pm__channel_params *p)
+{
+    ctl->magic = PM__CTL_MAGIC;
+    ctl->version = PM__CTL_VERSION;
+    ctl->slot = slot;
+    ctl->incarnation = incarnation;
+    ctl->ring_cap = p->ring_cap;
+    ctl->max_frame = PM__CHANNEL_MAX_FRAME;
+    ctl->supervisor_pid = (int32_t)p->supervisor_pid;
+    ctl->heartbeat_ms = p->heartbeat_ms;
+    ctl->max_message = p->max_message;
+}
+
 /* Writes the first data page of the ring at region (a zero where zeros
  * are: nothing a reader sees changes). Its handshake writes it anyway. */
 static void touch_first_data_page(void *region)
@@ -93,29 +108,21 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
     (void)setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
     l->sock = sv[0];
     l->node_sock = sv[1];
-    struct pm__ctl *ctl = l->map;
-    ctl->magic = PM__CTL_MAGIC;
-    ctl->version = PM__CTL_VERSION;
-    ctl->slot = slot;
-    ctl->incarnation = incarnation;
-    ctl->ring_cap = cap;
-    ctl->max_frame = PM__CHANNEL_MAX_FRAME;
-    ctl->supervisor_pid = (int32_t)p->supervisor_pid;
-    ctl->heartbeat_ms = p->heartbeat_ms;
-    ctl->max_message = p->max_message;
+    ctl_fill(l->map, slot, incarnation, p);
     if ((rc = pm__ring_format(down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0 ||
         (rc = pm__ring_format(up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME)) < 0)
         goto fail;
     /* Each ring's first data page, here: a channel is made ahead of its
-     * incarnation (spare.c), off the crash's path, and every handshake
-     * writes both pages within its first frames (INIT down; HELLO and
-     * READY up), so an idle worker holds them either way; only a spare
-     * not yet taken holds them sooner. Made here, INIT's write when the
-     * port opens and the read of the HELLO take no page fault in the
-     * supervisor, and the worker's first read of the up ring's header maps
-     * the page beside it too (the kernel maps the resident neighbours of a
-     * read fault, 64 KiB around it): its HELLO takes no fault of its own
-     * on the way to ready. */
+     * incarnation (spare.c: after the worker before was ready), off the
+     * crash's path, and every handshake writes both pages within its first
+     * frames (INIT down; HELLO and READY up), so an idle worker holds them
+     * either way; only a spare not yet taken holds them sooner. Made here,
+     * INIT's write when the port opens and the hub's read of the HELLO or
+     * READY take no page fault in the supervisor. The worker, an exec'd
+     * one or a fork child (whose page tables hold none of the channel),
+     * reads the up ring's header first, and the kernel maps the resident
+     * pages around a read fault (fault-around, 64 KiB): its first frame's
+     * write takes no fault of its own on the way to ready. */
     touch_first_data_page(down_region(l, cap));
     touch_first_data_page(up_region(l, cap));
     /* The hub produces on "down" (waking the worker's node_efd, parking on
@@ -125,17 +132,6 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
         (rc = pm__ring_attach(&l->rx, up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,
                               PM__RING_CONSUMER, l->node_efd, l->hub_efd)) < 0)
         goto fail;
-    /* The first page of the worker's ring, where its first frame (READY,
-     * or HELLO) lands, made now, with the channel (after the worker before
-     * was ready, for a spare): a read of it gives the supervisor's mapping
-     * the page. Otherwise the worker's first write allocates and zeroes it
-     * on the way to READY, and the hub's first read of the READY is one
-     * more page fault. A fork child, whose page tables hold none of the
-     * channel, also finds it beside the ring's header, which it reads
-     * first: the kernel maps the pages it already has around a read fault
-     * (fault-around), so the READY frame's write takes no fault of its
-     * own. */
-    (void)*(volatile const unsigned char *)l->rx.data;
     return 0;
 fail:
     pm__channel_close(l);

@@ -14,6 +14,7 @@
 #include "spawn.h"
 #include "base/defaults.h" /* PM__MAX_RLIMIT */
 
+#include "fds.h"
 #include "scrub.h"
 #include "seccomp_filter.h"
 
@@ -31,10 +32,6 @@
 
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL /* linux/sched.h, 5.7 */
-#endif
-
-#ifndef CLOSE_RANGE_CLOEXEC
-#define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
 int pm__pidfd_open(pid_t pid)
@@ -139,69 +136,6 @@ PM__READY_TEXT int pm__child_stdio(int out, int err)
         if (moved[i] >= 0)
             close(moved[i]);
     return rc;
-}
-
-struct linux_dirent64 {
-    uint64_t d_ino;
-    int64_t d_off;
-    unsigned short d_reclen;
-    unsigned char d_type;
-    char d_name[];
-};
-
-int pm__cloexec_proc_fds(int first)
-{
-    /* open and getdents64 are async-signal-safe; opendir is not (it
-     * allocates). The directory fd is itself close-on-exec. */
-    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0)
-        return -errno;
-    char buf[4096] __attribute__((aligned(8)));
-    int rc = 0;
-    for (;;) {
-        long n = syscall(SYS_getdents64, dir, buf, sizeof(buf));
-        if (n < 0) {
-            rc = -errno;
-            break;
-        }
-        if (n == 0)
-            break;
-        for (long off = 0; off < n;) {
-            struct linux_dirent64 *d = (struct linux_dirent64 *)(buf + off);
-            off += d->d_reclen;
-            int fd = 0, digits = 0;
-            for (const char *p = d->d_name; *p >= '0' && *p <= '9'; p++, digits++)
-                fd = fd * 10 + (*p - '0');
-            /* "." and ".." have no digits. Marking an fd while the
-             * directory is read is fine: the flag changes no entry. */
-            if (digits > 0 && fd >= first && fd != dir)
-                (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-        }
-    }
-    close(dir);
-    return rc;
-}
-
-/* Marks every fd from `first` up close-on-exec (async-signal-safe). */
-static void cloexec_from(int first)
-{
-    /* close_range (5.11) does it in one call. */
-    if (syscall(SYS_close_range, (unsigned)first, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
-        return;
-    /* Older kernels: every fd that is open, from /proc/self/fd, whatever
-     * its number (an fd may sit above RLIMIT_NOFILE if the limit was
-     * lowered after it was opened). */
-    if (pm__cloexec_proc_fds(first) == 0)
-        return;
-    /* No /proc (a bare chroot): one fcntl per possible fd up to the
-     * limit, which cannot see an fd above a lowered limit. */
-    struct rlimit rl;
-    long max = 1L << 20; /* fs.nr_open's default: no fd can be higher */
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur < (rlim_t)max)
-        max = (long)rl.rlim_cur;
-    for (long fd = first; fd < max; fd++)
-        (void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
 }
 
 /* How the exec child reports a failed step: fork: errno into the error
@@ -350,7 +284,7 @@ static void exec_child(const pm__spawn_req *r, child_report *rep)
     }
     /* Everything else procmesh or the application had open is closed by the
      * exec; the error pipe too, which is how the parent learns it worked. */
-    cloexec_from(top);
+    pm__cloexec_from(top);
     int rc = pm__child_privileges(r);
     if (rc < 0)
         child_fail(rep, -rc);

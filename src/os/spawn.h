@@ -106,12 +106,6 @@ int pm__child_privileges(const pm__spawn_req *r);
  * 0 or -errno. */
 int pm__child_stdio(int out, int err);
 
-/* Marks every open fd numbered first or above close-on-exec, as listed by
- * /proc/self/fd, whatever its number: the fallback of the exec child for
- * kernels without close_range (< 5.11). Async-signal-safe. 0, or -errno
- * when /proc/self/fd cannot be read. */
-int pm__cloexec_proc_fds(int first);
-
 /* The signals (1..64, bit sig - 1) whose disposition is SIG_IGN in this
  * process now: one rt_sigaction per signal. */
 uint64_t pm__sig_ignored(void);
