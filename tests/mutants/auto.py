@@ -56,7 +56,8 @@ Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
                      the program is run again: a mutant is killed when it
                      fails twice, "flaky" when the second run passes)
   --lines [FILE:]A[-[B]]  only the mutants of line A, lines A to B, or A onward (A-) of
-                     FILE (of every selected file without FILE:); repeatable.
+                     FILE (of every selected file without FILE:); repeatable:
+                     the ranges add up (a mutant in any of them is run).
                      Resumes an interrupted file, or judges a changed region
   --fresh            configure and build the scratch trees anew
   --list             print the mutants, build nothing
@@ -860,6 +861,10 @@ def main():
     muts = []
     for f in files:
         muts += file_mutants(srcdir, f)
+    # Several --lines add up: a mutant is kept when one of the ranges that
+    # apply to its file (named, or with no file) covers its line; a file
+    # that no range applies to keeps every mutant.
+    ranges = []
     for spec in args.lines:
         lf, _, rng = spec.rpartition(":")
         m = re.fullmatch(r"(\d+)(?:-(\d*))?", rng)
@@ -868,7 +873,12 @@ def main():
         lo = hi = int(m.group(1))
         if m.group(2) is not None:
             hi = int(m.group(2)) if m.group(2) else sys.maxsize
-        muts = [x for x in muts if (lf and x["file"] != lf) or lo <= x["line"] <= hi]
+        ranges.append((lf, lo, hi))
+    if ranges:
+        def kept(x):
+            mine = [(lo, hi) for lf, lo, hi in ranges if not lf or lf == x["file"]]
+            return not mine or any(lo <= x["line"] <= hi for lo, hi in mine)
+        muts = [x for x in muts if kept(x)]
     if args.sample:
         idx = sorted(random.Random(args.seed).sample(range(len(muts)), min(args.sample, len(muts))))
         muts = [muts[i] for i in idx]
