@@ -26,9 +26,6 @@
 #include <signal.h>
 #include <inttypes.h>
 #include <grp.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <stddef.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -36,6 +33,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 
+#include "answer.h"
 #include "internals.h"
 #include "channel/bigmsg.h"
 #include "base/le.h"
@@ -1367,13 +1365,6 @@ START_TEST(test_refused_fd_untouched_and_map_failure)
 }
 END_TEST
 
-#if defined(__x86_64__)
-#define PM_AUDIT_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define PM_AUDIT_ARCH AUDIT_ARCH_AARCH64
-#elif defined(__i386__)
-#define PM_AUDIT_ARCH AUDIT_ARCH_I386
-#endif
 #ifdef __NR_fcntl64
 #define PM_NR_FCNTL __NR_fcntl64 /* glibc's fcntl on a 32-bit architecture */
 #elif defined(__NR_fcntl)
@@ -1387,24 +1378,7 @@ END_TEST
  * when the filter cannot be installed. */
 static void check_with_getfl(int fd, int err, int want)
 {
-    /* args[1] (cmd), its low 32 bits: BPF loads words. */
-    size_t cmd_at = offsetof(struct seccomp_data, args[1]) +
-                    (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 4 : 0);
-    struct sock_filter prog[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM_AUDIT_ARCH, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM_NR_FCNTL, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (unsigned)cmd_at),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_GETFL, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
-    };
-    struct sock_fprog fprog = {.len = (unsigned short)ARRAY_LEN(prog), .filter = prog};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) != 0)
+    if (pm_test_answer(PM_NR_FCNTL, 1, F_GETFL, err) != 0)
         _exit(2);
     _exit(pm__bigmsg_check(fd, MIB, MAX_MSG) == want &&
           pm__bigmsg_check_from_hub(fd, MIB, MAX_MSG) == want ? 0 : 1);
@@ -1524,18 +1498,7 @@ END_TEST
  * interrupted would spin, and the test's bound kills it. */
 static void send_answered_zero(int sock, int fd)
 {
-    struct sock_filter prog[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM_AUDIT_ARCH, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendmsg, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 0),
-    };
-    struct sock_fprog fprog = {.len = (unsigned short)ARRAY_LEN(prog), .filter = prog};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) != 0)
+    if (pm_test_answer(__NR_sendmsg, PM_ANSWER_ANY, 0, 0) != 0)
         _exit(2);
     errno = EINTR;
     _exit(pm__bigmsg_send(sock, fd, 1) == -EIO ? 0 : 1);

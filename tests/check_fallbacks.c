@@ -44,6 +44,7 @@
 #include <sys/syscall.h>
 
 #include "procmesh.h"
+#include "answer.h" /* PM_AUDIT_ARCH */
 #include "internals.h"
 #include "os/deps.h"
 
@@ -51,13 +52,6 @@
 #error "PM_TEST_WORKER must name the pm-test-worker binary"
 #endif
 
-#if defined(__x86_64__)
-#define PM_AUDIT_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define PM_AUDIT_ARCH AUDIT_ARCH_AARCH64
-#elif defined(__i386__)
-#define PM_AUDIT_ARCH AUDIT_ARCH_I386
-#endif
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
