@@ -623,6 +623,21 @@ static int boot_check_handlers(pm_node *n, void *arg)
     return 0;
 }
 
+/* Runs slot 0 of o, once (no restart), until its worker ends: the worker's
+ * own check must have exited 0; nothing is left behind. Frees o. */
+static void run_worker_check(pm_options *o)
+{
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    ck_assert_msg(info.last_exit_code == 0, "the worker's check exited %d (signal %d)",
+                  info.last_exit_code, info.last_signal);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+
 START_TEST(test_fork_keeps_app_handler)
 {
     /* The fork child sets each crash handler with one call and puts back
@@ -635,15 +650,7 @@ START_TEST(test_fork_keeps_app_handler)
     pm_options *o = opts(1);
     pm_options_set_restart_policy(o, PM_RESTART_NEVER);
     pm_options_set_bootstrap(o, boot_check_handlers, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
-    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
-    ck_assert_msg(info.last_exit_code == 0, "the worker's check exited %d (signal %d)",
-                  info.last_exit_code, info.last_signal);
-    ck_assert_int_ge(pm_cluster_terminate(c), 0);
-    assert_all_started_gone();
-    pm_options_free(o);
+    run_worker_check(o);
 }
 END_TEST
 
@@ -656,15 +663,7 @@ START_TEST(test_exec_keeps_app_handler)
     pm_options *o = opts(1);
     exec_opts(o, "handlers", NULL);
     pm_options_set_restart_policy(o, PM_RESTART_NEVER);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
-    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
-    ck_assert_msg(info.last_exit_code == 0, "the worker's check exited %d (signal %d)",
-                  info.last_exit_code, info.last_signal);
-    ck_assert_int_ge(pm_cluster_terminate(c), 0);
-    assert_all_started_gone();
-    pm_options_free(o);
+    run_worker_check(o);
 }
 END_TEST
 
