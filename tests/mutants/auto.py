@@ -67,12 +67,15 @@ Usage: auto.py [options] [FILE...]   (FILE: a path of map.txt; default all)
                      (gcov; WORK/coverage.json, kept while the sources are the
                      same); then judge a mutant by the cases that run its line
                      only, fastest first (a case, CK_RUN_CASE, takes seconds
-                     where its program takes minutes). A code line no case
-                     runs survives without a build ("not run by any test");
-                     a #define or enumerator line, by the cases that run
-                     the file's code lines using its name; any other line
-                     gcov does not count as code (a declaration) by the
-                     whole programs as without --select
+                     where its program takes minutes); a #define or
+                     enumerator line, by the cases that run the file's code
+                     lines using its name. A mutant none of those cases
+                     kills, or on a line no case runs, is then judged by the
+                     whole programs, as without --select (gcov counts only
+                     processes that exit normally: not a test's child that
+                     ends in _exit, nor a killed worker), so the verdict is
+                     the whole programs'; any other line gcov does not
+                     count as code (a declaration) goes to them at once
 Exit: 0 done (score at or above --min-score), 1 below it, 2 usage/setup error
 (including a baseline that fails).
 """
@@ -533,8 +536,11 @@ def read_equivalent(path):
 def try_mutant(tree, mut, progs, targets, timeouts, jobs_make, confirm, cases=None):
     """Applies, judges and reverts one mutant in tree; returns the result.
     cases: (program, test case, seconds) that execute the mutated line
-    (--select): only those are run, fastest first, and a mutant none of
-    them fails survived."""
+    (--select): those are run first, fastest first; a mutant none of them
+    fails (or that no case runs: cases == []) is then judged by the whole
+    programs, since gcov misses what runs only in a process that never
+    exits normally (a test's child ending in _exit, a worker killed), and
+    the verdict must be the whole programs'."""
     src = os.path.join(tree.src, mut["file"])
     with open(src) as f:
         orig = f.read()
@@ -579,7 +585,10 @@ def try_mutant(tree, mut, progs, targets, timeouts, jobs_make, confirm, cases=No
                 res["status"] = "killed"
                 res["by"] = "%s:%s%s" % (p, case, " (timeout)" if rc == "timeout" else "")
                 break
-            for p in progs if cases is None else []:
+            whole = cases is None or res["status"] == "survived"
+            if cases is not None and whole:
+                res["by"] = "(no case run; whole programs)" if not cases else "(whole programs)"
+            for p in progs if whole else []:
                 if run(["nice", "make", "-j%d" % jobs_make] + targets[p], tree.build) != 0:
                     res["status"], res["by"] = "nocompile", p  # does not link
                     break
@@ -996,11 +1005,11 @@ def main():
             cases = named_cases(srcdir, m, fc, texts)
         if why is not None:
             r = {"status": "equivalent", "by": why, "secs": 0.0, "flaky": []}
-        elif cases == []:
-            # A line that gcov says is code and that no test case runs: no
-            # test can notice it changed.
-            r = {"status": "survived", "by": "not run by any test", "secs": 0.0, "flaky": []}
         else:
+            # A line no case runs by gcov's count (cases == []) is judged by
+            # the whole programs: gcov writes its counts when a process exits
+            # normally, and a line run only in a test's child that ends in
+            # _exit, or in a worker killed, is not counted.
             t = pq.get()
             try:
                 r = try_mutant(t, m, fmap[m["file"]], ptargets, timeouts, 1, not args.no_confirm,
