@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -524,6 +525,79 @@ START_TEST(test_exec_signal_mask)
 }
 END_TEST
 
+/* The fork child's wipe of its dead stack (scrub.c) stops at the bottom of
+ * the forking thread's stack. A thread on a stack the application gave it
+ * (pthread_attr_setstack: glibc adds no guard page) may have memory of its
+ * own right below, resident; the wipe's walk down the resident pages went
+ * on into it and gave it back, so the child read zeros there (its heap, or
+ * the application's globals, in a real program). Here four pages of 0x5a
+ * lie right below such a stack, itself written whole (resident, as a
+ * stack that once ran deep is); the cluster is spawned and run from that
+ * thread, and its fork-mode worker checks the pages once ready: exit 0,
+ * or 70 when one was wiped. */
+enum { GIVEN_BELOW = 4 * 4096, GIVEN_STACK = 1 << 20 };
+static unsigned char *given_below;
+static int given_exit = -1, given_rc = 1;
+
+static int boot_check_given_below(pm_node *n, void *arg)
+{
+    (void)arg;
+    if (pm_node_ready(n) < 0)
+        return 60;
+    for (size_t i = 0; i < GIVEN_BELOW; i++)
+        if (given_below[i] != 0x5a)
+            return 70;
+    return 0;
+}
+
+/* No ck_assert here (another thread): the main thread judges. */
+static void *spawn_on_given_stack(void *arg)
+{
+    pm_options *o = arg;
+    pm_cluster *c;
+    given_rc = pm_cluster_spawn(o, &c);
+    if (given_rc < 0)
+        return NULL;
+    uint64_t end = ms() + 30000;
+    while (count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) < 1 && ms() < end)
+        (void)pm_cluster_run(c, 100);
+    pm_slot_info si;
+    if (pm_cluster_slot_info(c, 0, &si) == 0 && count(PM_EVENT_EXITED, 0) >= 1)
+        given_exit = si.last_signal != 0 ? 1000 + si.last_signal : si.last_exit_code;
+    given_rc = pm_cluster_terminate(c);
+    return NULL;
+}
+
+START_TEST(test_fork_wipe_stops_at_given_stack)
+{
+    unsigned char *region = mmap(NULL, GIVEN_BELOW + GIVEN_STACK, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(region, MAP_FAILED);
+    given_below = region;
+    memset(region, 0x5a, GIVEN_BELOW);
+    memset(region + GIVEN_BELOW, 0, GIVEN_STACK); /* every stack page resident */
+    pm_options *o = opts(1);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    pm_options_set_bootstrap(o, boot_check_given_below, NULL);
+    pthread_attr_t a;
+    pthread_t t;
+    ck_assert_int_eq(pthread_attr_init(&a), 0);
+    ck_assert_int_eq(pthread_attr_setstack(&a, region + GIVEN_BELOW, GIVEN_STACK), 0);
+    ck_assert_int_eq(pthread_create(&t, &a, spawn_on_given_stack, o), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    pthread_attr_destroy(&a);
+    ck_assert_int_ge(given_rc, 0);
+    ck_assert_msg(given_exit == 0, "the worker read the memory below its forking thread's stack wiped (exit %d)",
+                  given_exit);
+    for (size_t i = 0; i < GIVEN_BELOW; i++)
+        ck_assert_int_eq(region[i], 0x5a); /* the supervisor's own, untouched */
+    assert_all_started_gone();
+    pm_options_free(o);
+    munmap(region, GIVEN_BELOW + GIVEN_STACK);
+}
+END_TEST
+
+
 int main(void)
 {
     Suite *s = suite_create("spawn");
@@ -536,6 +610,7 @@ int main(void)
     PM_ADD_TEST(s, test_fork_child_faults_flat_in_n, 240);
     PM_ADD_TEST(s, test_exec_signal_dispositions, 60);
     PM_ADD_TEST(s, test_spawn_name_in_path, 60);
+    PM_ADD_TEST(s, test_fork_wipe_stops_at_given_stack, 60);
     PM_ADD_LOOP_TEST(s, test_exec_signal_mask, 0, 2, 60);
     return pm_test_main(s);
 }

@@ -14,6 +14,7 @@
 #endif
 #include <stddef.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,12 +35,51 @@ static int vector_level(void);
  * its own, in every exec'd worker too, which never clears anything. */
 static int scrub_vec = -1;
 
+/* The lowest address of the forking thread's stack, [floor_lo, floor_hi)
+ * the whole stack, as pm__scrub_prime last read it; 0: unknown (a child
+ * forked by code that did not prime it). The wipe's walk stops there:
+ * below a stack the application gave a thread (pthread_attr_setstack)
+ * glibc puts no guard page, and the resident pages below it are the
+ * application's own (a heap, globals), which the walk would otherwise
+ * give back in the child. Written only under the fork lock (every
+ * fork-mode fork is serialized: incarnation.c fork_onto), read by the
+ * child of that fork. */
+static uintptr_t floor_lo, floor_hi;
+
+/* The calling thread's stack bounds, read again only when this frame is
+ * not inside the ones kept (another thread forks now): pthread_getattr_np
+ * reads /proc/self/maps for the main thread, not a cost for every spawn. */
+static void prime_floor(void)
+{
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (floor_lo != 0 && here >= floor_lo && here < floor_hi)
+        return;
+    uintptr_t lo = 0, hi = 0;
+    pthread_attr_t a;
+    void *addr;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+        if (pthread_attr_getstack(&a, &addr, &size) == 0) {
+            lo = (uintptr_t)addr;
+            hi = lo + size;
+        }
+        pthread_attr_destroy(&a);
+    }
+    /* Bounds that do not hold this frame are not this stack's (an
+     * alternate signal stack, a libc that cannot tell): none, as before. */
+    if (here < lo || here >= hi)
+        lo = hi = 0;
+    floor_lo = lo;
+    floor_hi = hi;
+}
+
 void pm__scrub_prime(void)
 {
     if (__atomic_load_n(&scrub_page, __ATOMIC_RELAXED) == 0)
         __atomic_store_n(&scrub_page, (uintptr_t)sysconf(_SC_PAGESIZE), __ATOMIC_RELAXED);
     if (__atomic_load_n(&scrub_vec, __ATOMIC_RELAXED) < 0)
         __atomic_store_n(&scrub_vec, vector_level(), __ATOMIC_RELAXED);
+    prime_floor();
 }
 
 /* The walk's system calls, and its last write. On x86-64 without libc's
@@ -118,7 +158,9 @@ static inline __attribute__((always_inline)) void zero_up_to_sp(uintptr_t from, 
  * are cleared here: every resident page from this frame down to the first
  * page the supervisor never touched (a stack is used contiguously from the
  * top, so that page is where its dead frames end; below it lies the
- * unmapped gap or a thread's guard page, which the walk must not pass).
+ * unmapped gap or a thread's guard page, which the walk must not pass),
+ * and never below the stack's bottom (floor_lo: a stack given to a thread
+ * may have no guard page, and another object's pages right below).
  * A page swapped out stops the walk early: accepted, the scan of a swapped
  * page would need the swap device.
  *
@@ -159,7 +201,8 @@ PM__READY_TEXT __attribute__((noinline)) void pm__wipe_dead_stack(void)
     /* [low, top): the resident pages below. 8 MiB, the usual stack
      * rlimit: a bound, not an expectation. */
     uintptr_t low = top;
-    for (unsigned n = 0; n < (8u << 20) / page; n++) {
+    const uintptr_t floor = floor_lo;
+    for (unsigned n = 0; n < (8u << 20) / page && low - page >= floor; n++) {
         unsigned char vec;
         if (sys3(SYS_mincore, (long)(low - page), (long)page, (long)&vec) != 0 ||
             (vec & 1) == 0)
