@@ -574,18 +574,8 @@ static int boot_endless_writer(pm_node *n, void *arg)
 
 static int dead_or_zombie(pid_t pid)
 {
-    char path[64], text[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 1;
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    if (n <= 0)
-        return 1;
-    text[n] = '\0';
-    const char *p = strrchr(text, ')');
-    return p != NULL && (p[2] == 'Z' || p[2] == 'X');
+    char st = pm_test_proc_state(pid);
+    return st == 0 || st == 'Z' || st == 'X';
 }
 
 START_TEST(test_drain_bounded)

@@ -42,20 +42,10 @@ static int leaked_at_restart = -1; /* -1: no replacement seen; else the count al
 /* Dead: no such process, or a zombie waiting for whoever adopted it. */
 static int dead(pid_t pid)
 {
-    char path[64], text[256];
     if (kill(pid, 0) < 0 && errno == ESRCH)
         return 1;
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 1;
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    if (n <= 0)
-        return 1;
-    text[n] = '\0';
-    const char *p = strrchr(text, ')');
-    return p != NULL && (p[2] == 'Z' || p[2] == 'X');
+    char st = pm_test_proc_state(pid);
+    return st == 0 || st == 'Z' || st == 'X';
 }
 
 static void collect(void)
@@ -1650,21 +1640,6 @@ static int not_empty_diags;  /* "cgroup_not_empty" diagnostics */
 static int diag_at_nev = -1; /* events recorded when the first came */
 static char not_empty_msg[512];
 
-static char proc_state(pid_t pid)
-{
-    char path[64], text[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    text[n] = '\0';
-    const char *p = strrchr(text, ')');
-    return p != NULL && p[1] == ' ' ? p[2] : 0;
-}
 
 /* The first incarnation leaves a child (in the slot's cgroup, its own
  * process group) writing to the frozen filesystem, waits until it sleeps
@@ -1684,7 +1659,7 @@ static int boot_stuck(pm_node *n, void *arg)
         if (g < 0 || write(tree_pipe[1], &g, sizeof(g)) != (ssize_t)sizeof(g))
             _exit(1);
         pm_node_ready(n);
-        for (int i = 0; i < 3000 && proc_state(g) != 'D'; i++)
+        for (int i = 0; i < 3000 && pm_test_proc_state(g) != 'D'; i++)
             usleep(10000);
         raise(SIGSEGV);
         _exit(99);
@@ -1729,7 +1704,7 @@ START_TEST(test_tree_not_empty)
      * past the wait, beside it. */
     ck_assert_msg(leaked_at_restart == 1, "%d of the first incarnation's descendants alive at "
                   "the replacement's start, 1 expected", leaked_at_restart);
-    ck_assert_int_eq(proc_state(stuck), 'D');
+    ck_assert_int_eq(pm_test_proc_state(stuck), 'D');
     ck_assert_int_eq(not_empty_diags, 1);
     ck_assert_msg(strstr(not_empty_msg, "slot 0") != NULL &&
                       strstr(not_empty_msg, "1000 ms") != NULL,

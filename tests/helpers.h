@@ -185,6 +185,18 @@ static inline size_t pm_test_read_file(const char *path, char *buf, size_t size)
     return got;
 }
 
+/* A process's state letter from /proc/PID/stat ('R', 'S', 'D', 'Z', ...),
+ * or 0 when it is gone (no such process, or its stat unreadable). The
+ * name may hold spaces and parentheses: the state follows the last ')'. */
+static inline char pm_test_proc_state(pid_t pid)
+{
+    char path[64], text[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    size_t n = pm_test_read_file(path, text, sizeof(text));
+    const char *p = n > 0 ? strrchr(text, ')') : NULL;
+    return p != NULL && p[1] == ' ' ? p[2] : 0;
+}
+
 /* Waits for pid with a bound; kills it if it overstays. Returns the wait
  * status, or -1 if it had to be killed. Never leaves a zombie. */
 static inline int pm_test_reap(pid_t pid, int timeout_ms)
