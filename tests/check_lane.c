@@ -6,6 +6,7 @@
 #include "helpers.h"
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -13,6 +14,7 @@
 #include "channel/frame.h"
 #include "channel/lane.h"
 #include "channel/proto.h"
+#include "channel/ringwait.h"
 #include "channel/shm.h"
 
 static const pm__lane_who who0 = {.self_slot = 2, .self_inc = 11, .peer_slot = 5, .peer_inc = 23};
@@ -651,6 +653,133 @@ START_TEST(test_bound_and_order)
 }
 END_TEST
 
+
+/* Three lanes to this end, each with its own pair of doorbells: one wait
+ * on all of them. */
+typedef struct wait_set {
+    int fd[3];
+    int mine[3];  /* this end's doorbell of lane k: the peer writes it */
+    int peers[3]; /* the peer's doorbell of lane k */
+    pm__lane *l[3];
+    pm__ring *rx[3];
+} wait_set;
+
+static void ws_open(wait_set *w)
+{
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(pm__lane_create(&w->fd[k]), 0);
+        w->mine[k] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        w->peers[k] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        ck_assert_int_ge(w->mine[k], 0);
+        ck_assert_int_ge(w->peers[k], 0);
+        w->l[k] = malloc(sizeof(pm__lane));
+        ck_assert_int_eq(pm__lane_attach(w->l[k], w->fd[k], 1, &who1, w->peers[k], w->mine[k]), 0);
+        w->rx[k] = &w->l[k]->rx;
+    }
+}
+
+/* The peer end of lane k, in this process or a child. */
+static pm__lane *ws_peer(const wait_set *w, int k)
+{
+    pm__lane *a = malloc(sizeof(*a));
+    ck_assert_int_eq(pm__lane_attach(a, w->fd[k], 0, &who0, w->mine[k], w->peers[k]), 0);
+    return a;
+}
+
+static void ws_close(wait_set *w)
+{
+    for (int k = 0; k < 3; k++) {
+        pm__lane_detach(w->l[k]);
+        free(w->l[k]);
+        close(w->fd[k]);
+        close(w->mine[k]);
+        close(w->peers[k]);
+    }
+}
+
+static void lane_free(pm__lane *l)
+{
+    pm__lane_detach(l);
+    free(l);
+}
+
+static void ws_assert_disarmed(const wait_set *w)
+{
+    for (int k = 0; k < 3; k++)
+        ck_assert_uint_eq(atomic_load(&w->rx[k]->sh->cons_waiting), 0);
+}
+
+START_TEST(test_wait_many)
+{
+    wait_set w;
+    ws_open(&w);
+    /* Nothing anywhere: a poll returns 0, everything disarmed. */
+    ck_assert_int_eq(pm__ring_wait_many(w.rx, 3, 0), 0);
+    ws_assert_disarmed(&w);
+    /* A frame published before the wait is found by the second look of
+     * arming, without the doorbell. */
+    pm__lane *p2 = ws_peer(&w, 2);
+    pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
+    ck_assert_int_eq(pm__lane_send(p2, &h, "2", 1), 0);
+    uint64_t v;
+    while (read(w.mine[2], &v, sizeof(v)) == sizeof(v))
+        ; /* the doorbell may have rung: forget it */
+    ck_assert_int_eq(pm__ring_wait_many(w.rx, 3, 30000), 1);
+    ws_assert_disarmed(&w);
+    pm__frame_hdr g;
+    const void *p;
+    ck_assert_int_eq(pm__lane_recv(w.l[2], &g, &p), 1);
+    /* A peer process sends on lane 1 once this end is asleep on all three
+     * (it sees the flag of its own lane set). */
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__lane *a = ws_peer(&w, 1);
+        char x;
+        if (read(go[0], &x, 1) != 1)
+            _exit(2);
+        while (atomic_load(&a->tx.sh->cons_waiting) == 0)
+            usleep(100);
+        _exit(pm__lane_send(a, &h, "1", 1) == 0 ? 0 : 3);
+    }
+    ck_assert_int_eq(write(go[1], "g", 1), 1);
+    ck_assert_int_eq(pm__ring_wait_many(w.rx, 3, 30000), 1);
+    ws_assert_disarmed(&w);
+    ck_assert_int_eq(read(w.mine[1], &v, sizeof(v)), -1); /* drained */
+    ck_assert_int_eq(pm__lane_recv(w.l[0], &g, &p), 0);
+    ck_assert_int_eq(pm__lane_recv(w.l[1], &g, &p), 1);
+    ck_assert_mem_eq(p, "1", 1);
+    ck_assert_int_eq(pm__lane_recv(w.l[2], &g, &p), 0);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* A ring the peer broke counts as ready: its read says so. */
+    pm__lane *p0 = ws_peer(&w, 0);
+    atomic_store(&p0->tx.sh->head, 3);
+    ck_assert_int_eq(pm__ring_wait_many(w.rx, 3, 30000), 1);
+    ws_assert_disarmed(&w);
+    ck_assert_int_eq(pm__lane_recv(w.l[0], &g, &p), -EBADMSG);
+    /* The others, without it: nothing, on timeout. */
+    ck_assert_int_eq(pm__ring_wait_many(w.rx + 1, 2, 20), 0);
+    ws_assert_disarmed(&w);
+    /* What a wait refuses. */
+    ck_assert_int_eq(pm__ring_wait_many(w.rx, 0, 0), -EINVAL);
+    pm__ring *many[PM__RINGWAIT_MAX + 1];
+    for (unsigned i = 0; i < ARRAY_LEN(many); i++)
+        many[i] = w.rx[1];
+    ck_assert_int_eq(pm__ring_wait_many(many, PM__RINGWAIT_MAX + 1, 0), -EINVAL);
+    ck_assert_int_eq(pm__ring_wait_many(many, PM__RINGWAIT_MAX, 0), 0);
+    w.rx[2]->park_fd = -1;
+    ck_assert_int_eq(pm__ring_wait_many(w.rx, 3, 0), -EINVAL);
+    ws_assert_disarmed(&w);
+    lane_free(p0);
+    lane_free(p2);
+    ws_close(&w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("lane");
@@ -667,6 +796,7 @@ int main(void)
     tcase_add_test(tc, test_revoke_edges);
     tcase_add_test(tc, test_order_counts);
     tcase_add_test(tc, test_bound_and_order);
+    tcase_add_test(tc, test_wait_many);
     suite_add_tcase(s, tc);
     return pm_test_main(s);
 }

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ringwait.h - one wait on many rings: a worker's hub ring and its direct
+ * lanes at once (doc/design.md, "Direct lanes", Waiting), without spinning.
+ *
+ * Each ring is armed (its producer will then write the ring's doorbell,
+ * ring.h pm__ring_arm), and arming checks the ring once more, so a frame
+ * published before the flag was set is never slept on; then every
+ * doorbell is polled at once. Each producer has a doorbell of its own: a
+ * peer worker holds only the doorbell of its own lane, so by draining it
+ * it can swallow no wake-up but its own.
+ */
+#ifndef PM_RINGWAIT_H
+#define PM_RINGWAIT_H
+
+#include "ring.h"
+
+/* The most rings one wait takes: the hub ring and up to 31 lanes. */
+#define PM__RINGWAIT_MAX 32u
+
+/*
+ * Waits until one of the n consumer rings may have a frame, for up to
+ * timeout_ms (-1: no limit; 0: arm, check, return). Every ring's park_fd
+ * must be a non-blocking eventfd its producer writes (-EINVAL otherwise, or
+ * for n of 0 or above PM__RINGWAIT_MAX). Returns 1 when some ring may have
+ * a frame (a poisoned one counts: its next read says -EBADMSG, and the
+ * caller must leave it out of the next wait), 0 on timeout or a signal,
+ * or -errno from poll. Every ring is disarmed on return, and each doorbell
+ * that rang is drained (a spurious wake-up costs one more check).
+ */
+int pm__ring_wait_many(pm__ring *const *rings, unsigned n, int timeout_ms);
+
+#endif /* PM_RINGWAIT_H */
