@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# bench-smoke.sh - pm-bench compare, batch, scale and peer run end to end (--quick: tiny
+# bench-smoke.sh - pm-bench compare, batch, lane, scale and peer run end to end (--quick: tiny
 # counts, one run) and print every table line; without node on PATH the
 # Node.js rows are replaced by the skip line. Checks that the tools work,
 # never how fast anything is. Exit: 0 pass, 1 fail.
@@ -44,6 +44,15 @@ if ! grep -q '^compare,crash,0,procmesh fork standby,p50_ns,' "$out.csv"; then
     status=1
 fi
 rm -f "$out.csv"
+
+what="pm-bench lane --frames 2000 --runs 1 --rounds 200"
+if ! timeout 120 "$bench" lane --frames 2000 --runs 1 --rounds 200 >"$out" 2>&1; then
+    echo "FAIL: $what exited with an error (frames lost, reordered or refused)" >&2
+    status=1
+fi
+cat "$out"
+expect '^  lane  *[0-9]' '^  through the hub  *[0-9]' '^  lane awake  *[0-9]' \
+    '^  lane parked  *[0-9]' '^  hub parked  *[0-9]' '^  pipe direct  *[0-9]'
 
 what="pm-bench batch --frames 300"
 if ! timeout 300 "$bench" batch --frames 300 >"$out" 2>&1; then

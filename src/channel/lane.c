@@ -161,6 +161,8 @@ int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
         const void *p;
         size_t len;
         int rc = pm__ring_peek(&l->rx, &p, &len);
+        if (rc == 0)
+            pm__ring_release(&l->rx); /* all read: hand the space back now */
         if (rc <= 0)
             return rc;
         if (past_limit(l))
@@ -170,7 +172,12 @@ int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
          * the record), which is the buffer's size. */
         memcpy(l->buf, p, len);
         pm__ring_consume(&l->rx);
-        pm__ring_release(&l->rx);
+        /* Space goes back a quarter of the ring at a time (and whenever the
+         * ring is found empty, above, or this end arms it to sleep: ring.h
+         * pm__ring_arm): one store to the line the writer reads per many
+         * frames, not per frame, while a stream flows. */
+        if (l->rx.tail - l->rx.released >= PM__LANE_CAP / 4)
+            pm__ring_release(&l->rx);
         int why = pm__lane_judge(&l->who, l->req_out, l->buf, len, h);
         if (why != PM__LANE_OK) {
             l->dropped[why]++;

@@ -163,8 +163,10 @@ int pm__lane_revoke(pm__lane *l);
  * pm__lane_took_from_hub (published for the peer). pm__lane_may_send: 1
  * when the peer has taken every frame this end sent it through the hub, so
  * a frame on the lane cannot overtake them. pm__lane_drained: 1 when the
- * peer has read every frame this end put on the lane, so a frame through
- * the hub cannot overtake them (0 not yet, -EBADMSG). */
+ * peer has read every frame this end put on the lane and handed the space
+ * back (a reader does when it finds the lane empty, every quarter of the
+ * ring, and before it sleeps), so a frame through the hub cannot overtake
+ * them (0 not yet, -EBADMSG). */
 void pm__lane_sent_via_hub(pm__lane *l);
 void pm__lane_took_from_hub(pm__lane *l);
 int pm__lane_may_send(const pm__lane *l);

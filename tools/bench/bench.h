@@ -114,6 +114,7 @@ int cmd_ring(const bench_opts *o);
 int cmd_restart(const bench_opts *o);
 int cmd_spawn(const bench_opts *o);
 int cmd_relay(const bench_opts *o);
+int cmd_lane(const bench_opts *o);
 int cmd_daemon(const bench_opts *o);
 int cmd_compare(const bench_opts *o);
 int cmd_scale(const bench_opts *o);
@@ -123,6 +124,15 @@ int cmd_scale(const bench_opts *o);
 /* The relay process baseline (kind 0 pipes, 1 Unix sockets): stream
  * `count` frames of `size` bytes, or ping-pong `count` round trips (their
  * ns in samples[count]). 0 with the elapsed ns, or -1. */
+/* The hub's relay between two fork-mode workers (relay.c): awake 1 all spin,
+ * 0 nobody spins, 2 a stream's default spins; a stream of count frames or
+ * count round trips (samples[count], ns). 0 or -1. */
+int mesh_relay_run(int awake, int pingpong, size_t size, uint64_t count, uint64_t *ns,
+                   uint64_t *samples);
+/* ring.c's round trips, for lane: over the ring (spin_ns: SPIN_FOREVER
+ * awake, 0 parked), over a pipe (kind 0) or a socketpair (1). */
+int ring_pingpong(const bench_opts *o, uint32_t spin_ns, uint64_t *samples);
+int fd_pingpong(int kind, const bench_opts *o, uint64_t *samples);
 int fd_relay_run(int kind, int pingpong, size_t size, uint64_t count, uint64_t *ns,
                  uint64_t *samples);
 /* K crash-to-ready rounds of a one-worker cluster spawned with o (v[K], ns). 0 or 1. */

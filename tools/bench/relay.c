@@ -309,6 +309,32 @@ int fd_relay_run(int kind, int pingpong, size_t size, uint64_t count, uint64_t *
     return rc;
 }
 
+int mesh_relay_run(int awake, int pingpong, size_t size, uint64_t count, uint64_t *ns,
+                   uint64_t *samples)
+{
+    /* mesh_relay reads its parameters from rsh, which the workers share
+     * (MAP_SHARED, made before the spawn); the samples are the requester's
+     * (slot 0), copied out. */
+    size_t shsize = sizeof(struct relay_shared) + (pingpong ? count : 0) * sizeof(uint64_t);
+    struct relay_shared *saved = rsh;
+    rsh = mmap(NULL, shsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (rsh == MAP_FAILED) {
+        rsh = saved;
+        return -1;
+    }
+    rsh->size = size;
+    rsh->frames = count;
+    rsh->rounds = (unsigned)count;
+    rsh->pingpong = pingpong;
+    uint64_t sc;
+    int rc = mesh_relay(awake, ns, &sc, NULL);
+    if (rc == 0 && pingpong)
+        memcpy(samples, rsh->samples, count * sizeof(uint64_t));
+    munmap(rsh, shsize);
+    rsh = saved;
+    return rc;
+}
+
 /* ------------------------------------------------------------------ the command */
 
 /* Requests of the paused round trip at most (the example: 1,500). */

@@ -182,7 +182,7 @@ static int ring_send(pm__ring *r, const void *data, size_t len)
 }
 
 /* B echoes every frame back to A; A records each round trip. */
-static int ring_pingpong(const bench_opts *o, uint32_t spin_ns, uint64_t *samples)
+int ring_pingpong(const bench_opts *o, uint32_t spin_ns, uint64_t *samples)
 {
     ring_link l;
     link_open(&l);
@@ -229,7 +229,7 @@ out:
     return ok && rc == 0 ? 0 : -1;
 }
 
-static int fd_pingpong(int kind, const bench_opts *o, uint64_t *samples)
+int fd_pingpong(int kind, const bench_opts *o, uint64_t *samples)
 {
     int ab[2], ba[2];
     fd_pair(kind, ab);
