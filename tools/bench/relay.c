@@ -2,6 +2,7 @@
 /* relay.c - pm-bench relay: worker -> hub -> worker against a relay process over pipes, sockets. */
 #include "bench.h"
 #include "counters.h"
+#include "defaults.h"
 #include "worker/node.h"
 #include "channel/ring.h"
 
@@ -353,7 +354,7 @@ static void print_load(void)
 /* One round-trip row: p50/p99 of rsh->samples, context switches of all the
  * processes per round trip, and procmesh's counted system calls (0: not
  * counted, a baseline). */
-static void print_rt(const char *name, unsigned n, uint64_t csw, uint64_t syscalls)
+static uint64_t print_rt(const char *name, unsigned n, uint64_t csw, uint64_t syscalls)
 {
     char sys[32];
     sort_u64(rsh->samples, n);
@@ -363,6 +364,7 @@ static void print_rt(const char *name, unsigned n, uint64_t csw, uint64_t syscal
         snprintf(sys, sizeof(sys), "-");
     printf("  %-22s %12" PRIu64 " %12" PRIu64 " %10.2f %12s\n", name,
            percentile(rsh->samples, n, 0.50), percentile(rsh->samples, n, 0.99), (double)csw / n, sys);
+    return percentile(rsh->samples, n, 0.50);
 }
 
 int cmd_relay(const bench_opts *opts)
@@ -378,7 +380,8 @@ int cmd_relay(const bench_opts *opts)
     print_machine();
     uint64_t *v = calloc(runs, sizeof(*v));
     /* PM_BENCH_ONLY="procmesh parked" (a row's name): that row alone, no
-     * stream, so that strace -f -c or perf sees one transport's round trips. */
+     * stream, so that strace -f -c or perf sees one transport's round trips;
+     * "paused": the paused table alone. */
     const char *only = getenv("PM_BENCH_ONLY");
     if (only != NULL)
         goto round_trips;
@@ -450,14 +453,32 @@ round_trips:
                opts->pause_us, prounds);
         printf("  %-22s %12s %12s %10s %12s\n", "transport", "p50 ns", "p99 ns", "csw/rt",
                "syscalls/rt");
-        for (int k = 0; k < 2; k++) {
+        /* Then the same requests as a user writes them (defaults.c): a
+         * cluster with the options' defaults and main blocked in
+         * pm_cluster_run(c, -1), beside a relay process over default-sized
+         * pipes; a sleep before each request, then an absolute schedule. */
+        static const char *const prow[] = {"procmesh paused",   "pipes paused",
+                                           "defaults, sleep",   "user pipes, sleep",
+                                           "defaults, schedule", "user pipes, schedule"};
+        uint64_t p50[6] = {0};
+        for (int k = 0; k < 6; k++) {
             uint64_t t, sc = 0, csw = 0;
-            if (only != NULL && strcmp(only, k == 0 ? "procmesh paused" : "pipes paused") != 0)
+            if (only != NULL && strcmp(only, "paused") != 0 && strcmp(only, prow[k]) != 0)
                 continue;
-            int rc = k == 0 ? mesh_relay(3, &t, &sc, &csw) : fd_relay(0, 2, &t, &csw);
+            int rc = k == 0   ? mesh_relay(3, &t, &sc, &csw)
+                     : k == 1 ? fd_relay(0, 2, &t, &csw)
+                              : defaults_relay(k % 2, k < 4 ? DEFAULTS_SLEEP : DEFAULTS_SCHEDULE,
+                                               prounds, opts->pause_us, rsh->samples, &csw);
             if (rc < 0)
                 return 1;
-            print_rt(k == 0 ? "procmesh paused" : "pipes paused", prounds, csw, k == 0 ? sc : 0);
+            p50[k] = print_rt(prow[k], prounds, csw, k == 0 ? sc : 0);
+        }
+        /* Each procmesh row against the pipe relay of its own kind. */
+        printf("  p50 over its pipes:");
+        for (int k = 0; k < 6; k += 2) {
+            char ratio[32];
+            format_ratio(ratio, sizeof(ratio), p50[k], p50[k + 1], 2);
+            printf(" %s %s%s", prow[k], p50[k] ? ratio : "-", k < 4 ? ";" : "\n");
         }
         print_load();
     }
