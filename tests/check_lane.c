@@ -16,6 +16,7 @@
 #include "channel/proto.h"
 #include "channel/ringwait.h"
 #include "channel/shm.h"
+#include "hub/lanebook.h"
 
 static const pm__lane_who who0 = {.self_slot = 2, .self_inc = 11, .peer_slot = 5, .peer_inc = 23};
 static const pm__lane_who who1 = {.self_slot = 5, .self_inc = 23, .peer_slot = 2, .peer_inc = 11};
@@ -784,6 +785,135 @@ START_TEST(test_wait_many)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ the broker's book */
+
+START_TEST(test_book_counts_then_lane)
+{
+    pm__lanebook b;
+    ck_assert_int_eq(pm__lanebook_init(&b, 0), -EINVAL);
+    ck_assert_int_eq(pm__lanebook_init(&b, 4), 0);
+    /* Both directions add up; the pair earns a lane at the threshold. */
+    for (unsigned i = 1; i < PM__LANEBOOK_AFTER; i++)
+        ck_assert_int_eq(i % 2 ? pm__lanebook_count(&b, 2, 20, 1, 10)
+                               : pm__lanebook_count(&b, 1, 10, 2, 20), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 2, 20, 1, 10), 1);
+    pm__lanebook_lane l;
+    ck_assert_int_eq(pm__lanebook_add(&b, 2, 20, 1, 10, &l), 0);
+    ck_assert_uint_eq(l.gen, 1);
+    ck_assert_uint_eq(l.end[0].slot, 1); /* the lower slot writes ring 0 */
+    ck_assert_uint_eq(l.end[0].inc, 10);
+    ck_assert_uint_eq(l.end[1].slot, 2);
+    ck_assert_uint_eq(l.end[1].inc, 20);
+    ck_assert_uint_eq(l.end[0].index, 0);
+    ck_assert_uint_eq(l.end[1].index, 0);
+    ck_assert_ptr_nonnull(pm__lanebook_find(&b, 1, 10, 2, 20));
+    ck_assert_ptr_nonnull(pm__lanebook_find(&b, 2, 20, 1, 10));
+    ck_assert_ptr_null(pm__lanebook_find(&b, 2, 21, 1, 10));
+    ck_assert_uint_eq(pm__lanebook_held(&b, 1), 1);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 3), 0);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 4), 0); /* out of range */
+    /* A pair with a lane earns no second one. */
+    ck_assert_int_eq(pm__lanebook_count(&b, 1, 10, 2, 20), 0);
+    ck_assert_int_eq(pm__lanebook_add(&b, 1, 10, 2, 20, &l), -EEXIST);
+    /* What the book refuses. */
+    ck_assert_int_eq(pm__lanebook_add(&b, 1, 10, 1, 10, &l), -EINVAL);
+    ck_assert_int_eq(pm__lanebook_add(&b, 1, 10, 4, 1, &l), -EINVAL);
+    ck_assert_int_eq(pm__lanebook_add(&b, 4, 1, 1, 10, &l), -EINVAL);
+    ck_assert_int_eq(pm__lanebook_count(&b, 3, 1, 3, 1), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 3, 1, 9, 1), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 9, 1, 3, 1), 0);
+    /* Another incarnation of a slot is another pair. */
+    ck_assert_int_eq(pm__lanebook_add(&b, 1, 11, 2, 20, &l), 0);
+    ck_assert_uint_eq(l.gen, 2);
+    ck_assert_uint_eq(l.end[0].index, 1);
+    ck_assert_uint_eq(l.end[1].index, 1);
+    pm__lanebook_free(&b);
+}
+END_TEST
+
+START_TEST(test_book_bound)
+{
+    pm__lanebook b;
+    unsigned n = PM__LANEBOOK_PER_WORKER + 2;
+    ck_assert_int_eq(pm__lanebook_init(&b, n), 0);
+    pm__lanebook_lane l;
+    for (unsigned s = 1; s <= PM__LANEBOOK_PER_WORKER; s++) {
+        ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, s, 1, &l), 0);
+        ck_assert_uint_eq(l.end[0].index, s - 1);
+    }
+    ck_assert_uint_eq(pm__lanebook_held(&b, 0), PM__LANEBOOK_PER_WORKER);
+    unsigned last = PM__LANEBOOK_PER_WORKER + 1;
+    ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, last, 1, &l), -ENOSPC);
+    ck_assert_int_eq(pm__lanebook_add(&b, last, 1, 0, 1, &l), -ENOSPC);
+    /* Past the bound a pair keeps counting but earns nothing. */
+    for (unsigned i = 0; i < 2 * PM__LANEBOOK_AFTER; i++)
+        ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, last, 1), 0);
+    /* One of slot 0's peers ends: the index is free, the pair waiting
+     * at its count earns its lane with its next frame. */
+    pm__lanebook_lane gone[PM__LANEBOOK_PER_WORKER];
+    ck_assert_uint_eq(pm__lanebook_end_of(&b, 3, 1, gone, PM__LANEBOOK_PER_WORKER), 1);
+    ck_assert_uint_eq(gone[0].end[0].slot, 0);
+    ck_assert_uint_eq(gone[0].end[0].index, 2);
+    ck_assert_uint_eq(gone[0].end[1].slot, 3);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 0), PM__LANEBOOK_PER_WORKER - 1);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 3), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, last, 1), 1);
+    ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, last, 1, &l), 0);
+    ck_assert_uint_eq(l.end[0].index, 2); /* reused at once */
+    ck_assert_uint_gt(l.gen, gone[0].gen); /* never the old lane's number */
+    pm__lanebook_free(&b);
+}
+END_TEST
+
+START_TEST(test_book_end_of)
+{
+    pm__lanebook b;
+    ck_assert_int_eq(pm__lanebook_init(&b, 6), 0);
+    pm__lanebook_lane l, gone[PM__LANEBOOK_PER_WORKER];
+    for (unsigned s = 1; s < 6; s++)
+        ck_assert_int_eq(pm__lanebook_add(&b, 0, 7, s, 1, &l), 0);
+    ck_assert_int_eq(pm__lanebook_add(&b, 1, 1, 2, 1, &l), 0);
+    /* Another incarnation of slot 0 ended: not these lanes'. */
+    ck_assert_uint_eq(pm__lanebook_end_of(&b, 0, 6, gone, PM__LANEBOOK_PER_WORKER), 0);
+    ck_assert_uint_eq(pm__lanebook_end_of(&b, 9, 7, gone, PM__LANEBOOK_PER_WORKER), 0);
+    /* A small cap: the rest on the next calls, none lost. */
+    ck_assert_uint_eq(pm__lanebook_end_of(&b, 0, 7, gone, 2), 2);
+    ck_assert_uint_eq(pm__lanebook_end_of(&b, 0, 7, gone + 2, 2), 2);
+    ck_assert_uint_eq(pm__lanebook_end_of(&b, 0, 7, gone + 4, 2), 1);
+    ck_assert_uint_eq(pm__lanebook_end_of(&b, 0, 7, gone, 2), 0);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 0), 0);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 1), 1); /* its lane to slot 2 stays */
+    ck_assert_ptr_nonnull(pm__lanebook_find(&b, 1, 1, 2, 1));
+    /* The ended incarnation's counts are gone: its successor starts again,
+     * in both rows it was counted in. */
+    for (unsigned i = 1; i < PM__LANEBOOK_AFTER; i++) {
+        pm__lanebook_count(&b, 0, 7, 3, 1);
+        pm__lanebook_count(&b, 5, 2, 4, 1);
+    }
+    pm__lanebook_lane g2[PM__LANEBOOK_PER_WORKER];
+    ck_assert_uint_eq(pm__lanebook_end_of(&b, 0, 7, g2, PM__LANEBOOK_PER_WORKER), 0);
+    ck_assert_uint_eq(pm__lanebook_end_of(&b, 5, 2, g2, PM__LANEBOOK_PER_WORKER), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 0, 7, 3, 1), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 5, 2, 4, 1), 0);
+    pm__lanebook_free(&b);
+}
+END_TEST
+
+/* A row counts PM__LANEBOOK_COUNTED peers; a new one replaces the one
+ * with the fewest frames, so a busy pair is not forgotten for a passer-by. */
+START_TEST(test_book_count_row)
+{
+    pm__lanebook b;
+    ck_assert_int_eq(pm__lanebook_init(&b, 8), 0);
+    for (unsigned i = 0; i < PM__LANEBOOK_AFTER - 1; i++)
+        ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 1, 1), 0);
+    for (unsigned p = 2; p < 2 + PM__LANEBOOK_COUNTED + 2; p++)
+        ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, p, 1), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 1, 1, 0, 1), 1);
+    pm__lanebook_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("lane");
@@ -802,5 +932,11 @@ int main(void)
     tcase_add_test(tc, test_bound_and_order);
     tcase_add_test(tc, test_wait_many);
     suite_add_tcase(s, tc);
+    TCase *book = pm_tcase("book", 30);
+    tcase_add_test(book, test_book_counts_then_lane);
+    tcase_add_test(book, test_book_bound);
+    tcase_add_test(book, test_book_end_of);
+    tcase_add_test(book, test_book_count_row);
+    suite_add_tcase(s, book);
     return pm_test_main(s);
 }

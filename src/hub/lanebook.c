@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/* lanebook.c - the broker's book of direct lanes: pair counts, lanes, their ends. */
+#include "base/internal.h"
+#include "lanebook.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int pm__lanebook_init(pm__lanebook *b, unsigned nslots)
+{
+    memset(b, 0, sizeof(*b));
+    if (nslots == 0)
+        return -EINVAL;
+    b->nslots = nslots;
+    /* Each lane has two ends: the book never holds more than this. */
+    b->nlanes = (size_t)nslots * PM__LANEBOOK_PER_WORKER / 2 + 1;
+    b->lanes = calloc(b->nlanes, sizeof(*b->lanes));
+    b->index_used = calloc(nslots, sizeof(*b->index_used));
+    b->counts = calloc((size_t)nslots * PM__LANEBOOK_COUNTED, sizeof(*b->counts));
+    b->next_gen = 1;
+    if (b->lanes == NULL || b->index_used == NULL || b->counts == NULL) {
+        pm__lanebook_free(b);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void pm__lanebook_free(pm__lanebook *b)
+{
+    free(b->lanes);
+    free(b->index_used);
+    free(b->counts);
+    memset(b, 0, sizeof(*b));
+}
+
+static int same_end(const pm__lanebook_end *e, uint32_t slot, uint64_t inc)
+{
+    return e->slot == slot && e->inc == inc;
+}
+
+const pm__lanebook_lane *pm__lanebook_find(const pm__lanebook *b, uint32_t a, uint64_t ainc,
+                                           uint32_t b_slot, uint64_t binc)
+{
+    for (size_t i = 0; i < b->nlanes; i++) {
+        const pm__lanebook_lane *l = &b->lanes[i];
+        if (l->gen == 0)
+            continue;
+        if ((same_end(&l->end[0], a, ainc) && same_end(&l->end[1], b_slot, binc)) ||
+            (same_end(&l->end[1], a, ainc) && same_end(&l->end[0], b_slot, binc)))
+            return l;
+    }
+    return NULL;
+}
+
+unsigned pm__lanebook_held(const pm__lanebook *b, uint32_t slot)
+{
+    return slot < b->nslots ? (unsigned)__builtin_popcount(b->index_used[slot]) : 0;
+}
+
+/* The lowest free index of slot, or -1. */
+static int free_index(const pm__lanebook *b, uint32_t slot)
+{
+    for (unsigned k = 0; k < PM__LANEBOOK_PER_WORKER; k++)
+        if ((b->index_used[slot] & (1u << k)) == 0)
+            return (int)k;
+    return -1;
+}
+
+/* The count of the pair in slot's row, made if missing (taking the place
+ * of the entry with the fewest frames). */
+static pm__lanebook_tally *count_of(pm__lanebook *b, uint32_t slot, uint64_t inc, uint32_t peer,
+                                    uint64_t peer_inc)
+{
+    pm__lanebook_tally *row = &b->counts[(size_t)slot * PM__LANEBOOK_COUNTED];
+    pm__lanebook_tally *least = &row[0];
+    for (unsigned k = 0; k < PM__LANEBOOK_COUNTED; k++) {
+        pm__lanebook_tally *c = &row[k];
+        if (c->frames != 0 && c->peer == peer && c->peer_inc == peer_inc && c->inc == inc)
+            return c;
+        if (c->frames < least->frames)
+            least = c;
+    }
+    *least = (pm__lanebook_tally){.peer = peer, .inc = inc, .peer_inc = peer_inc, .frames = 0};
+    return least;
+}
+
+int pm__lanebook_count(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_slot, uint64_t binc)
+{
+    if (a >= b->nslots || b_slot >= b->nslots || a == b_slot)
+        return 0;
+    /* The pair is counted in the row of its lower slot, so both
+     * directions add up in one place. */
+    uint32_t lo = a < b_slot ? a : b_slot, hi = a < b_slot ? b_slot : a;
+    uint64_t loinc = a < b_slot ? ainc : binc, hiinc = a < b_slot ? binc : ainc;
+    pm__lanebook_tally *c = count_of(b, lo, loinc, hi, hiinc);
+    if (c->frames < UINT32_MAX)
+        c->frames++;
+    if (c->frames < PM__LANEBOOK_AFTER)
+        return 0;
+    if (pm__lanebook_find(b, lo, loinc, hi, hiinc) != NULL)
+        return 0;
+    return free_index(b, lo) >= 0 && free_index(b, hi) >= 0;
+}
+
+int pm__lanebook_add(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_slot, uint64_t binc,
+                     pm__lanebook_lane *out)
+{
+    if (a >= b->nslots || b_slot >= b->nslots || a == b_slot)
+        return -EINVAL;
+    if (pm__lanebook_find(b, a, ainc, b_slot, binc) != NULL)
+        return -EEXIST;
+    int ia = free_index(b, a), ib = free_index(b, b_slot);
+    if (ia < 0 || ib < 0)
+        return -ENOSPC;
+    pm__lanebook_lane *l = NULL;
+    for (size_t i = 0; i < b->nlanes && l == NULL; i++)
+        if (b->lanes[i].gen == 0)
+            l = &b->lanes[i];
+    if (l == NULL)
+        return -ENOSPC; /* cannot be: every lane holds an index at each end */
+    pm__lanebook_end ea = {a, ainc, (uint32_t)ia}, eb = {b_slot, binc, (uint32_t)ib};
+    l->end[0] = a < b_slot ? ea : eb;
+    l->end[1] = a < b_slot ? eb : ea;
+    /* Generations are never 0 (a free entry) and never repeat within the
+     * book's life: 2^32 - 1 lanes made. */
+    l->gen = b->next_gen++;
+    if (b->next_gen == 0)
+        b->next_gen = 1;
+    b->index_used[a] |= 1u << ia;
+    b->index_used[b_slot] |= 1u << ib;
+    *out = *l;
+    return 0;
+}
+
+unsigned pm__lanebook_end_of(pm__lanebook *b, uint32_t slot, uint64_t inc, pm__lanebook_lane *out,
+                             unsigned cap)
+{
+    if (slot >= b->nslots)
+        return 0;
+    unsigned n = 0;
+    for (size_t i = 0; i < b->nlanes && n < cap; i++) {
+        pm__lanebook_lane *l = &b->lanes[i];
+        if (l->gen == 0 || !(same_end(&l->end[0], slot, inc) || same_end(&l->end[1], slot, inc)))
+            continue;
+        out[n++] = *l;
+        for (int e = 0; e < 2; e++)
+            b->index_used[l->end[e].slot] &= ~(1u << l->end[e].index);
+        l->gen = 0;
+    }
+    if (n == cap)
+        return n; /* maybe more: the caller calls again (lanebook.h) */
+    /* Its counts: in its own row, and as a peer in the others'. */
+    for (size_t i = 0; i < (size_t)b->nslots * PM__LANEBOOK_COUNTED; i++) {
+        pm__lanebook_tally *c = &b->counts[i];
+        uint32_t owner = (uint32_t)(i / PM__LANEBOOK_COUNTED);
+        if ((owner == slot && c->inc == inc) || (c->peer == slot && c->peer_inc == inc))
+            c->frames = 0;
+    }
+    return n;
+}
