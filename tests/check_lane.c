@@ -13,9 +13,12 @@
 #include "channel/bigmsg.h"
 #include "channel/frame.h"
 #include "channel/lane.h"
+#include "channel/laneoffer.h"
+#include "channel/bigmsg.h"
 #include "channel/proto.h"
 #include "channel/ringwait.h"
 #include "channel/shm.h"
+#include "base/le.h"
 #include "hub/lanebook.h"
 
 static const pm__lane_who who0 = {.self_slot = 2, .self_inc = 11, .peer_slot = 5, .peer_inc = 23};
@@ -914,6 +917,126 @@ START_TEST(test_book_count_row)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ the hand-over */
+
+START_TEST(test_offer_codec)
+{
+    pm__lane_offer o = {.seq = 7, .index = 3, .gen = 9, .end = 1, .peer_slot = 4,
+                        .peer_inc = 0x1122334455667788ull}, d;
+    unsigned char buf[PM__LANE_OFFER_SIZE + 1];
+    pm__lane_offer_encode(&o, buf);
+    ck_assert_int_eq(pm__lane_offer_decode(buf, PM__LANE_OFFER_SIZE, &d), 0);
+    ck_assert(d.seq == o.seq && d.index == o.index && d.gen == o.gen && d.end == o.end &&
+              d.peer_slot == o.peer_slot && d.peer_inc == o.peer_inc);
+    /* One row a condition, the others valid. */
+    struct { const char *what; size_t off; uint32_t value; size_t len; } rows[] = {
+        {"a short offer", 0, 7, PM__LANE_OFFER_SIZE - 1},
+        {"a long offer", 0, 7, PM__LANE_OFFER_SIZE + 1},
+        {"sequence 0", 0, 0, PM__LANE_OFFER_SIZE},
+        {"index past the table", 4, PM__LANES_MAX, PM__LANE_OFFER_SIZE},
+        {"generation 0", 8, 0, PM__LANE_OFFER_SIZE},
+        {"end 2", 12, 2, PM__LANE_OFFER_SIZE},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        pm__lane_offer_encode(&o, buf);
+        pm__put32(buf + rows[i].off, rows[i].value);
+        memset(&d, 0xa5, sizeof(d));
+        ck_assert_msg(pm__lane_offer_decode(buf, rows[i].len, &d) == -EBADMSG, "%s", rows[i].what);
+        ck_assert_uint_eq(d.seq, 0xa5a5a5a5u);
+    }
+    /* The edges that are valid. */
+    pm__lane_offer_encode(&o, buf);
+    pm__put32(buf + 4, PM__LANES_MAX - 1);
+    pm__put32(buf + 12, 0);
+    ck_assert_int_eq(pm__lane_offer_decode(buf, PM__LANE_OFFER_SIZE, &d), 0);
+    ck_assert_uint_eq(d.index, PM__LANES_MAX - 1);
+    ck_assert_uint_eq(d.end, 0);
+}
+END_TEST
+
+/* Three fds in one record, whole or not at all; anything else refused
+ * with every fd it carried closed. */
+START_TEST(test_record)
+{
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    int fds[3], got[3];
+    ck_assert_int_eq(pm__lane_create(&fds[0]), 0);
+    fds[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    fds[2] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ck_assert_int_eq(pm__lane_record_recv(sv[1], 1, got), -EAGAIN);
+    int before = pm_test_count_fds();
+    ck_assert_int_eq(pm__lane_record_send(sv[0], 1, fds), 0);
+    ck_assert_int_eq(pm__lane_record_recv(sv[1], 1, got), 0);
+    for (int k = 0; k < 3; k++) {
+        struct stat a, b;
+        ck_assert_int_eq(fstat(fds[k], &a), 0);
+        ck_assert_int_eq(fstat(got[k], &b), 0);
+        ck_assert(a.st_ino == b.st_ino && a.st_dev == b.st_dev);
+        ck_assert_int_eq(fcntl(got[k], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+        close(got[k]);
+    }
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    /* The wrong sequence, a large message's record, too many fds: each
+     * refused, nothing left open. */
+    ck_assert_int_eq(pm__lane_record_send(sv[0], 3, fds), 0);
+    ck_assert_int_eq(pm__lane_record_recv(sv[1], 2, got), -EPROTO);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    ck_assert_int_eq(pm__bigmsg_send(sv[0], fds[0], 2), 0);
+    ck_assert_int_eq(pm__lane_record_recv(sv[1], 2, got), -EPROTO);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    int four[4] = {fds[0], fds[1], fds[2], fds[0]};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    unsigned char rec[PM__LANE_RECORD] = {'P', 'M', 'L', 'N', 2, 0, 0, 0};
+    struct iovec iov = {rec, sizeof(rec)};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof(mh));
+    memset(&ctl, 0, sizeof(ctl));
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof(ctl.buf);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(four));
+    memcpy(CMSG_DATA(c), four, sizeof(four));
+    ck_assert_int_eq(sendmsg(sv[0], &mh, 0), (ssize_t)sizeof(rec));
+    ck_assert_int_eq(pm__lane_record_recv(sv[1], 2, got), -EPROTO);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    /* The same record with three: taken (the sequence is the caller's). */
+    c->cmsg_len = CMSG_LEN(3 * sizeof(int));
+    mh.msg_controllen = CMSG_SPACE(3 * sizeof(int));
+    ck_assert_int_eq(sendmsg(sv[0], &mh, 0), (ssize_t)sizeof(rec));
+    ck_assert_int_eq(pm__lane_record_recv(sv[1], 2, got), 0);
+    for (int k = 0; k < 3; k++)
+        close(got[k]);
+    /* A full socket: -EAGAIN and nothing half sent; every record that was
+     * accepted arrives whole, in order. */
+    int sent = 0, rc;
+    while ((rc = pm__lane_record_send(sv[0], (uint32_t)(10 + sent), fds)) == 0)
+        sent++;
+    ck_assert_int_eq(rc, -EAGAIN);
+    ck_assert_int_gt(sent, 0);
+    for (int i = 0; i < sent; i++) {
+        ck_assert_int_eq(pm__lane_record_recv(sv[1], (uint32_t)(10 + i), got), 0);
+        for (int k = 0; k < 3; k++)
+            close(got[k]);
+    }
+    ck_assert_int_eq(pm__lane_record_recv(sv[1], (uint32_t)(10 + sent), got), -EAGAIN);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    /* A closed socket. */
+    close(sv[1]);
+    ck_assert_int_eq(pm__lane_record_send(sv[0], 1, fds), -EPIPE);
+    close(sv[0]);
+    for (int k = 0; k < 3; k++)
+        close(fds[k]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("lane");
@@ -938,5 +1061,9 @@ int main(void)
     tcase_add_test(book, test_book_end_of);
     tcase_add_test(book, test_book_count_row);
     suite_add_tcase(s, book);
+    TCase *handover = pm_tcase("handover", 30);
+    tcase_add_test(handover, test_offer_codec);
+    tcase_add_test(handover, test_record);
+    suite_add_tcase(s, handover);
     return pm_test_main(s);
 }

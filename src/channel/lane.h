@@ -34,6 +34,9 @@
 #include "frame.h"
 #include "ring.h"
 
+/* Lanes one worker holds at most (its table, and the revocation words of
+ * its control block); past it, its traffic takes the hub. */
+#define PM__LANES_MAX 8u
 /* Each direction's ring: 64 KiB of data. */
 #define PM__LANE_CAP ((uint64_t)64 << 10)
 /* The largest payload a lane carries. A larger message takes the hub's

@@ -21,8 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "channel/lane.h"
+
 /* Lanes one worker holds at most; past it, its traffic takes the hub. */
-#define PM__LANEBOOK_PER_WORKER 8u
+#define PM__LANEBOOK_PER_WORKER PM__LANES_MAX
 /* Frames the hub relays between a pair (both ways) before it offers them
  * a lane: a pair that exchanged a handful of frames pays no lane (132 KiB
  * of memory, six fds passed, a set-up). */

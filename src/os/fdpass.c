@@ -16,13 +16,18 @@ void pm__fdpass_msg(struct msghdr *mh, struct iovec *iov, void *ctl, size_t ctl_
     mh->msg_controllen = ctl_size;
 }
 
-void pm__fdpass_put(struct msghdr *mh, int fd)
+void pm__fdpass_put_many(struct msghdr *mh, const int *fds, size_t n)
 {
     struct cmsghdr *c = CMSG_FIRSTHDR(mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(n * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+}
+
+void pm__fdpass_put(struct msghdr *mh, int fd)
+{
+    pm__fdpass_put_many(mh, &fd, 1);
 }
 
 size_t pm__fdpass_take(struct msghdr *mh, int *fds, size_t room, unsigned *others)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* fdpass.h - fds over AF_UNIX sockets (SCM_RIGHTS): the message shape of a large message's record (channel/bigmsg.c) and of a readiness datagram (notify.c). */
+/* fdpass.h - fds over AF_UNIX sockets (SCM_RIGHTS): the message shape of a large message's record (channel/bigmsg.c), a lane's (channel/laneoffer.c) and a readiness datagram (notify.c). */
 #ifndef PM_FDPASS_H
 #define PM_FDPASS_H
 
@@ -12,6 +12,9 @@ void pm__fdpass_msg(struct msghdr *mh, struct iovec *iov, void *ctl, size_t ctl_
 
 /* mh (its control buffer at least CMSG_SPACE(sizeof(int))) passes fd. */
 void pm__fdpass_put(struct msghdr *mh, int fd);
+/* The same for n fds in one SCM_RIGHTS message (a control buffer of at
+ * least CMSG_SPACE(n * sizeof(int))): a lane's record (laneoffer.h). */
+void pm__fdpass_put_many(struct msghdr *mh, const int *fds, size_t n);
 
 /* The fds every SCM_RIGHTS message of a received mh carries, in order: the
  * first room of them go into fds, the others are closed (a received fd is
