@@ -74,6 +74,22 @@ START_TEST(test_create_sealed)
     ck_assert_int_eq(ftruncate(fd, PM__LANE_SIZE * 2), -1);
     ck_assert_int_eq(errno, EPERM);
     ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+    /* Both rings formatted (for a reader that trusts the maker: a
+     * debugger, this test), indices at 0, the lane's page untouched. */
+    unsigned char *m = mmap(NULL, PM__LANE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(m, MAP_FAILED);
+    for (int k = 0; k < 2; k++) {
+        const struct pm__ring_shared *r =
+            (const void *)(m + PM__LANE_PAGE + (size_t)k * (PM__RING_HDR_SIZE + PM__LANE_CAP));
+        ck_assert_uint_eq(r->magic, PM__RING_MAGIC);
+        ck_assert_uint_eq(r->capacity, PM__LANE_CAP);
+        ck_assert_uint_eq(r->max_frame, PM__LANE_MAX_FRAME);
+        ck_assert_uint_eq(atomic_load(&r->head), 0);
+        ck_assert_uint_eq(atomic_load(&r->tail), 0);
+    }
+    for (size_t i = 0; i < PM__LANE_PAGE; i++)
+        ck_assert_uint_eq(m[i], 0);
+    munmap(m, PM__LANE_SIZE);
     /* The maker keeps no mapping of it. */
     FILE *f = fopen("/proc/self/maps", "r");
     ck_assert_ptr_nonnull(f);

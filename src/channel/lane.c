@@ -25,8 +25,9 @@ int pm__lane_create(int *fd)
      * header pages written here are charged to the supervisor's cgroup;
      * the lane's page and each ring's data pages to the worker that first
      * writes them (doc/design.md, "Direct lanes", Bounds). */
-    for (unsigned i = 0; i < 2 && rc == 0; i++)
-        rc = pm__ring_format(ring_at(map, i), PM__LANE_CAP, PM__LANE_MAX_FRAME);
+    rc = pm__ring_format(ring_at(map, 0), PM__LANE_CAP, PM__LANE_MAX_FRAME);
+    if (rc == 0)
+        rc = pm__ring_format(ring_at(map, 1), PM__LANE_CAP, PM__LANE_MAX_FRAME);
     pm__shm_unmap(map, PM__LANE_SIZE);
     if (rc < 0) {
         pm__close(*fd);
