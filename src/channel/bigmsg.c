@@ -21,10 +21,6 @@
 #endif
 
 #define RECORD_MAGIC 0x44464d50u /* "PMFD" */
-/* Room for more fds than a record may carry, so that extra fds arrive
- * (and are closed) instead of being dropped by the kernel with
- * MSG_CTRUNC: either way the record is refused. */
-#define RECV_FDS 8
 
 void pm__announce_encode(const pm__announce *a, void *buf)
 {
@@ -139,50 +135,22 @@ int pm__bigmsg_send(int sock, int fd, uint32_t seq)
     unsigned char rec[PM__BIGMSG_RECORD];
     pm__put32(rec, RECORD_MAGIC);
     pm__put32(rec + 4, seq);
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    struct iovec iov = {rec, sizeof(rec)};
-    struct msghdr mh;
-    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
-    pm__fdpass_put(&mh, fd);
-    ssize_t n;
-    do
-        n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
+    ssize_t n = pm__fdpass_send(sock, rec, sizeof(rec), &fd, 1);
     if (n < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        return (int)n;
     return n == (ssize_t)sizeof(rec) ? 0 : -EIO;
 }
 
 int pm__bigmsg_recv(int sock, uint32_t seq, int *out)
 {
     unsigned char rec[PM__BIGMSG_RECORD + 1];
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(RECV_FDS * sizeof(int))];
-    } ctl;
-    struct iovec iov = {rec, sizeof(rec)};
-    struct msghdr mh;
-    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
-    ssize_t n;
-    do
-        n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
+    int fds[16];
+    size_t nfds;
+    ssize_t n = pm__fdpass_recv(sock, rec, sizeof(rec), fds, PM__ARRAY_SIZE(fds), &nfds);
     if (n < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    /* Collect every fd first, so that each one is closed on any failure. */
-    int fds[RECV_FDS * 2];
-    unsigned others;
-    size_t nfds = pm__fdpass_take(&mh, fds, PM__ARRAY_SIZE(fds), &others);
-    int bad = (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0;
-    if (others > 0)
-        bad = 1; /* SCM_CREDENTIALS and the like are never sent here */
+        return (int)n;
     if (n != PM__BIGMSG_RECORD || pm__get32(rec) != RECORD_MAGIC || pm__get32(rec + 4) != seq ||
-        nfds != 1)
-        bad = 1;
-    if (bad) {
+        nfds != 1) {
         for (size_t i = 0; i < nfds; i++)
             pm__close(fds[i]);
         return -EPROTO;

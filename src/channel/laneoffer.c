@@ -9,9 +9,6 @@
 #include <string.h>
 
 #define LANE_MAGIC 0x4e4c4d50u /* "PMLN" */
-/* Room for more fds than a record may carry, so that a record with too
- * many is seen whole (and every fd closed) rather than truncated. */
-#define RECV_FDS 6
 
 void pm__lane_offer_encode(const pm__lane_offer *o, void *buf)
 {
@@ -42,47 +39,22 @@ int pm__lane_record_send(int sock, uint32_t seq, const int fds[3])
     unsigned char rec[PM__LANE_RECORD];
     pm__put32(rec, LANE_MAGIC);
     pm__put32(rec + 4, seq);
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(3 * sizeof(int))];
-    } ctl;
-    struct iovec iov = {rec, sizeof(rec)};
-    struct msghdr mh;
-    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
-    pm__fdpass_put_many(&mh, fds, 3);
-    ssize_t n;
-    do
-        n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
+    ssize_t n = pm__fdpass_send(sock, rec, sizeof(rec), fds, 3);
     if (n < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        return (int)n;
     return n == (ssize_t)sizeof(rec) ? 0 : -EIO;
 }
 
 int pm__lane_record_recv(int sock, uint32_t seq, int fds[3])
 {
     unsigned char rec[PM__LANE_RECORD + 1];
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(RECV_FDS * sizeof(int))];
-    } ctl;
-    struct iovec iov = {rec, sizeof(rec)};
-    struct msghdr mh;
-    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
-    ssize_t n;
-    do
-        n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
+    int got[16];
+    size_t nfds;
+    ssize_t n = pm__fdpass_recv(sock, rec, sizeof(rec), got, PM__ARRAY_SIZE(got), &nfds);
     if (n < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    /* Every fd first, so that each one is closed on any failure. */
-    int got[RECV_FDS * 2];
-    unsigned others;
-    size_t nfds = pm__fdpass_take(&mh, got, PM__ARRAY_SIZE(got), &others);
-    int bad = (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0 || others > 0 ||
-              n != PM__LANE_RECORD || pm__get32(rec) != LANE_MAGIC || pm__get32(rec + 4) != seq ||
-              nfds != 3;
-    if (bad) {
+        return (int)n;
+    if (n != PM__LANE_RECORD || pm__get32(rec) != LANE_MAGIC || pm__get32(rec + 4) != seq ||
+        nfds != 3) {
         for (size_t i = 0; i < nfds; i++)
             pm__close(got[i]);
         return -EPROTO;

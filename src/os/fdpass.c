@@ -55,3 +55,58 @@ size_t pm__fdpass_take(struct msghdr *mh, int *fds, size_t room, unsigned *other
     }
     return n;
 }
+
+/* Room for more fds than any record may carry, so that extra fds arrive
+ * (and are closed by the caller's check) instead of being dropped by the
+ * kernel with MSG_CTRUNC: either way the record is refused. */
+#define RECV_FDS 8
+
+ssize_t pm__fdpass_send(int sock, const void *rec, size_t size, const int *fds, size_t n)
+{
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(PM__FDPASS_SEND_MAX * sizeof(int))];
+    } ctl;
+    if (n == 0 || n > PM__FDPASS_SEND_MAX)
+        return -EINVAL;
+    struct iovec iov = {(void *)(uintptr_t)rec, size};
+    struct msghdr mh;
+    pm__fdpass_msg(&mh, &iov, ctl.buf, CMSG_SPACE(n * sizeof(int)));
+    pm__fdpass_put_many(&mh, fds, n);
+    ssize_t k;
+    do
+        k = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    if (k < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    return k;
+}
+
+ssize_t pm__fdpass_recv(int sock, void *rec, size_t size, int *fds, size_t room, size_t *nfds)
+{
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(RECV_FDS * sizeof(int))];
+    } ctl;
+    struct iovec iov = {rec, size};
+    struct msghdr mh;
+    pm__fdpass_msg(&mh, &iov, ctl.buf, sizeof(ctl.buf));
+    *nfds = 0;
+    ssize_t n;
+    do
+        n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    /* Every fd first, so that each one is closed on any failure. */
+    unsigned others;
+    size_t got = pm__fdpass_take(&mh, fds, room, &others);
+    if ((mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0 || others > 0) {
+        /* Truncated, or SCM_CREDENTIALS and the like: never sent here. */
+        for (size_t i = 0; i < got; i++)
+            pm__close(fds[i]);
+        return -EPROTO;
+    }
+    *nfds = got;
+    return n;
+}

@@ -22,4 +22,21 @@ void pm__fdpass_put_many(struct msghdr *mh, const int *fds, size_t n);
  * counts the control messages of any other kind (SCM_CREDENTIALS...). */
 size_t pm__fdpass_take(struct msghdr *mh, int *fds, size_t room, unsigned *others);
 
+/* The most fds pm__fdpass_send passes in one record. */
+#define PM__FDPASS_SEND_MAX 4u
+
+/* Sends one record (rec, size bytes) with fds[0..n) in one SCM_RIGHTS
+ * message, without blocking: whole or not at all (SOCK_SEQPACKET). The
+ * bytes sent, -EAGAIN (the socket is full), -EINVAL (n is 0 or above
+ * PM__FDPASS_SEND_MAX), or -errno. The fds stay the caller's. */
+ssize_t pm__fdpass_send(int sock, const void *rec, size_t size, const int *fds, size_t n);
+
+/* Receives one record of up to size bytes without blocking (close-on-exec
+ * fds): its length, with the fds it carried in fds (up to room, the rest
+ * closed) and their count in *nfds; -EAGAIN when none is there; -EPROTO
+ * (every fd closed, *nfds 0) when the record or its control data was
+ * truncated or carried anything but fds; or -errno. The caller judges the
+ * bytes and the count, and closes the fds when it refuses them. */
+ssize_t pm__fdpass_recv(int sock, void *rec, size_t size, int *fds, size_t room, size_t *nfds);
+
 #endif /* PM_FDPASS_H */
