@@ -20,6 +20,7 @@
 #include "channel/shm.h"
 #include "base/le.h"
 #include "hub/lanebook.h"
+#include "worker/nodelane.h"
 
 static const pm__lane_who who0 = {.self_slot = 2, .self_inc = 11, .peer_slot = 5, .peer_inc = 23};
 static const pm__lane_who who1 = {.self_slot = 5, .self_inc = 23, .peer_slot = 2, .peer_inc = 11};
@@ -1053,6 +1054,204 @@ START_TEST(test_record)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ a worker's table */
+
+/* A lane's record as the supervisor hands it over: the memfd and the two
+ * doorbells, each end's own copies (dup: two workers hold their own fds). */
+static void record_fds(int mine[3], int theirs[3])
+{
+    ck_assert_int_eq(pm__lane_create(&mine[0]), 0);
+    mine[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    mine[2] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    theirs[0] = dup(mine[0]);
+    theirs[1] = dup(mine[2]); /* the peer parks on what we wake, and the reverse */
+    theirs[2] = dup(mine[1]);
+    for (int k = 0; k < 3; k++)
+        ck_assert(mine[k] >= 0 && theirs[k] >= 0);
+}
+
+struct sink_log {
+    int frames;
+    char got[16];
+    uint32_t lost_peer;
+    uint64_t lost_id;
+};
+
+static void sink_frame(void *arg, const pm__frame_hdr *h, const void *payload)
+{
+    struct sink_log *g = arg;
+    ck_assert_uint_eq(h->src, 7);
+    if (g->frames < (int)sizeof(g->got) && h->len > 0)
+        g->got[g->frames] = *(const char *)payload;
+    g->frames++;
+}
+
+static void sink_lost(void *arg, uint32_t peer, uint64_t id)
+{
+    struct sink_log *g = arg;
+    g->lost_peer = peer;
+    g->lost_id = id;
+}
+
+START_TEST(test_node_table)
+{
+    int before = pm_test_count_fds();
+    pm__node_lanes *me = malloc(sizeof(*me)), *peer = malloc(sizeof(*peer));
+    pm__node_lanes_init(me);
+    pm__node_lanes_init(peer);
+    int a[3], b[3];
+    record_fds(a, b);
+    pm__lane_offer oa = {.seq = 1, .index = 2, .gen = 5, .end = 1, .peer_slot = 7, .peer_inc = 70};
+    pm__lane_offer ob = {.seq = 1, .index = 0, .gen = 5, .end = 0, .peer_slot = 9, .peer_inc = 90};
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &oa, a, 9, 90), 0);
+    ck_assert_int_eq(pm__node_lanes_adopt(peer, &ob, b, 7, 70), 0);
+    ck_assert_uint_eq(me->live, 1);
+    /* The memfds were mapped and closed; the doorbells kept. */
+    ck_assert_int_eq(pm_test_count_fds(), before + 4);
+    pm__node_lane *e = pm__node_lanes_to(me, 7, 70);
+    ck_assert_ptr_eq(e, &me->at[2]);
+    ck_assert_ptr_eq(pm__node_lanes_to(me, 7, 0), e);
+    ck_assert_ptr_null(pm__node_lanes_to(me, 7, 71));
+    ck_assert_ptr_null(pm__node_lanes_to(me, 8, 0));
+    pm__node_lane *f = pm__node_lanes_to(peer, 9, 90);
+    ck_assert_ptr_nonnull(f);
+    /* The peer's frames reach us stamped with what the supervisor said. */
+    pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0), g;
+    const void *p;
+    ck_assert_int_eq(pm__lane_send(f->lane, &h, "x", 1), 0);
+    ck_assert_int_eq(pm__lane_recv(e->lane, &g, &p), 1);
+    ck_assert_uint_eq(g.src, 7);
+    ck_assert_uint_eq(g.src_inc, 70);
+    /* An index still held: refused, and the offered fds closed. */
+    int c[3], d[3];
+    record_fds(c, d);
+    for (int k = 0; k < 3; k++)
+        close(d[k]);
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &oa, c, 9, 90), -EBUSY);
+    ck_assert_int_eq(pm_test_count_fds(), before + 4);
+    /* A memfd that is not a lane's: refused, fds closed. */
+    int bad[3] = {pm__memfd_new("x"), eventfd(0, 0), eventfd(0, 0)};
+    oa.index = 3;
+    ck_assert_int_ne(pm__node_lanes_adopt(me, &oa, bad, 9, 90), 0);
+    ck_assert_int_eq(pm_test_count_fds(), before + 4);
+    ck_assert_uint_eq(me->live, 1);
+    pm__node_lanes_close(me);
+    pm__node_lanes_close(peer);
+    ck_assert_uint_eq(me->live, 0);
+    ck_assert_ptr_null(pm__node_lanes_to(me, 7, 0));
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    free(me);
+    free(peer);
+}
+END_TEST
+
+START_TEST(test_node_revoked)
+{
+    int before = pm_test_count_fds();
+    pm__node_lanes *me = malloc(sizeof(*me)), *peer = malloc(sizeof(*peer));
+    pm__node_lanes_init(me);
+    pm__node_lanes_init(peer);
+    _Atomic uint32_t words[PM__LANES_MAX];
+    for (unsigned k = 0; k < PM__LANES_MAX; k++)
+        atomic_store(&words[k], 0);
+    int a[3], b[3];
+    record_fds(a, b);
+    pm__lane_offer oa = {.seq = 1, .index = 4, .gen = 12, .end = 1, .peer_slot = 7, .peer_inc = 70};
+    pm__lane_offer ob = {.seq = 1, .index = 0, .gen = 12, .end = 0, .peer_slot = 9, .peer_inc = 90};
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &oa, a, 9, 90), 0);
+    ck_assert_int_eq(pm__node_lanes_adopt(peer, &ob, b, 7, 70), 0);
+    pm__node_lane *e = &me->at[4], *f = &peer->at[0];
+    e->marked = 1;
+    /* We wait on a request over the lane; the peer wrote three messages. */
+    pm__frame_hdr q = msg_hdr(PM__FT_REQUEST, 33), m = msg_hdr(PM__FT_MSG, 0);
+    ck_assert_int_eq(pm__lane_send(e->lane, &q, "q", 1), 0);
+    for (char c = '1'; c <= '3'; c++)
+        ck_assert_int_eq(pm__lane_send(f->lane, &m, &c, 1), 0);
+    struct sink_log log;
+    memset(&log, 0, sizeof(log));
+    pm__node_lanes_sink sink = {sink_frame, sink_lost, &log};
+    /* A word of another generation (the index's earlier lane): nothing. */
+    atomic_store(&words[4], 11);
+    ck_assert_uint_eq(pm__node_lanes_revoked(me, words, &sink), 0);
+    ck_assert_uint_eq(me->live, 1);
+    atomic_store(&words[4], 12);
+    ck_assert_uint_eq(pm__node_lanes_revoked(me, words, &sink), 1);
+    ck_assert_int_eq(log.frames, 3);
+    ck_assert_mem_eq(log.got, "123", 3);
+    ck_assert_uint_eq(log.lost_peer, 7);
+    ck_assert_uint_eq(log.lost_id, 33);
+    ck_assert_uint_eq(me->live, 0);
+    ck_assert_ptr_null(pm__node_lanes_to(me, 7, 0));
+    ck_assert_uint_eq(pm__node_lanes_revoked(me, words, &sink), 0); /* once */
+    /* The index is free for the next lane at once. */
+    pm__node_lanes_close(peer);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    int c[3], d[3];
+    record_fds(c, d);
+    oa.gen = 13;
+    ob.gen = 13;
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &oa, c, 9, 90), 0);
+    ck_assert_int_eq(pm__node_lanes_adopt(peer, &ob, d, 7, 70), 0);
+    e = &me->at[4];
+    f = &peer->at[0];
+    /* A reply written before the revocation answers the request: nothing
+     * lost. Not yet marked: the lane's frames are not handed on. */
+    ck_assert_int_eq(pm__lane_send(e->lane, &q, "q", 1), 0);
+    pm__frame_hdr g;
+    const void *p;
+    ck_assert_int_eq(pm__lane_recv(f->lane, &g, &p), 1);
+    pm__frame_hdr r = msg_hdr(PM__FT_REPLY, 33);
+    ck_assert_int_eq(pm__lane_send(f->lane, &r, "r", 1), 0);
+    memset(&log, 0, sizeof(log));
+    atomic_store(&words[4], 13);
+    e->marked = 1;
+    ck_assert_uint_eq(pm__node_lanes_revoked(me, words, &sink), 1);
+    ck_assert_int_eq(log.frames, 1);
+    ck_assert_uint_eq(log.lost_id, 0);
+    /* Unmarked: the frames stay unread, the wait still fails. */
+    int x[3], y[3];
+    record_fds(x, y);
+    oa.gen = 14;
+    ob.gen = 14;
+    pm__node_lanes_close(peer);
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &oa, x, 9, 90), 0);
+    ck_assert_int_eq(pm__node_lanes_adopt(peer, &ob, y, 7, 70), 0);
+    ck_assert_int_eq(pm__lane_send(me->at[4].lane, &q, "q", 1), 0);
+    ck_assert_int_eq(pm__lane_send(peer->at[0].lane, &m, "z", 1), 0);
+    memset(&log, 0, sizeof(log));
+    atomic_store(&words[4], 14);
+    ck_assert_uint_eq(pm__node_lanes_revoked(me, words, &sink), 1);
+    ck_assert_int_eq(log.frames, 0);
+    ck_assert_uint_eq(log.lost_id, 33);
+    pm__node_lanes_close(peer);
+    pm__node_lanes_close(me);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    free(me);
+    free(peer);
+}
+END_TEST
+
+START_TEST(test_node_asked)
+{
+    pm__node_lane e;
+    memset(&e, 0, sizeof(e));
+    for (uint64_t i = 1; i <= PM__LANE_ASKED_MAX; i++)
+        ck_assert_int_eq(pm__node_lane_asked(&e, i), 0);
+    ck_assert_int_eq(pm__node_lane_asked(&e, 999), -ENOBUFS);
+    ck_assert_uint_eq(e.asked_dropped, 1);
+    ck_assert_int_eq(pm__node_lane_answer(&e, 999), 0);
+    ck_assert_int_eq(pm__node_lane_answer(&e, 1), 1);
+    ck_assert_int_eq(pm__node_lane_answer(&e, 1), 0); /* once */
+    ck_assert_int_eq(pm__node_lane_answer(&e, PM__LANE_ASKED_MAX), 1);
+    ck_assert_uint_eq(e.nasked, PM__LANE_ASKED_MAX - 2);
+    ck_assert_int_eq(pm__node_lane_asked(&e, 999), 0);
+    for (uint64_t i = 2; i < PM__LANE_ASKED_MAX; i++)
+        ck_assert_int_eq(pm__node_lane_answer(&e, i), 1);
+    ck_assert_int_eq(pm__node_lane_answer(&e, 999), 1);
+    ck_assert_uint_eq(e.nasked, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("lane");
@@ -1081,5 +1280,10 @@ int main(void)
     tcase_add_test(handover, test_offer_codec);
     tcase_add_test(handover, test_record);
     suite_add_tcase(s, handover);
+    TCase *node = pm_tcase("node", 30);
+    tcase_add_test(node, test_node_table);
+    tcase_add_test(node, test_node_revoked);
+    tcase_add_test(node, test_node_asked);
+    suite_add_tcase(s, node);
     return pm_test_main(s);
 }

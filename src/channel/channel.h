@@ -26,6 +26,7 @@
 
 #include "base/address.h" /* pm__hosts: the host table in the control block */
 #include "os/crash.h"
+#include "lane.h" /* PM__LANES_MAX: the revocation words */
 #include "ring.h"
 
 #define PM__CTL_MAGIC 0x6c7468686d707070ull /* "ppmhhtl" */
@@ -66,6 +67,13 @@ struct pm__ctl {
      * pages, away from everything the worker writes. */
     _Alignas(4096) uint32_t peer_mode;
     pm__hosts hosts;
+    /* Direct lanes (lane.h; doc/design.md, "Direct lanes", Revocation):
+     * the supervisor writes the generation of this worker's lane k into
+     * word k once that lane's other end can no longer write; the worker
+     * reads them before it reads a lane. Written before any later frame
+     * of the supervisor's that names index k. Past the host table: a
+     * worker of an older library never reads them. */
+    _Alignas(64) _Atomic uint32_t lane_revoked[PM__LANES_MAX];
 };
 _Static_assert(sizeof(struct pm__ctl) <= PM__CTL_SIZE, "the control block fits its pages");
 

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/* nodelane.c - a worker's table of direct lanes: adopt, revoke, find, the requests each brought. */
+#include "base/internal.h"
+#include "nodelane.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void slot_clear(pm__node_lane *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->efd_self = -1;
+    e->efd_peer = -1;
+}
+
+void pm__node_lanes_init(pm__node_lanes *t)
+{
+    t->live = 0;
+    for (unsigned k = 0; k < PM__LANES_MAX; k++)
+        slot_clear(&t->at[k]);
+}
+
+int pm__node_lanes_adopt(pm__node_lanes *t, const pm__lane_offer *o, const int fds[3],
+                         uint32_t self_slot, uint64_t self_inc)
+{
+    int rc = -EBUSY;
+    pm__lane *l = NULL;
+    if (o->index >= PM__LANES_MAX || t->at[o->index].lane != NULL)
+        goto fail;
+    rc = -ENOMEM;
+    if ((l = malloc(sizeof(*l))) == NULL)
+        goto fail;
+    pm__lane_who who = {self_slot, self_inc, o->peer_slot, o->peer_inc};
+    /* The lane's ring ends wake the peer through its doorbell and park on
+     * ours (ring.h: wake_fd, park_fd). */
+    rc = pm__lane_attach(l, fds[0], o->end, &who, fds[2], fds[1]);
+    if (rc < 0)
+        goto fail;
+    pm__close(fds[0]); /* mapped: the fd is not needed any more */
+    pm__node_lane *e = &t->at[o->index];
+    slot_clear(e);
+    e->lane = l;
+    e->gen = o->gen;
+    e->efd_self = fds[1];
+    e->efd_peer = fds[2];
+    t->live++;
+    return 0;
+fail:
+    free(l);
+    for (int k = 0; k < 3; k++)
+        pm__close(fds[k]);
+    return rc;
+}
+
+static void drop(pm__node_lanes *t, pm__node_lane *e)
+{
+    pm__lane_detach(e->lane);
+    free(e->lane);
+    pm__close(e->efd_self);
+    pm__close(e->efd_peer);
+    slot_clear(e);
+    t->live--;
+}
+
+/* One revoked lane: what it still holds, then gone. */
+static void finish(pm__node_lanes *t, pm__node_lane *e, const pm__node_lanes_sink *sink)
+{
+    pm__lane *l = e->lane;
+    uint64_t waited = l->req_out;
+    (void)pm__lane_revoke(l);
+    pm__frame_hdr h;
+    const void *p;
+    while (e->marked && pm__lane_recv(l, &h, &p) == 1) {
+        /* The reply to the request waited on is one of these frames when
+         * it was written before the revocation. */
+        if (h.type == PM__FT_REPLY && h.request_id == waited)
+            waited = 0;
+        sink->frame(sink->arg, &h, p);
+    }
+    if (waited != 0)
+        sink->lost_request(sink->arg, e->lane->who.peer_slot, waited);
+    drop(t, e);
+}
+
+unsigned pm__node_lanes_revoked(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                const pm__node_lanes_sink *sink)
+{
+    unsigned n = 0;
+    for (unsigned k = 0; k < PM__LANES_MAX; k++) {
+        pm__node_lane *e = &t->at[k];
+        /* Acquire: pairs with the supervisor's release of the word, so a
+         * frame it sent after it is seen after it too. */
+        if (e->lane == NULL || atomic_load_explicit(&words[k], memory_order_acquire) != e->gen)
+            continue;
+        finish(t, e, sink);
+        n++;
+    }
+    return n;
+}
+
+pm__node_lane *pm__node_lanes_to(pm__node_lanes *t, uint32_t slot, uint64_t inc)
+{
+    for (unsigned k = 0; k < PM__LANES_MAX; k++) {
+        pm__node_lane *e = &t->at[k];
+        if (e->lane != NULL && e->lane->who.peer_slot == slot &&
+            (inc == 0 || e->lane->who.peer_inc == inc))
+            return e;
+    }
+    return NULL;
+}
+
+int pm__node_lane_asked(pm__node_lane *e, uint64_t request_id)
+{
+    if (e->nasked >= PM__LANE_ASKED_MAX) {
+        e->asked_dropped++;
+        return -ENOBUFS;
+    }
+    e->asked[e->nasked++] = request_id;
+    return 0;
+}
+
+int pm__node_lane_answer(pm__node_lane *e, uint64_t request_id)
+{
+    for (unsigned i = 0; i < e->nasked; i++) {
+        if (e->asked[i] != request_id)
+            continue;
+        e->asked[i] = e->asked[--e->nasked];
+        return 1;
+    }
+    return 0;
+}
+
+void pm__node_lanes_close(pm__node_lanes *t)
+{
+    for (unsigned k = 0; k < PM__LANES_MAX; k++)
+        if (t->at[k].lane != NULL)
+            drop(t, &t->at[k]);
+}

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nodelane.h - a worker's direct lanes (doc/design.md, "Direct lanes"):
+ * the table of the lanes its supervisor handed it, numbered as the
+ * supervisor numbered them; the revocations it finds in its control block
+ * (each lane's frames written before it handed on, the request waiting on
+ * it failed); the lane to a given peer; the requests received on each lane
+ * and not yet answered (a reply takes the lane its request came by, and
+ * only that one). The node's send, receive and wait (node_messaging.c)
+ * are built on these; nothing here waits or chooses a path.
+ */
+#ifndef PM_NODELANE_H
+#define PM_NODELANE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "channel/lane.h"
+#include "channel/laneoffer.h"
+
+/* Requests one lane may have brought and this worker not yet answered;
+ * one more is dropped and counted (the peer asks faster than we answer:
+ * it waits for its own deadline, as it would through the hub past
+ * pm_options_set_requests_per_worker). */
+#define PM__LANE_ASKED_MAX 64u
+
+typedef struct pm__node_lane {
+    pm__lane *lane;   /* NULL: the index is free */
+    uint32_t gen;
+    int efd_self;     /* this end's doorbell: the peer writes it, we poll it */
+    int efd_peer;     /* the peer's doorbell: we write it */
+    int marked;       /* the peer's switch-over marker was taken: the lane may be read */
+    unsigned nasked;
+    uint64_t asked[PM__LANE_ASKED_MAX];
+    uint64_t asked_dropped;
+} pm__node_lane;
+
+typedef struct pm__node_lanes {
+    pm__node_lane at[PM__LANES_MAX];
+    unsigned live; /* lanes attached */
+} pm__node_lanes;
+
+/* What a revocation hands back (pm__node_lanes_revoked): every frame the
+ * peer wrote before it, in order (payload in the lane's private buffer,
+ * valid during the call), then the request this worker was waiting on
+ * over the lane, if any (it fails: -EHOSTDOWN). */
+typedef struct pm__node_lanes_sink {
+    void (*frame)(void *arg, const pm__frame_hdr *h, const void *payload);
+    void (*lost_request)(void *arg, uint32_t peer_slot, uint64_t request_id);
+    void *arg;
+} pm__node_lanes_sink;
+
+/* An empty table (every index free, fds -1). */
+void pm__node_lanes_init(pm__node_lanes *t);
+
+/* Attaches the lane the supervisor offered (o, decoded) with the fds of
+ * its record (memfd, this end's doorbell, the peer's doorbell): the memfd
+ * is mapped and closed, the doorbells kept. 0; -EBUSY when index o->index
+ * still holds a lane (the caller reads the revocations first: the
+ * supervisor wrote the old lane's before offering a new one there);
+ * -ENOMEM; or attach's error. On any failure all three fds are closed. */
+int pm__node_lanes_adopt(pm__node_lanes *t, const pm__lane_offer *o, const int fds[3],
+                         uint32_t self_slot, uint64_t self_inc);
+
+/* Revokes every lane whose word in words (the control block's
+ * lane_revoked) holds its generation: hands its frames written before
+ * the revocation to sink->frame (only once marked: before its marker
+ * the peer's lane frames cannot be in order with the hub's, and the
+ * marker died with the peer), its waited-on request to
+ * sink->lost_request, then detaches it and closes its doorbells. Returns
+ * how many were revoked. */
+unsigned pm__node_lanes_revoked(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                const pm__node_lanes_sink *sink);
+
+/* The live lane to incarnation inc of slot (inc 0: whichever holds it),
+ * or NULL. */
+pm__node_lane *pm__node_lanes_to(pm__node_lanes *t, uint32_t slot, uint64_t inc);
+
+/* A request came on e's lane: remembered for the reply (0, or -ENOBUFS:
+ * dropped and counted). Its reply: 1 and forgotten when e brought it, 0
+ * when not (the reply takes the hub; the hub judges it). */
+int pm__node_lane_asked(pm__node_lane *e, uint64_t request_id);
+int pm__node_lane_answer(pm__node_lane *e, uint64_t request_id);
+
+/* Detaches every lane and closes its doorbells (the node closes). */
+void pm__node_lanes_close(pm__node_lanes *t);
+
+#endif /* PM_NODELANE_H */
