@@ -785,6 +785,183 @@ START_TEST(test_wait_many)
 }
 END_TEST
 
+/* Review (lanereview): a peer that floods its lane with frames the rules
+ * refuse, as fast as the receiver drops them, must not hold the receiver
+ * inside one pm__lane_recv (its hub ring and other lanes wait meanwhile:
+ * "a peer that floods its lane delays only its own frames"). The peer
+ * process refills the ring as soon as space comes back (for one store of
+ * its index: the records of the last lap are still there); one call of
+ * the receiver reads at most what was published when it first looked: a
+ * ring's worth of records at most. Before the fix the call went on for as
+ * long as the peer kept up: here ~1 million frames, all it sent. */
+START_TEST(test_flood_refused_bounded_per_call)
+{
+    int fd, full[2];
+    ck_assert_int_eq(pm__lane_create(&fd), 0);
+    ck_assert_int_eq(pipe(full), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__lane *a = malloc(sizeof(*a));
+        if (pm__lane_attach(a, fd, 0, &who0, -1, -1) != 0)
+            _exit(2);
+        pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
+        h.dst = 4; /* not the receiver's slot: refused (DROP_DST) */
+        /* 128-byte records: a lap of the ring holds 512 of them, so the
+         * records written once stay valid at the same places lap after
+         * lap, and refilling the ring costs the flooder one store: its
+         * index moved a ring ahead of the reader's. */
+        char pay[64];
+        memset(pay, 'f', sizeof(pay));
+        int rc;
+        while ((rc = pm__frame_send(&a->tx, &h, pay, sizeof(pay))) == 0)
+            ;
+        if (rc != -EAGAIN || pm__ring_head(&a->tx) != PM__LANE_CAP)
+            _exit(3);
+        if (write(full[1], "f", 1) != 1)
+            _exit(4);
+        uint64_t head = PM__LANE_CAP;
+        while (head < 2000 * PM__LANE_CAP) {
+            uint64_t t = atomic_load_explicit(&a->tx.sh->tail, memory_order_acquire);
+            if (t + PM__LANE_CAP > head && t <= head && (t & 127) == 0) {
+                head = t + PM__LANE_CAP;
+                atomic_store_explicit(&a->tx.sh->head, head, memory_order_release);
+            }
+        }
+        _exit(0);
+    }
+    pm__lane *b = malloc(sizeof(*b));
+    ck_assert_int_eq(pm__lane_attach(b, fd, 1, &who1, -1, -1), 0);
+    close(fd);
+    char x;
+    ck_assert_int_eq(read(full[0], &x, 1), 1); /* the ring is full: an event, not a delay */
+    pm__frame_hdr g;
+    const void *p;
+    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
+    uint64_t one_call = b->dropped[PM__LANE_DROP_DST];
+    kill(pid, SIGKILL);
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    /* A record is at least 16 bytes: a ring holds at most cap / 16. */
+    ck_assert_msg(one_call <= PM__LANE_CAP / 16, "one call dropped %llu frames",
+                  (unsigned long long)one_call);
+    ck_assert_uint_gt(one_call, 0);
+    close(full[0]);
+    close(full[1]);
+    pm__lane_detach(b);
+    free(b);
+}
+END_TEST
+
+/* Review (lanereview): past_limit is the only guard for a frame that
+ * straddles the revocation's index once the reader's view of the producer
+ * index has moved past it; test_revoke_edges never reaches it (its
+ * straddling frame is refused by the ring's own bound check), nor does
+ * fuzz_lane (nothing there refreshes the index between a revocation and a
+ * read). The dead writer published an index in the middle of its frame;
+ * a process still mapping the lane publishes the rest and another frame;
+ * the reader's view of the index passes them. */
+START_TEST(test_revoke_straddle_after_refresh)
+{
+    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+    int fd;
+    ck_assert_int_eq(pm__lane_create(&fd), 0);
+    int bell_a = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), bell_b = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ck_assert_int_ge(bell_a, 0);
+    ck_assert_int_ge(bell_b, 0);
+    ck_assert_int_eq(pm__lane_attach(a, fd, 0, &who0, bell_b, bell_a), 0);
+    ck_assert_int_eq(pm__lane_attach(b, fd, 1, &who1, bell_a, bell_b), 0);
+    close(fd);
+    pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
+    ck_assert_int_eq(pm__lane_send(a, &h, "1", 1), 0);
+    uint64_t first = pm__ring_head(&a->tx);
+    ck_assert_int_eq(pm__lane_send(a, &h, "22222222", 8), 0);
+    /* The writer's last index, mid-frame: then it is gone, revoked. */
+    atomic_store(&a->tx.sh->head, first + 16);
+    ck_assert_int_eq(pm__lane_revoke(b), 0);
+    ck_assert_uint_eq(b->limit, first + 16);
+    /* The outliver: the whole second frame, then a third. */
+    atomic_store(&a->tx.sh->head, pm__ring_head(&a->tx));
+    a->tx.published = pm__ring_head(&a->tx);
+    ck_assert_int_eq(pm__lane_send(a, &h, "3", 1), 0);
+    /* Something looks at the producer index again: its view passes the
+     * limit (a wait's arming refreshes it only once the reader has caught
+     * up with its view, so today only pm__ring_beyond, pm__ring_scan or
+     * pm__ring_arm_beyond on the lane's ring get here; past_limit is the
+     * guard for the day one of them is used on a lane). */
+    ck_assert_int_eq(pm__ring_beyond(&b->rx, 0), 1);
+    ck_assert_uint_gt(b->rx.head_cache, b->limit);
+    pm__ring *rx = &b->rx;
+    pm__frame_hdr g;
+    const void *p;
+    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 1);
+    ck_assert_mem_eq(p, "1", 1);
+    /* The straddling frame is not read, and the ring is not broken. */
+    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
+    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
+    ck_assert_uint_eq(b->delivered, 1);
+    ck_assert_int_eq(b->rx.poisoned, 0);
+    /* Review finding (low): a revoked lane whose writer's process left
+     * frames past the limit stays ready for every wait, for ever, while
+     * pm__lane_recv says 0: a loop that keeps it in its wait set spins.
+     * ringwait.h says so of a poisoned ring only; a revoked lane whose
+     * recv said 0 must leave the set too. */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(pm__ring_wait_many(&rx, 1, 10000), 1); /* at once, not after 10 s */
+        ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
+    }
+    lane_free(a);
+    lane_free(b);
+    close(bell_a);
+    close(bell_b);
+}
+END_TEST
+
+/* Review finding (medium, not fixed: a decision for the design): the
+ * revocation fences by index only. A process that still maps the lane
+ * after the revocation (the outliver of test_revoke_writer_outlived, or
+ * anyone the worker passed the fd to) cannot add frames past the limit,
+ * but it can rewrite the unread frames below it, and the receiver delivers
+ * the rewritten bytes: something written after the revocation is read.
+ * This test pins today's behaviour (the frame rewritten after the
+ * revocation is delivered as rewritten); the promise holds only where no
+ * process can write the lane after the revocation (cgroup containment:
+ * design.md), unless the receiver snapshots [tail, limit) at revocation. */
+START_TEST(test_revoke_rewrite_below_limit)
+{
+    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+    close(make_pair(a, b));
+    pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
+    uint64_t at[3];
+    for (int i = 0; i < 3; i++) {
+        at[i] = pm__ring_head(&a->tx);
+        char c = (char)('1' + i);
+        ck_assert_int_eq(pm__lane_send(a, &h, &c, 1), 0);
+    }
+    ck_assert_int_eq(pm__lane_revoke(b), 0);
+    /* After the revocation: the outliver rewrites frame 2's payload and
+     * retargets frame 3's type, in place, below the limit. */
+    unsigned char *f2 = a->tx.data + (at[1] & a->tx.mask) + PM__RING_REC_HDR;
+    f2[PM__FRAME_HDR_SIZE] = 'X';
+    unsigned char *f3 = a->tx.data + (at[2] & a->tx.mask) + PM__RING_REC_HDR;
+    pm__frame_hdr rq = msg_hdr(PM__FT_REQUEST, 99);
+    rq.dst = who1.self_slot;
+    rq.len = 1;
+    pm__frame_encode(&rq, f3);
+    pm__frame_hdr g;
+    const void *p;
+    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 1);
+    ck_assert_mem_eq(p, "1", 1);
+    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 1);
+    ck_assert_mem_eq(p, "X", 1); /* written after the revocation, read */
+    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 1);
+    ck_assert_uint_eq(g.type, PM__FT_REQUEST); /* a request made up after it */
+    ck_assert_uint_eq(g.request_id, 99);
+    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
+    lane_free(a);
+    lane_free(b);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ the broker's book */
 
 START_TEST(test_book_counts_then_lane)
@@ -914,6 +1091,34 @@ START_TEST(test_book_count_row)
 }
 END_TEST
 
+/* Review (lanereview): a pair that earned its lane left its count in the
+ * row with the most frames, for the life of the lane, never replaced. A
+ * worker whose row holds PM__LANEBOOK_COUNTED such pairs then counts every
+ * other peer in one entry: two peers taking turns replace each other there
+ * for ever and neither earns a lane, however much they send, while the
+ * worker has free indexes. Fixed: pm__lanebook_add clears the pair's count. */
+START_TEST(test_book_lanes_leave_the_row)
+{
+    pm__lanebook b;
+    ck_assert_int_eq(pm__lanebook_init(&b, 8), 0);
+    pm__lanebook_lane l;
+    for (unsigned s = 1; s <= PM__LANEBOOK_COUNTED; s++) {
+        int earned = 0;
+        for (unsigned i = 0; i < PM__LANEBOOK_AFTER && !earned; i++)
+            earned = pm__lanebook_count(&b, 0, 1, s, 1);
+        ck_assert_int_eq(earned, 1);
+        ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, s, 1, &l), 0);
+    }
+    ck_assert_uint_lt(pm__lanebook_held(&b, 0), PM__LANEBOOK_PER_WORKER);
+    int earned = 0;
+    unsigned p = PM__LANEBOOK_COUNTED + 1;
+    for (unsigned i = 0; i < 100 * PM__LANEBOOK_AFTER && !earned; i++)
+        earned = pm__lanebook_count(&b, 0, 1, p + i % 2, 1);
+    ck_assert_msg(earned, "two busy peers of a worker with free indexes never earn a lane");
+    pm__lanebook_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("lane");
@@ -931,12 +1136,16 @@ int main(void)
     tcase_add_test(tc, test_order_counts);
     tcase_add_test(tc, test_bound_and_order);
     tcase_add_test(tc, test_wait_many);
+    tcase_add_test(tc, test_flood_refused_bounded_per_call);
+    tcase_add_test(tc, test_revoke_straddle_after_refresh);
+    tcase_add_test(tc, test_revoke_rewrite_below_limit);
     suite_add_tcase(s, tc);
     TCase *book = pm_tcase("book", 30);
     tcase_add_test(book, test_book_counts_then_lane);
     tcase_add_test(book, test_book_bound);
     tcase_add_test(book, test_book_end_of);
     tcase_add_test(book, test_book_count_row);
+    tcase_add_test(book, test_book_lanes_leave_the_row);
     suite_add_tcase(s, book);
     return pm_test_main(s);
 }
