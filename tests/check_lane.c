@@ -349,7 +349,7 @@ START_TEST(test_rewrite_after_check)
 {
     int fd;
     ck_assert_int_eq(pm__lane_create(&fd), 0);
-    pid_t pid = fork();
+    pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         pm__lane *a = malloc(sizeof(*a));
@@ -421,7 +421,7 @@ START_TEST(test_scribble_and_resize)
 {
     int fd;
     ck_assert_int_eq(pm__lane_create(&fd), 0);
-    pid_t pid = fork();
+    pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         unsigned char *m =
@@ -485,7 +485,7 @@ START_TEST(test_revoke_writer_outlived)
     ck_assert_int_eq(pm__lane_create(&fd), 0);
     ck_assert_int_eq(pipe(go), 0);
     ck_assert_int_eq(pipe(ready), 0);
-    pid_t w = fork();
+    pid_t w = pm_test_fork();
     ck_assert_int_ge(w, 0);
     if (w == 0) {
         pm__lane *a = malloc(sizeof(*a));
@@ -495,9 +495,10 @@ START_TEST(test_revoke_writer_outlived)
         for (char c = '1'; c <= '3'; c++)
             if (pm__lane_send(a, &h, &c, 1) != 0)
                 _exit(3);
-        pid_t g = fork();
+        pid_t g = fork(); /* not pm_test_fork: it must outlive w */
         if (g == 0) {
             char x;
+            close(go[1]); /* EOF, not a wait for ever, if the test dies first */
             if (read(go[0], &x, 1) != 1)
                 _exit(4);
             for (char c = '4'; c <= '8'; c++)
@@ -738,7 +739,7 @@ START_TEST(test_wait_many)
      * (it sees the flag of its own lane set). */
     int go[2];
     ck_assert_int_eq(pipe(go), 0);
-    pid_t pid = fork();
+    pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         pm__lane *a = ws_peer(&w, 1);
@@ -799,7 +800,7 @@ START_TEST(test_flood_refused_bounded_per_call)
     int fd, full[2];
     ck_assert_int_eq(pm__lane_create(&fd), 0);
     ck_assert_int_eq(pipe(full), 0);
-    pid_t pid = fork();
+    pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         pm__lane *a = malloc(sizeof(*a));
@@ -834,13 +835,15 @@ START_TEST(test_flood_refused_bounded_per_call)
     ck_assert_int_eq(pm__lane_attach(b, fd, 1, &who1, -1, -1), 0);
     close(fd);
     char x;
-    ck_assert_int_eq(read(full[0], &x, 1), 1); /* the ring is full: an event, not a delay */
+    ssize_t got = read(full[0], &x, 1); /* the ring is full: an event, not a delay */
     pm__frame_hdr g;
     const void *p;
-    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
+    int rc = got == 1 ? pm__lane_recv(b, &g, &p) : -1;
     uint64_t one_call = b->dropped[PM__LANE_DROP_DST];
     kill(pid, SIGKILL);
     ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    ck_assert_int_eq(got, 1);
+    ck_assert_int_eq(rc, 0);
     /* A record is at least 16 bytes: a ring holds at most cap / 16. */
     ck_assert_msg(one_call <= PM__LANE_CAP / 16, "one call dropped %llu frames",
                   (unsigned long long)one_call);
@@ -957,6 +960,66 @@ START_TEST(test_revoke_rewrite_below_limit)
     ck_assert_uint_eq(g.type, PM__FT_REQUEST); /* a request made up after it */
     ck_assert_uint_eq(g.request_id, 99);
     ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
+    lane_free(a);
+    lane_free(b);
+}
+END_TEST
+
+/* Review finding (low, for the node's use of lanes; not fixed): the lazy
+ * release hands space back when the reader finds its lane empty, reads a
+ * quarter of it, or sleeps as a reader (pm__ring_arm, pm__ring_wait), but
+ * not when it sleeps as a writer: a worker that read a frame and then
+ * waits for room on its own side of the lane (pm__ring_wait_space on tx)
+ * keeps the space of what it read, so its peer waiting for room can stay
+ * blocked on frames already read (with a release per frame it would not).
+ * A wait for room on a lane must hand the reader's space back first. */
+START_TEST(test_reader_asleep_as_writer_keeps_space)
+{
+    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+    close(make_pair(a, b));
+    pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
+    char pay[64]; /* 128-byte records: 512 fill a ring exactly */
+    memset(pay, 'p', sizeof(pay));
+    unsigned n = 0;
+    while (pm__lane_send(a, &h, pay, sizeof(pay)) == 0)
+        n++;
+    ck_assert_uint_eq(n, PM__LANE_CAP / 128);
+    pm__frame_hdr g;
+    const void *p;
+    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 1); /* b has read one of a's frames */
+    ck_assert_int_eq(pm__lane_send(a, &h, pay, sizeof(pay)), -EAGAIN);
+    /* b fills its own side and waits for room there. */
+    while (pm__lane_send(b, &h, pay, sizeof(pay)) == 0)
+        ;
+    ck_assert_int_eq(pm__ring_wait_space(&b->tx, PM__FRAME_HDR_SIZE + sizeof(pay), 20), 0);
+    /* a still cannot send the frame b has read: both wait for room. */
+    ck_assert_int_eq(pm__lane_send(a, &h, pay, sizeof(pay)), -EAGAIN);
+    /* A wait as a reader would have handed it back. */
+    ck_assert_int_eq(pm__ring_wait(&b->rx, 0), 1);
+    ck_assert_int_eq(pm__lane_send(a, &h, pay, sizeof(pay)), 0);
+    lane_free(a);
+    lane_free(b);
+}
+END_TEST
+
+/* Review finding (medium, for the broker's hand-over; not fixed): the
+ * ordering counts start at 0 on each end when it attaches, at different
+ * moments, with no common origin. Frames a sent b through the hub before
+ * a attached are in no count of a's, but b counts them as taken if it
+ * takes them after attaching: b's count then covers frames of a's sent
+ * after them, still in flight, and a lane frame overtakes them. Here b
+ * takes one of two frames a sent before the lane; a sends one more
+ * through the hub; a may already send on the lane, ahead of two frames
+ * b has not taken. Both counts need one origin (e.g. counted per pair
+ * from the incarnations' start, or the supervisor hands each end the
+ * other's count at the hand-over, in the hub's order). */
+START_TEST(test_order_counts_origin)
+{
+    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+    close(make_pair(a, b));
+    pm__lane_took_from_hub(b); /* the first of a's two frames from before the lane */
+    pm__lane_sent_via_hub(a);  /* a's third frame, through the hub */
+    ck_assert_int_eq(pm__lane_may_send(a), 1); /* frames 2 and 3 not taken yet */
     lane_free(a);
     lane_free(b);
 }
@@ -1139,6 +1202,8 @@ int main(void)
     tcase_add_test(tc, test_flood_refused_bounded_per_call);
     tcase_add_test(tc, test_revoke_straddle_after_refresh);
     tcase_add_test(tc, test_revoke_rewrite_below_limit);
+    tcase_add_test(tc, test_reader_asleep_as_writer_keeps_space);
+    tcase_add_test(tc, test_order_counts_origin);
     suite_add_tcase(s, tc);
     TCase *book = pm_tcase("book", 30);
     tcase_add_test(book, test_book_counts_then_lane);
