@@ -9,6 +9,8 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <poll.h>
 
 #include "channel/bigmsg.h"
 #include "channel/frame.h"
@@ -1025,6 +1027,109 @@ START_TEST(test_order_counts_origin)
 }
 END_TEST
 
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+/* Review finding (high, not fixed: a design decision): a doorbell is an
+ * eventfd whose open file description both ends share (the peer writes
+ * it; a fork, or SCM_RIGHTS, passes the description, not a copy), and
+ * O_NONBLOCK belongs to the description. The peer clears it (fcntl
+ * F_SETFL, or ioctl FIONBIO), rings, and drains the count itself before
+ * the woken receiver reads it: the receiver's read() in poll_all
+ * (ringwait.c; park() in ring.c is the same) then blocks until the peer
+ * writes again, which it never does. A wait with a 50 ms timeout is held
+ * here until a timer signal ends it; the receiver's hub ring and other
+ * lanes wait meanwhile. The supervisor's pm__drain_counter (core.c) reads
+ * each worker's hub_efd, which the worker holds too, the same way.
+ * Ways out: a pipe per doorbell (the receiver alone holds the read end:
+ * its flags are its own, and the peer cannot drain it), or reads with
+ * RWF_NOWAIT (preadv2; eventfd honours it since 5.12), or no read at all. */
+START_TEST(test_doorbell_made_blocking)
+{
+    int fd, ready[2];
+    ck_assert_int_eq(pm__lane_create(&fd), 0);
+    ck_assert_int_eq(pipe(ready), 0);
+    int mine = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), peers = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ck_assert_int_ge(mine, 0);
+    ck_assert_int_ge(peers, 0);
+    pm__lane *b = malloc(sizeof(*b));
+    ck_assert_int_eq(pm__lane_attach(b, fd, 1, &who1, peers, mine), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__lane *a = malloc(sizeof(*a));
+        if (pm__lane_attach(a, fd, 0, &who0, mine, peers) != 0)
+            _exit(2);
+        int fl = fcntl(mine, F_GETFL);
+        if (fl < 0 || fcntl(mine, F_SETFL, fl & ~O_NONBLOCK) != 0)
+            _exit(3);
+        struct sigaction ca;
+        memset(&ca, 0, sizeof(ca));
+        ca.sa_handler = on_alarm;
+        if (sigaction(SIGALRM, &ca, NULL) != 0 || write(ready[1], "r", 1) != 1)
+            _exit(4);
+        uint64_t seed = 5;
+        for (;;) {
+            while (atomic_load(&a->tx.sh->cons_waiting) == 0)
+                ;
+            uint64_t v = 1;
+            if (write(mine, &v, sizeof(v)) != sizeof(v))
+                _exit(5);
+            /* Drain it once the receiver's poll has seen it, before its
+             * read: a guess, tried again at each wake-up it causes. */
+            uint64_t until = pm__now_ns() + 2000 + pm_test_rand(&seed) % 60000;
+            while (pm__now_ns() < until)
+                ;
+            struct itimerval it = {.it_value = {.tv_sec = 0, .tv_usec = 20000}};
+            (void)setitimer(ITIMER_REAL, &it, NULL);
+            (void)read(mine, &v, sizeof(v)); /* the peer drains its receiver's doorbell */
+            struct itimerval off;
+            memset(&off, 0, sizeof(off));
+            (void)setitimer(ITIMER_REAL, &off, NULL);
+            while (atomic_load(&a->tx.sh->cons_waiting) != 0)
+                ;
+        }
+    }
+    char x;
+    ck_assert_int_eq(read(ready[0], &x, 1), 1);
+    /* The peer changed the receiver's own fd: it blocks now. */
+    ck_assert_int_eq(fcntl(mine, F_GETFL) & O_NONBLOCK, 0);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm; /* no SA_RESTART: the blocked read ends with EINTR */
+    ck_assert_int_eq(sigaction(SIGALRM, &sa, &old), 0);
+    pm__ring *rx = &b->rx;
+    uint64_t worst = 0;
+    for (int round = 0; round < 20000 && worst < 900000000u; round++) {
+        struct itimerval it = {.it_value = {.tv_sec = 1, .tv_usec = 0}};
+        ck_assert_int_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+        uint64_t t0 = pm__now_ns();
+        (void)pm__ring_wait_many(&rx, 1, 50);
+        uint64_t took = pm__now_ns() - t0;
+        struct itimerval off;
+        memset(&off, 0, sizeof(off));
+        ck_assert_int_eq(setitimer(ITIMER_REAL, &off, NULL), 0);
+        if (took > worst)
+            worst = took;
+    }
+    kill(pid, SIGKILL);
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    sigaction(SIGALRM, &old, NULL);
+    /* A wait of 50 ms held until the 1 s timer broke the read. */
+    ck_assert_msg(worst >= 900000000u, "the longest wait took %llu ns",
+                  (unsigned long long)worst);
+    close(fd);
+    close(mine);
+    close(peers);
+    close(ready[0]);
+    close(ready[1]);
+    pm__lane_detach(b);
+    free(b);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ the broker's book */
 
 START_TEST(test_book_counts_then_lane)
@@ -1204,6 +1309,7 @@ int main(void)
     tcase_add_test(tc, test_revoke_rewrite_below_limit);
     tcase_add_test(tc, test_reader_asleep_as_writer_keeps_space);
     tcase_add_test(tc, test_order_counts_origin);
+    tcase_add_test(tc, test_doorbell_made_blocking);
     suite_add_tcase(s, tc);
     TCase *book = pm_tcase("book", 30);
     tcase_add_test(book, test_book_counts_then_lane);
