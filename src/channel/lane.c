@@ -150,12 +150,22 @@ static int past_limit(const pm__lane *l)
 
 int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
 {
+    /* One call reads at most the frames published when it first looked
+     * (the producer index it had or refreshed then): a peer that keeps
+     * writing frames the rules refuse, as fast as they are dropped, cannot
+     * hold the reader in here while its hub ring and other lanes wait. */
+    int looked = 0;
     for (;;) {
         /* Broken stays broken, revoked or not (ring.h: poisoned). */
         if (l->rx.poisoned)
             return -EBADMSG;
         if (l->revoked && l->rx.tail >= l->limit)
             return 0;
+        if (looked && l->rx.peek_ptr == NULL && l->rx.tail == l->rx.head_cache) {
+            pm__ring_release(&l->rx); /* all read that was there: as empty */
+            return 0;
+        }
+        looked = 1;
         const void *p;
         size_t len;
         int rc = pm__ring_peek(&l->rx, &p, &len);

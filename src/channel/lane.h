@@ -143,7 +143,10 @@ int pm__lane_send(pm__lane *l, const pm__frame_hdr *h, const void *payload, size
  * The next frame from the peer: 1 with *h (stamped, pm__lane_judge) and
  * *payload (h->len bytes in the lane's private buffer, valid until the next
  * call), 0 when there is none (or the lane is revoked and every frame
- * written before the revocation was read), -EBADMSG when the peer broke the
+ * written before the revocation was read, or every frame published when
+ * this call first looked was refused: a peer flooding refused frames
+ * cannot keep the reader in one call; a wait's arming looks again, so
+ * nothing is slept on), -EBADMSG when the peer broke the
  * ring (poisoned: nothing more is read from it, revoked or not). Frames the rules refuse
  * are consumed, counted in l->dropped and skipped. A REPLY accepted ends
  * the wait of req_out.

@@ -128,6 +128,17 @@ int pm__lanebook_add(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_slot
         b->next_gen = 1;
     b->index_used[a] |= 1u << ia;
     b->index_used[b_slot] |= 1u << ib;
+    /* The pair's count has done its work: its frames take the lane now,
+     * so left in the row it would stay there for the life of the lane with
+     * the most frames, never replaced, and the worker's other peers would
+     * share what is left of the row (two of them taking turns in the last
+     * entry never reach PM__LANEBOOK_AFTER). */
+    uint32_t lo = l->end[0].slot, hi = l->end[1].slot;
+    pm__lanebook_tally *row = &b->counts[(size_t)lo * PM__LANEBOOK_COUNTED];
+    for (unsigned k = 0; k < PM__LANEBOOK_COUNTED; k++)
+        if (row[k].peer == hi && row[k].inc == l->end[0].inc &&
+            row[k].peer_inc == l->end[1].inc)
+            row[k].frames = 0;
     *out = *l;
     return 0;
 }
