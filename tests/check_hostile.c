@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 
 #include "internals.h"
 #include "channel/proto.h"
@@ -33,6 +34,8 @@ enum role {
                      its '\n' on stderr, then "#printed"; beats */
     H_CRASH_MARK, /* on "start": a crash record naming the marker as a module,
                      then dies of SIGSEGV (the record left as written) */
+    H_DOORBELL,   /* on "start": makes the hub's doorbell blocking, then rings it
+                     and takes the count back itself, forever (doorbell.c) */
 };
 
 struct plan {
@@ -224,6 +227,44 @@ static long scan_memory(pm_node *n)
 
 /* ---------------------------------------------------------------- the worker */
 
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+/* H_DOORBELL: the doorbell the worker rings is an eventfd it shares with
+ * the supervisor, and O_NONBLOCK is the shared file's: cleared here, a
+ * supervisor that reads the count after the worker took it back would
+ * block in read() until the next ring, which never comes. Its own read is
+ * broken by a 20 ms timer when the supervisor took the count first. */
+static void ring_and_steal(pm_node *n)
+{
+    int fd = n->channel.hub_efd;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+        _exit(46);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm; /* no SA_RESTART */
+    sigaction(SIGALRM, &sa, NULL);
+    uint64_t seed = (uint64_t)getpid();
+    for (unsigned i = 0;; i++) {
+        uint64_t v = 1;
+        if (write(fd, &v, sizeof(v)) != sizeof(v))
+            _exit(47);
+        uint64_t until = pm__now_ns() + 2000 + pm_test_rand(&seed) % 60000;
+        while (pm__now_ns() < until)
+            ;
+        struct itimerval it = {.it_value = {.tv_sec = 0, .tv_usec = 20000}}, off;
+        memset(&off, 0, sizeof(off));
+        setitimer(ITIMER_REAL, &it, NULL);
+        (void)read(fd, &v, sizeof(v));
+        setitimer(ITIMER_REAL, &off, NULL);
+        if (i % 64 == 0)
+            pm_node_beat(n);
+    }
+}
+
 static int worker(pm_node *n, void *arg)
 {
     struct plan *p = arg;
@@ -245,6 +286,9 @@ static int worker(pm_node *n, void *arg)
     switch (role) {
     case H_SILENT:
         beat_forever(n);
+        break;
+    case H_DOORBELL:
+        ring_and_steal(n);
         break;
     case H_CHATTY:
         for (;;) {
@@ -807,6 +851,32 @@ START_TEST(test_scanner_finds_marker)
 }
 END_TEST
 
+/* doc/reliability.md, "Faults" (the doorbell made blocking): a worker
+ * makes the doorbell it shares with the supervisor blocking, then rings it
+ * and takes the count back itself, as fast as it can. The supervisor never
+ * blocks on it: another worker's round trips keep going for 10 s. The
+ * supervisor drains a worker's doorbell only when a poll registration
+ * ends (one-shot polls before Linux 5.13, or a multishot ended by a full
+ * completion queue), which this kernel's multishot poll never did here:
+ * this guards the path; check_lane tests the drain itself. */
+START_TEST(test_doorbell_made_blocking)
+{
+    plan = (struct plan){.role[0] = H_DOORBELL, .role[1] = H_HONEST};
+    pm_options *o;
+    pm_cluster *c = spawn_plan(2, &o);
+    start(c, 0);
+    uint64_t end = ms() + 10000;
+    unsigned rounds = 0;
+    while (ms() < end) {
+        hello(c, 1, 20000);
+        rounds++;
+    }
+    ck_assert_uint_gt(rounds, 0);
+    ck_assert_int_eq(events_fenced, 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(void)
 {
     gate = mmap(NULL, sizeof(*gate), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -824,5 +894,6 @@ int main(void)
     PM_ADD_TEST(s, test_inflight_lifetime, 60);
     PM_ADD_TEST(s, test_fork_replacement_sees_no_traffic, 120);
     PM_ADD_TEST(s, test_total_queued_bound, 180);
+    PM_ADD_TEST(s, test_doorbell_made_blocking, 120);
     return pm_test_main(s);
 }

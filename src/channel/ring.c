@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include "ring.h"
+#include "os/doorbell.h"
 
 #include <linux/futex.h>
 #include <poll.h>
@@ -232,11 +233,8 @@ PM__READY_TEXT static int park(pm__ring *r, int timeout_ms)
     int n = poll(&p, 1, timeout_ms);
     if (n < 0)
         return errno == EINTR ? 0 : -errno;
-    if (n > 0) {
-        uint64_t v;
-        ssize_t k = read(r->park_fd, &v, sizeof(v)); /* nonblocking: may race another reader */
-        (void)k;
-    }
+    if (n > 0)
+        pm__doorbell_drain(r->park_fd); /* never blocks, whoever shares it (doorbell.c) */
     return n > 0;
 }
 

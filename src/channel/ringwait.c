@@ -2,6 +2,7 @@
 /* ringwait.c - one wait on many rings: arm each, check each once more, poll every doorbell. */
 #include "base/internal.h"
 #include "ringwait.h"
+#include "os/doorbell.h"
 
 #include <poll.h>
 #include <unistd.h>
@@ -33,11 +34,10 @@ static int poll_all(pm__ring *const *rings, unsigned n, int timeout_ms)
     for (unsigned i = 0; i < n && k > 0; i++) {
         if (p[i].revents == 0)
             continue;
-        /* Reset the count, or the next poll returns at once. Non-blocking:
-         * the peer holding this doorbell may have drained it first. */
-        uint64_t v;
-        ssize_t got = read(p[i].fd, &v, sizeof(v));
-        (void)got;
+        /* Reset the count, or the next poll returns at once. The peer
+         * holding this doorbell may have drained it first, or made it
+         * blocking: the drain never blocks (doorbell.c). */
+        pm__doorbell_drain(p[i].fd);
     }
     return k > 0;
 }

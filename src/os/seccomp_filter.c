@@ -72,7 +72,9 @@ static const struct {
     long arg1; /* >= 0: only with this second argument (a command) */
     const char *why;
 } strict_calls[] = {
-    {"read", -1, "drains its doorbell eventfd (ring.c park, node_messaging.c disarm)"},
+    {"read", -1, "drains its doorbell eventfd where preadv2 is refused (doorbell.c)"},
+    {"preadv2", -1, "drains its doorbell eventfd without blocking, whatever the file's flags "
+                    "(doorbell.c: the supervisor shares it)"},
     {"write", -1, "rings the hub's doorbell eventfd; stdio on inherited stdout/stderr"},
     {"poll", -1, "parks on its doorbell eventfd where futexes are refused (ring.c)"},
     {"ppoll", -1, "poll() on architectures without poll"},

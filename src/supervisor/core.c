@@ -17,6 +17,7 @@
 
 #include "diag.h"
 #include "hub/hub.h"
+#include "os/doorbell.h"
 #include "os/loop.h"
 #include "options.h"
 #include "os/spawn.h"
@@ -25,13 +26,6 @@
 void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a)
 {
     pm__node_address(pm__hub_names(c->hub), s->index, pm__slot_has_process(s) ? s->incarnation : 0, a);
-}
-
-void pm__drain_counter(int fd)
-{
-    uint64_t v;
-    ssize_t n = read(fd, &v, sizeof(v));
-    (void)n;
 }
 
 void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, uint32_t delay)
@@ -316,7 +310,7 @@ void pm__cluster_on_doorbell(pm_cluster *c, pm__slot *s, int more)
          * again, or the new poll would fire at once. The ring is the
          * truth, the count is not. */
         s->hub_armed = 0;
-        pm__drain_counter(s->channel.hub_efd);
+        pm__doorbell_drain(s->channel.hub_efd);
     }
     /* Serviced once after all completions: a worker writing its
      * doorbell in a loop gets no more reading than one turn's cap. */

@@ -15,8 +15,6 @@
 /* The address of a slot: with its incarnation while it has a process. */
 void pm__slot_address(const pm_cluster *c, const pm__slot *s, pm_address *a);
 
-/* Empties an eventfd or timerfd: what fired matters, not how often. */
-void pm__drain_counter(int fd);
 
 void pm__cluster_emit(pm_cluster *c, int type, const pm__slot *s, int reason, uint32_t delay);
 /* Sets the slot's state and mirrors it in its port. */

@@ -15,6 +15,7 @@
 
 #include "channel/bigmsg.h"
 #include "channel/proto.h"
+#include "os/doorbell.h"
 
 #define PM__STASH_MAX ((size_t)4 << 20)
 /* Large messages pm_node_request may set aside (their fds stay open). */
@@ -126,9 +127,7 @@ static void disarm(pm_node *n)
     n->fd_armed = 0;
     if (atomic_load_explicit(&n->channel.rx.sh->cons_waiting, memory_order_relaxed) != 0)
         pm__ring_disarm(&n->channel.rx);
-    uint64_t v;
-    ssize_t k = read(n->channel.node_efd, &v, sizeof(v)); /* nonblocking */
-    (void)k;
+    pm__doorbell_drain(n->channel.node_efd);
 }
 
 /* Lets go of the message returned last: its ring space or its stash entry. */
