@@ -5,6 +5,7 @@
 #include "proto.h"
 #include "shm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Where ring `which` (0 or 1) starts in a lane's memory. */
@@ -66,6 +67,8 @@ void pm__lane_detach(pm__lane *l)
     if (l->map == NULL)
         return;
     pm__shm_unmap(l->map, PM__LANE_SIZE);
+    free(l->snap);
+    l->snap = NULL;
     l->map = NULL;
     l->sh = NULL;
 }
@@ -141,13 +144,6 @@ int pm__lane_send(pm__lane *l, const pm__frame_hdr *h, const void *payload, size
     return rc;
 }
 
-/* 1 when the frame peeked ends past the revocation's index: written after
- * the revocation, or straddling it (an index the peer made up). */
-static int past_limit(const pm__lane *l)
-{
-    return l->revoked && l->rx.tail + l->rx.peek_total > l->limit;
-}
-
 int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
 {
     /* One call reads at most the frames published when it first looked
@@ -173,8 +169,6 @@ int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
             pm__ring_release(&l->rx); /* all read: hand the space back now */
         if (rc <= 0)
             return rc;
-        if (past_limit(l))
-            return 0; /* left in the ring: never read */
         /* Copy, then validate: everything below reads the private copy
          * only. len is at most the ring's maximum frame (ring.h checked
          * the record), which is the buffer's size. */
@@ -208,7 +202,28 @@ int pm__lane_revoke(pm__lane *l)
      * last frame the peer published before it could no longer write. */
     int rc = pm__ring_beyond(&l->rx, 0);
     l->limit = rc < 0 ? l->rx.tail : l->rx.head_cache;
-    return rc < 0 ? rc : 0;
+    if (rc < 0)
+        return rc;
+    /* The bytes below the limit as they are now: whatever still maps the
+     * lane (a worker's fork, a process it passed the fd to) may rewrite a
+     * frame in place after this, and the reader must not see it. One copy
+     * of the data area, read from from now on: a private ring whose
+     * producer index is the limit. The reader holds no peeked frame here
+     * (pm__lane_recv consumes what it peeks before it returns). */
+    size_t size = PM__RING_HDR_SIZE + (size_t)PM__LANE_CAP;
+    struct pm__ring_shared *copy = aligned_alloc(PM__RING_HDR_SIZE, size);
+    if (copy == NULL) {
+        l->limit = l->rx.tail;
+        return -ENOMEM;
+    }
+    memset(copy, 0, PM__RING_HDR_SIZE);
+    atomic_store_explicit(&copy->head, l->limit, memory_order_relaxed);
+    atomic_store_explicit(&copy->tail, l->rx.released, memory_order_relaxed);
+    memcpy((unsigned char *)copy + PM__RING_HDR_SIZE, l->rx.data, (size_t)PM__LANE_CAP);
+    l->snap = copy;
+    l->rx.sh = copy;
+    l->rx.data = (unsigned char *)copy + PM__RING_HDR_SIZE;
+    return 0;
 }
 
 void pm__lane_sent_via_hub(pm__lane *l)

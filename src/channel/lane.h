@@ -92,6 +92,7 @@ typedef struct pm__lane {
     pm__ring rx;
     int revoked;       /* the peer's writes end at limit (pm__lane_revoke) */
     uint64_t limit;    /* rx's producer index at the revocation */
+    void *snap;        /* revoked: rx's ring as it was then, private (rx reads it) */
     uint64_t req_out;  /* the request this end sent on the lane and waits on, 0: none */
     uint64_t hub_sent; /* frames this end sent the peer through the hub */
     uint64_t hub_taken; /* frames from the peer this end took off its hub ring */
@@ -156,10 +157,14 @@ int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload);
 /*
  * The supervisor said the peer can no longer write (its incarnation ended
  * and was reaped with every process of its containment; doc/design.md,
- * "Direct lanes"): the peer's producer index is read now, once, and frames
- * up to it are still delivered, nothing after it. Sends fail with -EPIPE
- * from then on. Idempotent (the first index stays). 0, or -EBADMSG when the
- * index read is impossible (poisoned: nothing more is delivered).
+ * "Direct lanes"): the peer's producer index is read now, once, and the
+ * ring's bytes are copied now, once, into private memory: the frames up to
+ * that index are still delivered, from the copy, and nothing written after
+ * the revocation (a frame past the index, or a rewrite of one below it by a
+ * process that still maps the lane) is ever read. Sends fail with -EPIPE
+ * from then on. Idempotent (the first index stays). 0; -EBADMSG when the
+ * index read is impossible (poisoned), -ENOMEM when there is no memory for
+ * the copy: nothing more is delivered then.
  */
 int pm__lane_revoke(pm__lane *l);
 

@@ -24,7 +24,9 @@
  * must be a non-blocking eventfd its producer writes (-EINVAL otherwise, or
  * for n of 0 or above PM__RINGWAIT_MAX). Returns 1 when some ring may have
  * a frame (a poisoned one counts: its next read says -EBADMSG, and the
- * caller must leave it out of the next wait), 0 on timeout or a signal,
+ * caller must leave it out of the next wait, as it must a revoked lane,
+ * whose ring may hold frames past the revocation that are never read and
+ * would make every wait return at once), 0 on timeout or a signal,
  * or -errno from poll. Every ring is disarmed on return, and each doorbell
  * that rang is drained (a spurious wake-up costs one more check).
  */
