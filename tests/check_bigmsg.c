@@ -123,6 +123,40 @@ static void reply_text(pm_node *n, const pm_message *m, const char *s)
         pm_node_reply(n, m, s, strlen(s));
 }
 
+/* test_refusal_rules: UNDELIVERABLE frames written straight into our up
+ * ring, each a refusal of a large message (node_messaging.c, refuse_big)
+ * but for what its row says, from row `from` on. */
+static void refusal_rows(pm_node *n, size_t from)
+{
+    static const struct {
+        uint16_t host;
+        uint32_t dst;
+        uint64_t id;
+        uint32_t len;
+    } rows[] = {
+        {0, 1, 0, 4},      /* a payload: malformed */
+        {1, 0x10000, 0, 0}, /* a remote port past 16 bits: malformed */
+        {1, 0xFFFF, 0, 0},  /* the last remote port: spends one */
+        {0, 1, 77, 0},      /* a request slot 1 never made: late, spends none */
+        {0, 1, 0, 0},       /* spends the other */
+        {0, 1, 0, 0},       /* nothing left to refuse: malformed */
+    };
+    pm__channel *l = pm_test_node_channel(n);
+    for (size_t i = from; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_UNDELIVERABLE;
+        h.dst_host = rows[i].host;
+        h.dst = rows[i].dst;
+        h.dst_inc = 1;
+        h.request_id = rows[i].id;
+        h.error = -EMSGSIZE;
+        h.len = rows[i].len;
+        if (pm__frame_send(&l->tx, &h, "xxxx", rows[i].len) != 0)
+            _exit(5);
+    }
+}
+
 static void handle(pm_node *n, const pm_message *m)
 {
     int from_main = m->from.port == 0;
@@ -239,6 +273,11 @@ static void handle(pm_node *n, const pm_message *m)
         ok = ok && getrlimit(RLIMIT_AS, &rl) == 0;
         rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + 4 * MIB;
         reply_text(n, m, ok && setrlimit(RLIMIT_AS, &rl) == 0 ? "capped" : "no");
+        return;
+    }
+    if (strcmp(text, "refusals") == 0 || strcmp(text, "refuse-one") == 0) {
+        refusal_rows(n, text[6] == '-' ? 4 : 0);
+        reply_text(n, m, "refused");
         return;
     }
     if (strcmp(text, "toobig") == 0) {
@@ -829,6 +868,54 @@ START_TEST(test_unmappable_skipped)
     ck_assert_int_eq(fenced_other + fenced_protocol, 0);
     ck_assert_int_eq(ready_events, 2);
     ck_assert_int_eq(big_bad, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A worker may send UNDELIVERABLE only to refuse a large message it was
+ * sent (port.c, refusal; design.md, "Validation and quarantine"): one
+ * message spent per refusal, no payload, about a node it can name (a
+ * remote port fits 16 bits), about a request only if that request is in
+ * flight to it (else late, nothing spent). Slot 0 is sent two large
+ * requests, then writes refusal_rows: three are dropped as malformed, one
+ * is late, and of the two spent one tells slot 1; slot 0 is not fenced.
+ * Then it is sent one more and restarted: its next incarnation was sent
+ * nothing, and its two refusals (rows 4 and 5) are dropped. */
+START_TEST(test_refusal_rules)
+{
+    buffers();
+    pm_options *o = opts(0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    call_big(c, 0, MIB);
+    call_big(c, 0, MIB);
+    uint64_t late = pm_test_late_replies(c);
+    uint64_t notices = pm_test_slot_undeliverable(c, 1);
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    char r[64];
+    size_t got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "refusals", 8, 30000, r, sizeof(r) - 1, &got), 0);
+    r[got] = '\0';
+    ck_assert_str_eq(r, "refused"); /* behind the rows: every row was read */
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 3);
+    ck_assert_uint_eq(pm_test_late_replies(c) - late, 1);
+    ck_assert_uint_eq(pm_test_slot_undeliverable(c, 1) - notices, 1);
+    ck_assert_int_eq(fenced_protocol + fenced_other, 0);
+    ck_assert_uint_eq(pm_test_slot_incarnation(c, 0), 1);
+
+    call_big(c, 0, MIB);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, pm_test_slot_incarnation(c, 0) == 2 && pm_test_slot_state(c, 0) == PM_SLOT_READY,
+              20000);
+    late = pm_test_late_replies(c);
+    got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "refuse-one", 10, 30000, r, sizeof(r) - 1, &got), 0);
+    r[got] = '\0';
+    ck_assert_str_eq(r, "refused");
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 3 + 2);
+    ck_assert_uint_eq(pm_test_late_replies(c) - late, 0);
+    ck_assert_uint_eq(pm_test_slot_undeliverable(c, 1) - notices, 1);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -1694,6 +1781,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_no_fd_leak, 240);
     PM_ADD_TEST(s, test_fd_cap, 180);
     PM_ADD_TEST(s, test_hub_never_maps_routed, 120);
+    PM_ADD_TEST(s, test_refusal_rules, 60);
     skips_fd = memfd_create("skips", MFD_CLOEXEC);
     if (geteuid() == 0)
         PM_ADD_TEST(s, test_refused_forward, 180);

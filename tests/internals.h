@@ -385,6 +385,17 @@ static inline uint64_t pm_test_link_frag_dropped(const pm__hub *h, unsigned host
     return h->links[host].frag_dropped;
 }
 
+/* The spin budget a hub has learnt, in ns (pm__hub_spin), read and set. */
+static inline uint32_t pm_test_hub_spin_budget(const pm__hub *h)
+{
+    return h->spin_budget;
+}
+
+static inline void pm_test_hub_set_spin_budget(pm__hub *h, uint32_t ns)
+{
+    h->spin_budget = ns;
+}
+
 /* The largest message a hub built by a test takes (pm_options_set_max_message). */
 static inline void pm_test_hub_set_max_message(pm__hub *h, size_t max)
 {

@@ -21,12 +21,11 @@ int pm__hub_port_open(pm__hub *h, unsigned i, pm__channel *channel, uint64_t inc
     pm__port *p = &h->ports[i];
     p->channel = channel;
     p->incarnation = incarnation;
-    p->state = PM__PORT_STARTING;
+    /* What the incarnation before left (its flags, holds, any-worker
+     * record) went when its port closed (pm__hub_port_close; a port never
+     * opened is zero), and the state is the owner's to set
+     * (pm__hub_port_set_state; the cluster sets STARTING first). */
     p->reading = 1;
-    p->any_held = 0;
-    p->stuck = 0;
-    p->busy = 0;
-    p->want_arm = 0;
     pm__hub_port_drop_ahead(p);
     p->big_owed = 0;
     /* Announce that the hub waits on this ring before the worker can say
