@@ -667,7 +667,11 @@ START_TEST(test_hub_arm_protocol)
         ck_assert_int_eq(pm__hub_spin(h4, 1000000, spin_ready, &s, &t0), 1);
         ck_assert_int_eq(s.calls, 0);
         ck_assert_int_eq(pm__hub_any_busy(h4), 1);
+        pm__hub_delete(h4);
     }
+    pm__hub_delete(h);
+    pm__hub_delete(h2);
+    pm__hub_delete(h3);
 }
 END_TEST
 

@@ -81,6 +81,8 @@ enum hostile {
     H_SEAL_NO_WRITE, H_SEAL_NO_GROW, H_SEAL_NO_SHRINK, H_SEAL_NO_SEAL,
     /* A good memfd, announced one byte shorter or longer than it is. */
     H_LEN_UNDER, H_LEN_OVER,
+    H_BAD_RECORD,   /* a record with two fds, and nothing after it */
+    H_SMALL_ANNOUNCE, /* a good memfd and record, announced as PM_MAX_PAYLOAD bytes */
     H_HUGETLB,      /* a hugetlbfs memfd (last: its own case, only where MFD_HUGETLB works) */
     H_COUNT
 };
@@ -502,6 +504,18 @@ static void misbehave(pm_node *n)
         raw_record(l, &fd, 1, 1);
         raw_announce(l, hostile == H_LEN_UNDER ? HOSTILE_LEN - 1 : HOSTILE_LEN + 1, 1);
         break;
+    case H_BAD_RECORD: {
+        /* Refused as it arrives: no frame will ever come for it. */
+        int fds[2] = {pm__bigmsg_create(wbuf, HOSTILE_LEN), pm__bigmsg_create(wbuf, HOSTILE_LEN)};
+        raw_record(l, fds, 2, 1);
+        for (;;)
+            pause();
+    }
+    case H_SMALL_ANNOUNCE:
+        fd = pm__bigmsg_create(wbuf, HOSTILE_LEN);
+        raw_record(l, &fd, 1, 1);
+        raw_announce(l, PM_MAX_PAYLOAD, 1);
+        break;
     }
     pm_address main_addr;
     memset(&main_addr, 0, sizeof(main_addr));
@@ -782,7 +796,8 @@ static void hostile_case(int which)
                                         "sparse",    "hole",       "keep-size",
                                         "write-only", "write-only-peer", "no-seal-write",
                                         "no-seal-grow", "no-seal-shrink", "no-seal-seal",
-                                        "len-under", "len-over",  "hugetlb"};
+                                        "len-under", "len-over",  "bad-record",
+                                        "small-announce", "hugetlb"};
     _Static_assert(sizeof(names) / sizeof(names[0]) == H_COUNT, "one name per hostile case");
     buffers();
     hostile = which;
@@ -814,6 +829,7 @@ static void hostile_case(int which)
     struct pm_cluster_stats st;
     pm_cluster_stats(c, &st);
     ck_assert_uint_eq(st.fences_protocol, 1);
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 1); /* counted, once */
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -918,6 +934,144 @@ START_TEST(test_refusal_rules)
     ck_assert_uint_eq(pm_test_slot_undeliverable(c, 1) - notices, 1);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- a hub of its own */
+
+/*
+ * The hub's side of a large message driven step by step, on a hub of its
+ * own (no cluster, no loop) with two ports over real channels: each
+ * worker's end is adopted in this process, so the test writes port 1's
+ * records and frames and reads what reaches port 0, and decides when the
+ * hub takes port 1's records (pm__hub_port_records: the fd socket's
+ * completion) and when it reads its ring (pm__hub_port_service: the
+ * doorbell's). A running cluster decides that order by the completions'
+ * own; here each order is taken on purpose.
+ */
+static int lone_faults, lone_fault_reason;
+
+static void lone_fault(void *owner, unsigned p, int reason)
+{
+    (void)owner;
+    (void)p;
+    lone_faults++;
+    lone_fault_reason = reason;
+}
+
+static void lone_control(void *owner, unsigned p, int type, const void *payload, size_t len)
+{
+    (void)owner;
+    (void)p;
+    (void)type;
+    (void)payload;
+    (void)len;
+}
+
+static void lone_drain(void *owner, unsigned p)
+{
+    (void)owner;
+    (void)p;
+}
+
+static const pm__hub_ops lone_ops = {lone_fault, lone_control, lone_drain, NULL};
+
+struct lone {
+    pm__hub *h;
+    pm__channel hub_end[2], worker[2];
+};
+
+static void lone_open(struct lone *t)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    lone_faults = 0;
+    ck_assert_int_eq(pm__hub_new(&t->h, 2, &names, NULL, &lone_ops, NULL), 0);
+    pm_test_hub_set_max_message(t->h, MAX_MSG);
+    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(), .max_message = MAX_MSG};
+    for (unsigned i = 0; i < 2; i++) {
+        ck_assert_int_eq(pm__channel_create(&t->hub_end[i], i, 1, &cp), 0);
+        ck_assert_int_eq(pm__hub_port_open(t->h, i, &t->hub_end[i], 1), 0);
+        pm__hub_port_set_state(t->h, i, PM__PORT_READY);
+        ck_assert_int_eq(pm__channel_adopt(&t->worker[i], &t->hub_end[i]), 0);
+    }
+}
+
+/* Port 1's worker sends MIB bytes of seed 9 to port 0: the record (with
+ * nfds references to the memfd), then the announcing frame. */
+static void lone_send_big(struct lone *t, int nfds)
+{
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    int fds[2] = {fd, fd};
+    ck_assert(send_record(&t->worker[1], fds, nfds, 1, 0));
+    close(fd);
+    raw_announce_to(&t->worker[1], 0, MIB, 1);
+}
+
+/* What reached port 0's worker: the frame and its fd, checked. */
+static void lone_received(struct lone *t)
+{
+    pm__hub_publish(t->h);
+    pm__frame_hdr f;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&t->worker[0].rx, PM__CHANNEL_MAX_FRAME, &f, &payload), 1);
+    ck_assert_int_eq(f.type, PM__FT_MSG);
+    ck_assert_uint_eq(f.flags, PM__FF_MEMFD);
+    ck_assert_uint_eq(f.src, 1);
+    int fd = -1;
+    ck_assert_int_eq(pm__bigmsg_recv(t->worker[0].sock, 1, &fd), 0);
+    ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MAX_MSG), 0);
+    const void *map;
+    ck_assert_int_eq(pm__bigmsg_map(fd, MIB, &map), 0);
+    ck_assert(check(map, MIB, 9));
+    munmap((void *)map, MIB);
+    close(fd);
+    ck_assert_int_eq(lone_faults, 0);
+}
+
+/* The frame is read before the hub took its record (the ring's doorbell
+ * handled before the fd socket's completion): the hub takes the record
+ * then (port.c, take_fd). The same record carrying two fds is refused
+ * there: a protocol fault, counted. */
+START_TEST(test_lone_frame_before_record)
+{
+    buffers();
+    fill(mbuf, MIB, 9);
+    struct lone t;
+    lone_open(&t);
+    lone_send_big(&t, 1);
+    pm__hub_port_service(t.h, 1);
+    lone_received(&t);
+
+    struct lone u;
+    lone_open(&u);
+    lone_send_big(&u, 2);
+    pm__hub_port_service(u.h, 1);
+    ck_assert_int_eq(lone_faults, 1);
+    ck_assert_int_eq(lone_fault_reason, PM_REASON_PROTOCOL);
+    ck_assert_uint_eq(pm_test_hub_port_malformed(u.h, 1), 1);
+    pm__hub_delete(t.h);
+    pm__hub_delete(u.h);
+}
+END_TEST
+
+/* The hub's end of a port's fd socket is fd 0 (a supervisor started with
+ * its stdin closed): its records are taken like any other's. */
+START_TEST(test_lone_socket_fd0)
+{
+    buffers();
+    fill(mbuf, MIB, 9);
+    struct lone t;
+    lone_open(&t);
+    close(0);
+    ck_assert_int_eq(dup2(t.hub_end[1].sock, 0), 0);
+    close(t.hub_end[1].sock);
+    t.hub_end[1].sock = 0;
+    lone_send_big(&t, 1);
+    pm__hub_port_records(t.h, 1);
+    pm__hub_port_service(t.h, 1);
+    lone_received(&t);
+    pm__hub_delete(t.h);
 }
 END_TEST
 
@@ -1782,6 +1936,8 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_fd_cap, 180);
     PM_ADD_TEST(s, test_hub_never_maps_routed, 120);
     PM_ADD_TEST(s, test_refusal_rules, 60);
+    PM_ADD_TEST(s, test_lone_frame_before_record, 30);
+    PM_ADD_TEST(s, test_lone_socket_fd0, 30);
     skips_fd = memfd_create("skips", MFD_CLOEXEC);
     if (geteuid() == 0)
         PM_ADD_TEST(s, test_refused_forward, 180);

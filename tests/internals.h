@@ -385,6 +385,12 @@ static inline uint64_t pm_test_link_frag_dropped(const pm__hub *h, unsigned host
     return h->links[host].frag_dropped;
 }
 
+/* Frames a hub built by a test dropped from port i as malformed. */
+static inline uint64_t pm_test_hub_port_malformed(const pm__hub *h, unsigned i)
+{
+    return h->ports[i].malformed;
+}
+
 /* The spin budget a hub has learnt, in ns (pm__hub_spin), read and set. */
 static inline uint32_t pm_test_hub_spin_budget(const pm__hub *h)
 {

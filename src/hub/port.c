@@ -42,12 +42,12 @@ void pm__hub_port_set_state(pm__hub *h, unsigned i, int state)
     h->ports[i].state = state;
 }
 
+/* Its busy and want_arm flags may stay as they are: every visit of a port
+ * (pm__hub_port_service, pm__hub_arm_idle, pm__hub_any_arrived) looks at
+ * reading first, and the port's close clears them. */
 void pm__hub_port_cut(pm__hub *h, unsigned i)
 {
-    pm__port *p = &h->ports[i];
-    p->reading = 0;
-    p->busy = 0;
-    p->want_arm = 0;
+    h->ports[i].reading = 0;
 }
 
 /* Takes every record waiting on p's socket (bigmsg.h): each one checked
