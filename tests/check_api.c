@@ -1137,6 +1137,8 @@ static const struct {
     {"hello-len", "3", "protocol"},    /* short */
     {"hello-len", "5", "protocol"},    /* the right version, a byte more */
     {"hello-len", "16", "protocol"},
+    {"hello-len", "64", "protocol"},   /* the most the hub copies for its owner */
+    {"hello-len", "65", "protocol"},   /* more than that: refused by the hub itself */
     {"hello-version", "7", "version"}, /* another protocol */
     {"hello-version", "0", "version"},
     {"hello-twice", NULL, "protocol"}, /* a second HELLO (after its READY) */

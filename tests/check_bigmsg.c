@@ -94,6 +94,9 @@ _Static_assert(sizeof(seal_rows) / sizeof(seal_rows[0]) == H_SEAL_NO_SEAL + 1 - 
                "one seal row per hostile seal case");
 #define ALL_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 static int hostile;
+/* test_big_before_ready: slot 0's first incarnation sends a large message
+ * to main before it says ready. */
+static int early_big;
 
 static unsigned char *wbuf;
 
@@ -280,6 +283,13 @@ static void handle(pm_node *n, const pm_message *m)
     if (strcmp(text, "refusals") == 0 || strcmp(text, "refuse-one") == 0) {
         refusal_rows(n, text[6] == '-' ? 4 : 0);
         reply_text(n, m, "refused");
+        return;
+    }
+    if (strcmp(text, "maxframe") == 0) {
+        /* The longest frame a worker may send (the ring's, not a memfd). */
+        fill(wbuf, PM_MAX_PAYLOAD, 7);
+        if (m->kind == PM_MSG_REQUEST)
+            pm_node_reply(n, m, wbuf, PM_MAX_PAYLOAD);
         return;
     }
     if (strcmp(text, "toobig") == 0) {
@@ -536,6 +546,15 @@ static int serve(pm_node *n)
     wbuf = malloc(MAX_MSG + 1);
     if (wbuf == NULL)
         return 4;
+    if (early_big && pm_node_slot(n) == 0 && pm_node_self(n)->incarnation == 1) {
+        pm__channel *l = pm_test_node_channel(n);
+        fill(wbuf, HOSTILE_LEN, 5);
+        int fd = pm__bigmsg_create(wbuf, HOSTILE_LEN);
+        raw_record(l, &fd, 1, 1);
+        close(fd);
+        l->tx_seq = 1; /* the node's next record follows this one */
+        raw_announce(l, HOSTILE_LEN, 1);
+    }
     if (pm_node_ready(n) < 0)
         return 3;
     if (hostile != H_NONE && pm_node_slot(n) == 0 && pm_node_self(n)->incarnation == 1)
@@ -713,9 +732,12 @@ static void round_trips(int exec_mode)
     ck_assert_int_eq(pm_cluster_call(c, &a, "toobig", 6, 10000, r, sizeof(r) - 1, &got), 0);
     r[got] = '\0';
     ck_assert_int_eq(atoi(r), -EMSGSIZE);
-    /* A frame-sized message still goes through the ring. */
+    /* A frame-sized message still goes through the ring, both ways. */
     fill(mbuf, PM_MAX_PAYLOAD, 1);
     ck_assert_int_eq(pm_cluster_call(c, &a, mbuf, PM_MAX_PAYLOAD, 10000, r, sizeof(r), &got), 0);
+    ck_assert_int_eq(pm_cluster_call(c, &a, "maxframe", 8, 10000, rbuf, MAX_MSG, &got), 0);
+    ck_assert_uint_eq(got, PM_MAX_PAYLOAD);
+    ck_assert(check(rbuf, PM_MAX_PAYLOAD, 7));
     ck_assert_uint_eq(pm_test_count_fds(), base);
     ck_assert_int_eq(fenced_other + fenced_protocol, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
@@ -884,6 +906,29 @@ START_TEST(test_unmappable_skipped)
     ck_assert_int_eq(fenced_other + fenced_protocol, 0);
     ck_assert_int_eq(ready_events, 2);
     ck_assert_int_eq(big_bad, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A large message a worker sends before it is ready is dropped and
+ * counted like any traffic before ready (design.md, "Validation and
+ * quarantine"), its fd closed; the worker is not fenced, and its large
+ * messages after ready go through. */
+START_TEST(test_big_before_ready)
+{
+    buffers();
+    early_big = 1;
+    pm_options *o = opts(0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, pm_test_successors_made(c), 10000);
+    call_big(c, 0, MIB);
+    call_big(c, 0, 2 * MIB);
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 1);
+    ck_assert_int_eq(big_ok + big_bad + after_seen, 0);
+    ck_assert_int_eq(fenced_protocol + fenced_other, 0);
+    ck_assert_uint_eq(pm_test_slot_incarnation(c, 0), 1);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -1936,6 +1981,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_fd_cap, 180);
     PM_ADD_TEST(s, test_hub_never_maps_routed, 120);
     PM_ADD_TEST(s, test_refusal_rules, 60);
+    PM_ADD_TEST(s, test_big_before_ready, 60);
     PM_ADD_TEST(s, test_lone_frame_before_record, 30);
     PM_ADD_TEST(s, test_lone_socket_fd0, 30);
     skips_fd = memfd_create("skips", MFD_CLOEXEC);
