@@ -47,7 +47,8 @@ void pm__hub_port_set_state(pm__hub *h, unsigned i, int state)
  * reading first, and the port's close clears them. */
 void pm__hub_port_cut(pm__hub *h, unsigned i)
 {
-    h->ports[i].reading = 0;
+    pm__port *p = &h->ports[i];
+    p->reading = 0;
 }
 
 /* Takes every record waiting on p's socket (bigmsg.h): each one checked
@@ -59,11 +60,10 @@ void pm__hub_port_cut(pm__hub *h, unsigned i)
  * raise its end's send buffer and queue thousands. 0, or -EPROTO: a bad
  * record, or one more than PM__BIGMSG_AHEAD_MAX ahead of its frame (a
  * worker waits before that, node_messaging.c). Bounded: at most AHEAD_MAX + 1
- * records per call. */
+ * records per call. Only for a port being read, whose channel
+ * (pm__channel_create's) has its socket from open to close. */
 static int take_records(pm__port *p)
 {
-    if (p->channel == NULL || p->channel->sock < 0)
-        return 0;
     for (;;) {
         uint32_t seq = pm__bigmsg_next(p->channel->rx_seq);
         int fd;
