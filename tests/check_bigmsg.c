@@ -1120,6 +1120,75 @@ START_TEST(test_lone_socket_fd0)
 }
 END_TEST
 
+/* Port 1's worker: message i (MIB bytes of seed 20 + i) to port 0. */
+static void lone_send_nth(struct lone *t, uint32_t i)
+{
+    fill(mbuf, MIB, 20 + i);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    ck_assert(send_record(&t->worker[1], &fd, 1, i + 1, 0));
+    close(fd);
+    raw_announce_to(&t->worker[1], 0, MIB, i + 1);
+    pm__hub_port_records(t->h, 1);
+    pm__hub_port_service(t->h, 1);
+}
+
+/* Port 0's worker reads what reached it; each message checked in order.
+ * Returns how many it has read in all. */
+static uint32_t lone_read_port0(struct lone *t, uint32_t got)
+{
+    pm__hub_publish(t->h);
+    pm__frame_hdr f;
+    const void *payload;
+    while (pm__frame_recv(&t->worker[0].rx, PM__CHANNEL_MAX_FRAME, &f, &payload) == 1) {
+        ck_assert_uint_eq(f.flags, PM__FF_MEMFD);
+        pm__ring_consume(&t->worker[0].rx);
+        pm__ring_release(&t->worker[0].rx);
+        int fd = -1;
+        ck_assert_int_eq(pm__bigmsg_recv(t->worker[0].sock, got + 1, &fd), 0);
+        const void *map;
+        ck_assert_int_eq(pm__bigmsg_map(fd, MIB, &map), 0);
+        ck_assert_msg(check(map, MIB, 20 + got), "message %u differs", got);
+        munmap((void *)map, MIB);
+        close(fd);
+        got++;
+    }
+    return got;
+}
+
+/* A large message held back (its sender's hold of fds is full: port 0
+ * reads nothing) keeps the fd the hub took and checked, and is read again
+ * with it once port 0 has read: here that fd is 0 (a supervisor started
+ * with stdin closed). Every message arrives, in order, intact, and no
+ * port is faulted. */
+START_TEST(test_lone_held_fd0)
+{
+    buffers();
+    struct lone t;
+    lone_open(&t);
+    uint32_t sent = 0;
+    while (pm_test_hub_port_held_fds(t.h, 1) < PM__HOLD_MAX_FDS) {
+        ck_assert_uint_lt(sent, 64);
+        lone_send_nth(&t, sent++);
+    }
+    ck_assert_int_eq(pm_test_hub_port_blocked_on(t.h, 1), -1);
+    close(0); /* the next fd the hub receives is 0 */
+    lone_send_nth(&t, sent++);
+    ck_assert_int_eq(pm_test_hub_port_blocked_on(t.h, 1), 0); /* held, its fd kept */
+    pm__hub_port_service(t.h, 1); /* read again while still held */
+    ck_assert_int_eq(lone_faults, 0);
+    uint32_t got = 0;
+    for (int round = 0; round < 1000 && got < sent; round++) {
+        got = lone_read_port0(&t, got);
+        pm__hub_port_service(t.h, 0); /* room again: its queue flushed */
+        pm__hub_port_service(t.h, 1);
+    }
+    ck_assert_uint_eq(got, sent);
+    ck_assert_int_eq(lone_faults, 0);
+    pm__hub_delete(t.h);
+}
+END_TEST
+
 static void on_flooded(pm_cluster *c, const pm_message *r, void *arg)
 {
     (void)c;
@@ -1984,6 +2053,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_big_before_ready, 60);
     PM_ADD_TEST(s, test_lone_frame_before_record, 30);
     PM_ADD_TEST(s, test_lone_socket_fd0, 30);
+    PM_ADD_TEST(s, test_lone_held_fd0, 60);
     skips_fd = memfd_create("skips", MFD_CLOEXEC);
     if (geteuid() == 0)
         PM_ADD_TEST(s, test_refused_forward, 180);

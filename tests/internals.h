@@ -391,6 +391,19 @@ static inline uint64_t pm_test_hub_port_malformed(const pm__hub *h, unsigned i)
     return h->ports[i].malformed;
 }
 
+/* What holds port i of a hub built by a test back: its large messages
+ * waiting in queues (PM__HOLD_MAX_FDS), and the port it is blocked on
+ * (-1: none). */
+static inline uint32_t pm_test_hub_port_held_fds(const pm__hub *h, unsigned i)
+{
+    return h->ports[i].held_fds;
+}
+
+static inline int pm_test_hub_port_blocked_on(const pm__hub *h, unsigned i)
+{
+    return h->ports[i].blocked_on;
+}
+
 /* The spin budget a hub has learnt, in ns (pm__hub_spin), read and set. */
 static inline uint32_t pm_test_hub_spin_budget(const pm__hub *h)
 {
