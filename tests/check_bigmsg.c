@@ -1077,7 +1077,8 @@ static void lone_received(struct lone *t)
 /* The frame is read before the hub took its record (the ring's doorbell
  * handled before the fd socket's completion): the hub takes the record
  * then (port.c, take_fd). The same record carrying two fds is refused
- * there: a protocol fault, counted. */
+ * there: a protocol fault, counted; and so is a bad record taken there
+ * behind the good one the frame announces. */
 START_TEST(test_lone_frame_before_record)
 {
     buffers();
@@ -1095,8 +1096,22 @@ START_TEST(test_lone_frame_before_record)
     ck_assert_int_eq(lone_faults, 1);
     ck_assert_int_eq(lone_fault_reason, PM_REASON_PROTOCOL);
     ck_assert_uint_eq(pm_test_hub_port_malformed(u.h, 1), 1);
+
+    struct lone v;
+    lone_open(&v);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    int fds[2] = {fd, fd};
+    ck_assert(send_record(&v.worker[1], fds, 1, 1, 0));
+    ck_assert(send_record(&v.worker[1], fds, 2, 2, 0));
+    close(fd);
+    raw_announce_to(&v.worker[1], 0, MIB, 1);
+    pm__hub_port_service(v.h, 1);
+    ck_assert_int_eq(lone_faults, 1);
+    ck_assert_int_eq(lone_fault_reason, PM_REASON_PROTOCOL);
     pm__hub_delete(t.h);
     pm__hub_delete(u.h);
+    pm__hub_delete(v.h);
 }
 END_TEST
 
