@@ -652,6 +652,11 @@ START_TEST(test_hub_arm_protocol)
     ck_assert_int_eq(pm__ring_consumer_parked(&worker3.tx), 1);
     lone_send(&worker3);
     ck_assert_uint_ge(doorbell_count(hub3.hub_efd), 1);
+    /* Read now: traffic flowed this turn (what lets the hub spin). */
+    ck_assert_int_eq(pm__hub_take_active(h3), 0);
+    pm__hub_port_service(h3, 1);
+    ck_assert_int_eq(pm__hub_take_active(h3), 1);
+    ck_assert_int_eq(pm__hub_take_active(h3), 0);
 
     /* The spin sees an arrival on a drained ring before it asks the
      * owner's loop. */
