@@ -1204,6 +1204,40 @@ START_TEST(test_lone_held_fd0)
 }
 END_TEST
 
+/* An announcement with no record behind it is a protocol fault even when
+ * its sequence is that of a record taken and passed on long ago: port 1
+ * sends PM__BIGMSG_AHEAD_MAX messages (each read by port 0), so the hub's
+ * next slot for a record is the first message's, then announces that
+ * sequence again without a record. The number the first fd had now names
+ * a good memfd of the announced length: the hub must not take it. */
+START_TEST(test_lone_replayed_sequence)
+{
+    buffers();
+    struct lone t;
+    lone_open(&t);
+    uint32_t got = 0;
+    for (uint32_t i = 0; i < PM__BIGMSG_AHEAD_MAX; i++) {
+        lone_send_nth(&t, i);
+        got = lone_read_port0(&t, got);
+    }
+    ck_assert_uint_eq(got, PM__BIGMSG_AHEAD_MAX);
+    int stale = pm_test_hub_port_ahead_fd(t.h, 1, 0);
+    fill(mbuf, MIB, 20);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    if (fd != stale) {
+        ck_assert_int_eq(dup2(fd, stale), stale);
+        close(fd);
+    }
+    raw_announce_to(&t.worker[1], 0, MIB, 1);
+    pm__hub_port_service(t.h, 1);
+    ck_assert_int_eq(lone_faults, 1);
+    ck_assert_int_eq(lone_fault_reason, PM_REASON_PROTOCOL);
+    ck_assert_uint_eq(lone_read_port0(&t, got), got); /* nothing more reached port 0 */
+    pm__hub_delete(t.h);
+}
+END_TEST
+
 static void on_flooded(pm_cluster *c, const pm_message *r, void *arg)
 {
     (void)c;
@@ -2069,6 +2103,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lone_frame_before_record, 30);
     PM_ADD_TEST(s, test_lone_socket_fd0, 30);
     PM_ADD_TEST(s, test_lone_held_fd0, 60);
+    PM_ADD_TEST(s, test_lone_replayed_sequence, 30);
     skips_fd = memfd_create("skips", MFD_CLOEXEC);
     if (geteuid() == 0)
         PM_ADD_TEST(s, test_refused_forward, 180);

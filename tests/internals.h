@@ -404,6 +404,13 @@ static inline int pm_test_hub_port_blocked_on(const pm__hub *h, unsigned i)
     return h->ports[i].blocked_on;
 }
 
+/* The fd number in slot k of port i's records taken ahead (port.c), stale
+ * once its frame was read. */
+static inline int pm_test_hub_port_ahead_fd(const pm__hub *h, unsigned i, unsigned k)
+{
+    return h->ports[i].ahead[k].fd;
+}
+
 /* The spin budget a hub has learnt, in ns (pm__hub_spin), read and set. */
 static inline uint32_t pm_test_hub_spin_budget(const pm__hub *h)
 {
