@@ -11,6 +11,7 @@
 #include "helpers.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/time.h>
@@ -396,6 +397,286 @@ START_TEST(test_hub_spin_us)
     /* With spinning on, requests and replies still flow, with nothing lost
      * (the spin only delays the hub's sleep). */
     ask_keeps_messages(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the hub's spin */
+
+/*
+ * pm__hub_spin (hub.h), driven on a hub of its own: before the loop
+ * sleeps it spins up to its learnt budget (at most spin_us) for a frame on
+ * a drained ring or for the owner's readiness, here spin_ready, which
+ * counts the calls. What each case asserts is the spin's outcome, never
+ * how long it took: a spin that the scheduler interrupts (it then stops
+ * and forgets its budget) is retried, as check_ring's spin cases do.
+ */
+struct spin_probe {
+    int calls;    /* times the spin asked */
+    int ready_at; /* the call that answers ready (0: never) */
+    int nap_us;   /* the first call sleeps this long: the spin loses its CPU */
+};
+
+static int spin_ready(void *arg)
+{
+    struct spin_probe *s = arg;
+    s->calls++;
+    if (s->nap_us > 0 && s->calls == 1)
+        usleep((useconds_t)s->nap_us);
+    return s->ready_at > 0 && s->calls >= s->ready_at;
+}
+
+static void lone_fault(void *owner, unsigned p, int reason)
+{
+    (void)owner;
+    ck_abort_msg("port %u faulted (%d)", p, reason);
+}
+
+static void lone_control(void *owner, unsigned p, int type, const void *payload, size_t len)
+{
+    (void)owner;
+    (void)payload;
+    (void)len;
+    ck_abort_msg("port %u: a control frame (%d)", p, type);
+}
+
+static void lone_drain(void *owner, unsigned p)
+{
+    (void)owner;
+    (void)p;
+}
+
+static const pm__hub_ops lone_ops = {lone_fault, lone_control, lone_drain, NULL};
+
+/* A hub of nports closed ports, no cluster around it. */
+static pm__hub *lone_hub(unsigned nports)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub *h;
+    ck_assert_int_eq(pm__hub_new(&h, nports, &names, NULL, &lone_ops, NULL), 0);
+    return h;
+}
+
+/* One spin of the hub with budget ns learnt, spin_us allowed, the probe
+ * fresh; its result, *t0 and the probe for the caller. */
+static int spin_once(pm__hub *h, uint32_t budget, unsigned spin_us, struct spin_probe *s, int ready_at,
+                     uint64_t *t0)
+{
+    *s = (struct spin_probe){.ready_at = ready_at};
+    pm_test_hub_set_spin_budget(h, budget);
+    *t0 = 12345; /* overwritten in every case */
+    return pm__hub_spin(h, spin_us, spin_ready, s, t0);
+}
+
+/* Spinning off (spin_us 0), or nothing learnt (a budget of 0): no spin,
+ * not one look at the owner's loop. Off gives no start time (nothing to
+ * learn from the sleep); a budget of 0 gives it, and a quick sleep after
+ * it is what lets spinning start again, a long one does not; no start
+ * time, nothing is learnt. */
+START_TEST(test_hub_spin_off_or_nothing_learnt)
+{
+    pm__hub *h = lone_hub(1);
+    struct spin_probe s;
+    uint64_t t0;
+    ck_assert_int_eq(spin_once(h, 20000, 0, &s, 1, &t0), 0);
+    ck_assert_uint_eq(t0, 0);
+    ck_assert_int_eq(s.calls, 0);
+    ck_assert_uint_eq(pm_test_hub_spin_budget(h), 20000);
+
+    ck_assert_int_eq(spin_once(h, 0, 300, &s, 1, &t0), 0);
+    ck_assert_uint_ne(t0, 0);
+    ck_assert_int_eq(s.calls, 0);
+    ck_assert_uint_eq(pm_test_hub_spin_budget(h), 0);
+    pm__hub_spin_slept(h, 300, 0);
+    ck_assert_uint_eq(pm_test_hub_spin_budget(h), 0);
+    pm__hub_spin_slept(h, 300, pm__now_ns() - 1000000000u); /* a sleep of a second */
+    ck_assert_uint_eq(pm_test_hub_spin_budget(h), 0);
+    int learnt = 0;
+    for (int i = 0; i < 200 && !learnt; i++) {
+        pm__hub_spin_slept(h, 300, pm__now_ns()); /* a sleep that ended at once */
+        learnt = pm_test_hub_spin_budget(h) != 0;
+    }
+    ck_assert_msg(learnt, "no quick sleep in 200 gave a spin budget");
+    ck_assert_uint_le(pm_test_hub_spin_budget(h), 300000);
+    /* A budget learnt already is not the sleep's to change. */
+    pm_test_hub_set_spin_budget(h, 20000);
+    pm__hub_spin_slept(h, 300, pm__now_ns());
+    ck_assert_uint_eq(pm_test_hub_spin_budget(h), 20000);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* On one CPU a spin cannot pay off (design.md, the hub's spin: "never on
+ * one CPU"): it does not start, and the budget is kept for when the
+ * process may run on more. */
+START_TEST(test_hub_spin_one_cpu)
+{
+    cpu_set_t all, one;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &all))
+        cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+    ck_assert_uint_eq(pm__spin_cpus(), 1); /* read once per process: first here */
+    pm__hub *h = lone_hub(1);
+    struct spin_probe s;
+    uint64_t t0;
+    ck_assert_int_eq(spin_once(h, 20000, 300, &s, 1, &t0), 0);
+    ck_assert_int_eq(s.calls, 0);
+    ck_assert_uint_ne(t0, 0);
+    ck_assert_uint_eq(pm_test_hub_spin_budget(h), 20000);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* With a CPU to spare: the owner's loop answering ready on the third look
+ * ends the spin with 1 (do not sleep), and a spin that paid keeps at
+ * least its budget; one that never sees work ends with 0, having halved
+ * its budget already (*t0 0: the sleep must not halve it again), and the
+ * budget it spins is at most spin_us; a spin that loses its CPU stops at
+ * once with 0 and forgets its budget, its start time given for the
+ * sleep's probe. */
+START_TEST(test_hub_spin_outcomes)
+{
+    if (pm__spin_cpus() < 2) {
+        fprintf(stderr, "test_hub_spin_outcomes: one CPU, the spin is gated (test_hub_spin_one_cpu)\n");
+        return;
+    }
+    pm__hub *h = lone_hub(1);
+    struct spin_probe s;
+    uint64_t t0;
+    int rc = 0;
+    for (int i = 0; i < 200 && rc != 1; i++)
+        rc = spin_once(h, 20000, 1000000, &s, 3, &t0);
+    ck_assert_msg(rc == 1, "no spin in 200 saw the loop ready");
+    ck_assert_int_eq(s.calls, 3);
+    ck_assert_uint_ge(pm_test_hub_spin_budget(h), 20000);
+
+    int kept = 0;
+    for (int i = 0; i < 200 && !kept; i++) {
+        ck_assert_int_eq(spin_once(h, 20000, 300, &s, 0, &t0), 0);
+        kept = pm_test_hub_spin_budget(h) != 0; /* else it lost its CPU */
+    }
+    ck_assert_msg(kept, "no 20 us spin in 200 kept its CPU");
+    ck_assert_uint_eq(pm_test_hub_spin_budget(h), 10000);
+    ck_assert_uint_eq(t0, 0);
+    ck_assert_int_ge(s.calls, 1);
+
+    /* 4 us learnt, 2 us allowed: 2 us spun, and halved. */
+    kept = 0;
+    for (int i = 0; i < 200 && !kept; i++) {
+        ck_assert_int_eq(spin_once(h, 4000, 2, &s, 0, &t0), 0);
+        kept = pm_test_hub_spin_budget(h) != 0;
+    }
+    ck_assert_msg(kept, "no 2 us spin in 200 kept its CPU");
+    ck_assert_uint_eq(pm_test_hub_spin_budget(h), 1000);
+
+    s = (struct spin_probe){.nap_us = 2000};
+    pm_test_hub_set_spin_budget(h, 20000);
+    ck_assert_int_eq(pm__hub_spin(h, 300, spin_ready, &s, &t0), 0);
+    ck_assert_int_eq(s.calls, 1);
+    ck_assert_uint_eq(pm_test_hub_spin_budget(h), 0);
+    ck_assert_uint_ne(t0, 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* A port of a lone hub over a real channel (pm__channel_create, the
+ * worker's end adopted in this process: the rings and doorbell a worker
+ * has), index 1, ready. Its worker's end in *worker. */
+static void lone_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
+{
+    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
+                             .max_message = PM_MAX_PAYLOAD};
+    ck_assert_int_eq(pm__channel_create(hub_end, 1, 1, &cp), 0);
+    ck_assert_int_eq(pm__hub_port_open(h, 1, hub_end, 1), 0);
+    pm__hub_port_set_state(h, 1, PM__PORT_READY);
+    ck_assert_int_eq(pm__channel_adopt(worker, hub_end), 0);
+}
+
+/* A frame from the worker's end of lone_port, to slot 0 (never read here). */
+static void lone_send(pm__channel *worker)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_MSG;
+    f.dst = 0;
+    ck_assert_int_eq(pm__frame_send(&worker->tx, &f, "x", 1), 0);
+}
+
+static uint64_t doorbell_count(int efd)
+{
+    uint64_t v = 0;
+    return read(efd, &v, sizeof(v)) == (ssize_t)sizeof(v) ? v : 0;
+}
+
+/* The arm protocol (port.c, doc/design.md "Life of a frame"), on a port
+ * read dry: it is on the arm list, not armed yet, so a frame published now
+ * rings nothing; the spin (pm__hub_any_arrived) finds it and puts the
+ * port on the ready list, and so does arming it before the loop sleeps
+ * (pm__hub_arm_idle, which looks again after setting the flag). A port
+ * armed with nothing there is left armed: the worker's next publish rings
+ * the doorbell. */
+START_TEST(test_hub_arm_protocol)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__hub_port_service(h, 1); /* empty: drained, on the arm list */
+    ck_assert_int_eq(pm__hub_any_busy(h), 0);
+    ck_assert_int_eq(pm__hub_any_arrived(h), 0);
+    lone_send(&worker);
+    ck_assert_uint_eq(doorbell_count(hub_end.hub_efd), 0); /* not armed: no ring */
+    ck_assert_int_eq(pm__hub_any_arrived(h), 1);
+    ck_assert_int_eq(pm__hub_any_busy(h), 1);
+
+    /* Another port read dry: a frame published before it is armed is
+     * found by the arm's second look. */
+    pm__hub *h2 = lone_hub(2);
+    pm__channel hub2, worker2;
+    lone_port(h2, &hub2, &worker2);
+    pm__hub_port_service(h2, 1);
+    lone_send(&worker2);
+    ck_assert_int_eq(pm__hub_arm_idle(h2), 1);
+    ck_assert_int_eq(pm__hub_any_busy(h2), 1);
+
+    /* Nothing published: armed, and the next publish rings. */
+    pm__hub *h3 = lone_hub(2);
+    pm__channel hub3, worker3;
+    lone_port(h3, &hub3, &worker3);
+    pm__hub_port_service(h3, 1);
+    (void)doorbell_count(hub3.hub_efd);
+    ck_assert_int_eq(pm__hub_arm_idle(h3), 0);
+    ck_assert_int_eq(pm__hub_any_busy(h3), 0);
+    ck_assert_int_eq(pm__ring_consumer_parked(&worker3.tx), 1);
+    lone_send(&worker3);
+    ck_assert_uint_ge(doorbell_count(hub3.hub_efd), 1);
+    /* Read now: traffic flowed this turn (what lets the hub spin). */
+    ck_assert_int_eq(pm__hub_take_active(h3), 0);
+    pm__hub_port_service(h3, 1);
+    ck_assert_int_eq(pm__hub_take_active(h3), 1);
+    ck_assert_int_eq(pm__hub_take_active(h3), 0);
+
+    /* The spin sees an arrival on a drained ring before it asks the
+     * owner's loop. */
+    if (pm__spin_cpus() >= 2) {
+        pm__hub *h4 = lone_hub(2);
+        pm__channel hub4, worker4;
+        lone_port(h4, &hub4, &worker4);
+        pm__hub_port_service(h4, 1);
+        lone_send(&worker4);
+        struct spin_probe s = {0};
+        uint64_t t0;
+        pm_test_hub_set_spin_budget(h4, 1000000000u);
+        ck_assert_int_eq(pm__hub_spin(h4, 1000000, spin_ready, &s, &t0), 1);
+        ck_assert_int_eq(s.calls, 0);
+        ck_assert_int_eq(pm__hub_any_busy(h4), 1);
+        pm__hub_delete(h4);
+    }
+    pm__hub_delete(h);
+    pm__hub_delete(h2);
+    pm__hub_delete(h3);
 }
 END_TEST
 
@@ -861,6 +1142,8 @@ static const struct {
     {"hello-len", "3", "protocol"},    /* short */
     {"hello-len", "5", "protocol"},    /* the right version, a byte more */
     {"hello-len", "16", "protocol"},
+    {"hello-len", "64", "protocol"},   /* the most the hub copies for its owner */
+    {"hello-len", "65", "protocol"},   /* more than that: refused by the hub itself */
     {"hello-version", "7", "version"}, /* another protocol */
     {"hello-version", "0", "version"},
     {"hello-twice", NULL, "protocol"}, /* a second HELLO (after its READY) */
@@ -1602,6 +1885,10 @@ int main(void)
     Suite *s = suite_create("api");
     PM_ADD_TEST(s, test_header_defaults, 10);
     PM_ADD_TEST(s, test_hub_spin_us, 30);
+    PM_ADD_TEST(s, test_hub_spin_off_or_nothing_learnt, 30);
+    PM_ADD_TEST(s, test_hub_spin_one_cpu, 30);
+    PM_ADD_TEST(s, test_hub_spin_outcomes, 30);
+    PM_ADD_TEST(s, test_hub_arm_protocol, 30);
     PM_ADD_TEST(s, test_restart_slot, 60);
     PM_ADD_TEST(s, test_restart_slot_starting_is_busy, 30);
     PM_ADD_TEST(s, test_kill_pending, 30);

@@ -81,6 +81,8 @@ enum hostile {
     H_SEAL_NO_WRITE, H_SEAL_NO_GROW, H_SEAL_NO_SHRINK, H_SEAL_NO_SEAL,
     /* A good memfd, announced one byte shorter or longer than it is. */
     H_LEN_UNDER, H_LEN_OVER,
+    H_BAD_RECORD,   /* a record with two fds, and nothing after it */
+    H_SMALL_ANNOUNCE, /* a good memfd and record, announced as PM_MAX_PAYLOAD bytes */
     H_HUGETLB,      /* a hugetlbfs memfd (last: its own case, only where MFD_HUGETLB works) */
     H_COUNT
 };
@@ -92,6 +94,9 @@ _Static_assert(sizeof(seal_rows) / sizeof(seal_rows[0]) == H_SEAL_NO_SEAL + 1 - 
                "one seal row per hostile seal case");
 #define ALL_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 static int hostile;
+/* test_big_before_ready: slot 0's first incarnation sends a large message
+ * to main before it says ready. */
+static int early_big;
 
 static unsigned char *wbuf;
 
@@ -121,6 +126,40 @@ static void reply_text(pm_node *n, const pm_message *m, const char *s)
 {
     if (m->kind == PM_MSG_REQUEST)
         pm_node_reply(n, m, s, strlen(s));
+}
+
+/* test_refusal_rules: UNDELIVERABLE frames written straight into our up
+ * ring, each a refusal of a large message (node_messaging.c, refuse_big)
+ * but for what its row says, from row `from` on. */
+static void refusal_rows(pm_node *n, size_t from)
+{
+    static const struct {
+        uint16_t host;
+        uint32_t dst;
+        uint64_t id;
+        uint32_t len;
+    } rows[] = {
+        {0, 1, 0, 4},      /* a payload: malformed */
+        {1, 0x10000, 0, 0}, /* a remote port past 16 bits: malformed */
+        {1, 0xFFFF, 0, 0},  /* the last remote port: spends one */
+        {0, 1, 77, 0},      /* a request slot 1 never made: late, spends none */
+        {0, 1, 0, 0},       /* spends the other */
+        {0, 1, 0, 0},       /* nothing left to refuse: malformed */
+    };
+    pm__channel *l = pm_test_node_channel(n);
+    for (size_t i = from; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_UNDELIVERABLE;
+        h.dst_host = rows[i].host;
+        h.dst = rows[i].dst;
+        h.dst_inc = 1;
+        h.request_id = rows[i].id;
+        h.error = -EMSGSIZE;
+        h.len = rows[i].len;
+        if (pm__frame_send(&l->tx, &h, "xxxx", rows[i].len) != 0)
+            _exit(5);
+    }
 }
 
 static void handle(pm_node *n, const pm_message *m)
@@ -239,6 +278,18 @@ static void handle(pm_node *n, const pm_message *m)
         ok = ok && getrlimit(RLIMIT_AS, &rl) == 0;
         rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + 4 * MIB;
         reply_text(n, m, ok && setrlimit(RLIMIT_AS, &rl) == 0 ? "capped" : "no");
+        return;
+    }
+    if (strcmp(text, "refusals") == 0 || strcmp(text, "refuse-one") == 0) {
+        refusal_rows(n, text[6] == '-' ? 4 : 0);
+        reply_text(n, m, "refused");
+        return;
+    }
+    if (strcmp(text, "maxframe") == 0) {
+        /* The longest frame a worker may send (the ring's, not a memfd). */
+        fill(wbuf, PM_MAX_PAYLOAD, 7);
+        if (m->kind == PM_MSG_REQUEST)
+            pm_node_reply(n, m, wbuf, PM_MAX_PAYLOAD);
         return;
     }
     if (strcmp(text, "toobig") == 0) {
@@ -463,6 +514,18 @@ static void misbehave(pm_node *n)
         raw_record(l, &fd, 1, 1);
         raw_announce(l, hostile == H_LEN_UNDER ? HOSTILE_LEN - 1 : HOSTILE_LEN + 1, 1);
         break;
+    case H_BAD_RECORD: {
+        /* Refused as it arrives: no frame will ever come for it. */
+        int fds[2] = {pm__bigmsg_create(wbuf, HOSTILE_LEN), pm__bigmsg_create(wbuf, HOSTILE_LEN)};
+        raw_record(l, fds, 2, 1);
+        for (;;)
+            pause();
+    }
+    case H_SMALL_ANNOUNCE:
+        fd = pm__bigmsg_create(wbuf, HOSTILE_LEN);
+        raw_record(l, &fd, 1, 1);
+        raw_announce(l, PM_MAX_PAYLOAD, 1);
+        break;
     }
     pm_address main_addr;
     memset(&main_addr, 0, sizeof(main_addr));
@@ -483,6 +546,15 @@ static int serve(pm_node *n)
     wbuf = malloc(MAX_MSG + 1);
     if (wbuf == NULL)
         return 4;
+    if (early_big && pm_node_slot(n) == 0 && pm_node_self(n)->incarnation == 1) {
+        pm__channel *l = pm_test_node_channel(n);
+        fill(wbuf, HOSTILE_LEN, 5);
+        int fd = pm__bigmsg_create(wbuf, HOSTILE_LEN);
+        raw_record(l, &fd, 1, 1);
+        close(fd);
+        l->tx_seq = 1; /* the node's next record follows this one */
+        raw_announce(l, HOSTILE_LEN, 1);
+    }
     if (pm_node_ready(n) < 0)
         return 3;
     if (hostile != H_NONE && pm_node_slot(n) == 0 && pm_node_self(n)->incarnation == 1)
@@ -660,9 +732,12 @@ static void round_trips(int exec_mode)
     ck_assert_int_eq(pm_cluster_call(c, &a, "toobig", 6, 10000, r, sizeof(r) - 1, &got), 0);
     r[got] = '\0';
     ck_assert_int_eq(atoi(r), -EMSGSIZE);
-    /* A frame-sized message still goes through the ring. */
+    /* A frame-sized message still goes through the ring, both ways. */
     fill(mbuf, PM_MAX_PAYLOAD, 1);
     ck_assert_int_eq(pm_cluster_call(c, &a, mbuf, PM_MAX_PAYLOAD, 10000, r, sizeof(r), &got), 0);
+    ck_assert_int_eq(pm_cluster_call(c, &a, "maxframe", 8, 10000, rbuf, MAX_MSG, &got), 0);
+    ck_assert_uint_eq(got, PM_MAX_PAYLOAD);
+    ck_assert(check(rbuf, PM_MAX_PAYLOAD, 7));
     ck_assert_uint_eq(pm_test_count_fds(), base);
     ck_assert_int_eq(fenced_other + fenced_protocol, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
@@ -743,7 +818,8 @@ static void hostile_case(int which)
                                         "sparse",    "hole",       "keep-size",
                                         "write-only", "write-only-peer", "no-seal-write",
                                         "no-seal-grow", "no-seal-shrink", "no-seal-seal",
-                                        "len-under", "len-over",  "hugetlb"};
+                                        "len-under", "len-over",  "bad-record",
+                                        "small-announce", "hugetlb"};
     _Static_assert(sizeof(names) / sizeof(names[0]) == H_COUNT, "one name per hostile case");
     buffers();
     hostile = which;
@@ -775,6 +851,7 @@ static void hostile_case(int which)
     struct pm_cluster_stats st;
     pm_cluster_stats(c, &st);
     ck_assert_uint_eq(st.fences_protocol, 1);
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 1); /* counted, once */
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -831,6 +908,333 @@ START_TEST(test_unmappable_skipped)
     ck_assert_int_eq(big_bad, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
+}
+END_TEST
+
+/* A large message a worker sends before it is ready is dropped and
+ * counted like any traffic before ready (design.md, "Validation and
+ * quarantine"), its fd closed; the worker is not fenced, and its large
+ * messages after ready go through. */
+START_TEST(test_big_before_ready)
+{
+    buffers();
+    early_big = 1;
+    pm_options *o = opts(0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, pm_test_successors_made(c), 10000);
+    call_big(c, 0, MIB);
+    call_big(c, 0, 2 * MIB);
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 1);
+    ck_assert_int_eq(big_ok + big_bad + after_seen, 0);
+    ck_assert_int_eq(fenced_protocol + fenced_other, 0);
+    ck_assert_uint_eq(pm_test_slot_incarnation(c, 0), 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A worker may send UNDELIVERABLE only to refuse a large message it was
+ * sent (port.c, refusal; design.md, "Validation and quarantine"): one
+ * message spent per refusal, no payload, about a node it can name (a
+ * remote port fits 16 bits), about a request only if that request is in
+ * flight to it (else late, nothing spent). Slot 0 is sent two large
+ * requests, then writes refusal_rows: three are dropped as malformed, one
+ * is late, and of the two spent one tells slot 1; slot 0 is not fenced.
+ * Then it is sent one more and restarted: its next incarnation was sent
+ * nothing, and its two refusals (rows 4 and 5) are dropped. */
+START_TEST(test_refusal_rules)
+{
+    buffers();
+    pm_options *o = opts(0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    call_big(c, 0, MIB);
+    call_big(c, 0, MIB);
+    uint64_t late = pm_test_late_replies(c);
+    uint64_t notices = pm_test_slot_undeliverable(c, 1);
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    char r[64];
+    size_t got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "refusals", 8, 30000, r, sizeof(r) - 1, &got), 0);
+    r[got] = '\0';
+    ck_assert_str_eq(r, "refused"); /* behind the rows: every row was read */
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 3);
+    ck_assert_uint_eq(pm_test_late_replies(c) - late, 1);
+    ck_assert_uint_eq(pm_test_slot_undeliverable(c, 1) - notices, 1);
+    ck_assert_int_eq(fenced_protocol + fenced_other, 0);
+    ck_assert_uint_eq(pm_test_slot_incarnation(c, 0), 1);
+
+    call_big(c, 0, MIB);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    RUN_UNTIL(c, pm_test_slot_incarnation(c, 0) == 2 && pm_test_slot_state(c, 0) == PM_SLOT_READY,
+              20000);
+    late = pm_test_late_replies(c);
+    got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "refuse-one", 10, 30000, r, sizeof(r) - 1, &got), 0);
+    r[got] = '\0';
+    ck_assert_str_eq(r, "refused");
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 3 + 2);
+    ck_assert_uint_eq(pm_test_late_replies(c) - late, 0);
+    ck_assert_uint_eq(pm_test_slot_undeliverable(c, 1) - notices, 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- a hub of its own */
+
+/*
+ * The hub's side of a large message driven step by step, on a hub of its
+ * own (no cluster, no loop) with two ports over real channels: each
+ * worker's end is adopted in this process, so the test writes port 1's
+ * records and frames and reads what reaches port 0, and decides when the
+ * hub takes port 1's records (pm__hub_port_records: the fd socket's
+ * completion) and when it reads its ring (pm__hub_port_service: the
+ * doorbell's). A running cluster decides that order by the completions'
+ * own; here each order is taken on purpose.
+ */
+static int lone_faults, lone_fault_reason;
+
+static void lone_fault(void *owner, unsigned p, int reason)
+{
+    (void)owner;
+    (void)p;
+    lone_faults++;
+    lone_fault_reason = reason;
+}
+
+static void lone_control(void *owner, unsigned p, int type, const void *payload, size_t len)
+{
+    (void)owner;
+    (void)p;
+    (void)type;
+    (void)payload;
+    (void)len;
+}
+
+static void lone_drain(void *owner, unsigned p)
+{
+    (void)owner;
+    (void)p;
+}
+
+static const pm__hub_ops lone_ops = {lone_fault, lone_control, lone_drain, NULL};
+
+struct lone {
+    pm__hub *h;
+    pm__channel hub_end[2], worker[2];
+};
+
+static void lone_open(struct lone *t)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    lone_faults = 0;
+    ck_assert_int_eq(pm__hub_new(&t->h, 2, &names, NULL, &lone_ops, NULL), 0);
+    pm_test_hub_set_max_message(t->h, MAX_MSG);
+    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(), .max_message = MAX_MSG};
+    for (unsigned i = 0; i < 2; i++) {
+        ck_assert_int_eq(pm__channel_create(&t->hub_end[i], i, 1, &cp), 0);
+        ck_assert_int_eq(pm__hub_port_open(t->h, i, &t->hub_end[i], 1), 0);
+        pm__hub_port_set_state(t->h, i, PM__PORT_READY);
+        ck_assert_int_eq(pm__channel_adopt(&t->worker[i], &t->hub_end[i]), 0);
+    }
+}
+
+/* Port 1's worker sends MIB bytes of seed 9 to port 0: the record (with
+ * nfds references to the memfd), then the announcing frame. */
+static void lone_send_big(struct lone *t, int nfds)
+{
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    int fds[2] = {fd, fd};
+    ck_assert(send_record(&t->worker[1], fds, nfds, 1, 0));
+    close(fd);
+    raw_announce_to(&t->worker[1], 0, MIB, 1);
+}
+
+/* What reached port 0's worker: the frame and its fd, checked. */
+static void lone_received(struct lone *t)
+{
+    pm__hub_publish(t->h);
+    pm__frame_hdr f;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&t->worker[0].rx, PM__CHANNEL_MAX_FRAME, &f, &payload), 1);
+    ck_assert_int_eq(f.type, PM__FT_MSG);
+    ck_assert_uint_eq(f.flags, PM__FF_MEMFD);
+    ck_assert_uint_eq(f.src, 1);
+    int fd = -1;
+    ck_assert_int_eq(pm__bigmsg_recv(t->worker[0].sock, 1, &fd), 0);
+    ck_assert_int_eq(pm__bigmsg_check(fd, MIB, MAX_MSG), 0);
+    const void *map;
+    ck_assert_int_eq(pm__bigmsg_map(fd, MIB, &map), 0);
+    ck_assert(check(map, MIB, 9));
+    munmap((void *)map, MIB);
+    close(fd);
+    ck_assert_int_eq(lone_faults, 0);
+}
+
+/* The frame is read before the hub took its record (the ring's doorbell
+ * handled before the fd socket's completion): the hub takes the record
+ * then (port.c, take_fd). The same record carrying two fds is refused
+ * there: a protocol fault, counted; and so is a bad record taken there
+ * behind the good one the frame announces. */
+START_TEST(test_lone_frame_before_record)
+{
+    buffers();
+    fill(mbuf, MIB, 9);
+    struct lone t;
+    lone_open(&t);
+    lone_send_big(&t, 1);
+    pm__hub_port_service(t.h, 1);
+    lone_received(&t);
+
+    struct lone u;
+    lone_open(&u);
+    lone_send_big(&u, 2);
+    pm__hub_port_service(u.h, 1);
+    ck_assert_int_eq(lone_faults, 1);
+    ck_assert_int_eq(lone_fault_reason, PM_REASON_PROTOCOL);
+    ck_assert_uint_eq(pm_test_hub_port_malformed(u.h, 1), 1);
+
+    struct lone v;
+    lone_open(&v);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    int fds[2] = {fd, fd};
+    ck_assert(send_record(&v.worker[1], fds, 1, 1, 0));
+    ck_assert(send_record(&v.worker[1], fds, 2, 2, 0));
+    close(fd);
+    raw_announce_to(&v.worker[1], 0, MIB, 1);
+    pm__hub_port_service(v.h, 1);
+    ck_assert_int_eq(lone_faults, 1);
+    ck_assert_int_eq(lone_fault_reason, PM_REASON_PROTOCOL);
+    pm__hub_delete(t.h);
+    pm__hub_delete(u.h);
+    pm__hub_delete(v.h);
+}
+END_TEST
+
+/* The hub's end of a port's fd socket is fd 0 (a supervisor started with
+ * its stdin closed): its records are taken like any other's. */
+START_TEST(test_lone_socket_fd0)
+{
+    buffers();
+    fill(mbuf, MIB, 9);
+    struct lone t;
+    lone_open(&t);
+    close(0);
+    ck_assert_int_eq(dup2(t.hub_end[1].sock, 0), 0);
+    close(t.hub_end[1].sock);
+    t.hub_end[1].sock = 0;
+    lone_send_big(&t, 1);
+    pm__hub_port_records(t.h, 1);
+    pm__hub_port_service(t.h, 1);
+    lone_received(&t);
+    pm__hub_delete(t.h);
+}
+END_TEST
+
+/* Port 1's worker: message i (MIB bytes of seed 20 + i) to port 0. */
+static void lone_send_nth(struct lone *t, uint32_t i)
+{
+    fill(mbuf, MIB, 20 + i);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    ck_assert(send_record(&t->worker[1], &fd, 1, i + 1, 0));
+    close(fd);
+    raw_announce_to(&t->worker[1], 0, MIB, i + 1);
+    pm__hub_port_records(t->h, 1);
+    pm__hub_port_service(t->h, 1);
+}
+
+/* Port 0's worker reads what reached it; each message checked in order.
+ * Returns how many it has read in all. */
+static uint32_t lone_read_port0(struct lone *t, uint32_t got)
+{
+    pm__hub_publish(t->h);
+    pm__frame_hdr f;
+    const void *payload;
+    while (pm__frame_recv(&t->worker[0].rx, PM__CHANNEL_MAX_FRAME, &f, &payload) == 1) {
+        ck_assert_uint_eq(f.flags, PM__FF_MEMFD);
+        pm__ring_consume(&t->worker[0].rx);
+        pm__ring_release(&t->worker[0].rx);
+        int fd = -1;
+        ck_assert_int_eq(pm__bigmsg_recv(t->worker[0].sock, got + 1, &fd), 0);
+        const void *map;
+        ck_assert_int_eq(pm__bigmsg_map(fd, MIB, &map), 0);
+        ck_assert_msg(check(map, MIB, 20 + got), "message %u differs", got);
+        munmap((void *)map, MIB);
+        close(fd);
+        got++;
+    }
+    return got;
+}
+
+/* A large message held back (its sender's hold of fds is full: port 0
+ * reads nothing) keeps the fd the hub took and checked, and is read again
+ * with it once port 0 has read: here that fd is 0 (a supervisor started
+ * with stdin closed). Every message arrives, in order, intact, and no
+ * port is faulted. */
+START_TEST(test_lone_held_fd0)
+{
+    buffers();
+    struct lone t;
+    lone_open(&t);
+    uint32_t sent = 0;
+    while (pm_test_hub_port_held_fds(t.h, 1) < PM__HOLD_MAX_FDS) {
+        ck_assert_uint_lt(sent, 64);
+        lone_send_nth(&t, sent++);
+    }
+    ck_assert_int_eq(pm_test_hub_port_blocked_on(t.h, 1), -1);
+    close(0); /* the next fd the hub receives is 0 */
+    lone_send_nth(&t, sent++);
+    ck_assert_int_eq(pm_test_hub_port_blocked_on(t.h, 1), 0); /* held, its fd kept */
+    pm__hub_port_service(t.h, 1); /* read again while still held */
+    ck_assert_int_eq(lone_faults, 0);
+    uint32_t got = 0;
+    for (int round = 0; round < 1000 && got < sent; round++) {
+        got = lone_read_port0(&t, got);
+        pm__hub_port_service(t.h, 0); /* room again: its queue flushed */
+        pm__hub_port_service(t.h, 1);
+    }
+    ck_assert_uint_eq(got, sent);
+    ck_assert_int_eq(lone_faults, 0);
+    pm__hub_delete(t.h);
+}
+END_TEST
+
+/* An announcement with no record behind it is a protocol fault even when
+ * its sequence is that of a record taken and passed on long ago: port 1
+ * sends PM__BIGMSG_AHEAD_MAX messages (each read by port 0), so the hub's
+ * next slot for a record is the first message's, then announces that
+ * sequence again without a record. The number the first fd had now names
+ * a good memfd of the announced length: the hub must not take it. */
+START_TEST(test_lone_replayed_sequence)
+{
+    buffers();
+    struct lone t;
+    lone_open(&t);
+    uint32_t got = 0;
+    for (uint32_t i = 0; i < PM__BIGMSG_AHEAD_MAX; i++) {
+        lone_send_nth(&t, i);
+        got = lone_read_port0(&t, got);
+    }
+    ck_assert_uint_eq(got, PM__BIGMSG_AHEAD_MAX);
+    int stale = pm_test_hub_port_ahead_fd(t.h, 1, 0);
+    fill(mbuf, MIB, 20);
+    int fd = pm__bigmsg_create(mbuf, MIB);
+    ck_assert_int_ge(fd, 0);
+    if (fd != stale) {
+        ck_assert_int_eq(dup2(fd, stale), stale);
+        close(fd);
+    }
+    raw_announce_to(&t.worker[1], 0, MIB, 1);
+    pm__hub_port_service(t.h, 1);
+    ck_assert_int_eq(lone_faults, 1);
+    ck_assert_int_eq(lone_fault_reason, PM_REASON_PROTOCOL);
+    ck_assert_uint_eq(lone_read_port0(&t, got), got); /* nothing more reached port 0 */
+    pm__hub_delete(t.h);
 }
 END_TEST
 
@@ -1694,6 +2098,12 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_no_fd_leak, 240);
     PM_ADD_TEST(s, test_fd_cap, 180);
     PM_ADD_TEST(s, test_hub_never_maps_routed, 120);
+    PM_ADD_TEST(s, test_refusal_rules, 60);
+    PM_ADD_TEST(s, test_big_before_ready, 60);
+    PM_ADD_TEST(s, test_lone_frame_before_record, 30);
+    PM_ADD_TEST(s, test_lone_socket_fd0, 30);
+    PM_ADD_TEST(s, test_lone_held_fd0, 60);
+    PM_ADD_TEST(s, test_lone_replayed_sequence, 30);
     skips_fd = memfd_create("skips", MFD_CLOEXEC);
     if (geteuid() == 0)
         PM_ADD_TEST(s, test_refused_forward, 180);

@@ -385,6 +385,43 @@ static inline uint64_t pm_test_link_frag_dropped(const pm__hub *h, unsigned host
     return h->links[host].frag_dropped;
 }
 
+/* Frames a hub built by a test dropped from port i as malformed. */
+static inline uint64_t pm_test_hub_port_malformed(const pm__hub *h, unsigned i)
+{
+    return h->ports[i].malformed;
+}
+
+/* What holds port i of a hub built by a test back: its large messages
+ * waiting in queues (PM__HOLD_MAX_FDS), and the port it is blocked on
+ * (-1: none). */
+static inline uint32_t pm_test_hub_port_held_fds(const pm__hub *h, unsigned i)
+{
+    return h->ports[i].held_fds;
+}
+
+static inline int pm_test_hub_port_blocked_on(const pm__hub *h, unsigned i)
+{
+    return h->ports[i].blocked_on;
+}
+
+/* The fd number in slot k of port i's records taken ahead (port.c), stale
+ * once its frame was read. */
+static inline int pm_test_hub_port_ahead_fd(const pm__hub *h, unsigned i, unsigned k)
+{
+    return h->ports[i].ahead[k].fd;
+}
+
+/* The spin budget a hub has learnt, in ns (pm__hub_spin), read and set. */
+static inline uint32_t pm_test_hub_spin_budget(const pm__hub *h)
+{
+    return h->spin_budget;
+}
+
+static inline void pm_test_hub_set_spin_budget(pm__hub *h, uint32_t ns)
+{
+    h->spin_budget = ns;
+}
+
 /* The largest message a hub built by a test takes (pm_options_set_max_message). */
 static inline void pm_test_hub_set_max_message(pm__hub *h, size_t max)
 {

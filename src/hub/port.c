@@ -21,12 +21,11 @@ int pm__hub_port_open(pm__hub *h, unsigned i, pm__channel *channel, uint64_t inc
     pm__port *p = &h->ports[i];
     p->channel = channel;
     p->incarnation = incarnation;
-    p->state = PM__PORT_STARTING;
+    /* What the incarnation before left (its flags, holds, any-worker
+     * record) went when its port closed (pm__hub_port_close; a port never
+     * opened is zero), and the state is the owner's to set
+     * (pm__hub_port_set_state; the cluster sets STARTING first). */
     p->reading = 1;
-    p->any_held = 0;
-    p->stuck = 0;
-    p->busy = 0;
-    p->want_arm = 0;
     pm__hub_port_drop_ahead(p);
     p->big_owed = 0;
     /* Announce that the hub waits on this ring before the worker can say
@@ -43,12 +42,13 @@ void pm__hub_port_set_state(pm__hub *h, unsigned i, int state)
     h->ports[i].state = state;
 }
 
+/* Its busy and want_arm flags may stay as they are: every visit of a port
+ * (pm__hub_port_service, pm__hub_arm_idle, pm__hub_any_arrived) looks at
+ * reading first, and the port's close clears them. */
 void pm__hub_port_cut(pm__hub *h, unsigned i)
 {
     pm__port *p = &h->ports[i];
     p->reading = 0;
-    p->busy = 0;
-    p->want_arm = 0;
 }
 
 /* Takes every record waiting on p's socket (bigmsg.h): each one checked
@@ -60,11 +60,10 @@ void pm__hub_port_cut(pm__hub *h, unsigned i)
  * raise its end's send buffer and queue thousands. 0, or -EPROTO: a bad
  * record, or one more than PM__BIGMSG_AHEAD_MAX ahead of its frame (a
  * worker waits before that, node_messaging.c). Bounded: at most AHEAD_MAX + 1
- * records per call. */
+ * records per call. Only for a port being read, whose channel
+ * (pm__channel_create's) has its socket from open to close. */
 static int take_records(pm__port *p)
 {
-    if (p->channel == NULL || p->channel->sock < 0)
-        return 0;
     for (;;) {
         uint32_t seq = pm__bigmsg_next(p->channel->rx_seq);
         int fd;
