@@ -287,35 +287,14 @@ static int fd_relay(int kind, int pingpong, uint64_t *ns, uint64_t *csw)
     return rc == 0 ? 0 : -1;
 }
 
-int fd_relay_run(int kind, int pingpong, size_t size, uint64_t count, uint64_t *ns,
-                 uint64_t *samples)
+/* One run of fd_relay (mesh 0: kind) or mesh_relay (mesh 1: awake) for
+ * another subcommand, on a shared block of its own: both read their
+ * parameters from rsh, which the processes of the run share (MAP_SHARED,
+ * made before they are forked), and the requester's samples are copied
+ * out. The caller's rsh is put back. */
+static int relay_run(int mesh, int how, int pingpong, size_t size, uint64_t count, uint64_t *ns,
+                     uint64_t *samples)
 {
-    /* fd_relay reads its parameters from rsh; the samples are written by
-     * this process (the requester is the parent), so they are copied out. */
-    size_t shsize = sizeof(struct relay_shared) + (pingpong ? count : 0) * sizeof(uint64_t);
-    struct relay_shared *saved = rsh;
-    rsh = mmap(NULL, shsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (rsh == MAP_FAILED) {
-        rsh = saved;
-        return -1;
-    }
-    rsh->size = size;
-    rsh->frames = count;
-    rsh->rounds = (unsigned)count;
-    int rc = fd_relay(kind, pingpong, ns, NULL);
-    if (rc == 0 && pingpong)
-        memcpy(samples, rsh->samples, count * sizeof(uint64_t));
-    munmap(rsh, shsize);
-    rsh = saved;
-    return rc;
-}
-
-int mesh_relay_run(int awake, int pingpong, size_t size, uint64_t count, uint64_t *ns,
-                   uint64_t *samples)
-{
-    /* mesh_relay reads its parameters from rsh, which the workers share
-     * (MAP_SHARED, made before the spawn); the samples are the requester's
-     * (slot 0), copied out. */
     size_t shsize = sizeof(struct relay_shared) + (pingpong ? count : 0) * sizeof(uint64_t);
     struct relay_shared *saved = rsh;
     rsh = mmap(NULL, shsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -328,12 +307,24 @@ int mesh_relay_run(int awake, int pingpong, size_t size, uint64_t count, uint64_
     rsh->rounds = (unsigned)count;
     rsh->pingpong = pingpong;
     uint64_t sc;
-    int rc = mesh_relay(awake, ns, &sc, NULL);
+    int rc = mesh ? mesh_relay(how, ns, &sc, NULL) : fd_relay(how, pingpong, ns, NULL);
     if (rc == 0 && pingpong)
         memcpy(samples, rsh->samples, count * sizeof(uint64_t));
     munmap(rsh, shsize);
     rsh = saved;
     return rc;
+}
+
+int fd_relay_run(int kind, int pingpong, size_t size, uint64_t count, uint64_t *ns,
+                 uint64_t *samples)
+{
+    return relay_run(0, kind, pingpong, size, count, ns, samples);
+}
+
+int mesh_relay_run(int awake, int pingpong, size_t size, uint64_t count, uint64_t *ns,
+                   uint64_t *samples)
+{
+    return relay_run(1, awake, pingpong, size, count, ns, samples);
 }
 
 /* ------------------------------------------------------------------ the command */
