@@ -15,6 +15,7 @@
 #include "internals.h"
 #include "base/le.h"
 #include "channel/frame.h"
+#include "channel/proto.h"
 #include "hub/hub.h"
 #include "mesh/mesh.h" /* pm__mesh_fails */
 #include "peer/linkfrag.h"
@@ -111,10 +112,19 @@ static int got_result;
 static int b_holding;
 static struct pm_test_peer_events peer_events;
 
+/* What main was told "spoofed" by (test_forged_host_stamped). */
+static int spoofed_seen;
+static pm_address spoofed_from;
+
 static void on_main(pm_cluster *c, const pm_message *m, void *arg)
 {
     (void)c;
     (void)arg;
+    if (m->len == 7 && memcmp(m->data, "spoofed", 7) == 0) {
+        spoofed_from = m->from;
+        spoofed_seen = 1;
+        return;
+    }
     if (m->from.host[0] == 'b' && m->len == 7 && memcmp(m->data, "holding", 7) == 0) {
         /* A cross-host message to a's supervisor, stamped from the link. */
         ck_assert_uint_ge(m->from.port, 10); /* b may run 2 workers: 10, 11 */
@@ -224,6 +234,59 @@ START_TEST(test_cross_host_request_reply)
     ck_assert_msg(strcmp(result, "END -113") == 0, "the request in flight ended with: %s", result);
     ck_assert_uint_eq(peer_events.downs, 1);
     ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 0);
+    pm_test_reap(b, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+/* a's worker: once the link to b is up (b has its host index in a's
+ * table), tells main "spoofed" in a raw frame that claims to come from
+ * b's worker (source host 1, port 10), as a hostile worker's own code can
+ * write into its up ring. */
+static int worker_a_spoof(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address to;
+    if (pm_address_parse("t@b:10", &to) != 0)
+        return 1;
+    pm_message r;
+    if (pm_test_request_linked(n, &to, "who", 3, 5000, &r, 400) < 0)
+        return 2;
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = PM__FT_MSG;
+    h.dst = PM__NODE_MAIN;
+    h.src = 10;
+    h.src_inc = 1;
+    h.src_host = 1;
+    if (pm__frame_send(&n->channel.tx, &h, "spoofed", 7) != 0)
+        return 3;
+    pm_message m;
+    for (;;)
+        if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
+            return 0;
+}
+
+/* Identity from the channel, the host half (issue 27: a hostile variant
+ * tried in full): a worker's frame that names another host of the mesh as
+ * its source reaches main from this host's slot, whatever it claims. The
+ * cluster-only test (check_messaging test_spoofed_source) cannot tell: a
+ * host index names nobody without a link, so a kept forged host read as
+ * this one. */
+START_TEST(test_forged_host_stamped)
+{
+    int pb = pm_test_free_port();
+    pid_t b = start_b(pb, secret1);
+    spoofed_seen = 0;
+    pm_cluster *a = start_a_with(pb, secret1, worker_a_spoof);
+    PM_RUN_UNTIL(a, spoofed_seen, 30000);
+    ck_assert_str_eq(spoofed_from.host, "a");
+    ck_assert_uint_eq(spoofed_from.port, 10); /* a's slot 0, base port 10 */
+    pm_address wa;
+    ck_assert_int_eq(pm_cluster_addresses(a, &wa, 1), 1);
+    ck_assert_uint_eq(spoofed_from.incarnation, wa.incarnation); /* not the forged 1 */
+    ck_assert_int_eq(kill(b, SIGKILL), 0);
     pm_test_reap(b, 5000);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
@@ -1529,6 +1592,7 @@ int main(void)
     PM_ADD_TEST(s, test_frag_undecodable_counts_once, 30);
     PM_ADD_TEST(s, test_large_reply_link_down, 90);
     PM_ADD_TEST(s, test_cross_host_request_reply, 60);
+    PM_ADD_TEST(s, test_forged_host_stamped, 60);
     PM_ADD_TEST(s, test_main_request_remote, 120);
     PM_ADD_TEST(s, test_batched_frames, 120);
     PM_ADD_TEST(s, test_mesh_broadcast, 120);
