@@ -28,6 +28,12 @@
 static const pm__lane_who who0 = {.self_slot = 2, .self_inc = 11, .peer_slot = 5, .peer_inc = 23};
 static const pm__lane_who who1 = {.self_slot = 5, .self_inc = 23, .peer_slot = 2, .peer_inc = 11};
 
+static void lane_free(pm__lane *l)
+{
+    pm__lane_detach(l);
+    free(l);
+}
+
 /* A lane's memory and both ends attached in this process. */
 static int make_pair(pm__lane *a, pm__lane *b)
 {
@@ -36,6 +42,22 @@ static int make_pair(pm__lane *a, pm__lane *b)
     ck_assert_int_eq(pm__lane_attach(a, fd, 0, &who0, -1, -1), 0);
     ck_assert_int_eq(pm__lane_attach(b, fd, 1, &who1, -1, -1), 0);
     return fd;
+}
+
+/* Both ends of a new lane, each in memory of its own (the ends' buffers
+ * are large), and their release. */
+static void new_pair(pm__lane **a, pm__lane **b)
+{
+    *a = malloc(sizeof(**a));
+    *b = malloc(sizeof(**b));
+    ck_assert(*a != NULL && *b != NULL);
+    close(make_pair(*a, *b));
+}
+
+static void pair_free(pm__lane *a, pm__lane *b)
+{
+    lane_free(a);
+    lane_free(b);
 }
 
 static pm__frame_hdr msg_hdr(int type, uint64_t id)
@@ -318,8 +340,8 @@ END_TEST
  * does not carry are dropped and counted, the good ones around them pass. */
 START_TEST(test_hostile_frames_dropped_counted)
 {
-    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
-    close(make_pair(a, b));
+    pm__lane *a, *b;
+    new_pair(&a, &b);
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
     h.dst = 5;
@@ -357,10 +379,7 @@ START_TEST(test_hostile_frames_dropped_counted)
     ck_assert_uint_eq(b->dropped[PM__LANE_DROP_DST], 1);
     ck_assert_uint_eq(b->dropped[PM__LANE_DROP_MALFORMED], 1);
     ck_assert_uint_eq(b->delivered, 1);
-    pm__lane_detach(a);
-    pm__lane_detach(b);
-    free(a);
-    free(b);
+    pair_free(a, b);
 }
 END_TEST
 
@@ -574,8 +593,8 @@ END_TEST
  * producer index, and a frame straddling it is not read. */
 START_TEST(test_revoke_edges)
 {
-    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
-    close(make_pair(a, b));
+    pm__lane *a, *b;
+    new_pair(&a, &b);
     pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
     ck_assert_int_eq(pm__lane_send(a, &h, "12345678", 8), 0);
     /* The peer moves its published index into the middle of its frame. */
@@ -613,8 +632,8 @@ END_TEST
  * once the peer has read everything put on the lane. */
 START_TEST(test_order_counts)
 {
-    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
-    close(make_pair(a, b));
+    pm__lane *a, *b;
+    new_pair(&a, &b);
     ck_assert_int_eq(pm__lane_may_send(a), 1);
     ck_assert_int_eq(pm__lane_drained(a), 1);
     pm__lane_sent_via_hub(a);
@@ -643,10 +662,7 @@ START_TEST(test_order_counts)
     ck_assert_int_eq(pm__lane_may_send(b), 0);
     pm__lane_took_from_hub(a);
     ck_assert_int_eq(pm__lane_may_send(b), 1);
-    pm__lane_detach(a);
-    pm__lane_detach(b);
-    free(a);
-    free(b);
+    pair_free(a, b);
 }
 END_TEST
 
@@ -654,8 +670,8 @@ END_TEST
  * what was accepted arrives whole and in order. */
 START_TEST(test_bound_and_order)
 {
-    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
-    close(make_pair(a, b));
+    pm__lane *a, *b;
+    new_pair(&a, &b);
     pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
     static char pay[PM__LANE_MAX_PAYLOAD];
     uint32_t sent = 0;
@@ -678,10 +694,7 @@ START_TEST(test_bound_and_order)
         ck_assert_uint_eq(v, i);
     }
     ck_assert_int_eq(pm__lane_send(a, &h, pay, sizeof(pay)), 0);
-    pm__lane_detach(a);
-    pm__lane_detach(b);
-    free(a);
-    free(b);
+    pair_free(a, b);
 }
 END_TEST
 
@@ -727,12 +740,6 @@ static void ws_close(wait_set *w)
         close(w->mine[k]);
         close(w->peers[k]);
     }
-}
-
-static void lane_free(pm__lane *l)
-{
-    pm__lane_detach(l);
-    free(l);
 }
 
 static void ws_assert_disarmed(const wait_set *w)
@@ -930,8 +937,7 @@ START_TEST(test_revoke_straddle_after_refresh)
         ck_assert_int_eq(pm__ring_wait_many(&rx, 1, 10000), 1); /* at once, not after 10 s */
         ck_assert_int_eq(pm__lane_recv(b, &g, &p), -EBADMSG);
     }
-    lane_free(a);
-    lane_free(b);
+    pair_free(a, b);
     close(bell_a);
     close(bell_b);
 }
@@ -946,8 +952,8 @@ END_TEST
  * copy: the frames as they were at the revocation. */
 START_TEST(test_revoke_rewrite_below_limit)
 {
-    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
-    close(make_pair(a, b));
+    pm__lane *a, *b;
+    new_pair(&a, &b);
     pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
     uint64_t at[3];
     for (int i = 0; i < 3; i++) {
@@ -977,8 +983,7 @@ START_TEST(test_revoke_rewrite_below_limit)
     }
     ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
     ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
-    lane_free(a);
-    lane_free(b);
+    pair_free(a, b);
 }
 END_TEST
 
@@ -992,8 +997,8 @@ END_TEST
  * A wait for room on a lane must hand the reader's space back first. */
 START_TEST(test_reader_asleep_as_writer_keeps_space)
 {
-    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
-    close(make_pair(a, b));
+    pm__lane *a, *b;
+    new_pair(&a, &b);
     pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
     char pay[64]; /* 128-byte records: 512 fill a ring exactly */
     memset(pay, 'p', sizeof(pay));
@@ -1014,8 +1019,7 @@ START_TEST(test_reader_asleep_as_writer_keeps_space)
     /* A wait as a reader would have handed it back. */
     ck_assert_int_eq(pm__ring_wait(&b->rx, 0), 1);
     ck_assert_int_eq(pm__lane_send(a, &h, pay, sizeof(pay)), 0);
-    lane_free(a);
-    lane_free(b);
+    pair_free(a, b);
 }
 END_TEST
 
@@ -1032,13 +1036,12 @@ END_TEST
  * other's count at the hand-over, in the hub's order). */
 START_TEST(test_order_counts_origin)
 {
-    pm__lane *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
-    close(make_pair(a, b));
+    pm__lane *a, *b;
+    new_pair(&a, &b);
     pm__lane_took_from_hub(b); /* the first of a's two frames from before the lane */
     pm__lane_sent_via_hub(a);  /* a's third frame, through the hub */
     ck_assert_int_eq(pm__lane_may_send(a), 1); /* frames 2 and 3 not taken yet */
-    lane_free(a);
-    lane_free(b);
+    pair_free(a, b);
 }
 END_TEST
 
