@@ -42,8 +42,10 @@ extern "C" {
 #define PM_VERSION_PATCH 0
 /* The worker <-> supervisor protocol version (HELLO); bumped with any change
  * to the frames or the handshake, and recorded in NEWS. Fork-mode workers,
- * the supervisor's own code, skip HELLO/INIT and say READY first. */
-#define PM_PROTOCOL_VERSION 2
+ * the supervisor's own code, skip HELLO/INIT and say READY first. 3: direct
+ * lanes between workers; a supervisor also takes an exec'd worker of
+ * version 2 (it gets no lane). */
+#define PM_PROTOCOL_VERSION 3
 
 /* Room for a name (system or host) including its terminating NUL. */
 #define PM_NAME_MAX 64
@@ -327,6 +329,30 @@ PM_EXTERN int pm_options_set_handle_signals(pm_options *o, int on);
  * worker parks at once while the hub is awake (the hub spins for it); a
  * spin that loses its CPU to another process stops and parks. */
 PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us);
+
+/* Two local workers that exchange PM_DIRECT_LANE_AFTER frames get a direct
+ * lane: a pair of rings in shared memory only those two map, on which
+ * their messages, requests and the replies to those requests then travel
+ * without the supervisor (two wake-ups a round trip instead of four).
+ * Everything else keeps taking the supervisor: messages to or from main,
+ * broadcasts, notices, messages larger than PM_DIRECT_LANE_MAX_PAYLOAD.
+ * The receiving library stamps the sender from what the supervisor told
+ * it, never from the lane, and copies each frame out before checking it.
+ * Lanes need cgroup containment (a revoked lane must have no writer left:
+ * pm_cluster_containment), and an exec'd worker's libprocmesh of protocol
+ * version 3 or later; otherwise, with 0 here, or with
+ * pm_options_set_fence_not_draining (which needs every frame through the
+ * supervisor to see who does not drain), every frame takes the
+ * supervisor. The supervisor's drain timeout does not see a lane: a
+ * worker that leaves its lane unread holds up its peer's sends on it
+ * (pm_node_try_send: -EAGAIN) and is not reported. Each worker holds at most PM_DIRECT_LANES_MAX lanes of
+ * PM_DIRECT_LANE_BYTES each, paid for by the worker's own cgroup for the
+ * pages it writes. 0 or 1, default 1. */
+PM_EXTERN int pm_options_set_direct_lanes(pm_options *o, int on);
+#define PM_DIRECT_LANE_AFTER 64
+#define PM_DIRECT_LANE_MAX_PAYLOAD 16384
+#define PM_DIRECT_LANES_MAX 8
+#define PM_DIRECT_LANE_BYTES (140 * 1024)
 
 /* Fork mode: 1 keeps, per slot, the next incarnation forked ahead and
  * waiting (a warm standby), so that a crash is replaced without a fork, a

@@ -32,6 +32,8 @@
 #define PM__MAX_REQUEST_QUEUE (1u << 20)
 #define PM__MAX_REQUESTS_PER_WORKER 1024 /* PM__INFLIGHT_PER_REQUESTER */
 #define PM__DEFAULT_KILL_ON_TIMEOUT 0
+/* Direct lanes between workers that talk (doc/design.md, "Direct lanes"). */
+#define PM__DEFAULT_DIRECT_LANES 1
 #define PM__DEFAULT_SYSTEM_NAME "procmesh"
 #define PM__DEFAULT_HOSTNAME "worker"
 #define PM__DEFAULT_BASE_PORT 1

@@ -60,7 +60,17 @@ enum pm__frame_type {
                                  receiver's hands: payload u32 frames, u32 bytes */
     PM__FT_FRAG = 13,         /* one fragment of a large message: payload the
                                  fragment header (linkfrag.h), then its bytes */
-    PM__FT_MAX_ = PM__FT_FRAG
+    /* Direct lanes between two local workers (doc/design.md, "Direct
+     * lanes"); a link carries none of them (dropped as malformed). */
+    PM__FT_LANE = 14,         /* hub -> worker: a lane offered (payload the offer,
+                                 laneoffer.h), or, with no payload, a lane revoked:
+                                 read the control block's lane_revoked */
+    PM__FT_LANE_MARK = 15,    /* worker -> its lane's peer, through the hub: the
+                                 switch-over marker, payload u32 generation */
+    PM__FT_LANE_REPLY = 16,   /* hub -> worker: a reply to a request that came by a
+                                 lane, too large for it; the hub holds no record of
+                                 that request, so the requester matches it itself */
+    PM__FT_MAX_ = PM__FT_LANE_REPLY
 };
 
 typedef struct pm__frame_hdr {

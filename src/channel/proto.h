@@ -22,6 +22,11 @@
 #include "ring.h"
 
 #define PM__PROTO_VERSION ((uint32_t)PM_PROTOCOL_VERSION)
+/* The oldest version a supervisor takes (an exec'd worker built against
+ * an older libprocmesh), and the first whose library takes direct lanes
+ * (it knows PM__FT_LANE and reads the control block's lane_revoked). */
+#define PM__PROTO_MIN_VERSION 2u
+#define PM__PROTO_LANES_VERSION 3u
 #define PM__INIT_FIXED 148u
 
 typedef struct pm__init_msg {

@@ -28,7 +28,7 @@ enum opt_id {
     O_WORKERS, O_RESTART, O_BACKOFF_MIN, O_BACKOFF_MAX, O_JITTER, O_MAX_RESTARTS,
     O_RESTART_WINDOW, O_READY_TIMEOUT, O_HEARTBEAT, O_STOP_TIMEOUT, O_SYSTEM_NAME, O_HOSTNAME,
     O_BASE_PORT, O_INIT_DATA, O_READY, O_LISTEN, O_HEALTH, O_MIN_READY, O_LOG_FORMAT,
-    O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_MEMORY_MAX, O_PIDS_MAX, O_CPU_MAX,
+    O_LOG_LEVEL, O_DRAIN_TIMEOUT, O_FENCE_NOT_DRAINING, O_DIRECT_LANES, O_MEMORY_MAX, O_PIDS_MAX, O_CPU_MAX,
     O_RLIMIT, O_CONTAINMENT, O_USER, O_UID_RANGE, O_NO_NEW_PRIVS, O_SECCOMP, O_SECCOMP_ACTION,
     O_CORE_DIR, O_OUTPUT, O_MAX_MESSAGE,
     /* Peer links (O_PEER_FIRST..O_COUNT - 1: any of them sets peer_flags). */
@@ -70,6 +70,7 @@ static const struct {
     [O_LOG_LEVEL] = {"--log-level", "PROCMESH_LOG_LEVEL"},
     [O_DRAIN_TIMEOUT] = {"--drain-timeout", "PROCMESH_DRAIN_TIMEOUT"},
     [O_FENCE_NOT_DRAINING] = {"--fence-not-draining", "PROCMESH_FENCE_NOT_DRAINING"},
+    [O_DIRECT_LANES] = {"--direct-lanes", "PROCMESH_DIRECT_LANES"},
     [O_MEMORY_MAX] = {"--memory-max", "PROCMESH_MEMORY_MAX"},
     [O_PIDS_MAX] = {"--pids-max", "PROCMESH_PIDS_MAX"},
     [O_CPU_MAX] = {"--cpu-max", "PROCMESH_CPU_MAX"},
@@ -126,6 +127,7 @@ static const struct choice {
     {O_LOG_FORMAT, log_format_n, log_format_val, "text, json", offsetof(pmd_dconf, log_format)},
     {O_LOG_LEVEL, log_level_n, log_level_val, "error, warn, info, debug", offsetof(pmd_dconf, log_level)},
     {O_FENCE_NOT_DRAINING, yes_no, yes_no_val, "yes, no", offsetof(pmd_dconf, fence_not_draining)},
+    {O_DIRECT_LANES, yes_no, yes_no_val, "yes, no", offsetof(pmd_dconf, direct_lanes)},
     {O_CONTAINMENT, containment_n, containment_val, "auto, cgroup, process-group",
      offsetof(pmd_dconf, containment)},
     {O_NO_NEW_PRIVS, yes_no, yes_no_val, "yes, no", offsetof(pmd_dconf, no_new_privs)},
@@ -350,6 +352,7 @@ static void defaults(pmd_dconf *c)
     c->stop_timeout = PM__DEFAULT_STOP_TIMEOUT_MS;
     c->drain_timeout = PM__DEFAULT_DRAIN_TIMEOUT_MS;
     c->fence_not_draining = PM__DEFAULT_FENCE_NOT_DRAINING;
+    c->direct_lanes = PM__DEFAULT_DIRECT_LANES;
     strcpy(c->system_name, PM__DEFAULT_SYSTEM_NAME);
     strcpy(c->hostname, PM__DEFAULT_HOSTNAME);
     c->base_port = PM__DEFAULT_BASE_PORT;
@@ -594,6 +597,7 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
     rc = rc ? rc : pm_options_set_stop_timeout_ms(o, c->stop_timeout);
     rc = rc ? rc : pm_options_set_drain_timeout_ms(o, c->drain_timeout);
     rc = rc ? rc : pm_options_set_fence_not_draining(o, c->fence_not_draining);
+    rc = rc ? rc : pm_options_set_direct_lanes(o, c->direct_lanes);
     rc = rc ? rc : pm_options_set_system_name(o, c->system_name);
     rc = rc ? rc : pm_options_set_hostname(o, c->hostname);
     rc = rc ? rc : pm_options_set_base_port(o, c->base_port);

@@ -30,6 +30,7 @@ typedef struct pmd_dconf {
     int max_restarts, restart_window, ready_timeout, heartbeat_timeout, stop_timeout;
     int drain_timeout;      /* ms, 0 = off */
     int fence_not_draining; /* 0 or 1 */
+    int direct_lanes;       /* 0 or 1 */
     char system_name[PM_NAME_MAX];
     char hostname[PM_NAME_MAX];
     int base_port;

@@ -222,6 +222,13 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
  * the caller arms the doorbell (link->hub_efd). */
 int pm__hub_port_open(pm__hub *h, unsigned p, struct pm__channel *channel, uint64_t incarnation);
 void pm__hub_port_set_state(pm__hub *h, unsigned p, int state);
+/* Direct lanes between local workers (doc/design.md, "Direct lanes",
+ * hub_lane.c): turned on once, by the owner, when the containment lets a
+ * lane be revoked with no writer left (cgroups); 0 or -ENOMEM. A port's
+ * incarnation may be given lanes once the owner says its library takes
+ * them (fork mode, or an exec'd worker's HELLO of version 3 or later). */
+int pm__hub_lanes_enable(pm__hub *h);
+void pm__hub_port_lanes_ok(pm__hub *h, unsigned p, int ok);
 /* Never read from this incarnation again (fenced, or it ended). */
 void pm__hub_port_cut(pm__hub *h, unsigned p);
 /* Its fd socket is readable: takes the records waiting there (at once,

@@ -256,6 +256,8 @@ struct pm__port {
     uint64_t relayed_bytes;
     uint64_t undeliverable; /* notices sent to it */
     uint64_t malformed;    /* frames dropped from it */
+    int lanes_ok;          /* its library takes direct lanes (hub_lane.c): set by the
+                              owner for this incarnation, cleared at its close */
     /* Set while the port's index is on the hub's list of that name
      * (pm__hub_mark_*), so it is listed at most once; cleared only when the
      * list lets go of it. The list may hold a port whose flag (busy,
@@ -485,6 +487,11 @@ struct pm__hub {
     pm__portlist dirty;     /* down rings written and not yet published */
     pm__portlist timed;     /* ports with a deadline of their own: a queue waiting
                                (drain timeout) or a socket retry */
+    /* Direct lanes (hub_lane.c): the book, NULL while lanes are off. */
+    struct pm__lanebook *book;
+    uint64_t lanes_made;    /* lanes handed to both ends */
+    uint64_t lanes_revoked; /* revocations written to a live end */
+    uint64_t lane_failed;   /* set-ups given up (no memory, fds, or a full socket) */
 };
 
 /* Frames read from one port per turn: a flooding worker waits for the next

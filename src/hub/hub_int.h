@@ -10,6 +10,16 @@
 /* A broadcast result or request not answered yet. */
 #define RESULT_PENDING INT_MIN
 
+/* hub_lane.c (doc/design.md, "Direct lanes"): a frame relayed from p to
+ * a local worker, counted for the pair (a lane is set up once it earns
+ * one and both ends can take it at once); whether the two incarnations
+ * share a lane; the lanes of p's ending incarnation revoked at their other
+ * ends (pm__hub_port_close). */
+void pm__hub_lane_count(pm__hub *h, const pm__port *p, const pm__frame_hdr *f);
+int pm__hub_lane_between(const pm__hub *h, uint32_t a, uint64_t ainc, uint32_t b, uint64_t binc);
+void pm__hub_lanes_end(pm__hub *h, const pm__port *p);
+void pm__hub_lanes_free(pm__hub *h);
+
 /* hub_queue.c: */
 int pm__hub_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void *payload, size_t len,
                 uint32_t charge);

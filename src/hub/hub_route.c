@@ -177,6 +177,28 @@ static uint64_t relay_len(const pm__hub *h, const pm__frame_hdr *f)
     return (f->flags & PM__FF_MEMFD) != 0 ? h->cur_len : f->len;
 }
 
+/* A reply the hub has no record of, from p to a local worker it shares a
+ * lane with: the answer to a request that came by the lane, too large for
+ * it (doc/design.md, "Direct lanes"). Relayed as PM__FT_LANE_REPLY, so the
+ * requester matches it with the request it sent on that lane itself and
+ * takes no such frame for a request that went through the hub. 1 when
+ * relayed (or dropped for want of room, counted), 0 when it is not one. */
+static int lane_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
+{
+    if (f->dst >= h->nports ||
+        !pm__hub_lane_between(h, p->index, p->incarnation, f->dst, f->dst_inc))
+        return 0;
+    f->type = PM__FT_LANE_REPLY;
+    int rc = relay_push(h, &h->ports[f->dst], f, payload, PM__CHARGE_ANSWER);
+    if (rc < 0) {
+        h->replies_dropped++;
+        return 1;
+    }
+    p->relayed++;
+    p->relayed_bytes += relay_len(h, f);
+    return 1;
+}
+
 /* A reply from p: it answers a request p's incarnation received and has not
  * answered yet; anything else is late or forged. A reply never waits: a
  * requester whose answers are at their bound asked and did not read, and
@@ -186,6 +208,8 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
 {
     pm__inflight e;
     if (!pm__hub_take_inflight(h, p, f->dst, f->request_id, &e)) {
+        if (lane_reply(h, p, f, payload))
+            return 0;
         h->late_replies++;
         return 0;
     }
@@ -314,6 +338,12 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
      * delivered, so a quick replacement cannot double the hold. */
     free_queue(h, p);
     pm__hub_port_drop_ahead(p);
+    /* Its lanes end with it: revoked at their other ends. The owner closes
+     * a port only once its incarnation was reaped with every process of
+     * its containment, so no writer of these lanes is left (doc/design.md,
+     * "Direct lanes", Revocation). */
+    pm__hub_lanes_end(h, p);
+    p->lanes_ok = 0;
     p->channel = NULL;
 }
 
@@ -461,6 +491,7 @@ void pm__hub_free(pm__hub *h)
     }
     free(h->ports);
     h->ports = NULL;
+    pm__hub_lanes_free(h);
     lists_free(h);
     if (h->scratch != NULL)
         munmap(h->scratch, PM_MAX_PAYLOAD);

@@ -97,9 +97,16 @@ int pm__lanebook_count(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_sl
         c->frames++;
     if (c->frames < PM__LANEBOOK_AFTER)
         return 0;
-    if (pm__lanebook_find(b, lo, loinc, hi, hiinc) != NULL)
+    if (free_index(b, lo) < 0 || free_index(b, hi) < 0)
         return 0;
-    return free_index(b, lo) >= 0 && free_index(b, hi) >= 0;
+    /* A pair with a lane whose frames still take the hub (large ones):
+     * counted again from 0, so the book is searched once per
+     * PM__LANEBOOK_AFTER of them, not per frame. */
+    if (pm__lanebook_find(b, lo, loinc, hi, hiinc) != NULL) {
+        c->frames = 0;
+        return 0;
+    }
+    return 1;
 }
 
 int pm__lanebook_add(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_slot, uint64_t binc,
@@ -140,6 +147,20 @@ int pm__lanebook_add(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_slot
             row[k].peer_inc == l->end[1].inc)
             row[k].frames = 0;
     *out = *l;
+    return 0;
+}
+
+int pm__lanebook_cancel(pm__lanebook *b, uint32_t gen)
+{
+    for (size_t i = 0; gen != 0 && i < b->nlanes; i++) {
+        pm__lanebook_lane *l = &b->lanes[i];
+        if (l->gen != gen)
+            continue;
+        for (int e = 0; e < 2; e++)
+            b->index_used[l->end[e].slot] &= ~(1u << l->end[e].index);
+        l->gen = 0;
+        return 1;
+    }
     return 0;
 }
 

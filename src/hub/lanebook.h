@@ -84,6 +84,10 @@ int pm__lanebook_add(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_slot
 unsigned pm__lanebook_end_of(pm__lanebook *b, uint32_t slot, uint64_t inc, pm__lanebook_lane *out,
                              unsigned cap);
 
+/* The lane of generation gen is taken out of the book, both its indexes
+ * freed: a set-up that did not complete (hub_lane.c). 1 if it was there. */
+int pm__lanebook_cancel(pm__lanebook *b, uint32_t gen);
+
 /* The lane between the two incarnations, or NULL. */
 const pm__lanebook_lane *pm__lanebook_find(const pm__lanebook *b, uint32_t a, uint64_t ainc,
                                            uint32_t b_slot, uint64_t binc);

@@ -164,6 +164,16 @@ static void refusal(pm__hub *h, pm__port *p, const pm__frame_hdr *f)
                       -EMSGSIZE);
 }
 
+/* A lane's switch-over marker (doc/design.md, "Direct lanes", Order) is
+ * relayed like a message, and only between two incarnations the book
+ * says share a lane: a worker cannot use it to reach anyone else. */
+static int mark_ok(const pm__hub *h, const pm__port *p, const pm__frame_hdr *f)
+{
+    return f->dst_host == PM__HOST_LOCAL && f->len == 4 && f->request_id == 0 &&
+           f->flags == 0 && f->deadline_ms == 0 && f->error == 0 &&
+           pm__hub_lane_between(h, p->index, p->incarnation, f->dst, f->dst_inc);
+}
+
 /* One frame from p's ring, already copied and validated by the codec: 0 to
  * go on reading, 1 to stop this turn (the destination is full, or p was cut
  * off). */
@@ -184,7 +194,13 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
         h->ops->fault(h->owner, p->index, PM_REASON_PROTOCOL);
         return 1;
     }
-    if (f->type == PM__FT_MSG || f->type == PM__FT_REQUEST || f->type == PM__FT_REPLY) {
+    if (f->type == PM__FT_LANE_MARK && !mark_ok(h, p, f)) {
+        pm__ring_consume(&p->channel->rx);
+        p->malformed++;
+        return 0;
+    }
+    if (f->type == PM__FT_MSG || f->type == PM__FT_REQUEST || f->type == PM__FT_REPLY ||
+        f->type == PM__FT_LANE_MARK) {
         if (p->state != PM__PORT_READY && p->state != PM__PORT_STOPPING) {
             pm__ring_consume(&p->channel->rx);
             pm__close(p->rx_fd);
@@ -210,6 +226,8 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
         pm__close(h->cur_fd);
         h->cur_fd = -1;
         pm__ring_consume(&p->channel->rx);
+        if (f->type != PM__FT_LANE_MARK)
+            pm__hub_lane_count(h, p, f);
         return 0;
     }
     if (f->type == PM__FT_UNDELIVERABLE &&

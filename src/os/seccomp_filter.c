@@ -104,7 +104,11 @@ static const struct {
     {"fcntl", F_GETFL, "bigmsg.c checks a received large message is open for reading"},
     {"fstatfs", -1, "bigmsg.c checks a received large message is a tmpfs memfd"},
     {"memfd_create", -1, "bigmsg.c: a large message's memory (flags checked, add_strict)"},
-    {"recvmsg", -1, "bigmsg.c takes a large message's fd from its socket"},
+    {"recvmsg", -1, "bigmsg.c takes a large message's fd from its socket; a direct lane's "
+                    "three fds (laneoffer.c)"},
+    {"epoll_create1", -1, "pm_node_fd: one fd for the hub's doorbell and each lane's "
+                          "(node_lanes.c)"},
+    {"epoll_ctl", -1, "pm_node_fd: a lane's doorbell added (node_lanes.c)"},
     {"sendmsg", -1, "bigmsg.c passes a large message's fd over its socket"},
     {"fstat", -1, "stdio's first write to stdout/stderr"},
     {"newfstatat", -1, "fstat on glibc >= 2.33"},

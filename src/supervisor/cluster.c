@@ -52,11 +52,14 @@ static void on_control(void *owner, unsigned p, int type, const void *payload, s
          * both versions, and charged as a failed start like any other. */
         s->hello_version = pm__get32(payload);
         s->joined = 1;
-        if (s->hello_version != PM__PROTO_VERSION) {
+        if (s->hello_version < PM__PROTO_MIN_VERSION || s->hello_version > PM__PROTO_VERSION) {
             pm__cluster_fault(c, s, PM_REASON_VERSION);
             return;
         }
         s->hello = 1;
+        /* An older library would drop a lane's offer as malformed and leave
+         * its record on the socket, breaking its large messages' sequence. */
+        pm__hub_port_lanes_ok(c->hub, p, s->hello_version >= PM__PROTO_LANES_VERSION);
         /* Usually INIT is in its ring already, written before the worker
          * could say HELLO: the worker finds it without a sleep, and we
          * answer nothing. */
@@ -447,6 +450,16 @@ PM_EXTERN int pm_cluster_spawn(const pm_options *o, pm_cluster **out)
         cluster_free(c);
         return rc;
     }
+    /* Direct lanes only where a revoked lane can have no writer left: in
+     * a cgroup, killed and emptied before its port closes; a process
+     * group's setsid() descendant could outlive its worker and go on
+     * writing (doc/design.md, "Direct lanes", Revocation). Without memory
+     * for the book, no lanes: every frame takes the hub, as before. */
+    /* Fencing a worker that does not drain needs every frame through the
+     * hub, which is what measures it. */
+    if (c->o->direct_lanes && !c->o->fence_not_draining && c->cg.mode == PM_CONTAIN_CGROUP &&
+        c->nslots > 1)
+        (void)pm__hub_lanes_enable(c->hub);
     c->spawning = 1;
     c->entry_cfa = __builtin_dwarf_cfa(); /* PM__ENTER, for a cluster just made */
     for (unsigned i = 0; i < c->nslots && c->spawn_error == 0; i++)

@@ -48,6 +48,7 @@ PM_EXTERN pm_options *pm_options_new(void)
     o->requests_per_worker = PM__DEFAULT_REQUESTS_PER_WORKER;
     o->request_queue_max = PM__DEFAULT_REQUEST_QUEUE_MAX;
     o->kill_on_timeout = PM__DEFAULT_KILL_ON_TIMEOUT;
+    o->direct_lanes = PM__DEFAULT_DIRECT_LANES;
     o->ready_mode = PM__DEFAULT_READY_MODE;
     o->no_new_privs = PM__DEFAULT_NO_NEW_PRIVS;
     o->protect_supervisor = PM__DEFAULT_PROTECT_SUPERVISOR;
@@ -341,6 +342,14 @@ PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us)
     if (o == NULL || us < 0 || us > 1000000)
         return -EINVAL;
     o->hub_spin_us = (unsigned)us;
+    return 0;
+}
+
+PM_EXTERN int pm_options_set_direct_lanes(pm_options *o, int on)
+{
+    if (o == NULL || (on != 0 && on != 1))
+        return -EINVAL;
+    o->direct_lanes = on;
     return 0;
 }
 

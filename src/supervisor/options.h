@@ -38,6 +38,7 @@ struct pm_options {
     size_t max_message;             /* bytes, PM_MAX_PAYLOAD .. PM__BIGMSG_MAX */
     int handle_signals;
     unsigned hub_spin_us;
+    int direct_lanes;               /* lanes between workers that talk (hub_lane.c) */
     int warm_standby;               /* fork mode: a started replacement waits per slot (standby.c) */
     int heartbeat_timeout_ms;
     int drain_timeout_ms;           /* 0: never report a full ring */

@@ -14,6 +14,7 @@
 
 #include "channel/proto.h"
 #include "node_crash.h"
+#include "node_lanes.h"
 #include "os/crash.h" /* pm__crash_unwinder_prime */
 
 /* How long to wait for INIT between checks that the supervisor still
@@ -281,6 +282,8 @@ PM_EXTERN void pm_node_close(pm_node *n)
         return;
     n->magic = 0;
     stash_free(n);
+    pm__node_ls_free(n->ls);
+    n->ls = NULL;
     pm__node_crash_disarm(n->channel.map);
     pm__channel_close(&n->channel);
     free(n->init_data);

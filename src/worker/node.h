@@ -5,6 +5,7 @@
 #define PM_NODE_H
 
 #include <stdatomic.h>
+#include <unistd.h> /* getppid */
 
 #include "base/internal.h"
 #include "channel/bigmsg.h"
@@ -53,6 +54,9 @@ struct pm_node {
     uint64_t ahead_end[PM__BIGMSG_AHEAD_MAX];
     unsigned ahead_head, ahead_n;
     uint64_t big_skipped; /* large messages we could not map: skipped, sender told */
+    struct pm__node_ls *ls; /* direct lanes (node_lanes.h), NULL until the first */
+    unsigned lane_turn;   /* which of the hub ring and the lanes is read first */
+    uint64_t lane_lost;   /* a revoked lane's frames with no room in the stash */
 };
 
 /* 0 when n is a live node of this process, else -EINVAL (NULL, not a node,
@@ -68,6 +72,46 @@ static inline int pm__node_check(const pm_node *n)
     return 0;
 }
 
+/* Longest single wait between checks that the supervisor is still there. */
+#define PM__WAIT_CHUNK_MS 100
+
+/* The supervisor asked us to stop or fenced us (flags in the control
+ * block): two loads, no system call. */
+static inline int pm__node_told_to_stop(const pm_node *n)
+{
+    const struct pm__ctl *ctl = pm__channel_ctl(&n->channel);
+    return n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0 ||
+           atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0;
+}
+
+/* told_to_stop, or the supervisor is gone (PDEATHSIG normally kills us
+ * first; this is for when it could not). */
+static inline int pm__node_shut_down(pm_node *n)
+{
+    return pm__node_told_to_stop(n) || getppid() != n->supervisor;
+}
+
+/* Progress for the supervisor's liveness check: a plain store to our own
+ * cache line of the control block, no system call. */
+static inline void pm__node_beat(pm_node *n)
+{
+    struct pm__ctl *ctl = n->channel.map;
+    atomic_store_explicit(&ctl->beats, atomic_load_explicit(&ctl->beats, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* Longest single wait: short enough to notice a dead supervisor within a
+ * second and to beat at least four times per heartbeat timeout while we
+ * wait (waiting for work counts as alive; a stopped process does not beat). */
+static inline int pm__node_wait_chunk(const pm_node *n)
+{
+    uint32_t hb = pm__channel_ctl(&n->channel)->heartbeat_ms;
+    int chunk = PM__WAIT_CHUNK_MS;
+    if (hb > 0 && hb / 4 < (uint32_t)chunk)
+        chunk = hb / 4 > 0 ? (int)(hb / 4) : 1;
+    return chunk;
+}
+
 /* Runs the worker half of the handshake on an attached channel: HELLO, then
  * waits for INIT (giving up with -ESHUTDOWN when the supervisor is gone). */
 int pm__node_handshake(pm_node *n);
@@ -80,6 +124,10 @@ int pm__node_handshake(pm_node *n);
  * the fork's parent, which the child has checked getppid() against. */
 int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct pm__init_msg *init,
                            pid_t supervisor);
+
+/* node_bigsend.c: a message above PM_MAX_PAYLOAD as a sealed memfd (wait:
+ * for room, else -EAGAIN). 0 or a negative errno. */
+int pm__node_send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_t len, int wait);
 
 /* In the supervisor before each fork-mode child: what the child's
  * pm__node_from_hub_channel then inherits ready-made (node_crash.h). */

@@ -15,50 +15,12 @@
 
 #include "channel/bigmsg.h"
 #include "channel/proto.h"
+#include "node_lanes.h"
 #include "os/doorbell.h"
 
 #define PM__STASH_MAX ((size_t)4 << 20)
 /* Large messages pm_node_request may set aside (their fds stay open). */
 #define PM__STASH_MAX_FDS 64u
-/* Longest single wait between checks that the supervisor is still there. */
-#define PM__WAIT_CHUNK_MS 100
-
-/* The supervisor asked us to stop or fenced us (flags in the control
- * block): two loads, no system call. */
-static int told_to_stop(const pm_node *n)
-{
-    const struct pm__ctl *ctl = pm__channel_ctl(&n->channel);
-    return n->stopping || atomic_load_explicit(&ctl->stop, memory_order_acquire) != 0 ||
-           atomic_load_explicit(&ctl->fenced, memory_order_acquire) != 0;
-}
-
-/* told_to_stop, or the supervisor is gone (PDEATHSIG normally kills us
- * first; this is for when it could not). */
-static int shut_down(pm_node *n)
-{
-    return told_to_stop(n) || getppid() != n->supervisor;
-}
-
-/* Progress for the supervisor's liveness check: a plain store to our own
- * cache line of the control block, no system call. */
-static inline void beat(pm_node *n)
-{
-    struct pm__ctl *ctl = n->channel.map;
-    atomic_store_explicit(&ctl->beats, atomic_load_explicit(&ctl->beats, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-}
-
-/* Longest single wait: short enough to notice a dead supervisor within a
- * second and to beat at least four times per heartbeat timeout while we
- * wait (waiting for work counts as alive; a stopped process does not beat). */
-static int wait_chunk(const pm_node *n)
-{
-    uint32_t hb = pm__channel_ctl(&n->channel)->heartbeat_ms;
-    int chunk = PM__WAIT_CHUNK_MS;
-    if (hb > 0 && hb / 4 < (uint32_t)chunk)
-        chunk = hb / 4 > 0 ? (int)(hb / 4) : 1;
-    return chunk;
-}
 
 /* Whether a frame of this type may still be sent, from the control block
  * alone (two loads, no system call on the send path). Fenced: nothing (the
@@ -81,8 +43,8 @@ PM_EXTERN int pm_node_beat(pm_node *n)
     int rc = pm__node_check(n);
     if (rc < 0)
         return rc;
-    beat(n);
-    return shut_down(n) ? -ESHUTDOWN : 0;
+    pm__node_beat(n);
+    return pm__node_shut_down(n) ? -ESHUTDOWN : 0;
 }
 
 /* What names this mesh's nodes, from what this worker knows about its own
@@ -128,6 +90,7 @@ static void disarm(pm_node *n)
     if (atomic_load_explicit(&n->channel.rx.sh->cons_waiting, memory_order_relaxed) != 0)
         pm__ring_disarm(&n->channel.rx);
     pm__doorbell_drain(n->channel.node_efd);
+    pm__node_ls_disarm(n->ls);
 }
 
 /* Lets go of the message returned last: its ring space or its stash entry. */
@@ -205,8 +168,8 @@ static void refuse_big(pm_node *n, const pm__frame_hdr *h)
     u.dst_inc = h->src_inc;
     u.request_id = h->request_id;
     u.error = -EMSGSIZE;
-    while (pm__frame_send(&n->channel.tx, &u, NULL, 0) == -EAGAIN && !shut_down(n))
-        (void)pm__ring_wait_space(&n->channel.tx, PM__FRAME_HDR_SIZE, wait_chunk(n));
+    while (pm__frame_send(&n->channel.tx, &u, NULL, 0) == -EAGAIN && !pm__node_shut_down(n))
+        (void)pm__ring_wait_space(&n->channel.tx, PM__FRAME_HDR_SIZE, pm__node_wait_chunk(n));
 }
 
 /* Consumes a frame nobody will read (a late answer): a large message's
@@ -234,9 +197,29 @@ static int may_spin(const pm_node *n)
     return pm__spin_gate(pm__spin_cpus(), pm__ring_consumer_parked(&n->channel.tx) ? 0u : 1u);
 }
 
+static void lane_control(pm_node *n, const pm__frame_hdr *h, const void *payload);
+
+/* What next_frame found: a frame peeked in the hub ring (consumed by the
+ * caller), a frame from a lane (copied out already: nothing to consume),
+ * or frames a revoked lane left in the stash (or a request it lost). */
+enum { FROM_HUB = 1, FROM_LANE = 2, FROM_STASH = 3 };
+
+/* The lanes' share of a receive: revocations first (their frames go to
+ * the stash), then, every other call, the lanes before the hub ring, so
+ * that neither the hub nor a lane can keep the other waiting. */
+static int lanes_first(pm_node *n, pm__frame_hdr *h, const void **payload)
+{
+    if (pm__node_ls_revoked(n->ls) > 0)
+        return FROM_STASH;
+    if ((n->lane_turn ^= 1) != 0 && pm__node_ls_next(n->ls, h, payload) == 1)
+        return FROM_LANE;
+    return 0;
+}
+
 /* Waits for the next frame until deadline_ms (0: none; now: poll) and
- * peeks it. 1 with *h and *payload, -ETIMEDOUT, -ESHUTDOWN, -EPROTO. STOP
- * frames and malformed frames are consumed here. */
+ * peeks it. FROM_HUB, FROM_LANE or FROM_STASH with *h and *payload,
+ * -ETIMEDOUT, -ESHUTDOWN, -EPROTO. STOP frames, lane frames of the hub
+ * and malformed frames are consumed here. */
 static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_hdr *h,
                       const void **payload)
 {
@@ -245,7 +228,10 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
      * call, and a dead supervisor is still noticed within a chunk. */
     int quiet = 0;
     for (;;) {
-        int rc = pm__frame_recv(&n->channel.rx, PM__CHANNEL_MAX_FRAME, h, payload);
+        int rc = pm__node_ls_live(n->ls) ? lanes_first(n, h, payload) : 0;
+        if (rc != 0)
+            return rc;
+        rc = pm__frame_recv(&n->channel.rx, PM__CHANNEL_MAX_FRAME, h, payload);
         if (rc == -EBADMSG)
             return -EPROTO; /* our supervisor wrote nonsense: nothing to do */
         if (rc < 0)
@@ -256,20 +242,30 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
                 n->stopping = 1;
                 return -ESHUTDOWN;
             }
-            return 1;
+            if (h->type == PM__FT_LANE || h->type == PM__FT_LANE_MARK) {
+                lane_control(n, h, *payload);
+                pm__ring_consume(&n->channel.rx);
+                continue;
+            }
+            pm__node_ls_took(n->ls, h);
+            return FROM_HUB;
         }
-        if (quiet ? shut_down(n) : told_to_stop(n))
+        if (pm__node_ls_next(n->ls, h, payload) == 1)
+            return FROM_LANE;
+        if (quiet ? pm__node_shut_down(n) : pm__node_told_to_stop(n))
             return -ESHUTDOWN;
-        beat(n);
-        int wait = wait_chunk(n);
+        pm__node_beat(n);
+        int wait = pm__node_wait_chunk(n);
         if (!forever) {
             uint64_t now = pm__now_ms();
             if (now >= deadline_ms) {
-                /* Leave the doorbell armed so pm_node_fd turns readable
+                /* Leave the doorbells armed so pm_node_fd turns readable
                  * when the next frame arrives. */
                 if (pm__ring_arm(&n->channel.rx) != 0)
                     continue;
                 n->fd_armed = 1;
+                if (pm__node_ls_arm(n->ls) != 0)
+                    continue;
                 return -ETIMEDOUT;
             }
             if (deadline_ms - now < (uint64_t)wait)
@@ -277,7 +273,10 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
         }
         struct pm__ctl *ctl = n->channel.map;
         atomic_store_explicit(&ctl->waiting, 1, memory_order_relaxed);
-        rc = pm__ring_wait_gated(&n->channel.rx, wait, may_spin(n));
+        /* With lanes, one wait on every ring (no spin: a lane's peer may
+         * answer on any of them); else the hub ring's own. */
+        rc = pm__node_ls_live(n->ls) ? pm__node_ls_wait(n->ls, wait)
+                                    : pm__ring_wait_gated(&n->channel.rx, wait, may_spin(n));
         atomic_store_explicit(&ctl->waiting, 0, memory_order_relaxed);
         if (rc < 0)
             return -EPROTO;
@@ -285,7 +284,9 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
     }
 }
 
-static int stash_current(pm_node *n, const pm__frame_hdr *h, const void *payload)
+/* Keeps the frame for pm_node_recv; from_ring: it is the frame peeked in
+ * the hub ring (consumed once kept), else a private copy (a lane's). */
+static int stash_frame(pm_node *n, const pm__frame_hdr *h, const void *payload, int from_ring)
 {
     int big = (h->flags & PM__FF_MEMFD) != 0;
     if (n->stash_bytes + h->len > PM__STASH_MAX || (big && n->stash_fds >= PM__STASH_MAX_FDS))
@@ -312,110 +313,128 @@ static int stash_current(pm_node *n, const pm__frame_hdr *h, const void *payload
         n->stash_head = e;
     n->stash_tail = e;
     n->stash_bytes += h->len;
-    pm__ring_consume(&n->channel.rx);
+    if (from_ring)
+        pm__ring_consume(&n->channel.rx);
     return 0;
+}
+
+static int stash_current(pm_node *n, const pm__frame_hdr *h, const void *payload)
+{
+    return stash_frame(n, h, payload, 1);
+}
+
+/* A frame a revoked lane held (node_lanes.h), or one from a live lane a
+ * request's wait sets aside: a private copy. */
+static int stash_copy(pm_node *n, const pm__frame_hdr *h, const void *payload)
+{
+    return stash_frame(n, h, payload, 0);
+}
+
+static void keep_revoked(void *arg, const pm__frame_hdr *h, const void *payload)
+{
+    pm_node *n = arg;
+    if (stash_copy(n, h, payload) < 0)
+        n->lane_lost++;
+}
+
+/* The lanes' state, made when first needed. NULL without memory. */
+static pm__node_ls *lanes_of(pm_node *n)
+{
+    if (n->ls == NULL)
+        n->ls = pm__node_ls_new(&n->channel, n->slot, n->self.incarnation, keep_revoked, n);
+    return n->ls;
+}
+
+/* A lane frame of the hub's: an offer, a revocation's wake-up, a
+ * peer's marker. Without memory for the lanes' state an offer's record
+ * is still taken, so the record sequence stays whole. */
+static void lane_control(pm_node *n, const pm__frame_hdr *h, const void *payload)
+{
+    pm__node_ls *s = lanes_of(n);
+    if (s != NULL) {
+        pm__node_ls_control(s, h, payload);
+        return;
+    }
+    int fds[3];
+    pm__lane_offer o;
+    if (h->type == PM__FT_LANE && h->len == PM__LANE_OFFER_SIZE &&
+        pm__lane_offer_decode(payload, h->len, &o) == 0 &&
+        pm__lane_record_recv(n->channel.sock, o.seq, fds) == 0) {
+        n->channel.rx_seq = o.seq;
+        for (int k = 0; k < 3; k++)
+            pm__close(fds[k]);
+    }
+}
+
+static int node_fd(pm_node *n)
+{
+    pm__node_ls *s = lanes_of(n);
+    return s != NULL ? pm__node_ls_fd(s) : -ENOMEM;
 }
 
 /* A reply (or a notice about a request) nobody waits for any more. */
 static int is_late_answer(const pm__frame_hdr *h)
 {
-    return h->type == PM__FT_REPLY || (h->type == PM__FT_UNDELIVERABLE && h->request_id != 0);
+    return h->type == PM__FT_REPLY || h->type == PM__FT_LANE_REPLY ||
+           (h->type == PM__FT_UNDELIVERABLE && h->request_id != 0);
 }
 
-/* Room for one more record ahead of its frame (bigmsg.h): forgets our
- * large frames the hub has consumed, and waits (or -EAGAIN without wait)
- * while PM__BIGMSG_AHEAD_MAX are not. The hub takes records off the socket
- * as they arrive and fences a worker past that many, so this, not the
- * socket's buffer, is what holds a sender back before its frames are
- * read. 0, -EAGAIN, -ESHUTDOWN, -EPROTO (our ring is poisoned). */
-static int ahead_room(pm_node *n, int wait)
+/* A request that came by a lane is remembered, so that its reply takes
+ * that lane (nodelane.h); 0, or -ENOBUFS: dropped and counted, its
+ * requester waits for its own deadline. */
+static int lane_asked(pm_node *n, const pm__frame_hdr *h)
+{
+    pm__node_lane *e = pm__node_ls_last(n->ls);
+    if (h->type != PM__FT_REQUEST || e == NULL)
+        return 0;
+    return pm__node_lane_asked(e, h->request_id);
+}
+
+/* The lane's part of a send to e's peer (doc/design.md, "Direct lanes",
+ * Order): 1 sent on the lane; 0 the frame takes the hub (the lane does
+ * not carry it, the peer has not taken our hub frames yet, or the lane is
+ * gone or broken); -EAGAIN (no wait), -ESHUTDOWN. fits: the lane may
+ * carry this frame. A frame for the hub while our lane frames are unread
+ * waits for them first, so it cannot overtake them. */
+static int lane_send(pm_node *n, pm__node_lane *e, const pm__frame_hdr *h, const void *data,
+                     size_t len, int fits, int wait)
 {
     for (;;) {
-        while (n->ahead_n > 0) {
-            int rc = pm__ring_consumed(&n->channel.tx, n->ahead_end[n->ahead_head]);
-            if (rc < 0)
-                return -EPROTO;
-            if (rc == 0)
-                break;
-            n->ahead_head = (n->ahead_head + 1) % PM__BIGMSG_AHEAD_MAX;
-            n->ahead_n--;
-        }
-        if (n->ahead_n < PM__BIGMSG_AHEAD_MAX)
+        int path = pm__node_lane_path(e, fits);
+        if (path == 0)
             return 0;
+        int rc = -EAGAIN;
+        if (path == 1) {
+            pm__node_beat(n);
+            rc = pm__lane_send(e->lane, h, data, len);
+            if (rc == 0)
+                return 1;
+            if (rc != -EAGAIN) {
+                e->broken = 1; /* the peer broke our ring's indices */
+                e->on_lane = 0;
+                return 0;
+            }
+        }
         if (!wait)
             return -EAGAIN;
-        if (shut_down(n))
+        if (pm__node_shut_down(n))
             return -ESHUTDOWN;
-        beat(n);
-        if (pm__ring_wait_consumed(&n->channel.tx, n->ahead_end[n->ahead_head], wait_chunk(n)) < 0)
-            return -EPROTO;
-    }
-}
-
-/* Sends a large message (above PM_MAX_PAYLOAD) as a sealed memfd: room in
- * the ring is reserved first, then the record goes on the socket, then the
- * frame is committed, so that the hub always finds the record when it
- * reads the frame and a record never goes without its frame. A record the
- * kernel refuses for now (our user's fds in flight past our RLIMIT_NOFILE,
- * or no memory: hub.h) is -EAGAIN. */
-static int send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_t len, int wait)
-{
-    int fd = pm__bigmsg_create(data, len);
-    if (fd < 0)
-        return fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM ? -ENOBUFS : fd;
-    pm__frame_hdr h = *h0;
-    h.flags = PM__FF_MEMFD;
-    h.len = PM__ANNOUNCE_SIZE;
-    size_t total = PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE;
-    int rc;
-    for (;;) {
-        beat(n);
-        void *p;
-        if ((rc = ahead_room(n, wait)) < 0)
-            break;
-        rc = pm__ring_reserve(&n->channel.tx, total, &p);
-        if (rc == 0) {
-            uint32_t seq = pm__bigmsg_next(n->channel.tx_seq);
-            rc = pm__bigmsg_send(n->channel.sock, fd, seq);
-            if (rc == 0) {
-                n->channel.tx_seq = seq;
-                pm__frame_encode(&h, p);
-                pm__announce a = {len, seq};
-                pm__announce_encode(&a, (char *)p + PM__FRAME_HDR_SIZE);
-                pm__ring_commit(&n->channel.tx, total);
-                pm__ring_publish(&n->channel.tx);
-                n->ahead_end[(n->ahead_head + n->ahead_n++) % PM__BIGMSG_AHEAD_MAX] =
-                    pm__ring_head(&n->channel.tx);
-                break;
-            }
-            pm__ring_unreserve(&n->channel.tx);
-            if (rc == -ETOOMANYREFS || rc == -ENOBUFS || rc == -ENOMEM) {
-                pm__close(fd);
-                return -EAGAIN; /* refused for now, not a wait given up */
-            }
-            if (rc != -EAGAIN)
-                break;
-            /* The hub has not taken our earlier fds yet. */
-            if (!wait || shut_down(n))
-                break;
-            struct pollfd pfd = {n->channel.sock, POLLOUT, 0};
-            (void)poll(&pfd, 1, wait_chunk(n));
-            continue;
+        pm__node_beat(n);
+        rc = path == 1 ? pm__ring_wait_space(&e->lane->tx, PM__FRAME_HDR_SIZE + len, pm__node_wait_chunk(n))
+                       : pm__ring_wait_consumed(&e->lane->tx, pm__ring_head(&e->lane->tx),
+                                                pm__node_wait_chunk(n));
+        if (rc < 0) {
+            e->broken = 1;
+            e->on_lane = 0;
         }
-        if (rc != -EAGAIN || !wait)
-            break;
-        if (shut_down(n)) {
-            rc = -ESHUTDOWN;
-            break;
-        }
-        rc = pm__ring_wait_space(&n->channel.tx, total, wait_chunk(n));
-        if (rc < 0)
-            break;
+        /* The peer may have ended while we waited: its lane is then
+         * revoked and the frame takes the hub (which answers for a dead
+         * peer). Only looked at: the lane is finished by the next receive,
+         * not here, where data may point into the lane's buffer (a reply
+         * that echoes the request it answers). */
+        if (pm__node_ls_gone(n->ls, e))
+            return 0;
     }
-    pm__close(fd); /* sent: the socket holds its own reference */
-    if (rc == -EAGAIN && wait)
-        rc = -ESHUTDOWN; /* gave up waiting because we must stop */
-    return rc == -EBADMSG ? -EPROTO : rc;
 }
 
 static int node_send(pm_node *n, const pm_address *to, int type, uint64_t request_id,
@@ -446,19 +465,37 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
     /* src and src_inc are left 0: the hub stamps them from our ring. */
     if (refused(n, type))
         return -ESHUTDOWN;
-    if (len > PM_MAX_PAYLOAD)
-        return send_big(n, &h, data, len, wait);
-    for (;;) {
-        beat(n);
-        rc = pm__frame_send(&n->channel.tx, &h, data, len);
-        if (rc != -EAGAIN || !wait)
-            return rc == -EBADMSG ? -EPROTO : rc;
-        if (shut_down(n))
-            return -ESHUTDOWN;
-        rc = pm__ring_wait_space(&n->channel.tx, PM__FRAME_HDR_SIZE + len, wait_chunk(n));
-        if (rc < 0)
-            return rc == -EBADMSG ? -EPROTO : rc;
+    /* Send paths never finish a revoked lane (node_lanes.h), so e stays
+     * attached through this call. */
+    pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+    if (e != NULL) {
+        /* A reply takes the lane only when its request came by it. */
+        int fits = len <= PM__LANE_MAX_PAYLOAD &&
+                   (type != PM__FT_REPLY || pm__node_lane_answer(e, request_id));
+        rc = lane_send(n, e, &h, data, len, fits, wait);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
     }
+    if (len > PM_MAX_PAYLOAD) {
+        rc = pm__node_send_big(n, &h, data, len, wait);
+    } else {
+        for (;;) {
+            pm__node_beat(n);
+            rc = pm__frame_send(&n->channel.tx, &h, data, len);
+            if (rc != -EAGAIN || !wait)
+                break;
+            if (pm__node_shut_down(n))
+                return -ESHUTDOWN;
+            rc = pm__ring_wait_space(&n->channel.tx, PM__FRAME_HDR_SIZE + len, pm__node_wait_chunk(n));
+            if (rc < 0)
+                break;
+        }
+    }
+    /* Through the hub to a peer we share a lane with: counted, so that our
+     * next lane frame waits until the peer has taken this one. */
+    if (rc == 0 && e != NULL)
+        pm__lane_sent_via_hub(e->lane);
+    return rc == -EBADMSG ? -EPROTO : rc;
 }
 
 PM_EXTERN int pm_node_send(pm_node *n, const pm_address *to, const void *data, size_t len)
@@ -511,12 +548,11 @@ static int recv_big(pm_node *n, const pm__frame_hdr *h, const void *payload, pm_
     return rc;
 }
 
-PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
+/* The oldest stashed message as the current one: 1 (m filled), 0 when
+ * the stash is empty. A reply there is late (a revoked lane's, its
+ * request answered or given up): dropped. */
+static int from_stash(pm_node *n, pm_message *m)
 {
-    int rc = begin_wait(n, m);
-    if (rc < 0)
-        return rc;
-    beat(n);
     while (n->stash_head != NULL) {
         pm__stash *e = n->stash_head;
         n->stash_head = e->next;
@@ -524,17 +560,33 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
             n->stash_tail = NULL;
         n->stash_bytes -= e->h.len;
         n->cur_stash = e;
+        if (is_late_answer(&e->h)) {
+            n->late_replies++;
+            drop_current(n);
+            continue;
+        }
         fill_msg(n, &e->h, e->data, m);
         if (e->fd < 0)
-            return 0;
+            return 1;
         n->stash_fds--;
         int fd = e->fd;
         e->fd = -1;
         if (show_big(n, fd, e->big_len, m) == 0)
-            return 0;
+            return 1;
         refuse_big(n, &e->h);
         drop_current(n);
     }
+    return 0;
+}
+
+PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
+{
+    int rc = begin_wait(n, m);
+    if (rc < 0)
+        return rc;
+    pm__node_beat(n);
+    if (from_stash(n, m))
+        return 0;
     if (n->stopping)
         return -ESHUTDOWN;
     uint64_t deadline = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
@@ -544,6 +596,23 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
         rc = next_frame(n, deadline, timeout_ms < 0, &h, &payload);
         if (rc < 0)
             return rc;
+        if (rc == FROM_STASH) {
+            if (from_stash(n, m))
+                return 0;
+            continue;
+        }
+        if (rc == FROM_LANE) {
+            /* A copy in the lane's buffer, nothing to consume. A reply
+             * here answers no request (none waits in a receive). */
+            if (h.type == PM__FT_REPLY) {
+                n->late_replies++;
+                continue;
+            }
+            if (lane_asked(n, &h) < 0)
+                continue;
+            fill_msg(n, &h, payload, m);
+            return 0;
+        }
         if (is_late_answer(&h)) {
             discard(n, &h, payload);
             n->late_replies++;
@@ -560,6 +629,8 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
     }
 }
 
+static int await_reply(pm_node *n, uint64_t id, uint64_t deadline, int forever, pm_message *reply);
+
 PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, pm_message *reply)
 {
@@ -571,12 +642,76 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
     rc = node_send(n, to, PM__FT_REQUEST, id, (int64_t)deadline, data, len, 1);
     if (rc < 0)
         return rc;
+    rc = await_reply(n, id, deadline, timeout_ms < 0, reply);
+    if (rc < 0)
+        pm__node_ls_forget(n->ls, id); /* a lane's late reply is then dropped */
+    return rc;
+}
+
+/* The reply a revoked lane left in the stash (written before the
+ * revocation): 1 with it as the current message. */
+static int stashed_reply(pm_node *n, uint64_t id, pm_message *reply)
+{
+    for (pm__stash **pp = &n->stash_head, *prev = NULL; *pp != NULL; prev = *pp, pp = &(*pp)->next) {
+        pm__stash *e = *pp;
+        if (e->h.type != PM__FT_REPLY || e->h.request_id != id)
+            continue;
+        *pp = e->next;
+        if (n->stash_tail == e)
+            n->stash_tail = prev;
+        n->stash_bytes -= e->h.len;
+        n->cur_stash = e;
+        fill_msg(n, &e->h, e->data, reply);
+        return 1;
+    }
+    return 0;
+}
+
+static int await_reply(pm_node *n, uint64_t id, uint64_t deadline, int forever, pm_message *reply)
+{
     for (;;) {
+        /* A revocation read anywhere (here, in a send, before an offer)
+         * may have kept the reply, or lost the request with its lane. */
+        if (n->stash_head != NULL && stashed_reply(n, id, reply))
+            return 0;
+        if (pm__node_ls_lost(n->ls, id))
+            return -EHOSTDOWN; /* its lane's peer ended before answering */
         pm__frame_hdr h;
         const void *payload;
-        rc = next_frame(n, deadline, timeout_ms < 0, &h, &payload);
+        int rc = next_frame(n, deadline, forever, &h, &payload);
         if (rc < 0)
             return rc;
+        if (rc == FROM_STASH)
+            continue;
+        if (rc == FROM_LANE) {
+            /* The lane's rules let through only the reply to the request
+             * this worker sent on it and waits on: this one. */
+            if (h.type == PM__FT_REPLY && h.request_id == id) {
+                fill_msg(n, &h, payload, reply);
+                return 0;
+            }
+            if (h.type == PM__FT_REPLY || lane_asked(n, &h) < 0)
+                continue;
+            if (stash_copy(n, &h, payload) < 0)
+                return -ENOBUFS;
+            continue;
+        }
+        if (h.type == PM__FT_LANE_REPLY) {
+            /* Our request went by a lane and its reply, too large for it,
+             * came through the hub: ours only if it is from that lane's
+             * peer (the hub stamped the sender). */
+            if (!pm__node_ls_reply_ok(n->ls, &h, id)) {
+                discard(n, &h, payload);
+                n->late_replies++;
+                continue;
+            }
+            h.type = PM__FT_REPLY;
+            fill_msg(n, &h, payload, reply);
+            n->cur_in_ring = 1;
+            if ((h.flags & PM__FF_MEMFD) != 0)
+                return recv_big(n, &h, payload, reply);
+            return 0;
+        }
         if ((h.type == PM__FT_REPLY || h.type == PM__FT_UNDELIVERABLE) && h.request_id == id) {
             fill_msg(n, &h, payload, reply);
             n->cur_in_ring = 1;
@@ -598,8 +733,12 @@ PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data
     }
 }
 
+/* An epoll fd holding the hub's doorbell and every lane's (made on the
+ * first call, kept: a caller may keep the number), so the fd keeps its
+ * meaning once lanes come: readable when a frame may be waiting on any
+ * ring. The node is the caller's; const only in the signature. */
 PM_EXTERN int pm_node_fd(const pm_node *n)
 {
     int rc = pm__node_check(n);
-    return rc < 0 ? rc : n->channel.node_efd;
+    return rc < 0 ? rc : node_fd((pm_node *)n);
 }

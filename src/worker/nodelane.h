@@ -30,6 +30,9 @@ typedef struct pm__node_lane {
     int efd_self;     /* this end's doorbell: the peer writes it, we poll it */
     int efd_peer;     /* the peer's doorbell: we write it */
     int marked;       /* the peer's switch-over marker was taken: the lane may be read */
+    int mark_sent;    /* ours is in the up ring: we may write on the lane, counts start */
+    int on_lane;      /* our frames to the peer take the lane now (else the hub) */
+    int broken;       /* the peer broke a ring of the lane: neither read nor written */
     unsigned nasked;
     uint64_t asked[PM__LANE_ASKED_MAX];
     uint64_t asked_dropped;

@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * node_lanes.c - a worker's use of its direct lanes (doc/design.md, "Direct
+ * lanes"): the hub's lane frames (an offer, a revocation's wake-up, a
+ * peer's switch-over marker), the revocations read from the control block,
+ * which path a frame to a peer takes, reading the lanes in turn, the wait
+ * on the hub ring and every lane at once, pm_node_fd's epoll fd. No wait
+ * here: node_messaging.c waits, and asks this file what to wait for.
+ */
+#define _GNU_SOURCE
+#include "node_lanes.h"
+
+#include <errno.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "base/le.h"
+#include "channel/bigmsg.h"
+#include "channel/proto.h"
+#include "channel/ringwait.h"
+#include "nodelane.h"
+#include "os/doorbell.h"
+
+struct pm__node_ls {
+    pm__node_lanes t;
+    pm__channel *ch;     /* the node's channel: its hub ring, socket, doorbell */
+    uint32_t slot;       /* the node's slot and incarnation */
+    uint64_t inc;
+    /* A revoked lane's frames written before the revocation: kept by the
+     * node for its next receive (node_messaging.c's stash). */
+    void (*keep)(void *arg, const pm__frame_hdr *h, const void *payload);
+    void *keep_arg;
+    int epfd;            /* pm_node_fd's, once it was asked for; -1 */
+    unsigned rr;         /* the index read first next time (fairness) */
+    uint64_t lost_req;   /* a request whose lane was revoked before its reply */
+    uint64_t bad_marks;  /* markers naming no lane of ours */
+    uint64_t counted_at; /* the hub ring position counted last (pm__node_lane_took) */
+    pm__node_lane *last; /* the lane the last frame came by */
+};
+
+pm__node_ls *pm__node_ls_new(pm__channel *ch, uint32_t slot, uint64_t inc,
+                             void (*keep)(void *, const pm__frame_hdr *, const void *), void *arg)
+{
+    pm__node_ls *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    pm__node_lanes_init(&s->t);
+    s->ch = ch;
+    s->slot = slot;
+    s->inc = inc;
+    s->keep = keep;
+    s->keep_arg = arg;
+    s->epfd = -1;
+    s->counted_at = UINT64_MAX;
+    return s;
+}
+
+void pm__node_ls_free(pm__node_ls *s)
+{
+    if (s == NULL)
+        return;
+    pm__node_lanes_close(&s->t);
+    pm__close(s->epfd);
+    free(s);
+}
+
+int pm__node_ls_live(const pm__node_ls *s)
+{
+    return s != NULL && s->t.live > 0;
+}
+
+/* ------------------------------------------------------------ revocation */
+
+static void keep_frame(void *arg, const pm__frame_hdr *h, const void *payload)
+{
+    pm__node_ls *s = arg;
+    s->keep(s->keep_arg, h, payload);
+}
+
+static void lost_request(void *arg, uint32_t peer_slot, uint64_t id)
+{
+    (void)peer_slot;
+    pm__node_ls *s = arg;
+    s->lost_req = id;
+}
+
+int pm__node_ls_revoked(pm__node_ls *s)
+{
+    if (!pm__node_ls_live(s))
+        return 0;
+    const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
+    pm__node_lanes_sink sink = {keep_frame, lost_request, s};
+    unsigned k = pm__node_lanes_revoked(&s->t, ctl->lane_revoked, &sink);
+    if (k > 0)
+        s->last = NULL;
+    return (int)k;
+}
+
+int pm__node_ls_lost(pm__node_ls *s, uint64_t id)
+{
+    if (s == NULL || s->lost_req != id || id == 0)
+        return 0;
+    s->lost_req = 0;
+    return 1;
+}
+
+/* --------------------------------------------------------- the hub's frames */
+
+/* Our switch-over marker to the peer, through the hub: it tells the peer
+ * that every frame we sent it through the hub before the lane is ahead of
+ * the marker, so it may read the lane once it has taken the marker. We
+ * write on the lane only once the marker is in our up ring. */
+static void send_mark(pm__node_ls *s, pm__node_lane *e)
+{
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = PM__FT_LANE_MARK;
+    h.dst = e->lane->who.peer_slot;
+    h.dst_inc = e->lane->who.peer_inc;
+    unsigned char gen[4];
+    pm__put32(gen, e->gen);
+    if (pm__frame_send(&s->ch->tx, &h, gen, sizeof(gen)) == 0)
+        e->mark_sent = 1;
+}
+
+static void watch(pm__node_ls *s, int fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    if (s->epfd >= 0)
+        (void)epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void offer(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
+{
+    unsigned char copy[PM__LANE_OFFER_SIZE];
+    pm__lane_offer o;
+    if (h->len != sizeof(copy))
+        return;
+    memcpy(copy, payload, sizeof(copy));
+    /* The supervisor is trusted: a bad offer is a bug, and its record (if
+     * any) cannot be told apart from the next large message's. */
+    if (pm__lane_offer_decode(copy, sizeof(copy), &o) < 0 ||
+        o.seq != pm__bigmsg_next(s->ch->rx_seq))
+        return;
+    int fds[3];
+    if (pm__lane_record_recv(s->ch->sock, o.seq, fds) < 0)
+        return;
+    s->ch->rx_seq = o.seq;
+    /* The revocation of the lane this index held was written before this
+     * offer: read it first, so the index is free. */
+    (void)pm__node_ls_revoked(s);
+    if (pm__node_lanes_adopt(&s->t, &o, fds, s->slot, s->inc) < 0)
+        return;
+    pm__node_lane *e = &s->t.at[o.index];
+    watch(s, e->efd_self);
+    send_mark(s, e);
+}
+
+static void mark(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
+{
+    unsigned char gen[4];
+    pm__node_lane *e = NULL;
+    if (h->len == sizeof(gen) && h->src_host == PM__HOST_LOCAL) {
+        memcpy(gen, payload, sizeof(gen));
+        e = pm__node_lanes_to(&s->t, h->src, h->src_inc);
+        if (e != NULL && e->gen != pm__get32(gen))
+            e = NULL;
+    }
+    if (e == NULL) {
+        s->bad_marks++;
+        return;
+    }
+    /* Every frame the peer sent us through the hub before its lane is
+     * behind us now: its lane may be read, and the counts start. */
+    e->marked = 1;
+}
+
+void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
+{
+    if (h->type == PM__FT_LANE_MARK)
+        mark(s, h, payload);
+    else if (h->len == 0)
+        (void)pm__node_ls_revoked(s); /* the wake-up of a revocation */
+    else
+        offer(s, h, payload);
+}
+
+void pm__node_ls_took(pm__node_ls *s, const pm__frame_hdr *h)
+{
+    if (!pm__node_ls_live(s) || h->src_host != PM__HOST_LOCAL ||
+        (h->type != PM__FT_MSG && h->type != PM__FT_REQUEST && h->type != PM__FT_REPLY &&
+         h->type != PM__FT_LANE_REPLY))
+        return;
+    /* Counted once per frame, however often it is peeked (a request's wait
+     * may leave a frame in the ring and see it again). */
+    if (s->counted_at == s->ch->rx.tail)
+        return;
+    pm__node_lane *e = pm__node_lanes_to(&s->t, h->src, h->src_inc);
+    if (e == NULL || !e->marked)
+        return;
+    s->counted_at = s->ch->rx.tail;
+    pm__lane_took_from_hub(e->lane);
+}
+
+/* ------------------------------------------------------------- sending */
+
+int pm__node_ls_gone(const pm__node_ls *s, const pm__node_lane *e)
+{
+    /* Acquire, as the revocation's own read (nodelane.c). */
+    const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
+    for (unsigned k = 0; k < PM__LANES_MAX; k++)
+        if (&s->t.at[k] == e)
+            return atomic_load_explicit(&ctl->lane_revoked[k], memory_order_acquire) == e->gen;
+    return 1;
+}
+
+pm__node_lane *pm__node_ls_to(pm__node_ls *s, const pm__frame_hdr *h)
+{
+    if (!pm__node_ls_live(s) || h->dst_host != PM__HOST_LOCAL || h->dst == PM__NODE_MAIN)
+        return NULL;
+    pm__node_lane *e = pm__node_lanes_to(&s->t, h->dst, h->dst_inc);
+    /* A peer whose lane is revoked has ended: the frame takes the hub,
+     * which answers for it (-EHOSTDOWN, -ESTALE), as it would have before
+     * the lane. The lane itself is finished by the next receive. */
+    if (e == NULL || pm__node_ls_gone(s, e))
+        return NULL;
+    if (!e->mark_sent)
+        send_mark(s, e);
+    /* Before our marker, a frame through the hub is ahead of it: not
+     * counted, as the peer does not count it either. */
+    return e->mark_sent ? e : NULL;
+}
+
+int pm__node_lane_path(pm__node_lane *e, int lane_fits)
+{
+    if (e->broken)
+        return 0;
+    if (lane_fits) {
+        if (e->on_lane || pm__lane_may_send(e->lane)) {
+            e->on_lane = 1;
+            return 1;
+        }
+        return 0;
+    }
+    if (!e->on_lane)
+        return 0;
+    int d = pm__lane_drained(e->lane);
+    if (d == 0)
+        return -EAGAIN;
+    if (d < 0)
+        e->broken = 1;
+    e->on_lane = 0;
+    return 0;
+}
+
+/* ------------------------------------------------------------- receiving */
+
+int pm__node_ls_next(pm__node_ls *s, pm__frame_hdr *h, const void **payload)
+{
+    if (!pm__node_ls_live(s))
+        return 0;
+    for (unsigned i = 0; i < PM__LANES_MAX; i++) {
+        unsigned k = (s->rr + i) % PM__LANES_MAX;
+        pm__node_lane *e = &s->t.at[k];
+        if (e->lane == NULL || !e->marked || e->broken)
+            continue;
+        int rc = pm__lane_recv(e->lane, h, payload);
+        if (rc == 1) {
+            /* The next call starts past this lane: a peer that floods its
+             * lane delays its own frames, not the other lanes'. */
+            s->rr = k + 1;
+            s->last = e;
+            return 1;
+        }
+        if (rc < 0)
+            e->broken = 1; /* the peer broke its ring: never read again */
+    }
+    return 0;
+}
+
+pm__node_lane *pm__node_ls_last(pm__node_ls *s)
+{
+    return s != NULL ? s->last : NULL;
+}
+
+int pm__node_ls_reply_ok(pm__node_ls *s, const pm__frame_hdr *h, uint64_t id)
+{
+    if (!pm__node_ls_live(s) || h->request_id != id || h->src_host != PM__HOST_LOCAL)
+        return 0;
+    pm__node_lane *e = pm__node_lanes_to(&s->t, h->src, h->src_inc);
+    if (e == NULL || e->lane->req_out != id)
+        return 0;
+    e->lane->req_out = 0;
+    return 1;
+}
+
+void pm__node_ls_forget(pm__node_ls *s, uint64_t id)
+{
+    if (!pm__node_ls_live(s))
+        return;
+    for (unsigned k = 0; k < PM__LANES_MAX; k++) {
+        pm__node_lane *e = &s->t.at[k];
+        if (e->lane != NULL && e->lane->req_out == id)
+            e->lane->req_out = 0;
+    }
+}
+
+/* --------------------------------------------------------------- waiting */
+
+/* The rings a wait watches: the hub's, then every lane that may be read. */
+static unsigned rings_of(pm__node_ls *s, pm__ring **v)
+{
+    unsigned m = 0;
+    v[m++] = &s->ch->rx;
+    for (unsigned k = 0; k < PM__LANES_MAX; k++) {
+        pm__node_lane *e = &s->t.at[k];
+        if (e->lane != NULL && e->marked && !e->broken)
+            v[m++] = &e->lane->rx;
+    }
+    return m;
+}
+
+int pm__node_ls_wait(pm__node_ls *s, int timeout_ms)
+{
+    pm__ring *v[1 + PM__LANES_MAX];
+    unsigned m = rings_of(s, v);
+    return pm__ring_wait_many(v, m, timeout_ms);
+}
+
+int pm__node_ls_arm(pm__node_ls *s)
+{
+    if (!pm__node_ls_live(s))
+        return 0;
+    for (unsigned k = 0; k < PM__LANES_MAX; k++) {
+        pm__node_lane *e = &s->t.at[k];
+        if (e->lane == NULL || !e->marked || e->broken)
+            continue;
+        int rc = pm__ring_arm(&e->lane->rx);
+        if (rc != 0) {
+            pm__node_ls_disarm(s);
+            return 1; /* a frame is there (or the ring broke: read it to see) */
+        }
+    }
+    return 0;
+}
+
+void pm__node_ls_disarm(pm__node_ls *s)
+{
+    if (!pm__node_ls_live(s))
+        return;
+    for (unsigned k = 0; k < PM__LANES_MAX; k++) {
+        pm__node_lane *e = &s->t.at[k];
+        if (e->lane == NULL)
+            continue;
+        pm__ring_disarm(&e->lane->rx);
+        pm__doorbell_drain(e->efd_self);
+    }
+}
+
+int pm__node_ls_fd(pm__node_ls *s)
+{
+    if (s->epfd >= 0)
+        return s->epfd;
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    s->epfd = fd;
+    watch(s, s->ch->node_efd);
+    for (unsigned k = 0; k < PM__LANES_MAX; k++)
+        if (s->t.at[k].lane != NULL)
+            watch(s, s->t.at[k].efd_self);
+    return fd;
+}

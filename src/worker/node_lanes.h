@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * node_lanes.h - a worker's use of its direct lanes (doc/design.md, "Direct
+ * lanes"), below the node: it is given the node's channel and identity and
+ * a place to keep a revoked lane's frames, and never calls the node.
+ * node_messaging.c sends, receives and waits with it; node.c frees it.
+ */
+#ifndef PM_NODE_LANES_H
+#define PM_NODE_LANES_H
+
+#include <stdint.h>
+
+#include "channel/channel.h"
+#include "channel/frame.h"
+#include "nodelane.h"
+
+typedef struct pm__node_ls pm__node_ls;
+
+/* The lanes' state of a node (made on its first lane, or pm_node_fd):
+ * ch, the node's channel; slot and inc, its identity as the supervisor
+ * gave it; keep(arg, ...) keeps a frame a revoked lane held for the next
+ * receive. NULL without memory. */
+pm__node_ls *pm__node_ls_new(pm__channel *ch, uint32_t slot, uint64_t inc,
+                             void (*keep)(void *arg, const pm__frame_hdr *h, const void *payload),
+                             void *arg);
+void pm__node_ls_free(pm__node_ls *s); /* NULL: nothing */
+/* Lanes are attached (s may be NULL). */
+int pm__node_ls_live(const pm__node_ls *s);
+/* The revocations in the control block: each revoked lane's frames kept,
+ * its waited-on request lost. How many lanes were revoked. */
+int pm__node_ls_revoked(pm__node_ls *s);
+/* 1 (once) when request id was lost with its lane: -EHOSTDOWN. */
+int pm__node_ls_lost(pm__node_ls *s, uint64_t id);
+/* A PM__FT_LANE or PM__FT_LANE_MARK frame off the hub ring (the caller
+ * consumes it afterwards): an offer adopted (its marker sent), a
+ * revocation's wake-up, a peer's marker. */
+void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
+/* A frame taken off the hub ring: counted for its sender's lane. */
+void pm__node_ls_took(pm__node_ls *s, const pm__frame_hdr *h);
+/* 1 when e's revocation is in the control block (its peer has ended), read
+ * without finishing the lane: only a receive finishes a revoked lane (it
+ * overwrites the lane's buffer, which may hold the message the caller
+ * still has from the last receive). */
+int pm__node_ls_gone(const pm__node_ls *s, const pm__node_lane *e);
+/* The lane a frame to h's destination concerns (our marker sent, not
+ * revoked), or NULL. */
+pm__node_lane *pm__node_ls_to(pm__node_ls *s, const pm__frame_hdr *h);
+/* The path of the next frame to e's peer: 1 the lane, 0 the hub, -EAGAIN
+ * the hub once the lane is drained. fits: the frame is one a lane carries. */
+int pm__node_lane_path(pm__node_lane *e, int fits);
+/* The next frame from any lane, the lanes in turn: 1 or 0; the lane it
+ * came by. */
+int pm__node_ls_next(pm__node_ls *s, pm__frame_hdr *h, const void **payload);
+pm__node_lane *pm__node_ls_last(pm__node_ls *s);
+/* A PM__FT_LANE_REPLY answers request id, sent on the lane to its sender. */
+int pm__node_ls_reply_ok(pm__node_ls *s, const pm__frame_hdr *h, uint64_t id);
+/* The wait for request id ended: a lane's reply to it is late from now. */
+void pm__node_ls_forget(pm__node_ls *s, uint64_t id);
+/* One wait on the hub ring and every lane that may be read (ringwait.h). */
+int pm__node_ls_wait(pm__node_ls *s, int timeout_ms);
+/* pm_node_fd's arming of the lanes: 1 when a frame is there already. */
+int pm__node_ls_arm(pm__node_ls *s);
+void pm__node_ls_disarm(pm__node_ls *s);
+/* pm_node_fd's epoll fd (made on the first call): the hub's doorbell and
+ * each lane's. */
+int pm__node_ls_fd(pm__node_ls *s);
+
+#endif /* PM_NODE_LANES_H */

@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/* check_lanemesh.c - direct lanes in a running cluster (doc/design.md,
+ * "Direct lanes"): two fork-mode workers that talk get a lane; order
+ * across the set-up and the falls back to the hub for large messages;
+ * requests and replies on the lane; a peer's crash revokes it (its frames
+ * written before still delivered, the request waiting on it -EHOSTDOWN);
+ * lanes off where the option or the containment says so. Real processes
+ * throughout; every outcome is decided by what the workers report. */
+#include "helpers.h"
+#include "internals.h"
+
+#include "worker/node_lanes.h"
+
+static char said[4][256];
+
+static void on_message(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    (void)pm_test_keep_said(said, 4, m);
+}
+
+static void on_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    (void)c;
+    (void)e;
+    (void)arg;
+}
+
+static uint32_t get_u32(const pm_message *m)
+{
+    uint32_t v = UINT32_MAX;
+    if (m->len >= 4)
+        memcpy(&v, m->data, 4);
+    return v;
+}
+
+/* Slot 1: answers every request with its payload, checks that the plain
+ * messages (numbered, small and large) come in order, and reports when
+ * the message numbered UINT32_MAX - 1 ("done") arrives. On a request
+ * saying "die" it sends five numbered messages to its asker and exits
+ * without answering. */
+static int server(pm_node *n)
+{
+    uint32_t next = 0;
+    int bad = 0;
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0)
+            continue;
+        if (m.kind == PM_MSG_REQUEST) {
+            if (m.len == 3 && memcmp(m.data, "die", 3) == 0) {
+                pm_address to = m.from;
+                for (uint32_t i = 0; i < 5; i++)
+                    pm_node_send(n, &to, &i, sizeof(i));
+                _exit(3);
+            }
+            pm_node_reply(n, &m, m.data, m.len);
+            continue;
+        }
+        uint32_t v = get_u32(&m);
+        if (v == UINT32_MAX - 1) {
+            pm_test_say(n, "server %s %u lanes=%d", bad ? "bad" : "ok", next,
+                        pm__node_ls_live(n->ls));
+            continue;
+        }
+        if (v != next)
+            bad = 1;
+        next = v + 1;
+    }
+}
+
+/* Slot 1 may not be ready when slot 0 is: asks until it answers (-1
+ * after 20 s). */
+static int wait_peer(pm_node *n, const pm_address *to)
+{
+    for (int k = 0; k < 1000; k++) {
+        pm_message r;
+        uint32_t q = 0;
+        if (pm_node_request(n, to, &q, sizeof(q), 1000, &r) == 0)
+            return 0;
+        usleep(20000);
+    }
+    return -1;
+}
+
+static int boot_order(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return server(n);
+    /* Slot 0: requests and numbered messages to slot 1, a large message
+     * now and then (it takes the hub, after the lane's frames). */
+    pm_address to = pm_test_slot_addr(1, 0);
+    static unsigned char big[40000];
+    int bad = wait_peer(n, &to) != 0;
+    uint32_t seq = 0;
+    for (uint32_t i = 0; i < 3000; i++) {
+        if (i % 10 == 0) {
+            pm_message r;
+            uint32_t q = i;
+            int rc = pm_node_request(n, &to, &q, sizeof(q), 10000, &r);
+            if (rc != 0 || get_u32(&r) != q) {
+                if (!bad)
+                    fprintf(stderr, "request %u: %d %u\n", q, rc, rc == 0 ? get_u32(&r) : 0);
+                bad = 1;
+            }
+        }
+        if (i % 500 == 250) {
+            memcpy(big, &seq, sizeof(seq));
+            int rc = pm_node_send(n, &to, big, sizeof(big));
+            if (rc != 0) {
+                fprintf(stderr, "big %u: %d\n", seq, rc);
+                bad = 1;
+            }
+            seq++;
+        }
+        if (pm_node_send(n, &to, &seq, sizeof(seq)) != 0)
+            bad = 1;
+        seq++;
+    }
+    uint32_t done = UINT32_MAX - 1;
+    pm_node_send(n, &to, &done, sizeof(done));
+    pm_test_say(n, "client %s %u lanes=%d", bad ? "bad" : "ok", seq, pm__node_ls_live(n->ls));
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+static pm_options *lane_options(int (*boot)(pm_node *, void *))
+{
+    pm_options *o = pm_test_quick_options(2, on_event, on_message);
+    if (boot != NULL)
+        pm_options_set_bootstrap(o, boot, NULL);
+    memset(said, 0, sizeof(said));
+    return o;
+}
+
+/* Lanes need cgroup containment: skipped (77) where the machine gives
+ * none, never passed silently. */
+static pm_cluster *spawn_with_lanes(pm_options *o)
+{
+    pm_cluster *c = pm_test_spawn(o);
+    char why[256];
+    if (pm_cluster_containment(c, why, sizeof(why)) != PM_CONTAIN_CGROUP) {
+        pm_cluster_terminate(c);
+        pm_options_free(o);
+        pm_test_skip("direct lanes need cgroup containment, which this machine does not give");
+    }
+    return c;
+}
+
+/* The worker modes a lane must work in (design.md: fork mode, exec mode,
+ * the warm standby, every seccomp level). */
+enum { MODE_FORK, MODE_STRICT, MODE_STANDBY_BASIC, MODE_EXEC, MODE_COUNT };
+static const char *const mode_name[] = {"fork", "fork, seccomp strict",
+                                        "fork, warm standby, seccomp basic", "exec"};
+static char self_exe[4096];
+
+static void set_mode(pm_options *o, int mode)
+{
+    if (mode == MODE_STRICT)
+        ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_STRICT), 0);
+    if (mode == MODE_STANDBY_BASIC) {
+        ck_assert_int_eq(pm_options_set_warm_standby(o, 1), 0);
+        ck_assert_int_eq(pm_options_set_seccomp(o, PM_SECCOMP_BASIC), 0);
+    }
+    if (mode == MODE_EXEC) {
+        /* This program again, as an exec'd mesh worker (main below). */
+        char *argv[] = {"check_lanemesh", "--lane-worker", NULL};
+        ck_assert_int_eq(pm_options_set_exec(o, self_exe, argv), 0);
+    }
+}
+
+/* Two workers that talk get a lane, and every frame of the pair arrives
+ * in order across its set-up and the large messages' way through the hub
+ * and back; in each worker mode. */
+START_TEST(test_lane_order)
+{
+    pm_options *o = lane_options(_i == MODE_EXEC ? NULL : boot_order);
+    set_mode(o, _i);
+    fprintf(stderr, "mode: %s\n", mode_name[_i]);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0 && said[1][0] != 0, 40000);
+    ck_assert_str_eq(said[0], "#client ok 3006 lanes=1");
+    ck_assert_str_eq(said[1], "#server ok 3006 lanes=1");
+    ck_assert_uint_eq(c->hub->lanes_made, 1);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* The same traffic with lanes off: the same outcome, every frame through
+ * the hub, no lane made. */
+START_TEST(test_lanes_off)
+{
+    pm_options *o = lane_options(boot_order);
+    ck_assert_int_eq(pm_options_set_direct_lanes(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_direct_lanes(o, 2), -EINVAL);
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0 && said[1][0] != 0, 40000);
+    ck_assert_str_eq(said[0], "#client ok 3006 lanes=0");
+    ck_assert_str_eq(said[1], "#server ok 3006 lanes=0");
+    ck_assert_uint_eq(c->hub->lanes_made, 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* With process groups a setsid() descendant could outlive its worker and
+ * keep writing on a revoked lane: no lanes there. */
+START_TEST(test_lanes_off_process_group)
+{
+    pm_options *o = lane_options(boot_order);
+    ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0 && said[1][0] != 0, 40000);
+    ck_assert_str_eq(said[0], "#client ok 3006 lanes=0");
+    ck_assert_uint_eq(c->hub->lanes_made, 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* Slot 0 earns a lane to slot 1, then asks it to die: slot 1 sends five
+ * messages on the lane and exits without answering. The request fails
+ * -EHOSTDOWN once the lane is revoked, the five messages written before
+ * the revocation are still delivered in order, and the next request to
+ * slot 1 reaches its new incarnation. */
+static int boot_crash(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return server(n);
+    pm_address to = pm_test_slot_addr(1, 0);
+    pm_message r;
+    (void)wait_peer(n, &to);
+    for (uint32_t i = 0; i < 100; i++)
+        if (pm_node_request(n, &to, &i, sizeof(i), 10000, &r) != 0)
+            break;
+    int lanes = pm__node_ls_live(n->ls);
+    int rc = pm_node_request(n, &to, "die", 3, 20000, &r);
+    uint32_t got = 0;
+    int order = 1;
+    pm_message m;
+    while (got < 5 && pm_node_recv(n, &m, 10000) == 0) {
+        if (get_u32(&m) != got)
+            order = 0;
+        got++;
+    }
+    /* The replacement answers (through the hub: a new pair). */
+    int again = -1;
+    for (int k = 0; k < 200 && again != 0; k++) {
+        uint32_t q = 7;
+        again = pm_node_request(n, &to, &q, sizeof(q), 1000, &r);
+        if (again != 0)
+            usleep(20000);
+    }
+    pm_test_say(n, "lanes=%d die=%d got=%u order=%d again=%d after=%d", lanes, rc, got, order,
+                again, pm__node_ls_live(n->ls));
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_peer_crash)
+{
+    pm_options *o = lane_options(boot_crash);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 40000);
+    char want[128];
+    snprintf(want, sizeof(want), "#lanes=1 die=%d got=5 order=1 again=0 after=0", -EHOSTDOWN);
+    ck_assert_str_eq(said[0], want);
+    ck_assert_uint_eq(c->hub->lanes_made, 1);
+    ck_assert_uint_ge(c->hub->lanes_revoked, 1);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
+        pm_node *n;
+        if (pm_node_join(&n) != 0)
+            return 100;
+        return boot_order(n, NULL);
+    }
+    ssize_t k = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+    if (k <= 0)
+        return 99;
+    self_exe[k] = '\0';
+    Suite *s = suite_create("lanemesh");
+    TCase *tc = pm_tcase("lanemesh", 60);
+    tcase_add_loop_test(tc, test_lane_order, 0, MODE_COUNT);
+    tcase_add_test(tc, test_lanes_off);
+    tcase_add_test(tc, test_lanes_off_process_group);
+    tcase_add_test(tc, test_lane_peer_crash);
+    suite_add_tcase(s, tc);
+    return pm_test_main(s);
+}
