@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "internals.h"
 
+#include "channel/proto.h"
 #include "worker/node_lanes.h"
 
 static char said[4][256];
@@ -280,6 +281,132 @@ START_TEST(test_lane_peer_crash)
 }
 END_TEST
 
+/* Identity on a lane: slot 0 (hostile) earns a lane to slot 1 (the
+ * victim), then writes raw frames on it, past the library's own send:
+ * a message claiming to be from slot 2, a notice, a reply to nothing, a
+ * reply to the request the victim is waiting on from slot 2, a large
+ * message's flag, another host. The victim sees one message, from slot 0
+ * (stamped from what the supervisor said), its request to slot 2 answered
+ * by slot 2 alone, and nothing else but the closing "end". */
+static void raw(pm__lane *l, int type, uint32_t src, uint16_t flags, uint16_t host,
+                uint64_t id, int32_t error, const char *text)
+{
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = (uint8_t)type;
+    h.flags = flags;
+    h.src = src;
+    h.src_inc = 77;
+    h.src_host = host;
+    h.dst = 1;
+    h.request_id = id;
+    h.error = error;
+    (void)pm__frame_send(&l->tx, &h, text, strlen(text));
+}
+
+static int hostile(pm_node *n)
+{
+    pm_address to = pm_test_slot_addr(1, 0);
+    if (wait_peer(n, &to) != 0)
+        return 1;
+    pm_message r;
+    for (uint32_t i = 0; i < 40; i++)
+        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
+    pm__frame_hdr d;
+    memset(&d, 0, sizeof(d));
+    d.dst = 1;
+    pm__node_lane *e = pm__node_ls_to(n->ls, &d);
+    pm_test_say(n, "hostile lane=%d", e != NULL);
+    if (e == NULL)
+        return 1;
+    /* Wait for the victim's "go": its request to slot 2 is under way. */
+    while (pm_node_recv(n, &r, -1) == 0 && !(r.len == 2 && memcmp(r.data, "go", 2) == 0))
+        ;
+    raw(e->lane, PM__FT_MSG, 2, 0, 0, 0, 0, "forged");
+    raw(e->lane, PM__FT_UNDELIVERABLE, 0, 0, 0, 5, -EHOSTDOWN, "");
+    raw(e->lane, PM__FT_REPLY, 0, 0, 0, 999, 0, "nothing");
+    for (uint64_t id = 1; id < 200; id++)
+        raw(e->lane, PM__FT_REPLY, 2, 0, 0, id, 0, "fake");
+    raw(e->lane, PM__FT_MSG, 0, PM__FF_MEMFD, 0, 0, 0, "flag");
+    raw(e->lane, PM__FT_MSG, 0, 0, 3, 0, 0, "host");
+    pm_node_send(n, &to, "end", 3);
+    while (pm_node_recv(n, &r, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+static int victim(pm_node *n)
+{
+    pm_address slot0 = pm_test_slot_addr(0, 0), slot2 = pm_test_slot_addr(2, 0);
+    int others = 0, forged_ok = 0, asked = 0;
+    char reply[32] = "";
+    unsigned reply_from = 0;
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0)
+            continue;
+        if (m.kind == PM_MSG_REQUEST) {
+            pm_node_reply(n, &m, m.data, m.len);
+            /* After the lane is there: ask slot 2 (slow to answer), and
+             * tell slot 0 to go while the request waits. */
+            if (++asked == 40) {
+                pm_node_send(n, &slot0, "go", 2);
+                pm_message r;
+                if (pm_node_request(n, &slot2, "slow", 4, 20000, &r) == 0) {
+                    snprintf(reply, sizeof(reply), "%.*s", (int)r.len, (const char *)r.data);
+                    reply_from = r.from.port;
+                }
+            }
+            continue;
+        }
+        if (m.len == 6 && memcmp(m.data, "forged", 6) == 0)
+            forged_ok = m.from.port == 1 && m.kind == PM_MSG_PLAIN;
+        else if (!(m.len == 3 && memcmp(m.data, "end", 3) == 0))
+            others++;
+        else {
+            pm_test_say(n, "victim forged_from_0=%d others=%d reply=%s from=%u lanes=%d", forged_ok,
+                        others, reply, reply_from, pm__node_ls_live(n->ls));
+        }
+    }
+}
+
+/* Slot 2: answers "slow" after 300 ms with "real". */
+static int slow(pm_node *n)
+{
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc == 0 && m.kind == PM_MSG_REQUEST) {
+            usleep(300000);
+            pm_node_reply(n, &m, "real", 4);
+        }
+    }
+}
+
+static int boot_identity(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    return pm_node_slot(n) == 0 ? hostile(n) : pm_node_slot(n) == 1 ? victim(n) : slow(n);
+}
+
+START_TEST(test_lane_identity)
+{
+    pm_options *o = lane_options(boot_identity);
+    ck_assert_int_eq(pm_options_set_workers(o, 3), 0);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[1][0] != 0, 40000);
+    ck_assert_str_eq(said[0], "#hostile lane=1");
+    ck_assert_str_eq(said[1], "#victim forged_from_0=1 others=0 reply=real from=3 lanes=1");
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -298,6 +425,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_lanes_off);
     tcase_add_test(tc, test_lanes_off_process_group);
     tcase_add_test(tc, test_lane_peer_crash);
+    tcase_add_test(tc, test_lane_identity);
     suite_add_tcase(s, tc);
     return pm_test_main(s);
 }

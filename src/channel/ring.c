@@ -39,17 +39,6 @@
 #define WAIT_FD 1u    /* an event loop polls park_fd: write the eventfd */
 #define WAIT_FUTEX 2u /* parked in FUTEX_WAIT on the flag: FUTEX_WAKE it */
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#else
-    __asm__ __volatile__("" ::: "memory");
-#endif
-}
-
 /* One load of a record header. The atomic builtin makes it a single 64-bit
  * fetch: the compiler may not split it or load it again later, which matters
  * because the peer can change those bytes at any moment (double fetch). */
@@ -677,7 +666,7 @@ PM__READY_TEXT static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, si
          * awake round trip had). A spin that loses its CPU parks instead. */
         do {
             for (int i = 0; i < 32; i++)
-                cpu_relax();
+                pm__cpu_relax();
             if ((rc = cond(r, arg)) != 0) {
                 if (rc > 0)
                     r->spin_budget = pm__spin_learn(r->spin_budget, r->spin_ns, 1,

@@ -116,6 +116,19 @@ typedef struct pm__ring {
  * forgets its budget (a spin that loses its CPU delays whoever took it). */
 #define PM__SPIN_PREEMPT_NS 20000u
 
+/* One pause of a spin: tells the CPU we busy-wait (a sibling hyperthread
+ * gets the core, the loop exits its speculation cheaply). */
+static inline void pm__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
 /* The CPUs this process may run on (its affinity mask, else the online
  * count), read once per process: what a spin gate compares with. */
 unsigned pm__spin_cpus(void);

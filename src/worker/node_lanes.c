@@ -322,11 +322,50 @@ static unsigned rings_of(pm__node_ls *s, pm__ring **v)
     return m;
 }
 
-int pm__node_ls_wait(pm__node_ls *s, int timeout_ms)
+/* 1 when one of the m rings may have a frame (a broken one counts: its
+ * next read says so). */
+static int any_data(pm__ring *const *v, unsigned m)
+{
+    for (unsigned k = 0; k < m; k++)
+        if (!pm__ring_empty(v[k]))
+            return 1;
+    return 0;
+}
+
+int pm__node_ls_wait(pm__node_ls *s, int timeout_ms, int may_spin)
 {
     pm__ring *v[1 + PM__LANES_MAX];
     unsigned m = rings_of(s, v);
-    return pm__ring_wait_many(v, m, timeout_ms);
+    /* The ring's own strategy (ring.c spin_then_park) over every ring at
+     * once: spin for the learnt budget, kept in the hub ring's state (one
+     * budget per wait, whichever ring answers), then park. A lane's peer
+     * answers without the hub, so a spin here pays off exactly when the
+     * ring's own awake round trip would. */
+    pm__ring *rx = &s->ch->rx;
+    uint32_t budget = rx->spin_budget < rx->spin_ns ? rx->spin_budget : rx->spin_ns;
+    uint64_t t0 = pm__now_ns(), prev = t0, now = t0;
+    int learn = may_spin;
+    if (may_spin && budget > 0) {
+        do {
+            for (int i = 0; i < 32; i++)
+                pm__cpu_relax();
+            if (any_data(v, m)) {
+                rx->spin_budget = pm__spin_learn(rx->spin_budget, rx->spin_ns, 1, pm__now_ns() - t0);
+                return 1;
+            }
+            now = pm__now_ns();
+            if (pm__spin_preempted(prev, now)) {
+                rx->spin_budget = 0; /* lost its CPU: park, as ring.c does */
+                learn = 0;
+                break;
+            }
+            prev = now;
+        } while (now < t0 + budget);
+    }
+    int rc = pm__ring_wait_many(v, m, timeout_ms);
+    if (rc > 0 && learn)
+        rx->spin_budget = pm__spin_learn(budget, rx->spin_ns, 0, pm__now_ns() - t0);
+    return rc;
 }
 
 int pm__node_ls_arm(pm__node_ls *s)

@@ -56,8 +56,10 @@ pm__node_lane *pm__node_ls_last(pm__node_ls *s);
 int pm__node_ls_reply_ok(pm__node_ls *s, const pm__frame_hdr *h, uint64_t id);
 /* The wait for request id ended: a lane's reply to it is late from now. */
 void pm__node_ls_forget(pm__node_ls *s, uint64_t id);
-/* One wait on the hub ring and every lane that may be read (ringwait.h). */
-int pm__node_ls_wait(pm__node_ls *s, int timeout_ms);
+/* One wait on the hub ring and every lane that may be read: a spin first
+ * when may_spin (the learnt budget, as a ring's own wait), then one park on
+ * every doorbell (ringwait.h). */
+int pm__node_ls_wait(pm__node_ls *s, int timeout_ms, int may_spin);
 /* pm_node_fd's arming of the lanes: 1 when a frame is there already. */
 int pm__node_ls_arm(pm__node_ls *s);
 void pm__node_ls_disarm(pm__node_ls *s);

@@ -273,9 +273,9 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
         }
         struct pm__ctl *ctl = n->channel.map;
         atomic_store_explicit(&ctl->waiting, 1, memory_order_relaxed);
-        /* With lanes, one wait on every ring (no spin: a lane's peer may
-         * answer on any of them); else the hub ring's own. */
-        rc = pm__node_ls_live(n->ls) ? pm__node_ls_wait(n->ls, wait)
+        /* With lanes, one wait on every ring (a lane's peer may answer on
+         * any of them); else the hub ring's own. */
+        rc = pm__node_ls_live(n->ls) ? pm__node_ls_wait(n->ls, wait, may_spin(n))
                                     : pm__ring_wait_gated(&n->channel.rx, wait, may_spin(n));
         atomic_store_explicit(&ctl->waiting, 0, memory_order_relaxed);
         if (rc < 0)

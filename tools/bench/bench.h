@@ -57,6 +57,9 @@ int parse_options(int argc, char **argv, unsigned allowed, bench_opts *o);
 
 /* This program, for re-executing itself as a worker or a baseline child. */
 extern char self_exe[4096];
+/* Direct lanes in the clusters bench_options makes: -1 the library's
+ * default (or PM_BENCH_LANES), 0 off, 1 on (lane.c sets it per row). */
+extern int bench_lanes;
 
 /* The exec-mode entries: "pm-bench __worker" idles as a mesh worker,
  * "pm-bench __child" writes one byte to fd 3 and exits. */

@@ -148,6 +148,8 @@ static void on_ready(pm_cluster *c, const pm_event *e, void *arg)
     }
 }
 
+int bench_lanes = -1;
+
 pm_options *bench_options(int workers, int exec_mode)
 {
     pm_options *o = pm_options_new();
@@ -165,6 +167,13 @@ pm_options *bench_options(int workers, int exec_mode)
     pm_options_set_handle_signals(o, 0);
     pm_options_set_ring_size(o, 256 * 1024);
     pm_options_set_on_event(o, on_ready, NULL);
+    /* PM_BENCH_LANES=0: every frame through the hub (the star, as before
+     * direct lanes), to compare with the default in the same session. */
+    const char *lanes = getenv("PM_BENCH_LANES");
+    if (bench_lanes >= 0)
+        pm_options_set_direct_lanes(o, bench_lanes);
+    else if (lanes != NULL)
+        pm_options_set_direct_lanes(o, strcmp(lanes, "0") != 0);
     return o;
 }
 

@@ -200,46 +200,66 @@ int cmd_lane(const bench_opts *o)
            o->frames, o->size, o->runs);
     printf("  %-24s %14s %18s\n", "path", "frames/s", "lane speed-up");
     uint64_t *v = calloc(o->runs, sizeof(*v));
-    uint64_t med[2];
-    for (int k = 0; k < 2; k++) {
+    uint64_t med[3];
+    /* The data path alone (two processes attached to one lane), then two
+     * workers of a cluster (the library choosing the lane after 64 frames,
+     * set-up included), then the same cluster with lanes off. */
+    static const char *const sn[] = {"lane", "cluster, lanes", "through the hub"};
+    for (int k = 0; k < 3; k++) {
+        bench_lanes = k == 1;
         for (unsigned r = 0; r < o->runs; r++) {
             int rc = k == 0 ? lane_stream(o, &v[r])
                             : mesh_relay_run(2, 0, o->size, o->frames, &v[r], NULL);
             if (rc < 0) {
-                fprintf(stderr, "pm-bench: %s stream failed\n", k == 0 ? "lane" : "hub");
+                fprintf(stderr, "pm-bench: %s stream failed\n", sn[k]);
                 return 1;
             }
         }
         med[k] = median(v, o->runs);
     }
-    static const char *const sn[] = {"lane", "through the hub"};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         char ratio[32];
         format_ratio(ratio, sizeof(ratio), med[k], k > 0 ? med[0] : 0, 2);
         printf("  %-24s %14.0f %18s\n", sn[k], (double)o->frames / ((double)med[k] / 1e9), ratio);
     }
+    printf("  cluster speed-up over the hub: %.2fx\n", (double)med[2] / (double)med[1]);
     free(v);
 
     printf("round trip: %u rounds of %zu bytes each way (request, reply)\n", o->rounds, o->size);
     printf("  %-24s %12s %12s\n", "path", "p50 ns", "p99 ns");
     uint64_t *s = calloc(o->rounds, sizeof(*s));
-    static const char *const rt[] = {"lane awake",   "ring awake",  "lane parked", "hub parked",
-                                     "pipe relay",   "pipe direct", "ring parked"};
-    for (int k = 0; k < 7; k++) {
+    /* "cluster, lanes": two workers of a cluster, requests and replies
+     * through pm_node_request and pm_node_recv (the lane made after 64
+     * frames), awake (the hub spinning, the workers' learnt spin) and
+     * parked; "hub parked": the same with lanes off. */
+    static const char *const rt[] = {"lane awake",          "cluster, lanes awake", "ring awake",
+                                     "lane parked",         "cluster, lanes parked", "hub parked",
+                                     "pipe relay",          "pipe direct",           "ring parked"};
+    uint64_t p50[9];
+    for (int k = 0; k < 9; k++) {
         uint64_t ns;
+        bench_lanes = k == 1 || k == 4;
         int rc = k == 0   ? lane_request_reply(o, 1, s)
-                 : k == 1 ? ring_pingpong(o, UINT32_MAX, s)
-                 : k == 2 ? lane_request_reply(o, 0, s)
-                 : k == 3 ? mesh_relay_run(0, 1, o->size, o->rounds, &ns, s)
-                 : k == 4 ? fd_relay_run(0, 1, o->size, o->rounds, &ns, s)
-                 : k == 5 ? fd_pingpong(0, o, s)
+                 : k == 1 ? mesh_relay_run(1, 1, o->size, o->rounds, &ns, s)
+                 : k == 2 ? ring_pingpong(o, UINT32_MAX, s)
+                 : k == 3 ? lane_request_reply(o, 0, s)
+                 : k == 4 || k == 5 ? mesh_relay_run(0, 1, o->size, o->rounds, &ns, s)
+                 : k == 6 ? fd_relay_run(0, 1, o->size, o->rounds, &ns, s)
+                 : k == 7 ? fd_pingpong(0, o, s)
                           : ring_pingpong(o, 0, s);
         if (rc < 0) {
             fprintf(stderr, "pm-bench: %s round trip failed\n", rt[k]);
             return 1;
         }
         print_p50_p99(24, rt[k], s, o->rounds);
+        p50[k] = percentile(s, o->rounds, 0.50); /* sorted by the print */
     }
+    bench_lanes = -1;
+    /* The targets, as same-run ratios of the p50s. */
+    printf("  cluster, lanes parked: %.2fx the pipe relay, %.2fx a direct pipe, %.2fx the hub\n",
+           (double)p50[4] / (double)p50[6], (double)p50[4] / (double)p50[7],
+           (double)p50[4] / (double)p50[5]);
+    printf("  cluster, lanes awake: %.2fx the ring awake\n", (double)p50[1] / (double)p50[2]);
     free(s);
     return 0;
 }
