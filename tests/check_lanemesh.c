@@ -407,6 +407,91 @@ START_TEST(test_lane_identity)
 }
 END_TEST
 
+/* The bound: slot 0 talks to nine peers in turn, 40 requests each (80
+ * frames, past PM__LANEBOOK_AFTER): the first eight get a lane, the ninth
+ * goes on through the hub (no free index at slot 0), and every request is
+ * answered. */
+static int boot_bound(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) != 0)
+        return server(n);
+    int ok = 1;
+    for (unsigned p = 1; p <= 9; p++) {
+        pm_address to = pm_test_slot_addr(p, 0);
+        ok &= wait_peer(n, &to) == 0;
+        for (uint32_t i = 0; i < 40; i++) {
+            pm_message r;
+            ok &= pm_node_request(n, &to, &i, sizeof(i), 10000, &r) == 0 && get_u32(&r) == i;
+        }
+    }
+    pm_test_say(n, "bound ok=%d held=%u", ok, pm__node_ls_held(n->ls));
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_bound)
+{
+    pm_options *o = lane_options(boot_bound);
+    ck_assert_int_eq(pm_options_set_workers(o, 10), 0);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 60000);
+    char want[64];
+    snprintf(want, sizeof(want), "#bound ok=1 held=%u", PM_DIRECT_LANES_MAX);
+    ck_assert_str_eq(said[0], want);
+    ck_assert_uint_eq(c->hub->lanes_made, PM_DIRECT_LANES_MAX);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* A flood on one lane beside traffic on another: slot 0 streams 200000
+ * messages at slot 2 on their lane while slot 1 makes 2000 requests of
+ * slot 2 on theirs; slot 2 serves both (its lanes read in turn), so slot
+ * 1's requests all complete, and slot 0's stream arrives whole and in
+ * order. */
+static int boot_flood(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_address to = pm_test_slot_addr(2, 0);
+    if (pm_node_slot(n) == 2)
+        return server(n);
+    int ok = wait_peer(n, &to) == 0;
+    pm_message r;
+    if (pm_node_slot(n) == 0) {
+        for (uint32_t i = 0; i < 100; i++)
+            ok &= pm_node_request(n, &to, &i, sizeof(i), 10000, &r) == 0;
+        for (uint32_t i = 0; i < 200000; i++)
+            ok &= pm_node_send(n, &to, &i, sizeof(i)) == 0;
+        uint32_t done = UINT32_MAX - 1;
+        pm_node_send(n, &to, &done, sizeof(done));
+        pm_test_say(n, "flood ok=%d lanes=%d", ok, pm__node_ls_live(n->ls));
+    } else {
+        for (uint32_t i = 0; i < 2000; i++)
+            ok &= pm_node_request(n, &to, &i, sizeof(i), 20000, &r) == 0 && get_u32(&r) == i;
+        pm_test_say(n, "asker ok=%d lanes=%d", ok, pm__node_ls_live(n->ls));
+    }
+    while (pm_node_recv(n, &r, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_flood_beside)
+{
+    pm_options *o = lane_options(boot_flood);
+    ck_assert_int_eq(pm_options_set_workers(o, 3), 0);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0 && said[1][0] != 0 && said[2][0] != 0, 60000);
+    ck_assert_str_eq(said[0], "#flood ok=1 lanes=1");
+    ck_assert_str_eq(said[1], "#asker ok=1 lanes=1");
+    ck_assert_str_eq(said[2], "#server ok 200000 lanes=1");
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -420,12 +505,12 @@ int main(int argc, char **argv)
         return 99;
     self_exe[k] = '\0';
     Suite *s = suite_create("lanemesh");
-    TCase *tc = pm_tcase("lanemesh", 60);
-    tcase_add_loop_test(tc, test_lane_order, 0, MODE_COUNT);
-    tcase_add_test(tc, test_lanes_off);
-    tcase_add_test(tc, test_lanes_off_process_group);
-    tcase_add_test(tc, test_lane_peer_crash);
-    tcase_add_test(tc, test_lane_identity);
-    suite_add_tcase(s, tc);
+    PM_ADD_LOOP_TEST(s, test_lane_order, 0, MODE_COUNT, 60);
+    PM_ADD_TEST(s, test_lanes_off, 60);
+    PM_ADD_TEST(s, test_lanes_off_process_group, 60);
+    PM_ADD_TEST(s, test_lane_peer_crash, 60);
+    PM_ADD_TEST(s, test_lane_identity, 60);
+    PM_ADD_TEST(s, test_lane_bound, 90);
+    PM_ADD_TEST(s, test_lane_flood_beside, 90);
     return pm_test_main(s);
 }

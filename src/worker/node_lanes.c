@@ -71,6 +71,11 @@ int pm__node_ls_live(const pm__node_ls *s)
     return s != NULL && s->t.live > 0;
 }
 
+unsigned pm__node_ls_held(const pm__node_ls *s)
+{
+    return s != NULL ? s->t.live : 0;
+}
+
 /* ------------------------------------------------------------ revocation */
 
 static void keep_frame(void *arg, const pm__frame_hdr *h, const void *payload)

@@ -26,6 +26,8 @@ pm__node_ls *pm__node_ls_new(pm__channel *ch, uint32_t slot, uint64_t inc,
 void pm__node_ls_free(pm__node_ls *s); /* NULL: nothing */
 /* Lanes are attached (s may be NULL). */
 int pm__node_ls_live(const pm__node_ls *s);
+/* How many lanes are attached (s may be NULL). */
+unsigned pm__node_ls_held(const pm__node_ls *s);
 /* The revocations in the control block: each revoked lane's frames kept,
  * its waited-on request lost. How many lanes were revoked. */
 int pm__node_ls_revoked(pm__node_ls *s);
