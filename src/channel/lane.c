@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* lane.c - a direct lane between two workers: its memory, its rules, copy then validate. */
+#define _GNU_SOURCE
 #include "base/internal.h"
 #include "lane.h"
 #include "proto.h"
@@ -7,31 +8,58 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* Where ring `which` (0 or 1) starts in a lane's memory. */
-static unsigned char *ring_at(void *map, unsigned which)
+/* Where ring `which` (0 or 1) starts in a lane's memory: its offset, and
+ * its address in a mapping. */
+static size_t ring_off(unsigned which)
 {
-    return (unsigned char *)map + PM__LANE_PAGE +
-           (size_t)which * pm__ring_region_size(PM__LANE_CAP);
+    return PM__LANE_PAGE + (size_t)which * pm__ring_region_size(PM__LANE_CAP);
 }
 
-int pm__lane_create(int *fd)
+static unsigned char *ring_at(void *map, unsigned which)
 {
-    void *map;
-    int rc = pm__shm_create("procmesh-lane", PM__LANE_SIZE, fd, &map);
-    if (rc < 0)
-        return rc;
-    /* The geometry written here is for a reader that trusts the creator
-     * (a debugger, a test); the ends never read it back (ring.h). It is a
-     * constant pm__ring_check_geometry accepts, so formatting cannot fail
+    return (unsigned char *)map + ring_off(which);
+}
+
+int pm__lane_create(int *fd_out)
+{
+    int fd = pm__memfd_new("procmesh-lane");
+    if (fd < 0)
+        return fd;
+    int rc;
+    if (ftruncate(fd, (off_t)PM__LANE_SIZE) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    if ((rc = pm__memfd_seal(fd, PM__SEAL_RING)) < 0)
+        goto fail;
+    /* Each ring's header written with pwrite, never through a mapping:
+     * the supervisor maps no lane, even briefly (a munmap of a mapping
+     * it touched costs a TLB shootdown on every CPU that ran the
+     * supervisor, tens of microseconds in a VM, in the loop's turn). The
+     * geometry is for a reader that trusts the creator (a debugger, a
+     * test); the ends never read it back (ring.h). A constant
+     * pm__ring_check_geometry accepts, so formatting cannot fail
      * (check_lane test_create_sealed reads both headers back). The two
-     * header pages written here are charged to the supervisor's cgroup;
-     * the lane's page and each ring's data pages to the worker that first
-     * writes them (doc/design.md, "Direct lanes", Memory). */
-    (void)pm__ring_format(ring_at(map, 0), PM__LANE_CAP, PM__LANE_MAX_FRAME);
-    (void)pm__ring_format(ring_at(map, 1), PM__LANE_CAP, PM__LANE_MAX_FRAME);
-    pm__shm_unmap(map, PM__LANE_SIZE);
+     * header pages are charged to the supervisor's cgroup; the lane's page
+     * and each ring's data pages to the worker that first writes them
+     * (doc/design.md, "Direct lanes", Memory). */
+    for (unsigned k = 0; k < 2; k++) {
+        struct pm__ring_shared hdr;
+        memset(&hdr, 0, sizeof(hdr));
+        (void)pm__ring_format(&hdr, PM__LANE_CAP, PM__LANE_MAX_FRAME);
+        ssize_t w = pwrite(fd, &hdr, sizeof(hdr), (off_t)ring_off(k));
+        if (w != (ssize_t)sizeof(hdr)) {
+            rc = w < 0 ? -errno : -EIO;
+            goto fail;
+        }
+    }
+    *fd_out = fd;
     return 0;
+fail:
+    pm__close(fd);
+    return rc;
 }
 
 int pm__lane_attach(pm__lane *l, int fd, unsigned end, const pm__lane_who *who, int wake_fd,

@@ -11,8 +11,11 @@
  * the bare ring's round trips (ring.c).
  */
 #include "bench.h"
+#include "channel/bigmsg.h"
 #include "channel/lane.h"
+#include "channel/laneoffer.h"
 #include "channel/ringwait.h"
+#include "worker/nodelane.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 
 static const pm__lane_who who_a = {.self_slot = 0, .self_inc = 1, .peer_slot = 1, .peer_inc = 1};
 static const pm__lane_who who_b = {.self_slot = 1, .self_inc = 1, .peer_slot = 0, .peer_inc = 1};
@@ -190,6 +194,54 @@ static int lane_request_reply(const bench_opts *o, int awake, uint64_t *samples)
     return ok && rc == 0 ? 0 : -1;
 }
 
+/* What one lane's set-up and tear-down cost in system calls and time,
+ * every step of both sides in this one process (no wake-ups, no frames):
+ * the supervisor's (the memfd made, formatted and unmapped, two eventfds,
+ * one record to each worker, the three fds closed) and each worker's (the
+ * record taken, the memfd mapped and closed, the lane unmapped and its
+ * doorbells closed at the end). n lanes; the ns of each in samples. */
+static int lane_setup_teardown(unsigned n, uint64_t *samples)
+{
+    int sock[2][2];
+    for (int k = 0; k < 2; k++)
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sock[k]) < 0)
+            die("socketpair");
+    pm__node_lanes t[2];
+    uint32_t seq = 0;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t t0 = pm__now_ns();
+        int fd, efd[2];
+        if (pm__lane_create(&fd) < 0)
+            return -1;
+        efd[0] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        efd[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        seq = pm__bigmsg_next(seq);
+        for (int k = 0; k < 2; k++) {
+            int fds[3] = {fd, efd[k], efd[1 - k]};
+            if (pm__lane_record_send(sock[k][0], seq, fds) < 0)
+                return -1;
+        }
+        close(fd);
+        close(efd[0]);
+        close(efd[1]);
+        for (int k = 0; k < 2; k++) {
+            int got[3];
+            pm__node_lanes_init(&t[k]);
+            if (pm__lane_record_recv(sock[k][1], seq, got) < 0)
+                return -1;
+            pm__lane_offer of = {seq, 0, i + 1, (uint32_t)k, (uint32_t)(1 - k), 1};
+            if (pm__node_lanes_adopt(&t[k], &of, got, (uint32_t)k, 1) < 0)
+                return -1;
+        }
+        pm__node_lanes_close(&t[0]);
+        pm__node_lanes_close(&t[1]);
+        samples[i] = pm__now_ns() - t0;
+    }
+    for (int k = 0; k < 2; k++)
+        close_pair(sock[k]);
+    return 0;
+}
+
 int cmd_lane(const bench_opts *o)
 {
     print_machine();
@@ -261,5 +313,21 @@ int cmd_lane(const bench_opts *o)
            (double)p50[4] / (double)p50[5]);
     printf("  cluster, lanes awake: %.2fx the ring awake\n", (double)p50[1] / (double)p50[2]);
     free(s);
+    /* The set-up and tear-down of one lane, both sides' steps in one
+     * process: about 13 system calls for the supervisor's side (memfd,
+     * ftruncate, seals, mmap, munmap, 2 eventfds, 2 sendmsg, 3 close) and
+     * 4 for each worker's (recvmsg, fstat, mmap, close), then munmap and
+     * two closes each at the end. */
+    unsigned nset = 2000;
+    uint64_t *u = calloc(nset, sizeof(*u));
+    if (u == NULL || lane_setup_teardown(nset, u) < 0) {
+        fprintf(stderr, "pm-bench: lane set-up failed\n");
+        free(u);
+        return 1;
+    }
+    printf("set-up and tear-down of one lane, both sides' steps in one process, %u lanes\n", nset);
+    printf("  %-24s %12s %12s\n", "path", "p50 ns", "p99 ns");
+    print_p50_p99(24, "lane set-up + tear-down", u, nset);
+    free(u);
     return 0;
 }
