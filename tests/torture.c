@@ -1170,6 +1170,8 @@ static void retire_phase(void)
     M.phase_retire = 0;
 }
 
+static uint64_t lanes_made, lanes_revoked;
+
 static void summary(uint32_t rounds, double secs, uint64_t seed, uint32_t warm, int fds0,
                     int fds_warm, int fds_end, long rss_warm, long rss_max, long rss_end,
                     long rss_all_max)
@@ -1191,6 +1193,11 @@ static void summary(uint32_t rounds, double secs, uint64_t seed, uint32_t warm, 
            (unsigned long long)M.starts);
     if (with_standby)
         printf("warm standby: %llu restarts took one\n", (unsigned long long)standby_starts);
+    /* The workers' requests and streams between them take direct lanes
+     * once a pair has exchanged 64 frames (cgroup containment): every
+     * fault above then also hits lanes, and every death revokes them. */
+    printf("direct lanes: %llu made, %llu revoked at a live end\n", (unsigned long long)lanes_made,
+           (unsigned long long)lanes_revoked);
     printf("  starvation (load, not the nemesis): %llu supervisor stalls, %llu workers fenced "
            "\"heartbeat\"\n",
            (unsigned long long)M.stalls_starved, (unsigned long long)M.fences_starved);
@@ -1316,6 +1323,8 @@ int main(int argc, char **argv)
     }
     double secs = (double)(pm_test_ms() - t0) / 1000.0;
     standby_starts = pm_test_standby_taken(c);
+    lanes_made = c->hub->lanes_made;
+    lanes_revoked = c->hub->lanes_revoked;
     M.ending = 1;
     rc = pm_cluster_terminate(c);
     M.ending = 0;
