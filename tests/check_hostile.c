@@ -36,6 +36,8 @@ enum role {
                      then dies of SIGSEGV (the record left as written) */
     H_DOORBELL,   /* on "start": makes the hub's doorbell blocking, then rings it
                      and takes the count back itself, forever (doorbell.c) */
+    H_BELL_FILL,  /* on "start": makes its own doorbell blocking and tries to fill
+                     it, raises both rings' wait flags, then never reads again */
 };
 
 struct plan {
@@ -237,6 +239,27 @@ static void on_alarm(int sig)
  * supervisor that reads the count after the worker took it back would
  * block in read() until the next ring, which never comes. Its own read is
  * broken by a 20 ms timer when the supervisor took the count first. */
+/* H_BELL_FILL: the attack on the doorbell the supervisor writes to wake
+ * this worker (a review of stop 40): with an eventfd both held one open
+ * file description, so the worker could clear O_NONBLOCK, fill the
+ * counter to its maximum and raise its wait flags: the supervisor's next
+ * wake-up write blocked forever. The doorbell is a pipe now; the worker
+ * holds only its read end (its own description), and the supervisor's
+ * writes into a pipe nobody reads fail with EAGAIN once it is full. */
+static void fill_bell(pm_node *n)
+{
+    int fd = n->channel.node_efd;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    uint64_t v = 0xfffffffffffffffeULL;
+    (void)!write(fd, &v, sizeof(v)); /* EBADF on a pipe's read end */
+    atomic_store(&n->channel.rx.sh->cons_waiting, 1u);
+    atomic_store(&n->channel.tx.sh->prod_waiting, 1u);
+    for (;;)
+        pause();
+}
+
 static void ring_and_steal(pm_node *n)
 {
     int fd = n->channel.hub_efd;
@@ -286,6 +309,9 @@ static int worker(pm_node *n, void *arg)
     switch (role) {
     case H_SILENT:
         beat_forever(n);
+        break;
+    case H_BELL_FILL:
+        fill_bell(n);
         break;
     case H_DOORBELL:
         ring_and_steal(n);
@@ -877,6 +903,31 @@ START_TEST(test_doorbell_made_blocking)
 }
 END_TEST
 
+/* Slot 0 attacks the doorbell the supervisor wakes it through (fill_bell)
+ * while main sends it 20000 messages, each a wake-up write where its wait
+ * flag asks for one; slot 1's round trips with main go on, nothing is
+ * fenced but by the rules (its full queue may be reported not draining). */
+START_TEST(test_doorbell_filled)
+{
+    plan = (struct plan){.role[0] = H_BELL_FILL, .role[1] = H_HONEST};
+    pm_options *o;
+    pm_cluster *c = spawn_plan(2, &o);
+    start(c, 0);
+    pm_address a = pm_test_slot_addr(0, 0);
+    unsigned sent = 0;
+    for (unsigned i = 0; i < 20000; i++) {
+        if (pm_cluster_send(c, &a, "x", 1) == 0)
+            sent++;
+        if (i % 256 == 0)
+            ck_assert_int_ge(pm_cluster_run(c, 0), 0);
+    }
+    ck_assert_uint_gt(sent, 0);
+    for (int k = 0; k < 20; k++)
+        hello(c, 1, 20000);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(void)
 {
     gate = mmap(NULL, sizeof(*gate), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -895,5 +946,6 @@ int main(void)
     PM_ADD_TEST(s, test_fork_replacement_sees_no_traffic, 120);
     PM_ADD_TEST(s, test_total_queued_bound, 180);
     PM_ADD_TEST(s, test_doorbell_made_blocking, 120);
+    PM_ADD_TEST(s, test_doorbell_filled, 120);
     return pm_test_main(s);
 }

@@ -9,6 +9,9 @@
 #include "helpers.h"
 #include "internals.h"
 
+#include <fcntl.h>
+#include <stdatomic.h>
+
 #include "channel/proto.h"
 #include "worker/node_lanes.h"
 
@@ -21,11 +24,14 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
     (void)pm_test_keep_said(said, 4, m);
 }
 
+static int fenced[4];
+
 static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     (void)c;
-    (void)e;
     (void)arg;
+    if (e->type == PM_EVENT_FENCED && e->slot < 4)
+        fenced[e->slot]++;
 }
 
 static uint32_t get_u32(const pm_message *m)
@@ -492,6 +498,87 @@ START_TEST(test_lane_flood_beside)
 }
 END_TEST
 
+/* A lane's peer attacks the doorbell its honest end writes to wake it
+ * (a review of stop 40): with eventfds it shared the open file
+ * description, cleared O_NONBLOCK, filled the counter and raised its wait
+ * flags, and the honest end's next wake-up blocked in write() for good:
+ * no beat, fenced "heartbeat". A lane's doorbells are pipes: the peer
+ * holds only its own read end. The honest end goes on answering. */
+static int boot_lane_bell(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return server(n);
+    pm_address to = pm_test_slot_addr(1, 0);
+    pm_message r;
+    (void)wait_peer(n, &to);
+    for (uint32_t i = 0; i < 40; i++)
+        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.dst = 1;
+    pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+    if (e != NULL) {
+        int fl = fcntl(e->efd_self, F_GETFL);
+        if (fl >= 0)
+            (void)fcntl(e->efd_self, F_SETFL, fl & ~O_NONBLOCK);
+        uint64_t v = 0xfffffffffffffffeULL;
+        (void)!write(e->efd_self, &v, sizeof(v));
+        atomic_store(&e->lane->rx.sh->cons_waiting, 1u);
+        atomic_store(&e->lane->tx.sh->prod_waiting, 1u);
+        /* Requests on the lane, never reading again: slot 1's replies
+         * and releases wake it through the pipe until it is full. */
+        h.type = PM__FT_REQUEST;
+        for (uint64_t id = 1000; id < 1200; id++) {
+            h.request_id = id;
+            (void)pm__lane_send(e->lane, &h, "x", 1);
+        }
+    }
+    pm_test_say(n, "attacker lane=%d", e != NULL);
+    for (;;)
+        pause();
+    return 0;
+}
+
+/* Slot 2 asks slot 1 all along: slot 1 stays responsive, nobody fenced. */
+static int boot_lane_bell3(pm_node *n, void *arg)
+{
+    if (pm_node_slot(n) != 2)
+        return boot_lane_bell(n, arg);
+    pm_node_ready(n);
+    pm_address to = pm_test_slot_addr(1, 0);
+    (void)wait_peer(n, &to);
+    usleep(500000);
+    int ok = 1;
+    for (uint32_t i = 0; i < 300; i++) {
+        pm_message r;
+        ok &= pm_node_request(n, &to, &i, sizeof(i), 10000, &r) == 0;
+        usleep(10000);
+    }
+    pm_test_say(n, "honest ok=%d", ok);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_doorbell_filled)
+{
+    pm_options *o = lane_options(boot_lane_bell3);
+    ck_assert_int_eq(pm_options_set_workers(o, 3), 0);
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 2000), 0);
+    memset(fenced, 0, sizeof(fenced));
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0 && said[2][0] != 0, 60000);
+    ck_assert_str_eq(said[0], "#attacker lane=1");
+    ck_assert_str_eq(said[2], "#honest ok=1");
+    ck_assert_int_eq(fenced[1], 0);
+    ck_assert_int_eq(fenced[2], 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -512,5 +599,6 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_identity, 60);
     PM_ADD_TEST(s, test_lane_bound, 90);
     PM_ADD_TEST(s, test_lane_flood_beside, 90);
+    PM_ADD_TEST(s, test_lane_doorbell_filled, 90);
     return pm_test_main(s);
 }

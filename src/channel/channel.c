@@ -4,18 +4,20 @@
 #include "channel.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "shm.h"
 
 PM__READY_TEXT void pm__channel_zero(pm__channel *l)
 {
     memset(l, 0, sizeof(*l));
-    l->memfd = l->hub_efd = l->node_efd = l->sock = l->node_sock = -1;
+    l->memfd = l->hub_efd = l->node_efd = l->node_wake = l->sock = l->node_sock = -1;
 }
 
 PM__READY_TEXT static size_t channel_size(uint64_t cap)
@@ -56,6 +58,24 @@ static void touch_first_data_page(void *region)
     *(volatile uint64_t *)(void *)((unsigned char *)region + PM__RING_HDR_SIZE) = 0;
 }
 
+/* The hub's doorbell, an eventfd the worker writes; the worker's, a pipe
+ * (channel.h, node_wake): both ends non-blocking, each its own open file
+ * description. A full pipe (thousands of unread rings) refuses a write:
+ * the worker has a wake-up waiting anyway. 0 or -errno (the caller closes
+ * what was made). */
+static int make_doorbells(pm__channel *l)
+{
+    l->hub_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->hub_efd < 0)
+        return -errno;
+    int pd[2];
+    if (pipe2(pd, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -errno;
+    l->node_efd = pd[0];
+    l->node_wake = pd[1];
+    return 0;
+}
+
 int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
                        const pm__channel_params *p)
 {
@@ -80,12 +100,8 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
     if (rc < 0)
         goto fail;
     l->map_size = size;
-    l->hub_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    l->node_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (l->hub_efd < 0 || l->node_efd < 0) {
-        rc = -errno;
+    if ((rc = make_doorbells(l)) < 0)
         goto fail;
-    }
     /* SEQPACKET keeps each fd's record whole and in order; non-blocking
      * on the hub's end (the hub never waits), the worker's end too (it
      * polls when it must wait, checking on its supervisor meanwhile). */
@@ -125,12 +141,12 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
      * write takes no fault of its own on the way to ready. */
     touch_first_data_page(down_region(l, cap));
     touch_first_data_page(up_region(l, cap));
-    /* The hub produces on "down" (waking the worker's node_efd, parking on
-     * hub_efd when the ring is full) and consumes "up". */
+    /* The hub produces on "down" (waking the worker through node_wake,
+     * parking on hub_efd when the ring is full) and consumes "up". */
     if ((rc = pm__ring_attach(&l->tx, down_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,
-                              PM__RING_PRODUCER, l->node_efd, l->hub_efd)) < 0 ||
+                              PM__RING_PRODUCER, l->node_wake, l->hub_efd)) < 0 ||
         (rc = pm__ring_attach(&l->rx, up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,
-                              PM__RING_CONSUMER, l->node_efd, l->hub_efd)) < 0)
+                              PM__RING_CONSUMER, l->node_wake, l->hub_efd)) < 0)
         goto fail;
     return 0;
 fail:
@@ -229,6 +245,7 @@ PM__READY_TEXT void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NF
     fds[2] = l->node_efd;
     fds[3] = l->sock;
     fds[4] = l->node_sock;
+    fds[5] = l->node_wake;
 }
 
 void pm__channel_release_copy(const pm__channel *l)

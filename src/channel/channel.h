@@ -79,8 +79,14 @@ _Static_assert(sizeof(struct pm__ctl) <= PM__CTL_SIZE, "the control block fits i
 
 typedef struct pm__channel {
     int memfd;
-    int hub_efd;
-    int node_efd;
+    int hub_efd;   /* an eventfd: the worker writes it, the hub polls and drains it */
+    int node_efd;  /* the worker's doorbell: a pipe's read end, which the worker polls */
+    int node_wake; /* hub side only: that pipe's write end, which the hub writes. A
+                      pipe, not an eventfd, so that the worker holds none of the
+                      open file description the hub writes through: an eventfd's
+                      O_NONBLOCK is the description's, and a worker that cleared it
+                      and filled the counter made the hub's write block forever
+                      (a review of stop 40) */
     int sock;      /* hub's end of the fd socket (worker side: its own end) */
     int node_sock; /* hub side only: the worker's end, until the channel closes */
     uint32_t tx_seq; /* records sent on sock / received, bigmsg.h */
@@ -158,7 +164,7 @@ void pm__channel_release_copy(const pm__channel *l);
 /* The fds pm__channel_release_copy closes, into fds (-1 where none): for a
  * caller that closes many channels' fds together (a fork child, by runs of
  * close_range) and unmaps their mappings itself. */
-#define PM__CHANNEL_NFDS 5
+#define PM__CHANNEL_NFDS 6
 void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS]);
 
 void pm__channel_close(pm__channel *l);

@@ -15,7 +15,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "channel/lane.h"
 #include "channel/laneoffer.h"
@@ -93,6 +94,16 @@ static void revoke_at(pm__hub *h, pm__port *p, uint32_t index, uint32_t gen)
     h->lanes_revoked++;
 }
 
+/* The supervisor keeps none of a lane's fds past its hand-over. */
+static void close_all(int fd, int bell[2][2])
+{
+    pm__close(fd);
+    for (int k = 0; k < 2; k++) {
+        pm__close(bell[k][0]);
+        pm__close(bell[k][1]);
+    }
+}
+
 /* Makes the lane the book just booked (l) and hands it to both ends. 0, or
  * a negative errno with the booking undone and nothing sent, or 0 with the
  * lane already revoked at the end that got it when the other end's socket
@@ -103,7 +114,13 @@ static int hand_over(pm__hub *h, const pm__lanebook_lane *l)
     pm__port *e[2] = {&h->ports[l->end[0].slot], &h->ports[l->end[1].slot]};
     size_t total = PM__FRAME_HDR_SIZE + PM__LANE_OFFER_SIZE;
     void *at[2] = {NULL, NULL};
-    int fd = -1, efd[2] = {-1, -1}, sent = 0;
+    /* Each end's doorbell is a pipe: its read end to that end, its write
+     * end to the peer. Never an eventfd: the peer would share the open
+     * file description its wake-ups are written through, and by clearing
+     * its O_NONBLOCK and filling the counter make the writer's next wake
+     * block for good (a review of stop 40); a pipe's two ends are two
+     * descriptions, each its holder's alone. */
+    int fd = -1, bell[2][2] = {{-1, -1}, {-1, -1}}, sent = 0;
     int rc = pm__ring_reserve(&e[0]->channel->tx, total, &at[0]);
     if (rc < 0)
         goto fail;
@@ -114,15 +131,14 @@ static int hand_over(pm__hub *h, const pm__lanebook_lane *l)
     if (rc < 0)
         goto fail;
     for (int k = 0; k < 2; k++) {
-        efd[k] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (efd[k] < 0) {
+        if (pipe2(bell[k], O_CLOEXEC | O_NONBLOCK) < 0) {
             rc = -errno;
             goto fail;
         }
     }
     uint32_t seq[2];
     for (int k = 0; k < 2; k++) {
-        int fds[3] = {fd, efd[k], efd[1 - k]};
+        int fds[3] = {fd, bell[k][0], bell[1 - k][1]};
         seq[k] = pm__bigmsg_next(e[k]->channel->tx_seq);
         rc = pm__lane_record_send(e[k]->channel->sock, seq[k], fds);
         if (rc < 0)
@@ -147,9 +163,7 @@ static int hand_over(pm__hub *h, const pm__lanebook_lane *l)
         pm__ring_commit(&e[k]->channel->tx, total);
         pm__hub_mark_dirty(h, e[k]);
     }
-    pm__close(fd);
-    pm__close(efd[0]);
-    pm__close(efd[1]);
+    close_all(fd, bell);
     h->lanes_made += sent == 2;
     return 0;
 fail:
@@ -157,9 +171,7 @@ fail:
         pm__ring_unreserve(&e[0]->channel->tx);
     if (at[1] != NULL)
         pm__ring_unreserve(&e[1]->channel->tx);
-    pm__close(fd);
-    pm__close(efd[0]);
-    pm__close(efd[1]);
+    close_all(fd, bell);
     pm__lanebook_cancel(h->book, l->gen);
     h->lane_failed++;
     return rc;

@@ -1,21 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * doorbell.c - emptying an eventfd doorbell without ever blocking.
+ * doorbell.c - emptying a doorbell without ever blocking.
  *
- * Every doorbell is shared: the supervisor reads the hub_efd a worker
- * writes, a worker reads the node_efd the supervisor writes, a lane's end
- * reads the eventfd its peer writes. Sharing the fd shares its open file
- * description, and O_NONBLOCK belongs to the description, not to the fd:
- * the other holder can clear it (fcntl F_SETFL, ioctl FIONBIO), ring,
- * and take the count itself between our poll and our read, and a plain
- * read() then blocks until it writes again, which it need never do: one
- * worker would hang the supervisor's loop, or a peer its receiver's wait
- * (check_lane test_doorbell_made_blocking; found by a review, stop 39).
- * RWF_NOWAIT asks for EAGAIN on this call whatever the file's flags
- * (eventfd honours it since Linux 5.12, commit 12aceb89b0bc). Where the
- * kernel refuses the flag (EOPNOTSUPP before 5.12) or a seccomp filter
- * refuses preadv2, read() is the fallback, and the flag governs again
- * (doc/reliability.md, the faults table: the doorbell made blocking).
+ * A doorbell is an eventfd or, where its reader must not share the open
+ * file description its writer writes through, a pipe (a worker's: the
+ * supervisor writes, channel.h node_wake; a lane's: each end's is
+ * written by its peer). An eventfd shared with an untrusted holder shares
+ * its O_NONBLOCK, which belongs to the description, not to the fd: the
+ * holder can clear it (fcntl F_SETFL, ioctl FIONBIO), ring, and take the
+ * count itself between our poll and our read, and a plain read() then
+ * blocks until it writes again, which it need never do (check_lane
+ * test_doorbell_made_blocking; found by a review, stop 39); and it can
+ * fill the counter so that a write blocks (the reason the doorbells a
+ * worker reads are pipes now: a review, stop 40). RWF_NOWAIT asks for
+ * EAGAIN on this call whatever the file's flags (eventfd honours it since
+ * Linux 5.12, commit 12aceb89b0bc). Where the kernel refuses the flag
+ * (EOPNOTSUPP before 5.12) or a seccomp filter refuses preadv2, read() is
+ * the fallback, and the flag governs again (doc/reliability.md, the
+ * faults table: the doorbell made blocking). A pipe's read end is its
+ * reader's own description: nobody else can make it block.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
@@ -28,13 +31,20 @@
 void pm__doorbell_drain(int fd)
 {
     int saved = errno;
-    uint64_t v;
-    struct iovec iov = {&v, sizeof(v)};
-    /* EAGAIN: someone took the count first; EINTR: the next wait sees the
-     * count again. Anything else: the call itself is refused. */
-    if (preadv2(fd, &iov, 1, -1, RWF_NOWAIT) < 0 && errno != EAGAIN && errno != EINTR) {
-        ssize_t n = read(fd, &v, sizeof(v));
-        (void)n;
+    /* An eventfd gives its whole count in one read of 8 bytes; a pipe
+     * doorbell (a worker's, channel.h node_wake; a lane's) holds 8 bytes
+     * a ring, read until a read comes back short, so one drain leaves it
+     * empty (at most 64 KiB: a pipe's buffer). */
+    uint64_t v[32];
+    struct iovec iov = {v, sizeof(v)};
+    for (int i = 0; i < 256; i++) {
+        /* EAGAIN: empty, or someone took the count first; EINTR: the next
+         * wait sees it again. Anything else: the call itself is refused. */
+        ssize_t n = preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+            n = read(fd, v, sizeof(v));
+        if (n < (ssize_t)sizeof(v))
+            break;
     }
     pm__errno_restore(saved);
 }

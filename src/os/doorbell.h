@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* doorbell.h - an eventfd doorbell's count emptied without ever blocking; see doorbell.c. */
+/* doorbell.h - a doorbell (eventfd or pipe) emptied without ever blocking; see doorbell.c. */
 #ifndef PM_DOORBELL_H
 #define PM_DOORBELL_H
 
-/* Empties the count of eventfd fd (a doorbell that rang) and returns,
- * whether the count was there, already taken by someone else, or the
- * file was made blocking by another holder. Keeps errno. */
+/* Empties doorbell fd (an eventfd's count, or every byte in a pipe) and
+ * returns, whether the count was there, already taken by someone else, or
+ * the file was made blocking by another holder. Keeps errno. */
 void pm__doorbell_drain(int fd);
 
 #endif /* PM_DOORBELL_H */

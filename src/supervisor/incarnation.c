@@ -310,6 +310,10 @@ PM__READY_TEXT static void fork_child(void *arg, const pm__spawn_req *req)
      * not unmapped here. */
     if (rc < 0)
         _exit(125);
+    /* The hub's write end of this worker's doorbell, inherited: a worker
+     * never holds it (channel.h, node_wake: it could block the hub's
+     * writes through it). */
+    pm__close(x->channel->node_wake);
     /* Joined: now the worker gives up what it will not need (user,
      * no_new_privs, seccomp), before the application's code runs. */
     if (pm__child_privileges(req) < 0)
