@@ -87,7 +87,15 @@ int pm__lane_attach(pm__lane *l, int fd, unsigned end, const pm__lane_who *who, 
     l->sh = map;
     l->end = end;
     l->who = *who;
+    /* Release: the peer that sees it may write to us; our rings' state
+     * above is ready before. */
+    atomic_store_explicit(&l->sh->end[end].attached, 1, memory_order_release);
     return 0;
+}
+
+int pm__lane_peer_attached(const pm__lane *l)
+{
+    return atomic_load_explicit(&l->sh->end[1 - l->end].attached, memory_order_acquire) == 1;
 }
 
 void pm__lane_detach(pm__lane *l)

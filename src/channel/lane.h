@@ -57,6 +57,11 @@
  * frames to this end. */
 struct pm__lane_line {
     _Alignas(PM__CACHELINE) _Atomic uint64_t hub_taken;
+    /* 1 once this end has attached (pm__lane_attach): the other end writes
+     * on the lane only then, so frames never go to an end that could not
+     * take the lane (no memory, no address space). Its own word: a peer
+     * that lies about it loses only its own frames. */
+    _Atomic uint32_t attached;
 };
 
 struct pm__lane_shared {
@@ -181,6 +186,8 @@ int pm__lane_revoke(pm__lane *l);
 void pm__lane_sent_via_hub(pm__lane *l);
 void pm__lane_took_from_hub(pm__lane *l);
 int pm__lane_may_send(const pm__lane *l);
+/* 1 once the peer has attached its end (its word of the lane's page). */
+int pm__lane_peer_attached(const pm__lane *l);
 int pm__lane_drained(pm__lane *l);
 
 #endif /* PM_LANE_H */

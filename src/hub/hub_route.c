@@ -189,7 +189,12 @@ static int lane_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
         !pm__hub_lane_between(h, p->index, p->incarnation, f->dst, f->dst_inc))
         return 0;
     f->type = PM__FT_LANE_REPLY;
-    int rc = relay_push(h, &h->ports[f->dst], f, payload, PM__CHARGE_ANSWER);
+    /* Charged to its sender, never to the requester's bound on answers:
+     * the hub cannot tell it from a reply to nothing, and a sender with a
+     * lane could otherwise fill its peer's bound with them and have its
+     * genuine answers dropped (a review of stop 40). Past the sender's own
+     * hold it is dropped and counted: a reply never waits. */
+    int rc = relay_push(h, &h->ports[f->dst], f, payload, p->index);
     if (rc < 0) {
         h->replies_dropped++;
         return 1;

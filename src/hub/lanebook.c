@@ -16,9 +16,10 @@ int pm__lanebook_init(pm__lanebook *b, unsigned nslots)
     b->nlanes = (size_t)nslots * PM__LANEBOOK_PER_WORKER / 2 + 1;
     b->lanes = calloc(b->nlanes, sizeof(*b->lanes));
     b->index_used = calloc(nslots, sizeof(*b->index_used));
+    b->at = calloc((size_t)nslots * PM__LANEBOOK_PER_WORKER, sizeof(*b->at));
     b->counts = calloc((size_t)nslots * PM__LANEBOOK_COUNTED, sizeof(*b->counts));
     b->next_gen = 1;
-    if (b->lanes == NULL || b->index_used == NULL || b->counts == NULL) {
+    if (b->lanes == NULL || b->index_used == NULL || b->at == NULL || b->counts == NULL) {
         pm__lanebook_free(b);
         return -ENOMEM;
     }
@@ -29,6 +30,7 @@ void pm__lanebook_free(pm__lanebook *b)
 {
     free(b->lanes);
     free(b->index_used);
+    free(b->at);
     free(b->counts);
     memset(b, 0, sizeof(*b));
 }
@@ -38,12 +40,39 @@ static int same_end(const pm__lanebook_end *e, uint32_t slot, uint64_t inc)
     return e->slot == slot && e->inc == inc;
 }
 
+/* The lane at index k of slot, or NULL. */
+static pm__lanebook_lane *lane_at(const pm__lanebook *b, uint32_t slot, unsigned k)
+{
+    uint32_t i = b->at[(size_t)slot * PM__LANEBOOK_PER_WORKER + k];
+    return i == 0 ? NULL : &b->lanes[i - 1];
+}
+
+/* Both ends' indexes say which lane they hold (or 0). */
+static void set_at(pm__lanebook *b, const pm__lanebook_lane *l, uint32_t v)
+{
+    for (int e = 0; e < 2; e++)
+        b->at[(size_t)l->end[e].slot * PM__LANEBOOK_PER_WORKER + l->end[e].index] = v;
+}
+
+/* A lane leaves the book: its indexes free, its entry free. */
+static void take_out(pm__lanebook *b, pm__lanebook_lane *l)
+{
+    for (int e = 0; e < 2; e++)
+        b->index_used[l->end[e].slot] &= ~(1u << l->end[e].index);
+    set_at(b, l, 0);
+    l->gen = 0;
+}
+
 const pm__lanebook_lane *pm__lanebook_find(const pm__lanebook *b, uint32_t a, uint64_t ainc,
                                            uint32_t b_slot, uint64_t binc)
 {
-    for (size_t i = 0; i < b->nlanes; i++) {
-        const pm__lanebook_lane *l = &b->lanes[i];
-        if (l->gen == 0)
+    if (a >= b->nslots || b_slot >= b->nslots)
+        return NULL;
+    /* Only a's own lanes: at most PER_WORKER steps (a worker may send a
+     * marker or a reply on every frame it writes: hub_lane.c). */
+    for (unsigned k = 0; k < PM__LANEBOOK_PER_WORKER; k++) {
+        const pm__lanebook_lane *l = lane_at(b, a, k);
+        if (l == NULL)
             continue;
         if ((same_end(&l->end[0], a, ainc) && same_end(&l->end[1], b_slot, binc)) ||
             (same_end(&l->end[1], a, ainc) && same_end(&l->end[0], b_slot, binc)))
@@ -135,6 +164,7 @@ int pm__lanebook_add(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_slot
         b->next_gen = 1;
     b->index_used[a] |= 1u << ia;
     b->index_used[b_slot] |= 1u << ib;
+    set_at(b, l, (uint32_t)(l - b->lanes) + 1);
     /* The pair's count has done its work: its frames take the lane now,
      * so left in the row it would stay there for the life of the lane with
      * the most frames, never replaced, and the worker's other peers would
@@ -156,9 +186,7 @@ int pm__lanebook_cancel(pm__lanebook *b, uint32_t gen)
         pm__lanebook_lane *l = &b->lanes[i];
         if (l->gen != gen)
             continue;
-        for (int e = 0; e < 2; e++)
-            b->index_used[l->end[e].slot] &= ~(1u << l->end[e].index);
-        l->gen = 0;
+        take_out(b, l);
         return 1;
     }
     return 0;
@@ -170,14 +198,12 @@ unsigned pm__lanebook_end_of(pm__lanebook *b, uint32_t slot, uint64_t inc, pm__l
     if (slot >= b->nslots)
         return 0;
     unsigned n = 0;
-    for (size_t i = 0; i < b->nlanes && n < cap; i++) {
-        pm__lanebook_lane *l = &b->lanes[i];
-        if (l->gen == 0 || !(same_end(&l->end[0], slot, inc) || same_end(&l->end[1], slot, inc)))
+    for (unsigned k = 0; k < PM__LANEBOOK_PER_WORKER && n < cap; k++) {
+        pm__lanebook_lane *l = lane_at(b, slot, k);
+        if (l == NULL || !(same_end(&l->end[0], slot, inc) || same_end(&l->end[1], slot, inc)))
             continue;
         out[n++] = *l;
-        for (int e = 0; e < 2; e++)
-            b->index_used[l->end[e].slot] &= ~(1u << l->end[e].index);
-        l->gen = 0;
+        take_out(b, l);
     }
     if (n == cap)
         return n; /* maybe more: the caller calls again (lanebook.h) */

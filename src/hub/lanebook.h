@@ -55,6 +55,8 @@ typedef struct pm__lanebook {
     pm__lanebook_lane *lanes; /* nslots * PER_WORKER / 2 entries */
     size_t nlanes;
     uint32_t *index_used;        /* per slot: a bit per index in use */
+    uint32_t *at;                /* per slot and index: its lane's entry + 1 (0: none),
+                                    so a lookup costs PER_WORKER steps, not the book */
     pm__lanebook_tally *counts;  /* per slot: COUNTED entries */
     uint32_t next_gen;
 } pm__lanebook;

@@ -36,6 +36,7 @@ struct pm__node_ls {
     unsigned rr;         /* the index read first next time (fairness) */
     uint64_t lost_req;   /* a request whose lane was revoked before its reply */
     uint64_t bad_marks;  /* markers naming no lane of ours */
+    uint64_t stale_offers; /* offers of lanes revoked before they were read */
     uint64_t counted_at; /* the hub ring position counted last (pm__node_lane_took) */
     pm__node_lane *last; /* the lane the last frame came by */
 };
@@ -91,16 +92,29 @@ static void lost_request(void *arg, uint32_t peer_slot, uint64_t id)
     s->lost_req = id;
 }
 
-int pm__node_ls_revoked(pm__node_ls *s)
+static int revoked(pm__node_ls *s, int unmarked_too)
 {
     if (!pm__node_ls_live(s))
         return 0;
     const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
     pm__node_lanes_sink sink = {keep_frame, lost_request, s};
-    unsigned k = pm__node_lanes_revoked(&s->t, ctl->lane_revoked, &sink);
+    unsigned k = pm__node_lanes_revoked_if(&s->t, ctl->lane_revoked, &sink, unmarked_too);
     if (k > 0)
         s->last = NULL;
     return (int)k;
+}
+
+int pm__node_ls_revoked(pm__node_ls *s)
+{
+    return revoked(s, 0);
+}
+
+/* At a lane frame of the hub's (a revocation's wake-up, an offer): every
+ * frame the dead peer sent through the hub, its marker among them, was
+ * ahead of it in our ring, so an unmarked lane now has no marker coming. */
+static int revoked_all(pm__node_ls *s)
+{
+    return revoked(s, 1);
 }
 
 int pm__node_ls_lost(pm__node_ls *s, uint64_t id)
@@ -155,7 +169,20 @@ static void offer(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
     s->ch->rx_seq = o.seq;
     /* The revocation of the lane this index held was written before this
      * offer: read it first, so the index is free. */
-    (void)pm__node_ls_revoked(s);
+    (void)revoked_all(s);
+    /* An offer read late, its lane revoked already: the word holds its
+     * generation or a later one (generations only grow, wrapping after
+     * 2^32 lanes: compared as serial numbers). Adopted, it would be a lane
+     * to an incarnation that ended, taking our frames to nobody (a review
+     * of stop 40: two offers at one index read after both ended). */
+    uint32_t word = atomic_load_explicit(&pm__channel_ctl(s->ch)->lane_revoked[o.index],
+                                         memory_order_acquire);
+    if (word != 0 && (int32_t)(word - o.gen) >= 0) {
+        s->stale_offers++;
+        for (int k = 0; k < 3; k++)
+            pm__close(fds[k]);
+        return;
+    }
     if (pm__node_lanes_adopt(&s->t, &o, fds, s->slot, s->inc) < 0)
         return;
     pm__node_lane *e = &s->t.at[o.index];
@@ -187,7 +214,7 @@ void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *pay
     if (h->type == PM__FT_LANE_MARK)
         mark(s, h, payload);
     else if (h->len == 0)
-        (void)pm__node_ls_revoked(s); /* the wake-up of a revocation */
+        (void)revoked_all(s); /* the wake-up of a revocation */
     else
         offer(s, h, payload);
 }
@@ -243,7 +270,9 @@ int pm__node_lane_path(pm__node_lane *e, int lane_fits)
     if (e->broken)
         return 0;
     if (lane_fits) {
-        if (e->on_lane || pm__lane_may_send(e->lane)) {
+        /* Never to an end that has not attached (it could not take the
+         * lane: our frames would be lost). */
+        if (e->on_lane || (pm__lane_peer_attached(e->lane) && pm__lane_may_send(e->lane))) {
             e->on_lane = 1;
             return 1;
         }

@@ -415,10 +415,22 @@ static int lane_send(pm_node *n, pm__node_lane *e, const pm__frame_hdr *h, const
                 return 0;
             }
         }
+        if (h->type == PM__FT_REPLY) {
+            /* A reply never waits, as through the hub (hub_route.c
+             * relay_reply): a requester that does not read its lane asked
+             * and did not read, and the reply is dropped and counted. A
+             * requester could otherwise hold its server here for good (a
+             * review of stop 40). */
+            n->lane_replies_dropped++;
+            return 1;
+        }
         if (!wait)
             return -EAGAIN;
         if (pm__node_shut_down(n))
             return -ESHUTDOWN;
+        /* A request waits no longer than its own deadline. */
+        if (h->deadline_ms > 0 && pm__now_ms() >= (uint64_t)h->deadline_ms)
+            return -ETIMEDOUT;
         pm__node_beat(n);
         rc = path == 1 ? pm__ring_wait_space(&e->lane->tx, PM__FRAME_HDR_SIZE + len, pm__node_wait_chunk(n))
                        : pm__ring_wait_consumed(&e->lane->tx, pm__ring_head(&e->lane->tx),
@@ -469,9 +481,11 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
      * attached through this call. */
     pm__node_lane *e = pm__node_ls_to(n->ls, &h);
     if (e != NULL) {
-        /* A reply takes the lane only when its request came by it. */
-        int fits = len <= PM__LANE_MAX_PAYLOAD &&
-                   (type != PM__FT_REPLY || pm__node_lane_answer(e, request_id));
+        /* A reply takes the lane only when its request came by it (asked
+         * first: the request is forgotten whatever path the reply takes,
+         * a review of stop 40 found large replies leaving it behind). */
+        int asked = type == PM__FT_REPLY && pm__node_lane_answer(e, request_id);
+        int fits = len <= PM__LANE_MAX_PAYLOAD && (type != PM__FT_REPLY || asked);
         rc = lane_send(n, e, &h, data, len, fits, wait);
         if (rc != 0)
             return rc < 0 ? rc : 0;

@@ -85,12 +85,19 @@ static void finish(pm__node_lanes *t, pm__node_lane *e, const pm__node_lanes_sin
 unsigned pm__node_lanes_revoked(pm__node_lanes *t, const _Atomic uint32_t *words,
                                 const pm__node_lanes_sink *sink)
 {
+    return pm__node_lanes_revoked_if(t, words, sink, 1);
+}
+
+unsigned pm__node_lanes_revoked_if(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                   const pm__node_lanes_sink *sink, int unmarked_too)
+{
     unsigned n = 0;
     for (unsigned k = 0; k < PM__LANES_MAX; k++) {
         pm__node_lane *e = &t->at[k];
         /* Acquire: pairs with the supervisor's release of the word, so a
          * frame it sent after it is seen after it too. */
-        if (e->lane == NULL || atomic_load_explicit(&words[k], memory_order_acquire) != e->gen)
+        if (e->lane == NULL || (!e->marked && !unmarked_too) ||
+            atomic_load_explicit(&words[k], memory_order_acquire) != e->gen)
             continue;
         finish(t, e, sink);
         n++;
@@ -112,8 +119,13 @@ pm__node_lane *pm__node_lanes_to(pm__node_lanes *t, uint32_t slot, uint64_t inc)
 int pm__node_lane_asked(pm__node_lane *e, uint64_t request_id)
 {
     if (e->nasked >= PM__LANE_ASKED_MAX) {
+        /* The oldest is forgotten (a request the application never
+         * answers must not stop the lane's later ones): if it is answered
+         * after all, its reply takes the hub, which relays it to the lane's
+         * requester as a LANE_REPLY, and it still arrives. */
+        memmove(&e->asked[0], &e->asked[1], (PM__LANE_ASKED_MAX - 1) * sizeof(e->asked[0]));
+        e->nasked--;
         e->asked_dropped++;
-        return -ENOBUFS;
     }
     e->asked[e->nasked++] = request_id;
     return 0;

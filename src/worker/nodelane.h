@@ -19,9 +19,9 @@
 #include "channel/laneoffer.h"
 
 /* Requests one lane may have brought and this worker not yet answered;
- * one more is dropped and counted (the peer asks faster than we answer:
- * it waits for its own deadline, as it would through the hub past
- * pm_options_set_requests_per_worker). */
+ * one more makes the oldest forgotten and counted (its reply, if it ever
+ * comes, takes the hub, which relays it as a LANE_REPLY: it still
+ * arrives). */
 #define PM__LANE_ASKED_MAX 64u
 
 typedef struct pm__node_lane {
@@ -74,14 +74,20 @@ int pm__node_lanes_adopt(pm__node_lanes *t, const pm__lane_offer *o, const int f
  * how many were revoked. */
 unsigned pm__node_lanes_revoked(pm__node_lanes *t, const _Atomic uint32_t *words,
                                 const pm__node_lanes_sink *sink);
+/* The same, leaving unmarked lanes as they are unless unmarked_too: the
+ * peer's marker may still be on its way in the hub ring, ahead of the
+ * revocation's wake-up frame; the lane is finished (its frames kept)
+ * when that frame is taken, or before the next offer. */
+unsigned pm__node_lanes_revoked_if(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                   const pm__node_lanes_sink *sink, int unmarked_too);
 
 /* The live lane to incarnation inc of slot (inc 0: whichever holds it),
  * or NULL. */
 pm__node_lane *pm__node_lanes_to(pm__node_lanes *t, uint32_t slot, uint64_t inc);
 
-/* A request came on e's lane: remembered for the reply (0, or -ENOBUFS:
- * dropped and counted). Its reply: 1 and forgotten when e brought it, 0
- * when not (the reply takes the hub; the hub judges it). */
+/* A request came on e's lane: remembered for the reply (0; the oldest
+ * forgotten past PM__LANE_ASKED_MAX). Its reply: 1 and forgotten when e
+ * brought it, 0 when not (the reply takes the hub; the hub judges it). */
 int pm__node_lane_asked(pm__node_lane *e, uint64_t request_id);
 int pm__node_lane_answer(pm__node_lane *e, uint64_t request_id);
 
