@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 
 #include "channel/proto.h"
 #include "worker/node_lanes.h"
@@ -579,6 +580,124 @@ START_TEST(test_lane_doorbell_filled)
 }
 END_TEST
 
+/* Shared with the fork-mode workers (mapped before any spawn): one
+ * worker tells another that its part is done. */
+static _Atomic int *flag;
+
+/* Large replies to a lane's requests (20 KiB: they take the hub as
+ * LANE_REPLY) forget their requests like any reply: 80 of them, more than
+ * a lane remembers (64), all answered (a review of stop 40: each stayed
+ * behind, and from the 65th on every lane request was dropped). */
+static int big_server(pm_node *n)
+{
+    static unsigned char big[20000];
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0 || m.kind != PM_MSG_REQUEST)
+            continue;
+        if (m.len == 1 && ((const char *)m.data)[0] == 'L')
+            pm_node_reply(n, &m, big, sizeof(big));
+        else
+            pm_node_reply(n, &m, m.data, m.len);
+    }
+}
+
+static int boot_large_replies(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return big_server(n);
+    pm_address to = pm_test_slot_addr(1, 0);
+    pm_message r;
+    (void)wait_peer(n, &to);
+    for (uint32_t i = 0; i < 40; i++)
+        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
+    int lanes = pm__node_ls_live(n->ls), ok = 0;
+    for (int i = 0; i < 80; i++)
+        ok += pm_node_request(n, &to, "L", 1, 10000, &r) == 0 && r.len == 20000;
+    pm_test_say(n, "large lanes=%d ok=%d", lanes, ok);
+    while (pm_node_recv(n, &r, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_large_replies)
+{
+    pm_options *o = lane_options(boot_large_replies);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 60000);
+    ck_assert_str_eq(said[0], "#large lanes=1 ok=80");
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* A requester that writes requests on its lane and never reads again:
+ * its server's replies find the lane full and are dropped (a reply never
+ * waits, as through the hub), so the server goes on serving a third
+ * worker (a review of stop 40: pm_node_reply waited for good). */
+static int boot_reply_never_waits(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return server(n);
+    pm_address to = pm_test_slot_addr(1, 0);
+    pm_message r;
+    (void)wait_peer(n, &to);
+    if (pm_node_slot(n) == 2) {
+        for (int k = 0; k < 3000 && atomic_load(flag) == 0; k++)
+            usleep(10000);
+        int rc = pm_node_request(n, &to, "x", 1, 10000, &r);
+        pm_test_say(n, "third flag=%d rc=%d", atomic_load(flag), rc);
+        while (pm_node_recv(n, &r, -1) != -ESHUTDOWN)
+            ;
+        return 0;
+    }
+    for (uint32_t i = 0; i < 40; i++)
+        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.dst = 1;
+    pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+    unsigned sent = 0;
+    if (e != NULL) {
+        h.type = PM__FT_REQUEST;
+        /* Requests until the server's replies have filled the lane back
+         * to us (1,000 replies of 60 bytes and more: past its 64 KiB). */
+        for (uint64_t id = 1000; id < 3000; id++) {
+            h.request_id = id;
+            int rc, tries = 0;
+            while ((rc = pm__lane_send(e->lane, &h, "0123", 4)) == -EAGAIN && tries++ < 2000)
+                usleep(1000);
+            if (rc != 0)
+                break;
+            sent++;
+        }
+    }
+    pm_test_say(n, "hostile lane=%d sent=%u", e != NULL, sent);
+    atomic_store(flag, 1);
+    for (;;)
+        pause(); /* never reads again */
+    return 0;
+}
+
+START_TEST(test_lane_reply_never_waits)
+{
+    atomic_store(flag, 0);
+    pm_options *o = lane_options(boot_reply_never_waits);
+    ck_assert_int_eq(pm_options_set_workers(o, 3), 0);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[2][0] != 0, 90000);
+    ck_assert_str_eq(said[0], "#hostile lane=1 sent=2000");
+    ck_assert_str_eq(said[2], "#third flag=1 rc=0");
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -587,6 +706,9 @@ int main(int argc, char **argv)
             return 100;
         return boot_order(n, NULL);
     }
+    flag = mmap(NULL, sizeof(*flag), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (flag == MAP_FAILED)
+        return 99;
     ssize_t k = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
     if (k <= 0)
         return 99;
@@ -600,5 +722,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_bound, 90);
     PM_ADD_TEST(s, test_lane_flood_beside, 90);
     PM_ADD_TEST(s, test_lane_doorbell_filled, 90);
+    PM_ADD_TEST(s, test_lane_large_replies, 90);
+    PM_ADD_TEST(s, test_lane_reply_never_waits, 120);
     return pm_test_main(s);
 }
