@@ -108,11 +108,10 @@ typedef struct pm__lane {
     _Alignas(8) unsigned char buf[PM__LANE_MAX_FRAME];
 } pm__lane;
 
-/* Supervisor side: a lane's memory, sealed, both rings formatted. The
- * supervisor maps it only to format it and unmaps it before returning:
- * it keeps no lane mapping (a fork of it inherits none). 0 with *fd (the
- * caller hands it to both workers and closes it), or -errno with nothing
- * left open. */
+/* Supervisor side: a lane's memory, sealed, both rings formatted (with
+ * pwrite: the supervisor never maps a lane, so a fork of it inherits
+ * none). 0 with *fd (the caller hands it to both workers and closes it),
+ * or -errno with nothing left open. */
 int pm__lane_create(int *fd);
 
 /* Worker side: maps the lane's memory from fd (which must be sealed against
