@@ -636,9 +636,10 @@ START_TEST(test_lane_large_replies)
 END_TEST
 
 /* A requester that writes requests on its lane and never reads again:
- * its server's replies find the lane full and are dropped (a reply never
- * waits, as through the hub), so the server goes on serving a third
- * worker (a review of stop 40: pm_node_reply waited for good). */
+ * its server's replies find the lane full and take the hub (a reply never
+ * waits; there they are bounded by the server's hold), so the server goes
+ * on serving a third worker (a review of stop 40: pm_node_reply waited for
+ * good). */
 static int boot_reply_never_waits(pm_node *n, void *arg)
 {
     (void)arg;

@@ -213,8 +213,12 @@ int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
         /* Space goes back a quarter of the ring at a time (and whenever the
          * ring is found empty, above, or this end arms it to sleep: ring.h
          * pm__ring_arm): one store to the line the writer reads per many
-         * frames, not per frame, while a stream flows. */
-        if (l->rx.tail - l->rx.released >= PM__LANE_CAP / 4)
+         * frames, not per frame, while a stream flows; and at once when
+         * this was the last frame published as far as we know, so that the
+         * peer sees the lane drained without waiting for our next look (a
+         * frame of its for the hub, a large reply, waits for that, and a
+         * reply does not wait: lane_send in node_messaging.c). */
+        if (l->rx.tail - l->rx.released >= PM__LANE_CAP / 4 || l->rx.tail == l->rx.head_cache)
             pm__ring_release(&l->rx);
         int why = pm__lane_judge(&l->who, l->req_out, l->buf, len, h);
         if (why != PM__LANE_OK) {

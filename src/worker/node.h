@@ -57,7 +57,6 @@ struct pm_node {
     struct pm__node_ls *ls; /* direct lanes (node_lanes.h), NULL until the first */
     unsigned lane_turn;   /* which of the hub ring and the lanes is read first */
     uint64_t lane_lost;   /* a revoked lane's frames with no room in the stash */
-    uint64_t lane_replies_dropped; /* replies a full lane had no room for */
 };
 
 /* 0 when n is a live node of this process, else -EINVAL (NULL, not a node,

@@ -399,6 +399,19 @@ static int lane_asked(pm_node *n, const pm__frame_hdr *h)
 static int lane_send(pm_node *n, pm__node_lane *e, const pm__frame_hdr *h, const void *data,
                      size_t len, int fits, int wait)
 {
+    if (h->type == PM__FT_REPLY) {
+        /* A reply never waits (a requester that does not read its lane
+         * would hold its server here for good: a review of stop 40): on
+         * the lane if there is room now, else through the hub, which
+         * relays it as a LANE_REPLY, bounded by our own hold there. Its
+         * order with our other frames to the requester cannot be seen: a
+         * requester takes its reply as its request's answer and anything
+         * else that came meanwhile later, from its stash, whatever order
+         * they came in. */
+        if (fits && pm__node_lane_path(e, fits) == 1 && pm__lane_send(e->lane, h, data, len) == 0)
+            return 1;
+        return 0;
+    }
     for (;;) {
         int path = pm__node_lane_path(e, fits);
         if (path == 0)
@@ -414,15 +427,6 @@ static int lane_send(pm_node *n, pm__node_lane *e, const pm__frame_hdr *h, const
                 e->on_lane = 0;
                 return 0;
             }
-        }
-        if (h->type == PM__FT_REPLY) {
-            /* A reply never waits, as through the hub (hub_route.c
-             * relay_reply): a requester that does not read its lane asked
-             * and did not read, and the reply is dropped and counted. A
-             * requester could otherwise hold its server here for good (a
-             * review of stop 40). */
-            n->lane_replies_dropped++;
-            return 1;
         }
         if (!wait)
             return -EAGAIN;
