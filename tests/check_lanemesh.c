@@ -95,6 +95,21 @@ static int wait_peer(pm_node *n, const pm_address *to)
     return -1;
 }
 
+/* Earns a lane to slot peer (40 requests answered by it: 80 frames, past
+ * PM_DIRECT_LANE_AFTER) and returns it, or NULL. */
+static pm__node_lane *earn_lane(pm_node *n, unsigned peer)
+{
+    pm_address to = pm_test_slot_addr(peer, 0);
+    pm_message r;
+    (void)wait_peer(n, &to);
+    for (uint32_t i = 0; i < 40; i++)
+        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.dst = peer;
+    return pm__node_ls_to(n->ls, &h);
+}
+
 static int boot_order(pm_node *n, void *arg)
 {
     (void)arg;
@@ -314,15 +329,8 @@ static void raw(pm__lane *l, int type, uint32_t src, uint16_t flags, uint16_t ho
 static int hostile(pm_node *n)
 {
     pm_address to = pm_test_slot_addr(1, 0);
-    if (wait_peer(n, &to) != 0)
-        return 1;
     pm_message r;
-    for (uint32_t i = 0; i < 40; i++)
-        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
-    pm__frame_hdr d;
-    memset(&d, 0, sizeof(d));
-    d.dst = 1;
-    pm__node_lane *e = pm__node_ls_to(n->ls, &d);
+    pm__node_lane *e = earn_lane(n, 1);
     pm_test_say(n, "hostile lane=%d", e != NULL);
     if (e == NULL)
         return 1;
@@ -511,15 +519,10 @@ static int boot_lane_bell(pm_node *n, void *arg)
     pm_node_ready(n);
     if (pm_node_slot(n) == 1)
         return server(n);
-    pm_address to = pm_test_slot_addr(1, 0);
-    pm_message r;
-    (void)wait_peer(n, &to);
-    for (uint32_t i = 0; i < 40; i++)
-        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
+    pm__node_lane *e = earn_lane(n, 1);
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
     h.dst = 1;
-    pm__node_lane *e = pm__node_ls_to(n->ls, &h);
     if (e != NULL) {
         int fl = fcntl(e->efd_self, F_GETFL);
         if (fl >= 0)
@@ -613,10 +616,7 @@ static int boot_large_replies(pm_node *n, void *arg)
         return big_server(n);
     pm_address to = pm_test_slot_addr(1, 0);
     pm_message r;
-    (void)wait_peer(n, &to);
-    for (uint32_t i = 0; i < 40; i++)
-        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
-    int lanes = pm__node_ls_live(n->ls), ok = 0;
+    int lanes = earn_lane(n, 1) != NULL, ok = 0;
     for (int i = 0; i < 80; i++)
         ok += pm_node_request(n, &to, "L", 1, 10000, &r) == 0 && r.len == 20000;
     pm_test_say(n, "large lanes=%d ok=%d", lanes, ok);
@@ -658,12 +658,10 @@ static int boot_reply_never_waits(pm_node *n, void *arg)
             ;
         return 0;
     }
-    for (uint32_t i = 0; i < 40; i++)
-        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
+    pm__node_lane *e = earn_lane(n, 1);
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
     h.dst = 1;
-    pm__node_lane *e = pm__node_ls_to(n->ls, &h);
     unsigned sent = 0;
     if (e != NULL) {
         h.type = PM__FT_REQUEST;
