@@ -42,7 +42,7 @@ run: $(addprefix run-,$(FUZZ_TARGETS))
 $(B)/obj/%.o: $(top_srcdir)/%.c
 	@mkdir -p $(@D)
 	@echo "  FUZZCC   $@"
-	@$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(B)/libpmfuzz.a: $(LIB_OBJS)
 	@rm -f $@
@@ -51,8 +51,13 @@ $(B)/libpmfuzz.a: $(LIB_OBJS)
 
 $(B)/fuzz_%: $(S)/fuzz_%.c $(S)/fuzz.h $(S)/fuzz_wport.h $(top_srcdir)/tests/hooks.h $(B)/libpmfuzz.a
 	@echo "  FUZZLD   $@"
-	@$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -fsanitize=fuzzer $< $(B)/libpmfuzz.a $(PM_LIBS) -o $@
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -MF $@.d -Werror -fsanitize=fuzzer $< $(B)/libpmfuzz.a $(PM_LIBS) -o $@
 
+# Every object and harness depends on the headers it includes (-MMD): a
+# changed header rebuilds what uses it. Without this a struct that grew
+# left objects of the old layout beside new ones, and the hub's harness
+# reported a heap overflow that was only that (stop 40).
+-include $(LIB_OBJS:.o=.d) $(addsuffix .d,$(addprefix $(B)/fuzz_,$(FUZZ_TARGETS)))
 # One run per harness, one after the other (the numbers in
 # doc/reliability.md are per harness on one core).
 $(addprefix run-,$(FUZZ_TARGETS)): run-%: $(B)/fuzz_%
