@@ -243,17 +243,19 @@ static void on_alarm(int sig)
  * this worker (a review of stop 40): with an eventfd both held one open
  * file description, so the worker could clear O_NONBLOCK, fill the
  * counter to its maximum and raise its wait flags: the supervisor's next
- * wake-up write blocked forever. The doorbell is a pipe now; the worker
- * holds only its read end (its own description), and the supervisor's
- * writes into a pipe nobody reads fail with EAGAIN once it is full. */
+ * wake-up write blocked forever. The doorbell is a socket pair now; the
+ * worker holds only its reading end (its own description), and the
+ * supervisor's sends into a socket nobody reads fail with EAGAIN once it
+ * is full (MSG_DONTWAIT, whatever the flags). */
 static void fill_bell(pm_node *n)
 {
     int fd = n->channel.node_efd;
+    signal(SIGPIPE, SIG_IGN); /* its write into its reading end fails, and it goes on */
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     uint64_t v = 0xfffffffffffffffeULL;
-    (void)!write(fd, &v, sizeof(v)); /* EBADF on a pipe's read end */
+    (void)!write(fd, &v, sizeof(v)); /* EPIPE: its end of the pair is read-only */
     atomic_store(&n->channel.rx.sh->cons_waiting, 1u);
     atomic_store(&n->channel.tx.sh->prod_waiting, 1u);
     for (;;)

@@ -523,6 +523,9 @@ static int boot_lane_bell(pm_node *n, void *arg)
     pm__frame_hdr h;
     memset(&h, 0, sizeof(h));
     h.dst = 1;
+    /* Its own writes into its doorbell's reading end fail (EPIPE): no
+     * SIGPIPE for the attacker, which goes on. */
+    signal(SIGPIPE, SIG_IGN);
     if (e != NULL) {
         int fl = fcntl(e->efd_self, F_GETFL);
         if (fl >= 0)
@@ -697,6 +700,55 @@ START_TEST(test_lane_reply_never_waits)
 }
 END_TEST
 
+/* A peer killed while it sleeps on its lane (its wait flags raised):
+ * slot 0 goes on sending to it as fast as it can, so its next frames wake
+ * a doorbell whose reader is gone, until the revocation sends them through
+ * the hub. Slot 0 lives on (a pipe's write there raised SIGPIPE and killed
+ * it: torture, stop 40), and so does the supervisor (its own wake-up of
+ * a dead worker: the same). */
+static int boot_wake_dead(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return server(n);
+    pm__node_lane *e = earn_lane(n, 1);
+    pm_test_say(n, "sender lane=%d", e != NULL);
+    pm_address to = pm_test_slot_addr(1, 0);
+    uint32_t v = 0;
+    pm_message m;
+    /* Main kills slot 1 while it sleeps on its lane, then says go: the
+     * first frame wakes a doorbell whose reader is gone. */
+    while (!(pm_node_recv(n, &m, -1) == 0 && m.len == 2 && memcmp(m.data, "go", 2) == 0))
+        ;
+    for (int i = 0; i < 1000; i++)
+        (void)pm_node_try_send(n, &to, &v, sizeof(v));
+    pm_test_say(n, "sender alive");
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_wake_dead_peer)
+{
+    pm_options *o = lane_options(boot_wake_dead);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 40000);
+    ck_assert_str_eq(said[0], "#sender lane=1");
+    /* Slot 1 asleep on its lane (its wait flags raised): killed, and slot 0
+     * told to send at once, before the supervisor has reaped it and
+     * revoked the lane. */
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 1, &si), 0);
+    ck_assert_int_eq(kill(si.pid, SIGKILL), 0);
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "go", 2), 0);
+    PM_RUN_UNTIL(c, strcmp(said[0], "#sender alive") == 0, 20000);
+    ck_assert_int_eq(fenced[0], 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -723,5 +775,6 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_doorbell_filled, 90);
     PM_ADD_TEST(s, test_lane_large_replies, 90);
     PM_ADD_TEST(s, test_lane_reply_never_waits, 120);
+    PM_ADD_TEST(s, test_lane_wake_dead_peer, 90);
     return pm_test_main(s);
 }

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "os/doorbell.h"
 #include "shm.h"
 
 PM__READY_TEXT void pm__channel_zero(pm__channel *l)
@@ -58,22 +59,19 @@ static void touch_first_data_page(void *region)
     *(volatile uint64_t *)(void *)((unsigned char *)region + PM__RING_HDR_SIZE) = 0;
 }
 
-/* The hub's doorbell, an eventfd the worker writes; the worker's, a pipe
- * (channel.h, node_wake): both ends non-blocking, each its own open file
- * description. A full pipe (thousands of unread rings) refuses a write:
- * the worker has a wake-up waiting anyway. 0 or -errno (the caller closes
- * what was made). */
+/* The hub's doorbell, an eventfd the worker writes; the worker's, one end
+ * of a socket pair (channel.h, node_wake), each end its own open file
+ * description, the worker's made read-only and the hub's write-only. The
+ * hub's send is non-blocking by its flags (ring.c wake): a full socket
+ * (thousands of unread rings) refuses it, the worker having a wake-up
+ * waiting anyway; a worker that is gone makes it fail, without SIGPIPE.
+ * 0 or -errno (the caller closes what was made). */
 static int make_doorbells(pm__channel *l)
 {
     l->hub_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (l->hub_efd < 0)
         return -errno;
-    int pd[2];
-    if (pipe2(pd, O_CLOEXEC | O_NONBLOCK) < 0)
-        return -errno;
-    l->node_efd = pd[0];
-    l->node_wake = pd[1];
-    return 0;
+    return pm__doorbell_pair(&l->node_efd, &l->node_wake);
 }
 
 int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
@@ -148,6 +146,7 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
         (rc = pm__ring_attach(&l->rx, up_region(l, cap), cap, PM__CHANNEL_MAX_FRAME,
                               PM__RING_CONSUMER, l->node_wake, l->hub_efd)) < 0)
         goto fail;
+    l->tx.wake_sock = l->rx.wake_sock = 1; /* node_wake: a socket (ring.c wake) */
     return 0;
 fail:
     pm__channel_close(l);
@@ -204,6 +203,7 @@ PM__READY_TEXT int pm__channel_attach(pm__channel *l, int memfd, int node_efd, i
         (rc = pm__ring_attach(&l->tx, up_region(l, cap), cap, max_frame, PM__RING_PRODUCER,
                               hub_efd, node_efd)) < 0)
         goto fail;
+    l->rx.wake_sock = l->tx.wake_sock = -1; /* hub_efd: an eventfd (as in adopt) */
     return 0;
 fail:
     pm__shm_unmap(l->map, l->map_size);
@@ -235,6 +235,9 @@ PM__READY_TEXT int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
         pm__channel_zero(l); /* the mapping and fds stay the caller's */
         return rc;
     }
+    /* The worker wakes the hub through an eventfd: written, never sent
+     * on (a strict seccomp filter knows no send). */
+    l->rx.wake_sock = l->tx.wake_sock = -1;
     return 0;
 }
 

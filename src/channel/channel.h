@@ -80,13 +80,15 @@ _Static_assert(sizeof(struct pm__ctl) <= PM__CTL_SIZE, "the control block fits i
 typedef struct pm__channel {
     int memfd;
     int hub_efd;   /* an eventfd: the worker writes it, the hub polls and drains it */
-    int node_efd;  /* the worker's doorbell: a pipe's read end, which the worker polls */
-    int node_wake; /* hub side only: that pipe's write end, which the hub writes. A
-                      pipe, not an eventfd, so that the worker holds none of the
-                      open file description the hub writes through: an eventfd's
-                      O_NONBLOCK is the description's, and a worker that cleared it
-                      and filled the counter made the hub's write block forever
-                      (a review of stop 40) */
+    int node_efd;  /* the worker's doorbell: its end of a socket pair, which it polls */
+    int node_wake; /* hub side only: the pair's other end, which the hub sends on
+                      (MSG_DONTWAIT | MSG_NOSIGNAL). Not an eventfd, so that the
+                      worker holds none of the open file description the hub
+                      writes through: an eventfd's O_NONBLOCK is the
+                      description's, and a worker that cleared it and filled the
+                      counter made the hub's write block forever (a review of
+                      stop 40); not a pipe, whose write kills the writer with
+                      SIGPIPE once the reader is gone */
     int sock;      /* hub's end of the fd socket (worker side: its own end) */
     int node_sock; /* hub side only: the worker's end, until the channel closes */
     uint32_t tx_seq; /* records sent on sock / received, bigmsg.h */

@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 
@@ -138,8 +139,23 @@ PM__READY_TEXT static int wake(pm__ring *r)
     if (r->wake_fd < 0)
         return 0;
     uint64_t one = 1;
-    ssize_t n = write(r->wake_fd, &one, sizeof(one));
-    (void)n;
+    /* A doorbell whose reader must not share our open file description is
+     * one end of a socket pair (channel.c make_doorbells, hub_lane.c):
+     * MSG_DONTWAIT makes this call non-blocking whatever anyone did to the
+     * file's flags, and MSG_NOSIGNAL keeps a reader that is gone from
+     * killing us with SIGPIPE (a pipe did: torture, stop 40). An eventfd
+     * answers ENOTSOCK once, and is written from then on. */
+    if (r->wake_sock >= 0) {
+        ssize_t n = send(r->wake_fd, &one, sizeof(one), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0 && errno == ENOTSOCK)
+            r->wake_sock = -1;
+        else
+            r->wake_sock = 1;
+    }
+    if (r->wake_sock < 0) {
+        ssize_t n = write(r->wake_fd, &one, sizeof(one));
+        (void)n;
+    }
     r->wakeups++;
     return 1;
 }

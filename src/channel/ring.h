@@ -69,10 +69,12 @@ typedef struct pm__ring {
     uint32_t spin_ns; /* the longest spin before parking (0: park at once) */
     uint32_t spin_budget; /* what the next wait spins, learnt (pm__spin_learn) */
     int poisoned;
-    int wake_fd; /* doorbell to write to wake the other end (an eventfd, or a pipe's
-                    write end where the other end is untrusted: channel.h), or -1 */
+    int wake_fd; /* doorbell to write to wake the other end (an eventfd, or one end
+                    of a socket pair where the other end is untrusted: channel.h),
+                    or -1 */
     int park_fd; /* doorbell this end's event loop polls (the eventfd, or the
-                    pipe's read end), or -1 (spin only) */
+                    socket's end), or -1 (spin only) */
+    int wake_sock; /* wake_fd is a socket (1), an eventfd (-1), not known yet (0) */
     int futex_ok; /* waits park in FUTEX_WAIT on the flag (0: refused, poll park_fd) */
 
     /* Producer state. */

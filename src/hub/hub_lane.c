@@ -15,12 +15,12 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "channel/lane.h"
 #include "channel/laneoffer.h"
 #include "hub/lanebook.h"
+#include "os/doorbell.h"
 
 /* The numbers procmesh.h promises are the ones the lanes use. */
 _Static_assert(PM_DIRECT_LANE_AFTER == PM__LANEBOOK_AFTER, "procmesh.h: lane after");
@@ -114,12 +114,13 @@ static int hand_over(pm__hub *h, const pm__lanebook_lane *l)
     pm__port *e[2] = {&h->ports[l->end[0].slot], &h->ports[l->end[1].slot]};
     size_t total = PM__FRAME_HDR_SIZE + PM__LANE_OFFER_SIZE;
     void *at[2] = {NULL, NULL};
-    /* Each end's doorbell is a pipe: its read end to that end, its write
-     * end to the peer. Never an eventfd: the peer would share the open
-     * file description its wake-ups are written through, and by clearing
-     * its O_NONBLOCK and filling the counter make the writer's next wake
-     * block for good (a review of stop 40); a pipe's two ends are two
-     * descriptions, each its holder's alone. */
+    /* Each end's doorbell is a socket pair (pm__doorbell_pair): the end
+     * that reads it holds the reading side, its peer the writing side, two
+     * open file descriptions. Never an eventfd: the peer would share the
+     * description its wake-ups are written through, and by clearing its
+     * O_NONBLOCK and filling the counter make the writer's next wake block
+     * for good (a review of stop 40); never a pipe: a writer whose reader
+     * died would get SIGPIPE (torture, stop 40). */
     int fd = -1, bell[2][2] = {{-1, -1}, {-1, -1}}, sent = 0;
     int rc = pm__ring_reserve(&e[0]->channel->tx, total, &at[0]);
     if (rc < 0)
@@ -130,12 +131,9 @@ static int hand_over(pm__hub *h, const pm__lanebook_lane *l)
     rc = pm__lane_create(&fd);
     if (rc < 0)
         goto fail;
-    for (int k = 0; k < 2; k++) {
-        if (pipe2(bell[k], O_CLOEXEC | O_NONBLOCK) < 0) {
-            rc = -errno;
+    for (int k = 0; k < 2; k++)
+        if ((rc = pm__doorbell_pair(&bell[k][0], &bell[k][1])) < 0)
             goto fail;
-        }
-    }
     uint32_t seq[2];
     for (int k = 0; k < 2; k++) {
         int fds[3] = {fd, bell[k][0], bell[1 - k][1]};

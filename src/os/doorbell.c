@@ -25,8 +25,23 @@
 #include "doorbell.h"
 
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+int pm__doorbell_pair(int *rd, int *wr)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0)
+        return -errno;
+    /* One way only: the reader cannot fill the writer's side with bytes
+     * nobody reads (kernel memory), nor the writer read its own rings. */
+    (void)shutdown(sv[0], SHUT_WR);
+    (void)shutdown(sv[1], SHUT_RD);
+    *rd = sv[0];
+    *wr = sv[1];
+    return 0;
+}
 
 void pm__doorbell_drain(int fd)
 {

@@ -8,4 +8,11 @@
  * the file was made blocking by another holder. Keeps errno. */
 void pm__doorbell_drain(int fd);
 
+/* A doorbell whose reader must not share the writer's open file
+ * description: a socket pair, *rd the reader's end (it can only read),
+ * *wr the writer's (it can only write; ring.c sends on it with
+ * MSG_DONTWAIT | MSG_NOSIGNAL), both close-on-exec and non-blocking. 0 or
+ * -errno with nothing open. */
+int pm__doorbell_pair(int *rd, int *wr);
+
 #endif /* PM_DOORBELL_H */

@@ -110,6 +110,8 @@ static const struct {
                           "(node_lanes.c)"},
     {"epoll_ctl", -1, "pm_node_fd: a lane's doorbell added (node_lanes.c)"},
     {"sendmsg", -1, "bigmsg.c passes a large message's fd over its socket"},
+    {"sendto", -1, "ring.c wakes a lane's peer: send on its doorbell socket, MSG_DONTWAIT | "
+                   "MSG_NOSIGNAL"},
     {"fstat", -1, "stdio's first write to stdout/stderr"},
     {"newfstatat", -1, "fstat on glibc >= 2.33"},
     {"exit_group", -1, "the worker ends (_exit after the bootstrap)"},
