@@ -745,6 +745,11 @@ START_TEST(test_lane_wake_dead_peer)
     ck_assert_int_eq(pm_cluster_send(c, &a0, "go", 2), 0);
     PM_RUN_UNTIL(c, strcmp(said[0], "#sender alive") == 0, 20000);
     ck_assert_int_eq(fenced[0], 0);
+    /* The replacement of slot 1 ready before the end, so that the
+     * terminate finds no start to kill. */
+    uint64_t dead = si.incarnation;
+    PM_RUN_UNTIL(c, pm_cluster_slot_info(c, 1, &si) == 0 && si.state == PM_SLOT_READY &&
+                        si.incarnation != dead, 20000);
     pm_test_finish(c, o);
 }
 END_TEST
