@@ -155,9 +155,10 @@ static int boot_order(pm_node *n, void *arg)
     return 0;
 }
 
-static pm_options *lane_options(int (*boot)(pm_node *, void *))
+/* A cluster of workers running boot (NULL: exec mode sets the program). */
+static pm_options *lane_options(int (*boot)(pm_node *, void *), int workers)
 {
-    pm_options *o = pm_test_quick_options(2, on_event, on_message);
+    pm_options *o = pm_test_quick_options(workers, on_event, on_message);
     if (boot != NULL)
         pm_options_set_bootstrap(o, boot, NULL);
     memset(said, 0, sizeof(said));
@@ -205,7 +206,7 @@ static void set_mode(pm_options *o, int mode)
  * and back; in each worker mode. */
 START_TEST(test_lane_order)
 {
-    pm_options *o = lane_options(_i == MODE_EXEC ? NULL : boot_order);
+    pm_options *o = lane_options(_i == MODE_EXEC ? NULL : boot_order, 2);
     set_mode(o, _i);
     fprintf(stderr, "mode: %s\n", mode_name[_i]);
     pm_cluster *c = spawn_with_lanes(o);
@@ -221,7 +222,7 @@ END_TEST
  * the hub, no lane made. */
 START_TEST(test_lanes_off)
 {
-    pm_options *o = lane_options(boot_order);
+    pm_options *o = lane_options(boot_order, 2);
     ck_assert_int_eq(pm_options_set_direct_lanes(o, 0), 0);
     ck_assert_int_eq(pm_options_set_direct_lanes(o, 2), -EINVAL);
     pm_cluster *c = pm_test_spawn(o);
@@ -237,7 +238,7 @@ END_TEST
  * keep writing on a revoked lane: no lanes there. */
 START_TEST(test_lanes_off_process_group)
 {
-    pm_options *o = lane_options(boot_order);
+    pm_options *o = lane_options(boot_order, 2);
     ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
     pm_cluster *c = pm_test_spawn(o);
     PM_RUN_UNTIL(c, said[0][0] != 0 && said[1][0] != 0, 40000);
@@ -291,7 +292,7 @@ static int boot_crash(pm_node *n, void *arg)
 
 START_TEST(test_lane_peer_crash)
 {
-    pm_options *o = lane_options(boot_crash);
+    pm_options *o = lane_options(boot_crash, 2);
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[0][0] != 0, 40000);
     char want[128];
@@ -412,8 +413,7 @@ static int boot_identity(pm_node *n, void *arg)
 
 START_TEST(test_lane_identity)
 {
-    pm_options *o = lane_options(boot_identity);
-    ck_assert_int_eq(pm_options_set_workers(o, 3), 0);
+    pm_options *o = lane_options(boot_identity, 3);
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[1][0] != 0, 40000);
     ck_assert_str_eq(said[0], "#hostile lane=1");
@@ -450,8 +450,7 @@ static int boot_bound(pm_node *n, void *arg)
 
 START_TEST(test_lane_bound)
 {
-    pm_options *o = lane_options(boot_bound);
-    ck_assert_int_eq(pm_options_set_workers(o, 10), 0);
+    pm_options *o = lane_options(boot_bound, 10);
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[0][0] != 0, 60000);
     char want[64];
@@ -496,8 +495,7 @@ static int boot_flood(pm_node *n, void *arg)
 
 START_TEST(test_lane_flood_beside)
 {
-    pm_options *o = lane_options(boot_flood);
-    ck_assert_int_eq(pm_options_set_workers(o, 3), 0);
+    pm_options *o = lane_options(boot_flood, 3);
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[0][0] != 0 && said[1][0] != 0 && said[2][0] != 0, 60000);
     ck_assert_str_eq(said[0], "#flood ok=1 lanes=1");
@@ -511,8 +509,8 @@ END_TEST
  * (a review of stop 40): with eventfds it shared the open file
  * description, cleared O_NONBLOCK, filled the counter and raised its wait
  * flags, and the honest end's next wake-up blocked in write() for good:
- * no beat, fenced "heartbeat". A lane's doorbells are pipes: the peer
- * holds only its own read end. The honest end goes on answering. */
+ * no beat, fenced "heartbeat". A lane's doorbells are socket pairs: the
+ * peer holds only its own reading end. The honest end goes on answering. */
 static int boot_lane_bell(pm_node *n, void *arg)
 {
     (void)arg;
@@ -572,8 +570,7 @@ static int boot_lane_bell3(pm_node *n, void *arg)
 
 START_TEST(test_lane_doorbell_filled)
 {
-    pm_options *o = lane_options(boot_lane_bell3);
-    ck_assert_int_eq(pm_options_set_workers(o, 3), 0);
+    pm_options *o = lane_options(boot_lane_bell3, 3);
     ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 2000), 0);
     memset(fenced, 0, sizeof(fenced));
     pm_cluster *c = spawn_with_lanes(o);
@@ -630,7 +627,7 @@ static int boot_large_replies(pm_node *n, void *arg)
 
 START_TEST(test_lane_large_replies)
 {
-    pm_options *o = lane_options(boot_large_replies);
+    pm_options *o = lane_options(boot_large_replies, 2);
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[0][0] != 0, 60000);
     ck_assert_str_eq(said[0], "#large lanes=1 ok=80");
@@ -690,8 +687,7 @@ static int boot_reply_never_waits(pm_node *n, void *arg)
 START_TEST(test_lane_reply_never_waits)
 {
     atomic_store(flag, 0);
-    pm_options *o = lane_options(boot_reply_never_waits);
-    ck_assert_int_eq(pm_options_set_workers(o, 3), 0);
+    pm_options *o = lane_options(boot_reply_never_waits, 3);
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[2][0] != 0, 90000);
     ck_assert_str_eq(said[0], "#hostile lane=1 sent=2000");
@@ -731,7 +727,7 @@ static int boot_wake_dead(pm_node *n, void *arg)
 
 START_TEST(test_lane_wake_dead_peer)
 {
-    pm_options *o = lane_options(boot_wake_dead);
+    pm_options *o = lane_options(boot_wake_dead, 2);
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[0][0] != 0, 40000);
     ck_assert_str_eq(said[0], "#sender lane=1");

@@ -21,7 +21,8 @@
 /*
  * Waits until one of the n consumer rings may have a frame, for up to
  * timeout_ms (-1: no limit; 0: arm, check, return). Every ring's park_fd
- * must be a non-blocking doorbell (an eventfd, or a pipe's read end) its
+ * must be a non-blocking doorbell (an eventfd, or a socket pair's reading
+ * end: os/doorbell.h) its
  * producer writes (-EINVAL otherwise, or
  * for n of 0 or above PM__RINGWAIT_MAX). Returns 1 when some ring may have
  * a frame (a poisoned one counts: its next read says -EBADMSG, and the

@@ -1,24 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * doorbell.c - emptying a doorbell without ever blocking.
+ * doorbell.c - a doorbell: the one-way socket pair a reader must not share,
+ * and emptying one without ever blocking.
  *
  * A doorbell is an eventfd or, where its reader must not share the open
- * file description its writer writes through, a pipe (a worker's: the
- * supervisor writes, channel.h node_wake; a lane's: each end's is
- * written by its peer). An eventfd shared with an untrusted holder shares
- * its O_NONBLOCK, which belongs to the description, not to the fd: the
- * holder can clear it (fcntl F_SETFL, ioctl FIONBIO), ring, and take the
+ * file description its writer writes through, one end of a socket pair
+ * (pm__doorbell_pair: a worker's, the supervisor sends on the other end,
+ * channel.h node_wake; a lane's, each end's sent on by its peer). An
+ * eventfd shared with an untrusted holder shares its O_NONBLOCK, which
+ * belongs to the description, not to the fd: the holder can clear it
+ * (fcntl F_SETFL, ioctl FIONBIO), ring, and take the
  * count itself between our poll and our read, and a plain read() then
  * blocks until it writes again, which it need never do (check_lane
  * test_doorbell_made_blocking; found by a review, stop 39); and it can
  * fill the counter so that a write blocks (the reason the doorbells a
- * worker reads are pipes now: a review, stop 40). RWF_NOWAIT asks for
+ * worker reads are socket pairs now: a review, stop 40). RWF_NOWAIT asks for
  * EAGAIN on this call whatever the file's flags (eventfd honours it since
  * Linux 5.12, commit 12aceb89b0bc). Where the kernel refuses the flag
  * (EOPNOTSUPP before 5.12) or a seccomp filter refuses preadv2, read() is
  * the fallback, and the flag governs again (doc/reliability.md, the
- * faults table: the doorbell made blocking). A pipe's read end is its
- * reader's own description: nobody else can make it block.
+ * faults table: the doorbell made blocking). A socket pair's reading end
+ * is its reader's own description: nobody else can make it block.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
@@ -46,10 +48,10 @@ int pm__doorbell_pair(int *rd, int *wr)
 void pm__doorbell_drain(int fd)
 {
     int saved = errno;
-    /* An eventfd gives its whole count in one read of 8 bytes; a pipe
+    /* An eventfd gives its whole count in one read of 8 bytes; a socket
      * doorbell (a worker's, channel.h node_wake; a lane's) holds 8 bytes
      * a ring, read until a read comes back short, so one drain leaves it
-     * empty (at most 64 KiB: a pipe's buffer). */
+     * empty (at most its buffer). */
     uint64_t v[32];
     struct iovec iov = {v, sizeof(v)};
     for (int i = 0; i < 256; i++) {
