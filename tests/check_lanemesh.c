@@ -750,6 +750,132 @@ START_TEST(test_lane_wake_dead_peer)
 }
 END_TEST
 
+/* Slot 1 of the switch tests: reads numbered messages (a large one among
+ * them) and reports, at the one numbered UINT32_MAX - 1, whether they
+ * came in order and how many came by its lane. It answers requests, and
+ * on the request "sleep" reads nothing until main's flag says so. */
+static int count_server(pm_node *n)
+{
+    uint32_t next = 0;
+    int bad = 0;
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0)
+            continue;
+        if (m.kind == PM_MSG_REQUEST) {
+            int sleep = m.len == 5 && memcmp(m.data, "sleep", 5) == 0;
+            pm_node_reply(n, &m, m.data, m.len);
+            while (sleep && atomic_load(flag) == 0)
+                usleep(1000);
+            continue;
+        }
+        uint32_t v = get_u32(&m);
+        if (v == UINT32_MAX - 1) {
+            pm__frame_hdr h;
+            memset(&h, 0, sizeof(h));
+            pm__node_lane *e = pm__node_ls_to(n->ls, &h); /* the lane to slot 0 */
+            pm_test_say(n, "server %s %u by lane %s", bad ? "bad" : "ok", next,
+                        e != NULL && e->lane->delivered > 0 ? "some" : "none");
+            continue;
+        }
+        if (v != next)
+            bad = 1;
+        next = v + 1;
+    }
+}
+
+/* A worker that only sends (its last receive long past, that message still
+ * current) still takes the lane its stream earns: the offer waiting in its
+ * hub ring is taken by a send, and its blocking sends wait for the peer to
+ * take its hub frames rather than add to them for ever (stop 40 measured
+ * a stream no faster with lanes: it never switched). Sends until its
+ * frames take the lane, then 1,000 more (at most 30 s). */
+static int boot_sender_only(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return count_server(n);
+    pm_address to = pm_test_slot_addr(1, 0);
+    int bad = wait_peer(n, &to) != 0; /* its reply stays the current message */
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.dst = 1;
+    uint32_t seq = 0, after = 0;
+    uint64_t end = pm__now_ms() + 30000;
+    while (after < 1000 && pm__now_ms() < end) {
+        bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
+        seq++;
+        pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+        after += e != NULL && e->on_lane;
+    }
+    uint32_t done = UINT32_MAX - 1;
+    bad |= pm_node_send(n, &to, &done, sizeof(done)) != 0;
+    pm_test_say(n, "sender %s switched=%d", bad ? "bad" : "ok", after == 1000);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_sender_only)
+{
+    pm_options *o = lane_options(boot_sender_only, 2);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0 && said[1][0] != 0, 60000);
+    ck_assert_str_eq(said[0], "#sender ok switched=1");
+    ck_assert_int_eq(strncmp(said[1], "#server ok ", 11), 0);
+    ck_assert_ptr_nonnull(strstr(said[1], " by lane some"));
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* The wait for the switch is bounded: a peer that stops reading right
+ * after a large message took the hub (the lane's frames must then wait
+ * for it to take that one) does not hold its sender. 200 small messages
+ * are sent while it reads nothing (through the hub, after one short wait);
+ * only then does main's flag let it read, and everything arrives in order.
+ * A sender held until its peer reads would never get there. */
+static int boot_switch_bounded(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return count_server(n);
+    pm_address to = pm_test_slot_addr(1, 0);
+    pm_message r;
+    static unsigned char big[40000];
+    int lane = earn_lane(n, 1) != NULL;
+    int bad = pm_node_request(n, &to, "sleep", 5, 10000, &r) != 0;
+    uint32_t seq = 0;
+    memcpy(big, &seq, sizeof(seq));
+    bad |= pm_node_send(n, &to, big, sizeof(big)) != 0;
+    for (seq = 1; seq <= 200; seq++)
+        bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
+    pm_test_say(n, "sender lane=%d %s", lane, bad ? "bad" : "ok");
+    atomic_store(flag, 1);
+    uint32_t done = UINT32_MAX - 1;
+    pm_node_send(n, &to, &done, sizeof(done));
+    while (pm_node_recv(n, &r, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_switch_bounded)
+{
+    atomic_store(flag, 0);
+    pm_options *o = lane_options(boot_switch_bounded, 2);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0 && said[1][0] != 0, 60000);
+    ck_assert_str_eq(said[0], "#sender lane=1 ok");
+    ck_assert_int_eq(strncmp(said[1], "#server ok 201 by lane ", 23), 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -777,5 +903,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_large_replies, 90);
     PM_ADD_TEST(s, test_lane_reply_never_waits, 120);
     PM_ADD_TEST(s, test_lane_wake_dead_peer, 90);
+    PM_ADD_TEST(s, test_lane_sender_only, 90);
+    PM_ADD_TEST(s, test_lane_switch_bounded, 90);
     return pm_test_main(s);
 }

@@ -57,6 +57,11 @@ struct pm_node {
     struct pm__node_ls *ls; /* direct lanes (node_lanes.h), NULL until the first */
     unsigned lane_turn;   /* which of the hub ring and the lanes is read first */
     uint64_t lane_lost;   /* a revoked lane's frames with no room in the stash */
+    /* The address of the last local sender a message came from, made once
+     * per sender (fill_msg): from_inc 0 and from_node 0: none yet. */
+    pm_address from_addr;
+    uint32_t from_node;
+    uint64_t from_inc;
 };
 
 /* 0 when n is a live node of this process, else -EINVAL (NULL, not a node,
@@ -128,6 +133,14 @@ int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub, const struct p
 /* node_bigsend.c: a message above PM_MAX_PAYLOAD as a sealed memfd (wait:
  * for room, else -EAGAIN). 0 or a negative errno. */
 int pm__node_send_big(pm_node *n, const pm__frame_hdr *h0, const void *data, size_t len, int wait);
+
+/* node_lanesend.c (doc/design.md, "Direct lanes", Order). lane_send: the
+ * lane's part of a send to e's peer: 1 sent on the lane; 0 the frame takes
+ * the hub; -EAGAIN (wait 0), -ESHUTDOWN, -ETIMEDOUT (a request's
+ * deadline); fits: the lane may carry it. */
+struct pm__node_lane;
+int pm__node_lane_send(pm_node *n, struct pm__node_lane *e, const pm__frame_hdr *h,
+                       const void *data, size_t len, int fits, int wait);
 
 /* In the supervisor before each fork-mode child: what the child's
  * pm__node_from_hub_channel then inherits ready-made (node_crash.h). */

@@ -151,7 +151,9 @@ static void watch(pm__node_ls *s, int fd)
         (void)epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-static void offer(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
+/* finish: revocations are read first (any lane may be finished); else the
+ * caller made sure the offer's index is free. */
+static void offer(pm__node_ls *s, const pm__frame_hdr *h, const void *payload, int finish)
 {
     unsigned char copy[PM__LANE_OFFER_SIZE];
     pm__lane_offer o;
@@ -169,7 +171,8 @@ static void offer(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
     s->ch->rx_seq = o.seq;
     /* The revocation of the lane this index held was written before this
      * offer: read it first, so the index is free. */
-    (void)revoked_all(s);
+    if (finish)
+        (void)revoked_all(s);
     /* An offer read late, its lane revoked already: the word holds its
      * generation or a later one (generations only grow, wrapping after
      * 2^32 lanes: compared as serial numbers). Adopted, it would be a lane
@@ -216,7 +219,25 @@ void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *pay
     else if (h->len == 0)
         (void)revoked_all(s); /* the wake-up of a revocation */
     else
-        offer(s, h, payload);
+        offer(s, h, payload, 1);
+}
+
+int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
+{
+    if (h->type == PM__FT_LANE_MARK) {
+        mark(s, h, payload);
+        return 1;
+    }
+    unsigned char copy[PM__LANE_OFFER_SIZE];
+    pm__lane_offer o;
+    if (h->type != PM__FT_LANE || h->len != sizeof(copy))
+        return 0;
+    memcpy(copy, payload, sizeof(copy));
+    if (pm__lane_offer_decode(copy, sizeof(copy), &o) < 0 || o.index >= PM__LANES_MAX ||
+        s->t.at[o.index].lane != NULL)
+        return 0;
+    offer(s, h, payload, 0);
+    return 1;
 }
 
 void pm__node_ls_took(pm__node_ls *s, const pm__frame_hdr *h)
@@ -272,8 +293,9 @@ int pm__node_lane_path(pm__node_lane *e, int lane_fits)
     if (lane_fits) {
         /* Never to an end that has not attached (it could not take the
          * lane: our frames would be lost). */
-        if (e->on_lane || (pm__lane_peer_attached(e->lane) && pm__lane_may_send(e->lane))) {
+        if (e->on_lane || pm__node_lane_switch_ready(e)) {
             e->on_lane = 1;
+            e->switch_backoff_ms = 0;
             return 1;
         }
         return 0;
@@ -445,4 +467,22 @@ int pm__node_ls_fd(pm__node_ls *s)
         if (s->t.at[k].lane != NULL)
             watch(s, s->t.at[k].efd_self);
     return fd;
+}
+
+int pm__node_lane_switch_ready(const pm__node_lane *e)
+{
+    return pm__lane_peer_attached(e->lane) && pm__lane_may_send(e->lane);
+}
+
+int pm__node_lane_switch_due(const pm__node_lane *e, uint64_t now_ms)
+{
+    return !e->broken && !e->on_lane && now_ms >= e->switch_after_ms;
+}
+
+void pm__node_lane_switch_missed(pm__node_lane *e, uint64_t now_ms)
+{
+    uint32_t b = e->switch_backoff_ms;
+    b = b == 0 ? PM__LANE_SWITCH_BACKOFF_MS : b < 16 * PM__LANE_SWITCH_BACKOFF_MS ? 2 * b : b;
+    e->switch_backoff_ms = b;
+    e->switch_after_ms = now_ms + b;
 }

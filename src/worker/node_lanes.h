@@ -37,6 +37,12 @@ int pm__node_ls_lost(pm__node_ls *s, uint64_t id);
  * consumes it afterwards): an offer adopted (its marker sent), a
  * revocation's wake-up, a peer's marker. */
 void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
+/* The same from a send path, for the lane frame at the head of the hub
+ * ring: a peer's marker, or an offer whose index is free. 1 taken (the
+ * caller consumes it); 0 left for the next receive (a revocation's
+ * wake-up, an offer at an index a revoked lane still holds): nothing is
+ * finished here, so the data being sent may lie in a lane's buffer. */
+int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
 /* A frame taken off the hub ring: counted for its sender's lane. */
 void pm__node_ls_took(pm__node_ls *s, const pm__frame_hdr *h);
 /* 1 when e's revocation is in the control block (its peer has ended), read
@@ -50,6 +56,17 @@ pm__node_lane *pm__node_ls_to(pm__node_ls *s, const pm__frame_hdr *h);
 /* The path of the next frame to e's peer: 1 the lane, 0 the hub, -EAGAIN
  * the hub once the lane is drained. fits: the frame is one a lane carries. */
 int pm__node_lane_path(pm__node_lane *e, int fits);
+/* The switch to the lane a blocking send may wait for (node_messaging.c,
+ * lane_switch_wait): pm__node_lane_switch_due, 1 when e is not on the lane
+ * yet, not broken and no back-off holds (now_ms); _ready, 1 once the
+ * peer has attached and taken every frame we sent it through the hub;
+ * _missed, a wait that ended without it: the next waits after a back-off
+ * that doubles, PM__LANE_SWITCH_BACKOFF_MS up to 16 times that. */
+#define PM__LANE_SWITCH_WAIT_MS 10u
+#define PM__LANE_SWITCH_BACKOFF_MS 100u
+int pm__node_lane_switch_due(const pm__node_lane *e, uint64_t now_ms);
+int pm__node_lane_switch_ready(const pm__node_lane *e);
+void pm__node_lane_switch_missed(pm__node_lane *e, uint64_t now_ms);
 /* The next frame from any lane, the lanes in turn: 1 or 0; the lane it
  * came by. */
 int pm__node_ls_next(pm__node_ls *s, pm__frame_hdr *h, const void **payload);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "channel/bigmsg.h"
 #include "channel/proto.h"
@@ -58,12 +59,25 @@ static pm__names names_of(const pm_node *n)
     return names;
 }
 
-static void fill_msg(const pm_node *n, const pm__frame_hdr *h, const void *data, pm_message *m)
+static void fill_msg(pm_node *n, const pm__frame_hdr *h, const void *data, pm_message *m)
 {
-    /* (a large message's data and len are set by the caller afterwards) */
-    memset(m, 0, sizeof(*m));
-    pm__names names = names_of(n);
-    pm__node_address_at(&names, h->src_host, h->src, h->src_inc, &m->from);
+    /* (a large message's data and len are set by the caller afterwards)
+     * Every field is written, so no memset: a stream's receiver fills one
+     * message per frame. A local sender's address is made once and kept
+     * (its names do not change for this node's life); another host's is
+     * made each time (the hosts' table is the hub's). */
+    if (h->src_host != PM__HOST_LOCAL) {
+        pm__names names = names_of(n);
+        pm__node_address_at(&names, h->src_host, h->src, h->src_inc, &m->from);
+    } else {
+        if (h->src != n->from_node || h->src_inc != n->from_inc || n->from_inc == 0) {
+            pm__names names = names_of(n);
+            pm__node_address_at(&names, h->src_host, h->src, h->src_inc, &n->from_addr);
+            n->from_node = h->src;
+            n->from_inc = h->src_inc;
+        }
+        m->from = n->from_addr;
+    }
     m->to = n->self;
     m->request_id = h->request_id;
     m->kind = h->type == PM__FT_REQUEST ? PM_MSG_REQUEST
@@ -216,13 +230,16 @@ static int lanes_first(pm_node *n, pm__frame_hdr *h, const void **payload)
     return 0;
 }
 
-/* Waits for the next frame until deadline_ms (0: none; now: poll) and
- * peeks it. FROM_HUB, FROM_LANE or FROM_STASH with *h and *payload,
+/* Waits for the next frame until *deadline_ms and peeks it: timeout_ms
+ * < 0 waits for ever; *deadline_ms 0 is set to timeout_ms from the first
+ * wait, so a receive that finds its frame reads no clock (a stream's
+ * receiver did, once per frame). FROM_HUB, FROM_LANE or FROM_STASH with *h and *payload,
  * -ETIMEDOUT, -ESHUTDOWN, -EPROTO. STOP frames, lane frames of the hub
  * and malformed frames are consumed here. */
-static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_hdr *h,
+static int next_frame(pm_node *n, uint64_t *deadline_ms, int timeout_ms, pm__frame_hdr *h,
                       const void **payload)
 {
+    int forever = timeout_ms < 0;
     /* Whether the supervisor might be gone: only after a wait that saw
      * nothing for a whole chunk. A parked round trip then makes no getppid()
      * call, and a dead supervisor is still noticed within a chunk. */
@@ -258,7 +275,9 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
         int wait = pm__node_wait_chunk(n);
         if (!forever) {
             uint64_t now = pm__now_ms();
-            if (now >= deadline_ms) {
+            if (*deadline_ms == 0)
+                *deadline_ms = now + (uint64_t)timeout_ms;
+            if (now >= *deadline_ms) {
                 /* Leave the doorbells armed so pm_node_fd turns readable
                  * when the next frame arrives. */
                 if (pm__ring_arm(&n->channel.rx) != 0)
@@ -268,8 +287,8 @@ static int next_frame(pm_node *n, uint64_t deadline_ms, int forever, pm__frame_h
                     continue;
                 return -ETIMEDOUT;
             }
-            if (deadline_ms - now < (uint64_t)wait)
-                wait = (int)(deadline_ms - now);
+            if (*deadline_ms - now < (uint64_t)wait)
+                wait = (int)(*deadline_ms - now);
         }
         struct pm__ctl *ctl = n->channel.map;
         atomic_store_explicit(&ctl->waiting, 1, memory_order_relaxed);
@@ -390,66 +409,29 @@ static int lane_asked(pm_node *n, const pm__frame_hdr *h)
     return pm__node_lane_asked(e, h->request_id);
 }
 
-/* The lane's part of a send to e's peer (doc/design.md, "Direct lanes",
- * Order): 1 sent on the lane; 0 the frame takes the hub (the lane does
- * not carry it, the peer has not taken our hub frames yet, or the lane is
- * gone or broken); -EAGAIN (no wait), -ESHUTDOWN. fits: the lane may
- * carry this frame. A frame for the hub while our lane frames are unread
- * waits for them first, so it cannot overtake them. */
-static int lane_send(pm_node *n, pm__node_lane *e, const pm__frame_hdr *h, const void *data,
-                     size_t len, int fits, int wait)
+/* A worker that only sends never reads its hub ring: an offer or a
+ * peer's marker waiting there would never be taken, and its stream would
+ * never take the lane (stop 40 measured it no faster with lanes). So a send
+ * to a local worker takes the hub's lane frames at the head of the ring,
+ * none behind another frame (those wait for a receive, in order) and
+ * finishing no lane (node_lanes.h). The current message, still at the
+ * head (a sender's last receive), is consumed first: its bytes stay ours,
+ * and the caller's, until the ring's space is handed back, which only a
+ * receive does (drop_current, a wait on the hub ring). */
+static void lane_frames_at_head(pm_node *n)
 {
-    if (h->type == PM__FT_REPLY) {
-        /* A reply never waits (a requester that does not read its lane
-         * would hold its server here for good: a review of stop 40): on
-         * the lane if there is room now, else through the hub, which
-         * relays it as a LANE_REPLY, bounded by our own hold there. Its
-         * order with our other frames to the requester cannot be seen: a
-         * requester takes its reply as its request's answer and anything
-         * else that came meanwhile later, from its stash, whatever order
-         * they came in. */
-        if (fits && pm__node_lane_path(e, fits) == 1 && pm__lane_send(e->lane, h, data, len) == 0)
-            return 1;
-        return 0;
+    pm__frame_hdr h;
+    const void *p;
+    if (n->cur_in_ring) {
+        pm__ring_consume(&n->channel.rx);
+        n->cur_in_ring = 0;
     }
-    for (;;) {
-        int path = pm__node_lane_path(e, fits);
-        if (path == 0)
-            return 0;
-        int rc = -EAGAIN;
-        if (path == 1) {
-            pm__node_beat(n);
-            rc = pm__lane_send(e->lane, h, data, len);
-            if (rc == 0)
-                return 1;
-            if (rc != -EAGAIN) {
-                e->broken = 1; /* the peer broke our ring's indices */
-                e->on_lane = 0;
-                return 0;
-            }
-        }
-        if (!wait)
-            return -EAGAIN;
-        if (pm__node_shut_down(n))
-            return -ESHUTDOWN;
-        /* A request waits no longer than its own deadline. */
-        if (h->deadline_ms > 0 && pm__now_ms() >= (uint64_t)h->deadline_ms)
-            return -ETIMEDOUT;
-        pm__node_beat(n);
-        rc = path == 1 ? pm__ring_wait_space(&e->lane->tx, PM__FRAME_HDR_SIZE + len, pm__node_wait_chunk(n))
-                       : pm__ring_wait_consumed(&e->lane->tx, pm__ring_head(&e->lane->tx),
-                                                pm__node_wait_chunk(n));
-        if (rc < 0) {
-            e->broken = 1;
-            e->on_lane = 0;
-        }
-        /* The peer may have ended while we waited: its lane is then
-         * revoked and the frame takes the hub (which answers for a dead
-         * peer). Only looked at: the lane is finished by the next receive,
-         * not here, where data may point into the lane's buffer (a reply
-         * that echoes the request it answers). */
-        if (pm__node_ls_gone(n->ls, e))
-            return 0;
+    while (pm__frame_recv(&n->channel.rx, PM__CHANNEL_MAX_FRAME, &h, &p) == 1 &&
+           (h.type == PM__FT_LANE || h.type == PM__FT_LANE_MARK)) {
+        pm__node_ls *s = lanes_of(n);
+        if (s == NULL || !pm__node_ls_control_early(s, &h, p))
+            return;
+        pm__ring_consume(&n->channel.rx);
     }
 }
 
@@ -483,6 +465,8 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
         return -ESHUTDOWN;
     /* Send paths never finish a revoked lane (node_lanes.h), so e stays
      * attached through this call. */
+    if (h.dst_host == PM__HOST_LOCAL && h.dst != PM__NODE_MAIN)
+        lane_frames_at_head(n);
     pm__node_lane *e = pm__node_ls_to(n->ls, &h);
     if (e != NULL) {
         /* A reply takes the lane only when its request came by it (asked
@@ -490,7 +474,7 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
          * a review of stop 40 found large replies leaving it behind). */
         int asked = type == PM__FT_REPLY && pm__node_lane_answer(e, request_id);
         int fits = len <= PM__LANE_MAX_PAYLOAD && (type != PM__FT_REPLY || asked);
-        rc = lane_send(n, e, &h, data, len, fits, wait);
+        rc = pm__node_lane_send(n, e, &h, data, len, fits, wait);
         if (rc != 0)
             return rc < 0 ? rc : 0;
     }
@@ -607,11 +591,11 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
         return 0;
     if (n->stopping)
         return -ESHUTDOWN;
-    uint64_t deadline = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline = 0; /* from the first wait (next_frame) */
     for (;;) {
         pm__frame_hdr h;
         const void *payload;
-        rc = next_frame(n, deadline, timeout_ms < 0, &h, &payload);
+        rc = next_frame(n, &deadline, timeout_ms, &h, &payload);
         if (rc < 0)
             return rc;
         if (rc == FROM_STASH) {
@@ -696,7 +680,7 @@ static int await_reply(pm_node *n, uint64_t id, uint64_t deadline, int forever, 
             return -EHOSTDOWN; /* its lane's peer ended before answering */
         pm__frame_hdr h;
         const void *payload;
-        int rc = next_frame(n, deadline, forever, &h, &payload);
+        int rc = next_frame(n, &deadline, forever ? -1 : 0, &h, &payload);
         if (rc < 0)
             return rc;
         if (rc == FROM_STASH)

@@ -33,6 +33,8 @@ typedef struct pm__node_lane {
     int mark_sent;    /* ours is in the up ring: we may write on the lane, counts start */
     int on_lane;      /* our frames to the peer take the lane now (else the hub) */
     int broken;       /* the peer broke a ring of the lane: neither read nor written */
+    uint64_t switch_after_ms; /* a send waits for the switch to the lane again from then */
+    uint32_t switch_backoff_ms; /* the pause after the last wait that missed, 0 after a switch */
     unsigned nasked;
     uint64_t asked[PM__LANE_ASKED_MAX];
     uint64_t asked_dropped;
