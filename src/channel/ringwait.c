@@ -5,6 +5,7 @@
 #include "os/doorbell.h"
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 /* Arms rings[0..n): the count armed before one turned out to have a frame
@@ -53,6 +54,28 @@ int pm__ring_wait_many(pm__ring *const *rings, unsigned n, int timeout_ms)
     unsigned armed = arm_all(rings, n, &ready);
     if (!ready)
         ready = poll_all(rings, n, timeout_ms);
+    for (unsigned i = 0; i < armed; i++)
+        pm__ring_disarm(rings[i]);
+    return ready;
+}
+
+int pm__ring_wait_edge(pm__ring *const *rings, unsigned n, int epfd, int timeout_ms,
+                       struct epoll_event *ev, int *nev)
+{
+    *nev = 0;
+    if (n == 0 || n > PM__RINGWAIT_MAX || epfd < 0)
+        return -EINVAL;
+    int ready = 0;
+    unsigned armed = arm_all(rings, n, &ready);
+    if (!ready) {
+        int k = epoll_wait(epfd, ev, (int)n, timeout_ms);
+        if (k < 0)
+            ready = errno == EINTR ? 0 : -errno;
+        else
+            *nev = k;
+        if (k > 0)
+            ready = 1;
+    }
     for (unsigned i = 0; i < armed; i++)
         pm__ring_disarm(rings[i]);
     return ready;

@@ -34,4 +34,21 @@
  */
 int pm__ring_wait_many(pm__ring *const *rings, unsigned n, int timeout_ms);
 
+/*
+ * The same wait, through epfd: an epoll fd the caller made and keeps,
+ * holding every ring's doorbell with EPOLLET. A doorbell is not drained
+ * per wake-up (a parked round trip then makes two system calls a side,
+ * epoll_wait and the peer's send, where the poll, the drain and the send
+ * made three): each send is one edge, taken once by one epoll_wait. The
+ * doorbells that rang are in ev[0..*nev) (ev has room for n), with the
+ * data the caller registered, so that it drains each now and then before
+ * its buffer could fill (a full doorbell refuses sends, and a refused send
+ * makes no edge). Returns as pm__ring_wait_many; -errno from epoll_wait
+ * (e.g. a seccomp policy's refusal: the caller falls back to
+ * pm__ring_wait_many).
+ */
+struct epoll_event;
+int pm__ring_wait_edge(pm__ring *const *rings, unsigned n, int epfd, int timeout_ms,
+                       struct epoll_event *ev, int *nev);
+
 #endif /* PM_RINGWAIT_H */

@@ -109,6 +109,9 @@ static const struct {
     {"epoll_create1", -1, "pm_node_fd: one fd for the hub's doorbell and each lane's "
                           "(node_lanes.c)"},
     {"epoll_ctl", -1, "pm_node_fd: a lane's doorbell added (node_lanes.c)"},
+    {"epoll_wait", -1, "waits on the hub ring and its lanes at once, edge-triggered "
+                       "(node_lanes.c, ringwait.c)"},
+    {"epoll_pwait", -1, "epoll_wait on architectures without it"},
     {"sendmsg", -1, "bigmsg.c passes a large message's fd over its socket"},
     {"sendto", -1, "ring.c wakes a lane's peer: send on its doorbell socket, MSG_DONTWAIT | "
                    "MSG_NOSIGNAL"},

@@ -33,6 +33,13 @@ struct pm__node_ls {
     void (*keep)(void *arg, const pm__frame_hdr *h, const void *payload);
     void *keep_arg;
     int epfd;            /* pm_node_fd's, once it was asked for; -1 */
+    /* The waits' own epoll fd (edge-triggered: ringwait.h
+     * pm__ring_wait_edge), made at the first wait: the hub's doorbell
+     * (data PM__LANES_MAX) and each marked lane's (data: its index); -1,
+     * or -2 once epoll was refused (the waits poll from then on). rang:
+     * the edges taken per doorbell since it was last drained. */
+    int wait_ep;
+    unsigned rang[PM__LANES_MAX + 1];
     unsigned rr;         /* the index read first next time (fairness) */
     uint64_t lost_req;   /* a request whose lane was revoked before its reply */
     uint64_t bad_marks;  /* markers naming no lane of ours */
@@ -54,6 +61,7 @@ pm__node_ls *pm__node_ls_new(pm__channel *ch, uint32_t slot, uint64_t inc,
     s->keep = keep;
     s->keep_arg = arg;
     s->epfd = -1;
+    s->wait_ep = -1;
     s->counted_at = UINT64_MAX;
     return s;
 }
@@ -64,6 +72,8 @@ void pm__node_ls_free(pm__node_ls *s)
         return;
     pm__node_lanes_close(&s->t);
     pm__close(s->epfd);
+    if (s->wait_ep >= 0)
+        pm__close(s->wait_ep);
     free(s);
 }
 
@@ -144,6 +154,15 @@ static void send_mark(pm__node_ls *s, pm__node_lane *e)
         e->mark_sent = 1;
 }
 
+/* A doorbell the waits take edges from (data: its index). Registered
+ * from a lane's marker on: before it the lane is not waited on. */
+static void edge_watch(pm__node_ls *s, int fd, uint32_t index)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u32 = index};
+    if (s->wait_ep >= 0)
+        (void)epoll_ctl(s->wait_ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
 static void watch(pm__node_ls *s, int fd)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
@@ -210,6 +229,7 @@ static void mark(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
     /* Every frame the peer sent us through the hub before its lane is
      * behind us now: its lane may be read, and the counts start. */
     e->marked = 1;
+    edge_watch(s, e->efd_self, (uint32_t)(e - s->t.at));
 }
 
 void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
@@ -388,6 +408,82 @@ static int any_data(pm__ring *const *v, unsigned m)
     return 0;
 }
 
+/* The doorbell an edge came from: index PM__LANES_MAX is the hub's. */
+static int bell_of(const pm__node_ls *s, uint32_t index)
+{
+    if (index == PM__LANES_MAX)
+        return s->ch->node_efd;
+    return index < PM__LANES_MAX && s->t.at[index].lane != NULL ? s->t.at[index].efd_self : -1;
+}
+
+/* The waits' epoll fd, made at the first wait with every doorbell a wait
+ * watches (the hub's, the marked lanes'); -1 where epoll is refused. */
+static int edge_fd(pm__node_ls *s)
+{
+    if (s->wait_ep != -1)
+        return s->wait_ep;
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    if (fd < 0) {
+        s->wait_ep = -2;
+        return -1;
+    }
+    s->wait_ep = fd;
+    edge_watch(s, s->ch->node_efd, PM__LANES_MAX);
+    for (uint32_t k = 0; k < PM__LANES_MAX; k++)
+        if (s->t.at[k].lane != NULL && s->t.at[k].marked)
+            edge_watch(s, s->t.at[k].efd_self, k);
+    return fd;
+}
+
+/* One wait on m rings through the edge-triggered epoll fd (ringwait.h):
+ * no drain per wake-up. A doorbell is drained after PM__EDGE_DRAIN edges
+ * (a well-behaved writer sends once per armed wait, so its bytes stay far
+ * below what the socket holds: hundreds of sends), and all of them when a
+ * wait times out. An edge from a lane no wait watches (broken) takes its
+ * doorbell out of the set: its peer could otherwise wake us for nothing.
+ * Falls back to pm__ring_wait_many where epoll is refused. */
+#define PM__EDGE_DRAIN 32u
+static int wait_edges(pm__node_ls *s, pm__ring *const *v, unsigned m, int timeout_ms)
+{
+    int ep = edge_fd(s);
+    struct epoll_event ev[1 + PM__LANES_MAX];
+    int nev = 0;
+    int rc = ep < 0 ? -ENOSYS : pm__ring_wait_edge(v, m, ep, timeout_ms, ev, &nev);
+    if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES) {
+        if (ep >= 0) {
+            pm__close(ep);
+            s->wait_ep = -2;
+        }
+        return pm__ring_wait_many(v, m, timeout_ms);
+    }
+    for (int i = 0; i < nev; i++) {
+        uint32_t k = ev[i].data.u32;
+        int fd = bell_of(s, k);
+        if (fd < 0)
+            continue;
+        if (k < PM__LANES_MAX && s->t.at[k].broken) {
+            (void)epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+            continue;
+        }
+        if (++s->rang[k] >= PM__EDGE_DRAIN) {
+            s->rang[k] = 0;
+            pm__doorbell_drain(fd);
+        }
+    }
+    if (rc == 0) {
+        /* Nothing rang for a whole wait: empty every doorbell, whatever
+         * reached it without an edge we counted (a send while no edge
+         * wait was armed: the hub's, before the lanes). */
+        for (uint32_t k = 0; k <= PM__LANES_MAX; k++) {
+            int fd = bell_of(s, k);
+            s->rang[k] = 0;
+            if (fd >= 0)
+                pm__doorbell_drain(fd);
+        }
+    }
+    return rc;
+}
+
 int pm__node_ls_wait(pm__node_ls *s, int timeout_ms, int may_spin)
 {
     pm__ring *v[1 + PM__LANES_MAX];
@@ -418,7 +514,7 @@ int pm__node_ls_wait(pm__node_ls *s, int timeout_ms, int may_spin)
             prev = now;
         } while (now < t0 + budget);
     }
-    int rc = pm__ring_wait_many(v, m, timeout_ms);
+    int rc = wait_edges(s, v, m, timeout_ms);
     if (rc > 0 && learn)
         rx->spin_budget = pm__spin_learn(budget, rx->spin_ns, 0, pm__now_ns() - t0);
     return rc;
