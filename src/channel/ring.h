@@ -250,8 +250,8 @@ void pm__ring_consume(pm__ring *r);
  * waiting for space. Returns 1 if a wake-up system call was made. */
 int pm__ring_release(pm__ring *r);
 /* pm__ring_release when the producer asks for space back now (it waits for
- * room or for the ring to drain: pm__ring_wait_space, _wait_consumed, which
- * raise its flag while they spin); else nothing: a consumer that keeps up
+ * the ring to drain, pm__ring_wait_consumed, which raises its flag while
+ * it spins; or it is parked); else nothing: a consumer that keeps up
  * with a stream and handed back space after every frame would bounce the
  * cache line the producer reads its flag from, and make both ends fence,
  * for each frame (stop 41: a 64 B stream on a lane ran at a quarter of its
