@@ -656,21 +656,15 @@ START_TEST(test_order_counts)
     const void *p;
     ck_assert_int_eq(pm__lane_send(a, &h, "2", 1), 0);
     ck_assert_int_eq(pm__lane_recv(b, &g, &p), 1);
-    /* Read, but the space goes back only a quarter of the lane at a time,
-     * when the reader sleeps, or when the writer asks (stop 41: handing it
-     * back after every frame of a stream bounced the writer's line)... */
+    /* Read, but with another frame published behind it the space goes back
+     * only when the reader finds the lane empty (or a quarter of it is
+     * read, or it sleeps)... */
     ck_assert_int_eq(pm__lane_drained(a), 0);
-    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 1);
-    ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
-    ck_assert_int_eq(pm__lane_drained(a), 0);
-    /* ...and a writer that waits for the lane to drain asks (its flag),
-     * so the reader's next look hands the space back and wakes nobody. */
-    ck_assert_int_eq(pm__lane_send(a, &h, "3", 1), 0);
-    atomic_store(&a->tx.sh->prod_waiting, 3); /* WAIT_SPIN (ring.c): as producer_wait */
+    /* ...or takes the last frame it knows of: at once (a review of stop
+     * 40: a large reply, which waits for the lane to drain and never
+     * waits long, was dropped while the reader had not looked again). */
     ck_assert_int_eq(pm__lane_recv(b, &g, &p), 1);
     ck_assert_int_eq(pm__lane_drained(a), 1);
-    ck_assert_uint_eq(atomic_load(&a->tx.sh->prod_waiting), 0);
-    ck_assert_uint_eq(b->rx.wakeups, 0);
     ck_assert_int_eq(pm__lane_recv(b, &g, &p), 0);
     ck_assert_int_eq(pm__lane_drained(a), 1);
     /* The other direction keeps its own counts. */

@@ -197,7 +197,7 @@ int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
         if (l->revoked && l->rx.tail >= l->limit)
             return 0;
         if (looked && l->rx.peek_ptr == NULL && l->rx.tail == l->rx.head_cache) {
-            pm__ring_release_if_asked(&l->rx); /* all read that was there: as empty */
+            pm__ring_release(&l->rx); /* all read that was there: as empty */
             return 0;
         }
         looked = 1;
@@ -205,7 +205,7 @@ int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
         size_t len;
         int rc = pm__ring_peek(&l->rx, &p, &len);
         if (rc == 0)
-            pm__ring_release_if_asked(&l->rx); /* all read: the space back, if asked */
+            pm__ring_release(&l->rx); /* all read: hand the space back now */
         if (rc <= 0)
             return rc;
         /* Copy, then validate: everything below reads the private copy
@@ -213,19 +213,21 @@ int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
          * the record), which is the buffer's size. */
         memcpy(l->buf, p, len);
         pm__ring_consume(&l->rx);
-        /* Space goes back a quarter of the ring at a time, and when this
-         * end arms the ring to sleep (ring.h pm__ring_arm): one store to
-         * the line the writer reads per many frames, not per frame, while
-         * a stream flows. Sooner only when the writer asks (its flag, on
-         * the line of its index we just read: ring.h
-         * pm__ring_release_if_asked): it waits for room, or for the lane
-         * to drain before a frame of its takes the hub (node_lanesend.c);
-         * then at once after this frame if it was the last one published
-         * as far as we know, else when the lane is found empty. */
-        if (l->rx.tail - l->rx.released >= PM__LANE_CAP / 4)
+        /* Space goes back a quarter of the ring at a time (and whenever the
+         * ring is found empty, above, or this end arms it to sleep: ring.h
+         * pm__ring_arm): one store to the line the writer reads per many
+         * frames, not per frame, while a stream flows; and at once when
+         * this was the last frame published as far as we know, so that the
+         * peer sees the lane drained without waiting for our next look (a
+         * frame of its for the hub waits for that: node_lanesend.c; stop
+         * 41 tried handing it back only when asked, and a writer whose
+         * reader had taken everything and then stopped reading for a while
+         * waited for its drain all that time: check_lanemesh
+         * test_lane_switch_bounded). A reader that keeps pace with a
+         * stream would do this after every frame; it paces itself instead
+         * (node_lanes.h pm__node_ls_pace). */
+        if (l->rx.tail - l->rx.released >= PM__LANE_CAP / 4 || l->rx.tail == l->rx.head_cache)
             pm__ring_release(&l->rx);
-        else if (l->rx.tail == l->rx.head_cache)
-            pm__ring_release_if_asked(&l->rx);
         int why = pm__lane_judge(&l->who, l->req_out, l->buf, len, h);
         if (why != PM__LANE_OK) {
             l->dropped[why]++;

@@ -39,7 +39,6 @@
 /* Wait flag values (0: awake). */
 #define WAIT_FD 1u    /* an event loop polls park_fd: write the eventfd */
 #define WAIT_FUTEX 2u /* parked in FUTEX_WAIT on the flag: FUTEX_WAKE it */
-#define WAIT_SPIN 3u  /* a producer spinning for space: hand it back now, no wake-up */
 
 /* One load of a record header. The atomic builtin makes it a single 64-bit
  * fetch: the compiler may not split it or load it again later, which matters
@@ -194,7 +193,7 @@ PM__READY_TEXT static int wake_if_waiting(pm__ring *r, _Atomic uint32_t *flag)
     if (atomic_load_explicit(flag, memory_order_relaxed) == 0)
         return 0;
     uint32_t how = atomic_exchange_explicit(flag, 0, memory_order_relaxed);
-    if (how == 0 || how == WAIT_SPIN)
+    if (how == 0)
         return 0;
     return how == WAIT_FUTEX ? wake_futex(r, flag) : wake(r);
 }
@@ -383,32 +382,11 @@ PM__READY_TEXT static int space_for(pm__ring *r, size_t len)
 static int spin_then_park(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
                           _Atomic uint32_t *flag, int timeout_ms, int may_spin);
 
-/* A producer's wait for the consumer to drain: its flag says
- * WAIT_SPIN while it spins, so a consumer that releases only when asked
- * (pm__ring_release_if_asked) hands the space back at its next frame or
- * look, not a quarter of the ring later; relaxed: a consumer that misses
- * it releases when it next parks (pm__ring_arm), and the park below
- * announces itself with a fence as always. Cleared on the way out (a park
- * clears it too). */
-PM__READY_TEXT static int producer_wait(pm__ring *r, int (*cond)(pm__ring *, size_t), size_t arg,
-                                        int timeout_ms)
-{
-    atomic_store_explicit(&r->sh->prod_waiting, WAIT_SPIN, memory_order_relaxed);
-    int rc = spin_then_park(r, cond, arg, &r->sh->prod_waiting, timeout_ms, 1);
-    atomic_store_explicit(&r->sh->prod_waiting, 0, memory_order_relaxed);
-    return rc;
-}
-
 PM__READY_TEXT int pm__ring_wait_space(pm__ring *r, size_t len, int timeout_ms)
 {
     if (len == 0 || len > r->max_frame)
         return len == 0 ? -EINVAL : -EMSGSIZE;
-    /* The consumer can only free space for frames it can see. No WAIT_SPIN
-     * here: asked, a reader that keeps pace would hand back each frame's
-     * space as it took it, and a stream would go on a frame at a time;
-     * the space comes back a quarter of the ring at a time (or when the
-     * reader sleeps), and a full ring's writer resumes with room for a
-     * batch. */
+    /* The consumer can only free space for frames it can see. */
     pm__ring_publish(r);
     return spin_then_park(r, space_for, len, &r->sh->prod_waiting, timeout_ms, 1);
 }
@@ -438,7 +416,8 @@ int pm__ring_wait_consumed(pm__ring *r, uint64_t pos, int timeout_ms)
     if (pos > r->head)
         return -EINVAL;
     pm__ring_publish(r);
-    return producer_wait(r, consumed_within, (size_t)(r->head - pos), timeout_ms);
+    return spin_then_park(r, consumed_within, (size_t)(r->head - pos), &r->sh->prod_waiting,
+                          timeout_ms, 1);
 }
 
 int pm__ring_arm_space(pm__ring *r, size_t len)
@@ -565,13 +544,6 @@ PM__READY_TEXT int pm__ring_release(pm__ring *r)
     atomic_store_explicit(&r->sh->tail, r->tail, memory_order_release);
     r->released = r->tail;
     return wake_if_waiting(r, &r->sh->prod_waiting);
-}
-
-int pm__ring_release_if_asked(pm__ring *r)
-{
-    if (atomic_load_explicit(&r->sh->prod_waiting, memory_order_relaxed) == 0)
-        return 0;
-    return pm__ring_release(r);
 }
 
 /* 1 when a frame is there to peek, 0 when empty, -EBADMSG. */

@@ -249,15 +249,6 @@ void pm__ring_consume(pm__ring *r);
 /* Hands the consumed space back to the producer and wakes it if it is parked
  * waiting for space. Returns 1 if a wake-up system call was made. */
 int pm__ring_release(pm__ring *r);
-/* pm__ring_release when the producer asks for space back now (it waits for
- * the ring to drain, pm__ring_wait_consumed, which raises its flag while
- * it spins; or it is parked); else nothing: a consumer that keeps up
- * with a stream and handed back space after every frame would bounce the
- * cache line the producer reads its flag from, and make both ends fence,
- * for each frame (stop 41: a 64 B stream on a lane ran at a quarter of its
- * rate). The flag shares its line with the producer's index, which the
- * caller has just read. Returns as pm__ring_release. */
-int pm__ring_release_if_asked(pm__ring *r);
 
 /* Spins for spin_ns, then parks (FUTEX_WAIT on its wait flag; poll on
  * park_fd where futexes are refused) until a frame is there. The producer

@@ -56,6 +56,9 @@ struct pm_node {
     uint64_t big_skipped; /* large messages we could not map: skipped, sender told */
     struct pm__node_ls *ls; /* direct lanes (node_lanes.h), NULL until the first */
     unsigned lane_turn;   /* which of the hub ring and the lanes is read first */
+    int lane_paced;       /* the last receive's message came by a lane and we sent
+                             nothing since: the next receive paces itself
+                             (node_lanes.h pm__node_ls_pace) */
     uint64_t lane_lost;   /* a revoked lane's frames with no room in the stash */
     /* The address of the last local sender a message came from, made once
      * per sender (fill_msg): from_inc 0 and from_node 0: none yet. */

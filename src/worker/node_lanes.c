@@ -484,6 +484,24 @@ static int wait_edges(pm__node_ls *s, pm__ring *const *v, unsigned m, int timeou
     return rc;
 }
 
+void pm__node_ls_pace(pm__node_ls *s)
+{
+    if (!pm__node_ls_live(s) || pm__spin_cpus() < 2)
+        return;
+    for (unsigned k = 0; k < PM__LANES_MAX; k++) {
+        const pm__node_lane *e = &s->t.at[k];
+        /* Frames known and not taken yet: no pause, they are read now. */
+        if (e->lane != NULL && e->marked && !e->broken &&
+            (e->lane->rx.peek_ptr != NULL || e->lane->rx.tail != e->lane->rx.head_cache))
+            return;
+    }
+    uint64_t t0 = pm__now_ns();
+    do {
+        for (int i = 0; i < 8; i++)
+            pm__cpu_relax();
+    } while (pm__now_ns() - t0 < PM__LANE_PACE_NS);
+}
+
 int pm__node_ls_wait(pm__node_ls *s, int timeout_ms, int may_spin)
 {
     pm__ring *v[1 + PM__LANES_MAX];

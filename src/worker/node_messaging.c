@@ -441,6 +441,7 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
     int rc = pm__node_check(n);
     if (rc < 0)
         return rc;
+    n->lane_paced = 0; /* an exchange, not a stream: its answer is looked for at once */
     if (data == NULL && len > 0)
         return -EINVAL;
     if (len > PM_MAX_PAYLOAD &&
@@ -591,6 +592,10 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
         return 0;
     if (n->stopping)
         return -ESHUTDOWN;
+    if (n->lane_paced) {
+        n->lane_paced = 0;
+        pm__node_ls_pace(n->ls);
+    }
     uint64_t deadline = 0; /* from the first wait (next_frame) */
     for (;;) {
         pm__frame_hdr h;
@@ -613,6 +618,7 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms)
             if (lane_asked(n, &h) < 0)
                 continue;
             fill_msg(n, &h, payload, m);
+            n->lane_paced = 1;
             return 0;
         }
         if (is_late_answer(&h)) {
