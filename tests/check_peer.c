@@ -491,6 +491,22 @@ START_TEST(test_hostile_preamble)
         side_free(&b);
     }
 
+    /* A version of the longest length allowed (32 bytes) is read whole and
+     * judged as a version (unknown here), not refused as a malformed
+     * preamble. */
+    side_init(&b, "b", secret1, NULL, 0);
+    {
+        size_t m = pm__peer_preamble("sys", id, pre), v = pre[6];
+        unsigned char longv[PM__PEER_PREAMBLE_MAX + 32];
+        memcpy(longv, pre, 6);
+        longv[6] = 32;
+        memset(longv + 7, 'x', 32);
+        memcpy(longv + 7 + 32, pre + 7 + v, m - 7 - v);
+        ck_assert_int_eq(respond_to(&b, longv, m - v + 32), PM__PCE_DEAD);
+        ck_assert_msg(b.c.fail == PM__PF_VERSION, "%s", pm__peer_fail_name(b.c.fail));
+    }
+    side_free(&b);
+
     side_init(&b, "b", secret1, NULL, 0);
     size_t n = pm__peer_preamble("other", id, pre); /* another mesh */
     ck_assert_int_eq(respond_to(&b, pre, n), PM__PCE_DEAD);

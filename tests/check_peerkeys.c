@@ -95,6 +95,9 @@ START_TEST(test_key_parse)
         ck_assert_msg(strstr(why, "no key buffer") != NULL, "length %zu: '%s'", nolen[i], why);
         ck_assert_uint_eq(k[0], 0x5a);
     }
+    /* A key and nowhere to put it: refused, before anything is written. */
+    ck_assert_int_eq(pm__peer_key_parse(key_1_32, 32, NULL, why, sizeof(why)), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(why, "no key buffer"));
 }
 END_TEST
 
@@ -282,7 +285,8 @@ START_TEST(test_keyring_fork)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         if (pm__keyring_secret(kr, 0) != NULL || pm__keyring_static_priv(kr) != NULL ||
-            pm__keyring_add_secret(kr, key_1_32) != -EPERM || pm__keyring_dup(kr) != NULL)
+            pm__keyring_add_secret(kr, key_1_32) != -EPERM ||
+            pm__keyring_set_static(kr, key_1_32) != -EPERM || pm__keyring_dup(kr) != NULL)
             _exit(2);
         pm__keyring_free(kr);
         for (int k = 0; k < 2; k++)

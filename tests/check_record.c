@@ -3,6 +3,8 @@
 #include "helpers.h"
 
 #include <sodium.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/internal.h"
 #include "base/le.h"
@@ -233,10 +235,31 @@ START_TEST(test_seal_plain)
     ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 0, wire, sizeof(wire), &len), -EINVAL);
     ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], NULL, 13, wire, sizeof(wire), &len), -EINVAL);
     ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 13, wire, 20, &len), -ENOBUFS);
+    /* An empty plaintext is refused before its first byte is read: one
+     * that ends where a page nobody may read begins. */
+    long pg = sysconf(_SC_PAGESIZE);
+    unsigned char *two = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(two != MAP_FAILED);
+    ck_assert_int_eq(mprotect(two + pg, (size_t)pg, PROT_NONE), 0);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], two + pg, 0, wire, sizeof(wire), &len), -EINVAL);
+    munmap(two, (size_t)pg * 2);
+    /* A frame one byte longer than PM__REC_MAX_FRAME, whole and within
+     * the plaintext's bound: refused as a receiver refuses it. */
+    static unsigned char big[1 + 4 + PM__REC_MAX_FRAME + 1];
+    big[0] = PM__REC_FRAMES;
+    pm__put32(big + 1, PM__REC_MAX_FRAME + 1);
+    ck_assert_uint_le(sizeof(big), PM__REC_MAX_PLAIN);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], big, sizeof(big), wire, sizeof(wire), &len), -EINVAL);
     /* None of these moved the sender: the next record still opens. */
     ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], bad, 13, wire, sizeof(wire), &len), 0);
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
     ck_assert_int_eq(in.len, 12);
+    /* Each of next_frame's outputs is required: no frame is read without
+     * a place for its length. */
+    off = 0;
+    ck_assert_int_eq(pm__rec_next_frame(&in, &off, &frame, NULL), -EINVAL);
+    ck_assert_uint_eq(off, 0);
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
 }
