@@ -876,6 +876,49 @@ START_TEST(test_lane_switch_bounded)
 }
 END_TEST
 
+/* A message forwarded as a request's data, as it came: slot 0 takes a
+ * large message from main (a mapping) and sends it on to slot 1 as a
+ * request, whose echo must be the same bytes (pm_node_request let the
+ * message go, unmapping it, before it sent it: a review of stop 41). */
+static int boot_forward(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return server(n);
+    pm_address to = pm_test_slot_addr(1, 0);
+    int bad = wait_peer(n, &to) != 0;
+    pm_message m, r;
+    while (pm_node_recv(n, &m, -1) != 0 || m.len != 100000)
+        ;
+    int rc = pm_node_request(n, &to, m.data, m.len, 10000, &r);
+    int same = 0;
+    if (rc == 0 && r.len == 100000) {
+        same = 1;
+        for (size_t i = 0; i < r.len; i++)
+            same &= ((const unsigned char *)r.data)[i] == (unsigned char)(i * 7);
+    }
+    pm_test_say(n, "forward %s rc=%d same=%d", bad ? "bad" : "ok", rc, same);
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_forward_as_request)
+{
+    pm_options *o = lane_options(boot_forward, 2);
+    pm_cluster *c = pm_test_spawn(o);
+    static unsigned char big[100000];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (unsigned char)(i * 7);
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    PM_RUN_UNTIL(c, pm_cluster_send(c, &a0, big, sizeof(big)) == 0, 20000);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 40000);
+    ck_assert_str_eq(said[0], "#forward ok rc=0 same=1");
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -905,5 +948,6 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_wake_dead_peer, 90);
     PM_ADD_TEST(s, test_lane_sender_only, 90);
     PM_ADD_TEST(s, test_lane_switch_bounded, 90);
+    PM_ADD_TEST(s, test_forward_as_request, 60);
     return pm_test_main(s);
 }

@@ -36,10 +36,9 @@ struct pm__node_ls {
     /* The waits' own epoll fd (edge-triggered: ringwait.h
      * pm__ring_wait_edge), made at the first wait: the hub's doorbell
      * (data PM__LANES_MAX) and each marked lane's (data: its index); -1,
-     * or -2 once epoll was refused (the waits poll from then on). rang:
-     * the edges taken per doorbell since it was last drained. */
+     * or -2 once epoll was refused (the waits poll from then on). */
     int wait_ep;
-    unsigned rang[PM__LANES_MAX + 1];
+    unsigned waits; /* edge waits since the doorbells were last drained */
     unsigned rr;         /* the index read first next time (fairness) */
     uint64_t lost_req;   /* a request whose lane was revoked before its reply */
     uint64_t bad_marks;  /* markers naming no lane of ours */
@@ -159,8 +158,13 @@ static void send_mark(pm__node_ls *s, pm__node_lane *e)
 static void edge_watch(pm__node_ls *s, int fd, uint32_t index)
 {
     struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u32 = index};
-    if (s->wait_ep >= 0)
-        (void)epoll_ctl(s->wait_ep, EPOLL_CTL_ADD, fd, &ev);
+    if (s->wait_ep < 0 || epoll_ctl(s->wait_ep, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
+        return;
+    /* Not watched (ENOMEM, or fs.epoll.max_user_watches spent, which any
+     * process of our uid can do): a lane left out would wait a whole chunk
+     * for each frame. The waits poll every doorbell from now on. */
+    pm__close(s->wait_ep);
+    s->wait_ep = -2;
 }
 
 static void watch(pm__node_ls *s, int fd)
@@ -436,12 +440,16 @@ static int edge_fd(pm__node_ls *s)
 }
 
 /* One wait on m rings through the edge-triggered epoll fd (ringwait.h):
- * no drain per wake-up. A doorbell is drained after PM__EDGE_DRAIN edges
- * (a well-behaved writer sends once per armed wait, so its bytes stay far
- * below what the socket holds: hundreds of sends), and all of them when a
- * wait times out. An edge from a lane no wait watches (broken) takes its
- * doorbell out of the set: its peer could otherwise wake us for nothing.
- * Falls back to pm__ring_wait_many where epoll is refused. */
+ * no drain per wake-up. Every doorbell is drained after PM__EDGE_DRAIN
+ * waits and when a wait times out: a well-behaved writer sends at most
+ * once per arming of its ring, and each wait arms once, so a doorbell
+ * holds at most that many sends (a socket refuses more after about 270
+ * here, and a refused send makes no edge). Counted by waits, not by
+ * edges: edges merge, and a wait that finds a frame while arming takes no
+ * edge at all (a review of stop 41). An edge from a lane no wait watches
+ * (broken) takes its doorbell out of the set: its peer could otherwise
+ * wake us for nothing. Falls back to pm__ring_wait_many where epoll is
+ * refused. */
 #define PM__EDGE_DRAIN 32u
 static int wait_edges(pm__node_ls *s, pm__ring *const *v, unsigned m, int timeout_ms)
 {
@@ -459,24 +467,13 @@ static int wait_edges(pm__node_ls *s, pm__ring *const *v, unsigned m, int timeou
     for (int i = 0; i < nev; i++) {
         uint32_t k = ev[i].data.u32;
         int fd = bell_of(s, k);
-        if (fd < 0)
-            continue;
-        if (k < PM__LANES_MAX && s->t.at[k].broken) {
+        if (fd >= 0 && k < PM__LANES_MAX && s->t.at[k].broken)
             (void)epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
-            continue;
-        }
-        if (++s->rang[k] >= PM__EDGE_DRAIN) {
-            s->rang[k] = 0;
-            pm__doorbell_drain(fd);
-        }
     }
-    if (rc == 0) {
-        /* Nothing rang for a whole wait: empty every doorbell, whatever
-         * reached it without an edge we counted (a send while no edge
-         * wait was armed: the hub's, before the lanes). */
+    if (rc == 0 || ++s->waits >= PM__EDGE_DRAIN) {
+        s->waits = 0;
         for (uint32_t k = 0; k <= PM__LANES_MAX; k++) {
             int fd = bell_of(s, k);
-            s->rang[k] = 0;
             if (fd >= 0)
                 pm__doorbell_drain(fd);
         }

@@ -32,7 +32,11 @@ static int lane_switch_wait(pm_node *n, pm__node_lane *e, const pm__frame_hdr *h
         end = (uint64_t)h->deadline_ms;
     const struct timespec pause = {0, 20000};
     for (; now < end; now = pm__now_ms()) {
-        if (pm__node_lane_switch_ready(e))
+        /* Seen ready: the lane is ours from now on (pm__node_lane_path
+         * keeps on_lane), not judged again on the peer's words, which a
+         * hostile peer could flip so that each send waited again (a review
+         * of stop 41). */
+        if (pm__node_lane_path(e, 1) == 1)
             return 1;
         if (pm__node_shut_down(n) || pm__node_ls_gone(n->ls, e))
             return 0;

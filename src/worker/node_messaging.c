@@ -642,14 +642,20 @@ static int await_reply(pm_node *n, uint64_t id, uint64_t deadline, int forever, 
 PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, pm_message *reply)
 {
-    int rc = begin_wait(n, reply);
+    int rc = pm__node_check(n);
     if (rc < 0)
         return rc;
+    if (reply == NULL)
+        return -EINVAL;
     uint64_t id = ++n->next_req;
     uint64_t deadline = timeout_ms < 0 ? 0 : pm__now_ms() + (uint64_t)timeout_ms;
+    /* Sent before the last message is let go (begin_wait): data may be
+     * that message, forwarded as it came (a large one's mapping, a stash
+     * entry, ring space; a review of stop 41 found it unmapped first). */
     rc = node_send(n, to, PM__FT_REQUEST, id, (int64_t)deadline, data, len, 1);
-    if (rc < 0)
-        return rc;
+    int began = begin_wait(n, reply);
+    if (rc < 0 || began < 0)
+        return rc < 0 ? rc : began;
     rc = await_reply(n, id, deadline, timeout_ms < 0, reply);
     if (rc < 0)
         pm__node_ls_forget(n->ls, id); /* a lane's late reply is then dropped */
