@@ -535,6 +535,15 @@ int pm__node_ls_wait(pm__node_ls *s, int timeout_ms, int may_spin)
     return rc;
 }
 
+void pm__node_ls_drain(pm__node_ls *s)
+{
+    if (!pm__node_ls_live(s))
+        return;
+    for (unsigned k = 0; k < PM__LANES_MAX; k++)
+        if (s->t.at[k].lane != NULL)
+            pm__doorbell_drain(s->t.at[k].efd_self);
+}
+
 int pm__node_ls_arm(pm__node_ls *s)
 {
     if (!pm__node_ls_live(s))

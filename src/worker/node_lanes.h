@@ -93,6 +93,9 @@ int pm__node_ls_wait(pm__node_ls *s, int timeout_ms, int may_spin);
 #define PM__LANE_PACE_NS 1000u
 void pm__node_ls_pace(pm__node_ls *s);
 /* pm_node_fd's arming of the lanes: 1 when a frame is there already. */
+/* Empties every lane's doorbell (this end's), e.g. before pm_node_fd is
+ * armed. Nothing without lanes. */
+void pm__node_ls_drain(pm__node_ls *s);
 int pm__node_ls_arm(pm__node_ls *s);
 void pm__node_ls_disarm(pm__node_ls *s);
 /* pm_node_fd's epoll fd (made on the first call): the hub's doorbell and

@@ -279,7 +279,12 @@ static int next_frame(pm_node *n, uint64_t *deadline_ms, int timeout_ms, pm__fra
                 *deadline_ms = now + (uint64_t)timeout_ms;
             if (now >= *deadline_ms) {
                 /* Leave the doorbells armed so pm_node_fd turns readable
-                 * when the next frame arrives. */
+                 * when the next frame arrives; emptied first: the edge
+                 * waits leave bytes in them, for which pm_node_fd (level-
+                 * triggered) would turn readable at once (a review of stop
+                 * 41). Before the arming, so a wake-up sent for it stays. */
+                pm__doorbell_drain(n->channel.node_efd);
+                pm__node_ls_drain(n->ls);
                 if (pm__ring_arm(&n->channel.rx) != 0)
                     continue;
                 n->fd_armed = 1;
