@@ -290,11 +290,15 @@ void pm__lane_took_from_hub(pm__lane *l)
 
 int pm__lane_may_send(const pm__lane *l)
 {
-    uint64_t taken =
-        atomic_load_explicit(&l->sh->end[1 - l->end].hub_taken, memory_order_acquire);
+    uint64_t taken = pm__lane_peer_taken(l);
     /* The peer's word, unchecked: a peer that overstates it only lets our
      * frames to it overtake each other, which is its own loss. */
     return taken >= l->hub_sent;
+}
+
+uint64_t pm__lane_peer_taken(const pm__lane *l)
+{
+    return atomic_load_explicit(&l->sh->end[1 - l->end].hub_taken, memory_order_acquire);
 }
 
 int pm__lane_drained(pm__lane *l)

@@ -185,6 +185,9 @@ int pm__lane_revoke(pm__lane *l);
 void pm__lane_sent_via_hub(pm__lane *l);
 void pm__lane_took_from_hub(pm__lane *l);
 int pm__lane_may_send(const pm__lane *l);
+/* The peer's count of our hub frames it took (its word, unchecked: only a
+ * wait's measure of progress). */
+uint64_t pm__lane_peer_taken(const pm__lane *l);
 /* 1 once the peer has attached its end (its word of the lane's page). */
 int pm__lane_peer_attached(const pm__lane *l);
 int pm__lane_drained(pm__lane *l);

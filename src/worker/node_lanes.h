@@ -56,13 +56,16 @@ pm__node_lane *pm__node_ls_to(pm__node_ls *s, const pm__frame_hdr *h);
 /* The path of the next frame to e's peer: 1 the lane, 0 the hub, -EAGAIN
  * the hub once the lane is drained. fits: the frame is one a lane carries. */
 int pm__node_lane_path(pm__node_lane *e, int fits);
-/* The switch to the lane a blocking send may wait for (node_messaging.c,
+/* The switch to the lane a blocking send may wait for (node_lanesend.c,
  * lane_switch_wait): pm__node_lane_switch_due, 1 when e is not on the lane
  * yet, not broken and no back-off holds (now_ms); _ready, 1 once the
  * peer has attached and taken every frame we sent it through the hub;
  * _missed, a wait that ended without it: the next waits after a back-off
- * that doubles, PM__LANE_SWITCH_BACKOFF_MS up to 16 times that. */
+ * that doubles, PM__LANE_SWITCH_BACKOFF_MS up to 16 times that. A wait
+ * lasts PM__LANE_SWITCH_WAIT_MS past the peer's last progress (its count
+ * of our hub frames taken), PM__LANE_SWITCH_MAX_MS at most. */
 #define PM__LANE_SWITCH_WAIT_MS 10u
+#define PM__LANE_SWITCH_MAX_MS 200u
 #define PM__LANE_SWITCH_BACKOFF_MS 100u
 int pm__node_lane_switch_due(const pm__node_lane *e, uint64_t now_ms);
 int pm__node_lane_switch_ready(const pm__node_lane *e);
@@ -92,10 +95,10 @@ int pm__node_ls_wait(pm__node_ls *s, int timeout_ms, int may_spin);
  * here: its answer is looked for at once. */
 #define PM__LANE_PACE_NS 1000u
 void pm__node_ls_pace(pm__node_ls *s);
-/* pm_node_fd's arming of the lanes: 1 when a frame is there already. */
 /* Empties every lane's doorbell (this end's), e.g. before pm_node_fd is
  * armed. Nothing without lanes. */
 void pm__node_ls_drain(pm__node_ls *s);
+/* pm_node_fd's arming of the lanes: 1 when a frame is there already. */
 int pm__node_ls_arm(pm__node_ls *s);
 void pm__node_ls_disarm(pm__node_ls *s);
 /* pm_node_fd's epoll fd (made on the first call): the hub's doorbell and

@@ -17,21 +17,24 @@
  * receiver is always a ring behind, so each frame sent meanwhile through
  * the hub is one more to take (the stream measured no faster with lanes,
  * stop 40). A blocking send therefore waits for the switch, polling the
- * peer's words (it rings no doorbell for them), for at most
- * PM__LANE_SWITCH_WAIT_MS or the request's deadline. 1 the lane may take
- * the frame now; 0 it takes the hub: a peer that does not read in that
- * time (busy, stopped, hostile) costs us no more than that wait once per
- * back-off (node_lanes.h). */
+ * peer's words (it rings no doorbell for them), while the peer keeps
+ * taking our hub frames (PM__LANE_SWITCH_WAIT_MS past its last progress:
+ * a deep backlog on a slow machine still drains), PM__LANE_SWITCH_MAX_MS
+ * at most, never past the request's deadline. 1 the lane may take the
+ * frame now; 0 it takes the hub: a peer that does not get there (busy,
+ * stopped, hostile) costs us no more than that wait once per back-off
+ * (node_lanes.h). */
 static int lane_switch_wait(pm_node *n, pm__node_lane *e, const pm__frame_hdr *h)
 {
     uint64_t now = pm__now_ms();
     if (!pm__node_lane_switch_due(e, now))
         return 0;
-    uint64_t end = now + PM__LANE_SWITCH_WAIT_MS;
-    if (h->deadline_ms > 0 && (uint64_t)h->deadline_ms < end)
-        end = (uint64_t)h->deadline_ms;
+    uint64_t cap = now + PM__LANE_SWITCH_MAX_MS, end = now + PM__LANE_SWITCH_WAIT_MS;
+    if (h->deadline_ms > 0 && (uint64_t)h->deadline_ms < cap)
+        cap = (uint64_t)h->deadline_ms;
+    uint64_t taken = pm__lane_peer_taken(e->lane);
     const struct timespec pause = {0, 20000};
-    for (; now < end; now = pm__now_ms()) {
+    for (; now < end && now < cap; now = pm__now_ms()) {
         /* Seen ready: the lane is ours from now on (pm__node_lane_path
          * keeps on_lane), not judged again on the peer's words, which a
          * hostile peer could flip so that each send waited again (a review
@@ -40,6 +43,11 @@ static int lane_switch_wait(pm_node *n, pm__node_lane *e, const pm__frame_hdr *h
             return 1;
         if (pm__node_shut_down(n) || pm__node_ls_gone(n->ls, e))
             return 0;
+        uint64_t t = pm__lane_peer_taken(e->lane);
+        if (t != taken) {
+            taken = t;
+            end = now + PM__LANE_SWITCH_WAIT_MS;
+        }
         pm__node_beat(n);
         nanosleep(&pause, NULL);
     }
