@@ -604,8 +604,10 @@ START_TEST(test_relay_checksums)
         ck_assert_str_eq(last_text[s], want);
         if (lanes_off)
             ck_assert_uint_eq(pm_test_slot_relayed(c, s), count + 2);
-        else
-            ck_assert_uint_le(pm_test_slot_relayed(c, s), count + 2);
+        else /* one more: the switch-over marker of a worker that adopted its
+              * lane goes through the hub, even when no frame then took the
+              * lane (its switch wait missed: slow machine) */
+            ck_assert_uint_le(pm_test_slot_relayed(c, s), count + 3);
     }
     ck_assert_int_eq(events_fenced, 0);
     pm_test_finish(c, o);
