@@ -58,7 +58,8 @@ $(B)/fuzz_%: $(S)/fuzz_%.c $(S)/fuzz.h $(S)/fuzz_wport.h $(top_srcdir)/tests/hoo
 # left objects of the old layout beside new ones, and the hub's harness
 # reported a heap overflow that was only that (stop 40).
 -include $(LIB_OBJS:.o=.d) $(addsuffix .d,$(addprefix $(B)/fuzz_,$(FUZZ_TARGETS)))
-# One run per harness, one after the other (the numbers in
-# doc/reliability.md are per harness on one core).
+# One run per harness; `make fuzz` runs FUZZ_RUN_JOBS of them at once (1
+# by default: the numbers in doc/reliability.md are per harness on one
+# core). Each appends its line to summary.txt in one O_APPEND write.
 $(addprefix run-,$(FUZZ_TARGETS)): run-%: $(B)/fuzz_%
 	@sh $(S)/run.sh $* $(B) $(S) $(FUZZ_SECONDS) $(FUZZ_FLAGS)
