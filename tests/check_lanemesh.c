@@ -10,7 +10,9 @@
 #include "internals.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <stdatomic.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 
 #include "channel/proto.h"
@@ -919,6 +921,265 @@ START_TEST(test_forward_as_request)
 }
 END_TEST
 
+/* A worker that only sends takes its peer's next lane after the peer
+ * restarted: the revocation's wake-up at the head of its hub ring is taken
+ * by a send too (a send stopped there, and the stream stayed on the hub
+ * for good). Slot 1's first incarnation reads 3,000 frames, then exits;
+ * the sender, which received nothing since its first request, waits for
+ * the replacement to run (a frame to a dead slot would bring a notice
+ * into its ring, which only a receive takes), then sends until its frames
+ * take the new lane and 1,000 more (at most 30 s). */
+static int boot_sender_restart(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1) {
+        if (atomic_load(flag) != 0) {
+            atomic_store(flag, 2); /* the replacement */
+            return count_server(n);
+        }
+        for (;;) {
+            pm_message m;
+            if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
+                return 0;
+            if (m.kind == PM_MSG_REQUEST)
+                pm_node_reply(n, &m, m.data, m.len);
+            else if (get_u32(&m) == 2999) {
+                atomic_store(flag, 1);
+                _exit(3);
+            }
+        }
+    }
+    pm_address to = pm_test_slot_addr(1, 0);
+    int bad = wait_peer(n, &to) != 0;
+    for (uint32_t seq = 0; seq < 3000; seq++)
+        bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
+    for (int k = 0; k < 3000 && atomic_load(flag) != 2; k++)
+        usleep(10000);
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.dst = 1;
+    uint32_t seq = 0, after = 0;
+    uint64_t end = pm__now_ms() + 30000;
+    while (after < 1000 && pm__now_ms() < end) {
+        bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
+        seq++;
+        pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+        after += e != NULL && e->on_lane;
+    }
+    uint32_t done = UINT32_MAX - 1;
+    bad |= pm_node_send(n, &to, &done, sizeof(done)) != 0;
+    pm_test_say(n, "sender %s switched=%d", bad ? "bad" : "ok", after == 1000);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_sender_restart)
+{
+    atomic_store(flag, 0);
+    pm_options *o = lane_options(boot_sender_restart, 2);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0 && said[1][0] != 0, 80000);
+    ck_assert_str_eq(said[0], "#sender ok switched=1");
+    ck_assert_int_eq(strncmp(said[1], "#server ok ", 11), 0);
+    ck_assert_ptr_nonnull(strstr(said[1], " by lane some"));
+    ck_assert_uint_ge(c->hub->lanes_made, 2);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* A peer that closes its end of our lane's doorbell (alive: nothing
+ * revokes the lane) makes the doorbell read end of file for ever.
+ * pm_node_fd must not turn readable for ever on it (an application's
+ * poll loop would spin), and the peer's later frames still arrive (the
+ * lane is read whenever we look, without its wake-ups). Slot 1 (hostile)
+ * answers the victim's requests until they earned a lane, closes its end
+ * of the victim's doorbell and sets flag 1; the victim counts for 1 s how
+ * often pm_node_fd is readable with nothing to receive, then sets flag 2,
+ * and slot 1 sends one message. */
+static int boot_bell_hangup(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    pm_message m;
+    if (pm_node_slot(n) == 1) {
+        int answered = 0;
+        while (answered < 40) {
+            if (pm_node_recv(n, &m, 20000) != 0)
+                return 1;
+            if (m.kind == PM_MSG_REQUEST)
+                answered += pm_node_reply(n, &m, m.data, m.len) == 0;
+        }
+        h.dst = 0;
+        pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+        if (e != NULL && e->efd_peer >= 0) {
+            close(e->efd_peer); /* the victim's doorbell, our end */
+            e->efd_peer = -1;
+        }
+        atomic_store(flag, e != NULL ? 1 : -1);
+        for (int k = 0; k < 3000 && atomic_load(flag) != 2; k++)
+            usleep(10000);
+        pm_address to = pm_test_slot_addr(0, 0);
+        pm_node_send(n, &to, "after", 5);
+        while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+            ;
+        return 0;
+    }
+    int fd = pm_node_fd(n); /* watches every lane's doorbell from now on */
+    pm_address to = pm_test_slot_addr(1, 0);
+    (void)wait_peer(n, &to);
+    for (uint32_t i = 0; i < 39; i++)
+        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &m);
+    for (int k = 0; k < 3000 && atomic_load(flag) == 0; k++)
+        usleep(10000);
+    unsigned readable = 0, got = 0;
+    uint64_t end = pm__now_ms() + 1000;
+    while (pm__now_ms() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        readable++;
+        while (pm_node_recv(n, &m, 0) == 0)
+            got++;
+    }
+    h.dst = 1;
+    pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+    int hung = e != NULL && e->bell_hung;
+    atomic_store(flag, 2);
+    int after = pm_node_recv(n, &m, 20000) == 0 && m.len == 5 && memcmp(m.data, "after", 5) == 0;
+    pm_test_say(n, "victim spun=%d got=%u hung=%d after=%d", readable > 3, got, hung, after);
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_bell_hangup)
+{
+    atomic_store(flag, 0);
+    pm_options *o = lane_options(boot_bell_hangup, 2);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 80000);
+    ck_assert_str_eq(said[0], "#victim spun=0 got=0 hung=1 after=1");
+    ck_assert_int_eq(atomic_load(flag), 2);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* A sender that saw its lane ready keeps it while the peer rewrites its
+ * words of the lane's page (attached 0, nothing taken from the hub): the
+ * switch is decided once (a review of stop 41: a peer flipping them could
+ * make every send wait for a switch again). Slot 0 streams until its
+ * frames take the lane, then slot 1 (hostile) zeroes its words and slot
+ * 0 sends 200 more, each of which must take the lane. */
+static int boot_flipped_words(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    pm_message m;
+    if (pm_node_slot(n) == 1) {
+        for (;;) {
+            int rc = pm_node_recv(n, &m, 10);
+            if (rc == -ESHUTDOWN)
+                return 0;
+            if (rc == 0 && m.kind == PM_MSG_REQUEST)
+                pm_node_reply(n, &m, m.data, m.len);
+            pm__node_lane *e = pm__node_ls_to(n->ls, &h); /* the lane to slot 0 */
+            if (atomic_load(flag) == 1 && e != NULL) {
+                struct pm__lane_line *me = &e->lane->sh->end[e->lane->end];
+                atomic_store(&me->attached, 0);
+                atomic_store(&me->hub_taken, 0);
+                atomic_store(flag, 2);
+            }
+        }
+    }
+    pm_address to = pm_test_slot_addr(1, 0);
+    int bad = wait_peer(n, &to) != 0;
+    h.dst = 1;
+    uint32_t seq = 0;
+    pm__node_lane *e = NULL;
+    uint64_t end = pm__now_ms() + 30000;
+    while ((e == NULL || !e->on_lane) && pm__now_ms() < end) {
+        bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
+        seq++;
+        e = pm__node_ls_to(n->ls, &h);
+    }
+    atomic_store(flag, 1);
+    for (int k = 0; k < 3000 && atomic_load(flag) != 2; k++)
+        usleep(10000);
+    unsigned kept = 0;
+    for (int i = 0; i < 200 && e != NULL; i++) {
+        uint64_t before = pm__ring_head(&e->lane->tx);
+        bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
+        seq++;
+        kept += e->on_lane && pm__ring_head(&e->lane->tx) != before;
+    }
+    pm_test_say(n, "sender %s flipped=%d kept=%u", bad ? "bad" : "ok", atomic_load(flag) == 2,
+                kept);
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_flipped_words)
+{
+    atomic_store(flag, 0);
+    pm_options *o = lane_options(boot_flipped_words, 2);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 80000);
+    ck_assert_str_eq(said[0], "#sender ok flipped=1 kept=200");
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* An honest peer's wake-ups never fill a doorbell: each wait arms once
+ * and the peer sends at most once per arming, but edges merge and a wait
+ * that finds its frame while arming takes none, so the doorbell is
+ * emptied by a count of waits (every 32) and not of edges (a review of
+ * stop 41: counted by edges it filled, about 270 sends here, and refused
+ * the wake-ups after). 3,000 parked requests over the lane; after each,
+ * the requester's doorbell holds at most 33 sends of 8 bytes. */
+static int boot_bell_bounded(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1)
+        return server(n);
+    n->channel.rx.spin_ns = 0; /* park at every wait: a wake-up each */
+    n->channel.tx.spin_ns = 0;
+    pm_address to = pm_test_slot_addr(1, 0);
+    pm__node_lane *e = earn_lane(n, 1);
+    int bad = e == NULL, most = 0;
+    pm_message r;
+    for (uint32_t i = 0; i < 3000 && !bad; i++) {
+        bad |= pm_node_request(n, &to, &i, sizeof(i), 10000, &r) != 0 || get_u32(&r) != i;
+        int q = 0;
+        if (ioctl(e->efd_self, FIONREAD, &q) == 0 && q > most)
+            most = q;
+    }
+    pm_test_say(n, "requester %s bounded=%d", bad ? "bad" : "ok", most <= 33 * 8);
+    if (most > 33 * 8)
+        fprintf(stderr, "doorbell held %d bytes\n", most);
+    while (pm_node_recv(n, &r, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+START_TEST(test_lane_bell_bounded)
+{
+    pm_options *o = lane_options(boot_bell_bounded, 2);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 80000);
+    ck_assert_str_eq(said[0], "#requester ok bounded=1");
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -949,5 +1210,9 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_sender_only, 90);
     PM_ADD_TEST(s, test_lane_switch_bounded, 90);
     PM_ADD_TEST(s, test_forward_as_request, 60);
+    PM_ADD_TEST(s, test_lane_sender_restart, 120);
+    PM_ADD_TEST(s, test_lane_bell_hangup, 120);
+    PM_ADD_TEST(s, test_lane_flipped_words, 120);
+    PM_ADD_TEST(s, test_lane_bell_bounded, 120);
     return pm_test_main(s);
 }

@@ -45,9 +45,9 @@ int pm__doorbell_pair(int *rd, int *wr)
     return 0;
 }
 
-void pm__doorbell_drain(int fd)
+int pm__doorbell_drain(int fd)
 {
-    int saved = errno;
+    int saved = errno, hung_up = 0;
     /* An eventfd gives its whole count in one read of 8 bytes; a socket
      * doorbell (a worker's, channel.h node_wake; a lane's) holds 8 bytes
      * a ring, read until a read comes back short, so one drain leaves it
@@ -60,8 +60,13 @@ void pm__doorbell_drain(int fd)
         ssize_t n = preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
         if (n < 0 && errno != EAGAIN && errno != EINTR)
             n = read(fd, v, sizeof(v));
+        /* 0: end of file, a socket pair whose every writing end is closed
+         * (an eventfd never reads 0). It stays readable for ever: a wait
+         * that polls it must stop watching it, or it spins. */
+        hung_up = n == 0;
         if (n < (ssize_t)sizeof(v))
             break;
     }
     pm__errno_restore(saved);
+    return hung_up;
 }

@@ -43,6 +43,7 @@ struct pm__node_ls {
     uint64_t lost_req;   /* a request whose lane was revoked before its reply */
     uint64_t bad_marks;  /* markers naming no lane of ours */
     uint64_t stale_offers; /* offers of lanes revoked before they were read */
+    uint64_t bells_hung; /* lanes whose peer closed its end of our doorbell */
     uint64_t counted_at; /* the hub ring position counted last (pm__node_lane_took) */
     pm__node_lane *last; /* the lane the last frame came by */
 };
@@ -174,6 +175,24 @@ static void watch(pm__node_ls *s, int fd)
         (void)epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+/* Empties lane e's doorbell. A peer that closed its end of it (alive: a
+ * dead one's lane is revoked and goes) can never ring it again, and it
+ * reads end of file for ever: a level-triggered wait on it (pm_node_fd,
+ * the poll fallback) would return at once every time and spin. It leaves
+ * every wait; the lane is still read whenever we look (each wait's last
+ * look, a wait slice ending), so the peer slows only its own frames. */
+static void drain_bell(pm__node_ls *s, pm__node_lane *e)
+{
+    if (e->bell_hung || !pm__doorbell_drain(e->efd_self))
+        return;
+    e->bell_hung = 1;
+    s->bells_hung++;
+    if (s->wait_ep >= 0)
+        (void)epoll_ctl(s->wait_ep, EPOLL_CTL_DEL, e->efd_self, NULL);
+    if (s->epfd >= 0)
+        (void)epoll_ctl(s->epfd, EPOLL_CTL_DEL, e->efd_self, NULL);
+}
+
 /* finish: revocations are read first (any lane may be finished); else the
  * caller made sure the offer's index is free. */
 static void offer(pm__node_ls *s, const pm__frame_hdr *h, const void *payload, int finish)
@@ -233,7 +252,8 @@ static void mark(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
     /* Every frame the peer sent us through the hub before its lane is
      * behind us now: its lane may be read, and the counts start. */
     e->marked = 1;
-    edge_watch(s, e->efd_self, (uint32_t)(e - s->t.at));
+    if (!e->bell_hung)
+        edge_watch(s, e->efd_self, (uint32_t)(e - s->t.at));
 }
 
 void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
@@ -246,19 +266,43 @@ void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *pay
         offer(s, h, payload, 1);
 }
 
+/* The revocations read from a send path: every revoked lane finished but
+ * the one the last message came by (its bytes, in that lane's buffer, may
+ * be what the caller sends: they stay until the next receive, which
+ * finishes it). 1 when no revoked lane was left. */
+static int revoked_early(pm__node_ls *s)
+{
+    pm__node_lane *last = s->last;
+    if (last != NULL && last->lane != NULL && pm__node_ls_gone(s, last))
+        return 0;
+    if (revoked_all(s) > 0)
+        s->last = last; /* not among them: still attached */
+    return 1;
+}
+
 int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
 {
     if (h->type == PM__FT_LANE_MARK) {
         mark(s, h, payload);
         return 1;
     }
+    if (h->type != PM__FT_LANE)
+        return 0;
+    /* A revocation's wake-up: taken here too, or a worker that only sends
+     * would stop at it and never read the offers behind it (its stream
+     * would stay on the hub after its peer restarted). */
+    if (h->len == 0)
+        return revoked_early(s);
     unsigned char copy[PM__LANE_OFFER_SIZE];
     pm__lane_offer o;
-    if (h->type != PM__FT_LANE || h->len != sizeof(copy))
+    if (h->len != sizeof(copy))
         return 0;
     memcpy(copy, payload, sizeof(copy));
-    if (pm__lane_offer_decode(copy, sizeof(copy), &o) < 0 || o.index >= PM__LANES_MAX ||
-        s->t.at[o.index].lane != NULL)
+    if (pm__lane_offer_decode(copy, sizeof(copy), &o) < 0 || o.index >= PM__LANES_MAX)
+        return 0;
+    /* The index's old lane was revoked before this offer was written (its
+     * wake-up may have been dropped at the hub's bound). */
+    if (s->t.at[o.index].lane != NULL && (!revoked_early(s) || s->t.at[o.index].lane != NULL))
         return 0;
     offer(s, h, payload, 0);
     return 1;
@@ -396,7 +440,7 @@ static unsigned rings_of(pm__node_ls *s, pm__ring **v)
     v[m++] = &s->ch->rx;
     for (unsigned k = 0; k < PM__LANES_MAX; k++) {
         pm__node_lane *e = &s->t.at[k];
-        if (e->lane != NULL && e->marked && !e->broken)
+        if (e->lane != NULL && e->marked && !e->broken && !e->bell_hung)
             v[m++] = &e->lane->rx;
     }
     return m;
@@ -412,12 +456,13 @@ static int any_data(pm__ring *const *v, unsigned m)
     return 0;
 }
 
-/* The doorbell an edge came from: index PM__LANES_MAX is the hub's. */
-static int bell_of(const pm__node_ls *s, uint32_t index)
+/* Every lane's doorbell emptied (drain_bell: a hung-up one leaves the
+ * waits). */
+static void drain_bells(pm__node_ls *s)
 {
-    if (index == PM__LANES_MAX)
-        return s->ch->node_efd;
-    return index < PM__LANES_MAX && s->t.at[index].lane != NULL ? s->t.at[index].efd_self : -1;
+    for (unsigned k = 0; k < PM__LANES_MAX; k++)
+        if (s->t.at[k].lane != NULL)
+            drain_bell(s, &s->t.at[k]);
 }
 
 /* The waits' epoll fd, made at the first wait with every doorbell a wait
@@ -434,7 +479,7 @@ static int edge_fd(pm__node_ls *s)
     s->wait_ep = fd;
     edge_watch(s, s->ch->node_efd, PM__LANES_MAX);
     for (uint32_t k = 0; k < PM__LANES_MAX; k++)
-        if (s->t.at[k].lane != NULL && s->t.at[k].marked)
+        if (s->t.at[k].lane != NULL && s->t.at[k].marked && !s->t.at[k].bell_hung)
             edge_watch(s, s->t.at[k].efd_self, k);
     return fd;
 }
@@ -448,8 +493,8 @@ static int edge_fd(pm__node_ls *s)
  * edges: edges merge, and a wait that finds a frame while arming takes no
  * edge at all (a review of stop 41). An edge from a lane no wait watches
  * (broken) takes its doorbell out of the set: its peer could otherwise
- * wake us for nothing. Falls back to pm__ring_wait_many where epoll is
- * refused. */
+ * wake us for nothing; so does a hang-up (drain_bell). Falls back to
+ * pm__ring_wait_many where epoll is refused. */
 #define PM__EDGE_DRAIN 32u
 static int wait_edges(pm__node_ls *s, pm__ring *const *v, unsigned m, int timeout_ms)
 {
@@ -462,21 +507,27 @@ static int wait_edges(pm__node_ls *s, pm__ring *const *v, unsigned m, int timeou
             pm__close(ep);
             s->wait_ep = -2;
         }
-        return pm__ring_wait_many(v, m, timeout_ms);
+        rc = pm__ring_wait_many(v, m, timeout_ms);
+        /* Woken with every ring empty: a doorbell may have hung up (it
+         * polls readable for ever, drain_bell). */
+        if (rc > 0 && !any_data(v, m))
+            drain_bells(s);
+        return rc;
     }
     for (int i = 0; i < nev; i++) {
         uint32_t k = ev[i].data.u32;
-        int fd = bell_of(s, k);
-        if (fd >= 0 && k < PM__LANES_MAX && s->t.at[k].broken)
-            (void)epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+        pm__node_lane *e = k < PM__LANES_MAX ? &s->t.at[k] : NULL;
+        if (e == NULL || e->lane == NULL)
+            continue;
+        if (e->broken)
+            (void)epoll_ctl(ep, EPOLL_CTL_DEL, e->efd_self, NULL);
+        else if (ev[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR))
+            drain_bell(s, e);
     }
     if (rc == 0 || ++s->waits >= PM__EDGE_DRAIN) {
         s->waits = 0;
-        for (uint32_t k = 0; k <= PM__LANES_MAX; k++) {
-            int fd = bell_of(s, k);
-            if (fd >= 0)
-                pm__doorbell_drain(fd);
-        }
+        (void)pm__doorbell_drain(s->ch->node_efd);
+        drain_bells(s);
     }
     return rc;
 }
@@ -539,9 +590,7 @@ void pm__node_ls_drain(pm__node_ls *s)
 {
     if (!pm__node_ls_live(s))
         return;
-    for (unsigned k = 0; k < PM__LANES_MAX; k++)
-        if (s->t.at[k].lane != NULL)
-            pm__doorbell_drain(s->t.at[k].efd_self);
+    drain_bells(s);
 }
 
 int pm__node_ls_arm(pm__node_ls *s)
@@ -550,7 +599,7 @@ int pm__node_ls_arm(pm__node_ls *s)
         return 0;
     for (unsigned k = 0; k < PM__LANES_MAX; k++) {
         pm__node_lane *e = &s->t.at[k];
-        if (e->lane == NULL || !e->marked || e->broken)
+        if (e->lane == NULL || !e->marked || e->broken || e->bell_hung)
             continue;
         int rc = pm__ring_arm(&e->lane->rx);
         if (rc != 0) {
@@ -570,7 +619,7 @@ void pm__node_ls_disarm(pm__node_ls *s)
         if (e->lane == NULL)
             continue;
         pm__ring_disarm(&e->lane->rx);
-        pm__doorbell_drain(e->efd_self);
+        drain_bell(s, e);
     }
 }
 
@@ -584,7 +633,7 @@ int pm__node_ls_fd(pm__node_ls *s)
     s->epfd = fd;
     watch(s, s->ch->node_efd);
     for (unsigned k = 0; k < PM__LANES_MAX; k++)
-        if (s->t.at[k].lane != NULL)
+        if (s->t.at[k].lane != NULL && !s->t.at[k].bell_hung)
             watch(s, s->t.at[k].efd_self);
     return fd;
 }

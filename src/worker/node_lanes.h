@@ -38,10 +38,11 @@ int pm__node_ls_lost(pm__node_ls *s, uint64_t id);
  * revocation's wake-up, a peer's marker. */
 void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
 /* The same from a send path, for the lane frame at the head of the hub
- * ring: a peer's marker, or an offer whose index is free. 1 taken (the
- * caller consumes it); 0 left for the next receive (a revocation's
- * wake-up, an offer at an index a revoked lane still holds): nothing is
- * finished here, so the data being sent may lie in a lane's buffer. */
+ * ring: a peer's marker, a revocation's wake-up, an offer. 1 taken (the
+ * caller consumes it); 0 left for the next receive: the lane the last
+ * message came by is never finished here (the data being sent, and the
+ * caller's pm_message, may lie in its buffer until the next receive), so
+ * a wake-up or an offer that needs it finished waits. */
 int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
 /* A frame taken off the hub ring: counted for its sender's lane. */
 void pm__node_ls_took(pm__node_ls *s, const pm__frame_hdr *h);

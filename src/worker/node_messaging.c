@@ -418,8 +418,9 @@ static int lane_asked(pm_node *n, const pm__frame_hdr *h)
  * peer's marker waiting there would never be taken, and its stream would
  * never take the lane (stop 40 measured it no faster with lanes). So a send
  * to a local worker takes the hub's lane frames at the head of the ring,
- * none behind another frame (those wait for a receive, in order) and
- * finishing no lane (node_lanes.h). The current message, still at the
+ * none behind another frame (those wait for a receive, in order), and
+ * never finishes the lane the last message came by (node_lanes.h
+ * pm__node_ls_control_early). The current message, still at the
  * head (a sender's last receive), is consumed first: its bytes stay ours,
  * and the caller's, until the ring's space is handed back, which only a
  * receive does (drop_current, a wait on the hub ring). */
@@ -469,8 +470,8 @@ static int node_send(pm_node *n, const pm_address *to, int type, uint64_t reques
     /* src and src_inc are left 0: the hub stamps them from our ring. */
     if (refused(n, type))
         return -ESHUTDOWN;
-    /* Send paths never finish a revoked lane (node_lanes.h), so e stays
-     * attached through this call. */
+    /* Past lane_frames_at_head nothing on a send path finishes a revoked
+     * lane (node_lanes.h), so e stays attached through this call. */
     if (h.dst_host == PM__HOST_LOCAL && h.dst != PM__NODE_MAIN)
         lane_frames_at_head(n);
     pm__node_lane *e = pm__node_ls_to(n->ls, &h);

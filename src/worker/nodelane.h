@@ -33,6 +33,7 @@ typedef struct pm__node_lane {
     int mark_sent;    /* ours is in the up ring: we may write on the lane, counts start */
     int on_lane;      /* our frames to the peer take the lane now (else the hub) */
     int broken;       /* the peer broke a ring of the lane: neither read nor written */
+    int bell_hung;    /* the peer closed its end of our doorbell: read, never waited on */
     uint64_t switch_after_ms; /* a send waits for the switch to the lane again from then */
     uint32_t switch_backoff_ms; /* the pause after the last wait that missed, 0 after a switch */
     unsigned nasked;
