@@ -52,7 +52,8 @@ if ! timeout 120 "$bench" lane --frames 2000 --runs 1 --rounds 200 >"$out" 2>&1;
 fi
 cat "$out"
 expect '^  lane  *[0-9]' '^  through the hub  *[0-9]' '^  lane awake  *[0-9]' \
-    '^  lane parked  *[0-9]' '^  hub parked  *[0-9]' '^  pipe direct  *[0-9]'
+    '^  lane parked  *[0-9]' '^  hub parked  *[0-9]' '^  pipe direct  *[0-9]' \
+    '^  lanes: ready  *[0-9]' '^  lanes off: first answer  *[0-9]'
 
 what="pm-bench batch --frames 300"
 if ! timeout 300 "$bench" batch --frames 300 >"$out" 2>&1; then

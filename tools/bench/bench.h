@@ -60,6 +60,10 @@ extern char self_exe[4096];
 /* Direct lanes in the clusters bench_options makes: -1 the library's
  * default (or PM_BENCH_LANES), 0 off, 1 on (lane.c sets it per row). */
 extern int bench_lanes;
+/* lanerestart.c: rounds restarts of a worker its peer talks to (over a
+ * lane, or through the hub with lanes 0): kill -> ready and kill -> the
+ * peer's first answer from the replacement, ns per round. 0 or -1. */
+int lane_restart_run(int lanes, unsigned rounds, uint64_t *ready, uint64_t *answer);
 
 /* The exec-mode entries: "pm-bench __worker" idles as a mesh worker,
  * "pm-bench __child" writes one byte to fd 3 and exits. */

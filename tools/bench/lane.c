@@ -329,5 +329,29 @@ int cmd_lane(const bench_opts *o)
     printf("  %-24s %12s %12s\n", "path", "p50 ns", "p99 ns");
     print_p50_p99(24, "lane set-up + tear-down", u, nset);
     free(u);
+    /* A restart with a lane in use (lanerestart.c), lanes on and off. */
+    unsigned nr = o->rounds / 100 < 2 ? 2 : o->rounds / 100 > 200 ? 200 : o->rounds / 100;
+    uint64_t *rv = calloc(nr, sizeof(*rv)), *av = calloc(nr, sizeof(*av));
+    if (rv == NULL || av == NULL)
+        return 1;
+    printf("restart of a worker its peer talks to without pause, %u rounds: kill -> "
+           "replacement ready, kill -> the peer's first answer from it\n",
+           nr);
+    printf("  %-24s %12s %12s\n", "path", "p50 ns", "p99 ns");
+    uint64_t rp50[2], ap50[2];
+    for (int on = 1; on >= 0; on--) {
+        if (lane_restart_run(on, nr, rv, av) < 0) {
+            fprintf(stderr, "pm-bench: lane restart failed\n");
+            return 1;
+        }
+        print_p50_p99(24, on ? "lanes: ready" : "lanes off: ready", rv, nr);
+        print_p50_p99(24, on ? "lanes: first answer" : "lanes off: first answer", av, nr);
+        rp50[on] = percentile(rv, nr, 0.50);
+        ap50[on] = percentile(av, nr, 0.50);
+    }
+    printf("  restart with lanes over lanes off: ready %.2fx, first answer %.2fx\n",
+           (double)rp50[1] / (double)rp50[0], (double)ap50[1] / (double)ap50[0]);
+    free(rv);
+    free(av);
     return 0;
 }
