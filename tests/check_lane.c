@@ -1190,56 +1190,6 @@ START_TEST(test_doorbell_drain)
 }
 END_TEST
 
-/* A lane's doorbell (pm__doorbell_pipe): the writer's end is read-write,
- * so a write after the reader's end closed neither fails nor raises
- * SIGPIPE (the default action kills); the reader's end is a description
- * of its own, which the writer's flags do not reach; the writer closing
- * its end makes the reader's drain say so (end of file); both ends
- * close-on-exec and non-blocking. */
-START_TEST(test_doorbell_pipe)
-{
-    int rd, wr;
-    ck_assert_int_eq(pm__doorbell_pipe(&rd, &wr), 0);
-    struct stat st;
-    ck_assert_int_eq(fstat(rd, &st), 0);
-    if (!S_ISFIFO(st.st_mode))
-        pm_test_skip("no /proc to reopen a pipe: the doorbell is a socket pair");
-    for (int k = 0; k < 2; k++) {
-        int fd = k ? wr : rd;
-        ck_assert(fcntl(fd, F_GETFD) & FD_CLOEXEC);
-        ck_assert(fcntl(fd, F_GETFL) & O_NONBLOCK);
-    }
-    /* The writer makes its own end blocking: the reader's read still
-     * says "empty" at once. */
-    ck_assert_int_eq(fcntl(wr, F_SETFL, fcntl(wr, F_GETFL) & ~O_NONBLOCK), 0);
-    uint64_t v = 1;
-    ck_assert_int_eq(read(rd, &v, sizeof(v)), -1);
-    ck_assert_int_eq(errno, EAGAIN);
-    ck_assert_int_eq(fcntl(wr, F_SETFL, fcntl(wr, F_GETFL) | O_NONBLOCK), 0);
-    ck_assert_int_eq(write(wr, &v, sizeof(v)), (ssize_t)sizeof(v));
-    ck_assert_int_eq(pm__doorbell_drain(rd), 0);
-    ck_assert_int_eq(read(rd, &v, sizeof(v)), -1); /* drained */
-    /* The reader goes: the writer, SIGPIPE at its default, lives on. */
-    pid_t pid = pm_test_fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        signal(SIGPIPE, SIG_DFL);
-        close(rd);
-        _exit(write(wr, &v, sizeof(v)) == (ssize_t)sizeof(v) ? 0 : 1);
-    }
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer status %#x", status);
-    /* The writer goes: the drain that finds the pipe empty reads end of
-     * file (the first takes the child's 8 bytes, a short read, and stops). */
-    close(wr);
-    ck_assert_int_eq(pm__doorbell_drain(rd), 0);
-    ck_assert_int_eq(pm__doorbell_drain(rd), 1);
-    ck_assert_int_eq(pm__doorbell_drain(rd), 1);
-    close(rd);
-}
-END_TEST
-
 #if defined(PM_AUDIT_ARCH) && defined(__NR_preadv2)
 #define PM_CAN_ANSWER_PREADV2 1
 /* In a child of the test: a blocking eventfd holding a count, preadv2
@@ -2239,7 +2189,6 @@ int main(void)
     tcase_add_test(tc, test_order_counts_origin);
     tcase_add_test(tc, test_doorbell_made_blocking);
     tcase_add_test(tc, test_doorbell_drain);
-    tcase_add_test(tc, test_doorbell_pipe);
     tcase_add_test(tc, test_doorbell_drain_answered);
     suite_add_tcase(s, tc);
     TCase *book = pm_tcase("book", 30);

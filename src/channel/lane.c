@@ -87,12 +87,9 @@ int pm__lane_attach(pm__lane *l, int fd, unsigned end, const pm__lane_who *who, 
     l->sh = map;
     l->end = end;
     l->who = *who;
-    /* The peer's doorbell is a pipe's read-write end, or a socket's where
-     * the supervisor could not reopen the pipe (hub_lane.c,
-     * pm__doorbell_pipe): not known here, so the first wake of each ring
-     * tries send() and learns from its ENOTSOCK (ring.c wake); -1 (none)
-     * keeps the rings from waking. */
-    l->tx.wake_sock = l->rx.wake_sock = 0;
+    /* The peer's doorbell is a socket's end (hub_lane.c): sent on, never
+     * written (ring.c wake); -1 (none) keeps the rings from waking. */
+    l->tx.wake_sock = l->rx.wake_sock = 1;
     /* Release: the peer that sees it may write to us; our rings' state
      * above is ready before. */
     atomic_store_explicit(&l->sh->end[end].attached, 1, memory_order_release);

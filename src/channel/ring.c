@@ -140,14 +140,11 @@ PM__READY_TEXT static int wake(pm__ring *r)
         return 0;
     uint64_t one = 1;
     /* A doorbell whose reader must not share our open file description is
-     * one end of a socket pair (channel.c make_doorbells) or a lane's pipe
-     * (hub_lane.c): MSG_DONTWAIT makes a send non-blocking whatever anyone
-     * did to the file's flags, and MSG_NOSIGNAL keeps a reader that is
-     * gone from killing us with SIGPIPE (a write-only pipe end did:
-     * torture, stop 40; a lane's pipe end is read-write, so never the last
-     * reader gone, and its description is ours alone, non-blocking). An
-     * eventfd or a pipe answers ENOTSOCK once, and is written from then
-     * on. */
+     * one end of a socket pair (channel.c make_doorbells, hub_lane.c):
+     * MSG_DONTWAIT makes this call non-blocking whatever anyone did to the
+     * file's flags, and MSG_NOSIGNAL keeps a reader that is gone from
+     * killing us with SIGPIPE (a pipe did: torture, stop 40). An eventfd
+     * answers ENOTSOCK once, and is written from then on. */
     if (r->wake_sock >= 0) {
         ssize_t n = send(r->wake_fd, &one, sizeof(one), MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n < 0 && errno == ENOTSOCK)

@@ -114,14 +114,13 @@ static int hand_over(pm__hub *h, const pm__lanebook_lane *l)
     pm__port *e[2] = {&h->ports[l->end[0].slot], &h->ports[l->end[1].slot]};
     size_t total = PM__FRAME_HDR_SIZE + PM__LANE_OFFER_SIZE;
     void *at[2] = {NULL, NULL};
-    /* Each end's doorbell is a pipe (pm__doorbell_pipe): the end that
-     * reads it holds the reading side, its peer a read-write side, two
+    /* Each end's doorbell is a socket pair (pm__doorbell_pair): the end
+     * that reads it holds the reading side, its peer the writing side, two
      * open file descriptions. Never an eventfd: the peer would share the
      * description its wake-ups are written through, and by clearing its
      * O_NONBLOCK and filling the counter make the writer's next wake block
-     * for good (a review of stop 40); never a write-only pipe end: a
-     * writer whose reader died would get SIGPIPE (torture, stop 40); the
-     * read-write end is a reader itself. */
+     * for good (a review of stop 40); never a pipe: a writer whose reader
+     * died would get SIGPIPE (torture, stop 40). */
     int fd = -1, bell[2][2] = {{-1, -1}, {-1, -1}}, sent = 0;
     int rc = pm__ring_reserve(&e[0]->channel->tx, total, &at[0]);
     if (rc < 0)
@@ -133,7 +132,7 @@ static int hand_over(pm__hub *h, const pm__lanebook_lane *l)
     if (rc < 0)
         goto fail;
     for (int k = 0; k < 2; k++)
-        if ((rc = pm__doorbell_pipe(&bell[k][0], &bell[k][1])) < 0)
+        if ((rc = pm__doorbell_pair(&bell[k][0], &bell[k][1])) < 0)
             goto fail;
     uint32_t seq[2];
     for (int k = 0; k < 2; k++) {

@@ -20,19 +20,13 @@
  * (EOPNOTSUPP before 5.12) or a seccomp filter refuses preadv2, read() is
  * the fallback, and the flag governs again (doc/reliability.md, the
  * faults table: the doorbell made blocking). A socket pair's reading end
- * is its reader's own description: nobody else can make it block; so is
- * a lane's pipe's (pm__doorbell_pipe: a pipe wakes its reader about 1 us
- * sooner than a socket here, stop 42, and its pages are charged to the
- * writer's cgroup, where a socket's are charged to the supervisor's,
- * which made the pair).
+ * is its reader's own description: nobody else can make it block.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
 #include "doorbell.h"
 
-#include <fcntl.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -48,36 +42,6 @@ int pm__doorbell_pair(int *rd, int *wr)
     (void)shutdown(sv[1], SHUT_RD);
     *rd = sv[0];
     *wr = sv[1];
-    return 0;
-}
-
-int pm__doorbell_pipe(int *rd, int *wr)
-{
-    int p[2];
-    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0)
-        return pm__doorbell_pair(rd, wr);
-    /* The writer's end opened again, read-write: a new open file
-     * description of the same pipe (a pipe reopened through /proc is a
-     * FIFO, and O_RDWR on a FIFO never blocks), which counts as one of its
-     * readers. So the pipe never loses its last reader while its writer
-     * holds this end, and a write never raises SIGPIPE (a pipe with a
-     * write-only end killed a writer whose reader had died: torture, stop
-     * 40). What the writer can do with the read it gains: take back the
-     * bytes it wrote itself, the only ones there (a lane's doorbell has
-     * one writer), which is not ringing. */
-    char path[48];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", p[1]);
-    int rw = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-    int saved = errno;
-    (void)close(p[1]);
-    if (rw < 0) {
-        /* No /proc (or no room for one more fd): the socket pair. */
-        (void)close(p[0]);
-        errno = saved;
-        return pm__doorbell_pair(rd, wr);
-    }
-    *rd = p[0];
-    *wr = rw;
     return 0;
 }
 

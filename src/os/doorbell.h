@@ -18,12 +18,4 @@ int pm__doorbell_drain(int fd);
  * -errno with nothing open. */
 int pm__doorbell_pair(int *rd, int *wr);
 
-/* The same for a doorbell whose writer is one process that may outlive
- * its reader (a lane's peer): a pipe, *rd its reading end, *wr the
- * writing end opened read-write (a reader too: writes never raise
- * SIGPIPE), both close-on-exec and non-blocking, written with write()
- * (ring.c wake learns it from send's ENOTSOCK). Where /proc cannot reopen
- * the pipe, pm__doorbell_pair. 0 or -errno with nothing open. */
-int pm__doorbell_pipe(int *rd, int *wr);
-
 #endif /* PM_DOORBELL_H */
