@@ -2104,7 +2104,28 @@ START_TEST(test_node_revoked)
     ck_assert_uint_eq(pm__node_lanes_revoked(me, words, &sink), 1);
     ck_assert_int_eq(log.frames, 0);
     ck_assert_uint_eq(log.lost_id, 33);
+    /* Two revoked lanes, one kept (the send path's: its buffer holds the
+     * caller's last message): only the other is finished; a second pass
+     * without keep finishes it. */
+    int u[3], v[3], w[3], z[3];
+    record_fds(u, v);
+    record_fds(w, z);
     pm__node_lanes_close(peer);
+    oa.gen = 15;
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &oa, u, 9, 90), 0);
+    pm__lane_offer oc = {.seq = 1, .index = 2, .gen = 16, .end = 1, .peer_slot = 8, .peer_inc = 80};
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &oc, w, 9, 90), 0);
+    for (int k = 0; k < 3; k++) {
+        close(v[k]);
+        close(z[k]);
+    }
+    atomic_store(&words[4], 15);
+    atomic_store(&words[2], 16);
+    ck_assert_uint_eq(pm__node_lanes_revoked_but(me, words, &sink, 1, &me->at[2]), 1);
+    ck_assert_ptr_null(me->at[4].lane);
+    ck_assert_ptr_nonnull(me->at[2].lane);
+    ck_assert_uint_eq(pm__node_lanes_revoked_but(me, words, &sink, 1, NULL), 1);
+    ck_assert_ptr_null(me->at[2].lane);
     pm__node_lanes_close(me);
     ck_assert_int_eq(pm_test_count_fds(), before);
     free(me);

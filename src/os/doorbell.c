@@ -20,7 +20,10 @@
  * (EOPNOTSUPP before 5.12) or a seccomp filter refuses preadv2, read() is
  * the fallback, and the flag governs again (doc/reliability.md, the
  * faults table: the doorbell made blocking). A socket pair's reading end
- * is its reader's own description: nobody else can make it block.
+ * is its reader's own description: nobody else can make it block. Not a
+ * pipe's: every end of a pipe shares the pipe's mutex, and splice() holds
+ * it while blocked on its source, so a writer can hold its reader's read
+ * (RWF_NOWAIT included) in uninterruptible sleep (stop 42).
  */
 #define _GNU_SOURCE
 #include "base/internal.h"

@@ -91,12 +91,19 @@ unsigned pm__node_lanes_revoked(pm__node_lanes *t, const _Atomic uint32_t *words
 unsigned pm__node_lanes_revoked_if(pm__node_lanes *t, const _Atomic uint32_t *words,
                                    const pm__node_lanes_sink *sink, int unmarked_too)
 {
+    return pm__node_lanes_revoked_but(t, words, sink, unmarked_too, NULL);
+}
+
+unsigned pm__node_lanes_revoked_but(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                    const pm__node_lanes_sink *sink, int unmarked_too,
+                                    const pm__node_lane *keep)
+{
     unsigned n = 0;
     for (unsigned k = 0; k < PM__LANES_MAX; k++) {
         pm__node_lane *e = &t->at[k];
         /* Acquire: pairs with the supervisor's release of the word, so a
          * frame it sent after it is seen after it too. */
-        if (e->lane == NULL || (!e->marked && !unmarked_too) ||
+        if (e == keep || e->lane == NULL || (!e->marked && !unmarked_too) ||
             atomic_load_explicit(&words[k], memory_order_acquire) != e->gen)
             continue;
         finish(t, e, sink);

@@ -83,6 +83,13 @@ unsigned pm__node_lanes_revoked(pm__node_lanes *t, const _Atomic uint32_t *words
  * when that frame is taken, or before the next offer. */
 unsigned pm__node_lanes_revoked_if(pm__node_lanes *t, const _Atomic uint32_t *words,
                                    const pm__node_lanes_sink *sink, int unmarked_too);
+/* The same, never finishing keep (the lane whose buffer still holds the
+ * caller's last message: skipped by this very pass, so a revocation of it
+ * written while the others are finished cannot free it; a review of stop
+ * 42). keep may be NULL. */
+unsigned pm__node_lanes_revoked_but(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                    const pm__node_lanes_sink *sink, int unmarked_too,
+                                    const pm__node_lane *keep);
 
 /* The live lane to incarnation inc of slot (inc 0: whichever holds it),
  * or NULL. */
