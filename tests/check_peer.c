@@ -187,6 +187,58 @@ static void pump(side *a, side *b)
             break;
 }
 
+/* A peer whose first record after message 3 is a FRAMES record (not the
+ * HEARTBEAT procmesh sends first): the record brings the link up and is
+ * held over PM__PCE_UP (the caller installs the link), its frames
+ * delivered at the next input, once; the records after it each once too
+ * (peer.c's mutant at `c->held &&` took the held record again at every
+ * later input; check_hostnet's first-frames does the same over TCP). The
+ * HEARTBEAT queued after message 3 is dropped and its nonce given back, as
+ * tests/pm-bad-peer.c does. */
+START_TEST(test_first_record_held_once)
+{
+    side a, b;
+    side_init(&a, "a", secret1, NULL, 1);
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(move(&a, &b), 1); /* preamble and message 1 */
+    ck_assert_int_eq(move(&b, &a), 1); /* message 2: a answers with 3, then its HEARTBEAT */
+    size_t len, used;
+    const unsigned char *p = pm__pconn_output(&a.c, &len);
+    ck_assert_ptr_nonnull(p);
+    size_t third = 4 + pm__get32(p);
+    ck_assert_uint_gt(len, third); /* the HEARTBEAT is queued after it */
+    unsigned char msg3[512];
+    ck_assert_uint_le(third, sizeof(msg3));
+    memcpy(msg3, p, third);
+    pm__pconn_sent(&a.c, len);
+    ck_assert_int_eq(pm_test_rec_set_nonce(a.c.rec, 1, 0), 0);
+    ck_assert_int_eq(pm__pconn_input(&b.c, msg3, third, &used), PM__PCE_NONE);
+    ck_assert_uint_eq(used, third);
+    /* a is not up (it has read nothing of b's): its records are sealed
+     * with its record state directly, each fed to b on its own. */
+    struct iovec v[3] = {{"one", 3}, {"two!", 4}, {"three", 5}};
+    int ev[3];
+    for (int k = 0; k < 3; k++) {
+        unsigned char rec[128];
+        size_t taken = 0, n = 0;
+        ck_assert_int_ge(pm_test_rec_seal_frames(a.c.rec, &v[k], 1, &taken, rec, sizeof(rec), &n), 0);
+        ck_assert_uint_eq(taken, 1);
+        ev[k] = pm__pconn_input(&b.c, rec, n, &used);
+        ck_assert_uint_eq(used, n);
+        if (k == 0)
+            ck_assert_uint_eq(b.nframes, 0); /* held over PM__PCE_UP */
+    }
+    ck_assert_int_eq(ev[0], PM__PCE_UP);
+    ck_assert_int_eq(ev[1], PM__PCE_NONE);
+    ck_assert_int_eq(ev[2], PM__PCE_NONE);
+    ck_assert_uint_eq(b.nframes, 3);
+    ck_assert_mem_eq(b.last, "three", 5);
+    ck_assert(!b.dead);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
 START_TEST(test_link_up_and_frames)
 {
     side a, b;
@@ -933,6 +985,7 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = pm_tcase("protocol", 30);
     tcase_add_test(tc, test_link_up_and_frames);
+    tcase_add_test(tc, test_first_record_held_once);
     tcase_add_test(tc, test_bytewise);
     tcase_add_test(tc, test_insecure_link);
     tcase_add_test(tc, test_wrong_keys_refused);

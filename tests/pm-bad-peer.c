@@ -37,8 +37,9 @@
  * CLOSE; for unknown-type, heartbeat-1, zero-frame and oversize-close,
  * sent CLOSE 1 first; for bitflip-close, sent no CLOSE; for the
  * close-junk ones, answered our CLOSE with CLOSE 0; for first-frames,
- * answered the request of our first record; for two-links, closed our
- * second link with CLOSE 0 and answered over the first; for no-frag,
+ * answered the request of our first record and two more, each once; for
+ * two-links, closed our second link with CLOSE 0 and answered over the
+ * first; for no-frag,
  * answered the big request UNDELIVERABLE -EMSGSIZE and the small one;
  * for silent, sent CLOSE 3 when we said nothing past our first record;
  * for version-2, sent its first record after our hello of max_version 2;
@@ -440,35 +441,32 @@ static int read_close(int fd, pm__pconn *pc, void (*on_frame)(const unsigned cha
     return read_close_after(fd, pc, on_frame, NULL, 0);
 }
 
-/* The answer to the first-frames request (request_id 77), seen. */
-static int answered;
+/* The answers to the first-frames requests (request_id 77, 78, 79), counted. */
+static unsigned answers[3];
 
 static void first_answer(const unsigned char *f, size_t len)
 {
     pm__frame_hdr h;
-    if (pm__frame_decode(f, len, 65536, &h) == 0 && h.request_id == 77 && h.dst == 10 &&
-        (h.type == PM__FT_REPLY || h.type == PM__FT_UNDELIVERABLE))
-        answered = 1;
+    if (pm__frame_decode(f, len, 65536, &h) == 0 && h.request_id >= 77 && h.request_id <= 79 &&
+        h.dst == 10 && (h.type == PM__FT_REPLY || h.type == PM__FT_UNDELIVERABLE))
+        answers[h.request_id - 77]++;
 }
 
-/* first-frames: our first record is a request to the supervisor (port 0),
- * not a HEARTBEAT: it must be delivered (and answered); then our orderly
- * end. Exits 1 when no answer came. */
-static void first_frames(int fd, pm__pconn *pc)
+/* Sends request id to the supervisor (port 0) in a record of its own, and
+ * reads until it is answered (the answers to every id counted). 0, or -1
+ * when no answer came. */
+static int ask_main(int fd, pm__pconn *pc, uint64_t id)
 {
-    unsigned char buf[256];
-    size_t n = 0;
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     f.type = PM__FT_REQUEST;
     f.dst = 0;
-    f.request_id = 77;
+    f.request_id = id;
     f.deadline_ms = 10000;
     send_frame(fd, pc, &f, "ping");
-    /* Its answer, then our orderly end. */
     uint64_t end = now_ms() + WAIT_MS;
     unsigned char in[4096];
-    while (!answered && now_ms() < end) {
+    while (answers[id - 77] == 0 && now_ms() < end) {
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         if (poll(&pf, 1, 100) <= 0)
             continue;
@@ -489,8 +487,32 @@ static void first_frames(int fd, pm__pconn *pc)
                 first_answer(fr, flen);
         }
     }
-    if (!answered) {
-        fprintf(stderr, "pm-bad-peer: first-frames: the request in the first record was not answered\n");
+    return answers[id - 77] > 0 ? 0 : -1;
+}
+
+/* first-frames: our first record is a request to the supervisor (port 0),
+ * not a HEARTBEAT: it must be delivered (and answered) exactly once, the
+ * supervisor holding it over the link coming up and taking it at the next
+ * input; then two more requests, each in a record of its own, each
+ * answered once (the held record is never taken again: a mutant that did
+ * took it at every later input, stop 42). Then our orderly end. Exits 1
+ * when an answer did not come or came twice. */
+static void first_frames(int fd, pm__pconn *pc)
+{
+    unsigned char buf[256];
+    size_t n = 0;
+    for (uint64_t id = 77; id <= 79; id++) {
+        if (ask_main(fd, pc, id) < 0) {
+            fprintf(stderr, "pm-bad-peer: first-frames: request %llu was not answered\n",
+                    (unsigned long long)id);
+            exit(1);
+        }
+    }
+    /* 79's answer came after any second answer to 77 or 78 could have
+     * (the supervisor answers in the order it takes the requests). */
+    if (answers[0] != 1 || answers[1] != 1) {
+        fprintf(stderr, "pm-bad-peer: first-frames: answers to 77 and 78: %u and %u\n",
+                answers[0], answers[1]);
         exit(1);
     }
     if (pm__rec_seal_close(pc->rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
