@@ -589,6 +589,18 @@ END_TEST
  * worker tells another that its part is done. */
 static _Atomic int *flag;
 
+/* Waits (at most 30 s) until main's or a worker's flag is no longer 0
+ * (want < 0) or holds want. */
+static void wait_flag(int want)
+{
+    for (int k = 0; k < 3000; k++) {
+        int v = atomic_load(flag);
+        if (want < 0 ? v != 0 : v == want)
+            return;
+        usleep(10000);
+    }
+}
+
 /* Large replies to a lane's requests (20 KiB: they take the hub as
  * LANE_REPLY) forget their requests like any reply: 80 of them, more than
  * a lane remembers (64), all answered (a review of stop 40: each stayed
@@ -652,8 +664,7 @@ static int boot_reply_never_waits(pm_node *n, void *arg)
     pm_message r;
     (void)wait_peer(n, &to);
     if (pm_node_slot(n) == 2) {
-        for (int k = 0; k < 3000 && atomic_load(flag) == 0; k++)
-            usleep(10000);
+        wait_flag(-1);
         int rc = pm_node_request(n, &to, "x", 1, 10000, &r);
         pm_test_say(n, "third flag=%d rc=%d", atomic_load(flag), rc);
         while (pm_node_recv(n, &r, -1) != -ESHUTDOWN)
@@ -789,6 +800,31 @@ static int count_server(pm_node *n)
     }
 }
 
+/* Slot 0 of the switch tests: sends numbered messages to slot 1 (from 0)
+ * until its frames take the lane, then 1,000 more (at most 30 s), then
+ * the "done" message, and says whether it switched. */
+static int stream_until_switched(pm_node *n, const pm_address *to, int bad)
+{
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.dst = 1;
+    uint32_t seq = 0, after = 0;
+    uint64_t end = pm__now_ms() + 30000;
+    while (after < 1000 && pm__now_ms() < end) {
+        bad |= pm_node_send(n, to, &seq, sizeof(seq)) != 0;
+        seq++;
+        pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+        after += e != NULL && e->on_lane;
+    }
+    uint32_t done = UINT32_MAX - 1;
+    bad |= pm_node_send(n, to, &done, sizeof(done)) != 0;
+    pm_test_say(n, "sender %s switched=%d", bad ? "bad" : "ok", after == 1000);
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
 /* A worker that only sends (its last receive long past, that message still
  * current) still takes the lane its stream earns: the offer waiting in its
  * hub ring is taken by a send, and its blocking sends wait for the peer to
@@ -803,24 +839,7 @@ static int boot_sender_only(pm_node *n, void *arg)
         return count_server(n);
     pm_address to = pm_test_slot_addr(1, 0);
     int bad = wait_peer(n, &to) != 0; /* its reply stays the current message */
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.dst = 1;
-    uint32_t seq = 0, after = 0;
-    uint64_t end = pm__now_ms() + 30000;
-    while (after < 1000 && pm__now_ms() < end) {
-        bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
-        seq++;
-        pm__node_lane *e = pm__node_ls_to(n->ls, &h);
-        after += e != NULL && e->on_lane;
-    }
-    uint32_t done = UINT32_MAX - 1;
-    bad |= pm_node_send(n, &to, &done, sizeof(done)) != 0;
-    pm_test_say(n, "sender %s switched=%d", bad ? "bad" : "ok", after == 1000);
-    pm_message m;
-    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
-        ;
-    return 0;
+    return stream_until_switched(n, &to, bad);
 }
 
 START_TEST(test_lane_sender_only)
@@ -954,26 +973,8 @@ static int boot_sender_restart(pm_node *n, void *arg)
     int bad = wait_peer(n, &to) != 0;
     for (uint32_t seq = 0; seq < 3000; seq++)
         bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
-    for (int k = 0; k < 3000 && atomic_load(flag) != 2; k++)
-        usleep(10000);
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.dst = 1;
-    uint32_t seq = 0, after = 0;
-    uint64_t end = pm__now_ms() + 30000;
-    while (after < 1000 && pm__now_ms() < end) {
-        bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
-        seq++;
-        pm__node_lane *e = pm__node_ls_to(n->ls, &h);
-        after += e != NULL && e->on_lane;
-    }
-    uint32_t done = UINT32_MAX - 1;
-    bad |= pm_node_send(n, &to, &done, sizeof(done)) != 0;
-    pm_test_say(n, "sender %s switched=%d", bad ? "bad" : "ok", after == 1000);
-    pm_message m;
-    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
-        ;
-    return 0;
+    wait_flag(2);
+    return stream_until_switched(n, &to, bad);
 }
 
 START_TEST(test_lane_sender_restart)
@@ -1021,8 +1022,7 @@ static int boot_bell_hangup(pm_node *n, void *arg)
             e->efd_peer = -1;
         }
         atomic_store(flag, e != NULL ? 1 : -1);
-        for (int k = 0; k < 3000 && atomic_load(flag) != 2; k++)
-            usleep(10000);
+        wait_flag(2);
         pm_address to = pm_test_slot_addr(0, 0);
         pm_node_send(n, &to, "after", 5);
         while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
@@ -1034,8 +1034,7 @@ static int boot_bell_hangup(pm_node *n, void *arg)
     (void)wait_peer(n, &to);
     for (uint32_t i = 0; i < 39; i++)
         (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &m);
-    for (int k = 0; k < 3000 && atomic_load(flag) == 0; k++)
-        usleep(10000);
+    wait_flag(-1);
     unsigned readable = 0, got = 0;
     uint64_t end = pm__now_ms() + 1000;
     while (pm__now_ms() < end) {
@@ -1110,8 +1109,7 @@ static int boot_flipped_words(pm_node *n, void *arg)
         e = pm__node_ls_to(n->ls, &h);
     }
     atomic_store(flag, 1);
-    for (int k = 0; k < 3000 && atomic_load(flag) != 2; k++)
-        usleep(10000);
+    wait_flag(2);
     unsigned kept = 0;
     for (int i = 0; i < 200 && e != NULL; i++) {
         uint64_t before = pm__ring_head(&e->lane->tx);
