@@ -373,9 +373,12 @@ static int victim(pm_node *n)
             if (++asked == 40) {
                 pm_node_send(n, &slot0, "go", 2);
                 pm_message r;
-                if (pm_node_request(n, &slot2, "slow", 4, 20000, &r) == 0) {
+                int rrc = pm_node_request(n, &slot2, "slow", 4, 20000, &r);
+                if (rrc == 0) {
                     snprintf(reply, sizeof(reply), "%.*s", (int)r.len, (const char *)r.data);
                     reply_from = r.from.port;
+                } else {
+                    snprintf(reply, sizeof(reply), "rc%d", rrc); /* said, for a failure's log */
                 }
             }
             continue;
