@@ -2124,8 +2124,16 @@ START_TEST(test_node_revoked)
     ck_assert_uint_eq(pm__node_lanes_revoked_but(me, words, &sink, 1, &me->at[2]), 1);
     ck_assert_ptr_null(me->at[4].lane);
     ck_assert_ptr_nonnull(me->at[2].lane);
-    ck_assert_uint_eq(pm__node_lanes_revoked_but(me, words, &sink, 1, NULL), 1);
+    /* One index alone: only its lane, and only when revoked. */
+    ck_assert_uint_eq(pm__node_lanes_revoked_at(me, words, &sink, 4), 0); /* free */
+    atomic_store(&words[2], 15);
+    ck_assert_uint_eq(pm__node_lanes_revoked_at(me, words, &sink, 2), 0); /* another gen */
+    ck_assert_ptr_nonnull(me->at[2].lane);
+    atomic_store(&words[2], 16);
+    ck_assert_uint_eq(pm__node_lanes_revoked_at(me, words, &sink, PM__LANES_MAX), 0);
+    ck_assert_uint_eq(pm__node_lanes_revoked_at(me, words, &sink, 2), 1);
     ck_assert_ptr_null(me->at[2].lane);
+    ck_assert_uint_eq(pm__node_lanes_revoked_but(me, words, &sink, 1, NULL), 0);
     pm__node_lanes_close(me);
     ck_assert_int_eq(pm_test_count_fds(), before);
     free(me);

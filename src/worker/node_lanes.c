@@ -306,9 +306,19 @@ int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void
     if (pm__lane_offer_decode(copy, sizeof(copy), &o) < 0 || o.index >= PM__LANES_MAX)
         return 0;
     /* The index's old lane was revoked before this offer was written (its
-     * wake-up may have been dropped at the hub's bound). */
-    if (s->t.at[o.index].lane != NULL && (!revoked_early(s) || s->t.at[o.index].lane != NULL))
-        return 0;
+     * wake-up may have been dropped at the hub's bound): that lane alone is
+     * finished here, never the last message's (its buffer), never another
+     * (a lane revoked after this offer was queued may still have its
+     * marker behind it: design.md, Known gaps). */
+    pm__node_lane *old = &s->t.at[o.index];
+    if (old->lane != NULL) {
+        if (old == s->last)
+            return 0;
+        const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
+        pm__node_lanes_sink sink = {keep_frame, lost_request, s};
+        if (pm__node_lanes_revoked_at(&s->t, ctl->lane_revoked, &sink, o.index) == 0)
+            return 0;
+    }
     offer(s, h, payload, 0);
     return 1;
 }

@@ -38,7 +38,8 @@ int pm__node_ls_lost(pm__node_ls *s, uint64_t id);
  * revocation's wake-up, a peer's marker. */
 void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
 /* The same from a send path, for the lane frame at the head of the hub
- * ring: a peer's marker, a revocation's wake-up, an offer. 1 taken (the
+ * ring: a peer's marker, a revocation's wake-up, an offer (at an index
+ * whose revoked lane is finished first, that lane alone). 1 taken (the
  * caller consumes it); 0 left for the next receive: the lane the last
  * message came by is never finished here (the data being sent, and the
  * caller's pm_message, may lie in its buffer until the next receive), so

@@ -112,6 +112,18 @@ unsigned pm__node_lanes_revoked_but(pm__node_lanes *t, const _Atomic uint32_t *w
     return n;
 }
 
+unsigned pm__node_lanes_revoked_at(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                   const pm__node_lanes_sink *sink, unsigned k)
+{
+    pm__node_lane *e = k < PM__LANES_MAX ? &t->at[k] : NULL;
+    /* Acquire, as in pm__node_lanes_revoked_but. */
+    if (e == NULL || e->lane == NULL ||
+        atomic_load_explicit(&words[k], memory_order_acquire) != e->gen)
+        return 0;
+    finish(t, e, sink);
+    return 1;
+}
+
 pm__node_lane *pm__node_lanes_to(pm__node_lanes *t, uint32_t slot, uint64_t inc)
 {
     for (unsigned k = 0; k < PM__LANES_MAX; k++) {

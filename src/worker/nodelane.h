@@ -87,6 +87,12 @@ unsigned pm__node_lanes_revoked_if(pm__node_lanes *t, const _Atomic uint32_t *wo
  * caller's last message: skipped by this very pass, so a revocation of it
  * written while the others are finished cannot free it; a review of stop
  * 42). keep may be NULL. */
+/* Lane k alone, marked or not, if its word holds its generation: an
+ * offer for index k was written after that lane's revocation, so every
+ * frame its dead peer sent through the hub, a marker among them, is
+ * already behind the worker. 1 finished, 0 not. */
+unsigned pm__node_lanes_revoked_at(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                   const pm__node_lanes_sink *sink, unsigned k);
 unsigned pm__node_lanes_revoked_but(pm__node_lanes *t, const _Atomic uint32_t *words,
                                     const pm__node_lanes_sink *sink, int unmarked_too,
                                     const pm__node_lane *keep);
