@@ -97,6 +97,15 @@ static int wait_peer(pm_node *n, const pm_address *to)
     return -1;
 }
 
+/* This worker's lane to slot peer, or NULL. */
+static pm__node_lane *lane_to(pm_node *n, unsigned peer)
+{
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.dst = peer;
+    return pm__node_ls_to(n->ls, &h);
+}
+
 /* Earns a lane to slot peer (40 requests answered by it: 80 frames, past
  * PM_DIRECT_LANE_AFTER) and returns it, or NULL. */
 static pm__node_lane *earn_lane(pm_node *n, unsigned peer)
@@ -106,10 +115,7 @@ static pm__node_lane *earn_lane(pm_node *n, unsigned peer)
     (void)wait_peer(n, &to);
     for (uint32_t i = 0; i < 40; i++)
         (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.dst = peer;
-    return pm__node_ls_to(n->ls, &h);
+    return lane_to(n, peer);
 }
 
 static int boot_order(pm_node *n, void *arg)
@@ -790,9 +796,7 @@ static int count_server(pm_node *n)
         }
         uint32_t v = get_u32(&m);
         if (v == UINT32_MAX - 1) {
-            pm__frame_hdr h;
-            memset(&h, 0, sizeof(h));
-            pm__node_lane *e = pm__node_ls_to(n->ls, &h); /* the lane to slot 0 */
+            pm__node_lane *e = lane_to(n, 0);
             pm_test_say(n, "server %s %u by lane %s", bad ? "bad" : "ok", next,
                         e != NULL && e->lane->delivered > 0 ? "some" : "none");
             continue;
@@ -808,15 +812,12 @@ static int count_server(pm_node *n)
  * the "done" message, and says whether it switched. */
 static int stream_until_switched(pm_node *n, const pm_address *to, int bad)
 {
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.dst = 1;
     uint32_t seq = 0, after = 0;
     uint64_t end = pm__now_ms() + 30000;
     while (after < 1000 && pm__now_ms() < end) {
         bad |= pm_node_send(n, to, &seq, sizeof(seq)) != 0;
         seq++;
-        pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+        pm__node_lane *e = lane_to(n, 1);
         after += e != NULL && e->on_lane;
     }
     uint32_t done = UINT32_MAX - 1;
@@ -1007,8 +1008,6 @@ static int boot_bell_hangup(pm_node *n, void *arg)
 {
     (void)arg;
     pm_node_ready(n);
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
     pm_message m;
     if (pm_node_slot(n) == 1) {
         int answered = 0;
@@ -1018,8 +1017,7 @@ static int boot_bell_hangup(pm_node *n, void *arg)
             if (m.kind == PM_MSG_REQUEST)
                 answered += pm_node_reply(n, &m, m.data, m.len) == 0;
         }
-        h.dst = 0;
-        pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+        pm__node_lane *e = lane_to(n, 0);
         if (e != NULL && e->efd_peer >= 0) {
             close(e->efd_peer); /* the victim's doorbell, our end */
             e->efd_peer = -1;
@@ -1048,8 +1046,7 @@ static int boot_bell_hangup(pm_node *n, void *arg)
         while (pm_node_recv(n, &m, 0) == 0)
             got++;
     }
-    h.dst = 1;
-    pm__node_lane *e = pm__node_ls_to(n->ls, &h);
+    pm__node_lane *e = lane_to(n, 1);
     int hung = e != NULL && e->bell_hung;
     atomic_store(flag, 2);
     int after = pm_node_recv(n, &m, 20000) == 0 && m.len == 5 && memcmp(m.data, "after", 5) == 0;
@@ -1081,8 +1078,6 @@ static int boot_flipped_words(pm_node *n, void *arg)
 {
     (void)arg;
     pm_node_ready(n);
-    pm__frame_hdr h;
-    memset(&h, 0, sizeof(h));
     pm_message m;
     if (pm_node_slot(n) == 1) {
         for (;;) {
@@ -1091,7 +1086,7 @@ static int boot_flipped_words(pm_node *n, void *arg)
                 return 0;
             if (rc == 0 && m.kind == PM_MSG_REQUEST)
                 pm_node_reply(n, &m, m.data, m.len);
-            pm__node_lane *e = pm__node_ls_to(n->ls, &h); /* the lane to slot 0 */
+            pm__node_lane *e = lane_to(n, 0);
             if (atomic_load(flag) == 1 && e != NULL) {
                 struct pm__lane_line *me = &e->lane->sh->end[e->lane->end];
                 atomic_store(&me->attached, 0);
@@ -1102,14 +1097,13 @@ static int boot_flipped_words(pm_node *n, void *arg)
     }
     pm_address to = pm_test_slot_addr(1, 0);
     int bad = wait_peer(n, &to) != 0;
-    h.dst = 1;
     uint32_t seq = 0;
     pm__node_lane *e = NULL;
     uint64_t end = pm__now_ms() + 30000;
     while ((e == NULL || !e->on_lane) && pm__now_ms() < end) {
         bad |= pm_node_send(n, &to, &seq, sizeof(seq)) != 0;
         seq++;
-        e = pm__node_ls_to(n->ls, &h);
+        e = lane_to(n, 1);
     }
     atomic_store(flag, 1);
     wait_flag(2);

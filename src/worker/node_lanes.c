@@ -43,7 +43,6 @@ struct pm__node_ls {
     uint64_t lost_req;   /* a request whose lane was revoked before its reply */
     uint64_t bad_marks;  /* markers naming no lane of ours */
     uint64_t stale_offers; /* offers of lanes revoked before they were read */
-    uint64_t bells_hung; /* lanes whose peer closed its end of our doorbell */
     uint64_t counted_at; /* the hub ring position counted last (pm__node_lane_took) */
     pm__node_lane *last; /* the lane the last frame came by */
 };
@@ -102,16 +101,29 @@ static void lost_request(void *arg, uint32_t peer_slot, uint64_t id)
     s->lost_req = id;
 }
 
-static int revoked(pm__node_ls *s, int unmarked_too)
+/* Where a finished lane's frames and lost request go. */
+static pm__node_lanes_sink sink_of(pm__node_ls *s)
+{
+    return (pm__node_lanes_sink){keep_frame, lost_request, s};
+}
+
+/* Finishes the revoked lanes (the unmarked ones too if unmarked_too) but
+ * keep; the last lane is forgotten if it went. */
+static int revoked_but(pm__node_ls *s, int unmarked_too, const pm__node_lane *keep)
 {
     if (!pm__node_ls_live(s))
         return 0;
     const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
-    pm__node_lanes_sink sink = {keep_frame, lost_request, s};
-    unsigned k = pm__node_lanes_revoked_if(&s->t, ctl->lane_revoked, &sink, unmarked_too);
-    if (k > 0)
+    pm__node_lanes_sink sink = sink_of(s);
+    unsigned k = pm__node_lanes_revoked_but(&s->t, ctl->lane_revoked, &sink, unmarked_too, keep);
+    if (k > 0 && s->last != keep)
         s->last = NULL;
     return (int)k;
+}
+
+static int revoked(pm__node_ls *s, int unmarked_too)
+{
+    return revoked_but(s, unmarked_too, NULL);
 }
 
 int pm__node_ls_revoked(pm__node_ls *s)
@@ -186,7 +198,6 @@ static void drain_bell(pm__node_ls *s, pm__node_lane *e)
     if (e->bell_hung || !pm__doorbell_drain(e->efd_self))
         return;
     e->bell_hung = 1;
-    s->bells_hung++;
     if (s->wait_ep >= 0)
         (void)epoll_ctl(s->wait_ep, EPOLL_CTL_DEL, e->efd_self, NULL);
     if (s->epfd >= 0)
@@ -272,16 +283,12 @@ void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *pay
  * finishes it). 1 when no revoked lane was left. */
 static int revoked_early(pm__node_ls *s)
 {
-    if (!pm__node_ls_live(s))
-        return 1;
     const pm__node_lane *last = s->last;
-    const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
-    pm__node_lanes_sink sink = {keep_frame, lost_request, s};
     /* last is skipped by the pass itself: checked first and finished by a
      * second reading of its word, it could be revoked in between (the
      * others' finishing takes tens of microseconds) and freed under the
      * caller's bytes (a review of stop 42). s->last stays: not finished. */
-    (void)pm__node_lanes_revoked_but(&s->t, ctl->lane_revoked, &sink, 1, last);
+    (void)revoked_but(s, 1, last);
     return last == NULL || last->lane == NULL || !pm__node_ls_gone(s, last);
 }
 
@@ -315,7 +322,7 @@ int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void
         if (old == s->last)
             return 0;
         const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
-        pm__node_lanes_sink sink = {keep_frame, lost_request, s};
+        pm__node_lanes_sink sink = sink_of(s);
         if (pm__node_lanes_revoked_at(&s->t, ctl->lane_revoked, &sink, o.index) == 0)
             return 0;
     }
