@@ -287,7 +287,9 @@ PM_EXTERN int pm_options_set_on_permanently_down(
 /* The supervisor's own diagnostics that are no event of a slot: a
  * --peers-dns name that does not resolve ("peers_dns_failed"), peer links
  * that cannot be set up ("peer_links_failed"), a slot's cgroup that did not
- * empty after cgroup.kill ("cgroup_not_empty"). cb gets a short stable
+ * empty after cgroup.kill ("cgroup_not_empty"), a captured stream left
+ * unread at the reap because its read did not return within a second (a
+ * descendant of the worker holds its pipe: "output_drain_abandoned"). cb gets a short stable
  * topic (those in quotes) and the message in words, valid during the call;
  * it may be called before pm_cluster_spawn returns (c is then NULL).
  * Default (cb NULL): "procmesh: MESSAGE" on stderr. */

@@ -3,12 +3,16 @@
 #include "helpers.h"
 #include "internals.h"
 #include "supervise.h"
+#include "os/offread.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #ifndef PM_DAEMON_BIN
 #error "PM_DAEMON_BIN must name the procmesh binary"
@@ -139,7 +143,7 @@ static void split_emit(void *arg, const char *text, size_t len, int truncated)
 START_TEST(test_split_and_bucket)
 {
     static char buf[PM_OUTPUT_LINE_MAX + 1];
-    pm__outstream st = {-1, 0, 0, buf};
+    pm__outstream st = {.fd = -1, .buf = buf};
     nsplit = 0;
     /* Lines across reads, an empty line, a partial line flushed at the end. */
     pm__output_split(&st, "ab", 2, split_emit, NULL);
@@ -616,6 +620,283 @@ START_TEST(test_drain_bounded)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the pipe's lock */
+
+/* doc/reliability.md, the faults table (the pipe's mutex held in
+ * splice()): every end of a pipe shares the pipe's mutex, and splice()
+ * from a socket into a pipe holds it while it waits for the socket. A
+ * worker that does so with its captured stdout would put a read() of the
+ * other end to sleep uninterruptibly: the supervisor never reads the pipe
+ * on its loop's thread (output.c, start_read). The splice is seen under
+ * way in /proc (the system call a sleeping task is in), or, where the
+ * kernel has no /proc/PID/syscall, by the task's sleep. */
+struct splice_shared {
+    volatile int go;
+    volatile pid_t pid;     /* the process that splices */
+    volatile int splicing;  /* about to call splice() */
+};
+static struct splice_shared *ss;
+
+static int in_splice(pid_t pid)
+{
+    char path[64], text[256];
+    snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+    size_t n = pm_test_read_file(path, text, sizeof(text));
+    if (n > 0 && text[0] >= '0' && text[0] <= '9')
+        return atol(text) == SYS_splice;
+    return n == 0 && pm_test_proc_state(pid) == 'S';
+}
+
+/* Waits (without running the loop) until pid sleeps in splice(). */
+static int wait_in_splice(pid_t pid, int ms)
+{
+    uint64_t end = pm_test_ms() + (uint64_t)ms;
+    while (pm_test_ms() < end) {
+        if (ss->splicing && in_splice(pid))
+            return 1;
+        usleep(2000);
+    }
+    return 0;
+}
+
+/* Writes a line into the pipe, then holds the pipe's mutex: splice() from
+ * a socket nobody writes to into stdout, made blocking (it is: only the
+ * supervisor's end is non-blocking). The alarm ends it if nothing else
+ * does (a supervisor that read the pipe on its loop would otherwise hang
+ * the test in D state until Check's timeout). */
+static void splice_forever(void)
+{
+    alarm(40);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0)
+        _exit(5);
+    if (write(1, "held\n", 5) != 5)
+        _exit(6);
+    ss->pid = getpid();
+    ss->splicing = 1;
+    (void)splice(sv[0], NULL, 1, NULL, 4096, 0);
+    _exit(7);
+}
+
+static int boot_splicer(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) != 0)
+        return serve(n);
+    while (!ss->go) {
+        pm_node_beat(n);
+        usleep(1000);
+    }
+    splice_forever();
+    return 0;
+}
+
+START_TEST(test_splice_holds_pipe)
+{
+    ss = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(ss, MAP_FAILED);
+    pm_options *o = out_opts(2);
+    pm_options_set_bootstrap(o, boot_splicer, NULL);
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 2000), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pm_address all[2];
+    ck_assert_int_eq(pm_cluster_addresses(c, all, 2), 2);
+    /* The loop does not run from the go to the splice: the line is still
+     * in the pipe, unread, when the worker takes the mutex. */
+    ss->go = 1;
+    uint64_t end = pm_test_ms() + 10000;
+    while (ss->pid == 0 && pm_test_ms() < end)
+        usleep(1000);
+    ck_assert_msg(ss->pid > 0 && wait_in_splice(ss->pid, 10000), "the worker never spliced");
+    /* The loop sees the pipe readable and reads it (on a thread, which
+     * sleeps); meanwhile the other worker is served. */
+    for (int i = 0; i < 5; i++) {
+        char reply[16];
+        size_t rlen = 0;
+        ck_assert_int_eq(pm_cluster_call(c, &all[1], "ping", 4, 10000, reply, sizeof(reply), &rlen),
+                         0);
+        ck_assert_uint_eq(rlen, 4);
+    }
+    ck_assert_msg(in_splice(ss->pid), "the worker let go of the pipe before the calls were answered");
+    /* And the heartbeat fences the worker that holds it. */
+    PM_RUN_UNTIL(c, exited_seq[0] != 0, 30000);
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->signal, SIGKILL);
+    ck_assert_ptr_nonnull(find(PM_EVENT_FENCED, 0, 0));
+    /* The line it wrote before holding the pipe was read once it let go
+     * (killed), before its end was reported: nothing lost. */
+    const oline *x = find_line(0, PM_OUTPUT_STDOUT, "held");
+    ck_assert_msg(x != NULL, "the line written before the splice was lost (%d lines)", nlines);
+    ck_assert_int_lt(x->seq, exited_seq[0]);
+    ck_assert_int_eq(x->pid, e->pid);
+    pm_cluster_terminate(c);
+    munmap(ss, 4096);
+}
+END_TEST
+
+/* The drain after the reap is bounded in time too: a descendant of the
+ * worker that escaped its process group holds the pipe in splice() when
+ * the worker crashes. The drain waits PM__OUTPUT_DRAIN_WAIT_MS per stream,
+ * leaves the pipe unread with a diagnostic, and the exit is reported. */
+static char diag_topic[64];
+static unsigned diag_count;
+
+static void on_diag_output(pm_cluster *c, const char *topic, const char *msg, void *arg)
+{
+    (void)c, (void)arg;
+    if (strcmp(topic, "output_drain_abandoned") == 0) {
+        diag_count++;
+        snprintf(diag_topic, sizeof(diag_topic), "%s", topic);
+        ck_assert_ptr_nonnull(strstr(msg, "stdout"));
+    }
+}
+
+static int boot_splice_child(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    pid_t w = fork();
+    if (w == 0) {
+        setsid();
+        splice_forever();
+    }
+    /* Crash once the descendant holds the pipe. */
+    for (int i = 0; i < 10000 && !(ss->splicing && in_splice(ss->pid)); i++) {
+        pm_node_beat(n);
+        usleep(1000);
+    }
+    crash_null();
+    return 0;
+}
+
+START_TEST(test_drain_splice_bounded)
+{
+    ss = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(ss, MAP_FAILED);
+    diag_count = 0;
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot_splice_child, NULL);
+    ck_assert_int_eq(pm_options_set_on_diagnostic(o, on_diag_output, NULL), 0);
+    /* Process-group containment: the setsid descendant outlives the
+     * worker (a cgroup would end it with the worker, before the drain). */
+    ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    uint64_t t0 = pm_test_ms();
+    PM_RUN_UNTIL(c, exited_seq[0] != 0, 30000);
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->signal, SIGSEGV);
+    ck_assert_uint_eq(diag_count, 1);
+    ck_assert_uint_eq(c->output.abandoned, 1);
+    ck_assert_msg(in_splice(ss->pid), "the descendant let go of the pipe before the drain ended");
+    if (getenv("PM_TEST_VERBOSE") != NULL)
+        fprintf(stderr, "drain abandoned after %llu ms from the spawn\n",
+                (unsigned long long)(pm_test_ms() - t0));
+    /* Let go: the abandoned read returns, and its fd is closed on the
+     * loop's thread. */
+    kill(ss->pid, SIGKILL);
+    ck_assert_int_ge(pm_cluster_run(c, 200), 0);
+    pm_cluster_terminate(c);
+    munmap(ss, 4096);
+}
+END_TEST
+
+/* os/offread.c by itself: a read that does not return (a child holds the
+ * pipe in splice()) keeps nobody else waiting: a job started after it on
+ * another pipe finishes (on a thread of its own), the eventfd says so, the
+ * stuck one is abandoned and the pool ended while its read is under way;
+ * once the child lets go, the thread closes the fd it was handed. */
+struct fdlist {
+    int fd[8];
+    int n;
+};
+
+static void collect_fd(void *arg, int fd)
+{
+    struct fdlist *l = arg;
+    if (l->n < 8)
+        l->fd[l->n++] = fd;
+}
+
+static int fd_open(int fd)
+{
+    return fcntl(fd, F_GETFD) >= 0;
+}
+
+START_TEST(test_offread_pool)
+{
+    ss = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(ss, MAP_FAILED);
+    int held[2], plain[2];
+    ck_assert_int_eq(pipe2(held, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(plain, O_CLOEXEC), 0);
+    ck_assert_int_eq(fcntl(held[0], F_SETFL, O_NONBLOCK), 0);
+    ck_assert_int_eq(fcntl(plain[0], F_SETFL, O_NONBLOCK), 0);
+    pid_t h = pm_test_fork();
+    if (h == 0) {
+        dup2(held[1], 1);
+        splice_forever();
+    }
+    close(held[1]);
+    ck_assert_msg(wait_in_splice(h, 10000), "the holder never spliced");
+    int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ck_assert_int_ge(wake, 0);
+    pm__offread *p;
+    ck_assert_int_eq(pm__offread_new(&p, wake), 0);
+    pm__offjob *stuck, *fine;
+    ck_assert_int_eq(pm__offread_start(p, held[0], 1, &stuck), 0);
+    ck_assert_int_eq(write(plain[1], "abc", 3), 3);
+    ck_assert_int_eq(pm__offread_start(p, plain[0], 2, &fine), 0);
+    /* The child of a fork made now must close both fds and the pool's
+     * eventfd. */
+    struct fdlist fl = {{0}, 0};
+    pm__offread_child_fds(p, collect_fd, &fl);
+    int *fds = fl.fd;
+    ck_assert_int_eq(fl.n, 3);
+    ck_assert_int_eq(fds[0] >= 0 && fds[0] != wake, 1); /* its own duplicate */
+    ck_assert(fds[1] == held[0] || fds[2] == held[0]);
+    ck_assert(fds[1] == plain[0] || fds[2] == plain[0]);
+    struct pollfd w = {wake, POLLIN, 0};
+    ck_assert_int_eq(poll(&w, 1, 10000), 1);
+    pm__offjob *j = pm__offread_next(p);
+    ck_assert_ptr_eq(j, fine);
+    pm__offread_result r;
+    pm__offread_outcome(j, &r);
+    ck_assert_uint_eq(r.len, 3);
+    ck_assert_int_eq(memcmp(r.data, "abc", 3), 0);
+    ck_assert_int_eq(r.end, PM__OFFREAD_MORE); /* EAGAIN: a writer is left */
+    ck_assert_uint_eq(r.tag, 2);
+    pm__offread_release(p, j);
+    ck_assert_ptr_null(pm__offread_next(p));
+    /* The other is still in its read: a bounded wait says so. */
+    ck_assert_int_eq(pm__offread_wait(p, stuck, pm__now_ms() + 100), 0);
+    ck_assert_uint_ge(pm__offread_threads(p), 2);
+    /* Abandoned under way, then the pool ended: the fd stays open (a
+     * thread reads it) until the read returns. */
+    pm__offread_abandon(p, stuck);
+    pm__offread_free(p);
+    ck_assert(fd_open(held[0]));
+    kill(h, SIGKILL);
+    ck_assert_int_ne(pm_test_reap(h, 10000), -1);
+    uint64_t end = pm_test_ms() + 10000;
+    while (fd_open(held[0]) && pm_test_ms() < end)
+        usleep(1000);
+    ck_assert_msg(!fd_open(held[0]), "the abandoned read's fd was never closed");
+    close(plain[0]);
+    close(plain[1]);
+    close(wake);
+    munmap(ss, 4096);
+}
+END_TEST
+
 START_TEST(test_last_words_segv_fork)
 {
     pm_options *o = out_opts(1);
@@ -915,6 +1196,9 @@ int main(void)
     PM_ADD_TEST(s, test_last_words_segv_fork, 0);
     PM_ADD_TEST(s, test_last_words_segv_exec, 0);
     PM_ADD_TEST(s, test_drain_bounded, 120);
+    PM_ADD_TEST(s, test_splice_holds_pipe, 90);
+    PM_ADD_TEST(s, test_drain_splice_bounded, 90);
+    PM_ADD_TEST(s, test_offread_pool, 60);
     PM_ADD_TEST(s, test_inherit_passes_through, 0);
     PM_ADD_TEST(s, test_no_fd_leak, 0);
     PM_ADD_TEST(s, test_daemon_capture, 0);

@@ -113,13 +113,14 @@ static void cluster_free(pm_cluster *c)
         pm__close(s->notify_fd);
         pm__channel_close(&s->channel);
         pm__incarnation_spare_drop(c, s);
-        pm__output_free(&s->out);
+        pm__output_free(c, s);
         pm__budget_free(&s->budget);
         pm__cg_slot_close(&c->cg, &s->cg);
         pm__wipemem_free(s->crash, sizeof(*s->crash));
     }
     pm__cg_root_close(&c->cg);
     free(c->slots);
+    pm__output_fini(c); /* after every slot abandoned the reads it had under way */
     pm__deadlines_free(&c->deadlines);
     free(c->watches);
     pm__loop_fini(c->loop);
@@ -256,7 +257,9 @@ static int loop_setup(pm_cluster *c)
     }
     pm__loop_arm(c->loop, c->timerfd, PM__TAG(PM__TAG_TIMER, 0, 0));
     pm__loop_arm(c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
-    return 0;
+    /* The threads that read the captured output wake the loop through
+     * the same eventfd (output.c, start_read). */
+    return pm__output_init(c, c->wakefd);
 }
 
 /* The cluster and the parts only one module uses, in one allocation: c

@@ -32,6 +32,7 @@
 #include "os/spawn.h"
 #include "hub/hub.h"
 #include "os/loop.h"
+#include "os/offread.h"
 #include "mesh/mesh.h"
 #include "options.h"
 
@@ -80,6 +81,11 @@ PM__READY_TEXT static void drop_fd(child_drop *d, int fd)
         d->fdbits[fd / 64] |= 1ULL << (fd % 64);
     else
         close(fd);
+}
+
+PM__READY_TEXT static void drop_fd_cb(void *d, int fd)
+{
+    drop_fd(d, fd);
 }
 
 /* Sorts the batch by address (insertion: at most DROP_BATCH entries, no
@@ -202,6 +208,9 @@ PM__READY_TEXT static void drop_own(child_drop *d, const pm_cluster *c)
     drop_fd(d, c->sigfd);
     drop_fd(d, c->timerfd);
     drop_fd(d, c->wakefd);
+    /* The output reader's fds: its eventfd and every pipe a read is or
+     * was under way on, until the loop's thread closes it. */
+    pm__offread_child_fds(c->output.reader, drop_fd_cb, d);
     for (unsigned i = 0; i < c->ndying; i++)
         drop_channel(d, &c->dying[i]);
     int fd;

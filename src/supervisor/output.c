@@ -2,7 +2,8 @@
 /*
  * output.c - workers' captured stdout and stderr: the pipes of each
  * incarnation, read on the loop a bounded slice at a time, split into
- * tagged lines under the slot's rate limit, drained after the reap.
+ * tagged lines under the slot's rate limit, drained after the reap. The
+ * reads themselves run on threads (os/offread.c; start_read says why).
  *
  * One pipe per stream per incarnation, not one per slot reused: a
  * descendant of an ended incarnation that still holds the old write end can
@@ -15,9 +16,11 @@
 #include "types.h"
 #include "hub/hub.h"
 #include "os/loop.h"
+#include "os/offread.h"
 #include "options.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/uio.h>
@@ -344,22 +347,76 @@ static void close_stream(pm_cluster *c, pm__slot *s, int i)
         pm__loop_disarm(c->loop, st->fd, stream_tag(s, i));
         st->armed = 0;
     }
-    pm__close(st->fd);
+    if (st->job != NULL) {
+        /* A read of fd is under way on a thread: the fd goes with the
+         * job, closed once no thread reads it (closed now, its number
+         * could be reused by a file the thread would then read). */
+        pm__offread_abandon(c->output.reader, st->job);
+        st->job = NULL;
+    } else {
+        pm__close(st->fd);
+    }
     st->fd = -1;
     st->len = 0;
     /* Closed without a drain (a failed start): what it kept is dropped. */
     dropped(c, &s->out, pm__output_keep_clear(&s->out.mem->keep[i]));
 }
 
-/* Reads stream i up to budget bytes. 1 when the stream ended (EOF, or an
- * error that will not go away), 0 when it is empty for now or the budget
- * is spent. */
-static int read_stream(pm_cluster *c, pm__slot *s, int i, size_t budget)
+/* Passes what a finished read got to the splitter. 1 when the stream
+ * ended (EOF, or an error that will not go away). */
+static int take_result(pm_cluster *c, pm__slot *s, int i, pm__offjob *j, size_t *got)
+{
+    pm__outstream *st = &s->out.s[i];
+    pm__offread_result r;
+    pm__offread_outcome(j, &r);
+    deliver_ctx d = {c, s, i + 1, pm__now_ms()};
+    st->job = NULL;
+    if (r.len > 0)
+        pm__output_split(st, r.data, r.len, on_line, &d);
+    if (got != NULL)
+        *got = r.len;
+    pm__offread_release(c->output.reader, j);
+    if (r.end == PM__OFFREAD_MORE)
+        return 0;
+    /* EOF: every holder of the write end closed it. */
+    pm__output_flush(st, on_line, &d);
+    return 1;
+}
+
+/* The loop's side of the supervisor's one rule about these pipes: it
+ * never reads them itself. Every end of a pipe shares the pipe's mutex,
+ * which a worker can hold for as long as it likes (splice() into its
+ * stdout from a socket nobody writes to; sendfile() likewise): a read()
+ * on the loop's thread, non-blocking or not, would then sleep
+ * uninterruptibly, and the whole cluster with it, the heartbeat fence
+ * that would end the worker included. A thread reads instead
+ * (os/offread.c); the loop starts the read and takes its result. */
+static int start_read(pm_cluster *c, pm__slot *s, int i)
+{
+    pm__outstream *st = &s->out.s[i];
+    return pm__offread_start(c->output.reader, st->fd, stream_tag(s, i), &st->job);
+}
+
+/* 1 when nobody holds the write end any more (POLLHUP; poll reads the
+ * pipe's counts without its mutex). Then only the holders of a read end
+ * can take the mutex, and the supervisor is the only one (it never gives
+ * its read ends away, and a new end can only be had from a holder's
+ * /proc/PID/fd): a read of it cannot wait, and is made here. The common
+ * case at a worker's end, which then costs no thread wake-up. */
+static int no_writers(int fd)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) != 0;
+}
+
+/* Reads stream i, which has no writer left, to its end (up to budget
+ * bytes: 1 when it ended, 0 when the budget was spent first). */
+static int read_here(pm_cluster *c, pm__slot *s, int i, size_t budget)
 {
     pm__outstream *st = &s->out.s[i];
     deliver_ctx d = {c, s, i + 1, pm__now_ms()};
     char *chunk = s->out.mem->chunk;
-    while (budget > 0 && st->fd >= 0) {
+    while (budget > 0) {
         size_t want = budget < PM__OUTPUT_CHUNK ? budget : PM__OUTPUT_CHUNK;
         ssize_t n = read(st->fd, chunk, want);
         if (n > 0) {
@@ -370,12 +427,19 @@ static int read_stream(pm_cluster *c, pm__slot *s, int i, size_t budget)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
-            return 0;
-        /* EOF: every holder of the write end closed it. */
+            return 0; /* cannot happen without a writer: read again later */
+        /* EOF, or an error that will not go away. */
         pm__output_flush(st, on_line, &d);
         return 1;
     }
     return 0;
+}
+
+int pm__output_init(pm_cluster *c, int wake_fd)
+{
+    if (c->o->output != PM_OUTPUT_CAPTURE)
+        return 0;
+    return pm__offread_new(&c->output.reader, wake_fd);
 }
 
 void pm__output_ready(pm_cluster *c, pm__slot *s, int stream_kind)
@@ -383,9 +447,33 @@ void pm__output_ready(pm_cluster *c, pm__slot *s, int stream_kind)
     int i = stream_kind == PM__TAG_STDOUT ? 0 : 1;
     pm__outstream *st = &s->out.s[i];
     st->armed = 0;
-    if (st->fd < 0)
+    /* A late readiness (io_uring cancels asynchronously) while a read is
+     * under way: that read's result arms again. */
+    if (st->fd < 0 || st->job != NULL)
         return;
-    if (read_stream(c, s, i, PM__OUTPUT_TURN_BYTES)) {
+    if (no_writers(st->fd)) {
+        if (read_here(c, s, i, PM__OUTPUT_TURN_BYTES)) {
+            deliver_kept(c, s, i);
+            close_stream(c, s, i);
+            return;
+        }
+    } else if (start_read(c, s, i) == 0) {
+        return;
+    }
+    /* The budget spent on a pipe without writers, or no memory for a job,
+     * no thread to run it: polled again, it fires in the next turn (the
+     * data is still there), after every other fd had its chance. */
+    if (pm__loop_arm(c->loop, st->fd, stream_tag(s, i)) == 0)
+        st->armed = 1;
+}
+
+/* One finished read of stream i: its lines delivered; the stream closed
+ * at its end, else polled again. With data left, the poll fires in the
+ * next turn, after every other fd had its chance. */
+static void collect_one(pm_cluster *c, pm__slot *s, int i, pm__offjob *j)
+{
+    pm__outstream *st = &s->out.s[i];
+    if (take_result(c, s, i, j, NULL)) {
         /* The worker closed its stdout (or stderr) and lives on: nothing
          * more can come through this pipe, and what it kept was the
          * stream's last words. */
@@ -393,24 +481,86 @@ void pm__output_ready(pm_cluster *c, pm__slot *s, int stream_kind)
         close_stream(c, s, i);
         return;
     }
-    /* Budget spent or empty: either way the next readiness is one poll
-     * away; with data left it fires in the next turn, after every other
-     * fd had its chance. */
-    if (pm__loop_arm(c->loop, st->fd, stream_tag(s, i)) == 0)
+    /* A callback of the delivery may have ended the stream (fd -1) or
+     * started a read of it. */
+    if (st->fd >= 0 && !st->armed && st->job == NULL &&
+        pm__loop_arm(c->loop, st->fd, stream_tag(s, i)) == 0)
         st->armed = 1;
 }
 
-void pm__output_drain(pm_cluster *c, pm__slot *s)
+void pm__output_collect(pm_cluster *c)
 {
+    if (c->output.reader == NULL)
+        return;
+    pm__offjob *j;
+    while ((j = pm__offread_next(c->output.reader)) != NULL) {
+        pm__offread_result r;
+        pm__offread_outcome(j, &r);
+        unsigned idx = PM__TAG_SLOT(r.tag);
+        int i = PM__TAG_KIND(r.tag) == PM__TAG_STDOUT ? 0 : 1;
+        /* Only the read a stream has under way finishes here: a stream
+         * that ended or was drained abandoned its read (the pool drops
+         * it). */
+        if (idx < c->nslots && c->slots[idx].out.s[i].job == j)
+            collect_one(c, &c->slots[idx], i, j);
+        else
+            pm__offread_release(c->output.reader, j);
+    }
+}
+
+/* Reads what is left of stream i after the reap until the deadline: the
+ * read under way first (its bytes came first), then reads to EOF, or to
+ * an empty pipe when a descendant still holds the write end (what it
+ * writes later is not this incarnation's to report), never more than the
+ * bound. 0, or -ETIMEDOUT when a read did not return in time (a process
+ * holds the pipe's mutex), or the start's -errno. */
+static int drain_stream(pm_cluster *c, pm__slot *s, int i, uint64_t deadline)
+{
+    pm__outstream *st = &s->out.s[i];
+    size_t left = PM__OUTPUT_DRAIN_BYTES;
+    if (st->armed) {
+        pm__loop_disarm(c->loop, st->fd, stream_tag(s, i));
+        st->armed = 0;
+    }
+    for (;;) {
+        int rc;
+        if (st->job == NULL && no_writers(st->fd)) {
+            (void)read_here(c, s, i, left);
+            return 0;
+        }
+        if (st->job == NULL && (rc = start_read(c, s, i)) < 0)
+            return rc;
+        if (!pm__offread_wait(c->output.reader, st->job, deadline))
+            return -ETIMEDOUT; /* the job is abandoned by close_stream */
+        size_t got = 0;
+        if (take_result(c, s, i, st->job, &got) || got < PM__OFFREAD_BYTES)
+            return 0; /* ended, or empty: what its writers wrote is all read */
+        left = got < left ? left - got : 0;
+        if (left == 0)
+            return 0;
+    }
+}
+
+int pm__output_drain(pm_cluster *c, pm__slot *s, int err[2])
+{
+    int left = 0;
+    /* Both streams' reads under way before either is waited for: they
+     * run side by side, one thread wake-up of latency per drain rather
+     * than two (a failed start is tried again by drain_stream). */
+    for (int i = 0; i < 2; i++) {
+        err[i] = 0;
+        if (s->out.s[i].fd >= 0 && s->out.s[i].job == NULL && !no_writers(s->out.s[i].fd))
+            (void)start_read(c, s, i);
+    }
     for (int i = 0; i < 2; i++) {
         pm__outstream *st = &s->out.s[i];
         if (st->fd < 0)
             continue;
-        /* The worker is gone: what it wrote is all in the pipe. Read to
-         * EOF, or to EAGAIN when a descendant still holds the write end
-         * (what it writes later is not this incarnation's to report), and
-         * never more than the bound. */
-        (void)read_stream(c, s, i, PM__OUTPUT_DRAIN_BYTES);
+        err[i] = drain_stream(c, s, i, pm__now_ms() + PM__OUTPUT_DRAIN_WAIT_MS);
+        if (err[i] < 0) {
+            c->output.abandoned++;
+            left++;
+        }
         deliver_ctx d = {c, s, i + 1, pm__now_ms()};
         pm__output_flush(st, on_line, &d);
         deliver_kept(c, s, i);
@@ -424,6 +574,7 @@ void pm__output_drain(pm_cluster *c, pm__slot *s)
         s->out.suppressed = 0;
         deliver(c, s, PM_OUTPUT_NONE, "", 0, 0, n);
     }
+    return left;
 }
 
 void pm__output_close(pm_cluster *c, pm__slot *s)
@@ -433,13 +584,25 @@ void pm__output_close(pm_cluster *c, pm__slot *s)
             close_stream(c, s, i);
 }
 
-void pm__output_free(pm__output *o)
+void pm__output_free(pm_cluster *c, pm__slot *s)
 {
+    pm__output *o = &s->out;
     for (int i = 0; i < 2; i++) {
-        pm__close(o->s[i].fd);
+        if (o->s[i].job != NULL) {
+            pm__offread_abandon(c->output.reader, o->s[i].job); /* it closes fd */
+            o->s[i].job = NULL;
+        } else {
+            pm__close(o->s[i].fd);
+        }
         o->s[i].fd = -1;
         o->s[i].buf = NULL;
     }
     pm__wipemem_free(o->mem, sizeof(*o->mem));
     o->mem = NULL;
+}
+
+void pm__output_fini(pm_cluster *c)
+{
+    pm__offread_free(c->output.reader);
+    c->output.reader = NULL;
 }

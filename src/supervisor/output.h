@@ -23,6 +23,16 @@
  * descendant that still holds the write end, and that must not keep the
  * supervisor reading: the rest is left unread. */
 #define PM__OUTPUT_DRAIN_BYTES ((size_t)2 * 1024 * 1024)
+/* How long the drain after the reap waits, for each stream, for the
+ * reads of what is left (os/offread.h: they run on threads of
+ * their own). A read returns in microseconds unless a process still holds
+ * the pipe's mutex (a descendant of the worker in splice(): doc/
+ * reliability.md, the faults table). Past the bound the rest is left
+ * unread, with a diagnostic: the loop is held twice this long at most
+ * per incarnation, and the restart budget spaces incarnations out. Generous
+ * so that a thread not scheduled at once on a loaded machine does not
+ * lose an innocent worker's last words. */
+#define PM__OUTPUT_DRAIN_WAIT_MS 1000
 
 /* Lines the rate limit dropped that one stream keeps (the last ones, up to
  * this many and this many bytes of text): delivered past the limit when
@@ -46,19 +56,21 @@ typedef struct pm__outkeep {
 } pm__outkeep;
 
 /* Everything a slot's output holds of what its workers wrote: the bytes
- * read, the line each stream is assembling and the lines each stream
+ * read on the loop (from a pipe without writers: output.c, no_writers; a
+ * read on a thread has its job's buffer, os/offread.c, wiped on fork as
+ * well), the line each stream is assembling and the lines each stream
  * keeps. One private
  * mapping per slot (pm__wipemem_alloc), never the heap: a fork-mode worker
  * of another slot inherits it zeroed, and it is wiped when freed. */
-#define PM__OUTPUT_CHUNK ((size_t)16384) /* bytes one read takes from a pipe */
+#define PM__OUTPUT_CHUNK ((size_t)16384) /* bytes one read on the loop takes from a pipe */
 
 typedef struct pm__outmem {
     char line[2][PM_OUTPUT_LINE_MAX + 1];
     pm__outkeep keep[2];
-    /* What a read takes from a pipe, before the splitter: not on the stack,
-     * where a fork-mode child's wipe of the dead frames stops at the first
-     * page never touched, and a large array only partly written leaves
-     * such a page above the bytes it holds. */
+    /* What a read on the loop takes from a pipe, before the splitter: not
+     * on the stack, where a fork-mode child's wipe of the dead frames
+     * stops at the first page never touched, and a large array only
+     * partly written leaves such a page above the bytes it holds. */
     char chunk[PM__OUTPUT_CHUNK];
 } pm__outmem;
 
@@ -66,6 +78,7 @@ typedef struct pm__outmem {
 typedef struct pm__outstream {
     int fd;          /* the read end (O_NONBLOCK, O_CLOEXEC), or -1 */
     int armed;       /* a poll on fd is outstanding */
+    struct pm__offjob *job; /* the read of fd under way on a thread (os/offread.h), or NULL */
     size_t len;      /* bytes of the line being assembled in buf */
     char *buf;       /* PM_OUTPUT_LINE_MAX + 1 bytes: its line in the slot's pm__outmem */
 } pm__outstream;
@@ -85,6 +98,8 @@ typedef struct pm__output {
 /* The output's part of the cluster (c->output): every slot's together. */
 typedef struct pm__output_totals {
     uint64_t suppressed; /* captured lines dropped by the rate limit */
+    uint64_t abandoned;  /* drains that left a pipe unread: its read did not return in time */
+    struct pm__offread *reader; /* the threads that read the pipes (os/offread.h): capture only */
 } pm__output_totals;
 
 /* A finished line (or piece) from the splitter: emit(arg, text, len,
@@ -133,17 +148,31 @@ int pm__output_open_made(pm_cluster *c, struct pm__slot *s, int wfd[2], int p[2]
  * them (both ends close-on-exec, the read end non-blocking). 0 or -errno
  * with every entry -1. */
 int pm__output_pipes(int p[2][2]);
+/* The threads that read the pipes, when output is captured: 0 or -errno.
+ * wake_fd: the eventfd whose readiness makes the loop call
+ * pm__output_collect. */
+int pm__output_init(pm_cluster *c, int wake_fd);
+/* Takes the reads that finished: their lines delivered, their streams
+ * polled again or closed at EOF. On the loop, when wake_fd was readable. */
+void pm__output_collect(pm_cluster *c);
 /* Asks the loop to report the read ends readable. */
 void pm__output_arm(pm_cluster *c, struct pm__slot *s);
-/* A read end is readable (kind PM__TAG_STDOUT or PM__TAG_STDERR): reads a
- * bounded slice, delivers its lines, arms again. */
+/* A read end is readable (kind PM__TAG_STDOUT or PM__TAG_STDERR): starts
+ * the read of a bounded slice on a thread (pm__output_collect delivers its
+ * lines and arms again). */
 void pm__output_ready(pm_cluster *c, struct pm__slot *s, int kind);
-/* After the reap, before the exit is reported: reads what is left (bounded),
- * delivers the last partial line and the suppressed count, closes. */
-void pm__output_drain(pm_cluster *c, struct pm__slot *s);
+/* After the reap, before the exit is reported: reads what is left (bounded
+ * in bytes and in time: PM__OUTPUT_DRAIN_WAIT_MS), delivers the last
+ * partial line, the kept lines and the suppressed count, closes. Returns
+ * how many streams were left unread, err[i] saying why for stream i
+ * (-ETIMEDOUT: its read did not return in time; a start's -errno), 0 for
+ * one read to its end. */
+int pm__output_drain(pm_cluster *c, struct pm__slot *s, int err[2]);
 /* Closes the read ends without reading (disarmed first). */
 void pm__output_close(pm_cluster *c, struct pm__slot *s);
 /* Closes and frees everything of a slot's output (cluster teardown). */
-void pm__output_free(pm__output *o);
+void pm__output_free(pm_cluster *c, struct pm__slot *s);
+/* Ends the reading threads, after every slot's pm__output_free. */
+void pm__output_fini(pm_cluster *c);
 
 #endif /* PM_OUTPUT_H */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "actions.h"
+#include "diag.h"
 #include "core.h"
 #include "os/spawn.h"
 #include "pool.h"
@@ -96,6 +97,25 @@ static int exit_reason(const pm__slot *s)
            : s->last_signal != 0 ? PM_REASON_SIGNAL
                                  : PM_REASON_EXIT;
 }
+/* Its last words, from the pipes it leaves: a stream the drain could not
+ * read to its end is said (a process that outlived the worker holds its
+ * pipe: output.c). */
+static void drain_output(pm_cluster *c, pm__slot *s)
+{
+    int err[2];
+    if (pm__output_drain(c, s, err) == 0)
+        return;
+    for (int i = 0; i < 2; i++)
+        if (err[i] < 0)
+            pm__diag(c->o, c, "output_drain_abandoned",
+                     "slot %u incarnation %llu: %s left unread: %s", s->index,
+                     (unsigned long long)s->incarnation, i == 0 ? "stdout" : "stderr",
+                     err[i] == -ETIMEDOUT
+                         ? "its read did not return within a second (a process that outlived "
+                           "the worker holds the pipe, e.g. in splice())"
+                         : strerror(-err[i]));
+}
+
 
 /* Collects the exit status if the process has ended and drives the slot.
  * Returns 1 when reaped. A second report about the same exit (pidfd and
@@ -147,7 +167,7 @@ int pm__cluster_try_reap(pm_cluster *c, pm__slot *s)
                       s->incarnation, s->last_signal, s->last_core);
     /* Its last words first: what it wrote just before it died is still in
      * its pipes, and belongs before the report of its end. */
-    pm__output_drain(c, s);
+    drain_output(c, s);
     pm__cluster_emit(c, PM_EVENT_EXITED, s, reason, 0);
     /* The close answers main's requests it held -EHOSTDOWN, with this. */
     pm__ending end;

@@ -103,6 +103,9 @@ static void on_wake(pm_cluster *c)
 {
     drain_own(c->wakefd);
     pm__loop_arm(c->loop, c->wakefd, PM__TAG(PM__TAG_WAKE, 0, 0));
+    /* Emptied first: a read that finishes after the collect started
+     * writes the eventfd again and is taken in the next turn. */
+    pm__output_collect(c);
 }
 
 /* A completion about a slot's incarnation: to the module that owns its

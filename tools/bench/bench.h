@@ -74,6 +74,8 @@ int floor_child_main(int argc, char **argv);
 
 /* A supervisor of `workers` idle workers restarted at once (no backoff, no
  * budget) whose READY events set ready_inc and stop pm_cluster_run. */
+/* PM_BENCH_OUTPUT=capture: bench_options captures the workers' output. */
+int pm_bench_capture(void);
 pm_options *bench_options(int workers, int exec_mode);
 extern volatile uint64_t ready_inc;
 /* pm__now_ns() when that READY event was handled: the moment the

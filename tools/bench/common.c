@@ -150,6 +150,17 @@ static void on_ready(pm_cluster *c, const pm_event *e, void *arg)
 
 int bench_lanes = -1;
 
+int pm_bench_capture(void)
+{
+    const char *output = getenv("PM_BENCH_OUTPUT");
+    return output != NULL && strcmp(output, "capture") == 0;
+}
+
+static void discard_output(pm_cluster *c, const pm_output_line *l, void *arg)
+{
+    (void)c, (void)l, (void)arg;
+}
+
 pm_options *bench_options(int workers, int exec_mode)
 {
     pm_options *o = pm_options_new();
@@ -169,6 +180,13 @@ pm_options *bench_options(int workers, int exec_mode)
     pm_options_set_on_event(o, on_ready, NULL);
     /* PM_BENCH_LANES=0: every frame through the hub (the star, as before
      * direct lanes), to compare with the default in the same session. */
+    /* PM_BENCH_OUTPUT=capture: the workers' stdout and stderr captured
+     * (pipes per incarnation, read on threads, drained at each reap), the
+     * lines discarded: what capture adds to a restart. */
+    if (pm_bench_capture()) {
+        pm_options_set_output(o, PM_OUTPUT_CAPTURE);
+        pm_options_set_on_output(o, discard_output, NULL);
+    }
     const char *lanes = getenv("PM_BENCH_LANES");
     if (bench_lanes >= 0)
         pm_options_set_direct_lanes(o, bench_lanes);

@@ -226,6 +226,8 @@ static int rounds_phased(pm_options *o, unsigned rounds, uint64_t *v, restart_ph
     int rc = pm_cluster_spawn(o, &c);
     if (rc == -EOPNOTSUPP)
         return rc; /* this containment is not available on this host */
+    if (rc == -EINVAL && pm_bench_capture())
+        return rc; /* a warm standby refuses captured output (the caller says so) */
     if (rc < 0) {
         fprintf(stderr, "pm-bench: spawn: %s\n", pm_strerror(rc));
         return 1;
@@ -369,6 +371,10 @@ int cmd_restart(const bench_opts *opts)
             }
             if (rc == -EOPNOTSUPP) {
                 printf("  %-34s (not available here)\n", label);
+                continue;
+            }
+            if (rc == -EINVAL && rows[r].standby && pm_bench_capture()) {
+                printf("  %-34s (no standby with captured output)\n", label);
                 continue;
             }
             if (rc != 0)

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * offread.h - reads of a pipe that may never return, made on threads of
+ * their own so that the loop's thread never waits for one (offread.c).
+ *
+ * Why: every end of a pipe shares the pipe's mutex, and splice() or
+ * sendfile() into a pipe hold it while they block on their source. A
+ * worker that makes the write end of its captured stdout blocking and
+ * splices from a socket nobody writes to holds it for as long as it likes,
+ * and a read() of the read end, O_NONBLOCK or not, sleeps uninterruptibly
+ * until it lets go. Only a thread that may sleep there reads such a pipe.
+ *
+ * The pool's owner (one thread: the loop's) starts jobs; each reads one fd
+ * until it is empty (EAGAIN), ended (EOF), failed or the job's buffer is
+ * full, on a pool thread; the owner learns that jobs finished from the
+ * wake-up fd it gave the pool (written once per batch of finished jobs)
+ * and takes them with pm__offread_next, or waits for one with
+ * pm__offread_wait. The fd a job reads stays the owner's to close, but not
+ * while a read may be under way: pm__offread_abandon hands it to the pool,
+ * which closes it once no thread reads it. Every fd a job holds is closed
+ * on the owner's thread (or by a pool thread after pm__offread_free), so a
+ * fork made by the owner sees every one of them in pm__offread_child_fds.
+ */
+#ifndef PM_OFFREAD_H
+#define PM_OFFREAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes a job reads at most: a default pipe's capacity, what the loop
+ * reads of one stream in one turn (PM__OUTPUT_TURN_BYTES). */
+#define PM__OFFREAD_BYTES ((size_t)64 * 1024)
+
+typedef struct pm__offread pm__offread;
+typedef struct pm__offjob pm__offjob;
+
+/* How a job's reading ended. */
+enum pm__offread_end {
+    PM__OFFREAD_MORE = 0,  /* the fd is empty for now (EAGAIN), or the buffer is full */
+    PM__OFFREAD_EOF = 1,   /* every writer closed its end */
+    PM__OFFREAD_ERROR = 2  /* a read failed (err) */
+};
+
+typedef struct pm__offread_result {
+    const char *data; /* the bytes read (in wiped-on-fork memory), valid until released */
+    size_t len;
+    int end;          /* enum pm__offread_end */
+    int err;          /* the errno of PM__OFFREAD_ERROR, else 0 */
+    uint64_t tag;     /* the start's */
+} pm__offread_result;
+
+/* A pool in *out whose threads write 1 to (a duplicate of) wake_fd, an
+ * eventfd, when a job finishes. No thread exists until the first start.
+ * 0 or -errno. */
+int pm__offread_new(pm__offread **out, int wake_fd);
+/* Ends the pool: jobs not started or finished are dropped (the fds handed
+ * over closed), reads under way are left to their threads, which close
+ * what they hold and free what is left when the last one returns. Every
+ * job still started must have been abandoned. NULL is a no-op. */
+void pm__offread_free(pm__offread *p);
+
+/* Starts reading fd on a pool thread (a new one when none is idle), tag
+ * given back with the result. 0 and the job in *out, or -errno (no memory
+ * for the job, no thread to run it: nothing started). */
+int pm__offread_start(pm__offread *p, int fd, uint64_t tag, pm__offjob **out);
+/* A finished job not taken yet (its result for pm__offread_outcome, then
+ * pm__offread_release), or NULL. Drops finished jobs that were abandoned. */
+pm__offjob *pm__offread_next(pm__offread *p);
+/* Waits until job j finished, or until the CLOCK_MONOTONIC time deadline_ms
+ * (pm__now_ms): 1 when it did (then it is taken: pm__offread_next will not
+ * give it again), else 0. */
+int pm__offread_wait(pm__offread *p, pm__offjob *j, uint64_t deadline_ms);
+/* The result of a taken job. */
+void pm__offread_outcome(const pm__offjob *j, pm__offread_result *r);
+/* The owner is done with a taken job's result: the job is reused or freed
+ * (its fd stays the owner's). */
+void pm__offread_release(pm__offread *p, pm__offjob *j);
+/* The owner wants no result from j, started and not released, and hands
+ * its fd over: closed at once if no thread can be reading it, else once
+ * the read returns. */
+void pm__offread_abandon(pm__offread *p, pm__offjob *j);
+
+/* Calls fn(arg, fd) for the pool's wake-up fd and every fd a job holds:
+ * what a child forked by the owner must close. Takes no lock (a pool
+ * thread may have held it at the fork) and reads only what the owner's
+ * thread writes. */
+void pm__offread_child_fds(const pm__offread *p, void (*fn)(void *arg, int fd), void *arg);
+
+/* Threads the pool has now (running or idle): for the tests. */
+unsigned pm__offread_threads(pm__offread *p);
+
+#endif /* PM_OFFREAD_H */
