@@ -637,6 +637,13 @@ struct splice_shared {
 };
 static struct splice_shared *ss;
 
+/* ss, shared with the workers and their children (unmapped by the test). */
+static void map_splice_shared(void)
+{
+    ss = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(ss, MAP_FAILED);
+}
+
 static int in_splice(pid_t pid)
 {
     char path[64], text[256];
@@ -695,8 +702,7 @@ static int boot_splicer(pm_node *n, void *arg)
 
 START_TEST(test_splice_holds_pipe)
 {
-    ss = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(ss, MAP_FAILED);
+    map_splice_shared();
     pm_options *o = out_opts(2);
     pm_options_set_bootstrap(o, boot_splicer, NULL);
     ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 2000), 0);
@@ -777,8 +783,7 @@ static int boot_splice_child(pm_node *n, void *arg)
 
 START_TEST(test_drain_splice_bounded)
 {
-    ss = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(ss, MAP_FAILED);
+    map_splice_shared();
     diag_count = 0;
     pm_options *o = out_opts(1);
     pm_options_set_bootstrap(o, boot_splice_child, NULL);
@@ -833,8 +838,7 @@ static int fd_open(int fd)
 
 START_TEST(test_offread_pool)
 {
-    ss = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(ss, MAP_FAILED);
+    map_splice_shared();
     int held[2], plain[2];
     ck_assert_int_eq(pipe2(held, O_CLOEXEC), 0);
     ck_assert_int_eq(pipe2(plain, O_CLOEXEC), 0);
