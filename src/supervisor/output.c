@@ -397,42 +397,19 @@ static int start_read(pm_cluster *c, pm__slot *s, int i)
     return pm__offread_start(c->output.reader, st->fd, stream_tag(s, i), &st->job);
 }
 
-/* 1 when nobody holds the write end any more (POLLHUP; poll reads the
- * pipe's counts without its mutex). Then only the holders of a read end
- * can take the mutex, and the supervisor is the only one (it never gives
- * its read ends away, and a new end can only be had from a holder's
- * /proc/PID/fd): a read of it cannot wait, and is made here. The common
- * case at a worker's end, which then costs no thread wake-up. */
-static int no_writers(int fd)
+/* 1 when the pipe is empty and nobody holds its write end any more
+ * (POLLHUP without POLLIN; poll reads the pipe's counts without its
+ * mutex): its end, known without a read. Nothing is read on the loop even
+ * then: a descendant can still hold the pipe's mutex through a read end
+ * (open("/proc/self/fd/1", O_RDONLY) gives one; splice() from the pipe
+ * into a full socket then sleeps with the mutex held). Bytes a writer
+ * added through such a reopened end after this are not the ended
+ * incarnation's to report. The common case at a worker's end, which then
+ * costs no thread wake-up. */
+static int ended_empty(int fd)
 {
     struct pollfd p = {fd, POLLIN, 0};
-    return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) != 0;
-}
-
-/* Reads stream i, which has no writer left, to its end (up to budget
- * bytes: 1 when it ended, 0 when the budget was spent first). */
-static int read_here(pm_cluster *c, pm__slot *s, int i, size_t budget)
-{
-    pm__outstream *st = &s->out.s[i];
-    deliver_ctx d = {c, s, i + 1, pm__now_ms()};
-    char *chunk = s->out.mem->chunk;
-    while (budget > 0) {
-        size_t want = budget < PM__OUTPUT_CHUNK ? budget : PM__OUTPUT_CHUNK;
-        ssize_t n = read(st->fd, chunk, want);
-        if (n > 0) {
-            pm__output_split(st, chunk, (size_t)n, on_line, &d);
-            budget -= (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            return 0; /* cannot happen without a writer: read again later */
-        /* EOF, or an error that will not go away. */
-        pm__output_flush(st, on_line, &d);
-        return 1;
-    }
-    return 0;
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLIN)) == POLLHUP;
 }
 
 int pm__output_init(pm_cluster *c, int wake_fd)
@@ -451,18 +428,20 @@ void pm__output_ready(pm_cluster *c, pm__slot *s, int stream_kind)
      * under way: that read's result arms again. */
     if (st->fd < 0 || st->job != NULL)
         return;
-    if (no_writers(st->fd)) {
-        if (read_here(c, s, i, PM__OUTPUT_TURN_BYTES)) {
-            deliver_kept(c, s, i);
-            close_stream(c, s, i);
-            return;
-        }
-    } else if (start_read(c, s, i) == 0) {
+    if (ended_empty(st->fd)) {
+        /* The worker closed its stdout (or stderr) and lives on, or just
+         * died: what it kept was the stream's last words. */
+        deliver_ctx d = {c, s, i + 1, pm__now_ms()};
+        pm__output_flush(st, on_line, &d);
+        deliver_kept(c, s, i);
+        close_stream(c, s, i);
         return;
     }
-    /* The budget spent on a pipe without writers, or no memory for a job,
-     * no thread to run it: polled again, it fires in the next turn (the
-     * data is still there), after every other fd had its chance. */
+    if (start_read(c, s, i) == 0)
+        return;
+    /* No memory for the job, no thread to run it: polled again, it fires
+     * in the next turn (the data is still there), after every other fd
+     * had its chance. */
     if (pm__loop_arm(c->loop, st->fd, stream_tag(s, i)) == 0)
         st->armed = 1;
 }
@@ -524,10 +503,8 @@ static int drain_stream(pm_cluster *c, pm__slot *s, int i, uint64_t deadline)
     }
     for (;;) {
         int rc;
-        if (st->job == NULL && no_writers(st->fd)) {
-            (void)read_here(c, s, i, left);
+        if (st->job == NULL && ended_empty(st->fd))
             return 0;
-        }
         if (st->job == NULL && (rc = start_read(c, s, i)) < 0)
             return rc;
         if (!pm__offread_wait(c->output.reader, st->job, deadline))
@@ -549,7 +526,7 @@ int pm__output_drain(pm_cluster *c, pm__slot *s, int err[2])
      * than two (a failed start is tried again by drain_stream). */
     for (int i = 0; i < 2; i++) {
         err[i] = 0;
-        if (s->out.s[i].fd >= 0 && s->out.s[i].job == NULL && !no_writers(s->out.s[i].fd))
+        if (s->out.s[i].fd >= 0 && s->out.s[i].job == NULL && !ended_empty(s->out.s[i].fd))
             (void)start_read(c, s, i);
     }
     for (int i = 0; i < 2; i++) {

@@ -55,23 +55,16 @@ typedef struct pm__outkeep {
     char text[PM__OUTPUT_KEEP_BYTES];
 } pm__outkeep;
 
-/* Everything a slot's output holds of what its workers wrote: the bytes
- * read on the loop (from a pipe without writers: output.c, no_writers; a
- * read on a thread has its job's buffer, os/offread.c, wiped on fork as
- * well), the line each stream is assembling and the lines each stream
- * keeps. One private
+/* Everything a slot's output holds of what its workers wrote: the line
+ * each stream is assembling and the lines each stream keeps (the bytes
+ * read are in the reading job's buffer, os/offread.c, wiped on fork as
+ * well). One private
  * mapping per slot (pm__wipemem_alloc), never the heap: a fork-mode worker
  * of another slot inherits it zeroed, and it is wiped when freed. */
-#define PM__OUTPUT_CHUNK ((size_t)16384) /* bytes one read on the loop takes from a pipe */
 
 typedef struct pm__outmem {
     char line[2][PM_OUTPUT_LINE_MAX + 1];
     pm__outkeep keep[2];
-    /* What a read on the loop takes from a pipe, before the splitter: not
-     * on the stack, where a fork-mode child's wipe of the dead frames
-     * stops at the first page never touched, and a large array only
-     * partly written leaves such a page above the bytes it holds. */
-    char chunk[PM__OUTPUT_CHUNK];
 } pm__outmem;
 
 /* One stream of one incarnation. */
