@@ -281,7 +281,11 @@ int pm__offread_new(pm__offread **out, int wake_fd)
     }
     /* Waits end at a CLOCK_MONOTONIC deadline (pm__now_ms): a change of
      * the wall clock must not stretch or cut a drain's wait. */
-    (void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if ((rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)) != 0) {
+        pthread_condattr_destroy(&ca);
+        free(p);
+        return -rc;
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->done, &ca);
@@ -340,7 +344,11 @@ int pm__offread_start(pm__offread *p, int fd, uint64_t tag, pm__offjob **out)
         if (rc < 0 && p->nthreads == 0) {
             pthread_mutex_unlock(&p->mu);
             j->fd = -1;
-            j->next = p->spare, p->spare = j, p->nspare++;
+            if (p->nspare < SPARE_MAX) {
+                j->next = p->spare, p->spare = j, p->nspare++;
+            } else {
+                job_free(j);
+            }
             return rc;
         }
     }
@@ -451,6 +459,12 @@ void pm__offread_free(pm__offread *p)
         drop = j;
     }
     p->nqueued = 0;
+    /* Taken while the pool is surely alive: once the owner's reference is
+     * dropped below, a read that returns lets its thread destroy the pool
+     * (the last reference), and p must not be touched again. */
+    pm__offjob *spare = p->spare;
+    p->spare = NULL;
+    p->all = NULL;
     /* No thread writes the eventfd from now on (job_finished): closed
      * now, not when the last thread leaves, so that the owner's fds are
      * all closed when it returns. */
@@ -473,12 +487,10 @@ void pm__offread_free(pm__offread *p)
             pm__close(j->fd);
         job_free(j);
     }
-    for (pm__offjob *j = p->spare, *n; j != NULL; j = n) {
+    for (pm__offjob *j = spare, *n; j != NULL; j = n) {
         n = j->next;
         job_free(j);
     }
-    p->spare = NULL;
-    p->all = NULL;
     if (last)
         pool_destroy(p);
 }
