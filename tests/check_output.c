@@ -861,14 +861,16 @@ START_TEST(test_offread_pool)
     ck_assert_int_eq(write(plain[1], "abc", 3), 3);
     ck_assert_int_eq(pm__offread_start(p, plain[0], 2, &fine), 0);
     /* The child of a fork made now must close both fds and the pool's
-     * eventfd. */
+     * own: its eventfd, placeholder and epoll set. */
     struct fdlist fl = {{0}, 0};
     pm__offread_child_fds(p, collect_fd, &fl);
     int *fds = fl.fd;
-    ck_assert_int_eq(fl.n, 3);
+    ck_assert_int_eq(fl.n, 5);
     ck_assert_int_eq(fds[0] >= 0 && fds[0] != wake, 1); /* its own duplicate */
-    ck_assert(fds[1] == held[0] || fds[2] == held[0]);
-    ck_assert(fds[1] == plain[0] || fds[2] == plain[0]);
+    ck_assert_int_ge(fds[1], 0);
+    ck_assert_int_eq(fds[2], pm__offread_watch_fd(p));
+    ck_assert(fds[3] == held[0] || fds[4] == held[0]);
+    ck_assert(fds[3] == plain[0] || fds[4] == plain[0]);
     struct pollfd w = {wake, POLLIN, 0};
     ck_assert_int_eq(poll(&w, 1, 10000), 1);
     pm__offjob *j = pm__offread_next(p);
@@ -898,6 +900,225 @@ START_TEST(test_offread_pool)
     close(plain[0]);
     close(plain[1]);
     close(wake);
+    munmap(ss, 4096);
+}
+END_TEST
+
+/* What fd is now, from /proc/self/fd ("pipe:[...]", "anon_inode:[eventfd]"),
+ * or "" when closed. */
+static const char *fd_is(int fd, char *buf, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, buf, size - 1);
+    buf[n > 0 ? (size_t)n : 0] = '\0';
+    return buf;
+}
+
+/* The pool's close (os/offread.c): the owner hands over a pipe whose mutex
+ * a child holds and goes on at once; the fd's number holds the pool's
+ * placeholder (never free for another file while a fork could still take
+ * it for the pipe) until the thread's close returned and the owner took
+ * the finished job. With the most threads 1, a read started meanwhile
+ * waits in the queue, and runs once the thread is back. The epoll set
+ * reports a watched pipe once, again after a rewatch, and never after its
+ * close was handed over. */
+START_TEST(test_offread_close)
+{
+    map_splice_shared();
+    int held[2], plain[2];
+    ck_assert_int_eq(pipe2(held, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(plain, O_CLOEXEC), 0);
+    ck_assert_int_eq(fcntl(plain[0], F_SETFL, O_NONBLOCK), 0);
+    int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ck_assert_int_ge(wake, 0);
+    pm__offread *p;
+    ck_assert_int_eq(pm__offread_new(&p, wake), 0);
+    /* Watched: reported once, then not until rewatched. */
+    uint64_t tags[4];
+    ck_assert_int_eq(pm__offread_watch(p, plain[0], 7), 0);
+    ck_assert_int_eq(pm__offread_watch(p, held[0], 8), 0);
+    ck_assert_int_eq(pm__offread_ready(p, tags, 4), 0);
+    ck_assert_int_eq(write(plain[1], "abc", 3), 3);
+    struct pollfd ep = {pm__offread_watch_fd(p), POLLIN, 0};
+    ck_assert_int_eq(poll(&ep, 1, 10000), 1);
+    ck_assert_int_eq(pm__offread_ready(p, tags, 4), 1);
+    ck_assert_uint_eq(tags[0], 7);
+    ck_assert_int_eq(pm__offread_ready(p, tags, 4), 0);
+    ck_assert_int_eq(pm__offread_rewatch(p, plain[0], 7), 0);
+    ck_assert_int_eq(pm__offread_ready(p, tags, 4), 1);
+    pid_t h = pm_test_fork();
+    if (h == 0) {
+        close(held[0]); /* ours must be the last reference */
+        dup2(held[1], 1);
+        splice_forever();
+    }
+    close(held[1]);
+    ck_assert_msg(wait_in_splice(h, 10000), "the holder never spliced");
+    /* Handed over while the child holds the mutex: this returns (were the
+     * close made here, the test would sleep in it until the child's
+     * alarm). The set forgets the pipe at once: the line the child wrote
+     * is never reported. */
+    pm__offread_set_max(p, 1);
+    int num = held[0];
+    pm__offread_close(p, num);
+    ck_assert_int_eq(pm__offread_rewatch(p, plain[0], 7), 0);
+    ck_assert_int_eq(pm__offread_ready(p, tags, 4), 1); /* plain, still readable; not held */
+    ck_assert_uint_eq(tags[0], 7);
+    char what[128];
+    uint64_t end = pm_test_ms() + 10000;
+    while (strstr(fd_is(num, what, sizeof(what)), "pipe:") != NULL && pm_test_ms() < end)
+        usleep(1000);
+    ck_assert_msg(strstr(what, "eventfd") != NULL, "fd %d is \"%s\", not the placeholder", num,
+                  what);
+    ck_assert_ptr_null(pm__offread_next(p));
+    ck_assert_uint_eq(pm__offread_threads(p), 1);
+    /* The one thread sleeps in the close: a read waits in the queue. */
+    pm__offjob *j;
+    ck_assert_int_eq(pm__offread_start(p, plain[0], 9, &j), 0);
+    ck_assert_int_eq(pm__offread_wait(p, j, pm__now_ms() + 200), 0);
+    ck_assert_uint_eq(pm__offread_threads(p), 1);
+    ck_assert_msg(in_splice(h), "the holder let go before the read was seen waiting");
+    kill(h, SIGKILL);
+    ck_assert_int_ne(pm_test_reap(h, 10000), -1);
+    /* The close returns, then the read runs. */
+    ck_assert_int_eq(pm__offread_wait(p, j, pm__now_ms() + 10000), 1);
+    pm__offread_result r;
+    pm__offread_outcome(j, &r);
+    ck_assert_uint_eq(r.len, 3);
+    ck_assert_uint_eq(r.tag, 9);
+    pm__offread_release(p, j);
+    /* The finished close is the owner's to drop: the number is free. */
+    ck_assert_ptr_null(pm__offread_next(p));
+    ck_assert_msg(!fd_open(num), "fd %d (\"%s\") still open after the close was taken", num,
+                  fd_is(num, what, sizeof(what)));
+    /* A result abandoned after it finished is closed by a thread too. */
+    ck_assert_int_eq(write(plain[1], "d", 1), 1);
+    ck_assert_int_eq(pm__offread_start(p, plain[0], 10, &j), 0);
+    end = pm_test_ms() + 10000;
+    while (pm__offread_wait(p, j, pm__now_ms() + 10) == 0 && pm_test_ms() < end)
+        ;
+    pm__offread_abandon(p, j);
+    end = pm_test_ms() + 10000;
+    while (fd_open(plain[0]) && pm_test_ms() < end) {
+        (void)pm__offread_next(p);
+        usleep(1000);
+    }
+    ck_assert_msg(!fd_open(plain[0]), "an abandoned result's fd was never closed");
+    pm__offread_free(p);
+    close(plain[1]);
+    close(wake);
+    munmap(ss, 4096);
+}
+END_TEST
+
+/* The loop never makes the last close of a pipe end (output.c,
+ * close_stream): the kernel's pipe_release takes the pipe's mutex. The
+ * worker writes a partial line and crashes; a descendant that escaped its
+ * process group holds the write end. The drain reads what is left and
+ * delivers the partial line, and in that callback (on the loop's thread,
+ * right before the loop lets go of the read end) the descendant starts to
+ * hold the pipe's mutex. The exit must still be reported: a loop that
+ * closed the read end itself would sleep in the close until the
+ * descendant's alarm, and the test's alarm then says so. */
+static volatile int tail_seen;
+static volatile unsigned long long tail_ino;
+
+static void on_close_hang(int sig)
+{
+    (void)sig;
+    static const char m[] = "check_output: the loop's close of a read end waited for the "
+                            "pipe's mutex (a descendant held it)\n";
+    ssize_t w = write(2, m, sizeof(m) - 1);
+    (void)w;
+    _exit(1);
+}
+
+static void on_output_tail(pm_cluster *c, const pm_output_line *l, void *arg)
+{
+    on_output(c, l, arg);
+    if (tail_seen || l->slot != 0 || l->stream != PM_OUTPUT_STDOUT || strcmp(l->text, "tail") != 0)
+        return;
+    tail_seen = 1;
+    struct stat st;
+    if (fstat(c->slots[0].out.s[0].fd, &st) == 0)
+        tail_ino = (unsigned long long)st.st_ino;
+    ss->go = 1;
+    uint64_t end = pm_test_ms() + 10000;
+    while (ss->pid == 0 && pm_test_ms() < end)
+        usleep(1000);
+    if (ss->pid > 0 && wait_in_splice(ss->pid, 10000)) {
+        tail_seen = 2;
+        signal(SIGALRM, on_close_hang);
+        alarm(20);
+    }
+}
+
+static int boot_tail_holder(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    pid_t d = fork();
+    if (d == 0) {
+        setsid();
+        alarm(60);
+        while (!ss->go)
+            usleep(1000);
+        splice_forever();
+    }
+    if (write(1, "tail", 4) != 4)
+        return 1;
+    crash_null();
+    return 0;
+}
+
+/* 1 when an fd of this process is the pipe with inode ino. */
+static int holds_pipe(unsigned long long ino)
+{
+    char want[64], what[128];
+    snprintf(want, sizeof(want), "pipe:[%llu]", ino);
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            found = strcmp(fd_is(atoi(e->d_name), what, sizeof(what)), want) == 0;
+    closedir(d);
+    return found;
+}
+
+START_TEST(test_close_off_loop)
+{
+    map_splice_shared();
+    tail_seen = 0;
+    tail_ino = 0;
+    pm_options *o = out_opts(1);
+    ck_assert_int_eq(pm_options_set_on_output(o, on_output_tail, NULL), 0);
+    pm_options_set_bootstrap(o, boot_tail_holder, NULL);
+    /* Process-group containment: the setsid descendant outlives the
+     * worker (a cgroup would end it with the worker, before the drain). */
+    ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    PM_RUN_UNTIL(c, exited_seq[0] != 0, 30000);
+    alarm(0);
+    ck_assert_int_eq(tail_seen, 2);
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->signal, SIGSEGV);
+    ck_assert_msg(in_splice(ss->pid), "the descendant let go of the pipe before the exit");
+    ck_assert_uint_ne(tail_ino, 0);
+    /* Let go: the thread's close returns, the loop takes it, and nothing
+     * of the pipe is left open. */
+    kill(ss->pid, SIGKILL);
+    uint64_t end = pm_test_ms() + 20000;
+    while (holds_pipe(tail_ino) && pm_test_ms() < end)
+        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
+    ck_assert_msg(!holds_pipe(tail_ino), "the pipe stayed open after its holder died");
+    pm_cluster_terminate(c);
     munmap(ss, 4096);
 }
 END_TEST
@@ -1204,6 +1425,8 @@ int main(void)
     PM_ADD_TEST(s, test_splice_holds_pipe, 90);
     PM_ADD_TEST(s, test_drain_splice_bounded, 90);
     PM_ADD_TEST(s, test_offread_pool, 60);
+    PM_ADD_TEST(s, test_offread_close, 60);
+    PM_ADD_TEST(s, test_close_off_loop, 90);
     PM_ADD_TEST(s, test_inherit_passes_through, 0);
     PM_ADD_TEST(s, test_no_fd_leak, 0);
     PM_ADD_TEST(s, test_daemon_capture, 0);

@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * offread.c - reads of a pipe that may never return, on threads of their
- * own (offread.h says why: a worker can hold its pipe's mutex in splice()).
+ * offread.c - the pipes a worker shares with the supervisor, read and
+ * closed on threads of their own, watched through an epoll set of the
+ * pool's (offread.h says why: a worker can hold its pipe's mutex in
+ * splice(), and a read or the last close of either end then sleeps).
  *
- * A thread per job that waits, not a fixed pool: a thread that reads a
- * pipe whose mutex a worker holds sleeps until the worker lets go or dies,
- * and the jobs queued behind it must not wait for that. So a start makes a
- * thread whenever no idle one is left for the jobs queued; a thread that
- * finishes a job waits for the next unless IDLE_MAX others already do. At
- * most one job per stream is under way (the caller's rule), so the threads
- * number at most the streams read at once, and two or three in the steady
- * state.
+ * A thread per job that waits, not a fixed pool: a thread that reads or
+ * closes a pipe whose mutex a worker holds sleeps until the worker lets go
+ * or dies, and the jobs queued behind it must not wait for that. So a
+ * start makes a thread whenever no idle one is left for the jobs queued
+ * (up to the pool's most, PM__OFFREAD_THREADS_MAX); a thread that finishes
+ * a job waits for the next unless IDLE_MAX others already do. At most one
+ * read per stream is under way (the caller's rule), so the threads number
+ * at most the pipes read or closed at once, and two or three in the
+ * steady state.
  *
  * Threads block every signal (they must not take the signals the
  * supervisor's signalfd waits for, nor run the application's handlers),
@@ -19,6 +22,13 @@
  * takes. The bytes read are other workers' output: their buffers are
  * wiped on fork (pm__wipemem_alloc), the job records (fds, states) are not,
  * so that the child finds the fds it must close.
+ *
+ * The epoll set: the loop polls its fd, never a pipe. epoll_ctl and the
+ * readiness check (the pipe's poll) read the pipe's counts without its
+ * mutex. A pipe leaves the set (EPOLL_CTL_DEL, on the owner's thread)
+ * before it is handed to a thread to close: since Linux 6.10 epoll holds a
+ * reference to a file while it polls it (epi_fget), and a close by a
+ * thread during a poll by the loop would leave the loop the last one.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
@@ -28,43 +38,59 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 /* Idle threads kept waiting for jobs; more exit after their job. */
 #define IDLE_MAX 2u
-/* Released jobs (with their 64 KiB buffers) kept for reuse by the owner:
- * a stream read in every turn allocates nothing. */
+/* Released jobs kept for reuse by the owner: a stream read in every turn
+ * allocates nothing. */
 #define SPARE_MAX 4u
-/* A thread's stack: it calls read() and the lock's functions only. Enough
- * for the sanitizers' instrumentation; virtual memory until touched. */
+/* A thread's stack: it calls read(), dup3(), close() and the lock's
+ * functions only. Enough for the sanitizers' instrumentation; virtual
+ * memory until touched. */
 #define STACK_BYTES ((size_t)256 * 1024)
+/* Ready fds taken from the epoll set at once (pm__offread_ready's max is
+ * the caller's; this bounds the stack array). */
+#define READY_MAX 64
 
 enum { JOB_QUEUED = 1, JOB_RUNNING, JOB_DONE, JOB_TAKEN };
+/* What a job does: read its fd, or close it (a read abandoned under way
+ * becomes a close once its read returned). */
+enum { KIND_READ = 1, KIND_CLOSE };
 
 struct pm__offjob {
-    pm__offjob *next;             /* in the queue or the done list (under the lock) */
+    pm__offjob *next;             /* in the queue, the done list or the spares */
     pm__offjob *all_prev, *all_next; /* in p->all: the owner's only */
-    int fd;                       /* written by the owner before the job is queued */
+    int fd;                       /* the pipe; after a close, the placeholder's number or -1 */
     int state;                    /* under the lock */
+    int kind;                     /* under the lock */
     int abandoned;                /* under the lock: the pool closes fd */
     uint64_t tag;
     size_t len;                   /* the result: written by the thread that ran it */
     int end, err;
-    char *buf;                    /* PM__OFFREAD_BYTES, wiped on fork */
+    char *buf;                    /* PM__OFFREAD_BYTES, wiped on fork; NULL until a read */
 };
 
 struct pm__offread {
     pthread_mutex_t mu;
     pthread_cond_t work; /* a job was queued, or the pool ends */
-    pthread_cond_t done; /* a job finished */
+    pthread_cond_t done; /* a job finished, or a thread left */
     pm__offjob *qhead, *qtail;  /* queued, oldest first */
     pm__offjob *dhead, *dtail;  /* finished, not taken */
-    unsigned nqueued, nthreads, idle;
+    unsigned nqueued, nthreads, idle, max;
     unsigned refs;              /* the owner's (until pm__offread_free) and each thread's */
     int stopping;
     int wake_fd;                /* ours: a duplicate of the owner's eventfd */
+    /* The file a closing thread puts in place of the pipe (dup3): an
+     * eventfd of ours, open until the pool is destroyed (the last
+     * reference), since threads use it after pm__offread_free. */
+    int hold_fd;
     /* The owner's only: */
+    int epfd;                   /* the set of watched pipes */
     pm__offjob *all;            /* every job started and not released or dropped */
     pm__offjob *spare;          /* released jobs kept for reuse (linked by next) */
     unsigned nspare;
@@ -74,7 +100,8 @@ struct pm__offread {
 
 static void job_free(pm__offjob *j)
 {
-    pm__wipemem_free(j->buf, PM__OFFREAD_BYTES);
+    if (j->buf != NULL)
+        pm__wipemem_free(j->buf, PM__OFFREAD_BYTES);
     free(j);
 }
 
@@ -116,14 +143,24 @@ static void list_remove(pm__offjob **head, pm__offjob **tail, pm__offjob *j)
     }
 }
 
-/* The owner drops a job whose fd is no longer read by anyone: closed if it
- * was handed over, the record reused or freed. */
-static void owner_drop(pm__offread *p, pm__offjob *j)
+/* Under the lock: j at the end of the queue, a thread told. */
+static void enqueue(pm__offread *p, pm__offjob *j)
 {
-    if (j->abandoned)
-        pm__close(j->fd);
+    j->state = JOB_QUEUED;
+    j->next = NULL;
+    if (p->qtail != NULL)
+        p->qtail->next = j;
+    else
+        p->qhead = j;
+    p->qtail = j;
+    p->nqueued++;
+    pthread_cond_signal(&p->work);
+}
+
+/* A job kept for reuse, or freed. */
+static void job_put(pm__offread *p, pm__offjob *j)
+{
     j->fd = -1;
-    all_unlink(p, j);
     if (p->nspare < SPARE_MAX) {
         j->next = p->spare;
         p->spare = j;
@@ -133,11 +170,23 @@ static void owner_drop(pm__offread *p, pm__offjob *j)
     job_free(j);
 }
 
+/* The owner drops a job no thread touches any more. A close's fd is the
+ * placeholder's number now (or -1): closing it never releases a pipe. */
+static void owner_drop(pm__offread *p, pm__offjob *j)
+{
+    if (j->kind == KIND_CLOSE)
+        pm__close(j->fd);
+    all_unlink(p, j);
+    job_put(p, j);
+}
+
 /* ------------------------------------------------------------------ threads */
 
 static void pool_destroy(pm__offread *p)
 {
     pm__close(p->wake_fd);
+    pm__close(p->hold_fd);
+    pm__close(p->epfd);
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->mu);
@@ -173,14 +222,36 @@ static void job_read(pm__offjob *j)
     j->len = got;
 }
 
-/* Under the lock: the job's read returned. After pm__offread_free nobody
- * will take it: the thread closes what was handed over and frees it. */
+/* Drops the pipe j->fd holds, leaving the number taken by the placeholder
+ * hold (dup3 releases the file it replaces, here, on this thread: the
+ * release may wait for the pipe's mutex). Freed now, the number could be
+ * given to a new file of the owner's while a fork child still takes it
+ * for this one, and closes it. Where dup3 fails (it cannot with two open
+ * fds) the number is closed; j->fd -1 then. */
+static void job_close(pm__offjob *j, int hold)
+{
+    if (hold >= 0 && dup3(hold, j->fd, O_CLOEXEC) >= 0)
+        return;
+    pm__close(j->fd);
+    j->fd = -1;
+}
+
+/* Under the lock: the job's read or close returned. After pm__offread_free
+ * nobody will take it: the thread closes what was handed over and frees
+ * it. */
 static void job_finished(pm__offread *p, pm__offjob *j)
 {
     if (p->stopping) {
-        if (j->abandoned)
-            pm__close(j->fd);
+        pm__close(j->fd); /* a close's placeholder, or an abandoned read's pipe */
         job_free(j);
+        return;
+    }
+    if (j->kind == KIND_READ && j->abandoned) {
+        /* Abandoned while its read was under way: closed by a thread (this
+         * one, most likely: it looks at the queue next), never by the
+         * owner. */
+        j->kind = KIND_CLOSE;
+        enqueue(p, j);
         return;
     }
     j->state = JOB_DONE;
@@ -202,6 +273,15 @@ static void job_finished(pm__offread *p, pm__offjob *j)
     }
 }
 
+/* Runs job j (taken from the queue, the lock released). */
+static void job_run(pm__offread *p, pm__offjob *j, int kind)
+{
+    if (kind == KIND_READ)
+        job_read(j);
+    else
+        job_close(j, p->hold_fd);
+}
+
 static void *thread_main(void *arg)
 {
     pm__offread *p = arg;
@@ -214,18 +294,21 @@ static void *thread_main(void *arg)
         }
         pm__offjob *j = p->qhead;
         if (j == NULL)
-            break; /* the pool ends (its queue was emptied by pm__offread_free) */
+            break; /* the pool ends, and its queue is empty */
         p->qhead = j->next;
         if (p->qhead == NULL)
             p->qtail = NULL;
         j->next = NULL;
         p->nqueued--;
         j->state = JOB_RUNNING;
+        int kind = j->kind;
+        if (p->stopping)
+            pthread_cond_broadcast(&p->done); /* pm__offread_free waits for the queue to empty */
         pthread_mutex_unlock(&p->mu);
-        /* Outside the lock: this is the read that may sleep until the
-         * worker holding the pipe lets go, and the owner must still be
+        /* Outside the lock: this is the read or close that may sleep until
+         * the worker holding the pipe lets go, and the owner must still be
          * able to start, take and abandon other jobs meanwhile. */
-        job_read(j);
+        job_run(p, j, kind);
         pthread_mutex_lock(&p->mu);
         job_finished(p, j);
         if (p->idle >= IDLE_MAX && p->qhead == NULL)
@@ -265,6 +348,18 @@ static int thread_add(pm__offread *p)
     return 0;
 }
 
+/* Under the lock: threads enough for the jobs queued (a thread for each
+ * that no idle one will take), as far as the most allows and threads can
+ * be made. 1 when some thread will run every queued job eventually: one
+ * exists. */
+static int threads_for_queue(pm__offread *p)
+{
+    while (p->idle < p->nqueued && p->nthreads < p->max)
+        if (thread_add(p) < 0)
+            break;
+    return p->nthreads > 0;
+}
+
 /* ------------------------------------------------------------------ the owner's */
 
 int pm__offread_new(pm__offread **out, int wake_fd)
@@ -291,11 +386,14 @@ int pm__offread_new(pm__offread **out, int wake_fd)
     pthread_cond_init(&p->done, &ca);
     pthread_condattr_destroy(&ca);
     p->refs = 1;
+    p->max = PM__OFFREAD_THREADS_MAX;
+    p->hold_fd = p->epfd = -1;
     /* A duplicate: a thread whose read returns after the owner closed its
      * eventfd (the cluster ended) writes to this one, never to whatever
      * file took the number. */
     p->wake_fd = fcntl(wake_fd, F_DUPFD_CLOEXEC, 0);
-    if (p->wake_fd < 0) {
+    if (p->wake_fd < 0 || (p->hold_fd = eventfd(0, EFD_CLOEXEC)) < 0 ||
+        (p->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
         rc = -errno;
         pool_destroy(p);
         return rc;
@@ -304,19 +402,25 @@ int pm__offread_new(pm__offread **out, int wake_fd)
     return 0;
 }
 
-static pm__offjob *job_get(pm__offread *p)
+void pm__offread_set_max(pm__offread *p, unsigned max)
+{
+    pthread_mutex_lock(&p->mu);
+    p->max = max < 1 ? 1 : max > PM__OFFREAD_THREADS_MAX ? PM__OFFREAD_THREADS_MAX : max;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static pm__offjob *job_get(pm__offread *p, int need_buf)
 {
     pm__offjob *j = p->spare;
     if (j != NULL) {
         p->spare = j->next;
         p->nspare--;
-    } else {
-        if ((j = calloc(1, sizeof(*j))) == NULL)
-            return NULL;
-        if ((j->buf = pm__wipemem_alloc(PM__OFFREAD_BYTES)) == NULL) {
-            free(j);
-            return NULL;
-        }
+    } else if ((j = calloc(1, sizeof(*j))) == NULL) {
+        return NULL;
+    }
+    if (need_buf && j->buf == NULL && (j->buf = pm__wipemem_alloc(PM__OFFREAD_BYTES)) == NULL) {
+        job_put(p, j);
+        return NULL;
     }
     j->next = NULL;
     j->abandoned = 0;
@@ -328,37 +432,25 @@ static pm__offjob *job_get(pm__offread *p)
 int pm__offread_start(pm__offread *p, int fd, uint64_t tag, pm__offjob **out)
 {
     *out = NULL;
-    pm__offjob *j = job_get(p);
+    pm__offjob *j = job_get(p, 1);
     if (j == NULL)
         return -ENOMEM;
     j->fd = fd;
     j->tag = tag;
-    j->state = JOB_QUEUED;
+    j->kind = KIND_READ;
     pthread_mutex_lock(&p->mu);
-    if (p->idle <= p->nqueued) {
-        /* Every idle thread has a queued job already (or is about to
-         * take one): this one would wait behind them, perhaps behind a
-         * read that never returns. Without any thread and none to be
-         * made, nothing runs it: refused. */
-        int rc = thread_add(p);
-        if (rc < 0 && p->nthreads == 0) {
-            pthread_mutex_unlock(&p->mu);
-            j->fd = -1;
-            if (p->nspare < SPARE_MAX) {
-                j->next = p->spare, p->spare = j, p->nspare++;
-            } else {
-                job_free(j);
-            }
-            return rc;
-        }
+    enqueue(p, j);
+    /* Every idle thread has a queued job already (or is about to take
+     * one): this one would wait behind them, perhaps behind a read that
+     * never returns, so a thread is made for it. Without any thread and
+     * none to be made, nothing runs it: refused. */
+    if (!threads_for_queue(p)) {
+        list_remove(&p->qhead, &p->qtail, j);
+        p->nqueued--;
+        pthread_mutex_unlock(&p->mu);
+        job_put(p, j);
+        return -EAGAIN;
     }
-    if (p->qtail != NULL)
-        p->qtail->next = j;
-    else
-        p->qhead = j;
-    p->qtail = j;
-    p->nqueued++;
-    pthread_cond_signal(&p->work);
     pthread_mutex_unlock(&p->mu);
     all_link(p, j);
     *out = j;
@@ -376,9 +468,12 @@ pm__offjob *pm__offread_next(pm__offread *p)
                 p->dtail = NULL;
             j->next = NULL;
             j->state = JOB_TAKEN;
+        } else if (p->nqueued > 0) {
+            /* Closes queued when no thread could be made: tried again. */
+            (void)threads_for_queue(p);
         }
         pthread_mutex_unlock(&p->mu);
-        if (j == NULL || !j->abandoned)
+        if (j == NULL || j->kind == KIND_READ)
             return j;
         owner_drop(p, j);
     }
@@ -413,28 +508,130 @@ void pm__offread_outcome(const pm__offjob *j, pm__offread_result *r)
 
 void pm__offread_release(pm__offread *p, pm__offjob *j)
 {
-    owner_drop(p, j);
+    all_unlink(p, j);
+    job_put(p, j);
+}
+
+/* The set no longer watches fd: from here on no poll of the loop can hold
+ * a reference to its file (the header comment). ENOENT (never watched) is
+ * as good. */
+static void unwatch(pm__offread *p, int fd)
+{
+    (void)epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+/* Under the lock: j (not running, not queued) becomes a close, queued. If
+ * no thread exists or can be made, it waits in the queue all the same
+ * (pm__offread_next tries again): closed on the owner's thread, it could
+ * hang the loop. */
+static void queue_close(pm__offread *p, pm__offjob *j)
+{
+    j->kind = KIND_CLOSE;
+    enqueue(p, j);
+    (void)threads_for_queue(p);
+}
+
+void pm__offread_close(pm__offread *p, int fd)
+{
+    if (fd < 0)
+        return;
+    unwatch(p, fd);
+    pm__offjob *j = job_get(p, 0);
+    if (j == NULL)
+        return; /* no memory for the record: the fd is left open rather than closed here */
+    j->fd = fd;
+    j->tag = 0;
+    j->abandoned = 1;
+    all_link(p, j);
+    pthread_mutex_lock(&p->mu);
+    queue_close(p, j);
+    pthread_mutex_unlock(&p->mu);
 }
 
 void pm__offread_abandon(pm__offread *p, pm__offjob *j)
 {
+    unwatch(p, j->fd);
     pthread_mutex_lock(&p->mu);
     j->abandoned = 1;
-    int state = j->state;
-    if (state == JOB_QUEUED) {
-        list_remove(&p->qhead, &p->qtail, j);
-        p->nqueued--;
-    } else if (state == JOB_DONE) {
-        list_remove(&p->dhead, &p->dtail, j);
+    if (j->state == JOB_QUEUED) {
+        j->kind = KIND_CLOSE; /* not read: closed where it waits */
+    } else if (j->state != JOB_RUNNING) {
+        if (j->state == JOB_DONE)
+            list_remove(&p->dhead, &p->dtail, j);
+        queue_close(p, j);
     }
+    /* A read under way keeps the job: a thread closes the fd when the
+     * read returns (job_finished), and only then (closed before, the number
+     * could be given to another file, which the thread would read). */
     pthread_mutex_unlock(&p->mu);
-    /* A read under way keeps the job: pm__offread_next drops it when the
-     * read returns, and only then is its fd closed (closed before, the
-     * number could be given to another file, which the thread would
-     * read). Its record stays in p->all so that a fork meanwhile closes
-     * the fd in the child. */
-    if (state != JOB_RUNNING)
-        owner_drop(p, j);
+}
+
+int pm__offread_watch_fd(const pm__offread *p)
+{
+    return p->epfd;
+}
+
+/* Level-triggered and one-shot: a pipe with bytes left is reported again
+ * once rewatched, and not in between, while its read is under way. */
+static int watch_ctl(pm__offread *p, int op, int fd, uint64_t tag)
+{
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    ev.data.u64 = tag;
+    return epoll_ctl(p->epfd, op, fd, &ev) < 0 ? -errno : 0;
+}
+
+int pm__offread_watch(pm__offread *p, int fd, uint64_t tag)
+{
+    return watch_ctl(p, EPOLL_CTL_ADD, fd, tag);
+}
+
+int pm__offread_rewatch(pm__offread *p, int fd, uint64_t tag)
+{
+    return watch_ctl(p, EPOLL_CTL_MOD, fd, tag);
+}
+
+int pm__offread_ready(pm__offread *p, uint64_t *tags, int max)
+{
+    struct epoll_event ev[READY_MAX];
+    if (max > READY_MAX)
+        max = READY_MAX;
+    int n;
+    do
+        n = epoll_wait(p->epfd, ev, max, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    for (int i = 0; i < n; i++)
+        tags[i] = ev[i].data.u64;
+    return n;
+}
+
+/* pm__offread_free's part under the lock: the jobs not running sorted out.
+ * Finished ones (taken or not) are the owner's to drop (returned, linked
+ * by all_next); every fd not closed yet is queued for a close. */
+static pm__offjob *free_sort(pm__offread *p)
+{
+    pm__offjob *drop = NULL;
+    for (pm__offjob *j = p->all, *n; j != NULL; j = n) {
+        n = j->all_next;
+        if (j->state == JOB_RUNNING || j->state == JOB_QUEUED) {
+            j->abandoned = 1;
+            if (j->state == JOB_QUEUED)
+                j->kind = KIND_CLOSE;
+            continue; /* its thread closes and frees it (job_finished) */
+        }
+        if (j->state == JOB_DONE)
+            list_remove(&p->dhead, &p->dtail, j);
+        if (j->kind == KIND_READ) {
+            queue_close(p, j); /* a read's result never taken: its pipe is open */
+            continue;
+        }
+        j->all_next = drop; /* reused as the drop list: p->all is not read again */
+        drop = j;
+    }
+    return drop;
 }
 
 void pm__offread_free(pm__offread *p)
@@ -442,49 +639,38 @@ void pm__offread_free(pm__offread *p)
     if (p == NULL)
         return;
     pthread_mutex_lock(&p->mu);
+    pm__offjob *drop = free_sort(p);
     p->stopping = 1;
-    pm__offjob *drop = NULL;
-    unsigned nrunning = 0;
-    for (pm__offjob *j = p->all, *n; j != NULL; j = n) {
-        n = j->all_next;
-        if (j->state == JOB_RUNNING) {
-            nrunning++;
-            continue; /* its thread frees it (job_finished) */
-        }
-        if (j->state == JOB_QUEUED)
-            list_remove(&p->qhead, &p->qtail, j);
-        else if (j->state == JOB_DONE)
-            list_remove(&p->dhead, &p->dtail, j);
-        j->all_next = drop; /* reused as the drop list: p->all is not read again */
-        drop = j;
-    }
-    p->nqueued = 0;
+    (void)threads_for_queue(p);
     /* Taken while the pool is surely alive: once the owner's reference is
-     * dropped below, a read that returns lets its thread destroy the pool
-     * (the last reference), and p must not be touched again. */
+     * dropped below, a thread that returns may destroy the pool (the last
+     * reference), and p must not be touched again. */
     pm__offjob *spare = p->spare;
     p->spare = NULL;
     p->all = NULL;
-    /* No thread writes the eventfd from now on (job_finished): closed
-     * now, not when the last thread leaves, so that the owner's fds are
-     * all closed when it returns. */
+    /* No thread writes the eventfd from now on (job_finished), and only
+     * the owner uses the set: both closed now, not when the last thread
+     * leaves, so that the owner's fds are all closed when it returns (but
+     * the placeholder, while a thread may still use it). */
     pm__close(p->wake_fd);
     p->wake_fd = -1;
+    pm__close(p->epfd);
+    p->epfd = -1;
     pthread_cond_broadcast(&p->work);
-    /* The idle threads leave at once: waited for (briefly), so that a
-     * process that ended its cluster has no thread of ours left but the
-     * ones in a read that has not returned. */
+    /* The queue emptied and the idle threads gone: waited for (briefly),
+     * so that a process that ended its cluster has no thread of ours left
+     * but the ones in a read or close that has not returned. */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += 1;
-    while (p->nthreads > nrunning && pthread_cond_timedwait(&p->done, &p->mu, &ts) == 0)
+    while ((p->qhead != NULL || p->idle > 0) &&
+           pthread_cond_timedwait(&p->done, &p->mu, &ts) == 0)
         ;
     int last = --p->refs == 0;
     pthread_mutex_unlock(&p->mu);
     for (pm__offjob *j = drop, *n; j != NULL; j = n) {
         n = j->all_next;
-        if (j->abandoned)
-            pm__close(j->fd);
+        pm__close(j->fd); /* the placeholder's number */
         job_free(j);
     }
     for (pm__offjob *j = spare, *n; j != NULL; j = n) {
@@ -501,6 +687,8 @@ PM__READY_TEXT void pm__offread_child_fds(const pm__offread *p, void (*fn)(void 
     if (p == NULL)
         return;
     fn(arg, p->wake_fd);
+    fn(arg, p->hold_fd);
+    fn(arg, p->epfd);
     for (const pm__offjob *j = p->all; j != NULL; j = j->all_next)
         fn(arg, j->fd);
 }

@@ -1,25 +1,33 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * offread.h - reads of a pipe that may never return, made on threads of
- * their own so that the loop's thread never waits for one (offread.c).
+ * offread.h - the pipes a worker shares with the supervisor, watched,
+ * read and closed so that the loop's thread never waits for one
+ * (offread.c).
  *
  * Why: every end of a pipe shares the pipe's mutex, and splice() or
  * sendfile() into a pipe hold it while they block on their source. A
  * worker that makes the write end of its captured stdout blocking and
  * splices from a socket nobody writes to holds it for as long as it likes,
  * and a read() of the read end, O_NONBLOCK or not, sleeps uninterruptibly
- * until it lets go. Only a thread that may sleep there reads such a pipe.
+ * until it lets go; so does the last close of either end (the kernel's
+ * pipe_release takes the mutex). Only a thread that may sleep there reads
+ * or closes such a pipe. The loop learns that one is readable through the
+ * pool's epoll set (pm__offread_watch), whose calls never take the pipe's
+ * mutex, and polls only that set: a poll of its own on a pipe would hold a
+ * reference to the file, and the loop could end up dropping the last one.
  *
  * The pool's owner (one thread: the loop's) starts jobs; each reads one fd
  * until it is empty (EAGAIN), ended (EOF), failed or the job's buffer is
  * full, on a pool thread; the owner learns that jobs finished from the
  * wake-up fd it gave the pool (written once per batch of finished jobs)
  * and takes them with pm__offread_next, or waits for one with
- * pm__offread_wait. The fd a job reads stays the owner's to close, but not
- * while a read may be under way: pm__offread_abandon hands it to the pool,
- * which closes it once no thread reads it. Every fd a job holds is closed
- * on the owner's thread (or by a pool thread after pm__offread_free), so a
- * fork made by the owner sees every one of them in pm__offread_child_fds.
+ * pm__offread_wait. The owner never closes a pipe it gave the pool:
+ * pm__offread_abandon (a job's fd) and pm__offread_close (any other) hand
+ * it over, and a pool thread closes it once no thread reads it. The thread
+ * does not free the fd's number: it puts a placeholder there (dup3 of a
+ * file of the pool's own) and the owner closes the number when it takes
+ * the finished job, so that a fork made by the owner meanwhile finds every
+ * number it must close in pm__offread_child_fds, none of them reused.
  */
 #ifndef PM_OFFREAD_H
 #define PM_OFFREAD_H
@@ -30,6 +38,12 @@
 /* Bytes a job reads at most: a default pipe's capacity, what the loop
  * reads of one stream in one turn (PM__OUTPUT_TURN_BYTES). */
 #define PM__OFFREAD_BYTES ((size_t)64 * 1024)
+/* Threads a pool has at most. A thread sleeps in a read or a close for as
+ * long as a process holds that pipe's mutex; past this many, jobs wait in
+ * the queue for a thread to come back (reads of honest pipes take
+ * microseconds, so only held pipes keep threads), and the memory a pool
+ * can be made to take stays bounded (a 256 KiB stack each). */
+#define PM__OFFREAD_THREADS_MAX 64u
 
 typedef struct pm__offread pm__offread;
 typedef struct pm__offjob pm__offjob;
@@ -53,18 +67,40 @@ typedef struct pm__offread_result {
  * eventfd, when a job finishes. No thread exists until the first start.
  * 0 or -errno. */
 int pm__offread_new(pm__offread **out, int wake_fd);
-/* Ends the pool: jobs not started or finished are dropped (the fds handed
- * over closed), reads under way are left to their threads, which close
- * what they hold and free what is left when the last one returns. Every
- * job still started must have been abandoned. NULL is a no-op. */
+/* Ends the pool: finished jobs are dropped, the fds handed over and not
+ * closed yet are closed by the threads (made if need be), reads under way
+ * are left to their threads, which close what they hold and free what is
+ * left when the last one returns (until then the pool's placeholder file
+ * stays open). Every job still started must have been abandoned. NULL is a
+ * no-op. */
 void pm__offread_free(pm__offread *p);
+/* The most threads the pool may have (tests; at most and by default
+ * PM__OFFREAD_THREADS_MAX, at least 1). */
+void pm__offread_set_max(pm__offread *p, unsigned max);
 
-/* Starts reading fd on a pool thread (a new one when none is idle), tag
- * given back with the result. 0 and the job in *out, or -errno (no memory
- * for the job, no thread to run it: nothing started). */
+/* The pool's epoll set: the fd the owner's loop polls for readability of
+ * the pipes watched. */
+int pm__offread_watch_fd(const pm__offread *p);
+/* Watches fd for input (EPOLLIN, and its end: EPOLLHUP), once: after it
+ * is reported, pm__offread_rewatch watches it again. 0 or -errno. */
+int pm__offread_watch(pm__offread *p, int fd, uint64_t tag);
+int pm__offread_rewatch(pm__offread *p, int fd, uint64_t tag);
+/* The tags of up to max watched fds that are ready now (never waits): the
+ * count, or -errno. */
+int pm__offread_ready(pm__offread *p, uint64_t *tags, int max);
+/* Hands fd (the owner's, read by no job) over to be closed by a thread:
+ * no longer watched from now on, closed soon, its number free once the
+ * owner took the finished job (pm__offread_next). */
+void pm__offread_close(pm__offread *p, int fd);
+
+/* Starts reading fd on a pool thread (a new one when none is idle and
+ * fewer than the most run), tag given back with the result. 0 and the job
+ * in *out, or -errno (no memory for the job, no thread to run it: nothing
+ * started). */
 int pm__offread_start(pm__offread *p, int fd, uint64_t tag, pm__offjob **out);
 /* A finished job not taken yet (its result for pm__offread_outcome, then
- * pm__offread_release), or NULL. Drops finished jobs that were abandoned. */
+ * pm__offread_release), or NULL. Drops finished jobs that were abandoned
+ * or closes (closing the number that held the placeholder). */
 pm__offjob *pm__offread_next(pm__offread *p);
 /* Waits until job j finished, or until the CLOCK_MONOTONIC time deadline_ms
  * (pm__now_ms): 1 when it did (then it is taken: pm__offread_next will not
@@ -76,12 +112,13 @@ void pm__offread_outcome(const pm__offjob *j, pm__offread_result *r);
  * (its fd stays the owner's). */
 void pm__offread_release(pm__offread *p, pm__offjob *j);
 /* The owner wants no result from j, started and not released, and hands
- * its fd over: closed at once if no thread can be reading it, else once
- * the read returns. */
+ * its fd over as pm__offread_close does: closed by a thread, at once if
+ * none reads it, else once the read returns. */
 void pm__offread_abandon(pm__offread *p, pm__offjob *j);
 
-/* Calls fn(arg, fd) for the pool's wake-up fd and every fd a job holds:
- * what a child forked by the owner must close. Takes no lock (a pool
+/* Calls fn(arg, fd) for the pool's own fds (wake-up, epoll set,
+ * placeholder) and every fd a job holds: what a child forked by the owner
+ * must close. Takes no lock (a pool
  * thread may have held it at the fork) and reads only what the owner's
  * thread writes. */
 void pm__offread_child_fds(const pm__offread *p, void (*fn)(void *arg, int fd), void *arg);

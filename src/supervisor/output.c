@@ -335,31 +335,56 @@ void pm__output_arm(pm_cluster *c, pm__slot *s)
 {
     for (int i = 0; i < 2; i++) {
         pm__outstream *st = &s->out.s[i];
-        if (st->fd >= 0 && !st->armed && pm__loop_arm(c->loop, st->fd, stream_tag(s, i)) == 0)
+        if (st->fd >= 0 && !st->armed &&
+            pm__offread_watch(c->output.reader, st->fd, stream_tag(s, i)) == 0)
             st->armed = 1;
     }
 }
 
+/* The stream reported again (it was reported once since it was watched,
+ * or last rewatched). */
+static void rewatch(pm_cluster *c, pm__slot *s, int i)
+{
+    pm__outstream *st = &s->out.s[i];
+    if (st->fd >= 0 && !st->armed && st->job == NULL &&
+        pm__offread_rewatch(c->output.reader, st->fd, stream_tag(s, i)) == 0)
+        st->armed = 1;
+}
+
+/* The loop never closes a read end itself. The last close of either end
+ * of a pipe takes the pipe's mutex (the kernel's pipe_release), which a
+ * descendant of the worker may hold for as long as it likes (output.c,
+ * start_read, says how): a thread of the reader closes it, after the
+ * reader's epoll set let go of it, and a read under way takes the fd with
+ * it (closed once no thread reads it: closed now, its number could be
+ * reused by a file the thread would then read). */
 static void close_stream(pm_cluster *c, pm__slot *s, int i)
 {
     pm__outstream *st = &s->out.s[i];
-    if (st->armed) {
-        pm__loop_disarm(c->loop, st->fd, stream_tag(s, i));
-        st->armed = 0;
-    }
+    st->armed = 0;
     if (st->job != NULL) {
-        /* A read of fd is under way on a thread: the fd goes with the
-         * job, closed once no thread reads it (closed now, its number
-         * could be reused by a file the thread would then read). */
         pm__offread_abandon(c->output.reader, st->job);
         st->job = NULL;
     } else {
-        pm__close(st->fd);
+        pm__offread_close(c->output.reader, st->fd);
     }
     st->fd = -1;
     st->len = 0;
     /* Closed without a drain (a failed start): what it kept is dropped. */
     dropped(c, &s->out, pm__output_keep_clear(&s->out.mem->keep[i]));
+}
+
+void pm__output_close_ends(pm_cluster *c, int fd[2])
+{
+    for (int i = 0; i < 2; i++) {
+        if (fd[i] < 0)
+            continue;
+        if (c->output.reader != NULL)
+            pm__offread_close(c->output.reader, fd[i]);
+        else
+            pm__close(fd[i]); /* no reader: capture is off, these were never a worker's */
+        fd[i] = -1;
+    }
 }
 
 /* Passes what a finished read got to the splitter. 1 when the stream
@@ -416,18 +441,20 @@ int pm__output_init(pm_cluster *c, int wake_fd)
 {
     if (c->o->output != PM_OUTPUT_CAPTURE)
         return 0;
-    return pm__offread_new(&c->output.reader, wake_fd);
+    int rc = pm__offread_new(&c->output.reader, wake_fd);
+    if (rc < 0)
+        return rc;
+    return pm__loop_arm(c->loop, pm__offread_watch_fd(c->output.reader),
+                        PM__TAG(PM__TAG_OUTPUT, 0, 0));
 }
 
-void pm__output_ready(pm_cluster *c, pm__slot *s, int stream_kind)
+/* Stream i is readable, or ended: its read starts on a thread. */
+static void stream_ready(pm_cluster *c, pm__slot *s, int i)
 {
-    int i = stream_kind == PM__TAG_STDOUT ? 0 : 1;
     pm__outstream *st = &s->out.s[i];
     st->armed = 0;
-    /* A late readiness (io_uring cancels asynchronously) while a read is
-     * under way: that read's result arms again. */
-    if (st->fd < 0 || st->job != NULL)
-        return;
+    if (st->job != NULL)
+        return; /* cannot be: watched again only once its read was taken */
     if (ended_empty(st->fd)) {
         /* The worker closed its stdout (or stderr) and lives on, or just
          * died: what it kept was the stream's last words. */
@@ -439,19 +466,39 @@ void pm__output_ready(pm_cluster *c, pm__slot *s, int stream_kind)
     }
     if (start_read(c, s, i) == 0)
         return;
-    /* No memory for the job, no thread to run it: polled again, it fires
-     * in the next turn (the data is still there), after every other fd
-     * had its chance. */
-    if (pm__loop_arm(c->loop, st->fd, stream_tag(s, i)) == 0)
-        st->armed = 1;
+    /* No memory for the job, no thread to run it: watched again, it is
+     * reported in the next turn (the data is still there), after every
+     * other fd had its chance. */
+    rewatch(c, s, i);
+}
+
+void pm__output_on_ready(pm_cluster *c)
+{
+    uint64_t tags[64];
+    int n = pm__offread_ready(c->output.reader, tags, (int)PM__ARRAY_SIZE(tags));
+    /* Armed again before the streams are handled: a stream with more than
+     * these reported waits in the set, and the poll fires at once. */
+    (void)pm__loop_arm(c->loop, pm__offread_watch_fd(c->output.reader),
+                       PM__TAG(PM__TAG_OUTPUT, 0, 0));
+    for (int k = 0; k < n; k++) {
+        unsigned idx = PM__TAG_SLOT(tags[k]);
+        int i = PM__TAG_KIND(tags[k]) == PM__TAG_STDOUT ? 0 : 1;
+        if (idx >= c->nslots)
+            continue;
+        pm__slot *s = &c->slots[idx];
+        /* A stream leaves the set before it is closed, so a report is
+         * always about the slot's open stream; checked all the same. */
+        if (s->out.s[i].fd < 0 || PM__TAG_INC(tags[k]) != (s->incarnation & 0xffffffffu))
+            continue;
+        stream_ready(c, s, i);
+    }
 }
 
 /* One finished read of stream i: its lines delivered; the stream closed
- * at its end, else polled again. With data left, the poll fires in the
+ * at its end, else watched again. With data left, it is reported in the
  * next turn, after every other fd had its chance. */
 static void collect_one(pm_cluster *c, pm__slot *s, int i, pm__offjob *j)
 {
-    pm__outstream *st = &s->out.s[i];
     if (take_result(c, s, i, j, NULL)) {
         /* The worker closed its stdout (or stderr) and lives on: nothing
          * more can come through this pipe, and what it kept was the
@@ -462,9 +509,7 @@ static void collect_one(pm_cluster *c, pm__slot *s, int i, pm__offjob *j)
     }
     /* A callback of the delivery may have ended the stream (fd -1) or
      * started a read of it. */
-    if (st->fd >= 0 && !st->armed && st->job == NULL &&
-        pm__loop_arm(c->loop, st->fd, stream_tag(s, i)) == 0)
-        st->armed = 1;
+    rewatch(c, s, i);
 }
 
 void pm__output_collect(pm_cluster *c)
@@ -491,16 +536,18 @@ void pm__output_collect(pm_cluster *c)
  * read under way first (its bytes came first), then reads to EOF, or to
  * an empty pipe when a descendant still holds the write end (what it
  * writes later is not this incarnation's to report), never more than the
- * bound. 0, or -ETIMEDOUT when a read did not return in time (a process
- * holds the pipe's mutex), or the start's -errno. */
-static int drain_stream(pm_cluster *c, pm__slot *s, int i, uint64_t deadline)
+ * bound. stale: the read under way started before the reap; its EAGAIN
+ * may predate the worker's last writes, so only a read started since may
+ * end the drain on an empty pipe. 0, or -ETIMEDOUT when a read did not
+ * return in time (a process holds the pipe's mutex), or the start's
+ * -errno. */
+static int drain_stream(pm_cluster *c, pm__slot *s, int i, int stale, uint64_t deadline)
 {
     pm__outstream *st = &s->out.s[i];
     size_t left = PM__OUTPUT_DRAIN_BYTES;
-    if (st->armed) {
-        pm__loop_disarm(c->loop, st->fd, stream_tag(s, i));
-        st->armed = 0;
-    }
+    /* Not reported any more: nothing runs the loop until close_stream
+     * took the fd out of the set. */
+    st->armed = 0;
     for (;;) {
         int rc;
         if (st->job == NULL && ended_empty(st->fd))
@@ -510,8 +557,11 @@ static int drain_stream(pm_cluster *c, pm__slot *s, int i, uint64_t deadline)
         if (!pm__offread_wait(c->output.reader, st->job, deadline))
             return -ETIMEDOUT; /* the job is abandoned by close_stream */
         size_t got = 0;
-        if (take_result(c, s, i, st->job, &got) || got < PM__OFFREAD_BYTES)
-            return 0; /* ended, or empty: what its writers wrote is all read */
+        if (take_result(c, s, i, st->job, &got))
+            return 0; /* ended: every writer closed its end */
+        if (got < PM__OFFREAD_BYTES && !stale)
+            return 0; /* empty: what its writers wrote is all read */
+        stale = 0;
         left = got < left ? left - got : 0;
         if (left == 0)
             return 0;
@@ -521,11 +571,16 @@ static int drain_stream(pm_cluster *c, pm__slot *s, int i, uint64_t deadline)
 int pm__output_drain(pm_cluster *c, pm__slot *s, int err[2])
 {
     int left = 0;
+    int stale[2];
+    /* One deadline for the drain, not one per stream: a worker that holds
+     * both pipes costs the loop PM__OUTPUT_DRAIN_WAIT_MS, not twice that. */
+    uint64_t deadline = pm__now_ms() + PM__OUTPUT_DRAIN_WAIT_MS;
     /* Both streams' reads under way before either is waited for: they
      * run side by side, one thread wake-up of latency per drain rather
      * than two (a failed start is tried again by drain_stream). */
     for (int i = 0; i < 2; i++) {
         err[i] = 0;
+        stale[i] = s->out.s[i].job != NULL;
         if (s->out.s[i].fd >= 0 && s->out.s[i].job == NULL && !ended_empty(s->out.s[i].fd))
             (void)start_read(c, s, i);
     }
@@ -533,7 +588,7 @@ int pm__output_drain(pm_cluster *c, pm__slot *s, int err[2])
         pm__outstream *st = &s->out.s[i];
         if (st->fd < 0)
             continue;
-        err[i] = drain_stream(c, s, i, pm__now_ms() + PM__OUTPUT_DRAIN_WAIT_MS);
+        err[i] = drain_stream(c, s, i, stale[i], deadline);
         if (err[i] < 0) {
             c->output.abandoned++;
             left++;
@@ -566,12 +621,13 @@ void pm__output_free(pm_cluster *c, pm__slot *s)
     pm__output *o = &s->out;
     for (int i = 0; i < 2; i++) {
         if (o->s[i].job != NULL) {
-            pm__offread_abandon(c->output.reader, o->s[i].job); /* it closes fd */
+            pm__offread_abandon(c->output.reader, o->s[i].job); /* a thread closes fd */
             o->s[i].job = NULL;
-        } else {
-            pm__close(o->s[i].fd);
+        } else if (o->s[i].fd >= 0) {
+            pm__offread_close(c->output.reader, o->s[i].fd); /* close_stream says why */
         }
         o->s[i].fd = -1;
+        o->s[i].armed = 0;
         o->s[i].buf = NULL;
     }
     pm__wipemem_free(o->mem, sizeof(*o->mem));

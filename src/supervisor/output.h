@@ -70,7 +70,7 @@ typedef struct pm__outmem {
 /* One stream of one incarnation. */
 typedef struct pm__outstream {
     int fd;          /* the read end (O_NONBLOCK, O_CLOEXEC), or -1 */
-    int armed;       /* a poll on fd is outstanding */
+    int armed;       /* watched by the reader's epoll set, not reported since */
     struct pm__offjob *job; /* the read of fd under way on a thread (os/offread.h), or NULL */
     size_t len;      /* bytes of the line being assembled in buf */
     char *buf;       /* PM_OUTPUT_LINE_MAX + 1 bytes: its line in the slot's pm__outmem */
@@ -141,19 +141,25 @@ int pm__output_open_made(pm_cluster *c, struct pm__slot *s, int wfd[2], int p[2]
  * them (both ends close-on-exec, the read end non-blocking). 0 or -errno
  * with every entry -1. */
 int pm__output_pipes(int p[2][2]);
-/* The threads that read the pipes, when output is captured: 0 or -errno.
+/* The threads that read and close the pipes, when output is captured, and
+ * their epoll set armed on the loop (PM__TAG_OUTPUT): 0 or -errno.
  * wake_fd: the eventfd whose readiness makes the loop call
  * pm__output_collect. */
 int pm__output_init(pm_cluster *c, int wake_fd);
 /* Takes the reads that finished: their lines delivered, their streams
  * polled again or closed at EOF. On the loop, when wake_fd was readable. */
 void pm__output_collect(pm_cluster *c);
-/* Asks the loop to report the read ends readable. */
+/* Watches the read ends (the reader's epoll set, which the loop polls). */
 void pm__output_arm(pm_cluster *c, struct pm__slot *s);
-/* A read end is readable (kind PM__TAG_STDOUT or PM__TAG_STDERR): starts
- * the read of a bounded slice on a thread (pm__output_collect delivers its
- * lines and arms again). */
-void pm__output_ready(pm_cluster *c, struct pm__slot *s, int kind);
+/* The reader's epoll set is readable (PM__TAG_OUTPUT): for each read end
+ * reported, the read of a bounded slice starts on a thread
+ * (pm__output_collect delivers its lines and watches it again). */
+void pm__output_on_ready(pm_cluster *c);
+/* Hands the supervisor's copies of an incarnation's write ends (fd[i] >= 0)
+ * to the reader's threads to close, and sets them -1: once the worker
+ * closed its own, ours is the last, and its release would wait for a
+ * mutex a descendant may hold (output.c, close_stream). */
+void pm__output_close_ends(pm_cluster *c, int fd[2]);
 /* After the reap, before the exit is reported: reads what is left (bounded
  * in bytes and in time: PM__OUTPUT_DRAIN_WAIT_MS), delivers the last
  * partial line, the kept lines and the suppressed count, closes. Returns
@@ -161,7 +167,7 @@ void pm__output_ready(pm_cluster *c, struct pm__slot *s, int kind);
  * (-ETIMEDOUT: its read did not return in time; a start's -errno), 0 for
  * one read to its end. */
 int pm__output_drain(pm_cluster *c, struct pm__slot *s, int err[2]);
-/* Closes the read ends without reading (disarmed first). */
+/* Closes the read ends without reading (on the reader's threads). */
 void pm__output_close(pm_cluster *c, struct pm__slot *s);
 /* Closes and frees everything of a slot's output (cluster teardown). */
 void pm__output_free(pm_cluster *c, struct pm__slot *s);

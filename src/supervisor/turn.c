@@ -122,10 +122,6 @@ static void on_slot_tag(pm_cluster *c, pm__slot *s, int kind, int more)
     case PM__TAG_SOCK:
         pm__cluster_on_sock(c, s, more);
         break;
-    case PM__TAG_STDOUT:
-    case PM__TAG_STDERR:
-        pm__output_ready(c, s, kind);
-        break;
     case PM__TAG_NOTIFY:
         pm__readiness_on_notify(c, s);
         break;
@@ -151,6 +147,9 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
         return;
     case PM__TAG_WAKE:
         on_wake(c);
+        return;
+    case PM__TAG_OUTPUT:
+        pm__output_on_ready(c);
         return;
     case PM__TAG_PEER:
     case PM__TAG_PEER_LISTEN:

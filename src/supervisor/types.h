@@ -35,7 +35,9 @@ enum { PM__TAG_SIGNAL = 1, PM__TAG_TIMER, PM__TAG_WAKE, PM__TAG_PIDFD, PM__TAG_H
        PM__TAG_EXECPIPE, PM__TAG_USER, PM__TAG_NOTIFY, PM__TAG_STDOUT, PM__TAG_STDERR,
        PM__TAG_PEER, PM__TAG_PEER_LISTEN /* the mesh's (pm__mesh_env): a link's socket, the listener */,
        PM__TAG_SOCK /* a worker's large-message socket: a record arrived, or room */,
-       PM__TAG_STANDBY /* a warm standby's pidfd (standby_fork.c); inc: the incarnation it would be */ };
+       PM__TAG_STANDBY /* a warm standby's pidfd (standby_fork.c); inc: the incarnation it would be */,
+       PM__TAG_OUTPUT /* the output reader's epoll set (output.c); STDOUT and STDERR tag its pipes there */ };
+_Static_assert(PM__TAG_OUTPUT <= 15, "a tag's kind has four bits (os/loop.h): no kind is left");
 
 typedef struct pm__slot {
     unsigned index;
