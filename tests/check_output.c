@@ -857,9 +857,9 @@ START_TEST(test_offread_pool)
     pm__offread *p;
     ck_assert_int_eq(pm__offread_new(&p, wake), 0);
     pm__offjob *stuck, *fine;
-    ck_assert_int_eq(pm__offread_start(p, held[0], 1, &stuck), 0);
+    ck_assert_int_eq(pm__offread_start(p, held[0], 1, PM__OFFREAD_NO_GROUP, &stuck), 0);
     ck_assert_int_eq(write(plain[1], "abc", 3), 3);
-    ck_assert_int_eq(pm__offread_start(p, plain[0], 2, &fine), 0);
+    ck_assert_int_eq(pm__offread_start(p, plain[0], 2, PM__OFFREAD_NO_GROUP, &fine), 0);
     /* The child of a fork made now must close both fds and the pool's
      * own: its eventfd, placeholder and epoll set. */
     struct fdlist fl = {{0}, 0};
@@ -961,8 +961,9 @@ START_TEST(test_offread_close)
      * is never reported. */
     pm__offread_set_max(p, 1);
     int num = held[0];
-    pm__offread_close(p, num);
+    pm__offread_close(p, num, PM__OFFREAD_NO_GROUP);
     ck_assert_int_eq(pm__offread_rewatch(p, plain[0], 7), 0);
+    pm__offread_kick(p); /* the closes go to a thread together, as before the loop sleeps */
     ck_assert_int_eq(pm__offread_ready(p, tags, 4), 1); /* plain, still readable; not held */
     ck_assert_uint_eq(tags[0], 7);
     char what[128];
@@ -975,7 +976,7 @@ START_TEST(test_offread_close)
     ck_assert_uint_eq(pm__offread_threads(p), 1);
     /* The one thread sleeps in the close: a read waits in the queue. */
     pm__offjob *j;
-    ck_assert_int_eq(pm__offread_start(p, plain[0], 9, &j), 0);
+    ck_assert_int_eq(pm__offread_start(p, plain[0], 9, PM__OFFREAD_NO_GROUP, &j), 0);
     ck_assert_int_eq(pm__offread_wait(p, j, pm__now_ms() + 200), 0);
     ck_assert_uint_eq(pm__offread_threads(p), 1);
     ck_assert_msg(in_splice(h), "the holder let go before the read was seen waiting");
@@ -994,11 +995,12 @@ START_TEST(test_offread_close)
                   fd_is(num, what, sizeof(what)));
     /* A result abandoned after it finished is closed by a thread too. */
     ck_assert_int_eq(write(plain[1], "d", 1), 1);
-    ck_assert_int_eq(pm__offread_start(p, plain[0], 10, &j), 0);
+    ck_assert_int_eq(pm__offread_start(p, plain[0], 10, PM__OFFREAD_NO_GROUP, &j), 0);
     end = pm_test_ms() + 10000;
     while (pm__offread_wait(p, j, pm__now_ms() + 10) == 0 && pm_test_ms() < end)
         ;
     pm__offread_abandon(p, j);
+    pm__offread_kick(p);
     end = pm_test_ms() + 10000;
     while (fd_open(plain[0]) && pm_test_ms() < end) {
         (void)pm__offread_next(p);
@@ -1120,6 +1122,125 @@ START_TEST(test_close_off_loop)
     ck_assert_msg(!holds_pipe(tail_ino), "the pipe stayed open after its holder died");
     pm_cluster_terminate(c);
     munmap(ss, 4096);
+}
+END_TEST
+
+/* A slot whose pipes are held keeps at most PM__OFFREAD_GROUP_MAX of the
+ * reader's threads (os/offread.h): every incarnation of slot 0 forks two
+ * descendants that escape its process group and hold its stdout and
+ * stderr in splice(), then crashes; each drain's reads sleep, and stay
+ * asleep once abandoned. With the reader's most threads set to 8, slot 1's
+ * lines must still be delivered after slot 0's sixth exit (without the
+ * group limit every thread sleeps by then, and slot 1's reads wait behind
+ * them for good: a stop 44 reviewer's test), and the drains of slot 0 past
+ * its limit end at once, unread (-EBUSY), rather than after a second. */
+struct starve_shared {
+    volatile int nholders;
+    volatile pid_t holders[64];
+    volatile int splicing[64];
+    volatile unsigned long ticks;
+};
+static struct starve_shared *sv;
+static volatile unsigned long ticks_seen, slot0_exits, busy_diags;
+
+static void on_output_starve(pm_cluster *c, const pm_output_line *l, void *arg)
+{
+    (void)c, (void)arg;
+    if (l->slot == 1 && l->stream == PM_OUTPUT_STDOUT && strncmp(l->text, "tick", 4) == 0)
+        ticks_seen++;
+}
+
+static void on_event_starve(pm_cluster *c, const pm_event *e, void *arg)
+{
+    on_event(c, e, arg);
+    if (e->type == PM_EVENT_EXITED && e->slot == 0)
+        slot0_exits++;
+}
+
+static void on_diag_starve(pm_cluster *c, const char *topic, const char *msg, void *arg)
+{
+    (void)c, (void)arg;
+    if (strcmp(topic, "output_drain_abandoned") == 0 && strstr(msg, "not read") != NULL)
+        busy_diags++;
+}
+
+/* Holds fd (its stdout or stderr) in splice() from a socket nobody writes
+ * to, outside the worker's process group. */
+static void hold_stream(int fd, int k)
+{
+    setsid();
+    alarm(120);
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) < 0)
+        _exit(5);
+    sv->holders[k] = getpid();
+    sv->splicing[k] = 1;
+    (void)splice(sp[0], NULL, fd, NULL, 4096, 0);
+    _exit(7);
+}
+
+static int boot_starver(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1) {
+        for (unsigned long k = 0;; k++) {
+            printf("tick %lu\n", k);
+            fflush(stdout);
+            sv->ticks = k + 1;
+            pm_node_beat(n);
+            usleep(20000);
+        }
+    }
+    int k = __atomic_fetch_add(&sv->nholders, 2, __ATOMIC_SEQ_CST);
+    if (k + 2 > (int)ARRAY_LEN(sv->holders))
+        return serve(n); /* enough: the test has what it needs */
+    for (int i = 0; i < 2; i++)
+        if (fork() == 0)
+            hold_stream(1 + i, k + i);
+    for (int t = 0; t < 10000; t++) {
+        if (sv->splicing[k] && sv->splicing[k + 1] && in_splice(sv->holders[k]) &&
+            in_splice(sv->holders[k + 1]))
+            break;
+        pm_node_beat(n);
+        usleep(1000);
+    }
+    crash_null();
+    return 0;
+}
+
+START_TEST(test_held_slot_no_starve)
+{
+    sv = mmap(NULL, sizeof(*sv), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(sv, MAP_FAILED);
+    ticks_seen = slot0_exits = busy_diags = 0;
+    pm_options *o = out_opts(2);
+    ck_assert_int_eq(pm_options_set_on_output(o, on_output_starve, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_event_starve, NULL), 0);
+    ck_assert_int_eq(pm_options_set_on_diagnostic(o, on_diag_starve, NULL), 0);
+    pm_options_set_bootstrap(o, boot_starver, NULL);
+    /* Process-group containment: the setsid holders outlive their worker. */
+    ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
+    ck_assert_int_eq(pm_options_set_restart_policy(o, PM_RESTART_ALWAYS), 0);
+    ck_assert_int_eq(pm_options_set_restart_min_backoff_ms(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_restart_max_backoff_ms(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_max_restarts(o, -1), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pm__offread_set_max(c->output.reader, 8);
+    PM_RUN_UNTIL(c, slot0_exits >= 6, 120000);
+    ck_assert_uint_le(pm__offread_threads(c->output.reader), 8);
+    ck_assert_msg(busy_diags > 0, "no drain of slot 0 was skipped once its pipes were held");
+    /* Slot 1 goes on being read: ten more of its lines come. */
+    unsigned long before = ticks_seen;
+    PM_RUN_UNTIL(c, ticks_seen >= before + 10, 30000);
+    for (int i = 0; i < sv->nholders && i < (int)ARRAY_LEN(sv->holders); i++)
+        if (sv->holders[i] > 0)
+            kill(sv->holders[i], SIGKILL);
+    pm_cluster_terminate(c);
+    munmap(sv, sizeof(*sv));
 }
 END_TEST
 
@@ -1427,6 +1548,7 @@ int main(void)
     PM_ADD_TEST(s, test_offread_pool, 60);
     PM_ADD_TEST(s, test_offread_close, 60);
     PM_ADD_TEST(s, test_close_off_loop, 90);
+    PM_ADD_TEST(s, test_held_slot_no_starve, 240);
     PM_ADD_TEST(s, test_inherit_passes_through, 0);
     PM_ADD_TEST(s, test_no_fd_leak, 0);
     PM_ADD_TEST(s, test_daemon_capture, 0);

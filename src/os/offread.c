@@ -69,6 +69,7 @@ struct pm__offjob {
     int state;                    /* under the lock */
     int kind;                     /* under the lock */
     int abandoned;                /* under the lock: the pool closes fd */
+    unsigned group;               /* whose (a slot): PM__OFFREAD_GROUP_MAX of one run at once */
     uint64_t tag;
     size_t len;                   /* the result: written by the thread that ran it */
     int end, err;
@@ -79,9 +80,23 @@ struct pm__offread {
     pthread_mutex_t mu;
     pthread_cond_t work; /* a job was queued, or the pool ends */
     pthread_cond_t done; /* a job finished, or a thread left */
-    pm__offjob *qhead, *qtail;  /* queued, oldest first */
-    pm__offjob *dhead, *dtail;  /* finished, not taken */
-    unsigned nqueued, nthreads, idle, max;
+    /* Queued, oldest first: reads (q[0]) and closes (q[1]). A thread
+     * takes reads first: a read is some worker's output waiting, a close
+     * only a release. */
+    struct jobq {
+        pm__offjob *head, *tail;
+        unsigned n;
+    } q[2];
+    pm__offjob *dhead, *dtail;  /* finished reads, not taken */
+    /* Finished closes, their numbers for the owner to close: no wake-up
+     * for them (a spawn hands over two; the owner takes them at its next
+     * wake-up or pm__offread_close, whichever comes first). */
+    pm__offjob *chead, *ctail;
+    unsigned nthreads, idle, max;
+    unsigned starting;          /* threads made that have not taken the lock yet */
+    unsigned unkicked;          /* closes queued since the last kick (the owner's) */
+    unsigned *running;          /* jobs under way per group, ngroups of them (set_groups) */
+    unsigned ngroups;
     unsigned refs;              /* the owner's (until pm__offread_free) and each thread's */
     int stopping;
     int wake_fd;                /* ours: a duplicate of the owner's eventfd */
@@ -143,18 +158,75 @@ static void list_remove(pm__offjob **head, pm__offjob **tail, pm__offjob *j)
     }
 }
 
-/* Under the lock: j at the end of the queue, a thread told. */
+static struct jobq *queue_of(pm__offread *p, const pm__offjob *j)
+{
+    return &p->q[j->kind == KIND_READ ? 0 : 1];
+}
+
+/* Under the lock: j at the end of its queue, a thread told. */
 static void enqueue(pm__offread *p, pm__offjob *j)
 {
+    struct jobq *q = queue_of(p, j);
     j->state = JOB_QUEUED;
     j->next = NULL;
-    if (p->qtail != NULL)
-        p->qtail->next = j;
+    if (q->tail != NULL)
+        q->tail->next = j;
     else
-        p->qhead = j;
-    p->qtail = j;
-    p->nqueued++;
-    pthread_cond_signal(&p->work);
+        q->head = j;
+    q->tail = j;
+    q->n++;
+    /* A close waits for pm__offread_kick (the closes of a turn go to a
+     * thread together); a read is some worker's output: told now. */
+    if (j->kind == KIND_READ)
+        pthread_cond_signal(&p->work);
+}
+
+/* Under the lock: queued job j out of its queue. */
+static void dequeue(pm__offread *p, pm__offjob *j)
+{
+    struct jobq *q = queue_of(p, j);
+    list_remove(&q->head, &q->tail, j);
+    q->n--;
+}
+
+/* Under the lock: 1 when group g runs as many jobs as it may. */
+static int group_full(const pm__offread *p, unsigned g)
+{
+    return g < p->ngroups && p->running[g] >= PM__OFFREAD_GROUP_MAX;
+}
+
+/* Under the lock: the oldest job of q whose group may run one more, or
+ * NULL. */
+static pm__offjob *queue_pick(const pm__offread *p, const struct jobq *q)
+{
+    for (pm__offjob *j = q->head; j != NULL; j = j->next)
+        if (!group_full(p, j->group))
+            return j;
+    return NULL;
+}
+
+/* Under the lock: the next job to run, reads first, or NULL. A group
+ * that runs PM__OFFREAD_GROUP_MAX jobs already (a slot whose pipes are
+ * held: its jobs do not return) has the rest wait in the queue, behind
+ * nobody else's. */
+static pm__offjob *queue_next(pm__offread *p)
+{
+    pm__offjob *j = queue_pick(p, &p->q[0]);
+    if (j == NULL)
+        j = queue_pick(p, &p->q[1]);
+    return j;
+}
+
+/* Under the lock: job j starts on a thread, or returned. */
+static void group_count(pm__offread *p, const pm__offjob *j, int delta)
+{
+    if (j->group >= p->ngroups)
+        return;
+    p->running[j->group] = (unsigned)((int)p->running[j->group] + delta);
+    /* Its queued jobs may run now: a thread is told (this one, most
+     * likely: it looks at the queue next). */
+    if (delta < 0)
+        pthread_cond_signal(&p->work);
 }
 
 /* A job kept for reuse, or freed. */
@@ -184,6 +256,7 @@ static void owner_drop(pm__offread *p, pm__offjob *j)
 
 static void pool_destroy(pm__offread *p)
 {
+    free(p->running);
     pm__close(p->wake_fd);
     pm__close(p->hold_fd);
     pm__close(p->epfd);
@@ -256,6 +329,14 @@ static void job_finished(pm__offread *p, pm__offjob *j)
     }
     j->state = JOB_DONE;
     j->next = NULL;
+    if (j->kind == KIND_CLOSE) {
+        if (p->ctail != NULL)
+            p->ctail->next = j;
+        else
+            p->chead = j;
+        p->ctail = j;
+        return;
+    }
     int was_empty = p->dhead == NULL;
     if (p->dtail != NULL)
         p->dtail->next = j;
@@ -286,20 +367,18 @@ static void *thread_main(void *arg)
 {
     pm__offread *p = arg;
     pthread_mutex_lock(&p->mu);
+    p->starting--;
     for (;;) {
-        while (p->qhead == NULL && !p->stopping) {
+        while (queue_next(p) == NULL && !p->stopping) {
             p->idle++;
             pthread_cond_wait(&p->work, &p->mu);
             p->idle--;
         }
-        pm__offjob *j = p->qhead;
+        pm__offjob *j = queue_next(p);
         if (j == NULL)
-            break; /* the pool ends, and its queue is empty */
-        p->qhead = j->next;
-        if (p->qhead == NULL)
-            p->qtail = NULL;
-        j->next = NULL;
-        p->nqueued--;
+            break; /* the pool ends, and nothing queued may run */
+        dequeue(p, j);
+        group_count(p, j, +1);
         j->state = JOB_RUNNING;
         int kind = j->kind;
         if (p->stopping)
@@ -310,8 +389,9 @@ static void *thread_main(void *arg)
          * able to start, take and abandon other jobs meanwhile. */
         job_run(p, j, kind);
         pthread_mutex_lock(&p->mu);
+        group_count(p, j, -1);
         job_finished(p, j);
-        if (p->idle >= IDLE_MAX && p->qhead == NULL)
+        if (p->idle >= IDLE_MAX && queue_next(p) == NULL)
             break;
     }
     p->nthreads--;
@@ -344,17 +424,30 @@ static int thread_add(pm__offread *p)
     if (rc != 0)
         return -rc;
     p->nthreads++;
+    p->starting++;
     p->refs++;
     return 0;
 }
 
-/* Under the lock: threads enough for the jobs queued (a thread for each
- * that no idle one will take), as far as the most allows and threads can
- * be made. 1 when some thread will run every queued job eventually: one
- * exists. */
+/* Under the lock: threads enough for the jobs queued, as far as the most
+ * allows and threads can be made: one for each read that no idle thread
+ * will take (a read must never wait behind one that does not return: it
+ * is a worker's output), and one for the closes together (they take
+ * microseconds unless a pipe is held, and a spawn queues two, a teardown
+ * two per worker: a thread each would be made for nothing; one held
+ * close delays the others only until the next job queued or the owner's
+ * next wake-up makes another thread). Jobs of a full group are not
+ * counted: they wait for their group's own threads. A thread just made
+ * counts as idle:
+ * it cannot take the lock we hold to say so. 1 when some thread will run
+ * every queued job eventually: one exists. */
 static int threads_for_queue(pm__offread *p)
 {
-    while (p->idle < p->nqueued && p->nthreads < p->max)
+    unsigned need = 0;
+    for (const pm__offjob *j = p->q[0].head; j != NULL; j = j->next)
+        need += !group_full(p, j->group);
+    need += queue_pick(p, &p->q[1]) != NULL;
+    while (p->idle + p->starting < need && p->nthreads < p->max)
         if (thread_add(p) < 0)
             break;
     return p->nthreads > 0;
@@ -402,6 +495,27 @@ int pm__offread_new(pm__offread **out, int wake_fd)
     return 0;
 }
 
+int pm__offread_set_groups(pm__offread *p, unsigned n)
+{
+    unsigned *r = calloc(n > 0 ? n : 1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    pthread_mutex_lock(&p->mu);
+    free(p->running);
+    p->running = r;
+    p->ngroups = n;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+int pm__offread_group_full(pm__offread *p, unsigned group)
+{
+    pthread_mutex_lock(&p->mu);
+    int full = group_full(p, group);
+    pthread_mutex_unlock(&p->mu);
+    return full;
+}
+
 void pm__offread_set_max(pm__offread *p, unsigned max)
 {
     pthread_mutex_lock(&p->mu);
@@ -429,7 +543,7 @@ static pm__offjob *job_get(pm__offread *p, int need_buf)
     return j;
 }
 
-int pm__offread_start(pm__offread *p, int fd, uint64_t tag, pm__offjob **out)
+int pm__offread_start(pm__offread *p, int fd, uint64_t tag, unsigned group, pm__offjob **out)
 {
     *out = NULL;
     pm__offjob *j = job_get(p, 1);
@@ -437,6 +551,7 @@ int pm__offread_start(pm__offread *p, int fd, uint64_t tag, pm__offjob **out)
         return -ENOMEM;
     j->fd = fd;
     j->tag = tag;
+    j->group = group;
     j->kind = KIND_READ;
     pthread_mutex_lock(&p->mu);
     enqueue(p, j);
@@ -445,8 +560,7 @@ int pm__offread_start(pm__offread *p, int fd, uint64_t tag, pm__offjob **out)
      * never returns, so a thread is made for it. Without any thread and
      * none to be made, nothing runs it: refused. */
     if (!threads_for_queue(p)) {
-        list_remove(&p->qhead, &p->qtail, j);
-        p->nqueued--;
+        dequeue(p, j);
         pthread_mutex_unlock(&p->mu);
         job_put(p, j);
         return -EAGAIN;
@@ -457,44 +571,69 @@ int pm__offread_start(pm__offread *p, int fd, uint64_t tag, pm__offjob **out)
     return 0;
 }
 
-pm__offjob *pm__offread_next(pm__offread *p)
+/* The finished closes: their numbers closed, their records dropped. */
+static void take_closed(pm__offread *p)
 {
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        pm__offjob *j = p->dhead;
-        if (j != NULL) {
-            p->dhead = j->next;
-            if (p->dhead == NULL)
-                p->dtail = NULL;
-            j->next = NULL;
-            j->state = JOB_TAKEN;
-        } else if (p->nqueued > 0) {
-            /* Closes queued when no thread could be made: tried again. */
-            (void)threads_for_queue(p);
-        }
-        pthread_mutex_unlock(&p->mu);
-        if (j == NULL || j->kind == KIND_READ)
-            return j;
+    pthread_mutex_lock(&p->mu);
+    pm__offjob *j = p->chead;
+    p->chead = p->ctail = NULL;
+    pthread_mutex_unlock(&p->mu);
+    for (pm__offjob *n; j != NULL; j = n) {
+        n = j->next;
         owner_drop(p, j);
     }
 }
 
-int pm__offread_wait(pm__offread *p, pm__offjob *j, uint64_t deadline_ms)
+pm__offjob *pm__offread_next(pm__offread *p)
 {
-    struct timespec ts = {(time_t)(deadline_ms / 1000), (long)(deadline_ms % 1000) * 1000000L};
+    take_closed(p);
     pthread_mutex_lock(&p->mu);
-    while (j->state == JOB_QUEUED || j->state == JOB_RUNNING) {
-        int rc = pthread_cond_timedwait(&p->done, &p->mu, &ts);
-        if (rc == ETIMEDOUT)
-            break;
-    }
-    int done = j->state == JOB_DONE || j->state == JOB_TAKEN;
-    if (j->state == JOB_DONE) {
-        list_remove(&p->dhead, &p->dtail, j);
+    pm__offjob *j = p->dhead;
+    if (j != NULL) {
+        p->dhead = j->next;
+        if (p->dhead == NULL)
+            p->dtail = NULL;
+        j->next = NULL;
         j->state = JOB_TAKEN;
     }
     pthread_mutex_unlock(&p->mu);
-    return done;
+    return j;
+}
+
+/* Under the lock: the first of jobs[0..n-1] (NULL entries skipped) that
+ * finished, taken, or -1. */
+static int first_done(pm__offread *p, pm__offjob *const *jobs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        pm__offjob *j = jobs[i];
+        if (j == NULL || j->state == JOB_QUEUED || j->state == JOB_RUNNING)
+            continue;
+        if (j->state == JOB_DONE) {
+            list_remove(&p->dhead, &p->dtail, j);
+            j->state = JOB_TAKEN;
+        }
+        return i;
+    }
+    return -1;
+}
+
+int pm__offread_wait_any(pm__offread *p, pm__offjob *const *jobs, int n, uint64_t deadline_ms)
+{
+    struct timespec ts = {(time_t)(deadline_ms / 1000), (long)(deadline_ms % 1000) * 1000000L};
+    pthread_mutex_lock(&p->mu);
+    int i;
+    while ((i = first_done(p, jobs, n)) < 0)
+        if (pthread_cond_timedwait(&p->done, &p->mu, &ts) == ETIMEDOUT) {
+            i = first_done(p, jobs, n);
+            break;
+        }
+    pthread_mutex_unlock(&p->mu);
+    return i;
+}
+
+int pm__offread_wait(pm__offread *p, pm__offjob *j, uint64_t deadline_ms)
+{
+    return pm__offread_wait_any(p, &j, 1, deadline_ms) == 0;
 }
 
 void pm__offread_outcome(const pm__offjob *j, pm__offread_result *r)
@@ -520,27 +659,45 @@ static void unwatch(pm__offread *p, int fd)
     (void)epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
-/* Under the lock: j (not running, not queued) becomes a close, queued. If
- * no thread exists or can be made, it waits in the queue all the same
- * (pm__offread_next tries again): closed on the owner's thread, it could
- * hang the loop. */
+/* Under the lock: j (not running, not queued) becomes a close, queued
+ * until the owner's next pm__offread_kick (or until PM__OFFREAD_KICK_AT
+ * are waiting, when this one kicks). If no thread exists or can be made,
+ * it waits in the queue all the same (the next kick tries again): closed
+ * on the owner's thread, it could hang the loop. */
 static void queue_close(pm__offread *p, pm__offjob *j)
 {
     j->kind = KIND_CLOSE;
     enqueue(p, j);
-    (void)threads_for_queue(p);
+    if (++p->unkicked >= PM__OFFREAD_KICK_AT) {
+        p->unkicked = 0;
+        (void)threads_for_queue(p);
+        pthread_cond_signal(&p->work);
+    }
 }
 
-void pm__offread_close(pm__offread *p, int fd)
+void pm__offread_kick(pm__offread *p)
+{
+    if (p == NULL || p->unkicked == 0)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->unkicked = 0;
+    (void)threads_for_queue(p);
+    pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void pm__offread_close(pm__offread *p, int fd, unsigned group)
 {
     if (fd < 0)
         return;
+    take_closed(p); /* the numbers of the last ones, free again before more are held */
     unwatch(p, fd);
     pm__offjob *j = job_get(p, 0);
     if (j == NULL)
         return; /* no memory for the record: the fd is left open rather than closed here */
     j->fd = fd;
     j->tag = 0;
+    j->group = group;
     j->abandoned = 1;
     all_link(p, j);
     pthread_mutex_lock(&p->mu);
@@ -554,7 +711,8 @@ void pm__offread_abandon(pm__offread *p, pm__offjob *j)
     pthread_mutex_lock(&p->mu);
     j->abandoned = 1;
     if (j->state == JOB_QUEUED) {
-        j->kind = KIND_CLOSE; /* not read: closed where it waits */
+        dequeue(p, j); /* not read: closed instead */
+        queue_close(p, j);
     } else if (j->state != JOB_RUNNING) {
         if (j->state == JOB_DONE)
             list_remove(&p->dhead, &p->dtail, j);
@@ -616,16 +774,21 @@ static pm__offjob *free_sort(pm__offread *p)
     pm__offjob *drop = NULL;
     for (pm__offjob *j = p->all, *n; j != NULL; j = n) {
         n = j->all_next;
-        if (j->state == JOB_RUNNING || j->state == JOB_QUEUED) {
+        if (j->state == JOB_RUNNING) {
             j->abandoned = 1;
-            if (j->state == JOB_QUEUED)
-                j->kind = KIND_CLOSE;
             continue; /* its thread closes and frees it (job_finished) */
         }
-        if (j->state == JOB_DONE)
+        if (j->state == JOB_QUEUED && j->kind == KIND_CLOSE)
+            continue; /* likewise, once a thread took it */
+        if (j->state == JOB_QUEUED)
+            dequeue(p, j); /* a read never started: closed instead */
+        if (j->state == JOB_DONE && j->kind == KIND_CLOSE)
+            list_remove(&p->chead, &p->ctail, j);
+        else if (j->state == JOB_DONE)
             list_remove(&p->dhead, &p->dtail, j);
         if (j->kind == KIND_READ) {
-            queue_close(p, j); /* a read's result never taken: its pipe is open */
+            j->abandoned = 1;
+            queue_close(p, j); /* a read not run, or its result never taken: the pipe is open */
             continue;
         }
         j->all_next = drop; /* reused as the drop list: p->all is not read again */
@@ -641,6 +804,7 @@ void pm__offread_free(pm__offread *p)
     pthread_mutex_lock(&p->mu);
     pm__offjob *drop = free_sort(p);
     p->stopping = 1;
+    p->unkicked = 0;
     (void)threads_for_queue(p);
     /* Taken while the pool is surely alive: once the owner's reference is
      * dropped below, a thread that returns may destroy the pool (the last
@@ -663,7 +827,7 @@ void pm__offread_free(pm__offread *p)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += 1;
-    while ((p->qhead != NULL || p->idle > 0) &&
+    while ((queue_next(p) != NULL || p->idle > 0) &&
            pthread_cond_timedwait(&p->done, &p->mu, &ts) == 0)
         ;
     int last = --p->refs == 0;

@@ -44,6 +44,16 @@
  * microseconds, so only held pipes keep threads), and the memory a pool
  * can be made to take stays bounded (a 256 KiB stack each). */
 #define PM__OFFREAD_THREADS_MAX 64u
+/* Jobs of one group (the caller's: a slot) under way at once, at most: a
+ * slot's two streams' reads and the closes of its last incarnation's
+ * pipes. A slot whose pipes are held has its further jobs wait for its
+ * own threads to come back, so it keeps at most this many threads, and
+ * nobody else's jobs wait behind its. */
+#define PM__OFFREAD_GROUP_MAX 4u
+/* Closes queued without a kick before one kicks itself. */
+#define PM__OFFREAD_KICK_AT 64u
+/* A job in no group: never held back. */
+#define PM__OFFREAD_NO_GROUP (~0u)
 
 typedef struct pm__offread pm__offread;
 typedef struct pm__offjob pm__offjob;
@@ -74,6 +84,12 @@ int pm__offread_new(pm__offread **out, int wake_fd);
  * stays open). Every job still started must have been abandoned. NULL is a
  * no-op. */
 void pm__offread_free(pm__offread *p);
+/* Groups 0 to n-1 counted and limited (PM__OFFREAD_GROUP_MAX jobs under
+ * way each); others are not. Before the first job. 0 or -ENOMEM. */
+int pm__offread_set_groups(pm__offread *p, unsigned n);
+/* 1 when group runs PM__OFFREAD_GROUP_MAX jobs now (its pipes are held,
+ * most likely): a job started for it waits until one returns. */
+int pm__offread_group_full(pm__offread *p, unsigned group);
 /* The most threads the pool may have (tests; at most and by default
  * PM__OFFREAD_THREADS_MAX, at least 1). */
 void pm__offread_set_max(pm__offread *p, unsigned max);
@@ -88,16 +104,22 @@ int pm__offread_rewatch(pm__offread *p, int fd, uint64_t tag);
 /* The tags of up to max watched fds that are ready now (never waits): the
  * count, or -errno. */
 int pm__offread_ready(pm__offread *p, uint64_t *tags, int max);
-/* Hands fd (the owner's, read by no job) over to be closed by a thread:
+/* The closes handed over since the last kick go to a thread: the owner
+ * calls it before it sleeps (a close costs a thread's wake-up, one per
+ * batch; on a loaded machine the wake-up is what costs). */
+void pm__offread_kick(pm__offread *p);
+/* Hands fd (the owner's, read by no job; group's) over to be closed by a
+ * thread (at the next pm__offread_kick):
  * no longer watched from now on, closed soon, its number free once the
  * owner took the finished job (pm__offread_next). */
-void pm__offread_close(pm__offread *p, int fd);
+void pm__offread_close(pm__offread *p, int fd, unsigned group);
 
 /* Starts reading fd on a pool thread (a new one when none is idle and
- * fewer than the most run), tag given back with the result. 0 and the job
+ * fewer than the most run; once one of group's returned when the group is
+ * full), tag given back with the result. 0 and the job
  * in *out, or -errno (no memory for the job, no thread to run it: nothing
  * started). */
-int pm__offread_start(pm__offread *p, int fd, uint64_t tag, pm__offjob **out);
+int pm__offread_start(pm__offread *p, int fd, uint64_t tag, unsigned group, pm__offjob **out);
 /* A finished job not taken yet (its result for pm__offread_outcome, then
  * pm__offread_release), or NULL. Drops finished jobs that were abandoned
  * or closes (closing the number that held the placeholder). */
@@ -106,6 +128,9 @@ pm__offjob *pm__offread_next(pm__offread *p);
  * (pm__now_ms): 1 when it did (then it is taken: pm__offread_next will not
  * give it again), else 0. */
 int pm__offread_wait(pm__offread *p, pm__offjob *j, uint64_t deadline_ms);
+/* The same for any of jobs[0..n-1] (NULL entries skipped): the index of
+ * one that finished (taken), or -1 at the deadline. */
+int pm__offread_wait_any(pm__offread *p, pm__offjob *const *jobs, int n, uint64_t deadline_ms);
 /* The result of a taken job. */
 void pm__offread_outcome(const pm__offjob *j, pm__offread_result *r);
 /* The owner is done with a taken job's result: the job is reused or freed

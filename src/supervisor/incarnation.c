@@ -604,7 +604,7 @@ static int keep_worker(pm_cluster *c, pm__slot *s, start_fds *f, pid_t pid, pid_
      * would keep its pipes from ever reaching EOF. Closed by the output
      * reader's threads: the worker runs already, and if it closed its own
      * ends, ours is the last, whose release waits for the pipe's mutex. */
-    pm__output_close_ends(c, f->outw);
+    pm__output_close_ends(c, s, f->outw);
     s->pid = pid;
     if (c->o->exec_path == NULL) {
         /* A fork-mode worker skips the handshake (node.c
@@ -741,7 +741,7 @@ fail:
     pm__close(f.notify_fd);
     pm__close(f.err_pipe[0]);
     pm__close(f.err_pipe[1]);
-    pm__output_close_ends(c, f.outw); /* a worker may have run (keep_worker) */
+    pm__output_close_ends(c, s, f.outw); /* a worker may have run (keep_worker) */
     for (int i = 0; i < 2; i++) {
         /* Never a worker's: closed here. */
         pm__close(f.outp[i][0]);

@@ -366,7 +366,7 @@ static void close_stream(pm_cluster *c, pm__slot *s, int i)
         pm__offread_abandon(c->output.reader, st->job);
         st->job = NULL;
     } else {
-        pm__offread_close(c->output.reader, st->fd);
+        pm__offread_close(c->output.reader, st->fd, s->index);
     }
     st->fd = -1;
     st->len = 0;
@@ -374,13 +374,13 @@ static void close_stream(pm_cluster *c, pm__slot *s, int i)
     dropped(c, &s->out, pm__output_keep_clear(&s->out.mem->keep[i]));
 }
 
-void pm__output_close_ends(pm_cluster *c, int fd[2])
+void pm__output_close_ends(pm_cluster *c, const pm__slot *s, int fd[2])
 {
     for (int i = 0; i < 2; i++) {
         if (fd[i] < 0)
             continue;
         if (c->output.reader != NULL)
-            pm__offread_close(c->output.reader, fd[i]);
+            pm__offread_close(c->output.reader, fd[i], s->index);
         else
             pm__close(fd[i]); /* no reader: capture is off, these were never a worker's */
         fd[i] = -1;
@@ -419,7 +419,7 @@ static int take_result(pm_cluster *c, pm__slot *s, int i, pm__offjob *j, size_t 
 static int start_read(pm_cluster *c, pm__slot *s, int i)
 {
     pm__outstream *st = &s->out.s[i];
-    return pm__offread_start(c->output.reader, st->fd, stream_tag(s, i), &st->job);
+    return pm__offread_start(c->output.reader, st->fd, stream_tag(s, i), s->index, &st->job);
 }
 
 /* 1 when the pipe is empty and nobody holds its write end any more
@@ -442,6 +442,8 @@ int pm__output_init(pm_cluster *c, int wake_fd)
     if (c->o->output != PM_OUTPUT_CAPTURE)
         return 0;
     int rc = pm__offread_new(&c->output.reader, wake_fd);
+    if (rc == 0)
+        rc = pm__offread_set_groups(c->output.reader, c->nslots); /* a group per slot */
     if (rc < 0)
         return rc;
     return pm__loop_arm(c->loop, pm__offread_watch_fd(c->output.reader),
@@ -532,63 +534,105 @@ void pm__output_collect(pm_cluster *c)
     }
 }
 
-/* Reads what is left of stream i after the reap until the deadline: the
- * read under way first (its bytes came first), then reads to EOF, or to
- * an empty pipe when a descendant still holds the write end (what it
- * writes later is not this incarnation's to report), never more than the
- * bound. stale: the read under way started before the reap; its EAGAIN
- * may predate the worker's last writes, so only a read started since may
- * end the drain on an empty pipe. 0, or -ETIMEDOUT when a read did not
- * return in time (a process holds the pipe's mutex), or the start's
- * -errno. */
-static int drain_stream(pm_cluster *c, pm__slot *s, int i, int stale, uint64_t deadline)
+/* The drain of one stream: what is left to read of it, and whether the
+ * read under way started before the reap (its emptiness may predate the
+ * worker's last writes, so only a read started since may end the drain on
+ * an empty pipe). */
+typedef struct drain_state {
+    size_t left;
+    int stale;
+    int done;
+} drain_state;
+
+/* Starts stream i's next read of the drain, or ends its drain (done: the
+ * pipe ended and is empty, or nothing may be read of it). */
+static void drain_next(pm_cluster *c, pm__slot *s, int i, drain_state *d, int err[2])
 {
     pm__outstream *st = &s->out.s[i];
-    size_t left = PM__OUTPUT_DRAIN_BYTES;
-    /* Not reported any more: nothing runs the loop until close_stream
-     * took the fd out of the set. */
-    st->armed = 0;
-    for (;;) {
-        int rc;
-        if (st->job == NULL && ended_empty(st->fd))
-            return 0;
-        if (st->job == NULL && (rc = start_read(c, s, i)) < 0)
-            return rc;
-        if (!pm__offread_wait(c->output.reader, st->job, deadline))
-            return -ETIMEDOUT; /* the job is abandoned by close_stream */
-        size_t got = 0;
-        if (take_result(c, s, i, st->job, &got))
-            return 0; /* ended: every writer closed its end */
-        if (got < PM__OFFREAD_BYTES && !stale)
-            return 0; /* empty: what its writers wrote is all read */
-        stale = 0;
-        left = got < left ? left - got : 0;
-        if (left == 0)
-            return 0;
+    if (st->job != NULL)
+        return;
+    if (ended_empty(st->fd)) {
+        d->done = 1;
+        return;
     }
+    int rc = start_read(c, s, i);
+    if (rc < 0) {
+        err[i] = rc;
+        d->done = 1;
+    }
+}
+
+/* A read of the drain finished: its bytes to the splitter; the stream's
+ * drain ends at EOF, at an empty pipe (a fresh read's EAGAIN: what its
+ * writers wrote is all read), or at the bound. */
+static void drain_took(pm_cluster *c, pm__slot *s, int i, drain_state *d)
+{
+    size_t got = 0;
+    if (take_result(c, s, i, s->out.s[i].job, &got) || (got < PM__OFFREAD_BYTES && !d->stale)) {
+        d->done = 1;
+        return;
+    }
+    d->stale = 0;
+    d->left = got < d->left ? d->left - got : 0;
+    if (d->left == 0)
+        d->done = 1;
+}
+
+/* Reads what is left of both streams after the reap, until one deadline:
+ * the reads under way first (their bytes came first), then reads to EOF,
+ * or to an empty pipe when a descendant still holds the write end (what it
+ * writes later is not this incarnation's to report), never more than the
+ * bound. The streams are read side by side, each read's result taken as
+ * it comes: a stream whose pipe is held costs the other nothing but the
+ * deadline. err[i]: 0, or -ETIMEDOUT for a stream whose read had not
+ * returned at the deadline (a process holds its pipe's mutex), -EBUSY for
+ * one not read at all (the slot's earlier pipes are held: its reads would
+ * wait for those, os/offread.h), a start's -errno. */
+static void drain_streams(pm_cluster *c, pm__slot *s, int err[2])
+{
+    drain_state d[2];
+    err[0] = err[1] = 0;
+    if (c->output.reader == NULL)
+        return; /* output not captured: no pipe */
+    uint64_t deadline = pm__now_ms() + PM__OUTPUT_DRAIN_WAIT_MS;
+    int held = pm__offread_group_full(c->output.reader, s->index);
+    for (int i = 0; i < 2; i++) {
+        pm__outstream *st = &s->out.s[i];
+        d[i] = (drain_state){PM__OUTPUT_DRAIN_BYTES, st->job != NULL, st->fd < 0};
+        st->armed = 0; /* not reported any more: close_stream takes it out of the set */
+        if (!d[i].done && held && st->job == NULL) {
+            err[i] = -EBUSY;
+            d[i].done = 1;
+        }
+    }
+    for (;;) {
+        pm__offjob *jobs[2] = {NULL, NULL};
+        for (int i = 0; i < 2; i++) {
+            if (!d[i].done)
+                drain_next(c, s, i, &d[i], err);
+            if (!d[i].done)
+                jobs[i] = s->out.s[i].job;
+        }
+        if (jobs[0] == NULL && jobs[1] == NULL)
+            return;
+        int k = pm__offread_wait_any(c->output.reader, jobs, 2, deadline);
+        if (k < 0)
+            break;
+        drain_took(c, s, k, &d[k]);
+    }
+    for (int i = 0; i < 2; i++)
+        if (!d[i].done)
+            err[i] = -ETIMEDOUT; /* its job is abandoned by close_stream */
 }
 
 int pm__output_drain(pm_cluster *c, pm__slot *s, int err[2])
 {
     int left = 0;
-    int stale[2];
-    /* One deadline for the drain, not one per stream: a worker that holds
-     * both pipes costs the loop PM__OUTPUT_DRAIN_WAIT_MS, not twice that. */
-    uint64_t deadline = pm__now_ms() + PM__OUTPUT_DRAIN_WAIT_MS;
-    /* Both streams' reads under way before either is waited for: they
-     * run side by side, one thread wake-up of latency per drain rather
-     * than two (a failed start is tried again by drain_stream). */
-    for (int i = 0; i < 2; i++) {
-        err[i] = 0;
-        stale[i] = s->out.s[i].job != NULL;
-        if (s->out.s[i].fd >= 0 && s->out.s[i].job == NULL && !ended_empty(s->out.s[i].fd))
-            (void)start_read(c, s, i);
-    }
+    drain_streams(c, s, err);
     for (int i = 0; i < 2; i++) {
         pm__outstream *st = &s->out.s[i];
         if (st->fd < 0)
             continue;
-        err[i] = drain_stream(c, s, i, stale[i], deadline);
         if (err[i] < 0) {
             c->output.abandoned++;
             left++;
@@ -624,7 +668,7 @@ void pm__output_free(pm_cluster *c, pm__slot *s)
             pm__offread_abandon(c->output.reader, o->s[i].job); /* a thread closes fd */
             o->s[i].job = NULL;
         } else if (o->s[i].fd >= 0) {
-            pm__offread_close(c->output.reader, o->s[i].fd); /* close_stream says why */
+            pm__offread_close(c->output.reader, o->s[i].fd, s->index); /* close_stream says why */
         }
         o->s[i].fd = -1;
         o->s[i].armed = 0;
@@ -632,6 +676,11 @@ void pm__output_free(pm_cluster *c, pm__slot *s)
     }
     pm__wipemem_free(o->mem, sizeof(*o->mem));
     o->mem = NULL;
+}
+
+void pm__output_kick(pm_cluster *c)
+{
+    pm__offread_kick(c->output.reader);
 }
 
 void pm__output_fini(pm_cluster *c)

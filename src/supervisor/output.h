@@ -159,7 +159,7 @@ void pm__output_on_ready(pm_cluster *c);
  * to the reader's threads to close, and sets them -1: once the worker
  * closed its own, ours is the last, and its release would wait for a
  * mutex a descendant may hold (output.c, close_stream). */
-void pm__output_close_ends(pm_cluster *c, int fd[2]);
+void pm__output_close_ends(pm_cluster *c, const struct pm__slot *s, int fd[2]);
 /* After the reap, before the exit is reported: reads what is left (bounded
  * in bytes and in time: PM__OUTPUT_DRAIN_WAIT_MS), delivers the last
  * partial line, the kept lines and the suppressed count, closes. Returns
@@ -171,6 +171,10 @@ int pm__output_drain(pm_cluster *c, struct pm__slot *s, int err[2]);
 void pm__output_close(pm_cluster *c, struct pm__slot *s);
 /* Closes and frees everything of a slot's output (cluster teardown). */
 void pm__output_free(pm_cluster *c, struct pm__slot *s);
+/* The pipes handed over to be closed since the last call go to a reader
+ * thread together: before the loop sleeps, and before a call returns to
+ * the application. */
+void pm__output_kick(pm_cluster *c);
 /* Ends the reading threads, after every slot's pm__output_free. */
 void pm__output_fini(pm_cluster *c);
 

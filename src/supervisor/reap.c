@@ -113,6 +113,9 @@ static void drain_output(pm_cluster *c, pm__slot *s)
                      err[i] == -ETIMEDOUT
                          ? "its read did not return within a second (a process that outlived "
                            "the worker holds the pipe, e.g. in splice())"
+                     : err[i] == -EBUSY
+                         ? "not read: the pipes of the slot's earlier incarnations are still "
+                           "held by processes that outlived them"
                          : strerror(-err[i]));
 }
 

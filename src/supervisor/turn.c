@@ -204,8 +204,10 @@ int pm__cluster_turn(pm_cluster *c, int timeout_ms)
     if (c->poll_children && (timeout_ms < 0 || timeout_ms > PM__SCAN_MS))
         timeout_ms = PM__SCAN_MS;
     /* What the application or the last turn queued on peer links goes out
-     * before the loop sleeps. */
+     * before the loop sleeps, and the pipes it let go of to their closing
+     * thread (one wake-up for the turn's closes). */
     pm__mesh_flush(c->mesh);
+    pm__output_kick(c);
     int rc = pm__cluster_rearm_timer(c);
     if (rc < 0)
         return rc;
@@ -268,6 +270,7 @@ void pm__cluster_leave(pm_cluster *c, int outermost)
             (void)n; /* only fails when the counter is full: readable anyway */
         }
     }
+    pm__output_kick(c); /* the application may not run a turn for a while */
     pm__loop_flush(c->loop);
     pm__cluster_rearm_timer(c);
 }
