@@ -289,8 +289,10 @@ PM_EXTERN int pm_options_set_on_permanently_down(
  * that cannot be set up ("peer_links_failed"), a slot's cgroup that did not
  * empty after cgroup.kill ("cgroup_not_empty"), a captured stream left
  * unread at the reap because its read did not return within a second (a
- * descendant of the worker holds its pipe: "output_drain_abandoned"). cb gets a short stable
- * topic (those in quotes) and the message in words, valid during the call;
+ * descendant of the worker holds its pipe), or not read at all (descendants
+ * of the slot's earlier workers hold theirs: "output_drain_abandoned"). cb
+ * gets a short stable topic (those in quotes) and the message in words,
+ * valid during the call;
  * it may be called before pm_cluster_spawn returns (c is then NULL).
  * Default (cb NULL): "procmesh: MESSAGE" on stderr. */
 PM_EXTERN int pm_options_set_on_diagnostic(pm_options *o,

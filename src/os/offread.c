@@ -33,13 +33,14 @@
 #define _GNU_SOURCE
 #include "base/internal.h"
 #include "offread.h"
+#include "offread_int.h"
+#include "watchset.h"
 
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,63 +54,6 @@
  * functions only. Enough for the sanitizers' instrumentation; virtual
  * memory until touched. */
 #define STACK_BYTES ((size_t)256 * 1024)
-/* Ready fds taken from the epoll set at once (pm__offread_ready's max is
- * the caller's; this bounds the stack array). */
-#define READY_MAX 64
-
-enum { JOB_QUEUED = 1, JOB_RUNNING, JOB_DONE, JOB_TAKEN };
-/* What a job does: read its fd, or close it (a read abandoned under way
- * becomes a close once its read returned). */
-enum { KIND_READ = 1, KIND_CLOSE };
-
-struct pm__offjob {
-    pm__offjob *next;             /* in the queue, the done list or the spares */
-    pm__offjob *all_prev, *all_next; /* in p->all: the owner's only */
-    int fd;                       /* the pipe; after a close, the placeholder's number or -1 */
-    int state;                    /* under the lock */
-    int kind;                     /* under the lock */
-    int abandoned;                /* under the lock: the pool closes fd */
-    unsigned group;               /* whose (a slot): PM__OFFREAD_GROUP_MAX of one run at once */
-    uint64_t tag;
-    size_t len;                   /* the result: written by the thread that ran it */
-    int end, err;
-    char *buf;                    /* PM__OFFREAD_BYTES, wiped on fork; NULL until a read */
-};
-
-struct pm__offread {
-    pthread_mutex_t mu;
-    pthread_cond_t work; /* a job was queued, or the pool ends */
-    pthread_cond_t done; /* a job finished, or a thread left */
-    /* Queued, oldest first: reads (q[0]) and closes (q[1]). A thread
-     * takes reads first: a read is some worker's output waiting, a close
-     * only a release. */
-    struct jobq {
-        pm__offjob *head, *tail;
-        unsigned n;
-    } q[2];
-    pm__offjob *dhead, *dtail;  /* finished reads, not taken */
-    /* Finished closes, their numbers for the owner to close: no wake-up
-     * for them (a spawn hands over two; the owner takes them at its next
-     * wake-up or pm__offread_close, whichever comes first). */
-    pm__offjob *chead, *ctail;
-    unsigned nthreads, idle, max;
-    unsigned starting;          /* threads made that have not taken the lock yet */
-    unsigned unkicked;          /* closes queued since the last kick (the owner's) */
-    unsigned *running;          /* jobs under way per group, ngroups of them (set_groups) */
-    unsigned ngroups;
-    unsigned refs;              /* the owner's (until pm__offread_free) and each thread's */
-    int stopping;
-    int wake_fd;                /* ours: a duplicate of the owner's eventfd */
-    /* The file a closing thread puts in place of the pipe (dup3): an
-     * eventfd of ours, open until the pool is destroyed (the last
-     * reference), since threads use it after pm__offread_free. */
-    int hold_fd;
-    /* The owner's only: */
-    int epfd;                   /* the set of watched pipes */
-    pm__offjob *all;            /* every job started and not released or dropped */
-    pm__offjob *spare;          /* released jobs kept for reuse (linked by next) */
-    unsigned nspare;
-};
 
 /* ------------------------------------------------------------------ jobs */
 
@@ -485,12 +429,13 @@ int pm__offread_new(pm__offread **out, int wake_fd)
      * eventfd (the cluster ended) writes to this one, never to whatever
      * file took the number. */
     p->wake_fd = fcntl(wake_fd, F_DUPFD_CLOEXEC, 0);
-    if (p->wake_fd < 0 || (p->hold_fd = eventfd(0, EFD_CLOEXEC)) < 0 ||
-        (p->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
-        rc = -errno;
+    rc = p->wake_fd < 0 || (p->hold_fd = eventfd(0, EFD_CLOEXEC)) < 0 ? -errno
+                                                                       : pm__watchset_new();
+    if (rc < 0) {
         pool_destroy(p);
         return rc;
     }
+    p->epfd = rc;
     *out = p;
     return 0;
 }
@@ -651,14 +596,6 @@ void pm__offread_release(pm__offread *p, pm__offjob *j)
     job_put(p, j);
 }
 
-/* The set no longer watches fd: from here on no poll of the loop can hold
- * a reference to its file (the header comment). ENOENT (never watched) is
- * as good. */
-static void unwatch(pm__offread *p, int fd)
-{
-    (void)epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL);
-}
-
 /* Under the lock: j (not running, not queued) becomes a close, queued
  * until the owner's next pm__offread_kick (or until PM__OFFREAD_KICK_AT
  * are waiting, when this one kicks). If no thread exists or can be made,
@@ -691,7 +628,7 @@ void pm__offread_close(pm__offread *p, int fd, unsigned group)
     if (fd < 0)
         return;
     take_closed(p); /* the numbers of the last ones, free again before more are held */
-    unwatch(p, fd);
+    pm__watchset_del(p->epfd, fd);
     pm__offjob *j = job_get(p, 0);
     if (j == NULL)
         return; /* no memory for the record: the fd is left open rather than closed here */
@@ -707,7 +644,7 @@ void pm__offread_close(pm__offread *p, int fd, unsigned group)
 
 void pm__offread_abandon(pm__offread *p, pm__offjob *j)
 {
-    unwatch(p, j->fd);
+    pm__watchset_del(p->epfd, j->fd);
     pthread_mutex_lock(&p->mu);
     j->abandoned = 1;
     if (j->state == JOB_QUEUED) {
@@ -724,46 +661,26 @@ void pm__offread_abandon(pm__offread *p, pm__offjob *j)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* The set (watchset.c): a pipe leaves it (in pm__offread_close and
+ * pm__offread_abandon) before it is handed to a thread to close. */
 int pm__offread_watch_fd(const pm__offread *p)
 {
     return p->epfd;
 }
 
-/* Level-triggered and one-shot: a pipe with bytes left is reported again
- * once rewatched, and not in between, while its read is under way. */
-static int watch_ctl(pm__offread *p, int op, int fd, uint64_t tag)
-{
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN | EPOLLONESHOT;
-    ev.data.u64 = tag;
-    return epoll_ctl(p->epfd, op, fd, &ev) < 0 ? -errno : 0;
-}
-
 int pm__offread_watch(pm__offread *p, int fd, uint64_t tag)
 {
-    return watch_ctl(p, EPOLL_CTL_ADD, fd, tag);
+    return pm__watchset_add(p->epfd, fd, tag);
 }
 
 int pm__offread_rewatch(pm__offread *p, int fd, uint64_t tag)
 {
-    return watch_ctl(p, EPOLL_CTL_MOD, fd, tag);
+    return pm__watchset_mod(p->epfd, fd, tag);
 }
 
 int pm__offread_ready(pm__offread *p, uint64_t *tags, int max)
 {
-    struct epoll_event ev[READY_MAX];
-    if (max > READY_MAX)
-        max = READY_MAX;
-    int n;
-    do
-        n = epoll_wait(p->epfd, ev, max, 0);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return -errno;
-    for (int i = 0; i < n; i++)
-        tags[i] = ev[i].data.u64;
-    return n;
+    return pm__watchset_ready(p->epfd, tags, max);
 }
 
 /* pm__offread_free's part under the lock: the jobs not running sorted out.
