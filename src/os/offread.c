@@ -5,15 +5,11 @@
  * pool's (offread.h says why: a worker can hold its pipe's mutex in
  * splice(), and a read or the last close of either end then sleeps).
  *
- * A thread per job that waits, not a fixed pool: a thread that reads or
+ * A thread per read that waits, not a fixed pool: a thread that reads or
  * closes a pipe whose mutex a worker holds sleeps until the worker lets go
- * or dies, and the jobs queued behind it must not wait for that. So a
- * start makes a thread whenever no idle one is left for the jobs queued
- * (up to the pool's most, PM__OFFREAD_THREADS_MAX); a thread that finishes
- * a job waits for the next unless IDLE_MAX others already do. At most one
- * read per stream is under way (the caller's rule), so the threads number
- * at most the pipes read or closed at once, and two or three in the
- * steady state.
+ * or dies, and the jobs queued behind it must not wait for that
+ * (threads_for_queue says how many are made; at most the pool's most, and
+ * PM__OFFREAD_GROUP_MAX for one group). Two idle threads are kept.
  *
  * Threads block every signal (they must not take the signals the
  * supervisor's signalfd waits for, nor run the application's handlers),
@@ -23,12 +19,8 @@
  * wiped on fork (pm__wipemem_alloc), the job records (fds, states) are not,
  * so that the child finds the fds it must close.
  *
- * The epoll set: the loop polls its fd, never a pipe. epoll_ctl and the
- * readiness check (the pipe's poll) read the pipe's counts without its
- * mutex. A pipe leaves the set (EPOLL_CTL_DEL, on the owner's thread)
- * before it is handed to a thread to close: since Linux 6.10 epoll holds a
- * reference to a file while it polls it (epi_fget), and a close by a
- * thread during a poll by the loop would leave the loop the last one.
+ * The epoll set (watchset.c): the loop polls its fd, never a pipe; a pipe
+ * leaves it on the owner's thread before a thread may close it.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
@@ -162,15 +154,20 @@ static pm__offjob *queue_next(pm__offread *p)
 }
 
 /* Under the lock: job j starts on a thread, or returned. */
-static void group_count(pm__offread *p, const pm__offjob *j, int delta)
+static void group_count(pm__offread *p, pm__offjob *j, int delta)
 {
     if (j->group >= p->ngroups)
         return;
     p->running[j->group] = (unsigned)((int)p->running[j->group] + delta);
+    if (delta > 0)
+        return;
+    if (j->stuck) {
+        p->stuck[j->group]--;
+        j->stuck = 0;
+    }
     /* Its queued jobs may run now: a thread is told (this one, most
      * likely: it looks at the queue next). */
-    if (delta < 0)
-        pthread_cond_signal(&p->work);
+    pthread_cond_signal(&p->work);
 }
 
 /* A job kept for reuse, or freed. */
@@ -442,23 +439,32 @@ int pm__offread_new(pm__offread **out, int wake_fd)
 
 int pm__offread_set_groups(pm__offread *p, unsigned n)
 {
-    unsigned *r = calloc(n > 0 ? n : 1, sizeof(*r));
+    unsigned *r = calloc(n > 0 ? 2 * (size_t)n : 1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
     pthread_mutex_lock(&p->mu);
     free(p->running);
     p->running = r;
+    p->stuck = r + n;
     p->ngroups = n;
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
 
-int pm__offread_group_full(pm__offread *p, unsigned group)
+int pm__offread_group_held(pm__offread *p, unsigned group)
 {
     pthread_mutex_lock(&p->mu);
-    int full = group_full(p, group);
+    int held = group_full(p, group) && p->stuck[group] > 0;
     pthread_mutex_unlock(&p->mu);
-    return full;
+    return held;
+}
+
+int pm__offread_job_waits(pm__offread *p, const pm__offjob *j)
+{
+    pthread_mutex_lock(&p->mu);
+    int waits = j->state == JOB_QUEUED && group_full(p, j->group);
+    pthread_mutex_unlock(&p->mu);
+    return waits;
 }
 
 void pm__offread_set_max(pm__offread *p, unsigned max)
@@ -483,6 +489,7 @@ static pm__offjob *job_get(pm__offread *p, int need_buf)
     }
     j->next = NULL;
     j->abandoned = 0;
+    j->stuck = 0;
     j->len = 0;
     j->end = j->err = 0;
     return j;
@@ -605,6 +612,7 @@ static void queue_close(pm__offread *p, pm__offjob *j)
 {
     j->kind = KIND_CLOSE;
     enqueue(p, j);
+    p->close_pending = 1;
     if (++p->unkicked >= PM__OFFREAD_KICK_AT) {
         p->unkicked = 0;
         (void)threads_for_queue(p);
@@ -614,10 +622,15 @@ static void queue_close(pm__offread *p, pm__offjob *j)
 
 void pm__offread_kick(pm__offread *p)
 {
-    if (p == NULL || p->unkicked == 0)
+    /* Not only the closes queued since the last kick: one queued behind
+     * a close that sleeps (its pipe held) has no thread until a kick makes
+     * one (threads_for_queue counts one thread for the closes, and that
+     * one sleeps), however quiet the pool is. */
+    if (p == NULL || !p->close_pending)
         return;
     pthread_mutex_lock(&p->mu);
     p->unkicked = 0;
+    p->close_pending = p->q[1].head != NULL;
     (void)threads_for_queue(p);
     pthread_cond_signal(&p->work);
     pthread_mutex_unlock(&p->mu);
@@ -647,7 +660,12 @@ void pm__offread_abandon(pm__offread *p, pm__offjob *j)
     pm__watchset_del(p->epfd, j->fd);
     pthread_mutex_lock(&p->mu);
     j->abandoned = 1;
-    if (j->state == JOB_QUEUED) {
+    if (j->state == JOB_RUNNING && j->group < p->ngroups && !j->stuck) {
+        /* A read abandoned under way: the drain gave up on it, its pipe
+         * held. */
+        j->stuck = 1;
+        p->stuck[j->group]++;
+    } else if (j->state == JOB_QUEUED) {
         dequeue(p, j); /* not read: closed instead */
         queue_close(p, j);
     } else if (j->state != JOB_RUNNING) {
@@ -666,21 +684,6 @@ void pm__offread_abandon(pm__offread *p, pm__offjob *j)
 int pm__offread_watch_fd(const pm__offread *p)
 {
     return p->epfd;
-}
-
-int pm__offread_watch(pm__offread *p, int fd, uint64_t tag)
-{
-    return pm__watchset_add(p->epfd, fd, tag);
-}
-
-int pm__offread_rewatch(pm__offread *p, int fd, uint64_t tag)
-{
-    return pm__watchset_mod(p->epfd, fd, tag);
-}
-
-int pm__offread_ready(pm__offread *p, uint64_t *tags, int max)
-{
-    return pm__watchset_ready(p->epfd, tags, max);
 }
 
 /* pm__offread_free's part under the lock: the jobs not running sorted out.

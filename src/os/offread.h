@@ -12,7 +12,7 @@
  * until it lets go; so does the last close of either end (the kernel's
  * pipe_release takes the mutex). Only a thread that may sleep there reads
  * or closes such a pipe. The loop learns that one is readable through the
- * pool's epoll set (pm__offread_watch), whose calls never take the pipe's
+ * pool's epoll set (pm__offread_watch_fd, watchset.h), whose calls never take the pipe's
  * mutex, and polls only that set: a poll of its own on a pipe would hold a
  * reference to the file, and the loop could end up dropping the last one.
  *
@@ -87,23 +87,21 @@ void pm__offread_free(pm__offread *p);
 /* Groups 0 to n-1 counted and limited (PM__OFFREAD_GROUP_MAX jobs under
  * way each); others are not. Before the first job. 0 or -ENOMEM. */
 int pm__offread_set_groups(pm__offread *p, unsigned n);
-/* 1 when group runs PM__OFFREAD_GROUP_MAX jobs now (its pipes are held,
- * most likely): a job started for it waits until one returns. */
-int pm__offread_group_full(pm__offread *p, unsigned group);
+/* 1 when group's pipes are held: it runs PM__OFFREAD_GROUP_MAX jobs now,
+ * one of them a read abandoned under way (a drain gave up on it). Its
+ * further jobs wait until one returns, which may be never. */
+int pm__offread_group_held(pm__offread *p, unsigned group);
+/* 1 when job j waits in the queue behind its full group. */
+int pm__offread_job_waits(pm__offread *p, const pm__offjob *j);
 /* The most threads the pool may have (tests; at most and by default
  * PM__OFFREAD_THREADS_MAX, at least 1). */
 void pm__offread_set_max(pm__offread *p, unsigned max);
 
-/* The pool's epoll set: the fd the owner's loop polls for readability of
- * the pipes watched. */
+/* The pool's epoll set (watchset.h): the fd the owner's loop polls for
+ * the pipes the owner watches there (pm__watchset_add, _mod, _ready). A
+ * pipe handed over to be closed leaves it first (pm__offread_close,
+ * pm__offread_abandon). */
 int pm__offread_watch_fd(const pm__offread *p);
-/* Watches fd for input (EPOLLIN, and its end: EPOLLHUP), once: after it
- * is reported, pm__offread_rewatch watches it again. 0 or -errno. */
-int pm__offread_watch(pm__offread *p, int fd, uint64_t tag);
-int pm__offread_rewatch(pm__offread *p, int fd, uint64_t tag);
-/* The tags of up to max watched fds that are ready now (never waits): the
- * count, or -errno. */
-int pm__offread_ready(pm__offread *p, uint64_t *tags, int max);
 /* The closes handed over since the last kick go to a thread: the owner
  * calls it before it sleeps (a close costs a thread's wake-up, one per
  * batch; on a loaded machine the wake-up is what costs). */

@@ -23,6 +23,7 @@ struct pm__offjob {
     int state;                    /* under the lock */
     int kind;                     /* under the lock */
     int abandoned;                /* under the lock: the pool closes fd */
+    int stuck;                    /* under the lock: abandoned while under way (counted in p->stuck) */
     unsigned group;               /* whose (a slot): PM__OFFREAD_GROUP_MAX of one run at once */
     uint64_t tag;
     size_t len;                   /* the result: written by the thread that ran it */
@@ -50,6 +51,8 @@ struct pm__offread {
     unsigned starting;          /* threads made that have not taken the lock yet */
     unsigned unkicked;          /* closes queued since the last kick (the owner's) */
     unsigned *running;          /* jobs under way per group, ngroups of them (set_groups) */
+    unsigned *stuck;            /* of those, per group, the ones abandoned under way: held pipes */
+    int close_pending;          /* the owner's: closes may wait in the queue (pm__offread_kick) */
     unsigned ngroups;
     unsigned refs;              /* the owner's (until pm__offread_free) and each thread's */
     int stopping;

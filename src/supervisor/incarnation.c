@@ -707,6 +707,11 @@ int pm__incarnation_start(pm_cluster *c, pm__slot *s)
     pid_t standby = 0, pid = -1;
     int rc;
 
+    /* Its earlier pipes are held (output.h): its output could not be read,
+     * and its pipes would only pile up. A failed start, charged to the
+     * budget: the slot retires unless the holders let go. */
+    if (c->o->output == PM_OUTPUT_CAPTURE && pm__output_held(c, s))
+        return -EBUSY;
     s->incarnation++;
     s->exec_errno = 0;
     s->joined = c->o->exec_path == NULL;

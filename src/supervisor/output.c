@@ -17,6 +17,7 @@
 #include "hub/hub.h"
 #include "os/loop.h"
 #include "os/offread.h"
+#include "os/watchset.h"
 #include "options.h"
 
 #include <fcntl.h>
@@ -336,7 +337,7 @@ void pm__output_arm(pm_cluster *c, pm__slot *s)
     for (int i = 0; i < 2; i++) {
         pm__outstream *st = &s->out.s[i];
         if (st->fd >= 0 && !st->armed &&
-            pm__offread_watch(c->output.reader, st->fd, stream_tag(s, i)) == 0)
+            pm__watchset_add(pm__offread_watch_fd(c->output.reader), st->fd, stream_tag(s, i)) == 0)
             st->armed = 1;
     }
 }
@@ -347,7 +348,7 @@ static void rewatch(pm_cluster *c, pm__slot *s, int i)
 {
     pm__outstream *st = &s->out.s[i];
     if (st->fd >= 0 && !st->armed && st->job == NULL &&
-        pm__offread_rewatch(c->output.reader, st->fd, stream_tag(s, i)) == 0)
+        pm__watchset_mod(pm__offread_watch_fd(c->output.reader), st->fd, stream_tag(s, i)) == 0)
         st->armed = 1;
 }
 
@@ -466,6 +467,8 @@ static void stream_ready(pm_cluster *c, pm__slot *s, int i)
         close_stream(c, s, i);
         return;
     }
+    if (pm__offread_group_held(c->output.reader, s->index))
+        return; /* a read would wait behind the slot's held ones: left unwatched until the drain */
     if (start_read(c, s, i) == 0)
         return;
     /* No memory for the job, no thread to run it: watched again, it is
@@ -477,7 +480,7 @@ static void stream_ready(pm_cluster *c, pm__slot *s, int i)
 void pm__output_on_ready(pm_cluster *c)
 {
     uint64_t tags[64];
-    int n = pm__offread_ready(c->output.reader, tags, (int)PM__ARRAY_SIZE(tags));
+    int n = pm__watchset_ready(pm__offread_watch_fd(c->output.reader), tags, (int)PM__ARRAY_SIZE(tags));
     /* Armed again before the streams are handled: a stream with more than
      * these reported waits in the set, and the poll fires at once. */
     (void)pm__loop_arm(c->loop, pm__offread_watch_fd(c->output.reader),
@@ -546,12 +549,15 @@ typedef struct drain_state {
 
 /* Starts stream i's next read of the drain, or ends its drain (done: the
  * pipe ended and is empty, or nothing may be read of it). */
-static void drain_next(pm_cluster *c, pm__slot *s, int i, drain_state *d, int err[2])
+static void drain_next(pm_cluster *c, pm__slot *s, int i, drain_state *d, int err[2],
+                       uint64_t deadline)
 {
     pm__outstream *st = &s->out.s[i];
     if (st->job != NULL)
         return;
-    if (ended_empty(st->fd)) {
+    if (ended_empty(st->fd) || pm__now_ms() >= deadline) {
+        /* Ended; or out of time with no read under way: bounded like the
+         * bytes, not held (no -ETIMEDOUT). */
         d->done = 1;
         return;
     }
@@ -595,12 +601,15 @@ static void drain_streams(pm_cluster *c, pm__slot *s, int err[2])
     if (c->output.reader == NULL)
         return; /* output not captured: no pipe */
     uint64_t deadline = pm__now_ms() + PM__OUTPUT_DRAIN_WAIT_MS;
-    int held = pm__offread_group_full(c->output.reader, s->index);
+    int held = pm__offread_group_held(c->output.reader, s->index);
     for (int i = 0; i < 2; i++) {
         pm__outstream *st = &s->out.s[i];
         d[i] = (drain_state){PM__OUTPUT_DRAIN_BYTES, st->job != NULL, st->fd < 0};
         st->armed = 0; /* not reported any more: close_stream takes it out of the set */
-        if (!d[i].done && held && st->job == NULL) {
+        /* Held: a read would wait in the queue behind the slot's own, which
+         * may never return; one already waiting there too. */
+        if (!d[i].done && held &&
+            (st->job == NULL || pm__offread_job_waits(c->output.reader, st->job))) {
             err[i] = -EBUSY;
             d[i].done = 1;
         }
@@ -609,7 +618,7 @@ static void drain_streams(pm_cluster *c, pm__slot *s, int err[2])
         pm__offjob *jobs[2] = {NULL, NULL};
         for (int i = 0; i < 2; i++) {
             if (!d[i].done)
-                drain_next(c, s, i, &d[i], err);
+                drain_next(c, s, i, &d[i], err, deadline);
             if (!d[i].done)
                 jobs[i] = s->out.s[i].job;
         }
@@ -676,6 +685,11 @@ void pm__output_free(pm_cluster *c, pm__slot *s)
     }
     pm__wipemem_free(o->mem, sizeof(*o->mem));
     o->mem = NULL;
+}
+
+int pm__output_held(pm_cluster *c, const pm__slot *s)
+{
+    return c->output.reader != NULL && pm__offread_group_held(c->output.reader, s->index);
 }
 
 void pm__output_kick(pm_cluster *c)

@@ -171,6 +171,11 @@ int pm__output_drain(pm_cluster *c, struct pm__slot *s, int err[2]);
 void pm__output_close(pm_cluster *c, struct pm__slot *s);
 /* Closes and frees everything of a slot's output (cluster teardown). */
 void pm__output_free(pm_cluster *c, struct pm__slot *s);
+/* 1 when processes that outlived s's earlier incarnations hold their pipes
+ * and keep the slot's share of the reading threads (os/offread.h,
+ * PM__OFFREAD_GROUP_MAX): a new incarnation's output could not be read, so
+ * its start is refused (-EBUSY, incarnation.c), charged to the budget. */
+int pm__output_held(pm_cluster *c, const struct pm__slot *s);
 /* The pipes handed over to be closed since the last call go to a reader
  * thread together: before the loop sleeps, and before a call returns to
  * the application. */
