@@ -380,12 +380,11 @@ static int thread_add(pm__offread *p)
  * is a worker's output), and one for the closes together (they take
  * microseconds unless a pipe is held, and a spawn queues two, a teardown
  * two per worker: a thread each would be made for nothing; one held
- * close delays the others only until the next job queued or the owner's
- * next wake-up makes another thread). Jobs of a full group are not
+ * close delays the others only until the owner's next kick, which makes
+ * another thread while a close waits). Jobs of a full group are not
  * counted: they wait for their group's own threads. A thread just made
- * counts as idle:
- * it cannot take the lock we hold to say so. 1 when some thread will run
- * every queued job eventually: one exists. */
+ * counts as idle: it cannot take the lock we hold to say so. 1 when some
+ * thread will run every queued job eventually: one exists. */
 static int threads_for_queue(pm__offread *p)
 {
     unsigned need = 0;
