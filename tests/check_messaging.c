@@ -598,16 +598,22 @@ START_TEST(test_relay_checksums)
     snprintf(want, sizeof(want), "#good %u bad 0", count);
     for (unsigned s = 0; s < 3; s++) {
         uint64_t end = ms() + 30000;
+        unsigned asked = 0;
         do {
             ask_counts(c, s);
+            asked++;
         } while (strcmp(last_text[s], want) != 0 && ms() < end);
         ck_assert_str_eq(last_text[s], want);
+        /* Through the hub: the stream, "sent N", one count per question
+         * (asked again while the stream was still arriving: a slow
+         * machine; a fresh-clone CI run under ASan asked twice, and the
+         * bound that assumed one failed). */
         if (lanes_off)
-            ck_assert_uint_eq(pm_test_slot_relayed(c, s), count + 2);
+            ck_assert_uint_eq(pm_test_slot_relayed(c, s), count + 1 + asked);
         else /* one more: the switch-over marker of a worker that adopted its
               * lane goes through the hub, even when no frame then took the
               * lane (its switch wait missed: slow machine) */
-            ck_assert_uint_le(pm_test_slot_relayed(c, s), count + 3);
+            ck_assert_uint_le(pm_test_slot_relayed(c, s), count + 2 + asked);
     }
     ck_assert_int_eq(events_fenced, 0);
     pm_test_finish(c, o);
