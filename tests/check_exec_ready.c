@@ -13,7 +13,9 @@
 #include "procmesh.h"
 #include "internals.h"
 #include "supervise.h"
+#include "supervisor/readiness.h"
 
+#include <fcntl.h>
 #include <sys/stat.h> /* fchmod */
 
 #ifndef PM_TEST_WORKER
@@ -165,6 +167,83 @@ START_TEST(test_ready_then_exit_under_load)
     for (int r = 0; r < runs; r++)
         one_outcome(_i, 2);
     hogs_stop();
+}
+END_TEST
+
+/* Another child of the supervisor's holds the error pipe of the next
+ * incarnation open: a clone(CLONE_VFORK) child of another slot does, from
+ * the moment its exec lets the supervisor go until the exec has closed
+ * its close-on-exec fds (a loaded machine stretches that; a CI run lost a
+ * READY to it). Here a child of the test, forked once the spare (made at
+ * READY) is there, holds it for the whole run: the replacement's pipe
+ * never reaches end of file, and its READY must still be seen from how it
+ * ended (an exit with a status and no errno written: it exec'd). Fails
+ * without pm__exec_pipe_verdict's EAGAIN rule (one READY, checked). */
+START_TEST(test_exec_pipe_held_open)
+{
+    char flag[64];
+    snprintf(flag, sizeof(flag), "/tmp/pm-exec-held.%d", (int)getpid());
+    unlink(flag);
+    char script[160];
+    snprintf(script, sizeof(script), "while [ ! -e %s ]; do sleep 0.01; done; exit 1", flag);
+    pm_options *o = ready_then_exit(MODE_EXEC, 1);
+    char *argv[] = {"sh", "-c", script, NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    /* The spare (the next incarnation's error pipe among it) is made once
+     * the first is ready, in a turn of the loop. */
+    PM_RUN_UNTIL(c, c->slots[0].spare != NULL, 10000);
+    pid_t holder = pm_test_fork();
+    ck_assert_int_ge(holder, 0);
+    if (holder == 0) {
+        for (;;)
+            pause();
+    }
+    int fd = open(flag, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    PM_RUN_UNTIL(c, retired(c, 1), 20000);
+    unlink(flag);
+    ck_assert_int_eq(count(PM_EVENT_READY, 0), 2);
+    ck_assert_int_eq(count(PM_EVENT_EXITED, 0), 2);
+    for (int i = 0; i < nev; i++)
+        if (evs[i].type == PM_EVENT_EXITED)
+            ck_assert_int_eq(evs[i].exit_code, 1);
+    kill(holder, SIGKILL);
+    pm_test_reap(holder, 5000);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* What the error pipe says at the reap, one row per case
+ * (pm__exec_pipe_verdict): an errno written is a failure whatever the
+ * exit; end of file is an exec; an empty pipe another child still holds
+ * open (EAGAIN) is an exec only for a child that exited with a status
+ * (every failure before the exec is written first), unknown for one a
+ * signal killed or whose status was lost. */
+START_TEST(test_exec_pipe_verdict)
+{
+    static const struct {
+        long got;
+        int err, code, sig, want;
+    } rows[] = {
+        {(long)sizeof(int), 0, 127, 0, PM__EXEC_FAILED},
+        {(long)sizeof(int), 0, -1, SIGKILL, PM__EXEC_FAILED},
+        {0, 0, 1, 0, PM__EXEC_DONE},
+        {0, 0, -1, SIGSEGV, PM__EXEC_DONE},
+        {-1, EAGAIN, 1, 0, PM__EXEC_DONE},
+        {-1, EAGAIN, 0, 0, PM__EXEC_DONE},
+        {-1, EAGAIN, -1, SIGKILL, PM__EXEC_UNKNOWN},
+        {-1, EAGAIN, -1, 0, PM__EXEC_UNKNOWN}, /* status lost (ECHILD) */
+        {-1, EIO, 1, 0, PM__EXEC_UNKNOWN},
+        {2, 0, 1, 0, PM__EXEC_UNKNOWN}, /* a short write: never one of ours */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++)
+        ck_assert_msg(pm__exec_pipe_verdict(rows[i].got, rows[i].err, rows[i].code, rows[i].sig) ==
+                          rows[i].want,
+                      "row %zu", i);
 }
 END_TEST
 
@@ -396,6 +475,8 @@ int main(void)
     Suite *s = suite_create("exec_ready");
     PM_ADD_LOOP_TEST(s, test_exit_seen_before_ready, MODE_EXEC, MODE_MESH, 60);
     PM_ADD_LOOP_TEST(s, test_ready_then_exit_under_load, 0, MODE_COUNT, 240);
+    PM_ADD_TEST(s, test_exec_pipe_verdict, 10);
+    PM_ADD_TEST(s, test_exec_pipe_held_open, 60);
     PM_ADD_TEST(s, test_spawn_detail_exit_code, 30);
     PM_ADD_TEST(s, test_spawn_detail_signal, 30);
     PM_ADD_TEST(s, test_spawn_detail_ready_timeout, 30);

@@ -257,9 +257,13 @@ static void exec_child(const pm__spawn_req *r, child_report *rep)
      * outside 3..top-1 (the supervisor's fds usually are) is placed from
      * where it is: nothing placed lands on it. */
     if (rep->shared == NULL && rep->pipe_fd < top) {
-        rep->pipe_fd = fcntl(rep->pipe_fd, F_DUPFD_CLOEXEC, top);
-        if (rep->pipe_fd < 0)
-            _exit(127);
+        /* Reported through the pipe where it is: a failure before the
+         * exec must never end the child with nothing written (readiness.c
+         * pm__exec_pipe_verdict reads "nothing" as exec'd). */
+        int moved = fcntl(rep->pipe_fd, F_DUPFD_CLOEXEC, top);
+        if (moved < 0)
+            child_fail(rep, errno);
+        rep->pipe_fd = moved;
     }
     for (int i = 0; i < r->nfds; i++) {
         tmp[i] = above_targets(r->fds[i], top);

@@ -63,20 +63,43 @@ void pm__readiness_on_exec_pipe(pm_cluster *c, pm__slot *s)
         s->pipe_armed = 1;
 }
 
+int pm__exec_pipe_verdict(long got, int err, int exit_code, int signal)
+{
+    /* The child wrote errno before exiting (spawn.c child_fail; after a
+     * clone(CLONE_VFORK) the parent wrote it before the clone returned), so
+     * a failure is there by now. */
+    if (got == (long)sizeof(int))
+        return PM__EXEC_FAILED;
+    /* End of file: the child's copy of the write end went at its exec. */
+    if (got == 0)
+        return PM__EXEC_DONE;
+    /* Empty but open (EAGAIN): another child of ours holds a copy of the
+     * write end, taken at its own fork while the pipe was open (a slot's
+     * spare error pipe is made ahead of need). A clone(CLONE_VFORK)
+     * child lets its parent go at its execve's exec_mmap, before
+     * do_close_on_exec drops its close-on-exec fds, so on a loaded machine
+     * it may still hold them when the worker whose pipe it is has exec'd
+     * and exited (check_exec_ready test_ready_then_exit_under_load failed
+     * so in a CI run). Every failure before the exec is written before the
+     * child exits, so one that exited with a status and wrote nothing
+     * exec'd; one killed by a signal may have died before its exec. */
+    if (got < 0 && err == EAGAIN && exit_code >= 0 && signal == 0)
+        return PM__EXEC_DONE;
+    return PM__EXEC_UNKNOWN;
+}
+
 void pm__readiness_exec_at_reap(pm_cluster *c, pm__slot *s)
 {
     if (s->exec_pipe < 0 || s->exec_errno != 0)
         return;
     int e = 0;
-    /* The child wrote errno before exiting, so it is already there; and
-     * the process is gone, so the write end is closed: the read gives
-     * errno or EOF, never EAGAIN. */
     ssize_t k = read(s->exec_pipe, &e, sizeof(e));
-    if (k == (ssize_t)sizeof(e))
+    int v = pm__exec_pipe_verdict((long)k, k < 0 ? errno : 0, s->last_exit_code, s->last_signal);
+    if (v == PM__EXEC_FAILED)
         s->exec_errno = e;
-    else if (k == 0 && c->o->ready_mode == PM_READY_EXEC && s->state == PM_SLOT_STARTING &&
-             s->kill_reason == 0)
-        /* EOF: exec succeeded, so it was ready (PM_READY_EXEC), even if
-         * this exit is seen before the pipe's own completion. */
+    else if (v == PM__EXEC_DONE && c->o->ready_mode == PM_READY_EXEC &&
+             s->state == PM_SLOT_STARTING && s->kill_reason == 0)
+        /* Exec succeeded, so it was ready (PM_READY_EXEC), even if this
+         * exit is seen before the pipe's own completion. */
         pm__cluster_dispatch(c, s, PM__EV_READY);
 }

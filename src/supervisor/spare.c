@@ -36,10 +36,13 @@
  *
  * Exec mode, the error pipe the same way (spare_pipe says when): made
  * after the spawn of the incarnation before, both ends close-on-exec, so
- * no process that ever ran a worker's code holds an end (another slot's
- * vfork child holds a copy only between its clone and its exec, while we
- * wait, and reports into its own pipe); the write end goes to the new
- * child only. */
+ * no process that ever ran a worker's code holds an end; the write end
+ * goes to the new child only. Another slot's vfork child holds a copy
+ * from its clone until its exec has closed its close-on-exec fds, which
+ * is after the exec let us go (exec_mmap comes before do_close_on_exec):
+ * a worker that exec'd and exited at once can be reaped while that copy
+ * is still open, its pipe empty but not at EOF. readiness.c
+ * (pm__exec_pipe_verdict) reads that case from how the worker ended. */
 
 static void spare_close_pipes(pm__spare *sp)
 {
