@@ -1692,6 +1692,46 @@ END_TEST
 
 /* Three fds in one record, whole or not at all; anything else refused
  * with every fd it carried closed. */
+/* A revocation's wake-up names its lane (laneoffer.h): the note's codec,
+ * one refusal per condition with the other fields valid, its edges; and
+ * when a lane counts as revoked (pm__node_lane_revoked_by: its index's
+ * word at its generation or later, as serial numbers; 0 never). */
+START_TEST(test_revoked_note)
+{
+    unsigned char buf[PM__LANE_REVOKED_SIZE + 1];
+    uint32_t k = 99, g = 99;
+    pm__lane_revoked_encode(PM__LANES_MAX - 1, 1, buf);
+    ck_assert_int_eq(pm__lane_revoked_decode(buf, PM__LANE_REVOKED_SIZE, &k, &g), 0);
+    ck_assert_uint_eq(k, PM__LANES_MAX - 1);
+    ck_assert_uint_eq(g, 1);
+    pm__lane_revoked_encode(0, 0xfffffffeu, buf);
+    ck_assert_int_eq(pm__lane_revoked_decode(buf, PM__LANE_REVOKED_SIZE, &k, &g), 0);
+    ck_assert_uint_eq(k, 0);
+    ck_assert_uint_eq(g, 0xfffffffeu);
+    struct { const char *what; uint32_t index, gen; size_t len; } rows[] = {
+        {"a short note", 1, 5, PM__LANE_REVOKED_SIZE - 1},
+        {"a long note", 1, 5, PM__LANE_REVOKED_SIZE + 1},
+        {"no note (an older supervisor's)", 1, 5, 0},
+        {"index past the table", PM__LANES_MAX, 5, PM__LANE_REVOKED_SIZE},
+        {"generation 0", 1, 0, PM__LANE_REVOKED_SIZE},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        pm__lane_revoked_encode(rows[i].index, rows[i].gen, buf);
+        k = g = 77;
+        ck_assert_msg(pm__lane_revoked_decode(buf, rows[i].len, &k, &g) == -EBADMSG, "%s",
+                      rows[i].what);
+        ck_assert_msg(k == 77 && g == 77, "%s: written", rows[i].what);
+    }
+    ck_assert(!pm__node_lane_revoked_by(0, 5));
+    ck_assert(!pm__node_lane_revoked_by(0, 0x90000000u)); /* 0 is never a revocation */
+    ck_assert(!pm__node_lane_revoked_by(4, 5));
+    ck_assert(pm__node_lane_revoked_by(5, 5));
+    ck_assert(pm__node_lane_revoked_by(6, 5)); /* the index's next lane went too */
+    ck_assert(pm__node_lane_revoked_by(2, 0xfffffffeu)); /* wrapped */
+    ck_assert(!pm__node_lane_revoked_by(0xfffffffeu, 2));
+}
+END_TEST
+
 START_TEST(test_record)
 {
     int sv[2];
@@ -2239,6 +2279,7 @@ int main(void)
     suite_add_tcase(s, book);
     TCase *handover = pm_tcase("handover", 30);
     tcase_add_test(handover, test_offer_codec);
+    tcase_add_test(handover, test_revoked_note);
     tcase_add_test(handover, test_record);
     tcase_add_test(handover, test_record_refused_shapes);
     tcase_add_test(handover, test_record_refused_closes_only_its_fds);

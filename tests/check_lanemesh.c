@@ -1180,6 +1180,107 @@ START_TEST(test_lane_bell_bounded)
 }
 END_TEST
 
+/* A lane's revocation when another lane's wake-up is ahead of its
+ * peer's marker (design.md, "Direct lanes", Revocation; the gap the
+ * review of stop 42 found): slot 0 (W) holds lane Y to slot 2 (marked)
+ * and adopts lane X to slot 1 (P1) while P1 sleeps, then sleeps itself.
+ * Slot 2 dies (Y's wake-up goes into W's ring); P1 wakes, takes X, sends
+ * its marker (behind Y's wake-up in W's ring), writes five messages on X
+ * and exits (X's wake-up follows). W then receives: the five messages,
+ * written before P1 ended, must all arrive. Before wake-ups named their
+ * lane, Y's finished X unmarked and dropped them (got=0). */
+static int idle(pm_node *n)
+{
+    pm_message m;
+    while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+        ;
+    return 0;
+}
+
+static int marker_behind_w(pm_node *n)
+{
+    pm_address p1 = pm_test_slot_addr(1, 0);
+    pm_message m;
+    int lane_y = earn_lane(n, 2) != NULL;
+    (void)wait_peer(n, &p1);
+    /* Past PM__LANEBOOK_AFTER frames between the pair; then the offer is
+     * taken by a receive (nothing else comes: P1 sleeps). */
+    for (int i = 0; i < 70; i++)
+        (void)pm_node_send(n, &p1, "x", 1);
+    for (int i = 0; i < 2000 && lane_to(n, 1) == NULL; i++)
+        (void)pm_node_recv(n, &m, 10);
+    int lane_x = lane_to(n, 1) != NULL;
+    atomic_store(flag, 1);
+    wait_flag(3);
+    unsigned got = 0;
+    while (pm_node_recv(n, &m, 3000) == 0)
+        got += m.len == 2 && ((const char *)m.data)[0] == 'L' && m.from.port == 2;
+    pm_test_say(n, "w lanes=%d%d got=%u", lane_y, lane_x, got);
+    return idle(n);
+}
+
+static int marker_behind_p1(pm_node *n)
+{
+    pm_message m;
+    /* One request answered (W's wait_peer), then asleep until told. */
+    while (pm_node_recv(n, &m, -1) == 0 && m.kind != PM_MSG_REQUEST)
+        ;
+    pm_node_reply(n, &m, m.data, m.len);
+    wait_flag(2);
+    while (pm_node_recv(n, &m, 0) == 0) /* W's frames, the offer, W's marker */
+        ;
+    pm__node_lane *e = lane_to(n, 0);
+    uint64_t head = e != NULL ? e->lane->tx.head : 0;
+    pm_address w = pm_test_slot_addr(0, 0);
+    char text[2] = {'L', '0'};
+    for (int i = 0; i < 5; i++, text[1]++)
+        (void)pm_node_send(n, &w, text, 2);
+    pm_test_say(n, "p1 lane=%d by_lane=%d", e != NULL, e != NULL && e->lane->tx.head > head);
+    _exit(0);
+}
+
+static int boot_marker_behind(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 0)
+        return marker_behind_w(n);
+    if (atomic_load(flag) != 0) /* a replacement */
+        return idle(n);
+    if (pm_node_slot(n) == 1)
+        return marker_behind_p1(n);
+    for (;;) {
+        pm_message m;
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc == 0 && m.kind == PM_MSG_REQUEST)
+            pm_node_reply(n, &m, m.data, m.len);
+        else if (rc == 0 && m.len == 3 && memcmp(m.data, "die", 3) == 0)
+            _exit(0);
+    }
+}
+
+START_TEST(test_lane_marker_behind_other_wakeup)
+{
+    atomic_store(flag, 0);
+    pm_options *o = lane_options(boot_marker_behind, 3);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, atomic_load(flag) == 1, 40000);
+    uint64_t revoked = c->hub->lanes_revoked;
+    pm_address p2 = pm_test_slot_addr(2, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &p2, "die", 3), 0);
+    PM_RUN_UNTIL(c, c->hub->lanes_revoked > revoked, 20000); /* Y, at W */
+    atomic_store(flag, 2);
+    PM_RUN_UNTIL(c, said[1][0] != 0 && c->hub->lanes_revoked > revoked + 1, 20000); /* X, at W */
+    atomic_store(flag, 3);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 40000);
+    ck_assert_str_eq(said[1], "#p1 lane=1 by_lane=1");
+    ck_assert_str_eq(said[0], "#w lanes=11 got=5");
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -1214,5 +1315,6 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_bell_hangup, 120);
     PM_ADD_TEST(s, test_lane_flipped_words, 120);
     PM_ADD_TEST(s, test_lane_bell_bounded, 120);
+    PM_ADD_TEST(s, test_lane_marker_behind_other_wakeup, 120);
     return pm_test_main(s);
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* laneoffer.c - a lane's hand-over: its record (three fds in one message) and its offer's codec. */
+/* laneoffer.c - a lane's hand-over and revocation: its record (three fds in one message), its offer's and its wake-up's codecs. */
 #include "base/internal.h"
 #include "base/le.h"
 #include "lane.h"
@@ -31,6 +31,26 @@ int pm__lane_offer_decode(const void *buf, size_t len, pm__lane_offer *o)
     if (v.seq == 0 || v.gen == 0 || v.index >= PM__LANES_MAX || v.end > 1)
         return -EBADMSG;
     *o = v;
+    return 0;
+}
+
+void pm__lane_revoked_encode(uint32_t index, uint32_t gen, void *buf)
+{
+    unsigned char *p = buf;
+    pm__put32(p, index);
+    pm__put32(p + 4, gen);
+}
+
+int pm__lane_revoked_decode(const void *buf, size_t len, uint32_t *index, uint32_t *gen)
+{
+    if (len != PM__LANE_REVOKED_SIZE)
+        return -EBADMSG;
+    const unsigned char *p = buf;
+    uint32_t k = pm__get32(p), g = pm__get32(p + 4);
+    if (k >= PM__LANES_MAX || g == 0)
+        return -EBADMSG;
+    *index = k;
+    *gen = g;
     return 0;
 }
 

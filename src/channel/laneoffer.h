@@ -41,6 +41,24 @@ void pm__lane_offer_encode(const pm__lane_offer *o, void *buf);
  * is a check against a bug, not an attacker. */
 int pm__lane_offer_decode(const void *buf, size_t len, pm__lane_offer *o);
 
+/*
+ * The revocation's wake-up (a PM__FT_LANE frame whose payload is
+ * PM__LANE_REVOKED_SIZE bytes, little-endian): 0 u32 index, 4 u32
+ * generation, the lane it is about. It follows, on the receiver's down
+ * ring, every frame the revoked lane's dead peer sent through the hub, its
+ * switch-over marker among them: the receiver finishes that lane at it,
+ * even unmarked, and only that one (a wake-up for another lane, or an
+ * offer, may be ahead of the marker: design.md, "Direct lanes",
+ * Revocation). A payload of 0 bytes is the wake-up of a supervisor of
+ * stop 44 and before, which named no lane.
+ */
+#define PM__LANE_REVOKED_SIZE 8u
+void pm__lane_revoked_encode(uint32_t index, uint32_t gen, void *buf);
+/* -EBADMSG unless len is PM__LANE_REVOKED_SIZE, the index below
+ * PM__LANES_MAX and the generation not 0; *index and *gen written only
+ * on success. */
+int pm__lane_revoked_decode(const void *buf, size_t len, uint32_t *index, uint32_t *gen);
+
 /* Sends the record of sequence seq with fds[0..3) (memfd, the receiver's
  * doorbell, the peer's doorbell) without blocking. 0, -EAGAIN (the socket
  * is full: nothing was sent), or -errno. The fds stay the caller's. */

@@ -81,16 +81,22 @@ static void write_offer(pm__port *p, void *at, uint32_t seq, const pm__lanebook_
 
 /* Writes the revocation of lane gen at index of port p (its control block,
  * release: the worker reads the word with acquire, then looks at the
- * lane), then a frame that wakes it to look. */
+ * lane), then a frame that wakes it to look and names the lane. The frame
+ * goes behind everything the dead peer sent p through the hub (its queue
+ * for p included: pm__hub_push keeps order), so p knows at it that the
+ * peer's switch-over marker, if any, is behind it too (laneoffer.h). */
 static void revoke_at(pm__hub *h, pm__port *p, uint32_t index, uint32_t gen)
 {
     struct pm__ctl *ctl = p->channel->map;
     atomic_store_explicit(&ctl->lane_revoked[index], gen, memory_order_release);
     pm__frame_hdr f = pm__hub_main_hdr(PM__FT_LANE, p);
+    unsigned char note[PM__LANE_REVOKED_SIZE];
+    pm__lane_revoked_encode(index, gen, note);
     /* Dropped when its queue is at its bound: the worker reads its words
-     * anyway at every wait slice (node_messaging.c), the frame only makes
-     * it look at once. */
-    (void)pm__hub_push(h, p, &f, NULL, 0, PM__NODE_MAIN);
+     * anyway at every wait slice (node_messaging.c) and finishes a marked
+     * lane from the word alone; an unmarked one waits for the offer that
+     * reuses its index (node_lanes.c). */
+    (void)pm__hub_push(h, p, &f, note, sizeof(note), PM__NODE_MAIN);
     h->lanes_revoked++;
 }
 

@@ -131,12 +131,53 @@ int pm__node_ls_revoked(pm__node_ls *s)
     return revoked(s, 0);
 }
 
-/* At a lane frame of the hub's (a revocation's wake-up, an offer): every
- * frame the dead peer sent through the hub, its marker among them, was
- * ahead of it in our ring, so an unmarked lane now has no marker coming. */
+/* At the wake-up of a supervisor of stop 44 or before, which names no
+ * lane: every revoked lane, unmarked too (design.md, Known gaps: an
+ * unmarked one may still have its marker behind that wake-up). */
 static int revoked_all(pm__node_ls *s)
 {
     return revoked(s, 1);
+}
+
+/* Lane k alone, marked or not, once its word says revoked, unless it is
+ * of a later generation than gen (the index's next lane: gen's went
+ * already). The caller took a frame written after the revocation of gen's
+ * lane (its wake-up, or the offer that reuses k), so every frame its dead
+ * peer sent through the hub, its marker among them, was ahead of it.
+ * 1 finished; the last lane forgotten if it went. */
+static int finish_at(pm__node_ls *s, uint32_t k, uint32_t gen)
+{
+    pm__node_lane *e = &s->t.at[k];
+    if (e->lane == NULL || (int32_t)(e->gen - gen) > 0)
+        return 0;
+    const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
+    pm__node_lanes_sink sink = sink_of(s);
+    if (pm__node_lanes_revoked_at(&s->t, ctl->lane_revoked, &sink, k) == 0)
+        return 0;
+    if (s->last == e)
+        s->last = NULL;
+    return 1;
+}
+
+/* A revocation's wake-up naming its lane (laneoffer.h): that lane is
+ * finished, marked or not, and the marked revoked ones, as at any look;
+ * an unmarked other lane waits for its own wake-up, or for the offer that
+ * reuses its index, since a wake-up of another lane may be ahead of its
+ * marker (the gap the review of stop 42 found: its peer's last frames
+ * were dropped). keep is never finished: 0 when the named lane is keep
+ * and revoked (the wake-up stays for the next receive), else 1. */
+static int revoked_named(pm__node_ls *s, const pm__frame_hdr *h, const void *payload,
+                         const pm__node_lane *keep)
+{
+    uint32_t k, gen;
+    (void)revoked_but(s, 0, keep);
+    /* The supervisor is trusted: a bad note is a bug, and ignored. */
+    if (pm__lane_revoked_decode(payload, h->len, &k, &gen) < 0)
+        return 1;
+    if (&s->t.at[k] == keep && keep->lane != NULL && pm__node_ls_gone(s, keep))
+        return 0;
+    (void)finish_at(s, k, gen);
+    return 1;
 }
 
 int pm__node_ls_lost(pm__node_ls *s, uint64_t id)
@@ -223,17 +264,22 @@ static void offer(pm__node_ls *s, const pm__frame_hdr *h, const void *payload, i
         return;
     s->ch->rx_seq = o.seq;
     /* The revocation of the lane this index held was written before this
-     * offer: read it first, so the index is free. */
-    if (finish)
-        (void)revoked_all(s);
+     * offer: read it first, so the index is free (the marked revoked
+     * lanes go too, as at any look; an unmarked other one waits for its
+     * own wake-up). */
+    if (finish) {
+        (void)revoked(s, 0);
+        (void)finish_at(s, o.index, o.gen);
+    }
     /* An offer read late, its lane revoked already: the word holds its
-     * generation or a later one (generations only grow, wrapping after
-     * 2^32 lanes: compared as serial numbers). Adopted, it would be a lane
-     * to an incarnation that ended, taking our frames to nobody (a review
-     * of stop 40: two offers at one index read after both ended). */
+     * generation or a later one (pm__node_lane_revoked_by). Adopted, it
+     * would be a lane to an incarnation that ended, taking our frames to
+     * nobody (a review of stop 40: two offers at one index read after both
+     * ended). Nothing was written on it: a peer writes on a lane only once
+     * we attached (pm__node_lane_switch_ready). */
     uint32_t word = atomic_load_explicit(&pm__channel_ctl(s->ch)->lane_revoked[o.index],
                                          memory_order_acquire);
-    if (word != 0 && (int32_t)(word - o.gen) >= 0) {
+    if (pm__node_lane_revoked_by(word, o.gen)) {
         s->stale_offers++;
         for (int k = 0; k < 3; k++)
             pm__close(fds[k]);
@@ -272,7 +318,9 @@ void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *pay
     if (h->type == PM__FT_LANE_MARK)
         mark(s, h, payload);
     else if (h->len == 0)
-        (void)revoked_all(s); /* the wake-up of a revocation */
+        (void)revoked_all(s); /* an older supervisor's wake-up */
+    else if (h->len == PM__LANE_REVOKED_SIZE)
+        (void)revoked_named(s, h, payload, NULL); /* the wake-up of a revocation */
     else
         offer(s, h, payload, 1);
 }
@@ -305,6 +353,8 @@ int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void
      * would stay on the hub after its peer restarted). */
     if (h->len == 0)
         return revoked_early(s);
+    if (h->len == PM__LANE_REVOKED_SIZE)
+        return revoked_named(s, h, payload, s->last);
     unsigned char copy[PM__LANE_OFFER_SIZE];
     pm__lane_offer o;
     if (h->len != sizeof(copy))
@@ -316,16 +366,10 @@ int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void
      * wake-up may have been dropped at the hub's bound): that lane alone is
      * finished here, never the last message's (its buffer), never another
      * (a lane revoked after this offer was queued may still have its
-     * marker behind it: design.md, Known gaps). */
-    pm__node_lane *old = &s->t.at[o.index];
-    if (old->lane != NULL) {
-        if (old == s->last)
-            return 0;
-        const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
-        pm__node_lanes_sink sink = sink_of(s);
-        if (pm__node_lanes_revoked_at(&s->t, ctl->lane_revoked, &sink, o.index) == 0)
-            return 0;
-    }
+     * marker behind it: design.md, "Direct lanes", Revocation). */
+    const pm__node_lane *old = &s->t.at[o.index];
+    if (old->lane != NULL && (old == s->last || !finish_at(s, o.index, o.gen)))
+        return 0;
     offer(s, h, payload, 0);
     return 1;
 }
@@ -355,7 +399,8 @@ int pm__node_ls_gone(const pm__node_ls *s, const pm__node_lane *e)
     const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
     for (unsigned k = 0; k < PM__LANES_MAX; k++)
         if (&s->t.at[k] == e)
-            return atomic_load_explicit(&ctl->lane_revoked[k], memory_order_acquire) == e->gen;
+            return pm__node_lane_revoked_by(
+                atomic_load_explicit(&ctl->lane_revoked[k], memory_order_acquire), e->gen);
     return 1;
 }
 

@@ -104,7 +104,7 @@ unsigned pm__node_lanes_revoked_but(pm__node_lanes *t, const _Atomic uint32_t *w
         /* Acquire: pairs with the supervisor's release of the word, so a
          * frame it sent after it is seen after it too. */
         if (e == keep || e->lane == NULL || (!e->marked && !unmarked_too) ||
-            atomic_load_explicit(&words[k], memory_order_acquire) != e->gen)
+            !pm__node_lane_revoked_by(atomic_load_explicit(&words[k], memory_order_acquire), e->gen))
             continue;
         finish(t, e, sink);
         n++;
@@ -118,7 +118,7 @@ unsigned pm__node_lanes_revoked_at(pm__node_lanes *t, const _Atomic uint32_t *wo
     pm__node_lane *e = k < PM__LANES_MAX ? &t->at[k] : NULL;
     /* Acquire, as in pm__node_lanes_revoked_but. */
     if (e == NULL || e->lane == NULL ||
-        atomic_load_explicit(&words[k], memory_order_acquire) != e->gen)
+        !pm__node_lane_revoked_by(atomic_load_explicit(&words[k], memory_order_acquire), e->gen))
         return 0;
     finish(t, e, sink);
     return 1;

@@ -56,6 +56,17 @@ typedef struct pm__node_lanes_sink {
     void *arg;
 } pm__node_lanes_sink;
 
+/* A lane of generation gen is revoked once its index's word holds gen or
+ * a later generation. The supervisor makes a lane at an index only after
+ * the index's last lane was revoked, so the words of one index only grow
+ * (serial numbers, wrapping after 2^32 lanes; 0: never revoked). A later
+ * word is what a worker sees when this lane's wake-up was dropped and the
+ * index's next lane was revoked too before it looked. */
+static inline int pm__node_lane_revoked_by(uint32_t word, uint32_t gen)
+{
+    return word != 0 && (int32_t)(word - gen) >= 0;
+}
+
 /* An empty table (every index free, fds -1). */
 void pm__node_lanes_init(pm__node_lanes *t);
 
@@ -69,7 +80,7 @@ int pm__node_lanes_adopt(pm__node_lanes *t, const pm__lane_offer *o, const int f
                          uint32_t self_slot, uint64_t self_inc);
 
 /* Revokes every lane whose word in words (the control block's
- * lane_revoked) holds its generation: hands its frames written before
+ * lane_revoked) says so (pm__node_lane_revoked_by): hands its frames written before
  * the revocation to sink->frame (only once marked: before its marker
  * the peer's lane frames cannot be in order with the hub's, and the
  * marker died with the peer), its waited-on request to
@@ -80,19 +91,20 @@ unsigned pm__node_lanes_revoked(pm__node_lanes *t, const _Atomic uint32_t *words
 /* The same, leaving unmarked lanes as they are unless unmarked_too: the
  * peer's marker may still be on its way in the hub ring, ahead of the
  * revocation's wake-up frame; the lane is finished (its frames kept)
- * when that frame is taken, or before the next offer. */
+ * when that frame is taken, or before the next offer at its index
+ * (pm__node_lanes_revoked_at). */
 unsigned pm__node_lanes_revoked_if(pm__node_lanes *t, const _Atomic uint32_t *words,
                                    const pm__node_lanes_sink *sink, int unmarked_too);
-/* The same, never finishing keep (the lane whose buffer still holds the
- * caller's last message: skipped by this very pass, so a revocation of it
- * written while the others are finished cannot free it; a review of stop
- * 42). keep may be NULL. */
-/* Lane k alone, marked or not, if its word holds its generation: an
- * offer for index k was written after that lane's revocation, so every
- * frame its dead peer sent through the hub, a marker among them, is
- * already behind the worker. 1 finished, 0 not. */
+/* Lane k alone, marked or not, if its word says so: the caller took a
+ * frame written after that lane's revocation (its wake-up, or an offer
+ * for index k), so every frame its dead peer sent through the hub, a
+ * marker among them, is already behind the worker. 1 finished, 0 not. */
 unsigned pm__node_lanes_revoked_at(pm__node_lanes *t, const _Atomic uint32_t *words,
                                    const pm__node_lanes_sink *sink, unsigned k);
+/* The same as pm__node_lanes_revoked_if, never finishing keep (the lane
+ * whose buffer still holds the caller's last message: skipped by this
+ * very pass, so a revocation of it written while the others are finished
+ * cannot free it; a review of stop 42). keep may be NULL. */
 unsigned pm__node_lanes_revoked_but(pm__node_lanes *t, const _Atomic uint32_t *words,
                                     const pm__node_lanes_sink *sink, int unmarked_too,
                                     const pm__node_lane *keep);
