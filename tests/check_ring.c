@@ -14,6 +14,7 @@
 
 #include "channel/channel.h"
 #include "channel/ring.h"
+#include "os/doorbell.h"
 #include "channel/shm.h"
 #include "answer.h"
 #include "internals.h"
@@ -1390,6 +1391,31 @@ START_TEST(test_fd_zero)
 }
 END_TEST
 
+/* A park on a doorbell whose writing end is closed (a lane's peer that
+ * closed its end of ours, alive), where futexes are refused: the doorbell
+ * reads end of file for ever, so each poll would return at once and the
+ * wait spun for its whole slice (design.md, Direct lanes, Known gaps (3)).
+ * Once it has read end of file the end sleeps 1 ms at a time instead: a
+ * 200 ms wait parks at most about 200 times (it spun tens of thousands). */
+START_TEST(test_park_hung_doorbell)
+{
+    test_ring t;
+    tr_open(&t, 4096, 64);
+    int bell[2];
+    ck_assert_int_eq(pm__doorbell_pair(&bell[0], &bell[1]), 0);
+    close(bell[1]);
+    ck_assert_int_eq(pm__ring_attach(&t.cons, t.region, 4096, 64, PM__RING_CONSUMER, -1, bell[0]), 0);
+    t.cons.spin_ns = t.cons.spin_budget = 0;
+    t.cons.futex_ok = 0;
+    ck_assert_int_eq(pm__ring_wait(&t.cons, 200), 0);
+    ck_assert_int_eq(t.cons.park_hung, 1);
+    ck_assert_msg(t.cons.parks <= 260, "%llu parks in 200 ms", (unsigned long long)t.cons.parks);
+    ck_assert_uint_ge(t.cons.parks, 2);
+    close(bell[0]);
+    tr_close(&t);
+}
+END_TEST
+
 /* How a park takes each answer of its system call, made by a seccomp
  * filter in a child (ring.c's park_futex and park): a wake-up (0), the flag
  * already changed (EAGAIN), a timeout or an interruption leave futex
@@ -1780,6 +1806,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, test_wait_flag_values);
     tcase_add_test(tc, test_hub_calls);
     tcase_add_test(tc, test_fd_zero);
+    tcase_add_test(tc, test_park_hung_doorbell);
     tcase_add_loop_test(tc, test_park_answers, 0, (int)ARRAY_LEN(park_rows));
     suite_add_tcase(s, tc);
     tc = pm_tcase("corruption", 30);

@@ -76,6 +76,7 @@ typedef struct pm__ring {
                     socket's end), or -1 (spin only) */
     int wake_sock; /* wake_fd is a socket (1), an eventfd (-1), not known yet (0) */
     int futex_ok; /* waits park in FUTEX_WAIT on the flag (0: refused, poll park_fd) */
+    int park_hung; /* park_fd read end of file: nobody can ring it again (ring.c park) */
 
     /* Producer state. */
     uint64_t head;       /* next byte to write (reserved records included) */
