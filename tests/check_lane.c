@@ -2181,6 +2181,70 @@ START_TEST(test_node_revoked)
 }
 END_TEST
 
+/* The lane the caller's last message came by, finished from a send path
+ * (pm__node_lanes_revoked_kept): its last frames reach the sink, read into
+ * a copy's buffer, while the message's bytes stay where the caller has
+ * them (the husk) until it lets them go; one husk at a time; the fds all
+ * closed in the end. */
+START_TEST(test_node_revoked_kept)
+{
+    int before = pm_test_count_fds();
+    pm__node_lanes *me = malloc(sizeof(*me)), *peer = malloc(sizeof(*peer));
+    pm__node_lanes_init(me);
+    pm__node_lanes_init(peer);
+    _Atomic uint32_t words[PM__LANES_MAX];
+    for (unsigned k = 0; k < PM__LANES_MAX; k++)
+        atomic_store(&words[k], 0);
+    int a[3], b[3], c[3], d[3];
+    record_fds(a, b);
+    record_fds(c, d);
+    pm__lane_offer oa = {.seq = 1, .index = 4, .gen = 12, .end = 1, .peer_slot = 7, .peer_inc = 70};
+    pm__lane_offer ob = {.seq = 1, .index = 0, .gen = 12, .end = 0, .peer_slot = 9, .peer_inc = 90};
+    pm__lane_offer oc = {.seq = 2, .index = 2, .gen = 13, .end = 1, .peer_slot = 7, .peer_inc = 71};
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &oa, a, 9, 90), 0);
+    ck_assert_int_eq(pm__node_lanes_adopt(peer, &ob, b, 7, 70), 0);
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &oc, c, 9, 90), 0);
+    for (int k = 0; k < 3; k++)
+        close(d[k]);
+    pm__node_lane *e = &me->at[4];
+    e->marked = 1;
+    pm__frame_hdr m = msg_hdr(PM__FT_MSG, 0), h;
+    ck_assert_int_eq(pm__lane_send(peer->at[0].lane, &m, "abc", 3), 0);
+    ck_assert_int_eq(pm__lane_send(peer->at[0].lane, &m, "x", 1), 0);
+    ck_assert_int_eq(pm__lane_send(peer->at[0].lane, &m, "y", 1), 0);
+    const void *p;
+    ck_assert_int_eq(pm__lane_recv(e->lane, &h, &p), 1); /* the caller's message */
+    ck_assert_mem_eq(p, "abc", 3);
+    struct sink_log log;
+    memset(&log, 0, sizeof(log));
+    pm__node_lanes_sink sink = {sink_frame, sink_lost, &log};
+    ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, 4), 0); /* not revoked */
+    atomic_store(&words[4], 12);
+    atomic_store(&words[2], 13);
+    ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, 5), 0); /* no lane */
+    ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, PM__LANES_MAX), 0);
+    ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, 4), 1);
+    ck_assert_int_eq(log.frames, 2);
+    ck_assert_mem_eq(log.got, "xy", 2);
+    ck_assert_mem_eq(p, "abc", 3); /* read over by nothing, freed by nothing */
+    ck_assert_ptr_nonnull(me->husk);
+    ck_assert_ptr_null(me->at[4].lane);
+    ck_assert_uint_eq(me->live, 1);
+    /* A husk is held: the other revoked lane waits. */
+    ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, 2), 0);
+    ck_assert_ptr_nonnull(me->at[2].lane);
+    pm__node_lanes_drop_husk(me);
+    ck_assert_ptr_null(me->husk);
+    ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, 2), 1);
+    pm__node_lanes_close(me); /* the second husk goes with the table */
+    ck_assert_ptr_null(me->husk);
+    pm__node_lanes_close(peer);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    free(me);
+    free(peer);
+}
+END_TEST
+
 START_TEST(test_node_asked)
 {
     pm__node_lane e;
@@ -2288,6 +2352,7 @@ int main(void)
     TCase *node = pm_tcase("node", 30);
     tcase_add_test(node, test_node_table);
     tcase_add_test(node, test_node_revoked);
+    tcase_add_test(node, test_node_revoked_kept);
     tcase_add_test(node, test_node_asked);
     suite_add_tcase(s, node);
     return pm_test_main(s);

@@ -1180,6 +1180,66 @@ START_TEST(test_lane_bell_bounded)
 }
 END_TEST
 
+/* A worker whose last receive came by a lane, which is then revoked
+ * (its peer exits), and which only sends from then on: its sends take
+ * the revocation's wake-up, finish that lane with its buffer kept (the
+ * last message may still be in use), and take the offer behind it, so its
+ * stream to the peer's replacement switches to their new lane. Before,
+ * a send never finished the last message's lane: the wake-up stayed at
+ * the head of its hub ring until a receive, and the stream stayed on the
+ * hub (design.md, Direct lanes, Known gaps (2)). */
+static int boot_last_lane_sender(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 1) {
+        if (atomic_load(flag) != 0) {
+            atomic_store(flag, 2); /* the replacement */
+            return count_server(n);
+        }
+        for (;;) {
+            pm_message m;
+            if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
+                return 0;
+            if (m.kind == PM_MSG_REQUEST)
+                pm_node_reply(n, &m, m.data, m.len);
+            else if (m.len == 3 && memcmp(m.data, "bye", 3) == 0) {
+                atomic_store(flag, 1);
+                _exit(3);
+            }
+        }
+    }
+    pm_address to = pm_test_slot_addr(1, 0);
+    pm_message r;
+    (void)earn_lane(n, 1);
+    /* The lane's replies: the last one came by it (it is the current
+     * message from here on, never let go: no receive follows). */
+    for (uint32_t i = 0; i < 20; i++)
+        (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
+    if (pm__node_ls_last(n->ls) == NULL) {
+        pm_test_say(n, "sender: the last reply did not come by the lane");
+        return 1;
+    }
+    int bad = pm_node_send(n, &to, "bye", 3) != 0;
+    wait_flag(2);
+    return stream_until_switched(n, &to, bad);
+}
+
+START_TEST(test_lane_sender_after_lane_receive)
+{
+    atomic_store(flag, 0);
+    pm_options *o = lane_options(boot_last_lane_sender, 2);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0 && (said[1][0] != 0 || strncmp(said[0], "#sender:", 8) == 0),
+                 80000);
+    ck_assert_str_eq(said[0], "#sender ok switched=1");
+    ck_assert_int_eq(strncmp(said[1], "#server ok ", 11), 0);
+    ck_assert_ptr_nonnull(strstr(said[1], " by lane some"));
+    ck_assert_uint_ge(c->hub->lanes_made, 2);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 /* A lane's revocation when another lane's wake-up is ahead of its
  * peer's marker (design.md, "Direct lanes", Revocation; the gap the
  * review of stop 42 found): slot 0 (W) holds lane Y to slot 2 (marked)
@@ -1316,5 +1376,6 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_flipped_words, 120);
     PM_ADD_TEST(s, test_lane_bell_bounded, 120);
     PM_ADD_TEST(s, test_lane_marker_behind_other_wakeup, 120);
+    PM_ADD_TEST(s, test_lane_sender_after_lane_receive, 120);
     return pm_test_main(s);
 }

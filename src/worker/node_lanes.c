@@ -76,6 +76,12 @@ void pm__node_ls_free(pm__node_ls *s)
     free(s);
 }
 
+void pm__node_ls_drop_husk(pm__node_ls *s)
+{
+    if (s != NULL && s->t.husk != NULL)
+        pm__node_lanes_drop_husk(&s->t);
+}
+
 int pm__node_ls_live(const pm__node_ls *s)
 {
     return s != NULL && s->t.live > 0;
@@ -159,13 +165,29 @@ static int finish_at(pm__node_ls *s, uint32_t k, uint32_t gen)
     return 1;
 }
 
+/* Lane k, revoked, holding the caller's last message (a send path's
+ * s->last): finished on a copy, its buffer kept until that message is let
+ * go (nodelane.h, the husk). 1 finished. */
+static int finish_kept(pm__node_ls *s, uint32_t k)
+{
+    const struct pm__ctl *ctl = pm__channel_ctl(s->ch);
+    pm__node_lanes_sink sink = sink_of(s);
+    if (pm__node_lanes_revoked_kept(&s->t, ctl->lane_revoked, &sink, k) == 0)
+        return 0;
+    s->last = NULL;
+    return 1;
+}
+
 /* A revocation's wake-up naming its lane (laneoffer.h): that lane is
  * finished, marked or not, and the marked revoked ones, as at any look;
  * an unmarked other lane waits for its own wake-up, or for the offer that
  * reuses its index, since a wake-up of another lane may be ahead of its
  * marker (the gap the review of stop 42 found: its peer's last frames
- * were dropped). keep is never finished: 0 when the named lane is keep
- * and revoked (the wake-up stays for the next receive), else 1. */
+ * were dropped). keep (a send path's last lane, whose buffer may hold
+ * what the caller sends) is skipped by the pass and finished on its own
+ * with its buffer kept. 1: the wake-up was taken. A lane the last message
+ * came by is marked, so the next receive finishes it anyway if this one
+ * could not (no memory). */
 static int revoked_named(pm__node_ls *s, const pm__frame_hdr *h, const void *payload,
                          const pm__node_lane *keep)
 {
@@ -174,9 +196,10 @@ static int revoked_named(pm__node_ls *s, const pm__frame_hdr *h, const void *pay
     /* The supervisor is trusted: a bad note is a bug, and ignored. */
     if (pm__lane_revoked_decode(payload, h->len, &k, &gen) < 0)
         return 1;
-    if (&s->t.at[k] == keep && keep->lane != NULL && pm__node_ls_gone(s, keep))
-        return 0;
-    (void)finish_at(s, k, gen);
+    if (keep != NULL && &s->t.at[k] == keep)
+        (void)finish_kept(s, k);
+    else
+        (void)finish_at(s, k, gen);
     return 1;
 }
 
@@ -364,11 +387,12 @@ int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void
         return 0;
     /* The index's old lane was revoked before this offer was written (its
      * wake-up may have been dropped at the hub's bound): that lane alone is
-     * finished here, never the last message's (its buffer), never another
+     * finished here (the last message's with its buffer kept), never another
      * (a lane revoked after this offer was queued may still have its
      * marker behind it: design.md, "Direct lanes", Revocation). */
     const pm__node_lane *old = &s->t.at[o.index];
-    if (old->lane != NULL && (old == s->last || !finish_at(s, o.index, o.gen)))
+    if (old->lane != NULL &&
+        !(old == s->last ? finish_kept(s, o.index) : finish_at(s, o.index, o.gen)))
         return 0;
     offer(s, h, payload, 0);
     return 1;

@@ -24,6 +24,10 @@ pm__node_ls *pm__node_ls_new(pm__channel *ch, uint32_t slot, uint64_t inc,
                              void (*keep)(void *arg, const pm__frame_hdr *h, const void *payload),
                              void *arg);
 void pm__node_ls_free(pm__node_ls *s); /* NULL: nothing */
+/* The caller let its last message go (a receive, a request's wait): the
+ * memory of a lane finished under it, if any, goes (nodelane.h, the
+ * husk). NULL: nothing. */
+void pm__node_ls_drop_husk(pm__node_ls *s);
 /* Lanes are attached (s may be NULL). */
 int pm__node_ls_live(const pm__node_ls *s);
 /* How many lanes are attached (s may be NULL). */
@@ -39,18 +43,20 @@ int pm__node_ls_lost(pm__node_ls *s, uint64_t id);
 void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
 /* The same from a send path, for the lane frame at the head of the hub
  * ring: a peer's marker, a revocation's wake-up, an offer (at an index
- * whose revoked lane is finished first, that lane alone). 1 taken (the
- * caller consumes it); 0 left for the next receive: the lane the last
- * message came by is never finished here (the data being sent, and the
- * caller's pm_message, may lie in its buffer until the next receive), so
- * a wake-up or an offer that needs it finished waits. */
+ * whose revoked lane is finished first, that lane alone). The lane the
+ * last message came by is finished here on a copy of its state, its
+ * buffer kept as the husk (the data being sent, and the caller's
+ * pm_message, may lie in it until the message is let go). 1 taken (the
+ * caller consumes it); 0 left for the next receive: an offer whose index
+ * holds a lane that could not be finished (not revoked, no memory for
+ * the copy, a husk held already), or a wake-up of an older supervisor
+ * (no lane named) while the last message's lane is revoked. */
 int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
 /* A frame taken off the hub ring: counted for its sender's lane. */
 void pm__node_ls_took(pm__node_ls *s, const pm__frame_hdr *h);
 /* 1 when e's revocation is in the control block (its peer has ended), read
- * without finishing the lane: only a receive finishes a revoked lane (it
- * overwrites the lane's buffer, which may hold the message the caller
- * still has from the last receive). */
+ * without finishing the lane (which a receive, or a lane frame of the
+ * hub's, does). */
 int pm__node_ls_gone(const pm__node_ls *s, const pm__node_lane *e);
 /* The lane a frame to h's destination concerns (our marker sent, not
  * revoked), or NULL. */

@@ -119,6 +119,7 @@ static void drop_current(pm_node *n)
     }
     free(n->cur_stash);
     n->cur_stash = NULL;
+    pm__node_ls_drop_husk(n->ls);
     if (n->cur_map != NULL) {
         munmap((void *)n->cur_map, n->cur_map_len);
         n->cur_map = NULL;
@@ -418,9 +419,10 @@ static int lane_asked(pm_node *n, const pm__frame_hdr *h)
  * peer's marker waiting there would never be taken, and its stream would
  * never take the lane (stop 40 measured it no faster with lanes). So a send
  * to a local worker takes the hub's lane frames at the head of the ring,
- * none behind another frame (those wait for a receive, in order), and
- * never finishes the lane the last message came by (node_lanes.h
- * pm__node_ls_control_early). The current message, still at the
+ * none behind another frame (those wait for a receive, in order); the
+ * lane the last message came by is finished with its buffer kept until
+ * that message is let go (node_lanes.h pm__node_ls_control_early, the
+ * husk: drop_current). The current message, still at the
  * head (a sender's last receive), is consumed first: its bytes stay ours,
  * and the caller's, until the ring's space is handed back, which only a
  * receive does (drop_current, a wait on the hub ring). */

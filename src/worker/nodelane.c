@@ -3,6 +3,7 @@
 #include "base/internal.h"
 #include "nodelane.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ static void slot_clear(pm__node_lane *e)
 void pm__node_lanes_init(pm__node_lanes *t)
 {
     t->live = 0;
+    t->husk = NULL;
     for (unsigned k = 0; k < PM__LANES_MAX; k++)
         slot_clear(&t->at[k]);
 }
@@ -124,6 +126,38 @@ unsigned pm__node_lanes_revoked_at(pm__node_lanes *t, const _Atomic uint32_t *wo
     return 1;
 }
 
+_Static_assert(offsetof(pm__lane, buf) + PM__LANE_MAX_FRAME == sizeof(pm__lane),
+               "pm__node_lanes_revoked_kept copies all but the buffer, the last member");
+
+unsigned pm__node_lanes_revoked_kept(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                     const pm__node_lanes_sink *sink, unsigned k)
+{
+    pm__node_lane *e = k < PM__LANES_MAX ? &t->at[k] : NULL;
+    /* Acquire, as in pm__node_lanes_revoked_but. One husk at a time: a
+     * second last message needs a receive, which lets the first go. */
+    if (e == NULL || e->lane == NULL || t->husk != NULL ||
+        !pm__node_lane_revoked_by(atomic_load_explicit(&words[k], memory_order_acquire), e->gen))
+        return 0;
+    /* Everything but the buffer (the struct's last member) is the lane's
+     * state, with no pointer into the struct itself: the copy is the lane
+     * from now on; finishing it reads its last frames into the copy's own
+     * buffer, never over the caller's bytes. */
+    pm__lane *copy = malloc(sizeof(*copy));
+    if (copy == NULL)
+        return 0;
+    memcpy(copy, e->lane, offsetof(pm__lane, buf));
+    t->husk = e->lane;
+    e->lane = copy;
+    finish(t, e, sink);
+    return 1;
+}
+
+void pm__node_lanes_drop_husk(pm__node_lanes *t)
+{
+    free(t->husk);
+    t->husk = NULL;
+}
+
 pm__node_lane *pm__node_lanes_to(pm__node_lanes *t, uint32_t slot, uint64_t inc)
 {
     for (unsigned k = 0; k < PM__LANES_MAX; k++) {
@@ -166,4 +200,5 @@ void pm__node_lanes_close(pm__node_lanes *t)
     for (unsigned k = 0; k < PM__LANES_MAX; k++)
         if (t->at[k].lane != NULL)
             drop(t, &t->at[k]);
+    pm__node_lanes_drop_husk(t);
 }

@@ -44,6 +44,10 @@ typedef struct pm__node_lane {
 typedef struct pm__node_lanes {
     pm__node_lane at[PM__LANES_MAX];
     unsigned live; /* lanes attached */
+    /* A lane finished while the caller's last message was in its buffer
+     * (pm__node_lanes_revoked_kept): its memory, kept until that message
+     * is let go (pm__node_lanes_drop_husk); NULL. */
+    pm__lane *husk;
 } pm__node_lanes;
 
 /* What a revocation hands back (pm__node_lanes_revoked): every frame the
@@ -108,6 +112,16 @@ unsigned pm__node_lanes_revoked_at(pm__node_lanes *t, const _Atomic uint32_t *wo
 unsigned pm__node_lanes_revoked_but(pm__node_lanes *t, const _Atomic uint32_t *words,
                                     const pm__node_lanes_sink *sink, int unmarked_too,
                                     const pm__node_lane *keep);
+
+/* Lane k alone, as pm__node_lanes_revoked_at, when it is the lane the
+ * caller's last message came by, which may still be in use (a send of
+ * those bytes, after a receive): the lane is finished on a copy of its
+ * state, and its own memory, the buffer holding the message, becomes the
+ * husk. 1 finished; 0 not revoked, no memory, or a husk already held. */
+unsigned pm__node_lanes_revoked_kept(pm__node_lanes *t, const _Atomic uint32_t *words,
+                                     const pm__node_lanes_sink *sink, unsigned k);
+/* The caller let its last message go: the husk, if any, is freed. */
+void pm__node_lanes_drop_husk(pm__node_lanes *t);
 
 /* The live lane to incarnation inc of slot (inc 0: whichever holds it),
  * or NULL. */
