@@ -2066,15 +2066,25 @@ START_TEST(test_node_table)
 }
 END_TEST
 
+/* Two workers' lane tables (freed by the test) and a control block's
+ * revocation words, none revoked. */
+static void tables_open(pm__node_lanes **me, pm__node_lanes **peer, _Atomic uint32_t *words)
+{
+    *me = malloc(sizeof(**me));
+    *peer = malloc(sizeof(**peer));
+    ck_assert(*me != NULL && *peer != NULL);
+    pm__node_lanes_init(*me);
+    pm__node_lanes_init(*peer);
+    for (unsigned k = 0; k < PM__LANES_MAX; k++)
+        atomic_store(&words[k], 0);
+}
+
 START_TEST(test_node_revoked)
 {
     int before = pm_test_count_fds();
-    pm__node_lanes *me = malloc(sizeof(*me)), *peer = malloc(sizeof(*peer));
-    pm__node_lanes_init(me);
-    pm__node_lanes_init(peer);
+    pm__node_lanes *me, *peer;
     _Atomic uint32_t words[PM__LANES_MAX];
-    for (unsigned k = 0; k < PM__LANES_MAX; k++)
-        atomic_store(&words[k], 0);
+    tables_open(&me, &peer, words);
     int a[3], b[3];
     record_fds(a, b);
     pm__lane_offer oa = {.seq = 1, .index = 4, .gen = 12, .end = 1, .peer_slot = 7, .peer_inc = 70};
@@ -2189,12 +2199,9 @@ END_TEST
 START_TEST(test_node_revoked_kept)
 {
     int before = pm_test_count_fds();
-    pm__node_lanes *me = malloc(sizeof(*me)), *peer = malloc(sizeof(*peer));
-    pm__node_lanes_init(me);
-    pm__node_lanes_init(peer);
+    pm__node_lanes *me, *peer;
     _Atomic uint32_t words[PM__LANES_MAX];
-    for (unsigned k = 0; k < PM__LANES_MAX; k++)
-        atomic_store(&words[k], 0);
+    tables_open(&me, &peer, words);
     int a[3], b[3], c[3], d[3];
     record_fds(a, b);
     record_fds(c, d);

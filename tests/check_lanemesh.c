@@ -949,6 +949,38 @@ START_TEST(test_forward_as_request)
 }
 END_TEST
 
+/* Slot 1 of the restart tests: its first incarnation answers requests
+ * until a message `last` says is the last, then sets flag 1 and exits 3;
+ * the replacement sets flag 2 and counts (count_server). */
+static int is_3000th(const pm_message *m)
+{
+    return get_u32(m) == 2999;
+}
+
+static int is_bye(const pm_message *m)
+{
+    return m->len == 3 && memcmp(m->data, "bye", 3) == 0;
+}
+
+static int restarting_server(pm_node *n, int (*last)(const pm_message *))
+{
+    if (atomic_load(flag) != 0) {
+        atomic_store(flag, 2); /* the replacement */
+        return count_server(n);
+    }
+    for (;;) {
+        pm_message m;
+        if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
+            return 0;
+        if (m.kind == PM_MSG_REQUEST)
+            pm_node_reply(n, &m, m.data, m.len);
+        else if (last(&m)) {
+            atomic_store(flag, 1);
+            _exit(3);
+        }
+    }
+}
+
 /* A worker that only sends takes its peer's next lane after the peer
  * restarted: the revocation's wake-up at the head of its hub ring is taken
  * by a send too (a send stopped there, and the stream stayed on the hub
@@ -961,23 +993,8 @@ static int boot_sender_restart(pm_node *n, void *arg)
 {
     (void)arg;
     pm_node_ready(n);
-    if (pm_node_slot(n) == 1) {
-        if (atomic_load(flag) != 0) {
-            atomic_store(flag, 2); /* the replacement */
-            return count_server(n);
-        }
-        for (;;) {
-            pm_message m;
-            if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
-                return 0;
-            if (m.kind == PM_MSG_REQUEST)
-                pm_node_reply(n, &m, m.data, m.len);
-            else if (get_u32(&m) == 2999) {
-                atomic_store(flag, 1);
-                _exit(3);
-            }
-        }
-    }
+    if (pm_node_slot(n) == 1)
+        return restarting_server(n, is_3000th);
     pm_address to = pm_test_slot_addr(1, 0);
     int bad = wait_peer(n, &to) != 0;
     for (uint32_t seq = 0; seq < 3000; seq++)
@@ -1192,23 +1209,8 @@ static int boot_last_lane_sender(pm_node *n, void *arg)
 {
     (void)arg;
     pm_node_ready(n);
-    if (pm_node_slot(n) == 1) {
-        if (atomic_load(flag) != 0) {
-            atomic_store(flag, 2); /* the replacement */
-            return count_server(n);
-        }
-        for (;;) {
-            pm_message m;
-            if (pm_node_recv(n, &m, -1) == -ESHUTDOWN)
-                return 0;
-            if (m.kind == PM_MSG_REQUEST)
-                pm_node_reply(n, &m, m.data, m.len);
-            else if (m.len == 3 && memcmp(m.data, "bye", 3) == 0) {
-                atomic_store(flag, 1);
-                _exit(3);
-            }
-        }
-    }
+    if (pm_node_slot(n) == 1)
+        return restarting_server(n, is_bye);
     pm_address to = pm_test_slot_addr(1, 0);
     pm_message r;
     (void)earn_lane(n, 1);
