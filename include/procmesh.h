@@ -43,9 +43,10 @@ extern "C" {
 /* The worker <-> supervisor protocol version (HELLO); bumped with any change
  * to the frames or the handshake, and recorded in NEWS. Fork-mode workers,
  * the supervisor's own code, skip HELLO/INIT and say READY first. 3: direct
- * lanes between workers; a supervisor also takes an exec'd worker of
- * version 2 (it gets no lane). */
-#define PM_PROTOCOL_VERSION 3
+ * lanes between workers; 4: a lane's revocation names the lane; a
+ * supervisor also takes an exec'd worker of version 2 (it gets no lane) or
+ * 3 (its revocations name none). */
+#define PM_PROTOCOL_VERSION 4
 
 /* Room for a name (system or host) including its terminating NUL. */
 #define PM_NAME_MAX 64

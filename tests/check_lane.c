@@ -23,6 +23,7 @@
 #include "channel/ringwait.h"
 #include "channel/shm.h"
 #include "base/le.h"
+#include "hub/hub_int.h"
 #include "hub/lanebook.h"
 #include "os/doorbell.h"
 #include "worker/nodelane.h"
@@ -1732,6 +1733,110 @@ START_TEST(test_revoked_note)
 }
 END_TEST
 
+static void hub_nop_fault(void *owner, unsigned p, int reason)
+{
+    (void)owner, (void)p, (void)reason;
+    ck_abort_msg("a fault on a test hub");
+}
+
+static void hub_nop_control(void *owner, unsigned p, int type, const void *payload, size_t len)
+{
+    (void)owner, (void)p, (void)type, (void)payload, (void)len;
+}
+
+static void hub_nop_drain(void *owner, unsigned p)
+{
+    (void)owner, (void)p;
+}
+
+static const pm__hub_ops hub_nop_ops = {hub_nop_fault, hub_nop_control, hub_nop_drain, NULL};
+
+/* Port 0's worker reads its ring until a PM__FT_LANE frame: 1 with it in
+ * *f and its payload copied to note (at most 64 bytes), 0 when the ring
+ * and the queue are empty. The hub flushes the queue as room comes. */
+static int next_lane_frame(pm__hub *h, pm__channel *w, pm__frame_hdr *f, unsigned char *note)
+{
+    for (int rounds = 0; rounds < 100000; rounds++) {
+        pm__hub_flush(h, &h->ports[0]);
+        pm__hub_publish(h);
+        const void *p;
+        int rc = pm__frame_recv(&w->rx, PM__CHANNEL_MAX_FRAME, f, &p);
+        if (rc != 1)
+            return 0;
+        int lane = f->type == PM__FT_LANE;
+        if (lane && f->len <= 64)
+            memcpy(note, p, f->len);
+        pm__ring_consume(&w->rx);
+        pm__ring_release(&w->rx);
+        if (lane)
+            return 1;
+    }
+    return 0;
+}
+
+/* The revocation's wake-up (hub_lane.c revoke_at) names the lane to a
+ * library of protocol 4 (index and generation of the offer) and carries
+ * nothing to one of protocol 3; and it is never dropped at main's hold:
+ * port 0's ring is filled and main's hold taken to its bound first, and
+ * the wake-up still waits in port 0's queue, charged to its lane notes. */
+START_TEST(test_hub_revocation_note)
+{
+    for (int named = 0; named <= 1; named++) {
+        static const pm__names names = {"t", "a", 10, 1, NULL};
+        pm__hub *h;
+        ck_assert_int_eq(pm__hub_new(&h, 2, &names, NULL, &hub_nop_ops, NULL), 0);
+        ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
+        pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(), .max_message = 64u << 10};
+        pm__channel hub_end[2], worker[2];
+        for (unsigned i = 0; i < 2; i++) {
+            ck_assert_int_eq(pm__channel_create(&hub_end[i], i, 1, &cp), 0);
+            ck_assert_int_eq(pm__hub_port_open(h, i, &hub_end[i], 1), 0);
+            pm__hub_port_set_state(h, i, PM__PORT_READY);
+            ck_assert_int_eq(pm__channel_adopt(&worker[i], &hub_end[i]), 0);
+            pm__hub_port_lanes_ok(h, i, 1);
+            pm__hub_port_lane_notes(h, i, named);
+        }
+        pm__frame_hdr f;
+        memset(&f, 0, sizeof(f));
+        f.type = PM__FT_MSG;
+        f.dst = 0;
+        for (unsigned k = 0; k <= PM__LANEBOOK_AFTER && h->lanes_made == 0; k++)
+            pm__hub_lane_count(h, &h->ports[1], &f);
+        ck_assert_uint_eq(h->lanes_made, 1);
+        unsigned char note[64];
+        pm__frame_hdr g;
+        ck_assert_int_eq(next_lane_frame(h, &worker[0], &g, note), 1);
+        pm__lane_offer o;
+        ck_assert_int_eq(pm__lane_offer_decode(note, g.len, &o), 0);
+        static unsigned char big[4000];
+        pm__frame_hdr m = pm__hub_main_hdr(PM__FT_MSG, &h->ports[0]);
+        unsigned pushed = 0;
+        while (pm__hub_push(h, &h->ports[0], &m, big, sizeof(big), PM__NODE_MAIN) == 0)
+            pushed++;
+        ck_assert_uint_ge(h->ports[0].q_frames, 1); /* the ring is full, main's hold too */
+        pm__hub_port_close(h, 1);
+        ck_assert_uint_eq(h->lanes_revoked, 1);
+        ck_assert_uint_eq(h->ports[0].note_frames, 1);
+        ck_assert_int_eq(next_lane_frame(h, &worker[0], &g, note), 1);
+        ck_assert_uint_eq(h->ports[0].note_frames, 0);
+        uint32_t k = 99, gen = 99;
+        if (named) {
+            ck_assert_int_eq(pm__lane_revoked_decode(note, g.len, &k, &gen), 0);
+            ck_assert_uint_eq(k, o.index);
+            ck_assert_uint_eq(gen, o.gen);
+        } else {
+            ck_assert_uint_eq(g.len, 0);
+        }
+        (void)pushed;
+        pm__hub_delete(h);
+        for (unsigned i = 0; i < 2; i++) {
+            pm__channel_close(&worker[i]);
+            pm__channel_close(&hub_end[i]);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_record)
 {
     int sv[2];
@@ -2351,6 +2456,7 @@ int main(void)
     TCase *handover = pm_tcase("handover", 30);
     tcase_add_test(handover, test_offer_codec);
     tcase_add_test(handover, test_revoked_note);
+    tcase_add_test(handover, test_hub_revocation_note);
     tcase_add_test(handover, test_record);
     tcase_add_test(handover, test_record_refused_shapes);
     tcase_add_test(handover, test_record_refused_closes_only_its_fds);

@@ -1343,6 +1343,111 @@ START_TEST(test_lane_marker_behind_other_wakeup)
 }
 END_TEST
 
+
+/* A request on a lane whose peer's marker never reached the requester
+ * (the lane unmarked at its end: finished only at its wake-up), then the
+ * peer dies holding it (found by the review of stop 45). Slot 1 (P) fills
+ * its up ring (a flood at slot 2, which never reads), so that its marker
+ * cannot be sent when it adopts its lane to slot 0 (W); W's own marker
+ * reaches P, so P is attached and W may write on the lane; W's request
+ * goes by the lane, P takes it and exits. The request must fail
+ * -EHOSTDOWN when W takes the revocation's wake-up; it waited out its
+ * deadline (-ETIMEDOUT), for ever with none, before. */
+struct unmarked_seen {
+    _Atomic int floods, held;
+};
+static struct unmarked_seen *unm;
+
+static int unmarked_w(pm_node *n)
+{
+    pm_address p1 = pm_test_slot_addr(1, 0);
+    pm_message m;
+    wait_flag(1);
+    for (int i = 0; i < 70; i++)
+        (void)pm_node_send(n, &p1, "m", 1);
+    for (int i = 0; i < 2000 && lane_to(n, 1) == NULL; i++)
+        (void)pm_node_recv(n, &m, 10);
+    pm__node_lane *e = lane_to(n, 1);
+    atomic_store(flag, 2);
+    wait_flag(3);
+    int ready = 0;
+    for (int i = 0; e != NULL && i < 2000 && !(ready = pm__node_lane_switch_ready(e)); i++)
+        usleep(10000);
+    int unmarked = e != NULL && !e->marked;
+    pm_message r;
+    int rc = pm_node_request(n, &p1, "q", 1, 20000, &r);
+    pm_test_say(n, "w lane=%d ready=%d unmarked=%d rc=%d flooded=%d p_lane=%d", e != NULL, ready,
+                unmarked, rc, atomic_load(&unm->floods) > 0, atomic_load(&unm->held) >= 1);
+    return idle(n);
+}
+
+static int unmarked_p(pm_node *n)
+{
+    pm_address x = pm_test_slot_addr(2, 0), y = pm_test_slot_addr(3, 0);
+    pm_message m;
+    (void)wait_peer(n, &x);
+    static char buf[16000];
+    /* Until the hub holds P back (its frames to X wait in X's queue at
+     * P's bound) and P's up ring is full: 50 refusals in a row. */
+    int refused = 0, sent = 0;
+    for (int i = 0; i < 100000 && refused < 50; i++) {
+        (void)pm_node_try_send(n, &y, "y", 1);
+        if (pm_node_try_send(n, &x, buf, sizeof(buf)) == 0) {
+            sent++;
+            refused = 0;
+        } else {
+            refused++;
+            usleep(10000);
+        }
+    }
+    atomic_store(&unm->floods, sent);
+    atomic_store(flag, 1);
+    wait_flag(2);
+    while (pm_node_recv(n, &m, 0) == 0) /* W's 70, the offer, W's marker */
+        ;
+    atomic_store(&unm->held, (int)pm__node_ls_held(n->ls));
+    atomic_store(flag, 3);
+    while (pm_node_recv(n, &m, -1) == 0)
+        if (m.kind == PM_MSG_REQUEST)
+            _exit(0); /* W's request, taken and never answered */
+    _exit(0);
+}
+
+static int boot_unmarked(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    if (pm_node_slot(n) == 0)
+        return unmarked_w(n);
+    if (pm_node_slot(n) == 1)
+        return atomic_load(flag) != 0 ? idle(n) : unmarked_p(n);
+    if (pm_node_slot(n) == 3)
+        return idle(n);
+    pm_message m; /* X: answers one request, then reads nothing until flag 5 */
+    while (pm_node_recv(n, &m, -1) == 0 && m.kind != PM_MSG_REQUEST)
+        ;
+    pm_node_reply(n, &m, m.data, m.len);
+    while (atomic_load(flag) < 5)
+        usleep(10000);
+    return idle(n);
+}
+
+START_TEST(test_lane_request_unmarked)
+{
+    atomic_store(flag, 0);
+    memset(unm, 0, sizeof(*unm));
+    pm_options *o = lane_options(boot_unmarked, 4);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 60000);
+    atomic_store(flag, 5);
+    char want[96];
+    snprintf(want, sizeof(want), "#w lane=1 ready=1 unmarked=1 rc=%d flooded=1 p_lane=1",
+             -EHOSTDOWN);
+    ck_assert_str_eq(said[0], want);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -1353,6 +1458,9 @@ int main(int argc, char **argv)
     }
     flag = mmap(NULL, sizeof(*flag), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (flag == MAP_FAILED)
+        return 99;
+    unm = mmap(NULL, sizeof(*unm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (unm == MAP_FAILED)
         return 99;
     ssize_t k = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
     if (k <= 0)
@@ -1379,5 +1487,6 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_bell_bounded, 120);
     PM_ADD_TEST(s, test_lane_marker_behind_other_wakeup, 120);
     PM_ADD_TEST(s, test_lane_sender_after_lane_receive, 120);
+    PM_ADD_TEST(s, test_lane_request_unmarked, 120);
     return pm_test_main(s);
 }

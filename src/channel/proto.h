@@ -27,6 +27,9 @@
  * (it knows PM__FT_LANE and reads the control block's lane_revoked). */
 #define PM__PROTO_MIN_VERSION 2u
 #define PM__PROTO_LANES_VERSION 3u
+/* The first whose library reads a revocation's wake-up naming its lane
+ * (laneoffer.h, PM__LANE_REVOKED_SIZE). */
+#define PM__PROTO_LANE_NOTES_VERSION 4u
 #define PM__INIT_FIXED 148u
 
 typedef struct pm__init_msg {

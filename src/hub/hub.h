@@ -229,6 +229,9 @@ void pm__hub_port_set_state(pm__hub *h, unsigned p, int state);
  * them (fork mode, or an exec'd worker's HELLO of version 3 or later). */
 int pm__hub_lanes_enable(pm__hub *h);
 void pm__hub_port_lanes_ok(pm__hub *h, unsigned p, int ok);
+/* Its library reads a revocation's wake-up naming the lane (protocol 4 and
+ * later, fork mode); else the wake-up has no payload (laneoffer.h). */
+void pm__hub_port_lane_notes(pm__hub *h, unsigned p, int named);
 /* Never read from this incarnation again (fenced, or it ended). */
 void pm__hub_port_cut(pm__hub *h, unsigned p);
 /* Its fd socket is readable: takes the records waiting there (at once,

@@ -73,6 +73,14 @@
  * (a message or request it sent), or PM__CHARGE_ANSWER (a reply or notice,
  * charged to the port it waits for). */
 #define PM__CHARGE_ANSWER 0xFFFFFFFEu
+/* A revocation's wake-up (hub_lane.c), charged to the lane notes of the
+ * port it waits for: never dropped at main's hold or the hub's total (a
+ * worker that never learns of a revocation may wait on its lane for
+ * good: a review of stop 45), bounded by construction (one per lane the
+ * port holds, PM__LANES_MAX, and no lane is offered to a port whose queue
+ * is not empty) and here at twice that. */
+#define PM__CHARGE_LANE 0xFFFFFFFDu
+#define PM__LANE_NOTES_MAX 16u
 
 /* A frame waiting for room in a destination's ring: header and payload,
  * ready to copy. */
@@ -227,6 +235,9 @@ struct pm__port {
     size_t held_bytes;
     uint32_t held_fds;     /* of those, large messages (PM__HOLD_MAX_FDS) */
     uint32_t ans_fds;      /* large answers to it waiting in its own queue */
+    uint32_t note_frames;  /* revocations' wake-ups to it waiting in its queue */
+    size_t note_bytes;
+    uint32_t note_fds;     /* always 0 (charge_of's third count) */
     uint64_t rx_len;
     int rx_fd;             /* the checked fd of the large message at the head of its
                               up ring, kept while the sender is held back; -1 */
@@ -258,6 +269,7 @@ struct pm__port {
     uint64_t malformed;    /* frames dropped from it */
     int lanes_ok;          /* its library takes direct lanes (hub_lane.c): set by the
                               owner for this incarnation, cleared at its close */
+    int lane_notes;        /* and a revocation's wake-up naming its lane (protocol 4) */
     /* Set while the port's index is on the hub's list of that name
      * (pm__hub_mark_*), so it is listed at most once; cleared only when the
      * list lets go of it. The list may hold a port whose flag (busy,

@@ -58,6 +58,11 @@ void pm__hub_port_lanes_ok(pm__hub *h, unsigned i, int ok)
     h->ports[i].lanes_ok = ok != 0;
 }
 
+void pm__hub_port_lane_notes(pm__hub *h, unsigned i, int named)
+{
+    h->ports[i].lane_notes = named != 0;
+}
+
 /* A port that may take a lane now: ready, its library speaks lanes, and
  * nothing waits for its down ring (an offer is never queued: it would
  * name a record the worker had long taken, or overtake nothing it must). */
@@ -92,11 +97,14 @@ static void revoke_at(pm__hub *h, pm__port *p, uint32_t index, uint32_t gen)
     pm__frame_hdr f = pm__hub_main_hdr(PM__FT_LANE, p);
     unsigned char note[PM__LANE_REVOKED_SIZE];
     pm__lane_revoked_encode(index, gen, note);
-    /* Dropped when its queue is at its bound: the worker reads its words
-     * anyway at every wait slice (node_messaging.c) and finishes a marked
-     * lane from the word alone; an unmarked one waits for the offer that
-     * reuses its index (node_lanes.c). */
-    (void)pm__hub_push(h, p, &f, note, sizeof(note), PM__NODE_MAIN);
+    /* Never dropped at a bound shared with other traffic (PM__CHARGE_LANE):
+     * an unmarked lane is finished only at its own wake-up or the offer
+     * that reuses its index, and a request waiting on it fails only then.
+     * A library of protocol 3 takes a wake-up without a payload, which it
+     * reads as "look at every revocation" (and an 8-byte one as a bad
+     * offer). */
+    int named = p->lane_notes;
+    (void)pm__hub_push(h, p, &f, named ? note : NULL, named ? sizeof(note) : 0, PM__CHARGE_LANE);
     h->lanes_revoked++;
 }
 

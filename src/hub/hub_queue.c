@@ -52,6 +52,10 @@ static void charge_of(pm__hub *h, pm__port *d, uint32_t charge, uint32_t **frame
         *frames = &d->ans_frames;
         *bytes = &d->ans_bytes;
         *fds = &d->ans_fds;
+    } else if (charge == PM__CHARGE_LANE) {
+        *frames = &d->note_frames;
+        *bytes = &d->note_bytes;
+        *fds = &d->note_fds;
     } else if (charge == PM__NODE_MAIN) {
         *frames = &h->main_held_frames;
         *bytes = &h->main_held_bytes;
@@ -270,14 +274,16 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
             leave_in_ring(h, h->leave_from, d, total))
             return -EAGAIN;
     }
-    int full = charge == PM__CHARGE_ANSWER ? -ENOBUFS : -EAGAIN;
+    int full = charge == PM__CHARGE_ANSWER || charge == PM__CHARGE_LANE ? -ENOBUFS : -EAGAIN;
     uint32_t *frames, *fds;
     size_t *bytes;
     charge_of(h, d, charge, &frames, &bytes, &fds);
-    if (*frames >= PM__HOLD_MAX_FRAMES || *bytes + total > PM__HOLD_MAX_BYTES ||
-        (fd >= 0 && *fds >= PM__HOLD_MAX_FDS))
+    if (charge == PM__CHARGE_LANE ? *frames >= PM__LANE_NOTES_MAX
+                                  : *frames >= PM__HOLD_MAX_FRAMES ||
+                                        *bytes + total > PM__HOLD_MAX_BYTES ||
+                                        (fd >= 0 && *fds >= PM__HOLD_MAX_FDS))
         return full;
-    if (h->queued_bytes + total > PM__HUB_QUEUED_MAX_BYTES) {
+    if (charge != PM__CHARGE_LANE && h->queued_bytes + total > PM__HUB_QUEUED_MAX_BYTES) {
         h->queued_full = 1;
         return full;
     }

@@ -349,6 +349,7 @@ void pm__hub_port_close(pm__hub *h, unsigned i)
      * "Direct lanes", Revocation). */
     pm__hub_lanes_end(h, p);
     p->lanes_ok = 0;
+    p->lane_notes = 0;
     p->channel = NULL;
 }
 

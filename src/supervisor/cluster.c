@@ -60,6 +60,7 @@ static void on_control(void *owner, unsigned p, int type, const void *payload, s
         /* An older library would drop a lane's offer as malformed and leave
          * its record on the socket, breaking its large messages' sequence. */
         pm__hub_port_lanes_ok(c->hub, p, s->hello_version >= PM__PROTO_LANES_VERSION);
+        pm__hub_port_lane_notes(c->hub, p, s->hello_version >= PM__PROTO_LANE_NOTES_VERSION);
         /* Usually INIT is in its ring already, written before the worker
          * could say HELLO: the worker finds it without a sleep, and we
          * answer nothing. */

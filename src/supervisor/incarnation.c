@@ -677,6 +677,7 @@ static void arm(pm_cluster *c, pm__slot *s)
     /* Fork mode: our own library, it takes lanes; exec mode: its HELLO
      * says (cluster.c on_control). */
     pm__hub_port_lanes_ok(c->hub, s->index, c->o->exec_path == NULL);
+    pm__hub_port_lane_notes(c->hub, s->index, c->o->exec_path == NULL);
     if (open == 0 && pm__loop_arm_multi(c->loop, s->channel.hub_efd,
                                         PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
         s->hub_armed = 1;

@@ -42,6 +42,7 @@ struct pm__node_ls {
     unsigned rr;         /* the index read first next time (fairness) */
     uint64_t lost_req;   /* a request whose lane was revoked before its reply */
     uint64_t bad_marks;  /* markers naming no lane of ours */
+    uint64_t handed;     /* frames kept and requests lost by finished lanes */
     uint64_t stale_offers; /* offers of lanes revoked before they were read */
     uint64_t counted_at; /* the hub ring position counted last (pm__node_lane_took) */
     pm__node_lane *last; /* the lane the last frame came by */
@@ -98,6 +99,7 @@ static void keep_frame(void *arg, const pm__frame_hdr *h, const void *payload)
 {
     pm__node_ls *s = arg;
     s->keep(s->keep_arg, h, payload);
+    s->handed++;
 }
 
 static void lost_request(void *arg, uint32_t peer_slot, uint64_t id)
@@ -105,6 +107,7 @@ static void lost_request(void *arg, uint32_t peer_slot, uint64_t id)
     (void)peer_slot;
     pm__node_ls *s = arg;
     s->lost_req = id;
+    s->handed++;
 }
 
 /* Where a finished lane's frames and lost request go. */
@@ -336,8 +339,9 @@ static void mark(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
         edge_watch(s, e->efd_self, (uint32_t)(e - s->t.at));
 }
 
-void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
+int pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload)
 {
+    uint64_t handed = s->handed;
     if (h->type == PM__FT_LANE_MARK)
         mark(s, h, payload);
     else if (h->len == 0)
@@ -346,6 +350,7 @@ void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *pay
         (void)revoked_named(s, h, payload, NULL); /* the wake-up of a revocation */
     else
         offer(s, h, payload, 1);
+    return s->handed != handed;
 }
 
 /* The revocations read from a send path: every revoked lane finished but

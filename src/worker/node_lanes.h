@@ -39,8 +39,10 @@ int pm__node_ls_revoked(pm__node_ls *s);
 int pm__node_ls_lost(pm__node_ls *s, uint64_t id);
 /* A PM__FT_LANE or PM__FT_LANE_MARK frame off the hub ring (the caller
  * consumes it afterwards): an offer adopted (its marker sent), a
- * revocation's wake-up, a peer's marker. */
-void pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
+ * revocation's wake-up, a peer's marker. 1 when a lane it finished left
+ * frames for the stash or lost a request (the caller looks there before
+ * it waits again), else 0. */
+int pm__node_ls_control(pm__node_ls *s, const pm__frame_hdr *h, const void *payload);
 /* The same from a send path, for the lane frame at the head of the hub
  * ring: a peer's marker, a revocation's wake-up, an offer (at an index
  * whose revoked lane is finished first, that lane alone). The lane the

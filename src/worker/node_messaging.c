@@ -212,7 +212,7 @@ static int may_spin(const pm_node *n)
     return pm__spin_gate(pm__spin_cpus(), pm__ring_consumer_parked(&n->channel.tx) ? 0u : 1u);
 }
 
-static void lane_control(pm_node *n, const pm__frame_hdr *h, const void *payload);
+static int lane_control(pm_node *n, const pm__frame_hdr *h, const void *payload);
 
 /* What next_frame found: a frame peeked in the hub ring (consumed by the
  * caller), a frame from a lane (copied out already: nothing to consume),
@@ -261,8 +261,15 @@ static int next_frame(pm_node *n, uint64_t *deadline_ms, int timeout_ms, pm__fra
                 return -ESHUTDOWN;
             }
             if (h->type == PM__FT_LANE || h->type == PM__FT_LANE_MARK) {
-                lane_control(n, h, *payload);
+                int handed = lane_control(n, h, *payload);
                 pm__ring_consume(&n->channel.rx);
+                /* An unmarked lane is finished only here (at its wake-up,
+                 * or the offer that reuses its index): its frames are in
+                 * the stash, or the request waiting on it is lost, and
+                 * the caller must look before it waits again (a request
+                 * waited out its deadline: a review of stop 45). */
+                if (handed)
+                    return FROM_STASH;
                 continue;
             }
             pm__node_ls_took(n->ls, h);
@@ -372,14 +379,13 @@ static pm__node_ls *lanes_of(pm_node *n)
 
 /* A lane frame of the hub's: an offer, a revocation's wake-up, a
  * peer's marker. Without memory for the lanes' state an offer's record
- * is still taken, so the record sequence stays whole. */
-static void lane_control(pm_node *n, const pm__frame_hdr *h, const void *payload)
+ * is still taken, so the record sequence stays whole. 1 when a lane it
+ * finished left frames in the stash or lost a request. */
+static int lane_control(pm_node *n, const pm__frame_hdr *h, const void *payload)
 {
     pm__node_ls *s = lanes_of(n);
-    if (s != NULL) {
-        pm__node_ls_control(s, h, payload);
-        return;
-    }
+    if (s != NULL)
+        return pm__node_ls_control(s, h, payload);
     int fds[3];
     pm__lane_offer o;
     if (h->type == PM__FT_LANE && h->len == PM__LANE_OFFER_SIZE &&
@@ -389,6 +395,7 @@ static void lane_control(pm_node *n, const pm__frame_hdr *h, const void *payload
         for (int k = 0; k < 3; k++)
             pm__close(fds[k]);
     }
+    return 0;
 }
 
 static int node_fd(pm_node *n)
