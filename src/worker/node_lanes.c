@@ -391,7 +391,8 @@ int pm__node_ls_control_early(pm__node_ls *s, const pm__frame_hdr *h, const void
     if (pm__lane_offer_decode(copy, sizeof(copy), &o) < 0 || o.index >= PM__LANES_MAX)
         return 0;
     /* The index's old lane was revoked before this offer was written (its
-     * wake-up may have been dropped at the hub's bound): that lane alone is
+     * wake-up may have been lost: a supervisor out of memory, or one of
+     * stop 44 and before, which dropped it at main's bound): that lane alone is
      * finished here (the last message's with its buffer kept), never another
      * (a lane revoked after this offer was queued may still have its
      * marker behind it: design.md, "Direct lanes", Revocation). */

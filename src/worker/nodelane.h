@@ -64,7 +64,8 @@ typedef struct pm__node_lanes_sink {
  * a later generation. The supervisor makes a lane at an index only after
  * the index's last lane was revoked, so the words of one index only grow
  * (serial numbers, wrapping after 2^32 lanes; 0: never revoked). A later
- * word is what a worker sees when this lane's wake-up was dropped and the
+ * word is what a worker sees when this lane's wake-up was lost (no memory
+ * in the supervisor; dropped at main's bound before stop 45) and the
  * index's next lane was revoked too before it looked. */
 static inline int pm__node_lane_revoked_by(uint32_t word, uint32_t gen)
 {
