@@ -343,7 +343,9 @@ PM_EXTERN int pm_options_set_hub_spin_us(pm_options *o, int us);
  * broadcasts, notices, messages larger than PM_DIRECT_LANE_MAX_PAYLOAD.
  * The receiving library stamps the sender from what the supervisor told
  * it, never from the lane, and copies each frame out before checking it.
- * Lanes need cgroup containment (a revoked lane must have no writer left:
+ * A lane ends with either worker's incarnation: what the ended worker
+ * wrote on it before is still delivered, nothing after, and a request
+ * waiting on it fails -EHOSTDOWN. Lanes need cgroup containment (a revoked lane must have no writer left:
  * pm_cluster_containment), and an exec'd worker's libprocmesh of protocol
  * version 3 or later; otherwise, with 0 here, or with
  * pm_options_set_fence_not_draining (which needs every frame through the
