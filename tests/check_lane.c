@@ -2122,13 +2122,26 @@ static void sink_lost(void *arg, uint32_t peer, uint64_t id)
 START_TEST(test_node_table)
 {
     int before = pm_test_count_fds();
-    pm__node_lanes *me = malloc(sizeof(*me)), *peer = malloc(sizeof(*peer));
+    pm__node_lanes *me = calloc(1, sizeof(*me)), *peer = calloc(1, sizeof(*peer)); /* padding 0 too */
     pm__node_lanes_init(me);
     pm__node_lanes_init(peer);
     int a[3], b[3];
     record_fds(a, b);
     pm__lane_offer oa = {.seq = 1, .index = 2, .gen = 5, .end = 1, .peer_slot = 7, .peer_inc = 70};
     pm__lane_offer ob = {.seq = 1, .index = 0, .gen = 5, .end = 0, .peer_slot = 9, .peer_inc = 90};
+    /* An index past the table, the table empty (the supervisor is trusted,
+     * but the table never reads or writes past its end): refused, fds
+     * closed, nothing held. */
+    int x[3], y[3];
+    record_fds(x, y);
+    for (int k = 0; k < 3; k++)
+        close(y[k]);
+    pm__lane_offer past = oa;
+    past.index = PM__LANES_MAX;
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &past, x, 9, 90), -EBUSY);
+    ck_assert_int_eq(pm_test_count_fds(), before + 6);
+    ck_assert_uint_eq(me->live, 0);
+    ck_assert_ptr_null(me->husk);
     ck_assert_int_eq(pm__node_lanes_adopt(me, &oa, a, 9, 90), 0);
     ck_assert_int_eq(pm__node_lanes_adopt(peer, &ob, b, 7, 70), 0);
     ck_assert_uint_eq(me->live, 1);
@@ -2166,6 +2179,13 @@ START_TEST(test_node_table)
     ck_assert_uint_eq(me->live, 0);
     ck_assert_ptr_null(pm__node_lanes_to(me, 7, 0));
     ck_assert_int_eq(pm_test_count_fds(), before);
+    /* Every index free again holds the table's empty state (nodelane.h:
+     * fds -1, never 0, a number a later close would take from someone). */
+    for (unsigned k = 0; k < PM__LANES_MAX; k++) {
+        ck_assert_ptr_null(me->at[k].lane);
+        ck_assert_int_eq(me->at[k].efd_self, -1);
+        ck_assert_int_eq(me->at[k].efd_peer, -1);
+    }
     free(me);
     free(peer);
 }
@@ -2198,11 +2218,13 @@ START_TEST(test_node_revoked)
     ck_assert_int_eq(pm__node_lanes_adopt(peer, &ob, b, 7, 70), 0);
     pm__node_lane *e = &me->at[4], *f = &peer->at[0];
     e->marked = 1;
-    /* We wait on a request over the lane; the peer wrote three messages. */
+    /* We wait on a request over the lane; the peer wrote three frames, the
+     * second a request of its own that happens to carry our request's id
+     * (each end numbers its own): only a reply answers ours. */
     pm__frame_hdr q = msg_hdr(PM__FT_REQUEST, 33), m = msg_hdr(PM__FT_MSG, 0);
     ck_assert_int_eq(pm__lane_send(e->lane, &q, "q", 1), 0);
     for (char c = '1'; c <= '3'; c++)
-        ck_assert_int_eq(pm__lane_send(f->lane, &m, &c, 1), 0);
+        ck_assert_int_eq(pm__lane_send(f->lane, c == '2' ? &q : &m, &c, 1), 0);
     struct sink_log log;
     memset(&log, 0, sizeof(log));
     pm__node_lanes_sink sink = {sink_frame, sink_lost, &log};
@@ -2259,6 +2281,27 @@ START_TEST(test_node_revoked)
     ck_assert_uint_eq(pm__node_lanes_revoked(me, words, &sink), 1);
     ck_assert_int_eq(log.frames, 0);
     ck_assert_uint_eq(log.lost_id, 33);
+    /* A receive's look (unmarked_too 0) finishes a marked revoked lane
+     * only: an unmarked one waits for its own wake-up. */
+    int s1[3], s2[3], s3[3], s4[3];
+    record_fds(s1, s2);
+    record_fds(s3, s4);
+    for (int k = 0; k < 3; k++) {
+        close(s2[k]);
+        close(s4[k]);
+    }
+    pm__lane_offer om = {.seq = 1, .index = 5, .gen = 20, .end = 1, .peer_slot = 7, .peer_inc = 70};
+    pm__lane_offer ou = {.seq = 1, .index = 6, .gen = 21, .end = 1, .peer_slot = 8, .peer_inc = 80};
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &om, s1, 9, 90), 0);
+    ck_assert_int_eq(pm__node_lanes_adopt(me, &ou, s3, 9, 90), 0);
+    me->at[5].marked = 1;
+    atomic_store(&words[5], 20);
+    atomic_store(&words[6], 21);
+    ck_assert_uint_eq(pm__node_lanes_revoked_if(me, words, &sink, 0), 1);
+    ck_assert_ptr_null(me->at[5].lane);
+    ck_assert_ptr_nonnull(me->at[6].lane);
+    ck_assert_uint_eq(pm__node_lanes_revoked_if(me, words, &sink, 1), 1);
+    ck_assert_ptr_null(me->at[6].lane);
     /* Two revoked lanes, one kept (the send path's: its buffer holds the
      * caller's last message): only the other is finished; a second pass
      * without keep finishes it. */
@@ -2333,7 +2376,8 @@ START_TEST(test_node_revoked_kept)
     ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, 4), 0); /* not revoked */
     atomic_store(&words[4], 12);
     atomic_store(&words[2], 13);
-    ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, 5), 0); /* no lane */
+    atomic_store(&words[5], 12); /* a word, but no lane there */
+    ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, 5), 0);
     ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, PM__LANES_MAX), 0);
     ck_assert_uint_eq(pm__node_lanes_revoked_kept(me, words, &sink, 4), 1);
     ck_assert_int_eq(log.frames, 2);
