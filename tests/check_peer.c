@@ -517,6 +517,18 @@ START_TEST(test_hostile_preamble)
     ck_assert_int_eq(b.c.fail, PM__PF_PREAMBLE);
     side_free(&b);
 
+    /* Another magic, its version length valid: refused from the 7 bytes. */
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(respond_to(&b, "XMLINK\x05", 7), PM__PCE_DEAD);
+    ck_assert_int_eq(b.c.fail, PM__PF_PREAMBLE);
+    side_free(&b);
+
+    /* No session yet: nothing to rekey or beat on. */
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(pm__pconn_rekey(&b.c), -ENOTCONN);
+    ck_assert_int_eq(pm__pconn_heartbeat(&b.c), -ENOTCONN);
+    side_free(&b);
+
     /* A version length over 32 is refused from the 7 bytes that carry it. */
     side_init(&b, "b", secret1, NULL, 0);
     ck_assert_int_eq(respond_to(&b, "PMLINK\xff", 7), PM__PCE_DEAD);
