@@ -1222,9 +1222,10 @@ static int boot_last_lane_sender(pm_node *n, void *arg)
     pm_address to = pm_test_slot_addr(1, 0);
     pm_message r;
     (void)earn_lane(n, 1);
-    /* The lane's replies: the last one came by it (it is the current
-     * message from here on, never let go: no receive follows). */
-    for (uint32_t i = 0; i < 20; i++)
+    /* Requests until a reply comes by the lane (the server's replies take
+     * it once it has switched); that reply stays the current message: no
+     * receive follows. */
+    for (uint32_t i = 0; i < 2000 && pm__node_ls_last(n->ls) == NULL; i++)
         (void)pm_node_request(n, &to, &i, sizeof(i), 10000, &r);
     if (pm__node_ls_last(n->ls) == NULL) {
         pm_test_say(n, "sender: the last reply did not come by the lane");
@@ -1308,18 +1309,7 @@ static int boot_marker_behind(pm_node *n, void *arg)
         return marker_behind_w(n);
     if (atomic_load(flag) != 0) /* a replacement */
         return idle(n);
-    if (pm_node_slot(n) == 1)
-        return marker_behind_p1(n);
-    for (;;) {
-        pm_message m;
-        int rc = pm_node_recv(n, &m, -1);
-        if (rc == -ESHUTDOWN)
-            return 0;
-        if (rc == 0 && m.kind == PM_MSG_REQUEST)
-            pm_node_reply(n, &m, m.data, m.len);
-        else if (rc == 0 && m.len == 3 && memcmp(m.data, "die", 3) == 0)
-            _exit(0);
-    }
+    return pm_node_slot(n) == 1 ? marker_behind_p1(n) : server(n);
 }
 
 START_TEST(test_lane_marker_behind_other_wakeup)
@@ -1329,8 +1319,9 @@ START_TEST(test_lane_marker_behind_other_wakeup)
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, atomic_load(flag) == 1, 40000);
     uint64_t revoked = c->hub->lanes_revoked;
-    pm_address p2 = pm_test_slot_addr(2, 0);
-    ck_assert_int_eq(pm_cluster_send(c, &p2, "die", 3), 0);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 2, &si), 0);
+    ck_assert_int_eq(kill(si.pid, SIGKILL), 0); /* slot 2 dies */
     PM_RUN_UNTIL(c, c->hub->lanes_revoked > revoked, 20000); /* Y, at W */
     atomic_store(flag, 2);
     PM_RUN_UNTIL(c, said[1][0] != 0 && c->hub->lanes_revoked > revoked + 1, 20000); /* X, at W */
@@ -1353,7 +1344,7 @@ END_TEST
  * -EHOSTDOWN when W takes the revocation's wake-up; it waited out its
  * deadline (-ETIMEDOUT), for ever with none, before. */
 struct unmarked_seen {
-    _Atomic int floods, held;
+    _Atomic int floods, held, hub_holds;
 };
 static struct unmarked_seen *unm;
 
@@ -1387,17 +1378,19 @@ static int unmarked_p(pm_node *n)
     (void)wait_peer(n, &x);
     static char buf[16000];
     /* Until the hub holds P back (its frames to X wait in X's queue at
-     * P's bound) and P's up ring is full: 50 refusals in a row. */
-    int refused = 0, sent = 0;
-    for (int i = 0; i < 100000 && refused < 50; i++) {
+     * P's bound: main sees it, hub_holds) and P's up ring is full (a
+     * refusal after that: the hub reads P's ring no more, so it stays
+     * full). At most 60 s. */
+    int sent = 0;
+    for (int i = 0; i < 6000; i++) {
         (void)pm_node_try_send(n, &y, "y", 1);
         if (pm_node_try_send(n, &x, buf, sizeof(buf)) == 0) {
             sent++;
-            refused = 0;
-        } else {
-            refused++;
-            usleep(10000);
+            continue;
         }
+        if (atomic_load(&unm->hub_holds))
+            break;
+        usleep(10000);
     }
     atomic_store(&unm->floods, sent);
     atomic_store(flag, 1);
@@ -1437,6 +1430,8 @@ START_TEST(test_lane_request_unmarked)
     memset(unm, 0, sizeof(*unm));
     pm_options *o = lane_options(boot_unmarked, 4);
     pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, pm_test_slot_blocked_on(c, 1) >= 0, 60000); /* the hub holds P back */
+    atomic_store(&unm->hub_holds, 1);
     PM_RUN_UNTIL(c, said[0][0] != 0, 60000);
     atomic_store(flag, 5);
     char want[96];
