@@ -6,6 +6,7 @@
 #include "supervisor/budget.h"
 #include "procmesh.h"
 #include "supervisor/slot.h"
+#include "supervisor/types.h" /* pm__slot_tag_current */
 
 static pm__budget_cfg cfg(uint32_t min, uint32_t max, double f, int n, uint32_t window)
 {
@@ -209,6 +210,32 @@ START_TEST(test_slot_table)
 }
 END_TEST
 
+/* One loop carries every slot's completions, each tagged with the
+ * incarnation it was armed for (os/loop.h): one that arrives after that
+ * incarnation died, when the slot has no process or has the next one, is
+ * dropped, never handled as the new incarnation's (turn.c handle_tag). */
+START_TEST(test_stale_completion_tag)
+{
+    pm__slot s;
+    memset(&s, 0, sizeof(s));
+    s.index = 3;
+    s.incarnation = 2;
+    s.pid = 0;
+    /* No process: nothing is current, not even its own incarnation. */
+    ck_assert_int_eq(pm__slot_tag_current(&s, PM__TAG(PM__TAG_PIDFD, 3, 2)), 0);
+    s.pid = 4242;
+    ck_assert_int_eq(pm__slot_tag_current(&s, PM__TAG(PM__TAG_PIDFD, 3, 2)), 1);
+    ck_assert_int_eq(pm__slot_tag_current(&s, PM__TAG(PM__TAG_EXECPIPE, 3, 2)), 1);
+    /* The dead incarnation's, and one not made yet: dropped. */
+    ck_assert_int_eq(pm__slot_tag_current(&s, PM__TAG(PM__TAG_PIDFD, 3, 1)), 0);
+    ck_assert_int_eq(pm__slot_tag_current(&s, PM__TAG(PM__TAG_HUB, 3, 3)), 0);
+    /* The tag keeps the low 32 bits: incarnation 2^32 + 2 is tagged 2. */
+    s.incarnation = (1ULL << 32) + 2;
+    ck_assert_int_eq(pm__slot_tag_current(&s, PM__TAG(PM__TAG_SOCK, 3, s.incarnation)), 1);
+    ck_assert_int_eq(pm__slot_tag_current(&s, PM__TAG(PM__TAG_SOCK, 3, 1)), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("budget");
@@ -221,6 +248,7 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = pm_tcase("slot-table", 30);
     tcase_add_test(tc, test_slot_table);
+    tcase_add_test(tc, test_stale_completion_tag);
     suite_add_tcase(s, tc);
     return pm_test_main(s);
 }

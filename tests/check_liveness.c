@@ -12,6 +12,7 @@
 
 #include "internals.h"
 #include "channel/proto.h"
+#include "supervisor/liveness.h"
 
 #define RUN_UNTIL PM_RUN_UNTIL
 #define ms pm_test_ms
@@ -492,6 +493,58 @@ START_TEST(test_supervisor_stopped_no_fence)
 }
 END_TEST
 
+/* A suspended machine cannot be made here, so the rule that tells a
+ * suspend from a stall is asserted on its arithmetic (pure), the same
+ * function pm__liveness_check feeds with the two clocks: the stall is the
+ * larger of the check's lateness (MONOTONIC past its period) and
+ * BOOTTIME's lead over MONOTONIC; excused only past half the timeout; named
+ * "suspend" when the lead is the larger part. */
+START_TEST(test_stall_or_suspend_rule)
+{
+    static const struct {
+        uint64_t dm, db, period, timeout;
+        uint64_t stall;
+        int reason;
+    } rows[] = {
+        /* on time, clocks together: nothing */
+        {300, 300, 300, 1200, 0, 0},
+        /* late by exactly half the timeout: not yet a stall */
+        {900, 900, 300, 1200, 0, 0},
+        /* one ms more: a stall of 601 */
+        {901, 901, 300, 1200, 601, PM_REASON_STALL},
+        /* suspended: MONOTONIC ran one period, BOOTTIME 5 s */
+        {300, 5300, 300, 1200, 5000, PM_REASON_SUSPEND},
+        /* BOOTTIME ahead by exactly half the timeout: not yet */
+        {300, 900, 300, 1200, 0, 0},
+        {300, 901, 300, 1200, 601, PM_REASON_SUSPEND},
+        /* both: the larger names it */
+        {2300, 3000, 300, 1200, 2000, PM_REASON_STALL},
+        {1000, 4000, 300, 1200, 3000, PM_REASON_SUSPEND},
+        /* equal parts: a stall (the suspend must be the larger) */
+        {1300, 2300, 300, 1200, 1000, PM_REASON_STALL},
+        /* BOOTTIME behind MONOTONIC (cannot be; reads as no suspend) */
+        {300, 100, 300, 1200, 0, 0},
+        /* early (dm under the period): not late */
+        {10, 10, 300, 1200, 0, 0},
+        /* a timeout of 1: half is 0, any lateness counts */
+        {6, 6, 5, 1, 1, PM_REASON_STALL},
+        {5, 5, 5, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int reason = -1;
+        uint64_t got = pm__liveness_stall(rows[i].dm, rows[i].db, rows[i].period,
+                                          rows[i].timeout, &reason);
+        ck_assert_msg(got == rows[i].stall, "row %zu: stall %llu, want %llu", i,
+                      (unsigned long long)got, (unsigned long long)rows[i].stall);
+        if (rows[i].stall != 0)
+            ck_assert_msg(reason == rows[i].reason, "row %zu: reason %d, want %d", i, reason,
+                          rows[i].reason);
+        else
+            ck_assert_msg(reason == -1, "row %zu: reason written without a stall", i);
+    }
+}
+END_TEST
+
 START_TEST(test_supervisor_death_recv_shutdown)
 {
     /* A worker without PDEATHSIG, blocked in pm_node_recv, learns within a
@@ -624,6 +677,7 @@ int main(void)
     PM_ADD_TEST(s, test_fenced_frames_never_relayed, 60);
     PM_ADD_TEST(s, test_fenced_frames_never_reach_main, 60);
     PM_ADD_TEST(s, test_supervisor_stopped_no_fence, 60);
+    PM_ADD_TEST(s, test_stall_or_suspend_rule, 10);
     PM_ADD_TEST(s, test_supervisor_death_recv_shutdown, 60);
     PM_ADD_TEST(s, test_torture, 120);
     return pm_test_main(s);

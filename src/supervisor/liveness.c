@@ -45,18 +45,29 @@ uint64_t pm__liveness_period(const pm_cluster *c)
  * hung, fenced. Only change is read, never the value's meaning, so a worker
  * that scribbles on it can at worst look alive or hung.
  */
+uint64_t pm__liveness_stall(uint64_t dm, uint64_t db, uint64_t period, uint64_t timeout,
+                            int *reason)
+{
+    uint64_t late = dm > period ? dm - period : 0;
+    uint64_t suspended = db > dm ? db - dm : 0;
+    uint64_t stall = late > suspended ? late : suspended;
+    if (stall <= timeout / 2)
+        return 0;
+    *reason = suspended > late ? PM_REASON_SUSPEND : PM_REASON_STALL;
+    return stall;
+}
+
 void pm__liveness_check(pm_cluster *c, uint64_t now)
 {
     uint64_t timeout = (uint64_t)c->o->heartbeat_timeout_ms;
     uint64_t period = pm__liveness_period(c);
     uint64_t boot = boottime_ms();
     if (c->liveness->last_check_mono != 0) {
-        uint64_t dm = now - c->liveness->last_check_mono;
-        uint64_t db = boot - c->liveness->last_check_boot;
-        uint64_t late = dm > period ? dm - period : 0;
-        uint64_t suspended = db > dm ? db - dm : 0;
-        uint64_t stall = late > suspended ? late : suspended;
-        if (stall > timeout / 2) {
+        int reason = 0;
+        uint64_t stall = pm__liveness_stall(now - c->liveness->last_check_mono,
+                                            boot - c->liveness->last_check_boot, period,
+                                            timeout, &reason);
+        if (stall != 0) {
             c->stats.stalls++;
             if (stall > c->stats.longest_stall_ms)
                 c->stats.longest_stall_ms = stall;
@@ -67,7 +78,7 @@ void pm__liveness_check(pm_cluster *c, uint64_t now)
                 memset(&ev, 0, sizeof(ev));
                 ev.type = PM_EVENT_STALLED;
                 ev.delay_ms = stall > UINT32_MAX ? UINT32_MAX : (uint32_t)stall;
-                ev.reason_code = suspended > late ? PM_REASON_SUSPEND : PM_REASON_STALL;
+                ev.reason_code = reason;
                 ev.reason = pm_reason_name(ev.reason_code);
                 PM__APP_CALLBACK(c->hub, c->o->on_event(c, &ev, c->o->on_event_arg));
             }

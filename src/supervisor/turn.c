@@ -170,7 +170,7 @@ static void handle_tag(pm_cluster *c, uint64_t tag, int more)
         return;
     }
     /* A completion about an incarnation that is gone: drop it. */
-    if (!pm__slot_has_process(s) || PM__TAG_INC(tag) != (s->incarnation & 0xffffffffu))
+    if (!pm__slot_tag_current(s, tag))
         return;
     on_slot_tag(c, s, kind, more);
 }

@@ -20,6 +20,7 @@
 #include "os/cgroup.h"
 #include "deadlines.h"
 #include "channel/channel.h"
+#include "os/loop.h" /* PM__TAG_INC: pm__slot_tag_current */
 #include "output.h"
 #include "slot.h"
 #include "standby_state.h" /* pm__standby, a slot's */
@@ -174,6 +175,15 @@ static inline int pm__cluster_check(const pm_cluster *c)
 static inline int pm__slot_has_process(const pm__slot *s)
 {
     return s->pid > 0;
+}
+
+/* A completion tagged with s's slot is about its current incarnation only
+ * when s has a process and the tag carries that incarnation (its low 32
+ * bits: os/loop.h). One armed for an incarnation that died, delivered
+ * after the next one started, is not the new one's: dropped. */
+static inline int pm__slot_tag_current(const pm__slot *s, uint64_t tag)
+{
+    return pm__slot_has_process(s) && PM__TAG_INC(tag) == (s->incarnation & 0xffffffffu);
 }
 
 /* Sets (at > 0) or clears (at 0) the slot's one deadline: O(log N). */
