@@ -4,6 +4,7 @@
 
 #include <sodium.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/internal.h"
@@ -643,6 +644,37 @@ START_TEST(test_nonce_limit)
 }
 END_TEST
 
+/* A state that cannot have its memory is -ENOMEM, *out NULL, the
+ * transport freed: the address space capped below the state's one mapping
+ * (RLIMIT_AS; not in sanitizer builds, whose shadow memory the cap would
+ * take). */
+START_TEST(test_new_no_memory)
+{
+    if (pm_test_sanitized())
+        return;
+    pm__noise_transport *t[2];
+    handshake(t);
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%lu", &pages), 1);
+    fclose(f);
+    struct rlimit before, cap;
+    ck_assert_int_eq(getrlimit(RLIMIT_AS, &before), 0);
+    cap = before;
+    cap.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + PM__REC_MAX_CT / 2;
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &cap), 0);
+    pm__rec sentinel, *got = &sentinel;
+    int rc = pm__rec_new(&got, t[0]);
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &before), 0);
+    ck_assert_int_eq(rc, -ENOMEM);
+    ck_assert_ptr_null(got);
+    /* Uncapped: the same call works. */
+    ck_assert_int_eq(pm__rec_new(&got, t[1]), 0);
+    pm__rec_free(got);
+}
+END_TEST
+
 /* A CLOSE that cannot be sealed for want of nonces ends the sending
  * direction for good (record_state.h: sticky): nothing is sealed after
  * it, even once the counter would allow it again (moved back by the test:
@@ -781,6 +813,7 @@ int main(void)
     PM_ADD_TEST(s, test_caller_errors, 0);
     PM_ADD_TEST(s, test_close_refused_sticky, 0);
     PM_ADD_TEST(s, test_free_unmaps, 0);
+    PM_ADD_TEST(s, test_new_no_memory, 0);
     PM_ADD_TEST(s, test_heartbeat_echo, 0);
     return pm_test_main(s);
 }

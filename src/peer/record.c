@@ -7,7 +7,6 @@
 #include "record_state.h"
 
 #include <stdbool.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -30,19 +29,16 @@ static int tx_fail(pm__rec *r, int err)
     return err;
 }
 
-/* rx and tx hold plaintext traffic of other hosts: mappings of their own
- * that a fork-mode worker finds zeroed (or absent), never heap memory it
- * inherits (doc/reliability.md, fault 33). NULL on failure. */
-static unsigned char *traffic_map(size_t size)
-{
-    return pm__wipemem_alloc(size);
-}
-
-static void traffic_unmap(unsigned char *p, size_t size)
-{
-    if (p != NULL)
-        munmap(p, size);
-}
+/* rx and tx hold plaintext traffic of other hosts: they live in a mapping
+ * of their own that a fork-mode worker finds zeroed (or absent), never in
+ * heap memory it inherits (doc/reliability.md, fault 33). The state itself
+ * shares that mapping, ahead of the buffers: one allocation, so one
+ * failure to handle, and a fork child that inherits none of the state's
+ * nonces or errors either. */
+#define REC_ALIGN(n) (((n) + 63) / 64 * 64)
+#define REC_RX_AT REC_ALIGN(sizeof(pm__rec))
+#define REC_TX_AT (REC_RX_AT + REC_ALIGN(PM__REC_MAX_CT))
+#define REC_MAP_SIZE (REC_TX_AT + PM__REC_MAX_PLAIN)
 
 int pm__rec_new(pm__rec **out, pm__noise_transport *t)
 {
@@ -51,20 +47,14 @@ int pm__rec_new(pm__rec **out, pm__noise_transport *t)
         return -EINVAL;
     }
     *out = NULL;
-    pm__rec *r = calloc(1, sizeof(*r));
-    if (r != NULL) {
-        r->rx = traffic_map(PM__REC_MAX_CT);
-        r->tx = traffic_map(PM__REC_MAX_PLAIN);
-    }
-    if (r == NULL || r->rx == NULL || r->tx == NULL) {
-        if (r != NULL) {
-            traffic_unmap(r->rx, PM__REC_MAX_CT);
-            traffic_unmap(r->tx, PM__REC_MAX_PLAIN);
-        }
-        free(r);
+    unsigned char *m = pm__wipemem_alloc(REC_MAP_SIZE); /* zeroed: a fresh anonymous mapping */
+    if (m == NULL) {
         pm__noise_transport_free(t);
         return -ENOMEM;
     }
+    pm__rec *r = (pm__rec *)m;
+    r->rx = m + REC_RX_AT;
+    r->tx = m + REC_TX_AT;
     r->t = t;
     *out = r;
     return 0;
@@ -75,9 +65,9 @@ void pm__rec_free(pm__rec *r)
     if (r == NULL)
         return;
     pm__noise_transport_free(r->t);
-    traffic_unmap(r->rx, PM__REC_MAX_CT);
-    traffic_unmap(r->tx, PM__REC_MAX_PLAIN);
-    free(r);
+    /* Not wiped first: the pages go back to the kernel, which zeroes
+     * them before any other use. */
+    munmap(r, REC_MAP_SIZE);
 }
 
 /* ------------------------------------------------------------ segmentation */

@@ -37,8 +37,8 @@ struct pm__rec {
     unsigned hdr_got;
     uint32_t ct_len;
     size_t ct_got;
-    unsigned char *rx; /* PM__REC_MAX_CT bytes, allocated once */
-    unsigned char *tx; /* PM__REC_MAX_PLAIN bytes: a record's plaintext */
+    unsigned char *rx; /* PM__REC_MAX_CT bytes, in the state's own mapping (record.c) */
+    unsigned char *tx; /* PM__REC_MAX_PLAIN bytes: a record's plaintext; the same mapping */
 };
 
 /* Encrypts src[0..plain) (r->tx, or a caller's FRAMES plaintext) as one
