@@ -55,22 +55,31 @@ static void collect(void)
         kids[nkids++] = p;
 }
 
-static int alive_kids(void)
+/* Alive among the descendants read from the pipe so far. */
+static int alive_known(void)
 {
-    collect();
     int n = 0;
     for (int i = 0; i < nkids; i++)
         n += !dead(kids[i]);
     return n;
 }
 
+static int alive_kids(void)
+{
+    collect();
+    return alive_known();
+}
+
 /* Records events, and at the replacement's start how many descendants of
- * the earlier incarnation still lived (the rule: none). */
+ * the earlier incarnation still lived (the rule: none). Only those read
+ * before: STARTED comes after the replacement's fork, and a replacement
+ * that runs first (a loaded machine, a fast one) has already written its
+ * own descendant's pid, which is alive and not the earlier incarnation's. */
 static void on_tree_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     on_event(c, e, arg);
     if (e->type == PM_EVENT_STARTED && e->incarnation == 2 && leaked_at_restart < 0)
-        leaked_at_restart = alive_kids();
+        leaked_at_restart = alive_known();
 }
 
 enum { T_EXIT0, T_EXIT3, T_CRASH, T_IDLE };
