@@ -756,6 +756,30 @@ START_TEST(test_caller_errors)
     ck_assert_int_eq(pm_test_rec_seal_frames(r[0], NULL, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
     ck_assert_int_eq(pm__rec_feed(r[1], NULL, 1, &used, &in), -EINVAL);
     ck_assert_int_eq(pm__rec_feed(r[1], NULL, 0, &used, &in), 0);
+    /* Every seal refuses a missing state, output or length, each alone
+     * (the others valid), and leaves the state usable. */
+    static const unsigned char one_frame[] = {PM__REC_FRAMES, 1, 0, 0, 0, 'x'};
+    for (int fn = 0; fn < 5; fn++) {
+        for (int bad = 0; bad < 3; bad++) {
+            pm__rec *rr = bad == 0 ? NULL : r[0];
+            void *o = bad == 1 ? NULL : wire;
+            size_t *ol = bad == 2 ? NULL : &len;
+            int rc = fn == 0   ? pm__rec_seal_heartbeat(rr, o, sizeof(wire), ol)
+                     : fn == 1 ? pm__rec_seal_echo(rr, PM__REC_ECHO_PING, 1, o, sizeof(wire), ol)
+                     : fn == 2 ? pm__rec_seal_rekey(rr, o, sizeof(wire), ol)
+                     : fn == 3 ? pm__rec_seal_close(rr, 0, o, sizeof(wire), ol)
+                               : pm__rec_seal_frames_plain(rr, one_frame, sizeof(one_frame), o,
+                                                           sizeof(wire), ol);
+            ck_assert_msg(rc == -EINVAL, "seal %d with argument %d missing: %d", fn, bad, rc);
+        }
+    }
+    /* The common step itself refuses a length no record has (its callers
+     * check first: record_state.h), before anything is written. */
+    len = 7;
+    ck_assert_int_eq(pm__rec_seal(r[0], r[0]->tx, 0, false, wire, sizeof(wire), &len), -EINVAL);
+    ck_assert_int_eq(pm__rec_seal(r[0], r[0]->tx, PM__REC_MAX_PLAIN + 1, false, wire, sizeof(wire), &len),
+                     -EINVAL);
+    ck_assert_uint_eq(len, 7);
     ck_assert_uint_eq(pm__rec_wire_size(0), 0);
     ck_assert_uint_eq(pm__rec_wire_size(PM__REC_MAX_PLAIN + 1), 0);
     ck_assert_uint_eq(pm__rec_wire_size(PM__REC_MAX_PLAIN), PM__REC_WIRE_MAX);
