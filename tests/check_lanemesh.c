@@ -1442,6 +1442,70 @@ START_TEST(test_lane_request_unmarked)
 }
 END_TEST
 
+/* A worker's switch-over marker is relayed only when every field is a
+ * marker's and a lane joins the two incarnations (port.c mark_ok): with a
+ * real lane to slot 1, slot 0 puts markers in its hub ring, each with one
+ * field wrong and the others right (the fields the frame codec already
+ * refuses, a flag or a positive error, never reach the rule). Each is
+ * dropped and counted once as malformed, nobody is fenced, and the lane
+ * serves on. */
+static int marks_each_field(pm_node *n)
+{
+    pm__node_lane *e = earn_lane(n, 1);
+    if (e == NULL) {
+        pm_test_say(n, "marks lane=0");
+        return idle(n);
+    }
+    for (int row = 0; row < 8; row++) {
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_LANE_MARK;
+        h.dst = 1;
+        h.dst_inc = 1;
+        size_t len = 4;
+        switch (row) {
+        case 0: h.dst_host = 1; break;   /* another host's */
+        case 1: len = 3; break;          /* short */
+        case 2: len = 5; break;          /* long */
+        case 3: h.request_id = 1; break; /* a request's id */
+        case 4: h.deadline_ms = 100; break;
+        case 5: h.error = -5; break;
+        case 6: h.dst_inc = 2; break;    /* the peer's next incarnation */
+        default: h.dst = 2; break;       /* a slot it shares no lane with */
+        }
+        if (pm__frame_send(pm_test_node_tx(n), &h, "mark!", len) != 0)
+            _exit(22);
+    }
+    pm_address to = pm_test_slot_addr(1, 0);
+    int answered = 0;
+    for (uint32_t i = 0; i < 5; i++) {
+        pm_message r;
+        answered += pm_node_request(n, &to, &i, sizeof(i), 10000, &r) == 0 && get_u32(&r) == i;
+    }
+    pm_test_say(n, "marks lane=%d after=%d", lane_to(n, 1) != NULL, answered);
+    return idle(n);
+}
+
+static int boot_marks(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    return pm_node_slot(n) == 0 ? marks_each_field(n) : pm_node_slot(n) == 1 ? server(n) : idle(n);
+}
+
+START_TEST(test_lane_marker_each_field)
+{
+    memset(fenced, 0, sizeof(fenced));
+    pm_options *o = lane_options(boot_marks, 3);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 60000);
+    ck_assert_str_eq(said[0], "#marks lane=1 after=5");
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 8);
+    ck_assert_int_eq(fenced[0] + fenced[1] + fenced[2], 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lane-worker") == 0) {
@@ -1482,5 +1546,6 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_marker_behind_other_wakeup, 120);
     PM_ADD_TEST(s, test_lane_sender_after_lane_receive, 120);
     PM_ADD_TEST(s, test_lane_request_unmarked, 120);
+    PM_ADD_TEST(s, test_lane_marker_each_field, 90);
     return pm_test_main(s);
 }

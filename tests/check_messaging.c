@@ -115,6 +115,9 @@ static const struct bad_header bad_headers[] = {
     {"src host out of range", 4, {{54, 2, PM__MAX_HOSTS}}},
     {"a positive error", 4, {{48, 4, 5}}},
     {"a negative deadline", 4, {{40, 8, (uint64_t)-1}}},
+    /* Valid in every field, but no lane joins the sender and main (port.c
+     * mark_ok; check_lanemesh tries each field on a real lane). */
+    {"a lane's switch-over marker where no lane is", 4, {{1, 1, PM__FT_LANE_MARK}}},
 };
 
 static void send_bad_header(pm__ring *tx, const struct bad_header *b)
