@@ -467,6 +467,16 @@ START_TEST(test_malformed_plaintext)
     ck_assert_int_eq(feed_crafted(p, 1), -EPROTO); /* unknown type */
     p[0] = PM__REC_HEARTBEAT;
     ck_assert_int_eq(feed_crafted(p, 2), -EPROTO); /* a body */
+    /* An echo's kind with a body one byte short, one long, or alone: only
+     * the exact 1 + PM__REC_ECHO_BODY bytes are an echo. */
+    for (unsigned kind = PM__REC_ECHO_PING; kind <= PM__REC_ECHO_PONG; kind++) {
+        p[1] = (unsigned char)kind;
+        ck_assert_int_eq(feed_crafted(p, 2), -EPROTO);
+        ck_assert_int_eq(feed_crafted(p, 1 + PM__REC_ECHO_BODY - 1), -EPROTO);
+        ck_assert_int_eq(feed_crafted(p, 1 + PM__REC_ECHO_BODY + 1), -EPROTO);
+        ck_assert_int_eq(feed_crafted(p, 1 + PM__REC_ECHO_BODY), 1);
+    }
+    p[1] = 0;
     p[0] = PM__REC_REKEY;
     ck_assert_int_eq(feed_crafted(p, 2), -EPROTO);
     p[0] = PM__REC_CLOSE;
@@ -482,6 +492,10 @@ START_TEST(test_malformed_plaintext)
     ck_assert_int_eq(feed_crafted(p, 1 + 4 + 3 + 2), -EPROTO); /* a stray tail */
     pm__put32(p + 1, PM__REC_MAX_FRAME + 1);
     ck_assert_int_eq(feed_crafted(p, 1 + 4 + 3), -EPROTO);
+    pm__put32(p + 1, 3);
+    /* A tail of 1 to 3 bytes, too short for a frame's length. */
+    for (size_t tail = 1; tail < 4; tail++)
+        ck_assert_int_eq(feed_crafted(p, 1 + 4 + 3 + tail), -EPROTO);
     pm__put32(p + 1, 0xFFFFFFFFu);
     ck_assert_int_eq(feed_crafted(p, 1 + 4 + 3), -EPROTO);
 }
@@ -644,6 +658,69 @@ START_TEST(test_nonce_limit)
 }
 END_TEST
 
+/* A FRAMES record of two segments whose last frame leaves a tail of
+ * three bytes: too short for a frame's length, refused. The plaintext's
+ * last 16 bytes are also what lies just past it in the state's buffer
+ * (the second segment moved down over the first's tag), so a decoder that
+ * read a length there would find a small one (the tail's 1, 0, 0 and a
+ * zero byte from inside the frame) and accept the record. */
+START_TEST(test_frames_short_tail_two_segments)
+{
+    static unsigned char plain[PM__REC_SEG_PLAIN + 100];
+    size_t a = 40000, b = sizeof(plain) - 1 - 2 * PM__REC_FRAME_HDR - a - 3;
+    for (int with_tail = 1; with_tail >= 0; with_tail--) {
+        pm__rec *r[2];
+        pair(r);
+        memset(plain, 0, sizeof(plain));
+        plain[0] = PM__REC_FRAMES;
+        pm__put32(plain + 1, (uint32_t)a);
+        pm__put32(plain + 1 + PM__REC_FRAME_HDR + a, (uint32_t)(with_tail ? b : b + 3));
+        if (with_tail)
+            plain[sizeof(plain) - 3] = 1;
+        size_t len;
+        ck_assert_int_eq(pm_test_rec_seal_raw(r[0], plain, sizeof(plain), wire, sizeof(wire), &len), 0);
+        pm__rec_in in;
+        /* Without the tail the same record is accepted. */
+        ck_assert_int_eq(feed_all(r[1], wire, len, &in), with_tail ? -EPROTO : 1);
+        pm__rec_free(r[0]);
+        pm__rec_free(r[1]);
+    }
+}
+END_TEST
+
+/* The receiving nonces running out ends the receiving direction only: the
+ * state's own count refuses the record before the transport would (which
+ * would wipe both keys), so the CLOSE that says why still goes out. At
+ * the limit, and one record before it. */
+START_TEST(test_rx_limit_keeps_tx)
+{
+    for (int before = 0; before < 2; before++) {
+        pm__rec *r[2];
+        pair(r);
+        pm__rec_in in;
+        size_t len;
+        if (before) {
+            /* The receiver's count reaches the limit by a record: one
+             * sealed with the last nonce (as a CLOSE may be). */
+            const unsigned char hb = PM__REC_HEARTBEAT;
+            ck_assert_int_eq(pm_test_rec_set_nonce(r[0], 1, PM__NOISE_NONCE_LIMIT - 1), 0);
+            ck_assert_int_eq(pm_test_rec_set_nonce(r[1], 0, PM__NOISE_NONCE_LIMIT - 1), 0);
+            ck_assert_int_eq(pm__rec_seal(r[0], &hb, 1, true, wire, sizeof(wire), &len), 0);
+            ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
+        } else {
+            ck_assert_int_eq(pm_test_rec_set_nonce(r[1], 0, PM__NOISE_NONCE_LIMIT), 0);
+        }
+        /* Any record now: refused before it is decrypted. */
+        ck_assert_int_eq(pm_test_rec_set_nonce(r[0], 1, 0), 0);
+        ck_assert_int_eq(seal_hb(r[0], &len), 0);
+        ck_assert_int_eq(feed_all(r[1], wire, len, &in), -EOVERFLOW);
+        ck_assert_int_eq(pm__rec_seal_close(r[1], PM__REC_CLOSE_NONCE, wire, sizeof(wire), &len), 0);
+        pm__rec_free(r[0]);
+        pm__rec_free(r[1]);
+    }
+}
+END_TEST
+
 /* A state that cannot have its memory is -ENOMEM, *out NULL, the
  * transport freed: the address space capped below the state's one mapping
  * (RLIMIT_AS; not in sanitizer builds, whose shadow memory the cap would
@@ -755,6 +832,9 @@ START_TEST(test_caller_errors)
     ck_assert_int_eq(pm__rec_seal_heartbeat(r[0], wire, 20, &len), -ENOBUFS);
     ck_assert_int_eq(pm_test_rec_seal_frames(r[0], NULL, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
     ck_assert_int_eq(pm__rec_feed(r[1], NULL, 1, &used, &in), -EINVAL);
+    ck_assert_int_eq(pm__rec_feed(NULL, wire, 1, &used, &in), -EINVAL);
+    ck_assert_int_eq(pm__rec_feed(r[1], wire, 1, NULL, &in), -EINVAL);
+    ck_assert_int_eq(pm__rec_feed(r[1], wire, 1, &used, NULL), -EINVAL);
     ck_assert_int_eq(pm__rec_feed(r[1], NULL, 0, &used, &in), 0);
     /* Every seal refuses a missing state, output or length, each alone
      * (the others valid), and leaves the state usable. */
@@ -838,6 +918,8 @@ int main(void)
     PM_ADD_TEST(s, test_close_refused_sticky, 0);
     PM_ADD_TEST(s, test_free_unmaps, 0);
     PM_ADD_TEST(s, test_new_no_memory, 0);
+    PM_ADD_TEST(s, test_frames_short_tail_two_segments, 0);
+    PM_ADD_TEST(s, test_rx_limit_keeps_tx, 0);
     PM_ADD_TEST(s, test_heartbeat_echo, 0);
     return pm_test_main(s);
 }
