@@ -516,9 +516,20 @@ def run_program(tree, prog, timeout, log=None, case=None):
     return rc, time.time() - t0
 
 
+def equiv_key(m):
+    """The key of mutant m in equivalent.txt: its file, its operator and
+    its mutated line, except for the operators that drop a whole statement
+    (dropstore, droperr), whose mutated line is only `;` (or `;` and a
+    comment): those are named by the line they drop, so that one entry
+    cannot cover every dropped statement of a file."""
+    text = m["orig"] if m["op"] in ("dropstore", "droperr") else m["mut"]
+    return (m["file"], m["op"], text.strip())
+
+
 def read_equivalent(path):
-    """equivalent.txt: `FILE | OP | MUTATED LINE | why` per line. A dict
-    from (file, op, mutated line) to why."""
+    """equivalent.txt: `FILE | OP | MUTATED LINE | why` per line (for
+    dropstore and droperr, the line dropped: equiv_key). A dict from that
+    key to why."""
     out = {}
     if not os.path.exists(path):
         return out
@@ -893,7 +904,7 @@ def main():
         muts = [muts[i] for i in idx]
     equiv = read_equivalent(os.path.join(srcdir, "tests", "mutants", "equivalent.txt"))
     if args.list:
-        every = {(x["file"], x["op"], x["mut"].strip()) for f in fmap for x in file_mutants(srcdir, f)}
+        every = {equiv_key(x) for f in fmap for x in file_mutants(srcdir, f)}
         for k in equiv:
             if k not in every:
                 print("# equivalent.txt: no such mutant (remove the entry): %s | %s | %s" % k,
@@ -996,7 +1007,7 @@ def main():
         if stop.is_set():
             return None
         m = muts[i]
-        why = equiv.get((m["file"], m["op"], m["mut"].strip()))
+        why = equiv.get(equiv_key(m))
         fc = coverage.get(m["file"])
         cases = None
         if fc is not None and m["line"] in fc["exec"]:
