@@ -324,12 +324,11 @@ int pm__rec_feed(pm__rec *r, const void *data, size_t len, size_t *used, pm__rec
              * of the record is taken: nothing is allocated from it (rx is
              * fixed), and a hostile 0xFFFFFFFF ends the link at once. */
             r->ct_len = pm__get32(r->hdr);
-            if (r->ct_len > PM__REC_MAX_CT || segments_of_ct(r->ct_len) == 0) {
+            if (segments_of_ct(r->ct_len) == 0) { /* above the maximum, or no segmentation */
                 *used = pos;
                 return fail(r, r->ct_len > PM__REC_MAX_CT ? -EMSGSIZE : -EPROTO);
             }
-            r->ct_got = 0;
-            continue;
+            continue; /* ct_got is 0: the last record's end reset it */
         }
         size_t k = r->ct_len - r->ct_got;
         if (k > len - pos)
