@@ -180,6 +180,32 @@ START_TEST(test_batching)
     struct iovec empty = {data[0], 0}, huge = {data[0], PM__REC_MAX_FRAME + 1};
     ck_assert_int_eq(pm_test_rec_seal_frames(r[0], &empty, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
     ck_assert_int_eq(pm_test_rec_seal_frames(r[0], &huge, 1, &taken, wire, sizeof(wire), &len), -EINVAL);
+    /* Another type's byte before valid frames: not a FRAMES plaintext. */
+    static unsigned char other[1 + 4 + 3] = {PM__REC_HEARTBEAT, 3, 0, 0, 0, 'a', 'b', 'c'};
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], other, sizeof(other), wire, sizeof(wire), &len),
+                     -EINVAL);
+    other[0] = PM__REC_FRAMES;
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], other, sizeof(other), wire, sizeof(wire), &len), 0);
+    ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
+    /* A plaintext of exactly the maximum, four frames filling it: sealed,
+     * and it opens; one byte more is not. */
+    static unsigned char full[PM__REC_MAX_PLAIN + 1];
+    memset(full, 'f', sizeof(full));
+    full[0] = PM__REC_FRAMES;
+    size_t at = 1, left = PM__REC_MAX_PLAIN - 1 - 4 * PM__REC_FRAME_HDR;
+    for (int k = 0; k < 4; k++) {
+        size_t fl = k < 3 ? left / 4 : left - 3 * (left / 4);
+        ck_assert_uint_le(fl, PM__REC_MAX_FRAME);
+        pm__put32(full + at, (uint32_t)fl);
+        at += PM__REC_FRAME_HDR + fl;
+    }
+    ck_assert_uint_eq(at, PM__REC_MAX_PLAIN);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], full, PM__REC_MAX_PLAIN, wire, sizeof(wire), &len), 0);
+    ck_assert_uint_eq(len, PM__REC_WIRE_MAX);
+    ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
+    ck_assert_uint_eq(in.len, PM__REC_MAX_PLAIN - 1);
+    ck_assert_int_eq(pm__rec_seal_frames_plain(r[0], full, PM__REC_MAX_PLAIN + 1, wire, sizeof(wire), &len),
+                     -EINVAL);
     /* None of these moved the sender: the next record still opens. */
     ck_assert_int_eq(pm_test_rec_seal_frames(r[0], small, 1, &taken, wire, sizeof(wire), &len), 0);
     ck_assert_int_eq(feed_all(r[1], wire, len, &in), 1);
@@ -261,6 +287,17 @@ START_TEST(test_seal_plain)
     off = 0;
     ck_assert_int_eq(pm__rec_next_frame(&in, &off, &frame, NULL), -EINVAL);
     ck_assert_uint_eq(off, 0);
+    size_t flen2 = 0;
+    ck_assert_int_eq(pm__rec_next_frame(NULL, &off, &frame, &flen2), -EINVAL);
+    ck_assert_int_eq(pm__rec_next_frame(&in, NULL, &frame, &flen2), -EINVAL);
+    ck_assert_int_eq(pm__rec_next_frame(&in, &off, NULL, &flen2), -EINVAL);
+    ck_assert_uint_eq(off, 0);
+    /* Only a FRAMES record has frames: a heartbeat's body is not read. */
+    pm__rec_in hb = in;
+    hb.type = PM__REC_HEARTBEAT;
+    ck_assert_int_eq(pm__rec_next_frame(&hb, &off, &frame, &flen2), -EINVAL);
+    ck_assert_uint_eq(off, 0);
+    ck_assert_int_eq(pm__rec_next_frame(&in, &off, &frame, &flen2), 1); /* the record itself */
     pm__rec_free(r[0]);
     pm__rec_free(r[1]);
 }
@@ -819,6 +856,7 @@ START_TEST(test_caller_errors)
     size_t len, taken, used;
     pm__rec_in in;
     ck_assert_int_eq(pm__rec_new(NULL, NULL), -EINVAL);
+    ck_assert_int_eq(pm__rec_eof(NULL), -EINVAL);
     /* Each argument wrong with the other valid (the transport is owned
      * from the call on: freed on refusal too, which the sanitizer build's
      * leak check sees). */
