@@ -236,9 +236,12 @@ static void handle(pm_node *n, const pm_message *m)
         reply_text(n, m, out);
         return;
     }
-    if (strcmp(text, "hold") == 0) {
+    if (strcmp(text, "hold") == 0 || strcmp(text, "hold-past-stop") == 0) {
         /* Parked: nothing is read from the ring or the socket until main
-         * opens the gate. */
+         * opens the gate. "hold-past-stop": a stop request's SIGTERM does
+         * not end it either (it reads on after the gate, to the STOP). */
+        if (text[4] == '-')
+            signal(SIGTERM, SIG_IGN);
         reply_text(n, m, "held");
         char b;
         while (read(gate[0], &b, 1) < 0 && errno == EINTR)
@@ -908,6 +911,50 @@ START_TEST(test_unmappable_skipped)
     ck_assert_int_eq(big_bad, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
+}
+END_TEST
+
+/* A refusal is honoured while the worker stops (port.c: UNDELIVERABLE is
+ * taken from a STOPPING port as from a READY one: its last words may
+ * include it). Slot 0, its address space capped, parks; main's large
+ * request reaches its ring, then the slot is asked to stop (STOP behind
+ * the request); the worker reads the request, cannot map it and refuses
+ * it: main's request ends -EMSGSIZE at once, not at the worker's end. */
+static void on_flooded(pm_cluster *c, const pm_message *r, void *arg);
+
+START_TEST(test_refusal_while_stopping)
+{
+    buffers(); /* main adds this case only without a sanitizer */
+    ck_assert_int_eq(pipe(gate), 0);
+    pm_options *o = opts(0);
+    pm_options_set_heartbeat_timeout_ms(o, 0); /* parked on purpose */
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    char r[64];
+    size_t got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "cap", 3, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 6 && memcmp(r, "capped", 6) == 0);
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "hold-past-stop", 14, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 4 && memcmp(r, "held", 4) == 0);
+    fill(mbuf, 16 * MIB, 1);
+    ck_assert_int_gt(pm_cluster_request(c, &a0, mbuf, 16 * MIB, 60000, on_flooded, NULL), 0);
+    ck_assert_uint_eq(pm_test_slot_queued_frames(c, 0), 0); /* in its ring, ahead of the STOP */
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    ck_assert_int_eq(write(gate[1], "x", 1), 1);
+    RUN_UNTIL(c, flooded[0] != '\0', 30000);
+    char want[32];
+    snprintf(want, sizeof(want), "error:%d", -EMSGSIZE);
+    ck_assert_str_eq(flooded, want);
+    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
+    ck_assert_uint_eq(pm_test_slot_malformed(c, 0), 0);
+    /* The replacement is ready (its SIGTERM disposition is its own, not
+     * the test runner's it was forked with) before everything stops. */
+    RUN_UNTIL(c, ready_events == 3, 30000);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    close(gate[0]);
+    close(gate[1]);
 }
 END_TEST
 
@@ -2114,11 +2161,14 @@ int main(int argc, char **argv)
      * build, not the machine: the plain build of the same tree runs the
      * case (CI runs both), so the sanitizer build says so and does not
      * turn the program into a skip. */
-    if (!pm_test_sanitized())
+    if (!pm_test_sanitized()) {
         PM_ADD_TEST(s, test_unmappable_skipped, 120);
-    else
-        fprintf(stderr, "note: test_unmappable_skipped runs in the build without a sanitizer only "
-                        "(it caps the address space)\n");
+        PM_ADD_TEST(s, test_refusal_while_stopping, 120);
+    } else {
+        fprintf(stderr, "note: test_unmappable_skipped and test_refusal_while_stopping run in the "
+                        "build without a sanitizer only "
+                        "(they cap the address space)\n");
+    }
     PM_ADD_LOOP_TEST(s, test_hostile_fenced, H_UNSEALED, H_HUGETLB, 90);
     int hfd = memfd_create("probe", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
     if (hfd >= 0) {
