@@ -555,6 +555,22 @@ START_TEST(test_hostile_preamble)
         side_free(&b);
     }
 
+    /* The longest system name allowed (63 bytes) is read whole and judged
+     * as a name (another mesh's here), not refused as a malformed
+     * preamble. */
+    {
+        char name63[64];
+        memset(name63, 'n', 63);
+        name63[63] = '\0';
+        side_init(&b, "b", secret1, NULL, 0);
+        size_t m = pm__peer_preamble(name63, id, pre);
+        ck_assert_uint_gt(m, 0);
+        ck_assert_uint_eq(pre[7 + pre[6]], 63);
+        ck_assert_int_eq(respond_to(&b, pre, m), PM__PCE_DEAD);
+        ck_assert_msg(b.c.fail == PM__PF_SYSTEM, "%s", pm__peer_fail_name(b.c.fail));
+        side_free(&b);
+    }
+
     /* A version of the longest length allowed (32 bytes) is read whole and
      * judged as a version (unknown here), not refused as a malformed
      * preamble. */

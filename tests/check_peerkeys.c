@@ -63,6 +63,9 @@ START_TEST(test_key_parse)
     memset(k, 0, sizeof(k));
     ck_assert_int_eq(pm__peer_key_parse(buf, 65, k, why, sizeof(why)), 0);
     ck_assert_mem_eq(k, key_1_32, 32);
+    /* No place for the reason, whatever size is said: the error alone. */
+    ck_assert_int_eq(pm__peer_key_parse("", 0, k, NULL, 256), -EINVAL);
+    ck_assert_int_eq(pm__peer_key_parse("short", 5, k, why, 0), -EINVAL);
 
     static const struct {
         size_t len;
@@ -215,6 +218,7 @@ END_TEST
 
 START_TEST(test_keyring)
 {
+    ck_assert_int_eq(pm__keyring_random_static(NULL), -EINVAL);
     pm__keyring *kr;
     ck_assert_int_eq(pm__keyring_new(&kr), 0);
     unsigned char a[32], b[32], c[32], zero[32] = {0}, id[8], want[8];

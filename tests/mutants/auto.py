@@ -343,7 +343,8 @@ def file_mutants(srcdir, path):
             if mut == line or (n, mut) in seen:
                 continue
             seen.add((n, mut))
-            res.append({"file": path, "line": n, "op": op, "orig": line, "mut": mut})
+            res.append({"file": path, "line": n, "op": op, "orig": line, "mut": mut,
+                        "prev": lines[n - 2] if n > 1 else ""})
     return res
 
 
@@ -518,18 +519,22 @@ def run_program(tree, prog, timeout, log=None, case=None):
 
 def equiv_key(m):
     """The key of mutant m in equivalent.txt: its file, its operator and
-    its mutated line, except for the operators that drop a whole statement
-    (dropstore, droperr), whose mutated line is only `;` (or `;` and a
-    comment): those are named by the line they drop, so that one entry
-    cannot cover every dropped statement of a file."""
-    text = m["orig"] if m["op"] in ("dropstore", "droperr") else m["mut"]
-    return (m["file"], m["op"], text.strip())
+    its mutated line, except for the operators whose mutated line does not
+    tell where it is (dropstore and droperr leave `;`, ret0 `return 0;`):
+    those are named by the line before and the line they change, as
+    `BEFORE ~~ LINE`, so that one entry cannot cover every such statement
+    of a file (`return -EINVAL;` is on many lines)."""
+    if m["op"] in ("dropstore", "droperr", "ret0"):
+        text = m.get("prev", "").strip() + " ~~ " + m["orig"].strip()
+    else:
+        text = m["mut"].strip()
+    return (m["file"], m["op"], text)
 
 
 def read_equivalent(path):
     """equivalent.txt: `FILE | OP | MUTATED LINE | why` per line (for
-    dropstore and droperr, the line dropped: equiv_key). A dict from that
-    key to why."""
+    dropstore, droperr and ret0, `LINE BEFORE ~~ LINE CHANGED`: equiv_key).
+    A dict from that key to why."""
     out = {}
     if not os.path.exists(path):
         return out
