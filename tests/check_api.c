@@ -1144,6 +1144,7 @@ static const struct {
     {"hello-len", "16", "protocol"},
     {"hello-len", "64", "protocol"},   /* the most the hub copies for its owner */
     {"hello-len", "65", "protocol"},   /* more than that: refused by the hub itself */
+    {"hello-len", "4096", "protocol"}, /* far more: nothing of it copied */
     {"hello-version", "7", "version"}, /* another protocol */
     {"hello-version", "0", "version"},
     {"hello-twice", NULL, "protocol"}, /* a second HELLO (after its READY) */

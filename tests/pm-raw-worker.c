@@ -5,7 +5,7 @@
  * library would never send:
  *
  *   hello-version N    HELLO naming protocol version N, then wait
- *   hello-len N        HELLO of N bytes (at most 128): this protocol's version
+ *   hello-len N        HELLO of N bytes (at most 4096): this protocol's version
  *                      in the first four (as much of it as fits), zeros after
  *                      it, then READY, then wait
  *   hello-twice        HELLO, READY, then a second HELLO, then wait
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "hello-version") == 0 && argc >= 3) {
         hello((uint32_t)strtoul(argv[2], NULL, 10));
     } else if (strcmp(mode, "hello-len") == 0 && argc >= 3) {
-        unsigned char v[128] = {0};
+        static unsigned char v[4096];
         size_t n = strtoul(argv[2], NULL, 10);
         pm__put32(v, PM__PROTO_VERSION);
         frame(PM__FT_HELLO, v, n < sizeof(v) ? n : sizeof(v));

@@ -245,9 +245,7 @@ static int take_frame(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
     /* Handshake frames are tiny: copy before the record is released, then
      * let the owner judge them. */
     unsigned char copy[PM__HUB_CONTROL_MAX];
-    size_t len = f->type == PM__FT_READY      ? 0 /* any payload is ignored */
-                 : f->len <= sizeof(copy) ? f->len
-                                          : sizeof(copy) + 1;
+    size_t len = f->type == PM__FT_READY ? 0 /* any payload is ignored */ : f->len;
     if (len <= sizeof(copy) && len > 0)
         memcpy(copy, payload, len);
     pm__ring_consume(&p->channel->rx);
