@@ -1620,16 +1620,8 @@ END_TEST
  * take). */
 static void book_capped(unsigned nslots, size_t room)
 {
-    unsigned long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fscanf(f, "%lu", &pages), 1);
-    fclose(f);
-    struct rlimit before, cap;
-    ck_assert_int_eq(getrlimit(RLIMIT_AS, &before), 0);
-    cap = before;
-    cap.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + room;
-    ck_assert_int_eq(setrlimit(RLIMIT_AS, &cap), 0);
+    struct rlimit before;
+    pm_test_cap_address_space(room, &before);
     pm__lanebook b;
     int rc = pm__lanebook_init(&b, nslots);
     ck_assert_int_eq(setrlimit(RLIMIT_AS, &before), 0);

@@ -768,16 +768,8 @@ START_TEST(test_new_no_memory)
         return;
     pm__noise_transport *t[2];
     handshake(t);
-    unsigned long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fscanf(f, "%lu", &pages), 1);
-    fclose(f);
-    struct rlimit before, cap;
-    ck_assert_int_eq(getrlimit(RLIMIT_AS, &before), 0);
-    cap = before;
-    cap.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + PM__REC_MAX_CT / 2;
-    ck_assert_int_eq(setrlimit(RLIMIT_AS, &cap), 0);
+    struct rlimit before;
+    pm_test_cap_address_space(PM__REC_MAX_CT / 2, &before);
     pm__rec sentinel, *got = &sentinel;
     int rc = pm__rec_new(&got, t[0]);
     ck_assert_int_eq(setrlimit(RLIMIT_AS, &before), 0);

@@ -22,6 +22,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -88,6 +89,23 @@ static inline TCase *pm_tcase(const char *name, int timeout_s)
         tcase_add_loop_test(tc_, fn, (start), (end));       \
         suite_add_tcase((suite), tc_);                      \
     } while (0)
+
+/* Caps this process's address space room bytes above what it maps now
+ * (RLIMIT_AS), so that the next allocation larger than room fails; *before
+ * gets the limit to put back. Not under a sanitizer, whose shadow memory
+ * the cap would take (pm_test_sanitized). */
+static inline void pm_test_cap_address_space(size_t room, struct rlimit *before)
+{
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%lu", &pages), 1);
+    fclose(f);
+    ck_assert_int_eq(getrlimit(RLIMIT_AS, before), 0);
+    struct rlimit cap = *before;
+    cap.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + room;
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &cap), 0);
+}
 
 /* 1 when running under a sanitizer build (tests may scale their loops down). */
 static inline int pm_test_sanitized(void)
