@@ -28,6 +28,20 @@ uint64_t pm__liveness_period(const pm_cluster *c)
     return p < 5 ? 5 : p;
 }
 
+/* The stall between two checks (liveness.h): pure, so that the suspend
+ * rule, which no test can make happen, is asserted on its arithmetic. */
+uint64_t pm__liveness_stall(uint64_t dm, uint64_t db, uint64_t period, uint64_t timeout,
+                            int *reason)
+{
+    uint64_t late = dm > period ? dm - period : 0;
+    uint64_t suspended = db > dm ? db - dm : 0;
+    uint64_t stall = late > suspended ? late : suspended;
+    if (stall <= timeout / 2)
+        return 0;
+    *reason = suspended > late ? PM_REASON_SUSPEND : PM_REASON_STALL;
+    return stall;
+}
+
 /*
  * The liveness check (a timer, every heartbeat_timeout / 4, at least 5 ms
  * apart).
@@ -45,18 +59,6 @@ uint64_t pm__liveness_period(const pm_cluster *c)
  * hung, fenced. Only change is read, never the value's meaning, so a worker
  * that scribbles on it can at worst look alive or hung.
  */
-uint64_t pm__liveness_stall(uint64_t dm, uint64_t db, uint64_t period, uint64_t timeout,
-                            int *reason)
-{
-    uint64_t late = dm > period ? dm - period : 0;
-    uint64_t suspended = db > dm ? db - dm : 0;
-    uint64_t stall = late > suspended ? late : suspended;
-    if (stall <= timeout / 2)
-        return 0;
-    *reason = suspended > late ? PM_REASON_SUSPEND : PM_REASON_STALL;
-    return stall;
-}
-
 void pm__liveness_check(pm_cluster *c, uint64_t now)
 {
     uint64_t timeout = (uint64_t)c->o->heartbeat_timeout_ms;
