@@ -727,8 +727,10 @@ static int big_pipes(long *old, char *why, size_t size)
         *old = cur;
     }
     int p[2];
-    if (pipe(p) < 0)
+    if (pipe(p) < 0) {
+        snprintf(why, size, "pipe: %s", strerror(errno));
         return 0;
+    }
     int ok = fcntl(p[1], F_SETPIPE_SZ, (int)BIG_PIPE) >= (int)BIG_PIPE;
     close(p[0]);
     close(p[1]);
