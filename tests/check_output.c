@@ -682,6 +682,14 @@ START_TEST(test_drain_bound_2mib)
     ck_assert_int_eq(read(big_done[0], &r, 1), 1);
     ck_assert_msg(r == 'w', "the worker could not fill its pipe (%c: F_SETPIPE_SZ or write)", r);
     ck_assert_int_eq(kill(si.pid, SIGKILL), 0);
+    /* Dead before the loop runs again: the turn that sees the pipe
+     * readable sees the death too, so at most the one read it starts comes
+     * before the drain (a loop run while the kill is still landing could
+     * read a MiB first on a loaded machine). */
+    uint64_t end = pm_test_ms() + 30000;
+    while (!dead_or_zombie(si.pid) && pm_test_ms() < end)
+        usleep(1000);
+    ck_assert_msg(dead_or_zombie(si.pid), "the worker outlived SIGKILL for 30 s");
     PM_RUN_UNTIL(c, exited_seq[0] != 0, 60000);
     /* Every line read was delivered or counted as dropped by the rate
      * limit; a line never read is neither. The drain read 2 MiB after the
