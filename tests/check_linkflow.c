@@ -519,6 +519,12 @@ static pm_cluster *big_pair(size_t ma, size_t mb, pid_t *b)
     *b = start_b(port, 1, big_b);
     pm_cluster *c = start_big_a(port);
     PM_RUN_UNTIL(c, b_pid > 0, 20000);
+    /* a's worker's successor (its next channel, a memfd) is made on the
+     * loop's turns after the spawn; b's first line may have come during
+     * the spawn itself (b started first; on a loaded machine a's spawn
+     * outlasts b's), so that no turn ran here yet. The tests count a's
+     * memfds from now on: made first, not counted as a leak later. */
+    PM_RUN_UNTIL(c, pm_test_successors_made(c), 20000);
     return c;
 }
 
@@ -530,6 +536,11 @@ static void big_end(pm_cluster *c, pid_t b)
     waitpid(b, NULL, 0);
 }
 
+/* The names of the memfds counted by the last memfds() call, for a
+ * failure's message: which one stayed open (a ring's "procmesh-slotN-incM",
+ * a large message's), not only how many. */
+static char memfd_names[1024];
+
 /* Memfds open in this process (the supervisor's): rings and large
  * messages. */
 static unsigned memfds(void)
@@ -537,6 +548,8 @@ static unsigned memfds(void)
     DIR *d = opendir("/proc/self/fd");
     ck_assert_ptr_nonnull(d);
     unsigned n = 0;
+    size_t used = 0;
+    memfd_names[0] = '\0';
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         char path[300], target[256];
@@ -544,11 +557,32 @@ static unsigned memfds(void)
         ssize_t k = readlink(path, target, sizeof(target) - 1);
         if (k > 0) {
             target[k] = '\0';
-            n += strncmp(target, "/memfd:", 7) == 0;
+            if (strncmp(target, "/memfd:", 7) != 0)
+                continue;
+            n++;
+            int w = snprintf(memfd_names + used, sizeof(memfd_names) - used, "%s%s=%s",
+                             used > 0 ? ", " : "", e->d_name, target + 7);
+            if (w > 0 && (size_t)w < sizeof(memfd_names) - used)
+                used += (size_t)w;
         }
     }
     closedir(d);
     return n;
+}
+
+/* Waits until this process has exactly fds0 memfds again; on timeout the
+ * failure names those open, before and now, and host b's link cursor
+ * (whether a large message is still being sent to b, and how far). */
+static void wait_memfds(pm_cluster *c, unsigned fds0, const char *before, unsigned timeout_ms)
+{
+    uint64_t end = pm_test_ms() + timeout_ms;
+    unsigned n;
+    while ((n = memfds()) != fds0 && pm_test_ms() < end)
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+    uint64_t off = 0;
+    int tx = n != fds0 ? pm_test_link_tx(c, "b", &off) : 0;
+    ck_assert_msg(n == fds0, "%u memfds open, %u before: now [%s], before [%s]; cursor to b %d at %llu",
+                  n, fds0, memfd_names, before, tx, (unsigned long long)off);
 }
 
 /* Sends main's command to a's worker and waits for its one line. */
@@ -572,6 +606,8 @@ START_TEST(test_large_across_link)
     pid_t b;
     pm_cluster *c = big_pair((size_t)24 << 20, (size_t)16 << 20, &b);
     unsigned fds0 = memfds();
+    char before[sizeof(memfd_names)];
+    memcpy(before, memfd_names, sizeof(before));
     static const size_t sizes[] = {(size_t)4 << 20, (size_t)16 << 20, PM_MAX_PAYLOAD + 1};
     for (unsigned i = 0; i < ARRAY_LEN(sizes); i++) {
         char cmd[64], want[64];
@@ -602,7 +638,7 @@ START_TEST(test_large_across_link)
     /* The refusal arrives while a's cursor may still be sending the rest of
      * the refused message (b ignores it): its memfd closes when the last
      * fragment has gone. Waited for, not assumed (it flaked under load). */
-    PM_RUN_UNTIL(c, memfds() == fds0, 30000);
+    wait_memfds(c, fds0, before, 30000);
     big_end(c, b);
 }
 END_TEST
@@ -617,6 +653,8 @@ START_TEST(test_large_link_down)
     pid_t b;
     pm_cluster *c = big_pair((size_t)16 << 20, (size_t)16 << 20, &b);
     unsigned fds0 = memfds();
+    char before[sizeof(memfd_names)];
+    memcpy(before, memfd_names, sizeof(before));
     ck_assert_int_eq(kill(b, SIGSTOP), 0);
     pm_address w;
     ck_assert_int_eq(pm_address_parse("t@a:10", &w), 0);
@@ -640,7 +678,7 @@ START_TEST(test_large_link_down)
     /* The message's memfd closes once a's supervisor has dropped the
      * link's cursor, which a loaded machine may not have done within the
      * settle above: waited for, not assumed. */
-    PM_RUN_UNTIL(c, memfds() == fds0, 30000);
+    wait_memfds(c, fds0, before, 30000);
     big_end(c, b); /* b is dead already: reaped there */
 }
 END_TEST
@@ -671,6 +709,8 @@ START_TEST(test_main_large_across_link)
     pid_t b;
     pm_cluster *c = big_pair((size_t)24 << 20, (size_t)16 << 20, &b);
     unsigned fds0 = memfds();
+    char before[sizeof(memfd_names)];
+    memcpy(before, memfd_names, sizeof(before));
     pm_address to;
     ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
 
@@ -708,7 +748,7 @@ START_TEST(test_main_large_across_link)
     ck_assert_int_ge(id, 0);
     PM_RUN_UNTIL(c, main_rc != 1, 70000);
     ck_assert_msg(main_rc == -EMSGSIZE, "above b's max: rc %d, reply of %zu bytes", main_rc, main_rlen);
-    PM_RUN_UNTIL(c, memfds() == fds0, 70000); /* the cursor may still be sending it (ASan beside a full suite: over 30 s once) */
+    wait_memfds(c, fds0, before, 70000); /* the cursor may still be sending it on a loaded machine */
     big_end(c, b);
 }
 END_TEST
