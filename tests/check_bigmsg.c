@@ -82,6 +82,10 @@ enum hostile {
     /* A good memfd, announced one byte shorter or longer than it is. */
     H_LEN_UNDER, H_LEN_OVER,
     H_BAD_RECORD,   /* a record with two fds, and nothing after it */
+    /* The same, with the supervisor stopped (SIGSTOP) from before the
+     * worker's READY until after the record: the READY's doorbell and the
+     * record's arrival wake it together. */
+    H_BAD_RECORD_LATE,
     H_SMALL_ANNOUNCE, /* a good memfd and record, announced as PM_MAX_PAYLOAD bytes */
     H_HUGETLB,      /* a hugetlbfs memfd (last: its own case, only where MFD_HUGETLB works) */
     H_COUNT
@@ -104,6 +108,9 @@ static unsigned char *wbuf;
  * short "got:<from port>:<len>:<ok>" to main instead of a large echo, and
  * "hold" parks the worker on the gate pipe until main writes to it. */
 static int order_mode;
+/* order_mode 2 (test_fd_room): large messages are checked and counted in
+ * silence; "count" asks for the tally, "count:<ok>:<bad>". */
+static unsigned quiet_ok, quiet_bad;
 static int gate[2] = {-1, -1};
 static pm_address main_from;
 
@@ -167,6 +174,13 @@ static void handle(pm_node *n, const pm_message *m)
     int from_main = m->from.port == 0;
     if (from_main)
         main_from = m->from;
+    if (order_mode == 2 && m->len > PM_MAX_PAYLOAD && m->kind == PM_MSG_PLAIN) {
+        if (check(m->data, m->len, (unsigned)(m->len - MIB)))
+            quiet_ok++;
+        else
+            quiet_bad++;
+        return;
+    }
     if (order_mode && m->len > PM_MAX_PAYLOAD && m->kind == PM_MSG_PLAIN) {
         /* Message i of a sender is MIB + i bytes of seed i (main) or
          * i + 100 (a worker). */
@@ -233,6 +247,12 @@ static void handle(pm_node *n, const pm_message *m)
         fill(wbuf, len, (unsigned)(len - MIB) + 100);
         char out[32];
         snprintf(out, sizeof(out), "big:%d", pm_node_send(n, &to, wbuf, len));
+        reply_text(n, m, out);
+        return;
+    }
+    if (strcmp(text, "count") == 0) {
+        char out[32];
+        snprintf(out, sizeof(out), "count:%u:%u", quiet_ok, quiet_bad);
         reply_text(n, m, out);
         return;
     }
@@ -517,10 +537,13 @@ static void misbehave(pm_node *n)
         raw_record(l, &fd, 1, 1);
         raw_announce(l, hostile == H_LEN_UNDER ? HOSTILE_LEN - 1 : HOSTILE_LEN + 1, 1);
         break;
-    case H_BAD_RECORD: {
+    case H_BAD_RECORD:
+    case H_BAD_RECORD_LATE: {
         /* Refused as it arrives: no frame will ever come for it. */
         int fds[2] = {pm__bigmsg_create(wbuf, HOSTILE_LEN), pm__bigmsg_create(wbuf, HOSTILE_LEN)};
         raw_record(l, fds, 2, 1);
+        if (hostile == H_BAD_RECORD_LATE)
+            (void)kill(getppid(), SIGCONT); /* stopped before our READY (serve) */
         for (;;)
             pause();
     }
@@ -558,9 +581,14 @@ static int serve(pm_node *n)
         l->tx_seq = 1; /* the node's next record follows this one */
         raw_announce(l, HOSTILE_LEN, 1);
     }
+    int hostile_here = hostile != H_NONE && pm_node_slot(n) == 0 && pm_node_self(n)->incarnation == 1;
+    /* The supervisor (our parent: fork mode) sleeps through our READY and
+     * our record, and finds both at once (misbehave lets it go on). */
+    if (hostile_here && hostile == H_BAD_RECORD_LATE && kill(getppid(), SIGSTOP) < 0)
+        return 6;
     if (pm_node_ready(n) < 0)
         return 3;
-    if (hostile != H_NONE && pm_node_slot(n) == 0 && pm_node_self(n)->incarnation == 1)
+    if (hostile_here)
         misbehave(n);
     for (;;) {
         pm_message m;
@@ -822,7 +850,7 @@ static void hostile_case(int which)
                                         "write-only", "write-only-peer", "no-seal-write",
                                         "no-seal-grow", "no-seal-shrink", "no-seal-seal",
                                         "len-under", "len-over",  "bad-record",
-                                        "small-announce", "hugetlb"};
+                                        "bad-record-late", "small-announce", "hugetlb"};
     _Static_assert(sizeof(names) / sizeof(names[0]) == H_COUNT, "one name per hostile case");
     buffers();
     hostile = which;
@@ -1398,6 +1426,56 @@ START_TEST(test_fd_cap)
     ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB), 0);
     RUN_UNTIL(c, ngot == nmain + nflood + 1, 30000);
     ck_assert_uint_eq(pm_test_count_fds(), base);
+    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    order_mode = 0;
+    close(gate[0]);
+    close(gate[1]);
+}
+END_TEST
+
+/*
+ * A worker that takes its large messages and answers none: the ones the
+ * hub could not give it while its socket was full go as soon as it takes
+ * some. Nothing else wakes the hub for them: the worker sends no frame
+ * and rings no doorbell, and its ring had room all along; only the
+ * socket's room does (core.c pm__cluster_arm_sock, which asks for it once
+ * the socket has refused a record).
+ */
+START_TEST(test_fd_room)
+{
+    buffers();
+    ck_assert_int_eq(pipe(gate), 0);
+    order_mode = 2;
+    pm_options *o = opts(0);
+    pm_options_set_heartbeat_timeout_ms(o, 0); /* parked on purpose, below */
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    char r[32];
+    size_t rl = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "hold", 4, 30000, r, sizeof(r) - 1, &rl), 0);
+    ck_assert(rl == 4 && memcmp(r, "held", 4) == 0);
+    unsigned nmain = 0;
+    int rc = 0;
+    for (; nmain < 64; nmain++) {
+        fill(mbuf, MIB + nmain, nmain);
+        rc = pm_cluster_send(c, &a0, mbuf, MIB + nmain);
+        if (rc != 0)
+            break;
+    }
+    ck_assert_msg(rc == -EAGAIN, "main's send %u to a parked worker: %d, not -EAGAIN", nmain, rc);
+    ck_assert_uint_eq(pm_test_main_held_fds(c), PM__HOLD_MAX_FDS);
+    /* The hub tries its queue and finds the socket full, at least once. */
+    RUN_UNTIL(c, pm_test_slot_sock_full(c, 0), 30000);
+    ck_assert_int_eq(write(gate[1], "x", 1), 1);
+    RUN_UNTIL(c, pm_test_main_held_fds(c) == 0, 60000);
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "count", 5, 60000, r, sizeof(r) - 1, &rl), 0);
+    r[rl] = '\0';
+    char want[32];
+    snprintf(want, sizeof(want), "count:%u:0", nmain);
+    ck_assert_str_eq(r, want);
     ck_assert_int_eq(fenced_other + fenced_protocol, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
@@ -2144,6 +2222,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_round_trips_exec, 120);
     PM_ADD_TEST(s, test_no_fd_leak, 240);
     PM_ADD_TEST(s, test_fd_cap, 180);
+    PM_ADD_TEST(s, test_fd_room, 180);
     PM_ADD_TEST(s, test_hub_never_maps_routed, 120);
     PM_ADD_TEST(s, test_refusal_rules, 60);
     PM_ADD_TEST(s, test_big_before_ready, 60);

@@ -232,6 +232,13 @@ static inline uint32_t pm_test_slot_held_fds(const pm_cluster *c, unsigned i)
     return c->hub->ports[i].held_fds;
 }
 
+/* 1 while slot i's fd socket has refused one of the hub's records and the
+ * hub waits for room in it (hub_queue.c). */
+static inline int pm_test_slot_sock_full(const pm_cluster *c, unsigned i)
+{
+    return c->hub->ports[i].sock_full;
+}
+
 static inline uint32_t pm_test_main_held_fds(const pm_cluster *c)
 {
     return c->hub->main_held_fds;

@@ -218,6 +218,11 @@ int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
     return epoll_set(l, fd, epoll_bits(events) | EPOLLET, tag);
 }
 
+int pm__loop_disarm_completes(const pm__loop *l)
+{
+    return l->head.backend == PM__LOOP_URING;
+}
+
 int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag)
 {
     if (l->head.backend == PM__LOOP_URING) {

@@ -73,6 +73,11 @@ int pm__loop_arm_ev(pm__loop *l, int fd, uint64_t tag, unsigned events);
 int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events);
 int pm__loop_has_multi(const pm__loop *l);
 int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag);
+/* 1 where a disarmed registration completes once more (io_uring: the
+ * removed poll's own completion, more 0), which the caller may wait for to
+ * arm it again; 0 where it ends silently (epoll), and an arm of the same
+ * fd changes its events in place instead. */
+int pm__loop_disarm_completes(const pm__loop *l);
 
 /* Submits what is prepared (io_uring), so that pm__loop_fd() reflects it. */
 int pm__loop_flush(pm__loop *l);

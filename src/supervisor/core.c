@@ -266,15 +266,24 @@ void pm__cluster_service_ports(pm_cluster *c)
  * worker's user's fds in flight for as long as the worker likes); and,
  * once the socket refused one of the hub's records (sock_full), room
  * again (the worker took one), which services the port to flush its
- * queue. One registration for both, per wake-up (pm__loop_arm_multi_ev:
- * a new record, or room freed), so a socket that stays readable or
- * writable costs nothing more; it ends only when the loop says so (more
- * 0). Where polls are one-shot (io_uring before Linux 5.13) it asks for
- * room only while sock_full (a writable socket would complete it at once,
- * every turn); a refusal while it waits for records alone cancels it, and
- * the cancellation's completion, like any, arms it again with room asked
- * for. Retrying every turn instead would keep the hub busy, and a busy hub
- * never arms the doorbells of the ports it drained (pm__hub_arm_idle).
+ * queue. One registration, per wake-up (pm__loop_arm_multi_ev: a new
+ * record, or room freed), so a socket that stays readable or writable
+ * costs nothing more; it ends only when the loop says so (more 0). Room
+ * is asked for only once the socket has refused a record: an empty
+ * socket is writable, so asking from the start would complete the poll
+ * as soon as it is armed, at every start of an incarnation, and the
+ * completion's read (pm__hub_port_records: a recvmsg that finds nothing,
+ * its EAGAIN written into errno's page, which a fork-mode child shares
+ * until the supervisor copies it) would come between the fork and the
+ * supervisor's sleep, while the new worker waits for the CPU. A refusal
+ * while the poll waits for records alone cancels it, and the
+ * cancellation's completion, like any, arms it again with room asked for
+ * (a multishot poll keeps asking for it until the loop ends it; a
+ * one-shot one, io_uring before Linux 5.13, is armed again without it
+ * once the socket has room, or a writable socket would complete it every
+ * turn). Retrying every turn
+ * instead would keep the hub busy, and a busy hub never arms the
+ * doorbells of the ports it drained (pm__hub_arm_idle).
  */
 #define SOCK_CANCELLING 0x100
 
@@ -282,21 +291,23 @@ void pm__cluster_arm_sock(pm_cluster *c, pm__slot *s)
 {
     if (!pm__hub_port_reading(c->hub, s->index) || s->channel.sock < 0)
         return;
-    int multi = pm__loop_has_multi(c->loop);
     int sock_full = pm__hub_port_sock_full(c->hub, s->index);
+    uint64_t tag = PM__TAG(PM__TAG_SOCK, s->index, s->incarnation);
     if (s->sock_armed) {
-        if (multi || !sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
+        if (!sock_full || (s->sock_armed & (PM__LOOP_OUT | SOCK_CANCELLING)) != 0)
             return;
-        if (pm__loop_disarm(c->loop, s->channel.sock,
-                            PM__TAG(PM__TAG_SOCK, s->index, s->incarnation)) == 0)
-            s->sock_armed |= SOCK_CANCELLING;
-        else
-            pm__hub_port_retry(c->hub, s->index); /* next turn, then */
-        return;
+        if (pm__loop_disarm_completes(c->loop)) {
+            if (pm__loop_disarm(c->loop, s->channel.sock, tag) == 0)
+                s->sock_armed |= SOCK_CANCELLING;
+            else
+                pm__hub_port_retry(c->hub, s->index); /* next turn, then */
+            return;
+        }
+        /* epoll: no completion would come to arm it again; the arm below
+         * changes the registration's events in place. */
     }
-    unsigned ev = PM__LOOP_IN | (multi || sock_full ? PM__LOOP_OUT : 0u);
-    if (pm__loop_arm_multi_ev(c->loop, s->channel.sock,
-                              PM__TAG(PM__TAG_SOCK, s->index, s->incarnation), ev) == 0)
+    unsigned ev = PM__LOOP_IN | (sock_full ? PM__LOOP_OUT : 0u);
+    if (pm__loop_arm_multi_ev(c->loop, s->channel.sock, tag, ev) == 0)
         s->sock_armed = (int)ev;
     else
         pm__hub_port_retry(c->hub, s->index); /* cannot wait for it: next turn */
@@ -324,6 +335,17 @@ void pm__cluster_on_sock(pm_cluster *c, pm__slot *s, int more)
      * flush then finds out): the records that waited for it go now. */
     if (!more)
         s->sock_armed = 0;
+    /* What the worker published in its ring before it sent a record is
+     * read before the record is judged: a READY and then a bad record
+     * make a ready worker fenced (a restart), not a first start that
+     * failed (pm_cluster_spawn's -ECHILD). The READY's doorbell is no
+     * guide to that order: when both woke a supervisor that was not
+     * running, the doorbell's completion only marks the port for the
+     * turn's service, after this one (check_bigmsg test_hostile_fenced,
+     * bad-record-late). A record a frame announces is taken by that
+     * frame's read as well (port.c take_fd). */
+    if (pm__slot_has_process(s))
+        pm__cluster_on_hub(c, s);
     pm__hub_port_records(c->hub, s->index);
     if (pm__hub_port_sock_full(c->hub, s->index)) {
         s->hub_rang = 1;
