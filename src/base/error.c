@@ -3,11 +3,14 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PM__STR2(x) #x
 #define PM__STR(x) PM__STR2(x)
@@ -31,13 +34,43 @@ PM_EXTERN const char *pm_strerror(int err)
 
 PM__CHILD_DATA _Atomic uint32_t pm__fork_generation;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-/* Beside the counter: the child's handler writes both, on one page. */
-PM__CHILD_DATA static pthread_mutex_t fork_serial = PTHREAD_MUTEX_INITIALIZER;
+/* Beside the counter: the child's handler writes both, on one page. Used
+ * only where the lock's own page (below) could not be had. */
+PM__CHILD_DATA static pthread_mutex_t fork_serial_static = PTHREAD_MUTEX_INITIALIZER;
+/* The lock every fork-mode fork takes (pm__fork_serial_lock), on a page
+ * of its own that each fork gives the child zeroed (MADV_WIPEONFORK,
+ * Linux 4.14): a zeroed mutex is an unlocked one (checked before it is
+ * used). The supervisor unlocks it just after the fork; on a page the
+ * child shared, that write would copy the page between the fork and the
+ * supervisor's sleep, while the child waits for its CPU. Set once, before
+ * the first fork (register_fork), read-only after. */
+PM__CHILD_DATA static pthread_mutex_t *fork_serial = &fork_serial_static;
 
 PM__READY_TEXT static void on_fork_child(void)
 {
     atomic_fetch_add_explicit(&pm__fork_generation, 1, memory_order_relaxed);
-    fork_serial = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    if (fork_serial == &fork_serial_static)
+        fork_serial_static = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
+/* The lock's own wiped page (fork_serial); NULL where the kernel has no
+ * MADV_WIPEONFORK, or where an unlocked mutex is not all zero bytes. */
+static pthread_mutex_t *fork_serial_page(void)
+{
+    static const pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
+    static const unsigned char zero[sizeof(pthread_mutex_t)];
+    if (memcmp(&unlocked, zero, sizeof(zero)) != 0)
+        return NULL;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t size = page > 0 ? (size_t)page : 4096u;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (madvise(p, size, MADV_WIPEONFORK) != 0) {
+        (void)munmap(p, size);
+        return NULL;
+    }
+    return p; /* zero-filled: unlocked; kept for the process's life */
 }
 
 /* Set once register_fork ran: read before pthread_once, whose code a fork
@@ -48,6 +81,11 @@ PM__CHILD_DATA static _Atomic int fork_registered;
 
 PM__READY_TEXT static void register_fork(void)
 {
+    int saved = errno;
+    pthread_mutex_t *page = fork_serial_page();
+    if (page != NULL)
+        fork_serial = page;
+    errno = saved;
     /* Cannot fail but for ENOMEM; then a handle used across a fork is not
      * detected (its use is still undefined, as without this check), which
      * is no reason to refuse to start. */
@@ -58,12 +96,12 @@ PM__READY_TEXT static void register_fork(void)
 void pm__fork_serial_lock(void)
 {
     pthread_once(&fork_once, register_fork);
-    pthread_mutex_lock(&fork_serial);
+    pthread_mutex_lock(fork_serial);
 }
 
 void pm__fork_serial_unlock(void)
 {
-    pthread_mutex_unlock(&fork_serial);
+    pthread_mutex_unlock(fork_serial);
 }
 
 PM__READY_TEXT uint32_t pm__fork_gen(void)

@@ -126,10 +126,11 @@ uint32_t pm__fork_gen(void);
 
 /* Held across the few steps after which a fork of this process must not
  * copy a worker's channel (channel.c creating one, incarnation.c forking
- * its worker): every cluster of the process takes it, in any thread. The
- * atfork child handler above makes it free again in every child, where
- * the thread that held it does not exist (a bootstrap may start a cluster
- * of its own). Taking it registers that handler. */
+ * its worker): every cluster of the process takes it, in any thread. It
+ * is free again in every child, where the thread that held it does not
+ * exist (a bootstrap may start a cluster of its own): its page is wiped
+ * by the fork (error.c), or, without MADV_WIPEONFORK, the atfork child
+ * handler above resets it. Taking it registers that handler. */
 void pm__fork_serial_lock(void);
 void pm__fork_serial_unlock(void);
 

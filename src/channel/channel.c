@@ -85,7 +85,7 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
      * make a leak or a mix-up visible. */
     snprintf(name, sizeof(name), "procmesh-slot%u-inc%llu", slot, (unsigned long long)incarnation);
     size_t size = channel_size(cap);
-    /* Not copied by a fork (channel.h, pm__channel_fork_copy), from the
+    /* Not copied by a fork (channel.h, pm__channel_adopt_fork), from the
      * moment it exists: under the lock a fork of another cluster's worker
      * in another thread also takes (base/internal.h). Best effort: where
      * the madvise fails the mapping is copied, and a fork-mode child
@@ -151,16 +151,6 @@ int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
 fail:
     pm__channel_close(l);
     return rc;
-}
-
-int pm__channel_fork_copy(pm__channel *l, int copy)
-{
-    if (l->map == NULL || l->nofork == !copy)
-        return 0;
-    if (madvise(l->map, l->map_size, copy ? MADV_DOFORK : MADV_DONTFORK) != 0)
-        return copy ? -errno : 0; /* not copied: as before, the child unmaps it */
-    l->nofork = !copy;
-    return 0;
 }
 
 int pm__channel_made_for(const pm__channel *l, unsigned slot, uint64_t incarnation,
@@ -239,6 +229,20 @@ PM__READY_TEXT int pm__channel_adopt(pm__channel *l, const pm__channel *hub)
      * on (a strict seccomp filter knows no send). */
     l->rx.wake_sock = l->tx.wake_sock = -1;
     return 0;
+}
+
+PM__READY_TEXT int pm__channel_adopt_fork(pm__channel *l, const pm__channel *hub)
+{
+    if (!hub->nofork)
+        return pm__channel_adopt(l, hub);
+    pm__channel mine = *hub;
+    mine.map = mmap(NULL, hub->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, hub->memfd, 0);
+    if (mine.map == MAP_FAILED)
+        return -errno;
+    int rc = pm__channel_adopt(l, &mine);
+    if (rc < 0)
+        (void)munmap(mine.map, mine.map_size);
+    return rc;
 }
 
 PM__READY_TEXT void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS])

@@ -95,8 +95,8 @@ typedef struct pm__channel {
     uint32_t rx_seq;
     void *map;
     size_t map_size;
-    int nofork;  /* hub side: 1 while a fork of this process does not copy map
-                    (MADV_DONTFORK, pm__channel_fork_copy) */
+    int nofork;  /* hub side: 1 when a fork of this process does not copy map
+                    (MADV_DONTFORK, pm__channel_create) */
     pm__ring tx; /* hub: down producer; worker: up producer */
     pm__ring rx; /* hub: up consumer; worker: down consumer */
 } pm__channel;
@@ -118,17 +118,6 @@ typedef struct pm__channel_params {
  * nothing left open. */
 int pm__channel_create(pm__channel *l, unsigned slot, uint64_t incarnation,
                        const pm__channel_params *p);
-/* Hub side: whether a fork of this process copies l's mapping. A channel
- * is made not copied (pm__channel_create): a fork copies every mapping of
- * the supervisor, one per worker's channel, so each fork cost O(N) and a
- * spawn of N fork-mode workers O(N^2), and each child then had to unmap
- * the others' rings again (check_containment test_forks_copy_no_channel).
- * The fork of l's own worker is the one that must
- * copy it: copy 1 just before that fork, 0 just after (the caller
- * serializes the three against the process's other forks of workers,
- * another cluster's in another thread: incarnation.c fork_onto).
- * 0 or -errno (the fork must not happen: its worker would have no ring). */
-int pm__channel_fork_copy(pm__channel *l, int copy);
 
 /* Hub side: 1 when l, a channel this process made, was made for
  * incarnation of slot with p, else 0. It reads the control block: only for
@@ -148,6 +137,24 @@ int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int
  * the mapping and those fds; hub's other fds (its sock) stay the caller's
  * to close, and hub must no longer be closed or unmapped. 0 or -EPROTO. */
 int pm__channel_adopt(pm__channel *l, const pm__channel *hub);
+
+/* pm__channel_adopt in a fork child, whose fork did not copy hub's mapping
+ * (nofork: every channel's is MADV_DONTFORK from its creation, the
+ * worker's own too): mapped here from hub's memfd, then adopted. A fork
+ * copies every mapping of the supervisor it does not skip, one per worker
+ * (each fork then O(N), a spawn of N fork-mode workers O(N^2), and each
+ * child unmapping the others' rings again: check_containment
+ * test_forks_copy_no_channel), and copying the worker's own one meant
+ * marking it MADV_DOFORK before the fork and MADV_DONTFORK after: two
+ * system calls and a write of the slot's page (shared with the child by
+ * then, so copied) in the supervisor, between the fork and its sleep,
+ * while the child waited for its CPU. The child maps it instead: one
+ * mmap, and no more page faults than the copied mapping cost, since a
+ * fork copies no page-table entries of a shared mapping of a file (they
+ * are faulted in). Where the madvise failed at creation (the mapping was
+ * copied), hub's mapping is adopted as it is. 0, -EPROTO, or the mmap's
+ * -errno. */
+int pm__channel_adopt_fork(pm__channel *l, const pm__channel *hub);
 
 /* The control block (worker side: trusted; hub side: written once). */
 static inline const struct pm__ctl *pm__channel_ctl(const pm__channel *l)

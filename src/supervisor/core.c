@@ -115,7 +115,7 @@ void pm__cluster_release(pm_cluster *c, pm__slot *s)
  * five closes (about 0.1 ms on a 2-CPU VM) need not come before that fork.
  * A child forked meanwhile drops them with the slots' fds (incarnation.c
  * drop_own); the mapping is never copied into a fork (channel.h,
- * pm__channel_fork_copy). NULL (close now) without memory for the list. */
+ * pm__channel_adopt_fork). NULL (close now) without memory for the list. */
 pm__channel *pm__cluster_dying(pm_cluster *c)
 {
     if (c->ndying == c->dying_cap) {

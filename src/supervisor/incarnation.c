@@ -128,8 +128,8 @@ PM__READY_TEXT static void drop_channel(child_drop *d, const pm__channel *l)
     pm__channel_fds(l, fds);
     for (int i = 0; i < PM__CHANNEL_NFDS; i++)
         drop_fd(d, fds[i]);
-    /* Another worker's channel was not copied by the fork (channel.h,
-     * pm__channel_fork_copy): nothing to unmap. */
+    /* Not copied by the fork (channel.h, pm__channel_adopt_fork), unless
+     * its madvise failed: nothing to unmap then. */
     if (!l->nofork)
         drop_map(d, l->map, l->map_size);
 }
@@ -315,8 +315,8 @@ PM__READY_TEXT static void fork_child(void *arg, const pm__spawn_req *req)
         child_output(req);
     pm_node node;
     int rc = pm__node_from_hub_channel(&node, x->channel, &init, c->self);
-    /* The node took over the inherited mapping (pm__channel_adopt): it is
-     * not unmapped here. */
+    /* The node mapped the channel (pm__channel_adopt_fork) and owns the
+     * mapping and the worker's fds. */
     if (rc < 0)
         _exit(125);
     /* The hub's write end of this worker's doorbell, inherited: a worker
@@ -451,20 +451,18 @@ static void fork_req(pm_cluster *c, pm__spawn_req *req, struct child_ctx *ctx)
     req->scrub_to = c->entry_cfa;
 }
 
-/* Every fork-mode fork of the process's clusters, one at a time: while a
- * slot's channel is copied by forks (pm__channel_fork_copy), only its own
- * worker's fork may happen, not the fork of another cluster's worker in
- * another thread, whose child would not know to unmap it (the same lock
- * covers a channel's creation, channel.c). Forks the application makes
- * itself are not held back: one that falls in the window copies that one
- * channel. In the child pm__spawn does not return; the lock is free again
- * there (base/internal.h). */
-static pid_t fork_onto(pm__spawn_req *req, pm__channel *l)
+/* Every fork-mode fork of the process's clusters, one at a time, and
+ * never inside another thread's pm__channel_create between its mmap and
+ * its MADV_DONTFORK (channel.c): a fork there would copy a channel of
+ * another cluster into this worker, which would not know to unmap it.
+ * Forks the application makes itself are not held back: one that falls
+ * in that window copies that one channel. The child maps its own channel
+ * itself (pm__channel_adopt_fork). In the child pm__spawn does not
+ * return; the lock is free again there (base/internal.h). */
+static pid_t fork_onto(pm__spawn_req *req)
 {
     pm__fork_serial_lock();
-    int rc = pm__channel_fork_copy(l, 1);
-    pid_t pid = rc < 0 ? rc : pm__spawn(req);
-    (void)pm__channel_fork_copy(l, 0);
+    pid_t pid = pm__spawn(req);
     pm__fork_serial_unlock();
     return pid;
 }
@@ -482,7 +480,7 @@ pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, u
         return rc;
     struct child_ctx ctx = {c, s, l, inc, go_fd};
     fork_req(c, &req, &ctx);
-    return fork_onto(&req, l);
+    return fork_onto(&req);
 }
 
 /* What a start holds until its worker runs, released on failure. */
@@ -582,7 +580,7 @@ static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
             return rc;
     } else {
         fork_req(c, &req, &ctx);
-        return fork_onto(&req, &s->channel);
+        return fork_onto(&req);
     }
     return pm__spawn(&req);
 }

@@ -118,9 +118,9 @@ PM__READY_TEXT int pm__node_from_hub_channel(pm_node *n, const pm__channel *hub,
     /* pm__spawn's child checked getppid() against it after arming its
      * parent-death signal. */
     n->supervisor = supervisor;
-    /* The mapping the child inherited, with the roles of the worker
-     * (pm__channel_adopt: no second mapping on the way to ready). */
-    int rc = pm__channel_adopt(&n->channel, hub);
+    /* The supervisor's channel with the roles of the worker, mapped
+     * here: the fork did not copy it (pm__channel_adopt_fork). */
+    int rc = pm__channel_adopt_fork(&n->channel, hub);
     if (rc < 0)
         return rc;
     /* Free here: the supervisor loaded the unwinder before the fork. */
