@@ -4,7 +4,9 @@
 
 #include <fcntl.h>
 #include <stdarg.h>
+#include <inttypes.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 
 #include "internals.h"
@@ -24,6 +26,9 @@ enum role {
     H_REQ_FLOOD,  /* `count` raw requests (no deadline) to `peer`, then only
                      beats: never reads its ring */
     H_STUFFER,    /* sends to `peer` until held back, forever */
+    H_STUFF_HELD, /* on "start": sends to `peer` until the hub leaves its frames
+                     unread (16 of them), then waits for *gate, sends 3 more to
+                     `peer` and "#after" to main; beats */
     H_SEND_ONE,   /* on "start": one message to `peer`, then "#after" to main */
     H_MARKER,     /* fills `peer`'s ring, then the marker to `peer` and to
                      main, and the marker as its broadcast reply */
@@ -373,6 +378,30 @@ static int worker(pm_node *n, void *arg)
         raise(SIGSEGV);
         return 46;
     }
+    case H_STUFF_HELD: {
+        static char junk[1000];
+        pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
+        pm__channel *l = pm_test_node_channel(n);
+        uint64_t ends[16]; /* where each of the last 16 frames sent ends */
+        for (uint32_t k = 0; *gate == 0;) {
+            /* The frame sent 16 frames ago still unread: the hub holds us
+             * back (or lags, and then reads on, and so do we). */
+            if (k >= 16 && pm__ring_consumed(&l->tx, ends[k % 16]) == 0) {
+                pm_node_beat(n);
+                usleep(1000);
+                continue;
+            }
+            if (pm_node_send(n, &to, junk, sizeof(junk)) != 0)
+                return 42;
+            ends[k++ % 16] = pm__ring_head(&l->tx);
+        }
+        for (int i = 0; i < 3; i++)
+            if (pm_node_send(n, &to, junk, sizeof(junk)) != 0)
+                return 43;
+        pm_test_say(n, "after");
+        beat_forever(n);
+        break;
+    }
     case H_SEND_ONE: {
         pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
         if (pm_node_send(n, &to, "one", 3) != 0)
@@ -539,6 +568,43 @@ START_TEST(test_full_destination_holds_only_its_frames)
     /* The stuffer alone waits; the hub's memory for it stayed bounded. */
     ck_assert_int_eq(pm_test_slot_blocked_on(c, 2), 1);
     ck_assert_uint_le(pm_test_slot_queued_bytes(c, 1), ((size_t)4 << 20) + 4096);
+    ck_assert_int_eq(events_fenced, 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* The supervisor's CPU time, user and system, in microseconds. */
+static uint64_t cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u +
+           (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* A sender held back with its frames left in its ring (its destination
+ * full and silent) is armed beyond them each time it is read again, and
+ * only then: while it waits the supervisor sleeps (no re-reading every
+ * turn), and the frames it sends later still ring the hub, more for the
+ * same destination (read, found held, armed again) and then one for main,
+ * which arrives while the destination stays full. */
+START_TEST(test_held_sender_rearmed)
+{
+    plan = (struct plan){.role[0] = H_STUFF_HELD, .peer[0] = 1, .role[1] = H_SILENT};
+    *gate = 0;
+    pm_options *o;
+    pm_cluster *c = spawn_plan(2, &o);
+    start(c, 0);
+    RUN_UNTIL(c, pm_test_slot_blocked_on(c, 0) == 1, 30000);
+    uint64_t cpu0 = cpu_us(), t0 = pm_test_ms();
+    while (pm_test_ms() < t0 + 1000)
+        ck_assert_int_ge(pm_cluster_run(c, 100), 0);
+    uint64_t wall = (pm_test_ms() - t0) * 1000u, cpu = cpu_us() - cpu0;
+    ck_assert_msg(cpu < wall / 4, "the supervisor used %" PRIu64 " us of CPU in %" PRIu64
+                  " us while a sender was held (busy re-reading?)", cpu, wall);
+    ck_assert_int_eq(pm_test_slot_blocked_on(c, 0), 1);
+    *gate = 1;
+    RUN_UNTIL(c, strcmp(last_text[0], "#after") == 0, 20000);
     ck_assert_int_eq(events_fenced, 0);
     pm_test_finish(c, o);
 }
@@ -941,6 +1007,7 @@ int main(void)
     PM_ADD_TEST(s, test_fork_replacement_sees_no_dead_stack, 120);
     PM_ADD_TEST(s, test_reply_flood_no_hol, 90);
     PM_ADD_TEST(s, test_full_destination_holds_only_its_frames, 60);
+    PM_ADD_TEST(s, test_held_sender_rearmed, 90);
     PM_ADD_LOOP_TEST(s, test_not_draining, 0, 2, 60);
     PM_ADD_TEST(s, test_not_draining_while_chatty, 60);
     PM_ADD_TEST(s, test_inflight_cap_per_requester, 90);
