@@ -338,11 +338,11 @@ static int channel_maps(void)
 
 START_TEST(test_forks_copy_no_channel)
 {
-    /* A channel's mapping is copied only by the fork of its own worker
-     * (design.md, "Spawning"; what keeps a fork's cost flat in N): the
-     * application's own fork child maps none, a worker of a second cluster
-     * in the same process only its own. Before, both mapped every channel
-     * of the first cluster, spares included. */
+    /* A channel's mapping is copied by no fork (design.md, "Spawning";
+     * what keeps a fork's cost flat in N; a worker maps its own from its
+     * memfd): the application's own fork child maps none, a worker of a
+     * second cluster in the same process only its own. Before, both mapped
+     * every channel of the first cluster, spares included. */
     pm_options *oa = opts(1); /* one: the second cluster's worker inherits its fds (64 reported) */
     pm_options_set_bootstrap(oa, boot_ready, NULL);
     pm_cluster *a;
@@ -410,8 +410,9 @@ START_TEST(test_worker_starts_own_cluster)
 {
     /* Fork-mode forks are serialized by a process-wide lock, held across
      * the fork (incarnation.c fork_onto): a worker inherits it held, and
-     * the atfork handler must free it there, or a bootstrap that starts a
-     * cluster of its own waits on it for ever. */
+     * it must be free there (its page wiped by the fork, or the atfork
+     * handler's reset without MADV_WIPEONFORK), or a bootstrap that
+     * starts a cluster of its own waits on it for ever. */
     int p[2];
     ck_assert_int_eq(pipe(p), 0);
     report_fd = p[1];

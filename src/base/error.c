@@ -42,8 +42,8 @@ PM__CHILD_DATA static pthread_mutex_t fork_serial_static = PTHREAD_MUTEX_INITIAL
  * Linux 4.14): a zeroed mutex is an unlocked one (checked before it is
  * used). The supervisor unlocks it just after the fork; on a page the
  * child shared, that write would copy the page between the fork and the
- * supervisor's sleep, while the child waits for its CPU. Set once, before
- * the first fork (register_fork), read-only after. */
+ * supervisor's sleep, while the child waits for its CPU. Set once, at the
+ * first lock (choose_serial), read-only after. */
 PM__CHILD_DATA static pthread_mutex_t *fork_serial = &fork_serial_static;
 
 PM__READY_TEXT static void on_fork_child(void)
@@ -81,11 +81,6 @@ PM__CHILD_DATA static _Atomic int fork_registered;
 
 PM__READY_TEXT static void register_fork(void)
 {
-    int saved = errno;
-    pthread_mutex_t *page = fork_serial_page();
-    if (page != NULL)
-        fork_serial = page;
-    errno = saved;
     /* Cannot fail but for ENOMEM; then a handle used across a fork is not
      * detected (its use is still undefined, as without this check), which
      * is no reason to refuse to start. */
@@ -93,9 +88,23 @@ PM__READY_TEXT static void register_fork(void)
     atomic_store_explicit(&fork_registered, 1, memory_order_release);
 }
 
+/* Only a supervisor takes the lock: an exec'd worker, which registers the
+ * handler on its way to READY (pm__fork_gen), makes no page for it. */
+static pthread_once_t serial_once = PTHREAD_ONCE_INIT;
+
+static void choose_serial(void)
+{
+    int saved = errno;
+    pthread_mutex_t *page = fork_serial_page();
+    if (page != NULL)
+        fork_serial = page;
+    errno = saved;
+}
+
 void pm__fork_serial_lock(void)
 {
     pthread_once(&fork_once, register_fork);
+    pthread_once(&serial_once, choose_serial);
     pthread_mutex_lock(fork_serial);
 }
 

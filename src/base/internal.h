@@ -124,9 +124,11 @@ void pm__wipemem_free(void *p, size_t size);
 extern _Atomic uint32_t pm__fork_generation;
 uint32_t pm__fork_gen(void);
 
-/* Held across the few steps after which a fork of this process must not
- * copy a worker's channel (channel.c creating one, incarnation.c forking
- * its worker): every cluster of the process takes it, in any thread. It
+/* Held across a channel's creation (channel.c: between its mmap and its
+ * MADV_DONTFORK a fork would copy it) and across every worker's fork
+ * (incarnation.c), so that no worker fork of one cluster falls in another
+ * thread's creation window: every cluster of the process takes it, in
+ * any thread. It
  * is free again in every child, where the thread that held it does not
  * exist (a bootstrap may start a cluster of its own): its page is wiped
  * by the fork (error.c), or, without MADV_WIPEONFORK, the atfork child

@@ -130,12 +130,14 @@ int pm__channel_made_for(const pm__channel *l, unsigned slot, uint64_t incarnati
  * without one cannot send or receive messages larger than a frame). */
 int pm__channel_attach(pm__channel *l, int memfd, int node_efd, int hub_efd, int sock);
 
-/* Fork-mode worker side: the worker's ends over the hub's channel as the
- * child inherited it: the same mapping (no second mmap, no fstat or seal
- * checks: it is the supervisor's own, made by pm__channel_create) and the
- * worker's fds (memfd, doorbells, node_sock as its sock). On success l owns
- * the mapping and those fds; hub's other fds (its sock) stay the caller's
- * to close, and hub must no longer be closed or unmapped. 0 or -EPROTO. */
+/* Worker side, over a channel this process holds the hub's end of (the
+ * tests' harnesses; a fork child through pm__channel_adopt_fork): the
+ * worker's ends over hub's mapping as it is (no second mmap, no fstat or
+ * seal checks: it is the supervisor's own, made by pm__channel_create) and
+ * the worker's fds (memfd, doorbells, node_sock as its sock). On success l
+ * owns the mapping and those fds; hub's other fds (its sock) stay the
+ * caller's to close, and hub must no longer be closed or unmapped. 0 or
+ * -EPROTO. */
 int pm__channel_adopt(pm__channel *l, const pm__channel *hub);
 
 /* pm__channel_adopt in a fork child, whose fork did not copy hub's mapping

@@ -99,6 +99,7 @@ void pm__cluster_disarm_hub(pm_cluster *c, pm__slot *s)
         s->sock_armed = 0;
     }
     s->hub_rang = 0;
+    s->sock_rang = 0;
     pm__hub_port_cut(c->hub, s->index);
 }
 
@@ -236,6 +237,14 @@ void pm__cluster_on_hub(pm_cluster *c, pm__slot *s)
 {
     s->hub_rang = 0;
     pm__hub_port_service(c->hub, s->index);
+    /* Records that arrived (pm__cluster_on_sock): taken after the ring's
+     * frames, every turn they come, whether the port's frames are read or
+     * held (a record left in the kernel counts against its user's fds in
+     * flight). */
+    if (s->sock_rang) {
+        s->sock_rang = 0;
+        pm__hub_port_records(c->hub, s->index);
+    }
     if (pm__hub_port_reading(c->hub, s->index) && !s->hub_armed &&
         pm__loop_arm_multi(c->loop, s->channel.hub_efd,
                            PM__TAG(PM__TAG_HUB, s->index, s->incarnation)) == 0)
@@ -331,26 +340,19 @@ void pm__cluster_on_doorbell(pm_cluster *c, pm__slot *s, int more)
 
 void pm__cluster_on_sock(pm_cluster *c, pm__slot *s, int more)
 {
-    /* Records arrived: taken now. Or room (or the socket failed: the
-     * flush then finds out): the records that waited for it go now. */
+    /* Records arrived, or room (or the socket failed: the flush then
+     * finds out). Both are the turn's service's (pm__cluster_on_hub),
+     * once after all completions like a doorbell's: the records are taken
+     * there after the ring is read, so that what the worker published
+     * before it sent a record is read before the record is judged (a
+     * READY and then a bad record make a ready worker fenced and
+     * restarted, not a first start that failed: check_bigmsg
+     * test_hostile_fenced, bad-record-late), and the records that waited
+     * for room go in the service's flush. Reading the port here instead
+     * would read it once more per completion, past the turn's cap. */
     if (!more)
-        s->sock_armed = 0;
-    /* What the worker published in its ring before it sent a record is
-     * read before the record is judged: a READY and then a bad record
-     * make a ready worker fenced (a restart), not a first start that
-     * failed (pm_cluster_spawn's -ECHILD). The READY's doorbell is no
-     * guide to that order: when both woke a supervisor that was not
-     * running, the doorbell's completion only marks the port for the
-     * turn's service, after this one (check_bigmsg test_hostile_fenced,
-     * bad-record-late). A record a frame announces is taken by that
-     * frame's read as well (port.c take_fd). */
-    if (pm__slot_has_process(s))
-        pm__cluster_on_hub(c, s);
-    pm__hub_port_records(c->hub, s->index);
-    if (pm__hub_port_sock_full(c->hub, s->index)) {
-        s->hub_rang = 1;
-        pm__hub_mark_rang(c->hub, s->index);
-    }
-    if (!more)
-        pm__cluster_arm_sock(c, s);
+        s->sock_armed = 0; /* armed again by the service */
+    s->sock_rang = 1;
+    s->hub_rang = 1;
+    pm__hub_mark_rang(c->hub, s->index);
 }

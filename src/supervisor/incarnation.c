@@ -128,8 +128,9 @@ PM__READY_TEXT static void drop_channel(child_drop *d, const pm__channel *l)
     pm__channel_fds(l, fds);
     for (int i = 0; i < PM__CHANNEL_NFDS; i++)
         drop_fd(d, fds[i]);
-    /* Not copied by the fork (channel.h, pm__channel_adopt_fork), unless
-     * its madvise failed: nothing to unmap then. */
+    /* A fork copies a channel's mapping only where its MADV_DONTFORK
+     * failed (nofork 0): only then is there one to unmap (channel.h,
+     * pm__channel_adopt_fork). */
     if (!l->nofork)
         drop_map(d, l->map, l->map_size);
 }

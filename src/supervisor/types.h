@@ -54,6 +54,7 @@ typedef struct pm__slot {
     int pid_armed;         /* a poll on pidfd is outstanding */
     int hub_armed;         /* a poll on channel.hub_efd is outstanding */
     int hub_rang;          /* its doorbell rang this turn: service the port once */
+    int sock_rang;         /* its fd socket woke this turn: take its records in that service */
     int sock_armed;        /* the events (PM__LOOP_*) of the poll on channel.sock, 0 none */
     int pipe_armed;        /* a poll on exec_pipe is outstanding (exec readiness) */
     int notify_fd;         /* notify readiness: this incarnation's NOTIFY_SOCKET, or -1 */
