@@ -1327,12 +1327,37 @@ static void on_flooded(pm_cluster *c, const pm_message *r, void *arg)
         snprintf(flooded, sizeof(flooded), "error:%d", r->error);
 }
 
-static uint64_t cpu_us(void)
+/* The end of a test that parked a worker: nobody was fenced, the cluster
+ * ends, the gate closes. */
+static void parked_end(pm_cluster *c, pm_options *o)
 {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u +
-           (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    order_mode = 0;
+    close(gate[0]);
+    close(gate[1]);
+}
+
+/* Parks slot 0 (a0) on the gate ("hold": it reads neither its ring nor
+ * its fd socket), then sends main's large messages to it until -EAGAIN,
+ * message i MIB + i bytes of seed i; how many were taken. */
+static unsigned park_and_fill(pm_cluster *c, const pm_address *a0)
+{
+    char r[32];
+    size_t rl = 0;
+    ck_assert_int_eq(pm_cluster_call(c, a0, "hold", 4, 30000, r, sizeof(r) - 1, &rl), 0);
+    ck_assert(rl == 4 && memcmp(r, "held", 4) == 0);
+    unsigned nmain = 0;
+    int rc = 0;
+    for (; nmain < 64; nmain++) {
+        fill(mbuf, MIB + nmain, nmain);
+        rc = pm_cluster_send(c, a0, mbuf, MIB + nmain);
+        if (rc != 0)
+            break;
+    }
+    ck_assert_msg(rc == -EAGAIN, "main's send %u to a parked worker: %d, not -EAGAIN", nmain, rc);
+    return nmain;
 }
 
 /* Slot 0 parks (reads neither its ring nor its fd socket). Main sends
@@ -1357,26 +1382,13 @@ START_TEST(test_fd_cap)
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
-    char r[32];
-    size_t rl = 0;
     /* Warm-up: anything allocated once (a scratch mapping) is now. */
     fill(mbuf, MIB, 0);
     ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB), 0);
     RUN_UNTIL(c, ngot == 1, 30000);
     ngot = 0;
     size_t base = pm_test_count_fds();
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "hold", 4, 30000, r, sizeof(r) - 1, &rl), 0);
-    ck_assert(rl == 4 && memcmp(r, "held", 4) == 0);
-    /* Main: until -EAGAIN. */
-    unsigned nmain = 0;
-    int rc = 0;
-    for (; nmain < 64; nmain++) {
-        fill(mbuf, MIB + nmain, nmain);
-        rc = pm_cluster_send(c, &a0, mbuf, MIB + nmain);
-        if (rc != 0)
-            break;
-    }
-    ck_assert_msg(rc == -EAGAIN, "main's send %u to a parked worker: %d, not -EAGAIN", nmain, rc);
+    unsigned nmain = park_and_fill(c, &a0);
     /* The socket takes a few (its send buffer is the smallest: channel.c),
      * the hub's queue 8, and no more. */
     ck_assert_msg(nmain >= PM__HOLD_MAX_FDS && nmain <= PM__HOLD_MAX_FDS + 16,
@@ -1392,10 +1404,10 @@ START_TEST(test_fd_cap)
     RUN_UNTIL(c, pm_test_slot_held_fds(c, 1) == PM__HOLD_MAX_FDS && pm_test_slot_blocked_on(c, 1) == 0,
               30000);
     /* The stall: one second of the supervisor's loop. */
-    uint64_t cpu0 = cpu_us(), wake0 = pm_test_loop_syscalls(c), t0 = pm_test_ms();
+    uint64_t cpu0 = pm_test_cpu_us(), wake0 = pm_test_loop_syscalls(c), t0 = pm_test_ms();
     while (pm_test_ms() < t0 + 1000)
         ck_assert_int_ge(pm_cluster_run(c, 100), 0);
-    uint64_t wall = (pm_test_ms() - t0) * 1000u, cpu = cpu_us() - cpu0;
+    uint64_t wall = (pm_test_ms() - t0) * 1000u, cpu = pm_test_cpu_us() - cpu0;
     uint64_t wakes = pm_test_loop_syscalls(c) - wake0;
     if (getenv("PM_DEBUG"))
         fprintf(stderr, "%u sent by main; stall: %" PRIu64 " us CPU over %" PRIu64
@@ -1429,12 +1441,7 @@ START_TEST(test_fd_cap)
     ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB), 0);
     RUN_UNTIL(c, ngot == nmain + nflood + 1, 30000);
     ck_assert_uint_eq(pm_test_count_fds(), base);
-    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
-    order_mode = 0;
-    close(gate[0]);
-    close(gate[1]);
+    parked_end(c, o);
 }
 END_TEST
 
@@ -1462,17 +1469,7 @@ START_TEST(test_fd_room)
     pm_address a0 = pm_test_slot_addr(0, 0);
     char r[32];
     size_t rl = 0;
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "hold", 4, 30000, r, sizeof(r) - 1, &rl), 0);
-    ck_assert(rl == 4 && memcmp(r, "held", 4) == 0);
-    unsigned nmain = 0;
-    int rc = 0;
-    for (; nmain < 64; nmain++) {
-        fill(mbuf, MIB + nmain, nmain);
-        rc = pm_cluster_send(c, &a0, mbuf, MIB + nmain);
-        if (rc != 0)
-            break;
-    }
-    ck_assert_msg(rc == -EAGAIN, "main's send %u to a parked worker: %d, not -EAGAIN", nmain, rc);
+    unsigned nmain = park_and_fill(c, &a0);
     ck_assert_uint_eq(pm_test_main_held_fds(c), PM__HOLD_MAX_FDS);
     /* The hub tries its queue and finds the socket full, at least once. */
     RUN_UNTIL(c, pm_test_slot_sock_full(c, 0), 30000);
@@ -1483,12 +1480,7 @@ START_TEST(test_fd_room)
     char want[32];
     snprintf(want, sizeof(want), "count:%u:0", nmain);
     ck_assert_str_eq(r, want);
-    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
-    order_mode = 0;
-    close(gate[0]);
-    close(gate[1]);
+    parked_end(c, o);
 }
 END_TEST
 
@@ -2192,12 +2184,7 @@ START_TEST(test_hub_never_maps_routed)
                   gots[0].ok ? "intact" : "damaged");
     ck_assert_msg(seen == 0, "the supervisor mapped a message memfd (%d sightings in %d looks)", seen,
                   turns);
-    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    pm_options_free(o);
-    order_mode = 0;
-    close(gate[0]);
-    close(gate[1]);
+    parked_end(c, o);
 }
 END_TEST
 

@@ -573,15 +573,6 @@ START_TEST(test_full_destination_holds_only_its_frames)
 }
 END_TEST
 
-/* The supervisor's CPU time, user and system, in microseconds. */
-static uint64_t cpu_us(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u +
-           (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
 /* A sender held back with its frames left in its ring (its destination
  * full and silent) is armed beyond them each time it is read again, and
  * only then: while it waits the supervisor sleeps (no re-reading every
@@ -596,10 +587,10 @@ START_TEST(test_held_sender_rearmed)
     pm_cluster *c = spawn_plan(2, &o);
     start(c, 0);
     RUN_UNTIL(c, pm_test_slot_blocked_on(c, 0) == 1, 30000);
-    uint64_t cpu0 = cpu_us(), t0 = pm_test_ms();
+    uint64_t cpu0 = pm_test_cpu_us(), t0 = pm_test_ms();
     while (pm_test_ms() < t0 + 1000)
         ck_assert_int_ge(pm_cluster_run(c, 100), 0);
-    uint64_t wall = (pm_test_ms() - t0) * 1000u, cpu = cpu_us() - cpu0;
+    uint64_t wall = (pm_test_ms() - t0) * 1000u, cpu = pm_test_cpu_us() - cpu0;
     ck_assert_msg(cpu < wall / 4, "the supervisor used %" PRIu64 " us of CPU in %" PRIu64
                   " us while a sender was held (busy re-reading?)", cpu, wall);
     ck_assert_int_eq(pm_test_slot_blocked_on(c, 0), 1);

@@ -90,6 +90,16 @@ static inline TCase *pm_tcase(const char *name, int timeout_s)
         suite_add_tcase((suite), tc_);                      \
     } while (0)
 
+/* This process's CPU time (the supervisor's: its workers are other
+ * processes), user and system, in microseconds. */
+static inline uint64_t pm_test_cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u +
+           (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 /* Caps this process's address space room bytes above what it maps now
  * (RLIMIT_AS), so that the next allocation larger than room fails; *before
  * gets the limit to put back. Not under a sanitizer, whose shadow memory
