@@ -578,24 +578,29 @@ END_TEST
  * only then: while it waits the supervisor sleeps (no re-reading every
  * turn), and the frames it sends later still ring the hub, more for the
  * same destination (read, found held, armed again) and then one for main,
- * which arrives while the destination stays full. */
+ * which arrives while the destination stays full. _i 0: slot 0 stuffs
+ * slot 1; 1: slot 1 stuffs slot 0 (a destination whose index is 0). */
 START_TEST(test_held_sender_rearmed)
 {
-    plan = (struct plan){.role[0] = H_STUFF_HELD, .peer[0] = 1, .role[1] = H_SILENT};
+    unsigned from = (unsigned)_i, to = 1u - from;
+    plan = (struct plan){0};
+    plan.role[from] = H_STUFF_HELD;
+    plan.peer[from] = (int)to;
+    plan.role[to] = H_SILENT;
     *gate = 0;
     pm_options *o;
     pm_cluster *c = spawn_plan(2, &o);
-    start(c, 0);
-    RUN_UNTIL(c, pm_test_slot_blocked_on(c, 0) == 1, 30000);
+    start(c, from);
+    RUN_UNTIL(c, pm_test_slot_blocked_on(c, from) == (int)to, 30000);
     uint64_t cpu0 = pm_test_cpu_us(), t0 = pm_test_ms();
     while (pm_test_ms() < t0 + 1000)
         ck_assert_int_ge(pm_cluster_run(c, 100), 0);
     uint64_t wall = (pm_test_ms() - t0) * 1000u, cpu = pm_test_cpu_us() - cpu0;
     ck_assert_msg(cpu < wall / 4, "the supervisor used %" PRIu64 " us of CPU in %" PRIu64
                   " us while a sender was held (busy re-reading?)", cpu, wall);
-    ck_assert_int_eq(pm_test_slot_blocked_on(c, 0), 1);
+    ck_assert_int_eq(pm_test_slot_blocked_on(c, from), (int)to);
     *gate = 1;
-    RUN_UNTIL(c, strcmp(last_text[0], "#after") == 0, 20000);
+    RUN_UNTIL(c, strcmp(last_text[from], "#after") == 0, 20000);
     ck_assert_int_eq(events_fenced, 0);
     pm_test_finish(c, o);
 }
@@ -998,7 +1003,7 @@ int main(void)
     PM_ADD_TEST(s, test_fork_replacement_sees_no_dead_stack, 120);
     PM_ADD_TEST(s, test_reply_flood_no_hol, 90);
     PM_ADD_TEST(s, test_full_destination_holds_only_its_frames, 60);
-    PM_ADD_TEST(s, test_held_sender_rearmed, 90);
+    PM_ADD_LOOP_TEST(s, test_held_sender_rearmed, 0, 2, 90);
     PM_ADD_LOOP_TEST(s, test_not_draining, 0, 2, 60);
     PM_ADD_TEST(s, test_not_draining_while_chatty, 60);
     PM_ADD_TEST(s, test_inflight_cap_per_requester, 90);
