@@ -128,11 +128,11 @@ uint32_t pm__fork_gen(void);
  * MADV_DONTFORK a fork would copy it) and across every worker's fork
  * (incarnation.c), so that no worker fork of one cluster falls in another
  * thread's creation window: every cluster of the process takes it, in
- * any thread. It
- * is free again in every child, where the thread that held it does not
- * exist (a bootstrap may start a cluster of its own): its page is wiped
- * by the fork (error.c), or, without MADV_WIPEONFORK, the atfork child
- * handler above resets it. Taking it registers that handler. */
+ * any thread. It is free again in every child, where the thread that held
+ * it does not exist (a bootstrap may start a cluster of its own): its
+ * page is wiped by the fork (error.c), or, without MADV_WIPEONFORK, the
+ * atfork child handler above resets it. Taking it registers that
+ * handler. */
 void pm__fork_serial_lock(void);
 void pm__fork_serial_unlock(void);
 
