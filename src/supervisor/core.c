@@ -290,9 +290,9 @@ void pm__cluster_service_ports(pm_cluster *c)
  * (a multishot poll keeps asking for it until the loop ends it; a
  * one-shot one, io_uring before Linux 5.13, is armed again without it
  * once the socket has room, or a writable socket would complete it every
- * turn). Retrying every turn
- * instead would keep the hub busy, and a busy hub never arms the
- * doorbells of the ports it drained (pm__hub_arm_idle).
+ * turn). Retrying every turn instead would keep the hub busy, and a busy
+ * hub never arms the doorbells of the ports it drained
+ * (pm__hub_arm_idle).
  */
 #define SOCK_CANCELLING 0x100
 
