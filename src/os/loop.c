@@ -194,11 +194,6 @@ int pm__loop_arm_multi(pm__loop *l, int fd, uint64_t tag)
     return pm__loop_arm_multi_ev(l, fd, tag, PM__LOOP_IN);
 }
 
-int pm__loop_has_multi(const pm__loop *l)
-{
-    return l->head.backend == PM__LOOP_EPOLL || l->head.multishot;
-}
-
 int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events)
 {
     if (l->head.backend == PM__LOOP_URING) {

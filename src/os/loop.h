@@ -68,10 +68,10 @@ int pm__loop_arm_ev(pm__loop *l, int fd, uint64_t tag, unsigned events);
  * wake-up of the fd that concerns them (a socket: a record arrived, its
  * peer freed room), whatever its state before. Where only one-shot polls
  * exist (io_uring before Linux 5.13) it is pm__loop_arm_ev, which fires at
- * once on a state that holds (a writable socket): pm__loop_has_multi says
- * which, so the caller asks then only for what it waits for. */
+ * once on a state that holds (a writable socket): the caller asks only for
+ * what it waits for (core.c asks a socket for room only once it refused a
+ * record). */
 int pm__loop_arm_multi_ev(pm__loop *l, int fd, uint64_t tag, unsigned events);
-int pm__loop_has_multi(const pm__loop *l);
 int pm__loop_disarm(pm__loop *l, int fd, uint64_t tag);
 /* 1 where a disarmed registration completes once more (io_uring: the
  * removed poll's own completion, more 0), which the caller may wait for to
