@@ -20,7 +20,9 @@
 #include <stdarg.h>
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -246,9 +248,10 @@ static inline int pm_test_reap(pid_t pid, int timeout_ms)
     }
 }
 
-/* A TCP port on 127.0.0.1 nobody listens on now: bound to port 0, read
- * back, closed (the kernel does not hand it out again at once). */
-static inline int pm_test_free_port(void)
+/* Binds a TCP socket to 127.0.0.1:port (0: the kernel picks) without
+ * SO_REUSEADDR and closes it: the port it got, or -1. Without
+ * SO_REUSEADDR the bind also fails on a port in TIME_WAIT. */
+static inline int pm_test_try_port(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ck_assert_int_ge(fd, 0);
@@ -256,11 +259,81 @@ static inline int pm_test_free_port(void)
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    sa.sin_port = htons((uint16_t)port);
     socklen_t len = sizeof(sa);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    int ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+             getsockname(fd, (struct sockaddr *)&sa, &len) == 0;
     close(fd);
-    return ntohs(sa.sin_port);
+    return ok ? ntohs(sa.sin_port) : -1;
+}
+
+/* The ports pm_test_free_port hands out: [*lo, *hi], below (or else
+ * above) the kernel's ephemeral range; 0 when neither side has room. */
+#define PM_TEST_PORTS_FLOOR 10000
+#define PM_TEST_PORTS_MIN 2000
+static inline int pm_test_port_range(int *lo, int *hi)
+{
+    int elo = 32768, ehi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &elo, &ehi) != 2)
+            elo = 32768, ehi = 60999;
+        fclose(f);
+    }
+    if (elo - PM_TEST_PORTS_FLOOR >= PM_TEST_PORTS_MIN) {
+        *lo = PM_TEST_PORTS_FLOOR;
+        *hi = elo - 1;
+    } else if (65535 - ehi >= PM_TEST_PORTS_MIN) {
+        *lo = ehi + 1;
+        *hi = 65535;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* A TCP port on 127.0.0.1 nobody holds now, for a process the test starts
+ * to listen on. The kernel's own choice (bind to port 0) is not enough:
+ * that port comes from the ephemeral range, where every connect() on the
+ * machine takes its local port and every other test's port 0 lands too,
+ * and it is free again the moment we close it; with the whole suite
+ * running at once on many CPUs, another test could take it before our
+ * daemon binds it, and the daemon exits "Address already in use" (a CI
+ * failure at stop 47 looked like that). So the ports come from outside
+ * the ephemeral range, where the kernel never hands one out, in turn,
+ * from one counter that every test process on the machine shares (a file
+ * under /tmp, locked while it moves), each checked free with a bind: two
+ * tests running at once never get the same port, and a port comes round
+ * again only after thousands of others. The kernel's port 0 only when no
+ * such range exists or the file cannot be used (another user's). */
+static inline int pm_test_free_port(void)
+{
+    int lo, hi, port = -1;
+    int fd = pm_test_port_range(&lo, &hi)
+                 ? open("/tmp/procmesh-test-ports", O_RDWR | O_CREAT | O_CLOEXEC, 0666)
+                 : -1;
+    if (fd >= 0 && flock(fd, LOCK_EX) == 0) {
+        char buf[16] = "";
+        ssize_t k = pread(fd, buf, sizeof(buf) - 1, 0);
+        int next = k > 0 ? atoi(buf) : 0;
+        for (int tries = hi - lo + 1; tries > 0 && port < 0; tries--) {
+            if (next < lo || next > hi)
+                next = lo;
+            port = pm_test_try_port(next++);
+        }
+        /* Fixed width, so the write needs no truncation; if it fails the
+         * next call starts over at the same place, every port still
+         * checked by a bind. */
+        int n = snprintf(buf, sizeof(buf), "%010d\n", next);
+        ssize_t w = pwrite(fd, buf, (size_t)n, 0);
+        (void)w;
+    }
+    if (fd >= 0)
+        close(fd); /* drops the lock */
+    if (port < 0)
+        port = pm_test_try_port(0);
+    ck_assert_int_gt(port, 0);
+    return port;
 }
 
 /* fork() for every process a test starts itself: the child is SIGKILLed

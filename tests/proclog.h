@@ -164,6 +164,23 @@ static inline const char *tail_of(const char *log)
     return "(log on stderr)";
 }
 
+/* The last non-empty line of log, at most 300 bytes of it, in a static
+ * buffer ("(none)" for an empty log). */
+static inline const char *proc_last_line(const char *log)
+{
+    static char line[304];
+    size_t end = strlen(log);
+    while (end > 0 && log[end - 1] == '\n')
+        end--;
+    size_t start = end;
+    while (start > 0 && log[start - 1] != '\n')
+        start--;
+    if (end - start > 300)
+        start = end - 300;
+    snprintf(line, sizeof(line), "%.*s", (int)(end - start), log + start);
+    return end == 0 ? "(none)" : line;
+}
+
 /* Waits until r has written needle n times, reading the pipes of others
  * (nothers of them, r among them or not) meanwhile so that no process
  * blocks on a full pipe. Fails the test, its log's end on stderr, when that
@@ -178,10 +195,25 @@ static inline void proc_wait_among(proc *r, proc *const *others, size_t nothers,
             if (others[i] != r && others[i]->pid > 0)
                 proc_read(others[i], 0);
     }
-    ck_assert_msg(count_of(r->log, needle) >= n,
-                  "waited %d ms for %d line(s) with \"%s\"%s; %s", timeout_ms, n,
-                  needle, r->eof ? " (the process closed its output)" : "",
-                  count_of(r->log, needle) >= n ? "" : tail_of(r->log));
+    if (count_of(r->log, needle) >= n)
+        return;
+    /* CI shows Check's message but not always stderr: the message names
+     * how the process ended and its last line, the whole tail goes to
+     * stderr. */
+    char how[64] = "";
+    if (r->eof && r->pid > 0) {
+        int st = pm_test_reap(r->pid, 2000);
+        r->pid = 0;
+        if (st == -1)
+            snprintf(how, sizeof(how), ", still running 2 s later");
+        else if (WIFEXITED(st))
+            snprintf(how, sizeof(how), ", exit status %d", WEXITSTATUS(st));
+        else
+            snprintf(how, sizeof(how), ", killed by signal %d", WTERMSIG(st));
+    }
+    ck_abort_msg("waited %d ms for %d line(s) with \"%s\"%s%s%s; its last line: %s; %s", timeout_ms, n,
+                 needle, r->eof ? " (the process closed its output" : "", how, r->eof ? ")" : "",
+                 proc_last_line(r->log), tail_of(r->log));
 }
 
 /* Waits until each of the mesh hosts named "a", "b", "c" (h[0..2]) has
