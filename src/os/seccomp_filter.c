@@ -382,7 +382,9 @@ static int add_strict(scmp_filter_ctx ctx)
  * "fall through" reaches as its next instruction. */
 static int prepend_pins(uint32_t act, pm__seccomp_prog *out)
 {
-    struct pin_block *b = malloc(sizeof(*b));
+    /* Zeroed: pin_build starts its count at 0 anyway, and an entry past
+     * the count is then a harmless zero, never leftover heap. */
+    struct pin_block *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return -ENOMEM;
     int rc = pin_build(act, b);
