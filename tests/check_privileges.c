@@ -1187,6 +1187,65 @@ START_TEST(test_seccomp_basic_every_denied)
 }
 END_TEST
 
+#if defined(HAVE_SECCOMP) && PM_LAZY_DEPS
+/* libseccomp's seccomp_rule_add_array, refusing the fail_at-th rule
+ * (counting from 1; 0: none) as libseccomp refuses one it cannot add,
+ * and counting them all. Put in the library's own table of libseccomp's
+ * functions (deps.c), which is where the builder calls it. */
+#pragma push_macro("seccomp_rule_add_array")
+#undef seccomp_rule_add_array
+static __typeof__(seccomp_rule_add_array) *real_rule_add;
+static int rule_calls, rule_fail_at;
+
+static int refusing_rule_add(scmp_filter_ctx ctx, uint32_t action, int nr, unsigned int n,
+                             const struct scmp_arg_cmp *cmp)
+{
+    if (++rule_calls == rule_fail_at)
+        return -EEXIST;
+    return real_rule_add(ctx, action, nr, n, cmp);
+}
+
+static void refuse_rules(int on)
+{
+    struct pm__seccomp_fns *t = (struct pm__seccomp_fns *)pm__seccomp();
+    if (real_rule_add == NULL)
+        real_rule_add = t->seccomp_rule_add_array;
+    t->seccomp_rule_add_array = on ? refusing_rule_add : real_rule_add;
+}
+#pragma pop_macro("seccomp_rule_add_array")
+
+/* A rule libseccomp refuses fails the build of either level, whichever
+ * rule it is (the first, one in the middle, the last): a filter missing
+ * one of its rules is never loaded (issue 27: the loops that add them
+ * stopped at the first failure, but nothing tried one). */
+START_TEST(test_seccomp_rule_refused)
+{
+    ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
+    refuse_rules(1);
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
+        pm__seccomp_prog p;
+        rule_calls = 0;
+        rule_fail_at = 0;
+        ck_assert_int_eq(pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p), 0);
+        pm__seccomp_free(&p);
+        int total = rule_calls;
+        ck_assert_int_gt(total, 2);
+        const int at[] = {1, total / 2, total};
+        for (size_t i = 0; i < ARRAY_LEN(at); i++) {
+            rule_calls = 0;
+            rule_fail_at = at[i];
+            int rc = pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p);
+            ck_assert_msg(rc == -EEXIST, "level %d, rule %d of %d refused: the build gave %d", level,
+                          at[i], total, rc);
+            ck_assert_ptr_null(p.insns);
+            ck_assert_uint_eq(p.len, 0);
+        }
+    }
+    refuse_rules(0);
+}
+END_TEST
+#endif
+
 START_TEST(test_seccomp_refusals)
 {
     char why[256];
@@ -1447,6 +1506,13 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_strict_memfd_flags, 0);
         PM_ADD_TEST(s, test_seccomp_strict_standby, 0);
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
+#if defined(HAVE_SECCOMP) && PM_LAZY_DEPS
+        PM_ADD_TEST(s, test_seccomp_rule_refused, 0);
+#else
+        fprintf(stderr, "check_privileges: libseccomp linked directly (--disable-lazy-deps): "
+                        "test_seccomp_rule_refused left out (it replaces a function in the "
+                        "library's table of libseccomp's)\n");
+#endif
         PM_ADD_TEST(s, test_seccomp_basic_every_denied, 0);
         PM_ADD_LOOP_TEST(s, test_seccomp_every_path, 0, (int)ARRAY_LEN(move_levels), 0);
     }
