@@ -1214,6 +1214,135 @@ static void refuse_rules(int on)
 }
 #pragma pop_macro("seccomp_rule_add_array")
 
+/* libseccomp's seccomp_export_bpf, misbehaving on demand: export_rc != 0
+ * fails it; else the real export runs and the file is then cut or padded
+ * with zeros to export_insns instructions (or export_bytes bytes), when
+ * asked; export_seen gets the real program's size in instructions. */
+#pragma push_macro("seccomp_export_bpf")
+#undef seccomp_export_bpf
+static __typeof__(seccomp_export_bpf) *real_export;
+static int export_rc, export_insns = -1, export_bytes = -1, export_seen;
+
+static int export_calls;
+
+static int odd_export(const scmp_filter_ctx ctx, int fd)
+{
+    export_calls++;
+    if (export_rc != 0)
+        return export_rc;
+    int rc = real_export(ctx, fd);
+    struct stat st;
+    if (rc != 0 || fstat(fd, &st) < 0)
+        return rc != 0 ? rc : -errno;
+    export_seen = (int)(st.st_size / (off_t)sizeof(struct sock_filter));
+    off_t want = export_bytes >= 0  ? export_bytes
+                 : export_insns >= 0 ? (off_t)export_insns * (off_t)sizeof(struct sock_filter)
+                                     : st.st_size;
+    return ftruncate(fd, want) == 0 ? 0 : -errno;
+}
+
+static void odd_exports(int on)
+{
+    struct pm__seccomp_fns *t = (struct pm__seccomp_fns *)pm__seccomp();
+    if (real_export == NULL)
+        real_export = t->seccomp_export_bpf;
+    t->seccomp_export_bpf = on ? odd_export : real_export;
+    export_rc = 0;
+    export_insns = export_bytes = -1;
+}
+#pragma pop_macro("seccomp_export_bpf")
+
+/* pm__seccomp_build of level with the export as set: its result, and the
+ * program's length in *len (0 when it failed). */
+static int build_len(int level, unsigned *len)
+{
+    pm__seccomp_prog p;
+    int rc = pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p);
+    *len = p.len;
+    if (rc == 0)
+        ck_assert_ptr_nonnull(p.insns);
+    else
+        ck_assert_ptr_null(p.insns);
+    pm__seccomp_free(&p);
+    return rc;
+}
+
+/*
+ * What libseccomp exports is checked before it is used, one condition at
+ * a time with the others valid (issue 27): a failed export fails the
+ * build; an empty program, one not a whole number of instructions, or one
+ * longer than the kernel takes (BPF_MAXINSNS) is refused -E2BIG, and one
+ * exactly that long is taken (strict; basic's pins count in its total).
+ * The memfd it goes through: no fd to make it (RLIMIT_NOFILE) fails the
+ * build with the kernel's -EMFILE; fd 0 is an fd like any other.
+ */
+START_TEST(test_seccomp_export_checked)
+{
+    ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
+    unsigned len, natural[3] = {0, 0, 0};
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++)
+        ck_assert_int_eq(build_len(level, &natural[level]), 0);
+    odd_exports(1);
+    int exported[3] = {0, 0, 0};
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
+        ck_assert_int_eq(build_len(level, &len), 0);
+        ck_assert_uint_eq(len, natural[level]);
+        exported[level] = export_seen;
+        export_rc = -ECANCELED;
+        ck_assert_int_eq(build_len(level, &len), -ECANCELED);
+        export_rc = 0;
+        export_bytes = 0;
+        ck_assert_int_eq(build_len(level, &len), -E2BIG);
+        export_bytes = 8 * 20 + 4;
+        ck_assert_int_eq(build_len(level, &len), -E2BIG);
+        export_bytes = -1;
+        export_insns = BPF_MAXINSNS + 1;
+        ck_assert_int_eq(build_len(level, &len), -E2BIG);
+        export_insns = -1;
+    }
+    /* The longest program the kernel takes: strict's export alone,
+     * basic's with its pins before it. */
+    int pins = (int)natural[PM_SECCOMP_BASIC] - exported[PM_SECCOMP_BASIC];
+    ck_assert_int_gt(pins, 0);
+    export_insns = BPF_MAXINSNS;
+    ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), 0);
+    ck_assert_uint_eq(len, BPF_MAXINSNS);
+    export_insns = BPF_MAXINSNS - pins;
+    ck_assert_int_eq(build_len(PM_SECCOMP_BASIC, &len), 0);
+    ck_assert_uint_eq(len, BPF_MAXINSNS);
+    export_insns = BPF_MAXINSNS - pins + 1;
+    ck_assert_int_eq(build_len(PM_SECCOMP_BASIC, &len), -E2BIG);
+    odd_exports(0);
+    /* fd 0 free: the memfd takes it, the same program comes out. */
+    int saved = dup(STDIN_FILENO);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_eq(close(STDIN_FILENO), 0);
+    int rc = build_len(PM_SECCOMP_STRICT, &len);
+    ck_assert_int_eq(dup2(saved, STDIN_FILENO), STDIN_FILENO);
+    close(saved);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_uint_eq(len, natural[PM_SECCOMP_STRICT]);
+    /* No fd for the memfd: the lowest free fd made the limit. */
+    int lowest = dup(STDIN_FILENO);
+    ck_assert_int_ge(lowest, 0);
+    close(lowest);
+    struct rlimit was, now;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+    now = was;
+    now.rlim_cur = (rlim_t)lowest;
+    odd_exports(1); /* passing through, counting */
+    export_calls = 0;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &now), 0);
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
+        rc = build_len(level, &len);
+        ck_assert_msg(rc == -EMFILE, "level %d without an fd: %d", level, rc);
+    }
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+    ck_assert_msg(export_calls == 0, "exported %d times without an fd", export_calls);
+    odd_exports(0);
+}
+END_TEST
+
 /* A rule libseccomp refuses fails the build of either level, whichever
  * rule it is (the first, one in the middle, the last): a filter missing
  * one of its rules is never loaded (issue 27: the loops that add them
@@ -1508,9 +1637,11 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
 #if defined(HAVE_SECCOMP) && PM_LAZY_DEPS
         PM_ADD_TEST(s, test_seccomp_rule_refused, 0);
+        PM_ADD_TEST(s, test_seccomp_export_checked, 0);
 #else
         fprintf(stderr, "check_privileges: libseccomp linked directly (--disable-lazy-deps): "
-                        "test_seccomp_rule_refused left out (it replaces a function in the "
+                        "test_seccomp_rule_refused and test_seccomp_export_checked left out "
+                        "(they replace functions in the "
                         "library's table of libseccomp's)\n");
 #endif
         PM_ADD_TEST(s, test_seccomp_basic_every_denied, 0);
