@@ -15,6 +15,7 @@
  */
 #include "helpers.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1408,6 +1409,22 @@ START_TEST(test_seccomp_refusals)
         pm__seccomp_free(&b);
     }
     ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_OFF, PM_SECCOMP_ERRNO, getpid(), &p), -EINVAL);
+    /* Each argument wrong alone, the others valid (issue 27). */
+    static const struct {
+        int level, action, supervisor; /* supervisor -2: ours */
+    } bad[] = {
+        {3, PM_SECCOMP_ERRNO, -2}, {-1, PM_SECCOMP_ERRNO, -2},
+        {PM_SECCOMP_BASIC, 0, -2}, {PM_SECCOMP_BASIC, 3, -2},
+        {PM_SECCOMP_STRICT, -1, -2}, {PM_SECCOMP_BASIC, PM_SECCOMP_KILL, 0},
+        {PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, -1},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        pid_t sup = bad[i].supervisor == -2 ? getpid() : (pid_t)bad[i].supervisor;
+        ck_assert_msg(pm__seccomp_build(bad[i].level, bad[i].action, sup, &p) == -EINVAL,
+                      "level %d, action %d, supervisor %d: not refused", bad[i].level,
+                      bad[i].action, (int)sup);
+        ck_assert_ptr_null(p.insns);
+    }
 }
 END_TEST
 
@@ -1611,6 +1628,27 @@ int main(void)
 {
     Suite *s = suite_create("privileges");
     int root = geteuid() == 0, sc = pm__seccomp_available();
+#ifdef HAVE_SECCOMP
+    /* Built with libseccomp, the seccomp tests may be left out only when
+     * the library truly cannot be had here, never because procmesh's own
+     * check says so wrongly (issue 27: a mutant inverting it made this
+     * program skip them and pass): the test loads it itself. */
+    if (!sc) {
+#if PM_LAZY_DEPS
+        void *h = dlopen(PM_SONAME_SECCOMP, RTLD_NOW | RTLD_LOCAL);
+        if (h != NULL) {
+            dlclose(h);
+            fprintf(stderr, "check_privileges: %s loads, but procmesh says libseccomp is not "
+                            "available (%s)\n", PM_SONAME_SECCOMP, pm__dep_error(PM__DEP_SECCOMP));
+            return EXIT_FAILURE;
+        }
+#else
+        fprintf(stderr, "check_privileges: linked with libseccomp, but procmesh says it is not "
+                        "available\n");
+        return EXIT_FAILURE;
+#endif
+    }
+#endif
     PM_ADD_TEST(s, test_privilege_setters, 0);
     PM_ADD_TEST(s, test_no_new_privs, 0);
     if (root) {
