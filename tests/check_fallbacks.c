@@ -47,6 +47,7 @@
 #include "answer.h" /* PM_AUDIT_ARCH */
 #include "internals.h"
 #include "os/deps.h"
+#include "os/seccomp_filter.h"
 
 #ifndef PM_TEST_WORKER
 #error "PM_TEST_WORKER must name the pm-test-worker binary"
@@ -766,6 +767,11 @@ START_TEST(test_missing_libseccomp_option_refused)
     pm_options_free(o);
 #ifdef HAVE_SECCOMP
     assert_reason(PM__DEP_SECCOMP, "libseccomp");
+    /* The builder itself, reached without the option's check: -ENOTSUP,
+     * nothing built. */
+    pm__seccomp_prog p;
+    ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_BASIC, PM_SECCOMP_ERRNO, getpid(), &p), -ENOTSUP);
+    ck_assert_ptr_null(p.insns);
 #endif
 }
 END_TEST
