@@ -1242,6 +1242,27 @@ static int odd_export(const scmp_filter_ctx ctx, int fd)
     return ftruncate(fd, want) == 0 ? 0 : -errno;
 }
 
+/* libseccomp's seccomp_init, failing (NULL, as it does out of memory)
+ * while init_fails. */
+#pragma push_macro("seccomp_init")
+#undef seccomp_init
+static __typeof__(seccomp_init) *real_init;
+static int init_fails;
+
+static scmp_filter_ctx odd_init(uint32_t def_action)
+{
+    return init_fails ? NULL : real_init(def_action);
+}
+
+static void odd_inits(int on)
+{
+    struct pm__seccomp_fns *t = (struct pm__seccomp_fns *)pm__seccomp();
+    if (real_init == NULL)
+        real_init = t->seccomp_init;
+    t->seccomp_init = on ? odd_init : real_init;
+}
+#pragma pop_macro("seccomp_init")
+
 static void odd_exports(int on)
 {
     struct pm__seccomp_fns *t = (struct pm__seccomp_fns *)pm__seccomp();
@@ -1260,10 +1281,12 @@ static int build_len(int level, unsigned *len)
     pm__seccomp_prog p;
     int rc = pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p);
     *len = p.len;
-    if (rc == 0)
+    if (rc == 0) {
         ck_assert_ptr_nonnull(p.insns);
-    else
-        ck_assert_ptr_null(p.insns);
+    } else {
+        ck_assert_ptr_null(p.insns); /* on failure *out holds nothing */
+        ck_assert_uint_eq(p.len, 0);
+    }
     pm__seccomp_free(&p);
     return rc;
 }
@@ -1313,7 +1336,20 @@ START_TEST(test_seccomp_export_checked)
     ck_assert_uint_eq(len, BPF_MAXINSNS);
     export_insns = BPF_MAXINSNS - pins + 1;
     ck_assert_int_eq(build_len(PM_SECCOMP_BASIC, &len), -E2BIG);
+    /* A program without the stand-in for the worker's pid (strict's is in
+     * its tgkill rule, past the first instructions): refused, since the
+     * child could not pin its signals to itself. */
+    export_insns = 4;
+    ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), -EPROTO);
+    export_insns = -1;
     odd_exports(0);
+    /* libseccomp out of memory at its start: -ENOMEM, nothing built. */
+    odd_inits(1);
+    init_fails = 1;
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++)
+        ck_assert_int_eq(build_len(level, &len), -ENOMEM);
+    init_fails = 0;
+    odd_inits(0);
     /* fd 0 free: the memfd takes it, the same program comes out. */
     int saved = dup(STDIN_FILENO);
     ck_assert_int_ge(saved, 0);
@@ -1343,6 +1379,7 @@ START_TEST(test_seccomp_export_checked)
     odd_exports(0);
 }
 END_TEST
+
 
 /* A rule libseccomp refuses fails the build of either level, whichever
  * rule it is (the first, one in the middle, the last): a filter missing
@@ -1376,6 +1413,33 @@ START_TEST(test_seccomp_rule_refused)
 END_TEST
 #endif
 
+/* The kernel refuses the filter to a process with neither no_new_privs
+ * nor CAP_SYS_ADMIN (EACCES): pm__seccomp_load says so instead of
+ * letting the worker run unfiltered (the child then exits, spawn.c). In a
+ * child that drops root for nobody without no_new_privs. */
+START_TEST(test_seccomp_load_refused)
+{
+    pm__seccomp_prog p;
+    ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &p), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (syscall(SYS_setgroups, 0, NULL) < 0 || setresgid(NOBODY, NOBODY, NOBODY) < 0 ||
+                               setresuid(NOBODY, NOBODY, NOBODY) < 0))
+            _exit(2);
+        if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 0)
+            _exit(3);
+        int rc = pm__seccomp_load(&p);
+        _exit(rc == -EACCES ? 0 : rc == 0 ? 4 : 5);
+    }
+    int st = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "the load without no_new_privs: exit %d (4: it loaded, 5: another error)",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    pm__seccomp_free(&p);
+}
+END_TEST
+
 START_TEST(test_seccomp_refusals)
 {
     char why[256];
@@ -1405,6 +1469,11 @@ START_TEST(test_seccomp_refusals)
         ck_assert_uint_eq(a.len, b.len);
         ck_assert_msg(memcmp(a.insns, b.insns, a.len * sizeof(*a.insns)) == 0,
                       "level %d: two builds differ", level);
+        /* Basic workers enter a Landlock domain scoping signals where the
+         * kernel has it (6.12+), besides the pins; strict ones never
+         * (strict refuses every signal but to itself anyway). */
+        ck_assert_int_eq(a.scope_signals,
+                         level == PM_SECCOMP_BASIC && pm__landlock_signal_scope_available());
         pm__seccomp_free(&a);
         pm__seccomp_free(&b);
     }
@@ -1673,6 +1742,7 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_strict_memfd_flags, 0);
         PM_ADD_TEST(s, test_seccomp_strict_standby, 0);
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
+        PM_ADD_TEST(s, test_seccomp_load_refused, 0);
 #if defined(HAVE_SECCOMP) && PM_LAZY_DEPS
         PM_ADD_TEST(s, test_seccomp_rule_refused, 0);
         PM_ADD_TEST(s, test_seccomp_export_checked, 0);

@@ -475,9 +475,6 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
         pm__seccomp_free(out);
         return rc;
     }
-    out->level = level;
-    out->action = action;
-    out->supervisor = supervisor;
     /* Landlock scopes signals by process, tid or not: where the kernel has
      * it (6.12+), basic workers get it as well as the pins, which stay for
      * older kernels and for what Landlock does not cover (rlimits,

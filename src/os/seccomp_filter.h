@@ -19,9 +19,6 @@ struct sock_filter;
 typedef struct pm__seccomp_prog {
     struct sock_filter *insns;
     unsigned short len;
-    int level;    /* PM_SECCOMP_* it was built for */
-    int action;   /* PM_SECCOMP_ERRNO or PM_SECCOMP_KILL */
-    pid_t supervisor;
     int scope_signals; /* basic, where the kernel has it: a Landlock domain scoping
                           signals is entered before the filter (landlock.h) */
 } pm__seccomp_prog;
@@ -31,9 +28,14 @@ int pm__seccomp_available(void);
 
 /*
  * Builds the filter of `level` (PM_SECCOMP_BASIC or PM_SECCOMP_STRICT) for
- * workers of the supervisor `supervisor`: a denied call fails with EPERM
- * (PM_SECCOMP_ERRNO) or kills the worker (PM_SECCOMP_KILL). 0, -ENOTSUP
- * without libseccomp, -ENOMEM, or another -errno from libseccomp.
+ * workers of the supervisor `supervisor` (checked, > 0; the program never
+ * names it: what a worker may signal or limit is pinned to the worker
+ * itself, see seccomp_filter.c): a denied call fails with EPERM
+ * (PM_SECCOMP_ERRNO) or kills the worker (PM_SECCOMP_KILL). 0, -EINVAL for
+ * a bad argument, -ENOTSUP without libseccomp, -ENOMEM, -E2BIG (a program
+ * the kernel would not take), -EPROTO (no stand-in for the worker's pid
+ * in it), or another -errno from libseccomp; on failure *out holds
+ * nothing.
  */
 int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog *out);
 
