@@ -1189,6 +1189,18 @@ START_TEST(test_seccomp_basic_every_denied)
 END_TEST
 
 #if defined(HAVE_SECCOMP) && PM_LAZY_DEPS
+/* Puts odd (on) or the real function back (off) in member of the
+ * library's table of libseccomp's functions, keeping the real one in
+ * real the first time. Used where member is not a macro (#undef'd
+ * between push_macro and pop_macro). */
+#define SWAP_SECCOMP_FN(member, real, odd, on)                                   \
+    do {                                                                         \
+        struct pm__seccomp_fns *t_ = (struct pm__seccomp_fns *)pm__seccomp();   \
+        if ((real) == NULL)                                                      \
+            (real) = t_->member;                                                 \
+        t_->member = (on) ? (odd) : (real);                                      \
+    } while (0)
+
 /* libseccomp's seccomp_rule_add_array, refusing the fail_at-th rule
  * (counting from 1; 0: none) as libseccomp refuses one it cannot add,
  * and counting them all. Put in the library's own table of libseccomp's
@@ -1208,10 +1220,7 @@ static int refusing_rule_add(scmp_filter_ctx ctx, uint32_t action, int nr, unsig
 
 static void refuse_rules(int on)
 {
-    struct pm__seccomp_fns *t = (struct pm__seccomp_fns *)pm__seccomp();
-    if (real_rule_add == NULL)
-        real_rule_add = t->seccomp_rule_add_array;
-    t->seccomp_rule_add_array = on ? refusing_rule_add : real_rule_add;
+    SWAP_SECCOMP_FN(seccomp_rule_add_array, real_rule_add, refusing_rule_add, on);
 }
 #pragma pop_macro("seccomp_rule_add_array")
 
@@ -1256,19 +1265,13 @@ static scmp_filter_ctx odd_init(uint32_t def_action)
 
 static void odd_inits(int on)
 {
-    struct pm__seccomp_fns *t = (struct pm__seccomp_fns *)pm__seccomp();
-    if (real_init == NULL)
-        real_init = t->seccomp_init;
-    t->seccomp_init = on ? odd_init : real_init;
+    SWAP_SECCOMP_FN(seccomp_init, real_init, odd_init, on);
 }
 #pragma pop_macro("seccomp_init")
 
 static void odd_exports(int on)
 {
-    struct pm__seccomp_fns *t = (struct pm__seccomp_fns *)pm__seccomp();
-    if (real_export == NULL)
-        real_export = t->seccomp_export_bpf;
-    t->seccomp_export_bpf = on ? odd_export : real_export;
+    SWAP_SECCOMP_FN(seccomp_export_bpf, real_export, odd_export, on);
     export_rc = 0;
     export_insns = export_bytes = -1;
 }
