@@ -772,6 +772,7 @@ START_TEST(test_missing_libseccomp_option_refused)
     pm__seccomp_prog p;
     ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_BASIC, PM_SECCOMP_ERRNO, getpid(), &p), -ENOTSUP);
     ck_assert_ptr_null(p.insns);
+    ck_assert_uint_eq(p.len, 0);
 #endif
 }
 END_TEST

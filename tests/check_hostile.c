@@ -573,13 +573,6 @@ START_TEST(test_full_destination_holds_only_its_frames)
 }
 END_TEST
 
-/* A sender held back with its frames left in its ring (its destination
- * full and silent) is armed beyond them each time it is read again, and
- * only then: while it waits the supervisor sleeps (no re-reading every
- * turn), and the frames it sends later still ring the hub, more for the
- * same destination (read, found held, armed again) and then one for main,
- * which arrives while the destination stays full. _i 0: slot 0 stuffs
- * slot 1; 1: slot 1 stuffs slot 0 (a destination whose index is 0). */
 /* Runs c's loop for a second in which nothing is sent: the supervisor
  * must sleep through most of it (under a quarter of the wall time on the
  * CPU, the bound test_fd_cap uses; a loop that never sleeps takes nearly
@@ -594,6 +587,13 @@ static void run_idle_second(pm_cluster *c, const char *when)
                   cpu, wall, when);
 }
 
+/* A sender held back with its frames left in its ring (its destination
+ * full and silent) is armed beyond them each time it is read again, and
+ * only then: while it waits the supervisor sleeps (no re-reading every
+ * turn), and the frames it sends later still ring the hub, more for the
+ * same destination (read, found held, armed again) and then one for main,
+ * which arrives while the destination stays full. _i 0: slot 0 stuffs
+ * slot 1; 1: slot 1 stuffs slot 0 (a destination whose index is 0). */
 START_TEST(test_held_sender_rearmed)
 {
     unsigned from = (unsigned)_i, to = 1u - from;
@@ -610,9 +610,10 @@ START_TEST(test_held_sender_rearmed)
     ck_assert_int_eq(pm_test_slot_blocked_on(c, from), (int)to);
     *gate = 1;
     RUN_UNTIL(c, strcmp(last_text[from], "#after") == 0, 20000);
-    /* Released by a frame for someone else, its ring drained: the
-     * supervisor sleeps again (stop 48: a sender released with its mark
-     * of frames left in the ring kept was armed beyond a stale scan
+    /* Released from its place in its ring by the frame for main (its
+     * frames for `to` wait in to's queue now, `to` still silent): the
+     * supervisor sleeps again (stop 48: a sender released so with its
+     * "left in the ring" mark kept was armed beyond a stale scan
      * position, found "more" on every arm and kept the loop awake). */
     run_idle_second(c, "after the held sender was released");
     ck_assert_int_eq(events_fenced, 0);

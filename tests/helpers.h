@@ -26,6 +26,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -308,28 +309,51 @@ static inline int pm_test_port_range(int *lo, int *hi)
  * such range exists or the file cannot be used (another user's). */
 static inline int pm_test_free_port(void)
 {
+    static int warned;
     int lo, hi, port = -1;
+    const char *why = NULL;
+    /* O_NOFOLLOW and the checks below: the suite runs as root, and a
+     * file under /tmp may be anyone's. */
     int fd = pm_test_port_range(&lo, &hi)
-                 ? open("/tmp/procmesh-test-ports", O_RDWR | O_CREAT | O_CLOEXEC, 0666)
+                 ? open("/tmp/procmesh-test-ports", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666)
                  : -1;
-    if (fd >= 0 && flock(fd, LOCK_EX) == 0) {
+    struct stat st;
+    if (fd < 0)
+        why = "cannot open it";
+    else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+        why = "not a regular file of this user";
+    /* Held for a few system calls; a holder stopped with it (a test
+     * SIGSTOPped mid-call) costs a fallback after 5 s, not a hang. */
+    int locked = 0;
+    for (int i = 0; why == NULL && i < 5000 && !(locked = flock(fd, LOCK_EX | LOCK_NB) == 0); i++)
+        usleep(1000);
+    if (why == NULL && !locked)
+        why = "locked by another process for 5 s";
+    if (locked) {
         char buf[16] = "";
         ssize_t k = pread(fd, buf, sizeof(buf) - 1, 0);
-        int next = k > 0 ? atoi(buf) : 0;
+        long next = k > 0 ? strtol(buf, NULL, 10) : 0; /* garbage: out of range, lo */
         for (int tries = hi - lo + 1; tries > 0 && port < 0; tries--) {
             if (next < lo || next > hi)
                 next = lo;
-            port = pm_test_try_port(next++);
+            port = pm_test_try_port((int)next++);
         }
-        /* Fixed width, so the write needs no truncation; if it fails the
-         * next call starts over at the same place, every port still
-         * checked by a bind. */
-        int n = snprintf(buf, sizeof(buf), "%010d\n", next);
-        ssize_t w = pwrite(fd, buf, (size_t)n, 0);
-        (void)w;
+        /* Fixed width, so the write needs no truncation. If it does not
+         * land, the next caller would start from the same place and could
+         * get the port this one hands out before its daemon binds it: the
+         * kernel's port 0 instead. */
+        int n = snprintf(buf, sizeof(buf), "%010ld\n", next);
+        if (pwrite(fd, buf, (size_t)n, 0) != n) {
+            port = -1;
+            why = "cannot write it";
+        }
     }
     if (fd >= 0)
         close(fd); /* drops the lock */
+    if (why != NULL && !warned++)
+        fprintf(stderr, "pm_test_free_port: /tmp/procmesh-test-ports: %s: ports from the kernel "
+                        "(bind to port 0), which another test could take before the daemon binds\n",
+                why);
     if (port < 0)
         port = pm_test_try_port(0);
     ck_assert_int_gt(port, 0);

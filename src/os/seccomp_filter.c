@@ -221,7 +221,7 @@ static const struct pin {
     {"move_pages", 0, 1, PIN_ANY, 0, 0},
 };
 
-#define PIN_MAX 160 /* instructions: 3 + 7 a pin + 1, with room to spare */
+#define PIN_MAX 160 /* instructions: 3 + at most 6 a pin + 1, with room to spare */
 
 /* The low 32 bits of argument i in struct seccomp_data. */
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -297,7 +297,8 @@ static int pin_fixup(struct pin_block *b, const size_t *starts, size_t npins)
  * have (fcntl64 on 64-bit ones) is skipped. */
 static int pin_build(uint32_t act, struct pin_block *b)
 {
-    size_t starts[PM__ARRAY_SIZE(pins)], npins = 0;
+    /* One more than the pins: pin_fixup's walk stops at the sentinel. */
+    size_t starts[PM__ARRAY_SIZE(pins) + 1], npins = 0;
     b->n = 0;
     pin_emit(b, BPF_LD | BPF_W | BPF_ABS, (uint32_t)offsetof(struct seccomp_data, arch), 0, 0);
     /* Another architecture's calls: libseccomp's program kills them. */
@@ -310,6 +311,7 @@ static int pin_build(uint32_t act, struct pin_block *b)
         starts[npins++] = b->n;
         pin_one(b, &pins[i], nr);
     }
+    starts[npins] = SIZE_MAX;
     pin_emit(b, BPF_RET | BPF_K, act, 0, 0);
     if (b->n > PIN_MAX)
         return -E2BIG;
@@ -412,7 +414,7 @@ static int export_bpf(scmp_filter_ctx ctx, pm__seccomp_prog *out)
     if (fd < 0)
         return -errno;
     int rc = seccomp_export_bpf(ctx, fd);
-    struct stat st;
+    struct stat st = {0}; /* read only after a successful fstat */
     if (rc == 0 && fstat(fd, &st) < 0)
         rc = -errno;
     if (rc == 0 && (st.st_size <= 0 || st.st_size % (off_t)sizeof(struct sock_filter) != 0 ||
