@@ -314,11 +314,13 @@ static inline int pm_test_free_port(void)
     const char *why = NULL;
     /* O_NOFOLLOW and the checks below: the suite runs as root, and a
      * file under /tmp may be anyone's. */
-    int fd = pm_test_port_range(&lo, &hi)
-                 ? open("/tmp/procmesh-test-ports", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666)
-                 : -1;
+    int ranged = pm_test_port_range(&lo, &hi);
+    int fd = ranged ? open("/tmp/procmesh-test-ports", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666)
+                    : -1;
     struct stat st;
-    if (fd < 0)
+    if (!ranged)
+        why = "no room outside ip_local_port_range";
+    else if (fd < 0)
         why = "cannot open it";
     else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
         why = "not a regular file of this user";
