@@ -31,9 +31,11 @@ enum role {
                      `peer` and "#after" to main; beats */
     H_SEND_ONE,   /* on "start": one message to `peer`, then "#after" to main */
     H_MARKER,     /* fills `peer`'s ring, then the marker to `peer` and to
-                     main, and the marker as its broadcast reply */
+                     main, a large message to `peer`, and the marker as its
+                     broadcast reply */
     H_SCANNER,    /* first incarnation honest; a replacement scans its own
-                     memory for the marker and reports "#scan N" */
+                     memory for the marker and counts the memfds it holds
+                     that are not its own channel: "#scan N foreign M" */
     H_CHATTY,     /* never reads its ring; says "#chat" to main every 10 ms */
     H_PRINTER,    /* on "start": `count` marker lines on stdout, a marker without
                      its '\n' on stderr, then "#printed"; beats */
@@ -295,6 +297,29 @@ static void ring_and_steal(pm_node *n)
     }
 }
 
+/* The memfds this process holds that are not its own slot's channel: a
+ * large message's, another slot's, a lane's. */
+static int foreign_memfds(unsigned slot)
+{
+    char mine[64];
+    snprintf(mine, sizeof(mine), "/memfd:procmesh-slot%u-", slot);
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char target[256];
+        ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
+        if (k <= 0)
+            continue;
+        target[k] = '\0';
+        n += strncmp(target, "/memfd:", 7) == 0 && strncmp(target, mine, strlen(mine)) != 0;
+    }
+    closedir(d);
+    return n;
+}
+
 static int worker(pm_node *n, void *arg)
 {
     struct plan *p = arg;
@@ -304,7 +329,7 @@ static int worker(pm_node *n, void *arg)
     pm_node_ready(n);
     if (role == H_SCANNER && pm_node_self(n)->incarnation > 1) {
         /* What we inherited (nobody sends us anything meanwhile). */
-        pm_test_say(n, "scan %ld", scan_memory(n));
+        pm_test_say(n, "scan %ld foreign %d", scan_memory(n), foreign_memfds(slot));
         role = H_HONEST;
     }
     pm_message m;
@@ -423,6 +448,11 @@ static int worker(pm_node *n, void *arg)
         if (pm_node_send(n, &to, mark, sizeof(mark)) != 0 ||
             pm_node_send(n, &main_addr, mark, sizeof(mark)) != 0)
             return 43;
+        /* And a large message behind it: its memfd waits in the hub's
+         * queue too, an fd no fork child may inherit. */
+        static unsigned char big[PM_MAX_PAYLOAD + 1];
+        if (pm_node_send(n, &to, big, sizeof(big)) != 0)
+            return 44;
         pm_test_say(n, "marked");
         /* The broadcast that follows gets the marker as our reply. */
         for (;;) {
@@ -726,7 +756,8 @@ END_TEST
 /* doc/reliability.md, fault 33: a fork-mode replacement finds no other
  * worker's traffic in the memory it inherits: not the message to main (the
  * hub's scratch buffer), not a frame queued for a full destination, not a
- * broadcast reply (freed after the callback). */
+ * broadcast reply (freed after the callback); nor in its fds: not the
+ * memfd of a large message queued for a full destination. */
 static int bcast_done;
 static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
 {
@@ -752,9 +783,12 @@ START_TEST(test_fork_replacement_sees_no_traffic)
     ck_assert_uint_ge(pm_test_slot_queued_frames(c, 1), 1);
     ck_assert_int_eq(pm_cluster_broadcast(c, "x", 1, 2000, on_bcast, NULL), 0);
     RUN_UNTIL(c, bcast_done, 10000);
+    /* Slot 0's reply came after its large message in its ring: that one
+     * waits in the queue too, with its memfd. */
+    ck_assert_uint_ge(pm_test_slot_queued_frames(c, 1), 2);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 2), 0);
     RUN_UNTIL(c, strncmp(last_text[2], "#scan", 5) == 0, 60000);
-    ck_assert_str_eq(last_text[2], "#scan 0");
+    ck_assert_str_eq(last_text[2], "#scan 0 foreign 0");
     pm_test_finish(c, o);
 }
 END_TEST
@@ -798,7 +832,7 @@ START_TEST(test_fork_replacement_sees_no_output)
     ck_assert_uint_ge(output_lines[0], 1);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 2), 0);
     RUN_UNTIL(c, strncmp(last_text[2], "#scan", 5) == 0, 60000);
-    ck_assert_str_eq(last_text[2], "#scan 0");
+    ck_assert_str_eq(last_text[2], "#scan 0 foreign 0");
     pm_test_finish(c, o);
 }
 END_TEST
@@ -828,7 +862,7 @@ START_TEST(test_fork_replacement_sees_no_dead_stack)
     mark_dead_stack();
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     RUN_UNTIL(c, strncmp(last_text[0], "#scan", 5) == 0, 60000);
-    ck_assert_str_eq(last_text[0], "#scan 0");
+    ck_assert_str_eq(last_text[0], "#scan 0 foreign 0");
     pm_test_finish(c, o);
 }
 END_TEST

@@ -128,10 +128,18 @@ void pm__hub_fire(pm__hub *h, uint64_t now_ms);
 int pm__hub_main_send(pm__hub *h, const pm_address *to, int type, uint64_t request_id,
                       const void *data, size_t len);
 
+/* Fork mode, in the supervisor just before a fork: hands fn every fd of
+ * other workers' traffic the hub holds (large messages queued, taken
+ * ahead, being read or crossing a link), for the child to close. Reads
+ * only. Returns 1 when some port's queue holds frames (the child must
+ * wipe the ports: pm__hub_wipe_data's ports), else 0. */
+int pm__hub_child_fds(const pm__hub *h, void (*fn)(void *arg, int fd), void *arg);
 /* Fork mode, in the child before the bootstrap runs: wipes every copy of
  * other workers' traffic the child inherited from the hub (queued frames,
- * broadcast replies; the scratch buffer is MADV_WIPEONFORK). */
-void pm__hub_wipe(pm__hub *h);
+ * walked only when ports is set; broadcast replies; requests waiting; the
+ * scratch buffer is MADV_WIPEONFORK). Its fds were closed by the plan
+ * made with pm__hub_child_fds. */
+void pm__hub_wipe_data(pm__hub *h, int ports);
 /* The stop request: control-block flag and a STOP frame. */
 void pm__hub_stop_request(pm__hub *h, unsigned p);
 /* A frame from main to port p's current incarnation. 0 or -errno. */

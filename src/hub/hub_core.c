@@ -269,18 +269,13 @@ int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len)
 
 /* Closes the fds p holds for large messages: the records taken ahead of
  * their frames and the one of the frame being read. */
-PM__READY_TEXT void pm__hub_port_drop_ahead(pm__port *p)
+void pm__hub_port_drop_ahead(pm__port *p)
 {
     while (p->ahead_n > 0) {
         pm__close(p->ahead[p->ahead_head].fd);
         p->ahead_head = (p->ahead_head + 1) % PM__BIGMSG_AHEAD_MAX;
         p->ahead_n--;
     }
-    /* Written only when they change: a fork-mode child comes here for
-     * every port (pm__hub_wipe), and a store to a page it shares with the
-     * supervisor would copy the page (a page fault on its way to ready). */
-    if (p->ahead_head != 0)
-        p->ahead_head = 0;
     if (p->rx_fd >= 0) {
         pm__close(p->rx_fd);
         p->rx_fd = -1;

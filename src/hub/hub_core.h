@@ -549,8 +549,9 @@ void pm__hub_free(pm__hub *h);
 int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
 
 /* hub_linkbig.c: */
-/* Fork mode, in the child: closes the link's large-message fds (the
- * memfds being sent and reassembled are other workers' traffic). */
-void pm__hub_links_wipe(pm__hub *h);
+/* Fork mode, in the supervisor before a fork: hands fn the links'
+ * large-message fds (the memfds being sent and reassembled are other
+ * workers' traffic), for the child to close. */
+void pm__hub_links_child_fds(const pm__hub *h, void (*fn)(void *arg, int fd), void *arg);
 
 #endif /* PM_HUB_CORE_H */

@@ -11,20 +11,13 @@
 
 /* ------------------------------------------------------- large messages */
 
-PM__READY_TEXT void pm__hub_links_wipe(pm__hub *h)
+void pm__hub_links_child_fds(const pm__hub *h, void (*fn)(void *arg, int fd), void *arg)
 {
-    /* Written only when they change: a fork-mode child comes here (from
-     * pm__hub_wipe), and a store to a page it shares with the supervisor
-     * copies the page (a page fault on its way to ready). */
     for (unsigned i = 0; h->links != NULL && i < PM__MAX_HOSTS; i++) {
-        if (h->links[i].tx_fd >= 0) {
-            pm__close(h->links[i].tx_fd);
-            h->links[i].tx_fd = -1;
-        }
-        if (h->links[i].rx_fd >= 0) {
-            pm__close(h->links[i].rx_fd);
-            h->links[i].rx_fd = -1;
-        }
+        if (h->links[i].tx_fd >= 0)
+            fn(arg, h->links[i].tx_fd);
+        if (h->links[i].rx_fd >= 0)
+            fn(arg, h->links[i].rx_fd);
     }
 }
 

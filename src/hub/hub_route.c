@@ -23,7 +23,7 @@
  *  - in flight: at most PM__INFLIGHT_PER_REQUESTER per requester, each
  *    forgotten at its deadline or after the maximum lifetime;
  *  - copies of traffic in the supervisor's memory are wiped before they are
- *    freed, and in a fork-mode child (pm__hub_wipe).
+ *    freed, and in a fork-mode child (pm__hub_wipe_data).
  * The queues themselves (push, flush, large messages' fds) are in hub_queue.c.
  */
 #define _GNU_SOURCE
@@ -60,7 +60,7 @@ static void port_reset(pm__port *p)
 /* The scratch buffer holds the last frame a worker sent to main. It lives
  * in its own private anonymous mapping marked MADV_WIPEONFORK, so that a
  * fork-mode worker finds it zeroed (malloc'd memory cannot be marked).
- * Kernels before 4.14 refuse the advice: then pm__hub_wipe clears it in the
+ * Kernels before 4.14 refuse the advice: then pm__hub_wipe_data clears it in the
  * child instead. */
 static unsigned char *scratch_map(int *mapped)
 {
@@ -505,22 +505,42 @@ void pm__hub_free(pm__hub *h)
     pm__hub_links_free(h);
 }
 
-PM__READY_TEXT void pm__hub_wipe(pm__hub *h)
+int pm__hub_child_fds(const pm__hub *h, void (*fn)(void *arg, int fd), void *arg)
 {
-    pm__hub_links_wipe(h); /* large messages crossing links */
-    /* Zeroed by the kernel already when MADV_WIPEONFORK took. */
-    if (h->scratch != NULL && !h->scratch_mapped)
-        explicit_bzero(h->scratch, PM_MAX_PAYLOAD);
+    int queued = 0;
+    pm__hub_links_child_fds(h, fn, arg); /* large messages crossing links */
     /* Large messages the hub holds are other workers' traffic too: the
      * child closes its copies of their fds. */
     for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
-        for (pm__qframe *q = h->ports[i].q_head; q != NULL; q = q->next) {
-            explicit_bzero(q->data, q->len);
-            pm__close(q->fd);
-            q->fd = -1;
+        const pm__port *p = &h->ports[i];
+        for (const pm__qframe *q = p->q_head; q != NULL; q = q->next) {
+            queued = 1;
+            if (q->fd >= 0)
+                fn(arg, q->fd);
         }
-        pm__hub_port_drop_ahead(&h->ports[i]);
+        for (unsigned k = 0; k < p->ahead_n; k++)
+            fn(arg, p->ahead[(p->ahead_head + k) % PM__BIGMSG_AHEAD_MAX].fd);
+        if (p->rx_fd >= 0)
+            fn(arg, p->rx_fd);
     }
+    for (const pm__main_request *r = h->waiting; r != NULL; r = r->wnext)
+        if (r->fd >= 0)
+            fn(arg, r->fd);
+    return queued;
+}
+
+/* Reads only what it wipes: the child shares every page of the hub with
+ * the supervisor copy-on-write, and each page it touched would cost it a
+ * fault on its way to ready (the ports, a few cache lines each, are
+ * walked only when some queue holds frames). */
+PM__READY_TEXT void pm__hub_wipe_data(pm__hub *h, int ports)
+{
+    /* Zeroed by the kernel already when MADV_WIPEONFORK took. */
+    if (h->scratch != NULL && !h->scratch_mapped)
+        explicit_bzero(h->scratch, PM_MAX_PAYLOAD);
+    for (unsigned i = 0; ports && h->ports != NULL && i < h->nports; i++)
+        for (pm__qframe *q = h->ports[i].q_head; q != NULL; q = q->next)
+            explicit_bzero(q->data, q->len);
     for (pm__bcast *b = h->bcasts; b != NULL; b = b->next)
         for (size_t i = 0; i < b->n; i++)
             if (b->bufs[i] != NULL)
@@ -529,12 +549,9 @@ PM__READY_TEXT void pm__hub_wipe(pm__hub *h)
         for (size_t i = 0; i < mb->n; i++)
             if (mb->bufs[i] != NULL)
                 explicit_bzero(mb->bufs[i], mb->results[i].len);
-    for (pm__main_request *r = h->waiting; r != NULL; r = r->wnext) {
+    for (pm__main_request *r = h->waiting; r != NULL; r = r->wnext)
         if (r->data != NULL)
             explicit_bzero(r->data, r->len);
-        pm__close(r->fd);
-        r->fd = -1;
-    }
 }
 
 /* ------------------------------------------------------------------ main's sends */

@@ -121,6 +121,7 @@ static void cluster_free(pm_cluster *c)
     }
     pm__cg_root_close(&c->cg);
     free(c->slots);
+    pm__forkdrop_free(&c->incarnation_state->drop);
     pm__output_fini(c); /* after every slot abandoned the reads it had under way */
     pm__deadlines_free(&c->deadlines);
     free(c->watches);

@@ -21,7 +21,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -42,217 +41,10 @@ struct child_ctx {
     pm__channel *channel; /* its channel: own->channel, or own->spare for a standby */
     uint64_t inc;     /* its incarnation */
     int go_fd;        /* a standby's go eventfd (blocking), -1 otherwise */
+    const pm__forkdrop *drop; /* what it drops, planned just before its fork */
 };
 
 /* ------------------------------------------------------------------ the fork child */
-
-/* What a fork child drops of the supervisor's slots: the fds marked in a
- * bitmap, then closed by runs of consecutive numbers (close_range), and
- * the mappings unmapped by runs of adjacent ones, sorted a batch at a
- * time. The slots' fds and rings are made one after another, so the runs
- * are few: the child's system calls barely grow with the number of slots,
- * where one per fd and per mapping made a spawn of N workers O(N^2). The
- * lists take a few bytes per slot (a bitmap, on the stack up to 8,192
- * fds, and a batch of mappings on the stack): the child's page faults stay flat in N too
- * (check_spawn's test_fork_child_faults_flat_in_n). Without memory for
- * the bitmap, each fd is closed at once. */
-struct child_map {
-    uintptr_t at;
-    size_t len;
-};
-
-#define DROP_BATCH 128
-
-typedef struct child_drop {
-    enum { DROP_MEASURE, DROP_COLLECT, DROP_NOW } mode;
-    int maxfd;               /* DROP_MEASURE: the highest fd seen */
-    uint64_t *fdbits;        /* DROP_COLLECT: bit fd set: to close */
-    size_t nmaps;
-    struct child_map maps[DROP_BATCH];
-} child_drop;
-
-PM__READY_TEXT static void drop_fd(child_drop *d, int fd)
-{
-    if (fd < 0)
-        return;
-    if (d->mode == DROP_MEASURE)
-        d->maxfd = fd > d->maxfd ? fd : d->maxfd;
-    else if (d->mode == DROP_COLLECT)
-        d->fdbits[fd / 64] |= 1ULL << (fd % 64);
-    else
-        close(fd);
-}
-
-PM__READY_TEXT static void drop_fd_cb(void *d, int fd)
-{
-    drop_fd(d, fd);
-}
-
-/* Sorts the batch by address (insertion: at most DROP_BATCH entries, no
- * allocation) and unmaps it by runs of adjacent mappings. */
-PM__READY_TEXT static void unmap_batch(child_drop *d)
-{
-    struct child_map *m = d->maps;
-    for (size_t i = 1; i < d->nmaps; i++) {
-        struct child_map x = m[i];
-        size_t j = i;
-        for (; j > 0 && m[j - 1].at > x.at; j--)
-            m[j] = m[j - 1];
-        m[j] = x;
-    }
-    for (size_t i = 0, j; i < d->nmaps; i = j + 1) {
-        uintptr_t end = m[i].at + m[i].len;
-        for (j = i; j + 1 < d->nmaps && m[j + 1].at == end; j++)
-            end += m[j + 1].len;
-        (void)munmap((void *)m[i].at, end - m[i].at);
-    }
-    d->nmaps = 0;
-}
-
-PM__READY_TEXT static void drop_map(child_drop *d, void *at, size_t len)
-{
-    if (at == NULL || at == MAP_FAILED || d->mode == DROP_MEASURE)
-        return;
-    if (d->mode == DROP_NOW) {
-        (void)munmap(at, len);
-        return;
-    }
-    d->maps[d->nmaps++] = (struct child_map){(uintptr_t)at, len};
-    if (d->nmaps == DROP_BATCH)
-        unmap_batch(d);
-}
-
-PM__READY_TEXT static void drop_channel(child_drop *d, const pm__channel *l)
-{
-    int fds[PM__CHANNEL_NFDS];
-    pm__channel_fds(l, fds);
-    for (int i = 0; i < PM__CHANNEL_NFDS; i++)
-        drop_fd(d, fds[i]);
-    /* A fork copies a channel's mapping only where its MADV_DONTFORK
-     * failed (nofork 0): only then is there one to unmap (channel.h,
-     * pm__channel_adopt_fork). */
-    if (!l->nofork)
-        drop_map(d, l->map, l->map_size);
-}
-
-/* Closes the marked fds, a run of consecutive numbers at a time. */
-PM__READY_TEXT static void close_marked(const child_drop *d)
-{
-    for (int fd = 0; fd <= d->maxfd;) {
-        if (!(d->fdbits[fd / 64] >> (fd % 64) & 1)) {
-            fd++;
-            continue;
-        }
-        int last = fd;
-        while (last + 1 <= d->maxfd && d->fdbits[(last + 1) / 64] >> ((last + 1) % 64) & 1)
-            last++;
-        /* close_range: Linux 5.9; before it, one close each. */
-        if (syscall(SYS_close_range, (unsigned)fd, (unsigned)last, 0) < 0)
-            for (int k = fd; k <= last; k++)
-                close(k);
-        fd = last + 1;
-    }
-}
-
-/* One slot's fds and memory, but the channel the child runs on. */
-PM__READY_TEXT static void drop_slot(child_drop *d, const pm__slot *t, const pm__channel *own)
-{
-    drop_fd(d, t->pidfd);
-    drop_fd(d, t->exec_pipe);
-    /* Every slot's read ends, this one's too: a worker reading its own
-     * output would steal lines from the supervisor. */
-    drop_fd(d, t->out.s[0].fd);
-    drop_fd(d, t->out.s[1].fd);
-    /* Read, never written: the slot table is shared copy-on-write with the
-     * supervisor, and a sentinel written into every slot would fault in a
-     * private copy of the whole table. */
-    if (&t->channel != own)
-        drop_channel(d, &t->channel);
-    else
-        drop_fd(d, own->sock); /* the hub's end of the fd socket: the worker keeps its own */
-    /* Every prepared channel too, its own slot's included: a spare is the
-     * memory of an incarnation that does not exist yet (unless this
-     * process is the standby that will be it). */
-    if (t->spare != NULL && t->spare != own)
-        drop_channel(d, t->spare);
-    else if (t->spare != NULL)
-        drop_fd(d, own->sock); /* a standby's own channel: the same */
-    if (t->spare != NULL) {
-        const pm__spare *sp = pm__spare_of(t);
-        drop_fd(d, sp->err_pipe[0]);
-        drop_fd(d, sp->err_pipe[1]);
-        drop_fd(d, sp->notify_fd);
-        for (int k = 0; k < 2; k++) {
-            drop_fd(d, sp->out[k][0]);
-            drop_fd(d, sp->out[k][1]);
-        }
-    }
-    /* The standbys' handles: no worker may start or kill another. */
-    if (t->standby.pid > 0) {
-        drop_fd(d, t->standby.pidfd);
-        drop_fd(d, t->standby.go_fd);
-    }
-    /* It has joined its cgroup: no worker keeps a handle on any slot's
-     * (another's cgroup.kill would let it end its siblings). */
-    int cg[PM__CG_SLOT_NFDS];
-    pm__cg_slot_fds(&t->cg, cg);
-    for (int k = 0; k < PM__CG_SLOT_NFDS; k++)
-        drop_fd(d, cg[k]);
-}
-
-/* The supervisor's own fds a child drops with the slots' (in the same
- * runs: they are among the first made), and its loop's fd and ring
- * (pm__loop_child_drop; where the rings are mapped apart, the loop is
- * forgotten by pm__loop_forget after the drop instead). */
-PM__READY_TEXT static void drop_own(child_drop *d, const pm_cluster *c)
-{
-    drop_fd(d, c->sigfd);
-    drop_fd(d, c->timerfd);
-    drop_fd(d, c->wakefd);
-    /* The output reader's fds: its eventfd and every pipe a read is or
-     * was under way on, until the loop's thread closes it. */
-    pm__offread_child_fds(c->output.reader, drop_fd_cb, d);
-    for (unsigned i = 0; i < c->ndying; i++)
-        drop_channel(d, &c->dying[i]);
-    int fd;
-    void *at[2];
-    size_t len[2];
-    int n = pm__loop_child_drop(c->loop, &fd, at, len);
-    if (n < 0)
-        return;
-    drop_fd(d, fd);
-    for (int i = 0; i < n; i++)
-        drop_map(d, at[i], len[i]);
-}
-
-/* Every slot's fds and memory but the channel the child runs on, and the
- * supervisor's signal, timer and wake-up fds. */
-PM__READY_TEXT static void drop_slots(const pm_cluster *c, const pm__channel *own)
-{
-    child_drop d;
-    d.mode = DROP_MEASURE, d.maxfd = -1, d.nmaps = 0;
-    drop_own(&d, c);
-    for (unsigned i = 0; i < c->nslots; i++)
-        drop_slot(&d, &c->slots[i], own);
-    uint64_t small[128]; /* up to 8,192 fds: no allocation, no heap page written */
-    size_t words = (size_t)(d.maxfd + 1) / 64 + 1;
-    if (words <= PM__ARRAY_SIZE(small)) {
-        memset(small, 0, words * sizeof(*small));
-        d.fdbits = small;
-    } else {
-        d.fdbits = calloc(words, sizeof(*d.fdbits));
-    }
-    d.mode = d.fdbits != NULL ? DROP_COLLECT : DROP_NOW;
-    drop_own(&d, c);
-    for (unsigned i = 0; i < c->nslots; i++)
-        drop_slot(&d, &c->slots[i], own);
-    if (d.mode == DROP_COLLECT) {
-        unmap_batch(&d);
-        close_marked(&d);
-    }
-    if (d.fdbits != small)
-        free(d.fdbits);
-}
 
 /* Captured output: the pipes' write ends become fds 1 and 2. */
 PM__READY_TEXT static void child_output(const pm__spawn_req *req)
@@ -302,16 +94,7 @@ PM__READY_TEXT static void fork_child(void *arg, const pm__spawn_req *req)
     pm__node_address(pm__hub_names(c->hub), x->own->index, x->inc, &init.addr);
     init.data = c->o->init_data;
     init.len = (uint32_t)c->o->init_len;
-    drop_slots(c, x->channel);
-    int fd;
-    void *at[2];
-    size_t len[2];
-    if (pm__loop_child_drop(c->loop, &fd, at, len) < 0)
-        pm__loop_forget(c->loop); /* else dropped with the slots, above */
-    pm__mesh_forget(c->mesh); /* the link sockets: the supervisor's alone */
-    /* Other workers' traffic the hub holds (queued frames, broadcast
-     * replies) must not be readable by this worker's code. */
-    pm__hub_wipe(c->hub);
+    pm__forkdrop_run(x->drop, c);
     if (req->capture)
         child_output(req);
     pm_node node;
@@ -443,13 +226,18 @@ static int base_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, sigset_t *cu
 
 /* Fork mode, with the child's own frames: the ctx is copied onto the
  * child's stack by pm__spawn (PM__SPAWN_CTX_MAX). */
-static void fork_req(pm_cluster *c, pm__spawn_req *req, struct child_ctx *ctx)
+static int fork_req(pm_cluster *c, pm__spawn_req *req, struct child_ctx *ctx)
 {
     warm_unwinder();
+    int rc = pm__forkdrop_plan(&c->incarnation_state->drop, c, ctx->channel);
+    if (rc < 0)
+        return rc;
+    ctx->drop = &c->incarnation_state->drop;
     req->child = fork_child;
     req->ctx = ctx;
     req->ctx_size = sizeof(*ctx);
     req->scrub_to = c->entry_cfa;
+    return 0;
 }
 
 /* Every fork-mode fork of the process's clusters, one at a time, and
@@ -479,9 +267,9 @@ pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, u
     int rc = base_req(c, s, &req, &cur, 0);
     if (rc < 0)
         return rc;
-    struct child_ctx ctx = {c, s, l, inc, go_fd};
-    fork_req(c, &req, &ctx);
-    return fork_onto(&req);
+    struct child_ctx ctx = {c, s, l, inc, go_fd, NULL};
+    rc = fork_req(c, &req, &ctx);
+    return rc < 0 ? rc : fork_onto(&req);
 }
 
 /* What a start holds until its worker runs, released on failure. */
@@ -574,14 +362,14 @@ static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
         req.stdio[0] = f->outw[0];
         req.stdio[1] = f->outw[1];
     }
-    struct child_ctx ctx = {c, s, &s->channel, s->incarnation, -1};
+    struct child_ctx ctx = {c, s, &s->channel, s->incarnation, -1, NULL};
     if (c->o->exec_path != NULL) {
         rc = exec_req(c, s, &req, f);
         if (rc < 0)
             return rc;
     } else {
-        fork_req(c, &req, &ctx);
-        return fork_onto(&req);
+        rc = fork_req(c, &req, &ctx);
+        return rc < 0 ? rc : fork_onto(&req);
     }
     return pm__spawn(&req);
 }

@@ -5,12 +5,14 @@
 #define PM_SUPERVISOR_INCARNATION_H
 
 #include "types.h"
+#include "forkdrop.h"
 #include "spare.h" /* pm__incarnation_spare_drop and _prepare */
 
 /* The incarnation start's part of the cluster (c->incarnation_state). */
 struct pm__incarnation_state {
     uint64_t sig_ignored;  /* exec mode: the signals ignored at the first start */
     int sig_ignored_known;
+    pm__forkdrop drop;     /* fork mode: what the next child drops (forkdrop.h) */
 };
 
 /* Starts the next incarnation of s. 0, or -errno with nothing left behind
