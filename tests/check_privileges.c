@@ -14,6 +14,7 @@
  * others passed.
  */
 #include "helpers.h"
+#include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -1241,6 +1242,29 @@ static void refuse_rules(int on)
 #undef seccomp_export_bpf
 static __typeof__(seccomp_export_bpf) *real_export;
 static int export_rc, export_insns = -1, export_bytes = -1, export_seen, export_plant, export_eintr;
+static long export_unname = -1; /* a call number no jump may compare with */
+static int export_unself;       /* no jump may compare with the pid stand-in */
+
+/* Rewrites the constant of every jump of the exported program that
+ * compares with from (call number or argument alike) into to. */
+static int export_rewrite(int fd, uint32_t from, uint32_t to)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    size_t n = (size_t)st.st_size / sizeof(struct sock_filter);
+    struct sock_filter *f = calloc(n + 1, sizeof(*f));
+    if (f == NULL)
+        return -ENOMEM;
+    int rc = pread(fd, f, n * sizeof(*f), 0) == (ssize_t)(n * sizeof(*f)) ? 0 : -EIO;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (BPF_CLASS(f[i].code) == BPF_JMP && BPF_OP(f[i].code) != BPF_JA && f[i].k == from)
+            f[i].k = to;
+    if (rc == 0 && pwrite(fd, f, n * sizeof(*f), 0) != (ssize_t)(n * sizeof(*f)))
+        rc = -EIO;
+    free(f);
+    return rc;
+}
 
 static int export_calls;
 
@@ -1259,6 +1283,10 @@ static int odd_export(const scmp_filter_ctx ctx, int fd)
                                      : st.st_size;
     if (ftruncate(fd, want) < 0)
         return -errno;
+    if (export_unname >= 0 && (rc = export_rewrite(fd, (uint32_t)export_unname, 0xffffffffU)) < 0)
+        return rc;
+    if (export_unself && (rc = export_rewrite(fd, 0x7ffffffeU /* PM__SECCOMP_SELF */, 0)) < 0)
+        return rc;
     if (export_plant) {
         struct sock_filter ret = BPF_STMT(BPF_RET | BPF_K, 0x7ffffffeU); /* PM__SECCOMP_SELF */
         if (pwrite(fd, &ret, sizeof(ret), 0) != (ssize_t)sizeof(ret))
@@ -1290,8 +1318,9 @@ static void odd_inits(int on)
 static void odd_exports(int on)
 {
     SWAP_SECCOMP_FN(seccomp_export_bpf, real_export, odd_export, on);
-    export_rc = export_plant = export_eintr = 0;
+    export_rc = export_plant = export_eintr = export_unself = 0;
     export_insns = export_bytes = -1;
+    export_unname = -1;
 }
 #pragma pop_macro("seccomp_export_bpf")
 
@@ -1311,6 +1340,115 @@ static int build_len(int level, unsigned *len)
     pm__seccomp_free(&p);
     return rc;
 }
+
+/*
+ * pm__seccomp_calls_compared, pure, on hand-made programs: which constants
+ * count as compared with the call number. One row per way A can come to
+ * hold something, and per way an instruction can be reached.
+ */
+#define NR_OFF 0u  /* offsetof(struct seccomp_data, nr) */
+#define ARG_OFF 16u /* args[0], low word */
+static const struct {
+    const char *what;
+    struct sock_filter f[8];
+    size_t n;
+    uint32_t want[4]; /* compared with, ended by 0 */
+} compared_rows[] = {
+    {"nr loaded, compared", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {5}},
+    {"nothing loaded: A is 0", {BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 2, {0}},
+    {"an argument loaded", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {0}},
+    {"the nr's offset, not absolute", {BPF_STMT(BPF_LD | BPF_W | BPF_IND, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {0}},
+    {"greater, not equal", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {0}},
+    {"with X, not a constant", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_X, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {0}},
+    {"after an ALU op", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xff), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {0}},
+    {"TAX keeps A", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_MISC | BPF_TAX, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {5}},
+    {"TXA replaces A", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_MISC | BPF_TXA, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {0}},
+    {"LDX and ST keep A", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_LDX | BPF_W | BPF_IMM, 3), BPF_STMT(BPF_ST, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {5}},
+    {"both branches carry nr", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 1, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 7, 0, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 9, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {5, 7, 9}},
+    {"one way with an argument", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 1), BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 9, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {5}},
+    {"the false branch only", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, 1), BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 9, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {0}},
+    {"JA carries A", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_JMP | BPF_JA, 1), BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {5}},
+    {"unreachable after a return", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_RET | BPF_K, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {0}},
+    {"past the bitmap", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM__SECCOMP_NR_BITS, 0, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM__SECCOMP_NR_BITS - 1, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {PM__SECCOMP_NR_BITS - 1}},
+    {"a jump past the end", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 200, 200)}, 2, {5}},
+};
+
+START_TEST(test_seccomp_calls_compared)
+{
+    for (size_t r = 0; r < PM__ARRAY_SIZE(compared_rows); r++) {
+        unsigned char seen[PM__SECCOMP_NR_BITS / 8];
+        memset(seen, 0, sizeof(seen));
+        pm__seccomp_calls_compared(compared_rows[r].f, compared_rows[r].n, seen, PM__SECCOMP_NR_BITS);
+        unsigned char want[PM__SECCOMP_NR_BITS / 8];
+        memset(want, 0, sizeof(want));
+        for (size_t i = 0; i < 4 && compared_rows[r].want[i] != 0; i++)
+            want[compared_rows[r].want[i] / 8] |= (unsigned char)(1u << (compared_rows[r].want[i] % 8));
+        for (size_t k = 0; k < PM__SECCOMP_NR_BITS; k++)
+            ck_assert_msg((seen[k / 8] >> (k % 8) & 1) == (want[k / 8] >> (k % 8) & 1),
+                          "%s: call %zu %s", compared_rows[r].what, k,
+                          (want[k / 8] >> (k % 8) & 1) ? "not seen" : "seen");
+    }
+    /* A program longer than the kernel takes is read up to BPF_MAXINSNS:
+     * a comparison past it is not seen. */
+    static struct sock_filter big[BPF_MAXINSNS + 2];
+    big[0] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF);
+    for (size_t i = 1; i < PM__ARRAY_SIZE(big); i++)
+        big[i] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, i < BPF_MAXINSNS ? 1 : 2, 0, 0);
+    unsigned char seen[PM__SECCOMP_NR_BITS / 8];
+    memset(seen, 0, sizeof(seen));
+    pm__seccomp_calls_compared(big, PM__ARRAY_SIZE(big), seen, PM__SECCOMP_NR_BITS);
+    ck_assert_int_eq(seen[0], 1u << 1);
+}
+END_TEST
+
+/*
+ * Every allocation procmesh makes in a build fails in turn (failalloc.h:
+ * the k-th from the build's start, k = 1, 2, ... until a build makes
+ * fewer): the buffer the export is read back into, basic's program with
+ * its pins before it. Each build that met its failure fails -ENOMEM and
+ * holds nothing; the first that met none hands out the whole program.
+ * (libseccomp's own allocations keep glibc's malloc: failalloc.h says
+ * why.) libseccomp is loaded before (a failed load is remembered).
+ */
+START_TEST(test_seccomp_alloc_failures)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_seccomp_alloc_failures runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
+        pm__seccomp_prog whole;
+        ck_assert_int_eq(pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &whole), 0);
+        long failed = 0;
+        for (long k = 1;; k++) {
+            ck_assert_int_lt(k, 1000);
+            pm__seccomp_prog p;
+            pm_failalloc_arm(k);
+            int rc = pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p);
+            int hit = pm_failalloc_disarm();
+            if (!hit) {
+                ck_assert_int_eq(rc, 0);
+                ck_assert_msg(p.len == whole.len &&
+                                  memcmp(p.insns, whole.insns, whole.len * sizeof(*p.insns)) == 0,
+                              "level %d: %u instructions unlike the whole program's %u", level,
+                              p.len, whole.len);
+                pm__seccomp_free(&p);
+                break;
+            }
+            ck_assert_msg(rc == -ENOMEM, "level %d: allocation %ld failed, the build returned %d",
+                          level, k, rc);
+            ck_assert_ptr_null(p.insns);
+            ck_assert_uint_eq(p.len, 0);
+            failed++;
+        }
+        /* The read-back buffer, and basic's program with its pins. */
+        ck_assert_int_eq(failed, level == PM_SECCOMP_BASIC ? 2 : 1);
+        pm__seccomp_free(&whole);
+    }
+}
+END_TEST
 
 /*
  * What libseccomp exports is checked before it is used, one condition at
@@ -1357,17 +1495,40 @@ START_TEST(test_seccomp_export_checked)
     ck_assert_uint_eq(len, BPF_MAXINSNS);
     export_insns = BPF_MAXINSNS - pins + 1;
     ck_assert_int_eq(build_len(PM_SECCOMP_BASIC, &len), -E2BIG);
+    export_insns = -1;
     /* A program without the stand-in for the worker's pid (strict's is in
-     * its tgkill rule, past the first instructions): refused, since the
-     * child could not pin its signals to itself. */
-    export_insns = 4;
+     * its tgkill rule), every call still compared with: refused, since
+     * the child could not pin its signals to itself. */
+    export_unself = 1;
     ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), -EPROTO);
     /* Nor does a return holding the stand-in's value count: only a jump
      * compares with it. */
     export_plant = 1;
     ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), -EPROTO);
     export_plant = 0;
+    export_unself = 0;
+    /* What libseccomp 2.5.4 handed out once out of memory: the
+     * architecture checks and an allow (strict: a kill), none of the
+     * rules. Refused whatever the level. */
+    export_insns = 4;
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++)
+        ck_assert_int_eq(build_len(level, &len), -EPROTO);
     export_insns = -1;
+    /* One row per call the rules name: the program no longer compares
+     * with that call (its jumps compare with a number no call has), and
+     * the build is refused. */
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
+        int nrs[PM__SECCOMP_NAMED_MAX];
+        int n = pm__seccomp_named_calls(level, nrs, PM__ARRAY_SIZE(nrs));
+        ck_assert_int_gt(n, 10);
+        for (int i = 0; i < n; i++) {
+            export_unname = nrs[i];
+            ck_assert_msg(build_len(level, &len) == -EPROTO,
+                          "level %d: a program that does not compare with call %d was taken",
+                          level, nrs[i]);
+        }
+        export_unname = -1;
+    }
     /* An export that succeeds and leaves errno EINTR (from before it):
      * the program is read back all the same, not retried forever. */
     export_eintr = 1;
@@ -1505,6 +1666,28 @@ START_TEST(test_seccomp_refusals)
     ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &p), 0);
     ck_assert_int_gt(p.len, 0);
     pm__seccomp_free(&p);
+    /* The calls the rules name: a bad level is refused; the count is the
+     * whole count whatever the room, and the room gets the first ones. */
+    int nrs[PM__SECCOMP_NAMED_MAX], few[3] = {-1, -1, -1};
+    ck_assert_int_eq(pm__seccomp_named_calls(0, nrs, PM__ARRAY_SIZE(nrs)), -EINVAL);
+    ck_assert_int_eq(pm__seccomp_named_calls(PM_SECCOMP_STRICT + 1, nrs, PM__ARRAY_SIZE(nrs)), -EINVAL);
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
+        int n = pm__seccomp_named_calls(level, nrs, PM__ARRAY_SIZE(nrs));
+        ck_assert_int_gt(n, 3);
+        ck_assert_int_eq(pm__seccomp_named_calls(level, few, 2), n);
+        ck_assert_int_eq(few[0], nrs[0]);
+        ck_assert_int_eq(few[1], nrs[1]);
+        ck_assert_int_eq(few[2], -1); /* past the room: untouched */
+        few[0] = few[1] = -1;
+        for (int i = 0; i < n; i++)
+            ck_assert_int_ge(nrs[i], 0); /* calls this architecture has only */
+    }
+    /* The first names of each table, by number (the same on every
+     * architecture that has them). */
+    ck_assert_int_eq(pm__seccomp_named_calls(PM_SECCOMP_BASIC, nrs, 1), pm__seccomp_named_calls(PM_SECCOMP_BASIC, NULL, 0));
+    ck_assert_int_eq(nrs[0], SYS_ptrace);
+    (void)pm__seccomp_named_calls(PM_SECCOMP_STRICT, nrs, 1);
+    ck_assert_int_eq(nrs[0], SYS_read);
     /* Built again in the same process, each level gives the same program
      * (nothing of one build is left in the next). */
     for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
@@ -1775,6 +1958,7 @@ int main(void)
     } else {
         fprintf(stderr, "check_privileges: not root: the user tests are left out\n");
     }
+    PM_ADD_TEST(s, test_seccomp_calls_compared, 0);
     if (sc) {
         PM_ADD_TEST(s, test_seccomp_basic, 0);
         PM_ADD_TEST(s, test_seccomp_basic_exec, 0);
@@ -1788,6 +1972,7 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_strict_standby, 0);
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
         PM_ADD_TEST(s, test_seccomp_load_refused, 0);
+        PM_ADD_TEST(s, test_seccomp_alloc_failures, 0);
 #if defined(HAVE_SECCOMP) && PM_LAZY_DEPS
         PM_ADD_TEST(s, test_seccomp_rule_refused, 0);
         PM_ADD_TEST(s, test_seccomp_export_checked, 0);

@@ -7,6 +7,8 @@
  * own generous deadlines.
  */
 #include "helpers.h"
+#define PM_FAILALLOC_EXPORT /* libprocmesh.so's allocations reach them (Makefile.am) */
+#include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
 
 #include <fcntl.h>
 #include <poll.h>
@@ -122,6 +124,103 @@ START_TEST(test_spawn_resources_exhausted)
     ck_assert_uint_ge(si.restarts_total, 4);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
+/*
+ * Every allocation the supervisor makes while spawning fails in turn
+ * (failalloc.h: the k-th from the spawn's start, k = 1, 2, ... until a
+ * spawn makes fewer), fork mode and exec mode: the spawn fails with an
+ * error, or (a failure the code works around) succeeds with workers that
+ * hold only their own fds and none of the supervisor's mappings; either
+ * way no process and no fd is left once it failed or the cluster ended,
+ * and it never crashes (before the fix in cluster.c slots_zero it did:
+ * a failure before the slots' sentinels closed fd 0 and dereferenced
+ * the output reader not yet made). The first spawn, unarmed, loads what is loaded once
+ * (liburing, the unwinder).
+ */
+/* The open fds of process pid. */
+static int proc_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* 1 when a mapping of process pid names what. */
+static int proc_maps(pid_t pid, const char *what)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
+}
+
+START_TEST(test_spawn_alloc_failures)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_spawn_alloc_failures runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    pm_options *o = opts(2);
+    if (_i)
+        exec_opts(o, "run", NULL);
+    else
+        pm_options_set_bootstrap(o, boot_ready, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    int fds0 = pm_test_count_fds();
+    long failed = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 5000);
+        c = NULL;
+        pm_failalloc_arm(k);
+        int rc = pm_cluster_spawn(o, &c);
+        int hit = pm_failalloc_disarm();
+        if (rc == 0) {
+            /* Worked around, never by handing a worker what is not its
+             * own: each holds what the test held and its channel's four
+             * fds, at most (the plan of what a fork child drops is made
+             * in the supervisor: forkdrop.c). */
+            for (unsigned i = 0; i < 2; i++) {
+                pm_slot_info si;
+                ck_assert_int_eq(pm_cluster_slot_info(c, i, &si), 0);
+                int held = proc_fds(si.pid);
+                ck_assert_msg(held <= fds0 + 4, "allocation %ld failed, spawn 0: worker %u holds "
+                              "%d fds, the test %d", k, i, held, fds0);
+                ck_assert_msg(!proc_maps(si.pid, "io_uring"), "allocation %ld failed, spawn 0: "
+                              "worker %u maps the supervisor's io_uring", k, i);
+            }
+            ck_assert_int_eq(pm_cluster_terminate(c), 0);
+        } else {
+            ck_assert_msg(rc < 0 && hit, "allocation %ld (%s): spawn returned %d", k,
+                          hit ? "failed" : "none failed", rc);
+            failed++;
+        }
+        errno = 0;
+        ck_assert_msg(waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD,
+                      "allocation %ld failed, spawn %d: a child is left", k, rc);
+        ck_assert_msg(pm_test_count_fds() == fds0, "allocation %ld failed, spawn %d: %d fds, "
+                      "%d before", k, rc, pm_test_count_fds(), fds0);
+        if (!hit)
+            break;
+    }
+    ck_assert_int_gt(failed, 10);
     pm_options_free(o);
 }
 END_TEST
@@ -604,6 +703,7 @@ int main(void)
     PM_ADD_TEST(s, test_spawn_ready_terminate, 60);
     PM_ADD_TEST(s, test_init_data_fork_and_exec, 60);
     PM_ADD_TEST(s, test_spawn_missing_program, 60);
+    PM_ADD_LOOP_TEST(s, test_spawn_alloc_failures, 0, 2, 300);
     PM_ADD_TEST(s, test_spawn_failure_kills_siblings, 60);
     PM_ADD_TEST(s, test_spawn_resources_exhausted, 60);
     PM_ADD_TEST(s, test_ready_mode_exec_and_listen_fds, 60);

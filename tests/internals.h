@@ -151,6 +151,22 @@ static inline int pm_test_link_tx(pm_cluster *c, const char *name, uint64_t *off
     return c->hub->links[idx].tx_fd >= 0;
 }
 
+/* Marks the channels (and spares) of every slot but `except` as copied by
+ * a fork (nofork 0, as where MADV_DONTFORK failed), or back (on 0): a
+ * fork child's drop plan then lists their mappings to unmap, which the
+ * child finds not mapped (they were not copied) and unmaps harmlessly.
+ * The plan's list of mappings grows past its first size that way. */
+static inline void pm_test_pretend_copied(pm_cluster *c, unsigned except, int on)
+{
+    for (unsigned i = 0; i < c->nslots; i++) {
+        if (i == except)
+            continue;
+        c->slots[i].channel.nofork = !on;
+        if (c->slots[i].spare != NULL)
+            c->slots[i].spare->nofork = !on;
+    }
+}
+
 /* The supervisor's end of slot i's shared memory (-1 when none). */
 static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
 {

@@ -15,6 +15,8 @@
 
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <linux/seccomp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +146,63 @@ const char *const pm__seccomp_basic_denied[] = {
     /* The machine: power, swap, clocks, accounting, the kernel log, ports. */
     "reboot", "swapon", "swapoff", "settimeofday", "clock_settime", "clock_adjtime",
     "adjtimex", "acct", "quotactl", "syslog", "iopl", "ioperm", NULL};
+
+/* What A may hold at an instruction (pm__seccomp_calls_compared). */
+enum { A_NR = 1, A_OTHER = 2 };
+
+static void flow_to(uint8_t *may, size_t n, size_t to, uint8_t a)
+{
+    if (to < n)
+        may[to] |= a;
+}
+
+void pm__seccomp_calls_compared(const struct sock_filter *f, size_t n, unsigned char *seen,
+                                size_t nbits)
+{
+    /* Classic BPF jumps forward only: one pass in order carries what A
+     * may hold (the call number, something else, or either) to every
+     * instruction before it is visited. */
+    uint8_t may[BPF_MAXINSNS];
+    if (n > BPF_MAXINSNS)
+        n = BPF_MAXINSNS;
+    memset(may, 0, n);
+    if (n > 0)
+        may[0] = A_OTHER; /* A starts as 0 */
+    for (size_t i = 0; i < n; i++) {
+        uint8_t a = may[i];
+        uint16_t code = f[i].code;
+        if (a == 0)
+            continue; /* unreachable */
+        switch (BPF_CLASS(code)) {
+        case BPF_LD:
+            a = BPF_MODE(code) == BPF_ABS && f[i].k == offsetof(struct seccomp_data, nr) ? A_NR
+                                                                                           : A_OTHER;
+            break;
+        case BPF_ALU:
+            a = A_OTHER;
+            break;
+        case BPF_MISC:
+            a = BPF_MISCOP(code) == BPF_TAX ? a : A_OTHER; /* TXA: A = X */
+            break;
+        case BPF_RET:
+            continue;
+        case BPF_JMP:
+            if (BPF_OP(code) == BPF_JA) {
+                flow_to(may, n, i + 1 + f[i].k, a);
+                continue;
+            }
+            /* Compared with the call number on every way here. */
+            if (BPF_OP(code) == BPF_JEQ && BPF_SRC(code) == BPF_K && a == A_NR && f[i].k < nbits)
+                seen[f[i].k / 8] |= (uint8_t)(1u << (f[i].k % 8));
+            flow_to(may, n, i + 1 + f[i].jt, a);
+            flow_to(may, n, i + 1 + f[i].jf, a);
+            continue;
+        default: /* BPF_LDX, BPF_ST, BPF_STX: A unchanged */
+            break;
+        }
+        flow_to(may, n, i + 1, a);
+    }
+}
 
 #ifdef HAVE_SECCOMP
 
@@ -442,6 +501,70 @@ static int export_bpf(scmp_filter_ctx ctx, pm__seccomp_prog *out)
     return 0;
 }
 
+/* A name's number on this architecture, or -1 where it has none (a
+ * pseudo-call, or a name libseccomp does not know). */
+static int native_nr(const char *name)
+{
+    int nr = seccomp_syscall_resolve_name(name);
+    return nr < 0 ? -1 : nr;
+}
+
+static void add_nr(int *nrs, size_t max, size_t *n, int nr)
+{
+    if (nr < 0)
+        return;
+    if (*n < max)
+        nrs[*n] = nr;
+    (*n)++;
+}
+
+int pm__seccomp_named_calls(int level, int *nrs, size_t max)
+{
+    if (level != PM_SECCOMP_BASIC && level != PM_SECCOMP_STRICT)
+        return -EINVAL;
+    if (pm__dep_load(PM__DEP_SECCOMP, NULL, 0) < 0)
+        return -ENOTSUP;
+    size_t n = 0;
+    if (level == PM_SECCOMP_STRICT) {
+        for (size_t i = 0; i < PM__ARRAY_SIZE(strict_calls); i++)
+            add_nr(nrs, max, &n, native_nr(strict_calls[i].name));
+        return (int)n;
+    }
+    for (size_t i = 0; pm__seccomp_basic_denied[i] != NULL; i++)
+        add_nr(nrs, max, &n, native_nr(pm__seccomp_basic_denied[i]));
+    for (const pm__seccomp_denied_when *w = pm__seccomp_basic_denied_when; w->name != NULL; w++)
+        add_nr(nrs, max, &n, native_nr(w->name));
+    return (int)n;
+}
+
+/* Every call the rules name is compared with in what libseccomp exported:
+ * 0, else -EPROTO. Out of memory, libseccomp 2.5.4's export was seen to
+ * hand out, as a success, basic's program cut down to its architecture
+ * checks and an allow: a filter that denies nothing
+ * (tests/check_privileges.c test_seccomp_alloc_failures). Checked before
+ * the pins are put in front (they compare with some of the same calls). */
+_Static_assert(PM__ARRAY_SIZE(strict_calls) <= PM__SECCOMP_NAMED_MAX, "strict's calls fit");
+_Static_assert(PM__ARRAY_SIZE(pm__seccomp_basic_denied) - 1 +
+                       PM__ARRAY_SIZE(pm__seccomp_basic_denied_when) - 1 <=
+                   PM__SECCOMP_NAMED_MAX,
+               "basic's calls fit");
+
+static int check_named(int level, const pm__seccomp_prog *p)
+{
+    int nrs[PM__SECCOMP_NAMED_MAX];
+    int n = pm__seccomp_named_calls(level, nrs, PM__ARRAY_SIZE(nrs));
+    if (n < 0)
+        return n;
+    uint8_t seen[PM__SECCOMP_NR_BITS / 8] = {0};
+    pm__seccomp_calls_compared(p->insns, p->len, seen, PM__SECCOMP_NR_BITS);
+    /* A number past the bitmap (none on any architecture's own calls)
+     * cannot be shown compared with: refused as well. */
+    for (int i = 0; i < n; i++)
+        if (nrs[i] >= PM__SECCOMP_NR_BITS || !(seen[nrs[i] / 8] >> (nrs[i] % 8) & 1))
+            return -EPROTO;
+    return 0;
+}
+
 int pm__seccomp_available(void)
 {
     /* Built with it, but the library is loaded only now (deps.h): the
@@ -471,6 +594,8 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
     if (rc == 0)
         rc = export_bpf(ctx, out);
     seccomp_release(ctx);
+    if (rc == 0)
+        rc = check_named(level, out);
     if (rc == 0 && level == PM_SECCOMP_BASIC)
         rc = prepend_pins(act, out);
     if (rc < 0) {
@@ -507,6 +632,14 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
     (void)action;
     (void)supervisor;
     memset(out, 0, sizeof(*out));
+    return -ENOTSUP;
+}
+
+int pm__seccomp_named_calls(int level, int *nrs, size_t max)
+{
+    (void)level;
+    (void)nrs;
+    (void)max;
     return -ENOTSUP;
 }
 

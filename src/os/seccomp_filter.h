@@ -33,13 +33,35 @@ int pm__seccomp_available(void);
  * itself, see seccomp_filter.c): a denied call fails with EPERM
  * (PM_SECCOMP_ERRNO) or kills the worker (PM_SECCOMP_KILL). 0, -EINVAL for
  * a bad argument, -ENOTSUP without libseccomp, -ENOMEM, -E2BIG (a program
- * the kernel would not take), -EPROTO (no stand-in for the worker's pid
- * in it), or another -errno from libseccomp; on failure *out holds
+ * the kernel would not take), -EPROTO (what libseccomp exported does not
+ * compare with every call the rules name, or has no stand-in for the
+ * worker's pid), or another -errno from libseccomp; on failure *out holds
  * nothing.
  */
 int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog *out);
 
 void pm__seccomp_free(pm__seccomp_prog *p);
+
+/*
+ * The numbers of the calls the rules of `level` name on this architecture
+ * (the calls it has; a name twice, twice), the first max of them into
+ * nrs: what a built program must compare the call number with
+ * (pm__seccomp_build refuses one that does not: -EPROTO). Their count,
+ * -EINVAL for a bad level, -ENOTSUP without libseccomp.
+ */
+#define PM__SECCOMP_NAMED_MAX 256 /* above both tables' lengths */
+int pm__seccomp_named_calls(int level, int *nrs, size_t max);
+
+/*
+ * Pure. Sets bit k of seen (k < nbits) for every constant k the program
+ * f of n instructions compares the call number with: a BPF_JEQ against k
+ * reached only with the call number in A (loaded from seccomp_data.nr,
+ * on every way to it). A comparison of an argument with the same value
+ * does not count.
+ */
+#define PM__SECCOMP_NR_BITS 8192 /* above every architecture's own call numbers (MIPS n32: 6000s) */
+void pm__seccomp_calls_compared(const struct sock_filter *f, size_t n, unsigned char *seen,
+                                size_t nbits);
 
 /*
  * In the child, after its credentials are final and no_new_privs is set:

@@ -198,6 +198,25 @@ static int hub_setup(pm_cluster *c)
 }
 
 /* Every slot without a process, and the restart budget's settings. */
+/* Every slot's fds at their sentinels, as soon as the table exists:
+ * cluster_free closes what a slot holds, and a later step of the
+ * creation that fails (the deadlines, the hub) sends it there, where
+ * calloc's zeros would have been fd 0, closed once per field (and the
+ * output reader, not made yet, dereferenced). Found by check_spawn
+ * test_spawn_alloc_failures. */
+static void slots_zero(pm_cluster *c)
+{
+    for (unsigned i = 0; i < c->nslots; i++) {
+        pm__slot *s = &c->slots[i];
+        s->pidfd = s->exec_pipe = s->notify_fd = -1;
+        s->standby.pidfd = s->standby.go_fd = -1;
+        s->out.s[0].fd = s->out.s[1].fd = -1;
+        pm__channel_zero(&s->channel);
+        pm__budget_init(&s->budget);
+        pm__cg_slot_zero(&s->cg);
+    }
+}
+
 static void slots_init(pm_cluster *c)
 {
     for (unsigned i = 0; i < c->nslots; i++) {
@@ -205,13 +224,7 @@ static void slots_init(pm_cluster *c)
         s->index = i;
         s->deadlines = &c->deadlines;
         pm__cluster_set_state(c, s, PM_SLOT_BACKOFF); /* no process yet; started at once below */
-        s->pidfd = s->exec_pipe = s->notify_fd = -1;
-        s->standby.pidfd = s->standby.go_fd = -1;
-        s->out.s[0].fd = s->out.s[1].fd = -1;
         s->last_exit_code = -1;
-        pm__channel_zero(&s->channel);
-        pm__budget_init(&s->budget);
-        pm__cg_slot_zero(&s->cg);
     }
     c->self = getpid();
     c->channel_params.ring_cap = c->o->ring_size;
@@ -301,6 +314,7 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
         rc = -ENOMEM;
         goto fail;
     }
+    slots_zero(c);
     rc = pm__deadlines_init(&c->deadlines, c->nslots);
     if (rc < 0)
         goto fail;

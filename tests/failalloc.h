@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * failalloc.h - allocation failures on demand, for the error paths a
+ * machine with memory never takes (doc/reliability.md, "Mutation score":
+ * a dropped `rc = -ENOMEM` survives every test that cannot make malloc
+ * fail). The technique is SQLite's (its "malloc failure" tests): arm the
+ * k-th allocation from now to fail, run the code, and again with k + 1,
+ * until a run makes no more than k - 1 allocations; every run that met
+ * its failure must fail cleanly (an error returned, nothing left
+ * behind), never crash or report success.
+ *
+ * This header defines malloc, calloc and realloc for the whole program
+ * (one file of a test program includes it), forwarding to glibc's own
+ * (__libc_malloc and its siblings, exported for that purpose). A program
+ * that links procmesh statically (libpmcore) binds the library's calls to
+ * these at link time; the shared libraries it loads keep glibc's unless
+ * the program exports them (Makefile.am: -Wl,--export-dynamic-symbol=malloc
+ * and the others, and PM_FAILALLOC_EXPORT defined before the include,
+ * for default visibility). A program
+ * linked with libprocmesh.so must export them for the library's calls to
+ * reach them (check_spawn does: libc's own allocations then fail in turn
+ * too). check_privileges does not: exported, libseccomp 2.5.4's export
+ * was seen to hand out basic's program without its rules at one failure
+ * and to crash at a later one (doc/reliability.md, "libseccomp out of
+ * memory"), and its sweep is of procmesh's own handling. Under a sanitizer, whose runtime
+ * replaces malloc itself, it defines nothing and PM_FAILALLOC is 0: the
+ * tests that need it run in the build without a sanitizer (CI runs both).
+ * Not thread-safe beyond the counter's atomicity: arm it only while no
+ * other thread of the test allocates (no cluster running).
+ */
+#ifndef PM_TESTS_FAILALLOC_H
+#define PM_TESTS_FAILALLOC_H
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define PM_FAILALLOC 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PM_FAILALLOC 0
+#endif
+#endif
+#ifndef PM_FAILALLOC
+#define PM_FAILALLOC 1
+#endif
+
+/* Allocations until the armed one (1: the next fails), 0 when unarmed;
+ * counted in the process that armed it only (a fork child keeps a copy
+ * of the count, and its allocations are its own). */
+static _Atomic long failalloc_left;
+static _Atomic int failalloc_fired;
+static pid_t failalloc_pid;
+
+/* The k-th allocation from now in this process fails (once); k >= 1. */
+static inline void pm_failalloc_arm(long k)
+{
+    failalloc_pid = getpid();
+    atomic_store(&failalloc_fired, 0);
+    atomic_store(&failalloc_left, k);
+}
+
+/* Disarms; returns 1 when the armed allocation was reached (and failed). */
+static inline int pm_failalloc_disarm(void)
+{
+    atomic_store(&failalloc_left, 0);
+    return atomic_load(&failalloc_fired);
+}
+
+#if PM_FAILALLOC
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+
+/* 1 when this allocation is the armed one (errno ENOMEM, as malloc's). */
+static int failalloc_now(void)
+{
+    long left = atomic_load(&failalloc_left);
+    if (left > 0 && getpid() != failalloc_pid)
+        return 0;
+    while (left > 0) {
+        if (atomic_compare_exchange_weak(&failalloc_left, &left, left - 1)) {
+            if (left > 1)
+                return 0;
+            atomic_store(&failalloc_fired, 1);
+            errno = ENOMEM;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Hidden unless the program asks (PM_FAILALLOC_EXPORT defined before the
+ * include, and Makefile.am's flags): with default visibility the linker
+ * exports them to the shared libraries the program links (libseccomp's
+ * references to malloc) even without the flags. */
+#ifdef PM_FAILALLOC_EXPORT
+#define PM_FAILALLOC_VIS __attribute__((visibility("default")))
+#else
+#define PM_FAILALLOC_VIS __attribute__((visibility("hidden")))
+#endif
+
+PM_FAILALLOC_VIS void *malloc(size_t n)
+{
+    return failalloc_now() ? NULL : __libc_malloc(n);
+}
+
+PM_FAILALLOC_VIS void *calloc(size_t n, size_t size)
+{
+    return failalloc_now() ? NULL : __libc_calloc(n, size);
+}
+
+PM_FAILALLOC_VIS void *realloc(void *p, size_t n)
+{
+    return failalloc_now() ? NULL : __libc_realloc(p, n);
+}
+#endif
+
+#endif /* PM_TESTS_FAILALLOC_H */
