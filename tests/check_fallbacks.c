@@ -774,9 +774,9 @@ START_TEST(test_missing_libseccomp_option_refused)
     ck_assert_ptr_null(p.insns);
     ck_assert_uint_eq(p.len, 0);
     /* Nor can the calls its rules name be listed. */
-    int nrs[4];
-    ck_assert_int_eq(pm__seccomp_named_calls(PM_SECCOMP_BASIC, nrs, 4), -ENOTSUP);
-    ck_assert_int_eq(pm__seccomp_named_calls(PM_SECCOMP_STRICT, nrs, 4), -ENOTSUP);
+    pm__seccomp_named r[4];
+    ck_assert_int_eq(pm__seccomp_named_rules(PM_SECCOMP_BASIC, r, 4), -ENOTSUP);
+    ck_assert_int_eq(pm__seccomp_named_rules(PM_SECCOMP_STRICT, r, 4), -ENOTSUP);
 #endif
 }
 END_TEST

@@ -1342,62 +1342,112 @@ static int build_len(int level, unsigned *len)
 }
 
 /*
- * pm__seccomp_calls_compared, pure, on hand-made programs: which constants
- * count as compared with the call number. One row per way A can come to
- * hold something, and per way an instruction can be reached.
+ * pm__seccomp_compares, pure, on hand-made programs: which constants count
+ * as compared with the call number, which with an argument's low word.
+ * One row per way A can come to hold something, and per way an
+ * instruction can be reached.
  */
 #define NR_OFF 0u  /* offsetof(struct seccomp_data, nr) */
-#define ARG_OFF 16u /* args[0], low word */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define LO_OFF(i) (16u + 8u * (i) + 4u) /* args[i], low word */
+#else
+#define LO_OFF(i) (16u + 8u * (i))
+#endif
+#define LD_NR BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF)
+#define LD_ARG(i) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, LO_OFF(i))
+#define JEQ(k, t, f) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (k), (t), (f))
+#define RET BPF_STMT(BPF_RET | BPF_K, 0)
 static const struct {
     const char *what;
     struct sock_filter f[8];
     size_t n;
-    uint32_t want[4]; /* compared with, ended by 0 */
+    uint32_t nrs[4];       /* call numbers compared with, ended by 0 */
+    struct {
+        unsigned arg;
+        uint32_t val;
+    } eq[3];               /* argument values, ended by val 0 */
 } compared_rows[] = {
-    {"nr loaded, compared", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {5}},
-    {"nothing loaded: A is 0", {BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 2, {0}},
-    {"an argument loaded", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {0}},
-    {"the nr's offset, not absolute", {BPF_STMT(BPF_LD | BPF_W | BPF_IND, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {0}},
-    {"greater, not equal", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {0}},
-    {"with X, not a constant", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_X, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 3, {0}},
-    {"after an ALU op", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xff), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {0}},
-    {"TAX keeps A", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_MISC | BPF_TAX, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {5}},
-    {"TXA replaces A", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_MISC | BPF_TXA, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {0}},
-    {"LDX and ST keep A", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_LDX | BPF_W | BPF_IMM, 3), BPF_STMT(BPF_ST, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {5}},
-    {"both branches carry nr", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 1, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 7, 0, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 9, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {5, 7, 9}},
-    {"one way with an argument", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 1), BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 9, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {5}},
-    {"the false branch only", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, 1), BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 9, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {0}},
-    {"JA carries A", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_JMP | BPF_JA, 1), BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 5, {5}},
-    {"unreachable after a return", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_STMT(BPF_RET | BPF_K, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {0}},
-    {"past the bitmap", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM__SECCOMP_NR_BITS, 0, 0), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PM__SECCOMP_NR_BITS - 1, 0, 0), BPF_STMT(BPF_RET | BPF_K, 0)}, 4, {PM__SECCOMP_NR_BITS - 1}},
-    {"a jump past the end", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF), BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 5, 200, 200)}, 2, {5}},
+    {"nr loaded, compared", {LD_NR, JEQ(5, 0, 0), RET}, 3, {5}, {{0, 0}}},
+    {"nothing loaded: A is 0", {JEQ(5, 0, 0), RET}, 2, {0}, {{0, 0}}},
+    {"argument 1 loaded, compared", {LD_ARG(1), JEQ(5, 0, 0), RET}, 3, {0}, {{1, 5}}},
+    {"argument 5, the last", {LD_ARG(5), JEQ(7, 0, 0), RET}, 3, {0}, {{5, 7}}},
+    {"an argument's high word", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, LO_OFF(1) ^ 4u), JEQ(5, 0, 0), RET}, 3, {0}, {{0, 0}}},
+    {"the instruction pointer", {BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 8u), JEQ(5, 0, 0), RET}, 3, {0}, {{0, 0}}},
+    {"the nr's offset, indirect", {BPF_STMT(BPF_LD | BPF_W | BPF_IND, NR_OFF), JEQ(5, 0, 0), RET}, 3, {0}, {{0, 0}}},
+    {"the nr's offset, a half word", {BPF_STMT(BPF_LD | BPF_H | BPF_ABS, NR_OFF), JEQ(5, 0, 0), RET}, 3, {0}, {{0, 0}}},
+    {"greater, not equal", {LD_NR, BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 5, 0, 0), RET}, 3, {0}, {{0, 0}}},
+    {"with X, not a constant", {LD_NR, BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_X, 5, 0, 0), RET}, 3, {0}, {{0, 0}}},
+    {"after an ALU op", {LD_NR, BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xff), JEQ(5, 0, 0), RET}, 4, {0}, {{0, 0}}},
+    {"TAX keeps A", {LD_NR, BPF_STMT(BPF_MISC | BPF_TAX, 0), JEQ(5, 0, 0), RET}, 4, {5}, {{0, 0}}},
+    {"TXA replaces A", {LD_NR, BPF_STMT(BPF_MISC | BPF_TXA, 0), JEQ(5, 0, 0), RET}, 4, {0}, {{0, 0}}},
+    {"LDX and ST keep A", {LD_NR, BPF_STMT(BPF_LDX | BPF_W | BPF_IMM, 3), BPF_STMT(BPF_ST, 0), JEQ(5, 0, 0), RET}, 5, {5}, {{0, 0}}},
+    {"both branches carry nr", {LD_NR, JEQ(5, 1, 0), JEQ(7, 0, 0), JEQ(9, 0, 0), RET}, 5, {5, 7, 9}, {{0, 0}}},
+    {"nr on one way, an argument on the other", {LD_NR, JEQ(5, 0, 1), LD_ARG(0), JEQ(9, 0, 0), RET}, 5, {5}, {{0, 0}}},
+    {"argument 0 on one way, argument 1 on the other", {LD_ARG(0), JEQ(3, 0, 1), LD_ARG(1), JEQ(9, 0, 0), RET}, 5, {0}, {{0, 3}}},
+    {"JA carries A", {LD_NR, BPF_STMT(BPF_JMP | BPF_JA, 1), LD_ARG(0), JEQ(5, 0, 0), RET}, 5, {5}, {{0, 0}}},
+    {"unreachable after a return", {LD_NR, RET, JEQ(5, 0, 0), RET}, 4, {0}, {{0, 0}}},
+    {"x32's bit", {LD_NR, JEQ(0x40000000u | 5, 0, 0), RET}, 3, {5}, {{0, 0}}},
+    {"past the bitmap", {LD_NR, JEQ(PM__SECCOMP_NR_BITS, 0, 0), JEQ(PM__SECCOMP_NR_BITS - 1, 0, 0), RET}, 4, {PM__SECCOMP_NR_BITS - 1}, {{0, 0}}},
+    {"a jump past the end", {LD_NR, JEQ(5, 200, 200)}, 2, {5}, {{0, 0}}},
+    {"a call, then its argument", {LD_NR, JEQ(72, 0, 2), LD_ARG(1), JEQ(15, 0, 0), RET}, 5, {72}, {{1, 15}}},
 };
 
-START_TEST(test_seccomp_calls_compared)
+START_TEST(test_seccomp_compares)
 {
     for (size_t r = 0; r < PM__ARRAY_SIZE(compared_rows); r++) {
-        unsigned char seen[PM__SECCOMP_NR_BITS / 8];
-        memset(seen, 0, sizeof(seen));
-        pm__seccomp_calls_compared(compared_rows[r].f, compared_rows[r].n, seen, PM__SECCOMP_NR_BITS);
+        pm__seccomp_compared c;
+        memset(&c, 0xa5, sizeof(c)); /* cleared by the analysis */
+        pm__seccomp_compares(compared_rows[r].f, compared_rows[r].n, &c);
         unsigned char want[PM__SECCOMP_NR_BITS / 8];
         memset(want, 0, sizeof(want));
-        for (size_t i = 0; i < 4 && compared_rows[r].want[i] != 0; i++)
-            want[compared_rows[r].want[i] / 8] |= (unsigned char)(1u << (compared_rows[r].want[i] % 8));
-        for (size_t k = 0; k < PM__SECCOMP_NR_BITS; k++)
-            ck_assert_msg((seen[k / 8] >> (k % 8) & 1) == (want[k / 8] >> (k % 8) & 1),
+        for (size_t i = 0; i < 4 && compared_rows[r].nrs[i] != 0; i++)
+            want[compared_rows[r].nrs[i] / 8] |= (unsigned char)(1u << (compared_rows[r].nrs[i] % 8));
+        for (size_t k = 0; k < PM__SECCOMP_NR_BITS; k++) {
+            ck_assert_msg((c.nr[k / 8] >> (k % 8) & 1) == (want[k / 8] >> (k % 8) & 1),
                           "%s: call %zu %s", compared_rows[r].what, k,
                           (want[k / 8] >> (k % 8) & 1) ? "not seen" : "seen");
+            ck_assert_int_eq(pm__seccomp_compared_nr(&c, (int)k), want[k / 8] >> (k % 8) & 1);
+        }
+        size_t neq = 0;
+        while (neq < 3 && compared_rows[r].eq[neq].val != 0)
+            neq++;
+        ck_assert_msg(c.neq == neq, "%s: %zu argument values, want %zu", compared_rows[r].what,
+                      c.neq, neq);
+        for (size_t i = 0; i < neq; i++) {
+            ck_assert_uint_eq(c.eq[i].arg, compared_rows[r].eq[i].arg);
+            ck_assert_uint_eq(c.eq[i].val, compared_rows[r].eq[i].val);
+            ck_assert(pm__seccomp_compared_eq(&c, compared_rows[r].eq[i].arg, compared_rows[r].eq[i].val));
+            ck_assert(!pm__seccomp_compared_eq(&c, compared_rows[r].eq[i].arg + 1, compared_rows[r].eq[i].val));
+            ck_assert(!pm__seccomp_compared_eq(&c, compared_rows[r].eq[i].arg, compared_rows[r].eq[i].val + 1));
+        }
     }
+    /* Reads of a call number: negative, x32's, past the bitmap. */
+    pm__seccomp_compared c;
+    static const struct sock_filter one[] = {LD_NR, JEQ(5, 0, 0), RET};
+    pm__seccomp_compares(one, 3, &c);
+    ck_assert_int_eq(pm__seccomp_compared_nr(&c, 5 | 0x40000000), 1);
+    ck_assert_int_eq(pm__seccomp_compared_nr(&c, -5), 0);
+    ck_assert_int_eq(pm__seccomp_compared_nr(&c, PM__SECCOMP_NR_BITS + 5), 0);
     /* A program longer than the kernel takes is read up to BPF_MAXINSNS:
      * a comparison past it is not seen. */
     static struct sock_filter big[BPF_MAXINSNS + 2];
-    big[0] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR_OFF);
+    big[0] = (struct sock_filter)LD_NR;
     for (size_t i = 1; i < PM__ARRAY_SIZE(big); i++)
-        big[i] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, i < BPF_MAXINSNS ? 1 : 2, 0, 0);
-    unsigned char seen[PM__SECCOMP_NR_BITS / 8];
-    memset(seen, 0, sizeof(seen));
-    pm__seccomp_calls_compared(big, PM__ARRAY_SIZE(big), seen, PM__SECCOMP_NR_BITS);
-    ck_assert_int_eq(seen[0], 1u << 1);
+        big[i] = (struct sock_filter)JEQ(i < BPF_MAXINSNS ? 1 : 2, 0, 0);
+    pm__seccomp_compares(big, PM__ARRAY_SIZE(big), &c);
+    ck_assert_int_eq(c.nr[0], 1u << 1);
+    /* More argument values than the room: counted, the first kept, a
+     * later one not found. */
+    static struct sock_filter many[PM__SECCOMP_EQ_MAX + 3];
+    many[0] = (struct sock_filter)LD_ARG(2);
+    for (size_t i = 1; i < PM__ARRAY_SIZE(many) - 1; i++)
+        many[i] = (struct sock_filter)JEQ((uint32_t)i, 0, 0);
+    many[PM__ARRAY_SIZE(many) - 1] = (struct sock_filter)RET;
+    pm__seccomp_compares(many, PM__ARRAY_SIZE(many), &c);
+    ck_assert_uint_eq(c.neq, PM__SECCOMP_EQ_MAX + 1);
+    ck_assert(pm__seccomp_compared_eq(&c, 2, 1));
+    ck_assert(pm__seccomp_compared_eq(&c, 2, PM__SECCOMP_EQ_MAX));
+    ck_assert(!pm__seccomp_compared_eq(&c, 2, PM__SECCOMP_EQ_MAX + 1));
 }
 END_TEST
 
@@ -1514,18 +1564,24 @@ START_TEST(test_seccomp_export_checked)
     for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++)
         ck_assert_int_eq(build_len(level, &len), -EPROTO);
     export_insns = -1;
-    /* One row per call the rules name: the program no longer compares
-     * with that call (its jumps compare with a number no call has), and
-     * the build is refused. */
+    /* One row per rule: the program no longer compares with its call
+     * (its jumps compare with a number no call has), or with the value
+     * it compares an argument with; the build is refused. */
     for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
-        int nrs[PM__SECCOMP_NAMED_MAX];
-        int n = pm__seccomp_named_calls(level, nrs, PM__ARRAY_SIZE(nrs));
+        pm__seccomp_named r[PM__SECCOMP_NAMED_MAX];
+        int n = pm__seccomp_named_rules(level, r, PM__ARRAY_SIZE(r));
         ck_assert_int_gt(n, 10);
         for (int i = 0; i < n; i++) {
-            export_unname = nrs[i];
+            export_unname = r[i].nr;
             ck_assert_msg(build_len(level, &len) == -EPROTO,
                           "level %d: a program that does not compare with call %d was taken",
-                          level, nrs[i]);
+                          level, r[i].nr);
+            if (r[i].arg < 0)
+                continue;
+            export_unname = r[i].val;
+            ck_assert_msg(build_len(level, &len) == -EPROTO,
+                          "level %d: a program that does not compare argument %d of call %d "
+                          "with %u was taken", level, r[i].arg, r[i].nr, r[i].val);
         }
         export_unname = -1;
     }
@@ -1666,28 +1722,45 @@ START_TEST(test_seccomp_refusals)
     ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &p), 0);
     ck_assert_int_gt(p.len, 0);
     pm__seccomp_free(&p);
-    /* The calls the rules name: a bad level is refused; the count is the
-     * whole count whatever the room, and the room gets the first ones. */
-    int nrs[PM__SECCOMP_NAMED_MAX], few[3] = {-1, -1, -1};
-    ck_assert_int_eq(pm__seccomp_named_calls(0, nrs, PM__ARRAY_SIZE(nrs)), -EINVAL);
-    ck_assert_int_eq(pm__seccomp_named_calls(PM_SECCOMP_STRICT + 1, nrs, PM__ARRAY_SIZE(nrs)), -EINVAL);
+    /* The rules: a bad level is refused; the count is the whole count
+     * whatever the room, and the room gets the first ones. */
+    pm__seccomp_named nr[PM__SECCOMP_NAMED_MAX], few[3];
+    memset(few, 0xff, sizeof(few));
+    ck_assert_int_eq(pm__seccomp_named_rules(0, nr, PM__ARRAY_SIZE(nr)), -EINVAL);
+    ck_assert_int_eq(pm__seccomp_named_rules(PM_SECCOMP_STRICT + 1, nr, PM__ARRAY_SIZE(nr)), -EINVAL);
     for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
-        int n = pm__seccomp_named_calls(level, nrs, PM__ARRAY_SIZE(nrs));
+        int n = pm__seccomp_named_rules(level, nr, PM__ARRAY_SIZE(nr));
         ck_assert_int_gt(n, 3);
-        ck_assert_int_eq(pm__seccomp_named_calls(level, few, 2), n);
-        ck_assert_int_eq(few[0], nrs[0]);
-        ck_assert_int_eq(few[1], nrs[1]);
-        ck_assert_int_eq(few[2], -1); /* past the room: untouched */
-        few[0] = few[1] = -1;
-        for (int i = 0; i < n; i++)
-            ck_assert_int_ge(nrs[i], 0); /* calls this architecture has only */
+        ck_assert_int_eq(pm__seccomp_named_rules(level, few, 2), n);
+        ck_assert_int_eq(few[0].nr, nr[0].nr);
+        ck_assert_int_eq(few[1].nr, nr[1].nr);
+        ck_assert_int_eq(few[2].nr, -1); /* past the room: untouched */
+        memset(few, 0xff, sizeof(few));
+        int args = 0;
+        for (int i = 0; i < n; i++) {
+            ck_assert_int_ge(nr[i].nr, 0); /* calls this architecture has only */
+            ck_assert_int_ge(nr[i].arg, -1);
+            ck_assert_int_le(nr[i].arg, 1);
+            args += nr[i].arg >= 0;
+        }
+        /* basic: fcntl, four ioctls, prctl on an argument; strict: fcntl's
+         * three commands. */
+        ck_assert_int_eq(args, level == PM_SECCOMP_BASIC ? 6 : 3);
     }
-    /* The first names of each table, by number (the same on every
-     * architecture that has them). */
-    ck_assert_int_eq(pm__seccomp_named_calls(PM_SECCOMP_BASIC, nrs, 1), pm__seccomp_named_calls(PM_SECCOMP_BASIC, NULL, 0));
-    ck_assert_int_eq(nrs[0], SYS_ptrace);
-    (void)pm__seccomp_named_calls(PM_SECCOMP_STRICT, nrs, 1);
-    ck_assert_int_eq(nrs[0], SYS_read);
+    /* The first rules of each table, by number (the same on every
+     * architecture that has them), and basic's first on an argument. */
+    ck_assert_int_eq(pm__seccomp_named_rules(PM_SECCOMP_BASIC, nr, 1),
+                     pm__seccomp_named_rules(PM_SECCOMP_BASIC, NULL, 0));
+    ck_assert_int_eq(nr[0].nr, SYS_ptrace);
+    ck_assert_int_eq(nr[0].arg, -1);
+    int nb = pm__seccomp_named_rules(PM_SECCOMP_BASIC, nr, PM__ARRAY_SIZE(nr));
+    int w = nb - 6;
+    ck_assert_int_eq(nr[w].nr, SYS_fcntl);
+    ck_assert_int_eq(nr[w].arg, 1);
+    ck_assert_uint_eq(nr[w].val, F_SETOWN_EX);
+    (void)pm__seccomp_named_rules(PM_SECCOMP_STRICT, nr, 1);
+    ck_assert_int_eq(nr[0].nr, SYS_read);
+    ck_assert_int_eq(nr[0].arg, -1);
     /* Built again in the same process, each level gives the same program
      * (nothing of one build is left in the next). */
     for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
@@ -1958,7 +2031,7 @@ int main(void)
     } else {
         fprintf(stderr, "check_privileges: not root: the user tests are left out\n");
     }
-    PM_ADD_TEST(s, test_seccomp_calls_compared, 0);
+    PM_ADD_TEST(s, test_seccomp_compares, 0);
     if (sc) {
         PM_ADD_TEST(s, test_seccomp_basic, 0);
         PM_ADD_TEST(s, test_seccomp_basic_exec, 0);

@@ -25,8 +25,12 @@
  * memory"), and its sweep is of procmesh's own handling. Under a sanitizer, whose runtime
  * replaces malloc itself, it defines nothing and PM_FAILALLOC is 0: the
  * tests that need it run in the build without a sanitizer (CI runs both).
- * Not thread-safe beyond the counter's atomicity: arm it only while no
- * other thread of the test allocates (no cluster running).
+ * Not failed: aligned_alloc, posix_memalign and memalign (not wrapped;
+ * a lane's memory, lane.c). The count is the armed process's, every
+ * thread of it: a run whose allocations depend on timing (another thread
+ * allocating meanwhile) can make a sweep end early or fail elsewhere than
+ * where it would alone; the sweeps here arm it around calls that run on
+ * the caller's thread (a spawn, a filter's build).
  */
 #ifndef PM_TESTS_FAILALLOC_H
 #define PM_TESTS_FAILALLOC_H

@@ -147,8 +147,23 @@ const char *const pm__seccomp_basic_denied[] = {
     "reboot", "swapon", "swapoff", "settimeofday", "clock_settime", "clock_adjtime",
     "adjtimex", "acct", "quotactl", "syslog", "iopl", "ioperm", NULL};
 
-/* What A may hold at an instruction (pm__seccomp_calls_compared). */
-enum { A_NR = 1, A_OTHER = 2 };
+/* The low 32 bits of argument i in struct seccomp_data. */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define ARG_LO(i) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (i) + 4))
+#else
+#define ARG_LO(i) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (i)))
+#endif
+
+/* x32's call numbers are x86-64's own with this bit set (asm/unistd.h
+ * __X32_SYSCALL_BIT); libseccomp names x32's calls by them. */
+#define X32_BIT 0x40000000u
+
+/* What A may hold at an instruction (pm__seccomp_compares): bit 0 the
+ * call number, bit 1 + k the low word of argument k, bit 7 anything
+ * else; several bits where ways with different contents meet. */
+#define A_NR 1u
+#define A_ARG(k) (2u << (k))
+#define A_OTHER 0x80u
 
 static void flow_to(uint8_t *may, size_t n, size_t to, uint8_t a)
 {
@@ -156,12 +171,42 @@ static void flow_to(uint8_t *may, size_t n, size_t to, uint8_t a)
         may[to] |= a;
 }
 
-void pm__seccomp_calls_compared(const struct sock_filter *f, size_t n, unsigned char *seen,
-                                size_t nbits)
+/* A after a load of the word at offset k of struct seccomp_data. */
+static uint8_t loaded(uint32_t k)
 {
+    if (k == offsetof(struct seccomp_data, nr))
+        return A_NR;
+    for (unsigned i = 0; i < 6; i++)
+        if (k == ARG_LO(i))
+            return (uint8_t)A_ARG(i);
+    return A_OTHER;
+}
+
+/* A JEQ against k with A as a: a call number or an argument's value
+ * compared, when A holds the same thing on every way here. */
+static void compared(pm__seccomp_compared *c, uint8_t a, uint32_t k)
+{
+    if (a == A_NR) {
+        uint32_t nr = k & ~X32_BIT;
+        if (nr < PM__SECCOMP_NR_BITS)
+            c->nr[nr / 8] |= (unsigned char)(1u << (nr % 8));
+        return;
+    }
+    if (a == A_OTHER || (a & (a - 1)) != 0)
+        return;
+    unsigned arg = 0;
+    while (A_ARG(arg) != a)
+        arg++;
+    if (c->neq < PM__SECCOMP_EQ_MAX)
+        c->eq[c->neq] = (struct pm__seccomp_eq){arg, k};
+    c->neq++;
+}
+
+void pm__seccomp_compares(const struct sock_filter *f, size_t n, pm__seccomp_compared *c)
+{
+    memset(c, 0, sizeof(*c));
     /* Classic BPF jumps forward only: one pass in order carries what A
-     * may hold (the call number, something else, or either) to every
-     * instruction before it is visited. */
+     * may hold to every instruction before it is visited. */
     uint8_t may[BPF_MAXINSNS];
     if (n > BPF_MAXINSNS)
         n = BPF_MAXINSNS;
@@ -175,8 +220,9 @@ void pm__seccomp_calls_compared(const struct sock_filter *f, size_t n, unsigned 
             continue; /* unreachable */
         switch (BPF_CLASS(code)) {
         case BPF_LD:
-            a = BPF_MODE(code) == BPF_ABS && f[i].k == offsetof(struct seccomp_data, nr) ? A_NR
-                                                                                           : A_OTHER;
+            /* Only a whole word loaded from its offset is the call
+             * number or an argument's low word. */
+            a = BPF_MODE(code) == BPF_ABS && BPF_SIZE(code) == BPF_W ? loaded(f[i].k) : A_OTHER;
             break;
         case BPF_ALU:
             a = A_OTHER;
@@ -191,9 +237,8 @@ void pm__seccomp_calls_compared(const struct sock_filter *f, size_t n, unsigned 
                 flow_to(may, n, i + 1 + f[i].k, a);
                 continue;
             }
-            /* Compared with the call number on every way here. */
-            if (BPF_OP(code) == BPF_JEQ && BPF_SRC(code) == BPF_K && a == A_NR && f[i].k < nbits)
-                seen[f[i].k / 8] |= (uint8_t)(1u << (f[i].k % 8));
+            if (BPF_OP(code) == BPF_JEQ && BPF_SRC(code) == BPF_K)
+                compared(c, a, f[i].k);
             flow_to(may, n, i + 1 + f[i].jt, a);
             flow_to(may, n, i + 1 + f[i].jf, a);
             continue;
@@ -202,6 +247,23 @@ void pm__seccomp_calls_compared(const struct sock_filter *f, size_t n, unsigned 
         }
         flow_to(may, n, i + 1, a);
     }
+}
+
+int pm__seccomp_compared_nr(const pm__seccomp_compared *c, int nr)
+{
+    if (nr < 0)
+        return 0;
+    uint32_t k = (uint32_t)nr & ~X32_BIT;
+    return k < PM__SECCOMP_NR_BITS && (c->nr[k / 8] >> (k % 8) & 1);
+}
+
+int pm__seccomp_compared_eq(const pm__seccomp_compared *c, unsigned arg, uint32_t val)
+{
+    size_t n = c->neq < PM__SECCOMP_EQ_MAX ? c->neq : PM__SECCOMP_EQ_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (c->eq[i].arg == arg && c->eq[i].val == val)
+            return 1;
+    return 0;
 }
 
 #ifdef HAVE_SECCOMP
@@ -282,12 +344,6 @@ static const struct pin {
 
 #define PIN_MAX 160 /* instructions: 3 + at most 6 a pin + 1, with room to spare */
 
-/* The low 32 bits of argument i in struct seccomp_data. */
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#define ARG_LO(i) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (i) + 4))
-#else
-#define ARG_LO(i) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (i)))
-#endif
 
 /* Jump targets while the block is built: an instruction index, or one of
  * the labels fixed up at the end. */
@@ -509,16 +565,18 @@ static int native_nr(const char *name)
     return nr < 0 ? -1 : nr;
 }
 
-static void add_nr(int *nrs, size_t max, size_t *n, int nr)
+static void add_rule(pm__seccomp_named *out, size_t max, size_t *n, const char *name, int arg,
+                     uint32_t val)
 {
+    int nr = native_nr(name);
     if (nr < 0)
         return;
     if (*n < max)
-        nrs[*n] = nr;
+        out[*n] = (pm__seccomp_named){nr, arg, val};
     (*n)++;
 }
 
-int pm__seccomp_named_calls(int level, int *nrs, size_t max)
+int pm__seccomp_named_rules(int level, pm__seccomp_named *out, size_t max)
 {
     if (level != PM_SECCOMP_BASIC && level != PM_SECCOMP_STRICT)
         return -EINVAL;
@@ -526,41 +584,47 @@ int pm__seccomp_named_calls(int level, int *nrs, size_t max)
         return -ENOTSUP;
     size_t n = 0;
     if (level == PM_SECCOMP_STRICT) {
+        /* memfd_create's flags (masked) and tgkill's stand-in (the build
+         * checks it apart) are not plain equalities of a constant. */
         for (size_t i = 0; i < PM__ARRAY_SIZE(strict_calls); i++)
-            add_nr(nrs, max, &n, native_nr(strict_calls[i].name));
+            add_rule(out, max, &n, strict_calls[i].name, strict_calls[i].arg1 >= 0 ? 1 : -1,
+                     (uint32_t)strict_calls[i].arg1);
         return (int)n;
     }
     for (size_t i = 0; pm__seccomp_basic_denied[i] != NULL; i++)
-        add_nr(nrs, max, &n, native_nr(pm__seccomp_basic_denied[i]));
+        add_rule(out, max, &n, pm__seccomp_basic_denied[i], -1, 0);
     for (const pm__seccomp_denied_when *w = pm__seccomp_basic_denied_when; w->name != NULL; w++)
-        add_nr(nrs, max, &n, native_nr(w->name));
+        add_rule(out, max, &n, w->name, (int)w->arg, (uint32_t)w->val);
     return (int)n;
 }
 
-/* Every call the rules name is compared with in what libseccomp exported:
- * 0, else -EPROTO. Out of memory, libseccomp 2.5.4's export was seen to
- * hand out, as a success, basic's program cut down to its architecture
- * checks and an allow: a filter that denies nothing
- * (tests/check_privileges.c test_seccomp_alloc_failures). Checked before
- * the pins are put in front (they compare with some of the same calls). */
-_Static_assert(PM__ARRAY_SIZE(strict_calls) <= PM__SECCOMP_NAMED_MAX, "strict's calls fit");
+_Static_assert(PM__ARRAY_SIZE(strict_calls) <= PM__SECCOMP_NAMED_MAX, "strict's rules fit");
 _Static_assert(PM__ARRAY_SIZE(pm__seccomp_basic_denied) - 1 +
                        PM__ARRAY_SIZE(pm__seccomp_basic_denied_when) - 1 <=
                    PM__SECCOMP_NAMED_MAX,
-               "basic's calls fit");
+               "basic's rules fit");
 
+/* Every rule shows in what libseccomp exported: its call's number is
+ * compared with, and an argument's value where the rule compares one.
+ * 0, else -EPROTO. Out of memory, libseccomp 2.5.4's export was seen to
+ * hand out, as a success, basic's program cut down to its architecture
+ * checks and an allow: a filter that denies nothing
+ * (tests/check_privileges.c test_seccomp_alloc_failures). A value is not
+ * tied to its call here (the same value compared for another call would
+ * stand in for it), nor is where a comparison leads: this catches a
+ * program that lost rules, not one built wrong. Checked before the pins
+ * are put in front (they compare with some of the same calls). */
 static int check_named(int level, const pm__seccomp_prog *p)
 {
-    int nrs[PM__SECCOMP_NAMED_MAX];
-    int n = pm__seccomp_named_calls(level, nrs, PM__ARRAY_SIZE(nrs));
+    pm__seccomp_named r[PM__SECCOMP_NAMED_MAX];
+    int n = pm__seccomp_named_rules(level, r, PM__ARRAY_SIZE(r));
     if (n < 0)
         return n;
-    uint8_t seen[PM__SECCOMP_NR_BITS / 8] = {0};
-    pm__seccomp_calls_compared(p->insns, p->len, seen, PM__SECCOMP_NR_BITS);
-    /* A number past the bitmap (none on any architecture's own calls)
-     * cannot be shown compared with: refused as well. */
+    pm__seccomp_compared c;
+    pm__seccomp_compares(p->insns, p->len, &c);
     for (int i = 0; i < n; i++)
-        if (nrs[i] >= PM__SECCOMP_NR_BITS || !(seen[nrs[i] / 8] >> (nrs[i] % 8) & 1))
+        if (!pm__seccomp_compared_nr(&c, r[i].nr) ||
+            (r[i].arg >= 0 && !pm__seccomp_compared_eq(&c, (unsigned)r[i].arg, r[i].val)))
             return -EPROTO;
     return 0;
 }
@@ -635,10 +699,10 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
     return -ENOTSUP;
 }
 
-int pm__seccomp_named_calls(int level, int *nrs, size_t max)
+int pm__seccomp_named_rules(int level, pm__seccomp_named *out, size_t max)
 {
     (void)level;
-    (void)nrs;
+    (void)out;
     (void)max;
     return -ENOTSUP;
 }

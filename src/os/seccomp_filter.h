@@ -7,6 +7,7 @@
  * libseccomp's header. */
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct sock_filter;
@@ -43,25 +44,46 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
 void pm__seccomp_free(pm__seccomp_prog *p);
 
 /*
- * The numbers of the calls the rules of `level` name on this architecture
- * (the calls it has; a name twice, twice), the first max of them into
- * nrs: what a built program must compare the call number with
- * (pm__seccomp_build refuses one that does not: -EPROTO). Their count,
- * -EINVAL for a bad level, -ENOTSUP without libseccomp.
+ * The rules of `level` on this architecture (the calls it has), the first
+ * max of them into out: each call's number and, for a rule that compares
+ * an argument's low word with a constant, the argument and the value (arg
+ * -1 otherwise). What a built program must show (pm__seccomp_build
+ * refuses one that does not: -EPROTO). Their count, -EINVAL for a bad
+ * level, -ENOTSUP without libseccomp.
  */
+typedef struct pm__seccomp_named {
+    int nr;
+    int arg;
+    uint32_t val;
+} pm__seccomp_named;
 #define PM__SECCOMP_NAMED_MAX 256 /* above both tables' lengths */
-int pm__seccomp_named_calls(int level, int *nrs, size_t max);
+int pm__seccomp_named_rules(int level, pm__seccomp_named *out, size_t max);
 
 /*
- * Pure. Sets bit k of seen (k < nbits) for every constant k the program
- * f of n instructions compares the call number with: a BPF_JEQ against k
- * reached only with the call number in A (loaded from seccomp_data.nr,
- * on every way to it). A comparison of an argument with the same value
- * does not count.
+ * What a classic BPF program compares with constants (pm__seccomp_compares,
+ * pure): the call numbers, as a bitmap (x32's bit masked off), and the
+ * (argument, value) pairs of each argument's low word, in the program's
+ * order (neq may pass the room: counted, not kept). A BPF_JEQ against k
+ * counts when A holds the same thing on every way to it (a whole word
+ * loaded from seccomp_data's nr, or from an argument's low word):
+ * a value compared with an argument does not count as a call number,
+ * nor the other way round.
  */
 #define PM__SECCOMP_NR_BITS 8192 /* above every architecture's own call numbers (MIPS n32: 6000s) */
-void pm__seccomp_calls_compared(const struct sock_filter *f, size_t n, unsigned char *seen,
-                                size_t nbits);
+#define PM__SECCOMP_EQ_MAX 128
+typedef struct pm__seccomp_compared {
+    unsigned char nr[PM__SECCOMP_NR_BITS / 8];
+    struct pm__seccomp_eq {
+        unsigned arg;
+        uint32_t val;
+    } eq[PM__SECCOMP_EQ_MAX];
+    size_t neq;
+} pm__seccomp_compared;
+void pm__seccomp_compares(const struct sock_filter *f, size_t n, pm__seccomp_compared *c);
+/* 1 when c shows call nr compared with (x32's bit ignored), else 0. */
+int pm__seccomp_compared_nr(const pm__seccomp_compared *c, int nr);
+/* 1 when c shows argument arg's low word compared with val, else 0. */
+int pm__seccomp_compared_eq(const pm__seccomp_compared *c, unsigned arg, uint32_t val);
 
 /*
  * In the child, after its credentials are final and no_new_privs is set:

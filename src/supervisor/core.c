@@ -114,8 +114,8 @@ void pm__cluster_release(pm_cluster *c, pm__slot *s)
  * the turn, not at the reap: with no backoff the turn forks the
  * replacement (its deadline fires after the completions), and a munmap and
  * five closes (about 0.1 ms on a 2-CPU VM) need not come before that fork.
- * A child forked meanwhile drops them with the slots' fds (incarnation.c
- * drop_own); the mapping is never copied into a fork (channel.h,
+ * A child forked meanwhile drops them with the slots' fds (forkdrop.c
+ * plan_own); the mapping is never copied into a fork (channel.h,
  * pm__channel_adopt_fork). NULL (close now) without memory for the list. */
 pm__channel *pm__cluster_dying(pm_cluster *c)
 {
@@ -140,8 +140,8 @@ pm__channel *pm__cluster_dying(pm_cluster *c)
  * gets the CPU only when its parent sleeps waits for them), so they wait
  * until no slot is STARTING: the turn that reads READY buries them. The
  * slots are scanned only while something waits to be buried. A child
- * forked meanwhile drops those fds with the slots' (incarnation.c
- * drop_own); their mappings are never copied into a fork. */
+ * forked meanwhile drops those fds with the slots' (forkdrop.c
+ * plan_own); their mappings are never copied into a fork. */
 void pm__cluster_bury_turn(pm_cluster *c)
 {
     if (c->ndying == 0)

@@ -193,7 +193,10 @@ int pm__forkdrop_plan(pm__forkdrop *d, const pm_cluster *c, const pm__channel *o
     d->hub_ports = pm__hub_child_fds(c->hub, plan_fd_cb, d);
     if (d->failed)
         return -ENOMEM;
-    qsort(d->maps, d->nmaps, sizeof(*d->maps), map_cmp);
+    /* None with epoll and every channel's mapping not copied: then the
+     * list is NULL, which qsort may not be given even for 0 entries. */
+    if (d->nmaps > 1)
+        qsort(d->maps, d->nmaps, sizeof(*d->maps), map_cmp);
     return 0;
 }
 

@@ -146,7 +146,7 @@ struct pm_cluster {
      * of a turn when no replacement is on its way to READY
      * (pm__cluster_bury_turn), so that a replacement started at once is
      * forked first and not kept waiting for them; a fork child drops
-     * their fds (incarnation.c drop_own). */
+     * their fds (forkdrop.c plan_own). */
     pm__channel *dying;
     unsigned ndying, dying_cap;
     pm__mesh *mesh;         /* peer links (mesh.h), NULL without peer mode */
