@@ -97,6 +97,30 @@ END_TEST
 
 /* The report pipe of boot_check_own: inherited by the fork-mode workers. */
 static int report_fd = -1;
+static int check_pipes;     /* captured output: no pipe but fds 1 and 2 and the test's */
+static int test_fds[64], ntest_fds = -1; /* the test process's own fds (Check's, the report's):
+                                           fork-mode workers inherit them; -1: not noted */
+
+/* Records the fds this process holds (before a spawn). */
+static void note_test_fds(void)
+{
+    ntest_fds = 0;
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d) && ntest_fds < (int)ARRAY_LEN(test_fds))
+            test_fds[ntest_fds++] = atoi(e->d_name);
+    closedir(d);
+}
+
+static int test_fd(int fd)
+{
+    for (int i = 0; i < ntest_fds; i++)
+        if (test_fds[i] == fd)
+            return 1;
+    return 0;
+}
 
 /* Writes "S I ok\n", or "S I bad: what\n" when this worker holds an fd or
  * maps memory of procmesh that is not its own incarnation's channel. */
@@ -123,6 +147,7 @@ static int boot_check_own(pm_node *n, void *arg)
         snprintf(bad, sizeof(bad), "cannot read its maps");
     DIR *d = opendir("/proc/self/fd");
     struct dirent *e;
+    int sockets = 0;
     while (d != NULL && (e = readdir(d)) != NULL) {
         char path[300], target[300];
         snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
@@ -134,9 +159,19 @@ static int boot_check_own(pm_node *n, void *arg)
         const char *m = strstr(target, "memfd:procmesh-");
         if (m != NULL && strncmp(m, own, strlen(own)) != 0)
             snprintf(bad, sizeof(bad), "holds fd %s: %s", e->d_name, target);
+        /* Another incarnation's captured output: a spare's pipes. */
+        int fd = atoi(e->d_name);
+        if (check_pipes && strncmp(target, "pipe:", 5) == 0 && fd != 1 && fd != 2 &&
+            !test_fd(fd))
+            snprintf(bad, sizeof(bad), "holds fd %s: %s", e->d_name, target);
+        /* Its own two sockets (its doorbell's end, its end of the fd
+         * socket), never the hub's end of either. */
+        sockets += ntest_fds >= 0 && strncmp(target, "socket:", 7) == 0 && !test_fd(fd);
     }
     if (d != NULL)
         closedir(d);
+    if (sockets > 2)
+        snprintf(bad, sizeof(bad), "holds %d sockets, its own are 2", sockets);
     char out[1024];
     int len = snprintf(out, sizeof(out), "%u %llu %s%s\n", slot, inc, bad[0] ? "bad: " : "ok",
                        bad);
@@ -167,11 +202,18 @@ START_TEST(test_spare_invisible_to_workers)
 {
     /* Slots 0 and 1 both hold spares when slot 1's replacement is forked
      * (and slot 1's own spare for incarnation 3 is made right after): no
-     * worker, first or replacement, holds or maps any channel but its own. */
+     * worker, first or replacement, holds or maps any channel but its own.
+     * _i 1: with captured output, whose spares hold the next incarnation's
+     * stdout and stderr pipes: no worker holds a pipe but its own fds 1
+     * and 2 (and the test's report pipe it inherits). */
     int p[2];
     ck_assert_int_eq(pipe2(p, O_NONBLOCK), 0);
     report_fd = p[1];
+    check_pipes = _i;
+    note_test_fds();
     pm_options *o = spare_opts(2);
+    if (_i)
+        ck_assert_int_eq(pm_options_set_output(o, PM_OUTPUT_CAPTURE), 0);
     pm_options_set_bootstrap(o, boot_check_own, NULL);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
@@ -392,6 +434,7 @@ START_TEST(test_standby_takes_over)
     int p[2];
     ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
     report_fd = p[1];
+    note_test_fds();
     ck_assert_int_eq(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
     reports_len = 0;
     pm_options *o = standby_opts(1);
@@ -840,7 +883,7 @@ int main(void)
 {
     Suite *s = suite_create("spare");
     PM_ADD_TEST(s, test_spare_taken_by_restart, 30);
-    PM_ADD_TEST(s, test_spare_invisible_to_workers, 30);
+    PM_ADD_LOOP_TEST(s, test_spare_invisible_to_workers, 0, 2, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_retire, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_terminate, 30);
     PM_ADD_TEST(s, test_spare_made_at_ready, 30);
