@@ -14,12 +14,14 @@
  * others passed.
  */
 #include "helpers.h"
+#define PM_FAILALLOC_EXPORT /* libseccomp's allocations reach them (Makefile.am) */
 #include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
 
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
 #include <linux/filter.h>  /* struct sock_filter: comparing two built programs */
@@ -1208,6 +1210,29 @@ END_TEST
         t_->member = (on) ? (odd) : (real);                                      \
     } while (0)
 
+/* The hooks below run where libseccomp runs: in the build's child
+ * (seccomp_filter.c export_in_child). What they count is kept in memory
+ * shared with it, made in the test's own process (Check's fork mode)
+ * before the first build: a child that mapped it first would count in a
+ * page of its own. */
+struct hook_counts {
+    int rule_calls, export_seen, export_calls;
+};
+
+static struct hook_counts *hook_counts(void)
+{
+    static struct hook_counts *hc;
+    if (hc == NULL) {
+        void *m = mmap(NULL, sizeof(*hc), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ck_assert(m != MAP_FAILED);
+        hc = m;
+    }
+    return hc;
+}
+#define rule_calls (hook_counts()->rule_calls)
+#define export_seen (hook_counts()->export_seen)
+#define export_calls (hook_counts()->export_calls)
+
 /* libseccomp's seccomp_rule_add_array, refusing the fail_at-th rule
  * (counting from 1; 0: none) as libseccomp refuses one it cannot add,
  * and counting them all. Put in the library's own table of libseccomp's
@@ -1215,7 +1240,7 @@ END_TEST
 #pragma push_macro("seccomp_rule_add_array")
 #undef seccomp_rule_add_array
 static __typeof__(seccomp_rule_add_array) *real_rule_add;
-static int rule_calls, rule_fail_at;
+static int rule_fail_at;
 
 static int refusing_rule_add(scmp_filter_ctx ctx, uint32_t action, int nr, unsigned int n,
                              const struct scmp_arg_cmp *cmp)
@@ -1228,6 +1253,7 @@ static int refusing_rule_add(scmp_filter_ctx ctx, uint32_t action, int nr, unsig
 static void refuse_rules(int on)
 {
     SWAP_SECCOMP_FN(seccomp_rule_add_array, real_rule_add, refusing_rule_add, on);
+    rule_calls = 0; /* and maps the counts before any build's child */
 }
 #pragma pop_macro("seccomp_rule_add_array")
 
@@ -1241,7 +1267,7 @@ static void refuse_rules(int on)
 #pragma push_macro("seccomp_export_bpf")
 #undef seccomp_export_bpf
 static __typeof__(seccomp_export_bpf) *real_export;
-static int export_rc, export_insns = -1, export_bytes = -1, export_seen, export_plant, export_eintr;
+static int export_rc, export_insns = -1, export_bytes = -1, export_plant, export_eintr;
 static long export_unname = -1; /* a call number no jump may compare with */
 static int export_unself;       /* no jump may compare with the pid stand-in */
 
@@ -1265,8 +1291,6 @@ static int export_rewrite(int fd, uint32_t from, uint32_t to)
     free(f);
     return rc;
 }
-
-static int export_calls;
 
 static int odd_export(const scmp_filter_ctx ctx, int fd)
 {
@@ -1319,6 +1343,7 @@ static void odd_exports(int on)
 {
     SWAP_SECCOMP_FN(seccomp_export_bpf, real_export, odd_export, on);
     export_rc = export_plant = export_eintr = export_unself = 0;
+    export_seen = export_calls = 0; /* and maps the counts before any build's child */
     export_insns = export_bytes = -1;
     export_unname = -1;
 }
@@ -1495,6 +1520,84 @@ START_TEST(test_seccomp_alloc_failures)
         }
         /* The read-back buffer, and basic's program with its pins. */
         ck_assert_int_eq(failed, level == PM_SECCOMP_BASIC ? 2 : 1);
+        pm__seccomp_free(&whole);
+    }
+}
+END_TEST
+
+/*
+ * libseccomp itself out of memory: every allocation of a build fails in
+ * turn, procmesh's and libseccomp's, in the child the build runs
+ * libseccomp in (this program exports its malloc, so libseccomp's calls
+ * reach it, and pm_failalloc_arm_shared counts the parent's and the
+ * child's allocations in one sequence), k = 1, 2, ... until a build meets
+ * none. libseccomp 2.5.4 crashes at some failures and spins forever at
+ * others: run in the supervisor, either was the whole cluster's end (a
+ * death, or a start that never returns). Now each build either hands out
+ * the whole program, byte for byte, or fails with an error and holds
+ * nothing, and this process goes on. The wait for a spinning child is
+ * shortened to 200 ms here (dozens of failures spin): an outcome the test
+ * takes whatever the machine's speed, since a build that met its failure
+ * may fail any way; the build that meets none is given the default back
+ * if it ran out of it.
+ */
+START_TEST(test_seccomp_out_of_memory)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_seccomp_out_of_memory runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
+        pm__seccomp_prog whole;
+        ck_assert_int_eq(pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &whole), 0);
+        int fds0 = pm_test_count_fds();
+        long failed = 0, eproto = 0, hung = 0;
+        for (long k = 1;; k++) {
+            ck_assert_int_lt(k, 20000);
+            pm__seccomp_prog p;
+            pm__seccomp_build_timeout_ms = 200;
+            /* No assertion while armed: a passing one records its place
+             * (Check allocates). */
+            int armed = pm_failalloc_arm_shared(k);
+            int rc = armed == 0 ? pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p) : armed;
+            int hit = pm_failalloc_disarm();
+            pm__seccomp_build_timeout_ms = 10000;
+            ck_assert_int_eq(armed, 0);
+            if (!hit && rc == -ETIMEDOUT) /* a slow machine, not a hang: again */
+                rc = pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p);
+            if (rc == 0) {
+                ck_assert_msg(p.len == whole.len &&
+                                  memcmp(p.insns, whole.insns, whole.len * sizeof(*p.insns)) == 0,
+                              "level %d, allocation %ld failed: %u instructions unlike the whole "
+                              "program's %u", level, k, p.len, whole.len);
+                pm__seccomp_free(&p);
+            } else {
+                ck_assert_msg(hit, "level %d: no allocation failed, the build returned %d", level,
+                              rc);
+                ck_assert_msg(rc == -ENOMEM || rc == -EPROTO || rc == -ETIMEDOUT ||
+                                  rc == -ECANCELED || rc == -EFAULT,
+                              "level %d, allocation %ld failed: the build returned %d", level, k,
+                              rc);
+                ck_assert_ptr_null(p.insns);
+                ck_assert_uint_eq(p.len, 0);
+                failed++;
+                eproto += rc == -EPROTO;
+                hung += rc == -ETIMEDOUT;
+            }
+            errno = 0;
+            ck_assert_msg(waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD,
+                          "level %d, allocation %ld failed: a child is left", level, k);
+            ck_assert_msg(pm_test_count_fds() == fds0, "level %d, allocation %ld failed: %d fds, "
+                          "%d before", level, k, pm_test_count_fds(), fds0);
+            if (!hit)
+                break;
+        }
+        fprintf(stderr, "note: test_seccomp_out_of_memory: level %d: %ld builds failed (%ld "
+                        "-EPROTO: libseccomp died or lost rules; %ld -ETIMEDOUT: it spun)\n",
+                level, failed, eproto, hung);
+        ck_assert_int_gt(failed, 10);
         pm__seccomp_free(&whole);
     }
 }
@@ -2046,6 +2149,7 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_refusals, 0);
         PM_ADD_TEST(s, test_seccomp_load_refused, 0);
         PM_ADD_TEST(s, test_seccomp_alloc_failures, 0);
+        PM_ADD_TEST(s, test_seccomp_out_of_memory, 600);
 #if defined(HAVE_SECCOMP) && PM_LAZY_DEPS
         PM_ADD_TEST(s, test_seccomp_rule_refused, 0);
         PM_ADD_TEST(s, test_seccomp_export_checked, 0);

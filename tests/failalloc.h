@@ -19,10 +19,11 @@
  * for default visibility). A program
  * linked with libprocmesh.so must export them for the library's calls to
  * reach them (check_spawn does: libc's own allocations then fail in turn
- * too). check_privileges does not: exported, libseccomp 2.5.4's export
- * was seen to hand out basic's program without its rules at one failure
- * and to crash at a later one (doc/reliability.md, "libseccomp out of
- * memory"), and its sweep is of procmesh's own handling. Under a sanitizer, whose runtime
+ * too). check_privileges exports them for libseccomp's: out of memory,
+ * libseccomp 2.5.4 hands out basic's program without its rules, crashes
+ * or spins (doc/reliability.md, "libseccomp out of memory"), which its
+ * test_seccomp_out_of_memory makes happen in the child the build runs
+ * libseccomp in. Under a sanitizer, whose runtime
  * replaces malloc itself, it defines nothing and PM_FAILALLOC is 0: the
  * tests that need it run in the build without a sanitizer (CI runs both).
  * Not failed: aligned_alloc, posix_memalign and memalign (not wrapped;
@@ -38,6 +39,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -51,26 +53,56 @@
 #define PM_FAILALLOC 1
 #endif
 
-/* Allocations until the armed one (1: the next fails), 0 when unarmed;
- * counted in the process that armed it only (a fork child keeps a copy
- * of the count, and its allocations are its own). */
-static _Atomic long failalloc_left;
-static _Atomic int failalloc_fired;
+/* Allocations until the armed one (1: the next fails), 0 when unarmed,
+ * and whether it was reached. pm_failalloc_arm counts in the process that
+ * armed it only (a fork child keeps a copy of the count, and its
+ * allocations are its own); pm_failalloc_arm_shared in a page shared
+ * with every child forked while armed, so that a child's allocations
+ * count in the same sequence as its parent's (a helper the code forks to
+ * run a library in, seccomp_filter.c's build: the parent waits for it, so
+ * the order is the same every run). */
+struct failalloc_count {
+    _Atomic long left;
+    _Atomic int fired;
+};
+static struct failalloc_count failalloc_own, *failalloc_shared, *failalloc_at = &failalloc_own;
 static pid_t failalloc_pid;
 
 /* The k-th allocation from now in this process fails (once); k >= 1. */
 static inline void pm_failalloc_arm(long k)
 {
     failalloc_pid = getpid();
-    atomic_store(&failalloc_fired, 0);
-    atomic_store(&failalloc_left, k);
+    failalloc_at = &failalloc_own;
+    atomic_store(&failalloc_at->fired, 0);
+    atomic_store(&failalloc_at->left, k);
+}
+
+/* The k-th allocation from now in this process and the children it forks
+ * while armed, together, fails (once); k >= 1. -errno when the shared
+ * page cannot be made. */
+static inline int pm_failalloc_arm_shared(long k)
+{
+    if (failalloc_shared == NULL) {
+        void *m = mmap(NULL, sizeof(*failalloc_shared), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return -errno;
+        failalloc_shared = m;
+    }
+    failalloc_pid = 0; /* any process */
+    failalloc_at = failalloc_shared;
+    atomic_store(&failalloc_at->fired, 0);
+    atomic_store(&failalloc_at->left, k);
+    return 0;
 }
 
 /* Disarms; returns 1 when the armed allocation was reached (and failed). */
 static inline int pm_failalloc_disarm(void)
 {
-    atomic_store(&failalloc_left, 0);
-    return atomic_load(&failalloc_fired);
+    atomic_store(&failalloc_at->left, 0);
+    int fired = atomic_load(&failalloc_at->fired);
+    failalloc_at = &failalloc_own;
+    return fired;
 }
 
 #if PM_FAILALLOC
@@ -81,14 +113,15 @@ extern void *__libc_realloc(void *p, size_t n);
 /* 1 when this allocation is the armed one (errno ENOMEM, as malloc's). */
 static int failalloc_now(void)
 {
-    long left = atomic_load(&failalloc_left);
-    if (left > 0 && getpid() != failalloc_pid)
+    struct failalloc_count *at = failalloc_at;
+    long left = atomic_load(&at->left);
+    if (left > 0 && failalloc_pid != 0 && getpid() != failalloc_pid)
         return 0;
     while (left > 0) {
-        if (atomic_compare_exchange_weak(&failalloc_left, &left, left - 1)) {
+        if (atomic_compare_exchange_weak(&at->left, &left, left - 1)) {
             if (left > 1)
                 return 0;
-            atomic_store(&failalloc_fired, 1);
+            atomic_store(&at->fired, 1);
             errno = ENOMEM;
             return 1;
         }

@@ -4,7 +4,8 @@
  * libseccomp allocates and takes no care to be async-signal-safe, so the
  * supervisor builds each filter once (per cluster), exports the classic BPF
  * program, and the child between fork and exec only hands its copy to
- * seccomp(2) (pm__seccomp_load). doc/privileges.md says what each level
+ * seccomp(2) (pm__seccomp_load). libseccomp itself runs in a short-lived
+ * child of the supervisor (export_in_child): out of memory it can crash. doc/privileges.md says what each level
  * protects against.
  */
 #define _GNU_SOURCE
@@ -32,6 +33,10 @@
 #include <sys/resource.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
 #endif
 
 #ifndef MFD_NOEXEC_SEAL
@@ -147,125 +152,6 @@ const char *const pm__seccomp_basic_denied[] = {
     "reboot", "swapon", "swapoff", "settimeofday", "clock_settime", "clock_adjtime",
     "adjtimex", "acct", "quotactl", "syslog", "iopl", "ioperm", NULL};
 
-/* The low 32 bits of argument i in struct seccomp_data. */
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#define ARG_LO(i) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (i) + 4))
-#else
-#define ARG_LO(i) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (i)))
-#endif
-
-/* x32's call numbers are x86-64's own with this bit set (asm/unistd.h
- * __X32_SYSCALL_BIT); libseccomp names x32's calls by them. */
-#define X32_BIT 0x40000000u
-
-/* What A may hold at an instruction (pm__seccomp_compares): bit 0 the
- * call number, bit 1 + k the low word of argument k, bit 7 anything
- * else; several bits where ways with different contents meet. */
-#define A_NR 1u
-#define A_ARG(k) (2u << (k))
-#define A_OTHER 0x80u
-
-static void flow_to(uint8_t *may, size_t n, size_t to, uint8_t a)
-{
-    if (to < n)
-        may[to] |= a;
-}
-
-/* A after a load of the word at offset k of struct seccomp_data. */
-static uint8_t loaded(uint32_t k)
-{
-    if (k == offsetof(struct seccomp_data, nr))
-        return A_NR;
-    for (unsigned i = 0; i < 6; i++)
-        if (k == ARG_LO(i))
-            return (uint8_t)A_ARG(i);
-    return A_OTHER;
-}
-
-/* A JEQ against k with A as a: a call number or an argument's value
- * compared, when A holds the same thing on every way here. */
-static void compared(pm__seccomp_compared *c, uint8_t a, uint32_t k)
-{
-    if (a == A_NR) {
-        uint32_t nr = k & ~X32_BIT;
-        if (nr < PM__SECCOMP_NR_BITS)
-            c->nr[nr / 8] |= (unsigned char)(1u << (nr % 8));
-        return;
-    }
-    if (a == A_OTHER || (a & (a - 1)) != 0)
-        return;
-    unsigned arg = 0;
-    while (A_ARG(arg) != a)
-        arg++;
-    if (c->neq < PM__SECCOMP_EQ_MAX)
-        c->eq[c->neq] = (struct pm__seccomp_eq){arg, k};
-    c->neq++;
-}
-
-void pm__seccomp_compares(const struct sock_filter *f, size_t n, pm__seccomp_compared *c)
-{
-    memset(c, 0, sizeof(*c));
-    /* Classic BPF jumps forward only: one pass in order carries what A
-     * may hold to every instruction before it is visited. */
-    uint8_t may[BPF_MAXINSNS];
-    if (n > BPF_MAXINSNS)
-        n = BPF_MAXINSNS;
-    memset(may, 0, n);
-    if (n > 0)
-        may[0] = A_OTHER; /* A starts as 0 */
-    for (size_t i = 0; i < n; i++) {
-        uint8_t a = may[i];
-        uint16_t code = f[i].code;
-        if (a == 0)
-            continue; /* unreachable */
-        switch (BPF_CLASS(code)) {
-        case BPF_LD:
-            /* Only a whole word loaded from its offset is the call
-             * number or an argument's low word. */
-            a = BPF_MODE(code) == BPF_ABS && BPF_SIZE(code) == BPF_W ? loaded(f[i].k) : A_OTHER;
-            break;
-        case BPF_ALU:
-            a = A_OTHER;
-            break;
-        case BPF_MISC:
-            a = BPF_MISCOP(code) == BPF_TAX ? a : A_OTHER; /* TXA: A = X */
-            break;
-        case BPF_RET:
-            continue;
-        case BPF_JMP:
-            if (BPF_OP(code) == BPF_JA) {
-                flow_to(may, n, i + 1 + f[i].k, a);
-                continue;
-            }
-            if (BPF_OP(code) == BPF_JEQ && BPF_SRC(code) == BPF_K)
-                compared(c, a, f[i].k);
-            flow_to(may, n, i + 1 + f[i].jt, a);
-            flow_to(may, n, i + 1 + f[i].jf, a);
-            continue;
-        default: /* BPF_LDX, BPF_ST, BPF_STX: A unchanged */
-            break;
-        }
-        flow_to(may, n, i + 1, a);
-    }
-}
-
-int pm__seccomp_compared_nr(const pm__seccomp_compared *c, int nr)
-{
-    if (nr < 0)
-        return 0;
-    uint32_t k = (uint32_t)nr & ~X32_BIT;
-    return k < PM__SECCOMP_NR_BITS && (c->nr[k / 8] >> (k % 8) & 1);
-}
-
-int pm__seccomp_compared_eq(const pm__seccomp_compared *c, unsigned arg, uint32_t val)
-{
-    size_t n = c->neq < PM__SECCOMP_EQ_MAX ? c->neq : PM__SECCOMP_EQ_MAX;
-    for (size_t i = 0; i < n; i++)
-        if (c->eq[i].arg == arg && c->eq[i].val == val)
-            return 1;
-    return 0;
-}
-
 #ifdef HAVE_SECCOMP
 
 /* The kernel reads a pid_t or a command (int) from the low 32 bits of the
@@ -370,11 +256,11 @@ static void pin_one(struct pin_block *b, const struct pin *p, int nr)
 {
     pin_emit(b, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, TO_NEXT_INSN, TO_NEXT_PIN);
     if (p->cmd_kind != PIN_ANY) {
-        pin_emit(b, BPF_LD | BPF_W | BPF_ABS, ARG_LO(p->cmd_arg), 0, 0);
+        pin_emit(b, BPF_LD | BPF_W | BPF_ABS, PM__SECCOMP_ARG_LO(p->cmd_arg), 0, 0);
         pin_emit(b, BPF_JMP | BPF_JEQ | BPF_K, p->cmd, TO_NEXT_INSN,
                  p->cmd_kind == PIN_WHEN ? TO_CONT : TO_DENY);
     }
-    pin_emit(b, BPF_LD | BPF_W | BPF_ABS, ARG_LO(p->pid_arg), 0, 0);
+    pin_emit(b, BPF_LD | BPF_W | BPF_ABS, PM__SECCOMP_ARG_LO(p->pid_arg), 0, 0);
     if (p->zero_self)
         pin_emit(b, BPF_JMP | BPF_JEQ | BPF_K, 0, TO_CONT, TO_NEXT_INSN);
     pin_emit(b, BPF_JMP | BPF_JEQ | BPF_K, PM__SECCOMP_SELF, TO_CONT, TO_DENY);
@@ -521,16 +407,13 @@ static int prepend_pins(uint32_t act, pm__seccomp_prog *out)
     return rc;
 }
 
-/* The program as libseccomp exports it, read back from a memfd (its
+/* The program libseccomp exported into memfd fd, read back (its
  * in-memory export is 2.6 only). */
-static int export_bpf(scmp_filter_ctx ctx, pm__seccomp_prog *out)
+static int read_back(int fd, pm__seccomp_prog *out)
 {
-    int fd = memfd_create("procmesh-seccomp", MFD_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = seccomp_export_bpf(ctx, fd);
+    int rc = 0;
     struct stat st = {0}; /* read only after a successful fstat */
-    if (rc == 0 && fstat(fd, &st) < 0)
+    if (fstat(fd, &st) < 0)
         rc = -errno;
     if (rc == 0 && (st.st_size <= 0 || st.st_size % (off_t)sizeof(struct sock_filter) != 0 ||
                     st.st_size / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS))
@@ -547,7 +430,6 @@ static int export_bpf(scmp_filter_ctx ctx, pm__seccomp_prog *out)
         else
             got += k;
     }
-    pm__close(fd);
     if (rc < 0) {
         free(buf);
         return rc;
@@ -555,6 +437,143 @@ static int export_bpf(scmp_filter_ctx ctx, pm__seccomp_prog *out)
     out->insns = (struct sock_filter *)(void *)buf;
     out->len = (unsigned short)(st.st_size / (off_t)sizeof(struct sock_filter));
     return 0;
+}
+
+/* libseccomp's whole part: the rules, exported into fd. 0 or libseccomp's
+ * negative errno. Runs in the build's child (export_in_child). */
+static int libseccomp_export(int level, uint32_t act, int fd)
+{
+    scmp_filter_ctx ctx = seccomp_init(level == PM_SECCOMP_BASIC ? SCMP_ACT_ALLOW : act);
+    if (ctx == NULL)
+        return -ENOMEM;
+    /* The child sets no_new_privs itself (or is root with it off); loading
+     * must not change that behind the option's back. A foreign
+     * architecture's calls (int 0x80 on x86-64) keep libseccomp's default:
+     * the process is killed, so the rules cannot be bypassed that way. */
+    int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+    if (rc == 0)
+        rc = level == PM_SECCOMP_BASIC ? add_basic(ctx, act) : add_strict(ctx);
+    if (rc == 0)
+        rc = seccomp_export_bpf(ctx, fd);
+    seccomp_release(ctx);
+    return rc;
+}
+
+/* The build's child, before libseccomp runs in it: it dies with the
+ * supervisor (a build is milliseconds, but none outlives it); a crash
+ * leaves no core (the child is a copy of the supervisor, keys included)
+ * and reaches no handler the application installed for its own crashes. */
+static void build_child_setup(void)
+{
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    struct rlimit none = {0, 0};
+    (void)setrlimit(RLIMIT_CORE, &none);
+    static const int crash[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < PM__ARRAY_SIZE(crash); i++)
+        (void)signal(crash[i], SIG_DFL);
+}
+
+/* How long a build's child may take: libseccomp builds a filter in a
+ * millisecond or two; out of memory, 2.5.4's export was seen to spin
+ * forever (tests/check_privileges.c test_seccomp_out_of_memory). Only a
+ * hang reaches it, so it is far above any machine's build time. A
+ * variable only so that that test, which meets dozens of hangs, can
+ * shorten it (seccomp_filter.h). */
+int pm__seccomp_build_timeout_ms = 10000;
+
+/* 0 once fd (the verdict's pipe) is readable (a verdict, or EOF: the
+ * child died), -ETIMEDOUT after timeout_ms, -errno. */
+static int wait_verdict(int fd, int timeout_ms)
+{
+    uint64_t end = pm__now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        uint64_t now = pm__now_ms();
+        if (now >= end)
+            return -ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int n = poll(&pfd, 1, (int)(end - now));
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return -errno;
+    }
+}
+
+/*
+ * Runs libseccomp_export in a short-lived child and returns its verdict.
+ * Out of memory, libseccomp 2.5.4 was seen to crash (a later allocation
+ * failing after an earlier one it did not check: tests/check_privileges.c
+ * test_seccomp_out_of_memory): in the supervisor that is the whole
+ * cluster's death, in the child it is a failed build. The program goes
+ * through fd (a memfd: the child's writes are the parent's file), the
+ * verdict through a pipe, written only once the export returned: a child
+ * that died before (EOF and no verdict) failed, whatever it left in fd;
+ * one that spins (libseccomp 2.5.4 did, out of memory) is killed after
+ * pm__seccomp_build_timeout_ms and the build fails -ETIMEDOUT.
+ * Not the exit status: a cluster reaping orphans as PID 1 (reap.c) in
+ * another thread may take it first. Once per options, at the first
+ * start that needs the filter (incarnation.c): a fork there is cheap
+ * beside the spawn it precedes, and seccomp is off by default.
+ */
+static int export_in_child(int level, uint32_t act, int fd)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = -errno;
+        pm__close(p[0]);
+        pm__close(p[1]);
+        return e;
+    }
+    if (pid == 0) {
+        pm__close(p[0]);
+        build_child_setup();
+        int32_t v = libseccomp_export(level, act, fd);
+        ssize_t w;
+        do
+            w = write(p[1], &v, sizeof(v));
+        while (w < 0 && errno == EINTR);
+        _exit(w == (ssize_t)sizeof(v) ? 0 : 1);
+    }
+    pm__close(p[1]);
+    int32_t v = 0;
+    ssize_t k = -1;
+    int rc = wait_verdict(p[0], pm__seccomp_build_timeout_ms);
+    if (rc == 0) {
+        do
+            k = read(p[0], &v, sizeof(v));
+        while (k < 0 && errno == EINTR);
+        rc = k < 0 ? -errno : 0;
+    }
+    pm__close(p[0]);
+    if (rc < 0)
+        (void)kill(pid, SIGKILL); /* hung (or unreadable): it ends here */
+    /* ECHILD when another reaper took it: the verdict is in already. */
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    if (rc < 0)
+        return rc;
+    /* No verdict: it died in libseccomp. A verdict that is not 0 or an
+     * errno: not libseccomp's either. */
+    if (k != (ssize_t)sizeof(v) || v > 0 || v < -4095)
+        return -EPROTO;
+    return v;
+}
+
+/* libseccomp's program for level, exported in a child (export_in_child)
+ * and read back here. */
+static int export_bpf(int level, uint32_t act, pm__seccomp_prog *out)
+{
+    int fd = memfd_create("procmesh-seccomp", MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = export_in_child(level, act, fd);
+    if (rc == 0)
+        rc = read_back(fd, out);
+    pm__close(fd);
+    return rc;
 }
 
 /* A name's number on this architecture, or -1 where it has none (a
@@ -645,19 +664,7 @@ int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog 
     if (pm__dep_load(PM__DEP_SECCOMP, NULL, 0) < 0)
         return -ENOTSUP;
     uint32_t act = scmp_action(action);
-    scmp_filter_ctx ctx = seccomp_init(level == PM_SECCOMP_BASIC ? SCMP_ACT_ALLOW : act);
-    if (ctx == NULL)
-        return -ENOMEM;
-    /* The child sets no_new_privs itself (or is root with it off); loading
-     * must not change that behind the option's back. A foreign
-     * architecture's calls (int 0x80 on x86-64) keep libseccomp's default:
-     * the process is killed, so the rules cannot be bypassed that way. */
-    int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
-    if (rc == 0)
-        rc = level == PM_SECCOMP_BASIC ? add_basic(ctx, act) : add_strict(ctx);
-    if (rc == 0)
-        rc = export_bpf(ctx, out);
-    seccomp_release(ctx);
+    int rc = export_bpf(level, act, out);
     if (rc == 0)
         rc = check_named(level, out);
     if (rc == 0 && level == PM_SECCOMP_BASIC)

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "seccomp_compares.h"
+
 struct sock_filter;
 
 /*
@@ -36,10 +38,18 @@ int pm__seccomp_available(void);
  * a bad argument, -ENOTSUP without libseccomp, -ENOMEM, -E2BIG (a program
  * the kernel would not take), -EPROTO (what libseccomp exported does not
  * compare with every call the rules name, or has no stand-in for the
- * worker's pid), or another -errno from libseccomp; on failure *out holds
- * nothing.
+ * worker's pid, or libseccomp died before it exported anything),
+ * -ETIMEDOUT (libseccomp spun: pm__seccomp_build_timeout_ms), fork's
+ * -EAGAIN (libseccomp runs in a short-lived child, so that its crash out
+ * of memory is not the supervisor's), or another -errno from
+ * libseccomp; on failure *out holds nothing.
  */
 int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog *out);
+
+/* How long the build waits for libseccomp's child before it kills it
+ * (ms; 10,000). Only a hang reaches it; tests that make libseccomp hang
+ * on purpose shorten it. */
+extern int pm__seccomp_build_timeout_ms;
 
 void pm__seccomp_free(pm__seccomp_prog *p);
 
@@ -58,32 +68,6 @@ typedef struct pm__seccomp_named {
 } pm__seccomp_named;
 #define PM__SECCOMP_NAMED_MAX 256 /* above both tables' lengths */
 int pm__seccomp_named_rules(int level, pm__seccomp_named *out, size_t max);
-
-/*
- * What a classic BPF program compares with constants (pm__seccomp_compares,
- * pure): the call numbers, as a bitmap (x32's bit masked off), and the
- * (argument, value) pairs of each argument's low word, in the program's
- * order (neq may pass the room: counted, not kept). A BPF_JEQ against k
- * counts when A holds the same thing on every way to it (a whole word
- * loaded from seccomp_data's nr, or from an argument's low word):
- * a value compared with an argument does not count as a call number,
- * nor the other way round.
- */
-#define PM__SECCOMP_NR_BITS 8192 /* above every architecture's own call numbers (MIPS n32: 6000s) */
-#define PM__SECCOMP_EQ_MAX 128
-typedef struct pm__seccomp_compared {
-    unsigned char nr[PM__SECCOMP_NR_BITS / 8];
-    struct pm__seccomp_eq {
-        unsigned arg;
-        uint32_t val;
-    } eq[PM__SECCOMP_EQ_MAX];
-    size_t neq;
-} pm__seccomp_compared;
-void pm__seccomp_compares(const struct sock_filter *f, size_t n, pm__seccomp_compared *c);
-/* 1 when c shows call nr compared with (x32's bit ignored), else 0. */
-int pm__seccomp_compared_nr(const pm__seccomp_compared *c, int nr);
-/* 1 when c shows argument arg's low word compared with val, else 0. */
-int pm__seccomp_compared_eq(const pm__seccomp_compared *c, unsigned arg, uint32_t val);
 
 /*
  * In the child, after its credentials are final and no_new_privs is set:
