@@ -9,6 +9,7 @@
  * default the header states.
  */
 #include "helpers.h"
+#include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
 
 #include <pthread.h>
 #include <sched.h>
@@ -97,6 +98,12 @@ enum role {
     W_MAIN_GONE,     /* a plain message to main, then a request (10 s): exits 7 when the
                         request ends -ENOENT, 8 otherwise */
     W_ECHO,          /* answers every request "ok" until asked to stop */
+    W_DEADLINES,     /* on main's "go", three raw requests to slot 1: id 1 without a deadline,
+                        id 2 due in 60 s, id 3 in 600 s; tells main "#deadlines D2 D3" */
+    W_REVERSE,       /* takes two requests, then answers the later first, each
+                        "for-P#I" (P, I: its requester's address's port, the slot + 1,
+                        and incarnation); tells
+                        main "#reversed ID1 ID2" (their request ids) */
     W_AFTER_STOP,    /* pm_node_ready twice (the second must say 0), ignores SIGTERM; once
                         recv says -ESHUTDOWN: 7 when beat, recv, try_send, request and
                         send all say -ESHUTDOWN too, else 20 + a bit per call that did not */
@@ -206,6 +213,46 @@ static int worker(pm_node *n, void *arg)
         if (pm_node_send(n, &to, "x", 1) != 0)
             return 9;
         return pm_node_request(n, &to, "y", 1, 10000, &rep) == -ENOENT ? 7 : 8;
+    }
+    case W_DEADLINES: {
+        if (pm_node_recv(n, &m, 30000) != 0)
+            return 51;
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_REQUEST;
+        h.dst = 1;
+        int64_t now = (int64_t)pm__now_ms(), due[4] = {0, 0, now + 60000, now + 600000};
+        for (uint64_t id = 1; id <= 3; id++) {
+            h.request_id = id;
+            h.deadline_ms = due[id];
+            while (pm__frame_send(pm_test_node_tx(n), &h, "q", 1) == -EAGAIN)
+                pm_node_beat(n);
+        }
+        tell_main(n, "#deadlines %lld %lld", (long long)due[2], (long long)due[3]);
+        while (pm_node_recv(n, &m, -1) == 0)
+            ;
+        return 0;
+    }
+    case W_REVERSE: {
+        pm_message req[2];
+        for (int got = 0; got < 2;) {
+            if (pm_node_recv(n, &m, 30000) != 0)
+                return 51;
+            if (m.kind == PM_MSG_REQUEST)
+                req[got++] = m; /* pm_node_reply reads its sender and id, not its data */
+        }
+        for (int i = 1; i >= 0; i--) {
+            char a[32];
+            snprintf(a, sizeof(a), "for-%u#%llu", (unsigned)req[i].from.port,
+                     (unsigned long long)req[i].from.incarnation);
+            if (pm_node_reply(n, &req[i], a, strlen(a)) != 0)
+                return 52;
+        }
+        tell_main(n, "#reversed %llu %llu", (unsigned long long)req[0].request_id,
+                  (unsigned long long)req[1].request_id);
+        while (pm_node_recv(n, &m, -1) == 0)
+            ;
+        return 0;
     }
     case W_ECHO:
         while (pm_node_recv(n, &m, -1) == 0)
@@ -455,6 +502,47 @@ static pm__hub *lone_hub(unsigned nports)
     ck_assert_int_eq(pm__hub_new(&h, nports, &names, NULL, &lone_ops, NULL), 0);
     return h;
 }
+
+/* A table of requests in flight grows on demand (16 entries, then
+ * doubled); when it cannot grow the request is refused -ENOMEM (its
+ * requester is told, hub_route.c) and nothing is counted: the table, the
+ * requester's count, main's and the hub's total stay as they were, and
+ * the next request, with memory, goes in. */
+START_TEST(test_inflight_table_cannot_grow)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_inflight_table_cannot_grow runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    pm__hub *h = lone_hub(2);
+    pm__port *t = &h->ports[1];
+    for (uint64_t id = 1; id <= 16; id++)
+        ck_assert_int_eq(pm__hub_add_inflight(h, t, PM__NODE_MAIN, 0, id, 0), 0);
+    ck_assert_uint_eq(t->inflight_cap, 16);
+    for (int requester = 0; requester < 2; requester++) {
+        uint32_t who = requester == 0 ? PM__NODE_MAIN : 0;
+        uint32_t out0 = h->ports[0].requests_out;
+        pm_failalloc_arm(1);
+        int rc = pm__hub_add_inflight(h, t, who, 0, 17, 0);
+        int hit = pm_failalloc_disarm();
+        ck_assert(hit);
+        ck_assert_int_eq(rc, -ENOMEM);
+        ck_assert_uint_eq(t->ninflight, 16);
+        ck_assert_uint_eq(t->inflight_cap, 16);
+        ck_assert_uint_eq(t->main_inflight, 16);
+        ck_assert_uint_eq(h->ports[0].requests_out, out0);
+        ck_assert_uint_eq(pm_test_hub_inflight_total(h), 16);
+        pm__inflight e;
+        ck_assert_int_eq(pm__hub_take_inflight(h, t, who, 17, &e), 0);
+    }
+    ck_assert_int_eq(pm__hub_add_inflight(h, t, 0, 0, 17, 0), 0);
+    ck_assert_uint_eq(t->ninflight, 17);
+    ck_assert_uint_eq(t->inflight_cap, 32);
+    ck_assert_uint_eq(h->ports[0].requests_out, 1);
+    pm__hub_delete(h);
+}
+END_TEST
 
 /* One spin of the hub with budget ns learnt, spin_us allowed, the probe
  * fresh; its result, *t0 and the probe for the caller. */
@@ -1665,6 +1753,180 @@ START_TEST(test_reply_after_stop)
 }
 END_TEST
 
+/*
+ * How long the hub remembers a request in flight (hub_core.c,
+ * pm__hub_add_inflight; design.md, Requests): a worker's request without
+ * a deadline, or with one past the maximum lifetime, until the lifetime
+ * ends; one with a nearer deadline, until that deadline; main's
+ * broadcast keeps its own deadline even past the lifetime. Each entry is
+ * then forgotten exactly when it is due, not a millisecond before, and
+ * with it its count against its requester's cap and the hub's total (a
+ * total left above 0 keeps the purge timer waking the supervisor). The
+ * purge is run here by hand at those instants (pm_test_purge_at): its
+ * timer fires at most every second, and waiting for it would decide by
+ * the machine's speed. The lifetime is 120 s and the nearest deadline
+ * 60 s away: the real timer meets none of them while the test runs.
+ */
+static void on_bcast_ignored(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c, (void)r, (void)n, (void)arg;
+}
+
+START_TEST(test_inflight_expiry)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_DEADLINES;
+    role[1] = W_READY; /* never reads: every request to it stays in flight */
+    pm_options *o = role_opts(2);
+    pm_cluster *c = pm_test_spawn(o);
+    const uint64_t life = 120000;
+    pm_test_set_inflight_lifetime(c, life);
+    int64_t t0 = (int64_t)pm__now_ms();
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "go", 2), 0);
+    PM_RUN_UNTIL(c, ntexts >= 1 && pm_test_slot_inflight(c, 1) == 3, 20000);
+    long long d2, d3;
+    ck_assert_int_eq(sscanf(texts[0], "#deadlines %lld %lld", &d2, &d3), 2);
+    int64_t tb = (int64_t)pm__now_ms();
+    ck_assert_int_eq(pm_cluster_broadcast(c, "b", 1, 600000, on_bcast_ignored, NULL), 0);
+    PM_RUN_UNTIL(c, pm_test_slot_inflight(c, 1) == 4, 20000);
+    int64_t t1 = (int64_t)pm__now_ms();
+    ck_assert_uint_eq(pm_test_main_inflight(c, 1), 1);
+    ck_assert_uint_eq(pm_test_requests_out(c, 0), 3);
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 0), 1); /* the broadcast's */
+    ck_assert_uint_eq(pm_test_inflight_total(c), 5);
+    for (uint32_t i = 0; i < 4; i++) {
+        pm_test_inflight e = pm_test_inflight_entry(c, 1, i);
+        if (e.requester == PM__NODE_MAIN) {
+            /* Its own deadline, though past the lifetime. */
+            ck_assert_int_ge(e.deadline_ms, tb + 600000);
+            ck_assert_int_le(e.deadline_ms, t1 + 600000);
+            ck_assert_int_eq(e.expires_ms, e.deadline_ms);
+            continue;
+        }
+        ck_assert_uint_eq(e.requester, 0);
+        ck_assert_int_eq(e.deadline_ms, e.id == 1 ? 0 : e.id == 2 ? d2 : d3);
+        if (e.id == 2) { /* the nearer deadline */
+            ck_assert_int_eq(e.expires_ms, d2);
+        } else { /* none, or one past the lifetime: the lifetime */
+            ck_assert_int_ge(e.expires_ms, t0 + (int64_t)life);
+            ck_assert_int_le(e.expires_ms, t1 + (int64_t)life);
+        }
+    }
+    /* Forgotten when due, earliest first, none before. */
+    for (uint32_t left = 4; left > 0;) {
+        int64_t x = INT64_MAX;
+        for (uint32_t i = 0; i < left; i++)
+            if (pm_test_inflight_entry(c, 1, i).expires_ms < x)
+                x = pm_test_inflight_entry(c, 1, i).expires_ms;
+        uint32_t due = 0;
+        for (uint32_t i = 0; i < left; i++)
+            due += pm_test_inflight_entry(c, 1, i).expires_ms == x;
+        pm_test_purge_at(c, (uint64_t)x - 1);
+        ck_assert_uint_eq(pm_test_slot_inflight(c, 1), left);
+        pm_test_purge_at(c, (uint64_t)x);
+        ck_assert_uint_eq(pm_test_slot_inflight(c, 1), left - due);
+        left -= due;
+    }
+    ck_assert_uint_eq(pm_test_requests_out(c, 0), 0);
+    ck_assert_uint_eq(pm_test_main_inflight(c, 1), 0);
+    /* Slot 0 did not answer the broadcast either: main's entry in its
+     * table had the same deadline, and went at the same purge. */
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 0), 0);
+    ck_assert_uint_eq(pm_test_inflight_total(c), 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* A request in flight is forgotten with its requester's incarnation and
+ * with its target's (hub_core.c pm__hub_forget_requests_of,
+ * pm__hub_detach_inflight), and only those: slots 0 and 2 (both
+ * incarnation 1) each have three requests in flight to slot 1, which
+ * never answers. Slot 0 restarts: its three go, slot 2's stay, and slot
+ * 0's count against its cap is back to 0. Slot 1 restarts: slot 2's go
+ * (answered as undeliverable), and every count with them. The hub's total
+ * ends at 0: left above, its purge timer would wake the idle
+ * supervisor every second. */
+START_TEST(test_inflight_forgotten_with_incarnations)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_DEADLINES;
+    role[1] = W_READY;
+    role[2] = W_DEADLINES;
+    pm_options *o = role_opts(3);
+    pm_cluster *c = pm_test_spawn(o);
+    for (unsigned i = 0; i <= 2; i += 2) {
+        pm_address a = pm_test_slot_addr(i, 0);
+        ck_assert_int_eq(pm_cluster_send(c, &a, "go", 2), 0);
+    }
+    PM_RUN_UNTIL(c, pm_test_slot_inflight(c, 1) == 6, 20000);
+    ck_assert_uint_eq(pm_test_requests_out(c, 0), 3);
+    ck_assert_uint_eq(pm_test_requests_out(c, 2), 3);
+    ck_assert_uint_eq(pm_test_inflight_total(c), 6);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_READY && info(c, 0).incarnation == 2, 10000);
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 1), 3);
+    for (uint32_t i = 0; i < 3; i++)
+        ck_assert_uint_eq(pm_test_inflight_entry(c, 1, i).requester, 2);
+    ck_assert_uint_eq(pm_test_requests_out(c, 0), 0);
+    ck_assert_uint_eq(pm_test_requests_out(c, 2), 3);
+    ck_assert_uint_eq(pm_test_inflight_total(c), 3);
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 1), 0);
+    PM_RUN_UNTIL(c, info(c, 1).state == PM_SLOT_READY && info(c, 1).incarnation == 2, 10000);
+    ck_assert_uint_eq(pm_test_slot_inflight(c, 1), 0);
+    ck_assert_uint_eq(pm_test_requests_out(c, 2), 0);
+    ck_assert_uint_eq(pm_test_inflight_total(c), 0);
+    pm_test_finish(c, o);
+}
+END_TEST
+
+/* pm_node(3): an answer reaches the requester it answers. The hub finds
+ * a reply's entry by its requester and request id together: two workers'
+ * first requests carry the same id (each counts its own from 1), and the
+ * target answers them in the reverse of their order in the hub's table,
+ * so a hub that matched by id alone would hand the first answer the
+ * other requester's entry (whose incarnation, 1 against the restarted
+ * requester's 2, then fails the check: the answer is dropped) and the
+ * requesters would time out. */
+START_TEST(test_same_id_answers_in_reverse)
+{
+    memset(role, 0, sizeof(role));
+    role[0] = W_REVERSE;
+    role[1] = W_ASK_SLOT0;
+    role[2] = W_ASK_SLOT0;
+    pm_options *o = role_opts(3);
+    pm_cluster *c = pm_test_spawn(o);
+    /* Requesters of different incarnations: the entry of one is then
+     * not the other's in any field the answer is checked against. */
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 2), 0);
+    PM_RUN_UNTIL(c, info(c, 2).state == PM_SLOT_READY && info(c, 2).incarnation == 2, 10000);
+    for (unsigned i = 1; i <= 2; i++) {
+        pm_address a = pm_test_slot_addr(i, 0);
+        ck_assert_int_eq(pm_cluster_send(c, &a, "go", 2), 0);
+    }
+    PM_RUN_UNTIL(c, ntexts >= 3, 20000);
+    int reversed = 0, asked = 0;
+    for (int i = 0; i < ntexts; i++) {
+        if (strncmp(texts[i], "#reversed", 9) == 0) {
+            ck_assert_str_eq(texts[i], "#reversed 1 1"); /* the same id, twice */
+            reversed++;
+            continue;
+        }
+        unsigned port;
+        unsigned long long inc;
+        ck_assert_msg(sscanf(texts[i], "#asked rc=0 reply=for-%u#%llu", &port, &inc) == 2,
+                      "a requester: %s", texts[i]);
+        unsigned slot = port - 1; /* an address's port is its slot + 1 */
+        ck_assert_msg(slot == 1 || slot == 2, "%s", texts[i]);
+        ck_assert_uint_eq(inc, info(c, slot).incarnation);
+        asked |= 1 << slot;
+    }
+    ck_assert_int_eq(reversed, 1);
+    ck_assert_int_eq(asked, 6); /* each requester its own answer */
+    pm_test_finish(c, o);
+}
+END_TEST
+
 static int watched_a, watched_b;
 
 static void on_watch_a(pm_cluster *c, int fd, void *arg)
@@ -1920,6 +2182,10 @@ int main(void)
     PM_ADD_TEST(s, test_join_malformed_env, 10);
     PM_ADD_TEST(s, test_join_three_nodes, 20);
     PM_ADD_TEST(s, test_peers_outside_peer_mode, 30);
+    PM_ADD_TEST(s, test_same_id_answers_in_reverse, 60);
+    PM_ADD_TEST(s, test_inflight_expiry, 60);
+    PM_ADD_TEST(s, test_inflight_table_cannot_grow, 30);
+    PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_reply_after_stop, 60);
     PM_ADD_TEST(s, test_watch_fd_replaces, 30);
     PM_ADD_TEST(s, test_event_fields_not_applying_are_0, 60);

@@ -18,6 +18,7 @@
 
 #include "supervisor/cluster.h"
 #include "hub/hub_core.h"
+#include "hub/hub_int.h" /* pm__hub_purge_due */
 #include "mesh/mesh_int.h"
 #include "supervisor/options.h"
 #include "base/defaults.h"
@@ -271,6 +272,47 @@ static inline uint64_t pm_test_loop_syscalls(const pm_cluster *c)
 static inline uint32_t pm_test_requests_out(const pm_cluster *c, unsigned i)
 {
     return c->hub->ports[i].requests_out;
+}
+
+/* Entry i of slot's table of requests in flight to it: its requester
+ * (a port, PM__NODE_MAIN), request id, the requester's deadline (0: none)
+ * and when the hub forgets it (hub_core.c pm__hub_add_inflight). */
+typedef struct {
+    uint32_t requester;
+    uint64_t id;
+    int64_t deadline_ms, expires_ms;
+} pm_test_inflight;
+
+static inline pm_test_inflight pm_test_inflight_entry(const pm_cluster *c, unsigned slot,
+                                                      uint32_t i)
+{
+    const pm__inflight *e = &c->hub->ports[slot].inflight[i];
+    return (pm_test_inflight){e->requester, e->request_id, e->deadline_ms, e->expires_ms};
+}
+
+/* The hub's purge of expired requests, run now as if the clock said
+ * now_ms (its timer would, once due): deterministic where waiting for the
+ * timer would decide by the machine's speed. */
+static inline void pm_test_purge_at(pm_cluster *c, uint64_t now_ms)
+{
+    c->hub->next_purge_ms = now_ms;
+    pm__hub_purge_due(c->hub, now_ms);
+}
+
+/* Entries in every table, and those of main's in slot's. */
+static inline uint64_t pm_test_hub_inflight_total(const pm__hub *h)
+{
+    return h->inflight_total;
+}
+
+static inline uint64_t pm_test_inflight_total(const pm_cluster *c)
+{
+    return pm_test_hub_inflight_total(c->hub);
+}
+
+static inline uint32_t pm_test_main_inflight(const pm_cluster *c, unsigned slot)
+{
+    return c->hub->ports[slot].main_inflight;
 }
 
 /* Shortens the maximum lifetime of a request in flight (default
