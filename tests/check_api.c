@@ -98,6 +98,8 @@ enum role {
     W_MAIN_GONE,     /* a plain message to main, then a request (10 s): exits 7 when the
                         request ends -ENOENT, 8 otherwise */
     W_ECHO,          /* answers every request "ok" until asked to stop */
+    W_TO_NOWHERE,    /* on main's "go", a raw request to node `nowhere`; tells main
+                        "#nowhere error=E" with the undeliverable notice's error */
     W_DEADLINES,     /* on main's "go", three raw requests to slot 1: id 1 without a deadline,
                         id 2 due in 60 s, id 3 in 600 s; tells main "#deadlines D2 D3" */
     W_REVERSE,       /* takes two requests, then answers the later first, each
@@ -110,6 +112,7 @@ enum role {
 };
 
 static int role[8];
+static uint32_t nowhere; /* W_TO_NOWHERE's destination, set before the spawn */
 
 static pm_address main_addr(void)
 {
@@ -213,6 +216,38 @@ static int worker(pm_node *n, void *arg)
         if (pm_node_send(n, &to, "x", 1) != 0)
             return 9;
         return pm_node_request(n, &to, "y", 1, 10000, &rep) == -ENOENT ? 7 : 8;
+    }
+    case W_TO_NOWHERE: {
+        if (pm_node_recv(n, &m, 30000) != 0)
+            return 51;
+        pm__frame_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.type = PM__FT_REQUEST;
+        h.dst = nowhere;
+        h.request_id = 77;
+        while (pm__frame_send(pm_test_node_tx(n), &h, "q", 1) == -EAGAIN)
+            pm_node_beat(n);
+        pm__ring *rx = pm_test_node_rx(n);
+        for (uint64_t end = ms() + 30000; ms() < end;) {
+            const void *payload;
+            int rc = pm__frame_recv(rx, PM__CHANNEL_MAX_FRAME, &h, &payload);
+            if (rc == 0) {
+                pm_node_beat(n);
+                pm__ring_wait(rx, 100);
+                continue;
+            }
+            if (rc < 0)
+                break;
+            pm__ring_consume(rx);
+            pm__ring_release(rx);
+            if (h.type == PM__FT_UNDELIVERABLE && h.request_id == 77) {
+                tell_main(n, "#nowhere error=%d", h.error);
+                break;
+            }
+        }
+        while (pm_node_recv(n, &m, -1) == 0)
+            ;
+        return 0;
     }
     case W_DEADLINES: {
         if (pm_node_recv(n, &m, 30000) != 0)
@@ -1880,6 +1915,30 @@ START_TEST(test_inflight_forgotten_with_incarnations)
 }
 END_TEST
 
+/* pm_node(3): a request to a node the mesh does not have is answered at
+ * once as undeliverable, -ENOENT. Raw frames, so that nothing in the
+ * worker's library refuses the address first: the first number past the
+ * last slot (the hub's bound, hub_core.c pm__hub_check_dest, at its
+ * edge), one further, and the largest local node. */
+START_TEST(test_request_to_no_such_node)
+{
+    const uint32_t to[] = {2, 3, 0xFFFFFFFEu};
+    for (size_t i = 0; i < sizeof(to) / sizeof(to[0]); i++) {
+        memset(role, 0, sizeof(role));
+        role[0] = W_TO_NOWHERE;
+        nowhere = to[i];
+        ntexts = 0;
+        pm_options *o = role_opts(2);
+        pm_cluster *c = pm_test_spawn(o);
+        pm_address a = pm_test_slot_addr(0, 0);
+        ck_assert_int_eq(pm_cluster_send(c, &a, "go", 2), 0);
+        PM_RUN_UNTIL(c, ntexts >= 1, 20000);
+        ck_assert_msg(strcmp(texts[0], "#nowhere error=-2") == 0, "node %u: %s", to[i], texts[0]);
+        pm_test_finish(c, o);
+    }
+}
+END_TEST
+
 /* pm_node(3): an answer reaches the requester it answers. The hub finds
  * a reply's entry by its requester and request id together: two workers'
  * first requests carry the same id (each counts its own from 1), and the
@@ -2186,6 +2245,7 @@ int main(void)
     PM_ADD_TEST(s, test_inflight_expiry, 60);
     PM_ADD_TEST(s, test_inflight_table_cannot_grow, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
+    PM_ADD_TEST(s, test_request_to_no_such_node, 90);
     PM_ADD_TEST(s, test_reply_after_stop, 60);
     PM_ADD_TEST(s, test_watch_fd_replaces, 30);
     PM_ADD_TEST(s, test_event_fields_not_applying_are_0, 60);
