@@ -61,6 +61,9 @@
  * count in the same sequence as its parent's (a helper the code forks to
  * run a library in, seccomp_filter.c's build: the parent waits for it, so
  * the order is the same every run). */
+/* In memory shared between processes: only lock-free atomics work there. */
+_Static_assert(ATOMIC_LONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
+               "failalloc's shared count needs lock-free atomics");
 struct failalloc_count {
     _Atomic long left;
     _Atomic int fired;

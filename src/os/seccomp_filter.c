@@ -5,8 +5,8 @@
  * supervisor builds each filter once (per cluster), exports the classic BPF
  * program, and the child between fork and exec only hands its copy to
  * seccomp(2) (pm__seccomp_load). libseccomp itself runs in a short-lived
- * child of the supervisor (export_in_child): out of memory it can crash. doc/privileges.md says what each level
- * protects against.
+ * child of the supervisor (export_in_child): out of memory it can crash.
+ * doc/privileges.md says what each level protects against.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
@@ -34,7 +34,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 #endif
@@ -459,18 +461,46 @@ static int libseccomp_export(int level, uint32_t act, int fd)
     return rc;
 }
 
-/* The build's child, before libseccomp runs in it: it dies with the
- * supervisor (a build is milliseconds, but none outlives it); a crash
- * leaves no core (the child is a copy of the supervisor, keys included)
- * and reaches no handler the application installed for its own crashes. */
-static void build_child_setup(void)
+/* Closes the child's fds from first to last (none when first > last):
+ * close_range where the kernel has it (5.9), else nothing (the child's
+ * exit closes them all the same, only later). */
+static void close_span(int first, int last)
+{
+    if (first <= last)
+        (void)syscall(SYS_close_range, (unsigned)first, (unsigned)last, 0);
+}
+
+/*
+ * The build's child, before libseccomp runs in it. Every signal stays
+ * blocked (the parent blocked them around the fork): the application's
+ * handlers (SIGTERM, SIGINT ...) never run in this copy of it, and a
+ * terminal's Ctrl-C to the process group does not end it; a fault still
+ * kills it (the kernel unblocks and resets a synchronous fault's signal),
+ * abort() too (it unblocks SIGABRT), and the crash signals go back to
+ * their default action so that none reaches a handler of the
+ * application's. It dies with the supervisor (a build is milliseconds,
+ * but none outlives it: the supervisor may have died before the prctl,
+ * so its pid is checked after). A crash leaves no core, whatever the
+ * core pattern (a pipe ignores RLIMIT_CORE; not dumpable is refused by
+ * both): the child is a copy of the supervisor, keys included. Only
+ * stdio, the memfd and the verdict's pipe stay open: a worker's pipe or
+ * socket the supervisor holds is not kept from its EOF by this child.
+ */
+static void build_child_setup(pid_t parent, int a, int b)
 {
     (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != parent)
+        _exit(1);
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     struct rlimit none = {0, 0};
     (void)setrlimit(RLIMIT_CORE, &none);
     static const int crash[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
     for (size_t i = 0; i < PM__ARRAY_SIZE(crash); i++)
         (void)signal(crash[i], SIG_DFL);
+    int lo = a < b ? a : b, hi = a < b ? b : a;
+    close_span(3, lo - 1);
+    close_span(lo + 1, hi - 1);
+    close_span(hi + 1, INT_MAX);
 }
 
 /* How long a build's child may take: libseccomp builds a filter in a
@@ -511,25 +541,45 @@ static int wait_verdict(int fd, int timeout_ms)
  * one that spins (libseccomp 2.5.4 did, out of memory) is killed after
  * pm__seccomp_build_timeout_ms and the build fails -ETIMEDOUT.
  * Not the exit status: a cluster reaping orphans as PID 1 (reap.c) in
- * another thread may take it first. Once per options, at the first
- * start that needs the filter (incarnation.c): a fork there is cheap
- * beside the spawn it precedes, and seccomp is off by default.
+ * another thread may take it first (then waitpid says ECHILD; waited for
+ * and killed by pid, as spawn.c's children are before their pidfd: an
+ * application that reaps every child, waitpid(-1), is not supported).
+ * Once per options, at the first start that needs the filter
+ * (incarnation.c): a fork there is cheap beside the spawn it precedes,
+ * and seccomp is off by default; a failed build is not kept, so a start
+ * after it builds again. It runs on the loop's thread: a spin holds the
+ * loop for the whole wait. fork() runs the application's pthread_atfork
+ * handlers (glibc's fork also keeps malloc usable in the child, which
+ * libseccomp needs). Limits left: the child's exit closes what it did
+ * not close first, and a close that is the last of a pipe a worker's
+ * descendant holds in splice() sleeps until it lets go (doc/design.md,
+ * Worker output, the same open case as a fork-mode spawn's); and a
+ * fork-mode worker another thread forks meanwhile (another cluster)
+ * inherits the memfd and the pipe for as long as the build runs.
  */
 static int export_in_child(int level, uint32_t act, int fd)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return -errno;
+    /* Blocked across the fork, for the child's sake (build_child_setup);
+     * the parent's mask is back right after. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t parent = getpid();
     pid_t pid = fork();
+    int fork_errno = errno;
+    if (pid != 0)
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (pid < 0) {
-        int e = -errno;
         pm__close(p[0]);
         pm__close(p[1]);
-        return e;
+        return -fork_errno;
     }
     if (pid == 0) {
         pm__close(p[0]);
-        build_child_setup();
+        build_child_setup(parent, fd, p[1]);
         int32_t v = libseccomp_export(level, act, fd);
         ssize_t w;
         do

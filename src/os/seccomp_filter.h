@@ -38,10 +38,11 @@ int pm__seccomp_available(void);
  * a bad argument, -ENOTSUP without libseccomp, -ENOMEM, -E2BIG (a program
  * the kernel would not take), -EPROTO (what libseccomp exported does not
  * compare with every call the rules name, or has no stand-in for the
- * worker's pid, or libseccomp died before it exported anything),
- * -ETIMEDOUT (libseccomp spun: pm__seccomp_build_timeout_ms), fork's
- * -EAGAIN (libseccomp runs in a short-lived child, so that its crash out
- * of memory is not the supervisor's), or another -errno from
+ * worker's pid; or libseccomp's child ended without a verdict, or with
+ * one that is not an errno), -ETIMEDOUT (libseccomp spun, or its child
+ * could not be heard from: pm__seccomp_build_timeout_ms), fork's -EAGAIN
+ * or -ENOMEM (libseccomp runs in a short-lived child, so that its crash
+ * out of memory is not the supervisor's), or another -errno from
  * libseccomp; on failure *out holds nothing.
  */
 int pm__seccomp_build(int level, int action, pid_t supervisor, pm__seccomp_prog *out);

@@ -120,7 +120,9 @@ PM__READY_TEXT static void fork_child(void *arg, const pm__spawn_req *req)
 
 /* The privilege steps of s's worker (pm__child_privileges). The filter is
  * built on the first start, here in the supervisor (libseccomp is not
- * async-signal-safe), and kept for every later one. 0 or -errno. */
+ * async-signal-safe; it runs in a short-lived child of ours,
+ * seccomp_filter.c), and kept for every later one; a build that failed is
+ * not kept, the next start builds again. 0 or -errno. */
 static int privileges(pm_cluster *c, const pm__slot *s, pm__spawn_req *req)
 {
     pm_options *o = c->o;
