@@ -538,6 +538,39 @@ static pm__hub *lone_hub(unsigned nports)
     return h;
 }
 
+/* A hub made while memory runs out: every allocation of pm__hub_new
+ * fails in turn (k = 1, 2, ... until one makes fewer): each fails -ENOMEM
+ * and hands out nothing, the first that meets no failure a hub. */
+START_TEST(test_hub_new_out_of_memory)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_hub_new_out_of_memory runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    long failed = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 1000);
+        pm__hub *h = (pm__hub *)&names; /* anything but NULL */
+        pm_failalloc_arm(k);
+        int rc = pm__hub_new(&h, 4, &names, NULL, &lone_ops, NULL);
+        int hit = pm_failalloc_disarm();
+        if (!hit) {
+            ck_assert_int_eq(rc, 0);
+            ck_assert_ptr_nonnull(h);
+            pm__hub_delete(h);
+            break;
+        }
+        ck_assert_msg(rc == -ENOMEM, "allocation %ld failed: pm__hub_new returned %d", k, rc);
+        ck_assert_ptr_null(h);
+        failed++;
+    }
+    ck_assert_int_gt(failed, 1);
+    pm__hub_delete(NULL); /* nothing to free: nothing done */
+}
+END_TEST
+
 /* A table of requests in flight grows on demand (16 entries, then
  * doubled); when it cannot grow the request is refused -ENOMEM (its
  * requester is told, hub_route.c) and nothing is counted: the table, the
@@ -848,6 +881,25 @@ START_TEST(test_restart_slot_starting_is_busy)
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_STARTING, 10000);
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), -EBUSY);
+    ck_assert_int_eq(pm_cluster_terminate(c), 1); /* the starting one is killed */
+    pm_options_free(o);
+}
+END_TEST
+
+/* pm_cluster(3), pm_cluster_send: -EHOSTDOWN to a slot that is not ready,
+ * here one whose replacement runs its handshake (the hub already holds
+ * its channel: hub_core.c pm__hub_check_dest judges by the port's state,
+ * not by its channel alone), and nothing reaches that process. */
+START_TEST(test_send_to_starting_slot)
+{
+    memset(role, 0, sizeof(role));
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
+    role[0] = W_NEVER_READY; /* the replacement never gets ready */
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    PM_RUN_UNTIL(c, info(c, 0).state == PM_SLOT_STARTING && pm_test_port_attached(c, 0), 10000);
+    pm_address a = pm_test_slot_addr(0, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a, "x", 1), -EHOSTDOWN);
     ck_assert_int_eq(pm_cluster_terminate(c), 1); /* the starting one is killed */
     pm_options_free(o);
 }
@@ -2212,6 +2264,7 @@ int main(void)
     PM_ADD_TEST(s, test_hub_spin_outcomes, 30);
     PM_ADD_TEST(s, test_hub_arm_protocol, 30);
     PM_ADD_TEST(s, test_restart_slot, 60);
+    PM_ADD_TEST(s, test_send_to_starting_slot, 60);
     PM_ADD_TEST(s, test_restart_slot_starting_is_busy, 30);
     PM_ADD_TEST(s, test_kill_pending, 30);
     PM_ADD_LOOP_TEST(s, test_core_dumped, 0, 2, 60);
@@ -2244,6 +2297,7 @@ int main(void)
     PM_ADD_TEST(s, test_same_id_answers_in_reverse, 60);
     PM_ADD_TEST(s, test_inflight_expiry, 60);
     PM_ADD_TEST(s, test_inflight_table_cannot_grow, 30);
+    PM_ADD_TEST(s, test_hub_new_out_of_memory, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
     PM_ADD_TEST(s, test_reply_after_stop, 60);

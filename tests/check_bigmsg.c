@@ -1282,6 +1282,40 @@ START_TEST(test_lone_held_fd0)
 }
 END_TEST
 
+/* The held fd is closed with its port, once: port 1's large message is
+ * held back with the fd the hub took, fd 0 (a supervisor started with
+ * stdin closed: hub_core.c pm__hub_port_drop_ahead takes 0 as an fd like
+ * any other), and port 1 closes (its incarnation ended). Fd 0 is then
+ * closed, not leaked; and once it names something else (the supervisor's
+ * next fd), neither closing the port's next incarnation nor freeing the
+ * hub closes it again. */
+START_TEST(test_lone_held_fd0_closed_once)
+{
+    buffers();
+    struct lone t;
+    lone_open(&t);
+    uint32_t sent = 0;
+    while (pm_test_hub_port_held_fds(t.h, 1) < PM__HOLD_MAX_FDS) {
+        ck_assert_uint_lt(sent, 64);
+        lone_send_nth(&t, sent++);
+    }
+    close(0); /* the next fd the hub receives is 0 */
+    lone_send_nth(&t, sent++);
+    ck_assert_int_eq(pm_test_hub_port_blocked_on(t.h, 1), 0); /* held, fd 0 kept */
+    ck_assert_int_eq(fcntl(0, F_GETFD), 0 | FD_CLOEXEC);
+    pm__hub_port_close(t.h, 1);
+    errno = 0;
+    ck_assert_msg(fcntl(0, F_GETFD) == -1 && errno == EBADF,
+                  "the held fd 0 outlived its port");
+    int other = open("/dev/null", O_RDONLY);
+    ck_assert_int_eq(other, 0); /* fd 0 now names something of the supervisor's */
+    pm__hub_port_close(t.h, 1);
+    pm__hub_delete(t.h);
+    ck_assert_msg(fcntl(0, F_GETFD) >= 0, "a closed port's held fd was closed again");
+    close(0);
+}
+END_TEST
+
 /* An announcement with no record behind it is a protocol fault even when
  * its sequence is that of a record taken and passed on long ago: port 1
  * sends PM__BIGMSG_AHEAD_MAX messages (each read by port 0), so the hub's
@@ -2222,6 +2256,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_big_before_ready, 60);
     PM_ADD_TEST(s, test_lone_frame_before_record, 30);
     PM_ADD_TEST(s, test_lone_socket_fd0, 30);
+    PM_ADD_TEST(s, test_lone_held_fd0_closed_once, 60);
     PM_ADD_TEST(s, test_lone_held_fd0, 60);
     PM_ADD_TEST(s, test_lone_replayed_sequence, 30);
     skips_fd = memfd_create("skips", MFD_CLOEXEC);

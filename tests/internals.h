@@ -299,6 +299,13 @@ static inline void pm_test_purge_at(pm_cluster *c, uint64_t now_ms)
     pm__hub_purge_due(c->hub, now_ms);
 }
 
+/* 1 when the hub holds slot i's channel (from the spawn on, ready or
+ * not). */
+static inline int pm_test_port_attached(const pm_cluster *c, unsigned i)
+{
+    return c->hub->ports[i].channel != NULL;
+}
+
 /* Entries in every table, and those of main's in slot's. */
 static inline uint64_t pm_test_hub_inflight_total(const pm__hub *h)
 {

@@ -512,7 +512,9 @@ struct pm__hub {
 
 /* hub_core.c: */
 /* Large messages from main (pm_cluster_send/reply/request/call above
- * PM_MAX_PAYLOAD): a sealed memfd of data, -EMSGSIZE above max_message. */
+ * PM_MAX_PAYLOAD): a sealed memfd of data, or the memfd's -errno. len is
+ * at most max_message: main's calls refuse a longer one -EMSGSIZE first
+ * (pm__hub_main_send, pm__hub_request; check_bigmsg test_round_trips_fork). */
 int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len);
 /* Closes the large messages' fds port p holds (taken ahead of their
  * frames, or being read; hub_core.c). */
