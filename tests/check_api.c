@@ -49,9 +49,12 @@ static void record(pm_cluster *c, const pm_event *e, void *arg)
 static char texts[64][128];
 static int ntexts;
 
+/* The arg every message to main came with: pm_options_set_on_message's. */
+static void *on_message_arg;
+
 static void on_message(pm_cluster *c, const pm_message *m, void *arg)
 {
-    (void)arg;
+    on_message_arg = arg;
     if (m->kind == PM_MSG_REQUEST && m->len == 3 && memcmp(m->data, "ask", 3) == 0) {
         /* Three plain messages before the reply: the requester must keep
          * them for pm_node_recv. */
@@ -385,7 +388,7 @@ static pm_options *opts_base(int workers)
     ck_assert_ptr_nonnull(o);
     ck_assert_int_eq(pm_options_set_workers(o, workers), 0);
     pm_options_set_on_event(o, record, NULL);
-    pm_options_set_on_message(o, on_message, NULL);
+    pm_options_set_on_message(o, on_message, texts); /* its arg: checked, on_message_arg */
     pm_options_set_on_permanently_down(o, quiet_down, NULL);
     pm_options_set_restart_min_backoff_ms(o, 10);
     pm_options_set_restart_max_backoff_ms(o, 50);
@@ -2034,6 +2037,7 @@ START_TEST(test_same_id_answers_in_reverse)
     }
     ck_assert_int_eq(reversed, 1);
     ck_assert_int_eq(asked, 6); /* each requester its own answer */
+    ck_assert_ptr_eq(on_message_arg, texts); /* pm_options_set_on_message's arg, given back */
     pm_test_finish(c, o);
 }
 END_TEST
