@@ -1989,6 +1989,9 @@ START_TEST(test_request_to_no_such_node)
         ck_assert_int_eq(pm_cluster_send(c, &a, "go", 2), 0);
         PM_RUN_UNTIL(c, ntexts >= 1, 20000);
         ck_assert_msg(strcmp(texts[0], "#nowhere error=-2") == 0, "node %u: %s", to[i], texts[0]);
+        struct pm_cluster_stats st;
+        ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+        ck_assert_uint_eq(st.undeliverable, 1); /* the notice, counted */
         pm_test_finish(c, o);
     }
 }
@@ -2038,6 +2041,12 @@ START_TEST(test_same_id_answers_in_reverse)
     ck_assert_int_eq(reversed, 1);
     ck_assert_int_eq(asked, 6); /* each requester its own answer */
     ck_assert_ptr_eq(on_message_arg, texts); /* pm_options_set_on_message's arg, given back */
+    /* pm_cluster_stats counted them: at least the two requests ("q") and
+     * the two answers ("for-P#I", 7 bytes or more) between workers. */
+    struct pm_cluster_stats st;
+    ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
+    ck_assert_uint_ge(st.frames_relayed, 4);
+    ck_assert_uint_ge(st.bytes_relayed, 2 * 1 + 2 * 7);
     pm_test_finish(c, o);
 }
 END_TEST
