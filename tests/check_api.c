@@ -770,6 +770,107 @@ static uint64_t doorbell_count(int efd)
     return read(efd, &v, sizeof(v)) == (ssize_t)sizeof(v) ? v : 0;
 }
 
+/* What a lone hub's broadcast callback got: its count, and the first
+ * result's error and data. */
+static int lone_bcast_calls;
+static size_t lone_bcast_n;
+static int lone_bcast_err;
+static char lone_bcast_data[16];
+
+static void lone_bcast_done(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c, (void)arg;
+    lone_bcast_calls++;
+    lone_bcast_n = n;
+    lone_bcast_err = n > 0 ? r[0].error : 1;
+    snprintf(lone_bcast_data, sizeof(lone_bcast_data), "%.*s", n > 0 ? (int)r[0].len : 0,
+             n > 0 && r[0].data != NULL ? (const char *)r[0].data : "");
+}
+
+/* The worker of lone_port answers the broadcast request waiting in its
+ * ring with "pong"; the hub reads it. */
+static void lone_answer(pm__hub *h, pm__channel *worker)
+{
+    pm__hub_publish(h);
+    pm__frame_hdr f;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker->rx, PM__CHANNEL_MAX_FRAME, &f, &payload), 1);
+    ck_assert_uint_eq(f.type, PM__FT_REQUEST);
+    uint64_t id = f.request_id;
+    pm__ring_consume(&worker->rx);
+    pm__ring_release(&worker->rx);
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REPLY;
+    f.dst = PM__NODE_MAIN;
+    f.request_id = id;
+    ck_assert_int_eq(pm__frame_send(&worker->tx, &f, "pong", 4), 0);
+}
+
+/*
+ * pm_cluster_broadcast while memory runs out (hub_bcast.c), on a lone hub
+ * with one ready port: every allocation of the call fails in turn. The
+ * broadcast's own (its record and its two arrays): -ENOMEM, no callback,
+ * nothing left. The port's table of requests in flight: that worker's
+ * result is -EAGAIN at once, the callback runs, the others' go on. None:
+ * the request is sent; its answer's copy then finds no memory: that
+ * result is -ENOMEM without data, and the callback still runs, once; with
+ * memory, the answer itself.
+ */
+START_TEST(test_lone_broadcast_out_of_memory)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_lone_broadcast_out_of_memory runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    long enomem = 0, eagain = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 100);
+        pm__hub *h = lone_hub(2);
+        pm__channel hub_end, worker;
+        lone_port(h, &hub_end, &worker);
+        lone_bcast_calls = 0;
+        pm_failalloc_arm(k);
+        int rc = pm__hub_broadcast(h, "b", 1, 60000, lone_bcast_done, NULL);
+        int hit = pm_failalloc_disarm();
+        if (rc < 0) {
+            ck_assert(hit);
+            ck_assert_int_eq(rc, -ENOMEM);
+            ck_assert_int_eq(lone_bcast_calls, 0);
+            enomem++;
+        } else if (lone_bcast_calls == 1) {
+            ck_assert(hit);
+            ck_assert_uint_eq(lone_bcast_n, 1);
+            ck_assert_int_eq(lone_bcast_err, -EAGAIN); /* no room to remember it */
+            eagain++;
+        } else {
+            ck_assert(!hit);
+            ck_assert_int_eq(lone_bcast_calls, 0);
+            lone_answer(h, &worker);
+            pm_failalloc_arm(1);
+            pm__hub_port_service(h, 1);
+            ck_assert(pm_failalloc_disarm());
+            ck_assert_int_eq(lone_bcast_calls, 1);
+            ck_assert_int_eq(lone_bcast_err, -ENOMEM); /* its copy found no memory */
+            ck_assert_str_eq(lone_bcast_data, "");
+            /* Again with memory: the answer itself. */
+            lone_bcast_calls = 0;
+            ck_assert_int_eq(pm__hub_broadcast(h, "b", 1, 60000, lone_bcast_done, NULL), 0);
+            lone_answer(h, &worker);
+            pm__hub_port_service(h, 1);
+            ck_assert_int_eq(lone_bcast_calls, 1);
+            ck_assert_int_eq(lone_bcast_err, 0);
+            ck_assert_str_eq(lone_bcast_data, "pong");
+        }
+        pm__hub_delete(h); /* the channels stay mapped: a handful, until the test ends */
+        if (!hit)
+            break;
+    }
+    ck_assert_int_eq(enomem, 3);
+    ck_assert_int_eq(eagain, 1);
+}
+END_TEST
+
 /* The arm protocol (port.c, doc/design.md "Life of a frame"), on a port
  * read dry: it is on the arm list, not armed yet, so a frame published now
  * rings nothing; the spin (pm__hub_any_arrived) finds it and puts the
@@ -2311,6 +2412,7 @@ int main(void)
     PM_ADD_TEST(s, test_inflight_expiry, 60);
     PM_ADD_TEST(s, test_inflight_table_cannot_grow, 30);
     PM_ADD_TEST(s, test_hub_new_out_of_memory, 30);
+    PM_ADD_TEST(s, test_lone_broadcast_out_of_memory, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
     PM_ADD_TEST(s, test_reply_after_stop, 60);
