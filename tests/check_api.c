@@ -871,6 +871,39 @@ START_TEST(test_lone_broadcast_out_of_memory)
 }
 END_TEST
 
+/* A requester that never reads asks a node that does not exist, over and
+ * over (a lone hub's port, its worker's end in this process, which never
+ * reads: no process whose speed could decide it): each request is
+ * answered by an undeliverable notice until its ring and what the hub may
+ * hold for it (PM__HOLD_MAX_FRAMES) are full; the notices past that are
+ * dropped and counted (pm_cluster_stats notices_dropped), and the hub
+ * goes on reading the port, no fault. */
+START_TEST(test_lone_notices_dropped)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.dst = 7; /* no such node */
+    struct pm_cluster_stats st;
+    uint64_t sent = 0;
+    for (int round = 0; round < 10000; round++) {
+        while (pm__frame_send(&worker.tx, &f, "q", 1) == 0)
+            f.request_id = ++sent;
+        pm__hub_port_service(h, 1);
+        memset(&st, 0, sizeof(st));
+        pm__hub_stats(h, &st);
+        if (st.notices_dropped > 0)
+            break;
+    }
+    ck_assert_uint_ge(st.notices_dropped, 1);
+    ck_assert_uint_gt(st.undeliverable, PM__HOLD_MAX_FRAMES); /* the ring's and the hold's */
+    pm__hub_delete(h);
+}
+END_TEST
+
 /* The arm protocol (port.c, doc/design.md "Life of a frame"), on a port
  * read dry: it is on the arm list, not armed yet, so a frame published now
  * rings nothing; the spin (pm__hub_any_arrived) finds it and puts the
@@ -2413,6 +2446,7 @@ int main(void)
     PM_ADD_TEST(s, test_inflight_table_cannot_grow, 30);
     PM_ADD_TEST(s, test_hub_new_out_of_memory, 30);
     PM_ADD_TEST(s, test_lone_broadcast_out_of_memory, 30);
+    PM_ADD_TEST(s, test_lone_notices_dropped, 60);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
     PM_ADD_TEST(s, test_reply_after_stop, 60);

@@ -716,31 +716,6 @@ START_TEST(test_not_draining_while_chatty)
 }
 END_TEST
 
-/* A requester that never reads asks a node that does not exist, over and
- * over: each request is answered by an undeliverable notice, until its
- * ring and what the hub may hold for it are full; the notices past that
- * are dropped and counted (pm_cluster_stats notices_dropped), the hub goes
- * on reading it, and nobody else is harmed. */
-START_TEST(test_notices_to_requester_that_never_reads)
-{
-    plan = (struct plan){.role[0] = H_REQ_FLOOD, .peer[0] = 99, .ask = "junk", .count = 60000};
-    pm_options *o;
-    pm_cluster *c = spawn_plan(2, &o);
-    start(c, 0);
-    struct pm_cluster_stats st;
-    memset(&st, 0, sizeof(st));
-    for (uint64_t end = ms() + 60000; st.notices_dropped == 0 && ms() < end;) {
-        ck_assert_int_ge(pm_cluster_run(c, 20), 0);
-        ck_assert_int_eq(pm_cluster_stats(c, &st), 0);
-    }
-    ck_assert_uint_ge(st.notices_dropped, 1);
-    ck_assert_uint_ge(st.undeliverable, 1); /* those that went in */
-    ck_assert_int_eq(events_fenced, 0);
-    hello(c, 1, 20000);
-    pm_test_finish(c, o);
-}
-END_TEST
-
 /* doc/reliability.md, fault 31: one requester fills the in-flight table with
  * requests that never expire (no deadline) to a worker that ignores them. Only
  * that requester hits its cap; another requester's request still gets through
@@ -1083,7 +1058,6 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_held_sender_rearmed, 0, 2, 90);
     PM_ADD_LOOP_TEST(s, test_not_draining, 0, 2, 60);
     PM_ADD_TEST(s, test_not_draining_while_chatty, 60);
-    PM_ADD_TEST(s, test_notices_to_requester_that_never_reads, 120);
     PM_ADD_TEST(s, test_inflight_cap_per_requester, 90);
     PM_ADD_TEST(s, test_inflight_lifetime, 60);
     PM_ADD_TEST(s, test_fork_replacement_sees_no_traffic, 120);
