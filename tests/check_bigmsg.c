@@ -1254,20 +1254,29 @@ static uint32_t lone_read_port0(struct lone *t, uint32_t got)
  * with it once port 0 has read: here that fd is 0 (a supervisor started
  * with stdin closed). Every message arrives, in order, intact, and no
  * port is faulted. */
+/* Port 1 sends until its hold of fds is full (port 0 reads nothing),
+ * then one more message, whose fd the hub takes as 0 (a supervisor
+ * started with stdin closed) and keeps, held back. The count sent. */
+static uint32_t lone_hold_fd0(struct lone *t)
+{
+    uint32_t sent = 0;
+    while (pm_test_hub_port_held_fds(t->h, 1) < PM__HOLD_MAX_FDS) {
+        ck_assert_uint_lt(sent, 64);
+        lone_send_nth(t, sent++);
+    }
+    ck_assert_int_eq(pm_test_hub_port_blocked_on(t->h, 1), -1);
+    close(0); /* the next fd the hub receives is 0 */
+    lone_send_nth(t, sent++);
+    ck_assert_int_eq(pm_test_hub_port_blocked_on(t->h, 1), 0); /* held, its fd kept */
+    return sent;
+}
+
 START_TEST(test_lone_held_fd0)
 {
     buffers();
     struct lone t;
     lone_open(&t);
-    uint32_t sent = 0;
-    while (pm_test_hub_port_held_fds(t.h, 1) < PM__HOLD_MAX_FDS) {
-        ck_assert_uint_lt(sent, 64);
-        lone_send_nth(&t, sent++);
-    }
-    ck_assert_int_eq(pm_test_hub_port_blocked_on(t.h, 1), -1);
-    close(0); /* the next fd the hub receives is 0 */
-    lone_send_nth(&t, sent++);
-    ck_assert_int_eq(pm_test_hub_port_blocked_on(t.h, 1), 0); /* held, its fd kept */
+    uint32_t sent = lone_hold_fd0(&t);
     pm__hub_port_service(t.h, 1); /* read again while still held */
     ck_assert_int_eq(lone_faults, 0);
     uint32_t got = 0;
@@ -1294,14 +1303,7 @@ START_TEST(test_lone_held_fd0_closed_once)
     buffers();
     struct lone t;
     lone_open(&t);
-    uint32_t sent = 0;
-    while (pm_test_hub_port_held_fds(t.h, 1) < PM__HOLD_MAX_FDS) {
-        ck_assert_uint_lt(sent, 64);
-        lone_send_nth(&t, sent++);
-    }
-    close(0); /* the next fd the hub receives is 0 */
-    lone_send_nth(&t, sent++);
-    ck_assert_int_eq(pm_test_hub_port_blocked_on(t.h, 1), 0); /* held, fd 0 kept */
+    (void)lone_hold_fd0(&t);
     ck_assert_int_eq(fcntl(0, F_GETFD), 0 | FD_CLOEXEC);
     pm__hub_port_close(t.h, 1);
     errno = 0;
