@@ -9,9 +9,10 @@
  * its failure must fail cleanly (an error returned, nothing left
  * behind), never crash or report success.
  *
- * This header defines malloc, calloc and realloc for the whole program
- * (one file of a test program includes it), forwarding to glibc's own
- * (__libc_malloc and its siblings, exported for that purpose). A program
+ * This header defines malloc, calloc, realloc and free for the whole
+ * program (one file of a test program includes it), forwarding to glibc's
+ * own (__libc_malloc and its siblings, exported for that purpose); free
+ * only to show a test each block before it goes (pm_failalloc_free_hook). A program
  * that links procmesh statically (libpmcore) binds the library's calls to
  * these at link time; the shared libraries it loads keep glibc's unless
  * the program exports them (Makefile.am: -Wl,--export-dynamic-symbol=malloc
@@ -108,10 +109,20 @@ static inline int pm_failalloc_disarm(void)
     return fired;
 }
 
+/* Called with every block given to free, and its usable size, before the
+ * heap has it back (NULL: nothing; never called under a sanitizer, whose
+ * free is its own): for a test of what a freed block still holds when the
+ * heap may hand it on (a broadcast's copies of the workers' replies are
+ * wiped first, hub_bcast.c). */
+__attribute__((unused)) static void (*pm_failalloc_free_hook)(const void *p, size_t size);
+
 #if PM_FAILALLOC
+#include <malloc.h>
+
 extern void *__libc_malloc(size_t n);
 extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_realloc(void *p, size_t n);
+extern void __libc_free(void *p);
 
 /* 1 when this allocation is the armed one (errno ENOMEM, as malloc's). */
 static int failalloc_now(void)
@@ -155,6 +166,13 @@ PM_FAILALLOC_VIS void *calloc(size_t n, size_t size)
 PM_FAILALLOC_VIS void *realloc(void *p, size_t n)
 {
     return failalloc_now() ? NULL : __libc_realloc(p, n);
+}
+
+PM_FAILALLOC_VIS void free(void *p)
+{
+    if (p != NULL && pm_failalloc_free_hook != NULL)
+        pm_failalloc_free_hook(p, malloc_usable_size(p));
+    __libc_free(p);
 }
 #endif
 
