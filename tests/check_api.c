@@ -939,7 +939,8 @@ static void lone_bcast_all(pm_cluster *c, const pm_message *r, size_t n, void *a
 /* pm__hub_broadcast's arguments, each wrong with the others right: no
  * callback, a timeout that is not positive, data missing for its length
  * (-EINVAL), a payload over PM_MAX_PAYLOAD (-EMSGSIZE); none sends
- * anything. No data and no length is an empty broadcast, which goes. */
+ * anything. No data and no length is an empty broadcast, which goes; so
+ * does one of PM_MAX_PAYLOAD bytes. */
 START_TEST(test_lone_broadcast_arguments)
 {
     pm__hub *h = lone_hub(2);
@@ -967,6 +968,16 @@ START_TEST(test_lone_broadcast_arguments)
     ck_assert_uint_eq(lone_all_n, 1);
     ck_assert_int_eq(lone_all_err[0], 0);
     ck_assert_str_eq(lone_all_data[0], "pong");
+
+    /* The largest payload goes, whole. */
+    static char big[PM_MAX_PAYLOAD];
+    memset(big, 'p', sizeof(big));
+    ck_assert_int_eq(pm__hub_broadcast(h, big, sizeof(big), 60000, lone_bcast_all, NULL), 0);
+    (void)lone_answer_with(h, &worker, "pong", &len);
+    ck_assert_uint_eq(len, PM_MAX_PAYLOAD);
+    pm__hub_port_service(h, 1);
+    ck_assert_int_eq(lone_all_calls, 2);
+    ck_assert_uint_eq(lone_all_n, 1);
     pm__hub_delete(h);
 }
 END_TEST
