@@ -1257,6 +1257,90 @@ START_TEST(test_link_main_request_and_mesh_frames)
 }
 END_TEST
 
+/*
+ * A peer chooses the request ids it sends. A request from its system
+ * node (port 0) refused here (it names a worker's incarnation that is
+ * not the worker's: -ESTALE) under the id of a request of a mesh
+ * broadcast that host asked for, fanned out to a worker here, is that
+ * worker's result, as a worker that ended would give (pm__hub_link_notice
+ * and pm__hub_bcast_of: the id and the host together): the BRESULT says
+ * so and the BDONE follows, to that host only. Under any other id (one
+ * past the broadcast's, or its own once the broadcast is over) it is an
+ * ordinary refusal, a notice back across the link, and no broadcast is
+ * touched; so is another host's request under that id.
+ */
+START_TEST(test_link_forged_bcast_ids)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm__channel hub_end, worker;
+    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
+                             .max_message = PM_MAX_PAYLOAD};
+    ck_assert_int_eq(pm__channel_create(&hub_end, 0, 1, &cp), 0);
+    ck_assert_int_eq(pm__hub_port_open(&h, 0, &hub_end, 1), 0);
+    pm__hub_port_set_state(&h, 0, PM__PORT_READY);
+    ck_assert_int_eq(pm__channel_adopt(&worker, &hub_end), 0);
+
+    unsigned char buf[PM__FRAME_HDR_SIZE + 8];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_BCAST;
+    f.request_id = PM__BCAST_ID_BASE + 99;
+    f.deadline_ms = 60000;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 0); /* fanned out, the worker's answer awaited */
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+    ck_assert_uint_eq(q.type, PM__FT_REQUEST);
+    uint64_t local = q.request_id; /* the id the peer has to guess */
+    ck_assert_uint_ge(local, PM__BCAST_ID_BASE);
+
+    /* One past the broadcast's ids: an ordinary refusal. */
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.dst = 10; /* the worker's address port, */
+    f.dst_inc = 5; /* an incarnation it never had */
+    f.request_id = local + 1;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
+    ck_assert_int_eq(sent[0].error, -ESTALE);
+    ck_assert_uint_eq(sent[0].request_id, local + 1);
+    ck_assert_uint_eq(sent[0].dst, 0);
+
+    /* Host c under b's broadcast's id: an ordinary refusal, to c; b's
+     * broadcast goes on. */
+    int c = pm__hub_host_index(&h, "c");
+    pm__hub_link_up(&h, (uint16_t)c, capture_send, NULL);
+    f.request_id = local;
+    pm__hub_link_frame(&h, (uint16_t)c, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 2);
+    ck_assert_int_eq(sent[1].type, PM__FT_UNDELIVERABLE);
+    ck_assert_uint_eq(sent[1].request_id, local);
+    ck_assert_int_eq(pm__hub_bcast_of(&h, local, (uint16_t)b), 1);
+    nsent = 1;
+
+    /* The broadcast's own id: the worker's result, the broadcast over. */
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 3);
+    ck_assert_int_eq(sent[1].type, PM__FT_BRESULT);
+    ck_assert_uint_eq(sent[1].request_id, PM__BCAST_ID_BASE + 99);
+    ck_assert_int_eq(sent[1].error, -ESTALE);
+    ck_assert_int_eq(sent[2].type, PM__FT_BDONE);
+    ck_assert_uint_eq(sent[2].request_id, PM__BCAST_ID_BASE + 99);
+    ck_assert_int_eq(pm__hub_bcast_of(&h, local, (uint16_t)b), 0);
+
+    /* Again, once it is over: an ordinary refusal. */
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(nsent, 4);
+    ck_assert_int_eq(sent[3].type, PM__FT_UNDELIVERABLE);
+    ck_assert_uint_eq(sent[3].request_id, local);
+    pm__hub_free(&h);
+}
+END_TEST
+
 START_TEST(test_link_notices_judged)
 {
     /* Found by fuzz/fuzz_link.c. Host a's hub, its one port not running,
@@ -1588,6 +1672,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_frames_judged, 30);
     PM_ADD_TEST(s, test_link_frames_each_rule, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
+    PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
     PM_ADD_TEST(s, test_frag_undecodable_counts_once, 30);
     PM_ADD_TEST(s, test_large_reply_link_down, 90);
