@@ -1048,6 +1048,70 @@ START_TEST(test_lone_broadcast_results_once)
 }
 END_TEST
 
+/* Each broadcast's own results: a callback per broadcast, its arg the
+ * count it bumps and the text it keeps. */
+struct lone_own {
+    int calls;
+    int err;
+    char data[16];
+};
+
+static void lone_bcast_own(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c;
+    struct lone_own *o = arg;
+    o->calls++;
+    o->err = n == 1 ? r[0].error : 1;
+    snprintf(o->data, sizeof(o->data), "%.*s", n == 1 ? (int)r[0].len : 0,
+             n == 1 && r[0].data != NULL ? (const char *)r[0].data : "");
+}
+
+/* Two broadcasts at once, the second started before the first's answer:
+ * each request carries its broadcast's deadline and an id of its own,
+ * each answer settles its own broadcast, and each callback runs once with
+ * its own answer. */
+START_TEST(test_lone_broadcasts_overlap)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    struct lone_own one = {0}, two = {0};
+    uint64_t t0 = pm__now_ms();
+    ck_assert_int_eq(pm__hub_broadcast(h, "1", 1, 60000, lone_bcast_own, &one), 0);
+    ck_assert_int_eq(pm__hub_broadcast(h, "2", 1, 90000, lone_bcast_own, &two), 0);
+    uint64_t t1 = pm__now_ms();
+    pm__hub_publish(h);
+    pm__frame_hdr f[2];
+    const void *payload;
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &f[i], &payload), 1);
+        ck_assert_uint_eq(f[i].type, PM__FT_REQUEST);
+        ck_assert_int_ge(f[i].deadline_ms, (int64_t)t0 + (i == 0 ? 60000 : 90000));
+        ck_assert_int_le(f[i].deadline_ms, (int64_t)t1 + (i == 0 ? 60000 : 90000));
+        pm__ring_consume(&worker.rx);
+    }
+    pm__ring_release(&worker.rx);
+    /* The first broadcast's answer first: under the second's ids it would
+     * settle the second (the list's head). */
+    for (int i = 0; i < 2; i++) {
+        pm__frame_hdr r;
+        memset(&r, 0, sizeof(r));
+        r.type = PM__FT_REPLY;
+        r.dst = PM__NODE_MAIN;
+        r.request_id = f[i].request_id;
+        ck_assert_int_eq(pm__frame_send(&worker.tx, &r, i == 0 ? "first" : "second", i == 0 ? 5 : 6), 0);
+        pm__hub_port_service(h, 1);
+        ck_assert_int_eq(one.calls, 1);
+        ck_assert_int_eq(two.calls, i == 1);
+    }
+    ck_assert_int_eq(one.err, 0);
+    ck_assert_str_eq(one.data, "first");
+    ck_assert_int_eq(two.err, 0);
+    ck_assert_str_eq(two.data, "second");
+    pm__hub_delete(h);
+}
+END_TEST
+
 static int lone_faults, lone_fault_port, lone_fault_reason;
 
 static void lone_fault_count(void *owner, unsigned p, int reason)
@@ -2677,6 +2741,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_notices_dropped, 60);
     PM_ADD_TEST(s, test_lone_broadcast_arguments, 30);
     PM_ADD_TEST(s, test_lone_broadcast_results_once, 30);
+    PM_ADD_TEST(s, test_lone_broadcasts_overlap, 30);
     PM_ADD_TEST(s, test_lone_broadcast_corrupt_ring, 30);
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
