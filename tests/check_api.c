@@ -1054,6 +1054,8 @@ struct lone_own {
     int calls;
     int err;
     char data[16];
+    uint64_t request_id;
+    int kind;
 };
 
 static void lone_bcast_own(pm_cluster *c, const pm_message *r, size_t n, void *arg)
@@ -1062,6 +1064,8 @@ static void lone_bcast_own(pm_cluster *c, const pm_message *r, size_t n, void *a
     struct lone_own *o = arg;
     o->calls++;
     o->err = n == 1 ? r[0].error : 1;
+    o->request_id = n == 1 ? r[0].request_id : 0;
+    o->kind = n == 1 ? (int)r[0].kind : -1;
     snprintf(o->data, sizeof(o->data), "%.*s", n == 1 ? (int)r[0].len : 0,
              n == 1 && r[0].data != NULL ? (const char *)r[0].data : "");
 }
@@ -1108,6 +1112,11 @@ START_TEST(test_lone_broadcasts_overlap)
     ck_assert_str_eq(one.data, "first");
     ck_assert_int_eq(two.err, 0);
     ck_assert_str_eq(two.data, "second");
+    /* Each result a reply to its own request. */
+    ck_assert_uint_eq(one.request_id, f[0].request_id);
+    ck_assert_uint_eq(two.request_id, f[1].request_id);
+    ck_assert_int_eq(one.kind, PM_MSG_REPLY);
+    ck_assert_int_eq(two.kind, PM_MSG_REPLY);
     pm__hub_delete(h);
 }
 END_TEST
