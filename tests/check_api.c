@@ -1121,6 +1121,55 @@ START_TEST(test_lone_broadcasts_overlap)
 }
 END_TEST
 
+/*
+ * A mesh broadcast's results grow their array 16 at a time (hub_bcast.c
+ * mb_add); an array that cannot grow loses that one result, counted late
+ * (pm_cluster_stats late_replies): the callback still runs, once, with
+ * the others. On a lone hub (no peers: the local part only) with 17
+ * ready workers that answer with no payload (no copies to make), every
+ * allocation of the last answer's service fails in turn.
+ */
+START_TEST(test_lone_mesh_results_cannot_grow)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_lone_mesh_results_cannot_grow runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    enum { N = 17 };
+    pm__hub *h = lone_hub(N + 1);
+    static pm__channel hub_end[N], worker[N];
+    for (unsigned i = 0; i < N; i++)
+        lone_port_at(h, i + 1, &hub_end[i], &worker[i]);
+    long lost = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 20);
+        lone_all_calls = 0;
+        ck_assert_int_eq(pm__hub_broadcast_mesh(h, "m", 1, 60000, lone_bcast_all, NULL), 0);
+        for (unsigned i = 0; i < N; i++)
+            (void)lone_answer_with(h, &worker[i], "", NULL);
+        for (unsigned i = 0; i < N - 1; i++)
+            pm__hub_port_service(h, i + 1);
+        ck_assert_int_eq(lone_all_calls, 0);
+        uint64_t late = pm_test_hub_late_replies(h);
+        pm_failalloc_arm(k);
+        pm__hub_port_service(h, N);
+        int hit = pm_failalloc_disarm();
+        ck_assert_int_eq(lone_all_calls, 1);
+        if (!hit) {
+            ck_assert_uint_eq(lone_all_n, N);
+            ck_assert_uint_eq(pm_test_hub_late_replies(h), late);
+            break;
+        }
+        ck_assert_uint_eq(lone_all_n, N - 1);
+        ck_assert_uint_eq(pm_test_hub_late_replies(h), late + 1);
+        lost++;
+    }
+    ck_assert_int_eq(lost, 4); /* the first result's two arrays, the 17th's two */
+    pm__hub_delete(h);
+}
+END_TEST
+
 static int lone_faults, lone_fault_port, lone_fault_reason;
 
 static void lone_fault_count(void *owner, unsigned p, int reason)
@@ -2752,6 +2801,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_broadcast_results_once, 30);
     PM_ADD_TEST(s, test_lone_broadcasts_overlap, 30);
     PM_ADD_TEST(s, test_lone_broadcast_corrupt_ring, 30);
+    PM_ADD_TEST(s, test_lone_mesh_results_cannot_grow, 30);
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
