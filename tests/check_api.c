@@ -923,6 +923,7 @@ static int lone_all_calls;
 static size_t lone_all_n;
 static int lone_all_err[4];
 static char lone_all_data[4][16];
+static uint64_t lone_all_id[4];
 
 static void lone_bcast_all(pm_cluster *c, const pm_message *r, size_t n, void *arg)
 {
@@ -931,6 +932,7 @@ static void lone_bcast_all(pm_cluster *c, const pm_message *r, size_t n, void *a
     lone_all_n = n;
     for (size_t i = 0; i < n && i < 4; i++) {
         lone_all_err[i] = r[i].error;
+        lone_all_id[i] = r[i].request_id;
         snprintf(lone_all_data[i], sizeof(lone_all_data[i]), "%.*s", (int)r[i].len,
                  r[i].data != NULL ? (const char *)r[i].data : "");
     }
@@ -1141,7 +1143,8 @@ START_TEST(test_lone_mesh_results_cannot_grow)
         ck_assert_int_lt(k, 20);
         lone_all_calls = 0;
         ck_assert_int_eq(pm__hub_broadcast_mesh(h, "m", 1, 60000, lone_bcast_all, NULL), 0);
-        for (unsigned i = 0; i < N; i++)
+        uint64_t id0 = lone_answer_with(h, &worker[0], "", NULL);
+        for (unsigned i = 1; i < N; i++)
             (void)lone_answer_with(h, &worker[i], "", NULL);
         for (unsigned i = 0; i < N - 1; i++)
             pm__hub_port_service(h, i + 1);
@@ -1153,11 +1156,16 @@ START_TEST(test_lone_mesh_results_cannot_grow)
         ck_assert_int_eq(lone_all_calls, 1);
         if (!hit) {
             ck_assert_uint_eq(lone_all_n, N);
+            ck_assert_uint_eq(lone_all_id[0], id0);
+            ck_assert_uint_eq(lone_all_id[1], id0 + 1);
             ck_assert_uint_eq(pm_test_hub_late_replies(h), late);
             break;
         }
         ck_assert_uint_eq(lone_all_n, N - 1);
         ck_assert_uint_eq(pm_test_hub_late_replies(h), late + 1);
+        /* Each result names its worker's request (the first's is lost
+         * when the first growth failed). */
+        ck_assert_uint_eq(lone_all_id[0], k <= 2 ? id0 + 1 : id0);
         lost++;
     }
     /* The first result's two arrays, the 17th's two; under a sanitizer
