@@ -1041,7 +1041,7 @@ enum {
     ROW_VERSION_3, ROW_TYPE_0, ROW_TYPE_PAST, ROW_TYPE_255, ROW_HELLO, ROW_INIT, ROW_READY, ROW_STOP,
     ROW_LEN_OVER, ROW_LEN_UNDER, ROW_NOTICE_ERROR_0, ROW_NOTICE_PAYLOAD, ROW_BCAST_DST,
     ROW_BCAST_NO_DEADLINE, ROW_CREDIT_DST, ROW_CREDIT_LEN, ROW_CREDIT_ID, ROW_BRESULT_DST,
-    ROW_BRESULT_ID, ROW_BDONE_LEN, ROWS_
+    ROW_BRESULT_ID, ROW_BRESULT_ERROR_PAYLOAD, ROW_BDONE_LEN, ROWS_
 };
 
 static const char *const row_names[ROWS_] = {
@@ -1050,7 +1050,7 @@ static const char *const row_names[ROWS_] = {
     "STOP", "length one over", "length one under", "UNDELIVERABLE error 0",
     "UNDELIVERABLE with a payload", "BCAST dst not 0", "BCAST without deadline", "CREDIT dst not 0",
     "CREDIT length 4", "CREDIT with a request id", "BRESULT dst not 0", "BRESULT id below 2^32",
-    "BDONE length 2"};
+    "BRESULT with an error and a payload", "BDONE length 2"};
 
 /* The row's frame in buf (zeroed payload): its length on the wire. */
 static size_t bad_link_frame(int row, unsigned char *buf)
@@ -1083,6 +1083,9 @@ static size_t bad_link_frame(int row, unsigned char *buf)
     case ROW_CREDIT_ID: f.type = PM__FT_CREDIT; f.dst = 0; f.request_id = 1; f.len = 8; break;
     case ROW_BRESULT_DST: f.type = PM__FT_BRESULT; f.request_id = (uint64_t)1 << 32; break;
     case ROW_BRESULT_ID: f.type = PM__FT_BRESULT; f.dst = 0; break;
+    case ROW_BRESULT_ERROR_PAYLOAD:
+        f.type = PM__FT_BRESULT; f.dst = 0; f.request_id = (uint64_t)1 << 32; f.error = -EIO; f.len = 1;
+        break;
     case ROW_BDONE_LEN: f.type = PM__FT_BDONE; f.dst = 0; f.request_id = (uint64_t)1 << 32; f.len = 2; break;
     }
     memset(buf, 0, PM__FRAME_HDR_SIZE + 16);

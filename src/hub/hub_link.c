@@ -347,7 +347,11 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
         return;
     case PM__FT_BRESULT:
     case PM__FT_BDONE:
+        /* A BRESULT's payload is the worker's reply, so an error result
+         * has none (protocol.md 6): one with both would read as a reply
+         * that failed, whose data the application might trust. */
         if (f.dst != 0 || f.request_id < PM__BCAST_ID_BASE ||
+            (f.type == PM__FT_BRESULT && f.error != 0 && f.len != 0) ||
             (f.type == PM__FT_BDONE && (f.len != 4 || f.error != 0))) {
             l->malformed++;
             return;
