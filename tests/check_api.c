@@ -924,6 +924,7 @@ static size_t lone_all_n;
 static int lone_all_err[4];
 static char lone_all_data[4][16];
 static uint64_t lone_all_id[4];
+static int lone_all_kind[4];
 
 static void lone_bcast_all(pm_cluster *c, const pm_message *r, size_t n, void *arg)
 {
@@ -933,6 +934,7 @@ static void lone_bcast_all(pm_cluster *c, const pm_message *r, size_t n, void *a
     for (size_t i = 0; i < n && i < 4; i++) {
         lone_all_err[i] = r[i].error;
         lone_all_id[i] = r[i].request_id;
+        lone_all_kind[i] = (int)r[i].kind;
         snprintf(lone_all_data[i], sizeof(lone_all_data[i]), "%.*s", (int)r[i].len,
                  r[i].data != NULL ? (const char *)r[i].data : "");
     }
@@ -1158,6 +1160,7 @@ START_TEST(test_lone_mesh_results_cannot_grow)
             ck_assert_uint_eq(lone_all_n, N);
             ck_assert_uint_eq(lone_all_id[0], id0);
             ck_assert_uint_eq(lone_all_id[1], id0 + 1);
+            ck_assert_int_eq(lone_all_kind[0], PM_MSG_REPLY);
             ck_assert_uint_eq(pm_test_hub_late_replies(h), late);
             break;
         }
