@@ -1179,6 +1179,83 @@ START_TEST(test_lone_mesh_results_cannot_grow)
 }
 END_TEST
 
+/* A mesh broadcast's copy of a worker's reply finds no memory: that
+ * result is -ENOMEM without data (the local part's copy, or the mesh
+ * broadcast's own), or, when its array cannot grow, lost and counted
+ * late; the callback runs once either way. A lone hub, one worker, every
+ * allocation of the answer's service failing in turn. */
+START_TEST(test_lone_mesh_result_out_of_memory)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_lone_mesh_result_out_of_memory runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    long enomem = 0, lost = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 20);
+        lone_all_calls = 0;
+        ck_assert_int_eq(pm__hub_broadcast_mesh(h, "m", 1, 60000, lone_bcast_all, NULL), 0);
+        (void)lone_answer_with(h, &worker, "pong", NULL);
+        uint64_t late = pm_test_hub_late_replies(h);
+        pm_failalloc_arm(k);
+        pm__hub_port_service(h, 1);
+        int hit = pm_failalloc_disarm();
+        ck_assert_int_eq(lone_all_calls, 1);
+        if (!hit) {
+            ck_assert_uint_eq(lone_all_n, 1);
+            ck_assert_int_eq(lone_all_err[0], 0);
+            ck_assert_str_eq(lone_all_data[0], "pong");
+            break;
+        }
+        if (lone_all_n == 0) {
+            ck_assert_uint_eq(pm_test_hub_late_replies(h), late + 1);
+            lost++;
+        } else {
+            ck_assert_uint_eq(lone_all_n, 1);
+            ck_assert_int_eq(lone_all_err[0], -ENOMEM);
+            ck_assert_str_eq(lone_all_data[0], "");
+            ck_assert_uint_eq(pm_test_hub_late_replies(h), late);
+            enomem++;
+        }
+    }
+    ck_assert_int_eq(enomem, 2); /* the local part's copy, the mesh broadcast's */
+    ck_assert_int_eq(lost, 2);   /* its two arrays */
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* Two mesh broadcasts at once, the first settled first (not the list's
+ * head): each callback once with its own answer, and the hub's list
+ * keeps only what is still running (a settled one left on it would be
+ * used after it is freed when the hub walks the list at its end). */
+START_TEST(test_lone_mesh_overlap)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    struct lone_own one = {0}, two = {0};
+    ck_assert_int_eq(pm__hub_broadcast_mesh(h, "1", 1, 60000, lone_bcast_own, &one), 0);
+    ck_assert_int_eq(pm__hub_broadcast_mesh(h, "2", 1, 60000, lone_bcast_own, &two), 0);
+    (void)lone_answer_with(h, &worker, "first", NULL);
+    pm__hub_port_service(h, 1);
+    ck_assert_int_eq(one.calls, 1);
+    ck_assert_int_eq(two.calls, 0);
+    (void)lone_answer_with(h, &worker, "second", NULL);
+    pm__hub_port_service(h, 1);
+    ck_assert_int_eq(one.calls, 1);
+    ck_assert_int_eq(two.calls, 1);
+    ck_assert_str_eq(one.data, "first");
+    ck_assert_str_eq(two.data, "second");
+    pm__hub_delete(h);
+    ck_assert_int_eq(one.calls, 1);
+    ck_assert_int_eq(two.calls, 1);
+}
+END_TEST
+
 static int lone_faults, lone_fault_port, lone_fault_reason;
 
 static void lone_fault_count(void *owner, unsigned p, int reason)
@@ -2811,6 +2888,8 @@ int main(void)
     PM_ADD_TEST(s, test_lone_broadcasts_overlap, 30);
     PM_ADD_TEST(s, test_lone_broadcast_corrupt_ring, 30);
     PM_ADD_TEST(s, test_lone_mesh_results_cannot_grow, 30);
+    PM_ADD_TEST(s, test_lone_mesh_result_out_of_memory, 30);
+    PM_ADD_TEST(s, test_lone_mesh_overlap, 30);
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
