@@ -1260,6 +1260,74 @@ START_TEST(test_link_main_request_and_mesh_frames)
 }
 END_TEST
 
+/* Every result of a unit hub's mesh broadcast: "from error" lines. */
+static unsigned mesh_calls;
+static char mesh_got[256];
+
+static void mesh_all(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c;
+    (void)arg;
+    mesh_calls++;
+    mesh_got[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        char from[PM_ADDRESS_STRLEN];
+        ck_assert_int_ge(pm_address_format(&r[i].from, from, sizeof(from)), 0);
+        size_t used = strlen(mesh_got);
+        snprintf(mesh_got + used, sizeof(mesh_got) - used, "%s %d;", from, r[i].error);
+    }
+}
+
+/*
+ * Each host's part of a mesh broadcast settles once (protocol.md 6, "A
+ * host that does not answer"): b and c linked and silent, the deadline
+ * passes: one -ETIMEDOUT result from each host's supervisor, the callback
+ * once; a BRESULT or BDONE from b after that is late. With c's link down
+ * before the deadline instead: c's part is -EHOSTUNREACH at once, b's
+ * -ETIMEDOUT at the deadline.
+ */
+START_TEST(test_link_mesh_parts_settle_once)
+{
+    for (int down = 0; down < 2; down++) {
+        pm__hub h;
+        int b = unit_hub(&h, 0);
+        int c = pm__hub_host_index(&h, "c");
+        pm__hub_link_up(&h, (uint16_t)c, capture_send, NULL);
+        mesh_calls = 0;
+        ck_assert_int_eq(pm__hub_broadcast_mesh(&h, "p", 1, 5000, mesh_all, NULL), 0);
+        ck_assert_uint_eq(nsent, 2); /* a BCAST to each, b's first (host order) */
+        ck_assert_int_lt(b, c);
+        uint64_t bid = sent[0].request_id;
+        if (down) {
+            pm__hub_link_down(&h, (uint16_t)c);
+            ck_assert_uint_eq(mesh_calls, 0);
+        }
+        pm__hub_mesh_broadcast_fire(&h, (int64_t)pm__now_ms() + 60000, 0, -ETIMEDOUT);
+        ck_assert_uint_eq(mesh_calls, 1);
+        if (down)
+            ck_assert_str_eq(mesh_got, "t@c:0 -113;t@b:0 -110;");
+        else
+            ck_assert_str_eq(mesh_got, "t@b:0 -110;t@c:0 -110;");
+        uint64_t late = pm_test_hub_late_replies(&h);
+        unsigned char buf[PM__FRAME_HDR_SIZE + 4];
+        pm__frame_hdr f;
+        memset(&f, 0, sizeof(f));
+        f.type = PM__FT_BRESULT;
+        f.request_id = bid;
+        pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+        f.type = PM__FT_BDONE;
+        f.len = 4;
+        pm__frame_encode(&f, buf);
+        pm__put32(buf + PM__FRAME_HDR_SIZE, 0);
+        pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + 4);
+        ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 2);
+        ck_assert_uint_eq(mesh_calls, 1);
+        pm__hub_free(&h);
+        ck_assert_uint_eq(mesh_calls, 1);
+    }
+}
+END_TEST
+
 /*
  * A peer chooses the request ids it sends. A request from its system
  * node (port 0) refused here (it names a worker's incarnation that is
@@ -1676,6 +1744,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_frames_each_rule, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
+    PM_ADD_TEST(s, test_link_mesh_parts_settle_once, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
     PM_ADD_TEST(s, test_frag_undecodable_counts_once, 30);
     PM_ADD_TEST(s, test_large_reply_link_down, 90);
