@@ -1278,13 +1278,34 @@ static void mesh_all(pm_cluster *c, const pm_message *r, size_t n, void *arg)
     }
 }
 
+/* A mesh frame from host `from` of a unit hub: a BRESULT from port 10
+ * with "ok", or a BDONE counting `count`. */
+static void mesh_frame(pm__hub *h, int from, int type, uint64_t id, uint32_t count)
+{
+    unsigned char buf[PM__FRAME_HDR_SIZE + 4];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = (uint8_t)type;
+    f.request_id = id;
+    f.len = type == PM__FT_BDONE ? 4 : 2;
+    if (type == PM__FT_BRESULT)
+        f.src = 10;
+    pm__frame_encode(&f, buf);
+    if (type == PM__FT_BDONE)
+        pm__put32(buf + PM__FRAME_HDR_SIZE, count);
+    else
+        memcpy(buf + PM__FRAME_HDR_SIZE, "ok", 2);
+    pm__hub_link_frame(h, (uint16_t)from, buf, PM__FRAME_HDR_SIZE + f.len);
+}
+
 /*
- * Each host's part of a mesh broadcast settles once (protocol.md 6, "A
- * host that does not answer"): b and c linked and silent, the deadline
- * passes: one -ETIMEDOUT result from each host's supervisor, the callback
- * once; a BRESULT or BDONE from b after that is late. With c's link down
- * before the deadline instead: c's part is -EHOSTUNREACH at once, b's
- * -ETIMEDOUT at the deadline.
+ * Each host's part of a mesh broadcast settles once, by its own host's
+ * frames only (protocol.md 6): b and c linked. c's BRESULT and BDONE
+ * under b's part's id are late; b's own settle b's part, after which
+ * another of b's is late; c, silent, is one -ETIMEDOUT result from its
+ * supervisor at the deadline, and the callback runs once. With c's link
+ * down before the deadline instead: c's part is -EHOSTUNREACH at once,
+ * b's -ETIMEDOUT at the deadline, and what b sends after it is late.
  */
 START_TEST(test_link_mesh_parts_settle_once)
 {
@@ -1298,7 +1319,17 @@ START_TEST(test_link_mesh_parts_settle_once)
         ck_assert_uint_eq(nsent, 2); /* a BCAST to each, b's first (host order) */
         ck_assert_int_lt(b, c);
         uint64_t bid = sent[0].request_id;
-        if (down) {
+        uint64_t late = pm_test_hub_late_replies(&h);
+        if (!down) {
+            mesh_frame(&h, c, PM__FT_BRESULT, bid, 0);
+            mesh_frame(&h, c, PM__FT_BDONE, bid, 1);
+            ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 2);
+            mesh_frame(&h, b, PM__FT_BRESULT, bid, 0);
+            mesh_frame(&h, b, PM__FT_BDONE, bid, 1);
+            mesh_frame(&h, b, PM__FT_BRESULT, bid, 0); /* b's part is over */
+            ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 3);
+            ck_assert_uint_eq(mesh_calls, 0);
+        } else {
             pm__hub_link_down(&h, (uint16_t)c);
             ck_assert_uint_eq(mesh_calls, 0);
         }
@@ -1307,19 +1338,10 @@ START_TEST(test_link_mesh_parts_settle_once)
         if (down)
             ck_assert_str_eq(mesh_got, "t@c:0 -113;t@b:0 -110;");
         else
-            ck_assert_str_eq(mesh_got, "t@b:0 -110;t@c:0 -110;");
-        uint64_t late = pm_test_hub_late_replies(&h);
-        unsigned char buf[PM__FRAME_HDR_SIZE + 4];
-        pm__frame_hdr f;
-        memset(&f, 0, sizeof(f));
-        f.type = PM__FT_BRESULT;
-        f.request_id = bid;
-        pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
-        f.type = PM__FT_BDONE;
-        f.len = 4;
-        pm__frame_encode(&f, buf);
-        pm__put32(buf + PM__FRAME_HDR_SIZE, 0);
-        pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + 4);
+            ck_assert_str_eq(mesh_got, "t@b:10 0;t@c:0 -110;");
+        late = pm_test_hub_late_replies(&h);
+        mesh_frame(&h, b, PM__FT_BRESULT, bid, 0);
+        mesh_frame(&h, b, PM__FT_BDONE, bid, 0);
         ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 2);
         ck_assert_uint_eq(mesh_calls, 1);
         pm__hub_free(&h);
