@@ -1302,7 +1302,8 @@ static void mesh_frame(pm__hub *h, int from, int type, uint64_t id, uint32_t cou
  * Each host's part of a mesh broadcast settles once, by its own host's
  * frames only (protocol.md 6): b and c linked. c's BRESULT and BDONE
  * under b's part's id are late; b's own settle b's part, after which
- * another of b's is late; c, silent, is one -ETIMEDOUT result from its
+ * another of b's is late and b's link going down changes nothing; c,
+ * silent, is one -ETIMEDOUT result from its
  * supervisor at the deadline, and the callback runs once. With c's link
  * down before the deadline instead: c's part is -EHOSTUNREACH at once,
  * b's -ETIMEDOUT at the deadline, and what b sends after it is late.
@@ -1328,6 +1329,11 @@ START_TEST(test_link_mesh_parts_settle_once)
             mesh_frame(&h, b, PM__FT_BDONE, bid, 1);
             mesh_frame(&h, b, PM__FT_BRESULT, bid, 0); /* b's part is over */
             ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + 3);
+            ck_assert_uint_eq(mesh_calls, 0);
+            /* b's link down (and up again) once its part is over: that
+             * part stays as it settled. */
+            pm__hub_link_down(&h, (uint16_t)b);
+            pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
             ck_assert_uint_eq(mesh_calls, 0);
         } else {
             pm__hub_link_down(&h, (uint16_t)c);
