@@ -1356,6 +1356,38 @@ START_TEST(test_link_mesh_parts_settle_once)
 }
 END_TEST
 
+/* A mesh broadcast's deadline (pm__hub_next_deadline, which the event
+ * loop sleeps until; nothing else is due on a unit hub with no worker):
+ * a millisecond before it, nothing settles; at it, every silent host is
+ * -ETIMEDOUT, once. One still running when the hub is freed settles then,
+ * -ECANCELED, once. */
+START_TEST(test_link_mesh_deadline_and_end)
+{
+    pm__hub h;
+    (void)unit_hub(&h, 0);
+    int c = pm__hub_host_index(&h, "c");
+    pm__hub_link_up(&h, (uint16_t)c, capture_send, NULL);
+    mesh_calls = 0;
+    uint64_t t0 = pm__now_ms();
+    ck_assert_int_eq(pm__hub_broadcast_mesh(&h, "p", 1, 5000, mesh_all, NULL), 0);
+    uint64_t d = pm__hub_next_deadline(&h);
+    ck_assert_uint_ge(d, t0 + 5000);
+    ck_assert_uint_le(d, pm__now_ms() + 5000);
+    pm__hub_mesh_broadcast_fire(&h, (int64_t)d - 1, 0, -ETIMEDOUT);
+    ck_assert_uint_eq(mesh_calls, 0);
+    pm__hub_mesh_broadcast_fire(&h, (int64_t)d, 0, -ETIMEDOUT);
+    ck_assert_uint_eq(mesh_calls, 1);
+    ck_assert_str_eq(mesh_got, "t@b:0 -110;t@c:0 -110;");
+    ck_assert_uint_eq(pm__hub_next_deadline(&h), 0);
+
+    ck_assert_int_eq(pm__hub_broadcast_mesh(&h, "p", 1, 5000, mesh_all, NULL), 0);
+    ck_assert_uint_eq(mesh_calls, 1);
+    pm__hub_free(&h);
+    ck_assert_uint_eq(mesh_calls, 2);
+    ck_assert_str_eq(mesh_got, "t@b:0 -125;t@c:0 -125;");
+}
+END_TEST
+
 /*
  * A peer chooses the request ids it sends. A request from its system
  * node (port 0) refused here (it names a worker's incarnation that is
@@ -1773,6 +1805,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_mesh_parts_settle_once, 30);
+    PM_ADD_TEST(s, test_link_mesh_deadline_and_end, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
     PM_ADD_TEST(s, test_frag_undecodable_counts_once, 30);
     PM_ADD_TEST(s, test_large_reply_link_down, 90);
