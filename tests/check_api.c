@@ -1256,6 +1256,84 @@ START_TEST(test_lone_mesh_overlap)
 }
 END_TEST
 
+/* pm__hub_broadcast_mesh's arguments, each wrong with the others right
+ * (-EINVAL, -EMSGSIZE: nothing sent, no callback); no data and no length,
+ * and PM_MAX_PAYLOAD bytes, go. Then every allocation of the call failing
+ * in turn: its own two (the broadcast and its parts) and the local
+ * broadcast's three, -ENOMEM, nothing sent, no callback; the worker's
+ * in-flight table: its result -EAGAIN at once, the callback once. */
+START_TEST(test_lone_mesh_arguments_and_memory)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    lone_all_calls = 0;
+    ck_assert_int_eq(pm__hub_broadcast_mesh(h, "m", 1, 60000, NULL, NULL), -EINVAL);
+    ck_assert_int_eq(pm__hub_broadcast_mesh(h, "m", 1, 0, lone_bcast_all, NULL), -EINVAL);
+    ck_assert_int_eq(pm__hub_broadcast_mesh(h, NULL, 1, 60000, lone_bcast_all, NULL), -EINVAL);
+    ck_assert_int_eq(pm__hub_broadcast_mesh(h, "m", (size_t)PM_MAX_PAYLOAD + 1, 60000, lone_bcast_all,
+                                            NULL), -EMSGSIZE);
+    pm__hub_publish(h);
+    pm__frame_hdr f;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &f, &payload), 0);
+    ck_assert_int_eq(lone_all_calls, 0);
+    static char big[PM_MAX_PAYLOAD];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(pm__hub_broadcast_mesh(h, i == 0 ? NULL : big, i == 0 ? 0 : sizeof(big), 60000,
+                                                lone_bcast_all, NULL), 0);
+        uint32_t len = 1;
+        (void)lone_answer_with(h, &worker, "pong", &len);
+        ck_assert_uint_eq(len, i == 0 ? 0 : PM_MAX_PAYLOAD);
+        pm__hub_port_service(h, 1);
+        ck_assert_int_eq(lone_all_calls, i + 1);
+        ck_assert_uint_eq(lone_all_n, 1);
+        ck_assert_str_eq(lone_all_data[0], "pong");
+    }
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_lone_mesh_arguments_and_memory's allocation failures run in the "
+                        "build without a sanitizer only (the sanitizer's malloc is its own)\n");
+        pm__hub_delete(h);
+        return;
+    }
+    long enomem = 0, eagain = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 20);
+        /* A fresh hub each time: its port has no in-flight table yet. */
+        pm__hub_delete(h);
+        h = lone_hub(2);
+        lone_port(h, &hub_end, &worker);
+        lone_all_calls = 0;
+        pm_failalloc_arm(k);
+        int rc = pm__hub_broadcast_mesh(h, "m", 1, 60000, lone_bcast_all, NULL);
+        int hit = pm_failalloc_disarm();
+        if (rc < 0) {
+            ck_assert(hit);
+            ck_assert_int_eq(rc, -ENOMEM);
+            ck_assert_int_eq(lone_all_calls, 0);
+            pm__hub_publish(h);
+            ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &f, &payload), 0);
+            enomem++;
+        } else if (lone_all_calls == 1) {
+            ck_assert(hit);
+            ck_assert_uint_eq(lone_all_n, 1);
+            ck_assert_int_eq(lone_all_err[0], -EAGAIN);
+            eagain++;
+        } else {
+            ck_assert(!hit);
+            (void)lone_answer_with(h, &worker, "pong", NULL);
+            pm__hub_port_service(h, 1);
+            ck_assert_int_eq(lone_all_calls, 1);
+            ck_assert_str_eq(lone_all_data[0], "pong");
+            break;
+        }
+    }
+    ck_assert_int_eq(enomem, 5);
+    ck_assert_int_eq(eagain, 1);
+    pm__hub_delete(h);
+}
+END_TEST
+
 static int lone_faults, lone_fault_port, lone_fault_reason;
 
 static void lone_fault_count(void *owner, unsigned p, int reason)
@@ -2890,6 +2968,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_mesh_results_cannot_grow, 30);
     PM_ADD_TEST(s, test_lone_mesh_result_out_of_memory, 30);
     PM_ADD_TEST(s, test_lone_mesh_overlap, 30);
+    PM_ADD_TEST(s, test_lone_mesh_arguments_and_memory, 30);
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
