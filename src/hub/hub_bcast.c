@@ -365,10 +365,11 @@ int pm__hub_broadcast_mesh(pm__hub *h, const void *data, size_t len, int timeout
                            void (*cb)(pm_cluster *, const pm_message *, size_t, void *),
                            void *arg)
 {
-    if (cb == NULL || timeout_ms <= 0 || (data == NULL && len > 0))
+    /* The other arguments are the local broadcast's, which checks them
+     * before anything is sent (pm__hub_broadcast_for: -EINVAL, -EMSGSIZE;
+     * then mb is freed below); its callback is ours, never NULL. */
+    if (cb == NULL)
         return -EINVAL;
-    if (len > PM_MAX_PAYLOAD)
-        return -EMSGSIZE;
     uint32_t nhosts = h->peer_mode ? atomic_load_explicit(&h->hosts.count, memory_order_relaxed)
                                    : 1;
     pm__mesh_broadcast *mb = calloc(1, sizeof(*mb));
