@@ -1359,7 +1359,8 @@ END_TEST
 /* A mesh broadcast's deadline (pm__hub_next_deadline, which the event
  * loop sleeps until; nothing else is due on a unit hub with no worker):
  * a millisecond before it, nothing settles; at it, every silent host is
- * -ETIMEDOUT, once. One still running when the hub is freed settles then,
+ * -ETIMEDOUT, once; a second one, started later with a longer timeout,
+ * at its own. One still running when the hub is freed settles then,
  * -ECANCELED, once. */
 START_TEST(test_link_mesh_deadline_and_end)
 {
@@ -1373,17 +1374,23 @@ START_TEST(test_link_mesh_deadline_and_end)
     uint64_t d = pm__hub_next_deadline(&h);
     ck_assert_uint_ge(d, t0 + 5000);
     ck_assert_uint_le(d, pm__now_ms() + 5000);
+    /* A second one, later: each settles at its own deadline. */
+    ck_assert_int_eq(pm__hub_broadcast_mesh(&h, "q", 1, 6000, mesh_all, NULL), 0);
+    ck_assert_uint_eq(pm__hub_next_deadline(&h), d);
     pm__hub_mesh_broadcast_fire(&h, (int64_t)d - 1, 0, -ETIMEDOUT);
     ck_assert_uint_eq(mesh_calls, 0);
     pm__hub_mesh_broadcast_fire(&h, (int64_t)d, 0, -ETIMEDOUT);
     ck_assert_uint_eq(mesh_calls, 1);
     ck_assert_str_eq(mesh_got, "t@b:0 -110;t@c:0 -110;");
+    ck_assert_uint_ge(pm__hub_next_deadline(&h), d + 1000);
+    pm__hub_mesh_broadcast_fire(&h, (int64_t)pm__hub_next_deadline(&h), 0, -ETIMEDOUT);
+    ck_assert_uint_eq(mesh_calls, 2);
     ck_assert_uint_eq(pm__hub_next_deadline(&h), 0);
 
     ck_assert_int_eq(pm__hub_broadcast_mesh(&h, "p", 1, 5000, mesh_all, NULL), 0);
-    ck_assert_uint_eq(mesh_calls, 1);
-    pm__hub_free(&h);
     ck_assert_uint_eq(mesh_calls, 2);
+    pm__hub_free(&h);
+    ck_assert_uint_eq(mesh_calls, 3);
     ck_assert_str_eq(mesh_got, "t@b:0 -125;t@c:0 -125;");
 }
 END_TEST
