@@ -1334,6 +1334,118 @@ START_TEST(test_lone_mesh_arguments_and_memory)
 }
 END_TEST
 
+/* The rows of test_lone_lane_offer_conditions: how port 2 stands when
+ * the pair's count reaches its mark. */
+enum {
+    LANE_READY, LANE_SOCK_FD0, LANE_STARTING, LANE_STOPPING, LANE_NOT_SPOKEN, LANE_NO_SOCKET,
+    LANE_QUEUE, LANE_ROWS
+};
+static const char *const lane_rows[LANE_ROWS] = {
+    "ready", "its fd socket at fd 0", "starting", "stopping", "its library without lanes",
+    "no fd socket", "frames waiting for its ring"};
+
+/*
+ * A lane is offered only to a pair that can take it at once (hub_lane.c
+ * may_offer): both ready, both libraries speaking lanes, both with an fd
+ * socket (any fd, 0 included), nothing waiting for either's ring (an
+ * offer must not overtake what the hub holds for a worker). A lone
+ * hub with lanes on, ports 1 and 2 over real channels: port 1's worker
+ * sends PM_DIRECT_LANE_AFTER messages to port 2, which stands as the row
+ * says. Ready (and a socket at fd 0): the lane is made, an offer in each
+ * ring. Any other row: none, nothing in the rings but the traffic; and
+ * where the condition can pass (a start that ends, a library that speaks
+ * lanes after all), the next frame between them gets the lane: the count
+ * waits at its mark.
+ */
+START_TEST(test_lone_lane_offer_conditions)
+{
+    const int row = _i;
+    pm__hub *h = lone_hub(3);
+    ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 1, &hub_end[0], &worker[0]);
+    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    pm__hub_port_lanes_ok(h, 1, 1);
+    pm__hub_port_lanes_ok(h, 2, 1);
+    switch (row) {
+    case LANE_SOCK_FD0:
+        close(0);
+        ck_assert_int_eq(dup2(hub_end[1].sock, 0), 0);
+        close(hub_end[1].sock);
+        hub_end[1].sock = 0;
+        break;
+    case LANE_STARTING: pm__hub_port_set_state(h, 2, PM__PORT_STARTING); break;
+    case LANE_STOPPING: pm__hub_port_set_state(h, 2, PM__PORT_STOPPING); break;
+    case LANE_NOT_SPOKEN: pm__hub_port_lanes_ok(h, 2, 0); break;
+    case LANE_NO_SOCKET:
+        close(hub_end[1].sock);
+        hub_end[1].sock = -1;
+        break;
+    case LANE_QUEUE: {
+        char filler[64] = {0};
+        while (pm__hub_send_control(h, 2, PM__FT_MSG, filler, sizeof(filler)) == 0)
+            ;
+        break;
+    }
+    }
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_MSG;
+    f.dst = 2;
+    for (unsigned i = 0; i < PM_DIRECT_LANE_AFTER; i++) {
+        if (row == LANE_QUEUE && i == PM_DIRECT_LANE_AFTER - 1) {
+            /* Port 2's worker empties its ring: room for an offer now,
+             * but the frames the hub holds for it would be overtaken. */
+            ck_assert_ptr_nonnull(h->ports[2].q_head);
+            const void *pl;
+            pm__frame_hdr g;
+            while (pm__frame_recv(&worker[1].rx, PM__CHANNEL_MAX_FRAME, &g, &pl) == 1)
+                pm__ring_consume(&worker[1].rx);
+            pm__ring_release(&worker[1].rx);
+        }
+        ck_assert_int_eq(pm__frame_send(&worker[0].tx, &f, "x", 1), 0);
+        if (row == LANE_QUEUE) {
+            /* A frame for main behind it: the hub queues the one for the
+             * full ring instead of leaving it in this ring (hub_queue.c
+             * leave_in_ring), so that it is passed on, and counted. */
+            pm__frame_hdr m = f;
+            m.dst = PM__NODE_MAIN;
+            ck_assert_int_eq(pm__frame_send(&worker[0].tx, &m, "m", 1), 0);
+        }
+        pm__hub_port_service(h, 1);
+    }
+    int lane = row == LANE_READY || row == LANE_SOCK_FD0;
+    ck_assert_msg(h->lanes_made == (uint64_t)lane, "%s: %llu lanes made", lane_rows[row],
+                  (unsigned long long)h->lanes_made);
+    /* The offer, last in port 1's ring (behind any notices). */
+    pm__hub_publish(h);
+    const void *payload;
+    int offers = 0;
+    while (pm__frame_recv(&worker[0].rx, PM__CHANNEL_MAX_FRAME, &f, &payload) == 1) {
+        offers += f.type == PM__FT_LANE;
+        pm__ring_consume(&worker[0].rx);
+    }
+    pm__ring_release(&worker[0].rx);
+    ck_assert_int_eq(offers, lane);
+    if (row != LANE_STARTING && row != LANE_STOPPING && row != LANE_NOT_SPOKEN)
+        goto out;
+    /* The condition passes: the next frame gets the lane. */
+    if (row == LANE_NOT_SPOKEN)
+        pm__hub_port_lanes_ok(h, 2, 1);
+    else
+        pm__hub_port_set_state(h, 2, PM__PORT_READY);
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_MSG;
+    f.dst = 2;
+    ck_assert_int_eq(pm__frame_send(&worker[0].tx, &f, "x", 1), 0);
+    pm__hub_port_service(h, 1);
+    ck_assert_msg(h->lanes_made == 1, "%s, then passing: %llu lanes made", lane_rows[row],
+                  (unsigned long long)h->lanes_made);
+out:
+    pm__hub_delete(h);
+}
+END_TEST
+
 static int lone_faults, lone_fault_port, lone_fault_reason;
 
 static void lone_fault_count(void *owner, unsigned p, int reason)
@@ -2969,6 +3081,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_mesh_result_out_of_memory, 30);
     PM_ADD_TEST(s, test_lone_mesh_overlap, 30);
     PM_ADD_TEST(s, test_lone_mesh_arguments_and_memory, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_lane_offer_conditions, 0, LANE_ROWS, 30);
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
