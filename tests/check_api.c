@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -1338,11 +1339,27 @@ END_TEST
  * the pair's count reaches its mark. */
 enum {
     LANE_READY, LANE_SOCK_FD0, LANE_STARTING, LANE_STOPPING, LANE_NOT_SPOKEN, LANE_NO_SOCKET,
-    LANE_QUEUE, LANE_ROWS
+    LANE_QUEUE, LANE_PEER_GONE, LANE_SENDER_GONE, LANE_TO_SELF, LANE_TO_REMOTE, LANE_TO_NOWHERE,
+    LANE_SENDER_NOT_SPOKEN, LANE_ROWS
 };
 static const char *const lane_rows[LANE_ROWS] = {
     "ready", "its fd socket at fd 0", "starting", "stopping", "its library without lanes",
-    "no fd socket", "frames waiting for its ring"};
+    "no fd socket", "frames waiting for its ring", "its worker's end of the fd socket closed",
+    "the sender's worker's end of the fd socket closed", "the frames to the sender itself",
+    "the frames to node 2 of another host", "the frames to the first node past the last",
+    "the sender's library without lanes"};
+
+/* File descriptors open in this process. */
+static int fds_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
 
 /*
  * A lane is offered only to a pair that can take it at once (hub_lane.c
@@ -1352,10 +1369,14 @@ static const char *const lane_rows[LANE_ROWS] = {
  * hub with lanes on, ports 1 and 2 over real channels: port 1's worker
  * sends PM_DIRECT_LANE_AFTER messages to port 2, which stands as the row
  * says. Ready (and a socket at fd 0): the lane is made, an offer in each
- * ring. Any other row: none, nothing in the rings but the traffic; and
+ * ring, and no fd of the lane left open here. Any other row: none,
+ * nothing in the rings but the traffic; and
  * where the condition can pass (a start that ends, a library that speaks
  * lanes after all), the next frame between them gets the lane: the count
- * waits at its mark.
+ * waits at its mark. A worker whose end of the fd socket is gone: the
+ * lane fails (counted), the other end gets its offer already revoked, or
+ * (the first end's) nothing at all; the rings work on. Frames to the
+ * sender itself, to another host or to no node count for no lane.
  */
 START_TEST(test_lone_lane_offer_conditions)
 {
@@ -1377,9 +1398,18 @@ START_TEST(test_lone_lane_offer_conditions)
     case LANE_STARTING: pm__hub_port_set_state(h, 2, PM__PORT_STARTING); break;
     case LANE_STOPPING: pm__hub_port_set_state(h, 2, PM__PORT_STOPPING); break;
     case LANE_NOT_SPOKEN: pm__hub_port_lanes_ok(h, 2, 0); break;
+    case LANE_SENDER_NOT_SPOKEN: pm__hub_port_lanes_ok(h, 1, 0); break;
     case LANE_NO_SOCKET:
         close(hub_end[1].sock);
         hub_end[1].sock = -1;
+        break;
+    case LANE_PEER_GONE:
+        close(worker[1].sock); /* the same fd as the hub end's node_sock */
+        worker[1].sock = hub_end[1].node_sock = -1;
+        break;
+    case LANE_SENDER_GONE:
+        close(worker[0].sock);
+        worker[0].sock = hub_end[0].node_sock = -1;
         break;
     case LANE_QUEUE: {
         char filler[64] = {0};
@@ -1392,6 +1422,9 @@ START_TEST(test_lone_lane_offer_conditions)
     memset(&f, 0, sizeof(f));
     f.type = PM__FT_MSG;
     f.dst = 2;
+    f.dst = row == LANE_TO_SELF ? 1 : row == LANE_TO_NOWHERE ? 3 : 2;
+    f.dst_host = row == LANE_TO_REMOTE ? 1 : 0;
+    int fds0 = fds_open();
     for (unsigned i = 0; i < PM_DIRECT_LANE_AFTER; i++) {
         if (row == LANE_QUEUE && i == PM_DIRECT_LANE_AFTER - 1) {
             /* Port 2's worker empties its ring: room for an offer now,
@@ -1426,12 +1459,64 @@ START_TEST(test_lone_lane_offer_conditions)
         pm__ring_consume(&worker[0].rx);
     }
     pm__ring_release(&worker[0].rx);
+    /* The supervisor keeps none of a lane's fds past its hand-over. */
+    ck_assert_int_eq(fds_open(), fds0);
+    if (row == LANE_SENDER_GONE) {
+        /* Port 1's record refused first: nothing sent to either, counted;
+         * both rings take the next frame as ever. */
+        ck_assert_int_eq(offers, 0);
+        ck_assert_uint_eq(h->lane_failed, 1);
+        memset(&f, 0, sizeof(f));
+        f.type = PM__FT_MSG;
+        f.dst = 2;
+        ck_assert_int_eq(pm__frame_send(&worker[0].tx, &f, "x", 1), 0);
+        pm__hub_port_service(h, 1);
+        f.dst = 1;
+        ck_assert_int_eq(pm__frame_send(&worker[1].tx, &f, "y", 1), 0);
+        pm__hub_port_service(h, 2);
+        pm__hub_publish(h);
+        unsigned got[2] = {0, 0};
+        for (int k = 0; k < 2; k++)
+            while (pm__frame_recv(&worker[k].rx, PM__CHANNEL_MAX_FRAME, &f, &payload) == 1) {
+                got[k] += f.type == PM__FT_MSG;
+                pm__ring_consume(&worker[k].rx);
+            }
+        ck_assert_uint_eq(got[0], 1);
+        ck_assert_uint_eq(got[1], PM_DIRECT_LANE_AFTER + 1);
+        goto out;
+    }
+    if (row == LANE_PEER_GONE) {
+        /* Port 1 holds its record (sent first): it gets its offer, the
+         * lane revoked before it; port 2 hears nothing, and its ring takes
+         * the next frame as ever (nothing left reserved in it). */
+        ck_assert_int_eq(offers, 1);
+        ck_assert_uint_eq(h->lane_failed, 1);
+        const struct pm__ctl *ctl = hub_end[0].map;
+        int revoked = 0;
+        for (unsigned i = 0; i < PM__LANES_MAX; i++)
+            revoked += atomic_load(&ctl->lane_revoked[i]) != 0;
+        ck_assert_int_eq(revoked, 1);
+        memset(&f, 0, sizeof(f));
+        f.type = PM__FT_MSG;
+        f.dst = 2;
+        ck_assert_int_eq(pm__frame_send(&worker[0].tx, &f, "x", 1), 0);
+        pm__hub_port_service(h, 1);
+        pm__hub_publish(h);
+        unsigned got = 0;
+        while (pm__frame_recv(&worker[1].rx, PM__CHANNEL_MAX_FRAME, &f, &payload) == 1) {
+            got += f.type == PM__FT_MSG;
+            pm__ring_consume(&worker[1].rx);
+        }
+        ck_assert_uint_eq(got, PM_DIRECT_LANE_AFTER + 1);
+        goto out;
+    }
     ck_assert_int_eq(offers, lane);
-    if (row != LANE_STARTING && row != LANE_STOPPING && row != LANE_NOT_SPOKEN)
+    if (row != LANE_STARTING && row != LANE_STOPPING && row != LANE_NOT_SPOKEN &&
+        row != LANE_SENDER_NOT_SPOKEN)
         goto out;
     /* The condition passes: the next frame gets the lane. */
-    if (row == LANE_NOT_SPOKEN)
-        pm__hub_port_lanes_ok(h, 2, 1);
+    if (row == LANE_NOT_SPOKEN || row == LANE_SENDER_NOT_SPOKEN)
+        pm__hub_port_lanes_ok(h, row == LANE_NOT_SPOKEN ? 2 : 1, 1);
     else
         pm__hub_port_set_state(h, 2, PM__PORT_READY);
     memset(&f, 0, sizeof(f));
@@ -1442,6 +1527,40 @@ START_TEST(test_lone_lane_offer_conditions)
     ck_assert_msg(h->lanes_made == 1, "%s, then passing: %llu lanes made", lane_rows[row],
                   (unsigned long long)h->lanes_made);
 out:
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* Lanes turned on while memory runs out (pm__hub_lanes_enable): each
+ * allocation failing in turn is -ENOMEM with lanes still off (no lane
+ * between any pair); then on, and on again is 0. Turned off (twice: the
+ * second does nothing) and on again, the hub's book is a new one. */
+START_TEST(test_lone_lanes_enable_and_free)
+{
+    pm__hub *h = lone_hub(3);
+    ck_assert_int_eq(pm__hub_lane_between(h, 1, 1, 2, 1), 0); /* lanes off */
+    long failed = 0;
+    for (long k = 1; PM_FAILALLOC; k++) {
+        ck_assert_int_lt(k, 50);
+        pm_failalloc_arm(k);
+        int rc = pm__hub_lanes_enable(h);
+        int hit = pm_failalloc_disarm();
+        if (!hit) {
+            ck_assert_int_eq(rc, 0);
+            break;
+        }
+        ck_assert_int_eq(rc, -ENOMEM);
+        ck_assert_int_eq(pm__hub_lane_between(h, 1, 1, 2, 1), 0);
+        failed++;
+    }
+    ck_assert_int_ge(failed, PM_FAILALLOC ? 2 : 0);
+    ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
+    ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
+    pm__hub_lanes_free(h);
+    pm__hub_lanes_free(h);
+    ck_assert_int_eq(pm__hub_lane_between(h, 1, 1, 2, 1), 0);
+    ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
+    ck_assert_int_eq(pm__hub_lane_between(h, 1, 1, 2, 1), 0);
     pm__hub_delete(h);
 }
 END_TEST
@@ -3082,6 +3201,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_mesh_overlap, 30);
     PM_ADD_TEST(s, test_lone_mesh_arguments_and_memory, 30);
     PM_ADD_LOOP_TEST(s, test_lone_lane_offer_conditions, 0, LANE_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_lanes_enable_and_free, 30);
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);

@@ -197,7 +197,9 @@ fail:
 
 void pm__hub_lane_count(pm__hub *h, const pm__port *p, const pm__frame_hdr *f)
 {
-    if (h->book == NULL || f->dst_host != PM__HOST_LOCAL || f->dst >= h->nports || f->dst == p->index)
+    /* A frame to the sender itself counts for nothing: the book refuses
+     * a pair of one slot (pm__lanebook_count). */
+    if (h->book == NULL || f->dst_host != PM__HOST_LOCAL || f->dst >= h->nports)
         return;
     pm__port *d = &h->ports[f->dst];
     if (!pm__lanebook_count(h->book, p->index, p->incarnation, d->index, d->incarnation))
