@@ -1565,6 +1565,67 @@ START_TEST(test_lone_lanes_enable_and_free)
 }
 END_TEST
 
+/* Frames in a lone worker's down ring, of type `type`, all read. */
+static unsigned lone_drain_count(pm__hub *h, pm__channel *worker, int type)
+{
+    pm__hub_publish(h);
+    pm__frame_hdr f;
+    const void *payload;
+    unsigned n = 0;
+    while (pm__frame_recv(&worker->rx, PM__CHANNEL_MAX_FRAME, &f, &payload) == 1) {
+        n += f.type == type;
+        pm__ring_consume(&worker->rx);
+    }
+    pm__ring_release(&worker->rx);
+    return n;
+}
+
+/* A lane's end (either: the one that asked first, then the other) whose
+ * incarnation ends (pm__hub_lanes_end): the lane is revoked at the other
+ * end, in its control block and by a wake-up on its down ring (named,
+ * since its library takes named ones), counted once; the ended end hears
+ * nothing, and the pair has no lane any more. */
+START_TEST(test_lone_lane_revoked_at_other_end)
+{
+    const unsigned ended = _i == 0 ? 1 : 2, other = 3 - ended;
+    pm__hub *h = lone_hub(3);
+    ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 1, &hub_end[0], &worker[0]);
+    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    for (unsigned i = 1; i <= 2; i++) {
+        pm__hub_port_lanes_ok(h, i, 1);
+        pm__hub_port_lane_notes(h, i, 1);
+    }
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_MSG;
+    f.dst = 2;
+    for (unsigned i = 0; i < PM_DIRECT_LANE_AFTER; i++) {
+        ck_assert_int_eq(pm__frame_send(&worker[0].tx, &f, "x", 1), 0);
+        pm__hub_port_service(h, 1);
+    }
+    ck_assert_uint_eq(h->lanes_made, 1);
+    ck_assert(pm__hub_lane_between(h, 1, 1, 2, 1));
+    ck_assert_uint_eq(lone_drain_count(h, &worker[0], PM__FT_LANE), 1); /* the offers */
+    ck_assert_uint_eq(lone_drain_count(h, &worker[1], PM__FT_LANE), 1);
+
+    pm__hub_lanes_end(h, &h->ports[ended]);
+    ck_assert_uint_eq(h->lanes_revoked, 1);
+    ck_assert_uint_eq(lone_drain_count(h, &worker[other - 1], PM__FT_LANE), 1);
+    ck_assert_uint_eq(lone_drain_count(h, &worker[ended - 1], PM__FT_LANE), 0);
+    const struct pm__ctl *ctl[2] = {hub_end[0].map, hub_end[1].map};
+    int revoked[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+        for (unsigned i = 0; i < PM__LANES_MAX; i++)
+            revoked[k] += atomic_load(&ctl[k]->lane_revoked[i]) != 0;
+    ck_assert_int_eq(revoked[other - 1], 1);
+    ck_assert_int_eq(revoked[ended - 1], 0);
+    ck_assert(!pm__hub_lane_between(h, 1, 1, 2, 1));
+    pm__hub_delete(h);
+}
+END_TEST
+
 static int lone_faults, lone_fault_port, lone_fault_reason;
 
 static void lone_fault_count(void *owner, unsigned p, int reason)
@@ -3202,6 +3263,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_mesh_arguments_and_memory, 30);
     PM_ADD_LOOP_TEST(s, test_lone_lane_offer_conditions, 0, LANE_ROWS, 30);
     PM_ADD_TEST(s, test_lone_lanes_enable_and_free, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_lane_revoked_at_other_end, 0, 2, 30);
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
