@@ -545,7 +545,14 @@ def read_equivalent(path):
             parts = [x.strip() for x in line.split(" | ")]
             if len(parts) != 4 or not all(parts):
                 die("%s:%d: want FILE | OPERATOR | MUTATED LINE | WHY" % (path, n))
-            out[(parts[0], parts[1], parts[2])] = parts[3]
+            key = (parts[0], parts[1], parts[2])
+            if key in out:
+                # Two lines of a file that read the same after the mutation
+                # share one key: one reason must hold for both, not the
+                # last one written silently win.
+                die("%s:%d: a second reason for %s | %s | %s (write one that holds for "
+                    "every line it names)" % ((path, n) + key))
+            out[key] = parts[3]
     return out
 
 
