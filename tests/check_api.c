@@ -21,6 +21,7 @@
 #include "internals.h"
 #include "channel/proto.h"
 #include "supervise.h"
+#include "lonehub.h"
 
 #ifndef PM_RAW_WORKER
 #error "PM_RAW_WORKER must name the pm-raw-worker binary"
@@ -511,37 +512,6 @@ static int spin_ready(void *arg)
     return s->ready_at > 0 && s->calls >= s->ready_at;
 }
 
-static void lone_fault(void *owner, unsigned p, int reason)
-{
-    (void)owner;
-    ck_abort_msg("port %u faulted (%d)", p, reason);
-}
-
-static void lone_control(void *owner, unsigned p, int type, const void *payload, size_t len)
-{
-    (void)owner;
-    (void)payload;
-    (void)len;
-    ck_abort_msg("port %u: a control frame (%d)", p, type);
-}
-
-static void lone_drain(void *owner, unsigned p)
-{
-    (void)owner;
-    (void)p;
-}
-
-static const pm__hub_ops lone_ops = {lone_fault, lone_control, lone_drain, NULL};
-
-/* A hub of nports closed ports, no cluster around it. */
-static pm__hub *lone_hub(unsigned nports)
-{
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    pm__hub *h;
-    ck_assert_int_eq(pm__hub_new(&h, nports, &names, NULL, &lone_ops, NULL), 0);
-    return h;
-}
-
 /* A hub made while memory runs out: every allocation of pm__hub_new
  * fails in turn (k = 1, 2, ... until one makes fewer): each fails -ENOMEM
  * and hands out nothing, the first that meets no failure a hub. */
@@ -741,24 +711,6 @@ START_TEST(test_hub_spin_outcomes)
     pm__hub_delete(h);
 }
 END_TEST
-
-/* A port of a lone hub over a real channel (pm__channel_create, the
- * worker's end adopted in this process: the rings and doorbell a worker
- * has), index 1, ready. Its worker's end in *worker. */
-static void lone_port_at(pm__hub *h, unsigned index, pm__channel *hub_end, pm__channel *worker)
-{
-    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
-                             .max_message = PM_MAX_PAYLOAD};
-    ck_assert_int_eq(pm__channel_create(hub_end, index, 1, &cp), 0);
-    ck_assert_int_eq(pm__hub_port_open(h, index, hub_end, 1), 0);
-    pm__hub_port_set_state(h, index, PM__PORT_READY);
-    ck_assert_int_eq(pm__channel_adopt(worker, hub_end), 0);
-}
-
-static void lone_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
-{
-    lone_port_at(h, 1, hub_end, worker);
-}
 
 /* A frame from the worker's end of lone_port, to slot 0 (never read here). */
 static void lone_send(pm__channel *worker)
@@ -1706,6 +1658,732 @@ START_TEST(test_lone_broadcast_copies_wiped)
     ck_assert_int_eq(lone_all_calls, 1);
     ck_assert_str_eq(lone_all_data[0], "pong-secret-7f3");
     ck_assert_int_eq(lone_marker_freed, 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the hub's queues */
+
+/* d's worker reads everything and the hub moves d's queue into the room,
+ * until both are empty: the frames the worker read. */
+static unsigned lone_flush_all(pm__hub *h, unsigned d, pm__channel *worker)
+{
+    unsigned n = 0;
+    for (int round = 0; round < 100000 && h->ports[d].q_head != NULL; round++) {
+        n += lone_read_frames(h, worker);
+        pm__hub_port_service(h, d);
+    }
+    ck_assert_ptr_null(h->ports[d].q_head);
+    return n + lone_read_frames(h, worker);
+}
+
+/* The hold a charge is counted in (hub_queue.c charge_of), read back. */
+struct lone_hold {
+    uint32_t frames;
+    size_t bytes;
+    uint32_t fds;
+};
+
+static struct lone_hold lone_hold_of(const pm__hub *h, unsigned d, uint32_t charge)
+{
+    const pm__port *p = &h->ports[d];
+    if (charge == PM__CHARGE_ANSWER)
+        return (struct lone_hold){p->ans_frames, p->ans_bytes, p->ans_fds};
+    if (charge == PM__CHARGE_LANE)
+        return (struct lone_hold){p->note_frames, p->note_bytes, p->note_fds};
+    if (charge == PM__NODE_MAIN)
+        return (struct lone_hold){h->main_held_frames, h->main_held_bytes, h->main_held_fds};
+    p = &h->ports[charge];
+    return (struct lone_hold){p->held_frames, p->held_bytes, p->held_fds};
+}
+
+/*
+ * What a full destination's queue takes, charged to whom (hub_queue.c
+ * push_any, hub_core.h): a sender's frames, main's, and a port's answers
+ * each up to PM__HOLD_MAX_FRAMES frames, PM__HOLD_MAX_BYTES bytes and
+ * PM__HOLD_MAX_FDS large messages; lane notes up to PM__LANE_NOTES_MAX,
+ * whatever their bytes or the total; everything but lane notes up to
+ * PM__HUB_QUEUED_MAX_BYTES together. Past a bound a sender's or main's
+ * frame is refused -EAGAIN (it waits), an answer or a note -ENOBUFS (the
+ * caller drops and counts it); the refused large message's fd is still
+ * the caller's. One row per bound and charge, every other bound far off.
+ * What was queued is counted where it is charged, and once the worker
+ * reads, all of it arrives in order, the large messages' records on its
+ * socket, and every count is back to 0, no fd left open.
+ */
+#define QB_FRAMES 0
+#define QB_BYTES 1
+#define QB_FDS 2
+#define QB_TOTAL 3
+static const struct lone_bound_row {
+    const char *what;
+    int bound;
+    uint32_t charge;
+    int fd0; /* 1: the first large message at fd 0; 2: the refused one */
+    unsigned accepted;
+    int full;
+} lone_bound_rows[] = {
+    {"a port's frames", QB_FRAMES, 0, 0, PM__HOLD_MAX_FRAMES, -EAGAIN},
+    {"main's frames", QB_FRAMES, PM__NODE_MAIN, 0, PM__HOLD_MAX_FRAMES, -EAGAIN},
+    {"answers", QB_FRAMES, PM__CHARGE_ANSWER, 0, PM__HOLD_MAX_FRAMES, -ENOBUFS},
+    {"lane notes", QB_FRAMES, PM__CHARGE_LANE, 0, PM__LANE_NOTES_MAX, -ENOBUFS},
+    {"a port's bytes", QB_BYTES, 0, 0, 64, -EAGAIN},
+    {"main's bytes", QB_BYTES, PM__NODE_MAIN, 0, 64, -EAGAIN},
+    {"answers' bytes", QB_BYTES, PM__CHARGE_ANSWER, 0, 64, -ENOBUFS},
+    {"lane notes' bytes (none)", QB_BYTES, PM__CHARGE_LANE, 0, PM__LANE_NOTES_MAX, -ENOBUFS},
+    {"a port's large messages", QB_FDS, 0, 0, PM__HOLD_MAX_FDS, -EAGAIN},
+    {"main's large messages", QB_FDS, PM__NODE_MAIN, 0, PM__HOLD_MAX_FDS, -EAGAIN},
+    {"answers' large messages", QB_FDS, PM__CHARGE_ANSWER, 0, PM__HOLD_MAX_FDS, -ENOBUFS},
+    {"the first large message at fd 0", QB_FDS, 0, 1, PM__HOLD_MAX_FDS, -EAGAIN},
+    {"the refused large message at fd 0", QB_FDS, 0, 2, PM__HOLD_MAX_FDS, -EAGAIN},
+    {"the total, a port's", QB_TOTAL, 0, 0, 1, -EAGAIN},
+    {"the total, answers", QB_TOTAL, PM__CHARGE_ANSWER, 0, 1, -ENOBUFS},
+    {"the total, lane notes (none)", QB_TOTAL, PM__CHARGE_LANE, 0, PM__LANE_NOTES_MAX, -ENOBUFS},
+};
+
+START_TEST(test_lone_queue_bounds)
+{
+    const struct lone_bound_row *row = &lone_bound_rows[_i];
+    /* 64 frames of 64 KiB make PM__HOLD_MAX_BYTES exactly. */
+    ck_assert_uint_eq(PM__HOLD_MAX_BYTES % 65536, 0);
+    const size_t total = row->bound == QB_BYTES  ? PM__HOLD_MAX_BYTES / 64
+                         : row->bound == QB_FDS ? PM__FRAME_HDR_SIZE + PM__ANNOUNCE_SIZE
+                                                : PM__FRAME_HDR_SIZE;
+    static unsigned char payload[65536];
+    memset(payload, 'p', sizeof(payload));
+    pm__hub *h = lone_hub(3);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__port *d = &h->ports[1];
+    int fds0 = fds_open();
+    int stdin_copy = dup(0);
+    ck_assert_int_ge(stdin_copy, 0);
+    unsigned fillers = lone_ring_full(h, 1);
+    size_t extra = 0; /* the total's row: what other queues would hold */
+    if (row->bound == QB_TOTAL)
+        extra = PM__HUB_QUEUED_MAX_BYTES - (row->charge == PM__CHARGE_LANE ? 0 : total);
+    h->queued_bytes += extra;
+    d->drain_reported = 1;
+    pm__frame_hdr f = lone_msg_to(1);
+    unsigned n = 0;
+    int rc, fd = -1;
+    for (;; n++) {
+        ck_assert_uint_le(n, PM__HOLD_MAX_FRAMES + 1);
+        f.request_id = n + 1;
+        if (row->bound == QB_FDS) {
+            fd = lone_big_fd((row->fd0 == 1 && n == 0) || (row->fd0 == 2 && n == PM__HOLD_MAX_FDS) ? 0 : -1);
+            rc = pm__hub_push_fd(h, d, &f, fd, LONE_BIG_LEN, row->charge);
+        } else {
+            rc = pm__hub_push(h, d, &f, payload, total - PM__FRAME_HDR_SIZE, row->charge);
+        }
+        if (rc != 0)
+            break;
+        fd = -1;
+        ck_assert_uint_ne(d->stall_since_ms, 0); /* the drain timeout runs */
+        ck_assert_int_eq(d->drain_reported, 0);
+    }
+    ck_assert_msg(n == row->accepted && rc == row->full, "%s: %u queued, then %d", row->what, n, rc);
+    if (fd >= 0) {
+        ck_assert_int_ge(fcntl(fd, F_GETFD), 0); /* still the caller's, open */
+        close(fd);
+    }
+    if (row->bound == QB_TOTAL && row->charge != PM__CHARGE_LANE)
+        ck_assert_int_eq(h->queued_full, 1);
+    struct lone_hold held = lone_hold_of(h, 1, row->charge);
+    ck_assert_uint_eq(held.frames, n);
+    ck_assert_uint_eq(held.bytes, n * total);
+    ck_assert_uint_eq(held.fds, row->bound == QB_FDS ? n : 0);
+    ck_assert_uint_eq(d->big_owed, row->bound == QB_FDS ? n : 0);
+    ck_assert_uint_eq(d->q_frames, n);
+    ck_assert_uint_eq(d->q_bytes, n * total);
+    ck_assert_uint_eq(h->queued_bytes - extra, n * total);
+    ck_assert_uint_eq(h->frames_queued, n);
+    h->queued_bytes -= extra;
+
+    /* The worker reads: every frame arrives, the queued ones in order. */
+    pm__hub_publish(h);
+    unsigned got = 0, msgs = 0;
+    uint32_t seq = 0;
+    for (int round = 0; round < 100000 && got < fillers + n; round++) {
+        pm__frame_hdr r;
+        const void *data;
+        while (pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &r, &data) == 1) {
+            if (got++ >= fillers) {
+                ck_assert_uint_eq(r.request_id, ++msgs);
+                ck_assert_uint_eq(r.len, total - PM__FRAME_HDR_SIZE);
+                if (row->bound == QB_FDS) {
+                    pm__announce a;
+                    ck_assert_int_eq(pm__announce_decode(data, r.len, &a), 0);
+                    ck_assert_uint_eq(r.flags, PM__FF_MEMFD);
+                    ck_assert_uint_eq(a.len, LONE_BIG_LEN);
+                    seq = pm__bigmsg_next(seq);
+                    ck_assert_uint_eq(a.seq, seq);
+                    int big = -1;
+                    ck_assert_int_eq(pm__bigmsg_recv(worker.sock, seq, &big), 0);
+                    close(big);
+                } else {
+                    ck_assert_uint_eq(r.flags, 0);
+                }
+            }
+            pm__ring_consume(&worker.rx);
+        }
+        pm__ring_release(&worker.rx);
+        pm__hub_port_service(h, 1);
+        pm__hub_publish(h);
+    }
+    ck_assert_uint_eq(got, fillers + n);
+    ck_assert_ptr_null(d->q_head);
+    held = lone_hold_of(h, 1, row->charge);
+    ck_assert_uint_eq(held.frames, 0);
+    ck_assert_uint_eq(held.bytes, 0);
+    ck_assert_uint_eq(held.fds, 0);
+    ck_assert_uint_eq(d->q_frames, 0);
+    ck_assert_uint_eq(d->q_bytes, 0);
+    ck_assert_uint_eq(h->queued_bytes, 0);
+    ck_assert_uint_eq(d->stall_since_ms, 0); /* an empty queue stops the drain timeout */
+    ck_assert_int_eq(dup2(stdin_copy, 0), 0);
+    close(stdin_copy);
+    ck_assert_int_eq(fds_open(), fds0);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* Frames for lone port 0, charged to `charge`, pushed into its queue
+ * (its ring full): n of them with `payload` bytes each, or large messages
+ * if fds. */
+static void lone_queue_for(pm__hub *h, uint32_t charge, unsigned n, size_t payload, int fds)
+{
+    static unsigned char data[65536];
+    pm__frame_hdr f = lone_msg_to(0);
+    for (unsigned k = 0; k < n; k++) {
+        int rc;
+        if (fds) {
+            int fd = lone_big_fd(-1);
+            rc = pm__hub_push_fd(h, &h->ports[0], &f, fd, LONE_BIG_LEN, charge);
+        } else {
+            rc = pm__hub_push(h, &h->ports[0], &f, data, payload, charge);
+        }
+        ck_assert_int_eq(rc, 0);
+    }
+    ck_assert_ptr_nonnull(h->ports[0].q_head);
+}
+
+/* A sender marked held by a full destination (as hub_route.c does when
+ * its hold or the total is at its bound), not yet read again. */
+static void lone_hold_back(pm__port *t, int on)
+{
+    t->blocked_on = on;
+    t->left = 0;
+    t->busy = 0;
+}
+
+/*
+ * A sender held back by its bound is read again once its hold is half
+ * free (hub_queue.c pm__hub_dequeue: hysteresis, so that it does not flap
+ * on every frame): frames, bytes and large messages each at most half
+ * their bound, and not one frame earlier; once read again, the frames of
+ * it that leave later do not mark it again. One row per measure, the
+ * others far from theirs. The full destination is port 0, which a held
+ * sender's blocked_on of 0 names; the frames leave it dropped
+ * (pm__hub_dequeue), one at a time.
+ */
+static const struct lone_half_row {
+    const char *what;
+    unsigned queued;
+    size_t payload;
+    int fds;
+    unsigned freed_at; /* the frame whose leaving frees the sender */
+} lone_half_rows[] = {
+    {"frames", 600, 0, 0, 600 - PM__HOLD_MAX_FRAMES / 2},
+    {"bytes", 64, 65536 - PM__FRAME_HDR_SIZE, 0, 32},
+    {"large messages", PM__HOLD_MAX_FDS, 0, 1, PM__HOLD_MAX_FDS / 2},
+};
+
+START_TEST(test_lone_hold_half_free)
+{
+    const struct lone_half_row *row = &lone_half_rows[_i];
+    pm__hub *h = lone_hub(3);
+    pm__channel hub_end, worker;
+    lone_port_at(h, 0, &hub_end, &worker);
+    (void)lone_ring_full(h, 0);
+    lone_queue_for(h, 1, row->queued, row->payload, row->fds);
+    pm__port *d = &h->ports[0], *t = &h->ports[1];
+    lone_hold_back(t, 0);
+    for (unsigned k = 1; k <= row->queued; k++) {
+        pm__hub_dequeue(h, d, d->q_head);
+        if (k < row->freed_at) {
+            ck_assert_msg(t->blocked_on == 0 && !t->busy, "%s: read again after %u of %u", row->what,
+                          k, row->queued);
+        } else if (k == row->freed_at) {
+            ck_assert_msg(t->blocked_on == -1 && t->busy, "%s: still held after %u (%u frames held)",
+                          row->what, k, t->held_frames);
+            t->busy = 0;
+        } else {
+            ck_assert_msg(!t->busy, "%s: marked again at %u", row->what, k);
+        }
+    }
+    ck_assert_uint_eq(t->held_frames, 0);
+    ck_assert_uint_eq(t->held_bytes, 0);
+    ck_assert_uint_eq(t->held_fds, 0);
+    ck_assert_ptr_null(d->q_head);
+    ck_assert_ptr_null(d->q_tail);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * Senders that waited for the total (PM__HUB_QUEUED_MAX_BYTES, every
+ * queue together) are read again once the total is half free, not one
+ * byte earlier, and then only those whose own hold is under every bound:
+ * one at its frames', one at its bytes', one at its large messages'
+ * bound stay held (hub_queue.c pm__hub_dequeue); a sender not held is not
+ * marked, and once the total was half free the next frame to leave reads
+ * nobody again. What the other queues of a hub would hold is added to
+ * the total by hand.
+ */
+START_TEST(test_lone_total_half_free)
+{
+    pm__hub *h = lone_hub(6);
+    pm__channel hub_end, worker;
+    lone_port_at(h, 0, &hub_end, &worker);
+    (void)lone_ring_full(h, 0);
+    pm__port *d = &h->ports[0];
+    lone_queue_for(h, 5, 3, 0, 0); /* a sender not held: these frames leave */
+    lone_queue_for(h, 2, PM__HOLD_MAX_FRAMES, 0, 0);
+    lone_queue_for(h, 3, 64, 65536 - PM__FRAME_HDR_SIZE, 0);
+    lone_queue_for(h, 4, PM__HOLD_MAX_FDS, 0, 1);
+    ck_assert_uint_eq(h->ports[3].held_bytes, PM__HOLD_MAX_BYTES);
+    for (unsigned i = 1; i <= 4; i++)
+        lone_hold_back(&h->ports[i], 0); /* port 1 holds nothing: it waits for the total */
+    lone_hold_back(&h->ports[5], -1);
+    /* Two frames of port 5 bring the total to half exactly. */
+    const size_t extra = PM__HUB_QUEUED_MAX_BYTES / 2 - (h->queued_bytes - 2 * PM__FRAME_HDR_SIZE);
+    h->queued_bytes += extra;
+    h->queued_full = 1;
+    pm__hub_dequeue(h, d, d->q_head);
+    ck_assert_uint_eq(h->queued_bytes, PM__HUB_QUEUED_MAX_BYTES / 2 + PM__FRAME_HDR_SIZE);
+    ck_assert_int_eq(h->queued_full, 1);
+    for (unsigned i = 1; i <= 5; i++)
+        ck_assert_msg(!h->ports[i].busy, "port %u read again one frame early", i);
+    pm__hub_dequeue(h, d, d->q_head);
+    ck_assert_int_eq(h->queued_full, 0);
+    ck_assert_msg(h->ports[1].blocked_on == -1 && h->ports[1].busy, "port 1 still held");
+    for (unsigned i = 2; i <= 4; i++)
+        ck_assert_msg(h->ports[i].blocked_on == 0 && !h->ports[i].busy,
+                      "port %u read again at its own bound", i);
+    ck_assert_msg(!h->ports[5].busy, "port 5, not held, marked");
+    lone_hold_back(&h->ports[1], 0);
+    pm__hub_dequeue(h, d, d->q_head);
+    ck_assert_msg(h->ports[1].blocked_on == 0 && !h->ports[1].busy, "read again, the total not full");
+    h->queued_bytes -= extra;
+    pm__hub_delete(h);
+}
+END_TEST
+
+
+/*
+ * An undeliverable notice (hub_queue.c pm__hub_notice_at) goes where its
+ * `to` says, with every field it names: to a ready port's current
+ * incarnation, into its ring (counted in its undeliverable); to main,
+ * through main's delivery; to a requester on another host, back over the
+ * link, but only about a worker of this host (a remote worker's frame is
+ * that host's to answer). To a port's older incarnation or a closed port
+ * it is dropped and counted (notices_dropped); to no port of this hub
+ * (an index past the last) nothing at all. A port whose answers are at
+ * their bound: dropped and counted, no fault; whose ring is corrupt: the
+ * port is faulted (PM_REASON_CORRUPT_RING), the notice dropped and
+ * counted.
+ */
+enum { NOTE_PORT, NOTE_OLD_INC, NOTE_CLOSED, NOTE_PAST_LAST, NOTE_MAIN, NOTE_LINK, NOTE_LINK_REMOTE,
+       NOTE_ANSWERS_FULL, NOTE_CORRUPT, NOTE_ROWS };
+
+START_TEST(test_lone_notice_at)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub *h;
+    ck_assert_int_eq(pm__hub_new(&h, 3, &names, NULL, &lone_fault_ops, NULL), 0);
+    h->up = &lone_up;
+    lone_up_main = lone_up_link = 0;
+    lone_faults = 0;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker); /* port 1, incarnation 1 */
+    pm__port *p = &h->ports[1];
+    uint32_t to = 1;
+    uint64_t to_inc = 1;
+    uint16_t about_host = 3;
+    int dropped = 0, in_ring = 0;
+    switch (_i) {
+    case NOTE_PORT:
+        in_ring = 1;
+        break;
+    case NOTE_OLD_INC:
+        to_inc = 2;
+        dropped = 1;
+        break;
+    case NOTE_CLOSED:
+        to = 2;
+        dropped = 1;
+        break;
+    case NOTE_PAST_LAST:
+        to = 3;
+        break;
+    case NOTE_MAIN:
+        to = PM__NODE_MAIN;
+        break;
+    case NOTE_LINK:
+        about_host = PM__HOST_LOCAL;
+        /* fall through */
+    case NOTE_LINK_REMOTE:
+        to = PM__REMOTE_NODE(4, 2);
+        break;
+    case NOTE_ANSWERS_FULL:
+        (void)lone_ring_full(h, 1);
+        for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
+            pm__hub_notice_at(h, 1, 1, 3, 5, 7, 9, -EHOSTDOWN);
+        ck_assert_uint_eq(p->ans_frames, PM__HOLD_MAX_FRAMES);
+        ck_assert_uint_eq(h->notices_dropped, 0);
+        p->undeliverable = 0;
+        dropped = 1;
+        break;
+    case NOTE_CORRUPT:
+        (void)lone_ring_full(h, 1);
+        atomic_store(&worker.rx.sh->tail, 3); /* no index a frame can start at */
+        dropped = 1;
+        break;
+    }
+    pm__hub_notice_at(h, to, to_inc, about_host, 5, 7, 9, -EHOSTDOWN);
+    ck_assert_uint_eq(h->notices_dropped, (uint64_t)dropped);
+    ck_assert_int_eq(lone_faults, _i == NOTE_CORRUPT);
+    if (_i == NOTE_CORRUPT)
+        ck_assert_int_eq(lone_fault_reason, PM_REASON_CORRUPT_RING);
+    ck_assert_uint_eq(p->undeliverable, in_ring || _i >= NOTE_ANSWERS_FULL);
+    ck_assert_int_eq(lone_up_main, _i == NOTE_MAIN);
+    ck_assert_int_eq(lone_up_link, _i == NOTE_LINK);
+    if (_i == NOTE_LINK) {
+        uint64_t want[6] = {to, 1, 5, 7, 9, (uint64_t)(int64_t)-EHOSTDOWN};
+        ck_assert_mem_eq(lone_up_args, want, sizeof(want));
+    }
+    pm__frame_hdr n = lone_up_hdr;
+    if (in_ring) {
+        pm__hub_publish(h);
+        const void *payload;
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &n, &payload), 1);
+        pm__ring_consume(&worker.rx);
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &n, &payload), 0);
+    }
+    if (in_ring || _i == NOTE_MAIN) {
+        ck_assert_uint_eq(n.type, PM__FT_UNDELIVERABLE);
+        ck_assert_uint_eq(n.src_host, 3);
+        ck_assert_uint_eq(n.src, 5);
+        ck_assert_uint_eq(n.src_inc, 7);
+        ck_assert_uint_eq(n.dst, to);
+        ck_assert_uint_eq(n.dst_inc, 1);
+        ck_assert_uint_eq(n.request_id, 9);
+        ck_assert_int_eq(n.error, -EHOSTDOWN);
+        ck_assert_uint_eq(n.len, 0);
+    } else if (_i != NOTE_ANSWERS_FULL) {
+        pm__hub_publish(h);
+        const void *payload;
+        if (_i != NOTE_CORRUPT)
+            ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &n, &payload), 0);
+    }
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * pm__hub_not_for (hub_queue.c), the scan that decides whether a sender
+ * may wait for a full destination d with its frames left in its ring: 0
+ * (may wait) only for a message or a request to d on this host without a
+ * large message; 1 for anything else, a record too short for a header
+ * or one whose header does not decode included. One row per condition,
+ * the others as for a frame that may wait.
+ */
+static const struct lone_scan_row {
+    const char *what;
+    int type;
+    unsigned flags;
+    uint16_t dst_host;
+    uint32_t dst;
+    size_t payload; /* bytes after the header */
+    size_t record;  /* the record's length if not header + payload */
+    int not_for;
+} lone_scan_rows[] = {
+    {"a message to d", PM__FT_MSG, 0, PM__HOST_LOCAL, 2, 0, 0, 0},
+    {"a message to d with a payload", PM__FT_MSG, 0, PM__HOST_LOCAL, 2, 3, 0, 0},
+    {"a request to d", PM__FT_REQUEST, 0, PM__HOST_LOCAL, 2, 0, 0, 0},
+    {"a reply to d", PM__FT_REPLY, 0, PM__HOST_LOCAL, 2, 0, 0, 1},
+    {"a large message to d", PM__FT_MSG, PM__FF_MEMFD, PM__HOST_LOCAL, 2, PM__ANNOUNCE_SIZE, 0, 1},
+    {"a message to d's index on another host", PM__FT_MSG, 0, 2, 2, 0, 0, 1},
+    {"a message to another port", PM__FT_MSG, 0, PM__HOST_LOCAL, 1, 0, 0, 1},
+    {"a record shorter than a header", PM__FT_MSG, 0, PM__HOST_LOCAL, 2, 0, PM__FRAME_HDR_SIZE - 1, 1},
+    {"a header that does not decode", PM__FT_MSG, 0, PM__HOST_LOCAL, 2, 5, PM__FRAME_HDR_SIZE, 1},
+};
+
+START_TEST(test_lone_scan_not_for)
+{
+    const struct lone_scan_row *row = &lone_scan_rows[_i];
+    pm__hub *h = lone_hub(3);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.version = PM__FRAME_VERSION;
+    f.type = (uint8_t)row->type;
+    f.flags = (uint16_t)row->flags;
+    f.dst_host = row->dst_host;
+    f.dst = row->dst;
+    f.len = (uint32_t)row->payload;
+    unsigned char raw[PM__FRAME_HDR_SIZE + 64];
+    memset(raw, 0, sizeof(raw));
+    pm__frame_encode(&f, raw);
+    size_t len = row->record != 0 ? row->record : PM__FRAME_HDR_SIZE + row->payload;
+    ck_assert_msg(pm__hub_not_for(raw, len, &h->ports[2]) == row->not_for, "%s", row->what);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * A sender whose destination d has a full ring and nothing queued waits
+ * with its frame left in its own ring, no copy, when every frame it has
+ * published behind is for d too (hub_queue.c leave_in_ring): a place
+ * holder in d's queue, d's drain timeout running; once d's worker has
+ * made room for that frame, the place holder leaves and the sender is
+ * read again, and its frames go ring to ring, none ever copied into a
+ * queue. A frame behind for anyone else: the frames for d are queued as
+ * usual (copies) and the sender is read on. The place holder reads its
+ * sender again only if the sender still waits for d with its frame left:
+ * not once it waits for another destination, nor when it is held on d by
+ * its own bound.
+ */
+enum { LEFT_ALL_FOR_D, LEFT_ONE_FOR_OTHER, LEFT_THEN_OTHER_DEST, LEFT_THEN_BOUND, LEFT_ROWS };
+
+static void lone_send_to(pm__channel *worker, uint32_t dst, uint64_t id)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_MSG;
+    f.dst = dst;
+    f.request_id = id;
+    ck_assert_int_eq(pm__frame_send(&worker->tx, &f, "m", 1), 0);
+}
+
+START_TEST(test_lone_left_in_ring)
+{
+    pm__hub *h = lone_hub(4);
+    pm__channel hub_end[3], worker[3];
+    for (unsigned i = 1; i <= 3; i++)
+        lone_port_at(h, i, &hub_end[i - 1], &worker[i - 1]);
+    pm__port *s = &h->ports[1], *d = &h->ports[2], *e = &h->ports[3];
+    unsigned fillers = lone_ring_full(h, 2);
+    (void)lone_ring_full(h, 3);
+    lone_send_to(&worker[0], 2, 1);
+    lone_send_to(&worker[0], 2, 2);
+    lone_send_to(&worker[0], _i == LEFT_ONE_FOR_OTHER ? 0 : 2, 3);
+    d->drain_reported = 1; /* from an earlier stall */
+    pm__hub_port_service(h, 1);
+    if (_i == LEFT_ONE_FOR_OTHER) {
+        /* Both frames for d copied into its queue; the third, for a
+         * closed port, answered undeliverable. */
+        ck_assert_uint_eq(h->left_waits, 0);
+        ck_assert_uint_eq(h->frames_queued, 2);
+        ck_assert_uint_eq(d->q_frames, 2);
+        ck_assert_int_eq(s->blocked_on, -1);
+        ck_assert_int_eq(s->left, 0);
+        ck_assert_uint_eq(lone_flush_all(h, 2, &worker[1]), fillers + 2);
+        pm__hub_delete(h);
+        return;
+    }
+    ck_assert_uint_eq(h->left_waits, 1);
+    ck_assert_uint_eq(h->frames_queued, 0);
+    ck_assert_int_eq(s->blocked_on, 2);
+    ck_assert_int_eq(s->left, 1);
+    ck_assert_ptr_nonnull(d->q_head);
+    ck_assert_int_eq(d->q_head->waiter, 1);
+    ck_assert_uint_eq(d->q_head->need, PM__FRAME_HDR_SIZE + 1);
+    ck_assert_uint_eq(d->q_frames, 0);
+    ck_assert_uint_eq(d->q_bytes, 0);
+    ck_assert_uint_ne(d->stall_since_ms, 0); /* the drain timeout starts afresh */
+    ck_assert_int_eq(d->drain_reported, 0);
+    ck_assert_int_eq(d->in_timed, 1);
+    ck_assert_int_eq(d->busy, 0); /* no room: it is read again when its worker frees some */
+    if (_i == LEFT_THEN_OTHER_DEST) {
+        /* A frame for e behind: s is read on, its frames for d are copied
+         * behind the place holder, and it waits for e, left in its ring. */
+        lone_send_to(&worker[0], 3, 4);
+        pm__hub_port_service(h, 1);
+        ck_assert_uint_eq(h->frames_queued, 3);
+        ck_assert_int_eq(s->blocked_on, 3);
+        ck_assert_int_eq(s->left, 1);
+        ck_assert_int_eq(e->q_head->waiter, 1);
+        s->busy = 0;
+        pm__hub_dequeue(h, d, d->q_head); /* d's place holder leaves */
+        ck_assert_int_eq(s->blocked_on, 3);
+        ck_assert_int_eq(s->busy, 0);
+        pm__hub_delete(h);
+        return;
+    }
+    if (_i == LEFT_THEN_BOUND) {
+        s->left = 0; /* as hub_route.c marks a sender held by its bound */
+        s->busy = 0;
+        pm__hub_dequeue(h, d, d->q_head);
+        ck_assert_int_eq(s->blocked_on, 2);
+        ck_assert_int_eq(s->busy, 0);
+        pm__hub_delete(h);
+        return;
+    }
+    /* d's worker reads: the place holder leaves, s is read again. */
+    ck_assert_uint_eq(lone_read_frames(h, &worker[1]), fillers);
+    pm__hub_port_service(h, 2);
+    ck_assert_ptr_null(d->q_head);
+    ck_assert_int_eq(s->blocked_on, -1);
+    ck_assert_int_eq(s->left, 0);
+    ck_assert_int_eq(s->busy, 1);
+    pm__hub_port_service(h, 1);
+    ck_assert_uint_eq(lone_read_frames(h, &worker[1]), 3);
+    ck_assert_uint_eq(h->frames_queued, 0);
+    ck_assert_uint_eq(h->left_waits, 1);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * The drain timeout of a queue (hub_queue.c pm__hub_flush): a flush that
+ * moves a frame but leaves others restarts it (progress), one that moves
+ * nothing leaves it running, and an emptied queue stops it; each start
+ * forgets that the destination was reported not draining.
+ */
+START_TEST(test_lone_flush_progress)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__port *d = &h->ports[1];
+    unsigned fillers = lone_ring_full(h, 1);
+    static unsigned char data[65536 - PM__FRAME_HDR_SIZE];
+    pm__frame_hdr f = lone_msg_to(1);
+    for (unsigned k = 0; k < 20; k++) /* 1.25 MiB: more than the ring */
+        ck_assert_int_eq(pm__hub_push(h, d, &f, data, sizeof(data), 0), 0);
+    d->stall_since_ms = 1;
+    d->drain_reported = 1;
+    ck_assert_uint_eq(lone_read_frames(h, &worker), fillers);
+    pm__hub_port_service(h, 1);
+    ck_assert_uint_gt(d->q_frames, 0);
+    ck_assert_uint_lt(d->q_frames, 20);
+    ck_assert_uint_gt(d->stall_since_ms, 1);
+    ck_assert_int_eq(d->drain_reported, 0);
+    d->stall_since_ms = 1;
+    d->drain_reported = 1;
+    unsigned queued = d->q_frames;
+    pm__hub_port_service(h, 1); /* nothing read meanwhile: nothing moves */
+    ck_assert_uint_eq(d->q_frames, queued);
+    ck_assert_uint_eq(d->stall_since_ms, 1);
+    ck_assert_int_eq(d->drain_reported, 1);
+    ck_assert_uint_eq(lone_flush_all(h, 1, &worker), 20);
+    ck_assert_uint_eq(d->stall_since_ms, 0);
+    ck_assert_int_eq(d->drain_reported, 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * A destination that does not take the records of its large messages
+ * (its socket full) gets the next one queued, charged like any frame,
+ * not lost; the flush then waits for the socket (sock_full: the owner
+ * services the port when it is writable) instead of retrying every turn,
+ * the frame still queued. Once the worker takes its records, the frame
+ * leaves, and every announcement arrives in order with its record. What
+ * a destination may still refuse (big_owed) stops at PM__BIG_OWED_MAX.
+ */
+START_TEST(test_lone_big_socket_full)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__port *d = &h->ports[1];
+    int fds0 = fds_open();
+    d->big_owed = PM__BIG_OWED_MAX - 2;
+    pm__frame_hdr f = lone_msg_to(1);
+    unsigned sent = 0;
+    while (d->q_head == NULL) {
+        ck_assert_uint_lt(sent, 100000);
+        f.request_id = ++sent;
+        ck_assert_int_eq(pm__hub_push_fd(h, d, &f, lone_big_fd(-1), LONE_BIG_LEN, 0), 0);
+    }
+    ck_assert_uint_gt(sent, 2);
+    ck_assert_uint_eq(d->big_owed, PM__BIG_OWED_MAX);
+    ck_assert_uint_eq(h->ports[0].held_fds, 1);
+    ck_assert_uint_eq(d->q_frames, 1);
+    pm__hub_port_service(h, 1); /* the socket still full */
+    ck_assert_int_eq(d->sock_full, 1);
+    ck_assert_uint_eq(d->q_frames, 1);
+    pm__hub_publish(h);
+    unsigned got = 0;
+    for (int round = 0; round < 100000 && got < sent; round++) {
+        pm__frame_hdr r;
+        const void *data;
+        while (pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &r, &data) == 1) {
+            pm__announce a;
+            ck_assert_int_eq(pm__announce_decode(data, r.len, &a), 0);
+            ck_assert_uint_eq(r.request_id, ++got);
+            ck_assert_uint_eq(a.seq, got);
+            int big = -1;
+            ck_assert_int_eq(pm__bigmsg_recv(worker.sock, a.seq, &big), 0);
+            close(big);
+            pm__ring_consume(&worker.rx);
+        }
+        pm__ring_release(&worker.rx);
+        pm__hub_port_service(h, 1);
+        pm__hub_publish(h);
+    }
+    ck_assert_uint_eq(got, sent);
+    ck_assert_ptr_null(d->q_head);
+    ck_assert_int_eq(d->sock_full, 0);
+    ck_assert_uint_eq(h->ports[0].held_fds, 0);
+    ck_assert_int_eq(fds_open(), fds0);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * A destination whose worker shut its socket down refuses a large
+ * message: pushed into its ring, the push fails -EBADMSG (the caller
+ * faults the port), nothing is left in its ring or queue and the fd is
+ * still the caller's; one already queued for it faults the port
+ * (PM_REASON_CORRUPT_RING, once) when the flush finds out.
+ */
+START_TEST(test_lone_big_refused_by_worker)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub *h;
+    ck_assert_int_eq(pm__hub_new(&h, 2, &names, NULL, &lone_fault_ops, NULL), 0);
+    lone_faults = 0;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__port *d = &h->ports[1];
+    pm__frame_hdr f = lone_msg_to(1);
+    unsigned fillers = 0;
+    if (_i == 1) {
+        fillers = lone_ring_full(h, 1);
+        ck_assert_int_eq(pm__hub_push_fd(h, d, &f, lone_big_fd(-1), LONE_BIG_LEN, 0), 0);
+        ck_assert_uint_eq(d->q_frames, 1);
+    }
+    ck_assert_int_eq(shutdown(worker.sock, SHUT_RDWR), 0);
+    if (_i == 0) {
+        int fd = lone_big_fd(-1);
+        ck_assert_int_eq(pm__hub_push_fd(h, d, &f, fd, LONE_BIG_LEN, 0), -EBADMSG);
+        ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
+        close(fd);
+        ck_assert_ptr_null(d->q_head);
+        ck_assert_uint_eq(d->big_owed, 0);
+        ck_assert_uint_eq(lone_read_frames(h, &worker), 0);
+        ck_assert_int_eq(lone_faults, 0);
+    } else {
+        ck_assert_uint_eq(lone_read_frames(h, &worker), fillers);
+        pm__hub_port_service(h, 1);
+        ck_assert_int_eq(lone_faults, 1);
+        ck_assert_int_eq(lone_fault_reason, PM_REASON_CORRUPT_RING);
+        ck_assert_uint_eq(lone_read_frames(h, &worker), 0);
+    }
+    ck_assert_uint_eq(h->fd_refused, 0);
     pm__hub_delete(h);
 }
 END_TEST
@@ -3265,6 +3943,15 @@ int main(void)
     PM_ADD_TEST(s, test_lone_lanes_enable_and_free, 30);
     PM_ADD_LOOP_TEST(s, test_lone_lane_revoked_at_other_end, 0, 2, 30);
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_queue_bounds, 0, (int)ARRAY_LEN(lone_bound_rows), 60);
+    PM_ADD_LOOP_TEST(s, test_lone_hold_half_free, 0, (int)ARRAY_LEN(lone_half_rows), 30);
+    PM_ADD_TEST(s, test_lone_total_half_free, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_notice_at, 0, NOTE_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_scan_not_for, 0, (int)ARRAY_LEN(lone_scan_rows), 10);
+    PM_ADD_LOOP_TEST(s, test_lone_left_in_ring, 0, LEFT_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_flush_progress, 30);
+    PM_ADD_TEST(s, test_lone_big_socket_full, 60);
+    PM_ADD_LOOP_TEST(s, test_lone_big_refused_by_worker, 0, 2, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
     PM_ADD_TEST(s, test_reply_after_stop, 60);

@@ -1620,6 +1620,191 @@ START_TEST(test_refused_forward)
 }
 END_TEST
 
+/* test_lone_refused_queued: the notices the hub sent back over a link. */
+static int refused_link_calls;
+static uint64_t refused_link_args[6];
+
+static void refused_main(pm__hub *h, const pm__frame_hdr *f, const void *payload)
+{
+    (void)h, (void)f, (void)payload;
+    ck_abort_msg("a notice for main");
+}
+
+static void refused_link(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about, uint64_t about_inc,
+                         uint64_t request_id, int err)
+{
+    (void)h;
+    refused_link_calls++;
+    uint64_t a[6] = {to, to_inc, about, about_inc, request_id, (uint64_t)(int64_t)err};
+    memcpy(refused_link_args, a, sizeof(a));
+}
+
+static const pm__hub_up refused_up = {refused_main, refused_link};
+
+/* The next frame in a lone worker's down ring, which must be an
+ * undeliverable notice for request `id` about (host, port, inc), -EAGAIN. */
+static void lone_notice_read(pm__hub *h, pm__channel *w, uint64_t id, uint16_t host, uint32_t port,
+                             uint64_t inc)
+{
+    pm__hub_publish(h);
+    pm__frame_hdr f;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&w->rx, PM__CHANNEL_MAX_FRAME, &f, &payload), 1);
+    ck_assert_uint_eq(f.type, PM__FT_UNDELIVERABLE);
+    ck_assert_uint_eq(f.request_id, id);
+    ck_assert_uint_eq(f.src_host, host);
+    ck_assert_uint_eq(f.src, port);
+    ck_assert_uint_eq(f.src_inc, inc);
+    ck_assert_int_eq(f.error, -EAGAIN);
+    pm__ring_consume(&w->rx);
+    pm__ring_release(&w->rx);
+}
+
+/* The body of test_lone_refused_queued, as the test's own user (see
+ * there). 0, or 77 when the kernel does not refuse the hub's fds. */
+static int lone_refused_queued_body(void)
+{
+    struct lone t;
+    lone_open(&t);
+    pm__hub *h = t.h;
+    h->up = &refused_up;
+    pm__port *d = &h->ports[0];
+    char filler[64] = {0};
+    unsigned fillers = 0;
+    while (pm__hub_send_control(h, 0, PM__FT_MSG, filler, sizeof(filler)) == 0)
+        fillers++;
+    while (pm__hub_send_control(h, 0, PM__FT_MSG, NULL, 0) == 0)
+        fillers++; /* port 0's ring full: what follows waits in its queue */
+    static const struct {
+        int type;
+        uint16_t src_host;
+        uint32_t src;
+        uint64_t src_inc;
+        int in_flight;
+    } rows[] = {
+        {PM__FT_MSG, 0, 1, 1, 0},      /* 1: a message of port 1: port 1 is told */
+        {PM__FT_REQUEST, 0, 1, 1, 1},  /* 2: a request of port 1: forgotten, port 1 told */
+        {PM__FT_REPLY, 0, 1, 1, 0},    /* 3: port 1's reply: port 0, its requester, told */
+        {PM__FT_REQUEST, 0, 1, 1, 0},  /* 4: a request answered already (it expired): nobody */
+        {PM__FT_REQUEST, 2, 5, 11, 1}, /* 5: host 2's port 5: told over the link */
+    };
+    for (unsigned i = 0; i < ARRAY_LEN(rows); i++) {
+        pm__frame_hdr f;
+        memset(&f, 0, sizeof(f));
+        f.type = (uint8_t)rows[i].type;
+        f.src_host = rows[i].src_host;
+        f.src = rows[i].src;
+        f.src_inc = rows[i].src_inc;
+        f.dst_inc = 1;
+        f.request_id = i + 1;
+        uint32_t from = f.src_host == PM__HOST_LOCAL ? f.src : PM__REMOTE_NODE(f.src_host, f.src);
+        if (rows[i].in_flight)
+            ck_assert_int_eq(pm__hub_add_inflight(h, d, from, f.src_inc, f.request_id, 0), 0);
+        int fd = pm__bigmsg_create("b", 1);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(pm__hub_push_fd(h, d, &f, fd, MIB, 1), 0);
+    }
+    ck_assert_uint_eq(h->ports[1].held_fds, ARRAY_LEN(rows));
+    /* This user's fds in flight past the soft limit, then the limit back
+     * at 256: every fd the hub sends from now on is refused. */
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rlim_t soft = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pm__channel own = {.sock = sv[0]};
+    unsigned in_flight = flood_records(&own, 253, 4);
+    rl.rlim_cur = soft;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int probe_sv[2], p[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, probe_sv), 0);
+    ck_assert_int_eq(pipe(p), 0);
+    int probe = pm__bigmsg_send(probe_sv[0], p[0], 1);
+    close(probe_sv[0]);
+    close(probe_sv[1]);
+    close(p[0]);
+    close(p[1]);
+    if (probe != -ETOOMANYREFS) {
+        fprintf(stderr, "the kernel did not refuse the fd (%d, %u records in flight)\n", probe, in_flight);
+        close(sv[0]);
+        close(sv[1]);
+        pm__hub_delete(h);
+        return 77;
+    }
+    /* Port 0's worker reads its ring: the flush finds every fd refused. */
+    pm__hub_publish(h);
+    pm__frame_hdr f;
+    const void *payload;
+    for (unsigned k = 0; k < fillers; k++) {
+        ck_assert_int_eq(pm__frame_recv(&t.worker[0].rx, PM__CHANNEL_MAX_FRAME, &f, &payload), 1);
+        pm__ring_consume(&t.worker[0].rx);
+    }
+    pm__ring_release(&t.worker[0].rx);
+    refused_link_calls = 0;
+    pm__hub_port_service(h, 0);
+    ck_assert_ptr_null(d->q_head);
+    ck_assert_uint_eq(h->fd_refused, ARRAY_LEN(rows));
+    ck_assert_uint_eq(h->ports[1].held_frames, 0);
+    ck_assert_uint_eq(h->ports[1].held_fds, 0);
+    ck_assert_int_eq(lone_faults, 0);
+    lone_notice_read(h, &t.worker[1], 1, PM__HOST_LOCAL, 0, 1);
+    lone_notice_read(h, &t.worker[1], 2, PM__HOST_LOCAL, 0, 1);
+    lone_notice_read(h, &t.worker[0], 3, PM__HOST_LOCAL, 1, 1);
+    ck_assert_int_eq(pm__frame_recv(&t.worker[1].rx, PM__CHANNEL_MAX_FRAME, &f, &payload), 0);
+    ck_assert_int_eq(pm__frame_recv(&t.worker[0].rx, PM__CHANNEL_MAX_FRAME, &f, &payload), 0);
+    ck_assert_int_eq(refused_link_calls, 1);
+    uint64_t want[6] = {PM__REMOTE_NODE(2, 5), 11, 0, 1, 5, (uint64_t)(int64_t)-EAGAIN};
+    ck_assert_mem_eq(refused_link_args, want, sizeof(want));
+    pm__inflight e;
+    ck_assert_int_eq(pm__hub_take_inflight(h, d, 1, 2, &e), 0); /* forgotten */
+    ck_assert_int_eq(pm__hub_take_inflight(h, d, PM__REMOTE_NODE(2, 5), 5, &e), 0);
+    close(sv[0]);
+    close(sv[1]);
+    pm__hub_delete(h);
+    return 0;
+}
+
+/*
+ * A large message that waited in a full destination's queue and whose fd
+ * the kernel refuses when it can finally leave (ETOOMANYREFS: the
+ * supervisor's user has more fds in flight than its RLIMIT_NOFILE, which
+ * any process of that user can cause) is dropped as if it had been
+ * refused when sent (hub_queue.c refuse_queued): its sender is told
+ * -EAGAIN (a request of it forgotten; one answered already, nobody; one
+ * from another host, back over the link), a reply's requester is told
+ * instead, the fd_refused count says so, the destination is not charged
+ * and its queue empties. On a lone hub whose fd sends the test makes
+ * fail, as a user of its own.
+ */
+START_TEST(test_lone_refused_queued)
+{
+    buffers();
+    wbuf = mbuf; /* what flood_records' memfd holds (a worker's buffer elsewhere) */
+    uid_t uid = (uid_t)(3800000 + getpid() % 100000);
+    pid_t parent = getpid();
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct rlimit rl = {256, 4096};
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || setgroups(0, NULL) < 0 || setgid(uid) < 0 ||
+            setuid(uid) < 0)
+            _exit(10);
+        /* A change of credentials clears the parent-death signal. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(11);
+        _exit(lone_refused_queued_body());
+    }
+    int st = pm_test_reap(pid, 60000);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+        skipped("test_lone_refused_queued: the kernel did not refuse the hub's fd send: not tested");
+        return;
+    }
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "as uid %u: status %d", (unsigned)uid, st);
+}
+END_TEST
+
 /* The option: default, bounds. */
 START_TEST(test_option)
 {
@@ -2262,10 +2447,13 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lone_held_fd0, 60);
     PM_ADD_TEST(s, test_lone_replayed_sequence, 30);
     skips_fd = memfd_create("skips", MFD_CLOEXEC);
-    if (geteuid() == 0)
+    if (geteuid() == 0) {
         PM_ADD_TEST(s, test_refused_forward, 180);
-    else
-        skipped("test_refused_forward: needs root to run as a user of its own");
+        PM_ADD_TEST(s, test_lone_refused_queued, 60);
+    } else {
+        skipped("test_refused_forward, test_lone_refused_queued: need root to run as a user of "
+                "their own");
+    }
     /* The sanitizer's allocator maps as it goes: under a cap on the address
      * space it dies before procmesh is asked to map anything. That is the
      * build, not the machine: the plain build of the same tree runs the

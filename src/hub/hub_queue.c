@@ -254,12 +254,12 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
         if (rc == 0) {
             write_frame(p, f, payload, len);
             if (fd >= 0) {
+                /* Refused: -EAGAIN queues it below, the rest goes back
+                 * to the caller (the `rc != -EAGAIN` return). */
                 rc = send_big(d, p, fd, big_len);
                 if (rc < 0)
                     pm__ring_unreserve(&d->channel->tx);
                 h->fd_refused += rc == -ETOOMANYREFS;
-                if (rc == -EBADMSG || rc == -ETOOMANYREFS)
-                    return rc;
             }
         }
         if (rc == 0) {
