@@ -2388,6 +2388,587 @@ START_TEST(test_lone_big_refused_by_worker)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the router */
+
+/* What main's on_message got on a lone hub. */
+static int lone_main_calls;
+static pm_message lone_main_msg;
+
+static void lone_on_message(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c, (void)arg;
+    lone_main_calls++;
+    lone_main_msg = *m;
+}
+
+/* The next frame in a lone worker's down ring, taken: 1, or 0 if none. */
+static int lone_take(pm__hub *h, pm__channel *worker, pm__frame_hdr *f)
+{
+    pm__hub_publish(h);
+    const void *payload;
+    int rc = pm__frame_recv(&worker->rx, PM__CHANNEL_MAX_FRAME, f, &payload);
+    ck_assert_int_ge(rc, 0);
+    if (rc == 1) {
+        pm__ring_consume(&worker->rx);
+        pm__ring_release(&worker->rx);
+    }
+    return rc;
+}
+
+/* A frame of `type` from a lone worker, for (dst, dst_inc), request id 9,
+ * two bytes "hi". */
+static void lone_frame_from(pm__channel *worker, int type, uint32_t dst, uint64_t dst_inc,
+                            int64_t deadline_ms)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = (uint8_t)type;
+    f.dst = dst;
+    f.dst_inc = dst_inc;
+    f.request_id = 9;
+    f.deadline_ms = deadline_ms;
+    ck_assert_int_eq(pm__frame_send(&worker->tx, &f, "hi", 2), 0);
+}
+
+/*
+ * The router's rules for a worker's message or request (hub_route.c
+ * pm__hub_relay), one row each, on a lone hub: port 1 sends, port 2 is
+ * ready, port 3 closed, port 7 none. To main: main's callback, with the
+ * sender's address. To no such port, a port not ready, another
+ * incarnation: an undeliverable notice at once (-ENOENT, -EHOSTDOWN,
+ * -ESTALE), with the request's id and the incarnation asked for. To a
+ * ready port: there, the destination's incarnation and the sender's
+ * stamped; a request remembered in flight. A request past the sender's
+ * PM__INFLIGHT_PER_REQUESTER: -EBUSY to it alone. A full destination:
+ * the sender held (counted in ring_full_waits), a request not remembered
+ * (it is read again). A corrupt destination ring: the destination
+ * faulted; a message's sender told -EHOSTDOWN (id 0), a request's not
+ * (its answer comes with the destination's death). Whatever is relayed
+ * is counted in the sender's relayed frames and bytes.
+ */
+enum { RL_MAIN, RL_UNKNOWN, RL_NOT_READY, RL_STALE, RL_MSG, RL_REQUEST, RL_OVER_CAP, RL_FULL_MSG,
+       RL_FULL_REQUEST, RL_CORRUPT_MSG, RL_CORRUPT_REQUEST, RL_ROWS };
+
+START_TEST(test_lone_relay_rules)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub *h;
+    ck_assert_int_eq(pm__hub_new(&h, 4, &names, NULL, &lone_fault_ops, NULL), 0);
+    lone_faults = 0;
+    lone_main_calls = 0;
+    h->on_message = lone_on_message;
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 1, &hub_end[0], &worker[0]);
+    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    pm__port *s = &h->ports[1], *d = &h->ports[2];
+    int type = _i == RL_REQUEST || _i == RL_OVER_CAP || _i == RL_FULL_REQUEST || _i == RL_CORRUPT_REQUEST
+                   ? PM__FT_REQUEST
+                   : PM__FT_MSG;
+    uint32_t dst = _i == RL_MAIN ? PM__NODE_MAIN : _i == RL_UNKNOWN ? 7 : _i == RL_NOT_READY ? 3 : 2;
+    uint64_t inflight0 = 0;
+    if (_i == RL_OVER_CAP) {
+        for (uint64_t id = 100; id < 100 + PM__INFLIGHT_PER_REQUESTER; id++)
+            ck_assert_int_eq(pm__hub_add_inflight(h, d, 1, 1, id, 0), 0);
+        inflight0 = PM__INFLIGHT_PER_REQUESTER;
+    }
+    unsigned fillers = 0;
+    if (_i >= RL_FULL_MSG)
+        fillers = lone_ring_full(h, 2);
+    if (_i >= RL_CORRUPT_MSG)
+        atomic_store(&worker[1].rx.sh->tail, 3); /* no index a frame can start at */
+    lone_frame_from(&worker[0], type, dst, _i == RL_STALE ? 5 : 0, 0);
+    pm__hub_port_service(h, 1);
+
+    int delivered = _i == RL_MAIN || _i == RL_MSG || _i == RL_REQUEST;
+    int err = _i == RL_UNKNOWN     ? -ENOENT
+              : _i == RL_NOT_READY ? -EHOSTDOWN
+              : _i == RL_STALE     ? -ESTALE
+              : _i == RL_OVER_CAP  ? -EBUSY
+              : _i == RL_CORRUPT_MSG ? -EHOSTDOWN
+                                     : 0;
+    ck_assert_uint_eq(s->relayed, (uint64_t)delivered);
+    ck_assert_uint_eq(s->relayed_bytes, delivered ? 2u : 0u);
+    ck_assert_int_eq(lone_main_calls, _i == RL_MAIN);
+    if (_i == RL_MAIN) {
+        ck_assert_uint_eq(lone_main_msg.from.port, 11); /* the names' first port, 10, + slot 1 */
+        ck_assert_uint_eq(lone_main_msg.from.incarnation, 1);
+        ck_assert_uint_eq(lone_main_msg.len, 2);
+    }
+    pm__frame_hdr f;
+    if (err != 0) {
+        ck_assert_int_eq(lone_take(h, &worker[0], &f), 1);
+        ck_assert_uint_eq(f.type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(f.error, err);
+        ck_assert_uint_eq(f.src, dst);
+        ck_assert_uint_eq(f.src_inc, _i == RL_STALE ? 5 : _i >= RL_OVER_CAP ? 1 : 0);
+        ck_assert_uint_eq(f.dst_inc, 1);
+        ck_assert_uint_eq(f.request_id, _i == RL_CORRUPT_MSG ? 0 : 9);
+    }
+    ck_assert_int_eq(lone_take(h, &worker[0], &f), 0); /* nothing else for the sender */
+    if (_i == RL_MSG || _i == RL_REQUEST) {
+        ck_assert_int_eq(lone_take(h, &worker[1], &f), 1);
+        ck_assert_uint_eq(f.type, type);
+        ck_assert_uint_eq(f.src, 1);
+        ck_assert_uint_eq(f.src_inc, 1);
+        ck_assert_uint_eq(f.dst_inc, 1);
+        ck_assert_uint_eq(f.request_id, 9);
+    } else if (_i < RL_FULL_MSG) {
+        ck_assert_int_eq(lone_take(h, &worker[1], &f), 0);
+    }
+    int held = _i == RL_FULL_MSG || _i == RL_FULL_REQUEST;
+    ck_assert_uint_eq(h->ring_full_waits, (uint64_t)held);
+    ck_assert_int_eq(s->blocked_on, held ? 2 : -1);
+    ck_assert_int_eq(s->left, held);
+    ck_assert_int_eq(lone_faults, _i >= RL_CORRUPT_MSG);
+    if (_i >= RL_CORRUPT_MSG) {
+        ck_assert_int_eq(lone_fault_port, 2);
+        ck_assert_int_eq(lone_fault_reason, PM_REASON_CORRUPT_RING);
+    }
+    int remembered = _i == RL_REQUEST || _i == RL_CORRUPT_REQUEST;
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), inflight0 + (uint64_t)remembered);
+    (void)fillers;
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * The router's rules for a worker's reply (hub_route.c relay_reply), one
+ * row each: port 2 answers port 1's request 9. Remembered in flight, to a
+ * requester of the same incarnation: delivered, its incarnation stamped,
+ * counted as relayed; the record taken (a second reply is late). Not
+ * remembered, past its deadline, or for a requester gone or of another
+ * incarnation: late, counted in late_replies, nothing delivered. The
+ * requester's answers at their bound: dropped, counted in
+ * replies_dropped, never waits (the replier is read on). The requester's
+ * ring corrupt: the requester faulted.
+ */
+enum { RP_OK, RP_TWICE, RP_NONE, RP_EXPIRED, RP_GONE, RP_OTHER_INC, RP_ANSWERS_FULL, RP_CORRUPT,
+       RP_ROWS };
+
+START_TEST(test_lone_reply_rules)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub *h;
+    ck_assert_int_eq(pm__hub_new(&h, 4, &names, NULL, &lone_fault_ops, NULL), 0);
+    lone_faults = 0;
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 1, &hub_end[0], &worker[0]);
+    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    pm__port *d = &h->ports[2];
+    uint32_t requester = _i == RP_GONE ? 3 : 1;
+    uint64_t requester_inc = _i == RP_OTHER_INC ? 7 : 1;
+    int64_t deadline = _i == RP_EXPIRED ? 1 : (int64_t)pm__now_ms() + 600000;
+    if (_i != RP_NONE)
+        ck_assert_int_eq(pm__hub_add_inflight(h, d, requester, requester_inc, 9, deadline), 0);
+    if (_i == RP_ANSWERS_FULL || _i == RP_CORRUPT) {
+        (void)lone_ring_full(h, 1);
+        for (unsigned k = 0; _i == RP_ANSWERS_FULL && k < PM__HOLD_MAX_FRAMES; k++)
+            pm__hub_notice_at(h, 1, 1, 0, 5, 1, 1, -EHOSTDOWN);
+        if (_i == RP_CORRUPT)
+            atomic_store(&worker[0].rx.sh->tail, 3);
+    }
+    lone_frame_from(&worker[1], PM__FT_REPLY, requester, 0, 0);
+    if (_i == RP_TWICE)
+        lone_frame_from(&worker[1], PM__FT_REPLY, requester, 0, 0);
+    pm__hub_port_service(h, 2);
+
+    int ok = _i == RP_OK || _i == RP_TWICE;
+    ck_assert_uint_eq(d->relayed, (uint64_t)ok);
+    ck_assert_uint_eq(d->relayed_bytes, ok ? 2u : 0u);
+    int late = _i == RP_TWICE || _i == RP_NONE || _i == RP_EXPIRED || _i == RP_GONE || _i == RP_OTHER_INC;
+    ck_assert_uint_eq(h->late_replies, (uint64_t)late);
+    ck_assert_uint_eq(h->replies_dropped, _i == RP_ANSWERS_FULL);
+    ck_assert_int_eq(lone_faults, _i == RP_CORRUPT);
+    if (_i == RP_CORRUPT)
+        ck_assert_int_eq(lone_fault_port, 1);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 0);
+    ck_assert_int_eq(d->blocked_on, -1);
+    pm__frame_hdr f;
+    if (_i < RP_ANSWERS_FULL) {
+        if (ok) {
+            ck_assert_int_eq(lone_take(h, &worker[0], &f), 1);
+            ck_assert_uint_eq(f.type, PM__FT_REPLY);
+            ck_assert_uint_eq(f.src, 2);
+            ck_assert_uint_eq(f.src_inc, 1);
+            ck_assert_uint_eq(f.dst_inc, 1);
+            ck_assert_uint_eq(f.request_id, 9);
+        }
+        ck_assert_int_eq(lone_take(h, &worker[0], &f), 0);
+    }
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * Main's sends (hub_route.c pm__hub_main_send), one row each, to a lone
+ * hub's port 1 unless the row says: data NULL with a length: -EINVAL;
+ * one byte past max_message: -EMSGSIZE, exactly max_message: sent; an
+ * address of another system: -ENOENT; main itself: -EINVAL; a closed
+ * port: -EHOSTDOWN; another incarnation: -ESTALE. Sent: in the worker's
+ * ring at once (published, no turn of the loop needed), from main to the
+ * port's incarnation, PM_MAX_PAYLOAD bytes still inline, one more a large
+ * message with its record. To a full ring, a message queued charged to
+ * main, a reply charged to the port's answers; main's hold at its bound:
+ * -EAGAIN; the answers at theirs: the reply dropped, counted, 0. A
+ * corrupt ring: -EHOSTDOWN, the port faulted.
+ */
+enum { MS_NULL_DATA, MS_TOO_LONG, MS_MAX_LEN, MS_OTHER_SYSTEM, MS_TO_MAIN, MS_CLOSED, MS_STALE,
+       MS_SENT, MS_INLINE_MAX, MS_LARGE, MS_QUEUED_MSG, MS_QUEUED_REPLY, MS_MAIN_HOLD_FULL,
+       MS_ANSWERS_FULL, MS_CORRUPT, MS_ROWS };
+
+START_TEST(test_lone_main_send)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub *h;
+    ck_assert_int_eq(pm__hub_new(&h, 3, &names, NULL, &lone_fault_ops, NULL), 0);
+    lone_faults = 0;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__port *d = &h->ports[1];
+    static unsigned char data[PM_MAX_PAYLOAD + 1];
+    size_t len = 2;
+    int type = _i == MS_QUEUED_REPLY || _i == MS_ANSWERS_FULL ? PM__FT_REPLY : PM__FT_MSG;
+    pm_address to;
+    pm__node_address(&h->names, _i == MS_TO_MAIN ? PM__NODE_MAIN : _i == MS_CLOSED ? 2 : 1,
+                     _i == MS_STALE ? 5 : 0, &to);
+    if (_i == MS_OTHER_SYSTEM)
+        snprintf(to.system, sizeof(to.system), "u");
+    if (_i == MS_TOO_LONG || _i == MS_MAX_LEN) {
+        h->max_message = 100;
+        len = _i == MS_TOO_LONG ? 101 : 100;
+    }
+    if (_i == MS_INLINE_MAX || _i == MS_LARGE) {
+        h->max_message = 2 * PM_MAX_PAYLOAD;
+        len = PM_MAX_PAYLOAD + (_i == MS_LARGE);
+    }
+    if (_i >= MS_QUEUED_MSG)
+        (void)lone_ring_full(h, 1);
+    if (_i == MS_MAIN_HOLD_FULL)
+        for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
+            ck_assert_int_eq(pm__hub_main_send(h, &to, PM__FT_MSG, 0, "q", 1), 0);
+    if (_i == MS_ANSWERS_FULL)
+        for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
+            ck_assert_int_eq(pm__hub_main_send(h, &to, PM__FT_REPLY, 0, "q", 1), 0);
+    if (_i == MS_CORRUPT)
+        atomic_store(&worker.rx.sh->tail, 3);
+    int want = _i == MS_NULL_DATA      ? -EINVAL
+               : _i == MS_TOO_LONG     ? -EMSGSIZE
+               : _i == MS_OTHER_SYSTEM ? -ENOENT
+               : _i == MS_TO_MAIN      ? -EINVAL
+               : _i == MS_CLOSED       ? -EHOSTDOWN
+               : _i == MS_STALE        ? -ESTALE
+               : _i == MS_MAIN_HOLD_FULL ? -EAGAIN
+               : _i == MS_CORRUPT      ? -EHOSTDOWN
+                                       : 0;
+    uint64_t dropped0 = h->replies_dropped;
+    ck_assert_int_eq(pm__hub_main_send(h, &to, type, 7, _i == MS_NULL_DATA ? NULL : data, len), want);
+    ck_assert_uint_eq(h->replies_dropped - dropped0, _i == MS_ANSWERS_FULL);
+    ck_assert_int_eq(lone_faults, _i == MS_CORRUPT);
+    if (_i == MS_QUEUED_MSG || _i == MS_QUEUED_REPLY) {
+        ck_assert_uint_eq(d->q_frames, 1);
+        ck_assert_uint_eq(h->main_held_frames, _i == MS_QUEUED_MSG);
+        ck_assert_uint_eq(d->ans_frames, _i == MS_QUEUED_REPLY);
+    }
+    pm__frame_hdr f;
+    const void *payload;
+    int sent = want == 0 && _i < MS_QUEUED_MSG;
+    /* No pm__hub_publish here: main's send publishes what it wrote. */
+    int rc = _i < MS_QUEUED_MSG ? pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &f, &payload) : 0;
+    ck_assert_int_eq(rc, sent);
+    if (sent) {
+        ck_assert_uint_eq(f.type, PM__FT_MSG);
+        ck_assert_uint_eq(f.src, PM__NODE_MAIN);
+        ck_assert_uint_eq(f.dst, 1);
+        ck_assert_uint_eq(f.dst_inc, 1);
+        ck_assert_uint_eq(f.request_id, 7);
+        ck_assert_int_eq(d->dirty, 0);
+        if (_i == MS_LARGE) {
+            ck_assert_uint_eq(f.flags, PM__FF_MEMFD);
+            pm__announce a;
+            ck_assert_int_eq(pm__announce_decode(payload, f.len, &a), 0);
+            ck_assert_uint_eq(a.len, len);
+            int big = -1;
+            ck_assert_int_eq(pm__bigmsg_recv(worker.sock, a.seq, &big), 0);
+            close(big);
+        } else {
+            ck_assert_uint_eq(f.flags, 0);
+            ck_assert_uint_eq(f.len, len);
+        }
+    }
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * A port's incarnation ends (hub_route.c pm__hub_port_close): the
+ * requests in flight to it are answered -EHOSTDOWN at once, each to its
+ * requester, about that incarnation; its own requests to others are
+ * forgotten (their replies will be late); the frames waiting for it are
+ * dropped and their sender, held by it, is read again; it is read no
+ * more, and frames for it are answered -EHOSTDOWN; the next incarnation
+ * starts with no any-worker record. A stop request sets the stop flag in
+ * its control block and puts a STOP frame in its ring at once; a port
+ * with no channel gets neither (nor a control frame: -EHOSTDOWN).
+ */
+START_TEST(test_lone_port_close)
+{
+    pm__hub *h = lone_hub(3);
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 1, &hub_end[0], &worker[0]);
+    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    pm__port *s = &h->ports[1], *d = &h->ports[2];
+    ck_assert_int_eq(pm__hub_add_inflight(h, d, 1, 1, 5, 0), 0);
+    ck_assert_int_eq(pm__hub_add_inflight(h, d, 1, 1, 6, 0), 0);
+    ck_assert_int_eq(pm__hub_add_inflight(h, s, 2, 1, 8, 0), 0); /* d's own request */
+    (void)lone_ring_full(h, 2);
+    lone_frame_from(&worker[0], PM__FT_MSG, 2, 0, 0);
+    lone_frame_from(&worker[0], PM__FT_MSG, 0, 0, 0); /* behind: not for d */
+    pm__hub_port_service(h, 1);
+    ck_assert_uint_eq(d->q_frames, 1);
+    lone_hold_back(s, 2);
+    d->any_held = 2;
+    d->stuck = 1;
+    d->busy = 1;
+    d->want_arm = 1;
+    pm__hub_stop_request(h, 2);
+    struct pm__ctl *ctl = hub_end[1].map;
+    ck_assert_int_eq(atomic_load(&ctl->stop), 1);
+    ck_assert_int_eq(d->dirty, 0);
+    ck_assert_uint_eq(d->q_frames, 2); /* behind the frame waiting: its ring is full */
+    (void)lone_take(h, &worker[0], &(pm__frame_hdr){0}); /* slot 0's -EHOSTDOWN for port 1 */
+
+    pm__hub_port_close(h, 2);
+    ck_assert_ptr_null(d->q_head);
+    ck_assert_ptr_null(d->channel);
+    ck_assert_int_eq(d->reading, 0);
+    ck_assert_int_eq(d->busy, 0);
+    ck_assert_int_eq(d->want_arm, 0);
+    ck_assert_uint_eq(d->any_held, 0);
+    ck_assert_uint_eq(d->stuck, 0);
+    ck_assert_int_eq(s->blocked_on, -1); /* read again */
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 0);
+    pm__frame_hdr f;
+    for (uint64_t id = 5; id <= 6; id++) {
+        ck_assert_int_eq(lone_take(h, &worker[0], &f), 1);
+        ck_assert_uint_eq(f.type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(f.error, -EHOSTDOWN);
+        ck_assert_uint_eq(f.src, 2);
+        ck_assert_uint_eq(f.src_inc, 1);
+        ck_assert_uint_eq(f.request_id, id);
+    }
+    ck_assert_int_eq(lone_take(h, &worker[0], &f), 0);
+    lone_frame_from(&worker[0], PM__FT_MSG, 2, 0, 0);
+    pm__hub_port_service(h, 1);
+    ck_assert_int_eq(lone_take(h, &worker[0], &f), 1);
+    ck_assert_int_eq(f.error, -EHOSTDOWN);
+    pm__hub_stop_request(h, 2); /* no channel: nothing */
+    ck_assert_int_eq(pm__hub_send_control(h, 2, PM__FT_MSG, NULL, 0), -EHOSTDOWN);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* The not-draining reports a lone hub made. */
+static int lone_not_draining, lone_not_draining_port;
+
+static void lone_drain_count_cb(void *owner, unsigned p)
+{
+    (void)owner;
+    lone_not_draining++;
+    lone_not_draining_port = (int)p;
+}
+
+static const pm__hub_ops lone_drain_ops = {lone_fault, lone_control, lone_drain_count_cb, NULL};
+
+/*
+ * The hub's next deadline (hub_route.c pm__hub_next_deadline): the
+ * earliest of its broadcasts', main's next request due, the purge of the
+ * requests in flight (only while there is one), and each queued port's
+ * drain timeout (its stall's start + drain_timeout_ms, while the timeout
+ * is on and the stall not reported); a 0 is no deadline, never the
+ * earliest. At the drain timeout exactly (pm__hub_fire), a queue that made
+ * no progress is reported once (the owner's not_draining, the count), not
+ * one millisecond earlier, not again in the same stall, never with the
+ * timeout off; a port whose queue emptied leaves the timed list.
+ */
+START_TEST(test_lone_deadlines_and_draining)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub *h;
+    ck_assert_int_eq(pm__hub_new(&h, 2, &names, NULL, &lone_drain_ops, NULL), 0);
+    lone_not_draining = 0;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__port *d = &h->ports[1];
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 0);
+    h->next_purge_ms = 5000;
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 0); /* nothing in flight: no purge */
+    lone_bcast_calls = 0;
+    ck_assert_int_eq(pm__hub_broadcast(h, "b", 1, 600000, lone_bcast_done, NULL), 0);
+    uint64_t bdl = (uint64_t)h->bcasts->deadline_ms;
+    ck_assert_uint_gt(bdl, 600000);
+    h->next_purge_ms = 0; /* (the request in flight set one) */
+    ck_assert_uint_eq(pm__hub_next_deadline(h), bdl); /* main's due 0 after it: not a deadline */
+    h->next_purge_ms = 5000; /* the broadcast's request is in flight */
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 5000);
+    h->main_request_due_ms = 4000;
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 4000);
+    h->main_request_due_ms = 6000;
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 5000);
+
+    (void)lone_ring_full(h, 1);
+    pm__frame_hdr f = lone_msg_to(1);
+    ck_assert_int_eq(pm__hub_push(h, d, &f, "x", 1, PM__NODE_MAIN), 0);
+    ck_assert_int_eq(d->in_timed, 1);
+    d->stall_since_ms = 1000;
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 5000); /* the timeout off */
+    h->drain_timeout_ms = 500;
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 1500);
+
+    pm__hub_fire(h, 1499);
+    ck_assert_int_eq(lone_not_draining, 0);
+    pm__hub_fire(h, 1500);
+    ck_assert_int_eq(lone_not_draining, 1);
+    ck_assert_int_eq(lone_not_draining_port, 1);
+    ck_assert_uint_eq(h->not_draining, 1);
+    ck_assert_int_eq(d->drain_reported, 1);
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 5000); /* reported: no deadline of its own */
+    pm__hub_fire(h, 2500);
+    ck_assert_int_eq(lone_not_draining, 1); /* once a stall */
+    ck_assert_int_eq(d->in_timed, 1);
+    d->drain_reported = 0;
+    h->drain_timeout_ms = 0;
+    pm__hub_fire(h, 4500);
+    ck_assert_int_eq(lone_not_draining, 0 + 1);
+    h->drain_timeout_ms = 500;
+
+    /* Emptied: off the timed list at the next fire. */
+    (void)lone_flush_all(h, 1, &worker);
+    ck_assert_uint_eq(d->stall_since_ms, 0);
+    pm__hub_fire(h, 4600);
+    ck_assert_int_eq(d->in_timed, 0);
+    ck_assert_uint_eq(h->timed.n, 0);
+    ck_assert_int_eq(lone_not_draining, 1);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * A mesh's host table (hub_route.c pm__hub_host_index): outside peer mode,
+ * for a name that is not one, or for this host's own name: -EINVAL. A new
+ * name gets the next index and is published to every port with a channel
+ * (its control block's table, count last), a closed port left alone; a
+ * known name its index again; past PM__MAX_HOSTS: -ENOSPC, the table
+ * unchanged. A port opened later gets the whole table (pm__hub_hosts_copy).
+ */
+START_TEST(test_lone_host_index)
+{
+    pm__hub *h = lone_hub(3);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    ck_assert_int_eq(pm__hub_host_index(h, "b"), -EINVAL);
+    pm__hub_peer_mode(h);
+    ck_assert_int_eq(pm__hub_host_index(h, "a"), -EINVAL); /* its own */
+    ck_assert_int_eq(pm__hub_host_index(h, "no such/name"), -EINVAL);
+    ck_assert_int_eq(pm__hub_host_index(h, ""), -EINVAL);
+    struct pm__ctl *ctl = hub_end.map;
+    ck_assert_int_eq(pm__hub_host_index(h, "b"), 1);
+    ck_assert_int_eq(pm__hub_host_index(h, "c"), 2);
+    ck_assert_int_eq(pm__hub_host_index(h, "b"), 1);
+    ck_assert_uint_eq(atomic_load(&ctl->hosts.count), 3);
+    ck_assert_str_eq(ctl->hosts.name[1], "b");
+    ck_assert_str_eq(ctl->hosts.name[2], "c");
+    char name[16];
+    for (unsigned i = 3; i < PM__MAX_HOSTS; i++) {
+        snprintf(name, sizeof(name), "h%u", i);
+        ck_assert_int_eq(pm__hub_host_index(h, name), (int)i);
+    }
+    ck_assert_int_eq(pm__hub_host_index(h, "one-more"), -ENOSPC);
+    ck_assert_uint_eq(atomic_load(&h->hosts.count), PM__MAX_HOSTS);
+    ck_assert_uint_eq(atomic_load(&ctl->hosts.count), PM__MAX_HOSTS);
+    snprintf(name, sizeof(name), "h%u", PM__MAX_HOSTS - 1);
+    ck_assert_str_eq(ctl->hosts.name[PM__MAX_HOSTS - 1], name);
+    pm__channel hub2, worker2;
+    lone_port_at(h, 2, &hub2, &worker2);
+    pm__hub_hosts_copy(h, &hub2);
+    struct pm__ctl *ctl2 = hub2.map;
+    ck_assert_int_eq(ctl2->peer_mode, 1);
+    ck_assert_uint_eq(atomic_load(&ctl2->hosts.count), PM__MAX_HOSTS);
+    ck_assert_str_eq(ctl2->hosts.name[1], "b");
+    ck_assert_str_eq(ctl2->hosts.name[PM__MAX_HOSTS - 1], name);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* The fds pm__hub_child_fds named. */
+static int lone_child_fds[8], lone_child_nfds;
+
+static void lone_child_fd(void *arg, int fd)
+{
+    (void)arg;
+    if (lone_child_nfds < 8)
+        lone_child_fds[lone_child_nfds] = fd;
+    lone_child_nfds++;
+}
+
+/*
+ * What a fork-mode child must not keep of other workers' traffic
+ * (hub_route.c): pm__hub_child_fds names every large message's fd the hub
+ * holds in a queue (fd 0 included) and says whether any queue holds
+ * frames; pm__hub_wipe_data zeroes the queued frames (when asked to walk
+ * the ports), a broadcast's copies of the replies, and the scratch buffer
+ * when the kernel did not wipe it on fork (MADV_WIPEONFORK refused).
+ */
+START_TEST(test_lone_child_fds_and_wipe)
+{
+    pm__hub *h = lone_hub(3);
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 1, &hub_end[0], &worker[0]);
+    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    lone_child_nfds = 0;
+    ck_assert_int_eq(pm__hub_child_fds(h, lone_child_fd, NULL), 0);
+    ck_assert_int_eq(lone_child_nfds, 0);
+    (void)lone_ring_full(h, 1);
+    pm__frame_hdr f = lone_msg_to(1);
+    ck_assert_int_eq(pm__hub_push(h, &h->ports[1], &f, "secret", 6, 0), 0);
+    int stdin_copy = dup(0);
+    ck_assert_int_ge(stdin_copy, 0);
+    ck_assert_int_eq(pm__hub_push_fd(h, &h->ports[1], &f, lone_big_fd(0), LONE_BIG_LEN, 0), 0);
+    ck_assert_int_eq(pm__hub_child_fds(h, lone_child_fd, NULL), 1);
+    ck_assert_int_eq(lone_child_nfds, 1);
+    ck_assert_int_eq(lone_child_fds[0], 0);
+
+    /* A broadcast with one reply in hand (port 2's), port 1's pending. */
+    ck_assert_int_eq(pm__hub_broadcast(h, "b", 1, 60000, lone_bcast_done, NULL), 0);
+    (void)lone_answer_with(h, &worker[1], "reply-secret", NULL);
+    pm__hub_port_service(h, 2);
+    ck_assert_ptr_nonnull(h->bcasts);
+    const pm__bcast *b = h->bcasts;
+    size_t got = b->n;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->bufs[i] != NULL)
+            got = i;
+    ck_assert_uint_lt(got, b->n);
+    ck_assert_mem_eq(b->bufs[got], "reply-secret", 12);
+
+    pm__qframe *q = h->ports[1].q_head;
+    memset(h->scratch, 'x', 16);
+    h->scratch_mapped = 1; /* the kernel wipes it in the child: left alone */
+    pm__hub_wipe_data(h, 0);
+    ck_assert_mem_eq(q->data + PM__FRAME_HDR_SIZE, "secret", 6); /* the ports not walked */
+    ck_assert_int_eq(h->scratch[0], 'x');
+    static const unsigned char zero[16];
+    ck_assert_mem_eq(b->bufs[got], zero, 12);
+    h->scratch_mapped = 0;
+    pm__hub_wipe_data(h, 1);
+    ck_assert_mem_eq(q->data, zero, 16);
+    ck_assert_mem_eq(q->data + PM__FRAME_HDR_SIZE, zero, 6);
+    ck_assert_mem_eq(h->scratch, zero, 16);
+    pm__hub_delete(h);
+    ck_assert_int_eq(dup2(stdin_copy, 0), 0);
+    close(stdin_copy);
+}
+END_TEST
+
 /* The arm protocol (port.c, doc/design.md "Life of a frame"), on a port
  * read dry: it is on the arm list, not armed yet, so a frame published now
  * rings nothing; the spin (pm__hub_any_arrived) finds it and puts the
@@ -3952,6 +4533,13 @@ int main(void)
     PM_ADD_TEST(s, test_lone_flush_progress, 30);
     PM_ADD_TEST(s, test_lone_big_socket_full, 60);
     PM_ADD_LOOP_TEST(s, test_lone_big_refused_by_worker, 0, 2, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_relay_rules, 0, RL_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_reply_rules, 0, RP_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_main_send, 0, MS_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_port_close, 30);
+    PM_ADD_TEST(s, test_lone_deadlines_and_draining, 30);
+    PM_ADD_TEST(s, test_lone_host_index, 30);
+    PM_ADD_TEST(s, test_lone_child_fds_and_wipe, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
     PM_ADD_TEST(s, test_reply_after_stop, 60);
