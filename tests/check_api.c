@@ -2737,8 +2737,29 @@ START_TEST(test_lone_port_close)
     ck_assert_uint_eq(d->q_frames, 2); /* behind the frame waiting: its ring is full */
     (void)lone_take(h, &worker[0], &(pm__frame_hdr){0}); /* slot 0's -EHOSTDOWN for port 1 */
 
+    /* What its incarnation leaves: its drain clock (its queue stalled),
+     * its own hold as a sender, its socket's state. */
+    ck_assert_uint_ne(d->stall_since_ms, 0);
+    d->drain_reported = 1;
+    d->sock_full = 1;
+    d->blocked_on = 1;
+    d->left = 1;
+    d->scan_pos = 5;
+    d->dirty = 1;
     pm__hub_port_close(h, 2);
     ck_assert_ptr_null(d->q_head);
+    ck_assert_ptr_null(d->q_tail);
+    ck_assert_uint_eq(d->q_frames, 0);
+    ck_assert_uint_eq(d->q_bytes, 0);
+    ck_assert_uint_eq(d->ans_frames, 0);
+    ck_assert_uint_eq(d->ans_bytes, 0);
+    ck_assert_uint_eq(d->stall_since_ms, 0);
+    ck_assert_int_eq(d->drain_reported, 0);
+    ck_assert_int_eq(d->sock_full, 0);
+    ck_assert_int_eq(d->blocked_on, -1);
+    ck_assert_int_eq(d->left, 0);
+    ck_assert_uint_eq(d->scan_pos, 0);
+    ck_assert_int_eq(d->dirty, 0);
     ck_assert_ptr_null(d->channel);
     ck_assert_int_eq(d->reading, 0);
     ck_assert_int_eq(d->busy, 0);
