@@ -2600,6 +2600,63 @@ START_TEST(test_lone_reply_rules)
 END_TEST
 
 /*
+ * A reply the hub has no record of, from a port to one it shares a direct
+ * lane with (hub_route.c lane_reply): the answer to a request that came
+ * by the lane, too large for it. Relayed as PM__FT_LANE_REPLY, counted as
+ * relayed, not late; charged to its sender's hold, and past that bound
+ * dropped and counted (replies_dropped), never waiting. To a node past the
+ * last port, or to a port it shares no lane with: late, as any reply to
+ * nothing.
+ */
+START_TEST(test_lone_lane_reply)
+{
+    pm__hub *h = lone_hub(3);
+    ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 1, &hub_end[0], &worker[0]);
+    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    for (unsigned i = 1; i <= 2; i++) {
+        pm__hub_port_lanes_ok(h, i, 1);
+        pm__hub_port_lane_notes(h, i, 1);
+    }
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_MSG;
+    f.dst = 2;
+    for (unsigned i = 0; i < PM_DIRECT_LANE_AFTER; i++) {
+        ck_assert_int_eq(pm__frame_send(&worker[0].tx, &f, "x", 1), 0);
+        pm__hub_port_service(h, 1);
+    }
+    ck_assert(pm__hub_lane_between(h, 1, 1, 2, 1));
+    (void)lone_read_frames(h, &worker[0]);
+    (void)lone_read_frames(h, &worker[1]);
+    pm__port *r = &h->ports[2];
+    uint64_t relayed0 = r->relayed;
+    if (_i == 2) {
+        (void)lone_ring_full(h, 1);
+        pm__frame_hdr g = lone_msg_to(1);
+        for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
+            ck_assert_int_eq(pm__hub_push(h, &h->ports[1], &g, NULL, 0, 2), 0);
+    }
+    lone_frame_from(&worker[1], PM__FT_REPLY, _i == 1 ? 3 : 1, 1, 0); /* to the incarnation asking */
+    pm__hub_port_service(h, 2);
+    ck_assert_uint_eq(h->late_replies, _i == 1);
+    ck_assert_uint_eq(h->replies_dropped, _i == 2);
+    ck_assert_uint_eq(r->relayed - relayed0, _i == 0);
+    ck_assert_int_eq(r->blocked_on, -1); /* a reply never waits */
+    if (_i == 0) {
+        pm__frame_hdr got;
+        ck_assert_int_eq(lone_take(h, &worker[0], &got), 1);
+        ck_assert_uint_eq(got.type, PM__FT_LANE_REPLY);
+        ck_assert_uint_eq(got.src, 2);
+        ck_assert_uint_eq(got.request_id, 9);
+        ck_assert_uint_eq(h->ports[2].held_frames, 0);
+    }
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
  * Main's sends (hub_route.c pm__hub_main_send), one row each, to a lone
  * hub's port 1 unless the row says: data NULL with a length: -EINVAL;
  * one byte past max_message: -EMSGSIZE, exactly max_message: sent; an
@@ -4556,6 +4613,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_big_refused_by_worker, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_lone_relay_rules, 0, RL_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_reply_rules, 0, RP_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_lane_reply, 0, 3, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_send, 0, MS_ROWS, 30);
     PM_ADD_TEST(s, test_lone_port_close, 30);
     PM_ADD_TEST(s, test_lone_deadlines_and_draining, 30);
