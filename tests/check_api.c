@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/eventfd.h>
 #include <sys/time.h>
 
@@ -2388,6 +2389,59 @@ START_TEST(test_lone_big_refused_by_worker)
 }
 END_TEST
 
+/* This program's sendmsg: the real call, or, while lone_sendmsg_errno is
+ * set, a refusal of any send that passes fds with that errno (what the
+ * kernel answers an fd send under memory pressure, which no test can make
+ * happen on purpose). Defined here, it is the one the library's fd sends
+ * call in this program. */
+static int lone_sendmsg_errno;
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    if (lone_sendmsg_errno != 0 && msg->msg_controllen > 0) {
+        errno = lone_sendmsg_errno;
+        return -1;
+    }
+    return syscall(SYS_sendmsg, fd, msg, flags);
+}
+
+/*
+ * An fd send the kernel refuses for now (send_big, hub_queue.c):
+ * ETOOMANYREFS, and ENOBUFS or ENOMEM under memory pressure, all mean
+ * "not now, whatever the destination does": the push fails -ETOOMANYREFS
+ * (its caller answers the sender -EAGAIN and does not charge the
+ * destination), counted in fd_refused, nothing left in the ring or the
+ * queue, the fd still the caller's; the destination is not faulted. Any
+ * other refusal (here EPIPE) is the destination's: -EBADMSG.
+ */
+static const int lone_refusals[] = {ETOOMANYREFS, ENOBUFS, ENOMEM, EPIPE};
+
+START_TEST(test_lone_big_refused_for_now)
+{
+    const int err = lone_refusals[_i];
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__port *d = &h->ports[1];
+    pm__frame_hdr f = lone_msg_to(1);
+    int fd = lone_big_fd(-1);
+    lone_sendmsg_errno = err;
+    int rc = pm__hub_push_fd(h, d, &f, fd, LONE_BIG_LEN, 0);
+    lone_sendmsg_errno = 0;
+    ck_assert_int_eq(rc, err == EPIPE ? -EBADMSG : -ETOOMANYREFS);
+    ck_assert_uint_eq(h->fd_refused, err != EPIPE);
+    ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
+    ck_assert_ptr_null(d->q_head);
+    ck_assert_uint_eq(h->ports[0].held_fds, 0);
+    ck_assert_uint_eq(d->big_owed, 0);
+    ck_assert_uint_eq(lone_read_frames(h, &worker), 0);
+    /* The kernel willing again: the same fd goes. */
+    ck_assert_int_eq(pm__hub_push_fd(h, d, &f, fd, LONE_BIG_LEN, 0), 0);
+    ck_assert_uint_eq(lone_read_frames(h, &worker), 1);
+    pm__hub_delete(h);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the router */
 
 /* What main's on_message got on a lone hub. */
@@ -4611,6 +4665,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_flush_progress, 30);
     PM_ADD_TEST(s, test_lone_big_socket_full, 60);
     PM_ADD_LOOP_TEST(s, test_lone_big_refused_by_worker, 0, 2, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_big_refused_for_now, 0, (int)ARRAY_LEN(lone_refusals), 30);
     PM_ADD_LOOP_TEST(s, test_lone_relay_rules, 0, RL_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_reply_rules, 0, RP_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_lane_reply, 0, 3, 30);
