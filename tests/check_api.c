@@ -1759,6 +1759,9 @@ START_TEST(test_lone_queue_bounds)
     int fds0 = fds_open();
     int stdin_copy = dup(0);
     ck_assert_int_ge(stdin_copy, 0);
+    /* A port with no ring (port 2, closed) takes nothing: -EHOSTDOWN. */
+    pm__frame_hdr none = lone_msg_to(2);
+    ck_assert_int_eq(pm__hub_push(h, &h->ports[2], &none, NULL, 0, row->charge), -EHOSTDOWN);
     unsigned fillers = lone_ring_full(h, 1);
     size_t extra = 0; /* the total's row: what other queues would hold */
     if (row->bound == QB_TOTAL)
@@ -2142,6 +2145,17 @@ START_TEST(test_lone_scan_not_for)
 }
 END_TEST
 
+/* The fds pm__hub_child_fds named. */
+static int lone_child_fds[8], lone_child_nfds;
+
+static void lone_child_fd(void *arg, int fd)
+{
+    (void)arg;
+    if (lone_child_nfds < 8)
+        lone_child_fds[lone_child_nfds] = fd;
+    lone_child_nfds++;
+}
+
 /*
  * A sender whose destination d has a full ring and nothing queued waits
  * with its frame left in its own ring, no copy, when every frame it has
@@ -2206,6 +2220,9 @@ START_TEST(test_lone_left_in_ring)
     ck_assert_int_eq(d->drain_reported, 0);
     ck_assert_int_eq(d->in_timed, 1);
     ck_assert_int_eq(d->busy, 0); /* no room: it is read again when its worker frees some */
+    lone_child_nfds = 0; /* a place holder holds no fd a fork child must close */
+    ck_assert_int_eq(pm__hub_child_fds(h, lone_child_fd, NULL), 1);
+    ck_assert_int_eq(lone_child_nfds, 0);
     if (_i == LEFT_THEN_OTHER_DEST) {
         /* A frame for e behind: s is read on, its frames for d are copied
          * behind the place holder, and it waits for e, left in its ring. */
@@ -3030,17 +3047,6 @@ START_TEST(test_lone_host_index)
     pm__hub_delete(h);
 }
 END_TEST
-
-/* The fds pm__hub_child_fds named. */
-static int lone_child_fds[8], lone_child_nfds;
-
-static void lone_child_fd(void *arg, int fd)
-{
-    (void)arg;
-    if (lone_child_nfds < 8)
-        lone_child_fds[lone_child_nfds] = fd;
-    lone_child_nfds++;
-}
 
 /*
  * What a fork-mode child must not keep of other workers' traffic
