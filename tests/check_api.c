@@ -2452,9 +2452,28 @@ START_TEST(test_lone_big_refused_for_now)
     ck_assert_uint_eq(h->ports[0].held_fds, 0);
     ck_assert_uint_eq(d->big_owed, 0);
     ck_assert_uint_eq(lone_read_frames(h, &worker), 0);
-    /* The kernel willing again: the same fd goes. */
+    /* The kernel willing again: the same fd goes, and one at fd 0 (stdin
+     * closed) goes like any other, its record with it. */
     ck_assert_int_eq(pm__hub_push_fd(h, d, &f, fd, LONE_BIG_LEN, 0), 0);
-    ck_assert_uint_eq(lone_read_frames(h, &worker), 1);
+    int stdin_copy = dup(0);
+    ck_assert_int_ge(stdin_copy, 0);
+    ck_assert_int_eq(pm__hub_push_fd(h, d, &f, lone_big_fd(0), LONE_BIG_LEN, 0), 0);
+    ck_assert_int_eq(fcntl(0, F_GETFD), -1); /* the hub's, sent and closed */
+    ck_assert_int_eq(dup2(stdin_copy, 0), 0);
+    close(stdin_copy);
+    pm__hub_publish(h);
+    for (uint32_t seq = 1; seq <= 2; seq++) {
+        pm__frame_hdr r;
+        const void *data;
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &r, &data), 1);
+        pm__announce a;
+        ck_assert_int_eq(pm__announce_decode(data, r.len, &a), 0);
+        ck_assert_uint_eq(a.seq, seq);
+        int big = -1;
+        ck_assert_int_eq(pm__bigmsg_recv(worker.sock, seq, &big), 0);
+        close(big);
+        pm__ring_consume(&worker.rx);
+    }
     pm__hub_delete(h);
 }
 END_TEST
