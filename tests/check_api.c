@@ -1852,6 +1852,28 @@ START_TEST(test_lone_queue_bounds)
 }
 END_TEST
 
+/* A sender at its bound of large messages (PM__HOLD_MAX_FDS) is held only
+ * for those: its plain frames are still queued, its next large message
+ * is refused -EAGAIN (hub_queue.c push_any). */
+START_TEST(test_lone_fd_bound_only_fds)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__port *d = &h->ports[1];
+    (void)lone_ring_full(h, 1);
+    pm__frame_hdr f = lone_msg_to(1);
+    for (unsigned k = 0; k < PM__HOLD_MAX_FDS; k++)
+        ck_assert_int_eq(pm__hub_push_fd(h, d, &f, lone_big_fd(-1), LONE_BIG_LEN, 0), 0);
+    ck_assert_int_eq(pm__hub_push(h, d, &f, "p", 1, 0), 0);
+    ck_assert_uint_eq(h->ports[0].held_frames, PM__HOLD_MAX_FDS + 1);
+    int fd = lone_big_fd(-1);
+    ck_assert_int_eq(pm__hub_push_fd(h, d, &f, fd, LONE_BIG_LEN, 0), -EAGAIN);
+    close(fd);
+    pm__hub_delete(h);
+}
+END_TEST
+
 /* Frames for lone port 0, charged to `charge`, pushed into its queue
  * (its ring full): n of them with `payload` bytes each, or large messages
  * if fds. */
@@ -4682,6 +4704,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_lane_revoked_at_other_end, 0, 2, 30);
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
     PM_ADD_LOOP_TEST(s, test_lone_queue_bounds, 0, (int)ARRAY_LEN(lone_bound_rows), 60);
+    PM_ADD_TEST(s, test_lone_fd_bound_only_fds, 30);
     PM_ADD_LOOP_TEST(s, test_lone_hold_half_free, 0, (int)ARRAY_LEN(lone_half_rows), 30);
     PM_ADD_TEST(s, test_lone_total_half_free, 30);
     PM_ADD_LOOP_TEST(s, test_lone_notice_at, 0, NOTE_ROWS, 30);
