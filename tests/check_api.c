@@ -1874,6 +1874,51 @@ START_TEST(test_lone_fd_bound_only_fds)
 }
 END_TEST
 
+/* What a lone hub sent on its link, counted. */
+static unsigned lone_link_sent;
+
+static int lone_link_send(void *arg, const void *frame, size_t len)
+{
+    (void)arg, (void)frame, (void)len;
+    lone_link_sent++;
+    return 0;
+}
+
+/*
+ * A frame queued for a local port returns credit to a peer link only when
+ * it came from that link (hub_queue.c: a queued frame's credit_host is 0
+ * unless hub_linkin.c tags it): local frames leaving a queue send nothing
+ * on a link that takes credits, whatever the heap held where their queue
+ * entry was made (the program's malloc fills each block with host 1's
+ * index, the link's).
+ */
+START_TEST(test_lone_local_frames_no_credit)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_lone_local_frames_no_credit runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    pm__hub *h = lone_hub(2);
+    pm__hub_peer_mode(h);
+    ck_assert_int_eq(pm__hub_host_index(h, "b"), 1);
+    pm__hub_link_up(h, 1, lone_link_send, NULL);
+    pm__hub_link_caps(h, 1, PM__PEER_CAP_CREDIT);
+    lone_link_sent = 0;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    (void)lone_ring_full(h, 1);
+    pm__frame_hdr f = lone_msg_to(1);
+    pm_failalloc_fill = 1; /* host 1, port 0x00010001 */
+    for (unsigned k = 0; k < PM__LINK_WIN_FRAMES; k++)
+        ck_assert_int_eq(pm__hub_push(h, &h->ports[1], &f, "x", 1, PM__NODE_MAIN), 0);
+    pm_failalloc_fill = 0;
+    (void)lone_flush_all(h, 1, &worker);
+    ck_assert_uint_eq(lone_link_sent, 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
 /* Frames for lone port 0, charged to `charge`, pushed into its queue
  * (its ring full): n of them with `payload` bytes each, or large messages
  * if fds. */
@@ -4705,6 +4750,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_broadcast_copies_wiped, 30);
     PM_ADD_LOOP_TEST(s, test_lone_queue_bounds, 0, (int)ARRAY_LEN(lone_bound_rows), 60);
     PM_ADD_TEST(s, test_lone_fd_bound_only_fds, 30);
+    PM_ADD_TEST(s, test_lone_local_frames_no_credit, 30);
     PM_ADD_LOOP_TEST(s, test_lone_hold_half_free, 0, (int)ARRAY_LEN(lone_half_rows), 30);
     PM_ADD_TEST(s, test_lone_total_half_free, 30);
     PM_ADD_LOOP_TEST(s, test_lone_notice_at, 0, NOTE_ROWS, 30);

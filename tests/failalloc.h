@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -116,6 +117,12 @@ static inline int pm_failalloc_disarm(void)
  * wiped first, hub_bcast.c). */
 __attribute__((unused)) static void (*pm_failalloc_free_hook)(const void *p, size_t size);
 
+/* Nonzero: every block malloc gives out is filled with this 16-bit value
+ * (native order) first, so that a field the code forgets to set reads as
+ * something chosen rather than as whatever the heap held (fresh memory
+ * from the kernel is zeros, which hides the forgotten store of a 0). */
+__attribute__((unused)) static uint16_t pm_failalloc_fill;
+
 #if PM_FAILALLOC
 #include <malloc.h>
 
@@ -155,7 +162,12 @@ static int failalloc_now(void)
 
 PM_FAILALLOC_VIS void *malloc(size_t n)
 {
-    return failalloc_now() ? NULL : __libc_malloc(n);
+    if (failalloc_now())
+        return NULL;
+    uint16_t *p = __libc_malloc(n);
+    for (size_t i = 0; p != NULL && pm_failalloc_fill != 0 && i < n / sizeof(*p); i++)
+        p[i] = pm_failalloc_fill;
+    return p;
 }
 
 PM_FAILALLOC_VIS void *calloc(size_t n, size_t size)
