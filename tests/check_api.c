@@ -2059,14 +2059,15 @@ END_TEST
  * through main's delivery; to a requester on another host, back over the
  * link, but only about a worker of this host (a remote worker's frame is
  * that host's to answer). To a port's older incarnation or a closed port
- * it is dropped and counted (notices_dropped); to no port of this hub
- * (an index past the last) nothing at all. A port whose answers are at
- * their bound: dropped and counted, no fault; whose ring is corrupt: the
- * port is faulted (PM_REASON_CORRUPT_RING), the notice dropped and
- * counted.
+ * (even to the very incarnation that ended) it is dropped and counted
+ * (notices_dropped), not counted as the port's undeliverable; to no port
+ * of this hub (an index past the last) nothing at all. A port whose
+ * answers are at their bound: dropped and counted, no fault; whose ring
+ * is corrupt: the port is faulted (PM_REASON_CORRUPT_RING), the notice
+ * dropped and counted.
  */
-enum { NOTE_PORT, NOTE_OLD_INC, NOTE_CLOSED, NOTE_PAST_LAST, NOTE_MAIN, NOTE_LINK, NOTE_LINK_REMOTE,
-       NOTE_ANSWERS_FULL, NOTE_CORRUPT, NOTE_ROWS };
+enum { NOTE_PORT, NOTE_OLD_INC, NOTE_CLOSED, NOTE_CLOSED_LAST_INC, NOTE_PAST_LAST, NOTE_MAIN, NOTE_LINK,
+       NOTE_LINK_REMOTE, NOTE_ANSWERS_FULL, NOTE_CORRUPT, NOTE_ROWS };
 
 START_TEST(test_lone_notice_at)
 {
@@ -2095,6 +2096,15 @@ START_TEST(test_lone_notice_at)
         to = 2;
         dropped = 1;
         break;
+    case NOTE_CLOSED_LAST_INC: {
+        /* Port 2's incarnation 1 ended: a notice to it finds no ring. */
+        static pm__channel hub2, worker2;
+        lone_port_at(h, 2, &hub2, &worker2);
+        pm__hub_port_close(h, 2);
+        to = 2;
+        dropped = 1;
+        break;
+    }
     case NOTE_PAST_LAST:
         to = 3;
         break;
@@ -2128,6 +2138,7 @@ START_TEST(test_lone_notice_at)
     if (_i == NOTE_CORRUPT)
         ck_assert_int_eq(lone_fault_reason, PM_REASON_CORRUPT_RING);
     ck_assert_uint_eq(p->undeliverable, in_ring || _i >= NOTE_ANSWERS_FULL);
+    ck_assert_uint_eq(h->ports[2].undeliverable, 0);
     ck_assert_int_eq(lone_up_main, _i == NOTE_MAIN);
     ck_assert_int_eq(lone_up_link, _i == NOTE_LINK);
     if (_i == NOTE_LINK) {

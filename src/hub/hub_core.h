@@ -477,7 +477,9 @@ struct pm__hub {
     uint64_t not_draining;  /* stalls reported (ops->not_draining) */
     uint64_t ring_full_waits; /* a sender held back by a full destination */
     pm__port *leave_from;   /* the local sender whose frame is being pushed, when its
-                               frame may be left in its ring (hub_queue.c) */
+                               frame may be left in its ring (hub_queue.c): set
+                               by pm__hub_relay only, around the push of that
+                               sender's own frame, charged to it, no fd */
     int left_now;           /* the push just refused left the frame in its ring */
     uint64_t frames_queued; /* frames copied into a queue (tests: copies per frame) */
     uint64_t left_waits;    /* senders held with their frame left in their ring */

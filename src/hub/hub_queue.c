@@ -270,8 +270,9 @@ static int push_any(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const void 
         }
         if (rc != -EAGAIN)
             return rc;
-        if (h->leave_from != NULL && charge == h->leave_from->index && fd < 0 &&
-            leave_in_ring(h, h->leave_from, d, total))
+        /* Set only around the push of leave_from's own frame, charged to
+         * it, without a large message (hub_route.c pm__hub_relay). */
+        if (h->leave_from != NULL && leave_in_ring(h, h->leave_from, d, total))
             return -EAGAIN;
     }
     int full = charge == PM__CHARGE_ANSWER || charge == PM__CHARGE_LANE ? -ENOBUFS : -EAGAIN;
