@@ -956,8 +956,7 @@ START_TEST(test_lone_broadcast_results_once)
 {
     pm__hub *h = lone_hub(3);
     pm__channel hub_end[2], worker[2];
-    lone_port_at(h, 1, &hub_end[0], &worker[0]);
-    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    lone_ports_1_2(h, hub_end, worker);
     lone_all_calls = 0;
     ck_assert_int_eq(pm__hub_broadcast(h, "b", 1, 60000, lone_bcast_all, NULL), 0);
     uint64_t first = lone_answer_with(h, &worker[0], "one", NULL);
@@ -1337,8 +1336,7 @@ START_TEST(test_lone_lane_offer_conditions)
     pm__hub *h = lone_hub(3);
     ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
     pm__channel hub_end[2], worker[2];
-    lone_port_at(h, 1, &hub_end[0], &worker[0]);
-    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    lone_ports_1_2(h, hub_end, worker);
     pm__hub_port_lanes_ok(h, 1, 1);
     pm__hub_port_lanes_ok(h, 2, 1);
     switch (row) {
@@ -1544,8 +1542,7 @@ START_TEST(test_lone_lane_revoked_at_other_end)
     pm__hub *h = lone_hub(3);
     ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
     pm__channel hub_end[2], worker[2];
-    lone_port_at(h, 1, &hub_end[0], &worker[0]);
-    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    lone_ports_1_2(h, hub_end, worker);
     for (unsigned i = 1; i <= 2; i++) {
         pm__hub_port_lanes_ok(h, i, 1);
         pm__hub_port_lane_notes(h, i, 1);
@@ -1598,9 +1595,7 @@ static const pm__hub_ops lone_fault_ops = {lone_fault_count, lone_control, lone_
  * error; the callback runs once. */
 START_TEST(test_lone_broadcast_corrupt_ring)
 {
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    pm__hub *h;
-    ck_assert_int_eq(pm__hub_new(&h, 2, &names, NULL, &lone_fault_ops, NULL), 0);
+    pm__hub *h = lone_hub_with(2, &lone_fault_ops);
     pm__channel hub_end, worker;
     lone_port(h, &hub_end, &worker);
     char filler[64];
@@ -2071,9 +2066,7 @@ enum { NOTE_PORT, NOTE_OLD_INC, NOTE_CLOSED, NOTE_CLOSED_LAST_INC, NOTE_PAST_LAS
 
 START_TEST(test_lone_notice_at)
 {
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    pm__hub *h;
-    ck_assert_int_eq(pm__hub_new(&h, 3, &names, NULL, &lone_fault_ops, NULL), 0);
+    pm__hub *h = lone_hub_with(3, &lone_fault_ops);
     h->up = &lone_up;
     lone_up_main = lone_up_link = 0;
     lone_faults = 0;
@@ -2448,9 +2441,7 @@ END_TEST
  */
 START_TEST(test_lone_big_refused_by_worker)
 {
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    pm__hub *h;
-    ck_assert_int_eq(pm__hub_new(&h, 2, &names, NULL, &lone_fault_ops, NULL), 0);
+    pm__hub *h = lone_hub_with(2, &lone_fault_ops);
     lone_faults = 0;
     pm__channel hub_end, worker;
     lone_port(h, &hub_end, &worker);
@@ -2619,15 +2610,12 @@ enum { RL_MAIN, RL_UNKNOWN, RL_NOT_READY, RL_STALE, RL_MSG, RL_REQUEST, RL_OVER_
 
 START_TEST(test_lone_relay_rules)
 {
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    pm__hub *h;
-    ck_assert_int_eq(pm__hub_new(&h, 4, &names, NULL, &lone_fault_ops, NULL), 0);
+    pm__hub *h = lone_hub_with(4, &lone_fault_ops);
     lone_faults = 0;
     lone_main_calls = 0;
     h->on_message = lone_on_message;
     pm__channel hub_end[2], worker[2];
-    lone_port_at(h, 1, &hub_end[0], &worker[0]);
-    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    lone_ports_1_2(h, hub_end, worker);
     pm__port *s = &h->ports[1], *d = &h->ports[2];
     int type = _i == RL_REQUEST || _i == RL_OVER_CAP || _i == RL_FULL_REQUEST || _i == RL_CORRUPT_REQUEST
                    ? PM__FT_REQUEST
@@ -2715,13 +2703,10 @@ enum { RP_OK, RP_TWICE, RP_NONE, RP_EXPIRED, RP_GONE, RP_OTHER_INC, RP_ANSWERS_F
 
 START_TEST(test_lone_reply_rules)
 {
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    pm__hub *h;
-    ck_assert_int_eq(pm__hub_new(&h, 4, &names, NULL, &lone_fault_ops, NULL), 0);
+    pm__hub *h = lone_hub_with(4, &lone_fault_ops);
     lone_faults = 0;
     pm__channel hub_end[2], worker[2];
-    lone_port_at(h, 1, &hub_end[0], &worker[0]);
-    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    lone_ports_1_2(h, hub_end, worker);
     pm__port *d = &h->ports[2];
     uint32_t requester = _i == RP_GONE ? 3 : 1;
     uint64_t requester_inc = _i == RP_OTHER_INC ? 7 : 1;
@@ -2781,8 +2766,7 @@ START_TEST(test_lone_lane_reply)
     pm__hub *h = lone_hub(3);
     ck_assert_int_eq(pm__hub_lanes_enable(h), 0);
     pm__channel hub_end[2], worker[2];
-    lone_port_at(h, 1, &hub_end[0], &worker[0]);
-    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    lone_ports_1_2(h, hub_end, worker);
     for (unsigned i = 1; i <= 2; i++) {
         pm__hub_port_lanes_ok(h, i, 1);
         pm__hub_port_lane_notes(h, i, 1);
@@ -2843,9 +2827,7 @@ enum { MS_NULL_DATA, MS_TOO_LONG, MS_MAX_LEN, MS_OTHER_SYSTEM, MS_TO_MAIN, MS_CL
 
 START_TEST(test_lone_main_send)
 {
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    pm__hub *h;
-    ck_assert_int_eq(pm__hub_new(&h, 3, &names, NULL, &lone_fault_ops, NULL), 0);
+    pm__hub *h = lone_hub_with(3, &lone_fault_ops);
     lone_faults = 0;
     pm__channel hub_end, worker;
     lone_port(h, &hub_end, &worker);
@@ -2939,8 +2921,7 @@ START_TEST(test_lone_port_close)
 {
     pm__hub *h = lone_hub(3);
     pm__channel hub_end[2], worker[2];
-    lone_port_at(h, 1, &hub_end[0], &worker[0]);
-    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    lone_ports_1_2(h, hub_end, worker);
     pm__port *s = &h->ports[1], *d = &h->ports[2];
     ck_assert_int_eq(pm__hub_add_inflight(h, d, 1, 1, 5, 0), 0);
     ck_assert_int_eq(pm__hub_add_inflight(h, d, 1, 1, 6, 0), 0);
@@ -3038,9 +3019,7 @@ static const pm__hub_ops lone_drain_ops = {lone_fault, lone_control, lone_drain_
  */
 START_TEST(test_lone_deadlines_and_draining)
 {
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    pm__hub *h;
-    ck_assert_int_eq(pm__hub_new(&h, 2, &names, NULL, &lone_drain_ops, NULL), 0);
+    pm__hub *h = lone_hub_with(2, &lone_drain_ops);
     lone_not_draining = 0;
     pm__channel hub_end, worker;
     lone_port(h, &hub_end, &worker);
@@ -3157,8 +3136,7 @@ START_TEST(test_lone_child_fds_and_wipe)
 {
     pm__hub *h = lone_hub(3);
     pm__channel hub_end[2], worker[2];
-    lone_port_at(h, 1, &hub_end[0], &worker[0]);
-    lone_port_at(h, 2, &hub_end[1], &worker[1]);
+    lone_ports_1_2(h, hub_end, worker);
     lone_child_nfds = 0;
     ck_assert_int_eq(pm__hub_child_fds(h, lone_child_fd, NULL), 0);
     ck_assert_int_eq(lone_child_nfds, 0);

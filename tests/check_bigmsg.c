@@ -1594,24 +1594,35 @@ static int refused_forward_body(void)
  * charged to the destination. Run as a user of its own (nobody else's
  * budget is touched), the supervisor's soft limit at 256, the workers'
  * at the hard one. */
-START_TEST(test_refused_forward)
+/* Runs body in a child as a user of its own (uid base + our pid's last
+ * digits: nobody else's fds in flight counted with its), its soft
+ * RLIMIT_NOFILE at 256 and its hard one at 4096, and waits up to
+ * timeout_ms: its exit status; *uid the user. Main adds the cases that
+ * use it only as root. */
+static int as_own_user(uid_t base, int (*body)(void), int timeout_ms, uid_t *uid)
 {
-    buffers(); /* main adds this case only as root */
-    uid_t uid = (uid_t)(3900000 + getpid() % 100000);
+    *uid = (uid_t)(base + (uid_t)(getpid() % 100000));
     pid_t parent = getpid();
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         struct rlimit rl = {256, 4096};
-        if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || setgroups(0, NULL) < 0 || setgid(uid) < 0 ||
-            setuid(uid) < 0)
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || setgroups(0, NULL) < 0 || setgid(*uid) < 0 ||
+            setuid(*uid) < 0)
             _exit(10);
         /* A change of credentials clears the parent-death signal. */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
             _exit(11);
-        _exit(refused_forward_body());
+        _exit(body());
     }
-    int st = pm_test_reap(pid, 150000);
+    return pm_test_reap(pid, timeout_ms);
+}
+
+START_TEST(test_refused_forward)
+{
+    buffers(); /* main adds this case only as root */
+    uid_t uid;
+    int st = as_own_user(3900000, refused_forward_body, 150000, &uid);
     if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
         skipped("test_refused_forward: the kernel did not refuse the supervisor's fd send: not tested");
         return;
@@ -1782,21 +1793,8 @@ START_TEST(test_lone_refused_queued)
 {
     buffers();
     wbuf = mbuf; /* what flood_records' memfd holds (a worker's buffer elsewhere) */
-    uid_t uid = (uid_t)(3800000 + getpid() % 100000);
-    pid_t parent = getpid();
-    pid_t pid = pm_test_fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        struct rlimit rl = {256, 4096};
-        if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || setgroups(0, NULL) < 0 || setgid(uid) < 0 ||
-            setuid(uid) < 0)
-            _exit(10);
-        /* A change of credentials clears the parent-death signal. */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
-            _exit(11);
-        _exit(lone_refused_queued_body());
-    }
-    int st = pm_test_reap(pid, 60000);
+    uid_t uid;
+    int st = as_own_user(3800000, lone_refused_queued_body, 60000, &uid);
     if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
         skipped("test_lone_refused_queued: the kernel did not refuse the hub's fd send: not tested");
         return;

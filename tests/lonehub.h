@@ -37,13 +37,20 @@ static inline void lone_drain(void *owner, unsigned p)
 
 static const pm__hub_ops lone_ops = {lone_fault, lone_control, lone_drain, NULL};
 
-/* A hub of nports closed ports, no cluster around it. */
-static inline pm__hub *lone_hub(unsigned nports)
+/* A hub of nports closed ports, no cluster around it, its owner's calls
+ * ops. */
+static inline pm__hub *lone_hub_with(unsigned nports, const pm__hub_ops *ops)
 {
     static const pm__names names = {"t", "a", 10, 1, NULL};
     pm__hub *h;
-    ck_assert_int_eq(pm__hub_new(&h, nports, &names, NULL, &lone_ops, NULL), 0);
+    ck_assert_int_eq(pm__hub_new(&h, nports, &names, NULL, ops, NULL), 0);
     return h;
+}
+
+/* The same, a fault or a control frame failing the test. */
+static inline pm__hub *lone_hub(unsigned nports)
+{
+    return lone_hub_with(nports, &lone_ops);
 }
 
 /* A port of a lone hub over a real channel (pm__channel_create, the
@@ -62,6 +69,13 @@ static inline void lone_port_at(pm__hub *h, unsigned index, pm__channel *hub_end
 static inline void lone_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
 {
     lone_port_at(h, 1, hub_end, worker);
+}
+
+/* Ports 1 and 2, ready, their ends in hub_end[0..1] and worker[0..1]. */
+static inline void lone_ports_1_2(pm__hub *h, pm__channel hub_end[2], pm__channel worker[2])
+{
+    lone_port_at(h, 1, &hub_end[0], &worker[0]);
+    lone_port_at(h, 2, &hub_end[1], &worker[1]);
 }
 
 /* Lone port i's down ring filled with main's control frames (what a worker
