@@ -2997,14 +2997,14 @@ END_TEST
 /* The not-draining reports a lone hub made. */
 static int lone_not_draining, lone_not_draining_port;
 
-static void lone_drain_count_cb(void *owner, unsigned p)
+static void lone_not_draining_cb(void *owner, unsigned p)
 {
     (void)owner;
     lone_not_draining++;
     lone_not_draining_port = (int)p;
 }
 
-static const pm__hub_ops lone_drain_ops = {lone_fault, lone_control, lone_drain_count_cb, NULL};
+static const pm__hub_ops lone_not_draining_ops = {lone_fault, lone_control, lone_not_draining_cb, NULL};
 
 /*
  * The hub's next deadline (hub_route.c pm__hub_next_deadline): the
@@ -3019,7 +3019,7 @@ static const pm__hub_ops lone_drain_ops = {lone_fault, lone_control, lone_drain_
  */
 START_TEST(test_lone_deadlines_and_draining)
 {
-    pm__hub *h = lone_hub_with(2, &lone_drain_ops);
+    pm__hub *h = lone_hub_with(2, &lone_not_draining_ops);
     lone_not_draining = 0;
     pm__channel hub_end, worker;
     lone_port(h, &hub_end, &worker);
