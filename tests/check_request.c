@@ -889,6 +889,33 @@ START_TEST(test_pool_hung_worker_skipped)
 }
 END_TEST
 
+/* The other half of the rule: a worker that owes an answer (its request
+ * timed out) and gives it late is working again. The late answer is
+ * dropped and counted, and the worker takes any-worker requests again:
+ * with one worker, the next one goes to it and is answered. (The late
+ * answer used to be counted on the router's side before main heard of it,
+ * so the worker stayed skipped until it ended.) */
+START_TEST(test_pool_late_answer_unsticks)
+{
+    pm_options *o = opts(1);
+    pm_options_set_heartbeat_timeout_ms(o, 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    uint64_t late0 = pm_test_late_replies(c);
+    ck_assert_int_gt(request(c, -1, "late:600", 100, &results[0]), 0);
+    RUN_UNTIL(c, results[0].calls == 1, 10000);
+    ck_assert_int_eq(results[0].err, -ETIMEDOUT);
+    RUN_UNTIL(c, pm_test_late_replies(c) == late0 + 1, 10000);
+    ck_assert_int_gt(request(c, -1, "echo:again", 20000, &results[1]), 0);
+    RUN_UNTIL(c, results[1].calls == 1, 30000);
+    ck_assert_int_eq(results[1].err, 0);
+    ck_assert_str_eq(results[1].text, "slot0:again");
+    ck_assert_uint_eq(results[1].slot, 0);
+    ck_assert_int_eq(exited_events, 0);
+    finish(c, o);
+}
+END_TEST
+
 /* The same with kill_on_timeout: the worker is killed at once, its exit
  * reported "timeout", restarted as an input fault; the request's outcome
  * says it was killed. */
@@ -1141,6 +1168,7 @@ int main(void)
     PM_ADD_TEST(s, test_bad_input, 0);
     PM_ADD_TEST(s, test_pool_exact_blame, 0);
     PM_ADD_TEST(s, test_pool_hung_worker_skipped, 0);
+    PM_ADD_TEST(s, test_pool_late_answer_unsticks, 0);
     PM_ADD_TEST(s, test_pool_kill_on_timeout, 0);
     PM_ADD_TEST(s, test_pool_timeout_at_purge, 0);
     PM_ADD_TEST(s, test_pool_queue_full, 0);

@@ -46,6 +46,9 @@ void pm__hub_forget_requests_of(pm__hub *h, const pm__port *p);
 int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc);
 /* hub_main.c: */
 void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload);
+/* A reply to main from p that no in-flight entry waits for: counted late;
+ * one answer fewer p owes (pm__port.stuck). */
+void pm__hub_main_late(pm__hub *h, pm__port *p, uint64_t request_id);
 /* hub_bcast.c: */
 void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b);
 /* Ends every local broadcast still waiting, its pending results -ECANCELED. */

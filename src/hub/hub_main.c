@@ -150,14 +150,7 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload,
     if (f->request_id < PM__BCAST_ID_BASE) {
         pm__main_request *r = main_request_find(h, f->request_id);
         if (r == NULL) {
-            h->late_replies++;
-            /* A worker that answers a request that timed out is working
-             * again: it may take any-worker requests once it owes none. */
-            if (f->type == PM__FT_REPLY && f->src_host == PM__HOST_LOCAL && f->src < h->nports) {
-                pm__port *p = &h->ports[f->src];
-                if (p->incarnation == f->src_inc && p->stuck > 0)
-                    p->stuck--;
-            }
+            h->late_replies++; /* a remote answer after our timer */
             return;
         }
         if (r->port == PM__MAIN_REQUEST_REMOTE && (f->src_host != r->host || f->src != r->remote_port)) {
@@ -182,6 +175,22 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload,
     }
     if (pm__hub_bcast_result(h, f->request_id, err, payload, len) < 0)
         h->late_replies++;
+}
+
+/* A reply to main from local port p that no in-flight entry waits for:
+ * late (its request timed out or was cancelled, or it answers nothing).
+ * It never reaches main_answer, which trusts the entry relay_reply took
+ * for who may answer which id. A worker that owes an answer (a request
+ * timed out while it held it: p->stuck) and answers late is working
+ * again: it may take any-worker requests once it owes none. The hub does
+ * not keep which ids a worker owes, so any late answer of main's id space
+ * counts; a worker can only make itself look less stuck, which gives it
+ * more of main's work, never anyone else's. */
+void pm__hub_main_late(pm__hub *h, pm__port *p, uint64_t request_id)
+{
+    h->late_replies++;
+    if (request_id < PM__BCAST_ID_BASE && p->stuck > 0)
+        p->stuck--;
 }
 
 /* The frame for main, delivered: payload[0..len) is either a private copy

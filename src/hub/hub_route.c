@@ -213,6 +213,10 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
 {
     pm__inflight e;
     if (!pm__hub_take_inflight(h, p, f->dst, f->request_id, &e)) {
+        if (f->dst == PM__NODE_MAIN) {
+            pm__hub_main_late(h, p, f->request_id); /* counted there */
+            return 0;
+        }
         if (lane_reply(h, p, f, payload))
             return 0;
         h->late_replies++;
