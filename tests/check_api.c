@@ -3182,6 +3182,861 @@ START_TEST(test_lone_child_fds_and_wipe)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- main's requests */
+
+/* What main's request callbacks got on a lone hub (hub_main.c), and what
+ * pm__hub_outcome said inside them. */
+static pm__hub *lone_req_hub;
+static int lone_req_calls;
+static pm_message lone_req_msg;
+static char lone_req_data[8];
+static int lone_req_outcome_null;
+static pm_request_outcome lone_req_outcome;
+static uint64_t lone_req_ids[512]; /* the request ids, in callback order */
+
+static void lone_req_done(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c, (void)arg;
+    if (lone_req_calls < (int)ARRAY_LEN(lone_req_ids))
+        lone_req_ids[lone_req_calls] = m->request_id;
+    lone_req_calls++;
+    lone_req_msg = *m;
+    memset(lone_req_data, 0, sizeof(lone_req_data));
+    if (m->data != NULL && m->len > 0)
+        memcpy(lone_req_data, m->data, m->len < sizeof(lone_req_data) ? m->len : sizeof(lone_req_data) - 1);
+    const pm_request_outcome *o = pm__hub_outcome(lone_req_hub, m);
+    lone_req_outcome_null = o == NULL;
+    if (o != NULL)
+        lone_req_outcome = *o;
+    lone_req_msg.data = NULL; /* (valid during the callback only) */
+}
+
+static void lone_req_reset(pm__hub *h)
+{
+    lone_req_hub = h;
+    lone_req_calls = 0;
+    memset(&lone_req_msg, 0, sizeof(lone_req_msg));
+    memset(&lone_req_outcome, 0, sizeof(lone_req_outcome));
+    lone_req_outcome_null = -1;
+}
+
+/* Main's request id on a lone hub: its record, NULL if none. */
+static pm__main_request *lone_request_of(pm__hub *h, int id)
+{
+    for (size_t b = 0; b < h->main_request_buckets; b++)
+        for (pm__main_request *r = h->main_requests[b]; r != NULL; r = r->hnext)
+            if (r->id == (uint64_t)id)
+                return r;
+    return NULL;
+}
+
+static pm_address lone_addr(pm__hub *h, uint32_t node, uint64_t inc)
+{
+    pm_address a;
+    pm__node_address(&h->names, node, inc, &a);
+    return a;
+}
+
+/* A lone worker's reply to main's request id, "hi", then its port serviced. */
+static void lone_answer_main(pm__hub *h, unsigned port, pm__channel *worker, uint64_t id)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REPLY;
+    f.dst = PM__NODE_MAIN;
+    f.request_id = id;
+    ck_assert_int_eq(pm__frame_send(&worker->tx, &f, "hi", 2), 0);
+    pm__hub_port_service(h, port);
+}
+
+/* The from address of the last answer: the worker's port and incarnation,
+ * 0 0 when it never left main. */
+static void lone_req_from(unsigned port, uint64_t inc)
+{
+    ck_assert_uint_eq(lone_req_msg.from.port, port);
+    ck_assert_uint_eq(lone_req_msg.from.incarnation, inc);
+    ck_assert_uint_eq(lone_req_msg.to.port, 0); /* main: t@main:0 */
+    ck_assert_str_eq(lone_req_msg.to.host, "main");
+    ck_assert_str_eq(lone_req_msg.to.system, "t");
+    ck_assert_int_eq(lone_req_msg.kind, PM_MSG_REPLY);
+}
+
+/*
+ * Main's requests (hub_main.c pm__hub_request), one row each, on a lone
+ * hub whose port 1 is ready and port 2 closed: no callback, a timeout of
+ * 0 or below, data NULL with a length: -EINVAL; one byte past
+ * max_message: -EMSGSIZE, exactly max_message: sent; after
+ * pm__hub_cancel_all: -ESHUTDOWN; main itself: -EINVAL; another system:
+ * -ENOENT; a closed port: -EHOSTDOWN; another incarnation: -ESTALE; main's
+ * hold full behind a full ring: -EAGAIN; a corrupt ring: -EHOSTDOWN and
+ * the port faulted. Refused: nothing remembered, no callback ever. Sent,
+ * named or to any worker: an id > 0, the frame in the worker's ring at
+ * once (no turn of the loop), from main, with the id, the deadline and
+ * the payload (a large one as a memfd), in flight to that incarnation
+ * (an any-worker one held against its port); behind a full ring, queued.
+ * Cancelled: one -ECANCELED callback naming the worker, everything
+ * released, and the worker's answer after it is late.
+ */
+enum { RQ_NO_CB, RQ_ZERO_TIMEOUT, RQ_NEG_TIMEOUT, RQ_NULL_DATA, RQ_TOO_LONG, RQ_MAX_LEN,
+       RQ_EMPTY, RQ_SHUT, RQ_TO_MAIN, RQ_OTHER_SYSTEM, RQ_CLOSED, RQ_STALE, RQ_HOLD_FULL,
+       RQ_CORRUPT, RQ_NAMED, RQ_ANY, RQ_LARGE, RQ_QUEUED, RQ_ROWS };
+
+START_TEST(test_lone_request_rules)
+{
+    pm__hub *h = lone_hub_with(3, &lone_fault_ops);
+    lone_faults = 0;
+    lone_req_reset(h);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__port *d = &h->ports[1];
+    static unsigned char data[PM_MAX_PAYLOAD + 1];
+    memset(data, 'd', sizeof(data));
+    size_t len = 2;
+    pm_address to = lone_addr(h, _i == RQ_TO_MAIN ? PM__NODE_MAIN : _i == RQ_CLOSED ? 2 : 1,
+                              _i == RQ_STALE ? 5 : 0);
+    if (_i == RQ_OTHER_SYSTEM)
+        snprintf(to.system, sizeof(to.system), "u");
+    if (_i == RQ_TOO_LONG || _i == RQ_MAX_LEN) {
+        h->max_message = 100;
+        len = _i == RQ_TOO_LONG ? 101 : 100;
+    }
+    if (_i == RQ_LARGE) {
+        h->max_message = 2 * PM_MAX_PAYLOAD;
+        len = PM_MAX_PAYLOAD + 1;
+    }
+    if (_i == RQ_EMPTY)
+        len = 0;
+    if (_i == RQ_SHUT)
+        pm__hub_cancel_all(h);
+    if (_i == RQ_HOLD_FULL || _i == RQ_CORRUPT || _i == RQ_QUEUED)
+        (void)lone_ring_full(h, 1);
+    if (_i == RQ_HOLD_FULL)
+        for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
+            ck_assert_int_eq(pm__hub_main_send(h, &to, PM__FT_MSG, 0, "q", 1), 0);
+    if (_i == RQ_CORRUPT)
+        atomic_store(&worker.rx.sh->tail, 3);
+    int want = _i == RQ_NO_CB || _i == RQ_ZERO_TIMEOUT || _i == RQ_NEG_TIMEOUT ||
+                       _i == RQ_NULL_DATA || _i == RQ_TO_MAIN
+                   ? -EINVAL
+               : _i == RQ_TOO_LONG     ? -EMSGSIZE
+               : _i == RQ_SHUT         ? -ESHUTDOWN
+               : _i == RQ_OTHER_SYSTEM ? -ENOENT
+               : _i == RQ_CLOSED       ? -EHOSTDOWN
+               : _i == RQ_STALE        ? -ESTALE
+               : _i == RQ_HOLD_FULL    ? -EAGAIN
+               : _i == RQ_CORRUPT      ? -EHOSTDOWN
+                                       : 0;
+    int timeout = _i == RQ_ZERO_TIMEOUT ? 0 : _i == RQ_NEG_TIMEOUT ? -1 : 600000;
+    const void *payload = _i == RQ_NULL_DATA || _i == RQ_EMPTY ? NULL : data;
+    int64_t before = (int64_t)pm__now_ms();
+    int id = pm__hub_request(h, _i == RQ_ANY ? NULL : &to, payload, len, timeout,
+                             _i == RQ_NO_CB ? NULL : lone_req_done, NULL);
+    int64_t after = (int64_t)pm__now_ms();
+    ck_assert_int_eq(lone_faults, _i == RQ_CORRUPT);
+    ck_assert_int_eq(lone_req_calls, 0);
+    if (want < 0) {
+        ck_assert_int_eq(id, want);
+        ck_assert_uint_eq(h->main_request_count, 0);
+        ck_assert_uint_eq(d->main_inflight, 0);
+        ck_assert_uint_eq(pm_test_hub_inflight_total(h), 0);
+        ck_assert_uint_eq(d->any_held, 0);
+        ck_assert_uint_eq(h->nwaiting, 0);
+        ck_assert_int_eq(pm__hub_port_holds_main(h, 1), 0);
+        if (_i != RQ_HOLD_FULL && _i != RQ_CORRUPT)
+            ck_assert_int_eq(lone_take(h, &worker, &(pm__frame_hdr){0}), 0);
+        if (_i == RQ_CORRUPT)
+            ck_assert_int_eq(lone_fault_reason, PM_REASON_CORRUPT_RING);
+        pm__hub_delete(h);
+        return;
+    }
+    ck_assert_int_gt(id, 0);
+    pm__main_request *r = lone_request_of(h, id);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->port, 1);
+    ck_assert_uint_eq(r->target_inc, 1);
+    ck_assert_int_eq(r->any, _i == RQ_ANY);
+    ck_assert_int_eq(r->fd, -1);
+    ck_assert_ptr_null(r->data);
+    ck_assert_int_ge(r->deadline_ms, before + timeout);
+    ck_assert_int_le(r->deadline_ms, after + timeout);
+    ck_assert_int_eq(h->main_request_due_ms, r->deadline_ms);
+    ck_assert_uint_eq(h->main_request_count, 1);
+    ck_assert_uint_eq(d->any_held, _i == RQ_ANY);
+    ck_assert_uint_eq(d->main_inflight, 1);
+    ck_assert_int_eq(pm__hub_port_holds_main(h, 1), 1);
+    ck_assert_int_eq(pm__hub_port_holds_main(h, 2), 0);
+    ck_assert_uint_eq(h->nwaiting, 0);
+    if (_i == RQ_QUEUED) {
+        ck_assert_uint_eq(d->q_frames, 1);
+        ck_assert_uint_eq(h->main_held_frames, 1);
+    } else {
+        /* No pm__hub_publish: the request is published as it is sent. */
+        pm__frame_hdr f;
+        const void *got;
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &f, &got), 1);
+        ck_assert_int_eq(d->dirty, 0);
+        ck_assert_uint_eq(f.type, PM__FT_REQUEST);
+        ck_assert_uint_eq(f.src, PM__NODE_MAIN);
+        ck_assert_uint_eq(f.dst, 1);
+        ck_assert_uint_eq(f.dst_inc, 1);
+        ck_assert_uint_eq(f.request_id, (uint64_t)id);
+        ck_assert_int_eq(f.deadline_ms, r->deadline_ms);
+        if (_i == RQ_LARGE) {
+            ck_assert_uint_eq(f.flags, PM__FF_MEMFD);
+            pm__announce a;
+            ck_assert_int_eq(pm__announce_decode(got, f.len, &a), 0);
+            ck_assert_uint_eq(a.len, len);
+            int big = -1;
+            ck_assert_int_eq(pm__bigmsg_recv(worker.sock, a.seq, &big), 0);
+            close(big);
+        } else {
+            ck_assert_uint_eq(f.flags, 0);
+            ck_assert_uint_eq(f.len, len);
+            ck_assert(len == 0 || memcmp(got, data, len) == 0);
+        }
+        pm__ring_consume(&worker.rx);
+        pm__ring_release(&worker.rx);
+    }
+    int64_t deadline = r->deadline_ms;
+    ck_assert_int_eq(pm__hub_cancel(h, (uint64_t)id), 0);
+    ck_assert_int_eq(lone_req_calls, 1);
+    ck_assert_int_eq(lone_req_msg.error, -ECANCELED);
+    ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)id);
+    ck_assert_uint_eq(lone_req_msg.len, 0);
+    ck_assert_int_eq(lone_req_msg.deadline_ms, deadline);
+    lone_req_from(11, 1);
+    ck_assert_int_eq(lone_req_outcome_null, 0);
+    ck_assert_int_eq(lone_req_outcome.error, -ECANCELED);
+    ck_assert_uint_eq(lone_req_outcome.worker.port, 11);
+    ck_assert_int_eq(pm__hub_cancel(h, (uint64_t)id), -ENOENT);
+    ck_assert_uint_eq(h->main_request_count, 0);
+    ck_assert_uint_eq(d->any_held, 0);
+    ck_assert_uint_eq(d->main_inflight, 0);
+    ck_assert_int_eq(pm__hub_port_holds_main(h, 1), 0);
+    if (_i != RQ_QUEUED) {
+        lone_answer_main(h, 1, &worker, (uint64_t)id);
+        ck_assert_uint_eq(h->late_replies, 1);
+        ck_assert_int_eq(lone_req_calls, 1);
+    }
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * The worker an any-worker request goes to (hub_main.c pick_worker), one
+ * row each, ports 1 and 2 ready (port 3 closed): port 1 unless the row
+ * makes it unfit: not ready (starting, stopping), no longer read, holding
+ * any_per_worker of main's any-worker requests (one below: still fit),
+ * owing an answer to a request that timed out, or with more of main's
+ * requests in flight than port 2; ties go round robin from after the
+ * port picked last (the pick remembered), wrapping past the last port.
+ * None fits: the request waits in main, sent to nobody.
+ */
+enum { PK_FIRST, PK_STARTING, PK_STOPPING, PK_NOT_READING, PK_HELD, PK_HELD_BELOW, PK_STUCK,
+       PK_BUSIER, PK_LESS_BUSY, PK_ROUND_ROBIN, PK_WRAP, PK_NONE, PK_ROWS };
+
+START_TEST(test_lone_pick_worker)
+{
+    pm__hub *h = lone_hub(4);
+    lone_req_reset(h);
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    pm__port *p1 = &h->ports[1], *p2 = &h->ports[2];
+    if (_i == PK_STARTING)
+        pm__hub_port_set_state(h, 1, PM__PORT_STARTING);
+    if (_i == PK_STOPPING)
+        pm__hub_port_set_state(h, 1, PM__PORT_STOPPING);
+    if (_i == PK_NOT_READING)
+        p1->reading = 0;
+    if (_i == PK_HELD || _i == PK_HELD_BELOW)
+        p1->any_held = 1;
+    if (_i == PK_HELD_BELOW)
+        h->any_per_worker = 2;
+    if (_i == PK_STUCK || _i == PK_NONE)
+        p1->stuck = 1;
+    if (_i == PK_NONE)
+        p2->stuck = 1;
+    if (_i == PK_BUSIER)
+        ck_assert_int_eq(pm__hub_add_inflight(h, p1, PM__NODE_MAIN, 0, PM__BCAST_ID_BASE, 0), 0);
+    if (_i == PK_LESS_BUSY) {
+        ck_assert_int_eq(pm__hub_add_inflight(h, p2, PM__NODE_MAIN, 0, PM__BCAST_ID_BASE, 0), 0);
+        h->main_request_rr = 1; /* port 2 would come first */
+    }
+    if (_i == PK_ROUND_ROBIN)
+        h->main_request_rr = 1;
+    if (_i == PK_WRAP)
+        h->main_request_rr = 2; /* 3 (closed), 0 (main), then 1 */
+    unsigned want = _i == PK_NONE ? 0
+                    : _i == PK_STARTING || _i == PK_STOPPING || _i == PK_NOT_READING ||
+                              _i == PK_HELD || _i == PK_STUCK || _i == PK_BUSIER ||
+                              _i == PK_ROUND_ROBIN
+                        ? 2
+                        : 1;
+    unsigned rr0 = h->main_request_rr;
+    int id = pm__hub_request(h, NULL, "x", 1, 600000, lone_req_done, NULL);
+    ck_assert_int_gt(id, 0);
+    pm__main_request *r = lone_request_of(h, id);
+    pm__frame_hdr f;
+    ck_assert_int_eq(lone_take(h, &worker[0], &f), want == 1);
+    ck_assert_int_eq(lone_take(h, &worker[1], &f), want == 2);
+    if (want == 0) {
+        ck_assert_uint_eq(r->port, PM__MAIN_REQUEST_WAITING);
+        ck_assert_ptr_eq(h->waiting, r);
+        ck_assert_ptr_eq(h->waiting_tail, r);
+        ck_assert_uint_eq(h->nwaiting, 1);
+        ck_assert_uint_eq(h->main_request_rr, rr0);
+        ck_assert_uint_eq(r->len, 1);
+        ck_assert_int_eq(r->data[0], 'x');
+    } else {
+        ck_assert_uint_eq(r->port, want);
+        ck_assert_uint_eq(f.request_id, (uint64_t)id);
+        ck_assert_uint_eq(h->main_request_rr, want);
+        ck_assert_uint_eq(h->ports[want].any_held, 1u + (_i == PK_HELD_BELOW));
+        ck_assert_uint_eq(h->nwaiting, 0);
+        ck_assert_ptr_null(h->waiting);
+    }
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * Main's waiting requests (hub_main.c): with no ready worker, any-worker
+ * requests wait in arrival order, each with a private copy of its payload,
+ * up to queue_max (past it -EAGAIN at once; a named request never waits
+ * there). A cancelled one leaves the list wherever it is (head, middle,
+ * tail), the list and its tail kept whole. When a worker is ready they go
+ * out oldest first, one per free worker, and a new any-worker request
+ * never overtakes them; a worker that answers takes the next.
+ */
+START_TEST(test_lone_waiting_requests)
+{
+    pm__hub *h = lone_hub(3);
+    lone_req_reset(h);
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    pm__hub_port_set_state(h, 1, PM__PORT_STARTING);
+    pm__hub_port_set_state(h, 2, PM__PORT_STARTING);
+    h->queue_max = 4;
+    char text[5][4] = {"a", "bb", "ccc", "d", "e"};
+    int id[5];
+    for (int k = 0; k < 4; k++) {
+        id[k] = pm__hub_request(h, NULL, text[k], strlen(text[k]), 600000, lone_req_done, NULL);
+        ck_assert_int_gt(id[k], 0);
+        pm__main_request *r = lone_request_of(h, id[k]);
+        ck_assert_uint_eq(r->port, PM__MAIN_REQUEST_WAITING);
+        ck_assert_uint_eq(r->len, strlen(text[k]));
+        ck_assert_ptr_ne(r->data, (unsigned char *)text[k]);
+        ck_assert(memcmp(r->data, text[k], r->len) == 0);
+    }
+    ck_assert_int_eq(pm__hub_request(h, NULL, "e", 1, 600000, lone_req_done, NULL), -EAGAIN);
+    pm_address to = lone_addr(h, 1, 0);
+    ck_assert_int_eq(pm__hub_request(h, &to, "n", 1, 600000, lone_req_done, NULL), -EHOSTDOWN);
+    ck_assert_uint_eq(h->nwaiting, 4);
+    ck_assert_uint_eq(h->main_request_count, 4);
+
+    /* Out of the list: the middle (bb), the tail (d), the head (a). */
+    ck_assert_int_eq(pm__hub_cancel(h, (uint64_t)id[1]), 0);
+    ck_assert_int_eq(pm__hub_cancel(h, (uint64_t)id[3]), 0);
+    ck_assert_uint_eq(h->nwaiting, 2);
+    ck_assert_ptr_eq(h->waiting, lone_request_of(h, id[0]));
+    ck_assert_ptr_eq(h->waiting->wnext, lone_request_of(h, id[2]));
+    ck_assert_ptr_eq(h->waiting_tail, lone_request_of(h, id[2]));
+    ck_assert_int_eq(pm__hub_cancel(h, (uint64_t)id[0]), 0);
+    ck_assert_ptr_eq(h->waiting, lone_request_of(h, id[2]));
+    ck_assert_ptr_eq(h->waiting_tail, h->waiting);
+    ck_assert_int_eq(lone_req_calls, 3);
+    ck_assert_int_eq(lone_req_msg.error, -ECANCELED);
+    ck_assert_uint_eq(lone_req_msg.from.port, 0); /* it never left main */
+    ck_assert_uint_eq(lone_req_msg.from.incarnation, 0);
+    ck_assert_str_eq(lone_req_msg.from.system, "");
+    ck_assert_int_eq(lone_req_outcome.ended, 0);
+    /* Appended behind the one left: ccc, then d2. */
+    id[3] = pm__hub_request(h, NULL, "d2", 2, 600000, lone_req_done, NULL);
+    ck_assert_ptr_eq(h->waiting->wnext, lone_request_of(h, id[3]));
+    ck_assert_ptr_eq(h->waiting_tail, lone_request_of(h, id[3]));
+    ck_assert_uint_eq(h->nwaiting, 2);
+
+    /* Port 1 ready: ccc goes, d2 waits (one any-worker request a worker). */
+    pm__hub_port_set_state(h, 1, PM__PORT_READY);
+    pm__hub_main_request_dispatch_waiting(h);
+    pm__frame_hdr f;
+    const void *got;
+    pm__hub_publish(h);
+    ck_assert_int_eq(pm__frame_recv(&worker[0].rx, PM__CHANNEL_MAX_FRAME, &f, &got), 1);
+    ck_assert_uint_eq(f.request_id, (uint64_t)id[2]);
+    ck_assert_uint_eq(f.len, 3);
+    ck_assert(memcmp(got, "ccc", 3) == 0);
+    pm__ring_consume(&worker[0].rx);
+    pm__ring_release(&worker[0].rx);
+    pm__main_request *c = lone_request_of(h, id[2]);
+    ck_assert_uint_eq(c->port, 1);
+    ck_assert_ptr_null(c->data);
+    ck_assert_ptr_null(c->wnext);
+    ck_assert_uint_eq(h->nwaiting, 1);
+    ck_assert_ptr_eq(h->waiting, lone_request_of(h, id[3]));
+    ck_assert_ptr_eq(h->waiting_tail, h->waiting);
+
+    /* Port 2 ready: a new request sends d2 first and waits itself. */
+    pm__hub_port_set_state(h, 2, PM__PORT_READY);
+    id[4] = pm__hub_request(h, NULL, "e", 1, 600000, lone_req_done, NULL);
+    ck_assert_int_gt(id[4], 0);
+    ck_assert_int_eq(lone_take(h, &worker[1], &f), 1);
+    ck_assert_uint_eq(f.request_id, (uint64_t)id[3]);
+    ck_assert_ptr_eq(h->waiting, lone_request_of(h, id[4]));
+    ck_assert_uint_eq(h->nwaiting, 1);
+    /* Port 1 answers ccc: e goes to it at the next dispatch. */
+    lone_answer_main(h, 1, &worker[0], (uint64_t)id[2]);
+    ck_assert_int_eq(lone_req_calls, 4);
+    ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)id[2]);
+    ck_assert_int_eq(lone_req_msg.error, 0);
+    ck_assert_str_eq(lone_req_data, "hi");
+    ck_assert_uint_eq(h->ports[1].any_held, 0);
+    pm__hub_main_request_dispatch_waiting(h);
+    ck_assert_int_eq(lone_take(h, &worker[0], &f), 1);
+    ck_assert_uint_eq(f.request_id, (uint64_t)id[4]);
+    ck_assert_ptr_null(h->waiting);
+    ck_assert_ptr_null(h->waiting_tail);
+    ck_assert_uint_eq(h->nwaiting, 0);
+    ck_assert_uint_eq(h->main_request_count, 2);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * A waiting request that cannot go out (hub_main.c
+ * pm__hub_main_request_dispatch_waiting): its worker's ring corrupt, the
+ * worker is faulted and the request answered -EHOSTDOWN at once, off the
+ * list and the table; main's hold full behind a full ring, it waits on,
+ * payload and place kept, sent once the worker reads.
+ */
+START_TEST(test_lone_waiting_not_sent)
+{
+    pm__hub *h = lone_hub_with(2, &lone_fault_ops);
+    lone_faults = 0;
+    lone_req_reset(h);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__hub_port_set_state(h, 1, PM__PORT_STARTING);
+    int id = pm__hub_request(h, NULL, "w", 1, 600000, lone_req_done, NULL);
+    ck_assert_int_gt(id, 0);
+    (void)lone_ring_full(h, 1);
+    pm__hub_port_set_state(h, 1, PM__PORT_READY);
+    if (_i == 0) {
+        atomic_store(&worker.rx.sh->tail, 3);
+        pm__hub_main_request_dispatch_waiting(h);
+        ck_assert_int_eq(lone_faults, 1);
+        ck_assert_int_eq(lone_fault_reason, PM_REASON_CORRUPT_RING);
+        ck_assert_int_eq(lone_req_calls, 1);
+        ck_assert_int_eq(lone_req_msg.error, -EHOSTDOWN);
+        ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)id);
+        ck_assert_ptr_null(h->waiting);
+        ck_assert_ptr_null(h->waiting_tail);
+        ck_assert_uint_eq(h->nwaiting, 0);
+        ck_assert_uint_eq(h->main_request_count, 0);
+        ck_assert_uint_eq(pm_test_hub_inflight_total(h), 0);
+        ck_assert_int_eq(pm__hub_cancel(h, (uint64_t)id), -ENOENT);
+        pm__hub_delete(h);
+        return;
+    }
+    pm_address to = lone_addr(h, 1, 0);
+    for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
+        ck_assert_int_eq(pm__hub_main_send(h, &to, PM__FT_MSG, 0, "q", 1), 0);
+    pm__hub_main_request_dispatch_waiting(h);
+    ck_assert_int_eq(lone_req_calls, 0);
+    pm__main_request *r = lone_request_of(h, id);
+    ck_assert_uint_eq(r->port, PM__MAIN_REQUEST_WAITING);
+    ck_assert_ptr_eq(h->waiting, r);
+    ck_assert_uint_eq(h->nwaiting, 1);
+    ck_assert_int_eq(r->data[0], 'w');
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 0);
+    ck_assert_uint_eq(h->ports[1].any_held, 0);
+    /* The worker reads it all: the request goes. */
+    unsigned n = lone_flush_all(h, 1, &worker);
+    ck_assert_uint_gt(n, 0);
+    pm__hub_main_request_dispatch_waiting(h);
+    ck_assert_uint_eq(r->port, 1);
+    ck_assert_uint_eq(h->nwaiting, 0);
+    pm__frame_hdr f;
+    ck_assert_int_eq(lone_take(h, &worker, &f), 1);
+    ck_assert_uint_eq(f.request_id, (uint64_t)id);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* The timed_out calls a lone hub made. */
+static int lone_timed_out, lone_timed_out_port;
+
+static void lone_timed_out_cb(void *owner, unsigned p)
+{
+    (void)owner;
+    lone_timed_out++;
+    lone_timed_out_port = (int)p;
+}
+
+static const pm__hub_ops lone_timeout_ops = {lone_fault_count, lone_control, lone_drain,
+                                             lone_timed_out_cb};
+
+/*
+ * The answers to main's request (hub_main.c main_answer, relay_reply's
+ * part), one row each: port 1 holds a named request, port 2 is ready. Its
+ * worker's reply: one callback with the payload, from that worker to main,
+ * the id, the deadline; its outcome (the worker, no exit, not killed);
+ * nothing left in flight. Past the request's deadline before the timer saw
+ * it: -ETIMEDOUT and no payload (the entry's deadline passed too: the reply
+ * is also counted late). The same id answered by port 2, which does not hold
+ * it: late, the request still waits for port 1. Twice: one callback, one
+ * late. The worker ends: -EHOSTDOWN, the outcome telling how it ended (the
+ * ending the owner set for that port and incarnation only). Timed out, then
+ * answered: late, and the worker owes no more (stuck back to 0), its
+ * any-worker picks again; a late answer to a broadcast's id leaves it owing.
+ */
+enum { AN_REPLY, AN_DEADLINE, AN_BOTH_DEADLINES, AN_OTHER_WORKER, AN_TWICE, AN_ENDED,
+       AN_OTHER_ENDING, AN_TIMED_OUT_LATE, AN_BCAST_LATE, AN_ROWS };
+
+START_TEST(test_lone_main_answers)
+{
+    pm__hub *h = lone_hub_with(3, &lone_timeout_ops);
+    lone_req_reset(h);
+    lone_timed_out = 0;
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    pm__port *d = &h->ports[1];
+    pm_address to = lone_addr(h, 1, 0);
+    int id = pm__hub_request(h, &to, "q", 1, 600000, lone_req_done, NULL);
+    ck_assert_int_gt(id, 0);
+    pm__main_request *r = lone_request_of(h, id);
+    int64_t deadline = r->deadline_ms;
+    pm__frame_hdr f;
+    ck_assert_int_eq(lone_take(h, &worker[0], &f), 1);
+    int want_calls = 1, err = 0;
+    uint64_t late = 0;
+    switch (_i) {
+    case AN_REPLY:
+        lone_answer_main(h, 1, &worker[0], (uint64_t)id);
+        break;
+    case AN_DEADLINE:
+        r->deadline_ms = deadline = 1;
+        lone_answer_main(h, 1, &worker[0], (uint64_t)id);
+        err = -ETIMEDOUT;
+        break;
+    case AN_BOTH_DEADLINES:
+        r->deadline_ms = deadline = 1;
+        ck_assert_uint_eq(d->ninflight, 1);
+        d->inflight[0].deadline_ms = 1;
+        lone_answer_main(h, 1, &worker[0], (uint64_t)id);
+        err = -ETIMEDOUT;
+        late = 1;
+        break;
+    case AN_OTHER_WORKER:
+        lone_answer_main(h, 2, &worker[1], (uint64_t)id);
+        ck_assert_int_eq(lone_req_calls, 0);
+        ck_assert_uint_eq(h->late_replies, 1);
+        ck_assert_ptr_eq(lone_request_of(h, id), r);
+        lone_answer_main(h, 1, &worker[0], (uint64_t)id);
+        late = 1;
+        break;
+    case AN_TWICE:
+        lone_answer_main(h, 1, &worker[0], (uint64_t)id);
+        lone_answer_main(h, 1, &worker[0], (uint64_t)id);
+        late = 1;
+        break;
+    case AN_ENDED:
+    case AN_OTHER_ENDING: {
+        pm_crash_report crash;
+        memset(&crash, 0, sizeof(crash));
+        crash.state = PM_CRASH_RECORDED;
+        crash.incarnation = 1;
+        pm__ending e = {_i == AN_ENDED ? 1 : 2, 1, -1, 11, 1, PM_REASON_SIGNAL, &crash};
+        pm__hub_set_ending(h, &e);
+        pm__hub_port_close(h, 1);
+        pm__hub_set_ending(h, NULL);
+        err = -EHOSTDOWN;
+        break;
+    }
+    case AN_TIMED_OUT_LATE:
+    case AN_BCAST_LATE:
+        pm__hub_main_request_expire(h, deadline);
+        ck_assert_int_eq(lone_req_calls, 1);
+        ck_assert_int_eq(lone_req_msg.error, -ETIMEDOUT);
+        ck_assert_uint_eq(d->stuck, 1);
+        lone_answer_main(h, 1, &worker[0],
+                         _i == AN_BCAST_LATE ? PM__BCAST_ID_BASE + 5 : (uint64_t)id);
+        ck_assert_uint_eq(d->stuck, _i == AN_BCAST_LATE);
+        err = -ETIMEDOUT;
+        late = 1;
+        break;
+    }
+    ck_assert_int_eq(lone_req_calls, want_calls);
+    ck_assert_uint_eq(h->late_replies, late);
+    ck_assert_int_eq(lone_req_msg.error, err);
+    ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)id);
+    ck_assert_int_eq(lone_req_msg.deadline_ms, deadline);
+    lone_req_from(11, 1);
+    ck_assert_uint_eq(lone_req_msg.len, err == 0 ? 2u : 0u);
+    ck_assert_str_eq(lone_req_data, err == 0 ? "hi" : "");
+    ck_assert_int_eq(lone_req_outcome_null, 0);
+    ck_assert_int_eq(lone_req_outcome.error, err);
+    ck_assert_uint_eq(lone_req_outcome.worker.port, 11);
+    ck_assert_uint_eq(lone_req_outcome.worker.incarnation, 1);
+    ck_assert_int_eq(lone_req_outcome.killed, 0);
+    ck_assert_int_eq(lone_req_outcome.ended, _i == AN_ENDED);
+    if (_i == AN_ENDED) {
+        ck_assert_int_eq(lone_req_outcome.exit_code, -1);
+        ck_assert_int_eq(lone_req_outcome.signal, 11);
+        ck_assert_int_eq(lone_req_outcome.core_dumped, 1);
+        ck_assert_int_eq(lone_req_outcome.reason_code, PM_REASON_SIGNAL);
+        ck_assert_str_eq(lone_req_outcome.reason, "signal");
+        ck_assert_int_eq(lone_req_outcome.crash.state, PM_CRASH_RECORDED);
+    } else {
+        ck_assert_int_eq(lone_req_outcome.exit_code, -1);
+        ck_assert_int_eq(lone_req_outcome.signal, 0);
+        ck_assert_int_eq(lone_req_outcome.crash.state, PM_CRASH_NONE);
+    }
+    /* Outside the callback there is no outcome, for any message. */
+    ck_assert_ptr_null(pm__hub_outcome(h, &lone_req_msg));
+    ck_assert_ptr_null(pm__hub_outcome(h, NULL));
+    ck_assert_uint_eq(h->main_request_count, 0);
+    ck_assert_uint_eq(d->main_inflight, 0);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 0);
+    ck_assert_int_eq(lone_timed_out, 0);
+    if (_i == AN_TIMED_OUT_LATE) {
+        /* It picks again. */
+        int again = pm__hub_request(h, NULL, "q", 1, 600000, lone_req_done, NULL);
+        ck_assert_uint_eq(lone_request_of(h, again)->port, 1);
+    }
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * Main's requests past their deadline (hub_main.c
+ * pm__hub_main_request_expire), one row each: request A (1 s) and B (600
+ * s), A held by port 1 unless the row says. Not a millisecond before A's
+ * deadline; at it, A alone gets -ETIMEDOUT, its entry forgotten, and the
+ * next due time is B's. Held by its worker's incarnation: the worker owes
+ * an answer (stuck); with kill_on_timeout the owner is asked to kill it
+ * (once, before the callback, whose outcome says killed), not when the
+ * worker is no longer read or the owner has no timed_out call. Its port
+ * now another incarnation: nobody owes. A and B waiting: A off the list,
+ * which keeps B as head and tail (a new request goes behind it).
+ */
+enum { EX_HELD, EX_KILL, EX_KILL_NOT_READING, EX_KILL_NO_CALL, EX_OTHER_INC, EX_WAITING,
+       EX_ROWS };
+
+START_TEST(test_lone_request_expire)
+{
+    pm__hub *h = lone_hub_with(3, _i == EX_KILL_NO_CALL ? &lone_fault_ops : &lone_timeout_ops);
+    lone_req_reset(h);
+    lone_timed_out = 0;
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    pm__port *p1 = &h->ports[1];
+    h->kill_on_timeout = _i == EX_KILL || _i == EX_KILL_NOT_READING || _i == EX_KILL_NO_CALL;
+    if (_i == EX_WAITING) {
+        pm__hub_port_set_state(h, 1, PM__PORT_STARTING);
+        pm__hub_port_set_state(h, 2, PM__PORT_STARTING);
+    }
+    pm_address a1 = lone_addr(h, 1, 0), a2 = lone_addr(h, 2, 0);
+    int a = pm__hub_request(h, _i == EX_WAITING ? NULL : &a1, "a", 1, 1000, lone_req_done, NULL);
+    int b = pm__hub_request(h, _i == EX_WAITING ? NULL : &a2, "b", 1, 600000, lone_req_done, NULL);
+    ck_assert_int_gt(a, 0);
+    ck_assert_int_gt(b, a);
+    int64_t da = lone_request_of(h, a)->deadline_ms, db = lone_request_of(h, b)->deadline_ms;
+    int64_t dc = 0; /* EX_WAITING's third request */
+    ck_assert_int_eq(h->main_request_due_ms, da);
+    if (_i == EX_KILL_NOT_READING)
+        p1->reading = 0;
+    if (_i == EX_OTHER_INC)
+        p1->incarnation = 2;
+    pm__hub_main_request_expire(h, da - 1);
+    ck_assert_int_eq(lone_req_calls, 0);
+    ck_assert_int_eq(h->main_request_due_ms, da);
+    pm__hub_main_request_expire(h, da);
+    ck_assert_int_eq(lone_req_calls, 1);
+    ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)a);
+    ck_assert_int_eq(lone_req_msg.error, -ETIMEDOUT);
+    ck_assert_int_eq(h->main_request_due_ms, db);
+    ck_assert_uint_eq(h->main_request_count, 1);
+    ck_assert_ptr_null(lone_request_of(h, a));
+    int kill = _i == EX_KILL;
+    ck_assert_int_eq(lone_timed_out, kill);
+    if (kill)
+        ck_assert_int_eq(lone_timed_out_port, 1);
+    ck_assert_int_eq(lone_req_outcome.killed, kill);
+    int owes = _i == EX_HELD || _i == EX_KILL || _i == EX_KILL_NOT_READING || _i == EX_KILL_NO_CALL;
+    ck_assert_uint_eq(p1->stuck, (uint32_t)owes);
+    /* (another incarnation's entry stays until the purge) */
+    ck_assert_int_eq(pm__hub_port_holds_main(h, 1), owes || _i == EX_OTHER_INC);
+    if (_i == EX_WAITING) {
+        ck_assert_uint_eq(lone_req_msg.from.port, 0);
+        pm__main_request *rb = lone_request_of(h, b);
+        ck_assert_ptr_eq(h->waiting, rb);
+        ck_assert_ptr_eq(h->waiting_tail, rb);
+        ck_assert_ptr_null(rb->wnext);
+        ck_assert_int_eq(rb->taken, 0);
+        ck_assert_uint_eq(h->nwaiting, 1);
+        int c = pm__hub_request(h, NULL, "c", 1, 700000, lone_req_done, NULL); /* after b's */
+        ck_assert_ptr_eq(rb->wnext, lone_request_of(h, c));
+        ck_assert_ptr_eq(h->waiting_tail, lone_request_of(h, c));
+        dc = lone_request_of(h, c)->deadline_ms;
+    } else {
+        lone_req_from(11, 1);
+        ck_assert_uint_eq(p1->main_inflight, _i == EX_OTHER_INC); /* the old entry: purged later */
+        ck_assert_uint_eq(h->ports[2].main_inflight, 1);
+    }
+    /* B at its deadline, and nothing after it. */
+    pm__hub_main_request_expire(h, db);
+    ck_assert_int_eq(lone_req_calls, 2);
+    ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)b);
+    ck_assert_int_eq(h->main_request_due_ms, dc);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * Main's table of requests (hub_main.c): 300 waiting requests get ids 1
+ * to 300, the table growing past one request a bucket with every request
+ * still found (each cancelled once: -ECANCELED with its own id, then
+ * -ENOENT; an id of a broadcast or 0: -ENOENT). Ids wrap at INT_MAX back
+ * to 1, skipping the ones still pending. The requests left go out in
+ * their order once a worker takes them all; pm__hub_cancel_all answers
+ * every one -ECANCELED exactly once, releases what they held, and from
+ * then on main's requests are refused -ESHUTDOWN.
+ */
+START_TEST(test_lone_request_table)
+{
+    pm__hub *h = lone_hub(3);
+    lone_req_reset(h);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__hub_port_set_state(h, 1, PM__PORT_STARTING);
+    for (int k = 1; k <= 300; k++)
+        ck_assert_int_eq(pm__hub_request(h, NULL, "r", 1, 600000, lone_req_done, NULL), k);
+    ck_assert_uint_eq(h->main_request_buckets, 512);
+    ck_assert_uint_eq(h->main_request_count, 300);
+    int calls = 0;
+    for (int k = 3; k <= 300; k += 3) {
+        ck_assert_int_eq(pm__hub_cancel(h, (uint64_t)k), 0);
+        calls++;
+        ck_assert_int_eq(lone_req_calls, calls);
+        ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)k);
+        ck_assert_int_eq(pm__hub_cancel(h, (uint64_t)k), -ENOENT);
+    }
+    ck_assert_int_eq(pm__hub_cancel(h, 0), -ENOENT);
+    ck_assert_int_eq(pm__hub_cancel(h, PM__BCAST_ID_BASE + 1), -ENOENT);
+    ck_assert_uint_eq(h->main_request_count, 200);
+    ck_assert_uint_eq(h->nwaiting, 200);
+
+    /* The wrap: INT_MAX, then 3 (1 and 2 are pending). */
+    h->main_request_last_id = INT_MAX - 1;
+    ck_assert_int_eq(pm__hub_request(h, NULL, "r", 1, 600000, lone_req_done, NULL), INT_MAX);
+    ck_assert_int_eq(pm__hub_request(h, NULL, "r", 1, 600000, lone_req_done, NULL), 3);
+
+    /* A worker that takes them all: in order, the cancelled ones gone. */
+    h->any_per_worker = 1000;
+    pm__hub_port_set_state(h, 1, PM__PORT_READY);
+    pm__hub_main_request_dispatch_waiting(h);
+    ck_assert_uint_eq(h->nwaiting, 0);
+    pm__hub_publish(h);
+    pm__frame_hdr f;
+    const void *payload;
+    uint64_t prev = 0;
+    unsigned n = 0;
+    while (pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &f, &payload) == 1) {
+        if (n < 200) {
+            ck_assert_uint_gt(f.request_id, prev);
+            ck_assert_uint_ne(f.request_id % 3, 0);
+            prev = f.request_id;
+        }
+        n++;
+        pm__ring_consume(&worker.rx);
+    }
+    pm__ring_release(&worker.rx);
+    ck_assert_uint_eq(n, 202);
+    ck_assert_uint_eq(f.request_id, 3); /* the last, after INT_MAX */
+    ck_assert_uint_eq(h->ports[1].any_held, 202);
+    ck_assert_uint_eq(h->ports[1].main_inflight, 202);
+    /* One more goes straight to it (below any_per_worker). */
+    ck_assert_int_gt(pm__hub_request(h, NULL, "r", 1, 600000, lone_req_done, NULL), 0);
+
+    lone_req_calls = 0;
+    pm__hub_cancel_all(h);
+    ck_assert_int_eq(lone_req_calls, 203);
+    ck_assert_int_eq(lone_req_msg.error, -ECANCELED);
+    ck_assert_uint_eq(h->main_request_count, 0);
+    ck_assert_int_eq(h->main_request_due_ms, 0);
+    ck_assert_uint_eq(h->ports[1].any_held, 0);
+    ck_assert_uint_eq(h->ports[1].main_inflight, 0);
+    ck_assert_uint_eq(h->ports[1].stuck, 0); /* cancelled, not timed out */
+    ck_assert_int_eq(pm__hub_requests_closed(h), 1);
+    ck_assert_int_eq(pm__hub_request(h, NULL, "r", 1, 600000, lone_req_done, NULL), -ESHUTDOWN);
+    ck_assert_int_eq(lone_req_calls, 203);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * What reaches main that is not an answer (hub_main.c deliver), one row
+ * each, from port 1. With no on_message: dropped and counted in the
+ * sender's malformed frames; a request is answered -ENOENT at once (from
+ * main, its id, to the sender's incarnation) so the requester does not
+ * wait for its deadline. With on_message: one call with a private copy,
+ * from the sender (its incarnation stamped), to main, with its id, kind and
+ * deadline; an empty payload still has a valid data pointer.
+ */
+enum { OM_NONE_MSG, OM_NONE_REQUEST, OM_MSG, OM_REQUEST, OM_EMPTY, OM_ROWS };
+
+START_TEST(test_lone_main_on_message)
+{
+    pm__hub *h = lone_hub(3);
+    lone_main_calls = 0;
+    memset(&lone_main_msg, 0, sizeof(lone_main_msg));
+    int listen = _i >= OM_MSG;
+    if (listen)
+        h->on_message = lone_on_message;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = _i == OM_NONE_REQUEST || _i == OM_REQUEST ? PM__FT_REQUEST : PM__FT_MSG;
+    f.dst = PM__NODE_MAIN;
+    f.request_id = 9;
+    f.deadline_ms = 12345;
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &f, "hi", _i == OM_EMPTY ? 0 : 2), 0);
+    pm__hub_port_service(h, 1);
+    ck_assert_uint_eq(h->ports[1].malformed, !listen);
+    ck_assert_int_eq(lone_main_calls, listen);
+    pm__frame_hdr n;
+    ck_assert_int_eq(lone_take(h, &worker, &n), _i == OM_NONE_REQUEST);
+    if (_i == OM_NONE_REQUEST) {
+        ck_assert_uint_eq(n.type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(n.error, -ENOENT);
+        ck_assert_uint_eq(n.src, PM__NODE_MAIN);
+        ck_assert_uint_eq(n.src_inc, 0);
+        ck_assert_uint_eq(n.dst, 1);
+        ck_assert_uint_eq(n.dst_inc, 1);
+        ck_assert_uint_eq(n.request_id, 9);
+    }
+    if (listen) {
+        ck_assert_uint_eq(lone_main_msg.from.port, 11);
+        ck_assert_uint_eq(lone_main_msg.from.incarnation, 1);
+        ck_assert_str_eq(lone_main_msg.from.system, "t");
+        ck_assert_uint_eq(lone_main_msg.to.port, 0);
+        ck_assert_str_eq(lone_main_msg.to.host, "main");
+        ck_assert_uint_eq(lone_main_msg.request_id, 9);
+        ck_assert_int_eq(lone_main_msg.kind, _i == OM_REQUEST ? PM_MSG_REQUEST : PM_MSG_PLAIN);
+        ck_assert_int_eq(lone_main_msg.deadline_ms, 12345);
+        ck_assert_int_eq(lone_main_msg.error, 0);
+        ck_assert_uint_eq(lone_main_msg.len, _i == OM_EMPTY ? 0 : 2);
+        ck_assert_ptr_nonnull(lone_main_msg.data);
+        ck_assert_ptr_eq(lone_main_msg.data, h->scratch); /* the copy, not the ring */
+        if (_i != OM_EMPTY)
+            ck_assert(memcmp(lone_main_msg.data, "hi", 2) == 0);
+    }
+    pm__hub_delete(h);
+}
+END_TEST
+
 /* The arm protocol (port.c, doc/design.md "Life of a frame"), on a port
  * read dry: it is on the arm list, not armed yet, so a frame published now
  * rings nothing; the spin (pm__hub_any_arrived) finds it and puts the
@@ -4757,6 +5612,14 @@ int main(void)
     PM_ADD_TEST(s, test_lone_deadlines_and_draining, 30);
     PM_ADD_TEST(s, test_lone_host_index, 30);
     PM_ADD_TEST(s, test_lone_child_fds_and_wipe, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_request_rules, 0, RQ_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_pick_worker, 0, PK_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_waiting_requests, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_waiting_not_sent, 0, 2, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_main_answers, 0, AN_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_request_expire, 0, EX_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_request_table, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_main_on_message, 0, OM_ROWS, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);
     PM_ADD_TEST(s, test_reply_after_stop, 60);
