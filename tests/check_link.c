@@ -17,6 +17,7 @@
 #include "channel/frame.h"
 #include "channel/proto.h"
 #include "hub/hub.h"
+#include "hub/hub_linkport.h" /* pm__hub_link_bcast_timeout */
 #include "mesh/mesh.h" /* pm__mesh_fails */
 #include "peer/linkfrag.h"
 #include "peer/peer.h"
@@ -1479,6 +1480,56 @@ START_TEST(test_link_forged_bcast_ids)
 }
 END_TEST
 
+/*
+ * doc/protocol.md 6, "Mesh broadcast": the receiver of a BCAST fans it out
+ * with a deadline a little before the origin's: the time left minus a
+ * quarter of it, at most 200 ms less, at least 1 ms (and at most INT_MAX,
+ * the broadcast's timeout type). The rule's rows on the pure function
+ * (pm__hub_link_bcast_timeout), then the real path: a BCAST with 2 s left
+ * reaches the worker with a deadline 1800 ms after its arrival, exactly
+ * (t0 and t1 bracket the hub's clock reads, whatever the machine's speed).
+ */
+START_TEST(test_link_bcast_fanout_deadline)
+{
+    static const struct { int64_t left; int timeout; } rows[] = {
+        {-5, 1}, {0, 1}, {1, 1}, {3, 3}, {4, 3}, {400, 300}, {799, 600}, {800, 600},
+        {803, 603}, {2000, 1800}, {(int64_t)INT_MAX + 200, INT_MAX},
+        {(int64_t)INT_MAX + 201, INT_MAX}, {INT64_MAX / 2, INT_MAX},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        ck_assert_msg(pm__hub_link_bcast_timeout(rows[i].left) == rows[i].timeout,
+                      "left %lld: %d, not %d", (long long)rows[i].left,
+                      pm__hub_link_bcast_timeout(rows[i].left), rows[i].timeout);
+
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm__channel hub_end, worker;
+    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
+                             .max_message = PM_MAX_PAYLOAD};
+    ck_assert_int_eq(pm__channel_create(&hub_end, 0, 1, &cp), 0);
+    ck_assert_int_eq(pm__hub_port_open(&h, 0, &hub_end, 1), 0);
+    pm__hub_port_set_state(&h, 0, PM__PORT_READY);
+    ck_assert_int_eq(pm__channel_adopt(&worker, &hub_end), 0);
+    unsigned char buf[PM__FRAME_HDR_SIZE + 8];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_BCAST;
+    f.request_id = PM__BCAST_ID_BASE + 7;
+    f.deadline_ms = 2000;
+    int64_t t0 = (int64_t)pm__now_ms();
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    int64_t t1 = (int64_t)pm__now_ms();
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+    ck_assert_uint_eq(q.type, PM__FT_REQUEST);
+    ck_assert_int_ge(q.deadline_ms, t0 + 1800);
+    ck_assert_int_le(q.deadline_ms, t1 + 1800);
+    pm__hub_free(&h);
+}
+END_TEST
+
 START_TEST(test_link_notices_judged)
 {
     /* Found by fuzz/fuzz_link.c. Host a's hub, its one port not running,
@@ -1811,6 +1862,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_frames_each_rule, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
+    PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_TEST(s, test_link_mesh_parts_settle_once, 30);
     PM_ADD_TEST(s, test_link_mesh_deadline_and_end, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);

@@ -61,9 +61,18 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
     free(rb);
 }
 
+int pm__hub_link_bcast_timeout(int64_t left)
+{
+    int64_t margin = left / 4 < 200 ? left / 4 : 200;
+    int64_t timeout = left - margin;
+    if (timeout < 1)
+        return 1;
+    return timeout > INT_MAX ? INT_MAX : (int)timeout;
+}
+
 /* A BCAST from host's link: our own broadcast to our ready snapshot,
- * ending a little before the far end's deadline (a quarter of what is
- * left, at most 200 ms early) so that its results can still cross. */
+ * ending a little before the far end's deadline (doc/protocol.md 6) so
+ * that its results can still cross. */
 void pm__hub_link_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
                      const unsigned char *payload)
 {
@@ -71,13 +80,7 @@ void pm__hub_link_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm_
         l->malformed++;
         return;
     }
-    int64_t left = f->deadline_ms - (int64_t)pm__now_ms();
-    int64_t margin = left / 4 < 200 ? left / 4 : 200;
-    int64_t timeout = left - margin;
-    if (timeout < 1)
-        timeout = 1;
-    if (timeout > INT_MAX)
-        timeout = INT_MAX;
+    int timeout = pm__hub_link_bcast_timeout(f->deadline_ms - (int64_t)pm__now_ms());
     struct remote_bcast *rb = malloc(sizeof(*rb));
     if (rb == NULL) {
         l->dropped++; /* the far end's deadline settles it */
@@ -86,7 +89,7 @@ void pm__hub_link_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm_
     rb->h = h;
     rb->host = host;
     rb->id = f->request_id;
-    if (pm__hub_broadcast_for(h, host, payload, f->len, (int)timeout, remote_bcast_done, rb) < 0) {
+    if (pm__hub_broadcast_for(h, host, payload, f->len, timeout, remote_bcast_done, rb) < 0) {
         free(rb);
         l->dropped++;
     }

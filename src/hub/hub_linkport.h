@@ -93,6 +93,10 @@ void pm__hub_link_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__
                     const unsigned char *payload);
 
 /* hub_linkbcast.c: a BCAST from host's link, fanned out here. */
+/* The timeout of the fan-out of a BCAST with `left` ms to its origin's
+ * deadline: a quarter of it less, at most 200 ms less, at least 1 ms and
+ * at most INT_MAX (doc/protocol.md 6, "Mesh broadcast"). Pure. */
+int pm__hub_link_bcast_timeout(int64_t left);
 void pm__hub_link_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
                      const unsigned char *payload);
 
