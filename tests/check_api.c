@@ -2910,8 +2910,9 @@ END_TEST
  * A port's incarnation ends (hub_route.c pm__hub_port_close): the
  * requests in flight to it are answered -EHOSTDOWN at once, each to its
  * requester, about that incarnation; its own requests to others are
- * forgotten (their replies will be late); the frames waiting for it are
- * dropped and their sender, held by it, is read again; it is read no
+ * forgotten (their replies will be late); the frames waiting for it (a
+ * message and an answer) are dropped, every count of its queue back to 0,
+ * and their sender, held by it, is read again; it is read no
  * more, and frames for it are answered -EHOSTDOWN; the next incarnation
  * starts with no any-worker record. A stop request sets the stop flag in
  * its control block and puts a STOP frame in its ring at once; a port
@@ -2927,10 +2928,14 @@ START_TEST(test_lone_port_close)
     ck_assert_int_eq(pm__hub_add_inflight(h, d, 1, 1, 6, 0), 0);
     ck_assert_int_eq(pm__hub_add_inflight(h, s, 2, 1, 8, 0), 0); /* d's own request */
     (void)lone_ring_full(h, 2);
+    pm__frame_hdr g = lone_msg_to(2);
+    g.type = PM__FT_REPLY;
+    ck_assert_int_eq(pm__hub_push(h, d, &g, "r", 1, PM__CHARGE_ANSWER), 0); /* an answer waits too */
+    ck_assert_uint_eq(d->ans_frames, 1);
     lone_frame_from(&worker[0], PM__FT_MSG, 2, 0, 0);
     lone_frame_from(&worker[0], PM__FT_MSG, 0, 0, 0); /* behind: not for d */
     pm__hub_port_service(h, 1);
-    ck_assert_uint_eq(d->q_frames, 1);
+    ck_assert_uint_eq(d->q_frames, 2);
     lone_hold_back(s, 2);
     d->any_held = 2;
     d->stuck = 1;
@@ -2940,7 +2945,7 @@ START_TEST(test_lone_port_close)
     struct pm__ctl *ctl = hub_end[1].map;
     ck_assert_int_eq(atomic_load(&ctl->stop), 1);
     ck_assert_int_eq(d->dirty, 0);
-    ck_assert_uint_eq(d->q_frames, 2); /* behind the frame waiting: its ring is full */
+    ck_assert_uint_eq(d->q_frames, 3); /* behind the frames waiting: its ring is full */
     (void)lone_take(h, &worker[0], &(pm__frame_hdr){0}); /* slot 0's -EHOSTDOWN for port 1 */
 
     /* What its incarnation leaves: its drain clock (its queue stalled),
