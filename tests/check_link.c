@@ -1530,6 +1530,163 @@ START_TEST(test_link_bcast_fanout_deadline)
 }
 END_TEST
 
+/* The faults a unit hub reported. */
+static int unit_faults, unit_fault_reason;
+
+static void unit_fault(void *owner, unsigned p, int reason)
+{
+    (void)owner;
+    (void)p;
+    unit_faults++;
+    unit_fault_reason = reason;
+}
+
+static const pm__hub_ops unit_fault_ops = {unit_fault, no_control, no_drain, NULL};
+
+/* The unit hub's port 0 (address port 10) over a real channel, ready; its
+ * worker's end in *worker. */
+static void unit_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
+{
+    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
+                             .max_message = PM_MAX_PAYLOAD};
+    ck_assert_int_eq(pm__channel_create(hub_end, 0, 1, &cp), 0);
+    ck_assert_int_eq(pm__hub_port_open(h, 0, hub_end, 1), 0);
+    pm__hub_port_set_state(h, 0, PM__PORT_READY);
+    ck_assert_int_eq(pm__channel_adopt(worker, hub_end), 0);
+}
+
+/*
+ * A message or request from a link for a local node (hub_linkin.c
+ * pm__hub_link_deliver), one row each: b's port 11, incarnation 7, sends
+ * to a's port 10 (the worker of port 0) unless the row says. To main,
+ * which has no on_message: a request refused -ENOENT back over the link
+ * (about main, port 0), a message dropped with nothing sent. To a port
+ * not ready, or of another incarnation: -EHOSTDOWN, -ESTALE back, about
+ * that port and the incarnation asked. Delivered: in the worker's ring
+ * as if local, from b (its host index stamped), port 11, incarnation 7,
+ * to the worker's own incarnation; a request remembered so the worker's
+ * reply goes back over the link to its requester. Behind a full ring:
+ * queued and tagged with its link and port (credited when it leaves).
+ * Past the worker's bound on answers: refused -ENOBUFS back, counted in
+ * the link's drops, nothing remembered. A corrupt ring: the worker
+ * faulted, -EHOSTDOWN back, counted.
+ */
+enum { DV_MAIN_REQUEST, DV_MAIN_MSG, DV_NOT_READY, DV_STALE, DV_MSG, DV_REQUEST, DV_QUEUED,
+       DV_ANSWERS_FULL, DV_CORRUPT, DV_ROWS };
+
+START_TEST(test_link_deliver_rules)
+{
+    pm__hub h;
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &unit_fault_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    nsent = 0;
+    unit_faults = 0;
+    pm__channel hub_end, worker;
+    unit_port(&h, &hub_end, &worker);
+    pm__port *d = &h.ports[0];
+    if (_i == DV_NOT_READY)
+        pm__hub_port_set_state(&h, 0, PM__PORT_STARTING);
+    if (_i >= DV_QUEUED) {
+        char filler[64] = {0};
+        while (pm__hub_send_control(&h, 0, PM__FT_MSG, filler, sizeof(filler)) == 0)
+            ;
+        while (pm__hub_send_control(&h, 0, PM__FT_MSG, NULL, 0) == 0)
+            ;
+    }
+    if (_i == DV_ANSWERS_FULL) {
+        pm__frame_hdr g;
+        memset(&g, 0, sizeof(g));
+        g.type = PM__FT_REPLY;
+        g.dst_inc = 1;
+        for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
+            ck_assert_int_eq(pm__hub_push(&h, d, &g, NULL, 0, PM__CHARGE_ANSWER), 0);
+    }
+    if (_i == DV_CORRUPT)
+        atomic_store(&worker.rx.sh->tail, 3);
+    pm__frame_hdr f = link_request();
+    if (_i == DV_MAIN_REQUEST || _i == DV_MAIN_MSG)
+        f.dst = 0;
+    if (_i == DV_MAIN_MSG || _i == DV_MSG)
+        f.type = PM__FT_MSG;
+    if (_i == DV_STALE)
+        f.dst_inc = 5;
+    f.len = 2;
+    unsigned char buf[PM__FRAME_HDR_SIZE + 2];
+    pm__frame_encode(&f, buf);
+    memcpy(buf + PM__FRAME_HDR_SIZE, "hi", 2);
+    uint64_t dropped0 = h.links[b].dropped;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, sizeof(buf));
+
+    int err = _i == DV_MAIN_REQUEST ? -ENOENT
+              : _i == DV_NOT_READY  ? -EHOSTDOWN
+              : _i == DV_STALE      ? -ESTALE
+              : _i == DV_ANSWERS_FULL ? -ENOBUFS
+              : _i == DV_CORRUPT    ? -EHOSTDOWN
+                                    : 0;
+    ck_assert_uint_eq(nsent, err != 0);
+    if (err != 0) {
+        ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(sent[0].error, err);
+        ck_assert_uint_eq(sent[0].dst, 11);
+        ck_assert_uint_eq(sent[0].dst_inc, 7);
+        ck_assert_uint_eq(sent[0].src, _i == DV_MAIN_REQUEST ? 0 : 10);
+        ck_assert_uint_eq(sent[0].src_inc, _i == DV_STALE ? 5 : _i >= DV_ANSWERS_FULL ? 1 : 0);
+        ck_assert_uint_eq(sent[0].request_id, 5);
+    }
+    ck_assert_uint_eq(h.links[b].dropped - dropped0, _i >= DV_ANSWERS_FULL);
+    ck_assert_int_eq(unit_faults, _i == DV_CORRUPT);
+    if (_i == DV_CORRUPT)
+        ck_assert_int_eq(unit_fault_reason, PM_REASON_CORRUPT_RING);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), _i == DV_REQUEST || _i == DV_QUEUED);
+    if (_i == DV_QUEUED) {
+        ck_assert_ptr_nonnull(d->q_tail);
+        ck_assert_uint_eq(d->q_tail->credit_host, (uint16_t)b);
+        ck_assert_uint_eq(d->q_tail->credit_port, 10);
+        ck_assert_uint_eq(d->ans_frames, 1); /* charged as an answer: a link is never held */
+    }
+    if (_i == DV_MSG || _i == DV_REQUEST) {
+        pm__hub_publish(&h);
+        pm__frame_hdr q;
+        const void *payload;
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+        ck_assert_uint_eq(q.type, f.type);
+        ck_assert_uint_eq(q.src_host, (uint16_t)b);
+        ck_assert_uint_eq(q.src, 11);
+        ck_assert_uint_eq(q.src_inc, 7);
+        ck_assert_uint_eq(q.dst, 0);
+        ck_assert_uint_eq(q.dst_inc, 1);
+        ck_assert_uint_eq(q.request_id, 5);
+        ck_assert_uint_eq(q.len, 2);
+        ck_assert(memcmp(payload, "hi", 2) == 0);
+        pm__ring_consume(&worker.rx);
+        pm__ring_release(&worker.rx);
+    }
+    if (_i == DV_REQUEST) {
+        /* The worker's reply: back over the link, to the requester. */
+        pm__frame_hdr r;
+        memset(&r, 0, sizeof(r));
+        r.type = PM__FT_REPLY;
+        r.dst_host = (uint16_t)b;
+        r.dst = 11;
+        r.request_id = 5;
+        ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "ok", 2), 0);
+        pm__hub_port_service(&h, 0);
+        ck_assert_uint_eq(nsent, 1);
+        ck_assert_int_eq(sent[0].type, PM__FT_REPLY);
+        ck_assert_uint_eq(sent[0].dst, 11);
+        ck_assert_uint_eq(sent[0].dst_inc, 7);
+        ck_assert_uint_eq(sent[0].src, 10);
+        ck_assert_uint_eq(sent[0].src_inc, 1);
+        ck_assert_uint_eq(sent[0].request_id, 5);
+        ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 0);
+    }
+    pm__hub_free(&h);
+}
+END_TEST
+
 START_TEST(test_link_notices_judged)
 {
     /* Found by fuzz/fuzz_link.c. Host a's hub, its one port not running,
@@ -1863,6 +2020,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
+    PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
     PM_ADD_TEST(s, test_link_mesh_parts_settle_once, 30);
     PM_ADD_TEST(s, test_link_mesh_deadline_and_end, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
