@@ -1687,6 +1687,122 @@ START_TEST(test_link_deliver_rules)
 }
 END_TEST
 
+/*
+ * An answer from a link for a local requester (hub_linkin.c
+ * pm__hub_link_answer), one row each: the worker of port 0 asked b's port
+ * 11 (request 5, over the link, remembered there). b's reply: delivered to
+ * the worker as if local, from b's port 11, to the worker's incarnation;
+ * the entry taken (a second reply is late). A reply to an id nobody asked
+ * over this link, or from another port than the one asked: late. A notice
+ * about that request: delivered, the request's entry taken. A notice about
+ * a message (id 0): delivered with no entry. A notice with an id nobody
+ * asked: late (a peer cannot fail a worker's call to another node). The
+ * request given up (its entry past its expiry) or its worker of another
+ * incarnation now: late. The worker's answers at their bound: dropped,
+ * counted in replies_dropped. Its ring corrupt: the worker faulted.
+ */
+enum { AW_REPLY, AW_TWICE, AW_OTHER_ID, AW_OTHER_PORT, AW_NOTICE, AW_NOTICE_MSG,
+       AW_NOTICE_OTHER_ID, AW_EXPIRED, AW_REQUESTER_GONE, AW_ANSWERS_FULL, AW_CORRUPT, AW_ROWS };
+
+START_TEST(test_link_answer_rules)
+{
+    pm__hub h;
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &unit_fault_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    unit_faults = 0;
+    pm__channel hub_end, worker;
+    unit_port(&h, &hub_end, &worker);
+    pm__port *d = &h.ports[0];
+    /* The worker's request to t@b:11 goes over the link. */
+    pm__frame_hdr r;
+    memset(&r, 0, sizeof(r));
+    r.type = PM__FT_REQUEST;
+    r.dst_host = (uint16_t)b;
+    r.dst = 11;
+    r.request_id = 5;
+    r.deadline_ms = (int64_t)pm__now_ms() + 600000;
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "q", 1), 0);
+    nsent = 0;
+    pm__hub_port_service(&h, 0);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_int_eq(sent[0].type, PM__FT_REQUEST);
+    ck_assert_uint_eq(h.links[b].ninflight, 1);
+    nsent = 0;
+    if (_i == AW_EXPIRED)
+        h.links[b].inflight[0].expires_ms = 1;
+    if (_i == AW_REQUESTER_GONE)
+        d->incarnation = 2;
+    if (_i == AW_ANSWERS_FULL || _i == AW_CORRUPT) {
+        char filler[64] = {0};
+        while (pm__hub_send_control(&h, 0, PM__FT_MSG, filler, sizeof(filler)) == 0)
+            ;
+        while (pm__hub_send_control(&h, 0, PM__FT_MSG, NULL, 0) == 0)
+            ;
+        pm__frame_hdr g;
+        memset(&g, 0, sizeof(g));
+        g.type = PM__FT_REPLY;
+        g.dst_inc = 1;
+        for (unsigned k = 0; _i == AW_ANSWERS_FULL && k < PM__HOLD_MAX_FRAMES; k++)
+            ck_assert_int_eq(pm__hub_push(&h, d, &g, NULL, 0, PM__CHARGE_ANSWER), 0);
+        if (_i == AW_CORRUPT)
+            atomic_store(&worker.rx.sh->tail, 3);
+    }
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    int notice = _i == AW_NOTICE || _i == AW_NOTICE_MSG || _i == AW_NOTICE_OTHER_ID;
+    f.type = notice ? PM__FT_UNDELIVERABLE : PM__FT_REPLY;
+    f.error = notice ? -EHOSTDOWN : 0;
+    f.dst = 10;
+    f.dst_inc = 1;
+    f.src = _i == AW_OTHER_PORT ? 12 : 11;
+    f.src_inc = 3;
+    f.request_id = _i == AW_NOTICE_MSG ? 0 : _i == AW_OTHER_ID || _i == AW_NOTICE_OTHER_ID ? 6 : 5;
+    f.len = notice ? 0 : 2;
+    unsigned char buf[PM__FRAME_HDR_SIZE + 2];
+    pm__frame_encode(&f, buf);
+    memcpy(buf + PM__FRAME_HDR_SIZE, "ok", 2);
+    uint64_t late0 = h.late_replies, dropped0 = h.replies_dropped;
+    pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + f.len);
+    if (_i == AW_TWICE)
+        pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + f.len);
+
+    int delivered = _i == AW_REPLY || _i == AW_TWICE || _i == AW_NOTICE || _i == AW_NOTICE_MSG;
+    int late = _i == AW_TWICE || _i == AW_OTHER_ID || _i == AW_OTHER_PORT ||
+               _i == AW_NOTICE_OTHER_ID || _i == AW_EXPIRED || _i == AW_REQUESTER_GONE;
+    ck_assert_uint_eq(h.late_replies - late0, (uint64_t)late);
+    ck_assert_uint_eq(h.replies_dropped - dropped0, _i == AW_ANSWERS_FULL || _i == AW_CORRUPT);
+    ck_assert_int_eq(unit_faults, _i == AW_CORRUPT);
+    int taken = delivered || _i == AW_EXPIRED || _i == AW_REQUESTER_GONE || _i >= AW_ANSWERS_FULL;
+    ck_assert_uint_eq(h.links[b].ninflight, _i == AW_NOTICE_MSG ? 1u : (uint32_t)!taken);
+    ck_assert_uint_eq(nsent, 0); /* nothing goes back for an answer */
+    if (_i >= AW_ANSWERS_FULL) {
+        pm__hub_free(&h);
+        return;
+    }
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), delivered);
+    if (delivered) {
+        ck_assert_uint_eq(q.type, f.type);
+        ck_assert_int_eq(q.error, f.error);
+        ck_assert_uint_eq(q.src_host, (uint16_t)b);
+        ck_assert_uint_eq(q.src, 11);
+        ck_assert_uint_eq(q.src_inc, 3);
+        ck_assert_uint_eq(q.dst, 0);
+        ck_assert_uint_eq(q.dst_inc, 1);
+        ck_assert_uint_eq(q.request_id, f.request_id);
+        ck_assert_uint_eq(q.len, f.len);
+        pm__ring_consume(&worker.rx);
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 0);
+    }
+    pm__hub_free(&h);
+}
+END_TEST
+
 START_TEST(test_link_notices_judged)
 {
     /* Found by fuzz/fuzz_link.c. Host a's hub, its one port not running,
@@ -2021,6 +2137,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_link_answer_rules, 0, AW_ROWS, 30);
     PM_ADD_TEST(s, test_link_mesh_parts_settle_once, 30);
     PM_ADD_TEST(s, test_link_mesh_deadline_and_end, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
