@@ -1981,25 +1981,32 @@ END_TEST
 /* One FRAG frame on b's link to h: fragment (id, total, offset) of n
  * bytes of a message for port 10 from b's port 11; bad: its reserved bytes
  * are not zero (it does not decode). */
-static void frag_in(pm__hub *h, int b, uint32_t id, uint64_t total, uint64_t off, size_t n,
-                    int bad)
+static void frag_in_as(pm__hub *h, int b, int kind, uint32_t dst, uint32_t id, uint64_t total,
+                       uint64_t off, size_t n, int bad)
 {
     static unsigned char buf[PM__FRAME_HDR_SIZE + PM__FRAG_HDR_SIZE + 1000];
     ck_assert_uint_le(n, 1000);
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     f.type = PM__FT_FRAG;
-    f.dst = 10;
+    f.dst = dst;
     f.src = 11;
     f.src_inc = 7;
+    f.request_id = kind == PM__FT_MSG ? 0 : 5;
     f.len = (uint32_t)(PM__FRAG_HDR_SIZE + n);
     pm__frame_encode(&f, buf);
-    pm__frag_hdr fh = {PM__FT_MSG, id, total, off};
+    pm__frag_hdr fh = {(uint8_t)kind, id, total, off};
     pm__frag_encode(&fh, buf + PM__FRAME_HDR_SIZE);
     if (bad)
         buf[PM__FRAME_HDR_SIZE + 1] = 0xFF;
     memset(buf + PM__FRAME_HDR_SIZE + PM__FRAG_HDR_SIZE, 'x', n);
     pm__hub_link_frame(h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + f.len);
+}
+
+static void frag_in(pm__hub *h, int b, uint32_t id, uint64_t total, uint64_t off, size_t n,
+                    int bad)
+{
+    frag_in_as(h, b, PM__FT_MSG, 10, id, total, off, n, bad);
 }
 
 /*
@@ -2094,6 +2101,90 @@ static int big_asker(pm_node *n, void *arg)
 }
 
 /*
+ * A large message from a link (hub_linkin.c pm__hub_link_frag_in and
+ * frag_deliver), one row each: b's port 11 sends a's port 10 (the worker
+ * of port 0) a message of PM_MAX_PAYLOAD + 3000 bytes in fragments of 1000
+ * (max_message 1 MiB). Whole: delivered as a large message, a sealed memfd
+ * of exactly its bytes on the worker's socket, the frame from b's port 11
+ * to the worker's incarnation, counted in big_in; a request remembered. A
+ * total above max_message: refused at its first fragment (-EMSGSIZE back,
+ * counted dropped once, nothing allocated, its later fragments ignored), a
+ * reply silently. For a port this host has not: -ENOENT back once whole; a
+ * reply to one is malformed. For a worker not ready: -EHOSTDOWN back.
+ */
+enum { FG_MSG, FG_REQUEST, FG_TOO_BIG, FG_TOO_BIG_REPLY, FG_NO_SUCH_PORT, FG_REPLY_NO_SUCH_PORT,
+       FG_NOT_READY, FG_ROWS };
+
+START_TEST(test_link_frag_rules)
+{
+    pm__hub h;
+    int b = unit_hub(&h, (size_t)1 << 20);
+    pm__channel hub_end, worker;
+    unit_port(&h, &hub_end, &worker);
+    if (_i == FG_NOT_READY)
+        pm__hub_port_set_state(&h, 0, PM__PORT_STARTING);
+    int kind = _i == FG_REQUEST ? PM__FT_REQUEST
+               : _i == FG_TOO_BIG_REPLY || _i == FG_REPLY_NO_SUCH_PORT ? PM__FT_REPLY
+                                                                      : PM__FT_MSG;
+    uint32_t dst = _i == FG_NO_SUCH_PORT || _i == FG_REPLY_NO_SUCH_PORT ? 99 : 10;
+    uint64_t total = _i == FG_TOO_BIG || _i == FG_TOO_BIG_REPLY ? ((uint64_t)1 << 20) + 1
+                                                                : PM_MAX_PAYLOAD + 3000;
+    unsigned nfrags = (unsigned)((PM_MAX_PAYLOAD + 3000 + 999) / 1000);
+    for (unsigned k = 0; k < nfrags; k++) {
+        uint64_t off = (uint64_t)k * 1000;
+        size_t n = off + 1000 <= PM_MAX_PAYLOAD + 3000 ? 1000 : (size_t)(PM_MAX_PAYLOAD + 3000 - off);
+        frag_in_as(&h, b, kind, dst, 1, total, off, n, 0);
+        if (k + 1 < nfrags && _i != FG_TOO_BIG && _i != FG_TOO_BIG_REPLY)
+            ck_assert_uint_eq(nsent, 0); /* nothing before it is whole */
+    }
+    int err = _i == FG_TOO_BIG ? -EMSGSIZE : _i == FG_NO_SUCH_PORT ? -ENOENT
+              : _i == FG_NOT_READY ? -EHOSTDOWN : 0;
+    ck_assert_uint_eq(nsent, err != 0);
+    if (err != 0) {
+        ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(sent[0].error, err);
+        ck_assert_uint_eq(sent[0].dst, 11);
+        ck_assert_uint_eq(sent[0].dst_inc, 7);
+        ck_assert_uint_eq(sent[0].src, dst);
+    }
+    int too_big = _i == FG_TOO_BIG || _i == FG_TOO_BIG_REPLY;
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), (uint64_t)too_big);
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), _i == FG_REPLY_NO_SUCH_PORT);
+    ck_assert_uint_eq(h.links[b].big_in, (uint64_t)!too_big);
+    ck_assert_int_eq(h.links[b].rx_fd, -1);
+    ck_assert_int_eq(h.cur_fd, -1);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), _i == FG_REQUEST);
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    int delivered = _i == FG_MSG || _i == FG_REQUEST;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), delivered);
+    if (delivered) {
+        ck_assert_uint_eq(q.type, (unsigned)kind);
+        ck_assert_uint_eq(q.flags, PM__FF_MEMFD);
+        ck_assert_uint_eq(q.src_host, (uint16_t)b);
+        ck_assert_uint_eq(q.src, 11);
+        ck_assert_uint_eq(q.src_inc, 7);
+        ck_assert_uint_eq(q.dst, 0);
+        ck_assert_uint_eq(q.dst_inc, 1);
+        pm__announce a;
+        ck_assert_int_eq(pm__announce_decode(payload, q.len, &a), 0);
+        ck_assert_uint_eq(a.len, total);
+        int big = -1;
+        ck_assert_int_eq(pm__bigmsg_recv(worker.sock, a.seq, &big), 0);
+        ck_assert_int_eq(pm__bigmsg_check(big, total, (size_t)1 << 20), 0); /* sealed, whole */
+        char c[2];
+        ck_assert_int_eq(pread(big, c, 1, 0), 1);
+        ck_assert_int_eq(pread(big, c + 1, 1, (off_t)total - 1), 1);
+        ck_assert(c[0] == 'x' && c[1] == 'x');
+        close(big);
+        pm__ring_consume(&worker.rx);
+    }
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
  * A large reply to a host whose link is down is treated as any frame to
  * that host: counted unreachable (and the reply dropped), never answered
  * -EMSGSIZE as if the peer took no large messages (no notice can cross a
@@ -2138,6 +2229,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_link_answer_rules, 0, AW_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_link_frag_rules, 0, FG_ROWS, 30);
     PM_ADD_TEST(s, test_link_mesh_parts_settle_once, 30);
     PM_ADD_TEST(s, test_link_mesh_deadline_and_end, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
