@@ -17,7 +17,9 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 
 #include "internals.h"
 #include "channel/proto.h"
@@ -3140,6 +3142,24 @@ END_TEST
 START_TEST(test_lone_child_fds_and_wipe)
 {
     pm__hub *h = lone_hub(3);
+    /* The scratch buffer is marked wipe-on-fork whenever the kernel takes
+     * the advice (probed on a page of the test's own): a fork child finds
+     * it zeroed with nothing for the hub to do. */
+    void *probe = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(probe != MAP_FAILED);
+    int wipes = madvise(probe, 4096, MADV_WIPEONFORK) == 0;
+    munmap(probe, 4096);
+    ck_assert_int_eq(h->scratch_mapped, wipes);
+    if (wipes) {
+        memset(h->scratch, 'x', 16);
+        pid_t child = fork();
+        ck_assert_int_ge(child, 0);
+        if (child == 0)
+            _exit(h->scratch[0] == 0 ? 0 : 1);
+        int st;
+        ck_assert_int_eq(waitpid(child, &st, 0), child);
+        ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
     pm__channel hub_end[2], worker[2];
     lone_ports_1_2(h, hub_end, worker);
     lone_child_nfds = 0;
