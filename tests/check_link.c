@@ -898,10 +898,13 @@ END_TEST
 /* The hub's side of a link without sockets: what it sent, decoded. */
 static pm__frame_hdr sent[8];
 static unsigned nsent;
+static int capture_rc; /* nonzero: the link refuses every frame with it */
 
 static int capture_send(void *arg, const void *frame, size_t len)
 {
     (void)arg;
+    if (capture_rc != 0)
+        return capture_rc;
     ck_assert_int_eq(pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &sent[nsent % 8]), 0);
     nsent++;
     return 0;
@@ -952,6 +955,7 @@ static int unit_hub(pm__hub *h, size_t max_message)
     ck_assert_int_ge(b, 1);
     pm__hub_link_up(h, (uint16_t)b, capture_send, NULL);
     nsent = 0;
+    capture_rc = 0;
     return b;
 }
 
@@ -1803,6 +1807,141 @@ START_TEST(test_link_answer_rules)
 }
 END_TEST
 
+/*
+ * A worker's frame for a remote host (hub_link.c pm__hub_relay_remote and
+ * relay_remote_frame), one row each: the worker of port 0 (address port
+ * 10, incarnation 1) sends b's port 11. Sent: on the link in wire form
+ * (both hosts 0, the worker's address port and incarnation as the source,
+ * the deadline as milliseconds remaining), counted in its relayed frames
+ * and bytes; a request remembered in the link's table. The link down:
+ * -EHOSTUNREACH to the worker at once, counted unreachable. The
+ * destination's window full (a peer with credits): the worker held on
+ * the link's windows, its frame left in its ring, nothing remembered. The
+ * link's queue full: held on the link. The link failing the send: the
+ * frame answered -EHOSTUNREACH. The link's table full of live requests:
+ * -EBUSY to the worker.
+ */
+enum { RR_MSG, RR_REQUEST, RR_DOWN, RR_WINDOW_FULL, RR_LINK_FULL, RR_SEND_FAILS, RR_TABLE_FULL,
+       RR_ROWS };
+
+START_TEST(test_link_relay_remote_rules)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm__channel hub_end, worker;
+    unit_port(&h, &hub_end, &worker);
+    pm__port *p = &h.ports[0];
+    pm__hub_link *l = &h.links[b];
+    if (_i == RR_DOWN)
+        pm__hub_link_down(&h, (uint16_t)b);
+    if (_i == RR_WINDOW_FULL) {
+        pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_CREDIT);
+        for (unsigned k = 0; k < PM__LINK_WIN_FRAMES; k++)
+            ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 0), 0);
+    }
+    if (_i == RR_LINK_FULL)
+        capture_rc = -EAGAIN;
+    if (_i == RR_SEND_FAILS)
+        capture_rc = -EPIPE;
+    if (_i == RR_TABLE_FULL) {
+        pm__frame_hdr e;
+        memset(&e, 0, sizeof(e));
+        e.dst = 12;
+        e.deadline_ms = (int64_t)pm__now_ms() + 600000;
+        for (unsigned k = 0; k < PM__REMOTE_INFLIGHT_MAX; k++) {
+            e.request_id = 1000 + k;
+            ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &e, 0, 1), 0);
+        }
+    }
+    uint32_t n0 = l->ninflight;
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = _i == RR_MSG ? PM__FT_MSG : PM__FT_REQUEST;
+    f.dst_host = (uint16_t)b;
+    f.dst = 11;
+    f.dst_inc = 3;
+    f.request_id = _i == RR_MSG ? 0 : 5;
+    int64_t deadline = (int64_t)pm__now_ms() + 60000; /* before the lifetime's end */
+    f.deadline_ms = deadline;
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &f, "hi", 2), 0);
+    uint64_t unreachable0 = h.unreachable;
+    pm__hub_port_service(&h, 0);
+
+    int sent_ok = _i == RR_MSG || _i == RR_REQUEST;
+    int err = _i == RR_DOWN || _i == RR_SEND_FAILS ? -EHOSTUNREACH : _i == RR_TABLE_FULL ? -EBUSY : 0;
+    int held = _i == RR_WINDOW_FULL || _i == RR_LINK_FULL;
+    ck_assert_uint_eq(nsent, (unsigned)sent_ok);
+    if (sent_ok) {
+        ck_assert_int_eq(sent[0].type, f.type);
+        ck_assert_uint_eq(sent[0].src_host, 0);
+        ck_assert_uint_eq(sent[0].dst_host, 0);
+        ck_assert_uint_eq(sent[0].src, 10);
+        ck_assert_uint_eq(sent[0].src_inc, 1);
+        ck_assert_uint_eq(sent[0].dst, 11);
+        ck_assert_uint_eq(sent[0].dst_inc, 3);
+        ck_assert_uint_eq(sent[0].request_id, f.request_id);
+        ck_assert_int_ge(sent[0].deadline_ms, 1);
+        ck_assert_int_le(sent[0].deadline_ms, 60000);
+        ck_assert_uint_eq(p->relayed, 1);
+        ck_assert_uint_eq(p->relayed_bytes, 2);
+    } else {
+        ck_assert_uint_eq(p->relayed, 0);
+    }
+    ck_assert_uint_eq(l->ninflight, n0 + (_i == RR_REQUEST));
+    if (_i == RR_REQUEST) {
+        ck_assert_uint_eq(l->inflight[0].requester, 0);
+        ck_assert_uint_eq(l->inflight[0].requester_inc, 1);
+        ck_assert_uint_eq(l->inflight[0].target, 11);
+        ck_assert_uint_eq(l->inflight[0].request_id, 5);
+        ck_assert_int_eq(l->inflight[0].expires_ms, deadline);
+    }
+    ck_assert_uint_eq(h.unreachable - unreachable0, _i == RR_DOWN);
+    ck_assert_int_eq(p->blocked_on, held ? PM__BLOCKED_LINK : -1);
+    ck_assert_uint_eq(l->window_waits, _i == RR_WINDOW_FULL);
+    ck_assert_uint_eq(l->held_waits, _i == RR_LINK_FULL);
+    ck_assert_int_eq(l->window_held_head, _i == RR_WINDOW_FULL ? 0 : -1);
+    ck_assert_int_eq(l->held_head, _i == RR_LINK_FULL ? 0 : -1);
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), err != 0);
+    if (err != 0) {
+        ck_assert_int_eq(q.type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(q.error, err);
+        ck_assert_uint_eq(q.src_host, (uint16_t)b);
+        ck_assert_uint_eq(q.src, 11);
+        ck_assert_uint_eq(q.src_inc, 3);
+        ck_assert_uint_eq(q.request_id, 5);
+        pm__ring_consume(&worker.rx);
+    }
+    if (held) {
+        /* The frame is still the worker's, read again once released. */
+        ck_assert_uint_eq(p->relayed, 0);
+        capture_rc = 0;
+        if (_i == RR_WINDOW_FULL) {
+            pm__frame_hdr c;
+            memset(&c, 0, sizeof(c));
+            c.type = PM__FT_CREDIT;
+            c.src = 11;
+            c.len = 8;
+            unsigned char buf[PM__FRAME_HDR_SIZE + 8];
+            pm__frame_encode(&c, buf);
+            pm__put32(buf + PM__FRAME_HDR_SIZE, PM__LINK_WIN_FRAMES);
+            pm__put32(buf + PM__FRAME_HDR_SIZE + 4, PM__LINK_WIN_FRAMES * 10);
+            pm__hub_link_frame(&h, (uint16_t)b, buf, sizeof(buf));
+        } else {
+            pm__hub_link_writable(&h, (uint16_t)b);
+        }
+        ck_assert_int_eq(p->blocked_on, -1);
+        pm__hub_port_service(&h, 0);
+        ck_assert_uint_eq(nsent, 1);
+        ck_assert_uint_eq(sent[0].request_id, 5);
+        ck_assert_uint_eq(p->relayed, 1);
+    }
+    pm__hub_free(&h);
+}
+END_TEST
+
 START_TEST(test_link_notices_judged)
 {
     /* Found by fuzz/fuzz_link.c. Host a's hub, its one port not running,
@@ -2230,6 +2369,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_link_answer_rules, 0, AW_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_link_frag_rules, 0, FG_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_link_relay_remote_rules, 0, RR_ROWS, 30);
     PM_ADD_TEST(s, test_link_mesh_parts_settle_once, 30);
     PM_ADD_TEST(s, test_link_mesh_deadline_and_end, 30);
     PM_ADD_TEST(s, test_link_notices_judged, 30);
