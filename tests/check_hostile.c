@@ -341,8 +341,15 @@ static int worker(pm_node *n, void *arg)
     }
     pm_message m;
     if (role != H_HONEST && role != H_SILENT && role != H_SCANNER && role != H_CHATTY) {
-        /* Act only once main says so. */
-        if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
+        /* Act only once main says so; until then stay (a worker that left
+         * by itself would be restarted, and a restart under way at the
+         * test's terminate is killed, not stopped). */
+        int rc;
+        while ((rc = pm_node_recv(n, &m, 10000)) == -ETIMEDOUT)
+            ;
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
             return 40;
     }
     switch (role) {
