@@ -2891,18 +2891,7 @@ START_TEST(test_lone_main_send)
         ck_assert_uint_eq(f.dst_inc, 1);
         ck_assert_uint_eq(f.request_id, 7);
         ck_assert_int_eq(d->dirty, 0);
-        if (_i == MS_LARGE) {
-            ck_assert_uint_eq(f.flags, PM__FF_MEMFD);
-            pm__announce a;
-            ck_assert_int_eq(pm__announce_decode(payload, f.len, &a), 0);
-            ck_assert_uint_eq(a.len, len);
-            int big = -1;
-            ck_assert_int_eq(pm__bigmsg_recv(worker.sock, a.seq, &big), 0);
-            close(big);
-        } else {
-            ck_assert_uint_eq(f.flags, 0);
-            ck_assert_uint_eq(f.len, len);
-        }
+        lone_expect_payload(&worker, &f, payload, len, _i == MS_LARGE);
     }
     pm__hub_delete(h);
 }
@@ -3406,19 +3395,8 @@ START_TEST(test_lone_request_rules)
         ck_assert_uint_eq(f.dst_inc, 1);
         ck_assert_uint_eq(f.request_id, (uint64_t)id);
         ck_assert_int_eq(f.deadline_ms, r->deadline_ms);
-        if (_i == RQ_LARGE) {
-            ck_assert_uint_eq(f.flags, PM__FF_MEMFD);
-            pm__announce a;
-            ck_assert_int_eq(pm__announce_decode(got, f.len, &a), 0);
-            ck_assert_uint_eq(a.len, len);
-            int big = -1;
-            ck_assert_int_eq(pm__bigmsg_recv(worker.sock, a.seq, &big), 0);
-            close(big);
-        } else {
-            ck_assert_uint_eq(f.flags, 0);
-            ck_assert_uint_eq(f.len, len);
-            ck_assert(len == 0 || memcmp(got, data, len) == 0);
-        }
+        lone_expect_payload(&worker, &f, got, len, _i == RQ_LARGE);
+        ck_assert(_i == RQ_LARGE || len == 0 || memcmp(got, data, len) == 0);
         pm__ring_consume(&worker.rx);
         pm__ring_release(&worker.rx);
     }

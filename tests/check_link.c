@@ -1400,6 +1400,98 @@ START_TEST(test_link_mesh_deadline_and_end)
 }
 END_TEST
 
+/* The faults a unit hub reported. */
+static int unit_faults, unit_fault_reason;
+
+static void unit_fault(void *owner, unsigned p, int reason)
+{
+    (void)owner;
+    (void)p;
+    unit_faults++;
+    unit_fault_reason = reason;
+}
+
+static const pm__hub_ops unit_fault_ops = {unit_fault, no_control, no_drain, NULL};
+
+/* The unit hub's port 0 (address port 10) over a real channel, ready; its
+ * worker's end in *worker. */
+static void unit_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
+{
+    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
+                             .max_message = PM_MAX_PAYLOAD};
+    ck_assert_int_eq(pm__channel_create(hub_end, 0, 1, &cp), 0);
+    ck_assert_int_eq(pm__hub_port_open(h, 0, hub_end, 1), 0);
+    pm__hub_port_set_state(h, 0, PM__PORT_READY);
+    ck_assert_int_eq(pm__channel_adopt(worker, hub_end), 0);
+}
+
+/* The first frame the unit link sent: a notice err to b's port 11,
+ * incarnation 7 (the sender of the unit tests' frames), about port about. */
+static void unit_expect_notice(int err, uint32_t about)
+{
+    ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
+    ck_assert_int_eq(sent[0].error, err);
+    ck_assert_uint_eq(sent[0].dst, 11);
+    ck_assert_uint_eq(sent[0].dst_inc, 7);
+    ck_assert_uint_eq(sent[0].src, about);
+}
+
+/* unit_hub with its port 0 ready (unit_port), faults counted: b's index. */
+static int unit_hub_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
+{
+    int b = unit_hub(h, 0);
+    h->ops = &unit_fault_ops;
+    unit_faults = 0;
+    unit_port(h, hub_end, worker);
+    return b;
+}
+
+/* A BCAST from b's link: request id, ms_left to the origin's deadline. */
+static void unit_bcast_in(pm__hub *h, int b, uint64_t id, int64_t ms_left)
+{
+    unsigned char buf[PM__FRAME_HDR_SIZE];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_BCAST;
+    f.request_id = id;
+    f.deadline_ms = ms_left;
+    pm__hub_link_frame(h, (uint16_t)b, buf, wire(&f, buf));
+}
+
+/* A frame the unit worker read came from b's port 11 (incarnation src_inc)
+ * to the worker's own incarnation, as if local. */
+static void unit_expect_from_b(const pm__frame_hdr *q, int b, uint64_t src_inc)
+{
+    ck_assert_uint_eq(q->src_host, (uint16_t)b);
+    ck_assert_uint_eq(q->src, 11);
+    ck_assert_uint_eq(q->src_inc, src_inc);
+    ck_assert_uint_eq(q->dst, 0);
+    ck_assert_uint_eq(q->dst_inc, 1);
+}
+
+/* The unit hub's port 0's down ring filled with control frames: the next
+ * frame for it finds no room. */
+static void unit_ring_full(pm__hub *h)
+{
+    char filler[64] = {0};
+    while (pm__hub_send_control(h, 0, PM__FT_MSG, filler, sizeof(filler)) == 0)
+        ;
+    while (pm__hub_send_control(h, 0, PM__FT_MSG, NULL, 0) == 0)
+        ;
+}
+
+/* The unit hub's port 0's answers at their bound (replies queued behind
+ * its full ring). */
+static void unit_answers_full(pm__hub *h)
+{
+    pm__frame_hdr g;
+    memset(&g, 0, sizeof(g));
+    g.type = PM__FT_REPLY;
+    g.dst_inc = 1;
+    for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
+        ck_assert_int_eq(pm__hub_push(h, &h->ports[0], &g, NULL, 0, PM__CHARGE_ANSWER), 0);
+}
+
 /*
  * A peer chooses the request ids it sends. A request from its system
  * node (port 0) refused here (it names a worker's incarnation that is
@@ -1417,21 +1509,12 @@ START_TEST(test_link_forged_bcast_ids)
     pm__hub h;
     int b = unit_hub(&h, 0);
     pm__channel hub_end, worker;
-    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
-                             .max_message = PM_MAX_PAYLOAD};
-    ck_assert_int_eq(pm__channel_create(&hub_end, 0, 1, &cp), 0);
-    ck_assert_int_eq(pm__hub_port_open(&h, 0, &hub_end, 1), 0);
-    pm__hub_port_set_state(&h, 0, PM__PORT_READY);
-    ck_assert_int_eq(pm__channel_adopt(&worker, &hub_end), 0);
+    unit_port(&h, &hub_end, &worker);
 
+    unit_bcast_in(&h, b, PM__BCAST_ID_BASE + 99, 60000);
+    ck_assert_uint_eq(nsent, 0); /* fanned out, the worker's answer awaited */
     unsigned char buf[PM__FRAME_HDR_SIZE + 8];
     pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_BCAST;
-    f.request_id = PM__BCAST_ID_BASE + 99;
-    f.deadline_ms = 60000;
-    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
-    ck_assert_uint_eq(nsent, 0); /* fanned out, the worker's answer awaited */
     pm__hub_publish(&h);
     pm__frame_hdr q;
     const void *payload;
@@ -1508,20 +1591,9 @@ START_TEST(test_link_bcast_fanout_deadline)
     pm__hub h;
     int b = unit_hub(&h, 0);
     pm__channel hub_end, worker;
-    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
-                             .max_message = PM_MAX_PAYLOAD};
-    ck_assert_int_eq(pm__channel_create(&hub_end, 0, 1, &cp), 0);
-    ck_assert_int_eq(pm__hub_port_open(&h, 0, &hub_end, 1), 0);
-    pm__hub_port_set_state(&h, 0, PM__PORT_READY);
-    ck_assert_int_eq(pm__channel_adopt(&worker, &hub_end), 0);
-    unsigned char buf[PM__FRAME_HDR_SIZE + 8];
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_BCAST;
-    f.request_id = PM__BCAST_ID_BASE + 7;
-    f.deadline_ms = 2000;
+    unit_port(&h, &hub_end, &worker);
     int64_t t0 = (int64_t)pm__now_ms();
-    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    unit_bcast_in(&h, b, PM__BCAST_ID_BASE + 7, 2000);
     int64_t t1 = (int64_t)pm__now_ms();
     pm__hub_publish(&h);
     pm__frame_hdr q;
@@ -1533,31 +1605,6 @@ START_TEST(test_link_bcast_fanout_deadline)
     pm__hub_free(&h);
 }
 END_TEST
-
-/* The faults a unit hub reported. */
-static int unit_faults, unit_fault_reason;
-
-static void unit_fault(void *owner, unsigned p, int reason)
-{
-    (void)owner;
-    (void)p;
-    unit_faults++;
-    unit_fault_reason = reason;
-}
-
-static const pm__hub_ops unit_fault_ops = {unit_fault, no_control, no_drain, NULL};
-
-/* The unit hub's port 0 (address port 10) over a real channel, ready; its
- * worker's end in *worker. */
-static void unit_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
-{
-    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
-                             .max_message = PM_MAX_PAYLOAD};
-    ck_assert_int_eq(pm__channel_create(hub_end, 0, 1, &cp), 0);
-    ck_assert_int_eq(pm__hub_port_open(h, 0, hub_end, 1), 0);
-    pm__hub_port_set_state(h, 0, PM__PORT_READY);
-    ck_assert_int_eq(pm__channel_adopt(worker, hub_end), 0);
-}
 
 /*
  * A message or request from a link for a local node (hub_linkin.c
@@ -1581,33 +1628,15 @@ enum { DV_MAIN_REQUEST, DV_MAIN_MSG, DV_NOT_READY, DV_STALE, DV_MSG, DV_REQUEST,
 START_TEST(test_link_deliver_rules)
 {
     pm__hub h;
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &unit_fault_ops, NULL), 0);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
-    nsent = 0;
-    unit_faults = 0;
     pm__channel hub_end, worker;
-    unit_port(&h, &hub_end, &worker);
+    int b = unit_hub_port(&h, &hub_end, &worker);
     pm__port *d = &h.ports[0];
     if (_i == DV_NOT_READY)
         pm__hub_port_set_state(&h, 0, PM__PORT_STARTING);
-    if (_i >= DV_QUEUED) {
-        char filler[64] = {0};
-        while (pm__hub_send_control(&h, 0, PM__FT_MSG, filler, sizeof(filler)) == 0)
-            ;
-        while (pm__hub_send_control(&h, 0, PM__FT_MSG, NULL, 0) == 0)
-            ;
-    }
-    if (_i == DV_ANSWERS_FULL) {
-        pm__frame_hdr g;
-        memset(&g, 0, sizeof(g));
-        g.type = PM__FT_REPLY;
-        g.dst_inc = 1;
-        for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
-            ck_assert_int_eq(pm__hub_push(&h, d, &g, NULL, 0, PM__CHARGE_ANSWER), 0);
-    }
+    if (_i >= DV_QUEUED)
+        unit_ring_full(&h);
+    if (_i == DV_ANSWERS_FULL)
+        unit_answers_full(&h);
     if (_i == DV_CORRUPT)
         atomic_store(&worker.rx.sh->tail, 3);
     pm__frame_hdr f = link_request();
@@ -1632,11 +1661,7 @@ START_TEST(test_link_deliver_rules)
                                     : 0;
     ck_assert_uint_eq(nsent, err != 0);
     if (err != 0) {
-        ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
-        ck_assert_int_eq(sent[0].error, err);
-        ck_assert_uint_eq(sent[0].dst, 11);
-        ck_assert_uint_eq(sent[0].dst_inc, 7);
-        ck_assert_uint_eq(sent[0].src, _i == DV_MAIN_REQUEST ? 0 : 10);
+        unit_expect_notice(err, _i == DV_MAIN_REQUEST ? 0 : 10);
         ck_assert_uint_eq(sent[0].src_inc, _i == DV_STALE ? 5 : _i >= DV_ANSWERS_FULL ? 1 : 0);
         ck_assert_uint_eq(sent[0].request_id, 5);
     }
@@ -1657,11 +1682,7 @@ START_TEST(test_link_deliver_rules)
         const void *payload;
         ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
         ck_assert_uint_eq(q.type, f.type);
-        ck_assert_uint_eq(q.src_host, (uint16_t)b);
-        ck_assert_uint_eq(q.src, 11);
-        ck_assert_uint_eq(q.src_inc, 7);
-        ck_assert_uint_eq(q.dst, 0);
-        ck_assert_uint_eq(q.dst_inc, 1);
+        unit_expect_from_b(&q, b, 7);
         ck_assert_uint_eq(q.request_id, 5);
         ck_assert_uint_eq(q.len, 2);
         ck_assert(memcmp(payload, "hi", 2) == 0);
@@ -1711,14 +1732,8 @@ enum { AW_REPLY, AW_TWICE, AW_OTHER_ID, AW_OTHER_PORT, AW_NOTICE, AW_NOTICE_MSG,
 START_TEST(test_link_answer_rules)
 {
     pm__hub h;
-    static const pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &unit_fault_ops, NULL), 0);
-    pm__hub_peer_mode(&h);
-    int b = pm__hub_host_index(&h, "b");
-    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
-    unit_faults = 0;
     pm__channel hub_end, worker;
-    unit_port(&h, &hub_end, &worker);
+    int b = unit_hub_port(&h, &hub_end, &worker);
     pm__port *d = &h.ports[0];
     /* The worker's request to t@b:11 goes over the link. */
     pm__frame_hdr r;
@@ -1739,21 +1754,12 @@ START_TEST(test_link_answer_rules)
         h.links[b].inflight[0].expires_ms = 1;
     if (_i == AW_REQUESTER_GONE)
         d->incarnation = 2;
-    if (_i == AW_ANSWERS_FULL || _i == AW_CORRUPT) {
-        char filler[64] = {0};
-        while (pm__hub_send_control(&h, 0, PM__FT_MSG, filler, sizeof(filler)) == 0)
-            ;
-        while (pm__hub_send_control(&h, 0, PM__FT_MSG, NULL, 0) == 0)
-            ;
-        pm__frame_hdr g;
-        memset(&g, 0, sizeof(g));
-        g.type = PM__FT_REPLY;
-        g.dst_inc = 1;
-        for (unsigned k = 0; _i == AW_ANSWERS_FULL && k < PM__HOLD_MAX_FRAMES; k++)
-            ck_assert_int_eq(pm__hub_push(&h, d, &g, NULL, 0, PM__CHARGE_ANSWER), 0);
-        if (_i == AW_CORRUPT)
-            atomic_store(&worker.rx.sh->tail, 3);
-    }
+    if (_i == AW_ANSWERS_FULL || _i == AW_CORRUPT)
+        unit_ring_full(&h);
+    if (_i == AW_ANSWERS_FULL)
+        unit_answers_full(&h);
+    if (_i == AW_CORRUPT)
+        atomic_store(&worker.rx.sh->tail, 3);
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     int notice = _i == AW_NOTICE || _i == AW_NOTICE_MSG || _i == AW_NOTICE_OTHER_ID;
@@ -1793,11 +1799,7 @@ START_TEST(test_link_answer_rules)
     if (delivered) {
         ck_assert_uint_eq(q.type, f.type);
         ck_assert_int_eq(q.error, f.error);
-        ck_assert_uint_eq(q.src_host, (uint16_t)b);
-        ck_assert_uint_eq(q.src, 11);
-        ck_assert_uint_eq(q.src_inc, 3);
-        ck_assert_uint_eq(q.dst, 0);
-        ck_assert_uint_eq(q.dst_inc, 1);
+        unit_expect_from_b(&q, b, 3);
         ck_assert_uint_eq(q.request_id, f.request_id);
         ck_assert_uint_eq(q.len, f.len);
         pm__ring_consume(&worker.rx);
@@ -2279,13 +2281,8 @@ START_TEST(test_link_frag_rules)
     int err = _i == FG_TOO_BIG ? -EMSGSIZE : _i == FG_NO_SUCH_PORT ? -ENOENT
               : _i == FG_NOT_READY ? -EHOSTDOWN : 0;
     ck_assert_uint_eq(nsent, err != 0);
-    if (err != 0) {
-        ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
-        ck_assert_int_eq(sent[0].error, err);
-        ck_assert_uint_eq(sent[0].dst, 11);
-        ck_assert_uint_eq(sent[0].dst_inc, 7);
-        ck_assert_uint_eq(sent[0].src, dst);
-    }
+    if (err != 0)
+        unit_expect_notice(err, dst);
     int too_big = _i == FG_TOO_BIG || _i == FG_TOO_BIG_REPLY;
     ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), (uint64_t)too_big);
     ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), _i == FG_REPLY_NO_SUCH_PORT);
@@ -2301,11 +2298,7 @@ START_TEST(test_link_frag_rules)
     if (delivered) {
         ck_assert_uint_eq(q.type, (unsigned)kind);
         ck_assert_uint_eq(q.flags, PM__FF_MEMFD);
-        ck_assert_uint_eq(q.src_host, (uint16_t)b);
-        ck_assert_uint_eq(q.src, 11);
-        ck_assert_uint_eq(q.src_inc, 7);
-        ck_assert_uint_eq(q.dst, 0);
-        ck_assert_uint_eq(q.dst_inc, 1);
+        unit_expect_from_b(&q, b, 7);
         pm__announce a;
         ck_assert_int_eq(pm__announce_decode(payload, q.len, &a), 0);
         ck_assert_uint_eq(a.len, total);

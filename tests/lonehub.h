@@ -139,6 +139,26 @@ static inline int lone_big_fd(int at)
     return at;
 }
 
+/* The frame f a lone worker read (its payload at payload) carries len
+ * bytes: inline, or as a large message (large) its announcement, and on
+ * the worker's socket the memfd (closed here). */
+static inline void lone_expect_payload(pm__channel *worker, const pm__frame_hdr *f,
+                                       const void *payload, uint64_t len, int large)
+{
+    if (!large) {
+        ck_assert_uint_eq(f->flags, 0);
+        ck_assert_uint_eq(f->len, len);
+        return;
+    }
+    ck_assert_uint_eq(f->flags, PM__FF_MEMFD);
+    pm__announce a;
+    ck_assert_int_eq(pm__announce_decode(payload, f->len, &a), 0);
+    ck_assert_uint_eq(a.len, len);
+    int big = -1;
+    ck_assert_int_eq(pm__bigmsg_recv(worker->sock, a.seq, &big), 0);
+    close(big);
+}
+
 /* What the hub's calls up (pm__hub_up) got: a notice for main, or back
  * over a link. */
 static int lone_up_main, lone_up_link;
