@@ -515,32 +515,77 @@ static int spin_ready(void *arg)
     return s->ready_at > 0 && s->calls >= s->ready_at;
 }
 
-/* A hub made while memory runs out: every allocation of pm__hub_new
- * fails in turn (k = 1, 2, ... until one makes fewer): each fails -ENOMEM
- * and hands out nothing, the first that meets no failure a hub. */
+/* This program's mmap: the real call, or, while lone_mmap_fail_len is
+ * set, a refusal (ENOMEM) of every mapping of exactly that length, as when
+ * the address space is full (the hub's scratch buffer is PM_MAX_PAYLOAD).
+ * Defined here, it is the one the library calls in this program (glibc's
+ * own allocator maps through its internal entry, not this one). */
+static size_t lone_mmap_fail_len;
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (lone_mmap_fail_len != 0 && len == lone_mmap_fail_len) {
+        errno = ENOMEM;
+        return MAP_FAILED;
+    }
+    return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+/* The wipe-on-fork mappings of this process ("wf" in its smaps): the
+ * hub's scratch buffer is one. */
+static unsigned wipe_on_fork_maps(void)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    unsigned n = 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "VmFlags:", 8) == 0 && strstr(line, " wf") != NULL)
+            n++;
+    fclose(f);
+    return n;
+}
+
+/* A hub made while memory runs out: its scratch buffer's mapping refused,
+ * then every allocation of pm__hub_new failing in turn (k = 1, 2, ...
+ * until one makes fewer): each fails -ENOMEM and hands out nothing, nor
+ * leaves a mapping behind; the first that meets no failure a hub. */
 START_TEST(test_hub_new_out_of_memory)
 {
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    /* Its scratch buffer refused: -ENOMEM, nothing handed out. */
+    pm__hub *h = (pm__hub *)&names; /* anything but NULL */
+    lone_mmap_fail_len = PM_MAX_PAYLOAD;
+    int rc = pm__hub_new(&h, 4, &names, NULL, &lone_ops, NULL);
+    lone_mmap_fail_len = 0;
+    ck_assert_int_eq(rc, -ENOMEM);
+    ck_assert_ptr_null(h);
     if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_hub_new_out_of_memory runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        fprintf(stderr, "note: test_hub_new_out_of_memory's allocations fail in the build "
+                        "without a sanitizer only (the sanitizer's malloc is its own)\n");
         return;
     }
-    static const pm__names names = {"t", "a", 10, 1, NULL};
+    /* Each allocation failing in turn: -ENOMEM, nothing handed out or left
+     * mapped (the scratch buffer given back). */
+    unsigned maps0 = wipe_on_fork_maps();
     long failed = 0;
     for (long k = 1;; k++) {
         ck_assert_int_lt(k, 1000);
-        pm__hub *h = (pm__hub *)&names; /* anything but NULL */
+        h = (pm__hub *)&names;
         pm_failalloc_arm(k);
-        int rc = pm__hub_new(&h, 4, &names, NULL, &lone_ops, NULL);
+        rc = pm__hub_new(&h, 4, &names, NULL, &lone_ops, NULL);
         int hit = pm_failalloc_disarm();
         if (!hit) {
             ck_assert_int_eq(rc, 0);
             ck_assert_ptr_nonnull(h);
+            ck_assert_uint_eq(wipe_on_fork_maps(), maps0 + (unsigned)h->scratch_mapped);
             pm__hub_delete(h);
+            ck_assert_uint_eq(wipe_on_fork_maps(), maps0);
             break;
         }
         ck_assert_msg(rc == -ENOMEM, "allocation %ld failed: pm__hub_new returned %d", k, rc);
         ck_assert_ptr_null(h);
+        ck_assert_uint_eq(wipe_on_fork_maps(), maps0);
         failed++;
     }
     ck_assert_int_gt(failed, 1);

@@ -542,7 +542,8 @@ void pm__hub_mark_timed(pm__hub *h, pm__port *p);
 int pm__hub_not_for(const void *rec, size_t len, void *arg);
 
 /* hub_route.c: set-up of a hub its owner embeds (hub_owner.c's pm__hub_new
- * for one held by pointer), and routing a port's frames. */
+ * for one held by pointer), and routing a port's frames. pm__hub_init: 0,
+ * or -ENOMEM with nothing left to free (not a hub: no pm__hub_free). */
 int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster *app,
                  const pm__hub_ops *ops, void *owner);
 void pm__hub_free(pm__hub *h);

@@ -105,16 +105,16 @@ int pm__hub_init(pm__hub *h, unsigned nports, const pm__names *names, pm_cluster
                  const pm__hub_ops *ops, void *owner)
 {
     memset(h, 0, sizeof(*h));
-    h->ports = calloc(nports ? nports : 1, sizeof(*h->ports));
+    /* On failure nothing is left to free: h is no hub then, and its owner
+     * (pm__hub_new) frees only the struct. */
     h->scratch = scratch_map(&h->scratch_mapped);
-    if (h->ports == NULL || h->scratch == NULL || lists_alloc(h, nports) < 0) {
-        free(h->ports);
-        if (h->scratch != NULL)
-            munmap(h->scratch, PM_MAX_PAYLOAD);
-        lists_free(h);
-        h->ports = NULL;
-        h->scratch = NULL;
+    if (h->scratch == NULL)
         return -ENOMEM;
+    h->ports = calloc(nports ? nports : 1, sizeof(*h->ports));
+    if (h->ports == NULL || lists_alloc(h, nports) < 0) {
+        free(h->ports);
+        munmap(h->scratch, PM_MAX_PAYLOAD);
+        return -ENOMEM; /* (lists_alloc freed its own) */
     }
     h->nports = nports;
     h->inflight_lifetime_ms = PM__INFLIGHT_LIFETIME_MS;
