@@ -2800,6 +2800,41 @@ START_TEST(test_lone_reply_rules)
 END_TEST
 
 /*
+ * A reply at its request's deadline, to the millisecond, is on time
+ * (hub_route.c relay_reply: late only past it). The hub reads the clock
+ * itself, so the test brackets its service between two reads of the same
+ * clock: only an attempt whose two reads agree (the hub's read was that
+ * millisecond too) decides; one that crossed a millisecond is tried again,
+ * so the outcome never depends on how fast the machine is.
+ */
+START_TEST(test_lone_reply_at_its_deadline)
+{
+    int decided = 0;
+    for (int attempt = 0; attempt < 10000 && !decided; attempt++) {
+        pm__hub *h = lone_hub(3);
+        pm__channel hub_end[2], worker[2];
+        lone_ports_1_2(h, hub_end, worker);
+        pm__port *d = &h->ports[2];
+        lone_frame_from(&worker[1], PM__FT_REPLY, 1, 0, 0);
+        int64_t t0 = (int64_t)pm__now_ms();
+        ck_assert_int_eq(pm__hub_add_inflight(h, d, 1, 1, 9, t0), 0);
+        pm__hub_port_service(h, 2);
+        int64_t t1 = (int64_t)pm__now_ms();
+        if (t1 == t0) {
+            decided = 1;
+            ck_assert_uint_eq(h->late_replies, 0);
+            ck_assert_uint_eq(d->relayed, 1);
+            pm__frame_hdr f;
+            ck_assert_int_eq(lone_take(h, &worker[0], &f), 1);
+            ck_assert_uint_eq(f.type, PM__FT_REPLY);
+        }
+        pm__hub_delete(h);
+    }
+    ck_assert_msg(decided, "no attempt stayed within one millisecond");
+}
+END_TEST
+
+/*
  * A reply the hub has no record of, from a port to one it shares a direct
  * lane with (hub_route.c lane_reply): the answer to a request that came
  * by the lane, too large for it. Relayed as PM__FT_LANE_REPLY, counted as
@@ -5654,6 +5689,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_big_refused_for_now, 0, (int)ARRAY_LEN(lone_refusals), 30);
     PM_ADD_LOOP_TEST(s, test_lone_relay_rules, 0, RL_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_reply_rules, 0, RP_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_reply_at_its_deadline, 60);
     PM_ADD_LOOP_TEST(s, test_lone_lane_reply, 0, 3, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_send, 0, MS_ROWS, 30);
     PM_ADD_TEST(s, test_lone_port_close, 30);
