@@ -3851,6 +3851,11 @@ START_TEST(test_lone_main_answers)
     }
     ck_assert_int_eq(lone_req_calls, want_calls);
     ck_assert_uint_eq(h->late_replies, late);
+    /* Relayed to main (on time or not), counted with its bytes; a late
+     * answer or another worker's is not. */
+    int relayed = _i == AN_REPLY || _i == AN_DEADLINE || _i == AN_OTHER_WORKER || _i == AN_TWICE;
+    ck_assert_uint_eq(d->relayed, (uint64_t)relayed);
+    ck_assert_uint_eq(d->relayed_bytes, relayed ? 2u : 0u);
     ck_assert_int_eq(lone_req_msg.error, err);
     ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)id);
     ck_assert_int_eq(lone_req_msg.deadline_ms, deadline);

@@ -1707,6 +1707,8 @@ START_TEST(test_link_deliver_rules)
         ck_assert_uint_eq(sent[0].src_inc, 1);
         ck_assert_uint_eq(sent[0].request_id, 5);
         ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 0);
+        ck_assert_uint_eq(d->relayed, 1); /* counted with its bytes */
+        ck_assert_uint_eq(d->relayed_bytes, 2);
     }
     pm__hub_free(&h);
 }

@@ -44,6 +44,14 @@ void pm__hub_purge_due(pm__hub *h, uint64_t now);
 pm__inflight *pm__hub_detach_inflight(pm__hub *h, pm__port *p, uint32_t *n);
 void pm__hub_forget_requests_of(pm__hub *h, const pm__port *p);
 int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc);
+/* The bytes a relayed frame carries, for the counters (a large message's:
+ * its memfd's, h->cur_len). Every frame counted in a port's relayed
+ * frames adds these to its relayed bytes. */
+static inline uint64_t pm__hub_relay_len(const pm__hub *h, const pm__frame_hdr *f)
+{
+    return (f->flags & PM__FF_MEMFD) != 0 ? h->cur_len : f->len;
+}
+
 /* hub_main.c: */
 void pm__hub_deliver_main(pm__hub *h, const pm__frame_hdr *f, const void *payload);
 /* A reply to main from p that no in-flight entry waits for: counted late;

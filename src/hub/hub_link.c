@@ -101,6 +101,7 @@ static int relay_remote_reply(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
          * sends the BRESULTs), never a plain REPLY over the link. */
         pm__hub_deliver_main(h, f, payload);
         p->relayed++;
+        p->relayed_bytes += pm__hub_relay_len(h, f);
         return 0;
     }
     if (l == NULL || !l->up) {
@@ -132,10 +133,12 @@ static int relay_remote_reply(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
     /* A reply never waits (the replier is never held back, as locally):
      * a link without room drops it, counted; the requester's deadline
      * ends its wait. */
-    if (pm__hub_link_put_or_drop(h, l, &w, payload) < 0)
+    if (pm__hub_link_put_or_drop(h, l, &w, payload) < 0) {
         h->replies_dropped++;
-    else
-        p->relayed++;
+        return 0;
+    }
+    p->relayed++;
+    p->relayed_bytes += f->len;
     return 0;
 }
 

@@ -171,12 +171,6 @@ static int relay_push(pm__hub *h, pm__port *d, const pm__frame_hdr *f, const voi
     return rc;
 }
 
-/* The bytes a relayed frame carries, for the counters. */
-static uint64_t relay_len(const pm__hub *h, const pm__frame_hdr *f)
-{
-    return (f->flags & PM__FF_MEMFD) != 0 ? h->cur_len : f->len;
-}
-
 /* A reply the hub has no record of, from p to a local worker it shares a
  * lane with: the answer to a request that came by the lane, too large for
  * it (doc/design.md, "Direct lanes"). Relayed as PM__FT_LANE_REPLY, so the
@@ -200,7 +194,7 @@ static int lane_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pay
         return 1;
     }
     p->relayed++;
-    p->relayed_bytes += relay_len(h, f);
+    p->relayed_bytes += pm__hub_relay_len(h, f);
     return 1;
 }
 
@@ -232,6 +226,7 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
     if (f->dst == PM__NODE_MAIN) {
         pm__hub_deliver_main(h, f, payload);
         p->relayed++;
+        p->relayed_bytes += pm__hub_relay_len(h, f);
         return 0;
     }
     if (pm__hub_check_dest(h, f->dst, e.requester_inc) < 0) {
@@ -251,7 +246,7 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
         return 0;
     }
     p->relayed++;
-    p->relayed_bytes += relay_len(h, f);
+    p->relayed_bytes += pm__hub_relay_len(h, f);
     return 0;
 }
 
@@ -266,7 +261,7 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
     if (f->dst == PM__NODE_MAIN) {
         pm__hub_deliver_main(h, f, payload);
         p->relayed++;
-        p->relayed_bytes += relay_len(h, f);
+        p->relayed_bytes += pm__hub_relay_len(h, f);
         return 0;
     }
     int err = pm__hub_check_dest(h, f->dst, f->dst_inc);
@@ -313,7 +308,7 @@ int pm__hub_relay(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload
         return 0;
     }
     p->relayed++;
-    p->relayed_bytes += relay_len(h, f);
+    p->relayed_bytes += pm__hub_relay_len(h, f);
     return 0;
 }
 
