@@ -2800,6 +2800,59 @@ START_TEST(test_lone_reply_rules)
 END_TEST
 
 /*
+ * A large reply whose fd the requester's socket refuses for now
+ * (hub_route.c relay_reply; hub_queue.c send_big: ETOOMANYREFS, ENOBUFS,
+ * ENOMEM): the reply is dropped and counted (replies_dropped), the
+ * requester told -EAGAIN about it (its request fails, not its worker),
+ * and nobody is faulted; the replier is read on. Port 2 answers port 1's
+ * request 9 with PM_MAX_PAYLOAD + 1 bytes.
+ */
+START_TEST(test_lone_big_reply_refused_for_now)
+{
+    pm__hub *h = lone_hub_with(3, &lone_fault_ops);
+    lone_faults = 0;
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    pm__port *d = &h->ports[2];
+    h->max_message = 2 * PM_MAX_PAYLOAD;
+    ck_assert_int_eq(pm__hub_add_inflight(h, d, 1, 1, 9, 0), 0);
+    static unsigned char big[PM_MAX_PAYLOAD + 1];
+    int fd = pm__bigmsg_create(big, sizeof(big));
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pm__bigmsg_send(worker[1].sock, fd, 1), 0);
+    close(fd);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REPLY;
+    f.flags = PM__FF_MEMFD;
+    f.dst = 1;
+    f.request_id = 9;
+    unsigned char a[PM__ANNOUNCE_SIZE];
+    pm__announce an = {sizeof(big), 1};
+    pm__announce_encode(&an, a);
+    ck_assert_int_eq(pm__frame_send(&worker[1].tx, &f, a, sizeof(a)), 0);
+    lone_sendmsg_errno = lone_refusals[_i];
+    pm__hub_port_service(h, 2);
+    lone_sendmsg_errno = 0;
+    ck_assert_msg(lone_faults == 0, "port %d faulted (%d)", lone_fault_port, lone_fault_reason);
+    ck_assert_uint_eq(h->replies_dropped, 1);
+    ck_assert_uint_eq(h->fd_refused, 1);
+    ck_assert_uint_eq(d->relayed, 0);
+    ck_assert_int_eq(d->blocked_on, -1);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 0);
+    pm__frame_hdr n;
+    ck_assert_int_eq(lone_take(h, &worker[0], &n), 1);
+    ck_assert_uint_eq(n.type, PM__FT_UNDELIVERABLE);
+    ck_assert_int_eq(n.error, -EAGAIN);
+    ck_assert_uint_eq(n.src, 2);
+    ck_assert_uint_eq(n.src_inc, 1);
+    ck_assert_uint_eq(n.request_id, 9);
+    ck_assert_int_eq(lone_take(h, &worker[0], &n), 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
  * A reply at its request's deadline, to the millisecond, is on time
  * (hub_route.c relay_reply: late only past it). The hub reads the clock
  * itself, so the test brackets its service between two reads of the same
@@ -5695,6 +5748,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_relay_rules, 0, RL_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_reply_rules, 0, RP_ROWS, 30);
     PM_ADD_TEST(s, test_lone_reply_at_its_deadline, 60);
+    PM_ADD_LOOP_TEST(s, test_lone_big_reply_refused_for_now, 0, 3, 30);
     PM_ADD_LOOP_TEST(s, test_lone_lane_reply, 0, 3, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_send, 0, MS_ROWS, 30);
     PM_ADD_TEST(s, test_lone_port_close, 30);
