@@ -2382,6 +2382,35 @@ START_TEST(test_lone_left_in_ring)
 END_TEST
 
 /*
+ * A sender held because its own hold is full is not one whose frame was
+ * left in its ring (hub_route.c relay_message resets what the push says
+ * for every push): after port 1's frame is left in its ring for full port
+ * 2, port 3, whose hold at port 2 is full, is held with its frame not
+ * left (it is read again when its hold frees half, not by a place
+ * holder).
+ */
+START_TEST(test_lone_held_not_left)
+{
+    pm__hub *h = lone_hub(4);
+    pm__channel hub_end[3], worker[3];
+    for (unsigned i = 1; i <= 3; i++)
+        lone_port_at(h, i, &hub_end[i - 1], &worker[i - 1]);
+    (void)lone_ring_full(h, 2);
+    lone_send_to(&worker[0], 2, 1);
+    pm__hub_port_service(h, 1);
+    ck_assert_int_eq(h->ports[1].left, 1);
+    pm__frame_hdr g = lone_msg_to(2);
+    for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
+        ck_assert_int_eq(pm__hub_push(h, &h->ports[2], &g, NULL, 0, 3), 0);
+    lone_send_to(&worker[2], 2, 1);
+    pm__hub_port_service(h, 3);
+    ck_assert_int_eq(h->ports[3].blocked_on, 2);
+    ck_assert_int_eq(h->ports[3].left, 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
  * The drain timeout of a queue (hub_queue.c pm__hub_flush): a flush that
  * moves a frame but leaves others restarts it (progress), one that moves
  * nothing leaves it running, and an emptied queue stops it; each start
@@ -2799,6 +2828,67 @@ START_TEST(test_lone_reply_rules)
 }
 END_TEST
 
+/* Lone worker's large frame of `type` (PM_MAX_PAYLOAD + 1 bytes, its
+ * record sequence seq) for port dst, request id 9: the record on its
+ * socket, then the announcing frame. */
+static void lone_big_from(pm__channel *worker, int type, uint32_t dst, uint32_t seq)
+{
+    static unsigned char big[PM_MAX_PAYLOAD + 1];
+    int fd = pm__bigmsg_create(big, sizeof(big));
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pm__bigmsg_send(worker->sock, fd, seq), 0);
+    close(fd);
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = (uint8_t)type;
+    f.flags = PM__FF_MEMFD;
+    f.dst = dst;
+    f.request_id = type == PM__FT_MSG ? 0 : 9;
+    unsigned char a[PM__ANNOUNCE_SIZE];
+    pm__announce an = {sizeof(big), seq};
+    pm__announce_encode(&an, a);
+    ck_assert_int_eq(pm__frame_send(&worker->tx, &f, a, sizeof(a)), 0);
+}
+
+/*
+ * A large message or request whose fd the destination's socket refuses
+ * for now (hub_route.c relay_message, ETOOMANYREFS from send_big): its
+ * sender is told -EAGAIN (a message's notice with id 0), the destination
+ * is neither charged nor faulted, a request is not remembered, and what
+ * else the destination holds in flight stays (port 3's request to it).
+ */
+START_TEST(test_lone_big_refused_for_now_relayed)
+{
+    pm__hub *h = lone_hub_with(4, &lone_fault_ops);
+    lone_faults = 0;
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    h->max_message = 2 * PM_MAX_PAYLOAD;
+    pm__port *d = &h->ports[2];
+    ck_assert_int_eq(pm__hub_add_inflight(h, d, 3, 1, 77, 0), 0);
+    int type = _i == 0 ? PM__FT_REQUEST : PM__FT_MSG;
+    lone_big_from(&worker[0], type, 2, 1);
+    lone_sendmsg_errno = ETOOMANYREFS;
+    pm__hub_port_service(h, 1);
+    lone_sendmsg_errno = 0;
+    ck_assert_int_eq(lone_faults, 0);
+    ck_assert_uint_eq(h->fd_refused, 1);
+    ck_assert_uint_eq(h->ports[1].relayed, 0);
+    ck_assert_uint_eq(d->q_frames, 0);
+    ck_assert_uint_eq(d->ninflight, 1);
+    ck_assert_uint_eq(d->inflight[0].request_id, 77);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 1);
+    pm__frame_hdr n;
+    ck_assert_int_eq(lone_take(h, &worker[0], &n), 1);
+    ck_assert_uint_eq(n.type, PM__FT_UNDELIVERABLE);
+    ck_assert_int_eq(n.error, -EAGAIN);
+    ck_assert_uint_eq(n.src, 2);
+    ck_assert_uint_eq(n.request_id, type == PM__FT_MSG ? 0 : 9);
+    ck_assert_int_eq(lone_take(h, &worker[1], &n), 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
 /*
  * A large reply whose fd the requester's socket refuses for now
  * (hub_route.c relay_reply; hub_queue.c send_big: ETOOMANYREFS, ENOBUFS,
@@ -2816,21 +2906,7 @@ START_TEST(test_lone_big_reply_refused_for_now)
     pm__port *d = &h->ports[2];
     h->max_message = 2 * PM_MAX_PAYLOAD;
     ck_assert_int_eq(pm__hub_add_inflight(h, d, 1, 1, 9, 0), 0);
-    static unsigned char big[PM_MAX_PAYLOAD + 1];
-    int fd = pm__bigmsg_create(big, sizeof(big));
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(pm__bigmsg_send(worker[1].sock, fd, 1), 0);
-    close(fd);
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = PM__FT_REPLY;
-    f.flags = PM__FF_MEMFD;
-    f.dst = 1;
-    f.request_id = 9;
-    unsigned char a[PM__ANNOUNCE_SIZE];
-    pm__announce an = {sizeof(big), 1};
-    pm__announce_encode(&an, a);
-    ck_assert_int_eq(pm__frame_send(&worker[1].tx, &f, a, sizeof(a)), 0);
+    lone_big_from(&worker[1], PM__FT_REPLY, 1, 1);
     lone_sendmsg_errno = lone_refusals[_i];
     pm__hub_port_service(h, 2);
     lone_sendmsg_errno = 0;
@@ -5741,6 +5817,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_notice_at, 0, NOTE_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_scan_not_for, 0, (int)ARRAY_LEN(lone_scan_rows), 10);
     PM_ADD_LOOP_TEST(s, test_lone_left_in_ring, 0, LEFT_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_held_not_left, 30);
     PM_ADD_TEST(s, test_lone_flush_progress, 30);
     PM_ADD_TEST(s, test_lone_big_socket_full, 60);
     PM_ADD_LOOP_TEST(s, test_lone_big_refused_by_worker, 0, 2, 30);
@@ -5749,6 +5826,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_reply_rules, 0, RP_ROWS, 30);
     PM_ADD_TEST(s, test_lone_reply_at_its_deadline, 60);
     PM_ADD_LOOP_TEST(s, test_lone_big_reply_refused_for_now, 0, 3, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_big_refused_for_now_relayed, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_lone_lane_reply, 0, 3, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_send, 0, MS_ROWS, 30);
     PM_ADD_TEST(s, test_lone_port_close, 30);
