@@ -3157,7 +3157,14 @@ START_TEST(test_lone_port_close)
     d->left = 1;
     d->scan_pos = 5;
     d->dirty = 1;
+    pm__hub_port_lanes_ok(h, 2, 1);
+    pm__hub_port_lane_notes(h, 2, 1);
     pm__hub_port_close(h, 2);
+    /* No incarnation: closed, and the next starts with no lanes until its
+     * own hello says it speaks them. */
+    ck_assert_int_eq(d->state, PM__PORT_CLOSED);
+    ck_assert_int_eq(d->lanes_ok, 0);
+    ck_assert_int_eq(d->lane_notes, 0);
     ck_assert_ptr_null(d->q_head);
     ck_assert_ptr_null(d->q_tail);
     ck_assert_uint_eq(d->q_frames, 0);
@@ -3278,6 +3285,35 @@ START_TEST(test_lone_deadlines_and_draining)
     ck_assert_int_eq(d->in_timed, 0);
     ck_assert_uint_eq(h->timed.n, 0);
     ck_assert_int_eq(lone_not_draining, 1);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * The next deadline with every port of the hub on the timed list (both
+ * ports of a two-port hub stalled): each one's drain deadline is seen,
+ * the earliest wins, and nothing past the list is read (the sanitizer
+ * build would report a read one past it).
+ */
+START_TEST(test_lone_deadline_every_port_timed)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 0, &hub_end[0], &worker[0]);
+    lone_port_at(h, 1, &hub_end[1], &worker[1]);
+    pm__frame_hdr f = lone_msg_to(0);
+    for (unsigned i = 0; i < 2; i++) {
+        (void)lone_ring_full(h, i);
+        f.dst = i;
+        ck_assert_int_eq(pm__hub_push(h, &h->ports[i], &f, "x", 1, PM__NODE_MAIN), 0);
+    }
+    ck_assert_uint_eq(h->timed.n, 2);
+    h->drain_timeout_ms = 500;
+    h->ports[0].stall_since_ms = 2000;
+    h->ports[1].stall_since_ms = 1000;
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 1500);
+    h->ports[1].stall_since_ms = 3000;
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 2500);
     pm__hub_delete(h);
 }
 END_TEST
@@ -5831,6 +5867,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_main_send, 0, MS_ROWS, 30);
     PM_ADD_TEST(s, test_lone_port_close, 30);
     PM_ADD_TEST(s, test_lone_deadlines_and_draining, 30);
+    PM_ADD_TEST(s, test_lone_deadline_every_port_timed, 30);
     PM_ADD_TEST(s, test_lone_host_index, 30);
     PM_ADD_TEST(s, test_lone_child_fds_and_wipe, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_rules, 0, RQ_ROWS, 30);
