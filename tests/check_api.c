@@ -3278,13 +3278,49 @@ START_TEST(test_lone_deadlines_and_draining)
     ck_assert_int_eq(lone_not_draining, 0 + 1);
     h->drain_timeout_ms = 500;
 
-    /* Emptied: off the timed list at the next fire. */
+    /* Emptied: off the timed list at the next fire; until then its
+     * stall is over and it gives no deadline. */
     (void)lone_flush_all(h, 1, &worker);
     ck_assert_uint_eq(d->stall_since_ms, 0);
+    ck_assert_int_eq(d->in_timed, 1);
+    ck_assert_uint_eq(pm__hub_next_deadline(h), 5000);
     pm__hub_fire(h, 4600);
     ck_assert_int_eq(d->in_timed, 0);
     ck_assert_uint_eq(h->timed.n, 0);
     ck_assert_int_eq(lone_not_draining, 1);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * A broadcast at its deadline (hub_route.c pm__hub_fire, given the time):
+ * not a millisecond before it; at it, every result still pending is
+ * -ETIMEDOUT, the callback runs once, and the worker's entry for it is
+ * forgotten, so that its answer after that is late and counted.
+ */
+START_TEST(test_lone_broadcast_at_its_deadline)
+{
+    pm__hub *h = lone_hub(3);
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    lone_bcast_calls = 0;
+    ck_assert_int_eq(pm__hub_broadcast(h, "b", 1, 600000, lone_bcast_done, NULL), 0);
+    uint64_t dl = (uint64_t)h->bcasts->deadline_ms;
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 2);
+    pm__hub_fire(h, dl - 1);
+    ck_assert_int_eq(lone_bcast_calls, 0);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 2);
+    pm__hub_fire(h, dl);
+    ck_assert_int_eq(lone_bcast_calls, 1);
+    ck_assert_uint_eq(lone_bcast_n, 2);
+    ck_assert_int_eq(lone_bcast_err, -ETIMEDOUT);
+    ck_assert_ptr_null(h->bcasts);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 0);
+    ck_assert_uint_eq(h->ports[1].main_inflight, 0);
+    (void)lone_answer_with(h, &worker[0], "late", NULL);
+    pm__hub_port_service(h, 1);
+    ck_assert_uint_eq(h->late_replies, 1);
+    ck_assert_int_eq(lone_bcast_calls, 1);
     pm__hub_delete(h);
 }
 END_TEST
@@ -5868,6 +5904,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_port_close, 30);
     PM_ADD_TEST(s, test_lone_deadlines_and_draining, 30);
     PM_ADD_TEST(s, test_lone_deadline_every_port_timed, 30);
+    PM_ADD_TEST(s, test_lone_broadcast_at_its_deadline, 30);
     PM_ADD_TEST(s, test_lone_host_index, 30);
     PM_ADD_TEST(s, test_lone_child_fds_and_wipe, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_rules, 0, RQ_ROWS, 30);

@@ -407,8 +407,9 @@ uint64_t pm__hub_next_deadline(const pm__hub *h)
  * stall. Their senders are not blamed: they were held back by p. */
 static void check_draining(pm__hub *h, pm__port *p, uint64_t now)
 {
+    /* (A closed port has no stall: its queue went with it, port_reset.) */
     if (h->drain_timeout_ms == 0 || p->stall_since_ms == 0 || p->drain_reported ||
-        p->channel == NULL || now < p->stall_since_ms + h->drain_timeout_ms)
+        now < p->stall_since_ms + h->drain_timeout_ms)
         return;
     p->drain_reported = 1;
     h->not_draining++;
