@@ -3325,6 +3325,48 @@ START_TEST(test_lone_broadcast_at_its_deadline)
 }
 END_TEST
 
+/* A request's callback run as the hub is freed starts a broadcast, whose
+ * callback (run when the hub ends the broadcasts) starts another; that
+ * one's callback, run after main's table of requests is gone, asks to
+ * cancel one of main's requests: the answer is -ENOENT. */
+static pm__hub *lone_freeing;
+static int lone_free_cancel = 1;
+
+static void lone_free_bcast_done(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c, (void)r, (void)n;
+    if (arg != NULL)
+        ck_assert_int_eq(pm__hub_broadcast(lone_freeing, "b", 1, 600000, lone_free_bcast_done, NULL),
+                         0);
+    else
+        lone_free_cancel = pm__hub_cancel(lone_freeing, 1);
+}
+
+static void lone_free_req_done(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c, (void)m;
+    if (arg != NULL)
+        ck_assert_int_eq(pm__hub_broadcast(lone_freeing, "b", 1, 600000, lone_free_bcast_done,
+                                           lone_freeing),
+                         0);
+}
+
+START_TEST(test_lone_callbacks_while_freed)
+{
+    pm__hub *h = lone_hub(3);
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    lone_freeing = h;
+    for (int k = 0; k < 100; k++) /* the table grown: buckets to look in */
+        ck_assert_int_gt(pm__hub_request(h, NULL, "r", 1, 600000, lone_free_req_done,
+                                         k == 0 ? h : NULL),
+                         0);
+    lone_free_cancel = 1;
+    pm__hub_delete(h);
+    ck_assert_int_eq(lone_free_cancel, -ENOENT);
+}
+END_TEST
+
 /*
  * The next deadline with every port of the hub on the timed list (both
  * ports of a two-port hub stalled): each one's drain deadline is seen,
@@ -5905,6 +5947,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_deadlines_and_draining, 30);
     PM_ADD_TEST(s, test_lone_deadline_every_port_timed, 30);
     PM_ADD_TEST(s, test_lone_broadcast_at_its_deadline, 30);
+    PM_ADD_TEST(s, test_lone_callbacks_while_freed, 30);
     PM_ADD_TEST(s, test_lone_host_index, 30);
     PM_ADD_TEST(s, test_lone_child_fds_and_wipe, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_rules, 0, RQ_ROWS, 30);

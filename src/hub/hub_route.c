@@ -461,8 +461,7 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
                                                                         : PM__REMOTE_NODE(b->src_host, 0),
                                           b->first_id + i, &e);
             }
-            b->pending = 0;
-            pm__hub_bcast_complete(h, b);
+            pm__hub_bcast_complete(h, b); /* (frees b) */
             next = h->bcasts; /* the callback may have changed the list */
         }
         b = next;
