@@ -546,6 +546,30 @@ static unsigned wipe_on_fork_maps(void)
     return n;
 }
 
+/* pm__hub_free frees everything a hub holds, its scratch mapping
+ * included, and is safe to call again (every pointer it frees is reset):
+ * an embedded hub with ports, a queued frame and a request in flight. */
+START_TEST(test_hub_free_twice)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub h;
+    ck_assert_int_eq(pm__hub_init(&h, 3, &names, NULL, &lone_ops, NULL), 0);
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(&h, hub_end, worker);
+    unsigned maps0 = wipe_on_fork_maps() - (unsigned)h.scratch_mapped; /* all but the hub's */
+    (void)lone_ring_full(&h, 1);
+    pm__frame_hdr f = lone_msg_to(1);
+    ck_assert_int_eq(pm__hub_push(&h, &h.ports[1], &f, "q", 1, PM__NODE_MAIN), 0);
+    ck_assert_int_eq(pm__hub_add_inflight(&h, &h.ports[2], 1, 1, 5, 0), 0);
+    pm__hub_free(&h);
+    ck_assert_ptr_null(h.ports);
+    ck_assert_ptr_null(h.scratch);
+    ck_assert_uint_eq(wipe_on_fork_maps(), maps0);
+    pm__hub_free(&h);
+    ck_assert_uint_eq(wipe_on_fork_maps(), maps0);
+}
+END_TEST
+
 /* A hub made while memory runs out: its scratch buffer's mapping refused,
  * then every allocation of pm__hub_new failing in turn (k = 1, 2, ...
  * until one makes fewer): each fails -ENOMEM and hands out nothing, nor
@@ -5909,6 +5933,7 @@ int main(void)
     PM_ADD_TEST(s, test_inflight_expiry, 60);
     PM_ADD_TEST(s, test_inflight_table_cannot_grow, 30);
     PM_ADD_TEST(s, test_hub_new_out_of_memory, 30);
+    PM_ADD_TEST(s, test_hub_free_twice, 30);
     PM_ADD_TEST(s, test_lone_broadcast_out_of_memory, 30);
     PM_ADD_TEST(s, test_lone_notices_dropped, 60);
     PM_ADD_TEST(s, test_lone_broadcast_arguments, 30);
