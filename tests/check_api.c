@@ -3510,6 +3510,21 @@ START_TEST(test_lone_child_fds_and_wipe)
     ck_assert_int_eq(pm__hub_child_fds(h, lone_child_fd, NULL), 1);
     ck_assert_int_eq(lone_child_nfds, 1);
     ck_assert_int_eq(lone_child_fds[0], 0);
+    /* Fd 0 held as the frame being read of a sender held back (rx_fd),
+     * and as a waiting large request of main's: named too. */
+    h->ports[2].rx_fd = 0;
+    lone_child_nfds = 0;
+    (void)pm__hub_child_fds(h, lone_child_fd, NULL);
+    ck_assert_int_eq(lone_child_nfds, 2);
+    ck_assert_int_eq(lone_child_fds[1], 0);
+    h->ports[2].rx_fd = -1;
+    pm__main_request held = {.fd = 0};
+    h->waiting = &held;
+    lone_child_nfds = 0;
+    (void)pm__hub_child_fds(h, lone_child_fd, NULL);
+    ck_assert_int_eq(lone_child_nfds, 2);
+    ck_assert_int_eq(lone_child_fds[1], 0);
+    h->waiting = NULL;
 
     /* A broadcast with one reply in hand (port 2's), port 1's pending. */
     ck_assert_int_eq(pm__hub_broadcast(h, "b", 1, 60000, lone_bcast_done, NULL), 0);
@@ -3533,7 +3548,13 @@ START_TEST(test_lone_child_fds_and_wipe)
     static const unsigned char zero[16];
     ck_assert_mem_eq(b->bufs[got], zero, 12);
     h->scratch_mapped = 0;
+    unsigned char waiting_data[6];
+    memcpy(waiting_data, "secret", 6);
+    pm__main_request waiting = {.fd = -1, .data = waiting_data, .len = 6};
+    h->waiting = &waiting; /* a request of main's waiting with its copy */
     pm__hub_wipe_data(h, 1);
+    h->waiting = NULL;
+    ck_assert_mem_eq(waiting_data, zero, 6);
     ck_assert_mem_eq(q->data, zero, 16);
     ck_assert_mem_eq(q->data + PM__FRAME_HDR_SIZE, zero, 6);
     ck_assert_mem_eq(h->scratch, zero, 16);

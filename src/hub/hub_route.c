@@ -510,7 +510,7 @@ int pm__hub_child_fds(const pm__hub *h, void (*fn)(void *arg, int fd), void *arg
     pm__hub_links_child_fds(h, fn, arg); /* large messages crossing links */
     /* Large messages the hub holds are other workers' traffic too: the
      * child closes its copies of their fds. */
-    for (unsigned i = 0; h->ports != NULL && i < h->nports; i++) {
+    for (unsigned i = 0; i < h->nports; i++) {
         const pm__port *p = &h->ports[i];
         for (const pm__qframe *q = p->q_head; q != NULL; q = q->next) {
             queued = 1;
@@ -534,10 +534,11 @@ int pm__hub_child_fds(const pm__hub *h, void (*fn)(void *arg, int fd), void *arg
  * walked only when some queue holds frames). */
 PM__READY_TEXT void pm__hub_wipe_data(pm__hub *h, int ports)
 {
-    /* Zeroed by the kernel already when MADV_WIPEONFORK took. */
-    if (h->scratch != NULL && !h->scratch_mapped)
+    /* Zeroed by the kernel already when MADV_WIPEONFORK took. (A live hub
+     * has its scratch buffer and its ports: pm__hub_init.) */
+    if (!h->scratch_mapped)
         explicit_bzero(h->scratch, PM_MAX_PAYLOAD);
-    for (unsigned i = 0; ports && h->ports != NULL && i < h->nports; i++)
+    for (unsigned i = 0; ports && i < h->nports; i++)
         for (pm__qframe *q = h->ports[i].q_head; q != NULL; q = q->next)
             explicit_bzero(q->data, q->len);
     for (pm__bcast *b = h->bcasts; b != NULL; b = b->next)
