@@ -3467,6 +3467,18 @@ START_TEST(test_lone_host_index)
 }
 END_TEST
 
+/* A link that takes every frame (nothing comes back on it). */
+static int lone_link_accept(void *arg, const void *frame, size_t len)
+{
+    (void)arg, (void)frame, (void)len;
+    return 0;
+}
+
+static void lone_mesh_done(pm_cluster *c, const pm_message *r, size_t n, void *arg)
+{
+    (void)c, (void)r, (void)n, (void)arg;
+}
+
 /*
  * What a fork-mode child must not keep of other workers' traffic
  * (hub_route.c): pm__hub_child_fds names every large message's fd the hub
@@ -3539,6 +3551,26 @@ START_TEST(test_lone_child_fds_and_wipe)
     ck_assert_uint_lt(got, b->n);
     ck_assert_mem_eq(b->bufs[got], "reply-secret", 12);
 
+    /* A mesh broadcast whose local part is over (port 2 answered, its
+     * copy kept) while host b's part is pending. */
+    pm__hub_peer_mode(h);
+    int host_b = pm__hub_host_index(h, "b");
+    ck_assert_int_ge(host_b, 1);
+    pm__hub_link_up(h, (uint16_t)host_b, lone_link_accept, NULL);
+    pm__hub_port_set_state(h, 1, PM__PORT_STARTING); /* the local part: port 2 alone */
+    ck_assert_int_eq(pm__hub_broadcast_mesh(h, "m", 1, 60000, lone_mesh_done, NULL), 0);
+    pm__hub_port_set_state(h, 1, PM__PORT_READY);
+    (void)lone_answer_with(h, &worker[1], "mesh-secret", NULL);
+    pm__hub_port_service(h, 2);
+    const pm__mesh_broadcast *mb = h->mesh_broadcasts;
+    ck_assert_ptr_nonnull(mb);
+    size_t mgot = mb->n;
+    for (size_t i = 0; i < mb->n; i++)
+        if (mb->bufs[i] != NULL)
+            mgot = i;
+    ck_assert_uint_lt(mgot, mb->n);
+    ck_assert_mem_eq(mb->bufs[mgot], "mesh-secret", 11);
+
     pm__qframe *q = h->ports[1].q_head;
     memset(h->scratch, 'x', 16);
     h->scratch_mapped = 1; /* the kernel wipes it in the child: left alone */
@@ -3547,6 +3579,7 @@ START_TEST(test_lone_child_fds_and_wipe)
     ck_assert_int_eq(h->scratch[0], 'x');
     static const unsigned char zero[16];
     ck_assert_mem_eq(b->bufs[got], zero, 12);
+    ck_assert_mem_eq(mb->bufs[mgot], zero, 11);
     h->scratch_mapped = 0;
     unsigned char waiting_data[6];
     memcpy(waiting_data, "secret", 6);
