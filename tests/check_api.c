@@ -3045,8 +3045,9 @@ END_TEST
 
 /*
  * Main's sends (hub_route.c pm__hub_main_send), one row each, to a lone
- * hub's port 1 unless the row says: data NULL with a length: -EINVAL;
- * one byte past max_message: -EMSGSIZE, exactly max_message: sent; an
+ * hub's port 1 unless the row says: data NULL with a length: -EINVAL
+ * (without one: an empty message, sent); one byte past max_message:
+ * -EMSGSIZE, exactly max_message: sent; an
  * address of another system: -ENOENT; main itself: -EINVAL; a closed
  * port: -EHOSTDOWN; another incarnation: -ESTALE. Sent: in the worker's
  * ring at once (published, no turn of the loop needed), from main to the
@@ -3057,7 +3058,7 @@ END_TEST
  * corrupt ring: -EHOSTDOWN, the port faulted.
  */
 enum { MS_NULL_DATA, MS_TOO_LONG, MS_MAX_LEN, MS_OTHER_SYSTEM, MS_TO_MAIN, MS_CLOSED, MS_STALE,
-       MS_SENT, MS_INLINE_MAX, MS_LARGE, MS_QUEUED_MSG, MS_QUEUED_REPLY, MS_MAIN_HOLD_FULL,
+       MS_SENT, MS_EMPTY, MS_INLINE_MAX, MS_LARGE, MS_QUEUED_MSG, MS_QUEUED_REPLY, MS_MAIN_HOLD_FULL,
        MS_ANSWERS_FULL, MS_CORRUPT, MS_ROWS };
 
 START_TEST(test_lone_main_send)
@@ -3083,6 +3084,8 @@ START_TEST(test_lone_main_send)
         h->max_message = 2 * PM_MAX_PAYLOAD;
         len = PM_MAX_PAYLOAD + (_i == MS_LARGE);
     }
+    if (_i == MS_EMPTY)
+        len = 0;
     if (_i >= MS_QUEUED_MSG)
         (void)lone_ring_full(h, 1);
     if (_i == MS_MAIN_HOLD_FULL)
@@ -3103,7 +3106,9 @@ START_TEST(test_lone_main_send)
                : _i == MS_CORRUPT      ? -EHOSTDOWN
                                        : 0;
     uint64_t dropped0 = h->replies_dropped;
-    ck_assert_int_eq(pm__hub_main_send(h, &to, type, 7, _i == MS_NULL_DATA ? NULL : data, len), want);
+    ck_assert_int_eq(pm__hub_main_send(h, &to, type, 7,
+                                       _i == MS_NULL_DATA || _i == MS_EMPTY ? NULL : data, len),
+                     want);
     ck_assert_uint_eq(h->replies_dropped - dropped0, _i == MS_ANSWERS_FULL);
     ck_assert_int_eq(lone_faults, _i == MS_CORRUPT);
     if (_i == MS_QUEUED_MSG || _i == MS_QUEUED_REPLY) {
