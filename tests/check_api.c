@@ -3058,8 +3058,8 @@ END_TEST
  * corrupt ring: -EHOSTDOWN, the port faulted.
  */
 enum { MS_NULL_DATA, MS_TOO_LONG, MS_MAX_LEN, MS_OTHER_SYSTEM, MS_TO_MAIN, MS_CLOSED, MS_STALE,
-       MS_SENT, MS_EMPTY, MS_INLINE_MAX, MS_LARGE, MS_QUEUED_MSG, MS_QUEUED_REPLY, MS_MAIN_HOLD_FULL,
-       MS_ANSWERS_FULL, MS_CORRUPT, MS_ROWS };
+       MS_SENT, MS_EMPTY, MS_INLINE_MAX, MS_LARGE, MS_LARGE_FD0, MS_QUEUED_MSG, MS_QUEUED_REPLY,
+       MS_MAIN_HOLD_FULL, MS_ANSWERS_FULL, MS_CORRUPT, MS_ROWS };
 
 START_TEST(test_lone_main_send)
 {
@@ -3080,9 +3080,16 @@ START_TEST(test_lone_main_send)
         h->max_message = 100;
         len = _i == MS_TOO_LONG ? 101 : 100;
     }
-    if (_i == MS_INLINE_MAX || _i == MS_LARGE) {
+    if (_i == MS_INLINE_MAX || _i == MS_LARGE || _i == MS_LARGE_FD0) {
         h->max_message = 2 * PM_MAX_PAYLOAD;
-        len = PM_MAX_PAYLOAD + (_i == MS_LARGE);
+        len = PM_MAX_PAYLOAD + (_i != MS_INLINE_MAX);
+    }
+    int stdin_copy = -1;
+    if (_i == MS_LARGE_FD0) {
+        /* fd 0 free: the large message's memfd is made there. */
+        stdin_copy = dup(0);
+        ck_assert_int_ge(stdin_copy, 0);
+        close(0);
     }
     if (_i == MS_EMPTY)
         len = 0;
@@ -3109,6 +3116,11 @@ START_TEST(test_lone_main_send)
     ck_assert_int_eq(pm__hub_main_send(h, &to, type, 7,
                                        _i == MS_NULL_DATA || _i == MS_EMPTY ? NULL : data, len),
                      want);
+    if (stdin_copy >= 0) {
+        ck_assert_int_eq(fcntl(0, F_GETFD), -1); /* the hub's memfd at 0 went with its record */
+        ck_assert_int_eq(dup2(stdin_copy, 0), 0);
+        close(stdin_copy);
+    }
     ck_assert_uint_eq(h->replies_dropped - dropped0, _i == MS_ANSWERS_FULL);
     ck_assert_int_eq(lone_faults, _i == MS_CORRUPT);
     if (_i == MS_QUEUED_MSG || _i == MS_QUEUED_REPLY) {
@@ -3129,7 +3141,7 @@ START_TEST(test_lone_main_send)
         ck_assert_uint_eq(f.dst_inc, 1);
         ck_assert_uint_eq(f.request_id, 7);
         ck_assert_int_eq(d->dirty, 0);
-        lone_expect_payload(&worker, &f, payload, len, _i == MS_LARGE);
+        lone_expect_payload(&worker, &f, payload, len, _i == MS_LARGE || _i == MS_LARGE_FD0);
     }
     pm__hub_delete(h);
 }
