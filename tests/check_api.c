@@ -3472,10 +3472,19 @@ START_TEST(test_lone_host_index)
     ck_assert_uint_eq(atomic_load(&ctl->hosts.count), PM__MAX_HOSTS);
     snprintf(name, sizeof(name), "h%u", PM__MAX_HOSTS - 1);
     ck_assert_str_eq(ctl->hosts.name[PM__MAX_HOSTS - 1], name);
+    /* Every address of another host is named by the table (pm__hub_names,
+     * which the hub's messages and answers to main use). */
+    pm_address ab;
+    pm__node_address_at(pm__hub_names(h), 1, 11, 7, &ab);
+    ck_assert_str_eq(ab.host, "b");
+    ck_assert_uint_eq(ab.port, 11);
     pm__channel hub2, worker2;
     lone_port_at(h, 2, &hub2, &worker2);
+    h->unreachable = UINT64_MAX; /* what follows the hub's own table, made visible */
     pm__hub_hosts_copy(h, &hub2);
     struct pm__ctl *ctl2 = hub2.map;
+    static const unsigned char zero_name[PM_NAME_MAX];
+    ck_assert_mem_eq((const unsigned char *)(&ctl2->hosts + 1), zero_name, PM_NAME_MAX); /* nothing past it */
     ck_assert_int_eq(ctl2->peer_mode, 1);
     ck_assert_uint_eq(atomic_load(&ctl2->hosts.count), PM__MAX_HOSTS);
     ck_assert_str_eq(ctl2->hosts.name[1], "b");
