@@ -1446,6 +1446,19 @@ static int unit_hub_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
     return b;
 }
 
+/* A unit worker's frame header for b's port 11 (its host index b). */
+static pm__frame_hdr unit_to_b(int b, int type, uint64_t id, int64_t deadline_ms)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = (uint8_t)type;
+    f.dst_host = (uint16_t)b;
+    f.dst = 11;
+    f.request_id = id;
+    f.deadline_ms = deadline_ms;
+    return f;
+}
+
 /* A BCAST from b's link: request id, ms_left to the origin's deadline. */
 static void unit_bcast_in(pm__hub *h, int b, uint64_t id, int64_t ms_left)
 {
@@ -1691,12 +1704,7 @@ START_TEST(test_link_deliver_rules)
     }
     if (_i == DV_REQUEST) {
         /* The worker's reply: back over the link, to the requester. */
-        pm__frame_hdr r;
-        memset(&r, 0, sizeof(r));
-        r.type = PM__FT_REPLY;
-        r.dst_host = (uint16_t)b;
-        r.dst = 11;
-        r.request_id = 5;
+        pm__frame_hdr r = unit_to_b(b, PM__FT_REPLY, 5, 0);
         ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "ok", 2), 0);
         pm__hub_port_service(&h, 0);
         ck_assert_uint_eq(nsent, 1);
@@ -1738,13 +1746,7 @@ START_TEST(test_link_answer_rules)
     int b = unit_hub_port(&h, &hub_end, &worker);
     pm__port *d = &h.ports[0];
     /* The worker's request to t@b:11 goes over the link. */
-    pm__frame_hdr r;
-    memset(&r, 0, sizeof(r));
-    r.type = PM__FT_REQUEST;
-    r.dst_host = (uint16_t)b;
-    r.dst = 11;
-    r.request_id = 5;
-    r.deadline_ms = (int64_t)pm__now_ms() + 600000;
+    pm__frame_hdr r = unit_to_b(b, PM__FT_REQUEST, 5, (int64_t)pm__now_ms() + 600000);
     ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "q", 1), 0);
     nsent = 0;
     pm__hub_port_service(&h, 0);
@@ -1858,15 +1860,10 @@ START_TEST(test_link_relay_remote_rules)
         }
     }
     uint32_t n0 = l->ninflight;
-    pm__frame_hdr f;
-    memset(&f, 0, sizeof(f));
-    f.type = _i == RR_MSG ? PM__FT_MSG : PM__FT_REQUEST;
-    f.dst_host = (uint16_t)b;
-    f.dst = 11;
-    f.dst_inc = 3;
-    f.request_id = _i == RR_MSG ? 0 : 5;
     int64_t deadline = (int64_t)pm__now_ms() + 60000; /* before the lifetime's end */
-    f.deadline_ms = deadline;
+    pm__frame_hdr f = unit_to_b(b, _i == RR_MSG ? PM__FT_MSG : PM__FT_REQUEST, _i == RR_MSG ? 0 : 5,
+                                deadline);
+    f.dst_inc = 3;
     ck_assert_int_eq(pm__frame_send(&worker.tx, &f, "hi", 2), 0);
     uint64_t unreachable0 = h.unreachable;
     pm__hub_port_service(&h, 0);

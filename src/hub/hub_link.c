@@ -138,7 +138,7 @@ static int relay_remote_reply(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
         return 0;
     }
     p->relayed++;
-    p->relayed_bytes += f->len;
+    p->relayed_bytes += pm__hub_relay_len(h, f);
     return 0;
 }
 
