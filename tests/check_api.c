@@ -4139,12 +4139,14 @@ static const pm__hub_ops lone_timeout_ops = {lone_fault_count, lone_control, lon
  * is also counted late). The same id answered by port 2, which does not hold
  * it: late, the request still waits for port 1. Twice: one callback, one
  * late. The worker ends: -EHOSTDOWN, the outcome telling how it ended (the
- * ending the owner set for that port and incarnation only). Timed out, then
+ * ending the owner set for that port and incarnation only), also past the
+ * request's deadline (only a reply turns into -ETIMEDOUT there). Timed out, then
  * answered: late, and the worker owes no more (stuck back to 0), its
- * any-worker picks again; a late answer to a broadcast's id leaves it owing.
+ * any-worker picks again; a late answer to a broadcast's id (the first,
+ * PM__BCAST_ID_BASE) leaves it owing.
  */
 enum { AN_REPLY, AN_DEADLINE, AN_BOTH_DEADLINES, AN_OTHER_WORKER, AN_TWICE, AN_ENDED,
-       AN_OTHER_ENDING, AN_TIMED_OUT_LATE, AN_BCAST_LATE, AN_ROWS };
+       AN_ENDED_PAST_DEADLINE, AN_OTHER_ENDING, AN_TIMED_OUT_LATE, AN_BCAST_LATE, AN_ROWS };
 
 START_TEST(test_lone_main_answers)
 {
@@ -4194,12 +4196,15 @@ START_TEST(test_lone_main_answers)
         late = 1;
         break;
     case AN_ENDED:
+    case AN_ENDED_PAST_DEADLINE:
     case AN_OTHER_ENDING: {
+        if (_i == AN_ENDED_PAST_DEADLINE)
+            r->deadline_ms = deadline = 1; /* before the timer saw it: still how it ended */
         pm_crash_report crash;
         memset(&crash, 0, sizeof(crash));
         crash.state = PM_CRASH_RECORDED;
         crash.incarnation = 1;
-        pm__ending e = {_i == AN_ENDED ? 1 : 2, 1, -1, 11, 1, PM_REASON_SIGNAL, &crash};
+        pm__ending e = {_i == AN_OTHER_ENDING ? 2 : 1, 1, -1, 11, 1, PM_REASON_SIGNAL, &crash};
         pm__hub_set_ending(h, &e);
         pm__hub_port_close(h, 1);
         pm__hub_set_ending(h, NULL);
@@ -4213,7 +4218,7 @@ START_TEST(test_lone_main_answers)
         ck_assert_int_eq(lone_req_msg.error, -ETIMEDOUT);
         ck_assert_uint_eq(d->stuck, 1);
         lone_answer_main(h, 1, &worker[0],
-                         _i == AN_BCAST_LATE ? PM__BCAST_ID_BASE + 5 : (uint64_t)id);
+                         _i == AN_BCAST_LATE ? PM__BCAST_ID_BASE : (uint64_t)id);
         ck_assert_uint_eq(d->stuck, _i == AN_BCAST_LATE);
         err = -ETIMEDOUT;
         late = 1;
@@ -4221,6 +4226,10 @@ START_TEST(test_lone_main_answers)
     }
     ck_assert_int_eq(lone_req_calls, want_calls);
     ck_assert_uint_eq(h->late_replies, late);
+    /* Owing: only the worker whose late answer was a broadcast's id; a late
+     * answer from a worker that owes nothing leaves it owing nothing. */
+    ck_assert_uint_eq(d->stuck, _i == AN_BCAST_LATE);
+    ck_assert_uint_eq(h->ports[2].stuck, 0);
     /* Relayed to main (on time or not), counted with its bytes; a late
      * answer or another worker's is not. */
     int relayed = _i == AN_REPLY || _i == AN_DEADLINE || _i == AN_OTHER_WORKER || _i == AN_TWICE;
@@ -4237,8 +4246,9 @@ START_TEST(test_lone_main_answers)
     ck_assert_uint_eq(lone_req_outcome.worker.port, 11);
     ck_assert_uint_eq(lone_req_outcome.worker.incarnation, 1);
     ck_assert_int_eq(lone_req_outcome.killed, 0);
-    ck_assert_int_eq(lone_req_outcome.ended, _i == AN_ENDED);
-    if (_i == AN_ENDED) {
+    int ended = _i == AN_ENDED || _i == AN_ENDED_PAST_DEADLINE;
+    ck_assert_int_eq(lone_req_outcome.ended, ended);
+    if (ended) {
         ck_assert_int_eq(lone_req_outcome.exit_code, -1);
         ck_assert_int_eq(lone_req_outcome.signal, 11);
         ck_assert_int_eq(lone_req_outcome.core_dumped, 1);
@@ -4347,6 +4357,143 @@ START_TEST(test_lone_request_expire)
     ck_assert_int_eq(lone_req_calls, 2);
     ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)b);
     ck_assert_int_eq(h->main_request_due_ms, dc);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * Main's first request finds no memory for the request table (or for the
+ * request itself): -ENOMEM, no callback ever, nothing left in the table;
+ * once memory is there, the request goes to its worker and gets its
+ * answer. A lone hub with port 1 ready, every allocation of one
+ * pm__hub_request failing in turn (hub_main.c main_request_reserve,
+ * main_request_new).
+ */
+START_TEST(test_lone_request_out_of_memory)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_lone_request_out_of_memory runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    long enomem = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 100);
+        pm__hub *h = lone_hub(2);
+        lone_req_reset(h);
+        pm__channel hub_end, worker;
+        lone_port(h, &hub_end, &worker);
+        pm_failalloc_arm(k);
+        int id = pm__hub_request(h, NULL, "q", 1, 600000, lone_req_done, NULL);
+        int hit = pm_failalloc_disarm();
+        if (id < 0) {
+            ck_assert(hit);
+            ck_assert_int_eq(id, -ENOMEM);
+            ck_assert_uint_eq(h->main_request_count, 0);
+            ck_assert_uint_eq(h->ports[1].any_held, 0);
+            enomem++;
+        } else {
+            ck_assert_int_gt(id, 0);
+            ck_assert_uint_eq(lone_request_of(h, id)->port, 1);
+            lone_answer_main(h, 1, &worker, (uint64_t)id);
+            ck_assert_int_eq(lone_req_calls, 1);
+            ck_assert_int_eq(lone_req_msg.error, 0);
+            ck_assert_str_eq(lone_req_data, "hi");
+        }
+        pm__hub_delete(h);
+        ck_assert_int_eq(lone_req_calls, id < 0 ? 0 : 1); /* none at the hub's end either */
+        if (!hit)
+            break;
+    }
+    ck_assert_int_ge(enomem, 2); /* the table's first buckets, the request */
+}
+END_TEST
+
+/* What a nested callback's outcome says (pm_cluster_request_outcome: for
+ * that request and no other). Request A's callback (its worker ended)
+ * cancels request B, whose own callback runs inside it. */
+static pm__hub *nest_hub;
+static int nest_b_id;
+static int nest_calls;
+static pm_request_outcome nest_a_before, nest_b, nest_a_after;
+static int nest_a_after_null;
+
+static void nest_b_done(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c, (void)arg;
+    nest_calls++;
+    const pm_request_outcome *o = pm__hub_outcome(nest_hub, m);
+    ck_assert_ptr_nonnull(o);
+    nest_b = *o;
+}
+
+static void nest_a_done(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c, (void)arg;
+    nest_calls++;
+    const pm_request_outcome *o = pm__hub_outcome(nest_hub, m);
+    ck_assert_ptr_nonnull(o);
+    nest_a_before = *o;
+    ck_assert_int_eq(pm__hub_cancel(nest_hub, (uint64_t)nest_b_id), 0);
+    o = pm__hub_outcome(nest_hub, m);
+    nest_a_after_null = o == NULL;
+    if (o != NULL)
+        nest_a_after = *o;
+}
+
+/*
+ * Outcomes are per request: A (held by port 1, which ends with an ending
+ * the owner set) says ended, signal 11; B, cancelled inside A's callback,
+ * says -ECANCELED and not ended; A's, asked again after B's callback, is
+ * A's still. A request whose worker ends with no ending set (the owner had
+ * none to give) is -EHOSTDOWN, not ended. A lone hub, ports 1 and 2 ready.
+ */
+START_TEST(test_lone_outcome_nested)
+{
+    pm__hub *h = lone_hub_with(3, &lone_timeout_ops);
+    nest_hub = h;
+    nest_calls = 0;
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    pm_address to1 = lone_addr(h, 1, 0), to2 = lone_addr(h, 2, 0);
+    int a = pm__hub_request(h, &to1, "a", 1, 600000, nest_a_done, NULL);
+    ck_assert_int_gt(a, 0);
+    nest_b_id = pm__hub_request(h, &to2, "b", 1, 600000, nest_b_done, NULL);
+    ck_assert_int_gt(nest_b_id, 0);
+    pm_crash_report crash;
+    memset(&crash, 0, sizeof(crash));
+    crash.state = PM_CRASH_RECORDED;
+    crash.incarnation = 1;
+    pm__ending e = {1, 1, -1, 11, 1, PM_REASON_SIGNAL, &crash};
+    pm__hub_set_ending(h, &e);
+    pm__hub_port_close(h, 1);
+    pm__hub_set_ending(h, NULL);
+    ck_assert_int_eq(nest_calls, 2);
+    ck_assert_int_eq(nest_a_before.error, -EHOSTDOWN);
+    ck_assert_int_eq(nest_a_before.ended, 1);
+    ck_assert_int_eq(nest_a_before.signal, 11);
+    ck_assert_int_eq(nest_b.error, -ECANCELED);
+    ck_assert_int_eq(nest_b.ended, 0);
+    ck_assert_int_eq(nest_b.signal, 0);
+    ck_assert_uint_eq(nest_b.worker.port, 12);
+    ck_assert_int_eq(nest_a_after_null, 0);
+    ck_assert_int_eq(nest_a_after.error, -EHOSTDOWN);
+    ck_assert_int_eq(nest_a_after.ended, 1);
+    ck_assert_int_eq(nest_a_after.signal, 11);
+    ck_assert_uint_eq(nest_a_after.worker.port, 11);
+    ck_assert_int_eq(nest_a_after.crash.state, PM_CRASH_RECORDED);
+
+    /* Port 2 ends with no ending set: -EHOSTDOWN, not ended. */
+    lone_req_reset(h);
+    int c2 = pm__hub_request(h, &to2, "c", 1, 600000, lone_req_done, NULL);
+    ck_assert_int_gt(c2, 0);
+    pm__hub_port_close(h, 2);
+    ck_assert_int_eq(lone_req_calls, 1);
+    ck_assert_int_eq(lone_req_msg.error, -EHOSTDOWN);
+    ck_assert_int_eq(lone_req_outcome_null, 0);
+    ck_assert_int_eq(lone_req_outcome.ended, 0);
+    ck_assert_int_eq(lone_req_outcome.signal, 0);
+    ck_assert_uint_eq(lone_req_outcome.worker.port, 12);
     pm__hub_delete(h);
 }
 END_TEST
@@ -6081,6 +6228,8 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_request_rules, 0, RQ_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_pick_worker, 0, PK_ROWS, 30);
     PM_ADD_TEST(s, test_lone_waiting_requests, 30);
+    PM_ADD_TEST(s, test_lone_request_out_of_memory, 60);
+    PM_ADD_TEST(s, test_lone_outcome_nested, 30);
     PM_ADD_LOOP_TEST(s, test_lone_waiting_not_sent, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_answers, 0, AN_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_expire, 0, EX_ROWS, 30);

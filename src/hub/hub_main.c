@@ -55,11 +55,11 @@ static int main_request_reserve(pm__hub *h)
     return 0;
 }
 
-/* An any-worker request leaves its worker's hands (answered, timed out,
- * cancelled): the worker may take the next one. */
+/* An any-worker request of a local port's (its callers check r->port <
+ * h->nports) leaves its hands: the worker may take the next one. */
 static void main_request_release_port(pm__hub *h, const pm__main_request *r)
 {
-    if (!r->any || r->port >= h->nports)
+    if (!r->any)
         return;
     pm__port *p = &h->ports[r->port];
     if (p->incarnation == r->target_inc && p->any_held > 0)
