@@ -1265,6 +1265,122 @@ START_TEST(test_link_main_request_and_mesh_frames)
 }
 END_TEST
 
+/* What main's request callback got on the unit hub, and its outcome. */
+static pm__hub *mr_hub;
+static unsigned mr_calls;
+static pm_message mr_msg;
+static char mr_data[8];
+static pm_request_outcome mr_outcome;
+static int mr_outcome_null;
+
+static void mr_done(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c, (void)arg;
+    mr_calls++;
+    mr_msg = *m;
+    memset(mr_data, 0, sizeof(mr_data));
+    if (m->data != NULL && m->len > 0 && m->len < sizeof(mr_data))
+        memcpy(mr_data, m->data, m->len);
+    const pm_request_outcome *o = pm__hub_outcome(mr_hub, m);
+    mr_outcome_null = o == NULL;
+    if (o != NULL)
+        mr_outcome = *o;
+    mr_msg.data = NULL;
+}
+
+/*
+ * Main's request to a remote worker, answered over the link (hub_main.c
+ * main_answer, main_request_unlink), one row each. The request names
+ * t@b:10 incarnation 5. A reply names the incarnation that held it (77,
+ * stamped by b's hub); a reply with none keeps the request's; a reply seen
+ * past the request's deadline, before our timer, is -ETIMEDOUT without
+ * data; a notice past it keeps its own error (-EHOSTDOWN, not ended: no
+ * local ending is about a remote worker). A cancel answers -ECANCELED and
+ * forgets the link's entry, so the link's window is free again and a reply
+ * after it is late.
+ */
+enum { MR_REPLY, MR_REPLY_NO_INC, MR_REPLY_PAST_DEADLINE, MR_NOTICE_PAST_DEADLINE, MR_CANCEL,
+       MR_ROWS };
+
+START_TEST(test_link_main_request_answers)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    mr_hub = &h;
+    mr_calls = 0;
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    to.incarnation = 5;
+    int id = pm__hub_request(&h, &to, "q", 1, 600000, mr_done, NULL);
+    ck_assert_int_gt(id, 0);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_uint_eq(h.links[b].ninflight, 1);
+    pm__main_request *r = NULL;
+    for (size_t k = 0; k < h.main_request_buckets && r == NULL; k++)
+        for (pm__main_request *q = h.main_requests[k]; q != NULL; q = q->hnext)
+            if (q->id == (uint64_t)id)
+                r = q;
+    ck_assert_ptr_nonnull(r);
+
+    unsigned char buf[PM__FRAME_HDR_SIZE + 8];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REPLY;
+    f.src = 10;
+    f.src_inc = 77;
+    f.request_id = (uint64_t)id;
+    f.len = 2;
+    memcpy(buf + PM__FRAME_HDR_SIZE, "hi", 2);
+    int err = 0;
+    uint64_t inc = 77, late = pm_test_hub_late_replies(&h);
+    switch (_i) {
+    case MR_REPLY:
+        break;
+    case MR_REPLY_NO_INC:
+        f.src_inc = 0;
+        inc = 5;
+        break;
+    case MR_REPLY_PAST_DEADLINE:
+        r->deadline_ms = 1;
+        err = -ETIMEDOUT;
+        break;
+    case MR_NOTICE_PAST_DEADLINE:
+        r->deadline_ms = 1;
+        f.type = PM__FT_UNDELIVERABLE;
+        f.error = -EHOSTDOWN;
+        f.len = 0;
+        err = -EHOSTDOWN;
+        break;
+    case MR_CANCEL:
+        ck_assert_int_eq(pm__hub_cancel(&h, (uint64_t)id), 0);
+        ck_assert_uint_eq(h.links[b].ninflight, 0);
+        err = -ECANCELED;
+        inc = 5;
+        break;
+    }
+    if (_i == MR_CANCEL)
+        ck_assert_uint_eq(mr_calls, 1);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(mr_calls, 1);
+    ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + (_i == MR_CANCEL));
+    ck_assert_uint_eq(h.links[b].ninflight, 0);
+    ck_assert_uint_eq(h.main_request_count, 0);
+    ck_assert_int_eq(mr_msg.error, err);
+    ck_assert_uint_eq(mr_msg.request_id, (uint64_t)id);
+    ck_assert_int_eq(mr_msg.kind, PM_MSG_REPLY);
+    ck_assert_str_eq(mr_msg.from.host, "b");
+    ck_assert_uint_eq(mr_msg.from.port, 10);
+    ck_assert_uint_eq(mr_msg.from.incarnation, inc);
+    ck_assert_uint_eq(mr_msg.len, err == 0 ? 2u : 0u);
+    ck_assert_str_eq(mr_data, err == 0 ? "hi" : "");
+    ck_assert_int_eq(mr_outcome_null, 0);
+    ck_assert_int_eq(mr_outcome.error, err);
+    ck_assert_int_eq(mr_outcome.ended, 0);
+    ck_assert_uint_eq(mr_outcome.worker.incarnation, inc);
+    pm__hub_free(&h);
+}
+END_TEST
+
 /* Every result of a unit hub's mesh broadcast: "from error" lines. */
 static unsigned mesh_calls;
 static char mesh_got[256];
@@ -2356,6 +2472,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_frames_judged, 30);
     PM_ADD_TEST(s, test_link_frames_each_rule, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
+    PM_ADD_LOOP_TEST(s, test_link_main_request_answers, 0, MR_ROWS, 30);
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);

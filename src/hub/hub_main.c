@@ -150,13 +150,16 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload,
     if (f->request_id < PM__BCAST_ID_BASE) {
         pm__main_request *r = main_request_find(h, f->request_id);
         if (r == NULL) {
-            h->late_replies++; /* a remote answer after our timer */
+            /* Not seen: whatever removes a request takes its in-flight
+             * entry (local or the link's) with it, and an answer comes
+             * here only through one. Kept so that a slip there counts a
+             * late answer rather than following a NULL. */
+            h->late_replies++;
             return;
         }
-        if (r->port == PM__MAIN_REQUEST_REMOTE && (f->src_host != r->host || f->src != r->remote_port)) {
-            h->late_replies++; /* another host's answer under a reused id */
-            return;
-        }
+        /* A remote answer is from the host and port r went to: it came
+         * through the link's entry for (main, id, that port), hub_linkin.c
+         * pm__hub_link_answer, as a local one came through its port's. */
         main_request_unlink(h, r);
         /* A remote answer names the incarnation that held the request,
          * stamped by the remote hub (the request may have named none). */
