@@ -4498,6 +4498,125 @@ START_TEST(test_lone_outcome_nested)
 }
 END_TEST
 
+/* A reply to main's request at its deadline to the millisecond is on time
+ * (hub_main.c main_answer: late only past it). The hub's clock read is
+ * bracketed between two of the test's; an attempt decides only when they
+ * agree. */
+START_TEST(test_lone_main_reply_at_its_deadline)
+{
+    int decided = 0;
+    for (int attempt = 0; attempt < 10000 && !decided; attempt++) {
+        pm__hub *h = lone_hub(2);
+        lone_req_reset(h);
+        pm__channel hub_end, worker;
+        lone_port(h, &hub_end, &worker);
+        pm_address to = lone_addr(h, 1, 0);
+        int id = pm__hub_request(h, &to, "q", 1, 600000, lone_req_done, NULL);
+        ck_assert_int_gt(id, 0);
+        pm__frame_hdr f;
+        ck_assert_int_eq(lone_take(h, &worker, &f), 1);
+        int64_t t0 = (int64_t)pm__now_ms();
+        lone_request_of(h, id)->deadline_ms = t0;
+        h->ports[1].inflight[0].deadline_ms = t0;
+        lone_answer_main(h, 1, &worker, (uint64_t)id);
+        int64_t t1 = (int64_t)pm__now_ms();
+        ck_assert_int_eq(lone_req_calls, 1);
+        if (t1 == t0) {
+            decided = 1;
+            ck_assert_int_eq(lone_req_msg.error, 0);
+            ck_assert_str_eq(lone_req_data, "hi");
+            ck_assert_uint_eq(h->late_replies, 0);
+        }
+        pm__hub_delete(h);
+    }
+    ck_assert_msg(decided, "no attempt stayed within one millisecond");
+}
+END_TEST
+
+/* The permissions of the mapping that holds addr ("r--s"), from
+ * /proc/self/maps; "" when none does. */
+static void maps_perms_at(const void *addr, char perms[5])
+{
+    perms[0] = '\0';
+    FILE *fp = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(fp);
+    char line[512];
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        unsigned long lo, hi;
+        char p[5];
+        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, p) == 3 && (uintptr_t)addr >= lo &&
+            (uintptr_t)addr < hi) {
+            memcpy(perms, p, 5);
+            break;
+        }
+    }
+    fclose(fp);
+}
+
+static pm__hub *bigr_hub;
+static int bigr_calls, bigr_error, bigr_same;
+static size_t bigr_len;
+static char bigr_perms[5];
+static int bigr_scratch;
+static unsigned char bigr_want[PM_MAX_PAYLOAD + 100];
+
+static void bigr_done(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c, (void)arg;
+    bigr_calls++;
+    bigr_error = m->error;
+    bigr_len = m->len;
+    bigr_scratch = m->data == (const void *)bigr_hub->scratch;
+    bigr_same = m->data != NULL && m->len == sizeof(bigr_want) &&
+                memcmp(m->data, bigr_want, m->len) == 0;
+    maps_perms_at(m->data, bigr_perms);
+}
+
+/*
+ * A large reply to main's request (hub_main.c main_answer, sealed): the
+ * callback reads the sealed memfd's read-only mapping itself, whole, not
+ * a copy in the scratch buffer (which holds PM_MAX_PAYLOAD bytes, fewer
+ * than the reply's).
+ */
+START_TEST(test_lone_big_reply_to_main)
+{
+    pm__hub *h = lone_hub(2);
+    bigr_hub = h;
+    bigr_calls = 0;
+    h->max_message = 2 * PM_MAX_PAYLOAD;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm_address to = lone_addr(h, 1, 0);
+    int id = pm__hub_request(h, &to, "q", 1, 600000, bigr_done, NULL);
+    ck_assert_int_gt(id, 0);
+    pm__frame_hdr f;
+    ck_assert_int_eq(lone_take(h, &worker, &f), 1);
+    for (size_t i = 0; i < sizeof(bigr_want); i++)
+        bigr_want[i] = (unsigned char)(i * 7 + 3);
+    int fd = pm__bigmsg_create(bigr_want, sizeof(bigr_want));
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pm__bigmsg_send(worker.sock, fd, 1), 0);
+    close(fd);
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REPLY;
+    f.flags = PM__FF_MEMFD;
+    f.dst = PM__NODE_MAIN;
+    f.request_id = (uint64_t)id;
+    unsigned char a[PM__ANNOUNCE_SIZE];
+    pm__announce an = {sizeof(bigr_want), 1};
+    pm__announce_encode(&an, a);
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &f, a, sizeof(a)), 0);
+    pm__hub_port_service(h, 1);
+    ck_assert_int_eq(bigr_calls, 1);
+    ck_assert_int_eq(bigr_error, 0);
+    ck_assert_uint_eq(bigr_len, sizeof(bigr_want));
+    ck_assert(bigr_same);
+    ck_assert_int_eq(bigr_scratch, 0);
+    ck_assert_str_eq(bigr_perms, "r--s");
+    pm__hub_delete(h);
+}
+END_TEST
+
 /*
  * Main's table of requests (hub_main.c): 300 waiting requests get ids 1
  * to 300, the table growing past one request a bucket with every request
@@ -6230,6 +6349,8 @@ int main(void)
     PM_ADD_TEST(s, test_lone_waiting_requests, 30);
     PM_ADD_TEST(s, test_lone_request_out_of_memory, 60);
     PM_ADD_TEST(s, test_lone_outcome_nested, 30);
+    PM_ADD_TEST(s, test_lone_main_reply_at_its_deadline, 60);
+    PM_ADD_TEST(s, test_lone_big_reply_to_main, 30);
     PM_ADD_LOOP_TEST(s, test_lone_waiting_not_sent, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_answers, 0, AN_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_expire, 0, EX_ROWS, 30);
