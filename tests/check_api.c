@@ -2878,7 +2878,17 @@ END_TEST
 /* Lone worker's large frame of `type` (PM_MAX_PAYLOAD + 1 bytes, its
  * record sequence seq) for port dst, request id 9: the record on its
  * socket, then the announcing frame. */
+static void lone_big_with_id(pm__channel *worker, int type, uint32_t dst, uint32_t seq,
+                             uint64_t id);
+
 static void lone_big_from(pm__channel *worker, int type, uint32_t dst, uint32_t seq)
+{
+    lone_big_with_id(worker, type, dst, seq, type == PM__FT_MSG ? 0 : 9);
+}
+
+/* The same, request id `id`. */
+static void lone_big_with_id(pm__channel *worker, int type, uint32_t dst, uint32_t seq,
+                             uint64_t id)
 {
     static unsigned char big[PM_MAX_PAYLOAD + 1];
     int fd = pm__bigmsg_create(big, sizeof(big));
@@ -2890,7 +2900,7 @@ static void lone_big_from(pm__channel *worker, int type, uint32_t dst, uint32_t 
     f.type = (uint8_t)type;
     f.flags = PM__FF_MEMFD;
     f.dst = dst;
-    f.request_id = type == PM__FT_MSG ? 0 : 9;
+    f.request_id = id;
     unsigned char a[PM__ANNOUNCE_SIZE];
     pm__announce an = {sizeof(big), seq};
     pm__announce_encode(&an, a);
@@ -4613,6 +4623,60 @@ START_TEST(test_lone_big_reply_to_main)
     ck_assert(bigr_same);
     ck_assert_int_eq(bigr_scratch, 0);
     ck_assert_str_eq(bigr_perms, "r--s");
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * A large message for main that main cannot map (its address space full:
+ * this program's mmap refuses that length), one row each (hub_main.c
+ * main_refuse): skipped and counted (big_unmapped), never delivered. A
+ * message's sender is told -EMSGSIZE (id 0), a request's with its id; a
+ * large reply to main's request answers that request -EMSGSIZE, without
+ * data.
+ */
+enum { BU_MSG, BU_REQUEST, BU_REPLY, BU_ROWS };
+
+START_TEST(test_lone_big_to_main_unmapped)
+{
+    pm__hub *h = lone_hub(2);
+    lone_req_reset(h);
+    lone_main_calls = 0;
+    h->on_message = lone_on_message;
+    h->max_message = 2 * PM_MAX_PAYLOAD;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__frame_hdr f;
+    int id = 0;
+    if (_i == BU_REPLY) {
+        pm_address to = lone_addr(h, 1, 0);
+        id = pm__hub_request(h, &to, "q", 1, 600000, lone_req_done, NULL);
+        ck_assert_int_gt(id, 0);
+        ck_assert_int_eq(lone_take(h, &worker, &f), 1);
+    }
+    lone_big_with_id(&worker, _i == BU_MSG ? PM__FT_MSG : _i == BU_REQUEST ? PM__FT_REQUEST : PM__FT_REPLY,
+                     PM__NODE_MAIN, 1, _i == BU_MSG ? 0 : _i == BU_REQUEST ? 9 : (uint64_t)id);
+    lone_mmap_fail_len = PM_MAX_PAYLOAD + 1;
+    pm__hub_port_service(h, 1);
+    lone_mmap_fail_len = 0;
+    ck_assert_uint_eq(h->big_unmapped, 1);
+    ck_assert_int_eq(lone_main_calls, 0);
+    if (_i == BU_REPLY) {
+        ck_assert_int_eq(lone_req_calls, 1);
+        ck_assert_int_eq(lone_req_msg.error, -EMSGSIZE);
+        ck_assert_uint_eq(lone_req_msg.len, 0);
+        ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)id);
+        lone_req_from(11, 1);
+        ck_assert_int_eq(lone_take(h, &worker, &f), 0);
+    } else {
+        ck_assert_int_eq(lone_take(h, &worker, &f), 1);
+        ck_assert_uint_eq(f.type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(f.error, -EMSGSIZE);
+        ck_assert_uint_eq(f.src, PM__NODE_MAIN);
+        ck_assert_uint_eq(f.dst, 1);
+        ck_assert_uint_eq(f.dst_inc, 1);
+        ck_assert_uint_eq(f.request_id, _i == BU_MSG ? 0u : 9u);
+    }
     pm__hub_delete(h);
 }
 END_TEST
@@ -6351,6 +6415,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_outcome_nested, 30);
     PM_ADD_TEST(s, test_lone_main_reply_at_its_deadline, 60);
     PM_ADD_TEST(s, test_lone_big_reply_to_main, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_big_to_main_unmapped, 0, BU_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_waiting_not_sent, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_answers, 0, AN_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_expire, 0, EX_ROWS, 30);
