@@ -3399,6 +3399,43 @@ START_TEST(test_lone_broadcast_at_its_deadline)
 }
 END_TEST
 
+/*
+ * A worker's answer to main's broadcast past its entry's deadline, before
+ * the broadcast's timer ran: the broadcast, still open, takes it (not
+ * late). After pm__hub_cancel_all ended the broadcast (-ECANCELED): late,
+ * counted once (hub_main.c main_answer, hub_route.c relay_reply).
+ */
+enum { BL_PAST_ENTRY, BL_CANCELLED, BL_ROWS };
+
+START_TEST(test_lone_broadcast_late_rules)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    lone_bcast_calls = 0;
+    ck_assert_int_eq(pm__hub_broadcast(h, "b", 1, 600000, lone_bcast_done, NULL), 0);
+    ck_assert_uint_eq(h->ports[1].ninflight, 1);
+    if (_i == BL_PAST_ENTRY)
+        h->ports[1].inflight[0].deadline_ms = 1;
+    else {
+        pm__hub_cancel_all(h);
+        ck_assert_int_eq(lone_bcast_calls, 1);
+        ck_assert_int_eq(lone_bcast_err, -ECANCELED);
+    }
+    lone_answer(h, &worker);
+    pm__hub_port_service(h, 1);
+    ck_assert_int_eq(lone_bcast_calls, 1);
+    ck_assert_uint_eq(h->late_replies, _i == BL_CANCELLED);
+    if (_i == BL_PAST_ENTRY) {
+        ck_assert_uint_eq(lone_bcast_n, 1);
+        ck_assert_int_eq(lone_bcast_err, 0);
+        ck_assert_str_eq(lone_bcast_data, "pong");
+    }
+    ck_assert_uint_eq(pm_test_hub_inflight_total(h), 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
 /* A request's callback run as the hub is freed starts a broadcast, whose
  * callback (run when the hub ends the broadcasts) starts another; that
  * one's callback, run after main's table of requests is gone, asks to
@@ -4183,6 +4220,7 @@ START_TEST(test_lone_main_answers)
         r->deadline_ms = deadline = 1;
         lone_answer_main(h, 1, &worker[0], (uint64_t)id);
         err = -ETIMEDOUT;
+        late = 1; /* dropped and counted (pm_cluster_request(3)) */
         break;
     case AN_BOTH_DEADLINES:
         r->deadline_ms = deadline = 1;
@@ -6405,6 +6443,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_deadlines_and_draining, 30);
     PM_ADD_TEST(s, test_lone_deadline_every_port_timed, 30);
     PM_ADD_TEST(s, test_lone_broadcast_at_its_deadline, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_broadcast_late_rules, 0, BL_ROWS, 30);
     PM_ADD_TEST(s, test_lone_callbacks_while_freed, 30);
     PM_ADD_TEST(s, test_lone_host_index, 30);
     PM_ADD_TEST(s, test_lone_child_fds_and_wipe, 30);

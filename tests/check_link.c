@@ -1294,7 +1294,8 @@ static void mr_done(pm_cluster *c, const pm_message *m, void *arg)
  * t@b:10 incarnation 5. A reply names the incarnation that held it (77,
  * stamped by b's hub); a reply with none keeps the request's; a reply seen
  * past the request's deadline, before our timer, is -ETIMEDOUT without
- * data; a notice past it keeps its own error (-EHOSTDOWN, not ended: no
+ * data, counted late (pm_cluster_request(3); it was not, for a remote
+ * one); a notice past it keeps its own error (-EHOSTDOWN, not ended: no
  * local ending is about a remote worker). A cancel answers -ECANCELED and
  * forgets the link's entry, so the link's window is free again and a reply
  * after it is late.
@@ -1362,7 +1363,8 @@ START_TEST(test_link_main_request_answers)
         ck_assert_uint_eq(mr_calls, 1);
     pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
     ck_assert_uint_eq(mr_calls, 1);
-    ck_assert_uint_eq(pm_test_hub_late_replies(&h), late + (_i == MR_CANCEL));
+    ck_assert_uint_eq(pm_test_hub_late_replies(&h),
+                      late + (_i == MR_CANCEL || _i == MR_REPLY_PAST_DEADLINE));
     ck_assert_uint_eq(h.links[b].ninflight, 0);
     ck_assert_uint_eq(h.main_request_count, 0);
     ck_assert_int_eq(mr_msg.error, err);
@@ -1731,6 +1733,31 @@ START_TEST(test_link_bcast_fanout_deadline)
     ck_assert_uint_eq(q.type, PM__FT_REQUEST);
     ck_assert_int_ge(q.deadline_ms, t0 + 1800);
     ck_assert_int_le(q.deadline_ms, t1 + 1800);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/* A message from another host's main (b's port 0) to ours, which has no
+ * on_message: dropped, counted against no local port (hub_main.c deliver
+ * counts a local sender's port only; port 0 here is a's worker). */
+START_TEST(test_link_main_msg_charges_no_port)
+{
+    pm__hub h;
+    pm__channel hub_end, worker;
+    int b = unit_hub_port(&h, &hub_end, &worker);
+    pm__frame_hdr f = link_request();
+    f.type = PM__FT_MSG;
+    f.dst = 0;
+    f.src = 0;
+    f.request_id = 0;
+    f.len = 2;
+    unsigned char buf[PM__FRAME_HDR_SIZE + 2];
+    pm__frame_encode(&f, buf);
+    memcpy(buf + PM__FRAME_HDR_SIZE, "hi", 2);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, sizeof(buf));
+    ck_assert_uint_eq(nsent, 0);
+    ck_assert_uint_eq(h.ports[0].malformed, 0);
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 0);
     pm__hub_free(&h);
 }
 END_TEST
@@ -2476,6 +2503,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
+    PM_ADD_TEST(s, test_link_main_msg_charges_no_port, 30);
     PM_ADD_LOOP_TEST(s, test_link_answer_rules, 0, AW_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_link_frag_rules, 0, FG_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_link_relay_remote_rules, 0, RR_ROWS, 30);

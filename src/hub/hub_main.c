@@ -165,8 +165,10 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload,
          * stamped by the remote hub (the request may have named none). */
         if (r->port == PM__MAIN_REQUEST_REMOTE && f->src_inc != 0)
             r->target_inc = f->src_inc;
-        if (err == 0 && r->deadline_ms < (int64_t)pm__now_ms())
-            err = -ETIMEDOUT;
+        if (err == 0 && r->deadline_ms < (int64_t)pm__now_ms()) {
+            err = -ETIMEDOUT; /* the reply is dropped and counted (pm_cluster_request) */
+            h->late_replies++;
+        }
         if (sealed) {
             main_request_finish(h, r, err, payload, len);
             return;

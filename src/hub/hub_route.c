@@ -217,10 +217,13 @@ static int relay_reply(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *pa
         return 0;
     }
     if (e.deadline_ms != 0 && e.deadline_ms < (int64_t)pm__now_ms()) {
-        h->late_replies++; /* the requester gave up */
+        /* Main decides (hub_main.c main_answer): a broadcast still open
+         * takes it (its timer has not run), a request gets -ETIMEDOUT
+         * now; main counts it late when nobody takes it. */
         if (f->dst == PM__NODE_MAIN)
-            pm__hub_deliver_main(h, f, payload); /* a broadcast may still be open; a
-                                            request gets -ETIMEDOUT now */
+            pm__hub_deliver_main(h, f, payload);
+        else
+            h->late_replies++; /* the requester gave up */
         return 0;
     }
     if (f->dst == PM__NODE_MAIN) {
