@@ -4189,8 +4189,8 @@ static const pm__hub_ops lone_timeout_ops = {lone_fault_count, lone_control, lon
  * ending the owner set for that port and incarnation only), also past the
  * request's deadline (only a reply turns into -ETIMEDOUT there). Timed out, then
  * answered: late, and the worker owes no more (stuck back to 0), its
- * any-worker picks again; a late answer to a broadcast's id (the first,
- * PM__BCAST_ID_BASE) leaves it owing.
+ * any-worker picks again; a late answer with an id of the broadcasts'
+ * (PM__BCAST_ID_BASE, the lowest, nobody's) leaves it owing.
  */
 enum { AN_REPLY, AN_DEADLINE, AN_BOTH_DEADLINES, AN_OTHER_WORKER, AN_TWICE, AN_ENDED,
        AN_ENDED_PAST_DEADLINE, AN_OTHER_ENDING, AN_TIMED_OUT_LATE, AN_BCAST_LATE, AN_ROWS };
@@ -4415,7 +4415,7 @@ END_TEST
  * once memory is there, the request goes to its worker and gets its
  * answer. A lone hub with port 1 ready, every allocation of one
  * pm__hub_request failing in turn (hub_main.c main_request_reserve,
- * main_request_new).
+ * main_request_new, the in-flight entry's).
  */
 START_TEST(test_lone_request_out_of_memory)
 {
@@ -4715,6 +4715,39 @@ START_TEST(test_lone_big_to_main_unmapped)
         ck_assert_uint_eq(f.dst_inc, 1);
         ck_assert_uint_eq(f.request_id, _i == BU_MSG ? 0u : 9u);
     }
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * A worker refuses main's large plain message (it cannot map it: its
+ * refusal, an UNDELIVERABLE about id 0 to main, port.c refusal): main has
+ * no request to answer, so the refusal is counted late
+ * (pm_cluster_stats.late_replies, pm_cluster(3)), and the large message
+ * owed is spent. A lone hub, port 1 ready.
+ */
+START_TEST(test_lone_main_message_refused)
+{
+    pm__hub *h = lone_hub(2);
+    h->max_message = 2 * PM_MAX_PAYLOAD;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    static unsigned char big[PM_MAX_PAYLOAD + 1];
+    pm_address to = lone_addr(h, 1, 0);
+    ck_assert_int_eq(pm__hub_main_send(h, &to, PM__FT_MSG, 0, big, sizeof(big)), 0);
+    ck_assert_uint_eq(h->ports[1].big_owed, 1);
+    pm__frame_hdr f;
+    ck_assert_int_eq(lone_take(h, &worker, &f), 1);
+    ck_assert(f.flags & PM__FF_MEMFD);
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_UNDELIVERABLE;
+    f.dst = PM__NODE_MAIN;
+    f.error = -EMSGSIZE;
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &f, NULL, 0), 0);
+    pm__hub_port_service(h, 1);
+    ck_assert_uint_eq(h->late_replies, 1);
+    ck_assert_uint_eq(h->ports[1].big_owed, 0);
+    ck_assert_uint_eq(h->ports[1].malformed, 0);
     pm__hub_delete(h);
 }
 END_TEST
@@ -6455,6 +6488,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_main_reply_at_its_deadline, 60);
     PM_ADD_TEST(s, test_lone_big_reply_to_main, 30);
     PM_ADD_LOOP_TEST(s, test_lone_big_to_main_unmapped, 0, BU_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_main_message_refused, 30);
     PM_ADD_LOOP_TEST(s, test_lone_waiting_not_sent, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_answers, 0, AN_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_expire, 0, EX_ROWS, 30);

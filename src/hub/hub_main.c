@@ -150,16 +150,15 @@ static void main_answer(pm__hub *h, const pm__frame_hdr *f, const void *payload,
     if (f->request_id < PM__BCAST_ID_BASE) {
         pm__main_request *r = main_request_find(h, f->request_id);
         if (r == NULL) {
-            /* Not seen: whatever removes a request takes its in-flight
-             * entry (local or the link's) with it, and an answer comes
-             * here only through one. Kept so that a slip there counts a
-             * late answer rather than following a NULL. */
+            /* Answers nothing: a worker's refusal of main's large plain
+             * message (id 0, port.c refusal; pm_cluster(3): counted late). */
             h->late_replies++;
             return;
         }
         /* A remote answer is from the host and port r went to: it came
-         * through the link's entry for (main, id, that port), hub_linkin.c
-         * pm__hub_link_answer, as a local one came through its port's. */
+         * through the link's entry for (main, id, that port)
+         * (hub_linkin.c pm__hub_link_answer; pm__hub_link_down answers
+         * the entries themselves), as a local one through its port's. */
         main_request_unlink(h, r);
         /* A remote answer names the incarnation that held the request,
          * stamped by the remote hub (the request may have named none). */
