@@ -245,10 +245,8 @@ static void deliver(pm__hub *h, const pm__frame_hdr *f, const void *payload, siz
 static void main_refuse(pm__hub *h, const pm__frame_hdr *f)
 {
     h->big_unmapped++;
-    pm__frame_hdr n = *f;
+    pm__frame_hdr n = *f; /* main_answer reads its type, error, id and source */
     n.type = PM__FT_UNDELIVERABLE;
-    n.flags = 0;
-    n.len = 0;
     n.error = -EMSGSIZE;
     if (f->type == PM__FT_REPLY) {
         deliver(h, &n, NULL, 0, 0);
