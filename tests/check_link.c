@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "internals.h"
 #include "base/le.h"
@@ -894,6 +897,20 @@ START_TEST(test_handshake_deadline_and_unauth_cap)
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
+
+/* This program's mmap: the real call, or, while link_mmap_fail_len is
+ * set, a refusal (ENOMEM) of every mapping of exactly that length, as when
+ * main's address space is full (check_api has the same). */
+static size_t link_mmap_fail_len;
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (link_mmap_fail_len != 0 && len == link_mmap_fail_len) {
+        errno = ENOMEM;
+        return MAP_FAILED;
+    }
+    return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
 
 /* The hub's side of a link without sockets: what it sent, decoded. */
 static pm__frame_hdr sent[8];
@@ -2394,9 +2411,12 @@ static int big_asker(pm_node *n, void *arg)
  * counted dropped once, nothing allocated, its later fragments ignored), a
  * reply silently. For a port this host has not: -ENOENT back once whole; a
  * reply to one is malformed. For a worker not ready: -EHOSTDOWN back.
+ * For main, which cannot map it (its address space full): counted
+ * (big_unmapped), -EMSGSIZE back to b's port 11 about main (hub_main.c
+ * main_refuse).
  */
 enum { FG_MSG, FG_REQUEST, FG_TOO_BIG, FG_TOO_BIG_REPLY, FG_NO_SUCH_PORT, FG_REPLY_NO_SUCH_PORT,
-       FG_NOT_READY, FG_ROWS };
+       FG_NOT_READY, FG_MAIN_UNMAPPED, FG_ROWS };
 
 START_TEST(test_link_frag_rules)
 {
@@ -2409,7 +2429,11 @@ START_TEST(test_link_frag_rules)
     int kind = _i == FG_REQUEST ? PM__FT_REQUEST
                : _i == FG_TOO_BIG_REPLY || _i == FG_REPLY_NO_SUCH_PORT ? PM__FT_REPLY
                                                                       : PM__FT_MSG;
-    uint32_t dst = _i == FG_NO_SUCH_PORT || _i == FG_REPLY_NO_SUCH_PORT ? 99 : 10;
+    uint32_t dst = _i == FG_NO_SUCH_PORT || _i == FG_REPLY_NO_SUCH_PORT ? 99
+                   : _i == FG_MAIN_UNMAPPED                           ? 0
+                                                                      : 10;
+    if (_i == FG_MAIN_UNMAPPED)
+        link_mmap_fail_len = PM_MAX_PAYLOAD + 3000;
     uint64_t total = _i == FG_TOO_BIG || _i == FG_TOO_BIG_REPLY ? ((uint64_t)1 << 20) + 1
                                                                 : PM_MAX_PAYLOAD + 3000;
     unsigned nfrags = (unsigned)((PM_MAX_PAYLOAD + 3000 + 999) / 1000);
@@ -2420,8 +2444,10 @@ START_TEST(test_link_frag_rules)
         if (k + 1 < nfrags && _i != FG_TOO_BIG && _i != FG_TOO_BIG_REPLY)
             ck_assert_uint_eq(nsent, 0); /* nothing before it is whole */
     }
-    int err = _i == FG_TOO_BIG ? -EMSGSIZE : _i == FG_NO_SUCH_PORT ? -ENOENT
+    link_mmap_fail_len = 0;
+    int err = _i == FG_TOO_BIG || _i == FG_MAIN_UNMAPPED ? -EMSGSIZE : _i == FG_NO_SUCH_PORT ? -ENOENT
               : _i == FG_NOT_READY ? -EHOSTDOWN : 0;
+    ck_assert_uint_eq(h.big_unmapped, _i == FG_MAIN_UNMAPPED);
     ck_assert_uint_eq(nsent, err != 0);
     if (err != 0)
         unit_expect_notice(err, dst);
