@@ -3783,14 +3783,15 @@ static void lone_req_from(unsigned port, uint64_t inc)
  * the port faulted. Refused: nothing remembered, no callback ever. Sent,
  * named or to any worker: an id > 0, the frame in the worker's ring at
  * once (no turn of the loop), from main, with the id, the deadline and
- * the payload (a large one as a memfd), in flight to that incarnation
+ * the payload (a large one as a memfd, also when the memfd is fd 0), in
+ * flight to that incarnation
  * (an any-worker one held against its port); behind a full ring, queued.
  * Cancelled: one -ECANCELED callback naming the worker, everything
  * released, and the worker's answer after it is late.
  */
 enum { RQ_NO_CB, RQ_ZERO_TIMEOUT, RQ_NEG_TIMEOUT, RQ_NULL_DATA, RQ_TOO_LONG, RQ_MAX_LEN,
        RQ_EMPTY, RQ_SHUT, RQ_TO_MAIN, RQ_OTHER_SYSTEM, RQ_CLOSED, RQ_STALE, RQ_HOLD_FULL,
-       RQ_CORRUPT, RQ_NAMED, RQ_ANY, RQ_LARGE, RQ_QUEUED, RQ_ROWS };
+       RQ_CORRUPT, RQ_NAMED, RQ_ANY, RQ_LARGE, RQ_LARGE_FD0, RQ_QUEUED, RQ_ROWS };
 
 START_TEST(test_lone_request_rules)
 {
@@ -3811,9 +3812,17 @@ START_TEST(test_lone_request_rules)
         h->max_message = 100;
         len = _i == RQ_TOO_LONG ? 101 : 100;
     }
-    if (_i == RQ_LARGE) {
+    int large = _i == RQ_LARGE || _i == RQ_LARGE_FD0;
+    if (large) {
         h->max_message = 2 * PM_MAX_PAYLOAD;
         len = PM_MAX_PAYLOAD + 1;
+    }
+    int stdin_copy = -1;
+    if (_i == RQ_LARGE_FD0) {
+        /* fd 0 free: the request's memfd is made there. */
+        stdin_copy = dup(0);
+        ck_assert_int_ge(stdin_copy, 0);
+        close(0);
     }
     if (_i == RQ_EMPTY)
         len = 0;
@@ -3892,8 +3901,8 @@ START_TEST(test_lone_request_rules)
         ck_assert_uint_eq(f.dst_inc, 1);
         ck_assert_uint_eq(f.request_id, (uint64_t)id);
         ck_assert_int_eq(f.deadline_ms, r->deadline_ms);
-        lone_expect_payload(&worker, &f, got, len, _i == RQ_LARGE);
-        ck_assert(_i == RQ_LARGE || len == 0 || memcmp(got, data, len) == 0);
+        lone_expect_payload(&worker, &f, got, len, large);
+        ck_assert(large || len == 0 || memcmp(got, data, len) == 0);
         pm__ring_consume(&worker.rx);
         pm__ring_release(&worker.rx);
     }
@@ -3919,6 +3928,10 @@ START_TEST(test_lone_request_rules)
         ck_assert_int_eq(lone_req_calls, 1);
     }
     pm__hub_delete(h);
+    if (stdin_copy >= 0) {
+        ck_assert_int_eq(dup2(stdin_copy, 0), 0);
+        close(stdin_copy);
+    }
 }
 END_TEST
 

@@ -191,7 +191,8 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
                     int timeout_ms, void (*cb)(pm_cluster *, const pm_message *, void *),
                     void *arg);
 /* 1 when port p's incarnation holds one of main's requests (in flight,
- * or timed out and not answered): its death is the input's fault. */
+ * or timed out and not answered): its death is the input's fault. p <
+ * h->nports (pool.c passes a slot's index). */
 int pm__hub_port_holds_main(const pm__hub *h, unsigned p);
 /* pm_cluster_request_outcome: NULL unless reply is the message of the
  * request callback running now. */

@@ -305,7 +305,7 @@ static pm__port *pick_worker(pm__hub *h)
 
 int pm__hub_port_holds_main(const pm__hub *h, unsigned p)
 {
-    return p < h->nports && (h->ports[p].main_inflight > 0 || h->ports[p].stuck > 0);
+    return h->ports[p].main_inflight > 0 || h->ports[p].stuck > 0;
 }
 
 /* Sends r to d: an in-flight entry (so d's death answers it), then the
