@@ -12,6 +12,7 @@
 #include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -4176,6 +4177,65 @@ START_TEST(test_lone_waiting_not_sent)
 }
 END_TEST
 
+/*
+ * A large any-worker request that waited (no worker ready) keeps its
+ * sealed memfd, not a copy; when a worker is ready it goes out as that
+ * memfd, which is the hub's from then on (the request keeps no fd: its
+ * answer closes nothing twice); answered, nothing of it is left open.
+ * The same with the worker's ring corrupt: answered -EHOSTDOWN, its
+ * memfd closed (hub_main.c pm__hub_main_request_dispatch_waiting).
+ */
+START_TEST(test_lone_waiting_large)
+{
+    pm__hub *h = lone_hub_with(2, &lone_fault_ops);
+    lone_faults = 0;
+    lone_req_reset(h);
+    h->max_message = 2 * PM_MAX_PAYLOAD;
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__hub_port_set_state(h, 1, PM__PORT_STARTING);
+    static unsigned char data[PM_MAX_PAYLOAD + 1];
+    memset(data, 'L', sizeof(data));
+    int id = pm__hub_request(h, NULL, data, sizeof(data), 600000, lone_req_done, NULL);
+    ck_assert_int_gt(id, 0);
+    pm__main_request *r = lone_request_of(h, id);
+    ck_assert_uint_eq(r->port, PM__MAIN_REQUEST_WAITING);
+    ck_assert_ptr_null(r->data);
+    int fd = r->fd;
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
+    pm__hub_port_set_state(h, 1, PM__PORT_READY);
+    if (_i == 1) {
+        (void)lone_ring_full(h, 1); /* a full ring whose consumer index lies */
+        atomic_store(&worker.rx.sh->tail, 3);
+    }
+    pm__hub_main_request_dispatch_waiting(h);
+    ck_assert_ptr_null(h->waiting);
+    if (_i == 1) {
+        ck_assert_int_eq(lone_faults, 1);
+        ck_assert_int_eq(lone_req_calls, 1);
+        ck_assert_int_eq(lone_req_msg.error, -EHOSTDOWN);
+        ck_assert_int_eq(fcntl(fd, F_GETFD), -1); /* closed with its request */
+        pm__hub_delete(h);
+        return;
+    }
+    ck_assert_uint_eq(r->port, 1);
+    ck_assert_int_eq(r->fd, -1); /* the hub's now */
+    pm__frame_hdr f;
+    const void *got;
+    pm__hub_publish(h);
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &f, &got), 1);
+    ck_assert_uint_eq(f.request_id, (uint64_t)id);
+    lone_expect_payload(&worker, &f, got, sizeof(data), 1);
+    pm__ring_consume(&worker.rx);
+    pm__ring_release(&worker.rx);
+    lone_answer_main(h, 1, &worker, (uint64_t)id);
+    ck_assert_int_eq(lone_req_calls, 1);
+    ck_assert_int_eq(lone_req_msg.error, 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
 /* The timed_out calls a lone hub made. */
 static int lone_timed_out, lone_timed_out_port;
 
@@ -6503,6 +6563,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_big_to_main_unmapped, 0, BU_ROWS, 30);
     PM_ADD_TEST(s, test_lone_main_message_refused, 30);
     PM_ADD_LOOP_TEST(s, test_lone_waiting_not_sent, 0, 2, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_waiting_large, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_answers, 0, AN_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_expire, 0, EX_ROWS, 30);
     PM_ADD_TEST(s, test_lone_request_table, 30);
