@@ -4483,6 +4483,70 @@ START_TEST(test_lone_request_expire)
 END_TEST
 
 /*
+ * The next due time after a timeout is the earliest deadline left, not
+ * the first one the table's walk meets: A (600 s) was made before C (2
+ * s), B (1 s) times out first; then C at its own deadline, A not
+ * (hub_main.c main_request_take_due).
+ */
+START_TEST(test_lone_request_next_due)
+{
+    pm__hub *h = lone_hub(2);
+    lone_req_reset(h);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm_address to = lone_addr(h, 1, 0);
+    int a = pm__hub_request(h, &to, "a", 1, 600000, lone_req_done, NULL);
+    int b = pm__hub_request(h, &to, "b", 1, 1000, lone_req_done, NULL);
+    int c = pm__hub_request(h, &to, "c", 1, 2000, lone_req_done, NULL);
+    ck_assert(a > 0 && b > a && c > b);
+    int64_t db = lone_request_of(h, b)->deadline_ms, dc = lone_request_of(h, c)->deadline_ms;
+    pm__hub_main_request_expire(h, db);
+    ck_assert_int_eq(lone_req_calls, 1);
+    ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)b);
+    ck_assert_int_eq(h->main_request_due_ms, dc);
+    pm__hub_main_request_expire(h, dc);
+    ck_assert_int_eq(lone_req_calls, 2);
+    ck_assert_uint_eq(lone_req_msg.request_id, (uint64_t)c);
+    ck_assert_ptr_nonnull(lone_request_of(h, a));
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
+ * Every waiting request times out: the list is empty, head and tail, and
+ * the next request that waits is its head, sent when a worker is ready
+ * (hub_main.c main_request_take_due's pass over the waiting list).
+ */
+START_TEST(test_lone_waiting_all_expire)
+{
+    pm__hub *h = lone_hub(2);
+    lone_req_reset(h);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    pm__hub_port_set_state(h, 1, PM__PORT_STARTING);
+    int a = pm__hub_request(h, NULL, "a", 1, 1000, lone_req_done, NULL);
+    ck_assert_int_gt(a, 0);
+    pm__hub_main_request_expire(h, lone_request_of(h, a)->deadline_ms);
+    ck_assert_int_eq(lone_req_calls, 1);
+    ck_assert_int_eq(lone_req_msg.error, -ETIMEDOUT);
+    ck_assert_ptr_null(h->waiting);
+    ck_assert_ptr_null(h->waiting_tail);
+    ck_assert_uint_eq(h->nwaiting, 0);
+    int c = pm__hub_request(h, NULL, "c", 1, 600000, lone_req_done, NULL);
+    ck_assert_int_gt(c, 0);
+    ck_assert_ptr_eq(h->waiting, lone_request_of(h, c));
+    ck_assert_ptr_eq(h->waiting_tail, h->waiting);
+    pm__hub_port_set_state(h, 1, PM__PORT_READY);
+    pm__hub_main_request_dispatch_waiting(h);
+    ck_assert_uint_eq(lone_request_of(h, c)->port, 1);
+    pm__frame_hdr f;
+    ck_assert_int_eq(lone_take(h, &worker, &f), 1);
+    ck_assert_uint_eq(f.request_id, (uint64_t)c);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
  * Main's first request finds no memory for the request table (or for the
  * request itself): -ENOMEM, no callback ever, nothing left in the table;
  * once memory is there, the request goes to its worker and gets its
@@ -6566,6 +6630,8 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_waiting_large, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_answers, 0, AN_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_expire, 0, EX_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_request_next_due, 30);
+    PM_ADD_TEST(s, test_lone_waiting_all_expire, 30);
     PM_ADD_TEST(s, test_lone_request_table, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_on_message, 0, OM_ROWS, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);

@@ -1313,12 +1313,12 @@ static void mr_done(pm_cluster *c, const pm_message *m, void *arg)
  * past the request's deadline, before our timer, is -ETIMEDOUT without
  * data, counted late (pm_cluster_request(3); it was not, for a remote
  * one); a notice past it keeps its own error (-EHOSTDOWN, not ended: no
- * local ending is about a remote worker). A cancel answers -ECANCELED and
- * forgets the link's entry, so the link's window is free again and a reply
- * after it is late.
+ * local ending is about a remote worker). A cancel answers -ECANCELED, our
+ * timer -ETIMEDOUT, each forgetting the link's entry, so the link's window
+ * is free again and a reply after it is late.
  */
 enum { MR_REPLY, MR_REPLY_NO_INC, MR_REPLY_PAST_DEADLINE, MR_NOTICE_PAST_DEADLINE, MR_CANCEL,
-       MR_ROWS };
+       MR_TIMEOUT, MR_ROWS };
 
 START_TEST(test_link_main_request_answers)
 {
@@ -1375,13 +1375,20 @@ START_TEST(test_link_main_request_answers)
         err = -ECANCELED;
         inc = 5;
         break;
+    case MR_TIMEOUT:
+        pm__hub_main_request_expire(&h, r->deadline_ms);
+        ck_assert_uint_eq(h.links[b].ninflight, 0);
+        err = -ETIMEDOUT;
+        inc = 5;
+        break;
     }
-    if (_i == MR_CANCEL)
+    int early = _i == MR_CANCEL || _i == MR_TIMEOUT; /* answered before the reply */
+    if (early)
         ck_assert_uint_eq(mr_calls, 1);
     pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
     ck_assert_uint_eq(mr_calls, 1);
     ck_assert_uint_eq(pm_test_hub_late_replies(&h),
-                      late + (_i == MR_CANCEL || _i == MR_REPLY_PAST_DEADLINE));
+                      late + (early || _i == MR_REPLY_PAST_DEADLINE));
     ck_assert_uint_eq(h.links[b].ninflight, 0);
     ck_assert_uint_eq(h.main_request_count, 0);
     ck_assert_int_eq(mr_msg.error, err);

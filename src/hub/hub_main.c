@@ -439,12 +439,13 @@ static pm__main_request *main_request_take_due(pm__hub *h, int64_t now, int all,
 /* r timed out while its worker's incarnation held it: the worker owes an
  * answer (no any-worker request until it gives it or ends), and with
  * kill_on_timeout it is killed now, before any callback runs, so the
- * callbacks see it cut off. 1 when it was killed. */
+ * callbacks see it cut off. 1 when it was killed. "Held" is what
+ * main_request_take_due found a moment ago, with no callback in between:
+ * the in-flight entry of the port's current incarnation (an ended
+ * incarnation's entries went with pm__hub_port_close). */
 static int main_request_timed_out(pm__hub *h, const pm__main_request *r)
 {
     pm__port *p = &h->ports[r->port];
-    if (p->channel == NULL || p->incarnation != r->target_inc)
-        return 0;
     p->stuck++;
     if (!h->kill_on_timeout || h->ops->timed_out == NULL || !p->reading)
         return 0;
