@@ -4972,6 +4972,47 @@ START_TEST(test_lone_request_table)
 END_TEST
 
 /*
+ * Main's request ids (hub_main.c main_request_next_id, main_request_insert):
+ * two pending ids in one bucket are both found (65 beside 1 in a table
+ * of 64); past INT_MAX the ids start again at 1 when it is free; with
+ * INT_MAX - 1 requests pending (every id but one taken) a request is
+ * refused -EAGAIN, named or to any worker, and one fewer is taken.
+ */
+START_TEST(test_lone_request_ids)
+{
+    pm__hub *h = lone_hub(2);
+    lone_req_reset(h);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    h->any_per_worker = 1000;
+    pm_address to = lone_addr(h, 1, 0);
+    ck_assert_int_eq(pm__hub_request(h, &to, "a", 1, 600000, lone_req_done, NULL), 1);
+    ck_assert_uint_eq(h->main_request_buckets, 64);
+    h->main_request_last_id = 64;
+    ck_assert_int_eq(pm__hub_request(h, &to, "b", 1, 600000, lone_req_done, NULL), 65);
+    ck_assert_ptr_nonnull(lone_request_of(h, 1));
+    ck_assert_ptr_nonnull(lone_request_of(h, 65));
+    ck_assert_int_eq(pm__hub_cancel(h, 1), 0);
+    ck_assert_uint_eq(lone_req_msg.request_id, 1);
+    ck_assert_int_eq(pm__hub_cancel(h, 65), 0);
+    ck_assert_uint_eq(lone_req_msg.request_id, 65);
+    ck_assert_int_eq(lone_req_calls, 2);
+    h->main_request_last_id = INT_MAX;
+    ck_assert_int_eq(pm__hub_request(h, &to, "c", 1, 600000, lone_req_done, NULL), 1);
+    h->main_request_count = INT_MAX - 1; /* (1 really) */
+    ck_assert_int_eq(pm__hub_request(h, &to, "d", 1, 600000, lone_req_done, NULL), -EAGAIN);
+    ck_assert_int_eq(pm__hub_request(h, NULL, "d", 1, 600000, lone_req_done, NULL), -EAGAIN);
+    h->main_request_count = INT_MAX - 2;
+    ck_assert_int_eq(pm__hub_request(h, &to, "e", 1, 600000, lone_req_done, NULL), 2);
+    h->main_request_count = 2;
+    pm__hub_cancel_all(h);
+    ck_assert_int_eq(lone_req_calls, 4);
+    ck_assert_uint_eq(h->main_request_count, 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
  * What reaches main that is not an answer (hub_main.c deliver), one row
  * each, from port 1. With no on_message: dropped and counted in the
  * sender's malformed frames; a request is answered -ENOENT at once (from
@@ -6633,6 +6674,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_request_next_due, 30);
     PM_ADD_TEST(s, test_lone_waiting_all_expire, 30);
     PM_ADD_TEST(s, test_lone_request_table, 30);
+    PM_ADD_TEST(s, test_lone_request_ids, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_on_message, 0, OM_ROWS, 30);
     PM_ADD_TEST(s, test_inflight_forgotten_with_incarnations, 60);
     PM_ADD_TEST(s, test_request_to_no_such_node, 90);

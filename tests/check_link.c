@@ -1282,6 +1282,28 @@ START_TEST(test_link_main_request_and_mesh_frames)
 }
 END_TEST
 
+/* Main's request to a remote worker with every id but one taken
+ * (INT_MAX - 1 pending): -EAGAIN, nothing sent; with one fewer, sent
+ * (hub_main.c remote_request). */
+START_TEST(test_link_main_request_ids_full)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    h.main_request_count = INT_MAX - 1;
+    ck_assert_int_eq(pm__hub_request(&h, &to, "q", 1, 5000, unit_answer, NULL), -EAGAIN);
+    ck_assert_uint_eq(nsent, 0);
+    h.main_request_count = INT_MAX - 2;
+    int id = pm__hub_request(&h, &to, "q", 1, 5000, unit_answer, NULL);
+    ck_assert_int_gt(id, 0);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_uint_eq(h.links[b].ninflight, 1);
+    h.main_request_count = 1;
+    pm__hub_free(&h);
+}
+END_TEST
+
 /* What main's request callback got on the unit hub, and its outcome. */
 static pm__hub *mr_hub;
 static unsigned mr_calls;
@@ -2533,6 +2555,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_frames_each_rule, 30);
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_LOOP_TEST(s, test_link_main_request_answers, 0, MR_ROWS, 30);
+    PM_ADD_TEST(s, test_link_main_request_ids_full, 30);
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
