@@ -3,6 +3,7 @@
 #include <check.h>
 
 #include "helpers.h"
+#include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -917,12 +918,21 @@ static pm__frame_hdr sent[8];
 static unsigned nsent;
 static int capture_rc; /* nonzero: the link refuses every frame with it */
 
+static int capture_quiet;     /* nonzero: no assertion (it allocates) while failalloc is armed */
+static int capture_decode_rc; /* then: a frame that did not decode */
+
 static int capture_send(void *arg, const void *frame, size_t len)
 {
     (void)arg;
     if (capture_rc != 0)
         return capture_rc;
-    ck_assert_int_eq(pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &sent[nsent % 8]), 0);
+    int rc = pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &sent[nsent % 8]);
+    if (capture_quiet) {
+        if (rc != 0)
+            capture_decode_rc = rc;
+    } else {
+        ck_assert_int_eq(rc, 0);
+    }
     nsent++;
     return 0;
 }
@@ -1282,6 +1292,62 @@ START_TEST(test_link_main_request_and_mesh_frames)
 }
 END_TEST
 
+/*
+ * Main's request to a remote worker finds no memory (the request table,
+ * the request, the link's entry): -ENOMEM, nothing sent, nothing
+ * remembered, no callback ever; with memory, sent and answered. Every
+ * allocation of one request failing in turn (hub_main.c remote_request).
+ */
+START_TEST(test_link_main_request_out_of_memory)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_link_main_request_out_of_memory runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    long enomem = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 100);
+        pm__hub h;
+        int b = unit_hub(&h, 0);
+        pm_address to;
+        ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+        unit_answers = 0;
+        capture_quiet = 1;
+        capture_decode_rc = 0;
+        pm_failalloc_arm(k);
+        int id = pm__hub_request(&h, &to, "q", 1, 5000, unit_answer, NULL);
+        int hit = pm_failalloc_disarm();
+        capture_quiet = 0;
+        ck_assert_int_eq(capture_decode_rc, 0);
+        if (id < 0) {
+            ck_assert(hit);
+            ck_assert_int_eq(id, -ENOMEM);
+            ck_assert_uint_eq(nsent, 0);
+            ck_assert_uint_eq(h.links[b].ninflight, 0);
+            ck_assert_uint_eq(h.main_request_count, 0);
+            enomem++;
+        } else {
+            ck_assert_uint_eq(nsent, 1);
+            unsigned char buf[PM__FRAME_HDR_SIZE];
+            pm__frame_hdr f;
+            memset(&f, 0, sizeof(f));
+            f.type = PM__FT_REPLY;
+            f.src = 10;
+            f.request_id = (uint64_t)id;
+            pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+            ck_assert_uint_eq(unit_answers, 1);
+            ck_assert_int_eq(unit_err, 0);
+        }
+        pm__hub_free(&h);
+        ck_assert_uint_eq(unit_answers, id < 0 ? 0 : 1);
+        if (!hit)
+            break;
+    }
+    ck_assert_int_ge(enomem, 2); /* the table's first buckets, the request */
+}
+END_TEST
+
 /* Main's request to a remote worker with every id but one taken
  * (INT_MAX - 1 pending): -EAGAIN, nothing sent; with one fewer, sent
  * (hub_main.c remote_request). */
@@ -1344,6 +1410,8 @@ enum { MR_REPLY, MR_REPLY_NO_INC, MR_REPLY_PAST_DEADLINE, MR_NOTICE_PAST_DEADLIN
 
 START_TEST(test_link_main_request_answers)
 {
+    if (fcntl(0, F_GETFD) < 0)
+        ck_assert_int_eq(open("/dev/null", O_RDONLY), 0); /* fd 0 open: nobody may close it */
     pm__hub h;
     int b = unit_hub(&h, 0);
     mr_hub = &h;
@@ -1426,6 +1494,7 @@ START_TEST(test_link_main_request_answers)
     ck_assert_int_eq(mr_outcome.ended, 0);
     ck_assert_uint_eq(mr_outcome.worker.incarnation, inc);
     pm__hub_free(&h);
+    ck_assert_int_ge(fcntl(0, F_GETFD), 0); /* the request had no fd to close */
 }
 END_TEST
 
@@ -2556,6 +2625,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_main_request_and_mesh_frames, 30);
     PM_ADD_LOOP_TEST(s, test_link_main_request_answers, 0, MR_ROWS, 30);
     PM_ADD_TEST(s, test_link_main_request_ids_full, 30);
+    PM_ADD_TEST(s, test_link_main_request_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);

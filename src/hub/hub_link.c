@@ -213,9 +213,10 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
                           f->request_id, -EMSGSIZE);
         return 0;
     }
-    if (f->type == PM__FT_REQUEST && pm__hub_link_inflight_add(h, l, f, src, p->incarnation) < 0) {
+    int added = f->type == PM__FT_REQUEST ? pm__hub_link_inflight_add(h, l, f, src, p->incarnation) : 0;
+    if (added < 0) {
         pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
-                          f->request_id, -EBUSY);
+                          f->request_id, added);
         return 0;
     }
     if (big) {

@@ -116,7 +116,7 @@ int pm__hub_link_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *
         uint32_t cap = l->cap == 0 ? 64 : l->cap * 2;
         pm__remote_inflight *v = realloc(l->inflight, cap * sizeof(*v));
         if (v == NULL)
-            return -EBUSY;
+            return -ENOMEM;
         l->inflight = v;
         l->cap = cap;
     }

@@ -246,8 +246,9 @@ int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t
     if (len > PM_MAX_PAYLOAD) {
         /* The entry first, so the link going down mid-message answers the
          * request -EHOSTUNREACH, once. */
-        if (pm__hub_link_inflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0)
-            return -EBUSY;
+        int added = pm__hub_link_inflight_add(h, l, &f, PM__NODE_MAIN, 0);
+        if (added < 0)
+            return added;
         pm__frame_hdr w = pm__hub_link_wire_hdr(h, &f, PM__NODE_MAIN);
         int rc = pm__hub_link_main_big(h, l, &w, data, len);
         if (rc < 0) {
@@ -261,9 +262,10 @@ int pm__hub_link_main_request(pm__hub *h, uint16_t host, uint32_t port, uint64_t
     uint32_t wbytes = PM__FRAME_HDR_SIZE + f.len;
     if (pm__hub_link_window_take(l, port, wbytes, 1) < 0)
         return -ENOMEM;
-    if (pm__hub_link_inflight_add(h, l, &f, PM__NODE_MAIN, 0) < 0) {
+    int added = pm__hub_link_inflight_add(h, l, &f, PM__NODE_MAIN, 0);
+    if (added < 0) {
         pm__hub_link_window_untake(l, port, wbytes);
-        return -EBUSY;
+        return added;
     }
     pm__frame_hdr w = pm__hub_link_wire_hdr(h, &f, PM__NODE_MAIN);
     int rc = pm__hub_link_put(h, l, &w, data);

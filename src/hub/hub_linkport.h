@@ -37,7 +37,8 @@ pm__frame_hdr pm__hub_link_wire_hdr(const pm__hub *h, const pm__frame_hdr *f, ui
 void pm__hub_link_notice_port(pm__hub *h, uint32_t to, uint64_t to_inc, uint32_t about_port,
                         uint64_t about_inc, uint64_t request_id, int err);
 /* The table of requests sent over l: an entry for request f from
- * requester (0, or -EBUSY when full of live entries), and taking the entry
+ * requester (0, -EBUSY when full of live entries, or -ENOMEM when it
+ * cannot grow), and taking the entry
  * an answer from port target to requester/id settles (1, or 0: none). */
 int pm__hub_link_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, uint32_t requester,
                         uint64_t requester_inc);
