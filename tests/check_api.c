@@ -4183,7 +4183,8 @@ END_TEST
  * memfd, which is the hub's from then on (the request keeps no fd: its
  * answer closes nothing twice); answered, nothing of it is left open.
  * The same with the worker's ring corrupt: answered -EHOSTDOWN, its
- * memfd closed (hub_main.c pm__hub_main_request_dispatch_waiting).
+ * memfd closed; and with the memfd made at fd 0, no copy either
+ * (hub_main.c pm__hub_request, pm__hub_main_request_dispatch_waiting).
  */
 START_TEST(test_lone_waiting_large)
 {
@@ -4196,12 +4197,19 @@ START_TEST(test_lone_waiting_large)
     pm__hub_port_set_state(h, 1, PM__PORT_STARTING);
     static unsigned char data[PM_MAX_PAYLOAD + 1];
     memset(data, 'L', sizeof(data));
+    int stdin_copy = -1;
+    if (_i == 2) {
+        stdin_copy = dup(0); /* fd 0 free: the request's memfd is made there */
+        ck_assert_int_ge(stdin_copy, 0);
+        close(0);
+    }
     int id = pm__hub_request(h, NULL, data, sizeof(data), 600000, lone_req_done, NULL);
     ck_assert_int_gt(id, 0);
     pm__main_request *r = lone_request_of(h, id);
     ck_assert_uint_eq(r->port, PM__MAIN_REQUEST_WAITING);
     ck_assert_ptr_null(r->data);
     int fd = r->fd;
+    ck_assert_int_eq(fd == 0, _i == 2);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
     pm__hub_port_set_state(h, 1, PM__PORT_READY);
@@ -4233,6 +4241,10 @@ START_TEST(test_lone_waiting_large)
     ck_assert_int_eq(lone_req_calls, 1);
     ck_assert_int_eq(lone_req_msg.error, 0);
     pm__hub_delete(h);
+    if (stdin_copy >= 0) {
+        ck_assert_int_eq(dup2(stdin_copy, 0), 0);
+        close(stdin_copy);
+    }
 }
 END_TEST
 
@@ -4550,9 +4562,10 @@ END_TEST
  * Main's first request finds no memory for the request table (or for the
  * request itself): -ENOMEM, no callback ever, nothing left in the table;
  * once memory is there, the request goes to its worker and gets its
- * answer. A lone hub with port 1 ready, every allocation of one
+ * answer. A lone hub with port 1 ready (row 0) or starting (row 1: the
+ * request waits with a copy of its payload), every allocation of one
  * pm__hub_request failing in turn (hub_main.c main_request_reserve,
- * main_request_new, the in-flight entry's).
+ * main_request_new, the in-flight entry's, the copy).
  */
 START_TEST(test_lone_request_out_of_memory)
 {
@@ -4568,6 +4581,8 @@ START_TEST(test_lone_request_out_of_memory)
         lone_req_reset(h);
         pm__channel hub_end, worker;
         lone_port(h, &hub_end, &worker);
+        if (_i == 1)
+            pm__hub_port_set_state(h, 1, PM__PORT_STARTING); /* it waits: a copy of its payload */
         pm_failalloc_arm(k);
         int id = pm__hub_request(h, NULL, "q", 1, 600000, lone_req_done, NULL);
         int hit = pm_failalloc_disarm();
@@ -4575,10 +4590,17 @@ START_TEST(test_lone_request_out_of_memory)
             ck_assert(hit);
             ck_assert_int_eq(id, -ENOMEM);
             ck_assert_uint_eq(h->main_request_count, 0);
+            ck_assert_uint_eq(h->nwaiting, 0);
+            ck_assert_ptr_null(h->waiting);
             ck_assert_uint_eq(h->ports[1].any_held, 0);
             enomem++;
         } else {
             ck_assert_int_gt(id, 0);
+            if (_i == 1) {
+                ck_assert_ptr_eq(h->waiting, lone_request_of(h, id));
+                pm__hub_port_set_state(h, 1, PM__PORT_READY);
+                pm__hub_main_request_dispatch_waiting(h);
+            }
             ck_assert_uint_eq(lone_request_of(h, id)->port, 1);
             lone_answer_main(h, 1, &worker, (uint64_t)id);
             ck_assert_int_eq(lone_req_calls, 1);
@@ -4590,7 +4612,7 @@ START_TEST(test_lone_request_out_of_memory)
         if (!hit)
             break;
     }
-    ck_assert_int_ge(enomem, 2); /* the table's first buckets, the request */
+    ck_assert_int_ge(enomem, 2 + _i); /* the table's first buckets, the request (its copy) */
 }
 END_TEST
 
@@ -6661,14 +6683,14 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_request_rules, 0, RQ_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_pick_worker, 0, PK_ROWS, 30);
     PM_ADD_TEST(s, test_lone_waiting_requests, 30);
-    PM_ADD_TEST(s, test_lone_request_out_of_memory, 60);
+    PM_ADD_LOOP_TEST(s, test_lone_request_out_of_memory, 0, 2, 60);
     PM_ADD_TEST(s, test_lone_outcome_nested, 30);
     PM_ADD_TEST(s, test_lone_main_reply_at_its_deadline, 60);
     PM_ADD_TEST(s, test_lone_big_reply_to_main, 30);
     PM_ADD_LOOP_TEST(s, test_lone_big_to_main_unmapped, 0, BU_ROWS, 30);
     PM_ADD_TEST(s, test_lone_main_message_refused, 30);
     PM_ADD_LOOP_TEST(s, test_lone_waiting_not_sent, 0, 2, 30);
-    PM_ADD_LOOP_TEST(s, test_lone_waiting_large, 0, 2, 30);
+    PM_ADD_LOOP_TEST(s, test_lone_waiting_large, 0, 3, 30);
     PM_ADD_LOOP_TEST(s, test_lone_main_answers, 0, AN_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_request_expire, 0, EX_ROWS, 30);
     PM_ADD_TEST(s, test_lone_request_next_due, 30);

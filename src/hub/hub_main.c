@@ -614,8 +614,7 @@ int pm__hub_request(pm__hub *h, const pm_address *to, const void *data, size_t l
             free(r);
             return rc;
         }
-        r->fd = -1; /* the hub's now */
-        r->len = 0;
+        r->fd = -1; /* the hub's now (r->len is read with r->data only) */
     } else if (r->fd < 0) {
         /* No worker ready: it waits with a private copy of its payload. */
         r->data = malloc(len ? len : 1);
