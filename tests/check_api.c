@@ -10,6 +10,7 @@
  */
 #include "helpers.h"
 #include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
+#include "failmmap.h"  /* mmap: this program's, refusing a length on demand */
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -516,21 +517,6 @@ static int spin_ready(void *arg)
     return s->ready_at > 0 && s->calls >= s->ready_at;
 }
 
-/* This program's mmap: the real call, or, while lone_mmap_fail_len is
- * set, a refusal (ENOMEM) of every mapping of exactly that length, as when
- * the address space is full (the hub's scratch buffer is PM_MAX_PAYLOAD).
- * Defined here, it is the one the library calls in this program (glibc's
- * own allocator maps through its internal entry, not this one). */
-static size_t lone_mmap_fail_len;
-
-void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-    if (lone_mmap_fail_len != 0 && len == lone_mmap_fail_len) {
-        errno = ENOMEM;
-        return MAP_FAILED;
-    }
-    return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-}
 
 /* The wipe-on-fork mappings of this process ("wf" in its smaps): the
  * hub's scratch buffer is one. */
@@ -603,9 +589,9 @@ START_TEST(test_hub_new_out_of_memory)
     static const pm__names names = {"t", "a", 10, 1, NULL};
     /* Its scratch buffer refused: -ENOMEM, nothing handed out. */
     pm__hub *h = (pm__hub *)&names; /* anything but NULL */
-    lone_mmap_fail_len = PM_MAX_PAYLOAD;
+    pm_test_mmap_fail_len = PM_MAX_PAYLOAD;
     int rc = pm__hub_new(&h, 4, &names, NULL, &lone_ops, NULL);
-    lone_mmap_fail_len = 0;
+    pm_test_mmap_fail_len = 0;
     ck_assert_int_eq(rc, -ENOMEM);
     ck_assert_ptr_null(h);
     if (!PM_FAILALLOC) {
@@ -4853,9 +4839,9 @@ START_TEST(test_lone_big_to_main_unmapped)
     }
     lone_big_with_id(&worker, _i == BU_MSG ? PM__FT_MSG : _i == BU_REQUEST ? PM__FT_REQUEST : PM__FT_REPLY,
                      PM__NODE_MAIN, 1, _i == BU_MSG ? 0 : _i == BU_REQUEST ? 9 : (uint64_t)id);
-    lone_mmap_fail_len = PM_MAX_PAYLOAD + 1;
+    pm_test_mmap_fail_len = PM_MAX_PAYLOAD + 1;
     pm__hub_port_service(h, 1);
-    lone_mmap_fail_len = 0;
+    pm_test_mmap_fail_len = 0;
     ck_assert_uint_eq(h->big_unmapped, 1);
     ck_assert_int_eq(lone_main_calls, 0);
     if (_i == BU_REPLY) {

@@ -4,6 +4,7 @@
 
 #include "helpers.h"
 #include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
+#include "failmmap.h"  /* mmap: this program's, refusing a length on demand */
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -898,20 +899,6 @@ START_TEST(test_handshake_deadline_and_unauth_cap)
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
-
-/* This program's mmap: the real call, or, while link_mmap_fail_len is
- * set, a refusal (ENOMEM) of every mapping of exactly that length, as when
- * main's address space is full (check_api has the same). */
-static size_t link_mmap_fail_len;
-
-void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-    if (link_mmap_fail_len != 0 && len == link_mmap_fail_len) {
-        errno = ENOMEM;
-        return MAP_FAILED;
-    }
-    return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-}
 
 /* The hub's side of a link without sockets: what it sent, decoded. */
 static pm__frame_hdr sent[8];
@@ -2531,7 +2518,7 @@ START_TEST(test_link_frag_rules)
                    : _i == FG_MAIN_UNMAPPED                           ? 0
                                                                       : 10;
     if (_i == FG_MAIN_UNMAPPED)
-        link_mmap_fail_len = PM_MAX_PAYLOAD + 3000;
+        pm_test_mmap_fail_len = PM_MAX_PAYLOAD + 3000;
     uint64_t total = _i == FG_TOO_BIG || _i == FG_TOO_BIG_REPLY ? ((uint64_t)1 << 20) + 1
                                                                 : PM_MAX_PAYLOAD + 3000;
     unsigned nfrags = (unsigned)((PM_MAX_PAYLOAD + 3000 + 999) / 1000);
@@ -2542,7 +2529,7 @@ START_TEST(test_link_frag_rules)
         if (k + 1 < nfrags && _i != FG_TOO_BIG && _i != FG_TOO_BIG_REPLY)
             ck_assert_uint_eq(nsent, 0); /* nothing before it is whole */
     }
-    link_mmap_fail_len = 0;
+    pm_test_mmap_fail_len = 0;
     int err = _i == FG_TOO_BIG || _i == FG_MAIN_UNMAPPED ? -EMSGSIZE : _i == FG_NO_SUCH_PORT ? -ENOENT
               : _i == FG_NOT_READY ? -EHOSTDOWN : 0;
     ck_assert_uint_eq(h.big_unmapped, _i == FG_MAIN_UNMAPPED);
