@@ -3721,11 +3721,7 @@ static void lone_req_reset(pm__hub *h)
 /* Main's request id on a lone hub: its record, NULL if none. */
 static pm__main_request *lone_request_of(pm__hub *h, int id)
 {
-    for (size_t b = 0; b < h->main_request_buckets; b++)
-        for (pm__main_request *r = h->main_requests[b]; r != NULL; r = r->hnext)
-            if (r->id == (uint64_t)id)
-                return r;
-    return NULL;
+    return pm_test_main_request(h, id);
 }
 
 static pm_address lone_addr(pm__hub *h, uint32_t node, uint64_t inc)

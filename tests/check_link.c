@@ -1410,11 +1410,7 @@ START_TEST(test_link_main_request_answers)
     ck_assert_int_gt(id, 0);
     ck_assert_uint_eq(nsent, 1);
     ck_assert_uint_eq(h.links[b].ninflight, 1);
-    pm__main_request *r = NULL;
-    for (size_t k = 0; k < h.main_request_buckets && r == NULL; k++)
-        for (pm__main_request *q = h.main_requests[k]; q != NULL; q = q->hnext)
-            if (q->id == (uint64_t)id)
-                r = q;
+    pm__main_request *r = pm_test_main_request(&h, id);
     ck_assert_ptr_nonnull(r);
 
     unsigned char buf[PM__FRAME_HDR_SIZE + 8];

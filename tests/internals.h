@@ -451,6 +451,16 @@ static inline uint64_t pm_test_hub_late_replies(const pm__hub *h)
     return h->late_replies;
 }
 
+/* Main's request id in the hub's table: its record, NULL if none. */
+static inline pm__main_request *pm_test_main_request(const pm__hub *h, int id)
+{
+    for (size_t b = 0; b < h->main_request_buckets; b++)
+        for (pm__main_request *r = h->main_requests[b]; r != NULL; r = r->hnext)
+            if (r->id == (uint64_t)id)
+                return r;
+    return NULL;
+}
+
 /* Large messages a link abandoned or refused (hub_linkbig.c). */
 static inline uint64_t pm_test_link_frag_dropped(const pm__hub *h, unsigned host)
 {
