@@ -1047,7 +1047,9 @@ PM_EXTERN int pm_cluster_broadcast(pm_cluster *c, const void *data, size_t len, 
  * A host that cannot be reached (no link now, or the link goes down before
  * its results are in) settles as one result with from = system@host:0 and
  * -EHOSTUNREACH; one whose results do not arrive by the deadline as one
- * with -ETIMEDOUT (-ENOBUFS: its link had no room for some of them). cb
+ * with -ETIMEDOUT (-ENOBUFS: its link had no room for some of them). A
+ * remote worker's reply above PM_MAX_PAYLOAD cannot cross in its one result
+ * frame: that worker's result is -EMSGSIZE, with no data. cb
  * runs exactly once, after every result (in the order they settled). Errors as
  * pm_cluster_broadcast.
  */

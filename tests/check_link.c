@@ -83,6 +83,21 @@ static int worker_b(pm_node *n, void *arg)
             pm_node_reply(n, &m, m.data, m.len); /* echoed: the order is checked */
             continue;
         }
+        if (m.len == 8 && memcmp(m.data, "size", 4) == 0) {
+            /* "size" and 4 digits: a reply of PM_MAX_PAYLOAD + that many
+             * bytes minus 1000 ("size1000": PM_MAX_PAYLOAD exactly, the
+             * largest that fits one frame; "size1001": one byte more, a
+             * large message). */
+            static char sized[PM_MAX_PAYLOAD + 1000];
+            const char *d = (const char *)m.data + 4; /* not NUL-terminated */
+            size_t extra = 0;
+            for (int k = 0; k < 4 && d[k] >= '0' && d[k] <= '9'; k++)
+                extra = extra * 10 + (size_t)(d[k] - '0');
+            memset(sized, 's', sizeof(sized));
+            if (extra >= 1000 && extra < 2000)
+                pm_node_reply(n, &m, sized, PM_MAX_PAYLOAD + extra - 1000);
+            continue;
+        }
         if (m.len == 4 && memcmp(m.data, "hang", 4) == 0) {
             pm_address main_a;
             if (pm_address_parse("t@a:0", &main_a) == 0)
@@ -522,6 +537,7 @@ END_TEST
 
 /* What the mesh broadcast's callback got: "from error text" per result. */
 static char bres[16][160];
+static size_t blen[16]; /* each result's length */
 static size_t nbres;
 static unsigned bdone;
 
@@ -539,8 +555,10 @@ static void on_bcast(pm_cluster *c, const pm_message *r, size_t n, void *arg)
         char *hash = strchr(from, '#');
         if (hash != NULL)
             *hash = '\0';
-        snprintf(bres[i], sizeof(bres[i]), "%s %d %.*s", from, r[i].error,
-                 r[i].error == 0 ? (int)r[i].len : 0, r[i].error == 0 ? (const char *)r[i].data : "");
+        int shown = r[i].error == 0 ? (r[i].len < 100 ? (int)r[i].len : 100) : 0;
+        snprintf(bres[i], sizeof(bres[i]), "%s %d %.*s", from, r[i].error, shown,
+                 r[i].error == 0 ? (const char *)r[i].data : "");
+        blen[i] = r[i].len;
     }
 }
 
@@ -641,6 +659,65 @@ START_TEST(test_mesh_broadcast)
     pm_test_reap(b, 5000);
     pm_test_reap(c, 5000);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+/* The index of the result from `from` ("t@b:10"), or -1. */
+static int result_from(const char *from)
+{
+    size_t k = strlen(from);
+    for (size_t i = 0; i < nbres; i++)
+        if (strncmp(bres[i], from, k) == 0 && bres[i][k] == ' ')
+            return (int)i;
+    return -1;
+}
+
+/*
+ * A remote worker's result crosses its link in one BRESULT frame
+ * (doc/protocol.md 6): a reply of PM_MAX_PAYLOAD bytes arrives whole; one
+ * a byte longer (a large message) is that worker's result -EMSGSIZE, with
+ * no data, and the host's part still completes (its BDONE counts it).
+ */
+START_TEST(test_mesh_broadcast_large_result)
+{
+    int pb = pm_test_free_port();
+    pid_t b = start_host("b", pb, secret1, 1);
+    pm_options *o = host_options("a", secret1, pm_test_answer_worker);
+    ck_assert_int_eq(pm_options_set_bootstrap(o, pm_test_answer_worker, "a"), 0);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", pb);
+    ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
+    char dump[2048];
+    uint64_t end = pm_test_ms() + 30000;
+    do {
+        mesh_bcast(a, "who", 10000);
+        PM_RUN_UNTIL(a, bdone == 1, 20000);
+    } while (nbres != 2 && pm_test_ms() < end);
+    dump_results(dump, sizeof(dump));
+    ck_assert_msg(nbres == 2, "results: %s", dump);
+
+    mesh_bcast(a, "size1000", 10000);
+    PM_RUN_UNTIL(a, bdone == 1, 20000);
+    dump_results(dump, sizeof(dump));
+    int i = result_from("t@b:10");
+    ck_assert_msg(nbres == 2 && has_result("t@a:10 0 a") && i >= 0, "results: %s", dump);
+    ck_assert_msg(strncmp(bres[i], "t@b:10 0 ssss", 13) == 0, "results: %s", dump);
+    ck_assert_uint_eq(blen[i], PM_MAX_PAYLOAD);
+
+    mesh_bcast(a, "size1001", 10000);
+    PM_RUN_UNTIL(a, bdone == 1, 20000);
+    dump_results(dump, sizeof(dump));
+    i = result_from("t@b:10");
+    ck_assert_msg(nbres == 2 && has_result("t@a:10 0 a") && i >= 0, "results: %s", dump);
+    char want[32];
+    snprintf(want, sizeof(want), "t@b:10 %d ", -EMSGSIZE);
+    ck_assert_msg(strcmp(bres[i], want) == 0, "results: %s", dump);
+    ck_assert_uint_eq(blen[i], 0);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 
@@ -1835,6 +1912,59 @@ START_TEST(test_link_bcast_fanout_deadline)
 }
 END_TEST
 
+/*
+ * A remote host's broadcast ends here when the worker it was fanned out to
+ * answers (hub_linkbcast.c remote_bcast_done): with the link up, a BRESULT
+ * with the worker's reply and a BDONE counting 1 cross it; with the link
+ * gone down meanwhile, nothing is sent and nothing is counted as dropped
+ * for lack of room (the far end settled the host itself when its link
+ * went: doc/protocol.md 6, "A host that does not answer").
+ */
+START_TEST(test_link_bcast_results_link_down)
+{
+    pm__hub h;
+    pm__channel hub_end, worker;
+    int b = unit_hub_port(&h, &hub_end, &worker);
+    nsent = 0;
+    unit_bcast_in(&h, b, PM__BCAST_ID_BASE + 3, 60000);
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+    ck_assert_uint_eq(q.type, PM__FT_REQUEST);
+    uint64_t local = q.request_id;
+    pm__ring_consume(&worker.rx);
+    pm__ring_release(&worker.rx);
+    if (_i == 1)
+        pm__hub_link_down(&h, (uint16_t)b);
+    uint64_t dropped0 = h.links[b].dropped;
+    pm__frame_hdr r;
+    memset(&r, 0, sizeof(r));
+    r.type = PM__FT_REPLY;
+    r.dst_host = (uint16_t)b; /* to b's supervisor, who asked */
+    r.dst = 0;
+    r.request_id = local;
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "ok", 2), 0);
+    pm__hub_port_service(&h, 0);
+    ck_assert_int_eq(pm__hub_bcast_of(&h, local, (uint16_t)b), 0); /* over */
+    ck_assert_uint_eq(h.links[b].dropped, dropped0);
+    if (_i == 1) {
+        ck_assert_uint_eq(nsent, 0);
+    } else {
+        ck_assert_uint_eq(nsent, 2);
+        ck_assert_int_eq(sent[0].type, PM__FT_BRESULT);
+        ck_assert_uint_eq(sent[0].request_id, PM__BCAST_ID_BASE + 3);
+        ck_assert_int_eq(sent[0].error, 0);
+        ck_assert_uint_eq(sent[0].src, 10);
+        ck_assert_uint_eq(sent[0].len, 2);
+        ck_assert_int_eq(sent[1].type, PM__FT_BDONE);
+        ck_assert_uint_eq(sent[1].request_id, PM__BCAST_ID_BASE + 3);
+        ck_assert_uint_eq(sent[1].len, 4);
+    }
+    pm__hub_free(&h);
+}
+END_TEST
+
 /* A message from another host's main (b's port 0) to ours, which has no
  * on_message: dropped, counted against no local port (hub_main.c deliver
  * counts a local sender's port only; port 0 here is a's worker). */
@@ -2611,6 +2741,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_main_request_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
+    PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
     PM_ADD_TEST(s, test_link_main_msg_charges_no_port, 30);
     PM_ADD_LOOP_TEST(s, test_link_answer_rules, 0, AW_ROWS, 30);
@@ -2626,6 +2757,7 @@ int main(void)
     PM_ADD_TEST(s, test_main_request_remote, 120);
     PM_ADD_TEST(s, test_batched_frames, 120);
     PM_ADD_TEST(s, test_mesh_broadcast, 120);
+    PM_ADD_TEST(s, test_mesh_broadcast_large_result, 120);
     PM_ADD_TEST(s, test_host_incarnations, 120);
     PM_ADD_TEST(s, test_pinned_host_replaces_link, 120);
     PM_ADD_TEST(s, test_simultaneous_connect_rule, 90);

@@ -79,11 +79,11 @@ void pm__hub_link_frag_pump(pm__hub *h, pm__hub_link *l)
         w.type = PM__FT_FRAG;
         w.flags = 0;
         w.len = (uint32_t)(PM__FRAG_HDR_SIZE + n);
-        int rc = pm__hub_link_put(h, l, &w, body);
-        if (rc == -ENOBUFS)
-            return; /* resumed when the queue drains */
-        if (rc < 0)
-            return; /* going down: pm__hub_link_down ends it */
+        /* -ENOBUFS: resumed when the queue drains (pm__hub_link_writable);
+         * -EHOSTUNREACH: the link is going down, and pm__hub_link_down
+         * ends the message. */
+        if (pm__hub_link_put(h, l, &w, body) < 0)
+            return;
         l->tx_off += n;
         if (l->tx_off == l->tx_total) {
             l->big_out++;
