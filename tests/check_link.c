@@ -1886,7 +1886,7 @@ START_TEST(test_link_bcast_fanout_deadline)
 {
     static const struct { int64_t left; int timeout; } rows[] = {
         {-5, 1}, {0, 1}, {1, 1}, {3, 3}, {4, 3}, {400, 300}, {799, 600}, {800, 600},
-        {803, 603}, {2000, 1800}, {(int64_t)INT_MAX + 200, INT_MAX},
+        {803, 603}, {900, 700}, {2000, 1800}, {(int64_t)INT_MAX + 200, INT_MAX},
         {(int64_t)INT_MAX + 201, INT_MAX}, {INT64_MAX / 2, INT_MAX},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
@@ -1962,6 +1962,67 @@ START_TEST(test_link_bcast_results_link_down)
         ck_assert_uint_eq(sent[1].len, 4);
     }
     pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * A remote host's BCAST finds no memory here (the fan-out's record, the
+ * broadcast, its results): the worker is not asked, nothing goes back
+ * (the far end's deadline settles this host) and the link counts the
+ * BCAST dropped. Memory failing later, for the worker's in-flight entry,
+ * is that worker's result -EAGAIN (try again later, as for a local
+ * broadcast): its BRESULT and the BDONE go back at once.
+ * Every allocation of one BCAST failing in turn.
+ */
+START_TEST(test_link_bcast_in_out_of_memory)
+{
+    if (!PM_FAILALLOC) {
+        fprintf(stderr, "note: test_link_bcast_in_out_of_memory runs in the build without a "
+                        "sanitizer only (the sanitizer's malloc is its own)\n");
+        return;
+    }
+    unsigned not_asked = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 100);
+        pm__hub h;
+        pm__channel hub_end, worker;
+        int b = unit_hub_port(&h, &hub_end, &worker);
+        uint64_t dropped0 = h.links[b].dropped;
+        capture_quiet = 1;
+        capture_decode_rc = 0;
+        pm_failalloc_arm(k);
+        unit_bcast_in(&h, b, PM__BCAST_ID_BASE + 4, 60000);
+        int hit = pm_failalloc_disarm();
+        capture_quiet = 0;
+        ck_assert_int_eq(capture_decode_rc, 0);
+        pm__hub_publish(&h);
+        pm__frame_hdr q;
+        const void *payload;
+        int asked = pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload);
+        if (!hit) {
+            ck_assert_int_eq(asked, 1);
+            ck_assert_uint_eq(nsent, 0);
+            ck_assert_uint_eq(h.links[b].dropped, dropped0);
+            pm__hub_free(&h);
+            break;
+        }
+        if (nsent == 0) {
+            ck_assert_int_eq(asked, 0);
+            ck_assert_uint_eq(h.links[b].dropped, dropped0 + 1);
+            not_asked++;
+        } else {
+            ck_assert_uint_eq(nsent, 2);
+            ck_assert_int_eq(sent[0].type, PM__FT_BRESULT);
+            ck_assert_int_eq(sent[0].error, -EAGAIN);
+            ck_assert_uint_eq(sent[0].request_id, PM__BCAST_ID_BASE + 4);
+            ck_assert_int_eq(sent[1].type, PM__FT_BDONE);
+            ck_assert_uint_eq(h.links[b].dropped, dropped0);
+        }
+        pm__hub_free(&h);
+    }
+    /* The record (hub_linkbcast.c) and the broadcast's own allocations
+     * (hub_bcast.c) each failed once at least. */
+    ck_assert_uint_ge(not_asked, 2);
 }
 END_TEST
 
@@ -2742,6 +2803,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 2, 30);
+    PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
     PM_ADD_TEST(s, test_link_main_msg_charges_no_port, 30);
     PM_ADD_LOOP_TEST(s, test_link_answer_rules, 0, AW_ROWS, 30);

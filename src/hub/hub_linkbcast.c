@@ -43,8 +43,8 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
         f.src_inc = results[i].from.incarnation;
         f.request_id = rb->id;
         f.error = results[i].error;
-        f.len = results[i].error == 0 ? (uint32_t)results[i].len : 0;
-        if (results[i].error == 0 && results[i].len > PM_MAX_PAYLOAD) {
+        f.len = (uint32_t)results[i].len; /* 0 with an error (pm__hub_bcast_result) */
+        if (results[i].len > PM_MAX_PAYLOAD) {
             /* A large reply: more than one frame, which a link cannot
              * carry yet (link_buf holds one). */
             f.error = -EMSGSIZE;
@@ -81,7 +81,9 @@ int pm__hub_link_bcast_timeout(int64_t left)
 void pm__hub_link_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__frame_hdr *f,
                      const unsigned char *payload)
 {
-    if (f->dst != 0 || f->deadline_ms == 0 || f->len > PM_MAX_PAYLOAD) {
+    /* Its length is within PM_MAX_PAYLOAD: pm__hub_link_frame decoded it
+     * with that bound. */
+    if (f->dst != 0 || f->deadline_ms == 0) {
         l->malformed++;
         return;
     }
