@@ -21,6 +21,7 @@
 #include "base/le.h"
 #include "channel/frame.h"
 #include "channel/proto.h"
+#include "channel/shm.h" /* pm__memfd_new */
 #include "hub/hub.h"
 #include "hub/hub_linkport.h" /* pm__hub_link_bcast_timeout */
 #include "mesh/mesh.h" /* pm__mesh_fails */
@@ -984,13 +985,21 @@ static int capture_rc; /* nonzero: the link refuses every frame with it */
 
 static int capture_quiet;     /* nonzero: no assertion (it allocates) while failalloc is armed */
 static int capture_decode_rc; /* then: a frame that did not decode */
+static int capture_frag_rc;   /* nonzero: the link refuses FRAGs only, with it */
+static pm__frag_hdr sent_frag[8]; /* a FRAG's fragment header, beside its frame's */
+static size_t sent_frag_n[8];     /* and its data's length */
 
 static int capture_send(void *arg, const void *frame, size_t len)
 {
     (void)arg;
     if (capture_rc != 0)
         return capture_rc;
+    if (capture_frag_rc != 0 && len > 1 && ((const unsigned char *)frame)[1] == PM__FT_FRAG)
+        return capture_frag_rc;
     int rc = pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &sent[nsent % 8]);
+    if (rc == 0 && sent[nsent % 8].type == PM__FT_FRAG)
+        rc = pm__frag_decode((const unsigned char *)frame + PM__FRAME_HDR_SIZE,
+                             sent[nsent % 8].len, &sent_frag[nsent % 8], &sent_frag_n[nsent % 8]);
     if (capture_quiet) {
         if (rc != 0)
             capture_decode_rc = rc;
@@ -1047,6 +1056,7 @@ static int unit_hub(pm__hub *h, size_t max_message)
     pm__hub_link_up(h, (uint16_t)b, capture_send, NULL);
     nsent = 0;
     capture_rc = 0;
+    capture_frag_rc = 0;
     return b;
 }
 
@@ -2625,6 +2635,222 @@ START_TEST(test_frag_undecodable_counts_once)
 }
 END_TEST
 
+/* A memfd holding `have` bytes of 'm' (the message a cursor reads), moved
+ * to fd 0 when at0. */
+static int frag_memfd(size_t have, int at0)
+{
+    int fd = pm__memfd_new("check_link");
+    ck_assert_int_ge(fd, 0);
+    static char chunk[4096];
+    memset(chunk, 'm', sizeof(chunk));
+    for (size_t done = 0; done < have;) {
+        size_t n = have - done < sizeof(chunk) ? have - done : sizeof(chunk);
+        ck_assert_int_eq(write(fd, chunk, n), (ssize_t)n);
+        done += n;
+    }
+    if (at0) {
+        ck_assert_int_eq(dup2(fd, 0), 0);
+        close(fd);
+        fd = 0;
+    }
+    return fd;
+}
+
+/* The fds pm__hub_links_child_fds names. */
+static int child_fd_seen[4];
+static unsigned child_fd_n;
+
+static void child_fd_note(void *arg, int fd)
+{
+    (void)arg;
+    if (child_fd_n < 4)
+        child_fd_seen[child_fd_n] = fd;
+    child_fd_n++;
+}
+
+/* fd 0 closed: a memfd made now lands there. Undone by frag_fd0_end. */
+static void frag_fd0_begin(void)
+{
+    close(0);
+}
+
+/* fd 0 is closed again (the message's memfd there went with the
+ * message), and becomes /dev/null. */
+static void frag_fd0_end(void)
+{
+    ck_assert_int_eq(fcntl(0, F_GETFD), -1);
+    ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
+}
+
+/* The FRAGs in sent[from..from+3) are one whole message of FRAG_TOTAL
+ * bytes, msg_id id: offsets back to back, the last ending at the total. */
+#define FRAG_TOTAL (PM_MAX_PAYLOAD + 70000)
+static void frags_whole(unsigned from, uint32_t id)
+{
+    const uint64_t off[3] = {0, PM__FRAG_DATA_MAX, 2 * (uint64_t)PM__FRAG_DATA_MAX};
+    for (unsigned i = 0; i < 3; i++) {
+        ck_assert_int_eq(sent[from + i].type, PM__FT_FRAG);
+        ck_assert_uint_eq(sent[from + i].dst, 10);
+        ck_assert_uint_eq(sent_frag[from + i].kind, PM__FT_MSG);
+        ck_assert_uint_eq(sent_frag[from + i].msg_id, id);
+        ck_assert_uint_eq(sent_frag[from + i].total, FRAG_TOTAL);
+        ck_assert_uint_eq(sent_frag[from + i].offset, off[i]);
+        ck_assert_uint_eq(sent_frag_n[from + i],
+                          i < 2 ? PM__FRAG_DATA_MAX : FRAG_TOTAL - 2 * PM__FRAG_DATA_MAX);
+    }
+}
+
+/*
+ * A large message onto a link (hub_linkbig.c, doc/protocol.md 6, "Large
+ * messages"), main's through pm__hub_main_send, one row each:
+ * - sent whole: its fragments back to back, msg_id 1, then the cursor is
+ *   free (the memfd closed) and counted in big_out; the same with the
+ *   memfd at fd 0;
+ * - a peer without the FRAG capability: -EMSGSIZE, nothing sent;
+ * - msg_id after 2^32-1 is 1 (never 0);
+ * - the link's queue full at the first fragment: the message waits
+ *   (its fd one a fork child closes), main's next frame to that host is
+ *   -EAGAIN until it has crossed (main's frames keep their order), and the
+ *   queue draining (pm__hub_link_writable) sends the rest;
+ * - the cursor busy with a worker's message (its memfd at fd 0): main's
+ *   large message is -EAGAIN, its small one crosses (not main's message);
+ * - a memfd shorter than the length it was sent with (a sealed one never
+ *   is): the message is abandoned at the short fragment, counted in
+ *   frag_dropped, the cursor free; at the first fragment or a later one.
+ */
+enum { FS_WHOLE, FS_FD0, FS_NO_CAP, FS_IDS_WRAP, FS_HELD, FS_WORKER_HELD, FS_SHORT_FIRST,
+       FS_SHORT_LATER, FS_ROWS };
+
+START_TEST(test_link_frag_send_rules)
+{
+    pm__hub h;
+    int b = unit_hub(&h, (size_t)1 << 20);
+    pm__hub_link *l = &h.links[b];
+    if (_i != FS_NO_CAP)
+        pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_FRAG);
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    static char big[FRAG_TOTAL];
+    memset(big, 'm', sizeof(big));
+    pm__frame_hdr w;
+    memset(&w, 0, sizeof(w));
+    w.type = PM__FT_MSG;
+    w.dst = 10;
+    switch (_i) {
+    case FS_WHOLE:
+    case FS_FD0:
+        if (_i == FS_FD0)
+            frag_fd0_begin();
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, big, sizeof(big)), 0);
+        if (_i == FS_FD0)
+            frag_fd0_end();
+        ck_assert_uint_eq(nsent, 3);
+        frags_whole(0, 1);
+        ck_assert_uint_eq(l->big_out, 1);
+        break;
+    case FS_NO_CAP:
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, big, sizeof(big)), -EMSGSIZE);
+        ck_assert_uint_eq(nsent, 0);
+        break;
+    case FS_IDS_WRAP:
+        l->tx_id = UINT32_MAX - 1;
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, big, sizeof(big)), 0);
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, big, sizeof(big)), 0);
+        ck_assert_uint_eq(nsent, 6);
+        frags_whole(0, UINT32_MAX);
+        frags_whole(3, 1);
+        ck_assert_uint_eq(l->big_out, 2);
+        break;
+    case FS_HELD:
+        capture_frag_rc = -EAGAIN;
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, big, sizeof(big)), 0);
+        ck_assert_uint_eq(nsent, 0);
+        ck_assert_int_ge(l->tx_fd, 0);
+        child_fd_n = 0;
+        pm__hub_links_child_fds(&h, child_fd_note, NULL);
+        ck_assert_uint_eq(child_fd_n, 1);
+        ck_assert_int_eq(child_fd_seen[0], l->tx_fd);
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, "s", 1), -EAGAIN);
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, big, sizeof(big)), -EAGAIN);
+        ck_assert_uint_eq(nsent, 0);
+        capture_frag_rc = 0;
+        pm__hub_link_writable(&h, (uint16_t)b);
+        ck_assert_uint_eq(nsent, 3);
+        frags_whole(0, 1);
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, "s", 1), 0);
+        ck_assert_uint_eq(nsent, 4);
+        ck_assert_int_eq(sent[3].type, PM__FT_MSG);
+        break;
+    case FS_WORKER_HELD:
+        capture_frag_rc = -EAGAIN;
+        pm__hub_link_frag_start(&h, l, &w, 0, frag_memfd(FRAG_TOTAL, 1), FRAG_TOTAL);
+        ck_assert_int_eq(l->tx_fd, 0);
+        child_fd_n = 0;
+        pm__hub_links_child_fds(&h, child_fd_note, NULL);
+        ck_assert_uint_eq(child_fd_n, 1);
+        ck_assert_int_eq(child_fd_seen[0], 0);
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, big, sizeof(big)), -EAGAIN);
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, "s", 1), 0);
+        ck_assert_uint_eq(nsent, 1);
+        ck_assert_int_eq(sent[0].type, PM__FT_MSG);
+        capture_frag_rc = 0;
+        pm__hub_link_writable(&h, (uint16_t)b);
+        ck_assert_uint_eq(nsent, 4);
+        frags_whole(1, 1);
+        frag_fd0_end();
+        break;
+    case FS_SHORT_FIRST:
+    case FS_SHORT_LATER: {
+        size_t have = _i == FS_SHORT_FIRST ? 1000 : PM__FRAG_DATA_MAX + 10;
+        pm__hub_link_frag_start(&h, l, &w, PM__NODE_MAIN, frag_memfd(have, 0), FRAG_TOTAL);
+        ck_assert_uint_eq(nsent, _i == FS_SHORT_FIRST ? 0 : 1);
+        ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 1);
+        ck_assert_uint_eq(l->big_out, 0);
+        /* The cursor is free: main's next large message crosses. */
+        ck_assert_int_eq(pm__hub_main_send(&h, &to, PM__FT_MSG, 0, big, sizeof(big)), 0);
+        unsigned first = _i == FS_SHORT_FIRST ? 0 : 1;
+        ck_assert_uint_eq(nsent, first + 3);
+        frags_whole(first, 2);
+        break;
+    }
+    }
+    ck_assert_int_eq(l->tx_fd, -1);
+    if (_i != FS_SHORT_FIRST && _i != FS_SHORT_LATER)
+        ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 0);
+    child_fd_n = 0;
+    pm__hub_links_child_fds(&h, child_fd_note, NULL);
+    ck_assert_uint_eq(child_fd_n, 0);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/* pm__hub_links_child_fds names every fd a link holds for a large
+ * message, fd 0 included: the one being sent and the one being
+ * reassembled (a fork child closes them, doc/design.md). */
+START_TEST(test_link_child_fds)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm__hub_link *l = &h.links[b];
+    static const int rows[][2] = {{0, -1}, {-1, 0}, {7, 9}, {-1, -1}};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        l->tx_fd = rows[i][0];
+        l->rx_fd = rows[i][1];
+        child_fd_n = 0;
+        pm__hub_links_child_fds(&h, child_fd_note, NULL);
+        unsigned want = (rows[i][0] >= 0) + (rows[i][1] >= 0);
+        ck_assert_uint_eq(child_fd_n, want);
+        unsigned k = 0;
+        if (rows[i][0] >= 0)
+            ck_assert_int_eq(child_fd_seen[k++], rows[i][0]);
+        if (rows[i][1] >= 0)
+            ck_assert_int_eq(child_fd_seen[k++], rows[i][1]);
+    }
+    l->tx_fd = l->rx_fd = -1; /* not ours to close */
+    pm__hub_free(&h);
+}
+END_TEST
+
 /* a's worker for test_large_reply_link_down: told "big" by b's worker, it
  * tells a's supervisor "holding" and waits for SIGUSR1 (blocked from its
  * start, so an early one waits too), then replies 200,000 bytes. */
@@ -2804,6 +3030,8 @@ int main(void)
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 2, 30);
     PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
+    PM_ADD_LOOP_TEST(s, test_link_frag_send_rules, 0, FS_ROWS, 30);
+    PM_ADD_TEST(s, test_link_child_fds, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
     PM_ADD_TEST(s, test_link_main_msg_charges_no_port, 30);
     PM_ADD_LOOP_TEST(s, test_link_answer_rules, 0, AW_ROWS, 30);

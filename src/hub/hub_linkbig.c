@@ -34,6 +34,7 @@ void pm__hub_link_frag_tx_end(pm__hub *h, pm__hub_link *l)
 /* Reads bytes of the message being sent into buf: 0, or -EIO (a sealed
  * memfd of the checked length does not come up short; if it did, the
  * message is abandoned: the receiver drops it at the next first fragment).
+ * No EINTR retry: a memfd's pread waits on nothing a signal interrupts.
  * Never a hole: every fd sent here passed pm__bigmsg_check at this hub
  * (port.c: no hole in its length, sealed against punching one) or was
  * written whole by it (main's), so a pread allocates nothing: this host
@@ -42,8 +43,6 @@ static int frag_read(int fd, unsigned char *buf, size_t n, uint64_t off)
 {
     while (n > 0) {
         ssize_t r = pread(fd, buf, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
         if (r <= 0)
             return -EIO;
         buf += r;
@@ -64,7 +63,9 @@ static int frag_read(int fd, unsigned char *buf, size_t n, uint64_t off)
 void pm__hub_link_frag_pump(pm__hub *h, pm__hub_link *l)
 {
     unsigned char *body = h->link_buf + PM__FRAME_HDR_SIZE;
-    while (l->tx_fd >= 0 && l->up) {
+    /* No test of l->up: a link going down ends its message first
+     * (pm__hub_link_down), and a put on a down link fails anyway. */
+    while (l->tx_fd >= 0) {
         uint64_t left = l->tx_total - l->tx_off;
         size_t n = left < PM__FRAG_DATA_MAX ? (size_t)left : PM__FRAG_DATA_MAX;
         pm__frag_hdr fh = {l->tx_hdr.type, l->tx_id, l->tx_total, l->tx_off};
