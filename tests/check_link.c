@@ -2912,9 +2912,15 @@ static int big_asker(pm_node *n, void *arg)
  * For main, which cannot map it (its address space full): counted
  * (big_unmapped), -EMSGSIZE back to b's port 11 about main (hub_main.c
  * main_refuse).
+ * Queued behind the worker's full ring: delivered once it drains, the fd
+ * still open (the queue owns it), and not tagged for a credit (a large
+ * message takes none of the window). Its memfd at fd 0: delivered. No room
+ * for its memfd (RLIMIT_FSIZE below its total): counted dropped at its
+ * first fragment, -ENOBUFS back, its later fragments ignored. A large reply
+ * to the worker's request over the link: delivered as its answer.
  */
 enum { FG_MSG, FG_REQUEST, FG_TOO_BIG, FG_TOO_BIG_REPLY, FG_NO_SUCH_PORT, FG_REPLY_NO_SUCH_PORT,
-       FG_NOT_READY, FG_MAIN_UNMAPPED, FG_ROWS };
+       FG_NOT_READY, FG_MAIN_UNMAPPED, FG_QUEUED, FG_AT_FD0, FG_NO_ROOM, FG_REPLY, FG_ROWS };
 
 START_TEST(test_link_frag_rules)
 {
@@ -2925,8 +2931,32 @@ START_TEST(test_link_frag_rules)
     if (_i == FG_NOT_READY)
         pm__hub_port_set_state(&h, 0, PM__PORT_STARTING);
     int kind = _i == FG_REQUEST ? PM__FT_REQUEST
-               : _i == FG_TOO_BIG_REPLY || _i == FG_REPLY_NO_SUCH_PORT ? PM__FT_REPLY
-                                                                      : PM__FT_MSG;
+               : _i == FG_TOO_BIG_REPLY || _i == FG_REPLY_NO_SUCH_PORT || _i == FG_REPLY
+                   ? PM__FT_REPLY
+                   : PM__FT_MSG;
+    if (_i == FG_REPLY) {
+        /* The worker's request to b's port 11 (id 5, as frag_in_as's). */
+        pm__frame_hdr r = unit_to_b(b, PM__FT_REQUEST, 5, (int64_t)pm__now_ms() + 600000);
+        ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "q", 1), 0);
+        pm__hub_port_service(&h, 0);
+        ck_assert_uint_eq(nsent, 1);
+        ck_assert_uint_eq(h.links[b].ninflight, 1);
+        nsent = 0;
+    }
+    if (_i == FG_QUEUED)
+        unit_ring_full(&h);
+    if (_i == FG_AT_FD0)
+        close(0); /* the memfd made at the first fragment lands there */
+    struct rlimit fsize0;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &fsize0), 0);
+    if (_i == FG_NO_ROOM) {
+        /* Below the message's total, above what Check writes to its
+         * results file meanwhile (each assertion a few dozen bytes); the
+         * soft limit only, put back below. */
+        struct rlimit fsize = {PM_MAX_PAYLOAD, fsize0.rlim_max};
+        signal(SIGXFSZ, SIG_IGN);
+        ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &fsize), 0);
+    }
     uint32_t dst = _i == FG_NO_SUCH_PORT || _i == FG_REPLY_NO_SUCH_PORT ? 99
                    : _i == FG_MAIN_UNMAPPED                           ? 0
                                                                       : 10;
@@ -2939,27 +2969,45 @@ START_TEST(test_link_frag_rules)
         uint64_t off = (uint64_t)k * 1000;
         size_t n = off + 1000 <= PM_MAX_PAYLOAD + 3000 ? 1000 : (size_t)(PM_MAX_PAYLOAD + 3000 - off);
         frag_in_as(&h, b, kind, dst, 1, total, off, n, 0);
-        if (k + 1 < nfrags && _i != FG_TOO_BIG && _i != FG_TOO_BIG_REPLY)
+        if (k + 1 < nfrags && _i != FG_TOO_BIG && _i != FG_TOO_BIG_REPLY && _i != FG_NO_ROOM)
             ck_assert_uint_eq(nsent, 0); /* nothing before it is whole */
     }
     pm_test_mmap_fail_len = 0;
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &fsize0), 0);
+    if (_i == FG_AT_FD0 && fcntl(0, F_GETFD) < 0)
+        ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
     int err = _i == FG_TOO_BIG || _i == FG_MAIN_UNMAPPED ? -EMSGSIZE : _i == FG_NO_SUCH_PORT ? -ENOENT
-              : _i == FG_NOT_READY ? -EHOSTDOWN : 0;
+              : _i == FG_NOT_READY ? -EHOSTDOWN : _i == FG_NO_ROOM ? -ENOBUFS : 0;
     ck_assert_uint_eq(h.big_unmapped, _i == FG_MAIN_UNMAPPED);
     ck_assert_uint_eq(nsent, err != 0);
     if (err != 0)
         unit_expect_notice(err, dst);
-    int too_big = _i == FG_TOO_BIG || _i == FG_TOO_BIG_REPLY;
-    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), (uint64_t)too_big);
+    int lost = _i == FG_TOO_BIG || _i == FG_TOO_BIG_REPLY || _i == FG_NO_ROOM;
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), (uint64_t)lost);
     ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), _i == FG_REPLY_NO_SUCH_PORT);
-    ck_assert_uint_eq(h.links[b].big_in, (uint64_t)!too_big);
+    ck_assert_uint_eq(h.links[b].big_in, (uint64_t)!lost);
+    ck_assert_uint_eq(h.links[b].ninflight, 0);
     ck_assert_int_eq(h.links[b].rx_fd, -1);
     ck_assert_int_eq(h.cur_fd, -1);
     ck_assert_uint_eq(pm_test_hub_inflight_total(&h), _i == FG_REQUEST);
     pm__hub_publish(&h);
     pm__frame_hdr q;
     const void *payload;
-    int delivered = _i == FG_MSG || _i == FG_REQUEST;
+    int delivered = _i == FG_MSG || _i == FG_REQUEST || _i == FG_QUEUED || _i == FG_AT_FD0 ||
+                    _i == FG_REPLY;
+    if (_i == FG_QUEUED) {
+        /* Waiting in the queue, untagged; the ring's fillers read, the
+         * queue flushed: the large message is the next frame. */
+        pm__qframe *t = h.ports[0].q_tail;
+        ck_assert_ptr_nonnull(t);
+        ck_assert_uint_eq(t->credit_host, 0);
+        while (pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload) == 1) {
+            pm__ring_consume(&worker.rx);
+            pm__ring_release(&worker.rx);
+        }
+        pm__hub_flush(&h, &h.ports[0]);
+        pm__hub_publish(&h);
+    }
     ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), delivered);
     if (delivered) {
         ck_assert_uint_eq(q.type, (unsigned)kind);
