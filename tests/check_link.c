@@ -1043,10 +1043,10 @@ static size_t wire(const pm__frame_hdr *f, unsigned char *buf)
 /* The unit tests' hub: host a of system "t" with one (closed) port, in
  * peer mode, hosts b and c known, linked to b (its sends captured, nsent
  * 0); its largest message max_message unless 0. Returns b's host index. */
-static int unit_hub(pm__hub *h, size_t max_message)
+static int unit_hub_n(pm__hub *h, unsigned nports, size_t max_message)
 {
     static const pm__names names = {"t", "a", 10, 1, NULL};
-    ck_assert_int_eq(pm__hub_init(h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    ck_assert_int_eq(pm__hub_init(h, nports, &names, NULL, &quiet_ops, NULL), 0);
     if (max_message != 0)
         pm_test_hub_set_max_message(h, max_message);
     pm__hub_peer_mode(h);
@@ -1058,6 +1058,11 @@ static int unit_hub(pm__hub *h, size_t max_message)
     capture_rc = 0;
     capture_frag_rc = 0;
     return b;
+}
+
+static int unit_hub(pm__hub *h, size_t max_message)
+{
+    return unit_hub_n(h, 1, max_message);
 }
 
 /* A request from node 11, incarnation 7, to node 10, id 5: the frame the
@@ -1718,14 +1723,19 @@ static const pm__hub_ops unit_fault_ops = {unit_fault, no_control, no_drain, NUL
 
 /* The unit hub's port 0 (address port 10) over a real channel, ready; its
  * worker's end in *worker. */
-static void unit_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
+static void unit_port_at(pm__hub *h, unsigned i, pm__channel *hub_end, pm__channel *worker)
 {
     pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
                              .max_message = PM_MAX_PAYLOAD};
-    ck_assert_int_eq(pm__channel_create(hub_end, 0, 1, &cp), 0);
-    ck_assert_int_eq(pm__hub_port_open(h, 0, hub_end, 1), 0);
-    pm__hub_port_set_state(h, 0, PM__PORT_READY);
+    ck_assert_int_eq(pm__channel_create(hub_end, i, 1, &cp), 0);
+    ck_assert_int_eq(pm__hub_port_open(h, i, hub_end, 1), 0);
+    pm__hub_port_set_state(h, i, PM__PORT_READY);
     ck_assert_int_eq(pm__channel_adopt(worker, hub_end), 0);
+}
+
+static void unit_port(pm__hub *h, pm__channel *hub_end, pm__channel *worker)
+{
+    unit_port_at(h, 0, hub_end, worker);
 }
 
 /* The first frame the unit link sent: a notice err to b's port 11,
@@ -1807,6 +1817,96 @@ static void unit_answers_full(pm__hub *h)
     for (unsigned k = 0; k < PM__HOLD_MAX_FRAMES; k++)
         ck_assert_int_eq(pm__hub_push(h, &h->ports[0], &g, NULL, 0, PM__CHARGE_ANSWER), 0);
 }
+
+/* A REQUEST from b's port src to our address port dst under id, naming an
+ * incarnation (5) dst's worker never had: refused -ESTALE. */
+static void unit_stale_request(pm__hub *h, int b, uint32_t src, uint32_t dst, uint64_t id)
+{
+    unsigned char buf[PM__FRAME_HDR_SIZE];
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_REQUEST;
+    f.src = src;
+    f.dst = dst;
+    f.dst_inc = 5;
+    f.request_id = id;
+    pm__hub_link_frame(h, (uint16_t)b, buf, wire(&f, buf));
+}
+
+/*
+ * A refusal here for b under the id of b's mesh broadcast fanned out to
+ * our two workers (hub_linkin.c pm__hub_link_notice): addressed to b's
+ * supervisor (port 0), it is the result of the worker it is about, and
+ * the broadcast goes on for the other, nothing sent yet and nothing
+ * counted late; the same again, that result already in, is late
+ * (counted, nothing sent). Addressed to one of b's workers (port 11) it
+ * is an ordinary notice back across the link, whatever its id, and no
+ * broadcast is touched. The other worker's reply ends the broadcast: two
+ * BRESULTs and the BDONE.
+ */
+START_TEST(test_link_bcast_notice_rules)
+{
+    pm__hub h;
+    int b = unit_hub_n(&h, 2, 0);
+    pm__channel hub_end[2], worker[2];
+    unit_port_at(&h, 0, &hub_end[0], &worker[0]);
+    unit_port_at(&h, 1, &hub_end[1], &worker[1]);
+    unit_bcast_in(&h, b, PM__BCAST_ID_BASE + 9, 60000);
+    pm__hub_publish(&h);
+    uint64_t local[2];
+    for (int i = 0; i < 2; i++) {
+        pm__frame_hdr q;
+        const void *payload;
+        ck_assert_int_eq(pm__frame_recv(&worker[i].rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+        ck_assert_uint_eq(q.type, PM__FT_REQUEST);
+        local[i] = q.request_id;
+        pm__ring_consume(&worker[i].rx);
+        pm__ring_release(&worker[i].rx);
+    }
+    ck_assert_uint_eq(nsent, 0);
+    uint64_t late0 = h.late_replies;
+
+    /* To b's worker under the broadcast's id: an ordinary notice. */
+    unit_stale_request(&h, b, 11, 10, local[0]);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
+    ck_assert_uint_eq(sent[0].dst, 11);
+    ck_assert_int_eq(pm__hub_bcast_of(&h, local[0], (uint16_t)b), 1);
+
+    /* To b's supervisor: worker 0's result; the broadcast goes on. */
+    nsent = 0;
+    unit_stale_request(&h, b, 0, 10, local[0]);
+    ck_assert_uint_eq(nsent, 0);
+    ck_assert_uint_eq(h.late_replies, late0);
+    ck_assert_int_eq(pm__hub_bcast_of(&h, local[0], (uint16_t)b), 1);
+
+    /* Again: worker 0's result is in already: late. */
+    unit_stale_request(&h, b, 0, 10, local[0]);
+    ck_assert_uint_eq(nsent, 0);
+    ck_assert_uint_eq(h.late_replies, late0 + 1);
+
+    /* Worker 1 answers: the broadcast ends. */
+    pm__frame_hdr r;
+    memset(&r, 0, sizeof(r));
+    r.type = PM__FT_REPLY;
+    r.dst_host = (uint16_t)b;
+    r.request_id = local[1];
+    ck_assert_int_eq(pm__frame_send(&worker[1].tx, &r, "ok", 2), 0);
+    pm__hub_port_service(&h, 1);
+    ck_assert_uint_eq(nsent, 3);
+    ck_assert_int_eq(sent[0].type, PM__FT_BRESULT);
+    ck_assert_int_eq(sent[1].type, PM__FT_BRESULT);
+    ck_assert_int_eq(sent[2].type, PM__FT_BDONE);
+    int stale = sent[0].src == 10 ? 0 : 1;
+    ck_assert_uint_eq(sent[stale].src, 10);
+    ck_assert_int_eq(sent[stale].error, -ESTALE);
+    ck_assert_uint_eq(sent[1 - stale].src, 11);
+    ck_assert_int_eq(sent[1 - stale].error, 0);
+    ck_assert_int_eq(pm__hub_bcast_of(&h, local[0], (uint16_t)b), 0);
+    ck_assert_uint_eq(h.late_replies, late0 + 1);
+    pm__hub_free(&h);
+}
+END_TEST
 
 /*
  * A peer chooses the request ids it sends. A request from its system
@@ -2614,6 +2714,7 @@ START_TEST(test_frag_undecodable_counts_once)
     frag_in(&h, b, 1, total, 4000, 1000, 0);
     ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 1);
     ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 1);
+    ck_assert_int_eq(h.links[b].rx_fd, -1); /* its memfd closed, and forgotten */
 
     /* Message 2: its first fragment does not decode (nothing was being
      * reassembled): malformed once, its later fragments ignored. */
@@ -2625,6 +2726,14 @@ START_TEST(test_frag_undecodable_counts_once)
     uint64_t forged = 0, malformed = 0;
     pm__hub_link_drops(&h, (uint16_t)b, &forged, &malformed); /* pm_peer_info's */
     ck_assert_uint_eq(malformed, 3);
+
+    /* Message 3: a first fragment of its header alone (24 bytes, no data:
+     * it does not decode) still names its id, and its later fragments are
+     * ignored. */
+    frag_in(&h, b, 3, total, 0, 0, 0);
+    frag_in(&h, b, 3, total, 1000, 1000, 0);
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 3);
+    ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), 1);
 
     /* A fragment of an unknown message still counts (BAD): only the
      * remembered id is skipped. */
@@ -3078,6 +3187,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 2, 30);
     PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
+    PM_ADD_TEST(s, test_link_bcast_notice_rules, 30);
     PM_ADD_LOOP_TEST(s, test_link_frag_send_rules, 0, FS_ROWS, 30);
     PM_ADD_TEST(s, test_link_child_fds, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);

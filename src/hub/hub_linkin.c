@@ -72,13 +72,15 @@ int pm__hub_link_deliver(pm__hub *h, pm__hub_link *l, uint16_t host, pm__frame_h
      * sender of that host); past the destination's bound it is refused. */
     pm__qframe *last = d->q_tail;
     int rc = deliver_push(h, d, f, payload);
-    if (rc == 0 && d->q_tail != last && (f->flags & PM__FF_MEMFD) == 0) {
-        d->q_tail->credit_host = host; /* queued: credited when it leaves */
+    if (rc == 0) {
+        /* Queued (a new tail: a refused push queues nothing): credited
+         * when it leaves. A large message took none of the window. */
+        if (d->q_tail == last || (f->flags & PM__FF_MEMFD) != 0)
+            return 0;
+        d->q_tail->credit_host = host;
         d->q_tail->credit_port = pm__hub_link_port_of(h, node);
         return 1;
     }
-    if (rc == 0)
-        return 0;
     if (f->type == PM__FT_REQUEST)
         pm__hub_drop_last_inflight(h, d);
     if (rc == -EBADMSG)
@@ -148,8 +150,7 @@ static void frag_deliver(pm__hub *h, pm__hub_link *l, uint16_t host)
     }
     l->big_in++;
     pm__frame_hdr f = l->rx_hdr;
-    f.flags = PM__FF_MEMFD;
-    f.len = PM__ANNOUNCE_SIZE;
+    f.flags = PM__FF_MEMFD; /* its length is h->cur_len; the queue writes its own announce */
     /* The fd is handed to the routing code as a worker's is (port.c): it
      * takes it by setting h->cur_fd to -1; what is left is closed here. */
     int saved_fd = h->cur_fd;
@@ -241,9 +242,9 @@ void pm__hub_link_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__
     const unsigned char *data = payload + PM__FRAG_HDR_SIZE;
     size_t done = 0;
     while (done < n) {
+        /* No EINTR retry: a memfd's pwrite waits on nothing a signal
+         * interrupts. */
         ssize_t w = pwrite(l->rx_fd, data + done, n - done, (off_t)(fh.offset + done));
-        if (w < 0 && errno == EINTR)
-            continue;
         if (w <= 0) {
             pm__close(l->rx_fd);
             l->rx_fd = -1;
