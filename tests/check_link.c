@@ -2275,11 +2275,17 @@ END_TEST
  * a message (id 0): delivered with no entry. A notice with an id nobody
  * asked: late (a peer cannot fail a worker's call to another node). The
  * request given up (its entry past its expiry) or its worker of another
- * incarnation now: late. The worker's answers at their bound: dropped,
- * counted in replies_dropped. Its ring corrupt: the worker faulted.
+ * incarnation now: late. A reply with no id: late (only a notice about a
+ * message passes without an entry). A notice about a request past its
+ * expiry: delivered (the worker's own call has given up and drops it; a
+ * reply's payload would be the hub's to drop). A notice about a message to
+ * main: late (main takes answers to its own requests only). The
+ * worker's answers at their bound: dropped, counted in replies_dropped.
+ * Its ring corrupt: the worker faulted.
  */
 enum { AW_REPLY, AW_TWICE, AW_OTHER_ID, AW_OTHER_PORT, AW_NOTICE, AW_NOTICE_MSG,
-       AW_NOTICE_OTHER_ID, AW_EXPIRED, AW_REQUESTER_GONE, AW_ANSWERS_FULL, AW_CORRUPT, AW_ROWS };
+       AW_NOTICE_OTHER_ID, AW_EXPIRED, AW_REQUESTER_GONE, AW_REPLY_ID0, AW_NOTICE_EXPIRED,
+       AW_MAIN_NOTICE_MSG, AW_ANSWERS_FULL, AW_CORRUPT, AW_ROWS };
 
 START_TEST(test_link_answer_rules)
 {
@@ -2296,7 +2302,7 @@ START_TEST(test_link_answer_rules)
     ck_assert_int_eq(sent[0].type, PM__FT_REQUEST);
     ck_assert_uint_eq(h.links[b].ninflight, 1);
     nsent = 0;
-    if (_i == AW_EXPIRED)
+    if (_i == AW_EXPIRED || _i == AW_NOTICE_EXPIRED)
         h.links[b].inflight[0].expires_ms = 1;
     if (_i == AW_REQUESTER_GONE)
         d->incarnation = 2;
@@ -2308,14 +2314,17 @@ START_TEST(test_link_answer_rules)
         atomic_store(&worker.rx.sh->tail, 3);
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
-    int notice = _i == AW_NOTICE || _i == AW_NOTICE_MSG || _i == AW_NOTICE_OTHER_ID;
+    int notice = _i == AW_NOTICE || _i == AW_NOTICE_MSG || _i == AW_NOTICE_OTHER_ID ||
+                 _i == AW_NOTICE_EXPIRED || _i == AW_MAIN_NOTICE_MSG;
     f.type = notice ? PM__FT_UNDELIVERABLE : PM__FT_REPLY;
     f.error = notice ? -EHOSTDOWN : 0;
-    f.dst = 10;
+    f.dst = _i == AW_MAIN_NOTICE_MSG ? 0 : 10;
     f.dst_inc = 1;
     f.src = _i == AW_OTHER_PORT ? 12 : 11;
     f.src_inc = 3;
-    f.request_id = _i == AW_NOTICE_MSG ? 0 : _i == AW_OTHER_ID || _i == AW_NOTICE_OTHER_ID ? 6 : 5;
+    f.request_id = _i == AW_NOTICE_MSG || _i == AW_REPLY_ID0 || _i == AW_MAIN_NOTICE_MSG ? 0
+                   : _i == AW_OTHER_ID || _i == AW_NOTICE_OTHER_ID                    ? 6
+                                                                                      : 5;
     f.len = notice ? 0 : 2;
     unsigned char buf[PM__FRAME_HDR_SIZE + 2];
     pm__frame_encode(&f, buf);
@@ -2325,9 +2334,11 @@ START_TEST(test_link_answer_rules)
     if (_i == AW_TWICE)
         pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + f.len);
 
-    int delivered = _i == AW_REPLY || _i == AW_TWICE || _i == AW_NOTICE || _i == AW_NOTICE_MSG;
+    int delivered = _i == AW_REPLY || _i == AW_TWICE || _i == AW_NOTICE || _i == AW_NOTICE_MSG ||
+                    _i == AW_NOTICE_EXPIRED;
     int late = _i == AW_TWICE || _i == AW_OTHER_ID || _i == AW_OTHER_PORT ||
-               _i == AW_NOTICE_OTHER_ID || _i == AW_EXPIRED || _i == AW_REQUESTER_GONE;
+               _i == AW_NOTICE_OTHER_ID || _i == AW_EXPIRED || _i == AW_REQUESTER_GONE ||
+               _i == AW_REPLY_ID0 || _i == AW_MAIN_NOTICE_MSG;
     ck_assert_uint_eq(h.late_replies - late0, (uint64_t)late);
     ck_assert_uint_eq(h.replies_dropped - dropped0, _i == AW_ANSWERS_FULL || _i == AW_CORRUPT);
     ck_assert_int_eq(unit_faults, _i == AW_CORRUPT);
