@@ -6,6 +6,35 @@
 #include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
 #include "failmmap.h"  /* mmap: this program's, refusing a length on demand */
 
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033 /* linux/fcntl.h: F_LINUX_SPECIFIC_BASE + 9 */
+#endif
+
+/* fcntl: this program's (the library is linked in statically, so its
+ * calls bind here), refusing to seal a memfd while pm_test_seal_fail is
+ * set: a reassembled message that cannot be sealed (hub_linkin.c
+ * frag_deliver). Every other call goes to the kernel as glibc's would
+ * (the third argument read as a long, as glibc's own fcntl does). */
+static int pm_test_seal_fail;
+
+int fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    long arg = va_arg(ap, long);
+    va_end(ap);
+    if (pm_test_seal_fail && cmd == F_ADD_SEALS) {
+        errno = EPERM;
+        return -1;
+    }
+    return (int)syscall(SYS_fcntl, fd, cmd, arg);
+}
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -2367,6 +2396,49 @@ START_TEST(test_link_answer_rules)
 END_TEST
 
 /*
+ * A reply in the very millisecond its request expires is delivered; only
+ * one after it is late (hub_linkin.c pm__hub_link_answer: the requester
+ * gave up once its expiry has passed). Decided by the clock, not by
+ * speed: a try in which the clock moved between setting the expiry and
+ * the reply's handling says nothing and is made again.
+ */
+START_TEST(test_link_answer_at_expiry)
+{
+    for (int tries = 0;; tries++) {
+        ck_assert_int_lt(tries, 1000);
+        pm__hub h;
+        pm__channel hub_end, worker;
+        int b = unit_hub_port(&h, &hub_end, &worker);
+        pm__frame_hdr r = unit_to_b(b, PM__FT_REQUEST, 5, (int64_t)pm__now_ms() + 600000);
+        ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "q", 1), 0);
+        pm__hub_port_service(&h, 0);
+        ck_assert_uint_eq(h.links[b].ninflight, 1);
+        pm__frame_hdr f;
+        memset(&f, 0, sizeof(f));
+        f.type = PM__FT_REPLY;
+        f.dst = 10;
+        f.dst_inc = 1;
+        f.src = 11;
+        f.src_inc = 3;
+        f.request_id = 5;
+        unsigned char buf[PM__FRAME_HDR_SIZE];
+        size_t n = wire(&f, buf);
+        uint64_t late0 = h.late_replies;
+        int64_t t = (int64_t)pm__now_ms();
+        h.links[b].inflight[0].expires_ms = t;
+        pm__hub_link_frame(&h, (uint16_t)b, buf, n);
+        int same = (int64_t)pm__now_ms() == t;
+        uint64_t late = h.late_replies - late0;
+        pm__hub_free(&h);
+        if (same) {
+            ck_assert_uint_eq(late, 0);
+            break;
+        }
+    }
+}
+END_TEST
+
+/*
  * A worker's frame for a remote host (hub_link.c pm__hub_relay_remote and
  * relay_remote_frame), one row each: the worker of port 0 (address port
  * 10, incarnation 1) sends b's port 11. Sent: on the link in wire form
@@ -3040,11 +3112,12 @@ static int big_asker(pm_node *n, void *arg)
  * to the worker's request over the link: delivered as its answer. A
  * fragment that cannot be written (RLIMIT_FSIZE lowered mid-message):
  * the message dropped and counted once, its later fragments ignored,
- * nothing sent back.
+ * nothing sent back. Whole but its memfd cannot be sealed: dropped and
+ * counted, never delivered unsealed.
  */
 enum { FG_MSG, FG_REQUEST, FG_TOO_BIG, FG_TOO_BIG_REPLY, FG_NO_SUCH_PORT, FG_REPLY_NO_SUCH_PORT,
        FG_NOT_READY, FG_MAIN_UNMAPPED, FG_QUEUED, FG_AT_FD0, FG_NO_ROOM, FG_REPLY, FG_WRITE_FAILS,
-       FG_ROWS };
+       FG_NO_SEAL, FG_ROWS };
 
 START_TEST(test_link_frag_rules)
 {
@@ -3069,6 +3142,7 @@ START_TEST(test_link_frag_rules)
     }
     if (_i == FG_QUEUED)
         unit_ring_full(&h);
+    pm_test_seal_fail = _i == FG_NO_SEAL;
     if (_i == FG_AT_FD0)
         close(0); /* the memfd made at the first fragment lands there */
     struct rlimit fsize0;
@@ -3109,6 +3183,7 @@ START_TEST(test_link_frag_rules)
             ck_assert_uint_eq(nsent, 0); /* nothing before it is whole */
     }
     pm_test_mmap_fail_len = 0;
+    pm_test_seal_fail = 0;
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &fsize0), 0);
     if (_i == FG_AT_FD0 && fcntl(0, F_GETFD) < 0)
         ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
@@ -3118,7 +3193,8 @@ START_TEST(test_link_frag_rules)
     ck_assert_uint_eq(nsent, err != 0);
     if (err != 0)
         unit_expect_notice(err, dst);
-    int lost = _i == FG_TOO_BIG || _i == FG_TOO_BIG_REPLY || _i == FG_NO_ROOM || _i == FG_WRITE_FAILS;
+    int lost = _i == FG_TOO_BIG || _i == FG_TOO_BIG_REPLY || _i == FG_NO_ROOM || _i == FG_WRITE_FAILS ||
+               _i == FG_NO_SEAL;
     ck_assert_uint_eq(pm_test_link_frag_dropped(&h, (unsigned)b), (uint64_t)lost);
     ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), _i == FG_REPLY_NO_SUCH_PORT);
     ck_assert_uint_eq(h.links[b].big_in, (uint64_t)!lost);
@@ -3215,6 +3291,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 2, 30);
     PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_bcast_notice_rules, 30);
+    PM_ADD_TEST(s, test_link_answer_at_expiry, 60);
     PM_ADD_LOOP_TEST(s, test_link_frag_send_rules, 0, FS_ROWS, 30);
     PM_ADD_TEST(s, test_link_child_fds, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
