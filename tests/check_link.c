@@ -2308,13 +2308,16 @@ END_TEST
  * message passes without an entry). A notice about a request past its
  * expiry: delivered (the worker's own call has given up and drops it; a
  * reply's payload would be the hub's to drop). A notice about a message to
- * main: late (main takes answers to its own requests only). The
+ * main: late (main takes answers to its own requests only). A notice
+ * about a message while the worker has a request numbered 0 over the
+ * link (a raw frame: pm_node_request never numbers one 0): delivered, and
+ * it answers no request (the entry stays). The
  * worker's answers at their bound: dropped, counted in replies_dropped.
  * Its ring corrupt: the worker faulted.
  */
 enum { AW_REPLY, AW_TWICE, AW_OTHER_ID, AW_OTHER_PORT, AW_NOTICE, AW_NOTICE_MSG,
        AW_NOTICE_OTHER_ID, AW_EXPIRED, AW_REQUESTER_GONE, AW_REPLY_ID0, AW_NOTICE_EXPIRED,
-       AW_MAIN_NOTICE_MSG, AW_ANSWERS_FULL, AW_CORRUPT, AW_ROWS };
+       AW_MAIN_NOTICE_MSG, AW_ZERO_ID_REQUEST, AW_ANSWERS_FULL, AW_CORRUPT, AW_ROWS };
 
 START_TEST(test_link_answer_rules)
 {
@@ -2323,7 +2326,8 @@ START_TEST(test_link_answer_rules)
     int b = unit_hub_port(&h, &hub_end, &worker);
     pm__port *d = &h.ports[0];
     /* The worker's request to t@b:11 goes over the link. */
-    pm__frame_hdr r = unit_to_b(b, PM__FT_REQUEST, 5, (int64_t)pm__now_ms() + 600000);
+    pm__frame_hdr r = unit_to_b(b, PM__FT_REQUEST, _i == AW_ZERO_ID_REQUEST ? 0 : 5,
+                                (int64_t)pm__now_ms() + 600000);
     ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "q", 1), 0);
     nsent = 0;
     pm__hub_port_service(&h, 0);
@@ -2344,14 +2348,16 @@ START_TEST(test_link_answer_rules)
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     int notice = _i == AW_NOTICE || _i == AW_NOTICE_MSG || _i == AW_NOTICE_OTHER_ID ||
-                 _i == AW_NOTICE_EXPIRED || _i == AW_MAIN_NOTICE_MSG;
+                 _i == AW_NOTICE_EXPIRED || _i == AW_MAIN_NOTICE_MSG || _i == AW_ZERO_ID_REQUEST;
     f.type = notice ? PM__FT_UNDELIVERABLE : PM__FT_REPLY;
     f.error = notice ? -EHOSTDOWN : 0;
     f.dst = _i == AW_MAIN_NOTICE_MSG ? 0 : 10;
     f.dst_inc = 1;
     f.src = _i == AW_OTHER_PORT ? 12 : 11;
     f.src_inc = 3;
-    f.request_id = _i == AW_NOTICE_MSG || _i == AW_REPLY_ID0 || _i == AW_MAIN_NOTICE_MSG ? 0
+    f.request_id = _i == AW_NOTICE_MSG || _i == AW_REPLY_ID0 || _i == AW_MAIN_NOTICE_MSG ||
+                           _i == AW_ZERO_ID_REQUEST
+                       ? 0
                    : _i == AW_OTHER_ID || _i == AW_NOTICE_OTHER_ID                    ? 6
                                                                                       : 5;
     f.len = notice ? 0 : 2;
@@ -2364,7 +2370,7 @@ START_TEST(test_link_answer_rules)
         pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + f.len);
 
     int delivered = _i == AW_REPLY || _i == AW_TWICE || _i == AW_NOTICE || _i == AW_NOTICE_MSG ||
-                    _i == AW_NOTICE_EXPIRED;
+                    _i == AW_NOTICE_EXPIRED || _i == AW_ZERO_ID_REQUEST;
     int late = _i == AW_TWICE || _i == AW_OTHER_ID || _i == AW_OTHER_PORT ||
                _i == AW_NOTICE_OTHER_ID || _i == AW_EXPIRED || _i == AW_REQUESTER_GONE ||
                _i == AW_REPLY_ID0 || _i == AW_MAIN_NOTICE_MSG;
@@ -2372,7 +2378,8 @@ START_TEST(test_link_answer_rules)
     ck_assert_uint_eq(h.replies_dropped - dropped0, _i == AW_ANSWERS_FULL || _i == AW_CORRUPT);
     ck_assert_int_eq(unit_faults, _i == AW_CORRUPT);
     int taken = delivered || _i == AW_EXPIRED || _i == AW_REQUESTER_GONE || _i >= AW_ANSWERS_FULL;
-    ck_assert_uint_eq(h.links[b].ninflight, _i == AW_NOTICE_MSG ? 1u : (uint32_t)!taken);
+    int kept = _i == AW_NOTICE_MSG || _i == AW_ZERO_ID_REQUEST;
+    ck_assert_uint_eq(h.links[b].ninflight, kept ? 1u : (uint32_t)!taken);
     ck_assert_uint_eq(nsent, 0); /* nothing goes back for an answer */
     if (_i >= AW_ANSWERS_FULL) {
         pm__hub_free(&h);
