@@ -437,7 +437,10 @@ PM_EXTERN int pm_options_set_ring_size(pm_options *o, size_t bytes);
  * to another host (a worker's or main's) crosses its peer link in fragments
  * and is reassembled there within that host's limit (an -EMSGSIZE answer
  * above it); main's returns -EAGAIN while its previous large message to
- * that host is still crossing (doc/design.md, Peer links). */
+ * that host is still crossing (doc/design.md, Peer links). A supervisor
+ * under an RLIMIT_FSIZE below a message (systemd's LimitFSIZE=) refuses
+ * main's with -EFBIG and a peer's with -ENOBUFS to its sender, rather
+ * than be ended by SIGXFSZ. */
 PM_EXTERN int pm_options_set_max_message(pm_options *o, size_t bytes);
 
 enum pm_ready_mode {

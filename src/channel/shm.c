@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #ifndef MFD_CLOEXEC
@@ -35,6 +36,21 @@ int pm__memfd_new(const char *name)
 {
     int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     return fd < 0 ? -errno : fd;
+}
+
+/* Checked before a memfd is sized or written, not left to the kernel: past
+ * RLIMIT_FSIZE, ftruncate and write fail with EFBIG only after raising
+ * SIGXFSZ, whose default action ends the process: a supervisor under
+ * systemd's LimitFSIZE= would die of a peer's large message, a worker
+ * given `fsize` of its own pm_node_send. A library does not take over
+ * the signal's disposition; it asks first. The limit is read each time:
+ * it can change under us (prlimit). */
+int pm__memfd_size_ok(uint64_t len)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_FSIZE, &r) < 0 || r.rlim_cur == RLIM_INFINITY)
+        return 0;
+    return len > (uint64_t)r.rlim_cur ? -EFBIG : 0;
 }
 
 static int seals_of(int kind)

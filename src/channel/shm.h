@@ -8,6 +8,7 @@
 #define PM_SHM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* What a sealed memfd holds, which says its seals (shm.c spells them). */
 enum {
@@ -17,6 +18,11 @@ enum {
 
 /* A new, empty memfd that can be sealed, close-on-exec: the fd or -errno. */
 int pm__memfd_new(const char *name);
+
+/* Whether this process may size or write a memfd to len bytes: 0, or
+ * -EFBIG above its RLIMIT_FSIZE (which would raise SIGXFSZ, whose default
+ * action ends the process). */
+int pm__memfd_size_ok(uint64_t len);
 
 /* Adds kind's seals (and F_SEAL_SEAL: the set is final). 0 or -errno;
  * EBUSY for PM__SEAL_FROZEN while a writable shared mapping exists. */

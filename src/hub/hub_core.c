@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "channel/bigmsg.h"
+#include "channel/shm.h" /* pm__memfd_size_ok */
 #include "hub_int.h"
 
 /* How often expired requests are forgotten (at most; sooner with a
@@ -263,7 +264,11 @@ int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc)
 int pm__hub_main_memfd(const pm__hub *h, const void *data, size_t len)
 {
     (void)h; /* len was checked against max_message by main's calls */
-    return pm__bigmsg_create(data, len);
+    /* Within the supervisor's RLIMIT_FSIZE, asked first: past it the
+     * write would raise SIGXFSZ and end the supervisor (a worker's own
+     * pm__bigmsg_create is left to the limit its operator gave it). */
+    int rc = pm__memfd_size_ok(len);
+    return rc < 0 ? rc : pm__bigmsg_create(data, len);
 }
 
 /* Closes the fds p holds for large messages: the records taken ahead of

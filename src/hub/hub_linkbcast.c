@@ -30,9 +30,10 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
     pm__hub *h = rb->h;
     /* Never NULL: the BCAST came in on this host's link, and the links
      * outlive every broadcast (pm__hub_free ends the broadcasts before it
-     * frees the links). A link that went down meanwhile gets nothing: the
-     * far end settled this host when it went (doc/protocol.md 6), and
-     * nothing is counted as dropped for lack of room. */
+     * frees the links). A link that is down now gets nothing: the far end
+     * settled this host when it went (doc/protocol.md 6), and nothing is
+     * counted as dropped for lack of room. (One that came back up since
+     * gets the results, which the far end counts late.) */
     pm__hub_link *l = pm__hub_link_of(h, rb->host);
     uint32_t sent = 0;
     for (size_t i = 0; i < n && l->up; i++) {

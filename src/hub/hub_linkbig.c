@@ -63,8 +63,10 @@ static int frag_read(int fd, unsigned char *buf, size_t n, uint64_t off)
 void pm__hub_link_frag_pump(pm__hub *h, pm__hub_link *l)
 {
     unsigned char *body = h->link_buf + PM__FRAME_HDR_SIZE;
-    /* No test of l->up: a link going down ends its message first
-     * (pm__hub_link_down), and a put on a down link fails anyway. */
+    /* No test of l->up: nothing pumps a link that is down (the pump runs
+     * from a new message or a drain of an up link; pm__hub_link_down and
+     * pm__hub_free end or drop its message); were it to run, the put fails
+     * and the fragment read is wiped below. */
     while (l->tx_fd >= 0) {
         uint64_t left = l->tx_total - l->tx_off;
         size_t n = left < PM__FRAG_DATA_MAX ? (size_t)left : PM__FRAG_DATA_MAX;
@@ -82,9 +84,13 @@ void pm__hub_link_frag_pump(pm__hub *h, pm__hub_link *l)
         w.len = (uint32_t)(PM__FRAG_HDR_SIZE + n);
         /* -ENOBUFS: resumed when the queue drains (pm__hub_link_writable);
          * -EHOSTUNREACH: the link is going down, and pm__hub_link_down
-         * ends the message. */
-        if (pm__hub_link_put(h, l, &w, body) < 0)
+         * ends the message. A put that was sent wiped the buffer; one
+         * refused before it (a link down) did not: wiped here, so
+         * link_buf never keeps a worker's message. */
+        if (pm__hub_link_put(h, l, &w, body) < 0) {
+            explicit_bzero(body, PM__FRAG_HDR_SIZE + n);
             return;
+        }
         l->tx_off += n;
         if (l->tx_off == l->tx_total) {
             l->big_out++;

@@ -217,8 +217,10 @@ void pm__hub_link_frag_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm__
             l->frag_dropped++;
         return;
     case PM__FRAG_BEGIN: {
-        /* Sized now (sparse: pages are allocated as fragments land). */
-        int fd = pm__memfd_new("procmesh-link");
+        /* Sized now (sparse: pages are allocated as fragments land),
+         * within our RLIMIT_FSIZE (pm__memfd_size_ok: past it the kernel
+         * would raise SIGXFSZ). */
+        int fd = pm__memfd_size_ok(fh.total) < 0 ? -EFBIG : pm__memfd_new("procmesh-link");
         if (fd < 0 || ftruncate(fd, (off_t)fh.total) < 0) {
             pm__close(fd);
             l->rx.active = 0;
