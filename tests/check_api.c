@@ -634,11 +634,8 @@ END_TEST
  * the next request, with memory, goes in. */
 START_TEST(test_inflight_table_cannot_grow)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_inflight_table_cannot_grow runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_inflight_table_cannot_grow"))
         return;
-    }
     pm__hub *h = lone_hub(2);
     pm__port *t = &h->ports[1];
     for (uint64_t id = 1; id <= 16; id++)
@@ -867,11 +864,8 @@ static void lone_answer(pm__hub *h, pm__channel *worker)
  */
 START_TEST(test_lone_broadcast_out_of_memory)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_lone_broadcast_out_of_memory runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_lone_broadcast_out_of_memory"))
         return;
-    }
     long enomem = 0, eagain = 0;
     for (long k = 1;; k++) {
         ck_assert_int_lt(k, 100);
@@ -1220,11 +1214,8 @@ END_TEST
  * allocation of the answer's service failing in turn. */
 START_TEST(test_lone_mesh_result_out_of_memory)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_lone_mesh_result_out_of_memory runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_lone_mesh_result_out_of_memory"))
         return;
-    }
     pm__hub *h = lone_hub(2);
     pm__channel hub_end, worker;
     lone_port(h, &hub_end, &worker);
@@ -1717,11 +1708,8 @@ static void lone_marker_hook(const void *p, size_t size)
  * the broadcast ends still holds a reply, which the callback did get. */
 START_TEST(test_lone_broadcast_copies_wiped)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_lone_broadcast_copies_wiped runs in the build without a "
-                        "sanitizer only (the sanitizer's free is its own)\n");
+    if (!pm_failalloc_here("test_lone_broadcast_copies_wiped"))
         return;
-    }
     pm__hub *h = lone_hub(2);
     pm__channel hub_end, worker;
     lone_port(h, &hub_end, &worker);
@@ -1970,11 +1958,8 @@ static int lone_link_send(void *arg, const void *frame, size_t len)
  */
 START_TEST(test_lone_local_frames_no_credit)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_lone_local_frames_no_credit runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_lone_local_frames_no_credit"))
         return;
-    }
     pm__hub *h = lone_hub(2);
     pm__hub_peer_mode(h);
     ck_assert_int_eq(pm__hub_host_index(h, "b"), 1);
@@ -4551,11 +4536,8 @@ END_TEST
  */
 START_TEST(test_lone_request_out_of_memory)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_lone_request_out_of_memory runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_lone_request_out_of_memory"))
         return;
-    }
     long enomem = 0;
     for (long k = 1;; k++) {
         ck_assert_int_lt(k, 100);

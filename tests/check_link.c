@@ -1408,11 +1408,8 @@ END_TEST
  */
 START_TEST(test_link_main_request_out_of_memory)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_link_main_request_out_of_memory runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_link_main_request_out_of_memory"))
         return;
-    }
     long enomem = 0;
     for (long k = 1;; k++) {
         ck_assert_int_lt(k, 100);
@@ -2115,11 +2112,8 @@ END_TEST
  */
 START_TEST(test_link_bcast_in_out_of_memory)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_link_bcast_in_out_of_memory runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_link_bcast_in_out_of_memory"))
         return;
-    }
     unsigned not_asked = 0;
     for (long k = 1;; k++) {
         ck_assert_int_lt(k, 100);

@@ -1489,11 +1489,8 @@ END_TEST
  */
 START_TEST(test_seccomp_alloc_failures)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_seccomp_alloc_failures runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_seccomp_alloc_failures"))
         return;
-    }
     ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
     for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
         pm__seccomp_prog whole;
@@ -1545,11 +1542,8 @@ END_TEST
  */
 START_TEST(test_seccomp_out_of_memory)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_seccomp_out_of_memory runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_seccomp_out_of_memory"))
         return;
-    }
     ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
     for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
         pm__seccomp_prog whole;

@@ -171,11 +171,8 @@ static int proc_maps(pid_t pid, const char *what)
 
 START_TEST(test_spawn_alloc_failures)
 {
-    if (!PM_FAILALLOC) {
-        fprintf(stderr, "note: test_spawn_alloc_failures runs in the build without a "
-                        "sanitizer only (the sanitizer's malloc is its own)\n");
+    if (!pm_failalloc_here("test_spawn_alloc_failures"))
         return;
-    }
     pm_options *o = opts(2);
     if (_i)
         exec_opts(o, "run", NULL);

@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -187,5 +188,18 @@ PM_FAILALLOC_VIS void free(void *p)
     __libc_free(p);
 }
 #endif
+
+/* Whether allocation failures can be armed in this build: 1, or 0 with a
+ * note naming the test that does nothing here (the sanitizer build, whose
+ * malloc and free are its own; the build without one runs it). A test
+ * that needs them begins `if (!pm_failalloc_here("name")) return;`. */
+static inline int pm_failalloc_here(const char *test)
+{
+    if (PM_FAILALLOC)
+        return 1;
+    fprintf(stderr, "note: %s runs in the build without a sanitizer only (the sanitizer's "
+                    "malloc and free are its own)\n", test);
+    return 0;
+}
 
 #endif /* PM_TESTS_FAILALLOC_H */
