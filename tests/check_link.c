@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* check_link.c - peer links between real supervisors on 127.0.0.1: cross-host request/reply with stamped identities (workers and main), mesh broadcast over three hosts, host incarnations (refused duplicate, pinned replacement, -ESTALE), a wrong secret, a peer killed. */
+/* check_link.c - peer links between real supervisors on 127.0.0.1: cross-host request/reply with stamped identities (workers and main), mesh broadcast over three hosts, host incarnations (refused duplicate, pinned replacement, -ESTALE), a wrong secret, a peer killed; and on a unit hub (no sockets, its link sends captured) the link port's rules, function by function. */
 #include <check.h>
 
 #include "helpers.h"
@@ -1017,6 +1017,7 @@ static int capture_decode_rc; /* then: a frame that did not decode */
 static int capture_frag_rc;   /* nonzero: the link refuses FRAGs only, with it */
 static pm__frag_hdr sent_frag[8]; /* a FRAG's fragment header, beside its frame's */
 static size_t sent_frag_n[8];     /* and its data's length */
+static unsigned char sent_body[8][16]; /* a frame's first payload bytes */
 
 static int capture_send(void *arg, const void *frame, size_t len)
 {
@@ -1026,6 +1027,10 @@ static int capture_send(void *arg, const void *frame, size_t len)
     if (capture_frag_rc != 0 && len > 1 && ((const unsigned char *)frame)[1] == PM__FT_FRAG)
         return capture_frag_rc;
     int rc = pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &sent[nsent % 8]);
+    if (rc == 0) {
+        size_t body = sent[nsent % 8].len < 16 ? sent[nsent % 8].len : 16;
+        memcpy(sent_body[nsent % 8], (const unsigned char *)frame + PM__FRAME_HDR_SIZE, body);
+    }
     if (rc == 0 && sent[nsent % 8].type == PM__FT_FRAG)
         rc = pm__frag_decode((const unsigned char *)frame + PM__FRAME_HDR_SIZE,
                              sent[nsent % 8].len, &sent_frag[nsent % 8], &sent_frag_n[nsent % 8]);
@@ -2403,6 +2408,380 @@ END_TEST
  * speed: a try in which the clock moved between setting the expiry and
  * the reply's handling says nothing and is made again.
  */
+/*
+ * hub_linkbase.c's lookups: a host's link (none before any link is up, for
+ * the local host or past the hosts' bound), and the address ports of this
+ * host (0: the supervisor; base_port + i: port i; past the last port or
+ * below the first: -ENOENT).
+ */
+START_TEST(test_link_base_lookups)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub h;
+    ck_assert_int_eq(pm__hub_init(&h, 2, &names, NULL, &quiet_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    ck_assert_int_ge(b, 1);
+    ck_assert_ptr_null(pm__hub_link_of(&h, (uint16_t)b)); /* no link up yet: no table */
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    ck_assert_ptr_eq(pm__hub_link_of(&h, (uint16_t)b), &h.links[b]);
+    ck_assert_ptr_eq(pm__hub_link_of(&h, PM__MAX_HOSTS - 1), &h.links[PM__MAX_HOSTS - 1]);
+    ck_assert_ptr_null(pm__hub_link_of(&h, PM__HOST_LOCAL));
+    ck_assert_ptr_null(pm__hub_link_of(&h, PM__MAX_HOSTS));
+    ck_assert_ptr_null(pm__hub_link_of(&h, UINT16_MAX));
+
+    ck_assert_uint_eq(pm__hub_link_port_of(&h, PM__NODE_MAIN), 0);
+    ck_assert_uint_eq(pm__hub_link_port_of(&h, 1), 11);
+    uint32_t node = 77;
+    ck_assert_int_eq(pm__hub_link_node_of(&h, 0, &node), 0);
+    ck_assert_uint_eq(node, PM__NODE_MAIN);
+    ck_assert_int_eq(pm__hub_link_node_of(&h, 10, &node), 0);
+    ck_assert_uint_eq(node, 0);
+    ck_assert_int_eq(pm__hub_link_node_of(&h, 11, &node), 0);
+    ck_assert_uint_eq(node, 1);
+    node = 77;
+    ck_assert_int_eq(pm__hub_link_node_of(&h, 12, &node), -ENOENT); /* one past the last */
+    ck_assert_int_eq(pm__hub_link_node_of(&h, 9, &node), -ENOENT);  /* below the first */
+    ck_assert_int_eq(pm__hub_link_node_of(&h, UINT32_MAX, &node), -ENOENT);
+    ck_assert_uint_eq(node, 77);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * Putting a frame onto a link (hub_linkbase.c pm__hub_link_put and
+ * _put_or_drop): no link or a down one, -EHOSTUNREACH and nothing sent;
+ * sent, the header and payload as given, counted in the link's frames out,
+ * the buffer wiped after; a FRAG's data read in place; the link full,
+ * -ENOBUFS; the link failing, -EHOSTUNREACH. _or_drop counts each refusal
+ * on the link (and none for no link at all).
+ */
+START_TEST(test_link_base_put_rules)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm__hub_link *l = &h.links[b];
+    pm__frame_hdr f = link_request();
+    f.len = 3;
+    ck_assert_int_eq(pm__hub_link_put(&h, NULL, &f, "abc"), -EHOSTUNREACH);
+    ck_assert_int_eq(pm__hub_link_put_or_drop(&h, NULL, &f, "abc"), -EHOSTUNREACH);
+    ck_assert_uint_eq(nsent, 0);
+
+    ck_assert_int_eq(pm__hub_link_put(&h, l, &f, "abc"), 0);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_uint_eq(sent[0].type, PM__FT_REQUEST);
+    ck_assert_uint_eq(sent[0].len, 3);
+    ck_assert_uint_eq(sent[0].request_id, 5);
+    ck_assert_mem_eq(sent_body[0], "abc", 3);
+    ck_assert_uint_eq(l->frames_out, 1);
+    for (size_t i = 0; i < PM__FRAME_HDR_SIZE + 3; i++)
+        ck_assert_uint_eq(h.link_buf[i], 0);
+
+    /* A FRAG's data is read where it already is (the buffer's payload). */
+    memcpy(h.link_buf + PM__FRAME_HDR_SIZE, "wxyz", 4);
+    f.len = 4;
+    ck_assert_int_eq(pm__hub_link_put(&h, l, &f, h.link_buf + PM__FRAME_HDR_SIZE), 0);
+    ck_assert_uint_eq(nsent, 2);
+    ck_assert_mem_eq(sent_body[1], "wxyz", 4);
+    f.len = 0;
+    ck_assert_int_eq(pm__hub_link_put_or_drop(&h, l, &f, NULL), 0);
+    ck_assert_uint_eq(nsent, 3);
+    ck_assert_uint_eq(sent[2].len, 0);
+    ck_assert_uint_eq(l->frames_out, 3);
+    ck_assert_uint_eq(l->dropped, 0);
+
+    capture_rc = -EAGAIN;
+    ck_assert_int_eq(pm__hub_link_put(&h, l, &f, NULL), -ENOBUFS);
+    ck_assert_uint_eq(l->dropped, 0);
+    ck_assert_int_eq(pm__hub_link_put_or_drop(&h, l, &f, NULL), -ENOBUFS);
+    ck_assert_uint_eq(l->dropped, 1);
+    capture_rc = -EPIPE;
+    ck_assert_int_eq(pm__hub_link_put(&h, l, &f, NULL), -EHOSTUNREACH);
+    ck_assert_uint_eq(l->frames_out, 3);
+    capture_rc = 0;
+
+    pm__hub_link_down(&h, (uint16_t)b);
+    ck_assert_int_eq(pm__hub_link_put(&h, l, &f, NULL), -EHOSTUNREACH);
+    ck_assert_int_eq(pm__hub_link_put_or_drop(&h, l, &f, NULL), -EHOSTUNREACH);
+    ck_assert_uint_eq(nsent, 3);
+    ck_assert_uint_eq(l->frames_out, 3);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * A local frame's wire form (hub_linkbase.c pm__hub_link_wire_hdr): both
+ * hosts 0, the source as our address port, the rest as given; a deadline
+ * as milliseconds remaining, at least 1 (one due now, or past, crosses as
+ * 1: a 0 would read "no deadline" on the far side); no deadline stays 0.
+ * The row "due now" is decided by the clock: read before and after the
+ * call, the same millisecond.
+ */
+START_TEST(test_link_base_wire_hdr)
+{
+    pm__hub h;
+    unit_hub(&h, 0);
+    pm__frame_hdr f = link_request();
+    f.dst_host = 4;
+    f.src_host = 3;
+    f.dst_inc = 9;
+    pm__frame_hdr w = pm__hub_link_wire_hdr(&h, &f, 1);
+    ck_assert_uint_eq(w.dst_host, 0);
+    ck_assert_uint_eq(w.src_host, 0);
+    ck_assert_uint_eq(w.src, 11);
+    ck_assert_uint_eq(w.src_inc, 7);
+    ck_assert_uint_eq(w.dst, 10);
+    ck_assert_uint_eq(w.dst_inc, 9);
+    ck_assert_uint_eq(w.request_id, 5);
+    ck_assert_int_eq(w.deadline_ms, 0);
+    ck_assert_uint_eq(pm__hub_link_wire_hdr(&h, &f, PM__NODE_MAIN).src, 0);
+
+    int64_t t0 = (int64_t)pm__now_ms();
+    f.deadline_ms = t0 + 60000;
+    w = pm__hub_link_wire_hdr(&h, &f, 1);
+    ck_assert_int_le(w.deadline_ms, 60000);
+    ck_assert_int_gt(w.deadline_ms, 0);
+    f.deadline_ms = 1; /* long past */
+    ck_assert_int_eq(pm__hub_link_wire_hdr(&h, &f, 1).deadline_ms, 1);
+    for (int tries = 0;; tries++) {
+        ck_assert_int_lt(tries, 100000);
+        int64_t t = (int64_t)pm__now_ms();
+        f.deadline_ms = t;
+        w = pm__hub_link_wire_hdr(&h, &f, 1);
+        if ((int64_t)pm__now_ms() == t) {
+            ck_assert_int_eq(w.deadline_ms, 1);
+            break;
+        }
+    }
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * The table of requests in flight over a link (hub_linkbase.c
+ * pm__hub_link_inflight_add and _take): an entry keeps the requester, the
+ * target and both incarnations, and lives the hub's inflight lifetime or
+ * to the request's deadline when that is sooner; an answer takes it only
+ * when requester, id and target all match. An expired entry stays until
+ * the table is full (no timer walks it); a full table forgets the expired
+ * first (one due this millisecond included, decided by the clock) and
+ * grows only when none has.
+ */
+START_TEST(test_link_base_inflight_rules)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm__hub_link *l = &h.links[b];
+    pm__frame_hdr f = link_request();
+    f.dst = 20;
+    f.dst_inc = 4;
+    int64_t t0 = (int64_t)pm__now_ms();
+    ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
+    int64_t t1 = (int64_t)pm__now_ms();
+    ck_assert_uint_eq(l->ninflight, 1);
+    ck_assert_uint_eq(l->cap, 64);
+    const int64_t life = (int64_t)h.inflight_lifetime_ms;
+    ck_assert_int_ge(l->inflight[0].expires_ms, t0 + life); /* no deadline */
+    ck_assert_int_le(l->inflight[0].expires_ms, t1 + life);
+    f.request_id = 6;
+    f.deadline_ms = t1 + life + 100000; /* later than the lifetime */
+    ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
+    ck_assert_int_le(l->inflight[1].expires_ms, (int64_t)pm__now_ms() + life);
+    f.request_id = 7;
+    f.deadline_ms = t1 + 5000; /* sooner */
+    ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
+    ck_assert_int_eq(l->inflight[2].expires_ms, t1 + 5000);
+    f.request_id = 8;
+    f.deadline_ms = 1; /* long past: expired at once, but kept */
+    ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
+    f.request_id = 9;
+    f.deadline_ms = 0;
+    ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 12, 2), 0);
+    ck_assert_uint_eq(l->ninflight, 5);
+
+    pm__remote_inflight e;
+    ck_assert_int_eq(pm__hub_link_inflight_take(l, 12, 5, 20, &e), 0); /* another requester */
+    ck_assert_int_eq(pm__hub_link_inflight_take(l, 11, 4, 20, &e), 0); /* another id */
+    ck_assert_int_eq(pm__hub_link_inflight_take(l, 11, 5, 21, &e), 0); /* another target */
+    ck_assert_int_eq(pm__hub_link_inflight_take(l, 11, 5, 20, &e), 1);
+    ck_assert_uint_eq(e.requester, 11);
+    ck_assert_uint_eq(e.requester_inc, 7);
+    ck_assert_uint_eq(e.target, 20);
+    ck_assert_uint_eq(e.target_inc, 4);
+    ck_assert_uint_eq(e.request_id, 5);
+    ck_assert_int_eq(pm__hub_link_inflight_take(l, 11, 5, 20, &e), 0); /* taken once */
+    ck_assert_int_eq(pm__hub_link_inflight_take(l, 11, 8, 20, &e), 1); /* the expired one */
+    ck_assert_uint_eq(l->ninflight, 3);
+
+    /* Full of live entries, one due this very millisecond: it goes, the
+     * table does not grow. */
+    f.deadline_ms = 0;
+    for (uint64_t id = 100; l->ninflight < l->cap; id++) {
+        f.request_id = id;
+        ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
+    }
+    for (int tries = 0;; tries++) {
+        ck_assert_int_lt(tries, 100000);
+        ck_assert_uint_eq(l->ninflight, 64);
+        int64_t t = (int64_t)pm__now_ms();
+        l->inflight[3].expires_ms = t;
+        f.request_id = 1000 + (uint64_t)tries;
+        ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
+        if ((int64_t)pm__now_ms() == t)
+            break;
+    }
+    ck_assert_uint_eq(l->ninflight, 64);
+    ck_assert_uint_eq(l->cap, 64);
+    /* None expired: it grows. */
+    ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
+    ck_assert_uint_eq(l->ninflight, 65);
+    ck_assert_uint_eq(l->cap, 128);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * Main's frames to a host (hub_linkbase.c pm__hub_link_main_frame and
+ * pm__hub_link_bcast): the link when up, the frame cleared with its type,
+ * length, destination port and main as its source; the local host, a host
+ * with no link or a down one: NULL (bcast: -EHOSTUNREACH), counted
+ * unreachable, nothing sent. A BCAST goes to the remote supervisor (port
+ * 0) from ours, its deadline as milliseconds remaining.
+ */
+START_TEST(test_link_base_main_frames)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    int c = pm__hub_host_index(&h, "c");
+    pm__frame_hdr f;
+    memset(&f, 0xAA, sizeof(f));
+    ck_assert_ptr_eq(pm__hub_link_main_frame(&h, (uint16_t)b, PM__FT_MSG, 12, 3, &f), &h.links[b]);
+    ck_assert_uint_eq(f.type, PM__FT_MSG);
+    ck_assert_uint_eq(f.len, 3);
+    ck_assert_uint_eq(f.dst, 12);
+    ck_assert_uint_eq(f.src, PM__NODE_MAIN);
+    ck_assert_uint_eq(f.src_inc, 0);
+    ck_assert_uint_eq(f.request_id, 0);
+    ck_assert_int_eq(f.deadline_ms, 0);
+    ck_assert_uint_eq(h.unreachable, 0);
+    ck_assert_ptr_null(pm__hub_link_main_frame(&h, PM__HOST_LOCAL, PM__FT_MSG, 12, 3, &f));
+    ck_assert_uint_eq(h.unreachable, 1);
+    ck_assert_ptr_null(pm__hub_link_main_frame(&h, (uint16_t)c, PM__FT_MSG, 12, 3, &f));
+    ck_assert_uint_eq(h.unreachable, 2);
+
+    int64_t t = (int64_t)pm__now_ms();
+    ck_assert_int_eq(pm__hub_link_bcast(&h, (uint16_t)b, 77, t + 60000, "hi", 2), 0);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_uint_eq(sent[0].type, PM__FT_BCAST);
+    ck_assert_uint_eq(sent[0].dst, 0);
+    ck_assert_uint_eq(sent[0].src, 0);
+    ck_assert_uint_eq(sent[0].request_id, 77);
+    ck_assert_int_gt(sent[0].deadline_ms, 0);
+    ck_assert_int_le(sent[0].deadline_ms, 60000);
+    ck_assert_mem_eq(sent_body[0], "hi", 2);
+    ck_assert_int_eq(pm__hub_link_bcast(&h, (uint16_t)c, 78, t + 60000, "hi", 2), -EHOSTUNREACH);
+    pm__hub_link_down(&h, (uint16_t)b);
+    ck_assert_int_eq(pm__hub_link_bcast(&h, (uint16_t)b, 79, t + 60000, "hi", 2), -EHOSTUNREACH);
+    ck_assert_uint_eq(h.unreachable, 4);
+    ck_assert_uint_eq(nsent, 1);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * An undeliverable notice for a remote requester (hub_linkbase.c
+ * pm__hub_link_notice_port): sent to the requester's port and incarnation
+ * about our address port, with the request's id and the error; a link
+ * with no room, a down link, or no link: counted in the hub's dropped
+ * notices (and on the link when there is one), never an error.
+ */
+START_TEST(test_link_base_notice)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    int c = pm__hub_host_index(&h, "c");
+    pm__hub_link_notice_port(&h, PM__REMOTE_NODE(b, 11), 3, 10, 1, 9, -ECONNRESET);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_uint_eq(sent[0].type, PM__FT_UNDELIVERABLE);
+    ck_assert_uint_eq(sent[0].dst, 11);
+    ck_assert_uint_eq(sent[0].dst_inc, 3);
+    ck_assert_uint_eq(sent[0].src, 10);
+    ck_assert_uint_eq(sent[0].src_inc, 1);
+    ck_assert_uint_eq(sent[0].request_id, 9);
+    ck_assert_int_eq(sent[0].error, -ECONNRESET);
+    ck_assert_uint_eq(h.notices_dropped, 0);
+    ck_assert_uint_eq(h.links[b].dropped, 0);
+    capture_rc = -EAGAIN;
+    pm__hub_link_notice_port(&h, PM__REMOTE_NODE(b, 11), 3, 10, 1, 9, -ECONNRESET);
+    ck_assert_uint_eq(h.notices_dropped, 1);
+    ck_assert_uint_eq(h.links[b].dropped, 1);
+    capture_rc = 0;
+    pm__hub_link_notice_port(&h, PM__REMOTE_NODE(c, 11), 3, 10, 1, 9, -ECONNRESET);
+    ck_assert_uint_eq(h.notices_dropped, 2);
+    ck_assert_uint_eq(h.links[c].dropped, 1);
+    pm__hub_link_notice_port(&h, PM__REMOTE_NODE(PM__HOST_LOCAL, 11), 3, 10, 1, 9, -ECONNRESET);
+    ck_assert_uint_eq(h.notices_dropped, 3);
+    ck_assert_uint_eq(nsent, 1);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * The lists of senders a link holds (hub_linkbase.c pm__hub_link_hold_on
+ * and _release): FIFO through the ports' link_next, a sender listed once
+ * however often it is held (its link_held set), its stale link_next
+ * ignored; a release detaches the list first (head and tail -1), clears
+ * each sender's listing and reads again those still held on a link, not
+ * one held on a local destination since.
+ */
+START_TEST(test_link_base_held_lists)
+{
+    pm__hub h;
+    int b = unit_hub_n(&h, 3, 0);
+    pm__hub_link *l = &h.links[b];
+    pm__port *p0 = &h.ports[0], *p1 = &h.ports[1], *p2 = &h.ports[2];
+    p1->link_next = 2; /* stale, from an earlier listing */
+    pm__hub_link_queue_hold(&h, l, (uint16_t)b, p0);
+    ck_assert_int_eq(l->held_head, 0);
+    ck_assert_int_eq(l->held_tail, 0);
+    pm__hub_link_queue_hold(&h, l, (uint16_t)b, p1);
+    pm__hub_link_queue_hold(&h, l, (uint16_t)b, p0); /* listed already */
+    ck_assert_uint_eq(l->held_waits, 3);
+    ck_assert_int_eq(l->held_head, 0);
+    ck_assert_int_eq(l->held_tail, 1);
+    ck_assert_int_eq(p0->link_next, 1);
+    ck_assert_int_eq(p1->link_next, -1);
+    ck_assert_uint_eq(p0->link_held, b);
+    ck_assert_uint_eq(p1->link_held, b);
+    ck_assert_int_eq(p0->blocked_on, PM__BLOCKED_LINK);
+    ck_assert_int_eq(p1->blocked_on, PM__BLOCKED_LINK);
+    pm__hub_link_window_hold(&h, l, (uint16_t)b, p2);
+    ck_assert_uint_eq(l->window_waits, 1);
+    ck_assert_int_eq(l->window_held_head, 2);
+    ck_assert_int_eq(l->window_held_tail, 2);
+
+    p1->blocked_on = 2; /* held on a local destination since */
+    p0->busy = p1->busy = 0;
+    pm__hub_link_release(&h, &l->held_head, &l->held_tail);
+    ck_assert_int_eq(l->held_head, -1);
+    ck_assert_int_eq(l->held_tail, -1);
+    ck_assert_int_eq(p0->link_next, -1);
+    ck_assert_int_eq(p1->link_next, -1);
+    ck_assert_uint_eq(p0->link_held, 0);
+    ck_assert_uint_eq(p1->link_held, 0);
+    ck_assert_int_eq(p0->blocked_on, -1);
+    ck_assert_int_eq(p0->busy, 1);
+    ck_assert_int_eq(p1->blocked_on, 2);
+    ck_assert_int_eq(p1->busy, 0);
+    ck_assert_int_eq(p2->blocked_on, PM__BLOCKED_LINK); /* another list */
+    pm__hub_link_release(&h, &l->held_head, &l->held_tail); /* empty: nothing */
+    pm__hub_link_release(&h, &l->window_held_head, &l->window_held_tail);
+    ck_assert_int_eq(p2->blocked_on, -1);
+    ck_assert_int_eq(l->window_held_head, -1);
+    pm__hub_free(&h);
+}
+END_TEST
+
 START_TEST(test_link_answer_at_expiry)
 {
     pm__hub h;
@@ -3324,6 +3703,13 @@ int main(void)
     PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_bcast_notice_rules, 30);
     PM_ADD_TEST(s, test_link_answer_at_expiry, 60);
+    PM_ADD_TEST(s, test_link_base_lookups, 30);
+    PM_ADD_TEST(s, test_link_base_put_rules, 30);
+    PM_ADD_TEST(s, test_link_base_wire_hdr, 30);
+    PM_ADD_TEST(s, test_link_base_inflight_rules, 30);
+    PM_ADD_TEST(s, test_link_base_main_frames, 30);
+    PM_ADD_TEST(s, test_link_base_notice, 30);
+    PM_ADD_TEST(s, test_link_base_held_lists, 30);
     PM_ADD_LOOP_TEST(s, test_link_frag_send_rules, 0, FS_ROWS, 30);
     PM_ADD_TEST(s, test_link_child_fds, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
