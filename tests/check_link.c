@@ -52,6 +52,7 @@ int fcntl(int fd, int cmd, ...)
 #include "channel/proto.h"
 #include "channel/shm.h" /* pm__memfd_new */
 #include "hub/hub.h"
+#include "hub/hub_int.h" /* pm__hub_link_credit */
 #include "hub/hub_linkport.h" /* pm__hub_link_bcast_timeout */
 #include "mesh/mesh.h" /* pm__mesh_fails */
 #include "peer/linkfrag.h"
@@ -2782,6 +2783,315 @@ START_TEST(test_link_base_held_lists)
 }
 END_TEST
 
+/* The entry of port in window table t, found by scanning every slot (not
+ * by the table's own probe), or NULL. */
+static const pm__hub_link_window *flow_entry(const pm__hub_link_window_table *t, uint32_t port)
+{
+    for (uint32_t i = 0; i < t->cap; i++)
+        if (t->v[i].key == port + 1)
+            return &t->v[i];
+    return NULL;
+}
+
+/* Table t against the model (frames and bytes per port, an entry exactly
+ * for the ports with frames): its count, at most half full, each entry
+ * where a probe from its home finds it (no empty slot between). */
+static void flow_check_table(const pm__hub_link_window_table *t, const uint32_t *frames,
+                             const uint32_t *bytes, unsigned nports)
+{
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < t->cap; j++) {
+        if (t->v[j].key == 0)
+            continue;
+        n++;
+        for (uint32_t i = (t->v[j].key * 2654435761u) & (t->cap - 1); i != j; i = (i + 1) & (t->cap - 1))
+            ck_assert_uint_ne(t->v[i].key, 0);
+    }
+    ck_assert_uint_eq(n, t->n);
+    ck_assert_uint_le(t->n * 2, t->cap);
+    uint32_t want = 0;
+    for (unsigned p = 0; p < nports; p++) {
+        const pm__hub_link_window *e = flow_entry(t, p);
+        if (frames[p] == 0) {
+            ck_assert_ptr_null(e);
+            continue;
+        }
+        want++;
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->frames, frames[p]);
+        ck_assert_uint_eq(e->bytes, bytes[p]);
+    }
+    ck_assert_uint_eq(want, t->n);
+}
+
+/*
+ * A link's windows (hub_linkflow.c's open-addressing table, through
+ * pm__hub_link_window_take and _untake) against a model: 20,000 takes and
+ * give-backs drawn over 48 remote ports, the table checked after each
+ * (an entry exactly for each port with frames in flight, its counts, the
+ * table's count, at most half full, every entry reachable from its home:
+ * growth from 8 to 128 slots and deletion without tombstones). A link
+ * whose peer does not do credits has no table at all.
+ */
+START_TEST(test_link_flow_window_table)
+{
+    enum { NP = 48 };
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm__hub_link *l = &h.links[b];
+    ck_assert_int_eq(pm__hub_link_window_take(l, 3, 10, 0), 0); /* no credits: no window */
+    ck_assert_uint_eq(l->win.cap, 0);
+    pm__hub_link_window_untake(l, 3, 10);
+    pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_CREDIT);
+    uint32_t frames[NP] = {0}, bytes[NP] = {0};
+    uint32_t seed = 12345, most = 0;
+    for (int k = 0; k < 20000; k++) {
+        seed = seed * 1103515245u + 12345u;
+        uint32_t port = (seed >> 8) % NP, sz = port * 3 + 1;
+        if (((seed >> 20) & 3) != 0 || frames[port] == 0) {
+            if (((seed >> 20) & 3) == 0) { /* nothing in flight: a give-back that finds nothing */
+                pm__hub_link_window_untake(l, port, sz);
+            } else {
+                ck_assert_int_eq(pm__hub_link_window_take(l, port, sz, 1), 0);
+                frames[port]++;
+                bytes[port] += sz;
+            }
+        } else {
+            pm__hub_link_window_untake(l, port, sz);
+            frames[port]--;
+            bytes[port] -= sz;
+        }
+        /* Every so often, a port drained whole: long runs of deletion. */
+        if ((k % 997) == 0)
+            for (uint32_t p = 0; p < NP; p += 2)
+                while (frames[p] > 0) {
+                    pm__hub_link_window_untake(l, p, p * 3 + 1);
+                    frames[p]--;
+                    bytes[p] -= p * 3 + 1;
+                }
+        flow_check_table(&l->win, frames, bytes, NP);
+        most = l->win.n > most ? l->win.n : most;
+    }
+    ck_assert_uint_eq(most, NP);
+    ck_assert_uint_eq(l->win.cap, 128);
+    pm__hub_link_windows_clear(&l->win);
+    ck_assert_ptr_null(l->win.v);
+    ck_assert_uint_eq(l->win.cap, 0);
+    ck_assert_uint_eq(l->win.n, 0);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * A remote port's window (pm__hub_link_window_take, _untake): a worker's
+ * frame fits while fewer than PM__LINK_WIN_FRAMES frames are in flight and
+ * the bytes stay within PM__LINK_WIN_BYTES (at the bound exactly: fits);
+ * past either, -EAGAIN and the window marked waiting; main's frames
+ * (force) are counted past both. A give-back leaves a waiting window in
+ * the table though it is empty (its credit must still find it).
+ */
+START_TEST(test_link_flow_window_bounds)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm__hub_link *l = &h.links[b];
+    pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_CREDIT);
+    for (unsigned k = 0; k < PM__LINK_WIN_FRAMES; k++)
+        ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 0), 0);
+    const pm__hub_link_window *e = flow_entry(&l->win, 11);
+    ck_assert_uint_eq(e->waiting, 0);
+    ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 0), -EAGAIN);
+    e = flow_entry(&l->win, 11);
+    ck_assert_uint_eq(e->waiting, 1);
+    ck_assert_uint_eq(e->frames, PM__LINK_WIN_FRAMES);
+    ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 1), 0); /* main's */
+    e = flow_entry(&l->win, 11);
+    ck_assert_uint_eq(e->frames, PM__LINK_WIN_FRAMES + 1);
+    ck_assert_uint_eq(e->bytes, (PM__LINK_WIN_FRAMES + 1) * 10);
+
+    ck_assert_int_eq(pm__hub_link_window_take(l, 12, PM__LINK_WIN_BYTES - 100, 0), 0);
+    ck_assert_int_eq(pm__hub_link_window_take(l, 12, 100, 0), 0); /* the bound exactly */
+    ck_assert_int_eq(pm__hub_link_window_take(l, 12, 1, 0), -EAGAIN);
+    e = flow_entry(&l->win, 12);
+    ck_assert_uint_eq(e->frames, 2);
+    ck_assert_uint_eq(e->bytes, PM__LINK_WIN_BYTES);
+    ck_assert_uint_eq(e->waiting, 1);
+    ck_assert_int_eq(pm__hub_link_window_take(l, 12, 1, 1), 0);
+    pm__hub_link_window_untake(l, 12, 1);
+    pm__hub_link_window_untake(l, 12, 100);
+    pm__hub_link_window_untake(l, 12, PM__LINK_WIN_BYTES - 100);
+    e = flow_entry(&l->win, 12);
+    ck_assert_ptr_nonnull(e); /* empty, but waiting: kept */
+    ck_assert_uint_eq(e->frames, 0);
+    ck_assert_uint_eq(e->bytes, 0);
+    ck_assert_uint_eq(l->win.n, 2);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/* A CREDIT from b's link for remote port `port`: frames, bytes. */
+static void flow_credit_in(pm__hub *h, int b, uint32_t port, uint32_t frames, uint32_t bytes)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_CREDIT;
+    f.src = port;
+    f.len = 8;
+    unsigned char buf[PM__FRAME_HDR_SIZE + 8];
+    pm__frame_encode(&f, buf);
+    pm__put32(buf + PM__FRAME_HDR_SIZE, frames);
+    pm__put32(buf + PM__FRAME_HDR_SIZE + 4, bytes);
+    pm__hub_link_frame(h, (uint16_t)b, buf, sizeof(buf));
+}
+
+/*
+ * A CREDIT in (hub_linkflow.c pm__hub_link_credit_in): the window of its
+ * port shrinks by what it says, never below zero; a full window stays
+ * waiting, its senders held, until it is at most half full in frames and
+ * in bytes, then the senders held on the link's windows are read again;
+ * an empty window that no sender waits on leaves the table; a credit for
+ * a port with no window changes nothing (not even a release); a window
+ * never full releases its (other) held senders at each credit.
+ */
+START_TEST(test_link_flow_credit_in)
+{
+    pm__hub h;
+    int b = unit_hub_n(&h, 2, 0);
+    pm__hub_link *l = &h.links[b];
+    pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_CREDIT);
+    pm__port *p0 = &h.ports[0];
+    for (unsigned k = 0; k < PM__LINK_WIN_FRAMES; k++)
+        ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 0), 0);
+    ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 0), -EAGAIN);
+    pm__hub_link_window_hold(&h, l, (uint16_t)b, p0);
+    ck_assert_int_eq(l->window_held_head, 0);
+
+    flow_credit_in(&h, b, 11, PM__LINK_WIN_FRAMES / 2 - 1, 0); /* 257 left: above half */
+    const pm__hub_link_window *e = flow_entry(&l->win, 11);
+    ck_assert_uint_eq(e->frames, PM__LINK_WIN_FRAMES / 2 + 1);
+    ck_assert_uint_eq(e->bytes, PM__LINK_WIN_FRAMES * 10);
+    ck_assert_uint_eq(e->waiting, 1);
+    ck_assert_int_eq(l->window_held_head, 0);
+    ck_assert_int_eq(p0->blocked_on, PM__BLOCKED_LINK);
+    flow_credit_in(&h, b, 11, 1, 0); /* half exactly */
+    e = flow_entry(&l->win, 11);
+    ck_assert_uint_eq(e->waiting, 0);
+    ck_assert_int_eq(l->window_held_head, -1);
+    ck_assert_int_eq(p0->blocked_on, -1);
+
+    /* Half in frames but not in bytes: still waiting. */
+    for (unsigned k = 0; k < 3; k++)
+        ck_assert_int_eq(pm__hub_link_window_take(l, 12, PM__LINK_WIN_BYTES / 3, 0), 0);
+    ck_assert_int_eq(pm__hub_link_window_take(l, 12, PM__LINK_WIN_BYTES / 3, 0), -EAGAIN);
+    pm__hub_link_window_hold(&h, l, (uint16_t)b, p0);
+    flow_credit_in(&h, b, 12, 1, 3 * (PM__LINK_WIN_BYTES / 3) - PM__LINK_WIN_BYTES / 2 - 1);
+    e = flow_entry(&l->win, 12);
+    ck_assert_uint_eq(e->frames, 2);
+    ck_assert_uint_eq(e->bytes, PM__LINK_WIN_BYTES / 2 + 1);
+    ck_assert_uint_eq(e->waiting, 1);
+    ck_assert_int_eq(p0->blocked_on, PM__BLOCKED_LINK);
+    flow_credit_in(&h, b, 12, 0, 1); /* bytes at half exactly */
+    ck_assert_uint_eq(flow_entry(&l->win, 12)->waiting, 0);
+    ck_assert_int_eq(p0->blocked_on, -1);
+
+    /* More than is in flight: zero, and the window leaves the table. */
+    flow_credit_in(&h, b, 12, 1000, PM__LINK_WIN_BYTES);
+    ck_assert_ptr_null(flow_entry(&l->win, 12));
+    flow_credit_in(&h, b, 11, PM__LINK_WIN_FRAMES / 2 - 1, PM__LINK_WIN_FRAMES * 10 - 1);
+    e = flow_entry(&l->win, 11);
+    ck_assert_uint_eq(e->frames, 1); /* frames left: kept */
+    ck_assert_uint_eq(e->bytes, 1);
+    flow_credit_in(&h, b, 11, 1, 0);
+    ck_assert_ptr_nonnull(flow_entry(&l->win, 11)); /* bytes left: kept */
+    flow_credit_in(&h, b, 11, 0, 1);
+    ck_assert_ptr_null(flow_entry(&l->win, 11));
+    ck_assert_uint_eq(l->win.n, 0);
+
+    /* A credit for a window the link does not have: nothing, no release. */
+    pm__hub_link_window_hold(&h, l, (uint16_t)b, p0);
+    flow_credit_in(&h, b, 13, 5, 5);
+    ck_assert_int_eq(p0->blocked_on, PM__BLOCKED_LINK);
+    ck_assert_uint_eq(l->win.n, 0);
+    /* A window that never filled: its credit reads the held senders again. */
+    ck_assert_int_eq(pm__hub_link_window_take(l, 13, 10, 0), 0);
+    ck_assert_int_eq(pm__hub_link_window_take(l, 13, 10, 0), 0);
+    flow_credit_in(&h, b, 13, 1, 10);
+    ck_assert_int_eq(p0->blocked_on, -1);
+    ck_assert_uint_eq(flow_entry(&l->win, 13)->frames, 1);
+    ck_assert_uint_eq(l->malformed, 0);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * Credits out (hub_linkflow.c pm__hub_link_credit, _send_credits): each
+ * frame a local address port took from b counts toward its credit, sent
+ * as one CREDIT (from that port, to b's supervisor, 8 bytes: frames then
+ * bytes, little-endian) once PM__LINK_CREDIT_FRAMES frames or
+ * PM__LINK_CREDIT_BYTES bytes are owed, the entry then gone; a link with
+ * no room keeps what is owed (cred_unsent) until _send_credits, which
+ * sends every due credit however the table's entries move as they go, and
+ * keeps the rest. A peer without credits, or a link down: nothing.
+ */
+START_TEST(test_link_flow_credit_out)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 0);
+    pm__hub_link *l = &h.links[b];
+    pm__hub_link_credit(&h, (uint16_t)b, 10, PM__LINK_CREDIT_BYTES); /* no credits */
+    ck_assert_uint_eq(l->cred.cap, 0);
+    pm__hub_link_credit(&h, PM__HOST_LOCAL, 10, PM__LINK_CREDIT_BYTES);
+    pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_CREDIT);
+    for (unsigned k = 0; k + 1 < PM__LINK_CREDIT_FRAMES; k++)
+        pm__hub_link_credit(&h, (uint16_t)b, 10, 100);
+    ck_assert_uint_eq(nsent, 0);
+    ck_assert_uint_eq(flow_entry(&l->cred, 10)->frames, PM__LINK_CREDIT_FRAMES - 1);
+    pm__hub_link_credit(&h, (uint16_t)b, 10, 100);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_uint_eq(sent[0].type, PM__FT_CREDIT);
+    ck_assert_uint_eq(sent[0].src, 10);
+    ck_assert_uint_eq(sent[0].dst, 0);
+    ck_assert_uint_eq(sent[0].len, 8);
+    ck_assert_uint_eq(sent[0].request_id, 0);
+    ck_assert_uint_eq(pm__get32(sent_body[0]), PM__LINK_CREDIT_FRAMES);
+    ck_assert_uint_eq(pm__get32(sent_body[0] + 4), PM__LINK_CREDIT_FRAMES * 100);
+    ck_assert_ptr_null(flow_entry(&l->cred, 10));
+    ck_assert_uint_eq(l->cred.n, 0);
+
+    pm__hub_link_credit(&h, (uint16_t)b, 11, PM__LINK_CREDIT_BYTES - 1);
+    ck_assert_uint_eq(nsent, 1);
+    pm__hub_link_credit(&h, (uint16_t)b, 11, 1); /* the bytes' step exactly */
+    ck_assert_uint_eq(nsent, 2);
+    ck_assert_uint_eq(pm__get32(sent_body[1]), 2);
+    ck_assert_uint_eq(pm__get32(sent_body[1] + 4), PM__LINK_CREDIT_BYTES);
+
+    /* No room: owed, kept; then sent by _send_credits, every due one. */
+    capture_rc = -EAGAIN;
+    for (uint32_t port = 100; port < 120; port++)
+        pm__hub_link_credit(&h, (uint16_t)b, port, PM__LINK_CREDIT_BYTES);
+    pm__hub_link_credit(&h, (uint16_t)b, 200, 5); /* not due */
+    ck_assert_int_eq(l->cred_unsent, 1);
+    ck_assert_uint_eq(l->cred.n, 21);
+    pm__hub_link_send_credits(&h, l); /* still no room: all kept */
+    ck_assert_int_eq(l->cred_unsent, 1);
+    ck_assert_uint_eq(l->cred.n, 21);
+    capture_rc = 0;
+    nsent = 0;
+    pm__hub_link_send_credits(&h, l);
+    ck_assert_int_eq(l->cred_unsent, 0);
+    ck_assert_uint_eq(nsent, 20);
+    ck_assert_uint_eq(l->cred.n, 1);
+    ck_assert_uint_eq(flow_entry(&l->cred, 200)->bytes, 5);
+    pm__hub_link_send_credits(&h, l); /* nothing due: nothing sent */
+    ck_assert_uint_eq(nsent, 20);
+
+    pm__hub_link_down(&h, (uint16_t)b);
+    pm__hub_link_credit(&h, (uint16_t)b, 12, PM__LINK_CREDIT_BYTES);
+    ck_assert_uint_eq(nsent, 20);
+    pm__hub_free(&h);
+}
+END_TEST
+
 START_TEST(test_link_answer_at_expiry)
 {
     pm__hub h;
@@ -3710,6 +4020,10 @@ int main(void)
     PM_ADD_TEST(s, test_link_base_main_frames, 30);
     PM_ADD_TEST(s, test_link_base_notice, 30);
     PM_ADD_TEST(s, test_link_base_held_lists, 30);
+    PM_ADD_TEST(s, test_link_flow_window_table, 60);
+    PM_ADD_TEST(s, test_link_flow_window_bounds, 30);
+    PM_ADD_TEST(s, test_link_flow_credit_in, 30);
+    PM_ADD_TEST(s, test_link_flow_credit_out, 30);
     PM_ADD_LOOP_TEST(s, test_link_frag_send_rules, 0, FS_ROWS, 30);
     PM_ADD_TEST(s, test_link_child_fds, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
