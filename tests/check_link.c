@@ -3092,6 +3092,240 @@ START_TEST(test_link_flow_credit_out)
 }
 END_TEST
 
+/* Main's large message (one byte past PM_MAX_PAYLOAD). */
+static unsigned char flow_big[PM_MAX_PAYLOAD + 1];
+
+/* Sets the unit hub's link b busy with a large message of owner's (its
+ * cursor holding an fd, which pm__hub_free closes). */
+static void flow_crossing(pm__hub_link *l, uint32_t owner)
+{
+    l->tx_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(l->tx_fd, 0);
+    l->tx_owner = owner;
+}
+
+/* flow_big went out whole as FRAGs to port dst under request id (the link
+ * took every fragment at once: its cursor is done). */
+static void flow_sent_whole(uint32_t dst, uint64_t id)
+{
+    ck_assert_uint_ge(nsent, 2);
+    ck_assert_uint_le(nsent, 8);
+    uint64_t got = 0;
+    for (unsigned k = 0; k < nsent; k++) {
+        ck_assert_uint_eq(sent[k].type, PM__FT_FRAG);
+        ck_assert_uint_eq(sent[k].dst, dst);
+        ck_assert_uint_eq(sent[k].dst_inc, 3);
+        ck_assert_uint_eq(sent[k].src, 0);
+        ck_assert_uint_eq(sent[k].request_id, id);
+        ck_assert_uint_eq(sent_frag[k].total, sizeof(flow_big));
+        ck_assert_uint_eq(sent_frag[k].offset, got);
+        got += sent_frag_n[k];
+    }
+    ck_assert_uint_eq(got, sizeof(flow_big));
+}
+
+/*
+ * Main's send or reply to a remote port (hub_linkflow.c
+ * pm__hub_link_main_send), one row each: to b's port 11, incarnation 3,
+ * "abc". Sent in wire form (from port 0, the incarnation and id as given),
+ * a MSG counted in the port's window (a REPLY is not); a window already
+ * full does not hold main back. A host with no link: -EHOSTUNREACH,
+ * counted unreachable. Main's own large message still crossing: -EAGAIN
+ * (main's frames keep their order); a worker's: no matter. The link full:
+ * -EAGAIN, the link failing: -EHOSTUNREACH, the window given back either
+ * way. Past PM_MAX_PAYLOAD: the link's cursor takes it, outside any
+ * window; a peer without large messages: -EMSGSIZE.
+ */
+enum { MS_MSG, MS_REPLY, MS_UNREACHABLE, MS_MAIN_CROSSING, MS_WORKER_CROSSING, MS_WINDOW_FULL,
+       MS_LINK_FULL, MS_LINK_FAILS, MS_REPLY_LINK_FULL, MS_LARGE, MS_LARGE_NO_FRAG, MS_ROWS };
+
+START_TEST(test_link_flow_main_send)
+{
+    pm__hub h;
+    int b = unit_hub(&h, 4 * PM_MAX_PAYLOAD);
+    int c = pm__hub_host_index(&h, "c");
+    pm__hub_link *l = &h.links[b];
+    pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_CREDIT | (_i == MS_LARGE ? PM__PEER_CAP_FRAG : 0));
+    int type = _i == MS_REPLY || _i == MS_REPLY_LINK_FULL ? PM__FT_REPLY : PM__FT_MSG;
+    uint64_t id = type == PM__FT_REPLY ? 9 : 0;
+    uint16_t host = (uint16_t)(_i == MS_UNREACHABLE ? c : b);
+    const void *data = "abc";
+    size_t len = 3;
+    if (_i == MS_LARGE || _i == MS_LARGE_NO_FRAG) {
+        data = flow_big;
+        len = sizeof(flow_big);
+    }
+    if (_i == MS_MAIN_CROSSING)
+        flow_crossing(l, PM__NODE_MAIN);
+    if (_i == MS_WORKER_CROSSING)
+        flow_crossing(l, 0);
+    if (_i == MS_WINDOW_FULL)
+        for (unsigned k = 0; k < PM__LINK_WIN_FRAMES; k++)
+            ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 0), 0);
+    if (_i == MS_LINK_FULL || _i == MS_REPLY_LINK_FULL)
+        capture_rc = -EAGAIN;
+    if (_i == MS_LINK_FAILS)
+        capture_rc = -EPIPE;
+    int rc = pm__hub_link_main_send(&h, host, 11, 3, type, id, data, len);
+    capture_rc = 0;
+    const pm__hub_link_window *e = flow_entry(&l->win, 11);
+    switch (_i) {
+    case MS_UNREACHABLE:
+        ck_assert_int_eq(rc, -EHOSTUNREACH);
+        ck_assert_uint_eq(h.unreachable, 1);
+        break;
+    case MS_MAIN_CROSSING:
+    case MS_LINK_FULL:
+    case MS_REPLY_LINK_FULL:
+        ck_assert_int_eq(rc, -EAGAIN);
+        break;
+    case MS_LINK_FAILS:
+        ck_assert_int_eq(rc, -EHOSTUNREACH);
+        break;
+    case MS_LARGE_NO_FRAG:
+        ck_assert_int_eq(rc, -EMSGSIZE);
+        break;
+    case MS_LARGE:
+        ck_assert_int_eq(rc, 0);
+        flow_sent_whole(11, 0);
+        ck_assert_uint_eq(sent_frag[0].kind, PM__FT_MSG);
+        ck_assert_ptr_null(e); /* outside the window */
+        break;
+    default:
+        ck_assert_int_eq(rc, 0);
+        ck_assert_uint_eq(nsent, 1);
+        ck_assert_uint_eq(sent[0].type, (unsigned)type);
+        ck_assert_uint_eq(sent[0].dst, 11);
+        ck_assert_uint_eq(sent[0].dst_inc, 3);
+        ck_assert_uint_eq(sent[0].src, 0);
+        ck_assert_uint_eq(sent[0].src_inc, 0);
+        ck_assert_uint_eq(sent[0].src_host, 0);
+        ck_assert_uint_eq(sent[0].request_id, id);
+        ck_assert_uint_eq(sent[0].len, 3);
+        ck_assert_mem_eq(sent_body[0], "abc", 3);
+        if (type == PM__FT_REPLY) {
+            ck_assert_ptr_null(e);
+        } else {
+            uint32_t before = _i == MS_WINDOW_FULL ? PM__LINK_WIN_FRAMES : 0;
+            ck_assert_ptr_nonnull(e);
+            ck_assert_uint_eq(e->frames, before + 1);
+            ck_assert_uint_eq(e->bytes, before * 10 + PM__FRAME_HDR_SIZE + 3);
+        }
+        break;
+    }
+    if (rc != 0) {
+        ck_assert_uint_eq(nsent, 0);
+        ck_assert_ptr_null(e); /* nothing kept in the window */
+        ck_assert_uint_eq(l->win.n, 0);
+    }
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * Main's request to a remote port (hub_linkflow.c
+ * pm__hub_link_main_request), one row each: to b's port 11, incarnation 3,
+ * id 21, a deadline a minute away. Sent in wire form (the deadline as
+ * milliseconds remaining), remembered in the link's table (requester
+ * main, target 11, expiring at the deadline) and counted in the window.
+ * Refused (-EHOSTUNREACH for no link, -EAGAIN behind main's own large
+ * message or a full link, the link's failure, -EBUSY for a full table,
+ * -ENOMEM when the window cannot be made): nothing sent, nothing left in
+ * the table or the window. Past PM_MAX_PAYLOAD: remembered first, then
+ * the cursor's; refused (-EMSGSIZE, a full table): nothing left.
+ */
+enum { MQ_OK, MQ_UNREACHABLE, MQ_MAIN_CROSSING, MQ_LINK_FULL, MQ_LINK_FAILS, MQ_TABLE_FULL,
+       MQ_NO_WINDOW_MEMORY, MQ_LARGE, MQ_LARGE_NO_FRAG, MQ_LARGE_TABLE_FULL, MQ_ROWS };
+
+START_TEST(test_link_flow_main_request)
+{
+    if (_i == MQ_NO_WINDOW_MEMORY && !pm_failalloc_here("test_link_flow_main_request, row MQ_NO_WINDOW_MEMORY"))
+        return;
+    pm__hub h;
+    int b = unit_hub(&h, 4 * PM_MAX_PAYLOAD);
+    int c = pm__hub_host_index(&h, "c");
+    pm__hub_link *l = &h.links[b];
+    int large = _i == MQ_LARGE || _i == MQ_LARGE_NO_FRAG || _i == MQ_LARGE_TABLE_FULL;
+    pm__hub_link_caps(&h, (uint16_t)b,
+                      PM__PEER_CAP_CREDIT | (_i == MQ_LARGE || _i == MQ_LARGE_TABLE_FULL ? PM__PEER_CAP_FRAG : 0));
+    uint16_t host = (uint16_t)(_i == MQ_UNREACHABLE ? c : b);
+    const void *data = large ? (const void *)flow_big : "abc";
+    size_t len = large ? sizeof(flow_big) : 3;
+    if (_i == MQ_MAIN_CROSSING)
+        flow_crossing(l, PM__NODE_MAIN);
+    if (_i == MQ_LINK_FULL)
+        capture_rc = -EAGAIN;
+    if (_i == MQ_LINK_FAILS)
+        capture_rc = -EPIPE;
+    uint32_t n0 = 0;
+    if (_i == MQ_TABLE_FULL || _i == MQ_LARGE_TABLE_FULL) {
+        pm__frame_hdr q;
+        memset(&q, 0, sizeof(q));
+        q.dst = 12;
+        q.deadline_ms = (int64_t)pm__now_ms() + 600000;
+        for (unsigned k = 0; k < PM__REMOTE_INFLIGHT_MAX; k++) {
+            q.request_id = 1000 + k;
+            ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &q, 0, 1), 0);
+        }
+        n0 = l->ninflight;
+    }
+    int64_t deadline = (int64_t)pm__now_ms() + 60000;
+    if (_i == MQ_NO_WINDOW_MEMORY)
+        pm_failalloc_arm(1); /* the window table's first allocation */
+    int rc = pm__hub_link_main_request(&h, host, 11, 3, 21, deadline, data, len);
+    if (_i == MQ_NO_WINDOW_MEMORY)
+        ck_assert(pm_failalloc_disarm());
+    capture_rc = 0;
+    const pm__hub_link_window *e = flow_entry(&l->win, 11);
+    pm__remote_inflight r;
+    switch (_i) {
+    case MQ_OK:
+        ck_assert_int_eq(rc, 0);
+        ck_assert_uint_eq(nsent, 1);
+        ck_assert_uint_eq(sent[0].type, PM__FT_REQUEST);
+        ck_assert_uint_eq(sent[0].dst, 11);
+        ck_assert_uint_eq(sent[0].dst_inc, 3);
+        ck_assert_uint_eq(sent[0].src, 0);
+        ck_assert_uint_eq(sent[0].request_id, 21);
+        ck_assert_int_gt(sent[0].deadline_ms, 0);
+        ck_assert_int_le(sent[0].deadline_ms, 60000);
+        ck_assert_mem_eq(sent_body[0], "abc", 3);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->frames, 1);
+        ck_assert_uint_eq(e->bytes, PM__FRAME_HDR_SIZE + 3);
+        ck_assert_uint_eq(l->ninflight, 1);
+        ck_assert_int_eq(l->inflight[0].expires_ms, deadline);
+        ck_assert_int_eq(pm__hub_link_inflight_take(l, PM__NODE_MAIN, 21, 11, &r), 1);
+        ck_assert_uint_eq(r.target_inc, 3);
+        break;
+    case MQ_LARGE:
+        ck_assert_int_eq(rc, 0);
+        flow_sent_whole(11, 21);
+        ck_assert_uint_eq(sent_frag[0].kind, PM__FT_REQUEST);
+        ck_assert_ptr_null(e); /* outside the window */
+        ck_assert_uint_eq(l->ninflight, 1);
+        ck_assert_int_eq(pm__hub_link_inflight_take(l, PM__NODE_MAIN, 21, 11, &r), 1);
+        break;
+    default:
+        ck_assert_int_eq(rc, _i == MQ_UNREACHABLE || _i == MQ_LINK_FAILS ? -EHOSTUNREACH
+                             : _i == MQ_MAIN_CROSSING || _i == MQ_LINK_FULL ? -EAGAIN
+                             : _i == MQ_NO_WINDOW_MEMORY ? -ENOMEM
+                             : _i == MQ_LARGE_NO_FRAG ? -EMSGSIZE
+                                                       : -EBUSY);
+        ck_assert_uint_eq(nsent, 0);
+        ck_assert_uint_eq(l->ninflight, n0);
+        ck_assert_int_eq(pm__hub_link_inflight_take(l, PM__NODE_MAIN, 21, 11, &r), 0);
+        ck_assert_ptr_null(e);
+        ck_assert_uint_eq(l->win.n, 0);
+        if (_i != MQ_MAIN_CROSSING)
+            ck_assert_int_lt(l->tx_fd, 0);
+        ck_assert_uint_eq(h.unreachable, _i == MQ_UNREACHABLE ? 1 : 0);
+        break;
+    }
+    pm__hub_free(&h);
+}
+END_TEST
+
 START_TEST(test_link_answer_at_expiry)
 {
     pm__hub h;
@@ -4024,6 +4258,8 @@ int main(void)
     PM_ADD_TEST(s, test_link_flow_window_bounds, 30);
     PM_ADD_TEST(s, test_link_flow_credit_in, 30);
     PM_ADD_TEST(s, test_link_flow_credit_out, 30);
+    PM_ADD_LOOP_TEST(s, test_link_flow_main_send, 0, MS_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_link_flow_main_request, 0, MQ_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_link_frag_send_rules, 0, FS_ROWS, 30);
     PM_ADD_TEST(s, test_link_child_fds, 30);
     PM_ADD_LOOP_TEST(s, test_link_deliver_rules, 0, DV_ROWS, 30);
