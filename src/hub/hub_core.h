@@ -347,6 +347,11 @@ typedef struct pm__hub_link_window_table {
  * and down; the hub hands it whole frames through send. */
 typedef struct pm__hub_link {
     int up;
+    /* Connections so far (pm__hub_link_up): a remote host's broadcast
+     * answers on the connection its BCAST came in on only. Over a later
+     * one (the host may be a new incarnation whose ids start again) its
+     * results could pass for those of another broadcast of the same id. */
+    uint64_t conn;
     /* Queues one frame (header and payload, contiguous) on the link. 0;
      * -EAGAIN: the link's buffer is full; another negative errno: the link
      * is going down. */

@@ -244,6 +244,7 @@ void pm__hub_link_up(pm__hub *h, uint16_t host, int (*send)(void *, const void *
     l->tx_id = 0;
     memset(&l->rx, 0, sizeof(l->rx));
     l->up = 1;
+    l->conn++;
     l->send = send;
     l->arg = arg;
 }

@@ -17,6 +17,7 @@ struct remote_bcast {
     pm__hub *h;
     uint16_t host;
     uint64_t id;
+    uint64_t conn; /* the connection the BCAST came in on (pm__hub_link.conn) */
 };
 
 /* Our local broadcast for a remote host ended: a BRESULT per worker (from
@@ -30,13 +31,16 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
     pm__hub *h = rb->h;
     /* Never NULL: the BCAST came in on this host's link, and the links
      * outlive every broadcast (pm__hub_free ends the broadcasts before it
-     * frees the links). A link that is down now gets nothing: the far end
-     * settled this host when it went (doc/protocol.md 6), and nothing is
-     * counted as dropped for lack of room. (One that came back up since
-     * gets the results, which the far end counts late.) */
+     * frees the links). A link that went down since gets nothing, even
+     * when it is up again: the far end settled this host when it went
+     * (doc/protocol.md 6), and over the new connection (perhaps to a new
+     * incarnation of that host, whose broadcast ids start again) the
+     * results could pass for those of another broadcast. Nothing is
+     * counted as dropped for lack of room. */
     pm__hub_link *l = pm__hub_link_of(h, rb->host);
+    int same = l->up && l->conn == rb->conn;
     uint32_t sent = 0;
-    for (size_t i = 0; i < n && l->up; i++) {
+    for (size_t i = 0; i < n && same && l->up; i++) {
         pm__frame_hdr f;
         memset(&f, 0, sizeof(f));
         f.type = PM__FT_BRESULT;
@@ -54,7 +58,7 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
         if (pm__hub_link_put_or_drop(h, l, &f, results[i].data) == 0)
             sent++;
     }
-    if (l->up) {
+    if (same && l->up) {
         pm__frame_hdr d;
         memset(&d, 0, sizeof(d));
         d.type = PM__FT_BDONE;
@@ -97,6 +101,7 @@ void pm__hub_link_bcast_in(pm__hub *h, pm__hub_link *l, uint16_t host, const pm_
     rb->h = h;
     rb->host = host;
     rb->id = f->request_id;
+    rb->conn = l->conn;
     if (pm__hub_broadcast_for(h, host, payload, f->len, timeout, remote_bcast_done, rb) < 0) {
         free(rb);
         l->dropped++;
