@@ -2062,13 +2062,18 @@ END_TEST
  * for lack of room (the far end settled the host itself when its link
  * went: doc/protocol.md 6, "A host that does not answer"); nor with the
  * link down and up again (row 2: the new connection may be to a new
- * incarnation of b, whose broadcast ids start again).
+ * incarnation of b, whose broadcast ids start again). Row 3: the BCAST
+ * came in on a later connection itself, and its results go back on it.
  */
 START_TEST(test_link_bcast_results_link_down)
 {
     pm__hub h;
     pm__channel hub_end, worker;
     int b = unit_hub_port(&h, &hub_end, &worker);
+    if (_i == 3) { /* the BCAST comes in on a later connection */
+        pm__hub_link_down(&h, (uint16_t)b);
+        pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    }
     nsent = 0;
     unit_bcast_in(&h, b, PM__BCAST_ID_BASE + 3, 60000);
     pm__hub_publish(&h);
@@ -2079,7 +2084,7 @@ START_TEST(test_link_bcast_results_link_down)
     uint64_t local = q.request_id;
     pm__ring_consume(&worker.rx);
     pm__ring_release(&worker.rx);
-    if (_i >= 1)
+    if (_i == 1 || _i == 2)
         pm__hub_link_down(&h, (uint16_t)b);
     if (_i == 2)
         pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL); /* a new connection */
@@ -2094,7 +2099,7 @@ START_TEST(test_link_bcast_results_link_down)
     pm__hub_port_service(&h, 0);
     ck_assert_int_eq(pm__hub_bcast_of(&h, local, (uint16_t)b), 0); /* over */
     ck_assert_uint_eq(h.links[b].dropped, dropped0);
-    if (_i >= 1) {
+    if (_i == 1 || _i == 2) {
         ck_assert_uint_eq(nsent, 0);
     } else {
         ck_assert_uint_eq(nsent, 2);
@@ -2107,6 +2112,69 @@ START_TEST(test_link_bcast_results_link_down)
         ck_assert_uint_eq(sent[1].request_id, PM__BCAST_ID_BASE + 3);
         ck_assert_uint_eq(sent[1].len, 4);
     }
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
+ * A link that goes down forgets the requests that came over it
+ * (hub_link.c pm__hub_link_down): b's worker (row 0) or b's main (row 1)
+ * asks a's worker, the link goes down and comes up again (a new
+ * connection, perhaps to a restarted b whose main numbers its requests
+ * from 1 again), then the worker replies: the reply is late, counted,
+ * and nothing crosses the new connection, where it could settle another
+ * request of the same id. The same request from host c, whose link
+ * stayed up, is kept and answered.
+ */
+START_TEST(test_link_down_forgets_requests)
+{
+    pm__hub h;
+    pm__channel hub_end, worker;
+    int b = unit_hub_port(&h, &hub_end, &worker);
+    pm__frame_hdr f = link_request();
+    if (_i == 1) {
+        f.src = 0; /* b's main */
+        f.src_inc = 0;
+    }
+    f.len = 2;
+    unsigned char buf[PM__FRAME_HDR_SIZE + 2];
+    pm__frame_encode(&f, buf);
+    memcpy(buf + PM__FRAME_HDR_SIZE, "hi", 2);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, sizeof(buf));
+    /* The same request from host c's link, which stays up. */
+    int c = pm__hub_host_index(&h, "c");
+    pm__hub_link_up(&h, (uint16_t)c, capture_send, NULL);
+    pm__hub_link_frame(&h, (uint16_t)c, buf, sizeof(buf));
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 2);
+    pm__hub_publish(&h);
+    for (int k = 0; k < 2; k++) {
+        pm__frame_hdr q;
+        const void *payload;
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+        ck_assert_uint_eq(q.request_id, 5);
+        ck_assert_uint_eq(q.src_host, k == 0 ? b : c);
+        pm__ring_consume(&worker.rx);
+        pm__ring_release(&worker.rx);
+    }
+
+    pm__hub_link_down(&h, (uint16_t)b);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 1); /* c's */
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    nsent = 0;
+    uint64_t late0 = pm_test_hub_late_replies(&h);
+    pm__frame_hdr r = unit_to_b(b, PM__FT_REPLY, 5, 0);
+    r.dst = f.src;
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "ok", 2), 0);
+    pm__hub_port_service(&h, 0);
+    ck_assert_uint_eq(nsent, 0);
+    ck_assert_uint_eq(pm_test_hub_late_replies(&h), late0 + 1);
+    r.dst_host = (uint16_t)c; /* c's answer still crosses */
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "ok", 2), 0);
+    pm__hub_port_service(&h, 0);
+    ck_assert_uint_eq(nsent, 1);
+    ck_assert_int_eq(sent[0].type, PM__FT_REPLY);
+    ck_assert_uint_eq(sent[0].dst, f.src);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 0);
     pm__hub_free(&h);
 }
 END_TEST
@@ -2593,9 +2661,9 @@ START_TEST(test_link_base_inflight_rules)
     ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
     ck_assert_int_le(l->inflight[1].expires_ms, (int64_t)pm__now_ms() + life);
     f.request_id = 7;
-    f.deadline_ms = t1 + 5000; /* sooner */
+    f.deadline_ms = t1 + life / 2; /* sooner (and live through the test) */
     ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
-    ck_assert_int_eq(l->inflight[2].expires_ms, t1 + 5000);
+    ck_assert_int_eq(l->inflight[2].expires_ms, t1 + life / 2);
     f.request_id = 8;
     f.deadline_ms = 1; /* long past: expired at once, but kept */
     ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0);
@@ -4247,7 +4315,8 @@ int main(void)
     PM_ADD_TEST(s, test_link_main_request_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_forged_bcast_ids, 30);
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
-    PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 3, 30);
+    PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 4, 30);
+    PM_ADD_LOOP_TEST(s, test_link_down_forgets_requests, 0, 2, 30);
     PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_bcast_notice_rules, 30);
     PM_ADD_TEST(s, test_link_answer_at_expiry, 60);

@@ -113,20 +113,32 @@ static void forget_inflight(pm__hub *h, pm__port *target, uint32_t i)
     target->inflight[i] = target->inflight[--target->ninflight];
 }
 
-/* Forgets every request whose requester gave up (deadline) or that
- * outlived the maximum lifetime. Runs from the hub's timer at most every
- * PURGE_EVERY_MS, never per frame. */
-static void purge_inflight(pm__hub *h, int64_t now)
+void pm__hub_forget_inflight_if(pm__hub *h, int (*forget)(pm__hub *, const pm__inflight *, const void *),
+                                const void *arg)
 {
     for (unsigned t = 0; t < h->nports; t++) {
         pm__port *p = &h->ports[t];
         for (uint32_t i = 0; i < p->ninflight;) {
-            if (p->inflight[i].expires_ms <= now)
+            if (forget(h, &p->inflight[i], arg))
                 forget_inflight(h, p, i); /* i now holds the last entry */
             else
                 i++;
         }
     }
+}
+
+static int expired(pm__hub *h, const pm__inflight *e, const void *now)
+{
+    (void)h;
+    return e->expires_ms <= *(const int64_t *)now;
+}
+
+/* Forgets every request whose requester gave up (deadline) or that
+ * outlived the maximum lifetime. Runs from the hub's timer at most every
+ * PURGE_EVERY_MS, never per frame. */
+static void purge_inflight(pm__hub *h, int64_t now)
+{
+    pm__hub_forget_inflight_if(h, expired, &now);
 }
 
 static void schedule_purge(pm__hub *h, uint64_t now)
@@ -234,18 +246,16 @@ pm__inflight *pm__hub_detach_inflight(pm__hub *h, pm__port *p, uint32_t *n)
 
 /* Forgets every request port p's incarnation made to others: no requester
  * is left for their answers. */
+static int made_by(pm__hub *h, const pm__inflight *e, const void *port)
+{
+    (void)h;
+    const pm__port *p = port;
+    return e->requester == p->index && e->requester_inc == p->incarnation;
+}
+
 void pm__hub_forget_requests_of(pm__hub *h, const pm__port *p)
 {
-    for (unsigned t = 0; t < h->nports; t++) {
-        pm__port *o = &h->ports[t];
-        for (uint32_t j = 0; j < o->ninflight;) {
-            pm__inflight *e = &o->inflight[j];
-            if (e->requester == p->index && e->requester_inc == p->incarnation)
-                forget_inflight(h, o, j);
-            else
-                j++;
-        }
-    }
+    pm__hub_forget_inflight_if(h, made_by, p);
 }
 
 /* 0 when node/inc names a port that can take a frame now, else why not. */

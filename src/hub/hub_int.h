@@ -43,6 +43,9 @@ void pm__hub_drop_last_inflight(pm__hub *h, pm__port *target);
 void pm__hub_purge_due(pm__hub *h, uint64_t now);
 pm__inflight *pm__hub_detach_inflight(pm__hub *h, pm__port *p, uint32_t *n);
 void pm__hub_forget_requests_of(pm__hub *h, const pm__port *p);
+/* Forgets, in every port's table, each entry forget(h, entry, arg) names. */
+void pm__hub_forget_inflight_if(pm__hub *h, int (*forget)(pm__hub *, const pm__inflight *, const void *),
+                                const void *arg);
 int pm__hub_check_dest(const pm__hub *h, uint32_t node, uint64_t inc);
 /* The bytes a relayed frame carries, for the counters (a large message's:
  * its memfd's, h->cur_len). Every frame counted in a port's relayed

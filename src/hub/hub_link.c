@@ -79,10 +79,11 @@ static void unadd(pm__hub_link *l, uint32_t src, const pm__frame_hdr *f)
     pm__hub_link_inflight_take(l, src, f->request_id, f->dst, &e);
 }
 
-/* p's REPLY to a request that came over host f->dst_host's link (l, NULL
- * or down when it is unreachable): to main when it answers a remote mesh
- * broadcast fanned out here, else onto the link; frag: a large message the
- * link takes as FRAGs, big: a large message. Always consumed (0). */
+/* p's REPLY to a request that came over host f->dst_host's link (l): to
+ * main when it answers a remote mesh broadcast fanned out here, else onto
+ * the link; late when p's table has no such request (never asked, or
+ * forgotten: its deadline, or the link went down); frag: a large message
+ * the link takes as FRAGs, big: a large message. Always consumed (0). */
 static int relay_remote_reply(pm__hub *h, pm__hub_link *l, pm__port *p, pm__frame_hdr *f,
                               const void *payload, int frag, int big)
 {
@@ -104,16 +105,8 @@ static int relay_remote_reply(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
         p->relayed_bytes += pm__hub_relay_len(h, f);
         return 0;
     }
-    if (l == NULL || !l->up) {
-        /* The requester's host is unreachable, whatever the reply's
-         * size: counted as any frame to that host (-EHOSTUNREACH). No
-         * notice can cross a link that is down, and the requester's
-         * own hub answered its request -EHOSTUNREACH when the link
-         * went down there. */
-        h->unreachable++;
-        h->replies_dropped++;
-        return 0;
-    }
+    /* The requester's link is up: pm__hub_link_down forgot every request
+     * that came over it (taken above, this one did not). */
     pm__frame_hdr w = pm__hub_link_wire_hdr(h, f, src);
     w.dst_inc = e.requester_inc;
     if (frag) {
@@ -249,6 +242,16 @@ void pm__hub_link_up(pm__hub *h, uint16_t host, int (*send)(void *, const void *
     l->arg = arg;
 }
 
+/* A request that came over host's link (from its main or a worker), not
+ * a worker's part of host's mesh broadcast (our own broadcast for host,
+ * whose entries are under host's port 0 too). */
+static int came_over(pm__hub *h, const pm__inflight *e, const void *host)
+{
+    uint16_t from = *(const uint16_t *)host;
+    return PM__IS_REMOTE_NODE(e->requester) && PM__REMOTE_HOST(e->requester) == from &&
+           !(PM__REMOTE_PORT(e->requester) == 0 && pm__hub_bcast_of(h, e->request_id, from));
+}
+
 void pm__hub_link_down(pm__hub *h, uint16_t host)
 {
     pm__hub_link *l = pm__hub_link_of(h, host);
@@ -262,6 +265,12 @@ void pm__hub_link_down(pm__hub *h, uint16_t host)
      * Windows and credits were the connection's: a new one starts empty. */
     pm__hub_link_release(h, &l->held_head, &l->held_tail);
     pm__hub_link_release(h, &l->window_held_head, &l->window_held_tail);
+    /* The requests that came over it are forgotten (their requesters'
+     * hubs answer them -EHOSTUNREACH as it goes there): a reply is late
+     * from now on, never sent over a later connection, where it could
+     * settle another request of the same id (a restarted host's main
+     * numbers its requests from 1 again). */
+    pm__hub_forget_inflight_if(h, came_over, &host);
     pm__hub_link_windows_clear(&l->win);
     pm__hub_link_windows_clear(&l->cred);
     l->cred_unsent = 0;

@@ -38,9 +38,14 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
      * results could pass for those of another broadcast. Nothing is
      * counted as dropped for lack of room. */
     pm__hub_link *l = pm__hub_link_of(h, rb->host);
-    int same = l->up && l->conn == rb->conn;
+    if (!l->up || l->conn != rb->conn) {
+        free(rb);
+        return;
+    }
+    /* A send never takes the link down itself (a write error closes the
+     * connection, which the mesh takes down later): it stays up below. */
     uint32_t sent = 0;
-    for (size_t i = 0; i < n && same && l->up; i++) {
+    for (size_t i = 0; i < n; i++) {
         pm__frame_hdr f;
         memset(&f, 0, sizeof(f));
         f.type = PM__FT_BRESULT;
@@ -58,16 +63,14 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
         if (pm__hub_link_put_or_drop(h, l, &f, results[i].data) == 0)
             sent++;
     }
-    if (same && l->up) {
-        pm__frame_hdr d;
-        memset(&d, 0, sizeof(d));
-        d.type = PM__FT_BDONE;
-        d.request_id = rb->id;
-        d.len = 4;
-        unsigned char count[4];
-        pm__put32(count, sent);
-        (void)pm__hub_link_put_or_drop(h, l, &d, count); /* lost: the far end's deadline settles it */
-    }
+    pm__frame_hdr d;
+    memset(&d, 0, sizeof(d));
+    d.type = PM__FT_BDONE;
+    d.request_id = rb->id;
+    d.len = 4;
+    unsigned char count[4];
+    pm__put32(count, sent);
+    (void)pm__hub_link_put_or_drop(h, l, &d, count); /* lost: the far end's deadline settles it */
     free(rb);
 }
 
