@@ -2902,7 +2902,8 @@ static void flow_check_table(const pm__hub_link_window_table *t, const uint32_t 
  * give-backs drawn over 48 remote ports, the table checked after each
  * (an entry exactly for each port with frames in flight, its counts, the
  * table's count, at most half full, every entry reachable from its home:
- * growth from 8 to 128 slots and deletion without tombstones). A link
+ * growth from 8 to 128 slots, doubling only as a new entry would pass
+ * half, and deletion without tombstones). A link
  * whose peer does not do credits has no table at all.
  */
 START_TEST(test_link_flow_window_table)
@@ -2943,6 +2944,12 @@ START_TEST(test_link_flow_window_table)
                 }
         flow_check_table(&l->win, frames, bytes, NP);
         most = l->win.n > most ? l->win.n : most;
+        /* It grows only as a new entry would make it more than half
+         * full, doubling from 8; it never shrinks. */
+        uint32_t cap = most == 0 ? 0 : 8;
+        while (most * 2 > cap)
+            cap *= 2;
+        ck_assert_uint_eq(l->win.cap, cap);
     }
     ck_assert_uint_eq(most, NP);
     ck_assert_uint_eq(l->win.cap, 128);
