@@ -2928,6 +2928,7 @@ START_TEST(test_link_flow_window_table)
                 ck_assert_int_eq(pm__hub_link_window_take(l, port, sz, 1), 0);
                 frames[port]++;
                 bytes[port] += sz;
+                most = l->win.n > most ? l->win.n : most;
             }
         } else {
             pm__hub_link_window_untake(l, port, sz);
@@ -2943,7 +2944,6 @@ START_TEST(test_link_flow_window_table)
                     bytes[p] -= p * 3 + 1;
                 }
         flow_check_table(&l->win, frames, bytes, NP);
-        most = l->win.n > most ? l->win.n : most;
         /* It grows only as a new entry would make it more than half
          * full, doubling from 8; it never shrinks. */
         uint32_t cap = most == 0 ? 0 : 8;
