@@ -2865,6 +2865,9 @@ static const pm__hub_link_window *flow_entry(const pm__hub_link_window_table *t,
     return NULL;
 }
 
+/* The address port of model port p (test_link_flow_window_table). */
+#define FLOW_PORT(p) (((p) % 8u) + 256u * ((p) / 8u))
+
 /* Table t against the model (frames and bytes per port, an entry exactly
  * for the ports with frames): its count, at most half full, each entry
  * where a probe from its home finds it (no empty slot between). */
@@ -2883,7 +2886,7 @@ static void flow_check_table(const pm__hub_link_window_table *t, const uint32_t 
     ck_assert_uint_le(t->n * 2, t->cap);
     uint32_t want = 0;
     for (unsigned p = 0; p < nports; p++) {
-        const pm__hub_link_window *e = flow_entry(t, p);
+        const pm__hub_link_window *e = flow_entry(t, FLOW_PORT(p));
         if (frames[p] == 0) {
             ck_assert_ptr_null(e);
             continue;
@@ -2909,6 +2912,10 @@ static void flow_check_table(const pm__hub_link_window_table *t, const uint32_t 
 START_TEST(test_link_flow_window_table)
 {
     enum { NP = 48 };
+    /* Model port p is address port (p % 8) + 256 * (p / 8): six ports to
+     * each of eight homes at every size up to 256 slots (the hash keeps the
+     * key's low bits apart, so consecutive ports never collide), for the
+     * probes and the deletions' shifts to have clusters to work through. */
     pm__hub h;
     int b = unit_hub(&h, 0);
     pm__hub_link *l = &h.links[b];
@@ -2923,15 +2930,15 @@ START_TEST(test_link_flow_window_table)
         uint32_t port = (seed >> 8) % NP, sz = port * 3 + 1;
         if (((seed >> 20) & 3) != 0 || frames[port] == 0) {
             if (((seed >> 20) & 3) == 0) { /* nothing in flight: a give-back that finds nothing */
-                pm__hub_link_window_untake(l, port, sz);
+                pm__hub_link_window_untake(l, FLOW_PORT(port), sz);
             } else {
-                ck_assert_int_eq(pm__hub_link_window_take(l, port, sz, 1), 0);
+                ck_assert_int_eq(pm__hub_link_window_take(l, FLOW_PORT(port), sz, 1), 0);
                 frames[port]++;
                 bytes[port] += sz;
                 most = l->win.n > most ? l->win.n : most;
             }
         } else {
-            pm__hub_link_window_untake(l, port, sz);
+            pm__hub_link_window_untake(l, FLOW_PORT(port), sz);
             frames[port]--;
             bytes[port] -= sz;
         }
@@ -2939,7 +2946,7 @@ START_TEST(test_link_flow_window_table)
         if ((k % 997) == 0)
             for (uint32_t p = 0; p < NP; p += 2)
                 while (frames[p] > 0) {
-                    pm__hub_link_window_untake(l, p, p * 3 + 1);
+                    pm__hub_link_window_untake(l, FLOW_PORT(p), p * 3 + 1);
                     frames[p]--;
                     bytes[p] -= p * 3 + 1;
                 }
@@ -3084,6 +3091,14 @@ START_TEST(test_link_flow_credit_in)
     ck_assert_ptr_nonnull(flow_entry(&l->win, 11)); /* bytes left: kept */
     flow_credit_in(&h, b, 11, 0, 1);
     ck_assert_ptr_null(flow_entry(&l->win, 11));
+    ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 0), 0);
+    flow_credit_in(&h, b, 11, 0, 10);
+    e = flow_entry(&l->win, 11);
+    ck_assert_ptr_nonnull(e); /* a frame left, no bytes: kept */
+    ck_assert_uint_eq(e->frames, 1);
+    ck_assert_uint_eq(e->bytes, 0);
+    flow_credit_in(&h, b, 11, 1, 0);
+    ck_assert_ptr_null(flow_entry(&l->win, 11));
     ck_assert_uint_eq(l->win.n, 0);
 
     /* A credit for a window the link does not have: nothing, no release. */
@@ -3148,25 +3163,28 @@ START_TEST(test_link_flow_credit_out)
     capture_rc = -EAGAIN;
     for (uint32_t port = 100; port < 120; port++)
         pm__hub_link_credit(&h, (uint16_t)b, port, PM__LINK_CREDIT_BYTES);
+    for (unsigned k = 0; k < PM__LINK_CREDIT_FRAMES; k++)
+        pm__hub_link_credit(&h, (uint16_t)b, 300, 1); /* due by its frames */
     pm__hub_link_credit(&h, (uint16_t)b, 200, 5); /* not due */
     ck_assert_int_eq(l->cred_unsent, 1);
-    ck_assert_uint_eq(l->cred.n, 21);
+    ck_assert_uint_eq(l->cred.n, 22);
     pm__hub_link_send_credits(&h, l); /* still no room: all kept */
     ck_assert_int_eq(l->cred_unsent, 1);
-    ck_assert_uint_eq(l->cred.n, 21);
+    ck_assert_uint_eq(l->cred.n, 22);
     capture_rc = 0;
     nsent = 0;
     pm__hub_link_send_credits(&h, l);
     ck_assert_int_eq(l->cred_unsent, 0);
-    ck_assert_uint_eq(nsent, 20);
+    ck_assert_uint_eq(nsent, 21);
     ck_assert_uint_eq(l->cred.n, 1);
+    ck_assert_ptr_null(flow_entry(&l->cred, 300));
     ck_assert_uint_eq(flow_entry(&l->cred, 200)->bytes, 5);
     pm__hub_link_send_credits(&h, l); /* nothing due: nothing sent */
-    ck_assert_uint_eq(nsent, 20);
+    ck_assert_uint_eq(nsent, 21);
 
     pm__hub_link_down(&h, (uint16_t)b);
     pm__hub_link_credit(&h, (uint16_t)b, 12, PM__LINK_CREDIT_BYTES);
-    ck_assert_uint_eq(nsent, 20);
+    ck_assert_uint_eq(nsent, 21);
     pm__hub_free(&h);
 }
 END_TEST
@@ -3175,13 +3193,18 @@ END_TEST
 static unsigned char flow_big[PM_MAX_PAYLOAD + 1];
 
 /* Sets the unit hub's link b busy with a large message of owner's (its
- * cursor holding an fd, which pm__hub_free closes). */
-static void flow_crossing(pm__hub_link *l, uint32_t owner)
+ * cursor holding an fd, which pm__hub_free closes); at fd 0 when fd0 (fd 0
+ * closed first: frag_fd0_end makes it /dev/null again). */
+static void flow_crossing(pm__hub_link *l, uint32_t owner, int fd0)
 {
+    if (fd0)
+        close(0);
     l->tx_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    ck_assert_int_ge(l->tx_fd, 0);
+    ck_assert_int_eq(l->tx_fd >= 0 && (!fd0 || l->tx_fd == 0), 1);
     l->tx_owner = owner;
 }
+
+static void frag_fd0_end(void);
 
 /* flow_big went out whole as FRAGs to port dst under request id (the link
  * took every fragment at once: its cursor is done). */
@@ -3210,16 +3233,21 @@ static void flow_sent_whole(uint32_t dst, uint64_t id)
  * a MSG counted in the port's window (a REPLY is not); a window already
  * full does not hold main back. A host with no link: -EHOSTUNREACH,
  * counted unreachable. Main's own large message still crossing: -EAGAIN
- * (main's frames keep their order); a worker's: no matter. The link full:
- * -EAGAIN, the link failing: -EHOSTUNREACH, the window given back either
- * way. Past PM_MAX_PAYLOAD: the link's cursor takes it, outside any
- * window; a peer without large messages: -EMSGSIZE.
+ * (main's frames keep their order; its memfd at fd 0 too); a worker's: no
+ * matter. The link full: -EAGAIN, the link failing: -EHOSTUNREACH, the
+ * window given back either way (a failed REPLY takes nothing back from
+ * the MSGs counted before it). No memory for the window: -EAGAIN, nothing
+ * sent. PM_MAX_PAYLOAD exactly: one frame. Past it: the link's cursor
+ * takes it, outside any window; a peer without large messages: -EMSGSIZE.
  */
-enum { MS_MSG, MS_REPLY, MS_UNREACHABLE, MS_MAIN_CROSSING, MS_WORKER_CROSSING, MS_WINDOW_FULL,
-       MS_LINK_FULL, MS_LINK_FAILS, MS_REPLY_LINK_FULL, MS_LARGE, MS_LARGE_NO_FRAG, MS_ROWS };
+enum { MS_MSG, MS_REPLY, MS_UNREACHABLE, MS_MAIN_CROSSING, MS_MAIN_CROSSING_FD0, MS_WORKER_CROSSING,
+       MS_WINDOW_FULL, MS_LINK_FULL, MS_LINK_FAILS, MS_REPLY_LINK_FULL, MS_NO_WINDOW_MEMORY,
+       MS_MAX_PAYLOAD, MS_LARGE, MS_LARGE_NO_FRAG, MS_ROWS };
 
 START_TEST(test_link_flow_main_send)
 {
+    if (_i == MS_NO_WINDOW_MEMORY && !pm_failalloc_here("test_link_flow_main_send, row MS_NO_WINDOW_MEMORY"))
+        return;
     pm__hub h;
     int b = unit_hub(&h, 4 * PM_MAX_PAYLOAD);
     int c = pm__hub_host_index(&h, "c");
@@ -3230,14 +3258,16 @@ START_TEST(test_link_flow_main_send)
     uint16_t host = (uint16_t)(_i == MS_UNREACHABLE ? c : b);
     const void *data = "abc";
     size_t len = 3;
-    if (_i == MS_LARGE || _i == MS_LARGE_NO_FRAG) {
+    if (_i == MS_LARGE || _i == MS_LARGE_NO_FRAG || _i == MS_MAX_PAYLOAD) {
         data = flow_big;
-        len = sizeof(flow_big);
+        len = _i == MS_MAX_PAYLOAD ? PM_MAX_PAYLOAD : sizeof(flow_big);
     }
-    if (_i == MS_MAIN_CROSSING)
-        flow_crossing(l, PM__NODE_MAIN);
+    if (_i == MS_MAIN_CROSSING || _i == MS_MAIN_CROSSING_FD0)
+        flow_crossing(l, PM__NODE_MAIN, _i == MS_MAIN_CROSSING_FD0);
     if (_i == MS_WORKER_CROSSING)
-        flow_crossing(l, 0);
+        flow_crossing(l, 0, 0);
+    if (_i == MS_REPLY_LINK_FULL) /* a MSG of main's in flight, counted */
+        ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 1), 0);
     if (_i == MS_WINDOW_FULL)
         for (unsigned k = 0; k < PM__LINK_WIN_FRAMES; k++)
             ck_assert_int_eq(pm__hub_link_window_take(l, 11, 10, 0), 0);
@@ -3245,7 +3275,11 @@ START_TEST(test_link_flow_main_send)
         capture_rc = -EAGAIN;
     if (_i == MS_LINK_FAILS)
         capture_rc = -EPIPE;
+    if (_i == MS_NO_WINDOW_MEMORY)
+        pm_failalloc_arm(1); /* the window table's first allocation */
     int rc = pm__hub_link_main_send(&h, host, 11, 3, type, id, data, len);
+    if (_i == MS_NO_WINDOW_MEMORY)
+        ck_assert(pm_failalloc_disarm());
     capture_rc = 0;
     const pm__hub_link_window *e = flow_entry(&l->win, 11);
     switch (_i) {
@@ -3254,9 +3288,18 @@ START_TEST(test_link_flow_main_send)
         ck_assert_uint_eq(h.unreachable, 1);
         break;
     case MS_MAIN_CROSSING:
+    case MS_MAIN_CROSSING_FD0:
     case MS_LINK_FULL:
+    case MS_NO_WINDOW_MEMORY:
+        ck_assert_int_eq(rc, -EAGAIN);
+        break;
     case MS_REPLY_LINK_FULL:
         ck_assert_int_eq(rc, -EAGAIN);
+        ck_assert_ptr_nonnull(e); /* the MSG's count is left as it was */
+        ck_assert_uint_eq(e->frames, 1);
+        ck_assert_uint_eq(e->bytes, 10);
+        e = NULL;
+        pm__hub_link_window_untake(l, 11, 10);
         break;
     case MS_LINK_FAILS:
         ck_assert_int_eq(rc, -EHOSTUNREACH);
@@ -3280,15 +3323,15 @@ START_TEST(test_link_flow_main_send)
         ck_assert_uint_eq(sent[0].src_inc, 0);
         ck_assert_uint_eq(sent[0].src_host, 0);
         ck_assert_uint_eq(sent[0].request_id, id);
-        ck_assert_uint_eq(sent[0].len, 3);
-        ck_assert_mem_eq(sent_body[0], "abc", 3);
+        ck_assert_uint_eq(sent[0].len, len);
+        ck_assert_mem_eq(sent_body[0], data, 3);
         if (type == PM__FT_REPLY) {
             ck_assert_ptr_null(e);
         } else {
             uint32_t before = _i == MS_WINDOW_FULL ? PM__LINK_WIN_FRAMES : 0;
             ck_assert_ptr_nonnull(e);
             ck_assert_uint_eq(e->frames, before + 1);
-            ck_assert_uint_eq(e->bytes, before * 10 + PM__FRAME_HDR_SIZE + 3);
+            ck_assert_uint_eq(e->bytes, before * 10 + PM__FRAME_HDR_SIZE + len);
         }
         break;
     }
@@ -3298,6 +3341,8 @@ START_TEST(test_link_flow_main_send)
         ck_assert_uint_eq(l->win.n, 0);
     }
     pm__hub_free(&h);
+    if (_i == MS_MAIN_CROSSING_FD0)
+        frag_fd0_end(); /* pm__hub_free closed fd 0, the crossing message's */
 }
 END_TEST
 
@@ -3310,11 +3355,15 @@ END_TEST
  * Refused (-EHOSTUNREACH for no link, -EAGAIN behind main's own large
  * message or a full link, the link's failure, -EBUSY for a full table,
  * -ENOMEM when the window cannot be made): nothing sent, nothing left in
- * the table or the window. Past PM_MAX_PAYLOAD: remembered first, then
- * the cursor's; refused (-EMSGSIZE, a full table): nothing left.
+ * the table or the window (behind main's large message at fd 0 too; a
+ * worker's large message crossing holds main's request back in no way).
+ * PM_MAX_PAYLOAD exactly: one frame. Past it: remembered first, then the
+ * cursor's; refused (-EMSGSIZE, a full table): nothing left.
  */
-enum { MQ_OK, MQ_UNREACHABLE, MQ_MAIN_CROSSING, MQ_LINK_FULL, MQ_LINK_FAILS, MQ_TABLE_FULL,
-       MQ_NO_WINDOW_MEMORY, MQ_LARGE, MQ_LARGE_NO_FRAG, MQ_LARGE_TABLE_FULL, MQ_ROWS };
+enum { MQ_OK, MQ_UNREACHABLE, MQ_MAIN_CROSSING, MQ_MAIN_CROSSING_FD0, MQ_WORKER_CROSSING, MQ_LINK_FULL,
+       MQ_LINK_FAILS,
+       MQ_TABLE_FULL, MQ_NO_WINDOW_MEMORY, MQ_MAX_PAYLOAD, MQ_LARGE, MQ_LARGE_NO_FRAG,
+       MQ_LARGE_TABLE_FULL, MQ_ROWS };
 
 START_TEST(test_link_flow_main_request)
 {
@@ -3328,10 +3377,12 @@ START_TEST(test_link_flow_main_request)
     pm__hub_link_caps(&h, (uint16_t)b,
                       PM__PEER_CAP_CREDIT | (_i == MQ_LARGE || _i == MQ_LARGE_TABLE_FULL ? PM__PEER_CAP_FRAG : 0));
     uint16_t host = (uint16_t)(_i == MQ_UNREACHABLE ? c : b);
-    const void *data = large ? (const void *)flow_big : "abc";
-    size_t len = large ? sizeof(flow_big) : 3;
-    if (_i == MQ_MAIN_CROSSING)
-        flow_crossing(l, PM__NODE_MAIN);
+    const void *data = large || _i == MQ_MAX_PAYLOAD ? (const void *)flow_big : "abc";
+    size_t len = large ? sizeof(flow_big) : _i == MQ_MAX_PAYLOAD ? PM_MAX_PAYLOAD : 3;
+    if (_i == MQ_MAIN_CROSSING || _i == MQ_MAIN_CROSSING_FD0)
+        flow_crossing(l, PM__NODE_MAIN, _i == MQ_MAIN_CROSSING_FD0);
+    if (_i == MQ_WORKER_CROSSING)
+        flow_crossing(l, 0, 0);
     if (_i == MQ_LINK_FULL)
         capture_rc = -EAGAIN;
     if (_i == MQ_LINK_FAILS)
@@ -3359,6 +3410,8 @@ START_TEST(test_link_flow_main_request)
     pm__remote_inflight r;
     switch (_i) {
     case MQ_OK:
+    case MQ_WORKER_CROSSING:
+    case MQ_MAX_PAYLOAD:
         ck_assert_int_eq(rc, 0);
         ck_assert_uint_eq(nsent, 1);
         ck_assert_uint_eq(sent[0].type, PM__FT_REQUEST);
@@ -3366,12 +3419,13 @@ START_TEST(test_link_flow_main_request)
         ck_assert_uint_eq(sent[0].dst_inc, 3);
         ck_assert_uint_eq(sent[0].src, 0);
         ck_assert_uint_eq(sent[0].request_id, 21);
+        ck_assert_uint_eq(sent[0].len, len);
         ck_assert_int_gt(sent[0].deadline_ms, 0);
         ck_assert_int_le(sent[0].deadline_ms, 60000);
-        ck_assert_mem_eq(sent_body[0], "abc", 3);
+        ck_assert_mem_eq(sent_body[0], data, 3);
         ck_assert_ptr_nonnull(e);
         ck_assert_uint_eq(e->frames, 1);
-        ck_assert_uint_eq(e->bytes, PM__FRAME_HDR_SIZE + 3);
+        ck_assert_uint_eq(e->bytes, PM__FRAME_HDR_SIZE + len);
         ck_assert_uint_eq(l->ninflight, 1);
         ck_assert_int_eq(l->inflight[0].expires_ms, deadline);
         ck_assert_int_eq(pm__hub_link_inflight_take(l, PM__NODE_MAIN, 21, 11, &r), 1);
@@ -3387,7 +3441,8 @@ START_TEST(test_link_flow_main_request)
         break;
     default:
         ck_assert_int_eq(rc, _i == MQ_UNREACHABLE || _i == MQ_LINK_FAILS ? -EHOSTUNREACH
-                             : _i == MQ_MAIN_CROSSING || _i == MQ_LINK_FULL ? -EAGAIN
+                             : _i == MQ_MAIN_CROSSING || _i == MQ_MAIN_CROSSING_FD0 || _i == MQ_LINK_FULL
+                                 ? -EAGAIN
                              : _i == MQ_NO_WINDOW_MEMORY ? -ENOMEM
                              : _i == MQ_LARGE_NO_FRAG ? -EMSGSIZE
                                                        : -EBUSY);
@@ -3396,12 +3451,14 @@ START_TEST(test_link_flow_main_request)
         ck_assert_int_eq(pm__hub_link_inflight_take(l, PM__NODE_MAIN, 21, 11, &r), 0);
         ck_assert_ptr_null(e);
         ck_assert_uint_eq(l->win.n, 0);
-        if (_i != MQ_MAIN_CROSSING)
+        if (_i != MQ_MAIN_CROSSING && _i != MQ_MAIN_CROSSING_FD0)
             ck_assert_int_lt(l->tx_fd, 0);
         ck_assert_uint_eq(h.unreachable, _i == MQ_UNREACHABLE ? 1 : 0);
         break;
     }
     pm__hub_free(&h);
+    if (_i == MQ_MAIN_CROSSING_FD0)
+        frag_fd0_end(); /* pm__hub_free closed fd 0, the crossing message's */
 }
 END_TEST
 

@@ -89,6 +89,7 @@ void pm__hub_notice_at(pm__hub *h, uint32_t to, uint64_t to_inc, uint16_t about_
  * (bcast, forget). */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload);
 void pm__hub_links_free(pm__hub *h);
+/* type: PM__FT_MSG (pm_cluster_send) or PM__FT_REPLY (pm_cluster_reply). */
 int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t inc, int type,
                            uint64_t request_id, const void *data, size_t len);
 /* Main's request id to address port `port` of `host` over its link: an

@@ -157,9 +157,9 @@ void pm__hub_link_credit_in(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f,
     e->frames -= frames < e->frames ? frames : e->frames;
     e->bytes -= bytes < e->bytes ? bytes : e->bytes;
     int waiting = e->waiting;
-    if (waiting && e->frames <= PM__LINK_WIN_FRAMES / 2 && e->bytes <= PM__LINK_WIN_BYTES / 2)
+    if (e->frames <= PM__LINK_WIN_FRAMES / 2 && e->bytes <= PM__LINK_WIN_BYTES / 2)
         e->waiting = waiting = 0;
-    if (e->frames == 0 && e->bytes == 0 && !e->waiting)
+    if (e->frames == 0 && e->bytes == 0) /* not waiting, then: cleared above */
         window_del(&l->win, e);
     if (!waiting)
         pm__hub_link_release(h, &l->window_held_head, &l->window_held_tail);
@@ -221,7 +221,7 @@ int pm__hub_link_main_send(pm__hub *h, uint16_t host, uint32_t port, uint64_t in
     }
     /* Main is never held: a full link is -EAGAIN (try later). */
     uint32_t wbytes = PM__FRAME_HDR_SIZE + f.len;
-    int counted = type == PM__FT_MSG || type == PM__FT_REQUEST;
+    int counted = type == PM__FT_MSG; /* a REPLY never is (the other: main's REQUEST, below) */
     if (counted && pm__hub_link_window_take(l, port, wbytes, 1) < 0)
         return -EAGAIN;
     pm__frame_hdr w = pm__hub_link_wire_hdr(h, &f, PM__NODE_MAIN);

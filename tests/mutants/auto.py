@@ -98,7 +98,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELPERS = ["tests/pm-test-worker", "tests/pm-raw-worker", "tests/pm-notify-send",
-           "tests/pm-proxy", "src/daemon/procmesh"]
+           "tests/pm-proxy", "tests/pm-bad-peer", "src/daemon/procmesh"]
 # A program needs a helper rebuilt with the mutant when its source names it
 # (or includes supervise.h, which starts pm-test-worker).
 HELPER_MARKS = {
@@ -106,6 +106,7 @@ HELPER_MARKS = {
     "tests/pm-raw-worker": ("PM_RAW_WORKER", "pm-raw-worker"),
     "tests/pm-notify-send": ("PM_NOTIFY_SEND", "pm-notify-send"),
     "tests/pm-proxy": ("PM_PROXY", "pm-proxy"),
+    "tests/pm-bad-peer": ("PM_BAD_PEER", "pm-bad-peer"),
     "src/daemon/procmesh": ("PM_DAEMON_BIN", "daemon/procmesh"),
 }
 
