@@ -2117,6 +2117,58 @@ START_TEST(test_link_bcast_results_link_down)
 END_TEST
 
 /*
+ * A remote host's broadcast fanned out here and cancelled (pm_cluster_
+ * terminate: pm__hub_cancel_all) before the worker answers: its pending
+ * result is -ECANCELED, sent back at once while the connection it came in
+ * on is up (row 0), nothing when the link went down and came back (row 1);
+ * the worker's reply, later, is counted late and never crosses the link
+ * as a plain REPLY (its request was forgotten with the broadcast).
+ */
+START_TEST(test_link_bcast_cancelled_reply_late)
+{
+    pm__hub h;
+    pm__channel hub_end, worker;
+    int b = unit_hub_port(&h, &hub_end, &worker);
+    nsent = 0;
+    unit_bcast_in(&h, b, PM__BCAST_ID_BASE + 4, 60000);
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+    uint64_t local = q.request_id;
+    pm__ring_consume(&worker.rx);
+    pm__ring_release(&worker.rx);
+    if (_i == 1) {
+        pm__hub_link_down(&h, (uint16_t)b);
+        pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    }
+    pm__hub_cancel_all(&h);
+    if (_i == 0) {
+        ck_assert_uint_eq(nsent, 2);
+        ck_assert_int_eq(sent[0].type, PM__FT_BRESULT);
+        ck_assert_int_eq(sent[0].error, -ECANCELED);
+        ck_assert_int_eq(sent[1].type, PM__FT_BDONE);
+    } else {
+        ck_assert_uint_eq(nsent, 0);
+    }
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 0);
+    nsent = 0;
+    uint64_t late0 = pm_test_hub_late_replies(&h);
+    pm__frame_hdr r;
+    memset(&r, 0, sizeof(r));
+    r.type = PM__FT_REPLY;
+    r.dst_host = (uint16_t)b;
+    r.dst = 0;
+    r.request_id = local;
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "ok", 2), 0);
+    pm__hub_port_service(&h, 0);
+    ck_assert_uint_eq(nsent, 0);
+    ck_assert_uint_eq(pm_test_hub_late_replies(&h), late0 + 1);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
  * A link that goes down forgets the requests that came over it
  * (hub_link.c pm__hub_link_down): b's worker (row 0) or b's main (row 1)
  * asks a's worker, the link goes down and comes up again (a new
@@ -4334,10 +4386,11 @@ START_TEST(test_link_frag_rules)
 END_TEST
 
 /*
- * A large reply to a host whose link is down is treated as any frame to
- * that host: counted unreachable (and the reply dropped), never answered
- * -EMSGSIZE as if the peer took no large messages (no notice can cross a
- * link that is down; the requester's hub answered it -EHOSTUNREACH).
+ * A large reply to a host whose link went down since: its request was
+ * forgotten when the link went (the requester's hub answered it
+ * -EHOSTUNREACH there), so the reply is late: counted late, neither
+ * unreachable nor dropped, and never answered -EMSGSIZE as if the peer
+ * took no large messages.
  */
 START_TEST(test_large_reply_link_down)
 {
@@ -4360,9 +4413,9 @@ START_TEST(test_large_reply_link_down)
     ck_assert_int_eq(pm_cluster_slot_info(a, 0, &info), 0);
     ck_assert_int_gt(info.pid, 0);
     ck_assert_int_eq(kill(info.pid, SIGUSR1), 0);
-    PM_RUN_UNTIL(a, pm_test_cluster_unreachable(a) == unreach + 1, 20000);
-    ck_assert_int_eq(pm_cluster_stats(a, &s1), 0);
-    ck_assert_uint_eq(s1.replies_dropped, s0.replies_dropped + 1);
+    PM_RUN_UNTIL(a, pm_cluster_stats(a, &s1) == 0 && s1.late_replies == s0.late_replies + 1, 20000);
+    ck_assert_uint_eq(pm_test_cluster_unreachable(a), unreach);
+    ck_assert_uint_eq(s1.replies_dropped, s0.replies_dropped);
     ck_assert_uint_eq(s1.notices_dropped, s0.notices_dropped); /* no -EMSGSIZE notice */
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
@@ -4381,6 +4434,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 4, 30);
     PM_ADD_LOOP_TEST(s, test_link_down_forgets_requests, 0, 2, 30);
+    PM_ADD_LOOP_TEST(s, test_link_bcast_cancelled_reply_late, 0, 2, 30);
     PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_bcast_notice_rules, 30);
     PM_ADD_TEST(s, test_link_answer_at_expiry, 60);

@@ -47,19 +47,37 @@ void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b)
     free(b);
 }
 
+void pm__hub_bcast_end_pending(pm__hub *h, pm__bcast *b, int err)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->results[i].error != RESULT_PENDING)
+            continue;
+        b->results[i].error = err;
+        /* Forget the request so a late reply is dropped and counted
+         * (filed under the origin's supervisor for a remote host's
+         * fan-out: left in place, a late reply would cross the link as a
+         * plain REPLY nobody asked for, even over a later connection). */
+        uint32_t node;
+        pm__inflight e;
+        if (pm__address_node(&h->names, &b->results[i].from, &node) == 0 && node < h->nports)
+            pm__hub_take_inflight(h, &h->ports[node],
+                                  b->src_host == PM__HOST_LOCAL ? PM__NODE_MAIN
+                                                                : PM__REMOTE_NODE(b->src_host, 0),
+                                  b->first_id + i, &e);
+    }
+}
+
 /* Every local broadcast still waiting ends now: its pending results
- * -ECANCELED, its callback run. The list is taken first: a callback that
- * starts another broadcast adds to a new list, which this does not walk
- * (it ends like any, or at pm__hub_free). */
+ * -ECANCELED (their requests forgotten), its callback run. The list is
+ * taken first: a callback that starts another broadcast adds to a new
+ * list, which this does not walk (it ends like any, or at pm__hub_free). */
 void pm__hub_bcast_cancel_all(pm__hub *h)
 {
     pm__bcast *b = h->bcasts;
     h->bcasts = NULL;
     while (b != NULL) {
         pm__bcast *next = b->next;
-        for (size_t i = 0; i < b->n; i++)
-            if (b->results[i].error == RESULT_PENDING)
-                b->results[i].error = -ECANCELED;
+        pm__hub_bcast_end_pending(h, b, -ECANCELED);
         pm__hub_bcast_complete(h, b); /* unlinked already: not found, not unlinked */
         b = next;
     }

@@ -64,6 +64,9 @@ void pm__hub_main_late(pm__hub *h, pm__port *p, uint64_t request_id);
 void pm__hub_bcast_complete(pm__hub *h, pm__bcast *b);
 /* Ends every local broadcast still waiting, its pending results -ECANCELED. */
 void pm__hub_bcast_cancel_all(pm__hub *h);
+/* b's results still pending become err, their requests forgotten (a late
+ * reply is counted late, never relayed). */
+void pm__hub_bcast_end_pending(pm__hub *h, pm__bcast *b, int err);
 /* Records one result of a local broadcast (request id). 0,
  * or -EALREADY (a duplicate, or no broadcast has that id). */
 int pm__hub_bcast_result(pm__hub *h, uint64_t id, int err, const void *data, size_t len);

@@ -177,7 +177,8 @@ static int relay_remote_frame(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
     return 0;
 }
 
-/* A frame from local port p (or main, p NULL) for a remote host. */
+/* A frame from local port p for a remote host (main's go through
+ * hub_linkflow.c: pm__hub_link_main_send and _main_request). */
 int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *payload)
 {
     pm__hub_link *l = pm__hub_link_of(h, f->dst_host);

@@ -42,8 +42,9 @@ static void remote_bcast_done(pm_cluster *c, const pm_message *results, size_t n
         free(rb);
         return;
     }
-    /* A send never takes the link down itself (a write error closes the
-     * connection, which the mesh takes down later): it stays up below. */
+    /* The mesh's send never takes the link down itself (a write error
+     * closes the connection, which the mesh takes down later); were one
+     * to, the puts after it would be refused and counted dropped. */
     uint32_t sent = 0;
     for (size_t i = 0; i < n; i++) {
         pm__frame_hdr f;

@@ -447,23 +447,7 @@ void pm__hub_fire(pm__hub *h, uint64_t now)
     while (b != NULL) {
         pm__bcast *next = b->next;
         if ((uint64_t)b->deadline_ms <= now) {
-            for (size_t i = 0; i < b->n; i++) {
-                if (b->results[i].error != RESULT_PENDING)
-                    continue;
-                b->results[i].error = -ETIMEDOUT;
-                /* Forget the request so a late reply is dropped and counted
-                 * (filed under the origin's supervisor for a remote host's
-                 * fan-out: left in place, a late reply would cross the link
-                 * as a plain REPLY nobody asked for). */
-                uint32_t node;
-                pm__inflight e;
-                if (pm__address_node(&h->names, &b->results[i].from, &node) == 0 &&
-                    node < h->nports)
-                    pm__hub_take_inflight(h, &h->ports[node],
-                                          b->src_host == PM__HOST_LOCAL ? PM__NODE_MAIN
-                                                                        : PM__REMOTE_NODE(b->src_host, 0),
-                                          b->first_id + i, &e);
-            }
+            pm__hub_bcast_end_pending(h, b, -ETIMEDOUT);
             pm__hub_bcast_complete(h, b); /* (frees b) */
             next = h->bcasts; /* the callback may have changed the list */
         }
@@ -481,6 +465,7 @@ void pm__hub_free(pm__hub *h)
     for (unsigned i = 0; h->links != NULL && i < PM__MAX_HOSTS; i++) {
         h->links[i].up = 0;
         h->links[i].send = NULL;
+        h->links[i].caps = 0; /* as pm__hub_link_down: a down link has none */
     }
     pm__hub_cancel_all(h);
     free(h->outcome_buf);

@@ -97,8 +97,6 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HELPERS = ["tests/pm-test-worker", "tests/pm-raw-worker", "tests/pm-notify-send",
-           "tests/pm-proxy", "tests/pm-bad-peer", "src/daemon/procmesh"]
 # A program needs a helper rebuilt with the mutant when its source names it
 # (or includes supervise.h, which starts pm-test-worker).
 HELPER_MARKS = {
