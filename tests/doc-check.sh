@@ -10,6 +10,9 @@
 #    src/, tests/, fuzz/ or tools/ is a row of reliability.md's fault list,
 #    and no file there cites a FAULTS.md (a file outside the repository).
 # 4. Every test_* the fault list names is a test in tests/*.c.
+# 5. Every hand-written mutant (tests/mutants/*.mut) still applies: its find
+#    section occurs exactly once in its file (else make mutants calls it
+#    stale, and CI fails only for the mutants it samples).
 # Paths: the sources from this script's place. Exit: 0 all good, 1 a
 # problem (each one named on stderr).
 set -eu
@@ -58,5 +61,19 @@ for t in $(sed -n '/^### Faults and what shows them/,/^## /p' "$rel" | grep -o '
     fi
 done
 
-[ "$status" -eq 0 ] && echo "doc-check: the module table names every file under src/, every path it names exists, every fault cited is listed, every test it names exists"
+# 5. every hand-written mutant still applies (as tests/mutants/run.sh applies it)
+for m in "$top"/tests/mutants/*.mut; do
+    [ -f "$m" ] || continue
+    target=$(sed -n 's/^file: *//p' "$m")
+    n=$(MUT="$m" perl -0777 -e '
+        open(my $m, "<", $ENV{MUT}) or die; local $/; my $t = <$m>;
+        my ($find) = $t =~ /^--- find\n(.*?)^--- replace\n/ms or die "form";
+        my $s = <STDIN>; my $n = () = $s =~ /\Q$find\E/g; print $n;' <"$top/$target" 2>/dev/null) || n=-1
+    if [ "$n" != 1 ]; then
+        echo "doc-check: tests/mutants/$(basename "$m"): its find section occurs $n times in $target (must be once)" >&2
+        status=1
+    fi
+done
+
+[ "$status" -eq 0 ] && echo "doc-check: the module table names every file under src/, every path it names exists, every fault cited is listed, every test it names exists, every hand-written mutant applies"
 exit $status
