@@ -2574,6 +2574,123 @@ START_TEST(test_link_base_lookups)
 END_TEST
 
 /*
+ * Peer mode's tables (hub_link.c links_alloc, pm__hub_links_free): they
+ * come with the first link up, for every host at once: each link with
+ * empty held lists (-1) and no large-message fds (-1), and the buffer a
+ * frame is encoded in, a mapping of its own wiped in a fork child (it held
+ * a worker's traffic). No memory for the buffer (this program's mmap
+ * refuses its length): the link stays down and nothing is kept (no table,
+ * no buffer); the next link up makes both. pm__hub_free lets go of both
+ * (the mapping unmapped, a link's fds closed) and leaves neither behind,
+ * twice too. A link's drops (pm__hub_link_drops): its forged frames, its
+ * malformed ones with the fragments it dropped; nothing for a host without
+ * a link, past the table, or before any link.
+ */
+START_TEST(test_link_base_alloc)
+{
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub h;
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    ck_assert_int_ge(b, 1);
+    uint64_t forged = 9, malformed = 9;
+    pm__hub_link_drops(&h, (uint16_t)b, &forged, &malformed); /* no table yet */
+    ck_assert_uint_eq(forged, 0);
+    ck_assert_uint_eq(malformed, 0);
+
+    pm_test_mmap_fail_len = PM__FRAME_HDR_SIZE + PM_MAX_PAYLOAD;
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    pm_test_mmap_fail_len = 0;
+    ck_assert_ptr_null(h.links);
+    ck_assert_ptr_null(h.link_buf);
+    ck_assert_ptr_null(pm__hub_link_of(&h, (uint16_t)b));
+
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    ck_assert_ptr_nonnull(h.links);
+    ck_assert_ptr_nonnull(h.link_buf);
+    ck_assert_int_eq(h.links[b].up, 1);
+    for (unsigned i = 0; i < PM__MAX_HOSTS; i++) {
+        const pm__hub_link *l = &h.links[i];
+        ck_assert_msg(l->held_head == -1 && l->held_tail == -1 && l->window_held_head == -1 &&
+                          l->window_held_tail == -1 && l->frag_held_head == -1 &&
+                          l->frag_held_tail == -1 && l->tx_fd == -1 && l->rx_fd == -1,
+                      "link %u: held %d..%d, window held %d..%d, frag held %d..%d, fds %d %d", i,
+                      l->held_head, l->held_tail, l->window_held_head, l->window_held_tail,
+                      l->frag_held_head, l->frag_held_tail, l->tx_fd, l->rx_fd);
+    }
+    /* Wiped on fork: a child finds zeros where the parent's frame was. */
+    memset(h.link_buf, 0xAB, 64);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        for (unsigned i = 0; i < 64; i++)
+            if (h.link_buf[i] != 0)
+                _exit(1);
+        _exit(0);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a fork child read the parent's frame");
+
+    h.links[b].forged = 3;
+    h.links[b].malformed = 2;
+    h.links[b].frag_dropped = 4;
+    pm__hub_link_drops(&h, (uint16_t)b, &forged, &malformed);
+    ck_assert_uint_eq(forged, 3);
+    ck_assert_uint_eq(malformed, 6);
+    h.links[PM__MAX_HOSTS - 1].forged = 5;
+    pm__hub_link_drops(&h, PM__MAX_HOSTS - 1, &forged, &malformed);
+    ck_assert_uint_eq(forged, 5);
+    forged = malformed = 9;
+    pm__hub_link_drops(&h, PM__MAX_HOSTS, &forged, &malformed);
+    ck_assert_uint_eq(forged, 0);
+    ck_assert_uint_eq(malformed, 0);
+
+    /* A link's fds (a large message crossing) closed with the hub. */
+    int fds0 = pm_test_count_fds();
+    h.links[b].tx_fd = dup(2);
+    h.links[PM__MAX_HOSTS - 1].rx_fd = dup(2);
+    ck_assert_int_ge(h.links[b].tx_fd, 0);
+    ck_assert_int_ge(h.links[PM__MAX_HOSTS - 1].rx_fd, 0);
+    unsigned char *buf = h.link_buf;
+    pm__hub_free(&h);
+    ck_assert_int_eq(pm_test_count_fds(), fds0);
+    ck_assert_ptr_null(h.links);
+    ck_assert_ptr_null(h.link_buf);
+    errno = 0;
+    ck_assert_int_eq(msync(buf, PM__FRAME_HDR_SIZE + PM_MAX_PAYLOAD, MS_ASYNC), -1); /* unmapped */
+    ck_assert_int_eq(errno, ENOMEM);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/* links_alloc without memory for its table: the link stays down and
+ * nothing is kept; the next link up makes the tables. */
+START_TEST(test_link_base_alloc_failed)
+{
+    if (!pm_failalloc_here("test_link_base_alloc_failed"))
+        return;
+    static const pm__names names = {"t", "a", 10, 1, NULL};
+    pm__hub h;
+    ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+    pm__hub_peer_mode(&h);
+    int b = pm__hub_host_index(&h, "b");
+    ck_assert_int_ge(b, 1);
+    pm_failalloc_arm(1);
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    int hit = pm_failalloc_disarm();
+    ck_assert(hit);
+    ck_assert_ptr_null(h.links);
+    ck_assert_ptr_null(h.link_buf);
+    pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+    ck_assert_ptr_nonnull(h.links);
+    ck_assert_int_eq(h.links[b].up, 1);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
  * Putting a frame onto a link (hub_linkbase.c pm__hub_link_put and
  * _put_or_drop): no link or a down one, -EHOSTUNREACH and nothing sent;
  * sent, the header and payload as given, counted in the link's frames out,
@@ -2923,6 +3040,9 @@ static const pm__hub_link_window *flow_entry(const pm__hub_link_window_table *t,
 /* Table t against the model (frames and bytes per port, an entry exactly
  * for the ports with frames): its count, at most half full, each entry
  * where a probe from its home finds it (no empty slot between). */
+/* Each condition is tested plainly and fails through ck_abort_msg: it runs
+ * after each of 20,000 steps, and every ck_assert_* marks its place
+ * through Check's pipe (10 s of this program's time). */
 static void flow_check_table(const pm__hub_link_window_table *t, const uint32_t *frames,
                              const uint32_t *bytes, unsigned nports)
 {
@@ -2932,23 +3052,28 @@ static void flow_check_table(const pm__hub_link_window_table *t, const uint32_t 
             continue;
         n++;
         for (uint32_t i = (t->v[j].key * 2654435761u) & (t->cap - 1); i != j; i = (i + 1) & (t->cap - 1))
-            ck_assert_uint_ne(t->v[i].key, 0);
+            if (t->v[i].key == 0)
+                ck_abort_msg("entry %u (key %u) unreachable from its home: slot %u empty", j,
+                             t->v[j].key, i);
     }
-    ck_assert_uint_eq(n, t->n);
-    ck_assert_uint_le(t->n * 2, t->cap);
+    if (n != t->n || t->n * 2 > t->cap)
+        ck_abort_msg("%u entries found, the table counts %u in %u slots", n, t->n, t->cap);
     uint32_t want = 0;
     for (unsigned p = 0; p < nports; p++) {
         const pm__hub_link_window *e = flow_entry(t, FLOW_PORT(p));
         if (frames[p] == 0) {
-            ck_assert_ptr_null(e);
+            if (e != NULL)
+                ck_abort_msg("model port %u: an entry with nothing in flight", p);
             continue;
         }
         want++;
-        ck_assert_ptr_nonnull(e);
-        ck_assert_uint_eq(e->frames, frames[p]);
-        ck_assert_uint_eq(e->bytes, bytes[p]);
+        if (e == NULL || e->frames != frames[p] || e->bytes != bytes[p])
+            ck_abort_msg("model port %u: %u frames, %u bytes in flight; the table: %s %u, %u", p,
+                         frames[p], bytes[p], e == NULL ? "no entry" : "entry",
+                         e == NULL ? 0 : e->frames, e == NULL ? 0 : e->bytes);
     }
-    ck_assert_uint_eq(want, t->n);
+    if (want != t->n)
+        ck_abort_msg("%u ports in flight, the table counts %u", want, t->n);
 }
 
 /*
@@ -2984,7 +3109,8 @@ START_TEST(test_link_flow_window_table)
             if (((seed >> 20) & 3) == 0) { /* nothing in flight: a give-back that finds nothing */
                 pm__hub_link_window_untake(l, FLOW_PORT(port), sz);
             } else {
-                ck_assert_int_eq(pm__hub_link_window_take(l, FLOW_PORT(port), sz, 1), 0);
+                if (pm__hub_link_window_take(l, FLOW_PORT(port), sz, 1) != 0)
+                    ck_abort_msg("step %d: a forced take refused", k);
                 frames[port]++;
                 bytes[port] += sz;
                 most = l->win.n > most ? l->win.n : most;
@@ -3008,7 +3134,8 @@ START_TEST(test_link_flow_window_table)
         uint32_t cap = most == 0 ? 0 : 8;
         while (most * 2 > cap)
             cap *= 2;
-        ck_assert_uint_eq(l->win.cap, cap);
+        if (l->win.cap != cap)
+            ck_abort_msg("step %d: %u slots for at most %u entries, not %u", k, l->win.cap, most, cap);
     }
     ck_assert_uint_eq(most, NP);
     ck_assert_uint_eq(l->win.cap, 128);
@@ -3556,6 +3683,242 @@ START_TEST(test_link_answer_at_expiry)
             ck_assert_uint_eq(q.request_id, id);
             break;
         }
+    }
+    pm__hub_free(&h);
+}
+END_TEST
+
+/* Defined below, with the fragment cases. */
+static int frag_memfd(size_t have, int at0);
+static void flow_crossing(pm__hub_link *l, uint32_t owner, int fd0);
+static void frag_fd0_end(void);
+
+/*
+ * One large message at a time per link (hub_link.c pm__hub_relay_remote),
+ * one row each, port 0 (address port 10) sending to b's port 11 while the
+ * link's cursor holds a large message: a large message of its own waits,
+ * held on the link's crossing list (-EAGAIN: its frame stays in its ring);
+ * a small frame of the worker whose large message is crossing waits too
+ * (its frames keep their order), its fd at 0 as well; the same small frame
+ * while main's message crosses goes out. Peer mode before any link was up
+ * (no link table at all): -EHOSTUNREACH to the worker at once, counted
+ * unreachable.
+ */
+enum { CR_BIG, CR_OWN_SMALL, CR_OWN_SMALL_FD0, CR_OTHER_SMALL, CR_NO_TABLE, CR_ROWS };
+
+START_TEST(test_link_crossing_rules)
+{
+    pm__hub h;
+    int b;
+    if (_i == CR_NO_TABLE) {
+        static const pm__names names = {"t", "a", 10, 1, NULL};
+        ck_assert_int_eq(pm__hub_init(&h, 1, &names, NULL, &quiet_ops, NULL), 0);
+        pm__hub_peer_mode(&h);
+        b = pm__hub_host_index(&h, "b");
+        ck_assert_int_ge(b, 1);
+        ck_assert_ptr_null(h.links);
+    } else {
+        b = unit_hub(&h, 0);
+    }
+    pm__channel hub_end, worker;
+    unit_port(&h, &hub_end, &worker);
+    pm__port *p = &h.ports[0];
+    pm__hub_link *l = _i == CR_NO_TABLE ? NULL : &h.links[b];
+    if (l != NULL) {
+        pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_FRAG);
+        flow_crossing(l, _i == CR_BIG || _i == CR_OTHER_SMALL ? PM__NODE_MAIN : p->index,
+                      _i == CR_OWN_SMALL_FD0);
+    }
+    uint64_t unreachable0 = h.unreachable;
+    pm__frame_hdr f = unit_to_b(b, PM__FT_MSG, 0, 0);
+    if (_i == CR_BIG) {
+        unsigned char ann[16] = {0};
+        f.flags = PM__FF_MEMFD;
+        f.len = 16;
+        f.src = 10;
+        f.src_inc = 1;
+        h.cur_fd = frag_memfd(1000, 0);
+        h.cur_len = 1000;
+        ck_assert_int_eq(pm__hub_relay_remote(&h, p, &f, ann), -EAGAIN);
+        ck_assert_int_ge(h.cur_fd, 0); /* not taken: the hub's still */
+        close(h.cur_fd);
+        h.cur_fd = -1;
+    } else {
+        ck_assert_int_eq(pm__frame_send(&worker.tx, &f, "hi", 2), 0);
+        pm__hub_port_service(&h, 0);
+    }
+    int held = _i != CR_OTHER_SMALL && _i != CR_NO_TABLE;
+    ck_assert_uint_eq(nsent, (unsigned)(_i == CR_OTHER_SMALL));
+    ck_assert_int_eq(p->blocked_on, held ? PM__BLOCKED_LINK : -1);
+    ck_assert_uint_eq(p->relayed, (uint64_t)(_i == CR_OTHER_SMALL));
+    if (l != NULL) {
+        ck_assert_int_eq(l->frag_held_head, held ? 0 : -1);
+        ck_assert_int_eq(l->held_head, -1);
+        ck_assert_int_eq(l->window_held_head, -1);
+    }
+    if (_i == CR_OTHER_SMALL) {
+        ck_assert_int_eq(sent[0].type, PM__FT_MSG);
+        ck_assert_uint_eq(sent[0].src, 10);
+        ck_assert_uint_eq(sent[0].dst, 11);
+    }
+    ck_assert_uint_eq(h.unreachable - unreachable0, _i == CR_NO_TABLE);
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload),
+                     _i == CR_NO_TABLE);
+    if (_i == CR_NO_TABLE) {
+        ck_assert_int_eq(q.type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(q.error, -EHOSTUNREACH);
+    }
+    pm__hub_free(&h);
+    if (_i == CR_OWN_SMALL_FD0)
+        frag_fd0_end();
+}
+END_TEST
+
+/*
+ * A worker's reply to a request that came over a link (hub_link.c
+ * relay_remote_reply), one row each: b's port 11 (incarnation 7) asked
+ * our port 0 (address port 10) under id 5 and it answers "ok". Sent back
+ * in wire form to port 11, incarnation 7 (the request's, whatever the
+ * worker wrote), counted in its relayed frames and bytes, the entry taken.
+ * A destination past a 16-bit port (0x10000, which a cut to 16 bits would
+ * make b's main, which did ask under that id): late, nothing sent, the
+ * entry kept. Port 0xFFFF, the highest: answered. Its answer to b's mesh
+ * broadcast fanned out here (to port 0 under the broadcast's id): the
+ * broadcast's result (BRESULT and BDONE to b), counted relayed, never a
+ * plain REPLY; a reply to b's worker under that same id is a plain reply.
+ * The link full: dropped, counted in replies_dropped (a reply never
+ * waits). A large reply: as FRAGs when b takes them (the hub's fd the
+ * link's now, counted relayed with its whole length), else -EMSGSIZE to
+ * the requester across the link, nothing relayed.
+ */
+enum { RO_REPLY, RO_DST_PAST, RO_PORT_FFFF, RO_BCAST, RO_BCAST_ID_WORKER, RO_LINK_FULL, RO_FRAG,
+       RO_BIG, RO_ROWS };
+
+START_TEST(test_link_reply_out_rules)
+{
+    enum { BIG = PM_MAX_PAYLOAD + 70000 };
+    pm__hub h;
+    pm__channel hub_end, worker;
+    int b = unit_hub_port(&h, &hub_end, &worker);
+    pm__port *p = &h.ports[0];
+    uint32_t from = _i == RO_DST_PAST ? 0 : _i == RO_PORT_FFFF ? 0xFFFF : 11;
+    uint64_t id = 5;
+    pm__frame_hdr q;
+    const void *payload;
+    if (_i == RO_BCAST || _i == RO_BCAST_ID_WORKER) {
+        unit_bcast_in(&h, b, PM__BCAST_ID_BASE + 9, 60000);
+        pm__hub_publish(&h);
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+        id = q.request_id; /* the fan-out's id here */
+        pm__ring_consume(&worker.rx);
+        pm__ring_release(&worker.rx);
+    }
+    if (_i != RO_BCAST) {
+        pm__frame_hdr f = link_request();
+        f.src = from;
+        f.src_inc = from == 0 ? 0 : 7;
+        f.request_id = id;
+        f.len = 2;
+        unsigned char buf[PM__FRAME_HDR_SIZE + 2];
+        pm__frame_encode(&f, buf);
+        memcpy(buf + PM__FRAME_HDR_SIZE, "hi", 2);
+        pm__hub_link_frame(&h, (uint16_t)b, buf, sizeof(buf));
+        pm__hub_publish(&h);
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+        ck_assert_uint_eq(q.request_id, id);
+        pm__ring_consume(&worker.rx);
+        pm__ring_release(&worker.rx);
+    }
+    uint64_t entries = pm_test_hub_inflight_total(&h);
+    ck_assert_uint_eq(entries, _i == RO_BCAST_ID_WORKER ? 2 : 1);
+    nsent = 0;
+    uint64_t late0 = h.late_replies, dropped0 = h.replies_dropped;
+    pm__frame_hdr r = unit_to_b(b, PM__FT_REPLY, id, 0);
+    r.dst = _i == RO_DST_PAST ? 0x10000u : _i == RO_BCAST ? 0 : from;
+    r.dst_inc = 99; /* the entry's incarnation goes out, not this */
+    if (_i == RO_LINK_FULL)
+        capture_rc = -EAGAIN;
+    int fds0 = pm_test_count_fds();
+    if (_i == RO_FRAG || _i == RO_BIG) {
+        if (_i == RO_FRAG)
+            pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_FRAG);
+        /* As the hub has it once the worker's large message is read: its
+         * memfd in cur_fd, its length in cur_len. */
+        r.flags = PM__FF_MEMFD;
+        r.len = 16;
+        unsigned char ann[16] = {0};
+        h.cur_fd = frag_memfd(BIG, 0);
+        h.cur_len = BIG;
+        r.src = 10;
+        r.src_inc = 1;
+        ck_assert_int_eq(pm__hub_relay_remote(&h, p, &r, ann), 0);
+        if (_i == RO_BIG) {
+            ck_assert_int_ge(h.cur_fd, 0); /* still the hub's to close */
+            close(h.cur_fd);
+            h.cur_fd = -1;
+        }
+    } else {
+        ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "ok", 2), 0);
+        pm__hub_port_service(&h, 0);
+    }
+
+    int late = _i == RO_DST_PAST;
+    int answered = !late;
+    ck_assert_uint_eq(h.late_replies - late0, (uint64_t)late);
+    ck_assert_uint_eq(h.replies_dropped - dropped0, _i == RO_LINK_FULL);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), entries - (uint64_t)answered);
+    int relayed = _i != RO_DST_PAST && _i != RO_LINK_FULL && _i != RO_BIG;
+    ck_assert_uint_eq(p->relayed, (uint64_t)relayed);
+    ck_assert_uint_eq(p->relayed_bytes, !relayed ? 0u : _i == RO_FRAG ? (uint64_t)BIG : 2u);
+    switch (_i) {
+    case RO_REPLY:
+    case RO_PORT_FFFF:
+    case RO_BCAST_ID_WORKER:
+        ck_assert_uint_eq(nsent, 1);
+        ck_assert_int_eq(sent[0].type, PM__FT_REPLY);
+        ck_assert_uint_eq(sent[0].src, 10);
+        ck_assert_uint_eq(sent[0].src_inc, 1);
+        ck_assert_uint_eq(sent[0].dst, from);
+        ck_assert_uint_eq(sent[0].dst_inc, 7);
+        ck_assert_uint_eq(sent[0].request_id, id);
+        ck_assert_uint_eq(sent[0].len, 2);
+        ck_assert_int_eq(memcmp(sent_body[0], "ok", 2), 0);
+        if (_i == RO_BCAST_ID_WORKER) /* the broadcast still waits for our answer */
+            ck_assert_int_eq(pm__hub_bcast_of(&h, id, (uint16_t)b), 1);
+        break;
+    case RO_BCAST:
+        ck_assert_uint_eq(nsent, 2);
+        ck_assert_int_eq(sent[0].type, PM__FT_BRESULT);
+        ck_assert_uint_eq(sent[0].src, 10);
+        ck_assert_int_eq(sent[0].error, 0);
+        ck_assert_int_eq(sent[1].type, PM__FT_BDONE);
+        ck_assert_int_eq(pm__hub_bcast_of(&h, id, (uint16_t)b), 0);
+        break;
+    case RO_FRAG:
+        ck_assert_uint_ge(nsent, 2);
+        for (unsigned k = 0; k < nsent && k < 8; k++) {
+            ck_assert_int_eq(sent[k].type, PM__FT_FRAG);
+            ck_assert_uint_eq(sent[k].dst, 11);
+            ck_assert_uint_eq(sent[k].dst_inc, 7);
+            ck_assert_uint_eq(sent[k].request_id, id);
+            ck_assert_uint_eq(sent_frag[k].total, BIG);
+        }
+        ck_assert_int_eq(h.cur_fd, -1); /* the link's now: read, then closed */
+        ck_assert_int_eq(pm_test_count_fds(), fds0);
+        break;
+    case RO_BIG:
+        ck_assert_uint_eq(nsent, 1);
+        ck_assert_int_eq(sent[0].type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(sent[0].error, -EMSGSIZE);
+        ck_assert_uint_eq(sent[0].dst, 11);
+        ck_assert_uint_eq(sent[0].dst_inc, 7);
+        ck_assert_uint_eq(sent[0].request_id, id);
+        break;
+    default: /* RO_DST_PAST, RO_LINK_FULL: nothing sent */
+        ck_assert_uint_eq(nsent, 0);
     }
     pm__hub_free(&h);
 }
@@ -4439,6 +4802,10 @@ int main(void)
     PM_ADD_TEST(s, test_link_bcast_notice_rules, 30);
     PM_ADD_TEST(s, test_link_answer_at_expiry, 60);
     PM_ADD_TEST(s, test_link_base_lookups, 30);
+    PM_ADD_TEST(s, test_link_base_alloc, 30);
+    PM_ADD_LOOP_TEST(s, test_link_reply_out_rules, 0, RO_ROWS, 30);
+    PM_ADD_LOOP_TEST(s, test_link_crossing_rules, 0, CR_ROWS, 30);
+    PM_ADD_TEST(s, test_link_base_alloc_failed, 30);
     PM_ADD_TEST(s, test_link_base_put_rules, 30);
     PM_ADD_TEST(s, test_link_base_wire_hdr, 30);
     PM_ADD_TEST(s, test_link_base_inflight_rules, 30);

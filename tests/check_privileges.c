@@ -1553,7 +1553,7 @@ START_TEST(test_seccomp_out_of_memory)
         for (long k = 1;; k++) {
             ck_assert_int_lt(k, 20000);
             pm__seccomp_prog p;
-            pm__seccomp_build_timeout_ms = 200;
+            pm__seccomp_build_timeout_ms = 50;
             /* No assertion while armed: a passing one records its place
              * (Check allocates). */
             int armed = pm_failalloc_arm_shared(k);
