@@ -194,7 +194,7 @@ int pm__hub_relay_remote(pm__hub *h, pm__port *p, pm__frame_hdr *f, const void *
     }
     int frag = big && l != NULL && l->up && (l->caps & PM__PEER_CAP_FRAG) != 0;
     if (f->type == PM__FT_REPLY)
-        return relay_remote_reply(h, l, p, f, payload, big && frag, big);
+        return relay_remote_reply(h, l, p, f, payload, frag, big);
     if (l == NULL || !l->up) {
         h->unreachable++;
         pm__hub_notice_at(h, src, p->incarnation, f->dst_host, f->dst, f->dst_inc,
