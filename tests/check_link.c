@@ -2169,6 +2169,67 @@ START_TEST(test_link_bcast_cancelled_reply_late)
 END_TEST
 
 /*
+ * What a link going down does not forget (hub_link.c came_over): main's
+ * own request to a local worker, when the link of the last host index
+ * (127: the host bits main's node number has too) goes down. And what it
+ * does: a request from b's worker under the id b's mesh broadcast has
+ * here (its fan-out is under b's port 0, not the worker's): the worker's
+ * reply to it afterwards is late, not dropped on the down link.
+ */
+START_TEST(test_link_down_keeps_others)
+{
+    pm__hub h;
+    pm__channel hub_end, worker;
+    int b = unit_hub_port(&h, &hub_end, &worker);
+    int last = -1;
+    for (int k = 0; last < (int)PM__MAX_HOSTS - 1; k++) {
+        char name[16];
+        snprintf(name, sizeof(name), "h%d", k);
+        last = pm__hub_host_index(&h, name);
+        ck_assert_int_ge(last, 1);
+    }
+    pm__hub_link_up(&h, (uint16_t)last, capture_send, NULL);
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@a:10", &to), 0);
+    int mid = pm__hub_request(&h, &to, "q", 1, 5000, unit_answer, NULL);
+    ck_assert_int_gt(mid, 0);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 1);
+    pm__hub_link_down(&h, (uint16_t)last);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 1); /* main's own stays */
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+    ck_assert_uint_eq(q.request_id, (uint64_t)mid);
+    pm__ring_consume(&worker.rx);
+    pm__ring_release(&worker.rx);
+
+    unit_bcast_in(&h, b, PM__BCAST_ID_BASE + 9, 60000);
+    pm__hub_publish(&h);
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+    uint64_t id = q.request_id;
+    pm__ring_consume(&worker.rx);
+    pm__ring_release(&worker.rx);
+    pm__frame_hdr f = link_request();
+    f.request_id = id;
+    f.len = 2;
+    unsigned char buf[PM__FRAME_HDR_SIZE + 2];
+    pm__frame_encode(&f, buf);
+    memcpy(buf + PM__FRAME_HDR_SIZE, "hi", 2);
+    pm__hub_link_frame(&h, (uint16_t)b, buf, sizeof(buf));
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 3);
+    pm__hub_link_down(&h, (uint16_t)b);
+    uint64_t late0 = h.late_replies, dropped0 = h.replies_dropped;
+    pm__frame_hdr r = unit_to_b(b, PM__FT_REPLY, id, 0);
+    ck_assert_int_eq(pm__frame_send(&worker.tx, &r, "ok", 2), 0);
+    pm__hub_port_service(&h, 0);
+    ck_assert_uint_eq(h.late_replies, late0 + 1);
+    ck_assert_uint_eq(h.replies_dropped, dropped0);
+    pm__hub_free(&h);
+}
+END_TEST
+
+/*
  * A link that goes down forgets the requests that came over it
  * (hub_link.c pm__hub_link_down): b's worker (row 0) or b's main (row 1)
  * asks a's worker, the link goes down and comes up again (a new
@@ -2578,7 +2639,9 @@ END_TEST
  * come with the first link up, for every host at once: each link with
  * empty held lists (-1) and no large-message fds (-1), and the buffer a
  * frame is encoded in, a mapping of its own wiped in a fork child (it held
- * a worker's traffic). No memory for the buffer (this program's mmap
+ * a worker's traffic); never a link to this host itself (index 0) nor past
+ * the table, and nothing to take down there. A link down holds no pointer
+ * to the connection it had (the mesh frees it). No memory for the buffer (this program's mmap
  * refuses its length): the link stays down and nothing is kept (no table,
  * no buffer); the next link up makes both. pm__hub_free lets go of both
  * (the mapping unmapped, a link's fds closed) and leaves neither behind,
@@ -2598,6 +2661,9 @@ START_TEST(test_link_base_alloc)
     pm__hub_link_drops(&h, (uint16_t)b, &forged, &malformed); /* no table yet */
     ck_assert_uint_eq(forged, 0);
     ck_assert_uint_eq(malformed, 0);
+    pm__hub_link_up(&h, PM__HOST_LOCAL, capture_send, NULL); /* no link to ourselves */
+    ck_assert_ptr_null(h.links);
+    pm__hub_link_down(&h, (uint16_t)b); /* no table: nothing to take down */
 
     pm_test_mmap_fail_len = PM__FRAME_HDR_SIZE + PM_MAX_PAYLOAD;
     pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
@@ -2610,6 +2676,20 @@ START_TEST(test_link_base_alloc)
     ck_assert_ptr_nonnull(h.links);
     ck_assert_ptr_nonnull(h.link_buf);
     ck_assert_int_eq(h.links[b].up, 1);
+    /* No host past the table, nor ourselves, once the table is there. */
+    pm__hub_link_up(&h, PM__HOST_LOCAL, capture_send, NULL);
+    ck_assert_int_eq(h.links[PM__HOST_LOCAL].up, 0);
+    pm__hub_link_up(&h, PM__MAX_HOSTS, capture_send, NULL);
+    pm__hub_link_up(&h, UINT16_MAX, capture_send, NULL);
+    pm__hub_link_down(&h, PM__MAX_HOSTS);
+    pm__hub_link_down(&h, UINT16_MAX);
+    /* Down, a link keeps no way to its connection, which the mesh frees. */
+    int dummy;
+    pm__hub_link_up(&h, (uint16_t)(b + 1), capture_send, &dummy);
+    pm__hub_link_down(&h, (uint16_t)(b + 1));
+    ck_assert_int_eq(h.links[b + 1].up, 0);
+    ck_assert_ptr_null(h.links[b + 1].send);
+    ck_assert_ptr_null(h.links[b + 1].arg);
     for (unsigned i = 0; i < PM__MAX_HOSTS; i++) {
         const pm__hub_link *l = &h.links[i];
         ck_assert_msg(l->held_head == -1 && l->held_tail == -1 && l->window_held_head == -1 &&
@@ -3702,10 +3782,14 @@ static void frag_fd0_end(void);
  * (its frames keep their order), its fd at 0 as well; the same small frame
  * while main's message crosses goes out. Peer mode before any link was up
  * (no link table at all): a frame, small or large, answered -EHOSTUNREACH
- * at once, counted unreachable.
+ * at once, counted unreachable. A large message on an idle link: its
+ * FRAGs go (message id 1, the first of the connection), the hub's fd is
+ * the link's now, counted relayed with its whole length; after the link
+ * goes down and comes up (a new connection), the next is id 1 again
+ * (protocol.md 7: per connection and direction).
  */
 enum { CR_BIG, CR_OWN_SMALL, CR_OWN_SMALL_FD0, CR_OTHER_SMALL, CR_NO_TABLE, CR_NO_TABLE_BIG,
-       CR_ROWS };
+       CR_BIG_IDLE, CR_ROWS };
 
 START_TEST(test_link_crossing_rules)
 {
@@ -3725,11 +3809,42 @@ START_TEST(test_link_crossing_rules)
     unit_port(&h, &hub_end, &worker);
     pm__port *p = &h.ports[0];
     pm__hub_link *l = no_table ? NULL : &h.links[b];
-    if (l != NULL) {
+    if (l != NULL)
         pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_FRAG);
+    if (_i == CR_BIG_IDLE) {
+        enum { BIG = PM_MAX_PAYLOAD + 70000 };
+        unsigned char ann[16] = {0};
+        int fds0 = pm_test_count_fds();
+        for (int round = 0; round < 2; round++) {
+            pm__frame_hdr f = unit_to_b(b, PM__FT_MSG, 0, 0);
+            f.flags = PM__FF_MEMFD;
+            f.len = 16;
+            f.src = 10;
+            f.src_inc = 1;
+            h.cur_fd = frag_memfd(BIG, 0);
+            h.cur_len = BIG;
+            nsent = 0;
+            ck_assert_int_eq(pm__hub_relay_remote(&h, p, &f, ann), 0);
+            ck_assert_int_eq(h.cur_fd, -1);
+            ck_assert_uint_ge(nsent, 2);
+            ck_assert_int_eq(sent[0].type, PM__FT_FRAG);
+            ck_assert_uint_eq(sent[0].dst, 11);
+            ck_assert_uint_eq(sent_frag[0].msg_id, 1);
+            ck_assert_uint_eq(sent_frag[0].total, BIG);
+            ck_assert_uint_eq(p->relayed, (uint64_t)round + 1);
+            ck_assert_uint_eq(p->relayed_bytes, ((uint64_t)round + 1) * BIG);
+            ck_assert_int_eq(l->tx_fd, -1); /* all taken at once: read and closed */
+            ck_assert_int_eq(pm_test_count_fds(), fds0);
+            pm__hub_link_down(&h, (uint16_t)b);
+            pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
+            pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_FRAG);
+        }
+        pm__hub_free(&h);
+        return;
+    }
+    if (l != NULL)
         flow_crossing(l, _i == CR_BIG || _i == CR_OTHER_SMALL ? PM__NODE_MAIN : p->index,
                       _i == CR_OWN_SMALL_FD0);
-    }
     uint64_t unreachable0 = h.unreachable;
     pm__frame_hdr f = unit_to_b(b, PM__FT_MSG, 0, 0);
     if (_i == CR_BIG || _i == CR_NO_TABLE_BIG) {
@@ -4797,6 +4912,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_bcast_fanout_deadline, 30);
     PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 4, 30);
     PM_ADD_LOOP_TEST(s, test_link_down_forgets_requests, 0, 2, 30);
+    PM_ADD_TEST(s, test_link_down_keeps_others, 30);
     PM_ADD_LOOP_TEST(s, test_link_bcast_cancelled_reply_late, 0, 2, 30);
     PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_bcast_notice_rules, 30);

@@ -256,7 +256,7 @@ static int came_over(pm__hub *h, const pm__inflight *e, const void *host)
 void pm__hub_link_down(pm__hub *h, uint16_t host)
 {
     pm__hub_link *l = pm__hub_link_of(h, host);
-    if (l == NULL || !l->up)
+    if (l == NULL || !l->up) /* no table, never up, or down already */
         return;
     l->up = 0;
     l->send = NULL;
