@@ -3786,7 +3786,9 @@ static void frag_fd0_end(void);
  * FRAGs go (message id 1, the first of the connection), the hub's fd is
  * the link's now, counted relayed with its whole length; after the link
  * goes down and comes up (a new connection), the next is id 1 again
- * (protocol.md 7: per connection and direction).
+ * (protocol.md 7: per connection and direction); and until the new
+ * connection's peer says it takes FRAGs, a large message is refused
+ * -EMSGSIZE (the capabilities went down with the old connection).
  */
 enum { CR_BIG, CR_OWN_SMALL, CR_OWN_SMALL_FD0, CR_OTHER_SMALL, CR_NO_TABLE, CR_NO_TABLE_BIG,
        CR_BIG_IDLE, CR_ROWS };
@@ -3837,8 +3839,29 @@ START_TEST(test_link_crossing_rules)
             ck_assert_int_eq(pm_test_count_fds(), fds0);
             pm__hub_link_down(&h, (uint16_t)b);
             pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
-            pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_FRAG);
+            if (round == 0)
+                pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_FRAG);
         }
+        /* A new connection takes no FRAGs until its peer said so (the
+         * last one's capabilities went down with it): -EMSGSIZE. */
+        pm__frame_hdr f = unit_to_b(b, PM__FT_MSG, 0, 0);
+        f.flags = PM__FF_MEMFD;
+        f.len = 16;
+        f.src = 10;
+        f.src_inc = 1;
+        h.cur_fd = frag_memfd(1000, 0);
+        h.cur_len = 1000;
+        nsent = 0;
+        ck_assert_int_eq(pm__hub_relay_remote(&h, p, &f, ann), 0);
+        ck_assert_uint_eq(nsent, 0);
+        close(h.cur_fd);
+        h.cur_fd = -1;
+        pm__hub_publish(&h);
+        pm__frame_hdr q;
+        const void *payload;
+        ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+        ck_assert_int_eq(q.type, PM__FT_UNDELIVERABLE);
+        ck_assert_int_eq(q.error, -EMSGSIZE);
         pm__hub_free(&h);
         return;
     }
@@ -4899,6 +4922,42 @@ START_TEST(test_large_reply_link_down)
 }
 END_TEST
 
+/*
+ * A large message half across when its link goes down (hub_link.c
+ * pm__hub_link_down), one row each: none; ours half sent (the cursor's fd
+ * at 0, as a memfd made with fd 0 free lands there); b's half received
+ * (its first fragment in). Either is dropped and counted once in the
+ * link's fragments dropped, which pm__hub_link_drops adds to its malformed
+ * frames; the cursor and the reassembly are gone.
+ */
+START_TEST(test_link_down_halves)
+{
+    pm__hub h;
+    int b = unit_hub(&h, (size_t)1 << 20);
+    pm__channel hub_end, worker;
+    unit_port(&h, &hub_end, &worker);
+    pm__hub_link *l = &h.links[b];
+    pm__hub_link_caps(&h, (uint16_t)b, PM__PEER_CAP_FRAG);
+    if (_i == 1)
+        flow_crossing(l, PM__NODE_MAIN, 1);
+    if (_i == 2) {
+        frag_in_as(&h, b, PM__FT_MSG, 10, 1, PM_MAX_PAYLOAD + 3000, 0, 1000, 0);
+        ck_assert_int_eq(l->rx.active, 1);
+    }
+    pm__hub_link_down(&h, (uint16_t)b);
+    uint64_t forged, malformed;
+    pm__hub_link_drops(&h, (uint16_t)b, &forged, &malformed);
+    ck_assert_uint_eq(l->frag_dropped, _i != 0);
+    ck_assert_uint_eq(malformed, _i != 0);
+    ck_assert_int_eq(l->tx_fd, -1);
+    ck_assert_int_eq(l->rx_fd, -1);
+    ck_assert_int_eq(l->rx.active, 0);
+    pm__hub_free(&h);
+    if (_i == 1)
+        frag_fd0_end();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("link");
@@ -4913,6 +4972,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_link_bcast_results_link_down, 0, 4, 30);
     PM_ADD_LOOP_TEST(s, test_link_down_forgets_requests, 0, 2, 30);
     PM_ADD_TEST(s, test_link_down_keeps_others, 30);
+    PM_ADD_LOOP_TEST(s, test_link_down_halves, 0, 3, 30);
     PM_ADD_LOOP_TEST(s, test_link_bcast_cancelled_reply_late, 0, 2, 30);
     PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_bcast_notice_rules, 30);
