@@ -367,7 +367,7 @@ void pm__hub_mesh_broadcast_fire(pm__hub *h, int64_t now, int all, int err)
         pm__mesh_broadcast *next = mb->next;
         if (all || mb->deadline_ms <= now) {
             pm__mesh_broadcast_part *p = NULL;
-            for (size_t i = 0; i < mb->nparts && p == NULL; i++)
+            for (size_t i = 0; i < mb->nparts && p == NULL; i++) /* the first part not done */
                 if (!mb->parts[i].done)
                     p = &mb->parts[i];
             if (p != NULL) {

@@ -459,7 +459,7 @@ static int main_request_timed_out(pm__hub *h, const pm__main_request *r)
  * raised on removal), so the table is walked only when one may be due. */
 void pm__hub_main_request_expire(pm__hub *h, int64_t now)
 {
-    if (h->main_request_due_ms == 0 || now < h->main_request_due_ms)
+    if (h->main_request_due_ms == 0 || now < h->main_request_due_ms) /* none may be due */
         return;
     int64_t next;
     pm__main_request *r = main_request_take_due(h, now, 0, &next);

@@ -309,7 +309,7 @@ static int pin_build(uint32_t act, struct pin_block *b)
     pin_emit(b, BPF_LD | BPF_W | BPF_ABS, (uint32_t)offsetof(struct seccomp_data, nr), 0, 0);
     for (size_t i = 0; i < PM__ARRAY_SIZE(pins); i++) {
         int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_NATIVE, pins[i].name);
-        if (nr < 0)
+        if (nr < 0) /* a pin this architecture does not have */
             continue;
         starts[npins++] = b->n;
         pin_one(b, &pins[i], nr);

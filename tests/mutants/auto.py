@@ -534,6 +534,30 @@ def equiv_key(m):
     return (m["file"], m["op"], text)
 
 
+def shared_entries(equiv, mutants_of):
+    """equiv without the entries that match more than one mutant of a file
+    (the same mutated line in two places: a judgement made for one line
+    would pass for the other unseen), unless the reason says "judged alike"
+    (one judgement written for each of them). Each dropped entry is said
+    on stderr with its lines; its mutants are then judged by the tests."""
+    out = dict(equiv)
+    for f, muts in mutants_of.items():
+        lines = {}
+        for m in muts:
+            k = equiv_key(m)
+            if k in equiv:
+                lines.setdefault(k, []).append(m["line"])
+        for k, where in sorted(lines.items()):
+            if len(where) > 1 and "judged alike" not in equiv[k]:
+                del out[k]
+                print("mutants-auto: equivalent.txt: `%s | %s | %s` matches lines %s of %s: "
+                      "not applied (tell the lines apart, or say \"judged alike\" in its "
+                      "reason if it holds for each)" % (k[0], k[1], k[2],
+                                                        ", ".join(map(str, where)), f),
+                      file=sys.stderr, flush=True)
+    return out
+
+
 def read_equivalent(path):
     """equivalent.txt: `FILE | OP | MUTATED LINE | why` per line (for
     dropstore, droperr and ret0, `LINE BEFORE ~~ LINE CHANGED`: equiv_key).
@@ -919,6 +943,7 @@ def main():
         idx = sorted(random.Random(args.seed).sample(range(len(muts)), min(args.sample, len(muts))))
         muts = [muts[i] for i in idx]
     equiv = read_equivalent(os.path.join(srcdir, "tests", "mutants", "equivalent.txt"))
+    equiv = shared_entries(equiv, {f: file_mutants(srcdir, f) for f in files})
     if args.list:
         every = {equiv_key(x) for f in fmap for x in file_mutants(srcdir, f)}
         for k in equiv:
