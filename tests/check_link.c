@@ -2641,7 +2641,8 @@ END_TEST
  * frame is encoded in, a mapping of its own wiped in a fork child (it held
  * a worker's traffic); never a link to this host itself (index 0) nor past
  * the table, and nothing to take down there. A link down holds no pointer
- * to the connection it had (the mesh frees it). No memory for the buffer (this program's mmap
+ * to the connection it had (the mesh frees it), and nothing is read from
+ * it (nor from a host with no link or past the table). No memory for the buffer (this program's mmap
  * refuses its length): the link stays down and nothing is kept (no table,
  * no buffer); the next link up makes both. pm__hub_free lets go of both
  * (the mapping unmapped, a link's fds closed) and leaves neither behind,
@@ -2664,6 +2665,8 @@ START_TEST(test_link_base_alloc)
     pm__hub_link_up(&h, PM__HOST_LOCAL, capture_send, NULL); /* no link to ourselves */
     ck_assert_ptr_null(h.links);
     pm__hub_link_down(&h, (uint16_t)b); /* no table: nothing to take down */
+    static const unsigned char junk[3] = {1, 2, 3};
+    pm__hub_link_frame(&h, (uint16_t)b, junk, sizeof(junk)); /* nor to read from */
 
     pm_test_mmap_fail_len = PM__FRAME_HDR_SIZE + PM_MAX_PAYLOAD;
     pm__hub_link_up(&h, (uint16_t)b, capture_send, NULL);
@@ -2690,6 +2693,13 @@ START_TEST(test_link_base_alloc)
     ck_assert_int_eq(h.links[b + 1].up, 0);
     ck_assert_ptr_null(h.links[b + 1].send);
     ck_assert_ptr_null(h.links[b + 1].arg);
+    /* Nor is anything read from it: not even judged malformed. */
+    pm__hub_link_frame(&h, (uint16_t)(b + 1), junk, sizeof(junk));
+    ck_assert_uint_eq(h.links[b + 1].malformed, 0);
+    pm__hub_link_frame(&h, PM__MAX_HOSTS, junk, sizeof(junk));
+    pm__hub_link_frame(&h, (uint16_t)b, junk, sizeof(junk)); /* an up link judges it */
+    ck_assert_uint_eq(h.links[b].malformed, 1);
+    h.links[b].malformed = 0;
     for (unsigned i = 0; i < PM__MAX_HOSTS; i++) {
         const pm__hub_link *l = &h.links[i];
         ck_assert_msg(l->held_head == -1 && l->held_tail == -1 && l->window_held_head == -1 &&
