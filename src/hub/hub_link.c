@@ -304,7 +304,8 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
     if (l == NULL || !l->up)
         return;
     pm__frame_hdr f;
-    if (pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &f) < 0 || f.deadline_ms < 0) {
+    /* The decode refuses a negative deadline and a positive error too. */
+    if (pm__frame_decode(frame, len, PM_MAX_PAYLOAD, &f) < 0) {
         l->malformed++;
         return;
     }
@@ -316,7 +317,6 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
         l->malformed++; /* an announcement of an fd no link can carry */
         return;
     }
-    l->frames_in++;
     /* The identity comes from the link, never from the frame. */
     f.src_host = host;
     if (f.src > 0xFFFFu) {
