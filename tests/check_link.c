@@ -1263,6 +1263,14 @@ START_TEST(test_link_frames_each_rule)
                       (unsigned long long)pm_test_link_malformed(&h, (unsigned)b), nsent - sent0);
     }
     ck_assert_uint_eq(pm_test_link_forged(&h, (unsigned)b), 0);
+    /* Refused before it is taken (the decode, the flags) or after: the
+     * link's frames_in counts the latter (fuzz_link's oracle too). */
+    static const int taken[] = {ROW_SRC_PORT, ROW_HELLO, ROW_INIT, ROW_READY, ROW_STOP,
+                                ROW_NOTICE_ERROR_0, ROW_NOTICE_PAYLOAD, ROW_BCAST_DST,
+                                ROW_BCAST_NO_DEADLINE, ROW_CREDIT_DST, ROW_CREDIT_LEN, ROW_CREDIT_ID,
+                                ROW_BRESULT_DST, ROW_BRESULT_ID, ROW_BRESULT_ERROR_PAYLOAD,
+                                ROW_BDONE_LEN, ROW_BDONE_ERROR, ROW_REPLY_NO_PORT, ROW_NOTICE_NO_PORT};
+    ck_assert_uint_eq(h.links[b].frames_in, PM__ARRAY_SIZE(taken));
     /* The controls: the base frame valid is taken (-EHOSTDOWN back); a
      * valid BCAST with no ready worker is answered BDONE 0 at once; a
      * valid CREDIT is no fault, nor is a BRESULT or a BDONE under the
@@ -2801,7 +2809,8 @@ END_TEST
 /*
  * Putting a frame onto a link (hub_linkbase.c pm__hub_link_put and
  * _put_or_drop): no link or a down one, -EHOSTUNREACH and nothing sent;
- * sent, the header and payload as given, the buffer wiped after; a FRAG's data read in place; the link full,
+ * sent, the header and payload as given, counted in the link's frames out,
+ * the buffer wiped after; a FRAG's data read in place; the link full,
  * -ENOBUFS; the link failing, -EHOSTUNREACH. _or_drop counts each refusal
  * on the link (and none for no link at all).
  */
@@ -2822,6 +2831,7 @@ START_TEST(test_link_base_put_rules)
     ck_assert_uint_eq(sent[0].len, 3);
     ck_assert_uint_eq(sent[0].request_id, 5);
     ck_assert_mem_eq(sent_body[0], "abc", 3);
+    ck_assert_uint_eq(l->frames_out, 1);
     for (size_t i = 0; i < PM__FRAME_HDR_SIZE + 3; i++)
         ck_assert_uint_eq(h.link_buf[i], 0);
 
@@ -2835,6 +2845,7 @@ START_TEST(test_link_base_put_rules)
     ck_assert_int_eq(pm__hub_link_put_or_drop(&h, l, &f, NULL), 0);
     ck_assert_uint_eq(nsent, 3);
     ck_assert_uint_eq(sent[2].len, 0);
+    ck_assert_uint_eq(l->frames_out, 3);
     ck_assert_uint_eq(l->dropped, 0);
 
     capture_rc = -EAGAIN;
@@ -2844,12 +2855,14 @@ START_TEST(test_link_base_put_rules)
     ck_assert_uint_eq(l->dropped, 1);
     capture_rc = -EPIPE;
     ck_assert_int_eq(pm__hub_link_put(&h, l, &f, NULL), -EHOSTUNREACH);
+    ck_assert_uint_eq(l->frames_out, 3);
     capture_rc = 0;
 
     pm__hub_link_down(&h, (uint16_t)b);
     ck_assert_int_eq(pm__hub_link_put(&h, l, &f, NULL), -EHOSTUNREACH);
     ck_assert_int_eq(pm__hub_link_put_or_drop(&h, l, &f, NULL), -EHOSTUNREACH);
     ck_assert_uint_eq(nsent, 3);
+    ck_assert_uint_eq(l->frames_out, 3);
     pm__hub_free(&h);
 }
 END_TEST
@@ -5017,6 +5030,31 @@ START_TEST(test_link_writable_credits)
 }
 END_TEST
 
+/* A peer's deadline is milliseconds left, made absolute here: the largest
+ * it can send (INT64_MAX) saturates, never expiring, and does not overflow
+ * (the sanitizer build traps a signed overflow). The request is delivered
+ * and remembered. */
+START_TEST(test_link_deadline_saturates)
+{
+    pm__hub h;
+    pm__channel hub_end, worker;
+    int b = unit_hub_port(&h, &hub_end, &worker);
+    pm__frame_hdr f = link_request();
+    f.deadline_ms = INT64_MAX;
+    unsigned char buf[PM__FRAME_HDR_SIZE];
+    pm__hub_link_frame(&h, (uint16_t)b, buf, wire(&f, buf));
+    ck_assert_uint_eq(pm_test_link_malformed(&h, (unsigned)b), 0);
+    ck_assert_uint_eq(pm_test_hub_inflight_total(&h), 1);
+    pm__hub_publish(&h);
+    pm__frame_hdr q;
+    const void *payload;
+    ck_assert_int_eq(pm__frame_recv(&worker.rx, PM__CHANNEL_MAX_FRAME, &q, &payload), 1);
+    ck_assert_uint_eq(q.request_id, 5);
+    ck_assert_int_eq(q.deadline_ms, INT64_MAX);
+    pm__hub_free(&h);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("link");
@@ -5033,6 +5071,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_down_keeps_others, 30);
     PM_ADD_LOOP_TEST(s, test_link_down_halves, 0, 3, 30);
     PM_ADD_TEST(s, test_link_writable_credits, 30);
+    PM_ADD_TEST(s, test_link_deadline_saturates, 30);
     PM_ADD_LOOP_TEST(s, test_link_bcast_cancelled_reply_late, 0, 2, 30);
     PM_ADD_TEST(s, test_link_bcast_in_out_of_memory, 60);
     PM_ADD_TEST(s, test_link_bcast_notice_rules, 30);

@@ -1535,7 +1535,7 @@ END_TEST
  * death, or a start that never returns). Now each build either hands out
  * the whole program, byte for byte, or fails with an error and holds
  * nothing, and this process goes on. The wait for a spinning child is
- * shortened to 200 ms here (dozens of failures spin): an outcome the test
+ * shortened to 50 ms here (dozens of failures spin): an outcome the test
  * takes whatever the machine's speed, since a build that met its failure
  * may fail any way; the build that meets none is given the default back
  * if it ran out of it.

@@ -100,7 +100,8 @@ def nm(args, paths):
         return out
     run = subprocess.run(["nm", "-A"] + args + paths, capture_output=True, text=True)
     for line in run.stdout.splitlines():
-        path, sep, rest = line.partition(":")
+        # A symbol never holds ':', a path may: the last one ends the path.
+        path, sep, rest = line.rpartition(":")
         if sep and path in out:
             out[path].append(rest)
     return out

@@ -359,6 +359,7 @@ typedef struct pm__hub_link {
     void *arg;
     pm__remote_inflight *inflight;
     uint32_t ninflight, cap;
+    uint64_t frames_in, frames_out; /* taken from the link, put on it (fuzz_link checks both) */
     uint64_t forged;        /* frames claiming another host than the link's, dropped */
     uint64_t malformed;     /* frames that failed to decode or route, dropped */
     uint64_t dropped;       /* frames the link had no room for */

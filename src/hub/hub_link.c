@@ -298,6 +298,15 @@ void pm__hub_link_down(pm__hub *h, uint16_t host)
     pm__hub_mesh_broadcast_host_down(h, host);
 }
 
+/* A peer's deadline, milliseconds left (> 0), made absolute: up to
+ * INT64_MAX may come, which saturates (never expires) rather than
+ * overflow. */
+static int64_t absolute_deadline(int64_t left)
+{
+    int64_t now = (int64_t)pm__now_ms();
+    return left > INT64_MAX - now ? INT64_MAX : left + now;
+}
+
 void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, size_t len)
 {
     pm__hub_link *l = pm__hub_link_of(h, host);
@@ -317,6 +326,7 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
         l->malformed++; /* an announcement of an fd no link can carry */
         return;
     }
+    l->frames_in++; /* read by fuzz_link's oracle, beside forged and malformed */
     /* The identity comes from the link, never from the frame. */
     f.src_host = host;
     if (f.src > 0xFFFFu) {
@@ -324,7 +334,7 @@ void pm__hub_link_frame(pm__hub *h, uint16_t host, const unsigned char *frame, s
         return;
     }
     if (f.deadline_ms > 0)
-        f.deadline_ms += (int64_t)pm__now_ms();
+        f.deadline_ms = absolute_deadline(f.deadline_ms);
     const unsigned char *payload = frame + PM__FRAME_HDR_SIZE;
     uint32_t node;
     int err = pm__hub_link_node_of(h, f.dst, &node);

@@ -61,8 +61,10 @@ int pm__hub_link_put(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *f, const 
     h->link_putting--;
     /* Wiped at once: the buffer must not keep a worker's message around. */
     explicit_bzero(h->link_buf, PM__FRAME_HDR_SIZE + f->len);
-    if (rc == 0)
+    if (rc == 0) {
+        l->frames_out++;
         return 0;
+    }
     return rc == -EAGAIN ? -ENOBUFS : -EHOSTUNREACH;
 }
 
