@@ -2522,13 +2522,17 @@ END_TEST
  * main: late (main takes answers to its own requests only). A notice
  * about a message while the worker has a request numbered 0 over the
  * link (a raw frame: pm_node_request never numbers one 0): delivered, and
- * it answers no request (the entry stays). The
+ * it answers no request (the entry stays). A reply or a notice naming
+ * another incarnation of the worker (dst_inc 2: meant for an earlier one,
+ * which asked under the same id before it restarted): late, the entry
+ * kept for the question of this one; dst_inc 0: any, delivered. The
  * worker's answers at their bound: dropped, counted in replies_dropped.
  * Its ring corrupt: the worker faulted.
  */
 enum { AW_REPLY, AW_TWICE, AW_OTHER_ID, AW_OTHER_PORT, AW_NOTICE, AW_NOTICE_MSG,
        AW_NOTICE_OTHER_ID, AW_EXPIRED, AW_REQUESTER_GONE, AW_REPLY_ID0, AW_NOTICE_EXPIRED,
-       AW_MAIN_NOTICE_MSG, AW_ZERO_ID_REQUEST, AW_ANSWERS_FULL, AW_CORRUPT, AW_ROWS };
+       AW_MAIN_NOTICE_MSG, AW_ZERO_ID_REQUEST, AW_OLD_INC, AW_NOTICE_OLD_INC, AW_ANY_INC,
+       AW_ANSWERS_FULL, AW_CORRUPT, AW_ROWS };
 
 START_TEST(test_link_answer_rules)
 {
@@ -2559,11 +2563,12 @@ START_TEST(test_link_answer_rules)
     pm__frame_hdr f;
     memset(&f, 0, sizeof(f));
     int notice = _i == AW_NOTICE || _i == AW_NOTICE_MSG || _i == AW_NOTICE_OTHER_ID ||
-                 _i == AW_NOTICE_EXPIRED || _i == AW_MAIN_NOTICE_MSG || _i == AW_ZERO_ID_REQUEST;
+                 _i == AW_NOTICE_EXPIRED || _i == AW_MAIN_NOTICE_MSG || _i == AW_ZERO_ID_REQUEST ||
+                 _i == AW_NOTICE_OLD_INC;
     f.type = notice ? PM__FT_UNDELIVERABLE : PM__FT_REPLY;
     f.error = notice ? -EHOSTDOWN : 0;
     f.dst = _i == AW_MAIN_NOTICE_MSG ? 0 : 10;
-    f.dst_inc = 1;
+    f.dst_inc = _i == AW_OLD_INC || _i == AW_NOTICE_OLD_INC ? 2 : _i == AW_ANY_INC ? 0 : 1;
     f.src = _i == AW_OTHER_PORT ? 12 : 11;
     f.src_inc = 3;
     f.request_id = _i == AW_NOTICE_MSG || _i == AW_REPLY_ID0 || _i == AW_MAIN_NOTICE_MSG ||
@@ -2581,15 +2586,17 @@ START_TEST(test_link_answer_rules)
         pm__hub_link_frame(&h, (uint16_t)b, buf, PM__FRAME_HDR_SIZE + f.len);
 
     int delivered = _i == AW_REPLY || _i == AW_TWICE || _i == AW_NOTICE || _i == AW_NOTICE_MSG ||
-                    _i == AW_NOTICE_EXPIRED || _i == AW_ZERO_ID_REQUEST;
+                    _i == AW_NOTICE_EXPIRED || _i == AW_ZERO_ID_REQUEST || _i == AW_ANY_INC;
     int late = _i == AW_TWICE || _i == AW_OTHER_ID || _i == AW_OTHER_PORT ||
                _i == AW_NOTICE_OTHER_ID || _i == AW_EXPIRED || _i == AW_REQUESTER_GONE ||
-               _i == AW_REPLY_ID0 || _i == AW_MAIN_NOTICE_MSG;
+               _i == AW_REPLY_ID0 || _i == AW_MAIN_NOTICE_MSG || _i == AW_OLD_INC ||
+               _i == AW_NOTICE_OLD_INC;
     ck_assert_uint_eq(h.late_replies - late0, (uint64_t)late);
     ck_assert_uint_eq(h.replies_dropped - dropped0, _i == AW_ANSWERS_FULL || _i == AW_CORRUPT);
     ck_assert_int_eq(unit_faults, _i == AW_CORRUPT);
     int taken = delivered || _i == AW_EXPIRED || _i == AW_REQUESTER_GONE || _i >= AW_ANSWERS_FULL;
-    int kept = _i == AW_NOTICE_MSG || _i == AW_ZERO_ID_REQUEST;
+    int kept = _i == AW_NOTICE_MSG || _i == AW_ZERO_ID_REQUEST || _i == AW_OLD_INC ||
+               _i == AW_NOTICE_OLD_INC;
     ck_assert_uint_eq(h.links[b].ninflight, kept ? 1u : (uint32_t)!taken);
     ck_assert_uint_eq(nsent, 0); /* nothing goes back for an answer */
     if (_i >= AW_ANSWERS_FULL) {

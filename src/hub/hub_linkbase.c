@@ -138,9 +138,16 @@ int pm__hub_link_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *
 int pm__hub_link_inflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint32_t target,
                          pm__remote_inflight *out)
 {
+    return pm__hub_link_inflight_take_inc(l, requester, 0, id, target, out);
+}
+
+int pm__hub_link_inflight_take_inc(pm__hub_link *l, uint32_t requester, uint64_t inc, uint64_t id,
+                                   uint32_t target, pm__remote_inflight *out)
+{
     for (uint32_t i = 0; i < l->ninflight; i++) {
         pm__remote_inflight *e = &l->inflight[i];
-        if (e->requester == requester && e->request_id == id && e->target == target) {
+        if (e->requester == requester && e->request_id == id && e->target == target &&
+            (inc == 0 || e->requester_inc == 0 || e->requester_inc == inc)) { /* main's: 0 */
             *out = *e;
             l->inflight[i] = l->inflight[--l->ninflight];
             return 1;

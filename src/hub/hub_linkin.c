@@ -98,7 +98,12 @@ void pm__hub_link_answer(pm__hub *h, pm__hub_link *l, pm__frame_hdr *f,
                    const unsigned char *payload, uint32_t node)
 {
     pm__remote_inflight e;
-    int known = f->request_id != 0 && pm__hub_link_inflight_take(l, node, f->request_id, f->src, &e);
+    /* By incarnation too (dst_inc, protocol.md 6; 0: any): an answer
+     * meant for an earlier incarnation of the requester, which restarted
+     * and asked again under the same id, is late, not the new question's
+     * answer; the new one's entry stays. */
+    int known = f->request_id != 0 &&
+                pm__hub_link_inflight_take_inc(l, node, f->dst_inc, f->request_id, f->src, &e);
     /* Main takes answers only to its own requests over this link: a notice
      * about anything else (a pm_cluster_send, a forgery) would otherwise
      * settle whatever local request or broadcast shares its id. A worker

@@ -44,6 +44,13 @@ int pm__hub_link_inflight_add(pm__hub *h, pm__hub_link *l, const pm__frame_hdr *
                         uint64_t requester_inc);
 int pm__hub_link_inflight_take(pm__hub_link *l, uint32_t requester, uint64_t id, uint32_t target,
                          pm__remote_inflight *out);
+/* The same for an answer that names the requester's incarnation (inc; 0:
+ * any; main's entries, incarnation 0, take any): an entry of another
+ * incarnation is not taken (a worker that
+ * restarted and asks again under the same id is not answered the old
+ * question's answer). */
+int pm__hub_link_inflight_take_inc(pm__hub_link *l, uint32_t requester, uint64_t inc, uint64_t id,
+                                   uint32_t target, pm__remote_inflight *out);
 /* Holds sender p on the list (head, tail) of host's link; _link_hold: the
  * link's output queue is full; _window_hold: the destination's window is. */
 void pm__hub_link_hold_on(pm__hub *h, int *head, int *tail, uint16_t host, pm__port *p);
