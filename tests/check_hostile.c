@@ -609,8 +609,12 @@ START_TEST(test_full_destination_holds_only_its_frames)
     RUN_UNTIL(c, pm_test_slot_blocked_on(c, 2) == 1, 20000);
     start(c, 0);
     RUN_UNTIL(c, strcmp(last_text[0], "#after") == 0, 20000);
-    /* The stuffer alone waits; the hub's memory for it stayed bounded. */
-    ck_assert_int_eq(pm_test_slot_blocked_on(c, 2), 1);
+    /* The stuffer alone waits; the hub's memory for it stayed bounded. It
+     * is held again each time a frame it adds rings the hub (read again,
+     * found held): between the ring and the read it is not marked held,
+     * a window a loaded machine widens (seen once beside two suites), so
+     * it is awaited, not sampled. */
+    RUN_UNTIL(c, pm_test_slot_blocked_on(c, 2) == 1, 20000);
     ck_assert_uint_le(pm_test_slot_queued_bytes(c, 1), ((size_t)4 << 20) + 4096);
     ck_assert_int_eq(events_fenced, 0);
     pm_test_finish(c, o);

@@ -2927,7 +2927,9 @@ END_TEST
  * pm__hub_link_inflight_add and _take): an entry keeps the requester, the
  * target and both incarnations, and lives the hub's inflight lifetime or
  * to the request's deadline when that is sooner; an answer takes it only
- * when requester, id and target all match. An expired entry stays until
+ * when requester, id and target all match, and the requester's
+ * incarnation when the answer names one (_take_inc; main's entries, of
+ * incarnation 0, take any). An expired entry stays until
  * the table is full (no timer walks it); a full table forgets the expired
  * first (one due this millisecond included, decided by the clock) and
  * grows only when none has.
@@ -2968,6 +2970,14 @@ START_TEST(test_link_base_inflight_rules)
     ck_assert_int_eq(pm__hub_link_inflight_take(l, 12, 5, 20, &e), 0); /* another requester */
     ck_assert_int_eq(pm__hub_link_inflight_take(l, 11, 4, 20, &e), 0); /* another id */
     ck_assert_int_eq(pm__hub_link_inflight_take(l, 11, 5, 21, &e), 0); /* another target */
+    ck_assert_int_eq(pm__hub_link_inflight_take_inc(l, 11, 8, 5, 20, &e), 0); /* another inc */
+    ck_assert_int_eq(pm__hub_link_inflight_take_inc(l, 11, 7, 5, 20, &e), 1);
+    ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, PM__NODE_MAIN, 0), 0); /* main's */
+    ck_assert_int_eq(pm__hub_link_inflight_take_inc(l, PM__NODE_MAIN, 3, 9, 20, &e), 1);
+    f.request_id = 5;
+    f.deadline_ms = 0;
+    ck_assert_int_eq(pm__hub_link_inflight_add(&h, l, &f, 11, 7), 0); /* put back */
+    f.request_id = 9;
     ck_assert_int_eq(pm__hub_link_inflight_take(l, 11, 5, 20, &e), 1);
     ck_assert_uint_eq(e.requester, 11);
     ck_assert_uint_eq(e.requester_inc, 7);
@@ -3973,10 +3983,15 @@ END_TEST
  * The link full: dropped, counted in replies_dropped (a reply never
  * waits). A large reply: as FRAGs when b takes them (the hub's fd the
  * link's now, counted relayed with its whole length), else -EMSGSIZE to
- * the requester across the link, nothing relayed.
+ * the requester across the link, nothing relayed. A reply naming another
+ * incarnation of the requester (99): late, the entry kept. b's port 11
+ * asked under id 5 as incarnation 7, restarted and asked again under id 5
+ * as incarnation 9 (b's hub does not purge a remote requester's entries
+ * here): the reply naming 7 answers 7's question, named 7 on the wire,
+ * and 9's entry waits for its own.
  */
 enum { RO_REPLY, RO_DST_PAST, RO_PORT_FFFF, RO_BCAST, RO_BCAST_ID_WORKER, RO_LINK_FULL, RO_FRAG,
-       RO_BIG, RO_ROWS };
+       RO_BIG, RO_OTHER_INC, RO_OLD_AND_NEW, RO_ROWS };
 
 START_TEST(test_link_reply_out_rules)
 {
@@ -3997,10 +4012,10 @@ START_TEST(test_link_reply_out_rules)
         pm__ring_consume(&worker.rx);
         pm__ring_release(&worker.rx);
     }
-    if (_i != RO_BCAST) {
+    for (int k = 0; _i != RO_BCAST && k < (_i == RO_OLD_AND_NEW ? 2 : 1); k++) {
         pm__frame_hdr f = link_request();
         f.src = from;
-        f.src_inc = from == 0 ? 0 : 7;
+        f.src_inc = from == 0 ? 0 : k == 0 ? 7 : 9;
         f.request_id = id;
         f.len = 2;
         unsigned char buf[PM__FRAME_HDR_SIZE + 2];
@@ -4014,12 +4029,20 @@ START_TEST(test_link_reply_out_rules)
         pm__ring_release(&worker.rx);
     }
     uint64_t entries = pm_test_hub_inflight_total(&h);
-    ck_assert_uint_eq(entries, _i == RO_BCAST_ID_WORKER ? 2 : 1);
+    ck_assert_uint_eq(entries, _i == RO_BCAST_ID_WORKER || _i == RO_OLD_AND_NEW ? 2 : 1);
+    if (_i == RO_OLD_AND_NEW) {
+        /* The new question's entry first in the table: a match by
+         * requester and id alone would take it. */
+        pm__inflight t = p->inflight[0];
+        p->inflight[0] = p->inflight[1];
+        p->inflight[1] = t;
+        ck_assert_uint_eq(p->inflight[0].requester_inc, 9);
+    }
     nsent = 0;
     uint64_t late0 = h.late_replies, dropped0 = h.replies_dropped;
     pm__frame_hdr r = unit_to_b(b, PM__FT_REPLY, id, 0);
     r.dst = _i == RO_DST_PAST ? 0x10000u : _i == RO_BCAST ? 0 : from;
-    r.dst_inc = 99; /* the entry's incarnation goes out, not this */
+    r.dst_inc = _i == RO_OTHER_INC ? 99 : from == 0 || _i == RO_BCAST ? 0 : 7; /* as pm_node_reply */
     if (_i == RO_LINK_FULL)
         capture_rc = -EAGAIN;
     if (_i != RO_BIG) /* b takes FRAGs: a small reply still goes whole */
@@ -4046,18 +4069,19 @@ START_TEST(test_link_reply_out_rules)
         pm__hub_port_service(&h, 0);
     }
 
-    int late = _i == RO_DST_PAST;
+    int late = _i == RO_DST_PAST || _i == RO_OTHER_INC;
     int answered = !late;
     ck_assert_uint_eq(h.late_replies - late0, (uint64_t)late);
     ck_assert_uint_eq(h.replies_dropped - dropped0, _i == RO_LINK_FULL);
     ck_assert_uint_eq(pm_test_hub_inflight_total(&h), entries - (uint64_t)answered);
-    int relayed = _i != RO_DST_PAST && _i != RO_LINK_FULL && _i != RO_BIG;
+    int relayed = _i != RO_DST_PAST && _i != RO_LINK_FULL && _i != RO_BIG && _i != RO_OTHER_INC;
     ck_assert_uint_eq(p->relayed, (uint64_t)relayed);
     ck_assert_uint_eq(p->relayed_bytes, !relayed ? 0u : _i == RO_FRAG ? (uint64_t)BIG : 2u);
     switch (_i) {
     case RO_REPLY:
     case RO_PORT_FFFF:
     case RO_BCAST_ID_WORKER:
+    case RO_OLD_AND_NEW:
         ck_assert_uint_eq(nsent, 1);
         ck_assert_int_eq(sent[0].type, PM__FT_REPLY);
         ck_assert_uint_eq(sent[0].src, 10);
@@ -4069,6 +4093,10 @@ START_TEST(test_link_reply_out_rules)
         ck_assert_int_eq(memcmp(sent_body[0], "ok", 2), 0);
         if (_i == RO_BCAST_ID_WORKER) /* the broadcast still waits for our answer */
             ck_assert_int_eq(pm__hub_bcast_of(&h, id, (uint16_t)b), 1);
+        if (_i == RO_OLD_AND_NEW) { /* 9's question still waits */
+            ck_assert_uint_eq(p->ninflight, 1);
+            ck_assert_uint_eq(p->inflight[0].requester_inc, 9);
+        }
         break;
     case RO_BCAST:
         ck_assert_uint_eq(nsent, 2);
@@ -4098,7 +4126,7 @@ START_TEST(test_link_reply_out_rules)
         ck_assert_uint_eq(sent[0].dst_inc, 7);
         ck_assert_uint_eq(sent[0].request_id, id);
         break;
-    default: /* RO_DST_PAST, RO_LINK_FULL: nothing sent */
+    default: /* RO_DST_PAST, RO_LINK_FULL, RO_OTHER_INC: nothing sent */
         ck_assert_uint_eq(nsent, 0);
     }
     pm__hub_free(&h);

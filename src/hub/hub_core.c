@@ -203,10 +203,17 @@ void pm__hub_drop_last_inflight(pm__hub *h, pm__port *target)
 int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
                          pm__inflight *out)
 {
+    return pm__hub_take_inflight_inc(h, target, requester, 0, id, out);
+}
+
+int pm__hub_take_inflight_inc(pm__hub *h, pm__port *target, uint32_t requester,
+                              uint64_t requester_inc, uint64_t id, pm__inflight *out)
+{
     for (uint32_t i = 0; i < target->ninflight; i++) {
         pm__inflight *e = &target->inflight[i];
         if (e->requester == requester && e->request_id == id &&
-            e->target_inc == target->incarnation) {
+            e->target_inc == target->incarnation &&
+            (requester_inc == 0 || e->requester_inc == requester_inc)) {
             *out = *e;
             forget_inflight(h, target, i);
             return 1;

@@ -36,6 +36,11 @@ int pm__hub_add_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint6
                         uint64_t id, int64_t deadline);
 int pm__hub_take_inflight(pm__hub *h, pm__port *target, uint32_t requester, uint64_t id,
                          pm__inflight *out);
+/* The same for an answer naming its requester's incarnation (0: any): a
+ * remote requester's entries are not purged when it restarts, so an old
+ * and a new request of the same id may both wait here. */
+int pm__hub_take_inflight_inc(pm__hub *h, pm__port *target, uint32_t requester,
+                              uint64_t requester_inc, uint64_t id, pm__inflight *out);
 void pm__hub_drop_last_inflight(pm__hub *h, pm__port *target);
 /* hub_core.c: the hub's timer forgets the requests in flight past their
  * deadline or lifetime (pm__hub_fire); a closing port's table is detached

@@ -76,7 +76,7 @@ void pm__hub_link_caps(pm__hub *h, uint16_t host, uint32_t caps)
 static void unadd(pm__hub_link *l, uint32_t src, const pm__frame_hdr *f)
 {
     pm__remote_inflight e;
-    pm__hub_link_inflight_take(l, src, f->request_id, f->dst, &e);
+    pm__hub_link_inflight_take_inc(l, src, f->src_inc, f->request_id, f->dst, &e);
 }
 
 /* p's REPLY to a request that came over host f->dst_host's link (l): to
@@ -92,7 +92,8 @@ static int relay_remote_reply(pm__hub *h, pm__hub_link *l, pm__port *p, pm__fram
      * under the remote requester. */
     pm__inflight e;
     uint32_t requester = PM__REMOTE_NODE(f->dst_host, f->dst & 0xFFFFu);
-    if (f->dst > 0xFFFFu || !pm__hub_take_inflight(h, p, requester, f->request_id, &e)) {
+    if (f->dst > 0xFFFFu ||
+        !pm__hub_take_inflight_inc(h, p, requester, f->dst_inc, f->request_id, &e)) {
         h->late_replies++;
         return 0;
     }
