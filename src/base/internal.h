@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "procmesh.h"
+#include "rawsys.h"
 
 
 /* An internal call the daemon (src/daemon/) makes through the shared
@@ -88,14 +89,15 @@ static inline void pm__errno_restore(int saved)
 }
 
 /* close() that keeps errno: cleanup paths run after the error that made
- * them run, and must not overwrite it (skalibs fd_close, libuv uv__close). */
-static inline void pm__close(int fd)
+ * them run, and must not overwrite it (skalibs fd_close, libuv uv__close).
+ * A raw system call (rawsys.h), which never touches errno: libc's close
+ * and errno's location are two stretches of libc a fork child would fault
+ * in on its way to READY, and out of line (the compiler made a .part.0 of
+ * it in some files) a third, outside the ready section. */
+static inline __attribute__((always_inline)) void pm__close(int fd)
 {
-    if (fd >= 0) {
-        int saved = errno;
-        (void)close(fd);
-        pm__errno_restore(saved);
-    }
+    if (fd >= 0)
+        (void)pm__sys1(SYS_close, fd);
 }
 
 /* Handle kinds, the first field of every opaque handle: a handle of the

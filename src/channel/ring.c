@@ -152,10 +152,10 @@ PM__READY_TEXT static int wake(pm__ring *r)
         else
             r->wake_sock = 1;
     }
-    if (r->wake_sock < 0) {
-        ssize_t n = write(r->wake_fd, &one, sizeof(one));
-        (void)n;
-    }
+    /* Raw (rawsys.h): a fork-mode worker's READY comes through here, and
+     * libc's write would be one more stretch of its text to fault in. */
+    if (r->wake_sock < 0)
+        (void)pm__sys3(SYS_write, r->wake_fd, &one, sizeof(one));
     r->wakeups++;
     return 1;
 }
@@ -165,7 +165,7 @@ PM__READY_TEXT static int wake(pm__ring *r)
  * asleep yet, its FUTEX_WAIT finds the flag cleared and returns at once. */
 PM__READY_TEXT static int wake_futex(pm__ring *r, _Atomic uint32_t *flag)
 {
-    (void)syscall(SYS_futex, (uint32_t *)flag, FUTEX_WAKE, 1, NULL, NULL, 0);
+    (void)pm__sys6(SYS_futex, (long)(uint32_t *)flag, FUTEX_WAKE, 1, 0, 0, 0);
     r->wakeups++;
     return 1;
 }

@@ -58,19 +58,19 @@ int pm__pidfd_signal(int pidfd, int sig)
 #endif
 }
 
-/* The fork child's prctl and rt_sigprocmask calls go through syscall(),
- * not through libc's wrappers: a fork child maps none of the supervisor's
- * code, so its first call into each 64 KiB stretch of libc is a page fault
- * (scrub.h), and prctl and pthread_sigmask each sit in a stretch the child
- * would touch for nothing else before READY; syscall() sits beside write
- * and close, which it calls anyway. Both are async-signal-safe. */
+/* The fork child's system calls are raw (rawsys.h), inline in this ready
+ * text: a fork child maps none of the supervisor's code, so its first
+ * call into each 64 KiB stretch of libc is a page fault (scrub.h), and
+ * prctl, pthread_sigmask, write, setrlimit and syscall() itself sit in
+ * three stretches the child would touch for nothing else before READY.
+ * All are async-signal-safe, and none touches errno. */
 
 /* The child must die with its supervisor. PDEATHSIG is set after fork and
  * then the parent is checked: if it died between fork and prctl, the signal
  * was never armed and we would live on as an orphan. */
 PM__READY_TEXT static void die_with_parent(pid_t parent)
 {
-    if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
+    if (pm__sys2(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL) < 0 || pm__sys1(SYS_getppid, 0) != parent)
         _exit(127);
 }
 
@@ -83,10 +83,11 @@ PM__READY_TEXT int pm__child_privileges(const pm__spawn_req *r)
          * gid, then the uid: once the uid is dropped nothing else may
          * change. setres*id sets the saved ids too, so nothing can be
          * taken back. */
-        if (syscall(SYS_setgroups, 0, NULL) < 0 ||
-            syscall(SYS_setresgid, r->gid, r->gid, r->gid) < 0 ||
-            syscall(SYS_setresuid, r->uid, r->uid, r->uid) < 0)
-            return -errno;
+        long rc;
+        if ((rc = pm__sys2(SYS_setgroups, 0, NULL)) < 0 ||
+            (rc = pm__sys3(SYS_setresgid, r->gid, r->gid, r->gid)) < 0 ||
+            (rc = pm__sys3(SYS_setresuid, r->uid, r->uid, r->uid)) < 0)
+            return (int)rc;
         uid_t ru, eu, su;
         gid_t rg, eg, sg;
         if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0)
@@ -95,19 +96,20 @@ PM__READY_TEXT int pm__child_privileges(const pm__spawn_req *r)
             sg != r->gid)
             return -EPERM;
         /* Root is gone for good: getting it back must fail. */
-        if (syscall(SYS_setresuid, 0, 0, 0) == 0)
+        if (pm__sys3(SYS_setresuid, 0, 0, 0) == 0)
             return -EPERM;
         /* A credential change clears the parent-death signal: arm it again,
          * and check again that the supervisor did not die meanwhile. */
-        if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
-            return -errno;
-        if (getppid() != r->parent)
+        if ((rc = pm__sys2(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL)) < 0)
+            return (int)rc;
+        if (pm__sys1(SYS_getppid, 0) != r->parent)
             return -ESRCH;
     }
-    if (r->no_new_privs && syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        return -errno;
-    if (r->dumpable && syscall(SYS_prctl, PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
-        return -errno;
+    long rc;
+    if (r->no_new_privs && (rc = pm__sys5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0)
+        return (int)rc;
+    if (r->dumpable && (rc = pm__sys2(SYS_prctl, PR_SET_DUMPABLE, 1)) < 0)
+        return (int)rc;
     /* Last: every call above would otherwise have to be allowed by the
      * filter, and under strict they are not. */
     if (r->seccomp != NULL)
@@ -311,20 +313,23 @@ PM__READY_TEXT int pm__child_contain(const pm__spawn_req *r, int placed)
          * first read of a read-only data page the fork did not map for it
          * is a page fault (scrub.h). */
         char zero = '0';
-        if (!placed && write(r->cg->procs_fd, &zero, 1) < 0)
-            return errno;
+        long rc;
+        if (!placed && (rc = pm__sys3(SYS_write, r->cg->procs_fd, &zero, 1)) < 0)
+            return (int)-rc;
         for (int i = 0; i < PM__CG_NCTRL; i++)
-            if (r->cg->v1_procs[i] >= 0 && write(r->cg->v1_procs[i], &zero, 1) < 0)
-                return errno;
+            if (r->cg->v1_procs[i] >= 0 && (rc = pm__sys3(SYS_write, r->cg->v1_procs[i], &zero, 1)) < 0)
+                return (int)-rc;
     }
     for (int i = 0; r->rlimit_set != NULL && i < PM__MAX_RLIMIT; i++) {
         if (!r->rlimit_set[i])
             continue;
-        struct rlimit rl;
-        rl.rlim_cur = r->rlimit_soft[i] == UINT64_MAX ? RLIM_INFINITY : (rlim_t)r->rlimit_soft[i];
-        rl.rlim_max = r->rlimit_hard[i] == UINT64_MAX ? RLIM_INFINITY : (rlim_t)r->rlimit_hard[i];
-        if (setrlimit((__rlimit_resource_t)i, &rl) < 0)
-            return errno;
+        /* prlimit64's own struct (two 64-bit words on every architecture,
+         * where struct rlimit may be two 32-bit ones), whose infinity is
+         * all ones, as UINT64_MAX says here. */
+        const uint64_t rl[2] = {r->rlimit_soft[i], r->rlimit_hard[i]};
+        long rc = pm__sys4(SYS_prlimit64, 0, i, rl, NULL);
+        if (rc < 0)
+            return (int)-rc;
     }
     return 0;
 }
@@ -406,7 +411,7 @@ PM__READY_TEXT __attribute__((noinline, noreturn)) static void fork_child_main(c
     const uint64_t all[2] = {~0ULL, ~0ULL}; /* 16 bytes: KERNEL_SIGSET_SIZE <= 16 */
     sigset_t mask;
     memset(&mask, 0, sizeof(mask));
-    if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, all, &mask, KERNEL_SIGSET_SIZE) < 0)
+    if (pm__sys4(SYS_rt_sigprocmask, SIG_SETMASK, all, &mask, KERNEL_SIGSET_SIZE) < 0)
         _exit(127);
     if (r->mask != NULL)
         memcpy(&mask, r->mask, KERNEL_SIGSET_SIZE);
@@ -421,7 +426,7 @@ PM__READY_TEXT __attribute__((noinline, noreturn)) static void fork_child_main(c
     /* r points into a frame about to be zeroed: not used past here. */
     pm__wipe_dead_stack();
     pm__wipe_live_frames(__builtin_dwarf_cfa(), to);
-    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, KERNEL_SIGSET_SIZE);
+    (void)pm__sys4(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, KERNEL_SIGSET_SIZE);
     die_with_parent(req.parent);
     /* The child function calls pm__child_privileges itself, once
      * procmesh's own side of the worker (the handshake, the crash handler,

@@ -97,6 +97,12 @@ static void on_not_draining(void *owner, unsigned p)
 static const pm__hub_ops hub_ops = {on_port_fault, on_control, on_not_draining,
                                     pm__pool_timed_out};
 
+/* The slot table's bytes (one slot at least: an empty mapping is none). */
+static size_t slots_size(unsigned n)
+{
+    return (n > 0 ? n : 1) * sizeof(pm__slot);
+}
+
 static void cluster_free(pm_cluster *c)
 {
     if (c == NULL)
@@ -120,7 +126,8 @@ static void cluster_free(pm_cluster *c)
         pm__wipemem_free(s->crash, sizeof(*s->crash));
     }
     pm__cg_root_close(&c->cg);
-    free(c->slots);
+    if (c->slots != NULL)
+        pm__wipemem_free(c->slots, slots_size(c->nslots));
     pm__forkdrop_free(&c->incarnation_state->drop);
     pm__output_fini(c); /* after every slot abandoned the reads it had under way */
     pm__deadlines_free(&c->deadlines);
@@ -309,7 +316,12 @@ static int cluster_create(const pm_options *o, pm_cluster **out)
     }
     default_core_rlimit(c);
     c->nslots = (unsigned)pm__options_workers(c->o);
-    c->slots = calloc(c->nslots, sizeof(*c->slots));
+    /* A mapping of its own that no fork shares (pm__wipemem_alloc, zeroed):
+     * a fork-mode worker has nothing of any slot (incarnation.c gives its
+     * child copies of what it reads), and the supervisor's writes to its
+     * slot right after the fork are no copy-on-write faults on the
+     * crash-to-ready path (doc/benchmarks.md, stop 58). */
+    c->slots = pm__wipemem_alloc(slots_size(c->nslots));
     if (c->slots == NULL) {
         rc = -ENOMEM;
         goto fail;

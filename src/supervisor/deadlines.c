@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* deadlines.c - the slots' deadlines as a binary min-heap; see deadlines.h. */
+#include "base/internal.h"
 #include "deadlines.h"
 
 #include <errno.h>
@@ -54,33 +55,52 @@ static void sift_down(pm__deadlines *d, unsigned i)
     place(d, i, e);
 }
 
+/* The three arrays' bytes for cap ids (at least one each), in that order,
+ * each aligned for its type (heap's entries are 8-byte aligned, pos's
+ * unsigneds end on a 4-byte boundary that popped's 8-byte words round). */
+static size_t arrays_size(unsigned cap, size_t *pos_at, size_t *popped_at)
+{
+    size_t n = cap > 0 ? cap : 1;
+    *pos_at = n * sizeof(pm__dl_entry);
+    *popped_at = PM__ALIGN8(*pos_at + n * sizeof(unsigned));
+    return *popped_at + n * sizeof(uint64_t);
+}
+
+/* One mapping that a fork does not share (pm__wipemem_alloc): the
+ * supervisor sets the new incarnation's READY deadline right after its
+ * fork, and on heap memory shared copy-on-write with the child that write
+ * was a page fault on the crash-to-ready path, the child waiting on the
+ * same CPU (doc/benchmarks.md, stop 58). No worker reads it. */
 int pm__deadlines_init(pm__deadlines *d, unsigned cap)
 {
+    size_t pos_at, popped_at;
+    size_t size = arrays_size(cap, &pos_at, &popped_at);
+    unsigned char *m = pm__wipemem_alloc(size); /* zeroed */
     d->n = 0;
     d->cap = cap;
     d->pass = 0;
-    /* At least one element each: calloc(0) may return NULL. */
-    d->heap = calloc(cap > 0 ? cap : 1, sizeof(*d->heap));
-    d->pos = calloc(cap > 0 ? cap : 1, sizeof(*d->pos));
-    d->popped = calloc(cap > 0 ? cap : 1, sizeof(*d->popped));
-    if (d->heap == NULL || d->pos == NULL || d->popped == NULL) {
-        pm__deadlines_free(d);
+    if (m == NULL) {
+        d->heap = NULL;
+        d->pos = NULL;
+        d->popped = NULL;
+        d->cap = 0;
         return -ENOMEM;
     }
+    d->heap = (pm__dl_entry *)(void *)m;
+    d->pos = (unsigned *)(void *)(m + pos_at);
+    d->popped = (uint64_t *)(void *)(m + popped_at);
     return 0;
 }
 
 void pm__deadlines_free(pm__deadlines *d)
 {
-    int saved = errno;
-    free(d->heap);
-    free(d->pos);
-    free(d->popped);
+    size_t pos_at, popped_at;
+    if (d->heap != NULL)
+        pm__wipemem_free(d->heap, arrays_size(d->cap, &pos_at, &popped_at));
     d->heap = NULL;
     d->pos = NULL;
     d->popped = NULL;
     d->n = d->cap = 0;
-    errno = saved;
 }
 
 /* Removes the entry at heap index i: the last entry takes its place and

@@ -4,7 +4,8 @@
  * turn finds the earliest one and the due ones in O(log N), never by a
  * walk of every slot.
  *
- * Pure data, no system call: ids are slot indexes 0..cap-1, each with at
+ * Pure data, no system call but the one mapping at init (deadlines.c
+ * says why it is not the heap): ids are slot indexes 0..cap-1, each with at
  * most one deadline (ms, 0 = none). Every array is allocated once at init
  * for cap ids, so setting, moving or removing a deadline never allocates
  * and never fails. Entries are ordered by (at, id): equal deadlines come

@@ -217,7 +217,7 @@ PM__READY_TEXT static void unmap_runs(const pm__forkdrop *d)
         uintptr_t end = m[i].at + m[i].len;
         for (j = i; j + 1 < d->nmaps && m[j + 1].at == end; j++)
             end += m[j + 1].len;
-        (void)munmap((void *)m[i].at, end - m[i].at);
+        (void)pm__sys2(SYS_munmap, m[i].at, end - m[i].at); /* raw: rawsys.h */
     }
 }
 
@@ -238,9 +238,9 @@ PM__READY_TEXT static void close_runs(const pm__forkdrop *d)
         while (last + 1 <= d->maxfd && marked(d, last + 1))
             last++;
         /* close_range: Linux 5.9; before it, one close each. */
-        if (syscall(SYS_close_range, (unsigned)fd, (unsigned)last, 0) < 0)
+        if (pm__sys3(SYS_close_range, (unsigned)fd, (unsigned)last, 0) < 0)
             for (int k = fd; k <= last; k++)
-                close(k);
+                pm__close(k);
         fd = last + 1;
     }
 }

@@ -36,8 +36,9 @@
 
 struct child_ctx {
     pm_cluster *c;
-    pm__slot *own;
-    pm__channel *channel; /* its channel: own->channel, or own->spare for a standby */
+    unsigned index;   /* its slot's */
+    pm__channel *channel; /* its channel (the slot's, or its spare for a standby),
+                             until fork_req points it at the copy the child reads */
     uint64_t inc;     /* its incarnation */
     int go_fd;        /* a standby's go eventfd (blocking), -1 otherwise */
     const pm__forkdrop *drop; /* what it drops, planned just before its fork */
@@ -89,8 +90,8 @@ PM__READY_TEXT static void fork_child(void *arg, const pm__spawn_req *req)
      * closed or wiped. pm__slot_address would say incarnation 0 here: the
      * parent records the pid only after the fork returns. */
     pm__init_msg init;
-    init.slot = x->own->index;
-    pm__node_address(pm__hub_names(c->hub), x->own->index, x->inc, &init.addr);
+    init.slot = x->index;
+    pm__node_address(pm__hub_names(c->hub), x->index, x->inc, &init.addr);
     init.data = c->o->init_data;
     init.len = (uint32_t)c->o->init_len;
     pm__forkdrop_run(x->drop, c);
@@ -202,8 +203,13 @@ static int base_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, sigset_t *cu
     memset(req, 0, sizeof(*req));
     req->parent = c->self;
     req->mask = mask;
-    if (cg && c->cg.mode == PM_CONTAIN_CGROUP)
-        req->cg = &s->cg;
+    /* A copy: a child forked (fork mode, or exec mode where clone3 is
+     * refused) has none of the slot table (cluster.c); the vfork child
+     * shares our memory and reads the copy as well. */
+    if (cg && c->cg.mode == PM_CONTAIN_CGROUP) {
+        c->incarnation_state->cg = s->cg;
+        req->cg = &c->incarnation_state->cg;
+    }
     req->rlimit_set = c->o->rlimit_set;
     req->rlimit_soft = c->o->rlimit_soft;
     req->rlimit_hard = c->o->rlimit_hard;
@@ -234,6 +240,10 @@ static int fork_req(pm_cluster *c, pm__spawn_req *req, struct child_ctx *ctx)
     if (rc < 0)
         return rc;
     ctx->drop = &c->incarnation_state->drop;
+    /* The plan knows the channel by its place in the slot table, which
+     * the child will not have (cluster.c): it reads a copy. */
+    c->incarnation_state->channel = *ctx->channel;
+    ctx->channel = &c->incarnation_state->channel;
     req->child = fork_child;
     req->ctx = ctx;
     req->ctx_size = sizeof(*ctx);
@@ -268,7 +278,7 @@ pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, u
     int rc = base_req(c, s, &req, &cur, 0);
     if (rc < 0)
         return rc;
-    struct child_ctx ctx = {c, s, l, inc, go_fd, NULL};
+    struct child_ctx ctx = {c, s->index, l, inc, go_fd, NULL};
     rc = fork_req(c, &req, &ctx);
     return rc < 0 ? rc : fork_onto(&req);
 }
@@ -363,7 +373,7 @@ static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
         req.stdio[0] = f->outw[0];
         req.stdio[1] = f->outw[1];
     }
-    struct child_ctx ctx = {c, s, &s->channel, s->incarnation, -1, NULL};
+    struct child_ctx ctx = {c, s->index, &s->channel, s->incarnation, -1, NULL};
     if (c->o->exec_path != NULL) {
         rc = exec_req(c, s, &req, f);
         if (rc < 0)

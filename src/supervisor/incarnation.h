@@ -13,6 +13,10 @@ struct pm__incarnation_state {
     uint64_t sig_ignored;  /* exec mode: the signals ignored at the first start */
     int sig_ignored_known;
     pm__forkdrop drop;     /* fork mode: what the next child drops (forkdrop.h) */
+    /* What the next child reads of its slot, copied here before its fork:
+     * the slot table is memory no fork shares (cluster.c). */
+    pm__channel channel;   /* fork mode: its channel */
+    pm__cg_slot cg;        /* its cgroup's handles (pm__spawn_req.cg) */
 };
 
 /* Starts the next incarnation of s. 0, or -errno with nothing left behind

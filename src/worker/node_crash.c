@@ -262,6 +262,128 @@ PM__READY_TEXT static void map_stack(void)
     crash.stack = p == MAP_FAILED ? NULL : p;
 }
 
+/* The calls that arm the handler, raw on x86-64 (base/rawsys.h): libc's
+ * sigaction, sigprocmask and sigaltstack share one 64 KiB stretch of its
+ * text that a fork child, and an exec'd worker, would fault in on the way
+ * to READY for these calls alone (doc/benchmarks.md, stop 58). The
+ * kernel's struct sigaction is not libc's, and a handler set by
+ * rt_sigaction needs the return stub that libc's wrapper would have put
+ * there (SA_RESTORER). Elsewhere libc's calls. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* The kernel's struct sigaction (arch/x86/include/uapi/asm/signal.h); the
+ * mask is the kernel's 8 bytes, bit sig - 1 as CRASH_SIGNALS has them. */
+typedef struct {
+    void *handler;
+    unsigned long flags;
+    void (*restorer)(void);
+    uint64_t mask;
+} action;
+typedef uint64_t mask_set;
+#define KSA_RESTORER 0x04000000UL
+
+/* The signal return stub: rt_sigreturn (15) in the very bytes of glibc's
+ * and musl's __restore_rt, 48 c7 c0 0f 00 00 00 0f 05, which libgcc's
+ * unwinder (x86_64_fallback_frame_state) and gdb recognise as a signal
+ * frame: the crash handler's backtrace goes on through it into the
+ * frames that faulted. In the ready section, beside the code that arms it. */
+void pm__crash_restore_rt(void);
+__asm__(".pushsection .text.hot.pm_ready,\"ax\",@progbits\n"
+        ".globl pm__crash_restore_rt\n"
+        ".hidden pm__crash_restore_rt\n"
+        ".type pm__crash_restore_rt,@function\n"
+        "pm__crash_restore_rt:\n"
+        "\tmovq $15, %rax\n"
+        "\tsyscall\n"
+        ".size pm__crash_restore_rt, .-pm__crash_restore_rt\n"
+        ".popsection\n");
+
+PM__READY_TEXT static void action_crash(action *a)
+{
+    a->handler = (void *)on_fatal;
+    a->flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND | KSA_RESTORER;
+    a->restorer = pm__crash_restore_rt;
+    a->mask = 0;
+}
+
+/* sigaction(2): 0 or -errno. */
+PM__READY_TEXT static int action_swap(int sig, const action *a, action *old)
+{
+    return (int)pm__sys4(SYS_rt_sigaction, sig, a, old, sizeof(uint64_t));
+}
+
+PM__READY_TEXT static int action_is_default(const action *a)
+{
+    return (a->flags & SA_SIGINFO) == 0 && a->handler == (void *)SIG_DFL;
+}
+
+PM__READY_TEXT static int mask_block_crash(mask_set *saved)
+{
+    const uint64_t block = CRASH_SIGNALS;
+    return pm__sys4(SYS_rt_sigprocmask, SIG_BLOCK, &block, saved, sizeof(uint64_t)) == 0;
+}
+
+PM__READY_TEXT static void mask_restore(const mask_set *saved)
+{
+    (void)pm__sys4(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, sizeof(uint64_t));
+}
+
+/* stack_t is the kernel's layout on x86-64. */
+PM__READY_TEXT static int stack_swap(const stack_t *ss, stack_t *old)
+{
+    return (int)pm__sys2(SYS_sigaltstack, ss, old);
+}
+
+PM__READY_TEXT static pid_t own_pid(void)
+{
+    return (pid_t)pm__sys1(SYS_getpid, 0);
+}
+#else
+typedef struct sigaction action;
+typedef sigset_t mask_set;
+
+static void action_crash(action *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->sa_sigaction = on_fatal;
+    a->sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+    sigemptyset(&a->sa_mask);
+}
+
+static int action_swap(int sig, const action *a, action *old)
+{
+    return sigaction(sig, a, old) == 0 ? 0 : -errno;
+}
+
+static int action_is_default(const action *a)
+{
+    return (a->sa_flags & SA_SIGINFO) == 0 && a->sa_handler == SIG_DFL;
+}
+
+static int mask_block_crash(mask_set *saved)
+{
+    sigset_t block;
+    sigemptyset(&block);
+    for (uint64_t left = CRASH_SIGNALS; left != 0; left &= left - 1)
+        sigaddset(&block, __builtin_ctzll(left) + 1);
+    return sigprocmask(SIG_BLOCK, &block, saved) == 0;
+}
+
+static void mask_restore(const mask_set *saved)
+{
+    (void)sigprocmask(SIG_SETMASK, saved, NULL);
+}
+
+static int stack_swap(const stack_t *ss, stack_t *old)
+{
+    return sigaltstack(ss, old) == 0 ? 0 : -errno;
+}
+
+static pid_t own_pid(void)
+{
+    return getpid();
+}
+#endif
+
 /* Our stack for this thread, unless it has one: set, and the one it
  * replaced put back (one call when there was none, the usual case). */
 PM__READY_TEXT static void use_stack(void)
@@ -269,13 +391,8 @@ PM__READY_TEXT static void use_stack(void)
     if (crash.stack == NULL)
         return;
     stack_t ss = {.ss_sp = crash.stack, .ss_size = PM__CRASH_STACK, .ss_flags = 0}, old;
-    if (sigaltstack(&ss, &old) == 0 && (old.ss_flags & SS_DISABLE) == 0)
-        (void)sigaltstack(&old, NULL);
-}
-
-PM__READY_TEXT static int is_default(const struct sigaction *a)
-{
-    return (a->sa_flags & SA_SIGINFO) == 0 && a->sa_handler == SIG_DFL;
+    if (stack_swap(&ss, &old) == 0 && (old.ss_flags & SS_DISABLE) == 0)
+        (void)stack_swap(&old, NULL);
 }
 
 /* 1 when this process has one thread: glibc's __libc_single_threaded
@@ -305,34 +422,26 @@ PM__READY_TEXT static int single_threaded(void)
  * meets our handler in place of its own, even briefly. */
 PM__READY_TEXT static void arm(struct pm__ctl *ctl, int forked)
 {
-    atomic_store_explicit(&crash_pid, getpid(), memory_order_relaxed);
+    atomic_store_explicit(&crash_pid, own_pid(), memory_order_relaxed);
     atomic_store_explicit(&crash_target, &ctl->crash, memory_order_release);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = on_fatal;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigset_t block, saved;
+    action sa, old;
+    action_crash(&sa);
+    mask_set saved;
     int blocked = 0;
-    if (!forked && single_threaded()) {
-        sigemptyset(&block);
-        for (uint64_t left = CRASH_SIGNALS; left != 0; left &= left - 1)
-            sigaddset(&block, __builtin_ctzll(left) + 1);
-        /* Fails only for a bad argument: then the look-first loop. */
-        blocked = sigprocmask(SIG_BLOCK, &block, &saved) == 0;
-    }
+    /* Fails only for a bad argument: then the look-first loop. */
+    if (!forked && single_threaded())
+        blocked = mask_block_crash(&saved);
     for (uint64_t left = CRASH_SIGNALS; left != 0; left &= left - 1) {
         int sig = __builtin_ctzll(left) + 1;
-        struct sigaction old;
         if (forked || blocked) {
-            if (sigaction(sig, &sa, &old) == 0 && !is_default(&old))
-                (void)sigaction(sig, &old, NULL);
-        } else if (sigaction(sig, NULL, &old) == 0 && is_default(&old)) {
-            (void)sigaction(sig, &sa, NULL);
+            if (action_swap(sig, &sa, &old) == 0 && !action_is_default(&old))
+                (void)action_swap(sig, &old, NULL);
+        } else if (action_swap(sig, NULL, &old) == 0 && action_is_default(&old)) {
+            (void)action_swap(sig, &sa, NULL);
         }
     }
     if (blocked)
-        (void)sigprocmask(SIG_SETMASK, &saved, NULL);
+        mask_restore(&saved);
 }
 
 /* Records this worker's crashes into its control block from now on: the
