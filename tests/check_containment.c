@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h> /* mincore */
 #include <sys/prctl.h>
 #include <sys/stat.h>
 
@@ -450,6 +451,76 @@ START_TEST(test_worker_starts_own_cluster)
 }
 END_TEST
 
+/* The cluster a worker forked after the spawn returned inherits. */
+static pm_cluster *slots_owner;
+
+/* A worker's look at its inherited copy of the slot table: "none" (not
+ * mapped: MADV_DONTFORK, before Linux 4.14), "zero" (every byte 0:
+ * MADV_WIPEONFORK) or "held N" (N bytes that are not 0: the supervisor's
+ * table, copied by the fork). Only a worker forked once slots_owner is
+ * set reports. */
+static int boot_slot_table(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    if (slots_owner != NULL) {
+        const unsigned char *at;
+        size_t len, held = 0;
+        pm_test_slot_table(slots_owner, &at, &len);
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        unsigned char vec;
+        char line[64];
+        int k;
+        if (mincore((void *)((uintptr_t)at & ~(page - 1)), 1, &vec) != 0) {
+            k = snprintf(line, sizeof(line), "none\n");
+        } else {
+            for (size_t i = 0; i < len; i++)
+                held += at[i] != 0;
+            k = held ? snprintf(line, sizeof(line), "held %zu\n", held) : snprintf(line, sizeof(line), "zero\n");
+        }
+        if (write(report_fd, line, (size_t)k) != k)
+            return 3;
+    }
+    pm_node_ready(n);
+    idle();
+    return 0;
+}
+
+START_TEST(test_fork_worker_has_no_slot_table)
+{
+    /* The slot table is the supervisor's: every slot's pid, pidfd, cgroup
+     * handles, channel fds and mappings. A fork-mode worker gets none of
+     * it (cluster.c: a mapping no fork shares), only copies of what it
+     * reads of its own slot, made before its fork (incarnation.c). Until
+     * stop 58 every worker inherited the whole table. A replacement
+     * forked after the table was filled looks. */
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    report_fd = p[1];
+    pm_options *o = opts(3);
+    pm_options_set_bootstrap(o, boot_slot_table, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    slots_owner = c;
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 1, &si), 0);
+    ck_assert_int_eq(kill(si.pid, SIGKILL), 0);
+    PM_RUN_UNTIL(c, pm_cluster_slot_info(c, 1, &si) == 0 && si.incarnation == 2 &&
+                        si.state == PM_SLOT_READY, 20000);
+    struct pollfd pfd = {p[0], POLLIN, 0};
+    ck_assert_msg(poll(&pfd, 1, 30000) == 1, "the replacement never reported");
+    char line[64] = {0};
+    ck_assert_int_gt(read(p[0], line, sizeof(line) - 1), 0);
+    ck_assert_msg(strcmp(line, "zero\n") == 0 || strcmp(line, "none\n") == 0,
+                  "a fork-mode worker's copy of the slot table: %s", line);
+    slots_owner = NULL;
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    close(p[0]);
+    close(p[1]);
+    pm_options_free(o);
+}
+END_TEST
+
 /* ------------------------------------------------------------ exec mode */
 
 START_TEST(test_containment_exec)
@@ -545,6 +616,7 @@ int main(void)
     PM_ADD_TEST(s, test_containment_exec, 60);
     PM_ADD_TEST(s, test_forks_copy_no_channel, 60);
     PM_ADD_TEST(s, test_worker_starts_own_cluster, 60);
+    PM_ADD_TEST(s, test_fork_worker_has_no_slot_table, 60);
     PM_ADD_TEST(s, test_reap_orphans, 60);
     return pm_test_main(s);
 }

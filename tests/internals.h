@@ -174,6 +174,14 @@ static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
     return c->slots[i].channel.memfd;
 }
 
+/* Where the slot table is and its bytes (a fork-mode worker reads its
+ * inherited copy: test_fork_worker_has_no_slot_table). */
+static inline void pm_test_slot_table(const pm_cluster *c, const unsigned char **at, size_t *len)
+{
+    *at = (const unsigned char *)c->slots;
+    *len = c->nslots * sizeof(*c->slots);
+}
+
 /* 1 once the loop made the successors (spare, standby, cgroup leaf) of
  * the slots that became ready inside pm_cluster_spawn: it makes them on the
  * turns after the spawn, so the supervisor's fd count settles only then. */

@@ -16,11 +16,13 @@
  * never touched: the result is the kernel's, -errno on failure, which is
  * what procmesh returns anyway.
  *
- * x86-64 only (the machines we measure); elsewhere libc's syscall(), with
- * the same -errno result. Bypassing libc also bypasses an interposer
- * (LD_PRELOAD): the calls kept here are ones no interposer of ours needs
- * to see (close, write of a doorbell or of cgroup.procs, munmap, prctl,
- * futex wake, rt_sigprocmask of this thread).
+ * x86-64 only (the machines we measure; PM__RAWSYS 1); elsewhere libc's
+ * syscall(), with the same -errno result, except where a call's raw form
+ * differs between architectures (mmap: the caller uses libc's there).
+ * Bypassing libc also bypasses an interposer (LD_PRELOAD, a sanitizer's fd
+ * tracking): pm__close (internal.h) is raw in the whole library, not only
+ * in the fork child, so such a tool does not see procmesh's closes; the
+ * other calls here are the fork child's and the ring's doorbell.
  */
 #ifndef PM_RAWSYS_H
 #define PM_RAWSYS_H
@@ -29,7 +31,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* x86-64's 64-bit ABI only: x32 (__ILP32__) numbers its calls apart. */
+#if defined(__x86_64__) && !defined(__ILP32__) && (defined(__GNUC__) || defined(__clang__))
+#define PM__RAWSYS 1
 static inline __attribute__((always_inline)) long pm__sys6(long n, long a, long b, long c, long d,
                                                            long e, long f)
 {
@@ -46,6 +50,7 @@ static inline __attribute__((always_inline)) long pm__sys6(long n, long a, long 
     return ret;
 }
 #else
+#define PM__RAWSYS 0
 static inline long pm__sys6(long n, long a, long b, long c, long d, long e, long f)
 {
     int saved = errno;

@@ -242,13 +242,21 @@ PM__READY_TEXT int pm__channel_adopt_fork(pm__channel *l, const pm__channel *hub
 {
     if (!hub->nofork)
         return pm__channel_adopt(l, hub);
-    /* Raw calls (rawsys.h): this is the fork child's way to READY. */
+    /* Raw calls (rawsys.h): this is the fork child's way to READY. mmap's
+     * raw form is not the same call everywhere (i386's takes a struct):
+     * libc's where the calls are not inline. */
     pm__channel mine = *hub;
+#if PM__RAWSYS
     long at = pm__sys6(SYS_mmap, 0, (long)hub->map_size, PROT_READ | PROT_WRITE, MAP_SHARED,
                        hub->memfd, 0);
     if (pm__sys_failed(at))
         return (int)at;
     mine.map = (void *)at;
+#else
+    mine.map = mmap(NULL, hub->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, hub->memfd, 0);
+    if (mine.map == MAP_FAILED)
+        return -errno;
+#endif
     int rc = pm__channel_adopt(l, &mine);
     if (rc < 0)
         (void)pm__sys2(SYS_munmap, mine.map, mine.map_size);

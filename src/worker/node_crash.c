@@ -269,7 +269,7 @@ PM__READY_TEXT static void map_stack(void)
  * kernel's struct sigaction is not libc's, and a handler set by
  * rt_sigaction needs the return stub that libc's wrapper would have put
  * there (SA_RESTORER). Elsewhere libc's calls. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if PM__RAWSYS /* x86-64, 64-bit ABI (base/rawsys.h) */
 /* The kernel's struct sigaction (arch/x86/include/uapi/asm/signal.h); the
  * mask is the kernel's 8 bytes, bit sig - 1 as CRASH_SIGNALS has them. */
 typedef struct {
@@ -285,15 +285,21 @@ typedef uint64_t mask_set;
  * and musl's __restore_rt, 48 c7 c0 0f 00 00 00 0f 05, which libgcc's
  * unwinder (x86_64_fallback_frame_state) and gdb recognise as a signal
  * frame: the crash handler's backtrace goes on through it into the
- * frames that faulted. In the ready section, beside the code that arms it. */
+ * frames that faulted. Written as bytes: an assembler that optimises
+ * (as -O1) would shorten the mov to b8 0f 00 00 00, which nothing
+ * recognises. The nop before it, as glibc's and musl's have: the unwinder
+ * looks up the unwind info of the return address minus one, which without
+ * it is the last byte of whatever the linker put before the stub (another
+ * function's, at -Os), and that function's rules would be applied to the
+ * signal frame. In the ready section, beside the code that arms it. */
 void pm__crash_restore_rt(void);
 __asm__(".pushsection .text.hot.pm_ready,\"ax\",@progbits\n"
+        "\tnop\n"
         ".globl pm__crash_restore_rt\n"
         ".hidden pm__crash_restore_rt\n"
         ".type pm__crash_restore_rt,@function\n"
         "pm__crash_restore_rt:\n"
-        "\tmovq $15, %rax\n"
-        "\tsyscall\n"
+        "\t.byte 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05\n"
         ".size pm__crash_restore_rt, .-pm__crash_restore_rt\n"
         ".popsection\n");
 
