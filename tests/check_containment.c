@@ -425,6 +425,16 @@ static int boot_nested(pm_node *n, void *arg)
     return 0;
 }
 
+/* The line a worker wrote to the report pipe's read end fd, waited for
+ * (30 s, else the test fails saying what never came). */
+static void read_report_line(int fd, char *line, size_t size, const char *never)
+{
+    struct pollfd pfd = {fd, POLLIN, 0};
+    ck_assert_msg(poll(&pfd, 1, 30000) == 1, "%s", never);
+    memset(line, 0, size);
+    ck_assert_int_gt(read(fd, line, size - 1), 0);
+}
+
 START_TEST(test_worker_starts_own_cluster)
 {
     /* Fork-mode forks are serialized by a process-wide lock, held across
@@ -440,10 +450,8 @@ START_TEST(test_worker_starts_own_cluster)
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     close(p[1]);
-    struct pollfd pfd = {p[0], POLLIN, 0};
-    ck_assert_msg(poll(&pfd, 1, 30000) == 1, "the worker's own spawn never returned");
-    char line[32] = {0};
-    ck_assert_int_gt(read(p[0], line, sizeof(line) - 1), 0);
+    char line[32];
+    read_report_line(p[0], line, sizeof(line), "the worker's own spawn never returned");
     ck_assert_str_eq(line, "nested 0\n");
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     close(p[0]);
@@ -507,10 +515,8 @@ START_TEST(test_fork_worker_has_no_slot_table)
     ck_assert_int_eq(kill(si.pid, SIGKILL), 0);
     PM_RUN_UNTIL(c, pm_cluster_slot_info(c, 1, &si) == 0 && si.incarnation == 2 &&
                         si.state == PM_SLOT_READY, 20000);
-    struct pollfd pfd = {p[0], POLLIN, 0};
-    ck_assert_msg(poll(&pfd, 1, 30000) == 1, "the replacement never reported");
-    char line[64] = {0};
-    ck_assert_int_gt(read(p[0], line, sizeof(line) - 1), 0);
+    char line[64];
+    read_report_line(p[0], line, sizeof(line), "the replacement never reported");
     ck_assert_msg(strcmp(line, "zero\n") == 0 || strcmp(line, "none\n") == 0,
                   "a fork-mode worker's copy of the slot table: %s", line);
     slots_owner = NULL;
