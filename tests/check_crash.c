@@ -600,9 +600,15 @@ static void app_trap(int sig)
     (void)sig;
 }
 
+/* The application's own alternate stack, set in the supervisor before
+ * the spawn: a fork-mode worker inherits it, and procmesh's is not put in
+ * its place (node_crash.c use_stack). */
+static char app_stack[64 * 1024];
+
 /* 0 when the worker's dispositions are what pm__node_crash_arm_forked
  * promises: the application's SIGTRAP handler kept, procmesh's on SIGSEGV
- * (SA_SIGINFO, on the alternate stack), and an alternate stack set. */
+ * (SA_SIGINFO, on the alternate stack, reset when it runs, blocking no
+ * other signal), and the application's alternate stack kept. */
 static int boot_check_handlers(pm_node *n, void *arg)
 {
     (void)arg;
@@ -614,10 +620,13 @@ static int boot_check_handlers(pm_node *n, void *arg)
         return 60;
     if ((trap.sa_flags & SA_SIGINFO) != 0 || trap.sa_handler != app_trap)
         return 61;
-    if ((segv.sa_flags & (SA_SIGINFO | SA_ONSTACK)) != (SA_SIGINFO | SA_ONSTACK))
+    if ((segv.sa_flags & (SA_SIGINFO | SA_ONSTACK | SA_RESETHAND)) !=
+        (SA_SIGINFO | SA_ONSTACK | SA_RESETHAND))
         return 62;
-    if ((ss.ss_flags & SS_DISABLE) != 0 || ss.ss_size == 0)
+    if ((ss.ss_flags & SS_DISABLE) != 0 || ss.ss_sp != app_stack)
         return 63;
+    if (!sigisemptyset(&segv.sa_mask))
+        return 64;
     if (pm_node_ready(n) < 0)
         return 50;
     return 0;
@@ -641,12 +650,15 @@ static void run_worker_check(pm_options *o)
 START_TEST(test_fork_keeps_app_handler)
 {
     /* The fork child sets each crash handler with one call and puts back
-     * the one it replaced when that was the application's. */
+     * the one it replaced when that was the application's; the
+     * application's alternate stack stays its own. */
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = app_trap;
     sigemptyset(&sa.sa_mask);
     ck_assert_int_eq(sigaction(SIGTRAP, &sa, NULL), 0);
+    stack_t ss = {.ss_sp = app_stack, .ss_size = sizeof(app_stack), .ss_flags = 0};
+    ck_assert_int_eq(sigaltstack(&ss, NULL), 0);
     pm_options *o = opts(1);
     pm_options_set_restart_policy(o, PM_RESTART_NEVER);
     pm_options_set_bootstrap(o, boot_check_handlers, NULL);

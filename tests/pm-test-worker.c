@@ -293,7 +293,9 @@ static int check_app_handlers(void)
         return 71;
     if ((bus.sa_flags & SA_SIGINFO) != 0 || bus.sa_handler != SIG_IGN)
         return 72;
-    if ((segv.sa_flags & (SA_SIGINFO | SA_ONSTACK)) != (SA_SIGINFO | SA_ONSTACK))
+    if ((segv.sa_flags & (SA_SIGINFO | SA_ONSTACK | SA_RESETHAND)) !=
+            (SA_SIGINFO | SA_ONSTACK | SA_RESETHAND) ||
+        !sigisemptyset(&segv.sa_mask))
         return 73;
     if (sigismember(&mask, SIGUSR1) != 1)
         return 74;

@@ -303,12 +303,14 @@ __asm__(".pushsection .text.hot.pm_ready,\"ax\",@progbits\n"
         ".size pm__crash_restore_rt, .-pm__crash_restore_rt\n"
         ".popsection\n");
 
+/* Our handler: nothing blocked beyond the signal itself (the mask zero,
+ * with every byte of the struct). */
 PM__READY_TEXT static void action_crash(action *a)
 {
+    memset(a, 0, sizeof(*a));
     a->handler = (void *)on_fatal;
     a->flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND | KSA_RESTORER;
     a->restorer = pm__crash_restore_rt;
-    a->mask = 0;
 }
 
 /* sigaction(2): 0 or -errno. */
@@ -317,9 +319,11 @@ PM__READY_TEXT static int action_swap(int sig, const action *a, action *old)
     return (int)pm__sys4(SYS_rt_sigaction, sig, a, old, sizeof(uint64_t));
 }
 
+/* The kernel's rule: a handler of 0 is the default action, whatever the
+ * flags say (SA_SIGINFO with a null sa_sigaction too). */
 PM__READY_TEXT static int action_is_default(const action *a)
 {
-    return (a->flags & SA_SIGINFO) == 0 && a->handler == (void *)SIG_DFL;
+    return a->handler == (void *)SIG_DFL;
 }
 
 PM__READY_TEXT static int mask_block_crash(mask_set *saved)
@@ -362,7 +366,7 @@ static int action_swap(int sig, const action *a, action *old)
 
 static int action_is_default(const action *a)
 {
-    return (a->sa_flags & SA_SIGINFO) == 0 && a->sa_handler == SIG_DFL;
+    return a->sa_handler == SIG_DFL; /* sa_sigaction shares its place */
 }
 
 static int mask_block_crash(mask_set *saved)
