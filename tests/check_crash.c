@@ -627,6 +627,15 @@ static int boot_check_handlers(pm_node *n, void *arg)
         return 63;
     if (!sigisemptyset(&segv.sa_mask))
         return 64;
+    /* Every crash signal but the application's SIGTRAP has a handler of
+     * SA_SIGINFO kind: ours (or, under a sanitizer, the sanitizer's, kept
+     * as an application's would be), none left at SIG_DFL. */
+    static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < PM__ARRAY_SIZE(crash_sigs); i++) {
+        struct sigaction a;
+        if (sigaction(crash_sigs[i], NULL, &a) < 0 || (a.sa_flags & SA_SIGINFO) == 0)
+            return 65;
+    }
     if (pm_node_ready(n) < 0)
         return 50;
     return 0;
