@@ -267,7 +267,7 @@ PM__READY_TEXT static void map_stack(void)
  * text that a fork child, and an exec'd worker, would fault in on the way
  * to READY for these calls alone (doc/benchmarks.md, stop 58). The
  * kernel's struct sigaction is not libc's, and a handler set by
- * rt_sigaction needs the return stub that libc's wrapper would have put
+ * rt_sigaction needs the return trampoline that libc's wrapper would have put
  * there (SA_RESTORER). Elsewhere libc's calls. */
 #if PM__RAWSYS /* x86-64, 64-bit ABI (base/rawsys.h) */
 /* The kernel's struct sigaction (arch/x86/include/uapi/asm/signal.h); the
@@ -281,7 +281,7 @@ typedef struct {
 typedef uint64_t mask_set;
 #define KSA_RESTORER 0x04000000UL
 
-/* The signal return stub: rt_sigreturn (15) in the very bytes of glibc's
+/* The signal-return trampoline: rt_sigreturn (15) in the very bytes of glibc's
  * and musl's __restore_rt, 48 c7 c0 0f 00 00 00 0f 05, which libgcc's
  * unwinder (x86_64_fallback_frame_state) and gdb recognise as a signal
  * frame: the crash handler's backtrace goes on through it into the
@@ -289,7 +289,7 @@ typedef uint64_t mask_set;
  * (as -O1) would shorten the mov to b8 0f 00 00 00, which nothing
  * recognises. The nop before it, as glibc's and musl's have: the unwinder
  * looks up the unwind info of the return address minus one, which without
- * it is the last byte of whatever the linker put before the stub (another
+ * it is the last byte of whatever the linker put before the trampoline (another
  * function's, at -Os), and that function's rules would be applied to the
  * signal frame. In the ready section, beside the code that arms it. */
 void pm__crash_restore_rt(void);
