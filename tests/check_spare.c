@@ -79,13 +79,13 @@ START_TEST(test_spare_taken_by_restart)
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     RUN_UNTIL(c, pm_test_slot_spare_memfd(c, 0) >= 0, 10000);
-    unsigned long long first = ino_of(pm_test_slot_memfd(c, 0));
+    unsigned long long first = pm_test_slot_memfd_ino(c, 0);
     unsigned long long spare = ino_of(pm_test_slot_spare_memfd(c, 0));
     ck_assert_msg(first != spare, "the spare is the running incarnation's memory");
     kill_slot(c, 0);
     RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
     ck_assert_uint_eq(find(PM_EVENT_READY, 0, 1)->inc, 2);
-    ck_assert_msg(ino_of(pm_test_slot_memfd(c, 0)) == spare,
+    ck_assert_msg(pm_test_slot_memfd_ino(c, 0) == spare,
                   "the replacement did not get the prepared link");
     ck_assert_int_ge(pm_test_slot_spare_memfd(c, 0), 0);
     unsigned long long next = ino_of(pm_test_slot_spare_memfd(c, 0));
@@ -323,7 +323,7 @@ START_TEST(test_spare_made_at_ready)
     unsigned long long spare = ino_of(pm_test_slot_spare_memfd(c, 0));
     kill_slot(c, 0);
     RUN_UNTIL(c, count(PM_EVENT_STARTED, 0) == 2, 10000);
-    ck_assert_msg(ino_of(pm_test_slot_memfd(c, 0)) == spare,
+    ck_assert_msg(pm_test_slot_memfd_ino(c, 0) == spare,
                   "the replacement did not get the prepared link");
     /* Turns of the loop while it waits at the gate: still no spare. */
     for (int i = 0; i < 5; i++)
@@ -879,10 +879,106 @@ START_TEST(test_standby_within_fd_limit)
 }
 END_TEST
 
+/* Fork mode: answers each message to its sender with "echo:" and the
+ * message (pm-test-worker's echo mode in exec mode). */
+static int boot_echo(pm_node *n, void *arg)
+{
+    (void)arg;
+    if (pm_node_ready(n) < 0)
+        return 50;
+    pm_message m;
+    char out[128];
+    while (pm_node_recv(n, &m, -1) == 0) {
+        if (m.kind != PM_MSG_PLAIN)
+            continue;
+        int k = snprintf(out, sizeof(out), "echo:%.*s", (int)(m.len < 64 ? m.len : 64),
+                         (const char *)m.data);
+        pm_node_send(n, &m.from, out, (size_t)k);
+    }
+    return 0;
+}
+
+static char echoed[128]; /* main's last message, as text */
+
+static void on_echo(pm_cluster *c, const pm_message *m, void *arg)
+{
+    (void)c;
+    (void)arg;
+    snprintf(echoed, sizeof(echoed), "%.*s", (int)(m->len < 100 ? m->len : 100), (const char *)m->data);
+}
+
+/* The supervisor's fds whose target names text. */
+static int own_fds_to(const char *text)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], target[600];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = e->d_name[0] != '.' ? readlink(path, target, sizeof(target) - 1) : -1;
+        if (k > 0) {
+            target[k] = '\0';
+            n += strstr(target, text) != NULL;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* Slot slot's running incarnation: the supervisor holds neither its memfd
+ * nor its doorbell's end (pm__channel_drop_worker_ends: each fd held per
+ * worker is copied by every later fork and closed by every child), and
+ * the worker still answers a request, through the doorbell and the ring. */
+static void assert_worker_ends_dropped(pm_cluster *c, unsigned slot, unsigned inc)
+{
+    int memfd, node_efd;
+    pm_test_slot_worker_ends(c, slot, &memfd, &node_efd);
+    ck_assert_int_eq(memfd, -1);
+    ck_assert_int_eq(node_efd, -1);
+    char name[64];
+    snprintf(name, sizeof(name), "/memfd:procmesh-slot%u-inc%u ", slot, inc);
+    ck_assert_msg(own_fds_to(name) == 0, "the supervisor holds %s", name);
+    ck_assert_uint_ne(pm_test_slot_memfd_ino(c, slot), 0); /* its mapping stays */
+    pm_address a = pm_test_slot_addr(slot, 0);
+    echoed[0] = '\0';
+    ck_assert_int_eq(pm_cluster_send(c, &a, "ping", 4), 0);
+    RUN_UNTIL(c, echoed[0] != '\0', 20000);
+    ck_assert_msg(strcmp(echoed, "echo:ping") == 0, "slot %u answered %s", slot, echoed);
+}
+
+/* Fork mode (_i 0) and exec mode (_i 1): the worker's ends are closed in
+ * the supervisor once it runs, at the spawn and at a restart (which takes
+ * the spare: its ends are held until then), and the worker serves. */
+START_TEST(test_worker_ends_dropped)
+{
+    pm_options *o = opts(2);
+    pm_options_set_restart_min_backoff_ms(o, 0);
+    pm_options_set_restart_max_backoff_ms(o, 0);
+    if (_i == 0)
+        pm_options_set_bootstrap(o, boot_echo, NULL);
+    else
+        exec_opts(o, "echo", NULL);
+    pm_options_set_on_message(o, on_echo, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, -1) == 2 && pm_test_slot_spare_memfd(c, 0) >= 0, 20000);
+    for (unsigned i = 0; i < 2; i++)
+        assert_worker_ends_dropped(c, i, 1);
+    kill_slot(c, 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 20000);
+    assert_worker_ends_dropped(c, 0, 2);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spare");
     PM_ADD_TEST(s, test_spare_taken_by_restart, 30);
+    PM_ADD_LOOP_TEST(s, test_worker_ends_dropped, 0, 2, 60);
     PM_ADD_LOOP_TEST(s, test_spare_invisible_to_workers, 0, 2, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_retire, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_terminate, 30);

@@ -13,6 +13,7 @@
 #define PM_TEST_INTERNALS_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
 
@@ -168,10 +169,37 @@ static inline void pm_test_pretend_copied(pm_cluster *c, unsigned except, int on
     }
 }
 
-/* The supervisor's end of slot i's shared memory (-1 when none). */
-static inline int pm_test_slot_memfd(const pm_cluster *c, unsigned i)
+/* The inode of slot i's shared memory, from the supervisor's mapping of it
+ * in /proc/self/maps (its memfd is closed once the worker runs:
+ * pm__channel_drop_worker_ends); 0 when it has none. */
+static inline unsigned long long pm_test_slot_memfd_ino(const pm_cluster *c, unsigned i)
 {
-    return c->slots[i].channel.memfd;
+    const void *at = c->slots[i].channel.map;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (at == NULL || f == NULL) {
+        if (f != NULL)
+            fclose(f);
+        return 0;
+    }
+    char line[512];
+    unsigned long long ino = 0;
+    while (ino == 0 && fgets(line, sizeof(line), f) != NULL) {
+        unsigned long start;
+        unsigned long long n;
+        if (sscanf(line, "%lx-%*x %*s %*s %*s %llu", &start, &n) == 2 && start == (uintptr_t)at)
+            ino = n;
+    }
+    fclose(f);
+    return ino;
+}
+
+/* The supervisor's fds of slot i's running incarnation that only its
+ * worker uses (its memfd, its doorbell's end): -1 each once it runs. */
+static inline int pm_test_slot_worker_ends(const pm_cluster *c, unsigned i, int *memfd, int *node_efd)
+{
+    *memfd = c->slots[i].channel.memfd;
+    *node_efd = c->slots[i].channel.node_efd;
+    return 0;
 }
 
 /* Where the slot table is and its bytes (a fork-mode worker reads its

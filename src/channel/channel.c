@@ -282,6 +282,13 @@ void pm__channel_release_copy(const pm__channel *l)
         pm__close(fds[i]);
 }
 
+void pm__channel_drop_worker_ends(pm__channel *l)
+{
+    pm__close(l->memfd);
+    pm__close(l->node_efd);
+    l->memfd = l->node_efd = -1;
+}
+
 void pm__channel_close(pm__channel *l)
 {
     pm__channel_release_copy(l);

@@ -180,4 +180,18 @@ void pm__channel_fds(const pm__channel *l, int fds[PM__CHANNEL_NFDS]);
 
 void pm__channel_close(pm__channel *l);
 
+/* Hub side, once the worker runs on l (its fork returned, its exec is done,
+ * or a standby forked on l was taken): closes what only the worker uses,
+ * the memfd (the hub keeps its mapping) and the worker's doorbell end, and
+ * sets them to -1. Every fork of this process copies each fd it holds and
+ * every child closes each one (close_range, execve's close-on-exec), so
+ * each fd held per worker costs every later spawn and restart, and a spawn
+ * of N workers grows with N^2 of them (doc/benchmarks.md, stop 59).
+ * node_sock stays: the hub's hold on it keeps the fd socket from ever
+ * reading end-of-file, which take_records (port.c) would count as a
+ * malformed record and could race the reap of a worker that just died
+ * (a fault charged to the wrong reason). The doorbell's end may go: the
+ * hub's send on node_wake ignores a reader that is gone (ring.c wake). */
+void pm__channel_drop_worker_ends(pm__channel *l);
+
 #endif /* PM_CHANNEL_H */

@@ -34,7 +34,7 @@ typedef struct pm__cg_root {
 
 /* A leaf of a slot's cgroup, g<gen>: where an incarnation is born. */
 typedef struct pm__cg_leaf {
-    int dir_fd, procs_fd, events_fd, kill_fd;
+    int dir_fd, procs_fd, events_fd;
     unsigned gen;
 } pm__cg_leaf;
 
@@ -44,14 +44,13 @@ typedef struct pm__cg_slot {
     int dir_fd;                  /* the current leaf: clone3(CLONE_INTO_CGROUP) */
     int procs_fd;                /* its cgroup.procs, written by the child when clone3 cannot */
     int events_fd;               /* cgroup.events: populated 0/1, pollable */
-    int kill_fd;                 /* cgroup.kill, or -1 */
     int v1_procs[PM__CG_NCTRL];  /* v1 controllers' cgroup.procs, or -1 */
     char oom_file[PM__CG_PATH];  /* memory.events (v2) or memory.oom_control (v1), or "" */
     long long oom_base;          /* oom_kill count when the incarnation started, -1 unknown */
     int killed;                  /* cgroup.kill was written: no clone3 into it (spawn.c) */
     unsigned index;
-    int slot_fd;                 /* slot<N>, where the leaves are made; -1 */
-    int has_kill;
+    int growing;                 /* new leaves are made (slot<N>/g<gen>, beside the current one): 1 from the open until the close */
+    int has_kill;                /* cgroup.kill exists: opened when written (pm__cg_slot_end) */
     unsigned gen;                /* the current leaf's */
     unsigned last_gen;           /* the last leaf made */
     unsigned retired;            /* a killed leaf not yet removed, or 0 */
@@ -147,7 +146,7 @@ void pm__cg_slot_prepare(pm__cg_slot *s);
 
 /* The fds pm__cg_slot_release_copy closes, into fds (-1 where none), for
  * a caller that closes many slots' fds together (a fork child). */
-#define PM__CG_SLOT_NFDS (9 + PM__CG_NCTRL)
+#define PM__CG_SLOT_NFDS (6 + PM__CG_NCTRL)
 void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS]);
 /* Ends and removes the slot's cgroup. errno kept. */
 void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);

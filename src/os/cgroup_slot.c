@@ -74,19 +74,23 @@ static int write_limit(const char *dir, int ctrl, int v2, const pm__cg_limits *l
 /* ------------------------------------------------------------ leaves */
 
 /* Makes the leaf g<gen> below the slot's directory (an existing one is
- * fine) and opens it: l->dir_fd, the other fds -1. */
-static int leaf_make(int slot_fd, unsigned gen, pm__cg_leaf *l)
+ * fine) and opens it: l->dir_fd, the other fds -1. at is the slot's
+ * directory (up "") or one of its leaves (up "../"): the supervisor holds
+ * no fd of the slot's directory itself, one fewer that every later fork
+ * copies (channel.h, pm__channel_drop_worker_ends). A leaf is never a
+ * mount's root, so its ".." is the slot's directory. */
+static int leaf_make(int at, const char *up, unsigned gen, pm__cg_leaf *l)
 {
-    char name[24];
-    snprintf(name, sizeof(name), "g%u", gen);
+    char name[32];
+    snprintf(name, sizeof(name), "%sg%u", up, gen);
     l->gen = gen;
-    l->dir_fd = l->procs_fd = l->events_fd = l->kill_fd = -1;
-    if (mkdirat(slot_fd, name, 0755) < 0 && errno != EEXIST)
+    l->dir_fd = l->procs_fd = l->events_fd = -1;
+    if (mkdirat(at, name, 0755) < 0 && errno != EEXIST)
         return -errno;
-    l->dir_fd = openat(slot_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    l->dir_fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (l->dir_fd < 0) {
         int rc = -errno;
-        (void)unlinkat(slot_fd, name, AT_REMOVEDIR);
+        (void)unlinkat(at, name, AT_REMOVEDIR);
         return rc;
     }
     return 0;
@@ -94,13 +98,16 @@ static int leaf_make(int slot_fd, unsigned gen, pm__cg_leaf *l)
 
 /* Opens the files of leaf l (made by leaf_make). A leaf made ahead holds
  * its directory's fd only, so that a slot waiting for a restart costs two
- * fds (it and the slot's), not five: these three openat calls are cheap
- * (no lock the kernel shares with forks). On failure l's fds are closed. */
-static int leaf_open(pm__cg_leaf *l, int has_kill)
+ * fds (it and the slot's), not four: these two openat calls are cheap (no
+ * lock the kernel shares with forks). Not cgroup.kill: it is written only
+ * when an incarnation left processes behind, and opened then
+ * (pm__cg_slot_end); every fd the supervisor holds is copied by each
+ * later fork and closed by each child (channel.h,
+ * pm__channel_drop_worker_ends). On failure l's fds are closed. */
+static int leaf_open(pm__cg_leaf *l)
 {
     if ((l->procs_fd = openat(l->dir_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC)) >= 0 &&
-        (l->events_fd = openat(l->dir_fd, "cgroup.events", O_RDONLY | O_CLOEXEC)) >= 0 &&
-        (!has_kill || (l->kill_fd = openat(l->dir_fd, "cgroup.kill", O_WRONLY | O_CLOEXEC)) >= 0))
+        (l->events_fd = openat(l->dir_fd, "cgroup.events", O_RDONLY | O_CLOEXEC)) >= 0)
         return 0;
     int rc = -errno;
     pm__close(l->dir_fd);
@@ -116,7 +123,6 @@ static void leaf_release(const pm__cg_leaf *l)
     pm__close(l->dir_fd);
     pm__close(l->procs_fd);
     pm__close(l->events_fd);
-    pm__close(l->kill_fd);
 }
 
 /* The slot's current leaf becomes l (its fds are the slot's now). */
@@ -125,30 +131,29 @@ static void leaf_take(pm__cg_slot *s, pm__cg_leaf *l)
     s->dir_fd = l->dir_fd;
     s->procs_fd = l->procs_fd;
     s->events_fd = l->events_fd;
-    s->kill_fd = l->kill_fd;
     s->gen = l->gen;
     s->killed = 0;
-    l->dir_fd = l->procs_fd = l->events_fd = l->kill_fd = -1;
+    l->dir_fd = l->procs_fd = l->events_fd = -1;
 }
 
 /* Removes the leaf retired last, once it is empty: rmdir refuses one that
  * still holds a process (one in uninterruptible sleep past the wait). */
 static void retired_remove(pm__cg_slot *s)
 {
-    char name[24];
-    snprintf(name, sizeof(name), "g%u", s->retired);
-    if (s->retired != 0 && (unlinkat(s->slot_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT))
+    char name[32];
+    snprintf(name, sizeof(name), "../g%u", s->retired);
+    if (s->retired != 0 && (unlinkat(s->dir_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT))
         s->retired = 0;
 }
 
 void pm__cg_slot_prepare(pm__cg_slot *s)
 {
-    if (s->slot_fd < 0)
+    if (!s->growing || s->dir_fd < 0)
         return;
     int saved = errno;
     retired_remove(s);
     if (s->next.dir_fd < 0)
-        (void)leaf_make(s->slot_fd, ++s->last_gen, &s->next);
+        (void)leaf_make(s->dir_fd, "../", ++s->last_gen, &s->next);
     errno = saved;
 }
 
@@ -158,18 +163,18 @@ void pm__cg_slot_prepare(pm__cg_slot *s)
  * leaf the killed one stays, joined by a write (spawn.c). */
 static void rotate(pm__cg_slot *s)
 {
-    if (s->slot_fd < 0)
+    if (!s->growing || s->dir_fd < 0)
         return;
-    if (s->next.dir_fd < 0 && leaf_make(s->slot_fd, ++s->last_gen, &s->next) < 0)
+    if (s->next.dir_fd < 0 && leaf_make(s->dir_fd, "../", ++s->last_gen, &s->next) < 0)
         return;
-    if (leaf_open(&s->next, s->has_kill) < 0)
+    if (leaf_open(&s->next) < 0)
         return; /* its directory is removed with the slot's */
-    pm__cg_leaf old = {s->dir_fd, s->procs_fd, s->events_fd, s->kill_fd, s->gen};
-    leaf_release(&old);
+    pm__cg_leaf old = {s->dir_fd, s->procs_fd, s->events_fd, s->gen};
     if (s->retired != 0)
         retired_remove(s); /* two kills before a ready: the older one now */
     s->retired = old.gen;
     leaf_take(s, &s->next);
+    leaf_release(&old); /* after: retired_remove above walks up from it */
 }
 
 /* ------------------------------------------------------------ a slot's cgroup */
@@ -177,8 +182,8 @@ static void rotate(pm__cg_slot *s)
 void pm__cg_slot_zero(pm__cg_slot *s)
 {
     memset(s, 0, sizeof(*s));
-    s->dir_fd = s->procs_fd = s->events_fd = s->kill_fd = s->slot_fd = -1;
-    s->next.dir_fd = s->next.procs_fd = s->next.events_fd = s->next.kill_fd = -1;
+    s->dir_fd = s->procs_fd = s->events_fd = -1;
+    s->next.dir_fd = s->next.procs_fd = s->next.events_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         s->v1_procs[i] = -1;
     s->oom_base = -1;
@@ -190,12 +195,9 @@ PM__READY_TEXT void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NF
     fds[k++] = s->dir_fd;
     fds[k++] = s->procs_fd;
     fds[k++] = s->events_fd;
-    fds[k++] = s->kill_fd;
-    fds[k++] = s->slot_fd;
     fds[k++] = s->next.dir_fd;
     fds[k++] = s->next.procs_fd;
     fds[k++] = s->next.events_fd;
-    fds[k++] = s->next.kill_fd;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         fds[k++] = s->v1_procs[i];
 }
@@ -213,8 +215,8 @@ void pm__cg_slot_release_copy(const pm__cg_slot *s)
 void pm__cg_slot_close_fds(pm__cg_slot *s)
 {
     pm__cg_slot_release_copy(s);
-    s->dir_fd = s->procs_fd = s->events_fd = s->kill_fd = s->slot_fd = -1;
-    s->next.dir_fd = s->next.procs_fd = s->next.events_fd = s->next.kill_fd = -1;
+    s->dir_fd = s->procs_fd = s->events_fd = -1;
+    s->next.dir_fd = s->next.procs_fd = s->next.events_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         s->v1_procs[i] = -1;
 }
@@ -260,7 +262,7 @@ int pm__cg_slot_open(const pm__cg_root *r, unsigned index, const pm__cg_limits *
 {
     char dir[PM__CG_PATH + 32];
     const char *what = "";
-    int rc;
+    int rc, slot_fd = -1;
     pm__cg_slot_zero(s);
     s->index = index;
     s->has_kill = r->has_kill;
@@ -269,7 +271,7 @@ int pm__cg_slot_open(const pm__cg_root *r, unsigned index, const pm__cg_limits *
     if ((rc = pm__cg_mkdir(dir)) < 0)
         goto fail;
     what = "open";
-    if ((s->slot_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    if ((slot_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         rc = -errno;
         goto fail;
     }
@@ -281,14 +283,17 @@ int pm__cg_slot_open(const pm__cg_root *r, unsigned index, const pm__cg_limits *
      * charged to it (the leaves enable no controller of their own). */
     pm__cg_leaf first;
     what = "create a leaf in";
-    if ((rc = leaf_make(s->slot_fd, ++s->last_gen, &first)) < 0 ||
-        (rc = leaf_open(&first, s->has_kill)) < 0)
+    if ((rc = leaf_make(slot_fd, "", ++s->last_gen, &first)) < 0 ||
+        (rc = leaf_open(&first)) < 0)
         goto fail;
     leaf_take(s, &first);
+    pm__close(slot_fd); /* the leaves are made from the current one from now on */
+    s->growing = 1;
     s->oom_base = oom_count(s);
     return 0;
 fail:
     snprintf(why, size, "cannot %s the cgroup %s: %s", what, dir, strerror(-rc));
+    pm__close(slot_fd);
     pm__cg_slot_close(r, s);
     return rc;
 }
@@ -341,6 +346,24 @@ static void kill_listed(const pm__cg_slot *s)
     }
 }
 
+/* Kills what is left in the current leaf. Through cgroup.kill, opened
+ * now (a leaf holds no fd for it: leaf_open) and written once: the kernel
+ * kills every process in it, including one forking at that moment (the
+ * cgroup is marked while it walks). Without it (Linux < 5.14), or while
+ * it cannot be opened (out of fds: the caller's wait loop calls this
+ * again), each pid listed. *kfd: the open cgroup.kill, or -1. */
+static void kill_leaf(pm__cg_slot *s, int *kfd)
+{
+    if (s->has_kill)
+        *kfd = openat(s->dir_fd, "cgroup.kill", O_WRONLY | O_CLOEXEC);
+    if (*kfd >= 0) {
+        s->killed = 1;
+        if (write(*kfd, "1", 1) == 1)
+            return;
+    }
+    kill_listed(s);
+}
+
 int pm__cg_slot_end(pm__cg_slot *s, int timeout_ms, unsigned *oom_kills)
 {
     *oom_kills = 0;
@@ -348,15 +371,8 @@ int pm__cg_slot_end(pm__cg_slot *s, int timeout_ms, unsigned *oom_kills)
         return 0;
     int rc = pm__cg_slot_populated(s);
     if (rc == 1) {
-        /* cgroup.kill: the kernel kills every process in it, including one
-         * forking at that moment (the cgroup is marked while it walks). */
-        if (s->kill_fd >= 0) {
-            s->killed = 1;
-            if (write(s->kill_fd, "1", 1) < 0)
-                kill_listed(s);
-        } else {
-            kill_listed(s);
-        }
+        int kfd = -1;
+        kill_leaf(s, &kfd);
         uint64_t deadline = pm__now_ms() + (uint64_t)timeout_ms;
         /* cgroup.events raises POLLPRI (a "modified" notification) when
          * populated changes; check after arming so a change between the
@@ -370,9 +386,10 @@ int pm__cg_slot_end(pm__cg_slot *s, int timeout_ms, unsigned *oom_kills)
             struct pollfd p = {s->events_fd, POLLPRI, 0};
             int wait = (int)(deadline - now);
             (void)poll(&p, 1, wait < 10 ? wait : 10);
-            if (s->kill_fd < 0)
-                kill_listed(s);
+            if (kfd < 0)
+                kill_leaf(s, &kfd);
         }
+        pm__close(kfd);
     }
     long long now = oom_count(s);
     if (now > 0 && s->oom_base >= 0 && now > s->oom_base)
@@ -388,8 +405,7 @@ void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s)
     int saved = errno;
     unsigned oom;
     /* No new leaf for an incarnation that will not come (rotate). */
-    pm__close(s->slot_fd);
-    s->slot_fd = -1;
+    s->growing = 0;
     if (s->events_fd >= 0)
         (void)pm__cg_slot_end(s, 1000, &oom);
     pm__cg_slot_close_fds(s);

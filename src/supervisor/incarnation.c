@@ -403,6 +403,8 @@ static int keep_worker(pm_cluster *c, pm__slot *s, start_fds *f, pid_t pid, pid_
      * reader's threads: the worker runs already, and if it closed its own
      * ends, ours is the last, whose release waits for the pipe's mutex. */
     pm__output_close_ends(c, s, f->outw);
+    /* Its memfd and its doorbell's end: the worker holds its own (channel.h). */
+    pm__channel_drop_worker_ends(&s->channel);
     s->pid = pid;
     if (c->o->exec_path == NULL) {
         /* A fork-mode worker skips the handshake (node.c
