@@ -54,7 +54,7 @@ typedef struct pm__cg_slot {
     unsigned gen;                /* the current leaf's */
     unsigned last_gen;           /* the last leaf made */
     unsigned retired;            /* a killed leaf not yet removed, or 0 */
-    pm__cg_leaf next;            /* made ahead for the next incarnation (dir_fd -1: none) */
+    unsigned next_gen;           /* the leaf made ahead for the next incarnation (no fd held), or 0 */
 } pm__cg_slot;
 
 /* ---- pure parsers (no system calls; tested against text) ---- */
@@ -146,7 +146,7 @@ void pm__cg_slot_prepare(pm__cg_slot *s);
 
 /* The fds pm__cg_slot_release_copy closes, into fds (-1 where none), for
  * a caller that closes many slots' fds together (a fork child). */
-#define PM__CG_SLOT_NFDS (6 + PM__CG_NCTRL)
+#define PM__CG_SLOT_NFDS (3 + PM__CG_NCTRL)
 void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS]);
 /* Ends and removes the slot's cgroup. errno kept. */
 void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);

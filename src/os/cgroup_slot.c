@@ -97,9 +97,9 @@ static int leaf_make(int at, const char *up, unsigned gen, pm__cg_leaf *l)
 }
 
 /* Opens the files of leaf l (made by leaf_make). A leaf made ahead holds
- * its directory's fd only, so that a slot waiting for a restart costs two
- * fds (it and the slot's), not four: these two openat calls are cheap (no
- * lock the kernel shares with forks). Not cgroup.kill: it is written only
+ * no fd while it waits (pm__cg_slot_prepare): its directory and these two
+ * openat calls are cheap (no lock the kernel shares with forks), its mkdir
+ * is not. Not cgroup.kill: it is written only
  * when an incarnation left processes behind, and opened then
  * (pm__cg_slot_end); every fd the supervisor holds is copied by each
  * later fork and closed by each child (channel.h,
@@ -152,8 +152,13 @@ void pm__cg_slot_prepare(pm__cg_slot *s)
         return;
     int saved = errno;
     retired_remove(s);
-    if (s->next.dir_fd < 0)
-        (void)leaf_make(s->dir_fd, "../", ++s->last_gen, &s->next);
+    pm__cg_leaf next;
+    if (s->next_gen == 0 && leaf_make(s->dir_fd, "../", ++s->last_gen, &next) == 0) {
+        /* Made, not held: opened when taken (rotate), one fd fewer per
+         * slot for every fork meanwhile (leaf_make). */
+        pm__close(next.dir_fd);
+        s->next_gen = next.gen;
+    }
     errno = saved;
 }
 
@@ -165,15 +170,17 @@ static void rotate(pm__cg_slot *s)
 {
     if (!s->growing || s->dir_fd < 0)
         return;
-    if (s->next.dir_fd < 0 && leaf_make(s->dir_fd, "../", ++s->last_gen, &s->next) < 0)
-        return;
-    if (leaf_open(&s->next) < 0)
+    /* The one made ahead exists already: leaf_make opens it. */
+    pm__cg_leaf next;
+    unsigned gen = s->next_gen != 0 ? s->next_gen : ++s->last_gen;
+    s->next_gen = 0;
+    if (leaf_make(s->dir_fd, "../", gen, &next) < 0 || leaf_open(&next) < 0)
         return; /* its directory is removed with the slot's */
     pm__cg_leaf old = {s->dir_fd, s->procs_fd, s->events_fd, s->gen};
     if (s->retired != 0)
         retired_remove(s); /* two kills before a ready: the older one now */
     s->retired = old.gen;
-    leaf_take(s, &s->next);
+    leaf_take(s, &next);
     leaf_release(&old); /* after: retired_remove above walks up from it */
 }
 
@@ -183,7 +190,6 @@ void pm__cg_slot_zero(pm__cg_slot *s)
 {
     memset(s, 0, sizeof(*s));
     s->dir_fd = s->procs_fd = s->events_fd = -1;
-    s->next.dir_fd = s->next.procs_fd = s->next.events_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         s->v1_procs[i] = -1;
     s->oom_base = -1;
@@ -195,9 +201,6 @@ PM__READY_TEXT void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NF
     fds[k++] = s->dir_fd;
     fds[k++] = s->procs_fd;
     fds[k++] = s->events_fd;
-    fds[k++] = s->next.dir_fd;
-    fds[k++] = s->next.procs_fd;
-    fds[k++] = s->next.events_fd;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         fds[k++] = s->v1_procs[i];
 }
@@ -216,7 +219,6 @@ void pm__cg_slot_close_fds(pm__cg_slot *s)
 {
     pm__cg_slot_release_copy(s);
     s->dir_fd = s->procs_fd = s->events_fd = -1;
-    s->next.dir_fd = s->next.procs_fd = s->next.events_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         s->v1_procs[i] = -1;
 }
