@@ -1128,22 +1128,26 @@ END_TEST
  * FRAMES records sized so that exactly one heartbeat's record is left,
  * then that heartbeat (queued), then another (no room: dropped, 0), and
  * the peer reads it all. */
-START_TEST(test_output_queue_exact_fill)
+static unsigned char big_frame[PM__REC_MAX_FRAME];
+
+/* The room left in s's output queue. */
+static size_t out_left(const side *s)
 {
-    side a, b;
-    pair_up(&a, &b);
-    pump(&a, &b);
-    const size_t hb = PM__REC_HDR + PM__REC_MIN_CT; /* a heartbeat's record */
+    return PM__PCONN_OUT_CAP - (s->c.out_len - s->c.out_off);
+}
+
+/* Fills s's output queue with FRAMES records of one frame each, sized so
+ * that exactly leave bytes of room are left. The number of records. */
+static size_t fill_leaving(side *s, size_t leave)
+{
     const size_t least = pm__rec_wire_size(1 + PM__REC_FRAME_HDR + 1);
-    static unsigned char fr[PM__REC_MAX_FRAME];
-    memset(fr, 7, sizeof(fr));
+    memset(big_frame, 7, sizeof(big_frame));
     size_t records = 0;
     for (;;) {
-        size_t room = PM__PCONN_OUT_CAP - (a.c.out_len - a.c.out_off);
-        ck_assert_uint_ge(room, hb);
-        size_t want = room - hb;
+        ck_assert_uint_ge(out_left(s), leave);
+        size_t want = out_left(s) - leave;
         if (want == 0)
-            break;
+            return records;
         size_t len = want < PM__REC_MAX_FRAME ? want : PM__REC_MAX_FRAME;
         for (; len > 0; len--) {
             size_t w = pm__rec_wire_size(1 + PM__REC_FRAME_HDR + len);
@@ -1151,10 +1155,19 @@ START_TEST(test_output_queue_exact_fill)
                 break;
         }
         ck_assert_uint_gt(len, 0);
-        ck_assert_int_eq(pm__pconn_stage(&a.c, fr, len), 0);
-        ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+        ck_assert_int_eq(pm__pconn_stage(&s->c, big_frame, len), 0);
+        ck_assert_int_eq(pm__pconn_flush_stage(&s->c), 0);
         ck_assert_uint_lt(++records, 64);
     }
+}
+
+START_TEST(test_output_queue_exact_fill)
+{
+    side a, b;
+    pair_up(&a, &b);
+    pump(&a, &b);
+    const size_t hb = PM__REC_HDR + PM__REC_MIN_CT; /* a heartbeat's record */
+    size_t records = fill_leaving(&a, hb);
     size_t before = a.c.out_len - a.c.out_off;
     ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0);
     ck_assert_msg(a.c.out_len - a.c.out_off == before + hb,
@@ -1196,6 +1209,62 @@ START_TEST(test_output_partial_then_more)
     ck_assert(!b.dead);
     ck_assert_uint_eq(b.c.pongs, 2);
     ck_assert_uint_eq(b.c.pong_stamp, 2);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* pm__pconn_stage's rules (peer.c), each at its edge:
+ * - a frame must be bytes: NULL, empty or past PM__REC_MAX_FRAME, -EINVAL;
+ * - frames share a record up to the stage's capacity, exactly: two frames
+ *   that fill it to its last byte are one record, and one more byte starts
+ *   a second record;
+ * - a frame is taken only with its record's room reserved: with room for
+ *   exactly its record it is taken (and sealed into the last bytes), with
+ *   a byte less it is refused (-EAGAIN) and the link stays up;
+ * - the counters procmesh(1) reports per link (frames_out, bytes_out,
+ *   records_out) count what was sealed, and the peer's the same in. */
+START_TEST(test_stage_rules)
+{
+    side a, b;
+    pair_up(&a, &b);
+    pump(&a, &b);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, NULL, 10), -EINVAL);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, "x", 0), -EINVAL);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, PM__REC_MAX_FRAME + 1), -EINVAL);
+    ck_assert_uint_eq(a.c.stage_n, 0);
+    /* 100 + (cap - 100) bytes: one record; then 101 + (cap - 100): two. */
+    uint64_t r0 = a.c.frame_records_out, f0 = a.c.frames_out, b0 = a.c.bytes_out;
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, 100), 0);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, PM__PCONN_STAGE_CAP - 100), 0);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    ck_assert_uint_eq(a.c.frame_records_out, r0 + 1);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, 101), 0);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, PM__PCONN_STAGE_CAP - 100), 0);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    ck_assert_uint_eq(a.c.frame_records_out, r0 + 3);
+    ck_assert_uint_eq(a.c.frames_out, f0 + 4);
+    ck_assert_uint_eq(a.c.bytes_out, b0 + 201 + 2 * (PM__PCONN_STAGE_CAP - 100));
+    pump(&a, &b);
+    ck_assert(!a.dead && !b.dead);
+    ck_assert_uint_eq(b.c.frames_in, a.c.frames_out);
+    ck_assert_uint_eq(b.c.bytes_in, a.c.bytes_out);
+    ck_assert_uint_eq(b.c.frame_records_in, a.c.frame_records_out);
+    /* The reservation: room for exactly one record of a 1,000-byte frame. */
+    size_t w = pm__rec_wire_size(1 + PM__REC_FRAME_HDR + 1000);
+    fill_leaving(&a, w);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, 1000), 0);
+    ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
+    ck_assert_uint_eq(out_left(&a), 0);
+    ck_assert_int_eq(a.c.state, PM__PC_UP);
+    pump(&a, &b);
+    /* A byte less: refused, nothing staged, the link up. */
+    fill_leaving(&a, w - 1);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, 1000), -EAGAIN);
+    ck_assert_uint_eq(a.c.stage_n, 0);
+    ck_assert_int_eq(a.c.state, PM__PC_UP);
+    pump(&a, &b);
+    ck_assert(!a.dead && !b.dead);
     side_free(&a);
     side_free(&b);
 }
@@ -1270,6 +1339,7 @@ int main(void)
     tcase_add_test(tc, test_output_queue_exact_fill);
     tcase_add_test(tc, test_output_partial_then_more);
     tcase_add_test(tc, test_stage_wiped);
+    tcase_add_test(tc, test_stage_rules);
     tcase_add_test(tc, test_handshake_lengths_each);
     tcase_add_test(tc, test_section9_vectors);
     tcase_add_test(tc, test_ping_after_close_unanswered);
