@@ -46,9 +46,9 @@ static uint64_t baseline_spawn(int exec_mode, int n)
     return t;
 }
 
-/* The supervisor holds about 11 fds per fork-mode worker (12 exec), 17
- * with the spare (20 exec; kept only below half the limit): N = 1024
- * needs some 11,500 to start, 35,000 for every spare, above the usual
+/* The supervisor holds about 8 fds per fork-mode worker (9 exec), 14
+ * with the spare (17 exec; kept only below half the limit): N = 1024
+ * needs some 9,500 to start, 35,000 for every spare, above the usual
  * soft RLIMIT_NOFILE of 1024 (count_fds prints the figures).
  * Raised to the hard limit, as the procmesh daemon does at start; the
  * number is printed. */
