@@ -703,6 +703,22 @@ START_TEST(test_close_codes)
     side_free(&a);
     side_free(&b);
 
+    /* The same through a control record: a PING seals the stage first
+     * (frames keep their order), which fails at the limit: the PING is not
+     * sent (-ENOTCONN) and the CLOSE is a's last record. */
+    pair_up(&a, &b);
+    ck_assert_int_eq(pm_test_rec_set_nonce(a.c.rec, 1, PM__NOISE_NONCE_LIMIT - 1), 0);
+    ck_assert_int_eq(pm_test_rec_set_nonce(b.c.rec, 0, PM__NOISE_NONCE_LIMIT - 1), 0);
+    ck_assert_int_eq(pm__pconn_stage(&a.c, f, sizeof(f)), 0);
+    ck_assert_int_eq(pm__pconn_ping(&a.c, 9), -ENOTCONN);
+    ck_assert_int_eq(a.c.state, PM__PC_DEAD);
+    pump(&a, &b);
+    ck_assert(b.dead);
+    ck_assert_uint_eq(b.c.close_reason, PM__REC_CLOSE_NONCE);
+    ck_assert_uint_eq(b.nframes, 0);
+    side_free(&a);
+    side_free(&b);
+
     /* Receiving: b's next nonce is at the limit when a's record comes. */
     pair_up(&a, &b);
     ck_assert_int_eq(pm_test_rec_set_nonce(b.c.rec, 0, PM__NOISE_NONCE_LIMIT), 0);
