@@ -1550,6 +1550,79 @@ static int report_ends(const char *text)
     return n;
 }
 
+/* Dead, read through fd, an open /proc/<pid>/stat: the process is gone
+ * (the read fails) or a zombie. */
+static int stat_dead(int fd)
+{
+    char buf[512];
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return 1;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* doc/reliability.md, fault 21 (the supervisor out of fds) with a tree:
+ * the worker's setsid job, out of its process group, still dies with its
+ * incarnation when the supervisor cannot open one more fd. The leaf's
+ * cgroup.kill is opened only when written (cgroup_slot.c kill_leaf), so at
+ * the limit it cannot be; the kill then falls back to the pids listed in
+ * cgroup.procs, read through the leaf's fd the supervisor holds. */
+START_TEST(test_tree_kill_out_of_fds)
+{
+    pm_options *o = tree_opts(-1);
+    int fd = tree_pipe[1];
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &fd, 1), 0);
+    char *argv[] = {"sh", "-c", "setsid sleep 1000 & printf '%d\\n' $! >&3; exec sleep 1000",
+                    NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_cluster *c = spawn_free(o);
+    RUN_UNTIL(c, find(PM_EVENT_READY, 0, 0) != NULL, 10000);
+    pid_t job = read_pid_line(c);
+    pid_t p1 = find(PM_EVENT_STARTED, 0, 0)->pid;
+    /* The job's state is read through an fd opened now: at the limit no
+     * /proc file can be opened to look (dead() would fail open). */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)job);
+    int statfd = open(path, O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(statfd, 0);
+    ck_assert(!stat_dead(statfd));
+    /* No fd left: the limit just above the highest open fd, every hole
+     * below it filled. */
+    struct rlimit saved, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    int top = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(top, 0);
+    lim.rlim_cur = (rlim_t)top + 1;
+    lim.rlim_max = saved.rlim_max;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    static int fillers[4096];
+    int nfill = 0, f;
+    while (nfill < (int)ARRAY_LEN(fillers) && (f = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        fillers[nfill++] = f;
+    ck_assert_int_eq(open("/dev/null", O_RDONLY | O_CLOEXEC), -1);
+    ck_assert_int_eq(errno, EMFILE);
+    ck_assert_int_eq(kill(p1, SIGKILL), 0);
+    uint64_t end = ms() + 10000;
+    while (!stat_dead(statfd) && ms() < end)
+        (void)pm_cluster_run(c, 20);
+    int gone = stat_dead(statfd);
+    for (int i = 0; i < nfill; i++)
+        close(fillers[i]);
+    close(top);
+    close(statfd);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    if (!gone)
+        kill(job, SIGKILL);
+    ck_assert_msg(gone, "the setsid job %d outlived its incarnation while the supervisor was out of fds",
+                  (int)job);
+    pm_cluster_terminate(c);
+}
+END_TEST
+
 /* Trust rules: "a worker holds only its own memory and fds, never another
  * slot's, a spare's or a cgroup.kill". The supervisor holds each slot's
  * leaf directory, one openat from its cgroup.kill (which it opens only to
@@ -1786,6 +1859,7 @@ int main(void)
         PM_ADD_TEST(s, test_tree_drain, 0);
         PM_ADD_TEST(s, test_tree_exec_crash, 0);
         PM_ADD_TEST(s, test_tree_exec_leaf, 0);
+        PM_ADD_TEST(s, test_tree_kill_out_of_fds, 0);
         PM_ADD_LOOP_TEST(s, test_no_cgroup_kill_held, 0, 2, 60);
     }
     char why_frozen[320];

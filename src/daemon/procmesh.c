@@ -469,10 +469,10 @@ static int run_prepare(run_state *r)
     return 0;
 }
 
-/* The supervisor holds about 11 fds per worker (its channel 5, pidfd, exec
- * pipe, cgroup 4; captured output 2 more) and 7 more for the next
+/* The supervisor holds about 9 fds per worker (its channel 4, pidfd, exec
+ * pipe, cgroup 3; captured output 2 more) and 8 more for the next
  * incarnation's channel and pipe prepared ahead, kept only below half the
- * limit: 1,024 workers need some 11,500 to start, 40,000 for every slot to
+ * limit: 1,024 workers need some 9,500 to start, 35,000 for every slot to
  * keep its spare, far above the usual soft RLIMIT_NOFILE of 1,024. The daemon
  * uses no select(), so it raises its own soft limit to the hard one, as
  * systemd does for itself; its workers keep the limit the daemon was

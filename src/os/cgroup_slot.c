@@ -106,7 +106,9 @@ static int leaf_make(int at, const char *up, unsigned gen, pm__cg_leaf *l)
  * pm__channel_drop_worker_ends). On failure l's fds are closed. */
 static int leaf_open(pm__cg_leaf *l)
 {
-    if ((l->procs_fd = openat(l->dir_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC)) >= 0 &&
+    /* Read and write: kill_listed reads the pids through it, so that a
+     * supervisor out of fds can still empty a leaf (kill_leaf). */
+    if ((l->procs_fd = openat(l->dir_fd, "cgroup.procs", O_RDWR | O_CLOEXEC)) >= 0 &&
         (l->events_fd = openat(l->dir_fd, "cgroup.events", O_RDONLY | O_CLOEXEC)) >= 0)
         return 0;
     int rc = -errno;
@@ -172,9 +174,20 @@ static void rotate(pm__cg_slot *s)
         return;
     /* The one made ahead exists already: leaf_make opens it. */
     pm__cg_leaf next;
-    unsigned gen = s->next_gen != 0 ? s->next_gen : ++s->last_gen;
-    s->next_gen = 0;
-    if (leaf_make(s->dir_fd, "../", gen, &next) < 0 || leaf_open(&next) < 0)
+    char name[32];
+    next.dir_fd = -1;
+    if (s->next_gen != 0) {
+        /* Made ahead: only opened here (no mkdir, which locks the slot's
+         * directory, on the way to the replacement); made now if gone. */
+        snprintf(name, sizeof(name), "../g%u", s->next_gen);
+        next.dir_fd = openat(s->dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        next.procs_fd = next.events_fd = -1;
+        next.gen = s->next_gen;
+        s->next_gen = 0;
+    }
+    if (next.dir_fd < 0 && leaf_make(s->dir_fd, "../", ++s->last_gen, &next) < 0)
+        return;
+    if (leaf_open(&next) < 0)
         return; /* its directory is removed with the slot's */
     pm__cg_leaf old = {s->dir_fd, s->procs_fd, s->events_fd, s->gen};
     if (s->retired != 0)
@@ -327,15 +340,16 @@ int pm__cg_slot_populated(const pm__cg_slot *s)
     return rc < 0 ? rc : pm__cg_parse_populated(text);
 }
 
-/* Without cgroup.kill (Linux < 5.14): SIGKILL each pid listed. A process
- * forking meanwhile adds a pid after our read: the caller's wait loop
- * calls this again until the cgroup is empty. The pids are safe to signal:
- * a pid listed in cgroup.procs is alive (or a zombie, which keeps it). */
+/* Without cgroup.kill (Linux < 5.14, or none could be opened): SIGKILL
+ * each pid listed. A process forking meanwhile adds a pid after our read:
+ * the caller's wait loop calls this again until the cgroup is empty. The
+ * pids are safe to signal: a pid listed in cgroup.procs is alive (or a
+ * zombie, which keeps it). Read through the leaf's own cgroup.procs fd, no
+ * new one: this is what still works when the supervisor is out of fds. */
 static void kill_listed(const pm__cg_slot *s)
 {
-    char path[64], text[4096];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d/cgroup.procs", s->dir_fd);
-    if (pm__cg_read_text(path, text, sizeof(text)) < 0)
+    char text[4096];
+    if (pread_text(s->procs_fd, text, sizeof(text)) < 0)
         return;
     for (char *p = text; *p != '\0';) {
         char *end;
@@ -352,8 +366,9 @@ static void kill_listed(const pm__cg_slot *s)
  * now (a leaf holds no fd for it: leaf_open) and written once: the kernel
  * kills every process in it, including one forking at that moment (the
  * cgroup is marked while it walks). Without it (Linux < 5.14), or while
- * it cannot be opened (out of fds: the caller's wait loop calls this
- * again), each pid listed. *kfd: the open cgroup.kill, or -1. */
+ * it cannot be opened (out of fds: the caller's wait loop tries again
+ * every 10 ms), each pid listed, which needs no new fd. *kfd: the open
+ * cgroup.kill, or -1. */
 static void kill_leaf(pm__cg_slot *s, int *kfd)
 {
     if (s->has_kill)

@@ -113,7 +113,7 @@ void pm__cluster_release(pm_cluster *c, pm__slot *s)
 /* A reaped incarnation's memory and channel fds are let go at the end of
  * the turn, not at the reap: with no backoff the turn forks the
  * replacement (its deadline fires after the completions), and a munmap and
- * five closes (about 0.1 ms on a 2-CPU VM) need not come before that fork.
+ * four closes (about 0.1 ms on a 2-CPU VM) need not come before that fork.
  * A child forked meanwhile drops them with the slots' fds (forkdrop.c
  * plan_own); the mapping is never copied into a fork (channel.h,
  * pm__channel_adopt_fork). NULL (close now) without memory for the list. */
@@ -224,7 +224,7 @@ void pm__cluster_end_tree(pm_cluster *c, pm__slot *s)
         /* The replacement starts anyway (the slot must not stay down for a
          * process the kernel will not let die); said once per occurrence. */
         pm__diag(c->o, c, "cgroup_not_empty",
-                 "slot %u: its cgroup did not empty within %d ms after cgroup.kill (%s): a "
+                 "slot %u: its cgroup did not empty within %d ms after it was killed (%s): a "
                  "process in uninterruptible sleep? the next incarnation starts beside it",
                  s->index, PM__TREE_WAIT_MS, pm_strerror(rc));
 }

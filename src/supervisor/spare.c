@@ -120,7 +120,7 @@ int pm__spare_take(pm_cluster *c, pm__slot *s, int err_pipe[2], int out[2][2], i
     return pm__channel_create(&s->channel, s->index, s->incarnation, &c->channel_params);
 }
 
-/* A spare holds five fds (seven with the exec error pipe, four more with
+/* A spare holds six fds (eight with the exec error pipe, four more with
  * the output pipes): it is kept only while they sit below half the
  * fd limit (fds are allocated lowest first, so the highest of them tells
  * how many are in use), so that spares never take the fds that the slots'

@@ -47,7 +47,8 @@ typedef struct pm__slot {
     pid_t pid;             /* 0 when no process */
     int pidfd;             /* -1 when none */
     int exec_pipe;         /* exec mode: read end of the error pipe, or -1 */
-    pm__channel channel;   /* hub side; channel.memfd -1 when none */
+    pm__channel channel;   /* hub side; channel.map NULL when none (its memfd is -1
+                              also while a worker runs: pm__channel_drop_worker_ends) */
     pm__channel *spare;    /* the next incarnation's channel (and exec error pipe),
                               prepared ahead, or NULL (incarnation.c) */
     pm__standby standby;   /* warm standby on the spare channel, pid 0 when none */
