@@ -907,6 +907,14 @@ static void on_echo(pm_cluster *c, const pm_message *m, void *arg)
     snprintf(echoed, sizeof(echoed), "%.*s", (int)(m->len < 100 ? m->len : 100), (const char *)m->data);
 }
 
+/* The inode of slot slot's spare memfd (0: none). */
+static unsigned long long spare_ino(const pm_cluster *c, unsigned slot)
+{
+    int fd = pm_test_slot_spare_memfd(c, slot);
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
 /* The supervisor's fds whose target names text. */
 static int own_fds_to(const char *text)
 {
@@ -948,26 +956,34 @@ static void assert_worker_ends_dropped(pm_cluster *c, unsigned slot, unsigned in
     ck_assert_msg(strcmp(echoed, "echo:ping") == 0, "slot %u answered %s", slot, echoed);
 }
 
-/* Fork mode (_i 0) and exec mode (_i 1): the worker's ends are closed in
- * the supervisor once it runs, at the spawn and at a restart (which takes
- * the spare: its ends are held until then), and the worker serves. */
+/* Fork mode (_i 0), exec mode (_i 1) and fork mode with a warm standby
+ * (_i 2): the worker's ends are closed in the supervisor once it runs, at
+ * the spawn and at a restart (which takes the spare, or the standby forked
+ * on it: their ends are held until then), and the worker serves. */
 START_TEST(test_worker_ends_dropped)
 {
     pm_options *o = opts(2);
     pm_options_set_restart_min_backoff_ms(o, 0);
     pm_options_set_restart_max_backoff_ms(o, 0);
-    if (_i == 0)
+    if (_i != 1)
         pm_options_set_bootstrap(o, boot_echo, NULL);
     else
         exec_opts(o, "echo", NULL);
+    if (_i == 2)
+        ck_assert_int_eq(pm_options_set_warm_standby(o, 1), 0);
     pm_options_set_on_message(o, on_echo, NULL);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, count(PM_EVENT_READY, -1) == 2 && pm_test_slot_spare_memfd(c, 0) >= 0, 20000);
+    RUN_UNTIL(c, count(PM_EVENT_READY, -1) == 2 && pm_test_slot_spare_memfd(c, 0) >= 0 &&
+                     (_i != 2 || pm_test_slot_standby_pid(c, 0) > 0), 20000);
     for (unsigned i = 0; i < 2; i++)
         assert_worker_ends_dropped(c, i, 1);
+    unsigned long long spare = spare_ino(c, 0);
     kill_slot(c, 0);
     RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 20000);
+    ck_assert_msg(pm_test_slot_memfd_ino(c, 0) == spare, "the restart did not take the spare");
+    if (_i == 2)
+        ck_assert_uint_eq(pm_test_standby_taken(c), 1);
     assert_worker_ends_dropped(c, 0, 2);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
@@ -978,7 +994,7 @@ int main(void)
 {
     Suite *s = suite_create("spare");
     PM_ADD_TEST(s, test_spare_taken_by_restart, 30);
-    PM_ADD_LOOP_TEST(s, test_worker_ends_dropped, 0, 2, 60);
+    PM_ADD_LOOP_TEST(s, test_worker_ends_dropped, 0, 3, 60);
     PM_ADD_LOOP_TEST(s, test_spare_invisible_to_workers, 0, 2, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_retire, 30);
     PM_ADD_TEST(s, test_spare_dropped_on_terminate, 30);
