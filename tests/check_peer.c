@@ -914,6 +914,8 @@ START_TEST(test_handshake_lengths_each)
         ck_assert_msg(m1[i].dead ? ev == PM__PCE_DEAD && b.c.fail == PM__PF_HS_LENGTH : ev == PM__PCE_NONE,
                       "message 1 (%s) of %u bytes: event %d, fail %s", m1[i].psk ? "psk" : "no secret",
                       m1[i].len, ev, pm__peer_fail_name(b.c.fail));
+        if (m1[i].dead) /* the error the mesh logs beside the reason */
+            ck_assert_int_eq(b.c.err, -EBADMSG);
         size_t len;
         ck_assert_ptr_null(pm__pconn_output(&b.c, &len)); /* no message 2 */
         side_free(&b);
@@ -1286,6 +1288,204 @@ START_TEST(test_stage_rules)
 }
 END_TEST
 
+/* The link closed as it comes up, its first record held over PM__PCE_UP
+ * (the mesh closes a duplicate host there): the record's frames are never
+ * delivered, counted in frames_after_close, all of them; nothing is held
+ * afterwards. */
+START_TEST(test_held_record_counted_at_close)
+{
+    side a, b;
+    side_init(&a, "a", secret1, NULL, 1);
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(move(&a, &b), 1);
+    ck_assert_int_eq(move(&b, &a), 1);
+    size_t len, used;
+    const unsigned char *p = pm__pconn_output(&a.c, &len);
+    ck_assert_ptr_nonnull(p);
+    size_t third = 4 + pm__get32(p);
+    unsigned char msg3[512];
+    ck_assert_uint_le(third, sizeof(msg3));
+    memcpy(msg3, p, third);
+    pm__pconn_sent(&a.c, len);
+    ck_assert_int_eq(pm_test_rec_set_nonce(a.c.rec, 1, 0), 0);
+    ck_assert_int_eq(pm__pconn_input(&b.c, msg3, third, &used), PM__PCE_NONE);
+    struct iovec v[3] = {{"one", 3}, {"two!", 4}, {"three", 5}};
+    unsigned char rec[256];
+    size_t taken = 0, n = 0;
+    ck_assert_int_ge(pm_test_rec_seal_frames(a.c.rec, v, 3, &taken, rec, sizeof(rec), &n), 0);
+    ck_assert_uint_eq(taken, 3);
+    ck_assert_int_eq(pm__pconn_input(&b.c, rec, n, &used), PM__PCE_UP);
+    ck_assert_uint_eq(b.nframes, 0);
+    pm__pconn_close(&b.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_DUPLICATE);
+    ck_assert_uint_eq(b.c.frames_after_close, 3);
+    ck_assert_int_eq(b.c.held, 0);
+    ck_assert_int_eq(b.c.fail, PM__PF_DUPLICATE);
+    ck_assert_int_eq(b.c.err, 0);
+    ck_assert_uint_eq(b.nframes, 0);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* pm__pconn_close at the edges: during the handshake (no record state
+ * yet: no CLOSE record, the handshake's own bytes stay as they were), and
+ * with the output queue full to its last byte (no room for the CLOSE: the
+ * peer sees the stream end, the link is dead, nothing is written past the
+ * queue). Control records count towards the rekey (records_since_rekey),
+ * a REKEY starts the count again. */
+START_TEST(test_close_edges)
+{
+    side a, b;
+    side_init(&a, "a", secret1, NULL, 1);
+    size_t len0, len1;
+    ck_assert_ptr_nonnull(pm__pconn_output(&a.c, &len0)); /* preamble and message 1 */
+    pm__pconn_close(&a.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    ck_assert_int_eq(a.c.state, PM__PC_DEAD);
+    ck_assert_int_eq(a.c.fail, PM__PF_LOCAL);
+    ck_assert_ptr_nonnull(pm__pconn_output(&a.c, &len1));
+    ck_assert_uint_eq(len1, len0);
+    side_free(&a);
+
+    pair_up(&a, &b);
+    pump(&a, &b);
+    uint64_t r0 = a.c.records_since_rekey;
+    ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0);
+    ck_assert_int_eq(pm__pconn_ping(&a.c, 3), 0);
+    ck_assert_uint_eq(a.c.records_since_rekey, r0 + 2);
+    ck_assert_int_eq(pm__pconn_rekey(&a.c), 0);
+    ck_assert_uint_eq(a.c.records_since_rekey, 0);
+    pump(&a, &b);
+    ck_assert(!a.dead && !b.dead);
+    fill_leaving(&a, 0);
+    ck_assert_uint_eq(out_left(&a), 0);
+    pm__pconn_close(&a.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    ck_assert_int_eq(a.c.state, PM__PC_DEAD);
+    ck_assert(a.c.close_sent);
+    ck_assert_uint_eq(a.c.out_len - a.c.out_off, PM__PCONN_OUT_CAP);
+    pump(&a, &b);
+    ck_assert(!b.c.close_received);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* A PING with room for a heartbeat's record but not for its own (the
+ * echo's 9 bytes more): not sent, no error (queued records prove
+ * liveness), the queue as it was, the link up. */
+START_TEST(test_ping_room)
+{
+    side a, b;
+    pair_up(&a, &b);
+    pump(&a, &b);
+    fill_leaving(&a, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY - 1);
+    size_t before = a.c.out_len - a.c.out_off;
+    ck_assert_int_eq(pm__pconn_ping(&a.c, 5), 0);
+    ck_assert_uint_eq(a.c.out_len - a.c.out_off, before);
+    ck_assert_int_eq(a.c.state, PM__PC_UP);
+    pump(&a, &b);
+    ck_assert(!a.dead && !b.dead);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* A PING that finds the peer's queue with room for a heartbeat's record
+ * but not for the PONG: the PONG is not sent, and both sides go on (the
+ * next record's nonce is the one the peer expects: a refused seal used
+ * none); a later PING is answered. */
+START_TEST(test_pong_room)
+{
+    side a, b;
+    pair_up(&a, &b);
+    pump(&a, &b);
+    ck_assert_int_eq(pm__pconn_ping(&a.c, 7), 0);
+    fill_leaving(&b, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY - 1);
+    size_t before = b.c.out_len - b.c.out_off;
+    ck_assert(move(&a, &b)); /* the PING: no room for the PONG */
+    ck_assert(!b.dead);
+    ck_assert_uint_eq(b.c.out_len - b.c.out_off, before);
+    pump(&b, &a); /* b's frames; no PONG among them */
+    ck_assert(!a.dead && !b.dead);
+    ck_assert_uint_eq(a.c.pongs, 0);
+    ck_assert_int_eq(pm__pconn_ping(&a.c, 8), 0);
+    pump(&a, &b);
+    ck_assert(!a.dead && !b.dead);
+    ck_assert_uint_eq(a.c.pongs, 1);
+    ck_assert_uint_eq(a.c.pong_stamp, 8);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* pm__pconn_init refuses a configuration it could not link with, one
+ * condition at a time with the others valid (doc/protocol.md 4: the names
+ * and the hello's ranges), and takes the edges of the idle range; the
+ * hello announces PM__PEER_CAPS. */
+START_TEST(test_init_each_condition)
+{
+    pm__keyring *kr, *nostatic;
+    ck_assert_int_ge(sodium_init(), 0);
+    ck_assert_int_eq(pm__keyring_new(&kr), 0);
+    ck_assert_int_eq(pm__keyring_random_static(kr), 0);
+    ck_assert_int_eq(pm__keyring_new(&nostatic), 0);
+    static const struct {
+        const char *what;
+        int field;        /* 0 none, 1 keys NULL, 2 no static key, 3 system, 4 host, 5 incarnation, 6 idle */
+        const char *text;
+        uint64_t value;
+        int want;
+    } rows[] = {
+        {"valid", 0, NULL, 0, 0},
+        {"no keyring", 1, NULL, 0, -EINVAL},
+        {"no static key", 2, NULL, 0, -EINVAL},
+        {"system with a space", 3, "a b", 0, -EINVAL},
+        {"empty system", 3, "", 0, -EINVAL},
+        {"host with a space", 4, "a b", 0, -EINVAL},
+        {"empty host", 4, "", 0, -EINVAL},
+        {"incarnation 0", 5, NULL, 0, -EINVAL},
+        {"idle below the least", 6, NULL, PM__PEER_IDLE_MIN_MS - 1, -EINVAL},
+        {"idle the least", 6, NULL, PM__PEER_IDLE_MIN_MS, 0},
+        {"idle the most", 6, NULL, PM__PEER_IDLE_MAX_MS, 0},
+        {"idle past the most", 6, NULL, PM__PEER_IDLE_MAX_MS + 1, -EINVAL},
+    };
+    for (int initiator = 0; initiator < 2; initiator++) {
+        for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+            pm__pconn_cfg cfg;
+            memset(&cfg, 0, sizeof(cfg));
+            cfg.system = "sys";
+            cfg.host = "h";
+            cfg.incarnation = 9;
+            cfg.idle_ms = 5000;
+            cfg.keys = kr;
+            switch (rows[i].field) {
+            case 1: cfg.keys = NULL; break;
+            case 2: cfg.keys = nostatic; break;
+            case 3: cfg.system = rows[i].text; break;
+            case 4: cfg.host = rows[i].text; break;
+            case 5: cfg.incarnation = 0; break;
+            case 6: cfg.idle_ms = (uint32_t)rows[i].value; break;
+            }
+            pm__pconn c;
+            int rc = pm__pconn_init(&c, &cfg, initiator);
+            ck_assert_msg(rc == rows[i].want, "%s (%s): %d", rows[i].what,
+                          initiator ? "initiator" : "responder", rc);
+            if (rc == 0)
+                pm__pconn_free(&c);
+        }
+    }
+    pm__pconn c;
+    ck_assert_int_eq(pm__pconn_init(&c, NULL, 1), -EINVAL);
+    pm__keyring_free(kr);
+    pm__keyring_free(nostatic);
+    side a, b;
+    pair_up(&a, &b);
+    ck_assert_uint_eq(b.c.peer.capabilities, PM__PEER_CAPS);
+    ck_assert_uint_eq(a.c.peer.capabilities, PM__PEER_CAPS);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
 /* 1 when the first n bytes at p are all zero. */
 static int all_zero(const unsigned char *p, size_t n)
 {
@@ -1356,6 +1556,11 @@ int main(void)
     tcase_add_test(tc, test_output_partial_then_more);
     tcase_add_test(tc, test_stage_wiped);
     tcase_add_test(tc, test_stage_rules);
+    tcase_add_test(tc, test_held_record_counted_at_close);
+    tcase_add_test(tc, test_close_edges);
+    tcase_add_test(tc, test_ping_room);
+    tcase_add_test(tc, test_pong_room);
+    tcase_add_test(tc, test_init_each_condition);
     tcase_add_test(tc, test_handshake_lengths_each);
     tcase_add_test(tc, test_section9_vectors);
     tcase_add_test(tc, test_ping_after_close_unanswered);
