@@ -10,6 +10,7 @@
 #include "base/le.h"
 #include "peer/peer.h"
 #include "hooks.h"
+#include "failalloc.h" /* malloc and its siblings, failing on demand */
 
 /* Routing with peer links: the host table turns names into the indices
  * frames carry, and back. */
@@ -1486,6 +1487,51 @@ START_TEST(test_init_each_condition)
 }
 END_TEST
 
+/* pm__pconn_init out of memory: each of its allocations failing in turn
+ * (its output queue, its stage, the initiator's handshake state) fails it
+ * -ENOMEM, with nothing held (pm__pconn_free after a failed init is safe
+ * and frees nothing more); the first run that met no failure links. */
+START_TEST(test_init_alloc_failures)
+{
+    if (!pm_failalloc_here("test_init_alloc_failures"))
+        return;
+    pm__keyring *kr;
+    ck_assert_int_ge(sodium_init(), 0);
+    ck_assert_int_eq(pm__keyring_new(&kr), 0);
+    ck_assert_int_eq(pm__keyring_add_secret(kr, secret1), 0);
+    ck_assert_int_eq(pm__keyring_random_static(kr), 0);
+    pm__pconn_cfg cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.system = "sys";
+    cfg.host = "h";
+    cfg.incarnation = 9;
+    cfg.idle_ms = 5000;
+    cfg.keys = kr;
+    for (int initiator = 0; initiator < 2; initiator++) {
+        long failed = 0;
+        for (long k = 1;; k++) {
+            ck_assert_int_lt(k, 100);
+            pm__pconn c;
+            pm_failalloc_arm(k);
+            int rc = pm__pconn_init(&c, &cfg, initiator);
+            int hit = pm_failalloc_disarm();
+            if (!hit) {
+                ck_assert_int_eq(rc, 0);
+                pm__pconn_free(&c);
+                break;
+            }
+            ck_assert_msg(rc == -ENOMEM, "%s: allocation %ld failed, init returned %d",
+                          initiator ? "initiator" : "responder", k, rc);
+            ck_assert_ptr_null(c.out);
+            ck_assert_ptr_null(c.stage);
+            failed++;
+        }
+        ck_assert_int_ge(failed, 2); /* the queue and the stage at least */
+    }
+    pm__keyring_free(kr);
+}
+END_TEST
+
 /* 1 when the first n bytes at p are all zero. */
 static int all_zero(const unsigned char *p, size_t n)
 {
@@ -1561,6 +1607,7 @@ int main(void)
     tcase_add_test(tc, test_ping_room);
     tcase_add_test(tc, test_pong_room);
     tcase_add_test(tc, test_init_each_condition);
+    tcase_add_test(tc, test_init_alloc_failures);
     tcase_add_test(tc, test_handshake_lengths_each);
     tcase_add_test(tc, test_section9_vectors);
     tcase_add_test(tc, test_ping_after_close_unanswered);
