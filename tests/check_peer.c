@@ -572,19 +572,45 @@ START_TEST(test_hostile_preamble)
         side_free(&b);
     }
 
-    /* A version of the longest length allowed (32 bytes) is read whole and
-     * judged as a version (unknown here), not refused as a malformed
-     * preamble. */
-    side_init(&b, "b", secret1, NULL, 0);
-    {
+    /* A version of the longest length allowed (32 bytes), and of the
+     * shortest (1), is read whole and judged as a version (unknown here),
+     * not refused as a malformed preamble. */
+    static const unsigned vlens[] = {32, 1};
+    for (size_t i = 0; i < ARRAY_LEN(vlens); i++) {
+        side_init(&b, "b", secret1, NULL, 0);
         size_t m = pm__peer_preamble("sys", id, pre), v = pre[6];
         unsigned char longv[PM__PEER_PREAMBLE_MAX + 32];
         memcpy(longv, pre, 6);
-        longv[6] = 32;
-        memset(longv + 7, 'x', 32);
-        memcpy(longv + 7 + 32, pre + 7 + v, m - 7 - v);
-        ck_assert_int_eq(respond_to(&b, longv, m - v + 32), PM__PCE_DEAD);
-        ck_assert_msg(b.c.fail == PM__PF_VERSION, "%s", pm__peer_fail_name(b.c.fail));
+        longv[6] = (unsigned char)vlens[i];
+        memset(longv + 7, 'x', vlens[i]);
+        memcpy(longv + 7 + vlens[i], pre + 7 + v, m - 7 - v);
+        ck_assert_int_eq(respond_to(&b, longv, m - v + vlens[i]), PM__PCE_DEAD);
+        ck_assert_msg(b.c.fail == PM__PF_VERSION, "version of %u bytes: %s", vlens[i],
+                      pm__peer_fail_name(b.c.fail));
+        side_free(&b);
+    }
+
+    /* Each byte of the magic counts: the valid preamble with one of them
+     * changed is refused from its first 7 bytes. */
+    for (size_t k = 0; k < 6; k++) {
+        side_init(&b, "b", secret1, NULL, 0);
+        size_t m = pm__peer_preamble("sys", id, pre);
+        pre[k] ^= 0x20;
+        ck_assert_int_eq(respond_to(&b, pre, m), PM__PCE_DEAD);
+        ck_assert_msg(b.c.fail == PM__PF_PREAMBLE, "magic byte %zu changed: %s", k, pm__peer_fail_name(b.c.fail));
+        side_free(&b);
+    }
+
+    /* A valid preamble one byte at a time: no byte is judged before it
+     * came (the magic's 6, then the version length: 7 before anything is
+     * read of it), and the responder starts its handshake. */
+    side_init(&b, "b", secret1, NULL, 0);
+    {
+        size_t m = pm__peer_preamble("sys", id, pre);
+        for (size_t k = 0; k < m; k++)
+            ck_assert_msg(respond_to(&b, pre + k, 1) != PM__PCE_DEAD, "byte %zu of the preamble: %s", k,
+                          pm__peer_fail_name(b.c.fail));
+        ck_assert_int_eq(b.c.state, PM__PC_HANDSHAKE);
     }
     side_free(&b);
 
@@ -1532,6 +1558,37 @@ START_TEST(test_init_alloc_failures)
 }
 END_TEST
 
+/* pm__pconn_free leaves nothing held and the link DEAD, so that a second
+ * call, or one after a pm__pconn_init that failed (which frees what it
+ * made), does nothing (peer.h). */
+START_TEST(test_free_twice)
+{
+    side a, b;
+    pair_up(&a, &b);
+    pm__pconn_free(&a.c);
+    ck_assert_int_eq(a.c.state, PM__PC_DEAD);
+    ck_assert_ptr_null(a.c.out);
+    ck_assert_ptr_null(a.c.stage);
+    ck_assert_ptr_null(a.c.rec);
+    ck_assert_ptr_null(a.c.hs);
+    pm__pconn_free(&a.c);
+    ck_assert_int_eq(a.c.state, PM__PC_DEAD);
+    side_free(&a); /* a third time */
+    side_free(&b);
+    /* In the handshake (its state held), freed twice. */
+    side_init(&a, "a", secret1, NULL, 1);
+    ck_assert_ptr_nonnull(a.c.hs);
+    pm__pconn_free(&a.c);
+    ck_assert_ptr_null(a.c.hs);
+    side_free(&a);
+    pm__pconn_cfg cfg;
+    memset(&cfg, 0, sizeof(cfg)); /* refused: no keys */
+    pm__pconn c;
+    ck_assert_int_eq(pm__pconn_init(&c, &cfg, 1), -EINVAL);
+    pm__pconn_free(&c);
+}
+END_TEST
+
 /* 1 when the first n bytes at p are all zero. */
 static int all_zero(const unsigned char *p, size_t n)
 {
@@ -1608,6 +1665,7 @@ int main(void)
     tcase_add_test(tc, test_pong_room);
     tcase_add_test(tc, test_init_each_condition);
     tcase_add_test(tc, test_init_alloc_failures);
+    tcase_add_test(tc, test_free_twice);
     tcase_add_test(tc, test_handshake_lengths_each);
     tcase_add_test(tc, test_section9_vectors);
     tcase_add_test(tc, test_ping_after_close_unanswered);

@@ -172,6 +172,9 @@ enum pm__pconn_event {
  * key, a name the rules refuse). The initiator's preamble and message 1 are
  * queued. */
 int pm__pconn_init(pm__pconn *c, const pm__pconn_cfg *cfg, int initiator);
+/* Wipes and frees what c holds and leaves it DEAD with nothing held: a
+ * second call does nothing, as does one after a pm__pconn_init that failed
+ * (which freed what it had made). */
 void pm__pconn_free(pm__pconn *c);
 
 /* Feeds received bytes (any bytes). Consumes all of them unless the link
