@@ -536,6 +536,10 @@ START_TEST(test_hostile_preamble)
     ck_assert_int_eq(b.c.fail, PM__PF_PREAMBLE);
     side_free(&b);
     side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(respond_to(&b, "PMLINK\x21", 7), PM__PCE_DEAD); /* 33: one past the longest */
+    ck_assert_int_eq(b.c.fail, PM__PF_PREAMBLE);
+    side_free(&b);
+    side_init(&b, "b", secret1, NULL, 0);
     ck_assert_int_eq(respond_to(&b, "PMLINK\0", 7), PM__PCE_DEAD); /* version length 0 */
     ck_assert_int_eq(b.c.fail, PM__PF_PREAMBLE);
     side_free(&b);
@@ -589,6 +593,20 @@ START_TEST(test_hostile_preamble)
                       pm__peer_fail_name(b.c.fail));
         side_free(&b);
     }
+
+    /* Our version cut by its last byte (a prefix of it, its length one
+     * less): another version. */
+    side_init(&b, "b", secret1, NULL, 0);
+    {
+        size_t m = pm__peer_preamble("sys", id, pre), v = pre[6];
+        unsigned char cut[PM__PEER_PREAMBLE_MAX];
+        memcpy(cut, pre, 7 + v - 1);
+        cut[6] = (unsigned char)(v - 1);
+        memcpy(cut + 7 + v - 1, pre + 7 + v, m - 7 - v);
+        ck_assert_int_eq(respond_to(&b, cut, m - 1), PM__PCE_DEAD);
+        ck_assert_msg(b.c.fail == PM__PF_VERSION, "version cut: %s", pm__peer_fail_name(b.c.fail));
+    }
+    side_free(&b);
 
     /* Each byte of the magic counts: the valid preamble with one of them
      * changed is refused from its first 7 bytes. */
