@@ -915,25 +915,6 @@ static unsigned long long spare_ino(const pm_cluster *c, unsigned slot)
     return fd >= 0 && fstat(fd, &st) == 0 ? (unsigned long long)st.st_ino : 0;
 }
 
-/* The supervisor's fds whose target names text. */
-static int own_fds_to(const char *text)
-{
-    DIR *d = opendir("/proc/self/fd");
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        char path[300], target[600];
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-        ssize_t k = e->d_name[0] != '.' ? readlink(path, target, sizeof(target) - 1) : -1;
-        if (k > 0) {
-            target[k] = '\0';
-            n += strstr(target, text) != NULL;
-        }
-    }
-    closedir(d);
-    return n;
-}
 
 /* Slot slot's running incarnation: the supervisor holds neither its memfd
  * nor its doorbell's end (pm__channel_drop_worker_ends: each fd held per
@@ -947,7 +928,7 @@ static void assert_worker_ends_dropped(pm_cluster *c, unsigned slot, unsigned in
     ck_assert_int_eq(node_efd, -1);
     char name[64];
     snprintf(name, sizeof(name), "/memfd:procmesh-slot%u-inc%u ", slot, inc);
-    ck_assert_msg(own_fds_to(name) == 0, "the supervisor holds %s", name);
+    ck_assert_msg(pm_test_fds_to(name) == 0, "the supervisor holds %s", name);
     ck_assert_uint_ne(pm_test_slot_memfd_ino(c, slot), 0); /* its mapping stays */
     pm_address a = pm_test_slot_addr(slot, 0);
     echoed[0] = '\0';

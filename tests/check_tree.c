@@ -1521,25 +1521,6 @@ static int boot_inspect(pm_node *n, void *arg)
     return 0;
 }
 
-/* This process's fds whose target contains text. */
-static int own_fds_to(const char *text)
-{
-    DIR *d = opendir("/proc/self/fd");
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        char path[300], target[600];
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-        ssize_t k = e->d_name[0] != '.' ? readlink(path, target, sizeof(target) - 1) : -1;
-        if (k > 0) {
-            target[k] = '\0';
-            n += strstr(target, text) != NULL;
-        }
-    }
-    closedir(d);
-    return n;
-}
 
 /* Lines of text that are exactly "end". */
 static int report_ends(const char *text)
@@ -1548,6 +1529,23 @@ static int report_ends(const char *text)
     for (const char *p = text; (p = strstr(p, "\nend\n")) != NULL; p += 4)
         n++;
     return n;
+}
+
+/* An exec-mode cluster of one shell that starts a setsid job (out of its
+ * process group, in its cgroup leaf), says the job's pid on the tree pipe
+ * and waits; ready at its exec. */
+static pm_cluster *setsid_job_cluster(void)
+{
+    pm_options *o = tree_opts(-1);
+    int fd = tree_pipe[1];
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &fd, 1), 0);
+    char *argv[] = {"sh", "-c", "setsid sleep 1000 & printf '%d\\n' $! >&3; exec sleep 1000",
+                    NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    pm_options_set_on_event(o, on_event, NULL);
+    pm_cluster *c = spawn_free(o);
+    return c;
 }
 
 /* Dead, read through fd, an open /proc/<pid>/stat: the process is gone
@@ -1571,15 +1569,7 @@ static int stat_dead(int fd)
  * cgroup.procs, read through the leaf's fd the supervisor holds. */
 START_TEST(test_tree_kill_out_of_fds)
 {
-    pm_options *o = tree_opts(-1);
-    int fd = tree_pipe[1];
-    ck_assert_int_eq(pm_options_set_pass_fds(o, &fd, 1), 0);
-    char *argv[] = {"sh", "-c", "setsid sleep 1000 & printf '%d\\n' $! >&3; exec sleep 1000",
-                    NULL};
-    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
-    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
-    pm_options_set_on_event(o, on_event, NULL);
-    pm_cluster *c = spawn_free(o);
+    pm_cluster *c = setsid_job_cluster();
     RUN_UNTIL(c, find(PM_EVENT_READY, 0, 0) != NULL, 10000);
     pid_t job = read_pid_line(c);
     pid_t p1 = find(PM_EVENT_STARTED, 0, 0)->pid;
@@ -1647,9 +1637,9 @@ START_TEST(test_no_cgroup_kill_held)
      * directory and its files per slot, and no cgroup.kill held open. */
     char mark[48];
     snprintf(mark, sizeof(mark), "/procmesh.%d.", (int)getpid());
-    int handles = own_fds_to(mark);
+    int handles = pm_test_fds_to(mark);
     ck_assert_msg(handles >= 2, "the supervisor holds %d handles in its cgroups for 2 slots", handles);
-    ck_assert_int_eq(own_fds_to("/cgroup.kill"), 0);
+    ck_assert_int_eq(pm_test_fds_to("/cgroup.kill"), 0);
     static char buf[16384];
     size_t got = 0;
     uint64_t end = ms() + 20000;
@@ -1681,15 +1671,7 @@ END_TEST
  * replacement is ready, and the tree's descendants still ended first. */
 START_TEST(test_tree_exec_leaf)
 {
-    pm_options *o = tree_opts(-1);
-    int fd = tree_pipe[1];
-    ck_assert_int_eq(pm_options_set_pass_fds(o, &fd, 1), 0);
-    char *argv[] = {"sh", "-c", "setsid sleep 1000 & printf '%d\\n' $! >&3; exec sleep 1000",
-                    NULL};
-    ck_assert_int_eq(pm_options_set_exec(o, "/bin/sh", argv), 0);
-    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
-    pm_options_set_on_event(o, on_event, NULL);
-    pm_cluster *c = spawn_free(o);
+    pm_cluster *c = setsid_job_cluster();
     char why[320], cg[PM__CG_PATH], dir[PM__CG_PATH + 64];
     ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_CGROUP);
     RUN_UNTIL(c, find(PM_EVENT_READY, 0, 0) != NULL, 10000);

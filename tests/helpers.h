@@ -389,6 +389,27 @@ static inline char *pm_test_run_env(char *buf, size_t size)
     return buf;
 }
 
+/* This process's fds whose target (readlink of /proc/self/fd/N) contains
+ * text. */
+static inline int pm_test_fds_to(const char *text)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], target[600];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = e->d_name[0] != '.' ? readlink(path, target, sizeof(target) - 1) : -1;
+        if (k > 0) {
+            target[k] = '\0';
+            n += strstr(target, text) != NULL;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
 /* The fds open in this process now (not the one that reads the list). */
 static inline int pm_test_count_fds(void)
 {
