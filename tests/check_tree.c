@@ -937,9 +937,10 @@ START_TEST(test_scratch_v2)
         put(f, "");
     }
     /* The slot's limits are in slot0, its processes in a leaf below it:
-     * g1 for the first incarnation, g2 for the one after a kill. */
+     * g1 for the first incarnation, g2 for the one after a kill, g3 after
+     * a second. */
     const char *leaf_files[] = {"cgroup.procs", "cgroup.kill"};
-    for (int g = 1; g <= 2; g++) {
+    for (int g = 1; g <= 3; g++) {
         snprintf(f, sizeof(f), "%s/g%d", slot, g);
         sub(f);
         for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
@@ -999,6 +1000,32 @@ START_TEST(test_scratch_v2)
     ck_assert_int_eq(s.killed, 0);
     ck_assert_int_eq(s.gen, 2);
     ck_assert_int_eq(s.retired, 1);
+    ck_assert_int_eq(pm__cg_slot_populated(&s), 0);
+    /* Once g2's incarnation is ready (pm__cg_slot_prepare): g1, empty now
+     * (its files gone, as cgroupfs lets a cgroup go), is removed through
+     * g2's ".."; the leaf for the next kill, g3, is made ahead and held by
+     * no fd. */
+    char full[512];
+    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
+        snprintf(full, sizeof(full), "%s/%s/g1/%s", scratch, slot, leaf_files[i]);
+        ck_assert_int_eq(unlink(full), 0);
+    }
+    snprintf(full, sizeof(full), "%s/%s/g1/cgroup.events", scratch, slot);
+    ck_assert_int_eq(unlink(full), 0);
+    pm__cg_slot_prepare(&s);
+    snprintf(full, sizeof(full), "%s/%s/g1", scratch, slot);
+    ck_assert_msg(access(full, F_OK) < 0 && errno == ENOENT, "the retired leaf %s is still there", full);
+    ck_assert_int_eq(s.retired, 0);
+    ck_assert_uint_eq(s.next_gen, 3);
+    snprintf(f, sizeof(f), "%s/g3", slot);
+    ck_assert_int_eq(pm_test_fds_to(f), 0);
+    /* A second kill takes g3, the leaf made ahead; g2 is retired. */
+    snprintf(f, sizeof(f), "%s/g2/cgroup.events", slot);
+    put(f, "populated 1\nfrozen 0\n");
+    ck_assert_int_eq(pm__cg_slot_end(&s, 50, &oom), -ETIMEDOUT);
+    ck_assert_int_eq(s.gen, 3);
+    ck_assert_int_eq(s.retired, 2);
+    ck_assert_uint_eq(s.next_gen, 0);
     ck_assert_int_eq(pm__cg_slot_populated(&s), 0);
     pm__cg_slot_close_fds(&s);
 
