@@ -73,27 +73,40 @@ static int write_limit(const char *dir, int ctrl, int v2, const pm__cg_limits *l
 
 /* ------------------------------------------------------------ leaves */
 
-/* Makes the leaf g<gen> below the slot's directory (an existing one is
- * fine) and opens it: l->dir_fd, the other fds -1. at is the slot's
- * directory (up "") or one of its leaves (up "../"): the supervisor holds
- * no fd of the slot's directory itself, one fewer that every later fork
- * copies (channel.h, pm__channel_drop_worker_ends). A leaf is never a
- * mount's root, so its ".." is the slot's directory. */
+/* The leaf g<gen>'s path from at: the slot's directory (up "") or one of
+ * its leaves (up "../"). The supervisor holds no fd of the slot's
+ * directory itself, one fewer that every later fork copies (channel.h,
+ * pm__channel_drop_worker_ends). A leaf is never a mount's root, so its
+ * ".." is the slot's directory. */
+static void leaf_name(char name[32], const char *up, unsigned gen)
+{
+    snprintf(name, 32, "%sg%u", up, gen);
+}
+
+/* Opens the leaf g<gen> that exists: l->dir_fd, the other fds -1. */
+static int leaf_dir(int at, const char *up, unsigned gen, pm__cg_leaf *l)
+{
+    char name[32];
+    leaf_name(name, up, gen);
+    l->gen = gen;
+    l->procs_fd = l->events_fd = -1;
+    l->dir_fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return l->dir_fd < 0 ? -errno : 0;
+}
+
+/* Makes the leaf g<gen> (an existing one is fine) and opens it, as
+ * leaf_dir. */
 static int leaf_make(int at, const char *up, unsigned gen, pm__cg_leaf *l)
 {
     char name[32];
-    snprintf(name, sizeof(name), "%sg%u", up, gen);
-    l->gen = gen;
+    leaf_name(name, up, gen);
     l->dir_fd = l->procs_fd = l->events_fd = -1;
     if (mkdirat(at, name, 0755) < 0 && errno != EEXIST)
         return -errno;
-    l->dir_fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (l->dir_fd < 0) {
-        int rc = -errno;
+    int rc = leaf_dir(at, up, gen, l);
+    if (rc < 0)
         (void)unlinkat(at, name, AT_REMOVEDIR);
-        return rc;
-    }
-    return 0;
+    return rc;
 }
 
 /* Opens the files of leaf l (made by leaf_make). A leaf made ahead holds
@@ -143,7 +156,7 @@ static void leaf_take(pm__cg_slot *s, pm__cg_leaf *l)
 static void retired_remove(pm__cg_slot *s)
 {
     char name[32];
-    snprintf(name, sizeof(name), "../g%u", s->retired);
+    leaf_name(name, "../", s->retired);
     if (s->retired != 0 && (unlinkat(s->dir_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT))
         s->retired = 0;
 }
@@ -154,12 +167,13 @@ void pm__cg_slot_prepare(pm__cg_slot *s)
         return;
     int saved = errno;
     retired_remove(s);
-    pm__cg_leaf next;
-    if (s->next_gen == 0 && leaf_make(s->dir_fd, "../", ++s->last_gen, &next) == 0) {
-        /* Made, not held: opened when taken (rotate), one fd fewer per
-         * slot for every fork meanwhile (leaf_make). */
-        pm__close(next.dir_fd);
-        s->next_gen = next.gen;
+    if (s->next_gen == 0) {
+        /* Made, not opened: rotate opens it when a kill takes it, so that
+         * no fd is held for it meanwhile (leaf_name). */
+        char name[32];
+        leaf_name(name, "../", ++s->last_gen);
+        if (mkdirat(s->dir_fd, name, 0755) == 0 || errno == EEXIST)
+            s->next_gen = s->last_gen;
     }
     errno = saved;
 }
@@ -172,20 +186,14 @@ static void rotate(pm__cg_slot *s)
 {
     if (!s->growing || s->dir_fd < 0)
         return;
-    /* The one made ahead exists already: leaf_make opens it. */
+    /* The leaf made ahead is only opened here (no mkdir, which locks the
+     * slot's directory, on the way to the replacement); made now if there
+     * is none or it is gone. */
     pm__cg_leaf next;
-    char name[32];
-    next.dir_fd = -1;
-    if (s->next_gen != 0) {
-        /* Made ahead: only opened here (no mkdir, which locks the slot's
-         * directory, on the way to the replacement); made now if gone. */
-        snprintf(name, sizeof(name), "../g%u", s->next_gen);
-        next.dir_fd = openat(s->dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        next.procs_fd = next.events_fd = -1;
-        next.gen = s->next_gen;
-        s->next_gen = 0;
-    }
-    if (next.dir_fd < 0 && leaf_make(s->dir_fd, "../", ++s->last_gen, &next) < 0)
+    unsigned ahead = s->next_gen;
+    s->next_gen = 0;
+    if ((ahead == 0 || leaf_dir(s->dir_fd, "../", ahead, &next) < 0) &&
+        leaf_make(s->dir_fd, "../", ++s->last_gen, &next) < 0)
         return;
     if (leaf_open(&next) < 0)
         return; /* its directory is removed with the slot's */
