@@ -911,6 +911,18 @@ END_TEST
 /* The v2 file handling, on a scratch directory standing in for cgroupfs:
  * discovery, the controllers enabled, limits written, the OOM count read
  * from memory.events, an empty cgroup seen as such. */
+/* The end of s's incarnation in the scratch tree, its current leaf below
+ * slot never emptying (its stand-in cgroup.events keeps saying populated
+ * 1): the wait is bounded and says so, the leaf is killed. */
+static void end_never_empty(pm__cg_slot *s, const char *slot)
+{
+    char f[160];
+    unsigned oom;
+    snprintf(f, sizeof(f), "%s/g%u/cgroup.events", slot, s->gen);
+    put(f, "populated 1\nfrozen 0\n");
+    ck_assert_int_eq(pm__cg_slot_end(s, 50, &oom), -ETIMEDOUT);
+}
+
 START_TEST(test_scratch_v2)
 {
     snprintf(scratch, sizeof(scratch), "/tmp/pm-cg-scratch.%d", (int)getpid());
@@ -992,9 +1004,7 @@ START_TEST(test_scratch_v2)
     /* Never empties (a stand-in file that keeps saying populated 1): the
      * wait is bounded and says so. */
     ck_assert_int_eq(s.gen, 1);
-    snprintf(f, sizeof(f), "%s/g1/cgroup.events", slot);
-    put(f, "populated 1\nfrozen 0\n");
-    ck_assert_int_eq(pm__cg_slot_end(&s, 50, &oom), -ETIMEDOUT);
+    end_never_empty(&s, slot);
     /* g1 was killed: the next incarnation gets g2 (never a killed leaf),
      * and g1 is the one to remove once it empties. */
     ck_assert_int_eq(s.killed, 0);
@@ -1020,9 +1030,7 @@ START_TEST(test_scratch_v2)
     snprintf(f, sizeof(f), "%s/g3", slot);
     ck_assert_int_eq(pm_test_fds_to(f), 0);
     /* A second kill takes g3, the leaf made ahead; g2 is retired. */
-    snprintf(f, sizeof(f), "%s/g2/cgroup.events", slot);
-    put(f, "populated 1\nfrozen 0\n");
-    ck_assert_int_eq(pm__cg_slot_end(&s, 50, &oom), -ETIMEDOUT);
+    end_never_empty(&s, slot);
     ck_assert_int_eq(s.gen, 3);
     ck_assert_int_eq(s.retired, 2);
     ck_assert_uint_eq(s.next_gen, 0);
