@@ -289,7 +289,7 @@ static void pair_up(side *a, side *b)
 
 /* Linked, and what each side queued on the way (its first HEARTBEAT)
  * taken by the other: both output queues empty. */
-static void pair_up_quiet(side *a, side *b)
+static void pair_up_emptied(side *a, side *b)
 {
     pair_up(a, b);
     pump(a, b);
@@ -1235,7 +1235,7 @@ static size_t fill_leaving(side *s, size_t leave)
 START_TEST(test_output_queue_exact_fill)
 {
     side a, b;
-    pair_up_quiet(&a, &b);
+    pair_up_emptied(&a, &b);
     const size_t hb = PM__REC_HDR + PM__REC_MIN_CT; /* a heartbeat's record */
     size_t records = fill_leaving(&a, hb);
     size_t before = a.c.out_len - a.c.out_off;
@@ -1259,7 +1259,7 @@ END_TEST
 START_TEST(test_output_partial_then_more)
 {
     side a, b;
-    pair_up_quiet(&a, &b);
+    pair_up_emptied(&a, &b);
     ck_assert_int_eq(pm__pconn_ping(&b.c, 1), 0);
     size_t len, used;
     const unsigned char *p = pm__pconn_output(&b.c, &len);
@@ -1296,7 +1296,7 @@ END_TEST
 START_TEST(test_stage_rules)
 {
     side a, b;
-    pair_up_quiet(&a, &b);
+    pair_up_emptied(&a, &b);
     ck_assert_int_eq(pm__pconn_stage(&a.c, NULL, 10), -EINVAL);
     ck_assert_int_eq(pm__pconn_stage(&a.c, "x", 0), -EINVAL);
     ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, PM__REC_MAX_FRAME + 1), -EINVAL);
@@ -1396,7 +1396,7 @@ START_TEST(test_close_edges)
     ck_assert_uint_eq(len1, len0);
     side_free(&a);
 
-    pair_up_quiet(&a, &b);
+    pair_up_emptied(&a, &b);
     uint64_t r0 = a.c.records_since_rekey;
     ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0);
     ck_assert_int_eq(pm__pconn_ping(&a.c, 3), 0);
@@ -1424,7 +1424,7 @@ END_TEST
 START_TEST(test_ping_room)
 {
     side a, b;
-    pair_up_quiet(&a, &b);
+    pair_up_emptied(&a, &b);
     fill_leaving(&a, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY - 1);
     size_t before = a.c.out_len - a.c.out_off;
     ck_assert_int_eq(pm__pconn_ping(&a.c, 5), 0);
@@ -1444,7 +1444,7 @@ END_TEST
 START_TEST(test_pong_room)
 {
     side a, b;
-    pair_up_quiet(&a, &b);
+    pair_up_emptied(&a, &b);
     ck_assert_int_eq(pm__pconn_ping(&a.c, 7), 0);
     fill_leaving(&b, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY - 1);
     size_t before = b.c.out_len - b.c.out_off;
@@ -1624,7 +1624,7 @@ static int all_zero(const unsigned char *p, size_t n)
 START_TEST(test_stage_wiped)
 {
     side a, b;
-    pair_up_quiet(&a, &b);
+    pair_up_emptied(&a, &b);
     static const char secret[] = "a worker's message in clear";
     ck_assert_int_eq(pm__pconn_stage(&a.c, secret, sizeof(secret)), 0);
     size_t used = a.c.stage_used;
