@@ -640,11 +640,20 @@ START_TEST(test_hostile_preamble)
     }
     side_free(&b);
 
-    side_init(&b, "b", secret1, NULL, 0);
-    size_t n = pm__peer_preamble("other", id, pre); /* another mesh */
-    ck_assert_int_eq(respond_to(&b, pre, n), PM__PCE_DEAD);
-    ck_assert_int_eq(b.c.fail, PM__PF_SYSTEM);
-    side_free(&b);
+    /* Another mesh's name, one row per way a name can differ from ours
+     * ("sys"), each preamble valid otherwise: longer, a prefix of ours
+     * (its bytes all match), as long but another name, ours and more. */
+    static const char *const other_sys[] = {"other", "sy", "syt", "sysx", "s"};
+    for (size_t i = 0; i < ARRAY_LEN(other_sys); i++) {
+        side_init(&b, "b", secret1, NULL, 0);
+        size_t m = pm__peer_preamble(other_sys[i], id, pre);
+        ck_assert_uint_gt(m, 0);
+        ck_assert_int_eq(respond_to(&b, pre, m), PM__PCE_DEAD);
+        ck_assert_msg(b.c.fail == PM__PF_SYSTEM, "system \"%s\": %s", other_sys[i],
+                      pm__peer_fail_name(b.c.fail));
+        side_free(&b);
+    }
+    size_t n;
 
     side_init(&b, "b", secret1, NULL, 0);
     n = pm__peer_preamble("sys", id, pre);
@@ -815,6 +824,11 @@ START_TEST(test_control_full_queue)
     }
     ck_assert_msg(full, "the output queue never filled");
     ck_assert_int_eq(pm__pconn_ping(&a.c, 42), 0);
+    /* A REKEY must go out (the key change is at the record): the caller
+     * is told to try again, nothing else changes. */
+    uint64_t rekeys = a.c.rekeys_out;
+    ck_assert_int_eq(pm__pconn_rekey(&a.c), -EAGAIN);
+    ck_assert_uint_eq(a.c.rekeys_out, rekeys);
     ck_assert_int_eq(a.c.state, PM__PC_UP);
     pump(&a, &b);
     ck_assert(!a.dead && !b.dead);
@@ -1003,6 +1017,39 @@ START_TEST(test_handshake_lengths_each)
                       "message 3 of %u bytes: event %d, fail %s", m3[i].len, ev,
                       pm__peer_fail_name(b.c.fail));
         ck_assert(!b.up);
+        side_free(&a);
+        side_free(&b);
+    }
+
+    /* A length is judged once its fourth byte is in, not from three (the
+     * reader's buffer still holds the preamble's bytes there): the
+     * initiator's real message 1, its length cut after 3 bytes, the rest
+     * in one later input, is answered with message 2; and behind a length
+     * whose low bytes say 48 and whose top byte says 2^24 more, the top
+     * byte arriving with the message, refused. */
+    for (int top = 0; top < 2; top++) {
+        side a, b;
+        side_init(&a, "a", secret1, NULL, 1);
+        side_init(&b, "b", secret1, NULL, 0);
+        size_t len, n = pm__peer_preamble("sys", id, pre);
+        const unsigned char *out = pm__pconn_output(&a.c, &len);
+        ck_assert_ptr_nonnull(out);
+        ck_assert_uint_eq(len, n + 4 + 48);
+        unsigned char wire[PM__PEER_PREAMBLE_MAX + 4 + 48];
+        memcpy(wire, out, len);
+        ck_assert_uint_eq(wire[n], 48);
+        wire[n + 3] = (unsigned char)top;
+        size_t wlen = len;
+        ck_assert_int_eq(respond_to(&b, wire, n + 3), PM__PCE_NONE);
+        int ev = respond_to(&b, wire + n + 3, wlen - n - 3);
+        if (top) {
+            ck_assert_int_eq(ev, PM__PCE_DEAD);
+            ck_assert_msg(b.c.fail == PM__PF_HS_LENGTH, "%s", pm__peer_fail_name(b.c.fail));
+            ck_assert_ptr_null(pm__pconn_output(&b.c, &len)); /* no message 2 */
+        } else {
+            ck_assert_msg(ev == PM__PCE_NONE, "length cut after 3 bytes: %s", pm__peer_fail_name(b.c.fail));
+            ck_assert_ptr_nonnull(pm__pconn_output(&b.c, &len)); /* message 2 */
+        }
         side_free(&a);
         side_free(&b);
     }
@@ -1342,7 +1389,104 @@ END_TEST
  * (the mesh closes a duplicate host there): the record's frames are never
  * delivered, counted in frames_after_close, all of them; nothing is held
  * afterwards. */
+/* Brings b up with a FRAMES record of 3 frames as its first record, held
+ * over PM__PCE_UP (nothing delivered yet). */
+static void held_up(side *a, side *b)
+{
+    side_init(a, "a", secret1, NULL, 1);
+    side_init(b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(move(a, b), 1);
+    ck_assert_int_eq(move(b, a), 1);
+    size_t len, used;
+    const unsigned char *p = pm__pconn_output(&a->c, &len);
+    ck_assert_ptr_nonnull(p);
+    size_t third = 4 + pm__get32(p);
+    unsigned char msg3[512];
+    ck_assert_uint_le(third, sizeof(msg3));
+    memcpy(msg3, p, third);
+    pm__pconn_sent(&a->c, len);
+    ck_assert_int_eq(pm_test_rec_set_nonce(a->c.rec, 1, 0), 0);
+    ck_assert_int_eq(pm__pconn_input(&b->c, msg3, third, &used), PM__PCE_NONE);
+    struct iovec v[3] = {{"one", 3}, {"two!", 4}, {"three", 5}};
+    unsigned char rec[256];
+    size_t taken = 0, n = 0;
+    ck_assert_int_ge(pm_test_rec_seal_frames(a->c.rec, v, 3, &taken, rec, sizeof(rec), &n), 0);
+    ck_assert_uint_eq(taken, 3);
+    ck_assert_int_eq(pm__pconn_input(&b->c, rec, n, &used), PM__PCE_UP);
+    ck_assert_int_eq(b->c.held, 1);
+    ck_assert_uint_eq(b->nframes, 0);
+}
+
 START_TEST(test_held_record_counted_at_close)
+{
+    side a, b;
+    held_up(&a, &b);
+    pm__pconn_close(&b.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_DUPLICATE);
+    ck_assert_uint_eq(b.c.frames_after_close, 3);
+    ck_assert_int_eq(b.c.held, 0);
+    ck_assert_int_eq(b.c.fail, PM__PF_DUPLICATE);
+    ck_assert_int_eq(b.c.err, 0);
+    ck_assert_uint_eq(b.nframes, 0);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* doc/protocol.md 6: "An end of stream without a CLOSE is truncation: an
+ * error, even at a record boundary." One row per place the stream can
+ * end on a live link: in the handshake, split (our HEARTBEAT out, none of
+ * the peer's records in), up at a record boundary, up inside a record.
+ * After a CLOSE the link is DEAD already and stays `closed`. */
+START_TEST(test_eof_each_place)
+{
+    for (int place = 0; place < 5; place++) {
+        side a, b;
+        side_init(&a, "a", secret1, NULL, 1);
+        side_init(&b, "b", secret1, NULL, 0);
+        side *s = &b;
+        if (place == 0) {
+            ck_assert(move(&a, &b)); /* the preamble and message 1 only */
+        } else if (place == 1) {
+            ck_assert(move(&a, &b));
+            ck_assert(move(&b, &a)); /* a splits on message 2 */
+            s = &a;
+            ck_assert_int_eq(a.c.state, PM__PC_SPLIT);
+        } else {
+            pump(&a, &b);
+            ck_assert(a.up && b.up);
+        }
+        if (place == 3) {
+            /* A record of a's cut after its first 5 bytes. */
+            struct iovec v = {"frame", 5};
+            unsigned char rec[128];
+            size_t taken = 0, n = 0, used;
+            ck_assert_int_ge(pm_test_rec_seal_frames(a.c.rec, &v, 1, &taken, rec, sizeof(rec), &n), 0);
+            ck_assert_int_eq(pm__pconn_input(&b.c, rec, 5, &used), PM__PCE_NONE);
+        }
+        if (place == 4) {
+            pm__pconn_close(&a.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+            ck_assert(move(&a, &b));
+            ck_assert(b.dead);
+        }
+        ck_assert_int_eq(pm__pconn_eof(&s->c), PM__PCE_DEAD);
+        ck_assert_int_eq(s->c.state, PM__PC_DEAD);
+        if (place == 4) {
+            ck_assert_msg(b.c.fail == PM__PF_CLOSED, "%s", pm__peer_fail_name(b.c.fail));
+            ck_assert_int_eq(b.c.err, 0);
+        } else {
+            ck_assert_msg(s->c.fail == PM__PF_TRUNCATED && s->c.err == -ECONNRESET, "place %d: %s, %d",
+                          place, pm__peer_fail_name(s->c.fail), s->c.err);
+        }
+        side_free(&a);
+        side_free(&b);
+    }
+}
+END_TEST
+
+/* A CLOSE as the peer's first record: the link ends in that input (the
+ * caller never sees it come up), closed with the peer's reason, nothing
+ * held. */
+START_TEST(test_first_record_close)
 {
     side a, b;
     side_init(&a, "a", secret1, NULL, 1);
@@ -1356,24 +1500,107 @@ START_TEST(test_held_record_counted_at_close)
     unsigned char msg3[512];
     ck_assert_uint_le(third, sizeof(msg3));
     memcpy(msg3, p, third);
-    pm__pconn_sent(&a.c, len);
+    pm__pconn_sent(&a.c, len); /* a's HEARTBEAT dropped */
     ck_assert_int_eq(pm_test_rec_set_nonce(a.c.rec, 1, 0), 0);
     ck_assert_int_eq(pm__pconn_input(&b.c, msg3, third, &used), PM__PCE_NONE);
-    struct iovec v[3] = {{"one", 3}, {"two!", 4}, {"three", 5}};
-    unsigned char rec[256];
-    size_t taken = 0, n = 0;
-    ck_assert_int_ge(pm_test_rec_seal_frames(a.c.rec, v, 3, &taken, rec, sizeof(rec), &n), 0);
-    ck_assert_uint_eq(taken, 3);
-    ck_assert_int_eq(pm__pconn_input(&b.c, rec, n, &used), PM__PCE_UP);
-    ck_assert_uint_eq(b.nframes, 0);
-    pm__pconn_close(&b.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_DUPLICATE);
-    ck_assert_uint_eq(b.c.frames_after_close, 3);
+    unsigned char rec[64];
+    size_t n = 0;
+    ck_assert_int_eq(pm__rec_seal_close(a.c.rec, PM__REC_CLOSE_TIMEOUT, rec, sizeof(rec), &n), 0);
+    ck_assert_int_eq(pm__pconn_input(&b.c, rec, n, &used), PM__PCE_DEAD);
+    ck_assert_int_eq(b.c.fail, PM__PF_CLOSED);
+    ck_assert_int_eq(b.c.close_received, 1);
+    ck_assert_uint_eq(b.c.close_reason, PM__REC_CLOSE_TIMEOUT);
     ck_assert_int_eq(b.c.held, 0);
-    ck_assert_int_eq(b.c.fail, PM__PF_DUPLICATE);
-    ck_assert_int_eq(b.c.err, 0);
-    ck_assert_uint_eq(b.nframes, 0);
     side_free(&a);
     side_free(&b);
+}
+END_TEST
+
+/* pm__pconn_linger reads only after our own CLOSE: -ENOTCONN in the
+ * handshake (no record state), on a link up that sent none, and once
+ * freed; the bytes offered are not read. */
+START_TEST(test_linger_needs_close)
+{
+    side a, b;
+    side_init(&a, "a", secret1, NULL, 1);
+    side_init(&b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(pm__pconn_linger(&a.c, "x", 1), -ENOTCONN);
+    /* In the handshake there is nothing to send records with either. */
+    size_t hlen;
+    const unsigned char *hp = pm__pconn_output(&a.c, &hlen);
+    ck_assert_int_eq(pm__pconn_heartbeat(&a.c), -ENOTCONN);
+    ck_assert_int_eq(pm__pconn_rekey(&a.c), -ENOTCONN);
+    ck_assert_int_eq(pm__pconn_ping(&a.c, 7), -ENOTCONN);
+    size_t hlen2;
+    ck_assert_ptr_eq(pm__pconn_output(&a.c, &hlen2), hp);
+    ck_assert_uint_eq(hlen2, hlen);
+    pump(&a, &b);
+    ck_assert(a.up && b.up);
+    ck_assert_int_eq(pm__pconn_heartbeat(&b.c), 0);
+    size_t blen;
+    const unsigned char *bp = pm__pconn_output(&b.c, &blen);
+    ck_assert_ptr_nonnull(bp);
+    ck_assert_int_eq(pm__pconn_linger(&a.c, bp, blen), -ENOTCONN);
+    ck_assert_int_eq(a.c.state, PM__PC_UP); /* nothing judged */
+    pm__pconn_close(&a.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+    /* Closed: a sends nothing more, whatever is asked of it. */
+    size_t alen;
+    const unsigned char *ap = pm__pconn_output(&a.c, &alen);
+    ck_assert_ptr_nonnull(ap); /* its CLOSE */
+    ck_assert_int_eq(pm__pconn_heartbeat(&a.c), -ENOTCONN);
+    ck_assert_int_eq(pm__pconn_rekey(&a.c), -ENOTCONN);
+    ck_assert_int_eq(pm__pconn_ping(&a.c, 7), -ENOTCONN);
+    size_t alen2;
+    ck_assert_ptr_eq(pm__pconn_output(&a.c, &alen2), ap);
+    ck_assert_uint_eq(alen2, alen);
+    /* A HEARTBEAT read while lingering is no REKEY, a REKEY is counted. */
+    uint64_t rekeys = a.c.rekeys_in;
+    ck_assert_int_eq(pm__pconn_linger(&a.c, bp, blen), 0);
+    ck_assert_uint_eq(a.c.rekeys_in, rekeys);
+    pm__pconn_sent(&b.c, blen);
+    ck_assert_int_eq(pm__pconn_rekey(&b.c), 0);
+    bp = pm__pconn_output(&b.c, &blen);
+    ck_assert_ptr_nonnull(bp);
+    ck_assert_int_eq(pm__pconn_linger(&a.c, bp, blen), 0);
+    ck_assert_uint_eq(a.c.rekeys_in, rekeys + 1);
+    pm__pconn_sent(&b.c, blen);
+    /* b, not yet seeing a's CLOSE, sends frames, then its own CLOSE: the
+     * lingering side counts the frames (never delivered) and stops at
+     * the CLOSE with its reason. */
+    struct iovec v[2] = {{"late", 4}, {"later", 5}};
+    size_t taken;
+    ck_assert_int_eq(send_frames(&b.c, v, 2, &taken), 0);
+    ck_assert_uint_eq(taken, 2);
+    pm__pconn_close(&b.c, PM__REC_CLOSE_TIMEOUT, PM__PF_LOCAL);
+    bp = pm__pconn_output(&b.c, &blen);
+    ck_assert_ptr_nonnull(bp);
+    ck_assert_int_eq(pm__pconn_linger(&a.c, bp, blen), 1);
+    ck_assert_uint_eq(a.c.frames_after_close, 2);
+    ck_assert_uint_eq(a.nframes, 0);
+    ck_assert_int_eq(a.c.close_received, 1);
+    ck_assert_uint_eq(a.c.close_reason, PM__REC_CLOSE_TIMEOUT);
+    pm__pconn_free(&a.c);
+    ck_assert_int_eq(pm__pconn_linger(&a.c, bp, blen), -ENOTCONN);
+    side_free(&a);
+    side_free(&b);
+}
+END_TEST
+
+/* A link freed with its first record still held (its caller gave up
+ * before installing it) is DEAD (peer.h): input then delivers nothing,
+ * not the held record, whose body went with the record state. */
+START_TEST(test_input_after_free)
+{
+    side a, b;
+    held_up(&a, &b);
+    pm__pconn_free(&b.c);
+    size_t used = 1;
+    ck_assert_int_eq(pm__pconn_input(&b.c, "", 0, &used), PM__PCE_DEAD);
+    ck_assert_uint_eq(used, 0);
+    ck_assert_int_eq(pm__pconn_input(&b.c, "x", 1, &used), PM__PCE_DEAD);
+    ck_assert_uint_eq(b.nframes, 0);
+    side_free(&a);
+    side_free(&b); /* a second free does nothing */
 }
 END_TEST
 
@@ -1578,6 +1805,51 @@ START_TEST(test_init_alloc_failures)
 }
 END_TEST
 
+/* The split's allocation failing (pm__noise_split's transport state) ends
+ * the link as a local failure carrying that allocation's error, at either
+ * end: the initiator splits as it takes message 2, the responder message
+ * 3. Every allocation of that step fails in turn. */
+START_TEST(test_split_alloc_failures)
+{
+    if (!pm_failalloc_here("test_split_alloc_failures"))
+        return;
+    for (int responder = 0; responder < 2; responder++) {
+        long failed = 0;
+        for (long k = 1;; k++) {
+            ck_assert_int_lt(k, 100);
+            side a, b;
+            side_init(&a, "a", secret1, NULL, 1);
+            side_init(&b, "b", secret1, NULL, 0);
+            ck_assert(move(&a, &b)); /* the preamble and message 1 */
+            if (responder)
+                ck_assert(move(&b, &a)); /* message 2: a splits */
+            side *s = responder ? &b : &a;
+            /* No ck_assert while armed: Check allocates to record one. */
+            pm_failalloc_arm(k);
+            int moved = responder ? move(&a, &b) : move(&b, &a); /* the message s splits on */
+            int hit = pm_failalloc_disarm();
+            ck_assert(moved);
+            if (!hit) {
+                ck_assert_msg(!s->dead && s->c.state >= PM__PC_SPLIT, "%s: state %d, %s",
+                              responder ? "responder" : "initiator", s->c.state,
+                              pm__peer_fail_name(s->c.fail));
+                side_free(&a);
+                side_free(&b);
+                break;
+            }
+            ck_assert_msg(s->dead && s->c.fail == PM__PF_LOCAL && s->c.err == -ENOMEM,
+                          "%s, allocation %ld failed: dead %d, %s, err %d",
+                          responder ? "responder" : "initiator", k, s->dead,
+                          pm__peer_fail_name(s->c.fail), s->c.err);
+            side_free(&a);
+            side_free(&b);
+            failed++;
+        }
+        ck_assert_int_ge(failed, 1); /* the transport state at least */
+    }
+}
+END_TEST
+
 /* pm__pconn_free leaves nothing held and the link DEAD, so that a second
  * call, or one after a pm__pconn_init that failed (which frees what it
  * made), does nothing (peer.h). */
@@ -1679,11 +1951,16 @@ int main(void)
     tcase_add_test(tc, test_stage_wiped);
     tcase_add_test(tc, test_stage_rules);
     tcase_add_test(tc, test_held_record_counted_at_close);
+    tcase_add_test(tc, test_input_after_free);
+    tcase_add_test(tc, test_eof_each_place);
+    tcase_add_test(tc, test_first_record_close);
+    tcase_add_test(tc, test_linger_needs_close);
     tcase_add_test(tc, test_close_edges);
     tcase_add_test(tc, test_ping_room);
     tcase_add_test(tc, test_pong_room);
     tcase_add_test(tc, test_init_each_condition);
     tcase_add_test(tc, test_init_alloc_failures);
+    tcase_add_test(tc, test_split_alloc_failures);
     tcase_add_test(tc, test_free_twice);
     tcase_add_test(tc, test_handshake_lengths_each);
     tcase_add_test(tc, test_section9_vectors);

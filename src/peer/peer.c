@@ -689,8 +689,10 @@ int pm__pconn_eof(pm__pconn *c)
 {
     if (c->state == PM__PC_DEAD)
         return PM__PCE_DEAD;
-    if (c->rec != NULL && pm__rec_eof(c->rec) == 0)
-        return die(c, PM__PF_CLOSED, 0);
+    /* A live link has received no CLOSE: the record that carries one is
+     * taken as it is decoded (take_record), and that ends the link. So a
+     * stream that ends now ends without one, in the handshake or after
+     * it: truncated (doc/protocol.md 6). */
     return die(c, PM__PF_TRUNCATED, -ECONNRESET);
 }
 
@@ -703,12 +705,12 @@ int pm__pconn_linger(pm__pconn *c, const void *data, size_t len)
     while (off < len && !c->close_received) {
         pm__rec_in in;
         size_t u = 0;
-        int rc = pm__rec_feed(c->rec, p + off, len - off, &u, &in);
+        int got = pm__rec_feed(c->rec, p + off, len - off, &u, &in);
         off += u;
-        if (rc < 0)
-            return rc;
-        if (rc == 0)
-            continue;
+        if (got < 0)
+            return got;
+        if (got == 0)
+            continue; /* every byte taken, no record complete */
         if (in.type == PM__REC_FRAMES) {
             size_t foff = 0, flen;
             const unsigned char *f;
