@@ -4,6 +4,7 @@
  * resizes, revocation with a writer that outlives it, the ordering counts.
  * The peer is a real process wherever what it does matters. */
 #include "helpers.h"
+#include "failalloc.h" /* malloc and its siblings, failing on demand */
 #include "answer.h"
 
 #include <fcntl.h>
@@ -1558,30 +1559,48 @@ START_TEST(test_book_within_arrays)
 {
     pm__lanebook b;
     ck_assert_int_eq(pm__lanebook_init(&b, 3), 0);
-    pm__lanebook_lane *lanes = calloc(b.nlanes + 1, sizeof(*lanes)), *own_lanes = b.lanes;
+    pm__lanebook_lane *lanes = calloc(b.nlanes + 2, sizeof(*lanes)), *own_lanes = b.lanes;
     uint32_t *used = calloc(b.nslots + 1, sizeof(*used)), *own_used = b.index_used;
-    size_t nc = (size_t)b.nslots * PM__LANEBOOK_COUNTED;
+    size_t nc = (size_t)b.nslots * PM__LANEBOOK_COUNTED, na = (size_t)b.nslots * PM__LANEBOOK_PER_WORKER;
     pm__lanebook_tally *counts = calloc(nc + 1, sizeof(*counts)), *own_counts = b.counts;
-    ck_assert(lanes != NULL && used != NULL && counts != NULL);
+    uint32_t *at = calloc(na + PM__LANEBOOK_PER_WORKER, sizeof(*at)), *own_at = b.at;
+    ck_assert(lanes != NULL && used != NULL && counts != NULL && at != NULL);
+    /* Past the lanes: one between slots 1 and 2, one between 1 and slot 3
+     * (the book has 3), each named by the index row past the last slot's,
+     * which a search of slot 2 one index too far, or of slot 3, reads. */
     lanes[b.nlanes] = (pm__lanebook_lane){.gen = 77, .end = {{1, 5, 0}, {2, 5, 0}}};
+    lanes[b.nlanes + 1] = (pm__lanebook_lane){.gen = 78, .end = {{1, 5, 1}, {3, 5, 0}}};
+    at[na] = (uint32_t)b.nlanes + 1;
+    at[na + 1] = (uint32_t)b.nlanes + 2;
     used[b.nslots] = ~0u;
     counts[nc] = (pm__lanebook_tally){.peer = 2, .inc = 5, .peer_inc = 5, .frames = 9};
     b.lanes = lanes;
     b.index_used = used;
     b.counts = counts;
+    b.at = at;
     ck_assert_uint_eq(pm__lanebook_held(&b, b.nslots), 0);
     ck_assert_ptr_null(pm__lanebook_find(&b, 1, 5, 2, 5));
+    ck_assert_ptr_null(pm__lanebook_find(&b, 2, 5, 1, 5));
+    ck_assert_ptr_null(pm__lanebook_find(&b, 3, 5, 1, 5)); /* a slot the book does not have */
+    ck_assert_int_eq(pm__lanebook_cancel(&b, 77), 0);      /* past the lanes: not the book's */
+    ck_assert_int_eq(pm__lanebook_cancel(&b, 78), 0);
     pm__lanebook_lane gone[PM__LANEBOOK_PER_WORKER];
     ck_assert_uint_eq(pm__lanebook_end_of(&b, 2, 5, gone, PM__LANEBOOK_PER_WORKER), 0);
     ck_assert_uint_eq(lanes[b.nlanes].gen, 77);
+    ck_assert_uint_eq(lanes[b.nlanes + 1].gen, 78);
+    ck_assert_uint_eq(at[na], b.nlanes + 1);
     ck_assert_uint_eq(counts[nc].frames, 9);
     ck_assert_uint_eq(used[b.nslots], ~0u);
+    for (unsigned s = 0; s < b.nslots; s++)
+        ck_assert_uint_eq(used[s], 0);
     b.lanes = own_lanes;
     b.index_used = own_used;
     b.counts = own_counts;
+    b.at = own_at;
     free(lanes);
     free(used);
     free(counts);
+    free(at);
     pm__lanebook_free(&b);
 }
 END_TEST
@@ -1644,6 +1663,159 @@ START_TEST(test_book_no_memory)
     pm__lanebook b;
     ck_assert_int_eq(pm__lanebook_init(&b, n), 0); /* uncapped: all three */
     pm__lanebook_free(&b);
+}
+END_TEST
+
+/* A lane that leaves the book frees its entry: lanes made and ended
+ * again and again, more times than the book has entries, are each booked;
+ * a lane ended is not found by its generation any more (a cancel of it
+ * after its end touches nothing: the indexes it freed may be another
+ * lane's by then). */
+START_TEST(test_book_entries_reused)
+{
+    pm__lanebook b;
+    ck_assert_int_eq(pm__lanebook_init(&b, 2), 0);
+    pm__lanebook_lane l, out[PM__LANEBOOK_PER_WORKER];
+    for (uint64_t inc = 1; inc <= 4 * b.nlanes; inc++) {
+        ck_assert_msg(pm__lanebook_add(&b, 0, inc, 1, 1, &l) == 0, "lane %llu", (unsigned long long)inc);
+        uint32_t gen = l.gen;
+        if (inc % 2 == 0) {
+            ck_assert_uint_eq(pm__lanebook_end_of(&b, 0, inc, out, PM__LANEBOOK_PER_WORKER), 1);
+        } else {
+            ck_assert_int_eq(pm__lanebook_cancel(&b, gen), 1);
+        }
+        ck_assert_int_eq(pm__lanebook_cancel(&b, gen), 0);
+        ck_assert_uint_eq(pm__lanebook_held(&b, 0), 0);
+        ck_assert_uint_eq(pm__lanebook_held(&b, 1), 0);
+    }
+    pm__lanebook_free(&b);
+}
+END_TEST
+
+/* pm__lanebook_cancel takes out the lane of that generation only: of two
+ * lanes of a worker, the other stays with its indexes; generation 0 (a
+ * free entry's) and one the book never gave cancel nothing. */
+START_TEST(test_book_cancel_its_own)
+{
+    pm__lanebook b;
+    ck_assert_int_eq(pm__lanebook_init(&b, 4), 0);
+    pm__lanebook_lane l1, l2;
+    ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, 1, 1, &l1), 0);
+    ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, 2, 1, &l2), 0);
+    ck_assert_int_eq(pm__lanebook_cancel(&b, 0), 0);
+    ck_assert_int_eq(pm__lanebook_cancel(&b, l2.gen + 100), 0);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 0), 2);
+    ck_assert_int_eq(pm__lanebook_cancel(&b, l2.gen), 1);
+    ck_assert_ptr_null(pm__lanebook_find(&b, 0, 1, 2, 1));
+    const pm__lanebook_lane *f = pm__lanebook_find(&b, 0, 1, 1, 1);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(f->gen, l1.gen);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 0), 1);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 1), 1);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 2), 0);
+    ck_assert_int_eq(pm__lanebook_cancel(&b, 0), 0);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 0), 1);
+    pm__lanebook_free(&b);
+}
+END_TEST
+
+/* A new peer takes the place of the first of the entries with the fewest
+ * frames (lanebook.h): peers 1 to 4 of slot 0 with 3, 1, 1 and 2 frames,
+ * then peer 5: it takes peer 2's entry, so peer 3's count goes on and
+ * earns its lane on the frame that brings it to PM__LANEBOOK_AFTER. */
+START_TEST(test_book_row_first_least)
+{
+    pm__lanebook b;
+    ck_assert_int_eq(pm__lanebook_init(&b, 8), 0);
+    static const unsigned frames[] = {3, 1, 1, 2};
+    for (unsigned p = 1; p <= 4; p++)
+        for (unsigned i = 0; i < frames[p - 1]; i++)
+            ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, p, 1), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 5, 1), 0);
+    ck_assert_uint_eq(b.counts[1].peer, 5);
+    for (unsigned i = 1; i < PM__LANEBOOK_AFTER - 1; i++)
+        ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 3, 1), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 3, 1), 1);
+    pm__lanebook_free(&b);
+}
+END_TEST
+
+/* An entry whose pair's count was cleared (the pair got its lane) is
+ * unused: that pair, counted again after its lane is cancelled, takes the
+ * first unused entry like a new pair, not its old one (lanebook.h). Slot
+ * 0's pair with 1 takes entry 0 with a frame, its pair with 2 entry 1 and
+ * earns a lane, then the pair with 1 earns one too: both entries cleared.
+ * 2's lane is cancelled, and its next frame lands in entry 0. */
+START_TEST(test_book_cleared_entry_unused)
+{
+    pm__lanebook b;
+    ck_assert_int_eq(pm__lanebook_init(&b, 8), 0);
+    pm__lanebook_lane l1, l2;
+    ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 1, 1), 0);
+    for (unsigned i = 0; i < PM__LANEBOOK_AFTER - 1; i++)
+        ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 2, 1), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 2, 1), 1);
+    ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, 2, 1, &l2), 0);
+    for (unsigned i = 1; i < PM__LANEBOOK_AFTER - 1; i++)
+        ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 1, 1), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 1, 1), 1);
+    ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, 1, 1, &l1), 0);
+    ck_assert(b.counts[0].peer == 1 && b.counts[0].frames == 0);
+    ck_assert(b.counts[1].peer == 2 && b.counts[1].frames == 0);
+    ck_assert_int_eq(pm__lanebook_cancel(&b, l2.gen), 1);
+    ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 2, 1), 0);
+    ck_assert(b.counts[0].peer == 2 && b.counts[0].frames == 1);
+    ck_assert_uint_eq(b.counts[1].frames, 0);
+    pm__lanebook_free(&b);
+}
+END_TEST
+
+/* A pair with a lane is counted again from 0 each time its count reaches
+ * PM__LANEBOOK_AFTER (lanebook.h): once that lane is cancelled, the pair
+ * earns another only after PM__LANEBOOK_AFTER more frames. */
+START_TEST(test_book_count_restarts_with_lane)
+{
+    pm__lanebook b;
+    ck_assert_int_eq(pm__lanebook_init(&b, 8), 0);
+    pm__lanebook_lane l;
+    ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, 1, 1, &l), 0);
+    for (unsigned i = 0; i < PM__LANEBOOK_AFTER; i++)
+        ck_assert_int_eq(pm__lanebook_count(&b, 1, 1, 0, 1), 0);
+    ck_assert_int_eq(pm__lanebook_cancel(&b, l.gen), 1);
+    for (unsigned i = 0; i < PM__LANEBOOK_AFTER - 1; i++)
+        ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 1, 1), 0);
+    ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 1, 1), 1);
+    pm__lanebook_free(&b);
+}
+END_TEST
+
+/* Each of the book's four allocations failing alone (failalloc.h: the
+ * k-th allocation from the arming fails, the others succeed): -ENOMEM,
+ * whichever it was, with the book left zeroed and nothing held. The
+ * address-space cap above cannot fail the small ones alone. */
+START_TEST(test_book_alloc_failures)
+{
+    if (!pm_failalloc_here("test_book_alloc_failures"))
+        return;
+    long failed = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 10);
+        pm__lanebook b;
+        /* No ck_assert while armed: Check allocates to record one. */
+        pm_failalloc_arm(k);
+        int rc = pm__lanebook_init(&b, 8);
+        int hit = pm_failalloc_disarm();
+        if (!hit) {
+            ck_assert_int_eq(rc, 0);
+            pm__lanebook_free(&b);
+            break;
+        }
+        ck_assert_msg(rc == -ENOMEM, "allocation %ld failed: init returned %d", k, rc);
+        ck_assert(b.lanes == NULL && b.index_used == NULL && b.at == NULL && b.counts == NULL);
+        ck_assert_uint_eq(b.nslots, 0);
+        failed++;
+    }
+    ck_assert_int_eq(failed, 4); /* the lanes, the index words, the index, the counts */
 }
 END_TEST
 
@@ -2489,6 +2661,12 @@ int main(void)
     tcase_add_test(book, test_book_within_arrays);
     tcase_add_test(book, test_book_no_free_entry);
     tcase_add_test(book, test_book_no_memory);
+    tcase_add_test(book, test_book_alloc_failures);
+    tcase_add_test(book, test_book_entries_reused);
+    tcase_add_test(book, test_book_cancel_its_own);
+    tcase_add_test(book, test_book_row_first_least);
+    tcase_add_test(book, test_book_cleared_entry_unused);
+    tcase_add_test(book, test_book_count_restarts_with_lane);
     suite_add_tcase(s, book);
     TCase *handover = pm_tcase("handover", 30);
     tcase_add_test(handover, test_offer_codec);

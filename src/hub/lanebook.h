@@ -30,7 +30,12 @@
  * of memory, six fds passed, a set-up). */
 #define PM__LANEBOOK_AFTER 64u
 /* Peers whose traffic each worker's row counts at once; a new peer takes
- * the place of the one with the fewest frames. */
+ * the place of the one with the fewest frames, the first of them in the
+ * row. An entry with no frames is unused (new, or its pair's count
+ * cleared when the pair got its lane or an end of it ended), so a new
+ * peer takes the first unused entry when there is one, and a pair whose
+ * count was cleared is counted again like a new one. The choices follow
+ * from the calls alone: the same calls give the same book. */
 #define PM__LANEBOOK_COUNTED 4u
 
 typedef struct pm__lanebook_end {
@@ -68,7 +73,9 @@ void pm__lanebook_free(pm__lanebook *b);
 /* One frame relayed between incarnation ainc of slot a and binc of slot b
  * (either way). 1 when the pair has now earned a lane: it has none, both
  * have a free index, and its count reached PM__LANEBOOK_AFTER (the caller
- * then makes the lane and calls pm__lanebook_add); else 0. */
+ * then makes the lane and calls pm__lanebook_add); else 0. A pair that
+ * has a lane (its large frames still take the hub) is counted again from
+ * 0 whenever its count reaches PM__LANEBOOK_AFTER. */
 int pm__lanebook_count(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_slot, uint64_t binc);
 
 /* Books a lane between the two incarnations: *out says both ends (lower
