@@ -2071,6 +2071,88 @@ START_TEST(test_fdpass_extra_fds_closed)
 }
 END_TEST
 
+/* Sends rec with n copies of fd in one SCM_RIGHTS message, by hand (the
+ * count pm__fdpass_send refuses). */
+static void send_copies(int sock, int fd, size_t n)
+{
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(16 * sizeof(int))];
+    } ctl;
+    int fds[16];
+    ck_assert_uint_le(n, 16);
+    for (size_t i = 0; i < n; i++)
+        fds[i] = fd;
+    unsigned char rec[8] = {1};
+    struct iovec iov = {rec, sizeof(rec)};
+    struct msghdr mh;
+    pm__fdpass_msg(&mh, &iov, ctl.b, CMSG_SPACE(n * sizeof(int)));
+    pm__fdpass_put_many(&mh, fds, n);
+    ck_assert_int_eq(sendmsg(sock, &mh, 0), (ssize_t)sizeof(rec));
+}
+
+/* fdpass.h, one row a rule: pm__fdpass_send refuses 0 fds and more than
+ * PM__FDPASS_SEND_MAX with -EINVAL and passes exactly that many;
+ * pm__fdpass_recv refuses with -EPROTO, every fd it carried closed and
+ * *nfds 0, a message whose fds did not fit its control room (more than it
+ * reads at once: MSG_CTRUNC) and one that carried anything but fds (the
+ * sender's credentials, which a receiver with SO_PASSCRED is given). */
+START_TEST(test_fdpass_rules)
+{
+    int sv[2], p[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    int many[PM__FDPASS_SEND_MAX + 1];
+    for (size_t i = 0; i < ARRAY_LEN(many); i++)
+        many[i] = p[1];
+    unsigned char rec[8] = {7};
+    ck_assert_int_eq(pm__fdpass_send(sv[0], rec, sizeof(rec), many, 0), -EINVAL);
+    ck_assert_int_eq(pm__fdpass_send(sv[0], rec, sizeof(rec), many, PM__FDPASS_SEND_MAX + 1), -EINVAL);
+    int fds[16];
+    size_t nfds = 99;
+    ck_assert_int_eq(pm__fdpass_recv(sv[1], rec, sizeof(rec), fds, 16, &nfds), -EAGAIN); /* nothing sent */
+    ck_assert_int_eq(pm__fdpass_send(sv[0], rec, sizeof(rec), many, PM__FDPASS_SEND_MAX), (ssize_t)sizeof(rec));
+    ck_assert_int_eq(pm__fdpass_recv(sv[1], rec, sizeof(rec), fds, 16, &nfds), (ssize_t)sizeof(rec));
+    ck_assert_uint_eq(nfds, PM__FDPASS_SEND_MAX);
+    for (size_t i = 0; i < nfds; i++)
+        close(fds[i]);
+
+    /* 9 fds: one more than the receiver reads at once. Past the fds a
+     * refused message brought, fds[] holds an fd of ours, which the
+     * refusal must leave open. */
+    int keep = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(keep, 0);
+    for (size_t i = 0; i < ARRAY_LEN(fds); i++)
+        fds[i] = keep;
+    send_copies(sv[0], p[1], 9);
+    nfds = 99;
+    ck_assert_int_eq(pm__fdpass_recv(sv[1], rec, sizeof(rec), fds, 16, &nfds), -EPROTO);
+    ck_assert_uint_eq(nfds, 0);
+
+    /* Credentials: on a record without fds (they fit the control room);
+     * beside an fd they do not, and the message is truncated. */
+    int on = 1;
+    ck_assert_int_eq(setsockopt(sv[1], SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)), 0);
+    ck_assert_int_eq(send(sv[0], rec, sizeof(rec), 0), (ssize_t)sizeof(rec));
+    nfds = 99;
+    ck_assert_int_eq(pm__fdpass_recv(sv[1], rec, sizeof(rec), fds, 16, &nfds), -EPROTO);
+    ck_assert_uint_eq(nfds, 0);
+    ck_assert_int_eq(pm__fdpass_send(sv[0], rec, sizeof(rec), many, 1), (ssize_t)sizeof(rec));
+    nfds = 99;
+    ck_assert_int_eq(pm__fdpass_recv(sv[1], rec, sizeof(rec), fds, 16, &nfds), -EPROTO);
+    ck_assert_uint_eq(nfds, 0);
+
+    /* Every copy that arrived was closed: the read end is at its end. */
+    ck_assert_int_ge(fcntl(keep, F_GETFD), 0);
+    close(keep);
+    close(p[1]);
+    ck_assert_msg(write_end_closed(p[0]), "a refused message's fds are still open");
+    close(p[0]);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
 /* pm__bigmsg_check: the hole scan moves the file offset, which the sender
  * shares (bigmsg.c, paid_for), so it runs only on an fd that passed every
  * other check (a sealed memfd, which nobody reads through its offset): a
@@ -2426,6 +2508,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_codec_and_checks, 30);
     PM_ADD_TEST(s, test_create_fd0_and_write_failure, 30);
     PM_ADD_TEST(s, test_fdpass_extra_fds_closed, 30);
+    PM_ADD_TEST(s, test_fdpass_rules, 30);
     PM_ADD_TEST(s, test_refused_fd_untouched_and_map_failure, 30);
     PM_ADD_TEST(s, test_check_getfl_answers, 30);
     PM_ADD_TEST(s, test_record_edges, 30);
