@@ -188,6 +188,31 @@ static void pump(side *a, side *b)
             break;
 }
 
+/* a and b through the handshake up to b's split, a's message 3 fed to b
+ * alone: the HEARTBEAT a queued after it is dropped and its nonce given
+ * back, so that the record the test seals with a's record state next is
+ * the first b reads (as tests/pm-bad-peer.c does). */
+static void to_first_record(side *a, side *b)
+{
+    side_init(a, "a", secret1, NULL, 1);
+    side_init(b, "b", secret1, NULL, 0);
+    ck_assert_int_eq(move(a, b), 1); /* preamble and message 1 */
+    ck_assert_int_eq(move(b, a), 1); /* message 2: a answers with 3, then its HEARTBEAT */
+    size_t len, used;
+    const unsigned char *p = pm__pconn_output(&a->c, &len);
+    ck_assert_ptr_nonnull(p);
+    size_t third = 4 + pm__get32(p);
+    ck_assert_uint_gt(len, third); /* the HEARTBEAT is queued after it */
+    unsigned char msg3[512];
+    ck_assert_uint_le(third, sizeof(msg3));
+    memcpy(msg3, p, third);
+    pm__pconn_sent(&a->c, len);
+    ck_assert_int_eq(pm_test_rec_set_nonce(a->c.rec, 1, 0), 0);
+    ck_assert_int_eq(pm__pconn_input(&b->c, msg3, third, &used), PM__PCE_NONE);
+    ck_assert_uint_eq(used, third);
+    ck_assert_int_eq(b->c.state, PM__PC_SPLIT);
+}
+
 /* A peer whose first record after message 3 is a FRAMES record (not the
  * HEARTBEAT procmesh sends first): the record brings the link up and is
  * held over PM__PCE_UP (the caller installs the link), its frames
@@ -199,22 +224,8 @@ static void pump(side *a, side *b)
 START_TEST(test_first_record_held_once)
 {
     side a, b;
-    side_init(&a, "a", secret1, NULL, 1);
-    side_init(&b, "b", secret1, NULL, 0);
-    ck_assert_int_eq(move(&a, &b), 1); /* preamble and message 1 */
-    ck_assert_int_eq(move(&b, &a), 1); /* message 2: a answers with 3, then its HEARTBEAT */
-    size_t len, used;
-    const unsigned char *p = pm__pconn_output(&a.c, &len);
-    ck_assert_ptr_nonnull(p);
-    size_t third = 4 + pm__get32(p);
-    ck_assert_uint_gt(len, third); /* the HEARTBEAT is queued after it */
-    unsigned char msg3[512];
-    ck_assert_uint_le(third, sizeof(msg3));
-    memcpy(msg3, p, third);
-    pm__pconn_sent(&a.c, len);
-    ck_assert_int_eq(pm_test_rec_set_nonce(a.c.rec, 1, 0), 0);
-    ck_assert_int_eq(pm__pconn_input(&b.c, msg3, third, &used), PM__PCE_NONE);
-    ck_assert_uint_eq(used, third);
+    size_t used;
+    to_first_record(&a, &b);
     /* a is not up (it has read nothing of b's): its records are sealed
      * with its record state directly, each fed to b on its own. */
     struct iovec v[3] = {{"one", 3}, {"two!", 4}, {"three", 5}};
@@ -1393,20 +1404,8 @@ END_TEST
  * over PM__PCE_UP (nothing delivered yet). */
 static void held_up(side *a, side *b)
 {
-    side_init(a, "a", secret1, NULL, 1);
-    side_init(b, "b", secret1, NULL, 0);
-    ck_assert_int_eq(move(a, b), 1);
-    ck_assert_int_eq(move(b, a), 1);
-    size_t len, used;
-    const unsigned char *p = pm__pconn_output(&a->c, &len);
-    ck_assert_ptr_nonnull(p);
-    size_t third = 4 + pm__get32(p);
-    unsigned char msg3[512];
-    ck_assert_uint_le(third, sizeof(msg3));
-    memcpy(msg3, p, third);
-    pm__pconn_sent(&a->c, len);
-    ck_assert_int_eq(pm_test_rec_set_nonce(a->c.rec, 1, 0), 0);
-    ck_assert_int_eq(pm__pconn_input(&b->c, msg3, third, &used), PM__PCE_NONE);
+    size_t used;
+    to_first_record(a, b);
     struct iovec v[3] = {{"one", 3}, {"two!", 4}, {"three", 5}};
     unsigned char rec[256];
     size_t taken = 0, n = 0;
@@ -1489,20 +1488,8 @@ END_TEST
 START_TEST(test_first_record_close)
 {
     side a, b;
-    side_init(&a, "a", secret1, NULL, 1);
-    side_init(&b, "b", secret1, NULL, 0);
-    ck_assert_int_eq(move(&a, &b), 1);
-    ck_assert_int_eq(move(&b, &a), 1);
-    size_t len, used;
-    const unsigned char *p = pm__pconn_output(&a.c, &len);
-    ck_assert_ptr_nonnull(p);
-    size_t third = 4 + pm__get32(p);
-    unsigned char msg3[512];
-    ck_assert_uint_le(third, sizeof(msg3));
-    memcpy(msg3, p, third);
-    pm__pconn_sent(&a.c, len); /* a's HEARTBEAT dropped */
-    ck_assert_int_eq(pm_test_rec_set_nonce(a.c.rec, 1, 0), 0);
-    ck_assert_int_eq(pm__pconn_input(&b.c, msg3, third, &used), PM__PCE_NONE);
+    size_t used;
+    to_first_record(&a, &b);
     unsigned char rec[64];
     size_t n = 0;
     ck_assert_int_eq(pm__rec_seal_close(a.c.rec, PM__REC_CLOSE_TIMEOUT, rec, sizeof(rec), &n), 0);
