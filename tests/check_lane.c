@@ -1786,6 +1786,20 @@ START_TEST(test_book_count_restarts_with_lane)
         ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 1, 1), 0);
     ck_assert_int_eq(pm__lanebook_count(&b, 0, 1, 1, 1), 1);
     pm__lanebook_free(&b);
+
+    /* Also when an end holds PER_WORKER lanes: slot 1's lane with 0 and
+     * seven others. Its count restarts at PM__LANEBOOK_AFTER rather than
+     * growing for the life of the lane (found by a reviewer: the free
+     * indexes were looked at first). */
+    ck_assert_int_eq(pm__lanebook_init(&b, 16), 0);
+    ck_assert_int_eq(pm__lanebook_add(&b, 0, 1, 1, 1, &l), 0);
+    for (uint32_t s = 2; s < 2 + PM__LANEBOOK_PER_WORKER - 1; s++)
+        ck_assert_int_eq(pm__lanebook_add(&b, 1, 1, s, 1, &l), 0);
+    ck_assert_uint_eq(pm__lanebook_held(&b, 1), PM__LANEBOOK_PER_WORKER);
+    for (unsigned i = 0; i < PM__LANEBOOK_AFTER; i++)
+        ck_assert_int_eq(pm__lanebook_count(&b, 1, 1, 0, 1), 0);
+    ck_assert(b.counts[0].peer == 1 && b.counts[0].frames == 0);
+    pm__lanebook_free(&b);
 }
 END_TEST
 

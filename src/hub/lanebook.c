@@ -126,15 +126,20 @@ int pm__lanebook_count(pm__lanebook *b, uint32_t a, uint64_t ainc, uint32_t b_sl
         c->frames++;
     if (c->frames < PM__LANEBOOK_AFTER)
         return 0;
-    if (free_index(b, lo) < 0 || free_index(b, hi) < 0)
-        return 0;
     /* A pair with a lane whose frames still take the hub (large ones):
      * counted again from 0, so the book is searched once per
-     * PM__LANEBOOK_AFTER of them, not per frame. */
+     * PM__LANEBOOK_AFTER of them, not per frame. Before the free indexes
+     * are looked at: with an end that holds PER_WORKER lanes, a count
+     * that never restarted would keep its entry for good, never the one
+     * with the fewest frames, and the row's other peers would share what
+     * is left of it (pm__lanebook_add clears a count for the same
+     * reason). */
     if (pm__lanebook_find(b, lo, loinc, hi, hiinc) != NULL) {
         c->frames = 0;
         return 0;
     }
+    if (free_index(b, lo) < 0 || free_index(b, hi) < 0)
+        return 0; /* earned, and given as soon as both have an index free */
     return 1;
 }
 
