@@ -2783,6 +2783,85 @@ START_TEST(test_lone_relay_rules)
 END_TEST
 
 /*
+ * A sender held back by its hold (blocked_on set, its frame not left in
+ * its ring) is not read while it is held, even when it is serviced (its
+ * doorbell rang: a worker may ring it whenever it likes): its hold has
+ * room again before it is half free, and a read would queue its next
+ * frame there, past the hysteresis of test_lone_hold_half_free. Its
+ * frame stays in its ring, its hold as it was (port.c read_ring: the
+ * loop stops at a blocked port).
+ */
+START_TEST(test_lone_held_sender_not_read)
+{
+    pm__hub *h = lone_hub(3);
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 0, &hub_end[0], &worker[0]);
+    lone_port_at(h, 1, &hub_end[1], &worker[1]);
+    (void)lone_ring_full(h, 0);
+    unsigned queued = PM__HOLD_MAX_FRAMES / 2 + 2; /* room for more, not half free */
+    lone_queue_for(h, 1, queued, 0, 0);
+    pm__port *t = &h->ports[1];
+    lone_hold_back(t, 0);
+    ck_assert_uint_eq(t->held_frames, queued);
+    lone_frame_from(&worker[1], PM__FT_MSG, 0, 1, 0);
+    pm__hub_port_service(h, 1);
+    ck_assert_uint_eq(t->held_frames, queued);
+    ck_assert_int_eq(t->blocked_on, 0);
+    ck_assert_uint_eq(t->relayed, 0);
+    ck_assert(!pm__ring_empty(&hub_end[1].rx)); /* the frame waits where it was */
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* A lone hub's owner that does what the cluster's does with a fault
+ * (reap.c pm__cluster_fault): counts it once per incarnation and cuts the
+ * port off (never read from it again). */
+static pm__hub *lone_cut_hub;
+
+static void lone_fault_cut(void *owner, unsigned p, int reason)
+{
+    (void)owner;
+    if (!pm__hub_port_reading(lone_cut_hub, p))
+        return;
+    lone_faults++;
+    lone_fault_port = (int)p;
+    lone_fault_reason = reason;
+    pm__hub_port_cut(lone_cut_hub, p);
+}
+
+static const pm__hub_ops lone_cut_ops = {lone_fault_cut, lone_control, lone_drain, NULL};
+
+/*
+ * A worker fenced in the middle of its batch is read no further: port 1
+ * sends a message to itself with its own ring corrupt (found when full),
+ * which faults it (the owner cuts it off), then a message to port 2. The
+ * second frame is never relayed: a fenced incarnation can no longer reach
+ * anyone (port.c read_ring stops at a port no longer read, whatever the
+ * frame before returned).
+ */
+START_TEST(test_lone_fenced_mid_batch)
+{
+    pm__hub *h = lone_hub_with(3, &lone_cut_ops);
+    lone_cut_hub = h;
+    lone_faults = 0;
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    (void)lone_ring_full(h, 1);
+    atomic_store(&worker[0].rx.sh->tail, 3); /* no index a frame can start at */
+    lone_frame_from(&worker[0], PM__FT_MSG, 1, 1, 0);
+    lone_frame_from(&worker[0], PM__FT_MSG, 2, 1, 0);
+    pm__hub_port_service(h, 1);
+    ck_assert_int_eq(lone_faults, 1);
+    ck_assert_int_eq(lone_fault_port, 1);
+    ck_assert_int_eq(lone_fault_reason, PM_REASON_CORRUPT_RING);
+    pm__frame_hdr f;
+    ck_assert_int_eq(lone_take(h, &worker[1], &f), 0); /* nothing reached port 2 */
+    ck_assert_uint_eq(h->ports[1].relayed, 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/*
  * The router's rules for a worker's reply (hub_route.c relay_reply), one
  * row each: port 2 answers port 1's request 9. Remembered in flight, to a
  * requester of the same incarnation: delivered, its incarnation stamped,
@@ -5129,6 +5208,63 @@ START_TEST(test_hub_arm_protocol)
 }
 END_TEST
 
+/*
+ * The hub's work lists hold each port at most once, so that a list of
+ * nports entries never overflows (hub_core.h, pm__portlist): a sender held
+ * with its frame left in its ring (port 2's ring full) and serviced again
+ * and again in one pass (a worker may ring its doorbell whenever it
+ * likes), each time with nothing behind its frame for anyone else, is on
+ * the arm list once; armed, the list is empty again.
+ */
+START_TEST(test_lone_held_sender_armed_once)
+{
+    pm__hub *h = lone_hub(3);
+    pm__channel hub_end[2], worker[2];
+    lone_ports_1_2(h, hub_end, worker);
+    (void)lone_ring_full(h, 2);
+    lone_frame_from(&worker[0], PM__FT_MSG, 2, 1, 0);
+    pm__hub_port_service(h, 1);
+    pm__port *p = &h->ports[1];
+    ck_assert_int_eq(p->blocked_on, 2);
+    ck_assert_int_eq(p->left, 1);
+    ck_assert_uint_eq(h->arm.n, 1);
+    ck_assert_int_eq(pm__hub_arm_idle(h), 0);
+    ck_assert_uint_eq(h->arm.n, 0);
+    for (int k = 0; k < 4; k++) { /* more than the list holds */
+        pm__hub_port_service(h, 1);
+        ck_assert_uint_eq(h->arm.n, 1);
+        ck_assert_uint_eq(h->arm.v[0], 1);
+    }
+    ck_assert_int_eq(pm__hub_any_arrived(h), 0);
+    ck_assert_int_eq(pm__hub_arm_idle(h), 0);
+    ck_assert_uint_eq(h->arm.n, 0);
+    ck_assert_int_eq(p->blocked_on, 2); /* still held, nothing delivered */
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* Every port of a hub on the arm list at once (each read dry in one
+ * turn): the spin's look and the arming visit the nports entries and no
+ * more (a read past the list's end is a heap overflow the sanitizer build
+ * reports), and each port is left armed. */
+START_TEST(test_lone_every_port_armed)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end[2], worker[2];
+    lone_port_at(h, 0, &hub_end[0], &worker[0]);
+    lone_port_at(h, 1, &hub_end[1], &worker[1]);
+    pm__hub_port_service(h, 0);
+    pm__hub_port_service(h, 1);
+    ck_assert_uint_eq(h->arm.n, 2);
+    ck_assert_int_eq(pm__hub_any_arrived(h), 0);
+    ck_assert_int_eq(pm__hub_arm_idle(h), 0);
+    ck_assert_uint_eq(h->arm.n, 0);
+    ck_assert_int_eq(pm__ring_consumer_parked(&worker[0].tx), 1);
+    ck_assert_int_eq(pm__ring_consumer_parked(&worker[1].tx), 1);
+    pm__hub_delete(h);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- restart_slot */
 
 START_TEST(test_restart_slot)
@@ -6566,6 +6702,8 @@ int main(void)
     PM_ADD_TEST(s, test_hub_spin_one_cpu, 30);
     PM_ADD_TEST(s, test_hub_spin_outcomes, 30);
     PM_ADD_TEST(s, test_hub_arm_protocol, 30);
+    PM_ADD_TEST(s, test_lone_held_sender_armed_once, 30);
+    PM_ADD_TEST(s, test_lone_every_port_armed, 30);
     PM_ADD_TEST(s, test_restart_slot, 60);
     PM_ADD_TEST(s, test_send_to_starting_slot, 60);
     PM_ADD_TEST(s, test_restart_slot_starting_is_busy, 30);
@@ -6621,6 +6759,7 @@ int main(void)
     PM_ADD_TEST(s, test_lone_local_frames_no_credit, 30);
     PM_ADD_LOOP_TEST(s, test_lone_hold_half_free, 0, (int)ARRAY_LEN(lone_half_rows), 30);
     PM_ADD_TEST(s, test_lone_total_half_free, 30);
+    PM_ADD_TEST(s, test_lone_held_sender_not_read, 30);
     PM_ADD_LOOP_TEST(s, test_lone_notice_at, 0, NOTE_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_lone_scan_not_for, 0, (int)ARRAY_LEN(lone_scan_rows), 10);
     PM_ADD_LOOP_TEST(s, test_lone_left_in_ring, 0, LEFT_ROWS, 30);
@@ -6630,6 +6769,7 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_lone_big_refused_by_worker, 0, 2, 30);
     PM_ADD_LOOP_TEST(s, test_lone_big_refused_for_now, 0, (int)ARRAY_LEN(lone_refusals), 30);
     PM_ADD_LOOP_TEST(s, test_lone_relay_rules, 0, RL_ROWS, 30);
+    PM_ADD_TEST(s, test_lone_fenced_mid_batch, 30);
     PM_ADD_LOOP_TEST(s, test_lone_reply_rules, 0, RP_ROWS, 30);
     PM_ADD_TEST(s, test_lone_reply_at_its_deadline, 60);
     PM_ADD_LOOP_TEST(s, test_lone_big_reply_refused_for_now, 0, 3, 30);

@@ -111,7 +111,9 @@ static int take_fd(pm__hub *h, pm__port *p, const void *payload)
     /* A private copy: the worker may rewrite the shared bytes. */
     unsigned char copy[PM__ANNOUNCE_SIZE];
     memcpy(copy, payload, sizeof(copy));
-    pm__announce a;
+    /* Zeroed: a decode that fails writes nothing, and sequence 0 is no
+     * record's (pm__bigmsg_next), so nothing it left could match one. */
+    pm__announce a = {0};
     if (pm__announce_decode(copy, sizeof(copy), &a) < 0)
         return -EPROTO;
     /* The record went out before its frame: if the socket's completion
