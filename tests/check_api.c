@@ -2809,6 +2809,11 @@ START_TEST(test_lone_held_sender_not_read)
     ck_assert_int_eq(t->blocked_on, 0);
     ck_assert_uint_eq(t->relayed, 0);
     ck_assert(!pm__ring_empty(&hub_end[1].rx)); /* the frame waits where it was */
+    /* On no work list either: a held port is read again when its hold is
+     * half free (unblocking marks it), not by the loop's turns. */
+    ck_assert(!t->busy);
+    ck_assert_int_eq(pm__hub_any_busy(h), 0);
+    ck_assert_uint_eq(h->arm.n, 0);
     pm__hub_delete(h);
 }
 END_TEST
@@ -2857,6 +2862,7 @@ START_TEST(test_lone_fenced_mid_batch)
     pm__frame_hdr f;
     ck_assert_int_eq(lone_take(h, &worker[1], &f), 0); /* nothing reached port 2 */
     ck_assert_uint_eq(h->ports[1].relayed, 0);
+    ck_assert(!pm__ring_empty(&hub_end[0].rx)); /* the second frame not even read */
     pm__hub_delete(h);
 }
 END_TEST
@@ -5265,6 +5271,51 @@ START_TEST(test_lone_every_port_armed)
 }
 END_TEST
 
+/* A port opened on a ring that has work already (the worker published
+ * before the hub took its port: hub.h pm__hub_port_open) returns 1 and is
+ * on the ready list, read this turn: its doorbell is not armed, and the
+ * frame would otherwise wait for a ring that never comes. One with an
+ * empty ring returns 0, armed: its first publish rings. */
+START_TEST(test_lone_open_with_work)
+{
+    pm__hub *h = lone_hub(3);
+    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
+                             .max_message = PM_MAX_PAYLOAD};
+    pm__channel hub_end[2], worker[2];
+    for (unsigned k = 0; k < 2; k++) {
+        ck_assert_int_eq(pm__channel_create(&hub_end[k], k + 1, 1, &cp), 0);
+        ck_assert_int_eq(pm__channel_adopt(&worker[k], &hub_end[k]), 0);
+    }
+    lone_send(&worker[0]);
+    ck_assert_int_eq(pm__hub_port_open(h, 1, &hub_end[0], 1), 1);
+    ck_assert_int_eq(pm__hub_any_busy(h), 1);
+    ck_assert_int_eq(pm__hub_port_open(h, 2, &hub_end[1], 1), 0);
+    ck_assert_int_eq(pm__ring_consumer_parked(&worker[1].tx), 1);
+    pm__hub_delete(h);
+}
+END_TEST
+
+/* The records on the fd socket of a port no longer read (cut off: fenced,
+ * or its incarnation ended) are not taken: a bad one there is no fault of
+ * the incarnation that follows, and the port's close drops what waits
+ * (hub.h pm__hub_port_records; port.c). The lone hub's owner fails the
+ * test on any fault. */
+START_TEST(test_lone_records_of_cut_port)
+{
+    pm__hub *h = lone_hub(2);
+    pm__channel hub_end, worker;
+    lone_port(h, &hub_end, &worker);
+    int fd = lone_big_fd(-1);
+    ck_assert_int_eq(pm__bigmsg_send(worker.sock, fd, 7), 0); /* not the next sequence */
+    close(fd);
+    pm__hub_port_cut(h, 1);
+    pm__hub_port_records(h, 1);
+    ck_assert_uint_eq(h->ports[1].malformed, 0);
+    ck_assert_uint_eq(h->ports[1].ahead_n, 0);
+    pm__hub_delete(h);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- restart_slot */
 
 START_TEST(test_restart_slot)
@@ -6704,6 +6755,8 @@ int main(void)
     PM_ADD_TEST(s, test_hub_arm_protocol, 30);
     PM_ADD_TEST(s, test_lone_held_sender_armed_once, 30);
     PM_ADD_TEST(s, test_lone_every_port_armed, 30);
+    PM_ADD_TEST(s, test_lone_open_with_work, 30);
+    PM_ADD_TEST(s, test_lone_records_of_cut_port, 30);
     PM_ADD_TEST(s, test_restart_slot, 60);
     PM_ADD_TEST(s, test_send_to_starting_slot, 60);
     PM_ADD_TEST(s, test_restart_slot_starting_is_busy, 30);
