@@ -25,6 +25,8 @@
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
 #include <linux/filter.h>  /* struct sock_filter: comparing two built programs */
+#include <linux/seccomp.h> /* a filter of the test's own: an old kernel's Landlock */
+#include <stddef.h>
 #include <linux/sockios.h> /* FIOSETOWN, SIOCSPGRP */
 #include <sys/resource.h>
 #include <sys/ptrace.h>
@@ -1217,6 +1219,8 @@ END_TEST
  * page of its own. */
 struct hook_counts {
     int rule_calls, export_seen, export_calls;
+    int probe_open; /* export_probe_fd was open in the build's child */
+    int kicked;     /* the child signalled its parent inside its wait */
 };
 
 static struct hook_counts *hook_counts(void)
@@ -1272,6 +1276,35 @@ static __typeof__(seccomp_export_bpf) *real_export;
 static int export_rc, export_insns = -1, export_bytes = -1, export_plant, export_eintr;
 static long export_unname = -1; /* a call number no jump may compare with */
 static int export_unself;       /* no jump may compare with the pid stand-in */
+static int export_plant_end;    /* a return of the stand-in's value after the program */
+static int export_die;          /* the child exits at once: no verdict */
+static int export_kick;         /* the child signals its parent once it waits in poll */
+static int export_probe_fd = -1; /* an fd whose being open in the child is recorded */
+
+/* The build's child, once its parent waits for the verdict (its
+ * /proc/PID/syscall names poll: an event, not a delay), sends it SIGUSR1;
+ * kicked records that it did. */
+static void kick_parent_in_poll(void)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof(path), "/proc/%d/syscall", (int)getppid());
+    for (int tries = 0; tries < 100000; tries++) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return;
+        ssize_t n = read(fd, line, sizeof(line) - 1);
+        close(fd);
+        if (n > 0) {
+            line[n] = '\0';
+            long nr = strtol(line, NULL, 10);
+            if (nr == SYS_poll || nr == SYS_ppoll) {
+                hook_counts()->kicked = kill(getppid(), SIGUSR1) == 0;
+                return;
+            }
+        }
+        usleep(100);
+    }
+}
 
 /* Rewrites the constant of every jump of the exported program that
  * compares with from (call number or argument alike) into to. */
@@ -1297,6 +1330,12 @@ static int export_rewrite(int fd, uint32_t from, uint32_t to)
 static int odd_export(const scmp_filter_ctx ctx, int fd)
 {
     export_calls++;
+    if (export_probe_fd >= 0)
+        hook_counts()->probe_open = fcntl(export_probe_fd, F_GETFD) >= 0;
+    if (export_kick)
+        kick_parent_in_poll();
+    if (export_die)
+        _exit(0); /* dead before its verdict, as a crash in libseccomp */
     if (export_rc != 0)
         return export_rc;
     int rc = real_export(ctx, fd);
@@ -1316,6 +1355,13 @@ static int odd_export(const scmp_filter_ctx ctx, int fd)
     if (export_plant) {
         struct sock_filter ret = BPF_STMT(BPF_RET | BPF_K, 0x7ffffffeU); /* PM__SECCOMP_SELF */
         if (pwrite(fd, &ret, sizeof(ret), 0) != (ssize_t)sizeof(ret))
+            return -EIO;
+    }
+    if (export_plant_end) {
+        /* After the program's last return: never reached, every rule
+         * still compared with. */
+        struct sock_filter ret = BPF_STMT(BPF_RET | BPF_K, 0x7ffffffeU);
+        if (pwrite(fd, &ret, sizeof(ret), want) != (ssize_t)sizeof(ret))
             return -EIO;
     }
     return 0;
@@ -1343,6 +1389,9 @@ static void odd_exports(int on)
 {
     SWAP_SECCOMP_FN(seccomp_export_bpf, real_export, odd_export, on);
     export_rc = export_plant = export_eintr = export_unself = 0;
+    export_plant_end = export_die = export_kick = 0;
+    export_probe_fd = -1;
+    hook_counts()->probe_open = hook_counts()->kicked = 0;
     export_seen = export_calls = 0; /* and maps the counts before any build's child */
     export_insns = export_bytes = -1;
     export_unname = -1;
@@ -1742,6 +1791,182 @@ START_TEST(test_seccomp_export_checked)
 END_TEST
 
 
+static volatile sig_atomic_t usr1_seen;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    usr1_seen++;
+}
+
+/*
+ * The build's child (seccomp_filter.c export_in_child) and its parent's
+ * wait for the verdict, one way at a time, the others as they should be
+ * (issue 27):
+ *  - a level that is no filter: -EINVAL before any child is made;
+ *  - the verdict is libseccomp's errno down to -4095, the build's result;
+ *    below that, or above 0, it is no errno: -EPROTO;
+ *  - a child dead before its verdict (EOF), errno EINTR from before the
+ *    build (every call that succeeds on the way leaves it so): -EPROTO,
+ *    the end of the pipe read once, not again and again;
+ *  - a signal to the parent while it waits in poll (a handler without
+ *    SA_RESTART: poll says EINTR): it waits on, the same program comes;
+ *  - the child reaped by someone else (SIGCHLD ignored: the kernel reaps
+ *    it and waitpid says ECHILD, as when a PID-1 cluster's reaper takes
+ *    it): the verdict is in, the build returns;
+ *  - a return holding the stand-in's value after the program's end is no
+ *    stand-in (only a jump compares with it): without the jump, refused;
+ *  - an fd for the memfd but none for the pipe (RLIMIT_NOFILE): the
+ *    kernel's -EMFILE, no child made.
+ */
+START_TEST(test_seccomp_build_child)
+{
+    ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
+    unsigned len, natural;
+    ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &natural), 0);
+    odd_exports(1);
+    /* A level that is no filter is refused before any child is made:
+     * nothing exported (the rules' check would refuse it after one). */
+    export_calls = 0;
+    for (int level = PM_SECCOMP_OFF; level <= PM_SECCOMP_STRICT + 1; level += PM_SECCOMP_STRICT + 1) {
+        pm__seccomp_prog p;
+        ck_assert_int_eq(pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p), -EINVAL);
+        ck_assert_ptr_null(p.insns);
+    }
+    ck_assert_int_eq(export_calls, 0);
+    export_rc = 1; /* no errno, nor 0 */
+    ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), -EPROTO);
+    export_rc = -4095;
+    ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), -4095);
+    export_rc = -4096;
+    ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), -EPROTO);
+    export_rc = 0;
+
+    export_die = 1;
+    export_eintr = 1;
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++)
+        ck_assert_int_eq(build_len(level, &len), -EPROTO);
+    export_die = export_eintr = 0;
+
+    struct sigaction sa, old_usr1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_usr1;
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGUSR1, &sa, &old_usr1), 0);
+    usr1_seen = 0;
+    export_kick = 1;
+    int rc = build_len(PM_SECCOMP_STRICT, &len);
+    export_kick = 0;
+    ck_assert_int_eq(sigaction(SIGUSR1, &old_usr1, NULL), 0);
+    ck_assert_int_eq(hook_counts()->kicked, 1); /* sent while the parent was in poll */
+    ck_assert_int_eq(usr1_seen, 1);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_uint_eq(len, natural);
+
+    struct sigaction ign, old_chld;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    ck_assert_int_eq(sigaction(SIGCHLD, &ign, &old_chld), 0);
+    rc = build_len(PM_SECCOMP_STRICT, &len);
+    ck_assert_int_eq(sigaction(SIGCHLD, &old_chld, NULL), 0);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_uint_eq(len, natural);
+
+    export_plant_end = 1;
+    ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), 0);
+    ck_assert_uint_eq(len, natural + 1); /* taken, its jump there */
+    export_unself = 1;
+    ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), -EPROTO);
+    export_unself = export_plant_end = 0;
+
+    int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(lowest, 0);
+    close(lowest);
+    struct rlimit was, now;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+    now = was;
+    now.rlim_cur = (rlim_t)lowest + 1; /* the memfd's, not the pipe's */
+    export_calls = 0;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &now), 0);
+    rc = build_len(PM_SECCOMP_STRICT, &len);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+    ck_assert_msg(rc == -EMFILE, "without an fd for the pipe: %d", rc);
+    ck_assert_int_eq(export_calls, 0);
+    odd_exports(0);
+}
+END_TEST
+
+/* fd n moved out of the way (to 100 or above), or -1 if it was not open. */
+static int fd_aside(int n)
+{
+    if (fcntl(n, F_GETFD) < 0)
+        return -1;
+    int at = fcntl(n, F_DUPFD_CLOEXEC, 100);
+    ck_assert_int_ge(at, 100);
+    close(n);
+    return at;
+}
+
+static void fd_back(int n, int at)
+{
+    close(n);
+    if (at >= 0) {
+        ck_assert_int_eq(dup2(at, n), n);
+        close(at);
+    }
+}
+
+/*
+ * The build's child keeps only stdio, the memfd and the verdict's pipe
+ * (seccomp_filter.c build_child_setup): an fd of the supervisor's, a
+ * worker's pipe say, is not kept from its EOF by it, wherever it is: alone
+ * below the memfd (fd 3, the memfd at 4: the span to close is one fd), or
+ * above the pipe. A secret pipe's read end at fd 3 and at 100 or above;
+ * the hook in the child looks at each. The layout is made and undone
+ * before any assertion (fd 3 may be Check's own).
+ */
+START_TEST(test_seccomp_build_child_fds)
+{
+    ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
+    for (int n = 0; n < 3; n++)
+        if (fcntl(n, F_GETFD) < 0)
+            ck_assert_int_eq(open("/dev/null", O_RDWR), n);
+    int sp[2];
+    ck_assert_int_eq(pipe2(sp, O_CLOEXEC), 0);
+    int high = fcntl(sp[0], F_DUPFD_CLOEXEC, 100), high_w = fcntl(sp[1], F_DUPFD_CLOEXEC, 100);
+    ck_assert_int_ge(high, 100);
+    ck_assert_int_ge(high_w, 100);
+    close(sp[0]);
+    close(sp[1]);
+    odd_exports(1);
+    int open_at[2] = {-1, -1}, rc[2] = {0, 0};
+    unsigned len;
+    const int probes[2] = {3, 0};
+    for (int k = 0; k < 2; k++) {
+        int saved3 = fd_aside(3), saved4 = fd_aside(4);
+        int placed = dup2(high, 3) == 3;
+        int layout = placed && fcntl(4, F_GETFD) < 0;
+        export_probe_fd = probes[k] == 3 ? 3 : high;
+        hook_counts()->probe_open = -1;
+        if (layout)
+            rc[k] = build_len(PM_SECCOMP_STRICT, &len);
+        open_at[k] = layout ? hook_counts()->probe_open : -2;
+        fd_back(4, saved4);
+        fd_back(3, saved3);
+    }
+    odd_exports(0);
+    close(high);
+    close(high_w);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(open_at[k] != -2, "could not put the secret at fd 3 with fd 4 free");
+        ck_assert_int_eq(rc[k], 0);
+        ck_assert_msg(open_at[k] == 0, "the build's child held the secret's fd %s open (%d)",
+                      k == 0 ? "3" : ">= 100", open_at[k]);
+    }
+}
+END_TEST
+
 /* A rule libseccomp refuses fails the build of either level, whichever
  * rule it is (the first, one in the middle, the last): a filter missing
  * one of its rules is never loaded (issue 27: the loops that add them
@@ -1773,6 +1998,42 @@ START_TEST(test_seccomp_rule_refused)
 }
 END_TEST
 #endif
+
+/*
+ * Where the kernel has no Landlock signal scope (before 6.12, or landlock
+ * not in lsm=), basic workers get the pins alone (seccomp_filter.c, the
+ * build: "where the kernel has it"): the build says scope_signals 0, and
+ * the filter loads in a worker, which would fail if it asked Landlock. An
+ * old kernel made here by a filter of the test's own answering
+ * landlock_create_ruleset ENOSYS, as such a kernel does (the test runs in
+ * Check's fork: the filter ends with it).
+ */
+START_TEST(test_seccomp_scope_without_landlock)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 444 /* landlock_create_ruleset */, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)ARRAY_LEN(f), f};
+    ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+    ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+    ck_assert_int_eq(pm__landlock_signal_scope_available(), 0);
+    pm__seccomp_prog p;
+    ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_BASIC, PM_SECCOMP_ERRNO, getpid(), &p), 0);
+    ck_assert_int_eq(p.scope_signals, 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0)
+        _exit(pm__seccomp_load(&p) == 0 ? 0 : 1);
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the basic filter did not load without Landlock");
+    pm__seccomp_free(&p);
+}
+END_TEST
+
 
 /* The kernel refuses the filter to a process with neither no_new_privs
  * nor CAP_SYS_ADMIN (EACCES): pm__seccomp_load says so instead of
@@ -2156,13 +2417,16 @@ int main(void)
 #if defined(HAVE_SECCOMP) && PM_LAZY_DEPS
         PM_ADD_TEST(s, test_seccomp_rule_refused, 0);
         PM_ADD_TEST(s, test_seccomp_export_checked, 0);
+        PM_ADD_TEST(s, test_seccomp_build_child, 0);
+        PM_ADD_TEST(s, test_seccomp_build_child_fds, 0);
 #else
         fprintf(stderr, "check_privileges: libseccomp linked directly (--disable-lazy-deps): "
-                        "test_seccomp_rule_refused and test_seccomp_export_checked left out "
-                        "(they replace functions in the "
+                        "test_seccomp_rule_refused, test_seccomp_export_checked and "
+                        "test_seccomp_build_child(_fds) left out (they replace functions in the "
                         "library's table of libseccomp's)\n");
 #endif
         PM_ADD_TEST(s, test_seccomp_basic_every_denied, 0);
+        PM_ADD_TEST(s, test_seccomp_scope_without_landlock, 0);
         PM_ADD_LOOP_TEST(s, test_seccomp_every_path, 0, (int)ARRAY_LEN(move_levels), 0);
     }
     int landlock = pm__landlock_signal_scope_available();

@@ -581,10 +581,8 @@ static int export_in_child(int level, uint32_t act, int fd)
         pm__close(p[0]);
         build_child_setup(parent, fd, p[1]);
         int32_t v = libseccomp_export(level, act, fd);
-        ssize_t w;
-        do
-            w = write(p[1], &v, sizeof(v));
-        while (w < 0 && errno == EINTR);
+        /* No EINTR: every signal is blocked in the child. */
+        ssize_t w = write(p[1], &v, sizeof(v));
         _exit(w == (ssize_t)sizeof(v) ? 0 : 1);
     }
     pm__close(p[1]);
@@ -598,8 +596,8 @@ static int export_in_child(int level, uint32_t act, int fd)
         rc = k < 0 ? -errno : 0;
     }
     pm__close(p[0]);
-    if (rc < 0)
-        (void)kill(pid, SIGKILL); /* hung (or unreadable): it ends here */
+    if (rc < 0) /* hung, or its verdict unreadable: it ends here */
+        (void)kill(pid, SIGKILL);
     /* ECHILD when another reaper took it: the verdict is in already. */
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;
