@@ -6055,6 +6055,155 @@ START_TEST(test_join_errors)
 }
 END_TEST
 
+/*
+ * The INIT payload's decoder (proto.c pm__init_decode), one condition per
+ * row, the rest of a valid INIT around it (issue 27: hostile inputs tried
+ * in full). Refused with -EBADMSG, *m untouched: shorter than its fixed
+ * part; a reserved byte after the port set (6, 7); a name not ended
+ * within its 64 bytes, or with bytes after its end (byte 63 set); a name
+ * with a character a name may not have, or empty; init data longer than
+ * PM_MAX_INIT_DATA; a size that is not the fixed part plus the data's
+ * length (one short, one over). Taken: the longest names (63 bytes),
+ * data of 0 bytes (data NULL) and of PM_MAX_INIT_DATA, every field as
+ * encoded.
+ */
+enum { IR_SHORT, IR_RES6, IR_RES7, IR_SYS_UNENDED, IR_HOST_UNENDED, IR_SYS_TAIL, IR_HOST_TAIL,
+       IR_SYS_BAD, IR_HOST_BAD, IR_SYS_EMPTY, IR_HOST_EMPTY, IR_DATA_OVER, IR_SIZE_SHORT,
+       IR_SIZE_OVER, IR_OK_LONGEST, IR_OK_EMPTY, IR_OK_MAX_DATA, IR_ROWS };
+
+START_TEST(test_init_decode_rows)
+{
+    static unsigned char data[PM_MAX_INIT_DATA + 1];
+    static unsigned char buf[PM__INIT_FIXED + PM_MAX_INIT_DATA + 8];
+    memset(data, 'd', sizeof(data));
+    pm__init_msg m;
+    memset(&m, 0, sizeof(m));
+    m.slot = 0x01020304;
+    m.addr.port = 0xbeef;
+    m.addr.incarnation = 0x1122334455667788ull;
+    strcpy(m.addr.system, "sys-a");
+    strcpy(m.addr.host, "host.b");
+    m.len = 5;
+    m.data = data;
+    if (_i == IR_OK_LONGEST) {
+        memset(m.addr.system, 's', PM_NAME_MAX - 1);
+        memset(m.addr.host, 'h', PM_NAME_MAX - 1);
+    }
+    if (_i == IR_OK_EMPTY) {
+        m.len = 0;
+        m.data = NULL;
+    }
+    if (_i == IR_OK_MAX_DATA || _i == IR_DATA_OVER)
+        m.len = PM_MAX_INIT_DATA;
+    size_t size = pm__init_size(m.len);
+    memset(buf, 0, sizeof(buf));
+    pm__init_encode(&m, buf);
+    switch (_i) {
+    case IR_SHORT: size = PM__INIT_FIXED - 1; break;
+    case IR_RES6: buf[6] = 1; break;
+    case IR_RES7: buf[7] = 0x80; break;
+    case IR_SYS_UNENDED: memset(buf + 16, 's', PM_NAME_MAX); break;
+    case IR_HOST_UNENDED: memset(buf + 80, 'h', PM_NAME_MAX); break;
+    case IR_SYS_TAIL: buf[16 + PM_NAME_MAX - 1] = 'x'; break;
+    case IR_HOST_TAIL: buf[80 + PM_NAME_MAX - 1] = 'x'; break;
+    case IR_SYS_BAD: buf[16 + 1] = '/'; break;
+    case IR_HOST_BAD: buf[80 + 2] = ' '; break;
+    case IR_SYS_EMPTY: memset(buf + 16, 0, PM_NAME_MAX); break;
+    case IR_HOST_EMPTY: memset(buf + 80, 0, PM_NAME_MAX); break;
+    case IR_DATA_OVER:
+        /* The length field one over, and the bytes there. */
+        buf[144] = (unsigned char)((PM_MAX_INIT_DATA + 1) & 0xff);
+        buf[145] = (unsigned char)(((PM_MAX_INIT_DATA + 1) >> 8) & 0xff);
+        buf[146] = (unsigned char)(((PM_MAX_INIT_DATA + 1) >> 16) & 0xff);
+        size = pm__init_size(PM_MAX_INIT_DATA + 1);
+        break;
+    case IR_SIZE_SHORT: size -= 1; break;
+    case IR_SIZE_OVER: size += 1; break;
+    default: break;
+    }
+    int ok = _i >= IR_OK_LONGEST;
+    pm__init_msg out;
+    memset(&out, 0xa5, sizeof(out));
+    pm__init_msg untouched = out;
+    /* Decoded from a copy of exactly size bytes: nothing past them may be
+     * read (the sanitizer build reports a read past a heap block). */
+    unsigned char *exact = malloc(size);
+    ck_assert_ptr_nonnull(exact);
+    memcpy(exact, buf, size);
+    int rc = pm__init_decode(exact, size, &out);
+    if (!ok) {
+        free(exact);
+        ck_assert_msg(rc == -EBADMSG, "row %d taken (%d)", _i, rc);
+        ck_assert(memcmp(&out, &untouched, sizeof(out)) == 0);
+        return;
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_uint_eq(out.slot, m.slot);
+    ck_assert_uint_eq(out.addr.port, m.addr.port);
+    ck_assert_uint_eq(out.addr.incarnation, m.addr.incarnation);
+    ck_assert_str_eq(out.addr.system, m.addr.system);
+    ck_assert_str_eq(out.addr.host, m.addr.host);
+    ck_assert_uint_eq(out.len, m.len);
+    if (m.len == 0) {
+        ck_assert_ptr_null(out.data);
+    } else {
+        ck_assert_ptr_eq(out.data, exact + PM__INIT_FIXED);
+        ck_assert(memcmp(out.data, data, m.len) == 0);
+    }
+    free(exact);
+}
+END_TEST
+
+/* A record shorter than a frame's header (a worker may publish any
+ * length) at the very end of a ring's data, with nothing readable past the
+ * ring (a page without access after it, where the channel's mapping
+ * ends: the up ring is its last part): pm__frame_recv drops it, -EINVAL,
+ * consumed, without reading a header's worth of bytes from it. The
+ * records before it are zeros: frames of another version, dropped too. */
+START_TEST(test_frame_recv_short_at_end)
+{
+    const uint64_t cap = 4096;
+    size_t rs = pm__ring_region_size(cap), page = 4096;
+    unsigned char *m = mmap(NULL, rs + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(m != MAP_FAILED);
+    ck_assert_int_eq(mprotect(m + rs, page, PROT_NONE), 0);
+    ck_assert_int_eq(pm__ring_format(m, cap, 1024), 0);
+    pm__ring prod, cons;
+    ck_assert_int_eq(pm__ring_attach(&prod, m, cap, 1024, PM__RING_PRODUCER, -1, -1), 0);
+    ck_assert_int_eq(pm__ring_attach(&cons, m, cap, 1024, PM__RING_CONSUMER, -1, -1), 0);
+    /* 3 x (8 + 1016) + (8 + 1000) = 4080: the short record's 16 bytes end
+     * the data area exactly. */
+    static const size_t fill[] = {1016, 1016, 1016, 1000, 3};
+    void *at;
+    for (size_t i = 0; i < ARRAY_LEN(fill); i++) {
+        ck_assert_int_eq(pm__ring_reserve(&prod, fill[i], &at), 0);
+        memset(at, 0, fill[i]);
+        pm__ring_commit(&prod, fill[i]);
+    }
+    ck_assert_ptr_eq((unsigned char *)at + 8, m + rs); /* its padded end is the ring's */
+    pm__ring_publish(&prod);
+    pm__frame_hdr h;
+    const void *payload;
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_lt(pm__frame_recv(&cons, 1024, &h, &payload), 0);
+    ck_assert_int_eq(pm__frame_recv(&cons, 1024, &h, &payload), -EINVAL);
+    ck_assert_int_eq(pm__frame_recv(&cons, 1024, &h, &payload), 0); /* consumed */
+    /* A header-only frame, sent without a payload pointer at all (NULL, 0:
+     * nothing is copied from it), comes out whole. */
+    pm__ring_release(&cons);
+    pm__frame_hdr e;
+    memset(&e, 0, sizeof(e));
+    e.type = PM__FT_MSG;
+    e.dst = 4;
+    ck_assert_int_eq(pm__frame_send(&prod, &e, NULL, 0), 0);
+    ck_assert_int_eq(pm__frame_recv(&cons, 1024, &h, &payload), 1);
+    ck_assert_uint_eq(h.type, PM__FT_MSG);
+    ck_assert_uint_eq(h.dst, 4);
+    ck_assert_uint_eq(h.len, 0);
+    munmap(m, rs + page);
+}
+END_TEST
+
 /* A channel as a supervisor makes one, with a well-formed INIT for slot
  * in its down ring, and PROCMESH_NODE naming it: what pm_node_join needs. */
 static void channel_for_join(pm__channel *l, unsigned slot, const char *data)
@@ -6779,6 +6928,8 @@ int main(void)
     PM_ADD_TEST(s, test_main_send_eagain, 30);
     PM_ADD_TEST(s, test_request_keeps_messages, 30);
     PM_ADD_TEST(s, test_send_after_stop, 30);
+    PM_ADD_LOOP_TEST(s, test_init_decode_rows, 0, IR_ROWS, 30);
+    PM_ADD_TEST(s, test_frame_recv_short_at_end, 30);
     PM_ADD_TEST(s, test_join_errors, 30);
     PM_ADD_TEST(s, test_ready_twice_and_calls_after_stop, 30);
     PM_ADD_TEST(s, test_default_permanently_down_line, 30);

@@ -8,10 +8,12 @@
 #include "answer.h"
 
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <poll.h>
 
@@ -765,6 +767,7 @@ START_TEST(test_wait_many)
 {
     wait_set w;
     ws_open(&w);
+    int rc0;
     /* Nothing anywhere: a poll returns 0, everything disarmed. */
     ck_assert_int_eq(pm__ring_wait_many(w.rx, 3, 0), 0);
     ws_assert_disarmed(&w);
@@ -823,11 +826,287 @@ START_TEST(test_wait_many)
         many[i] = w.rx[1];
     ck_assert_int_eq(pm__ring_wait_many(many, PM__RINGWAIT_MAX + 1, 0), -EINVAL);
     ck_assert_int_eq(pm__ring_wait_many(many, PM__RINGWAIT_MAX, 0), 0);
+    /* The most a wait takes, every doorbell rung (the same one 32 times):
+     * 1, drained; each entry looked at once (one past the set is a read
+     * past its array, which the sanitizer build reports). */
+    uint64_t one = 1;
+    ck_assert_int_eq(write(w.mine[1], &one, sizeof(one)), (ssize_t)sizeof(one));
+    ck_assert_int_eq(pm__ring_wait_many(many, PM__RINGWAIT_MAX, 0), 1);
+    ck_assert_int_eq(read(w.mine[1], &v, sizeof(v)), -1);
+    /* fd 0 is a doorbell like any other (a process started without stdin
+     * gets its first eventfd there). */
+    int saved_in = dup(0);
+    ck_assert_int_ge(saved_in, 0);
+    ck_assert_int_eq(dup2(w.mine[2], 0), 0);
+    int park2 = w.rx[2]->park_fd;
+    w.rx[2]->park_fd = 0;
+    rc0 = pm__ring_wait_many(w.rx + 1, 2, 0); /* lane 0's is broken: left out */
+    w.rx[2]->park_fd = park2;
+    ck_assert_int_eq(dup2(saved_in, 0), 0);
+    close(saved_in);
+    ck_assert_int_eq(rc0, 0);
     w.rx[2]->park_fd = -1;
     ck_assert_int_eq(pm__ring_wait_many(w.rx, 3, 0), -EINVAL);
     ws_assert_disarmed(&w);
     lane_free(p0);
     lane_free(p2);
+    ws_close(&w);
+}
+END_TEST
+
+/*
+ * The edge-triggered wait (ringwait.h pm__ring_wait_edge), as
+ * test_wait_many takes the polled one: a frame there before the wait is
+ * found by arming, no epoll (none in ev); a peer's send while it sleeps
+ * is one edge, its doorbell in ev with the data registered; nothing: 0 on
+ * timeout; every ring disarmed on return; refused: no rings, more than
+ * PM__RINGWAIT_MAX, no epoll fd (fd 0 is one like any other); *nev is 0
+ * whenever no doorbell is given back.
+ */
+START_TEST(test_wait_edge)
+{
+    wait_set w;
+    ws_open(&w);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    ck_assert_int_ge(ep, 0);
+    for (int k = 0; k < 3; k++) {
+        struct epoll_event e = {.events = EPOLLIN | EPOLLET, .data.u32 = 100u + (uint32_t)k};
+        ck_assert_int_eq(epoll_ctl(ep, EPOLL_CTL_ADD, w.mine[k], &e), 0);
+    }
+    struct epoll_event ev[PM__RINGWAIT_MAX];
+    int nev = 99;
+    ck_assert_int_eq(pm__ring_wait_edge(w.rx, 3, ep, 0, ev, &nev), 0);
+    ck_assert_int_eq(nev, 0);
+    ws_assert_disarmed(&w);
+    /* Published before: found by the arm's second look. */
+    pm__lane *p2 = ws_peer(&w, 2);
+    pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
+    ck_assert_int_eq(pm__lane_send(p2, &h, "2", 1), 0);
+    nev = 99;
+    ck_assert_int_eq(pm__ring_wait_edge(w.rx, 3, ep, 30000, ev, &nev), 1);
+    ck_assert_int_eq(nev, 0);
+    ws_assert_disarmed(&w);
+    pm__frame_hdr g;
+    const void *p;
+    ck_assert_int_eq(pm__lane_recv(w.l[2], &g, &p), 1);
+    /* Drain what rang so far: the next edge is the peer's. */
+    struct epoll_event junk[3];
+    while (epoll_wait(ep, junk, 3, 0) > 0)
+        ;
+    uint64_t v;
+    for (int k = 0; k < 3; k++)
+        while (read(w.mine[k], &v, sizeof(v)) == sizeof(v))
+            ;
+    /* A peer process sends on lane 1 once this end sleeps. */
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__lane *a = ws_peer(&w, 1);
+        char x;
+        if (read(go[0], &x, 1) != 1)
+            _exit(2);
+        while (atomic_load(&a->tx.sh->cons_waiting) == 0)
+            usleep(100);
+        _exit(pm__lane_send(a, &h, "1", 1) == 0 ? 0 : 3);
+    }
+    ck_assert_int_eq(write(go[1], "g", 1), 1);
+    nev = 99;
+    ck_assert_int_eq(pm__ring_wait_edge(w.rx, 3, ep, 30000, ev, &nev), 1);
+    ck_assert_int_eq(nev, 1);
+    ck_assert_uint_eq(ev[0].data.u32, 101);
+    ws_assert_disarmed(&w);
+    ck_assert_int_eq(pm__lane_recv(w.l[1], &g, &p), 1);
+    ck_assert_mem_eq(p, "1", 1);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(go[0]);
+    close(go[1]);
+    /* Nothing: 0 on timeout, no doorbell given back. */
+    nev = 99;
+    ck_assert_int_eq(pm__ring_wait_edge(w.rx, 3, ep, 20, ev, &nev), 0);
+    ck_assert_int_eq(nev, 0);
+    ws_assert_disarmed(&w);
+    /* What it refuses, *nev 0 each time. */
+    pm__ring *many[PM__RINGWAIT_MAX + 1];
+    for (unsigned i = 0; i < ARRAY_LEN(many); i++)
+        many[i] = w.rx[1];
+    nev = 99;
+    ck_assert_int_eq(pm__ring_wait_edge(w.rx, 0, ep, 0, ev, &nev), -EINVAL);
+    ck_assert_int_eq(nev, 0);
+    ck_assert_int_eq(pm__ring_wait_edge(many, PM__RINGWAIT_MAX + 1, ep, 0, ev, &nev), -EINVAL);
+    ck_assert_int_eq(pm__ring_wait_edge(w.rx, 3, -1, 0, ev, &nev), -EINVAL);
+    ws_assert_disarmed(&w);
+    ck_assert_int_eq(pm__ring_wait_edge(many, PM__RINGWAIT_MAX, ep, 0, ev, &nev), 0);
+    int saved_in = dup(0);
+    ck_assert_int_ge(saved_in, 0);
+    ck_assert_int_eq(dup2(ep, 0), 0);
+    int rc0 = pm__ring_wait_edge(w.rx, 3, 0, 0, ev, &nev);
+    ck_assert_int_eq(dup2(saved_in, 0), 0);
+    close(saved_in);
+    ck_assert_int_eq(rc0, 0);
+    close(ep);
+    lane_free(p2);
+    ws_close(&w);
+}
+END_TEST
+
+/* Open fds of this process. */
+static int lane_open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        n += fcntl(fd, F_GETFD) >= 0;
+    return n;
+}
+
+/*
+ * A lane's making and its end's detach, at their edges (lane.c): fd 0 is
+ * a memfd like any other (a process started without stdin); a memfd that
+ * cannot take the lane's size (RLIMIT_FSIZE below it: EFBIG, SIGXFSZ
+ * ignored) fails the make with that error and leaves no fd; a detached
+ * end no longer maps the lane, and a second detach touches nothing (a
+ * mapping made since at the same address survives it).
+ */
+START_TEST(test_lane_create_detach_edges)
+{
+    int saved_in = dup(0);
+    ck_assert_int_ge(saved_in, 0);
+    close(0);
+    int fd = -1;
+    int rc = pm__lane_create(&fd);
+    int at0 = fd;
+    if (rc == 0)
+        fd = fcntl(fd, F_DUPFD_CLOEXEC, 3); /* the lane moved aside, stdin back */
+    ck_assert_int_eq(dup2(saved_in, 0), 0);
+    close(saved_in);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(at0, 0);
+    ck_assert_int_ge(fd, 3);
+
+    struct sigaction ign, old;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    ck_assert_int_eq(sigaction(SIGXFSZ, &ign, &old), 0);
+    struct rlimit was, small;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &was), 0);
+    small = was;
+    small.rlim_cur = 4096;
+    int before = lane_open_fds();
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+    int fd2 = -1;
+    rc = pm__lane_create(&fd2);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &was), 0);
+    ck_assert_int_eq(sigaction(SIGXFSZ, &old, NULL), 0);
+    ck_assert_int_eq(rc, -EFBIG);
+    ck_assert_int_eq(fd2, -1);
+    ck_assert_int_eq(lane_open_fds(), before);
+
+    int peer = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), mine = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pm__lane *l = malloc(sizeof(*l));
+    ck_assert_int_eq(pm__lane_attach(l, fd, 1, &who1, peer, mine), 0);
+    void *at = l->map;
+    pm__lane_detach(l);
+    ck_assert_ptr_null(l->map);
+    ck_assert_int_eq(msync(at, PM__LANE_SIZE, MS_ASYNC), -1); /* no longer mapped */
+    ck_assert_int_eq(errno, ENOMEM);
+    void *mine_now = mmap(at, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                          -1, 0);
+    ck_assert_ptr_eq(mine_now, at);
+    memset(mine_now, 'k', 4096);
+    pm__lane_detach(l);
+    ck_assert_int_eq(((unsigned char *)mine_now)[4095], 'k');
+    munmap(mine_now, 4096);
+    free(l);
+    close(fd);
+    close(peer);
+    close(mine);
+}
+END_TEST
+
+static volatile sig_atomic_t wait_usr1;
+
+static void on_wait_usr1(int sig)
+{
+    (void)sig;
+    wait_usr1++;
+}
+
+/* A child that sends SIGUSR1 to its parent once the parent waits in one of
+ * the system calls nrs (its /proc/PID/syscall: an event, not a delay). */
+static pid_t kick_when_in(const long *nrs, size_t nnrs)
+{
+    pid_t parent = getpid();
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid != 0)
+        return pid;
+    char path[64], line[128];
+    snprintf(path, sizeof(path), "/proc/%d/syscall", (int)parent);
+    for (int tries = 0; tries < 600000; tries++) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            _exit(2);
+        ssize_t n = read(fd, line, sizeof(line) - 1);
+        close(fd);
+        if (n > 0) {
+            line[n] = '\0';
+            long nr = strtol(line, NULL, 10);
+            for (size_t i = 0; i < nnrs; i++)
+                if (nr == nrs[i])
+                    _exit(kill(parent, SIGUSR1) == 0 ? 0 : 3);
+        }
+        usleep(100);
+    }
+    _exit(4);
+}
+
+/* A signal while a wait sleeps (a handler without SA_RESTART: poll and
+ * epoll_wait say EINTR) ends it with 0, "on timeout or a signal"
+ * (ringwait.h), not an error: the caller looks at its rings and waits
+ * again. Both waits; the signal sent once the test sleeps in the call. */
+START_TEST(test_wait_signal)
+{
+    wait_set w;
+    ws_open(&w);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_wait_usr1;
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGUSR1, &sa, &old), 0);
+    static const long polls[] = {SYS_poll, SYS_ppoll};
+    wait_usr1 = 0;
+    pid_t kid = kick_when_in(polls, ARRAY_LEN(polls));
+    int rc = pm__ring_wait_many(w.rx, 3, 60000);
+    int st;
+    ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_int_eq(wait_usr1, 1);
+    ck_assert_int_eq(rc, 0);
+    ws_assert_disarmed(&w);
+
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    ck_assert_int_ge(ep, 0);
+    for (int k = 0; k < 3; k++) {
+        struct epoll_event e = {.events = EPOLLIN | EPOLLET, .data.u32 = (uint32_t)k};
+        ck_assert_int_eq(epoll_ctl(ep, EPOLL_CTL_ADD, w.mine[k], &e), 0);
+    }
+    static const long epolls[] = {SYS_epoll_wait, SYS_epoll_pwait, 441 /* epoll_pwait2 */};
+    wait_usr1 = 0;
+    kid = kick_when_in(epolls, ARRAY_LEN(epolls));
+    struct epoll_event ev[3];
+    int nev = -1;
+    rc = pm__ring_wait_edge(w.rx, 3, ep, 60000, ev, &nev);
+    ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_int_eq(wait_usr1, 1);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(nev, 0);
+    ws_assert_disarmed(&w);
+    close(ep);
+    ck_assert_int_eq(sigaction(SIGUSR1, &old, NULL), 0);
     ws_close(&w);
 }
 END_TEST
@@ -2650,6 +2929,9 @@ int main(void)
     tcase_add_test(tc, test_order_counts);
     tcase_add_test(tc, test_bound_and_order);
     tcase_add_test(tc, test_wait_many);
+    tcase_add_test(tc, test_wait_signal);
+    tcase_add_test(tc, test_wait_edge);
+    tcase_add_test(tc, test_lane_create_detach_edges);
     tcase_add_test(tc, test_flood_refused_bounded_per_call);
     tcase_add_test(tc, test_revoke_straddle_after_refresh);
     tcase_add_test(tc, test_revoke_rewrite_below_limit);
