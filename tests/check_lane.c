@@ -174,6 +174,9 @@ START_TEST(test_send_recv_stamped)
     h.src_inc = 999;
     h.src_host = 3;
     h.dst = 1;
+    h.dst_inc = 999; /* a stale incarnation: the lane names the peer's own */
+    h.error = -5;        /* no lane frame carries one: cleared */
+    h.deadline_ms = 700; /* nor a message a deadline: cleared */
     ck_assert_int_eq(pm__lane_send(a, &h, "hello", 5), 0);
     pm__frame_hdr got;
     const void *p;
@@ -185,6 +188,8 @@ START_TEST(test_send_recv_stamped)
     ck_assert_uint_eq(got.dst, 5);
     ck_assert_uint_eq(got.dst_inc, 23);
     ck_assert_uint_eq(got.request_id, 0);
+    ck_assert_int_eq(got.error, 0);
+    ck_assert_int_eq(got.deadline_ms, 0);
     ck_assert_uint_eq(got.len, 5);
     ck_assert_mem_eq(p, "hello", 5);
     /* The payload handed out is the private copy, not the shared ring. */
@@ -195,16 +200,34 @@ START_TEST(test_send_recv_stamped)
     rq.deadline_ms = 12345;
     ck_assert_int_eq(pm__lane_send(b, &rq, "q", 1), 0);
     ck_assert_uint_eq(b->req_out, 41);
+    /* A message b sends while it waits does not forget its request. */
+    pm__frame_hdr side = msg_hdr(PM__FT_MSG, 0);
+    ck_assert_int_eq(pm__lane_send(b, &side, "m", 1), 0);
+    ck_assert_uint_eq(b->req_out, 41);
     ck_assert_int_eq(pm__lane_recv(a, &got, &p), 1);
     ck_assert_uint_eq(got.type, PM__FT_REQUEST);
     ck_assert_uint_eq(got.request_id, 41);
     ck_assert_int_eq(got.deadline_ms, 12345);
     ck_assert_uint_eq(got.src, 5);
+    ck_assert_int_eq(pm__lane_recv(a, &got, &p), 1);
+    ck_assert_uint_eq(got.type, PM__FT_MSG);
     pm__frame_hdr rp = msg_hdr(PM__FT_REPLY, 41);
     ck_assert_int_eq(pm__lane_send(a, &rp, "r", 1), 0);
     ck_assert_int_eq(pm__lane_recv(b, &got, &p), 1);
     ck_assert_uint_eq(got.type, PM__FT_REPLY);
     ck_assert_uint_eq(b->req_out, 0); /* answered: a second reply is refused */
+    /* A request that could not be sent (a's ring full) is not waited on. */
+    pm__frame_hdr fill = msg_hdr(PM__FT_MSG, 0);
+    static char chunk[4096];
+    while (pm__lane_send(b, &fill, chunk, sizeof(chunk)) == 0)
+        ;
+    while (pm__lane_send(b, &fill, NULL, 0) == 0)
+        ; /* not even a header's room left */
+    pm__frame_hdr rq2 = msg_hdr(PM__FT_REQUEST, 42);
+    ck_assert_int_eq(pm__lane_send(b, &rq2, "q", 1), -EAGAIN);
+    ck_assert_uint_eq(b->req_out, 0);
+    while (pm__lane_recv(a, &got, &p) == 1)
+        ; /* a takes the fillers */
     ck_assert_int_eq(pm__lane_send(a, &rp, "r", 1), 0);
     ck_assert_int_eq(pm__lane_recv(b, &got, &p), 0);
     ck_assert_uint_eq(b->dropped[PM__LANE_DROP_REPLY], 1);

@@ -204,8 +204,8 @@ int pm__lane_recv(pm__lane *l, pm__frame_hdr *h, const void **payload)
         const void *p;
         size_t len;
         int rc = pm__ring_peek(&l->rx, &p, &len);
-        if (rc == 0)
-            pm__ring_release(&l->rx); /* all read: hand the space back now */
+        if (rc == 0) /* all read: hand the space back now */
+            pm__ring_release(&l->rx);
         if (rc <= 0)
             return rc;
         /* Copy, then validate: everything below reads the private copy
@@ -250,7 +250,7 @@ int pm__lane_revoke(pm__lane *l)
      * last frame the peer published before it could no longer write. */
     int rc = pm__ring_beyond(&l->rx, 0);
     l->limit = rc < 0 ? l->rx.tail : l->rx.head_cache;
-    if (rc < 0)
+    if (rc < 0) /* broken: nothing more is read (the limit is the tail) */
         return rc;
     /* The bytes below the limit as they are now: whatever still maps the
      * lane (a worker's fork, a process it passed the fd to) may rewrite a
