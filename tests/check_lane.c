@@ -786,6 +786,38 @@ static void ws_assert_disarmed(const wait_set *w)
         ck_assert_uint_eq(atomic_load(&w->rx[k]->sh->cons_waiting), 0);
 }
 
+/* A peer process that sends "1" on lane k once told (a byte on *go_w)
+ * and once this end sleeps on the lane (its wait flag set): an event,
+ * not a delay. Its exit status is 0 when the send went. */
+static pid_t ws_peer_sends_once_asleep(const wait_set *w, int k, int *go_w)
+{
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__lane *a = ws_peer(w, k);
+        pm__frame_hdr h = msg_hdr(PM__FT_MSG, 0);
+        char x;
+        if (read(go[0], &x, 1) != 1)
+            _exit(2);
+        while (atomic_load(&a->tx.sh->cons_waiting) == 0)
+            usleep(100);
+        _exit(pm__lane_send(a, &h, "1", 1) == 0 ? 0 : 3);
+    }
+    close(go[0]);
+    *go_w = go[1];
+    return pid;
+}
+
+static void ws_peer_done(pid_t pid, int go_w)
+{
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(go_w);
+}
+
 START_TEST(test_wait_many)
 {
     wait_set w;
@@ -809,20 +841,9 @@ START_TEST(test_wait_many)
     ck_assert_int_eq(pm__lane_recv(w.l[2], &g, &p), 1);
     /* A peer process sends on lane 1 once this end is asleep on all three
      * (it sees the flag of its own lane set). */
-    int go[2];
-    ck_assert_int_eq(pipe(go), 0);
-    pid_t pid = pm_test_fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        pm__lane *a = ws_peer(&w, 1);
-        char x;
-        if (read(go[0], &x, 1) != 1)
-            _exit(2);
-        while (atomic_load(&a->tx.sh->cons_waiting) == 0)
-            usleep(100);
-        _exit(pm__lane_send(a, &h, "1", 1) == 0 ? 0 : 3);
-    }
-    ck_assert_int_eq(write(go[1], "g", 1), 1);
+    int go;
+    pid_t pid = ws_peer_sends_once_asleep(&w, 1, &go);
+    ck_assert_int_eq(write(go, "g", 1), 1);
     ck_assert_int_eq(pm__ring_wait_many(w.rx, 3, 30000), 1);
     ws_assert_disarmed(&w);
     ck_assert_int_eq(read(w.mine[1], &v, sizeof(v)), -1); /* drained */
@@ -830,9 +851,7 @@ START_TEST(test_wait_many)
     ck_assert_int_eq(pm__lane_recv(w.l[1], &g, &p), 1);
     ck_assert_mem_eq(p, "1", 1);
     ck_assert_int_eq(pm__lane_recv(w.l[2], &g, &p), 0);
-    int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ws_peer_done(pid, go);
     /* A ring the peer broke counts as ready: its read says so. */
     pm__lane *p0 = ws_peer(&w, 0);
     atomic_store(&p0->tx.sh->head, 3);
@@ -921,20 +940,9 @@ START_TEST(test_wait_edge)
         while (read(w.mine[k], &v, sizeof(v)) == sizeof(v))
             ;
     /* A peer process sends on lane 1 once this end sleeps. */
-    int go[2];
-    ck_assert_int_eq(pipe(go), 0);
-    pid_t pid = pm_test_fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        pm__lane *a = ws_peer(&w, 1);
-        char x;
-        if (read(go[0], &x, 1) != 1)
-            _exit(2);
-        while (atomic_load(&a->tx.sh->cons_waiting) == 0)
-            usleep(100);
-        _exit(pm__lane_send(a, &h, "1", 1) == 0 ? 0 : 3);
-    }
-    ck_assert_int_eq(write(go[1], "g", 1), 1);
+    int go;
+    pid_t pid = ws_peer_sends_once_asleep(&w, 1, &go);
+    ck_assert_int_eq(write(go, "g", 1), 1);
     nev = 99;
     ck_assert_int_eq(pm__ring_wait_edge(w.rx, 3, ep, 30000, ev, &nev), 1);
     ck_assert_int_eq(nev, 1);
@@ -942,11 +950,7 @@ START_TEST(test_wait_edge)
     ws_assert_disarmed(&w);
     ck_assert_int_eq(pm__lane_recv(w.l[1], &g, &p), 1);
     ck_assert_mem_eq(p, "1", 1);
-    int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    close(go[0]);
-    close(go[1]);
+    ws_peer_done(pid, go);
     /* Nothing: 0 on timeout, no doorbell given back. */
     nev = 99;
     ck_assert_int_eq(pm__ring_wait_edge(w.rx, 3, ep, 20, ev, &nev), 0);
