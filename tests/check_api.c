@@ -6204,6 +6204,36 @@ START_TEST(test_frame_recv_short_at_end)
 }
 END_TEST
 
+/* A channel larger than RLIMIT_FSIZE allows is refused -EFBIG before any
+ * memfd is sized: the supervisor makes every channel, and SIGXFSZ (left at
+ * its default here, which ends the process) must never reach it; a
+ * cluster's spawn says the same. Within the limit it is made. */
+START_TEST(test_channel_over_fsize)
+{
+    pm__channel_params cp = {.ring_cap = 1u << 20, .supervisor_pid = getpid(),
+                             .max_message = PM_MAX_PAYLOAD};
+    struct rlimit was, small;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &was), 0);
+    small = was;
+    small.rlim_cur = 64 * 1024;
+    pm__channel l;
+    pm__channel_zero(&l);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+    int rc = pm__channel_create(&l, 1, 1, &cp);
+    pm_cluster *c = NULL;
+    memset(role, 0, sizeof(role));
+    pm_options *o = role_opts(1);
+    int spawned = pm_cluster_spawn(o, &c);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &was), 0);
+    ck_assert_int_eq(rc, -EFBIG);
+    ck_assert_int_eq(spawned, -EFBIG);
+    ck_assert_ptr_null(c);
+    pm_options_free(o);
+    ck_assert_int_eq(pm__channel_create(&l, 1, 1, &cp), 0);
+    pm__channel_close(&l);
+}
+END_TEST
+
 /* A channel as a supervisor makes one, with a well-formed INIT for slot
  * in its down ring, and PROCMESH_NODE naming it: what pm_node_join needs. */
 static void channel_for_join(pm__channel *l, unsigned slot, const char *data)
@@ -6930,6 +6960,7 @@ int main(void)
     PM_ADD_TEST(s, test_send_after_stop, 30);
     PM_ADD_LOOP_TEST(s, test_init_decode_rows, 0, IR_ROWS, 30);
     PM_ADD_TEST(s, test_frame_recv_short_at_end, 30);
+    PM_ADD_TEST(s, test_channel_over_fsize, 30);
     PM_ADD_TEST(s, test_join_errors, 30);
     PM_ADD_TEST(s, test_ready_twice_and_calls_after_stop, 30);
     PM_ADD_TEST(s, test_default_permanently_down_line, 30);

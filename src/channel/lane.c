@@ -24,10 +24,15 @@ static unsigned char *ring_at(void *map, unsigned which)
 
 int pm__lane_create(int *fd_out)
 {
+    /* The supervisor makes lanes (hub_lane.c): past its RLIMIT_FSIZE the
+     * ftruncate below would raise SIGXFSZ, whose default action ends it
+     * (shm.c pm__memfd_size_ok: asked first, as every memfd's size). */
+    int rc = pm__memfd_size_ok(PM__LANE_SIZE);
+    if (rc < 0)
+        return rc;
     int fd = pm__memfd_new("procmesh-lane");
     if (fd < 0)
         return fd;
-    int rc;
     if (ftruncate(fd, (off_t)PM__LANE_SIZE) < 0) {
         rc = -errno;
         goto fail;

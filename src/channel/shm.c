@@ -79,6 +79,10 @@ int pm__shm_create(const char *name, size_t size, int *fd_out, void **map_out)
 
     if (size == 0 || size % pm__page_size() != 0)
         return -EINVAL;
+    /* Asked first: the supervisor makes every channel, and past its
+     * RLIMIT_FSIZE the ftruncate below would end it with SIGXFSZ. */
+    if ((err = pm__memfd_size_ok(size)) < 0)
+        return err;
     fd = pm__memfd_new(name);
     if (fd < 0)
         return fd;
