@@ -6195,6 +6195,9 @@ START_TEST(test_frame_recv_short_at_end)
     memset(&e, 0, sizeof(e));
     e.type = PM__FT_MSG;
     e.dst = 4;
+    static const char any[1];
+    ck_assert_int_eq(pm__frame_send(&prod, &e, any, SIZE_MAX), -EMSGSIZE); /* no wrap */
+    ck_assert_int_eq(pm__frame_send(&prod, &e, any, (size_t)UINT32_MAX), -EMSGSIZE);
     ck_assert_int_eq(pm__frame_send(&prod, &e, NULL, 0), 0);
     ck_assert_int_eq(pm__frame_recv(&cons, 1024, &h, &payload), 1);
     ck_assert_uint_eq(h.type, PM__FT_MSG);

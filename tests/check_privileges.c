@@ -1220,7 +1220,7 @@ END_TEST
 struct hook_counts {
     int rule_calls, export_seen, export_calls;
     int probe_open; /* export_probe_fd was open in the build's child */
-    int kicked;     /* the child signalled its parent inside its wait */
+    int kicked;     /* the test signalled the build's process in its wait */
 };
 
 static struct hook_counts *hook_counts(void)
@@ -1278,33 +1278,9 @@ static long export_unname = -1; /* a call number no jump may compare with */
 static int export_unself;       /* no jump may compare with the pid stand-in */
 static int export_plant_end;    /* a return of the stand-in's value after the program */
 static int export_die;          /* the child exits at once: no verdict */
-static int export_kick;         /* the child signals its parent once it waits in poll */
+static int export_hold;         /* the child waits for hook_counts()->kicked to go on */
 static int export_probe_fd = -1; /* an fd whose being open in the child is recorded */
 
-/* The build's child, once its parent waits for the verdict (its
- * /proc/PID/syscall names poll: an event, not a delay), sends it SIGUSR1;
- * kicked records that it did. */
-static void kick_parent_in_poll(void)
-{
-    char path[64], line[128];
-    snprintf(path, sizeof(path), "/proc/%d/syscall", (int)getppid());
-    for (int tries = 0; tries < 100000; tries++) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return;
-        ssize_t n = read(fd, line, sizeof(line) - 1);
-        close(fd);
-        if (n > 0) {
-            line[n] = '\0';
-            long nr = strtol(line, NULL, 10);
-            if (nr == SYS_poll || nr == SYS_ppoll) {
-                hook_counts()->kicked = kill(getppid(), SIGUSR1) == 0;
-                return;
-            }
-        }
-        usleep(100);
-    }
-}
 
 /* Rewrites the constant of every jump of the exported program that
  * compares with from (call number or argument alike) into to. */
@@ -1332,8 +1308,9 @@ static int odd_export(const scmp_filter_ctx ctx, int fd)
     export_calls++;
     if (export_probe_fd >= 0)
         hook_counts()->probe_open = fcntl(export_probe_fd, F_GETFD) >= 0;
-    if (export_kick)
-        kick_parent_in_poll();
+    if (export_hold) /* until the test has signalled the build's process */
+        for (int i = 0; i < 600000 && !hook_counts()->kicked; i++)
+            usleep(100);
     if (export_die)
         _exit(0); /* dead before its verdict, as a crash in libseccomp */
     if (export_rc != 0)
@@ -1389,7 +1366,7 @@ static void odd_exports(int on)
 {
     SWAP_SECCOMP_FN(seccomp_export_bpf, real_export, odd_export, on);
     export_rc = export_plant = export_eintr = export_unself = 0;
-    export_plant_end = export_die = export_kick = 0;
+    export_plant_end = export_die = export_hold = 0;
     export_probe_fd = -1;
     hook_counts()->probe_open = hook_counts()->kicked = 0;
     export_seen = export_calls = 0; /* and maps the counts before any build's child */
@@ -1848,27 +1825,39 @@ START_TEST(test_seccomp_build_child)
         ck_assert_int_eq(build_len(level, &len), -EPROTO);
     export_die = export_eintr = 0;
 
-    struct sigaction sa, old_usr1;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_usr1;
-    sigemptyset(&sa.sa_mask);
-    ck_assert_int_eq(sigaction(SIGUSR1, &sa, &old_usr1), 0);
-    usr1_seen = 0;
-    export_kick = 1;
-    int rc = build_len(PM_SECCOMP_STRICT, &len);
-    export_kick = 0;
-    ck_assert_int_eq(sigaction(SIGUSR1, &old_usr1, NULL), 0);
-    ck_assert_int_eq(hook_counts()->kicked, 1); /* sent while the parent was in poll */
-    ck_assert_int_eq(usr1_seen, 1);
-    ck_assert_int_eq(rc, 0);
-    ck_assert_uint_eq(len, natural);
+    /* The build in a child of the test, which signals it once it waits
+     * in poll (/proc/PID/syscall), while the export waits for that. */
+    export_hold = 1;
+    hook_counts()->kicked = 0;
+    pid_t kid = pm_test_fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_usr1;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGUSR1, &sa, NULL) != 0)
+            _exit(2);
+        usr1_seen = 0;
+        pm__seccomp_prog kp;
+        int krc = pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &kp);
+        _exit(krc == 0 && kp.len == natural && usr1_seen == 1 ? 0 : krc < 0 ? 3 : 4);
+    }
+    static const long polls[] = {SYS_poll, SYS_ppoll};
+    int k = pm_test_signal_when_in(kid, polls, PM__ARRAY_SIZE(polls));
+    hook_counts()->kicked = 1; /* the export goes on, whatever happened */
+    int st;
+    ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+    export_hold = 0;
+    ck_assert_msg(k == 0, "the build was not seen waiting in poll: %s", strerror(-k));
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the build signalled in its wait: status %#x", st);
 
     struct sigaction ign, old_chld;
     memset(&ign, 0, sizeof(ign));
     ign.sa_handler = SIG_IGN;
     sigemptyset(&ign.sa_mask);
     ck_assert_int_eq(sigaction(SIGCHLD, &ign, &old_chld), 0);
-    rc = build_len(PM_SECCOMP_STRICT, &len);
+    int rc = build_len(PM_SECCOMP_STRICT, &len);
     ck_assert_int_eq(sigaction(SIGCHLD, &old_chld, NULL), 0);
     ck_assert_int_eq(rc, 0);
     ck_assert_uint_eq(len, natural);
@@ -1897,24 +1886,31 @@ START_TEST(test_seccomp_build_child)
 }
 END_TEST
 
-/* fd n moved out of the way (to 100 or above), or -1 if it was not open. */
+/* fd n moved out of the way (to 100 or above, close-on-exec kept), -1 if
+ * it was not open, -2 if it could not be moved. No assertion: fd 3 may be
+ * Check's own while it is away. */
 static int fd_aside(int n)
 {
-    if (fcntl(n, F_GETFD) < 0)
+    int fl = fcntl(n, F_GETFD);
+    if (fl < 0)
         return -1;
-    int at = fcntl(n, F_DUPFD_CLOEXEC, 100);
-    ck_assert_int_ge(at, 100);
+    int at = fcntl(n, (fl & FD_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 100);
+    if (at < 0)
+        return -2;
     close(n);
     return at;
 }
 
-static void fd_back(int n, int at)
+/* fd n given back what fd_aside moved (nothing if it was not open). 0, or
+ * -1 when it could not be. */
+static int fd_back(int n, int at)
 {
     close(n);
-    if (at >= 0) {
-        ck_assert_int_eq(dup2(at, n), n);
-        close(at);
-    }
+    if (at < 0)
+        return at == -1 ? 0 : -1;
+    int rc = dup3(at, n, (fcntl(at, F_GETFD) & FD_CLOEXEC) ? O_CLOEXEC : 0) == n ? 0 : -1;
+    close(at);
+    return rc;
 }
 
 /*
@@ -1923,8 +1919,9 @@ static void fd_back(int n, int at)
  * worker's pipe say, is not kept from its EOF by it, wherever it is: alone
  * below the memfd (fd 3, the memfd at 4: the span to close is one fd), or
  * above the pipe. A secret pipe's read end at fd 3 and at 100 or above;
- * the hook in the child looks at each. The layout is made and undone
- * before any assertion (fd 3 may be Check's own).
+ * the hook in the child looks at each. Nothing is asserted while the
+ * layout stands (fd 3 may be Check's own): it is made, the build runs,
+ * it is undone, then the results are asserted.
  */
 START_TEST(test_seccomp_build_child_fds)
 {
@@ -1940,25 +1937,25 @@ START_TEST(test_seccomp_build_child_fds)
     close(sp[0]);
     close(sp[1]);
     odd_exports(1);
-    int open_at[2] = {-1, -1}, rc[2] = {0, 0};
-    unsigned len;
-    const int probes[2] = {3, 0};
+    int open_at[2] = {-2, -2}, rc[2] = {0, 0}, undone[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
         int saved3 = fd_aside(3), saved4 = fd_aside(4);
-        int placed = dup2(high, 3) == 3;
-        int layout = placed && fcntl(4, F_GETFD) < 0;
-        export_probe_fd = probes[k] == 3 ? 3 : high;
+        int layout = saved3 != -2 && saved4 != -2 && dup2(high, 3) == 3 && fcntl(4, F_GETFD) < 0;
+        export_probe_fd = k == 0 ? 3 : high;
         hook_counts()->probe_open = -1;
-        if (layout)
-            rc[k] = build_len(PM_SECCOMP_STRICT, &len);
-        open_at[k] = layout ? hook_counts()->probe_open : -2;
-        fd_back(4, saved4);
-        fd_back(3, saved3);
+        if (layout) {
+            pm__seccomp_prog prog;
+            rc[k] = pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &prog);
+            pm__seccomp_free(&prog);
+            open_at[k] = hook_counts()->probe_open;
+        }
+        undone[k] = fd_back(4, saved4) == 0 && fd_back(3, saved3) == 0;
     }
     odd_exports(0);
     close(high);
     close(high_w);
     for (int k = 0; k < 2; k++) {
+        ck_assert_msg(undone[k], "fds 3 and 4 not given back");
         ck_assert_msg(open_at[k] != -2, "could not put the secret at fd 3 with fd 4 free");
         ck_assert_int_eq(rc[k], 0);
         ck_assert_msg(open_at[k] == 0, "the build's child held the secret's fd %s open (%d)",
@@ -1999,6 +1996,36 @@ START_TEST(test_seccomp_rule_refused)
 END_TEST
 #endif
 
+/* A filter of the test's own answering one call with errno e (Check's
+ * fork: the filter ends with the test). */
+static void deny_call_with(long nr, int e)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((uint32_t)e & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)ARRAY_LEN(f), f};
+    ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+    ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+}
+
+/* A build where memfd_create is refused (a kernel before 3.17, or a
+ * container's policy): the kernel's error, ENOSYS, with no child made to
+ * export into nothing. */
+START_TEST(test_seccomp_build_no_memfd)
+{
+    ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
+    deny_call_with(SYS_memfd_create, ENOSYS);
+    pm__seccomp_prog p;
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
+        ck_assert_int_eq(pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p), -ENOSYS);
+        ck_assert_ptr_null(p.insns);
+    }
+}
+END_TEST
+
 /*
  * Where the kernel has no Landlock signal scope (before 6.12, or landlock
  * not in lsm=), basic workers get the pins alone (seccomp_filter.c, the
@@ -2010,15 +2037,7 @@ END_TEST
  */
 START_TEST(test_seccomp_scope_without_landlock)
 {
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 444 /* landlock_create_ruleset */, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {(unsigned short)ARRAY_LEN(f), f};
-    ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-    ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+    deny_call_with(444 /* landlock_create_ruleset */, ENOSYS);
     ck_assert_int_eq(pm__landlock_signal_scope_available(), 0);
     pm__seccomp_prog p;
     ck_assert_int_eq(pm__seccomp_build(PM_SECCOMP_BASIC, PM_SECCOMP_ERRNO, getpid(), &p), 0);
@@ -2427,6 +2446,7 @@ int main(void)
 #endif
         PM_ADD_TEST(s, test_seccomp_basic_every_denied, 0);
         PM_ADD_TEST(s, test_seccomp_scope_without_landlock, 0);
+        PM_ADD_TEST(s, test_seccomp_build_no_memfd, 0);
         PM_ADD_LOOP_TEST(s, test_seccomp_every_path, 0, (int)ARRAY_LEN(move_levels), 0);
     }
     int landlock = pm__landlock_signal_scope_available();

@@ -376,6 +376,38 @@ static inline pid_t pm_test_fork(void)
     return pid;
 }
 
+/* Sends SIGUSR1 to child pid once it sleeps in one of the system calls
+ * nrs, as its /proc/PID/syscall shows (an event, not a delay: the first
+ * field is the call's number while the task sleeps in it, "running"
+ * otherwise). Read by the parent, which Yama's ptrace scope allows where
+ * a child reading its parent's would not be. 0, or -errno when the file
+ * cannot be read (a kernel without it) or after some 60 s without the
+ * call (-ETIMEDOUT). */
+static inline int pm_test_signal_when_in(pid_t pid, const long *nrs, size_t n)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+    for (int tries = 0; tries < 600000; tries++) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return -errno;
+        ssize_t k = read(fd, line, sizeof(line) - 1);
+        int e = errno;
+        close(fd);
+        if (k < 0)
+            return -e;
+        line[k] = '\0';
+        if (line[0] >= '0' && line[0] <= '9') {
+            long nr = strtol(line, NULL, 10);
+            for (size_t i = 0; i < n; i++)
+                if (nr == nrs[i])
+                    return kill(pid, SIGUSR1) == 0 ? 0 : -errno;
+        }
+        usleep(100);
+    }
+    return -ETIMEDOUT;
+}
+
 /* The suite marks every process it starts with PM_TEST_RUN in the
  * environment (Makefile.am, AM_TESTS_ENVIRONMENT), so tests/leftovers.sh
  * can find any that outlived it. A test that execs with an environment of

@@ -46,6 +46,10 @@ PM__READY_TEXT int pm__init_decode(const void *buf, size_t size, pm__init_msg *m
 
 PM__READY_TEXT int pm__frame_send(pm__ring *r, const pm__frame_hdr *h, const void *payload, size_t len)
 {
+    /* The header's length field is 32 bits, and the sum below must not
+     * wrap: no ring takes a frame that long anyway. */
+    if (len > UINT32_MAX - PM__FRAME_HDR_SIZE)
+        return -EMSGSIZE;
     void *p;
     int rc = pm__ring_reserve(r, PM__FRAME_HDR_SIZE + len, &p);
     if (rc < 0)

@@ -581,7 +581,9 @@ static int export_in_child(int level, uint32_t act, int fd)
         pm__close(p[0]);
         build_child_setup(parent, fd, p[1]);
         int32_t v = libseccomp_export(level, act, fd);
-        /* No EINTR: every signal is blocked in the child. */
+        /* Not retried on EINTR: 4 bytes into a fresh pipe nobody else
+         * writes never wait for room, so nothing can interrupt the write
+         * (and a reader gone is EPIPE, SIGPIPE blocked here). */
         ssize_t w = write(p[1], &v, sizeof(v));
         _exit(w == (ssize_t)sizeof(v) ? 0 : 1);
     }
