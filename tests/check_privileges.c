@@ -1886,6 +1886,47 @@ START_TEST(test_seccomp_build_child)
 }
 END_TEST
 
+/* libseccomp's seccomp_syscall_resolve_name, not knowing one name (as
+ * an older libseccomp does not know a newer call, or an architecture
+ * lacks it): the name in unknown_name, __NR_SCMP_ERROR for it. */
+#pragma push_macro("seccomp_syscall_resolve_name")
+#undef seccomp_syscall_resolve_name
+static __typeof__(seccomp_syscall_resolve_name) *real_resolve;
+static const char *unknown_name;
+
+static int odd_resolve(const char *name)
+{
+    return unknown_name != NULL && strcmp(name, unknown_name) == 0 ? __NR_SCMP_ERROR
+                                                                  : real_resolve(name);
+}
+
+/* A rule whose call libseccomp cannot name is left out everywhere alike:
+ * not added to the filter (nothing to deny), not among the rules the
+ * export must show (pm__seccomp_named_rules, whose count drops by one and
+ * which names no call 0 for it), and the build goes through. */
+START_TEST(test_seccomp_unknown_name)
+{
+    ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
+    pm__seccomp_named all[PM__SECCOMP_NAMED_MAX], fewer[PM__SECCOMP_NAMED_MAX];
+    int n = pm__seccomp_named_rules(PM_SECCOMP_BASIC, all, PM__ARRAY_SIZE(all));
+    ck_assert_int_gt(n, 3);
+    ck_assert_int_eq(all[0].nr, SYS_ptrace);
+    unknown_name = "ptrace";
+    SWAP_SECCOMP_FN(seccomp_syscall_resolve_name, real_resolve, odd_resolve, 1);
+    int m = pm__seccomp_named_rules(PM_SECCOMP_BASIC, fewer, PM__ARRAY_SIZE(fewer));
+    pm__seccomp_prog p;
+    int rc = pm__seccomp_build(PM_SECCOMP_BASIC, PM_SECCOMP_ERRNO, getpid(), &p);
+    SWAP_SECCOMP_FN(seccomp_syscall_resolve_name, real_resolve, odd_resolve, 0);
+    unknown_name = NULL;
+    ck_assert_int_eq(m, n - 1);
+    for (int i = 0; i < m; i++)
+        ck_assert_int_ne(fewer[i].nr, 0);
+    ck_assert_int_eq(rc, 0);
+    pm__seccomp_free(&p);
+}
+END_TEST
+#pragma pop_macro("seccomp_syscall_resolve_name")
+
 /* fd n moved out of the way (to 100 or above, close-on-exec kept), -1 if
  * it was not open, -2 if it could not be moved. No assertion: fd 3 may be
  * Check's own while it is away. */
@@ -1996,20 +2037,61 @@ START_TEST(test_seccomp_rule_refused)
 END_TEST
 #endif
 
-/* A filter of the test's own answering one call with errno e (Check's
- * fork: the filter ends with the test). */
-static void deny_call_with(long nr, int e)
+/* A filter of the test's own returning ret for one call (Check's fork:
+ * the filter ends with the test). */
+static void filter_call(long nr, uint32_t ret)
 {
     struct sock_filter f[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((uint32_t)e & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, ret),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog prog = {(unsigned short)ARRAY_LEN(f), f};
     ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
     ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
 }
+
+static void deny_call_with(long nr, int e)
+{
+    filter_call(nr, SECCOMP_RET_ERRNO | ((uint32_t)e & SECCOMP_RET_DATA));
+}
+
+static volatile sig_atomic_t kill_traps;
+
+static void on_sigsys(int sig)
+{
+    (void)sig;
+    kill_traps++;
+}
+
+/* The build's child reaped by someone else once its verdict is in
+ * (SIGCHLD ignored: the kernel reaps it; a PID-1 cluster's reaper may):
+ * its pid may be anyone's by then, so the build sends no signal to it
+ * (seccomp_filter.c: the kill is for a child that hung, or whose verdict
+ * could not be read). Every kill() of the test's is trapped and counted. */
+START_TEST(test_seccomp_build_no_stray_kill)
+{
+    ck_assert_int_eq(pm__dep_load(PM__DEP_SECCOMP, NULL, 0), 0);
+    struct sigaction sa, ign;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigsys;
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGSYS, &sa, NULL), 0);
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    ck_assert_int_eq(sigaction(SIGCHLD, &ign, NULL), 0);
+    filter_call(SYS_kill, SECCOMP_RET_TRAP);
+    kill_traps = 0;
+    for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
+        pm__seccomp_prog p;
+        ck_assert_int_eq(pm__seccomp_build(level, PM_SECCOMP_ERRNO, getpid(), &p), 0);
+        pm__seccomp_free(&p);
+    }
+    ck_assert_int_eq(kill_traps, 0);
+}
+END_TEST
 
 /* A build where memfd_create is refused (a kernel before 3.17, or a
  * container's policy): the kernel's error, ENOSYS, with no child made to
@@ -2438,6 +2520,7 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_export_checked, 0);
         PM_ADD_TEST(s, test_seccomp_build_child, 0);
         PM_ADD_TEST(s, test_seccomp_build_child_fds, 0);
+        PM_ADD_TEST(s, test_seccomp_unknown_name, 0);
 #else
         fprintf(stderr, "check_privileges: libseccomp linked directly (--disable-lazy-deps): "
                         "test_seccomp_rule_refused, test_seccomp_export_checked and "
@@ -2447,6 +2530,7 @@ int main(void)
         PM_ADD_TEST(s, test_seccomp_basic_every_denied, 0);
         PM_ADD_TEST(s, test_seccomp_scope_without_landlock, 0);
         PM_ADD_TEST(s, test_seccomp_build_no_memfd, 0);
+        PM_ADD_TEST(s, test_seccomp_build_no_stray_kill, 0);
         PM_ADD_LOOP_TEST(s, test_seccomp_every_path, 0, (int)ARRAY_LEN(move_levels), 0);
     }
     int landlock = pm__landlock_signal_scope_available();
