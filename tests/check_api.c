@@ -5822,9 +5822,14 @@ START_TEST(test_hello_each_condition)
                       hello_rows[_i].arg ? hello_rows[_i].arg : "",
                       find(PM_EVENT_FENCED, 0, 0)->reason, hello_rows[_i].reason);
         ck_assert_uint_eq(find(PM_EVENT_FENCED, 0, 0)->inc, 2);
-        /* Never ready again, but the row whose fault comes after READY. */
-        ck_assert_int_eq(count(PM_EVENT_READY, 0),
-                         strcmp(hello_rows[_i].mode, "hello-twice") == 0 ? 2 : 1);
+        /* The fenced incarnation (2) was never ready, but in the row
+         * whose fault comes after READY. Counted for incarnation 2 only:
+         * the next one may be ready already (the slot restarts at once),
+         * which is the machine's speed, not the rule. */
+        int ready2 = 0;
+        for (int k = 0; find(PM_EVENT_READY, 0, k) != NULL; k++)
+            ready2 += find(PM_EVENT_READY, 0, k)->inc == 2;
+        ck_assert_int_eq(ready2, strcmp(hello_rows[_i].mode, "hello-twice") == 0);
     }
     /* Let the budget settle before stopping (terminate's 1 on a slot
      * mid-restart). */

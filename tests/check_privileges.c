@@ -1852,6 +1852,37 @@ START_TEST(test_seccomp_build_child)
     ck_assert_msg(k == 0, "the build was not seen waiting in poll: %s", strerror(-k));
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the build signalled in its wait: status %#x", st);
 
+    /* poll itself failing (EINVAL: the build's RLIMIT_NOFILE lowered
+     * below the one fd it polls, then a signal makes it poll again): the
+     * build fails with that error, at once, its child killed. */
+    export_hold = 1;
+    hook_counts()->kicked = 0;
+    kid = pm_test_fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_usr1;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGUSR1, &sa, NULL) != 0)
+            _exit(2);
+        pm__seccomp_prog kp;
+        int krc = pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &kp);
+        _exit(krc == -EINVAL ? 0 : krc == 0 ? 3 : 4);
+    }
+    k = pm_test_wait_in(kid, polls, PM__ARRAY_SIZE(polls));
+    struct rlimit none = {0, 0};
+    int limited = k == 0 && getrlimit(RLIMIT_NOFILE, &none) == 0 &&
+                  prlimit(kid, RLIMIT_NOFILE, &(struct rlimit){0, none.rlim_max}, NULL) == 0;
+    if (k == 0)
+        kill(kid, SIGUSR1);
+    hook_counts()->kicked = 1;
+    ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+    export_hold = 0;
+    ck_assert_msg(k == 0, "the build was not seen waiting in poll: %s", strerror(-k));
+    ck_assert(limited);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the build whose poll failed: status %#x", st);
+
     struct sigaction ign, old_chld;
     memset(&ign, 0, sizeof(ign));
     ign.sa_handler = SIG_IGN;

@@ -376,14 +376,13 @@ static inline pid_t pm_test_fork(void)
     return pid;
 }
 
-/* Sends SIGUSR1 to child pid once it sleeps in one of the system calls
- * nrs, as its /proc/PID/syscall shows (an event, not a delay: the first
- * field is the call's number while the task sleeps in it, "running"
- * otherwise). Read by the parent, which Yama's ptrace scope allows where
- * a child reading its parent's would not be. 0, or -errno when the file
- * cannot be read (a kernel without it) or after some 60 s without the
- * call (-ETIMEDOUT). */
-static inline int pm_test_signal_when_in(pid_t pid, const long *nrs, size_t n)
+/* Waits until child pid sleeps in one of the system calls nrs, as its
+ * /proc/PID/syscall shows (an event, not a delay: the first field is the
+ * call's number while the task sleeps in it, "running" otherwise). Read
+ * by the parent, which Yama's ptrace scope allows where a child reading
+ * its parent's would not be. 0, or -errno when the file cannot be read (a
+ * kernel without it) or after some 60 s without the call (-ETIMEDOUT). */
+static inline int pm_test_wait_in(pid_t pid, const long *nrs, size_t n)
 {
     char path[64], line[128];
     snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
@@ -401,11 +400,20 @@ static inline int pm_test_signal_when_in(pid_t pid, const long *nrs, size_t n)
             long nr = strtol(line, NULL, 10);
             for (size_t i = 0; i < n; i++)
                 if (nr == nrs[i])
-                    return kill(pid, SIGUSR1) == 0 ? 0 : -errno;
+                    return 0;
         }
         usleep(100);
     }
     return -ETIMEDOUT;
+}
+
+/* The same, then SIGUSR1 to it. */
+static inline int pm_test_signal_when_in(pid_t pid, const long *nrs, size_t n)
+{
+    int rc = pm_test_wait_in(pid, nrs, n);
+    if (rc == 0 && kill(pid, SIGUSR1) != 0)
+        rc = -errno;
+    return rc;
 }
 
 /* The suite marks every process it starts with PM_TEST_RUN in the
