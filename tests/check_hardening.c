@@ -9,6 +9,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 #include "os/notify.h" /* pm__notify_random: the seam for a predictable name */
 #include "os/fds.h"    /* pm__cloexec_proc_fds */
@@ -237,6 +239,89 @@ static int exec_with_high_fd(int high, rlim_t limit, int mark)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* fd's close-on-exec flag: 1 set, 0 not, -1 not open. */
+static int cloexec_of(int fd)
+{
+    int fl = fcntl(fd, F_GETFD);
+    return fl < 0 ? -1 : (fl & FD_CLOEXEC) != 0;
+}
+
+/*
+ * The fallback's walk of /proc/self/fd (fds.c pm__cloexec_proc_fds), on
+ * fds of the test's, each case alone: every open fd at or above first is
+ * marked (first itself, names with a 0 in them: 10, 30, 100), none below
+ * it; the directory may take fd 0 (a process without stdin); no fd for
+ * the directory (RLIMIT_NOFILE at the lowest free one) is the kernel's
+ * -EMFILE. And the whole chain (pm__cloexec_from) marks them through
+ * /proc where close_range is refused (a kernel before 5.11: a filter of a
+ * child's own answers ENOSYS).
+ */
+START_TEST(test_cloexec_walk_rows)
+{
+    int src = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(src, 0);
+    static const int at[] = {10, 15, 20, 30, 100};
+    for (size_t i = 0; i < ARRAY_LEN(at); i++)
+        ck_assert_int_eq(dup2(src, at[i]), at[i]); /* dup2: close-on-exec off */
+    ck_assert_int_eq(pm__cloexec_proc_fds(20), 0);
+    ck_assert_int_eq(cloexec_of(10), 0);
+    ck_assert_int_eq(cloexec_of(15), 0);
+    ck_assert_int_eq(cloexec_of(20), 1);
+    ck_assert_int_eq(cloexec_of(30), 1);
+    ck_assert_int_eq(cloexec_of(100), 1);
+    ck_assert_int_eq(pm__cloexec_proc_fds(5), 0);
+    ck_assert_int_eq(cloexec_of(10), 1);
+
+    int saved_in = fcntl(0, F_DUPFD_CLOEXEC, 200);
+    ck_assert_int_ge(saved_in, 200);
+    ck_assert_int_eq(dup2(src, 40), 40);
+    close(0);
+    int rc = pm__cloexec_proc_fds(40); /* its directory at fd 0 */
+    int at0 = fcntl(0, F_GETFD) >= 0;
+    ck_assert_int_eq(dup2(saved_in, 0), 0);
+    close(saved_in);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(at0, 0); /* closed again */
+    ck_assert_int_eq(cloexec_of(40), 1);
+
+    int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(lowest, 0);
+    close(lowest);
+    struct rlimit was, now;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+    now = was;
+    now.rlim_cur = (rlim_t)lowest;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &now), 0);
+    rc = pm__cloexec_proc_fds(3);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+    ck_assert_int_eq(rc, -EMFILE);
+
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct sock_filter f[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 436 /* close_range */, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog prog = {(unsigned short)ARRAY_LEN(f), f};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+            prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0 || dup2(src, 50) != 50 ||
+            dup2(src, 44) != 44)
+            _exit(10);
+        pm__cloexec_from(45);
+        _exit(cloexec_of(50) == 1 && cloexec_of(44) == 0 ? 0 : 1);
+    }
+    int status = pm_test_reap(pid, 20000);
+    ck_assert_msg(status == 0, "close_range refused: status %#x", status);
+    for (size_t i = 0; i < ARRAY_LEN(at); i++)
+        close(at[i]);
+    close(40);
+    close(src);
+}
+END_TEST
+
 START_TEST(test_cloexec_fallback_above_65536)
 {
     /* The fallback for kernels without close_range covers every open fd:
@@ -278,5 +363,6 @@ int main(void)
     PM_ADD_TEST(s, test_notify_name_taken_not_charged, 60);
     PM_ADD_TEST(s, test_exec_env_without_procmesh_vars, 60);
     PM_ADD_TEST(s, test_cloexec_fallback_above_65536, 60);
+    PM_ADD_TEST(s, test_cloexec_walk_rows, 60);
     return pm_test_main(s);
 }
