@@ -983,6 +983,44 @@ START_TEST(test_ahead)
 }
 END_TEST
 
+/* A pair prepared before a fork serves neither process twice: the child
+ * (a fork-mode worker, or any fork of the supervisor) forgets the parent's
+ * prepared pair and makes its own, so the two never send the same e
+ * (Noise: an ephemeral key serves one handshake). The child's e comes
+ * back through a pipe; the parent's next e, from its prepared pair. */
+START_TEST(test_ahead_fork_forgets)
+{
+    ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__noise_hs *hs;
+        unsigned char e[32], msg[256];
+        size_t len;
+        int bad = pm__noise_hs_new(&hs, XXPSK3, 1, "", 0, NULL) != 0 ||
+                  pm_test_noise_set_static(hs, key_i) != 0 || pm__noise_hs_set_psk(hs, 0, psk_a) != 0 ||
+                  pm__noise_write_message(hs, NULL, 0, msg, sizeof(msg), &len) != 0;
+        if (!bad)
+            memcpy(e, msg, 32);
+        _exit(bad || write(p[1], e, 32) != 32 ? 1 : 0);
+    }
+    close(p[1]);
+    unsigned char child_e[32], mine[32];
+    ssize_t got = read(p[0], child_e, 32);
+    int status = pm_test_reap(pid, 20000);
+    close(p[0]);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's handshake: status %#x",
+                  status);
+    ck_assert_int_eq(got, 32);
+    pm__noise_hs *hs;
+    first_e(&hs, 0, mine);
+    ck_assert_msg(memcmp(mine, child_e, 32) != 0, "a fork child sent its parent's prepared e");
+    pm__noise_hs_free(hs);
+}
+END_TEST
+
 /* ------------------------------------------------------------ measurements */
 
 static int cmp_u64(const void *a, const void *b)
@@ -1076,6 +1114,7 @@ int main(void)
     PM_ADD_TEST(s, test_rekey, 30);
     PM_ADD_TEST(s, test_fork_secrets, 30);
     PM_ADD_TEST(s, test_ahead, 60);
+    PM_ADD_TEST(s, test_ahead_fork_forgets, 60);
     PM_ADD_TEST(s, test_bench, 120);
     return pm_test_main(s);
 }
