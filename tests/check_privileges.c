@@ -1221,6 +1221,7 @@ struct hook_counts {
     int rule_calls, export_seen, export_calls;
     int probe_open; /* export_probe_fd was open in the build's child */
     int kicked;     /* the test signalled the build's process in its wait */
+    int usr1;       /* SIGUSR1s the build's process handled */
 };
 
 static struct hook_counts *hook_counts(void)
@@ -1774,6 +1775,7 @@ static void on_usr1(int sig)
 {
     (void)sig;
     usr1_seen++;
+    hook_counts()->usr1++; /* mapped before any fork: no allocation here */
 }
 
 /*
@@ -1828,7 +1830,7 @@ START_TEST(test_seccomp_build_child)
     /* The build in a child of the test, which signals it once it waits
      * in poll (/proc/PID/syscall), while the export waits for that. */
     export_hold = 1;
-    hook_counts()->kicked = 0;
+    hook_counts()->kicked = hook_counts()->usr1 = 0;
     pid_t kid = pm_test_fork();
     ck_assert_int_ge(kid, 0);
     if (kid == 0) {
@@ -1845,7 +1847,14 @@ START_TEST(test_seccomp_build_child)
     }
     static const long polls[] = {SYS_poll, SYS_ppoll};
     int k = pm_test_signal_when_in(kid, polls, PM__ARRAY_SIZE(polls));
-    hook_counts()->kicked = 1; /* the export goes on, whatever happened */
+    /* The export goes on only once the signal was handled (poll said
+     * EINTR: nothing else could wake it) and the build polls again, so
+     * that the verdict cannot come first. */
+    for (int i = 0; k == 0 && i < 600000 && hook_counts()->usr1 == 0; i++)
+        usleep(100);
+    if (k == 0)
+        k = pm_test_wait_in(kid, polls, PM__ARRAY_SIZE(polls));
+    hook_counts()->kicked = 1;
     int st;
     ck_assert_int_eq(waitpid(kid, &st, 0), kid);
     export_hold = 0;
@@ -1874,10 +1883,15 @@ START_TEST(test_seccomp_build_child)
     struct rlimit none = {0, 0};
     int limited = k == 0 && getrlimit(RLIMIT_NOFILE, &none) == 0 &&
                   prlimit(kid, RLIMIT_NOFILE, &(struct rlimit){0, none.rlim_max}, NULL) == 0;
-    if (k == 0)
+    /* The export stays held (no verdict can make poll readable first: a
+     * woken poll looks at its fds before its signal); the build kills its
+     * child once poll has failed. */
+    if (k == 0 && limited)
         kill(kid, SIGUSR1);
-    hook_counts()->kicked = 1;
+    else
+        kill(kid, SIGKILL);
     ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+    hook_counts()->kicked = 1;
     export_hold = 0;
     ck_assert_msg(k == 0, "the build was not seen waiting in poll: %s", strerror(-k));
     ck_assert(limited);
