@@ -9,8 +9,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 
 #include "os/notify.h" /* pm__notify_random: the seam for a predictable name */
 #include "os/fds.h"    /* pm__cloexec_proc_fds */
@@ -299,15 +297,8 @@ START_TEST(test_cloexec_walk_rows)
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        struct sock_filter f[] = {
-            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 436 /* close_range */, 0, 1),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        };
-        struct sock_fprog prog = {(unsigned short)ARRAY_LEN(f), f};
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-            prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0 || dup2(src, 50) != 50 ||
+        if (pm_test_filter_call(436 /* close_range */, SECCOMP_RET_ERRNO | ENOSYS) != 0 ||
+            dup2(src, 50) != 50 ||
             dup2(src, 44) != 44)
             _exit(10);
         pm__cloexec_from(45);

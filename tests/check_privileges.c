@@ -1778,6 +1778,28 @@ static void on_usr1(int sig)
     hook_counts()->usr1++; /* mapped before any fork: no allocation here */
 }
 
+/* A strict build in a child of the test, with a SIGUSR1 handler without
+ * SA_RESTART: it exits 0 when the build returned want (for 0: the program
+ * of natural length, the signal handled once), 3 or 4 otherwise. */
+static pid_t build_in_child(int want, unsigned natural)
+{
+    pid_t kid = pm_test_fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid != 0)
+        return kid;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_usr1;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGUSR1, &sa, NULL) != 0)
+        _exit(2);
+    usr1_seen = 0;
+    pm__seccomp_prog kp;
+    int krc = pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &kp);
+    int ok = krc == want && (want != 0 || (kp.len == natural && usr1_seen == 1));
+    _exit(ok ? 0 : krc == 0 ? 3 : 4);
+}
+
 /*
  * The build's child (seccomp_filter.c export_in_child) and its parent's
  * wait for the verdict, one way at a time, the others as they should be
@@ -1831,20 +1853,7 @@ START_TEST(test_seccomp_build_child)
      * in poll (/proc/PID/syscall), while the export waits for that. */
     export_hold = 1;
     hook_counts()->kicked = hook_counts()->usr1 = 0;
-    pid_t kid = pm_test_fork();
-    ck_assert_int_ge(kid, 0);
-    if (kid == 0) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = on_usr1;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(SIGUSR1, &sa, NULL) != 0)
-            _exit(2);
-        usr1_seen = 0;
-        pm__seccomp_prog kp;
-        int krc = pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &kp);
-        _exit(krc == 0 && kp.len == natural && usr1_seen == 1 ? 0 : krc < 0 ? 3 : 4);
-    }
+    pid_t kid = build_in_child(0, natural);
     static const long polls[] = {SYS_poll, SYS_ppoll};
     int k = pm_test_signal_when_in(kid, polls, PM__ARRAY_SIZE(polls));
     /* The export goes on only once the signal was handled (poll said
@@ -1866,19 +1875,7 @@ START_TEST(test_seccomp_build_child)
      * build fails with that error, at once, its child killed. */
     export_hold = 1;
     hook_counts()->kicked = 0;
-    kid = pm_test_fork();
-    ck_assert_int_ge(kid, 0);
-    if (kid == 0) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = on_usr1;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(SIGUSR1, &sa, NULL) != 0)
-            _exit(2);
-        pm__seccomp_prog kp;
-        int krc = pm__seccomp_build(PM_SECCOMP_STRICT, PM_SECCOMP_ERRNO, getpid(), &kp);
-        _exit(krc == -EINVAL ? 0 : krc == 0 ? 3 : 4);
-    }
+    kid = build_in_child(-EINVAL, natural);
     k = pm_test_wait_in(kid, polls, PM__ARRAY_SIZE(polls));
     struct rlimit none = {0, 0};
     int limited = k == 0 && getrlimit(RLIMIT_NOFILE, &none) == 0 &&
@@ -2082,24 +2079,10 @@ START_TEST(test_seccomp_rule_refused)
 END_TEST
 #endif
 
-/* A filter of the test's own returning ret for one call (Check's fork:
- * the filter ends with the test). */
-static void filter_call(long nr, uint32_t ret)
-{
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, ret),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {(unsigned short)ARRAY_LEN(f), f};
-    ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-    ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
-}
 
 static void deny_call_with(long nr, int e)
 {
-    filter_call(nr, SECCOMP_RET_ERRNO | ((uint32_t)e & SECCOMP_RET_DATA));
+    ck_assert_int_eq(pm_test_filter_call(nr, SECCOMP_RET_ERRNO | ((uint32_t)e & SECCOMP_RET_DATA)), 0);
 }
 
 static volatile sig_atomic_t kill_traps;
@@ -2127,7 +2110,7 @@ START_TEST(test_seccomp_build_no_stray_kill)
     ign.sa_handler = SIG_IGN;
     sigemptyset(&ign.sa_mask);
     ck_assert_int_eq(sigaction(SIGCHLD, &ign, NULL), 0);
-    filter_call(SYS_kill, SECCOMP_RET_TRAP);
+    ck_assert_int_eq(pm_test_filter_call(SYS_kill, SECCOMP_RET_TRAP), 0);
     kill_traps = 0;
     for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
         pm__seccomp_prog p;

@@ -22,6 +22,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stddef.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -374,6 +377,26 @@ static inline pid_t pm_test_fork(void)
     if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
         _exit(126);
     return pid;
+}
+
+/* A seccomp filter of the calling process's own returning ret for the
+ * call nr (SECCOMP_RET_ERRNO | e to fake a kernel without it, or
+ * SECCOMP_RET_TRAP), everything else allowed; no_new_privs set. 0 or
+ * -errno. For a test's own process (Check's fork: it ends with the test)
+ * or a child of it. */
+static inline int pm_test_filter_call(long nr, uint32_t ret)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, ret),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        return -errno;
+    return 0;
 }
 
 /* Waits until child pid sleeps in one of the system calls nrs, as its
