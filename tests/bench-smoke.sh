@@ -86,4 +86,20 @@ cat "$out"
 expect '^load average at start: ' '^request/reply round trip' '^  procmesh chachapoly  *[0-9]' \
     '^  procmesh null cipher  *[0-9]' '^  tcp ping-pong  *[0-9]' '^stream, 64 B' '^stream, 4096 B' \
     '^  tcp stream  *[0-9]' '^  CPU ns per frame' '^  XXpsk3 over TCP  *[0-9]' '^  XXpsk3 in memory, CPU  *[0-9]' '^idle linked pair' '^load average at end: '
+what="pm-bench restart --rounds 3 --row 1 --settle-ms 0"
+if ! timeout 120 "$bench" restart --rounds 3 --row 1 --settle-ms 0 >"$out" 2>&1; then
+    echo "FAIL: $what exited with an error" >&2
+    status=1
+fi
+cat "$out"
+expect '^restart: crash-to-ready latency, 3 rounds, backoff 0, 0 ms from ready to kill' \
+    '^  procmesh fork mode  *[0-9]' '^    phases p50 ms: kill->reaped'
+
+# A bad value is refused by name, and nothing runs.
+what="pm-bench restart --settle-ms 10001"
+if timeout 20 "$bench" restart --settle-ms 10001 >"$out" 2>&1; then
+    echo "FAIL: $what was accepted" >&2
+    status=1
+fi
+expect "^pm-bench: --settle-ms: '10001' is not a whole number in 0..10000"
 exit "$status"

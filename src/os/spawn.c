@@ -311,7 +311,10 @@ PM__READY_TEXT int pm__child_contain(const pm__spawn_req *r, int placed)
          * bootstrap, so nothing the worker starts is ever outside. The
          * byte is on the stack, not a string constant: a fork child's
          * first read of a read-only data page the fork did not map for it
-         * is a page fault (scrub.h). */
+         * is a page fault (scrub.h). Unless placed, this write waits for
+         * an RCU grace period (5-20 ms) when no migration happened for a
+         * grace period before (doc/design.md, "The cgroup join"): a fork
+         * child cannot be born in its leaf without leaving glibc's fork. */
         char zero = '0';
         long rc;
         if (!placed && (rc = pm__sys3(SYS_write, r->cg->procs_fd, &zero, 1)) < 0)

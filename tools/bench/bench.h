@@ -34,6 +34,7 @@ typedef struct bench_opts {
     unsigned pause_us; /* relay: the pause before each paused request, 0: none */
     unsigned max_n;    /* scale, spawn: the largest N measured (0: the default set) */
     unsigned row;      /* restart: only this row (1..), no baseline; 0: every row */
+    unsigned settle_ms; /* restart: the pause between a worker's ready and its kill */
 } bench_opts;
 
 /* Which options a subcommand takes. */
@@ -47,7 +48,8 @@ enum {
     OPT_CSV = 64,   /* --csv FILE: every figure also as a CSV row (csv_row) */
     OPT_PAUSE = 128, /* --pause-us P */
     OPT_MAX = 256,   /* --max N */
-    OPT_ROW = 512    /* --row K */
+    OPT_ROW = 512,   /* --row K */
+    OPT_SETTLE = 1024 /* --settle-ms S */
 };
 
 /* Reads the options after the subcommand's name (argv[2] on) into *o, which
@@ -146,6 +148,9 @@ int fd_relay_run(int kind, int pingpong, size_t size, uint64_t count, uint64_t *
                  uint64_t *samples);
 /* K crash-to-ready rounds of a one-worker cluster spawned with o (v[K], ns). 0 or 1. */
 int restart_rounds(pm_options *o, unsigned rounds, uint64_t *v);
+/* The pause between a worker's ready and its kill in restart_rounds and
+ * the floor (default 10 ms; pm-bench restart --settle-ms). */
+void restart_set_settle_ms(unsigned ms);
 /* K bare fork + _exit (or fork + exec) + waitpid rounds (v[K], ns). */
 void restart_baseline(int exec_mode, unsigned rounds, uint64_t *v);
 /* The exec-mode entry of compare's workers ("pm-bench __compare"). */

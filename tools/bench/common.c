@@ -86,6 +86,10 @@ int parse_options(int argc, char **argv, unsigned allowed, bench_opts *o)
             if (parse_u64(opt, val, 1, 64, &v) < 0)
                 return -1;
             o->row = (unsigned)v;
+        } else if (strcmp(opt, "--settle-ms") == 0 && (allowed & OPT_SETTLE)) {
+            if (parse_u64(opt, val, 0, 10000, &v) < 0)
+                return -1;
+            o->settle_ms = (unsigned)v;
         } else if (strcmp(opt, "--privileges") == 0 && (allowed & OPT_PRIVILEGES)) {
             if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
                 fprintf(stderr, "pm-bench: --privileges: '%s' is not on or off\n", val);

@@ -7,7 +7,7 @@
 
 static const char usage[] =
     "usage: pm-bench ring [--frames N] [--size S] [--runs R] [--rounds K]\n"
-    "       pm-bench restart [--rounds K] [--privileges on|off] [--row R]\n"
+    "       pm-bench restart [--rounds K] [--privileges on|off] [--row R] [--settle-ms S]\n"
     "       pm-bench spawn [--runs R] [--max N] [--row R]\n"
     "       pm-bench relay [--frames N] [--rounds K] [--runs R] [--pause-us P]\n"
     "       pm-bench lane [--frames N] [--size S] [--runs R] [--rounds K]\n"
@@ -49,6 +49,12 @@ static const char usage[] =
     "           p50 of its phases (kill->reaped, reaped->forked, forked->ready)\n"
     "           and the page faults and context switches per round. --row R:\n"
     "           only the R-th procmesh row (1..6), no baseline (for strace -c).\n"
+    "           --settle-ms S: S ms from each ready to the next kill instead of 10\n"
+    "           (0..10000). A crash that comes long after the last restart can\n"
+    "           cost more: on a kernel whose cgroup2 is not mounted with\n"
+    "           favordynmods, a fork-mode child's join of its cgroup waits for an\n"
+    "           RCU grace period once no migration happened for some 10-20 ms\n"
+    "           (doc/benchmarks.md, stop 62); try --settle-ms 100.\n"
     "  spawn    time for pm_cluster_spawn to bring N = 1, 8, 64 (and 1024 with\n"
     "           --max 1024) workers to ready, median of R runs (default 5), fork\n"
     "           and exec mode, beside N bare forks (and fork+execs) that each\n"
@@ -103,7 +109,8 @@ static const struct command {
      {.frames = 2000000, .size = 64, .runs = 3, .rounds = 50000}, cmd_ring},
     {"lane", OPT_FRAMES | OPT_SIZE | OPT_RUNS | OPT_ROUNDS,
      {.frames = 1000000, .size = 64, .runs = 3, .rounds = 20000}, cmd_lane},
-    {"restart", OPT_ROUNDS | OPT_PRIVILEGES | OPT_ROW, {.rounds = 300}, cmd_restart},
+    {"restart", OPT_ROUNDS | OPT_PRIVILEGES | OPT_ROW | OPT_SETTLE, {.rounds = 300, .settle_ms = 10},
+     cmd_restart},
     {"spawn", OPT_RUNS | OPT_MAX | OPT_ROW, {.runs = 5}, cmd_spawn},
     /* frames 0: each frame size has its own count. */
     {"relay", OPT_FRAMES | OPT_RUNS | OPT_ROUNDS | OPT_PAUSE,

@@ -33,6 +33,14 @@ static void print_lat(const char *name, uint64_t *v, size_t n, uint64_t base_p50
     printf("  %-34s %10.3f %10.3f %14s\n", name, (double)p50 / 1e6, (double)p99 / 1e6, ratio);
 }
 
+/* From a worker's ready to its kill (--settle-ms). */
+static uint64_t settle_ns = 10000000ull;
+
+void restart_set_settle_ms(unsigned ms)
+{
+    settle_ns = (uint64_t)ms * 1000000ull;
+}
+
 /* Bare fork + _exit + waitpid (or fork + exec + wait): the floor of any
  * restart, measured the same way. */
 void restart_baseline(int exec_mode, unsigned rounds, uint64_t *v)
@@ -142,7 +150,8 @@ static int restart_floor(int exec_mode, unsigned rounds, uint64_t *v, double *ki
         goto out;
     getrusage(RUSAGE_CHILDREN, &k0);
     for (unsigned i = 0; i < rounds; i++) {
-        usleep(10000); /* as the procmesh rows run their loop 10 ms after ready */
+        /* as the procmesh rows run their loop settle_ns after ready */
+        usleep((useconds_t)(settle_ns / 1000));
         if ((pidfd = (int)syscall(SYS_pidfd_open, pid, 0)) < 0)
             goto out;
         uint64_t t0 = pm__now_ns();
@@ -236,9 +245,10 @@ static int rounds_phased(pm_options *o, unsigned rounds, uint64_t *v, restart_ph
     getrusage(RUSAGE_CHILDREN, &kids0);
     for (unsigned i = 0; i < rounds; i++) {
         /* A crash does not come the instant the worker is ready: the loop
-         * runs for 10 ms first (what follows ready, such as a warm
-         * standby's fork and set-up, is done by then), in every row. */
-        uint64_t settle = pm__now_ns() + 10000000ull;
+         * runs for settle_ns first (10 ms unless --settle-ms: what follows
+         * ready, such as a warm standby's fork and set-up, is done by
+         * then), in every row. */
+        uint64_t settle = pm__now_ns() + settle_ns;
         while (pm__now_ns() < settle)
             if (pm_cluster_run(c, 1) < 0)
                 break;
@@ -310,8 +320,10 @@ static void privileged(pm_options *o, char *label, size_t size)
 int cmd_restart(const bench_opts *opts)
 {
     unsigned rounds = opts->rounds;
+    restart_set_settle_ms(opts->settle_ms);
     print_machine();
-    printf("restart: crash-to-ready latency, %u rounds, backoff 0 (ms)\n", rounds);
+    printf("restart: crash-to-ready latency, %u rounds, backoff 0, %u ms from ready to kill (ms)\n",
+           rounds, opts->settle_ms);
     printf("  %-34s %10s %10s %14s\n", "what", "p50 ms", "p99 ms", "vs baseline");
     uint64_t *v = calloc(rounds, sizeof(*v)), *b = calloc(rounds, sizeof(*b));
     /* Rows: fork mode; exec mode with containment off (process group),
