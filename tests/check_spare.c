@@ -417,6 +417,38 @@ static void cgroup_of(pid_t pid, char *out, size_t size)
     fclose(f);
 }
 
+/* The unified hierarchy's path in a /proc/<pid>/cgroup text ("" when it
+ * has none), and that path without its last component (the slot's
+ * directory when the path is a leaf's). */
+static void unified_path(const char *text, char *out, size_t size)
+{
+    const char *p = strstr(text, "0::");
+    out[0] = '\0';
+    if (p == NULL || (p != text && p[-1] != '\n'))
+        return;
+    p += 3;
+    size_t n = strcspn(p, "\n");
+    snprintf(out, size, "%.*s", (int)n, p);
+}
+
+static void parent_path(const char *path, char *out, size_t size)
+{
+    snprintf(out, size, "%s", path);
+    char *slash = strrchr(out, '/');
+    if (slash != NULL)
+        *slash = '\0';
+}
+
+/* The standby has joined a cgroup of the slot (its own write, as it
+ * starts): its unified path is under slot<N>. */
+static int standby_in_slot(pid_t sb)
+{
+    char text[1024], path[512];
+    cgroup_of(sb, text, sizeof(text));
+    unified_path(text, path, sizeof(path));
+    return strstr(path, "/slot0/") != NULL;
+}
+
 static pm_options *standby_opts(int workers)
 {
     pm_options *o = spare_opts(workers);
@@ -427,10 +459,13 @@ static pm_options *standby_opts(int workers)
 START_TEST(test_standby_takes_over)
 {
     /* Once ready, the slot holds a standby: a process of its own group,
-     * not the worker. The crash makes it the next incarnation (the same
-     * pid), in the cgroup the one before was in, holding no memory of any
-     * other incarnation (boot_check_own); once that one is ready, a new
-     * standby waits behind it. */
+     * not the worker. With cgroups it waits in the slot's cgroup, in a
+     * leaf of its own beside the worker's (the kill of the worker's leaf
+     * cannot reach it). The crash makes it the next incarnation (the same
+     * pid) without moving it: it stays in that leaf, under the slot's
+     * limits as the one before was, holding no memory of any other
+     * incarnation (boot_check_own); once that one is ready, a new standby
+     * waits behind it. */
     int p[2];
     ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
     report_fd = p[1];
@@ -452,15 +487,34 @@ START_TEST(test_standby_takes_over)
      * also what makes the standby: killed before it wrote, it would never
      * write, and the second line below would never come (CI saw this). */
     RUN_UNTIL(c, report_lines(p[0]) == 1, 10000);
-    char cg_before[1024], cg_after[1024];
+    char cg_before[1024], cg_after[1024], cg_waiting[1024];
+    char first_leaf[512], sb_leaf[512], first_slot[512], sb_slot[512], after_leaf[512];
     cgroup_of(first, cg_before, sizeof(cg_before));
+    unified_path(cg_before, first_leaf, sizeof(first_leaf));
+    int leaves = strstr(first_leaf, "/slot0/") != NULL; /* cgroup containment here */
+    if (leaves) {
+        RUN_UNTIL(c, standby_in_slot(sb), 10000);
+        cgroup_of(sb, cg_waiting, sizeof(cg_waiting));
+        unified_path(cg_waiting, sb_leaf, sizeof(sb_leaf));
+        parent_path(first_leaf, first_slot, sizeof(first_slot));
+        parent_path(sb_leaf, sb_slot, sizeof(sb_slot));
+        ck_assert_str_eq(sb_slot, first_slot);
+        ck_assert_str_ne(sb_leaf, first_leaf);
+    }
     ck_assert_int_eq(kill(first, SIGKILL), 0);
     RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
     ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
     ck_assert_int_eq(si.pid, sb);
     ck_assert_uint_eq(find(PM_EVENT_READY, 0, 1)->inc, 2);
     cgroup_of(sb, cg_after, sizeof(cg_after));
-    ck_assert_str_eq(cg_after, cg_before);
+    if (leaves) {
+        /* Not moved: the leaf it waited in is the slot's now. */
+        ck_assert_str_eq(cg_after, cg_waiting);
+        unified_path(cg_after, after_leaf, sizeof(after_leaf));
+        ck_assert_str_eq(after_leaf, sb_leaf);
+    } else {
+        ck_assert_str_eq(cg_after, cg_before);
+    }
     RUN_UNTIL(c, report_lines(p[0]) == 2, 10000);
     ck_assert_msg(strstr(reports, "0 2 ok\n") != NULL, "the standby's worker reported: %s", reports);
     RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);

@@ -29,6 +29,7 @@
 #include "cgroupfs_ro.h"
 #include "frozenfs.h"
 #include "inspect.h"
+#include "internals.h"
 #include "supervise.h"
 
 /* ------------------------------------------------------------ descendants */
@@ -246,6 +247,66 @@ START_TEST(test_tree_restart)
     pm_cluster *c = spawn_tree(tree_opts(T_IDLE));
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     assert_replaced_clean(c);
+    finish(c);
+}
+END_TEST
+
+/* The unified path in /proc/<pid>/cgroup ("" when unreadable or none). */
+static void unified_of(pid_t pid, char *out, size_t size)
+{
+    char path[64], text[1024];
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    out[0] = '\0';
+    if (pm_test_read_file(path, text, sizeof(text)) == 0)
+        return;
+    const char *p = strstr(text, "0::");
+    if (p == NULL || (p != text && p[-1] != '\n'))
+        return;
+    p += 3;
+    snprintf(out, size, "%.*s", (int)strcspn(p, "\n"), p);
+}
+
+/* The standby has joined a leaf of slot 0 other than leaf's. */
+static int standby_beside(pid_t sb, const char *leaf)
+{
+    char mine[512];
+    unified_of(sb, mine, sizeof(mine));
+    return strstr(mine, "/slot0/g") != NULL && strcmp(mine, leaf) != 0;
+}
+
+START_TEST(test_tree_standby)
+{
+    /* pm_options_set_warm_standby: the standby waits in a leaf of the
+     * slot's cgroup beside the incarnation's (joined by its own write as
+     * it starts), so the kill of the incarnation's leaf at its reap ends
+     * the descendant it left and never the standby; the standby then
+     * becomes the next incarnation where it waits, moved by no write on
+     * the crash's path, and nothing of the first incarnation lives when
+     * it starts. */
+    pm_options *o = tree_opts(T_IDLE);
+    ck_assert_int_eq(pm_options_set_warm_standby(o, 1), 0);
+    pm_options_set_restart_min_backoff_ms(o, 0);
+    pm_options_set_restart_max_backoff_ms(o, 0);
+    pm_cluster *c = spawn_tree(o);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    pid_t first = si.pid;
+    char leaf[512], sb_leaf[512], after[512];
+    unified_of(first, leaf, sizeof(leaf));
+    ck_assert_msg(strstr(leaf, "/slot0/g") != NULL, "the worker is in %s", leaf);
+    RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
+    pid_t sb = pm_test_slot_standby_pid(c, 0);
+    RUN_UNTIL(c, standby_beside(sb, leaf), 10000);
+    unified_of(sb, sb_leaf, sizeof(sb_leaf));
+    ck_assert_int_eq(kill(first, SIGKILL), 0);
+    RUN_UNTIL(c, count(PM_EVENT_READY, 0) == 2, 10000);
+    ck_assert_msg(dead(kids[0]), "descendant %d outlived its incarnation", (int)kids[0]);
+    assert_replaced_clean(c);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(si.pid, sb);
+    ck_assert_int_eq(si.incarnation, 2);
+    unified_of(sb, after, sizeof(after));
+    ck_assert_str_eq(after, sb_leaf);
     finish(c);
 }
 END_TEST
@@ -1874,6 +1935,7 @@ int main(void)
         PM_ADD_TEST(s, test_tree_fence, 0);
         PM_ADD_TEST(s, test_tree_restart, 0);
         PM_ADD_TEST(s, test_tree_drain, 0);
+        PM_ADD_TEST(s, test_tree_standby, 0);
         PM_ADD_TEST(s, test_tree_exec_crash, 0);
         PM_ADD_TEST(s, test_tree_exec_leaf, 0);
         PM_ADD_TEST(s, test_tree_kill_out_of_fds, 0);

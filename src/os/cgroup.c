@@ -14,6 +14,11 @@
  * crash to its replacement. So the next leaf is made once the incarnation
  * is ready (pm__cg_slot_prepare) and a killed leaf removed then too: the
  * restart path makes no directory, removes none, and writes no cgroup.procs.
+ * A fork-mode child still joins its leaf by a write (spawn.c: glibc's fork
+ * has no CLONE_INTO_CGROUP), but a warm standby makes that write as it
+ * starts, into the leaf made ahead; taking it makes that leaf the current
+ * one and the old one, empty, the one made ahead (pm__cg_slot_advance), so
+ * that two leaves take turns and no restart makes or removes a cgroup.
  * procmesh.<pid> goes into the supervisor's own cgroup; when that is a
  * delegated one holding procmesh alone, procmesh first moves into a leaf
  * of it (leave_own).

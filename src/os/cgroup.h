@@ -55,6 +55,7 @@ typedef struct pm__cg_slot {
     unsigned last_gen;           /* the last leaf made */
     unsigned retired;            /* a killed leaf not yet removed, or 0 */
     unsigned next_gen;           /* the leaf made ahead for the next incarnation (no fd held), or 0 */
+    int standby_procs_fd;        /* that leaf's cgroup.procs while a warm standby is forked into it, else -1 */
 } pm__cg_slot;
 
 /* ---- pure parsers (no system calls; tested against text) ---- */
@@ -146,7 +147,7 @@ void pm__cg_slot_prepare(pm__cg_slot *s);
 
 /* The fds pm__cg_slot_release_copy closes, into fds (-1 where none), for
  * a caller that closes many slots' fds together (a fork child). */
-#define PM__CG_SLOT_NFDS (3 + PM__CG_NCTRL)
+#define PM__CG_SLOT_NFDS (4 + PM__CG_NCTRL)
 void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS]);
 /* Ends and removes the slot's cgroup. errno kept. */
 void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);
@@ -163,5 +164,21 @@ int pm__cg_slot_populated(const pm__cg_slot *s);
  * standby) into the slot's cgroup and its v1 controllers' groups, as the
  * child's own write of "0" would. 0 or -errno. */
 int pm__cg_slot_move(const pm__cg_slot *s, pid_t pid);
+/* A warm standby waits in the leaf made ahead, joined by its own write
+ * when it starts, so that taking it moves no process (a write to
+ * cgroup.procs may wait for an RCU grace period: cgroup.c). Opens that
+ * leaf's cgroup.procs into s->standby_procs_fd, which every fork child
+ * drops (pm__cg_slot_fds) and pm__cg_slot_standby_close closes once the
+ * standby is forked. The leaf's gen, or 0 when there is none to join (no
+ * leaf made ahead, or it cannot be opened). errno kept. */
+unsigned pm__cg_slot_standby_open(pm__cg_slot *s);
+void pm__cg_slot_standby_close(pm__cg_slot *s);
+/* The standby that joined leaf gen is taken: that leaf becomes the
+ * slot's current one, the current one retired as after a kill (it is
+ * empty: its incarnation was reaped and, when it left processes, killed,
+ * which already made gen current). 0, or -ESTALE when gen is neither the
+ * current leaf nor the one made ahead, or -errno when it cannot be
+ * opened: the caller moves the standby instead. */
+int pm__cg_slot_advance(pm__cg_slot *s, unsigned gen);
 
 #endif /* PM_CGROUP_H */

@@ -178,6 +178,18 @@ void pm__cg_slot_prepare(pm__cg_slot *s)
     errno = saved;
 }
 
+/* The current leaf is retired (removed by the next pm__cg_slot_prepare,
+ * once empty) and next becomes the current one. */
+static void retire_and_take(pm__cg_slot *s, pm__cg_leaf *next)
+{
+    pm__cg_leaf old = {s->dir_fd, s->procs_fd, s->events_fd, s->gen};
+    if (s->retired != 0)
+        retired_remove(s); /* two kills before a ready: the older one now */
+    s->retired = old.gen;
+    leaf_take(s, next);
+    leaf_release(&old); /* after: retired_remove above walks up from it */
+}
+
 /* The current leaf was killed: the next incarnation is born into the leaf
  * made ahead (or one made now, when it died before it was ready), and the
  * killed one is removed by the next pm__cg_slot_prepare. Without a new
@@ -197,20 +209,58 @@ static void rotate(pm__cg_slot *s)
         return;
     if (leaf_open(&next) < 0)
         return; /* its directory is removed with the slot's */
-    pm__cg_leaf old = {s->dir_fd, s->procs_fd, s->events_fd, s->gen};
-    if (s->retired != 0)
-        retired_remove(s); /* two kills before a ready: the older one now */
-    s->retired = old.gen;
-    leaf_take(s, &next);
-    leaf_release(&old); /* after: retired_remove above walks up from it */
+    retire_and_take(s, &next);
 }
 
 /* ------------------------------------------------------------ a slot's cgroup */
 
+unsigned pm__cg_slot_standby_open(pm__cg_slot *s)
+{
+    if (!s->growing || s->dir_fd < 0 || s->next_gen == 0)
+        return 0;
+    int saved = errno;
+    char name[32], path[48];
+    leaf_name(name, "../", s->next_gen);
+    snprintf(path, sizeof(path), "%s/cgroup.procs", name);
+    pm__close(s->standby_procs_fd);
+    s->standby_procs_fd = openat(s->dir_fd, path, O_WRONLY | O_CLOEXEC);
+    errno = saved;
+    return s->standby_procs_fd >= 0 ? s->next_gen : 0;
+}
+
+void pm__cg_slot_standby_close(pm__cg_slot *s)
+{
+    pm__close(s->standby_procs_fd);
+    s->standby_procs_fd = -1;
+}
+
+int pm__cg_slot_advance(pm__cg_slot *s, unsigned gen)
+{
+    if (gen != 0 && gen == s->gen)
+        return 0; /* a kill at the reap made it current (rotate) */
+    if (gen == 0 || gen != s->next_gen || s->dir_fd < 0)
+        return -ESTALE;
+    pm__cg_leaf next;
+    int rc = leaf_dir(s->dir_fd, "../", gen, &next);
+    if (rc < 0 || (rc = leaf_open(&next)) < 0)
+        return rc; /* left made ahead: a kill takes it, or the slot's close removes it */
+    /* The current leaf was not killed (a kill at the reap would have made
+     * gen current): its incarnation was reaped with nothing left in it
+     * (pm__cg_slot_end found it unpopulated), so it is empty, and it is
+     * the next standby's to wait in. Two leaves taking turns: no mkdir
+     * and rmdir of a cgroup for every restart, whose teardown the kernel
+     * finishes in its workers while the next restart runs. */
+    pm__cg_leaf old = {s->dir_fd, s->procs_fd, s->events_fd, s->gen};
+    leaf_take(s, &next);
+    leaf_release(&old);
+    s->next_gen = old.gen;
+    return 0;
+}
+
 void pm__cg_slot_zero(pm__cg_slot *s)
 {
     memset(s, 0, sizeof(*s));
-    s->dir_fd = s->procs_fd = s->events_fd = -1;
+    s->dir_fd = s->procs_fd = s->events_fd = s->standby_procs_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         s->v1_procs[i] = -1;
     s->oom_base = -1;
@@ -222,6 +272,7 @@ PM__READY_TEXT void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NF
     fds[k++] = s->dir_fd;
     fds[k++] = s->procs_fd;
     fds[k++] = s->events_fd;
+    fds[k++] = s->standby_procs_fd;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         fds[k++] = s->v1_procs[i];
 }
@@ -239,7 +290,7 @@ void pm__cg_slot_release_copy(const pm__cg_slot *s)
 void pm__cg_slot_close_fds(pm__cg_slot *s)
 {
     pm__cg_slot_release_copy(s);
-    s->dir_fd = s->procs_fd = s->events_fd = -1;
+    s->dir_fd = s->procs_fd = s->events_fd = s->standby_procs_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         s->v1_procs[i] = -1;
 }

@@ -153,8 +153,10 @@ static void act_ignore(pm_cluster *c, pm__slot *s)
 void pm__cluster_prepare_next(pm_cluster *c, pm__slot *s)
 {
     pm__incarnation_spare_prepare(c, s);
+    /* The leaf a restart after a kill is born into, and where a standby
+     * waits: made before the standby's fork. */
+    pm__cg_slot_prepare(&s->cg);
     pm__standby_prepare(c, s); /* on the spare, when asked for */
-    pm__cg_slot_prepare(&s->cg); /* the leaf a restart after a kill is born into */
 }
 
 /* A spawn of N workers made every successor between its forks and its

@@ -267,17 +267,21 @@ static pid_t fork_onto(pm__spawn_req *req)
     return pid;
 }
 
-/* A standby is forked like an incarnation, minus the cgroup: it joins the
- * slot's only when it is taken (standby.c), so that the kill of the
- * incarnation it replaces (cgroup.kill, or the listed pids) cannot reach
- * it. Its process group is its own (pm__child_contain). */
+/* A standby is forked like an incarnation, but into the slot's leaf made
+ * ahead (s->cg.standby_procs_fd, opened by the caller), not the current
+ * one, so that the kill of the incarnation it replaces (cgroup.kill, or
+ * the listed pids) cannot reach it; without that leaf it joins none
+ * until it is taken (standby.c). Its process group is its own
+ * (pm__child_contain). */
 pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, uint64_t inc, int go_fd)
 {
     pm__spawn_req req;
     sigset_t cur;
-    int rc = base_req(c, s, &req, &cur, 0);
+    int rc = base_req(c, s, &req, &cur, s->cg.standby_procs_fd >= 0);
     if (rc < 0)
         return rc;
+    if (req.cg != NULL)
+        c->incarnation_state->cg.procs_fd = s->cg.standby_procs_fd; /* its own write: spawn.c */
     struct child_ctx ctx = {c, s->index, l, inc, go_fd, NULL};
     rc = fork_req(c, &req, &ctx);
     return rc < 0 ? rc : fork_onto(&req);

@@ -26,10 +26,16 @@
  *   at once; stopping, retiring, terminating and freeing the cluster end
  *   it (the spare's drop does); it dies with the supervisor (the parent-
  *   death signal fork_child's set-up gives every child).
- * - Containment: it joins the slot's cgroup only when taken, written by
- *   the supervisor (pm__cg_slot_move), so that the kill of the cgroup of
- *   the incarnation it replaces cannot reach it; its process group is its
- *   own from the fork.
+ * - Containment: it waits in the slot's cgroup, in the leaf made ahead
+ *   for the next incarnation (joined by its own write when it starts,
+ *   off the crash path), not in the current incarnation's leaf, so that
+ *   the kill of the cgroup of the incarnation it replaces cannot reach
+ *   it; the slot's limits cover it meanwhile. Taken, its leaf becomes the
+ *   slot's (pm__cg_slot_advance): no process is moved on the way from
+ *   the crash, a write that could wait for an RCU grace period (5-20 ms
+ *   after a quiet spell, doc/benchmarks.md stop 62). Where no leaf was
+ *   made ahead it is moved when taken (pm__cg_slot_move). Its process
+ *   group is its own from the fork.
  */
 #define _GNU_SOURCE
 #include "standby.h"
@@ -39,6 +45,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "os/cgroup.h"
 #include "os/spawn.h"
 #include "os/loop.h"
 
@@ -110,7 +117,12 @@ pid_t pm__standby_take(pm_cluster *c, pm__slot *s)
     if (b->pid <= 0)
         return 0; /* none, or ended with an unfit spare by channel_take */
     if (c->cg.mode == PM_CONTAIN_CGROUP) {
-        int rc = pm__cg_slot_move(&s->cg, b->pid);
+        /* Its leaf becomes the slot's; a standby that joined none (or
+         * whose leaf cannot be made current) is moved into the current
+         * one instead, a write that may wait for a grace period. */
+        int rc = pm__cg_slot_advance(&s->cg, b->leaf_gen);
+        if (rc < 0)
+            rc = pm__cg_slot_move(&s->cg, b->pid);
         if (rc < 0) {
             pm__standby_end(c, s);
             return rc;

@@ -13,6 +13,7 @@
 #include <sys/eventfd.h>
 
 #include "incarnation.h"
+#include "os/cgroup.h"
 #include "os/spawn.h"
 #include "os/loop.h"
 #include "options.h"
@@ -37,7 +38,15 @@ void pm__standby_prepare(pm_cluster *c, pm__slot *s)
         goto out;
     }
     uint64_t inc = s->incarnation + 1;
+    /* It waits in the slot's leaf made ahead (pm__cg_slot_prepare, just
+     * before), joined by its own write as it starts: taking it at the
+     * crash then moves no process, whose write to cgroup.procs could wait
+     * for an RCU grace period on the crash's path (cgroup.c). The slot's
+     * limits cover it meanwhile; the kill of the current leaf does not
+     * reach it. Without such a leaf it is moved when taken. */
+    unsigned leaf = c->cg.mode == PM_CONTAIN_CGROUP ? pm__cg_slot_standby_open(&s->cg) : 0;
     pid_t pid = pm__incarnation_fork_standby(c, s, s->spare, inc, go);
+    pm__cg_slot_standby_close(&s->cg);
     if (pid < 0) {
         pm__close(go);
         goto out;
@@ -47,6 +56,7 @@ void pm__standby_prepare(pm_cluster *c, pm__slot *s)
     b->pidfd = pidfd;
     b->go_fd = go;
     b->incarnation = inc;
+    b->leaf_gen = leaf;
     if (pidfd >= 0 && pm__fds_affordable(&pidfd, 1) &&
         pm__loop_arm(c->loop, pidfd, PM__TAG(PM__TAG_STANDBY, s->index, inc)) == 0)
         b->armed = 1;

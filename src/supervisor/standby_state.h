@@ -20,6 +20,7 @@ typedef struct pm__standby {
     int go_fd;            /* its go eventfd: writing 1 starts it (a blocking read there) */
     int armed;
     uint64_t incarnation; /* the incarnation it becomes; its channel is the slot's spare */
+    unsigned leaf_gen;    /* the slot's leaf made ahead, which it joined at its start; 0: none (moved when taken) */
 } pm__standby;
 
 #endif /* PM_SUPERVISOR_STANDBY_STATE_H */
