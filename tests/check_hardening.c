@@ -162,10 +162,22 @@ START_TEST(test_exec_env_without_procmesh_vars)
      * procmesh sets on purpose, PROCMESH_NODE, the worker has when it
      * starts (the report's first line, written before it joins), and
      * pm_node_join takes it out of the environment (pm_node(3), Joining),
-     * so the worker's own children do not take themselves for workers. */
+     * so the worker's own children do not take themselves for workers.
+     * Nor does the supervisor's own service-manager contract (systemd's
+     * notify socket and watchdog, socket activation's LISTEN_*): a worker
+     * given none of them (no listen fds, no notify readiness) has none,
+     * and a variable whose name only begins like one of them is kept. */
     ck_assert_int_eq(setenv("PROCMESH_FOO", "1", 1), 0);
     ck_assert_int_eq(setenv("PROCMESH_HEALTH", "127.0.0.1:1", 1), 0);
     ck_assert_int_eq(setenv("PM_HARDENING_KEEP", "yes", 1), 0);
+    static const char *const contract[] = {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
+                                           "LISTEN_FDS",    "LISTEN_PID",    "LISTEN_FDNAMES"};
+    for (size_t i = 0; i < ARRAY_LEN(contract); i++) {
+        char alike[64];
+        snprintf(alike, sizeof(alike), "%s_ALIKE", contract[i]);
+        ck_assert_int_eq(setenv(contract[i], "1", 1), 0);
+        ck_assert_int_eq(setenv(alike, "kept", 1), 0);
+    }
     int p[2];
     ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
     pm_options *o = opts(1);
@@ -188,6 +200,14 @@ START_TEST(test_exec_env_without_procmesh_vars)
     ck_assert_msg(strstr(env, "PROCMESH_FOO=") == NULL, "PROCMESH_FOO reached the worker:\n%s", env);
     ck_assert_msg(strstr(env, "PROCMESH_HEALTH=") == NULL, "PROCMESH_HEALTH reached the worker");
     ck_assert_ptr_nonnull(strstr(env, "PM_HARDENING_KEEP=yes\n"));
+    for (size_t i = 0; i < ARRAY_LEN(contract); i++) {
+        char var[64], alike[64];
+        snprintf(var, sizeof(var), "\n%s=", contract[i]);
+        snprintf(alike, sizeof(alike), "\n%s_ALIKE=kept\n", contract[i]);
+        ck_assert_msg(strstr(env, var) == NULL, "%s reached the worker:\n%s", contract[i], env);
+        ck_assert_msg(strstr(env, alike) != NULL, "%s_ALIKE did not reach the worker:\n%s",
+                      contract[i], env);
+    }
     static const char joining[] = "joining: PROCMESH_NODE=";
     ck_assert_msg(strncmp(env, joining, strlen(joining)) == 0 && env[strlen(joining)] != '\n',
                   "the worker did not start with PROCMESH_NODE set:\n%.200s", env);

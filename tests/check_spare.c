@@ -520,6 +520,15 @@ START_TEST(test_standby_takes_over)
     RUN_UNTIL(c, pm_test_slot_standby_pid(c, 0) > 0, 10000);
     pid_t next = pm_test_slot_standby_pid(c, 0);
     ck_assert_int_ne(next, sb);
+    if (leaves) {
+        /* Two leaves take turns: the next standby waits in the one the
+         * first incarnation left, empty, not in the slot's current one. */
+        char next_text[1024], next_leaf[512];
+        RUN_UNTIL(c, standby_in_slot(next), 10000);
+        cgroup_of(next, next_text, sizeof(next_text));
+        unified_path(next_text, next_leaf, sizeof(next_leaf));
+        ck_assert_str_eq(next_leaf, first_leaf);
+    }
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
     ck_assert(gone(first) && gone(sb) && gone(next));

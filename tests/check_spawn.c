@@ -549,6 +549,61 @@ START_TEST(test_spawn_name_in_path)
 }
 END_TEST
 
+/* pm_options(3), set_exec: an empty entry of PATH is the working
+ * directory, as execvp takes it. PATH's first entry is empty and its
+ * second does not exist; the working directory is the test worker's:
+ * the spawn succeeds only if the empty entry was searched as ".". */
+START_TEST(test_spawn_name_in_path_empty_entry)
+{
+    const char *worker = PM_TEST_WORKER;
+    const char *slash = strrchr(worker, '/');
+    ck_assert_ptr_nonnull(slash);
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - worker), worker);
+    ck_assert_int_eq(chdir(dir), 0);
+    ck_assert_int_eq(setenv("PATH", ":/nonexistent/procmesh-bin", 1), 0);
+    pm_options *o = opts(1);
+    char *argv[] = {"pm-test-worker", "ready", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, slash + 1, argv), 0);
+    pm_cluster *c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    ck_assert_msg(rc == 0, "spawn of \"%s\" from %s with PATH's first entry empty: %s", slash + 1,
+                  dir, pm_strerror(rc));
+    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
+/* pm_options(3), set_exec: with PATH unset (_i 0) or empty (_i 1), a bare
+ * name is searched in /usr/local/bin:/usr/bin:/bin, as execvp does. The
+ * program is sleep (coreutils), ready once exec'd: the spawn succeeds only
+ * if it was found there. */
+START_TEST(test_spawn_name_default_path)
+{
+    ck_assert_msg(access("/bin/sleep", X_OK) == 0 || access("/usr/bin/sleep", X_OK) == 0,
+                  "this test needs sleep in /bin or /usr/bin");
+    if (_i == 0)
+        ck_assert_int_eq(unsetenv("PATH"), 0);
+    else
+        ck_assert_int_eq(setenv("PATH", "", 1), 0);
+    ck_assert_int_eq(chdir("/"), 0);
+    pm_options *o = opts(1);
+    char *argv[] = {"sleep", "1000", NULL};
+    ck_assert_int_eq(pm_options_set_exec(o, "sleep", argv), 0);
+    ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
+    pm_cluster *c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    ck_assert_msg(rc == 0, "spawn of sleep with PATH %s: %s", _i == 0 ? "unset" : "empty",
+                  pm_strerror(rc));
+    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
 /* The SigBlk mask a "sigmask" worker reported on fd (one line each), read
  * while the cluster runs; fails after 20 s without one. */
 static unsigned long long worker_sigblk(pm_cluster *c, int fd)
@@ -707,6 +762,8 @@ int main(void)
     PM_ADD_TEST(s, test_fork_child_faults_flat_in_n, 240);
     PM_ADD_TEST(s, test_exec_signal_dispositions, 60);
     PM_ADD_TEST(s, test_spawn_name_in_path, 60);
+    PM_ADD_TEST(s, test_spawn_name_in_path_empty_entry, 60);
+    PM_ADD_LOOP_TEST(s, test_spawn_name_default_path, 0, 2, 60);
     PM_ADD_TEST(s, test_fork_wipe_stops_at_given_stack, 60);
     PM_ADD_LOOP_TEST(s, test_exec_signal_mask, 0, 2, 60);
     return pm_test_main(s);

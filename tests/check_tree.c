@@ -1096,6 +1096,61 @@ START_TEST(test_scratch_v2)
     ck_assert_int_eq(s.retired, 2);
     ck_assert_uint_eq(s.next_gen, 0);
     ck_assert_int_eq(pm__cg_slot_populated(&s), 0);
+
+    /* A warm standby's leaves (pm__cg_slot_advance). g2 empties and goes
+     * at the next ready, which makes g4 ahead (its files put in, as
+     * cgroupfs would). */
+    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
+        snprintf(full, sizeof(full), "%s/%s/g2/%s", scratch, slot, leaf_files[i]);
+        ck_assert_int_eq(unlink(full), 0);
+    }
+    snprintf(full, sizeof(full), "%s/%s/g2/cgroup.events", scratch, slot);
+    ck_assert_int_eq(unlink(full), 0);
+    pm__cg_slot_prepare(&s);
+    ck_assert_int_eq(s.retired, 0);
+    ck_assert_uint_eq(s.next_gen, 4);
+    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
+        snprintf(f, sizeof(f), "%s/g4/%s", slot, leaf_files[i]);
+        put(f, "");
+    }
+    snprintf(f, sizeof(f), "%s/g4/cgroup.events", slot);
+    put(f, "populated 0\nfrozen 0\n");
+    /* The standby's fork holds g4's cgroup.procs, and only then. */
+    ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 4);
+    snprintf(f, sizeof(f), "%s/g4", slot);
+    ck_assert_int_eq(pm_test_fds_to(f), 1);
+    pm__cg_slot_standby_close(&s);
+    ck_assert_int_eq(s.standby_procs_fd, -1);
+    ck_assert_int_eq(pm_test_fds_to(f), 0);
+    /* A leaf that is neither the current one nor the one ahead: refused,
+     * nothing changed (the caller moves the standby instead). */
+    ck_assert_int_eq(pm__cg_slot_advance(&s, 0), -ESTALE);
+    ck_assert_int_eq(pm__cg_slot_advance(&s, 2), -ESTALE);
+    ck_assert_int_eq(pm__cg_slot_advance(&s, 5), -ESTALE);
+    ck_assert_int_eq(s.gen, 3);
+    ck_assert_uint_eq(s.next_gen, 4);
+    /* Taken from g4 while g3 is empty: g4 is the slot's, g3 the leaf
+     * ahead (the next standby's), none retired, no fd held on g3. */
+    ck_assert_int_eq(pm__cg_slot_advance(&s, 4), 0);
+    ck_assert_int_eq(s.gen, 4);
+    ck_assert_uint_eq(s.next_gen, 3);
+    ck_assert_int_eq(s.retired, 0);
+    snprintf(f, sizeof(f), "%s/g3", slot);
+    ck_assert_int_eq(pm_test_fds_to(f), 0);
+    ck_assert_int_eq(pm__cg_slot_advance(&s, 4), 0); /* already the slot's */
+    ck_assert_int_eq(s.gen, 4);
+    ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 3);
+    pm__cg_slot_standby_close(&s);
+    /* Taken from g3 while g4 still holds a process (a kill that could not
+     * be written): g4 is retired, never the leaf ahead. */
+    snprintf(f, sizeof(f), "%s/g4/cgroup.events", slot);
+    put(f, "populated 1\nfrozen 0\n");
+    ck_assert_int_eq(pm__cg_slot_advance(&s, 3), 0);
+    ck_assert_int_eq(s.gen, 3);
+    ck_assert_int_eq(s.retired, 4);
+    ck_assert_uint_eq(s.next_gen, 0);
+    ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 0); /* none ahead until the next ready */
+    ck_assert_int_eq(s.standby_procs_fd, -1);
     pm__cg_slot_close_fds(&s);
 
     /* A limit without any controller for it: refused, with the reason. */

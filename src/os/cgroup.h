@@ -39,7 +39,8 @@ typedef struct pm__cg_leaf {
 } pm__cg_leaf;
 
 /* One slot's cgroup: its directory slot<N> with the limits, and the leaf
- * its incarnations are born into (reused until it is killed; see cgroup.c). */
+ * its incarnations are born into (reused until it is killed, or, with a
+ * warm standby, the one the standby waited in; see cgroup.c). */
 typedef struct pm__cg_slot {
     int dir_fd;                  /* the current leaf: clone3(CLONE_INTO_CGROUP) */
     int procs_fd;                /* its cgroup.procs, written by the child when clone3 cannot */
@@ -174,11 +175,12 @@ int pm__cg_slot_move(const pm__cg_slot *s, pid_t pid);
 unsigned pm__cg_slot_standby_open(pm__cg_slot *s);
 void pm__cg_slot_standby_close(pm__cg_slot *s);
 /* The standby that joined leaf gen is taken: that leaf becomes the
- * slot's current one, the current one retired as after a kill (it is
- * empty: its incarnation was reaped and, when it left processes, killed,
- * which already made gen current). 0, or -ESTALE when gen is neither the
- * current leaf nor the one made ahead, or -errno when it cannot be
- * opened: the caller moves the standby instead. */
+ * slot's current one (a kill at the reap may already have made it so),
+ * and the one it replaces, empty, the leaf made ahead, where the next
+ * standby waits; one that still holds processes (a kill that could not
+ * be written) is retired as a killed one is. 0, or -ESTALE when gen is
+ * neither the current leaf nor the one made ahead, or -errno when it
+ * cannot be opened: the caller moves the standby instead. */
 int pm__cg_slot_advance(pm__cg_slot *s, unsigned gen);
 
 #endif /* PM_CGROUP_H */

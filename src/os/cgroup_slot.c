@@ -244,12 +244,21 @@ int pm__cg_slot_advance(pm__cg_slot *s, unsigned gen)
     int rc = leaf_dir(s->dir_fd, "../", gen, &next);
     if (rc < 0 || (rc = leaf_open(&next)) < 0)
         return rc; /* left made ahead: a kill takes it, or the slot's close removes it */
-    /* The current leaf was not killed (a kill at the reap would have made
-     * gen current): its incarnation was reaped with nothing left in it
-     * (pm__cg_slot_end found it unpopulated), so it is empty, and it is
-     * the next standby's to wait in. Two leaves taking turns: no mkdir
-     * and rmdir of a cgroup for every restart, whose teardown the kernel
-     * finishes in its workers while the next restart runs. */
+    /* The current leaf was not rotated away by a kill (which would have
+     * made gen current). When it is empty (its incarnation was reaped
+     * with nothing left), it is the next standby's to wait in: two leaves
+     * taking turns, no mkdir and rmdir of a cgroup for every restart,
+     * whose teardown the kernel finishes in its workers while the next
+     * restart runs. When it is not, or cannot be read (a kill that could
+     * not be written, Linux < 5.14 or no fd for cgroup.kill, whose wait
+     * ran out: its pids were killed one by one), it is retired as a
+     * killed one is, never reused: a later incarnation must not run
+     * beside what an earlier one left. */
+    s->next_gen = 0; /* gen: the current one from here, never also the one ahead */
+    if (pm__cg_slot_populated(s) != 0) {
+        retire_and_take(s, &next);
+        return 0;
+    }
     pm__cg_leaf old = {s->dir_fd, s->procs_fd, s->events_fd, s->gen};
     leaf_take(s, &next);
     leaf_release(&old);

@@ -280,8 +280,14 @@ pid_t pm__incarnation_fork_standby(pm_cluster *c, pm__slot *s, pm__channel *l, u
     int rc = base_req(c, s, &req, &cur, s->cg.standby_procs_fd >= 0);
     if (rc < 0)
         return rc;
-    if (req.cg != NULL)
-        c->incarnation_state->cg.procs_fd = s->cg.standby_procs_fd; /* its own write: spawn.c */
+    if (req.cg != NULL) {
+        /* Its own write (spawn.c), into the leaf made ahead; nothing of
+         * the current leaf, which its predecessor's kill empties: not its
+         * directory (a clone3 into it) nor its events. */
+        c->incarnation_state->cg.procs_fd = s->cg.standby_procs_fd;
+        c->incarnation_state->cg.dir_fd = -1;
+        c->incarnation_state->cg.events_fd = -1;
+    }
     struct child_ctx ctx = {c, s->index, l, inc, go_fd, NULL};
     rc = fork_req(c, &req, &ctx);
     return rc < 0 ? rc : fork_onto(&req);
