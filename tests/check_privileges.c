@@ -1502,6 +1502,34 @@ START_TEST(test_seccomp_compares)
     ck_assert(pm__seccomp_compared_eq(&c, 2, 1));
     ck_assert(pm__seccomp_compared_eq(&c, 2, PM__SECCOMP_EQ_MAX));
     ck_assert(!pm__seccomp_compared_eq(&c, 2, PM__SECCOMP_EQ_MAX + 1));
+    /* The edges of the room, each in a program of its own. A call number
+     * of exactly PM__SECCOMP_NR_BITS is past the bitmap: not kept (the
+     * byte after the bitmap is the first argument value's, untouched),
+     * not found. */
+    static const struct sock_filter edge_nr[] = {LD_ARG(0), JEQ(7, 0, 0), LD_NR,
+                                                 JEQ(PM__SECCOMP_NR_BITS, 0, 0), RET};
+    pm__seccomp_compares(edge_nr, PM__ARRAY_SIZE(edge_nr), &c);
+    ck_assert_uint_eq(c.neq, 1);
+    ck_assert(pm__seccomp_compared_eq(&c, 0, 7));
+    ck_assert_int_eq(pm__seccomp_compared_nr(&c, PM__SECCOMP_NR_BITS), 0);
+    static const struct sock_filter arg1[] = {LD_ARG(1), JEQ(7, 0, 0), RET};
+    pm__seccomp_compares(arg1, PM__ARRAY_SIZE(arg1), &c);
+    ck_assert_int_eq(pm__seccomp_compared_nr(&c, PM__SECCOMP_NR_BITS), 0);
+    /* Only the values kept are looked at: past them the room is zero,
+     * and (0, 0) was never compared. */
+    static const struct sock_filter arg0[] = {LD_ARG(0), JEQ(5, 0, 0), RET};
+    pm__seccomp_compares(arg0, PM__ARRAY_SIZE(arg0), &c);
+    ck_assert_uint_eq(c.neq, 1);
+    ck_assert(!pm__seccomp_compared_eq(&c, 0, 0));
+    /* Only the n instructions given are read, whatever lies after them:
+     * the analysis of a long program first leaves its state on the stack
+     * where the next one's goes (same caller, same depth), then a program
+     * of three is given whose array goes on with a comparison. */
+    pm__seccomp_compares(big, BPF_MAXINSNS, &c);
+    static const struct sock_filter three[] = {LD_NR, JEQ(3, 0, 0), RET, JEQ(99, 0, 0)};
+    pm__seccomp_compares(three, 3, &c);
+    ck_assert_int_eq(pm__seccomp_compared_nr(&c, 3), 1);
+    ck_assert_int_eq(pm__seccomp_compared_nr(&c, 99), 0);
 }
 END_TEST
 
