@@ -219,6 +219,62 @@ START_TEST(test_exec_env_without_procmesh_vars)
 }
 END_TEST
 
+/* The environment pid was exec'd with, its variables one per line. */
+static void environ_of(pid_t pid, char *out, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    size_t got = 0;
+    ssize_t k;
+    while (got < size - 1 && (k = read(fd, out + got, size - 1 - got)) > 0)
+        got += (size_t)k;
+    close(fd);
+    out[got] = '\0';
+    for (size_t i = 0; i < got; i++)
+        if (out[i] == '\0')
+            out[i] = '\n';
+}
+
+/* An exec worker's environment at its edges, read from /proc/PID/environ
+ * (what it was exec'd with). _i 0: listen fds asked for with none
+ * (pm_options_set_listen_fds with n 0) gives no LISTEN_* variables; a
+ * variable named like PROCMESH without the underscore is the
+ * application's and is kept. _i 1: a supervisor whose environment was
+ * cleared (clearenv: environ is NULL) starts its worker, which has
+ * PROCMESH_NODE and nothing of what the supervisor had before. */
+START_TEST(test_exec_env_edges)
+{
+    if (_i == 0)
+        ck_assert_int_eq(setenv("PROCMESHLIKE", "kept", 1), 0);
+    else
+        ck_assert_int_eq(setenv("PM_CLEARED", "1", 1) || clearenv(), 0);
+    pm_options *o = opts(1);
+    exec_opts(o, "ready", NULL);
+    if (_i == 0)
+        ck_assert_int_eq(pm_options_set_listen_fds(o, NULL, NULL, 0), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    static char env[65536];
+    environ_of(si.pid, env, sizeof(env));
+    if (_i == 0) {
+        ck_assert_msg(strstr(env, "LISTEN_") == NULL, "listen variables without listen fds:\n%s", env);
+        ck_assert_msg(strstr(env, "\nPROCMESHLIKE=kept\n") != NULL || strncmp(env, "PROCMESHLIKE=kept\n", 18) == 0,
+                      "PROCMESHLIKE did not reach the worker:\n%s", env);
+    } else {
+        /* (The test worker is libtool's shell wrapper, which adds
+         * variables of its own before it execs the program.) */
+        ck_assert_msg(strstr(env, "PROCMESH_NODE=") != NULL && strstr(env, "PM_CLEARED") == NULL,
+                      "the worker of a supervisor without an environment had:\n%s", env);
+    }
+    pm_cluster_terminate(c);
+    pm_options_free(o);
+}
+END_TEST
+
 /* ------------------------------------------------------------ close-on-exec */
 
 /* In a child: an fd at high without close-on-exec, RLIMIT_NOFILE's soft
@@ -373,6 +429,7 @@ int main(void)
     PM_ADD_TEST(s, test_notify_names_not_squattable, 60);
     PM_ADD_TEST(s, test_notify_name_taken_not_charged, 60);
     PM_ADD_TEST(s, test_exec_env_without_procmesh_vars, 60);
+    PM_ADD_LOOP_TEST(s, test_exec_env_edges, 0, 2, 60);
     PM_ADD_TEST(s, test_cloexec_fallback_above_65536, 60);
     PM_ADD_TEST(s, test_cloexec_walk_rows, 60);
     return pm_test_main(s);

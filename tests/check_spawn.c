@@ -169,10 +169,32 @@ static int proc_maps(pid_t pid, const char *what)
     return found;
 }
 
+/* 1 when pid was exec'd with the variable var (NAME=value) set. */
+static int proc_environ_has(pid_t pid, const char *var)
+{
+    char path[64], buf[65536];
+    snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof(buf) - 1 && (k = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)k;
+    close(fd);
+    size_t n = strlen(var);
+    for (size_t i = 0; i < got; i += strlen(buf + i) + 1) {
+        buf[got] = '\0';
+        if (strncmp(buf + i, var, n + 1) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 START_TEST(test_spawn_alloc_failures)
 {
     if (!pm_failalloc_here("test_spawn_alloc_failures"))
         return;
+    ck_assert_int_eq(setenv("PM_ALLOC_ENV", "kept", 1), 0);
     pm_options *o = opts(2);
     if (_i)
         exec_opts(o, "run", NULL);
@@ -202,6 +224,12 @@ START_TEST(test_spawn_alloc_failures)
                               "%d fds, the test %d", k, i, held, fds0);
                 ck_assert_msg(!proc_maps(si.pid, "io_uring"), "allocation %ld failed, spawn 0: "
                               "worker %u maps the supervisor's io_uring", k, i);
+                /* Nor by leaving out what it is owed: an exec'd worker has
+                 * the supervisor's environment (a template that could not
+                 * be copied fails the spawn instead). */
+                ck_assert_msg(!_i || proc_environ_has(si.pid, "PM_ALLOC_ENV=kept"),
+                              "allocation %ld failed, spawn 0: worker %u started without the "
+                              "supervisor's environment", k, i);
             }
             ck_assert_int_eq(pm_cluster_terminate(c), 0);
         } else {
@@ -551,24 +579,37 @@ END_TEST
 
 /* pm_options(3), set_exec: an empty entry of PATH is the working
  * directory, as execvp takes it. PATH's first entry is empty and its
- * second does not exist; the working directory is the test worker's:
- * the spawn succeeds only if the empty entry was searched as ".". */
+ * second a directory holding another program of the same name, which
+ * exits at once (no worker): the working directory is the test worker's,
+ * and the spawn succeeds only if the empty entry was searched, as ".",
+ * and first. */
 START_TEST(test_spawn_name_in_path_empty_entry)
 {
     const char *worker = PM_TEST_WORKER;
     const char *slash = strrchr(worker, '/');
     ck_assert_ptr_nonnull(slash);
-    char dir[4096];
+    char dir[4096], decoy[64], decoy_prog[4200], path[128];
     snprintf(dir, sizeof(dir), "%.*s", (int)(slash - worker), worker);
+    snprintf(decoy, sizeof(decoy), "/tmp/pm-path-decoy.%d", (int)getpid());
+    ck_assert_int_eq(mkdir(decoy, 0755), 0);
+    snprintf(decoy_prog, sizeof(decoy_prog), "%s/%s", decoy, slash + 1);
+    FILE *f = fopen(decoy_prog, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\nexit 3\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(decoy_prog, 0755), 0);
     ck_assert_int_eq(chdir(dir), 0);
-    ck_assert_int_eq(setenv("PATH", ":/nonexistent/procmesh-bin", 1), 0);
+    snprintf(path, sizeof(path), ":%s", decoy);
+    ck_assert_int_eq(setenv("PATH", path, 1), 0);
     pm_options *o = opts(1);
     char *argv[] = {"pm-test-worker", "ready", NULL};
     ck_assert_int_eq(pm_options_set_exec(o, slash + 1, argv), 0);
     pm_cluster *c = NULL;
     int rc = pm_cluster_spawn(o, &c);
-    ck_assert_msg(rc == 0, "spawn of \"%s\" from %s with PATH's first entry empty: %s", slash + 1,
-                  dir, pm_strerror(rc));
+    unlink(decoy_prog);
+    rmdir(decoy);
+    ck_assert_msg(rc == 0, "spawn of \"%s\" from %s with PATH=%s: %s", slash + 1, dir, path,
+                  pm_strerror(rc));
     ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     assert_all_started_gone();

@@ -986,6 +986,10 @@ static void end_never_empty(pm__cg_slot *s, const char *slot)
 
 START_TEST(test_scratch_v2)
 {
+    /* fd 0 free, as in a supervisor started without stdin: a leaf's
+     * directory may be fd 0 (the slot's directory takes it first, then
+     * the leaf a kill rotates to), and it is a leaf like any. */
+    close(0);
     snprintf(scratch, sizeof(scratch), "/tmp/pm-cg-scratch.%d", (int)getpid());
     ck_assert_int_eq(mkdir(scratch, 0755), 0);
     sub("svc");
@@ -1135,6 +1139,7 @@ START_TEST(test_scratch_v2)
     ck_assert_int_eq(s.gen, 4);
     ck_assert_uint_eq(s.next_gen, 3);
     ck_assert_int_eq(s.retired, 0);
+    ck_assert_int_eq(pm__cg_slot_populated(&s), 0); /* g4's files, open */
     snprintf(f, sizeof(f), "%s/g3", slot);
     ck_assert_int_eq(pm_test_fds_to(f), 0);
     ck_assert_int_eq(pm__cg_slot_advance(&s, 4), 0); /* already the slot's */
@@ -1151,6 +1156,29 @@ START_TEST(test_scratch_v2)
     ck_assert_uint_eq(s.next_gen, 0);
     ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 0); /* none ahead until the next ready */
     ck_assert_int_eq(s.standby_procs_fd, -1);
+    ck_assert_int_eq(pm__cg_slot_advance(&s, 0), -ESTALE); /* none ahead, none joined */
+    /* Two kills before a ready: g3 is killed with g4 still retired (g4
+     * empty by now, g5 made ahead by hand as the kill's rotate would make
+     * it): the older retired leaf, g4, is removed at once, g3 retired. */
+    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
+        snprintf(full, sizeof(full), "%s/%s/g4/%s", scratch, slot, leaf_files[i]);
+        ck_assert_int_eq(unlink(full), 0);
+    }
+    snprintf(full, sizeof(full), "%s/%s/g4/cgroup.events", scratch, slot);
+    ck_assert_int_eq(unlink(full), 0);
+    snprintf(f, sizeof(f), "%s/g5", slot);
+    sub(f);
+    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
+        snprintf(f, sizeof(f), "%s/g5/%s", slot, leaf_files[i]);
+        put(f, "");
+    }
+    snprintf(f, sizeof(f), "%s/g5/cgroup.events", slot);
+    put(f, "populated 0\nfrozen 0\n");
+    end_never_empty(&s, slot);
+    ck_assert_int_eq(s.gen, 5);
+    ck_assert_int_eq(s.retired, 3);
+    snprintf(full, sizeof(full), "%s/%s/g4", scratch, slot);
+    ck_assert_msg(access(full, F_OK) < 0 && errno == ENOENT, "the older retired leaf %s is still there", full);
     pm__cg_slot_close_fds(&s);
 
     /* A limit without any controller for it: refused, with the reason. */

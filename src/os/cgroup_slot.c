@@ -196,7 +196,7 @@ static void retire_and_take(pm__cg_slot *s, pm__cg_leaf *next)
  * leaf the killed one stays, joined by a write (spawn.c). */
 static void rotate(pm__cg_slot *s)
 {
-    if (!s->growing || s->dir_fd < 0)
+    if (!s->growing || s->dir_fd < 0) /* closing, or no leaf */
         return;
     /* The leaf made ahead is only opened here (no mkdir, which locks the
      * slot's directory, on the way to the replacement); made now if there
@@ -216,7 +216,9 @@ static void rotate(pm__cg_slot *s)
 
 unsigned pm__cg_slot_standby_open(pm__cg_slot *s)
 {
-    if (!s->growing || s->dir_fd < 0 || s->next_gen == 0)
+    /* None made ahead. (A slot being closed has no leaf fd: the openat
+     * below fails, and so does it where there is no cgroup at all.) */
+    if (s->next_gen == 0)
         return 0;
     int saved = errno;
     char name[32], path[48];
@@ -236,9 +238,11 @@ void pm__cg_slot_standby_close(pm__cg_slot *s)
 
 int pm__cg_slot_advance(pm__cg_slot *s, unsigned gen)
 {
-    if (gen != 0 && gen == s->gen)
+    if (gen == 0)
+        return -ESTALE; /* it joined none */
+    if (gen == s->gen)
         return 0; /* a kill at the reap made it current (rotate) */
-    if (gen == 0 || gen != s->next_gen || s->dir_fd < 0)
+    if (gen != s->next_gen)
         return -ESTALE;
     pm__cg_leaf next;
     int rc = leaf_dir(s->dir_fd, "../", gen, &next);

@@ -82,7 +82,9 @@ char *pm__exec_resolve(const char *name)
         char *cand = malloc(dlen + nlen + 3);
         if (cand == NULL)
             return NULL;
-        snprintf(cand, dlen + nlen + 3, "%.*s/%s", (int)dlen, dlen > 0 ? p : ".", name);
+        /* An empty entry is the working directory ("./name", as execvp
+         * takes it): "." printed whole, not cut to the entry's length. */
+        snprintf(cand, dlen + nlen + 3, "%.*s/%s", (int)(dlen > 0 ? dlen : 1), dlen > 0 ? p : ".", name);
         if (access(cand, X_OK) == 0)
             return cand;
         free(cand);
