@@ -27,7 +27,7 @@ char **pm__exec_env(const pm__exec_env_req *q, char **text, char **pid_digits)
     const char *notify = q->notify;
     int node_fd_at = q->node_fd_at;
     size_t names = 0;
-    for (size_t i = 0; i < q->nfds; i++)
+    for (size_t i = 0; i < q->nfds; i++) /* the names' room */
         names += strlen(q->fd_names[i]) + 1;
     size_t size = 64 + (q->listen_env ? 64 + names : 0) + (notify ? 32 + strlen(notify) : 0);
     char **env = malloc((q->ntmpl + 6) * sizeof(*env));
