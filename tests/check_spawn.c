@@ -547,6 +547,20 @@ START_TEST(test_exec_signal_dispositions)
 }
 END_TEST
 
+/* Spawns o's one worker, which must become ready (what: the spawn's
+ * conditions, for the message), ends the cluster and frees o. */
+static void spawn_one_ready(pm_options *o, const char *what)
+{
+    pm_cluster *c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    ck_assert_msg(rc == 0, "spawn %s: %s", what, pm_strerror(rc));
+    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
+    ck_assert_int_eq(count(PM_EVENT_READY, 0), 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+
 /* pm_options(3), set_exec: a name without "/" is searched in PATH. The
  * test worker's directory is put in PATH behind one that does not exist,
  * and the working directory has no such program: the spawn succeeds only
@@ -566,14 +580,9 @@ START_TEST(test_spawn_name_in_path)
     pm_options *o = opts(1);
     char *argv[] = {"pm-test-worker", "ready", NULL};
     ck_assert_int_eq(pm_options_set_exec(o, slash + 1, argv), 0);
-    pm_cluster *c = NULL;
-    int rc = pm_cluster_spawn(o, &c);
-    ck_assert_msg(rc == 0, "spawn of \"%s\" with PATH=%s: %s", slash + 1, path, pm_strerror(rc));
-    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
-    ck_assert_int_eq(count(PM_EVENT_READY, 0), 1);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    assert_all_started_gone();
-    pm_options_free(o);
+    char what[8300];
+    snprintf(what, sizeof(what), "of \"%s\" with PATH=%s", slash + 1, path);
+    spawn_one_ready(o, what);
 }
 END_TEST
 
@@ -604,16 +613,11 @@ START_TEST(test_spawn_name_in_path_empty_entry)
     pm_options *o = opts(1);
     char *argv[] = {"pm-test-worker", "ready", NULL};
     ck_assert_int_eq(pm_options_set_exec(o, slash + 1, argv), 0);
-    pm_cluster *c = NULL;
-    int rc = pm_cluster_spawn(o, &c);
+    char what[8400];
+    snprintf(what, sizeof(what), "of \"%s\" from %s with PATH=%s", slash + 1, dir, path);
+    spawn_one_ready(o, what);
     unlink(decoy_prog);
     rmdir(decoy);
-    ck_assert_msg(rc == 0, "spawn of \"%s\" from %s with PATH=%s: %s", slash + 1, dir, path,
-                  pm_strerror(rc));
-    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    assert_all_started_gone();
-    pm_options_free(o);
 }
 END_TEST
 
@@ -634,14 +638,7 @@ START_TEST(test_spawn_name_default_path)
     char *argv[] = {"sleep", "1000", NULL};
     ck_assert_int_eq(pm_options_set_exec(o, "sleep", argv), 0);
     ck_assert_int_eq(pm_options_set_ready_mode(o, PM_READY_EXEC), 0);
-    pm_cluster *c = NULL;
-    int rc = pm_cluster_spawn(o, &c);
-    ck_assert_msg(rc == 0, "spawn of sleep with PATH %s: %s", _i == 0 ? "unset" : "empty",
-                  pm_strerror(rc));
-    ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
-    ck_assert_int_eq(pm_cluster_terminate(c), 0);
-    assert_all_started_gone();
-    pm_options_free(o);
+    spawn_one_ready(o, _i == 0 ? "of sleep with PATH unset" : "of sleep with PATH empty");
 }
 END_TEST
 

@@ -984,6 +984,29 @@ static void end_never_empty(pm__cg_slot *s, const char *slot)
     ck_assert_int_eq(pm__cg_slot_end(s, 50, &oom), -ETIMEDOUT);
 }
 
+/* A leaf's files, as cgroupfs gives a cgroup (leaf g<gen> of slot, a
+ * path in the scratch tree), or their removal, as cgroupfs lets a cgroup
+ * go once it is empty (an rmdir of the leaf then works). */
+static const char *const leaf_files[] = {"cgroup.procs", "cgroup.kill", "cgroup.events"};
+
+static void leaf_files_made(const char *slot, unsigned gen)
+{
+    char f[200];
+    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
+        snprintf(f, sizeof(f), "%s/g%u/%s", slot, gen, leaf_files[i]);
+        put(f, strcmp(leaf_files[i], "cgroup.events") == 0 ? "populated 0\nfrozen 0\n" : "");
+    }
+}
+
+static void leaf_files_gone(const char *slot, unsigned gen)
+{
+    char full[600];
+    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
+        snprintf(full, sizeof(full), "%s/%s/g%u/%s", scratch, slot, gen, leaf_files[i]);
+        ck_assert_int_eq(unlink(full), 0);
+    }
+}
+
 START_TEST(test_scratch_v2)
 {
     /* fd 0 free, as in a supervisor started without stdin: a leaf's
@@ -1016,16 +1039,10 @@ START_TEST(test_scratch_v2)
     /* The slot's limits are in slot0, its processes in a leaf below it:
      * g1 for the first incarnation, g2 for the one after a kill, g3 after
      * a second. */
-    const char *leaf_files[] = {"cgroup.procs", "cgroup.kill"};
-    for (int g = 1; g <= 3; g++) {
-        snprintf(f, sizeof(f), "%s/g%d", slot, g);
+    for (unsigned g = 1; g <= 3; g++) {
+        snprintf(f, sizeof(f), "%s/g%u", slot, g);
         sub(f);
-        for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
-            snprintf(f, sizeof(f), "%s/g%d/%s", slot, g, leaf_files[i]);
-            put(f, "");
-        }
-        snprintf(f, sizeof(f), "%s/g%d/cgroup.events", slot, g);
-        put(f, "populated 0\nfrozen 0\n");
+        leaf_files_made(slot, g);
     }
     snprintf(f, sizeof(f), "%s/memory.events", slot);
     put(f, "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\n");
@@ -1081,12 +1098,7 @@ START_TEST(test_scratch_v2)
      * g2's ".."; the leaf for the next kill, g3, is made ahead and held by
      * no fd. */
     char full[512];
-    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
-        snprintf(full, sizeof(full), "%s/%s/g1/%s", scratch, slot, leaf_files[i]);
-        ck_assert_int_eq(unlink(full), 0);
-    }
-    snprintf(full, sizeof(full), "%s/%s/g1/cgroup.events", scratch, slot);
-    ck_assert_int_eq(unlink(full), 0);
+    leaf_files_gone(slot, 1);
     pm__cg_slot_prepare(&s);
     snprintf(full, sizeof(full), "%s/%s/g1", scratch, slot);
     ck_assert_msg(access(full, F_OK) < 0 && errno == ENOENT, "the retired leaf %s is still there", full);
@@ -1104,21 +1116,11 @@ START_TEST(test_scratch_v2)
     /* A warm standby's leaves (pm__cg_slot_advance). g2 empties and goes
      * at the next ready, which makes g4 ahead (its files put in, as
      * cgroupfs would). */
-    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
-        snprintf(full, sizeof(full), "%s/%s/g2/%s", scratch, slot, leaf_files[i]);
-        ck_assert_int_eq(unlink(full), 0);
-    }
-    snprintf(full, sizeof(full), "%s/%s/g2/cgroup.events", scratch, slot);
-    ck_assert_int_eq(unlink(full), 0);
+    leaf_files_gone(slot, 2);
     pm__cg_slot_prepare(&s);
     ck_assert_int_eq(s.retired, 0);
     ck_assert_uint_eq(s.next_gen, 4);
-    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
-        snprintf(f, sizeof(f), "%s/g4/%s", slot, leaf_files[i]);
-        put(f, "");
-    }
-    snprintf(f, sizeof(f), "%s/g4/cgroup.events", slot);
-    put(f, "populated 0\nfrozen 0\n");
+    leaf_files_made(slot, 4);
     /* The standby's fork holds g4's cgroup.procs, and only then. */
     ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 4);
     snprintf(f, sizeof(f), "%s/g4", slot);
@@ -1160,20 +1162,10 @@ START_TEST(test_scratch_v2)
     /* Two kills before a ready: g3 is killed with g4 still retired (g4
      * empty by now, g5 made ahead by hand as the kill's rotate would make
      * it): the older retired leaf, g4, is removed at once, g3 retired. */
-    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
-        snprintf(full, sizeof(full), "%s/%s/g4/%s", scratch, slot, leaf_files[i]);
-        ck_assert_int_eq(unlink(full), 0);
-    }
-    snprintf(full, sizeof(full), "%s/%s/g4/cgroup.events", scratch, slot);
-    ck_assert_int_eq(unlink(full), 0);
+    leaf_files_gone(slot, 4);
     snprintf(f, sizeof(f), "%s/g5", slot);
     sub(f);
-    for (size_t i = 0; i < ARRAY_LEN(leaf_files); i++) {
-        snprintf(f, sizeof(f), "%s/g5/%s", slot, leaf_files[i]);
-        put(f, "");
-    }
-    snprintf(f, sizeof(f), "%s/g5/cgroup.events", slot);
-    put(f, "populated 0\nfrozen 0\n");
+    leaf_files_made(slot, 5);
     end_never_empty(&s, slot);
     ck_assert_int_eq(s.gen, 5);
     ck_assert_int_eq(s.retired, 3);
