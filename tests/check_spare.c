@@ -521,13 +521,17 @@ START_TEST(test_standby_takes_over)
     pid_t next = pm_test_slot_standby_pid(c, 0);
     ck_assert_int_ne(next, sb);
     if (leaves) {
-        /* Two leaves take turns: the next standby waits in the one the
-         * first incarnation left, empty, not in the slot's current one. */
-        char next_text[1024], next_leaf[512];
+        /* The next standby waits in a leaf of the slot other than the
+         * current one: the one the first incarnation left, when the reap
+         * found it empty (two leaves take turns), or one made after it
+         * was killed, if the reap still saw it populated. */
+        char next_text[1024], next_leaf[512], next_slot[512];
         RUN_UNTIL(c, standby_in_slot(next), 10000);
         cgroup_of(next, next_text, sizeof(next_text));
         unified_path(next_text, next_leaf, sizeof(next_leaf));
-        ck_assert_str_eq(next_leaf, first_leaf);
+        parent_path(next_leaf, next_slot, sizeof(next_slot));
+        ck_assert_str_eq(next_slot, first_slot);
+        ck_assert_str_ne(next_leaf, sb_leaf);
     }
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);

@@ -586,45 +586,84 @@ START_TEST(test_spawn_name_in_path)
 }
 END_TEST
 
-/* pm_options(3), set_exec: an empty entry of PATH is the working
- * directory, as execvp takes it. PATH's first entry is empty and its
- * second a directory holding another program of the same name, which
- * exits at once (no worker): the working directory is the test worker's,
- * and the spawn succeeds only if the empty entry was searched, as ".",
- * and first. */
-START_TEST(test_spawn_name_in_path_empty_entry)
+/* pm_options(3), set_exec: a name without "/" is searched in PATH as
+ * execvp searches it. The working directory is the test worker's, and a
+ * directory of this test's (made in the build tree: /tmp may be noexec)
+ * holds a decoy of the same name that exits at once, or a directory of
+ * that name:
+ * _i 0: PATH ":<decoys>": the empty entry is the working directory, and
+ *       comes first: the worker starts; and its restart after the
+ *       application has left that directory (chdir) still finds it (the
+ *       path was made absolute when it was looked up);
+ * _i 1: PATH "<dirs>:<the worker's>": a directory of the program's name
+ *       is no program: skipped, the worker found after it;
+ * _i 2: PATH without the worker's directory and no empty entry: not
+ *       found, and the spawn fails -ENOENT, even though the working
+ *       directory holds a program of that name (execve would run a bare
+ *       name from there). */
+START_TEST(test_spawn_name_search)
 {
     const char *worker = PM_TEST_WORKER;
     const char *slash = strrchr(worker, '/');
     ck_assert_ptr_nonnull(slash);
-    char dir[4096], decoy[64], decoy_prog[4200], path[128];
+    char dir[4096], here[4096], made[] = "pm-path-decoy.XXXXXX", decoy[4200], prog[4400], path[8500];
     snprintf(dir, sizeof(dir), "%.*s", (int)(slash - worker), worker);
-    snprintf(decoy, sizeof(decoy), "/tmp/pm-path-decoy.%d", (int)getpid());
-    ck_assert_int_eq(mkdir(decoy, 0755), 0);
-    snprintf(decoy_prog, sizeof(decoy_prog), "%s/%s", decoy, slash + 1);
-    FILE *f = fopen(decoy_prog, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("#!/bin/sh\nexit 3\n", f);
-    fclose(f);
-    ck_assert_int_eq(chmod(decoy_prog, 0755), 0);
+    ck_assert_ptr_nonnull(getcwd(here, sizeof(here)));
+    ck_assert_ptr_nonnull(mkdtemp(made));
+    snprintf(decoy, sizeof(decoy), "%s/%s", here, made);
+    snprintf(prog, sizeof(prog), "%s/%s", decoy, slash + 1);
+    if (_i == 1) {
+        ck_assert_int_eq(mkdir(prog, 0755), 0);
+    } else {
+        FILE *f = fopen(prog, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("#!/bin/sh\nexit 3\n", f);
+        fclose(f);
+        ck_assert_int_eq(chmod(prog, 0755), 0);
+        ck_assert_msg(access(prog, X_OK) == 0, "the decoy %s cannot be run", prog);
+    }
+    if (_i == 2)
+        snprintf(path, sizeof(path), "/nonexistent/procmesh-bin");
+    else
+        snprintf(path, sizeof(path), _i == 0 ? ":%s" : "%s:%s", decoy, dir);
     ck_assert_int_eq(chdir(dir), 0);
-    snprintf(path, sizeof(path), ":%s", decoy);
     ck_assert_int_eq(setenv("PATH", path, 1), 0);
     pm_options *o = opts(1);
     char *argv[] = {"pm-test-worker", "ready", NULL};
     ck_assert_int_eq(pm_options_set_exec(o, slash + 1, argv), 0);
-    char what[8400];
-    snprintf(what, sizeof(what), "of \"%s\" from %s with PATH=%s", slash + 1, dir, path);
-    spawn_one_ready(o, what);
-    unlink(decoy_prog);
-    rmdir(decoy);
+    pm_cluster *c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    if (_i == 2) {
+        ck_assert_msg(rc == -ENOENT, "spawn of \"%s\" with PATH=%s from a directory holding it: %s",
+                      slash + 1, path, pm_strerror(rc));
+    } else {
+        ck_assert_msg(rc == 0, "spawn of \"%s\" from %s with PATH=%s: %s", slash + 1, dir, path,
+                      pm_strerror(rc));
+        ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
+        if (_i == 0) {
+            ck_assert_int_eq(chdir("/"), 0);
+            pm_slot_info si;
+            ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+            pid_t old = si.pid;
+            ck_assert_int_eq(kill(old, SIGKILL), 0);
+            RUN_UNTIL(c, pm_cluster_slot_info(c, 0, &si) == 0 && si.state == PM_SLOT_READY && si.pid != old,
+                      10000);
+            ck_assert_uint_eq(si.incarnation, 2);
+        }
+        ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    }
+    assert_all_started_gone();
+    pm_options_free(o);
+    ck_assert_int_eq(_i == 1 ? rmdir(prog) : unlink(prog), 0);
+    ck_assert_int_eq(rmdir(decoy), 0);
 }
 END_TEST
 
 /* pm_options(3), set_exec: with PATH unset (_i 0) or empty (_i 1), a bare
- * name is searched in /usr/local/bin:/usr/bin:/bin, as execvp does. The
- * program is sleep (coreutils), ready once exec'd: the spawn succeeds only
- * if it was found there. */
+ * name is searched in procmesh's default list, /usr/local/bin:/usr/bin:/bin
+ * (glibc's execvp would search /bin:/usr/bin, and an empty PATH as the
+ * working directory alone). The program is sleep (coreutils), ready once
+ * exec'd: the spawn succeeds only if it was found there. */
 START_TEST(test_spawn_name_default_path)
 {
     ck_assert_msg(access("/bin/sleep", X_OK) == 0 || access("/usr/bin/sleep", X_OK) == 0,
@@ -800,7 +839,7 @@ int main(void)
     PM_ADD_TEST(s, test_fork_child_faults_flat_in_n, 240);
     PM_ADD_TEST(s, test_exec_signal_dispositions, 60);
     PM_ADD_TEST(s, test_spawn_name_in_path, 60);
-    PM_ADD_TEST(s, test_spawn_name_in_path_empty_entry, 60);
+    PM_ADD_LOOP_TEST(s, test_spawn_name_search, 0, 3, 60);
     PM_ADD_LOOP_TEST(s, test_spawn_name_default_path, 0, 2, 60);
     PM_ADD_TEST(s, test_fork_wipe_stops_at_given_stack, 60);
     PM_ADD_LOOP_TEST(s, test_exec_signal_mask, 0, 2, 60);

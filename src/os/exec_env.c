@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -68,6 +69,31 @@ char **pm__exec_env(const pm__exec_env_req *q, char **text, char **pid_digits)
     return env;
 }
 
+/* A program exec can run: executable by us and a regular file (access
+ * alone passes a directory, which execvp skips). */
+static int runnable(const char *path)
+{
+    struct stat st;
+    return access(path, X_OK) == 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* An empty PATH entry's candidate, "./name", made absolute: the path is
+ * kept for every restart, which must not depend on where the application
+ * has chdir'd by then. NULL when out of memory or the working directory
+ * cannot be named. */
+static char *absolute(const char *name)
+{
+    char *cwd = getcwd(NULL, 0);
+    if (cwd == NULL)
+        return NULL;
+    size_t size = strlen(cwd) + strlen(name) + 2;
+    char *full = malloc(size);
+    if (full != NULL)
+        snprintf(full, size, "%s/%s", cwd, name);
+    free(cwd);
+    return full;
+}
+
 char *pm__exec_resolve(const char *name)
 {
     if (strchr(name, '/') != NULL)
@@ -79,21 +105,29 @@ char *pm__exec_resolve(const char *name)
     for (const char *p = path; *p != '\0';) {
         const char *colon = strchr(p, ':');
         size_t dlen = colon != NULL ? (size_t)(colon - p) : strlen(p);
-        char *cand = malloc(dlen + nlen + 3);
+        size_t size = dlen + nlen + 3; /* "./" or "dir/", the name, its NUL */
+        char *cand = malloc(size);
         if (cand == NULL)
             return NULL;
         /* An empty entry is the working directory ("./name", as execvp
          * takes it): "." printed whole, not cut to the entry's length. */
-        snprintf(cand, dlen + nlen + 3, "%.*s/%s", (int)(dlen > 0 ? dlen : 1), dlen > 0 ? p : ".", name);
-        if (access(cand, X_OK) == 0)
-            return cand;
+        snprintf(cand, size, "%.*s/%s", (int)(dlen > 0 ? dlen : 1), dlen > 0 ? p : ".", name);
+        if (runnable(cand)) {
+            if (dlen > 0)
+                return cand;
+            free(cand);
+            return absolute(name);
+        }
         free(cand);
         if (colon == NULL)
             break;
         p = colon + 1;
     }
-    /* Not found: exec reports ENOENT, which is the right error. */
-    return strdup(name);
+    /* Not found: a path no exec can open, so that the spawn fails ENOENT
+     * as execvp does. The bare name would not: execve takes a name
+     * without a slash relative to the working directory, and would run a
+     * program of that name there, which PATH does not name. */
+    return strdup("");
 }
 
 int pm__env_template(char ***out, size_t *count)

@@ -120,9 +120,13 @@ int pm__pidfd_signal(int pidfd, int sig);
 
 /* exec_env.c */
 
-/* Exec mode: the program's path looked up in PATH once, at create time
- * (a name with a slash is taken as it is; a name not found is returned as
- * it is, so that exec reports ENOENT). NULL only when out of memory. */
+/* Exec mode: the program's path looked up in PATH once, at create time,
+ * as execvp looks (a name with a slash is taken as it is; an empty entry
+ * is the working directory, whose candidate is made absolute; a directory
+ * is skipped; a name not found gives "", which exec refuses ENOENT,
+ * never the bare name, which execve would take relative to the working
+ * directory). NULL only when out of memory (or, for an empty entry's
+ * find, when the working directory cannot be named). */
 char *pm__exec_resolve(const char *name);
 
 /* The environment template of exec-mode workers: the supervisor's own,
