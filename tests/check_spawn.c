@@ -600,7 +600,9 @@ END_TEST
  * _i 2: PATH without the worker's directory and no empty entry: not
  *       found, and the spawn fails -ENOENT, even though the working
  *       directory holds a program of that name (execve would run a bare
- *       name from there). */
+ *       name from there);
+ * _i 3: PATH "<files>:<the worker's>": a file of the name that nobody
+ *       may execute (mode 0644, so not root either) is skipped too. */
 START_TEST(test_spawn_name_search)
 {
     const char *worker = PM_TEST_WORKER;
@@ -619,13 +621,14 @@ START_TEST(test_spawn_name_search)
         ck_assert_ptr_nonnull(f);
         fputs("#!/bin/sh\nexit 3\n", f);
         fclose(f);
-        ck_assert_int_eq(chmod(prog, 0755), 0);
-        ck_assert_msg(access(prog, X_OK) == 0, "the decoy %s cannot be run", prog);
+        ck_assert_int_eq(chmod(prog, _i == 3 ? 0644 : 0755), 0);
+        ck_assert_msg((access(prog, X_OK) == 0) == (_i != 3), "the decoy %s %s be run", prog,
+                      _i == 3 ? "can" : "cannot");
     }
     if (_i == 2)
         snprintf(path, sizeof(path), "/nonexistent/procmesh-bin");
     else
-        snprintf(path, sizeof(path), _i == 0 ? ":%s" : "%s:%s", decoy, dir);
+        snprintf(path, sizeof(path), _i == 0 ? ":%s" : "%s:%s", decoy, dir); /* 1, 3: decoys first */
     ck_assert_int_eq(chdir(dir), 0);
     ck_assert_int_eq(setenv("PATH", path, 1), 0);
     pm_options *o = opts(1);
@@ -839,7 +842,7 @@ int main(void)
     PM_ADD_TEST(s, test_fork_child_faults_flat_in_n, 240);
     PM_ADD_TEST(s, test_exec_signal_dispositions, 60);
     PM_ADD_TEST(s, test_spawn_name_in_path, 60);
-    PM_ADD_LOOP_TEST(s, test_spawn_name_search, 0, 3, 60);
+    PM_ADD_LOOP_TEST(s, test_spawn_name_search, 0, 4, 60);
     PM_ADD_LOOP_TEST(s, test_spawn_name_default_path, 0, 2, 60);
     PM_ADD_TEST(s, test_fork_wipe_stops_at_given_stack, 60);
     PM_ADD_LOOP_TEST(s, test_exec_signal_mask, 0, 2, 60);
