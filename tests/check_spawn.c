@@ -547,13 +547,27 @@ START_TEST(test_exec_signal_dispositions)
 }
 END_TEST
 
+/* How slot 0's first incarnation ended, for a failure's message: its
+ * EXITED event's status, reason and detail, or that none came. */
+static const char *first_end(char *buf, size_t size)
+{
+    const rec *e = find(PM_EVENT_EXITED, 0, 0);
+    if (e == NULL)
+        snprintf(buf, size, "no EXITED event");
+    else
+        snprintf(buf, size, "exit %d, signal %d, reason %s, %s", e->exit_code, e->signal, e->reason,
+                 e->detail);
+    return buf;
+}
+
 /* Spawns o's one worker, which must become ready (what: the spawn's
  * conditions, for the message), ends the cluster and frees o. */
 static void spawn_one_ready(pm_options *o, const char *what)
 {
     pm_cluster *c = NULL;
     int rc = pm_cluster_spawn(o, &c);
-    ck_assert_msg(rc == 0, "spawn %s: %s", what, pm_strerror(rc));
+    char end[300];
+    ck_assert_msg(rc == 0, "spawn %s: %s (the worker: %s)", what, pm_strerror(rc), first_end(end, sizeof(end)));
     ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
     ck_assert_int_eq(count(PM_EVENT_READY, 0), 1);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
@@ -640,8 +654,9 @@ START_TEST(test_spawn_name_search)
         ck_assert_msg(rc == -ENOENT, "spawn of \"%s\" with PATH=%s from a directory holding it: %s",
                       slash + 1, path, pm_strerror(rc));
     } else {
-        ck_assert_msg(rc == 0, "spawn of \"%s\" from %s with PATH=%s: %s", slash + 1, dir, path,
-                      pm_strerror(rc));
+        char end[300];
+        ck_assert_msg(rc == 0, "spawn of \"%s\" from %s with PATH=%s: %s (the worker: %s)", slash + 1, dir,
+                      path, pm_strerror(rc), first_end(end, sizeof(end)));
         ck_assert_int_eq(slot_state(c, 0), PM_SLOT_READY);
         if (_i == 0) {
             ck_assert_int_eq(chdir("/"), 0);
