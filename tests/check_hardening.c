@@ -367,14 +367,8 @@ START_TEST(test_cloexec_walk_rows)
     ck_assert_int_eq(at0, 0); /* closed again */
     ck_assert_int_eq(cloexec_of(40), 1);
 
-    int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    ck_assert_int_ge(lowest, 0);
-    close(lowest);
-    struct rlimit was, now;
-    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
-    now = was;
-    now.rlim_cur = (rlim_t)lowest;
-    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &now), 0);
+    struct rlimit was;
+    pm_test_nofile_soft((rlim_t)pm_test_lowest_free_fd(), &was);
     rc = pm__cloexec_proc_fds(3);
     ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
     ck_assert_int_eq(rc, -EMFILE);

@@ -1776,16 +1776,11 @@ START_TEST(test_seccomp_export_checked)
     ck_assert_int_eq(rc, 0);
     ck_assert_uint_eq(len, natural[PM_SECCOMP_STRICT]);
     /* No fd for the memfd: the lowest free fd made the limit. */
-    int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    ck_assert_int_ge(lowest, 0);
-    close(lowest);
-    struct rlimit was, now;
-    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
-    now = was;
-    now.rlim_cur = (rlim_t)lowest;
+    int lowest = pm_test_lowest_free_fd();
     odd_exports(1); /* passing through, counting */
     export_calls = 0;
-    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &now), 0);
+    struct rlimit was;
+    pm_test_nofile_soft((rlim_t)lowest, &was);
     for (int level = PM_SECCOMP_BASIC; level <= PM_SECCOMP_STRICT; level++) {
         rc = build_len(level, &len);
         ck_assert_msg(rc == -EMFILE, "level %d without an fd: %d", level, rc);
@@ -1939,15 +1934,10 @@ START_TEST(test_seccomp_build_child)
     ck_assert_int_eq(build_len(PM_SECCOMP_STRICT, &len), -EPROTO);
     export_unself = export_plant_end = 0;
 
-    int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    ck_assert_int_ge(lowest, 0);
-    close(lowest);
-    struct rlimit was, now;
-    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
-    now = was;
-    now.rlim_cur = (rlim_t)lowest + 1; /* the memfd's, not the pipe's */
+    int lowest = pm_test_lowest_free_fd();
     export_calls = 0;
-    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &now), 0);
+    struct rlimit was;
+    pm_test_nofile_soft((rlim_t)lowest + 1, &was); /* the memfd's, not the pipe's */
     rc = build_len(PM_SECCOMP_STRICT, &len);
     ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
     ck_assert_msg(rc == -EMFILE, "without an fd for the pipe: %d", rc);

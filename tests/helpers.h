@@ -454,6 +454,25 @@ static inline char *pm_test_run_env(char *buf, size_t size)
 
 /* This process's fds whose target (readlink of /proc/self/fd/N) contains
  * text. */
+/* The lowest fd free now: the next one open() would return. */
+static inline int pm_test_lowest_free_fd(void)
+{
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    return fd;
+}
+
+/* RLIMIT_NOFILE's soft limit set to soft (the hard one kept); *was gets
+ * the limits before, for setrlimit to put back. */
+static inline void pm_test_nofile_soft(rlim_t soft, struct rlimit *was)
+{
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, was), 0);
+    struct rlimit now = *was;
+    now.rlim_cur = soft;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &now), 0);
+}
+
 static inline int pm_test_fds_to(const char *text)
 {
     DIR *d = opendir("/proc/self/fd");
