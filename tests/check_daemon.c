@@ -483,20 +483,93 @@ START_TEST(test_log_json_strict)
     nf = strict_fields(buf, n, f, 16);
     ck_assert_int_eq(field_of(f, nf, "text")->type, PM_JSON_STRING);
     ck_assert_int_eq(field_of(f, nf, "stream")->type, PM_JSON_STRING);
-    /* Every size: still one strict JSON object with its newline; logfmt
-     * keeps its newline. */
+    /* Every size: still one strict JSON object with its newline, whose
+     * fields are the whole line's first ones, the last of them whole or,
+     * a string, its first characters (a cut never skips a character to
+     * fit a later one); logfmt keeps its newline. The size of the whole
+     * line plus its NUL is enough for all of it. */
     char full[4096];
+    static pm_json_field ff[16];
     size_t whole = pmd_log_formatv(full, sizeof(full), PMD_LOG_JSON, "T", "info", "output", kv, vlen, 6);
+    size_t nff = strict_fields(full, whole, ff, 16);
     for (size_t size = 6; size <= whole + 1; size++) {
         n = pmd_log_formatv(buf, size, PMD_LOG_JSON, "T", "info", "output", kv, vlen, 6);
         ck_assert_uint_lt(n, size);
-        strict_fields(buf, n, f, 16);
+        nf = strict_fields(buf, n, f, 16);
+        ck_assert_uint_le(nf, nff);
+        for (size_t i = 0; i < nf; i++) {
+            ck_assert_str_eq(f[i].key, ff[i].key);
+            ck_assert_int_eq(f[i].type, ff[i].type);
+            int last = i + 1 == nf && ff[i].type == PM_JSON_STRING;
+            ck_assert_msg(last ? f[i].str_len <= ff[i].str_len : f[i].str_len == ff[i].str_len,
+                          "size %zu: field %s: %s", size, f[i].key, buf);
+            ck_assert_msg(memcmp(f[i].str, ff[i].str, f[i].str_len) == 0, "size %zu: field %s not a prefix: %s",
+                          size, f[i].key, buf);
+        }
+        if (size == whole + 1)
+            ck_assert_msg(n == whole && memcmp(buf, full, n) == 0, "a size that fits cut the line: %s", buf);
         n = pmd_log_formatv(buf, size, PMD_LOG_TEXT, "T", "info", "output", kv, vlen, 6);
         ck_assert_uint_lt(n, size);
         ck_assert_int_eq(buf[n - 1], '\n');
         ck_assert_ptr_null(memchr(buf, '\n', n - 1));
     }
     ck_assert_uint_eq(n, strlen(buf)); /* no raw NUL in logfmt either */
+}
+END_TEST
+
+#define FFFD "\xef\xbf\xbd"
+/* One field's value in both formats, row by row: the integer form a number
+ * key accepts (anything else is the string it is), the two spellings of a
+ * bool's true, a NULL value, and a length that ends inside a character. */
+START_TEST(test_log_value_table)
+{
+    static const struct {
+        const char *key, *v;
+        size_t len; /* (size_t)-1: up to the NUL */
+        const char *json, *text;
+    } rows[] = {
+#define N ((size_t)-1)
+        {"slot", "0", N, "0", "0"},
+        {"slot", "10", N, "10", "10"},
+        {"slot", "-0", N, "-0", "-0"},
+        {"slot", "-12", N, "-12", "-12"},
+        {"slot", "", N, "\"\"", "\"\""},
+        {"slot", "-", N, "\"-\"", "-"},
+        {"slot", "01", N, "\"01\"", "01"},
+        {"slot", "-01", N, "\"-01\"", "-01"},
+        {"slot", "1-", N, "\"1-\"", "1-"},
+        {"slot", "1:", N, "\"1:\"", "1:"},
+        {"slot", "x", N, "\"x\"", "x"},
+        {"slot", "12x", 2, "12", "12"},
+        {"slot", "-5", 0, "\"\"", "\"\""}, /* a length of 0 reads no byte */
+        {"core_dumped", "true", N, "true", "true"},
+        {"core_dumped", "1", N, "true", "1"},
+        {"core_dumped", "truex", 4, "true", "true"},
+        {"core_dumped", "truex", N, "false", "truex"},
+        {"core_dumped", "trux", N, "false", "trux"},
+        {"core_dumped", "nope", N, "false", "nope"},
+        {"core_dumped", "false", N, "false", "false"},
+        {"core_dumped", "0", N, "false", "0"},
+        {"core_dumped", "2", N, "false", "2"},
+        {"core_dumped", "10", N, "false", "10"},
+        {"core_dumped", "", N, "false", "\"\""},
+        {"detail", NULL, N, "\"\"", "\"\""},
+        {"detail", "\xe2\x82\xac", 2, "\"" FFFD FFFD "\"", "\"" FFFD FFFD "\""},
+        {"detail", "\xe2\x82\xac", N, "\"\xe2\x82\xac\"", "\xe2\x82\xac"},
+#undef N
+    };
+    char buf[256], want[256];
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        const char *kv[] = {rows[r].key, rows[r].v};
+        size_t vlen[] = {rows[r].len};
+        pmd_log_formatv(buf, sizeof(buf), PMD_LOG_JSON, "T", "info", "e", kv, vlen, 1);
+        snprintf(want, sizeof(want), "{\"ts\":\"T\",\"level\":\"info\",\"event\":\"e\",\"%s\":%s}\n", rows[r].key,
+                 rows[r].json);
+        ck_assert_msg(strcmp(buf, want) == 0, "row %zu (json): %s, want %s", r, buf, want);
+        pmd_log_formatv(buf, sizeof(buf), PMD_LOG_TEXT, "T", "info", "e", kv, vlen, 1);
+        snprintf(want, sizeof(want), "ts=T level=info event=e %s=%s\n", rows[r].key, rows[r].text);
+        ck_assert_msg(strcmp(buf, want) == 0, "row %zu (text): %s, want %s", r, buf, want);
+    }
 }
 END_TEST
 
@@ -1735,6 +1808,121 @@ START_TEST(test_bin_json_every_line)
 }
 END_TEST
 
+/* The worker's bytes through the real path (pipe, line splitter, log line),
+ * one row per boundary of the UTF-8 check, of the characters escaped and of
+ * logfmt's quoting, in both formats. A row is the bytes a worker prints
+ * after "Rnn:", the inside of the JSON string they must become, and
+ * whether logfmt may leave them bare. A new rule adds a row. */
+static const struct bytes_row {
+    const char *in;
+    size_t len;
+    const char *json; /* the escaped text, without "Rnn:" */
+    int bare;         /* logfmt writes it unquoted */
+} bytes_rows[] = {
+#define ROW(in, json, bare) {in, sizeof(in) - 1, json, bare}
+    ROW("plain", "plain", 1),
+    ROW("~", "~", 1),                                   /* 0x7e: printable */
+    ROW("\x7f", "\\u007f", 0),                          /* DEL escaped */
+    ROW("\x1f", "\\u001f", 0),                          /* the last control */
+    ROW("a b", "a b", 0),                               /* space: logfmt quotes */
+    ROW("a\"b", "a\\\"b", 0),                           /* quote */
+    ROW("a=b", "a=b", 0),                               /* '=': logfmt quotes */
+    ROW("a\\b", "a\\\\b", 1),                           /* backslash: bare in logfmt */
+    ROW("\x80", FFFD, 0),                               /* a lone continuation */
+    ROW("\xc1\xbf", FFFD FFFD, 0),                      /* overlong 2-byte */
+    ROW("\xc2\x80", "\xc2\x80", 1),                     /* U+0080, the first 2-byte */
+    ROW("\xdf\x80", "\xdf\x80", 1),                     /* U+07C0 */
+    ROW("\xdf\xbf", "\xdf\xbf", 1),                     /* U+07FF, the last 2-byte */
+    ROW("\xc3\x28", FFFD "(", 0),                       /* second byte not a continuation */
+    ROW("\xe0\x9f\xbf", FFFD FFFD FFFD, 0),             /* overlong 3-byte */
+    ROW("\xe0\xa0\x80", "\xe0\xa0\x80", 1),             /* U+0800, the first 3-byte */
+    ROW("\xe1\x80\x80", "\xe1\x80\x80", 1),             /* U+1000 */
+    ROW("\xe2\x28\xa1", FFFD "(" FFFD, 0),              /* bad second of three */
+    ROW("\xe2\x82\x28", FFFD FFFD "(", 0),              /* bad third of three */
+    ROW("\xed\x9f\xbf", "\xed\x9f\xbf", 1),             /* U+D7FF, below the surrogates */
+    ROW("\xed\xa0\x80", FFFD FFFD FFFD, 0),             /* U+D800, a surrogate */
+    ROW("\xef\x80\x80", "\xef\x80\x80", 1),             /* U+F000 */
+    ROW("\xef\xbf\xbd", FFFD, 1),                       /* U+FFFD itself, valid */
+    ROW("\xf0\x8f\xbf\xbf", FFFD FFFD FFFD FFFD, 0),    /* overlong 4-byte */
+    ROW("\xf0\x90\x80\x80", "\xf0\x90\x80\x80", 1),     /* U+10000, the first 4-byte */
+    ROW("\xf0\x90\x80\x80x", "\xf0\x90\x80\x80x", 1),   /* and a byte after it */
+    ROW("\xf1\x80\x80\x80", "\xf1\x80\x80\x80", 1),     /* U+40000 */
+    ROW("\xf3\x90\x80\x80", "\xf3\x90\x80\x80", 1),     /* U+D0000 */
+    ROW("\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf", 1),     /* U+10FFFF, the last */
+    ROW("\xf4\x90\x80\x80", FFFD FFFD FFFD FFFD, 0),    /* above U+10FFFF */
+    ROW("\xf5\x80\x80\x80", FFFD FFFD FFFD FFFD, 0),    /* a lead byte never valid */
+    ROW("\xe2\x82", FFFD FFFD, 0),                      /* cut at the line's end */
+    ROW("\xe2\x80\xa8", "\\u2028", 0),                  /* line separator */
+    ROW("\xe2\x80\xa9", "\\u2029", 0),                  /* paragraph separator */
+    ROW("\xe2\x80\xaa", "\xe2\x80\xaa", 1),             /* U+202A, not one */
+    ROW("\xe2\x81\xa8", "\xe2\x81\xa8", 1),             /* U+2068 */
+    ROW("\xe3\x80\xa8", "\xe3\x80\xa8", 1),             /* U+3028 */
+    ROW("\xe2\x80\xa7", "\xe2\x80\xa7", 1),             /* U+2027 */
+    ROW("n\0ul", "n\\u0000ul", 0),                      /* NUL escaped, kept */
+#undef ROW
+};
+
+/* A shell script printing every row as one line "Rnn:<bytes>", then a line
+ * of 4094 bytes whose last character is cut by the 4096-byte piece. */
+static void bytes_script(char *s, size_t size)
+{
+    size_t n = 0;
+    for (size_t r = 0; r < sizeof(bytes_rows) / sizeof(bytes_rows[0]); r++) {
+        n += (size_t)snprintf(s + n, size - n, "printf 'R%02zu:", r);
+        for (size_t i = 0; i < bytes_rows[r].len; i++)
+            n += (size_t)snprintf(s + n, size - n, "\\%03o", (unsigned char)bytes_rows[r].in[i]);
+        n += (size_t)snprintf(s + n, size - n, "\\n'; ");
+        ck_assert_uint_lt(n, size);
+    }
+    snprintf(s + n, size - n, "printf 'CUT:'; head -c 4090 /dev/zero | tr '\\000' x; printf '\\342\\202\\254\\n'");
+}
+
+static void expect_bytes(const char *log, const char *want, size_t wlen, const char *what)
+{
+    ck_assert_msg(memmem(log, strlen(log), want, wlen) != NULL, "%s: '%.*s' not in the log:\n%s", what,
+                  (int)wlen, want, log);
+}
+
+START_TEST(test_bin_output_bytes_table)
+{
+    static char out[262144], script[16384], want[256];
+    bytes_script(script, sizeof(script));
+    const size_t rows = sizeof(bytes_rows) / sizeof(bytes_rows[0]);
+    for (int json = 0; json <= 1; json++) {
+        char *a[] = {"procmesh", "run", "--log-format", json ? "json" : "text", "--ready", "exec",
+                     "--workers", "1", "--restart", "never", "--", "/bin/sh", "-c", script, NULL};
+        proc p = start(a, base_env);
+        int rc = proc_finish(&p, out, sizeof(out), 20000);
+        ck_assert_msg(rc == 0, "exit %d (want 0), log:\n%s", rc, out);
+        if (json)
+            check_json_lines(out);
+        for (size_t r = 0; r < rows; r++) {
+            const struct bytes_row *b = &bytes_rows[r];
+            char tag[16];
+            snprintf(tag, sizeof(tag), "row %zu (%s)", r, json ? "json" : "text");
+            int n;
+            if (json)
+                n = snprintf(want, sizeof(want), "\"text\":\"R%02zu:%s\"}\n", r, b->json);
+            else if (!b->bare)
+                n = snprintf(want, sizeof(want), "text=\"R%02zu:%s\"\n", r, b->json);
+            else {
+                n = snprintf(want, sizeof(want), "text=R%02zu:", r);
+                memcpy(want + n, b->in, b->len);
+                n += (int)b->len;
+                want[n++] = '\n';
+            }
+            expect_bytes(out, want, (size_t)n, tag);
+        }
+        /* The piece ends inside the euro sign: its two bytes are U+FFFD
+         * each, and the next piece starts with the third, another. */
+        const char *cut = json ? "xx" FFFD FFFD "\"}\n" : "xx" FFFD FFFD "\"\n";
+        expect_bytes(out, cut, strlen(cut), "the character cut at 4096 bytes");
+        const char *rest = json ? "\"text\":\"" FFFD "\"}\n" : "text=\"" FFFD "\"\n";
+        expect_bytes(out, rest, strlen(rest), "the rest of the cut character");
+    }
+}
+END_TEST
+
 START_TEST(test_bin_json_library_diagnostics)
 {
     /* What the library says on its own (peers-dns failures, peer links that
@@ -2689,7 +2877,9 @@ int main(void)
     PM_ADD_TEST(s, test_peer_link_logs, 60);
     PM_ADD_TEST(s, test_log_format, 30);
     PM_ADD_TEST(s, test_log_json_strict, 30);
+    PM_ADD_TEST(s, test_log_value_table, 30);
     PM_ADD_TEST(s, test_bin_json_every_line, 60);
+    PM_ADD_TEST(s, test_bin_output_bytes_table, 60);
     PM_ADD_TEST(s, test_bin_json_library_diagnostics, 90);
     PM_ADD_TEST(s, test_bin_mesh_ready_hint, 60);
     PM_ADD_TEST(s, test_bin_status_exit_codes, 60);

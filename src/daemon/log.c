@@ -107,7 +107,7 @@ static int line_separator(const unsigned char *p, size_t len)
 static void json_chars(out *o, const char *v, size_t n)
 {
     const unsigned char *p = (const unsigned char *)v;
-    for (size_t i = 0; i < n && !o->cut;) {
+    for (size_t i = 0; i < n && !o->cut;) { /* to the cut */
         char esc[8];
         size_t len = utf8_char(p + i, n - i);
         if (len == 0) {
