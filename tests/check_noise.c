@@ -983,6 +983,89 @@ START_TEST(test_ahead)
 }
 END_TEST
 
+/* A counting, predictable random source for test_ahead_pair_taken: the
+ * n-th draw fills its buffer with the byte 0x40 + n. */
+static unsigned rb_calls;
+
+static const char *rb_name(void)
+{
+    return "pm-test-counting";
+}
+
+static uint32_t rb_random(void)
+{
+    return 0x9e3779b9u * ++rb_calls;
+}
+
+static void rb_buf(void *const buf, const size_t size)
+{
+    rb_calls++;
+    memset(buf, (int)(0x40 + rb_calls), size);
+}
+
+static randombytes_implementation rb_counting = {
+    .implementation_name = rb_name, .random = rb_random, .buf = rb_buf};
+
+/* The pair taken is the pair prepared, whole, with no draw of its own; it
+ * is taken once; a prepare while one waits draws nothing. And where the
+ * secret memory cannot be had (madvise refused, so neither
+ * MADV_WIPEONFORK nor MADV_DONTFORK can keep it from a fork child), the
+ * prepare says -ENOMEM and a handshake still gets a fresh pair, drawn
+ * inline: in a fork child, which forgets the parent's prepared memory
+ * rather than write into what a fork left of it. A fork child with secret
+ * memory prepares and takes its own pair like its parent. */
+START_TEST(test_ahead_pair_taken)
+{
+    unsigned char priv[32], pub[32], want[32], pat[32];
+    ck_assert_int_eq(pm__noise_sodium_ready(), 0);
+    ck_assert_int_eq(randombytes_set_implementation(&rb_counting), 0);
+    pm__noise_ephemeral_take(priv, pub); /* whatever was prepared before */
+    rb_calls = 0;
+    ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0);
+    ck_assert_uint_eq(rb_calls, 1);
+    ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0);
+    ck_assert_uint_eq(rb_calls, 1);
+    for (unsigned draw = 1; draw <= 3; draw++) {
+        pm__noise_ephemeral_take(priv, pub);
+        ck_assert_uint_eq(rb_calls, draw == 2 ? 2 : draw);
+        memset(pat, 0x40 + (int)draw, sizeof(pat));
+        ck_assert_mem_eq(priv, pat, 32);
+        ck_assert_int_eq(crypto_scalarmult_curve25519_base(want, pat), 0);
+        ck_assert_mem_eq(pub, want, 32);
+        if (draw == 2) /* the next take's pair prepared again, in the same memory */
+            ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0);
+    }
+    ck_assert_uint_eq(rb_calls, 3);
+
+    ck_assert_int_eq(pm__noise_ephemeral_prepare(), 0); /* one waits in the parent */
+    for (int nomem = 0; nomem < 2; nomem++) {
+        pid_t pid = pm_test_fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            /* A fork child: its own prepared pair, taken as in the parent;
+             * or, without secret memory, -ENOMEM and pairs drawn inline. */
+            int bad = nomem && pm_test_filter_call(__NR_madvise, SECCOMP_RET_ERRNO | EINVAL) != 0;
+            unsigned before = rb_calls;
+            bad = bad || pm__noise_ephemeral_prepare() != (nomem ? -ENOMEM : 0) ||
+                  rb_calls != before + !nomem;
+            bad = bad || pm__noise_ephemeral_prepare() != (nomem ? -ENOMEM : 0);
+            pm__noise_ephemeral_take(priv, pub);
+            memset(pat, 0x40 + (int)before + 1, sizeof(pat));
+            bad = bad || rb_calls != before + 1 || memcmp(priv, pat, 32) != 0 ||
+                  crypto_scalarmult_curve25519_base(want, pat) != 0 || memcmp(pub, want, 32) != 0;
+            _exit(bad ? 1 : 0);
+        }
+        int status = pm_test_reap(pid, 20000);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the fork child%s: status %#x",
+                      nomem ? " without secret memory" : "", status);
+    }
+    pm__noise_ephemeral_take(priv, pub); /* the parent's waits for it still */
+    ck_assert_uint_eq(rb_calls, 4);
+    memset(pat, 0x44, sizeof(pat));
+    ck_assert_mem_eq(priv, pat, 32);
+}
+END_TEST
+
 /* A pair prepared before a fork serves neither process twice: the child
  * (a fork-mode worker, or any fork of the supervisor) forgets the parent's
  * prepared pair and makes its own, so the two never send the same e
@@ -1115,6 +1198,7 @@ int main(void)
     PM_ADD_TEST(s, test_fork_secrets, 30);
     PM_ADD_TEST(s, test_ahead, 60);
     PM_ADD_TEST(s, test_ahead_fork_forgets, 60);
+    PM_ADD_TEST(s, test_ahead_pair_taken, 60);
     PM_ADD_TEST(s, test_bench, 120);
     return pm_test_main(s);
 }
