@@ -622,7 +622,8 @@ START_TEST(test_revoke_writer_outlived)
 END_TEST
 
 /* A revocation index the peer made up: the ring's checks judge it as any
- * producer index, and a frame straddling it is not read. */
+ * producer index, and a frame straddling it is not read. A revocation
+ * without memory for its copy delivers nothing more. */
 START_TEST(test_revoke_edges)
 {
     pm__lane *a, *b;
@@ -648,6 +649,28 @@ START_TEST(test_revoke_edges)
     ck_assert_int_eq(pm__lane_revoke(d), -EBADMSG);
     ck_assert_int_eq(pm__lane_recv(d, &g, &p), -EBADMSG);
     ck_assert_uint_eq(d->limit, 0);
+    /* No memory for the copy: -ENOMEM, and nothing more is delivered, not
+     * even the frames published before the revocation (the live ring is
+     * never read again). */
+    pm__lane *e = malloc(sizeof(*e)), *f = malloc(sizeof(*f));
+    close(make_pair(e, f));
+    if (pm_failalloc_here("test_revoke_edges (the copy's allocation failing)")) {
+        ck_assert_int_eq(pm__lane_send(e, &h, "1", 1), 0);
+        ck_assert_int_eq(pm__lane_send(e, &h, "2", 1), 0);
+        pm_failalloc_arm(1);
+        int rc = pm__lane_revoke(f);
+        ck_assert_int_eq(pm_failalloc_disarm(), 1);
+        ck_assert_int_eq(rc, -ENOMEM);
+        ck_assert_int_eq(pm__lane_recv(f, &g, &p), 0);
+        ck_assert_int_eq(pm__lane_send(e, &h, "3", 1), 0);
+        ck_assert_int_eq(pm__lane_recv(f, &g, &p), 0);
+        ck_assert_uint_eq(f->delivered, 0);
+        ck_assert_int_eq(pm__lane_send(f, &h, "x", 1), -EPIPE);
+    }
+    pm__lane_detach(e);
+    pm__lane_detach(f);
+    free(e);
+    free(f);
     pm__lane_detach(a);
     pm__lane_detach(b);
     pm__lane_detach(c);

@@ -27,8 +27,9 @@
  * libseccomp in. Under a sanitizer, whose runtime
  * replaces malloc itself, it defines nothing and PM_FAILALLOC is 0: the
  * tests that need it run in the build without a sanitizer (CI runs both).
- * Not failed: aligned_alloc, posix_memalign and memalign (not wrapped;
- * a lane's memory, lane.c). The count is the armed process's, every
+ * aligned_alloc counts and fails as malloc does (a revoked lane's copy,
+ * lane.c); posix_memalign and memalign are not wrapped (nothing of the
+ * library's calls them). The count is the armed process's, every
  * thread of it: a run whose allocations depend on timing (another thread
  * allocating meanwhile) can make a sweep end early or fail elsewhere than
  * where it would alone; the sweeps here arm it around calls that run on
@@ -131,6 +132,7 @@ extern void *__libc_malloc(size_t n);
 extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_realloc(void *p, size_t n);
 extern void __libc_free(void *p);
+extern void *__libc_memalign(size_t align, size_t n);
 
 /* 1 when this allocation is the armed one (errno ENOMEM, as malloc's). */
 static int failalloc_now(void)
@@ -179,6 +181,11 @@ PM_FAILALLOC_VIS void *calloc(size_t n, size_t size)
 PM_FAILALLOC_VIS void *realloc(void *p, size_t n)
 {
     return failalloc_now() ? NULL : __libc_realloc(p, n);
+}
+
+PM_FAILALLOC_VIS void *aligned_alloc(size_t align, size_t n)
+{
+    return failalloc_now() ? NULL : __libc_memalign(align, n);
 }
 
 PM_FAILALLOC_VIS void free(void *p)
