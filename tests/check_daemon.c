@@ -428,6 +428,56 @@ START_TEST(test_log_format)
 }
 END_TEST
 
+/* What pmd_log writes to stderr for one call, read back through a pipe put
+ * at fd 2 for the call (nothing: ""). */
+static const char *logged(int level, char *buf, size_t size)
+{
+    int p[2], saved = dup(STDERR_FILENO);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_eq(pipe2(p, O_NONBLOCK), 0);
+    ck_assert_int_eq(dup2(p[1], STDERR_FILENO), STDERR_FILENO);
+    const char *kv[] = {"slot", "1"};
+    pmd_log(level, "e", kv, 1);
+    ck_assert_int_eq(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+    close(saved);
+    close(p[1]);
+    ssize_t n = read(p[0], buf, size - 1);
+    close(p[0]);
+    buf[n > 0 ? n : 0] = '\0';
+    return buf;
+}
+
+/* pmd_log: a level is written when it is not above the one set, debug
+ * included; a number outside error..debug is never written, whatever the
+ * level set (it has no name). And a buffer too small for any line gets an
+ * empty one, a buffer of no size nothing at all. */
+START_TEST(test_log_levels_written)
+{
+    char buf[512];
+    pmd_log_setup(PMD_LOG_TEXT, PMD_LOG_DEBUG);
+    ck_assert_ptr_nonnull(strstr(logged(PMD_LOG_DEBUG, buf, sizeof(buf)), " level=debug event=e slot=1\n"));
+    ck_assert_ptr_nonnull(strstr(logged(PMD_LOG_ERROR, buf, sizeof(buf)), " level=error event=e slot=1\n"));
+    pmd_log_setup(PMD_LOG_TEXT, PMD_LOG_INFO);
+    ck_assert_str_eq(logged(PMD_LOG_DEBUG, buf, sizeof(buf)), "");
+    ck_assert_ptr_nonnull(strstr(logged(PMD_LOG_INFO, buf, sizeof(buf)), " level=info event=e"));
+    pmd_log_setup(PMD_LOG_TEXT, 99);
+    static const int outside[] = {0, -1, PMD_LOG_DEBUG + 1, 50};
+    for (size_t i = 0; i < ARRAY_LEN(outside); i++)
+        ck_assert_msg(strcmp(logged(outside[i], buf, sizeof(buf)), "") == 0, "level %d written: %s",
+                      outside[i], buf);
+    ck_assert_ptr_nonnull(strstr(logged(PMD_LOG_DEBUG, buf, sizeof(buf)), " level=debug event=e"));
+    pmd_log_setup(PMD_LOG_TEXT, PMD_LOG_INFO);
+
+    const char *kv[] = {"slot", "2"};
+    for (size_t size = 0; size < 6; size++) {
+        memset(buf, 'x', 8);
+        ck_assert_uint_eq(pmd_log_formatv(buf, size, PMD_LOG_JSON, "T", "info", "e", kv, NULL, 1), 0);
+        ck_assert_int_eq(buf[0], size == 0 ? 'x' : '\0');
+        ck_assert_int_eq(buf[1], 'x');
+    }
+}
+END_TEST
+
 /* The fields of the JSON line in buf, parsed strictly; fails naming what
  * was wrong. */
 static size_t strict_fields(const char *buf, size_t len, pm_json_field *f, size_t cap)
@@ -2878,6 +2928,7 @@ int main(void)
     PM_ADD_TEST(s, test_log_format, 30);
     PM_ADD_TEST(s, test_log_json_strict, 30);
     PM_ADD_TEST(s, test_log_value_table, 30);
+    PM_ADD_TEST(s, test_log_levels_written, 30);
     PM_ADD_TEST(s, test_bin_json_every_line, 60);
     PM_ADD_TEST(s, test_bin_output_bytes_table, 60);
     PM_ADD_TEST(s, test_bin_json_library_diagnostics, 90);
