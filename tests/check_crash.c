@@ -18,7 +18,7 @@
 
 enum kind {
     K_NULL = 1, K_WILD, K_ACCERR, K_BUS, K_FPE, K_ABORT, K_OVERFLOW, /* real crashes */
-    K_CALL_NULL, K_CALL_WILD,
+    K_CALL_NULL, K_CALL_WILD, K_USER, K_KERNEL,
     K_SCRIBBLE, K_HALF, K_MISMATCH, K_FAKE_EXIT, K_NO_HANDLER         /* records to distrust */
 };
 
@@ -104,6 +104,17 @@ static void do_crash(int kind)
         break;
     case K_ABORT:
         abort();
+    case K_USER: /* sent by a process: si_code SI_USER, the same for every signal */
+        kill(getpid(), SIGSEGV);
+        break;
+    case K_KERNEL:
+#if defined(__x86_64__)
+        /* A non-canonical address: a general protection fault, which the
+         * kernel reports as SIGSEGV with SI_KERNEL (0x80), not a per-signal
+         * SEGV_ code. */
+        crash_at((void *)(uintptr_t)0x8000000000000000ull);
+#endif
+        break;
     case K_CALL_NULL:
         fn_ptr = NULL;
         call_through();
@@ -399,6 +410,21 @@ START_TEST(test_abort)
     ck_assert_uint_eq(report.fault_addr, 0);
     /* abort() is called from the test binary: the frames reach it. */
     ck_assert(has_frame_in_self());
+}
+END_TEST
+
+/* si_code values that mean the same for every signal: a SIGSEGV a process
+ * sent (SI_USER, 0) and one the kernel raised for a general protection
+ * fault (SI_KERNEL, 0x80) are named as such, not looked up among SIGSEGV's
+ * own codes (where 0 and 0x80 name nothing). */
+START_TEST(test_generic_codes)
+{
+    expect_recorded(K_USER, SIGSEGV, "SI_USER");
+#if defined(__x86_64__)
+    expect_recorded(K_KERNEL, SIGSEGV, "SI_KERNEL");
+#endif
+    ck_assert_ptr_null(pm__crash_code_name(SIGSEGV, 0x7f));
+    ck_assert_ptr_null(pm__crash_code_name(SIGSEGV, 0x81));
 }
 END_TEST
 
@@ -753,6 +779,7 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_sigbus, 0);
     PM_ADD_TEST(s, test_sigfpe, 0);
     PM_ADD_TEST(s, test_abort, 0);
+    PM_ADD_TEST(s, test_generic_codes, 0);
     PM_ADD_TEST(s, test_stack_overflow, 0);
     PM_ADD_TEST(s, test_scribbled_record, 0);
     PM_ADD_TEST(s, test_daemon_log_line, 0);

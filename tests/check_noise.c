@@ -3,6 +3,7 @@
 #include "helpers.h"
 
 #include <sodium.h>
+#include <sys/mman.h>
 
 #include "peer/cipher.h"
 #include "peer/noise.h"
@@ -983,6 +984,197 @@ START_TEST(test_ahead)
 }
 END_TEST
 
+/* The transport's arguments, one row per condition with all the others
+ * valid: a misuse is -EINVAL and leaves the transport as it was (the next
+ * honest message goes through); a NULL buffer of length 0 is no misuse; a
+ * message shorter than its tag or longer than the most a message may be is
+ * -EBADMSG, which fails the transport. */
+/* An AEAD whose decryption accepts anything: only the length rules refuse. */
+static int accept_all(unsigned char *out, const unsigned char *k, uint64_t n, const void *ad, size_t ad_len,
+                      const unsigned char *in, size_t len)
+{
+    (void)out, (void)k, (void)n, (void)ad, (void)ad_len, (void)in, (void)len;
+    return 0;
+}
+
+START_TEST(test_transport_argument_rows)
+{
+    enum { E_OUT_NULL, E_OUTLEN_NULL, E_IN_NULL, E_IN_NULL_EMPTY, E_AD_NULL, E_AD_NULL_EMPTY, E_ROWS };
+    enum { D_IN_NULL, D_IN_NULL_EMPTY, D_OUT_NULL, D_OUT_NULL_EMPTY, D_OUTLEN_NULL, D_AD_NULL, D_TAG_ONLY,
+           D_SHORT, D_LONG, D_ROWS };
+    static unsigned char big[PM__NOISE_MAX_MSG + 2];
+    const pm__noise_aead *was = pm__noise_transport_aead;
+    unsigned char msg[256], back[256];
+    size_t len, back_len;
+    for (int row = 0; row < E_ROWS + D_ROWS; row++) {
+        pm__noise_hs *hs[2];
+        pm__noise_transport *t[2];
+        new_pair(hs, XXPSK3, "", 0);
+        connect_pair(hs, t, 0);
+        int rc, want = -EINVAL;
+        if (row < E_ROWS) {
+            const void *in = row == E_IN_NULL || row == E_IN_NULL_EMPTY ? NULL : "abc";
+            size_t in_len = row == E_IN_NULL_EMPTY ? 0 : 3;
+            const void *ad = row == E_AD_NULL || row == E_AD_NULL_EMPTY ? NULL : "ad";
+            size_t ad_len = row == E_AD_NULL_EMPTY ? 0 : 2;
+            rc = pm__noise_encrypt(t[0], ad, ad_len, in, in_len, row == E_OUT_NULL ? NULL : msg, sizeof(msg),
+                                   row == E_OUTLEN_NULL ? NULL : &len);
+            if (row == E_IN_NULL_EMPTY || row == E_AD_NULL_EMPTY) {
+                want = 0;
+                ck_assert_uint_eq(len, in_len + 16);
+                ck_assert_int_eq(pm__noise_decrypt(t[1], ad, ad_len, msg, len, back, sizeof(back), &back_len), 0);
+                ck_assert_uint_eq(back_len, in_len);
+            }
+        } else {
+            int d = row - E_ROWS;
+            /* An honest message of 3 bytes, or of none for the empty rows. */
+            size_t plain = d == D_OUT_NULL_EMPTY || d == D_TAG_ONLY ? 0 : 3;
+            ck_assert_int_eq(pm__noise_encrypt(t[0], "ad", 2, plain ? "abc" : NULL, plain, msg, sizeof(msg), &len), 0);
+            const void *in = d == D_IN_NULL || d == D_IN_NULL_EMPTY ? NULL : d == D_LONG ? (const void *)big : msg;
+            size_t in_len = d == D_IN_NULL_EMPTY ? 0 : d == D_SHORT ? 15 : d == D_LONG ? PM__NOISE_MAX_MSG + 1 : len;
+            void *out = d == D_OUT_NULL || d == D_OUT_NULL_EMPTY ? NULL : d == D_LONG ? (void *)big : back;
+            size_t cap = d == D_OUT_NULL_EMPTY ? 0 : d == D_LONG ? sizeof(big) : sizeof(back);
+            /* A message too long is refused for its length, even one that
+             * would authenticate (a peer's own encoder may make one). */
+            static const pm__noise_aead lenient = {pm__noise_aead_encrypt, accept_all};
+            if (d == D_LONG || d == D_SHORT)
+                pm__noise_transport_aead = &lenient;
+            rc = pm__noise_decrypt(t[1], d == D_AD_NULL ? NULL : "ad", 2, in, in_len, out, cap,
+                                   d == D_OUTLEN_NULL ? NULL : &back_len);
+            pm__noise_transport_aead = was;
+            if (d == D_OUT_NULL_EMPTY || d == D_TAG_ONLY) {
+                want = 0;
+                ck_assert_uint_eq(back_len, 0);
+            }
+            if (d == D_IN_NULL_EMPTY || d == D_SHORT || d == D_LONG)
+                want = -EBADMSG;
+        }
+        ck_assert_msg(rc == want, "row %d: %d, want %d", row, rc, want);
+        if (want == -EINVAL) {
+            /* Nothing moved: the next message in each direction is read. */
+            ck_assert_int_eq(pm__noise_encrypt(t[0], NULL, 0, "ok", 2, msg, sizeof(msg), &len), 0);
+            if (row >= E_ROWS) /* the row's own honest message is still the peer's next */
+                ck_assert_int_eq(pm__noise_decrypt(t[1], NULL, 0, msg, len, back, sizeof(back), &back_len),
+                                 -EBADMSG);
+            else
+                ck_assert_int_eq(pm__noise_decrypt(t[1], NULL, 0, msg, len, back, sizeof(back), &back_len), 0);
+        }
+        if (want == -EBADMSG) /* failed for good */
+            ck_assert_int_eq(pm__noise_decrypt(t[1], "ad", 2, msg, len, back, sizeof(back), &back_len), -EBADMSG);
+        free_pair(hs, t);
+    }
+}
+END_TEST
+
+/* Secret blocks (cipher.c's cache): a freed block is zeroed and kept,
+ * still mapped, and handed out again for the same size; at most eight are
+ * kept (SECRET_CACHE), the others unmapped. In a fork child whose parent's
+ * blocks are not mapped at all (MADV_DONTFORK, where MADV_WIPEONFORK is
+ * refused), none of them is handed out or touched, and the child's own
+ * blocks are kept and reused in turn. A NULL block is no block. */
+static int mapped(const void *p)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    return msync((void *)((uintptr_t)p & ~(page - 1)), page, MS_ASYNC) == 0;
+}
+
+static int zeroed(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0)
+            return 0;
+    return 1;
+}
+
+START_TEST(test_secret_cache)
+{
+    ck_assert_int_eq(pm__noise_sodium_ready(), 0);
+    enum { SIZE = 72, MANY = 20, KEPT = 8 };
+    unsigned char *b[MANY];
+    for (int i = 0; i < MANY; i++) {
+        b[i] = pm__noise_secret_alloc(SIZE);
+        ck_assert_ptr_nonnull(b[i]);
+        ck_assert(zeroed(b[i], SIZE));
+        memset(b[i], 0xa5, SIZE);
+    }
+    for (int i = 0; i < MANY; i++)
+        pm__noise_secret_free(b[i], SIZE, pm__fork_gen());
+    int kept = 0;
+    for (int i = 0; i < MANY; i++)
+        kept += mapped(b[i]);
+    ck_assert_int_eq(kept, KEPT);
+    ck_assert(mapped(b[0]) && zeroed(b[0], SIZE));
+    unsigned char *again = pm__noise_secret_alloc(SIZE);
+    ck_assert_msg(again != NULL && mapped(again) && zeroed(again, SIZE), "a kept block not handed out again");
+    int found = 0;
+    for (int i = 0; i < KEPT; i++)
+        found += again == b[i];
+    ck_assert_int_eq(found, 1);
+    pm__noise_secret_free(again, SIZE, pm__fork_gen());
+    pm__noise_secret_free(NULL, SIZE, pm__fork_gen());
+
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        /* MADV_WIPEONFORK refused: blocks made from now on are MADV_DONTFORK. */
+        if (pm_test_filter_call_arg(__NR_madvise, 2, MADV_WIPEONFORK, SECCOMP_RET_ERRNO | EINVAL) != 0)
+            _exit(10);
+        unsigned char *p = pm__noise_secret_alloc(SIZE), *q = pm__noise_secret_alloc(SIZE + 8);
+        if (p == NULL || q == NULL)
+            _exit(11);
+        /* The blocks kept from before the filter stay kept; these join them
+         * or are freed: either way none must reach the grandchild. */
+        uint32_t gen = pm__fork_gen();
+        pm__noise_secret_free(p, SIZE, gen);
+        pid_t g = pm_test_fork();
+        if (g == 0) {
+            unsigned char *r = pm__noise_secret_alloc(SIZE);
+            if (r == NULL || r == p || !zeroed(r, SIZE))
+                _exit(1);
+            memset(r, 0x5a, SIZE);
+            pm__noise_secret_free(q, SIZE + 8, gen); /* the parent's: not touched (absent here) */
+            pm__noise_secret_free(NULL, SIZE, pm__fork_gen());
+            pm__noise_secret_free(r, SIZE, pm__fork_gen());
+            unsigned char *s2 = pm__noise_secret_alloc(SIZE);
+            _exit(s2 == r && zeroed(s2, SIZE) ? 0 : 2);
+        }
+        int st = g < 0 ? -1 : pm_test_reap(g, 20000);
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 20 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0));
+    }
+    int status = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the fork child (1-2: a check; 10-11: set-up; 20 + N: signal N): status %#x", status);
+}
+END_TEST
+
+/* A process that never initialised libsodium: pm__noise_sodium_ready
+ * loads and initialises it (sodium_init then says 1, done already). Run in
+ * a fresh exec of this program (PM_NOISE_FRESH), since main initialises
+ * libsodium before any test. */
+static int fresh_sodium_ready(void)
+{
+    int rc = pm__noise_sodium_ready();
+    if (rc != 0)
+        return 1;
+    return sodium_init() == 1 ? 0 : 2;
+}
+
+START_TEST(test_sodium_ready_fresh)
+{
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        setenv("PM_NOISE_FRESH", "1", 1);
+        char *argv[] = {"check_noise", NULL};
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    int status = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "fresh process (1: not ready; 2: libsodium not initialised; 127: exec): status %#x", status);
+}
+END_TEST
+
 /* A counting, predictable random source for test_ahead_pair_taken: the
  * n-th draw fills its buffer with the byte 0x40 + n. */
 static unsigned rb_calls;
@@ -1185,6 +1377,8 @@ END_TEST
 
 int main(void)
 {
+    if (getenv("PM_NOISE_FRESH") != NULL)
+        return fresh_sodium_ready();
     if (sodium_init() < 0)
         pm_test_skip("libsodium does not initialise");
     Suite *s = suite_create("noise");
@@ -1199,6 +1393,9 @@ int main(void)
     PM_ADD_TEST(s, test_ahead, 60);
     PM_ADD_TEST(s, test_ahead_fork_forgets, 60);
     PM_ADD_TEST(s, test_ahead_pair_taken, 60);
+    PM_ADD_TEST(s, test_transport_argument_rows, 60);
+    PM_ADD_TEST(s, test_secret_cache, 60);
+    PM_ADD_TEST(s, test_sodium_ready_fresh, 60);
     PM_ADD_TEST(s, test_bench, 120);
     return pm_test_main(s);
 }

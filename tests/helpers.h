@@ -399,6 +399,26 @@ static inline int pm_test_filter_call(long nr, uint32_t ret)
     return 0;
 }
 
+/* pm_test_filter_call for the calls nr whose argument arg (0-5) has value
+ * in its low 32 bits only (madvise's advice, a flag): the others allowed.
+ * x86-64 and other little-endian ABIs (the low word comes first). */
+static inline int pm_test_filter_call_arg(long nr, unsigned arg, uint32_t value, uint32_t ret)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (uint32_t)offsetof(struct seccomp_data, args[0]) + 8 * arg),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, value, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, ret),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        return -errno;
+    return 0;
+}
+
 /* Waits until child pid sleeps in one of the system calls nrs, as its
  * /proc/PID/syscall shows (an event, not a delay: the first field is the
  * call's number while the task sleeps in it, "running" otherwise). Read
