@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "os/crash.h"
 
@@ -767,6 +768,285 @@ START_TEST(test_modules_refresh)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the record, row by row */
+
+/* A table of n modules, module i spanning [0x10000 (i + 1), + 0x1000) with
+ * bias 0x10000 (i + 1) - 0x100 and path "/m<i>". */
+static void table_of(pm__crash_modules *t, unsigned n)
+{
+    memset(t, 0, sizeof(*t));
+    t->n = n;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t lo = 0x10000u * (i + 1);
+        t->m[i] = (pm__crash_module){lo, lo + 0x1000, lo - 0x100, ""};
+        snprintf(t->m[i].path, sizeof(t->m[i].path), "/m%u", i);
+    }
+}
+
+/* The decoder at its bounds and with junk where a record has no entries:
+ * every array entry past nframes and nmodules is ignored (a worker's
+ * record is read only up to its counts), the counts are refused one past
+ * their maximum and at any size, a frame at its module's bias is offset 0,
+ * the si_code is copied, and a module path keeps printable ASCII only. */
+START_TEST(test_decode_rows)
+{
+    static pm__crash_modules t;
+    static struct pm__crash_rec r, bad;
+    static pm_crash_report out;
+    uint64_t frames[PM_CRASH_FRAMES + 8];
+    table_of(&t, PM_CRASH_MODULES + 1);
+    for (unsigned i = 0; i < PM__ARRAY_SIZE(frames); i++)
+        frames[i] = 0x10000u * (i % (PM_CRASH_MODULES + 1) + 1) + 8 * i;
+    pm__crash_fill(&r, &t, SIGSEGV, 2, 0x42, frames[0], frames, PM__ARRAY_SIZE(frames));
+    /* Full: every frame and every module the record can hold. */
+    ck_assert_uint_eq(r.nframes, PM_CRASH_FRAMES);
+    ck_assert_uint_eq(r.nmodules, PM_CRASH_MODULES);
+    memset(&out, 0, sizeof(out));
+    ck_assert_int_eq(pm__crash_decode(&r, SIGSEGV, &out), PM_CRASH_RECORDED);
+    ck_assert_int_eq(out.code, 2);
+    ck_assert_str_eq(out.code_name, "SEGV_ACCERR");
+    ck_assert_uint_eq(out.nframes, PM_CRASH_FRAMES);
+    ck_assert_uint_eq(out.nmodules, PM_CRASH_MODULES);
+    ck_assert_str_eq(out.modules[PM_CRASH_MODULES - 1], "/m7");
+    /* Counts past the maximum, by one and by far: refused before any read. */
+    static const uint32_t over_frames[] = {PM_CRASH_FRAMES + 1, UINT32_MAX / 2, UINT32_MAX};
+    for (size_t i = 0; i < PM__ARRAY_SIZE(over_frames); i++) {
+        bad = r;
+        bad.nframes = over_frames[i];
+        ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+        bad = r;
+        bad.nmodules = over_frames[i] - PM_CRASH_FRAMES + PM_CRASH_MODULES;
+        ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+    }
+    /* Two modules, three frames, junk in every entry past them: recorded,
+     * and nothing of the junk reaches the report. */
+    table_of(&t, 2);
+    uint64_t few[] = {0x10010, 0x20020, 0x10030, 0x99999};
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0, few[0], few, 3);
+    ck_assert_uint_eq(r.nframes, 3);
+    ck_assert_uint_eq(r.nmodules, 2);
+    r.frames[2] = r.modules[0].bias; /* the decoder judges an address by its bias only */
+    for (unsigned i = 3; i < PM_CRASH_FRAMES; i++) {
+        r.frames[i] = 1;
+        r.frame_module[i] = 5; /* no such module: a frame of it would be refused */
+    }
+    for (unsigned j = 2; j < PM_CRASH_MODULES; j++) {
+        memset(r.modules[j].path, 'x', PM_CRASH_PATH_MAX); /* no NUL */
+        r.modules[j].bias = UINT64_MAX;
+    }
+    memset(&out, 0, sizeof(out));
+    ck_assert_int_eq(pm__crash_decode(&r, SIGSEGV, &out), PM_CRASH_RECORDED);
+    ck_assert_uint_eq(out.nframes, 3);
+    ck_assert_uint_eq(out.frames[3].addr, 0);
+    ck_assert_uint_eq(out.nmodules, 2);
+    ck_assert_str_eq(out.modules[2], "");
+    /* The third frame sits at its module's bias: offset 0, not refused. */
+    ck_assert_int_eq(out.frames[2].module, 0);
+    ck_assert_uint_eq(out.frames[2].offset, 0);
+    bad = r;
+    bad.frames[2] = r.modules[0].bias - 1; /* one below: refused */
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_INVALID);
+    /* Printable ASCII only: 0x1f, DEL and bytes above 0x7f become '?'. */
+    bad = r;
+    memcpy(bad.modules[1].path, "\x1f \x7e\x7f\x80\xff/", 8);
+    memset(&out, 0, sizeof(out));
+    ck_assert_int_eq(pm__crash_decode(&bad, SIGSEGV, &out), PM_CRASH_RECORDED);
+    ck_assert_str_eq(out.modules[1], "? ~?" "?" "?/");
+}
+END_TEST
+
+/* The worker's fill: the frames start at the pc among the first n (the
+ * handler's own frames before it dropped), all n kept when the pc is not
+ * among them or is 0; an address belongs to a module's [lo, hi) (lo in,
+ * hi out), only the table's first n modules count, and a record holds at
+ * most PM_CRASH_MODULES modules (frames of a ninth are in no module). */
+START_TEST(test_fill_rows)
+{
+    static pm__crash_modules t;
+    static struct pm__crash_rec r;
+    table_of(&t, 3);
+    /* The pc just past the n frames given: not found, all n kept. */
+    uint64_t f1[] = {0x10001, 0x10002, 0x10003, 0x20000, 0x30000, 0x20004};
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0, 0x20000, f1, 3);
+    ck_assert_uint_eq(r.nframes, 3);
+    ck_assert_uint_eq(r.frames[0], 0x10001);
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0, 0x20004, f1, 3);
+    ck_assert_uint_eq(r.nframes, 3);
+    ck_assert_uint_eq(r.frames[0], 0x10001);
+    /* Found: the frames from it. */
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0, 0x10003, f1, 4);
+    ck_assert_uint_eq(r.nframes, 2);
+    ck_assert_uint_eq(r.frames[0], 0x10003);
+    /* A pc of 0 (none known) is not looked for, even among frames of 0. */
+    uint64_t f2[] = {0x10001, 0, 0x10003};
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0, 0, f2, 3);
+    ck_assert_uint_eq(r.nframes, 3);
+    ck_assert_uint_eq(r.frames[0], 0x10001);
+    ck_assert_uint_eq(r.pc_module, PM__CRASH_NO_MODULE);
+    /* [lo, hi): lo is in, hi is not; a module past the table's n is not. */
+    t.n = 2; /* module 2 still written at [0x30000, 0x31000) */
+    uint64_t f3[] = {0x10000, 0x11000, 0x30000, 0x1ffff + 1};
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0, 0, f3, 4);
+    ck_assert_uint_eq(r.frame_module[0], 0);
+    ck_assert_uint_eq(r.frame_module[1], PM__CRASH_NO_MODULE);
+    ck_assert_uint_eq(r.frame_module[2], PM__CRASH_NO_MODULE);
+    ck_assert_uint_eq(r.frame_module[3], 1);
+    ck_assert_uint_eq(r.nmodules, 2);
+    /* Nine modules used: eight in the record, the ninth's frame in none. */
+    table_of(&t, PM_CRASH_MODULES + 1);
+    uint64_t f4[PM_CRASH_MODULES + 1];
+    for (unsigned i = 0; i <= PM_CRASH_MODULES; i++)
+        f4[i] = 0x10000u * (i + 1) + 0x10;
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0, 0, f4, PM_CRASH_MODULES + 1);
+    ck_assert_uint_eq(r.nmodules, PM_CRASH_MODULES);
+    ck_assert_uint_eq(r.frame_module[PM_CRASH_MODULES - 1], PM_CRASH_MODULES - 1);
+    ck_assert_uint_eq(r.frame_module[PM_CRASH_MODULES], PM__CRASH_NO_MODULE);
+    /* A table whose count was scribbled past its size: only its entries. */
+    table_of(&t, 1);
+    t.n = PM__CRASH_TABLE_MAX + 100;
+    pm__crash_fill(&r, &t, SIGSEGV, 1, 0, 0, f4, 2);
+    ck_assert_uint_eq(r.frame_module[0], 0);
+    ck_assert_uint_eq(r.frame_module[1], PM__CRASH_NO_MODULE);
+}
+END_TEST
+
+/* The supervisor's collection: the report says the incarnation, signal and
+ * core dump whatever the record; no record at all is UNRECORDED, a record
+ * that fails its checks INVALID with nothing of it shown; a signal the
+ * handler does not record makes no report. */
+START_TEST(test_collect_rows)
+{
+    static pm__crash_modules t;
+    static struct pm__crash_rec r;
+    table_of(&t, 1);
+    uint64_t f[] = {0x10010, 0x10020};
+    pm__crash_fill(&r, &t, SIGBUS, 2, 0x77, f[0], f, 2);
+    pm_crash_report *rep = NULL;
+    pm__crash_collect(&rep, &r, 5, SIGKILL, 0);
+    ck_assert_ptr_null(rep);
+    for (int row = 0; row < 3; row++) {
+        struct pm__crash_rec copy = r;
+        if (row == 2)
+            atomic_store(&copy.seq, PM__CRASH_WRITING);
+        pm__crash_collect(&rep, row == 0 ? NULL : &copy, 7 + (uint64_t)row, SIGBUS, 1);
+        ck_assert_ptr_nonnull(rep);
+        ck_assert_int_eq(rep->state, row == 0 ? PM_CRASH_UNRECORDED : row == 1 ? PM_CRASH_RECORDED : PM_CRASH_INVALID);
+        ck_assert_uint_eq(rep->incarnation, 7 + (uint64_t)row);
+        ck_assert_int_eq(rep->signal, SIGBUS);
+        ck_assert_int_eq(rep->core_dumped, 1);
+        ck_assert_int_eq(rep->pc_module, row == 1 ? 0 : -1);
+        ck_assert_uint_eq(rep->nframes, row == 1 ? 2 : 0);
+        ck_assert_uint_eq(rep->fault_addr, row == 1 ? 0x77 : 0);
+    }
+    pm__wipemem_free(rep, sizeof(*rep));
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the module table, through the loader */
+
+static char crash_bss_probe[4096]; /* zeroed data: in the binary's last segment */
+
+static const pm__crash_module *holder(const pm__crash_modules *t, const void *p)
+{
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    for (unsigned i = 0; i < t->n; i++)
+        if (a >= t->m[i].lo && a < t->m[i].hi)
+            return &t->m[i];
+    return NULL;
+}
+
+/* A copy of a small library at path (libanl: a stub of libc's). */
+static int copy_lib(const char *path)
+{
+    const char *src = access("/lib/x86_64-linux-gnu/libanl.so.1", R_OK) == 0
+                          ? "/lib/x86_64-linux-gnu/libanl.so.1"
+                          : "/usr/lib/x86_64-linux-gnu/libanl.so.1";
+    int in = open(src, O_RDONLY | O_CLOEXEC), out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    char buf[65536];
+    ssize_t k = 0;
+    while (in >= 0 && out >= 0 && (k = read(in, buf, sizeof(buf))) > 0)
+        if (write(out, buf, (size_t)k) != k)
+            k = -1;
+    int ok = in >= 0 && out >= 0 && k == 0;
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    return ok ? 0 : -1;
+}
+
+/* The module table as the loader gives it: each module spans its loadable
+ * segments (the binary's zeroed data with its code), a second load is the
+ * same table, a refresh reloads after an unload as after a load, and an
+ * emptied table is reloaded; a library's path longer than a record holds
+ * is cut to PM_CRASH_PATH_MAX - 1 bytes; past PM__CRASH_TABLE_MAX modules
+ * the table holds the first ones. */
+START_TEST(test_modules_loader)
+{
+    static pm__crash_modules t;
+    pm__crash_modules_load(&t);
+    unsigned n = t.n;
+    ck_assert_uint_gt(n, 0);
+    const pm__crash_module *code = holder(&t, (const void *)(uintptr_t)test_modules_loader);
+    ck_assert_ptr_nonnull(code);
+    ck_assert_ptr_eq(holder(&t, crash_bss_probe + sizeof(crash_bss_probe) - 1), code);
+    pm__crash_modules_load(&t);
+    ck_assert_uint_eq(t.n, n);
+    t.n = 0; /* emptied, its counts still the loader's */
+    pm__crash_modules_refresh(&t);
+    ck_assert_uint_eq(t.n, n);
+
+    char dir[] = "/tmp/pm-crash-mods.XXXXXX", path[1100], deep[1024];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    /* A path of 250 bytes: cut. */
+    int len = snprintf(deep, sizeof(deep), "%s/%0*d", dir, 250 - (int)strlen(dir) - 1 - 12, 0);
+    ck_assert_int_eq(mkdir(deep, 0755), 0);
+    snprintf(path, sizeof(path), "%s/libx.so.1.2", deep);
+    ck_assert_uint_eq(strlen(path), 250);
+    (void)len;
+    if (copy_lib(path) != 0) {
+        rmdir(deep);
+        rmdir(dir);
+        ck_abort_msg("no copy of libanl.so.1 at %s", path);
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(h != NULL, "dlopen %s: %s", path, dlerror());
+    pm__crash_modules_refresh(&t);
+    ck_assert_uint_eq(t.n, n + 1);
+    int cut = 0;
+    for (unsigned i = 0; i < t.n; i++)
+        if (strncmp(t.m[i].path, path, PM_CRASH_PATH_MAX - 1) == 0) {
+            ck_assert_uint_eq(strlen(t.m[i].path), PM_CRASH_PATH_MAX - 1);
+            cut++;
+        }
+    ck_assert_int_eq(cut, 1);
+    /* Unloaded: the next refresh walks again and it is gone. */
+    ck_assert_int_eq(dlclose(h), 0);
+    pm__crash_modules_refresh(&t);
+    ck_assert_uint_eq(t.n, n);
+    unlink(path);
+    rmdir(deep);
+
+    /* More libraries than the table holds: the first PM__CRASH_TABLE_MAX. */
+    enum { MORE = PM__CRASH_TABLE_MAX + 4 };
+    static void *hs[MORE];
+    int opened = 0;
+    for (int i = 0; i < MORE; i++) {
+        snprintf(path, sizeof(path), "%s/l%d.so", dir, i);
+        ck_assert_int_eq(copy_lib(path), 0);
+        hs[i] = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        opened += hs[i] != NULL;
+        unlink(path);
+    }
+    ck_assert_int_eq(opened, MORE);
+    pm__crash_modules_load(&t);
+    ck_assert_uint_eq(t.n, PM__CRASH_TABLE_MAX);
+    for (int i = 0; i < MORE; i++)
+        dlclose(hs[i]);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("crash");
@@ -787,6 +1067,10 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_fork_keeps_app_handler, 0);
     PM_ADD_TEST(s, test_exec_keeps_app_handler, 0);
     PM_ADD_TEST(s, test_modules_refresh, 0);
+    PM_ADD_TEST(s, test_decode_rows, 0);
+    PM_ADD_TEST(s, test_fill_rows, 0);
+    PM_ADD_TEST(s, test_collect_rows, 0);
+    PM_ADD_TEST(s, test_modules_loader, 0);
     return s;
 }
 
