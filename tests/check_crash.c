@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "os/crash.h"
 
@@ -19,7 +20,8 @@
 
 enum kind {
     K_NULL = 1, K_WILD, K_ACCERR, K_BUS, K_FPE, K_ABORT, K_OVERFLOW, /* real crashes */
-    K_CALL_NULL, K_CALL_WILD, K_USER, K_KERNEL,
+    K_CALL_NULL, K_CALL_WILD, K_USER, K_KERNEL, K_CALL_DATA, K_CALL_EDGE_LO, K_CALL_EDGE_HI,
+    K_ABRT_CODE, K_SYS_CODE, K_CALL_DEEP,
     K_SCRIBBLE, K_HALF, K_MISMATCH, K_FAKE_EXIT, K_NO_HANDLER         /* records to distrust */
 };
 
@@ -59,6 +61,19 @@ CRASHER static void crash_fpe(void)
     /* Both operands unknown and the result stored, so that a real idiv is
      * emitted (1 / x compiles to a compare) and not dropped as unused. */
     fpe_sink = fpe_numerator / zero_div;
+}
+
+static void call_through(void);
+
+/* A call through NULL under depth frames of its own: more frames than the
+ * unwinder is asked for. Not a tail call (the sum after it). */
+CRASHER static int deep_call(int depth)
+{
+    if (depth == 0) {
+        call_through();
+        return 0;
+    }
+    return deep_call(depth - 1) + (int)after_call;
 }
 
 CRASHER static int recurse(volatile char *prev)
@@ -105,6 +120,46 @@ static void do_crash(int kind)
         break;
     case K_ABORT:
         abort();
+    case K_CALL_DATA:
+    case K_CALL_EDGE_LO:
+    case K_CALL_EDGE_HI: {
+        /* Three pages; the middle one readable, not executable, its last
+         * 8 bytes 0x48 (the first byte of x86-64's sigreturn stub, which
+         * makes libgcc's fallback read 8 bytes more). DATA calls its
+         * start; EDGE_LO the byte before it (the first page unmapped:
+         * the 8 bytes at pc cannot be read, those at pc + 1 can); EDGE_HI
+         * its last 8 bytes (the third page unmapped: the 8 at pc can be
+         * read, the 8 at pc + 1 cannot). */
+        char *p = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            _exit(97);
+        memset(p + 2 * 4096 - 8, 0x48, 8);
+        munmap(p, 4096);
+        munmap(p + 2 * 4096, 4096);
+        mprotect(p + 4096, 4096, PROT_READ);
+        char *target = kind == K_CALL_DATA ? p + 4096 : kind == K_CALL_EDGE_LO ? p + 4095 : p + 2 * 4096 - 8;
+        *shared = (uint64_t)(uintptr_t)target;
+        fn_ptr = (void (*)(void))(void *)target;
+        call_through();
+        break;
+    }
+    case K_CALL_DEEP:
+        fn_ptr = NULL;
+        deep_call(PM_CRASH_FRAMES + 30);
+        break;
+    case K_ABRT_CODE:
+    case K_SYS_CODE: {
+        /* A signal a process may send itself with any si_code (the
+         * kernel refuses si_code >= 0 only towards another process) and
+         * an si_addr: SIGABRT and SIGSYS carry no fault address. */
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        si.si_signo = kind == K_ABRT_CODE ? SIGABRT : SIGSYS;
+        si.si_code = 1;
+        si.si_addr = (void *)(uintptr_t)0x1234;
+        syscall(SYS_rt_sigqueueinfo, getpid(), si.si_signo, &si);
+        break;
+    }
     case K_USER: /* sent by a process: si_code SI_USER, the same for every signal */
         kill(getpid(), SIGSEGV);
         break;
@@ -326,8 +381,8 @@ static void symbol(int m, uint64_t off, char *line, size_t size)
  * where the unwinder goes on from the caller. */
 static void expect_called_from(int kind)
 {
-    expect_recorded(kind, SIGSEGV, "SEGV_MAPERR");
-    uint64_t target = kind == K_CALL_WILD ? where : 0;
+    expect_recorded(kind, SIGSEGV, kind == K_CALL_DATA || kind == K_CALL_EDGE_HI ? "SEGV_ACCERR" : "SEGV_MAPERR");
+    uint64_t target = kind == K_CALL_NULL ? 0 : where;
     ck_assert_uint_eq(report.fault_addr, target);
 #if defined(__x86_64__) || defined(__aarch64__)
     ck_assert_uint_eq(report.pc, target);
@@ -349,7 +404,12 @@ static void expect_called_from(int kind)
     }
     ck_assert_msg(strncmp(line, "call_through", 12) == 0, "frame 1 is '%s', not call_through",
                   line);
-    /* The unwinder went on from the caller: do_crash is further down. */
+    /* The unwinder went on from the caller: do_crash, which called
+     * call_through, is the next frame (not the caller again). */
+    ck_assert_uint_ge(report.nframes, 3);
+    ck_assert_int_ge(report.frames[2].module, 0);
+    symbol(report.frames[2].module, report.frames[2].offset - 1, line, sizeof(line));
+    ck_assert_msg(strncmp(line, "do_crash", 8) == 0, "frame 2 is '%s', not do_crash", line);
     int below = 0;
     for (unsigned i = 2; i < report.nframes; i++) {
         m = report.frames[i].module;
@@ -365,6 +425,70 @@ static void expect_called_from(int kind)
 START_TEST(test_call_null)
 {
     expect_called_from(K_CALL_NULL);
+}
+END_TEST
+
+/* A call into a readable page that is not code: the unwinder stops at
+ * the pc (no unwind information there), which it did not get past, so the
+ * frames come from the context as for a wild call. And the two edges of
+ * the unwinder's read at the pc (9 bytes): a pc one byte below a readable
+ * page, and one 8 bytes before the end of one; either way the unwinder is
+ * not started at the pc, whose read would fault inside the handler and
+ * leave the record half-written. */
+START_TEST(test_call_data)
+{
+    expect_called_from(K_CALL_DATA);
+    expect_called_from(K_CALL_EDGE_LO);
+    expect_called_from(K_CALL_EDGE_HI);
+}
+END_TEST
+
+/* A fault address only for a fault: a SIGABRT or SIGSYS the worker sent
+ * itself with a positive si_code and an si_addr, and a SIGSEGV a process
+ * sent, record none. */
+START_TEST(test_no_fault_addr)
+{
+    expect_recorded(K_ABRT_CODE, SIGABRT, "1");
+    ck_assert_uint_eq(report.fault_addr, 0);
+    expect_recorded(K_SYS_CODE, SIGSYS, "SYS_SECCOMP");
+    ck_assert_uint_eq(report.fault_addr, 0);
+    expect_recorded(K_USER, SIGSEGV, "SI_USER");
+    ck_assert_uint_eq(report.fault_addr, 0);
+}
+END_TEST
+
+/* The same under a stack deeper than the frames kept: the unwinder's
+ * frames from the caller on fill the record, none read past what it gave. */
+START_TEST(test_call_deep)
+{
+    expect_recorded(K_CALL_DEEP, SIGSEGV, "SEGV_MAPERR");
+    ck_assert_uint_eq(report.pc, 0);
+    ck_assert_uint_eq(report.frames[0].addr, 0);
+    ck_assert_int_ge(report.frames[1].module, 0);
+    ck_assert_uint_eq(report.nframes, PM_CRASH_FRAMES);
+}
+END_TEST
+
+START_TEST(test_exec_child_crash_not_recorded)
+{
+    /* A child the worker forked dies of SIGSEGV: it inherited the handler
+     * and the mapping of the record, and writes nothing into it; the
+     * worker then aborts with its node closed: nothing recorded (a record
+     * the child wrote would read INVALID: SIGSEGV, not the worker's
+     * SIGABRT). */
+    pm_options *o = opts(1);
+    exec_opts(o, "child-crash-abort", NULL);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    ck_assert_msg(info.last_signal == SIGABRT, "ended with signal %d, exit %d", info.last_signal,
+                  info.last_exit_code);
+    ck_assert_int_eq(info.last_crash.state, PM_CRASH_UNRECORDED);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
 }
 END_TEST
 
@@ -715,6 +839,39 @@ START_TEST(test_exec_keeps_app_handler)
 }
 END_TEST
 
+START_TEST(test_exec_threaded_keeps_app_handler)
+{
+    /* The same in an exec'd worker that started a thread before it
+     * joined: the handlers go in only where the disposition is the
+     * default, looked at one by one (pm-test-worker "handlers-threaded"). */
+    pm_options *o = opts(1);
+    exec_opts(o, "handlers-threaded", NULL);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    run_worker_check(o);
+}
+END_TEST
+
+START_TEST(test_exec_closed_records_nothing)
+{
+    /* A worker that closed its node (the handler stays installed, its
+     * record gone) and then aborts: nothing recorded, and it ends of
+     * SIGABRT as without procmesh. */
+    pm_options *o = opts(1);
+    exec_opts(o, "close-abort", NULL);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    ck_assert_msg(info.last_signal == SIGABRT, "ended with signal %d, exit %d", info.last_signal,
+                  info.last_exit_code);
+    ck_assert_int_eq(info.last_crash.state, PM_CRASH_UNRECORDED);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+END_TEST
+
 /* A library not loaded yet that can be: NULL when none of a few is. */
 static void *load_new_library(const char **name)
 {
@@ -1060,6 +1217,12 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_sigfpe, 0);
     PM_ADD_TEST(s, test_abort, 0);
     PM_ADD_TEST(s, test_generic_codes, 0);
+    PM_ADD_TEST(s, test_call_data, 0);
+    PM_ADD_TEST(s, test_call_deep, 0);
+    PM_ADD_TEST(s, test_exec_child_crash_not_recorded, 0);
+    PM_ADD_TEST(s, test_no_fault_addr, 0);
+    PM_ADD_TEST(s, test_exec_threaded_keeps_app_handler, 0);
+    PM_ADD_TEST(s, test_exec_closed_records_nothing, 0);
     PM_ADD_TEST(s, test_stack_overflow, 0);
     PM_ADD_TEST(s, test_scribbled_record, 0);
     PM_ADD_TEST(s, test_daemon_log_line, 0);

@@ -31,6 +31,16 @@
  *                      those are as they were, SIGSEGV's is procmesh's
  *                      (SA_SIGINFO, SA_ONSTACK) and no crash signal is
  *                      left blocked (then ready), else 70-75
+ *   handlers-threaded  the same with a second thread started first (the
+ *                      crash handlers then go in only where the disposition
+ *                      is the default, looked at first: exit 0, else 70-75)
+ *   close-abort        join, ready, pm_node_close, then abort(): the
+ *                      handler, still installed, must record nothing and
+ *                      end the worker with SIGABRT as it would have
+ *   child-crash-abort  join, ready, a child of its own that dies of
+ *                      SIGSEGV (with the handler and the control block
+ *                      inherited: it must not write the worker's record),
+ *                      then as close-abort
  *   hog                no join: allocates and touches memory until killed
  *   echo               join, ready, answer every message to its sender:
  *                      "fds" with the open fd numbers ("fds 0 1 2 ..."),
@@ -58,12 +68,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <procmesh.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "inspect.h"
@@ -267,6 +279,14 @@ static void app_trap(int sig)
     (void)sig;
 }
 
+static void *idle_thread(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
 static int set_app_handlers(void)
 {
     struct sigaction sa;
@@ -338,7 +358,13 @@ int main(int argc, char **argv)
                           : dprintf(3, "joining: no PROCMESH_NODE\n")) < 0)
             return 103;
     }
-    if (strcmp(mode, "handlers") == 0 && set_app_handlers() < 0)
+    int handlers = strcmp(mode, "handlers") == 0 || strcmp(mode, "handlers-threaded") == 0;
+    if (strcmp(mode, "handlers-threaded") == 0) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, idle_thread, NULL) != 0)
+            return 106;
+    }
+    if (handlers && set_app_handlers() < 0)
         return 105;
     pm_node *n;
     int rc = pm_node_join(&n);
@@ -346,7 +372,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "pm-test-worker: join: %s\n", pm_strerror(rc));
         return 100;
     }
-    if (strcmp(mode, "handlers") == 0 && (rc = check_app_handlers()) != 0)
+    if (handlers && (rc = check_app_handlers()) != 0)
         return rc;
     if (strcmp(mode, "never-ready") == 0)
         wait_forever();
@@ -371,9 +397,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "pm-test-worker: ready: %s\n", pm_strerror(rc));
         return 101;
     }
-    if (strcmp(mode, "exit") == 0 || strcmp(mode, "handlers") == 0) {
+    if (strcmp(mode, "exit") == 0 || handlers) {
         pm_node_close(n);
         return argc > 2 ? atoi(argv[2]) : 0;
+    }
+    if (strcmp(mode, "child-crash-abort") == 0) {
+        pid_t child = fork();
+        if (child == 0) {
+            raise(SIGSEGV);
+            _exit(107);
+        }
+        int st;
+        if (child < 0 || waitpid(child, &st, 0) != child || !WIFSIGNALED(st) || WTERMSIG(st) != SIGSEGV)
+            return 109;
+    }
+    if (strcmp(mode, "close-abort") == 0 || strcmp(mode, "child-crash-abort") == 0) {
+        pm_node_close(n);
+        abort();
     }
     if (strcmp(mode, "ready-on") == 0)
         wait_forever();
