@@ -10,7 +10,10 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <linux/seccomp.h>
 
 #include "os/crash.h"
 
@@ -851,6 +854,81 @@ START_TEST(test_exec_threaded_keeps_app_handler)
 }
 END_TEST
 
+/* The helper of test_exec_threaded_no_window: takes the listener and the
+ * pipe from the worker (sock), then for each rt_sigaction of SIGTRAP the
+ * worker's main thread makes, before it runs: SIGTRAP to the worker's
+ * second thread, and the call goes on once that thread said its handler
+ * ran (or the worker died). Exits 0 after at least one. */
+static int window_helper(int sock)
+{
+    pid_t tid = 0;
+    int fds[2] = {-1, -1};
+    char cbuf[CMSG_SPACE(sizeof(fds))];
+    struct iovec iov = {&tid, sizeof(tid)};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+    struct pollfd in = {.fd = sock, .events = POLLIN};
+    if (poll(&in, 1, 30000) != 1 || recvmsg(sock, &m, 0) != (ssize_t)sizeof(tid))
+        return 2;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    if (cm == NULL || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(fds)))
+        return 3;
+    memcpy(fds, CMSG_DATA(cm), sizeof(fds));
+    struct seccomp_notif_sizes sz;
+    if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sz) != 0)
+        return 4;
+    struct seccomp_notif *req = calloc(1, sz.seccomp_notif > sizeof(*req) ? sz.seccomp_notif : sizeof(*req));
+    struct seccomp_notif_resp *resp =
+        calloc(1, sz.seccomp_notif_resp > sizeof(*resp) ? sz.seccomp_notif_resp : sizeof(*resp));
+    int seen = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fds[0], .events = POLLIN};
+        if (poll(&p, 1, 30000) != 1 || (p.revents & POLLIN) == 0)
+            break; /* every thread of the filter gone (POLLHUP), or a stall */
+        memset(req, 0, sz.seccomp_notif);
+        if (ioctl(fds[0], SECCOMP_IOCTL_NOTIF_RECV, req) != 0)
+            continue; /* the caller went away meanwhile */
+        seen++;
+        (void)syscall(SYS_tgkill, req->pid, tid, SIGTRAP);
+        struct pollfd t = {.fd = fds[1], .events = POLLIN};
+        char x;
+        if (poll(&t, 1, 10000) == 1)
+            (void)read(fds[1], &x, 1); /* its handler ran, or EOF: the worker died */
+        memset(resp, 0, sz.seccomp_notif_resp);
+        resp->id = req->id;
+        resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        (void)ioctl(fds[0], SECCOMP_IOCTL_NOTIF_SEND, resp);
+    }
+    return seen > 0 ? 0 : 5;
+}
+
+START_TEST(test_exec_threaded_no_window)
+{
+    /* An exec'd worker with a second thread: at every look at SIGTRAP's
+     * disposition the join makes, that thread gets a SIGTRAP, and the
+     * application's handler runs it every time. Had the join put its own
+     * handler in first and the application's back after (the one-call
+     * swap, right only with one thread), the second thread would meet
+     * procmesh's handler in between and the worker would end with SIGTRAP. */
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid_t helper = pm_test_fork();
+    ck_assert_int_ge(helper, 0);
+    if (helper == 0) {
+        close(sv[1]);
+        _exit(window_helper(sv[0]));
+    }
+    close(sv[0]);
+    pm_options *o = opts(1);
+    exec_opts(o, "handlers-window", NULL);
+    ck_assert_int_eq(pm_options_set_pass_fds(o, &sv[1], 1), 0);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    run_worker_check(o);
+    close(sv[1]);
+    int st = pm_test_reap(helper, 30000);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the helper: status %#x", st);
+}
+END_TEST
+
 START_TEST(test_exec_closed_records_nothing)
 {
     /* A worker that closed its node (the handler stays installed, its
@@ -1222,6 +1300,7 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_exec_child_crash_not_recorded, 0);
     PM_ADD_TEST(s, test_no_fault_addr, 0);
     PM_ADD_TEST(s, test_exec_threaded_keeps_app_handler, 0);
+    PM_ADD_TEST(s, test_exec_threaded_no_window, 0);
     PM_ADD_TEST(s, test_exec_closed_records_nothing, 0);
     PM_ADD_TEST(s, test_stack_overflow, 0);
     PM_ADD_TEST(s, test_scribbled_record, 0);

@@ -34,6 +34,14 @@
  *   handlers-threaded  the same with a second thread started first (the
  *                      crash handlers then go in only where the disposition
  *                      is the default, looked at first: exit 0, else 70-75)
+ *   handlers-window    handlers-threaded, with every rt_sigaction of
+ *                      SIGTRAP the main thread makes paused (a seccomp
+ *                      user notification) while the test's helper, given
+ *                      the listener on fd 3, sends SIGTRAP to the second
+ *                      thread: a handler of procmesh's in place of the
+ *                      application's for an instant ends the worker with
+ *                      SIGTRAP; exit 0 when the application's handler got
+ *                      every one, else 70-76 or 110-113
  *   close-abort        join, ready, pm_node_close, then abort(): the
  *                      handler, still installed, must record nothing and
  *                      end the worker with SIGABRT as it would have
@@ -69,6 +77,12 @@
 #include <fcntl.h>
 #include <procmesh.h>
 #include <pthread.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -274,9 +288,76 @@ static void crash_store(void)
  * check that join kept it (node_crash.c: an application's handler stays;
  * the mask it blocks the crash signals with while it sets its own, in a
  * process of one thread, is put back). */
+static volatile sig_atomic_t app_traps;
+
 static void app_trap(int sig)
 {
     (void)sig;
+    app_traps++;
+}
+
+/* handlers-window: the second thread says on a pipe each time a signal
+ * handler ran in it (pause returns after one), and its id for tgkill. */
+static int trap_pipe = -1;
+static _Atomic pid_t trap_tid;
+
+static void *trap_thread(void *arg)
+{
+    (void)arg;
+    atomic_store(&trap_tid, (pid_t)syscall(SYS_gettid));
+    for (;;) {
+        pause();
+        (void)write(trap_pipe, "t", 1);
+    }
+    return NULL;
+}
+
+/* Every rt_sigaction of SIGTRAP this thread makes from now on waits for the
+ * test's helper (a seccomp user notification), which sends SIGTRAP to the
+ * second thread first: the listener and the pipe's read end go to it on fd
+ * 3, with the second thread's id. 0 or 110-113. */
+static int window_watched(void)
+{
+    int tp[2];
+    pthread_t th;
+    if (pipe2(tp, O_CLOEXEC) != 0)
+        return 110;
+    trap_pipe = tp[1];
+    if (pthread_create(&th, NULL, trap_thread, NULL) != 0)
+        return 110;
+    while (atomic_load(&trap_tid) == 0)
+        usleep(1000);
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_rt_sigaction, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SIGTRAP, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return 111;
+    int lfd = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+    if (lfd < 0)
+        return 111;
+    pid_t tid = atomic_load(&trap_tid);
+    int fds[2] = {lfd, tp[0]};
+    char cbuf[CMSG_SPACE(sizeof(fds))];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {&tid, sizeof(tid)};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(fds));
+    memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+    if (sendmsg(3, &m, MSG_NOSIGNAL) != (ssize_t)sizeof(tid))
+        return 112;
+    close(lfd);
+    close(tp[0]);
+    close(3);
+    return 0;
 }
 
 static void *idle_thread(void *arg)
@@ -333,6 +414,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *mode = argv[1];
+    int rc0;
     /* Before anything else could change the mask. */
     if (strcmp(mode, "sigmask") == 0 && report_sigblk() < 0)
         return 108;
@@ -358,7 +440,8 @@ int main(int argc, char **argv)
                           : dprintf(3, "joining: no PROCMESH_NODE\n")) < 0)
             return 103;
     }
-    int handlers = strcmp(mode, "handlers") == 0 || strcmp(mode, "handlers-threaded") == 0;
+    int window = strcmp(mode, "handlers-window") == 0;
+    int handlers = strcmp(mode, "handlers") == 0 || strcmp(mode, "handlers-threaded") == 0 || window;
     if (strcmp(mode, "handlers-threaded") == 0) {
         pthread_t th;
         if (pthread_create(&th, NULL, idle_thread, NULL) != 0)
@@ -366,6 +449,8 @@ int main(int argc, char **argv)
     }
     if (handlers && set_app_handlers() < 0)
         return 105;
+    if (window && (rc0 = window_watched()) != 0)
+        return rc0;
     pm_node *n;
     int rc = pm_node_join(&n);
     if (rc < 0) {
@@ -374,6 +459,8 @@ int main(int argc, char **argv)
     }
     if (handlers && (rc = check_app_handlers()) != 0)
         return rc;
+    if (window && app_traps == 0)
+        return 76; /* the helper sent none: nothing was watched */
     if (strcmp(mode, "never-ready") == 0)
         wait_forever();
     if (strcmp(mode, "ready-on") == 0) {
