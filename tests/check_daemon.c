@@ -664,6 +664,13 @@ START_TEST(test_http_parse)
         {"GETS /healthz HTTP/1.1\r\n\r\n", 405},   /* GET, one byte more */
         {"HEADS /healthz HTTP/1.1\r\n\r\n", 405},  /* HEAD, one byte more */
         {"HEAD /healthz HTTP/1.0\n\n", 200},
+        {"PUTZ /healthz HTTP/1.1\r\n\r\n", 405},   /* 'Z', the last letter a method may have */
+        {"AZ /healthz HTTP/1.1\r\n\r\n", 405},
+        {"PUT /healthz HTTP/1.1\r\n\r\n", 405},    /* three letters, not GET */
+        {"GEX /healthz HTTP/1.1\r\n\r\n", 405},
+        {"HEAX /healthz HTTP/1.1\r\n\r\n", 405},   /* four letters, not HEAD */
+        {"GET /healthz?! HTTP/1.1\r\n\r\n", 200},  /* '!', the first byte a target may have */
+        {"GET /healthz?~ HTTP/1.1\r\n\r\n", 200},  /* '~', the last */
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++)
         ck_assert_msg(pmd_http_parse(cases[i].req, strlen(cases[i].req), &path, &plen, &head) ==
@@ -677,6 +684,13 @@ START_TEST(test_http_parse)
     ck_assert_int_eq(pmd_http_parse(big, sizeof(big), &path, &plen, &head), 413);
     /* One byte under the limit without a blank line: not complete yet. */
     ck_assert_int_eq(pmd_http_parse(big, sizeof(big) - 1, &path, &plen, &head), 0);
+    /* An empty request line in a buffer of exactly its bytes: no byte
+     * before the buffer is looked at (the sanitizer build sees one). */
+    char *lf = malloc(2);
+    ck_assert_ptr_nonnull(lf);
+    memcpy(lf, "\n\n", 2);
+    ck_assert_int_eq(pmd_http_parse(lf, 2, &path, &plen, &head), 400);
+    free(lf);
 }
 END_TEST
 

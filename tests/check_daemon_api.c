@@ -112,9 +112,10 @@ START_TEST(test_readyz_min_ready_and_metric_values)
     /* Two slots, --min-ready 2: one worker killed (its restart 10 s away)
      * leaves one ready, below the minimum: /readyz 503 "not ready", and the
      * samples of /metrics say exactly what happened. With --min-ready 1 the
-     * same loss keeps /readyz at 200. */
+     * same loss keeps /readyz at 200, and with --min-ready 0 too (not "all
+     * slots"); 0 counts as 1: the second worker killed as well, 503. */
     static char body[65536], out[65536];
-    for (int min = 2; min >= 1; min--) {
+    for (int min = 2; min >= 0; min--) {
         int port = pm_test_free_port();
         char health[64], mr[8];
         http_addr(port, health, sizeof(health));
@@ -173,6 +174,11 @@ START_TEST(test_readyz_min_ready_and_metric_values)
         ck_assert_int_eq(http_metric(port, name), 1);
         snprintf(name, sizeof(name), "procmesh_slot_restarts_total{slot=\"%d\"}", 1 - slot);
         ck_assert_int_eq(http_metric(port, name), 0);
+        if (min == 0) {
+            kill(kids[1], SIGKILL);
+            http_wait(port, "/readyz", 503, 20000);
+            ck_assert_int_eq(http_metric(port, "procmesh_workers_ready"), 0);
+        }
         kill(p.pid, SIGTERM);
         int rc = proc_finish(&p, out, sizeof(out), 20000);
         ck_assert_msg(rc == 0, "--min-ready %d: exit %d, log:\n%s", min, rc, out);
