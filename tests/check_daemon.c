@@ -1927,7 +1927,8 @@ static const struct bytes_row {
 };
 
 /* A shell script printing every row as one line "Rnn:<bytes>", then a line
- * of 4094 bytes whose last character is cut by the 4096-byte piece. */
+ * of 4,097 bytes ("CUT:", 4,090 x and a 3-byte character) whose character
+ * the first 4,096-byte piece cuts after its second byte. */
 static void bytes_script(char *s, size_t size)
 {
     size_t n = 0;

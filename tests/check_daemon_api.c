@@ -109,7 +109,7 @@ END_TEST
 
 START_TEST(test_readyz_min_ready_and_metric_values)
 {
-    /* Two slots, --min-ready 2: one worker killed (its restart 10 s away)
+    /* Two slots, --min-ready 2: one worker killed (its restart 10 min away)
      * leaves one ready, below the minimum: /readyz 503 "not ready", and the
      * samples of /metrics say exactly what happened. With --min-ready 1 the
      * same loss keeps /readyz at 200, and with --min-ready 0 too (not "all
@@ -121,7 +121,7 @@ START_TEST(test_readyz_min_ready_and_metric_values)
         http_addr(port, health, sizeof(health));
         snprintf(mr, sizeof(mr), "%d", min);
         char *a[] = {"procmesh", "run", "--workers", "2", "--ready", "exec", "--min-ready", mr,
-                     "--backoff-min", "10000", "--backoff-max", "10000", "--backoff-jitter", "0",
+                     "--backoff-min", "600000", "--backoff-max", "600000", "--backoff-jitter", "0",
                      "--health", health, "--", "sleep", "100", NULL};
         proc p = start(a, base_env);
         http_wait(port, "/readyz", 200, 20000);

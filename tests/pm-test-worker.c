@@ -289,26 +289,31 @@ static void crash_store(void)
  * the mask it blocks the crash signals with while it sets its own, in a
  * process of one thread, is put back). */
 static volatile sig_atomic_t app_traps;
+/* handlers-window: the handler says on a pipe each time it ran (from the
+ * handler itself: a byte written after pause() returned would miss a
+ * signal that came while the thread was not in pause). */
+static volatile int trap_pipe = -1;
 
 static void app_trap(int sig)
 {
     (void)sig;
     app_traps++;
+    if (trap_pipe >= 0) {
+        int saved = errno;
+        (void)write(trap_pipe, "t", 1);
+        errno = saved;
+    }
 }
 
-/* handlers-window: the second thread says on a pipe each time a signal
- * handler ran in it (pause returns after one), and its id for tgkill. */
-static int trap_pipe = -1;
+/* handlers-window: the second thread, its id for tgkill. */
 static _Atomic pid_t trap_tid;
 
 static void *trap_thread(void *arg)
 {
     (void)arg;
     atomic_store(&trap_tid, (pid_t)syscall(SYS_gettid));
-    for (;;) {
+    for (;;)
         pause();
-        (void)write(trap_pipe, "t", 1);
-    }
     return NULL;
 }
 

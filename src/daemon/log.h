@@ -26,7 +26,8 @@ int pmd_log_field_type(const char *key);
  * byte that is not valid UTF-8 as U+FFFD. A line that does not fit size
  * loses the end of a value or whole fields, never its closing quote, brace
  * or newline: it stays valid; a size below 6 gets an empty string, a size
- * of 0 nothing at all. Returns the length (< size). Pure.
+ * of 0 nothing at all. Returns the length (< size, or 0 for a size of 0).
+ * Pure.
  */
 size_t pmd_log_formatv(char *buf, size_t size, int format, const char *ts, const char *level,
                        const char *event, const char *const *kv, const size_t *vlen, size_t nkv);

@@ -101,7 +101,7 @@ static const char usage_text[] =
     "                            exec: ready once exec succeeded\n"
     "  --listen [NAME=]tcp:HOST:PORT|unix:PATH   socket handed to every worker\n"
     "                            (LISTEN_FDS convention), repeatable\n"
-    "  --min-ready N             (default: all slots)\n"
+    "  --min-ready N             (default: all slots; 0 counts as 1)\n"
     "  --log-format text|json    (default text)\n"
     "  --log-level error|warn|info|debug   (default info)\n"
     "  --user USER[:GROUP]       workers drop to this user (procmesh runs as root)\n"
