@@ -8,6 +8,7 @@
  * a condition, bounded, failing with what it waited for.
  */
 #include "helpers.h"
+#include "failalloc.h" /* malloc and its siblings, failing on demand */
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -1304,6 +1305,115 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
     http_wait(port, "/readyz", 200, 30000);
     stop_ok(&p, out, sizeof(out), 10000);
     ck_assert_ptr_nonnull(strstr(out, "event=spawn_failed slot=0 error=\"Too many open files\""));
+}
+END_TEST
+
+/* The whole raw answer to req on a new connection (headers and body), its
+ * length; -1 when the connection or the write failed. */
+static ssize_t http_raw(int port, const char *req, char *out, size_t size)
+{
+    int fd = http_connect(port);
+    if (fd < 0)
+        return -1;
+    if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < size && (k = read(fd, out + got, size - 1 - got)) > 0)
+        got += (size_t)k;
+    out[got] = '\0';
+    close(fd);
+    return (ssize_t)got;
+}
+
+/* Each answer's status line in full (its reason phrase RFC 9110's), 405's
+ * Allow header, and HEAD answered with headers only: a Content-Length and
+ * no body after them. /readyz is 503 here: the one worker killed, its
+ * restart ten minutes away. */
+START_TEST(test_bin_health_status_lines)
+{
+    static char out[65536], raw[65536];
+    int port;
+    proc p = start_health((const char *[]){"--workers", "1", "--ready", "exec", "--backoff-min", "600000",
+                                           "--backoff-max", "600000", "--backoff-jitter", "0", "--", "sleep",
+                                           "100", NULL},
+                          base_env, &port);
+    http_wait(port, "/readyz", 200, 20000);
+    int wpid = 0;
+    ck_assert_int_eq(proc_children(p.pid, &wpid, 1), 1);
+    kill(wpid, SIGKILL);
+    http_wait(port, "/readyz", 503, 20000);
+    static const struct {
+        const char *req, *status;
+    } rows[] = {
+        {"GET /healthz HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n"},
+        {"GET /readyz HTTP/1.1\r\n\r\n", "HTTP/1.1 503 Service Unavailable\r\n"},
+        {"get /healthz HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n"},
+        {"GET /nope HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found\r\n"},
+        {"POST /healthz HTTP/1.1\r\n\r\n", "HTTP/1.1 405 Method Not Allowed\r\n"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        ssize_t n = http_raw(port, rows[i].req, raw, sizeof(raw));
+        ck_assert_msg(n > 0 && strncmp(raw, rows[i].status, strlen(rows[i].status)) == 0,
+                      "%s: answered '%s', want '%s'", rows[i].req, raw, rows[i].status);
+        ck_assert_msg((strstr(raw, "\r\nAllow: GET, HEAD\r\n") != NULL) == (strstr(rows[i].status, "405") != NULL),
+                      "%s: Allow header: %s", rows[i].req, raw);
+    }
+    /* A request past 4 KiB with no end: 413. */
+    static char big[8192];
+    memset(big, 'a', sizeof(big) - 1);
+    memcpy(big, "GET /", 5);
+    ssize_t n = http_raw(port, big, raw, sizeof(raw));
+    static const char too_large[] = "HTTP/1.1 413 Payload Too Large\r\n", ok[] = "HTTP/1.1 200 OK\r\n";
+    ck_assert_msg(n > 0 && strncmp(raw, too_large, strlen(too_large)) == 0, "%s", raw);
+    /* HEAD: the headers a GET would have, a Content-Length, and nothing after. */
+    n = http_raw(port, "HEAD /metrics HTTP/1.1\r\n\r\n", raw, sizeof(raw));
+    ck_assert_msg(n > 0 && strncmp(raw, ok, strlen(ok)) == 0, "%s", raw);
+    const char *len = strstr(raw, "\r\nContent-Length: ");
+    ck_assert_ptr_nonnull(len);
+    ck_assert_int_gt(atoi(len + 18), 0);
+    const char *end = strstr(raw, "\r\n\r\n");
+    ck_assert_ptr_nonnull(end);
+    ck_assert_msg(end[4] == '\0', "a body after HEAD's headers: %s", end + 4);
+    stop_ok(&p, out, sizeof(out), 10000);
+}
+END_TEST
+
+/* /healthz turns 503 after three failed starts in a row, not two: after
+ * two (the third try 12 s away) it is still 200. As in
+ * test_bin_healthz_503_when_starts_fail, no fd is left for a memfd, and
+ * the request waits in the backlog until the limit is back. */
+START_TEST(test_bin_healthz_200_after_two_failed_starts)
+{
+    static char out[65536];
+    int port;
+    proc p = start_health((const char *[]){"--workers", "1", "--ready", "exec", "--backoff-min", "3000",
+                                           "--backoff-max", "60000", "--backoff-jitter", "0",
+                                           "--max-restarts", "-1", "--", "sleep", "100", NULL},
+                          base_env, &port);
+    http_wait(port, "/healthz", 200, 20000);
+    int wpid = 0;
+    ck_assert_int_eq(proc_children(p.pid, &wpid, 1), 1);
+    struct rlimit old, low;
+    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, NULL, &old), 0);
+    low = old;
+    low.rlim_cur = 3;
+    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &low, NULL), 0);
+    kill(wpid, SIGKILL);
+    proc_wait_log(&p, "event=spawn_failed", 2, 30000);
+    int fd = http_connect(port);
+    ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &old, NULL), 0);
+    char body[4096];
+    int code = http_answer(fd, body, sizeof(body));
+    close(fd);
+    ck_assert_msg(code == 200, "/healthz after two failed starts: %d %s", code, body);
+    stop_ok(&p, out, sizeof(out), 10000);
+    ck_assert_ptr_null(strstr(out, "event=spawn_failed slot=0 error=\"Too many open files\" attempt=3"));
 }
 END_TEST
 
@@ -2906,6 +3016,40 @@ START_TEST(test_bin_notify_fds_closed)
 }
 END_TEST
 
+/* /metrics where its allocations fail, each in turn (failalloc.h): always
+ * an answer with the totals, the per-slot series left out when there is no
+ * memory for the slot table, never a crash. */
+START_TEST(test_metrics_without_memory)
+{
+    if (!pm_failalloc_here("test_metrics_without_memory"))
+        return;
+    pm_options *o = pm_options_new();
+    char *argv[] = {"sleep", "100", NULL};
+    pm_options_set_workers(o, 2);
+    pm_options_set_exec(o, "/bin/sleep", argv);
+    pm_options_set_ready_mode(o, PM_READY_EXEC);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pmd_health_state st;
+    memset(&st, 0, sizeof(st));
+    st.min_ready = -1;
+    static char buf[65536];
+    int fired = 1, failed_runs = 0;
+    for (long k = 1; fired && k < 100; k++) {
+        pm_failalloc_arm(k);
+        size_t n = pmd_health_metrics(c, &st, buf, sizeof(buf));
+        fired = pm_failalloc_disarm();
+        ck_assert_msg(n > 0 && strstr(buf, "\nprocmesh_workers 2\n") != NULL, "allocation %ld failing: %s", k, buf);
+        ck_assert_msg((strstr(buf, "procmesh_slot_ready{slot=\"1\"} 1\n") != NULL) == !fired,
+                      "allocation %ld failing (%s): %s", k, fired ? "fired" : "not reached", buf);
+        failed_runs += fired;
+    }
+    ck_assert_int_ge(failed_runs, 1);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
 /* Whether a cluster here gets cgroup containment: 0, or -1 with why. */
 static int cgroup_probe(char *why, size_t size)
 {
@@ -2964,6 +3108,9 @@ int main(void)
     PM_ADD_TEST(s, test_bin_notify_mode, 60);
     PM_ADD_TEST(s, test_bin_systemd_notify_and_status, 60);
     PM_ADD_TEST(s, test_bin_healthz_503_when_starts_fail, 90);
+    PM_ADD_TEST(s, test_bin_health_status_lines, 60);
+    PM_ADD_TEST(s, test_metrics_without_memory, 60);
+    PM_ADD_TEST(s, test_bin_healthz_200_after_two_failed_starts, 90);
     PM_ADD_TEST(s, test_bin_healthz_answered_past_idle_connections, 60);
     PM_ADD_TEST(s, test_bin_accept_out_of_fds_backs_off, 60);
     PM_ADD_TEST(s, test_bin_header_timeout_during_rolling_restart, 60);

@@ -661,6 +661,29 @@ START_TEST(test_peers_in_status_and_metrics)
     ck_assert_int_eq(http_metric(ha, "procmesh_peer_failures_total{reason=\"closed\"}"), -1);
     ck_assert_int_eq(http_metric(ha, "procmesh_peer_failures_total{reason=\"local\"}"), -1);
     ck_assert_int_eq(http_metric(ha, "procmesh_peer_failures_total{reason=\"truncated\"}"), 0);
+    /* Every reason series names a reason (lowercase and '_'), each once;
+     * the ended links list every reason, the failures all but the three
+     * orderly ones. */
+    static char mbody[65536];
+    ck_assert_int_eq(http_get(ha, "/metrics", mbody, sizeof(mbody)), 200);
+    static const char *const series[] = {"procmesh_peer_links_ended_total{reason=\"",
+                                         "procmesh_peer_failures_total{reason=\""};
+    int lines[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+        for (const char *at = mbody; (at = strstr(at, series[k])) != NULL; at++) {
+            if (at != mbody && at[-1] != '\n')
+                continue; /* a HELP or TYPE line's mention */
+            const char *r = at + strlen(series[k]), *q = r;
+            while ((*q >= 'a' && *q <= 'z') || *q == '_')
+                q++;
+            ck_assert_msg(q > r && q[0] == '"' && q[1] == '}', "a reason series: %.60s", at);
+            char dup[96];
+            snprintf(dup, sizeof(dup), "\n%.*s\"}", (int)(q - at), at);
+            ck_assert_msg(strstr(strstr(mbody, dup) + 1, dup) == NULL, "twice: %.60s", at);
+            lines[k]++;
+        }
+    ck_assert_int_ge(lines[0], 10);
+    ck_assert_int_eq(lines[1], lines[0] - 3);
     kill(a.pid, SIGTERM);
     ck_assert_int_eq(proc_finish(&a, out, sizeof(out), 20000), 0);
     unlink(secret);

@@ -173,12 +173,12 @@ static void peer_metrics(pmd_sbuf *b, pm_cluster *c)
     int r = pm_cluster_peer_failures(c, why, count, MAXR);
     metric(b, "procmesh_peer_links_ended_total", "counter",
            "Peer connections ended, every end (orderly ones too), by reason.");
-    for (int i = 0; i < r && i < MAXR; i++)
+    for (int i = 0; i < r && i < MAXR; i++) /* every reason */
         pmd_sb_printf(b, "procmesh_peer_links_ended_total{reason=\"%s\"} %llu\n", why[i],
                       (unsigned long long)count[i]);
     metric(b, "procmesh_peer_failures_total", "counter",
            "Peer connections that failed (handshakes refused, links broken), by reason.");
-    for (int i = 0; i < r && i < MAXR; i++)
+    for (int i = 0; i < r && i < MAXR; i++) /* the failures among them */
         if (pmd_peer_reason_is_failure(why[i]))
             pmd_sb_printf(b, "procmesh_peer_failures_total{reason=\"%s\"} %llu\n", why[i],
                           (unsigned long long)count[i]);
