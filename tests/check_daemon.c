@@ -1584,6 +1584,88 @@ START_TEST(test_bin_accept_out_of_fds_backs_off)
 }
 END_TEST
 
+/* The other accept failures that leave the connection queued (ENFILE,
+ * ENOBUFS, ENOMEM: the system's fds or the kernel's memory) pause
+ * accepting as EMFILE does, never spin. Made by a seccomp filter the
+ * daemon starts under (every accept4 fails so): the daemon cannot answer
+ * at all, so its start is seen in its log; the CPU it uses while a
+ * connection waits is measured as in the test above. */
+static int accept_fails(void *arg)
+{
+    return pm_test_filter_call(__NR_accept4, SECCOMP_RET_ERRNO | (uint32_t)(intptr_t)arg);
+}
+
+START_TEST(test_bin_accept_failures_back_off)
+{
+    static const int errs[] = {ENFILE, ENOBUFS, ENOMEM};
+    int e = errs[_i];
+    char health[64];
+    int port = http_free_listen(health, sizeof(health));
+    char *a[] = {"procmesh", "run", "--health", health, "--workers", "1", "--ready", "exec", "--",
+                 "sleep", "100", NULL};
+    proc p = proc_start(PM_DAEMON_BIN, a, STDERR_FILENO,
+                        &(proc_how){.envp = base_env, .pre = accept_fails, .arg = (void *)(intptr_t)e});
+    proc_wait_log(&p, "event=ready", 1, 20000);
+    int fd = http_connect(port); /* queued: accepted by the kernel, never by procmesh */
+    ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
+    long hz = sysconf(_SC_CLK_TCK);
+    long long c0 = cpu_ticks(p.pid);
+    uint64_t t0 = pm_test_ms();
+    usleep(2000 * 1000); /* the measuring window, not a wait for a condition */
+    long long used_ms = (cpu_ticks(p.pid) - c0) * 1000 / hz;
+    uint64_t wall_ms = pm_test_ms() - t0;
+    close(fd);
+    ck_assert_msg(used_ms * 4 < (long long)wall_ms,
+                  "procmesh used %lld ms of CPU in %llu ms while accept failed with %s: it spins", used_ms,
+                  (unsigned long long)wall_ms, strerror(e));
+    static char out[65536];
+    stop_ok(&p, out, sizeof(out), 10000);
+}
+END_TEST
+
+/* A client that leaves in the middle of its request: one that ends its
+ * side (EOF) is closed at once, without an answer (not held until the
+ * 2-second header deadline and answered 408); one that resets the
+ * connection is closed too, not read again and again until that deadline
+ * (the CPU procmesh uses meanwhile, as in the tests above). */
+START_TEST(test_bin_health_client_gone)
+{
+    int port;
+    proc p = start_ready((const char *[]){"--workers", "1", "--ready", "exec", "--", "sleep", "100", NULL},
+                         &port);
+    int fd = http_connect(port);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "GET /hea", 8), 8);
+    ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+    char buf[256];
+    ssize_t n = read(fd, buf, sizeof(buf) - 1); /* SO_RCVTIMEO 10 s */
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+    ck_assert_msg(n == 0, "a client gone after half a request got: %zd '%s'", n, buf);
+    for (int round = 0; round < 3; round++) {
+        fd = http_connect(port);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, "GET /hea", 8), 8);
+        struct linger lg = {1, 0}; /* close sends a reset */
+        ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+        usleep(100 * 1000); /* the partial request read first; not a wait for a condition */
+        close(fd);
+    }
+    long hz = sysconf(_SC_CLK_TCK);
+    long long c0 = cpu_ticks(p.pid);
+    uint64_t t0 = pm_test_ms();
+    usleep(1500 * 1000); /* the measuring window */
+    long long used_ms = (cpu_ticks(p.pid) - c0) * 1000 / hz;
+    uint64_t wall_ms = pm_test_ms() - t0;
+    ck_assert_msg(used_ms * 4 < (long long)wall_ms,
+                  "procmesh used %lld ms of CPU in %llu ms after clients reset: it spins", used_ms,
+                  (unsigned long long)wall_ms);
+    ck_assert_int_eq(http_get(port, "/healthz", buf, sizeof(buf)), 200);
+    static char out[65536];
+    stop_ok(&p, out, sizeof(out), 10000);
+}
+END_TEST
+
 START_TEST(test_bin_header_timeout_during_rolling_restart)
 {
     /* A SIGHUP rolling restart can last long (here: the replacement never
@@ -3018,7 +3100,8 @@ END_TEST
 
 /* /metrics where its allocations fail, each in turn (failalloc.h): always
  * an answer with the totals, the per-slot series left out when there is no
- * memory for the slot table, never a crash. */
+ * memory for the slot table, never a crash. The same for the endpoint's
+ * start. */
 START_TEST(test_metrics_without_memory)
 {
     if (!pm_failalloc_here("test_metrics_without_memory"))
@@ -3045,6 +3128,24 @@ START_TEST(test_metrics_without_memory)
         failed_runs += fired;
     }
     ck_assert_int_ge(failed_runs, 1);
+    /* The endpoint's start, each of its allocations failing in turn: NULL,
+     * and nothing left open (the port can be taken again at once). */
+    int port = pm_test_free_port();
+    failed_runs = 0;
+    fired = 1;
+    for (long k = 1; fired && k < 100; k++) {
+        int before = pm_test_lowest_free_fd();
+        pm_failalloc_arm(k);
+        pmd_health *h = pmd_health_start(c, "127.0.0.1", (unsigned)port, &st);
+        fired = pm_failalloc_disarm();
+        ck_assert_msg((h == NULL) == fired, "allocation %ld failing (%s): %p", k, fired ? "fired" : "not reached",
+                      (void *)h);
+        if (h != NULL)
+            pmd_health_stop(h);
+        ck_assert_int_eq(pm_test_lowest_free_fd(), before);
+        failed_runs += fired;
+    }
+    ck_assert_int_ge(failed_runs, 2);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -3113,6 +3214,8 @@ int main(void)
     PM_ADD_TEST(s, test_bin_healthz_200_after_two_failed_starts, 90);
     PM_ADD_TEST(s, test_bin_healthz_answered_past_idle_connections, 60);
     PM_ADD_TEST(s, test_bin_accept_out_of_fds_backs_off, 60);
+    PM_ADD_LOOP_TEST(s, test_bin_accept_failures_back_off, 0, 3, 60);
+    PM_ADD_TEST(s, test_bin_health_client_gone, 60);
     PM_ADD_TEST(s, test_bin_header_timeout_during_rolling_restart, 60);
     PM_ADD_TEST(s, test_bin_notify_flood_rate_limited, 60);
     PM_ADD_TEST(s, test_bin_exit_5_after_drain, 60);

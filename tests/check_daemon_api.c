@@ -656,6 +656,10 @@ START_TEST(test_peers_in_status_and_metrics)
                   a.log);
     wait_metric(ha, "procmesh_peer_links_up", 0, 10000);
     ck_assert_int_eq(http_metric(ha, "procmesh_peer_links_ended_total{reason=\"closed\"}"), 1);
+    /* Only up links have an RTT sample: none now. */
+    static char rbody[65536];
+    ck_assert_int_eq(http_get(ha, "/metrics", rbody, sizeof(rbody)), 200);
+    ck_assert_msg(strstr(rbody, "\nprocmesh_peer_rtt_seconds{") == NULL, "an RTT of a link that is down:\n%s", rbody);
     ck_assert_int_eq(http_metric(ha, "procmesh_peer_links_ended_total{reason=\"truncated\"}"), 0);
     /* An orderly end is no failure: no such series. */
     ck_assert_int_eq(http_metric(ha, "procmesh_peer_failures_total{reason=\"closed\"}"), -1);

@@ -426,7 +426,7 @@ static void on_conn(pm_cluster *c, int fd, void *arg)
 {
     (void)c;
     pmd_health *h = arg;
-    for (int i = 0; i < PMD_HTTP_MAX_CONN; i++)
+    for (int i = 0; i < PMD_HTTP_MAX_CONN; i++) /* the connection of fd */
         if (h->conns[i].fd == fd) {
             conn_read(h, &h->conns[i]);
             return;

@@ -560,7 +560,8 @@ def shared_entries(equiv, mutants_of):
 
 def read_equivalent(path):
     """equivalent.txt: `FILE | OP | MUTATED LINE | why` per line (for
-    dropstore, droperr and ret0, `LINE BEFORE ~~ LINE CHANGED`: equiv_key).
+    dropstore, droperr and ret0, `LINE BEFORE ~~ LINE CHANGED`: equiv_key;
+    the mutated line may hold " | ", the reason may not).
     A dict from that key to why."""
     out = {}
     if not os.path.exists(path):
@@ -569,7 +570,10 @@ def read_equivalent(path):
         for n, line in enumerate(f, 1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            parts = [x.strip() for x in line.split(" | ")]
+            # The mutated line may itself hold " | " (a C bitwise or): the
+            # first two fields from the left, the reason from the right.
+            head = line.rstrip("\n").split(" | ", 2)
+            parts = [x.strip() for x in head[:2] + head[2].rsplit(" | ", 1)] if len(head) == 3 else []
             if len(parts) != 4 or not all(parts):
                 die("%s:%d: want FILE | OPERATOR | MUTATED LINE | WHY" % (path, n))
             key = (parts[0], parts[1], parts[2])
