@@ -505,6 +505,26 @@ START_TEST(test_call_probe_faked)
 }
 END_TEST
 
+/* An exec'd worker of mode that ends by abort() with its node closed:
+ * it ends of SIGABRT, as it would without procmesh, and nothing is
+ * recorded. */
+static void expect_abort_unrecorded(const char *mode)
+{
+    pm_options *o = opts(1);
+    exec_opts(o, mode, NULL);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
+    ck_assert_msg(info.last_signal == SIGABRT, "%s: ended with signal %d, exit %d", mode, info.last_signal,
+                  info.last_exit_code);
+    ck_assert_int_eq(info.last_crash.state, PM_CRASH_UNRECORDED);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    assert_all_started_gone();
+    pm_options_free(o);
+}
+
 START_TEST(test_exec_child_crash_not_recorded)
 {
     /* A child the worker forked dies of SIGSEGV: it inherited the handler
@@ -512,19 +532,7 @@ START_TEST(test_exec_child_crash_not_recorded)
      * worker then aborts with its node closed: nothing recorded (a record
      * the child wrote would read INVALID: SIGSEGV, not the worker's
      * SIGABRT). */
-    pm_options *o = opts(1);
-    exec_opts(o, "child-crash-abort", NULL);
-    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
-    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
-    ck_assert_msg(info.last_signal == SIGABRT, "ended with signal %d, exit %d", info.last_signal,
-                  info.last_exit_code);
-    ck_assert_int_eq(info.last_crash.state, PM_CRASH_UNRECORDED);
-    ck_assert_int_ge(pm_cluster_terminate(c), 0);
-    assert_all_started_gone();
-    pm_options_free(o);
+    expect_abort_unrecorded("child-crash-abort");
 }
 END_TEST
 
@@ -1011,21 +1019,8 @@ END_TEST
 START_TEST(test_exec_closed_records_nothing)
 {
     /* A worker that closed its node (the handler stays installed, its
-     * record gone) and then aborts: nothing recorded, and it ends of
-     * SIGABRT as without procmesh. */
-    pm_options *o = opts(1);
-    exec_opts(o, "close-abort", NULL);
-    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    RUN_UNTIL(c, count(PM_EVENT_EXITED, 0) + count(PM_EVENT_STOPPED, 0) >= 1, 30000);
-    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &info), 0);
-    ck_assert_msg(info.last_signal == SIGABRT, "ended with signal %d, exit %d", info.last_signal,
-                  info.last_exit_code);
-    ck_assert_int_eq(info.last_crash.state, PM_CRASH_UNRECORDED);
-    ck_assert_int_ge(pm_cluster_terminate(c), 0);
-    assert_all_started_gone();
-    pm_options_free(o);
+     * record gone) and then aborts. */
+    expect_abort_unrecorded("close-abort");
 }
 END_TEST
 

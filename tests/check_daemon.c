@@ -1264,6 +1264,33 @@ START_TEST(test_bin_systemd_notify_and_status)
 }
 END_TEST
 
+/* /healthz of the daemon p, asked once n starts in a row have failed: its
+ * worker killed while no fd is left for a memfd (its RLIMIT_NOFILE lowered
+ * from outside), the request queued in the backlog (procmesh cannot accept
+ * meanwhile), then the limit put back. The answer's code, its body in
+ * body. */
+static int healthz_after_failed_starts(proc *p, int port, int n, char *body, size_t size)
+{
+    http_wait(port, "/healthz", 200, 20000);
+    int wpid = 0;
+    ck_assert_int_eq(proc_children(p->pid, &wpid, 1), 1);
+    struct rlimit old, low;
+    ck_assert_int_eq(prlimit(p->pid, RLIMIT_NOFILE, NULL, &old), 0);
+    low = old;
+    low.rlim_cur = 3; /* its open fds keep working; no new one */
+    ck_assert_int_eq(prlimit(p->pid, RLIMIT_NOFILE, &low, NULL), 0);
+    kill(wpid, SIGKILL);
+    proc_wait_log(p, "event=spawn_failed", n, 30000);
+    int fd = http_connect(port);
+    ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+    ck_assert_int_eq(prlimit(p->pid, RLIMIT_NOFILE, &old, NULL), 0);
+    int code = http_answer(fd, body, size);
+    close(fd);
+    return code;
+}
+
 START_TEST(test_bin_healthz_503_when_starts_fail)
 {
     /* When procmesh can no longer start workers (here: no fd left for a
@@ -1279,24 +1306,8 @@ START_TEST(test_bin_healthz_503_when_starts_fail)
                                            "300", "--backoff-max", "60000", "--backoff-jitter", "0",
                                            "--max-restarts", "-1", "--", "sleep", "100",
                                            NULL}, base_env, &port);
-    http_wait(port, "/healthz", 200, 20000);
-    int wpid = 0;
-    ck_assert_int_eq(proc_children(p.pid, &wpid, 1), 1);
-    struct rlimit old, low;
-    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, NULL, &old), 0);
-    low = old;
-    low.rlim_cur = 3; /* its open fds keep working; no new one */
-    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &low, NULL), 0);
-    kill(wpid, SIGKILL);
-    proc_wait_log(&p, "event=spawn_failed", 3, 30000);
-    int fd = http_connect(port);
-    ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
-    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
-    ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
-    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &old, NULL), 0);
     char body[4096];
-    int code = http_answer(fd, body, sizeof(body));
-    close(fd);
+    int code = healthz_after_failed_starts(&p, port, 3, body, sizeof(body));
     ck_assert_msg(code == 503, "/healthz after three failed starts: %d %s", code, body);
     ck_assert_str_eq(body, "cannot start workers\n");
     http_wait(port, "/healthz", 200, 30000);
@@ -1393,24 +1404,8 @@ START_TEST(test_bin_healthz_200_after_two_failed_starts)
                                            "--backoff-max", "60000", "--backoff-jitter", "0",
                                            "--max-restarts", "-1", "--", "sleep", "100", NULL},
                           base_env, &port);
-    http_wait(port, "/healthz", 200, 20000);
-    int wpid = 0;
-    ck_assert_int_eq(proc_children(p.pid, &wpid, 1), 1);
-    struct rlimit old, low;
-    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, NULL, &old), 0);
-    low = old;
-    low.rlim_cur = 3;
-    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &low, NULL), 0);
-    kill(wpid, SIGKILL);
-    proc_wait_log(&p, "event=spawn_failed", 2, 30000);
-    int fd = http_connect(port);
-    ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
-    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
-    ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
-    ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &old, NULL), 0);
     char body[4096];
-    int code = http_answer(fd, body, sizeof(body));
-    close(fd);
+    int code = healthz_after_failed_starts(&p, port, 2, body, sizeof(body));
     ck_assert_msg(code == 200, "/healthz after two failed starts: %d %s", code, body);
     stop_ok(&p, out, sizeof(out), 10000);
     ck_assert_ptr_null(strstr(out, "event=spawn_failed slot=0 error=\"Too many open files\" attempt=3"));

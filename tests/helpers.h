@@ -379,6 +379,17 @@ static inline pid_t pm_test_fork(void)
     return pid;
 }
 
+/* Installs the seccomp program f (n instructions) on the calling thread,
+ * no_new_privs set first. 0 or -errno. */
+static inline int pm_test_filter_install(struct sock_filter *f, unsigned short n)
+{
+    struct sock_fprog prog = {n, f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        return -errno;
+    return 0;
+}
+
 /* A seccomp filter of the calling process's own returning ret for the
  * call nr (SECCOMP_RET_ERRNO | e to fake a kernel without it, or
  * SECCOMP_RET_TRAP), everything else allowed; no_new_privs set. 0 or
@@ -392,11 +403,7 @@ static inline int pm_test_filter_call(long nr, uint32_t ret)
         BPF_STMT(BPF_RET | BPF_K, ret),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
-    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-        return -errno;
-    return 0;
+    return pm_test_filter_install(f, (unsigned short)(sizeof(f) / sizeof(f[0])));
 }
 
 /* pm_test_filter_call for the calls nr whose argument arg (0-5) has value
@@ -412,11 +419,7 @@ static inline int pm_test_filter_call_arg(long nr, unsigned arg, uint32_t value,
         BPF_STMT(BPF_RET | BPF_K, ret),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
-    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-        return -errno;
-    return 0;
+    return pm_test_filter_install(f, (unsigned short)(sizeof(f) / sizeof(f[0])));
 }
 
 /* Waits until child pid sleeps in one of the system calls nrs, as its
