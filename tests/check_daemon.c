@@ -1537,6 +1537,21 @@ static long long cpu_ticks(pid_t pid)
     return (long long)(ut + st);
 }
 
+/* The CPU time pid used over a window of window_ms of wall time (the
+ * measuring window, not a wait for a condition), in ms; the window as it
+ * was in *wall_ms. A spinning loop uses all of it, a sleeping one next to
+ * none. */
+static long long cpu_used_ms(pid_t pid, int window_ms, uint64_t *wall_ms)
+{
+    long hz = sysconf(_SC_CLK_TCK);
+    long long c0 = cpu_ticks(pid);
+    uint64_t t0 = pm_test_ms();
+    usleep((useconds_t)window_ms * 1000);
+    long long used = (cpu_ticks(pid) - c0) * 1000 / hz;
+    *wall_ms = pm_test_ms() - t0;
+    return used;
+}
+
 START_TEST(test_bin_accept_out_of_fds_backs_off)
 {
     /* Out of file descriptors, accept fails (EMFILE) and the pending
@@ -1559,12 +1574,8 @@ START_TEST(test_bin_accept_out_of_fds_backs_off)
     ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
     static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
     ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
-    long hz = sysconf(_SC_CLK_TCK);
-    long long c0 = cpu_ticks(p.pid);
-    uint64_t t0 = pm_test_ms();
-    usleep(2000 * 1000); /* the measuring window, not a wait for a condition */
-    long long used_ms = (cpu_ticks(p.pid) - c0) * 1000 / hz;
-    uint64_t wall_ms = pm_test_ms() - t0;
+    uint64_t wall_ms;
+    long long used_ms = cpu_used_ms(p.pid, 2000, &wall_ms);
     ck_assert_int_eq(prlimit(p.pid, RLIMIT_NOFILE, &old, NULL), 0);
     ck_assert_msg(used_ms * 4 < (long long)wall_ms,
                   "procmesh used %lld ms of CPU in %llu ms while out of fds: it spins", used_ms,
@@ -1603,12 +1614,8 @@ START_TEST(test_bin_accept_failures_back_off)
     proc_wait_log(&p, "event=ready", 1, 20000);
     int fd = http_connect(port); /* queued: accepted by the kernel, never by procmesh */
     ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
-    long hz = sysconf(_SC_CLK_TCK);
-    long long c0 = cpu_ticks(p.pid);
-    uint64_t t0 = pm_test_ms();
-    usleep(2000 * 1000); /* the measuring window, not a wait for a condition */
-    long long used_ms = (cpu_ticks(p.pid) - c0) * 1000 / hz;
-    uint64_t wall_ms = pm_test_ms() - t0;
+    uint64_t wall_ms;
+    long long used_ms = cpu_used_ms(p.pid, 2000, &wall_ms);
     close(fd);
     ck_assert_msg(used_ms * 4 < (long long)wall_ms,
                   "procmesh used %lld ms of CPU in %llu ms while accept failed with %s: it spins", used_ms,
@@ -1646,12 +1653,8 @@ START_TEST(test_bin_health_client_gone)
         usleep(100 * 1000); /* the partial request read first; not a wait for a condition */
         close(fd);
     }
-    long hz = sysconf(_SC_CLK_TCK);
-    long long c0 = cpu_ticks(p.pid);
-    uint64_t t0 = pm_test_ms();
-    usleep(1500 * 1000); /* the measuring window */
-    long long used_ms = (cpu_ticks(p.pid) - c0) * 1000 / hz;
-    uint64_t wall_ms = pm_test_ms() - t0;
+    uint64_t wall_ms;
+    long long used_ms = cpu_used_ms(p.pid, 1500, &wall_ms);
     ck_assert_msg(used_ms * 4 < (long long)wall_ms,
                   "procmesh used %lld ms of CPU in %llu ms after clients reset: it spins", used_ms,
                   (unsigned long long)wall_ms);
