@@ -1594,8 +1594,8 @@ END_TEST
  * ENOBUFS, ENOMEM: the system's fds or the kernel's memory) pause
  * accepting as EMFILE does, never spin. Made by a seccomp filter the
  * daemon starts under (every accept4 fails so): the daemon cannot answer
- * at all, so its start is seen in its log; the CPU it uses while a
- * connection waits is measured as in the test above. */
+ * at all, so its endpoint is known to listen when a connect succeeds; the
+ * CPU it uses while a connection waits is measured as in the test above. */
 static int accept_fails(void *arg)
 {
     return pm_test_filter_call(__NR_accept4, SECCOMP_RET_ERRNO | (uint32_t)(intptr_t)arg);
@@ -1611,8 +1611,13 @@ START_TEST(test_bin_accept_failures_back_off)
                  "sleep", "100", NULL};
     proc p = proc_start(PM_DAEMON_BIN, a, STDERR_FILENO,
                         &(proc_how){.envp = base_env, .pre = accept_fails, .arg = (void *)(intptr_t)e});
-    proc_wait_log(&p, "event=ready", 1, 20000);
-    int fd = http_connect(port); /* queued: accepted by the kernel, never by procmesh */
+    /* The endpoint listens once the workers are ready (after the ready
+     * line): a connection is taken into its backlog from then on, by the
+     * kernel, never by procmesh. */
+    int fd = -1;
+    for (uint64_t end = pm_test_ms() + 20000; fd < 0 && pm_test_ms() < end;)
+        if ((fd = http_connect(port)) < 0)
+            usleep(20000);
     ck_assert_msg(fd >= 0, "connect to the health port: %s", strerror(errno));
     uint64_t wall_ms;
     long long used_ms = cpu_used_ms(p.pid, 2000, &wall_ms);
