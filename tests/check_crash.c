@@ -492,14 +492,19 @@ START_TEST(test_call_deep)
 END_TEST
 
 /* A wild call where the readability probe's system call is faked to
- * succeed (do_crash above): every probe says "unreadable", so the record
- * holds the pc alone (the caller's address is read from the stack only
- * where the probe vouches for it), and the handler reads nothing. */
+ * succeed (do_crash above): every probe says "unreadable", so on x86-64
+ * the record holds the pc alone (the caller's address is read from the
+ * stack only where the probe vouches for it), and the handler reads
+ * nothing through the unwinder. */
 START_TEST(test_call_probe_faked)
 {
     expect_recorded(K_CALL_FAKED_PROBE, SIGSEGV, "SEGV_MAPERR");
-#if defined(__x86_64__) || defined(__aarch64__)
+#if defined(__x86_64__)
     ck_assert_uint_eq(report.nframes, 1);
+    ck_assert_uint_eq(report.frames[0].addr, where);
+#elif defined(__aarch64__)
+    /* The caller is in the link register there, read without a probe. */
+    ck_assert_uint_le(report.nframes, 2);
     ck_assert_uint_eq(report.frames[0].addr, where);
 #endif
 }
@@ -878,12 +883,19 @@ END_TEST
 static atomic_int walks;
 static int walks_at_fork = -1;
 
+extern char __executable_start[], etext[]; /* this program's text (GNU ld) */
+
 int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
 {
     static int (*next)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
     if (next == NULL)
         *(void **)&next = dlsym(RTLD_NEXT, "dl_iterate_phdr");
-    atomic_fetch_add(&walks, 1);
+    /* Only procmesh's walks (linked into this program): the sanitizer
+     * runtime's or libgcc's, which this definition catches too, are not
+     * what the test is about. */
+    const char *from = __builtin_return_address(0);
+    if (from >= __executable_start && from < etext)
+        atomic_fetch_add(&walks, 1);
     return next(cb, data);
 }
 
