@@ -928,16 +928,23 @@ START_TEST(test_fork_child_walks_nothing)
 }
 END_TEST
 
+/* An exec'd worker of mode that checks its handlers itself, once, and
+ * exits 0 when they are right (run_worker_check). */
+static void exec_worker_check(const char *mode)
+{
+    pm_options *o = opts(1);
+    exec_opts(o, mode, NULL);
+    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
+    run_worker_check(o);
+}
+
 START_TEST(test_exec_keeps_app_handler)
 {
     /* An exec'd worker of one thread: each crash handler set with one
      * call, the crash signals blocked meanwhile, the application's
      * handler (SIGTRAP) and ignored signal (SIGBUS) put back, the mask as
      * it was (pm-test-worker "handlers" checks and exits 0). */
-    pm_options *o = opts(1);
-    exec_opts(o, "handlers", NULL);
-    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
-    run_worker_check(o);
+    exec_worker_check("handlers");
 }
 END_TEST
 
@@ -946,10 +953,7 @@ START_TEST(test_exec_threaded_keeps_app_handler)
     /* The same in an exec'd worker that started a thread before it
      * joined: the handlers go in only where the disposition is the
      * default, looked at one by one (pm-test-worker "handlers-threaded"). */
-    pm_options *o = opts(1);
-    exec_opts(o, "handlers-threaded", NULL);
-    pm_options_set_restart_policy(o, PM_RESTART_NEVER);
-    run_worker_check(o);
+    exec_worker_check("handlers-threaded");
 }
 END_TEST
 

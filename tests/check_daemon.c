@@ -3106,6 +3106,19 @@ START_TEST(test_bin_notify_fds_closed)
 }
 END_TEST
 
+/* Options of n exec'd `sleep 100` workers, ready once exec'd: a cluster of
+ * the test's own, in this process. */
+static pm_options *sleep_options(int n)
+{
+    pm_options *o = pm_options_new();
+    char *argv[] = {"sleep", "100", NULL};
+    ck_assert_ptr_nonnull(o);
+    pm_options_set_workers(o, n);
+    pm_options_set_exec(o, "/bin/sleep", argv);
+    pm_options_set_ready_mode(o, PM_READY_EXEC);
+    return o;
+}
+
 /* /metrics where its allocations fail, each in turn (failalloc.h): always
  * an answer with the totals, the per-slot series left out when there is no
  * memory for the slot table, never a crash. The same for the endpoint's
@@ -3114,11 +3127,7 @@ START_TEST(test_metrics_without_memory)
 {
     if (!pm_failalloc_here("test_metrics_without_memory"))
         return;
-    pm_options *o = pm_options_new();
-    char *argv[] = {"sleep", "100", NULL};
-    pm_options_set_workers(o, 2);
-    pm_options_set_exec(o, "/bin/sleep", argv);
-    pm_options_set_ready_mode(o, PM_READY_EXEC);
+    pm_options *o = sleep_options(2);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pmd_health_state st;
@@ -3171,11 +3180,7 @@ END_TEST
 /* Whether a cluster here gets cgroup containment: 0, or -1 with why. */
 static int cgroup_probe(char *why, size_t size)
 {
-    pm_options *o = pm_options_new();
-    char *argv[] = {"sleep", "100", NULL};
-    pm_options_set_workers(o, 1);
-    pm_options_set_exec(o, "/bin/sleep", argv);
-    pm_options_set_ready_mode(o, PM_READY_EXEC);
+    pm_options *o = sleep_options(1);
     pm_cluster *c = NULL;
     int rc = pm_cluster_spawn(o, &c);
     pm_options_free(o);
