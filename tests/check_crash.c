@@ -1398,6 +1398,53 @@ START_TEST(test_modules_loader)
 }
 END_TEST
 
+/* The crash handler's walk: the frames above the caller, a bound kept,
+ * and, when configure linked libgcc's unwinder in (PM_STATIC_UNWIND), no
+ * libgcc_s.so loaded by the first walk: an exec'd worker would otherwise
+ * map it after every ready (os/crash.c). */
+static __attribute__((noinline)) int walk_here(void **frames, int max, void **ra)
+{
+    *ra = __builtin_return_address(0);
+    int n = pm__crash_backtrace(frames, max);
+    __asm__ volatile("" ::: "memory"); /* a call, not a tail jump */
+    return n;
+}
+
+static int mapped(const char *name)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[PATH_MAX + 128];
+    int found = 0;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        found |= strstr(line, name) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return found;
+}
+
+START_TEST(test_unwinder_walk)
+{
+    int before = mapped("libgcc_s");
+    pm__crash_unwinder_prime();
+    void *frames[16], *ra;
+    int n = walk_here(frames, 16, &ra);
+    ck_assert_int_ge(n, 2);
+    int seen = 0;
+    for (int i = 0; i < n; i++)
+        seen |= frames[i] == ra;
+    ck_assert_msg(seen, "the caller's return address %p is not among the %d frames", ra, n);
+    ck_assert_int_eq(walk_here(frames, 1, &ra), 1);
+    ck_assert_int_eq(walk_here(frames, 0, &ra), 0);
+    ck_assert_int_eq(walk_here(frames, -1, &ra), 0);
+#if PM_STATIC_UNWIND && !defined(__SANITIZE_ADDRESS__)
+    /* (The sanitizers' runtime needs libgcc_s itself.) */
+    ck_assert_msg(!before && !mapped("libgcc_s"), "libgcc_s.so is loaded (before the walk: %d)", before);
+#else
+    (void)before;
+#endif
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("crash");
@@ -1413,6 +1460,7 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_generic_codes, 0);
     PM_ADD_TEST(s, test_call_data, 0);
     PM_ADD_TEST(s, test_call_deep, 0);
+    PM_ADD_TEST(s, test_unwinder_walk, 0);
     PM_ADD_TEST(s, test_call_probe_faked, 0);
     PM_ADD_TEST(s, test_exec_child_crash_not_recorded, 0);
     PM_ADD_TEST(s, test_no_fault_addr, 0);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unwind.h>
 
 
 /* ------------------------------------------------------------------ si_code names */
@@ -179,8 +180,61 @@ void pm__crash_modules_refresh(pm__crash_modules *t)
 
 /* ------------------------------------------------------------------ worker: the unwinder */
 
-/* Set once backtrace() has run outside a handler; a fork child inherits it
- * with the loaded unwinder. */
+/* The unwinder linked into this binary, when the build put one there:
+ * configure links libgcc's static unwinder (libgcc_eh.a, -static-libgcc,
+ * its symbols hidden) into the library and the programs, and forces it in
+ * with -u _Unwind_Backtrace. Weak, so that a program that links
+ * libprocmesh.a without it (procmesh-worker.pc) gets no libgcc_s.so as a
+ * load-time dependency either: the references are then NULL, and glibc's
+ * backtrace() is used, which dlopens libgcc_s on its first call. That
+ * load costs an exec'd worker some 15 system calls, the relocations'
+ * page faults and libgcc_s's constructor, whose cpuid instructions each
+ * trap to the hypervisor in a virtual machine: about 170 us of CPU after
+ * every ready, which a spawn of many workers pays on the CPUs the next
+ * workers start on (doc/benchmarks.md, stop 64). */
+#pragma weak _Unwind_Backtrace
+#pragma weak _Unwind_GetIP
+#pragma weak _Unwind_GetCFA
+
+/* One walk of the linked unwinder: the frames above the function that
+ * started it, as glibc's backtrace() gives them. */
+struct walk {
+    void **frames;
+    int max;
+    int n;        /* -1 on the first call, the starting function's frame */
+    uintptr_t cfa; /* the last frame's canonical frame address */
+};
+
+static _Unwind_Reason_Code walk_step(struct _Unwind_Context *ctx, void *arg)
+{
+    struct walk *w = arg;
+    if (w->n >= 0) {
+        void *ip = (void *)_Unwind_GetIP(ctx);
+        uintptr_t cfa = (uintptr_t)_Unwind_GetCFA(ctx);
+        /* The same frame twice: an unwind table that does not move on
+         * (a hand-written one, a corrupt stack); stop rather than fill. */
+        if (w->n > 0 && w->frames[w->n - 1] == ip && cfa == w->cfa)
+            return _URC_END_OF_STACK;
+        w->frames[w->n] = ip;
+        w->cfa = cfa;
+    }
+    return ++w->n == w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+/* Not inlined: the walk's first frame, skipped, must be this one. */
+static __attribute__((noinline)) int walk_linked(void **frames, int max)
+{
+    struct walk w = {frames, max, -1, 0};
+    (void)_Unwind_Backtrace(walk_step, &w);
+    /* The walk ends with a frame of address 0 above the program's entry
+     * point (_start has no caller): not a frame. */
+    if (w.n > 1 && frames[w.n - 1] == NULL)
+        w.n--;
+    return w.n > 0 ? w.n : 0;
+}
+
+/* Set once the unwinder has run outside a handler; a fork child inherits
+ * it with the loaded (or linked) unwinder. */
 static atomic_int unwinder_primed;
 
 PM__READY_TEXT void pm__crash_unwinder_prime(void)
@@ -188,7 +242,12 @@ PM__READY_TEXT void pm__crash_unwinder_prime(void)
     if (atomic_load_explicit(&unwinder_primed, memory_order_acquire))
         return;
     void *warm[4];
-    (void)backtrace(warm, (int)PM__ARRAY_SIZE(warm));
+    /* The linked unwinder's first walk sets up its register table (a
+     * pthread_once): done here, outside a handler, as the load is. */
+    if (_Unwind_Backtrace != NULL)
+        (void)walk_linked(warm, (int)PM__ARRAY_SIZE(warm));
+    else
+        (void)backtrace(warm, (int)PM__ARRAY_SIZE(warm));
     atomic_store_explicit(&unwinder_primed, 1, memory_order_release);
 }
 
@@ -196,9 +255,13 @@ int pm__crash_backtrace(void **frames, int max)
 {
     /* Unprimed, backtrace() would dlopen libgcc_s here, inside a signal
      * handler that may have interrupted malloc: it could deadlock on
-     * malloc's lock or the loader's. No frames is the safe answer. */
-    if (!atomic_load_explicit(&unwinder_primed, memory_order_acquire))
+     * malloc's lock or the loader's. No frames is the safe answer. The
+     * linked unwinder loads nothing, but its first walk's pthread_once
+     * is no more a handler's to run: the same rule for both. */
+    if (max <= 0 || !atomic_load_explicit(&unwinder_primed, memory_order_acquire))
         return 0;
+    if (_Unwind_Backtrace != NULL)
+        return walk_linked(frames, max);
     return backtrace(frames, max);
 }
 
