@@ -326,11 +326,13 @@ END_TEST
  * error pipe: _i bit 0: a program that exists but is not executable (else
  * a missing one); bit 1: under --user nobody (when root) and seccomp basic
  * (when built with libseccomp), so every privilege step runs before the
- * failing execve. */
+ * failing execve; bit 2: two workers, a burst, whose children are forked
+ * and report through the error pipe (spawn.c: a burst does not wait for
+ * each child's execve). */
 START_TEST(test_spawn_detail_exec_contained)
 {
     pm_options *o = pm_options_new();
-    pm_options_set_workers(o, 1);
+    pm_options_set_workers(o, _i & 4 ? 2 : 1);
     char path[] = "/tmp/pm-noexec-XXXXXX";
     int fd = -1;
     if (_i & 1) {
@@ -482,7 +484,7 @@ int main(void)
     PM_ADD_TEST(s, test_spawn_detail_ready_timeout, 30);
     PM_ADD_TEST(s, test_spawn_detail_exec, 30);
     PM_ADD_TEST(s, test_worker_maps_no_supervisor_libraries, 30);
-    PM_ADD_LOOP_TEST(s, test_spawn_detail_exec_contained, 0, 4, 60);
+    PM_ADD_LOOP_TEST(s, test_spawn_detail_exec_contained, 0, 8, 60);
     PM_ADD_LOOP_TEST(s, test_notify_without_watchdog_not_fenced, 0, 2, 30);
     PM_ADD_TEST(s, test_notify_socket_made_ahead, 30);
     return pm_test_main(s);

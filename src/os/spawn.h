@@ -40,6 +40,10 @@ typedef struct pm__spawn_req {
                               (CLONE_CLEAR_SIGHAND), the only ones the child still
                               sets back to SIG_DFL */
     int sig_ignored_known; /* 0: sig_ignored unknown, every signal is reset */
+    int burst;             /* one of several children started back to back (a
+                              spawn of N > 1): forked, not the vfork clone,
+                              whose wait for each child's execve would keep
+                              the supervisor from the next (spawn.c) */
     /* fork mode (path == NULL): runs in the child, never returns; it gets
      * the child's own copy of this request and calls
      * pm__child_privileges() with it after procmesh's join and before the

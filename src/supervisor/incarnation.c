@@ -388,6 +388,7 @@ static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
         rc = exec_req(c, s, &req, f);
         if (rc < 0)
             return rc;
+        req.burst = c->spawning && c->nslots > 1;
     } else {
         rc = fork_req(c, &req, &ctx);
         return rc < 0 ? rc : fork_onto(&req);
