@@ -1121,13 +1121,23 @@ START_TEST(test_scratch_v2)
     ck_assert_int_eq(s.retired, 0);
     ck_assert_uint_eq(s.next_gen, 4);
     leaf_files_made(slot, 4);
-    /* The standby's fork holds g4's cgroup.procs, and only then. */
+    /* The standby's fork gets g4's cgroup.procs (standby_procs_fd); the
+     * leaf (its directory, cgroup.procs, cgroup.events) stays open while
+     * the standby waits, so that its take opens nothing. */
     ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 4);
     snprintf(f, sizeof(f), "%s/g4", slot);
-    ck_assert_int_eq(pm_test_fds_to(f), 1);
+    ck_assert_int_eq(pm_test_fds_to(f), 3);
+    ck_assert_int_eq(s.standby_procs_fd, s.standby_leaf.procs_fd);
     pm__cg_slot_standby_close(&s);
     ck_assert_int_eq(s.standby_procs_fd, -1);
+    ck_assert_int_eq(pm_test_fds_to(f), 3);
+    /* Dropped (the standby ended): no fd on g4, still the leaf ahead. */
+    pm__cg_slot_standby_drop(&s);
     ck_assert_int_eq(pm_test_fds_to(f), 0);
+    ck_assert_uint_eq(s.next_gen, 4);
+    ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 4);
+    pm__cg_slot_standby_close(&s);
+    int held = s.standby_leaf.dir_fd;
     /* A leaf that is neither the current one nor the one ahead: refused,
      * nothing changed (the caller moves the standby instead). */
     ck_assert_int_eq(pm__cg_slot_advance(&s, 0), -ESTALE);
@@ -1135,9 +1145,14 @@ START_TEST(test_scratch_v2)
     ck_assert_int_eq(pm__cg_slot_advance(&s, 5), -ESTALE);
     ck_assert_int_eq(s.gen, 3);
     ck_assert_uint_eq(s.next_gen, 4);
-    /* Taken from g4 while g3 is empty: g4 is the slot's, g3 the leaf
-     * ahead (the next standby's), none retired, no fd held on g3. */
+    ck_assert_int_eq(s.standby_leaf.dir_fd, held);
+    /* Taken from g4 while g3 is empty: g4 is the slot's, through the fds
+     * the standby's leaf held (none opened), g3 the leaf ahead (the next
+     * standby's), none retired, no fd held on g3. */
     ck_assert_int_eq(pm__cg_slot_advance(&s, 4), 0);
+    ck_assert_int_eq(s.dir_fd, held);
+    ck_assert_int_eq(s.standby_leaf.dir_fd, -1);
+    ck_assert_int_eq(pm_test_fds_to(f), 3);
     ck_assert_int_eq(s.gen, 4);
     ck_assert_uint_eq(s.next_gen, 3);
     ck_assert_int_eq(s.retired, 0);
@@ -1160,14 +1175,22 @@ START_TEST(test_scratch_v2)
     ck_assert_int_eq(s.standby_procs_fd, -1);
     ck_assert_int_eq(pm__cg_slot_advance(&s, 0), -ESTALE); /* none ahead, none joined */
     /* Two kills before a ready: g3 is killed with g4 still retired (g4
-     * empty by now, g5 made ahead by hand as the kill's rotate would make
-     * it): the older retired leaf, g4, is removed at once, g3 retired. */
+     * empty by now, g5 made ahead by hand as pm__cg_slot_prepare would
+     * make it, and a standby waiting in it): the older retired leaf, g4,
+     * is removed at once, g3 retired, and g5 is the slot's through the
+     * standby leaf's fds. */
     leaf_files_gone(slot, 4);
     snprintf(f, sizeof(f), "%s/g5", slot);
     sub(f);
     leaf_files_made(slot, 5);
+    s.last_gen = s.next_gen = 5;
+    ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 5);
+    pm__cg_slot_standby_close(&s);
+    held = s.standby_leaf.dir_fd;
     end_never_empty(&s, slot);
     ck_assert_int_eq(s.gen, 5);
+    ck_assert_int_eq(s.dir_fd, held);
+    ck_assert_int_eq(s.standby_leaf.dir_fd, -1);
     ck_assert_int_eq(s.retired, 3);
     snprintf(full, sizeof(full), "%s/%s/g4", scratch, slot);
     ck_assert_msg(access(full, F_OK) < 0 && errno == ENOENT, "the older retired leaf %s is still there", full);

@@ -55,8 +55,10 @@ typedef struct pm__cg_slot {
     unsigned gen;                /* the current leaf's */
     unsigned last_gen;           /* the last leaf made */
     unsigned retired;            /* a killed leaf not yet removed, or 0 */
-    unsigned next_gen;           /* the leaf made ahead for the next incarnation (no fd held), or 0 */
-    int standby_procs_fd;        /* that leaf's cgroup.procs while a warm standby is forked into it, else -1 */
+    unsigned next_gen;           /* the leaf made ahead for the next incarnation (no fd held but standby_leaf's), or 0 */
+    int standby_procs_fd;        /* that leaf's cgroup.procs (standby_leaf's) while a warm standby is forked into it, else -1 */
+    pm__cg_leaf standby_leaf;    /* the leaf made ahead, opened while a warm standby waits in it (fds -1 otherwise):
+                                    its take opens nothing on the crash's path (pm__cg_slot_advance) */
 } pm__cg_slot;
 
 /* ---- pure parsers (no system calls; tested against text) ---- */
@@ -148,7 +150,7 @@ void pm__cg_slot_prepare(pm__cg_slot *s);
 
 /* The fds pm__cg_slot_release_copy closes, into fds (-1 where none), for
  * a caller that closes many slots' fds together (a fork child). */
-#define PM__CG_SLOT_NFDS (4 + PM__CG_NCTRL)
+#define PM__CG_SLOT_NFDS (6 + PM__CG_NCTRL)
 void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS]);
 /* Ends and removes the slot's cgroup. errno kept. */
 void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);
@@ -168,12 +170,21 @@ int pm__cg_slot_move(const pm__cg_slot *s, pid_t pid);
 /* A warm standby waits in the leaf made ahead, joined by its own write
  * when it starts, so that taking it moves no process (a write to
  * cgroup.procs may wait for an RCU grace period: cgroup.c). Opens that
- * leaf's cgroup.procs into s->standby_procs_fd, which every fork child
- * drops (pm__cg_slot_fds) and pm__cg_slot_standby_close closes once the
- * standby is forked. The leaf's gen, or 0 when there is none to join (no
- * leaf made ahead, or it cannot be opened). errno kept. */
+ * leaf (s->standby_leaf: its directory, cgroup.procs and cgroup.events,
+ * which every fork child drops, pm__cg_slot_fds) and names its
+ * cgroup.procs s->standby_procs_fd for the standby's join; the fds are
+ * held while it waits, so that its take opens nothing on the crash's path
+ * (three kernfs opens there cost some 40 us here: doc/benchmarks.md, stop
+ * 64). The leaf's gen, or 0 when there is none to join (no leaf made
+ * ahead, or it cannot be opened). errno kept.
+ * pm__cg_slot_standby_close: the standby is forked (it has its copy);
+ * the leaf stays open for its take. pm__cg_slot_standby_drop: no standby
+ * waits (its fork failed, it ended, or it was taken and the leaf was not
+ * used): the leaf's fds are closed, the leaf itself stays made ahead.
+ * Both errno kept. */
 unsigned pm__cg_slot_standby_open(pm__cg_slot *s);
 void pm__cg_slot_standby_close(pm__cg_slot *s);
+void pm__cg_slot_standby_drop(pm__cg_slot *s);
 /* The standby that joined leaf gen is taken: that leaf becomes the
  * slot's current one (a kill at the reap may already have made it so),
  * and the one it replaces, empty, the leaf made ahead, where the next

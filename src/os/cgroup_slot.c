@@ -190,10 +190,27 @@ static void retire_and_take(pm__cg_slot *s, pm__cg_leaf *next)
     leaf_release(&old); /* after: retired_remove above walks up from it */
 }
 
+/* The leaf made ahead, gen, opened into *l: the fds a waiting standby's
+ * leaf holds (pm__cg_slot_standby_open), handed over, else opened now.
+ * 0 or -errno. */
+static int ahead_open(pm__cg_slot *s, unsigned gen, pm__cg_leaf *l)
+{
+    if (s->standby_leaf.dir_fd >= 0 && s->standby_leaf.gen == gen) {
+        *l = s->standby_leaf;
+        s->standby_leaf.dir_fd = s->standby_leaf.procs_fd = s->standby_leaf.events_fd = -1;
+        s->standby_leaf.gen = 0;
+        s->standby_procs_fd = -1;
+        return 0;
+    }
+    int rc = leaf_dir(s->dir_fd, "../", gen, l);
+    return rc < 0 ? rc : leaf_open(l);
+}
+
 /* The current leaf was killed: the next incarnation is born into the leaf
- * made ahead (or one made now, when it died before it was ready), and the
- * killed one is removed by the next pm__cg_slot_prepare. Without a new
- * leaf the killed one stays, joined by a write (spawn.c). */
+ * made ahead (or one made now, when it died before it was ready, or the
+ * one ahead cannot be opened), and the killed one is removed by the next
+ * pm__cg_slot_prepare. Without a new leaf the killed one stays, joined by
+ * a write (spawn.c). */
 static void rotate(pm__cg_slot *s)
 {
     if (!s->growing || s->dir_fd < 0) /* closing, or no leaf */
@@ -204,11 +221,9 @@ static void rotate(pm__cg_slot *s)
     pm__cg_leaf next;
     unsigned ahead = s->next_gen;
     s->next_gen = 0;
-    if ((ahead == 0 || leaf_dir(s->dir_fd, "../", ahead, &next) < 0) &&
-        leaf_make(s->dir_fd, "../", ++s->last_gen, &next) < 0)
-        return;
-    if (leaf_open(&next) < 0)
-        return; /* its directory is removed with the slot's */
+    if ((ahead == 0 || ahead_open(s, ahead, &next) < 0) &&
+        (leaf_make(s->dir_fd, "../", ++s->last_gen, &next) < 0 || leaf_open(&next) < 0))
+        return; /* a directory made is removed with the slot's */
     retire_and_take(s, &next);
 }
 
@@ -216,24 +231,36 @@ static void rotate(pm__cg_slot *s)
 
 unsigned pm__cg_slot_standby_open(pm__cg_slot *s)
 {
+    pm__cg_slot_standby_drop(s);
     /* None made ahead. (A slot being closed has no leaf fd: the openat
      * below fails, and so does it where there is no cgroup at all.) */
     if (s->next_gen == 0)
         return 0;
     int saved = errno;
-    char name[32], path[48];
-    leaf_name(name, "../", s->next_gen);
-    snprintf(path, sizeof(path), "%s/cgroup.procs", name);
-    pm__close(s->standby_procs_fd);
-    s->standby_procs_fd = openat(s->dir_fd, path, O_WRONLY | O_CLOEXEC);
+    /* leaf_open leaves every fd -1 when it fails. */
+    if (leaf_dir(s->dir_fd, "../", s->next_gen, &s->standby_leaf) < 0 || leaf_open(&s->standby_leaf) < 0) {
+        s->standby_leaf.gen = 0;
+        errno = saved;
+        return 0;
+    }
+    s->standby_procs_fd = s->standby_leaf.procs_fd;
     errno = saved;
-    return s->standby_procs_fd >= 0 ? s->next_gen : 0;
+    return s->next_gen;
 }
 
 void pm__cg_slot_standby_close(pm__cg_slot *s)
 {
-    pm__close(s->standby_procs_fd);
+    s->standby_procs_fd = -1; /* standby_leaf's: kept */
+}
+
+void pm__cg_slot_standby_drop(pm__cg_slot *s)
+{
+    int saved = errno;
+    leaf_release(&s->standby_leaf);
+    s->standby_leaf.dir_fd = s->standby_leaf.procs_fd = s->standby_leaf.events_fd = -1;
+    s->standby_leaf.gen = 0;
     s->standby_procs_fd = -1;
+    errno = saved;
 }
 
 int pm__cg_slot_advance(pm__cg_slot *s, unsigned gen)
@@ -245,8 +272,8 @@ int pm__cg_slot_advance(pm__cg_slot *s, unsigned gen)
     if (gen != s->next_gen)
         return -ESTALE;
     pm__cg_leaf next;
-    int rc = leaf_dir(s->dir_fd, "../", gen, &next);
-    if (rc < 0 || (rc = leaf_open(&next)) < 0)
+    int rc = ahead_open(s, gen, &next); /* the standby's leaf, held open while it waited */
+    if (rc < 0)
         return rc; /* left made ahead: a kill takes it, or the slot's close removes it */
     /* The current leaf was not rotated away by a kill (which would have
      * made gen current). When it is empty (its incarnation was reaped
@@ -274,6 +301,7 @@ void pm__cg_slot_zero(pm__cg_slot *s)
 {
     memset(s, 0, sizeof(*s));
     s->dir_fd = s->procs_fd = s->events_fd = s->standby_procs_fd = -1;
+    s->standby_leaf.dir_fd = s->standby_leaf.procs_fd = s->standby_leaf.events_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         s->v1_procs[i] = -1;
     s->oom_base = -1;
@@ -285,7 +313,10 @@ PM__READY_TEXT void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NF
     fds[k++] = s->dir_fd;
     fds[k++] = s->procs_fd;
     fds[k++] = s->events_fd;
-    fds[k++] = s->standby_procs_fd;
+    /* standby_procs_fd is standby_leaf's procs_fd, listed once. */
+    fds[k++] = s->standby_leaf.dir_fd;
+    fds[k++] = s->standby_leaf.procs_fd;
+    fds[k++] = s->standby_leaf.events_fd;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         fds[k++] = s->v1_procs[i];
 }
@@ -304,6 +335,7 @@ void pm__cg_slot_close_fds(pm__cg_slot *s)
 {
     pm__cg_slot_release_copy(s);
     s->dir_fd = s->procs_fd = s->events_fd = s->standby_procs_fd = -1;
+    s->standby_leaf.dir_fd = s->standby_leaf.procs_fd = s->standby_leaf.events_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
         s->v1_procs[i] = -1;
 }

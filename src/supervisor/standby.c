@@ -91,6 +91,7 @@ void pm__standby_end(pm_cluster *c, pm__slot *s)
     pm__close(b->go_fd);
     b->pid = 0;
     b->pidfd = b->go_fd = -1;
+    pm__cg_slot_standby_drop(&s->cg); /* the fds of the leaf it waited in */
     pm__errno_restore(saved);
 }
 
@@ -123,6 +124,8 @@ pid_t pm__standby_take(pm_cluster *c, pm__slot *s)
         int rc = pm__cg_slot_advance(&s->cg, b->leaf_gen);
         if (rc < 0)
             rc = pm__cg_slot_move(&s->cg, b->pid);
+        /* Its leaf's fds, unless the advance took them. */
+        pm__cg_slot_standby_drop(&s->cg);
         if (rc < 0) {
             pm__standby_end(c, s);
             return rc;

@@ -48,6 +48,7 @@ void pm__standby_prepare(pm_cluster *c, pm__slot *s)
     pid_t pid = pm__incarnation_fork_standby(c, s, s->spare, inc, go);
     pm__cg_slot_standby_close(&s->cg);
     if (pid < 0) {
+        pm__cg_slot_standby_drop(&s->cg);
         pm__close(go);
         goto out;
     }
