@@ -74,6 +74,24 @@ int child_main(void);
 /* "pm-bench __floor MEMFD EFD": restart's floor row's exec'd replacement. */
 int floor_child_main(int argc, char **argv);
 
+/* cgfloor.c: the floor rows' cgroups (restart, spawn), one leaf per
+ * process in a procmesh.<pid> directory of the bench's own. cgfloor_open:
+ * 0, or -1 with why filled (no cgroup v2 tree to write: the rows are
+ * skipped with the reason). cgfloor_leaf makes leaf i and opens it and its
+ * cgroup.procs (0 or -1, errno set); cgfloor_leaf_remove closes and
+ * removes it once its processes are reaped. cgfloor_clone_into: a child
+ * born in the leaf (clone3 CLONE_INTO_CGROUP, fork semantics, and
+ * CLONE_VFORK when vfork_wait), whose only calls may be execve and _exit
+ * (no fork handlers ran); the pid, 0 in the child, or -1. */
+typedef struct cgfloor_leaf_t {
+    int dir_fd, procs_fd;
+} cgfloor_leaf_t;
+int cgfloor_open(char *why, size_t size);
+void cgfloor_close(void);
+int cgfloor_leaf(unsigned i, cgfloor_leaf_t *l);
+void cgfloor_leaf_remove(unsigned i, cgfloor_leaf_t *l);
+pid_t cgfloor_clone_into(const cgfloor_leaf_t *l, int vfork_wait);
+
 /* A supervisor of `workers` idle workers restarted at once (no backoff, no
  * budget) whose READY events set ready_inc and stop pm_cluster_run. */
 /* PM_BENCH_OUTPUT=capture: bench_options captures the workers' output. */

@@ -101,10 +101,19 @@ int floor_child_main(int argc, char **argv)
     return 0;
 }
 
+/* The floor's leaf when its row contains the replacement in a cgroup
+ * (cgfloor.c): made once, as procmesh keeps a slot's leaf from one
+ * incarnation to the next. dir_fd -1: no cgroup. */
+static cgfloor_leaf_t floor_leaf = {-1, -1};
+
 static pid_t floor_start(int exec_mode)
 {
     if (!exec_mode) {
         pid_t pid = fork();
+        /* Fork mode joins by a write, as procmesh's fork child does
+         * (clone3 into a cgroup skips glibc's fork handlers). */
+        if (pid == 0 && floor_leaf.dir_fd >= 0 && write(floor_leaf.procs_fd, "0", 1) != 1)
+            _exit(1);
         if (pid == 0)
             floor_ready(floor_word, floor_efd);
         return pid;
@@ -113,7 +122,9 @@ static pid_t floor_start(int exec_mode)
     snprintf(m, sizeof(m), "%d", floor_memfd);
     snprintf(e, sizeof(e), "%d", floor_efd);
     char *argv[] = {"pm-bench", "__floor", m, e, NULL};
-    pid_t pid = vfork();
+    /* Exec mode is born in it: clone3 CLONE_INTO_CGROUP, held until the
+     * child's execve like vfork. */
+    pid_t pid = floor_leaf.dir_fd >= 0 ? cgfloor_clone_into(&floor_leaf, 1) : vfork();
     if (pid == 0) {
         execv(self_exe, argv);
         _exit(127);
@@ -130,14 +141,26 @@ static int floor_wait(int fd)
     return p.revents != 0 ? 0 : -1;
 }
 
-/* K rounds of the floor; 0, or -1 if a step failed (said on stderr).
+/* K rounds of the floor, each replacement in a cgroup when cg (the leaf
+ * made before the rounds); 0, -1 if a step failed (said on stderr), or
+ * -EOPNOTSUPP when cg and there is no cgroup to make (said too).
  * *kid_minflt: the minor faults of the reaped children, per round. */
-static int restart_floor(int exec_mode, unsigned rounds, uint64_t *v, double *kid_minflt)
+static int restart_floor(int exec_mode, int cg, unsigned rounds, uint64_t *v, double *kid_minflt)
 {
     struct rusage k0, k1;
     int rc = -1, pidfd = -1;
     pid_t pid = -1;
     uint64_t x;
+    char why[400];
+    if (cg && cgfloor_open(why, sizeof(why)) < 0) {
+        printf("  %-34s (skipped: %s)\n", "floor in a cgroup", why);
+        return -EOPNOTSUPP;
+    }
+    if (cg && cgfloor_leaf(0, &floor_leaf) < 0) {
+        perror("pm-bench: restart floor: its cgroup");
+        cgfloor_close();
+        return -1;
+    }
     floor_memfd = memfd_create("pm-bench-floor", 0);
     floor_efd = eventfd(0, 0);
     if (floor_memfd < 0 || floor_efd < 0 || ftruncate(floor_memfd, 4096) < 0)
@@ -186,6 +209,10 @@ out:
     if (floor_efd >= 0)
         close(floor_efd);
     floor_memfd = floor_efd = -1;
+    if (cg) {
+        cgfloor_leaf_remove(0, &floor_leaf);
+        cgfloor_close();
+    }
     return rc;
 }
 
@@ -331,31 +358,42 @@ int cmd_restart(const bench_opts *opts)
      * v1 cgroups are joined too), all in the same run; with --privileges on
      * each also under nobody and seccomp basic. A row whose containment
      * this host cannot give is said and skipped. */
+    /* id: the row's number for --row, kept when rows are added (7 came
+     * after the exec rows, printed with the fork rows). */
     static const struct {
+        unsigned id;
         int exec_mode, containment, limits, standby;
         const char *name;
     } rows[] = {
-        {0, 0, 0, 0, "procmesh fork mode"},
-        {0, 0, 0, 1, "fork mode, warm standby"},
-        {0, PM_CONTAIN_PROCESS_GROUP, 0, 1, "fork, standby, process group"},
-        {1, PM_CONTAIN_PROCESS_GROUP, 0, 0, "exec, process group"},
-        {1, PM_CONTAIN_CGROUP, 0, 0, "exec, cgroup"},
-        {1, PM_CONTAIN_CGROUP, 1, 0, "exec, cgroup+limits"},
+        {1, 0, 0, 0, 0, "procmesh fork mode"},
+        {7, 0, PM_CONTAIN_PROCESS_GROUP, 0, 0, "fork mode, process group"},
+        {2, 0, 0, 0, 1, "fork mode, warm standby"},
+        {3, 0, PM_CONTAIN_PROCESS_GROUP, 0, 1, "fork, standby, process group"},
+        {4, 1, PM_CONTAIN_PROCESS_GROUP, 0, 0, "exec, process group"},
+        {5, 1, PM_CONTAIN_CGROUP, 0, 0, "exec, cgroup"},
+        {6, 1, PM_CONTAIN_CGROUP, 1, 0, "exec, cgroup+limits"},
     };
     uint64_t base = 0;
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         int exec_mode = rows[r].exec_mode;
-        if (opts->row != 0 && opts->row != r + 1)
+        if (opts->row != 0 && opts->row != rows[r].id)
             continue;
-        if (opts->row == 0 && (r == 0 || r == 3)) {
+        if (opts->row == 0 && (r == 0 || rows[r - 1].exec_mode != exec_mode)) {
             restart_baseline(exec_mode, rounds, b);
             print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
             base = percentile(b, rounds, 0.5);
             double flt;
-            if (restart_floor(exec_mode, rounds, b, &flt) == 0) {
+            if (restart_floor(exec_mode, 0, rounds, b, &flt) == 0) {
                 print_lat(exec_mode ? "floor (kill, pidfd, exec, page)" : "floor (kill, pidfd, fork, page)", b,
                           rounds, base);
                 printf("    per round: worker %.1f minor faults\n", flt);
+            }
+            int frc = restart_floor(exec_mode, 1, rounds, b, &flt);
+            if (frc == 0) {
+                print_lat(exec_mode ? "floor, born in a cgroup" : "floor, joining a cgroup", b, rounds, base);
+                printf("    per round: worker %.1f minor faults\n", flt);
+            } else if (frc != -EOPNOTSUPP) {
+                return 1;
             }
         }
         for (int priv = 0; priv <= opts->privileges; priv++) {

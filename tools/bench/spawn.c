@@ -9,16 +9,39 @@
 #include <sys/wait.h>
 
 /* N bare children that each write one byte to a pipe: the floor of
- * bringing N processes up and hearing from each. */
-static uint64_t baseline_spawn(int exec_mode, int n)
+ * bringing N processes up and hearing from each. With cg, each in a
+ * cgroup of its own made for it (cgfloor.c, open): the leaf made and
+ * opened in the timed part, a fork child joining it by a write, an exec
+ * child born in it (clone3, not held until its execve, as the burst of a
+ * procmesh spawn is not); removed after. */
+static uint64_t baseline_spawn(int exec_mode, int n, int cg)
 {
     int p[2];
     if (pipe(p) < 0)
         die("pipe");
     pid_t *pids = calloc((size_t)n, sizeof(*pids));
+    cgfloor_leaf_t *leaves = cg ? calloc((size_t)n, sizeof(*leaves)) : NULL;
+    if (pids == NULL || (cg && leaves == NULL))
+        die("calloc");
+    /* The bench's procmesh.<pid> directory is the one its clusters use
+     * too, removed by each cluster's end: made again for each run. */
+    char why[400];
+    if (cg && cgfloor_open(why, sizeof(why)) < 0) {
+        fprintf(stderr, "pm-bench: spawn floor: %s\n", why);
+        exit(1);
+    }
     uint64_t t0 = pm__now_ns();
     for (int i = 0; i < n; i++) {
-        pids[i] = fork();
+        if (cg && cgfloor_leaf((unsigned)i, &leaves[i]) < 0)
+            die("spawn floor: a cgroup");
+        if (cg && exec_mode)
+            pids[i] = cgfloor_clone_into(&leaves[i], 0);
+        else
+            pids[i] = fork();
+        if (pids[i] < 0)
+            die("fork");
+        if (pids[i] == 0 && cg && !exec_mode && write(leaves[i].procs_fd, "0", 1) != 1)
+            _exit(1);
         if (pids[i] == 0) {
             if (exec_mode) {
                 dup2(p[1], 3);
@@ -40,6 +63,11 @@ static uint64_t baseline_spawn(int exec_mode, int n)
     uint64_t t = pm__now_ns() - t0;
     for (int i = 0; i < n; i++)
         waitpid(pids[i], NULL, 0);
+    for (int i = 0; cg && i < n; i++)
+        cgfloor_leaf_remove((unsigned)i, &leaves[i]);
+    if (cg)
+        cgfloor_close();
+    free(leaves);
     free(pids);
     close(p[0]);
     close(p[1]);
@@ -104,7 +132,17 @@ int cmd_spawn(const bench_opts *opts)
     printf("spawn: time until N workers are ready, median of %u runs (ms)\n", runs);
     printf("  %-6s %-6s %14s %14s %12s\n", "mode", "N", "procmesh ms", "baseline ms", "ratio");
     int fds0 = open_fds();
-    uint64_t *v = calloc(runs, sizeof(*v)), *b = calloc(runs, sizeof(*b));
+    uint64_t *v = calloc(runs, sizeof(*v)), *b = calloc(runs, sizeof(*b)), *f = calloc(runs, sizeof(*f));
+    /* The floor in a cgroup per child, beside the bare baseline: what
+     * procmesh's default containment costs on this kernel alone. */
+    char why[400];
+    int cg = opts->row == 0 && cgfloor_open(why, sizeof(why)) == 0;
+    if (cg)
+        cgfloor_close(); /* a probe: each run makes its own (baseline_spawn) */
+    if (opts->row == 0 && !cg)
+        printf("  (no floor in cgroups: %s)\n", why);
+    else if (cg)
+        printf("  (floor: N bare children, each in a cgroup made for it; ratios to the bare baseline)\n");
     for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
         /* --row 1: fork mode only, 2: exec mode only; no baseline (for
          * strace -c, perf stat). */
@@ -113,7 +151,8 @@ int cmd_spawn(const bench_opts *opts)
         for (size_t k = 0; k < ncounts; k++) {
             int n = counts[k];
             for (unsigned r = 0; r < runs; r++) {
-                b[r] = opts->row != 0 ? 1 : baseline_spawn(exec_mode, n);
+                b[r] = opts->row != 0 ? 1 : baseline_spawn(exec_mode, n, 0);
+                f[r] = cg ? baseline_spawn(exec_mode, n, 1) : 0;
                 pm_options *o = bench_options(n, exec_mode);
                 /* 1,024 exec'd workers start at once on a few CPUs: the
                  * last is ready seconds after its fork, past the default
@@ -135,7 +174,10 @@ int cmd_spawn(const bench_opts *opts)
                 pm_cluster_terminate(c);
                 pm_options_free(o);
             }
-            uint64_t mv = median(v, runs), mb = median(b, runs);
+            uint64_t mv = median(v, runs), mb = median(b, runs), mf = median(f, runs);
+            if (cg)
+                printf("  %-6s %-6d %14s %14.3f %11.2fx   floor in cgroups\n", exec_mode ? "exec" : "fork", n,
+                       "-", (double)mf / 1e6, (double)mf / (double)mb);
             if (opts->row != 0)
                 printf("  %-6s %-6d %14.3f %14s %12s\n", exec_mode ? "exec" : "fork", n,
                        (double)mv / 1e6, "-", "-");
@@ -146,5 +188,6 @@ int cmd_spawn(const bench_opts *opts)
     }
     free(v);
     free(b);
+    free(f);
     return 0;
 }

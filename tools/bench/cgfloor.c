@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cgfloor.c - the floor rows' cgroups: what containment in a cgroup of its
+ * own costs a process on this kernel, without procmesh.
+ *
+ * procmesh's default containment puts every incarnation in a cgroup
+ * (doc/design.md, "Containment"): a spawn makes one per worker, a fork
+ * child joins its by a write to cgroup.procs, an exec child is born in it
+ * (clone3 CLONE_INTO_CGROUP). The floor rows of `restart` and `spawn` do
+ * the least of that, the kernel's part alone: one leaf per process (not
+ * procmesh's slot directory and leaf), joined the cheapest way each mode
+ * allows. Their ratio to the bare baseline is what any supervisor that
+ * contains its children in cgroups pays here, so a target below it cannot
+ * be met with containment on (doc/benchmarks.md, stop 64).
+ *
+ * The leaves live in a procmesh.<pid> directory made by the library's own
+ * code (pm__cg_root_setup_self): the same place, the same delegation rules.
+ */
+#define _GNU_SOURCE
+#include "bench.h"
+#include "os/cgroup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL /* linux/sched.h, 5.7 */
+#endif
+
+static pm__cg_root root;
+static int root_open;
+
+int cgfloor_open(char *why, size_t size)
+{
+    pm__cg_limits none;
+    memset(&none, 0, sizeof(none));
+    int rc = pm__cg_root_setup_self(&root, &none);
+    if (rc < 0 || root.mode != PM_CONTAIN_CGROUP || root.v2[0] == '\0') {
+        snprintf(why, size, "no cgroup v2 tree procmesh may write (%s)",
+                 root.why[0] != '\0' ? root.why : pm_strerror(rc));
+        if (rc == 0)
+            pm__cg_root_close(&root);
+        return -1;
+    }
+    root_open = 1;
+    return 0;
+}
+
+void cgfloor_close(void)
+{
+    if (root_open)
+        pm__cg_root_close(&root);
+    root_open = 0;
+}
+
+int cgfloor_leaf(unsigned i, cgfloor_leaf_t *l)
+{
+    char path[PM__CG_PATH + 32];
+    snprintf(path, sizeof(path), "%s/floor%u", root.v2, i);
+    l->dir_fd = l->procs_fd = -1;
+    if (mkdir(path, 0755) < 0)
+        return -1;
+    l->dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    l->procs_fd = l->dir_fd >= 0 ? openat(l->dir_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC) : -1;
+    if (l->procs_fd < 0) {
+        cgfloor_leaf_remove(i, l);
+        return -1;
+    }
+    return 0;
+}
+
+void cgfloor_leaf_remove(unsigned i, cgfloor_leaf_t *l)
+{
+    char path[PM__CG_PATH + 32];
+    snprintf(path, sizeof(path), "%s/floor%u", root.v2, i);
+    if (l->procs_fd >= 0)
+        close(l->procs_fd);
+    if (l->dir_fd >= 0)
+        close(l->dir_fd);
+    l->dir_fd = l->procs_fd = -1;
+    /* Its processes are reaped: only the cgroup's own teardown is left,
+     * which the kernel may still be finishing (EBUSY for a moment). */
+    for (int tries = 0; rmdir(path) < 0 && errno == EBUSY && tries < 1000; tries++)
+        usleep(1000);
+}
+
+pid_t cgfloor_clone_into(const cgfloor_leaf_t *l, int vfork_wait)
+{
+    struct {
+        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+            set_tid, set_tid_size, cgroup;
+    } a;
+    memset(&a, 0, sizeof(a));
+    /* Without CLONE_VM: a fork's copy of the memory; CLONE_VFORK only
+     * holds the parent until the child's execve, as procmesh's exec spawn
+     * does. The child runs only execve or _exit after it. */
+    a.flags = CLONE_INTO_CGROUP | (vfork_wait ? CLONE_VFORK : 0);
+    a.exit_signal = SIGCHLD;
+    a.cgroup = (uint64_t)l->dir_fd;
+    return (pid_t)syscall(SYS_clone3, &a, sizeof(a));
+}
