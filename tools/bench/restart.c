@@ -132,6 +132,24 @@ static pid_t floor_start(int exec_mode)
     return pid;
 }
 
+/* The standby floor's: forked ahead (after the ready before, off the
+ * timed path), in the cgroup when there is one, it waits for a word on
+ * the go eventfd, as procmesh's warm standby does, then says ready. */
+static int floor_go = -1;
+
+static pid_t floor_start_standby(void)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    uint64_t go;
+    if ((floor_leaf.dir_fd >= 0 && write(floor_leaf.procs_fd, "0", 1) != 1) ||
+        read(floor_go, &go, sizeof(go)) != sizeof(go))
+        _exit(1);
+    floor_ready(floor_word, floor_efd);
+    return 0; /* not reached */
+}
+
 static int floor_wait(int fd)
 {
     struct pollfd p = {fd, POLLIN, 0};
@@ -142,15 +160,17 @@ static int floor_wait(int fd)
 }
 
 /* K rounds of the floor, each replacement in a cgroup when cg (the leaf
- * made before the rounds); 0, -1 if a step failed (said on stderr), or
- * -EOPNOTSUPP when cg and there is no cgroup to make (said too).
- * *kid_minflt: the minor faults of the reaped children, per round. */
-static int restart_floor(int exec_mode, int cg, unsigned rounds, uint64_t *v, double *kid_minflt)
+ * made before the rounds), forked ahead and let go by an eventfd after
+ * the reap when standby (fork mode); 0, -1 if a step failed (said on
+ * stderr), or -EOPNOTSUPP when cg and there is no cgroup to make (said
+ * too). *kid_minflt: the minor faults of the reaped children, per round. */
+static int restart_floor(int exec_mode, int cg, int standby, unsigned rounds, uint64_t *v,
+                         double *kid_minflt)
 {
     struct rusage k0, k1;
     int rc = -1, pidfd = -1;
-    pid_t pid = -1;
-    uint64_t x;
+    pid_t pid = -1, next = -1;
+    uint64_t x, one = 1;
     char why[400];
     if (cg && cgfloor_open(why, sizeof(why)) < 0) {
         printf("  %-34s (skipped: %s)\n", "floor in a cgroup", why);
@@ -163,7 +183,8 @@ static int restart_floor(int exec_mode, int cg, unsigned rounds, uint64_t *v, do
     }
     floor_memfd = memfd_create("pm-bench-floor", 0);
     floor_efd = eventfd(0, 0);
-    if (floor_memfd < 0 || floor_efd < 0 || ftruncate(floor_memfd, 4096) < 0)
+    floor_go = standby ? eventfd(0, 0) : -1;
+    if (floor_memfd < 0 || floor_efd < 0 || (standby && floor_go < 0) || ftruncate(floor_memfd, 4096) < 0)
         goto out;
     floor_word = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, floor_memfd, 0);
     if (floor_word == MAP_FAILED)
@@ -173,6 +194,8 @@ static int restart_floor(int exec_mode, int cg, unsigned rounds, uint64_t *v, do
         goto out;
     getrusage(RUSAGE_CHILDREN, &k0);
     for (unsigned i = 0; i < rounds; i++) {
+        if (standby && (next = floor_start_standby()) < 0)
+            goto out;
         /* as the procmesh rows run their loop settle_ns after ready */
         usleep((useconds_t)(settle_ns / 1000));
         if ((pidfd = (int)syscall(SYS_pidfd_open, pid, 0)) < 0)
@@ -184,8 +207,15 @@ static int restart_floor(int exec_mode, int cg, unsigned rounds, uint64_t *v, do
             goto out;
         close(pidfd);
         pidfd = -1;
-        if ((pid = floor_start(exec_mode)) < 0 || floor_wait(floor_efd) < 0 ||
-            read(floor_efd, &x, sizeof(x)) != sizeof(x))
+        if (standby) {
+            pid = next;
+            next = -1;
+            if (write(floor_go, &one, sizeof(one)) != sizeof(one))
+                goto out;
+        } else if ((pid = floor_start(exec_mode)) < 0) {
+            goto out;
+        }
+        if (floor_wait(floor_efd) < 0 || read(floor_efd, &x, sizeof(x)) != sizeof(x))
             goto out;
         v[i] = pm__now_ns() - t0;
     }
@@ -199,6 +229,13 @@ out:
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
     }
+    if (next > 0) {
+        kill(next, SIGKILL);
+        waitpid(next, NULL, 0);
+    }
+    if (floor_go >= 0)
+        close(floor_go);
+    floor_go = -1;
     if (pidfd >= 0)
         close(pidfd);
     if (floor_word != NULL && floor_word != MAP_FAILED)
@@ -383,17 +420,26 @@ int cmd_restart(const bench_opts *opts)
             print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
             base = percentile(b, rounds, 0.5);
             double flt;
-            if (restart_floor(exec_mode, 0, rounds, b, &flt) == 0) {
+            if (restart_floor(exec_mode, 0, 0, rounds, b, &flt) == 0) {
                 print_lat(exec_mode ? "floor (kill, pidfd, exec, page)" : "floor (kill, pidfd, fork, page)", b,
                           rounds, base);
                 printf("    per round: worker %.1f minor faults\n", flt);
             }
-            int frc = restart_floor(exec_mode, 1, rounds, b, &flt);
+            int frc = restart_floor(exec_mode, 1, 0, rounds, b, &flt);
             if (frc == 0) {
                 print_lat(exec_mode ? "floor, born in a cgroup" : "floor, joining a cgroup", b, rounds, base);
                 printf("    per round: worker %.1f minor faults\n", flt);
             } else if (frc != -EOPNOTSUPP) {
                 return 1;
+            }
+            /* The warm standby's floor: the replacement forked ahead, let
+             * go by an eventfd once the dead one is reaped. */
+            for (int cg = 0; !exec_mode && cg < 2; cg++) {
+                frc = restart_floor(0, cg, 1, rounds, b, &flt);
+                if (frc == 0)
+                    print_lat(cg ? "floor, standby in a cgroup" : "floor, standby (eventfd go)", b, rounds, base);
+                else if (frc != -EOPNOTSUPP)
+                    return 1;
             }
         }
         for (int priv = 0; priv <= opts->privileges; priv++) {
