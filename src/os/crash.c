@@ -233,6 +233,14 @@ static __attribute__((noinline)) int walk_linked(void **frames, int max)
     return w.n > 0 ? w.n : 0;
 }
 
+/* All three linked: another unwinder (LLVM's libunwind.a) keeps
+ * _Unwind_GetIP in another archive member than _Unwind_Backtrace, which
+ * -u alone pulls in. */
+static int linked(void)
+{
+    return _Unwind_Backtrace != NULL && _Unwind_GetIP != NULL && _Unwind_GetCFA != NULL;
+}
+
 /* Set once the unwinder has run outside a handler; a fork child inherits
  * it with the loaded (or linked) unwinder. */
 static atomic_int unwinder_primed;
@@ -244,7 +252,7 @@ PM__READY_TEXT void pm__crash_unwinder_prime(void)
     void *warm[4];
     /* The linked unwinder's first walk sets up its register table (a
      * pthread_once): done here, outside a handler, as the load is. */
-    if (_Unwind_Backtrace != NULL)
+    if (linked())
         (void)walk_linked(warm, (int)PM__ARRAY_SIZE(warm));
     else
         (void)backtrace(warm, (int)PM__ARRAY_SIZE(warm));
@@ -260,7 +268,7 @@ int pm__crash_backtrace(void **frames, int max)
      * is no more a handler's to run: the same rule for both. */
     if (max <= 0 || !atomic_load_explicit(&unwinder_primed, memory_order_acquire))
         return 0;
-    if (_Unwind_Backtrace != NULL)
+    if (linked())
         return walk_linked(frames, max);
     return backtrace(frames, max);
 }

@@ -40,10 +40,11 @@ typedef struct pm__spawn_req {
                               (CLONE_CLEAR_SIGHAND), the only ones the child still
                               sets back to SIG_DFL */
     int sig_ignored_known; /* 0: sig_ignored unknown, every signal is reset */
-    int burst;             /* one of several children started back to back (a
-                              spawn of N > 1): forked, not the vfork clone,
-                              whose wait for each child's execve would keep
-                              the supervisor from the next (spawn.c) */
+    int burst;             /* exec mode: one of several children started back to
+                              back (the first starts of a spawn of N > 1):
+                              forked, not the vfork clone, whose wait for each
+                              child's execve would keep the supervisor from
+                              the next (spawn.c) */
     /* fork mode (path == NULL): runs in the child, never returns; it gets
      * the child's own copy of this request and calls
      * pm__child_privileges() with it after procmesh's join and before the
@@ -93,8 +94,12 @@ pid_t pm__spawn(const pm__spawn_req *r);
 
 /* 1 when an exec-mode pm__spawn returns only once its child has exec'd or
  * exited (the vfork clone; not known refused): no child of ours is then
- * ever between its clone and its exec while the caller runs, holding
- * copies of the caller's close-on-exec fds. 0 when it forks. */
+ * between its clone and its exec while the caller runs, holding copies
+ * of the caller's close-on-exec fds, but for a burst's (burst: the first
+ * starts of a spawn of several, forked), which hold them until their
+ * execve, a few milliseconds, as the vfork child does from its parent's
+ * release to its close-on-exec (readiness.c allows for both). 0 when it
+ * forks. */
 int pm__spawn_waits_exec(void);
 
 /* The child's last steps before exec (or the bootstrap): its user, then

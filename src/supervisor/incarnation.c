@@ -388,7 +388,14 @@ static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
         rc = exec_req(c, s, &req, f);
         if (rc < 0)
             return rc;
-        req.burst = c->spawning && c->nslots > 1;
+        /* A burst: the first starts of a spawn of several (a restart
+         * inside the spawn keeps the vfork). Not with captured output:
+         * the pipes' write ends the supervisor gave earlier slots are
+         * closed on the reader's threads after the spawn's loop
+         * (output.c), and a forked child would hold copies of them until
+         * its execve, delaying an early worker's end of file. */
+        req.burst = c->spawning && c->nslots > 1 && s->incarnation == 1 &&
+                    c->o->output != PM_OUTPUT_CAPTURE;
     } else {
         rc = fork_req(c, &req, &ctx);
         return rc < 0 ? rc : fork_onto(&req);

@@ -45,6 +45,15 @@ void pm__standby_prepare(pm_cluster *c, pm__slot *s)
      * limits cover it meanwhile; the kill of the current leaf does not
      * reach it. Without such a leaf it is moved when taken. */
     unsigned leaf = c->cg.mode == PM_CONTAIN_CGROUP ? pm__cg_slot_standby_open(&s->cg) : 0;
+    /* Its leaf's three fds are held while it waits too (its take opens
+     * nothing): by the same rule, else it joins none and is moved when
+     * taken. */
+    const pm__cg_leaf *sl = &s->cg.standby_leaf;
+    int leaf_fds[3] = {sl->dir_fd, sl->procs_fd, sl->events_fd};
+    if (leaf != 0 && !pm__fds_affordable(leaf_fds, 3)) {
+        pm__cg_slot_standby_drop(&s->cg);
+        leaf = 0;
+    }
     pid_t pid = pm__incarnation_fork_standby(c, s, s->spare, inc, go);
     pm__cg_slot_standby_close(&s->cg);
     if (pid < 0) {

@@ -79,10 +79,11 @@ int floor_child_main(int argc, char **argv);
  * 0, or -1 with why filled (no cgroup v2 tree to write: the rows are
  * skipped with the reason). cgfloor_leaf makes leaf i and opens it and its
  * cgroup.procs (0 or -1, errno set); cgfloor_leaf_remove closes and
- * removes it once its processes are reaped. cgfloor_clone_into: a child
- * born in the leaf (clone3 CLONE_INTO_CGROUP, fork semantics, and
- * CLONE_VFORK when vfork_wait), whose only calls may be execve and _exit
- * (no fork handlers ran); the pid, 0 in the child, or -1. */
+ * removes it once its processes are reaped (its fds may be closed before,
+ * cgfloor_leaf_close). cgfloor_clone_into: a child born in the leaf
+ * (clone3 CLONE_INTO_CGROUP, fork semantics, and CLONE_VFORK when
+ * vfork_wait), whose only calls may be execve and _exit (no fork handlers
+ * ran); the pid, 0 in the child, or -1. */
 typedef struct cgfloor_leaf_t {
     int dir_fd, procs_fd;
 } cgfloor_leaf_t;
@@ -90,7 +91,12 @@ int cgfloor_open(char *why, size_t size);
 void cgfloor_close(void);
 int cgfloor_leaf(unsigned i, cgfloor_leaf_t *l);
 void cgfloor_leaf_remove(unsigned i, cgfloor_leaf_t *l);
+void cgfloor_leaf_close(cgfloor_leaf_t *l);
 pid_t cgfloor_clone_into(const cgfloor_leaf_t *l, int vfork_wait);
+/* A child born in the leaf that execs path: the vfork-style clone of
+ * procmesh's exec spawn where it has one (the child shares our memory
+ * until its execve), else cgfloor_clone_into's. The pid or -1. */
+pid_t cgfloor_vfork_exec(const cgfloor_leaf_t *l, const char *path, char *const argv[]);
 
 /* A supervisor of `workers` idle workers restarted at once (no backoff, no
  * budget) whose READY events set ready_inc and stop pm_cluster_run. */

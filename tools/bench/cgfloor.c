@@ -25,8 +25,10 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #ifndef CLONE_INTO_CGROUP
@@ -75,19 +77,102 @@ int cgfloor_leaf(unsigned i, cgfloor_leaf_t *l)
     return 0;
 }
 
-void cgfloor_leaf_remove(unsigned i, cgfloor_leaf_t *l)
+void cgfloor_leaf_close(cgfloor_leaf_t *l)
 {
-    char path[PM__CG_PATH + 32];
-    snprintf(path, sizeof(path), "%s/floor%u", root.v2, i);
     if (l->procs_fd >= 0)
         close(l->procs_fd);
     if (l->dir_fd >= 0)
         close(l->dir_fd);
     l->dir_fd = l->procs_fd = -1;
+}
+
+void cgfloor_leaf_remove(unsigned i, cgfloor_leaf_t *l)
+{
+    char path[PM__CG_PATH + 32];
+    snprintf(path, sizeof(path), "%s/floor%u", root.v2, i);
+    cgfloor_leaf_close(l);
     /* Its processes are reaped: only the cgroup's own teardown is left,
      * which the kernel may still be finishing (EBUSY for a moment). */
     for (int tries = 0; rmdir(path) < 0 && errno == EBUSY && tries < 1000; tries++)
         usleep(1000);
+}
+
+/* x86-64 without AddressSanitizer: the vfork-style clone of procmesh's
+ * exec spawn (src/os/spawn.c, pm__clone3_run: the child on a stack of its
+ * own, sharing our memory until its execve), so that the exec floor in a
+ * cgroup differs from the plain one (vfork) by the cgroup alone; elsewhere
+ * a clone3 that copies our memory, as spawn.c's fallback does. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CGFLOOR_VFORK 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CGFLOOR_VFORK 0
+#endif
+#endif
+#if !defined(CGFLOOR_VFORK) && defined(__x86_64__) && defined(SYS_clone3)
+#define CGFLOOR_VFORK 1
+#endif
+#ifndef CGFLOOR_VFORK
+#define CGFLOOR_VFORK 0
+#endif
+
+#if CGFLOOR_VFORK
+long pm__clone3_run(void *args, size_t size, int (*fn)(void *), void *arg);
+
+struct exec_arg {
+    const char *path;
+    char *const *argv;
+};
+
+static int exec_child(void *p)
+{
+    const struct exec_arg *e = p;
+    execv(e->path, e->argv);
+    _exit(127);
+}
+#endif
+
+pid_t cgfloor_vfork_exec(const cgfloor_leaf_t *l, const char *path, char *const argv[])
+{
+#if CGFLOOR_VFORK
+    static char *stack;
+    const size_t size = 64u << 10;
+    if (stack == NULL) {
+        void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (m == MAP_FAILED)
+            return -1;
+        stack = m;
+    }
+    struct {
+        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+            set_tid, set_tid_size, cgroup;
+    } a;
+    memset(&a, 0, sizeof(a));
+    a.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+    a.exit_signal = SIGCHLD;
+    a.stack = (uint64_t)(uintptr_t)stack;
+    a.stack_size = size;
+    a.cgroup = (uint64_t)l->dir_fd;
+    struct exec_arg e = {path, argv};
+    /* No handler may run in the child, on our memory, before its exec. */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &old);
+    long pid = pm__clone3_run(&a, sizeof(a), exec_child, &e);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        errno = (int)-pid;
+        return -1;
+    }
+    return (pid_t)pid;
+#else
+    pid_t pid = cgfloor_clone_into(l, 1);
+    if (pid == 0) {
+        execv(path, argv);
+        _exit(127);
+    }
+    return pid;
+#endif
 }
 
 pid_t cgfloor_clone_into(const cgfloor_leaf_t *l, int vfork_wait)

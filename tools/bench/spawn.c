@@ -42,6 +42,10 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg)
             die("fork");
         if (pids[i] == 0 && cg && !exec_mode && write(leaves[i].procs_fd, "0", 1) != 1)
             _exit(1);
+        /* The child has its copy (fork) or was born in it (exec): ours
+         * would only add two fds a child to every later fork. */
+        if (pids[i] > 0 && cg)
+            cgfloor_leaf_close(&leaves[i]);
         if (pids[i] == 0) {
             if (exec_mode) {
                 dup2(p[1], 3);
