@@ -41,7 +41,7 @@ typedef struct pm__spawn_req {
                               sets back to SIG_DFL */
     int sig_ignored_known; /* 0: sig_ignored unknown, every signal is reset */
     int burst;             /* exec mode: one of several children started back to
-                              back (the first starts of a spawn of N > 1):
+                              back (the first starts of a spawn of 2 to 256):
                               forked, not the vfork clone, whose wait for each
                               child's execve would keep the supervisor from
                               the next (spawn.c) */

@@ -123,7 +123,7 @@ static void count_fds(pm_cluster *c, int n, int fds0)
 
 int cmd_spawn(const bench_opts *opts)
 {
-    static const int all[] = {1, 8, 64, 1024};
+    static const int all[] = {1, 8, 64, 256, 1024};
     int counts[PM__ARRAY_SIZE(all)];
     size_t ncounts = 0;
     unsigned max = opts->max_n != 0 ? opts->max_n : 64;
