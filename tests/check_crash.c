@@ -5,6 +5,7 @@
 #include "supervise.h"
 
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1422,6 +1423,18 @@ static int mapped(const char *name)
     return found;
 }
 
+/* Both walks from one frame: the crash handler's (pm__crash_backtrace)
+ * and glibc's backtrace(), each into an array filled with a sentinel. */
+#define WALK_MAX 64
+static __attribute__((noinline)) void walk_both(void **mine, int *nm, void **glibcs, int *ng)
+{
+    for (int i = 0; i < WALK_MAX; i++)
+        mine[i] = glibcs[i] = (void *)(uintptr_t)1;
+    *nm = pm__crash_backtrace(mine, WALK_MAX);
+    *ng = backtrace(glibcs, WALK_MAX);
+    __asm__ volatile("" ::: "memory");
+}
+
 START_TEST(test_unwinder_walk)
 {
     int before = mapped("libgcc_s");
@@ -1434,6 +1447,9 @@ START_TEST(test_unwinder_walk)
         seen |= frames[i] == ra;
     ck_assert_msg(seen, "the caller's return address %p is not among the %d frames", ra, n);
     ck_assert_int_eq(walk_here(frames, 1, &ra), 1);
+    /* Cut by the bound, not ended: no frame dropped. */
+    ck_assert_int_eq(walk_here(frames, 2, &ra), 2);
+    ck_assert_int_eq(walk_here(frames, 3, &ra), 3);
     ck_assert_int_eq(walk_here(frames, 0, &ra), 0);
     ck_assert_int_eq(walk_here(frames, -1, &ra), 0);
 #if PM_STATIC_UNWIND
@@ -1443,8 +1459,90 @@ START_TEST(test_unwinder_walk)
 #else
     (void)before;
 #endif
+    /* The whole stack, as glibc's backtrace() gives it (which loads
+     * libgcc_s, hence after the check above): every frame written, none
+     * NULL (the walk's end above _start is dropped), and the callers'
+     * frames the same, up to the first (each walk's own call site). */
+    void *mine[WALK_MAX], *glibcs[WALK_MAX];
+    int nm, ng;
+    walk_both(mine, &nm, glibcs, &ng);
+    ck_assert_int_gt(ng, 2);
+    ck_assert_int_lt(ng, WALK_MAX);
+    ck_assert_int_ge(nm, ng - 1);
+    ck_assert_int_lt(nm, WALK_MAX);
+    for (int i = 0; i < nm; i++)
+        ck_assert_msg(mine[i] != NULL && mine[i] != (void *)(uintptr_t)1, "frame %d of %d is %p", i, nm,
+                      mine[i]);
+    for (int i = 1; i < ng; i++)
+        ck_assert_msg(mine[nm - ng + i] == glibcs[i], "caller %d: %p, glibc's %p", i, mine[nm - ng + i],
+                      glibcs[i]);
 }
 END_TEST
+
+#if defined(__x86_64__)
+/* A frame whose unwind table does not move on: pm_test_stuck(fn) calls fn
+ * with its own return address slot pointing back at the call's return
+ * address, and its CFA defined by rbx, which its table leaves unsaved
+ * (the same in the caller): the unwinder finds the same pc and the same
+ * CFA again and again, as on a corrupt stack. The walk must stop there,
+ * not fill its array with the one frame. */
+void pm_test_stuck(void (*fn)(void));
+__asm__(".text\n"
+        ".globl pm_test_stuck\n"
+        ".type pm_test_stuck, @function\n"
+        "pm_test_stuck:\n"
+        "    .cfi_startproc\n"
+        "    pushq %r12\n"
+        "    .cfi_def_cfa_offset 16\n"
+        "    pushq %rbx\n"
+        "    .cfi_def_cfa_offset 24\n"
+        "    movq %rsp, %rbx\n"
+        "    .cfi_def_cfa rbx, 24\n"
+        "    movq 16(%rbx), %r12\n" /* the real return address */
+        "    leaq 1f(%rip), %rax\n"
+        "    movq %rax, 16(%rbx)\n"
+        "    subq $8, %rsp\n"
+        "    call *%rdi\n"
+        "1:  movq %r12, 16(%rbx)\n"
+        "    movq %rbx, %rsp\n"
+        "    .cfi_def_cfa rsp, 24\n"
+        "    popq %rbx\n"
+        "    .cfi_def_cfa_offset 16\n"
+        "    popq %r12\n"
+        "    .cfi_def_cfa_offset 8\n"
+        "    ret\n"
+        "    .cfi_endproc\n"
+        ".size pm_test_stuck, .-pm_test_stuck\n");
+
+static void *stuck_frames[WALK_MAX];
+static int stuck_n;
+
+static __attribute__((noinline)) void stuck_walk(void)
+{
+    for (int i = 0; i < WALK_MAX; i++)
+        stuck_frames[i] = NULL;
+    stuck_n = pm__crash_backtrace(stuck_frames, WALK_MAX);
+    __asm__ volatile("" ::: "memory");
+}
+
+START_TEST(test_unwinder_stuck_frame)
+{
+    pm__crash_unwinder_prime();
+    pm_test_stuck(stuck_walk);
+    ck_assert_int_gt(stuck_n, 1);
+    ck_assert_msg(stuck_n < WALK_MAX, "the walk filled its %d frames", stuck_n);
+    /* The stuck frame last, twice at most: a frame's CFA as the unwinder
+     * reports it is its callee's, so the first repeat of the pc comes
+     * with stuck_walk's CFA and only the second with the same one (as in
+     * glibc's backtrace(), whose rule this is). */
+    void *last = stuck_frames[stuck_n - 1];
+    int count = 0;
+    for (int i = 0; i < stuck_n; i++)
+        count += stuck_frames[i] == last;
+    ck_assert_int_le(count, 2);
+}
+END_TEST
+#endif
 
 static Suite *suite(void)
 {
@@ -1462,6 +1560,9 @@ static Suite *suite(void)
     PM_ADD_TEST(s, test_call_data, 0);
     PM_ADD_TEST(s, test_call_deep, 0);
     PM_ADD_TEST(s, test_unwinder_walk, 0);
+#if defined(__x86_64__)
+    PM_ADD_TEST(s, test_unwinder_stuck_frame, 0);
+#endif
     PM_ADD_TEST(s, test_call_probe_faked, 0);
     PM_ADD_TEST(s, test_exec_child_crash_not_recorded, 0);
     PM_ADD_TEST(s, test_no_fault_addr, 0);

@@ -1060,8 +1060,13 @@ START_TEST(test_scratch_v2)
     ck_assert_msg(strstr(buf, "+cpu") != NULL, "subtree_control: '%s'", buf);
 
     pm__cg_slot s;
+    memset(&s, 0, sizeof(s)); /* every fd the open does not set would read 0: open (zero) sets them */
     char why[256] = "";
     ck_assert_msg(pm__cg_slot_open(&r, 0, &lim, &s, why, sizeof(why)) == 0, "%s", why);
+    ck_assert_int_eq(s.standby_procs_fd, -1);
+    ck_assert_int_eq(s.standby_leaf.dir_fd, -1);
+    ck_assert_int_eq(s.standby_leaf.procs_fd, -1);
+    ck_assert_int_eq(s.standby_leaf.events_fd, -1);
     snprintf(f, sizeof(f), "%s/memory.max", slot);
     get(f, buf, sizeof(buf));
     ck_assert_str_eq(buf, "268435456");
@@ -1134,7 +1139,15 @@ START_TEST(test_scratch_v2)
     /* Dropped (the standby ended): no fd on g4, still the leaf ahead. */
     pm__cg_slot_standby_drop(&s);
     ck_assert_int_eq(pm_test_fds_to(f), 0);
+    ck_assert_int_eq(s.standby_leaf.dir_fd, -1);
+    ck_assert_int_eq(s.standby_leaf.procs_fd, -1);
+    ck_assert_int_eq(s.standby_leaf.events_fd, -1);
     ck_assert_uint_eq(s.next_gen, 4);
+    /* Dropped before its fork was over (no close): the alias goes too. */
+    ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 4);
+    pm__cg_slot_standby_drop(&s);
+    ck_assert_int_eq(s.standby_procs_fd, -1);
+    ck_assert_int_eq(pm_test_fds_to(f), 0);
     ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 4);
     pm__cg_slot_standby_close(&s);
     int held = s.standby_leaf.dir_fd;
@@ -1194,7 +1207,21 @@ START_TEST(test_scratch_v2)
     ck_assert_int_eq(s.retired, 3);
     snprintf(full, sizeof(full), "%s/%s/g4", scratch, slot);
     ck_assert_msg(access(full, F_OK) < 0 && errno == ENOENT, "the older retired leaf %s is still there", full);
+    /* Closed while a standby waits (here in the current leaf, g5, named
+     * as the one ahead): every fd, the standby leaf's too, closed and
+     * forgotten. */
+    s.next_gen = 5;
+    ck_assert_uint_eq(pm__cg_slot_standby_open(&s), 5);
+    pm__cg_slot_standby_close(&s);
     pm__cg_slot_close_fds(&s);
+    ck_assert_int_eq(s.dir_fd, -1);
+    ck_assert_int_eq(s.procs_fd, -1);
+    ck_assert_int_eq(s.events_fd, -1);
+    ck_assert_int_eq(s.standby_leaf.dir_fd, -1);
+    ck_assert_int_eq(s.standby_leaf.procs_fd, -1);
+    ck_assert_int_eq(s.standby_leaf.events_fd, -1);
+    snprintf(f, sizeof(f), "%s/g5", slot);
+    ck_assert_int_eq(pm_test_fds_to(f), 0);
 
     /* A limit without any controller for it: refused, with the reason. */
     pm__cg_root r2;
@@ -2000,6 +2027,32 @@ static void skipped(char *list, size_t size, const char *fmt, ...)
     }
 }
 
+/* A slot's record on its own: zeroed, every fd -1 and no OOM file; the
+ * fds listed for a fork child are exactly PM__CG_SLOT_NFDS; a close of
+ * its fds touches nothing else. */
+START_TEST(test_slot_fields)
+{
+    pm__cg_slot s;
+    memset(&s, 0x5a, sizeof(s));
+    pm__cg_slot_zero(&s);
+    ck_assert_int_eq(s.oom_base, -1);
+    ck_assert_str_eq(s.oom_file, "");
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        ck_assert_int_eq(s.v1_procs[i], -1);
+    int fds[PM__CG_SLOT_NFDS + 1];
+    fds[PM__CG_SLOT_NFDS] = 12345;
+    pm__cg_slot_fds(&s, fds);
+    for (int i = 0; i < PM__CG_SLOT_NFDS; i++)
+        ck_assert_int_eq(fds[i], -1);
+    ck_assert_int_eq(fds[PM__CG_SLOT_NFDS], 12345);
+    snprintf(s.oom_file, sizeof(s.oom_file), "kept");
+    pm__cg_slot_close_fds(&s);
+    ck_assert_str_eq(s.oom_file, "kept");
+    for (int i = 0; i < PM__CG_NCTRL; i++)
+        ck_assert_int_eq(s.v1_procs[i], -1);
+}
+END_TEST
+
 int main(void)
 {
     /* What this host offers decides which cases can run; the others are
@@ -2014,6 +2067,7 @@ int main(void)
     Suite *s = suite_create("tree");
     PM_ADD_TEST(s, test_parsers, 0);
     PM_ADD_TEST(s, test_scratch_v2, 0);
+    PM_ADD_TEST(s, test_slot_fields, 0);
     PM_ADD_TEST(s, test_setters_refuse, 0);
     PM_ADD_TEST(s, test_rlimit, 0);
     PM_ADD_TEST(s, test_rlimit_exec_refused, 0);

@@ -199,7 +199,7 @@ static int ahead_open(pm__cg_slot *s, unsigned gen, pm__cg_leaf *l)
         *l = s->standby_leaf;
         s->standby_leaf.dir_fd = s->standby_leaf.procs_fd = s->standby_leaf.events_fd = -1;
         s->standby_leaf.gen = 0;
-        s->standby_procs_fd = -1;
+        s->standby_procs_fd = -1; /* its alias, -1 since the standby's fork */
         return 0;
     }
     int rc = leaf_dir(s->dir_fd, "../", gen, l);
