@@ -657,6 +657,15 @@ START_TEST(test_rate_limit_pure)
         ck_assert_int_eq(pm__mesh_rate_take(&t, z, now + 1 + i), 1);
     }
     ck_assert_int_eq(pm__mesh_rate_take(&t, x, now + 1000), 1);
+    /* The all-zero key (the source of an address family without one,
+     * "::"): a new source like any other, its full bucket at once, never
+     * a free entry's empty one refilled by the clock (1 ms: 8
+     * thousandths of a token). */
+    memset(&t, 0, sizeof(t));
+    unsigned char zero[16] = {0};
+    for (unsigned i = 0; i < PM__MESH_RATE_BURST; i++)
+        ck_assert_int_eq(pm__mesh_rate_take(&t, zero, 1), 1);
+    ck_assert_int_eq(pm__mesh_rate_take(&t, zero, 1), 0);
 }
 END_TEST
 
