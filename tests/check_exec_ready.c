@@ -332,9 +332,8 @@ END_TEST
  * error pipe: _i bit 0: a program that exists but is not executable (else
  * a missing one); bit 1: under --user nobody (when root) and seccomp basic
  * (when built with libseccomp), so every privilege step runs before the
- * failing execve; bit 2: two workers, a burst, whose children are forked
- * and report through the error pipe (spawn.c: a burst does not wait for
- * each child's execve). */
+ * failing execve; bit 2: two workers, whose children are forked
+ * (spawn.h no_wait) and report through the error pipe. */
 START_TEST(test_spawn_detail_exec_contained)
 {
     pm_options *o = pm_options_new();

@@ -727,7 +727,7 @@ PM__READY_TEXT pid_t pm__spawn(const pm__spawn_req *r)
     if (__fpending(stderr) > 0)
         fflush(stderr);
 #if PM__SPAWN_VFORK
-    /* A burst forks instead: the vfork clone returns only once its child
+    /* no_wait forks instead: the vfork clone returns only once its child
      * has reached execve, and while the workers started before it load
      * and start on every CPU, the child waits for one, and the supervisor
      * with it, doing nothing. A fork's copy of our page tables costs more
@@ -736,7 +736,7 @@ PM__READY_TEXT pid_t pm__spawn(const pm__spawn_req *r)
      * spawn, doc/benchmarks.md stop 64). Its children hold copies of our
      * close-on-exec fds until their exec, as the fallback's do: the exec
      * pipe's reading allows for it (readiness.c). */
-    if (r->path != NULL && !r->burst && __atomic_load_n(&vfork_state, __ATOMIC_RELAXED) >= 0) {
+    if (r->path != NULL && !r->no_wait && __atomic_load_n(&vfork_state, __ATOMIC_RELAXED) >= 0) {
         pid_t vpid = spawn_vfork(r);
         if (vpid != -ENOSYS)
             return vpid;

@@ -40,7 +40,7 @@ typedef struct pm__spawn_req {
                               (CLONE_CLEAR_SIGHAND), the only ones the child still
                               sets back to SIG_DFL */
     int sig_ignored_known; /* 0: sig_ignored unknown, every signal is reset */
-    int burst;             /* exec mode: one of several children started back to
+    int no_wait;           /* exec mode: one of several children started back to
                               back (the first starts of a spawn of 2 to 256):
                               forked, not the vfork clone, whose wait for each
                               child's execve would keep the supervisor from
@@ -95,7 +95,7 @@ pid_t pm__spawn(const pm__spawn_req *r);
 /* 1 when an exec-mode pm__spawn returns only once its child has exec'd or
  * exited (the vfork clone; not known refused): no child of ours is then
  * between its clone and its exec while the caller runs, holding copies
- * of the caller's close-on-exec fds, but for a burst's (burst: the first
+ * of the caller's close-on-exec fds, but for no_wait ones (the first
  * starts of a spawn of several, forked), which hold them until their
  * execve, a few milliseconds, as the vfork child does from its parent's
  * release to its close-on-exec (readiness.c allows for both). 0 when it

@@ -370,8 +370,8 @@ static int exec_req(pm_cluster *c, pm__slot *s, pm__spawn_req *req, start_fds *f
     return 0;
 }
 
-/* The most slots a spawn forks its exec children for (spawn.h burst). */
-#define BURST_MAX 256u
+/* The most slots a spawn forks its exec children for (spawn.h no_wait). */
+#define NO_WAIT_MAX 256u
 
 /* Forks (or clones and execs) the worker. Its pid, or -errno. */
 static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
@@ -391,18 +391,18 @@ static pid_t spawn_worker(pm_cluster *c, pm__slot *s, start_fds *f)
         rc = exec_req(c, s, &req, f);
         if (rc < 0)
             return rc;
-        /* A burst: the first starts of a spawn of several (a restart
+        /* No wait (no_wait): the first starts of a spawn of several (a restart
          * inside the spawn keeps the vfork). Not with captured output:
          * the pipes' write ends the supervisor gave earlier slots are
          * closed on the reader's threads after the spawn's loop
          * (output.c), and a forked child would hold copies of them until
          * its execve, delaying an early worker's end of file. Not above
-         * BURST_MAX slots: each fork copies our page tables and walks
+         * NO_WAIT_MAX slots: each fork copies our page tables and walks
          * every mapping (one per slot's channel, not copied but walked),
          * and at N = 1,024 that cost more than the wait it saves (pm-bench
          * spawn --row 2: 1,001-1,110 ms forked against 887-921 vfork'd;
          * at 256, 174-178 against 182-201; doc/benchmarks.md, stop 64). */
-        req.burst = c->spawning && c->nslots > 1 && c->nslots <= BURST_MAX && s->incarnation == 1 &&
+        req.no_wait = c->spawning && c->nslots > 1 && c->nslots <= NO_WAIT_MAX && s->incarnation == 1 &&
                     c->o->output != PM_OUTPUT_CAPTURE;
     } else {
         rc = fork_req(c, &req, &ctx);

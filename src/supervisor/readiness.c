@@ -76,7 +76,7 @@ int pm__exec_pipe_verdict(long got, int err, int exit_code, int signal)
     /* Empty but open (EAGAIN): another child of ours holds a copy of the
      * write end, taken at its own fork while the pipe was open (a slot's
      * spare error pipe is made ahead of need; another cluster's spawn of
-     * several forks its children, spawn.h burst). A clone(CLONE_VFORK)
+     * several forks its children, spawn.h no_wait). A clone(CLONE_VFORK)
      * child lets its parent go at its execve's exec_mmap, before
      * do_close_on_exec drops its close-on-exec fds, so on a loaded machine
      * it may still hold them when the worker whose pipe it is has exec'd

@@ -35,6 +35,12 @@
 #define CLONE_INTO_CGROUP 0x200000000ULL /* linux/sched.h, 5.7 */
 #endif
 
+/* clone3's argument, as far as CLONE_INTO_CGROUP (Linux 5.7). */
+struct clone_args3 {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
+};
+
 static pm__cg_root root;
 static int root_open;
 
@@ -143,10 +149,7 @@ pid_t cgfloor_vfork_exec(const cgfloor_leaf_t *l, const char *path, char *const 
             return -1;
         stack = m;
     }
-    struct {
-        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
-            set_tid, set_tid_size, cgroup;
-    } a;
+    struct clone_args3 a;
     memset(&a, 0, sizeof(a));
     a.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
     a.exit_signal = SIGCHLD;
@@ -177,10 +180,7 @@ pid_t cgfloor_vfork_exec(const cgfloor_leaf_t *l, const char *path, char *const 
 
 pid_t cgfloor_clone_into(const cgfloor_leaf_t *l, int vfork_wait)
 {
-    struct {
-        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
-            set_tid, set_tid_size, cgroup;
-    } a;
+    struct clone_args3 a;
     memset(&a, 0, sizeof(a));
     /* Without CLONE_VM: a fork's copy of the memory; CLONE_VFORK only
      * holds the parent until the child's execve, as procmesh's exec spawn
