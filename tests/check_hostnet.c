@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "channel/proto.h"
@@ -195,6 +196,9 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
     snprintf(refused_address, sizeof(refused_address), "%s", e->peer_address);
 }
 
+/* Where start_host listens: "[::]" for a dual-stack listener. */
+static const char *listen_host = "127.0.0.1";
+
 static pm_cluster *start_host(const char *name, int peer_timeout_ms, const char *peer)
 {
     the_port = pm_test_free_port();
@@ -204,7 +208,7 @@ static pm_cluster *start_host(const char *name, int peer_timeout_ms, const char 
     ck_assert_int_eq(pm_options_set_on_message(o, on_main, NULL), 0);
     ck_assert_int_eq(pm_options_set_on_event(o, on_event, &peer_events), 0);
     char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", the_port);
+    snprintf(listen, sizeof(listen), "%s:%d", listen_host, the_port);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
@@ -669,6 +673,332 @@ START_TEST(test_rate_limit_pure)
 }
 END_TEST
 
+/* The key of one source address written as text (inet_pton: a dotted
+ * quad is an AF_INET source, anything else AF_INET6); "unix" an AF_UNIX
+ * one. */
+static void key_of(const char *text, unsigned char key[16])
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    if (strcmp(text, "unix") == 0)
+        ss.ss_family = AF_UNIX;
+    else if (inet_pton(AF_INET, text, &v4->sin_addr) == 1)
+        ss.ss_family = AF_INET;
+    else {
+        ck_assert_msg(inet_pton(AF_INET6, text, &v6->sin6_addr) == 1, "%s", text);
+        ss.ss_family = AF_INET6;
+    }
+    /* Every byte of the key written, and none past it. */
+    unsigned char buf[32];
+    memset(buf, 0xaa, sizeof(buf));
+    pm__mesh_rate_key(&ss, buf);
+    for (size_t i = 16; i < sizeof(buf); i++)
+        ck_assert_msg(buf[i] == 0xaa, "%s: byte %zu past the key written", text, i);
+    memcpy(key, buf, 16);
+}
+
+START_TEST(test_rate_key_rows)
+{
+    /* doc/protocol.md 2: the handshake rate limit counts an IPv4 host, a
+     * v4-mapped IPv6 source as that IPv4 host, and any other IPv6 source
+     * by its /64. One row a rule: two sources, and whether they are one
+     * source for the limit. */
+    static const struct {
+        const char *a, *b;
+        int same;
+    } rows[] = {
+        {"127.0.0.1", "::ffff:127.0.0.1", 1},     /* mapped = the IPv4 host */
+        {"127.0.0.1", "127.0.0.2", 0},            /* IPv4 hosts apart */
+        {"::ffff:10.0.0.1", "::ffff:10.0.0.2", 0}, /* mapped: the last byte counts */
+        {"::ffff:10.0.0.1", "::ffff:11.0.0.1", 0}, /* and the first of the four */
+        {"2001:db8:1:2::1", "2001:db8:1:2:ffff::9", 1}, /* one /64 */
+        {"2001:db8:1:2::1", "2001:db8:1:2:8000::1", 1}, /* byte 8 is not the prefix's */
+        {"2001:db8:1:2::1", "2001:db8:1:3::1", 0},  /* byte 7 is */
+        {"::1", "::2", 1},                         /* ::/64 */
+        {"::1", "::ffff:0.0.0.1", 0},              /* mapped is not ::/64 */
+        /* Eleven bytes of the mapped prefix and not the twelfth: an IPv6
+         * source of ::/64 like ::1, not an IPv4 host. */
+        {"::fe:0:1", "::1", 1},
+        {"::ff00:0:1", "::1", 1},
+        {"0:0:0:0:0:1:ffff:1", "::1", 1},
+        {"unix", "::", 1},                         /* no address: all zero */
+        {"127.0.0.1", "::", 0},
+        {"2001:db8::1", "::", 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        unsigned char ka[16], kb[16];
+        key_of(rows[i].a, ka);
+        key_of(rows[i].b, kb);
+        ck_assert_msg((memcmp(ka, kb, 16) == 0) == rows[i].same, "row %zu: %s and %s %s one source", i,
+                      rows[i].a, rows[i].b, rows[i].same ? "are" : "are not");
+    }
+    /* The key's form, which the table compares whole: an IPv4 host is
+     * ::ffff:a.b.c.d, an IPv6 source's /64 has its other 8 bytes 0. */
+    unsigned char k[16], want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3};
+    key_of("10.1.2.3", k);
+    ck_assert_int_eq(memcmp(k, want, 16), 0);
+    key_of("::ffff:10.1.2.3", k);
+    ck_assert_int_eq(memcmp(k, want, 16), 0);
+    unsigned char want6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 2};
+    key_of("2001:db8:1:2:aaaa:bbbb:cccc:dddd", k);
+    ck_assert_int_eq(memcmp(k, want6, 16), 0);
+    unsigned char zero[16] = {0};
+    key_of("unix", k);
+    ck_assert_int_eq(memcmp(k, zero, 16), 0);
+}
+END_TEST
+
+/* A TCP connection from address src to dst:port (IPv4 or IPv6 text). */
+static int src_connect(const char *src, const char *dst, int port)
+{
+    struct sockaddr_storage a, b;
+    socklen_t len;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&a, *b4 = (struct sockaddr_in *)&b;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&a, *b6 = (struct sockaddr_in6 *)&b;
+    if (inet_pton(AF_INET, src, &a4->sin_addr) == 1) {
+        a4->sin_family = b4->sin_family = AF_INET;
+        b4->sin_port = htons((uint16_t)port);
+        ck_assert_int_eq(inet_pton(AF_INET, dst, &b4->sin_addr), 1);
+        len = sizeof(*a4);
+    } else {
+        ck_assert_int_eq(inet_pton(AF_INET6, src, &a6->sin6_addr), 1);
+        a6->sin6_family = b6->sin6_family = AF_INET6;
+        b6->sin6_port = htons((uint16_t)port);
+        ck_assert_int_eq(inet_pton(AF_INET6, dst, &b6->sin6_addr), 1);
+        len = sizeof(*a6);
+    }
+    int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_msg(bind(fd, (struct sockaddr *)&a, len) == 0, "bind %s: %s", src, strerror(errno));
+    ck_assert_msg(connect(fd, (struct sockaddr *)&b, len) == 0, "connect %s -> %s:%d: %s", src, dst, port,
+                  strerror(errno));
+    return fd;
+}
+
+/* n connections from src to dst on cluster c's peer port, each one
+ * accepted (held as an unauthenticated connection) or refused for its
+ * source's rate (closed at once), then closed again. How many were
+ * refused. */
+static unsigned connect_batch(pm_cluster *c, const char *src, const char *dst, unsigned n)
+{
+    PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) == 0, 20000);
+    uint64_t rate0 = pm__mesh_fails(c->mesh, PM__PF_RATE);
+    int fds[PM__MESH_UNAUTH_MAX];
+    ck_assert_uint_le(n, PM__MESH_UNAUTH_MAX); /* none cut for room */
+    for (unsigned i = 0; i < n; i++)
+        fds[i] = src_connect(src, dst, the_port);
+    PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) + (pm__mesh_fails(c->mesh, PM__PF_RATE) - rate0) == n,
+                 20000);
+    unsigned refused = (unsigned)(pm__mesh_fails(c->mesh, PM__PF_RATE) - rate0);
+    for (unsigned i = 0; i < n; i++)
+        close(fds[i]);
+    PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) == 0, 20000);
+    return refused;
+}
+
+/* This machine has an IPv6 loopback to connect from. */
+static int have_ipv6_loopback(void)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 a;
+    memset(&a, 0, sizeof(a));
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_loopback;
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+START_TEST(test_rate_limit_sources)
+{
+    /* doc/protocol.md 2, through the real accept path: once 127.0.0.1 has
+     * spent its burst of handshakes, 127.0.0.2 still gets its own, and so
+     * does ::1. The listener is on [::], dual stack: the IPv4 connections
+     * arrive as v4-mapped IPv6 sources, and each is still its own IPv4
+     * host (not the /64 ::ffff:0:0/64 they would all share). No accept is
+     * counted as out of fds. Without an IPv6 loopback: an IPv4 listener
+     * and the two IPv4 hosts only (said on stderr). */
+    int v6 = have_ipv6_loopback();
+    if (!v6)
+        fprintf(stderr, "test_rate_limit_sources: no IPv6 loopback: the IPv4 half only\n");
+    listen_host = v6 ? "[::]" : "127.0.0.1";
+    pm_cluster *c = start_a(60000);
+    /* Batches of 8 from 127.0.0.1 until one is refused: 32 at once, then
+     * 8 a second (a slow machine refills some while it connects). */
+    unsigned sent = 0;
+    while (connect_batch(c, "127.0.0.1", "127.0.0.1", 8) == 0) {
+        sent += 8;
+        ck_assert_msg(sent < 40 * 8, "127.0.0.1 never refused after %u connections", sent);
+    }
+    ck_assert_uint_ge(sent, PM__MESH_RATE_BURST - 8);
+    ck_assert_uint_eq(connect_batch(c, "127.0.0.2", "127.0.0.1", 8), 0);
+    if (v6)
+        ck_assert_uint_eq(connect_batch(c, "::1", "::1", 8), 0);
+    ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_NO_FDS), 0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+/* The highest fd number open in this process. */
+static int highest_fd(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int hi = -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d) && atoi(e->d_name) > hi)
+            hi = atoi(e->d_name);
+    closedir(d);
+    return hi;
+}
+
+/* Fills every free fd of this process with /dev/null (out[], at most
+ * cap): how many. */
+static unsigned fill_fds(int *out, unsigned cap)
+{
+    unsigned n = 0;
+    int fd;
+    while (n < cap && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        out[n++] = fd;
+    ck_assert(n == cap || errno == EMFILE);
+    return n;
+}
+
+/* 1 when fd is open. */
+static int fd_open(int fd)
+{
+    return fd >= 0 && fcntl(fd, F_GETFD) >= 0;
+}
+
+START_TEST(test_reserve_fd_rows)
+{
+    /* mesh_accept.c's accept out of fds (libuv's uv__emfile_trick), one row
+     * a state of the reserve fd, in this process's own supervisor with
+     * every fd taken (RLIMIT_NOFILE just above what it holds). The test's
+     * connections are made before the fds run out (connect needs none).
+     * 1. The reserve held: the connection is accepted with it and closed
+     *    at once (counted no_fds), the reserve taken back (open).
+     * 2. The reserve is fd 0 (a supervisor started without stdin): the
+     *    same, and it stays 0; taking it back again keeps it, opening
+     *    nothing.
+     * 3. No reserve: accepting stalls (counted no_fds, the connection left
+     *    waiting, not closed); once an fd frees up, the next turn arms the
+     *    listener again and the connection is accepted. */
+    pm_cluster *c = start_a(60000);
+    pm__mesh *m = c->mesh;
+    ck_assert(fd_open(m->reserve_fd));
+    int cl[3];
+    for (int i = 0; i < 3; i++) {
+        cl[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(cl[i], 0);
+    }
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)the_port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct rlimit rl0, rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl0), 0);
+    rl = rl0;
+    rl.rlim_cur = (rlim_t)highest_fd() + 1 + 16;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    static int fill[4096];
+    unsigned nfill = fill_fds(fill, 4096 - 2);
+    ck_assert_uint_lt(nfill, 4096 - 2); /* every fd taken */
+
+    /* 1 */
+    uint64_t nofds = pm__mesh_fails(m, PM__PF_NO_FDS);
+    ck_assert_int_eq(connect(cl[0], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    PM_RUN_UNTIL(c, closed_by_peer(cl[0]), 20000);
+    ck_assert_uint_ge(pm__mesh_fails(m, PM__PF_NO_FDS), nofds + 1);
+    ck_assert_msg(fd_open(m->reserve_fd), "the reserve fd %d was not taken back", m->reserve_fd);
+    ck_assert_uint_eq(pm_test_mesh_unauth(m), 0);
+
+    /* 2: the reserve moved to fd 0, its old number filled again. */
+    int r = m->reserve_fd;
+    ck_assert_int_eq(dup2(r, 0), 0);
+    close(r);
+    ck_assert_int_eq(fill_fds(fill + nfill, 1), 1);
+    nfill++;
+    m->reserve_fd = 0;
+    nofds = pm__mesh_fails(m, PM__PF_NO_FDS);
+    ck_assert_int_eq(connect(cl[1], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    PM_RUN_UNTIL(c, closed_by_peer(cl[1]), 20000);
+    ck_assert_uint_ge(pm__mesh_fails(m, PM__PF_NO_FDS), nofds + 1);
+    ck_assert_int_eq(m->reserve_fd, 0);
+    ck_assert(fd_open(0));
+    pm__mesh_reserve_fd_reopen(m);
+    ck_assert_int_eq(m->reserve_fd, 0);
+
+    /* 3: no reserve, its fd 0 filled again. */
+    close(0);
+    m->reserve_fd = -1;
+    ck_assert_int_eq(fill_fds(fill + nfill, 1), 1);
+    nfill++;
+    nofds = pm__mesh_fails(m, PM__PF_NO_FDS);
+    ck_assert_int_eq(connect(cl[2], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    PM_RUN_UNTIL(c, pm__mesh_fails(m, PM__PF_NO_FDS) >= nofds + 1, 20000);
+    ck_assert(!closed_by_peer(cl[2]));
+    ck_assert_uint_eq(pm_test_mesh_unauth(m), 0);
+    close(fill[--nfill]);
+    PM_RUN_UNTIL(c, pm_test_mesh_unauth(m) == 1, 20000);
+    ck_assert(!closed_by_peer(cl[2]));
+
+    while (nfill > 0)
+        close(fill[--nfill]);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl0), 0);
+    for (int i = 0; i < 3; i++)
+        close(cl[i]);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_accept_errno_rows)
+{
+    /* mesh_accept.c's accept errors, one row an errno, each faked by a
+     * seccomp filter of this process's own on the listener's accept4 (its
+     * flags SOCK_NONBLOCK | SOCK_CLOEXEC; the reserve's accept4, with
+     * SOCK_CLOEXEC alone, is let through): out of fds (EMFILE, and ENFILE
+     * for the whole system) spends the reserve fd, so the waiting
+     * connection is accepted and closed at once; out of memory (ENOBUFS,
+     * ENOMEM) stalls, leaving it waiting. Each counted no_fds. */
+    static const struct {
+        int err, trick;
+    } rows[] = {{EMFILE, 1}, {ENFILE, 1}, {ENOBUFS, 0}, {ENOMEM, 0}};
+    pm_cluster *c = start_a(60000);
+    pm__mesh *m = c->mesh;
+    int cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(cl, 0);
+    ck_assert_int_eq(pm_test_filter_call_arg(SYS_accept4, 3, SOCK_NONBLOCK | SOCK_CLOEXEC,
+                                             SECCOMP_RET_ERRNO | (uint32_t)rows[_i].err),
+                     0);
+    uint64_t nofds = pm__mesh_fails(m, PM__PF_NO_FDS);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)the_port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(cl, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    if (rows[_i].trick) {
+        PM_RUN_UNTIL(c, closed_by_peer(cl), 20000);
+        ck_assert(fd_open(m->reserve_fd));
+    } else {
+        PM_RUN_UNTIL(c, pm__mesh_fails(m, PM__PF_NO_FDS) >= nofds + 1, 20000);
+        ck_assert(!closed_by_peer(cl));
+    }
+    ck_assert_uint_ge(pm__mesh_fails(m, PM__PF_NO_FDS), nofds + 1);
+    ck_assert_uint_eq(pm_test_mesh_unauth(m), 0);
+    close(cl);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 START_TEST(test_refused_log_pure)
 {
     /* One line per address and reason per window, each carrying the
@@ -1065,6 +1395,10 @@ int main(void)
     PM_ADD_TEST(s, test_worker_forged_host, 60);
     PM_ADD_TEST(s, test_forged_notices_dropped, 60);
     PM_ADD_TEST(s, test_rate_limit_pure, 10);
+    PM_ADD_TEST(s, test_rate_key_rows, 10);
+    PM_ADD_TEST(s, test_rate_limit_sources, 120);
+    PM_ADD_TEST(s, test_reserve_fd_rows, 120);
+    PM_ADD_LOOP_TEST(s, test_accept_errno_rows, 0, 4, 60);
     PM_ADD_TEST(s, test_refused_log_pure, 10);
     PM_ADD_TEST(s, test_refused_log_flush, 10);
     PM_ADD_TEST(s, test_refused_log_flushed, 120);

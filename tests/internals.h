@@ -562,6 +562,18 @@ static inline unsigned pm_test_mesh_links_up(const pm__mesh *m)
     return m == NULL ? 0 : m->up;
 }
 
+/* Accepted connections whose handshake has not ended yet (the ones
+ * PM__MESH_UNAUTH_MAX bounds, counted as mesh_accept.c counts them). */
+static inline unsigned pm_test_mesh_unauth(const pm__mesh *m)
+{
+    unsigned n = 0;
+    for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++) {
+        const pm__mesh_conn *o = &m->conns[j];
+        n += o->fd >= 0 && !o->linked && !o->lingering && o->peer < 0;
+    }
+    return n;
+}
+
 /* REKEY records sent and received by the connections open now. */
 static inline void pm_test_mesh_rekeys(const pm__mesh *m, uint64_t *out, uint64_t *in)
 {

@@ -44,7 +44,7 @@ int pm__mesh_rate_take(pm__mesh_rate *t, const unsigned char addr[16], uint64_t 
 }
 
 /* The rate limit's key for a source address (pm__mesh_rate_src.addr). */
-static void rate_key(const struct sockaddr_storage *ss, unsigned char key[16])
+void pm__mesh_rate_key(const struct sockaddr_storage *ss, unsigned char key[16])
 {
     memset(key, 0, 16);
     if (ss->ss_family == AF_INET) {
@@ -104,16 +104,17 @@ void pm__mesh_on_listen(pm__mesh *m)
         socklen_t flen = sizeof(from);
         memset(&from, 0, sizeof(from));
         int fd = accept4(m->lfd, (struct sockaddr *)&from, &flen, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+        if (fd < 0) {
+            /* errno only after a failure: a success leaves the last one. */
+            if (errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM)
+                break; /* EAGAIN: none left; a connection that went away */
             if (accept_starved(m))
                 continue;
             m->accept_stalled = 1;
             return;
         }
-        if (fd < 0)
-            break;
         unsigned char key[16];
-        rate_key(&from, key);
+        pm__mesh_rate_key(&from, key);
         if (!pm__mesh_rate_take(&m->rate, key, pm__now_ms() | 1u)) {
             /* Over its source's rate: closed before anything is allocated
              * for it, and it takes no unauthenticated slot. */

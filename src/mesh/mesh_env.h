@@ -58,6 +58,14 @@ typedef struct pm__mesh_rate {
  * taken) or 0 (refused). */
 int pm__mesh_rate_take(pm__mesh_rate *t, const unsigned char addr[16], uint64_t now_ms);
 
+struct sockaddr_storage;
+/* Pure: the rate limit's source of an accepted connection, as addr above:
+ * an IPv4 host and a v4-mapped IPv6 one are the same source; any other
+ * IPv6 source is its /64 (a host holds a /64, and counting each of its
+ * 2^64 addresses apart would give each connection a fresh bucket); any
+ * other family is all zero. */
+void pm__mesh_rate_key(const struct sockaddr_storage *ss, unsigned char key[16]);
+
 typedef struct pm__mesh pm__mesh;
 struct pm__loop;
 struct pm__hub;
