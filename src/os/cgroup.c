@@ -294,6 +294,13 @@ int pm__cg_wants(const pm__cg_limits *lim, int ctrl)
                                  : lim->cpu_quota_us > 0;
 }
 
+/* Some limit is set: only then does a cluster need its controllers. */
+static int wants_any(const pm__cg_limits *lim)
+{
+    return pm__cg_wants(lim, PM__CG_MEMORY) || pm__cg_wants(lim, PM__CG_PIDS) ||
+           pm__cg_wants(lim, PM__CG_CPU);
+}
+
 static int why_fmt(pm__cg_root *r, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int why_fmt(pm__cg_root *r, int rc, const char *fmt, ...)
 {
@@ -474,9 +481,11 @@ static int make_v1_dir(pm__cg_root *r, const struct where *w, int i)
 static int limits_setup(pm__cg_root *r, const struct where *w, const pm__cg_limits *lim,
                         char v2used[64], char v1used[64])
 {
-    char text[1024], path[PM__CG_PATH + 32];
+    char text[1024] = "", path[PM__CG_PATH + 32];
+    /* Read only when a limit asks for a controller: a spawn without
+     * limits (the default) does not pay the kernfs open and read. */
     snprintf(path, sizeof(path), "%s/cgroup.controllers", w->own);
-    if (pm__cg_read_text(path, text, sizeof(text)) < 0)
+    if (wants_any(lim) && pm__cg_read_text(path, text, sizeof(text)) < 0)
         text[0] = '\0';
     for (int i = 0; i < PM__CG_NCTRL; i++) {
         if (!pm__cg_wants(lim, i))
@@ -500,8 +509,7 @@ int pm__cg_root_setup(pm__cg_root *r, const char *proc_cgroup, const char *mount
     memset(r, 0, sizeof(*r));
     r->mode = PM_CONTAIN_PROCESS_GROUP;
     if (make_dir(r, &w, proc_cgroup, mountinfo) > 0) {
-        if (!pm__cg_wants(lim, PM__CG_MEMORY) && !pm__cg_wants(lim, PM__CG_PIDS) &&
-            !pm__cg_wants(lim, PM__CG_CPU))
+        if (!wants_any(lim))
             return 0;
         static const char head[] = "limits need a cgroup: ";
         size_t len = strlen(r->why), room = sizeof(r->why) - sizeof(head);

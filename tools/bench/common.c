@@ -191,6 +191,11 @@ pm_options *bench_options(int workers, int exec_mode)
         pm_options_set_output(o, PM_OUTPUT_CAPTURE);
         pm_options_set_on_output(o, discard_output, NULL);
     }
+    /* PM_BENCH_CONTAIN=pgroup: process groups, never a cgroup (what
+     * containment in cgroups costs a spawn or a restart, same run). */
+    const char *contain = getenv("PM_BENCH_CONTAIN");
+    if (contain != NULL && strcmp(contain, "pgroup") == 0)
+        pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP);
     const char *lanes = getenv("PM_BENCH_LANES");
     if (bench_lanes >= 0)
         pm_options_set_direct_lanes(o, bench_lanes);
