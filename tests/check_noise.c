@@ -481,6 +481,107 @@ START_TEST(test_names)
 }
 END_TEST
 
+/* The protocol name's checks (noise.c parse_name, psk_number), one row a
+ * condition with the rest of the name valid: the result and which reason
+ * refused it, so that a check that lets a name through to a later one
+ * is seen. */
+#define SUITE_ "_25519_ChaChaPoly_SHA256"
+static const char W_LONG[] = "protocol name longer than 255 bytes";
+static const char W_PREFIX[] = "protocol name does not start with \"Noise_\"";
+static const char W_NOSUITE[] = "protocol name has no \"_25519_ChaChaPoly_SHA256\" after the pattern";
+static const char W_SUITE[] = "unsupported DH, cipher or hash: only 25519_ChaChaPoly_SHA256";
+static const char W_PATTERN[] = "unknown handshake pattern";
+static const char W_MODIFIER[] = "unsupported pattern modifier: only psk0..pskN";
+static const char W_BEYOND[] = "psk modifier beyond the last message of the pattern";
+static const char W_ORDER[] = "psk modifiers must be distinct and in ascending order";
+static const char W_MANY[] = "too many psk modifiers";
+static const char W_EMPTY[] = "empty pattern modifier after '+'";
+
+static const struct {
+    const char *name, *why; /* why NULL: accepted */
+} name_rows[] = {
+    {"Noise_XX" SUITE_, NULL},
+    {"NoiseZXX" SUITE_, W_PREFIX},      /* the sixth byte of the prefix */
+    {"noise_XX" SUITE_, W_PREFIX},
+    {"Noise_XX", W_NOSUITE},
+    {"Noise_XX_25519_ChaChaPoly_SHA25", W_SUITE},
+    {"Noise_XX" SUITE_ "_", W_SUITE},
+    /* The pattern is its capitals and digits: each edge of the two ranges
+     * ends it at the same place (an unknown pattern, not X and a
+     * modifier). */
+    {"Noise_XA" SUITE_, W_PATTERN},
+    {"Noise_XZ" SUITE_, W_PATTERN},
+    {"Noise_X0" SUITE_, W_PATTERN},
+    {"Noise_X9" SUITE_, W_PATTERN},
+    {"Noise_X@" SUITE_, W_MODIFIER}, /* one below 'A': a modifier */
+    {"Noise_X[" SUITE_, W_MODIFIER}, /* one above 'Z' */
+    {"Noise_X/" SUITE_, W_MODIFIER}, /* one below '0' */
+    {"Noise_X:" SUITE_, W_MODIFIER}, /* one above '9' */
+    {"Noise_X1X1" SUITE_, NULL},
+    {"Noise_XXpsk0" SUITE_, NULL},
+    {"Noise_XXpsk3" SUITE_, NULL},
+    {"Noise_NNpsk2" SUITE_, NULL},     /* NN's last message */
+    {"Noise_NNpsk3" SUITE_, W_BEYOND},
+    {"Noise_XXpsk" SUITE_, W_MODIFIER},  /* three bytes: no number */
+    {"Noise_XXpsk10" SUITE_, W_BEYOND},  /* two digits are a number */
+    {"Noise_XXpsk12" SUITE_, W_BEYOND},
+    {"Noise_XXpsk99" SUITE_, W_BEYOND},
+    {"Noise_XXpsk100" SUITE_, W_MODIFIER}, /* three are not */
+    {"Noise_XXpsk03" SUITE_, W_MODIFIER},  /* a leading zero */
+    {"Noise_XXpsk9" SUITE_, W_BEYOND},
+    {"Noise_XXpsk/" SUITE_, W_MODIFIER},
+    {"Noise_XXpsk:" SUITE_, W_MODIFIER},
+    {"Noise_XXpsk1)" SUITE_, W_MODIFIER}, /* ')' - '0' is -7: 10 - 7 would be psk3 */
+    {"Noise_XXpsx3" SUITE_, W_MODIFIER},
+    {"Noise_XXpak3" SUITE_, W_MODIFIER},
+    {"Noise_XXqsk3" SUITE_, W_MODIFIER},
+    {"Noise_XXabc3" SUITE_, W_MODIFIER},
+    {"Noise_XXpsk3+psk0" SUITE_, W_ORDER},
+    {"Noise_XXpsk3+psk3" SUITE_, W_ORDER},
+    {"Noise_XXpsk0+psk1+psk2+psk3" SUITE_, NULL},   /* four: the most */
+    {"Noise_X1K1psk0+psk1+psk2+psk3+psk4" SUITE_, W_MANY},
+    {"Noise_XXpsk3+" SUITE_, W_EMPTY},
+    {"Noise_XXpsk0psk2" SUITE_, W_MODIFIER},
+};
+
+/* "Noise_" + 'X' * (len - 6 - the suite) + the suite: a name of len bytes. */
+static void long_name(char *out, size_t len)
+{
+    size_t sl = strlen(SUITE_);
+    memcpy(out, "Noise_", 6);
+    memset(out + 6, 'X', len - 6 - sl);
+    memcpy(out + len - sl, SUITE_, sl + 1);
+}
+
+START_TEST(test_name_rows)
+{
+    for (size_t i = 0; i < ARRAY_LEN(name_rows); i++) {
+        pm__noise_hs *hs = NULL;
+        const char *why = "unset";
+        int rc = pm__noise_hs_new(&hs, name_rows[i].name, 1, NULL, 0, &why);
+        if (name_rows[i].why == NULL) {
+            ck_assert_msg(rc == 0, "row %zu: %s refused: %s", i, name_rows[i].name, why);
+            pm__noise_hs_free(hs);
+            continue;
+        }
+        ck_assert_msg(rc == -EPROTONOSUPPORT && hs == NULL, "row %zu: %s: %d", i, name_rows[i].name, rc);
+        ck_assert_msg(why != NULL && strcmp(why, name_rows[i].why) == 0, "row %zu: %s: \"%s\", not \"%s\"", i,
+                      name_rows[i].name, why, name_rows[i].why);
+    }
+    /* 255 bytes is the longest name: refused for its pattern, 256 for
+     * its length. */
+    char name[300];
+    for (size_t len = 254; len <= 256; len++) {
+        pm__noise_hs *hs = NULL;
+        const char *why = NULL;
+        long_name(name, len);
+        ck_assert_uint_eq(strlen(name), len);
+        ck_assert_int_eq(pm__noise_hs_new(&hs, name, 1, NULL, 0, &why), -EPROTONOSUPPORT);
+        ck_assert_str_eq(why, len <= 255 ? W_PATTERN : W_LONG);
+    }
+}
+END_TEST
+
 START_TEST(test_misuse)
 {
     pm__noise_hs *hs[2];
@@ -1385,6 +1486,7 @@ int main(void)
         pm_test_skip("libsodium does not initialise");
     Suite *s = suite_create("noise");
     PM_ADD_TEST(s, test_vectors, 60);
+    PM_ADD_TEST(s, test_name_rows, 30);
     PM_ADD_TEST(s, test_names, 30);
     PM_ADD_TEST(s, test_misuse, 30);
     PM_ADD_TEST(s, test_tampered_handshake, 120);
