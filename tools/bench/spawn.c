@@ -1,12 +1,83 @@
 /* SPDX-License-Identifier: MIT */
 /* spawn.c - pm-bench spawn: time to bring N workers to ready beside N bare children. */
+#define _GNU_SOURCE
 #include "bench.h"
 
+#include "channel/channel.h"
+#include "channel/ring.h"
+
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The kernel objects procmesh makes for each worker's channel, made as
+ * channel.c makes them (pm__channel_create: a sealed memfd holding both
+ * rings, mapped and not copied by a fork, the hub's eventfd, the worker's
+ * one-way doorbell pair, the fd-passing SEQPACKET pair with the least send
+ * buffer), and its pidfd after the fork. What a supervisor of this design
+ * pays per worker before any bookkeeping of its own. */
+typedef struct chan_floor_t {
+    int memfd, efd, db[2], sp[2], pidfd;
+    void *map;
+} chan_floor_t;
+
+static void chan_floor_make(chan_floor_t *ch, size_t size)
+{
+    ch->memfd = memfd_create("pm-bench-floor", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (ch->memfd < 0 || ftruncate(ch->memfd, (off_t)size) < 0 ||
+        fcntl(ch->memfd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+        die("spawn floor: a memfd");
+    ch->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
+    if (ch->map == MAP_FAILED)
+        die("spawn floor: mmap");
+    (void)madvise(ch->map, size, MADV_DONTFORK);
+    ch->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ch->efd < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, ch->db) < 0 ||
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, ch->sp) < 0)
+        die("spawn floor: a doorbell");
+    (void)shutdown(ch->db[0], SHUT_WR);
+    (void)shutdown(ch->db[1], SHUT_RD);
+    int one = 1;
+    (void)setsockopt(ch->sp[0], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
+    (void)setsockopt(ch->sp[1], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
+    ch->pidfd = -1;
+}
+
+static void chan_floor_free(chan_floor_t *ch, size_t size)
+{
+    int fds[] = {ch->memfd, ch->efd, ch->db[0], ch->db[1], ch->sp[0], ch->sp[1], ch->pidfd};
+    for (size_t i = 0; i < PM__ARRAY_SIZE(fds); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    munmap(ch->map, size);
+}
+
+/* The fork child of channel i: drops every other child's fds (the runs
+ * of numbers below and above its own, one close_range each, as forkdrop.c
+ * does), maps its ring. */
+static void chan_floor_child(chan_floor_t *chs, int i, size_t size)
+{
+    int lo = chs[0].memfd, mine_lo = chs[i].memfd, mine_hi = chs[i].sp[1];
+    if (mine_lo > lo)
+        (void)syscall(SYS_close_range, (unsigned)lo, (unsigned)mine_lo - 1, 0u);
+    if (i > 0) /* the earlier children's pidfds, past their channels */
+        (void)syscall(SYS_close_range, (unsigned)mine_hi + 1, ~0u, 0u);
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, chs[i].memfd, 0);
+    if (m == MAP_FAILED)
+        _exit(1);
+    *(volatile char *)m = 1;
+}
 
 /* N bare children that each write one byte to a pipe: the floor of
  * bringing N processes up and hearing from each. With cg, each in a
@@ -14,7 +85,7 @@
  * opened in the timed part, a fork child joining it by a write, an exec
  * child born in it (clone3, not held until its execve, as the burst of a
  * procmesh spawn is not); removed after. */
-static uint64_t baseline_spawn(int exec_mode, int n, int cg)
+static uint64_t baseline_spawn(int exec_mode, int n, int cg, int chan)
 {
     int p[2];
     if (pipe(p) < 0)
@@ -30,8 +101,30 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg)
         fprintf(stderr, "pm-bench: spawn floor: %s\n", why);
         exit(1);
     }
+    /* With chan (fork mode): the cluster's loop too, once per spawn (an
+     * io_uring, its timerfd and eventfd), and each child's channel. The
+     * pipe's write end is taken below the channels so that a child's
+     * drop of the others' fds keeps it. */
+    chan_floor_t *chs = chan ? calloc((size_t)n, sizeof(*chs)) : NULL;
+    size_t csize = PM__CTL_SIZE + 2 * pm__ring_region_size(256 * 1024); /* bench_options' rings */
+    if (chan && chs == NULL)
+        die("calloc");
     uint64_t t0 = pm__now_ns();
+    int ring_fd = -1, loop_fds[2] = {-1, -1};
+    if (chan) {
+        struct io_uring_params_floor {
+            uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd,
+                resv[3];
+            uint32_t sq_off[10], cq_off[10];
+        } prm;
+        memset(&prm, 0, sizeof(prm));
+        ring_fd = (int)syscall(SYS_io_uring_setup, 64u, &prm);
+        loop_fds[0] = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        loop_fds[1] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    }
     for (int i = 0; i < n; i++) {
+        if (chan)
+            chan_floor_make(&chs[i], csize);
         if (cg && cgfloor_leaf((unsigned)i, &leaves[i]) < 0)
             die("spawn floor: a cgroup");
         if (cg && exec_mode)
@@ -42,6 +135,15 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg)
             die("fork");
         if (pids[i] == 0 && cg && !exec_mode && write(leaves[i].procs_fd, "0", 1) != 1)
             _exit(1);
+        if (pids[i] == 0 && chan)
+            chan_floor_child(chs, i, csize);
+        if (pids[i] > 0 && chan) {
+            chs[i].pidfd = (int)syscall(SYS_pidfd_open, pids[i], 0u);
+            /* The worker's ends, as procmesh closes them after a fork. */
+            close(chs[i].db[1]);
+            close(chs[i].sp[1]);
+            chs[i].db[1] = chs[i].sp[1] = -1;
+        }
         /* The child has its copy (fork) or was born in it (exec): ours
          * would only add two fds a child to every later fork. */
         if (pids[i] > 0 && cg)
@@ -67,6 +169,14 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg)
     uint64_t t = pm__now_ns() - t0;
     for (int i = 0; i < n; i++)
         waitpid(pids[i], NULL, 0);
+    for (int i = 0; chan && i < n; i++)
+        chan_floor_free(&chs[i], csize);
+    free(chs);
+    if (ring_fd >= 0)
+        close(ring_fd);
+    for (int i = 0; i < 2; i++)
+        if (loop_fds[i] >= 0)
+            close(loop_fds[i]);
     for (int i = 0; cg && i < n; i++)
         cgfloor_leaf_remove((unsigned)i, &leaves[i]);
     if (cg)
@@ -136,7 +246,8 @@ int cmd_spawn(const bench_opts *opts)
     printf("spawn: time until N workers are ready, median of %u runs (ms)\n", runs);
     printf("  %-6s %-6s %14s %14s %12s\n", "mode", "N", "procmesh ms", "baseline ms", "ratio");
     int fds0 = open_fds();
-    uint64_t *v = calloc(runs, sizeof(*v)), *b = calloc(runs, sizeof(*b)), *f = calloc(runs, sizeof(*f));
+    uint64_t *v = calloc(runs, sizeof(*v)), *b = calloc(runs, sizeof(*b)), *f = calloc(runs, sizeof(*f)),
+             *fc = calloc(runs, sizeof(*fc));
     /* The floor in a cgroup per child, beside the bare baseline: what
      * procmesh's default containment costs on this kernel alone. */
     char why[400];
@@ -146,7 +257,9 @@ int cmd_spawn(const bench_opts *opts)
     if (opts->row == 0 && !cg)
         printf("  (no floor in cgroups: %s)\n", why);
     else if (cg)
-        printf("  (floor: N bare children, each in a cgroup made for it; ratios to the bare baseline)\n");
+        printf("  (floor: N bare children, each in a cgroup made for it; with channels, fork mode: also each\n"
+               "   one's channel as procmesh makes it and the cluster's loop, each child dropping the others'\n"
+               "   fds and mapping its ring; ratios to the bare baseline)\n");
     for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
         /* --row 1: fork mode only, 2: exec mode only; no baseline (for
          * strace -c, perf stat). */
@@ -155,8 +268,9 @@ int cmd_spawn(const bench_opts *opts)
         for (size_t k = 0; k < ncounts; k++) {
             int n = counts[k];
             for (unsigned r = 0; r < runs; r++) {
-                b[r] = opts->row != 0 ? 1 : baseline_spawn(exec_mode, n, 0);
-                f[r] = cg ? baseline_spawn(exec_mode, n, 1) : 0;
+                b[r] = opts->row != 0 ? 1 : baseline_spawn(exec_mode, n, 0, 0);
+                f[r] = cg ? baseline_spawn(exec_mode, n, 1, 0) : 0;
+                fc[r] = cg && !exec_mode ? baseline_spawn(exec_mode, n, 1, 1) : 0;
                 pm_options *o = bench_options(n, exec_mode);
                 /* 1,024 exec'd workers start at once on a few CPUs: the
                  * last is ready seconds after its fork, past the default
@@ -178,10 +292,13 @@ int cmd_spawn(const bench_opts *opts)
                 pm_cluster_terminate(c);
                 pm_options_free(o);
             }
-            uint64_t mv = median(v, runs), mb = median(b, runs), mf = median(f, runs);
+            uint64_t mv = median(v, runs), mb = median(b, runs), mf = median(f, runs), mfc = median(fc, runs);
             if (cg)
                 printf("  %-6s %-6d %14s %14.3f %11.2fx   floor in cgroups\n", exec_mode ? "exec" : "fork", n,
                        "-", (double)mf / 1e6, (double)mf / (double)mb);
+            if (cg && !exec_mode)
+                printf("  %-6s %-6d %14s %14.3f %11.2fx   floor in cgroups, with channels\n", "fork", n, "-",
+                       (double)mfc / 1e6, (double)mfc / (double)mb);
             if (opts->row != 0)
                 printf("  %-6s %-6d %14.3f %14s %12s\n", exec_mode ? "exec" : "fork", n,
                        (double)mv / 1e6, "-", "-");
@@ -193,5 +310,6 @@ int cmd_spawn(const bench_opts *opts)
     free(v);
     free(b);
     free(f);
+    free(fc);
     return 0;
 }
