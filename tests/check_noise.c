@@ -561,6 +561,7 @@ START_TEST(test_name_rows)
         int rc = pm__noise_hs_new(&hs, name_rows[i].name, 1, NULL, 0, &why);
         if (name_rows[i].why == NULL) {
             ck_assert_msg(rc == 0, "row %zu: %s refused: %s", i, name_rows[i].name, why);
+            ck_assert_msg(why == NULL, "row %zu: accepted, with a reason left: %s", i, why);
             pm__noise_hs_free(hs);
             continue;
         }
@@ -579,6 +580,116 @@ START_TEST(test_name_rows)
         ck_assert_int_eq(pm__noise_hs_new(&hs, name, 1, NULL, 0, &why), -EPROTONOSUPPORT);
         ck_assert_str_eq(why, len <= 255 ? W_PATTERN : W_LONG);
     }
+    /* No secret memory (madvise refused, in a fork child, whose cache
+     * holds none of this process's blocks): refused with the reason and
+     * an errno, nothing returned. */
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__noise_hs *hs = (pm__noise_hs *)&pid;
+        const char *why = NULL;
+        int bad = pm_test_filter_call(__NR_madvise, SECCOMP_RET_ERRNO | EINVAL) != 0;
+        int rc = pm__noise_hs_new(&hs, "Noise_XX" SUITE_, 1, NULL, 0, &why);
+        bad = bad || rc >= 0 || hs != NULL || why == NULL ||
+              strcmp(why, "no secret memory (sodium_malloc or madvise failed)") != 0;
+        _exit(bad ? 1 : 0);
+    }
+    int status = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "without secret memory: status %#x", status);
+}
+END_TEST
+
+/* The keys a pattern needs before its first message (noise.c start), one
+ * row a rule with the others met: our static key when we send it in a
+ * message (the initiator's in message 0 or 2, the responder's in 1) or it
+ * is our pre-message; the peer's when it is the peer's pre-message; every
+ * psk. The first write (initiator) or read (responder) is -ENOKEY; with
+ * the key given, it goes on. */
+static const struct {
+    const char *name;
+    int initiator, s, rs, psk, want;
+} key_rows[] = {
+    {"Noise_X" SUITE_, 1, 0, 1, 0, -ENOKEY},  /* s in message 0 */
+    {"Noise_X" SUITE_, 1, 1, 1, 0, 0},
+    {"Noise_XX" SUITE_, 1, 0, 0, 0, -ENOKEY}, /* s in message 2 */
+    {"Noise_XX" SUITE_, 1, 1, 0, 0, 0},
+    {"Noise_XX" SUITE_, 0, 0, 0, 0, -ENOKEY}, /* s in message 1 */
+    {"Noise_XX" SUITE_, 0, 1, 0, 0, 0},
+    {"Noise_X1K1" SUITE_, 1, 0, 1, 0, -ENOKEY}, /* s in message 2 of 4 */
+    {"Noise_K" SUITE_, 1, 0, 1, 0, -ENOKEY},  /* our pre-message, sent in none */
+    {"Noise_K" SUITE_, 1, 1, 1, 0, 0},
+    {"Noise_K" SUITE_, 0, 0, 1, 0, -ENOKEY},  /* the responder's pre-message */
+    {"Noise_K" SUITE_, 0, 1, 0, 0, -ENOKEY},  /* the initiator's, as its rs */
+    {"Noise_K" SUITE_, 0, 1, 1, 0, 0},
+    {"Noise_NK" SUITE_, 1, 0, 0, 0, -ENOKEY}, /* the peer's pre-message */
+    {"Noise_NK" SUITE_, 1, 0, 1, 0, 0},
+    {"Noise_NN" SUITE_, 1, 0, 0, 0, 0},       /* nothing to give */
+    {"Noise_NN" SUITE_, 0, 0, 0, 0, 0},
+    {"Noise_NNpsk0" SUITE_, 1, 0, 0, 0, -ENOKEY},
+    {"Noise_NNpsk0" SUITE_, 1, 0, 0, 1, 0},
+};
+
+START_TEST(test_start_key_rows)
+{
+    unsigned char pub_i[32], pub_r[32], msg[512], back[512];
+    ck_assert_int_eq(crypto_scalarmult_curve25519_base(pub_i, key_i), 0);
+    ck_assert_int_eq(crypto_scalarmult_curve25519_base(pub_r, key_r), 0);
+    for (size_t i = 0; i < ARRAY_LEN(key_rows); i++) {
+        pm__noise_hs *hs;
+        int ini = key_rows[i].initiator;
+        ck_assert_int_eq(pm__noise_hs_new(&hs, key_rows[i].name, ini, NULL, 0, NULL), 0);
+        if (key_rows[i].s)
+            ck_assert_int_eq(pm_test_noise_set_static(hs, ini ? key_i : key_r), 0);
+        if (key_rows[i].rs)
+            ck_assert_int_eq(pm_test_noise_set_remote_static(hs, ini ? pub_r : pub_i), 0);
+        if (key_rows[i].psk)
+            ck_assert_int_eq(pm__noise_hs_set_psk(hs, 0, psk_a), 0);
+        size_t len;
+        int rc;
+        if (ini) {
+            /* An empty payload given as NULL: nothing is read from it. */
+            rc = pm__noise_write_message(hs, NULL, 0, msg, sizeof(msg), &len);
+        } else {
+            /* The initiator's first message, made by a peer with every key. */
+            pm__noise_hs *peer;
+            ck_assert_int_eq(pm__noise_hs_new(&peer, key_rows[i].name, 1, NULL, 0, NULL), 0);
+            (void)pm_test_noise_set_static(peer, key_i);
+            (void)pm_test_noise_set_remote_static(peer, pub_r);
+            ck_assert_int_eq(pm__noise_write_message(peer, NULL, 0, msg, sizeof(msg), &len), 0);
+            pm__noise_hs_free(peer);
+            /* Without a key yet (NN) the empty payload needs no buffer:
+             * NULL, nothing written to it. */
+            int keyless = strncmp(key_rows[i].name, "Noise_NN_", 9) == 0;
+            rc = pm__noise_read_message(hs, msg, len, keyless ? NULL : back, keyless ? 0 : sizeof(back), &len);
+        }
+        ck_assert_msg(rc == key_rows[i].want, "row %zu: %s, %s: %d, not %d", i, key_rows[i].name,
+                      ini ? "initiator" : "responder", rc, key_rows[i].want);
+        pm__noise_hs_free(hs);
+    }
+}
+END_TEST
+
+/* After the last message: no size, no write, no read. */
+START_TEST(test_done_refuses)
+{
+    pm__noise_hs *hs[2];
+    unsigned char msg[512], back[512];
+    size_t len;
+    new_pair(hs, XXPSK3, "", 0);
+    /* A payload length that would wrap the sum of the message's parts. */
+    ck_assert_int_eq(pm__noise_write_size(hs[0], SIZE_MAX), -EMSGSIZE);
+    ck_assert_int_eq(pm__noise_write_size(hs[0], SIZE_MAX - 47), -EMSGSIZE);
+    pass(hs, 0, msg, &len);
+    pass(hs, 1, msg, &len);
+    pass(hs, 0, msg, &len);
+    for (int side = 0; side < 2; side++) {
+        ck_assert_int_eq(pm__noise_hs_done(hs[side]), 1);
+        ck_assert_int_eq(pm__noise_write_size(hs[side], 0), -EINVAL);
+        ck_assert_int_eq(pm__noise_write_message(hs[side], NULL, 0, msg, sizeof(msg), &len), -EINVAL);
+        ck_assert_int_eq(pm__noise_read_message(hs[side], msg, 64, back, sizeof(back), &len), -EINVAL);
+    }
+    pm__noise_hs_free(hs[0]);
+    pm__noise_hs_free(hs[1]);
 }
 END_TEST
 
@@ -1487,6 +1598,8 @@ int main(void)
     Suite *s = suite_create("noise");
     PM_ADD_TEST(s, test_vectors, 60);
     PM_ADD_TEST(s, test_name_rows, 30);
+    PM_ADD_TEST(s, test_start_key_rows, 30);
+    PM_ADD_TEST(s, test_done_refuses, 30);
     PM_ADD_TEST(s, test_names, 30);
     PM_ADD_TEST(s, test_misuse, 30);
     PM_ADD_TEST(s, test_tampered_handshake, 120);
