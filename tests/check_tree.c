@@ -1007,6 +1007,82 @@ static void leaf_files_gone(const char *slot, unsigned gen)
     }
 }
 
+/* 1 when scratch/rel exists. */
+static int there(const char *rel)
+{
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%.200s", scratch, rel);
+    return stat(path, &st) == 0;
+}
+
+START_TEST(test_sweep_stale)
+{
+    /* cgroup.c sweep_stale, at a cluster's setup, on a scratch tree (plain
+     * directories, which rmdir removes when empty as cgroupfs does): what
+     * a supervisor killed before its cleanup left in the parent goes,
+     * procmesh.<pid>.<ns>.<k> and the older procmesh.<pid>.<ns> with their
+     * slot<N>/g<K>, when the pid is dead in our pid namespace; a live
+     * pid's, another namespace's, a name with anything after the number,
+     * and anything not procmesh's stay. */
+    snprintf(scratch, sizeof(scratch), "/tmp/pm-cg-sweep.%d", (int)getpid());
+    ck_assert_int_eq(mkdir(scratch, 0755), 0);
+    sub("svc");
+    put("svc/cgroup.controllers", "");
+    struct stat st;
+    ck_assert_int_eq(stat("/proc/self/ns/pid", &st), 0);
+    unsigned long long ns = (unsigned long long)st.st_ino;
+    pid_t dead = pm_test_fork();
+    ck_assert_int_ge(dead, 0);
+    if (dead == 0)
+        _exit(0);
+    pm_test_reap(dead, 10000);
+    ck_assert_int_eq(kill(dead, 0), -1);
+    char rel[40][128];
+    int gone[40], n = 0;
+#define DIR_(want_gone, ...)                                        \
+    do {                                                            \
+        snprintf(rel[n], sizeof(rel[n]), __VA_ARGS__);              \
+        sub(rel[n]);                                                \
+        gone[n++] = (want_gone);                                    \
+    } while (0)
+    DIR_(1, "svc/procmesh.%d.%llu.3", (int)dead, ns);
+    DIR_(1, "svc/procmesh.%d.%llu.3/slot0", (int)dead, ns);
+    DIR_(1, "svc/procmesh.%d.%llu.3/slot0/g1", (int)dead, ns);
+    DIR_(1, "svc/procmesh.%d.%llu.3/slot1", (int)dead, ns);
+    DIR_(1, "svc/procmesh.%d.%llu", (int)dead, ns);
+    DIR_(1, "svc/procmesh.%d.%llu/slot0", (int)dead, ns);
+    DIR_(1, "svc/procmesh.%d.%llu/slot0/g2", (int)dead, ns);
+    DIR_(0, "svc/procmesh.%d.%llu.1", (int)getppid(), ns);       /* alive */
+    DIR_(0, "svc/procmesh.%d.%llu.1", (int)dead, ns + 1);        /* another namespace */
+    DIR_(0, "svc/procmesh.%d.%llu.1x", (int)dead, ns);           /* not a number */
+    DIR_(0, "svc/procmesh.%d.%llu.", (int)dead, ns);
+    DIR_(0, "svc/procmesh.%d.%llux", (int)dead, ns);
+    DIR_(0, "svc/procmesh.%d", (int)dead);
+    DIR_(0, "svc/other.%d.%llu.1", (int)dead, ns);
+#undef DIR_
+    char mi[512];
+    snprintf(mi, sizeof(mi), "40 30 0:37 / %s rw - cgroup2 cgroup2 rw\n", scratch);
+    pm__cg_limits none;
+    memset(&none, 0, sizeof(none));
+    pm__cg_root r;
+    ck_assert_int_eq(pm__cg_root_setup(&r, "0::/svc\n", mi, &none), 0);
+    ck_assert_int_eq(r.mode, PM_CONTAIN_CGROUP);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(there(rel[i]) == !gone[i], "%s %s", rel[i], gone[i] ? "left" : "removed");
+    /* Ours, made by the setup, is procmesh.<pid>.<ns>.<k>. */
+    char mine[128];
+    snprintf(mine, sizeof(mine), "svc/%s", r.name);
+    ck_assert(there(mine));
+    ck_assert_msg(strncmp(r.name, "procmesh.", 9) == 0, "%s", r.name);
+    pm__cg_root_close(&r);
+    ck_assert(!there(mine));
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", scratch);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_scratch_v2)
 {
     /* fd 0 free, as in a supervisor started without stdin: a leaf's
@@ -1018,10 +1094,13 @@ START_TEST(test_scratch_v2)
     sub("svc");
     put("svc/cgroup.controllers", "cpu io memory pids\n");
     put("svc/cgroup.subtree_control", "");
-    char own[64], slot[96];
+    char own[96], slot[128];
     struct stat ns;
     ck_assert_int_eq(stat("/proc/self/ns/pid", &ns), 0);
-    snprintf(own, sizeof(own), "svc/procmesh.%d.%llu", (int)getpid(), (unsigned long long)ns.st_ino);
+    /* This process's next cluster number: the directory the setup below
+     * makes (cgroup.h, pm__cg_clusters). */
+    snprintf(own, sizeof(own), "svc/procmesh.%d.%llu.%u", (int)getpid(), (unsigned long long)ns.st_ino,
+             atomic_load(&pm__cg_clusters) + 1);
     snprintf(slot, sizeof(slot), "%s/slot0", own);
     /* Directories cgroupfs would fill in: made ahead with their files. */
     sub(own);
@@ -1399,12 +1478,9 @@ static void deleg_child(const char *t, int cluster, int fd)
         pm_options_free(o);
         snprintf(why, sizeof(why), "%s", spawn_why);
         if (rc == 0) {
-            struct stat ns;
-            (void)stat("/proc/self/ns/pid", &ns);
             for (int i = 0; i < 2; i++) {
                 char lim[64] = "?";
-                snprintf(dir, sizeof(dir), "%s/procmesh.%d.%llu/slot%d/memory.max", t,
-                         (int)getpid(), (unsigned long long)ns.st_ino, i);
+                snprintf(dir, sizeof(dir), "%s/slot%d/memory.max", c->cg.v2, i);
                 int lf = open(dir, O_RDONLY | O_CLOEXEC);
                 if (lf >= 0) {
                     pm_test_read_all(lf, lim, sizeof(lim));
@@ -1674,6 +1750,57 @@ START_TEST(test_contain_process_group)
                   "the reason: %s", first_stop);
     const char *made = cluster_dir_in(dirs);
     ck_assert_msg(made == NULL, "a refused process-group cluster made %s", made);
+}
+END_TEST
+
+/* The state letter of /proc/PID/stat ('Z' for a zombie), or 0. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (pm_test_read_file(path, buf, sizeof(buf)) <= 0)
+        return 0;
+    const char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' ? p[2] : 0;
+}
+
+START_TEST(test_two_clusters_apart)
+{
+    /* Two clusters of one process at once, in fork and in exec mode: each
+     * has a cgroup directory of its own (their slot 0 is not one cgroup),
+     * and terminating one, which kills its slots' cgroups, leaves the
+     * other's worker running: not killed, not restarted. */
+    for (int exec = 0; exec < 2; exec++) {
+        pm_cluster *c[2];
+        pm_slot_info si[2];
+        char cg[2][4096], why[2][320], path[64];
+        for (int k = 0; k < 2; k++) {
+            pm_options *o = opts(1);
+            if (exec)
+                exec_opts(o, "ready", NULL);
+            else
+                pm_options_set_bootstrap(o, boot_ready, NULL);
+            c[k] = spawn_free(o);
+            ck_assert_int_eq(pm_cluster_containment(c[k], why[k], sizeof(why[k])), PM_CONTAIN_CGROUP);
+            ck_assert_int_eq(pm_cluster_slot_info(c[k], 0, &si[k]), 0);
+            snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)si[k].pid);
+            ck_assert_int_gt(pm_test_read_file(path, cg[k], sizeof(cg[k])), 0);
+        }
+        ck_assert_msg(strcmp(why[0], why[1]) != 0, "both clusters in %s", why[0]);
+        ck_assert_msg(strcmp(cg[0], cg[1]) != 0, "both slot 0 workers in\n%s", cg[0]);
+        ck_assert_int_ge(pm_cluster_terminate(c[0]), 0);
+        /* The first one's end is over: a kill of the second's worker
+         * would have landed (a zombie now, or already restarted). */
+        char st = proc_state(si[1].pid);
+        ck_assert_msg(st != 0 && st != 'Z' && st != 'X', "the other cluster's %s worker %d: state '%c'",
+                      exec ? "exec" : "fork", (int)si[1].pid, st ? st : '?');
+        pm_cluster_run(c[1], 50);
+        pm_slot_info after;
+        ck_assert_int_eq(pm_cluster_slot_info(c[1], 0, &after), 0);
+        ck_assert_int_eq(after.pid, si[1].pid);
+        ck_assert_uint_eq(after.incarnation, si[1].incarnation);
+        ck_assert_int_ge(pm_cluster_terminate(c[1]), 0);
+    }
 }
 END_TEST
 
@@ -2067,6 +2194,7 @@ int main(void)
     Suite *s = suite_create("tree");
     PM_ADD_TEST(s, test_parsers, 0);
     PM_ADD_TEST(s, test_scratch_v2, 0);
+    PM_ADD_TEST(s, test_sweep_stale, 0);
     PM_ADD_TEST(s, test_slot_fields, 0);
     PM_ADD_TEST(s, test_setters_refuse, 0);
     PM_ADD_TEST(s, test_rlimit, 0);
@@ -2081,6 +2209,7 @@ int main(void)
     if (ro)
         PM_ADD_LOOP_TEST(s, test_contain_refused, 0, 4, 60);
     if (tree) {
+        PM_ADD_TEST(s, test_two_clusters_apart, 0);
         PM_ADD_TEST(s, test_tree_exit, 0);
         PM_ADD_TEST(s, test_tree_exit_failure, 0);
         PM_ADD_TEST(s, test_tree_crash, 0);

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* cgroup.c - the cluster's cgroups: where they live, the cluster's directory, the controllers its limits need; the parsers of the cgroup files.
  *
- * Layout: <the supervisor's own v2 cgroup>/procmesh.<pid>.<pidns>/slot<N>/g<K>.
+ * Layout: <the supervisor's own v2 cgroup>/procmesh.<pid>.<pidns>.<k>/slot<N>/g<K>,
+ * k the cluster's number in its process (two clusters of one process at
+ * once each have their own slot<N>: a kill of one's must not end the
+ * other's worker; check_tree test_two_clusters_apart).
  * slot<N> is made with its limits when the cluster is created and holds no
  * process; its limits cover the leaves g<K> below it, whose processes are
  * charged to it (a leaf enables no controller of its own). An exec-mode
@@ -19,14 +22,14 @@
  * starts, into the leaf made ahead; taking it makes that leaf the current
  * one and the old one, empty, the one made ahead (pm__cg_slot_advance), so
  * that two leaves take turns and no restart makes or removes a cgroup.
- * procmesh.<pid> goes into the supervisor's own cgroup; when that is a
- * delegated one holding procmesh alone, procmesh first moves into a leaf
- * of it (leave_own).
+ * procmesh.<pid>.<pidns>.<k> goes into the supervisor's own cgroup; when
+ * that is a delegated one holding procmesh alone, procmesh first moves
+ * into a leaf of it (leave_own).
  *
  * On hybrid hosts whose v2 tree has no controllers (the limits'
  * controllers are bound to v1 hierarchies), the v2 tree still tracks and
  * kills the processes, and the limits are written in <own v1
- * cgroup>/procmesh.<pid>.<pidns>/slot<N> per controller, which each child
+ * cgroup>/procmesh.<pid>.<pidns>.<k>/slot<N> per controller, which each child
  * joins by a write (v1 has no CLONE_INTO_CGROUP): on such hosts that
  * write, and its grace period, stays on the restart path.
  *
@@ -247,8 +250,9 @@ void pm__cg_rmdir_tree(const char *dir, int depth)
 /* ------------------------------------------------------------ stale directories */
 
 /* Our pid namespace, as the inode of /proc/self/ns/pid (0 when /proc
- * cannot say): part of the cluster directory's name, procmesh.<pid>.<ns>,
- * because a pid alone names a process only within its namespace. */
+ * cannot say): part of the cluster directory's name,
+ * procmesh.<pid>.<ns>.<k>, because a pid alone names a process only within
+ * its namespace. */
 static unsigned long long pidns_id(void)
 {
     struct stat st;
@@ -256,16 +260,15 @@ static unsigned long long pidns_id(void)
 }
 
 /* Removes what a supervisor killed before it could clean up (SIGKILL, a
- * crash) left below parent: procmesh.<pid>.<ns> of a pid that no longer
- * exists in our namespace,
- * and its slot directories. rmdir refuses a cgroup that still holds a
- * process, so nothing alive is ever cut loose. */
-static void sweep_stale(const char *parent)
+ * crash) left below parent: procmesh.<pid>.<ns>.<k> (or procmesh.<pid>.<ns>,
+ * as versions before the cluster number named it) of a pid that no longer
+ * exists in our namespace ns, and its slot directories. rmdir refuses a
+ * cgroup that still holds a process, so nothing alive is ever cut loose. */
+static void sweep_stale(const char *parent, unsigned long long ns)
 {
     DIR *d = opendir(parent);
     if (d == NULL)
         return;
-    unsigned long long ns = pidns_id();
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         char *end;
@@ -276,13 +279,17 @@ static void sweep_stale(const char *parent)
          * something here. Another namespace's (a container, procmesh as
          * PID 1 of its own) is its owner's to sweep, and a pid that does
          * not exist here may well be alive there. */
-        if (*end != '.' || strtoull(end + 1, &end, 10) != ns || *end != '\0')
+        if (*end != '.' || strtoull(end + 1, &end, 10) != ns)
+            continue;
+        if (*end == '.' && end[1] >= '0' && end[1] <= '9')
+            (void)strtoul(end + 1, &end, 10);
+        if (*end != '\0')
             continue;
         if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
         char dir[PM__CG_PATH + 300];
         snprintf(dir, sizeof(dir), "%s/%s", parent, e->d_name);
-        pm__cg_rmdir_tree(dir, 2); /* procmesh.<pid>.<ns>/slot<N>/g<K> */
+        pm__cg_rmdir_tree(dir, 2); /* procmesh.<pid>.<ns>.<k>/slot<N>/g<K> */
     }
     closedir(d);
 }
@@ -423,12 +430,14 @@ struct where {
     int own_is_root;
 };
 
-/* Finds our v2 cgroup and makes procmesh.<pid>.<ns> in it: 0, or 1 with
- * why filled when there is none to use (process groups then). */
+atomic_uint pm__cg_clusters;
+
+/* Finds our v2 cgroup and makes procmesh.<pid>.<ns>.<k> in it: 0, or 1
+ * with why filled when there is none to use (process groups then). */
 static int make_dir(pm__cg_root *r, struct where *w, const char *proc_cgroup,
                     const char *mountinfo)
 {
-    char dir[PM__CG_PATH + 32];
+    char dir[PM__CG_PATH + 96]; /* own, '/', the name (64) or "cgroup.kill" */
     pm__cg_parse_mounts(mountinfo, w->v2mnt, w->v2root, w->v1mnt, w->v1root);
     if (pm__cg_parse_self(proc_cgroup, w->v2rel, sizeof(w->v2rel), w->v1rel) < 0 ||
         w->v2rel[0] == '\0' || w->v2mnt[0] == '\0')
@@ -439,9 +448,12 @@ static int make_dir(pm__cg_root *r, struct where *w, const char *proc_cgroup,
     w->own_is_root = strcmp(w->v2rel, "/") == 0;
     own_base(w->own);
     /* Our own child directory: several supervisors (and tests) share a
-     * parent; none writes outside its procmesh.<pid>.<pidns>. */
-    sweep_stale(w->own);
-    snprintf(dir, sizeof(dir), "%s/procmesh.%d.%llu", w->own, (int)getpid(), pidns_id());
+     * parent; none writes outside its procmesh.<pid>.<pidns>.<k>. */
+    unsigned long long ns = pidns_id();
+    sweep_stale(w->own, ns);
+    snprintf(r->name, sizeof(r->name), "procmesh.%d.%llu.%u", (int)getpid(), ns,
+             atomic_fetch_add(&pm__cg_clusters, 1) + 1);
+    snprintf(dir, sizeof(dir), "%s/%s", w->own, r->name);
     if (strlen(dir) >= sizeof(r->v2))
         return why_fmt(r, 1, "process group per incarnation: cgroup path too long");
     int rc = pm__cg_mkdir(dir);
@@ -464,9 +476,8 @@ static int make_v1_dir(pm__cg_root *r, const struct where *w, int i)
         pm__cg_join(v1own, sizeof(v1own), w->v1mnt[i], w->v1root[i], w->v1rel[i]) < 0)
         return why_fmt(r, -EOPNOTSUPP, "no %s controller for the %s limit (neither in the "
                        "cgroup v2 tree nor as a v1 hierarchy)", ctrl_name[i], ctrl_name[i]);
-    sweep_stale(v1own);
-    int n = snprintf(r->v1[i], sizeof(r->v1[i]), "%s/procmesh.%d.%llu", v1own, (int)getpid(),
-                     pidns_id());
+    sweep_stale(v1own, pidns_id());
+    int n = snprintf(r->v1[i], sizeof(r->v1[i]), "%s/%s", v1own, r->name);
     int rc = n < 0 || (size_t)n >= sizeof(r->v1[i]) ? -ENAMETOOLONG : pm__cg_mkdir(r->v1[i]);
     if (rc < 0) {
         why_fmt(r, 0, "cannot create %s: %s", r->v1[i], strerror(-rc));

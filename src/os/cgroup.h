@@ -3,6 +3,7 @@
 #ifndef PM_CGROUP_H
 #define PM_CGROUP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -25,8 +26,9 @@ typedef struct pm__cg_limits {
  * v2 is non-empty, else PM_CONTAIN_PROCESS_GROUP. */
 typedef struct pm__cg_root {
     int mode;
-    char v2[PM__CG_PATH];                 /* <own v2 cgroup>/procmesh.<pid>.<pidns>, or "" */
-    char v1[PM__CG_NCTRL][PM__CG_PATH];   /* <v1 mount><own>/procmesh.<pid>.<pidns> per controller used, or "" */
+    char name[64];                        /* procmesh.<pid>.<pidns>.<k>: this process's k-th cluster */
+    char v2[PM__CG_PATH];                 /* <own v2 cgroup>/<name>, or "" */
+    char v1[PM__CG_NCTRL][PM__CG_PATH];   /* <v1 mount><own>/<name> per controller used, or "" */
     int has_kill;                         /* cgroup.kill exists (Linux 5.14) */
     int v2_ctrl[PM__CG_NCTRL];            /* the limit is written in the v2 tree */
     char why[256];                        /* the mode in words (logged at start, /status) */
@@ -108,7 +110,7 @@ void pm__cg_rmdir_tree(const char *dir, int depth);
 /* ---- I/O ---- */
 
 /* Finds a writable place for the cluster's cgroups and creates
- * procmesh.<pid> there (never writing outside it but for enabling the
+ * procmesh.<pid>.<pidns>.<k> there (never writing outside it but for enabling the
  * controllers the limits need in its parent's subtree_control; when that
  * parent, our own cgroup, holds this process alone and the kernel refuses
  * (EBUSY), this process first moves itself into <own>/supervisor: see
@@ -120,15 +122,20 @@ void pm__cg_rmdir_tree(const char *dir, int depth);
 int pm__cg_root_setup(pm__cg_root *r, const char *proc_cgroup, const char *mountinfo,
                       const pm__cg_limits *lim);
 /* Enables controller ctrl ("memory") for the children of own (the only
- * write outside procmesh.<pid>), then of dir (procmesh.<pid>), so that the
+ * write outside the cluster's directory), then of dir (that directory), so that the
  * slots below dir have it; own_is_root: own is the tree's root. When own
  * holds this process alone, it moves into own/supervisor first (see
  * pm__cg_enable_decide). 0, or -EOPNOTSUPP with r->why filled. */
 int pm__cg_enable(pm__cg_root *r, const char *own, int own_is_root, const char *dir,
                   const char *ctrl);
+/* The clusters this process has made cgroups for: the next one's
+ * directory is procmesh.<pid>.<pidns>.<pm__cg_clusters + 1>. Two clusters
+ * of one process at once must not share one (a kill of one's slot would
+ * end the other's worker). */
+extern atomic_uint pm__cg_clusters;
 /* pm__cg_root_setup on this process's own files. */
 int pm__cg_root_setup_self(pm__cg_root *r, const pm__cg_limits *lim);
-/* Removes procmesh.<pid> (its slots must be closed). errno kept. */
+/* Removes the cluster's directory (its slots must be closed). errno kept. */
 void pm__cg_root_close(pm__cg_root *r);
 
 /* Creates slot index's cgroup with the limits, ahead of any incarnation.

@@ -13,7 +13,7 @@
  * contains its children in cgroups pays here, so a target below it cannot
  * be met with containment on (doc/benchmarks.md, stop 64).
  *
- * The leaves live in a procmesh.<pid> directory made by the library's own
+ * The leaves live in a procmesh.<pid>.<ns>.<k> directory made by the library's own
  * code (pm__cg_root_setup_self): the same place, the same delegation rules.
  */
 #define _GNU_SOURCE

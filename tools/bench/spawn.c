@@ -94,8 +94,8 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg, int chan)
     cgfloor_leaf_t *leaves = cg ? calloc((size_t)n, sizeof(*leaves)) : NULL;
     if (pids == NULL || (cg && leaves == NULL))
         die("calloc");
-    /* The bench's procmesh.<pid> directory is the one its clusters use
-     * too, removed by each cluster's end: made again for each run. */
+    /* The floor's own procmesh.<pid>.<ns>.<k> directory (cgfloor.c),
+     * made again for each run, as each cluster makes its own. */
     char why[400];
     if (cg && cgfloor_open(why, sizeof(why)) < 0) {
         fprintf(stderr, "pm-bench: spawn floor: %s\n", why);
