@@ -669,6 +669,82 @@ START_TEST(test_start_key_rows)
 }
 END_TEST
 
+/* The arguments of the message calls, one row a condition with the
+ * others valid: a misuse is -EINVAL and moves nothing (the same pair then
+ * completes its handshake); what the checks let through is not refused. */
+START_TEST(test_message_argument_rows)
+{
+    pm__noise_hs *hs[2];
+    unsigned char msg[PM__NOISE_MAX_MSG], back[PM__NOISE_MAX_MSG];
+    size_t len = 0, got = 0;
+    new_pair(hs, XXPSK3, "", 0);
+    /* write: out, out_len, a payload length without a payload. */
+    ck_assert_int_eq(pm__noise_write_message(hs[0], "hi", 2, NULL, sizeof(msg), &len), -EINVAL);
+    ck_assert_int_eq(pm__noise_write_message(hs[0], "hi", 2, msg, sizeof(msg), NULL), -EINVAL);
+    ck_assert_int_eq(pm__noise_write_message(hs[0], NULL, 1, msg, sizeof(msg), &len), -EINVAL);
+    ck_assert_int_eq(pm_test_noise_my_turn(hs[0]), 1);
+    /* The largest message there is: PM__NOISE_MAX_MSG bytes, read whole. */
+    static unsigned char big[PM__NOISE_MAX_MSG];
+    size_t room = PM__NOISE_MAX_MSG - 48; /* e (32) and the payload's tag (16) */
+    memset(big, 'b', room);
+    ck_assert_int_eq(pm__noise_write_message(hs[0], big, room, msg, sizeof(msg), &len), 0);
+    ck_assert_uint_eq(len, PM__NOISE_MAX_MSG);
+    /* read: a length without a message, a room without a buffer, no
+     * length out. */
+    ck_assert_int_eq(pm__noise_read_message(hs[1], NULL, len, back, sizeof(back), &got), -EINVAL);
+    ck_assert_int_eq(pm__noise_read_message(hs[1], msg, len, NULL, sizeof(back), &got), -EINVAL);
+    ck_assert_int_eq(pm__noise_read_message(hs[1], msg, len, back, sizeof(back), NULL), -EINVAL);
+    ck_assert_int_eq(pm__noise_read_message(hs[1], msg, len, back, sizeof(back), &got), 0);
+    ck_assert_uint_eq(got, room);
+    ck_assert_int_eq(memcmp(back, big, room), 0);
+    /* The rest of the handshake, unharmed by the refusals. */
+    pass(hs, 1, msg, &len);
+    pass(hs, 0, msg, &len);
+    ck_assert_int_eq(pm__noise_hs_done(hs[1]), 1);
+    unsigned char rs[32];
+    ck_assert_int_eq(pm__noise_hs_remote_static(hs[1], NULL), -EINVAL);
+    ck_assert_int_eq(pm__noise_hs_remote_static(hs[1], rs), 0);
+    ck_assert_int_eq(pm__noise_split(hs[1], 0, NULL), -EINVAL);
+    pm__noise_transport *tr;
+    ck_assert_int_eq(pm__noise_split(hs[1], 0, &tr), 0); /* the refusal moved nothing */
+    pm__noise_transport_free(tr);
+    pm__noise_hs_free(hs[0]);
+    pm__noise_hs_free(hs[1]);
+
+    /* A message of no bytes, given as NULL: let through the argument
+     * checks, refused as too short for the pattern (and the handshake
+     * failed). An empty payload with no room for it: let through. */
+    new_pair(hs, XXPSK3, "", 0);
+    ck_assert_int_eq(pm__noise_write_message(hs[0], NULL, 0, msg, sizeof(msg), &len), 0);
+    ck_assert_int_eq(pm__noise_read_message(hs[1], msg, len, NULL, 0, &got), 0);
+    ck_assert_uint_eq(got, 0);
+    pm__noise_hs_free(hs[0]);
+    pm__noise_hs_free(hs[1]);
+    new_pair(hs, XXPSK3, "", 0);
+    ck_assert_int_eq(pm__noise_read_message(hs[1], NULL, 0, back, sizeof(back), &got), -EBADMSG);
+    pm__noise_hs_free(hs[0]);
+    pm__noise_hs_free(hs[1]);
+
+    /* split without secret memory (madvise refused in a fork child, whose
+     * cache has none of this process's blocks): an errno, no transport. */
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__noise_transport *t[2];
+        new_pair(hs, XXPSK3, "", 0);
+        for (int i = 0; i < 3; i++)
+            pass(hs, i % 2, msg, &len);
+        int bad = pm_test_filter_call(__NR_madvise, SECCOMP_RET_ERRNO | EINVAL) != 0;
+        t[0] = (pm__noise_transport *)&pid;
+        int rc = pm__noise_split(hs[0], 0, &t[0]);
+        bad = bad || rc >= 0 || t[0] != NULL;
+        _exit(bad ? 1 : 0);
+    }
+    int status = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "split without secret memory: %#x", status);
+}
+END_TEST
+
 /* After the last message: no size, no write, no read. */
 START_TEST(test_done_refuses)
 {
@@ -1600,6 +1676,7 @@ int main(void)
     PM_ADD_TEST(s, test_name_rows, 30);
     PM_ADD_TEST(s, test_start_key_rows, 30);
     PM_ADD_TEST(s, test_done_refuses, 30);
+    PM_ADD_TEST(s, test_message_argument_rows, 30);
     PM_ADD_TEST(s, test_names, 30);
     PM_ADD_TEST(s, test_misuse, 30);
     PM_ADD_TEST(s, test_tampered_handshake, 120);
