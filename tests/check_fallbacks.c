@@ -48,6 +48,7 @@
 #include "internals.h"
 #include "os/deps.h"
 #include "os/seccomp_filter.h"
+#include "peer/peerkeys.h"
 
 #ifndef PM_TEST_WORKER
 #error "PM_TEST_WORKER must name the pm-test-worker binary"
@@ -744,6 +745,19 @@ START_TEST(test_missing_libsodium_peers_refused)
     ck_assert_msg(strstr(diag_msg, "libsodium") != NULL && strstr(diag_msg, PM_NO_SUCH_SONAME) != NULL,
                   "diagnostic '%s'", diag_msg);
     pm_options_free(o);
+    /* The daemon's key calls say the same: the library that could not be
+     * loaded, not "libsodium failed to initialise"; no key file made. */
+    char why[512] = "", path[64];
+    unsigned char out[32];
+    snprintf(path, sizeof(path), "/tmp/pm-fallback-key.%d", (int)getpid());
+    ck_assert_int_eq(pm__peer_key_create(path, out, why, sizeof(why)), -ELIBACC);
+    ck_assert_msg(strstr(why, "libsodium") != NULL && strstr(why, PM_NO_SUCH_SONAME) != NULL, "create: '%s'",
+                  why);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    pm__pins pins;
+    why[0] = '\0';
+    ck_assert_int_eq(pm__pins_parse("", 0, &pins, why, sizeof(why)), -ELIBACC);
+    ck_assert_msg(strstr(why, "libsodium") != NULL && strstr(why, PM_NO_SUCH_SONAME) != NULL, "pins: '%s'", why);
     assert_reason(PM__DEP_SODIUM, "libsodium");
     o = opts(1, 0);
     ck_assert_int_eq(pm_options_set_bootstrap(o, boot_echo, NULL), 0);
