@@ -101,6 +101,13 @@ START_TEST(test_key_parse)
     /* A key and nowhere to put it: refused, before anything is written. */
     ck_assert_int_eq(pm__peer_key_parse(key_1_32, 32, NULL, why, sizeof(why)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(why, "no key buffer"));
+    /* The 64 hex characters of a key followed in memory by more hex: only
+     * the length given is read, so the key parses. */
+    char more[97];
+    snprintf(more, sizeof(more), "%s%.32s", hex_1_32, hex_1_32);
+    memset(k, 0, sizeof(k));
+    ck_assert_int_eq(pm__peer_key_parse(more, 64, k, why, sizeof(why)), 0);
+    ck_assert_mem_eq(k, key_1_32, 32);
 }
 END_TEST
 
@@ -135,6 +142,7 @@ START_TEST(test_host_rule)
     memset(s, 'a', sizeof(s));
     for (size_t n = 0; n < sizeof(s); n++)
         ck_assert_int_eq(pm__peer_host_valid(s, n), pm__name_valid_n(s, n));
+    ck_assert_int_eq(pm__peer_host_valid(NULL, 3), 0);
 }
 END_TEST
 
@@ -180,6 +188,27 @@ START_TEST(test_key_load)
     ck_assert_msg(strstr(why, missing), "why: %s", why);
     ck_assert_int_eq(pm__peer_key_load(dir, 0, k, why, sizeof(why)), -EINVAL);
     ck_assert_msg(strstr(why, "not a regular file"), "why: %s", why);
+    /* The arguments, one row each with the others valid: no file name
+     * (NULL, ""), nowhere to put the key. */
+    p = write_file("good", hex_1_32, 64, 0600);
+    ck_assert_int_eq(pm__peer_key_load(NULL, 0, k, why, sizeof(why)), -EINVAL);
+    ck_assert_str_eq(why, "no file name");
+    ck_assert_int_eq(pm__peer_key_load("", 0, k, why, sizeof(why)), -EINVAL);
+    ck_assert_str_eq(why, "no file name");
+    ck_assert_int_eq(pm__peer_key_load(p, 0, NULL, why, sizeof(why)), -EINVAL);
+    ck_assert_str_eq(why, "no file name");
+    /* errno is only read after a failed call: a stale EINTR left by the
+     * caller does not make the read of the file's end a retry forever. */
+    memset(k, 0, sizeof(k));
+    errno = EINTR;
+    ck_assert_int_eq(pm__peer_key_load(p, 0, k, why, sizeof(why)), 0);
+    ck_assert_mem_eq(k, key_1_32, 32);
+    /* The file opened as fd 0 (a daemon started without stdin) is a file
+     * like any other. */
+    close(0);
+    memset(k, 0, sizeof(k));
+    ck_assert_int_eq(pm__peer_key_load(p, 0, k, why, sizeof(why)), 0);
+    ck_assert_mem_eq(k, key_1_32, 32);
     remove_dir();
 }
 END_TEST
