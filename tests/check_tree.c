@@ -1060,6 +1060,12 @@ START_TEST(test_sweep_stale)
     DIR_(0, "svc/procmesh.%d.%llux", (int)dead, ns);
     DIR_(0, "svc/procmesh.%d", (int)dead);
     DIR_(0, "svc/other.%d.%llu.1", (int)dead, ns);
+    /* Ours by name, from before us (our pid come back, or an execve): the
+     * next number has a slot (and may hold processes), the one after it
+     * is empty. The setup takes neither the first, nor a name ahead. */
+    unsigned next = atomic_load(&pm__cg_clusters) + 1;
+    DIR_(0, "svc/procmesh.%d.%llu.%u", (int)getpid(), ns, next);
+    DIR_(0, "svc/procmesh.%d.%llu.%u/slot0", (int)getpid(), ns, next);
 #undef DIR_
     char mi[512];
     snprintf(mi, sizeof(mi), "40 30 0:37 / %s rw - cgroup2 cgroup2 rw\n", scratch);
@@ -1070,11 +1076,13 @@ START_TEST(test_sweep_stale)
     ck_assert_int_eq(r.mode, PM_CONTAIN_CGROUP);
     for (int i = 0; i < n; i++)
         ck_assert_msg(there(rel[i]) == !gone[i], "%s %s", rel[i], gone[i] ? "left" : "removed");
-    /* Ours, made by the setup, is procmesh.<pid>.<ns>.<k>. */
-    char mine[128];
+    /* Ours, made by the setup, is procmesh.<pid>.<ns>.<k>, past the one
+     * with a slot. */
+    char mine[128], want[128];
     snprintf(mine, sizeof(mine), "svc/%s", r.name);
+    snprintf(want, sizeof(want), "procmesh.%d.%llu.%u", (int)getpid(), ns, next + 1);
+    ck_assert_str_eq(r.name, want);
     ck_assert(there(mine));
-    ck_assert_msg(strncmp(r.name, "procmesh.", 9) == 0, "%s", r.name);
     pm__cg_root_close(&r);
     ck_assert(!there(mine));
     char cmd[300];
@@ -1102,13 +1110,29 @@ START_TEST(test_scratch_v2)
     snprintf(own, sizeof(own), "svc/procmesh.%d.%llu.%u", (int)getpid(), (unsigned long long)ns.st_ino,
              atomic_load(&pm__cg_clusters) + 1);
     snprintf(slot, sizeof(slot), "%s/slot0", own);
-    /* Directories cgroupfs would fill in: made ahead with their files. */
+    /* Directories cgroupfs would fill in: made ahead with their files.
+     * The cluster's directory without its slot: an existing one that
+     * holds a slot is another process's, and the setup would take the
+     * next number (test_sweep_stale). */
     sub(own);
     char f[160];
     snprintf(f, sizeof(f), "%s/cgroup.subtree_control", own);
     put(f, "");
     snprintf(f, sizeof(f), "%s/cgroup.kill", own);
     put(f, "");
+
+    char mi[512];
+    snprintf(mi, sizeof(mi), "40 30 0:37 / %s rw - cgroup2 cgroup2 rw\n", scratch);
+    pm__cg_limits lim = {256u << 20, 32, 50000, 100000};
+    pm__cg_root r;
+    ck_assert_int_eq(pm__cg_root_setup(&r, "0::/svc\n", mi, &lim), 0);
+    ck_assert_int_eq(r.mode, PM_CONTAIN_CGROUP);
+    ck_assert_int_eq(r.has_kill, 1);
+    ck_assert_int_eq(r.v2_ctrl[PM__CG_MEMORY] + r.v2_ctrl[PM__CG_PIDS] + r.v2_ctrl[PM__CG_CPU], 3);
+    char buf[256];
+    get("svc/cgroup.subtree_control", buf, sizeof(buf));
+    ck_assert_msg(strstr(buf, "+cpu") != NULL, "subtree_control: '%s'", buf);
+
     sub(slot);
     const char *files[] = {"memory.max", "memory.swap.max", "pids.max", "cpu.max"};
     for (size_t i = 0; i < ARRAY_LEN(files); i++) {
@@ -1125,18 +1149,6 @@ START_TEST(test_scratch_v2)
     }
     snprintf(f, sizeof(f), "%s/memory.events", slot);
     put(f, "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\n");
-
-    char mi[512];
-    snprintf(mi, sizeof(mi), "40 30 0:37 / %s rw - cgroup2 cgroup2 rw\n", scratch);
-    pm__cg_limits lim = {256u << 20, 32, 50000, 100000};
-    pm__cg_root r;
-    ck_assert_int_eq(pm__cg_root_setup(&r, "0::/svc\n", mi, &lim), 0);
-    ck_assert_int_eq(r.mode, PM_CONTAIN_CGROUP);
-    ck_assert_int_eq(r.has_kill, 1);
-    ck_assert_int_eq(r.v2_ctrl[PM__CG_MEMORY] + r.v2_ctrl[PM__CG_PIDS] + r.v2_ctrl[PM__CG_CPU], 3);
-    char buf[256];
-    get("svc/cgroup.subtree_control", buf, sizeof(buf));
-    ck_assert_msg(strstr(buf, "+cpu") != NULL, "subtree_control: '%s'", buf);
 
     pm__cg_slot s;
     memset(&s, 0, sizeof(s)); /* every fd the open does not set would read 0: open (zero) sets them */

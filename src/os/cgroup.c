@@ -236,7 +236,14 @@ void pm__cg_rmdir_tree(const char *dir, int depth)
     while (d != NULL && (e = readdir(d)) != NULL) {
         /* cgroupfs lists its interface files too: only directories are
          * cgroups. */
-        if (e->d_type != DT_DIR || e->d_name[0] == '.')
+        if (e->d_name[0] == '.')
+            continue;
+        /* A file system that does not fill d_type (DT_UNKNOWN: XFS
+         * without ftype, a test's scratch tree) is asked. */
+        struct stat st;
+        if (e->d_type != DT_DIR &&
+            (e->d_type != DT_UNKNOWN || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+             !S_ISDIR(st.st_mode)))
             continue;
         char sub[PM__CG_PATH + 300];
         if (snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name) < (int)sizeof(sub))
@@ -245,6 +252,25 @@ void pm__cg_rmdir_tree(const char *dir, int depth)
     if (d != NULL)
         closedir(d);
     (void)rmdir(dir);
+}
+
+/* 1 when dir has a subdirectory (or cannot be read: then it is not
+ * taken either). */
+static int has_subdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return 1;
+    struct dirent *e;
+    int found = 0;
+    struct stat st;
+    while (!found && (e = readdir(d)) != NULL)
+        found = e->d_name[0] != '.' &&
+                (e->d_type == DT_DIR ||
+                 (e->d_type == DT_UNKNOWN && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                  S_ISDIR(st.st_mode)));
+    closedir(d);
+    return found;
 }
 
 /* ------------------------------------------------------------ stale directories */
@@ -451,12 +477,24 @@ static int make_dir(pm__cg_root *r, struct where *w, const char *proc_cgroup,
      * parent; none writes outside its procmesh.<pid>.<pidns>.<k>. */
     unsigned long long ns = pidns_id();
     sweep_stale(w->own, ns);
-    snprintf(r->name, sizeof(r->name), "procmesh.%d.%llu.%u", (int)getpid(), ns,
-             atomic_fetch_add(&pm__cg_clusters, 1) + 1);
-    snprintf(dir, sizeof(dir), "%s/%s", w->own, r->name);
-    if (strlen(dir) >= sizeof(r->v2))
-        return why_fmt(r, 1, "process group per incarnation: cgroup path too long");
-    int rc = pm__cg_mkdir(dir);
+    /* A name that exists already is another process's of our pid before
+     * us (a supervisor killed before its cleanup whose pid came back, or
+     * this process before an execve, which keeps the pid and counts from
+     * 1 again). With a slot in it, it may still hold that one's orphans
+     * or even its workers: the next number instead, never a slot shared
+     * with them. Without one it holds no process (the cluster's directory
+     * itself never does) and is taken as it is. */
+    int rc = -EEXIST;
+    for (int tries = 0; rc == -EEXIST && tries < 64; tries++) {
+        snprintf(r->name, sizeof(r->name), "procmesh.%d.%llu.%u", (int)getpid(), ns,
+                 atomic_fetch_add(&pm__cg_clusters, 1) + 1);
+        snprintf(dir, sizeof(dir), "%s/%s", w->own, r->name);
+        if (strlen(dir) >= sizeof(r->v2))
+            return why_fmt(r, 1, "process group per incarnation: cgroup path too long");
+        rc = mkdir(dir, 0755) == 0 ? 0 : -errno;
+        if (rc == -EEXIST && !has_subdir(dir))
+            rc = 0;
+    }
     if (rc < 0)
         return why_fmt(r, 1, "process group per incarnation: cannot create %s: %s (cgroup v2 "
                        "needs root or a delegated cgroup, e.g. systemd's Delegate=yes)", dir,

@@ -75,7 +75,7 @@ int child_main(void);
 int floor_child_main(int argc, char **argv);
 
 /* cgfloor.c: the floor rows' cgroups (restart, spawn), one leaf per
- * process in a procmesh.<pid> directory of the bench's own. cgfloor_open:
+ * process in a procmesh.<pid>.<pidns>.<k> directory of the bench's own. cgfloor_open:
  * 0, or -1 with why filled (no cgroup v2 tree to write: the rows are
  * skipped with the reason). cgfloor_leaf makes leaf i and opens it and its
  * cgroup.procs (0 or -1, errno set); cgfloor_leaf_remove closes and

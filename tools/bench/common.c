@@ -194,7 +194,12 @@ pm_options *bench_options(int workers, int exec_mode)
     /* PM_BENCH_CONTAIN=pgroup: process groups, never a cgroup (what
      * containment in cgroups costs a spawn or a restart, same run). */
     const char *contain = getenv("PM_BENCH_CONTAIN");
-    if (contain != NULL && strcmp(contain, "pgroup") == 0)
+    if (contain != NULL && strcmp(contain, "pgroup") != 0) {
+        fprintf(stderr, "pm-bench: PM_BENCH_CONTAIN: '%s' is not \"pgroup\" (unset it for the default)\n",
+                contain);
+        exit(2);
+    }
+    if (contain != NULL)
         pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP);
     const char *lanes = getenv("PM_BENCH_LANES");
     if (bench_lanes >= 0)

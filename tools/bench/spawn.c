@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -23,8 +24,9 @@
 
 /* The kernel objects procmesh makes for each worker's channel, made as
  * channel.c makes them (pm__channel_create: a sealed memfd holding both
- * rings, mapped and not copied by a fork, the hub's eventfd, the worker's
- * one-way doorbell pair, the fd-passing SEQPACKET pair with the least send
+ * rings, mapped and not copied by a fork, its control page and each
+ * ring's first pages written, the hub's eventfd, the worker's one-way
+ * doorbell pair, the fd-passing SEQPACKET pair with the least send
  * buffer), and its pidfd after the fork. What a supervisor of this design
  * pays per worker before any bookkeeping of its own. */
 typedef struct chan_floor_t {
@@ -32,7 +34,28 @@ typedef struct chan_floor_t {
     void *map;
 } chan_floor_t;
 
-static void chan_floor_make(chan_floor_t *ch, size_t size)
+/* Which child holds each fd of the floor (-2: the cluster's loop, -1:
+ * none of the floor's), so that a child drops exactly the others'. */
+static int *fd_owner;
+static int fd_owner_max = -1;
+
+static void own_fd(int fd, int who)
+{
+    if (fd < 0)
+        return;
+    if (fd > fd_owner_max) {
+        int *o = realloc(fd_owner, ((size_t)fd + 1) * sizeof(*o));
+        if (o == NULL)
+            die("realloc");
+        for (int k = fd_owner_max + 1; k <= fd; k++)
+            o[k] = -1;
+        fd_owner = o;
+        fd_owner_max = fd;
+    }
+    fd_owner[fd] = who;
+}
+
+static void chan_floor_make(chan_floor_t *ch, size_t size, int who)
 {
     ch->memfd = memfd_create("pm-bench-floor", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (ch->memfd < 0 || ftruncate(ch->memfd, (off_t)size) < 0 ||
@@ -42,6 +65,15 @@ static void chan_floor_make(chan_floor_t *ch, size_t size)
     if (ch->map == MAP_FAILED)
         die("spawn floor: mmap");
     (void)madvise(ch->map, size, MADV_DONTFORK);
+    /* The control page and, for each ring, its header and first data page
+     * (ring.c's format, channel.c's touch_first_data_page). */
+    size_t region = pm__ring_region_size(256 * 1024);
+    memset(ch->map, 0, PM__CTL_SIZE);
+    for (int r = 0; r < 2; r++) {
+        char *at = (char *)ch->map + PM__CTL_SIZE + (size_t)r * region;
+        memset(at, 0, 64);
+        at[PM__RING_HDR_SIZE] = 0;
+    }
     ch->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (ch->efd < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, ch->db) < 0 ||
         socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, ch->sp) < 0)
@@ -52,31 +84,106 @@ static void chan_floor_make(chan_floor_t *ch, size_t size)
     (void)setsockopt(ch->sp[0], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
     (void)setsockopt(ch->sp[1], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
     ch->pidfd = -1;
+    int fds[] = {ch->memfd, ch->efd, ch->db[0], ch->db[1], ch->sp[0], ch->sp[1]};
+    for (size_t k = 0; k < PM__ARRAY_SIZE(fds); k++)
+        own_fd(fds[k], who);
 }
 
 static void chan_floor_free(chan_floor_t *ch, size_t size)
 {
     int fds[] = {ch->memfd, ch->efd, ch->db[0], ch->db[1], ch->sp[0], ch->sp[1], ch->pidfd};
     for (size_t i = 0; i < PM__ARRAY_SIZE(fds); i++)
-        if (fds[i] >= 0)
+        if (fds[i] >= 0) {
+            own_fd(fds[i], -1);
             close(fds[i]);
+        }
     munmap(ch->map, size);
 }
 
-/* The fork child of channel i: drops every other child's fds (the runs
- * of numbers below and above its own, one close_range each, as forkdrop.c
- * does), maps its ring. */
-static void chan_floor_child(chan_floor_t *chs, int i, size_t size)
+/* The cluster's loop, once per spawn: an io_uring with its rings mapped
+ * as liburing maps them (MAP_POPULATE), a timerfd and an eventfd; where
+ * io_uring is refused, an epoll fd, as procmesh falls back to. */
+typedef struct loop_floor_t {
+    int fds[3];
+    void *maps[2];
+    size_t lens[2];
+} loop_floor_t;
+
+struct uring_params_floor {
+    uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd, resv[3];
+    struct {
+        uint32_t head, tail, ring_mask, ring_entries, flags, dropped, array, resv1;
+        uint64_t user_addr;
+    } sq_off;
+    struct {
+        uint32_t head, tail, ring_mask, ring_entries, overflow, cqes, flags, resv1;
+        uint64_t user_addr;
+    } cq_off;
+};
+
+static void loop_floor_make(loop_floor_t *l)
 {
-    int lo = chs[0].memfd, mine_lo = chs[i].memfd, mine_hi = chs[i].sp[1];
-    if (mine_lo > lo)
-        (void)syscall(SYS_close_range, (unsigned)lo, (unsigned)mine_lo - 1, 0u);
-    if (i > 0) /* the earlier children's pidfds, past their channels */
-        (void)syscall(SYS_close_range, (unsigned)mine_hi + 1, ~0u, 0u);
-    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, chs[i].memfd, 0);
+    memset(l, 0, sizeof(*l));
+    struct uring_params_floor prm;
+    memset(&prm, 0, sizeof(prm));
+    l->fds[0] = (int)syscall(SYS_io_uring_setup, 64u, &prm);
+    if (l->fds[0] >= 0) {
+        /* One mapping for both rings (IORING_FEAT_SINGLE_MMAP, 5.4), one
+         * for the submission entries. */
+        size_t sq = prm.sq_off.array + prm.sq_entries * 4u, cq = prm.cq_off.cqes + prm.cq_entries * 16u;
+        l->lens[0] = sq > cq ? sq : cq;
+        l->lens[1] = prm.sq_entries * 64u;
+        l->maps[0] = mmap(NULL, l->lens[0], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, l->fds[0], 0);
+        l->maps[1] = mmap(NULL, l->lens[1], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, l->fds[0],
+                          0x10000000);
+        for (int i = 0; i < 2; i++)
+            if (l->maps[i] == MAP_FAILED)
+                l->maps[i] = NULL;
+    } else {
+        l->fds[0] = epoll_create1(EPOLL_CLOEXEC);
+    }
+    l->fds[1] = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    l->fds[2] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    for (int i = 0; i < 3; i++)
+        own_fd(l->fds[i], -2);
+}
+
+static void loop_floor_free(loop_floor_t *l)
+{
+    for (int i = 0; i < 2; i++)
+        if (l->maps[i] != NULL)
+            munmap(l->maps[i], l->lens[i]);
+    for (int i = 0; i < 3; i++)
+        if (l->fds[i] >= 0) {
+            own_fd(l->fds[i], -1);
+            close(l->fds[i]);
+        }
+}
+
+/* The fork child of channel i: drops every fd of the floor that is not
+ * its own (the loop's and the other children's, runs of consecutive
+ * numbers one close_range each, as forkdrop.c does) and the loop's
+ * mappings, maps its ring and writes to it. */
+static void chan_floor_child(const chan_floor_t *ch, int i, const loop_floor_t *l, size_t size)
+{
+    for (int fd = 0; fd <= fd_owner_max;) {
+        if (fd_owner[fd] == -1 || fd_owner[fd] == i) {
+            fd++;
+            continue;
+        }
+        int last = fd;
+        while (last + 1 <= fd_owner_max && fd_owner[last + 1] != -1 && fd_owner[last + 1] != i)
+            last++;
+        (void)syscall(SYS_close_range, (unsigned)fd, (unsigned)last, 0u);
+        fd = last + 1;
+    }
+    for (int k = 0; k < 2; k++)
+        if (l->maps[k] != NULL)
+            munmap(l->maps[k], l->lens[k]);
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
     if (m == MAP_FAILED)
         _exit(1);
-    *(volatile char *)m = 1;
+    *(volatile char *)((char *)m + PM__CTL_SIZE) = 1;
 }
 
 /* N bare children that each write one byte to a pipe: the floor of
@@ -101,30 +208,20 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg, int chan)
         fprintf(stderr, "pm-bench: spawn floor: %s\n", why);
         exit(1);
     }
-    /* With chan (fork mode): the cluster's loop too, once per spawn (an
-     * io_uring, its timerfd and eventfd), and each child's channel. The
-     * pipe's write end is taken below the channels so that a child's
-     * drop of the others' fds keeps it. */
+    /* With chan (fork mode): the cluster's loop too, once per spawn, and
+     * each child's channel. The pipe is not the floor's: every child
+     * keeps its write end. */
     chan_floor_t *chs = chan ? calloc((size_t)n, sizeof(*chs)) : NULL;
     size_t csize = PM__CTL_SIZE + 2 * pm__ring_region_size(256 * 1024); /* bench_options' rings */
     if (chan && chs == NULL)
         die("calloc");
+    loop_floor_t loop;
     uint64_t t0 = pm__now_ns();
-    int ring_fd = -1, loop_fds[2] = {-1, -1};
-    if (chan) {
-        struct io_uring_params_floor {
-            uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd,
-                resv[3];
-            uint32_t sq_off[10], cq_off[10];
-        } prm;
-        memset(&prm, 0, sizeof(prm));
-        ring_fd = (int)syscall(SYS_io_uring_setup, 64u, &prm);
-        loop_fds[0] = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        loop_fds[1] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    }
+    if (chan)
+        loop_floor_make(&loop);
     for (int i = 0; i < n; i++) {
         if (chan)
-            chan_floor_make(&chs[i], csize);
+            chan_floor_make(&chs[i], csize, i);
         if (cg && cgfloor_leaf((unsigned)i, &leaves[i]) < 0)
             die("spawn floor: a cgroup");
         if (cg && exec_mode)
@@ -136,10 +233,13 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg, int chan)
         if (pids[i] == 0 && cg && !exec_mode && write(leaves[i].procs_fd, "0", 1) != 1)
             _exit(1);
         if (pids[i] == 0 && chan)
-            chan_floor_child(chs, i, csize);
+            chan_floor_child(&chs[i], i, &loop, csize);
         if (pids[i] > 0 && chan) {
             chs[i].pidfd = (int)syscall(SYS_pidfd_open, pids[i], 0u);
+            own_fd(chs[i].pidfd, i);
             /* The worker's ends, as procmesh closes them after a fork. */
+            own_fd(chs[i].db[1], -1);
+            own_fd(chs[i].sp[1], -1);
             close(chs[i].db[1]);
             close(chs[i].sp[1]);
             chs[i].db[1] = chs[i].sp[1] = -1;
@@ -172,11 +272,8 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg, int chan)
     for (int i = 0; chan && i < n; i++)
         chan_floor_free(&chs[i], csize);
     free(chs);
-    if (ring_fd >= 0)
-        close(ring_fd);
-    for (int i = 0; i < 2; i++)
-        if (loop_fds[i] >= 0)
-            close(loop_fds[i]);
+    if (chan)
+        loop_floor_free(&loop);
     for (int i = 0; cg && i < n; i++)
         cgfloor_leaf_remove((unsigned)i, &leaves[i]);
     if (cg)
