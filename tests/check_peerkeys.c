@@ -201,14 +201,17 @@ START_TEST(test_key_load)
      * caller does not make the read of the file's end a retry forever. */
     memset(k, 0, sizeof(k));
     errno = EINTR;
+    snprintf(why, sizeof(why), "untouched");
     ck_assert_int_eq(pm__peer_key_load(p, 0, k, why, sizeof(why)), 0);
     ck_assert_mem_eq(k, key_1_32, 32);
+    ck_assert_str_eq(why, "untouched"); /* a reason only for a failure */
     /* The file opened as fd 0 (a daemon started without stdin) is a file
-     * like any other. */
+     * like any other, and closed after. */
     close(0);
     memset(k, 0, sizeof(k));
     ck_assert_int_eq(pm__peer_key_load(p, 0, k, why, sizeof(why)), 0);
     ck_assert_mem_eq(k, key_1_32, 32);
+    ck_assert_int_eq(fcntl(0, F_GETFD), -1);
     remove_dir();
 }
 END_TEST
@@ -219,6 +222,10 @@ START_TEST(test_key_create)
     char path[128], why[256];
     snprintf(path, sizeof(path), "%s/node.key", dir);
     unsigned char k[32], back[32];
+    ck_assert_int_eq(pm__peer_key_create(NULL, k, why, sizeof(why)), -EINVAL);
+    ck_assert_str_eq(why, "no file name");
+    ck_assert_int_eq(pm__peer_key_create("", k, why, sizeof(why)), -EINVAL);
+    ck_assert_str_eq(why, "no file name");
     mode_t old = umask(0); /* the file is 0600 whatever the umask allows */
     ck_assert_int_eq(pm__peer_key_create(path, k, why, sizeof(why)), 0);
     umask(old);
