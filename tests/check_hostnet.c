@@ -569,16 +569,23 @@ START_TEST(test_credit_exact)
 }
 END_TEST
 
-/* A raw TCP connection to our supervisor's peer port (the test's own fd). */
-static int raw_connect(int port)
+/* 127.0.0.1:port. */
+static struct sockaddr_in loopback_at(int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return sa;
+}
+
+/* A raw TCP connection to our supervisor's peer port (the test's own fd). */
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = loopback_at(port);
     ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
     return fd;
 }
@@ -912,11 +919,7 @@ START_TEST(test_reserve_fd_rows)
         cl[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         ck_assert_int_ge(cl[i], 0);
     }
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)the_port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct sockaddr_in sa = loopback_at(the_port);
     struct rlimit rl0, rl;
     ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl0), 0);
     rl = rl0;
@@ -987,18 +990,11 @@ START_TEST(test_accept_errno_rows)
     } rows[] = {{EMFILE, 1}, {ENFILE, 1}, {ENOBUFS, 0}, {ENOMEM, 0}};
     pm_cluster *c = start_a(60000);
     pm__mesh *m = c->mesh;
-    int cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(cl, 0);
     ck_assert_int_eq(pm_test_filter_call_arg(SYS_accept4, 3, SOCK_NONBLOCK | SOCK_CLOEXEC,
                                              SECCOMP_RET_ERRNO | (uint32_t)rows[_i].err),
                      0);
     uint64_t nofds = pm__mesh_fails(m, PM__PF_NO_FDS);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)the_port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(connect(cl, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int cl = raw_connect(the_port);
     if (rows[_i].trick) {
         PM_RUN_UNTIL(c, closed_by_peer(cl), 20000);
         ck_assert(fd_open(m->reserve_fd));

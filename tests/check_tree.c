@@ -1712,6 +1712,17 @@ static const char *cluster_dir_in(char dirs[1 + PM__CG_NCTRL][PM__CG_PATH])
     return NULL;
 }
 
+/* workers that are ready at once: exec'd pm-test-worker, or forked. */
+static pm_options *ready_opts(int workers, int exec)
+{
+    pm_options *o = opts(workers);
+    if (exec)
+        exec_opts(o, "ready", NULL);
+    else
+        pm_options_set_bootstrap(o, boot_ready, NULL);
+    return o;
+}
+
 /* pm_options(3) set_containment: "PM_CONTAIN_PROCESS_GROUP: never create a
  * cgroup", here where the default makes them. Fork and exec mode: each
  * worker is in the test's own cgroups (v2 and every v1 hierarchy), in a
@@ -1725,11 +1736,7 @@ START_TEST(test_contain_process_group)
     own_cgroup_dirs(dirs);
     ck_assert_int_gt(pm_test_read_file("/proc/self/cgroup", mine, sizeof(mine)), 0);
     for (int exec = 0; exec < 2; exec++) {
-        pm_options *o = opts(2);
-        if (exec)
-            exec_opts(o, "ready", NULL);
-        else
-            pm_options_set_bootstrap(o, boot_ready, NULL);
+        pm_options *o = ready_opts(2, exec);
         ck_assert_int_eq(pm_options_set_containment(o, PM_CONTAIN_PROCESS_GROUP), 0);
         pm_cluster *c = spawn_free(o);
         ck_assert_int_eq(pm_cluster_containment(c, why, sizeof(why)), PM_CONTAIN_PROCESS_GROUP);
@@ -1787,12 +1794,7 @@ START_TEST(test_two_clusters_apart)
         pm_slot_info si[2];
         char cg[2][4096], why[2][320], path[64];
         for (int k = 0; k < 2; k++) {
-            pm_options *o = opts(1);
-            if (exec)
-                exec_opts(o, "ready", NULL);
-            else
-                pm_options_set_bootstrap(o, boot_ready, NULL);
-            c[k] = spawn_free(o);
+            c[k] = spawn_free(ready_opts(1, exec));
             ck_assert_int_eq(pm_cluster_containment(c[k], why[k], sizeof(why[k])), PM_CONTAIN_CGROUP);
             ck_assert_int_eq(pm_cluster_slot_info(c[k], 0, &si[k]), 0);
             snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)si[k].pid);
