@@ -4,7 +4,12 @@
 #include "answer.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <linux/seccomp.h>
 
 #include <sodium.h>
 
@@ -246,6 +251,49 @@ START_TEST(test_key_create)
     ck_assert_int_eq(symlink(target, link), 0);
     ck_assert_int_lt(pm__peer_key_create(link, NULL, why, sizeof(why)), 0);
     ck_assert_int_ne(access(target, F_OK), 0);
+    /* errno read only after a failed write: a stale EINTR left by the
+     * caller does not make a whole write a retry forever. */
+    snprintf(path, sizeof(path), "%s/eintr.key", dir);
+    errno = EINTR;
+    ck_assert_int_eq(pm__peer_key_create(path, k, why, sizeof(why)), 0);
+    ck_assert_int_eq(pm__peer_key_load(path, 0, back, why, sizeof(why)), 0);
+    ck_assert_mem_eq(k, back, 32);
+    /* The key file made as fd 0 (a daemon started without stdin), written
+     * whole and closed after. */
+    snprintf(path, sizeof(path), "%s/fd0.key", dir);
+    close(0);
+    ck_assert_int_eq(pm__peer_key_create(path, k, why, sizeof(why)), 0);
+    ck_assert_int_eq(fcntl(0, F_GETFD), -1);
+    ck_assert_int_eq(pm__peer_key_load(path, 0, back, why, sizeof(why)), 0);
+    ck_assert_mem_eq(k, back, 32);
+    /* A write that fails part way (the file size limit: 10, 40 or 64 of
+     * the 65 bytes written, then EFBIG) and an fsync that fails (EIO from
+     * a seccomp filter), each in a fork child: the error with its reason,
+     * no half-written key left. */
+    static const long limits[] = {10, 40, 64, 0};
+    for (size_t how = 0; how < ARRAY_LEN(limits); how++) {
+        snprintf(path, sizeof(path), "%s/fail%zu.key", dir, how);
+        pid_t pid = pm_test_fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            int bad = 0;
+            if (limits[how] > 0) {
+                struct rlimit rl = {(rlim_t)limits[how], (rlim_t)limits[how]};
+                signal(SIGXFSZ, SIG_IGN);
+                bad = setrlimit(RLIMIT_FSIZE, &rl) != 0;
+            } else {
+                bad = pm_test_filter_call(__NR_fsync, SECCOMP_RET_ERRNO | EIO) != 0;
+            }
+            char w[256] = "";
+            int rc = pm__peer_key_create(path, NULL, w, sizeof(w));
+            bad = bad || rc != (limits[how] > 0 ? -EFBIG : -EIO) || strstr(w, "cannot write") == NULL ||
+                  access(path, F_OK) == 0;
+            _exit(bad ? 1 : 0);
+        }
+        int status = pm_test_reap(pid, 20000);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "row %zu (%s): status %#x", how,
+                      limits[how] > 0 ? "a write past the size limit" : "fsync failing", status);
+    }
     remove_dir();
 }
 END_TEST
@@ -430,6 +478,14 @@ START_TEST(test_pins_load)
     pm__pins p;
     ck_assert_int_eq(pm__pins_load(path, &p, why, sizeof(why)), 0);
     ck_assert_int_eq(pm__pins_allow(&p, "alpha", k), 1);
+    pm__pins_free(&p);
+    /* A stale EINTR left by the caller is not a read to retry forever at
+     * the file's end; the file opened as fd 0 is closed after. */
+    errno = EINTR;
+    close(0);
+    ck_assert_int_eq(pm__pins_load(path, &p, why, sizeof(why)), 0);
+    ck_assert_int_eq(pm__pins_allow(&p, "alpha", k), 1);
+    ck_assert_int_eq(fcntl(0, F_GETFD), -1);
     pm__pins_free(&p);
     path = write_file("bad", "alpha x\n", 8, 0644);
     ck_assert_int_eq(pm__pins_load(path, &p, why, sizeof(why)), -EINVAL);

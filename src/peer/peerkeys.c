@@ -204,7 +204,7 @@ int pm__peer_key_create(const char *path, unsigned char out[KEY], char *why, siz
     size_t done = 0;
     while (done < 2 * KEY + 1) {
         ssize_t k = write(fd, hex + done, 2 * KEY + 1 - done);
-        if (k < 0 && errno == EINTR)
+        if (k < 0 && errno == EINTR) /* a write interrupted before any byte */
             continue;
         if (k <= 0) {
             rc = why_set(why, whysize, k < 0 ? -errno : -EIO, "cannot write '%s': %s", path,
