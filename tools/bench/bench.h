@@ -68,9 +68,11 @@ extern int bench_lanes;
 int lane_restart_run(int lanes, unsigned rounds, uint64_t *ready, uint64_t *answer);
 
 /* The exec-mode entries: "pm-bench __worker" idles as a mesh worker,
- * "pm-bench __child" writes one byte to fd 3 and exits. */
+ * "pm-bench __child" writes one byte to fd 3 and exits; "pm-bench
+ * __child ring" first maps the memfd at fd 4 (the spawn floor's ring) and
+ * writes to it. */
 int worker_main(void);
-int child_main(void);
+int child_main(int argc, char **argv);
 /* "pm-bench __floor MEMFD EFD": restart's floor row's exec'd replacement. */
 int floor_child_main(int argc, char **argv);
 

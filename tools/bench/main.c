@@ -64,7 +64,7 @@ static const char usage[] =
     "           with --max) workers to ready, median of R runs (default 5), fork\n"
     "           and exec mode, beside N bare forks (and fork+execs) that each\n"
     "           report over a pipe, and the same children each in a cgroup made\n"
-    "           for it (the floor of containment), and in fork mode those children\n"
+    "           for it (the floor of containment), and those children\n"
     "           with a channel each as procmesh makes it (sealed memfd ring,\n"
     "           eventfd, doorbell and fd socket pairs, pidfd) and the cluster's\n"
     "           loop, each child dropping every such fd but its own and mapping\n"
@@ -145,7 +145,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "__worker") == 0)
         return worker_main();
     if (argc >= 2 && strcmp(argv[1], "__child") == 0)
-        return child_main();
+        return child_main(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__floor") == 0)
         return floor_child_main(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__compare") == 0)

@@ -232,7 +232,7 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg, int chan)
             die("fork");
         if (pids[i] == 0 && cg && !exec_mode && write(leaves[i].procs_fd, "0", 1) != 1)
             _exit(1);
-        if (pids[i] == 0 && chan)
+        if (pids[i] == 0 && chan && !exec_mode)
             chan_floor_child(&chs[i], i, &loop, csize);
         if (pids[i] > 0 && chan) {
             chs[i].pidfd = (int)syscall(SYS_pidfd_open, pids[i], 0u);
@@ -250,8 +250,13 @@ static uint64_t baseline_spawn(int exec_mode, int n, int cg, int chan)
             cgfloor_leaf_close(&leaves[i]);
         if (pids[i] == 0) {
             if (exec_mode) {
+                /* With chan: the ring at fd 4; every other fd of the
+                 * floor is close-on-exec, so the execve drops them (as
+                 * it does procmesh's). */
                 dup2(p[1], 3);
-                char *argv[] = {"pm-bench", "__child", NULL};
+                if (chan)
+                    dup2(chs[i].memfd, 4);
+                char *argv[] = {"pm-bench", "__child", chan ? "ring" : NULL, NULL};
                 execv(self_exe, argv);
                 _exit(1);
             }
@@ -354,9 +359,10 @@ int cmd_spawn(const bench_opts *opts)
     if (opts->row == 0 && !cg)
         printf("  (no floor in cgroups: %s)\n", why);
     else if (cg)
-        printf("  (floor: N bare children, each in a cgroup made for it; with channels, fork mode: also each\n"
-               "   one's channel as procmesh makes it and the cluster's loop, each child dropping the others'\n"
-               "   fds and mapping its ring; ratios to the bare baseline)\n");
+        printf("  (floor: N bare children, each in a cgroup made for it; with channels: also each one's\n"
+               "   channel as procmesh makes it and the cluster's loop, each child dropping the others'\n"
+               "   fds (a fork child by close_range, an exec'd one by its execve) and mapping its ring;\n"
+               "   ratios to the bare baseline)\n");
     for (int exec_mode = 0; exec_mode < 2; exec_mode++) {
         /* --row 1: fork mode only, 2: exec mode only; no baseline (for
          * strace -c, perf stat). */
@@ -367,7 +373,7 @@ int cmd_spawn(const bench_opts *opts)
             for (unsigned r = 0; r < runs; r++) {
                 b[r] = opts->row != 0 ? 1 : baseline_spawn(exec_mode, n, 0, 0);
                 f[r] = cg ? baseline_spawn(exec_mode, n, 1, 0) : 0;
-                fc[r] = cg && !exec_mode ? baseline_spawn(exec_mode, n, 1, 1) : 0;
+                fc[r] = cg ? baseline_spawn(exec_mode, n, 1, 1) : 0;
                 pm_options *o = bench_options(n, exec_mode);
                 /* 1,024 exec'd workers start at once on a few CPUs: the
                  * last is ready seconds after its fork, past the default
@@ -393,9 +399,9 @@ int cmd_spawn(const bench_opts *opts)
             if (cg)
                 printf("  %-6s %-6d %14s %14.3f %11.2fx   floor in cgroups\n", exec_mode ? "exec" : "fork", n,
                        "-", (double)mf / 1e6, (double)mf / (double)mb);
-            if (cg && !exec_mode)
-                printf("  %-6s %-6d %14s %14.3f %11.2fx   floor in cgroups, with channels\n", "fork", n, "-",
-                       (double)mfc / 1e6, (double)mfc / (double)mb);
+            if (cg)
+                printf("  %-6s %-6d %14s %14.3f %11.2fx   floor in cgroups, with channels\n",
+                       exec_mode ? "exec" : "fork", n, "-", (double)mfc / 1e6, (double)mfc / (double)mb);
             if (opts->row != 0)
                 printf("  %-6s %-6d %14.3f %14s %12s\n", exec_mode ? "exec" : "fork", n,
                        (double)mv / 1e6, "-", "-");
