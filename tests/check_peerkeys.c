@@ -511,29 +511,31 @@ static int ok_exec(pm_options *o)
  * pins file loaded. 0 when the load failed -EIO with the path in why, 2
  * when the filter cannot be installed, 4 when not; a load that retries a
  * failed read for ever is killed by the test's bound. */
-static void load_read_fails(const char *path)
+static void load_read_fails(const char *path, int key)
 {
     pm__pins p;
+    unsigned char k[32];
     char why[512];
     if (pm_test_answer(__NR_read, PM_ANSWER_ANY, 0, EIO) != 0)
         _exit(2);
-    int rc = pm__pins_load(path, &p, why, sizeof(why));
+    int rc = key ? pm__peer_key_load(path, 0, k, why, sizeof(why)) : pm__pins_load(path, &p, why, sizeof(why));
     _exit(rc == -EIO && strstr(why, path) != NULL ? 0 : 4);
 }
 #endif
 
-/* A pins file whose read fails: the error, with the path, never a retry
- * but of EINTR (the mutants-auto sample of stop 40: every failed read was
- * retried for ever with the EINTR test dropped, and nothing saw it). */
+/* A pins file (_i 0) or a key file (_i 1) whose read fails: the error,
+ * with the path, never a retry but of EINTR (the mutants-auto sample of
+ * stop 40: every failed read was retried for ever with the EINTR test
+ * dropped, and nothing saw it; stop 65: the key file's loop the same). */
 START_TEST(test_pins_read_fails)
 {
 #ifdef PM_AUDIT_ARCH
     make_dir();
-    const char *path = write_file("peers", "# none\n", 7, 0644);
+    const char *path = _i == 0 ? write_file("peers", "# none\n", 7, 0644) : write_file("key", hex_1_32, 64, 0600);
     pid_t pid = pm_test_fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0)
-        load_read_fails(path);
+        load_read_fails(path, _i);
     int st = pm_test_reap(pid, 10000);
     remove_dir();
     if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
@@ -646,7 +648,7 @@ int main(void)
     PM_ADD_TEST(s, test_keyring_fork, 30);
     PM_ADD_TEST(s, test_pins, 0);
     PM_ADD_TEST(s, test_pins_load, 0);
-    PM_ADD_TEST(s, test_pins_read_fails, 30);
+    PM_ADD_LOOP_TEST(s, test_pins_read_fails, 0, 2, 30);
     PM_ADD_TEST(s, test_options_peer, 0);
     return pm_test_main(s);
 }
