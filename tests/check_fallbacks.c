@@ -754,6 +754,9 @@ START_TEST(test_missing_libsodium_peers_refused)
     ck_assert_msg(strstr(why, "libsodium") != NULL && strstr(why, PM_NO_SUCH_SONAME) != NULL, "create: '%s'",
                   why);
     ck_assert_int_eq(access(path, F_OK), -1);
+    pm__keyring *kr = (pm__keyring *)&why;
+    ck_assert_int_eq(pm__keyring_new(&kr), -ELIBACC);
+    ck_assert_ptr_null(kr);
     pm__pins pins;
     why[0] = '\0';
     ck_assert_int_eq(pm__pins_parse("", 0, &pins, why, sizeof(why)), -ELIBACC);

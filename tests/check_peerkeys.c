@@ -303,6 +303,19 @@ END_TEST
 START_TEST(test_keyring)
 {
     ck_assert_int_eq(pm__keyring_random_static(NULL), -EINVAL);
+    ck_assert_int_eq(pm__keyring_new(NULL), -EINVAL);
+    /* Without secret memory (madvise refused in a fork child): an errno,
+     * no keyring. */
+    pid_t pid = pm_test_fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pm__keyring *k2 = (pm__keyring *)&pid;
+        int bad = pm_test_filter_call(__NR_madvise, SECCOMP_RET_ERRNO | EINVAL) != 0;
+        int rc = pm__keyring_new(&k2);
+        _exit(bad || rc >= 0 || k2 != NULL ? 1 : 0);
+    }
+    int status = pm_test_reap(pid, 20000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "without secret memory: %#x", status);
     pm__keyring *kr;
     ck_assert_int_eq(pm__keyring_new(&kr), 0);
     unsigned char a[32], b[32], c[32], zero[32] = {0}, id[8], want[8];
