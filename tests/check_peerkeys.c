@@ -2,6 +2,7 @@
 /* check_peerkeys.c - the peer links' key files, key ids, keyring (secret memory across fork) and pinned peer keys. */
 #include "helpers.h"
 #include "answer.h"
+#include "failalloc.h" /* malloc and its siblings, failing on demand */
 
 #include <fcntl.h>
 #include <signal.h>
@@ -295,6 +296,104 @@ START_TEST(test_key_create)
                       limits[how] > 0 ? "a write past the size limit" : "fsync failing", status);
     }
     remove_dir();
+}
+END_TEST
+
+/* A keyring made, or copied, with each of its allocations failing in turn
+ * (SQLite's sweep, tests/failalloc.h): -ENOMEM (NULL with errno ENOMEM)
+ * and nothing made, until a run makes all of them. */
+START_TEST(test_keyring_alloc_failures)
+{
+    if (!pm_failalloc_here("test_keyring_alloc_failures"))
+        return;
+    pm__keyring *kr;
+    ck_assert_int_eq(pm__keyring_new(&kr), 0); /* libsodium loaded outside the sweep */
+    for (int dup = 0; dup < 2; dup++) {
+        long failed = 0;
+        for (long k = 1;; k++) {
+            ck_assert_int_lt(k, 50);
+            pm__keyring *c = (pm__keyring *)&k;
+            int rc = 0;
+            /* No ck_assert while armed: Check allocates to record one. */
+            pm_failalloc_arm(k);
+            if (dup) {
+                c = pm__keyring_dup(kr);
+                rc = c == NULL ? -errno : 0;
+            } else {
+                rc = pm__keyring_new(&c);
+            }
+            int hit = pm_failalloc_disarm();
+            if (!hit) {
+                ck_assert_int_eq(rc, 0);
+                pm__keyring_free(c);
+                break;
+            }
+            ck_assert_msg(rc == -ENOMEM && c == NULL, "%s, allocation %ld failed: %d",
+                          dup ? "dup" : "new", k, rc);
+            failed++;
+        }
+        ck_assert_int_ge(failed, 1);
+    }
+    pm__keyring_free(kr);
+}
+END_TEST
+
+/* Every keyring call's arguments, one row each with the others valid: no
+ * keyring, no key, no place for the answer, an index past the secrets, a
+ * keyring without a static key; each refused, the keyring unchanged. */
+START_TEST(test_keyring_argument_rows)
+{
+    pm__keyring *kr;
+    ck_assert_int_eq(pm__keyring_new(&kr), 0);
+    unsigned char key[32], id[8], pub[32];
+    randombytes_buf(key, 32);
+    ck_assert_int_eq(pm__keyring_add_secret(NULL, key), -EINVAL);
+    ck_assert_int_eq(pm__keyring_add_secret(kr, NULL), -EINVAL);
+    ck_assert_uint_eq(pm__keyring_nsecrets(kr), 0);
+    ck_assert_uint_eq(pm__keyring_nsecrets(NULL), 0);
+    ck_assert_int_eq(pm__keyring_add_secret(kr, key), 0);
+    ck_assert_uint_eq(pm__keyring_nsecrets(kr), 1);
+    ck_assert_int_eq(pm__keyring_secret_id(NULL, 0, id), -EINVAL);
+    ck_assert_int_eq(pm__keyring_secret_id(kr, 0, NULL), -EINVAL);
+    ck_assert_int_eq(pm__keyring_secret_id(kr, 1, id), -EINVAL);
+    ck_assert_int_eq(pm__keyring_secret_id(kr, 0, id), 0);
+    ck_assert_ptr_null(pm__keyring_secret(NULL, 0));
+    ck_assert_ptr_null(pm__keyring_secret(kr, 1));
+    ck_assert_ptr_nonnull(pm__keyring_secret(kr, 0));
+    ck_assert_int_eq(pm__keyring_find(NULL, id), -EINVAL);
+    ck_assert_int_eq(pm__keyring_find(kr, NULL), -EINVAL);
+    ck_assert_int_eq(pm__keyring_find(kr, id), 0);
+    ck_assert_int_eq(pm__keyring_static_pub(kr, pub), -ENOKEY);
+    ck_assert_ptr_null(pm__keyring_static_priv(kr));
+    ck_assert_int_eq(pm__keyring_set_static(NULL, key), -EINVAL);
+    ck_assert_int_eq(pm__keyring_set_static(kr, NULL), -EINVAL);
+    ck_assert_int_eq(pm__keyring_static_pub(kr, pub), -ENOKEY); /* still none */
+    unsigned char priv[32];
+    randombytes_buf(priv, 32);
+    ck_assert_int_eq(pm__keyring_set_static(kr, priv), 0);
+    ck_assert_int_eq(pm__keyring_static_pub(NULL, pub), -EINVAL);
+    ck_assert_int_eq(pm__keyring_static_pub(kr, NULL), -EINVAL);
+    ck_assert_int_eq(pm__keyring_static_pub(kr, pub), 0);
+    ck_assert_ptr_null(pm__keyring_static_priv(NULL));
+    ck_assert_ptr_nonnull(pm__keyring_static_priv(kr));
+    errno = 0;
+    ck_assert_ptr_null(pm__keyring_dup(NULL));
+    ck_assert_int_eq(errno, EINVAL);
+    pm__keyring *c = pm__keyring_dup(kr);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_uint_eq(pm__keyring_nsecrets(c), 1);
+    pm__keyring_free(c);
+    /* At most PM__PEER_MAX_SECRETS: one more is -ENOSPC, even a key equal
+     * to the static key (kept beside the secrets, never one of them). */
+    unsigned char key2[32];
+    randombytes_buf(key2, 32);
+    ck_assert_uint_eq(PM__PEER_MAX_SECRETS, 2);
+    ck_assert_int_eq(pm__keyring_add_secret(kr, key2), 0);
+    ck_assert_int_eq(pm__keyring_add_secret(kr, key), -EEXIST);
+    unsigned char third[32];
+    memcpy(third, pm__keyring_static_priv(kr), 32);
+    ck_assert_int_eq(pm__keyring_add_secret(kr, third), -ENOSPC);
+    pm__keyring_free(kr);
 }
 END_TEST
 
@@ -658,6 +757,8 @@ int main(void)
     PM_ADD_TEST(s, test_key_load, 0);
     PM_ADD_TEST(s, test_key_create, 0);
     PM_ADD_TEST(s, test_keyring, 0);
+    PM_ADD_TEST(s, test_keyring_argument_rows, 0);
+    PM_ADD_TEST(s, test_keyring_alloc_failures, 0);
     PM_ADD_TEST(s, test_keyring_fork, 30);
     PM_ADD_TEST(s, test_pins, 0);
     PM_ADD_TEST(s, test_pins_load, 0);
