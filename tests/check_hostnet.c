@@ -976,6 +976,82 @@ START_TEST(test_reserve_fd_rows)
 }
 END_TEST
 
+START_TEST(test_unauth_cap_fd0)
+{
+    /* The bound of PM__MESH_UNAUTH_MAX unauthenticated connections counts
+     * one held on fd 0 (a supervisor started without stdin) like any
+     * other: one connection past the bound cuts the oldest, and the count
+     * stays at the bound. */
+    pm_cluster *c = start_a(60000);
+    int fds[PM__MESH_UNAUTH_MAX + 1];
+    /* The test's own sockets made first, so that fd 0, freed after them,
+     * is the one the supervisor's first accept takes. */
+    for (unsigned i = 0; i <= PM__MESH_UNAUTH_MAX; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_gt(fds[i], 0);
+    }
+    close(0);
+    struct sockaddr_in sa = loopback_at(the_port);
+    for (unsigned i = 0; i < PM__MESH_UNAUTH_MAX; i++) {
+        ck_assert_int_eq(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+        PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) == i + 1, 20000);
+    }
+    ck_assert_int_eq(fcntl(0, F_GETFD), FD_CLOEXEC); /* the supervisor's end of the first */
+    uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
+    ck_assert_int_eq(connect(fds[PM__MESH_UNAUTH_MAX], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_LOCAL) == local0 + 1, 20000);
+    PM_RUN_UNTIL(c, closed_by_peer(fds[0]), 20000); /* the oldest, its end on fd 0 */
+    ck_assert_int_eq(fcntl(0, F_GETFD), -1);
+    ck_assert_uint_eq(pm_test_mesh_unauth(c->mesh), PM__MESH_UNAUTH_MAX);
+    for (unsigned i = 0; i <= PM__MESH_UNAUTH_MAX; i++)
+        close(fds[i]);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+/* Accepts a connection waiting on listener l, once: 1 when one was. */
+static int accepted_one(int l, int *out)
+{
+    if (*out < 0)
+        *out = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return *out >= 0;
+}
+
+START_TEST(test_unauth_cap_counts_no_dial)
+{
+    /* The bound on unauthenticated connections is on those accepted: a
+     * connection this host dialled (to its peer 0, here a listener that
+     * never answers) is not one of them, so PM__MESH_UNAUTH_MAX accepted
+     * ones cut nothing, and the dial is left to its own deadline. */
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ck_assert_int_ge(l, 0);
+    int port = pm_test_free_port();
+    struct sockaddr_in sa = loopback_at(port);
+    int one = 1;
+    (void)setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ck_assert_int_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(l, 4), 0);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    pm_cluster *c = start_host("a", 60000, peer);
+    int dial = -1;
+    PM_RUN_UNTIL(c, accepted_one(l, &dial), 20000);
+    uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
+    int fds[PM__MESH_UNAUTH_MAX];
+    for (unsigned i = 0; i < PM__MESH_UNAUTH_MAX; i++) {
+        fds[i] = raw_connect(the_port);
+        PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) == i + 1, 20000);
+    }
+    ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_LOCAL), local0);
+    ck_assert(!closed_by_peer(dial));
+    for (unsigned i = 0; i < PM__MESH_UNAUTH_MAX; i++)
+        close(fds[i]);
+    close(dial);
+    close(l);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 START_TEST(test_accept_errno_rows)
 {
     /* mesh_accept.c's accept errors, one row an errno, each faked by a
@@ -1409,6 +1485,8 @@ int main(void)
     PM_ADD_TEST(s, test_rate_limit_sources, 120);
     PM_ADD_TEST(s, test_reserve_fd_rows, 120);
     PM_ADD_LOOP_TEST(s, test_accept_errno_rows, 0, 4, 60);
+    PM_ADD_TEST(s, test_unauth_cap_fd0, 60);
+    PM_ADD_TEST(s, test_unauth_cap_counts_no_dial, 60);
     PM_ADD_TEST(s, test_refused_log_pure, 10);
     PM_ADD_TEST(s, test_refused_log_flush, 10);
     PM_ADD_TEST(s, test_refused_log_flushed, 120);
