@@ -229,6 +229,18 @@ int pm__cg_mkdir(const char *path)
     return -errno;
 }
 
+/* Entry e of d is a directory, "." and ".." aside. A file system that
+ * does not fill d_type (DT_UNKNOWN: XFS without ftype, a test's scratch
+ * tree) is asked. */
+static int subdir(DIR *d, const struct dirent *e)
+{
+    struct stat st;
+    return e->d_name[0] != '.' &&
+           (e->d_type == DT_DIR ||
+            (e->d_type == DT_UNKNOWN && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+             S_ISDIR(st.st_mode)));
+}
+
 void pm__cg_rmdir_tree(const char *dir, int depth)
 {
     DIR *d = depth > 0 ? opendir(dir) : NULL;
@@ -236,14 +248,7 @@ void pm__cg_rmdir_tree(const char *dir, int depth)
     while (d != NULL && (e = readdir(d)) != NULL) {
         /* cgroupfs lists its interface files too: only directories are
          * cgroups. */
-        if (e->d_name[0] == '.')
-            continue;
-        /* A file system that does not fill d_type (DT_UNKNOWN: XFS
-         * without ftype, a test's scratch tree) is asked. */
-        struct stat st;
-        if (e->d_type != DT_DIR &&
-            (e->d_type != DT_UNKNOWN || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-             !S_ISDIR(st.st_mode)))
+        if (!subdir(d, e))
             continue;
         char sub[PM__CG_PATH + 300];
         if (snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name) < (int)sizeof(sub))
@@ -263,12 +268,8 @@ static int has_subdir(const char *dir)
         return 1;
     struct dirent *e;
     int found = 0;
-    struct stat st;
     while (!found && (e = readdir(d)) != NULL)
-        found = e->d_name[0] != '.' &&
-                (e->d_type == DT_DIR ||
-                 (e->d_type == DT_UNKNOWN && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                  S_ISDIR(st.st_mode)));
+        found = subdir(d, e);
     closedir(d);
     return found;
 }
