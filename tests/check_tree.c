@@ -926,6 +926,24 @@ static void sub(const char *rel)
 
 START_TEST(test_parsers)
 {
+    /* A cluster directory's name, one row a rule (ns 77). */
+    static const struct {
+        const char *name;
+        long pid;
+    } dirs[] = {
+        {"procmesh.123.77.4", 123},  {"procmesh.123.77", 123},     {"procmesh.123.78.4", -1},
+        {"procmesh.123.7.4", -1},    {"procmesh.123.77.", -1},     {"procmesh.123.77.4x", -1},
+        {"procmesh.123.77x", -1},    {"procmesh.123", -1},         {"procmesh.0.77.1", -1},
+        {"procmesh.-5.77.1", -1},    {"procmesh.+5.77.1", -1},     {"procmesh. 5.77.1", -1},
+        {"procmesh.5..77", -1},      {"procmesh.5.+77", -1},       {"procmesh.", -1},
+        {"procmesh5.77.1", -1},      {"other.5.77.1", -1},         {"procmesh.5.77.1.2", -1},
+        {"procmesh.99999999999999999999.77.1", -1},
+        {"procmesh.5.99999999999999999999999.1", -1},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(dirs); i++)
+        ck_assert_msg(pm__cg_cluster_dir_pid(dirs[i].name, 77) == dirs[i].pid, "%s: %ld, not %ld", dirs[i].name,
+                      pm__cg_cluster_dir_pid(dirs[i].name, 77), dirs[i].pid);
+
     char v2[PM__CG_PATH], v1[PM__CG_NCTRL][PM__CG_PATH];
     ck_assert_int_eq(pm__cg_parse_self("12:pids:/a\n4:memory:/process_api/x\n2:cpu,cpuacct:/c\n"
                                        "0::/sys.slice/p.service\n",
@@ -1772,16 +1790,6 @@ START_TEST(test_contain_process_group)
 }
 END_TEST
 
-/* The state letter of /proc/PID/stat ('Z' for a zombie), or 0. */
-static char proc_state(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if (pm_test_read_file(path, buf, sizeof(buf)) <= 0)
-        return 0;
-    const char *p = strrchr(buf, ')');
-    return p != NULL && p[1] == ' ' ? p[2] : 0;
-}
 
 START_TEST(test_two_clusters_apart)
 {
@@ -1805,7 +1813,7 @@ START_TEST(test_two_clusters_apart)
         ck_assert_int_ge(pm_cluster_terminate(c[0]), 0);
         /* The first one's end is over: a kill of the second's worker
          * would have landed (a zombie now, or already restarted). */
-        char st = proc_state(si[1].pid);
+        char st = pm_test_proc_state(si[1].pid);
         ck_assert_msg(st != 0 && st != 'Z' && st != 'X', "the other cluster's %s worker %d: state '%c'",
                       exec ? "exec" : "fork", (int)si[1].pid, st ? st : '?');
         pm_cluster_run(c[1], 50);
@@ -1952,9 +1960,7 @@ START_TEST(test_tree_kill_out_of_fds)
     lim.rlim_max = saved.rlim_max;
     ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &lim), 0);
     static int fillers[4096];
-    int nfill = 0, f;
-    while (nfill < (int)ARRAY_LEN(fillers) && (f = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
-        fillers[nfill++] = f;
+    int nfill = (int)pm_test_fill_fds(fillers, ARRAY_LEN(fillers));
     ck_assert_int_eq(open("/dev/null", O_RDONLY | O_CLOEXEC), -1);
     ck_assert_int_eq(errno, EMFILE);
     ck_assert_int_eq(kill(p1, SIGKILL), 0);

@@ -231,6 +231,17 @@ static inline char pm_test_proc_state(pid_t pid)
     return p != NULL && p[1] == ' ' ? p[2] : 0;
 }
 
+/* Fills free fds of this process with /dev/null (out[], at most cap)
+ * until open fails or cap is reached: how many. */
+static inline unsigned pm_test_fill_fds(int *out, unsigned cap)
+{
+    unsigned n = 0;
+    int fd;
+    while (n < cap && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        out[n++] = fd;
+    return n;
+}
+
 /* Waits for pid with a bound; kills it if it overstays. Returns the wait
  * status, or -1 if it had to be killed. Never leaves a zombie. */
 static inline int pm_test_reap(pid_t pid, int timeout_ms)

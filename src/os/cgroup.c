@@ -161,6 +161,25 @@ void pm__cg_parse_mounts(const char *text, char *v2mnt, char *v2root,
     }
 }
 
+long pm__cg_cluster_dir_pid(const char *name, unsigned long long ns)
+{
+    if (strncmp(name, "procmesh.", 9) != 0 || name[9] < '1' || name[9] > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    long pid = strtol(name + 9, &end, 10);
+    /* Only a directory of our own pid namespace: its pid means something
+     * here. Another namespace's (a container, procmesh as PID 1 of its
+     * own) is its owner's to sweep, and a pid that does not exist here
+     * may well be alive there. */
+    if (errno != 0 || *end != '.' || end[1] < '0' || end[1] > '9' || strtoull(end + 1, &end, 10) != ns ||
+        errno != 0)
+        return -1;
+    if (*end == '.' && end[1] >= '0' && end[1] <= '9')
+        (void)strtoul(end + 1, &end, 10);
+    return *end == '\0' ? pid : -1;
+}
+
 int pm__cg_join(char *out, size_t size, const char *mnt, const char *root, const char *rel)
 {
     size_t rl = strlen(root);
@@ -298,20 +317,7 @@ static void sweep_stale(const char *parent, unsigned long long ns)
         return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        char *end;
-        if (strncmp(e->d_name, "procmesh.", 9) != 0)
-            continue;
-        long pid = strtol(e->d_name + 9, &end, 10);
-        /* Only a directory of our own pid namespace: its pid means
-         * something here. Another namespace's (a container, procmesh as
-         * PID 1 of its own) is its owner's to sweep, and a pid that does
-         * not exist here may well be alive there. */
-        if (*end != '.' || strtoull(end + 1, &end, 10) != ns)
-            continue;
-        if (*end == '.' && end[1] >= '0' && end[1] <= '9')
-            (void)strtoul(end + 1, &end, 10);
-        if (*end != '\0')
-            continue;
+        long pid = pm__cg_cluster_dir_pid(e->d_name, ns);
         if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
         char dir[PM__CG_PATH + 300];

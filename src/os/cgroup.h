@@ -99,6 +99,11 @@ int pm__cg_enable_decide(int err, int own_is_root, const char *procs, long self,
 int pm__cg_read_text(const char *path, char *buf, size_t size);
 /* Writes text to dir/file; 0 or -errno. */
 int pm__cg_write_text(const char *dir, const char *file, const char *text);
+/* Pure: the pid of a cluster directory's name, procmesh.<pid>.<ns>.<k> (or
+ * procmesh.<pid>.<ns>, as versions before the cluster number named it),
+ * when its namespace is ns: the pid (> 0), else -1 (another name, another
+ * namespace, anything after the numbers, a number out of range). */
+long pm__cg_cluster_dir_pid(const char *name, unsigned long long ns);
 /* mkdir, an existing directory being fine; 0 or -errno. */
 int pm__cg_mkdir(const char *path);
 /* 1 when lim asks for controller ctrl (PM__CG_*). */
