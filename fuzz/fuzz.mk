@@ -17,7 +17,7 @@
 # tree, a crash to fuzz-out/artifacts/.
 
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= frame ring lane hub http notify dconf address record noise crash peer output log link linkfrag
+FUZZ_TARGETS ?= frame ring lane hub http notify dconf address record noise crash peer output log link linkfrag cgroup
 FUZZ_FLAGS ?=
 
 B := $(top_builddir)/fuzz-out
