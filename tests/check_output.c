@@ -175,6 +175,20 @@ START_TEST(test_split_and_bucket)
     ck_assert_int_eq(split_trunc[0], 1);
     ck_assert_uint_eq(split_len[1], 1);
     ck_assert_int_eq(split_trunc[1], 0);
+    /* Data that ends at the bound, a '\n' just past it in the caller's
+     * buffer: the splitter looks no further than the data (a full piece,
+     * marked), and the '\n' it was not given ends the next line. */
+    memset(big, 'x', sizeof(big));
+    big[PM_OUTPUT_LINE_MAX] = '\n';
+    nsplit = 0;
+    pm__output_split(&st, big, PM_OUTPUT_LINE_MAX, split_emit, NULL);
+    ck_assert_int_eq(nsplit, 1);
+    ck_assert_uint_eq(split_len[0], PM_OUTPUT_LINE_MAX);
+    ck_assert_int_eq(split_trunc[0], 1);
+    ck_assert_uint_eq(st.len, 0);
+    pm__output_split(&st, "z\n", 2, split_emit, NULL);
+    ck_assert_int_eq(nsplit, 2);
+    ck_assert_str_eq(split_out[1], "z");
 
     /* The bucket: a burst, then PER_S a second. */
     pm__output o;
@@ -239,6 +253,27 @@ START_TEST(test_keep_last_lines)
     ck_assert_uint_eq(pm__output_keep(&k, line, PM_OUTPUT_LINE_MAX / 2, 0), 1);
     ck_assert_uint_eq(pm__output_keep(&k, "y", 1, 0), 1);
     ck_assert_uint_eq(pm__output_keep_clear(&k), 2);
+    ck_assert_int_eq(pm__output_keep_pop(&k, out, &len, &trunc), 0);
+    /* Cleared, the keep has all its bytes again: two halves fit. */
+    ck_assert_uint_eq(pm__output_keep(&k, "x", 1, 0), 0);
+    ck_assert_uint_eq(pm__output_keep(&k, line, PM_OUTPUT_LINE_MAX / 2, 0), 0);
+    ck_assert_uint_eq(pm__output_keep_clear(&k), 2);
+    ck_assert_uint_eq(pm__output_keep(&k, line, PM_OUTPUT_LINE_MAX / 2, 0), 0);
+    ck_assert_uint_eq(pm__output_keep(&k, line, PM_OUTPUT_LINE_MAX / 2, 0), 0);
+    ck_assert_uint_eq(pm__output_keep_clear(&k), 2);
+    /* Popped while others stay: a line kept after the pop follows them
+     * and leaves their text whole. */
+    ck_assert_uint_eq(pm__output_keep(&k, "a", 1, 0), 0);
+    ck_assert_uint_eq(pm__output_keep(&k, "bbbb", 4, 0), 0);
+    ck_assert_uint_eq(pm__output_keep(&k, "cccc", 4, 0), 0);
+    ck_assert_int_eq(pm__output_keep_pop(&k, out, &len, &trunc), 1);
+    ck_assert_str_eq(out, "a");
+    ck_assert_uint_eq(pm__output_keep(&k, "dddddddd", 8, 0), 0);
+    const char *rest[] = {"bbbb", "cccc", "dddddddd"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(pm__output_keep_pop(&k, out, &len, &trunc), 1);
+        ck_assert_str_eq(out, rest[i]);
+    }
     ck_assert_int_eq(pm__output_keep_pop(&k, out, &len, &trunc), 0);
 }
 END_TEST
@@ -474,6 +509,9 @@ START_TEST(test_flood_rate_limited)
                   (unsigned long long)fs->written);
     fs->stop = 1;
     PM_RUN_UNTIL(c, fs->done, 10000);
+    /* The cluster's count of dropped lines holds every one reported so
+     * far (and those still waiting for the next delivered line). */
+    ck_assert_uint_ge(pm_test_output_suppressed(c), total_suppressed);
     /* What is in the pipe is read before the end is reported: every
      * line written is either delivered or counted as suppressed. */
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
@@ -1615,6 +1653,318 @@ START_TEST(test_no_fd_leak)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the pipes' edges */
+
+/* The pipes' failures leave nothing open: a second pipe2 refused
+ * (EMFILE), the read end's O_NONBLOCK refused (a seccomp filter of this
+ * test's process: F_SETFL on the second pipe's read end only), the
+ * slot's output memory refused (mmap of its size). */
+START_TEST(test_pipes_failures)
+{
+    int p[2][2];
+    int before = pm_test_count_fds();
+    /* Room for one pipe, not two (under a limit low enough to reach). */
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur > 1024) {
+        rl.rlim_cur = 1024;
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    }
+    static int fill[4096];
+    unsigned nfill = pm_test_fill_fds(fill, 4096);
+    ck_assert_uint_gt(nfill, 3);
+    for (unsigned i = 0; i < 3; i++)
+        close(fill[--nfill]);
+    ck_assert_int_eq(pm__output_pipes(p), -EMFILE);
+    for (int i = 0; i < 2; i++)
+        ck_assert(p[i][0] == -1 && p[i][1] == -1);
+    ck_assert_int_eq(pm_test_count_fds(), before + (int)nfill);
+    while (nfill > 0)
+        close(fill[--nfill]);
+    /* A successful pair, closed, shows the numbers the next one takes. */
+    ck_assert_int_eq(pm__output_pipes(p), 0);
+    int second_read = p[1][0];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(fcntl(p[i][0], F_GETFL) & O_NONBLOCK, O_NONBLOCK);
+        ck_assert_int_eq(fcntl(p[i][1], F_GETFL) & O_NONBLOCK, 0);
+        ck_assert_int_eq(fcntl(p[i][0], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+        ck_assert_int_eq(fcntl(p[i][1], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+        close(p[i][0]);
+        close(p[i][1]);
+    }
+    /* The slot's memory refused: the pipes it was given are closed. */
+    static pm__slot s;
+    memset(&s, 0, sizeof(s));
+    s.out.s[0].fd = s.out.s[1].fd = -1;
+    int wfd[2] = {-1, -1};
+    ck_assert_int_eq(pm__output_pipes(p), 0);
+    ck_assert_int_eq(pm_test_filter_call_arg(__NR_mmap, 1, (uint32_t)sizeof(pm__outmem),
+                                             SECCOMP_RET_ERRNO | ENOMEM),
+                     0);
+    ck_assert_int_eq(pm__output_open_made(NULL, &s, wfd, p), -ENOMEM);
+    ck_assert_ptr_null(s.out.mem);
+    ck_assert(wfd[0] == -1 && wfd[1] == -1);
+    for (int i = 0; i < 2; i++)
+        ck_assert(p[i][0] == -1 && p[i][1] == -1);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+    /* The second read end's O_NONBLOCK refused: the first pipe is
+     * closed too. Last: the filter stays with this process. */
+    ck_assert_int_eq(pm_test_filter_call_arg(__NR_fcntl, 0, (uint32_t)second_read,
+                                             SECCOMP_RET_ERRNO | EACCES),
+                     0);
+    ck_assert_int_eq(pm__output_pipes(p), -EACCES);
+    for (int i = 0; i < 2; i++)
+        ck_assert(p[i][0] == -1 && p[i][1] == -1);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+}
+END_TEST
+
+/* The drain's rules, one row each (output.h pm__drain): what a stream's
+ * drain does at its start, before each read, after each read and at the
+ * end, with everything else valid. */
+START_TEST(test_drain_rules)
+{
+    const size_t B = PM__OFFREAD_BYTES, MAX = PM__OUTPUT_DRAIN_BYTES;
+    static const struct {
+        int reading, closed, held, waits;
+        int done, err, stale;
+    } begin[] = {
+        {0, 0, 0, 0, 0, 0, 0},       /* to be read */
+        {1, 0, 0, 0, 0, 0, 1},       /* a read under way: stale */
+        {0, 1, 0, 0, 1, 0, 0},       /* closed: nothing to read, nothing to say */
+        {0, 0, 1, 0, 1, -EBUSY, 0},  /* held: a read would wait behind the held ones */
+        {1, 0, 1, 0, 0, 0, 1},       /* held, its read running: taken */
+        {1, 0, 1, 1, 1, -EBUSY, 1},  /* held, its read waiting behind them */
+        {0, 1, 1, 0, 1, 0, 0},       /* held but closed */
+        {1, 0, 0, 1, 0, 0, 1},       /* waiting, not held: it will run */
+    };
+    for (size_t r = 0; r < ARRAY_LEN(begin); r++) {
+        pm__drain d;
+        memset(&d, 0x5a, sizeof(d));
+        pm__output_drain_begin(&d, begin[r].reading, begin[r].closed, begin[r].held, begin[r].waits);
+        ck_assert_msg(d.done == begin[r].done && d.err == begin[r].err && d.stale == begin[r].stale &&
+                          d.left == MAX,
+                      "begin row %zu: done %d err %d stale %d left %zu", r, d.done, d.err, d.stale,
+                      d.left);
+    }
+    static const struct {
+        int done, reading, ended;
+        uint64_t now, deadline;
+        int go, done_after;
+    } go[] = {
+        {0, 0, 0, 5, 10, 1, 0},  /* a read starts */
+        {0, 0, 0, 9, 10, 1, 0},  /* one ms left */
+        {0, 1, 0, 5, 10, 0, 0},  /* waits for the read under way */
+        {0, 1, 1, 5, 10, 0, 0},  /* ... even when the pipe looks ended */
+        {0, 1, 0, 11, 10, 0, 0}, /* ... even past the deadline (wait_any bounds it) */
+        {0, 0, 1, 5, 10, 0, 1},  /* ended and empty */
+        {0, 0, 0, 10, 10, 0, 1}, /* the deadline */
+        {0, 0, 0, 11, 10, 0, 1}, /* past it */
+        {1, 0, 0, 5, 10, 0, 1},  /* ended before */
+    };
+    for (size_t r = 0; r < ARRAY_LEN(go); r++) {
+        pm__drain d;
+        pm__output_drain_begin(&d, go[r].reading, 0, 0, 0);
+        d.done = go[r].done;
+        d.err = -7;
+        ck_assert_msg(pm__output_drain_go(&d, go[r].reading, go[r].ended, go[r].now, go[r].deadline) ==
+                              go[r].go &&
+                          d.done == go[r].done_after && d.err == -7,
+                      "go row %zu: done %d err %d", r, d.done, d.err);
+    }
+    pm__drain d;
+    pm__output_drain_begin(&d, 0, 0, 0, 0);
+    pm__output_drain_failed(&d, -EAGAIN);
+    ck_assert(d.done && d.err == -EAGAIN);
+    ck_assert_int_eq(pm__output_drain_result(&d), -EAGAIN);
+    static const struct {
+        int stale;
+        size_t left;
+        int ended;
+        size_t got;
+        int done, stale_after;
+        size_t left_after;
+    } took[] = {
+        {0, MAX, 1, 0, 1, 0, MAX},          /* EOF */
+        {0, MAX, 1, B, 1, 0, MAX},          /* EOF with a full buffer */
+        {0, MAX, 0, B - 1, 1, 0, MAX},      /* a fresh read emptied the pipe */
+        {0, MAX, 0, 0, 1, 0, MAX},          /* ... found it empty */
+        {0, MAX, 0, B, 0, 0, MAX - B},      /* a full buffer: more to read */
+        {1, MAX, 0, 0, 0, 0, MAX},          /* stale: proves nothing, read again */
+        {1, MAX, 0, B - 1, 0, 0, MAX - (B - 1)},
+        {1, MAX, 1, 0, 1, 1, MAX},          /* stale at EOF */
+        {0, B, 0, B, 1, 0, 0},              /* the bound reached */
+        {0, B - 1, 0, B, 1, 0, 0},          /* ... passed: left stays 0 */
+        {0, B + 1, 0, B, 0, 0, 1},          /* one byte short of it */
+    };
+    for (size_t r = 0; r < ARRAY_LEN(took); r++) {
+        pm__output_drain_begin(&d, took[r].stale, 0, 0, 0);
+        d.left = took[r].left;
+        pm__output_drain_took(&d, took[r].ended, took[r].got);
+        ck_assert_msg(d.done == took[r].done && d.stale == took[r].stale_after &&
+                          d.left == took[r].left_after && d.err == 0,
+                      "took row %zu: done %d stale %d left %zu", r, d.done, d.stale, d.left);
+    }
+    pm__output_drain_begin(&d, 1, 0, 0, 0);
+    ck_assert_int_eq(pm__output_drain_result(&d), -ETIMEDOUT); /* its read still out */
+    pm__output_drain_begin(&d, 0, 0, 1, 0);
+    ck_assert_int_eq(pm__output_drain_result(&d), -EBUSY);
+    pm__output_drain_begin(&d, 0, 1, 0, 0);
+    ck_assert_int_eq(pm__output_drain_result(&d), 0);
+}
+END_TEST
+
+/* A pipe's end is known without a read only when it is empty and every
+ * write end is closed. */
+START_TEST(test_ended_empty_rows)
+{
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+    ck_assert_int_eq(pm__output_ended_empty(p[0]), 0); /* empty, a writer */
+    ck_assert_int_eq(write(p[1], "x", 1), 1);
+    ck_assert_int_eq(pm__output_ended_empty(p[0]), 0); /* a byte, a writer */
+    close(p[1]);
+    ck_assert_int_eq(pm__output_ended_empty(p[0]), 0); /* a byte, no writer */
+    char b;
+    ck_assert_int_eq(read(p[0], &b, 1), 1);
+    ck_assert_int_eq(pm__output_ended_empty(p[0]), 1); /* empty, no writer */
+    close(p[0]);
+    ck_assert_int_eq(pm__output_ended_empty(p[0]), 0); /* not an fd: POLLNVAL */
+}
+END_TEST
+
+/* Each request's payload is a line for stdout; "close" closes stdout
+ * (the worker lives on). */
+static int boot_on_call(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    pm_node_ready(n);
+    pm_message m;
+    int rc;
+    while ((rc = pm_node_recv(n, &m, -1)) == 0) {
+        if (m.kind != PM_MSG_REQUEST)
+            continue;
+        if (m.len == 5 && memcmp(m.data, "close", 5) == 0) {
+            close(1);
+        } else if (m.len == 6 && memcmp(m.data, "stderr", 6) == 0) {
+            if (write(2, "err-partial", 11) != 11)
+                return 3;
+        } else if (m.len == 10 && memcmp(m.data, "three\nfour", 10) == 0) {
+            if (write(1, "three\nfour", 10) != 10) /* "four": no '\n' */
+                return 3;
+        } else {
+            char line[64];
+            size_t k = m.len < sizeof(line) - 1 ? m.len : sizeof(line) - 1;
+            memcpy(line, m.data, k);
+            line[k] = '\n';
+            if (write(1, line, k + 1) != (ssize_t)(k + 1))
+                return 3;
+        }
+        pm_node_reply(n, &m, "ok", 2);
+    }
+    return rc == -ESHUTDOWN ? 0 : 1;
+}
+
+static void call_worker(pm_cluster *c, const char *what)
+{
+    pm_address a;
+    ck_assert_int_eq(pm_cluster_addresses(c, &a, 1), 1);
+    char reply[8];
+    size_t rlen = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a, what, strlen(what), 10000, reply, sizeof(reply), &rlen), 0);
+    ck_assert_uint_eq(rlen, 2);
+}
+
+/* A supervisor started with fd 0 closed gets a pipe there: a read end at
+ * fd 0 is watched at the start and again after each report like any
+ * other (the stream is moved to fd 0 here, where a supervisor's first
+ * free fd would have put it). */
+START_TEST(test_stream_at_fd0)
+{
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot_on_call, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pm__slot *s = &c->slots[0];
+    int x = s->out.s[0].fd;
+    ck_assert_int_gt(x, 0);
+    ck_assert_ptr_null(s->out.s[0].job); /* nothing written yet: no read */
+    pm__watchset_del(pm__offread_watch_fd(c->output.reader), x);
+    ck_assert_int_eq(dup2(x, 0), 0);
+    close(x);
+    s->out.s[0].fd = 0;
+    pm__output_arm(c, s);
+    call_worker(c, "one");
+    PM_RUN_UNTIL(c, find_line(0, PM_OUTPUT_STDOUT, "one") != NULL, 10000);
+    call_worker(c, "two");
+    PM_RUN_UNTIL(c, find_line(0, PM_OUTPUT_STDOUT, "two") != NULL, 10000);
+    /* Unwatched now (no read under way: "two" was taken), so that only
+     * the drain after the reap reads what comes next, at fd 0 too: lines
+     * and a partial one on stdout, a partial one on stderr. */
+    ck_assert_ptr_null(s->out.s[0].job);
+    ck_assert_ptr_null(s->out.s[1].job);
+    pm__watchset_del(pm__offread_watch_fd(c->output.reader), 0);
+    pm__watchset_del(pm__offread_watch_fd(c->output.reader), s->out.s[1].fd);
+    call_worker(c, "three\nfour");
+    call_worker(c, "stderr");
+    ck_assert_ptr_null(find_line(0, PM_OUTPUT_STDOUT, "three"));
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDOUT, "three"));
+    ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDOUT, "four"));
+    ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDERR, "err-partial"));
+    ck_assert_int_eq(fcntl(0, F_GETFD), -1); /* closed with the stream */
+}
+END_TEST
+
+/* A worker closes its stdout and lives on: the stream ends and its read
+ * end is closed; the fd number, free again, is the supervisor's to reuse,
+ * and the worker's end (the drain after its reap) leaves that new file
+ * alone. */
+START_TEST(test_closed_stream_number_reused)
+{
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot_on_call, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    int x = pm_test_slot_output_fd(c, 0, 0);
+    ck_assert_int_ge(x, 0);
+    call_worker(c, "last");
+    call_worker(c, "close");
+    PM_RUN_UNTIL(c, pm_test_slot_output_fd(c, 0, 0) < 0, 10000);
+    ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDOUT, "last"));
+    /* A thread of the reader closes it (output.c close_stream), putting
+     * a placeholder on the number (os/offread.c job_close), which the
+     * loop's next collect closes in turn. */
+    uint64_t end = pm_test_ms() + 10000;
+    while (fcntl(x, F_GETFD) >= 0 && pm_test_ms() < end) {
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+        pm__output_collect(c); /* a closed placeholder's number is freed here */
+    }
+    ck_assert_int_lt(fcntl(x, F_GETFD), 0);
+    static int fill[4096];
+    unsigned nfill = 0;
+    int got;
+    while ((got = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0 && got != x && nfill < 4096)
+        fill[nfill++] = got;
+    ck_assert_int_eq(got, x);
+    while (nfill > 0)
+        close(fill[--nfill]);
+    struct stat before;
+    ck_assert_int_eq(fstat(x, &before), 0);
+    /* The worker's end: its drain and the cluster's end close what is
+     * theirs, and nothing else (the reader's threads are joined by the
+     * terminate: every close it was handed is done). */
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    struct stat after;
+    ck_assert_int_eq(fstat(x, &after), 0);
+    ck_assert(after.st_ino == before.st_ino && after.st_dev == before.st_dev);
+    close(x);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- daemon */
 
 /* Runs the daemon with argv to its end; its stdout and stderr in out/err. */
@@ -1737,6 +2087,11 @@ int main(void)
     PM_ADD_TEST(s, test_held_slot_no_starve, 240);
     PM_ADD_TEST(s, test_inherit_passes_through, 0);
     PM_ADD_TEST(s, test_no_fd_leak, 0);
+    PM_ADD_TEST(s, test_pipes_failures, 0);
+    PM_ADD_TEST(s, test_drain_rules, 0);
+    PM_ADD_TEST(s, test_ended_empty_rows, 0);
+    PM_ADD_TEST(s, test_stream_at_fd0, 0);
+    PM_ADD_TEST(s, test_closed_stream_number_reused, 0);
     PM_ADD_TEST(s, test_daemon_capture, 0);
     PM_ADD_TEST(s, test_daemon_json_escapes, 0);
     int rc = pm_test_main(s);

@@ -313,7 +313,6 @@ int pm__output_open_made(pm_cluster *c, pm__slot *s, int wfd[2], int p[2][2])
     }
     for (int i = 0; i < 2; i++) {
         s->out.s[i].fd = p[i][0];
-        s->out.s[i].armed = 0;
         s->out.s[i].len = 0;
         (void)pm__output_keep_clear(&s->out.mem->keep[i]);
         wfd[i] = p[i][1];
@@ -332,24 +331,29 @@ int pm__output_open(pm_cluster *c, pm__slot *s, int wfd[2])
     return pm__output_open_made(c, s, wfd, p);
 }
 
+/* A stream is watched one-shot (os/watchset.c): reported once, it leaves
+ * the set's ready list until rewatch puts it back, so no flag of ours says
+ * whether it is watched; each stream is added once, at its incarnation's
+ * start, and rewatched only after a report. A failed add or rewatch (no
+ * memory for epoll's item) leaves the stream unread until the drain after
+ * the reap, which reads it whole: its lines come late, none is lost. */
 void pm__output_arm(pm_cluster *c, pm__slot *s)
 {
-    for (int i = 0; i < 2; i++) {
-        pm__outstream *st = &s->out.s[i];
-        if (st->fd >= 0 && !st->armed &&
-            pm__watchset_add(pm__offread_watch_fd(c->output.reader), st->fd, stream_tag(s, i)) == 0)
-            st->armed = 1;
-    }
+    for (int i = 0; i < 2; i++)
+        if (s->out.s[i].fd >= 0)
+            (void)pm__watchset_add(pm__offread_watch_fd(c->output.reader), s->out.s[i].fd,
+                                   stream_tag(s, i));
 }
 
-/* The stream reported again (it was reported once since it was watched,
- * or last rewatched). */
+/* The stream was reported and its read taken, or not started: watched
+ * again. Never with a read under way (the read's result rewatches it),
+ * nor once closed (a callback of the delivery may have ended it: a
+ * nested pm_cluster_run that reaped the worker). */
 static void rewatch(pm_cluster *c, pm__slot *s, int i)
 {
     pm__outstream *st = &s->out.s[i];
-    if (st->fd >= 0 && !st->armed && st->job == NULL &&
-        pm__watchset_mod(pm__offread_watch_fd(c->output.reader), st->fd, stream_tag(s, i)) == 0)
-        st->armed = 1;
+    if (st->fd >= 0)
+        (void)pm__watchset_mod(pm__offread_watch_fd(c->output.reader), st->fd, stream_tag(s, i));
 }
 
 /* The loop never closes a read end itself. The last close of either end
@@ -362,7 +366,6 @@ static void rewatch(pm_cluster *c, pm__slot *s, int i)
 static void close_stream(pm_cluster *c, pm__slot *s, int i)
 {
     pm__outstream *st = &s->out.s[i];
-    st->armed = 0;
     if (st->job != NULL) {
         pm__offread_abandon(c->output.reader, st->job);
         st->job = NULL;
@@ -370,20 +373,16 @@ static void close_stream(pm_cluster *c, pm__slot *s, int i)
         pm__offread_close(c->output.reader, st->fd, s->index);
     }
     st->fd = -1;
-    st->len = 0;
     /* Closed without a drain (a failed start): what it kept is dropped. */
     dropped(c, &s->out, pm__output_keep_clear(&s->out.mem->keep[i]));
 }
 
 void pm__output_close_ends(pm_cluster *c, const pm__slot *s, int fd[2])
 {
+    /* -1 when capture is off (no reader then): pm__offread_close takes
+     * nothing for -1. */
     for (int i = 0; i < 2; i++) {
-        if (fd[i] < 0)
-            continue;
-        if (c->output.reader != NULL)
-            pm__offread_close(c->output.reader, fd[i], s->index);
-        else
-            pm__close(fd[i]); /* no reader: capture is off, these were never a worker's */
+        pm__offread_close(c->output.reader, fd[i], s->index);
         fd[i] = -1;
     }
 }
@@ -397,8 +396,7 @@ static int take_result(pm_cluster *c, pm__slot *s, int i, pm__offjob *j, size_t 
     pm__offread_outcome(j, &r);
     deliver_ctx d = {c, s, i + 1, pm__now_ms()};
     st->job = NULL;
-    if (r.len > 0)
-        pm__output_split(st, r.data, r.len, on_line, &d);
+    pm__output_split(st, r.data, r.len, on_line, &d);
     if (got != NULL)
         *got = r.len;
     pm__offread_release(c->output.reader, j);
@@ -432,7 +430,7 @@ static int start_read(pm_cluster *c, pm__slot *s, int i)
  * added through such a reopened end after this are not the ended
  * incarnation's to report. The common case at a worker's end, which then
  * costs no thread wake-up. */
-static int ended_empty(int fd)
+int pm__output_ended_empty(int fd)
 {
     struct pollfd p = {fd, POLLIN, 0};
     return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLIN)) == POLLHUP;
@@ -455,10 +453,9 @@ int pm__output_init(pm_cluster *c, int wake_fd)
 static void stream_ready(pm_cluster *c, pm__slot *s, int i)
 {
     pm__outstream *st = &s->out.s[i];
-    st->armed = 0;
     if (st->job != NULL)
         return; /* cannot be: watched again only once its read was taken */
-    if (ended_empty(st->fd)) {
+    if (pm__output_ended_empty(st->fd)) {
         /* The worker closed its stdout (or stderr) and lives on, or just
          * died: what it kept was the stream's last words. */
         deliver_ctx d = {c, s, i + 1, pm__now_ms()};
@@ -512,8 +509,8 @@ static void collect_one(pm_cluster *c, pm__slot *s, int i, pm__offjob *j)
         close_stream(c, s, i);
         return;
     }
-    /* A callback of the delivery may have ended the stream (fd -1) or
-     * started a read of it. */
+    /* A callback of the delivery may have ended the stream (fd -1):
+     * rewatch checks. */
     rewatch(c, s, i);
 }
 
@@ -537,44 +534,47 @@ void pm__output_collect(pm_cluster *c)
     }
 }
 
-/* The drain of one stream: what is left to read of it, and whether the
- * read under way started before the reap (its emptiness may predate the
- * worker's last writes, so only a read started since may end the drain on
- * an empty pipe). */
-typedef struct drain_state {
-    size_t left;
-    int stale;
-    int done;
-} drain_state;
+/* ------------------------------------------------------------------ the drain's rules (pure) */
 
-/* Starts stream i's next read of the drain, or ends its drain (done: the
- * pipe ended and is empty, or nothing may be read of it). */
-static void drain_next(pm_cluster *c, pm__slot *s, int i, drain_state *d, int err[2],
-                       uint64_t deadline)
+void pm__output_drain_begin(pm__drain *d, int reading, int closed, int held, int waits)
 {
-    pm__outstream *st = &s->out.s[i];
-    if (st->job != NULL)
-        return;
-    if (ended_empty(st->fd) || pm__now_ms() >= deadline) {
-        /* Ended; or out of time with no read under way: bounded like the
-         * bytes, not held (no -ETIMEDOUT). */
-        d->done = 1;
-        return;
-    }
-    int rc = start_read(c, s, i);
-    if (rc < 0) {
-        err[i] = rc;
+    d->left = PM__OUTPUT_DRAIN_BYTES;
+    d->stale = reading;
+    d->done = closed;
+    d->err = 0;
+    /* Held: a read would wait in the queue behind the slot's own, which
+     * may never return; one already waiting there too. */
+    if (!closed && held && (!reading || waits)) {
+        d->err = -EBUSY;
         d->done = 1;
     }
 }
 
-/* A read of the drain finished: its bytes to the splitter; the stream's
- * drain ends at EOF, at an empty pipe (a fresh read's EAGAIN: what its
- * writers wrote is all read), or at the bound. */
-static void drain_took(pm_cluster *c, pm__slot *s, int i, drain_state *d)
+int pm__output_drain_go(pm__drain *d, int reading, int ended, uint64_t now_ms, uint64_t deadline_ms)
 {
-    size_t got = 0;
-    if (take_result(c, s, i, s->out.s[i].job, &got) || (got < PM__OFFREAD_BYTES && !d->stale)) {
+    if (d->done || reading)
+        return 0;
+    if (ended || now_ms >= deadline_ms) {
+        /* Ended; or out of time with no read under way: bounded like the
+         * bytes, not held (no -ETIMEDOUT). */
+        d->done = 1;
+        return 0;
+    }
+    return 1;
+}
+
+void pm__output_drain_failed(pm__drain *d, int err)
+{
+    d->err = err;
+    d->done = 1;
+}
+
+void pm__output_drain_took(pm__drain *d, int ended, size_t got)
+{
+    /* A fresh read that did not fill its buffer emptied the pipe: what its
+     * writers wrote before the reap is all read. A stale one (started
+     * before the reap) proves nothing about the writes after it. */
+    if (ended || (got < PM__OFFREAD_BYTES && !d->stale)) {
         d->done = 1;
         return;
     }
@@ -584,54 +584,63 @@ static void drain_took(pm_cluster *c, pm__slot *s, int i, drain_state *d)
         d->done = 1;
 }
 
+int pm__output_drain_result(const pm__drain *d)
+{
+    return d->done ? d->err : -ETIMEDOUT; /* its job is abandoned by close_stream */
+}
+
+/* ------------------------------------------------------------------ the drain */
+
+/* Starts stream i's next read of the drain, unless it waits for the read
+ * under way or its drain ended. */
+static void drain_next(pm_cluster *c, pm__slot *s, int i, pm__drain *d, uint64_t deadline)
+{
+    pm__outstream *st = &s->out.s[i];
+    if (!pm__output_drain_go(d, st->job != NULL, pm__output_ended_empty(st->fd), pm__now_ms(), deadline))
+        return;
+    int rc = start_read(c, s, i);
+    if (rc < 0)
+        pm__output_drain_failed(d, rc);
+}
+
 /* Reads what is left of both streams after the reap, until one deadline:
  * the reads under way first (their bytes came first), then reads to EOF,
  * or to an empty pipe when a descendant still holds the write end (what it
  * writes later is not this incarnation's to report), never more than the
  * bound. The streams are read side by side, each read's result taken as
  * it comes: a stream whose pipe is held costs the other nothing but the
- * deadline. err[i]: 0, or -ETIMEDOUT for a stream whose read had not
- * returned at the deadline (a process holds its pipe's mutex), -EBUSY for
- * one not read at all (the slot's earlier pipes are held: its reads would
- * wait for those, os/offread.h), a start's -errno. */
+ * deadline. err[i]: pm__output_drain_result's. */
 static void drain_streams(pm_cluster *c, pm__slot *s, int err[2])
 {
-    drain_state d[2];
+    pm__drain d[2];
     err[0] = err[1] = 0;
     if (c->output.reader == NULL)
         return; /* output not captured: no pipe */
     uint64_t deadline = pm__now_ms() + PM__OUTPUT_DRAIN_WAIT_MS;
     int held = pm__offread_group_held(c->output.reader, s->index);
     for (int i = 0; i < 2; i++) {
-        pm__outstream *st = &s->out.s[i];
-        d[i] = (drain_state){PM__OUTPUT_DRAIN_BYTES, st->job != NULL, st->fd < 0};
-        st->armed = 0; /* not reported any more: close_stream takes it out of the set */
-        /* Held: a read would wait in the queue behind the slot's own, which
-         * may never return; one already waiting there too. */
-        if (!d[i].done && held &&
-            (st->job == NULL || pm__offread_job_waits(c->output.reader, st->job))) {
-            err[i] = -EBUSY;
-            d[i].done = 1;
-        }
+        const pm__outstream *st = &s->out.s[i];
+        pm__output_drain_begin(&d[i], st->job != NULL, st->fd < 0, held,
+                               st->job != NULL && pm__offread_job_waits(c->output.reader, st->job));
     }
     for (;;) {
         pm__offjob *jobs[2] = {NULL, NULL};
         for (int i = 0; i < 2; i++) {
-            if (!d[i].done)
-                drain_next(c, s, i, &d[i], err, deadline);
+            drain_next(c, s, i, &d[i], deadline);
             if (!d[i].done)
                 jobs[i] = s->out.s[i].job;
         }
         if (jobs[0] == NULL && jobs[1] == NULL)
-            return;
+            break;
         int k = pm__offread_wait_any(c->output.reader, jobs, 2, deadline);
         if (k < 0)
             break;
-        drain_took(c, s, k, &d[k]);
+        size_t got = 0;
+        int ended = take_result(c, s, k, s->out.s[k].job, &got);
+        pm__output_drain_took(&d[k], ended, got);
     }
     for (int i = 0; i < 2; i++)
-        if (!d[i].done)
-            err[i] = -ETIMEDOUT; /* its job is abandoned by close_stream */
+        err[i] = pm__output_drain_result(&d[i]);
 }
 
 int pm__output_drain(pm_cluster *c, pm__slot *s, int err[2])
@@ -680,7 +689,6 @@ void pm__output_free(pm_cluster *c, pm__slot *s)
             pm__offread_close(c->output.reader, o->s[i].fd, s->index); /* close_stream says why */
         }
         o->s[i].fd = -1;
-        o->s[i].armed = 0;
         o->s[i].buf = NULL;
     }
     pm__wipemem_free(o->mem, sizeof(*o->mem));

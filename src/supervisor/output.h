@@ -70,7 +70,6 @@ typedef struct pm__outmem {
 /* One stream of one incarnation. */
 typedef struct pm__outstream {
     int fd;          /* the read end (O_NONBLOCK, O_CLOEXEC), or -1 */
-    int armed;       /* watched by the reader's epoll set, not reported since */
     struct pm__offjob *job; /* the read of fd under way on a thread (os/offread.h), or NULL */
     size_t len;      /* bytes of the line being assembled in buf */
     char *buf;       /* PM_OUTPUT_LINE_MAX + 1 bytes: its line in the slot's pm__outmem */
@@ -176,6 +175,35 @@ void pm__output_free(pm_cluster *c, struct pm__slot *s);
  * PM__OFFREAD_GROUP_MAX): a new incarnation's output could not be read, so
  * its start is refused (-EBUSY, incarnation.c), charged to the budget. */
 int pm__output_held(pm_cluster *c, const struct pm__slot *s);
+/* The drain of one stream after the reap (pm__output_drain): its rules,
+ * pure, so that each is tried alone (check_output test_drain_rules). */
+typedef struct pm__drain {
+    size_t left; /* bytes it may still read (PM__OUTPUT_DRAIN_BYTES at first) */
+    int stale;   /* its read under way started before the reap */
+    int done;    /* its drain ended */
+    int err;     /* 0, or why it ended unread: -EBUSY, a start's -errno */
+} pm__drain;
+/* Its start: a read under way or not, the stream closed already, the
+ * slot's group held (os/offread.h), the read under way waiting in the
+ * queue behind the held ones. Held, a stream with no read or a waiting
+ * one is not read at all (-EBUSY). */
+void pm__output_drain_begin(pm__drain *d, int reading, int closed, int held, int waits);
+/* 1 when a read of it starts now: not ended, none under way, the pipe not
+ * ended empty, the deadline not reached (either ends it: done, no error). */
+int pm__output_drain_go(pm__drain *d, int reading, int ended, uint64_t now_ms, uint64_t deadline_ms);
+/* Its read could not start: ended with err. */
+void pm__output_drain_failed(pm__drain *d, int err);
+/* A read of it returned got bytes, at the stream's end (ended) or not: it
+ * ends at EOF, at a fresh read that emptied the pipe, or at the bound. */
+void pm__output_drain_took(pm__drain *d, int ended, size_t got);
+/* At the end: 0, its err, or -ETIMEDOUT when its read had not returned
+ * by the deadline. */
+int pm__output_drain_result(const pm__drain *d);
+/* 1 when the pipe fd reads from is empty and nobody holds its write end
+ * any more: its end, known without a read (output.c says why nothing is
+ * read on the loop even then). 0 while a writer holds it or bytes are
+ * left, and for anything poll cannot tell. */
+int pm__output_ended_empty(int fd);
 /* The pipes handed over to be closed since the last call go to a reader
  * thread together: before the loop sleeps, and before a call returns to
  * the application. */
