@@ -1918,6 +1918,35 @@ START_TEST(test_stream_at_fd0)
 }
 END_TEST
 
+/* Starts that fail after their pipes were opened (no pidfd: EMFILE, from
+ * a seccomp filter of this test's process) close both pipes each time:
+ * after the retries and the retirement, the supervisor holds what it held
+ * before the spawn. */
+START_TEST(test_failed_start_closes_pipes)
+{
+    int before = pm_test_count_fds();
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot_on_call, NULL);
+    ck_assert_int_eq(pm_options_set_restart_policy(o, PM_RESTART_ALWAYS), 0);
+    ck_assert_int_eq(pm_options_set_restart_min_backoff_ms(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_restart_max_backoff_ms(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_max_restarts(o, 3), 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
+    ck_assert_int_eq(pm_test_filter_call(__NR_pidfd_open, SECCOMP_RET_ERRNO | EMFILE), 0);
+    ck_assert_int_eq(kill(si.pid, SIGKILL), 0);
+    PM_RUN_UNTIL(c, find(PM_EVENT_RETIRED, 0, 0) != NULL, 20000);
+    const rec *e = find(PM_EVENT_SPAWN_FAILED, 0, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->exit_code, -EMFILE);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_int_eq(pm_test_count_fds(), before);
+}
+END_TEST
+
 /* A worker closes its stdout and lives on: the stream ends and its read
  * end is closed; the fd number, free again, is the supervisor's to reuse,
  * and the worker's end (the drain after its reap) leaves that new file
@@ -2091,6 +2120,7 @@ int main(void)
     PM_ADD_TEST(s, test_drain_rules, 0);
     PM_ADD_TEST(s, test_ended_empty_rows, 0);
     PM_ADD_TEST(s, test_stream_at_fd0, 0);
+    PM_ADD_TEST(s, test_failed_start_closes_pipes, 0);
     PM_ADD_TEST(s, test_closed_stream_number_reused, 0);
     PM_ADD_TEST(s, test_daemon_capture, 0);
     PM_ADD_TEST(s, test_daemon_json_escapes, 0);

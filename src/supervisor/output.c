@@ -665,7 +665,7 @@ int pm__output_drain(pm_cluster *c, pm__slot *s, int err[2])
          * that no drop goes unreported. Not rate-limited: one per
          * incarnation. */
         uint64_t n = s->out.suppressed;
-        s->out.suppressed = 0;
+        s->out.suppressed = 0; /* reported once */
         deliver(c, s, PM_OUTPUT_NONE, "", 0, 0, n);
     }
     return left;
@@ -680,24 +680,18 @@ void pm__output_close(pm_cluster *c, pm__slot *s)
 
 void pm__output_free(pm_cluster *c, pm__slot *s)
 {
-    pm__output *o = &s->out;
-    for (int i = 0; i < 2; i++) {
-        if (o->s[i].job != NULL) {
-            pm__offread_abandon(c->output.reader, o->s[i].job); /* a thread closes fd */
-            o->s[i].job = NULL;
-        } else if (o->s[i].fd >= 0) {
-            pm__offread_close(c->output.reader, o->s[i].fd, s->index); /* close_stream says why */
-        }
-        o->s[i].fd = -1;
-        o->s[i].buf = NULL;
-    }
-    pm__wipemem_free(o->mem, sizeof(*o->mem));
-    o->mem = NULL;
+    /* Every path closes a slot's streams before the cluster is freed (the
+     * drain after a reap, the release of an incarnation killed at the end,
+     * a failed start's pm__output_close): whatever a future path left open
+     * is closed the same way. */
+    pm__output_close(c, s);
+    pm__wipemem_free(s->out.mem, sizeof(*s->out.mem));
+    s->out.mem = NULL;
 }
 
 int pm__output_held(pm_cluster *c, const pm__slot *s)
 {
-    return c->output.reader != NULL && pm__offread_group_held(c->output.reader, s->index);
+    return pm__offread_group_held(c->output.reader, s->index);
 }
 
 void pm__output_kick(pm_cluster *c)

@@ -173,7 +173,8 @@ void pm__output_free(pm_cluster *c, struct pm__slot *s);
 /* 1 when processes that outlived s's earlier incarnations hold their pipes
  * and keep the slot's share of the reading threads (os/offread.h,
  * PM__OFFREAD_GROUP_MAX): a new incarnation's output could not be read, so
- * its start is refused (-EBUSY, incarnation.c), charged to the budget. */
+ * its start is refused (-EBUSY, incarnation.c), charged to the budget.
+ * With capture on only (the reader exists). */
 int pm__output_held(pm_cluster *c, const struct pm__slot *s);
 /* The drain of one stream after the reap (pm__output_drain): its rules,
  * pure, so that each is tried alone (check_output test_drain_rules). */
