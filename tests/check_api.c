@@ -6440,13 +6440,31 @@ START_TEST(test_join_malformed_env)
     /* None may parse as three or four fds: join would then take them. */
     static const char *const bad[] = {"",       "x",      "3",         "3,4",   "3,4,x",
                                       "3,4,5,", "3,4,5x", "3,4,5,6,7", "3;4;5", "-3,4,5",
-                                      "+3,4,5", " 3,4,5", "3, 4,5"};
+                                      "+3,4,5", " 3,4,5", "3, 4,5", ",98,97", "99,,97",
+                                      "99,98,", "16777217,98,97", "99,98,97,16777217",
+                                      "99999999999999999999,98,97", "99x,98,97", "99:,98,97"};
+    /* Fd 0 closed (this test's process ends with the test), so that a
+     * field read as 0 would fail the attach with EBADF, not pass. */
+    close(0);
+    for (int fd = 96; fd <= 99; fd++)
+        ck_assert_int_lt(fcntl(fd, F_GETFD), 0);
     int fds_before = pm_test_count_fds();
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         ck_assert_int_eq(setenv("PROCMESH_NODE", bad[i], 1), 0);
         pm_node *n = (pm_node *)(void *)&bad;
         ck_assert_msg(pm_node_join(&n) == -EINVAL, "PROCMESH_NODE='%s' not refused -EINVAL", bad[i]);
         ck_assert_ptr_eq(n, (void *)&bad);
+    }
+    /* Well-formed, every digit and the bound (1 << 24) taken: the fds are
+     * not open, so the attach fails on the first (EBADF). */
+    static const char *const closed[] = {"99,98,97", "0,98,97", "16777216,98,97",
+                                         "1234567,98,97", "99,98,97,96"};
+    for (size_t i = 0; i < ARRAY_LEN(closed); i++) {
+        ck_assert_int_eq(setenv("PROCMESH_NODE", closed[i], 1), 0);
+        pm_node *n = NULL;
+        int rc = pm_node_join(&n);
+        ck_assert_msg(rc == -EBADF, "PROCMESH_NODE='%s': %d, not -EBADF", closed[i], rc);
+        ck_assert_ptr_null(n);
     }
     unsetenv("PROCMESH_NODE");
     ck_assert_int_eq(pm_test_count_fds(), fds_before);

@@ -30,11 +30,11 @@ PM__READY_TEXT static int parse_fd(const char **s, int *fd)
 {
     const char *p = *s;
     long v = 0;
-    if (*p < '0' || *p > '9')
-        return -EINVAL;
     for (; *p >= '0' && *p <= '9'; p++)
         if ((v = v * 10 + (*p - '0')) > 1 << 24)
             return -EINVAL;
+    if (p == *s)
+        return -EINVAL; /* no digit: an empty field, a sign, a space */
     *fd = (int)v;
     *s = p;
     return 0;
