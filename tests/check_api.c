@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -6313,6 +6314,267 @@ START_TEST(test_join_three_nodes)
 }
 END_TEST
 
+/* An INIT for slot 1 with len bytes of init data, sent on l's down ring. */
+static void send_init(pm__channel *l, size_t len)
+{
+    static char data[512];
+    memset(data, 'd', sizeof(data));
+    ck_assert_uint_le(len, sizeof(data));
+    pm__init_msg m;
+    memset(&m, 0, sizeof(m));
+    m.slot = 1;
+    strcpy(m.addr.system, "sys");
+    strcpy(m.addr.host, "host");
+    m.addr.port = 1;
+    m.addr.incarnation = 1;
+    m.data = data;
+    m.len = (uint32_t)len;
+    static unsigned char buf[PM__INIT_FIXED + sizeof(data)];
+    pm__init_encode(&m, buf);
+    pm__frame_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = PM__FT_INIT;
+    ck_assert_int_eq(pm__frame_send(&l->tx, &h, buf, pm__init_size(m.len)), 0);
+}
+
+/* A channel made by this process (the worker's supervisor: its parent),
+ * PROCMESH_NODE naming it. */
+static void join_channel(pm__channel *l)
+{
+    pm__channel_zero(l);
+    const pm__channel_params params = {.ring_cap = 1 << 18, .supervisor_pid = getpid()};
+    ck_assert_int_eq(pm__channel_create(l, 1, 1, &params), 0);
+    char env[64];
+    snprintf(env, sizeof(env), "%d,%d,%d", l->memfd, l->node_efd, l->hub_efd);
+    ck_assert_int_eq(setenv("PROCMESH_NODE", env, 1), 0);
+}
+
+/* Forks a worker that joins: its pid; it exits with -rc of pm_node_join
+ * (after checking, on success, that it has slot 1 and len bytes of init
+ * data: 99 if not). */
+static pid_t join_worker(size_t len)
+{
+    pid_t p = pm_test_fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0) {
+        pm_node *n = NULL;
+        int rc = pm_node_join(&n);
+        const void *d;
+        size_t got;
+        /* pm_node(3): "NULL with 0 when there are none". */
+        if (rc == 0 && (pm_node_slot(n) != 1 || pm_node_init_data(n, &d, &got) != 0 || got != len ||
+                        (len == 0) != (d == NULL)))
+            _exit(99);
+        _exit(-rc);
+    }
+    return p;
+}
+
+static int join_status(pid_t p)
+{
+    int st = pm_test_reap(p, 20000);
+    ck_assert_msg(st != -1 && WIFEXITED(st), "the joining worker did not exit (status %d)", st);
+    return WEXITSTATUS(st);
+}
+
+/* pm_node(3) ERRORS, pm_node_join, one handshake fault per row with the
+ * rest of a good channel: the worker's HELLO finds its up ring full
+ * (EPROTO); the down ring's shared head is nonsense (EPROTO); a record
+ * too short for a frame comes first (EPROTO); frames that are not INIT
+ * come first (skipped: joined); a STOP comes first (ESHUTDOWN: stopped
+ * during the handshake); the INIT comes only after the worker
+ * waited for it a while (joined); the supervisor goes away before any
+ * INIT (ESHUTDOWN); the worker's memory fails for the copy of a large
+ * INIT or for its init data (ENOMEM, failalloc.h, each in turn). */
+START_TEST(test_join_handshake_rows)
+{
+    pm__channel l;
+    /* Up ring full before the HELLO. */
+    join_channel(&l);
+    pm__ring prod;
+    ck_assert_int_eq(pm__ring_attach(&prod, (void *)l.rx.sh, l.rx.cap, l.rx.max_frame,
+                                     PM__RING_PRODUCER, -1, -1),
+                     0);
+    void *at;
+    while (pm__ring_reserve(&prod, 1000, &at) == 0) {
+        memset(at, 0, 1000);
+        pm__ring_commit(&prod, 1000);
+    }
+    pm__ring_publish(&prod);
+    send_init(&l, 0);
+    ck_assert_int_eq(join_status(join_worker(0)), EPROTO);
+    pm__channel_close(&l);
+    /* The down ring's head not a record boundary: at the attach, and
+     * while the worker waits for its INIT (after its HELLO). */
+    join_channel(&l);
+    atomic_store(&l.tx.sh->head, 12345);
+    ck_assert_int_eq(join_status(join_worker(0)), EPROTO);
+    pm__channel_close(&l);
+    join_channel(&l);
+    pm__frame_hdr h;
+    const void *payload;
+    pid_t w = join_worker(0);
+    uint64_t end = pm_test_ms() + 20000;
+    int rc;
+    while ((rc = pm__frame_recv(&l.rx, PM__CHANNEL_MAX_FRAME, &h, &payload)) == 0 && pm_test_ms() < end)
+        usleep(1000);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_int_eq(h.type, PM__FT_HELLO);
+    atomic_store(&l.tx.sh->head, 12345);
+    ck_assert_int_eq(join_status(w), EPROTO);
+    pm__channel_close(&l);
+    /* A record of 3 bytes first. */
+    join_channel(&l);
+    ck_assert_int_eq(pm__ring_reserve(&l.tx, 3, &at), 0);
+    memset(at, 0, 3);
+    pm__ring_commit(&l.tx, 3);
+    pm__ring_publish(&l.tx);
+    send_init(&l, 0);
+    ck_assert_int_eq(join_status(join_worker(0)), EPROTO);
+    pm__channel_close(&l);
+    /* A good INIT without data. */
+    join_channel(&l);
+    send_init(&l, 0);
+    ck_assert_int_eq(join_status(join_worker(0)), 0);
+    pm__channel_close(&l);
+    /* A message and a credit before the INIT: skipped. */
+    join_channel(&l);
+    memset(&h, 0, sizeof(h));
+    h.type = PM__FT_MSG;
+    ck_assert_int_eq(pm__frame_send(&l.tx, &h, "x", 1), 0);
+    h.type = PM__FT_CREDIT;
+    ck_assert_int_eq(pm__frame_send(&l.tx, &h, NULL, 0), 0);
+    send_init(&l, 5);
+    ck_assert_int_eq(join_status(join_worker(5)), 0);
+    pm__channel_close(&l);
+    /* A STOP before the INIT: the supervisor stopped the worker during
+     * the handshake. */
+    join_channel(&l);
+    h.type = PM__FT_STOP;
+    ck_assert_int_eq(pm__frame_send(&l.tx, &h, NULL, 0), 0);
+    send_init(&l, 5);
+    ck_assert_int_eq(join_status(join_worker(5)), ESHUTDOWN);
+    pm__channel_close(&l);
+    /* The INIT late: the worker sent its HELLO and sleeps waiting (its
+     * waits time out every PM__NODE_POLL_MS and go on while its
+     * supervisor lives). */
+    join_channel(&l);
+    w = join_worker(300);
+    end = pm_test_ms() + 20000;
+    while ((rc = pm__frame_recv(&l.rx, PM__CHANNEL_MAX_FRAME, &h, &payload)) == 0 && pm_test_ms() < end)
+        usleep(1000);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_int_eq(h.type, PM__FT_HELLO);
+    const long futex_nr[] = {__NR_futex, __NR_poll, __NR_ppoll};
+    ck_assert_int_eq(pm_test_wait_in(w, futex_nr, ARRAY_LEN(futex_nr)), 0);
+    usleep(300 * 1000); /* more than two of its waits: each returned empty */
+    send_init(&l, 300);
+    ck_assert_int_eq(join_status(w), 0);
+    pm__channel_close(&l);
+    /* The supervisor gone before any INIT: a process between this test
+     * and the worker makes the channel, starts the worker, and exits once
+     * the worker waits; the worker tells its result through a pipe. */
+    int pfd[2];
+    ck_assert_int_eq(pipe2(pfd, O_CLOEXEC), 0);
+    pid_t mid = pm_test_fork();
+    ck_assert_int_ge(mid, 0);
+    if (mid == 0) {
+        join_channel(&l);
+        pid_t k = fork();
+        if (k == 0) {
+            pm_node *n = NULL;
+            int r = pm_node_join(&n);
+            ssize_t wr = write(pfd[1], &r, sizeof(r));
+            _exit(wr == (ssize_t)sizeof(r) ? 0 : 1);
+        }
+        ssize_t wr = write(pfd[1], &k, sizeof(k));
+        (void)wr;
+        if (k < 0 || pm_test_wait_in(k, futex_nr, ARRAY_LEN(futex_nr)) != 0)
+            _exit(1);
+        _exit(0); /* no INIT, ever */
+    }
+    close(pfd[1]);
+    pid_t k = 0;
+    ck_assert_int_eq(read(pfd[0], &k, sizeof(k)), (ssize_t)sizeof(k));
+    ck_assert_int_gt(k, 0);
+    ck_assert_int_eq(join_status(mid), 0);
+    struct pollfd pw = {pfd[0], POLLIN, 0};
+    int r = 1;
+    if (poll(&pw, 1, 20000) == 1)
+        ck_assert_int_eq(read(pfd[0], &r, sizeof(r)), (ssize_t)sizeof(r));
+    kill(k, SIGKILL); /* not ours to reap: gone already, or killed if it hung */
+    close(pfd[0]);
+    ck_assert_int_eq(r, -ESHUTDOWN);
+    /* A join in a child of a process that joined before (which counted
+     * forks from then on): the child's node is its own, usable there. */
+    join_channel(&l);
+    send_init(&l, 0);
+    pid_t p1 = pm_test_fork();
+    ck_assert_int_ge(p1, 0);
+    if (p1 == 0) {
+        pm_node *n1 = NULL;
+        if (pm_node_join(&n1) != 0 || pm_node_slot(n1) != 1)
+            _exit(1);
+        pm_node_close(n1);
+        pm__channel l2;
+        join_channel(&l2);
+        send_init(&l2, 0);
+        int st = pm_test_reap(join_worker(0), 20000);
+        _exit(st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : 2);
+    }
+    ck_assert_int_eq(join_status(p1), 0);
+    pm__channel_close(&l);
+    /* Memory: each allocation of a join failing in turn, then none: with
+     * a large INIT its copy and its init data, with a small one (copied
+     * on the stack) its init data. */
+    if (!PM_FAILALLOC)
+        return;
+    for (int big = 1; big >= 0; big--) {
+    int failed = 0;
+    for (long a = 1;; a++) {
+        ck_assert_int_lt(a, 10);
+        join_channel(&l);
+        send_init(&l, big ? 300 : 100);
+        pid_t p = pm_test_fork();
+        ck_assert_int_ge(p, 0);
+        if (p == 0) {
+            pm_node *n = NULL;
+            pm_failalloc_arm(a);
+            int jr = pm_node_join(&n);
+            int hit = pm_failalloc_disarm();
+            _exit(hit ? (jr == -ENOMEM && n == NULL ? 1 : 3) : (jr == 0 ? 2 : 4));
+        }
+        int st = join_status(p);
+        pm__channel_close(&l);
+        ck_assert_msg(st == 1 || st == 2, "allocation %ld: status %d", a, st);
+        if (st == 2)
+            break;
+        failed++;
+    }
+    ck_assert_int_eq(failed, big ? 2 : 1);
+    }
+    /* A second node while the first (static) one is open comes from the
+     * heap: that allocation refused, -ENOMEM, *out untouched. */
+    pid_t p2 = pm_test_fork();
+    ck_assert_int_ge(p2, 0);
+    if (p2 == 0) {
+        pm__channel l2, l3;
+        join_channel(&l2);
+        send_init(&l2, 0);
+        pm_node *n1 = NULL, *n2 = (pm_node *)(void *)&l3;
+        if (pm_node_join(&n1) != 0)
+            _exit(1);
+        join_channel(&l3);
+        send_init(&l3, 0);
+        pm_failalloc_arm(1);
+        int jr = pm_node_join(&n2);
+        int hit = pm_failalloc_disarm();
+        _exit(jr == -ENOMEM && hit && n2 == (pm_node *)(void *)&l3 ? 0 : 3);
+    }
+    ck_assert_int_eq(join_status(p2), 0);
+}
+END_TEST
+
 /* pm_node(3): pm_node_ready "is idempotent" (a second call says 0 and the
  * supervisor sees one READY); once the stop request came, pm_node_recv
  * "and every later call returns -ESHUTDOWN", pm_node_beat included
@@ -6442,7 +6704,8 @@ START_TEST(test_join_malformed_env)
                                       "3,4,5,", "3,4,5x", "3,4,5,6,7", "3;4;5", "-3,4,5",
                                       "+3,4,5", " 3,4,5", "3, 4,5", ",98,97", "99,,97",
                                       "99,98,", "16777217,98,97", "99,98,97,16777217",
-                                      "99999999999999999999,98,97", "99x,98,97", "99:,98,97"};
+                                      "99999999999999999999,98,97", "99x,98,97", "99:,98,97",
+                                      "99,98,97,", "99,98,97x", "99,98,97,96x"};
     /* Fd 0 closed (this test's process ends with the test), so that a
      * field read as 0 would fail the attach with EBADF, not pass. */
     close(0);
@@ -6995,6 +7258,7 @@ int main(void)
     PM_ADD_TEST(s, test_terminate_signal_skips_grace, 60);
     PM_ADD_TEST(s, test_join_malformed_env, 10);
     PM_ADD_TEST(s, test_join_three_nodes, 20);
+    PM_ADD_TEST(s, test_join_handshake_rows, 90);
     PM_ADD_TEST(s, test_peers_outside_peer_mode, 30);
     PM_ADD_TEST(s, test_same_id_answers_in_reverse, 60);
     PM_ADD_TEST(s, test_inflight_expiry, 60);

@@ -40,6 +40,21 @@ PM__READY_TEXT static int parse_fd(const char **s, int *fd)
     return 0;
 }
 
+/* The INIT's fields into n, its data copied (m's points into the frame's
+ * copy, freed by the caller). */
+PM__READY_TEXT static int take_init(pm_node *n, const pm__init_msg *m)
+{
+    n->slot = m->slot;
+    n->self = m->addr;
+    if (m->len > 0) {
+        if ((n->init_data = malloc(m->len)) == NULL)
+            return -ENOMEM;
+        memcpy(n->init_data, m->data, m->len);
+    }
+    n->init_len = m->len;
+    return 0;
+}
+
 PM__READY_TEXT int pm__node_handshake(pm_node *n)
 {
     pm__frame_hdr h;
@@ -49,11 +64,11 @@ PM__READY_TEXT int pm__node_handshake(pm_node *n)
     unsigned char ver[4] = {PM__PROTO_VERSION, 0, 0, 0};
     int rc = pm__frame_send(&n->channel.tx, &h, ver, sizeof(ver));
     if (rc < 0)
-        return rc == -EBADMSG ? -EPROTO : rc;
+        return -EPROTO; /* a fresh ring has room for a HELLO: this one was full or corrupt */
     for (;;) {
         rc = pm__ring_wait(&n->channel.rx, PM__NODE_POLL_MS);
         if (rc < 0)
-            return -EPROTO;
+            return -EPROTO; /* its shared indices are nonsense: the ring is poisoned */
         if (rc == 0) {
             if (getppid() != n->supervisor)
                 return -ESHUTDOWN;
@@ -61,10 +76,14 @@ PM__READY_TEXT int pm__node_handshake(pm_node *n)
         }
         const void *payload;
         rc = pm__frame_recv(&n->channel.rx, PM__CHANNEL_MAX_FRAME, &h, &payload);
-        if (rc < 0)
+        if (rc < 0) /* a malformed frame */
             return -EPROTO;
         if (rc == 0)
             continue;
+        if (h.type == PM__FT_STOP) {
+            pm__ring_consume(&n->channel.rx);
+            return -ESHUTDOWN; /* stopped during the handshake (pm_node(3)) */
+        }
         if (h.type != PM__FT_INIT) {
             pm__ring_consume(&n->channel.rx);
             continue;
@@ -81,26 +100,10 @@ PM__READY_TEXT int pm__node_handshake(pm_node *n)
         memcpy(copy, payload, h.len);
         pm__ring_consume(&n->channel.rx);
         pm__ring_release(&n->channel.rx);
-        if (pm__init_decode(copy, h.len, &m) < 0) {
-            if (copy != small)
-                free(copy);
-            return -EPROTO;
-        }
-        n->slot = m.slot;
-        n->self = m.addr;
-        if (m.len > 0) {
-            n->init_data = malloc(m.len);
-            if (n->init_data == NULL) {
-                if (copy != small)
-                    free(copy);
-                return -ENOMEM;
-            }
-            memcpy(n->init_data, m.data, m.len);
-        }
-        n->init_len = m.len;
+        rc = pm__init_decode(copy, h.len, &m) < 0 ? -EPROTO : take_init(n, &m);
         if (copy != small)
             free(copy);
-        return 0;
+        return rc;
     }
 }
 
@@ -192,6 +195,8 @@ PM__READY_TEXT PM_EXTERN int pm_node_join(pm_node **out)
     n->heap = 1;
     n->supervisor = getppid();
     int rc = pm__channel_attach(&n->channel, memfd, node_efd, hub_efd, sock);
+    if (rc == -EBADMSG)
+        rc = -EPROTO; /* a ring's shared indices are nonsense: not a channel's (pm_node(3)) */
     if (rc == 0) {
         pm__node_crash_arm(n->channel.map);
         rc = pm__node_handshake(n);
