@@ -6361,9 +6361,11 @@ static pid_t join_worker(size_t len)
         int rc = pm_node_join(&n);
         const void *d;
         size_t got;
-        /* pm_node(3): "NULL with 0 when there are none". */
+        /* pm_node(3): "NULL with 0 when there are none"; EINVAL for a
+         * NULL pointer to either. */
         if (rc == 0 && (pm_node_slot(n) != 1 || pm_node_init_data(n, &d, &got) != 0 || got != len ||
-                        (len == 0) != (d == NULL)))
+                        (len == 0) != (d == NULL) || pm_node_init_data(n, NULL, &got) != -EINVAL ||
+                        pm_node_init_data(n, &d, NULL) != -EINVAL))
             _exit(99);
         _exit(-rc);
     }
@@ -6505,6 +6507,67 @@ START_TEST(test_join_handshake_rows)
     kill(k, SIGKILL); /* not ours to reap: gone already, or killed if it hung */
     close(pfd[0]);
     ck_assert_int_eq(r, -ESHUTDOWN);
+    /* pm_node_ready, through the up ring as the supervisor reads it: a
+     * second call sends nothing (one READY, "idempotent"); a ring with
+     * room for the HELLO only is waited on until the supervisor makes
+     * room, past the wait's own second; a poisoned one (the supervisor's
+     * tail nonsense) is -EPROTO. The worker exits with -rc of its first
+     * pm_node_ready, else 0 if the second says 0. */
+    for (int row = 0; row < 3; row++) {
+        join_channel(&l);
+        send_init(&l, 0);
+        if (row >= 1) {
+            /* 72 bytes left: the HELLO's record (8 + 56 + 4, aligned), not
+             * the READY's after it (8 + 56). */
+            ck_assert_int_eq(pm__ring_attach(&prod, (void *)l.rx.sh, l.rx.cap, l.rx.max_frame,
+                                             PM__RING_PRODUCER, -1, -1),
+                             0);
+            uint64_t left = l.rx.cap - 72;
+            while (left > 0) {
+                size_t len = left >= 2008 ? 1000 : (size_t)left - PM__RING_REC_HDR;
+                ck_assert_int_eq(pm__ring_reserve(&prod, len, &at), 0);
+                memset(at, 0, len);
+                pm__ring_commit(&prod, len);
+                left -= PM__RING_REC_HDR + len;
+            }
+            pm__ring_publish(&prod);
+        }
+        pid_t rw = pm_test_fork();
+        ck_assert_int_ge(rw, 0);
+        if (rw == 0) {
+            pm_node *n = NULL;
+            if (pm_node_join(&n) != 0)
+                _exit(98);
+            int r1 = pm_node_ready(n);
+            _exit(r1 < 0 ? -r1 : pm_node_ready(n) == 0 ? 0 : 97);
+        }
+        if (row >= 1)
+            ck_assert_int_eq(pm_test_wait_in(rw, futex_nr, ARRAY_LEN(futex_nr)), 0);
+        if (row == 2) {
+            atomic_store(&l.rx.sh->tail, 12345); /* seen when its wait ends */
+            ck_assert_int_eq(join_status(rw), EPROTO);
+            pm__channel_close(&l);
+            continue;
+        }
+        if (row == 1)
+            usleep(1300 * 1000); /* its wait for room (1 s) ended empty once */
+        /* The HELLO (behind the filler in row 1), then room. */
+        end = pm_test_ms() + 20000;
+        while ((rc = pm__frame_recv(&l.rx, PM__CHANNEL_MAX_FRAME, &h, &payload)) != 1 ||
+               h.type != PM__FT_HELLO) {
+            ck_assert_int_lt(pm_test_ms(), end);
+            if (rc == 0)
+                usleep(1000);
+        }
+        pm__ring_consume(&l.rx);
+        pm__ring_release(&l.rx);
+        ck_assert_int_eq(join_status(rw), 0);
+        ck_assert_int_eq(pm__frame_recv(&l.rx, PM__CHANNEL_MAX_FRAME, &h, &payload), 1);
+        ck_assert_int_eq(h.type, PM__FT_READY);
+        pm__ring_consume(&l.rx);
+        ck_assert_int_eq(pm__frame_recv(&l.rx, PM__CHANNEL_MAX_FRAME, &h, &payload), 0);
+        pm__channel_close(&l);
+    }
     /* A join in a child of a process that joined before (which counted
      * forks from then on): the child's node is its own, usable there. */
     join_channel(&l);

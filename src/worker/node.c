@@ -250,9 +250,9 @@ PM__READY_TEXT PM_EXTERN int pm_node_ready(pm_node *n)
     h.dst = PM__NODE_MAIN;
     while ((rc = pm__frame_send(&n->channel.tx, &h, NULL, 0)) == -EAGAIN)
         if ((rc = pm__ring_wait_space(&n->channel.tx, PM__FRAME_HDR_SIZE, 1000)) < 0)
-            return rc;
+            break;
     if (rc < 0)
-        return rc == -EBADMSG ? -EPROTO : rc;
+        return rc == -EBADMSG ? -EPROTO : rc; /* a poisoned ring (pm_node(3)) */
     n->ready_sent = 1;
     /* The crash handler's unwinder, off the way to ready (crash.h): a
      * crash before this records the faulting pc as its one frame. */
