@@ -858,17 +858,19 @@ static int wait_in_splice(pid_t pid, int ms)
  * supervisor's end is non-blocking). The alarm ends it if nothing else
  * does (a supervisor that read the pipe on its loop would otherwise hang
  * the test in D state until Check's timeout). */
+static int splice_fd = 1; /* the stream held: stdout, or stderr */
+
 static void splice_forever(void)
 {
     alarm(40);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0)
         _exit(5);
-    if (write(1, "held\n", 5) != 5)
+    if (write(splice_fd, "held\n", 5) != 5)
         _exit(6);
     ss->pid = getpid();
     ss->splicing = 1;
-    (void)splice(sv[0], NULL, 1, NULL, 4096, 0);
+    (void)splice(sv[0], NULL, splice_fd, NULL, 4096, 0);
     _exit(7);
 }
 
@@ -946,7 +948,7 @@ static void on_diag_output(pm_cluster *c, const char *topic, const char *msg, vo
     if (strcmp(topic, "output_drain_abandoned") == 0) {
         diag_count++;
         snprintf(diag_topic, sizeof(diag_topic), "%s", topic);
-        ck_assert_ptr_nonnull(strstr(msg, "stdout"));
+        ck_assert_ptr_nonnull(strstr(msg, splice_fd == 1 ? "stdout" : "stderr"));
     }
 }
 
@@ -971,6 +973,7 @@ static int boot_splice_child(pm_node *n, void *arg)
 
 START_TEST(test_drain_splice_bounded)
 {
+    splice_fd = 1 + _i; /* each stream's drain is bounded and said */
     map_splice_shared();
     diag_count = 0;
     pm_options *o = out_opts(1);
@@ -1947,6 +1950,44 @@ START_TEST(test_failed_start_closes_pipes)
 }
 END_TEST
 
+/* The drain after the reap and a read already under way (started before
+ * the reap): that read's emptiness says nothing about what was written
+ * after it started, so the drain reads once more (pm__output_drain_begin:
+ * stale). The slot's stdout is a pipe of this test here, its write end
+ * held open (a descendant's), a read of "a" finished and not taken, then
+ * "b" written: both delivered. */
+START_TEST(test_drain_stale_read)
+{
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot_on_call, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    pm__slot *s = &c->slots[0];
+    int x = s->out.s[0].fd;
+    ck_assert_ptr_null(s->out.s[0].job);
+    pm__watchset_del(pm__offread_watch_fd(c->output.reader), x);
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    ck_assert_int_eq(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+    s->out.s[0].fd = p[0];
+    ck_assert_int_eq(write(p[1], "a\n", 2), 2);
+    ck_assert_int_eq(pm__offread_start(c->output.reader, p[0],
+                                       PM__TAG(PM__TAG_STDOUT, 0, s->incarnation), 0, &s->out.s[0].job),
+                     0);
+    ck_assert_int_eq(pm__offread_wait(c->output.reader, s->out.s[0].job, pm__now_ms() + 20000), 1);
+    ck_assert_int_eq(write(p[1], "b\n", 2), 2);
+    int err[2];
+    ck_assert_int_eq(pm__output_drain(c, s, err), 0);
+    ck_assert_int_eq(err[0], 0);
+    ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDOUT, "a"));
+    ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDOUT, "b"));
+    close(p[1]);
+    close(x);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 /* A worker closes its stdout and lives on: the stream ends and its read
  * end is closed; the fd number, free again, is the supervisor's to reuse,
  * and the worker's end (the drain after its reap) leaves that new file
@@ -2109,7 +2150,7 @@ int main(void)
     if (big)
         PM_ADD_TEST(s, test_drain_bound_2mib, 120);
     PM_ADD_TEST(s, test_splice_holds_pipe, 90);
-    PM_ADD_TEST(s, test_drain_splice_bounded, 90);
+    PM_ADD_LOOP_TEST(s, test_drain_splice_bounded, 0, 2, 90);
     PM_ADD_TEST(s, test_offread_pool, 60);
     PM_ADD_TEST(s, test_offread_close, 60);
     PM_ADD_TEST(s, test_close_off_loop, 90);
@@ -2121,6 +2162,7 @@ int main(void)
     PM_ADD_TEST(s, test_ended_empty_rows, 0);
     PM_ADD_TEST(s, test_stream_at_fd0, 0);
     PM_ADD_TEST(s, test_failed_start_closes_pipes, 0);
+    PM_ADD_TEST(s, test_drain_stale_read, 0);
     PM_ADD_TEST(s, test_closed_stream_number_reused, 0);
     PM_ADD_TEST(s, test_daemon_capture, 0);
     PM_ADD_TEST(s, test_daemon_json_escapes, 0);

@@ -381,7 +381,7 @@ void pm__output_close_ends(pm_cluster *c, const pm__slot *s, int fd[2])
 {
     /* -1 when capture is off (no reader then): pm__offread_close takes
      * nothing for -1. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++) { /* the worker's write ends */
         pm__offread_close(c->output.reader, fd[i], s->index);
         fd[i] = -1;
     }
