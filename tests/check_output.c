@@ -1905,7 +1905,14 @@ START_TEST(test_stream_at_fd0)
     PM_RUN_UNTIL(c, find_line(0, PM_OUTPUT_STDOUT, "two") != NULL, 10000);
     /* Unwatched now (no read under way: "two" was taken), so that only
      * the drain after the reap reads what comes next, at fd 0 too: lines
-     * and a partial one on stdout, a partial one on stderr. */
+     * and a partial one on stdout, a partial one on stderr. This test
+     * holds a write end of the worker's stdout (as a descendant would):
+     * no EOF, the drain ends at the empty pipe, and the partial line is
+     * the drain's own flush to deliver. */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/1", (int)s->pid);
+    int held = open(path, O_WRONLY | O_CLOEXEC);
+    ck_assert_int_ge(held, 0);
     ck_assert_ptr_null(s->out.s[0].job);
     ck_assert_ptr_null(s->out.s[1].job);
     pm__watchset_del(pm__offread_watch_fd(c->output.reader), 0);
@@ -1918,6 +1925,28 @@ START_TEST(test_stream_at_fd0)
     ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDOUT, "four"));
     ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDERR, "err-partial"));
     ck_assert_int_eq(fcntl(0, F_GETFD), -1); /* closed with the stream */
+    close(held);
+    /* Closed without a drain (pm__output_close: a failed start's), at fd 0
+     * too. Fd 0 held meanwhile, so that the cluster takes another. */
+    ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
+    o = out_opts(1);
+    pm_options_set_bootstrap(o, boot_on_call, NULL);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    s = &c->slots[0];
+    x = s->out.s[0].fd;
+    pm__watchset_del(pm__offread_watch_fd(c->output.reader), x);
+    ck_assert_int_eq(dup2(x, 0), 0);
+    close(x);
+    s->out.s[0].fd = 0;
+    pm__output_close(c, s);
+    uint64_t end = pm_test_ms() + 10000;
+    while (fcntl(0, F_GETFD) >= 0 && pm_test_ms() < end) {
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+        pm__output_collect(c); /* a closed placeholder's number is freed here */
+    }
+    ck_assert_int_lt(fcntl(0, F_GETFD), 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
 }
 END_TEST
 
