@@ -67,8 +67,8 @@ PM__READY_TEXT int pm__node_handshake(pm_node *n)
         return -EPROTO; /* a fresh ring has room for a HELLO: this one was full or corrupt */
     for (;;) {
         rc = pm__ring_wait(&n->channel.rx, PM__NODE_POLL_MS);
-        if (rc < 0)
-            return -EPROTO; /* its shared indices are nonsense: the ring is poisoned */
+        if (rc < 0) /* a poisoned ring, or the wait's own failure (poll without futexes) */
+            return rc == -EBADMSG ? -EPROTO : rc;
         if (rc == 0) {
             if (getppid() != n->supervisor)
                 return -ESHUTDOWN;
