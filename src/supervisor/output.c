@@ -346,9 +346,11 @@ void pm__output_arm(pm_cluster *c, pm__slot *s)
 }
 
 /* The stream was reported and its read taken, or not started: watched
- * again. Never with a read under way (the read's result rewatches it),
- * nor once closed (a callback of the delivery may have ended it: a
- * nested pm_cluster_run that reaped the worker). */
+ * again, unless closed (a callback of the delivery may have ended it: a
+ * nested pm_cluster_run that reaped the worker). A nested run that also
+ * restarted the slot and started a read of the new stream makes this a
+ * rewatch with a read under way: its report is passed over by
+ * stream_ready (job set), and the read's result rewatches it. */
 static void rewatch(pm_cluster *c, pm__slot *s, int i)
 {
     pm__outstream *st = &s->out.s[i];
