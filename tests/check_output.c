@@ -1879,6 +1879,30 @@ static void call_worker(pm_cluster *c, const char *what)
     ck_assert_uint_eq(rlen, 2);
 }
 
+/* A cluster of one worker running boot, output captured. */
+static pm_cluster *spawn_one(int (*boot)(pm_node *, void *))
+{
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    return c;
+}
+
+/* Waits until fd is closed: a reader thread closes a stream's read end,
+ * putting a placeholder on the number (os/offread.c job_close), which the
+ * loop's next collect closes in turn. */
+static void wait_fd_closed(pm_cluster *c, int fd)
+{
+    uint64_t end = pm_test_ms() + 10000;
+    while (fcntl(fd, F_GETFD) >= 0 && pm_test_ms() < end) {
+        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
+        pm__output_collect(c);
+    }
+    ck_assert_int_lt(fcntl(fd, F_GETFD), 0);
+}
+
 /* A supervisor started with fd 0 closed gets a pipe there: a read end at
  * fd 0 is watched at the start and again after each report like any
  * other (the stream is moved to fd 0 here, where a supervisor's first
@@ -1889,11 +1913,7 @@ START_TEST(test_stream_at_fd0)
      * another (a runner may start the test with stdin closed). */
     if (fcntl(0, F_GETFD) < 0)
         ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
-    pm_options *o = out_opts(1);
-    pm_options_set_bootstrap(o, boot_on_call, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_one(boot_on_call);
     pm__slot *s = &c->slots[0];
     int x = s->out.s[0].fd;
     ck_assert_int_gt(x, 0);
@@ -1938,10 +1958,7 @@ START_TEST(test_stream_at_fd0)
     /* Closed without a drain (pm__output_close: a failed start's), at fd 0
      * too. Fd 0 held meanwhile, so that the cluster takes another. */
     ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
-    o = out_opts(1);
-    pm_options_set_bootstrap(o, boot_on_call, NULL);
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    c = spawn_one(boot_on_call);
     s = &c->slots[0];
     x = s->out.s[0].fd;
     pm__watchset_del(pm__offread_watch_fd(c->output.reader), x);
@@ -1949,12 +1966,7 @@ START_TEST(test_stream_at_fd0)
     close(x);
     s->out.s[0].fd = 0;
     pm__output_close(c, s);
-    end = pm_test_ms() + 10000;
-    while (fcntl(0, F_GETFD) >= 0 && pm_test_ms() < end) {
-        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
-        pm__output_collect(c); /* a closed placeholder's number is freed here */
-    }
-    ck_assert_int_lt(fcntl(0, F_GETFD), 0);
+    wait_fd_closed(c, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -2001,11 +2013,7 @@ END_TEST
  * "b" written: both delivered. */
 START_TEST(test_drain_stale_read)
 {
-    pm_options *o = out_opts(1);
-    pm_options_set_bootstrap(o, boot_on_call, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_one(boot_on_call);
     pm__slot *s = &c->slots[0];
     int x = s->out.s[0].fd;
     ck_assert_ptr_null(s->out.s[0].job);
@@ -2037,26 +2045,14 @@ END_TEST
  * alone. */
 START_TEST(test_closed_stream_number_reused)
 {
-    pm_options *o = out_opts(1);
-    pm_options_set_bootstrap(o, boot_on_call, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_one(boot_on_call);
     int x = pm_test_slot_output_fd(c, 0, 0);
     ck_assert_int_ge(x, 0);
     call_worker(c, "last");
     call_worker(c, "close");
     PM_RUN_UNTIL(c, pm_test_slot_output_fd(c, 0, 0) < 0, 10000);
     ck_assert_ptr_nonnull(find_line(0, PM_OUTPUT_STDOUT, "last"));
-    /* A thread of the reader closes it (output.c close_stream), putting
-     * a placeholder on the number (os/offread.c job_close), which the
-     * loop's next collect closes in turn. */
-    uint64_t end = pm_test_ms() + 10000;
-    while (fcntl(x, F_GETFD) >= 0 && pm_test_ms() < end) {
-        ck_assert_int_ge(pm_cluster_run(c, 10), 0);
-        pm__output_collect(c); /* a closed placeholder's number is freed here */
-    }
-    ck_assert_int_lt(fcntl(x, F_GETFD), 0);
+    wait_fd_closed(c, x); /* by a reader thread (output.c close_stream) */
     static int fill[4096];
     unsigned nfill = 0;
     int got;
