@@ -323,6 +323,8 @@ static int boot_fork_child_uses_node(pm_node *n, void *arg)
         return 60;
     if (WEXITSTATUS(st) != 0)
         return 61;
+    /* Nor is it the worker's to close: its close does nothing. */
+    pm_node_close(n);
     /* The worker's own node still works. */
     return pm_node_send(n, &main_addr, "ok", 2) == 0 ? 7 : 62;
 }
