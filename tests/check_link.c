@@ -5090,6 +5090,63 @@ START_TEST(test_link_deadline_saturates)
 }
 END_TEST
 
+/* mesh_dial.c pm__mesh_resolve, a row each: "HOST:PORT" and "[v6]:PORT"
+ * into a socket address (the brackets taken off an IPv6 literal, and only
+ * a pair of them), numeric services only; what pm__peer_addr_valid
+ * refuses before it gets here refused again (no colon, a host or port
+ * longer than its buffer): -EINVAL; a host that is no address and no
+ * name (brackets left on it): -EADDRNOTAVAIL, without a DNS query (the
+ * test machine may have no resolver to ask). */
+START_TEST(test_mesh_resolve_rows)
+{
+    static char host255[256 + 3];
+    memset(host255, 'a', 255);
+    memcpy(host255 + 255, ":80", 4);
+    static char longhost[300];
+    memset(longhost, 'a', sizeof(longhost) - 4);
+    memcpy(longhost + sizeof(longhost) - 4, ":80", 4);
+    static const struct {
+        const char *addr;
+        int passive, rc, family;
+        const char *ip;
+        int port;
+    } rows[] = {
+        {"127.0.0.1:4000", 0, 0, AF_INET, "127.0.0.1", 4000},
+        {"[::1]:4001", 0, 0, AF_INET6, "::1", 4001},
+        {"[::1]:4002", 1, 0, AF_INET6, "::1", 4002},
+        {"[127.0.0.2]:4003", 0, 0, AF_INET, "127.0.0.2", 4003},
+        {"[::1:80", 0, -EADDRNOTAVAIL, 0, NULL, 0},  /* no closing bracket: not stripped */
+        {"::1]:80", 0, -EADDRNOTAVAIL, 0, NULL, 0},  /* no opening one */
+        {"a::1]:80", 0, -EADDRNOTAVAIL, 0, NULL, 0}, /* ... another character there */
+        {"[::1a:80", 0, -EADDRNOTAVAIL, 0, NULL, 0}, /* ... or at the end */
+        {host255, 0, -EADDRNOTAVAIL, 0, NULL, 0},    /* 255 bytes fit (a label past 63: no query) */
+        {"nocolon", 0, -EINVAL, 0, NULL, 0},
+        {"127.0.0.1:123456789", 0, -EINVAL, 0, NULL, 0}, /* port past its buffer */
+        {longhost, 0, -EINVAL, 0, NULL, 0},
+    };
+    for (size_t r = 0; r < ARRAY_LEN(rows); r++) {
+        struct sockaddr_storage ss;
+        socklen_t len = 0;
+        memset(&ss, 0, sizeof(ss));
+        int rc = pm__mesh_resolve(rows[r].addr, rows[r].passive, &ss, &len);
+        ck_assert_msg(rc == rows[r].rc, "row %zu (%.40s): %d, not %d", r, rows[r].addr, rc, rows[r].rc);
+        if (rc != 0)
+            continue;
+        ck_assert_int_eq(ss.ss_family, rows[r].family);
+        char ip[64];
+        const void *a = rows[r].family == AF_INET ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+                                                  : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+        ck_assert_ptr_nonnull(inet_ntop(rows[r].family, a, ip, sizeof(ip)));
+        ck_assert_msg(strcmp(ip, rows[r].ip) == 0, "row %zu: %s", r, ip);
+        in_port_t port = rows[r].family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                                   : ((struct sockaddr_in6 *)&ss)->sin6_port;
+        ck_assert_int_eq(ntohs(port), rows[r].port);
+        ck_assert_uint_eq(len, rows[r].family == AF_INET ? sizeof(struct sockaddr_in)
+                                                        : sizeof(struct sockaddr_in6));
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("link");
@@ -5113,6 +5170,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_answer_at_expiry, 60);
     PM_ADD_TEST(s, test_link_base_lookups, 30);
     PM_ADD_TEST(s, test_link_base_alloc, 30);
+    PM_ADD_TEST(s, test_mesh_resolve_rows, 30);
     PM_ADD_LOOP_TEST(s, test_link_reply_out_rules, 0, RO_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_link_crossing_rules, 0, CR_ROWS, 30);
     PM_ADD_TEST(s, test_link_base_alloc_failed, 30);
