@@ -5102,6 +5102,9 @@ START_TEST(test_mesh_resolve_rows)
     static char host255[256 + 3];
     memset(host255, 'a', 255);
     memcpy(host255 + 255, ":80", 4);
+    static char host256[257 + 3];
+    memset(host256, 'a', 256);
+    memcpy(host256 + 256, ":80", 4);
     static char longhost[300];
     memset(longhost, 'a', sizeof(longhost) - 4);
     memcpy(longhost + sizeof(longhost) - 4, ":80", 4);
@@ -5120,6 +5123,9 @@ START_TEST(test_mesh_resolve_rows)
         {"a::1]:80", 0, -EADDRNOTAVAIL, 0, NULL, 0}, /* ... another character there */
         {"[::1a:80", 0, -EADDRNOTAVAIL, 0, NULL, 0}, /* ... or at the end */
         {host255, 0, -EADDRNOTAVAIL, 0, NULL, 0},    /* 255 bytes fit (a label past 63: no query) */
+        {host256, 0, -EINVAL, 0, NULL, 0},           /* 256 do not */
+        {"127.0.0.1:0000080", 0, 0, AF_INET, "127.0.0.1", 80}, /* 7 bytes of port fit */
+        {"127.0.0.1:00000080", 0, -EINVAL, 0, NULL, 0},        /* 8 do not */
         {"nocolon", 0, -EINVAL, 0, NULL, 0},
         {"127.0.0.1:123456789", 0, -EINVAL, 0, NULL, 0}, /* port past its buffer */
         {longhost, 0, -EINVAL, 0, NULL, 0},
