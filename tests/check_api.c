@@ -6406,6 +6406,20 @@ START_TEST(test_join_handshake_rows)
     send_init(&l, 0);
     ck_assert_int_eq(join_status(join_worker(0)), EPROTO);
     pm__channel_close(&l);
+    /* A memory of a channel's size that is not sealed against
+     * shrinking: no channel procmesh made (EPERM). */
+    join_channel(&l);
+    struct stat mst;
+    ck_assert_int_eq(fstat(l.memfd, &mst), 0);
+    int unsealed = memfd_create("not-a-channel", MFD_CLOEXEC);
+    ck_assert_int_ge(unsealed, 0);
+    ck_assert_int_eq(ftruncate(unsealed, mst.st_size), 0);
+    char env[64];
+    snprintf(env, sizeof(env), "%d,%d,%d", unsealed, l.node_efd, l.hub_efd);
+    ck_assert_int_eq(setenv("PROCMESH_NODE", env, 1), 0);
+    ck_assert_int_eq(join_status(join_worker(0)), EPERM);
+    close(unsealed);
+    pm__channel_close(&l);
     /* The down ring's head not a record boundary: at the attach, and
      * while the worker waits for its INIT (after its HELLO). */
     join_channel(&l);
