@@ -598,7 +598,12 @@ int pm__output_drain_result(const pm__drain *d)
 static void drain_next(pm_cluster *c, pm__slot *s, int i, pm__drain *d, uint64_t deadline)
 {
     pm__outstream *st = &s->out.s[i];
-    if (!pm__output_drain_go(d, st->job != NULL, pm__output_ended_empty(st->fd), pm__now_ms(), deadline))
+    int reading = st->job != NULL;
+    /* The pipe is polled only when a read could start: one poll a read,
+     * none for a stream whose drain ended or whose read is under way
+     * (the reap is on every restart's path). */
+    int ended = !d->done && !reading && pm__output_ended_empty(st->fd);
+    if (!pm__output_drain_go(d, reading, ended, pm__now_ms(), deadline))
         return;
     int rc = start_read(c, s, i);
     if (rc < 0)
@@ -623,7 +628,8 @@ static void drain_streams(pm_cluster *c, pm__slot *s, int err[2])
     for (int i = 0; i < 2; i++) {
         const pm__outstream *st = &s->out.s[i];
         pm__output_drain_begin(&d[i], st->job != NULL, st->fd < 0, held,
-                               st->job != NULL && pm__offread_job_waits(c->output.reader, st->job));
+                               held && st->job != NULL &&
+                                   pm__offread_job_waits(c->output.reader, st->job));
     }
     for (;;) {
         pm__offjob *jobs[2] = {NULL, NULL};

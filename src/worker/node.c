@@ -55,6 +55,14 @@ PM__READY_TEXT static int take_init(pm_node *n, const pm__init_msg *m)
     return 0;
 }
 
+/* A ring's -EBADMSG (its shared indices are nonsense: poisoned) is the
+ * worker's -EPROTO (pm_node(3): the shared memory is corrupt); any other
+ * error is returned as it is. */
+PM__READY_TEXT static int ring_error(int rc)
+{
+    return rc == -EBADMSG ? -EPROTO : rc;
+}
+
 PM__READY_TEXT int pm__node_handshake(pm_node *n)
 {
     pm__frame_hdr h;
@@ -68,7 +76,7 @@ PM__READY_TEXT int pm__node_handshake(pm_node *n)
     for (;;) {
         rc = pm__ring_wait(&n->channel.rx, PM__NODE_POLL_MS);
         if (rc < 0) /* a poisoned ring, or the wait's own failure (poll without futexes) */
-            return rc == -EBADMSG ? -EPROTO : rc;
+            return ring_error(rc);
         if (rc == 0) {
             if (getppid() != n->supervisor)
                 return -ESHUTDOWN;
@@ -195,8 +203,7 @@ PM__READY_TEXT PM_EXTERN int pm_node_join(pm_node **out)
     n->heap = 1;
     n->supervisor = getppid();
     int rc = pm__channel_attach(&n->channel, memfd, node_efd, hub_efd, sock);
-    if (rc == -EBADMSG)
-        rc = -EPROTO; /* a ring's shared indices are nonsense: not a channel's (pm_node(3)) */
+    rc = ring_error(rc); /* a ring poisoned at the attach: not a channel's */
     if (rc == 0) {
         pm__node_crash_arm(n->channel.map);
         rc = pm__node_handshake(n);
@@ -252,7 +259,7 @@ PM__READY_TEXT PM_EXTERN int pm_node_ready(pm_node *n)
         if ((rc = pm__ring_wait_space(&n->channel.tx, PM__FRAME_HDR_SIZE, 1000)) < 0)
             break;
     if (rc < 0)
-        return rc == -EBADMSG ? -EPROTO : rc; /* a poisoned ring (pm_node(3)) */
+        return ring_error(rc);
     n->ready_sent = 1;
     /* The crash handler's unwinder, off the way to ready (crash.h): a
      * crash before this records the faulting pc as its one frame. */
