@@ -5090,6 +5090,40 @@ START_TEST(test_link_deadline_saturates)
 }
 END_TEST
 
+/* The backoff of a redial and of a --peers-dns retry (pm__mesh_backoff_next):
+ * the minimum after none, doubling, capped at the maximum; the rows at the
+ * cap's edges with the constants of both. */
+START_TEST(test_mesh_backoff_rows)
+{
+    static const struct {
+        uint32_t b, min, max, next;
+    } rows[] = {
+        {0, 1000, 30000, 1000},      /* the first failure: the minimum */
+        {1000, 1000, 30000, 2000},   /* doubling */
+        {12000, 1000, 30000, 24000}, /* twice, still below the cap */
+        {14999, 1000, 30000, 29998},
+        {15000, 1000, 30000, 30000}, /* twice is the cap exactly */
+        {15001, 1000, 30000, 30000}, /* twice is past it */
+        {16000, 1000, 30000, 30000},
+        {30000, 1000, 30000, 30000}, /* at the cap it stays */
+        {0, PM__MESH_REDIAL_MIN_MS, PM__MESH_REDIAL_MAX_MS, PM__MESH_REDIAL_MIN_MS},
+        {PM__MESH_REDIAL_MIN_MS, PM__MESH_REDIAL_MIN_MS, PM__MESH_REDIAL_MAX_MS, 2 * PM__MESH_REDIAL_MIN_MS},
+        {PM__MESH_REDIAL_MAX_MS, PM__MESH_REDIAL_MIN_MS, PM__MESH_REDIAL_MAX_MS, PM__MESH_REDIAL_MAX_MS},
+        {0x80000000u, 1, 0xffffffffu, 0xffffffffu}, /* no overflow past 2^31 */
+    };
+    for (size_t r = 0; r < ARRAY_LEN(rows); r++) {
+        uint32_t got = pm__mesh_backoff_next(rows[r].b, rows[r].min, rows[r].max);
+        ck_assert_msg(got == rows[r].next, "row %zu: after %u (min %u, max %u): %u, not %u", r, rows[r].b,
+                      rows[r].min, rows[r].max, got, rows[r].next);
+    }
+    /* The jitter: b +-25 %, i.e. within [3b/4, 3b/4 + b/2]. */
+    for (int k = 0; k < 1000; k++) {
+        uint64_t j = pm__mesh_jittered(1000, (uint64_t)k);
+        ck_assert_msg(j >= 750 && j <= 1250, "jittered 1000: %llu", (unsigned long long)j);
+    }
+}
+END_TEST
+
 /* mesh_dial.c pm__mesh_resolve, a row each: "HOST:PORT" and "[v6]:PORT"
  * into a socket address (the brackets taken off an IPv6 literal, and only
  * a pair of them), numeric services only; what pm__peer_addr_valid
@@ -5177,6 +5211,7 @@ int main(void)
     PM_ADD_TEST(s, test_link_base_lookups, 30);
     PM_ADD_TEST(s, test_link_base_alloc, 30);
     PM_ADD_TEST(s, test_mesh_resolve_rows, 30);
+    PM_ADD_TEST(s, test_mesh_backoff_rows, 30);
     PM_ADD_LOOP_TEST(s, test_link_reply_out_rules, 0, RO_ROWS, 30);
     PM_ADD_LOOP_TEST(s, test_link_crossing_rules, 0, CR_ROWS, 30);
     PM_ADD_TEST(s, test_link_base_alloc_failed, 30);

@@ -185,6 +185,269 @@ START_TEST(test_dns_unresolvable_retried)
 }
 END_TEST
 
+START_TEST(test_dns_resolve_armed)
+{
+    /* A resolution started by hand (pm__mesh_dns_resolve, as the timer
+     * does when it is due): its fd is watched by the loop and no next one
+     * is due while it runs; its failure is taken when the fd is readable,
+     * counted once, and the next one is due after the backoff. */
+    pm_cluster *a = start_a("no-such-host.invalid:7946", NULL, k1);
+    pm__mesh *m = a->mesh;
+    PM_RUN_UNTIL(a, m->dns_failed >= 1 && pm__peerdns_fd(m->dns) < 0 && !m->dns_armed, 30000);
+    uint64_t f0 = m->dns_failed;
+    m->dns_at = 1; /* due long ago: a value the start must clear */
+    pm__mesh_dns_resolve(m, pm__now_ms());
+    ck_assert_int_ge(pm__peerdns_fd(m->dns), 0);
+    ck_assert_int_eq(m->dns_armed, 1);
+    ck_assert_uint_eq(m->dns_at, 0);
+    ck_assert_uint_eq(m->dns_failed, f0);
+    PM_RUN_UNTIL(a, m->dns_failed > f0, 30000);
+    uint64_t now = pm__now_ms();
+    ck_assert_uint_eq(m->dns_failed, f0 + 1);
+    ck_assert_int_eq(m->dns_armed, 0);
+    ck_assert_int_lt(pm__peerdns_fd(m->dns), 0);
+    ck_assert_uint_eq(m->dns_ok, 0);
+    /* Past at least two failures the backoff is at least 2 s (+-25 %). */
+    ck_assert_uint_ge(m->dns_backoff_ms, 2 * PM__PEERDNS_RETRY_MIN_MS);
+    ck_assert_uint_ge(m->dns_at, now + m->dns_backoff_ms * 3 / 4 - 1000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+/* ------------------------------------------------ the answer's targets */
+
+/* A listener on every address's port `port` that never accepts: a dial to
+ * 127.0.0.x:port connects (the kernel's backlog takes it) and then waits
+ * in the handshake, never linked. */
+static int listen_any(int port)
+{
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(l, 0);
+    int one = 1;
+    ck_assert_int_eq(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    ck_assert_int_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(l, 128), 0);
+    return l;
+}
+
+/* 127.0.0.x:port as a resolution gives it. */
+static pm__peerdns_addr addr_of(int x, int port)
+{
+    pm__peerdns_addr a;
+    memset(&a, 0, sizeof(a));
+    struct sockaddr_in *sa = (struct sockaddr_in *)&a.ss;
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    sa->sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)x);
+    a.len = sizeof(*sa);
+    return a;
+}
+
+/* The target of address x, or -1 when no live target has it. */
+static int target_of(const pm__mesh *m, const pm__peerdns_addr *x)
+{
+    for (unsigned d = 0; d < PM__PEERDNS_MAX; d++)
+        if (m->dt[d].live && m->dt[d].a.len == x->len && memcmp(&m->dt[d].a.ss, &x->ss, x->len) == 0)
+            return (int)d;
+    return -1;
+}
+
+/* Connections open, and targets live. */
+static unsigned conns_open(const pm__mesh *m)
+{
+    unsigned n = 0;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        n += m->conns[j].fd >= 0;
+    return n;
+}
+
+static unsigned targets_live(const pm__mesh *m)
+{
+    unsigned n = 0;
+    for (unsigned d = 0; d < PM__PEERDNS_MAX; d++)
+        n += m->dt[d].live != 0;
+    return n;
+}
+
+/* The dial of DNS target d made a connection (open, not linked: the
+ * listener never answers), the connection's index. */
+static int dialled(const pm__mesh *m, int d)
+{
+    int j = m->dial_conn[PM__MAX_PEERS + d];
+    ck_assert_msg(j >= 0, "target %d: not dialled", d);
+    ck_assert_int_ge(m->conns[j].fd, 0);
+    ck_assert_int_eq(m->conns[j].linked, 0);
+    ck_assert_int_eq(m->conns[j].peer, PM__MAX_PEERS + d);
+    return j;
+}
+
+START_TEST(test_dns_merge_rows)
+{
+    /* pm__mesh_dns_merge given answers directly (the name a's own
+     * resolution asks never resolves: it adds and removes nothing), each
+     * row what the next answer does to the targets and their
+     * connections. */
+    int port = pm_test_free_port();
+    int l = listen_any(port);
+    pm_cluster *a = start_a("no-such-host.invalid:7946", NULL, k1);
+    pm__mesh *m = a->mesh;
+    ck_assert_uint_eq(conns_open(m), 0);
+    pm__peerdns_addr A = addr_of(1, port), B = addr_of(2, port), C = addr_of(3, port);
+
+    /* Two new addresses: the first free targets, in order, dialled at once. */
+    pm__peerdns_addr r1[] = {A, B};
+    pm__mesh_dns_merge(m, r1, 2);
+    ck_assert_int_eq(target_of(m, &A), 0);
+    ck_assert_int_eq(target_of(m, &B), 1);
+    int jA = dialled(m, 0), jB = dialled(m, 1);
+    ck_assert_int_eq(jA, 0); /* the first connection: index 0 is handled like the rest */
+    ck_assert_int_ne(jA, jB);
+    ck_assert_uint_eq(conns_open(m), 2);
+    ck_assert_uint_eq(targets_live(m), 2);
+    /* Which targets may be dialled: a configured peer's index only below
+     * their number (a has none), a DNS target while live and not self. */
+    ck_assert_int_eq(pm__mesh_target_dialable(m, 0), 0);
+    ck_assert_int_eq(pm__mesh_target_dialable(m, PM__MAX_PEERS - 1), 0);
+    ck_assert_int_eq(pm__mesh_target_dialable(m, PM__MAX_PEERS), 1);
+    ck_assert_int_eq(pm__mesh_target_dialable(m, PM__MAX_PEERS + 1), 1);
+    ck_assert_int_eq(pm__mesh_target_dialable(m, PM__MAX_PEERS + 2), 0);
+    m->dt[1].self = 1;
+    ck_assert_int_eq(pm__mesh_target_dialable(m, PM__MAX_PEERS + 1), 0);
+    m->dt[1].self = 0;
+
+    /* {B, C}: A is gone, its connection (not linked) closed and its
+     * target freed, then taken by C; B keeps its target and connection
+     * (not dialled again). */
+    pm__peerdns_addr r2[] = {B, C};
+    pm__mesh_dns_merge(m, r2, 2);
+    ck_assert_int_eq(target_of(m, &A), -1);
+    ck_assert_int_eq(target_of(m, &B), 1);
+    ck_assert_int_eq(target_of(m, &C), 0);
+    ck_assert_int_eq(m->dial_conn[PM__MAX_PEERS + 1], jB);
+    (void)dialled(m, 0);
+    ck_assert_uint_eq(conns_open(m), 2);
+    ck_assert_uint_eq(targets_live(m), 2);
+
+    /* The same address twice in one answer, and B's port changed: one
+     * target each; B's old port is gone. */
+    pm__peerdns_addr B2 = addr_of(2, port + 1 > 65535 ? port - 1 : port + 1);
+    pm__peerdns_addr r3[] = {C, C, B2};
+    pm__mesh_dns_merge(m, r3, 3);
+    ck_assert_int_eq(target_of(m, &C), 0);
+    ck_assert_int_eq(target_of(m, &B), -1);
+    ck_assert_int_eq(target_of(m, &B2), 1);
+    ck_assert_uint_eq(targets_live(m), 2);
+
+    /* An empty answer: every target goes, and every connection not linked
+     * with it; nothing is redialled. */
+    pm__mesh_dns_merge(m, NULL, 0);
+    ck_assert_uint_eq(targets_live(m), 0);
+    for (unsigned d = 0; d < PM__PEERDNS_MAX; d++) {
+        ck_assert_int_eq(m->dial_conn[PM__MAX_PEERS + d], -1);
+        ck_assert_uint_eq(m->redial_at[PM__MAX_PEERS + d], 0);
+        ck_assert_uint_eq(m->backoff_ms[PM__MAX_PEERS + d], 0);
+    }
+    PM_RUN_UNTIL(a, conns_open(m) == 0, 10000);
+
+    /* More addresses than targets: the first PM__PEERDNS_MAX each take
+     * one, the rest are left (not dialled: no more connections). */
+    pm__peerdns_addr many[PM__PEERDNS_MAX + 2];
+    for (unsigned i = 0; i < ARRAY_LEN(many); i++)
+        many[i] = addr_of(10 + (int)i, port);
+    pm__mesh_dns_merge(m, many, ARRAY_LEN(many));
+    ck_assert_uint_eq(targets_live(m), PM__PEERDNS_MAX);
+    for (unsigned i = 0; i < ARRAY_LEN(many); i++)
+        ck_assert_int_eq(target_of(m, &many[i]), i < PM__PEERDNS_MAX ? (int)i : -1);
+    ck_assert_uint_eq(conns_open(m), PM__PEERDNS_MAX);
+    /* The same answer again changes nothing. */
+    pm__mesh_dns_merge(m, many, ARRAY_LEN(many));
+    ck_assert_uint_eq(targets_live(m), PM__PEERDNS_MAX);
+    ck_assert_uint_eq(conns_open(m), PM__PEERDNS_MAX);
+    pm__mesh_dns_merge(m, NULL, 0);
+    PM_RUN_UNTIL(a, conns_open(m) == 0, 10000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    close(l);
+}
+END_TEST
+
+START_TEST(test_dns_target_of_linked_host)
+{
+    /* a links to b through --peers-dns. A target whose address last
+     * answered as b is not dialled while that link is up: looked at again
+     * later (one link per pair). When b's address leaves the answer, the
+     * link stays, as a link of its own: its end later touches nothing of
+     * the target that took its place. */
+    int port = pm_test_free_port(), lport = pm_test_free_port();
+    pid_t b = start_b(port, k1, NULL, 0);
+    int l = listen_any(lport);
+    char name[40];
+    snprintf(name, sizeof(name), "localhost:%d", port);
+    pm_cluster *a = start_a(name, NULL, k1);
+    PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
+    pm__mesh *m = a->mesh;
+    pm__mesh_conn *up = pm_test_mesh_up_conn(m);
+    ck_assert_ptr_nonnull(up);
+    int d = up->peer - PM__MAX_PEERS;
+    ck_assert_int_ge(d, 0);
+    ck_assert_str_eq(m->dt[d].host, "b");
+    /* The name's next resolution (30 s away) must not come inside the
+     * test: the answers here are the test's own. */
+    m->dns_at = UINT64_MAX;
+
+    /* Target x with another address, whose host was b, c, or not known
+     * (the last target: "localhost" may also have answered ::1). */
+    int x = (int)PM__PEERDNS_MAX - 1;
+    ck_assert_int_ne(x, d);
+    static const struct {
+        const char *host;
+        int dials;
+    } rows[] = {{"b", 0}, {"c", 1}, {"", 1}};
+    for (size_t r = 0; r < ARRAY_LEN(rows); r++) {
+        m->dt[x].live = 1;
+        m->dt[x].a = addr_of(5, lport);
+        snprintf(m->dt[x].host, sizeof(m->dt[x].host), "%s", rows[r].host);
+        uint64_t t0 = pm__now_ms();
+        pm__mesh_dial(m, PM__MAX_PEERS + x);
+        if (rows[r].dials) {
+            (void)dialled(m, x);
+        } else {
+            ck_assert_int_eq(m->dial_conn[PM__MAX_PEERS + x], -1);
+            ck_assert_uint_ge(m->redial_at[PM__MAX_PEERS + x], t0 + PM__MESH_REDIAL_MAX_MS * 3 / 4);
+        }
+        /* x leaves the answer (b's address stays in it) */
+        pm__peerdns_addr keep = m->dt[d].a;
+        pm__mesh_dns_merge(m, &keep, 1);
+        ck_assert_int_eq(m->dt[x].live, 0);
+        ck_assert_int_eq(m->dial_conn[PM__MAX_PEERS + x], -1);
+    }
+
+    /* b's address leaves the answer: the link stays, no longer the
+     * target's; a new address takes the target. */
+    pm__mesh_dns_merge(m, NULL, 0);
+    ck_assert_uint_eq(pm_test_mesh_links_up(m), 1);
+    ck_assert_int_eq(up->peer, -1);
+    pm__peerdns_addr n1 = addr_of(6, lport);
+    pm__mesh_dns_merge(m, &n1, 1);
+    int jn = dialled(m, 0);
+    /* The listener never answers: that handshake must not reach its
+     * deadline while the test waits for the link's end. */
+    m->conns[jn].deadline_ms = UINT64_MAX;
+    /* The link ends: the new address's target keeps its connection and
+     * nothing is redialled. */
+    pm_test_mesh_close(m);
+    PM_RUN_UNTIL(a, peer_events.downs == 1 && pm_test_mesh_links_up(m) == 0, 20000);
+    ck_assert_int_eq(m->dial_conn[PM__MAX_PEERS], jn);
+    ck_assert_int_ge(m->conns[jn].fd, 0);
+    ck_assert_uint_eq(m->redial_at[PM__MAX_PEERS], 0);
+    for (unsigned t = 1; t < PM__PEERDNS_MAX; t++)
+        ck_assert_uint_eq(m->redial_at[PM__MAX_PEERS + t], 0);
+    pm_test_end_hosts(a, b);
+    close(l);
+}
+END_TEST
+
 /* ------------------------------------------------------------ key rotation */
 
 /* One request from main to b's worker over the link, answered with its
@@ -714,6 +977,9 @@ int main(void)
     PM_ADD_TEST(s, test_dns_links, 60);
     PM_ADD_TEST(s, test_dns_self_skipped, 60);
     PM_ADD_TEST(s, test_dns_unresolvable_retried, 60);
+    PM_ADD_TEST(s, test_dns_resolve_armed, 90);
+    PM_ADD_TEST(s, test_dns_merge_rows, 60);
+    PM_ADD_TEST(s, test_dns_target_of_linked_host, 60);
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);
     PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
     PM_ADD_TEST(s, test_daemon_key_reload_during_start, 60);

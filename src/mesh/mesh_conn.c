@@ -567,10 +567,14 @@ uint64_t pm__mesh_jittered(uint32_t b, uint64_t now)
     return b * 3u / 4u + r % (b / 2u + 1u);
 }
 
+uint32_t pm__mesh_backoff_next(uint32_t b, uint32_t min, uint32_t max)
+{
+    return b == 0 ? min : (b > max / 2 ? max : b * 2);
+}
+
 void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now)
 {
-    uint32_t b = m->backoff_ms[peer];
-    b = b == 0 ? PM__MESH_REDIAL_MIN_MS : (b * 2 > PM__MESH_REDIAL_MAX_MS ? PM__MESH_REDIAL_MAX_MS : b * 2);
+    uint32_t b = pm__mesh_backoff_next(m->backoff_ms[peer], PM__MESH_REDIAL_MIN_MS, PM__MESH_REDIAL_MAX_MS);
     m->backoff_ms[peer] = b;
     m->redial_at[peer] = now + pm__mesh_jittered(b, now);
 }

@@ -145,9 +145,7 @@ static void dns_schedule(pm__mesh *m, int ok, uint64_t now)
         m->dns_at = now + pm__mesh_jittered(PM__PEERDNS_REFRESH_MS, now);
         return;
     }
-    uint32_t b = m->dns_backoff_ms;
-    b = b == 0 ? PM__PEERDNS_RETRY_MIN_MS
-               : (b * 2 > PM__PEERDNS_RETRY_MAX_MS ? PM__PEERDNS_RETRY_MAX_MS : b * 2);
+    uint32_t b = pm__mesh_backoff_next(m->dns_backoff_ms, PM__PEERDNS_RETRY_MIN_MS, PM__PEERDNS_RETRY_MAX_MS);
     m->dns_backoff_ms = b;
     m->dns_at = now + pm__mesh_jittered(b, now);
 }
@@ -175,9 +173,7 @@ void pm__mesh_dns_resolve(pm__mesh *m, uint64_t now)
     dns_schedule(m, 0, now);
 }
 
-/* The new answer a[0..n): targets that are gone stop being dialled, new
- * ones are dialled at once. */
-static void dns_merge(pm__mesh *m, const pm__peerdns_addr *a, size_t n)
+void pm__mesh_dns_merge(pm__mesh *m, const pm__peerdns_addr *a, size_t n)
 {
     for (unsigned d = 0; d < PM__PEERDNS_MAX; d++) {
         pm__dtarget *t = &m->dt[d];
@@ -243,6 +239,6 @@ void pm__mesh_dns_ready(pm__mesh *m)
         return;
     }
     m->dns_ok++;
-    dns_merge(m, a, (size_t)n);
+    pm__mesh_dns_merge(m, a, (size_t)n);
     dns_schedule(m, 1, now);
 }

@@ -137,6 +137,9 @@ uint64_t pm__mesh_conn_heartbeat_at(const pm__mesh_conn *k);
 uint64_t pm__mesh_conn_silence_at(const pm__mesh *m, const pm__mesh_conn *k);
 /* b ms +-25 %, and the next redial of target peer after backoff. */
 uint64_t pm__mesh_jittered(uint32_t b, uint64_t now);
+/* The backoff after b (pure): min after none (0), then doubling, capped at
+ * max; for the redials and the --peers-dns retries alike. */
+uint32_t pm__mesh_backoff_next(uint32_t b, uint32_t min, uint32_t max);
 void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now);
 
 /* mesh_dial.c: targets, dialing, redial, --peers-dns. */
@@ -145,6 +148,10 @@ int pm__mesh_target_dialable(const pm__mesh *m, int i);
 void pm__mesh_dial(pm__mesh *m, int i);
 void pm__mesh_dns_resolve(pm__mesh *m, uint64_t now);
 void pm__mesh_dns_ready(pm__mesh *m);
+/* Takes the answer a[0..n): targets no longer in it stop being dialled (a
+ * link up to one stays, as a link of its own), new addresses take a free
+ * target each and are dialled at once. */
+void pm__mesh_dns_merge(pm__mesh *m, const pm__peerdns_addr *a, size_t n);
 
 /* mesh_accept.c: the listener. */
 int pm__mesh_listen_on(pm__mesh *m);
