@@ -6483,7 +6483,8 @@ START_TEST(test_join_handshake_rows)
     ck_assert_int_eq(h.type, PM__FT_HELLO);
     const long futex_nr[] = {__NR_futex, __NR_poll, __NR_ppoll};
     ck_assert_int_eq(pm_test_wait_in(w, futex_nr, ARRAY_LEN(futex_nr)), 0);
-    usleep(300 * 1000); /* more than two of its waits: each returned empty */
+    /* Two of its waits end empty (each made again is one more sleep). */
+    ck_assert_int_eq(pm_test_wait_sleeps(w, 2), 0);
     send_init(&l, 300);
     ck_assert_int_eq(join_status(w), 0);
     pm__channel_close(&l);
@@ -6564,8 +6565,8 @@ START_TEST(test_join_handshake_rows)
             pm__channel_close(&l);
             continue;
         }
-        if (row == 1)
-            usleep(1300 * 1000); /* its wait for room (1 s) ended empty once */
+        if (row == 1) /* its wait for room (1 s) ends empty once, and is made again */
+            ck_assert_int_eq(pm_test_wait_sleeps(rw, 1), 0);
         /* The HELLO (behind the filler in row 1), then room. */
         end = pm_test_ms() + 20000;
         while ((rc = pm__frame_recv(&l.rx, PM__CHANNEL_MAX_FRAME, &h, &payload)) != 1 ||

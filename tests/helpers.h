@@ -464,6 +464,44 @@ static inline int pm_test_wait_in(pid_t pid, const long *nrs, size_t n)
     return -ETIMEDOUT;
 }
 
+/* Child pid's voluntary context switches (/proc/PID/status), or -1. */
+static inline long pm_test_voluntary_switches(pid_t pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t k = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (k <= 0)
+        return -1;
+    buf[k] = '\0';
+    const char *v = strstr(buf, "\nvoluntary_ctxt_switches:");
+    return v == NULL ? -1 : strtol(v + strlen("\nvoluntary_ctxt_switches:"), NULL, 10);
+}
+
+/* Waits until child pid, asleep in a wait that times out and is made
+ * again, has gone to sleep `sleeps` more times than now: each of its
+ * waits that ended empty and was made again is one more voluntary switch
+ * (an event: on a slow machine it takes longer, never fails). 0, or
+ * -ETIMEDOUT after some 60 s, -ENOENT without the count. */
+static inline int pm_test_wait_sleeps(pid_t pid, long sleeps)
+{
+    long s0 = pm_test_voluntary_switches(pid);
+    if (s0 < 0)
+        return -ENOENT;
+    for (int tries = 0; tries < 60000; tries++) {
+        long s = pm_test_voluntary_switches(pid);
+        if (s < 0)
+            return -ENOENT;
+        if (s >= s0 + sleeps)
+            return 0;
+        usleep(1000);
+    }
+    return -ETIMEDOUT;
+}
+
 /* The same, then SIGUSR1 to it. */
 static inline int pm_test_signal_when_in(pid_t pid, const long *nrs, size_t n)
 {
