@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -119,6 +120,15 @@ START_TEST(test_dns_links)
     ck_assert_msg(at >= t0 + 22500 && at <= now + 37500,
                   "next resolution %lld ms after the start, %lld ms from now",
                   (long long)(at - t0), (long long)(at - now));
+    ck_assert_uint_eq(failed, 0);
+    /* A resolution that answers ends the backoff of the failures before
+     * it: the next failure waits the minimum again. */
+    pm__mesh *m = a->mesh;
+    m->dns_backoff_ms = 8 * PM__PEERDNS_RETRY_MIN_MS;
+    pm__mesh_dns_resolve(m, pm__now_ms());
+    PM_RUN_UNTIL(a, m->dns_ok > ok, 20000);
+    ck_assert_uint_eq(m->dns_backoff_ms, 0);
+    ck_assert_uint_eq(m->dns_failed, 0);
     pm_test_end_hosts(a, b);
 }
 END_TEST
@@ -156,12 +166,33 @@ START_TEST(test_dns_self_skipped)
 }
 END_TEST
 
+/* The last "peers_dns_failed" diagnostic, and how many came. */
+static char dns_diag[512];
+static unsigned dns_diags;
+
+static void on_dns_diag(pm_cluster *c, const char *topic, const char *message, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (strcmp(topic, "peers_dns_failed") != 0)
+        return;
+    snprintf(dns_diag, sizeof(dns_diag), "%s", message);
+    dns_diags++;
+}
+
 START_TEST(test_dns_unresolvable_retried)
 {
     /* A name that does not resolve: the supervisor starts and serves its
      * workers, the resolution is retried with backoff and each failure is
-     * counted. */
-    pm_cluster *a = start_a("no-such-host.invalid:7946", NULL, k1);
+     * counted, and said once ("peers_dns_failed") with the resolver's
+     * reason. */
+    pm_options *o = host_options("a", k1);
+    ck_assert_int_eq(pm_options_set_peers_dns(o, "no-such-host.invalid:7946"), 0);
+    ck_assert_int_eq(pm_options_set_on_diagnostic(o, on_dns_diag, NULL), 0);
+    dns_diags = 0;
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
     PM_RUN_UNTIL(a, ({
                      uint64_t ok, failed;
                      unsigned targets;
@@ -181,6 +212,13 @@ START_TEST(test_dns_unresolvable_retried)
     ck_assert_uint_eq(ok, 0);
     ck_assert_uint_eq(targets, 0);
     ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 0);
+    ck_assert_uint_eq(dns_diags, failed);
+    /* "peers-dns: NAME: REASON (attempt N; ...)", REASON getaddrinfo's
+     * (the name not found, or no resolver to ask), never "no address",
+     * which is said of an answer without one. */
+    ck_assert_msg(strstr(dns_diag, "peers-dns: no-such-host.invalid: ") == dns_diag &&
+                      strstr(dns_diag, ": no address") == NULL && strstr(dns_diag, "(attempt ") != NULL,
+                  "%s", dns_diag);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
 }
 END_TEST
@@ -194,13 +232,57 @@ START_TEST(test_dns_resolve_armed)
     pm_cluster *a = start_a("no-such-host.invalid:7946", NULL, k1);
     pm__mesh *m = a->mesh;
     PM_RUN_UNTIL(a, m->dns_failed >= 1 && pm__peerdns_fd(m->dns) < 0 && !m->dns_armed, 30000);
-    uint64_t f0 = m->dns_failed;
+
+    /* No fd left for the resolution's eventfd: it cannot start; counted
+     * as a failure at once and retried after the backoff. */
+    struct rlimit rl0;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl0), 0);
+    int fill[256], nfill = 0, top = -1;
+    DIR *dir = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(dir);
+    for (struct dirent *e; (e = readdir(dir)) != NULL;)
+        if (atoi(e->d_name) > top)
+            top = atoi(e->d_name);
+    closedir(dir);
+    struct rlimit rl = rl0;
+    rl.rlim_cur = (rlim_t)top + 1;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int f;
+    while (nfill < (int)ARRAY_LEN(fill) && (f = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        fill[nfill++] = f;
+    ck_assert_int_eq(errno, EMFILE);
+    uint64_t f0 = m->dns_failed, now0 = pm__now_ms();
+    pm__mesh_dns_resolve(m, now0);
+    ck_assert_uint_eq(m->dns_failed, f0 + 1);
+    ck_assert_int_lt(pm__peerdns_fd(m->dns), 0);
+    ck_assert_int_eq(m->dns_armed, 0);
+    ck_assert_uint_ge(m->dns_at, now0 + m->dns_backoff_ms * 3 / 4);
+    while (nfill > 0)
+        close(fill[--nfill]);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl0), 0);
+
+    /* Started by hand, its eventfd on fd 0 (stdin closed: the first fd
+     * free, an fd like any). */
+    ck_assert_int_eq(close(0), 0);
+    f0 = m->dns_failed;
     m->dns_at = 1; /* due long ago: a value the start must clear */
     pm__mesh_dns_resolve(m, pm__now_ms());
-    ck_assert_int_ge(pm__peerdns_fd(m->dns), 0);
+    ck_assert_int_eq(pm__peerdns_fd(m->dns), 0);
     ck_assert_int_eq(m->dns_armed, 1);
     ck_assert_uint_eq(m->dns_at, 0);
     ck_assert_uint_eq(m->dns_failed, f0);
+    /* Due again while it runs (a timer when the loop could not watch it):
+     * its result is taken if it is there, else it is watched; no second
+     * resolution starts. */
+    pm__mesh_dns_resolve(m, pm__now_ms());
+    if (m->dns_failed == f0) { /* not done yet (nearly always): watched again */
+        ck_assert_int_eq(pm__peerdns_fd(m->dns), 0);
+        ck_assert_int_eq(m->dns_armed, 1);
+        ck_assert_uint_eq(m->dns_at, 0);
+    } else { /* done: its failure taken */
+        ck_assert_uint_eq(m->dns_failed, f0 + 1);
+        ck_assert_int_lt(pm__peerdns_fd(m->dns), 0);
+    }
     PM_RUN_UNTIL(a, m->dns_failed > f0, 30000);
     uint64_t now = pm__now_ms();
     ck_assert_uint_eq(m->dns_failed, f0 + 1);
@@ -295,6 +377,8 @@ START_TEST(test_dns_merge_rows)
     pm__mesh *m = a->mesh;
     ck_assert_uint_eq(conns_open(m), 0);
     pm__peerdns_addr A = addr_of(1, port), B = addr_of(2, port), C = addr_of(3, port);
+    /* stdin closed: the first dial's socket is fd 0, a connection like any */
+    ck_assert_int_eq(close(0), 0);
 
     /* Two new addresses: the first free targets, in order, dialled at once. */
     pm__peerdns_addr r1[] = {A, B};
@@ -303,6 +387,7 @@ START_TEST(test_dns_merge_rows)
     ck_assert_int_eq(target_of(m, &B), 1);
     int jA = dialled(m, 0), jB = dialled(m, 1);
     ck_assert_int_eq(jA, 0); /* the first connection: index 0 is handled like the rest */
+    ck_assert_int_eq(m->conns[jA].fd, 0);
     ck_assert_int_ne(jA, jB);
     ck_assert_uint_eq(conns_open(m), 2);
     ck_assert_uint_eq(targets_live(m), 2);
@@ -356,7 +441,13 @@ START_TEST(test_dns_merge_rows)
     pm__peerdns_addr many[PM__PEERDNS_MAX + 2];
     for (unsigned i = 0; i < ARRAY_LEN(many); i++)
         many[i] = addr_of(10 + (int)i, port);
+    /* ... and nothing of the mesh past the targets is touched (a search
+     * past the last target would read and write there). */
+    static unsigned char tail0[sizeof(pm__mesh)];
+    const size_t past = offsetof(pm__mesh, dt) + sizeof(m->dt);
+    memcpy(tail0, (unsigned char *)m + past, sizeof(pm__mesh) - past);
     pm__mesh_dns_merge(m, many, ARRAY_LEN(many));
+    ck_assert(memcmp(tail0, (unsigned char *)m + past, sizeof(pm__mesh) - past) == 0);
     ck_assert_uint_eq(targets_live(m), PM__PEERDNS_MAX);
     for (unsigned i = 0; i < ARRAY_LEN(many); i++)
         ck_assert_int_eq(target_of(m, &many[i]), i < PM__PEERDNS_MAX ? (int)i : -1);
@@ -374,32 +465,32 @@ END_TEST
 
 START_TEST(test_dns_target_of_linked_host)
 {
-    /* a links to b through --peers-dns. A target whose address last
-     * answered as b is not dialled while that link is up: looked at again
-     * later (one link per pair). When b's address leaves the answer, the
-     * link stays, as a link of its own: its end later touches nothing of
-     * the target that took its place. */
+    /* a links to b through an answer given by hand, its socket on fd 0 (a
+     * supervisor whose stdin is closed: the first fd free). A target whose
+     * address last answered as b is not dialled while that link is up:
+     * looked at again later (one link per pair). When b's address leaves
+     * the answer, the link stays, as a link of its own: its end later
+     * touches nothing of the target that took its place. While it
+     * lingers after our CLOSE it is no link: b's other addresses are
+     * dialled again. */
     int port = pm_test_free_port(), lport = pm_test_free_port();
     pid_t b = start_b(port, k1, NULL, 0);
     int l = listen_any(lport);
-    char name[40];
-    snprintf(name, sizeof(name), "localhost:%d", port);
-    pm_cluster *a = start_a(name, NULL, k1);
-    PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
+    pm_cluster *a = start_a("no-such-host.invalid:7946", NULL, k1);
     pm__mesh *m = a->mesh;
+    ck_assert_int_eq(close(0), 0);
+    pm__peerdns_addr at_b = addr_of(1, port);
+    pm__mesh_dns_merge(m, &at_b, 1);
+    int jb = dialled(m, 0);
+    ck_assert_int_eq(m->conns[jb].fd, 0);
+    PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(m) == 1, 20000);
     pm__mesh_conn *up = pm_test_mesh_up_conn(m);
-    ck_assert_ptr_nonnull(up);
-    int d = up->peer - PM__MAX_PEERS;
-    ck_assert_int_ge(d, 0);
-    ck_assert_str_eq(m->dt[d].host, "b");
-    /* The name's next resolution (30 s away) must not come inside the
-     * test: the answers here are the test's own. */
-    m->dns_at = UINT64_MAX;
+    ck_assert_ptr_eq(up, &m->conns[jb]);
+    ck_assert_int_eq(up->peer, PM__MAX_PEERS);
+    ck_assert_str_eq(m->dt[0].host, "b");
 
-    /* Target x with another address, whose host was b, c, or not known
-     * (the last target: "localhost" may also have answered ::1). */
+    /* Target x with another address, whose host was b, c, or not known. */
     int x = (int)PM__PEERDNS_MAX - 1;
-    ck_assert_int_ne(x, d);
     static const struct {
         const char *host;
         int dials;
@@ -417,10 +508,10 @@ START_TEST(test_dns_target_of_linked_host)
             ck_assert_uint_ge(m->redial_at[PM__MAX_PEERS + x], t0 + PM__MESH_REDIAL_MAX_MS * 3 / 4);
         }
         /* x leaves the answer (b's address stays in it) */
-        pm__peerdns_addr keep = m->dt[d].a;
-        pm__mesh_dns_merge(m, &keep, 1);
+        pm__mesh_dns_merge(m, &at_b, 1);
         ck_assert_int_eq(m->dt[x].live, 0);
         ck_assert_int_eq(m->dial_conn[PM__MAX_PEERS + x], -1);
+        ck_assert_int_eq(m->dial_conn[PM__MAX_PEERS], jb);
     }
 
     /* b's address leaves the answer: the link stays, no longer the
@@ -434,14 +525,25 @@ START_TEST(test_dns_target_of_linked_host)
     /* The listener never answers: that handshake must not reach its
      * deadline while the test waits for the link's end. */
     m->conns[jn].deadline_ms = UINT64_MAX;
-    /* The link ends: the new address's target keeps its connection and
-     * nothing is redialled. */
+
+    /* The link ends, b stopped: our CLOSE goes unanswered, the connection
+     * lingers and is no link. A target whose host was b is dialled. */
+    ck_assert_int_eq(kill(b, SIGSTOP), 0);
     pm_test_mesh_close(m);
-    PM_RUN_UNTIL(a, peer_events.downs == 1 && pm_test_mesh_links_up(m) == 0, 20000);
+    PM_RUN_UNTIL(a, peer_events.downs == 1 && up->lingering, 20000);
+    ck_assert_uint_eq(pm_test_mesh_links_up(m), 0);
+    m->dt[x].live = 1;
+    m->dt[x].a = addr_of(5, lport);
+    snprintf(m->dt[x].host, sizeof(m->dt[x].host), "b");
+    pm__mesh_dial(m, PM__MAX_PEERS + x);
+    m->conns[dialled(m, x)].deadline_ms = UINT64_MAX;
+    ck_assert_int_eq(kill(b, SIGCONT), 0);
+    /* Its end touched nothing of the new address's target, and nothing is
+     * redialled. */
+    PM_RUN_UNTIL(a, !up->lingering && up->fd < 0, 20000);
     ck_assert_int_eq(m->dial_conn[PM__MAX_PEERS], jn);
     ck_assert_int_ge(m->conns[jn].fd, 0);
-    ck_assert_uint_eq(m->redial_at[PM__MAX_PEERS], 0);
-    for (unsigned t = 1; t < PM__PEERDNS_MAX; t++)
+    for (unsigned t = 0; t < PM__PEERDNS_MAX; t++)
         ck_assert_uint_eq(m->redial_at[PM__MAX_PEERS + t], 0);
     pm_test_end_hosts(a, b);
     close(l);

@@ -56,9 +56,8 @@ void pm__mesh_ready(pm__mesh *m, uint64_t tag)
             return;
         }
         if (err != 0) {
-            m->dial_failed++;
             pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-            m->fails[PM__PF_LOCAL]--; /* counted as a failed dial instead */
+            m->fails[PM__PF_LOCAL]--; /* a dial that failed is no connection's end: its redial is due */
             pm__mesh_conn_close(m, k);
             return;
         }

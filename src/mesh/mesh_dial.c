@@ -111,7 +111,6 @@ void pm__mesh_dial(pm__mesh *m, int i)
     return;
 fail:
     pm__close(fd);
-    m->dial_failed++;
     pm__mesh_schedule_redial(m, i, pm__now_ms());
 }
 
@@ -202,11 +201,15 @@ void pm__mesh_dns_merge(pm__mesh *m, const pm__peerdns_addr *a, size_t n)
         int have = 0;
         for (unsigned d = 0; d < PM__PEERDNS_MAX && !have; d++)
             have = m->dt[d].live && a[i].len == m->dt[d].a.len && memcmp(&a[i].ss, &m->dt[d].a.ss, a[i].len) == 0;
-        unsigned d = 0;
-        while (!have && d < PM__PEERDNS_MAX && (m->dt[d].live || m->dial_conn[DNS_TARGET(d)] >= 0))
-            d++;
-        if (have || d == PM__PEERDNS_MAX)
+        if (have)
             continue;
+        /* A target not live has no connection: the loop above gave its
+         * connection up (dial_conn -1) when it cleared it. */
+        unsigned d = 0;
+        while (d < PM__PEERDNS_MAX && m->dt[d].live)
+            d++;
+        if (d == PM__PEERDNS_MAX)
+            continue; /* every target taken: the rest of this answer is not dialled */
         m->dt[d].live = 1;
         m->dt[d].a = a[i];
         pm__mesh_dial(m, DNS_TARGET(d));

@@ -90,7 +90,6 @@ struct pm__mesh {
     unsigned char *rbuf;            /* MADV_WIPEONFORK: received traffic */
     uint64_t fails[PM__PF_COUNT_];
     pm__faillog refused;            /* the rate limit of PM_EVENT_PEER_REFUSED */
-    uint64_t dial_failed;
     unsigned up;
     int freeing;                    /* pm__mesh_free: no loop arms from here */
     /* Orderly ends: connections that lingered after our CLOSE, of those
