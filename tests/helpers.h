@@ -464,11 +464,16 @@ static inline int pm_test_wait_in(pid_t pid, const long *nrs, size_t n)
     return -ETIMEDOUT;
 }
 
-/* Child pid's voluntary context switches (/proc/PID/status), or -1. */
-static inline long pm_test_voluntary_switches(pid_t pid)
+/* A field of /proc/PID/status (pid 0: this process) as a number: its
+ * voluntary context switches, its threads; -1 without it, -2 when the
+ * process is a zombie (its counts no longer move). */
+static inline long pm_test_status_field(pid_t pid, const char *field)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    char path[64], buf[8192];
+    if (pid == 0)
+        snprintf(path, sizeof(path), "/proc/self/status");
+    else
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
@@ -477,24 +482,35 @@ static inline long pm_test_voluntary_switches(pid_t pid)
     if (k <= 0)
         return -1;
     buf[k] = '\0';
-    const char *v = strstr(buf, "\nvoluntary_ctxt_switches:");
-    return v == NULL ? -1 : strtol(v + strlen("\nvoluntary_ctxt_switches:"), NULL, 10);
+    if (strstr(buf, "\nState:\tZ") != NULL)
+        return -2;
+    char key[64];
+    snprintf(key, sizeof(key), "\n%s:", field);
+    const char *v = strstr(buf, key);
+    return v == NULL ? -1 : strtol(v + strlen(key), NULL, 10);
+}
+
+/* This process's threads, or -1. */
+static inline long pm_test_threads(void)
+{
+    return pm_test_status_field(0, "Threads");
 }
 
 /* Waits until child pid, asleep in a wait that times out and is made
  * again, has gone to sleep `sleeps` more times than now: each of its
  * waits that ended empty and was made again is one more voluntary switch
  * (an event: on a slow machine it takes longer, never fails). 0, or
- * -ETIMEDOUT after some 60 s, -ENOENT without the count. */
+ * -ETIMEDOUT after some 60 s, -ENOENT without the count, -ESRCH once it
+ * is a zombie (it ended: no wait of its will end again). */
 static inline int pm_test_wait_sleeps(pid_t pid, long sleeps)
 {
-    long s0 = pm_test_voluntary_switches(pid);
+    long s0 = pm_test_status_field(pid, "voluntary_ctxt_switches");
     if (s0 < 0)
-        return -ENOENT;
+        return s0 == -2 ? -ESRCH : -ENOENT;
     for (int tries = 0; tries < 60000; tries++) {
-        long s = pm_test_voluntary_switches(pid);
+        long s = pm_test_status_field(pid, "voluntary_ctxt_switches");
         if (s < 0)
-            return -ENOENT;
+            return s == -2 ? -ESRCH : -ENOENT;
         if (s >= s0 + sleeps)
             return 0;
         usleep(1000);

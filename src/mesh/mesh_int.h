@@ -134,11 +134,12 @@ int pm__mesh_conn_linger(pm__mesh *m, pm__mesh_conn *k);
 void pm__mesh_conn_rekey(pm__mesh *m, pm__mesh_conn *k, uint64_t now);
 uint64_t pm__mesh_conn_heartbeat_at(const pm__mesh_conn *k);
 uint64_t pm__mesh_conn_silence_at(const pm__mesh *m, const pm__mesh_conn *k);
-/* b ms +-25 %, and the next redial of target peer after backoff. */
+/* b ms +-25 %. */
 uint64_t pm__mesh_jittered(uint32_t b, uint64_t now);
 /* The backoff after b (pure): min after none (0), then doubling, capped at
  * max; for the redials and the --peers-dns retries alike. */
 uint32_t pm__mesh_backoff_next(uint32_t b, uint32_t min, uint32_t max);
+/* The next redial of target peer, after its backoff. */
 void pm__mesh_schedule_redial(pm__mesh *m, int peer, uint64_t now);
 
 /* mesh_dial.c: targets, dialing, redial, --peers-dns. */
