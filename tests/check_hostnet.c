@@ -1006,6 +1006,78 @@ START_TEST(test_unauth_cap_fd0)
 }
 END_TEST
 
+START_TEST(test_unauth_cap_cuts_oldest)
+{
+    /* The connection the bound cuts is the oldest by its age, not the
+     * first of the table: the first slot freed and taken again by a newer
+     * connection, one more past the bound cuts the second, older one. */
+    pm_cluster *c = start_a(60000);
+    ck_assert_int_eq(c->mesh->lfd_armed, 1); /* watched from the start, before any connection */
+    int fds[PM__MESH_UNAUTH_MAX + 2];
+    for (unsigned i = 0; i < PM__MESH_UNAUTH_MAX; i++) {
+        fds[i] = raw_connect(the_port);
+        PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) == i + 1, 20000);
+    }
+    /* The next ones a millisecond later at least: younger by the clock. */
+    uint64_t t = pm__now_ms();
+    while (pm__now_ms() < t + 2)
+        usleep(500);
+    close(fds[0]);
+    PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) == PM__MESH_UNAUTH_MAX - 1, 20000);
+    fds[PM__MESH_UNAUTH_MAX] = raw_connect(the_port); /* takes the first slot */
+    PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) == PM__MESH_UNAUTH_MAX, 20000);
+    uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
+    fds[PM__MESH_UNAUTH_MAX + 1] = raw_connect(the_port);
+    PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_LOCAL) == local0 + 1, 20000);
+    PM_RUN_UNTIL(c, closed_by_peer(fds[1]), 20000);
+    ck_assert(!closed_by_peer(fds[PM__MESH_UNAUTH_MAX]));
+    ck_assert_uint_eq(pm_test_mesh_unauth(c->mesh), PM__MESH_UNAUTH_MAX);
+    for (unsigned i = 1; i < ARRAY_LEN(fds); i++)
+        close(fds[i]);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+static char listen_diag[512];
+
+static void on_listen_diag(pm_cluster *c, const char *topic, const char *message, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (strcmp(topic, "peer_links_failed") == 0)
+        snprintf(listen_diag, sizeof(listen_diag), "%s", message);
+}
+
+START_TEST(test_listen_in_use)
+{
+    /* --peer-listen on an address another socket listens on: the spawn
+     * fails with EADDRINUSE, says which address ("peer_links_failed"),
+     * and leaves no worker behind. */
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(l, 0);
+    struct sockaddr_in sa = loopback_at(0);
+    ck_assert_int_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(l, 4), 0);
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(getsockname(l, (struct sockaddr *)&sa, &len), 0);
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    pm_options *o = pm_test_host_options("a", 1, secret1, 60000, bootstrap);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, addr), 0);
+    ck_assert_int_eq(pm_options_set_on_diagnostic(o, on_listen_diag, NULL), 0);
+    listen_diag[0] = '\0';
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), -EADDRINUSE);
+    ck_assert_ptr_null(c);
+    pm_options_free(o);
+    ck_assert_msg(strstr(listen_diag, addr) != NULL, "%s", listen_diag);
+    errno = 0;
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+    ck_assert_int_eq(errno, ECHILD);
+    close(l);
+}
+END_TEST
+
 /* Accepts a connection waiting on listener l, once: 1 when one was. */
 static int accepted_one(int l, int *out)
 {
@@ -1077,6 +1149,10 @@ START_TEST(test_accept_errno_rows)
     }
     ck_assert_uint_ge(pm__mesh_fails(m, PM__PF_NO_FDS), nofds + 1);
     ck_assert_uint_eq(pm_test_mesh_unauth(m), 0);
+    /* The listener is watched again after the turn, and the mesh knows
+     * it: the flush arms it only when not (never twice), and the free
+     * disarms it. */
+    ck_assert_int_eq(m->lfd_armed, 1);
     close(cl);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
@@ -1483,6 +1559,8 @@ int main(void)
     PM_ADD_TEST(s, test_reserve_fd_rows, 120);
     PM_ADD_LOOP_TEST(s, test_accept_errno_rows, 0, 4, 60);
     PM_ADD_TEST(s, test_unauth_cap_fd0, 60);
+    PM_ADD_TEST(s, test_unauth_cap_cuts_oldest, 60);
+    PM_ADD_TEST(s, test_listen_in_use, 30);
     PM_ADD_TEST(s, test_unauth_cap_counts_no_dial, 60);
     PM_ADD_TEST(s, test_refused_log_pure, 10);
     PM_ADD_TEST(s, test_refused_log_flush, 10);
