@@ -66,14 +66,18 @@ static pid_t start_b(int port, const unsigned char *s1, const unsigned char *s2,
     pm_test_serve_host(o, port, 0);
 }
 
-/* Host a: one worker; peers_dns or a static peer as given. */
-static pm_cluster *start_a(const char *dns, const char *peer, const unsigned char *secret)
+/* Host a: one worker; peers_dns, a static peer and a listening address
+ * as given (NULL: none). */
+static pm_cluster *start_a_on(const char *dns, const char *peer, const char *listen,
+                              const unsigned char *secret)
 {
     pm_options *o = host_options("a", secret);
     if (dns != NULL)
         ck_assert_int_eq(pm_options_set_peers_dns(o, dns), 0);
     if (peer != NULL)
         ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
+    if (listen != NULL)
+        ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
     ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
     peer_events = (struct pm_test_peer_events){0};
     pm_cluster *c = NULL;
@@ -85,20 +89,18 @@ static pm_cluster *start_a(const char *dns, const char *peer, const unsigned cha
     return c;
 }
 
+static pm_cluster *start_a(const char *dns, const char *peer, const unsigned char *secret)
+{
+    return start_a_on(dns, peer, NULL, secret);
+}
+
 /* Host a with no peer to dial and no --peers-dns, listening on a free
  * port: a mesh whose targets only the test's answers make. */
 static pm_cluster *start_a_listening(void)
 {
-    pm_options *o = host_options("a", k1);
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", pm_test_free_port());
-    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
-    peer_events = (struct pm_test_peer_events){0};
-    pm_cluster *c = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    PM_RUN_UNTIL(c, pm_test_successors_made(c), 10000);
+    pm_cluster *c = start_a_on(NULL, NULL, listen, k1);
     ck_assert_ptr_nonnull(c->mesh);
     return c;
 }
