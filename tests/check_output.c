@@ -115,6 +115,17 @@ static pm_options *out_opts(int workers)
     return o;
 }
 
+/* A cluster of one worker running boot, output captured. */
+static pm_cluster *spawn_one(int (*boot)(pm_node *, void *))
+{
+    pm_options *o = out_opts(1);
+    pm_options_set_bootstrap(o, boot, NULL);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    return c;
+}
+
 /* Serves requests ("ping" -> "pong") until asked to stop. */
 static int serve(pm_node *n)
 {
@@ -714,11 +725,7 @@ START_TEST(test_drain_bound_2mib)
     ck_assert_int_eq(pipe2(big_done, O_CLOEXEC), 0);
     /* The worker inherits them (fork mode keeps the application's fds):
      * close-on-exec only keeps them from the exec'd helpers. */
-    pm_options *o = out_opts(1);
-    pm_options_set_bootstrap(o, boot_big_writer, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
+    pm_cluster *c = spawn_one(boot_big_writer);
     pm_slot_info si;
     ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
     ck_assert_int_eq(si.state, PM_SLOT_READY);
@@ -1877,17 +1884,6 @@ static void call_worker(pm_cluster *c, const char *what)
     size_t rlen = 0;
     ck_assert_int_eq(pm_cluster_call(c, &a, what, strlen(what), 10000, reply, sizeof(reply), &rlen), 0);
     ck_assert_uint_eq(rlen, 2);
-}
-
-/* A cluster of one worker running boot, output captured. */
-static pm_cluster *spawn_one(int (*boot)(pm_node *, void *))
-{
-    pm_options *o = out_opts(1);
-    pm_options_set_bootstrap(o, boot, NULL);
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_options_free(o);
-    return c;
 }
 
 /* Waits until fd is closed: a reader thread closes a stream's read end,
