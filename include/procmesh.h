@@ -232,11 +232,13 @@ typedef struct pm_event {
     unsigned oom_kills;            /* EXITED: OOM kills counted in the slot's own cgroup
                                       during this incarnation (pm_options_set_memory_max) */
     const char *peer_host;         /* PEER_UP, PEER_DOWN: the host name the link authenticated
-                                      as, valid during the callback; NULL otherwise */
+                                      as; PEER_REFUSED: the name the peer's hello claimed when
+                                      the handshake got that far (NULL when it failed before);
+                                      valid during the callback; NULL otherwise */
     uint64_t peer_incarnation;     /* PEER_UP, PEER_DOWN: the remote supervisor's incarnation */
     const char *peer_address;      /* PEER_REFUSED: "ADDRESS" of a connection accepted (its
-                                      source), "ADDRESS:PORT" of one dialled, valid during the
-                                      callback; NULL otherwise */
+                                      source), "ADDRESS:PORT" ("[ADDRESS]:PORT" for IPv6) of one
+                                      dialled, valid during the callback; NULL otherwise */
     uint64_t peer_failures;        /* PEER_REFUSED: the failures the event stands for (1, or
                                       more after a minute of failures held back) */
 } pm_event;

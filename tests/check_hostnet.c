@@ -175,10 +175,11 @@ static int streamer(pm_node *n, void *arg)
 static int (*bootstrap)(pm_node *, void *) = pinger;
 static int the_port;
 
-/* PEER_REFUSED events, and the last one's count, reason and address. */
+/* PEER_REFUSED events, and the last one's count, reason, address and
+ * host ("(none)": the event named none). */
 static unsigned refused_events;
 static uint64_t refused_count;
-static char refused_reason[32], refused_address[64];
+static char refused_reason[32], refused_address[64], refused_host[64];
 
 /* The last PEER_DOWN's reason. */
 static char down_reason[32];
@@ -194,6 +195,7 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
     refused_count = e->peer_failures;
     snprintf(refused_reason, sizeof(refused_reason), "%s", e->detail);
     snprintf(refused_address, sizeof(refused_address), "%s", e->peer_address);
+    snprintf(refused_host, sizeof(refused_host), "%s", e->peer_host != NULL ? e->peer_host : "(none)");
 }
 
 /* Where start_host listens: "[::]" for a dual-stack listener. */
@@ -510,6 +512,8 @@ START_TEST(test_hello_version_min)
     attack(c, "version-0", PM__PF_VERSION);
     ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_VERSION), 1);
     ck_assert_str_eq(refused_reason, "version");
+    /* Refused after its hello: the event names the host it claimed. */
+    ck_assert_str_eq(refused_host, "x");
     ck_assert_uint_eq(peer_events.ups, ups);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
@@ -1245,6 +1249,80 @@ START_TEST(test_refused_log_flush)
 }
 END_TEST
 
+/* A listener on addr (an address literal), port from the kernel; its
+ * port in *port. */
+static int listen_on(const char *addr, int *port)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    socklen_t len;
+    int v6 = strchr(addr, ':') != NULL;
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        ck_assert_int_eq(inet_pton(AF_INET6, addr, &a->sin6_addr), 1);
+        len = sizeof(*a);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        ck_assert_int_eq(inet_pton(AF_INET, addr, &a->sin_addr), 1);
+        len = sizeof(*a);
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&ss, len), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&ss, &len), 0);
+    *port = ntohs(v6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+/* Accepts what waits on lfd and closes it at once: how many. */
+static unsigned accept_close(int lfd)
+{
+    unsigned n = 0;
+    int fd;
+    while ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+        close(fd);
+        n++;
+    }
+    return n;
+}
+
+START_TEST(test_refused_dialled_address)
+{
+    /* A dialled peer that refuses us (here it closes every connection at
+     * once, during the handshake) is named in PEER_REFUSED by the address
+     * and port we dialled, in the text an operator can paste back into
+     * --peers: "a.b.c.d:P", "[v6]:P". An accepted one is named by its
+     * source address alone (test_refused_log_flushed). One row per
+     * family; the IPv6 row is skipped, said on stderr, without an IPv6
+     * loopback. */
+    static const char *const rows[] = {"127.0.0.1", "::1"};
+    for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int v6 = strchr(rows[i], ':') != NULL;
+        if (v6 && !have_ipv6_loopback()) {
+            fprintf(stderr, "test_refused_dialled_address: no IPv6 loopback: row %s skipped\n", rows[i]);
+            continue;
+        }
+        int port = 0;
+        int l = listen_on(rows[i], &port);
+        char peer[64];
+        snprintf(peer, sizeof(peer), v6 ? "[%s]:%d" : "%s:%d", rows[i], port);
+        refused_events = 0;
+        refused_address[0] = '\0';
+        pm_cluster *c = start_host("a", 2000, peer);
+        unsigned accepted = 0;
+        PM_RUN_UNTIL(c, (accepted += accept_close(l)) > 0 && refused_events > 0, 20000);
+        ck_assert_msg(strcmp(refused_address, peer) == 0, "row %s: the event names '%s', not '%s'",
+                      rows[i], refused_address, peer);
+        ck_assert_str_eq(refused_host, "(none)");
+        ck_assert_int_ge(pm_cluster_terminate(c), 0);
+        close(l);
+    }
+}
+END_TEST
+
 START_TEST(test_refused_log_flushed)
 {
     /* The mesh's timers report what faillog held back: a peer refused
@@ -1257,6 +1335,9 @@ START_TEST(test_refused_log_flushed)
     attack(c, "wrong-key", PM__PF_HS_DECRYPT);
     ck_assert_uint_eq(refused_events, 1);
     ck_assert_uint_eq(refused_count, 1);
+    /* Refused before the peer's hello: no host to name (never an empty
+     * one). */
+    ck_assert_str_eq(refused_host, "(none)");
     uint64_t t0 = pm_test_ms();
     attack(c, "wrong-key", PM__PF_HS_DECRYPT);
     ck_assert_uint_eq(refused_events, 1); /* held back */
@@ -1268,6 +1349,7 @@ START_TEST(test_refused_log_flushed)
     ck_assert_uint_eq(refused_count, 1);
     ck_assert_str_eq(refused_reason, pm__peer_fail_name(PM__PF_HS_DECRYPT));
     ck_assert_str_eq(refused_address, "127.0.0.1");
+    ck_assert_str_eq(refused_host, "(none)"); /* a flushed line names none */
     pm__mesh_fire(c->mesh, pm_test_ms() + PM__FAILLOG_WINDOW_MS);
     ck_assert_uint_eq(refused_events, 2);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
@@ -1565,6 +1647,7 @@ int main(void)
     PM_ADD_TEST(s, test_refused_log_pure, 10);
     PM_ADD_TEST(s, test_refused_log_flush, 10);
     PM_ADD_TEST(s, test_refused_log_flushed, 120);
+    PM_ADD_TEST(s, test_refused_dialled_address, 120);
     PM_ADD_TEST(s, test_record_errors_close_one, 120);
     PM_ADD_TEST(s, test_bytes_after_close_ignored, 60);
     PM_ADD_TEST(s, test_first_record_frames_delivered, 60);

@@ -26,6 +26,7 @@
 #include "mesh/mesh.h"
 #include "supervisor/options.h"
 #include "peer/peer.h"
+#include "peer/peerkeys.h"
 #include "procmesh.h"
 
 /*
@@ -728,6 +729,49 @@ START_TEST(test_rotation_without_downtime)
 }
 END_TEST
 
+START_TEST(test_set_secrets_frees_old)
+{
+    /* A replaced keyring is wiped and given back once nothing uses it
+     * (mesh.c, pm__mesh_set_secrets): at once when no connection holds
+     * it, after its last connection closes otherwise; never kept until
+     * exit. Read off the process's count of keyrings. */
+    int port = pm_test_free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    pm_options *o = host_options("b", k1);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    peer_events = (struct pm_test_peer_events){0};
+    pm_cluster *b = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
+    pm_options_free(o);
+    unsigned char both[64];
+    memcpy(both, k1, 32);
+    memcpy(both + 32, k2, 32);
+
+    unsigned long idle = pm__keyring_live();
+    ck_assert_int_eq(pm_cluster_set_secrets(b, k2, 1), 0);
+    ck_assert_uint_eq(pm__keyring_live(), idle);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, both, 2), 0);
+    ck_assert_uint_eq(pm__keyring_live(), idle);
+
+    /* A link up holds the keyring it was made with. */
+    pid_t a = start_dialer("a", port, k1);
+    PM_RUN_UNTIL(b, peer_events.ups == 1 && pm_test_mesh_links_up(b->mesh) == 1, 20000);
+    unsigned long linked = pm__keyring_live();
+    ck_assert_uint_eq(linked, idle); /* a link makes no keyring of its own */
+    ck_assert_int_eq(pm_cluster_set_secrets(b, k2, 1), 0);
+    ck_assert_uint_eq(pm__keyring_live(), linked + 1); /* the new one beside the held one */
+    ck_assert_int_eq(pm_cluster_set_secrets(b, both, 2), 0);
+    ck_assert_uint_eq(pm__keyring_live(), linked + 1); /* the one between: held by nothing */
+    kill(a, SIGKILL);
+    pm_test_reap(a, 5000);
+    PM_RUN_UNTIL(b, peer_events.downs == 1 && pm__keyring_live() == idle, 20000);
+    ck_assert_uint_eq(pm_test_mesh_links_up(b->mesh), 0);
+    ck_assert_int_ge(pm_cluster_terminate(b), 0);
+}
+END_TEST
+
 START_TEST(test_set_secrets_without_secret)
 {
     /* A cluster started without a secret (Noise_XX) cannot be given one
@@ -1118,6 +1162,7 @@ int main(void)
     PM_ADD_TEST(s, test_dns_merge_rows, 60);
     PM_ADD_TEST(s, test_dns_target_of_linked_host, 60);
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);
+    PM_ADD_TEST(s, test_set_secrets_frees_old, 60);
     PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
     PM_ADD_TEST(s, test_daemon_key_reload_during_start, 60);
     PM_ADD_TEST(s, test_daemon_key_reload_rotation, 90);

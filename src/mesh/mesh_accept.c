@@ -139,7 +139,7 @@ void pm__mesh_on_listen(pm__mesh *m)
             pm__pconn_close(&oldest->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             pm__mesh_conn_close(m, oldest);
         }
-        pm__mesh_conn *k = pm__mesh_conn_new(m, fd, -1, 0);
+        pm__mesh_conn *k = pm__mesh_conn_new(m, fd, -1, 0, &from);
         if (k == NULL) {
             pm__close(fd);
             m->fails[PM__PF_LOCAL]++;

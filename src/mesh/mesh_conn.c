@@ -114,17 +114,13 @@ void pm__mesh_refused_flush(pm__mesh *m, uint64_t now)
         refused_event(m, addr, why, NULL, n);
 }
 
-/* k ended before its link came up, for reason why (a failure). */
+/* k ended before its link came up, for reason why (a failure). A dialled
+ * connection is named by its target's address and port, an accepted one
+ * by its source's address only (its port is ephemeral: every retry a new
+ * one). */
 static void conn_refused(pm__mesh *m, const pm__mesh_conn *k, int why)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    memset(&ss, 0, sizeof(ss));
-    /* A dialled connection is named by its target's port, an accepted one
-     * by its source only (its port is ephemeral: every retry a new one). */
-    if (getpeername(k->fd, (struct sockaddr *)&ss, &len) < 0)
-        ss.ss_family = AF_UNSPEC;
-    pm__mesh_refused(m, &ss, k->pc.initiator, why, k->pc.state >= PM__PC_SPLIT ? k->pc.peer.host : NULL);
+    pm__mesh_refused(m, &k->addr, k->pc.initiator, why, k->pc.state >= PM__PC_SPLIT ? k->pc.peer.host : NULL);
 }
 
 static uint64_t conn_tag(const pm__mesh *m, const pm__mesh_conn *k)
@@ -491,7 +487,8 @@ void pm__mesh_conn_read(pm__mesh *m, pm__mesh_conn *k)
     }
 }
 
-pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator)
+pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator,
+                                 const struct sockaddr_storage *addr)
 {
     pm__mesh_conn *k = NULL;
     for (unsigned j = 0; j < PM__MESH_CONNS && k == NULL; j++)
@@ -508,6 +505,7 @@ pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator)
     k->pc.on_frame = conn_frame;
     k->pc.on_frame_arg = k;
     k->fd = fd;
+    k->addr = *addr;
     k->armed = 0;
     k->dialing = 0;
     k->peer = peer;

@@ -102,7 +102,7 @@ void pm__mesh_dial(pm__mesh *m, int i)
     int rc = connect(fd, (struct sockaddr *)&ss, len);
     if (rc < 0 && errno != EINPROGRESS)
         goto fail;
-    pm__mesh_conn *k = pm__mesh_conn_new(m, fd, i, 1);
+    pm__mesh_conn *k = pm__mesh_conn_new(m, fd, i, 1, &ss);
     if (k == NULL)
         goto fail;
     k->dialing = rc < 0;

@@ -34,6 +34,10 @@ typedef struct pm__mesh_conn {
     int peer;               /* the target it dialled (below), or -1 (accepted) */
     int linked;             /* up and the hub's port for host */
     int host;               /* the hub's index for its host once up, else -1 */
+    /* Whom it talks to: the address dialled, or the source accepted;
+     * kept from the start, since a connection the peer reset has no
+     * peer name left to ask the kernel for (getpeername: ENOTCONN). */
+    struct sockaddr_storage addr;
     uint64_t deadline_ms;   /* the handshake's (0 once up) */
     uint64_t since_ms;
     uint64_t last_rx_ms;    /* up: bytes last received (the silence timeout) */
@@ -111,7 +115,8 @@ static inline pm__dtarget *pm__mesh_dns_target(pm__mesh *m, int i)
 
 /* mesh_conn.c: one connection. */
 void pm__mkeys_put(pm__mkeys *g);
-pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator);
+pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator,
+                                 const struct sockaddr_storage *addr);
 void pm__mesh_conn_arm(pm__mesh *m, pm__mesh_conn *k);
 void pm__mesh_conn_read(pm__mesh *m, pm__mesh_conn *k);
 void pm__mesh_conn_write(pm__mesh_conn *k);

@@ -252,6 +252,10 @@ struct pm__keyring {
     unsigned char static_pub[KEY];
 };
 
+/* Keyrings made by this process and not freed (pm__keyring_live).
+ * Atomic: the daemon's key reload runs beside a cluster's loop. */
+static unsigned long keyrings_live;
+
 int pm__keyring_new(pm__keyring **out)
 {
     if (out == NULL)
@@ -270,6 +274,7 @@ int pm__keyring_new(pm__keyring **out)
         return rc;
     }
     kr->owner = getpid();
+    __atomic_add_fetch(&keyrings_live, 1, __ATOMIC_RELAXED);
     *out = kr;
     return 0;
 }
@@ -413,9 +418,15 @@ void pm__keyring_free(pm__keyring *kr)
     if (owned(kr)) {
         sodium_memzero(kr->sec, sizeof(*kr->sec));
         pm__secretmem_free(kr->sec);
+        __atomic_sub_fetch(&keyrings_live, 1, __ATOMIC_RELAXED);
     }
     sodium_memzero(kr, sizeof(*kr));
     free(kr);
+}
+
+unsigned long pm__keyring_live(void)
+{
+    return __atomic_load_n(&keyrings_live, __ATOMIC_RELAXED);
 }
 
 /* ------------------------------------------------------------ pinned keys */

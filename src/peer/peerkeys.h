@@ -130,6 +130,13 @@ pm__keyring *pm__keyring_dup(const pm__keyring *kr);
  * the secret pages there are zeros or absent, and sodium_free would abort. */
 PM__DAEMON_API void pm__keyring_free(pm__keyring *kr);
 
+/* How many keyrings this process made and has not freed: what a test
+ * reads to see that keys no longer in use are wiped and given back (a
+ * keyring replaced by pm_cluster_set_secrets, once its last connection
+ * closed), not kept until exit. A forked child starts from its parent's
+ * count and never lowers it (it frees none of their secret memory). */
+unsigned long pm__keyring_live(void);
+
 /* ---- pinned peer keys (--peer-keys) ---------------------------------- */
 
 typedef struct pm__pin {
