@@ -114,13 +114,15 @@ void pm__mesh_refused_flush(pm__mesh *m, uint64_t now)
         refused_event(m, addr, why, NULL, n);
 }
 
-/* k ended before its link came up, for reason why (a failure). A dialled
- * connection is named by its target's address and port, an accepted one
- * by its source's address only (its port is ephemeral: every retry a new
- * one). */
+/* k ended before its link came up, for reason why (a failure; its state
+ * is PM__PC_DEAD). A dialled connection is named by its target's address
+ * and port, an accepted one by its source's address only (its port is
+ * ephemeral: every retry a new one); and by the host its hello claimed:
+ * peer.c fills peer.host from a hello that decoded whole, else it stays
+ * "", which refused_event reports as no host. */
 static void conn_refused(pm__mesh *m, const pm__mesh_conn *k, int why)
 {
-    pm__mesh_refused(m, &k->addr, k->pc.initiator, why, k->pc.state >= PM__PC_SPLIT ? k->pc.peer.host : NULL);
+    pm__mesh_refused(m, &k->addr, k->pc.initiator, why, k->pc.peer.host);
 }
 
 static uint64_t conn_tag(const pm__mesh *m, const pm__mesh_conn *k)
