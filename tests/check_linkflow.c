@@ -361,6 +361,12 @@ START_TEST(test_main_send_full_link)
     ck_assert_uint_gt(ok, 0);
     /* Full, not gone: the link is still up. */
     ck_assert_uint_eq(pm_test_mesh_links_up(c->mesh), 1);
+    /* What waits in the link's queue has the loop watch the socket for
+     * room (mesh_conn.c, pm__mesh_conn_arm): the queue goes out as soon as
+     * b reads, not at the next turn something else wakes. */
+    pm__mesh_conn *k = pm_test_mesh_up_conn(c->mesh);
+    ck_assert_ptr_nonnull(k);
+    ck_assert_uint_eq(k->armed, PM__LOOP_IN | PM__LOOP_OUT);
     ck_assert_int_eq(kill(b, SIGCONT), 0);
     send_once(c, &to, "end", 3); /* -EAGAIN until b reads again */
     PM_RUN_UNTIL(c, b_counted, 60000);

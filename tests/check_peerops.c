@@ -772,6 +772,56 @@ START_TEST(test_set_secrets_frees_old)
 }
 END_TEST
 
+START_TEST(test_key_files_refused_at_spawn)
+{
+    /* A --peer-keys or --node-key file that cannot be used fails the spawn
+     * with the file's error and leaves nothing behind: no cluster, no
+     * worker (the mesh is set up before any worker is forked, and its
+     * half-made keys are given back). One row per file and fault. */
+    char dir[] = "/tmp/pm-keyfiles-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char missing[64], badpin[64], badnode[64];
+    snprintf(missing, sizeof(missing), "%s/none", dir);
+    snprintf(badpin, sizeof(badpin), "%s/pins", dir);
+    snprintf(badnode, sizeof(badnode), "%s/node.key", dir);
+    FILE *f = fopen(badpin, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("# a comment\nother not-a-key\n", f);
+    fclose(f);
+    int fd = open(badnode, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "zz", 2), 2);
+    close(fd);
+    static const struct {
+        int node; /* 1: the node key file, 0: the peer keys file */
+        int which; /* 0 missing, 1 malformed */
+    } rows[] = {{0, 0}, {0, 1}, {1, 1}};
+    unsigned long rings = pm__keyring_live();
+    for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        pm_options *o = host_options("b", k1);
+        char listen[32];
+        snprintf(listen, sizeof(listen), "127.0.0.1:%d", pm_test_free_port());
+        ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0); /* a mesh to set up */
+        const char *path = rows[i].node ? badnode : rows[i].which == 0 ? missing : badpin;
+        if (rows[i].node)
+            ck_assert_int_eq(pm_options_set_node_key_file(o, path), 0);
+        else
+            ck_assert_int_eq(pm_options_set_peer_keys_file(o, path), 0);
+        pm_cluster *c = NULL;
+        int rc = pm_cluster_spawn(o, &c);
+        pm_options_free(o);
+        ck_assert_msg(rc < 0, "row %u (%s): spawn %d", i, path, rc);
+        ck_assert_ptr_null(c);
+        ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1); /* no child of ours, live or dead */
+        ck_assert_int_eq(errno, ECHILD);
+        ck_assert_uint_eq(pm__keyring_live(), rings);
+    }
+    unlink(badpin);
+    unlink(badnode);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_set_secrets_without_secret)
 {
     /* A cluster started without a secret (Noise_XX) cannot be given one
@@ -1163,6 +1213,7 @@ int main(void)
     PM_ADD_TEST(s, test_dns_target_of_linked_host, 60);
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);
     PM_ADD_TEST(s, test_set_secrets_frees_old, 60);
+    PM_ADD_TEST(s, test_key_files_refused_at_spawn, 30);
     PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
     PM_ADD_TEST(s, test_daemon_key_reload_during_start, 60);
     PM_ADD_TEST(s, test_daemon_key_reload_rotation, 90);
