@@ -140,8 +140,10 @@ void pm__mesh_conn_arm(pm__mesh *m, pm__mesh_conn *k)
     unsigned want = k->dialing ? PM__LOOP_OUT : PM__LOOP_IN | (n > 0 ? PM__LOOP_OUT : 0u);
     /* Lingering with nothing more to read (the peer's CLOSE or end of
      * stream seen), it waits only to write: a readable end of stream would
-     * wake the loop at once, again and again. */
-    if (k->lingering && k->linger_done)
+     * wake the loop at once, again and again. (linger_done is set only
+     * while k lingers, and cleared with lingering in
+     * pm__mesh_conn_release.) */
+    if (k->linger_done)
         want = PM__LOOP_OUT;
     if (k->armed == want)
         return;
