@@ -407,7 +407,9 @@ void pm__mesh_free(pm__mesh *m)
         pm__mesh_conn *k = &m->conns[j];
         if (k->fd < 0)
             continue;
-        pm__mesh_conn_disarm(m, k); /* a lingering one is waited for below, without the loop */
+        /* Its loop arm stays until pm__mesh_conn_release removes it: no
+         * completion is taken from here on (the loop does not run), and a
+         * lingering one is waited for below, without the loop. */
         if (k->lingering)
             continue;
         k->peer = -1; /* no redial */

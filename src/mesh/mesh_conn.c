@@ -154,17 +154,6 @@ void pm__mesh_conn_arm(pm__mesh *m, pm__mesh_conn *k)
     k->armed = pm__loop_arm_ev(m->env.loop, k->fd, conn_tag(m, k), want) == 0 ? want : 0;
 }
 
-/* Ends k: the hub port goes down first (its requests in flight answered),
- * then the fd is closed; a configured peer is redialled after backoff. */
-void pm__mesh_conn_disarm(pm__mesh *m, pm__mesh_conn *k)
-{
-    if (k->armed == 0)
-        return;
-    pm__loop_disarm(m->env.loop, k->fd, conn_tag(m, k));
-    k->armed = 0;
-    k->gen++; /* a completion of the old arm is stale from here on */
-}
-
 /* Gives back what k holds: its loop arm, its fd, its peer.c state and its
  * keys. */
 void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k)
@@ -174,8 +163,7 @@ void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k)
     if (k->armed != 0)
         pm__loop_disarm(m->env.loop, k->fd, conn_tag(m, k));
     pm__close(k->fd);
-    k->fd = -1;
-    k->armed = 0;
+    k->fd = -1; /* a free entry: armed is not read again before pm__mesh_conn_new sets it */
     k->gen++;
     if (k->pc_live)
         pm__pconn_free(&k->pc);
