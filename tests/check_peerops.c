@@ -27,6 +27,7 @@
 #include "supervisor/options.h"
 #include "peer/peer.h"
 #include "peer/peerkeys.h"
+#include "peer/secretmem.h"
 #include "procmesh.h"
 
 /*
@@ -576,7 +577,7 @@ START_TEST(test_dns_target_of_linked_host)
     ck_assert_int_eq(kill(b, SIGCONT), 0);
     /* Its end touched nothing of the new address's target, and nothing is
      * redialled. */
-    PM_RUN_UNTIL(a, !up->lingering && up->fd < 0, 20000);
+    PM_RUN_UNTIL(a, up->fd < 0, 20000); /* its linger over, the entry released */
     ck_assert_int_eq(m->dial_conn[PM__MAX_PEERS], jn);
     ck_assert_int_ge(m->conns[jn].fd, 0);
     for (unsigned t = 0; t < PM__PEERDNS_MAX; t++)
@@ -819,6 +820,37 @@ START_TEST(test_key_files_refused_at_spawn)
     unlink(badpin);
     unlink(badnode);
     rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_links_give_back_secrets)
+{
+    /* A connection's key memory (its handshake and transport states) is
+     * given back when it ends: links made and ended over and over hold no
+     * more secret memory after the third than after the first (freed
+     * blocks are wiped and reused, cipher.c). */
+    int port = pm_test_free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    pm_options *o = host_options("b", k1);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    peer_events = (struct pm_test_peer_events){0};
+    pm_cluster *b = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
+    pm_options_free(o);
+    unsigned long after[4] = {0};
+    for (unsigned i = 1; i <= 3; i++) {
+        pid_t a = start_dialer("a", port, k1);
+        PM_RUN_UNTIL(b, peer_events.ups == i && pm_test_mesh_links_up(b->mesh) == 1, 20000);
+        kill(a, SIGKILL);
+        pm_test_reap(a, 5000);
+        PM_RUN_UNTIL(b, peer_events.downs == i && conns_open(b->mesh) == 0, 20000);
+        after[i] = pm__secretmem_live();
+    }
+    ck_assert_msg(after[2] == after[1] && after[3] == after[1],
+                  "secret blocks held after each link ended: %lu, %lu, %lu", after[1], after[2], after[3]);
+    ck_assert_int_ge(pm_cluster_terminate(b), 0);
 }
 END_TEST
 
@@ -1214,6 +1246,7 @@ int main(void)
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);
     PM_ADD_TEST(s, test_set_secrets_frees_old, 60);
     PM_ADD_TEST(s, test_key_files_refused_at_spawn, 30);
+    PM_ADD_TEST(s, test_links_give_back_secrets, 90);
     PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
     PM_ADD_TEST(s, test_daemon_key_reload_during_start, 60);
     PM_ADD_TEST(s, test_daemon_key_reload_rotation, 90);

@@ -155,7 +155,9 @@ void pm__mesh_conn_arm(pm__mesh *m, pm__mesh_conn *k)
 }
 
 /* Gives back what k holds: its loop arm, its fd, its peer.c state and its
- * keys. */
+ * keys. Its other fields stay as they were: every reader of an entry
+ * tests fd first, and pm__mesh_conn_new starts the next connection from
+ * zeros. */
 void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k)
 {
     if (k->fd < 0)
@@ -163,17 +165,11 @@ void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k)
     if (k->armed != 0)
         pm__loop_disarm(m->env.loop, k->fd, conn_tag(m, k));
     pm__close(k->fd);
-    k->fd = -1; /* a free entry: armed is not read again before pm__mesh_conn_new sets it */
-    k->gen++;
+    k->fd = -1;
+    k->gen++; /* a completion of its arm already queued is stale */
     if (k->pc_live)
         pm__pconn_free(&k->pc);
-    k->pc_live = 0;
     pm__mkeys_put(k->kg); /* after the state that borrowed it */
-    k->kg = NULL;
-    k->lingering = 0;
-    k->shut_wr = 0;
-    k->linger_done = 0;
-    k->deadline_ms = 0;
 }
 
 /* The connection may end in order (doc/protocol.md 7): it sent its CLOSE
@@ -488,6 +484,14 @@ pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator,
             k = &m->conns[j];
     if (k == NULL)
         return NULL;
+    /* The entry still holds what its last connection left (release gives
+     * back resources, not fields): start from zeros, all but the
+     * generation, which goes on so that a late completion of the last
+     * connection's arm stays stale for this one. */
+    uint32_t gen = k->gen;
+    memset(k, 0, sizeof(*k));
+    k->gen = gen;
+    k->fd = -1; /* still free if the state cannot be made */
     if (pm__pconn_init(&k->pc, &m->cur->cfg, initiator) < 0)
         return NULL;
     k->pc_live = 1;
@@ -498,13 +502,9 @@ pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator,
     k->pc.on_frame_arg = k;
     k->fd = fd;
     k->addr = *addr;
-    k->armed = 0;
-    k->dialing = 0;
     k->peer = peer;
-    k->linked = 0;
     k->host = -1;
     k->rtt_us = -1;
-    k->pongs_seen = 0;
     k->since_ms = pm__now_ms();
     k->deadline_ms = k->since_ms + (uint64_t)m->env.cfg.timeout_ms;
     int one = 1;

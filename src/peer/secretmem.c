@@ -11,6 +11,10 @@
 #include "os/dep_sodium.h"
 #include "os/deps.h"
 
+/* Blocks allocated and not yet freed (pm__secretmem_live). Atomic: the
+ * daemon's key reload allocates beside a cluster's loop. */
+static unsigned long live_blocks;
+
 /*
  * sodium_malloc() puts the block at the end of its own page-aligned,
  * guard-paged region, so the page-rounded span of [p, p + size) covers only
@@ -43,10 +47,19 @@ void *pm__secretmem_alloc(size_t size)
         return NULL;
     }
     sodium_memzero(p, size); /* sodium_malloc fills with 0xdb */
+    __atomic_add_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
     return p;
 }
 
 void pm__secretmem_free(void *p)
 {
-    sodium_free(p); /* NULL is fine */
+    if (p == NULL)
+        return;
+    sodium_free(p);
+    __atomic_sub_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
+}
+
+unsigned long pm__secretmem_live(void)
+{
+    return __atomic_load_n(&live_blocks, __ATOMIC_RELAXED);
 }

@@ -26,4 +26,10 @@ PM__DAEMON_API void *pm__secretmem_alloc(size_t size);
  * mapping of zeros, which dies with the child or its exec. NULL: nothing. */
 PM__DAEMON_API void pm__secretmem_free(void *p);
 
+/* The blocks of pm__secretmem_alloc this process holds: what a test reads
+ * to see that connections give their key memory back (cipher.c keeps a
+ * few freed blocks, wiped, for the next handshake: they count here). A
+ * forked child's count is its parent's at the fork. */
+unsigned long pm__secretmem_live(void);
+
 #endif /* PM_SECRETMEM_H */
