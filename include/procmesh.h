@@ -233,8 +233,10 @@ typedef struct pm_event {
                                       during this incarnation (pm_options_set_memory_max) */
     const char *peer_host;         /* PEER_UP, PEER_DOWN: the host name the link authenticated
                                       as; PEER_REFUSED: the name the peer's hello claimed when
-                                      the handshake got that far (NULL when it failed before);
-                                      valid during the callback; NULL otherwise */
+                                      the handshake got that far, unauthenticated (NULL when
+                                      it failed before, for a rate refusal and for failures
+                                      held back and reported when their minute ends); valid
+                                      during the callback; NULL otherwise */
     uint64_t peer_incarnation;     /* PEER_UP, PEER_DOWN: the remote supervisor's incarnation */
     const char *peer_address;      /* PEER_REFUSED: "ADDRESS" of a connection accepted (its
                                       source), "ADDRESS:PORT" ("[ADDRESS]:PORT" for IPv6) of one

@@ -1277,12 +1277,15 @@ static int listen_on(const char *addr, int *port)
     return fd;
 }
 
-/* Accepts what waits on lfd and closes it at once: how many. */
-static unsigned accept_close(int lfd)
+/* Accepts what waits on lfd and resets it at once (SO_LINGER 0: close
+ * sends RST, whatever was read): how many. */
+static unsigned accept_reset(int lfd)
 {
     unsigned n = 0;
     int fd;
     while ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
         close(fd);
         n++;
     }
@@ -1291,13 +1294,14 @@ static unsigned accept_close(int lfd)
 
 START_TEST(test_refused_dialled_address)
 {
-    /* A dialled peer that refuses us (here it closes every connection at
-     * once, during the handshake) is named in PEER_REFUSED by the address
-     * and port we dialled, in the text an operator can paste back into
-     * --peers: "a.b.c.d:P", "[v6]:P". An accepted one is named by its
-     * source address alone (test_refused_log_flushed). One row per
-     * family; the IPv6 row is skipped, said on stderr, without an IPv6
-     * loopback. */
+    /* A dialled peer that refuses us (here it resets every connection at
+     * once, during the handshake: then the kernel has no peer name left to
+     * give) is named in PEER_REFUSED by the address and port we dialled,
+     * in the text --peers takes: "a.b.c.d:P", "[v6]:P". An accepted one is
+     * named by its source address alone (test_refused_log_flushed). One
+     * row per family; the IPv6 row is skipped, said on stderr, without an
+     * IPv6 loopback. The peer timeout is long: the handshake ends by the
+     * reset, never by its deadline. */
     static const char *const rows[] = {"127.0.0.1", "::1"};
     for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         int v6 = strchr(rows[i], ':') != NULL;
@@ -1311,15 +1315,35 @@ START_TEST(test_refused_dialled_address)
         snprintf(peer, sizeof(peer), v6 ? "[%s]:%d" : "%s:%d", rows[i], port);
         refused_events = 0;
         refused_address[0] = '\0';
-        pm_cluster *c = start_host("a", 2000, peer);
+        pm_cluster *c = start_host("a", 60000, peer);
         unsigned accepted = 0;
-        PM_RUN_UNTIL(c, (accepted += accept_close(l)) > 0 && refused_events > 0, 20000);
+        PM_RUN_UNTIL(c, (accepted += accept_reset(l)) > 0 && refused_events > 0, 20000);
+        ck_assert_str_eq(refused_reason, pm__peer_fail_name(PM__PF_TRUNCATED));
         ck_assert_msg(strcmp(refused_address, peer) == 0, "row %s: the event names '%s', not '%s'",
                       rows[i], refused_address, peer);
         ck_assert_str_eq(refused_host, "(none)");
         ck_assert_int_ge(pm_cluster_terminate(c), 0);
         close(l);
     }
+}
+END_TEST
+
+START_TEST(test_refused_address_v4_mapped)
+{
+    /* On a dual-stack listener ([::]) an IPv4 peer arrives v4-mapped
+     * (::ffff:127.0.0.1); PEER_REFUSED names it as the IPv4 host it is,
+     * "127.0.0.1", as on an IPv4 listener and as the rate limit counts
+     * it. Without a dual-stack IPv6 loopback: an IPv4 listener only (said
+     * on stderr), as test_rate_limit_sources does. */
+    int v6 = have_ipv6_loopback();
+    if (!v6)
+        fprintf(stderr, "test_refused_address_v4_mapped: no dual-stack IPv6 loopback: an IPv4 listener only\n");
+    listen_host = v6 ? "[::]" : "127.0.0.1"; /* this test's process only (fork mode) */
+    pm_cluster *c = start_a(2000);
+    attack(c, "wrong-key", PM__PF_HS_DECRYPT);
+    ck_assert_uint_eq(refused_events, 1);
+    ck_assert_str_eq(refused_address, "127.0.0.1");
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
 
@@ -1648,6 +1672,7 @@ int main(void)
     PM_ADD_TEST(s, test_refused_log_flush, 10);
     PM_ADD_TEST(s, test_refused_log_flushed, 120);
     PM_ADD_TEST(s, test_refused_dialled_address, 120);
+    PM_ADD_TEST(s, test_refused_address_v4_mapped, 60);
     PM_ADD_TEST(s, test_record_errors_close_one, 120);
     PM_ADD_TEST(s, test_bytes_after_close_ignored, 60);
     PM_ADD_TEST(s, test_first_record_frames_delivered, 60);

@@ -370,6 +370,9 @@ START_TEST(test_main_send_full_link)
     ck_assert_int_eq(kill(b, SIGCONT), 0);
     send_once(c, &to, "end", 3); /* -EAGAIN until b reads again */
     PM_RUN_UNTIL(c, b_counted, 60000);
+    /* Drained, the link waits to read only: armed to write with nothing
+     * queued, the loop would wake on a writable socket turn after turn. */
+    PM_RUN_UNTIL(c, pm_test_mesh_up_conn(c->mesh) == k && k->armed == PM__LOOP_IN, 20000);
     uint64_t late = pm_test_hub_late_replies(c->hub) - late0;
     fprintf(stderr, "linkflow: main's send -EAGAIN after %u messages of %u bytes; b's worker got %u, "
                     "refused at b %llu\n", ok, MAIN_LEN, b_count, (unsigned long long)late);

@@ -53,7 +53,10 @@ void pm__mesh_conn_report_down(pm__mesh *m, const pm__mesh_conn *k, int why)
     emit(m, PM_EVENT_PEER_DOWN, k, pm__peer_fail_name(why));
 }
 
-/* "a.b.c.d" or "v6" (with_port: "a.b.c.d:P", "[v6]:P") into buf. */
+/* "a.b.c.d" or "v6" (with_port: "a.b.c.d:P", "[v6]:P") into buf. An
+ * IPv4 source accepted on a dual-stack listener arrives v4-mapped
+ * (::ffff:a.b.c.d) and is written as the IPv4 host it is, as the rate
+ * limit keys it (mesh_accept.c): one host, one line, whichever listener. */
 static void addr_text(const struct sockaddr_storage *ss, int with_port, char *buf, size_t size)
 {
     char ip[INET6_ADDRSTRLEN] = "?";
@@ -65,9 +68,12 @@ static void addr_text(const struct sockaddr_storage *ss, int with_port, char *bu
         port = ntohs(a->sin_port);
     } else if (ss->ss_family == AF_INET6) {
         const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-        (void)inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+        v6 = !IN6_IS_ADDR_V4MAPPED(&a->sin6_addr);
+        if (v6)
+            (void)inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+        else
+            (void)inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], ip, sizeof(ip));
         port = ntohs(a->sin6_port);
-        v6 = 1;
     }
     if (!with_port)
         snprintf(buf, size, "%s", ip);
@@ -141,8 +147,7 @@ void pm__mesh_conn_arm(pm__mesh *m, pm__mesh_conn *k)
     /* Lingering with nothing more to read (the peer's CLOSE or end of
      * stream seen), it waits only to write: a readable end of stream would
      * wake the loop at once, again and again. (linger_done is set only
-     * while k lingers, and cleared with lingering in
-     * pm__mesh_conn_release.) */
+     * while k lingers; pm__mesh_conn_new starts both at 0.) */
     if (k->linger_done)
         want = PM__LOOP_OUT;
     if (k->armed == want)

@@ -132,7 +132,6 @@ void pm__mesh_refused(pm__mesh *m, const struct sockaddr_storage *ss, int with_p
  * (faillog.h), reported at now. */
 void pm__mesh_refused_flush(pm__mesh *m, uint64_t now);
 void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k);
-/* Drops k's outstanding loop arm, if any. */
 /* One step of a lingering connection's I/O: 1 when it is done (release it). */
 int pm__mesh_conn_linger(pm__mesh *m, pm__mesh_conn *k);
 void pm__mesh_conn_rekey(pm__mesh *m, pm__mesh_conn *k, uint64_t now);

@@ -253,7 +253,8 @@ struct pm__keyring {
 };
 
 /* Keyrings made by this process and not freed (pm__keyring_live).
- * Atomic: the daemon's key reload runs beside a cluster's loop. */
+ * Atomic: clusters may run in threads of one process, each with its
+ * own loop and keys. */
 static unsigned long keyrings_live;
 
 int pm__keyring_new(pm__keyring **out)

@@ -11,8 +11,9 @@
 #include "os/dep_sodium.h"
 #include "os/deps.h"
 
-/* Blocks allocated and not yet freed (pm__secretmem_live). Atomic: the
- * daemon's key reload allocates beside a cluster's loop. */
+/* Blocks allocated and not yet freed (pm__secretmem_live). Atomic:
+ * clusters may run in threads of one process (cipher.c locks its cache
+ * of freed blocks for the same reason). */
 static unsigned long live_blocks;
 
 /*
