@@ -256,9 +256,14 @@ static int exited(pid_t pid, int *status)
 
 /* Runs one attack and checks what it got: pm-bad-peer saw the connection
  * closed (its exit 0), the failure counted under `why`, and main answered
- * the worker's requests while it lasted. */
-static void attack(pm_cluster *c, const char *name, int why)
+ * the worker's requests while it lasted. One the peer closed (its CLOSE,
+ * `why` closed) lingers, answering it (doc/protocol.md 7). Returns how
+ * many connections lingered meanwhile: 0 for an end by an error (after an
+ * error a side waits for nothing), which the callers that need it assert
+ * (a replay's capture, a real link ended in order, lingers). */
+static uint64_t attack(pm_cluster *c, const char *name, int why)
 {
+    uint64_t lingered0 = c->mesh->lingered;
     uint64_t before = pm__mesh_fails(c->mesh, why);
     unsigned pongs0 = pongs;
     pid_t pid = bad_peer(name, "x");
@@ -269,26 +274,38 @@ static void attack(pm_cluster *c, const char *name, int why)
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, why) > before, 10000);
     PM_RUN_UNTIL(c, pongs > pongs0 + 2, 10000);
     PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0, 10000);
+    uint64_t lingered = c->mesh->lingered - lingered0;
+    if (why == PM__PF_CLOSED)
+        ck_assert_msg(lingered > 0, "%s: the peer's CLOSE was not answered in order", name);
+    return lingered;
+}
+
+/* An attack that ends the connection by an error: nothing lingers. */
+static void attack_err(pm_cluster *c, const char *name, int why)
+{
+    uint64_t lingered = attack(c, name, why);
+    ck_assert_msg(lingered == 0, "%s (%s): lingered %llu times after an error", name, pm__peer_fail_name(why),
+                  (unsigned long long)lingered);
 }
 
 START_TEST(test_handshake_attacks)
 {
     pm_cluster *c = start_a(2000);
-    attack(c, "wrong-key", PM__PF_HS_DECRYPT);
-    attack(c, "unknown-key-id", PM__PF_KEY_ID);
-    attack(c, "bad-magic", PM__PF_PREAMBLE);
-    attack(c, "other-system", PM__PF_SYSTEM);
-    attack(c, "tamper-prologue", PM__PF_HS_DECRYPT);
-    attack(c, "reflect", PM__PF_HS_DECRYPT);
+    attack_err(c, "wrong-key", PM__PF_HS_DECRYPT);
+    attack_err(c, "unknown-key-id", PM__PF_KEY_ID);
+    attack_err(c, "bad-magic", PM__PF_PREAMBLE);
+    attack_err(c, "other-system", PM__PF_SYSTEM);
+    attack_err(c, "tamper-prologue", PM__PF_HS_DECRYPT);
+    attack_err(c, "reflect", PM__PF_HS_DECRYPT);
     unsigned ups = peer_events.ups;
     /* The replays first make a real link (their capture), then fail. */
-    attack(c, "replay-msg3", PM__PF_HS_DECRYPT);
+    (void)attack(c, "replay-msg3", PM__PF_HS_DECRYPT);
     ck_assert_uint_eq(peer_events.ups, ups + 1);
     /* XX cannot tell a replayed message 1 from a new one: it simply never
      * completes and dies at the handshake deadline. */
-    attack(c, "replay-msg1", PM__PF_TIMEOUT);
+    (void)attack(c, "replay-msg1", PM__PF_TIMEOUT);
     ck_assert_uint_eq(peer_events.ups, ups + 2);
-    attack(c, "slow-handshake", PM__PF_TIMEOUT);
+    attack_err(c, "slow-handshake", PM__PF_TIMEOUT);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -299,11 +316,11 @@ START_TEST(test_record_attacks)
     unsigned ups = peer_events.ups;
     /* Each after a real handshake (the attacker holds the secret): the
      * link is up, then broken. */
-    attack(c, "truncated", PM__PF_TRUNCATED);
-    attack(c, "reordered", PM__PF_RECORD);
-    attack(c, "duplicated", PM__PF_RECORD);
-    attack(c, "bitflip", PM__PF_RECORD);
-    attack(c, "oversize", PM__PF_RECORD);
+    attack_err(c, "truncated", PM__PF_TRUNCATED);
+    attack_err(c, "reordered", PM__PF_RECORD);
+    attack_err(c, "duplicated", PM__PF_RECORD);
+    attack_err(c, "bitflip", PM__PF_RECORD);
+    attack_err(c, "oversize", PM__PF_RECORD);
     ck_assert_uint_eq(peer_events.ups, ups + 5);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
@@ -317,11 +334,11 @@ START_TEST(test_record_errors_close_one)
      * fails to authenticate wipes the keys, so the stream just ends.
      * pm-bad-peer reads the CLOSE and checks its reason. */
     pm_cluster *c = start_a(2000);
-    attack(c, "unknown-type", PM__PF_RECORD);
-    attack(c, "heartbeat-1", PM__PF_RECORD);
-    attack(c, "zero-frame", PM__PF_RECORD);
-    attack(c, "oversize-close", PM__PF_RECORD);
-    attack(c, "bitflip-close", PM__PF_RECORD);
+    attack_err(c, "unknown-type", PM__PF_RECORD);
+    attack_err(c, "heartbeat-1", PM__PF_RECORD);
+    attack_err(c, "zero-frame", PM__PF_RECORD);
+    attack_err(c, "oversize-close", PM__PF_RECORD);
+    attack_err(c, "bitflip-close", PM__PF_RECORD);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
