@@ -579,7 +579,7 @@ static inline void pm_test_mesh_rekeys(const pm__mesh *m, uint64_t *out, uint64_
 {
     *out = *in = 0;
     for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
-        if (m->conns[j].fd >= 0 && m->conns[j].pc_live) {
+        if (m->conns[j].fd >= 0) {
             *out += m->conns[j].pc.rekeys_out;
             *in += m->conns[j].pc.rekeys_in;
         }
@@ -593,7 +593,7 @@ static inline void pm_test_link_batch(const pm_cluster *c, uint64_t *frames, uin
     *frames = *records = *staged = 0;
     for (unsigned j = 0; c->mesh != NULL && j < PM__MESH_CONNS; j++) {
         const pm__mesh_conn *k = &c->mesh->conns[j];
-        if (k->fd < 0 || !k->pc_live)
+        if (k->fd < 0)
             continue;
         *frames += k->pc.frames_out;
         *records += k->pc.frame_records_out;
@@ -654,7 +654,7 @@ static inline void pm_test_mesh_close(pm__mesh *m)
 static inline pm__mesh_conn *pm_test_mesh_up_conn(pm__mesh *m)
 {
     for (unsigned j = 0; m != NULL && j < PM__MESH_CONNS; j++)
-        if (m->conns[j].fd >= 0 && m->conns[j].linked && m->conns[j].pc_live &&
+        if (m->conns[j].fd >= 0 && m->conns[j].linked &&
             m->conns[j].pc.state == PM__PC_UP)
             return &m->conns[j];
     return NULL;

@@ -94,8 +94,7 @@ void pm__mesh_flush(pm__mesh *m)
             continue; /* a lingering one is armed for what it waits for */
         /* The staged frames, sealed now (at the end of a turn and before
          * the loop sleeps): never later, so a lone request is not delayed. */
-        if (k->pc_live)
-            (void)pm__pconn_flush_stage(&k->pc); /* a failure closes the link */
+        (void)pm__pconn_flush_stage(&k->pc); /* a failure closes the link */
         pm__mesh_conn_rekey(m, k, pm__now_ms());
         pm__mesh_conn_write(k);
         /* Writing drains the queue, and the drain hook may stage more (a
@@ -105,7 +104,7 @@ void pm__mesh_flush(pm__mesh *m)
          * sealed and written too, while the socket takes them. After 64
          * passes the rest is sealed and queued, and the socket's
          * writability brings the loop back for it. */
-        for (int pass = 0; k->pc_live && k->pc.stage_n > 0; pass++) {
+        for (int pass = 0; k->pc.stage_n > 0; pass++) {
             size_t queued;
             (void)pm__pconn_output(&k->pc, &queued);
             if (queued > 0)
@@ -421,10 +420,8 @@ void pm__mesh_free(pm__mesh *m)
             m->up--;
             pm__mesh_conn_report_down(m, k, PM__PF_LOCAL);
         }
-        if (k->pc_live) {
-            pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
-            pm__mesh_conn_write(k); /* the CLOSE, best effort: never waits */
-        }
+        pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
+        pm__mesh_conn_write(k); /* the CLOSE, best effort: never waits */
         pm__mesh_conn_close(m, k);
     }
     linger_all(m);
@@ -529,7 +526,7 @@ size_t pm__mesh_peers(const pm__mesh *m, pm_peer_info *out, size_t cap)
     size_t n = 0;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         const pm__mesh_conn *k = &m->conns[j];
-        if (k->fd < 0 || !k->pc_live || k->lingering)
+        if (k->fd < 0 || k->lingering)
             continue; /* a lingering connection is no link any more */
         if (n < cap)
             conn_info(m->env.hub, k, now, &out[n]);

@@ -141,8 +141,7 @@ static uint64_t conn_tag(const pm__mesh *m, const pm__mesh_conn *k)
 void pm__mesh_conn_arm(pm__mesh *m, pm__mesh_conn *k)
 {
     size_t n = 0;
-    if (k->pc_live)
-        (void)pm__pconn_output(&k->pc, &n);
+    (void)pm__pconn_output(&k->pc, &n);
     unsigned want = k->dialing ? PM__LOOP_OUT : PM__LOOP_IN | (n > 0 ? PM__LOOP_OUT : 0u);
     /* Lingering with nothing more to read (the peer's CLOSE or end of
      * stream seen), it waits only to write: a readable end of stream would
@@ -172,19 +171,18 @@ void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k)
     pm__close(k->fd);
     k->fd = -1;
     k->gen++; /* a completion of its arm already queued is stale */
-    if (k->pc_live)
-        pm__pconn_free(&k->pc);
+    pm__pconn_free(&k->pc);
     pm__mkeys_put(k->kg); /* after the state that borrowed it */
 }
 
 /* The connection may end in order (doc/protocol.md 7): it sent its CLOSE
- * with a transport whose receiving side still works, and the end is not
- * an error (after an error a side waits for nothing) nor the peer's
- * silence (waiting for it would be pointless). */
+ * (peer.c sends one only with a transport, which lives until
+ * pm__mesh_conn_release, so its receiving side still works), and the end
+ * is not an error (after an error a side waits for nothing) nor the
+ * peer's silence (waiting for it would be pointless). */
 static int conn_may_linger(const pm__mesh_conn *k, int why)
 {
-    return k->pc_live && k->pc.close_sent && k->pc.rec != NULL &&
-           (why == PM__PF_LOCAL || why == PM__PF_DUPLICATE || why == PM__PF_CLOSED);
+    return k->pc.close_sent && (why == PM__PF_LOCAL || why == PM__PF_DUPLICATE || why == PM__PF_CLOSED);
 }
 
 /* k ends at once after an error, its CLOSE (if any) written: unread bytes
@@ -220,7 +218,7 @@ void pm__mesh_conn_close(pm__mesh *m, pm__mesh_conn *k)
 {
     if (k->fd < 0 || k->lingering)
         return;
-    int why = k->pc_live && k->pc.state == PM__PC_DEAD ? k->pc.fail : PM__PF_LOCAL;
+    int why = k->pc.state == PM__PC_DEAD ? k->pc.fail : PM__PF_LOCAL;
     if (why <= PM__PF_NONE || why >= PM__PF_COUNT_)
         why = PM__PF_LOCAL;
     if (k->linked) {
@@ -234,9 +232,8 @@ void pm__mesh_conn_close(pm__mesh *m, pm__mesh_conn *k)
     m->fails[why]++;
     /* Frames discarded before the linger (a first record of frames on a
      * link closed as it came up): counted with those after our CLOSE. */
-    m->linger_discarded += k->pc_live ? k->pc.frames_after_close : 0;
-    if (k->pc_live)
-        k->pc.frames_after_close = 0;
+    m->linger_discarded += k->pc.frames_after_close;
+    k->pc.frames_after_close = 0;
     if (k->peer >= 0) {
         pm__dtarget *t = pm__mesh_dns_target(m, k->peer);
         m->dial_conn[k->peer] = -1;
@@ -247,7 +244,7 @@ void pm__mesh_conn_close(pm__mesh *m, pm__mesh_conn *k)
         k->peer = -1;
     }
     if (!conn_may_linger(k, why)) {
-        if (k->pc_live && k->pc.close_sent && !m->freeing)
+        if (k->pc.close_sent && !m->freeing)
             conn_drop_unread(m, k);
         pm__mesh_conn_release(m, k);
         return;
@@ -313,7 +310,7 @@ static void conn_drained(pm__mesh_conn *k)
  * the link (the peer sees truncation). */
 void pm__mesh_conn_write(pm__mesh_conn *k)
 {
-    while (k->fd >= 0 && k->pc_live && !k->dialing) {
+    while (k->fd >= 0 && !k->dialing) {
         size_t n;
         const unsigned char *p = pm__pconn_output(&k->pc, &n);
         if (n == 0)
@@ -499,7 +496,6 @@ pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator,
     k->fd = -1; /* still free if the state cannot be made */
     if (pm__pconn_init(&k->pc, &m->cur->cfg, initiator) < 0)
         return NULL;
-    k->pc_live = 1;
     k->kg = m->cur;
     k->kg->refs++;
     k->m = m;

@@ -46,8 +46,7 @@ typedef struct pm__mesh_conn {
     uint64_t last_ping_ms;  /* up: the last heartbeat echo sent (the RTT, also when busy) */
     uint64_t pongs_seen;    /* pc.pongs when the RTT was last taken */
     int64_t rtt_us;         /* -1: none yet */
-    pm__pconn pc;
-    int pc_live;            /* pc initialised (freed on close) */
+    pm__pconn pc;           /* its peer state: made before fd is set, freed on release */
     /* The orderly end (pm__mesh_conn_close): the link is gone, the fd waits
      * for the peer's CLOSE or end of stream until deadline_ms. */
     int lingering;
