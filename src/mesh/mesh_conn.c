@@ -218,9 +218,9 @@ void pm__mesh_conn_close(pm__mesh *m, pm__mesh_conn *k)
 {
     if (k->fd < 0 || k->lingering)
         return;
+    /* A dead state's fail is one of the reasons: peer.c sets it only from
+     * its constants (die, pm__pconn_close's callers). */
     int why = k->pc.state == PM__PC_DEAD ? k->pc.fail : PM__PF_LOCAL;
-    if (why <= PM__PF_NONE || why >= PM__PF_COUNT_)
-        why = PM__PF_LOCAL;
     if (k->linked) {
         k->linked = 0;
         m->up--;
