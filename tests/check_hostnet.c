@@ -264,6 +264,7 @@ static int exited(pid_t pid, int *status)
 static uint64_t attack(pm_cluster *c, const char *name, int why)
 {
     uint64_t lingered0 = c->mesh->lingered;
+    unsigned refused0 = refused_events;
     uint64_t before = pm__mesh_fails(c->mesh, why);
     unsigned pongs0 = pongs;
     pid_t pid = bad_peer(name, "x");
@@ -275,8 +276,11 @@ static uint64_t attack(pm_cluster *c, const char *name, int why)
     PM_RUN_UNTIL(c, pongs > pongs0 + 2, 10000);
     PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0, 10000);
     uint64_t lingered = c->mesh->lingered - lingered0;
-    if (why == PM__PF_CLOSED)
+    if (why == PM__PF_CLOSED) {
         ck_assert_msg(lingered > 0, "%s: the peer's CLOSE was not answered in order", name);
+        /* An end the peer asked for is no refusal (doc/protocol.md 8). */
+        ck_assert_uint_eq(refused_events, refused0);
+    }
     return lingered;
 }
 
@@ -350,6 +354,11 @@ START_TEST(test_bytes_after_close_ignored)
      * CLOSE answered with CLOSE 0. */
     pm_cluster *c = start_a(2000);
     uint64_t record0 = pm__mesh_fails(c->mesh, PM__PF_RECORD);
+    /* CLOSE before any record: the link never came up, and an end the
+     * peer asked for is still no refusal (attack() asserts it). */
+    unsigned ups0 = peer_events.ups;
+    attack(c, "close-first", PM__PF_CLOSED);
+    ck_assert_uint_eq(peer_events.ups, ups0);
     attack(c, "close-junk-same", PM__PF_CLOSED);
     attack(c, "close-junk-later", PM__PF_CLOSED);
     ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_RECORD), record0);
@@ -397,10 +406,11 @@ START_TEST(test_two_links_one_initiator)
     pm_cluster *c = start_a(30000);
     uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
     uint64_t closed0 = pm__mesh_fails(c->mesh, PM__PF_CLOSED);
-    unsigned ups = peer_events.ups, downs = peer_events.downs;
+    unsigned ups = peer_events.ups, downs = peer_events.downs, refused0 = refused_events;
     run_b(c, "two-links");
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_CLOSED) == closed0 + 1, 10000);
     ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_LOCAL), local0 + 1);
+    ck_assert_uint_eq(refused_events, refused0); /* neither end is a refusal */
     ck_assert_uint_eq(peer_events.ups, ups + 1);
     ck_assert_uint_eq(peer_events.downs, downs + 1);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
@@ -1016,8 +1026,10 @@ START_TEST(test_unauth_cap_fd0)
     }
     ck_assert_int_eq(fcntl(0, F_GETFD), FD_CLOEXEC); /* the supervisor's end of the first */
     uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
+    unsigned refused0 = refused_events;
     ck_assert_int_eq(connect(fds[PM__MESH_UNAUTH_MAX], (struct sockaddr *)&sa, sizeof(sa)), 0);
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_LOCAL) == local0 + 1, 20000);
+    ck_assert_uint_eq(refused_events, refused0); /* cut by us: no refusal of the peer's */
     PM_RUN_UNTIL(c, closed_by_peer(fds[0]), 20000); /* the oldest, its end on fd 0 */
     ck_assert_int_eq(fcntl(0, F_GETFD), -1);
     ck_assert_uint_eq(pm_test_mesh_unauth(c->mesh), PM__MESH_UNAUTH_MAX);

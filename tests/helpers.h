@@ -779,7 +779,7 @@ static inline int pm_test_idle_worker(pm_node *n, void *arg)
 /* The peer links' ups and downs a cluster reported: an on_event that
  * counts them into the struct pm_test_peer_events its arg points to. */
 struct pm_test_peer_events {
-    unsigned ups, downs;
+    unsigned ups, downs, refused;
 };
 
 static inline void pm_test_count_peer_events(pm_cluster *c, const pm_event *e, void *arg)
@@ -790,6 +790,8 @@ static inline void pm_test_count_peer_events(pm_cluster *c, const pm_event *e, v
         p->ups++;
     if (e->type == PM_EVENT_PEER_DOWN)
         p->downs++;
+    if (e->type == PM_EVENT_PEER_REFUSED)
+        p->refused++;
 }
 
 /* In a forked host (pm_test_fork: it dies with the test): listens for

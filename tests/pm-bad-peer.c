@@ -987,6 +987,16 @@ static int close_attack(int fd, pm__pconn *pc, const char *attack)
         }
         want = PM__REC_CLOSE_SHUTDOWN;
         goto judge;
+    } else if (strcmp(attack, "close-first") == 0) {
+        /* CLOSE as our first record: the supervisor's link never came up
+         * (its first record from us is the end), an orderly end all the
+         * same, answered with its own CLOSE. */
+        if (pm__rec_seal_close(pc->rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
+            fail(3, "seal close");
+        send_all(fd, buf, n);
+        got = read_close(fd, pc, NULL);
+        want = PM__REC_CLOSE_SHUTDOWN;
+        goto judge;
     } else if (strcmp(attack, "first-frames") == 0) {
         first_frames(fd, pc);
         want = PM__REC_CLOSE_SHUTDOWN;
@@ -1015,7 +1025,7 @@ static void post_handshake(const char *attack)
 {
     int fd = dial();
     pm__pconn pc;
-    skip_first_heartbeat = strcmp(attack, "first-frames") == 0;
+    skip_first_heartbeat = strcmp(attack, "first-frames") == 0 || strcmp(attack, "close-first") == 0;
     honest(fd, &pc);
     int crc = close_attack(fd, &pc, attack);
     if (crc >= 0) {
@@ -1090,7 +1100,7 @@ int main(int argc, char **argv)
                         "         truncated reordered duplicated bitflip oversize forged-host\n"
                         "         forged-notices unknown-type heartbeat-1 zero-frame\n"
                         "         oversize-close bitflip-close close-junk-same close-junk-later\n"
-                        "         first-frames two-links no-frag silent version-0 version-2\n"
+                        "         first-frames close-first two-links no-frag silent version-0 version-2\n"
                         "         window credit hold-64\n");
         return 2;
     }
