@@ -403,6 +403,43 @@ static int dialled(const pm__mesh *m, int d)
     return j;
 }
 
+START_TEST(test_configured_peer_self)
+{
+    /* A --peers entry that is this host's own listener: the dial reaches
+     * ourselves, counted `self`, never a link; a configured peer has no
+     * DNS target to mark, so it stays configured and is dialled again
+     * after its backoff (an operator's list may name every host). */
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", pm_test_free_port());
+    pm_cluster *a = start_a_on(NULL, addr, addr, k1);
+    pm__mesh *m = a->mesh;
+    PM_RUN_UNTIL(a, pm__mesh_fails(m, PM__PF_SELF) >= 1 && m->redial_at[0] != 0, 20000);
+    ck_assert_uint_eq(peer_events.ups, 0);
+    ck_assert_uint_eq(pm_test_mesh_links_up(m), 0);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
+START_TEST(test_dns_target_failure_redialled)
+{
+    /* A --peers-dns target whose dial fails (nothing listens there) is
+     * dialled again after its backoff: only an answer from ourselves
+     * marks a target never to dial again (mesh_conn.c,
+     * pm__mesh_conn_close). The answer is given by hand, as in
+     * test_dns_merge_rows. */
+    pm_cluster *a = start_a_listening();
+    pm__mesh *m = a->mesh;
+    pm__peerdns_addr X = addr_of(1, pm_test_free_port()); /* refused */
+    pm__peerdns_addr r[] = {X};
+    pm__mesh_dns_merge(m, r, 1);
+    ck_assert_int_ge(dialled(m, 0), 0);
+    PM_RUN_UNTIL(a, m->dial_conn[PM__MAX_PEERS] == -1 && m->redial_at[PM__MAX_PEERS] != 0, 20000);
+    ck_assert_int_eq(m->dt[0].self, 0);
+    ck_assert_int_eq(pm__mesh_target_dialable(m, PM__MAX_PEERS), 1);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+}
+END_TEST
+
 START_TEST(test_dns_merge_rows)
 {
     /* pm__mesh_dns_merge given answers directly (a has no --peers-dns of
@@ -1247,6 +1284,8 @@ int main(void)
     PM_ADD_TEST(s, test_dns_self_skipped, 60);
     PM_ADD_TEST(s, test_dns_unresolvable_retried, 60);
     PM_ADD_TEST(s, test_dns_resolve_armed, 90);
+    PM_ADD_TEST(s, test_dns_target_failure_redialled, 60);
+    PM_ADD_TEST(s, test_configured_peer_self, 60);
     PM_ADD_TEST(s, test_dns_merge_rows, 60);
     PM_ADD_TEST(s, test_dns_target_of_linked_host, 60);
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);

@@ -231,9 +231,9 @@ void pm__mesh_conn_close(pm__mesh *m, pm__mesh_conn *k)
     }
     m->fails[why]++;
     /* Frames discarded before the linger (a first record of frames on a
-     * link closed as it came up): counted with those after our CLOSE. */
+     * link closed as it came up): counted with those after our CLOSE
+     * (pm__mesh_conn_linger adds only what it discards itself). */
     m->linger_discarded += k->pc.frames_after_close;
-    k->pc.frames_after_close = 0;
     if (k->peer >= 0) {
         pm__dtarget *t = pm__mesh_dns_target(m, k->peer);
         m->dial_conn[k->peer] = -1;
