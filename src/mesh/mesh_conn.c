@@ -241,7 +241,6 @@ void pm__mesh_conn_close(pm__mesh *m, pm__mesh_conn *k)
             t->self = 1; /* our own address in the answer: not dialled again */
         if (t == NULL || !t->self)
             pm__mesh_schedule_redial(m, k->peer, pm__now_ms());
-        k->peer = -1;
     }
     if (!conn_may_linger(k, why)) {
         if (k->pc.close_sent && !m->freeing)
