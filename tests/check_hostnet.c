@@ -1027,9 +1027,13 @@ START_TEST(test_unauth_cap_fd0)
     ck_assert_int_eq(fcntl(0, F_GETFD), FD_CLOEXEC); /* the supervisor's end of the first */
     uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
     unsigned refused0 = refused_events;
+    uint64_t lingered0 = c->mesh->lingered;
     ck_assert_int_eq(connect(fds[PM__MESH_UNAUTH_MAX], (struct sockaddr *)&sa, sizeof(sa)), 0);
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_LOCAL) == local0 + 1, 20000);
     ck_assert_uint_eq(refused_events, refused0); /* cut by us: no refusal of the peer's */
+    /* Cut before any transport: no CLOSE could be sent, so it has none
+     * to wait for an answer to (doc/protocol.md 7): closed, not lingering. */
+    ck_assert_uint_eq(c->mesh->lingered, lingered0);
     PM_RUN_UNTIL(c, closed_by_peer(fds[0]), 20000); /* the oldest, its end on fd 0 */
     ck_assert_int_eq(fcntl(0, F_GETFD), -1);
     ck_assert_uint_eq(pm_test_mesh_unauth(c->mesh), PM__MESH_UNAUTH_MAX);
@@ -1059,9 +1063,12 @@ START_TEST(test_unauth_cap_cuts_oldest)
     PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) == PM__MESH_UNAUTH_MAX - 1, 20000);
     fds[PM__MESH_UNAUTH_MAX] = raw_connect(the_port); /* takes the first slot */
     PM_RUN_UNTIL(c, pm_test_mesh_unauth(c->mesh) == PM__MESH_UNAUTH_MAX, 20000);
-    uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
+    uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL), lingered0 = c->mesh->lingered;
     fds[PM__MESH_UNAUTH_MAX + 1] = raw_connect(the_port);
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_LOCAL) == local0 + 1, 20000);
+    /* Cut before any transport: it sent no CLOSE, so it waits for no
+     * answer (doc/protocol.md 7): closed at once, never lingering. */
+    ck_assert_uint_eq(c->mesh->lingered, lingered0);
     PM_RUN_UNTIL(c, closed_by_peer(fds[1]), 20000);
     ck_assert(!closed_by_peer(fds[PM__MESH_UNAUTH_MAX]));
     ck_assert_uint_eq(pm_test_mesh_unauth(c->mesh), PM__MESH_UNAUTH_MAX);

@@ -818,13 +818,16 @@ START_TEST(test_host_incarnations)
 
     /* Another supervisor calling itself b, while b's link is alive and
      * nothing is pinned: refused, counted by its reason; b keeps its link. */
-    uint64_t lingered0 = a->mesh->lingered;
+    uint64_t lingered0 = a->mesh->lingered, answered0 = a->mesh->closes_answered;
     pid_t b2 = start_dialer("b", pa, NULL);
     PM_RUN_UNTIL(a, pm__mesh_fails(a->mesh, PM__PF_DUPLICATE) >= 1, 30000);
     ck_assert_str_eq(pm__peer_fail_name(PM__PF_DUPLICATE), "duplicate_host");
     /* Refused in order: our CLOSE (duplicate_host) sent, the connection
-     * lingers for the peer's answer (doc/protocol.md 7), not cut. */
+     * lingers for the peer's answer (doc/protocol.md 7), not cut; the
+     * answer is read when it comes (the loop watches the lingering
+     * connection), not left to the linger's deadline. */
     ck_assert_uint_gt(a->mesh->lingered, lingered0);
+    PM_RUN_UNTIL(a, a->mesh->closes_answered > answered0, 30000);
     ck_assert_uint_eq(peer_events.downs, 0);
     ck_assert_int_eq(ask_settled(a, old), 0);
     kill(b2, SIGKILL);
