@@ -857,6 +857,18 @@ static int have_ipv6_loopback(void)
     return ok;
 }
 
+/* The hosts start_host makes listen on [::], dual stack, when this
+ * machine has one (1); else on 127.0.0.1, said on stderr for test (0).
+ * This test's process only (fork mode). */
+static int listen_dual_stack(const char *test)
+{
+    int v6 = have_ipv6_loopback();
+    if (!v6)
+        fprintf(stderr, "%s: no dual-stack IPv6 loopback: an IPv4 listener only\n", test);
+    listen_host = v6 ? "[::]" : "127.0.0.1";
+    return v6;
+}
+
 START_TEST(test_rate_limit_sources)
 {
     /* doc/protocol.md 2, through the real accept path: while 127.0.0.1's
@@ -867,10 +879,7 @@ START_TEST(test_rate_limit_sources)
      * counted as out of fds. Without an IPv6 loopback (or with
      * bindv6only): an IPv4 listener and the two IPv4 hosts only (said on
      * stderr). */
-    int v6 = have_ipv6_loopback();
-    if (!v6)
-        fprintf(stderr, "test_rate_limit_sources: no dual-stack IPv6 loopback: the IPv4 half only\n");
-    listen_host = v6 ? "[::]" : "127.0.0.1"; /* this test's process only (fork mode) */
+    int v6 = listen_dual_stack("test_rate_limit_sources");
     pm_cluster *c = start_a(60000);
     /* 127.0.0.1's bucket emptied through the table (test_flood_1000 spends
      * one with real connections), and seen last an hour from now, so that
@@ -1371,10 +1380,7 @@ START_TEST(test_refused_address_v4_mapped)
      * "127.0.0.1", as on an IPv4 listener and as the rate limit counts
      * it. Without a dual-stack IPv6 loopback: an IPv4 listener only (said
      * on stderr), as test_rate_limit_sources does. */
-    int v6 = have_ipv6_loopback();
-    if (!v6)
-        fprintf(stderr, "test_refused_address_v4_mapped: no dual-stack IPv6 loopback: an IPv4 listener only\n");
-    listen_host = v6 ? "[::]" : "127.0.0.1"; /* this test's process only (fork mode) */
+    (void)listen_dual_stack("test_refused_address_v4_mapped");
     pm_cluster *c = start_a(2000);
     attack(c, "wrong-key", PM__PF_HS_DECRYPT);
     ck_assert_uint_eq(refused_events, 1);

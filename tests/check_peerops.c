@@ -709,16 +709,13 @@ static pid_t start_dialer(const char *host, int port, const unsigned char *s)
     pm_test_serve_host(host_options(host, s), 0, port);
 }
 
-START_TEST(test_rotation_without_downtime)
+/* Host b in this process, secret K1, listening on a free port (*port),
+ * its peer events counted from zero. */
+static pm_cluster *start_b_here(int *port)
 {
-    /* b (this process) listens with K1; a links with K1. b takes K1+K2 (as
-     * on SIGHUP): a's link stays up. a restarts with K2 only and links
-     * again; c, down during the rotation, comes with K1 and links (b still
-     * accepts it). b drops K1: d with K1 only is refused, counted as a
-     * wrong key id, and the links up stay up. */
-    int port = pm_test_free_port();
+    *port = pm_test_free_port();
     char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", *port);
     pm_options *o = host_options("b", k1);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
     ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
@@ -726,6 +723,18 @@ START_TEST(test_rotation_without_downtime)
     pm_cluster *b = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
     pm_options_free(o);
+    return b;
+}
+
+START_TEST(test_rotation_without_downtime)
+{
+    /* b (this process) listens with K1; a links with K1. b takes K1+K2 (as
+     * on SIGHUP): a's link stays up. a restarts with K2 only and links
+     * again; c, down during the rotation, comes with K1 and links (b still
+     * accepts it). b drops K1: d with K1 only is refused, counted as a
+     * wrong key id, and the links up stay up. */
+    int port;
+    pm_cluster *b = start_b_here(&port);
 
     pid_t a = start_dialer("a", port, k1);
     PM_RUN_UNTIL(b, peer_events.ups == 1 && pm_test_mesh_links_up(b->mesh) == 1, 20000);
@@ -778,16 +787,8 @@ START_TEST(test_set_secrets_frees_old)
      * (mesh.c, pm__mesh_set_secrets): at once when no connection holds
      * it, after its last connection closes otherwise; never kept until
      * exit. Read off the process's count of keyrings. */
-    int port = pm_test_free_port();
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    pm_options *o = host_options("b", k1);
-    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
-    peer_events = (struct pm_test_peer_events){0};
-    pm_cluster *b = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
-    pm_options_free(o);
+    int port;
+    pm_cluster *b = start_b_here(&port);
     unsigned char both[64];
     memcpy(both, k1, 32);
     memcpy(both + 32, k2, 32);
@@ -872,16 +873,8 @@ START_TEST(test_links_give_back_secrets)
      * given back when it ends: links made and ended over and over hold no
      * more secret memory after the third than after the first (freed
      * blocks are wiped and reused, cipher.c). */
-    int port = pm_test_free_port();
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    pm_options *o = host_options("b", k1);
-    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
-    peer_events = (struct pm_test_peer_events){0};
-    pm_cluster *b = NULL;
-    ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
-    pm_options_free(o);
+    int port;
+    pm_cluster *b = start_b_here(&port);
     unsigned long after[4] = {0};
     for (unsigned i = 1; i <= 3; i++) {
         pid_t a = start_dialer("a", port, k1);
