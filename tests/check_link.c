@@ -822,12 +822,18 @@ START_TEST(test_host_incarnations)
     pid_t b2 = start_dialer("b", pa, NULL);
     PM_RUN_UNTIL(a, pm__mesh_fails(a->mesh, PM__PF_DUPLICATE) >= 1, 30000);
     ck_assert_str_eq(pm__peer_fail_name(PM__PF_DUPLICATE), "duplicate_host");
-    /* Refused in order: our CLOSE (duplicate_host) sent, the connection
-     * lingers for the peer's answer (doc/protocol.md 7), not cut; the
-     * answer is read when it comes (the loop watches the lingering
-     * connection), not left to the linger's deadline. */
+    /* Refused in order (counted duplicate_host): our CLOSE sent, the
+     * connection lingers for the peer's answer (doc/protocol.md 7), not
+     * cut; the answer is read when it comes (the loop watches the
+     * lingering connection): its deadline is held off, so only the
+     * answer can end it. */
     ck_assert_uint_gt(a->mesh->lingered, lingered0);
+    uint64_t expired0 = a->mesh->linger_expired;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        if (a->mesh->conns[j].fd >= 0 && a->mesh->conns[j].lingering)
+            a->mesh->conns[j].deadline_ms = UINT64_MAX;
     PM_RUN_UNTIL(a, a->mesh->closes_answered > answered0, 30000);
+    ck_assert_uint_eq(a->mesh->linger_expired, expired0);
     ck_assert_uint_eq(peer_events.downs, 0);
     ck_assert_int_eq(ask_settled(a, old), 0);
     kill(b2, SIGKILL);

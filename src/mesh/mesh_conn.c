@@ -175,9 +175,10 @@ void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k)
     pm__mkeys_put(k->kg); /* after the state that borrowed it */
 }
 
-/* The connection may end in order (doc/protocol.md 7): it sent its CLOSE
- * (peer.c sends one only with a transport, which lives until
- * pm__mesh_conn_release, so its receiving side still works), and the end
+/* The connection may end in order (doc/protocol.md 7): it tried to send
+ * its CLOSE (close_sent: queued, or dropped when the queue was full; peer.c
+ * tries only with a transport, which lives until pm__mesh_conn_release,
+ * so its receiving side still works), and the end
  * is not an error (after an error a side waits for nothing) nor the
  * peer's silence (waiting for it would be pointless). */
 static int conn_may_linger(const pm__mesh_conn *k, int why)
