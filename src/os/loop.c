@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define TAG_IGNORE UINT64_MAX /* completions of our own cancel requests */
@@ -37,7 +38,48 @@ struct pm__loop {
     int epfd;
     struct io_uring ring;
     unsigned pending; /* io_uring: SQEs prepared, not yet submitted */
+    int nofork;       /* every ring mapping is MADV_DONTFORK: ring_dontfork */
 };
+
+/* The ring's mappings as io_uring_queue_exit unmaps them (liburing 2.x):
+ * the SQE array (no IORING_SETUP_SQE128 here: 64 bytes each), the SQ ring
+ * and, without IORING_FEAT_SINGLE_MMAP, the CQ ring apart; lengths
+ * rounded up to whole pages. Returns how many (2 or 3). Pure. */
+static int ring_maps(const struct io_uring *r, void *at[3], size_t len[3])
+{
+    size_t page = (size_t)getpagesize();
+    int n = 0;
+    at[n] = r->sq.sqes;
+    len[n++] = sizeof(struct io_uring_sqe) * r->sq.ring_entries;
+    at[n] = r->sq.ring_ptr;
+    len[n++] = r->sq.ring_sz;
+    if (r->cq.ring_ptr != NULL && r->cq.ring_ptr != r->sq.ring_ptr) {
+        at[n] = r->cq.ring_ptr;
+        len[n++] = r->cq.ring_sz;
+    }
+    for (int i = 0; i < n; i++)
+        len[i] = (len[i] + page - 1) / page * page;
+    return n;
+}
+
+/* A fork-mode worker is a fork of the supervisor, and must never reach
+ * its loop: with MADV_DONTFORK on the rings (liburing's
+ * io_uring_ring_dontfork does the same) a fork child is given no mapping
+ * of them at all, so the child has nothing to unmap on the restart path
+ * (a munmap of them there cost ~20 us a restart on a guest whose page
+ * tables are virtualised, stop 69). 1 when every mapping took it; else
+ * the child unmaps them as before (an munmap of a range the child was not
+ * given is harmless). */
+static int ring_dontfork(const struct io_uring *r)
+{
+    void *at[3];
+    size_t len[3];
+    int n = ring_maps(r, at, len);
+    for (int i = 0; i < n; i++)
+        if (madvise(at[i], len[i], MADV_DONTFORK) != 0)
+            return 0;
+    return 1;
+}
 
 static int loop_open(pm__loop *l, unsigned entries)
 {
@@ -59,6 +101,7 @@ static int loop_open(pm__loop *l, unsigned entries)
              * the nearest feature bit the kernel reports; before it, the
              * poll's len field must be 0 and a multishot request fails. */
             l->head.multishot = (p.features & IORING_FEAT_RSRC_TAGS) != 0;
+            l->nofork = ring_dontfork(&l->ring);
             return 0;
         }
         /* -ENOSYS, -EPERM (seccomp, io_uring_disabled) and friends: fall
@@ -114,24 +157,21 @@ PM__READY_TEXT void pm__loop_forget(pm__loop *l)
     loop_close(l);
 }
 
-/* What io_uring_queue_exit unmaps and closes (liburing 2.x): the SQE array
- * (no IORING_SETUP_SQE128 here: 64 bytes each), the SQ ring and, without
- * IORING_FEAT_SINGLE_MMAP, the CQ ring apart; no ring fd is registered. */
 PM__READY_TEXT int pm__loop_child_drop(const pm__loop *l, int *fd, void *at[2], size_t len[2])
 {
-    size_t page = (size_t)getpagesize();
     *fd = l->head.backend == PM__LOOP_URING ? l->ring.ring_fd : l->epfd;
-    if (l->head.backend != PM__LOOP_URING)
-        return 0;
-    at[0] = l->ring.sq.sqes;
-    len[0] = sizeof(struct io_uring_sqe) * l->ring.sq.ring_entries;
-    at[1] = l->ring.sq.ring_ptr;
-    len[1] = l->ring.sq.ring_sz;
-    if (l->ring.cq.ring_ptr != NULL && l->ring.cq.ring_ptr != l->ring.sq.ring_ptr)
+    if (l->head.backend != PM__LOOP_URING || l->nofork)
+        return 0; /* epoll maps nothing; a DONTFORK ring is not the child's */
+    void *a[3];
+    size_t n_len[3];
+    int n = ring_maps(&l->ring, a, n_len);
+    if (n > 2)
         return -1; /* IORING_FEAT_SINGLE_MMAP absent: a third mapping */
-    for (int i = 0; i < 2; i++)
-        len[i] = (len[i] + page - 1) / page * page;
-    return 2;
+    for (int i = 0; i < n; i++) {
+        at[i] = a[i];
+        len[i] = n_len[i];
+    }
+    return n;
 }
 
 static struct io_uring_sqe *get_sqe(pm__loop *l)

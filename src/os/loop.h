@@ -106,8 +106,10 @@ void pm__loop_forget(pm__loop *l);
  * close_range run and one munmap of adjacent mappings, not a call each):
  * the fd (io_uring's or epoll's) in *fd, and the ring's mappings, their
  * lengths rounded up to whole pages, in at/len. Returns how many mappings
- * (0 with epoll, at most 2), or -1 when the rings are mapped apart (a
- * kernel before 5.4: the caller calls pm__loop_forget instead). Reads l
+ * (0 with epoll, and when the rings are MADV_DONTFORK, as pm__loop_init
+ * makes them where the kernel lets it: a child has none; at most 2), or -1
+ * when the rings are mapped apart and not DONTFORK (a kernel before 5.4:
+ * the caller calls pm__loop_forget instead). Reads l
  * only: nothing is written to the loop, which the child shares
  * copy-on-write with the supervisor, so it must not use the loop
  * afterwards. Pure: no system call. */

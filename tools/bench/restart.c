@@ -161,15 +161,26 @@ static int floor_wait(int fd)
     return p.revents != 0 ? 0 : -1;
 }
 
+/* Per row, when phases is not NULL: kill -> reaped, reaped -> forked,
+ * forked -> ready (ns per round), and the page faults and context switches
+ * of the supervisor and of its reaped workers, summed over the rounds. */
+typedef struct restart_phases {
+    uint64_t *reap, *fork, *ready;
+    long sup_minflt, sup_majflt, sup_nvcsw, sup_nivcsw, kid_minflt;
+} restart_phases;
+
 /* K rounds of the floor, each replacement in a cgroup when cg (the leaf
  * made before the rounds), forked ahead and let go by an eventfd after
  * the reap when standby (fork mode); 0, -1 if a step failed (said on
  * stderr), or -EOPNOTSUPP when cg and there is no cgroup to make (said
- * too). *kid_minflt: the minor faults of the reaped children, per round. */
+ * too). *kid_minflt: the minor faults of the reaped children, per round.
+ * ph, when not NULL: the phases of each round, as the procmesh rows', so
+ * that a gap between a row and its floor is put in one phase, and this
+ * process's faults (a fork makes its written pages copy-on-write). */
 static int restart_floor(int exec_mode, int cg, int standby, unsigned rounds, uint64_t *v,
-                         double *kid_minflt)
+                         double *kid_minflt, restart_phases *ph)
 {
-    struct rusage k0, k1;
+    struct rusage k0, k1, s0, s1;
     int rc = -1, pidfd = -1;
     pid_t pid = -1, next = -1;
     uint64_t x, one = 1;
@@ -195,6 +206,7 @@ static int restart_floor(int exec_mode, int cg, int standby, unsigned rounds, ui
         read(floor_efd, &x, sizeof(x)) != sizeof(x))
         goto out;
     getrusage(RUSAGE_CHILDREN, &k0);
+    getrusage(RUSAGE_SELF, &s0);
     for (unsigned i = 0; i < rounds; i++) {
         if (standby && (next = floor_start_standby()) < 0)
             goto out;
@@ -207,6 +219,7 @@ static int restart_floor(int exec_mode, int cg, int standby, unsigned rounds, ui
         siginfo_t si;
         if (floor_wait(pidfd) < 0 || waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0)
             goto out;
+        uint64_t t_reaped = pm__now_ns();
         close(pidfd);
         pidfd = -1;
         if (standby) {
@@ -217,12 +230,25 @@ static int restart_floor(int exec_mode, int cg, int standby, unsigned rounds, ui
         } else if ((pid = floor_start(exec_mode)) < 0) {
             goto out;
         }
+        uint64_t t_forked = pm__now_ns();
         if (floor_wait(floor_efd) < 0 || read(floor_efd, &x, sizeof(x)) != sizeof(x))
             goto out;
         v[i] = pm__now_ns() - t0;
+        if (ph != NULL) {
+            ph->reap[i] = t_reaped - t0;
+            ph->fork[i] = t_forked - t_reaped;
+            ph->ready[i] = t0 + v[i] - t_forked;
+        }
     }
     getrusage(RUSAGE_CHILDREN, &k1);
+    getrusage(RUSAGE_SELF, &s1);
     *kid_minflt = (double)(k1.ru_minflt - k0.ru_minflt) / rounds;
+    if (ph != NULL) {
+        ph->sup_minflt = s1.ru_minflt - s0.ru_minflt;
+        ph->sup_nvcsw = s1.ru_nvcsw - s0.ru_nvcsw;
+        ph->sup_nivcsw = s1.ru_nivcsw - s0.ru_nivcsw;
+        ph->kid_minflt = k1.ru_minflt - k0.ru_minflt;
+    }
     rc = 0;
 out:
     if (rc < 0)
@@ -261,13 +287,6 @@ out:
  * completed the handshake. */
 static uint64_t t_exited, t_started;
 
-/* Per row, when phases is not NULL: kill -> reaped, reaped -> forked,
- * forked -> ready (ns per round), and the page faults and context switches
- * of the supervisor and of its reaped workers, summed over the rounds. */
-typedef struct restart_phases {
-    uint64_t *reap, *fork, *ready;
-    long sup_minflt, sup_majflt, sup_nvcsw, sup_nivcsw, kid_minflt;
-} restart_phases;
 
 static void on_phase(pm_cluster *c, const pm_event *e, void *arg)
 {
@@ -357,7 +376,7 @@ static int rounds_phased(pm_options *o, unsigned rounds, uint64_t *v, restart_ph
 }
 
 /* The phases of a row, p50 each, and the faults per round. */
-static void print_phases(restart_phases *ph, unsigned rounds)
+static void print_phases(restart_phases *ph, unsigned rounds, const char *who)
 {
     sort_u64(ph->reap, rounds);
     sort_u64(ph->fork, rounds);
@@ -366,10 +385,35 @@ static void print_phases(restart_phases *ph, unsigned rounds)
            (double)percentile(ph->reap, rounds, 0.5) / 1e6,
            (double)percentile(ph->fork, rounds, 0.5) / 1e6,
            (double)percentile(ph->ready, rounds, 0.5) / 1e6);
-    printf("    per round: supervisor %.1f minor faults, %.2f voluntary + %.2f involuntary "
+    printf("    per round: %s %.1f minor faults, %.2f voluntary + %.2f involuntary "
            "switches; worker %.1f minor faults\n",
-           (double)ph->sup_minflt / rounds, (double)ph->sup_nvcsw / rounds,
+           who, (double)ph->sup_minflt / rounds, (double)ph->sup_nvcsw / rounds,
            (double)ph->sup_nivcsw / rounds, (double)ph->kid_minflt / rounds);
+}
+
+/* A floor row: its latencies against base and its phases (the parent's
+ * faults and switches are pm-bench's own: one sleep per round, not the
+ * procmesh rows' ten turns of the settle), or why it was skipped. */
+static void floor_row(int exec_mode, int cg, int standby, unsigned rounds, uint64_t *b, uint64_t base,
+                      const char *label)
+{
+    double flt;
+    restart_phases ph = {calloc(rounds, sizeof(uint64_t)), calloc(rounds, sizeof(uint64_t)),
+                         calloc(rounds, sizeof(uint64_t)), 0, 0, 0, 0, 0};
+    int ok = ph.reap != NULL && ph.fork != NULL && ph.ready != NULL;
+    int rc = restart_floor(exec_mode, cg, standby, rounds, b, &flt, ok ? &ph : NULL);
+    if (rc == 0) {
+        print_lat(label, b, rounds, base);
+        if (ok)
+            print_phases(&ph, rounds, "pm-bench");
+        else
+            printf("    per round: worker %.1f minor faults\n", flt);
+    } else if (rc != -EOPNOTSUPP) {
+        printf("  %-34s (failed: said above)\n", label);
+    }
+    free(ph.reap);
+    free(ph.fork);
+    free(ph.ready);
 }
 
 /* --privileges on: the workers under nobody (root only) and seccomp basic
@@ -421,28 +465,15 @@ int cmd_restart(const bench_opts *opts)
             restart_baseline(exec_mode, rounds, b);
             print_lat(exec_mode ? "baseline fork+exec+wait" : "baseline fork+exit+wait", b, rounds, 0);
             base = percentile(b, rounds, 0.5);
-            double flt;
-            if (restart_floor(exec_mode, 0, 0, rounds, b, &flt) == 0) {
-                print_lat(exec_mode ? "floor (kill, pidfd, exec, page)" : "floor (kill, pidfd, fork, page)", b,
-                          rounds, base);
-                printf("    per round: worker %.1f minor faults\n", flt);
-            }
-            int frc = restart_floor(exec_mode, 1, 0, rounds, b, &flt);
-            if (frc == 0) {
-                print_lat(exec_mode ? "floor, born in a cgroup" : "floor, joining a cgroup", b, rounds, base);
-                printf("    per round: worker %.1f minor faults\n", flt);
-            } else if (frc != -EOPNOTSUPP) {
-                printf("  %-34s (failed: said above)\n", "floor in a cgroup");
-            }
+            floor_row(exec_mode, 0, 0, rounds, b, base,
+                      exec_mode ? "floor (kill, pidfd, exec, page)" : "floor (kill, pidfd, fork, page)");
+            floor_row(exec_mode, 1, 0, rounds, b, base,
+                      exec_mode ? "floor, born in a cgroup" : "floor, joining a cgroup");
             /* The warm standby's floor: the replacement forked ahead, let
              * go by an eventfd once the dead one is reaped. */
-            for (int cg = 0; !exec_mode && cg < 2; cg++) {
-                frc = restart_floor(0, cg, 1, rounds, b, &flt);
-                if (frc == 0)
-                    print_lat(cg ? "floor, standby in a cgroup" : "floor, standby (eventfd go)", b, rounds, base);
-                else if (frc != -EOPNOTSUPP)
-                    printf("  %-34s (failed: said above)\n", "floor, standby");
-            }
+            for (int cg = 0; !exec_mode && cg < 2; cg++)
+                floor_row(0, cg, 1, rounds, b, base,
+                          cg ? "floor, standby in a cgroup" : "floor, standby (eventfd go)");
         }
         for (int priv = 0; priv <= opts->privileges; priv++) {
             char label[64];
@@ -479,7 +510,7 @@ int cmd_restart(const bench_opts *opts)
                 return rc;
             print_lat(label, v, rounds, base);
             if (ph.reap != NULL && ph.fork != NULL && ph.ready != NULL)
-                print_phases(&ph, rounds);
+                print_phases(&ph, rounds, "supervisor");
             free(ph.reap);
             free(ph.fork);
             free(ph.ready);
