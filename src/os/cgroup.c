@@ -30,8 +30,14 @@
  * controllers are bound to v1 hierarchies), the v2 tree still tracks and
  * kills the processes, and the limits are written in <own v1
  * cgroup>/procmesh.<pid>.<pidns>.<k>/slot<N> per controller, which each child
- * joins by a write (v1 has no CLONE_INTO_CGROUP): on such hosts that
- * write, and its grace period, stays on the restart path.
+ * joins by a write (v1 has no CLONE_INTO_CGROUP) of "0" to its `tasks`
+ * file, not `cgroup.procs`: that moves the writing thread alone, which is
+ * the whole of a child that has one thread, and the kernel moves a single
+ * thread without cgroup_threadgroup_rwsem (its "single thread migration"
+ * path; on 6.18 this took the 10-20 ms grace-period waits off 6 % of
+ * restarts with limits, stop 69). A kernel without that path takes the
+ * lock for either file. v2 has no such way in: cgroup.threads moves a
+ * thread only within its domain.
  *
  * The parsers at the top are pure; everything that touches cgroupfs takes
  * paths, so tests run it against a scratch directory tree.

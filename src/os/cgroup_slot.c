@@ -366,7 +366,10 @@ static int slot_limit(const pm__cg_root *r, unsigned index, const pm__cg_limits 
     if ((rc = write_limit(dir, i, 0, lim)) < 0)
         return rc;
     *what = "open";
-    if ((rc = s->v1_procs[i] = open_in(dir, "cgroup.procs", O_WRONLY)) < 0)
+    /* tasks, not cgroup.procs: a single-threaded child's join without the
+     * kernel's global lock (cgroup.c); a standby moved by pid
+     * (pm__cg_slot_move) is single-threaded too, before its go. */
+    if ((rc = s->v1_procs[i] = open_in(dir, "tasks", O_WRONLY)) < 0)
         return rc;
     if (i == PM__CG_MEMORY)
         if (snprintf(s->oom_file, sizeof(s->oom_file), "%s/memory.oom_control", dir) >=

@@ -319,6 +319,9 @@ PM__READY_TEXT int pm__child_contain(const pm__spawn_req *r, int placed)
         long rc;
         if (!placed && (rc = pm__sys3(SYS_write, r->cg->procs_fd, &zero, 1)) < 0)
             return (int)-rc;
+        /* The v1 hierarchies of a hybrid host: their tasks files, which
+         * move this one thread (all there is of the child) without that
+         * wait (cgroup.c). */
         for (int i = 0; i < PM__CG_NCTRL; i++)
             if (r->cg->v1_procs[i] >= 0 && (rc = pm__sys3(SYS_write, r->cg->v1_procs[i], &zero, 1)) < 0)
                 return (int)-rc;
