@@ -169,6 +169,18 @@ typedef struct restart_phases {
     long sup_minflt, sup_majflt, sup_nvcsw, sup_nivcsw, kid_minflt;
 } restart_phases;
 
+/* What this process (self) and its reaped children (kids) spent between
+ * the two readings, into ph. */
+static void phases_usage(restart_phases *ph, const struct rusage *self0, const struct rusage *self1,
+                         const struct rusage *kids0, const struct rusage *kids1)
+{
+    ph->sup_minflt = self1->ru_minflt - self0->ru_minflt;
+    ph->sup_majflt = self1->ru_majflt - self0->ru_majflt;
+    ph->sup_nvcsw = self1->ru_nvcsw - self0->ru_nvcsw;
+    ph->sup_nivcsw = self1->ru_nivcsw - self0->ru_nivcsw;
+    ph->kid_minflt = kids1->ru_minflt - kids0->ru_minflt;
+}
+
 /* K rounds of the floor, each replacement in a cgroup when cg (the leaf
  * made before the rounds), forked ahead and let go by an eventfd after
  * the reap when standby (fork mode); 0, -1 if a step failed (said on
@@ -243,12 +255,8 @@ static int restart_floor(int exec_mode, int cg, int standby, unsigned rounds, ui
     getrusage(RUSAGE_CHILDREN, &k1);
     getrusage(RUSAGE_SELF, &s1);
     *kid_minflt = (double)(k1.ru_minflt - k0.ru_minflt) / rounds;
-    if (ph != NULL) {
-        ph->sup_minflt = s1.ru_minflt - s0.ru_minflt;
-        ph->sup_nvcsw = s1.ru_nvcsw - s0.ru_nvcsw;
-        ph->sup_nivcsw = s1.ru_nivcsw - s0.ru_nivcsw;
-        ph->kid_minflt = k1.ru_minflt - k0.ru_minflt;
-    }
+    if (ph != NULL)
+        phases_usage(ph, &s0, &s1, &k0, &k1);
     rc = 0;
 out:
     if (rc < 0)
@@ -362,15 +370,10 @@ static int rounds_phased(pm_options *o, unsigned rounds, uint64_t *v, restart_ph
     }
     getrusage(RUSAGE_SELF, &self1);
     getrusage(RUSAGE_CHILDREN, &kids1);
-    if (ph != NULL) {
-        ph->sup_minflt = self1.ru_minflt - self0.ru_minflt;
-        ph->sup_majflt = self1.ru_majflt - self0.ru_majflt;
-        ph->sup_nvcsw = self1.ru_nvcsw - self0.ru_nvcsw;
-        ph->sup_nivcsw = self1.ru_nivcsw - self0.ru_nivcsw;
-        /* The workers reaped during the rounds (the first incarnation
-         * included, the last one not: one per round either way). */
-        ph->kid_minflt = kids1.ru_minflt - kids0.ru_minflt;
-    }
+    /* The workers reaped during the rounds (the first incarnation
+     * included, the last one not: one per round either way). */
+    if (ph != NULL)
+        phases_usage(ph, &self0, &self1, &kids0, &kids1);
     pm_cluster_terminate(c);
     return 0;
 }
