@@ -395,6 +395,24 @@ static void run_b(pm_cluster *c, const char *name)
     PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0, 10000);
 }
 
+/* Holds off the deadline of every connection of c that lingers: only what
+ * its peer does can end the wait then. 0, for PM_RUN_UNTIL's condition. */
+static int hold_lingers(pm_cluster *c)
+{
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        if (c->mesh->conns[j].fd >= 0 && c->mesh->conns[j].lingering)
+            c->mesh->conns[j].deadline_ms = UINT64_MAX;
+    return 0;
+}
+
+static unsigned lingering_now(pm_cluster *c)
+{
+    uint64_t lingered, answered, expired, discarded;
+    unsigned lingering;
+    pm_test_mesh_close_stats(c->mesh, &lingered, &answered, &expired, &discarded, &lingering);
+    return lingering;
+}
+
 START_TEST(test_two_links_one_initiator)
 {
     /* doc/protocol.md 2: a host that dials us twice (same name, same
@@ -407,12 +425,87 @@ START_TEST(test_two_links_one_initiator)
     uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
     uint64_t closed0 = pm__mesh_fails(c->mesh, PM__PF_CLOSED);
     unsigned ups = peer_events.ups, downs = peer_events.downs, refused0 = refused_events;
+    uint64_t expired0 = c->mesh->linger_expired;
+    uint64_t answered0 = c->mesh->closes_answered;
     run_b(c, "two-links");
+    /* pm-bad-peer answered our CLOSE of the later link with its own
+     * (its library's pconn does): that wait ended by the answer, and
+     * none at the deadline. */
+    ck_assert_uint_eq(c->mesh->closes_answered, answered0 + 1);
+    ck_assert_uint_eq(c->mesh->linger_expired, expired0);
     PM_RUN_UNTIL(c, pm__mesh_fails(c->mesh, PM__PF_CLOSED) == closed0 + 1, 10000);
     ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_LOCAL), local0 + 1);
     ck_assert_uint_eq(refused_events, refused0); /* neither end is a refusal */
     ck_assert_uint_eq(peer_events.ups, ups + 1);
     ck_assert_uint_eq(peer_events.downs, downs + 1);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_linger_ends_at_end_of_stream)
+{
+    /* doc/protocol.md 7: after its CLOSE a side waits for the peer's CLOSE
+     * or the end of its stream. The later of two links (as above) gets our
+     * CLOSE 0 and lingers; pm-bad-peer answers with the end of its stream
+     * alone. With the deadline held off, only that end can finish the
+     * wait: it is read as an end (mesh_conn.c's linger loop, `r > 0`: a
+     * read of 0 taken as bytes would wait on), and nothing expires. */
+    pm_cluster *c = start_a(30000);
+    uint64_t lingered0 = c->mesh->lingered, expired0 = c->mesh->linger_expired;
+    uint64_t answered0 = c->mesh->closes_answered;
+    pid_t pid = bad_peer("two-links-eof", "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, hold_lingers(c) || exited(pid, &status), 90000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "pm-bad-peer two-links-eof: exit status 0x%x (1: not closed, 3: setup)", status);
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0 && lingering_now(c) == 0, 10000);
+    ck_assert_uint_ge(c->mesh->lingered, lingered0 + 1);
+    ck_assert_uint_eq(c->mesh->linger_expired, expired0);
+    ck_assert_uint_eq(c->mesh->closes_answered, answered0); /* no CLOSE came */
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_linger_ends_at_close_answer)
+{
+    /* The same wait ended by the peer's CLOSE alone: pm-bad-peer answers
+     * our CLOSE of the later link with its own and keeps its stream open
+     * (until the test kills it). With the deadline held off, its CLOSE is
+     * what ends the wait (mesh_conn.c's linger loop, `rc != 0`): counted
+     * answered, nothing expired. */
+    pm_cluster *c = start_a(30000);
+    uint64_t lingered0 = c->mesh->lingered, expired0 = c->mesh->linger_expired;
+    uint64_t answered0 = c->mesh->closes_answered;
+    pid_t pid = bad_peer("two-links-open", "b");
+    PM_RUN_UNTIL(c, hold_lingers(c) || (c->mesh->closes_answered > answered0 && lingering_now(c) == 0), 60000);
+    ck_assert_uint_eq(c->mesh->lingered, lingered0 + 1);
+    ck_assert_uint_eq(c->mesh->closes_answered, answered0 + 1);
+    ck_assert_uint_eq(c->mesh->linger_expired, expired0);
+    kill(pid, SIGKILL);
+    int status = 0;
+    PM_RUN_UNTIL(c, exited(pid, &status), 10000);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+START_TEST(test_linger_counts_frames_after_close)
+{
+    /* Frames that come after our CLOSE are read and discarded, and
+     * counted (doc/protocol.md 7): pm-bad-peer answers our CLOSE of the
+     * later link with a record of three frames, then its CLOSE and the end
+     * of its stream. */
+    pm_cluster *c = start_a(30000);
+    uint64_t discarded0 = c->mesh->linger_discarded, answered0 = c->mesh->closes_answered;
+    uint64_t expired0 = c->mesh->linger_expired;
+    pid_t pid = bad_peer("two-links-frames", "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, exited(pid, &status), 90000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "pm-bad-peer two-links-frames: exit status 0x%x (1: not closed, 3: setup)", status);
+    PM_RUN_UNTIL(c, lingering_now(c) == 0, 10000);
+    ck_assert_uint_eq(c->mesh->linger_discarded, discarded0 + 3);
+    ck_assert_uint_eq(c->mesh->closes_answered, answered0 + 1);
+    ck_assert_uint_eq(c->mesh->linger_expired, expired0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -1719,6 +1812,9 @@ int main(void)
     PM_ADD_TEST(s, test_bytes_after_close_ignored, 60);
     PM_ADD_TEST(s, test_first_record_frames_delivered, 60);
     PM_ADD_TEST(s, test_two_links_one_initiator, 120);
+    PM_ADD_TEST(s, test_linger_ends_at_end_of_stream, 120);
+    PM_ADD_TEST(s, test_linger_ends_at_close_answer, 120);
+    PM_ADD_TEST(s, test_linger_counts_frames_after_close, 120);
     PM_ADD_TEST(s, test_no_frag_reply_refused, 120);
     PM_ADD_TEST(s, test_flood_1000, 240);
     PM_ADD_TEST(s, test_accept_out_of_fds, 120);

@@ -39,7 +39,11 @@
  * close-junk ones, answered our CLOSE with CLOSE 0; for first-frames,
  * answered the request of our first record and two more, each once; for
  * two-links, closed our second link with CLOSE 0 and answered over the
- * first; for no-frag,
+ * first; for two-links-eof, the same, the second closed once we ended our
+ * stream after its CLOSE (no CLOSE of ours); two-links-open answers that
+ * CLOSE and then holds both links open until it is killed;
+ * two-links-frames answers it with a record of three frames, then its
+ * CLOSE; for no-frag,
  * answered the big request UNDELIVERABLE -EMSGSIZE and the small one;
  * for silent, sent CLOSE 3 when we said nothing past our first record;
  * for version-2, sent its first record after our hello of max_version 2;
@@ -543,6 +547,9 @@ static void on_answer(void *arg, const unsigned char *f, size_t len)
  * honest() left) until the answer to want_id arrived (until: 1), or the
  * link died or the stream ended (the CLOSE, if any, in pc). 1 answered, 0
  * not; exits 1 after WAIT_MS. */
+static int mute_close_answer; /* two-links-eof: pump sends nothing once a CLOSE came */
+static int mute_all;          /* two-links-frames: pump sends nothing (sent after) */
+
 static int pump(int fd, pm__pconn *pc, int until, const unsigned char *pre, size_t npre)
 {
     unsigned char buf[4096];
@@ -557,7 +564,8 @@ static int pump(int fd, pm__pconn *pc, int until, const unsigned char *pre, size
             size_t used = 0;
             int ev = pm__pconn_input(pc, buf + off, n - off, &used);
             off += used;
-            send_output(fd, pc);
+            if (!mute_all && !(mute_close_answer && pc->close_received))
+                send_output(fd, pc); /* muted: the CLOSE the library answers with */
             if (ev == PM__PCE_DEAD)
                 return until && got_answer;
             if (used == 0 && !pc->held)
@@ -620,6 +628,10 @@ static void orderly_end(int fd, pm__pconn *pc, const char *attack)
     pm__pconn_free(pc);
 }
 
+static int eof_after_close;  /* two-links-eof */
+static int hold_after_close; /* two-links-open */
+static int frames_after_close; /* two-links-frames */
+
 /* two-links (doc/protocol.md 2): we dial twice as the same host and
  * incarnation. The later link is closed before it is installed, with CLOSE
  * 0; the first keeps working: main answers a request over it after. */
@@ -633,11 +645,46 @@ static void two_links(void)
     memcpy(pre, rest, npre);
     fd2 = dial();
     honest(fd2, &b);
+    /* two-links-frames: a record of three frames sealed now (the next
+     * nonce), sent only once the supervisor's CLOSE is read, then what our
+     * side queued meanwhile (its CLOSE answer last), so that the frames
+     * come after that CLOSE and before ours, in nonce order. */
+    unsigned char frames[64];
+    size_t nframes = 0;
+    if (frames_after_close) {
+        unsigned char body[1 + 3 * (4 + 5)];
+        size_t o = 0;
+        body[o++] = PM__REC_FRAMES;
+        for (int i = 0; i < 3; i++) {
+            pm__put32(body + o, 5);
+            memcpy(body + o + 4, "after", 5);
+            o += 4 + 5;
+        }
+        if (pm_test_rec_seal_raw(b.rec, body, o, frames, sizeof(frames), &nframes) < 0)
+            fail(3, "seal frames");
+        mute_all = 1;
+    }
+    mute_close_answer = eof_after_close;
     (void)pump(fd2, &b, 0, rest, rest_len);
+    mute_close_answer = mute_all = 0;
     if (!b.close_received || b.close_reason != PM__REC_CLOSE_SHUTDOWN) {
         fprintf(stderr, "pm-bad-peer: two-links: the later link got %s %d, expected CLOSE 0\n",
                 b.close_received ? "CLOSE" : "no CLOSE", b.close_received ? b.close_reason : -1);
         exit(1);
+    }
+    /* two-links-eof: our answer to that CLOSE is the end of our stream
+     * alone, no CLOSE of ours (doc/protocol.md 7: either ends its wait). */
+    if (eof_after_close)
+        shutdown(fd2, SHUT_WR);
+    /* two-links-open: our CLOSE answered it (pump sent it) and our stream
+     * stays open, both links too, until we are killed: the supervisor's
+     * wait must end at our CLOSE alone. */
+    while (hold_after_close)
+        pause();
+    if (frames_after_close) {
+        send_all(fd2, frames, nframes);
+        send_output(fd2, &b);
+        shutdown(fd2, SHUT_WR);
     }
     wait_closed(fd2, "two-links");
     pm__pconn_free(&b);
@@ -691,7 +738,8 @@ static void pump_until(int fd, pm__pconn *pc, int (*done)(const pm__pconn *), co
             size_t used = 0;
             int ev = pm__pconn_input(pc, buf + off, n - off, &used);
             off += used;
-            send_output(fd, pc);
+            if (!mute_all && !(mute_close_answer && pc->close_received))
+                send_output(fd, pc); /* muted: the CLOSE the library answers with */
             if (ev == PM__PCE_DEAD) {
                 fprintf(stderr, "pm-bad-peer: %s: the link ended first (its CLOSE: %d, -1 none)\n", what,
                         pc->close_received ? pc->close_reason : -1);
@@ -1100,7 +1148,9 @@ int main(int argc, char **argv)
                         "         truncated reordered duplicated bitflip oversize forged-host\n"
                         "         forged-notices unknown-type heartbeat-1 zero-frame\n"
                         "         oversize-close bitflip-close close-junk-same close-junk-later\n"
-                        "         first-frames close-first two-links no-frag silent version-0 version-2\n"
+                        "         first-frames close-first two-links two-links-eof two-links-open\n"
+                        "         two-links-frames no-frag silent\n"
+                        "         version-0 version-2\n"
                         "         window credit hold-64\n");
         return 2;
     }
@@ -1212,7 +1262,11 @@ int main(int argc, char **argv)
         credit();
     } else if (strcmp(attack, "hold-64") == 0) {
         hold_links();
-    } else if (strcmp(attack, "two-links") == 0) {
+    } else if (strcmp(attack, "two-links") == 0 || strcmp(attack, "two-links-eof") == 0 ||
+               strcmp(attack, "two-links-open") == 0 || strcmp(attack, "two-links-frames") == 0) {
+        eof_after_close = strcmp(attack, "two-links-eof") == 0;
+        hold_after_close = strcmp(attack, "two-links-open") == 0;
+        frames_after_close = strcmp(attack, "two-links-frames") == 0;
         two_links();
     } else if (strcmp(attack, "no-frag") == 0) {
         caps_off = 0x2u; /* PM__PEER_CAP_FRAG: no large messages */
