@@ -679,6 +679,60 @@ START_TEST(test_window_exact)
 }
 END_TEST
 
+/* Bytes waiting in the output queues of c's links, and each linked
+ * connection's send buffer set to small (0: left as it is). */
+static size_t link_output(pm_cluster *c, int small)
+{
+    size_t total = 0;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
+        pm__mesh_conn *k = &c->mesh->conns[j];
+        if (k->fd < 0 || !k->linked)
+            continue;
+        if (small > 0)
+            (void)setsockopt(k->fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+        size_t n;
+        (void)pm__pconn_output(&k->pc, &n);
+        total += n;
+    }
+    return total;
+}
+
+START_TEST(test_linger_writes_its_queue_out)
+{
+    /* doc/protocol.md 7: a side's CLOSE goes out after everything it
+     * queued before it, and the peer's CLOSE does not cut that short: the
+     * linger ends once our output is out and our half shut, not at the
+     * peer's CLOSE alone (mesh_conn.c, pm__mesh_conn_linger). The worker
+     * streams 60,000-byte MSGs to pm-bad-peer (host b), which reads
+     * nothing; once the link's output queue holds some (the kernel's
+     * buffers made small on both ends), pm-bad-peer sends its CLOSE and
+     * then reads: every queued frame, our CLOSE, the end. The deadline is
+     * held off: only the writing out can end the wait. */
+    stream_len = 60000;
+    bootstrap = streamer;
+    pm_cluster *c = start_a(30000);
+    uint64_t expired0 = c->mesh->linger_expired;
+    pid_t pid = bad_peer("close-full", "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
+    ck_assert_msg(pm_test_mesh_links_up(c->mesh) == 1, "no link: pm-bad-peer exit status 0x%x", status);
+    (void)link_output(c, 4096);
+    pm_address w;
+    ck_assert_int_eq(pm_address_parse("t@a:10", &w), 0);
+    int sent = 0;
+    PM_RUN_UNTIL(c, sent || (sent = pm_cluster_send(c, &w, "go", 2) == 0), 10000);
+    PM_RUN_UNTIL(c, link_output(c, 0) > 0 && pm_test_slot_blocked_on(c, 0) == PM__BLOCKED_LINK, 30000);
+    ck_assert_int_eq(kill(pid, SIGUSR1), 0);
+    PM_RUN_UNTIL(c, hold_lingers(c) || exited(pid, &status), 60000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "pm-bad-peer close-full: exit status 0x%x (1: our queue or our CLOSE did not reach it)",
+                  status);
+    PM_RUN_UNTIL(c, lingering_now(c) == 0, 10000);
+    ck_assert_uint_eq(c->mesh->linger_expired, expired0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 START_TEST(test_credit_exact)
 {
     /* doc/protocol.md 6, "Flow control": a receiver sends what it owes
@@ -1815,6 +1869,7 @@ int main(void)
     PM_ADD_TEST(s, test_linger_ends_at_end_of_stream, 120);
     PM_ADD_TEST(s, test_linger_ends_at_close_answer, 120);
     PM_ADD_TEST(s, test_linger_counts_frames_after_close, 120);
+    PM_ADD_TEST(s, test_linger_writes_its_queue_out, 120);
     PM_ADD_TEST(s, test_no_frag_reply_refused, 120);
     PM_ADD_TEST(s, test_flood_1000, 240);
     PM_ADD_TEST(s, test_accept_out_of_fds, 120);

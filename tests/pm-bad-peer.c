@@ -49,7 +49,9 @@
  * for version-2, sent its first record after our hello of max_version 2;
  * for window, let exactly one window of its worker's frames out before
  * main's and more after our CREDIT; for credit, sent its CREDITs at 128
- * frames and at 512 KiB exactly); hold-64 never exits by itself;
+ * frames and at 512 KiB exactly; for close-full, once SIGUSR1 came and
+ * our CLOSE went, sent every frame it had queued, then its CLOSE);
+ * hold-64 never exits by itself;
  * 1 it did
  * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
  * 3 setup failed (connect, the real handshake an attack needs).
@@ -857,6 +859,58 @@ static void window(void)
     orderly_end(fd, &pc, "window");
 }
 
+/* close-full (doc/protocol.md 7): we read nothing (a small receive
+ * buffer) while the supervisor's worker streams to our port 10, until the
+ * test says (SIGUSR1: the supervisor's output queue is full); then our
+ * CLOSE, and only then we read: every frame it had queued, then its CLOSE,
+ * then the end of the stream. A supervisor that ended the link at our
+ * CLOSE without writing its queue out would end the stream with no CLOSE. */
+static volatile sig_atomic_t close_now;
+static unsigned full_frames;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    close_now = 1;
+}
+
+static void count_frame(const unsigned char *f, size_t len)
+{
+    (void)f;
+    (void)len;
+    full_frames++;
+}
+
+static void close_full(void)
+{
+    signal(SIGUSR1, on_usr1);
+    int fd = dial();
+    int small = 4096;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    pm__pconn pc;
+    honest(fd, &pc);
+    /* A flag set by the handler, looked at between short sleeps: the
+     * order of events decides, not how long the sleeps are. */
+    while (!close_now) {
+        struct timespec t = {0, 5 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
+    unsigned char buf[256];
+    size_t n = 0;
+    if (pm__rec_seal_close(pc.rec, PM__REC_CLOSE_SHUTDOWN, buf, sizeof(buf), &n) < 0)
+        fail(3, "seal close");
+    send_all(fd, buf, n);
+    shutdown(fd, SHUT_WR);
+    int got = read_close_after(fd, &pc, count_frame, rest, rest_len);
+    if (got != PM__REC_CLOSE_SHUTDOWN || full_frames == 0) {
+        fprintf(stderr, "pm-bad-peer: close-full: %u frames, then CLOSE reason %d (expected frames, then 0; "
+                        "-1: no CLOSE)\n", full_frames, got);
+        exit(1);
+    }
+    wait_closed(fd, "close-full");
+    pm__pconn_free(&pc);
+}
+
 /* credit (doc/protocol.md 6, "Flow control"): MSGs from our port 10 to
  * the supervisor (port 0), each batch followed by a PING. The supervisor
  * owes a CREDIT for port 0 at 128 frames or 512 KiB (56 + payload each):
@@ -1151,7 +1205,7 @@ int main(int argc, char **argv)
                         "         first-frames close-first two-links two-links-eof two-links-open\n"
                         "         two-links-frames no-frag silent\n"
                         "         version-0 version-2\n"
-                        "         window credit hold-64\n");
+                        "         window credit hold-64 close-full\n");
         return 2;
     }
     port = atoi(argv[1]);
@@ -1260,6 +1314,8 @@ int main(int argc, char **argv)
         window();
     } else if (strcmp(attack, "credit") == 0) {
         credit();
+    } else if (strcmp(attack, "close-full") == 0) {
+        close_full();
     } else if (strcmp(attack, "hold-64") == 0) {
         hold_links();
     } else if (strcmp(attack, "two-links") == 0 || strcmp(attack, "two-links-eof") == 0 ||
