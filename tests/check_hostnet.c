@@ -41,6 +41,7 @@ static const unsigned char secret1[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
 static unsigned pongs;
 static unsigned ping_failures; /* the worker's requests to main that failed */
 static unsigned forged_delivered;
+static unsigned first_delivered; /* MSGs "first" (pm-bad-peer two-links-first-frames) */
 static struct pm_test_peer_events peer_events;
 
 /* test_worker_forged_host: the worker's first frame forges its source
@@ -59,6 +60,10 @@ static void on_main(pm_cluster *c, const pm_message *m, void *arg)
     }
     if (m->len == 6 && memcmp(m->data, "forged", 6) == 0) {
         forged_delivered++;
+        return;
+    }
+    if (m->len == 5 && memcmp(m->data, "first", 5) == 0) {
+        first_delivered++;
         return;
     }
     if (m->len == 6 && memcmp(m->data, "failed", 6) == 0) {
@@ -292,6 +297,24 @@ static void attack_err(pm_cluster *c, const char *name, int why)
                   (unsigned long long)lingered);
 }
 
+/* Holds off the deadline of every connection of c that lingers: only what
+ * its peer does can end the wait then. 0, for PM_RUN_UNTIL's condition. */
+static int hold_lingers(pm_cluster *c)
+{
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        if (c->mesh->conns[j].fd >= 0 && c->mesh->conns[j].lingering)
+            c->mesh->conns[j].deadline_ms = UINT64_MAX;
+    return 0;
+}
+
+static unsigned lingering_now(pm_cluster *c)
+{
+    uint64_t lingered, answered, expired, discarded;
+    unsigned lingering;
+    pm_test_mesh_close_stats(c->mesh, &lingered, &answered, &expired, &discarded, &lingering);
+    return lingering;
+}
+
 START_TEST(test_handshake_attacks)
 {
     pm_cluster *c = start_a(2000);
@@ -354,6 +377,7 @@ START_TEST(test_bytes_after_close_ignored)
      * CLOSE answered with CLOSE 0. */
     pm_cluster *c = start_a(2000);
     uint64_t record0 = pm__mesh_fails(c->mesh, PM__PF_RECORD);
+    uint64_t answered0 = c->mesh->closes_answered, expired0 = c->mesh->linger_expired;
     /* CLOSE before any record: the link never came up, and an end the
      * peer asked for is still no refusal (attack() asserts it). */
     unsigned ups0 = peer_events.ups;
@@ -362,6 +386,13 @@ START_TEST(test_bytes_after_close_ignored)
     attack(c, "close-junk-same", PM__PF_CLOSED);
     attack(c, "close-junk-later", PM__PF_CLOSED);
     ck_assert_uint_eq(pm__mesh_fails(c->mesh, PM__PF_RECORD), record0);
+    /* Each linger was started by the peer's CLOSE: ours answers it and
+     * nothing more is read (mesh_conn.c, linger_done from close_received),
+     * so none waited for an answer it already had, none reached its
+     * deadline, and no CLOSE counts as answering ours. */
+    PM_RUN_UNTIL(c, lingering_now(c) == 0, 10000);
+    ck_assert_uint_eq(c->mesh->closes_answered, answered0);
+    ck_assert_uint_eq(c->mesh->linger_expired, expired0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -393,24 +424,6 @@ static void run_b(pm_cluster *c, const char *name)
                   "pm-bad-peer %s: exit status 0x%x (1: not what doc/protocol.md says, 3: setup)", name,
                   status);
     PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0, 10000);
-}
-
-/* Holds off the deadline of every connection of c that lingers: only what
- * its peer does can end the wait then. 0, for PM_RUN_UNTIL's condition. */
-static int hold_lingers(pm_cluster *c)
-{
-    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
-        if (c->mesh->conns[j].fd >= 0 && c->mesh->conns[j].lingering)
-            c->mesh->conns[j].deadline_ms = UINT64_MAX;
-    return 0;
-}
-
-static unsigned lingering_now(pm_cluster *c)
-{
-    uint64_t lingered, answered, expired, discarded;
-    unsigned lingering;
-    pm_test_mesh_close_stats(c->mesh, &lingered, &answered, &expired, &discarded, &lingering);
-    return lingering;
 }
 
 START_TEST(test_two_links_one_initiator)
@@ -506,6 +519,17 @@ START_TEST(test_linger_counts_frames_after_close)
     ck_assert_uint_eq(c->mesh->linger_discarded, discarded0 + 3);
     ck_assert_uint_eq(c->mesh->closes_answered, answered0 + 1);
     ck_assert_uint_eq(c->mesh->linger_expired, expired0);
+    /* The frames of the record a link is closed on as it comes up (the
+     * later link's first record, two MSGs to main): discarded before the
+     * linger, counted with those after our CLOSE, and not delivered. */
+    discarded0 = c->mesh->linger_discarded;
+    pid = bad_peer("two-links-first-frames", "b");
+    PM_RUN_UNTIL(c, exited(pid, &status), 90000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "pm-bad-peer two-links-first-frames: exit status 0x%x (1: not closed, 3: setup)", status);
+    PM_RUN_UNTIL(c, lingering_now(c) == 0, 10000);
+    ck_assert_uint_eq(c->mesh->linger_discarded, discarded0 + 2);
+    ck_assert_uint_eq(first_delivered, 0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST

@@ -43,7 +43,8 @@
  * stream after its CLOSE (no CLOSE of ours); two-links-open answers that
  * CLOSE and then holds both links open until it is killed;
  * two-links-frames answers it with a record of three frames, then its
- * CLOSE; for no-frag,
+ * CLOSE; two-links-first-frames makes the second link's first record
+ * two MSGs; for no-frag,
  * answered the big request UNDELIVERABLE -EMSGSIZE and the small one;
  * for silent, sent CLOSE 3 when we said nothing past our first record;
  * for version-2, sent its first record after our hello of max_version 2;
@@ -630,9 +631,34 @@ static void orderly_end(int fd, pm__pconn *pc, const char *attack)
     pm__pconn_free(pc);
 }
 
+/* One frame (header f, its length set here, payload p[0..len)) through
+ * pc's stage; what the stage's record cannot wait for is sent. */
+static void stage_frame(int fd, pm__pconn *pc, pm__frame_hdr *f, const void *p, size_t len)
+{
+    static unsigned char frame[PM__FRAME_HDR_SIZE + 65536];
+    if (len > 65536)
+        fail(3, "frame too long");
+    f->len = (uint32_t)len;
+    pm__frame_encode(f, frame);
+    memcpy(frame + PM__FRAME_HDR_SIZE, p, len);
+    int rc;
+    while ((rc = pm__pconn_stage(pc, frame, PM__FRAME_HDR_SIZE + len)) == -EAGAIN)
+        send_output(fd, pc); /* blocking: the supervisor reads all the time */
+    if (rc < 0)
+        fail(3, "stage a frame");
+}
+
+static void flush_frames(int fd, pm__pconn *pc)
+{
+    if (pm__pconn_flush_stage(pc) < 0)
+        fail(3, "seal the staged frames");
+    send_output(fd, pc);
+}
+
 static int eof_after_close;  /* two-links-eof */
 static int hold_after_close; /* two-links-open */
 static int frames_after_close; /* two-links-frames */
+static int first_frames_on_2;  /* two-links-first-frames */
 
 /* two-links (doc/protocol.md 2): we dial twice as the same host and
  * incarnation. The later link is closed before it is installed, with CLOSE
@@ -646,7 +672,28 @@ static void two_links(void)
     size_t npre = rest_len;
     memcpy(pre, rest, npre);
     fd2 = dial();
+    /* two-links-first-frames: the later link's first record is one of two
+     * MSGs to main, not a HEARTBEAT (message 3 captured again, so that
+     * honest drops the HEARTBEAT queued after it): the record its
+     * duplicate is found on, whose frames are discarded, and counted. */
+    if (first_frames_on_2) {
+        skip_first_heartbeat = 1;
+        third_len = 0;
+    }
     honest(fd2, &b);
+    if (first_frames_on_2) {
+        skip_first_heartbeat = 0;
+        for (int i = 0; i < 2; i++) {
+            pm__frame_hdr f;
+            memset(&f, 0, sizeof(f));
+            f.type = PM__FT_MSG;
+            f.dst = 0;
+            f.src = 10;
+            f.src_inc = 1;
+            stage_frame(fd2, &b, &f, "first", 5);
+        }
+        flush_frames(fd2, &b);
+    }
     /* two-links-frames: a record of three frames sealed now (the next
      * nonce), sent only once the supervisor's CLOSE is read, then what our
      * side queued meanwhile (its CLOSE answer last), so that the frames
@@ -767,29 +814,6 @@ static void pump_until(int fd, pm__pconn *pc, int (*done)(const pm__pconn *), co
     }
 }
 
-/* One frame (header f, its length set here, payload p[0..len)) through
- * pc's stage; what the stage's record cannot wait for is sent. */
-static void stage_frame(int fd, pm__pconn *pc, pm__frame_hdr *f, const void *p, size_t len)
-{
-    static unsigned char frame[PM__FRAME_HDR_SIZE + 65536];
-    if (len > 65536)
-        fail(3, "frame too long");
-    f->len = (uint32_t)len;
-    pm__frame_encode(f, frame);
-    memcpy(frame + PM__FRAME_HDR_SIZE, p, len);
-    int rc;
-    while ((rc = pm__pconn_stage(pc, frame, PM__FRAME_HDR_SIZE + len)) == -EAGAIN)
-        send_output(fd, pc); /* blocking: the supervisor reads all the time */
-    if (rc < 0)
-        fail(3, "stage a frame");
-}
-
-static void flush_frames(int fd, pm__pconn *pc)
-{
-    if (pm__pconn_flush_stage(pc) < 0)
-        fail(3, "seal the staged frames");
-    send_output(fd, pc);
-}
 
 /* window (doc/protocol.md 6, "Flow control"): we announce credits (bit
  * 0) and never send one. The supervisor's worker at port 10 streams MSGs
@@ -1203,7 +1227,7 @@ int main(int argc, char **argv)
                         "         forged-notices unknown-type heartbeat-1 zero-frame\n"
                         "         oversize-close bitflip-close close-junk-same close-junk-later\n"
                         "         first-frames close-first two-links two-links-eof two-links-open\n"
-                        "         two-links-frames no-frag silent\n"
+                        "         two-links-frames two-links-first-frames no-frag silent\n"
                         "         version-0 version-2\n"
                         "         window credit hold-64 close-full\n");
         return 2;
@@ -1319,10 +1343,12 @@ int main(int argc, char **argv)
     } else if (strcmp(attack, "hold-64") == 0) {
         hold_links();
     } else if (strcmp(attack, "two-links") == 0 || strcmp(attack, "two-links-eof") == 0 ||
-               strcmp(attack, "two-links-open") == 0 || strcmp(attack, "two-links-frames") == 0) {
+               strcmp(attack, "two-links-open") == 0 || strcmp(attack, "two-links-frames") == 0 ||
+               strcmp(attack, "two-links-first-frames") == 0) {
         eof_after_close = strcmp(attack, "two-links-eof") == 0;
         hold_after_close = strcmp(attack, "two-links-open") == 0;
         frames_after_close = strcmp(attack, "two-links-frames") == 0;
+        first_frames_on_2 = strcmp(attack, "two-links-first-frames") == 0;
         two_links();
     } else if (strcmp(attack, "no-frag") == 0) {
         caps_off = 0x2u; /* PM__PEER_CAP_FRAG: no large messages */
