@@ -15,6 +15,7 @@
 #include "helpers.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <poll.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -472,6 +473,85 @@ START_TEST(test_limit_pids)
     int msg[2];
     ck_assert_int_eq(read(tree_pipe[0], msg, sizeof(msg)), (ssize_t)sizeof(msg));
     ck_assert_msg(msg[0] < 8 && msg[1] == EAGAIN, "made %d children, errno %d", msg[0], msg[1]);
+    pm_cluster_terminate(c);
+}
+END_TEST
+
+/* test_limit_atfork_thread: an application's pthread_atfork child
+ * handler that starts a thread, which runs in a fork-mode worker before
+ * procmesh's own code does. */
+static void *atfork_sleeper(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static void atfork_start_thread(void)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, atfork_sleeper, NULL) == 0)
+        pthread_detach(t);
+}
+
+/* The text of path (a /proc cgroup file), NUL-terminated; 0 or -1. */
+static int read_small(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n < 0)
+        return -1;
+    buf[n] = '\0';
+    return 0;
+}
+
+/* Reports its thread count and whether every thread's cgroups (every
+ * hierarchy, v1 and v2: /proc/self/task/<tid>/cgroup) are its main
+ * thread's. */
+static int boot_threads_cgroup(pm_node *n, void *arg)
+{
+    worker_init();
+    (void)arg;
+    char main_cg[4096], cg[4096], path[300];
+    int threads = 0, same = read_small("/proc/self/cgroup", main_cg, sizeof(main_cg)) == 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        threads++;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/cgroup", e->d_name);
+        if (read_small(path, cg, sizeof(cg)) < 0 || strcmp(cg, main_cg) != 0)
+            same = 0;
+    }
+    if (d != NULL)
+        closedir(d);
+    int msg[2] = {threads, same};
+    return report_and_serve(n, msg, sizeof(msg));
+}
+
+START_TEST(test_limit_atfork_thread)
+{
+    /* A fork-mode worker with limits is two threads when procmesh joins
+     * it to its slot's cgroups: the second, an application's atfork
+     * handler's, must end up where the first does. On a hybrid host (the
+     * limits' controllers in v1 hierarchies) a lone thread joins through
+     * the tasks file, which moves that thread only; a child of more
+     * threads must join through cgroup.procs, or the handler's thread
+     * stays in the supervisor's pids and memory cgroups, outside the
+     * limits (spawn.c lone_thread). */
+    ck_assert_int_eq(pthread_atfork(NULL, NULL, atfork_start_thread), 0);
+    pm_options *o = reporter_opts(boot_threads_cgroup);
+    ck_assert_int_eq(pm_options_set_pids_max(o, 64), 0);
+    pm_cluster *c = spawn_free(o);
+    int msg[2];
+    ck_assert_int_eq(read(tree_pipe[0], msg, sizeof(msg)), (ssize_t)sizeof(msg));
+    ck_assert_msg(msg[0] >= 2, "the worker has %d thread(s): the atfork handler's did not start", msg[0]);
+    ck_assert_msg(msg[1] == 1, "a thread of the worker is in other cgroups than its main thread");
     pm_cluster_terminate(c);
 }
 END_TEST
@@ -2249,6 +2329,7 @@ int main(void)
     if (limits) {
         PM_ADD_TEST(s, test_limit_memory_oom, 0);
         PM_ADD_TEST(s, test_limit_pids, 0);
+        PM_ADD_TEST(s, test_limit_atfork_thread, 0);
     }
     if (cpu)
         PM_ADD_TEST(s, test_limit_cpu, 0);

@@ -30,14 +30,17 @@
  * controllers are bound to v1 hierarchies), the v2 tree still tracks and
  * kills the processes, and the limits are written in <own v1
  * cgroup>/procmesh.<pid>.<pidns>.<k>/slot<N> per controller, which each child
- * joins by a write (v1 has no CLONE_INTO_CGROUP) of "0" to its `tasks`
- * file, not `cgroup.procs`: that moves the writing thread alone, which is
- * the whole of a child that has one thread, and the kernel moves a single
- * thread without cgroup_threadgroup_rwsem (its "single thread migration"
- * path; on 6.18 this took the 10-20 ms grace-period waits off 6 % of
- * restarts with limits, stop 69). A kernel without that path takes the
- * lock for either file. v2 has no such way in: cgroup.threads moves a
- * thread only within its domain.
+ * joins by a write (v1 has no CLONE_INTO_CGROUP). A child that is one
+ * thread writes "0" to the `tasks` file, not `cgroup.procs`: a thread
+ * moving itself alone is moved without cgroup_threadgroup_rwsem (the
+ * kernel's "single thread migration" path; a pid written, or any write to
+ * cgroup.procs, takes it), which on 6.18 took the 10-22 ms grace-period
+ * waits off 6 % of the restarts with limits (stop 69). A child of more
+ * threads (an application's pthread_atfork handler can start one before
+ * the join) writes cgroup.procs, so that every thread is moved
+ * (spawn.c lone_thread; check_tree test_limit_atfork_thread). A kernel
+ * without that path takes the lock for either file. v2 has no such way
+ * in: cgroup.threads moves a thread only within its domain.
  *
  * The parsers at the top are pure; everything that touches cgroupfs takes
  * paths, so tests run it against a scratch directory tree.

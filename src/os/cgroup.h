@@ -47,7 +47,8 @@ typedef struct pm__cg_slot {
     int dir_fd;                  /* the current leaf: clone3(CLONE_INTO_CGROUP) */
     int procs_fd;                /* its cgroup.procs, written by the child when clone3 cannot */
     int events_fd;               /* cgroup.events: populated 0/1, pollable */
-    int v1_procs[PM__CG_NCTRL];  /* v1 controllers' `tasks` (a thread's join: cgroup.c), or -1 */
+    int v1_procs[PM__CG_NCTRL];  /* v1 controllers' cgroup.procs, or -1 */
+    int v1_tasks[PM__CG_NCTRL];  /* their tasks files: a lone thread's join (cgroup.c), or -1 */
     char oom_file[PM__CG_PATH];  /* memory.events (v2) or memory.oom_control (v1), or "" */
     long long oom_base;          /* oom_kill count when the incarnation started, -1 unknown */
     int killed;                  /* cgroup.kill was written: no clone3 into it (spawn.c) */
@@ -162,7 +163,7 @@ void pm__cg_slot_prepare(pm__cg_slot *s);
 
 /* The fds pm__cg_slot_release_copy closes, into fds (-1 where none), for
  * a caller that closes many slots' fds together (a fork child). */
-#define PM__CG_SLOT_NFDS (6 + PM__CG_NCTRL)
+#define PM__CG_SLOT_NFDS (6 + 2 * PM__CG_NCTRL)
 void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS]);
 /* Ends and removes the slot's cgroup. errno kept. */
 void pm__cg_slot_close(const pm__cg_root *r, pm__cg_slot *s);

@@ -303,7 +303,7 @@ void pm__cg_slot_zero(pm__cg_slot *s)
     s->dir_fd = s->procs_fd = s->events_fd = s->standby_procs_fd = -1;
     s->standby_leaf.dir_fd = s->standby_leaf.procs_fd = s->standby_leaf.events_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
-        s->v1_procs[i] = -1;
+        s->v1_procs[i] = s->v1_tasks[i] = -1;
     s->oom_base = -1;
 }
 
@@ -317,8 +317,10 @@ PM__READY_TEXT void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NF
     fds[k++] = s->standby_leaf.dir_fd;
     fds[k++] = s->standby_leaf.procs_fd;
     fds[k++] = s->standby_leaf.events_fd;
-    for (int i = 0; i < PM__CG_NCTRL; i++)
+    for (int i = 0; i < PM__CG_NCTRL; i++) {
         fds[k++] = s->v1_procs[i];
+        fds[k++] = s->v1_tasks[i];
+    }
 }
 
 void pm__cg_slot_release_copy(const pm__cg_slot *s)
@@ -337,7 +339,7 @@ void pm__cg_slot_close_fds(pm__cg_slot *s)
     s->dir_fd = s->procs_fd = s->events_fd = s->standby_procs_fd = -1;
     s->standby_leaf.dir_fd = s->standby_leaf.procs_fd = s->standby_leaf.events_fd = -1;
     for (int i = 0; i < PM__CG_NCTRL; i++)
-        s->v1_procs[i] = -1;
+        s->v1_procs[i] = s->v1_tasks[i] = -1;
 }
 
 static long long oom_count(const pm__cg_slot *s);
@@ -366,10 +368,10 @@ static int slot_limit(const pm__cg_root *r, unsigned index, const pm__cg_limits 
     if ((rc = write_limit(dir, i, 0, lim)) < 0)
         return rc;
     *what = "open";
-    /* tasks, not cgroup.procs: a single-threaded child's join without the
-     * kernel's global lock (cgroup.c); a standby moved by pid
-     * (pm__cg_slot_move) is single-threaded too, before its go. */
-    if ((rc = s->v1_procs[i] = open_in(dir, "tasks", O_WRONLY)) < 0)
+    /* tasks beside cgroup.procs: a child that is one thread joins by
+     * moving that thread, without the kernel's global lock (cgroup.c). */
+    if ((rc = s->v1_procs[i] = open_in(dir, "cgroup.procs", O_WRONLY)) < 0 ||
+        (rc = s->v1_tasks[i] = open_in(dir, "tasks", O_WRONLY)) < 0)
         return rc;
     if (i == PM__CG_MEMORY)
         if (snprintf(s->oom_file, sizeof(s->oom_file), "%s/memory.oom_control", dir) >=
