@@ -1295,14 +1295,15 @@ START_TEST(test_output_queue_exact_fill)
     side a, b;
     pair_up_emptied(&a, &b);
     const size_t hb = PM__REC_HDR + PM__REC_MIN_CT; /* a heartbeat's record */
-    size_t records = fill_leaving(&a, hb);
+    /* Full means full but for the CLOSE's room, which only a CLOSE takes. */
+    size_t records = fill_leaving(&a, hb + PM__PCONN_CLOSE_ROOM);
     size_t before = a.c.out_len - a.c.out_off;
     ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0);
     ck_assert_msg(a.c.out_len - a.c.out_off == before + hb,
                   "the heartbeat that fills the queue exactly was not queued (%zu of %zu)",
                   a.c.out_len - a.c.out_off, (size_t)PM__PCONN_OUT_CAP);
     ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0); /* full: dropped, not an error */
-    ck_assert_uint_eq(a.c.out_len - a.c.out_off, PM__PCONN_OUT_CAP);
+    ck_assert_uint_eq(out_left(&a), PM__PCONN_CLOSE_ROOM);
     pump(&a, &b);
     ck_assert(!a.dead && !b.dead);
     ck_assert_uint_eq(b.nframes, records);
@@ -1378,14 +1379,14 @@ START_TEST(test_stage_rules)
     ck_assert_uint_eq(b.c.frame_records_in, a.c.frame_records_out);
     /* The reservation: room for exactly one record of a 1,000-byte frame. */
     size_t w = pm__rec_wire_size(1 + PM__REC_FRAME_HDR + 1000);
-    fill_leaving(&a, w);
+    fill_leaving(&a, w + PM__PCONN_CLOSE_ROOM);
     ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, 1000), 0);
     ck_assert_int_eq(pm__pconn_flush_stage(&a.c), 0);
-    ck_assert_uint_eq(out_left(&a), 0);
+    ck_assert_uint_eq(out_left(&a), PM__PCONN_CLOSE_ROOM); /* the CLOSE's, untouched */
     ck_assert_int_eq(a.c.state, PM__PC_UP);
     pump(&a, &b);
     /* A byte less: refused, nothing staged, the link up. */
-    fill_leaving(&a, w - 1);
+    fill_leaving(&a, w - 1 + PM__PCONN_CLOSE_ROOM);
     ck_assert_int_eq(pm__pconn_stage(&a.c, big_frame, 1000), -EAGAIN);
     ck_assert_uint_eq(a.c.stage_n, 0);
     ck_assert_int_eq(a.c.state, PM__PC_UP);
@@ -1593,9 +1594,10 @@ END_TEST
 
 /* pm__pconn_close at the edges: during the handshake (no record state
  * yet: no CLOSE record, the handshake's own bytes stay as they were), and
- * with the output queue full to its last byte (no room for the CLOSE: the
- * peer sees the stream end, the link is dead, nothing is written past the
- * queue). Control records count towards the rekey (records_since_rekey),
+ * with the output queue as full as any other record can make it: the room
+ * left is the CLOSE's (PM__PCONN_CLOSE_ROOM), the CLOSE takes it to the
+ * queue's last byte and the peer reads it after everything queued
+ * (doc/protocol.md 7), nothing written past the queue. Control records count towards the rekey (records_since_rekey),
  * a REKEY starts the count again. */
 START_TEST(test_close_edges)
 {
@@ -1619,14 +1621,17 @@ START_TEST(test_close_edges)
     ck_assert_uint_eq(a.c.records_since_rekey, 0);
     pump(&a, &b);
     ck_assert(!a.dead && !b.dead);
-    fill_leaving(&a, 0);
-    ck_assert_uint_eq(out_left(&a), 0);
+    size_t records = fill_leaving(&a, PM__PCONN_CLOSE_ROOM);
+    ck_assert_int_eq(pm__pconn_heartbeat(&a.c), 0); /* no room but the CLOSE's: dropped */
+    ck_assert_uint_eq(out_left(&a), PM__PCONN_CLOSE_ROOM);
     pm__pconn_close(&a.c, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
     ck_assert_int_eq(a.c.state, PM__PC_DEAD);
     ck_assert(a.c.close_sent);
     ck_assert_uint_eq(a.c.out_len - a.c.out_off, PM__PCONN_OUT_CAP);
     pump(&a, &b);
-    ck_assert(!b.c.close_received);
+    ck_assert_uint_eq(b.nframes, records);
+    ck_assert(b.c.close_received);
+    ck_assert_uint_eq(b.c.close_reason, PM__REC_CLOSE_SHUTDOWN);
     side_free(&a);
     side_free(&b);
 }
@@ -1639,7 +1644,7 @@ START_TEST(test_ping_room)
 {
     side a, b;
     pair_up_emptied(&a, &b);
-    fill_leaving(&a, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY - 1);
+    fill_leaving(&a, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY - 1 + PM__PCONN_CLOSE_ROOM);
     size_t before = a.c.out_len - a.c.out_off;
     ck_assert_int_eq(pm__pconn_ping(&a.c, 5), 0);
     ck_assert_uint_eq(a.c.out_len - a.c.out_off, before);
@@ -1660,7 +1665,7 @@ START_TEST(test_pong_room)
     side a, b;
     pair_up_emptied(&a, &b);
     ck_assert_int_eq(pm__pconn_ping(&a.c, 7), 0);
-    fill_leaving(&b, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY - 1);
+    fill_leaving(&b, PM__REC_HDR + PM__REC_MIN_CT + PM__REC_ECHO_BODY - 1 + PM__PCONN_CLOSE_ROOM);
     size_t before = b.c.out_len - b.c.out_off;
     ck_assert(move(&a, &b)); /* the PING: no room for the PONG */
     ck_assert(!b.dead);

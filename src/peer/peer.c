@@ -170,8 +170,9 @@ int pm__pconn_stage(pm__pconn *c, const void *frame, size_t len)
             return rc;
     }
     /* The room of the stage's record with this frame, reserved now: a
-     * frame once taken must never meet a full queue when it is sealed. */
-    if (out_free(c) < pm__rec_wire_size(stage_plain(c->stage_n + 1, c->stage_len + len))) {
+     * frame once taken must never meet a full queue when it is sealed;
+     * and the CLOSE's room beyond it. */
+    if (out_free(c) < pm__rec_wire_size(stage_plain(c->stage_n + 1, c->stage_len + len)) + PM__PCONN_CLOSE_ROOM) {
         if ((rc = pm__pconn_flush_stage(c)) < 0)
             return rc;
         return -EAGAIN;
@@ -220,7 +221,9 @@ static int send_control(pm__pconn *c, int kind, uint64_t stamp)
         return -ENOTCONN;
     size_t cap, len;
     int echo = kind == CTL_PING || kind == CTL_PONG;
-    unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + (echo ? PM__REC_ECHO_BODY : 0), &cap);
+    /* The CLOSE's room stays free (PM__PCONN_CLOSE_ROOM). */
+    unsigned char *p =
+        out_room(c, PM__REC_HDR + PM__REC_MIN_CT + (echo ? PM__REC_ECHO_BODY : 0) + PM__PCONN_CLOSE_ROOM, &cap);
     if (p == NULL)
         return 1;
     int rc;
@@ -287,8 +290,9 @@ void pm__pconn_close(pm__pconn *c, uint16_t reason, int fail)
         /* Staged frames go out before the CLOSE, as queued ones do (best
          * effort: their requests are answered by the link's end anyway). */
         (void)stage_seal(c);
-        unsigned char *p = out_room(c, PM__REC_HDR + PM__REC_MIN_CT + 2, &cap);
-        /* A courtesy: when the queue is full the peer sees truncation. */
+        /* Its room was left by every record before it
+         * (PM__PCONN_CLOSE_ROOM): the CLOSE follows all of them. */
+        unsigned char *p = out_room(c, PM__PCONN_CLOSE_ROOM, &cap);
         if (p != NULL && pm__rec_seal_close(c->rec, reason, p, cap, &n) == 0)
             c->out_len += n;
         c->close_sent = 1;

@@ -46,6 +46,11 @@
 #define PM__PEER_IDLE_MAX_MS 600000u
 #define PM__PCONN_HS_MAX (PM__PEER_PREAMBLE_MAX + 4u + PM__PEER_HS_MSG_MAX)
 #define PM__PCONN_OUT_CAP ((size_t)2 * PM__REC_WIRE_MAX)
+/* The room a CLOSE record takes in the output queue (a 2-byte body).
+ * Every other record leaves it free (pm__pconn_stage's reservation, the
+ * control records), so that an orderly end's CLOSE always goes out after
+ * everything queued before it (doc/protocol.md 7). */
+#define PM__PCONN_CLOSE_ROOM (PM__REC_HDR + PM__REC_MIN_CT + 2u)
 /* The staging area of one link (pm__pconn_stage): frames gathered during a
  * loop turn and sealed as one FRAMES record. Any frame fits an empty stage;
  * the frame count bounds the iovec table sealing walks. */
