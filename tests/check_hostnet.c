@@ -297,15 +297,11 @@ static void attack_err(pm_cluster *c, const char *name, int why)
                   (unsigned long long)lingered);
 }
 
-/* Holds off the deadline of every connection of c that lingers: only what
- * its peer does can end the wait then. 0, for PM_RUN_UNTIL's condition. */
-static int hold_lingers(pm_cluster *c)
-{
-    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
-        if (c->mesh->conns[j].fd >= 0 && c->mesh->conns[j].lingering)
-            c->mesh->conns[j].deadline_ms = UINT64_MAX;
-    return 0;
-}
+/* The linger bound of the tests whose waits must end by what the peer
+ * does: with the peer timeout of start_a(30000), a 30 s deadline, longer
+ * than any step of theirs takes, so only a wait that the peer cannot end
+ * (a fault) reaches it, and is counted expired. */
+#define LONG_LINGER_MS 60000u
 
 static unsigned lingering_now(pm_cluster *c)
 {
@@ -435,6 +431,7 @@ START_TEST(test_two_links_one_initiator)
      * checks main's answer over it after the close) and ends as our peer's
      * own CLOSE, counted `closed`. */
     pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
     uint64_t local0 = pm__mesh_fails(c->mesh, PM__PF_LOCAL);
     uint64_t closed0 = pm__mesh_fails(c->mesh, PM__PF_CLOSED);
     unsigned ups = peer_events.ups, downs = peer_events.downs, refused0 = refused_events;
@@ -460,21 +457,24 @@ START_TEST(test_linger_ends_at_end_of_stream)
     /* doc/protocol.md 7: after its CLOSE a side waits for the peer's CLOSE
      * or the end of its stream. The later of two links (as above) gets our
      * CLOSE 0 and lingers; pm-bad-peer answers with the end of its stream
-     * alone. With the deadline held off, only that end can finish the
+     * alone. With the deadline out of reach, only that end can finish the
      * wait: it is read as an end (mesh_conn.c's linger loop, `r > 0`: a
      * read of 0 taken as bytes would wait on), and nothing expires. */
     pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
     uint64_t lingered0 = c->mesh->lingered, expired0 = c->mesh->linger_expired;
     uint64_t answered0 = c->mesh->closes_answered;
     pid_t pid = bad_peer("two-links-eof", "b");
     int status = 0;
-    PM_RUN_UNTIL(c, hold_lingers(c) || exited(pid, &status), 90000);
+    PM_RUN_UNTIL(c, exited(pid, &status), 90000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "pm-bad-peer two-links-eof: exit status 0x%x (1: not closed, 3: setup)", status);
     PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0 && lingering_now(c) == 0, 10000);
-    ck_assert_uint_ge(c->mesh->lingered, lingered0 + 1);
+    /* The later link's wait, and the first link's end (pm-bad-peer's
+     * CLOSE, answered by ours). */
+    ck_assert_uint_eq(c->mesh->lingered, lingered0 + 2);
     ck_assert_uint_eq(c->mesh->linger_expired, expired0);
-    ck_assert_uint_eq(c->mesh->closes_answered, answered0); /* no CLOSE came */
+    ck_assert_uint_eq(c->mesh->closes_answered, answered0); /* no CLOSE came after ours */
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -483,20 +483,24 @@ START_TEST(test_linger_ends_at_close_answer)
 {
     /* The same wait ended by the peer's CLOSE alone: pm-bad-peer answers
      * our CLOSE of the later link with its own and keeps its stream open
-     * (until the test kills it). With the deadline held off, its CLOSE is
-     * what ends the wait (mesh_conn.c's linger loop, `rc != 0`): counted
+     * (until the test kills it). With the deadline out of reach, its CLOSE
+     * is what ends the wait (mesh_conn.c's linger loop, `rc != 0`): counted
      * answered, nothing expired. */
     pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
     uint64_t lingered0 = c->mesh->lingered, expired0 = c->mesh->linger_expired;
     uint64_t answered0 = c->mesh->closes_answered;
     pid_t pid = bad_peer("two-links-open", "b");
-    PM_RUN_UNTIL(c, hold_lingers(c) || (c->mesh->closes_answered > answered0 && lingering_now(c) == 0), 60000);
+    int status = 0;
+    PM_RUN_UNTIL(c, (c->mesh->closes_answered > answered0 && lingering_now(c) == 0) || exited(pid, &status),
+                 60000);
+    if (reaped != pid)
+        kill(pid, SIGKILL); /* not once reaped: its pid may be another's */
+    PM_RUN_UNTIL(c, exited(pid, &status), 10000);
+    ck_assert_msg(WIFSIGNALED(status), "pm-bad-peer two-links-open ended by itself: exit status 0x%x", status);
     ck_assert_uint_eq(c->mesh->lingered, lingered0 + 1);
     ck_assert_uint_eq(c->mesh->closes_answered, answered0 + 1);
     ck_assert_uint_eq(c->mesh->linger_expired, expired0);
-    kill(pid, SIGKILL);
-    int status = 0;
-    PM_RUN_UNTIL(c, exited(pid, &status), 10000);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
 }
 END_TEST
@@ -508,6 +512,7 @@ START_TEST(test_linger_counts_frames_after_close)
      * later link with a record of three frames, then its CLOSE and the end
      * of its stream. */
     pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
     uint64_t discarded0 = c->mesh->linger_discarded, answered0 = c->mesh->closes_answered;
     uint64_t expired0 = c->mesh->linger_expired;
     pid_t pid = bad_peer("two-links-frames", "b");
@@ -731,10 +736,11 @@ START_TEST(test_linger_writes_its_queue_out)
      * nothing; once the link's output queue holds some (the kernel's
      * buffers made small on both ends), pm-bad-peer sends its CLOSE and
      * then reads: every queued frame, our CLOSE, the end. The deadline is
-     * held off: only the writing out can end the wait. */
+     * out of reach: only the writing out can end the wait. */
     stream_len = 60000;
     bootstrap = streamer;
     pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
     uint64_t expired0 = c->mesh->linger_expired;
     pid_t pid = bad_peer("close-full", "b");
     int status = 0;
@@ -747,7 +753,7 @@ START_TEST(test_linger_writes_its_queue_out)
     PM_RUN_UNTIL(c, sent || (sent = pm_cluster_send(c, &w, "go", 2) == 0), 10000);
     PM_RUN_UNTIL(c, link_output(c, 0) > 0 && pm_test_slot_blocked_on(c, 0) == PM__BLOCKED_LINK, 30000);
     ck_assert_int_eq(kill(pid, SIGUSR1), 0);
-    PM_RUN_UNTIL(c, hold_lingers(c) || exited(pid, &status), 60000);
+    PM_RUN_UNTIL(c, exited(pid, &status), 60000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "pm-bad-peer close-full: exit status 0x%x (1: our queue or our CLOSE did not reach it)",
                   status);
@@ -1890,10 +1896,10 @@ int main(void)
     PM_ADD_TEST(s, test_bytes_after_close_ignored, 60);
     PM_ADD_TEST(s, test_first_record_frames_delivered, 60);
     PM_ADD_TEST(s, test_two_links_one_initiator, 120);
-    PM_ADD_TEST(s, test_linger_ends_at_end_of_stream, 120);
+    PM_ADD_TEST(s, test_linger_ends_at_end_of_stream, 240);
     PM_ADD_TEST(s, test_linger_ends_at_close_answer, 120);
-    PM_ADD_TEST(s, test_linger_counts_frames_after_close, 120);
-    PM_ADD_TEST(s, test_linger_writes_its_queue_out, 120);
+    PM_ADD_TEST(s, test_linger_counts_frames_after_close, 240);
+    PM_ADD_TEST(s, test_linger_writes_its_queue_out, 240);
     PM_ADD_TEST(s, test_no_frag_reply_refused, 120);
     PM_ADD_TEST(s, test_flood_1000, 240);
     PM_ADD_TEST(s, test_accept_out_of_fds, 120);

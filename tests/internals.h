@@ -601,6 +601,14 @@ static inline void pm_test_link_batch(const pm_cluster *c, uint64_t *frames, uin
     }
 }
 
+/* The linger's bound (min(peer timeout, this), 1 s by default) made ms:
+ * a test that sets it longer than any of its waits decides a linger's end
+ * by what the peer does, never by the deadline. */
+static inline void pm_test_mesh_set_linger_ms(pm__mesh *m, uint64_t ms)
+{
+    m->linger_ms = ms;
+}
+
 /* Orderly ends (doc/protocol.md 7): connections that lingered after our
  * CLOSE, whose peer answered it with its own CLOSE, whose wait ended at the
  * deadline, frames discarded after our CLOSE, and connections lingering now. */

@@ -728,8 +728,12 @@ static void two_links(void)
     /* two-links-open: our CLOSE answered it (pump sent it) and our stream
      * stays open, both links too, until we are killed: the supervisor's
      * wait must end at our CLOSE alone. */
-    while (hold_after_close)
-        pause();
+    for (uint64_t end = now_ms() + WAIT_MS; hold_after_close;) {
+        if (now_ms() >= end)
+            fail(1, "two-links-open: not killed within WAIT_MS");
+        struct timespec t = {0, 20 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
     if (frames_after_close) {
         send_all(fd2, frames, nframes);
         send_output(fd2, &b);
@@ -915,7 +919,9 @@ static void close_full(void)
     honest(fd, &pc);
     /* A flag set by the handler, looked at between short sleeps: the
      * order of events decides, not how long the sleeps are. */
-    while (!close_now) {
+    for (uint64_t end = now_ms() + WAIT_MS; !close_now;) {
+        if (now_ms() >= end)
+            fail(1, "close-full: no SIGUSR1 within WAIT_MS");
         struct timespec t = {0, 5 * 1000 * 1000};
         nanosleep(&t, NULL);
     }

@@ -235,6 +235,7 @@ static pm__mesh *mesh_new(const pm__mesh_env *env)
         return NULL;
     m->lfd = -1;
     m->reserve_fd = -1;
+    m->linger_ms = PM__MESH_LINGER_MS;
     for (unsigned j = 0; j < PM__MESH_CONNS; j++)
         m->conns[j].fd = -1;
     for (size_t i = 0; i < MESH_TARGETS; i++)

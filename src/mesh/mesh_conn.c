@@ -253,7 +253,7 @@ void pm__mesh_conn_close(pm__mesh *m, pm__mesh_conn *k)
     k->lingering = 1;
     /* The peer's CLOSE started it: ours answers it, nothing more to read. */
     k->linger_done = k->pc.close_received;
-    k->deadline_ms = pm__now_ms() + (wait < PM__MESH_LINGER_MS ? wait : PM__MESH_LINGER_MS);
+    k->deadline_ms = pm__now_ms() + (wait < m->linger_ms ? wait : m->linger_ms);
     m->lingered++;
     if (pm__mesh_conn_linger(m, k)) {
         pm__mesh_conn_release(m, k);

@@ -99,6 +99,10 @@ struct pm__mesh {
      * whose peer answered with its CLOSE, whose deadline ended the wait,
      * and the frames that arrived after our CLOSE (discarded). */
     uint64_t lingered, closes_answered, linger_expired, linger_discarded;
+    /* The linger's bound beside the peer timeout: PM__MESH_LINGER_MS, set
+     * by mesh_new (a test makes it long, so that only what the peer does
+     * can end a wait: internals.h pm_test_mesh_set_linger_ms). */
+    uint64_t linger_ms;
 };
 
 /* The --peers-dns address target i stands for, or NULL (a configured peer). */
