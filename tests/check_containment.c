@@ -288,7 +288,8 @@ START_TEST(test_containment_fork_restart)
      * nothing of the incarnation it replaces: not its memfd, doorbells or
      * socket, not its mapping. _i 1: among 12 slots whose other channels
      * pretend to have been copied by the fork (nofork 0), so that its
-     * drop plan lists some 24 mappings (its list starts at 8 and grows). */
+     * drop plan lists some 24 mappings (its list starts at 8 and grows), and
+ * with the loop's rings copied too (pm__loop_fork_rings). */
     unsigned workers = _i ? 12 : 1;
     int p[2];
     ck_assert_int_eq(pipe(p), 0);
@@ -309,6 +310,9 @@ START_TEST(test_containment_fork_restart)
     if (_i) {
         PM_RUN_UNTIL(c, pm_test_successors_made(c), 20000);
         pm_test_pretend_copied(c, 0, 1);
+        /* The loop's rings copied too, as where MADV_DONTFORK is refused:
+         * the replacement must unmap them itself (forkdrop.c). */
+        ck_assert_int_eq(pm__loop_fork_rings(c->loop), 0);
     }
     pm_slot_info si;
     ck_assert_int_eq(pm_cluster_slot_info(c, 0, &si), 0);
@@ -333,6 +337,7 @@ START_TEST(test_containment_fork_restart)
     ck_assert_msg(strstr(r[0].maps, "procmesh-slot0-inc2") != NULL &&
                       strstr(r[0].maps, "procmesh-slot0-inc1") == NULL,
                   "the replacement's mappings: %s", r[0].maps);
+    ck_assert_msg(strstr(r[0].maps, "io_uring") == NULL, "the replacement maps the loop's rings: %s", r[0].maps);
     pm_test_pretend_copied(c, 0, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     close(p[0]);

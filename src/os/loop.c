@@ -76,8 +76,8 @@ static int ring_dontfork(const struct io_uring *r)
     size_t len[3];
     int n = ring_maps(r, at, len);
     for (int i = 0; i < n; i++)
-        if (madvise(at[i], len[i], MADV_DONTFORK) != 0)
-            return 0;
+        if (len[i] == 0 || madvise(at[i], len[i], MADV_DONTFORK) != 0)
+            return 0; /* a length of 0 would be a liburing we misread */
     return 1;
 }
 
@@ -151,10 +151,26 @@ void pm__loop_fini(pm__loop *l)
 
 PM__READY_TEXT void pm__loop_forget(pm__loop *l)
 {
-    /* In a forked child the ring's memory is a MAP_SHARED mapping of the
-     * parent's instance; io_uring_queue_exit only unmaps and closes our
-     * references, which is exactly what the child must do. */
+    /* In a forked child the ring's memory, where it was not DONTFORK
+     * (ring_dontfork), is a MAP_SHARED mapping of the parent's instance;
+     * io_uring_queue_exit only unmaps and closes our references, which is
+     * exactly what the child must do (an unmap of a range the child was
+     * not given is harmless). */
     loop_close(l);
+}
+
+int pm__loop_fork_rings(pm__loop *l)
+{
+    if (l->head.backend != PM__LOOP_URING)
+        return 0;
+    void *at[3];
+    size_t len[3];
+    int n = ring_maps(&l->ring, at, len);
+    for (int i = 0; i < n; i++)
+        if (madvise(at[i], len[i], MADV_DOFORK) != 0)
+            return -errno;
+    l->nofork = 0;
+    return 0;
 }
 
 PM__READY_TEXT int pm__loop_child_drop(const pm__loop *l, int *fd, void *at[2], size_t len[2])

@@ -114,5 +114,9 @@ void pm__loop_forget(pm__loop *l);
  * copy-on-write with the supervisor, so it must not use the loop
  * afterwards. Pure: no system call. */
 int pm__loop_child_drop(const pm__loop *l, int *fd, void *at[2], size_t len[2]);
+/* For the tests: undoes pm__loop_init's MADV_DONTFORK on the rings, so
+ * that the next fork copies them and its child unmaps them, as where the
+ * kernel refused the madvise (check_containment). 0 or -errno. */
+int pm__loop_fork_rings(pm__loop *l);
 
 #endif /* PM_LOOP_H */

@@ -150,8 +150,9 @@ static void plan_slot(pm__forkdrop *d, const pm__slot *t, const pm__channel *own
 
 /* The supervisor's own fds (among the first made: in the same runs as the
  * slots'), the channels of incarnations not yet buried, and the loop's fd
- * and rings (pm__loop_child_drop; where the rings are mapped apart, the
- * child forgets the loop instead). */
+ * and rings (pm__loop_child_drop: none where the rings are DONTFORK; where
+ * they are mapped apart and not DONTFORK, the child forgets the loop
+ * instead). */
 static void plan_own(pm__forkdrop *d, const pm_cluster *c)
 {
     plan_fd(d, c->sigfd);

@@ -19,7 +19,7 @@ typedef struct pm__forkdrop {
         size_t len;
     } *maps;
     size_t nmaps, maps_cap;
-    int loop_forget;    /* the loop's rings are mapped apart: pm__loop_forget */
+    int loop_forget;    /* the loop's rings are mapped apart and not DONTFORK: pm__loop_forget */
     int hub_ports;      /* some port holds queued frames: the child wipes the ports */
     int failed;         /* no memory for the plan */
 } pm__forkdrop;
