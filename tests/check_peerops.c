@@ -1213,6 +1213,55 @@ START_TEST(test_rekey_under_traffic)
 }
 END_TEST
 
+/* The linked connection of a's mesh (the first), or NULL. */
+static const pm__mesh_conn *linked_conn(const pm_cluster *a)
+{
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        if (a->mesh->conns[j].fd >= 0 && a->mesh->conns[j].linked)
+            return &a->mesh->conns[j];
+    return NULL;
+}
+
+START_TEST(test_rtt_from_echoes_only)
+{
+    /* pm_peer_info.rtt_us is the round trip of the last heartbeat echo
+     * (procmesh.h): it changes when a PONG comes back, and only then. a
+     * waits for a first one, then asks b's echo worker request after
+     * request (each a read of the link); over every request during which
+     * no PONG came, the RTT a reports stays what it was, exactly
+     * (mesh_conn.c's read: the echo counted seen, the RTT taken from a new
+     * one only). */
+    pid_t b;
+    pm_cluster *a = start_pair(&b);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 20000);
+    pm_peer_info info;
+    PM_RUN_UNTIL(a, pm_cluster_peers(a, &info, 1) == 1 && info.rtt_us >= 0, 20000);
+    pm_address to;
+    ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
+    unsigned quiet = 0; /* requests answered with no PONG in between */
+    for (int i = 0; i < 400 && quiet < 20; i++) {
+        const pm__mesh_conn *k = linked_conn(a);
+        ck_assert_ptr_nonnull(k);
+        uint64_t pongs = k->pc.pongs;
+        ck_assert_int_eq(pm_cluster_peers(a, &info, 1), 1);
+        int64_t rtt = info.rtt_us;
+        unsigned before = probe_done;
+        ck_assert_int_gt(pm_cluster_request(a, &to, "p", 1, 5000, on_probe, NULL), 0);
+        PM_RUN_UNTIL(a, probe_done > before, 10000);
+        k = linked_conn(a);
+        ck_assert_ptr_nonnull(k);
+        ck_assert_int_eq(pm_cluster_peers(a, &info, 1), 1);
+        if (probe_rc != 0 || k->pc.pongs != pongs)
+            continue; /* b's worker not up yet, or a PONG came: the RTT may move */
+        quiet++;
+        ck_assert_msg(info.rtt_us == rtt, "the RTT moved from %lld to %lld us with no echo between",
+                      (long long)rtt, (long long)info.rtt_us);
+    }
+    ck_assert_uint_ge(quiet, 20);
+    pm_test_end_hosts(a, b);
+}
+END_TEST
+
 /* -------------------------------------------------------- the orderly end */
 
 typedef struct close_stats {
@@ -1292,6 +1341,7 @@ int main(void)
     PM_ADD_TEST(s, test_rekey_under_traffic, 120);
     PM_ADD_TEST(s, test_rekey_default_bounds, 60);
     PM_ADD_TEST(s, test_records_per_link, 60);
+    PM_ADD_TEST(s, test_rtt_from_echoes_only, 90);
     PM_ADD_TEST(s, test_orderly_close, 60);
     PM_ADD_TEST(s, test_orderly_close_silent_peer, 60);
     return pm_test_main(s);
