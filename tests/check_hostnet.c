@@ -763,6 +763,36 @@ START_TEST(test_linger_writes_its_queue_out)
 }
 END_TEST
 
+START_TEST(test_lingering_link_is_no_link)
+{
+    /* A connection that lingers after our CLOSE is no link any more: host
+     * b, whose link we close in order (pm_test_mesh_close) and which
+     * holds that connection open without answering, dials again with
+     * the same incarnation. The new link comes up and carries main's
+     * answer (pm-bad-peer checks it); the lingering one, its host
+     * still recorded, is not the host's live link (mesh_conn.c conn_up
+     * compares linked connections only). The linger then ends at b's
+     * end of stream, none at its deadline. */
+    pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
+    unsigned ups = peer_events.ups;
+    uint64_t expired0 = c->mesh->linger_expired;
+    pid_t pid = bad_peer("relink", "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
+    ck_assert_msg(pm_test_mesh_links_up(c->mesh) == 1, "no link: pm-bad-peer exit status 0x%x", status);
+    pm_test_mesh_close(c->mesh);
+    PM_RUN_UNTIL(c, exited(pid, &status), 90000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "pm-bad-peer relink: exit status 0x%x (1: the second link did not carry main's answer)",
+                  status);
+    PM_RUN_UNTIL(c, lingering_now(c) == 0 && pm_test_mesh_links_up(c->mesh) == 0, 10000);
+    ck_assert_uint_eq(peer_events.ups, ups + 2);
+    ck_assert_uint_eq(c->mesh->linger_expired, expired0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 START_TEST(test_credit_exact)
 {
     /* doc/protocol.md 6, "Flow control": a receiver sends what it owes
@@ -1900,6 +1930,7 @@ int main(void)
     PM_ADD_TEST(s, test_linger_ends_at_close_answer, 120);
     PM_ADD_TEST(s, test_linger_counts_frames_after_close, 240);
     PM_ADD_TEST(s, test_linger_writes_its_queue_out, 240);
+    PM_ADD_TEST(s, test_lingering_link_is_no_link, 240);
     PM_ADD_TEST(s, test_no_frag_reply_refused, 120);
     PM_ADD_TEST(s, test_flood_1000, 240);
     PM_ADD_TEST(s, test_accept_out_of_fds, 120);

@@ -51,7 +51,9 @@
  * for window, let exactly one window of its worker's frames out before
  * main's and more after our CREDIT; for credit, sent its CREDITs at 128
  * frames and at 512 KiB exactly; for close-full, once SIGUSR1 came and
- * our CLOSE went, sent every frame it had queued, then its CLOSE);
+ * our CLOSE went, sent every frame it had queued, then its CLOSE; for
+ * relink, brought up and answered over a second link of ours while the
+ * first, closed by it, lingered);
  * hold-64 never exits by itself;
  * 1 it did
  * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
@@ -747,6 +749,34 @@ static void two_links(void)
     orderly_end(fd1, &a, "two-links");
 }
 
+/* relink: our link gets the supervisor's CLOSE (the test closes its
+ * links), which we neither answer nor end: that connection lingers on
+ * its side, still ours here. We dial again as the same host and
+ * incarnation: the new link must come up and carry a request (a
+ * lingering connection is no link any more), then ends in order. */
+static void relink(void)
+{
+    int fd1 = dial(), fd2;
+    pm__pconn a, b;
+    honest(fd1, &a);
+    mute_all = 1;
+    (void)pump(fd1, &a, 0, rest, rest_len);
+    mute_all = 0;
+    if (!a.close_received)
+        fail(1, "relink: the first link got no CLOSE");
+    fd2 = dial();
+    honest(fd2, &b);
+    unsigned char pre[sizeof(rest)];
+    size_t npre = rest_len;
+    memcpy(pre, rest, npre);
+    pm__frame_hdr h = ask(fd2, &b, 0, 78, "ping", pre, npre);
+    if (h.type != PM__FT_REPLY)
+        fail(1, "relink: the second link's request was not answered by main");
+    orderly_end(fd2, &b, "relink");
+    close(fd1); /* the first one's end of stream, only now */
+    pm__pconn_free(&a);
+}
+
 /* no-frag: our hello leaves out capability bit 1 (no large messages). A
  * request ("big") to the worker at port 10, which answers it with more
  * than PM_MAX_PAYLOAD: the answer is UNDELIVERABLE -EMSGSIZE from the
@@ -1235,7 +1265,7 @@ int main(int argc, char **argv)
                         "         first-frames close-first two-links two-links-eof two-links-open\n"
                         "         two-links-frames two-links-first-frames no-frag silent\n"
                         "         version-0 version-2\n"
-                        "         window credit hold-64 close-full\n");
+                        "         window credit hold-64 close-full relink\n");
         return 2;
     }
     port = atoi(argv[1]);
@@ -1346,6 +1376,8 @@ int main(int argc, char **argv)
         credit();
     } else if (strcmp(attack, "close-full") == 0) {
         close_full();
+    } else if (strcmp(attack, "relink") == 0) {
+        relink();
     } else if (strcmp(attack, "hold-64") == 0) {
         hold_links();
     } else if (strcmp(attack, "two-links") == 0 || strcmp(attack, "two-links-eof") == 0 ||
