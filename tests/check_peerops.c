@@ -1213,6 +1213,26 @@ START_TEST(test_rekey_under_traffic)
 }
 END_TEST
 
+START_TEST(test_backoff_ends_with_a_link)
+{
+    /* doc/protocol.md 2: redials after failures back off, and a link that
+     * comes up starts the backoff again. a dials b (its one configured
+     * peer, target 0) before b listens: the refused dials grow the
+     * target's backoff; b starts, the link comes up, and the backoff is
+     * back to none (mesh_conn.c conn_up, for every target, the first
+     * included). */
+    int port = pm_test_free_port();
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    pm_cluster *a = start_a(NULL, peer, k1);
+    PM_RUN_UNTIL(a, a->mesh->backoff_ms[0] > 0, 20000);
+    pid_t b = start_b(port, k1, NULL, 0);
+    PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 30000);
+    ck_assert_uint_eq(a->mesh->backoff_ms[0], 0);
+    pm_test_end_hosts(a, b);
+}
+END_TEST
+
 /* The linked connection of a's mesh (the first), or NULL. */
 static const pm__mesh_conn *linked_conn(const pm_cluster *a)
 {
@@ -1342,6 +1362,7 @@ int main(void)
     PM_ADD_TEST(s, test_rekey_default_bounds, 60);
     PM_ADD_TEST(s, test_records_per_link, 60);
     PM_ADD_TEST(s, test_rtt_from_echoes_only, 90);
+    PM_ADD_TEST(s, test_backoff_ends_with_a_link, 90);
     PM_ADD_TEST(s, test_orderly_close, 60);
     PM_ADD_TEST(s, test_orderly_close_silent_peer, 60);
     return pm_test_main(s);
