@@ -195,7 +195,7 @@ void pm__mesh_fire(pm__mesh *m, uint64_t now)
             /* Queued counts as sent: a full socket must not make the timer
              * fire again at once. */
             (void)pm__pconn_ping(&k->pc, pm__now_ns() / 1000u);
-            k->last_tx_ms = k->last_ping_ms = now;
+            k->last_ping_ms = now;
             pm__mesh_conn_write(k);
         }
     }

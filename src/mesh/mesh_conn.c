@@ -318,7 +318,6 @@ void pm__mesh_conn_write(pm__mesh_conn *k)
         ssize_t w = send(k->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
             pm__pconn_sent(&k->pc, (size_t)w);
-            k->last_tx_ms = pm__now_ms();
             conn_drained(k);
             continue;
         }
@@ -414,8 +413,8 @@ static void conn_up(pm__mesh *m, pm__mesh_conn *k)
     k->host = idx;
     k->linked = 1;
     k->deadline_ms = 0;
-    k->last_rx_ms = k->last_tx_ms = k->last_ping_ms = pm__now_ms();
-    k->rekey_at_ms = k->last_tx_ms + m->env.cfg.rekey_ms;
+    k->last_rx_ms = k->last_ping_ms = pm__now_ms();
+    k->rekey_at_ms = k->last_ping_ms + m->env.cfg.rekey_ms;
     m->up++;
     if (k->peer >= 0)
         m->backoff_ms[k->peer] = 0;
@@ -538,9 +537,9 @@ uint64_t pm__mesh_conn_heartbeat_at(const pm__mesh_conn *k)
     uint32_t idle = k->pc.peer.idle_ms < PM__PEER_IDLE_MIN_MS ? PM__PEER_IDLE_MIN_MS
                                                                : k->pc.peer.idle_ms;
     /* Every heartbeat is an echo, sent when the link is idle and on a busy
-     * link as well, so its RTT stays current. */
-    uint64_t last = k->last_tx_ms < k->last_ping_ms ? k->last_tx_ms : k->last_ping_ms;
-    return last + idle / 3u;
+     * link as well, so its RTT stays current: a third of idle after the
+     * last one, whatever went out since. */
+    return k->last_ping_ms + idle / 3u;
 }
 
 uint64_t pm__mesh_conn_silence_at(const pm__mesh *m, const pm__mesh_conn *k)

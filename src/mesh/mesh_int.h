@@ -41,7 +41,6 @@ typedef struct pm__mesh_conn {
     uint64_t deadline_ms;   /* the handshake's (0 once up) */
     uint64_t since_ms;
     uint64_t last_rx_ms;    /* up: bytes last received (the silence timeout) */
-    uint64_t last_tx_ms;    /* up: a record last queued or bytes sent (heartbeats) */
     uint64_t rekey_at_ms;   /* up: our next REKEY is due by time */
     uint64_t last_ping_ms;  /* up: the last heartbeat echo sent (the RTT, also when busy) */
     uint64_t pongs_seen;    /* pc.pongs when the RTT was last taken */
