@@ -5123,6 +5123,7 @@ START_TEST(test_mesh_backoff_rows)
         {PM__MESH_REDIAL_MIN_MS, PM__MESH_REDIAL_MIN_MS, PM__MESH_REDIAL_MAX_MS, 2 * PM__MESH_REDIAL_MIN_MS},
         {PM__MESH_REDIAL_MAX_MS, PM__MESH_REDIAL_MIN_MS, PM__MESH_REDIAL_MAX_MS, PM__MESH_REDIAL_MAX_MS},
         {0x80000000u, 1, 0xffffffffu, 0xffffffffu}, /* no overflow past 2^31 */
+        {2, 1, 5, 4},                                /* twice stays below an odd cap: doubled */
     };
     for (size_t r = 0; r < ARRAY_LEN(rows); r++) {
         uint32_t got = pm__mesh_backoff_next(rows[r].b, rows[r].min, rows[r].max);
@@ -5134,6 +5135,14 @@ START_TEST(test_mesh_backoff_rows)
         uint64_t j = pm__mesh_jittered(1000, (uint64_t)k);
         ck_assert_msg(j >= 750 && j <= 1250, "jittered 1000: %llu", (unsigned long long)j);
     }
+    /* Drawn at random, not from the clock: hosts that lost each other at
+     * the same instant do not redial in step. 64 draws at one time are not
+     * all the same (all 64 equal by chance: 501^-63). */
+    uint64_t first = pm__mesh_jittered(1000, 12345);
+    int differ = 0;
+    for (int k = 0; k < 64 && !differ; k++)
+        differ = pm__mesh_jittered(1000, 12345) != first;
+    ck_assert_msg(differ, "64 jittered waits at one time were all %llu", (unsigned long long)first);
 }
 END_TEST
 

@@ -1258,6 +1258,13 @@ START_TEST(test_rtt_from_echoes_only)
     pm_cluster *a = start_pair(&b);
     PM_RUN_UNTIL(a, pm_test_mesh_links_up(a->mesh) == 1, 20000);
     pm_peer_info info;
+    /* Before the first echo comes back: -1, none yet (not 0). */
+    const pm__mesh_conn *k0 = linked_conn(a);
+    ck_assert_ptr_nonnull(k0);
+    uint64_t pongs0 = k0->pc.pongs;
+    ck_assert_int_eq(pm_cluster_peers(a, &info, 1), 1);
+    if (pongs0 == 0)
+        ck_assert_int_eq(info.rtt_us, -1);
     PM_RUN_UNTIL(a, pm_cluster_peers(a, &info, 1) == 1 && info.rtt_us >= 0, 20000);
     pm_address to;
     ck_assert_int_eq(pm_address_parse("t@b:10", &to), 0);
