@@ -659,6 +659,14 @@ static void call_b(pm_cluster *a, const char *what, int first)
  * shortens them to see many): the link's deadline is 10 minutes after it
  * came up, and the record that makes 2^20 brings a REKEY, after which the
  * link still carries requests both ways. */
+/* REKEY records a has sent. */
+static uint64_t rekeys_out(const pm_cluster *a)
+{
+    uint64_t out, in;
+    pm_test_mesh_rekeys(a->mesh, &out, &in);
+    return out;
+}
+
 START_TEST(test_rekey_default_bounds)
 {
     uint64_t t0 = pm__now_ms();
@@ -695,6 +703,19 @@ START_TEST(test_rekey_default_bounds)
     call_b(a, "after", 0);
     pm_test_mesh_rekeys(a->mesh, &out, &in);
     ck_assert_uint_eq(out, 1);
+    ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 1);
+    /* That REKEY moved the time bound too: the next is due rekey_ms after
+     * it, not sooner. Then due by time alone (the bound made due now, no
+     * record counted): a REKEY follows, and the next is due rekey_ms after
+     * that one (mesh_conn.c pm__mesh_conn_rekey). */
+    uint64_t t1 = pm__now_ms();
+    ck_assert_msg(k->rekey_at_ms + 30000 >= t1 + ms, "next REKEY due in %lld ms",
+                  (long long)(k->rekey_at_ms - t1));
+    k->rekey_at_ms = t1;
+    PM_RUN_UNTIL(a, rekeys_out(a) == 2, 20000);
+    uint64_t t2 = pm__now_ms();
+    ck_assert_msg(k->rekey_at_ms >= t1 + ms && k->rekey_at_ms <= t2 + ms, "next REKEY due in %lld ms",
+                  (long long)(k->rekey_at_ms - t2));
     ck_assert_uint_eq(pm_test_mesh_links_up(a->mesh), 1);
     ck_assert_int_ge(pm_cluster_terminate(a), 0);
     (void)b;
