@@ -515,7 +515,7 @@ static void conn_info(const pm__hub *h, const pm__mesh_conn *k, uint64_t now, pm
     out->bytes_out = k->pc.bytes_out;
     out->records_in = k->pc.frame_records_in;
     out->records_out = k->pc.frame_records_out;
-    if (k->linked && k->host >= 0)
+    if (k->linked)
         pm__hub_link_drops(h, (uint16_t)k->host, &out->frames_forged, &out->frames_malformed);
 }
 

@@ -503,7 +503,6 @@ pm__mesh_conn *pm__mesh_conn_new(pm__mesh *m, int fd, int peer, int initiator,
     k->fd = fd;
     k->addr = *addr;
     k->peer = peer;
-    k->host = -1;
     k->rtt_us = -1;
     k->since_ms = pm__now_ms();
     k->deadline_ms = k->since_ms + (uint64_t)m->env.cfg.timeout_ms;

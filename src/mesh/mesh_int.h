@@ -33,7 +33,7 @@ typedef struct pm__mesh_conn {
     int dialing;            /* a non-blocking connect in progress */
     int peer;               /* the target it dialled (below), or -1 (accepted) */
     int linked;             /* up and the hub's port for host */
-    int host;               /* the hub's index for its host once up, else -1 */
+    int host;               /* the hub's index for its host, read only while linked (set with it) */
     /* Whom it talks to: the address dialled, or the source accepted;
      * kept from the start, since a connection the peer reset has no
      * peer name left to ask the kernel for (getpeername: ENOTCONN). */
