@@ -464,12 +464,8 @@ START_TEST(test_linger_ends_at_end_of_stream)
     pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
     uint64_t lingered0 = c->mesh->lingered, expired0 = c->mesh->linger_expired;
     uint64_t answered0 = c->mesh->closes_answered;
-    pid_t pid = bad_peer("two-links-eof", "b");
-    int status = 0;
-    PM_RUN_UNTIL(c, exited(pid, &status), 90000);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "pm-bad-peer two-links-eof: exit status 0x%x (1: not closed, 3: setup)", status);
-    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 0 && lingering_now(c) == 0, 10000);
+    run_b(c, "two-links-eof");
+    PM_RUN_UNTIL(c, lingering_now(c) == 0, 10000);
     /* The later link's wait, and the first link's end (pm-bad-peer's
      * CLOSE, answered by ours). */
     ck_assert_uint_eq(c->mesh->lingered, lingered0 + 2);
@@ -515,11 +511,7 @@ START_TEST(test_linger_counts_frames_after_close)
     pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
     uint64_t discarded0 = c->mesh->linger_discarded, answered0 = c->mesh->closes_answered;
     uint64_t expired0 = c->mesh->linger_expired;
-    pid_t pid = bad_peer("two-links-frames", "b");
-    int status = 0;
-    PM_RUN_UNTIL(c, exited(pid, &status), 90000);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "pm-bad-peer two-links-frames: exit status 0x%x (1: not closed, 3: setup)", status);
+    run_b(c, "two-links-frames");
     PM_RUN_UNTIL(c, lingering_now(c) == 0, 10000);
     ck_assert_uint_eq(c->mesh->linger_discarded, discarded0 + 3);
     ck_assert_uint_eq(c->mesh->closes_answered, answered0 + 1);
@@ -528,10 +520,7 @@ START_TEST(test_linger_counts_frames_after_close)
      * later link's first record, two MSGs to main): discarded before the
      * linger, counted with those after our CLOSE, and not delivered. */
     discarded0 = c->mesh->linger_discarded;
-    pid = bad_peer("two-links-first-frames", "b");
-    PM_RUN_UNTIL(c, exited(pid, &status), 90000);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "pm-bad-peer two-links-first-frames: exit status 0x%x (1: not closed, 3: setup)", status);
+    run_b(c, "two-links-first-frames");
     PM_RUN_UNTIL(c, lingering_now(c) == 0, 10000);
     ck_assert_uint_eq(c->mesh->linger_discarded, discarded0 + 2);
     ck_assert_uint_eq(first_delivered, 0);

@@ -543,7 +543,7 @@ START_TEST(test_limit_atfork_thread)
      * the tasks file, which moves that thread only; a child of more
      * threads must join through cgroup.procs, or the handler's thread
      * stays in the supervisor's pids and memory cgroups, outside the
-     * limits (spawn.c lone_thread). */
+     * limits (cgroup_slot.c pm__cg_lone_thread). */
     ck_assert_int_eq(pthread_atfork(NULL, NULL, atfork_start_thread), 0);
     pm_options *o = reporter_opts(boot_threads_cgroup);
     ck_assert_int_eq(pm_options_set_pids_max(o, 64), 0);

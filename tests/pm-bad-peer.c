@@ -657,6 +657,18 @@ static void flush_frames(int fd, pm__pconn *pc)
     send_output(fd, pc);
 }
 
+/* A MSG from our port 10 to the supervisor (port 0), through pc's stage. */
+static void stage_msg_to_main(int fd, pm__pconn *pc, const void *p, size_t len)
+{
+    pm__frame_hdr f;
+    memset(&f, 0, sizeof(f));
+    f.type = PM__FT_MSG;
+    f.dst = 0;
+    f.src = 10;
+    f.src_inc = 1;
+    stage_frame(fd, pc, &f, p, len);
+}
+
 static int eof_after_close;  /* two-links-eof */
 static int hold_after_close; /* two-links-open */
 static int frames_after_close; /* two-links-frames */
@@ -685,15 +697,8 @@ static void two_links(void)
     honest(fd2, &b);
     if (first_frames_on_2) {
         skip_first_heartbeat = 0;
-        for (int i = 0; i < 2; i++) {
-            pm__frame_hdr f;
-            memset(&f, 0, sizeof(f));
-            f.type = PM__FT_MSG;
-            f.dst = 0;
-            f.src = 10;
-            f.src_inc = 1;
-            stage_frame(fd2, &b, &f, "first", 5);
-        }
+        for (int i = 0; i < 2; i++)
+            stage_msg_to_main(fd2, &b, "first", 5);
         flush_frames(fd2, &b);
     }
     /* two-links-frames: a record of three frames sealed now (the next
@@ -1004,15 +1009,8 @@ static void msgs_then_ping(int fd, pm__pconn *pc, unsigned n, size_t len)
 {
     static unsigned char payload[60000];
     memset(payload, 'c', sizeof(payload));
-    for (unsigned i = 0; i < n; i++) {
-        pm__frame_hdr f;
-        memset(&f, 0, sizeof(f));
-        f.type = PM__FT_MSG;
-        f.dst = 0;
-        f.src = 10;
-        f.src_inc = 1;
-        stage_frame(fd, pc, &f, payload, len);
-    }
+    for (unsigned i = 0; i < n; i++)
+        stage_msg_to_main(fd, pc, payload, len);
     flush_frames(fd, pc);
     if (pm__pconn_ping(pc, ++pongs_want) < 0)
         fail(3, "ping");

@@ -38,7 +38,7 @@
  * waits off 6 % of the restarts with limits (stop 69). A child of more
  * threads (an application's pthread_atfork handler can start one before
  * the join) writes cgroup.procs, so that every thread is moved
- * (spawn.c lone_thread; check_tree test_limit_atfork_thread). A kernel
+ * (cgroup_slot.c pm__cg_lone_thread; check_tree test_limit_atfork_thread). A kernel
  * without that path takes the lock for either file. v2 has no such way
  * in: cgroup.threads moves a thread only within its domain.
  *

@@ -5,6 +5,7 @@
 #include "cgroup.h"
 
 #include "base/internal.h"
+#include "base/rawsys.h"
 #include "procmesh.h"
 
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* pread from 0 of an fd kept open (cgroupfs files regenerate on each read). */
@@ -295,6 +297,21 @@ int pm__cg_slot_advance(pm__cg_slot *s, unsigned gen)
     leaf_release(&old);
     s->next_gen = old.gen;
     return 0;
+}
+
+/* 1 when the calling process is one thread: procfs gives
+ * /proc/<pid>/task a link count of 2 + its threads. 0 when it is more, or
+ * when that cannot be read (no /proc; an architecture whose raw stat
+ * layout is not libc's). Raw: a vfork child runs this too (rawsys.h). */
+PM__READY_TEXT int pm__cg_lone_thread(void)
+{
+#if defined(SYS_newfstatat) && (defined(__x86_64__) || defined(__aarch64__))
+    char path[] = "/proc/self/task"; /* on the stack: scrub.h on a fork child's reads */
+    struct stat st;
+    return pm__sys4(SYS_newfstatat, AT_FDCWD, path, &st, 0) == 0 && st.st_nlink == 3;
+#else
+    return 0;
+#endif
 }
 
 void pm__cg_slot_zero(pm__cg_slot *s)

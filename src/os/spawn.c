@@ -28,7 +28,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 
 #ifndef CLONE_INTO_CGROUP
@@ -299,21 +298,6 @@ static void exec_child(const pm__spawn_req *r, child_report *rep)
     child_fail(rep, errno);
 }
 
-/* 1 when the calling process is one thread: procfs gives
- * /proc/<pid>/task a link count of 2 + its threads. 0 when it is more, or
- * when that cannot be read (no /proc; an architecture whose raw stat
- * layout is not libc's). Raw: a vfork child runs this too (rawsys.h). */
-PM__READY_TEXT static int lone_thread(void)
-{
-#if defined(SYS_newfstatat) && (defined(__x86_64__) || defined(__aarch64__))
-    char path[] = "/proc/self/task"; /* on the stack: scrub.h on a fork child's reads */
-    struct stat st;
-    return pm__sys4(SYS_newfstatat, AT_FDCWD, path, &st, 0) == 0 && st.st_nlink == 3;
-#else
-    return 0;
-#endif
-}
-
 PM__READY_TEXT int pm__child_contain(const pm__spawn_req *r, int placed)
 {
     /* Its own process group: where no cgroup can be made, killing the
@@ -339,9 +323,9 @@ PM__READY_TEXT int pm__child_contain(const pm__spawn_req *r, int placed)
          * when this thread is all the child is, which moves it without
          * that wait (cgroup.c); else (a thread an application's
          * pthread_atfork handler started in the child, or no /proc to
-         * tell) through cgroup.procs, which moves every thread, so none
-         * stays outside the slot's limits. */
-        int alone = lone_thread();
+         * tell: pm__cg_lone_thread) through cgroup.procs, which moves
+         * every thread, so none stays outside the slot's limits. */
+        int alone = pm__cg_lone_thread();
         for (int i = 0; i < PM__CG_NCTRL; i++) {
             int fd = alone ? r->cg->v1_tasks[i] : r->cg->v1_procs[i];
             if (fd >= 0 && (rc = pm__sys3(SYS_write, fd, &zero, 1)) < 0)
