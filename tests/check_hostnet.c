@@ -752,6 +752,39 @@ START_TEST(test_linger_writes_its_queue_out)
 }
 END_TEST
 
+START_TEST(test_linger_after_reset)
+{
+    /* A link we close in order while its queue waits for a peer that
+     * reads nothing (the worker streams to pm-bad-peer `hold`), whose
+     * process is then killed with our bytes unread: its kernel answers
+     * with a reset. The write that meets it kills our state, drops the
+     * queue and shuts our half, the next read ends the wait: nothing is
+     * left spinning to the deadline (mesh_conn.c pm__mesh_conn_write). */
+    stream_len = 60000;
+    bootstrap = streamer;
+    pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
+    uint64_t expired0 = c->mesh->linger_expired;
+    pid_t pid = bad_peer("hold", "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
+    ck_assert_msg(pm_test_mesh_links_up(c->mesh) == 1, "no link: pm-bad-peer exit status 0x%x", status);
+    (void)link_output(c, 4096);
+    pm_address w;
+    ck_assert_int_eq(pm_address_parse("t@a:10", &w), 0);
+    int sent = 0;
+    PM_RUN_UNTIL(c, sent || (sent = pm_cluster_send(c, &w, "go", 2) == 0), 10000);
+    PM_RUN_UNTIL(c, link_output(c, 0) > 0 && pm_test_slot_blocked_on(c, 0) == PM__BLOCKED_LINK, 30000);
+    pm_test_mesh_close(c->mesh); /* our CLOSE, queued behind what waits */
+    PM_RUN_UNTIL(c, lingering_now(c) == 1, 10000);
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    PM_RUN_UNTIL(c, exited(pid, &status), 10000);
+    PM_RUN_UNTIL(c, lingering_now(c) == 0, 10000);
+    ck_assert_uint_eq(c->mesh->linger_expired, expired0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 START_TEST(test_lingering_link_is_no_link)
 {
     /* A connection that lingers after our CLOSE is no link any more: host
@@ -1920,6 +1953,7 @@ int main(void)
     PM_ADD_TEST(s, test_linger_counts_frames_after_close, 240);
     PM_ADD_TEST(s, test_linger_writes_its_queue_out, 240);
     PM_ADD_TEST(s, test_lingering_link_is_no_link, 240);
+    PM_ADD_TEST(s, test_linger_after_reset, 120);
     PM_ADD_TEST(s, test_no_frag_reply_refused, 120);
     PM_ADD_TEST(s, test_flood_1000, 240);
     PM_ADD_TEST(s, test_accept_out_of_fds, 120);

@@ -5137,7 +5137,7 @@ START_TEST(test_mesh_backoff_rows)
     }
     /* Drawn at random, not from the clock: hosts that lost each other at
      * the same instant do not redial in step. 64 draws at one time are not
-     * all the same (all 64 equal by chance: 501^-63). */
+     * all the same (all 65 equal by chance: 501^-64). */
     uint64_t first = pm__mesh_jittered(1000, 12345);
     int differ = 0;
     for (int k = 0; k < 64 && !differ; k++)

@@ -1252,8 +1252,9 @@ START_TEST(test_hello_codec_edges)
 }
 END_TEST
 
-/* The output queue takes a record that fills it to its last byte, and
- * nothing past it (peer.c out_room: room for exactly n bytes is room):
+/* The output queue takes a record that fills it to the CLOSE's room
+ * (PM__PCONN_CLOSE_ROOM, which only a CLOSE takes), and nothing past it
+ * (peer.c out_room: room for exactly n bytes is room):
  * FRAMES records sized so that exactly one heartbeat's record is left,
  * then that heartbeat (queued), then another (no room: dropped, 0), and
  * the peer reads it all. */
@@ -1266,7 +1267,8 @@ static size_t out_left(const side *s)
 }
 
 /* Fills s's output queue with FRAMES records of one frame each, sized so
- * that exactly leave bytes of room are left. The number of records. */
+ * that exactly leave bytes of room are left (at least the CLOSE's room,
+ * which no FRAMES record may take). The number of records. */
 static size_t fill_leaving(side *s, size_t leave)
 {
     const size_t least = pm__rec_wire_size(1 + PM__REC_FRAME_HDR + 1);

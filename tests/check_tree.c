@@ -534,6 +534,29 @@ static int boot_threads_cgroup(pm_node *n, void *arg)
     return report_and_serve(n, msg, sizeof(msg));
 }
 
+START_TEST(test_lone_thread)
+{
+    /* pm__cg_lone_thread, which picks a child's v1 join: 1 in a process of
+     * one thread, 0 once it has two (procfs's count of /proc/self/task),
+     * in a child of the test so that the count is its own. */
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int one = pm__cg_lone_thread();
+        pthread_t t;
+        if (pthread_create(&t, NULL, atfork_sleeper, NULL) != 0)
+            _exit(9);
+        int two = pm__cg_lone_thread();
+        _exit(one * 2 + two);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 2,
+                  "lone: %d with one thread, %d with two (status 0x%x)", WEXITSTATUS(status) >> 1,
+                  WEXITSTATUS(status) & 1, status);
+}
+END_TEST
+
 START_TEST(test_limit_atfork_thread)
 {
     /* A fork-mode worker with limits is two threads when procmesh joins
@@ -2336,6 +2359,7 @@ int main(void)
     char why_deleg[320];
     int deleg = deleg_probe(why_deleg, sizeof(why_deleg)) == 0;
     PM_ADD_TEST(s, test_enable_decide, 0);
+    PM_ADD_TEST(s, test_lone_thread, 0);
     if (deleg) PM_ADD_LOOP_TEST(s, test_delegated_cgroup, 0, 4, 60);
     int rc = pm_test_main(s);
     if (deleg_enabled) {

@@ -53,7 +53,7 @@
  * frames and at 512 KiB exactly; for close-full, once SIGUSR1 came and
  * our CLOSE went, sent every frame it had queued, then its CLOSE; for
  * relink, brought up and answered over a second link of ours while the
- * first, closed by it, lingered);
+ * first, closed by it, lingered); hold never exits by itself;
  * hold-64 never exits by itself;
  * 1 it did
  * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
@@ -922,6 +922,23 @@ static void window(void)
     orderly_end(fd, &pc, "window");
 }
 
+/* hold: linked, then we read nothing (a small receive buffer) and wait
+ * to be killed: killed with the supervisor's bytes unread, our kernel
+ * answers its next segment with a reset. */
+static void hold(void)
+{
+    int fd = dial();
+    int small = 4096;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    pm__pconn pc;
+    honest(fd, &pc);
+    for (uint64_t end = now_ms() + WAIT_MS; now_ms() < end;) {
+        struct timespec t = {0, 20 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
+    fail(1, "hold: not killed within WAIT_MS");
+}
+
 /* close-full (doc/protocol.md 7): we read nothing (a small receive
  * buffer) while the supervisor's worker streams to our port 10, until the
  * test says (SIGUSR1: the supervisor's output queue is full); then our
@@ -1263,7 +1280,7 @@ int main(int argc, char **argv)
                         "         first-frames close-first two-links two-links-eof two-links-open\n"
                         "         two-links-frames two-links-first-frames no-frag silent\n"
                         "         version-0 version-2\n"
-                        "         window credit hold-64 close-full relink\n");
+                        "         window credit hold-64 close-full relink hold\n");
         return 2;
     }
     port = atoi(argv[1]);
@@ -1376,6 +1393,8 @@ int main(int argc, char **argv)
         close_full();
     } else if (strcmp(attack, "relink") == 0) {
         relink();
+    } else if (strcmp(attack, "hold") == 0) {
+        hold();
     } else if (strcmp(attack, "hold-64") == 0) {
         hold_links();
     } else if (strcmp(attack, "two-links") == 0 || strcmp(attack, "two-links-eof") == 0 ||

@@ -355,7 +355,7 @@ int pm__mesh_init(pm__mesh **out, const pm__mesh_env *env, char *why, size_t why
 /*
  * The cluster is going away: the connections that sent their CLOSE wait
  * together, without the loop, for their peers' CLOSE or end of stream, at
- * most min(peer timeout, PM__MESH_LINGER_MS) in all; then every fd is
+ * most min(peer timeout, m->linger_ms) in all; then every fd is
  * closed. A procmesh peer answers at once (its loop reads our CLOSE); a
  * peer that is stopped or gone costs that bound once, not per link.
  */

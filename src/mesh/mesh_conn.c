@@ -176,8 +176,8 @@ void pm__mesh_conn_release(pm__mesh *m, pm__mesh_conn *k)
 }
 
 /* The connection may end in order (doc/protocol.md 7): it tried to send
- * its CLOSE (close_sent: queued, or dropped when the queue was full; peer.c
- * tries only with a transport, which lives until pm__mesh_conn_release,
+ * its CLOSE (close_sent: queued, in the room every other record leaves
+ * for it; peer.c tries only with a transport, which lives until pm__mesh_conn_release,
  * so its receiving side still works), and the end
  * is not an error (after an error a side waits for nothing) nor the
  * peer's silence (waiting for it would be pointless). */
@@ -208,7 +208,7 @@ static void conn_drop_unread(pm__mesh *m, pm__mesh_conn *k)
  * went out in an orderly end, k lingers (doc/protocol.md 7): our queue
  * drains, our writing half is shut down, and the peer's records are read
  * (discarded, counted) until its CLOSE or end of stream, for at most
- * min(peer timeout, PM__MESH_LINGER_MS). Closing at once would lose our
+ * min(peer timeout, m->linger_ms: PM__MESH_LINGER_MS). Closing at once would lose our
  * CLOSE whenever unread bytes sit in our socket: the kernel then resets
  * the connection, and a reset discards what the peer had not read yet, so
  * the peer would see truncation. A lingering connection is no link: it

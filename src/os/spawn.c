@@ -325,10 +325,14 @@ PM__READY_TEXT int pm__child_contain(const pm__spawn_req *r, int placed)
          * pthread_atfork handler started in the child, or no /proc to
          * tell: pm__cg_lone_thread) through cgroup.procs, which moves
          * every thread, so none stays outside the slot's limits. */
-        int alone = pm__cg_lone_thread();
+        int alone = -1; /* asked once, and only where there is a v1 join */
         for (int i = 0; i < PM__CG_NCTRL; i++) {
+            if (r->cg->v1_procs[i] < 0)
+                continue;
+            if (alone < 0)
+                alone = pm__cg_lone_thread();
             int fd = alone ? r->cg->v1_tasks[i] : r->cg->v1_procs[i];
-            if (fd >= 0 && (rc = pm__sys3(SYS_write, fd, &zero, 1)) < 0)
+            if ((rc = pm__sys3(SYS_write, fd, &zero, 1)) < 0)
                 return (int)-rc;
         }
     }
