@@ -289,7 +289,7 @@ START_TEST(test_containment_fork_restart)
      * socket, not its mapping. _i 1: among 12 slots whose other channels
      * pretend to have been copied by the fork (nofork 0), so that its
      * drop plan lists some 24 mappings (its list starts at 8 and grows), and
- * with the loop's rings copied too (pm__loop_fork_rings). */
+     * with the loop's rings copied too (pm__loop_fork_rings). */
     unsigned workers = _i ? 12 : 1;
     int p[2];
     ck_assert_int_eq(pipe(p), 0);

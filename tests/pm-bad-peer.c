@@ -771,10 +771,7 @@ static void relink(void)
         fail(1, "relink: the first link got no CLOSE");
     fd2 = dial();
     honest(fd2, &b);
-    unsigned char pre[sizeof(rest)];
-    size_t npre = rest_len;
-    memcpy(pre, rest, npre);
-    pm__frame_hdr h = ask(fd2, &b, 0, 78, "ping", pre, npre);
+    pm__frame_hdr h = ask(fd2, &b, 0, 78, "ping", rest, rest_len);
     if (h.type != PM__FT_REPLY)
         fail(1, "relink: the second link's request was not answered by main");
     orderly_end(fd2, &b, "relink");

@@ -161,11 +161,11 @@ void pm__cg_slot_release_copy(const pm__cg_slot *s);
  * a killed leaf removed. Failures are left to pm__cg_slot_end. errno kept. */
 void pm__cg_slot_prepare(pm__cg_slot *s);
 
-/* The fds pm__cg_slot_release_copy closes, into fds (-1 where none), for
- * a caller that closes many slots' fds together (a fork child). */
 /* 1 when the calling process is one thread (a child's v1 join through
  * the tasks files, spawn.c), 0 when it is more or /proc cannot tell. */
 int pm__cg_lone_thread(void);
+/* The fds pm__cg_slot_release_copy closes, into fds (-1 where none), for
+ * a caller that closes many slots' fds together (a fork child). */
 #define PM__CG_SLOT_NFDS (6 + 2 * PM__CG_NCTRL)
 void pm__cg_slot_fds(const pm__cg_slot *s, int fds[PM__CG_SLOT_NFDS]);
 /* Ends and removes the slot's cgroup. errno kept. */
