@@ -715,6 +715,32 @@ static size_t link_output(pm_cluster *c, int small)
     return total;
 }
 
+/* Host a with the linger bound out of reach, linked with pm-bad-peer
+ * attack (host b, which reads nothing), and the worker streaming
+ * 60,000-byte MSGs to it until the link's output queue holds bytes and
+ * the worker waits for it (the kernel's buffers made small on both
+ * ends). pm-bad-peer's pid into *pid, the expired lingers so far into
+ * *expired0. */
+static pm_cluster *start_full_link(const char *attack, pid_t *pid, uint64_t *expired0)
+{
+    stream_len = 60000;
+    bootstrap = streamer;
+    pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
+    *expired0 = c->mesh->linger_expired;
+    *pid = bad_peer(attack, "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(*pid, &status), 30000);
+    ck_assert_msg(pm_test_mesh_links_up(c->mesh) == 1, "no link: pm-bad-peer exit status 0x%x", status);
+    (void)link_output(c, 4096);
+    pm_address w;
+    ck_assert_int_eq(pm_address_parse("t@a:10", &w), 0);
+    int sent = 0;
+    PM_RUN_UNTIL(c, sent || (sent = pm_cluster_send(c, &w, "go", 2) == 0), 10000);
+    PM_RUN_UNTIL(c, link_output(c, 0) > 0 && pm_test_slot_blocked_on(c, 0) == PM__BLOCKED_LINK, 30000);
+    return c;
+}
+
 START_TEST(test_linger_writes_its_queue_out)
 {
     /* doc/protocol.md 7: a side's CLOSE goes out after everything it
@@ -726,21 +752,10 @@ START_TEST(test_linger_writes_its_queue_out)
      * buffers made small on both ends), pm-bad-peer sends its CLOSE and
      * then reads: every queued frame, our CLOSE, the end. The deadline is
      * out of reach: only the writing out can end the wait. */
-    stream_len = 60000;
-    bootstrap = streamer;
-    pm_cluster *c = start_a(30000);
-    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
-    uint64_t expired0 = c->mesh->linger_expired;
-    pid_t pid = bad_peer("close-full", "b");
+    uint64_t expired0;
+    pid_t pid;
+    pm_cluster *c = start_full_link("close-full", &pid, &expired0);
     int status = 0;
-    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
-    ck_assert_msg(pm_test_mesh_links_up(c->mesh) == 1, "no link: pm-bad-peer exit status 0x%x", status);
-    (void)link_output(c, 4096);
-    pm_address w;
-    ck_assert_int_eq(pm_address_parse("t@a:10", &w), 0);
-    int sent = 0;
-    PM_RUN_UNTIL(c, sent || (sent = pm_cluster_send(c, &w, "go", 2) == 0), 10000);
-    PM_RUN_UNTIL(c, link_output(c, 0) > 0 && pm_test_slot_blocked_on(c, 0) == PM__BLOCKED_LINK, 30000);
     ck_assert_int_eq(kill(pid, SIGUSR1), 0);
     PM_RUN_UNTIL(c, exited(pid, &status), 60000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
@@ -760,21 +775,10 @@ START_TEST(test_linger_after_reset)
      * with a reset. The write that meets it kills our state, drops the
      * queue and shuts our half, the next read ends the wait: nothing is
      * left spinning to the deadline (mesh_conn.c pm__mesh_conn_write). */
-    stream_len = 60000;
-    bootstrap = streamer;
-    pm_cluster *c = start_a(30000);
-    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* a wait ends by the peer, not the deadline */
-    uint64_t expired0 = c->mesh->linger_expired;
-    pid_t pid = bad_peer("hold", "b");
+    uint64_t expired0;
+    pid_t pid;
+    pm_cluster *c = start_full_link("hold", &pid, &expired0);
     int status = 0;
-    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
-    ck_assert_msg(pm_test_mesh_links_up(c->mesh) == 1, "no link: pm-bad-peer exit status 0x%x", status);
-    (void)link_output(c, 4096);
-    pm_address w;
-    ck_assert_int_eq(pm_address_parse("t@a:10", &w), 0);
-    int sent = 0;
-    PM_RUN_UNTIL(c, sent || (sent = pm_cluster_send(c, &w, "go", 2) == 0), 10000);
-    PM_RUN_UNTIL(c, link_output(c, 0) > 0 && pm_test_slot_blocked_on(c, 0) == PM__BLOCKED_LINK, 30000);
     pm_test_mesh_close(c->mesh); /* our CLOSE, queued behind what waits */
     PM_RUN_UNTIL(c, lingering_now(c) == 1, 10000);
     ck_assert_int_eq(kill(pid, SIGKILL), 0);
