@@ -38,7 +38,7 @@ struct pm__loop {
     int epfd;
     struct io_uring ring;
     unsigned pending; /* io_uring: SQEs prepared, not yet submitted */
-    int nofork;       /* every ring mapping is MADV_DONTFORK: ring_dontfork */
+    int nofork;       /* every ring mapping is MADV_DONTFORK (rings_advise) */
 };
 
 /* The ring's mappings as io_uring_queue_exit unmaps them (liburing 2.x):
@@ -67,18 +67,22 @@ static int ring_maps(const struct io_uring *r, void *at[3], size_t len[3])
  * io_uring_ring_dontfork does the same) a fork child is given no mapping
  * of them at all, so the child has nothing to unmap on the restart path
  * (a munmap of them there cost ~20 us a restart on a guest whose page
- * tables are virtualised, stop 69). 1 when every mapping took it; else
+ * tables are virtualised, stop 69). nofork when every mapping took it; else
  * the child unmaps them as before (an munmap of a range the child was not
- * given is harmless). */
-static int ring_dontfork(const struct io_uring *r)
+ * given is harmless). rings_advise: every mapping given advice, 0, or
+ * -errno at the first refused. */
+static int rings_advise(const struct io_uring *r, int advice)
 {
     void *at[3];
     size_t len[3];
     int n = ring_maps(r, at, len);
-    for (int i = 0; i < n; i++)
-        if (len[i] == 0 || madvise(at[i], len[i], MADV_DONTFORK) != 0)
-            return 0; /* a length of 0 would be a liburing we misread */
-    return 1;
+    for (int i = 0; i < n; i++) {
+        if (len[i] == 0)
+            return -EINVAL; /* a liburing we misread */
+        if (madvise(at[i], len[i], advice) != 0)
+            return -errno;
+    }
+    return 0;
 }
 
 static int loop_open(pm__loop *l, unsigned entries)
@@ -101,7 +105,7 @@ static int loop_open(pm__loop *l, unsigned entries)
              * the nearest feature bit the kernel reports; before it, the
              * poll's len field must be 0 and a multishot request fails. */
             l->head.multishot = (p.features & IORING_FEAT_RSRC_TAGS) != 0;
-            l->nofork = ring_dontfork(&l->ring);
+            l->nofork = rings_advise(&l->ring, MADV_DONTFORK) == 0;
             return 0;
         }
         /* -ENOSYS, -EPERM (seccomp, io_uring_disabled) and friends: fall
@@ -152,7 +156,7 @@ void pm__loop_fini(pm__loop *l)
 PM__READY_TEXT void pm__loop_forget(pm__loop *l)
 {
     /* In a forked child the ring's memory, where it was not DONTFORK
-     * (ring_dontfork), is a MAP_SHARED mapping of the parent's instance;
+     * (rings_advise), is a MAP_SHARED mapping of the parent's instance;
      * io_uring_queue_exit only unmaps and closes our references, which is
      * exactly what the child must do (an unmap of a range the child was
      * not given is harmless). */
@@ -163,14 +167,8 @@ int pm__loop_fork_rings(pm__loop *l)
 {
     if (l->head.backend != PM__LOOP_URING)
         return 0;
-    void *at[3];
-    size_t len[3];
-    int n = ring_maps(&l->ring, at, len);
-    for (int i = 0; i < n; i++)
-        if (madvise(at[i], len[i], MADV_DOFORK) != 0)
-            return -errno;
-    l->nofork = 0;
-    return 0;
+    l->nofork = 0; /* first: a refusal part-way leaves some copied, which the child unmaps */
+    return rings_advise(&l->ring, MADV_DOFORK);
 }
 
 PM__READY_TEXT int pm__loop_child_drop(const pm__loop *l, int *fd, void *at[2], size_t len[2])
