@@ -8,6 +8,9 @@
  * a condition, bounded, failing with what it waited for.
  */
 #include "helpers.h"
+/* libprocmesh.so's allocations reach them too (Makefile.am): the daemon's
+ * configuration asks the library's setters, which allocate. */
+#define PM_FAILALLOC_EXPORT
 #include "failalloc.h" /* malloc and its siblings, failing on demand */
 
 #include <arpa/inet.h>
@@ -197,6 +200,11 @@ START_TEST(test_config_errors)
         {"--workers", "0", "--workers: '0'"},
         {"--restart", "sometimes", "--restart: 'sometimes' is not one of always, on-failure, never"},
         {"--backoff-jitter", "1.5", "--backoff-jitter: '1.5' is not a number in 0..1"},
+        /* Each of the jitter's checks alone: a number that is all of the
+         * value, not empty, and not rounded to 0 by strtod (ERANGE). */
+        {"--backoff-jitter", "", "--backoff-jitter: '' is not a number in 0..1"},
+        {"--backoff-jitter", "0.5x", "--backoff-jitter: '0.5x' is not a number in 0..1"},
+        {"--backoff-jitter", "1e-400", "--backoff-jitter: '1e-400' is not a number in 0..1"},
         {"--max-restarts", "-2", "--max-restarts: '-2'"},
         {"--ready", "maybe", "--ready: 'maybe' is not one of mesh, notify, exec"},
         {"--listen", "udp:1.2.3.4:5", "--listen: 'udp:1.2.3.4:5'"},
@@ -3119,6 +3127,70 @@ static pm_options *sleep_options(int n)
     return o;
 }
 
+/* The configuration where its allocations fail, each in turn (failalloc.h):
+ * every run that met its failure ends -ENOMEM (never a success with a
+ * value lost, never -EINVAL naming a good option), and frees what it took;
+ * a run that met none parses the same as with memory. The options below
+ * reach every allocation of dconf.c: the library's options that judge a
+ * number (--workers, --pids-max, --backoff-jitter, the checks across), a
+ * list from a variable (PROCMESH_LISTEN, copied to split it), the paths
+ * kept (--secret-file, --init-data), and pmd_dconf_options. */
+START_TEST(test_config_without_memory)
+{
+    if (!pm_failalloc_here("test_config_without_memory"))
+        return;
+    memset(fake_env, 0, sizeof(fake_env));
+    setenv_fake("PROCMESH_LISTEN", "a=tcp:127.0.0.1:1,b=tcp:127.0.0.1:2");
+    char *argv[] = {"--workers", "3", "--pids-max", "9", "--backoff-jitter", "0.3", "--init-data",
+                    "hello", "--secret-file", "/nonexistent/s", "--", "prog", "arg", NULL};
+    int argc = (int)ARRAY_LEN(argv) - 1;
+    char err[256];
+    int fired = 1, failed_runs = 0;
+    for (long k = 1; fired; k++) {
+        ck_assert_int_lt(k, 200);
+        pmd_dconf c;
+        /* No ck_assert while armed: Check allocates to record one. */
+        pm_failalloc_arm(k);
+        int rc = pmd_dconf_parse(&c, argc, argv, getenv_fake, err, sizeof(err));
+        fired = pm_failalloc_disarm();
+        if (fired) {
+            ck_assert_msg(rc == -ENOMEM, "allocation %ld failing: %d (%s)", k, rc, err);
+        } else {
+            ck_assert_msg(rc == 0, "%d (%s)", rc, err);
+            ck_assert_int_eq(c.workers, 3);
+            ck_assert_int_eq(c.pids_max, 9);
+            ck_assert(c.jitter == 0.3);
+            ck_assert_uint_eq(c.nlisten, 2);
+            ck_assert_uint_eq(c.nsecret_files, 1);
+        }
+        pmd_dconf_free(&c);
+        failed_runs += fired;
+    }
+    ck_assert_int_ge(failed_runs, 6);
+    /* The library's options from a parsed configuration: -ENOMEM when an
+     * allocation fails (nothing handed out), the options when none does. */
+    char *run[] = {"--workers", "2", "--", "/bin/true", NULL};
+    pmd_dconf c;
+    ck_assert_int_eq(pmd_dconf_parse(&c, 4, run, getenv_fake, err, sizeof(err)), 0);
+    fired = 1;
+    failed_runs = 0;
+    for (long k = 1; fired; k++) {
+        ck_assert_int_lt(k, 200);
+        pm_options *o = NULL;
+        pm_failalloc_arm(k);
+        int rc = pmd_dconf_options(&c, &o, err, sizeof(err));
+        fired = pm_failalloc_disarm();
+        ck_assert_msg(fired ? rc == -ENOMEM && o == NULL : rc == 0 && o != NULL,
+                      "allocation %ld failing (%s): %d (%s)", k, fired ? "fired" : "not reached", rc,
+                      err);
+        pm_options_free(o);
+        failed_runs += fired;
+    }
+    ck_assert_int_ge(failed_runs, 1);
+    pmd_dconf_free(&c);
+}
+END_TEST
+
 /* /metrics where its allocations fail, each in turn (failalloc.h): always
  * an answer with the totals, the per-slot series left out when there is no
  * memory for the slot table, never a crash. The same for the endpoint's
@@ -3233,6 +3305,7 @@ int main(void)
     PM_ADD_TEST(s, test_bin_healthz_503_when_starts_fail, 90);
     PM_ADD_TEST(s, test_bin_health_status_lines, 60);
     PM_ADD_TEST(s, test_metrics_without_memory, 60);
+    PM_ADD_TEST(s, test_config_without_memory, 60);
     PM_ADD_TEST(s, test_bin_healthz_200_after_two_failed_starts, 90);
     PM_ADD_TEST(s, test_bin_healthz_answered_past_idle_connections, 60);
     PM_ADD_TEST(s, test_bin_accept_out_of_fds_backs_off, 60);

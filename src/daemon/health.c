@@ -493,8 +493,12 @@ pmd_health *pmd_health_start(pm_cluster *c, const char *host, unsigned port, pmd
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     char p[8];
     snprintf(p, sizeof(p), "%u", port);
-    if (getaddrinfo(host[0] ? host : NULL, p, &hints, &res) != 0)
+    int gai = getaddrinfo(host[0] ? host : NULL, p, &hints, &res);
+    if (gai != 0) {
+        /* The caller's log line says strerror(errno). */
+        errno = gai == EAI_MEMORY ? ENOMEM : gai == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
         return NULL;
+    }
     pmd_health *h = calloc(1, sizeof(*h));
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
@@ -509,6 +513,21 @@ pmd_health *pmd_health_start(pm_cluster *c, const char *host, unsigned port, pmd
         h->out = malloc(h->outsize);
         ok = h->out != NULL;
     }
+    if (ok) {
+        h->c = c;
+        h->lfd = fd;
+        h->st = st;
+        for (int i = 0; i < PMD_HTTP_MAX_CONN; i++)
+            h->conns[i].fd = -1;
+        /* The first watch allocates the cluster's table: without it the
+         * socket would listen and never be answered. */
+        int rc = pm_cluster_watch_fd(c, fd, on_accept, h);
+        if (rc < 0) {
+            (void)pm_cluster_unwatch_fd(c, fd); /* a table entry it may have taken */
+            errno = -rc;
+        }
+        ok = rc == 0;
+    }
     if (!ok) {
         int saved = errno;
         if (fd >= 0)
@@ -519,12 +538,6 @@ pmd_health *pmd_health_start(pm_cluster *c, const char *host, unsigned port, pmd
         errno = saved;
         return NULL;
     }
-    h->c = c;
-    h->lfd = fd;
-    h->st = st;
-    for (int i = 0; i < PMD_HTTP_MAX_CONN; i++)
-        h->conns[i].fd = -1;
-    pm_cluster_watch_fd(c, fd, on_accept, h);
     return h;
 }
 

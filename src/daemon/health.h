@@ -48,8 +48,8 @@ typedef struct pmd_health_state {
     uint64_t log_suppressed;     /* log lines past a slot's rate limit (events.c) */
 } pmd_health_state;
 
-/* Listens on host:port and serves from c's loop. NULL with a log line on
- * failure. */
+/* Listens on host:port and serves from c's loop. NULL with errno set on
+ * failure (nothing left open or watched). */
 pmd_health *pmd_health_start(pm_cluster *c, const char *host, unsigned port,
                              pmd_health_state *state);
 /* Closes connections past their deadline (408) and resumes accepting after
