@@ -108,6 +108,10 @@ START_TEST(test_config_defaults_and_flags)
     ck_assert_int_eq(c.base_port, PM__DEFAULT_BASE_PORT);
     ck_assert_int_eq(c.drain_timeout, PM__DEFAULT_DRAIN_TIMEOUT_MS);
     ck_assert_int_eq(c.fence_not_draining, PM__DEFAULT_FENCE_NOT_DRAINING);
+    ck_assert_int_eq(c.direct_lanes, PM__DEFAULT_DIRECT_LANES);
+    ck_assert_int_eq(c.no_new_privs, PM__DEFAULT_NO_NEW_PRIVS);
+    ck_assert_int_eq(c.min_ready, -1); /* every slot (procmesh(1), --min-ready) */
+    ck_assert_int_eq(c.peer_flags, 0);
     pmd_dconf_free(&c);
 
     ck_assert_int_eq(parse(&c, err, "--drain-timeout", "500", "--fence-not-draining", "yes", "--",
@@ -162,6 +166,67 @@ START_TEST(test_config_defaults_and_flags)
     ck_assert_int_eq(c.log_level, PMD_LOG_DEBUG);
     ck_assert_int_eq(c.argc, 3);
     pmd_dconf_free(&c);
+}
+END_TEST
+
+/* What may repeat and what a variable splits (procmesh(1)): --listen,
+ * --rlimit and --secret-file may be given more than once, every other flag
+ * once; PROCMESH_LISTEN and PROCMESH_RLIMIT are comma-separated lists,
+ * judged item by item, and every other variable is one value, commas and
+ * all; a list does not end the reading of the variables after it. Any
+ * peer-link option, as a flag or a variable, marks the run as one with
+ * peer links. */
+START_TEST(test_config_lists_and_repeats)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    pmd_dconf c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, "--rlimit", "nofile=64:128", "--rlimit", "core=0", "--listen",
+                           "unix:/tmp/a", "--listen", "unix:/tmp/b", "--", "x", NULL),
+                     0);
+    ck_assert(c.rlimit_set[RLIMIT_NOFILE] && c.rlimit_set[RLIMIT_CORE]);
+    ck_assert_uint_eq(c.rlimit_soft[RLIMIT_NOFILE], 64);
+    ck_assert_uint_eq(c.rlimit_hard[RLIMIT_NOFILE], 128);
+    ck_assert_uint_eq(c.rlimit_hard[RLIMIT_CORE], 0);
+    ck_assert_uint_eq(c.nlisten, 2);
+    ck_assert_int_eq(c.peer_flags, 0);
+    pmd_dconf_free(&c);
+    /* One dash is not an option. */
+    ck_assert_int_eq(parse(&c, err, "-w", "2", "--", "x", NULL), -EINVAL);
+    ck_assert_msg(strstr(err, "'-w': expected an option or '--' before the command") != NULL, "%s", err);
+    pmd_dconf_free(&c);
+
+    setenv_fake("PROCMESH_RLIMIT", "nofile=64:128,core=0");
+    setenv_fake("PROCMESH_INIT_DATA", "a,b");
+    setenv_fake("PROCMESH_LISTEN", "unix:/tmp/a,unix:/tmp/b");
+    setenv_fake("PROCMESH_MEMORY_MAX", "64M"); /* read after the lists */
+    ck_assert_int_eq(parse(&c, err, "--", "x", NULL), 0);
+    ck_assert(c.rlimit_set[RLIMIT_NOFILE] && c.rlimit_set[RLIMIT_CORE]);
+    ck_assert_uint_eq(c.rlimit_soft[RLIMIT_NOFILE], 64);
+    ck_assert_uint_eq(c.nlisten, 2);
+    ck_assert_uint_eq(c.init_len, 3);
+    ck_assert(memcmp(c.init_data, "a,b", 3) == 0);
+    ck_assert_uint_eq(c.memory_max, (uint64_t)64 << 20);
+    pmd_dconf_free(&c);
+    /* A bad item of a list is reported, whatever follows it. */
+    setenv_fake("PROCMESH_LISTEN", "nothing,unix:/tmp/b");
+    ck_assert_int_eq(parse(&c, err, "--", "x", NULL), -EINVAL);
+    ck_assert_msg(strstr(err, "--listen (from PROCMESH_LISTEN): 'nothing'") != NULL, "%s", err);
+    pmd_dconf_free(&c);
+    memset(fake_env, 0, sizeof(fake_env));
+
+    /* Peer links, as flags or as variables, mark the run as one with them. */
+    ck_assert_int_eq(parse(&c, err, "--peer-listen", "127.0.0.1:7000", "--insecure-no-secret", "--",
+                           "x", NULL),
+                     0);
+    ck_assert_int_ne(c.peer_flags, 0);
+    pmd_dconf_free(&c);
+    setenv_fake("PROCMESH_PEER_LISTEN", "127.0.0.1:7000");
+    setenv_fake("PROCMESH_INSECURE_NO_SECRET", "yes");
+    ck_assert_int_eq(parse(&c, err, "--", "x", NULL), 0);
+    ck_assert_int_ne(c.peer_flags, 0);
+    pmd_dconf_free(&c);
+    memset(fake_env, 0, sizeof(fake_env));
 }
 END_TEST
 
@@ -274,6 +339,26 @@ START_TEST(test_config_errors)
     ck_assert_int_eq(parse(&c, err, "--backoff-min", "500", "--backoff-max", "100", "--", "x", NULL),
                      -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "--backoff-max: 100 is below --backoff-min 500"));
+    /* The library's other check across options, retold the same way. */
+    ck_assert_int_eq(parse(&c, err, "--base-port", "65535", "--workers", "2", "--", "x", NULL),
+                     -EINVAL);
+    ck_assert_msg(strstr(err, "--base-port: 65535 + 2 workers - 1 exceeds 65535") != NULL, "%s", err);
+    pmd_dconf_free(&c);
+    /* The library's message, retold in flags, cut to a small buffer: a
+     * string of its size, nothing written past it. */
+    struct {
+        char err[16];
+        char canary[8];
+    } small;
+    memset(&small, 'C', sizeof(small));
+    char *retold[] = {"--backoff-min", "500", "--backoff-max", "100", "--", "x", NULL};
+    ck_assert_int_eq(pmd_dconf_parse(&c, 6, retold, getenv_fake, small.err, sizeof(small.err)),
+                     -EINVAL);
+    ck_assert_uint_eq(strlen(small.err), sizeof(small.err) - 1);
+    ck_assert(strncmp(small.err, "--backoff-max: 100 is below", sizeof(small.err) - 1) == 0);
+    for (size_t i = 0; i < sizeof(small.canary); i++)
+        ck_assert_int_eq(small.canary[i], 'C');
+    pmd_dconf_free(&c);
     /* The same behind an empty program name (fuzz_dconf's finding: the
      * checks across options were skipped when the program was refused). */
     ck_assert_int_eq(parse(&c, err, "--backoff-min", "5", "--backoff-max", "0", "--", "", NULL),
@@ -3306,6 +3391,7 @@ int main(void)
     PM_ADD_TEST(s, test_bin_health_status_lines, 60);
     PM_ADD_TEST(s, test_metrics_without_memory, 60);
     PM_ADD_TEST(s, test_config_without_memory, 60);
+    PM_ADD_TEST(s, test_config_lists_and_repeats, 30);
     PM_ADD_TEST(s, test_bin_healthz_200_after_two_failed_starts, 90);
     PM_ADD_TEST(s, test_bin_healthz_answered_past_idle_connections, 60);
     PM_ADD_TEST(s, test_bin_accept_out_of_fds_backs_off, 60);
