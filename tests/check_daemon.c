@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -227,6 +228,264 @@ START_TEST(test_config_lists_and_repeats)
     ck_assert_int_ne(c.peer_flags, 0);
     pmd_dconf_free(&c);
     memset(fake_env, 0, sizeof(fake_env));
+}
+END_TEST
+
+/* Every value parser of dconf_value.c, one row per condition with the rest
+ * valid (issue 27, "hostile inputs tried in full"): each refused value
+ * gets -EINVAL with the flag, the value and what is allowed; each accepted
+ * one lands in its field. */
+#define RL_NAME "is not NAME=VALUE with NAME one of as, core"
+#define RL_VALUE "the value must be N, SOFT:HARD (soft at most hard) or unlimited"
+#define MEM_ERR "is not max or a size of at least 1M"
+#define CPU_ERR "is not max or QUOTA[/PERIOD] in microseconds"
+#define UIDR_ERR "is not FIRST:COUNT with FIRST >= 1"
+#define MSG_ERR "is not a size in"
+#define HP_ERR "is not HOST:PORT"
+START_TEST(test_config_value_rows)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    pmd_dconf c;
+    char err[256];
+    static const struct {
+        const char *flag, *value, *want;
+    } bad[] = {
+        {"--rlimit", "nofile", RL_NAME},
+        {"--rlimit", "=5", RL_NAME},
+        {"--rlimit", "bogus=1", RL_NAME},
+        {"--rlimit", "nofil=1", RL_NAME},
+        {"--rlimit", "nofilex=1", RL_NAME},
+        {"--rlimit", "nofile=", RL_VALUE},
+        {"--rlimit", "nofile=abc", RL_VALUE},
+        {"--rlimit", "nofile= 1", RL_VALUE},
+        {"--rlimit", "nofile=-1", RL_VALUE},
+        {"--rlimit", "nofile=1x", RL_VALUE},
+        {"--rlimit", "nofile=1:", RL_VALUE},
+        {"--rlimit", "nofile=:1", RL_VALUE},
+        {"--rlimit", "nofile=1:2:3", RL_VALUE},
+        {"--rlimit", "nofile=128:64", RL_VALUE},
+        {"--rlimit", "nofile=unlimited:5", RL_VALUE},
+        {"--rlimit", "nofile=unlimitedx", RL_VALUE},
+        {"--rlimit", "nofile=99999999999999999999999", RL_VALUE},
+        {"--memory-max", "", MEM_ERR},
+        {"--memory-max", "abc", MEM_ERR},
+        {"--memory-max", " 64M", MEM_ERR},
+        {"--memory-max", "64Q", MEM_ERR},
+        {"--memory-max", "64MM", MEM_ERR},
+        {"--memory-max", "M", MEM_ERR},
+        {"--memory-max", "0", MEM_ERR},
+        {"--memory-max", "-64M", MEM_ERR},
+        {"--memory-max", "1023K", MEM_ERR},
+        {"--memory-max", "1048575", MEM_ERR},
+        {"--memory-max", "16777216T", MEM_ERR},
+        {"--memory-max", "18446744073709551616", MEM_ERR},
+        {"--cpu-max", "", CPU_ERR},
+        {"--cpu-max", "0", CPU_ERR},
+        {"--cpu-max", "abc", CPU_ERR},
+        {"--cpu-max", "-50000", CPU_ERR},
+        {"--cpu-max", "50000x", CPU_ERR},
+        {"--cpu-max", "50000/", CPU_ERR},
+        {"--cpu-max", "50000/abc", CPU_ERR},
+        {"--cpu-max", "50000/100000x", CPU_ERR},
+        {"--cpu-max", "/100000", CPU_ERR},
+        {"--cpu-max", "99999999999999999999999", CPU_ERR},
+        {"--uid-range", "", UIDR_ERR},
+        {"--uid-range", "5", UIDR_ERR},
+        {"--uid-range", "5:", UIDR_ERR},
+        {"--uid-range", ":5", UIDR_ERR},
+        {"--uid-range", "5:0", UIDR_ERR},
+        {"--uid-range", "a:5", UIDR_ERR},
+        {"--uid-range", "5:a", UIDR_ERR},
+        {"--uid-range", "5:5x", UIDR_ERR},
+        {"--uid-range", "5: 5", UIDR_ERR},
+        {"--uid-range", "4294967296:1", UIDR_ERR},
+        {"--uid-range", "1000:4294967296", UIDR_ERR},
+        {"--uid-range", "99999999999999999999:1", UIDR_ERR},
+        {"--uid-range", "1000:99999999999999999999", UIDR_ERR},
+        {"--max-message", "65536x", MSG_ERR},
+        {"--max-message", "64KK", MSG_ERR},
+        {"--max-message", "4g", MSG_ERR},
+        {"--max-message", "17179869184G", MSG_ERR},
+        {"--max-message", "18446744073709551616", MSG_ERR},
+        {"--user", "", "is not USER[:GROUP]"},
+        {"--user", ":", "is not USER[:GROUP]"},
+        {"--user", ":nogroup", "is not USER[:GROUP]"},
+        {"--user", "nobody:", "is not USER[:GROUP]"},
+        {"--user", "pm-no-such-user", "no user 'pm-no-such-user'"},
+        {"--user", "4294967295", "no user '4294967295'"},
+        {"--user", "nobody:pm-no-such-group", "no group 'pm-no-such-group'"},
+        {"--user", "nobody:0", "is root (uid or gid 0)"},
+        {"--user", "0:65534", "is root (uid or gid 0)"},
+        {"--health", "8080", HP_ERR},
+        {"--health", ":8080", HP_ERR},
+        {"--health", "[]:8080", HP_ERR},
+        {"--health", "[::1:8080", HP_ERR},
+        {"--health", "127.0.0.1:", "has no port in 0..65535"},
+        {"--health", "127.0.0.1:65536", "has no port in 0..65535"},
+        {"--health", "127.0.0.1:-1", "has no port in 0..65535"},
+        {"--peers", "", "is not HOST:PORT[,HOST:PORT...]"},
+        {"--peers", "a:1,,b:2", "is not HOST:PORT[,HOST:PORT...]"},
+        {"--peers", "a:1,", "is not HOST:PORT[,HOST:PORT...]"},
+        {"--peers", "a:1,a:1", "'a:1' is given twice"},
+        {"--peers", "a:1,b", "'b' is not HOST:PORT (a host name"},
+        {"--peers", "a:0", "'a:0' is not HOST:PORT (a host name"},
+        {"--peer-listen", "127.0.0.1", "is not HOST:PORT (a host name"},
+        {"--listen", "unix:", "the unix socket path must be 1..107 bytes"},
+        {"--listen", "tcp:127.0.0.1", "is not [NAME=]tcp:HOST:PORT"},
+        {"--listen", "udp=unix", "is not [NAME=]tcp:HOST:PORT or [NAME=]unix:PATH"},
+        {"--secret-file", "", "empty file name"},
+        {"--node-key", "", "empty file name"},
+        {"--peer-keys", "", "empty file name"},
+        {"--hostname", "", "must be 1..63 characters"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char want[160];
+        snprintf(want, sizeof(want), "%s: ", bad[i].flag);
+        int rc = parse(&c, err, bad[i].flag, bad[i].value, "--insecure-no-secret", "--", "x", NULL);
+        ck_assert_msg(rc == -EINVAL && strstr(err, want) == err && strstr(err, bad[i].want) != NULL,
+                      "%s '%s': %d \"%s\"", bad[i].flag, bad[i].value, rc, err);
+        pmd_dconf_free(&c);
+    }
+    /* The longest names a buffer takes, and one byte more. */
+    char host[300], path[200];
+    memset(host, 'h', sizeof(host));
+    snprintf(host + 255, sizeof(host) - 255, ":80");
+    ck_assert_int_eq(parse(&c, err, "--health", host, "--", "x", NULL), 0);
+    ck_assert_uint_eq(strlen(c.health_host), 255);
+    pmd_dconf_free(&c);
+    memset(host, 'h', sizeof(host));
+    snprintf(host + 256, sizeof(host) - 256, ":80");
+    ck_assert_int_eq(parse(&c, err, "--health", host, "--", "x", NULL), -EINVAL);
+    pmd_dconf_free(&c);
+    memcpy(path, "unix:", 5);
+    memset(path + 5, 'p', 107);
+    path[5 + 107] = '\0';
+    ck_assert_int_eq(parse(&c, err, "--listen", path, "--", "x", NULL), 0);
+    ck_assert_uint_eq(strlen(c.listen[0].path), 107);
+    pmd_dconf_free(&c);
+    path[5 + 107] = 'p';
+    path[5 + 108] = '\0';
+    ck_assert_int_eq(parse(&c, err, "--listen", path, "--", "x", NULL), -EINVAL);
+    pmd_dconf_free(&c);
+
+    /* Accepted values, in their fields. */
+    ck_assert_int_eq(parse(&c, err, "--rlimit", "nofile=64", "--rlimit", "core=0:unlimited",
+                           "--rlimit", "stack=unlimited", "--rlimit", "cpu=5:5", "--", "x", NULL),
+                     0);
+    ck_assert(c.rlimit_soft[RLIMIT_NOFILE] == 64 && c.rlimit_hard[RLIMIT_NOFILE] == 64);
+    ck_assert(c.rlimit_soft[RLIMIT_CORE] == 0 && c.rlimit_hard[RLIMIT_CORE] == PM_RLIM_INFINITY);
+    ck_assert(c.rlimit_soft[RLIMIT_STACK] == PM_RLIM_INFINITY &&
+              c.rlimit_hard[RLIMIT_STACK] == PM_RLIM_INFINITY);
+    ck_assert(c.rlimit_soft[RLIMIT_CPU] == 5 && c.rlimit_hard[RLIMIT_CPU] == 5);
+    ck_assert(!c.rlimit_set[RLIMIT_AS]);
+    pmd_dconf_free(&c);
+    /* Each name its own resource. */
+    static const struct {
+        const char *name;
+        int res;
+    } rl[] = {
+        {"as", RLIMIT_AS},           {"core", RLIMIT_CORE},     {"cpu", RLIMIT_CPU},
+        {"data", RLIMIT_DATA},       {"fsize", RLIMIT_FSIZE},   {"locks", RLIMIT_LOCKS},
+        {"memlock", RLIMIT_MEMLOCK}, {"msgqueue", RLIMIT_MSGQUEUE}, {"nice", RLIMIT_NICE},
+        {"nofile", RLIMIT_NOFILE},   {"nproc", RLIMIT_NPROC},   {"rss", RLIMIT_RSS},
+        {"rtprio", RLIMIT_RTPRIO},   {"rttime", RLIMIT_RTTIME}, {"sigpending", RLIMIT_SIGPENDING},
+        {"stack", RLIMIT_STACK},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(rl); i++) {
+        char v[32];
+        snprintf(v, sizeof(v), "%s=7", rl[i].name);
+        ck_assert_int_eq(parse(&c, err, "--rlimit", v, "--", "x", NULL), 0);
+        for (int r = 0; r < 16; r++)
+            ck_assert_msg(c.rlimit_set[r] == (r == rl[i].res), "%s: resource %d", v, r);
+        ck_assert_uint_eq(c.rlimit_soft[rl[i].res], 7);
+        pmd_dconf_free(&c);
+    }
+    ck_assert_int_eq(parse(&c, err, "--memory-max", "1g", "--cpu-max", "max", "--uid-range",
+                           "1000:4", "--max-message", "64k", "--", "x", NULL),
+                     0);
+    ck_assert_uint_eq(c.memory_max, (uint64_t)1 << 30);
+    ck_assert(c.cpu_quota == 0 && c.cpu_period == 0);
+    ck_assert(c.uid_first == 1000 && c.uid_count == 4);
+    ck_assert_uint_eq(c.max_message, 64 << 10);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--memory-max", "16777215T", "--cpu-max", "50000", "--max-message",
+                           "1m", "--", "x", NULL),
+                     0);
+    ck_assert_uint_eq(c.memory_max, (uint64_t)16777215 << 40);
+    ck_assert(c.cpu_quota == 50000 && c.cpu_period == 100000);
+    ck_assert_uint_eq(c.max_message, 1 << 20);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--memory-max", "max", "--cpu-max", "50000/200000", "--max-message",
+                           "1G", "--", "x", NULL),
+                     0);
+    ck_assert_uint_eq(c.memory_max, 0);
+    ck_assert(c.cpu_quota == 50000 && c.cpu_period == 200000);
+    ck_assert_uint_eq(c.max_message, (size_t)1 << 30);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--memory-max", "1048576", "--", "x", NULL), 0);
+    ck_assert_uint_eq(c.memory_max, 1048576);
+    pmd_dconf_free(&c);
+    /* A user by number: the group of its account, or the same number. */
+    struct passwd *nobody = getpwnam("nobody");
+    if (nobody != NULL) {
+        char v[32];
+        snprintf(v, sizeof(v), "%u", (unsigned)nobody->pw_uid);
+        ck_assert_int_eq(parse(&c, err, "--user", v, "--", "x", NULL), 0);
+        ck_assert(c.user && c.uid == nobody->pw_uid && c.gid == nobody->pw_gid);
+        pmd_dconf_free(&c);
+        ck_assert_int_eq(parse(&c, err, "--user", "nobody:12345", "--", "x", NULL), 0);
+        ck_assert(c.uid == nobody->pw_uid && c.gid == 12345);
+        pmd_dconf_free(&c);
+    }
+    unsigned lone = 54321;
+    while (getpwuid((uid_t)lone) != NULL)
+        lone++;
+    char lone_s[16];
+    snprintf(lone_s, sizeof(lone_s), "%u", lone);
+    ck_assert_int_eq(parse(&c, err, "--user", lone_s, "--", "x", NULL), 0);
+    ck_assert(c.uid == lone && c.gid == lone);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--health", "[::1]:8080", "--peers", "a:1,b:2", "--listen",
+                           "unix:/tmp/a", "--listen", "web=tcp:127.0.0.1:80", "--insecure-no-secret",
+                           "--", "x", NULL),
+                     0);
+    ck_assert_str_eq(c.health_host, "::1");
+    ck_assert_uint_eq(c.health_port, 8080);
+    ck_assert_uint_eq(c.npeers, 2);
+    ck_assert_str_eq(c.peers[1], "b:2");
+    ck_assert_str_eq(c.listen[0].name, "listen0");
+    ck_assert(c.listen[0].unix_socket);
+    ck_assert_str_eq(c.listen[1].name, "web");
+    ck_assert(!c.listen[1].unix_socket && c.listen[1].port == 80);
+    ck_assert_str_eq(c.listen[1].host, "127.0.0.1");
+    pmd_dconf_free(&c);
+    /* --init-data: up to PM_MAX_INIT_DATA bytes, as text or from @FILE. */
+    static char big[PM_MAX_INIT_DATA + 2];
+    memset(big, 'd', PM_MAX_INIT_DATA);
+    big[PM_MAX_INIT_DATA] = '\0';
+    ck_assert_int_eq(parse(&c, err, "--init-data", big, "--", "x", NULL), 0);
+    ck_assert_uint_eq(c.init_len, PM_MAX_INIT_DATA);
+    pmd_dconf_free(&c);
+    big[PM_MAX_INIT_DATA] = 'd';
+    big[PM_MAX_INIT_DATA + 1] = '\0';
+    ck_assert_int_eq(parse(&c, err, "--init-data", big, "--", "x", NULL), -EINVAL);
+    ck_assert_msg(strstr(err, "--init-data: 65537 bytes, at most 65536") != NULL, "%s", err);
+    pmd_dconf_free(&c);
+    char file[] = "/tmp/pm-init-XXXXXX", at[64];
+    int fd = mkstemp(file);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, big, PM_MAX_INIT_DATA), PM_MAX_INIT_DATA);
+    snprintf(at, sizeof(at), "@%s", file);
+    ck_assert_int_eq(parse(&c, err, "--init-data", at, "--", "x", NULL), 0);
+    ck_assert_uint_eq(c.init_len, PM_MAX_INIT_DATA);
+    ck_assert(memcmp(c.init_data, big, PM_MAX_INIT_DATA) == 0);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(write(fd, "x", 1), 1);
+    ck_assert_int_eq(parse(&c, err, "--init-data", at, "--", "x", NULL), -EINVAL);
+    ck_assert_msg(strstr(err, "is larger than 65536 bytes") != NULL, "%s", err);
+    pmd_dconf_free(&c);
+    close(fd);
+    unlink(file);
 }
 END_TEST
 
@@ -3225,11 +3484,24 @@ START_TEST(test_config_without_memory)
     if (!pm_failalloc_here("test_config_without_memory"))
         return;
     memset(fake_env, 0, sizeof(fake_env));
-    setenv_fake("PROCMESH_LISTEN", "a=tcp:127.0.0.1:1,b=tcp:127.0.0.1:2");
+    setenv_fake("PROCMESH_LISTEN", "a=tcp:127.0.0.1:1,b=tcp:127.0.0.1:2,web=tcp:127.0.0.1:80");
     char *argv[] = {"--workers", "3", "--pids-max", "9", "--backoff-jitter", "0.3", "--init-data",
-                    "hello", "--secret-file", "/nonexistent/s", "--", "prog", "arg", NULL};
+                    "hello", "--secret-file", "/nonexistent/s", "--hostname", "h1", "--memory-max",
+                    "64M", "--cpu-max", "50000", "--uid-range", "1000:4", "--max-message", "1M",
+                    "--user", "nobody", "--peer-listen",
+                    "127.0.0.1:7000", "--peers", "127.0.0.1:7001", "--peers-dns", "peers:7000",
+                    "--node-key", "/nonexistent/n", "--peer-keys", "/nonexistent/p", "--", "prog",
+                    "arg", NULL};
     int argc = (int)ARRAY_LEN(argv) - 1;
     char err[256];
+    /* glibc 2.36 crashes in getpwnam when its first allocation of the NSS
+     * state fails (nss_database_check_reload_and_get with no state, seen
+     * here): that state is made once per process, before the sweep, so
+     * the sweep's failures meet the lookup itself. */
+    struct passwd *pw = getpwnam("nobody");
+    if (pw == NULL)
+        pm_test_skip("no user 'nobody' on this machine");
+    uid_t nobody = pw->pw_uid;
     int fired = 1, failed_runs = 0;
     for (long k = 1; fired; k++) {
         ck_assert_int_lt(k, 200);
@@ -3238,20 +3510,36 @@ START_TEST(test_config_without_memory)
         pm_failalloc_arm(k);
         int rc = pmd_dconf_parse(&c, argc, argv, getenv_fake, err, sizeof(err));
         fired = pm_failalloc_disarm();
-        if (fired) {
-            ck_assert_msg(rc == -ENOMEM, "allocation %ld failing: %d (%s)", k, rc, err);
-        } else {
-            ck_assert_msg(rc == 0, "%d (%s)", rc, err);
+        /* A lookup in the user database may find "nobody" by another of
+         * nsswitch's sources when its file cannot be opened: a success,
+         * with every value in its field. */
+        ck_assert_msg(rc == 0 || (fired && rc == -ENOMEM), "allocation %ld failing (%s): %d (%s)", k,
+                      fired ? "fired" : "not reached", rc, err);
+        if (rc == 0) {
             ck_assert_int_eq(c.workers, 3);
             ck_assert_int_eq(c.pids_max, 9);
             ck_assert(c.jitter == 0.3);
-            ck_assert_uint_eq(c.nlisten, 2);
+            ck_assert_uint_eq(c.nlisten, 3);
             ck_assert_uint_eq(c.nsecret_files, 1);
+            ck_assert_uint_eq(c.npeers, 1);
+            ck_assert_str_eq(c.peer_keys, "/nonexistent/p");
+            ck_assert_str_eq(c.node_key, "/nonexistent/n");
+            ck_assert_str_eq(c.secret_file[0], "/nonexistent/s");
+            ck_assert(c.init_len == 5 && memcmp(c.init_data, "hello", 5) == 0);
+            ck_assert_str_eq(c.hostname, "h1");
+            ck_assert_uint_eq(c.memory_max, (uint64_t)64 << 20);
+            ck_assert_uint_eq(c.cpu_quota, 50000);
+            ck_assert(c.uid_first == 1000 && c.uid_count == 4);
+            ck_assert_uint_eq(c.max_message, 1 << 20);
+            ck_assert(c.user && c.uid == nobody);
+            ck_assert_str_eq(c.listen[2].name, "web");
+            ck_assert_str_eq(c.peer_listen, "127.0.0.1:7000");
+            ck_assert_str_eq(c.peers_dns, "peers:7000");
         }
         pmd_dconf_free(&c);
-        failed_runs += fired;
+        failed_runs += rc == -ENOMEM;
     }
-    ck_assert_int_ge(failed_runs, 6);
+    ck_assert_int_ge(failed_runs, 16);
     /* The library's options from a parsed configuration: -ENOMEM when an
      * allocation fails (nothing handed out), the options when none does. */
     char *run[] = {"--workers", "2", "--", "/bin/true", NULL};
@@ -3392,6 +3680,7 @@ int main(void)
     PM_ADD_TEST(s, test_metrics_without_memory, 60);
     PM_ADD_TEST(s, test_config_without_memory, 60);
     PM_ADD_TEST(s, test_config_lists_and_repeats, 30);
+    PM_ADD_TEST(s, test_config_value_rows, 30);
     PM_ADD_TEST(s, test_bin_healthz_200_after_two_failed_starts, 90);
     PM_ADD_TEST(s, test_bin_healthz_answered_past_idle_connections, 60);
     PM_ADD_TEST(s, test_bin_accept_out_of_fds_backs_off, 60);

@@ -300,7 +300,18 @@ int pmd_dconf_rlimit_value(const src *s, const char *v, pmd_dconf *c, char *err,
                 "unlimited", who(s, w, sizeof(w)), v);
 }
 
-/* A user or group: a number, or a name from the user/group database. */
+/* What a lookup in the user or group database that found nothing means:
+ * -ENOENT when there is no such entry (glibc says 0, ENOENT, ESRCH, EBADF
+ * or EPERM for that, by its backends), else the lookup's own error (no
+ * memory, an unreadable database), which must not pass for "no user". */
+static int lookup_failed(void)
+{
+    int e = errno;
+    return e == 0 || e == ENOENT || e == ESRCH || e == EBADF || e == EPERM ? -ENOENT : -e;
+}
+
+/* A user or group: a number, or a name from the user/group database. 0,
+ * -ENOENT, or the lookup's error. */
 static int id_value(const char *v, int group, unsigned *out, unsigned *primary_gid)
 {
     char *end;
@@ -310,25 +321,42 @@ static int id_value(const char *v, int group, unsigned *out, unsigned *primary_g
         x < 0xffffffffUL) {
         *out = (unsigned)x;
         if (primary_gid != NULL) {
+            errno = 0;
             struct passwd *pw = getpwuid((uid_t)x);
+            int rc = pw == NULL ? lookup_failed() : 0;
+            if (rc < 0 && rc != -ENOENT)
+                return rc;
             *primary_gid = pw != NULL ? (unsigned)pw->pw_gid : (unsigned)x;
         }
         return 0;
     }
+    errno = 0;
     if (group) {
         struct group *gr = getgrnam(v);
         if (gr == NULL)
-            return -ENOENT;
+            return lookup_failed();
         *out = (unsigned)gr->gr_gid;
         return 0;
     }
     struct passwd *pw = getpwnam(v);
     if (pw == NULL)
-        return -ENOENT;
+        return lookup_failed();
     *out = (unsigned)pw->pw_uid;
     if (primary_gid != NULL)
         *primary_gid = (unsigned)pw->pw_gid;
     return 0;
+}
+
+/* id_value's refusal of a user's or group's name, in words. */
+static int id_failed(const src *s, int rc, const char *what, const char *name, char *err, size_t size)
+{
+    char w[96];
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc == -ENOENT)
+        return fail(err, size, "%s: no %s '%s'", who(s, w, sizeof(w)), what, name);
+    return fail(err, size, "%s: looking up %s '%s': %s", who(s, w, sizeof(w)), what, name,
+                strerror(-rc));
 }
 
 /* USER[:GROUP]; without GROUP, the user's primary group (or, for a number
@@ -343,15 +371,16 @@ int pmd_dconf_user_value(const src *s, const char *v, pmd_dconf *c, char *err, s
     memcpy(name, v, n);
     name[n] = '\0';
     unsigned uid, gid;
-    if (id_value(name, 0, &uid, &gid) < 0)
-        return fail(err, size, "%s: no user '%s'", who(s, w, sizeof(w)), name);
-    if (colon != NULL && id_value(colon + 1, 1, &gid, NULL) < 0)
-        return fail(err, size, "%s: no group '%s'", who(s, w, sizeof(w)), colon + 1);
+    int rc = id_value(name, 0, &uid, &gid);
+    if (rc < 0)
+        return id_failed(s, rc, "user", name, err, size);
+    if (colon != NULL && (rc = id_value(colon + 1, 1, &gid, NULL)) < 0)
+        return id_failed(s, rc, "group", colon + 1, err, size);
     /* The library's setter refuses root (uid or gid 0) and -1; it judges. */
     pm_options *o = pm_options_new();
     if (o == NULL)
         return -ENOMEM;
-    int rc = pm_options_set_user(o, (uid_t)uid, (gid_t)gid);
+    rc = pm_options_set_user(o, (uid_t)uid, (gid_t)gid);
     pm_options_free(o);
     if (rc < 0)
         return fail(err, size,
