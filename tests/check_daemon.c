@@ -598,6 +598,16 @@ START_TEST(test_config_errors)
     ck_assert_int_eq(parse(&c, err, "--backoff-min", "500", "--backoff-max", "100", "--", "x", NULL),
                      -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "--backoff-max: 100 is below --backoff-min 500"));
+    /* --min-ready at most the workers; with --workers auto (the CPUs of
+     * the machine the daemon runs on) it is not judged here. */
+    ck_assert_int_eq(parse(&c, err, "--min-ready", "3", "--workers", "2", "--", "x", NULL), -EINVAL);
+    ck_assert_msg(strstr(err, "--min-ready: 3 is more than the 2 workers") != NULL, "%s", err);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--min-ready", "2", "--workers", "2", "--", "x", NULL), 0);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--min-ready", "5", "--", "x", NULL), 0);
+    ck_assert_int_eq(c.min_ready, 5);
+    pmd_dconf_free(&c);
     /* The library's other check across options, retold the same way. */
     ck_assert_int_eq(parse(&c, err, "--base-port", "65535", "--workers", "2", "--", "x", NULL),
                      -EINVAL);
@@ -2163,6 +2173,8 @@ START_TEST(test_config_peer)
         const char *says;
     } bad[] = {
         {{"--peers", "a:1", NULL}, "--secret-file: peer links"},
+        {{"--peer-listen", "127.0.0.1:7946", NULL}, "--secret-file: peer links"},
+        {{"--peers-dns", "mesh.example:7946", NULL}, "--secret-file: peer links"},
         {{"--peer-listen", ":7946", NULL}, "--peer-listen: ':7946' is not HOST:PORT"},
         {{"--peers", "a:1,,b:2", NULL}, "--peers: 'a:1,,b:2'"},
         {{"--peers", "a:1,a:1", "--insecure-no-secret", NULL}, "'a:1' is given twice"},
@@ -2185,6 +2197,48 @@ START_TEST(test_config_peer)
         ck_assert_msg(strstr(err, bad[i].says) != NULL, "case %zu: '%s' does not say '%s'", i, err, bad[i].says);
         pmd_dconf_free(&c);
     }
+}
+END_TEST
+
+/* pmd_dconf_free gives back every block the configuration holds and
+ * leaves it empty: freeing it again frees nothing twice. */
+static const void *freed[8];
+static size_t nfreed;
+
+static void record_free(const void *p, size_t size)
+{
+    (void)size;
+    if (p != NULL && nfreed < ARRAY_LEN(freed))
+        freed[nfreed++] = p;
+}
+
+static int was_freed(const void *p)
+{
+    for (size_t i = 0; i < nfreed; i++)
+        if (freed[i] == p)
+            return 1;
+    return 0;
+}
+
+START_TEST(test_config_free)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    pmd_dconf c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, "--init-data", "hello", "--secret-file", "/k1", "--secret-file",
+                           "/k2", "--node-key", "/nk", "--peer-keys", "/pk", "--", "prog", NULL),
+                     0);
+    const void *held[] = {c.init_data, c.secret_file[0], c.secret_file[1], c.node_key, c.peer_keys};
+    nfreed = 0;
+    pm_failalloc_free_hook = record_free; /* not called under a sanitizer */
+    pmd_dconf_free(&c);
+    pm_failalloc_free_hook = NULL;
+    if (PM_FAILALLOC)
+        for (size_t i = 0; i < ARRAY_LEN(held); i++)
+            ck_assert_msg(was_freed(held[i]), "block %zu of 5 not freed", i);
+    ck_assert(c.init_data == NULL && c.init_len == 0 && c.node_key == NULL && c.peer_keys == NULL);
+    ck_assert(c.secret_file[0] == NULL && c.secret_file[1] == NULL && c.nsecret_files == 0);
+    pmd_dconf_free(&c); /* nothing twice (glibc and the sanitizers abort on it) */
 }
 END_TEST
 
@@ -3681,6 +3735,7 @@ int main(void)
     PM_ADD_TEST(s, test_config_without_memory, 60);
     PM_ADD_TEST(s, test_config_lists_and_repeats, 30);
     PM_ADD_TEST(s, test_config_value_rows, 30);
+    PM_ADD_TEST(s, test_config_free, 30);
     PM_ADD_TEST(s, test_bin_healthz_200_after_two_failed_starts, 90);
     PM_ADD_TEST(s, test_bin_healthz_answered_past_idle_connections, 60);
     PM_ADD_TEST(s, test_bin_accept_out_of_fds_backs_off, 60);

@@ -566,6 +566,7 @@ void pmd_dconf_free(pmd_dconf *c)
 {
     free(c->init_data);
     c->init_data = NULL;
+    c->init_len = 0;
     for (size_t i = 0; i < 2; i++) {
         free(c->secret_file[i]);
         c->secret_file[i] = NULL;

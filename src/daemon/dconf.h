@@ -30,6 +30,7 @@ typedef const char *(*pmd_getenv)(const char *name);
 int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
                     size_t errsize);
 
+/* Gives back what c holds and leaves it empty: freeing it again is safe. */
 void pmd_dconf_free(pmd_dconf *c);
 
 /* Builds library options from a configuration. -errno with err filled. */
