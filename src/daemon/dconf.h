@@ -24,8 +24,9 @@ typedef const char *(*pmd_getenv)(const char *name);
 /*
  * Parses `procmesh run` options: argv[0] is the first option (after "run").
  * Each option may also come from PROCMESH_<NAME> (upper case, '-' as '_');
- * a flag wins over the variable. Returns 0, or -EINVAL with one line in err
- * naming the option or variable, the value and what is allowed.
+ * a flag wins over the variable. Returns 0, -EINVAL with one line in err
+ * naming the option or variable, the value and what is allowed, or
+ * -ENOMEM. c is to be freed (pmd_dconf_free) whatever it returns.
  */
 int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
                     size_t errsize);
