@@ -32,6 +32,7 @@
 #include "base/defaults.h"
 #include "channel/bigmsg.h"
 #include "health.h"
+#include "supervisor/options.h" /* what pmd_dconf_options set, field by field */
 #include "jsoncheck.h"
 #include "log.h"
 #include "proclog.h"
@@ -69,15 +70,17 @@ static void setenv_fake(const char *name, const char *value)
 
 static int parse(pmd_dconf *c, char *err, ...)
 {
-    char *argv[64];
+    char *argv[128];
     int argc = 0;
     va_list ap;
     va_start(ap, err);
-    for (char *a = va_arg(ap, char *); a != NULL; a = va_arg(ap, char *))
+    for (char *a = va_arg(ap, char *); a != NULL; a = va_arg(ap, char *)) {
+        ck_assert_int_lt(argc, 127);
         argv[argc++] = a;
+    }
     va_end(ap);
     argv[argc] = NULL;
-    static char *keep[64];
+    static char *keep[128];
     memcpy(keep, argv, sizeof(argv));
     return pmd_dconf_parse(c, argc, keep, getenv_fake, err, 256);
 }
@@ -2200,6 +2203,86 @@ START_TEST(test_config_peer)
 }
 END_TEST
 
+/* pmd_dconf_options: every option of the configuration reaches its field
+ * of the library's options (each set to a value other than its default),
+ * with the daemon's own: signals handled, orphans reaped. */
+START_TEST(test_config_to_options)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    pmd_dconf c;
+    char err[256];
+    pm_options *o = NULL;
+    ck_assert_int_eq(
+        parse(&c, err, "--workers", "3", "--restart", "always", "--backoff-min", "300", "--backoff-max",
+              "4000", "--backoff-jitter", "0.5", "--max-restarts", "4", "--restart-window", "7000",
+              "--ready-timeout", "9000", "--heartbeat-timeout", "2500", "--stop-timeout", "1500",
+              "--drain-timeout", "700", "--fence-not-draining", "yes", "--direct-lanes", "no",
+              "--system-name", "sys1", "--hostname", "h1", "--base-port", "9000", "--init-data",
+              "hello", "--ready", "exec", "--containment", "process-group", "--memory-max", "64M",
+              "--pids-max", "50", "--cpu-max", "50000/200000", "--rlimit", "nofile=64:128", "--rlimit",
+              "rttime=5", "--rlimit", "as=unlimited", "--user", "nobody", "--no-new-privs", "no",
+              "--max-message", "1M", "--seccomp-action", "kill", "--output", "inherit", "--core-dir",
+              "/tmp", "--peer-timeout", "800", "--insecure-no-secret", "--", "/bin/true", "arg", NULL),
+        0);
+    ck_assert_msg(pmd_dconf_options(&c, &o, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(o->handle_signals == 1 && o->reap_orphans == 1);
+    ck_assert_int_eq(o->workers, 3);
+    ck_assert_str_eq(o->exec_path, "/bin/true");
+    ck_assert(o->exec_argv != NULL && strcmp(o->exec_argv[1], "arg") == 0 && o->exec_argv[2] == NULL);
+    ck_assert_int_eq(o->restart_policy, PM_RESTART_ALWAYS);
+    ck_assert(o->min_backoff_ms == 300 && o->max_backoff_ms == 4000 && o->random_factor == 0.5);
+    ck_assert(o->max_restarts == 4 && o->restart_window_ms == 7000);
+    ck_assert(o->ready_timeout_ms == 9000 && o->heartbeat_timeout_ms == 2500);
+    ck_assert(o->stop_timeout_ms == 1500 && o->drain_timeout_ms == 700);
+    ck_assert(o->fence_not_draining == 1 && o->direct_lanes == 0);
+    ck_assert_str_eq(o->system_name, "sys1");
+    ck_assert_str_eq(o->hostname, "h1");
+    ck_assert_int_eq(o->base_port, 9000);
+    ck_assert(o->init_len == 5 && memcmp(o->init_data, "hello", 5) == 0);
+    ck_assert_int_eq(o->ready_mode, PM_READY_EXEC);
+    ck_assert_int_eq(o->containment, PM_CONTAIN_PROCESS_GROUP);
+    ck_assert(o->memory_max == (uint64_t)64 << 20 && o->pids_max == 50);
+    ck_assert(o->cpu_quota_us == 50000 && o->cpu_period_us == 200000);
+    ck_assert(o->rlimit_set[RLIMIT_NOFILE] && o->rlimit_soft[RLIMIT_NOFILE] == 64 &&
+              o->rlimit_hard[RLIMIT_NOFILE] == 128);
+    ck_assert(o->rlimit_set[RLIMIT_RTTIME] && o->rlimit_soft[RLIMIT_RTTIME] == 5);
+    ck_assert(o->rlimit_set[RLIMIT_AS] && o->rlimit_hard[RLIMIT_AS] == PM_RLIM_INFINITY);
+    ck_assert(!o->rlimit_set[RLIMIT_CORE]);
+    struct passwd *pw = getpwnam("nobody");
+    ck_assert(pw != NULL && o->set_user && o->uid == pw->pw_uid && o->gid == pw->pw_gid);
+    ck_assert_int_eq(o->uid_count, 0);
+    ck_assert_int_eq(o->no_new_privs, 0);
+    ck_assert_uint_eq(o->max_message, 1 << 20);
+    ck_assert(o->seccomp == PM_SECCOMP_OFF && o->seccomp_action == PM_SECCOMP_KILL);
+    ck_assert_int_eq(o->output, PM_OUTPUT_INHERIT);
+    ck_assert_str_eq(o->core_dir, "/tmp");
+    ck_assert(o->peer_timeout_ms == 800 && o->insecure_no_secret == 1);
+    pm_options_free(o);
+    pmd_dconf_free(&c);
+    /* The other side of each either-or: a uid range and no user, no
+     * restarts, the defaults the daemon does not change. */
+    ck_assert_int_eq(parse(&c, err, "--workers", "4", "--uid-range", "1000:4", "--restart", "never",
+                           "--", "/bin/true", NULL),
+                     0);
+    ck_assert_msg(pmd_dconf_options(&c, &o, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(o->uid_first == 1000 && o->uid_count == 4 && !o->set_user);
+    ck_assert_int_eq(o->restart_policy, PM_RESTART_NEVER);
+    ck_assert(o->core_dir == NULL && o->memory_max == 0 && o->pids_max == 0);
+    ck_assert_int_eq(o->no_new_privs, PM__DEFAULT_NO_NEW_PRIVS);
+    for (int r = 0; r < PM__MAX_RLIMIT; r++)
+        ck_assert(!o->rlimit_set[r]);
+    pm_options_free(o);
+    pmd_dconf_free(&c);
+    /* A refusal of the library's names the option, nothing handed out. */
+    ck_assert_int_eq(parse(&c, err, "--ready", "notify", "--", "", NULL), 0);
+    o = NULL;
+    ck_assert_int_eq(pmd_dconf_options(&c, &o, err, sizeof(err)), -EINVAL);
+    ck_assert_ptr_null(o);
+    ck_assert_msg(err[0] != '\0', "no error message");
+    pmd_dconf_free(&c);
+}
+END_TEST
+
 /* pmd_dconf_free gives back every block the configuration holds and
  * leaves it empty: freeing it again frees nothing twice. */
 static const void *freed[8];
@@ -3736,6 +3819,7 @@ int main(void)
     PM_ADD_TEST(s, test_config_lists_and_repeats, 30);
     PM_ADD_TEST(s, test_config_value_rows, 30);
     PM_ADD_TEST(s, test_config_free, 30);
+    PM_ADD_TEST(s, test_config_to_options, 30);
     PM_ADD_TEST(s, test_bin_healthz_200_after_two_failed_starts, 90);
     PM_ADD_TEST(s, test_bin_healthz_answered_past_idle_connections, 60);
     PM_ADD_TEST(s, test_bin_accept_out_of_fds_backs_off, 60);
