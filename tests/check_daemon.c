@@ -2273,13 +2273,18 @@ START_TEST(test_config_to_options)
         ck_assert(!o->rlimit_set[r]);
     pm_options_free(o);
     pmd_dconf_free(&c);
-    /* A refusal of the library's names the option, nothing handed out. */
-    ck_assert_int_eq(parse(&c, err, "--ready", "notify", "--", "", NULL), 0);
-    o = NULL;
-    ck_assert_int_eq(pmd_dconf_options(&c, &o, err, sizeof(err)), -EINVAL);
-    ck_assert_ptr_null(o);
-    ck_assert_msg(err[0] != '\0', "no error message");
-    pmd_dconf_free(&c);
+    /* A refusal names what was refused, and nothing is handed out: the
+     * first one stands (the options after it are not set over it). */
+    const char *after[][2] = {{"--ready", "notify"}, {"--user", "nobody"}, {"--uid-range", "1000:4"}};
+    for (size_t i = 0; i < ARRAY_LEN(after); i++) {
+        ck_assert_int_eq(parse(&c, err, after[i][0], after[i][1], "--", "", NULL), 0);
+        o = NULL;
+        ck_assert_int_eq(pmd_dconf_options(&c, &o, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_null(o);
+        ck_assert_msg(strcmp(err, "COMMAND: '' is not a program (give its path or name after '--')") == 0,
+                      "%s: %s", after[i][0], err);
+        pmd_dconf_free(&c);
+    }
 }
 END_TEST
 
@@ -3687,12 +3692,18 @@ START_TEST(test_config_without_memory)
     for (long k = 1; fired; k++) {
         ck_assert_int_lt(k, 200);
         pm_options *o = NULL;
+        snprintf(err, sizeof(err), "stale");
         pm_failalloc_arm(k);
         int rc = pmd_dconf_options(&c, &o, err, sizeof(err));
         fired = pm_failalloc_disarm();
         ck_assert_msg(fired ? rc == -ENOMEM && o == NULL : rc == 0 && o != NULL,
                       "allocation %ld failing (%s): %d (%s)", k, fired ? "fired" : "not reached", rc,
                       err);
+        if (fired) {
+            char want[128];
+            snprintf(want, sizeof(want), "invalid configuration: %s", pm_strerror(-ENOMEM));
+            ck_assert_str_eq(err, want);
+        }
         pm_options_free(o);
         failed_runs += fired;
     }

@@ -579,14 +579,15 @@ void pmd_dconf_free(pmd_dconf *c)
 
 int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t errsize)
 {
+    err[0] = '\0'; /* a refusal below without words of its own gets pm_strerror's */
     pm_options *o = pm_options_new();
-    if (o == NULL)
-        return -ENOMEM;
     /* The daemon owns its process: SIGTERM/SIGINT drain, SIGHUP reloads,
      * SIGCHLD reaps (the library's default leaves signals alone). */
-    int rc = pm_options_set_handle_signals(o, 1);
+    int rc = o == NULL ? -ENOMEM : pm_options_set_handle_signals(o, 1);
     rc = rc ? rc : pm_options_set_workers(o, c->workers);
-    rc = rc ? rc : pm_options_set_exec(o, c->argv[0], c->argv);
+    if (rc == 0 && (rc = pm_options_set_exec(o, c->argv[0], c->argv)) == -EINVAL)
+        snprintf(err, errsize, "COMMAND: '%s' is not a program (give its path or name after '--')",
+                 c->argv[0]);
     rc = rc ? rc : pm_options_set_restart_policy(o, c->restart);
     rc = rc ? rc : pm_options_set_restart_min_backoff_ms(o, c->backoff_min);
     rc = rc ? rc : pm_options_set_restart_max_backoff_ms(o, c->backoff_max);
