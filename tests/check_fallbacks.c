@@ -46,6 +46,7 @@
 #include "procmesh.h"
 #include "answer.h" /* PM_AUDIT_ARCH */
 #include "internals.h"
+#include "dconf.h"
 #include "os/deps.h"
 #include "os/seccomp_filter.h"
 #include "peer/peerkeys.h"
@@ -771,6 +772,12 @@ START_TEST(test_missing_libsodium_peers_refused)
 }
 END_TEST
 
+static const char *no_env(const char *name)
+{
+    (void)name;
+    return NULL;
+}
+
 /* libseccomp missing: the option is refused, as without it at build. */
 START_TEST(test_missing_libseccomp_option_refused)
 {
@@ -794,6 +801,18 @@ START_TEST(test_missing_libseccomp_option_refused)
     pm__seccomp_named r[4];
     ck_assert_int_eq(pm__seccomp_named_rules(PM_SECCOMP_BASIC, r, 4), -ENOTSUP);
     ck_assert_int_eq(pm__seccomp_named_rules(PM_SECCOMP_STRICT, r, 4), -ENOTSUP);
+    /* `procmesh run --seccomp basic` says why, in the loader's words. */
+    char *argv[] = {"--seccomp", "basic", "--", "/bin/true", NULL};
+    pmd_dconf dc;
+    char err[512];
+    ck_assert_int_eq(pmd_dconf_parse(&dc, 4, argv, no_env, err, sizeof(err)), 0);
+    pm_options *opts_out = NULL;
+    ck_assert_int_eq(pmd_dconf_options(&dc, &opts_out, err, sizeof(err)), -ENOTSUP);
+    ck_assert_ptr_null(opts_out);
+    ck_assert_msg(strncmp(err, "--seccomp: ", 11) == 0 && strstr(err, "libseccomp") != NULL &&
+                      strstr(err, PM_NO_SUCH_SONAME) != NULL && strstr(err, "only off is available") != NULL,
+                  "'%s'", err);
+    pmd_dconf_free(&dc);
 #endif
 }
 END_TEST
