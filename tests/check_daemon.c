@@ -2288,6 +2288,90 @@ START_TEST(test_config_to_options)
 }
 END_TEST
 
+/* pmd_dconf_peer_files, in the process: a file that cannot be read or
+ * holds the secret the other one holds is -EINVAL naming --secret-file;
+ * no memory for a key (the address space capped at what the process has:
+ * secret memory is a mapping of its own) is -ENOMEM, for the secret as
+ * for the node key. */
+/* Sets the address space's soft limit to what the process maps now
+ * (capped), or back to was. */
+static void cap_address_space(int capped, struct rlimit *was)
+{
+    if (!capped) {
+        ck_assert_int_eq(setrlimit(RLIMIT_AS, was), 0);
+        return;
+    }
+    ck_assert_int_eq(getrlimit(RLIMIT_AS, was), 0);
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%lu", &pages), 1);
+    fclose(f);
+    struct rlimit cap = *was;
+    cap.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE);
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &cap), 0);
+}
+
+static int peer_files(char *const *args, int nargs, int capped, char *err, size_t size)
+{
+    char *argv[16];
+    ck_assert_int_lt(nargs + 3, 16);
+    memcpy(argv, args, (size_t)nargs * sizeof(*argv));
+    argv[nargs] = "--";
+    argv[nargs + 1] = "/bin/true";
+    argv[nargs + 2] = NULL;
+    pmd_dconf c;
+    pm_options *o = NULL;
+    ck_assert_int_eq(pmd_dconf_parse(&c, nargs + 2, argv, getenv_fake, err, size), 0);
+    ck_assert_int_eq(pmd_dconf_options(&c, &o, err, size), 0);
+    struct rlimit was;
+    if (capped)
+        cap_address_space(1, &was);
+    int rc = pmd_dconf_peer_files(&c, o, err, size);
+    if (capped)
+        cap_address_space(0, &was);
+    pm_options_free(o);
+    pmd_dconf_free(&c);
+    return rc;
+}
+
+START_TEST(test_config_peer_files)
+{
+    memset(fake_env, 0, sizeof(fake_env));
+    char dir[] = "/tmp/pm-dconf-XXXXXX", s1[64], s2[64], nk[64], missing[64], err[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(s1, sizeof(s1), "%s/s1", dir);
+    snprintf(s2, sizeof(s2), "%s/s2", dir);
+    snprintf(nk, sizeof(nk), "%s/nk", dir);
+    snprintf(missing, sizeof(missing), "%s/missing", dir);
+    const char *hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
+    const char *files[] = {s1, s2, nk};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+        int fd = open(files[i], O_WRONLY | O_CREAT | O_EXCL, 0600);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, hex, strlen(hex)), (ssize_t)strlen(hex));
+        close(fd);
+    }
+    char *one[] = {"--peers", "127.0.0.1:1", "--secret-file", s1};
+    ck_assert_msg(peer_files(one, 4, 0, err, sizeof(err)) == 0, "%s", err);
+    char *gone[] = {"--peers", "127.0.0.1:1", "--secret-file", missing};
+    ck_assert_int_eq(peer_files(gone, 4, 0, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strncmp(err, "--secret-file: cannot open '", 28) == 0, "%s", err);
+    char *same[] = {"--peers", "127.0.0.1:1", "--secret-file", s1, "--secret-file", s2};
+    ck_assert_int_eq(peer_files(same, 6, 0, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "--secret-file: '") == err &&
+                      strstr(err, "' holds the same secret as the other --secret-file") != NULL,
+                  "%s", err);
+    if (!pm_test_sanitized()) { /* the sanitizers' shadow memory would not fit under the cap */
+        ck_assert_int_eq(peer_files(one, 4, 1, err, sizeof(err)), -ENOMEM);
+        char *node[] = {"--peers", "127.0.0.1:1", "--insecure-no-secret", "--node-key", nk};
+        ck_assert_int_eq(peer_files(node, 5, 1, err, sizeof(err)), -ENOMEM);
+        ck_assert_msg(peer_files(node, 5, 0, err, sizeof(err)) == 0, "%s", err);
+    }
+    ck_assert_int_eq(proc_remove_dir(dir), 0);
+}
+END_TEST
+
 /* pmd_dconf_free gives back every block the configuration holds and
  * leaves it empty: freeing it again frees nothing twice. */
 static const void *freed[8];
@@ -3831,6 +3915,7 @@ int main(void)
     PM_ADD_TEST(s, test_config_value_rows, 30);
     PM_ADD_TEST(s, test_config_free, 30);
     PM_ADD_TEST(s, test_config_to_options, 30);
+    PM_ADD_TEST(s, test_config_peer_files, 30);
     PM_ADD_TEST(s, test_bin_healthz_200_after_two_failed_starts, 90);
     PM_ADD_TEST(s, test_bin_healthz_answered_past_idle_connections, 60);
     PM_ADD_TEST(s, test_bin_accept_out_of_fds_backs_off, 60);
