@@ -2312,10 +2312,13 @@ static void cap_address_space(int capped, struct rlimit *was)
     ck_assert_int_eq(setrlimit(RLIMIT_AS, &cap), 0);
 }
 
-static int peer_files(char *const *args, int nargs, int capped, char *err, size_t size)
+/* Parses args, builds the options, then runs pmd_dconf_peer_files alone
+ * under how: 0 as it is, -1 with the address space capped, k > 0 with the
+ * k-th allocation failing (*fired: whether it was reached). */
+static int peer_files(char *const *args, int nargs, long how, int *fired, char *err, size_t size)
 {
-    char *argv[16];
-    ck_assert_int_lt(nargs + 3, 16);
+    char *argv[24];
+    ck_assert_int_lt(nargs + 3, 24);
     memcpy(argv, args, (size_t)nargs * sizeof(*argv));
     argv[nargs] = "--";
     argv[nargs + 1] = "/bin/true";
@@ -2325,10 +2328,14 @@ static int peer_files(char *const *args, int nargs, int capped, char *err, size_
     ck_assert_int_eq(pmd_dconf_parse(&c, nargs + 2, argv, getenv_fake, err, size), 0);
     ck_assert_int_eq(pmd_dconf_options(&c, &o, err, size), 0);
     struct rlimit was;
-    if (capped)
+    if (how < 0)
         cap_address_space(1, &was);
+    if (how > 0)
+        pm_failalloc_arm(how);
     int rc = pmd_dconf_peer_files(&c, o, err, size);
-    if (capped)
+    if (how > 0)
+        *fired = pm_failalloc_disarm();
+    if (how < 0)
         cap_address_space(0, &was);
     pm_options_free(o);
     pmd_dconf_free(&c);
@@ -2353,20 +2360,59 @@ START_TEST(test_config_peer_files)
         close(fd);
     }
     char *one[] = {"--peers", "127.0.0.1:1", "--secret-file", s1};
-    ck_assert_msg(peer_files(one, 4, 0, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(peer_files(one, 4, 0, NULL, err, sizeof(err)) == 0, "%s", err);
     char *gone[] = {"--peers", "127.0.0.1:1", "--secret-file", missing};
-    ck_assert_int_eq(peer_files(gone, 4, 0, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(peer_files(gone, 4, 0, NULL, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strncmp(err, "--secret-file: cannot open '", 28) == 0, "%s", err);
+    char *first_gone[] = {"--peers", "127.0.0.1:1", "--secret-file", missing, "--secret-file", s1};
+    ck_assert_int_eq(peer_files(first_gone, 6, 0, NULL, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strncmp(err, "--secret-file: cannot open '", 28) == 0, "%s", err);
     char *same[] = {"--peers", "127.0.0.1:1", "--secret-file", s1, "--secret-file", s2};
-    ck_assert_int_eq(peer_files(same, 6, 0, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(peer_files(same, 6, 0, NULL, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "--secret-file: '") == err &&
                       strstr(err, "' holds the same secret as the other --secret-file") != NULL,
                   "%s", err);
     if (!pm_test_sanitized()) { /* the sanitizers' shadow memory would not fit under the cap */
-        ck_assert_int_eq(peer_files(one, 4, 1, err, sizeof(err)), -ENOMEM);
+        ck_assert_int_eq(peer_files(one, 4, -1, NULL, err, sizeof(err)), -ENOMEM);
         char *node[] = {"--peers", "127.0.0.1:1", "--insecure-no-secret", "--node-key", nk};
-        ck_assert_int_eq(peer_files(node, 5, 1, err, sizeof(err)), -ENOMEM);
-        ck_assert_msg(peer_files(node, 5, 0, err, sizeof(err)) == 0, "%s", err);
+        ck_assert_int_eq(peer_files(node, 5, -1, NULL, err, sizeof(err)), -ENOMEM);
+        ck_assert_msg(peer_files(node, 5, 0, NULL, err, sizeof(err)) == 0, "%s", err);
+    }
+    /* The library's checks with peer links, told in the daemon's flags;
+     * nothing said when all is well. */
+    ck_assert_msg(peer_files(one, 4, 0, NULL, err, sizeof(err)) == 0 && err[0] == '\0', "%s", err);
+    char *port0[] = {"--peers", "127.0.0.1:1", "--insecure-no-secret", "--base-port", "0"};
+    ck_assert_int_eq(peer_files(port0, 5, 0, NULL, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "--base-port: 0 with peer links (port 0 is the supervisor)");
+    char *main_host[] = {"--peers", "127.0.0.1:1", "--insecure-no-secret", "--hostname", "main"};
+    ck_assert_int_eq(peer_files(main_host, 5, 0, NULL, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strncmp(err, "--hostname: 'main' with peer links", 34) == 0, "%s", err);
+    /* Each allocation failing in turn: -ENOMEM with words, never a success
+     * or another refusal. */
+    char pins[64];
+    snprintf(pins, sizeof(pins), "%s/pins", dir);
+    int fd = open(pins, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    const char *pin = "other AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n";
+    ck_assert_int_eq(write(fd, pin, strlen(pin)), (ssize_t)strlen(pin));
+    close(fd);
+    /* (--workers given: "auto" reads the cgroup's cpu.max, a lookup that
+     * goes without when its file cannot be opened.) */
+    char *all[] = {"--peer-listen", "127.0.0.1:7000", "--peers", "127.0.0.1:7001", "--peers-dns",
+                   "peers:7000", "--secret-file", s1, "--node-key", nk, "--peer-keys", pins,
+                   "--workers", "2"};
+    ck_assert_msg(peer_files(all, 14, 0, NULL, err, sizeof(err)) == 0, "%s", err);
+    if (pm_failalloc_here("test_config_peer_files (allocations)")) {
+        int fired = 1, failed_runs = 0;
+        for (long k = 1; fired; k++) {
+            ck_assert_int_lt(k, 400);
+            int rc = peer_files(all, 14, k, &fired, err, sizeof(err));
+            ck_assert_msg(fired ? rc == -ENOMEM && err[0] != '\0' : rc == 0,
+                          "allocation %ld failing (%s): %d (%s)", k, fired ? "fired" : "not reached", rc,
+                          err);
+            failed_runs += fired;
+        }
+        ck_assert_int_ge(failed_runs, 4);
     }
     ck_assert_int_eq(proc_remove_dir(dir), 0);
 }

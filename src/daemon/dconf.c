@@ -460,6 +460,7 @@ static const struct {
     {"restart_max_backoff_ms", "--backoff-max"},
     {"restart_min_backoff_ms", "--backoff-min"},
     {"base_port", "--base-port"},
+    {"hostname", "--hostname"},
 };
 
 /* why, a message of pm_options_validate, into err with each library name
@@ -695,15 +696,19 @@ int pmd_dconf_peer_files(const pmd_dconf *c, pm_options *o, char *err, size_t er
         if (rc == -ENOENT)
             rc = pm__peer_key_create(c->node_key, NULL, why, sizeof(why));
         pm__secretmem_free(key);
-        if (rc < 0)
-            return fail(err, errsize, "--node-key: %s", why);
+        if (rc < 0) {
+            fail(err, errsize, "--node-key: %s", why);
+            return rc == -ENOMEM ? rc : -EINVAL;
+        }
         rc = pm_options_set_node_key_file(o, c->node_key);
     }
     if (rc == 0 && c->peer_keys != NULL) {
         pm__pins pins;
         rc = pm__pins_load(c->peer_keys, &pins, why, sizeof(why));
-        if (rc < 0)
-            return fail(err, errsize, "--peer-keys: %s", why);
+        if (rc < 0) {
+            fail(err, errsize, "--peer-keys: %s", why);
+            return rc == -ENOMEM ? rc : -EINVAL;
+        }
         pm__pins_free(&pins);
         rc = pm_options_set_peer_keys_file(o, c->peer_keys);
     }
@@ -713,8 +718,10 @@ int pmd_dconf_peer_files(const pmd_dconf *c, pm_options *o, char *err, size_t er
         rc = pm_options_add_peer(o, c->peers[i]);
     if (rc == 0 && c->peers_dns[0] != '\0')
         rc = pm_options_set_peers_dns(o, c->peers_dns);
-    if (rc == 0)
-        rc = pm_options_validate(o, err, errsize);
+    /* The checks that need the peer options (base_port and hostname
+     * with peer links), told in the daemon's flags. */
+    if (rc == 0 && (rc = pm_options_validate(o, why, sizeof(why))) < 0)
+        (void)retell(why, err, errsize);
     if (rc < 0 && err[0] == '\0')
         snprintf(err, errsize, "peer links: %s", pm_strerror(rc));
     return rc;
