@@ -2220,7 +2220,7 @@ START_TEST(test_config_to_options)
               "--system-name", "sys1", "--hostname", "h1", "--base-port", "9000", "--init-data",
               "hello", "--ready", "exec", "--containment", "process-group", "--memory-max", "64M",
               "--pids-max", "50", "--cpu-max", "50000/200000", "--rlimit", "nofile=64:128", "--rlimit",
-              "rttime=5", "--rlimit", "as=unlimited", "--user", "nobody", "--no-new-privs", "no",
+              "rttime=5", "--rlimit", "as=unlimited", "--rlimit", "cpu=5", "--user", "nobody", "--no-new-privs", "no",
               "--max-message", "1M", "--seccomp-action", "kill", "--output", "inherit", "--core-dir",
               "/tmp", "--peer-timeout", "800", "--insecure-no-secret", "--", "/bin/true", "arg", NULL),
         0);
@@ -2247,6 +2247,7 @@ START_TEST(test_config_to_options)
               o->rlimit_hard[RLIMIT_NOFILE] == 128);
     ck_assert(o->rlimit_set[RLIMIT_RTTIME] && o->rlimit_soft[RLIMIT_RTTIME] == 5);
     ck_assert(o->rlimit_set[RLIMIT_AS] && o->rlimit_hard[RLIMIT_AS] == PM_RLIM_INFINITY);
+    ck_assert(o->rlimit_set[RLIMIT_CPU] && o->rlimit_soft[RLIMIT_CPU] == 5);
     ck_assert(!o->rlimit_set[RLIMIT_CORE]);
     struct passwd *pw = getpwnam("nobody");
     ck_assert(pw != NULL && o->set_user && o->uid == pw->pw_uid && o->gid == pw->pw_gid);
@@ -2275,7 +2276,8 @@ START_TEST(test_config_to_options)
     pmd_dconf_free(&c);
     /* A refusal names what was refused, and nothing is handed out: the
      * first one stands (the options after it are not set over it). */
-    const char *after[][2] = {{"--ready", "notify"}, {"--user", "nobody"}, {"--uid-range", "1000:4"}};
+    const char *after[][2] = {{"--ready", "notify"}, {"--user", "nobody"}, {"--uid-range", "1000:4"},
+                              {"--core-dir", "/tmp"}};
     for (size_t i = 0; i < ARRAY_LEN(after); i++) {
         ck_assert_int_eq(parse(&c, err, after[i][0], after[i][1], "--", "", NULL), 0);
         o = NULL;
@@ -3812,6 +3814,25 @@ START_TEST(test_config_without_memory)
         failed_runs += rc == -ENOMEM;
     }
     ck_assert_int_ge(failed_runs, 16);
+    /* The same with a configuration the checks across options refuse:
+     * refused, or out of memory, never accepted (a check skipped for want
+     * of memory would let it through). */
+    char *refused[] = {"--backoff-min", "500", "--backoff-max", "100", "--workers", "2", "--", "prog",
+                       NULL};
+    fired = 1;
+    failed_runs = 0;
+    for (long k = 1; fired; k++) {
+        ck_assert_int_lt(k, 100);
+        pmd_dconf c;
+        pm_failalloc_arm(k);
+        int rc = pmd_dconf_parse(&c, 8, refused, getenv_fake, err, sizeof(err));
+        fired = pm_failalloc_disarm();
+        ck_assert_msg(fired ? rc == -ENOMEM : rc == -EINVAL && strstr(err, "--backoff-max: 100 is below"),
+                      "allocation %ld failing (%s): %d (%s)", k, fired ? "fired" : "not reached", rc, err);
+        pmd_dconf_free(&c);
+        failed_runs += fired;
+    }
+    ck_assert_int_ge(failed_runs, 2);
     /* The library's options from a parsed configuration: -ENOMEM when an
      * allocation fails (nothing handed out), the options when none does. */
     char *run[] = {"--workers", "2", "--", "/bin/true", NULL};

@@ -616,7 +616,7 @@ int pmd_dconf_options(const pmd_dconf *c, pm_options **out, char *err, size_t er
             rc = rc ? rc : pm_options_set_rlimit(o, r, c->rlimit_soft[r], c->rlimit_hard[r]);
     if (rc == 0 && c->user)
         rc = pm_options_set_user(o, (uid_t)c->uid, (gid_t)c->gid);
-    if (rc == 0 && c->uid_count > 0)
+    if (rc == 0 && c->uid_count > 0) /* a uid range */
         rc = pm_options_set_uid_range(o, (uid_t)c->uid_first, c->uid_count);
     rc = rc ? rc : pm_options_set_no_new_privs(o, c->no_new_privs);
     rc = rc ? rc : pm_options_set_max_message(o, c->max_message);
