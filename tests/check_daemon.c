@@ -334,6 +334,9 @@ START_TEST(test_config_value_rows)
         {"--peers", "a:0", "'a:0' is not HOST:PORT (a host name"},
         {"--peer-listen", "127.0.0.1", "is not HOST:PORT (a host name"},
         {"--listen", "unix:", "the unix socket path must be 1..107 bytes"},
+        {"--listen", "udp:1.2.3.4:5", "is not [NAME=]tcp:HOST:PORT or [NAME=]unix:PATH"},
+        {"--max-restarts", " 5", "is not a whole number in"},
+        {"--max-restarts", "5 ", "is not a whole number in"},
         {"--listen", "tcp:127.0.0.1", "is not [NAME=]tcp:HOST:PORT"},
         {"--listen", "udp=unix", "is not [NAME=]tcp:HOST:PORT or [NAME=]unix:PATH"},
         {"--secret-file", "", "empty file name"},
@@ -369,6 +372,30 @@ START_TEST(test_config_value_rows)
     path[5 + 107] = 'p';
     path[5 + 108] = '\0';
     ck_assert_int_eq(parse(&c, err, "--listen", path, "--", "x", NULL), -EINVAL);
+    pmd_dconf_free(&c);
+
+    /* A name far longer than any: refused, nothing copied past its field. */
+    static char long_name[200000 + 32];
+    memset(long_name, 'n', 200000);
+    snprintf(long_name + 200000, 32, "=unix:/tmp/a");
+    ck_assert_int_eq(parse(&c, err, "--listen", long_name, "--", "x", NULL), -EINVAL);
+    ck_assert(strncmp(err, "--listen: 'nnnn", 15) == 0 && strlen(err) == 255); /* the value, cut */
+    ck_assert_uint_eq(c.nlisten, 0);
+    pmd_dconf_free(&c);
+    /* An '=' inside a tcp: or unix: spec is not a name's; a name may begin
+     * as the kinds do. The edges of HOST:PORT: a one-character [v6] host,
+     * the highest port. */
+    ck_assert_int_eq(parse(&c, err, "--listen", "unix:/tmp/a=b", "--listen", "tcp:a=b:80", "--listen",
+                           "tcpx=unix:/tmp/c", "--listen", "unixy=tcp:127.0.0.1:1", "--health", "[a]:65535",
+                           "--", "x", NULL),
+                     0);
+    ck_assert_str_eq(c.listen[0].name, "listen0");
+    ck_assert_str_eq(c.listen[0].path, "/tmp/a=b");
+    ck_assert_str_eq(c.listen[1].host, "a=b");
+    ck_assert_str_eq(c.listen[2].name, "tcpx");
+    ck_assert_str_eq(c.listen[3].name, "unixy");
+    ck_assert_str_eq(c.health_host, "a");
+    ck_assert_uint_eq(c.health_port, 65535);
     pmd_dconf_free(&c);
 
     /* Accepted values, in their fields. */
@@ -3817,22 +3844,46 @@ START_TEST(test_config_without_memory)
     /* The same with a configuration the checks across options refuse:
      * refused, or out of memory, never accepted (a check skipped for want
      * of memory would let it through). */
-    char *refused[] = {"--backoff-min", "500", "--backoff-max", "100", "--workers", "2", "--", "prog",
-                       NULL};
-    fired = 1;
-    failed_runs = 0;
-    for (long k = 1; fired; k++) {
-        ck_assert_int_lt(k, 100);
-        pmd_dconf c;
-        pm_failalloc_arm(k);
-        int rc = pmd_dconf_parse(&c, 8, refused, getenv_fake, err, sizeof(err));
-        fired = pm_failalloc_disarm();
-        ck_assert_msg(fired ? rc == -ENOMEM : rc == -EINVAL && strstr(err, "--backoff-max: 100 is below"),
-                      "allocation %ld failing (%s): %d (%s)", k, fired ? "fired" : "not reached", rc, err);
-        pmd_dconf_free(&c);
-        failed_runs += fired;
+    static const struct {
+        const char *flag, *value, *says;
+    } refused[] = {
+        {"--backoff-max", "1", "--backoff-max: 1 is below"},
+        {"--listen", "a:b=unix:/tmp/x", "the name before '='"},
+        {"--hostname", "a b", "--hostname: 'a b'"},
+        {"--system-name", "a b", "--system-name: 'a b'"},
+        {"--peer-listen", "nohostport", "--peer-listen: 'nohostport'"},
+        {"--peers", "a:1,nohostport", "--peers: 'nohostport'"},
+        {"--user", "root", "--user: 'root' is root"},
+        {"--memory-max", "1K", "--memory-max: '1K'"},
+        {"--cpu-max", "1", "--cpu-max: '1'"},
+        {"--uid-range", "1:100000", "--uid-range: '1:100000'"},
+        {"--max-message", "1", "--max-message: '1'"},
+        {"--pids-max", "100000000", "--pids-max: '100000000'"},
+        {"--backoff-jitter", "2", "--backoff-jitter: '2'"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(refused); i++) {
+        char *args[] = {"--backoff-min", "500", "--workers", "2", (char *)refused[i].flag,
+                        (char *)refused[i].value, "--", "prog", NULL};
+        /* The first row's --backoff-max is the check across options. */
+        fired = 1;
+        failed_runs = 0;
+        for (long k = 1; fired; k++) {
+            ck_assert_int_lt(k, 100);
+            pmd_dconf c;
+            pm_failalloc_arm(k);
+            int rc = pmd_dconf_parse(&c, 8, args, getenv_fake, err, sizeof(err));
+            fired = pm_failalloc_disarm();
+            /* (A failed allocation in a user database lookup may be
+             * answered by another of nsswitch's sources: refused all
+             * the same.) */
+            ck_assert_msg(rc == -EINVAL ? strstr(err, refused[i].says) != NULL : fired && rc == -ENOMEM,
+                          "%s %s, allocation %ld failing (%s): %d (%s)", refused[i].flag, refused[i].value,
+                          k, fired ? "fired" : "not reached", rc, err);
+            pmd_dconf_free(&c);
+            failed_runs += rc == -ENOMEM;
+        }
+        ck_assert_msg(failed_runs >= 2, "%s: %d runs met a failure", refused[i].flag, failed_runs);
     }
-    ck_assert_int_ge(failed_runs, 2);
     /* The library's options from a parsed configuration: -ENOMEM when an
      * allocation fails (nothing handed out), the options when none does. */
     char *run[] = {"--workers", "2", "--", "/bin/true", NULL};
