@@ -335,6 +335,8 @@ START_TEST(test_config_value_rows)
         {"--peer-listen", "127.0.0.1", "is not HOST:PORT (a host name"},
         {"--listen", "unix:", "the unix socket path must be 1..107 bytes"},
         {"--listen", "udp:1.2.3.4:5", "is not [NAME=]tcp:HOST:PORT or [NAME=]unix:PATH"},
+        {"--listen", "tcpx1.2.3.4:5", "is not [NAME=]tcp:HOST:PORT or [NAME=]unix:PATH"},
+        {"--listen", "unixx/tmp/a", "is not [NAME=]tcp:HOST:PORT or [NAME=]unix:PATH"},
         {"--max-restarts", " 5", "is not a whole number in"},
         {"--max-restarts", "5 ", "is not a whole number in"},
         {"--listen", "tcp:127.0.0.1", "is not [NAME=]tcp:HOST:PORT"},
