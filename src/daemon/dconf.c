@@ -555,12 +555,19 @@ int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *e
      * from the environment. --listen may repeat. */
     if ((rc = parse_flags(c, argc, argv, seen, &i, err, errsize)) < 0 ||
         (rc = parse_env(c, seen, env, err, errsize)) < 0)
-        return rc;
-    if (i >= argc)
-        return fail(err, errsize, "missing COMMAND: procmesh run [OPTIONS] -- COMMAND [ARG...]");
+        goto out;
+    if (i >= argc) {
+        rc = fail(err, errsize, "missing COMMAND: procmesh run [OPTIONS] -- COMMAND [ARG...]");
+        goto out;
+    }
     c->argv = argv + i;
     c->argc = argc - i;
-    return check_across(c, err, errsize);
+    rc = check_across(c, err, errsize);
+out:
+    /* An allocation that failed says so, where nothing said more. */
+    if (rc == -ENOMEM && err[0] == '\0')
+        snprintf(err, errsize, "reading the options: %s", strerror(ENOMEM));
+    return rc;
 }
 
 void pmd_dconf_free(pmd_dconf *c)

@@ -149,9 +149,8 @@ int pmd_dconf_listen_value(const src *s, const char *v, pmd_dconf *c, char *err,
 int pmd_dconf_init_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size)
 {
     char w[96];
-    free(c->init_data);
-    c->init_data = NULL;
-    c->init_len = 0;
+    /* c holds no init data yet: the option is applied once a parse (a
+     * flag given twice is refused, its variable read only without it). */
     if (v[0] != '@') {
         size_t n = strlen(v);
         if (n > PM_MAX_INIT_DATA)
@@ -162,9 +161,11 @@ int pmd_dconf_init_value(const src *s, const char *v, pmd_dconf *c, char *err, s
         return c->init_data != NULL ? 0 : -ENOMEM;
     }
     FILE *f = fopen(v + 1, "rb");
-    if (f == NULL)
-        return fail(err, size, "%s: cannot read '%s': %s", who(s, w, sizeof(w)), v + 1,
-                    strerror(errno));
+    if (f == NULL) {
+        int e = errno;
+        fail(err, size, "%s: cannot read '%s': %s", who(s, w, sizeof(w)), v + 1, strerror(e));
+        return e == ENOMEM ? -ENOMEM : -EINVAL;
+    }
     char *buf = malloc(PM_MAX_INIT_DATA + 1);
     size_t n = buf != NULL ? fread(buf, 1, PM_MAX_INIT_DATA + 1, f) : 0;
     fclose(f);

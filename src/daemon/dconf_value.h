@@ -55,6 +55,7 @@ int pmd_dconf_host_port(const src *s, const char *v, char *host, size_t hostsize
                         char *err, size_t size);
 /* [NAME=]tcp:HOST:PORT | [NAME=]unix:PATH */
 int pmd_dconf_listen_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size);
+/* TEXT or @FILE into c->init_data, which holds none yet. */
 int pmd_dconf_init_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size);
 /* SIZE: bytes, or with a K, M, G, T suffix (powers of 1024); "max" = none. */
 int pmd_dconf_size_value(const src *s, const char *v, uint64_t *out, char *err, size_t size);
