@@ -269,6 +269,8 @@ START_TEST(test_config_value_rows)
         {"--rlimit", "nofile=128:64", RL_VALUE},
         {"--rlimit", "nofile=unlimited:5", RL_VALUE},
         {"--rlimit", "nofile=unlimitedx", RL_VALUE},
+        {"--rlimit", "nofile=unlimitex", RL_VALUE},
+        {"--rlimit", "nofile=1x5", RL_VALUE},
         {"--rlimit", "nofile=99999999999999999999999", RL_VALUE},
         {"--memory-max", "", MEM_ERR},
         {"--memory-max", "abc", MEM_ERR},
@@ -321,6 +323,8 @@ START_TEST(test_config_value_rows)
         {"--user", "nobody:", "is not USER[:GROUP]"},
         {"--user", "pm-no-such-user", "no user 'pm-no-such-user'"},
         {"--user", "4294967295", "no user '4294967295'"},
+        {"--user", "+65534", "no user '+65534'"}, /* a name, not a number */
+        {"--user", "65534x", "no user '65534x'"},
         {"--user", "nobody:pm-no-such-group", "no group 'pm-no-such-group'"},
         {"--user", "nobody:0", "is root (uid or gid 0)"},
         {"--user", "0:65534", "is root (uid or gid 0)"},
@@ -414,6 +418,10 @@ START_TEST(test_config_value_rows)
     ck_assert(c.rlimit_soft[RLIMIT_STACK] == PM_RLIM_INFINITY &&
               c.rlimit_hard[RLIMIT_STACK] == PM_RLIM_INFINITY);
     ck_assert(c.rlimit_soft[RLIMIT_CPU] == 5 && c.rlimit_hard[RLIMIT_CPU] == 5);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--rlimit", "stack=unlimited:unlimited", "--", "x", NULL), 0);
+    ck_assert(c.rlimit_soft[RLIMIT_STACK] == PM_RLIM_INFINITY &&
+              c.rlimit_hard[RLIMIT_STACK] == PM_RLIM_INFINITY);
     ck_assert(!c.rlimit_set[RLIMIT_AS]);
     pmd_dconf_free(&c);
     /* Each name its own resource. */
@@ -530,6 +538,20 @@ START_TEST(test_config_value_rows)
     pmd_dconf_free(&c);
     close(fd);
     unlink(file);
+}
+END_TEST
+
+/* A failed lookup in the user database: "no such user" only for the
+ * errnos glibc's backends leave for that; any other is the lookup's own
+ * failure, told as such. */
+START_TEST(test_config_lookup_errno)
+{
+    static const int none[] = {0, ENOENT, ESRCH, EBADF, EPERM};
+    static const int failed[] = {ENOMEM, EIO, EMFILE, ENFILE, ERANGE, EINTR, EAGAIN};
+    for (size_t i = 0; i < ARRAY_LEN(none); i++)
+        ck_assert_int_eq(pmd_dconf_lookup_errno(none[i]), -ENOENT);
+    for (size_t i = 0; i < ARRAY_LEN(failed); i++)
+        ck_assert_int_eq(pmd_dconf_lookup_errno(failed[i]), -failed[i]);
 }
 END_TEST
 
@@ -4059,6 +4081,7 @@ int main(void)
     PM_ADD_TEST(s, test_config_without_memory, 60);
     PM_ADD_TEST(s, test_config_lists_and_repeats, 30);
     PM_ADD_TEST(s, test_config_value_rows, 30);
+    PM_ADD_TEST(s, test_config_lookup_errno, 30);
     PM_ADD_TEST(s, test_config_free, 30);
     PM_ADD_TEST(s, test_config_to_options, 30);
     PM_ADD_TEST(s, test_config_peer_files, 30);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* dconf_value.c - the daemon's option value parsers: one flag's or variable's text into its field, or an error naming it. */
 #define _GNU_SOURCE
+#include "dconf.h" /* pmd_dconf_lookup_errno */
 #include "dconf_value.h"
 
 #include <ctype.h>
@@ -301,14 +302,14 @@ int pmd_dconf_rlimit_value(const src *s, const char *v, pmd_dconf *c, char *err,
                 "unlimited", who(s, w, sizeof(w)), v);
 }
 
-/* What a lookup in the user or group database that found nothing means:
- * -ENOENT when there is no such entry (glibc says 0, ENOENT, ESRCH, EBADF
- * or EPERM for that, by its backends), else the lookup's own error (no
- * memory, an unreadable database), which must not pass for "no user". */
+int pmd_dconf_lookup_errno(int e)
+{
+    return e == 0 || e == ENOENT || e == ESRCH || e == EBADF || e == EPERM ? -ENOENT : -e;
+}
+
 static int lookup_failed(void)
 {
-    int e = errno;
-    return e == 0 || e == ENOENT || e == ESRCH || e == EBADF || e == EPERM ? -ENOENT : -e;
+    return pmd_dconf_lookup_errno(errno);
 }
 
 /* A user or group: a number, or a name from the user/group database. 0,
