@@ -308,6 +308,9 @@ START_TEST(test_config_value_rows)
         {"--uid-range", "5:a", UIDR_ERR},
         {"--uid-range", "5:5x", UIDR_ERR},
         {"--uid-range", "5: 5", UIDR_ERR},
+        {"--uid-range", " 1000:4", UIDR_ERR},
+        {"--uid-range", "1000x4", UIDR_ERR},
+        {"--uid-range", "4294968296:4", UIDR_ERR}, /* past uid_t, not cut to 1000 */
         {"--uid-range", "4294967296:1", UIDR_ERR},
         {"--uid-range", "1000:4294967296", UIDR_ERR},
         {"--uid-range", "99999999999999999999:1", UIDR_ERR},
@@ -445,6 +448,12 @@ START_TEST(test_config_value_rows)
         ck_assert_uint_eq(c.rlimit_soft[rl[i].res], 7);
         pmd_dconf_free(&c);
     }
+    ck_assert_int_eq(parse(&c, err, "--max-message", "1024K", "--", "x", NULL), 0);
+    ck_assert_uint_eq(c.max_message, 1 << 20);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--max-message", "1g", "--", "x", NULL), 0);
+    ck_assert_uint_eq(c.max_message, 1 << 30);
+    pmd_dconf_free(&c);
     ck_assert_int_eq(parse(&c, err, "--memory-max", "1g", "--cpu-max", "max", "--uid-range",
                            "1000:4", "--max-message", "64k", "--", "x", NULL),
                      0);
@@ -495,6 +504,38 @@ START_TEST(test_config_value_rows)
     snprintf(lone_s, sizeof(lone_s), "%u", lone);
     ck_assert_int_eq(parse(&c, err, "--user", lone_s, "--", "x", NULL), 0);
     ck_assert(c.uid == lone && c.gid == lone);
+    pmd_dconf_free(&c);
+    ck_assert_int_eq(parse(&c, err, "--user", "4294967294", "--", "x", NULL), 0); /* the highest */
+    ck_assert(c.uid == 4294967294u && c.gid == 4294967294u);
+    pmd_dconf_free(&c);
+    /* A name of 255 bytes is looked up; 256 is no name. */
+    char uname[300];
+    memset(uname, 'u', sizeof(uname));
+    uname[255] = '\0';
+    ck_assert_int_eq(parse(&c, err, "--user", uname, "--", "x", NULL), -EINVAL);
+    ck_assert_msg(strncmp(err, "--user: no user 'uuu", 20) == 0, "%s", err);
+    pmd_dconf_free(&c);
+    uname[255] = 'u';
+    uname[256] = '\0';
+    ck_assert_int_eq(parse(&c, err, "--user", uname, "--", "x", NULL), -EINVAL);
+    ck_assert_msg(strncmp(err, "--user: 'uuu", 12) == 0, "%s", err); /* "... is not USER[:GROUP]", cut */
+    pmd_dconf_free(&c);
+    /* USER:GROUP looks GROUP up among the groups: one whose name no user
+     * has, if this machine has one. */
+    struct group *gr;
+    setgrent();
+    while ((gr = getgrent()) != NULL && (gr->gr_gid == 0 || getpwnam(gr->gr_name) != NULL))
+        ;
+    if (gr != NULL) {
+        char ug[300];
+        gid_t want = gr->gr_gid;
+        snprintf(ug, sizeof(ug), "%s:%s", lone_s, gr->gr_name);
+        endgrent();
+        ck_assert_int_eq(parse(&c, err, "--user", ug, "--", "x", NULL), 0);
+        ck_assert(c.uid == lone && c.gid == want);
+    } else {
+        endgrent();
+    }
     pmd_dconf_free(&c);
     ck_assert_int_eq(parse(&c, err, "--health", "[::1]:8080", "--peers", "a:1,b:2", "--listen",
                            "unix:/tmp/a", "--listen", "web=tcp:127.0.0.1:80", "--insecure-no-secret",
