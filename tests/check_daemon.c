@@ -320,6 +320,8 @@ START_TEST(test_config_value_rows)
         {"--max-message", "4g", MSG_ERR},
         {"--max-message", "17179869184G", MSG_ERR},
         {"--max-message", "18446744073709551616", MSG_ERR},
+        {"--max-message", " 65536", MSG_ERR},
+        {"--max-message", "17179869185G", MSG_ERR}, /* 2^64 + 1 GiB: not wrapped to 1 GiB */
         {"--user", "", "is not USER[:GROUP]"},
         {"--user", ":", "is not USER[:GROUP]"},
         {"--user", ":nogroup", "is not USER[:GROUP]"},
@@ -396,6 +398,18 @@ START_TEST(test_config_value_rows)
     ck_assert(strncmp(err, "--listen: 'nnnn", 15) == 0 && strlen(err) == 255); /* the value, cut */
     ck_assert_uint_eq(c.nlisten, 0);
     pmd_dconf_free(&c);
+    /* A peer of 263 bytes is judged as an address; 264 is no peer. */
+    char peer[300], long_err[1024];
+    for (int len = 263; len <= 264; len++) {
+        memset(peer, 'p', sizeof(peer));
+        memcpy(peer + len - 3, ":80", 4);
+        char *pargv[] = {"--peers", peer, "--insecure-no-secret", "--", "x", NULL};
+        ck_assert_int_eq(pmd_dconf_parse(&c, 5, pargv, getenv_fake, long_err, sizeof(long_err)), -EINVAL);
+        ck_assert_msg(strstr(long_err, len == 263 ? "' is not HOST:PORT (a host name"
+                                                  : "' is not HOST:PORT[,HOST:PORT...]") != NULL,
+                      "%d: %s", len, long_err);
+        pmd_dconf_free(&c);
+    }
     /* An '=' inside a tcp: or unix: spec is not a name's; a name may begin
      * as the kinds do. The edges of HOST:PORT: a one-character [v6] host,
      * the highest port. */

@@ -474,7 +474,7 @@ int pmd_dconf_peers_value(const src *s, const char *v, pmd_dconf *c, char *err, 
 {
     char w[96];
     const char *p = v;
-    c->npeers = 0;
+    /* c holds no peers yet: the option is applied once a parse. */
     for (;;) {
         size_t n = strcspn(p, ",");
         char one[PMD_PEER_ADDR_MAX];
