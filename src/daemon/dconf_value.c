@@ -283,7 +283,7 @@ int pmd_dconf_rlimit_value(const src *s, const char *v, pmd_dconf *c, char *err,
                 break;
         }
         p = end;
-        if (k == 0 && *p == '\0')
+        if (k == 0 && *p == '\0') /* N alone: the hard limit too */
             lim[1] = lim[0];
         if (*p == '\0') {
             if (lim[0] > lim[1])
