@@ -29,6 +29,10 @@
 
 #include "core.h"
 #include "dconf.h"
+/* dconf_value.h's own fail() (the parsers' error helper) would be taken
+ * for Check's deprecated fail macro, which no test here uses. */
+#undef fail
+#include "dconf_value.h" /* pmd_dconf_lookup_errno */
 #include "base/defaults.h"
 #include "channel/bigmsg.h"
 #include "health.h"

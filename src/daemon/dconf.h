@@ -31,13 +31,6 @@ typedef const char *(*pmd_getenv)(const char *name);
 int pmd_dconf_parse(pmd_dconf *c, int argc, char **argv, pmd_getenv env, char *err,
                     size_t errsize);
 
-/* What a lookup in the user or group database that found nothing means,
- * from the errno it left (pure; dconf_value.c): -ENOENT when there is no
- * such entry (glibc's backends say 0, ENOENT, ESRCH, EBADF or EPERM for
- * that), else -e, the lookup's own error (no memory, an unreadable
- * database), which must not pass for "no user". */
-int pmd_dconf_lookup_errno(int e);
-
 /* Gives back what c holds and leaves it empty: freeing it again is safe. */
 void pmd_dconf_free(pmd_dconf *c);
 

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* dconf_value.c - the daemon's option value parsers: one flag's or variable's text into its field, or an error naming it. */
 #define _GNU_SOURCE
-#include "dconf.h" /* pmd_dconf_lookup_errno */
 #include "dconf_value.h"
 
 #include <ctype.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* dconf_value.h - what dconf.c (the option table) and dconf_value.c (the value parsers) share; nothing else includes it. */
+/* dconf_value.h - what dconf.c (the option table) and dconf_value.c (the value parsers) share; besides them only check_daemon includes it (pmd_dconf_lookup_errno). */
 #ifndef PMD_DCONF_VALUE_H
 #define PMD_DCONF_VALUE_H
 
@@ -55,6 +55,12 @@ int pmd_dconf_host_port(const src *s, const char *v, char *host, size_t hostsize
                         char *err, size_t size);
 /* [NAME=]tcp:HOST:PORT | [NAME=]unix:PATH */
 int pmd_dconf_listen_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size);
+/* What a lookup in the user or group database that found nothing means,
+ * from the errno it left (pure): -ENOENT when there is no such entry
+ * (glibc's backends say 0, ENOENT, ESRCH, EBADF or EPERM for that), else
+ * -e, the lookup's own error (no memory, an unreadable database), which
+ * must not pass for "no user". */
+int pmd_dconf_lookup_errno(int e);
 /* TEXT or @FILE into c->init_data, which holds none yet. */
 int pmd_dconf_init_value(const src *s, const char *v, pmd_dconf *c, char *err, size_t size);
 /* SIZE: bytes, or with a K, M, G, T suffix (powers of 1024); "max" = none. */
