@@ -294,6 +294,9 @@ START_TEST(test_config_value_rows)
         {"--cpu-max", "", CPU_ERR},
         {"--cpu-max", " 50000", CPU_ERR},
         {"--cpu-max", "+50000", CPU_ERR},
+        {"--cpu-max", "50000/+100000", CPU_ERR},
+        {"--cpu-max", "50000/ 100000", CPU_ERR},
+        {"--cpu-max", "50000/-18446744073709451616", CPU_ERR}, /* -x wraps to 100000 */
         {"--cpu-max", "0", CPU_ERR},
         {"--cpu-max", "abc", CPU_ERR},
         {"--cpu-max", "-50000", CPU_ERR},
@@ -2498,8 +2501,10 @@ START_TEST(test_config_peer_files)
                   "%s", err);
     if (!pm_test_sanitized()) { /* the sanitizers' shadow memory would not fit under the cap */
         ck_assert_int_eq(peer_files(one, 4, -1, NULL, err, sizeof(err)), -ENOMEM);
+        ck_assert_msg(strncmp(err, "--secret-file: no memory for the key", 36) == 0, "%s", err);
         char *node[] = {"--peers", "127.0.0.1:1", "--insecure-no-secret", "--node-key", nk};
         ck_assert_int_eq(peer_files(node, 5, -1, NULL, err, sizeof(err)), -ENOMEM);
+        ck_assert_msg(strncmp(err, "--node-key: no memory for the key", 33) == 0, "%s", err);
         ck_assert_msg(peer_files(node, 5, 0, NULL, err, sizeof(err)) == 0, "%s", err);
     }
     /* The library's checks with peer links, told in the daemon's flags;

@@ -662,8 +662,10 @@ static int add_secret_file(const char *path, int allow, pm_options *o, char *err
 {
     char why[384];
     unsigned char *key = pm__secretmem_alloc(PM__PEER_KEY_LEN);
-    if (key == NULL)
+    if (key == NULL) {
+        fail(err, errsize, "--secret-file: no memory for the key: %s", strerror(ENOMEM));
         return -ENOMEM;
+    }
     int rc = pm__peer_key_load(path, allow, key, why, sizeof(why));
     if (rc == 0) {
         rc = pm_options_add_secret(o, key);
@@ -697,8 +699,10 @@ int pmd_dconf_peer_files(const pmd_dconf *c, pm_options *o, char *err, size_t er
         /* Created when missing: the host's identity from now on. The key
          * itself is checked and dropped; the cluster reads the file again. */
         unsigned char *key = pm__secretmem_alloc(PM__PEER_KEY_LEN);
-        if (key == NULL)
+        if (key == NULL) {
+            fail(err, errsize, "--node-key: no memory for the key: %s", strerror(ENOMEM));
             return -ENOMEM;
+        }
         rc = pm__peer_key_load(c->node_key, c->allow_insecure_secret_mode, key, why, sizeof(why));
         if (rc == -ENOENT)
             rc = pm__peer_key_create(c->node_key, NULL, why, sizeof(why));

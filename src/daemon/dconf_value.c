@@ -226,10 +226,13 @@ int pmd_dconf_cpu_value(const src *s, const char *v, pmd_dconf *c, char *err, si
     char *end;
     errno = 0;
     unsigned long long q = strtoull(v, &end, 10), p = 100000;
-    if (*end == '/')
+    int digits = isdigit((unsigned char)*v); /* strtoull takes a sign or blanks first */
+    if (*end == '/') {
+        digits = digits && isdigit((unsigned char)end[1]);
         p = strtoull(end + 1, &end, 10);
+    }
     /* A quota of 0 would be the library's "none", spelled max here. */
-    int ok = isdigit((unsigned char)*v) && *end == '\0' && errno == 0 && q != 0;
+    int ok = digits && *end == '\0' && errno == 0 && q != 0;
     pm_options *o = ok ? pm_options_new() : NULL;
     if (ok && o == NULL)
         return -ENOMEM;
