@@ -2420,25 +2420,6 @@ END_TEST
  * no memory for a key (the address space capped at what the process has:
  * secret memory is a mapping of its own) is -ENOMEM, for the secret as
  * for the node key. */
-/* Sets the address space's soft limit to what the process maps now
- * (capped), or back to was. */
-static void cap_address_space(int capped, struct rlimit *was)
-{
-    if (!capped) {
-        ck_assert_int_eq(setrlimit(RLIMIT_AS, was), 0);
-        return;
-    }
-    ck_assert_int_eq(getrlimit(RLIMIT_AS, was), 0);
-    unsigned long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fscanf(f, "%lu", &pages), 1);
-    fclose(f);
-    struct rlimit cap = *was;
-    cap.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE);
-    ck_assert_int_eq(setrlimit(RLIMIT_AS, &cap), 0);
-}
-
 /* Parses args, builds the options, then runs pmd_dconf_peer_files alone
  * under how: 0 as it is, -1 with the address space capped, k > 0 with the
  * k-th allocation failing (*fired: whether it was reached). */
@@ -2456,14 +2437,14 @@ static int peer_files(char *const *args, int nargs, long how, int *fired, char *
     ck_assert_int_eq(pmd_dconf_options(&c, &o, err, size), 0);
     struct rlimit was;
     if (how < 0)
-        cap_address_space(1, &was);
+        pm_test_cap_address_space(0, &was);
     if (how > 0)
         pm_failalloc_arm(how);
     int rc = pmd_dconf_peer_files(&c, o, err, size);
     if (how > 0)
         *fired = pm_failalloc_disarm();
     if (how < 0)
-        cap_address_space(0, &was);
+        ck_assert_int_eq(setrlimit(RLIMIT_AS, &was), 0);
     pm_options_free(o);
     pmd_dconf_free(&c);
     return rc;
