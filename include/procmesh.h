@@ -1270,9 +1270,10 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms);
  * pm_node_send; -EMSGSIZE when the receiver could not map a large
  * request ...), -ESHUTDOWN, -EMSGSIZE (the request above the cluster's
  * maximum, or a large reply this process cannot map: skipped).
- * Messages that arrive meanwhile are kept for pm_node_recv (up to 4 MiB);
- * when that store is full the reply can no longer be reached: -ENOBUFS at
- * once (the reply, if it comes, is dropped as late). */
+ * Messages that arrive meanwhile are kept for pm_node_recv (up to 4 MiB,
+ * and at most 64 large messages, whose fds stay open meanwhile); when that
+ * store is full the reply can no longer be reached: -ENOBUFS at once (the
+ * reply, if it comes, is dropped as late). */
 PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, pm_message *reply);
 /* Answers a request received with pm_node_recv. Still allowed after the

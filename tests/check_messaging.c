@@ -51,6 +51,9 @@ enum role {
                        request return, then waits */
     R_BURST_MAIN, /* once turns->go: `count` messages "burst" to main, then turns->burst_done */
     R_ONE_AFTER,  /* once turns->burst_done: one message "after" to main, then turns->one_done */
+    R_STASH_BOUND, /* one request (plan.timeout_ms) to `peer`, which never answers, while
+                      main sends numbered messages; then receives what was kept and
+                      reports "req RC got N order OK" */
 };
 
 /* test_frames_per_turn: set by main and the workers in shared memory
@@ -144,6 +147,7 @@ struct plan {
     uint32_t count;
     pm_address target;
     int target_set;
+    int timeout_ms; /* R_STASH_BOUND's request */
 };
 
 static struct plan plan;
@@ -299,7 +303,8 @@ static int worker(pm_node *n, void *arg)
     if (role == R_STREAM || role == R_SPOOF || role == R_GARBAGE_INDEX || role == R_FLOOD_MAIN ||
         role == R_ASKER || role == R_GARBAGE_FRAMES || role == R_OVERSIZE ||
         role == R_STASHER || role == R_DOORBELL || role == R_STREAM_HELD ||
-        role == R_BAD_HEADERS || role == R_TRY_FILL || role == R_CORRUPT_DOWN) {
+        role == R_BAD_HEADERS || role == R_TRY_FILL || role == R_CORRUPT_DOWN ||
+        role == R_STASH_BOUND) {
         /* Act only once main says the whole mesh is up. */
         if (pm_node_recv(n, &m, 10000) != 0 || m.len != 5 || memcmp(m.data, "start", 5) != 0)
             return 40;
@@ -454,6 +459,27 @@ static int worker(pm_node *n, void *arg)
         idle_forever();
         break;
     }
+    case R_STASH_BOUND: {
+        pm_message r;
+        pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
+        int rc = pm_node_request(n, &to, "ping", 4, p->timeout_ms, &r);
+        /* What the request kept aside, then what it could not keep (left
+         * in the ring), in the order main numbered them: every message
+         * main sent, once, in order. */
+        unsigned got = 0;
+        int order = 1;
+        while (pm_node_recv(n, &m, 2000) == 0) {
+            uint32_t seq = UINT32_MAX;
+            if (m.len >= sizeof(seq))
+                memcpy(&seq, m.data, sizeof(seq));
+            if (seq != got)
+                order = 0;
+            got++;
+        }
+        pm_test_say(n, "req %d got %u order %d", rc, got, order);
+        idle_forever();
+        break;
+    }
     case R_ASKER: {
         pm_address main_addr = {.system = "procmesh", .host = "main"};
         uint64_t worst = 0;
@@ -567,7 +593,7 @@ static void start_all(pm_cluster *c)
             plan.role[i] == R_OVERSIZE || plan.role[i] == R_STASHER ||
             plan.role[i] == R_DOORBELL || plan.role[i] == R_STREAM_HELD ||
             plan.role[i] == R_BAD_HEADERS || plan.role[i] == R_TRY_FILL ||
-            plan.role[i] == R_CORRUPT_DOWN)
+            plan.role[i] == R_CORRUPT_DOWN || plan.role[i] == R_STASH_BOUND)
             ck_assert_int_eq(pm_cluster_send(c, &a, "start", 5), 0);
     }
 }
@@ -754,6 +780,57 @@ START_TEST(test_request_stash_full)
     ck_assert_str_eq(last_text[0], "#req -105"); /* -ENOBUFS */
     ck_assert_int_eq(events_fenced, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0); /* both end on SIGTERM */
+    pm_options_free(o);
+}
+END_TEST
+
+/* The request's store for other messages, at its bounds (procmesh.h
+ * pm_node_request: 4 MiB, and 64 large messages, whose fds stay open):
+ * exactly the bound is kept and the request goes on waiting (here until
+ * its timeout); one message more and it says -ENOBUFS at once. Every
+ * message is then received in main's order, the one that did not fit
+ * too (left in the ring). Main sends them numbered, PM_MAX_PAYLOAD bytes
+ * each (64 make 4 MiB) or, large, one byte more (a sealed memfd each). */
+static const struct stash_row {
+    const char *name;
+    unsigned count;
+    size_t size;
+    int timeout_ms, rc;
+} stash_rows[] = {
+    {"4 MiB: kept, the request waits on", 64, PM_MAX_PAYLOAD, 3000, -ETIMEDOUT},
+    {"one more: -ENOBUFS", 65, PM_MAX_PAYLOAD, 20000, -ENOBUFS},
+    {"64 large: kept, the request waits on", 64, PM_MAX_PAYLOAD + 1, 3000, -ETIMEDOUT},
+    {"65 large: -ENOBUFS", 65, PM_MAX_PAYLOAD + 1, 20000, -ENOBUFS},
+};
+
+START_TEST(test_request_stash_bound)
+{
+    const struct stash_row *row = &stash_rows[_i];
+    plan = (struct plan){.role[0] = R_STASH_BOUND, .peer[0] = 1, .role[1] = R_SILENT,
+                         .timeout_ms = row->timeout_ms};
+    pm_options *o;
+    pm_cluster *c = spawn(2, &o);
+    start_all(c);
+    unsigned char *buf = calloc(1, row->size);
+    ck_assert_ptr_nonnull(buf);
+    pm_address a = pm_test_slot_addr(0, 0);
+    uint64_t end = ms() + 30000;
+    for (uint32_t seq = 0; seq < row->count && ms() < end;) {
+        memcpy(buf, &seq, sizeof(seq));
+        int rc = pm_cluster_send(c, &a, buf, row->size);
+        if (rc == 0)
+            seq++;
+        else
+            ck_assert_msg(rc == -EAGAIN, "%s: send %u: %d", row->name, seq, rc);
+        pm_cluster_run(c, rc == 0 ? 0 : 10);
+    }
+    free(buf);
+    RUN_UNTIL(c, last_text[0][0] != '\0', 60000);
+    char want[64];
+    snprintf(want, sizeof(want), "#req %d got %u order 1", row->rc, row->count);
+    ck_assert_msg(strcmp(last_text[0], want) == 0, "%s: %s, want %s", row->name, last_text[0], want);
+    ck_assert_int_eq(events_fenced, 0);
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
 END_TEST
@@ -1330,6 +1407,7 @@ int main(void)
     PM_ADD_TEST(s, test_garbage_index_quarantined, 60);
     PM_ADD_TEST(s, test_corrupt_memory_eproto, 60);
     PM_ADD_TEST(s, test_request_stash_full, 90);
+    PM_ADD_LOOP_TEST(s, test_request_stash_bound, 0, (int)ARRAY_LEN(stash_rows), 120);
     PM_ADD_TEST(s, test_hello_other_version, 60);
     PM_ADD_LOOP_TEST(s, test_oversize_frame_fenced, 0, 2, 60);
     PM_ADD_TEST(s, test_flood_does_not_starve, 60);
