@@ -6314,6 +6314,70 @@ START_TEST(test_join_three_nodes)
 }
 END_TEST
 
+/* The sender a received message names, in peer mode, from frames the hub
+ * stamped: a remote sender's host comes from the frame's host index, so
+ * two hosts' nodes of the same port and incarnation stay apart, before
+ * and after a local sender's (whose address the receiver keeps between
+ * frames: node_messaging.c fill_msg). A worker joined by hand, the frames
+ * written into its down ring as its hub would. */
+static int from_is(const pm_message *m, const char *host, unsigned port, uint64_t inc)
+{
+    return strcmp(m->from.host, host) == 0 && m->from.port == port && m->from.incarnation == inc;
+}
+
+START_TEST(test_recv_from_remote_hosts)
+{
+    pid_t p = pm_test_fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0) {
+        pm__channel l;
+        pm_node *n = NULL;
+        channel_for_join(&l, 1, "");
+        struct pm__ctl *ctl = l.map;
+        ctl->peer_mode = 1;
+        strcpy(ctl->hosts.name[0], "host");
+        strcpy(ctl->hosts.name[1], "b");
+        strcpy(ctl->hosts.name[2], "c");
+        atomic_store(&ctl->hosts.count, 3);
+        if (pm_node_join(&n) != 0)
+            _exit(100);
+        static const struct {
+            uint16_t host;
+            uint32_t src;
+            uint64_t inc;
+            const char *want_host;
+            unsigned want_port;
+        } rows[] = {
+            {1, 10, 5, "b", 10}, {2, 10, 5, "c", 10}, {PM__HOST_LOCAL, 3, 5, "host", 3},
+            {1, 10, 5, "b", 10}, {1, 10, 6, "b", 10}, {2, 10, 6, "c", 10},
+            /* Local senders: the same slot's next incarnation, then another
+             * slot of that incarnation. */
+            {PM__HOST_LOCAL, 3, 6, "host", 3}, {PM__HOST_LOCAL, 3, 7, "host", 3},
+            {PM__HOST_LOCAL, 4, 7, "host", 4},
+        };
+        int bad = 0;
+        for (unsigned i = 0; i < ARRAY_LEN(rows); i++) {
+            pm__frame_hdr h;
+            memset(&h, 0, sizeof(h));
+            h.type = PM__FT_MSG;
+            h.src_host = rows[i].host;
+            h.src = rows[i].src;
+            h.src_inc = rows[i].inc;
+            if (pm__frame_send(&l.tx, &h, "x", 1) != 0)
+                _exit(101);
+            pm_message m;
+            if (pm_node_recv(n, &m, 5000) != 0 ||
+                !from_is(&m, rows[i].want_host, rows[i].want_port, rows[i].inc))
+                bad |= 1 << i;
+        }
+        _exit(bad);
+    }
+    int st = pm_test_reap(p, 20000);
+    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "rows wrong: 0x%x",
+                  st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+END_TEST
+
 /* An INIT for slot 1 with len bytes of init data, sent on l's down ring. */
 static void send_init(pm__channel *l, size_t len)
 {
@@ -7345,6 +7409,7 @@ int main(void)
     PM_ADD_TEST(s, test_terminate_signal_skips_grace, 60);
     PM_ADD_TEST(s, test_join_malformed_env, 10);
     PM_ADD_TEST(s, test_join_three_nodes, 20);
+    PM_ADD_TEST(s, test_recv_from_remote_hosts, 30);
     PM_ADD_TEST(s, test_join_handshake_rows, 90);
     PM_ADD_TEST(s, test_peers_outside_peer_mode, 30);
     PM_ADD_TEST(s, test_same_id_answers_in_reverse, 60);

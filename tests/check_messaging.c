@@ -51,6 +51,8 @@ enum role {
                        request return, then waits */
     R_BURST_MAIN, /* once turns->go: `count` messages "burst" to main, then turns->burst_done */
     R_ONE_AFTER,  /* once turns->burst_done: one message "after" to main, then turns->one_done */
+    R_SEND_TILL_STOP, /* ignores SIGTERM, never receives: pm_node_try_send to main every
+                         2 ms; exits 7 on -ESHUTDOWN, 8 on another error but -EAGAIN */
     R_STASH_BOUND, /* one request (plan.timeout_ms) to `peer`, which never answers, while
                       main sends numbered messages; then receives what was kept and
                       reports "req RC got N order OK" */
@@ -292,7 +294,7 @@ static int worker(pm_node *n, void *arg)
     signal(SIGINT, SIG_DFL);
     unsigned slot = pm_node_slot(n);
     int role = p->role[slot];
-    if (role == R_STOPPABLE)
+    if (role == R_STOPPABLE || role == R_SEND_TILL_STOP)
         signal(SIGTERM, SIG_IGN);
     if (role == R_SLOW_READY)
         usleep(500000);
@@ -459,6 +461,17 @@ static int worker(pm_node *n, void *arg)
         idle_forever();
         break;
     }
+    case R_SEND_TILL_STOP: {
+        pm_address main_addr = {.system = "procmesh", .host = "main"};
+        for (;;) {
+            int rc = pm_node_try_send(n, &main_addr, "tick", 4);
+            if (rc == -ESHUTDOWN)
+                _exit(7);
+            if (rc < 0 && rc != -EAGAIN)
+                _exit(8);
+            usleep(2000);
+        }
+    }
     case R_STASH_BOUND: {
         pm_message r;
         pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
@@ -563,6 +576,15 @@ static int worker(pm_node *n, void *arg)
                 (unsigned long long)((pm_test_now_ns() - t0) / 1000000u));
             continue;
         }
+        if (m.kind == PM_MSG_PLAIN && m.len > 3 && memcmp(m.data, "hi ", 3) == 0) {
+            /* "hi N": a "#hi" to slot N (which reports who sent it). */
+            pm_address to = pm_test_slot_addr((unsigned)atoi((const char *)m.data + 3), 0);
+            if (pm_node_send(n, &to, "#hi", 3) != 0)
+                return 32;
+            continue;
+        }
+        if (m.kind == PM_MSG_PLAIN && m.len == 3 && memcmp(m.data, "die", 3) == 0)
+            raise(SIGSEGV);
         if (m.kind == PM_MSG_PLAIN && m.len == 5 && memcmp(m.data, "count", 5) == 0) {
             pm_test_say(n, "good %u bad %u%s", k.good, k.bad, k.first_bad);
             continue;
@@ -1305,6 +1327,74 @@ START_TEST(test_stop_in_band)
 }
 END_TEST
 
+/* The stop request refuses a worker's new messages even when it reads
+ * none (it never sees the STOP frame): the control block's flag is enough
+ * (pm_node_send: -ESHUTDOWN once the supervisor asks this worker to
+ * stop). This one ignores SIGTERM, so only the refusal makes it exit
+ * before the stop timeout's SIGKILL. */
+START_TEST(test_send_refused_after_stop)
+{
+    plan = (struct plan){.role[0] = R_SEND_TILL_STOP};
+    pm_options *o;
+    pm_cluster *c = spawn(1, &o);
+    RUN_UNTIL(c, from_main_msgs > 0, 10000);
+    last_exit_code = -100;
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_int_eq(last_exit_code, 7);
+    pm_options_free(o);
+}
+END_TEST
+
+/* The sender a message names follows the frame, message after message:
+ * another worker's next, the same slot's new incarnation after its
+ * restart, main's between them (the receiver keeps the last local
+ * sender's address and makes it again only when the frame's source or
+ * incarnation differs from it: node_messaging.c fill_msg). */
+static void say_hi(pm_cluster *c, unsigned from, unsigned *port, unsigned long long *inc)
+{
+    pm_address a = pm_test_slot_addr(from, 0);
+    last_text[0][0] = '\0';
+    ck_assert_int_eq(pm_cluster_send(c, &a, "hi 0", 4), 0);
+    RUN_UNTIL(c, last_text[0][0] != '\0', 10000);
+    ck_assert_msg(sscanf(last_text[0], "#got #hi from port %u inc %llu", port, inc) == 2, "%s",
+                  last_text[0]);
+    ck_assert_msg(strstr(last_text[0], "remote") == NULL, "%s", last_text[0]);
+}
+
+START_TEST(test_from_follows_sender)
+{
+    plan = (struct plan){.role[0] = R_IDLE};
+    pm_options *o;
+    pm_cluster *c = spawn(3, &o);
+    unsigned p1, p2, p3, p4;
+    unsigned long long i1, i2, i3, i4;
+    say_hi(c, 1, &p1, &i1);
+    ck_assert_uint_eq(i1, 1);
+    /* Slot 1 again, after its restart: the same port, incarnation 2. */
+    int ready0 = ready_events;
+    pm_address b = pm_test_slot_addr(1, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &b, "die", 3), 0);
+    RUN_UNTIL(c, ready_events > ready0, 20000);
+    say_hi(c, 1, &p3, &i3);
+    ck_assert_uint_eq(p3, p1);
+    ck_assert_uint_eq(i3, 2);
+    /* Another slot, its first incarnation. */
+    say_hi(c, 2, &p2, &i2);
+    ck_assert_uint_ne(p1, p2);
+    ck_assert_uint_eq(i2, 1);
+    /* Main between two of slot 1's (its frames are not a worker's). */
+    pm_address a = pm_test_slot_addr(0, 0);
+    last_text[0][0] = '\0';
+    ck_assert_int_eq(pm_cluster_send(c, &a, "#m", 2), 0);
+    RUN_UNTIL(c, last_text[0][0] != '\0', 10000);
+    ck_assert_msg(strncmp(last_text[0], "#got #m from port 0 inc 0", 25) == 0, "%s", last_text[0]);
+    say_hi(c, 1, &p4, &i4);
+    ck_assert_uint_eq(p4, p1);
+    ck_assert_uint_eq(i4, 2);
+    pm_test_finish(c, o);
+}
+END_TEST
+
 START_TEST(test_node_fd)
 {
     plan = (struct plan){.role[0] = R_FD};
@@ -1407,6 +1497,8 @@ int main(void)
     PM_ADD_TEST(s, test_garbage_index_quarantined, 60);
     PM_ADD_TEST(s, test_corrupt_memory_eproto, 60);
     PM_ADD_TEST(s, test_request_stash_full, 90);
+    PM_ADD_TEST(s, test_send_refused_after_stop, 60);
+    PM_ADD_TEST(s, test_from_follows_sender, 90);
     PM_ADD_LOOP_TEST(s, test_request_stash_bound, 0, (int)ARRAY_LEN(stash_rows), 120);
     PM_ADD_TEST(s, test_hello_other_version, 60);
     PM_ADD_LOOP_TEST(s, test_oversize_frame_fenced, 0, 2, 60);
