@@ -6314,8 +6314,8 @@ START_TEST(test_join_three_nodes)
 }
 END_TEST
 
-/* The sender a received message names, in peer mode, from frames the hub
- * stamped: a remote sender's host comes from the frame's host index, so
+/* A received message's fields, each from its frame. First the sender it
+ * names, in peer mode, from frames the hub stamped: a remote sender's host comes from the frame's host index, so
  * two hosts' nodes of the same port and incarnation stay apart, before
  * and after a local sender's (whose address the receiver keeps between
  * frames: node_messaging.c fill_msg). A worker joined by hand, the frames
@@ -6325,7 +6325,7 @@ static int from_is(const pm_message *m, const char *host, unsigned port, uint64_
     return strcmp(m->from.host, host) == 0 && m->from.port == port && m->from.incarnation == inc;
 }
 
-START_TEST(test_recv_from_remote_hosts)
+START_TEST(test_recv_message_fields)
 {
     pid_t p = pm_test_fork();
     ck_assert_int_ge(p, 0);
@@ -6368,12 +6368,48 @@ START_TEST(test_recv_from_remote_hosts)
             pm_message m;
             if (pm_node_recv(n, &m, 5000) != 0 ||
                 !from_is(&m, rows[i].want_host, rows[i].want_port, rows[i].inc))
-                bad |= 1 << i;
+                bad = bad != 0 ? bad : 1 + (int)i;
+        }
+        /* Every field of the message from its frame, none left as the
+         * caller's memory had it: a request (its id and deadline), a
+         * notice about a message (its error), a plain message. */
+        static const struct {
+            uint8_t type;
+            uint64_t id;
+            int64_t deadline;
+            int error, kind;
+        } kinds[] = {
+            {PM__FT_REQUEST, 77, 123456, 0, PM_MSG_REQUEST},
+            {PM__FT_UNDELIVERABLE, 0, 0, -ESTALE, PM_MSG_UNDELIVERABLE},
+            {PM__FT_MSG, 0, 0, 0, PM_MSG_PLAIN},
+        };
+        for (unsigned i = 0; i < ARRAY_LEN(kinds); i++) {
+            pm__frame_hdr h;
+            memset(&h, 0, sizeof(h));
+            h.type = kinds[i].type;
+            h.src_host = PM__HOST_LOCAL;
+            h.src = 2;
+            h.src_inc = 9;
+            h.request_id = kinds[i].id;
+            h.deadline_ms = kinds[i].deadline;
+            h.error = kinds[i].error;
+            if (pm__frame_send(&l.tx, &h, "yz", 2) != 0)
+                _exit(102);
+            pm_message m;
+            memset(&m, 0x5a, sizeof(m));
+            const pm_address *self = pm_node_self(n);
+            if (pm_node_recv(n, &m, 5000) != 0 || !from_is(&m, "host", 2, 9) ||
+                strcmp(m.to.host, self->host) != 0 || strcmp(m.to.system, self->system) != 0 ||
+                m.to.port != self->port || m.to.incarnation != self->incarnation ||
+                m.request_id != kinds[i].id || m.deadline_ms != kinds[i].deadline ||
+                m.error != kinds[i].error || m.kind != kinds[i].kind || m.len != 2 ||
+                memcmp(m.data, "yz", 2) != 0)
+                bad = bad != 0 ? bad : 1 + (int)(ARRAY_LEN(rows) + i);
         }
         _exit(bad);
     }
     int st = pm_test_reap(p, 20000);
-    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "rows wrong: 0x%x",
+    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "row %d wrong (1 = the first)",
                   st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 END_TEST
@@ -7409,7 +7445,7 @@ int main(void)
     PM_ADD_TEST(s, test_terminate_signal_skips_grace, 60);
     PM_ADD_TEST(s, test_join_malformed_env, 10);
     PM_ADD_TEST(s, test_join_three_nodes, 20);
-    PM_ADD_TEST(s, test_recv_from_remote_hosts, 30);
+    PM_ADD_TEST(s, test_recv_message_fields, 30);
     PM_ADD_TEST(s, test_join_handshake_rows, 90);
     PM_ADD_TEST(s, test_peers_outside_peer_mode, 30);
     PM_ADD_TEST(s, test_same_id_answers_in_reverse, 60);
