@@ -169,9 +169,14 @@ static void refusal_rows(pm_node *n, size_t from)
     }
 }
 
+/* The last large message's mapping, for "released?". */
+static const void *last_big;
+
 static void handle(pm_node *n, const pm_message *m)
 {
     int from_main = m->from.port == 0;
+    if (m->len > PM_MAX_PAYLOAD)
+        last_big = m->data;
     if (from_main)
         main_from = m->from;
     if (order_mode == 2 && m->len > PM_MAX_PAYLOAD && m->kind == PM_MSG_PLAIN) {
@@ -287,6 +292,23 @@ static void handle(pm_node *n, const pm_message *m)
         close(inflate_sv[1]);
         inflate_sv[0] = inflate_sv[1] = -1;
         reply_text(n, m, "deflated");
+        return;
+    }
+    if (strcmp(text, "released?") == 0) {
+        /* The large message before this one was let go at this receive
+         * (its data is valid until the next receive call): its mapping is
+         * gone, not kept for the life of the worker. mincore says ENOMEM
+         * for a page no mapping covers; nothing was mapped since the
+         * receive's unmap. */
+        long page = sysconf(_SC_PAGESIZE);
+        unsigned char vec;
+        const char *out = "none";
+        if (last_big != NULL)
+            out = mincore((void *)((uintptr_t)last_big & ~(uintptr_t)(page - 1)), (size_t)page, &vec) < 0 &&
+                          errno == ENOMEM
+                      ? "released"
+                      : "held";
+        reply_text(n, m, out);
         return;
     }
     if (strcmp(text, "cap") == 0) {
@@ -901,6 +923,34 @@ END_TEST
 START_TEST(test_hostile_hugetlb)
 {
     hostile_case(H_HUGETLB);
+}
+END_TEST
+
+/* A large message's mapping lasts until the next receive, not longer
+ * (pm_message: data stays valid until the next receive call on the same
+ * node): a worker that takes large messages one after another holds one
+ * mapping at a time. */
+START_TEST(test_big_mapping_released)
+{
+    buffers();
+    pm_options *o = opts(0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    char r[64];
+    size_t got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "released?", 9, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 4 && memcmp(r, "none", 4) == 0);
+    for (int i = 0; i < 2; i++) {
+        fill(mbuf, MIB, 1);
+        ck_assert_int_eq(pm_cluster_call(c, &a0, mbuf, MIB, 30000, rbuf, MAX_MSG, &got), 0);
+        ck_assert(got == MIB && check(rbuf, MIB, 2));
+        ck_assert_int_eq(pm_cluster_call(c, &a0, "released?", 9, 30000, r, sizeof(r) - 1, &got), 0);
+        r[got] = '\0';
+        ck_assert_str_eq(r, "released");
+    }
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
 }
 END_TEST
 
@@ -2540,6 +2590,7 @@ int main(int argc, char **argv)
      * build, not the machine: the plain build of the same tree runs the
      * case (CI runs both), so the sanitizer build says so and does not
      * turn the program into a skip. */
+    PM_ADD_TEST(s, test_big_mapping_released, 60);
     if (!pm_test_sanitized()) {
         PM_ADD_TEST(s, test_unmappable_skipped, 120);
         PM_ADD_TEST(s, test_refusal_while_stopping, 120);

@@ -191,7 +191,7 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
             spoof_from = m->from;
         texts++;
     }
-    if (m->kind == PM_MSG_REQUEST)
+    if (m->kind == PM_MSG_REQUEST && !(m->len == 4 && memcmp(m->data, "hold", 4) == 0))
         pm_cluster_reply(c, m, "main-pong", 9);
 }
 
@@ -474,8 +474,10 @@ static int worker(pm_node *n, void *arg)
     }
     case R_STASH_BOUND: {
         pm_message r;
-        pm_address to = pm_test_slot_addr((unsigned)p->peer[slot], 0);
-        int rc = pm_node_request(n, &to, "ping", 4, p->timeout_ms, &r);
+        /* peer -1: main, which does not answer "hold" (on_message). */
+        pm_address to = p->peer[slot] < 0 ? (pm_address){.system = "procmesh", .host = "main"}
+                                          : pm_test_slot_addr((unsigned)p->peer[slot], 0);
+        int rc = pm_node_request(n, &to, "hold", 4, p->timeout_ms, &r);
         /* What the request kept aside, then what it could not keep (left
          * in the ring), in the order main numbered them: every message
          * main sent, once, in order. */
@@ -822,17 +824,22 @@ static const struct stash_row {
     unsigned count;
     size_t size;
     int timeout_ms, rc;
+    int peer; /* whom the request asks: slot 1 (silent), or -1: main (which holds it) */
 } stash_rows[] = {
-    {"4 MiB: kept, the request waits on", 64, PM_MAX_PAYLOAD, 3000, -ETIMEDOUT},
-    {"one more: -ENOBUFS", 65, PM_MAX_PAYLOAD, 20000, -ENOBUFS},
-    {"64 large: kept, the request waits on", 64, PM_MAX_PAYLOAD + 1, 3000, -ETIMEDOUT},
-    {"65 large: -ENOBUFS", 65, PM_MAX_PAYLOAD + 1, 20000, -ENOBUFS},
+    {"4 MiB: kept, the request waits on", 64, PM_MAX_PAYLOAD, 3000, -ETIMEDOUT, 1},
+    {"one more: -ENOBUFS", 65, PM_MAX_PAYLOAD, 20000, -ENOBUFS, 1},
+    {"64 large: kept, the request waits on", 64, PM_MAX_PAYLOAD + 1, 3000, -ETIMEDOUT, 1},
+    {"65 large: -ENOBUFS", 65, PM_MAX_PAYLOAD + 1, 20000, -ENOBUFS, 1},
+    /* Asking main, the request's send leaves the message received before
+     * it (main's "start") to the request's wait to let go, and the one
+     * that did not fit must still be there after it. */
+    {"one more, asking main: -ENOBUFS", 65, PM_MAX_PAYLOAD, 20000, -ENOBUFS, -1},
 };
 
 START_TEST(test_request_stash_bound)
 {
     const struct stash_row *row = &stash_rows[_i];
-    plan = (struct plan){.role[0] = R_STASH_BOUND, .peer[0] = 1, .role[1] = R_SILENT,
+    plan = (struct plan){.role[0] = R_STASH_BOUND, .peer[0] = row->peer, .role[1] = R_SILENT,
                          .timeout_ms = row->timeout_ms};
     pm_options *o;
     pm_cluster *c = spawn(2, &o);
