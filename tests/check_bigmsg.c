@@ -311,6 +311,25 @@ static void handle(pm_node *n, const pm_message *m)
         reply_text(n, m, out);
         return;
     }
+    if (strcmp(text, "squat") == 0 || strcmp(text, "squatted?") == 0) {
+        /* "squat": a page of our own where the last large message was
+         * mapped (released by now); "squatted?": is it still ours after
+         * that receive (a receive unmaps only its own message's mapping,
+         * once)? */
+        long page = sysconf(_SC_PAGESIZE);
+        void *at = (void *)((uintptr_t)last_big & ~(uintptr_t)(page - 1));
+        unsigned char vec;
+        const char *out;
+        if (strcmp(text, "squat") == 0)
+            out = last_big != NULL && mmap(at, (size_t)page, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == at
+                      ? "squatting"
+                      : "busy";
+        else
+            out = mincore(at, (size_t)page, &vec) == 0 ? "still" : "gone";
+        reply_text(n, m, out);
+        return;
+    }
     if (strcmp(text, "cap") == 0) {
         /* From now on this process cannot map 16 MiB more: its address
          * space is capped 4 MiB above what it uses. */
@@ -949,6 +968,14 @@ START_TEST(test_big_mapping_released)
         r[got] = '\0';
         ck_assert_str_eq(r, "released");
     }
+    /* The place it left, taken by the worker's own page, stays the
+     * worker's through the receives after it. */
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "squat", 5, 30000, r, sizeof(r) - 1, &got), 0);
+    r[got] = '\0';
+    ck_assert_str_eq(r, "squatting");
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "squatted?", 9, 30000, r, sizeof(r) - 1, &got), 0);
+    r[got] = '\0';
+    ck_assert_str_eq(r, "still");
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
