@@ -311,6 +311,26 @@ static void handle(pm_node *n, const pm_message *m)
         reply_text(n, m, out);
         return;
     }
+    if (strcmp(text, "sock0") == 0) {
+        /* The worker's socket moved to fd 0, as in a worker of a
+         * supervisor started with stdin closed: a number like any. */
+        pm__channel *l = pm_test_node_channel(n);
+        int ok = dup2(l->sock, 0) == 0;
+        if (ok) {
+            close(l->sock);
+            l->sock = 0;
+        }
+        reply_text(n, m, ok ? "moved" : "no");
+        return;
+    }
+    if (strcmp(text, "skew") == 0) {
+        /* The record number this worker expects next, one ahead of the
+         * hub's (its own memory scribbled): the next large message's
+         * announcement is out of sequence. */
+        reply_text(n, m, "skewed");
+        pm_test_node_channel(n)->rx_seq++;
+        return;
+    }
     if (strcmp(text, "squat") == 0 || strcmp(text, "squatted?") == 0) {
         /* "squat": a page of our own where the last large message was
          * mapped (released by now); "squatted?": is it still ours after
@@ -673,6 +693,8 @@ static struct { unsigned port; size_t len; int ok; } gots[GOT_MAX];
 static unsigned ngot;
 static char flooded[32];
 
+static int slot0_exit = -100; /* slot 0's last exit code (PM_EVENT_EXITED) */
+
 static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     (void)c;
@@ -688,6 +710,8 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
     }
     if (e->type == PM_EVENT_READY)
         ready_events++;
+    if (e->type == PM_EVENT_EXITED && e->slot == 0)
+        slot0_exit = e->exit_code;
 }
 
 static void on_message(pm_cluster *c, const pm_message *m, void *arg)
@@ -948,7 +972,8 @@ END_TEST
 /* A large message's mapping lasts until the next receive, not longer
  * (pm_message: data stays valid until the next receive call on the same
  * node): a worker that takes large messages one after another holds one
- * mapping at a time. */
+ * mapping at a time, and the place it leaves is not unmapped again. And
+ * a worker whose socket is fd 0 takes large messages like any other. */
 START_TEST(test_big_mapping_released)
 {
     buffers();
@@ -968,6 +993,13 @@ START_TEST(test_big_mapping_released)
         r[got] = '\0';
         ck_assert_str_eq(r, "released");
     }
+    /* Its socket at fd 0 (a supervisor started with stdin closed could
+     * give it that number): large messages go on. */
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "sock0", 5, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 5 && memcmp(r, "moved", 5) == 0);
+    fill(mbuf, MIB, 1);
+    ck_assert_int_eq(pm_cluster_call(c, &a0, mbuf, MIB, 30000, rbuf, MAX_MSG, &got), 0);
+    ck_assert(got == MIB && check(rbuf, MIB, 2));
     /* The place it left, taken by the worker's own page, stays the
      * worker's through the receives after it. */
     ck_assert_int_eq(pm_cluster_call(c, &a0, "squat", 5, 30000, r, sizeof(r) - 1, &got), 0);
@@ -976,6 +1008,32 @@ START_TEST(test_big_mapping_released)
     ck_assert_int_eq(pm_cluster_call(c, &a0, "squatted?", 9, 30000, r, sizeof(r) - 1, &got), 0);
     r[got] = '\0';
     ck_assert_str_eq(r, "still");
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+}
+END_TEST
+
+/* A large message announced out of the record sequence the worker keeps
+ * (its hub's numbering and its own disagree): the receive says -EPROTO
+ * (pm_node(3): the shared state is corrupt) rather than take a record
+ * that is not the one announced next. serve() exits 3 on it. */
+START_TEST(test_big_out_of_sequence)
+{
+    buffers();
+    pm_options *o = opts(0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    slot0_exit = -100;
+    pm_address a0 = pm_test_slot_addr(0, 0);
+    char r[64];
+    size_t got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "skew", 4, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 6 && memcmp(r, "skewed", 6) == 0);
+    fill(mbuf, MIB, 5);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB), 0);
+    RUN_UNTIL(c, slot0_exit != -100, 20000);
+    ck_assert_int_eq(slot0_exit, 3);
+    ck_assert_int_eq(big_ok, 0);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -2618,6 +2676,7 @@ int main(int argc, char **argv)
      * case (CI runs both), so the sanitizer build says so and does not
      * turn the program into a skip. */
     PM_ADD_TEST(s, test_big_mapping_released, 60);
+    PM_ADD_TEST(s, test_big_out_of_sequence, 60);
     if (!pm_test_sanitized()) {
         PM_ADD_TEST(s, test_unmappable_skipped, 120);
         PM_ADD_TEST(s, test_refusal_while_stopping, 120);
