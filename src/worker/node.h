@@ -47,19 +47,17 @@ struct pm_node {
     size_t cur_map_len;
     int stopping;         /* the supervisor asked us to stop */
     int fd_armed;         /* a timed-out wait left the doorbell armed for pm_node_fd */
-    uint64_t late_replies;
+    uint64_t late_replies; /* answers nobody waited for any more: dropped (torture reports them) */
     /* Our large messages whose frames the hub has not consumed: where each
      * frame ends in the up ring, oldest at ahead_head (bigmsg.h,
      * PM__BIGMSG_AHEAD_MAX). */
     uint64_t ahead_end[PM__BIGMSG_AHEAD_MAX];
     unsigned ahead_head, ahead_n;
-    uint64_t big_skipped; /* large messages we could not map: skipped, sender told */
     struct pm__node_ls *ls; /* direct lanes (node_lanes.h), NULL until the first */
     unsigned lane_turn;   /* which of the hub ring and the lanes is read first */
     int lane_paced;       /* the last receive's message came by a lane and we sent
                              nothing since: the next receive paces itself
                              (node_lanes.h pm__node_ls_pace) */
-    uint64_t lane_lost;   /* a revoked lane's frames with no room in the stash */
     /* The address of the last local sender a message came from, made once
      * per sender (fill_msg): from_inc 0 and from_node 0: none yet. */
     pm_address from_addr;
