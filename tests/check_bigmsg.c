@@ -172,11 +172,19 @@ static void refusal_rows(pm_node *n, size_t from)
 /* The last large message's mapping, for "released?". */
 static const void *last_big;
 
+/* The notices (PM_MSG_UNDELIVERABLE) this incarnation received, for
+ * "notices?". */
+static unsigned notices_got;
+
 static void handle(pm_node *n, const pm_message *m)
 {
     int from_main = m->from.port == 0;
     if (m->len > PM_MAX_PAYLOAD)
         last_big = m->data;
+    if (m->kind == PM_MSG_UNDELIVERABLE) {
+        notices_got++;
+        return;
+    }
     if (from_main)
         main_from = m->from;
     if (order_mode == 2 && m->len > PM_MAX_PAYLOAD && m->kind == PM_MSG_PLAIN) {
@@ -308,6 +316,21 @@ static void handle(pm_node *n, const pm_message *m)
                           errno == ENOMEM
                       ? "released"
                       : "held";
+        reply_text(n, m, out);
+        return;
+    }
+    if (strcmp(text, "notices?") == 0) {
+        char out[32];
+        snprintf(out, sizeof(out), "notices:%u", notices_got);
+        reply_text(n, m, out);
+        return;
+    }
+    if (sscanf(text, "big16:%u", &slot) == 1) {
+        /* One plain 16 MiB message to slot (seed 5). */
+        fill(wbuf, 16 * MIB, 5);
+        pm_address to = slot_address(n, slot);
+        char out[32];
+        snprintf(out, sizeof(out), "sent:%d", pm_node_send(n, &to, wbuf, 16 * MIB));
         reply_text(n, m, out);
         return;
     }
@@ -1049,6 +1072,61 @@ START_TEST(test_big_refused_by_receiver)
     /* 1 when slot 0's replacement was still starting (killed): either. */
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
     pm_options_free(o);
+}
+END_TEST
+
+/* A worker's refusal of a plain large message (it cannot map it) tells
+ * the incarnation that sent it (pm_node(3): its sender gets a notice with
+ * -EMSGSIZE), and only that one: sent by slot 1, which is then replaced
+ * before slot 0 (parked) reads it, the notice reaches nobody; the
+ * replacement hears of no message it never sent (design.md: a dead
+ * incarnation can no longer reach anyone, nor be reached). */
+START_TEST(test_refusal_after_sender_restart)
+{
+    buffers(); /* main adds this case only without a sanitizer */
+    ck_assert_int_eq(pipe(gate), 0);
+    pm_options *o = opts(0);
+    pm_options_set_heartbeat_timeout_ms(o, 0); /* parked on purpose */
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
+    char r[64];
+    size_t got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "cap", 3, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 6 && memcmp(r, "capped", 6) == 0);
+    /* Slot 1's first message: refused, and slot 1 told (its ring holds
+     * the notice before the question, which it reads in order). */
+    ck_assert_int_eq(pm_cluster_call(c, &a1, "big16:0", 7, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 6 && memcmp(r, "sent:0", 6) == 0);
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "ping", 4, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 4 && memcmp(r, "pong", 4) == 0);
+    ck_assert_int_eq(pm_cluster_call(c, &a1, "notices?", 8, 30000, r, sizeof(r) - 1, &got), 0);
+    r[got] = '\0';
+    ck_assert_str_eq(r, "notices:1");
+    /* The second, read only once its sender was replaced. */
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "hold", 4, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 4 && memcmp(r, "held", 4) == 0);
+    ck_assert_int_eq(pm_cluster_call(c, &a1, "big16:0", 7, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 6 && memcmp(r, "sent:0", 6) == 0);
+    /* Slot 1 is replaced: its next incarnation is ready. */
+    int ready0 = ready_events;
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 1), 0);
+    RUN_UNTIL(c, ready_events > ready0, 30000);
+    /* Slot 0 reads on: the message it cannot map, refused; then a ping
+     * behind it, answered once the refusal is on its way. */
+    ck_assert_int_eq(write(gate[1], "x", 1), 1);
+    ck_assert_int_eq(pm_cluster_call(c, &a0, "ping", 4, 30000, r, sizeof(r) - 1, &got), 0);
+    ck_assert(got == 4 && memcmp(r, "pong", 4) == 0);
+    /* Slot 1's replacement reads its ring in order: a notice relayed to
+     * it would be there before this question. */
+    ck_assert_int_eq(pm_cluster_call(c, &a1, "notices?", 8, 30000, r, sizeof(r) - 1, &got), 0);
+    r[got] = '\0';
+    ck_assert_str_eq(r, "notices:0");
+    ck_assert_int_eq(fenced_other + fenced_protocol, 0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    close(gate[0]);
+    close(gate[1]);
 }
 END_TEST
 
@@ -2693,9 +2771,10 @@ int main(int argc, char **argv)
     if (!pm_test_sanitized()) {
         PM_ADD_TEST(s, test_unmappable_skipped, 120);
         PM_ADD_TEST(s, test_refusal_while_stopping, 120);
+        PM_ADD_TEST(s, test_refusal_after_sender_restart, 120);
     } else {
-        fprintf(stderr, "note: test_unmappable_skipped and test_refusal_while_stopping run in the "
-                        "build without a sanitizer only "
+        fprintf(stderr, "note: test_unmappable_skipped, test_refusal_while_stopping and "
+                        "test_refusal_after_sender_restart run in the build without a sanitizer only "
                         "(they cap the address space)\n");
     }
     PM_ADD_LOOP_TEST(s, test_hostile_fenced, H_UNSEALED, H_HUGETLB, 90);
