@@ -6357,12 +6357,8 @@ START_TEST(test_recv_message_fields)
         };
         int bad = 0;
         for (unsigned i = 0; i < ARRAY_LEN(rows); i++) {
-            pm__frame_hdr h;
-            memset(&h, 0, sizeof(h));
-            h.type = PM__FT_MSG;
-            h.src_host = rows[i].host;
-            h.src = rows[i].src;
-            h.src_inc = rows[i].inc;
+            pm__frame_hdr h = {.type = PM__FT_MSG, .src_host = rows[i].host, .src = rows[i].src,
+                               .src_inc = rows[i].inc};
             if (pm__frame_send(&l.tx, &h, "x", 1) != 0)
                 _exit(101);
             pm_message m;
@@ -6384,15 +6380,9 @@ START_TEST(test_recv_message_fields)
             {PM__FT_MSG, 0, 0, 0, PM_MSG_PLAIN},
         };
         for (unsigned i = 0; i < ARRAY_LEN(kinds); i++) {
-            pm__frame_hdr h;
-            memset(&h, 0, sizeof(h));
-            h.type = kinds[i].type;
-            h.src_host = PM__HOST_LOCAL;
-            h.src = 2;
-            h.src_inc = 9;
-            h.request_id = kinds[i].id;
-            h.deadline_ms = kinds[i].deadline;
-            h.error = kinds[i].error;
+            pm__frame_hdr h = {.type = kinds[i].type, .src_host = PM__HOST_LOCAL, .src = 2, .src_inc = 9,
+                               .request_id = kinds[i].id, .deadline_ms = kinds[i].deadline,
+                               .error = kinds[i].error};
             if (pm__frame_send(&l.tx, &h, "yz", 2) != 0)
                 _exit(102);
             pm_message m;

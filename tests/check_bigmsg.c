@@ -808,6 +808,23 @@ static void call_big(pm_cluster *c, unsigned slot, size_t len)
     ck_assert_msg(check(rbuf, len, 2), "the reply of %zu bytes from slot %u differs", len, slot);
 }
 
+/* Main asks: the text reply of slot `slot` to q, in r. */
+static void text_call(pm_cluster *c, unsigned slot, const char *q, char *r, size_t size)
+{
+    pm_address a = pm_test_slot_addr(slot, 0);
+    size_t got = 0;
+    ck_assert_int_eq(pm_cluster_call(c, &a, q, strlen(q), 60000, r, size - 1, &got), 0);
+    r[got] = '\0';
+}
+
+/* Main asks slot `slot` q, whose text reply must be want. */
+static void expect_text(pm_cluster *c, unsigned slot, const char *q, const char *want)
+{
+    char r[64];
+    text_call(c, slot, q, r, sizeof(r));
+    ck_assert_msg(strcmp(r, want) == 0, "slot %u answered \"%s\" with \"%s\", not \"%s\"", slot, q, r, want);
+}
+
 /* Slot `from` asks slot `to` with len bytes and checks the reply. */
 static void ask(pm_cluster *c, unsigned from, unsigned to, size_t len)
 {
@@ -1011,34 +1028,19 @@ START_TEST(test_big_mapping_released)
     pm_options *o = opts(0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_address a0 = pm_test_slot_addr(0, 0);
-    char r[64];
-    size_t got = 0;
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "released?", 9, 30000, r, sizeof(r) - 1, &got), 0);
-    ck_assert(got == 4 && memcmp(r, "none", 4) == 0);
+    expect_text(c, 0, "released?", "none");
     for (int i = 0; i < 2; i++) {
-        fill(mbuf, MIB, 1);
-        ck_assert_int_eq(pm_cluster_call(c, &a0, mbuf, MIB, 30000, rbuf, MAX_MSG, &got), 0);
-        ck_assert(got == MIB && check(rbuf, MIB, 2));
-        ck_assert_int_eq(pm_cluster_call(c, &a0, "released?", 9, 30000, r, sizeof(r) - 1, &got), 0);
-        r[got] = '\0';
-        ck_assert_str_eq(r, "released");
+        call_big(c, 0, MIB);
+        expect_text(c, 0, "released?", "released");
     }
     /* Its socket at fd 0 (a supervisor started with stdin closed could
      * give it that number): large messages go on. */
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "sock0", 5, 30000, r, sizeof(r) - 1, &got), 0);
-    ck_assert(got == 5 && memcmp(r, "moved", 5) == 0);
-    fill(mbuf, MIB, 1);
-    ck_assert_int_eq(pm_cluster_call(c, &a0, mbuf, MIB, 30000, rbuf, MAX_MSG, &got), 0);
-    ck_assert(got == MIB && check(rbuf, MIB, 2));
+    expect_text(c, 0, "sock0", "moved");
+    call_big(c, 0, MIB);
     /* The place it left, taken by the worker's own page, stays the
      * worker's through the receives after it. */
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "squat", 5, 30000, r, sizeof(r) - 1, &got), 0);
-    r[got] = '\0';
-    ck_assert_str_eq(r, "squatting");
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "squatted?", 9, 30000, r, sizeof(r) - 1, &got), 0);
-    r[got] = '\0';
-    ck_assert_str_eq(r, "still");
+    expect_text(c, 0, "squat", "squatting");
+    expect_text(c, 0, "squatted?", "still");
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
 }
@@ -1060,10 +1062,7 @@ START_TEST(test_big_refused_by_receiver)
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     slot0_exit = -100;
     pm_address a0 = pm_test_slot_addr(0, 0);
-    char r[64];
-    size_t got = 0;
-    ck_assert_int_eq(pm_cluster_call(c, &a0, cmd, strlen(cmd), 30000, r, sizeof(r) - 1, &got), 0);
-    ck_assert(got == strlen(said) && memcmp(r, said, got) == 0);
+    expect_text(c, 0, cmd, said);
     fill(mbuf, MIB, 5);
     ck_assert_int_eq(pm_cluster_send(c, &a0, mbuf, MIB), 0);
     RUN_UNTIL(c, slot0_exit != -100, 20000);
@@ -1089,39 +1088,25 @@ START_TEST(test_refusal_after_sender_restart)
     pm_options_set_heartbeat_timeout_ms(o, 0); /* parked on purpose */
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
-    pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
-    char r[64];
-    size_t got = 0;
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "cap", 3, 30000, r, sizeof(r) - 1, &got), 0);
-    ck_assert(got == 6 && memcmp(r, "capped", 6) == 0);
+    expect_text(c, 0, "cap", "capped");
     /* Slot 1's first message: refused, and slot 1 told (its ring holds
      * the notice before the question, which it reads in order). */
-    ck_assert_int_eq(pm_cluster_call(c, &a1, "big16:0", 7, 30000, r, sizeof(r) - 1, &got), 0);
-    ck_assert(got == 6 && memcmp(r, "sent:0", 6) == 0);
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "ping", 4, 30000, r, sizeof(r) - 1, &got), 0);
-    ck_assert(got == 4 && memcmp(r, "pong", 4) == 0);
-    ck_assert_int_eq(pm_cluster_call(c, &a1, "notices?", 8, 30000, r, sizeof(r) - 1, &got), 0);
-    r[got] = '\0';
-    ck_assert_str_eq(r, "notices:1");
+    expect_text(c, 1, "big16:0", "sent:0");
+    expect_text(c, 0, "ping", "pong");
+    expect_text(c, 1, "notices?", "notices:1");
     /* The second, read only once its sender was replaced. */
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "hold", 4, 30000, r, sizeof(r) - 1, &got), 0);
-    ck_assert(got == 4 && memcmp(r, "held", 4) == 0);
-    ck_assert_int_eq(pm_cluster_call(c, &a1, "big16:0", 7, 30000, r, sizeof(r) - 1, &got), 0);
-    ck_assert(got == 6 && memcmp(r, "sent:0", 6) == 0);
-    /* Slot 1 is replaced: its next incarnation is ready. */
+    expect_text(c, 0, "hold", "held");
+    expect_text(c, 1, "big16:0", "sent:0");
     int ready0 = ready_events;
     ck_assert_int_eq(pm_cluster_restart_slot(c, 1), 0);
     RUN_UNTIL(c, ready_events > ready0, 30000);
     /* Slot 0 reads on: the message it cannot map, refused; then a ping
-     * behind it, answered once the refusal is on its way. */
+     * behind it, answered once the refusal is on its way. Slot 1's
+     * replacement reads its ring in order: a notice relayed to it would
+     * be there before the question. */
     ck_assert_int_eq(write(gate[1], "x", 1), 1);
-    ck_assert_int_eq(pm_cluster_call(c, &a0, "ping", 4, 30000, r, sizeof(r) - 1, &got), 0);
-    ck_assert(got == 4 && memcmp(r, "pong", 4) == 0);
-    /* Slot 1's replacement reads its ring in order: a notice relayed to
-     * it would be there before this question. */
-    ck_assert_int_eq(pm_cluster_call(c, &a1, "notices?", 8, 30000, r, sizeof(r) - 1, &got), 0);
-    r[got] = '\0';
-    ck_assert_str_eq(r, "notices:0");
+    expect_text(c, 0, "ping", "pong");
+    expect_text(c, 1, "notices?", "notices:0");
     ck_assert_int_eq(fenced_other + fenced_protocol, 0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
     pm_options_free(o);
@@ -1745,15 +1730,6 @@ START_TEST(test_fd_room)
     parked_end(c, o);
 }
 END_TEST
-
-/* A worker asks: the text reply of slot `from` to q, in r. */
-static void text_call(pm_cluster *c, unsigned slot, const char *q, char *r, size_t size)
-{
-    pm_address a = pm_test_slot_addr(slot, 0);
-    size_t got = 0;
-    ck_assert_int_eq(pm_cluster_call(c, &a, q, strlen(q), 60000, r, size - 1, &got), 0);
-    r[got] = '\0';
-}
 
 /* The body of test_refused_forward, as the test's own user (see there).
  * 0, or 77 when the kernel does not refuse the supervisor's fds. */
