@@ -1074,6 +1074,20 @@ START_TEST(test_big_refused_by_receiver)
 }
 END_TEST
 
+/* A fork-mode cluster whose slot 0 may park on the gate ("hold") for as
+ * long as a test likes (no heartbeat), its address space to be capped:
+ * such cases run only without a sanitizer (main). */
+static pm_cluster *spawn_parkable(pm_options **op)
+{
+    buffers();
+    ck_assert_int_eq(pipe(gate), 0);
+    *op = opts(0);
+    pm_options_set_heartbeat_timeout_ms(*op, 0);
+    pm_cluster *c;
+    ck_assert_int_eq(pm_cluster_spawn(*op, &c), 0);
+    return c;
+}
+
 /* A worker's refusal of a plain large message (it cannot map it) tells
  * the incarnation that sent it (pm_node(3): its sender gets a notice with
  * -EMSGSIZE), and only that one: sent by slot 1, which is then replaced
@@ -1082,12 +1096,8 @@ END_TEST
  * incarnation can no longer reach anyone, nor be reached). */
 START_TEST(test_refusal_after_sender_restart)
 {
-    buffers(); /* main adds this case only without a sanitizer */
-    ck_assert_int_eq(pipe(gate), 0);
-    pm_options *o = opts(0);
-    pm_options_set_heartbeat_timeout_ms(o, 0); /* parked on purpose */
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn_parkable(&o);
     expect_text(c, 0, "cap", "capped");
     /* Slot 1's first message: refused, and slot 1 told (its ring holds
      * the notice before the question, which it reads in order). */
@@ -1166,12 +1176,8 @@ static void on_flooded(pm_cluster *c, const pm_message *r, void *arg);
 
 START_TEST(test_refusal_while_stopping)
 {
-    buffers(); /* main adds this case only without a sanitizer */
-    ck_assert_int_eq(pipe(gate), 0);
-    pm_options *o = opts(0);
-    pm_options_set_heartbeat_timeout_ms(o, 0); /* parked on purpose */
-    pm_cluster *c;
-    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options *o;
+    pm_cluster *c = spawn_parkable(&o);
     pm_address a0 = pm_test_slot_addr(0, 0);
     char r[64];
     size_t got = 0;
