@@ -112,6 +112,9 @@ static int order_mode;
  * silence; "count" asks for the tally, "count:<ok>:<bad>". */
 static unsigned quiet_ok, quiet_bad;
 static int gate[2] = {-1, -1};
+/* A second gate, for "slowbig" and "slowcraft" (a worker parked on the
+ * first is not woken by it). */
+static int gate2[2] = {-1, -1};
 static pm_address main_from;
 
 static pm_address slot_address(pm_node *n, unsigned slot)
@@ -316,6 +319,45 @@ static void handle(pm_node *n, const pm_message *m)
                           errno == ENOMEM
                       ? "released"
                       : "held";
+        reply_text(n, m, out);
+        return;
+    }
+    if ((sscanf(text, "slowbig:%zu", &len) == 1 && len <= MAX_MSG) || strcmp(text, "slowcraft") == 0) {
+        /* Once main opens the second gate: a large reply (seed 4), or
+         * ("slowcraft") a short one whose bytes read as the announcement
+         * of the requester's first large message (record 1 of 1 MiB);
+         * then "#replied" to main. */
+        char b;
+        while (read(gate2[0], &b, 1) < 0 && errno == EINTR)
+            ;
+        if (text[4] == 'c') {
+            unsigned char fake[PM__ANNOUNCE_SIZE];
+            pm__announce_encode(&(pm__announce){.len = MIB, .seq = 1}, fake);
+            pm_node_reply(n, m, fake, sizeof(fake));
+        } else {
+            fill(wbuf, len, 4);
+            pm_node_reply(n, m, wbuf, len);
+        }
+        pm_node_send(n, &main_from, "#replied", 8);
+        return;
+    }
+    if (strncmp(text, "askslow:", 8) == 0 && sscanf(text, "askslow:%u:", &slot) == 1) {
+        /* A request to slot (the text after the second colon), which it
+         * answers only once main opens the second gate: its outcome, which
+         * main's flood of this worker decides (-ENOBUFS) before the answer
+         * can come. */
+        const char *q = strchr(text + 8, ':') + 1;
+        pm_address to = slot_address(n, slot);
+        pm_message r;
+        char out[32];
+        snprintf(out, sizeof(out), "asked:%d", pm_node_request(n, &to, q, strlen(q), 60000, &r));
+        reply_text(n, m, out);
+        return;
+    }
+    if (strcmp(text, "fds?") == 0) {
+        /* How many fds this process holds. */
+        char out[32];
+        snprintf(out, sizeof(out), "fds:%zu", (size_t)pm_test_count_fds());
         reply_text(n, m, out);
         return;
     }
@@ -718,6 +760,7 @@ static int fenced_protocol;
 static int fenced_other;
 static int ready_events;
 static unsigned big_ok, big_bad, after_seen;
+static unsigned replied_late; /* "#replied": a worker answered a request late (slowbig) */
 /* test_fd_cap: the "got" reports, in arrival order. */
 #define GOT_MAX 128
 static struct { unsigned port; size_t len; int ok; } gots[GOT_MAX];
@@ -756,6 +799,8 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
             big_bad++;
     } else if (m->len == 6 && memcmp(m->data, "#after", 6) == 0) {
         after_seen++;
+    } else if (m->len == 8 && memcmp(m->data, "#replied", 8) == 0) {
+        replied_late++;
     } else if (m->len > 4 && m->len < 64 && memcmp(m->data, "got:", 4) == 0 && ngot < GOT_MAX) {
         char t[64];
         memcpy(t, m->data, m->len);
@@ -774,7 +819,7 @@ static char self_exe[4096];
 static pm_options *opts(int exec_mode)
 {
     fenced_protocol = fenced_other = ready_events = 0;
-    big_ok = big_bad = after_seen = 0;
+    big_ok = big_bad = after_seen = replied_late = 0;
     ngot = 0;
     flooded[0] = '\0';
     pm_options *o = pm_options_new();
@@ -1074,19 +1119,105 @@ START_TEST(test_big_refused_by_receiver)
 }
 END_TEST
 
-/* A fork-mode cluster whose slot 0 may park on the gate ("hold") for as
- * long as a test likes (no heartbeat), its address space to be capped:
- * such cases run only without a sanitizer (main). */
+
+/* A fork-mode cluster whose workers may park on a gate ("hold" on the
+ * first, "slowbig" on the second) for as long as a test likes (no
+ * heartbeat); close_gates() after. */
 static pm_cluster *spawn_parkable(pm_options **op)
 {
     buffers();
     ck_assert_int_eq(pipe(gate), 0);
+    ck_assert_int_eq(pipe(gate2), 0);
     *op = opts(0);
     pm_options_set_heartbeat_timeout_ms(*op, 0);
     pm_cluster *c;
     ck_assert_int_eq(pm_cluster_spawn(*op, &c), 0);
     return c;
 }
+
+static void close_gates(void)
+{
+    for (int i = 0; i < 2; i++) {
+        close(gate[i]);
+        close(gate2[i]);
+        gate[i] = gate2[i] = -1;
+    }
+}
+
+/* An answer that comes after its requester gave up is dropped whole
+ * (pm_node_request: the reply, if it comes, is dropped as late), and it
+ * alone: a large one's fd closed and its record taken, so that the large
+ * message after it is received as any (the record sequence still
+ * matches); a short one taken as what it is, whatever its bytes say (a
+ * late reply that reads as an announcement takes nobody's record). Slot
+ * 0 asks slot 1, which answers only when main says; main floods slot 0
+ * past its request's store meanwhile (-ENOBUFS: it gives up at once,
+ * while the hub still waits for the reply, and relays it). Slot 0 is
+ * parked while the reply and main's large request reach it, then reads
+ * both. */
+static char asked_text[64];
+static int big_answered; /* main's large request: 1 answered whole, -1 not */
+
+static void on_asked(pm_cluster *c, const pm_message *r, void *arg)
+{
+    (void)c;
+    (void)arg;
+    size_t k = r->len < sizeof(asked_text) - 1 ? r->len : sizeof(asked_text) - 1;
+    if (r->error != 0)
+        k = (size_t)snprintf(asked_text, sizeof(asked_text), "error:%d", r->error);
+    else
+        memcpy(asked_text, r->data, k);
+    asked_text[k] = '\0';
+}
+
+static void on_big_answer(pm_cluster *c, const pm_message *r, void *arg)
+{
+    (void)c;
+    (void)arg;
+    big_answered = r->error == 0 && r->len == MIB && check(r->data, MIB, 2) ? 1 : -1;
+}
+
+static const char *const late_answers[] = {"askslow:1:slowbig:2097152", "askslow:1:slowcraft"};
+
+START_TEST(test_late_reply_dropped)
+{
+    pm_options *o;
+    pm_cluster *c = spawn_parkable(&o);
+    char before[64];
+    pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a1, "hello", 5), 0); /* slot 1 learns main's address */
+    text_call(c, 0, "fds?", before, sizeof(before));
+    asked_text[0] = '\0';
+    const char *ask = late_answers[_i];
+    ck_assert_int_gt(pm_cluster_request(c, &a0, ask, strlen(ask), 60000, on_asked, NULL), 0);
+    memset(mbuf, 'x', PM_MAX_PAYLOAD);
+    for (unsigned sent = 0; sent < 65 && asked_text[0] == '\0';) {
+        int rc = pm_cluster_send(c, &a0, mbuf, PM_MAX_PAYLOAD);
+        ck_assert_msg(rc == 0 || rc == -EAGAIN, "send %u: %d", sent, rc);
+        sent += rc == 0;
+        pm_cluster_run(c, rc == 0 ? 0 : 10);
+    }
+    RUN_UNTIL(c, asked_text[0] != '\0', 30000);
+    ck_assert_str_eq(asked_text, "asked:-105"); /* -ENOBUFS */
+    expect_text(c, 0, "hold", "held");
+    /* Slot 1 answers now: its reply, then "#replied" to main. */
+    ck_assert_int_eq(write(gate2[1], "x", 1), 1);
+    RUN_UNTIL(c, replied_late == 1, 30000);
+    big_answered = 0;
+    fill(mbuf, MIB, 1);
+    ck_assert_int_gt(pm_cluster_request(c, &a0, mbuf, MIB, 60000, on_big_answer, NULL), 0);
+    ck_assert_uint_eq(pm_test_slot_queued_frames(c, 0), 0); /* in its ring, its record sent */
+    ck_assert_int_eq(write(gate[1], "x", 1), 1);
+    RUN_UNTIL(c, big_answered != 0, 30000);
+    ck_assert_int_eq(big_answered, 1);
+    expect_text(c, 0, "fds?", before);
+    ck_assert_int_eq(big_bad, 0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    close_gates();
+}
+END_TEST
+
 
 /* A worker's refusal of a plain large message (it cannot map it) tells
  * the incarnation that sent it (pm_node(3): its sender gets a notice with
@@ -1120,8 +1251,7 @@ START_TEST(test_refusal_after_sender_restart)
     ck_assert_int_eq(fenced_other + fenced_protocol, 0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
     pm_options_free(o);
-    close(gate[0]);
-    close(gate[1]);
+    close_gates();
 }
 END_TEST
 
@@ -1201,8 +1331,7 @@ START_TEST(test_refusal_while_stopping)
     RUN_UNTIL(c, ready_events == 3, 30000);
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
     pm_options_free(o);
-    close(gate[0]);
-    close(gate[1]);
+    close_gates();
 }
 END_TEST
 
@@ -2749,6 +2878,7 @@ int main(int argc, char **argv)
      * case (CI runs both), so the sanitizer build says so and does not
      * turn the program into a skip. */
     PM_ADD_TEST(s, test_big_mapping_released, 60);
+    PM_ADD_LOOP_TEST(s, test_late_reply_dropped, 0, (int)ARRAY_LEN(late_answers), 60);
     PM_ADD_LOOP_TEST(s, test_big_refused_by_receiver, 0, (int)ARRAY_LEN(refuse_cmds), 60);
     if (!pm_test_sanitized()) {
         PM_ADD_TEST(s, test_unmappable_skipped, 120);
