@@ -1270,17 +1270,19 @@ PM_EXTERN int pm_node_recv(pm_node *n, pm_message *m, int timeout_ms);
  * pm_node_send; -EMSGSIZE when the receiver could not map a large
  * request ...), -ESHUTDOWN, -EMSGSIZE (the request above the cluster's
  * maximum, or a large reply this process cannot map: skipped).
- * Messages that arrive meanwhile are kept for pm_node_recv (up to 4 MiB,
- * and at most 64 large messages, whose fds stay open meanwhile); when that
- * store is full the reply can no longer be reached: -ENOBUFS at once (the
- * reply, if it comes, is dropped as late). */
+ * Messages that arrive meanwhile are kept for pm_node_recv: up to 4 MiB of
+ * messages of at most PM_MAX_PAYLOAD bytes, and at most 64 large messages
+ * (their fds stay open meanwhile). When that store is full the reply can
+ * no longer be reached: -ENOBUFS at once (the reply, if it comes, is
+ * dropped as late), the message that did not fit left for pm_node_recv. */
 PM_EXTERN int pm_node_request(pm_node *n, const pm_address *to, const void *data, size_t len,
                               int timeout_ms, pm_message *reply);
 /* Answers a request received with pm_node_recv. Still allowed after the
  * stop request (to finish the requests in hand); -ESHUTDOWN once fenced. */
 PM_EXTERN int pm_node_reply(pm_node *n, const pm_message *request, const void *data, size_t len);
 /* Readable when a message may be waiting, after pm_node_recv returned
- * -ETIMEDOUT (which arms it): for embedding a worker in its own loop. */
+ * -ETIMEDOUT (which arms it; the next receive disarms it): for embedding a
+ * worker in its own loop. */
 PM_EXTERN int pm_node_fd(const pm_node *n);
 
 /* Tells the supervisor this worker is alive during long work that makes no

@@ -6348,6 +6348,11 @@ START_TEST(test_recv_message_fields)
             const char *want_host;
             unsigned want_port;
         } rows[] = {
+            /* First, a frame from node 0 of incarnation 0 (a notice about
+             * a message to slot 0 sent while no incarnation was ready
+             * carries those): the receiver's kept address is empty yet,
+             * and must not be taken for it. */
+            {PM__HOST_LOCAL, 0, 0, "host", 0},
             {1, 10, 5, "b", 10}, {2, 10, 5, "c", 10}, {PM__HOST_LOCAL, 3, 5, "host", 3},
             {1, 10, 5, "b", 10}, {1, 10, 6, "b", 10}, {2, 10, 6, "c", 10},
             /* Local senders: the same slot's next incarnation, then another

@@ -53,9 +53,9 @@ enum role {
     R_ONE_AFTER,  /* once turns->burst_done: one message "after" to main, then turns->one_done */
     R_SEND_TILL_STOP, /* ignores SIGTERM, never receives: pm_node_try_send to main every
                          2 ms; exits 7 on -ESHUTDOWN, 8 on another error but -EAGAIN */
-    R_STASH_BOUND, /* one request (plan.timeout_ms) to `peer`, which never answers, while
-                      main sends numbered messages; then receives what was kept and
-                      reports "req RC got N order OK" */
+    R_STASH_BOUND, /* one request "hold" to main, which answers once it has sent
+                      `count` numbered messages; then receives them and reports
+                      "req RC got N order OK" */
 };
 
 /* test_frames_per_turn: set by main and the workers in shared memory
@@ -149,7 +149,6 @@ struct plan {
     uint32_t count;
     pm_address target;
     int target_set;
-    int timeout_ms; /* R_STASH_BOUND's request */
 };
 
 static struct plan plan;
@@ -180,6 +179,10 @@ static void on_event(pm_cluster *c, const pm_event *e, void *arg)
         last_exit_code = e->exit_code;
 }
 
+/* A worker's request "hold", kept for the test to answer. */
+static pm_message held_request;
+static int held_requests;
+
 static void on_message(pm_cluster *c, const pm_message *m, void *arg)
 {
     (void)arg;
@@ -191,8 +194,14 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
             spoof_from = m->from;
         texts++;
     }
-    if (m->kind == PM_MSG_REQUEST && !(m->len == 4 && memcmp(m->data, "hold", 4) == 0))
+    if (m->kind == PM_MSG_REQUEST && m->len == 4 && memcmp(m->data, "hold", 4) == 0) {
+        held_request = *m; /* answered by the test (its from and id) */
+        held_request.data = NULL;
+        held_request.len = 0;
+        held_requests++;
+    } else if (m->kind == PM_MSG_REQUEST) {
         pm_cluster_reply(c, m, "main-pong", 9);
+    }
 }
 
 /* The hub's own behaviour (its counts, its queues, a held sender) is
@@ -473,17 +482,16 @@ static int worker(pm_node *n, void *arg)
         }
     }
     case R_STASH_BOUND: {
+        /* Main holds "hold" until it has sent its numbered messages. */
         pm_message r;
-        /* peer -1: main, which does not answer "hold" (on_message). */
-        pm_address to = p->peer[slot] < 0 ? (pm_address){.system = "procmesh", .host = "main"}
-                                          : pm_test_slot_addr((unsigned)p->peer[slot], 0);
-        int rc = pm_node_request(n, &to, "hold", 4, p->timeout_ms, &r);
+        pm_address to = {.system = "procmesh", .host = "main"};
+        int rc = pm_node_request(n, &to, "hold", 4, 60000, &r);
         /* What the request kept aside, then what it could not keep (left
          * in the ring), in the order main numbered them: every message
          * main sent, once, in order. */
         unsigned got = 0;
         int order = 1;
-        while (pm_node_recv(n, &m, 2000) == 0) {
+        while (got < p->count && pm_node_recv(n, &m, 30000) == 0) {
             uint32_t seq = UINT32_MAX;
             if (m.len >= sizeof(seq))
                 memcpy(&seq, m.data, sizeof(seq));
@@ -814,40 +822,40 @@ END_TEST
 
 /* The request's store for other messages, at its bounds (procmesh.h
  * pm_node_request: 4 MiB, and 64 large messages, whose fds stay open):
- * exactly the bound is kept and the request goes on waiting (here until
- * its timeout); one message more and it says -ENOBUFS at once. Every
- * message is then received in main's order, the one that did not fit
- * too (left in the ring). Main sends them numbered, PM_MAX_PAYLOAD bytes
- * each (64 make 4 MiB) or, large, one byte more (a sealed memfd each). */
+ * exactly the bound is kept and the request goes on to its reply, which
+ * main sends after them; one message more and it says -ENOBUFS at once.
+ * Every message is then received in main's order, the one that did not
+ * fit too (left in the ring). Main sends them numbered, PM_MAX_PAYLOAD
+ * bytes each (64 make 4 MiB) or, large, one byte more (a sealed memfd
+ * each); its reply follows them in the worker's ring. The request asks
+ * main, so its send leaves the message received before it (main's
+ * "start") to the request's wait to let go, and the one that did not fit
+ * must still be there after it. */
 static const struct stash_row {
     const char *name;
     unsigned count;
     size_t size;
-    int timeout_ms, rc;
-    int peer; /* whom the request asks: slot 1 (silent), or -1: main (which holds it) */
+    int rc;
 } stash_rows[] = {
-    {"4 MiB: kept, the request waits on", 64, PM_MAX_PAYLOAD, 3000, -ETIMEDOUT, 1},
-    {"one more: -ENOBUFS", 65, PM_MAX_PAYLOAD, 20000, -ENOBUFS, 1},
-    {"64 large: kept, the request waits on", 64, PM_MAX_PAYLOAD + 1, 3000, -ETIMEDOUT, 1},
-    {"65 large: -ENOBUFS", 65, PM_MAX_PAYLOAD + 1, 20000, -ENOBUFS, 1},
-    /* Asking main, the request's send leaves the message received before
-     * it (main's "start") to the request's wait to let go, and the one
-     * that did not fit must still be there after it. */
-    {"one more, asking main: -ENOBUFS", 65, PM_MAX_PAYLOAD, 20000, -ENOBUFS, -1},
+    {"4 MiB: kept, the reply reached", 64, PM_MAX_PAYLOAD, 0},
+    {"one more: -ENOBUFS", 65, PM_MAX_PAYLOAD, -ENOBUFS},
+    {"64 large: kept, the reply reached", 64, PM_MAX_PAYLOAD + 1, 0},
+    {"65 large: -ENOBUFS", 65, PM_MAX_PAYLOAD + 1, -ENOBUFS},
 };
 
 START_TEST(test_request_stash_bound)
 {
     const struct stash_row *row = &stash_rows[_i];
-    plan = (struct plan){.role[0] = R_STASH_BOUND, .peer[0] = row->peer, .role[1] = R_SILENT,
-                         .timeout_ms = row->timeout_ms};
+    plan = (struct plan){.role[0] = R_STASH_BOUND, .count = row->count};
+    held_requests = 0;
     pm_options *o;
-    pm_cluster *c = spawn(2, &o);
+    pm_cluster *c = spawn(1, &o);
     start_all(c);
+    RUN_UNTIL(c, held_requests == 1, 20000);
     unsigned char *buf = calloc(1, row->size);
     ck_assert_ptr_nonnull(buf);
     pm_address a = pm_test_slot_addr(0, 0);
-    uint64_t end = ms() + 30000;
+    uint64_t end = ms() + 60000;
     for (uint32_t seq = 0; seq < row->count && ms() < end;) {
         memcpy(buf, &seq, sizeof(seq));
         int rc = pm_cluster_send(c, &a, buf, row->size);
@@ -858,6 +866,7 @@ START_TEST(test_request_stash_bound)
         pm_cluster_run(c, rc == 0 ? 0 : 10);
     }
     free(buf);
+    pm_cluster_reply(c, &held_request, "held", 4); /* late, and dropped, after -ENOBUFS */
     RUN_UNTIL(c, last_text[0][0] != '\0', 60000);
     char want[64];
     snprintf(want, sizeof(want), "#req %d got %u order 1", row->rc, row->count);
@@ -867,6 +876,7 @@ START_TEST(test_request_stash_bound)
     pm_options_free(o);
 }
 END_TEST
+
 
 /* An exec-mode worker whose libprocmesh speaks another protocol version:
  * fenced with reason "version" naming its version, charged as a failed
@@ -1346,8 +1356,11 @@ END_TEST
 START_TEST(test_send_refused_after_stop)
 {
     plan = (struct plan){.role[0] = R_SEND_TILL_STOP};
-    pm_options *o;
-    pm_cluster *c = spawn(1, &o);
+    pm_options *o = opts(1, worker);
+    /* Time for the refusal to come, however slow the machine: the stop
+     * timeout's SIGKILL is what a worker that is never refused gets. */
+    ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 30000), 0);
+    pm_cluster *c = pm_test_spawn(o);
     RUN_UNTIL(c, from_main_msgs > 0, 10000);
     last_exit_code = -100;
     ck_assert_int_eq(pm_cluster_terminate(c), 0);
