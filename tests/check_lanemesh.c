@@ -509,6 +509,94 @@ static int boot_flood(pm_node *n, void *arg)
     return 0;
 }
 
+/* A receiver takes its lanes and its hub ring in turn (node_messaging.c
+ * lanes_first: neither keeps the other waiting): with frames waiting on
+ * both, its receives alternate between them from the first. Slot 1 earns
+ * a lane to slot 0; slot 0 parks on a gate while slot 1 writes 8 frames
+ * on the lane and main 8 through the hub, then reads 16 and says where
+ * each came from: L (the lane's peer) or M (main). */
+static int turns_gate[2] = {-1, -1};
+
+static int boot_turns(pm_node *n, void *arg)
+{
+    (void)arg;
+    pm_node_ready(n);
+    pm_message m;
+    if (pm_node_slot(n) == 1) {
+        pm_test_say(n, "%s", earn_lane(n, 0) != NULL ? "lane" : "nolane");
+        while (pm_node_recv(n, &m, -1) == 0 && m.len != 4)
+            ;
+        pm_address to = pm_test_slot_addr(0, 0);
+        int ok = 1;
+        for (uint32_t i = 0; i < 8; i++)
+            ok &= pm_node_send(n, &to, &i, sizeof(i)) == 0;
+        pm_test_say(n, "sent %d", ok);
+        while (pm_node_recv(n, &m, -1) != -ESHUTDOWN)
+            ;
+        return 0;
+    }
+    for (;;) {
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 0;
+        if (rc < 0)
+            continue;
+        if (m.kind == PM_MSG_REQUEST) {
+            pm_node_reply(n, &m, m.data, m.len);
+            continue;
+        }
+        if (m.len != 4 || memcmp(m.data, "park", 4) != 0)
+            continue;
+        pm_test_say(n, "parked");
+        char b;
+        while (read(turns_gate[0], &b, 1) < 0 && errno == EINTR)
+            ;
+        char from[17];
+        unsigned k = 0;
+        while (k < 16 && pm_node_recv(n, &m, 20000) == 0)
+            from[k++] = m.from.port == 0 ? 'M' : 'L';
+        from[k] = '\0';
+        pm_test_say(n, "turns %s", from);
+    }
+}
+
+START_TEST(test_lane_turns)
+{
+    ck_assert_int_eq(pipe(turns_gate), 0);
+    pm_options *o = lane_options(boot_turns, 2);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[1][0] != 0, 60000);
+    ck_assert_str_eq(said[1], "#lane");
+    pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "park", 4), 0);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 20000);
+    ck_assert_str_eq(said[0], "#parked");
+    said[1][0] = 0;
+    ck_assert_int_eq(pm_cluster_send(c, &a1, "send", 4), 0);
+    PM_RUN_UNTIL(c, said[1][0] != 0, 20000);
+    ck_assert_str_eq(said[1], "#sent 1");
+    for (uint32_t i = 0; i < 8; i++)
+        ck_assert_int_eq(pm_cluster_send(c, &a0, &i, sizeof(i)), 0);
+    said[0][0] = 0;
+    ck_assert_int_eq(write(turns_gate[1], "x", 1), 1);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 30000);
+    /* Both sources within the first four receives (a control frame of
+     * the hub's between them, such as the lane's marker, may take a turn),
+     * 8 of each in all. */
+    const char *t = said[0] + strlen("#turns ");
+    ck_assert_msg(strncmp(said[0], "#turns ", 7) == 0 && strlen(t) == 16 && memchr(t, 'L', 4) != NULL &&
+                      memchr(t, 'M', 4) != NULL,
+                  "receives: %s", said[0]);
+    unsigned lanes = 0;
+    for (const char *p = t; *p != '\0'; p++)
+        lanes += *p == 'L';
+    ck_assert_msg(lanes == 8, "receives: %s", said[0]);
+    pm_test_finish(c, o);
+    close(turns_gate[0]);
+    close(turns_gate[1]);
+}
+END_TEST
+
 START_TEST(test_lane_flood_beside)
 {
     pm_options *o = lane_options(boot_flood, 3);
@@ -1532,6 +1620,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_identity, 60);
     PM_ADD_TEST(s, test_lane_bound, 90);
     PM_ADD_TEST(s, test_lane_flood_beside, 90);
+    PM_ADD_TEST(s, test_lane_turns, 90);
     PM_ADD_TEST(s, test_lane_doorbell_filled, 90);
     PM_ADD_TEST(s, test_lane_large_replies, 90);
     PM_ADD_TEST(s, test_lane_reply_never_waits, 120);
