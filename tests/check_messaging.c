@@ -33,7 +33,8 @@ enum role {
     R_FLOOD_MAIN, /* sends to main as fast as it can, forever */
     R_ASKER,      /* requests `peer` every 20 ms, reports latencies to main */
     R_REQUEST_ONE, /* one request to `target` (address built by the test) */
-    R_STOPPABLE,  /* ignores SIGTERM, exits 7 when recv says -ESHUTDOWN */
+    R_STOPPABLE,  /* ignores SIGTERM, exits 7 when recv says -ESHUTDOWN (8 when a message
+                     came before: main sends it none, so the stop is no message) */
     R_SLOW_READER, /* reads nothing for 1 s, then checks a stream in order */
     R_FD,         /* waits on pm_node_fd, then reports */
     R_SLOW_READY, /* takes 500 ms to say ready, then like R_IDLE */
@@ -546,10 +547,10 @@ static int worker(pm_node *n, void *arg)
         break;
     }
     /* The receive loop shared by every role. */
-    for (;;) {
+    for (unsigned received = 0;; received++) {
         int rc = pm_node_recv(n, &m, -1);
         if (rc == -ESHUTDOWN)
-            return role == R_STOPPABLE ? 7 : 0;
+            return role != R_STOPPABLE ? 0 : received == 0 ? 7 : 8;
         if (rc < 0)
             return 30;
         if (m.kind == PM_MSG_REQUEST) {
