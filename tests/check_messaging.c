@@ -842,6 +842,9 @@ static const struct stash_row {
     {"one more: -ENOBUFS", 65, PM_MAX_PAYLOAD, -ENOBUFS},
     {"64 large: kept, the reply reached", 64, PM_MAX_PAYLOAD + 1, 0},
     {"65 large: -ENOBUFS", 65, PM_MAX_PAYLOAD + 1, -ENOBUFS},
+    /* The 64 large ones' bound is theirs: a short message after them is
+     * kept (the last of the 65, 1 KiB). */
+    {"64 large and a short one: kept", 65, PM_MAX_PAYLOAD + 1, 0},
 };
 
 START_TEST(test_request_stash_bound)
@@ -859,7 +862,9 @@ START_TEST(test_request_stash_bound)
     uint64_t end = ms() + 60000;
     for (uint32_t seq = 0; seq < row->count && ms() < end;) {
         memcpy(buf, &seq, sizeof(seq));
-        int rc = pm_cluster_send(c, &a, buf, row->size);
+        /* The row that keeps 65: its last one short. */
+        size_t size = row->rc == 0 && seq == 64 ? 1024 : row->size;
+        int rc = pm_cluster_send(c, &a, buf, size);
         if (rc == 0)
             seq++;
         else
