@@ -95,6 +95,7 @@ enum role {
     W_READY = 0,     /* ready, then waits; SIGTERM ends it */
     W_RECV,          /* ready, receives until -ESHUTDOWN, exits 0 */
     W_ASK_MAIN,      /* requests "ask" of main, then receives what came meanwhile */
+    W_ASK_MAIN_NOMEM, /* W_ASK_MAIN with the first allocation of the request failing */
     W_SEND_AFTER_STOP, /* ignores SIGTERM; after recv says -ESHUTDOWN, pm_node_send: exits 7
                           when that says -ESHUTDOWN too, 8 otherwise */
     W_REQUESTS,      /* 4097 raw requests to slot 1, which never answers */
@@ -172,10 +173,15 @@ static int worker(pm_node *n, void *arg)
         while (pm_node_recv(n, &m, -1) == 0)
             ;
         return 0;
-    case W_ASK_MAIN: {
+    case W_ASK_MAIN:
+    case W_ASK_MAIN_NOMEM: {
         pm_address to = main_addr();
         pm_message rep;
+        /* NOMEM: the request's first allocation, its store's for m1. */
+        if (role[pm_node_slot(n)] == W_ASK_MAIN_NOMEM)
+            pm_failalloc_arm(1);
         int rc = pm_node_request(n, &to, "ask", 3, 10000, &rep);
+        int fired = pm_failalloc_disarm();
         char got[16] = "";
         if (rc == 0)
             snprintf(got, sizeof(got), "%.*s", (int)rep.len, (const char *)rep.data);
@@ -183,7 +189,10 @@ static int worker(pm_node *n, void *arg)
         for (int i = 0; i < 3; i++)
             if (pm_node_recv(n, &m, 0) == 0)
                 snprintf(kept[i], sizeof(kept[i]), "%.*s", (int)m.len, (const char *)m.data);
-        tell_main(n, "#ask rc=%d reply=%s kept=%s,%s,%s", rc, got, kept[0], kept[1], kept[2]);
+        if (role[pm_node_slot(n)] == W_ASK_MAIN_NOMEM)
+            tell_main(n, "#ask rc=%d kept=%s,%s,%s fired=%d", rc, kept[0], kept[1], kept[2], fired);
+        else
+            tell_main(n, "#ask rc=%d reply=%s kept=%s,%s,%s", rc, got, kept[0], kept[1], kept[2]);
         break;
     }
     case W_SEND_AFTER_STOP: {
@@ -6012,6 +6021,23 @@ START_TEST(test_request_keeps_messages)
 }
 END_TEST
 
+/* A request whose store cannot take a message for want of memory can no
+ * longer reach its reply (pm_node_request: -ENOBUFS at once, as with the
+ * store full); the message is left for pm_node_recv, with the others. */
+START_TEST(test_request_store_without_memory)
+{
+    if (!pm_failalloc_here("test_request_store_without_memory"))
+        return;
+    memset(role, 0, sizeof(role));
+    role[0] = W_ASK_MAIN_NOMEM;
+    pm_options *o = role_opts(1);
+    pm_cluster *c = pm_test_spawn(o);
+    PM_RUN_UNTIL(c, ntexts >= 1, 10000);
+    ck_assert_str_eq(texts[0], "#ask rc=-105 kept=m1,m2,m3 fired=1");
+    pm_test_finish(c, o);
+}
+END_TEST
+
 START_TEST(test_send_after_stop)
 {
     memset(role, 0, sizeof(role));
@@ -7428,6 +7454,7 @@ int main(void)
     PM_ADD_TEST(s, test_inflight_cap, 60);
     PM_ADD_TEST(s, test_main_send_eagain, 30);
     PM_ADD_TEST(s, test_request_keeps_messages, 30);
+    PM_ADD_TEST(s, test_request_store_without_memory, 30);
     PM_ADD_TEST(s, test_send_after_stop, 30);
     PM_ADD_LOOP_TEST(s, test_init_decode_rows, 0, IR_ROWS, 30);
     PM_ADD_TEST(s, test_frame_recv_short_at_end, 30);
