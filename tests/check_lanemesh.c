@@ -29,12 +29,16 @@ static void on_message(pm_cluster *c, const pm_message *m, void *arg)
 
 static int fenced[4];
 
+static int exit_code0 = -100; /* slot 0's last exit code (PM_EVENT_EXITED) */
+
 static void on_event(pm_cluster *c, const pm_event *e, void *arg)
 {
     (void)c;
     (void)arg;
     if (e->type == PM_EVENT_FENCED && e->slot < 4)
         fenced[e->slot]++;
+    if (e->type == PM_EVENT_EXITED && e->slot == 0)
+        exit_code0 = e->exit_code;
 }
 
 static uint32_t get_u32(const pm_message *m)
@@ -592,6 +596,77 @@ START_TEST(test_lane_turns)
         lanes += *p == 'L';
     ck_assert_msg(lanes == 8, "receives: %s", said[0]);
     pm_test_finish(c, o);
+    close(turns_gate[0]);
+    close(turns_gate[1]);
+}
+END_TEST
+
+/* After its stop request a worker receives nothing more, a lane's frames
+ * included (pm_node_recv: -ESHUTDOWN once the supervisor asks it to
+ * stop): slot 0 (SIGTERM ignored) parks while slot 1 writes 8 frames
+ * on their lane and main asks slot 0 to stop; then it receives until
+ * -ESHUTDOWN (a lane frame may come first: it was there before the STOP
+ * was read) and three more times, and exits 7 when each of those said
+ * -ESHUTDOWN, 8 when one gave a message. */
+static int boot_after_stop(pm_node *n, void *arg)
+{
+    if (pm_node_slot(n) == 1)
+        return boot_turns(n, arg);
+    signal(SIGTERM, SIG_IGN);
+    pm_node_ready(n);
+    pm_message m;
+    for (;;) {
+        int rc = pm_node_recv(n, &m, -1);
+        if (rc == -ESHUTDOWN)
+            return 9; /* the stop came before the park */
+        if (rc < 0)
+            continue;
+        if (m.kind == PM_MSG_REQUEST) {
+            pm_node_reply(n, &m, m.data, m.len);
+            continue;
+        }
+        if (m.len == 4 && memcmp(m.data, "park", 4) == 0)
+            break;
+    }
+    pm_test_say(n, "parked");
+    char b;
+    while (read(turns_gate[0], &b, 1) < 0 && errno == EINTR)
+        ;
+    int rc;
+    while ((rc = pm_node_recv(n, &m, 20000)) == 0)
+        ;
+    if (rc != -ESHUTDOWN)
+        return 10;
+    for (int i = 0; i < 3; i++)
+        if (pm_node_recv(n, &m, 0) != -ESHUTDOWN)
+            return 8;
+    return 7;
+}
+
+START_TEST(test_lane_nothing_after_stop)
+{
+    ck_assert_int_eq(pipe(turns_gate), 0);
+    pm_options *o = lane_options(boot_after_stop, 2);
+    ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 30000), 0);
+    pm_cluster *c = spawn_with_lanes(o);
+    PM_RUN_UNTIL(c, said[1][0] != 0, 60000);
+    ck_assert_str_eq(said[1], "#lane");
+    pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
+    ck_assert_int_eq(pm_cluster_send(c, &a0, "park", 4), 0);
+    PM_RUN_UNTIL(c, said[0][0] != 0, 20000);
+    ck_assert_str_eq(said[0], "#parked");
+    said[1][0] = 0;
+    ck_assert_int_eq(pm_cluster_send(c, &a1, "send", 4), 0);
+    PM_RUN_UNTIL(c, said[1][0] != 0, 20000);
+    ck_assert_str_eq(said[1], "#sent 1");
+    exit_code0 = -100;
+    ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
+    ck_assert_int_eq(write(turns_gate[1], "x", 1), 1);
+    PM_RUN_UNTIL(c, exit_code0 != -100, 40000);
+    ck_assert_int_eq(exit_code0, 7);
+    /* 1 when slot 0's replacement was still starting (killed): either. */
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
     close(turns_gate[0]);
     close(turns_gate[1]);
 }
@@ -1621,6 +1696,7 @@ int main(int argc, char **argv)
     PM_ADD_TEST(s, test_lane_bound, 90);
     PM_ADD_TEST(s, test_lane_flood_beside, 90);
     PM_ADD_TEST(s, test_lane_turns, 90);
+    PM_ADD_TEST(s, test_lane_nothing_after_stop, 120);
     PM_ADD_TEST(s, test_lane_doorbell_filled, 90);
     PM_ADD_TEST(s, test_lane_large_replies, 90);
     PM_ADD_TEST(s, test_lane_reply_never_waits, 120);
