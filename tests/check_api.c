@@ -186,8 +186,11 @@ static int worker(pm_node *n, void *arg)
         if (rc == 0)
             snprintf(got, sizeof(got), "%.*s", (int)rep.len, (const char *)rep.data);
         char kept[3][8] = {"", "", ""};
+        /* NOMEM: -ENOBUFS came at m1, before main may have written m2 and
+         * m3 (its reply, behind them, is then dropped as late). */
+        int wait_ms = role[pm_node_slot(n)] == W_ASK_MAIN_NOMEM ? 10000 : 0;
         for (int i = 0; i < 3; i++)
-            if (pm_node_recv(n, &m, 0) == 0)
+            if (pm_node_recv(n, &m, wait_ms) == 0)
                 snprintf(kept[i], sizeof(kept[i]), "%.*s", (int)m.len, (const char *)m.data);
         if (role[pm_node_slot(n)] == W_ASK_MAIN_NOMEM)
             tell_main(n, "#ask rc=%d kept=%s,%s,%s fired=%d", rc, kept[0], kept[1], kept[2], fired);

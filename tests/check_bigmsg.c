@@ -1091,11 +1091,12 @@ START_TEST(test_big_mapping_released)
 }
 END_TEST
 
-/* A large message the worker's own state refuses, its memory scribbled
- * (pm_node(3): -EPROTO when the shared memory is corrupt), rather than
- * taken: announced out of the record sequence the worker keeps (its hub's
- * numbering and its own disagree), or longer than the limit its control
- * block states. serve() exits 3 on the -EPROTO. */
+/* A large message the worker's own state refuses, rather than takes:
+ * announced out of the record sequence the worker keeps (its hub's
+ * numbering and its own, scribbled, disagree), or longer than the limit
+ * its control block (shared memory, scribbled) states. The receive says
+ * -EPROTO, as for corrupt shared memory (pm_node(3)); serve() exits 3 on
+ * it. */
 static const char *const refuse_cmds[][2] = {{"skew", "skewed"}, {"shrinkmax", "shrunk"}};
 
 START_TEST(test_big_refused_by_receiver)
@@ -1222,9 +1223,9 @@ END_TEST
 /* A worker's refusal of a plain large message (it cannot map it) tells
  * the incarnation that sent it (pm_node(3): its sender gets a notice with
  * -EMSGSIZE), and only that one: sent by slot 1, which is then replaced
- * before slot 0 (parked) reads it, the notice reaches nobody; the
- * replacement hears of no message it never sent (design.md: a dead
- * incarnation can no longer reach anyone, nor be reached). */
+ * before slot 0 (parked) reads it, the notice reaches nobody (hub_queue.c
+ * pm__hub_notice_at drops a notice for another incarnation); the
+ * replacement hears of no message it never sent. */
 START_TEST(test_refusal_after_sender_restart)
 {
     pm_options *o;

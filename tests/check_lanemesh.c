@@ -568,6 +568,7 @@ START_TEST(test_lane_turns)
 {
     ck_assert_int_eq(pipe(turns_gate), 0);
     pm_options *o = lane_options(boot_turns, 2);
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 0), 0); /* slot 0 parks */
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[1][0] != 0, 60000);
     ck_assert_str_eq(said[1], "#lane");
@@ -648,6 +649,7 @@ START_TEST(test_lane_nothing_after_stop)
     ck_assert_int_eq(pipe(turns_gate), 0);
     pm_options *o = lane_options(boot_after_stop, 2);
     ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 30000), 0);
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 0), 0); /* slot 0 parks */
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[1][0] != 0, 60000);
     ck_assert_str_eq(said[1], "#lane");

@@ -872,7 +872,7 @@ START_TEST(test_request_stash_bound)
         pm_cluster_run(c, rc == 0 ? 0 : 10);
     }
     free(buf);
-    pm_cluster_reply(c, &held_request, "held", 4); /* late, and dropped, after -ENOBUFS */
+    pm_cluster_reply(c, &held_request, "held", 4); /* late after -ENOBUFS: never read */
     RUN_UNTIL(c, last_text[0][0] != '\0', 60000);
     char want[64];
     snprintf(want, sizeof(want), "#req %d got %u order 1", row->rc, row->count);
