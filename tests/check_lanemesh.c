@@ -564,11 +564,13 @@ static int boot_turns(pm_node *n, void *arg)
     }
 }
 
-START_TEST(test_lane_turns)
+/* Spawns o (slot 0 boot_turns' or alike, slot 1 boot_turns'): slot 1
+ * earns its lane to slot 0, slot 0 parks on turns_gate (no heartbeat
+ * meanwhile), slot 1 writes its 8 frames on the lane. */
+static pm_cluster *parked_beside_lane(pm_options *o)
 {
     ck_assert_int_eq(pipe(turns_gate), 0);
-    pm_options *o = lane_options(boot_turns, 2);
-    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 0), 0); /* slot 0 parks */
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 0), 0);
     pm_cluster *c = spawn_with_lanes(o);
     PM_RUN_UNTIL(c, said[1][0] != 0, 60000);
     ck_assert_str_eq(said[1], "#lane");
@@ -580,6 +582,14 @@ START_TEST(test_lane_turns)
     ck_assert_int_eq(pm_cluster_send(c, &a1, "send", 4), 0);
     PM_RUN_UNTIL(c, said[1][0] != 0, 20000);
     ck_assert_str_eq(said[1], "#sent 1");
+    return c;
+}
+
+START_TEST(test_lane_turns)
+{
+    pm_options *o = lane_options(boot_turns, 2);
+    pm_cluster *c = parked_beside_lane(o);
+    pm_address a0 = pm_test_slot_addr(0, 0);
     for (uint32_t i = 0; i < 8; i++)
         ck_assert_int_eq(pm_cluster_send(c, &a0, &i, sizeof(i)), 0);
     said[0][0] = 0;
@@ -646,21 +656,9 @@ static int boot_after_stop(pm_node *n, void *arg)
 
 START_TEST(test_lane_nothing_after_stop)
 {
-    ck_assert_int_eq(pipe(turns_gate), 0);
     pm_options *o = lane_options(boot_after_stop, 2);
     ck_assert_int_eq(pm_options_set_stop_timeout_ms(o, 30000), 0);
-    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 0), 0); /* slot 0 parks */
-    pm_cluster *c = spawn_with_lanes(o);
-    PM_RUN_UNTIL(c, said[1][0] != 0, 60000);
-    ck_assert_str_eq(said[1], "#lane");
-    pm_address a0 = pm_test_slot_addr(0, 0), a1 = pm_test_slot_addr(1, 0);
-    ck_assert_int_eq(pm_cluster_send(c, &a0, "park", 4), 0);
-    PM_RUN_UNTIL(c, said[0][0] != 0, 20000);
-    ck_assert_str_eq(said[0], "#parked");
-    said[1][0] = 0;
-    ck_assert_int_eq(pm_cluster_send(c, &a1, "send", 4), 0);
-    PM_RUN_UNTIL(c, said[1][0] != 0, 20000);
-    ck_assert_str_eq(said[1], "#sent 1");
+    pm_cluster *c = parked_beside_lane(o);
     exit_code0 = -100;
     ck_assert_int_eq(pm_cluster_restart_slot(c, 0), 0);
     ck_assert_int_eq(write(turns_gate[1], "x", 1), 1);
