@@ -48,6 +48,14 @@ static pm_options *host_options(const char *host, const unsigned char *secret)
 }
 
 static struct pm_test_peer_events peer_events;
+static int stop_at; /* nonzero: an event of this type stops pm_cluster_run */
+
+static void on_peer_event(pm_cluster *c, const pm_event *e, void *arg)
+{
+    pm_test_count_peer_events(c, e, arg);
+    if (stop_at != 0 && (int)e->type == stop_at)
+        pm_cluster_stop(c);
+}
 
 /* Host b, listening on 127.0.0.1:port, until the test ends. With dns, b
  * also has --peers-dns localhost:port, as every pod of a StatefulSet names
@@ -80,8 +88,9 @@ static pm_cluster *start_a_on(const char *dns, const char *peer, const char *lis
         ck_assert_int_eq(pm_options_add_peer(o, peer), 0);
     if (listen != NULL)
         ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_peer_event, &peer_events), 0);
     peer_events = (struct pm_test_peer_events){0};
+    stop_at = 0;
     pm_cluster *c = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
     pm_options_free(o);
@@ -168,8 +177,9 @@ START_TEST(test_dns_self_skipped)
     pm_options *o = host_options("a", k1);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
     ck_assert_int_eq(pm_options_set_peers_dns(o, name), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_peer_event, &peer_events), 0);
     peer_events = (struct pm_test_peer_events){0};
+    stop_at = 0;
     pm_cluster *a = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
     pm_options_free(o);
@@ -639,7 +649,7 @@ END_TEST
  * -EHOSTDOWN: the link can come up inside b's pm_cluster_spawn, before its
  * worker is ready (a CI run under ASan saw it, stop 48); later ones must
  * be answered at once. */
-static void call_b(pm_cluster *a, const char *what, int first)
+static void call_b_within(pm_cluster *a, const char *what, int first, int timeout_ms)
 {
     pm_address w;
     ck_assert_int_eq(pm_address_parse("t@b:10", &w), 0);
@@ -647,11 +657,16 @@ static void call_b(pm_cluster *a, const char *what, int first)
     size_t n = 0;
     uint64_t end = pm_test_ms() + 20000;
     int rc;
-    while ((rc = pm_cluster_call(a, &w, what, strlen(what), 10000, got, sizeof(got), &n)) == -EHOSTDOWN &&
+    while ((rc = pm_cluster_call(a, &w, what, strlen(what), timeout_ms, got, sizeof(got), &n)) == -EHOSTDOWN &&
            first && pm_test_ms() < end)
         ck_assert_int_ge(pm_cluster_run(a, 50), 0);
     ck_assert_msg(rc == 0 && n == strlen(what) && memcmp(got, what, n) == 0,
                   "%s: %s (%zu bytes)", what, pm_strerror(rc), n);
+}
+
+static void call_b(pm_cluster *a, const char *what, int first)
+{
+    call_b_within(a, what, first, 10000);
 }
 
 /* REKEY records a has sent. */
@@ -661,6 +676,135 @@ static uint64_t rekeys_out(const pm_cluster *a)
     pm_test_mesh_rekeys(a->mesh, &out, &in);
     return out;
 }
+
+/* Host a for the tests of a link on fd 0: one worker, listening, a peer
+ * timeout of 60 s, no worker liveness checks (their timer would wake its
+ * loop every few seconds), and stdin closed: its next socket takes fd 0 (a
+ * supervisor whose stdin is closed gets fd 0 for its next socket). */
+static pm_cluster *start_a_quiet(void)
+{
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", pm_test_free_port());
+    pm_options *o = pm_test_host_options("a", 1, k1, 60000, pm_test_answer_worker);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_set_heartbeat_timeout_ms(o, 0), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_peer_event, &peer_events), 0);
+    peer_events = (struct pm_test_peer_events){0};
+    stop_at = 0;
+    pm_cluster *a = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &a), 0);
+    pm_options_free(o);
+    (void)close(0);
+    return a;
+}
+
+/* One long pm_cluster_run of a until the event stop_at names stops it: how
+ * long it took, in ms. A run that returned every few ms would fire the due
+ * deadlines at each of its turns and hide one the timer was never given.
+ * The timer may still be set at a deadline that went away (turn.c), the
+ * worker's ready timeout 10 s after the spawn: it fires once, and must not
+ * be what ends the wait, whose callers' bound (8 s) leaves a loaded machine
+ * 5 s past their deadline (3 s) to wake up. */
+static uint64_t run_until_event(pm_cluster *a, int type)
+{
+    stop_at = type;
+    uint64_t t0 = pm_test_ms();
+    ck_assert_int_ge(pm_cluster_run(a, 60000), 0);
+    stop_at = 0;
+    return pm_test_ms() - t0;
+}
+
+/* A link on fd 0 is a link like any other. a's dial to b takes fd 0 (the
+ * answer given by hand, as in test_dns_target_of_linked_host). Both hosts
+ * announce 60 s of idle time, so no heartbeat (whose record seals what is
+ * staged before it) comes for 20 s: a's requests cross the link because
+ * the turn's flush sealed and wrote them. pm_cluster_peers lists the link.
+ * Its deadlines are the loop's own: a REKEY made due 3 s from now goes
+ * out then, and with b stopped and a's silence bound brought to 3 s from
+ * now, the link goes down then (run_until_event). */
+START_TEST(test_link_on_fd_zero)
+{
+    int port = pm_test_free_port();
+    pid_t b = pm_test_fork();
+    ck_assert_int_ge(b, 0);
+    if (b == 0)
+        pm_test_serve_host(pm_test_host_options("b", 1, k1, 60000, pm_test_answer_worker), port, 0);
+    pm_cluster *a = start_a_quiet();
+    pm__mesh *m = a->mesh;
+    pm__peerdns_addr at_b = addr_of(1, port);
+    pm__mesh_dns_merge(m, &at_b, 1);
+    int jb = dialled(m, 0);
+    pm__mesh_conn *k = &m->conns[jb];
+    ck_assert_int_eq(k->fd, 0);
+    PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(m) == 1, 20000);
+    /* 15 s deadlines: shorter than the 20 s to the first heartbeat. */
+    call_b_within(a, "over fd 0", 1, 15000);
+    call_b_within(a, "and back", 0, 15000);
+    pm_peer_info pi[4];
+    ck_assert_int_eq(pm_cluster_peers(a, pi, 4), 1);
+    ck_assert_str_eq(pi[0].host, "b");
+    ck_assert_str_eq(pi[0].state, "up");
+    ck_assert_uint_ge(pi[0].frames_out, 2);
+    ck_assert_uint_ge(pi[0].frames_in, 2);
+
+    /* REKEY by time: due 3 s from now, sent then (its time is read back
+     * from the next one's, rekey_ms after it), not when the run ends. */
+    uint64_t records, ms;
+    pm_test_mesh_rekey_bounds(m, &records, &ms);
+    uint64_t due = pm__now_ms() + 3000;
+    k->rekey_at_ms = due;
+    ck_assert_int_ge(pm_cluster_run(a, 8000), 0);
+    ck_assert_uint_eq(rekeys_out(a), 1);
+    ck_assert_msg(k->rekey_at_ms - ms >= due && k->rekey_at_ms - ms < due + 3000,
+                  "REKEY sent %lld ms after it was due", (long long)(k->rekey_at_ms - ms - due));
+    call_b_within(a, "after the REKEY", 0, 15000);
+
+    ck_assert_int_eq(kill(b, SIGSTOP), 0);
+    m->env.cfg.timeout_ms = (int)(pm__now_ms() - k->last_rx_ms + 3000);
+    uint64_t turns = a->turns;
+    uint64_t took = run_until_event(a, PM_EVENT_PEER_DOWN);
+    ck_assert_uint_eq(peer_events.downs, 1);
+    ck_assert_uint_lt(a->turns - turns, 50); /* woken by the bound, not turning */
+    ck_assert_uint_eq(pm__mesh_fails(m, PM__PF_TIMEOUT), 1);
+    ck_assert_msg(took < 8000, "b's silence judged after %llu ms (due after 3 s)",
+                  (unsigned long long)took);
+    ck_assert_int_eq(kill(b, SIGCONT), 0);
+    pm_test_end_hosts(a, b);
+}
+END_TEST
+
+/* The handshake's deadline on fd 0: a's dial to a listener that accepts
+ * (the kernel's backlog) and never answers ends when its deadline, brought
+ * to 3 s from now, says (run_until_event), refused at once (the address's
+ * first failure). */
+START_TEST(test_handshake_deadline_on_fd_zero)
+{
+    int lport;
+    int l = listen_any(&lport);
+    pm_cluster *a = start_a_quiet();
+    pm__mesh *m = a->mesh;
+    pm__peerdns_addr at = addr_of(1, lport);
+    pm__mesh_dns_merge(m, &at, 1);
+    int j = dialled(m, 0);
+    pm__mesh_conn *k = &m->conns[j];
+    ck_assert_int_eq(k->fd, 0);
+    PM_RUN_UNTIL(a, !k->dialing, 20000);
+    ck_assert_int_eq(k->fd, 0);
+    k->deadline_ms = pm__now_ms() + 3000;
+    uint64_t turns = a->turns;
+    uint64_t took = run_until_event(a, PM_EVENT_PEER_REFUSED);
+    ck_assert_uint_eq(peer_events.refused, 1);
+    /* Woken once, by the deadline: a handshaking connection gives the
+     * timer no heartbeat, silence or rekey time (it has none yet: one
+     * would be due at once, and the loop would turn without rest). */
+    ck_assert_uint_lt(a->turns - turns, 50);
+    ck_assert_uint_eq(pm__mesh_fails(m, PM__PF_TIMEOUT), 1);
+    ck_assert_int_lt(k->fd, 0);
+    ck_assert_msg(took < 8000, "the handshake ended after %llu ms (due after 3 s)", (unsigned long long)took);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    close(l);
+}
+END_TEST
 
 /* protocol.md 6, REKEY: procmesh's own bounds, 2^20 records or 10 minutes,
  * as a cluster with the default options has them (test_rekey_under_traffic
@@ -744,8 +888,9 @@ static pm_cluster *start_b_here(int *port)
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", *port);
     pm_options *o = host_options("b", k1);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
-    ck_assert_int_eq(pm_options_set_on_event(o, pm_test_count_peer_events, &peer_events), 0);
+    ck_assert_int_eq(pm_options_set_on_event(o, on_peer_event, &peer_events), 0);
     peer_events = (struct pm_test_peer_events){0};
+    stop_at = 0;
     pm_cluster *b = NULL;
     ck_assert_int_eq(pm_cluster_spawn(o, &b), 0);
     pm_options_free(o);
@@ -1383,6 +1528,8 @@ int main(void)
     PM_ADD_TEST(s, test_configured_peer_self, 60);
     PM_ADD_TEST(s, test_dns_merge_rows, 60);
     PM_ADD_TEST(s, test_dns_target_of_linked_host, 60);
+    PM_ADD_TEST(s, test_link_on_fd_zero, 120);
+    PM_ADD_TEST(s, test_handshake_deadline_on_fd_zero, 120);
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);
     PM_ADD_TEST(s, test_set_secrets_frees_old, 60);
     PM_ADD_TEST(s, test_key_files_refused_at_spawn, 30);

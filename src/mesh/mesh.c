@@ -47,14 +47,15 @@ void pm__mesh_ready(pm__mesh *m, uint64_t tag)
         return;
     }
     if (k->dialing) {
+        /* A dialing connection is armed for writability alone, and a
+         * connecting TCP socket polls writable only once connected or
+         * failed (tcp_poll): SO_ERROR holds 0 or the connect's error here,
+         * never EINPROGRESS (the completions of earlier arms, a removal's
+         * included, were turned away by the generation above). */
         int err = 0;
         socklen_t el = sizeof(err);
         if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
             err = errno;
-        if (err == EINPROGRESS || err == EALREADY) {
-            pm__mesh_conn_arm(m, k);
-            return;
-        }
         if (err != 0) {
             pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
             m->fails[PM__PF_LOCAL]--; /* a dial that failed is no connection's end: its redial is due */
