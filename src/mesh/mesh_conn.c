@@ -20,9 +20,9 @@
 /*
  * No blocking call on the loop (but one: a --peers name that is not an
  * address literal is resolved with getaddrinfo when it is dialled; the
- * name of --peers-dns is resolved off the loop, peerdns.c). Each connection has one outstanding loop arm, for reading, or
- * for reading and writing while it has bytes queued or a connect is in
- * progress; a change of what it waits for disarms and arms again under a
+ * name of --peers-dns is resolved off the loop, peerdns.c). Each connection has one outstanding loop arm: for writing
+ * alone while its connect is in progress, then for reading, or for
+ * reading and writing while it has bytes queued; a change of what it waits for disarms and arms again under a
  * new generation, so a late completion of the old arm is recognised and
  * dropped. Deaths found while the hub sends (its callback) are acted on at
  * the next flush, never inside the hub's call.
@@ -136,8 +136,8 @@ static uint64_t conn_tag(const pm__mesh *m, const pm__mesh_conn *k)
     return PM__TAG(m->env.tag_conn, (unsigned)(k - m->conns), k->gen);
 }
 
-/* Asks the loop for what k waits for now: reading, and writing while bytes
- * are queued or the connect is in progress. */
+/* Asks the loop for what k waits for now: writing alone while the connect
+ * is in progress, else reading, and writing while bytes are queued. */
 void pm__mesh_conn_arm(pm__mesh *m, pm__mesh_conn *k)
 {
     size_t n = 0;

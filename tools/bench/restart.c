@@ -348,14 +348,15 @@ static int rounds_phased(pm_options *o, unsigned rounds, uint64_t *v, restart_ph
         pm_slot_info si;
         pm_cluster_slot_info(c, 0, &si);
         uint64_t want = si.incarnation + 1;
-        /* The handler's variables written now, before the kill: a warm
-         * standby forked after the last ready shares their pages
+        /* The phase handler's times written now, before the kill: a warm
+         * standby forked after the last ready shares their page
          * copy-on-write, and the first write after a fork takes a fault
          * (3-4 us on this guest) that is the bench's, not procmesh's (the
-         * floor rows keep their times on the stack, already written). */
+         * floor rows keep their times on the stack, already written).
+         * Only these two: ready_at_ns and ready_inc are written after the
+         * READY's time is taken, and they share a page with the library's
+         * own data, whose faults are procmesh's to pay. */
         t_exited = t_started = 0;
-        ready_at_ns = 0;
-        ready_inc = ready_inc;
         uint64_t t0 = pm__now_ns();
         kill(si.pid, SIGKILL);
         while (ready_inc != want) {
