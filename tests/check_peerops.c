@@ -758,6 +758,19 @@ static uint64_t run_until_event(pm_cluster *a, int type)
     return pm_test_ms() - t0;
 }
 
+/* a dials a listener that accepts (the kernel's backlog) and never
+ * answers, as its --peers-dns target 0: the connection, its connect done
+ * and its handshake under way. */
+static pm__mesh_conn *dial_silent(pm_cluster *a, int lport)
+{
+    pm__mesh *m = a->mesh;
+    pm__peerdns_addr at = addr_of(1, lport);
+    pm__mesh_dns_merge(m, &at, 1);
+    int j = dialled(m, 0);
+    PM_RUN_UNTIL(a, !m->conns[j].dialing, 20000);
+    return &m->conns[j];
+}
+
 /* A link on fd 0 is a link like any other. a's dial to b takes fd 0 (the
  * answer given by hand, as in test_dns_target_of_linked_host). Both hosts
  * announce 600 s of idle time, so no heartbeat (whose record seals what is
@@ -827,12 +840,7 @@ START_TEST(test_handshake_deadline_on_fd_zero)
     int l = listen_any(&lport);
     pm_cluster *a = start_a_quiet(0, NULL, NULL, NULL);
     pm__mesh *m = a->mesh;
-    pm__peerdns_addr at = addr_of(1, lport);
-    pm__mesh_dns_merge(m, &at, 1);
-    int j = dialled(m, 0);
-    pm__mesh_conn *k = &m->conns[j];
-    ck_assert_int_eq(k->fd, 0);
-    PM_RUN_UNTIL(a, !k->dialing, 20000);
+    pm__mesh_conn *k = dial_silent(a, lport);
     ck_assert_int_eq(k->fd, 0);
     k->deadline_ms = pm__now_ms() + 3000;
     uint64_t turns = a->turns;
@@ -881,11 +889,7 @@ START_TEST(test_dns_refresh_on_time)
     /* An earlier deadline beside the resolution's: a handshake with a
      * listener that never answers, due in 3 s, the resolution in 20 s. */
     int l = listen_any(&lport);
-    pm__peerdns_addr at = addr_of(1, lport);
-    pm__mesh_dns_merge(m, &at, 1);
-    int j = dialled(m, 0);
-    PM_RUN_UNTIL(a, !m->conns[j].dialing, 20000);
-    m->conns[j].deadline_ms = pm__now_ms() + 3000;
+    dial_silent(a, lport)->deadline_ms = pm__now_ms() + 3000;
     m->dns_at = pm__now_ms() + 20000;
     uint64_t took = run_until_event(a, PM_EVENT_PEER_REFUSED);
     ck_assert_uint_eq(pm__mesh_fails(m, PM__PF_TIMEOUT), 1);
