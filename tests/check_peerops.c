@@ -1125,12 +1125,25 @@ START_TEST(test_set_secrets_frees_old)
 }
 END_TEST
 
+/* The last "peer_links_failed" diagnostic: why a spawn's links failed. */
+static char links_diag[512];
+
+static void on_links_diag(pm_cluster *c, const char *topic, const char *message, void *arg)
+{
+    (void)c;
+    (void)arg;
+    if (strcmp(topic, "peer_links_failed") == 0)
+        snprintf(links_diag, sizeof(links_diag), "%s", message);
+}
+
 START_TEST(test_key_files_refused_at_spawn)
 {
     /* A --peer-keys or --node-key file that cannot be used fails the spawn
-     * with the file's error and leaves nothing behind: no cluster, no
-     * worker (the mesh is set up before any worker is forked, and its
-     * half-made keys are given back). One row per file and fault. */
+     * with the file's error, said with the file's name and what is wrong
+     * with it (the loader's own words, not a bare errno), and leaves
+     * nothing behind: no cluster, no worker (the mesh is set up before any
+     * worker is forked, and its half-made keys are given back). One row
+     * per file and fault. */
     char dir[] = "/tmp/pm-keyfiles-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     char missing[64], badpin[64], badnode[64];
@@ -1149,7 +1162,8 @@ START_TEST(test_key_files_refused_at_spawn)
         int node;  /* 1: the node key file, 0: the peer keys file */
         int which; /* 0 missing, 1 malformed */
         int err;   /* the spawn's error */
-    } rows[] = {{0, 0, -ENOENT}, {0, 1, -EINVAL}, {1, 1, -EINVAL}};
+        const char *says; /* in its diagnostic, beside the file's name */
+    } rows[] = {{0, 0, -ENOENT, ""}, {0, 1, -EINVAL, ""}, {1, 1, -EINVAL, "is 2 bytes"}};
     unsigned long rings = pm__keyring_live();
     for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         pm_options *o = host_options("b", k1);
@@ -1161,10 +1175,14 @@ START_TEST(test_key_files_refused_at_spawn)
             ck_assert_int_eq(pm_options_set_node_key_file(o, path), 0);
         else
             ck_assert_int_eq(pm_options_set_peer_keys_file(o, path), 0);
+        ck_assert_int_eq(pm_options_set_on_diagnostic(o, on_links_diag, NULL), 0);
+        links_diag[0] = '\0';
         pm_cluster *c = NULL;
         int rc = pm_cluster_spawn(o, &c);
         pm_options_free(o);
         ck_assert_msg(rc == rows[i].err, "row %u (%s): spawn %d, expected %d", i, path, rc, rows[i].err);
+        ck_assert_msg(strstr(links_diag, path) != NULL && strstr(links_diag, rows[i].says) != NULL,
+                      "row %u: said \"%s\"", i, links_diag);
         ck_assert_ptr_null(c);
         ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1); /* no child of ours, live or dead */
         ck_assert_int_eq(errno, ECHILD);
@@ -1173,6 +1191,56 @@ START_TEST(test_key_files_refused_at_spawn)
     unlink(badpin);
     unlink(badnode);
     rmdir(dir);
+}
+END_TEST
+
+/* A mesh without a listener opens no fd of its own at start: whatever it
+ * holds as "none" must not be fd 0. A cluster whose links only dial (no
+ * --peer-listen) ends, and its supervisor's stdin is the one it had. */
+START_TEST(test_no_listener_keeps_stdin)
+{
+    struct stat before, after;
+    if (fcntl(0, F_GETFD) < 0)
+        ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
+    ck_assert_int_eq(fstat(0, &before), 0);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", pm_test_free_port());
+    pm_cluster *a = start_a(NULL, peer, k1);
+    PM_RUN_UNTIL(a, pm__mesh_fails(a->mesh, PM__PF_LOCAL) >= 1 || a->mesh->redial_at[0] != 0, 20000);
+    ck_assert_int_ge(pm_cluster_terminate(a), 0);
+    ck_assert_int_eq(fstat(0, &after), 0);
+    ck_assert_uint_eq(after.st_dev, before.st_dev);
+    ck_assert_uint_eq(after.st_ino, before.st_ino);
+}
+END_TEST
+
+/* The stall rule: a supervisor that was the one stopped (here: its loop
+ * not run for longer than its peer timeout) finds its peer's heartbeats
+ * waiting in the socket when the silence falls due, reads them before it
+ * judges (a turn takes its completions before its deadlines; the
+ * silence's own read covers a completion not taken yet), and keeps the
+ * link. a's timeout is 3 s (b sends a heartbeat every second), b's 600 s
+ * (b does not judge a's own silence meanwhile). */
+START_TEST(test_stalled_supervisor_keeps_link)
+{
+    int port = pm_test_free_port();
+    pid_t b = start_b_quiet(port);
+    char peer[32];
+    snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+    pm_cluster *a = start_a(NULL, peer, k1);
+    PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(a->mesh) == 1, 20000);
+    pm__mesh_conn *k = pm_test_mesh_up_conn(a->mesh);
+    ck_assert_ptr_nonnull(k);
+    uint64_t rx = k->last_rx_ms;
+    usleep(5000 * 1000); /* a stalled: 5 s, past its 3 s */
+    ck_assert_uint_le(pm__mesh_conn_silence_at(a->mesh, k), pm__now_ms());
+    ck_assert_int_ge(pm_cluster_run(a, 0), 0); /* one turn: the silence is due */
+    ck_assert_uint_gt(k->last_rx_ms, rx);
+    PM_RUN_UNTIL(a, pm__now_ms() > k->last_rx_ms + 500, 20000);
+    ck_assert_uint_eq(peer_events.downs, 0);
+    ck_assert_uint_eq(pm__mesh_fails(a->mesh, PM__PF_TIMEOUT), 0);
+    ck_assert_int_eq(pm_test_mesh_links_up(a->mesh), 1);
+    pm_test_end_hosts(a, b);
 }
 END_TEST
 
@@ -1743,6 +1811,8 @@ int main(void)
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);
     PM_ADD_TEST(s, test_set_secrets_frees_old, 60);
     PM_ADD_TEST(s, test_key_files_refused_at_spawn, 30);
+    PM_ADD_TEST(s, test_no_listener_keeps_stdin, 30);
+    PM_ADD_TEST(s, test_stalled_supervisor_keeps_link, 60);
     PM_ADD_TEST(s, test_links_give_back_secrets, 90);
     PM_ADD_TEST(s, test_set_secrets_without_secret, 30);
     PM_ADD_TEST(s, test_daemon_key_reload_during_start, 60);
