@@ -219,8 +219,12 @@ static int load_static(pm__mesh *m, char *why, size_t whysize)
     if (key == NULL)
         return -ENOMEM;
     int rc = pm__peer_key_load(m->env.cfg.node_key_file, 0, key, why, whysize);
-    if (rc == -ENOENT)
+    if (rc == -ENOENT) {
+        /* The load's "cannot open" is no failure once the file is made:
+         * left in why, it would name the cause of a later one. */
+        why[0] = '\0';
         rc = pm__peer_key_create(m->env.cfg.node_key_file, key, why, whysize);
+    }
     if (rc == 0)
         rc = pm__keyring_set_static(m->keys, key);
     sodium_free(key);
