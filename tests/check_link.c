@@ -4,6 +4,7 @@
 
 #include "helpers.h"
 #include "failalloc.h" /* malloc, calloc, realloc: this program's, failing on demand */
+#define PM_FAILMMAP_EXPORT /* libsodium's mappings too (test_mesh_node_key_no_secret_memory) */
 #include "failmmap.h"  /* mmap: this program's, refusing a length on demand */
 
 #include <fcntl.h>
@@ -952,21 +953,18 @@ START_TEST(test_mesh_start_out_of_memory)
         ck_assert_int_lt(k, 5000);
         if (_i == 1)
             (void)unlink(key); /* made again by this start */
-        /* A port of its own each time: a listener closed by a failed
-         * start may outlive its close for a moment (the io_uring's accept
-         * holds it until the ring's teardown, which the kernel finishes in
-         * a worker). */
-        lport = pm_test_free_port();
-        snprintf(listen, sizeof(listen), "127.0.0.1:%d", lport);
-        ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
         c = NULL;
         links_failed[0] = '\0';
         pm_failalloc_arm(k);
         int rc = pm_cluster_spawn(o, &c);
         int hit = pm_failalloc_disarm();
         if (rc == 0) {
-            /* Worked around (a lookup of the resolver's, say), never by
-             * starting without what was configured: the listener is open. */
+            /* Worked around (the dial's: it is retried), never by
+             * starting without what was configured: the listener is open,
+             * the keys' generation in place (a reload finds it: -EINVAL
+             * without a secret, the mode being chosen at start). */
+            ck_assert_msg(pm_cluster_set_secrets(c, secret1, 1) == (_i == 0 ? 0 : -EINVAL),
+                          "allocation %ld failed: spawned without its keys", k);
             int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
             ck_assert_int_ge(s, 0);
             struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)lport)};
@@ -1002,6 +1000,85 @@ START_TEST(test_mesh_start_out_of_memory)
     (void)unlink(key);
     (void)unlink(pins);
     (void)rmdir(dir);
+}
+END_TEST
+
+/* The node key's secret memory cannot be had (mesh.c load_static: libsodium's
+ * guarded block for the key read from its file, its own mapping): the spawn
+ * fails with -ENOMEM and says so, leaving no child and no fd; the next
+ * spawn, with memory, starts. The key file is there, so nothing is made. */
+START_TEST(test_mesh_node_key_no_secret_memory)
+{
+    char dir[] = "/tmp/pm-link-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char key[64], listen[32];
+    snprintf(key, sizeof(key), "%s/node.key", dir);
+    unsigned char priv[PM__PEER_KEY_LEN];
+    char why[128];
+    ck_assert_int_eq(pm__peer_key_create(key, priv, why, sizeof(why)), 0);
+    pm_options *o = host_options("a", NULL, pm_test_idle_worker);
+    ck_assert_int_eq(pm_options_set_insecure_no_secret(o, 1), 0);
+    ck_assert_int_eq(pm_options_set_node_key_file(o, key), 0);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", pm_test_free_port());
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    ck_assert_int_eq(pm_options_set_on_diagnostic(o, on_links_diag, NULL), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0); /* libsodium loaded */
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    ck_assert_int_eq(pm_test_lib_span("libsodium", pm_test_mmap_fail_code), 0);
+    int fds0 = pm_test_count_fds();
+    /* sodium_malloc maps a small block as four pages (a guard page, the
+     * canary's, the block's, a guard page): the first is the keyring's
+     * secret block (pm__keyring_new), the second the node key's. */
+    long page = sysconf(_SC_PAGESIZE);
+    pm_test_mmap_fail_len = (size_t)(4 * page);
+    pm_test_mmap_fail_skip = 1;
+    links_failed[0] = '\0';
+    c = NULL;
+    int rc = pm_cluster_spawn(o, &c);
+    unsigned skip_left = pm_test_mmap_fail_skip;
+    pm_test_mmap_fail_len = 0;
+    pm_test_mmap_fail_code[1] = 0;
+    ck_assert_uint_eq(skip_left, 0); /* the keyring's block was let through */
+    ck_assert_int_eq(rc, -ENOMEM);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strcmp(links_failed, "peer links: node key: Cannot allocate memory") == 0,
+                  "diagnostic: \"%s\"", links_failed);
+    errno = 0;
+    ck_assert(waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD);
+    ck_assert_int_eq(pm_test_count_fds(), fds0);
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0); /* and with memory, it starts */
+    ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    pm_options_free(o);
+    (void)unlink(key);
+    (void)rmdir(dir);
+}
+END_TEST
+
+/* A cluster terminated and spawned again at once on the same listen
+ * address gets it (mesh.c pm__mesh_free: the listener stops listening as
+ * it closes, though the loop's poll holds the socket until the ring's
+ * teardown); each time, a peer can connect. */
+START_TEST(test_mesh_listen_again_at_once)
+{
+    char listen[32];
+    int lport = pm_test_free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", lport);
+    pm_options *o = host_options("a", secret1, pm_test_idle_worker);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    for (int i = 0; i < 20; i++) {
+        pm_cluster *c = NULL;
+        int rc = pm_cluster_spawn(o, &c);
+        ck_assert_msg(rc == 0, "spawn %d on %s: %s", i, listen, strerror(-rc));
+        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(s, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)lport)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ck_assert_int_eq(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        close(s);
+        ck_assert_int_eq(pm_cluster_terminate(c), 0);
+    }
+    pm_options_free(o);
 }
 END_TEST
 
@@ -5383,5 +5460,7 @@ int main(void)
     PM_ADD_TEST(s, test_peer_stopped_and_resumed, 90);
     PM_ADD_TEST(s, test_redial_backoff, 90);
     PM_ADD_LOOP_TEST(s, test_mesh_start_out_of_memory, 0, 3, 120);
+    PM_ADD_TEST(s, test_mesh_node_key_no_secret_memory, 60);
+    PM_ADD_TEST(s, test_mesh_listen_again_at_once, 60);
     return pm_test_main(s);
 }

@@ -434,6 +434,13 @@ void pm__mesh_free(pm__mesh *m)
     if (m->lfd >= 0) {
         if (m->lfd_armed)
             pm__loop_disarm(m->env.loop, m->lfd, LISTEN_TAG(m));
+        /* Stops listening now: the io_uring's poll holds the socket open
+         * past this close until the ring's teardown, which the kernel
+         * finishes in a worker after the loop is freed, and meanwhile a
+         * new listener on the address (a cluster spawned again at once)
+         * would be refused with EADDRINUSE. A socket no longer listening
+         * does not stand in the way of an SO_REUSEADDR bind. */
+        (void)shutdown(m->lfd, SHUT_RDWR);
         pm__close(m->lfd);
     }
     if (m->dns != NULL) {
