@@ -8,6 +8,7 @@
 #include "failmmap.h"  /* mmap: this program's, refusing a length on demand */
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -1058,7 +1059,10 @@ END_TEST
 /* A cluster terminated and spawned again at once on the same listen
  * address gets it (mesh.c pm__mesh_free: the listener stops listening as
  * it closes, though the loop's poll holds the socket until the ring's
- * teardown); each time, a peer can connect. */
+ * teardown); each time, a peer can connect. Each start has its own
+ * incarnation, the one its hellos carry: "random and non-zero, chosen once
+ * per supervisor start" (doc/protocol.md 4), so never a reading of the
+ * clock taken during the spawn (the fallback when getrandom fails). */
 START_TEST(test_mesh_listen_again_at_once)
 {
     char listen[32];
@@ -1066,10 +1070,19 @@ START_TEST(test_mesh_listen_again_at_once)
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", lport);
     pm_options *o = host_options("a", secret1, pm_test_idle_worker);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    uint64_t incs[20];
     for (int i = 0; i < 20; i++) {
         pm_cluster *c = NULL;
+        uint64_t t0 = pm__now_ns();
         int rc = pm_cluster_spawn(o, &c);
+        uint64_t t1 = pm__now_ns();
         ck_assert_msg(rc == 0, "spawn %d on %s: %s", i, listen, strerror(-rc));
+        incs[i] = c->mesh->cur->cfg.incarnation;
+        ck_assert_uint_ne(incs[i], 0);
+        ck_assert_msg(incs[i] < t0 || incs[i] > (t1 | 1u), "spawn %d: incarnation %" PRIu64
+                      " read from the clock (%" PRIu64 "..%" PRIu64 ")", i, incs[i], t0, t1);
+        for (int j = 0; j < i; j++)
+            ck_assert_uint_ne(incs[i], incs[j]);
         int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         ck_assert_int_ge(s, 0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)lport)};
