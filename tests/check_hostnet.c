@@ -452,6 +452,32 @@ START_TEST(test_two_links_one_initiator)
 }
 END_TEST
 
+/* The cluster terminated while a link is up (mesh.c linger_all): our CLOSE
+ * goes out and the end waits, without the loop, for the peer's answer,
+ * which pm-bad-peer late-answer sends 300 ms late; it is read (no reset
+ * comes back to the peer) before the socket closes. The link sits on fd
+ * 0 (a supervisor whose stdin is closed gets it for its next socket),
+ * which the wait must not take for "no connection". */
+START_TEST(test_terminate_waits_for_close_answer)
+{
+    pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* the wait ends by the peer, not the bound */
+    if (fcntl(0, F_GETFD) < 0)
+        ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
+    ck_assert_int_eq(close(0), 0); /* the accepted connection takes fd 0 */
+    pid_t pid = bad_peer("late-answer", "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
+    ck_assert_msg(reaped != pid, "pm-bad-peer late-answer ended before the link came up: 0x%x", status);
+    pm__mesh_conn *k = pm_test_mesh_up_conn(c->mesh);
+    ck_assert_ptr_nonnull(k);
+    ck_assert_int_eq(k->fd, 0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    int st = pm_test_reap(pid, 30000);
+    ck_assert_msg(st == 0, "pm-bad-peer late-answer: exit status 0x%x (1: its answer was reset)", st);
+}
+END_TEST
+
 START_TEST(test_linger_ends_at_end_of_stream)
 {
     /* doc/protocol.md 7: after its CLOSE a side waits for the peer's CLOSE
@@ -1952,6 +1978,7 @@ int main(void)
     PM_ADD_TEST(s, test_bytes_after_close_ignored, 60);
     PM_ADD_TEST(s, test_first_record_frames_delivered, 60);
     PM_ADD_TEST(s, test_two_links_one_initiator, 120);
+    PM_ADD_TEST(s, test_terminate_waits_for_close_answer, 120);
     PM_ADD_TEST(s, test_linger_ends_at_end_of_stream, 240);
     PM_ADD_TEST(s, test_linger_ends_at_close_answer, 120);
     PM_ADD_TEST(s, test_linger_counts_frames_after_close, 240);

@@ -53,7 +53,9 @@
  * frames and at 512 KiB exactly; for close-full, once SIGUSR1 came and
  * our CLOSE went, sent every frame it had queued, then its CLOSE; for
  * relink, brought up and answered over a second link of ours while the
- * first, closed by it, lingered); hold never exits by itself;
+ * first, closed by it, lingered; for late-answer, read our answer to its
+ * CLOSE, sent 300 ms after that CLOSE came, no reset); hold never exits
+ * by itself;
  * hold-64 never exits by itself;
  * 1 it did
  * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
@@ -754,6 +756,38 @@ static void two_links(void)
     orderly_end(fd1, &a, "two-links");
 }
 
+/* late-answer: an honest link, the supervisor's CLOSE (its cluster is
+ * terminated) answered 300 ms late. The supervisor ends its writing half
+ * after its CLOSE and reads on until the answer (doc/protocol.md 7;
+ * mesh.c's linger_all, at pm_cluster_terminate), then closes: our answer
+ * is read. A supervisor that stopped waiting has closed its socket, and
+ * the kernel answers our CLOSE with a reset, which comes back at once on
+ * loopback and leaves its error on our socket. */
+static void late_answer(void)
+{
+    int fd = dial();
+    pm__pconn pc;
+    honest(fd, &pc);
+    mute_close_answer = 1;
+    (void)pump(fd, &pc, 0, rest, rest_len);
+    mute_close_answer = 0;
+    if (!pc.close_received)
+        fail(1, "late-answer: the link ended without the supervisor's CLOSE");
+    struct timespec t = {0, 300 * 1000 * 1000};
+    nanosleep(&t, NULL);
+    send_output(fd, &pc); /* the CLOSE our library answered with, held until now */
+    nanosleep(&t, NULL);
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err != 0) {
+        fprintf(stderr, "pm-bad-peer: late-answer: our answer to its CLOSE got %s: the supervisor "
+                        "had stopped waiting for it\n", strerror(err));
+        exit(1);
+    }
+    wait_closed(fd, "late-answer");
+    pm__pconn_free(&pc);
+}
+
 /* relink: our link gets the supervisor's CLOSE (the test closes its
  * links), which we neither answer nor end: that connection lingers on
  * its side, still ours here. We dial again as the same host and
@@ -1274,7 +1308,7 @@ int main(int argc, char **argv)
                         "         truncated reordered duplicated bitflip oversize forged-host\n"
                         "         forged-notices unknown-type heartbeat-1 zero-frame\n"
                         "         oversize-close bitflip-close close-junk-same close-junk-later\n"
-                        "         first-frames close-first two-links two-links-eof two-links-open\n"
+                        "         first-frames close-first two-links two-links-eof two-links-open late-answer\n"
                         "         two-links-frames two-links-first-frames no-frag silent\n"
                         "         version-0 version-2\n"
                         "         window credit hold-64 close-full relink hold\n");
@@ -1390,6 +1424,8 @@ int main(int argc, char **argv)
         close_full();
     } else if (strcmp(attack, "relink") == 0) {
         relink();
+    } else if (strcmp(attack, "late-answer") == 0) {
+        late_answer();
     } else if (strcmp(attack, "hold") == 0) {
         hold();
     } else if (strcmp(attack, "hold-64") == 0) {
