@@ -478,6 +478,35 @@ START_TEST(test_terminate_waits_for_close_answer)
 }
 END_TEST
 
+/* The same end with a peer that never answers (pm-bad-peer hold, which
+ * reads nothing and gives up after 30 s): the wait ends at its bound,
+ * brought to 300 ms, while the peer still holds its end, and the socket
+ * is closed all the same, fd 0 included: pm_cluster_terminate leaves no
+ * fd of the mesh's behind. */
+START_TEST(test_terminate_linger_bound)
+{
+    pm_cluster *c = start_a(30000);
+    pm_test_mesh_set_linger_ms(c->mesh, 300);
+    if (fcntl(0, F_GETFD) < 0)
+        ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
+    ck_assert_int_eq(close(0), 0); /* the accepted connection takes fd 0 */
+    pid_t pid = bad_peer("hold", "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
+    ck_assert_msg(reaped != pid, "pm-bad-peer hold ended before the link came up: 0x%x", status);
+    ck_assert_int_eq(pm_test_mesh_up_conn(c->mesh)->fd, 0);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    /* Ended by the bound: the peer, which gives up after 30 s, still holds
+     * its end. */
+    ck_assert_msg(waitpid(pid, &status, WNOHANG) == 0,
+                  "terminate returned only once the peer gave up: the bound did not end the wait");
+    errno = 0;
+    ck_assert_msg(fcntl(0, F_GETFD) < 0 && errno == EBADF, "fd 0, the link's, still open after terminate");
+    kill(pid, SIGKILL);
+    pm_test_reap(pid, 10000);
+}
+END_TEST
+
 START_TEST(test_linger_ends_at_end_of_stream)
 {
     /* doc/protocol.md 7: after its CLOSE a side waits for the peer's CLOSE
@@ -1979,6 +2008,7 @@ int main(void)
     PM_ADD_TEST(s, test_first_record_frames_delivered, 60);
     PM_ADD_TEST(s, test_two_links_one_initiator, 120);
     PM_ADD_TEST(s, test_terminate_waits_for_close_answer, 120);
+    PM_ADD_TEST(s, test_terminate_linger_bound, 120);
     PM_ADD_TEST(s, test_linger_ends_at_end_of_stream, 240);
     PM_ADD_TEST(s, test_linger_ends_at_close_answer, 120);
     PM_ADD_TEST(s, test_linger_counts_frames_after_close, 240);

@@ -393,12 +393,11 @@ static void linger_all(pm__mesh *m)
         if (poll(pf, n, (int)(end - now)) < 0 && errno != EINTR)
             break;
     }
+    /* The bound passed (nothing counted: the mesh is freed next). */
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mesh_conn *k = &m->conns[j];
-        if (k->fd >= 0 && k->lingering) {
-            m->linger_expired++;
+        if (k->fd >= 0 && k->lingering)
             pm__mesh_conn_release(m, k);
-        }
     }
 }
 
