@@ -372,7 +372,7 @@ static void linger_all(pm__mesh *m)
         nfds_t n = 0;
         for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
             pm__mesh_conn *k = &m->conns[j];
-            if (k->fd < 0 || !k->lingering)
+            if (k->fd < 0 || !k->lingering) /* every open one lingers by now */
                 continue;
             if (pm__mesh_conn_linger(m, k)) {
                 pm__mesh_conn_release(m, k);
