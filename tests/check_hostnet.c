@@ -455,7 +455,9 @@ END_TEST
 /* The cluster terminated while a link is up (mesh.c linger_all): our CLOSE
  * goes out and the end waits, without the loop, for the peer's answer,
  * which pm-bad-peer late-answer sends 300 ms late; it is read (no reset
- * comes back to the peer) before the socket closes. The link sits on fd
+ * comes back to the peer) before the socket closes, and the wait sleeps
+ * meanwhile (the supervisor's CPU time, not the wall clock, is bounded:
+ * about 2 ms here for the whole terminate). The link sits on fd
  * 0 (a supervisor whose stdin is closed gets it for its next socket),
  * which the wait must not take for "no connection". */
 START_TEST(test_terminate_waits_for_close_answer)
@@ -472,7 +474,15 @@ START_TEST(test_terminate_waits_for_close_answer)
     pm__mesh_conn *k = pm_test_mesh_up_conn(c->mesh);
     ck_assert_ptr_nonnull(k);
     ck_assert_int_eq(k->fd, 0);
+    struct timespec c0, c1;
+    ck_assert_int_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0), 0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    ck_assert_int_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1), 0);
+    /* The wait (300 ms and more: the peer's answer is late) sleeps in
+     * poll(2) for what it waits for: a wait that woke for a socket it can
+     * always write to would spin through it, on the CPU. */
+    double cpu_ms = (double)(c1.tv_sec - c0.tv_sec) * 1e3 + (double)(c1.tv_nsec - c0.tv_nsec) / 1e6;
+    ck_assert_msg(cpu_ms < 100, "terminate spent %.0f ms of CPU waiting 300 ms for a CLOSE", cpu_ms);
     int st = pm_test_reap(pid, 30000);
     ck_assert_msg(st == 0, "pm-bad-peer late-answer: exit status 0x%x (1: its answer was reset)", st);
 }
