@@ -476,8 +476,15 @@ START_TEST(test_terminate_waits_for_close_answer)
     ck_assert_int_eq(k->fd, 0);
     struct timespec c0, c1;
     ck_assert_int_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0), 0);
+    uint64_t t0 = pm_test_ms();
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
+    uint64_t took = pm_test_ms() - t0;
     ck_assert_int_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1), 0);
+    /* Ended by the answer, not by the bound (the peer timeout, 30 s): a
+     * supervisor that never read it would close at the bound, with the
+     * answer unread, after pm-bad-peer had exited content. */
+    ck_assert_msg(took < 15000, "terminate took %llu ms: the wait ended at its bound, not at the answer",
+                  (unsigned long long)took);
     /* The wait (300 ms and more: the peer's answer is late) sleeps in
      * poll(2) for what it waits for: a wait that woke for a socket it can
      * always write to would spin through it, on the CPU. */
@@ -491,8 +498,8 @@ END_TEST
 /* The same end with a peer that never answers (pm-bad-peer hold, which
  * reads nothing and gives up after 30 s): the wait ends at its bound,
  * brought to 300 ms, while the peer still holds its end, and the socket
- * is closed all the same, fd 0 included: pm_cluster_terminate leaves no
- * fd of the mesh's behind. */
+ * is closed all the same: the link's fd, 0, is free after
+ * pm_cluster_terminate. */
 START_TEST(test_terminate_linger_bound)
 {
     pm_cluster *c = start_a(30000);

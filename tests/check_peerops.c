@@ -940,7 +940,8 @@ START_TEST(test_refused_flush_on_time)
     ck_assert_msg(took >= 2500 && took < 30000, "the held-back line came after %llu ms (due after 3 s)",
                   (unsigned long long)took);
     /* The other way round: a line held back until a minute from now, the
-     * third handshake's deadline in 3 s: the timer has the handshake's. */
+     * third handshake's deadline in 3 s: the deadline given to the timer
+     * (pm__mesh_next_deadline) is the handshake's. */
     int j = m->dial_conn[PM__MAX_PEERS];
     ck_assert_int_ge(j, 0);
     uint64_t now = pm__now_ms();

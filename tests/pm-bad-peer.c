@@ -54,8 +54,8 @@
  * our CLOSE went, sent every frame it had queued, then its CLOSE; for
  * relink, brought up and answered over a second link of ours while the
  * first, closed by it, lingered; for late-answer, read our answer to its
- * CLOSE, sent 300 ms after that CLOSE came, no reset); hold never exits
- * by itself;
+ * CLOSE, sent 300 ms after that CLOSE came, no reset); hold gives up
+ * (exit 1) only after WAIT_MS;
  * hold-64 never exits by itself;
  * 1 it did
  * not close within WAIT_MS, or a step that must fail succeeded; 2 usage;
@@ -775,7 +775,18 @@ static void late_answer(void)
         fail(1, "late-answer: the link ended without the supervisor's CLOSE");
     struct timespec t = {0, 300 * 1000 * 1000};
     nanosleep(&t, NULL);
-    send_output(fd, &pc); /* the CLOSE our library answered with, held until now */
+    /* The CLOSE our library answered with, held until now; a send that
+     * fails met a reset already (and took its error). */
+    size_t n;
+    const unsigned char *p = pm__pconn_output(&pc, &n);
+    if (n == 0)
+        fail(3, "late-answer: no CLOSE answer queued");
+    if (send(fd, p, n, MSG_NOSIGNAL) != (ssize_t)n) {
+        fprintf(stderr, "pm-bad-peer: late-answer: our answer to its CLOSE could not be sent (%s): the "
+                        "supervisor had stopped waiting for it\n", strerror(errno));
+        exit(1);
+    }
+    pm__pconn_sent(&pc, n);
     nanosleep(&t, NULL);
     int err = 0;
     socklen_t len = sizeof(err);

@@ -393,7 +393,8 @@ static void linger_all(pm__mesh *m)
         if (poll(pf, n, (int)(end - now)) < 0 && errno != EINTR)
             break;
     }
-    /* The bound passed (nothing counted: the mesh is freed next). */
+    /* The bound passed, or poll failed (nothing counted: the mesh is
+     * freed next). */
     for (unsigned j = 0; j < PM__MESH_CONNS; j++) {
         pm__mesh_conn *k = &m->conns[j];
         if (k->fd >= 0 && k->lingering)
@@ -448,6 +449,10 @@ void pm__mesh_free(pm__mesh *m)
         pm__peerdns_free(m->dns); /* a lookup still running is abandoned */
     }
     pm__close(m->reserve_fd);
+    /* The removals of the polls disarmed above, submitted now: each poll
+     * holds its socket open past the close until its removal is
+     * processed, and the loop may not turn again (watch.c does the same). */
+    (void)pm__loop_flush(m->env.loop);
     if (m->rbuf != NULL)
         munmap(m->rbuf, PM__MESH_READ_BUF);
     pm__mkeys_put(m->cur); /* every connection let go of it above */
