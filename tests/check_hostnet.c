@@ -452,6 +452,15 @@ START_TEST(test_two_links_one_initiator)
 }
 END_TEST
 
+/* SIGUSR1s the test process took (test_terminate_waits_for_close_answer). */
+static volatile sig_atomic_t usr1_seen;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    usr1_seen++;
+}
+
 /* The cluster terminated while a link is up (mesh.c linger_all): our CLOSE
  * goes out and the end waits, without the loop, for the peer's answer,
  * which pm-bad-peer late-answer sends 300 ms late; it is read (no reset
@@ -459,9 +468,18 @@ END_TEST
  * meanwhile (the supervisor's CPU time, not the wall clock, is bounded:
  * about 2 ms here for the whole terminate). The link sits on fd
  * 0 (a supervisor whose stdin is closed gets it for its next socket),
- * which the wait must not take for "no connection". */
+ * which the wait must not take for "no connection"; a signal that comes
+ * meanwhile (pm-bad-peer sends SIGUSR1 as our CLOSE reaches it) does not
+ * end the wait. */
 START_TEST(test_terminate_waits_for_close_answer)
 {
+    /* pm-bad-peer signals us as our CLOSE reaches it: the wait's poll
+     * returns EINTR (a handler without SA_RESTART, which poll ignores
+     * anyway) and must wait on. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_usr1;
+    ck_assert_int_eq(sigaction(SIGUSR1, &sa, NULL), 0);
     pm_cluster *c = start_a(30000);
     pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* the wait ends by the peer, not the bound */
     if (fcntl(0, F_GETFD) < 0)
@@ -492,6 +510,7 @@ START_TEST(test_terminate_waits_for_close_answer)
     ck_assert_msg(cpu_ms < 100, "terminate spent %.0f ms of CPU waiting 300 ms for a CLOSE", cpu_ms);
     int st = pm_test_reap(pid, 30000);
     ck_assert_msg(st == 0, "pm-bad-peer late-answer: exit status 0x%x (1: its answer was reset)", st);
+    ck_assert_int_eq(usr1_seen, 1);
 }
 END_TEST
 

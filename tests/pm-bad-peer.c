@@ -757,7 +757,8 @@ static void two_links(void)
 }
 
 /* late-answer: an honest link, the supervisor's CLOSE (its cluster is
- * terminated) answered 300 ms late. The supervisor ends its writing half
+ * terminated) answered 300 ms late, SIGUSR1 sent to our parent (the test,
+ * whose process the supervisor is) as the CLOSE comes. The supervisor ends its writing half
  * after its CLOSE and reads on until the answer (doc/protocol.md 7;
  * mesh.c's linger_all, at pm_cluster_terminate), then closes: our answer
  * is read. A supervisor that stopped waiting has closed its socket, and
@@ -773,6 +774,9 @@ static void late_answer(void)
     mute_close_answer = 0;
     if (!pc.close_received)
         fail(1, "late-answer: the link ended without the supervisor's CLOSE");
+    /* The supervisor waits for our answer now: a signal (which the test
+     * handles) interrupts that wait, which must go on. */
+    (void)kill(getppid(), SIGUSR1);
     struct timespec t = {0, 300 * 1000 * 1000};
     nanosleep(&t, NULL);
     /* The CLOSE our library answered with, held until now; a send that
