@@ -1642,6 +1642,104 @@ static const pm__mesh_conn *linked_conn(const pm_cluster *a)
     return NULL;
 }
 
+/* A listener whose accept queue is full (backlog 0, one connection queued
+ * and never taken): a dial to it stays in its TCP handshake, its SYNs
+ * dropped. The listener's port in *port; the queued client in *client. */
+static int listen_full(int *port, int *client)
+{
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(l, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(l, 0), 0);
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(getsockname(l, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    *client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(*client, 0);
+    ck_assert_int_eq(connect(*client, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return l;
+}
+
+/* The entry of pm_cluster_peers' list in state st, or NULL. */
+static const pm_peer_info *info_in(const pm_peer_info *pi, int n, const char *st)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(pi[i].state, st) == 0)
+            return &pi[i];
+    return NULL;
+}
+
+/* pm_cluster_peers(3), field by field (procmesh.h pm_peer_info): a's link
+ * to b after three calls (b's host and incarnation, a the initiator, the
+ * frames, their bytes with their headers, the records that carried them,
+ * nothing dropped, its age since the connection); a handshake with a
+ * listener that never answers ("handshake", no host or incarnation yet);
+ * a dial whose SYN a full accept queue drops ("connecting"). The count
+ * is returned whatever cap is, and nothing is written past cap. */
+START_TEST(test_peer_info_fields)
+{
+    uint64_t t0 = pm_test_ms();
+    pid_t b;
+    pm_cluster *a = start_pair(&b);
+    pm__mesh *m = a->mesh;
+    PM_RUN_UNTIL(a, peer_events.ups == 1 && pm_test_mesh_links_up(m) == 1, 20000);
+    uint64_t t_up = pm_test_ms();
+    call_b(a, "one", 1);
+    call_b(a, "two", 0);
+    call_b(a, "three", 0);
+    usleep(50 * 1000);
+    pm_peer_info pi[4];
+    ck_assert_int_eq(pm_cluster_peers(a, pi, 4), 1);
+    uint64_t now = pm_test_ms();
+    ck_assert_str_eq(pi[0].host, "b");
+    ck_assert_str_eq(pi[0].state, "up");
+    ck_assert_int_eq(pi[0].initiator, 1);
+    ck_assert_uint_eq(pi[0].incarnation & 1u, 1); /* random | 1: never 0 */
+    ck_assert_uint_ge(pi[0].frames_out, 3);
+    ck_assert_uint_ge(pi[0].frames_in, 3);
+    ck_assert_uint_ge(pi[0].bytes_out, pi[0].frames_out * PM__FRAME_HDR_SIZE);
+    ck_assert_uint_ge(pi[0].bytes_in, pi[0].frames_in * PM__FRAME_HDR_SIZE);
+    ck_assert(pi[0].records_out >= 1 && pi[0].records_out <= pi[0].frames_out);
+    ck_assert(pi[0].records_in >= 1 && pi[0].records_in <= pi[0].frames_in);
+    ck_assert_uint_eq(pi[0].frames_forged, 0);
+    ck_assert_uint_eq(pi[0].frames_malformed, 0);
+    ck_assert_msg(pi[0].age_ms >= now - t_up && pi[0].age_ms <= now - t0 + 1,
+                  "age %llu ms: the link came up %llu ms ago, the test began %llu ms ago",
+                  (unsigned long long)pi[0].age_ms, (unsigned long long)(now - t_up),
+                  (unsigned long long)(now - t0));
+
+    int ls, lf, client, ps, pf;
+    ls = listen_any(&ps);
+    lf = listen_full(&pf, &client);
+    pm__peerdns_addr at[2] = {addr_of(1, ps), addr_of(1, pf)};
+    pm__mesh_dns_merge(m, at, 2);
+    PM_RUN_UNTIL(a, pm_cluster_peers(a, pi, 4) == 3 && info_in(pi, 3, "handshake") != NULL, 20000);
+    const pm_peer_info *h = info_in(pi, 3, "handshake"), *d = info_in(pi, 3, "connecting");
+    ck_assert_ptr_nonnull(d);
+    ck_assert_str_eq(h->host, "");
+    ck_assert_uint_eq(h->incarnation, 0);
+    ck_assert_int_eq(h->initiator, 1);
+    ck_assert_str_eq(d->host, "");
+    ck_assert_int_eq(d->initiator, 1);
+    ck_assert_ptr_nonnull(info_in(pi, 3, "up"));
+
+    /* Three, whatever cap says; none written past it. */
+    memset(pi, 0x5a, sizeof(pi));
+    ck_assert_int_eq(pm_cluster_peers(a, pi, 1), 3);
+    ck_assert_ptr_nonnull(pi[0].state);
+    const unsigned char *after = (const unsigned char *)&pi[1];
+    for (size_t i = 0; i < sizeof(pi) - sizeof(pi[0]); i++)
+        ck_assert_uint_eq(after[i], 0x5a);
+    ck_assert_int_eq(pm_cluster_peers(a, NULL, 0), 3);
+    pm_test_end_hosts(a, b);
+    close(client);
+    close(lf);
+    close(ls);
+}
+END_TEST
+
 START_TEST(test_rtt_from_echoes_only)
 {
     /* pm_peer_info.rtt_us is the round trip of the last heartbeat echo
@@ -1929,6 +2027,7 @@ int main(void)
     PM_ADD_TEST(s, test_refused_flush_on_time, 120);
     PM_ADD_TEST(s, test_redial_on_time, 120);
     PM_ADD_TEST(s, test_deadlines_due_at_their_millisecond, 120);
+    PM_ADD_TEST(s, test_peer_info_fields, 120);
     PM_ADD_TEST(s, test_rotation_without_downtime, 90);
     PM_ADD_TEST(s, test_set_secrets_frees_old, 60);
     PM_ADD_TEST(s, test_key_files_refused_at_spawn, 30);
