@@ -1676,8 +1676,9 @@ static const pm_peer_info *info_in(const pm_peer_info *pi, int n, const char *st
  * frames, their bytes with their headers, the records that carried them,
  * nothing dropped, its age since the connection); a handshake with a
  * listener that never answers ("handshake", no host or incarnation yet);
- * a dial whose SYN a full accept queue drops ("connecting"). The count
- * is returned whatever cap is, and nothing is written past cap. */
+ * a dial whose SYN a full accept queue drops ("connecting"), which a
+ * stale completion does not take for connected. The count is returned
+ * whatever cap is, and nothing is written past cap. */
 START_TEST(test_peer_info_fields)
 {
     uint64_t t0 = pm_test_ms();
@@ -1724,6 +1725,19 @@ START_TEST(test_peer_info_fields)
     ck_assert_str_eq(d->host, "");
     ck_assert_int_eq(d->initiator, 1);
     ck_assert_ptr_nonnull(info_in(pi, 3, "up"));
+
+    /* A completion of an earlier arm of the dialling entry (a removal's,
+     * say, which comes after the entry was taken again) is no news of
+     * this connection: it is still connecting, not taken for connected. */
+    int jd = -1;
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].dialing)
+            jd = (int)j;
+    ck_assert_int_ge(jd, 0);
+    pm__mesh_ready(m, PM__TAG(m->env.tag_conn, (unsigned)jd, m->conns[jd].gen - 1));
+    ck_assert_int_eq(m->conns[jd].dialing, 1);
+    ck_assert_int_eq(pm_cluster_peers(a, pi, 4), 3);
+    ck_assert_ptr_nonnull(info_in(pi, 3, "connecting"));
 
     /* Three, whatever cap says; none written past it. */
     memset(pi, 0x5a, sizeof(pi));
