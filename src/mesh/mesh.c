@@ -417,7 +417,6 @@ void pm__mesh_free(pm__mesh *m)
          * lingering one is waited for below, without the loop. */
         if (k->lingering)
             continue;
-        k->peer = -1; /* no redial */
         /* Going away with the cluster: the link is reported down (the
          * daemon logs peer_down at shutdown, as procmesh(1) says), but the
          * hub is not called: it is freed next, with what it holds. */
