@@ -468,7 +468,8 @@ static void on_usr1(int sig)
  * meanwhile (the supervisor's CPU time, not the wall clock, is bounded:
  * about 2 ms here for the whole terminate). The link sits on fd
  * 0 (a supervisor whose stdin is closed gets it for its next socket),
- * which the wait must not take for "no connection"; a signal that comes
+ * which the wait must not take for "no connection"; the link is reported
+ * down once (and a connection in its handshake not at all); a signal that comes
  * meanwhile (pm-bad-peer sends SIGUSR1 as our CLOSE reaches it) does not
  * end the wait. */
 START_TEST(test_terminate_waits_for_close_answer)
@@ -492,11 +493,23 @@ START_TEST(test_terminate_waits_for_close_answer)
     pm__mesh_conn *k = pm_test_mesh_up_conn(c->mesh);
     ck_assert_ptr_nonnull(k);
     ck_assert_int_eq(k->fd, 0);
+    /* And a connection that says nothing, in its handshake at the end:
+     * no link, so no link reported down. */
+    int quiet = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(quiet, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)the_port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(quiet, (struct sockaddr *)&to, sizeof(to)), 0);
+    PM_RUN_UNTIL(c, pm_cluster_peers(c, NULL, 0) == 2, 20000);
     struct timespec c0, c1;
     ck_assert_int_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0), 0);
     uint64_t t0 = pm_test_ms();
+    unsigned downs = peer_events.downs;
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
     uint64_t took = pm_test_ms() - t0;
+    /* The link going away with the cluster is reported down, once (the
+     * daemon logs peer_down at shutdown: procmesh(1)). */
+    ck_assert_uint_eq(peer_events.downs, downs + 1);
     ck_assert_int_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1), 0);
     /* Ended by the answer, not by the bound (the peer timeout, 30 s): a
      * supervisor that never read it would close at the bound, with the
@@ -511,6 +524,7 @@ START_TEST(test_terminate_waits_for_close_answer)
     int st = pm_test_reap(pid, 30000);
     ck_assert_msg(st == 0, "pm-bad-peer late-answer: exit status 0x%x (1: its answer was reset)", st);
     ck_assert_int_eq(usr1_seen, 1);
+    close(quiet);
 }
 END_TEST
 

@@ -422,7 +422,6 @@ void pm__mesh_free(pm__mesh *m)
          * hub is not called: it is freed next, with what it holds. */
         if (k->linked) {
             k->linked = 0;
-            m->up--;
             pm__mesh_conn_report_down(m, k, PM__PF_LOCAL);
         }
         pm__pconn_close(&k->pc, PM__REC_CLOSE_SHUTDOWN, PM__PF_LOCAL);
