@@ -1100,6 +1100,49 @@ START_TEST(test_mesh_listen_again_at_once)
 }
 END_TEST
 
+/* pm_cluster_set_secrets out of memory, allocation by allocation
+ * (failalloc.h): each call that met its failure returns -ENOMEM and
+ * changes nothing (the keys' generation in place is the same one, no
+ * reload counted); the first that met none installs the new secrets. */
+START_TEST(test_set_secrets_out_of_memory)
+{
+    if (!pm_failalloc_here("test_set_secrets_out_of_memory"))
+        return;
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", pm_test_free_port());
+    pm_options *o = host_options("a", secret1, pm_test_idle_worker);
+    ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
+    pm_cluster *c = NULL;
+    ck_assert_int_eq(pm_cluster_spawn(o, &c), 0);
+    pm_options_free(o);
+    unsigned char two[2 * PM__PEER_KEY_LEN];
+    memcpy(two, secret1, PM__PEER_KEY_LEN);
+    memset(two + PM__PEER_KEY_LEN, 0x42, PM__PEER_KEY_LEN);
+    long failed = 0;
+    for (long k = 1;; k++) {
+        ck_assert_int_lt(k, 1000);
+        const void *cur = c->mesh->cur;
+        uint64_t reloads = c->mesh->key_reloads;
+        pm_failalloc_arm(k);
+        int rc = pm_cluster_set_secrets(c, two, 2);
+        int hit = pm_failalloc_disarm();
+        if (!hit) {
+            ck_assert_int_eq(rc, 0);
+            ck_assert_ptr_ne(c->mesh->cur, cur);
+            ck_assert_uint_eq(c->mesh->key_reloads, reloads + 1);
+            ck_assert_uint_eq(pm__keyring_nsecrets(c->mesh->cur->keys), 2);
+            break;
+        }
+        ck_assert_msg(rc == -ENOMEM, "allocation %ld failed: set_secrets returned %d", k, rc);
+        ck_assert_ptr_eq(c->mesh->cur, cur);
+        ck_assert_uint_eq(c->mesh->key_reloads, reloads);
+        failed++;
+    }
+    ck_assert_int_ge(failed, 2);
+    ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
 /* The simultaneous-connect rule (doc/protocol.md, section 2): b listens on
  * its port and also dials a's, a dials b; b keeps redialling a until a
  * listens. Whatever the order the links come up in, once both have been up
@@ -5480,5 +5523,6 @@ int main(void)
     PM_ADD_LOOP_TEST(s, test_mesh_start_out_of_memory, 0, 3, 120);
     PM_ADD_TEST(s, test_mesh_node_key_no_secret_memory, 60);
     PM_ADD_TEST(s, test_mesh_listen_again_at_once, 60);
+    PM_ADD_TEST(s, test_set_secrets_out_of_memory, 60);
     return pm_test_main(s);
 }

@@ -1094,8 +1094,11 @@ START_TEST(test_rotation_without_downtime)
     ck_assert_uint_eq(peer_events.downs, 1);
 
     /* Bad calls change nothing. */
+    uint64_t reloads = b->mesh->key_reloads;
     ck_assert_int_eq(pm_cluster_set_secrets(b, both, 3), -EINVAL);
+    ck_assert_int_eq(pm_cluster_set_secrets(b, both, 0), -EINVAL);
     ck_assert_int_eq(pm_cluster_set_secrets(b, NULL, 1), -EINVAL);
+    ck_assert_uint_eq(b->mesh->key_reloads, reloads);
     memcpy(both + 32, k2, 32);
     memcpy(both, k2, 32);
     ck_assert_int_eq(pm_cluster_set_secrets(b, both, 2), -EEXIST);
