@@ -1061,13 +1061,29 @@ START_TEST(test_mesh_node_key_no_secret_memory)
 }
 END_TEST
 
+/* VmSize of this process, KiB. */
+static long vm_size_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "VmSize: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    ck_assert_int_gt(kb, 0);
+    return kb;
+}
+
 /* A cluster terminated and spawned again at once on the same listen
  * address gets it (mesh.c pm__mesh_free: the listener stops listening as
  * it closes, though the loop's poll holds the socket until the ring's
  * teardown); each time, a peer can connect. Each start has its own
  * incarnation, the one its hellos carry: "random and non-zero, chosen once
  * per supervisor start" (doc/protocol.md 4), so never a reading of the
- * clock taken during the spawn (the fallback when getrandom fails). */
+ * clock taken during the spawn (the fallback when getrandom fails). And
+ * the ends leave nothing mapped behind. */
 START_TEST(test_mesh_listen_again_at_once)
 {
     char listen[32];
@@ -1076,7 +1092,10 @@ START_TEST(test_mesh_listen_again_at_once)
     pm_options *o = host_options("a", secret1, pm_test_idle_worker);
     ck_assert_int_eq(pm_options_set_peer_listen(o, listen), 0);
     uint64_t incs[20];
+    long vm1 = 0;
     for (int i = 0; i < 20; i++) {
+        if (i == 1)
+            vm1 = vm_size_kb(); /* after one whole start and end */
         pm_cluster *c = NULL;
         uint64_t t0 = pm__now_ns();
         int rc = pm_cluster_spawn(o, &c);
@@ -1096,6 +1115,11 @@ START_TEST(test_mesh_listen_again_at_once)
         close(s);
         ck_assert_int_eq(pm_cluster_terminate(c), 0);
     }
+    /* Nothing of a mesh stays mapped after its end: 19 more would be 19
+     * times its 64 KiB receive buffer. */
+    long grown = vm_size_kb() - vm1;
+    ck_assert_msg(grown < 10 * (long)(PM__MESH_READ_BUF / 1024), "%ld KiB more mapped after 19 more spawns",
+                  grown);
     pm_options_free(o);
 }
 END_TEST
@@ -1140,6 +1164,67 @@ START_TEST(test_set_secrets_out_of_memory)
     }
     ck_assert_int_ge(failed, 2);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
+}
+END_TEST
+
+/* The socket inode behind fd (-1: none, or not a socket). */
+static long sock_ino(int fd)
+{
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+        return -1;
+    return (long)st.st_ino;
+}
+
+/* 1 when process pid holds the socket of inode ino. */
+static int holds_socket(pid_t pid, long ino)
+{
+    char dir[64], link[64], want[40];
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+    snprintf(want, sizeof(want), "socket:[%ld]", ino);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
+        if (n > 0) {
+            link[n] = '\0';
+            found = strcmp(link, want) == 0;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* A fork-mode worker holds none of its supervisor's peer sockets (mesh.c
+ * pm__mesh_forget, from the fork child's drop): not the listener, which
+ * its first incarnation was forked beside, nor the link's connection,
+ * which the incarnation forked after it came up was. */
+START_TEST(test_fork_worker_holds_no_link_fds)
+{
+    int pa;
+    pid_t b1;
+    char old[PM_ADDRESS_STRLEN];
+    pm_cluster *a = start_linked(NULL, NULL, &pa, &b1, old);
+    pm__mesh *m = a->mesh;
+    long lino = sock_ino(m->lfd), cino = -1;
+    ck_assert_int_ge(lino, 0);
+    for (unsigned j = 0; j < PM__MESH_CONNS; j++)
+        if (m->conns[j].fd >= 0 && m->conns[j].linked)
+            cino = sock_ino(m->conns[j].fd);
+    ck_assert_int_ge(cino, 0);
+    pm_slot_info si;
+    ck_assert_int_eq(pm_cluster_slot_info(a, 0, &si), 0);
+    ck_assert_msg(!holds_socket(si.pid, lino), "the first worker holds the listener");
+    uint64_t inc = si.incarnation;
+    ck_assert_int_eq(pm_cluster_restart_slot(a, 0), 0);
+    PM_RUN_UNTIL(a, pm_cluster_slot_info(a, 0, &si) == 0 && si.incarnation != inc && si.state == PM_SLOT_READY, 20000);
+    ck_assert_msg(!holds_socket(si.pid, lino), "the worker forked after the link holds the listener");
+    ck_assert_msg(!holds_socket(si.pid, cino), "the worker forked after the link holds its connection");
+    pm_test_end_hosts(a, b1);
 }
 END_TEST
 
@@ -5524,5 +5609,6 @@ int main(void)
     PM_ADD_TEST(s, test_mesh_node_key_no_secret_memory, 60);
     PM_ADD_TEST(s, test_mesh_listen_again_at_once, 60);
     PM_ADD_TEST(s, test_set_secrets_out_of_memory, 60);
+    PM_ADD_TEST(s, test_fork_worker_holds_no_link_fds, 90);
     return pm_test_main(s);
 }
