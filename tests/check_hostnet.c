@@ -452,6 +452,24 @@ START_TEST(test_two_links_one_initiator)
 }
 END_TEST
 
+/* pm-bad-peer's attack as host b, linked to c on fd 0: a supervisor whose
+ * stdin is closed gets it for its next socket (a closed stdin is opened
+ * onto /dev/null first, so that the close frees fd 0). Its pid. */
+static pid_t link_on_fd_zero(pm_cluster *c, const char *attack)
+{
+    if (fcntl(0, F_GETFD) < 0)
+        ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
+    ck_assert_int_eq(close(0), 0); /* the accepted connection takes fd 0 */
+    pid_t pid = bad_peer(attack, "b");
+    int status = 0;
+    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
+    ck_assert_msg(reaped != pid, "pm-bad-peer %s ended before the link came up: 0x%x", attack, status);
+    pm__mesh_conn *k = pm_test_mesh_up_conn(c->mesh);
+    ck_assert_ptr_nonnull(k);
+    ck_assert_int_eq(k->fd, 0);
+    return pid;
+}
+
 /* SIGUSR1s the test process took (test_terminate_waits_for_close_answer). */
 static volatile sig_atomic_t usr1_seen;
 
@@ -483,16 +501,7 @@ START_TEST(test_terminate_waits_for_close_answer)
     ck_assert_int_eq(sigaction(SIGUSR1, &sa, NULL), 0);
     pm_cluster *c = start_a(30000);
     pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* the wait ends by the peer, not the bound */
-    if (fcntl(0, F_GETFD) < 0)
-        ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
-    ck_assert_int_eq(close(0), 0); /* the accepted connection takes fd 0 */
-    pid_t pid = bad_peer("late-answer", "b");
-    int status = 0;
-    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
-    ck_assert_msg(reaped != pid, "pm-bad-peer late-answer ended before the link came up: 0x%x", status);
-    pm__mesh_conn *k = pm_test_mesh_up_conn(c->mesh);
-    ck_assert_ptr_nonnull(k);
-    ck_assert_int_eq(k->fd, 0);
+    pid_t pid = link_on_fd_zero(c, "late-answer");
     /* And a connection that says nothing, in its handshake at the end:
      * no link, so no link reported down. */
     int quiet = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -537,14 +546,8 @@ START_TEST(test_terminate_linger_bound)
 {
     pm_cluster *c = start_a(30000);
     pm_test_mesh_set_linger_ms(c->mesh, 300);
-    if (fcntl(0, F_GETFD) < 0)
-        ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
-    ck_assert_int_eq(close(0), 0); /* the accepted connection takes fd 0 */
-    pid_t pid = bad_peer("hold", "b");
+    pid_t pid = link_on_fd_zero(c, "hold");
     int status = 0;
-    PM_RUN_UNTIL(c, pm_test_mesh_links_up(c->mesh) == 1 || exited(pid, &status), 30000);
-    ck_assert_msg(reaped != pid, "pm-bad-peer hold ended before the link came up: 0x%x", status);
-    ck_assert_int_eq(pm_test_mesh_up_conn(c->mesh)->fd, 0);
     ck_assert_int_ge(pm_cluster_terminate(c), 0);
     /* Ended by the bound: the peer, which gives up after 30 s, still holds
      * its end. */
