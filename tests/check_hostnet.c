@@ -488,11 +488,11 @@ static void on_usr1(int sig)
  * 0 (a supervisor whose stdin is closed gets it for its next socket),
  * which the wait must not take for "no connection"; the link is reported
  * down once (and a connection in its handshake not at all); a signal that comes
- * meanwhile (pm-bad-peer sends SIGUSR1 as our CLOSE reaches it) does not
+ * meanwhile (pm-bad-peer sends SIGUSR1 every 20 ms once our CLOSE reached it) does not
  * end the wait. */
 START_TEST(test_terminate_waits_for_close_answer)
 {
-    /* pm-bad-peer signals us as our CLOSE reaches it: the wait's poll
+    /* pm-bad-peer signals us while we wait for its answer: the wait's poll
      * returns EINTR (a handler without SA_RESTART, which poll ignores
      * anyway) and must wait on. */
     struct sigaction sa;
@@ -532,7 +532,7 @@ START_TEST(test_terminate_waits_for_close_answer)
     ck_assert_msg(cpu_ms < 100, "terminate spent %.0f ms of CPU waiting 300 ms for a CLOSE", cpu_ms);
     int st = pm_test_reap(pid, 30000);
     ck_assert_msg(st == 0, "pm-bad-peer late-answer: exit status 0x%x (1: its answer was reset)", st);
-    ck_assert_int_eq(usr1_seen, 1);
+    ck_assert_int_ge(usr1_seen, 1);
     close(quiet);
 }
 END_TEST

@@ -1925,6 +1925,8 @@ START_TEST(test_linger_on_fd_zero)
     if (closes(a).lingering == 1) {
         /* Its bound is due at its own millisecond (pm__mesh_fire given
          * that reading of the clock; the loop's timer wakes in it). */
+        /* No link any more: pm_cluster_peers does not list it. */
+        ck_assert_int_eq(pm_cluster_peers(a, NULL, 0), 0);
         uint64_t now = pm__now_ms();
         m->conns[jb].deadline_ms = now;
         pm__mesh_fire(m, now);

@@ -758,7 +758,7 @@ static void two_links(void)
 
 /* late-answer: an honest link, the supervisor's CLOSE (its cluster is
  * terminated) answered 300 ms late, SIGUSR1 sent to our parent (the test,
- * whose process the supervisor is) as the CLOSE comes. The supervisor ends its writing half
+ * whose process the supervisor is) every 20 ms meanwhile. The supervisor ends its writing half
  * after its CLOSE and reads on until the answer (doc/protocol.md 7;
  * mesh.c's linger_all, at pm_cluster_terminate), then closes: our answer
  * is read. A supervisor that stopped waiting has closed its socket, and
@@ -774,11 +774,14 @@ static void late_answer(void)
     mute_close_answer = 0;
     if (!pc.close_received)
         fail(1, "late-answer: the link ended without the supervisor's CLOSE");
-    /* The supervisor waits for our answer now: a signal (which the test
-     * handles) interrupts that wait, which must go on. */
-    (void)kill(getppid(), SIGUSR1);
-    struct timespec t = {0, 300 * 1000 * 1000};
-    nanosleep(&t, NULL);
+    /* The supervisor waits for our answer now: signals (which the test
+     * handles) interrupt that wait, which must go on. One every 20 ms,
+     * so that some come while it sleeps in poll(2), not only before. */
+    struct timespec t = {0, 300 * 1000 * 1000}, tick = {0, 20 * 1000 * 1000};
+    for (int i = 0; i < 15; i++) {
+        (void)kill(getppid(), SIGUSR1);
+        nanosleep(&tick, NULL);
+    }
     /* The CLOSE our library answered with, held until now; a send that
      * fails met a reset already (and took its error). */
     size_t n;
