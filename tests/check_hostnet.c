@@ -501,7 +501,9 @@ START_TEST(test_terminate_waits_for_close_answer)
     ck_assert_int_eq(sigaction(SIGUSR1, &sa, NULL), 0);
     pm_cluster *c = start_a(30000);
     pm_test_mesh_set_linger_ms(c->mesh, LONG_LINGER_MS); /* the wait ends by the peer, not the bound */
+    ck_assert_int_eq(setenv("PM_BAD_PEER_SIGNAL_PARENT", "1", 1), 0);
     pid_t pid = link_on_fd_zero(c, "late-answer");
+    ck_assert_int_eq(unsetenv("PM_BAD_PEER_SIGNAL_PARENT"), 0);
     /* And a connection that says nothing, in its handshake at the end:
      * no link, so no link reported down. */
     int quiet = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1647,7 +1648,8 @@ static const pm__mesh_conn *linked_conn(const pm_cluster *a)
 
 /* A listener whose accept queue is full (backlog 0, one connection queued
  * and never taken): a dial to it stays in its TCP handshake, its SYNs
- * dropped. The listener's port in *port; the queued client in *client. */
+ * dropped (Linux drops a SYN for a full accept queue before any SYN
+ * cookie). The listener's port in *port; the queued client in *client. */
 static int listen_full(int *port, int *client)
 {
     int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -1662,6 +1664,17 @@ static int listen_full(int *port, int *client)
     *client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ck_assert_int_ge(*client, 0);
     ck_assert_int_eq(connect(*client, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    /* Queued (its handshake's last ACK taken: a listener's tcpi_unacked
+     * is its accept queue's length), so the next SYN finds it full. */
+    uint64_t end = pm_test_ms() + 20000;
+    struct tcp_info ti;
+    socklen_t tl;
+    do {
+        memset(&ti, 0, sizeof(ti));
+        tl = sizeof(ti);
+        ck_assert_int_eq(getsockopt(l, IPPROTO_TCP, TCP_INFO, &ti, &tl), 0);
+    } while (ti.tcpi_unacked < 1 && pm_test_ms() < end && usleep(1000) == 0);
+    ck_assert_uint_ge(ti.tcpi_unacked, 1);
     return l;
 }
 
